@@ -1,0 +1,25 @@
+"""Errors the CLI turns into a clear message and exit code 2 (never a traceback)."""
+
+from __future__ import annotations
+
+
+class VitbenchError(Exception):
+    """Base class: a user-facing problem with a message that names the way out."""
+
+    exit_code = 2
+
+
+class UnknownModelError(VitbenchError):
+    """A model name that matches no variant; the message lists close matches."""
+
+
+class ConfigError(VitbenchError):
+    """Bad input: a study file, CLI option or data path. Names file, field and allowed values."""
+
+
+class BackendUnavailable(VitbenchError):
+    """The requested backend (or device) is not installed or not present here."""
+
+
+class UnsafeFileError(VitbenchError):
+    """A file that would need unpickling or code execution to load; refused."""
