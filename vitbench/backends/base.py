@@ -106,6 +106,13 @@ class Backend(ABC):
     @abstractmethod
     def versions(self) -> dict[str, str]: ...
 
+    def count_flops(self, spec, resolution: int, num_classes: int) -> dict[str, dict]:
+        """Forward cost of ONE image by this framework's own counters.
+
+        Returns {counter_name: {"macs": float, "excludes": str}}; an empty dict if the backend has none.
+        """
+        return {}
+
     @abstractmethod
     def matmul_flops_per_s(self, precision: str = "fp32", n: int = 2048, seconds: float = 1.0) -> float:
         """Measured dense-matmul throughput of the device (FLOP/s, 2 per MAC): the MFU denominator."""
