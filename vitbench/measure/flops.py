@@ -1,0 +1,62 @@
+"""FLOPs of one image: an analytic count per family, cross-checked by the backend's counters.
+
+Units: 1 MAC = 2 FLOPs; every field names which (gmacs_*, gflops_*). Pre-training compute follows the paper's
+accounting: forward + backward for every image seen, backward ~ 2x forward, so 3 x forward FLOPs per image.
+"""
+
+from __future__ import annotations
+
+from vitbench.backends.base import Backend, get_backend
+from vitbench.env import environment
+from vitbench.errors import ConfigError
+from vitbench.models.analytic import analytic_counts, train_flops_per_image
+from vitbench.models.specs import get_spec
+from vitbench.record import make_record, now
+
+ANALYTIC_EXCLUDES = ("norms (LayerNorm, GroupNorm, weight standardisation), softmax, activations, residual adds, "
+                     "pooling, biases")
+
+
+def pretrain_exaflops(model: str, images: int, epochs: float = 1.0, resolution: int | None = None,
+                      num_classes: int | None = None) -> float:
+    """Pre-training compute in exaFLOPs: 3 x forward FLOPs per image x images x epochs."""
+    if images <= 0 or epochs <= 0:
+        raise ConfigError(f"--images and --epochs must be positive, got {images} and {epochs}")
+    spec = get_spec(model)
+    return train_flops_per_image(spec, resolution, num_classes) * images * epochs / 1e18
+
+
+def flops(model: str, resolution: int | None = None, backend: str | Backend = "torch",
+          num_classes: int | None = None, images: int | None = None, epochs: float | None = None,
+          count: bool = True) -> dict:
+    """Record of kind 'flops': params, analytic GMACs/GFLOPs and each counter's, with relative differences."""
+    started = now()
+    spec = get_spec(model)
+    res = resolution or spec.resolution
+    k = spec.num_classes if num_classes is None else num_classes
+    spec.check_resolution(res)
+    a = analytic_counts(spec, res, k)
+    metrics: dict = {
+        "params_m": a.params / 1e6,
+        "gmacs": a.gmacs,
+        "gflops": a.gflops,
+        "tokens": spec.tokens(res) + 1 if spec.family != "bit" else None,  # sequence length incl. class token
+    }
+    counters: dict = {}
+    be = get_backend(backend) if isinstance(backend, str) else backend
+    info = {"backend": be.name}
+    if count:
+        info = be.setup("cpu")
+        counters = be.count_flops(spec, res, k)
+        for name, c in counters.items():
+            metrics[f"gmacs_{name}"] = c["macs"] / 1e9
+            metrics[f"gflops_{name}"] = 2 * c["macs"] / 1e9
+            metrics[f"rel_diff_{name}"] = c["macs"] / a.macs - 1
+    if images is not None or epochs is not None:
+        metrics["pretrain_images"] = images
+        metrics["pretrain_epochs"] = epochs
+        metrics["pretrain_exaflops"] = pretrain_exaflops(spec.name, images or 0, epochs or 1.0, res, k)
+    config = {"backend": be.name, "model": spec.name, "family": spec.family, "resolution": res, "num_classes": k}
+    excludes = {"analytic": ANALYTIC_EXCLUDES, **{n: c["excludes"] for n, c in counters.items()}}
+    return make_record("flops", config, metrics=metrics, raw={"excludes": excludes}, env=environment(info),
+                       started_at=started)

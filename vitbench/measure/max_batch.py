@@ -1,0 +1,178 @@
+"""The largest batch that fits: exponential probe, then bisection to an exact boundary.
+
+Each probe runs in a fresh Python process (`python -m vitbench.measure.probe`), so allocator state, caches and
+fragmentation never leak from one probe into the next. A probe fits when its steps complete without an
+out-of-memory error (CUDA: torch.cuda.OutOfMemoryError / XLA RESOURCE_EXHAUSTED) and, when a memory budget is
+set, its peak stays within it. On CPU there is no OOM before the kernel kills the process, so a budget is always
+in force there (default: half of the memory available when the search starts) and the parent watches the probe's
+resident memory, killing it the moment it passes the budget: a search never takes the machine down.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import psutil
+
+from vitbench.backends.base import RunSettings
+from vitbench.env import environment
+from vitbench.errors import ConfigError
+from vitbench.measure.throughput import resolve_settings
+from vitbench.record import make_record, now
+
+PROBE_MARK = "VITBENCH_PROBE "
+
+
+@dataclass
+class Probe:
+    """One probe: did `batch` fit, and how do we know."""
+
+    batch: int
+    fits: bool
+    status: str  # ok | over_budget | oom | killed_over_budget | timeout | error
+    peak_mem_mib: float | None = None  # measurement's own peak (allocator peak, or RSS growth on CPU)
+    process_peak_mib: float | None = None  # whole-process peak the budget is compared to
+    seconds: float = 0.0
+    error: str | None = None
+
+
+def search(fits: Callable[[int], Probe], start: int = 1, limit: int = 4096,
+           granularity: int = 1) -> tuple[int, list[Probe]]:
+    """Largest b in [0, limit] with fits(b), assuming fitting is monotone in b.
+
+    Doubles from `start` until a probe fails (or `limit` fits), then bisects until the fitting and failing
+    batches are `granularity` apart. Returns (largest fitting batch or 0, every probe in order).
+    """
+    if start < 1 or limit < start or granularity < 1:
+        raise ConfigError(f"need 1 <= start ({start}) <= limit ({limit}) and granularity >= 1 ({granularity})")
+    probes: list[Probe] = []
+
+    def attempt(b: int) -> bool:
+        p = fits(b)
+        probes.append(p)
+        return p.fits
+
+    lo, b = 0, start
+    while True:
+        if attempt(b):
+            lo = b
+            if b >= limit:
+                return lo, probes  # capped: even the limit fits
+            b = min(2 * b, limit)
+        else:
+            hi = b
+            break
+    while hi - lo > granularity:
+        mid = lo + max(granularity, ((hi - lo) // 2) // granularity * granularity)
+        if mid >= hi:
+            break
+        if attempt(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo, probes
+
+
+def _tree_rss_mib(proc: psutil.Process) -> float:
+    try:
+        procs = [proc, *proc.children(recursive=True)]
+        return sum(p.memory_info().rss for p in procs) / 2**20
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return 0.0
+
+
+def run_probe(settings: RunSettings, batch: int, backend: str = "torch", budget_mib: float | None = None,
+              timeout_s: float = 600.0, steps: int = 2, poll_s: float = 0.02) -> Probe:
+    """Run one probe in a fresh process; kill it if its resident memory passes `budget_mib`."""
+    payload = json.dumps({"settings": {**settings.to_dict(), "batch_size": batch}, "backend": backend,
+                          "steps": steps})
+    t0 = time.perf_counter()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    killed = None
+    # Output goes to files, not pipes: a chatty child can never block on a full pipe while we poll it.
+    with tempfile.TemporaryFile("w+") as fout, tempfile.TemporaryFile("w+") as ferr:
+        proc = subprocess.Popen([sys.executable, "-m", "vitbench.measure.probe", payload],
+                                stdin=subprocess.DEVNULL, stdout=fout, stderr=ferr, text=True, env=env)
+        try:
+            ps = psutil.Process(proc.pid)
+            while proc.poll() is None:
+                if budget_mib is not None and settings.device == "cpu" and _tree_rss_mib(ps) > budget_mib:
+                    killed = "killed_over_budget"
+                elif time.perf_counter() - t0 > timeout_s:
+                    killed = "timeout"
+                if killed:
+                    break
+                time.sleep(poll_s)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+        fout.seek(0)
+        ferr.seek(0)
+        out, err = fout.read(), ferr.read()
+    seconds = time.perf_counter() - t0
+    if killed:
+        return Probe(batch, False, killed, seconds=seconds,
+                     error=f"probe passed the {budget_mib:.0f} MiB budget" if killed != "timeout" else
+                     f"probe took longer than {timeout_s:.0f} s")
+    result = next((json.loads(line[len(PROBE_MARK):]) for line in reversed(out.splitlines())
+                   if line.startswith(PROBE_MARK)), None)
+    if result is None:
+        tail = "\n".join(err.strip().splitlines()[-5:])
+        oom = "out of memory" in err.lower() or proc.returncode in (-9, 137)
+        return Probe(batch, False, "oom" if oom else "error", seconds=seconds,
+                     error=tail or f"probe exited with code {proc.returncode}")
+    status = result["status"]
+    fits = status == "ok"
+    if fits and budget_mib is not None and result["process_peak_mib"] > budget_mib:
+        fits, status = False, "over_budget"
+    return Probe(batch, fits, status, result.get("peak_mem_mib"), result.get("process_peak_mib"), seconds,
+                 result.get("error"))
+
+
+def default_budget_mib(device: str) -> float | None:
+    """CPU: half the memory available now (the OS kills, it does not raise); accelerators: the real OOM."""
+    if device == "cpu":
+        return psutil.virtual_memory().available / 2**20 / 2
+    return None
+
+
+def max_batch(settings: RunSettings, backend: str = "torch", memory_limit_gib: float | None = None,
+              max_batch_size: int = 4096, start: int = 1, granularity: int = 1,
+              probe_timeout_s: float = 600.0) -> dict:
+    """Record of kind 'max_batch': the largest batch for `settings` (its batch_size is ignored) and every probe."""
+    started = now()
+    settings = resolve_settings(settings)
+    if memory_limit_gib is not None and memory_limit_gib <= 0:
+        raise ConfigError(f"--memory-limit-gib must be positive, got {memory_limit_gib}")
+    budget = memory_limit_gib * 1024 if memory_limit_gib is not None else default_budget_mib(settings.device)
+    best, probes = search(
+        lambda b: run_probe(settings, b, backend, budget, probe_timeout_s),
+        start=start, limit=max_batch_size, granularity=granularity)
+    at_best = next((p for p in reversed(probes) if p.batch == best and p.fits), None)
+    errors = [p for p in probes if p.status == "error"]
+    config = {"backend": backend, **settings.to_dict(), "memory_limit_mib": budget, "granularity": granularity,
+              "max_batch_size_cap": max_batch_size}
+    config.pop("batch_size")
+    metrics = {
+        "max_batch_size": best,
+        "capped": best >= max_batch_size,
+        "probes": len(probes),
+        "peak_mem_mib": at_best.peak_mem_mib if at_best else None,
+        "process_peak_mib": at_best.process_peak_mib if at_best else None,
+        "memory_limit_mib": budget,
+        "search_s": sum(p.seconds for p in probes),
+    }
+    status, error = "ok", None
+    if best == 0 and errors:  # nothing fitted because probes crashed, not because memory ran out
+        status, error = "error", {"type": "ProbeError", "message": errors[-1].error, "tail": errors[-1].error}
+    return make_record("max_batch", config, metrics=metrics, raw={"probes": [asdict(p) for p in probes]},
+                       env=environment({"backend": backend, "device": settings.device}), status=status,
+                       error=error, started_at=started)

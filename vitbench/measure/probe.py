@@ -1,0 +1,40 @@
+"""Child process of a max-batch probe: run `steps` steps at one batch size, print one JSON result line.
+
+Input (argv[1], JSON): {"settings": RunSettings fields, "backend": name, "steps": n}. Output: a line starting with
+PROBE_MARK carrying status ok|oom|error, the measurement's peak memory and the whole process's peak.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def main() -> int:
+    from vitbench.backends.base import RunSettings, get_backend
+    from vitbench.measure.max_batch import PROBE_MARK
+
+    req = json.loads(sys.argv[1])
+    settings = RunSettings(**req["settings"])
+    be = get_backend(req["backend"])
+    be.setup(settings.device, settings.threads)
+    result: dict = {"status": "ok", "batch": settings.batch_size}
+    try:
+        be.reset_peak_memory()
+        work = be.prepare(settings)
+        for _ in range(req.get("steps", 2)):  # two steps: the optimizer state exists from step one on
+            work.sync(work.step())
+        result["peak_mem_mib"] = be.peak_memory_mib()
+    except Exception as e:  # noqa: BLE001 - report, never crash silently
+        result["status"] = "oom" if be.is_oom(e) else "error"
+        result["error"] = f"{type(e).__name__}: {str(e)[:500]}"
+    peak_fn = getattr(be, "process_peak_mib", None)
+    from vitbench.procmem import peak_rss_mib
+
+    result["process_peak_mib"] = peak_fn() if peak_fn else peak_rss_mib()
+    print(PROBE_MARK + json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
