@@ -1,0 +1,75 @@
+"""Resampling statistics for speed comparisons: a two-level bootstrap of the median, numpy only.
+
+Why a bootstrap confidence interval on the ratio of medians (and not a Mann-Whitney U test):
+- The decision `vitbench compare` needs is "is current slower than baseline by MORE than the threshold?".
+  A CI on the ratio answers that directly, in the threshold's own units. A rank test answers "are the two
+  samples different at all?": with hundreds of steps it calls a 0.5 % shift significant, and combined with a
+  point-estimate threshold it flags a true 3 % slowdown that happened to measure 5.5 %.
+- Steps of one run are not independent draws (the run shares one machine state); repeats are. Resampling
+  repeats first, then steps inside each repeat (cluster bootstrap, Davison & Hinkley 1997, "Bootstrap Methods
+  and their Application", sec. 3.8) lets run-to-run drift widen the interval, which a per-step test ignores.
+- The median is robust to the occasional slow step (GC, a noisy neighbour) that would drag a mean.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+# Bootstrap replicates: enough for a stable 2.5 % / 97.5 % percentile interval (Efron & Tibshirani 1993,
+# "An Introduction to the Bootstrap", ch. 13: >= 1000 for percentile intervals).
+N_BOOT = 2000
+# Largest index matrix resampled at once (elements), to bound memory for runs with many thousand steps.
+_CHUNK_ELEMENTS = 4_000_000
+
+
+def boot_medians(x: Sequence[float], n_boot: int = N_BOOT, rng: np.random.Generator | None = None
+                 ) -> tuple[float, np.ndarray]:
+    """Median of the 1-D sample `x` and `n_boot` medians of resamples of it (with replacement, same size).
+
+    Non-finite values are dropped; a single value gives `n_boot` copies of itself (no spread to resample).
+    """
+    rng = rng if rng is not None else np.random.default_rng(0)
+    a = np.asarray(x, dtype=float)
+    a = a[np.isfinite(a)]
+    if a.size == 0:
+        raise ValueError("no finite samples")
+    n = a.size
+    if n == 1:
+        return float(a[0]), np.full(n_boot, a[0])
+    out = np.empty(n_boot)
+    rows = max(1, _CHUNK_ELEMENTS // n)
+    for start in range(0, n_boot, rows):
+        stop = min(n_boot, start + rows)
+        out[start:stop] = np.median(a[rng.integers(0, n, size=(stop - start, n))], axis=1)
+    return float(np.median(a)), out
+
+
+def combine_repeats(points: Sequence[float], replicates: Sequence[np.ndarray],
+                    rng: np.random.Generator | None = None) -> tuple[float, np.ndarray]:
+    """Mean over repeats of a per-repeat statistic, with replicates that also resample the repeats.
+
+    `points[i]` / `replicates[i]` are repeat i's estimate and its bootstrap replicates (from `boot_medians`,
+    possibly rescaled). Each output replicate draws the repeats with replacement and averages their replicate
+    of the same index: the two-level (cluster) bootstrap. One repeat: returned unchanged.
+    """
+    rng = rng if rng is not None else np.random.default_rng(0)
+    if not points:
+        raise ValueError("no repeats")
+    reps = np.stack([np.asarray(r, dtype=float) for r in replicates])  # (repeats, n_boot)
+    point = float(np.mean(points))
+    if len(points) == 1:
+        return point, reps[0]
+    n_boot = reps.shape[1]
+    pick = rng.integers(0, len(points), size=(n_boot, len(points)))
+    return point, reps[pick, np.arange(n_boot)[:, None]].mean(axis=1)
+
+
+def percentile_interval(replicates: np.ndarray, confidence: float = 0.95) -> tuple[float, float]:
+    """Two-sided percentile interval (Efron & Tibshirani 1993, eq. 13.5) of bootstrap replicates."""
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    alpha = (1 - confidence) / 2
+    lo, hi = np.quantile(replicates, [alpha, 1 - alpha])
+    return float(lo), float(hi)
