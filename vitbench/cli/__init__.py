@@ -37,6 +37,7 @@ app = typer.Typer(
 _COMMAND_MODULES = [
     "vitbench.cli.models_cmd",
     "vitbench.cli.measure_cmd",
+    "vitbench.cli.compare_cmd",
 ]
 for _mod in _COMMAND_MODULES:
     importlib.import_module(_mod)

@@ -12,7 +12,7 @@ import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Literal
 
-from vitbench.errors import UnknownModelError
+from vitbench.errors import ConfigError, UnknownModelError
 
 Family = Literal["vit", "bit", "hybrid"]
 FAMILIES: tuple[str, ...] = ("vit", "bit", "hybrid")
@@ -79,7 +79,7 @@ class ModelSpec:
     def check_resolution(self, resolution: int) -> None:
         if resolution <= 0 or resolution % self.stride:
             ok = [r for r in range(self.stride, 4 * self.resolution + 1, self.stride)][:6]
-            raise UnknownModelError(
+            raise ConfigError(
                 f"resolution {resolution} is not divisible by {self.name}'s total stride {self.stride}; "
                 f"use a multiple of {self.stride}, e.g. {', '.join(map(str, ok))}, ..."
             )

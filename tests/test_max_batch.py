@@ -1,0 +1,59 @@
+"""Max-batch search: the pure search logic with a fake fit, and real probes in fresh processes."""
+
+from __future__ import annotations
+
+import pytest
+
+from vitbench.backends.base import RunSettings
+from vitbench.errors import ConfigError
+from vitbench.measure.max_batch import Probe, max_batch, run_probe, search
+
+
+def fake(limit_batch):
+    return lambda b: Probe(b, b <= limit_batch, "ok" if b <= limit_batch else "oom")
+
+
+@pytest.mark.parametrize("boundary", [1, 2, 3, 37, 64, 65, 1000, 4095])
+def test_search_finds_the_exact_boundary(boundary):
+    best, probes = search(fake(boundary), limit=4096)
+    assert best == boundary
+    tried = {p.batch: p.fits for p in probes}
+    assert tried[boundary] is True and tried[boundary + 1] is False  # B fits and B+1 does not
+    assert len(probes) <= 2 * 13  # doubling + bisection stay logarithmic
+    assert len(tried) == len(probes)  # never the same batch twice
+
+
+def test_search_nothing_fits_and_capped():
+    assert search(fake(0), limit=64)[0] == 0
+    best, probes = search(fake(10_000), limit=100)
+    assert best == 100 and probes[-1].batch == 100 and probes[-1].fits
+
+
+def test_search_granularity_and_start():
+    best, probes = search(fake(77), start=8, limit=4096, granularity=8)
+    assert best == 72 and all(p.batch % 8 == 0 for p in probes)
+    with pytest.raises(ConfigError):
+        search(fake(3), start=0)
+
+
+def test_real_probe_fits_and_reports_memory():
+    p = run_probe(RunSettings("ViT-Nano/4", task="train"), batch=4)
+    assert p.fits and p.status == "ok" and p.process_peak_mib > 50 and p.peak_mem_mib >= 0
+
+
+def test_watchdog_kills_a_probe_past_its_budget():
+    # Importing torch alone needs far more than 64 MiB, so the watchdog must kill this probe.
+    p = run_probe(RunSettings("ViT-Nano/4", task="train"), batch=4, budget_mib=64)
+    assert not p.fits and p.status == "killed_over_budget"
+
+
+def test_real_search_on_a_tiny_model():
+    rec = max_batch(RunSettings("ViT-Nano/4", task="infer"), memory_limit_gib=8, max_batch_size=4)
+    assert rec["status"] == "ok" and rec["metrics"]["max_batch_size"] == 4 and rec["metrics"]["capped"]
+    assert [p["batch"] for p in rec["raw"]["probes"]] == [1, 2, 4]
+    assert rec["metrics"]["memory_limit_mib"] == 8 * 1024
+
+
+def test_bad_budget_is_a_config_error():
+    with pytest.raises(ConfigError):
+        max_batch(RunSettings("ViT-Nano/4"), memory_limit_gib=-1)

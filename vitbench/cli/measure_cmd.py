@@ -1,0 +1,208 @@
+"""`vitbench bench | max-batch | flops | env`: one measurement each, thin over vitbench.measure."""
+
+from __future__ import annotations
+
+import typer
+from rich.table import Table
+
+from vitbench.backends.base import BACKENDS, OPTIMIZERS, PRECISIONS, TASKS, RunSettings
+from vitbench.cli import app
+from vitbench.cli.common import console, print_json
+from vitbench.errors import ConfigError
+
+
+def _choice(value: str, allowed: tuple[str, ...], option: str) -> str:
+    if value not in allowed:
+        raise ConfigError(f"{option} {value!r} is not allowed; allowed: {', '.join(allowed)}")
+    return value
+
+
+def _kv_table(title: str, rows: list[tuple[str, object]]) -> Table:
+    t = Table(title=title, show_header=False)
+    t.add_column("field", style="bold")
+    t.add_column("value", justify="right")
+    for k, v in rows:
+        t.add_row(k, f"{v:.4g}" if isinstance(v, float) else str(v))
+    return t
+
+
+@app.command("bench")
+def bench_cmd(
+    model: str = typer.Argument(..., help="Variant name, e.g. ViT-B/16, R50x1, R50+ViT-B/16, ViT-Nano/4."),
+    task: str = typer.Option("infer", help="infer (forward) | train (forward + loss + backward + optimizer step)."),
+    batch_size: int = typer.Option(8, "--batch-size", "-b", min=1),
+    resolution: int = typer.Option(None, "--resolution", "-r", help="Input size in pixels (default: native)."),
+    precision: str = typer.Option("fp32", help="fp32 | bf16 | fp16 (autocast)."),
+    backend: str = typer.Option("torch", help="torch | jax"),
+    device: str = typer.Option("cpu", help="cpu | cuda | cuda:N (torch); cpu | gpu | tpu (jax)."),
+    threads: int = typer.Option(None, help="Intra-op threads (default: the framework's; recorded either way)."),
+    compile: bool = typer.Option(False, "--compile/--no-compile", help="torch.compile the model (torch)."),
+    optimizer: str = typer.Option("adam", help="train: adam (paper pre-training) | sgd (momentum 0.9)."),
+    channels_last: bool = typer.Option(None, "--channels-last/--no-channels-last",
+                                       help="Default: on for BiT and hybrid, off for ViT."),
+    warmup: int = typer.Option(3, min=0, help="Warm-up steps after the first (kept raw, not in throughput)."),
+    min_steps: int = typer.Option(10, min=1, help="Timed steps at least."),
+    min_seconds: float = typer.Option(2.0, help="Timed seconds at least."),
+    max_seconds: float = typer.Option(60.0, help="Stop timing after this long even if min_steps is not reached."),
+    seed: int = typer.Option(0),
+    as_json: bool = typer.Option(False, "--json", help="Print the whole record (with raw step times) as JSON."),
+) -> None:
+    """Throughput of one model: img/s, step time median/p90/p99, spread, first-step/compile time, peak memory, MFU.
+
+    The first step (compilation, allocator warm-up) and the warm-up steps are timed apart and never enter the
+    throughput. Timed steps run until both --min-steps and --min-seconds are reached; every step is synchronised
+    with the device (CUDA events / block_until_ready). img/s = batch / median step time.
+    """
+    from vitbench.measure.throughput import bench
+
+    settings = RunSettings(
+        model=model, task=_choice(task, TASKS, "--task"), batch_size=batch_size, resolution=resolution,
+        precision=_choice(precision, PRECISIONS, "--precision"), compile=compile, device=device, threads=threads,
+        optimizer=_choice(optimizer, OPTIMIZERS, "--optimizer"), channels_last=channels_last, seed=seed)
+    rec = bench(settings, backend=_choice(backend, BACKENDS, "--backend"), warmup_steps=warmup,
+                min_steps=min_steps, min_seconds=min_seconds, max_seconds=max_seconds)
+    if as_json:
+        print_json(rec)
+        return
+    if rec["status"] != "ok":
+        console.print(f"[red]{rec['status']}[/]: {rec['error']['message']}")
+        raise typer.Exit(1)
+    m, c = rec["metrics"], rec["config"]
+    title = (f"{c['model']} {c['task']} | {c['backend']} {c['device']} {c['precision']} | "
+             f"batch {m['batch_size_achieved']} @ {c['resolution']}px | {rec['env'].get('threads')} threads")
+    console.print(_kv_table(title, [
+        ("img_per_s", m["img_per_s"]), ("step_ms_median", m["step_ms_median"]), ("step_ms_p90", m["step_ms_p90"]),
+        ("step_ms_p99", m["step_ms_p99"]), ("step_ms_iqr", m["step_ms_iqr"]), ("step_cv", m["step_cv"]),
+        ("timed steps", m["steps"]), ("first_step_s", m["first_step_s"]), ("compile_s", m["compile_s"]),
+        ("peak_mem_mib", m["peak_mem_mib"]), ("model_tflops_per_s", m["model_tflops_per_s"]),
+        ("peak_tflops (matmul, measured)", m.get("peak_tflops")), ("mfu", m.get("mfu")),
+    ]))
+
+
+@app.command("max-batch")
+def max_batch_cmd(
+    model: str = typer.Argument(..., help="Variant name."),
+    task: str = typer.Option("infer", help="infer | train"),
+    resolution: int = typer.Option(None, "--resolution", "-r"),
+    precision: str = typer.Option("fp32", help="fp32 | bf16 | fp16"),
+    backend: str = typer.Option("torch", help="torch | jax"),
+    device: str = typer.Option("cpu"),
+    threads: int = typer.Option(None),
+    optimizer: str = typer.Option("adam", help="train: adam | sgd (optimizer state counts toward memory)."),
+    memory_limit_gib: float = typer.Option(
+        None, "--memory-limit-gib",
+        help="Budget for the probe process's peak memory. CPU default: half the memory available now; "
+             "GPU default: none (a real out-of-memory error decides)."),
+    max_batch_size: int = typer.Option(4096, "--max-batch-size", min=1, help="Stop doubling here."),
+    start: int = typer.Option(1, min=1, help="First batch size probed."),
+    granularity: int = typer.Option(1, min=1, help="Bisect until fitting and failing batches are this close."),
+    probe_timeout: float = typer.Option(600.0, help="Seconds before a probe is killed and counted as failing."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Largest batch that fits: doubling probes, then bisection; every probe in a fresh process.
+
+    On CPU the probe's resident memory is watched and the probe is killed the moment it passes the budget, so a
+    search cannot take the machine down. Every probe is reported.
+    """
+    from vitbench.measure.max_batch import max_batch
+
+    settings = RunSettings(model=model, task=_choice(task, TASKS, "--task"), resolution=resolution,
+                           precision=_choice(precision, PRECISIONS, "--precision"), device=device, threads=threads,
+                           optimizer=_choice(optimizer, OPTIMIZERS, "--optimizer"))
+    rec = max_batch(settings, backend=_choice(backend, BACKENDS, "--backend"), memory_limit_gib=memory_limit_gib,
+                    max_batch_size=max_batch_size, start=start, granularity=granularity,
+                    probe_timeout_s=probe_timeout)
+    if as_json:
+        print_json(rec)
+        return
+    t = Table(title=f"probes: {rec['config']['model']} {rec['config']['task']} @ {rec['config']['resolution']}px")
+    for col in ("batch", "fits", "status", "peak_mem_mib", "process_peak_mib", "seconds"):
+        t.add_column(col, justify="right")
+    for p in rec["raw"]["probes"]:
+        t.add_row(str(p["batch"]), "yes" if p["fits"] else "no", p["status"],
+                  f"{p['peak_mem_mib']:.0f}" if p["peak_mem_mib"] is not None else "-",
+                  f"{p['process_peak_mib']:.0f}" if p["process_peak_mib"] is not None else "-",
+                  f"{p['seconds']:.1f}")
+    console.print(t)
+    m = rec["metrics"]
+    budget = f"{m['memory_limit_mib']:.0f} MiB" if m["memory_limit_mib"] else "device memory"
+    console.print(f"max_batch_size = [bold]{m['max_batch_size']}[/]{' (capped)' if m['capped'] else ''} "
+                  f"(budget {budget}, {m['probes']} probes, {m['search_s']:.1f} s)")
+    if rec["status"] != "ok":
+        console.print(f"[red]{rec['status']}[/]: {rec['error']['message']}")
+        raise typer.Exit(1)
+
+
+@app.command("flops")
+def flops_cmd(
+    model: str = typer.Argument(..., help="Variant name."),
+    resolution: int = typer.Option(None, "--resolution", "-r"),
+    num_classes: int = typer.Option(None, "--num-classes"),
+    backend: str = typer.Option("torch", help="torch (fvcore + FlopCounterMode) | jax (XLA cost_analysis)."),
+    count: bool = typer.Option(True, "--count/--no-count", help="Also run the framework counters (builds the model)."),
+    images: int = typer.Option(None, help="Pre-training images per epoch (with --epochs): prints exaFLOPs."),
+    epochs: float = typer.Option(None, help="Pre-training epochs (with --images)."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Params, GMACs and GFLOPs of one image (1 MAC = 2 FLOPs): analytic formula vs the framework's counters.
+
+    Attention is counted: the model runs with unfused attention while counting (fvcore and FlopCounterMode do
+    not see fused scaled_dot_product_attention). Pre-training compute (--images N --epochs E) follows the paper's
+    convention: forward + backward for every image seen, backward = 2 x forward, so
+    exaFLOPs = 3 x forward GFLOPs x N x E / 1e9.
+    """
+    from vitbench.measure.flops import flops
+
+    if (images is None) != (epochs is None):
+        raise ConfigError("--images and --epochs go together (pre-training compute needs both)")
+    rec = flops(model, resolution, backend=_choice(backend, BACKENDS, "--backend"), num_classes=num_classes,
+                images=images, epochs=epochs, count=count)
+    if as_json:
+        print_json(rec)
+        return
+    m, c = rec["metrics"], rec["config"]
+    t = Table(title=f"{c['model']} @ {c['resolution']}px, {c['num_classes']} classes, params {m['params_m']:.3f} M")
+    for col in ("method", "GMACs", "GFLOPs", "vs analytic", "excludes"):
+        t.add_column(col, justify="left" if col in ("method", "excludes") else "right")
+    ex = rec["raw"]["excludes"]
+    t.add_row("analytic", f"{m['gmacs']:.4f}", f"{m['gflops']:.4f}", "-", ex["analytic"])
+    for name in ex:
+        if name != "analytic":
+            t.add_row(name, f"{m[f'gmacs_{name}']:.4f}", f"{m[f'gflops_{name}']:.4f}",
+                      f"{100 * m[f'rel_diff_{name}']:+.2f} %", ex[name])
+    console.print(t)
+    if "pretrain_exaflops" in m:
+        console.print(f"pre-training compute: {m['pretrain_exaflops']:.6g} exaFLOPs "
+                      f"({images} images x {epochs} epochs x 3 x forward)")
+
+
+@app.command("env")
+def env_cmd(
+    backend: str = typer.Option("torch", help="torch | jax"),
+    device: str = typer.Option("cpu"),
+    threads: int = typer.Option(None),
+    precision: str = typer.Option("fp32", help="Precision of the matmul peak."),
+    refresh: bool = typer.Option(False, "--refresh", help="Re-measure the peak instead of using the cache."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """This machine: versions, device, CPU, threads, git SHA, and the measured matmul peak (MFU denominator).
+
+    The peak is a 2048x2048 matmul timed for ~1 s (2 FLOPs per MAC), cached per machine/backend/device/precision/
+    threads under ~/.cache/vitbench/peak.json; every bench record divides its model FLOP/s by it (MFU).
+    """
+    from vitbench.backends.base import get_backend
+    from vitbench.env import environment
+    from vitbench.measure.peak import matmul_peak
+
+    be = get_backend(_choice(backend, BACKENDS, "--backend"))
+    info = be.setup(device, threads)
+    peak = matmul_peak(be, _choice(precision, PRECISIONS, "--precision"), device, info.get("threads"),
+                       refresh=refresh)
+    env = environment(info)
+    if as_json:
+        print_json({"env": env, "matmul_peak": peak})
+        return
+    rows = [(k, v) for k, v in env.items() if v is not None]
+    rows.append((f"matmul peak {precision} (TFLOP/s)", peak["peak_tflops"]))
+    rows.append(("peak measured at", peak["measured_at"] + (" (cached)" if peak["cached"] else "")))
+    console.print(_kv_table("vitbench env", rows))
