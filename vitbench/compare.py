@@ -199,10 +199,10 @@ class _Trial:
 
 
 def _group(records: Sequence[dict], ignore: Iterable[str]) -> dict[str, _Trial]:
-    """Trials by match key; of several records for the same (trial key, repeat) the latest finished wins."""
+    """Trials by match key; of several records for the same trial key and repeat the last one written wins
+    (as in vitbench.store.select: a re-run after --force or an interruption supersedes the older row)."""
     latest: dict[tuple, dict] = {}
-    ordered = sorted(enumerate(records), key=lambda ir: (str(ir[1].get("finished_at") or ""), ir[0]))
-    for i, rec in ordered:
+    for i, rec in enumerate(records):
         if rec.get("kind") == CALIBRATION_KIND or rec.get("status") == "skipped":
             continue
         mk = match_key(rec, ignore)
@@ -211,9 +211,13 @@ def _group(records: Sequence[dict], ignore: Iterable[str]) -> dict[str, _Trial]:
         else:
             ident = (mk, rec.get("key"), rec.get("repeat"))
         latest[ident] = rec
+    first = {}  # trials in the order they first appear in the results (the study's order)
+    for i, rec in enumerate(records):
+        if rec.get("kind") != CALIBRATION_KIND:
+            first.setdefault(match_key(rec, ignore), i)
     trials: dict[str, _Trial] = {}
-    for (mk, *_), rec in sorted(latest.items(), key=lambda kv: str(kv[0])):
-        drop = set(ignore)
+    drop = set(ignore)
+    for (mk, *_), rec in sorted(latest.items(), key=lambda kv: (first[kv[0][0]], str(kv[0]))):
         t = trials.setdefault(mk, _Trial(rec.get("kind"), rec.get("method_version"),
                                          {k: v for k, v in _trial_config(rec).items() if k not in drop}))
         (t.ok if rec.get("status") == "ok" else t.failed).append(rec)

@@ -1,0 +1,347 @@
+"""vitbench compare: decisions on synthetic records (no measurement code), exit codes, JSON shape, normalisation."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from vitbench.compare import (compare, compare_paths, decide, inject_slowdown, load_records, match_key,
+                              to_benchmark_json, to_markdown)
+from vitbench.errors import ConfigError
+from vitbench.record import make_record
+
+STEP_S = 0.010  # synthetic median step time of the baseline (s)
+
+
+def steps(rng: np.random.Generator, n: int = 50, scale: float = 1.0, cv: float = 0.03) -> list[float]:
+    """Per-step times like a real run: log-normal jitter plus ~3 % slow outlier steps (GC, a neighbour)."""
+    x = STEP_S * scale * rng.lognormal(0.0, cv, n)
+    spikes = rng.random(n) < 0.03
+    x[spikes] *= rng.uniform(1.2, 2.0, spikes.sum())
+    return x.tolist()
+
+
+def bench_record(model: str = "ViT-Nano/4", step_s: list[float] | None = None, repeat: int = 0, batch: int = 8,
+                 run_id: str = "run1", env: dict | None = None, status: str = "ok", **cfg) -> dict:
+    """A record shaped like vitbench.trial.run_trial(bench) output, built without measuring anything."""
+    trial = {"model": model, "backend": "torch", "task": "infer", "device": "cpu", "resolution": 32,
+             "batch_size": batch, "precision": "fp32", "compile": False, "seed": 0, "threads": None,
+             "warmup_steps": 3, "min_steps": 10, "min_seconds": 1.0, "max_seconds": 60.0, **cfg}
+    if status == "ok":
+        step_s = step_s if step_s is not None else steps(np.random.default_rng(repeat))
+        med = float(np.median(step_s))
+        metrics = {"img_per_s": batch / med, "step_ms_median": med * 1e3, "batch_size_achieved": batch,
+                   "batch_size_requested": batch, "peak_mem_mib": 100.0}
+        raw = {"step_s": step_s, "warmup_s": [med] * 3}
+        rec = make_record("bench", dict(trial), metrics=metrics, raw=raw, env=env or {"torch": "2.4.0"})
+    else:
+        rec = make_record("bench", dict(trial), status=status, env=env or {"torch": "2.4.0"},
+                          error={"type": "OutOfMemoryError", "message": "CUDA out of memory", "tail": None})
+    rec.update(key=f"{model}-{cfg}-{repeat}", study="t", run_id=run_id, repeat=repeat, trial=trial)
+    return rec
+
+
+def calibration_record(tflops: list[float], run_id: str = "run1", env: dict | None = None) -> dict:
+    trial = {"model": "-", "backend": "torch", "task": "calibration", "device": "cpu", "precision": "fp32",
+             "threads": None, "matmul_n": 1024, "seconds": 0.25, "reps": len(tflops)}
+    rec = make_record("calibration", dict(trial), metrics={"matmul_tflops_per_s": float(np.median(tflops))},
+                      raw={"matmul_tflops_per_s": list(tflops)}, env=env or {"torch": "2.4.0"})
+    rec.update(key=f"cal-{run_id}", study="t", run_id=run_id, repeat=0, trial=trial)
+    return rec
+
+
+def result_set(rng: np.random.Generator, models=("ViT-Nano/4", "R-Nano"), repeats: int = 3, scale: float = 1.0,
+               run_noise: float = 0.0, step_noise: float = 0.0, run_id: str = "run1") -> list[dict]:
+    """Interleaved repeats of each model; `run_noise`: each repeat's time x U(1 -/+ run_noise) (a machine state),
+    `step_noise`: each step x U(1 -/+ step_noise)."""
+    out = []
+    for r in range(repeats):
+        for m in models:
+            x = np.array(steps(rng, scale=scale)) * rng.uniform(1 - run_noise, 1 + run_noise)
+            x *= rng.uniform(1 - step_noise, 1 + step_noise, x.size)
+            out.append(bench_record(m, x.tolist(), repeat=r, run_id=run_id))
+    return out
+
+
+def write_jsonl(path, records) -> str:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return str(path)
+
+
+# -------------------------------------------------------------------------------------------------------------
+# Decisions
+# -------------------------------------------------------------------------------------------------------------
+def test_identical_sets_no_regression():
+    base = result_set(np.random.default_rng(0))
+    cmp = compare(base, base)
+    assert cmp.exit_code == 0
+    assert [r.decision for r in cmp.rows] == ["no change", "no change"]
+    for r in cmp.rows:
+        assert r.ratio == pytest.approx(1.0)
+        assert r.ci_low <= 1.0 <= r.ci_high
+        assert r.repeats == (3, 3) and r.samples == (150, 150)
+    assert not cmp.unmatched_baseline and not cmp.unmatched_current and not cmp.env_diff
+
+
+def test_ten_percent_slowdown_in_raw_timings_is_a_regression():
+    base = result_set(np.random.default_rng(0))
+    slow = inject_slowdown(base, 1.10)  # every raw step 10 % longer; derived metrics follow
+    assert slow[0]["raw"]["step_s"][0] == pytest.approx(base[0]["raw"]["step_s"][0] * 1.1)
+    assert slow[0]["metrics"]["img_per_s"] == pytest.approx(base[0]["metrics"]["img_per_s"] / 1.1)
+    cmp = compare(base, slow)
+    assert cmp.exit_code == 1
+    assert {r.decision for r in cmp.rows} == {"regression"}
+    for r in cmp.rows:
+        assert r.ratio == pytest.approx(1 / 1.1, rel=1e-9)
+        assert r.ci_high < 0.95
+    # and the other way round it is an improvement, which never fails the check
+    back = compare(slow, base)
+    assert back.exit_code == 0 and {r.decision for r in back.rows} == {"improvement"}
+
+
+def test_ten_percent_slowdown_detected_across_independent_runs():
+    """Power: independently measured (noisy) runs 10 % slower are called a regression in >= 95 % of seeds."""
+    hits = 0
+    for seed in range(100):
+        rng = np.random.default_rng(seed)
+        base = result_set(rng, run_noise=0.01)
+        cur = result_set(rng, scale=1.10, run_noise=0.01)
+        hits += all(r.decision == "regression" for r in compare(base, cur, n_boot=1000).rows)
+    assert hits >= 95, hits
+
+
+@pytest.mark.parametrize("noise", ["whole run", "per repeat", "per step"])
+def test_five_percent_noise_is_not_a_regression(noise):
+    """+-5 % random noise at threshold 5 %: no regression in >= 95 % of 200 seeded cases. Noise kinds: the whole
+    current run x U(0.95, 1.05) (another machine state; one repeat, as a cheap CI job would run), each of 3
+    repeats x U(0.95, 1.05), or each step x U(0.95, 1.05). (A rule on the point estimate alone raises 3-4 % false
+    alarms on the first kind; requiring the whole CI past the threshold raises none here.)"""
+    false_alarms = 0
+    for seed in range(200):
+        rng = np.random.default_rng(1000 + seed)
+        if noise == "whole run":
+            base = result_set(rng, repeats=1)
+            cur = inject_slowdown(result_set(rng, repeats=1), rng.uniform(0.95, 1.05))
+        elif noise == "per repeat":
+            base, cur = result_set(rng), result_set(rng, run_noise=0.05)
+        else:
+            base, cur = result_set(rng), result_set(rng, step_noise=0.05)
+        false_alarms += compare(base, cur, threshold=0.05, n_boot=1000).exit_code
+    assert false_alarms <= 10, false_alarms
+
+
+def test_decide_rule_needs_the_whole_interval():
+    assert decide(0.90, 0.88, 0.92, 0.05, higher_is_better=True) == "regression"
+    assert decide(0.90, 0.85, 0.97, 0.05, higher_is_better=True) == "inconclusive"
+    assert decide(0.98, 0.93, 1.03, 0.05, higher_is_better=True) == "no change"
+    assert decide(1.10, 1.08, 1.12, 0.05, higher_is_better=True) == "improvement"
+    # smaller is better (memory): 10 % more is a regression
+    assert decide(1.10, 1.08, 1.12, 0.05, higher_is_better=False) == "regression"
+    assert decide(0.90, 0.88, 0.92, 0.05, higher_is_better=False) == "improvement"
+
+
+def test_repeats_pool_and_drift_between_repeats_widens_the_interval():
+    rng = np.random.default_rng(3)
+    tight = result_set(rng, models=("A",), repeats=4)
+    drifty = result_set(rng, models=("A",), repeats=4, run_noise=0.15)
+    w_tight = [(r.ci_high - r.ci_low) for r in compare(tight, inject_slowdown(tight, 1.0)).rows][0]
+    cmp = compare(drifty, inject_slowdown(drifty, 1.0))
+    w_drift = cmp.rows[0].ci_high - cmp.rows[0].ci_low
+    assert cmp.rows[0].repeats == (4, 4)
+    assert w_drift > 2 * w_tight
+
+
+def test_latest_record_per_key_wins_and_failed_trials_are_rows():
+    base = [bench_record("A", repeat=0), bench_record("B", repeat=0)]
+    oom = bench_record("B", status="oom")
+    cur = [bench_record("A", repeat=0), bench_record("B", repeat=0, status="timeout"), oom]
+    cmp = compare(base, cur)
+    b_rows = [r for r in cmp.rows if r.trial.startswith("B ")]
+    assert [(r.metric, r.decision) for r in b_rows] == [("status", "failed")]
+    assert "oom" in b_rows[0].note and cmp.exit_code == 1
+    # a later ok record for the same key and repeat (a resumed run) supersedes the failures
+    fixed = bench_record("B", repeat=0)
+    assert compare(base, [*cur, fixed]).exit_code == 0
+    # a trial that failed in the baseline but runs now is not a regression
+    assert compare(cur, base).exit_code == 0
+
+
+def test_unmatched_trials_are_listed_not_dropped():
+    rng = np.random.default_rng(0)
+    base = result_set(rng, models=("A", "B"))
+    cur = result_set(rng, models=("A", "C"))
+    cur += [bench_record("A", repeat=0, batch=16)]  # another batch size is another trial
+    cmp = compare(base, cur)
+    assert [r.trial for r in cmp.rows] == ["A infer torch bs8 32px fp32 cpu"]
+    assert [lbl for lbl, _ in cmp.unmatched_baseline] == ["B infer torch bs8 32px fp32 cpu"]
+    assert sorted(lbl for lbl, _ in cmp.unmatched_current) == ["A infer torch bs16 32px fp32 cpu",
+                                                                "C infer torch bs8 32px fp32 cpu"]
+    md = to_markdown(cmp)
+    assert "Only in baseline" in md and "B infer torch bs8" in md and "C infer torch bs8" in md
+
+
+def test_matching_ignores_environment_but_shows_it():
+    base = [bench_record("A", env={"torch": "2.4.0", "device_name": "cpu", "cpu_model": "Xeon"})]
+    cur = [bench_record("A", env={"torch": "2.5.1", "device_name": "cpu", "cpu_model": "EPYC"})]
+    cmp = compare(base, cur)
+    assert len(cmp.rows) == 1 and cmp.rows[0].decision == "no change"
+    assert cmp.env_diff == [("torch", "2.4.0", "2.5.1"), ("cpu_model", "Xeon", "EPYC")]
+    assert match_key(base[0]) == match_key(cur[0])
+
+
+def test_config_difference_and_method_version_do_not_match():
+    a = bench_record("A")
+    b = bench_record("A", precision="bf16")
+    with pytest.raises(ConfigError, match="no trial of current matches"):
+        compare([a], [b])
+    old = dict(a, method_version=0)
+    with pytest.raises(ConfigError, match="method_version"):
+        compare([old], [a])
+    # --ignore lets a field differ on purpose
+    c = bench_record("A", threads=4)
+    assert len(compare([a], [c], ignore=("threads",)).rows) == 1
+
+
+def test_max_batch_size_compared_without_step_samples():
+    def mb(v, repeat=0):
+        trial = {"model": "A", "backend": "torch", "task": "max_batch", "device": "cpu", "resolution": 32,
+                 "precision": "fp32", "mode": "infer"}
+        rec = make_record("max_batch", dict(trial), metrics={"max_batch_size": v, "peak_mem_mib": 50.0})
+        rec.update(key=f"mb{repeat}", repeat=repeat, trial=trial)
+        return rec
+    cmp = compare([mb(64)], [mb(32)])
+    assert [(r.metric, r.decision, r.method) for r in cmp.rows] == [("max_batch_size", "regression",
+                                                                     "single value")]
+    assert compare([mb(64)], [mb(64)]).exit_code == 0
+    assert compare([mb(64)], [mb(63)]).exit_code == 0  # 1.6 % is under the 5 % threshold
+
+
+# -------------------------------------------------------------------------------------------------------------
+# Normalisation by the calibration workload
+# -------------------------------------------------------------------------------------------------------------
+def test_normalize_divides_out_a_slower_machine():
+    rng = np.random.default_rng(5)
+    base = result_set(rng) + [calibration_record([1.00, 1.01, 0.99])]
+    # the same code on a machine 30 % slower at everything: matmul and the model alike
+    cur = inject_slowdown(result_set(rng), 1 / 0.7) + [calibration_record([0.70, 0.705, 0.695])]
+    raw = compare(base, cur)
+    assert raw.exit_code == 1
+    norm = compare(base, cur, normalize=True)
+    assert norm.exit_code == 0, to_markdown(norm)
+    for r in norm.rows:
+        assert r.ratio == pytest.approx(1.0, abs=0.03)
+        assert r.machine_ratio == pytest.approx(0.70, rel=0.01)
+        assert r.ratio_raw == pytest.approx(0.70, abs=0.03)
+    # a real 2x slowdown of the harness on that slower machine is still caught after normalising
+    assert compare(base, inject_slowdown(cur, 2.0), normalize=True).exit_code == 1
+
+
+def test_normalize_uses_each_runs_own_calibration():
+    rng = np.random.default_rng(6)
+    cur = result_set(rng, models=("A",), repeats=1, run_id="fast") + [calibration_record([1.0], run_id="fast")]
+    later = inject_slowdown(result_set(rng, models=("A",), repeats=1, run_id="slow"), 2.0)
+    for r in later:
+        r["repeat"], r["key"] = 1, r["key"] + "-r1"
+    cur += later + [calibration_record([0.5], run_id="slow")]
+    base = result_set(rng, models=("A",), repeats=2) + [calibration_record([1.0])]
+    cmp = compare(base, cur, normalize=True)
+    assert cmp.rows[0].decision == "no change" and not cmp.warnings
+
+
+def test_normalize_without_calibration_is_bad_input():
+    base = result_set(np.random.default_rng(0))
+    with pytest.raises(ConfigError, match="no calibration record"):
+        compare(base, base, normalize=True)
+
+
+# -------------------------------------------------------------------------------------------------------------
+# Files, JSON shape, CLI exit codes
+# -------------------------------------------------------------------------------------------------------------
+def test_load_records_file_dir_torn_line_and_garbage(tmp_path):
+    recs = result_set(np.random.default_rng(0), models=("A",), repeats=2)
+    d = tmp_path / "res"
+    d.mkdir()
+    f = d / "results.jsonl"
+    f.write_text(json.dumps(recs[0]) + "\n" + json.dumps(recs[1])[:40])  # a torn last line
+    warns: list[str] = []
+    assert len(load_records(d, warns)) == 1 and "incomplete last line" in warns[0]
+    assert len(load_records(f)) == 1
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("hello\n" + json.dumps(recs[0]) + "\n")
+    with pytest.raises(ConfigError, match=r"bad.jsonl:1: not a JSON record"):
+        load_records(bad)
+    notrec = tmp_path / "notrec.jsonl"
+    notrec.write_text('{"a": 1}\n')
+    with pytest.raises(ConfigError, match="not a vitbench record"):
+        load_records(notrec)
+    with pytest.raises(ConfigError, match="no such file"):
+        load_records(tmp_path / "missing.jsonl")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match="no \\*.jsonl"):
+        load_records(tmp_path / "empty")
+    (tmp_path / "blank.jsonl").write_text("\n")
+    with pytest.raises(ConfigError, match="no records"):
+        load_records(tmp_path / "blank.jsonl")
+
+
+def test_benchmark_json_shape():
+    rng = np.random.default_rng(0)
+    base = result_set(rng)
+    cmp = compare(base, inject_slowdown(base, 1.1))
+    out = to_benchmark_json(cmp)
+    assert isinstance(out, list) and len(out) == 2
+    for e in out:
+        assert set(e) == {"name", "unit", "value", "range", "extra"}
+        assert isinstance(e["name"], str) and e["unit"] == "img/s"
+        assert isinstance(e["value"], float) and e["value"] > 0
+        assert isinstance(e["extra"], str) and "decision: regression" in e["extra"]
+    assert out[0]["name"] == "ViT-Nano/4 infer torch bs8 32px fp32 cpu - img_per_s"
+    json.dumps(out)  # plain JSON
+
+
+@pytest.fixture
+def cli():
+    from typer.testing import CliRunner
+
+    from vitbench.cli import app
+
+    runner = CliRunner()
+    return lambda *args: runner.invoke(app, ["compare", *args])
+
+
+def test_cli_exit_codes_and_formats(tmp_path, cli):
+    rng = np.random.default_rng(0)
+    base = result_set(rng) + [calibration_record([1.0, 1.0, 1.0])]
+    b = write_jsonl(tmp_path / "base.jsonl", base)
+    same = write_jsonl(tmp_path / "same.jsonl", base)
+    slow = write_jsonl(tmp_path / "slow.jsonl", inject_slowdown(base, 1.1))
+    garbage = tmp_path / "garbage.jsonl"
+    garbage.write_text("not json at all\n")
+
+    r = cli(b, same)
+    assert r.exit_code == 0, r.output
+    assert "no regression" in r.output
+    r = cli(b, slow, "--format", "md")
+    assert r.exit_code == 1 and "**regression**" in r.output
+    r = cli(b, slow, "--format", "json")
+    assert r.exit_code == 1
+    data = json.loads(r.stdout)
+    assert [set(e) for e in data] == [{"name", "unit", "value", "range", "extra"}] * 2
+    assert cli(b, slow, "--threshold", "0.2").exit_code == 0  # a 9 % drop is within a 20 % threshold
+    assert cli(b, same, "--normalize", "--inject-slowdown", "2.0").exit_code == 1  # the self-test fires
+    for args in ([b, str(tmp_path / "missing.jsonl")], [b, str(garbage)], [b, same, "--format", "xml"],
+                 [b, same, "--threshold", "-1"], [b, same, "--metric", "nope"]):
+        r = cli(*args)
+        assert r.exit_code == 2, (args, r.output)
+        assert "error:" in r.output and "Traceback" not in r.output
+
+
+def test_compare_paths_directory(tmp_path):
+    rng = np.random.default_rng(0)
+    d = tmp_path / "ci"
+    d.mkdir()
+    write_jsonl(d / "results.jsonl", result_set(rng))
+    cmp = compare_paths(d, d, slowdown=2.0)
+    assert cmp.exit_code == 1 and any("self-test" in w for w in cmp.warnings)

@@ -1,0 +1,87 @@
+"""`vitbench compare BASELINE CURRENT`: speed regression check between two result sets, thin over vitbench.compare."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+from rich.table import Table
+
+from vitbench.cli import app
+from vitbench.cli.common import console, err_console, print_json
+from vitbench.errors import ConfigError
+
+_FORMATS = ("table", "md", "json")
+_STYLE = {"regression": "bold red", "failed": "bold red", "improvement": "green", "inconclusive": "yellow",
+          "no change": "", "no data": "dim"}
+
+
+@app.command("compare")
+def compare_cmd(
+    baseline: str = typer.Argument(..., help="Baseline results: a .jsonl file or a results directory."),
+    current: str = typer.Argument(..., help="Current results: a .jsonl file or a results directory."),
+    threshold: float = typer.Option(0.05, help="Relative change that matters: 0.05 = 5 %. A regression needs the "
+                                               "whole confidence interval past it."),
+    fmt: str = typer.Option("table", "--format", help="table (terminal) | md (Markdown) | json "
+                                                      "(github-action-benchmark customBiggerIsBetter)."),
+    normalize: bool = typer.Option(False, "--normalize/--no-normalize",
+                                   help="Divide speeds by the calibration workload (matmul TFLOP/s) measured in "
+                                        "the same run, so a slower machine is not called a regression."),
+    metric: list[str] = typer.Option(None, "--metric", "-m",
+                                     help="Metric to compare (repeatable): img_per_s, max_batch_size, "
+                                          "peak_mem_mib, compile_s, accuracy. Default: img_per_s, max_batch_size."),
+    ignore: list[str] = typer.Option(None, "--ignore", help="Trial-config field left out of matching "
+                                                           "(repeatable), e.g. threads."),
+    confidence: float = typer.Option(0.95, help="Confidence of the bootstrap interval on current / baseline."),
+    inject_slowdown: float = typer.Option(None, "--inject-slowdown", hidden=True,
+                                          help="Self-test: make every timed step of CURRENT this many times "
+                                               "slower before comparing (the check must then fail)."),
+) -> None:
+    """Compare two result sets trial by trial; exit 1 on a regression, 2 on bad input.
+
+    Trials are matched by their measured configuration (model, backend, task, resolution, precision, batch,
+    compile, device, ...), not by environment; differing environments are listed. Throughput is decided on the
+    raw per-step times with a bootstrap confidence interval on current / baseline (repeats pooled): a regression
+    is called only when the whole interval is worse than --threshold. Unmatched trials are listed.
+    """
+    from vitbench.compare import (COLUMNS, DEFAULT_METRICS, compare_paths, row_cells, summary_line,
+                                  to_benchmark_json, to_markdown)
+
+    if fmt not in _FORMATS:
+        raise ConfigError(f"--format {fmt!r} is not allowed; allowed: {', '.join(_FORMATS)}")
+    cmp = compare_paths(baseline, current, threshold=threshold, normalize=normalize,
+                        metrics=tuple(metric) if metric else DEFAULT_METRICS, ignore=tuple(ignore or ()),
+                        confidence=confidence, slowdown=inject_slowdown)
+    for w in cmp.warnings:
+        err_console.print(f"[yellow]warning:[/] {w}", highlight=False, soft_wrap=True)
+    if fmt == "json":
+        print_json(to_benchmark_json(cmp))
+        err_console.print(summary_line(cmp), highlight=False, soft_wrap=True)
+        for lbl, why in cmp.unmatched_baseline + cmp.unmatched_current:
+            err_console.print(f"unmatched: {lbl} ({why})", highlight=False, soft_wrap=True)
+    elif fmt == "md":
+        sys.stdout.write(to_markdown(cmp))
+    else:
+        t = Table(title=f"current / baseline: {current} vs {baseline}", title_justify="left")
+        for c in COLUMNS:
+            t.add_column(c, justify="right" if c in ("baseline", "current", "ratio", "CI") else "left",
+                         overflow="fold")
+        for r in cmp.rows:
+            cells = row_cells(r)
+            t.add_row(*[cells[c] for c in COLUMNS], style=_STYLE.get(r.decision, ""))
+        console.print(t)
+        if cmp.env_diff:
+            e = Table(title="environment differences", title_justify="left")
+            for c in ("field", "baseline", "current"):
+                e.add_column(c, overflow="fold")
+            for row in cmp.env_diff:
+                e.add_row(*row)
+            console.print(e)
+        for title, items in (("only in baseline", cmp.unmatched_baseline), ("only in current", cmp.unmatched_current)):
+            if items:
+                console.print(f"[bold]{title} (not compared):[/]")
+                for lbl, why in items:
+                    console.print(f"  {lbl}: {why}", highlight=False)
+        console.print(("[bold red]" if cmp.exit_code else "[bold green]") + summary_line(cmp) + "[/]",
+                      highlight=False)
+    raise typer.Exit(cmp.exit_code)
