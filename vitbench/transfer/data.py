@@ -445,3 +445,17 @@ def load_splits(cfg: DataConfig | dict | None = None) -> Splits:
     if len(splits.train) == 0 or len(splits.test) == 0:
         raise ConfigError(f"{splits.source}: empty train or test split ({splits.summary()})")
     return splits
+
+
+def batch_indices(n: int, batch_size: int, steps: int, seed: int) -> np.ndarray:
+    """(steps, batch) indices into a set of `n`: consecutive shuffled epochs, the same on every backend.
+
+    A batch larger than the set is filled from the next epoch's permutation (sampling without replacement
+    inside an epoch); images seen = steps x batch_size.
+    """
+    if n <= 0:
+        raise ConfigError("cannot draw training batches from an empty split")
+    rng = np.random.default_rng(seed)
+    need = steps * batch_size
+    perms = [rng.permutation(n) for _ in range(-(-need // n))]
+    return np.concatenate(perms)[:need].reshape(steps, batch_size)

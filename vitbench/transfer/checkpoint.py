@@ -1,0 +1,95 @@
+"""Upstream checkpoints: safetensors weights + JSON metadata (model spec, training config, metrics).
+
+Weights are stored in the timm/PyTorch parameter naming whatever backend trained them (the JAX engine
+converts through vitbench.models.convert), so a torch-pretrained checkpoint fine-tunes in JAX and back.
+The metadata lives both inside the .safetensors header (so the file is self-describing) and in a readable
+`<name>.json` beside it. Loading never unpickles: safetensors only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from vitbench.errors import ConfigError, UnsafeFileError
+
+FORMAT = "vitbench-checkpoint-1"
+
+
+@dataclass
+class Checkpoint:
+    weights: dict[str, np.ndarray]  # timm naming, float32
+    meta: dict  # {"format", "model", "spec", "resolution", "num_classes", "config", "metrics", ...}
+    path: Path | None = None
+
+    @property
+    def model(self) -> str:
+        return self.meta["model"]
+
+    @property
+    def resolution(self) -> int:
+        return int(self.meta["resolution"])
+
+    @property
+    def num_classes(self) -> int:
+        return int(self.meta["num_classes"])
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def save_checkpoint(path: str | Path, weights: dict[str, np.ndarray], meta: dict) -> Path:
+    """Write `<path>` (.safetensors) and `<path minus suffix>.json` atomically (never half-written)."""
+    from safetensors.numpy import save
+
+    path = Path(path)
+    if path.suffix != ".safetensors":
+        path = path.with_suffix(".safetensors")
+    meta = {"format": FORMAT, **meta}
+    text = json.dumps(meta, sort_keys=True, default=str)
+    arrays = {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in weights.items()}
+    _atomic_write_bytes(path, save(arrays, metadata={"vitbench": text}))
+    _atomic_write_bytes(path.with_suffix(".json"), json.dumps(meta, indent=2, sort_keys=True,
+                                                               default=str).encode())
+    return path
+
+
+def load_checkpoint(path: str | Path) -> Checkpoint:
+    """Read a checkpoint written by `save_checkpoint`. Pickle-based formats (.pt/.pth/.ckpt) are refused."""
+    from safetensors import safe_open
+
+    path = Path(path).expanduser()
+    if path.suffix in (".pt", ".pth", ".ckpt", ".pkl", ".bin"):
+        raise UnsafeFileError(f"{path}: pickle-based checkpoints are not loaded (they can run code); "
+                              "use a .safetensors checkpoint written by `vitbench pretrain`")
+    if not path.is_file():
+        raise ConfigError(f"checkpoint {str(path)!r} does not exist; expected a .safetensors file written by "
+                          "`vitbench pretrain`")
+    try:
+        with safe_open(str(path), framework="numpy") as f:
+            header = f.metadata() or {}
+            weights = {k: f.get_tensor(k) for k in f.keys()}
+    except Exception as e:  # safetensors raises its own error types for corrupt headers
+        raise ConfigError(f"{path}: not a readable safetensors file ({e})") from e
+    try:
+        meta = json.loads(header["vitbench"])
+    except (KeyError, json.JSONDecodeError) as e:
+        raise ConfigError(f"{path}: safetensors file without vitbench metadata (model spec, resolution); "
+                          "expected a checkpoint written by `vitbench pretrain`") from e
+    if meta.get("format") != FORMAT:
+        raise ConfigError(f"{path}: checkpoint format {meta.get('format')!r}; this vitbench reads {FORMAT!r}")
+    return Checkpoint(weights, meta, path)
