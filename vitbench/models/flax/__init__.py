@@ -1,0 +1,48 @@
+"""Flax (linen) models built from the same ModelSpec rows as the PyTorch (timm) ones.
+
+Why linen and not nnx: the original ViT/BiT checkpoints are nested dicts of arrays named by linen (pre-linen)
+module paths; a linen model's `params` tree *is* that dict, so an original .npz loads by unflattening its keys,
+with no object graph in between, and `jax.jit` takes the params as a plain pytree argument.
+
+Images are NHWC float arrays (PyTorch's are NCHW); outputs are float32 logits, or the pre-logits representation
+with ``model.apply(..., pre_logits=True)``. `dtype` is the compute dtype (bf16 for mixed precision); parameters
+are always created in float32, as PyTorch autocast keeps them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from vitbench.models.flax.resnet import BiTResNet
+from vitbench.models.flax.vit import VisionTransformer
+from vitbench.models.specs import ModelSpec, get_spec
+
+__all__ = ["build_flax_model", "init_params", "BiTResNet", "VisionTransformer"]
+
+
+def build_flax_model(spec: ModelSpec | str, resolution: int | None = None, num_classes: int | None = None,
+                     *, dtype: Any = jnp.float32, representation_size: int | None = None) -> nn.Module:
+    """The Flax twin of `build_torch_model(spec, resolution, num_classes)` (no parameters yet: `init_params`).
+
+    `resolution` is only validated here (the position-embedding length follows the input at init).
+    """
+    spec = get_spec(spec)
+    resolution = resolution or spec.resolution
+    num_classes = spec.num_classes if num_classes is None else num_classes
+    spec.check_resolution(resolution)
+    if spec.family == "bit":
+        if representation_size is not None:
+            raise ValueError("representation_size (pre_logits) applies to ViT and hybrid models only")
+        return BiTResNet(spec, num_classes, dtype=dtype)
+    return VisionTransformer(spec, num_classes, representation_size=representation_size, dtype=dtype)
+
+
+def init_params(model: nn.Module, resolution: int, seed: int = 0) -> dict:
+    """Random float32 parameters for `model` at `resolution` (jit-compiled init: fast even for ViT-B)."""
+    x = jnp.zeros((1, resolution, resolution, 3), jnp.float32)
+    variables = jax.jit(model.init)(jax.random.PRNGKey(seed), x)
+    return dict(variables["params"])

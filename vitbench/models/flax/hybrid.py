@@ -1,0 +1,76 @@
+"""The ResNet half of the hybrid (R50+ViT): vit_jax models_resnet.py layout, timm's computation.
+
+Same function as the timm ResNetV2(preact=False, stem_type='same') that feeds HybridEmbed in
+vitbench/models/torch.py: every conv is a weight-standardised conv with TF 'SAME' padding (timm StdConv2dSame;
+asymmetric for strided convs), root = conv 7x7/2 -> GroupNorm+ReLU -> max-pool 3x3/2 'SAME' (-inf padding,
+timm MaxPool2dSame); v1.5 bottleneck units (stride on the 3x3 conv) with GroupNorm after every conv, ReLU after
+gn1, gn2 and after the residual add; the first unit of each stage has a 1x1 projection + GroupNorm shortcut.
+
+Parameter names are vit_jax's, at the top level of the ViT's tree: ``conv_root``, ``gn_root``,
+``block{k}/unit{j}/{conv1,gn1,conv2,gn2,conv3,gn3,conv_proj,gn_proj}`` (unit numbers not zero-padded).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from vitbench.models.flax.resnet import StdConv, group_norm, mid_channels
+from vitbench.models.specs import ModelSpec
+
+
+class ResidualUnit(nn.Module):
+    """vit_jax ResidualUnit (non-pre-activation bottleneck), with an explicit `project` flag like timm."""
+
+    spec: ModelSpec
+    features: int  # output channels
+    strides: int = 1
+    project: bool = False
+    dtype: Any = jnp.float32
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        s, mid = self.spec, mid_channels(self.features)
+
+        def conv(f: int, k: int, st: int, name: str) -> StdConv:
+            return StdConv(f, (k, k), (st, st), "SAME", s.std_conv_eps, dtype=self.dtype, name=name)
+
+        residual = x
+        if self.project:
+            residual = conv(self.features, 1, self.strides, "conv_proj")(x)
+            residual = group_norm(s, "gn_proj", self.dtype)(residual)
+        y = nn.relu(group_norm(s, "gn1", self.dtype)(conv(mid, 1, 1, "conv1")(x)))
+        y = nn.relu(group_norm(s, "gn2", self.dtype)(conv(mid, 3, self.strides, "conv2")(y)))
+        y = group_norm(s, "gn3", self.dtype)(conv(self.features, 1, 1, "conv3")(y))
+        return nn.relu(residual + y)
+
+
+class ResNetStage(nn.Module):
+    """vit_jax ResNetStage ``block{k}``: units ``unit1``.. ; the first has the stride and the projection."""
+
+    spec: ModelSpec
+    features: int
+    blocks: int
+    first_stride: int
+    dtype: Any = jnp.float32
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        for j in range(self.blocks):
+            x = ResidualUnit(self.spec, self.features, self.first_stride if j == 0 else 1, project=j == 0,
+                             dtype=self.dtype, name=f"unit{j + 1}")(x)
+        return x
+
+
+def hybrid_root(x: jax.Array, spec: ModelSpec, dtype: Any) -> jax.Array:
+    """Run the hybrid's ResNet on NHWC `x`. Call inside the parent's @nn.compact method: the layers created here
+    become the parent's direct children, so their names sit at the top of the tree as in vit_jax."""
+    x = StdConv(spec.root_channels, (7, 7), (2, 2), "SAME", spec.std_conv_eps, dtype=dtype, name="conv_root")(x)
+    x = nn.relu(group_norm(spec, "gn_root", dtype)(x))
+    x = nn.max_pool(x, (3, 3), strides=(2, 2), padding="SAME")  # pads with -inf, like timm MaxPool2dSame
+    for k, (blocks, cout) in enumerate(zip(spec.layers, spec.stage_channels), start=1):
+        x = ResNetStage(spec, cout, blocks, 1 if k == 1 else 2, dtype, name=f"block{k}")(x)
+    return x

@@ -1,0 +1,140 @@
+"""Flax (linen) Vision Transformer, also the transformer half of the hybrid; vit_jax parameter names.
+
+Same function as timm's VisionTransformer built in vitbench/models/torch.py (checked by the parity tests):
+patch embedding = PxP/P conv; class token prepended; learned position embeddings added; L pre-LN blocks
+(LayerNorm eps spec.ln_eps, multi-head attention with scale head_dim**-0.5 and biases on q, k, v and out,
+MLP with the exact erf GELU -- timm's nn.GELU; vit_jax's nn.gelu default would be the tanh approximation);
+final LayerNorm; the class token's output -> (optional pre_logits Dense+tanh) -> head. No dropout: vitbench
+measures with dropout off (timm's default rates are 0 as well).
+
+Parameter tree (names as in the original vit_jax .npz checkpoints, pre-linen auto-names included)::
+
+    embedding/{kernel (P,P,C,D), bias}            cls (1,1,D)
+    Transformer/posembed_input/pos_embedding (1, N+1, D)
+    Transformer/encoderblock_{i}/LayerNorm_0, MultiHeadDotProductAttention_1/{query,key,value,out},
+                                 LayerNorm_2, MlpBlock_3/{Dense_0,Dense_1}
+    Transformer/encoder_norm    [pre_logits]    head
+    hybrid only: conv_root, gn_root, block{k}/unit{j}/...  (see hybrid.py)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from vitbench.models.flax.hybrid import hybrid_root
+from vitbench.models.specs import ModelSpec
+
+
+def layer_norm(eps: float, name: str, dtype: Any) -> nn.LayerNorm:
+    """LayerNorm with the exact two-pass variance (torch's layer_norm), statistics in float32."""
+    return nn.LayerNorm(epsilon=eps, use_fast_variance=False, dtype=dtype, name=name)
+
+
+class MlpBlock(nn.Module):
+    mlp_dim: int
+    dtype: Any = jnp.float32
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        d = x.shape[-1]
+        init = dict(kernel_init=nn.initializers.xavier_uniform(), bias_init=nn.initializers.normal(1e-6))
+        x = nn.Dense(self.mlp_dim, dtype=self.dtype, name="Dense_0", **init)(x)
+        x = nn.gelu(x, approximate=False)  # exact erf GELU, as torch.nn.GELU()
+        return nn.Dense(d, dtype=self.dtype, name="Dense_1", **init)(x)
+
+
+class MultiHeadDotProductAttention(nn.Module):
+    """Self-attention with flax's MultiHeadDotProductAttention parameter layout (query/key/value kernels
+    (D, H, D/H), out kernel (H, D/H, D)); scores scaled by head_dim**-0.5 (Vaswani et al. 2017)."""
+
+    num_heads: int
+    dtype: Any = jnp.float32
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        d = x.shape[-1]
+        hd = d // self.num_heads
+        init = nn.initializers.xavier_uniform()
+        proj = lambda name: nn.DenseGeneral((self.num_heads, hd), dtype=self.dtype, kernel_init=init,  # noqa: E731
+                                            name=name)
+        q, k, v = proj("query")(x), proj("key")(x), proj("value")(x)  # (B, T, H, hd)
+        # jax.nn.dot_product_attention == softmax(q k^T * hd**-0.5) v; XLA path on CPU/TPU, cuDNN where it fits
+        o = jax.nn.dot_product_attention(q, k, v, scale=hd**-0.5)
+        return nn.DenseGeneral(d, axis=(-2, -1), dtype=self.dtype, kernel_init=init, name="out")(o)
+
+
+class Encoder1DBlock(nn.Module):
+    """Pre-LN transformer block (ViT eq. 2-3). Names fixed to the checkpoint's (pre-linen) auto-names."""
+
+    spec: ModelSpec
+    dtype: Any = jnp.float32
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        s = self.spec
+        y = layer_norm(s.ln_eps, "LayerNorm_0", self.dtype)(x)
+        x = x + MultiHeadDotProductAttention(s.heads, self.dtype, name="MultiHeadDotProductAttention_1")(y)
+        y = layer_norm(s.ln_eps, "LayerNorm_2", self.dtype)(x)
+        return x + MlpBlock(s.mlp_dim, self.dtype, name="MlpBlock_3")(y)
+
+
+class Encoder(nn.Module):
+    """`Transformer` in the checkpoint: position embeddings, blocks, final LayerNorm."""
+
+    spec: ModelSpec
+    dtype: Any = jnp.float32
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x = AddPositionEmbs(name="posembed_input")(x)
+        for i in range(self.spec.depth):
+            x = Encoder1DBlock(self.spec, self.dtype, name=f"encoderblock_{i}")(x)
+        return layer_norm(self.spec.ln_eps, "encoder_norm", self.dtype)(x)
+
+
+class AddPositionEmbs(nn.Module):
+    """Learned 1-D position embeddings (1, N+1, D), init normal std 0.02 (ViT paper / BERT)."""
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        pe = self.param("pos_embedding", nn.initializers.normal(0.02), (1, *x.shape[1:]), jnp.float32)
+        return x + pe.astype(x.dtype)
+
+
+class VisionTransformer(nn.Module):
+    """ViT (family 'vit') or, with spec.family == 'hybrid', R50+ViT. NHWC images in; float32 logits out.
+
+    `representation_size` adds the pre-training `pre_logits` Dense+tanh (the paper's pre-training head);
+    vitbench's PyTorch models have none, so parity and conversion use None.
+    """
+
+    spec: ModelSpec
+    num_classes: int
+    representation_size: int | None = None
+    dtype: Any = jnp.float32
+
+    @nn.compact
+    def __call__(self, x: jax.Array, *, train: bool = False, pre_logits: bool = False) -> jax.Array:
+        s = self.spec
+        x = x.astype(self.dtype)
+        if s.family == "hybrid":
+            x = hybrid_root(x, s, self.dtype)
+        x = nn.Conv(s.width, (s.patch, s.patch), strides=(s.patch, s.patch), padding="VALID", dtype=self.dtype,
+                    name="embedding")(x)
+        n, h, w, c = x.shape
+        x = x.reshape(n, h * w, c)  # row-major over (h, w): the same token order as timm's flatten(2)
+        cls = self.param("cls", nn.initializers.zeros, (1, 1, c), jnp.float32)
+        x = jnp.concatenate([jnp.broadcast_to(cls.astype(x.dtype), (n, 1, c)), x], axis=1)
+        x = Encoder(s, self.dtype, name="Transformer")(x)
+        x = x[:, 0]
+        if self.representation_size is not None:
+            x = jnp.tanh(nn.Dense(self.representation_size, dtype=self.dtype, name="pre_logits")(x))
+        if pre_logits:
+            return x.astype(jnp.float32)
+        # the paper zero-initialises the (fine-tuning) head; the parity tests overwrite it with random weights
+        return nn.Dense(self.num_classes, dtype=self.dtype, kernel_init=nn.initializers.zeros,
+                        name="head")(x).astype(jnp.float32)
