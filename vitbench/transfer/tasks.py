@@ -17,9 +17,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ValidationError
-
-from vitbench.errors import ConfigError
+from vitbench.transfer.config import parse_floats, validated
 from vitbench.trial import register_task
 
 _BACKEND = Literal["torch", "jax"]
@@ -61,13 +59,8 @@ FINETUNE_PARAMS = {
 }
 
 
-def _validate(cls: type[BaseModel], data: dict, task: str) -> BaseModel:
-    try:
-        return cls.model_validate(data)
-    except ValidationError as e:
-        probs = "; ".join(f"{'.'.join(map(str, x['loc'])) or '(config)'}: {x['msg']} (got {x.get('input')!r})"
-                          for x in e.errors())
-        raise ConfigError(f"task {task!r}: invalid parameters: {probs}") from None
+def _validate(cls, data: dict, task: str):
+    return validated(cls, data, f"task {task!r}")
 
 
 def _upstream(c: dict, task: str):
@@ -121,11 +114,7 @@ def fewshot_task(c: dict) -> dict:
 def finetune_task(c: dict) -> dict:
     from vitbench.transfer.finetune import FinetuneConfig, finetune
 
-    try:
-        grid = [float(x) for x in str(c["lr_grid"]).split(",") if x.strip()]
-    except ValueError:
-        raise ConfigError(f"task 'finetune': lr_grid {c['lr_grid']!r} must be comma-separated numbers, "
-                          "e.g. '0.001,0.003,0.01,0.03'") from None
+    grid = parse_floats(c["lr_grid"], "task 'finetune': lr_grid", "0.001,0.003,0.01,0.03")
     cfg = _validate(FinetuneConfig, {
         "upstream": _upstream(c, "finetune"), "backend": c["backend"], "data": _downstream_data(c),
         "resolution": c["resolution"], "steps": c["finetune_steps"], "batch_size": c["batch_size"],

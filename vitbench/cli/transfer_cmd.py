@@ -1,0 +1,180 @@
+"""`vitbench pretrain | fewshot | finetune`: transfer accuracy, thin over vitbench.transfer."""
+
+from __future__ import annotations
+
+import typer
+from rich.table import Table
+
+from vitbench.cli import app
+from vitbench.cli.common import console, print_json
+
+_DATA_HELP = "digits | synthetic | folder | cifar10 | cifar100 | npz"
+
+
+def _data(name: str, path: str | None, classes: str | None, seed: int, val_fraction: float = 0.1,
+          train_per_class: int | None = None) -> dict:
+    return {"name": name, "path": path, "classes": classes or None, "seed": seed, "val_fraction": val_fraction,
+            "train_per_class": train_per_class}
+
+
+def _show(rec: dict, title: str, keys: list[str], as_json: bool) -> None:
+    if as_json:
+        print_json(rec)
+        return
+    t = Table(title=title, show_header=False)
+    t.add_column("metric", style="bold")
+    t.add_column("value", justify="right")
+    for k in keys:
+        v = rec["metrics"].get(k)
+        if v is not None:
+            t.add_row(k, f"{v:.4g}" if isinstance(v, float) else str(v))
+    console.print(t)
+
+
+def _upstream_opts(model, backend, data, data_path, classes, data_seed, resolution, steps, batch_size, lr,
+                   weight_decay, warmup_steps, decay, label_smoothing, seed) -> dict:
+    return {"model": model, "backend": backend, "data": _data(data, data_path, classes, data_seed),
+            "resolution": resolution, "steps": steps, "batch_size": batch_size, "lr": lr,
+            "weight_decay": weight_decay, "warmup_steps": warmup_steps, "decay": decay,
+            "label_smoothing": label_smoothing, "seed": seed}
+
+
+@app.command("pretrain")
+def pretrain_cmd(
+    model: str = typer.Argument(..., help="Variant name, e.g. ViT-Nano/4, R-Nano, R-Nano+ViT-Micro/8."),
+    backend: str = typer.Option("torch", help="torch | jax"),
+    data: str = typer.Option("digits", help=_DATA_HELP),
+    data_path: str = typer.Option(None, help="Local path for folder / cifar10 / cifar100 / npz."),
+    classes: str = typer.Option("0-4", help="Upstream classes: 'a-b' or 'a,b,c'; '' for all."),
+    data_seed: int = typer.Option(0, help="Split seed."),
+    resolution: int = typer.Option(None, "--resolution", "-r", help="Pre-training resolution (default native)."),
+    steps: int = typer.Option(300, min=1),
+    batch_size: int = typer.Option(64, "--batch-size", "-b", min=1),
+    lr: float = typer.Option(1e-3, help="Peak Adam learning rate."),
+    weight_decay: float = typer.Option(0.1, help="Decoupled weight decay on kernels (paper: 0.1 JFT)."),
+    warmup_steps: int = typer.Option(30, min=0),
+    decay: str = typer.Option("linear", help="linear | cosine"),
+    label_smoothing: float = typer.Option(0.0),
+    seed: int = typer.Option(0, help="Model init / batch order seed."),
+    device: str = typer.Option("cpu"),
+    threads: int = typer.Option(None),
+    out: str = typer.Option(None, "--out", "-o",
+                            help="Checkpoint path (.safetensors; default: the cache, results/checkpoints)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the whole record as JSON."),
+) -> None:
+    """Pre-train upstream (Adam, warm-up + decay) and save a safetensors checkpoint with its config.
+
+    Reports upstream test accuracy, images seen and pre-training compute in exaFLOPs (3 x forward FLOPs per
+    image x images seen). Without --out the checkpoint goes to the cache that fewshot/finetune and studies
+    reuse (an identical config is not trained twice).
+    """
+    from vitbench.transfer.config import validated
+    from vitbench.transfer.pretrain import PretrainConfig, ensure_upstream, pretrain
+
+    cfg = validated(PretrainConfig, _upstream_opts(model, backend, data, data_path, classes, data_seed,
+                                                   resolution, steps, batch_size, lr, weight_decay,
+                                                   warmup_steps, decay, label_smoothing, seed), "pretrain")
+    if out:
+        rec, _ = pretrain(cfg, device=device, threads=threads, out=out)
+    else:
+        ckpt, rec = ensure_upstream(cfg, device=device, threads=threads)
+        if rec is None:
+            console.print(f"cached upstream: {ckpt.path}")
+            rec = {"metrics": ckpt.meta["metrics"], "config": {**ckpt.meta["config"], "checkpoint": str(ckpt.path)}}
+    c = rec["config"]
+    _show(rec, f"pretrain {c['model']} on {c['data']['name']} | {c.get('checkpoint', '')}",
+          ["accuracy", "val_accuracy", "images_seen", "epochs", "exaflops", "train_gflops_per_image", "params_m",
+           "train_s", "train_img_per_s", "final_loss"], as_json)
+
+
+def _resolve_upstream_arg(checkpoint, model, backend, pretrain_steps, seed) -> dict:
+    from vitbench.errors import ConfigError
+
+    if checkpoint:
+        return {"checkpoint": checkpoint}
+    if not model:
+        raise ConfigError("give --checkpoint PATH (from `vitbench pretrain`) or --model NAME (pre-trained on "
+                          "digits 0-4 with the default recipe, cached)")
+    return {"upstream": {"model": model, "backend": backend or "torch", "steps": pretrain_steps, "seed": seed}}
+
+
+@app.command("fewshot")
+def fewshot_cmd(
+    checkpoint: str = typer.Option(None, "--checkpoint", "-c", help="Upstream .safetensors from `vitbench pretrain`."),
+    model: str = typer.Option(None, "--model", "-m", help="Or: a variant, pre-trained here with the defaults."),
+    pretrain_steps: int = typer.Option(300, help="With --model: upstream steps."),
+    backend: str = typer.Option(None, help="torch | jax (default: the upstream's)."),
+    data: str = typer.Option("digits", help=_DATA_HELP),
+    data_path: str = typer.Option(None),
+    classes: str = typer.Option("5-9", help="Downstream classes ('' for all)."),
+    data_seed: int = typer.Option(0),
+    resolution: int = typer.Option(None, "--resolution", "-r", help="Default: the upstream's."),
+    shots: str = typer.Option("1,5,10,25", help="Shots per class, comma-separated."),
+    seeds: int = typer.Option(5, min=1, help="k-shot draws per k."),
+    l2_reg: float = typer.Option(None, help="Fixed ridge regulariser (default: chosen on the val split)."),
+    seed: int = typer.Option(0, help="With --model: upstream seed."),
+    device: str = typer.Option("cpu"),
+    threads: int = typer.Option(None),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Linear few-shot accuracy of a frozen upstream: closed-form ridge regression to {-1,1}^K targets.
+
+    Mean and standard deviation over --seeds draws of k images per class, for every k in --shots.
+    """
+    from vitbench.transfer.config import parse_ints, validated
+    from vitbench.transfer.fewshot import FewshotConfig, fewshot
+
+    cfg = validated(FewshotConfig, {
+        **_resolve_upstream_arg(checkpoint, model, backend, pretrain_steps, seed), "backend": backend,
+        "data": _data(data, data_path, classes, data_seed), "resolution": resolution,
+        "shots": parse_ints(shots, "--shots", "1,5,10,25"), "seeds": seeds,
+        "l2_reg": "auto" if l2_reg is None else l2_reg}, "fewshot")
+    rec = fewshot(cfg, device=device, threads=threads)
+    keys = [k for s in cfg.shots for k in (f"accuracy_{s}shot", f"accuracy_{s}shot_std")]
+    c = rec["config"]
+    _show(rec, f"fewshot {c['model']} ({c['backend']}) on {c['data']['name']} {c['data']['classes']} @ "
+               f"{c['resolution']}px", [*keys, "chance_accuracy", "exaflops", "upstream_accuracy"], as_json)
+
+
+@app.command("finetune")
+def finetune_cmd(
+    checkpoint: str = typer.Option(None, "--checkpoint", "-c", help="Upstream .safetensors from `vitbench pretrain`."),
+    model: str = typer.Option(None, "--model", "-m", help="Or: a variant, pre-trained here with the defaults."),
+    pretrain_steps: int = typer.Option(300, help="With --model: upstream steps."),
+    backend: str = typer.Option(None, help="torch | jax (default: the upstream's)."),
+    data: str = typer.Option("digits", help=_DATA_HELP),
+    data_path: str = typer.Option(None),
+    classes: str = typer.Option("5-9", help="Downstream classes ('' for all)."),
+    data_seed: int = typer.Option(0),
+    val_fraction: float = typer.Option(0.1, help="Held out of train to choose the LR."),
+    resolution: int = typer.Option(None, "--resolution", "-r",
+                                   help="Default: the upstream's; higher => position embeddings interpolated."),
+    steps: int = typer.Option(100, min=1),
+    batch_size: int = typer.Option(64, "--batch-size", "-b", min=1),
+    lr_grid: str = typer.Option("0.001,0.003,0.01,0.03", help="Comma-separated SGD learning rates (paper grid)."),
+    warmup_steps: int = typer.Option(10, min=0),
+    refit: bool = typer.Option(True, "--refit/--no-refit",
+                               help="Final run on train+val with the chosen LR (paper) or reuse the selection run."),
+    seed: int = typer.Option(0),
+    device: str = typer.Option("cpu"),
+    threads: int = typer.Option(None),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Fine-tune with the paper's recipe: zero-init head, SGD momentum 0.9, cosine, warm-up, clip 1, no wd.
+
+    The LR is chosen on a held-out split of train; the reported accuracy is on the test split.
+    """
+    from vitbench.transfer.config import parse_floats, validated
+    from vitbench.transfer.finetune import FinetuneConfig, finetune
+
+    cfg = validated(FinetuneConfig, {
+        **_resolve_upstream_arg(checkpoint, model, backend, pretrain_steps, seed), "backend": backend,
+        "data": _data(data, data_path, classes, data_seed, val_fraction), "resolution": resolution,
+        "steps": steps, "batch_size": batch_size, "lr_grid": parse_floats(lr_grid, "--lr-grid", "0.01,0.03"),
+        "warmup_steps": warmup_steps, "refit": refit, "seed": seed}, "finetune")
+    rec = finetune(cfg, device=device, threads=threads)
+    c = rec["config"]
+    _show(rec, f"finetune {c['model']} ({c['backend']}) on {c['data']['name']} {c['data']['classes']} @ "
+               f"{c['resolution']}px",
+          ["accuracy", "initial_accuracy", "val_accuracy", "best_lr", "chance_accuracy", "finetune_images_seen",
+           "finetune_exaflops", "finetune_s", "exaflops", "upstream_accuracy"], as_json)

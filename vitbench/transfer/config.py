@@ -1,0 +1,41 @@
+"""Turning user input (study parameters, CLI options) into validated transfer configs, or a ConfigError."""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from vitbench.errors import ConfigError
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def validated(cls: type[M], data: dict, where: str) -> M:
+    """`cls.model_validate(data)`; a ValidationError becomes a ConfigError naming each field and value."""
+    try:
+        return cls.model_validate(data)
+    except ValidationError as e:
+        probs = "; ".join(f"{'.'.join(map(str, x['loc'])) or '(config)'}: {x['msg']} (got {x.get('input')!r})"
+                          for x in e.errors())
+        raise ConfigError(f"{where}: invalid settings: {probs}") from None
+
+
+def parse_floats(text: str, what: str, example: str) -> list[float]:
+    try:
+        out = [float(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        out = []
+    if not out:
+        raise ConfigError(f"{what} {text!r} must be comma-separated numbers, e.g. {example!r}")
+    return out
+
+
+def parse_ints(text: str, what: str, example: str) -> list[int]:
+    try:
+        out = [int(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        out = []
+    if not out:
+        raise ConfigError(f"{what} {text!r} must be comma-separated integers, e.g. {example!r}")
+    return out
