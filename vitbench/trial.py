@@ -156,8 +156,8 @@ def _max_batch_task(config: dict) -> dict:
 
     settings = _settings(config, task=config["mode"], batch_size=1)
     return max_batch(settings, backend=config["backend"], memory_limit_gib=config["memory_limit_gib"],
-                     max_batch_size=config["max_batch_size"], granularity=config["granularity"],
-                     probe_timeout_s=config["probe_timeout_s"])
+                     max_batch_size=config["max_batch_size"], start=config["start"],
+                     granularity=config["granularity"], probe_timeout_s=config["probe_timeout_s"])
 
 
 def _flops_task(config: dict) -> dict:
@@ -196,9 +196,9 @@ register_task("max_batch", _max_batch_task, kind="max_batch",
               fields=("model", "backend", "task", "device", "resolution", "precision", "compile", "threads",
                       "num_classes", "channels_last"),
               params={"mode": (Literal["infer", "train"], "infer"), "memory_limit_gib": (PositiveFloat | None, None),
-                      "max_batch_size": (PositiveInt, 4096), "granularity": (PositiveInt, 1),
+                      "max_batch_size": (PositiveInt, 4096), "start": (PositiveInt, 1), "granularity": (PositiveInt, 1),
                       "probe_timeout_s": (PositiveFloat, 600.0)},
-              description="largest batch that fits (fresh process per probe)")
+              repeat=False, description="largest batch that fits (fresh process per probe)")
 register_task("flops", _flops_task, kind="flops", fields=("model", "backend", "task", "resolution", "num_classes"),
               params={"count": (bool, True)}, repeat=False,
               description="params, analytic and counted GMACs/GFLOPs per image")

@@ -38,6 +38,7 @@ _COMMAND_MODULES = [
     "vitbench.cli.models_cmd",
     "vitbench.cli.measure_cmd",
     "vitbench.cli.compare_cmd",
+    "vitbench.cli.study_cmd",
     "vitbench.cli.transfer_cmd",
 ]
 for _mod in _COMMAND_MODULES:

@@ -1,0 +1,233 @@
+"""Study schema: grid expansion, keys, and one test per kind of bad input (file, field, value, line; exit 2)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from vitbench.errors import ConfigError
+from vitbench.study import load_study, parse_study, trial_key
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def study(text: str, source: str = "s.yaml"):
+    return parse_study(textwrap.dedent(text), source)
+
+
+def bad(text: str) -> str:
+    with pytest.raises(ConfigError) as e:
+        study(text)
+    return str(e.value)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Expansion
+# ----------------------------------------------------------------------------------------------------------
+def test_grid_is_the_product_of_axes_in_order():
+    s = study("""
+        name: g
+        axes:
+          model: [ViT-Nano/4, R-Nano]
+          task: [infer, train]
+          batch_size: [2, 4, 8]
+    """)
+    assert len(s.trials) == 2 * 2 * 3
+    got = [(t.config["model"], t.config["task"], t.config["batch_size"]) for t in s.trials]
+    assert got[:4] == [("ViT-Nano/4", "infer", 2), ("ViT-Nano/4", "infer", 4), ("ViT-Nano/4", "infer", 8),
+                       ("ViT-Nano/4", "train", 2)]
+    assert len({t.key for t in s.trials}) == len(s.trials)
+    # native resolution and classes filled in, so the key does not depend on how they were spelled
+    assert {t.config["resolution"] for t in s.trials} == {32}
+    assert {t.config["num_classes"] for t in s.trials} == {10}
+
+
+def test_repeats_are_interleaved_across_trials():
+    s = study("""
+        name: r
+        repeats: 3
+        axes: {model: [ViT-Nano/4, R-Nano], task: [infer]}
+    """)
+    assert [(t.config["model"], t.repeat) for t in s.trials] == [
+        ("ViT-Nano/4", 0), ("R-Nano", 0), ("ViT-Nano/4", 1), ("R-Nano", 1), ("ViT-Nano/4", 2), ("R-Nano", 2)]
+    assert len({t.key for t in s.trials}) == 6
+
+
+def test_fields_a_task_ignores_do_not_split_trials_and_flops_is_not_repeated():
+    s = study("""
+        name: f
+        repeats: 2
+        axes: {model: [ViT-Nano/4], task: [flops, infer], batch_size: [2, 4], precision: [fp32, bf16]}
+    """)
+    flops = [t for t in s.trials if t.task == "flops"]
+    infer = [t for t in s.trials if t.task == "infer"]
+    assert len(flops) == 1 and "batch_size" not in flops[0].config and "precision" not in flops[0].config
+    assert len(infer) == 2 * 2 * 2
+    assert s.combinations == 8 and s.unique_trials == 5
+
+
+def test_key_is_stable_and_spelling_insensitive(monkeypatch):
+    a = study("name: a\naxes: {model: [ViT-B/16], task: [infer]}\n").trials[0]
+    b = study("name: b\ndefaults: {resolution: 224}\naxes: {model: [vit_base_patch16_224], task: [infer]}\n"
+              ).trials[0]
+    assert a.key == b.key and a.config == b.config
+    c = study("name: c\naxes: {model: [ViT-B/16], task: [infer], batch_size: [16]}\n").trials[0]
+    assert c.key != a.key
+    assert trial_key(a.config, 1) != trial_key(a.config, 0)
+    monkeypatch.setattr("vitbench.study.METHOD_VERSION", 999)
+    assert trial_key(a.config, 0) != a.key  # a method change invalidates old results
+
+
+def test_zip_include_exclude_and_selectors():
+    s = study("""
+        name: z
+        axes:
+          task: [infer]
+          resolution: [32, 64]
+        zip:
+          - model: [ViT-Nano/4, ViT-Micro/4]
+            batch_size: [16, 4]
+        exclude:
+          - {model: ViT-Micro/4, resolution: 64}
+        include:
+          - {model: "tiny:bit", batch_size: 2}
+    """)
+    got = sorted((t.config["model"], t.config["resolution"], t.config["batch_size"]) for t in s.trials)
+    assert got == sorted([("ViT-Nano/4", 32, 16), ("ViT-Nano/4", 64, 16), ("ViT-Micro/4", 32, 4),
+                          ("R-Nano", 32, 2), ("R-Nano", 64, 2), ("R-Micro", 32, 2), ("R-Micro", 64, 2)])
+    assert {t.origin for t in s.trials if t.config["model"].startswith("R-")} == {"include[0]"}
+    fam = study("name: f\naxes: {model: ['family:vit'], task: [flops]}\n")
+    assert "ViT-B/16" in {t.config["model"] for t in fam.trials}
+    assert not any("Nano" in t.config["model"] for t in fam.trials)
+
+
+def test_task_parameters_are_typed_and_defaulted():
+    s = study("""
+        name: p
+        defaults: {min_seconds: 0.2, memory_limit_gib: 1.5}
+        axes: {model: [ViT-Nano/4], task: [infer, max_batch]}
+    """)
+    infer, mb = s.trials
+    assert infer.config["min_seconds"] == 0.2 and infer.config["warmup_steps"] == 3
+    assert "memory_limit_gib" not in infer.config and mb.config["memory_limit_gib"] == 1.5
+    assert mb.config["mode"] == "infer" and "batch_size" not in mb.config
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Bad input: one test per kind; the message names file, line, field and value
+# ----------------------------------------------------------------------------------------------------------
+def test_unknown_top_level_key():
+    msg = bad("name: x\nrepeat: 2\naxes: {model: [ViT-Nano/4], task: [infer]}\n")
+    assert "s.yaml:2: repeat: unknown key" in msg and "repeats" in msg
+
+
+def test_unknown_field_in_axes_suggests_close_name():
+    msg = bad("name: x\naxes:\n  model: [ViT-Nano/4]\n  task: [infer]\n  batchsize: [4]\n")
+    assert "s.yaml:5: axes.batchsize: unknown field" in msg and "batch_size" in msg
+
+
+def test_unknown_model_lists_close_matches():
+    msg = bad("name: x\naxes:\n  model: [ViT-Nano/4, ViT-B/17]\n  task: [infer]\n")
+    assert "s.yaml:3: axes.model[1]" in msg and "'ViT-B/17'" in msg and "ViT-B/16" in msg
+
+
+def test_resolution_not_divisible_by_patch():
+    msg = bad("name: x\naxes:\n  model: [ViT-B/16]\n  task: [infer]\n  resolution: [224, 230]\n")
+    assert "s.yaml:5: axes.resolution[1]" in msg and "230" in msg and "16" in msg
+
+
+def test_negative_batch():
+    msg = bad("name: x\ndefaults:\n  batch_size: -8\naxes: {model: [ViT-Nano/4], task: [infer]}\n")
+    assert "s.yaml:3: defaults.batch_size" in msg and "-8" in msg and "greater than 0" in msg
+
+
+def test_empty_axis():
+    msg = bad("name: x\naxes:\n  model: [ViT-Nano/4]\n  task: []\n")
+    assert "s.yaml:4: axes.task: empty list" in msg
+
+
+def test_wrong_type():
+    msg = bad("name: x\naxes:\n  model: [ViT-Nano/4]\n  task: [infer]\n  batch_size: [eight]\n  compile: [1]\n")
+    assert "axes.batch_size[0]" in msg and "'eight'" in msg and "axes.compile[0]" in msg
+
+
+def test_unknown_task_and_backend_name_the_allowed_values():
+    msg = bad("name: x\naxes:\n  model: [ViT-Nano/4]\n  task: [infer, benchmark]\n  backend: [tensorflow]\n")
+    assert "axes.task[1]" in msg and "infer, train, max_batch, flops" in msg
+    assert "axes.backend[0]" in msg and "'torch' or 'jax'" in msg
+
+
+def test_yaml_syntax_error_has_a_line():
+    msg = bad("name: x\naxes:\n  model: [ViT-Nano/4\n  task: [infer]\n")
+    assert "s.yaml:4" in msg and "not valid YAML" in msg
+
+
+def test_zip_lengths_must_match():
+    msg = bad("name: x\naxes: {task: [infer]}\nzip:\n  - {model: [ViT-Nano/4, R-Nano], batch_size: [2]}\n")
+    assert "zip[0]" in msg and "equal lengths" in msg
+
+
+def test_missing_name_and_missing_model():
+    assert "name: Field required" in bad("axes: {model: [ViT-Nano/4], task: [infer]}\n")
+    assert "no model given" in bad("name: x\naxes: {task: [infer]}\n")
+
+
+def test_all_problems_reported_at_once():
+    msg = bad("name: x\nfoo: 1\naxes:\n  model: [Nope]\n  task: [infer]\n  precision: [fp8]\n")
+    assert "3 problems" in msg and "foo" in msg and "Nope" in msg and "fp8" in msg
+
+
+def test_not_a_mapping():
+    assert "top level must be a mapping" in bad("- a\n- b\n")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Files and CLI
+# ----------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["smoke", "scaling", "figure12"])
+def test_shipped_studies_validate(name):
+    s = load_study(REPO / "studies" / f"{name}.yaml")
+    assert s.name == name and s.trials
+
+
+def test_scaling_study_has_the_figure5_model_set():
+    s = load_study(REPO / "studies" / "scaling.yaml")
+    models = {t.config["model"] for t in s.trials}
+    assert models == {"ViT-B/32", "ViT-B/16", "ViT-L/32", "ViT-L/16", "ViT-H/14", "R50x1", "R50x2", "R101x1",
+                      "R152x1", "R152x2", "R200x3", "R50+ViT-B/32", "R50+ViT-B/16", "R50+ViT-L/32",
+                      "R50+ViT-L/16"}
+    assert {t.config["resolution"] for t in s.trials} == {224}
+
+
+def test_embedded_smoke_is_the_repo_copy_and_resolves_by_name(tmp_path, monkeypatch, cli):
+    assert (REPO / "vitbench" / "studies" / "smoke.yaml").read_text() == (REPO / "studies" / "smoke.yaml").read_text()
+    monkeypatch.chdir(tmp_path)  # no studies/ here: the package's copy is used
+    r = cli("sweep", "smoke", "--dry-run", "--json")
+    assert r.exit_code == 0, r.output
+    trials = json.loads(r.stdout)
+    assert {t["config"]["task"] for t in trials} == {"infer", "train", "flops", "max_batch"}
+    assert not (tmp_path / "results").exists()
+
+
+def test_cli_bad_study_exits_2_without_traceback_and_writes_nothing(tmp_path, monkeypatch, cli):
+    monkeypatch.chdir(tmp_path)
+    p = tmp_path / "bad.yaml"
+    p.write_text("name: bad\naxes:\n  model: [ViT-Nano/4]\n  task: [infer]\n  resolution: [30]\n")
+    r = cli("sweep", str(p))
+    assert r.exit_code == 2
+    assert "Traceback" not in r.output and "bad.yaml:5: axes.resolution[0]" in r.output
+    assert not (tmp_path / "results").exists()
+    r = cli("sweep", "no-such-study")
+    assert r.exit_code == 2 and "smoke" in r.output
+
+
+def test_cli_dry_run_table(tmp_path, cli):
+    p = tmp_path / "s.yaml"
+    p.write_text("name: t\nrepeats: 2\naxes: {model: [ViT-Nano/4, R-Nano], task: [infer, flops]}\n")
+    r = cli("sweep", str(p), "--dry-run", "--results", str(tmp_path / "res"))
+    assert r.exit_code == 0, r.output
+    assert "6 trials" in r.output and "R-Nano" in r.output and "flops" in r.output
+    assert not (tmp_path / "res").exists()

@@ -1,0 +1,254 @@
+"""`vitbench sweep` and `vitbench report`: run a study into a results store, and summarise a store."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import typer
+from rich import box
+from rich.console import Group
+from rich.live import Live
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn,
+                           TimeRemainingColumn)
+from rich.table import Table
+from rich.text import Text
+
+from vitbench.cli import app
+from vitbench.cli.common import console, err_console
+
+_STATUS_STYLE = {"ok": "green", "oom": "yellow", "timeout": "yellow", "error": "red", "interrupted": "magenta",
+                 "pending": "dim", "skipped": "dim"}
+
+
+def _fmt(v) -> str:
+    from vitbench.report.render import fmt
+
+    return fmt(v)
+
+
+def _df_table(df, title: str, columns: list[str] | None = None, max_rows: int = 40) -> Table:
+    cols = [c for c in (columns or list(df.columns)) if c in df.columns]
+    t = Table(title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False)
+    for c in cols:
+        numeric = str(df[c].dtype) not in ("object", "string", "str") and c not in ("model", "task", "backend")
+        t.add_column(c, justify="right" if numeric else "left", overflow="fold")
+    for _, row in df[cols].head(max_rows).iterrows():
+        cells = []
+        for c in cols:
+            s = _fmt(row[c])
+            cells.append(f"[{_STATUS_STYLE[s]}]{s}[/]" if c == "status" and s in _STATUS_STYLE else s)
+        t.add_row(*cells)
+    if len(df) > max_rows:
+        t.caption = f"{len(df) - max_rows} more rows in the files"
+    return t
+
+
+def _result_line(rec: dict) -> str:
+    c = rec.get("trial") or rec.get("config") or {}
+    m = rec.get("metrics") or {}
+    st = rec.get("status", "?")
+    if rec.get("kind") == "calibration":
+        what = f"calibration {c.get('backend')} {c.get('device')}: {_fmt(m.get('matmul_tflops_per_s'))} TFLOP/s"
+    else:
+        bits = [c.get("model", ""), c.get("backend", ""), c.get("task", "")]
+        if c.get("resolution"):
+            bits.append(f"{c['resolution']}px")
+        if c.get("batch_size"):
+            bits.append(f"b{c['batch_size']}")
+        if rec.get("repeat"):
+            bits.append(f"rep{rec['repeat']}")
+        if st == "ok":
+            for name, unit in (("img_per_s", "img/s"), ("max_batch_size", "max batch"), ("gflops", "GFLOPs"),
+                               ("accuracy", "accuracy")):
+                if m.get(name) is not None:
+                    bits.append(f"-> {_fmt(m[name])} {unit}")
+                    break
+        what = " ".join(str(b) for b in bits if b != "")
+    wall = (rec.get("runner") or {}).get("wall_s")
+    style = _STATUS_STYLE.get(st, "white")
+    tail = ""
+    if st != "ok" and rec.get("error"):
+        tail = f" [dim]{str(rec['error'].get('message', '')).strip().splitlines()[0][:120] if rec['error'].get('message') else ''}[/]"
+    return f"[{style}]{st:>11}[/] {what}" + (f" [dim]({wall:.1f} s)[/]" if wall else "") + tail
+
+
+def _dry_run_table(study, statuses: dict[str, str] | None) -> Table:
+    """The expanded trials; fields equal for every trial go into the caption to keep the table narrow."""
+    names = {"model": "model", "backend": "backend", "task": "task", "device": "device", "resolution": "px",
+             "batch_size": "batch", "precision": "prec", "compile": "compile", "seed": "seed"}
+    seen = {f: {json.dumps(t.config[f], default=str) for t in study.trials if f in t.config} for f in names}
+    same = {f: json.loads(next(iter(vals))) for f, vals in seen.items() if len(vals) == 1 and f != "model"}
+    fields = {f: h for f, h in names.items() if f not in same}
+    caption = ", ".join(f"{f}={_fmt(v)}" for f, v in same.items() if v is not None)
+    t = Table(title=f"study {study.name}: {len(study.trials)} trials", title_justify="left", header_style="bold",
+              box=box.SIMPLE_HEAD, pad_edge=False, caption=f"every trial: {caption}" if caption else None,
+              caption_justify="left")
+    wide = console.width >= 150
+    heads = ["key", "rep", *fields.values()] + (["params"] if wide else []) + (
+        ["status"] if statuses is not None else [])
+    for c in heads:
+        t.add_column(c, justify="right" if c in ("rep", "px", "batch", "seed") else "left",
+                     no_wrap=c in ("model", "key", "task"))
+    for tr in study.trials:
+        c = tr.config
+        row = [tr.key[:8], str(tr.repeat), *(_fmt(c.get(f)) if f in c else "-" for f in fields)]
+        if wide:
+            row.append(", ".join(f"{k}={_fmt(v)}" for k, v in c.items() if k not in names and k not in (
+                "threads", "num_classes", "optimizer", "channels_last") and v is not None))
+        if statuses is not None:
+            s = statuses.get(tr.key, "pending")
+            row.append(f"[{_STATUS_STYLE.get(s, 'white')}]{s}[/]")
+        t.add_row(*row)
+    return t
+
+
+class _LiveHooks:
+    """Progress bar with ETA plus a live line for the last result; failures stay on screen."""
+
+    def __init__(self):
+        from vitbench.runner import SweepHooks  # noqa: F401 - the protocol implemented here
+
+        self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}", style="bold"), BarColumn(),
+                                 MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("ETA"),
+                                 TimeRemainingColumn(), console=console, transient=False)
+        self.last = Text("")
+        self.live = Live(Group(self.progress, self.last), console=console, refresh_per_second=4)
+        self.task = None
+
+    def planned(self, todo, summary) -> None:
+        if summary.skipped_done:
+            console.print(f"[dim]{summary.skipped_done} of {summary.planned} trials already done in "
+                          f"{summary.results_dir} (resume; --force re-runs them)[/]")
+        if todo:
+            self.task = self.progress.add_task("starting", total=len(todo))
+            self.live.start()
+
+    def started(self, trial, job) -> None:
+        if self.task is not None:
+            label = trial.label() if trial is not None else f"calibration {job['config'].get('backend')}"
+            self.progress.update(self.task, description=label)
+
+    def finished(self, trial, rec) -> None:
+        line = _result_line(rec)
+        self.last = Text.from_markup("last: " + line)
+        self.live.update(Group(self.progress, self.last))
+        if trial is not None and self.task is not None:
+            self.progress.advance(self.task)
+        if rec.get("status") != "ok":
+            self.live.console.print(line)
+
+    def stop(self) -> None:
+        if self.live.is_started:
+            self.live.stop()
+
+
+@app.command("sweep")
+def sweep_cmd(
+    study: str = typer.Argument(..., help="Study YAML path, or a shipped study name (e.g. smoke)."),
+    results: Path = typer.Option(None, "--results", help="Store directory (default: results/<study name>/)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Validate and list the expanded trials; run nothing."),
+    force: bool = typer.Option(False, "--force", help="Re-run trials that are already done (default: resume)."),
+    retry_failed: bool = typer.Option(False, "--retry-failed", help="Re-run trials whose last row is not ok."),
+    executor: str = typer.Option(None, "--executor", help="Where trials run: local (default; the study may say)."),
+    timeout: float = typer.Option(None, "--timeout", min=0.1, help="Per-trial timeout in seconds (overrides)."),
+    calibration: bool = typer.Option(None, "--calibration/--no-calibration",
+                                     help="Measure the device's matmul throughput first (default: the study's)."),
+    start_method: str = typer.Option("forkserver", help="local: forkserver (torch preloaded) | spawn."),
+    keep_logs: bool = typer.Option(False, help="Keep every trial's output under <results>/logs/ (not only "
+                                               "failures')."),
+    as_json: bool = typer.Option(False, "--json", help="--dry-run: print the trials as JSON."),
+) -> None:
+    """Run every trial of a study, each in a fresh process with a timeout; resume what is already done.
+
+    Results: one JSON line per trial in <results>/results.jsonl (plus the study file as run). A crash, OOM or
+    timeout becomes a row saying so and the sweep goes on. Ctrl-C stops cleanly: the running trial is recorded
+    as interrupted and runs again on the next sweep. Two sweeps on one directory share the work.
+    """
+    from vitbench.runner import default_results_dir, run_study, trial_status
+    from vitbench.store import Store
+    from vitbench.study import load_study
+
+    st = load_study(study)
+    out = results or default_results_dir(st)
+    if dry_run:
+        statuses = trial_status(st, Store(out)) if (out / "results.jsonl").exists() else None
+        if as_json:
+            print(json.dumps([{"key": t.key, "repeat": t.repeat, "origin": t.origin, "config": t.config,
+                               **({"status": statuses.get(t.key)} if statuses else {})} for t in st.trials],
+                             indent=1))
+            return
+        console.print(_dry_run_table(st, statuses))
+        collapsed = st.combinations - st.unique_trials
+        console.print(f"{st.unique_trials} distinct trials x up to {st.repeats} repeat(s) = {len(st.trials)}"
+                      + (f"; {collapsed} combinations merged (fields their task ignores)" if collapsed > 0 else "")
+                      + f"; results -> {out}")
+        return
+    opts = {}
+    if (executor or st.executor.name) == "local":
+        opts = {"start_method": start_method, "keep_logs": keep_logs}
+    hooks = _LiveHooks()
+    old = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # `kill` stops as cleanly as Ctrl-C
+    try:
+        summary = run_study(st, out, executor=executor, force=force, retry_failed=retry_failed,
+                            calibration=calibration, timeout_s=timeout, hooks=hooks, executor_options=opts)
+    except KeyboardInterrupt:
+        hooks.stop()
+        err_console.print(f"[magenta]interrupted[/]: finished trials are in {out}; the running one is recorded "
+                          "as interrupted. Run the same command again to resume.")
+        raise typer.Exit(130) from None
+    finally:
+        hooks.stop()
+        signal.signal(signal.SIGTERM, old)
+    counts = ", ".join(f"[{_STATUS_STYLE.get(s, 'white')}]{n} {s}[/]" for s, n in sorted(summary.statuses.items()))
+    console.print(f"sweep {st.name}: ran {summary.ran} trial(s) in {summary.wall_s:.1f} s"
+                  + (f" ({counts})" if counts else "")
+                  + (f"; {summary.skipped_done} already done" if summary.skipped_done else "")
+                  + (f"; {summary.skipped_claimed} running in another sweep" if summary.skipped_claimed else "")
+                  + f"\nresults: {out}/results.jsonl   report: vitbench report {out}")
+
+
+@app.command("report")
+def report_cmd(
+    results: Path = typer.Argument(..., help="A results directory (results/<study>/) or a results .jsonl file."),
+    out: Path = typer.Option(None, "--out", help="Where to write the report (default: <results>/report/)."),
+    formats: str = typer.Option("md,html,csv,parquet", "--format", help="Comma-separated: md, html, csv, parquet."),
+    plots: bool = typer.Option(True, "--plots/--no-plots", help="Write the PNG and SVG figures."),
+) -> None:
+    """Summarise a results store: tables in the terminal; Markdown, HTML, CSV, Parquet files; PNG + SVG plots.
+
+    Throughput is the median over repeats (min/max kept); plots: throughput and largest batch vs input size
+    (paper Figure 12), GFLOPs vs measured speed, and accuracy vs pre-training compute with its Pareto front
+    (Figure 5) when transfer results exist.
+    """
+    from vitbench.report import build_report, parse_formats
+
+    rep = build_report(results, out, parse_formats(formats), plots=plots)
+    for w in rep.warnings:
+        err_console.print(f"[yellow]warning:[/] {w}", highlight=False)
+    console.print(f"[bold]{rep.title}[/]")
+    for m in rep.meta:
+        console.print(f"  {m}", highlight=False)
+    show = {
+        "status": None,
+        "throughput": ["model", "backend", "task", "device", "precision", "compile", "resolution", "batch_size",
+                       "repeats", "img_per_s", "img_per_s_min", "img_per_s_max", "step_ms_median", "step_cv",
+                       "peak_mem_mib", "mfu"],
+        "backends": None,
+        "max_batch": ["model", "backend", "mode", "precision", "resolution", "max_batch_size", "capped",
+                      "peak_mem_mib", "memory_limit_mib"],
+        "flops": None,
+        "accuracy": None,
+        "failures": ["model", "backend", "task", "resolution", "batch_size", "repeat", "status", "error_type",
+                     "error_message"],
+    }
+    from vitbench.report.render import TITLES
+
+    for name, cols in show.items():
+        df = rep.tables.get(name)
+        if df is not None and not df.empty:
+            console.print(_df_table(df, TITLES.get(name, name), cols))
+    console.print(f"wrote {len(rep.files)} files to {rep.files[0].parent if rep.files else out}:")
+    console.print("  " + "  ".join(p.name for p in rep.files), highlight=False)

@@ -1,0 +1,124 @@
+"""`vitbench report`: results store -> summary tables, plots (PNG + SVG), Markdown, HTML, CSV, Parquet.
+
+    build_report("results/smoke", out="results/smoke/report", formats=("md", "html", "csv", "parquet"))
+
+Files written in `out` (default: <results>/report/):
+    report.md, report.html (self-contained: plots inlined)          formats md, html
+    trials.csv / trials.parquet (every trial, tidy; raw timings as JSON text) and one file per non-empty
+    summary table: throughput, backends, max_batch, flops, accuracy, failures   formats csv, parquet
+    <figure>.png and <figure>.svg for each figure that has data (see vitbench.report.plots)
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import warnings
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from vitbench.errors import ConfigError
+
+FORMATS = ("md", "html", "csv", "parquet")
+
+
+@dataclass
+class Report:
+    """What `build_report` produced: the tidy trials, summary tables, figure files and every file written."""
+
+    df: pd.DataFrame
+    tables: dict[str, pd.DataFrame]
+    figures: dict[str, Path] = field(default_factory=dict)
+    files: list[Path] = field(default_factory=list)
+    title: str = ""
+    meta: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    calibration: pd.DataFrame | None = None
+
+
+def parse_formats(spec: str | Iterable[str]) -> tuple[str, ...]:
+    items = [s.strip().lower() for s in (spec.split(",") if isinstance(spec, str) else spec) if s.strip()]
+    bad = [s for s in items if s not in FORMATS]
+    if bad or not items:
+        raise ConfigError(f"--format {','.join(items) or '(empty)'!s}: unknown {', '.join(bad) or 'value'}; "
+                          f"allowed: {', '.join(FORMATS)} (comma separated)")
+    return tuple(dict.fromkeys(items))
+
+
+def _meta(df: pd.DataFrame, cal: pd.DataFrame) -> tuple[str, list[str]]:
+    studies = sorted(str(s) for s in df["study"].dropna().unique()) if "study" in df else []
+    title = f"vitbench report: {', '.join(studies)}" if studies else "vitbench report"
+    meta = []
+    n_ok = int((df["status"] == "ok").sum()) if "status" in df else 0
+    runs = df["run_id"].nunique() if "run_id" in df else 0
+    meta.append(f"{len(df)} trials ({n_ok} ok, {len(df) - n_ok} not ok) from {runs} sweep run(s)")
+    for col, label in (("env.cpu_model", "CPU"), ("env.device_name", "device"), ("env.torch", "torch"),
+                       ("env.jax", "jax"), ("env.timm", "timm"), ("env.git_sha", "vitbench git")):
+        if col in df and df[col].notna().any():
+            meta.append(f"{label}: {', '.join(sorted(str(v) for v in df[col].dropna().unique())[:4])}")
+    if cal is not None and not cal.empty and "matmul_tflops_per_s" in cal:
+        vals = cal["matmul_tflops_per_s"].dropna()
+        if len(vals):
+            meta.append(f"calibration (dense matmul, {len(vals)} run(s)): median {vals.median():.4g} TFLOP/s, "
+                        f"range {vals.min():.4g} to {vals.max():.4g}")
+    meta.append(f"generated {_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')}")
+    return title, meta
+
+
+def build_report(results: str | Path, out: str | Path | None = None, formats: Iterable[str] = FORMATS,
+                 plots: bool = True) -> Report:
+    """Load `results` (a store directory or .jsonl file) and write the report files into `out`."""
+    from vitbench.report import plots as plotmod
+    from vitbench.report import tables as tablemod
+    from vitbench.report.render import arrow_safe, write_html, write_markdown
+    from vitbench.store import load
+
+    formats = parse_formats(formats)
+    results = Path(results)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        df = load(results)
+        cal = load(results, kinds=("calibration",))
+    if df.empty:
+        raise ConfigError(f"{results}: no trial records to report on (run `vitbench sweep` first)")
+    out = Path(out) if out else (results if results.is_dir() else results.parent) / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    title, meta = _meta(df, cal)
+    rep = Report(df=df, tables=tablemod.all_tables(df), title=title, meta=meta,
+                 warnings=[str(w.message) for w in caught], calibration=cal)
+
+    if plots:
+        for name, make in plotmod.FIGURES.items():
+            fig = make(df)
+            if fig is None:
+                continue
+            for ext in ("png", "svg"):
+                p = out / f"{name}.{ext}"
+                fig.savefig(p, dpi=130 if ext == "png" else None, bbox_inches="tight")
+                rep.files.append(p)
+            rep.figures[name] = out / f"{name}.png"
+
+    shown = {k: v for k, v in rep.tables.items() if k != "status" or not v.empty}
+    if "csv" in formats or "parquet" in formats:
+        tidy = arrow_safe(df)
+        named = {"trials": tidy, **{k: arrow_safe(v) for k, v in shown.items() if not v.empty}}
+        for name, table in named.items():
+            if "csv" in formats:
+                p = out / f"{name}.csv"
+                table.to_csv(p, index=False)
+                rep.files.append(p)
+            if "parquet" in formats:
+                p = out / f"{name}.parquet"
+                table.to_parquet(p, index=False)
+                rep.files.append(p)
+    if "md" in formats:
+        p = out / "report.md"
+        write_markdown(p, title, meta, shown, {k: v.name for k, v in rep.figures.items()})
+        rep.files.append(p)
+    if "html" in formats:
+        p = out / "report.html"
+        write_html(p, title, meta, shown, rep.figures)
+        rep.files.append(p)
+    return rep

@@ -1,0 +1,283 @@
+"""Report figures (matplotlib, no pyplot state: each function returns a Figure or None when there is no data).
+
+- throughput vs input size per model and backend (the paper's Figure 12, left; best batch per point)
+- largest batch vs input size (Figure 12, right)
+- forward GFLOPs per image vs measured throughput (theoretical cost does not predict speed well)
+- transfer accuracy vs pre-training compute with the Pareto front (Figure 5), when accuracy rows exist
+
+Style: colour by model within a family palette (ViT blues, BiT oranges, hybrids greens), marker by family,
+line style by backend (torch solid, jax dashed); log axes where the paper uses them; every axis has its unit.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+from matplotlib import colormaps
+from matplotlib.figure import Figure
+from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
+
+from vitbench.models.specs import all_specs
+from vitbench.report import tables
+
+FAMILY_STYLE = {"vit": ("o", "Blues", "ViT"), "bit": ("s", "Oranges", "BiT ResNet"),
+                "hybrid": ("^", "Greens", "Hybrid"), "other": ("D", "Greys", "other")}
+BACKEND_LINES = {"torch": "-", "jax": "--"}
+_ORDER = {s.name: i for i, s in enumerate(all_specs())}
+
+
+def model_colors(models) -> dict[str, tuple]:
+    """One colour per model: evenly spaced shades of its family's colormap, small to large."""
+    out: dict[str, tuple] = {}
+    by_fam: dict[str, list[str]] = {}
+    for m in sorted(set(models), key=lambda m: (_ORDER.get(m, 10_000), m)):
+        by_fam.setdefault(tables.family_of(m), []).append(m)
+    for fam, ms in by_fam.items():
+        cmap = colormaps[FAMILY_STYLE.get(fam, FAMILY_STYLE["other"])[1]]
+        shades = np.linspace(0.45, 0.95, len(ms)) if len(ms) > 1 else [0.75]
+        out.update({m: cmap(float(s)) for m, s in zip(ms, shades)})
+    return out
+
+
+def _groups(df: pd.DataFrame, keys: list[str]):
+    """groupby in the model table's order (families together, small to large), then backend."""
+    keys = [k for k in keys if k in df.columns]
+    groups = list(df.groupby(keys, dropna=False, sort=False))
+    return sorted(groups, key=lambda kv: (_ORDER.get(kv[1].iloc[0]["model"], 10_000),
+                                          *(str(kv[1].iloc[0][k]) for k in keys[1:])))
+
+
+def _marker(model: str) -> str:
+    return FAMILY_STYLE.get(tables.family_of(model), FAMILY_STYLE["other"])[0]
+
+
+def _series_label(row: pd.Series, multi_backend: bool) -> str:
+    parts = [str(row["model"])]
+    if multi_backend:
+        parts.append(f"({row['backend']})")
+    if row.get("precision") not in (None, "fp32") and isinstance(row.get("precision"), str):
+        parts.append(row["precision"])
+    if row.get("compile") is True:
+        parts.append("compiled")
+    return " ".join(parts)
+
+
+def _size_axis(ax, values) -> None:
+    """Input size axis: log2 when sizes span more than 2x (as Figure 12), ticks at the measured sizes."""
+    vals = sorted({int(v) for v in values if v == v})
+    if vals and vals[-1] / max(vals[0], 1) > 2:
+        ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(FixedLocator(vals))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_major_formatter(ScalarFormatter())
+    ax.set_xlabel("Input size [px]")
+
+
+def _legend(fig: Figure, ax, n: int) -> None:
+    if n == 0:
+        return
+    if n <= 8:
+        ax.legend(fontsize=8, frameon=False)
+    else:
+        ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                  ncol=1 if n <= 24 else 2)
+
+
+def _device(df: pd.DataFrame) -> str:
+    if "device" in df and df["device"].notna().any():
+        return ", ".join(sorted(str(d) for d in df["device"].dropna().unique()))
+    return "?"
+
+
+def throughput_vs_resolution(df: pd.DataFrame) -> Figure | None:
+    """Peak throughput (best batch size) vs input size; one panel per task (infer, train)."""
+    pt = tables.peak_throughput(df)
+    if pt.empty:
+        return None
+    task_list = [t for t in ("infer", "train") if t in set(pt["task"])] or sorted(set(pt["task"]))
+    fig = Figure(figsize=(6.4 * len(task_list) + 1.6, 4.6), layout="constrained")
+    axes = fig.subplots(1, len(task_list), squeeze=False)[0]
+    colors = model_colors(pt["model"])
+    multi = pt["backend"].nunique() > 1
+    for ax, task in zip(axes, task_list):
+        sub = pt[pt["task"] == task]
+        n = 0
+        for _, g in _groups(sub, ["model", "backend", "precision", "compile", "device"]):
+            g = g.sort_values("resolution")
+            row = g.iloc[0]
+            ax.plot(g["resolution"], g["img_per_s"], marker=_marker(row["model"]), color=colors[row["model"]],
+                    linestyle=BACKEND_LINES.get(row["backend"], ":"), markersize=6, linewidth=1.6,
+                    label=_series_label(row, multi))
+            n += 1
+        ax.set_yscale("log")
+        _size_axis(ax, sub["resolution"])
+        what = "inference" if task == "infer" else ("training" if task == "train" else task)
+        ax.set_ylabel(f"Peak {what} speed [img/s]")
+        ax.set_title(f"{what.capitalize()} throughput vs input size ({_device(sub)}; best batch per point)",
+                     fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
+        _legend(fig, ax, n)
+    return fig
+
+
+def max_batch_vs_resolution(df: pd.DataFrame) -> Figure | None:
+    """Largest batch that fits vs input size (hollow markers: the search cap was reached, a lower bound)."""
+    mb = tables.max_batch(df)
+    if mb.empty:
+        return None
+    fig = Figure(figsize=(8.0, 4.6), layout="constrained")
+    ax = fig.subplots()
+    colors = model_colors(mb["model"])
+    multi = mb["backend"].nunique() > 1
+    n = 0
+    for _, g in _groups(mb, ["model", "backend", "mode", "precision", "compile", "device"]):
+        g = g.sort_values("resolution")
+        row = g.iloc[0]
+        label = _series_label(row, multi) + (f" [{row['mode']}]" if "mode" in row and row["mode"] != "infer"
+                                             else "")
+        line, = ax.plot(g["resolution"], g["max_batch_size"], marker=_marker(row["model"]),
+                        color=colors[row["model"]], linestyle=BACKEND_LINES.get(row["backend"], ":"),
+                        markersize=6, linewidth=1.6, label=label)
+        if "capped" in g and g["capped"].fillna(False).astype(bool).any():
+            capped = g[g["capped"].fillna(False).astype(bool)]
+            ax.plot(capped["resolution"], capped["max_batch_size"], marker=_marker(row["model"]),
+                    linestyle="none", markersize=10, markerfacecolor="white", color=line.get_color())
+        n += 1
+    ax.set_yscale("log", base=2)
+    ax.yaxis.set_major_formatter(ScalarFormatter())
+    _size_axis(ax, mb["resolution"])
+    ax.set_ylabel("Largest batch size [images]")
+    limit = mb["memory_limit_mib"].dropna() if "memory_limit_mib" in mb else pd.Series(dtype=float)
+    budget = f"; budget {limit.iloc[0] / 1024:.1f} GiB" if len(limit) and limit.nunique() == 1 else ""
+    ax.set_title(f"Largest batch that fits vs input size ({_device(mb)}{budget}; hollow = capped)", fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    _legend(fig, ax, n)
+    return fig
+
+
+def _gflops_per_image(df: pd.DataFrame, pt: pd.DataFrame) -> pd.Series:
+    """Forward GFLOPs per image for each throughput row: from flops rows, else the bench's own analytic count."""
+    out = pd.Series(np.nan, index=pt.index)
+    fl = tables.flops(df)
+    if not fl.empty and "gflops" in fl:
+        lut = {(r.model, int(r.resolution)): r.gflops for r in fl.itertuples() if r.resolution == r.resolution}
+        out = pd.Series([lut.get((m, int(r)), np.nan) for m, r in zip(pt["model"], pt["resolution"])],
+                        index=pt.index)
+    if "gflops_per_img_fwd" in df.columns:
+        ok = df[(df["kind"] == "bench") & (df["status"] == "ok")]
+        lut2 = {(m, int(r)): g for m, r, g in zip(ok["model"], ok["resolution"], ok["gflops_per_img_fwd"])
+                if g == g and g is not None}
+        fill = pd.Series([lut2.get((m, int(r)), np.nan) for m, r in zip(pt["model"], pt["resolution"])],
+                         index=pt.index)
+        out = out.fillna(fill)
+    return out
+
+
+def gflops_vs_throughput(df: pd.DataFrame) -> Figure | None:
+    """Forward GFLOPs per image (x) vs measured peak throughput (y), log-log; one panel per task."""
+    pt = tables.peak_throughput(df)
+    if pt.empty:
+        return None
+    pt = pt.assign(gflops=_gflops_per_image(df, pt)).dropna(subset=["gflops"])
+    if pt.empty:
+        return None
+    task_list = [t for t in ("infer", "train") if t in set(pt["task"])] or sorted(set(pt["task"]))
+    fig = Figure(figsize=(6.0 * len(task_list) + 1.6, 4.8), layout="constrained")
+    axes = fig.subplots(1, len(task_list), squeeze=False)[0]
+    colors = model_colors(pt["model"])
+    multi = pt["backend"].nunique() > 1
+    for ax, task in zip(axes, task_list):
+        sub = pt[pt["task"] == task]
+        n = 0
+        label_points = len(sub) <= 30 and sub["resolution"].nunique() > 1
+        for _, g in _groups(sub, ["model", "backend"]):
+            row = g.iloc[0]
+            ax.scatter(g["gflops"], g["img_per_s"], marker=_marker(row["model"]), color=colors[row["model"]],
+                       s=40, edgecolors="black" if row["backend"] == "jax" else "none", linewidths=0.8,
+                       label=_series_label(row, multi), zorder=3)
+            if label_points:
+                for x, y, r in zip(g["gflops"], g["img_per_s"], g["resolution"]):
+                    ax.annotate(f"{int(r)}", (x, y), textcoords="offset points", xytext=(4, 3), fontsize=6,
+                                color="0.3")
+            n += 1
+        # Reference: constant achieved FLOP/s through the median point (speed ~ 1/FLOPs if FLOPs predicted it).
+        achieved = (sub["gflops"] * sub["img_per_s"]).median()
+        if achieved and math.isfinite(achieved):
+            xs = np.geomspace(sub["gflops"].min() / 1.5, sub["gflops"].max() * 1.5, 50)
+            ax.plot(xs, achieved / xs, color="0.6", linestyle=":", linewidth=1,
+                    label=f"constant {achieved:.3g} GFLOP/s", zorder=1)
+            n += 1
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("Forward cost [GFLOPs per image] (1 MAC = 2 FLOPs)")
+        what = "inference" if task == "infer" else ("training" if task == "train" else task)
+        ax.set_ylabel(f"Measured peak {what} speed [img/s]")
+        ax.set_title(f"Theoretical cost vs measured {what} speed ({_device(sub)}"
+                     + ("; labels: input px)" if label_points else ")"), fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
+        _legend(fig, ax, n)
+    return fig
+
+
+def _fmt_key(v) -> str:
+    return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
+
+
+def pareto_front(x, y) -> np.ndarray:
+    """Indices of points no other point beats on both axes (less compute and higher accuracy), by x."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    order = np.lexsort((-y, x))
+    front, best = [], -np.inf
+    for i in order:
+        if y[i] > best:
+            front.append(i)
+            best = y[i]
+    return np.array(front, dtype=int)
+
+
+def accuracy_vs_compute(df: pd.DataFrame) -> Figure | None:
+    """Transfer accuracy vs pre-training compute (exaFLOPs, log), Pareto front marked; panel per benchmark."""
+    acc = tables.accuracy(df)
+    xcol = next((c for c in ("pretrain_exaflops", "exaflops") if c in acc.columns and acc[c].notna().any()), None)
+    if acc.empty or xcol is None:
+        return None
+    acc = acc.dropna(subset=[xcol, "accuracy"])
+    if acc.empty:
+        return None
+    panel_keys = [k for k in ("kind", "dataset", "shots") if k in acc.columns]
+    panels = list(acc.groupby(panel_keys, dropna=False, sort=True))[:6]
+    fig = Figure(figsize=(5.2 * len(panels) + 1.6, 4.6), layout="constrained")
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    colors = model_colors(acc["model"])
+    for ax, (pkey, sub) in zip(axes, panels):
+        pkey = pkey if isinstance(pkey, tuple) else (pkey,)
+        n = 0
+        for _, g in _groups(sub, ["model"]):
+            model = g.iloc[0]["model"]
+            ax.scatter(g[xcol], 100 * g["accuracy"], marker=_marker(model), color=colors[model], s=45,
+                       label=model, zorder=3)
+            n += 1
+        idx = pareto_front(sub[xcol].to_numpy(), sub["accuracy"].to_numpy())
+        if len(idx):
+            fx, fy = sub[xcol].to_numpy()[idx], 100 * sub["accuracy"].to_numpy()[idx]
+            ax.step(fx, fy, where="post", color="black", linewidth=1.2, alpha=0.7, zorder=2)
+            ax.scatter(fx, fy, s=140, facecolors="none", edgecolors="black", linewidths=1.0, zorder=4,
+                       label="Pareto front (not beaten on compute and accuracy)")
+            n += 1
+        ax.set_xscale("log")
+        ax.set_xlabel("Pre-training compute [exaFLOPs]")
+        ax.set_ylabel("Accuracy [%]")
+        ax.set_title(" / ".join(f"{k}={_fmt_key(v)}" for k, v in zip(panel_keys, pkey) if v == v), fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
+        _legend(fig, ax, n)
+    return fig
+
+
+FIGURES = {
+    "throughput_vs_resolution": throughput_vs_resolution,
+    "max_batch_vs_resolution": max_batch_vs_resolution,
+    "gflops_vs_throughput": gflops_vs_throughput,
+    "accuracy_vs_compute": accuracy_vs_compute,
+}

@@ -1,0 +1,123 @@
+"""Writers: Markdown, one self-contained HTML page (plots embedded as base64 PNG), CSV and Parquet."""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+
+TITLES = {
+    "status": "Trials by task and status",
+    "throughput": "Throughput (median over repeats)",
+    "backends": "Backends side by side (img/s)",
+    "max_batch": "Largest batch that fits",
+    "flops": "FLOPs per image (1 MAC = 2 FLOPs)",
+    "accuracy": "Transfer accuracy",
+    "failures": "Failed trials",
+}
+FIGURE_TITLES = {
+    "throughput_vs_resolution": "Throughput vs input size (cf. paper Figure 12, left)",
+    "max_batch_vs_resolution": "Largest batch vs input size (cf. paper Figure 12, right)",
+    "gflops_vs_throughput": "Theoretical GFLOPs vs measured throughput",
+    "accuracy_vs_compute": "Accuracy vs pre-training compute, Pareto front (cf. paper Figure 5)",
+}
+
+
+def fmt(v) -> str:
+    """4 significant digits for floats, blanks for missing values."""
+    if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA:
+        return ""
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        if v == int(v) and abs(v) < 1e6:
+            return str(int(v))
+        return f"{v:.4g}"
+    return str(v)
+
+
+def markdown_table(df: pd.DataFrame) -> str:
+    if df.empty:
+        return "_none_\n"
+    cols = list(df.columns)
+    esc = [str(c).replace("|", "\\|") for c in cols]
+    lines = ["| " + " | ".join(esc) + " |",
+             "|" + "|".join("---:" if pd.api.types.is_numeric_dtype(df[c]) else "---" for c in cols) + "|"]
+    for row in df.itertuples(index=False):
+        lines.append("| " + " | ".join(fmt(v).replace("|", "\\|").replace("\n", " ") for v in row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_markdown(path: Path, title: str, meta: list[str], tables: dict[str, pd.DataFrame],
+                   figures: dict[str, str]) -> None:
+    parts = [f"# {title}\n", *(f"- {m}" for m in meta), ""]
+    for name, png in figures.items():
+        parts += [f"## {FIGURE_TITLES.get(name, name)}\n", f"![{name}]({png})\n"]
+    for name, df in tables.items():
+        if name == "backends" and df.empty:
+            continue
+        parts += [f"## {TITLES.get(name, name)}\n", markdown_table(df)]
+    path.write_text("\n".join(parts))
+
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem;max-width:1400px;color:#222}
+h1{font-size:1.5rem} h2{font-size:1.15rem;margin-top:2rem;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;font-size:.82rem;margin:.5rem 0} th,td{padding:.25rem .5rem;border-bottom:1px solid #eee}
+th{background:#f6f6f6;text-align:left} td.num{text-align:right;font-variant-numeric:tabular-nums}
+img{max-width:100%;height:auto;border:1px solid #eee} .meta{color:#555;font-size:.85rem}
+.none{color:#888;font-style:italic}
+"""
+
+
+def html_table(df: pd.DataFrame) -> str:
+    if df.empty:
+        return '<p class="none">none</p>'
+    numeric = {c for c in df.columns if pd.api.types.is_numeric_dtype(df[c])}
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in df.columns)
+    rows = []
+    for row in df.itertuples(index=False):
+        cells = "".join(f'<td class="num">{html.escape(fmt(v))}</td>' if c in numeric
+                        else f"<td>{html.escape(fmt(v))}</td>" for c, v in zip(df.columns, row))
+        rows.append(f"<tr>{cells}</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def write_html(path: Path, title: str, meta: list[str], tables: dict[str, pd.DataFrame],
+               figures: dict[str, Path]) -> None:
+    """One file, no external resources: images are inlined as data: URIs."""
+    body = [f"<h1>{html.escape(title)}</h1>", '<ul class="meta">',
+            *(f"<li>{html.escape(m)}</li>" for m in meta), "</ul>"]
+    for name, png in figures.items():
+        data = base64.b64encode(Path(png).read_bytes()).decode()
+        body += [f"<h2>{html.escape(FIGURE_TITLES.get(name, name))}</h2>",
+                 f'<img alt="{html.escape(name)}" src="data:image/png;base64,{data}">']
+    for name, df in tables.items():
+        if name == "backends" and df.empty:
+            continue
+        body += [f"<h2>{html.escape(TITLES.get(name, name))}</h2>", html_table(df)]
+    page = (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+            f"<style>{_CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
+    path.write_text(page)
+
+
+def arrow_safe(df: pd.DataFrame) -> pd.DataFrame:
+    """Columns Parquet can store: dict/list cells (raw timings) as JSON text, mixed-type columns as text."""
+    import pyarrow as pa
+
+    out = df.copy()
+    for c in out.columns:
+        if out[c].dtype != object:
+            continue
+        if out[c].map(lambda v: isinstance(v, (dict, list))).any():
+            out[c] = out[c].map(lambda v: None if v is None else json.dumps(v, default=str))
+            continue
+        try:
+            pa.array(out[c], from_pandas=True)
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            out[c] = out[c].map(lambda v: None if v is None or (isinstance(v, float) and math.isnan(v)) else str(v))
+    return out

@@ -1,0 +1,158 @@
+"""Summary tables from the tidy results DataFrame (vitbench.store.load): one row per measured configuration.
+
+Repeats of a trial collapse into one row: the median over repeats of each metric, with `repeats` the count and,
+for throughput, the min and max over repeats so the spread stays visible.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from vitbench.models.specs import get_spec
+
+FAMILY_ORDER = ("vit", "bit", "hybrid")
+
+
+def family_of(model: str) -> str:
+    try:
+        return get_spec(model).family
+    except Exception:  # noqa: BLE001 - a model name from a newer/older table
+        return "other"
+
+
+def _ok(df: pd.DataFrame, kinds: tuple[str, ...]) -> pd.DataFrame:
+    if df.empty or "kind" not in df:
+        return df.iloc[0:0]
+    out = df[df["kind"].isin(kinds) & (df["status"] == "ok")].copy()
+    if not out.empty and "model" in out:
+        out.insert(out.columns.get_loc("model") + 1, "family", out["model"].map(family_of))
+    return out
+
+
+def _present(df: pd.DataFrame, cols) -> list[str]:
+    return [c for c in cols if c in df.columns and df[c].notna().any()]
+
+
+def _collapse(df: pd.DataFrame, keys: list[str], metrics: list[str], spread: str | None = None) -> pd.DataFrame:
+    """Median of each metric over repeats per `keys` group; `repeats` = rows in the group."""
+    keys = [k for k in keys if k in df.columns]
+    metrics = [m for m in metrics if m in df.columns]
+    if df.empty or not metrics:
+        return pd.DataFrame(columns=[*keys, "repeats", *metrics])
+    df = df.copy()
+    for m in metrics:  # metrics may arrive as object columns (None where a row lacks them)
+        if df[m].map(lambda v: isinstance(v, bool)).any():
+            df[m] = df[m].map(lambda v: None if v is None else bool(v)).astype("boolean")
+        else:
+            df[m] = pd.to_numeric(df[m], errors="coerce")
+    g = df.groupby(keys, dropna=False, sort=True)
+    out = pd.DataFrame({m: (g[m].max() if str(df[m].dtype) == "boolean" else g[m].median()) for m in metrics})
+    out.insert(0, "repeats", g.size())
+    if spread and spread in df.columns:
+        out[f"{spread}_min"] = g[spread].min()
+        out[f"{spread}_max"] = g[spread].max()
+    out = out.reset_index()
+    fam_rank = {f: i for i, f in enumerate(FAMILY_ORDER)}
+    if "family" in out:
+        out = out.sort_values(by=["family", *[k for k in keys if k != "family"]],
+                              key=lambda s: s.map(fam_rank) if s.name == "family" else s, kind="stable")
+    return out.reset_index(drop=True)
+
+
+THROUGHPUT_KEYS = ["model", "family", "backend", "task", "device", "precision", "compile", "resolution",
+                   "batch_size"]
+THROUGHPUT_METRICS = ["img_per_s", "step_ms_median", "step_ms_p90", "step_ms_iqr", "step_cv", "first_step_s",
+                      "compile_s", "peak_mem_mib", "model_tflops_per_s", "mfu", "batch_size_achieved"]
+
+
+def throughput(df: pd.DataFrame) -> pd.DataFrame:
+    """infer/train throughput per configuration (median over repeats; img_per_s_min/max over repeats)."""
+    ok = _ok(df, ("bench",))
+    return _collapse(ok, THROUGHPUT_KEYS, _present(ok, THROUGHPUT_METRICS), spread="img_per_s")
+
+
+def peak_throughput(df: pd.DataFrame) -> pd.DataFrame:
+    """The best batch size per (model, backend, task, precision, compile, resolution): the paper's 'peak
+    inference speed' (Figure 12, left) picks the fastest batch for each input size."""
+    t = throughput(df)
+    if t.empty:
+        return t
+    keys = [k for k in THROUGHPUT_KEYS if k in t.columns and k != "batch_size"]
+    idx = t.groupby(keys, dropna=False)["img_per_s"].idxmax()
+    return t.loc[idx.dropna().astype(int)].reset_index(drop=True)
+
+
+def max_batch(df: pd.DataFrame) -> pd.DataFrame:
+    ok = _ok(df, ("max_batch",))
+    keys = ["model", "family", "backend", "mode", "device", "precision", "compile", "resolution"]
+    return _collapse(ok, keys, _present(ok, ["max_batch_size", "capped", "peak_mem_mib", "memory_limit_mib",
+                                              "probes", "search_s"]))
+
+
+def flops(df: pd.DataFrame) -> pd.DataFrame:
+    ok = _ok(df, ("flops",))
+    if ok.empty:
+        return _collapse(ok, ["model"], ["gflops"])
+    counted = sorted(c for c in ok.columns if c.startswith(("gflops_", "rel_diff_")) and ok[c].notna().any())
+    return _collapse(ok, ["model", "family", "backend", "resolution", "num_classes"],
+                     _present(ok, ["params_m", "tokens", "gmacs", "gflops", *counted]))
+
+
+def accuracy(df: pd.DataFrame) -> pd.DataFrame:
+    """Transfer results (kinds fewshot/finetune) with their pre-training compute when known."""
+    ok = _ok(df, ("fewshot", "finetune"))
+    if ok.empty or "accuracy" not in ok.columns:
+        return pd.DataFrame(columns=["model", "kind", "accuracy"])
+    keys = [c for c in ("model", "family", "kind", "dataset", "shots", "resolution", "backend") if c in ok.columns]
+    return _collapse(ok, keys, _present(ok, ["accuracy", "pretrain_exaflops", "exaflops", "images_seen"]))
+
+
+def backend_pivot(df: pd.DataFrame) -> pd.DataFrame:
+    """img/s side by side per backend for configurations measured on more than one (with ratio to torch)."""
+    t = throughput(df)
+    if t.empty or t["backend"].nunique() < 2:
+        return pd.DataFrame()
+    keys = [k for k in THROUGHPUT_KEYS if k in t.columns and k != "backend"]
+    p = t.pivot_table(index=keys, columns="backend", values="img_per_s", aggfunc="median", dropna=False)
+    p = p.dropna(thresh=2)
+    if p.empty:
+        return pd.DataFrame()
+    p.columns = [f"img_per_s_{b}" for b in p.columns]
+    if "img_per_s_torch" in p.columns:
+        for c in p.columns:
+            if c != "img_per_s_torch" and c.startswith("img_per_s_"):
+                p[f"{c.removeprefix('img_per_s_')}_vs_torch"] = p[c] / p["img_per_s_torch"]
+    return p.reset_index()
+
+
+def failures(df: pd.DataFrame) -> pd.DataFrame:
+    if df.empty or "status" not in df:
+        return pd.DataFrame(columns=["key", "status"])
+    bad = df[df["status"] != "ok"]
+    cols = [c for c in ("key", "model", "backend", "task", "resolution", "batch_size", "repeat", "status",
+                        "error_type", "error_message") if c in bad.columns]
+    out = bad[cols].copy()
+    if "error_message" in out:
+        out["error_message"] = out["error_message"].fillna("").map(lambda s: str(s).strip().splitlines()[0][:160]
+                                                                   if str(s).strip() else "")
+    return out.reset_index(drop=True)
+
+
+def status_counts(df: pd.DataFrame) -> pd.DataFrame:
+    if df.empty:
+        return pd.DataFrame(columns=["task", "status", "trials"])
+    return (df.groupby(["task", "status"], dropna=False).size().rename("trials").reset_index()
+            if "task" in df else df.groupby("status").size().rename("trials").reset_index())
+
+
+def all_tables(df: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Every summary table, by name (empty ones included, so callers can say 'none')."""
+    return {
+        "status": status_counts(df),
+        "throughput": throughput(df),
+        "backends": backend_pivot(df),
+        "max_batch": max_batch(df),
+        "flops": flops(df),
+        "accuracy": accuracy(df),
+        "failures": failures(df),
+    }
