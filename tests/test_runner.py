@@ -1,0 +1,231 @@
+"""Runner + local executor: isolation, failures as rows, resume after a real kill -9, Ctrl-C, two sweeps at once.
+
+Most tests use the test-only task `sleep` (tests/vitbench_testtasks.py) so they take seconds; one runs a real
+tiny-model trial through the default fork server.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+import vitbench_testtasks  # noqa: F401 - registers the `sleep` task in this process
+from vitbench.runner import run_study
+from vitbench.store import load, read_records
+from vitbench.study import parse_study
+
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+SPAWN = {"start_method": "spawn"}  # no torch preload: the fake task needs none, and it starts faster
+
+
+def fake_study(body: str, name: str = "fake"):
+    return parse_study(f"name: {name}\ncalibration: false\n" + textwrap.dedent(body), "fake.yaml")
+
+
+def statuses(path) -> list[tuple[str, str]]:
+    return [(r["key"], r["status"]) for r in read_records(path) if r.get("key")]
+
+
+def test_failures_become_rows_and_the_sweep_goes_on(tmp_path):
+    s = fake_study("""
+        timeout_s: 3
+        axes:
+          model: [ViT-Nano/4]
+          task: [sleep]
+          behaviour: [crash, abort, oom, hang, ok]
+    """)
+    summary = run_study(s, tmp_path, executor_options=SPAWN)
+    assert summary.statuses == {"error": 2, "oom": 1, "timeout": 1, "ok": 1}
+    df = load(tmp_path).set_index("behaviour")
+    assert df.loc["crash", "status"] == "error" and df.loc["crash", "error_type"] == "RuntimeError"
+    assert "deliberate failure" in df.loc["crash", "error_tail"] and "Traceback" in df.loc["crash", "error_tail"]
+    assert df.loc["abort", "error_type"] == "TrialCrashed" and "SIGABRT" in df.loc["abort", "error_message"]
+    assert "behaviour=abort" in df.loc["abort", "error_tail"]  # the child's own output, from its log
+    assert df.loc["oom", "status"] == "oom"
+    assert df.loc["hang", "status"] == "timeout" and 3 <= df.loc["hang", "runner.wall_s"] < 15
+    assert df.loc["ok", "status"] == "ok" and df.loc["ok", "img_per_s"] > 0
+    assert (tmp_path / "study.yaml").read_text() == s.text
+    assert (tmp_path / "logs").is_dir()
+
+
+def test_every_trial_runs_in_its_own_process(tmp_path):
+    s = fake_study("axes: {model: [ViT-Nano/4, R-Nano, ViT-Micro/4], task: [sleep]}\n")
+    run_study(s, tmp_path, executor_options=SPAWN)
+    pids = load(tmp_path)["pid"].tolist()
+    assert len(set(pids)) == 3 and os.getpid() not in pids
+
+
+def test_resume_force_and_retry_failed(tmp_path):
+    s = fake_study("axes: {model: [ViT-Nano/4, R-Nano], task: [sleep], behaviour: [ok, crash]}\n")
+    first = run_study(s, tmp_path, executor_options=SPAWN)
+    assert first.ran == 4
+    again = run_study(s, tmp_path, executor_options=SPAWN)
+    assert again.ran == 0 and again.skipped_done == 4
+    retry = run_study(s, tmp_path, retry_failed=True, executor_options=SPAWN)
+    assert retry.ran == 2 and retry.statuses == {"error": 2}
+    forced = run_study(s, tmp_path, force=True, executor_options=SPAWN)
+    assert forced.ran == 4
+    assert len(load(tmp_path)) == 4  # one row per trial: the latest
+    assert len(read_records(tmp_path)) == 10
+
+
+def test_repeats_are_stored_interleaved(tmp_path):
+    s = fake_study("repeats: 2\naxes: {model: [ViT-Nano/4, R-Nano], task: [sleep]}\n")
+    run_study(s, tmp_path, executor_options=SPAWN)
+    order = [(r["trial"]["model"], r["repeat"]) for r in read_records(tmp_path)]
+    assert order == [("ViT-Nano/4", 0), ("R-Nano", 0), ("ViT-Nano/4", 1), ("R-Nano", 1)]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Real processes: the CLI killed, interrupted, and run twice at once
+# ----------------------------------------------------------------------------------------------------------
+def _env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(TESTS), str(REPO), env.get("PYTHONPATH", "")])
+    env["VITBENCH_TASK_MODULES"] = "vitbench_testtasks"
+    return env
+
+
+def _sweep_cmd(study_path: Path, results: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-c", "from vitbench.cli import main; main()", "sweep", str(study_path),
+            "--results", str(results), "--start-method", "spawn", *extra]
+
+
+def _write_study(tmp_path: Path, body: str) -> Path:
+    p = tmp_path / "study.yaml"
+    p.write_text("name: proc\ncalibration: false\ntimeout_s: 60\n" + textwrap.dedent(body))
+    return p
+
+
+def _wait_for(cond, timeout: float = 60.0, what: str = "condition") -> None:
+    t0 = time.time()
+    while not cond():
+        if time.time() - t0 > timeout:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def _ran(stdout: bytes) -> int:
+    m = re.search(r"ran (\d+) trial", " ".join(stdout.decode().split()))
+    assert m, stdout.decode()
+    return int(m.group(1))
+
+
+def _rows(results: Path) -> int:
+    f = results / "results.jsonl"
+    return f.read_bytes().count(b"\n") if f.exists() else 0
+
+
+@pytest.mark.timeout(180)
+def test_resume_after_kill_9_records_every_trial_exactly_once(tmp_path):
+    study_path = _write_study(tmp_path, """
+        repeats: 2
+        defaults: {seconds: 0.3}
+        axes:
+          model: [ViT-Nano/4, ViT-Micro/4, R-Nano, R-Micro]
+          task: [sleep]
+    """)
+    results = tmp_path / "res"
+    p = subprocess.Popen(_sweep_cmd(study_path, results), env=_env(), stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE)
+    try:
+        _wait_for(lambda: _rows(results) >= 3 or p.poll() is not None, what="three finished trials")
+        assert p.poll() is None, p.stderr.read().decode()[-2000:]
+        children = psutil.Process(p.pid).children(recursive=True)
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait(10)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    killed_at = _rows(results)
+    assert 3 <= killed_at < 8
+    # the running trial dies with the sweep (PR_SET_PDEATHSIG): nothing keeps measuring in the background
+    _, alive = psutil.wait_procs(children, timeout=10)
+    assert not alive, [c.pid for c in alive]
+    r = subprocess.run(_sweep_cmd(study_path, results), env=_env(), capture_output=True, timeout=120)
+    assert r.returncode == 0, r.stderr.decode()[-2000:]
+    keys = [k for k, st in statuses(results)]
+    assert len(keys) == 8 and len(set(keys)) == 8, collections.Counter(keys)
+    assert {st for _, st in statuses(results)} == {"ok"}
+    assert _ran(r.stdout) == 8 - killed_at
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_records_the_running_trial_as_interrupted_and_it_reruns(tmp_path):
+    study_path = _write_study(tmp_path, """
+        axes:
+          model: [ViT-Nano/4, R-Nano]
+          task: [sleep]
+          seconds: [0.1, 3.0]
+    """)
+    results = tmp_path / "res"
+    p = subprocess.Popen(_sweep_cmd(study_path, results), env=_env(), stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE)
+    _wait_for(lambda: _rows(results) >= 1, what="the first trial")  # now the 3 s trial runs
+    time.sleep(0.8)
+    p.send_signal(signal.SIGINT)
+    assert p.wait(30) == 130, p.stderr.read().decode()[-2000:]
+    sts = statuses(results)
+    assert [s for _, s in sts] == ["ok", "interrupted"]
+    r = subprocess.run(_sweep_cmd(study_path, results), env=_env(), capture_output=True, timeout=90)
+    assert r.returncode == 0, r.stderr.decode()[-2000:]
+    df = load(results)
+    assert len(df) == 4 and set(df["status"]) == {"ok"}
+    assert sts[1][0] in set(df["key"])  # the interrupted trial ran again
+
+
+@pytest.mark.timeout(180)
+def test_two_sweeps_at_once_split_the_work_without_duplicates(tmp_path):
+    study_path = _write_study(tmp_path, """
+        defaults: {seconds: 0.3}
+        axes:
+          model: [ViT-Nano/4, ViT-Micro/4, R-Nano, R-Micro]
+          task: [sleep]
+          batch_size: [2, 4]
+    """)
+    results = tmp_path / "res"
+    procs = [subprocess.Popen(_sweep_cmd(study_path, results), env=_env(), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE) for _ in range(2)]
+    outs = [p.communicate(timeout=150) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err.decode()[-2000:]
+    keys = [k for k, _ in statuses(results)]
+    assert len(keys) == 8 and len(set(keys)) == 8, collections.Counter(keys)
+    assert sum(_ran(out) for out, _ in outs) == 8
+
+
+# ----------------------------------------------------------------------------------------------------------
+# A real trial through the default fork server, with the calibration workload
+# ----------------------------------------------------------------------------------------------------------
+@pytest.mark.timeout(300)
+def test_real_tiny_trials_and_calibration_through_the_fork_server(tmp_path):
+    s = parse_study(textwrap.dedent("""
+        name: real
+        timeout_s: 240
+        defaults: {batch_size: 4, warmup_steps: 1, min_steps: 3, min_seconds: 0.05, max_seconds: 2}
+        axes:
+          model: [ViT-Nano/4]
+          task: [infer, flops]
+    """), "real.yaml")
+    summary = run_study(s, tmp_path)
+    assert summary.statuses == {"ok": 2} and summary.calibrations == 1
+    df = load(tmp_path).set_index("task")
+    assert df.loc["infer", "img_per_s"] > 0 and len(df.loc["infer", "raw"]["step_s"]) >= 3
+    assert df.loc["infer", "runner.start_method"] == "forkserver"
+    assert df.loc["infer", "runner.startup_s"] < 5  # torch already imported in the server
+    assert df.loc["flops", "gflops"] > 0 and df.loc["infer", "run_id"] == df.loc["flops", "run_id"]
+    cal = load(tmp_path, kinds=("calibration",))
+    assert len(cal) == 1 and cal.loc[0, "matmul_tflops_per_s"] > 0
+    assert cal.loc[0, "run_id"] == df.loc["infer", "run_id"]
+    assert len(cal.loc[0, "raw"]["matmul_tflops_per_s"]) == 3

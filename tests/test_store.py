@@ -1,0 +1,168 @@
+"""Results store: append-only JSONL that survives torn writes; load() -> tidy DataFrame; claims; study copy."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from vitbench.record import make_record
+from vitbench.store import CorruptLineWarning, Store, load, read_records
+
+
+def rec(i: int, status: str = "ok", kind: str = "bench", key: str | None = None, **metrics) -> dict:
+    cfg = {"model": "ViT-Nano/4", "backend": "torch", "task": "infer", "resolution": 32, "batch_size": 2 + i}
+    r = make_record(kind, cfg, metrics={"img_per_s": 100.0 + i, "step_ms_median": 20.0, **metrics},
+                    raw={"step_s": [0.02, 0.021, 0.019]}, env={"torch": "x", "threads": 2}, status=status)
+    r.update(key=key or f"k{i}", study="t", run_id="run", repeat=0, trial=cfg)
+    return r
+
+
+def test_round_trip_to_a_tidy_dataframe(tmp_path):
+    with Store(tmp_path) as st:
+        for i in range(3):
+            st.append(rec(i))
+        st.append(rec(3, status="oom"))
+    df = load(tmp_path)
+    assert len(df) == 4
+    assert list(df["key"]) == ["k0", "k1", "k2", "k3"]
+    for col in ("model", "backend", "task", "resolution", "batch_size", "img_per_s", "step_ms_median", "status",
+                "env.torch", "raw"):
+        assert col in df.columns, col
+    assert df.loc[0, "img_per_s"] == 100.0 and df.loc[2, "batch_size"] == 4
+    assert df.loc[3, "status"] == "oom"
+    assert df.loc[0, "raw"]["step_s"] == [0.02, 0.021, 0.019]
+    # one line per record, each a complete JSON object
+    lines = (tmp_path / "results.jsonl").read_bytes().split(b"\n")
+    assert lines[-1] == b"" and all(json.loads(x) for x in lines[:-1])
+
+
+def test_torn_last_line_is_skipped_with_a_warning_and_good_rows_kept(tmp_path):
+    with Store(tmp_path) as st:
+        for i in range(3):
+            st.append(rec(i))
+    path = tmp_path / "results.jsonl"
+    whole = json.dumps(rec(9))
+    with open(path, "ab") as f:
+        f.write(whole[: len(whole) // 2].encode())  # a write cut by kill -9
+    with pytest.warns(CorruptLineWarning, match=r"results.jsonl:4: skipped torn last line"):
+        df = load(tmp_path)
+    assert list(df["key"]) == ["k0", "k1", "k2"]
+    # the next writer terminates the torn line first, so its own record is intact
+    with Store(tmp_path) as st:
+        st.append(rec(4))
+    with pytest.warns(CorruptLineWarning, match=r":4: skipped unparseable line"):
+        df = load(tmp_path)
+    assert list(df["key"]) == ["k0", "k1", "k2", "k4"]
+
+
+def test_garbage_in_the_middle_keeps_every_good_row(tmp_path):
+    with Store(tmp_path) as st:
+        st.append(rec(0))
+    with open(tmp_path / "results.jsonl", "ab") as f:
+        f.write(b"\x00\xffnot json at all\n[1, 2]\n")
+    with Store(tmp_path) as st:
+        st.append(rec(1))
+    with pytest.warns(CorruptLineWarning) as w:
+        recs = read_records(tmp_path)
+    assert [r["key"] for r in recs] == ["k0", "k1"]
+    assert len(w) == 2
+
+
+def test_latest_row_per_key_wins_and_calibration_rows_are_separate(tmp_path):
+    with Store(tmp_path) as st:
+        st.append(rec(0, status="interrupted", key="a"))
+        st.append(rec(1, key="b"))
+        st.append(rec(2, key="a"))
+        cal = make_record("calibration", {"backend": "torch", "device": "cpu"},
+                          metrics={"matmul_tflops_per_s": 0.05}, raw={"matmul_tflops_per_s": [0.05, 0.049]})
+        cal.update(key=None, run_id="run", study="t")
+        st.append(cal)
+    df = load(tmp_path)
+    assert sorted(df["key"]) == ["a", "b"]
+    assert df.set_index("key").loc["a", "status"] == "ok" and df.set_index("key").loc["a", "img_per_s"] == 102.0
+    assert len(load(tmp_path, latest=False)) == 3
+    cal_df = load(tmp_path, kinds=("calibration",))
+    assert len(cal_df) == 1 and cal_df.loc[0, "matmul_tflops_per_s"] == 0.05
+    assert len(load(tmp_path, kinds="all")) == 3
+    assert Store(tmp_path).done_keys() == {"a", "b"}
+
+
+def test_shards_are_merged_on_load(tmp_path):
+    with Store(tmp_path) as st:
+        st.append(rec(0))
+    with Store(tmp_path, shard="worker-1") as st:
+        st.append(rec(1))
+    assert (tmp_path / "results.worker-1.jsonl").exists()
+    assert sorted(load(tmp_path)["key"]) == ["k0", "k1"]
+
+
+def _writer(path: str, worker: int, n: int) -> None:
+    with Store(path) as st:
+        for i in range(n):
+            st.append(rec(i, key=f"w{worker}-{i}", pad="x" * 5000))  # lines larger than PIPE_BUF
+
+
+def test_concurrent_writers_never_interleave_lines(tmp_path):
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_writer, args=(str(tmp_path), w, 40)) for w in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    recs = read_records(tmp_path)  # no warnings: every line is whole
+    assert sorted(r["key"] for r in recs) == sorted(f"w{w}-{i}" for w in range(3) for i in range(40))
+
+
+def test_a_claim_is_exclusive_across_processes_and_released_on_death(tmp_path):
+    st = Store(tmp_path)
+    code = textwrap.dedent(f"""
+        import sys, time
+        from vitbench.store import Store
+        st = Store({str(tmp_path)!r})
+        print(st.claim("abc"), flush=True)
+        time.sleep(60)
+    """)
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "True"
+        assert st.claim("abc") is False  # held by the other process
+        assert st.claim("other") is True
+    finally:
+        p.kill()
+        p.wait()
+    assert st.claim("abc") is True  # a killed holder releases its claim
+    st.close()
+
+
+def test_study_copy_keeps_the_previous_version(tmp_path):
+    st = Store(tmp_path)
+    st.save_study("name: a\n")
+    st.save_study("name: a\n")
+    st.save_study("name: a\nrepeats: 2\n")
+    assert (tmp_path / "study.yaml").read_text() == "name: a\nrepeats: 2\n"
+    old = [p for p in tmp_path.glob("study.*.yaml")]
+    assert len(old) == 1 and old[0].read_text() == "name: a\n"
+
+
+def test_missing_path_is_a_clear_error(tmp_path):
+    from vitbench.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="does not exist"):
+        load(tmp_path / "nope")
+
+
+def test_each_record_is_fsynced(tmp_path, monkeypatch):
+    calls = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(fd), real(fd))[1])
+    with Store(tmp_path) as st:
+        st.append(rec(0))
+        st.append(rec(1))
+    assert len(calls) >= 2
