@@ -28,12 +28,22 @@ def _fmt(v) -> str:
     return fmt(v)
 
 
+_SHORT = {"resolution": "px", "batch_size": "batch", "repeats": "n", "precision": "prec", "backend": "backend",
+          "img_per_s_min": "min", "img_per_s_max": "max", "error_message": "error"}
+
+
 def _df_table(df, title: str, columns: list[str] | None = None, max_rows: int = 40) -> Table:
+    """A DataFrame as a compact rich table: columns equal in every row move to the caption."""
     cols = [c for c in (columns or list(df.columns)) if c in df.columns]
-    t = Table(title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False)
+    same = [c for c in cols if c != "model" and len(df) > 1 and df[c].astype(str).nunique() == 1]
+    cols = [c for c in cols if c not in same]
+    caption = ", ".join(f"{c}={_fmt(df[c].iloc[0])}" for c in same if _fmt(df[c].iloc[0]))
+    t = Table(title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False,
+              caption=(f"every row: {caption}" if caption else None), caption_justify="left")
     for c in cols:
-        numeric = str(df[c].dtype) not in ("object", "string", "str") and c not in ("model", "task", "backend")
-        t.add_column(c, justify="right" if numeric else "left", overflow="fold")
+        numeric = str(df[c].dtype) not in ("object", "string", "str", "bool", "boolean")
+        t.add_column(_SHORT.get(c, c), justify="right" if numeric else "left",
+                     overflow="fold", no_wrap=c in ("model", "status"))
     for _, row in df[cols].head(max_rows).iterrows():
         cells = []
         for c in cols:
@@ -41,7 +51,7 @@ def _df_table(df, title: str, columns: list[str] | None = None, max_rows: int = 
             cells.append(f"[{_STATUS_STYLE[s]}]{s}[/]" if c == "status" and s in _STATUS_STYLE else s)
         t.add_row(*cells)
     if len(df) > max_rows:
-        t.caption = f"{len(df) - max_rows} more rows in the files"
+        t.caption = (t.caption + "; " if t.caption else "") + f"{len(df) - max_rows} more rows in the files"
     return t
 
 
@@ -144,6 +154,24 @@ class _LiveHooks:
             self.live.stop()
 
 
+def _parse_executor_options(items: list[str]) -> dict:
+    """`-o KEY=VALUE` items -> {key: value}; values are YAML scalars (1 -> int, true -> bool, [a, b] -> list)."""
+    import yaml
+
+    from vitbench.errors import ConfigError
+
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--executor-option {item!r}: expected KEY=VALUE, e.g. -o partition=gpu")
+        try:
+            out[key.strip()] = yaml.safe_load(value) if value.strip() else None
+        except yaml.YAMLError as e:
+            raise ConfigError(f"--executor-option {item!r}: value is not valid YAML: {e}") from None
+    return out
+
+
 @app.command("sweep")
 def sweep_cmd(
     study: str = typer.Argument(..., help="Study YAML path, or a shipped study name (e.g. smoke)."),
@@ -151,7 +179,13 @@ def sweep_cmd(
     dry_run: bool = typer.Option(False, "--dry-run", help="Validate and list the expanded trials; run nothing."),
     force: bool = typer.Option(False, "--force", help="Re-run trials that are already done (default: resume)."),
     retry_failed: bool = typer.Option(False, "--retry-failed", help="Re-run trials whose last row is not ok."),
-    executor: str = typer.Option(None, "--executor", help="Where trials run: local (default; the study may say)."),
+    executor: str = typer.Option(None, "--executor", help="Where trials run: local (default; the study may say), "
+                                 "slurm (submitit) or ray. See docs/cluster.md."),
+    executor_option: list[str] = typer.Option(
+        None, "--executor-option", "-o", metavar="KEY=VALUE",
+        help="An executor option, repeatable; overrides the study's executor.options. slurm: partition, gpus, "
+             "time_limit_min, account, mem_gb, max_parallel, cluster=local, ...; ray: address, num_gpus, num_cpus, "
+             "max_parallel, ..."),
     timeout: float = typer.Option(None, "--timeout", min=0.1, help="Per-trial timeout in seconds (overrides)."),
     calibration: bool = typer.Option(None, "--calibration/--no-calibration",
                                      help="Measure the device's matmul throughput first (default: the study's)."),
@@ -188,6 +222,7 @@ def sweep_cmd(
     opts = {}
     if (executor or st.executor.name) == "local":
         opts = {"start_method": start_method, "keep_logs": keep_logs}
+    opts.update(_parse_executor_options(executor_option or []))
     hooks = _LiveHooks()
     old = signal.getsignal(signal.SIGTERM)
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # `kill` stops as cleanly as Ctrl-C
@@ -235,14 +270,13 @@ def report_cmd(
         "status": None,
         "throughput": ["model", "backend", "task", "device", "precision", "compile", "resolution", "batch_size",
                        "repeats", "img_per_s", "img_per_s_min", "img_per_s_max", "step_ms_median", "step_cv",
-                       "peak_mem_mib", "mfu"],
+                       "mfu"],
         "backends": None,
         "max_batch": ["model", "backend", "mode", "precision", "resolution", "max_batch_size", "capped",
                       "peak_mem_mib", "memory_limit_mib"],
         "flops": None,
         "accuracy": None,
-        "failures": ["model", "backend", "task", "resolution", "batch_size", "repeat", "status", "error_type",
-                     "error_message"],
+        "failures": ["model", "task", "resolution", "batch_size", "repeat", "status", "error_message"],
     }
     from vitbench.report.render import TITLES
 

@@ -1,0 +1,144 @@
+"""Report: every promised file is written, images are valid non-empty PNGs, tables summarise repeats."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from vitbench.models.analytic import analytic_counts
+from vitbench.models.specs import get_spec
+from vitbench.record import make_record
+from vitbench.report import build_report
+from vitbench.report.plots import pareto_front
+from vitbench.store import Store
+from vitbench.study import trial_key
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _add(st: Store, kind: str, cfg: dict, metrics: dict, repeat: int = 0, status: str = "ok", **kw) -> None:
+    r = make_record(kind, cfg, metrics=metrics, status=status, env={"torch": "2.x", "cpu_model": "test cpu"}, **kw)
+    r.update(key=trial_key(cfg, repeat), study="synthetic", run_id=f"run{repeat}", repeat=repeat, trial=cfg)
+    st.append(r)
+
+
+def make_results(path, backends=("torch",), accuracy=False) -> None:
+    """A small synthetic store: throughput at 3 sizes x 2 repeats, max batch, FLOPs, a failure, calibration."""
+    rng = random.Random(0)
+    with Store(path) as st:
+        for rep in range(2):
+            for model in ("ViT-Nano/4", "R-Nano", "R-Nano+ViT-Micro/8"):
+                spec = get_spec(model)
+                for res in (32, 64, 128):
+                    g = analytic_counts(spec, res).gflops
+                    for backend in backends:
+                        for task in ("infer", "train"):
+                            cfg = dict(model=model, backend=backend, task=task, device="cpu", resolution=res,
+                                       batch_size=8, precision="fp32", compile=False)
+                            ips = 50 / g * (0.4 if task == "train" else 1) * rng.uniform(0.9, 1.1)
+                            steps = [8 / ips * rng.uniform(0.95, 1.05) for _ in range(5)]
+                            _add(st, "bench", cfg, dict(img_per_s=ips, step_ms_median=8e3 / ips, step_cv=0.02,
+                                                        gflops_per_img_fwd=g, peak_mem_mib=10.0 + res),
+                                 repeat=rep, raw={"step_s": steps})
+                    if rep == 0:
+                        cfg = dict(model=model, backend="torch", task="max_batch", device="cpu", resolution=res,
+                                   precision="fp32", mode="infer")
+                        _add(st, "max_batch", cfg, dict(max_batch_size=int(4096 / (res / 32) ** 2),
+                                                        capped=res == 32, memory_limit_mib=2048.0))
+                        cfg = dict(model=model, backend="torch", task="flops", resolution=res, num_classes=10)
+                        _add(st, "flops", cfg, dict(gflops=g, gmacs=g / 2, params_m=0.1))
+                if accuracy:
+                    for shots in (1, 10):
+                        cfg = dict(model=model, backend="torch", task="fewshot", dataset="digits", shots=shots)
+                        _add(st, "fewshot", cfg, dict(accuracy=rng.uniform(0.3, 0.9),
+                                                      pretrain_exaflops=1e-6 * rng.uniform(1, 100)), repeat=rep)
+        cfg = dict(model="ViT-Micro/4", backend="torch", task="infer", device="cpu", resolution=32, batch_size=8,
+                   precision="fp32", compile=False)
+        _add(st, "bench", cfg, {}, status="oom", error={"type": "OutOfMemoryError", "message": "out of memory",
+                                                        "tail": "..."})
+        cal = make_record("calibration", {"backend": "torch", "task": "calibration", "device": "cpu"},
+                          metrics={"matmul_tflops_per_s": 0.05}, raw={"matmul_tflops_per_s": [0.05, 0.051]})
+        cal.update(key=None, study="synthetic", run_id="run0")
+        st.append(cal)
+
+
+def _valid_png(path) -> None:
+    import matplotlib.image as mpimg
+
+    data = path.read_bytes()
+    assert data[:8] == PNG_MAGIC and len(data) > 5000, path
+    img = mpimg.imread(path)
+    assert img.ndim == 3 and img.shape[0] > 200 and img.shape[1] > 300
+    assert float(np.std(img[..., :3])) > 0.01  # not a blank canvas
+
+
+def test_report_writes_every_promised_file(tmp_path):
+    make_results(tmp_path / "res")
+    rep = build_report(tmp_path / "res", tmp_path / "out")
+    out = tmp_path / "out"
+    names = {p.name for p in rep.files}
+    for fig in ("throughput_vs_resolution", "max_batch_vs_resolution", "gflops_vs_throughput"):
+        assert {f"{fig}.png", f"{fig}.svg"} <= names
+        _valid_png(out / f"{fig}.png")
+        assert (out / f"{fig}.svg").read_text().lstrip().startswith("<?xml") and "<svg" in (
+            out / f"{fig}.svg").read_text()[:2000]
+    assert "accuracy_vs_compute.png" not in names  # no accuracy rows: no Figure 5 panel
+    for table in ("trials", "throughput", "max_batch", "flops", "failures"):
+        assert {f"{table}.csv", f"{table}.parquet"} <= names
+    assert {"report.md", "report.html"} <= names
+    assert all(p.exists() and p.stat().st_size > 0 for p in rep.files)
+
+    html = (out / "report.html").read_text()
+    assert html.count("data:image/png;base64,") == 3 and "src=\"http" not in html and "<link" not in html
+    md = (out / "report.md").read_text()
+    assert "![throughput_vs_resolution](throughput_vs_resolution.png)" in md and "| model |" in md
+    trials = pd.read_parquet(out / "trials.parquet")
+    assert len(trials) == len(rep.df) == 2 * 3 * 3 * 2 + 3 * 3 * 2 + 1
+    assert "raw" in trials.columns and trials["raw"].str.contains("step_s").any()
+    assert pd.read_csv(out / "trials.csv").shape[0] == len(trials)
+    assert "calibration" in " ".join(rep.meta) and "0.05" in " ".join(rep.meta)
+
+
+def test_throughput_table_collapses_repeats(tmp_path):
+    make_results(tmp_path)
+    rep = build_report(tmp_path, formats="csv", plots=False)
+    t = rep.tables["throughput"]
+    assert len(t) == 3 * 3 * 2 and set(t["repeats"]) == {2}
+    raw = rep.df[(rep.df["kind"] == "bench") & (rep.df["status"] == "ok")]
+    one = raw[(raw["model"] == "R-Nano") & (raw["resolution"] == 64) & (raw["task"] == "infer")]["img_per_s"]
+    row = t[(t["model"] == "R-Nano") & (t["resolution"] == 64) & (t["task"] == "infer")].iloc[0]
+    assert row["img_per_s"] == pytest.approx(one.median())
+    assert row["img_per_s_min"] == one.min() and row["img_per_s_max"] == one.max()
+    assert list(rep.tables["failures"]["status"]) == ["oom"]
+    assert {p.suffix for p in rep.files} == {".csv"}
+
+
+def test_backends_side_by_side_and_accuracy_plot(tmp_path):
+    make_results(tmp_path, backends=("torch", "jax"), accuracy=True)
+    rep = build_report(tmp_path, formats="md,html")
+    piv = rep.tables["backends"]
+    assert {"img_per_s_torch", "img_per_s_jax", "jax_vs_torch"} <= set(piv.columns) and len(piv) == 18
+    _valid_png(tmp_path / "report" / "accuracy_vs_compute.png")
+    assert "Backends side by side" in (tmp_path / "report" / "report.md").read_text()
+
+
+def test_pareto_front():
+    x = [1, 2, 3, 4, 5]
+    y = [0.5, 0.4, 0.7, 0.6, 0.9]
+    assert list(pareto_front(x, y)) == [0, 2, 4]
+    assert list(pareto_front([2, 1], [0.5, 0.5])) == [1]  # same accuracy for less compute wins
+
+
+def test_cli_report(tmp_path, cli):
+    make_results(tmp_path / "res")
+    r = cli("report", tmp_path / "res", "--out", tmp_path / "o", "--format", "md,csv")
+    assert r.exit_code == 0, r.output
+    assert "Throughput" in r.output and "ViT-Nano/4" in r.output and (tmp_path / "o" / "report.md").exists()
+    assert not (tmp_path / "o" / "report.html").exists()
+    r = cli("report", tmp_path / "res", "--format", "pdf")
+    assert r.exit_code == 2 and "allowed: md, html, csv, parquet" in r.output
+    r = cli("report", tmp_path / "nothing-here")
+    assert r.exit_code == 2 and "does not exist" in r.output
