@@ -135,14 +135,17 @@ def run_study(study: Study, results_dir: str | os.PathLike | None = None, *, exe
         summary.wall_s = time.perf_counter() - t_start
         store.close()
         return summary
-    store.save_study(study.text)
     own_executor = not isinstance(executor, Executor)
-    if own_executor:
+    if own_executor:  # before anything is written: bad executor options leave no results directory behind
         name = executor or study.executor.name
-        opts = {**study.executor.options, **(executor_options or {})}
+        # the study's options belong to the study's executor; --executor NAME starts from none
+        opts = {**(study.executor.options if name == study.executor.name else {}), **(executor_options or {})}
         if name == "local":
             opts.setdefault("log_dir", results_dir / "logs")
+        else:  # remote workers write into the store's shards when they can see it (vitbench.executors.remote)
+            opts.setdefault("results_dir", str(results_dir))
         executor = get_executor(name, **opts)
+    store.save_study(study.text)
     timeout = timeout_s or study.timeout_s
     by_key = {t.key: t for t in study.trials}
     calib = calibration_trials(study) if (study.calibration if calibration is None else calibration) else []
@@ -171,7 +174,8 @@ def run_study(study: Study, results_dir: str | os.PathLike | None = None, *, exe
         if is_cal:
             rec["key"] = None  # calibration rows are per run, never skipped as 'done'
             summary.calibrations += 1
-        store.append(rec)  # durable before anything else happens
+        if not (rec.get("runner") or {}).get("stored"):  # else a worker already wrote it (a store shard)
+            store.append(rec)  # durable before anything else happens
         if not is_cal:
             done_now.add(job["key"])
             store.release(job["key"])

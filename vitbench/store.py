@@ -278,10 +278,13 @@ def select(records: Iterable[dict], kinds: Iterable[str] | str | None = None, la
         wanted = {kinds} if isinstance(kinds, str) else set(kinds)
         recs = [r for r in recs if r.get("kind") in wanted]
     if latest:
+        # the latest by finish time, then by position: rows from several shards (workers) interleave in time
         last: dict[str, int] = {}
         for i, r in enumerate(recs):
-            if r.get("key"):
-                last[r["key"]] = i
+            k = r.get("key")
+            done_at = str(r.get("finished_at") or "")
+            if k and (k not in last or done_at >= str(recs[last[k]].get("finished_at") or "")):
+                last[k] = i
         recs = [r for i, r in enumerate(recs) if not r.get("key") or last[r["key"]] == i]
     return recs
 

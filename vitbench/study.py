@@ -510,6 +510,20 @@ def _compose(text: str, source: str) -> tuple[Any, yaml.Node | None]:
     return data, node
 
 
+def _check_executor(spec: ExecutorSpec, errors: _Errors) -> None:
+    """The executor block names a registered executor and only options it takes (checked without importing
+    submitit or ray)."""
+    from vitbench.executors import EXECUTORS, executor_class
+
+    if spec.name not in EXECUTORS:
+        errors.add(("executor", "name"), f"unknown executor; allowed: {', '.join(EXECUTORS)}", spec.name)
+        return
+    try:
+        executor_class(spec.name).check_options(spec.options)
+    except VitbenchError as e:
+        errors.add(("executor", "options"), str(e))
+
+
 def parse_study(text: str, source: str = "<study>", path: Path | None = None) -> Study:
     """Validate a study's YAML text and expand it into trials (raises ConfigError listing every problem)."""
     data, node = _compose(text, source)
@@ -533,6 +547,7 @@ def parse_study(text: str, source: str = "<study>", path: Path | None = None) ->
             m = StudyModel.model_validate({k: v for k, v in data.items() if k not in bad or k == "name"})
         except ValidationError:
             errors.raise_if_any()
+    _check_executor(m.executor, errors)
     ex = _Expander(m, errors)
     merged, n_combos = ex.expand()
     errors.raise_if_any()

@@ -10,7 +10,9 @@ The seam (issue 7 adds `slurm` via submitit and `ray` beside `local`):
 so an executor that draws everything up front claims everything up front. A job is a JSON-able dict built by
 vitbench.runner: {key, study, study_sha, run_id, repeat, config, task_module, timeout_s}; run it with
 `vitbench.trial.run_trial(job)` in a fresh process. `on_start(job)` when a job starts, `on_result(job, record)`
-exactly once per job that started, as results arrive (the runner stores it at once). An executor never raises
+exactly once per job that started, as results arrive (the runner stores it at once, unless the record's
+`runner.stored` says a worker already wrote it into a shard of the store: vitbench.executors.remote). An executor
+never raises
 for a failing trial (crash, OOM, timeout become records); on KeyboardInterrupt it stops its running trials,
 reports each as status 'interrupted' through `on_result`, and re-raises.
 """
@@ -37,26 +39,45 @@ class Executor(ABC):
     def close(self) -> None:
         """Release workers/servers held by the executor."""
 
+    @classmethod
+    def check_options(cls, options: dict) -> None:
+        """Raise ConfigError for options this executor does not take (run when a study is loaded, so a bad
+        `executor:` block fails before anything runs). Default: the constructor's keyword arguments."""
+        import inspect
 
-# name -> "module:Class"; issue 7 adds slurm and ray here.
+        try:
+            inspect.signature(cls.__init__).bind(None, **options)
+        except TypeError as e:
+            allowed = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+            raise ConfigError(f"executor {cls.name!r}: {e}; allowed options: {', '.join(allowed)}") from None
+
+
+# name -> "module:Class". slurm and ray import submitit / ray only when they run (the [cluster] extra).
 EXECUTORS: dict[str, str] = {
     "local": "vitbench.executors.local:LocalExecutor",
+    "slurm": "vitbench.executors.slurm:SlurmExecutor",
+    "ray": "vitbench.executors.ray:RayExecutor",
 }
 
 
-def get_executor(name: str, **options) -> Executor:
-    """Instantiate an executor by name with its options (from the study's `executor` block or the CLI)."""
+def executor_class(name: str) -> type[Executor]:
+    """The class registered under `name` (ConfigError naming the allowed names otherwise)."""
     import importlib
 
     if name not in EXECUTORS:
         raise ConfigError(f"unknown executor {name!r}; allowed: {', '.join(EXECUTORS)}")
     mod, cls = EXECUTORS[name].split(":")
     try:
-        klass = getattr(importlib.import_module(mod), cls)
+        return getattr(importlib.import_module(mod), cls)
     except ImportError as e:
         from vitbench.errors import BackendUnavailable
 
         raise BackendUnavailable(f"executor {name!r} needs an optional extra: {e}") from e
+
+
+def get_executor(name: str, **options) -> Executor:
+    """Instantiate an executor by name with its options (from the study's `executor` block or the CLI)."""
+    klass = executor_class(name)
     try:
         return klass(**options)
     except TypeError as e:
