@@ -187,7 +187,12 @@ class LocalExecutor(Executor):
             return self._failure(job, "timeout", started_at, t0, proc, log_path, "Timeout",
                                  f"trial exceeded its timeout of {timeout:g} s and was killed")
         how = _signal_name(proc.exitcode)
-        hint = " (SIGKILL from outside: the kernel's OOM killer?)" if proc.exitcode == -signal.SIGKILL else ""
+        hint = ""
+        if proc.exitcode == -signal.SIGKILL:
+            hint = " (SIGKILL from outside: the kernel's OOM killer?)"
+        elif not _tail_file(log_path):
+            hint = (" before the trial started (no output). Calling vitbench from a script? Put the call under "
+                    "`if __name__ == '__main__':` (multiprocessing re-imports the main module in each trial)")
         return self._failure(job, "error", started_at, t0, proc, log_path, "TrialCrashed",
                              f"trial process died without a result: {how}{hint}")
 
