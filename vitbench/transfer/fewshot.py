@@ -134,12 +134,18 @@ def fewshot(cfg: FewshotConfig, *, device: str = "cpu", threads: int | None = No
     from vitbench.transfer.engine import get_engine
 
     started = now()
+    splits = load_splits(cfg.data)  # data problems first, before any pre-training
+    counts = splits.train.per_class_counts()
+    if min(counts) < max(cfg.shots):
+        raise ConfigError(f"{max(cfg.shots)}-shot needs {max(cfg.shots)} training images per class; the train "
+                          f"split of {splits.source} has {min(counts)} for class {counts.index(min(counts))}")
+    if cfg.l2_reg == "auto" and len(splits.val) == 0:
+        raise ConfigError("few-shot l2_reg 'auto' needs a val split (data.val_fraction > 0); or fix l2_reg")
     ckpt, _ = resolve_upstream(cfg.upstream, cfg.checkpoint, directory=cache, device=device, threads=threads)
     backend = cfg.backend or ckpt.meta.get("backend", "torch")
     spec = get_spec(ckpt.model)
     r = cfg.resolution or ckpt.resolution
     spec.check_resolution(r)
-    splits = load_splits(cfg.data)
     engine = get_engine(backend)
     info = engine.setup(device, threads)
     # Features do not touch the head (from_weights zero-initialises it); position embeddings are resampled

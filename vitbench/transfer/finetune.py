@@ -16,6 +16,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from vitbench.errors import ConfigError
 from vitbench.models.analytic import train_flops_per_image
 from vitbench.models.specs import get_spec
 from vitbench.record import make_record, now
@@ -76,12 +77,15 @@ def finetune(cfg: FinetuneConfig, *, device: str = "cpu", threads: int | None = 
     from vitbench.transfer.engine import get_engine
 
     started = now()
+    splits = load_splits(cfg.data)  # data problems first, before any pre-training
+    if len(cfg.lr_grid) > 1 and len(splits.val) == 0:
+        raise ConfigError("choosing the fine-tuning LR needs a held-out split: set data.val_fraction > 0 "
+                          "or give a single lr_grid value")
     ckpt, _ = resolve_upstream(cfg.upstream, cfg.checkpoint, directory=cache, device=device, threads=threads)
     backend = cfg.backend or ckpt.meta.get("backend", "torch")
     spec = get_spec(ckpt.model)
     r = cfg.resolution or ckpt.resolution
     spec.check_resolution(r)
-    splits = load_splits(cfg.data)
     k = splits.num_classes
     engine = get_engine(backend)
     info = engine.setup(device, threads)
@@ -95,11 +99,6 @@ def finetune(cfg: FinetuneConfig, *, device: str = "cpu", threads: int | None = 
     val_acc: dict[str, float] = {}
     selection_models = {}
     if len(cfg.lr_grid) > 1:
-        if len(splits.val) == 0:
-            from vitbench.errors import ConfigError
-
-            raise ConfigError("choosing the fine-tuning LR needs a held-out split: set data.val_fraction > 0 "
-                              "or give a single lr_grid value")
         for lr in cfg.lr_grid:
             model, _ = engine.train(start(), splits.train, r, cfg.optim(lr), cfg.batch_size, cfg.seed)
             runs += 1

@@ -1,0 +1,129 @@
+"""Pre-training, checkpoints, position-embedding resampling and fine-tuning on tiny models (torch)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.ndimage
+
+from vitbench.errors import ConfigError, UnsafeFileError
+from vitbench.models.analytic import train_flops_per_image
+from vitbench.models.specs import get_spec
+from vitbench.transfer.checkpoint import load_checkpoint, save_checkpoint
+from vitbench.transfer.engine import get_engine
+from vitbench.transfer.finetune import FinetuneConfig, finetune
+from vitbench.transfer.posembed import resample_pos_embed
+from vitbench.transfer.pretrain import PretrainConfig, ensure_upstream, pretrain
+
+# ViT-Nano/4 at 16 px (16 tokens) keeps every run here to a second or two.
+UP = PretrainConfig(model="ViT-Nano/4", resolution=16, steps=80, warmup_steps=8, batch_size=32, lr=3e-3)
+
+
+def test_pos_embed_resampling_identity_shapes_and_class_token():
+    rng = np.random.default_rng(0)
+    pe = rng.normal(size=(1, 1 + 16, 8)).astype(np.float32)
+    assert resample_pos_embed(pe, 16) is pe  # same grid: untouched
+    up = resample_pos_embed(pe, 36)
+    assert up.shape == (1, 37, 8) and up.dtype == pe.dtype
+    np.testing.assert_array_equal(up[:, 0], pe[:, 0])  # class token kept as is
+    ref = scipy.ndimage.zoom(pe[0, 1:].reshape(4, 4, 8), (6 / 4, 6 / 4, 1), order=1)  # vit_jax's resampling
+    np.testing.assert_allclose(up[0, 1:].reshape(6, 6, 8), ref, atol=1e-6)
+    np.testing.assert_allclose(up[0, 1], pe[0, 1])  # corners are kept (corner-aligned interpolation)
+    with pytest.raises(ValueError, match="square"):
+        resample_pos_embed(pe, 20)
+
+
+def test_from_weights_zero_head_and_interpolated_pos_embed():
+    eng = get_engine("torch")
+    spec = get_spec("ViT-Nano/4")
+    src = eng.weights(eng.init_model(spec, 16, 5, seed=1))
+    model = eng.from_weights(spec, src, 24, 3, seed=0)  # 4x4 -> 6x6 grid, 5 -> 3 classes
+    w = eng.weights(model)
+    assert w["pos_embed"].shape == (1, 37, 32) and w["head.weight"].shape == (3, 32)
+    assert not w["head.weight"].any() and not w["head.bias"].any()
+    np.testing.assert_array_equal(w["blocks.0.attn.qkv.weight"], src["blocks.0.attn.qkv.weight"])
+    np.testing.assert_allclose(w["pos_embed"], resample_pos_embed(src["pos_embed"], 36))
+    x = np.zeros((2, 24, 24, 3), np.float32)
+    assert np.all(eng.logits(model, x) == 0)  # a zero head outputs zeros
+    with pytest.raises(ValueError, match="does not match"):
+        eng.from_weights(get_spec("ViT-Micro/4"), src, 16, 3, seed=0)
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("upstream-cache")
+
+
+@pytest.fixture(scope="module")
+def upstream(cache):
+    """One upstream for the module, trained once into `cache` (its record kept), reused by later tests."""
+    ckpt, rec = ensure_upstream(UP, directory=cache)
+    assert rec is not None  # an empty cache: trained now
+    return ckpt, rec
+
+
+def test_pretrain_records_compute_and_checkpoint_roundtrip(upstream):
+    ckpt, rec = upstream
+    m = rec["metrics"]
+    assert rec["kind"] == "pretrain" and rec["status"] == "ok"
+    assert m["images_seen"] == 80 * 32
+    expect = train_flops_per_image(get_spec("ViT-Nano/4"), 16, 5) * 80 * 32 / 1e18
+    assert m["exaflops"] == pytest.approx(expect)
+    assert rec["raw"]["loss"][-1] < rec["raw"]["loss"][0]
+    assert m["accuracy"] > 0.4  # 5 classes: chance ~0.2
+    path = ckpt.path
+    assert path.is_file() and path.with_suffix(".json").is_file()
+    back = load_checkpoint(path)
+    assert back.model == "ViT-Nano/4" and back.resolution == 16 and back.num_classes == 5
+    assert back.meta["config"]["steps"] == 80 and back.meta["spec"]["width"] == 32
+    for k, v in ckpt.weights.items():
+        np.testing.assert_array_equal(back.weights[k], v)
+
+
+def test_checkpoint_refuses_pickles_and_foreign_files(tmp_path):
+    (tmp_path / "w.pt").write_bytes(b"whatever")
+    with pytest.raises(UnsafeFileError, match="pickle-based"):
+        load_checkpoint(tmp_path / "w.pt")
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_checkpoint(tmp_path / "missing.safetensors")
+    from safetensors.numpy import save_file
+
+    save_file({"a": np.zeros(2, np.float32)}, str(tmp_path / "plain.safetensors"))
+    with pytest.raises(ConfigError, match="without vitbench metadata"):
+        load_checkpoint(tmp_path / "plain.safetensors")
+    rec, ckpt = pretrain(PretrainConfig(model="R-Nano", steps=2, warmup_steps=0, batch_size=4),
+                         out=tmp_path / "explicit")  # explicit output path, another family
+    assert rec["config"]["checkpoint"] == str(tmp_path / "explicit.safetensors")
+    assert load_checkpoint(tmp_path / "explicit.safetensors").model == "R-Nano"
+    p = save_checkpoint(tmp_path / "ok", {"a": np.ones(3)}, {"model": "ViT-Nano/4", "resolution": 16,
+                                                              "num_classes": 2})
+    assert p.suffix == ".safetensors" and load_checkpoint(p).weights["a"].dtype == np.float32
+
+
+def test_upstream_cache_trains_once(cache, upstream):
+    again, rec2 = ensure_upstream(UP, directory=cache)
+    assert rec2 is None and again.meta["key"] == UP.key() and again.path.parent == cache
+    assert UP.key() != UP.model_copy(update={"steps": 81}).key()
+    assert UP.key() == PretrainConfig(model="vit-nano_4", resolution=16, steps=80, warmup_steps=8,
+                                      batch_size=32, lr=3e-3).key()  # alias -> same upstream
+
+
+def test_finetune_beats_the_initial_head(cache, upstream):
+    cfg = FinetuneConfig(upstream=UP, steps=60, warmup_steps=5, batch_size=32, lr_grid=[0.03, 0.1],
+                         resolution=24)  # higher resolution: interpolated position embeddings
+    rec = finetune(cfg, cache=str(cache))
+    m = rec["metrics"]
+    assert rec["kind"] == "finetune" and rec["config"]["resolution"] == 24
+    assert m["best_lr"] in (0.03, 0.1) and set(rec["raw"]["val_accuracy_by_lr"]) == {"0.03", "0.1"}
+    assert m["initial_accuracy"] < 0.3  # zero head: every logit ties
+    assert m["accuracy"] > m["initial_accuracy"] + 0.25
+    assert m["finetune_images_seen"] == 3 * 60 * 32  # two LRs + the refit on train+val
+    assert m["exaflops"] == pytest.approx(load_checkpoint(rec["config"]["upstream_checkpoint"]).meta["metrics"]
+                                          ["exaflops"])
+
+
+def test_finetune_needs_val_split_for_a_grid(tmp_path):  # checked before any pre-training
+    cfg = FinetuneConfig(upstream=UP, steps=5, warmup_steps=1, lr_grid=[0.01, 0.03],
+                         data={"classes": "5-9", "val_fraction": 0.0})
+    with pytest.raises(ConfigError, match="held-out split"):
+        finetune(cfg, cache=str(tmp_path))
