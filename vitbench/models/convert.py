@@ -253,8 +253,9 @@ def _kind(x: Any) -> str:
     return "numpy"
 
 
-def resample_pos_embed(posemb: Array, new_grid: int | tuple[int, int], old_grid: int | tuple[int, int] | None = None,
-                       num_prefix_tokens: int = 1, method: str = "bilinear") -> Array:
+def resample_pos_embed(posemb: Array, new_grid: int | tuple[int, int],
+                       old_grid: int | tuple[int, int] | None = None, num_prefix_tokens: int = 1,
+                       method: str = "bilinear") -> Array:
     """Resample learned position embeddings (1, prefix + h*w, D) or (prefix + h*w, D) to a new h'*w' grid.
 
     The paper's recipe for fine-tuning at a higher resolution (ViT Section 3.2): 2-D interpolation of the
@@ -345,6 +346,8 @@ def load_npz(path: str | Path) -> dict[str, np.ndarray]:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"checkpoint {str(path)!r} does not exist (or is not a file)")
+    if not zipfile.is_zipfile(path):  # np.load would take anything else for a pickle
+        raise ConfigError(f"checkpoint {str(path)!r} is not a readable .npz file (not a zip archive)")
     try:
         with np.load(path, allow_pickle=False) as z:
             return {k: z[k] for k in z.files}
@@ -376,16 +379,18 @@ def _canonical_keys(flat: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 def params_from_checkpoint(flat: dict[str, np.ndarray], template: dict, *, new_head: bool = False,
                            source: str = "checkpoint", method: str = "bilinear") -> dict:
-    """Fit a flat checkpoint to `template` (the target model's initialised params) and return nested params.
+    """Fit a flat checkpoint to `template` (the target model's params, or just their shapes from
+    jax.eval_shape) and return nested float32 numpy params.
 
     - GroupNorm scale/bias stored as (1,1,1,C) are squeezed; position embeddings of another grid are resampled
       (class token kept); names from linen-converted files are mapped back to the original ones.
     - new_head=True: the paper's fine-tuning head swap -- drop `pre_logits` (if the target has none) and take
-      `head` from `template` (zero-initialised); otherwise the head must match.
+      a zero-initialised `head` of the template's shape (the paper's fine-tuning head); otherwise the head
+      must match.
     Anything else that does not match raises ConfigError naming the keys.
     """
     flat = _canonical_keys({k: np.asarray(v) for k, v in flat.items()})
-    want = {k: np.asarray(v) for k, v in flatten(dict(template)).items()}
+    want = {k: v for k, v in flatten(dict(template)).items()}
     if new_head:
         flat = {k: v for k, v in flat.items() if not k.startswith("head/")}
         if not any(k.startswith("pre_logits/") for k in want):
@@ -393,19 +398,20 @@ def params_from_checkpoint(flat: dict[str, np.ndarray], template: dict, *, new_h
     missing = sorted(k for k in want if k not in flat and not (new_head and k.startswith("head/")))
     extra = sorted(k for k in flat if k not in want)
     if missing or extra:
-        raise ConfigError(f"{source} does not fit the model: missing {missing[:6]}{'...' if len(missing) > 6 else ''}"
-                          f", unexpected {extra[:6]}{'...' if len(extra) > 6 else ''}. Check the model name "
-                          "(e.g. ViT-B/16 vs ViT-B/32) or use new_head for a checkpoint with another head.")
+        more = lambda ks: f"{ks[:6]}{' ...' if len(ks) > 6 else ''}"  # noqa: E731
+        raise ConfigError(f"{source} does not fit the model: missing {more(missing)}, unexpected {more(extra)}. "
+                          "Check the model name (e.g. ViT-B/16 vs ViT-B/32), or use new_head for a checkpoint "
+                          "with another head.")
     out: dict[str, np.ndarray] = {}
     for k, ref in want.items():
-        if k not in flat:  # the new head
-            out[k] = ref
+        if k not in flat:  # the new head, zero-initialised (ViT paper, fine-tuning)
+            out[k] = np.zeros(ref.shape, np.float32)
             continue
         v = flat[k]
         if v.shape != ref.shape:
             if k.endswith("pos_embedding") and v.shape[-1] == ref.shape[-1]:
                 v = resample_pos_embed(v, math.isqrt(ref.shape[1] - 1), method=method)
-            elif v.size == ref.size:  # e.g. GroupNorm (1,1,1,C) -> (C,)
+            elif v.size == math.prod(ref.shape):  # e.g. GroupNorm (1,1,1,C) -> (C,)
                 v = v.reshape(ref.shape)
             else:
                 raise ConfigError(f"{source}: {k} has shape {v.shape}, the model expects {ref.shape}")
@@ -414,15 +420,19 @@ def params_from_checkpoint(flat: dict[str, np.ndarray], template: dict, *, new_h
 
 
 def load_vit_jax_npz(path: str | Path, spec: ModelSpec | str, resolution: int | None = None,
-                     num_classes: int | None = None, *, new_head: bool = False, seed: int = 0,
+                     num_classes: int | None = None, *, new_head: bool = False,
                      representation_size: int | None = None, method: str = "bilinear") -> dict:
     """Load an original vit_jax (or big_vision BiT) .npz into params for `build_flax_model(spec, resolution,
     num_classes)`; see `params_from_checkpoint` for what is adapted."""
-    from vitbench.models.flax import build_flax_model, init_params
+    import jax
+    import jax.numpy as jnp
+
+    from vitbench.models.flax import build_flax_model
 
     spec = get_spec(spec)
     resolution = resolution or spec.resolution
     model = build_flax_model(spec, resolution, num_classes, representation_size=representation_size)
-    template = init_params(model, resolution, seed)
+    x = jax.ShapeDtypeStruct((1, resolution, resolution, 3), jnp.float32)
+    template = jax.eval_shape(model.init, jax.random.PRNGKey(0), x)["params"]  # shapes only: no compile
     return params_from_checkpoint(load_npz(path), template, new_head=new_head, source=str(path), method=method)
 

@@ -83,7 +83,7 @@ def mid_channels(out_channels: int) -> int:
 
 
 class PreActBottleneck(nn.Module):
-    """BiT unit: x -> gn1,relu -> [conv_proj shortcut] ; conv1 1x1 -> gn2,relu -> conv2 3x3/s -> gn3,relu -> conv3."""
+    """BiT unit: gn1+relu -> (conv_proj shortcut), conv1 1x1 -> gn2+relu -> conv2 3x3/s -> gn3+relu -> conv3."""
 
     spec: ModelSpec
     features: int  # output channels (4 x bottleneck width)
@@ -93,8 +93,11 @@ class PreActBottleneck(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        s, eps, mid = self.spec, self.spec.std_conv_eps, mid_channels(self.features)
-        conv = lambda f, k, st, pad, name: StdConv(f, (k, k), (st, st), pad, eps, dtype=self.dtype, name=name)  # noqa: E731
+        s, mid = self.spec, mid_channels(self.features)
+
+        def conv(f: int, k: int, st: int, pad: Padding, name: str) -> StdConv:
+            return StdConv(f, (k, k), (st, st), pad, s.std_conv_eps, dtype=self.dtype, name=name)
+
         x_pre = nn.relu(group_norm(s, "gn1", self.dtype)(x))
         shortcut = conv(self.features, 1, self.strides, "VALID", "conv_proj")(x_pre) if self.project else x
         y = conv(mid, 1, 1, "VALID", "conv1")(x_pre)
