@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import scipy.ndimage
+import torch
 
 from vitbench.errors import ConfigError, UnsafeFileError
 from vitbench.models.analytic import train_flops_per_image
+from vitbench.models.convert import resample_pos_embed
 from vitbench.models.specs import get_spec
 from vitbench.transfer.checkpoint import load_checkpoint, save_checkpoint
 from vitbench.transfer.engine import get_engine
 from vitbench.transfer.finetune import FinetuneConfig, finetune
-from vitbench.transfer.posembed import resample_pos_embed
 from vitbench.transfer.pretrain import PretrainConfig, ensure_upstream, pretrain
 
 # ViT-Nano/4 at 16 px (16 tokens) keeps every run here to a second or two.
@@ -22,15 +22,15 @@ UP = PretrainConfig(model="ViT-Nano/4", resolution=16, steps=80, warmup_steps=8,
 def test_pos_embed_resampling_identity_shapes_and_class_token():
     rng = np.random.default_rng(0)
     pe = rng.normal(size=(1, 1 + 16, 8)).astype(np.float32)
-    assert resample_pos_embed(pe, 16) is pe  # same grid: untouched
-    up = resample_pos_embed(pe, 36)
+    assert resample_pos_embed(pe, 4) is pe  # same grid: untouched
+    up = resample_pos_embed(pe, 6)
     assert up.shape == (1, 37, 8) and up.dtype == pe.dtype
     np.testing.assert_array_equal(up[:, 0], pe[:, 0])  # class token kept as is
-    ref = scipy.ndimage.zoom(pe[0, 1:].reshape(4, 4, 8), (6 / 4, 6 / 4, 1), order=1)  # vit_jax's resampling
-    np.testing.assert_allclose(up[0, 1:].reshape(6, 6, 8), ref, atol=1e-6)
-    np.testing.assert_allclose(up[0, 1], pe[0, 1])  # corners are kept (corner-aligned interpolation)
+    grid = torch.tensor(pe[0, 1:].reshape(1, 4, 4, 8)).permute(0, 3, 1, 2)  # 2-D bilinear on the 4x4 grid
+    ref = torch.nn.functional.interpolate(grid, size=(6, 6), mode="bilinear", align_corners=False)
+    np.testing.assert_allclose(up[0, 1:], ref[0].permute(1, 2, 0).reshape(36, 8).numpy(), atol=1e-6)
     with pytest.raises(ValueError, match="square"):
-        resample_pos_embed(pe, 20)
+        resample_pos_embed(pe[:, :-1], 6)
 
 
 def test_from_weights_zero_head_and_interpolated_pos_embed():
@@ -42,7 +42,7 @@ def test_from_weights_zero_head_and_interpolated_pos_embed():
     assert w["pos_embed"].shape == (1, 37, 32) and w["head.weight"].shape == (3, 32)
     assert not w["head.weight"].any() and not w["head.bias"].any()
     np.testing.assert_array_equal(w["blocks.0.attn.qkv.weight"], src["blocks.0.attn.qkv.weight"])
-    np.testing.assert_allclose(w["pos_embed"], resample_pos_embed(src["pos_embed"], 36))
+    np.testing.assert_allclose(w["pos_embed"], resample_pos_embed(src["pos_embed"], 6))
     x = np.zeros((2, 24, 24, 3), np.float32)
     assert np.all(eng.logits(model, x) == 0)  # a zero head outputs zeros
     with pytest.raises(ValueError, match="does not match"):

@@ -7,6 +7,7 @@ the engine transposes if it needs to), labels int64, weights as {timm parameter 
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -14,7 +15,7 @@ import numpy as np
 
 from vitbench.models.specs import ModelSpec
 from vitbench.transfer.data import ImageSet
-from vitbench.transfer.posembed import resample_pos_embed
+from vitbench.models.convert import resample_pos_embed
 from vitbench.transfer.schedules import OptimConfig
 
 ENGINES: tuple[str, ...] = ("torch", "jax")
@@ -63,7 +64,8 @@ class TransferEngine(ABC):
         fresh = self.weights(model)
         body = {k: v for k, v in weights.items() if not k.startswith("head.")}
         if "pos_embed" in body and body["pos_embed"].shape != fresh["pos_embed"].shape:
-            body["pos_embed"] = resample_pos_embed(body["pos_embed"], fresh["pos_embed"].shape[1] - 1)
+            new_grid = math.isqrt(fresh["pos_embed"].shape[1] - 1)
+            body["pos_embed"] = resample_pos_embed(body["pos_embed"], new_grid)  # class token kept
         missing = sorted(set(fresh) - set(body) - {k for k in fresh if k.startswith("head.")})
         unexpected = sorted(set(body) - set(fresh))
         if missing or unexpected:
