@@ -152,6 +152,8 @@ class _LiveHooks:
     def stop(self) -> None:
         if self.live.is_started:
             self.live.stop()
+            if not console.is_terminal:
+                console.line()  # a log file gets the final render without its trailing newline
 
 
 def _parse_executor_options(items: list[str]) -> dict:
