@@ -276,7 +276,8 @@ def report_cmd(
         "backends": None,
         "max_batch": ["model", "backend", "mode", "precision", "resolution", "max_batch_size", "capped",
                       "peak_mem_mib", "memory_limit_mib"],
-        "flops": None,
+        "flops": ["model", "backend", "resolution", "params_m", "gflops", "gflops_fvcore", "gflops_torch_flop_counter",
+                  "gflops_xla"],
         "accuracy": None,
         "failures": ["model", "task", "resolution", "batch_size", "repeat", "status", "error_message"],
     }

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 from matplotlib import colormaps
 from matplotlib.figure import Figure
-from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
+from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter, NullLocator, ScalarFormatter
 
 from vitbench.models.specs import all_specs
 from vitbench.report import tables
@@ -75,6 +75,14 @@ def _size_axis(ax, values) -> None:
     ax.set_xlabel("Input size [px]")
 
 
+def _log_axis(axis) -> None:
+    """Log axis with readable plain-number labels at 1, 2, 5 x 10^k (no overlapping minor labels)."""
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_locator(LogLocator(base=10, subs=tuple(range(1, 10))))
+    axis.set_minor_formatter(NullFormatter())
+
+
 def _legend(fig: Figure, ax, n: int) -> None:
     if n == 0:
         return
@@ -112,6 +120,7 @@ def throughput_vs_resolution(df: pd.DataFrame) -> Figure | None:
                     label=_series_label(row, multi))
             n += 1
         ax.set_yscale("log")
+        _log_axis(ax.yaxis)
         _size_axis(ax, sub["resolution"])
         what = "inference" if task == "infer" else ("training" if task == "train" else task)
         ax.set_ylabel(f"Peak {what} speed [img/s]")
@@ -211,6 +220,8 @@ def gflops_vs_throughput(df: pd.DataFrame) -> Figure | None:
             n += 1
         ax.set_xscale("log")
         ax.set_yscale("log")
+        _log_axis(ax.xaxis)
+        _log_axis(ax.yaxis)
         ax.set_xlabel("Forward cost [GFLOPs per image] (1 MAC = 2 FLOPs)")
         what = "inference" if task == "infer" else ("training" if task == "train" else task)
         ax.set_ylabel(f"Measured peak {what} speed [img/s]")
