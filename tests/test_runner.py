@@ -59,6 +59,16 @@ def test_failures_become_rows_and_the_sweep_goes_on(tmp_path):
     assert (tmp_path / "logs").is_dir()
 
 
+def test_a_timeout_kills_the_trial_and_the_processes_it_started(tmp_path):
+    s = fake_study("timeout_s: 4\naxes: {model: [ViT-Nano/4], task: [spawner]}\n")
+    run_study(s, tmp_path, executor_options=SPAWN)
+    row = load(tmp_path).iloc[0]
+    assert row["status"] == "timeout"
+    pid = int(re.search(r"grandchild (\d+)", row["error_tail"]).group(1))
+    _wait_for(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE,
+              timeout=10, what="the grandchild to die")
+
+
 def test_every_trial_runs_in_its_own_process(tmp_path):
     s = fake_study("axes: {model: [ViT-Nano/4, R-Nano, ViT-Micro/4], task: [sleep]}\n")
     run_study(s, tmp_path, executor_options=SPAWN)

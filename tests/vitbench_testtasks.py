@@ -42,3 +42,17 @@ def _sleep(config: dict) -> dict:
 
 register_task("sleep", _sleep, kind="bench", fields=FIELDS,
               params={"seconds": (float, 0.05), "behaviour": (str, "ok")}, description="test-only")
+
+
+def _spawner(config: dict) -> dict:
+    """Starts a grandchild that would outlive the trial, prints its pid, then hangs (for timeout tests)."""
+    import subprocess
+    import sys
+
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    print(f"grandchild {p.pid}", flush=True)
+    time.sleep(3600)
+    return {}
+
+
+register_task("spawner", _spawner, kind="bench", fields=FIELDS, description="test-only")

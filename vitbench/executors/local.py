@@ -136,12 +136,22 @@ class LocalExecutor(Executor):
         return result, log_dir / f"{stem}.log"
 
     def _stop(self, proc) -> None:
+        """Stop a trial and everything it started (e.g. max-batch probe processes): SIGTERM, then SIGKILL."""
+        import psutil
+
+        try:
+            tree = psutil.Process(proc.pid).children(recursive=True) if proc.pid else []
+        except psutil.Error:
+            tree = []
         if proc.is_alive():
             proc.terminate()
             proc.join(self.grace_s)
         if proc.is_alive():
             proc.kill()
             proc.join()
+        for child in tree:
+            with contextlib.suppress(psutil.Error):
+                child.kill()
 
     def _run_one(self, job: dict, on_result: OnResult) -> dict:
         result_path, log_path = self._paths(job)
