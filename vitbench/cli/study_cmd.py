@@ -32,10 +32,10 @@ _SHORT = {"resolution": "px", "batch_size": "batch", "repeats": "n", "precision"
           "img_per_s_min": "min", "img_per_s_max": "max", "error_message": "error"}
 
 
-def _df_table(df, title: str, columns: list[str] | None = None, max_rows: int = 40) -> Table:
+def _df_table(df, title: str, columns: list[str] | None = None, max_rows: int = 40, collapse: bool = True) -> Table:
     """A DataFrame as a compact rich table: columns equal in every row move to the caption."""
     cols = [c for c in (columns or list(df.columns)) if c in df.columns]
-    same = [c for c in cols if c != "model" and len(df) > 1 and df[c].astype(str).nunique() == 1]
+    same = [c for c in cols if collapse and c != "model" and len(df) > 1 and df[c].astype(str).nunique() == 1]
     cols = [c for c in cols if c not in same]
     caption = ", ".join(f"{c}={_fmt(df[c].iloc[0])}" for c in same if _fmt(df[c].iloc[0]))
     t = Table(title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False,
@@ -286,6 +286,6 @@ def report_cmd(
     for name, cols in show.items():
         df = rep.tables.get(name)
         if df is not None and not df.empty:
-            console.print(_df_table(df, TITLES.get(name, name), cols))
+            console.print(_df_table(df, TITLES.get(name, name), cols, collapse=name != "status"))
     console.print(f"wrote {len(rep.files)} files to {rep.files[0].parent if rep.files else out}:")
     console.print("  " + "  ".join(p.name for p in rep.files), highlight=False)
