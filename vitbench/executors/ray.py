@@ -20,6 +20,7 @@ trials set it to a whole node's cores, or two trials will share cores and measur
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import logging
 from collections.abc import Iterable
 from pathlib import Path
@@ -29,8 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFlo
 
 from vitbench.errors import BackendUnavailable
 from vitbench.executors import Executor, OnResult, OnStart
-from vitbench.executors.remote import base_record, parse_options, run_on_worker, stored_row
-from vitbench.record import now
+from vitbench.executors.remote import base_record, parse_options, run_on_worker, since_now, stored_row
 
 
 class RayOptions(BaseModel):
@@ -46,6 +46,7 @@ class RayOptions(BaseModel):
     runtime_env: dict[str, Any] | None = None  # for a session this executor opens
     init: dict[str, Any] = Field(default_factory=dict)  # more ray.init() arguments for that session
     start_method: Literal["spawn", "forkserver"] = "spawn"  # for the trial's child inside the Ray worker
+    grace_s: PositiveFloat = 5.0  # after a trial's timeout: SIGTERM, then SIGKILL this much later
     poll_s: PositiveFloat = 1.0
     keep_logs: bool = False
     results_dir: str | None = None  # set by the runner
@@ -65,6 +66,8 @@ class RayExecutor(Executor):
 
     def __init__(self, **options):
         self.opts: RayOptions = parse_options(self.name, RayOptions, options)  # type: ignore[assignment]
+        if importlib.util.find_spec("ray") is None:  # before anything is written
+            raise BackendUnavailable("executor 'ray' needs ray: pip install 'vitbench[cluster]'")
         self._started = False
 
     @classmethod
@@ -72,10 +75,8 @@ class RayExecutor(Executor):
         parse_options(cls.name, RayOptions, options)
 
     def _ray(self):
-        try:
-            import ray
-        except ImportError as e:
-            raise BackendUnavailable("executor 'ray' needs ray: pip install 'vitbench[cluster]'") from e
+        import ray
+
         if not ray.is_initialized():
             o = self.opts
             kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
@@ -103,7 +104,6 @@ class RayExecutor(Executor):
         o = self.opts
         results = str(Path(o.results_dir).resolve()) if o.results_dir else None
         task = ray.remote(run_on_worker)
-        since = now()
         pending = iter(jobs)
         running: dict[Any, dict] = {}  # ObjectRef -> job
         exhausted = False
@@ -123,8 +123,8 @@ class RayExecutor(Executor):
                         opts["memory"] = int(o.memory_gb * 2**30)
                     if o.resources:
                         opts["resources"] = dict(o.resources)
-                    ref = task.options(**opts).remote(job, results, o.start_method, since, {"executor": self.name},
-                                                      o.keep_logs)
+                    ref = task.options(**opts).remote(job, results, o.start_method, since_now(),
+                                                      {"executor": self.name}, o.keep_logs, o.grace_s)
                     running[ref] = job
                     on_start(job)
                 if not running:

@@ -12,10 +12,11 @@ Worker side (`run_on_worker`, executed inside a SLURM job or a Ray task):
      durable even if the driver (a login-node session) dies; the shards are merged on load.
   3. Exactly once across driver restarts. Jobs outlive a killed driver (SLURM jobs, submitit's local processes),
      and a resumed sweep re-submits the trials that have no row yet. So before measuring, the worker takes a
-     non-blocking lock `claims/<key>.worker.lock` (held while it runs) and re-reads the store: a trial that
-     another job is running, or that another sweep finished after this executor started, is not measured again;
-     the worker returns a 'skipped' record marked as stored elsewhere, which the driver counts but never writes.
-     (flock across machines needs a file system that supports it: NFSv4, Lustre/GPFS with flock enabled.)
+     non-blocking lock `claims/<key>.worker.lock` (held until its row is written) and re-reads the store: a trial
+     that another job is running, or that another sweep stored after the driver re-checked the store for it
+     (`since`: the job's draw time minus DUPLICATE_WINDOW_S), is not measured again; the worker returns a
+     'skipped' record marked as stored elsewhere, which the driver counts but never writes. (flock across
+     machines needs a file system that supports it: NFSv4, Lustre/GPFS with flock enabled.)
   Without a visible store, the worker just returns the record and the driver appends it (e.g. a Ray cluster
   without a shared file system); then a killed driver loses the results of trials still running.
 
@@ -33,10 +34,21 @@ import re
 import socket
 from pathlib import Path
 
-from vitbench.record import make_record
+from vitbench.record import make_record, now
 from vitbench.store import DONE_STATUSES, STUDY_FILE, Store
 
 JOB_FIELDS = ("key", "study", "study_sha", "run_id", "repeat")
+# A row another sweep stored less than this before the driver drew a job may have been missed by the driver's
+# own re-check (it was being written); the worker treats it as a duplicate. Also absorbs small clock skew.
+DUPLICATE_WINDOW_S = 5.0
+
+
+def since_now(window_s: float = DUPLICATE_WINDOW_S) -> str:
+    """ISO time `window_s` ago (UTC, ms, the format of record timestamps): the `since` of a job drawn now."""
+    import datetime as dt
+
+    t = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=window_s)
+    return t.isoformat(timespec="milliseconds")
 
 
 def host_shard() -> str:
@@ -108,12 +120,13 @@ def stored_row(results_dir: str | os.PathLike | None, job: dict) -> dict | None:
 
 
 def _done_elsewhere(store: Store, job: dict, since: str | None) -> dict | None:
-    """A terminal row for this trial written by another sweep after `since` (ISO time), if any."""
+    """A terminal row for this trial stored by another sweep after `since` (ISO time), if any."""
     if not since:
         return None
     for r in store.refresh():
+        stored_at = (r.get("runner") or {}).get("stored_at") or r.get("finished_at") or ""
         if (r.get("key") == job["key"] and r.get("status") in DONE_STATUSES
-                and r.get("run_id") != job.get("run_id") and (r.get("finished_at") or "") >= since):
+                and r.get("run_id") != job.get("run_id") and stored_at >= since):
             return r
     return None
 
@@ -139,14 +152,17 @@ def _unlock(fd: int | None) -> None:
 
 
 def run_on_worker(job: dict, results_dir: str | None = None, start_method: str = "spawn",
-                  since: str | None = None, runner_info: dict | None = None, keep_logs: bool = False) -> dict:
+                  since: str | None = None, runner_info: dict | None = None, keep_logs: bool = False,
+                  grace_s: float = 5.0) -> dict:
     """Run one trial job on this machine (see the module docstring); never raises for a failing trial.
 
-    `since`: when the driver's executor started (ISO time); rows another sweep wrote after it make this job a
-    duplicate. `runner_info`: extra fields for the record's `runner` block (executor name, job id, ...)."""
+    `since` (ISO time, from `since_now()` when the driver drew the job): a row another sweep stored after it
+    makes this job a duplicate. `runner_info`: extra fields for the record's `runner` block (executor name,
+    job id, ...). `grace_s`: after the trial's timeout, SIGTERM, then SIGKILL this much later."""
     from vitbench.executors.local import LocalExecutor
 
     info = {"host": socket.gethostname(), "worker_pid": os.getpid(), **(runner_info or {})}
+    info.update(_job_id_here(info.get("executor")))
     root = visible_store(results_dir, job.get("study_sha"))
     store = Store(root, shard=host_shard()) if root is not None else None
     fd = None
@@ -161,7 +177,7 @@ def run_on_worker(job: dict, results_dir: str | None = None, start_method: str =
                 return _skipped(job, info, f"already measured by run {other.get('run_id')} "
                                            f"(status {other.get('status')}) after this sweep started")
         out: list[dict] = []
-        ex = LocalExecutor(start_method=start_method, preload=(), keep_logs=keep_logs,
+        ex = LocalExecutor(start_method=start_method, preload=(), keep_logs=keep_logs, grace_s=grace_s,
                            log_dir=(root / "logs") if root is not None else None)
         try:
             ex.run([job], lambda j: None, lambda j, r: out.append(r))
@@ -171,6 +187,7 @@ def run_on_worker(job: dict, results_dir: str | None = None, start_method: str =
         rec["runner"] = {**rec.get("runner", {}), **info}
         # (a calibration row gets its per-run identity from the driver, which writes it)
         if store is not None and rec.get("status") in DONE_STATUSES and rec.get("kind") != "calibration":
+            rec["runner"]["stored_at"] = now()
             store.append(rec)  # durable on the shared file system before the driver even hears of it
             rec = dict(rec)
             rec["runner"] = {**rec["runner"], "stored": store.path.name}
@@ -179,6 +196,22 @@ def run_on_worker(job: dict, results_dir: str | None = None, start_method: str =
         _unlock(fd)
         if store is not None:
             store.close()
+
+
+def _job_id_here(executor: str | None) -> dict:
+    """The cluster's id of the job/task running this worker, for the row (the driver adds it to rows it writes)."""
+    try:
+        if executor == "slurm":
+            import submitit
+
+            return {"job_id": str(submitit.JobEnvironment().job_id)}
+        if executor == "ray":
+            import ray
+
+            return {"task_id": ray.get_runtime_context().get_task_id()}
+    except Exception:  # noqa: BLE001 - not inside such a job (e.g. called directly)
+        pass
+    return {}
 
 
 def _skipped(job: dict, info: dict, why: str) -> dict:

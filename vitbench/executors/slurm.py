@@ -19,6 +19,7 @@ also handy on a single GPU box). Options are validated by `SlurmOptions` (unknow
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import math
 import shutil
 import time
@@ -30,8 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat
 
 from vitbench.errors import BackendUnavailable, ConfigError
 from vitbench.executors import Executor, OnResult, OnStart
-from vitbench.executors.remote import base_record, parse_options, run_on_worker, stored_row
-from vitbench.record import now
+from vitbench.executors.remote import base_record, parse_options, run_on_worker, since_now, stored_row
 
 # SLURM job states (sacct) -> record status for a job that returned no record.
 _STATE_STATUS = {"TIMEOUT": "timeout", "DEADLINE": "timeout", "OUT_OF_MEMORY": "oom", "OUT_OF_ME+": "oom",
@@ -53,7 +53,7 @@ class SlurmOptions(BaseModel):
     gpus: NonNegativeInt | None = None  # per trial; None: 1 for a cuda trial, else 0
     cpus_per_task: PositiveInt | None = None
     mem_gb: PositiveFloat | None = None
-    time_limit_min: PositiveFloat | None = None  # None: trial timeout + TIME_LIMIT_MARGIN_MIN
+    time_limit_min: PositiveFloat | None = None  # None: trial timeout + TIME_LIMIT_MARGIN_MIN (rounded up)
     exclusive: bool = False  # a whole node per trial (timing trials then share nothing)
     additional: dict[str, Any] = Field(default_factory=dict)  # more #SBATCH parameters, e.g. {gres: "gpu:a100:1"}
     setup: list[str] = Field(default_factory=list)  # shell lines run first in each job (module load ...)
@@ -61,6 +61,7 @@ class SlurmOptions(BaseModel):
     max_parallel: PositiveInt | None = None  # jobs queued or running at once (None: all)
     folder: str | None = None  # submitit's job files (default: <results>/slurm)
     start_method: Literal["spawn", "forkserver"] = "spawn"  # for the trial's child inside the job
+    grace_s: PositiveFloat = 5.0  # after a trial's timeout: SIGTERM, then SIGKILL this much later
     poll_s: PositiveFloat = 5.0
     keep_logs: bool = False
     results_dir: str | None = None  # set by the runner
@@ -86,7 +87,12 @@ class SlurmExecutor(Executor):
 
     def __init__(self, **options):
         self.opts: SlurmOptions = parse_options(self.name, SlurmOptions, options)  # type: ignore[assignment]
-        self._submitit = None
+        # availability first, so a sweep that cannot run writes nothing
+        if importlib.util.find_spec("submitit") is None:
+            raise BackendUnavailable("executor 'slurm' needs submitit: pip install 'vitbench[cluster]'")
+        if self.opts.cluster == "slurm" and shutil.which("sbatch") is None:
+            raise BackendUnavailable("executor 'slurm': no `sbatch` on this machine's PATH; run the sweep on a "
+                                     "SLURM login node (or set option cluster=local to run the jobs here)")
 
     @classmethod
     def check_options(cls, options: dict) -> None:
@@ -94,14 +100,9 @@ class SlurmExecutor(Executor):
 
     # ---------------------------------------------------------------------------------------------------
     def _executor(self, folder: Path):
-        try:
-            import submitit
-        except ImportError as e:
-            raise BackendUnavailable("executor 'slurm' needs submitit: pip install 'vitbench[cluster]'") from e
+        import submitit
+
         o = self.opts
-        if o.cluster == "slurm" and shutil.which("sbatch") is None:
-            raise BackendUnavailable("executor 'slurm': no `sbatch` on this machine's PATH; run the sweep on a "
-                                     "SLURM login node (or set option cluster=local to run the jobs here)")
         kw = {f"{o.cluster}_python": o.python} if o.python else {}
         ex = submitit.AutoExecutor(folder=folder, cluster=o.cluster, **kw)
         params: dict[str, Any] = {"name": "vitbench", "nodes": 1, "tasks_per_node": 1}
@@ -141,7 +142,6 @@ class SlurmExecutor(Executor):
                               "the nodes share")
         folder.mkdir(parents=True, exist_ok=True)
         ex = self._executor(folder)
-        since = now()
         pending = iter(jobs)
         running: list[tuple[dict, Any, float]] = []  # (job, submitit job, submitted at)
         exhausted = False
@@ -155,48 +155,57 @@ class SlurmExecutor(Executor):
                     except StopIteration:
                         exhausted = True
                 if batch:
-                    running.extend(self._submit(ex, batch, results, since, on_start))
+                    self._submit(ex, batch, results, since_now(), on_start, running)
                 if not running and exhausted:
                     return
                 finished = [r for r in running if r[1].done()]
                 for item in finished:
                     running.remove(item)
                     job, sjob, _ = item
-                    on_result(job, self._collect(job, sjob, results))
+                    on_result(job, self._collect(job, sjob, results, time.time() - item[2]))
                 if not finished:
                     time.sleep(o.poll_s)
         except KeyboardInterrupt:
             self._cancel_all(running, results, on_result)
             raise
 
-    def _submit(self, ex, batch: list[dict], results: Path | None, since: str, on_start: OnStart):
-        """Submit jobs grouped by resources (a job array per group); returns [(job, submitit job, t)]."""
+    def _submit(self, ex, batch: list[dict], results: Path | None, since: str, on_start: OnStart,
+                running: list) -> None:
+        """Submit jobs grouped by resources (a job array per group), adding (job, submitit job, t) to `running`
+        before announcing each (so a Ctrl-C inside on_start still cancels it)."""
         groups: dict[tuple, list[dict]] = {}
         for job in batch:
             groups.setdefault((_gpus(self.opts.gpus, job), self._time_limit_min(job)), []).append(job)
-        out = []
         for (gpus, minutes), group in groups.items():
-            ex.update_parameters(gpus_per_node=gpus, timeout_min=minutes)
+            if self.opts.cluster == "slurm":  # SLURM counts whole minutes
+                ex.update_parameters(gpus_per_node=gpus, timeout_min=math.ceil(minutes))
+            else:  # the local cluster takes fractions (the tests use seconds)
+                ex.update_parameters(gpus_per_node=gpus, local_timeout_min=minutes)
             with ex.batch():
                 handles = [ex.submit(run_on_worker, job, str(results) if results else None, self.opts.start_method,
-                                     since, {"executor": self.name}, self.opts.keep_logs) for job in group]
+                                     since, {"executor": self.name}, self.opts.keep_logs, self.opts.grace_s)
+                           for job in group]
             t = time.time()
-            for job, h in zip(group, handles):
+            running.extend((job, h, t) for job, h in zip(group, handles))
+            for job in group:
                 on_start(job)
-                out.append((job, h, t))
-        return out
 
-    def _collect(self, job: dict, sjob, results: Path | None) -> dict:
+    def _collect(self, job: dict, sjob, results: Path | None, elapsed_s: float) -> dict:
         from submitit.core.utils import UncompletedJobError
 
         info = {"executor": self.name, "job_id": str(sjob.job_id)}
         try:
+            if self.opts.cluster == "local" and not sjob.paths.result_pickle.exists():
+                # a local job writes its result before it exits; submitit would wait for a slow NFS first
+                raise UncompletedJobError(f"job {sjob.job_id} exited without a result")
             rec = sjob.result()
         except UncompletedJobError as e:  # FailedJobError (an exception in the job) is a subclass
             rec = stored_row(results, job)  # the worker wrote its row before the job went away?
             if rec is None:
-                state = str(sjob.state).upper()
-                status = "error" if "Traceback" in str(e) else _STATE_STATUS.get(state.split()[0], "error")
+                state = (str(sjob.state).upper().split() or ["UNKNOWN"])[0]
+                status = _STATE_STATUS.get(state)
+                if status is None:  # no SLURM accounting (cluster=local): a job killed at its limit timed out
+                    status = "timeout" if elapsed_s >= 60 * self._time_limit_min(job) else "error"
                 msg = {"timeout": f"SLURM job {sjob.job_id} hit its time limit ({state})",
                        "oom": f"SLURM job {sjob.job_id} exceeded its memory limit ({state})",
                        "interrupted": f"SLURM job {sjob.job_id} was cancelled or preempted ({state})"}.get(

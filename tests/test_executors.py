@@ -1,0 +1,268 @@
+"""Executors behind one interface: slurm (submitit's local cluster here) and ray (a local Ray instance).
+
+Checks the contract (vitbench.executors): one record per trial reaches the store exactly once (written by the
+worker into its host's shard, or by the driver when the worker cannot see the store), resume skips what is done,
+a job that dies without a record becomes a row, Ctrl-C cancels what runs and records it as interrupted, and the
+worker's duplicate guard (a trial another job is running or has just stored is not measured twice).
+Trials use the test-only `sleep` task (tests/vitbench_testtasks.py), so each takes a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import collections
+import fcntl
+import hashlib
+import json
+import os
+import textwrap
+from pathlib import Path
+
+import psutil
+import pytest
+
+import vitbench_testtasks  # noqa: F401 - registers `sleep` here (the study is validated in this process)
+from cluster_fixtures import ray_session, worker_env  # noqa: F401 - fixtures
+from vitbench.errors import BackendUnavailable, ConfigError
+from vitbench.executors import get_executor
+from vitbench.executors.remote import host_shard, run_on_worker, since_now
+from vitbench.record import make_record, now
+from vitbench.runner import SweepHooks, run_study
+from vitbench.store import Store, load, read_records
+from vitbench.study import parse_study
+
+pytestmark = pytest.mark.cluster
+SLURM_LOCAL = {"cluster": "local", "poll_s": 0.2}
+
+
+def study(body: str, name: str = "exe"):
+    return parse_study(f"name: {name}\ncalibration: false\n" + textwrap.dedent(body), f"{name}.yaml")
+
+
+def keys_in(path: Path) -> list[str]:
+    return [r["key"] for r in read_records(path) if r.get("key")]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Options: validated before anything runs, without importing submitit or ray
+# ----------------------------------------------------------------------------------------------------------
+def test_options_are_validated_and_name_the_allowed_ones():
+    from vitbench.executors.local import LocalExecutor
+    from vitbench.executors.ray import RayExecutor
+    from vitbench.executors.slurm import SlurmExecutor
+
+    with pytest.raises(ConfigError, match=r"partition.*valid string.*allowed options: .*time_limit_min"):
+        SlurmExecutor.check_options({"partition": 3})
+    with pytest.raises(ConfigError, match=r"gpus.*greater than or equal to 0"):
+        SlurmExecutor.check_options({"gpus": -1})
+    with pytest.raises(ConfigError, match=r"num_gpu\b.*Extra inputs are not permitted.*num_gpus"):
+        RayExecutor.check_options({"num_gpu": 1})
+    with pytest.raises(ConfigError, match=r"bogus.*allowed options: start_method"):
+        LocalExecutor.check_options({"bogus": 1})
+    SlurmExecutor.check_options({"partition": "gpu", "gpus": 1, "time_limit_min": 30, "setup": ["module load x"]})
+    with pytest.raises(ConfigError, match="unknown executor 'kube'; allowed: local, slurm, ray"):
+        get_executor("kube")
+
+
+@pytest.mark.skipif(bool(__import__("shutil").which("sbatch")), reason="a real SLURM is here")
+def test_slurm_without_sbatch_is_a_clear_error_and_writes_nothing(tmp_path, cli):
+    pytest.importorskip("submitit")
+    s = tmp_path / "s.yaml"
+    s.write_text("name: x\ncalibration: false\naxes: {model: [ViT-Nano/4], task: [sleep]}\n")
+    r = cli("sweep", s, "--results", tmp_path / "res", "--executor", "slurm")
+    assert r.exit_code == 2 and "no `sbatch`" in r.output and "cluster=local" in r.output, r.output
+    assert not (tmp_path / "res").exists()
+    with pytest.raises(BackendUnavailable):
+        run_study(study("axes: {model: [ViT-Nano/4], task: [sleep]}\n"), tmp_path / "res2", executor="slurm")
+    assert not (tmp_path / "res2").exists()
+
+
+# ----------------------------------------------------------------------------------------------------------
+# slurm via submitit's local cluster
+# ----------------------------------------------------------------------------------------------------------
+@pytest.mark.timeout(180)
+def test_slurm_each_trial_is_a_job_and_its_row_lands_once_in_the_host_shard(tmp_path, cli, worker_env):
+    pytest.importorskip("submitit")
+    s = tmp_path / "s.yaml"
+    s.write_text("name: sl\ncalibration: false\ntimeout_s: 60\n"
+                 "axes: {model: [ViT-Nano/4, R-Nano, ViT-Micro/4], task: [sleep]}\n")
+    res = tmp_path / "res"
+    r = cli("sweep", s, "--results", res, "--executor", "slurm", "-o", "cluster=local", "-o", "poll_s=0.2",
+            "-o", "max_parallel=2")
+    assert r.exit_code == 0, r.output
+    assert "ran 3 trial" in " ".join(r.output.split())
+    shard = res / f"results.{host_shard()}.jsonl"
+    assert shard.exists() and not (res / "results.jsonl").exists()  # the workers wrote; the driver did not
+    df = load(res)
+    assert len(df) == 3 and set(df["status"]) == {"ok"} and len(keys_in(res)) == 3
+    assert set(df["runner.executor"]) == {"slurm"} and df["runner.job_id"].nunique() == 3
+    # each trial ran in its own child of its own job process
+    assert df["pid"].nunique() == 3 and not set(df["pid"]) & set(df["runner.worker_pid"])
+    assert not list((res / "slurm").glob("*_result.pkl"))  # job files of successful trials are cleaned up
+    again = cli("sweep", s, "--results", res, "--executor", "slurm", "-o", "cluster=local")
+    assert again.exit_code == 0 and "ran 0 trial" in " ".join(again.output.split())
+    assert len(keys_in(res)) == 3
+
+
+@pytest.mark.timeout(120)
+def test_slurm_time_limit_kills_the_job_and_leaves_a_timeout_row(tmp_path, worker_env):
+    pytest.importorskip("submitit")
+    # the per-trial timeout (60 s) is not reached: SLURM's limit (3 s here) is the backstop that fires
+    s = study("timeout_s: 60\naxes: {model: [ViT-Nano/4], task: [sleep], behaviour: [hang, ok]}\n")
+    summary = run_study(s, tmp_path, executor="slurm",
+                        executor_options={**SLURM_LOCAL, "time_limit_min": 0.05})
+    assert summary.statuses == {"timeout": 1, "ok": 1}
+    df = load(tmp_path).set_index("behaviour")
+    assert df.loc["hang", "error_type"].startswith("SlurmJob") and "time limit" in df.loc["hang", "error_message"]
+    assert df.loc["ok", "status"] == "ok"
+    assert list((tmp_path / "slurm").glob("*_log.err"))  # the failed job's logs are kept
+
+
+# ----------------------------------------------------------------------------------------------------------
+# ray
+# ----------------------------------------------------------------------------------------------------------
+@pytest.mark.timeout(180)
+def test_ray_each_trial_is_a_task_in_a_fresh_child(tmp_path, cli, ray_session):
+    s = tmp_path / "s.yaml"
+    s.write_text("name: ry\ncalibration: false\ntimeout_s: 60\n"
+                 "executor: {name: ray, options: {num_cpus: 1, poll_s: 0.2}}\n"
+                 "axes: {model: [ViT-Nano/4, R-Nano, ViT-Micro/4], task: [sleep]}\n")
+    res = tmp_path / "res"
+    r = cli("sweep", s, "--results", res)  # the executor comes from the study
+    assert r.exit_code == 0, r.output
+    assert (res / f"results.{host_shard()}.jsonl").exists() and not (res / "results.jsonl").exists()
+    df = load(res)
+    assert len(df) == 3 and set(df["status"]) == {"ok"} and set(df["runner.executor"]) == {"ray"}
+    # Ray reuses worker processes, the trial never runs in one: a fresh child each time
+    assert df["pid"].nunique() == 3 and not set(df["pid"]) & set(df["runner.worker_pid"])
+    assert ray_session.is_initialized()  # a session the caller opened is left open
+    again = cli("sweep", s, "--results", res)
+    assert again.exit_code == 0 and "ran 0 trial" in " ".join(again.output.split())
+
+
+@pytest.mark.timeout(120)
+def test_ray_without_a_visible_store_the_driver_writes_the_rows(tmp_path, ray_session):
+    from vitbench.executors.ray import RayExecutor
+
+    s = study("axes: {model: [ViT-Nano/4, R-Nano], task: [sleep], behaviour: [ok, crash]}\n")
+    ex = RayExecutor(poll_s=0.2)  # no results_dir: as on a cluster without a shared file system
+    summary = run_study(s, tmp_path, executor=ex)
+    assert summary.statuses == {"ok": 2, "error": 2}
+    assert not list(tmp_path.glob("results.w-*.jsonl"))
+    assert sorted(keys_in(tmp_path)) == sorted(t.key for t in s.trials)  # each once, in results.jsonl
+    df = load(tmp_path).set_index("behaviour")
+    assert (df.loc["crash", "error_type"] == "RuntimeError").all()
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Ctrl-C: what runs is cancelled and recorded as interrupted; the next sweep runs it
+# ----------------------------------------------------------------------------------------------------------
+class _InterruptOnSecondStart(SweepHooks):
+    def __init__(self):
+        self.n = 0
+
+    def started(self, trial, job):
+        self.n += 1
+        if self.n == 2:
+            raise KeyboardInterrupt
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("executor", ["slurm", "ray"])
+def test_ctrl_c_cancels_running_trials_records_them_interrupted_and_resume_runs_them(
+        executor, tmp_path, request, worker_env):
+    opts = {**(SLURM_LOCAL if executor == "slurm" else {"poll_s": 0.2}), "max_parallel": 2}
+    if executor == "slurm":
+        pytest.importorskip("submitit")
+    else:
+        request.getfixturevalue("ray_session")
+    s = study("timeout_s: 60\ndefaults: {seconds: 2}\naxes: {model: [ViT-Nano/4, R-Nano, R-Micro], task: [sleep]}\n")
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    with pytest.raises(KeyboardInterrupt):
+        run_study(s, tmp_path, executor=executor, hooks=_InterruptOnSecondStart(), executor_options=opts)
+    rows = read_records(tmp_path)
+    assert [r["status"] for r in rows] == ["interrupted", "interrupted"]  # both submitted jobs, nothing else
+    if executor == "slurm":  # the cancelled jobs' processes are gone (nothing keeps measuring)
+        new = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+        _, alive = psutil.wait_procs(new, timeout=20)
+        assert not alive, [p.cmdline() for p in alive]
+    resumed = run_study(s, tmp_path, executor=executor, executor_options=opts)
+    assert resumed.statuses == {"ok": 3}
+    df = load(tmp_path)
+    assert len(df) == 3 and set(df["status"]) == {"ok"}
+    ok_keys = [r["key"] for r in read_records(tmp_path) if r["status"] == "ok"]
+    assert sorted(ok_keys) == sorted(t.key for t in s.trials)  # each trial measured exactly once
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The worker's duplicate guard and the shards (vitbench.executors.remote), without a cluster
+# ----------------------------------------------------------------------------------------------------------
+def _store_with_study(root: Path, text: str = "name: g\n") -> str:
+    root.mkdir(parents=True, exist_ok=True)
+    Store(root).save_study(text)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _job(sha: str, key: str = "k1", run_id: str = "run-new", **cfg) -> dict:
+    config = {"model": "ViT-Nano/4", "backend": "torch", "task": "sleep", "device": "cpu", "resolution": 32,
+              "batch_size": 2, "seed": 0, "seconds": 0.01, "behaviour": "ok", **cfg}
+    return {"key": key, "study": "g", "study_sha": sha, "run_id": run_id, "repeat": 0, "config": config,
+            "timeout_s": 60, "task_module": "vitbench_testtasks"}
+
+
+def _row(key: str, run_id: str, stored_at: str) -> dict:
+    r = make_record("bench", {"model": "ViT-Nano/4"}, metrics={"img_per_s": 1.0})
+    r.update(key=key, run_id=run_id, study="g", runner={"stored_at": stored_at})
+    return r
+
+
+def test_worker_skips_a_trial_another_job_is_running(tmp_path):
+    sha = _store_with_study(tmp_path)
+    (tmp_path / "claims").mkdir()
+    fd = os.open(tmp_path / "claims" / "k1.worker.lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # an orphaned job of a killed sweep is measuring k1
+    try:
+        rec = run_on_worker(_job(sha), str(tmp_path), since=since_now())
+    finally:
+        os.close(fd)
+    assert rec["status"] == "skipped" and rec["runner"]["stored"] == "elsewhere"
+    assert "another job is running" in rec["error"]["message"]
+    assert read_records(tmp_path) == []  # nothing measured, nothing written
+
+
+def test_worker_skips_a_trial_another_sweep_stored_after_the_draw_but_not_an_older_row(tmp_path):
+    sha = _store_with_study(tmp_path)
+    with Store(tmp_path, shard="w-elsewhere") as st:
+        st.append(_row("k1", "run-orphan", now()))  # an orphan finished k1 while our job sat in the queue
+        st.append(_row("k2", "run-old", "2000-01-01T00:00:00.000+00:00"))  # an old row (a --force re-run)
+    since = since_now()
+    dup = run_on_worker(_job(sha, "k1"), str(tmp_path), since=since)
+    assert dup["status"] == "skipped" and "run-orphan" in dup["error"]["message"]
+    fresh = run_on_worker(_job(sha, "k2"), str(tmp_path), since=since)
+    assert fresh["status"] == "ok" and fresh["runner"]["stored"] == f"results.{host_shard()}.jsonl"
+    mine = [r for r in read_records(tmp_path) if r["run_id"] == "run-new"]
+    assert [r["key"] for r in mine] == ["k2"] and mine[0]["runner"]["stored_at"] >= since
+    assert "stored" not in mine[0]["runner"]  # the marker is for the driver, not the row
+
+
+def test_worker_that_cannot_see_the_store_returns_the_row_for_the_driver(tmp_path):
+    sha = _store_with_study(tmp_path, "name: g\n")
+    job = _job("0" * 64)  # a different study file: not this study's store (no shared file system)
+    rec = run_on_worker(job, str(tmp_path), since=since_now())
+    assert rec["status"] == "ok" and "stored" not in rec["runner"] and read_records(tmp_path) == []
+    assert sha != job["study_sha"]
+
+
+def test_latest_row_across_shards_is_the_last_finished(tmp_path):
+    def r(status, finished_at, shard):
+        x = make_record("bench", {"model": "m"}, status=status)
+        x.update(key="k", finished_at=finished_at)
+        with Store(tmp_path, shard=shard) as st:
+            st.append(x)
+
+    r("ok", "2026-01-02T00:00:00.000+00:00", None)  # results.jsonl, newest
+    r("error", "2026-01-01T00:00:00.000+00:00", "w-a")  # an older shard row, later in file order
+    assert load(tmp_path)["status"].tolist() == ["ok"]
+    r("timeout", "2026-01-03T00:00:00.000+00:00", "w-b")
+    assert load(tmp_path)["status"].tolist() == ["timeout"]
+    assert collections.Counter(keys_in(tmp_path)) == {"k": 3}
+    assert json.loads((tmp_path / "results.w-a.jsonl").read_text())["status"] == "error"

@@ -1,0 +1,63 @@
+"""Test-only task `hog`: a trial that misbehaves for real (registered on import; trial children import it by name).
+
+behaviour:
+  ok      sleeps `seconds`, returns a bench-like record with its pid
+  alloc   caps its own address space at (current + budget_mib) with RLIMIT_AS, then really allocates four times
+          the budget: the allocation fails (MemoryError), as a CUDA allocation past the device's memory does
+  segv    dereferences NULL: the process dies by SIGSEGV without a word, like a crashing native kernel
+  stubborn_hang  ignores SIGTERM and sleeps forever: the timeout must escalate to SIGKILL
+
+Sweep subprocesses need tests/ on PYTHONPATH and VITBENCH_TASK_MODULES=vitbench_hogtasks.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from vitbench.record import make_record, now
+from vitbench.trial import register_task
+
+FIELDS = ("model", "backend", "task", "device", "resolution", "batch_size", "seed")
+
+
+def _alloc_past_budget(budget_mib: float) -> None:
+    import resource
+
+    import psutil
+
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    budget = int(budget_mib * 2**20)
+    resource.setrlimit(resource.RLIMIT_AS, (psutil.Process().memory_info().vms + budget, hard))
+    held = []
+    for _ in range(16):  # 16 x budget/4 = 4 x budget: bytearray() zero-fills (touches) every page it gets
+        held.append(bytearray(budget // 4))
+    raise AssertionError(f"allocated {len(held)} chunks past the budget: RLIMIT_AS was not enforced")
+
+
+def _hog(config: dict) -> dict:
+    started = now()
+    b = config["behaviour"]
+    print(f"hog task {config['model']} behaviour={b} pid={os.getpid()}", flush=True)
+    if b == "alloc":
+        _alloc_past_budget(config["budget_mib"])
+    elif b == "segv":
+        import ctypes
+
+        ctypes.string_at(0)
+    elif b == "stubborn_hang":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        time.sleep(3600)
+    elif b != "ok":
+        raise ValueError(f"unknown behaviour {b!r}")
+    t0 = time.perf_counter()
+    time.sleep(config["seconds"])
+    el = time.perf_counter() - t0
+    return make_record("bench", dict(config), metrics={"img_per_s": config["batch_size"] / el, "pid": os.getpid()},
+                       raw={"step_s": [el]}, started_at=started)
+
+
+register_task("hog", _hog, kind="bench", fields=FIELDS,
+              params={"behaviour": (str, "ok"), "budget_mib": (float, 64.0), "seconds": (float, 0.05)},
+              description="test-only: misbehaving trials")
