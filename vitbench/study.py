@@ -507,7 +507,25 @@ def _compose(text: str, source: str) -> tuple[Any, yaml.Node | None]:
         where = f"{source}:{mark.line + 1}" if mark else source
         problem = getattr(e, "problem", None) or str(e)
         raise ConfigError(f"invalid study {where}: not valid YAML: {problem}") from None
+    _no_duplicate_keys(node, source)
     return data, node
+
+
+def _no_duplicate_keys(node: yaml.Node | None, source: str) -> None:
+    """YAML lets a repeated key silently replace the earlier one (a second `axes:` would drop the first)."""
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[str, int] = {}
+        for k, v in node.value:
+            if isinstance(k, yaml.ScalarNode):
+                line = k.start_mark.line + 1
+                if k.value in seen:
+                    raise ConfigError(f"invalid study {source}:{line}: duplicate key {k.value!r} (first on line "
+                                      f"{seen[k.value]}); YAML would silently keep only the last one")
+                seen[k.value] = line
+            _no_duplicate_keys(v, source)
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            _no_duplicate_keys(item, source)
 
 
 def _check_executor(spec: ExecutorSpec, errors: _Errors) -> None:

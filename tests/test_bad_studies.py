@@ -1,0 +1,79 @@
+"""The malformed-studies corpus (tests/bad_studies/): every file -> exit code 2, a message naming the file and the
+field (the `# expect:` lines at the top of each file), never a traceback, and nothing run or written.
+
+tests/test_study.py checks one parse error per kind on inline text; this runs the files through the real CLI,
+as a user would meet them, and adds the executor block and bad executor options on the command line.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CORPUS_DIR = Path(__file__).resolve().parent / "bad_studies"
+CORPUS = sorted(CORPUS_DIR.glob("*.yaml"))
+GOOD = "name: fine\ncalibration: false\naxes: {model: [ViT-Nano/4], task: [infer]}\n"
+
+
+def expectations(path: Path) -> list[str]:
+    return [line.split(":", 1)[1].strip() for line in path.read_text().splitlines()
+            if line.startswith("# expect:")]
+
+
+def flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_the_corpus_covers_every_kind_of_bad_input():
+    stems = {p.stem for p in CORPUS}
+    for kind in ("yaml_syntax", "yaml_tab_indent", "duplicate_key", "not_a_mapping", "empty_file",
+                 "unknown_top_key", "unknown_axis_field", "wrong_type_repeats", "wrong_type_batch", "negative_batch",
+                 "empty_axis", "no_axes", "unknown_model", "unknown_backend", "unknown_task",
+                 "impossible_resolution", "zip_unequal", "unknown_executor", "bad_executor_option"):
+        assert kind in stems, kind
+    for p in CORPUS:
+        assert expectations(p), f"{p.name} has no '# expect:' line"
+
+
+@pytest.mark.parametrize("path", CORPUS, ids=lambda p: p.stem)
+def test_bad_study_exits_2_naming_file_and_field_and_runs_nothing(path, tmp_path, monkeypatch, cli):
+    monkeypatch.chdir(tmp_path)  # the default results directory would be ./results/<name>
+    for args in ([], ["--results", str(tmp_path / "res")], ["--dry-run"]):
+        r = cli("sweep", path, *args)
+        out = flat(r.output)
+        assert r.exit_code == 2, (args, out)
+        assert r.exception is None or isinstance(r.exception, SystemExit), repr(r.exception)
+        assert "Traceback" not in out and out.startswith("error: invalid study")
+        assert path.name in out
+        for expected in expectations(path):
+            assert expected in out, (expected, out)
+    assert list(tmp_path.iterdir()) == []  # no results directory, no rows, no study copy
+
+
+def test_real_process_exit_code_and_stderr(tmp_path):
+    for name in ("yaml_syntax", "unknown_model", "bad_executor_option"):
+        path = CORPUS_DIR / f"{name}.yaml"
+        r = subprocess.run([sys.executable, "-c", "from vitbench.cli import main; main()", "sweep", str(path)],
+                           capture_output=True, text=True, cwd=tmp_path, timeout=120)
+        assert r.returncode == 2 and "Traceback" not in r.stderr and r.stdout == "", r.stderr
+        assert all(e in flat(r.stderr) for e in expectations(path)), r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("args,expected", [
+    (["-o", "partition"], "expected KEY=VALUE"),
+    (["--executor", "slurm", "-o", "gpus=-1"], "gpus: Input should be greater than or equal to 0"),
+    (["--executor", "ray", "-o", "num_gpu=1"], "num_gpu: Extra inputs are not permitted"),
+    (["--executor", "nomad"], "unknown executor 'nomad'; allowed: local, slurm, ray"),
+    (["-o", "bogus=1"], "bogus"),  # the local executor's options are checked too
+], ids=["no-equals", "slurm-negative-gpus", "ray-typo", "unknown-executor", "local-unknown-option"])
+def test_bad_executor_options_on_the_command_line_exit_2_and_write_nothing(args, expected, tmp_path, cli):
+    study = tmp_path / "fine.yaml"
+    study.write_text(GOOD)
+    r = cli("sweep", study, "--results", tmp_path / "res", *args)
+    assert r.exit_code == 2 and expected in flat(r.output), flat(r.output)
+    assert "Traceback" not in r.output
+    assert not (tmp_path / "res").exists()
