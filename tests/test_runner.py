@@ -182,8 +182,12 @@ def test_ctrl_c_records_the_running_trial_as_interrupted_and_it_reruns(tmp_path)
     results = tmp_path / "res"
     p = subprocess.Popen(_sweep_cmd(study_path, results), env=_env(), stdout=subprocess.DEVNULL,
                          stderr=subprocess.PIPE)
-    _wait_for(lambda: _rows(results) >= 1, what="the first trial")  # now the 3 s trial runs
-    time.sleep(0.8)
+    _wait_for(lambda: _rows(results) >= 1, what="the first trial")
+    # Interrupt only once the 3 s trial is really running (its log has the task's first line); between two
+    # trials there is nothing to mark interrupted.
+    _wait_for(lambda: any("fake task" in f.read_text() for f in (results / "logs").glob("*.log")),
+              what="the second trial to start")
+    time.sleep(0.3)
     p.send_signal(signal.SIGINT)
     assert p.wait(30) == 130, p.stderr.read().decode()[-2000:]
     sts = statuses(results)

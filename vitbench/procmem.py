@@ -1,4 +1,4 @@
-"""Process memory on Linux: current RSS and a resettable peak (VmHWM), in MiB.
+"""Process facts on Linux: current RSS and a resettable peak (VmHWM) in MiB; dying with the parent.
 
 On CPU there is no allocator peak, so a measurement's peak memory is the growth of the process's peak resident
 set over its RSS at the start. Writing "5" to /proc/self/clear_refs resets VmHWM (Linux >= 4.0), so repeated
@@ -8,6 +8,7 @@ measurements in one process do not see each other's peaks. Elsewhere we fall bac
 from __future__ import annotations
 
 import resource
+import signal
 import sys
 
 _MIB = 1024 * 1024
@@ -65,3 +66,21 @@ class PeakRSS:
 
     def peak_mib(self) -> float:
         return peak_rss_mib()
+
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_parent() -> None:
+    """Linux: have the kernel SIGKILL this process when its parent exits (no orphans after a killed sweep).
+
+    Safe as a subprocess `preexec_fn` (it survives exec) or at the start of a child's main.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:
+        pass

@@ -233,8 +233,8 @@ def sweep_cmd(
                             calibration=calibration, timeout_s=timeout, hooks=hooks, executor_options=opts)
     except KeyboardInterrupt:
         hooks.stop()
-        err_console.print(f"[magenta]interrupted[/]: finished trials are in {out}; the running one is recorded "
-                          "as interrupted. Run the same command again to resume.")
+        err_console.print(f"[magenta]interrupted[/]: finished trials are in {out}; a trial that was running is "
+                          "recorded as interrupted. Run the same command again to resume.")
         raise typer.Exit(130) from None
     finally:
         hooks.stop()

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from vitbench.errors import ConfigError
 from vitbench.executors import Executor, OnResult, OnStart
+from vitbench.procmem import die_with_parent
 from vitbench.record import make_record, now
 
 # Imported once by the fork server (torch/timm dominate a tiny trial's start-up otherwise).
@@ -37,25 +38,10 @@ DEFAULT_PRELOAD = ("vitbench.trial", "torch", "timm", "vitbench.backends.torch",
                    "vitbench.measure.max_batch", "vitbench.measure.flops", "vitbench.measure.peak",
                    "vitbench.env")
 START_METHODS = ("forkserver", "spawn")
-_PR_SET_PDEATHSIG = 1  # linux/prctl.h
-
-
-def _die_with_parent() -> None:
-    """Linux: SIGKILL this process when its parent exits (no orphans measuring after a killed sweep)."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except OSError:
-        pass
-
-
 def _child_main(job: dict, result_path: str, log_path: str) -> None:
     """Entry point of the trial process: output to the log file, run the trial, write the record as JSON."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C belongs to the sweep, which stops us cleanly
-    _die_with_parent()
+    die_with_parent()
     if os.getppid() == 1:
         os._exit(1)  # our parent died before the death signal was armed
     sys.stdout.flush()

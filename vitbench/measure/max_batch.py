@@ -25,6 +25,7 @@ from vitbench.backends.base import RunSettings
 from vitbench.env import environment
 from vitbench.errors import ConfigError
 from vitbench.measure.throughput import resolve_settings
+from vitbench.procmem import die_with_parent
 from vitbench.record import make_record, now
 
 PROBE_MARK = "VITBENCH_PROBE "
@@ -99,7 +100,8 @@ def run_probe(settings: RunSettings, batch: int, backend: str = "torch", budget_
     # Output goes to files, not pipes: a chatty child can never block on a full pipe while we poll it.
     with tempfile.TemporaryFile("w+") as fout, tempfile.TemporaryFile("w+") as ferr:
         proc = subprocess.Popen([sys.executable, "-m", "vitbench.measure.probe", payload],
-                                stdin=subprocess.DEVNULL, stdout=fout, stderr=ferr, text=True, env=env)
+                                stdin=subprocess.DEVNULL, stdout=fout, stderr=ferr, text=True, env=env,
+                                preexec_fn=die_with_parent)  # a killed search leaves no probe behind
         try:
             ps = psutil.Process(proc.pid)
             while proc.poll() is None:
