@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 
 import numpy as np
@@ -250,6 +251,22 @@ def test_normalize_uses_each_runs_own_calibration():
     assert cmp.rows[0].decision == "no change" and not cmp.warnings
 
 
+def test_normalize_picks_the_calibration_nearest_in_time():
+    """One run with a calibration before each repeat round: each repeat is divided by its own round's."""
+    rng = np.random.default_rng(8)
+    base = result_set(rng, models=("A",), repeats=2)
+    cals = [calibration_record([1.0]), calibration_record([1.0])]
+    cals[0]["started_at"], cals[1]["started_at"] = "2026-01-01T00:00:00+00:00", "2026-01-01T00:10:00+00:00"
+    base[0]["started_at"], base[1]["started_at"] = "2026-01-01T00:00:05+00:00", "2026-01-01T00:10:05+00:00"
+    cur = copy.deepcopy(base)
+    cur[1] = inject_slowdown([cur[1]], 2.0)[0]  # the machine ran at half speed during round 2 ...
+    cur_cals = copy.deepcopy(cals)
+    cur_cals[1]["raw"]["matmul_tflops_per_s"] = [0.5]  # ... and its calibration saw it
+    cmp = compare(base + cals, cur + cur_cals, normalize=True)
+    assert cmp.rows[0].ratio == pytest.approx(1.0) and cmp.rows[0].decision == "no change"
+    assert compare(base + cals, cur + cur_cals).rows[0].ratio == pytest.approx(0.75, rel=0.05)
+
+
 def test_normalize_without_calibration_is_bad_input():
     base = result_set(np.random.default_rng(0))
     with pytest.raises(ConfigError, match="no calibration record"):
@@ -336,6 +353,21 @@ def test_cli_exit_codes_and_formats(tmp_path, cli):
         r = cli(*args)
         assert r.exit_code == 2, (args, r.output)
         assert "error:" in r.output and "Traceback" not in r.output
+
+
+def test_results_directories_pool_but_reruns_in_one_directory_supersede(tmp_path):
+    """Rounds swept into round1/, round2/ add up as repeats; a --force re-run inside one directory replaces."""
+    rng = np.random.default_rng(0)
+    one = result_set(rng, models=("A",), repeats=1)
+    for r in (1, 2):
+        (tmp_path / "cur" / f"round{r}").mkdir(parents=True)
+        write_jsonl(tmp_path / "cur" / f"round{r}" / "results.jsonl", one)
+    (tmp_path / "rerun").mkdir()
+    write_jsonl(tmp_path / "rerun" / "results.jsonl", one + inject_slowdown(one, 2.0))  # same key, re-run
+    pooled = compare_paths(tmp_path / "cur", tmp_path / "cur")
+    assert pooled.rows[0].repeats == (2, 2)
+    rerun = compare_paths(tmp_path / "cur", tmp_path / "rerun")
+    assert rerun.rows[0].repeats == (2, 1) and rerun.rows[0].ratio == pytest.approx(0.5, rel=1e-6)
 
 
 def test_compare_paths_directory(tmp_path):

@@ -14,8 +14,9 @@ baseline, current, their ratio with a bootstrap confidence interval, and a decis
 Throughput (img_per_s) is decided from the raw per-step times (raw['step_s'], achieved batch / step time),
 repeats of a trial are pooled with a two-level bootstrap (vitbench.stats); metrics without per-step samples
 (max_batch_size, peak_mem_mib, accuracy) are bootstrapped over repeats, or compared as single values when there
-is only one. `normalize=True` divides speed metrics by the calibration workload (matmul TFLOP/s measured in the
-same sweep run, kind='calibration') so a slower machine is not called a regression.
+is only one. `normalize=True` divides each speed record by the calibration workload (matmul TFLOP/s,
+kind='calibration') of its own sweep run, the one measured nearest in time, so a slower or busier machine is not
+called a regression; with one calibration per repeat round its noise shows up in the interval too.
 
 A results path is a JSONL file or a directory (every *.jsonl under it). Records are read directly, not through
 the DataFrame store, because the decision needs the raw timings.
@@ -24,6 +25,7 @@ the DataFrame store, because the decision needs the raw timings.
 from __future__ import annotations
 
 import copy
+import datetime as _dt
 import json
 import math
 from collections import defaultdict
@@ -40,6 +42,7 @@ DEFAULT_THRESHOLD = 0.05
 DEFAULT_CONFIDENCE = 0.95
 REGRESSING = ("regression", "failed")  # decisions that make `vitbench compare` exit 1
 CALIBRATION_KIND = "calibration"
+SOURCE_FIELD = "_source_dir"  # set by load_records: the directory a record was read from
 CALIBRATION_METRIC = "matmul_tflops_per_s"  # raw[CALIBRATION_METRIC] holds the per-run samples
 # Trial-config fields that never define a measurement: runner bookkeeping, or machine-dependent defaults
 # (max_batch's CPU memory budget is half of the RAM available at the time).
@@ -155,6 +158,9 @@ def _read_jsonl(path: Path, warnings: list[str]) -> list[dict]:
 def load_records(path: str | Path, warnings: list[str] | None = None) -> list[dict]:
     """Every record of a results JSONL file, or of every *.jsonl under a directory (sorted by name).
 
+    Each record gets SOURCE_FIELD (its file's directory): repeats from different directories pool, never
+    supersede each other (several sweeps of one study into round1/, round2/, ... add up).
+
     Raises ConfigError for a missing path, a directory without results, a non-record line, or no records.
     A torn last line is skipped with a message appended to `warnings`.
     """
@@ -166,7 +172,10 @@ def load_records(path: str | Path, warnings: list[str] | None = None) -> list[di
     files = [p] if p.is_file() else sorted(f for f in p.rglob("*.jsonl") if f.is_file())
     if not files:
         raise ConfigError(f"{p}: no *.jsonl results files under this directory")
-    records = [r for f in files for r in _read_jsonl(f, warnings)]
+    records = []
+    for f in files:
+        src = str(f.parent.resolve())
+        records += [{**r, SOURCE_FIELD: src} for r in _read_jsonl(f, warnings)]
     if not records:
         raise ConfigError(f"{p}: no records (empty results)")
     return records
@@ -199,8 +208,9 @@ class _Trial:
 
 
 def _group(records: Sequence[dict], ignore: Iterable[str]) -> dict[str, _Trial]:
-    """Trials by match key; of several records for the same trial key and repeat the last one written wins
-    (as in vitbench.store.select: a re-run after --force or an interruption supersedes the older row)."""
+    """Trials by match key. Of several records for the same trial key and repeat in one results directory the
+    last one written wins (as in vitbench.store.select: a re-run after --force or an interruption supersedes the
+    older row); records from different directories are different runs and are pooled as repeats."""
     latest: dict[tuple, dict] = {}
     for i, rec in enumerate(records):
         if rec.get("kind") == CALIBRATION_KIND or rec.get("status") == "skipped":
@@ -209,7 +219,7 @@ def _group(records: Sequence[dict], ignore: Iterable[str]) -> dict[str, _Trial]:
         if rec.get("repeat") is None:
             ident = (mk, "record", i)  # no repeat index: every record is its own repeat
         else:
-            ident = (mk, rec.get("key"), rec.get("repeat"))
+            ident = (mk, rec.get(SOURCE_FIELD), rec.get("key"), rec.get("repeat"))
         latest[ident] = rec
     first = {}  # trials in the order they first appear in the results (the study's order)
     for i, rec in enumerate(records):
@@ -262,13 +272,20 @@ def metric_samples(rec: dict, metric: str) -> list[float] | None:
     return [float(v)] if _number(v) else None
 
 
+def _timestamp(s) -> float | None:
+    try:
+        return _dt.datetime.fromisoformat(str(s)).timestamp()
+    except ValueError:
+        return None
+
+
 class _Calibrations:
     """Calibration records of one side, looked up per trial record (same run, backend, device; precision)."""
 
-    def __init__(self, records: Sequence[dict], side: str, n_boot: int, rng: np.random.Generator):
-        self.side, self.n_boot, self.rng = side, n_boot, rng
+    def __init__(self, records: Sequence[dict], side: str):
+        self.side = side
         self.records = [r for r in records if r.get("kind") == CALIBRATION_KIND and r.get("status") == "ok"]
-        self._cache: dict[tuple, tuple[float, np.ndarray]] = {}
+        self._cache: dict[tuple, float] = {}
         self.fallbacks = 0
 
     @staticmethod
@@ -279,7 +296,7 @@ class _Calibrations:
         v = (rec.get("metrics") or {}).get(CALIBRATION_METRIC)
         return [v] if _number(v) else []
 
-    def for_record(self, rec: dict) -> tuple[float, np.ndarray]:
+    def for_record(self, rec: dict) -> float:
         cfg = _trial_config(rec)
         cands = [c for c in self.records if self._samples(c)
                  and all(_trial_config(c).get(k) == cfg.get(k) for k in ("backend", "device")
@@ -296,9 +313,20 @@ class _Calibrations:
         pool = same_run or cands
         same_prec = [c for c in pool if _trial_config(c).get("precision") == cfg.get("precision")]
         pool = same_prec or [c for c in pool if _trial_config(c).get("precision") in (None, "fp32")] or pool
+        pool = [c for c in pool if _trial_config(c).get("threads") == cfg.get("threads")] or pool
+        # several calibrations in the run (one per repeat round): the one measured nearest in time tracks the
+        # machine's state (other load, clocks) at the trial best
+        t = _timestamp(rec.get("started_at"))
+        times = [_timestamp(c.get("started_at")) for c in pool]
+        if t is not None and len(pool) > 1 and None not in times:
+            best = min(abs(x - t) for x in times)
+            pool = [c for c, x in zip(pool, times) if abs(x - t) == best]
+        # A fixed divisor: the median of the calibration's runs. Its uncertainty is not resampled from its 3-odd
+        # runs (a median of 3 bootstraps to a lumpy, outlier-driven distribution); it enters the interval through
+        # the repeats instead, when every repeat round has its own calibration (see docs/compare.md).
         ident = tuple(sorted(id(c) for c in pool))
         if ident not in self._cache:
-            self._cache[ident] = boot_medians([x for c in pool for x in self._samples(c)], self.n_boot, self.rng)
+            self._cache[ident] = float(np.median([x for c in pool for x in self._samples(c)]))
         return self._cache[ident]
 
 
@@ -329,8 +357,8 @@ def _side(trial: _Trial, metric: str, calib: _Calibrations | None, n_boot: int, 
         raw_points.append(p)
         n += len(xs)
         if calib is not None:
-            cp, cr = calib.for_record(rec)
-            p, r = p / cp, r / cr
+            cal = calib.for_record(rec)
+            p, r = p / cal, r / cal
         points.append(p)
         reps.append(r)
     if not points:
@@ -457,7 +485,7 @@ def compare(baseline: Sequence[dict], current: Sequence[dict], *, threshold: flo
     warnings: list[str] = []
     calibs = None
     if normalize:
-        calibs = (_Calibrations(baseline, names[0], n_boot, rng), _Calibrations(current, names[1], n_boot, rng))
+        calibs = (_Calibrations(baseline, names[0]), _Calibrations(current, names[1]))
     rows = []
     for k in matched:
         rows += _compare_trial(label[k], bt[k], ct[k], metrics, threshold, confidence, calibs, n_boot, rng)
