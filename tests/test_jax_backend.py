@@ -98,6 +98,8 @@ def test_bf16_training_runs_and_fp16_training_is_refused(be):
     work.close()
     with pytest.raises(ConfigError, match="bf16"):
         be.prepare(RunSettings(TINY, task="train", precision="fp16"))
+    with pytest.raises(ConfigError, match="bf16"):  # XLA's CPU dot has no fp16 -> fp32 form
+        be.prepare(RunSettings(TINY, task="infer", precision="fp16"))
     with pytest.raises(ConfigError, match="allowed: adam, sgd"):
         be.prepare(RunSettings(TINY, task="train", optimizer="lamb"))
     with pytest.raises(ConfigError, match="allowed: fp32"):
@@ -203,3 +205,15 @@ def test_max_batch_probes_jax_in_fresh_processes():
     assert rec["metrics"]["max_batch_size"] == 1
     assert [p["status"] for p in rec["raw"]["probes"]] == ["ok"]
     assert rec["raw"]["probes"][0]["peak_mem_mib"] >= 0
+
+
+def test_cli_bench_and_flops_take_backend_jax(cli):
+    res = cli("bench", TINY, "--backend", "jax", "--min-steps", "3", "--min-seconds", "0.05", "--warmup", "1",
+              "--json")
+    assert res.exit_code == 0, res.output
+    rec = json.loads(res.stdout)
+    assert rec["status"] == "ok" and rec["config"]["backend"] == "jax" and rec["metrics"]["compile_s"] > 0
+    res = cli("flops", TINY, "--backend", "jax")
+    assert res.exit_code == 0 and "xla" in res.stdout
+    res = cli("bench", TINY, "--backend", "jax", "--precision", "fp16")
+    assert res.exit_code == 2 and "bf16" in res.output

@@ -8,7 +8,7 @@
   autocast); fp16 for inference only (training in fp16 needs loss scaling, which this backend does not do: use
   bf16). Matmul precision is JAX's default for the platform (recorded as `matmul_precision`; on TPU "default"
   runs float32 matmuls in bf16 passes -- set the `jax_default_matmul_precision` config to "highest" for true
-  fp32 there).
+  fp32 there). fp16 is refused on CPU, where XLA has no fp16 dot with fp32 accumulation.
 - Train step: softmax cross-entropy, optax clip_by_global_norm(1.0) (the paper's gradient clipping) then Adam
   (beta 0.9/0.999, the paper's pre-training optimiser) or SGD momentum 0.9 (fine-tuning); lr 1e-3 and no weight
   decay, the same as the torch backend; params and optimizer state are donated (updated in place).
@@ -247,6 +247,9 @@ class JaxBackend(Backend):
         if settings.batch_size < 1:
             raise ConfigError(f"batch_size must be >= 1, got {settings.batch_size}")
         dev = self._dev()
+        if settings.precision == "fp16" and dev.platform == "cpu":
+            raise ConfigError("precision fp16 is not available on the jax backend's CPU device (XLA's CPU dot "
+                              "has no fp16 x fp16 -> fp32 form); use --precision bf16, or fp16 on a GPU")
         spec = get_spec(settings.model)
         res = settings.resolution or spec.resolution
         k = settings.num_classes or spec.num_classes
