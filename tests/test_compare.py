@@ -1,4 +1,4 @@
-"""vitbench compare: decisions on synthetic records (no measurement code), exit codes, JSON shape, normalisation."""
+"""vitbench compare: decisions on synthetic records (no measurement code), exit codes, JSON shape, normalising."""
 
 from __future__ import annotations
 
@@ -195,7 +195,8 @@ def test_matching_ignores_environment_but_shows_it():
 def test_config_difference_and_method_version_do_not_match():
     a = bench_record("A")
     b = bench_record("A", precision="bf16")
-    with pytest.raises(ConfigError, match="no trial of current matches"):
+    with pytest.raises(ConfigError, match=r"no trial of current matches.*precision \('fp32' vs 'bf16'\); "
+                                          r"--ignore precision would match"):
         compare([a], [b])
     old = dict(a, method_version=0)
     with pytest.raises(ConfigError, match="method_version"):

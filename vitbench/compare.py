@@ -149,8 +149,8 @@ def _read_jsonl(path: Path, warnings: list[str]) -> list[dict]:
                               f"{type(rec).__name__}")
         missing = [k for k in ("kind", "status", "config", "metrics") if k not in rec]
         if missing or not isinstance(rec.get("config"), dict) or not isinstance(rec.get("metrics"), dict):
-            raise ConfigError(f"{path}:{i + 1}: not a vitbench record: needs fields kind, status, config (object), "
-                              f"metrics (object); missing {', '.join(missing) or 'none'}")
+            raise ConfigError(f"{path}:{i + 1}: not a vitbench record: needs fields kind, status, "
+                              f"config (object), metrics (object); missing {', '.join(missing) or 'none'}")
         out.append(rec)
     return out
 
@@ -246,7 +246,7 @@ def _labels(configs: Sequence[dict]) -> list[str]:
             if v is None or v is False:
                 continue
             parts.append({"batch_size": f"bs{v}", "resolution": f"{v}px", "compile": "compile"}.get(k, str(v)))
-        parts += [f"{k}={c.get(k)}" for k in varying]
+        parts += [f"{k}={c[k]}" for k in varying if c.get(k) is not None]
         out.append(" ".join(parts))
     return out
 
@@ -381,7 +381,8 @@ def _compare_trial(label: str, b: _Trial, c: _Trial, metrics: Sequence[str], thr
         elif c.ok:
             decision, note = "improvement", f"baseline: {_status_note(b.failed)}; current: ok"
         else:
-            decision, note = "no data", f"failed on both sides: {_status_note(b.failed)} / {_status_note(c.failed)}"
+            decision = "no data"
+            note = f"failed on both sides: {_status_note(b.failed)} / {_status_note(c.failed)}"
         return [Row(label, "status", "", True, decision, repeats=(len(b.ok), len(c.ok)), method="status",
                     note=note)]
     rows = []
@@ -445,6 +446,24 @@ def env_differences(baseline: Sequence[dict], current: Sequence[dict]) -> list[t
     return [(k, ", ".join(sorted(b.get(k, {"-"}))), ", ".join(sorted(c.get(k, {"-"})))) for k in keys]
 
 
+def _why_unmatched(t: _Trial, other: dict[str, _Trial]) -> str:
+    """Why trial `t` has no match among `other`: the closest trial's differing fields, or method version."""
+    if not other:
+        return "nothing on the other side"
+    def diff(o: _Trial) -> list[str]:
+        d = [k for k in sorted({*t.config, *o.config}) if t.config.get(k) != o.config.get(k)]
+        return (["kind"] if o.kind != t.kind else []) + d
+    o = min(other.values(), key=lambda o: len(diff(o)))
+    fields = diff(o)
+    if not fields:
+        return (f"method_version {t.method_version} vs {o.method_version}: the measurement method changed, the "
+                "numbers are not comparable; re-measure the baseline")
+    if len(fields) > 3 or {"kind", "model", "task", "backend"} & set(fields):
+        return "no trial with this configuration on the other side"
+    shown = ", ".join(f"{k} ({t.config.get(k)!r} vs {o.config.get(k)!r})" for k in fields if k != "kind")
+    return f"the closest trial differs in {shown}; --ignore {' --ignore '.join(fields)} would match them"
+
+
 def compare(baseline: Sequence[dict], current: Sequence[dict], *, threshold: float = DEFAULT_THRESHOLD,
             normalize: bool = False, metrics: Sequence[str] = DEFAULT_METRICS,
             ignore: Iterable[str] = (), confidence: float = DEFAULT_CONFIDENCE, n_boot: int = N_BOOT,
@@ -473,15 +492,10 @@ def compare(baseline: Sequence[dict], current: Sequence[dict], *, threshold: flo
     label = dict(zip(keys, _labels([(bt.get(k) or ct.get(k)).config for k in keys])))
     matched = [k for k in bt if k in ct]
     if not matched:
-        hint = ""
-        bv = {t.method_version for t in bt.values()}
-        cv = {t.method_version for t in ct.values()}
-        if bv != cv:
-            hint = (f" The measurement method changed (method_version {sorted(map(str, bv))} vs "
-                    f"{sorted(map(str, cv))}): numbers are not comparable; re-measure the baseline.")
-        raise ConfigError(f"no trial of {names[1]} matches a trial of {names[0]} (same kind and configuration)."
-                          f"{hint} {names[0]} has: {'; '.join(label[k] for k in list(bt)[:5])}. {names[1]} has: "
-                          f"{'; '.join(label[k] for k in list(ct)[:5])}.")
+        k0 = next(iter(bt))
+        raise ConfigError(f"no trial of {names[1]} matches a trial of {names[0]} (same kind, method version and "
+                          f"configuration). First {names[0]} trial, {label[k0]}: {_why_unmatched(bt[k0], ct)}. "
+                          f"{names[1]} has: {'; '.join(label[k] for k in list(ct)[:5])}.")
     warnings: list[str] = []
     calibs = None
     if normalize:
@@ -494,15 +508,10 @@ def compare(baseline: Sequence[dict], current: Sequence[dict], *, threshold: flo
             if cal.fallbacks:
                 warnings.append(f"--normalize: {cal.fallbacks} {cal.side} record(s) have no calibration from "
                                 "their own run; used the calibration of other runs on the same device")
-    def why(t: _Trial, other: dict[str, _Trial]) -> str:
-        same_cfg = [o for o in other.values() if o.config == t.config and o.kind == t.kind]
-        if same_cfg:
-            return f"method_version {t.method_version} vs {same_cfg[0].method_version}: not comparable"
-        return "no trial with this configuration on the other side"
     return Comparison(
         rows=rows,
-        unmatched_baseline=[(label[k], why(bt[k], ct)) for k in bt if k not in ct],
-        unmatched_current=[(label[k], why(ct[k], bt)) for k in ct if k not in bt],
+        unmatched_baseline=[(label[k], _why_unmatched(bt[k], ct)) for k in bt if k not in ct],
+        unmatched_current=[(label[k], _why_unmatched(ct[k], bt)) for k in ct if k not in bt],
         env_diff=env_differences(baseline, current),
         threshold=threshold, confidence=confidence, normalized=normalize, metrics=tuple(metrics),
         warnings=warnings)

@@ -1,4 +1,4 @@
-"""`vitbench compare BASELINE CURRENT`: speed regression check between two result sets, thin over vitbench.compare."""
+"""`vitbench compare BASELINE CURRENT`: speed regression check of two result sets, thin over vitbench.compare."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def compare_cmd(
                                         "the same run, so a slower machine is not called a regression."),
     metric: list[str] = typer.Option(None, "--metric", "-m",
                                      help="Metric to compare (repeatable): img_per_s, max_batch_size, "
-                                          "peak_mem_mib, compile_s, accuracy. Default: img_per_s, max_batch_size."),
+                                          "peak_mem_mib, compile_s, accuracy (default: the first two)."),
     ignore: list[str] = typer.Option(None, "--ignore", help="Trial-config field left out of matching "
                                                            "(repeatable), e.g. threads."),
     confidence: float = typer.Option(0.95, help="Confidence of the bootstrap interval on current / baseline."),
@@ -77,7 +77,8 @@ def compare_cmd(
             for row in cmp.env_diff:
                 e.add_row(*row)
             console.print(e)
-        for title, items in (("only in baseline", cmp.unmatched_baseline), ("only in current", cmp.unmatched_current)):
+        unmatched = (("only in baseline", cmp.unmatched_baseline), ("only in current", cmp.unmatched_current))
+        for title, items in unmatched:
             if items:
                 console.print(f"[bold]{title} (not compared):[/]")
                 for lbl, why in items:
