@@ -20,8 +20,9 @@
   not the preallocation's. Out-of-memory surfaces as RESOURCE_EXHAUSTED and is caught as an OOM.
 - CPU threads: XLA's CPU client sizes its thread pools from the CPUs the process may run on when JAX first
   initialises; there is no runtime setting. `threads=N` therefore restricts the process's CPU affinity to N CPUs
-  while the client is created (plus --xla_cpu_multi_thread_eigen=false for N=1) and restores it afterwards, so
-  the pools have N threads. Once JAX is initialised the count is fixed: asking for another raises ConfigError.
+  while the client is created (plus --xla_cpu_multi_thread_eigen=false for N=1) and then gives every thread its
+  CPUs back, so the pools have N threads that the OS schedules freely. Once JAX is initialised the count is
+  fixed: asking for another raises ConfigError. threads=None leaves JAX's default (all allowed CPUs).
 """
 
 from __future__ import annotations
@@ -79,9 +80,23 @@ def _init_cpu_client(threads: int | None) -> int:
         jax.devices()  # creates the clients (and their thread pools) now
     finally:
         if restrict:
-            os.sched_setaffinity(0, allowed)
+            _restore_affinity(allowed)
     _state["cpu_threads"] = n
     return n
+
+
+def _restore_affinity(cpus: list[int]) -> None:
+    """Give every thread of the process (XLA's new pool threads inherited the restricted mask) its CPUs back:
+    the pools keep their size, the OS schedules them freely (as torch.set_num_threads would)."""
+    try:
+        tids = [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:
+        tids = [0]
+    for tid in tids:
+        try:
+            os.sched_setaffinity(tid, cpus)
+        except OSError:  # a thread that ended meanwhile
+            pass
 
 
 def _dtype(precision: str):
