@@ -7,8 +7,9 @@
    harness within 2 %.
 2. torch vs JAX: `bench(..., backend="torch")` vs `bench(..., backend="jax")`, same settings.
 
-Rounds alternate (bare, harness, torch, ...) so machine drift hits all equally; results are medians over rounds.
-Run it on a quiet machine; on a shared one the numbers are only indicative.
+Rounds alternate (bare, harness, torch, ...) so machine drift hits all equally; results are medians over rounds
+and, paired, the median of the per-round ratios (more robust when the load changes between rounds). Run it on a
+quiet machine; on a shared one the numbers are only indicative.
 
     python benchmarks/bench_jax_overhead.py --model ViT-B/16 --batch-size 8 --rounds 5 --steps 10
     python benchmarks/bench_jax_overhead.py --threads 2 --no-torch   # threads: fixes XLA's CPU pool size
@@ -79,14 +80,16 @@ def main() -> None:
     b, h = statistics.median(bare), statistics.median(harness)
     print(f"{spec.name} infer fp32 batch {a.batch_size} @ {res}px, CPU threads (jax) {info['threads']}, "
           f"jax {info['jax']}, flax {info['flax']}")
+    paired = statistics.median(hh / bb for hh, bb in zip(harness, bare))
     print(f"jax: median bare {b:.2f} img/s, harness {h:.2f} img/s, harness/bare = {h / b:.4f} "
-          f"({100 * (h / b - 1):+.2f} %)")
+          f"({100 * (h / b - 1):+.2f} %); median of per-round ratios {paired:.4f} ({100 * (paired - 1):+.2f} %)")
     if a.torch:
         import torch
 
         t = statistics.median(torch_ips)
+        paired_t = statistics.median(hh / tt for hh, tt in zip(harness, torch_ips))
         print(f"torch {torch.__version__} ({torch.get_num_threads()} threads): median {t:.2f} img/s; "
-              f"jax/torch = {h / t:.3f}")
+              f"jax/torch = {h / t:.3f} (median of per-round ratios {paired_t:.3f})")
 
 
 if __name__ == "__main__":
