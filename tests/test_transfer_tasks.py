@@ -1,0 +1,122 @@
+"""Transfer tasks in studies (registry, cache, store, report table) and the CLI commands."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from vitbench.cli import app
+from vitbench.models.specs import get_spec
+from vitbench.study import load_study, parse_study
+from vitbench.trial import run_trial, tasks
+
+STUDY = """
+name: transfer-test
+calibration: false
+defaults:
+  pretrain_steps: 40
+  pretrain_warmup_steps: 4
+  pretrain_batch_size: 32
+  pretrain_lr: 0.003
+  pretrain_resolution: 16
+  resolution: 16
+  fewshot_seeds: 2
+  finetune_steps: 20
+  finetune_warmup_steps: 2
+  lr_grid: "0.1"
+  batch_size: 32
+axes:
+  model: [ViT-Nano/4]
+  task: [pretrain, fewshot, finetune]
+  shots: [1, 5]
+"""
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread():
+    """Tiny models train as fast on one thread and do not stall when other jobs load the CPU; restored after."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+def test_tasks_are_registered_with_their_kinds():
+    t = tasks()
+    assert {t[n].kind for n in ("pretrain", "fewshot", "finetune")} == {"pretrain", "fewshot", "finetune"}
+    assert "shots" in t["fewshot"].params and "lr_grid" in t["finetune"].params
+    assert "resolution" not in t["pretrain"].fields  # the upstream resolution is pretrain_resolution
+
+
+def test_study_trials_share_one_upstream_and_feed_the_report(tmp_path, monkeypatch):
+    monkeypatch.setenv("VITBENCH_CHECKPOINT_DIR", str(tmp_path / "ckpt"))
+    study = parse_study(STUDY, "test.yaml")
+    assert [t.task for t in study.trials] == ["pretrain", "fewshot", "fewshot", "finetune"]  # shots: fewshot only
+    recs = [run_trial({"key": t.key, "study": study.name, "config": t.config}) for t in study.trials]
+    assert [r["status"] for r in recs] == ["ok"] * 4, [r.get("error") for r in recs]
+    pre, fs1, fs5, ft = recs
+    assert pre["kind"] == "pretrain" and pre["metrics"]["cached"] is False
+    assert len(list((tmp_path / "ckpt").glob("*.safetensors"))) == 1  # trained once, reused three times
+    for r in (fs1, fs5, ft):
+        assert r["metrics"]["pretrain_exaflops"] == pytest.approx(pre["metrics"]["exaflops"])
+        assert r["metrics"]["images_seen"] == 40 * 32
+    assert fs5["metrics"]["accuracy"] > fs1["metrics"]["accuracy"] > 0.2  # 5 classes
+    assert ft["metrics"]["accuracy"] > ft["metrics"]["initial_accuracy"]
+    again = run_trial({"key": "k", "config": study.trials[0].config})  # the pretrain task, now cached
+    assert again["metrics"]["cached"] is True and again["metrics"]["exaflops"] == pre["metrics"]["exaflops"]
+
+    from vitbench.report import tables
+    from vitbench.store import Store, load
+
+    with Store(tmp_path / "store") as store:
+        for r in recs:
+            store.append(r)
+    acc = tables.accuracy(load(tmp_path / "store"))
+    assert sorted(acc["kind"]) == ["fewshot", "fewshot", "finetune"]
+    assert acc["pretrain_exaflops"].notna().all() and acc["accuracy"].between(0, 1).all()
+
+
+def test_bad_task_parameters_are_config_errors(tmp_path, monkeypatch):
+    monkeypatch.setenv("VITBENCH_CHECKPOINT_DIR", str(tmp_path))
+    base = parse_study(STUDY, "test.yaml").trials[-1].config
+    rec = run_trial({"key": "x", "config": {**base, "lr_grid": "fast"}})
+    assert rec["status"] == "error" and "lr_grid 'fast'" in rec["error"]["message"]
+    rec = run_trial({"key": "y", "config": {**base, "classes": "5-12"}})
+    assert rec["status"] == "error" and "out of range" in rec["error"]["message"]
+    assert not list(tmp_path.glob("*.safetensors"))  # nothing pre-trained for a trial that cannot run
+
+
+def test_shipped_transfer_study_covers_the_families():
+    study = load_study("studies/transfer-digits.yaml")
+    fams = {}
+    for t in study.trials:
+        fams.setdefault(get_spec(t.config["model"]).family, set()).add(t.config["model"])
+    assert len(fams["vit"]) >= 3 and len(fams["bit"]) >= 2 and len(fams["hybrid"]) >= 1
+    assert {t.task for t in study.trials} == {"pretrain", "fewshot", "finetune"}
+    assert {t.config["shots"] for t in study.trials if t.task == "fewshot"} == {1, 5, 10, 25}
+
+
+def test_cli_pretrain_fewshot_finetune(tmp_path):
+    runner = CliRunner()
+    ckpt = tmp_path / "up.safetensors"
+    r = runner.invoke(app, ["pretrain", "ViT-Nano/4", "-r", "16", "--steps", "20", "--warmup-steps", "2",
+                            "-b", "16", "--out", str(ckpt), "--json"])
+    assert r.exit_code == 0, r.output
+    rec = json.loads(r.stdout)
+    assert rec["kind"] == "pretrain" and rec["metrics"]["images_seen"] == 320 and ckpt.is_file()
+    r = runner.invoke(app, ["fewshot", "-c", str(ckpt), "--shots", "1,5", "--seeds", "2"])
+    assert r.exit_code == 0, r.output
+    assert "accuracy_5shot" in r.stdout
+    r = runner.invoke(app, ["finetune", "-c", str(ckpt), "--steps", "10", "--warmup-steps", "1", "-b", "16",
+                            "--lr-grid", "0.1", "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["metrics"]["finetune_images_seen"] == 160
+    # bad input: exit code 2 and a message naming the problem, no traceback
+    r = runner.invoke(app, ["finetune", "-c", str(tmp_path / "missing.safetensors")])
+    assert r.exit_code == 2 and "does not exist" in r.output
+    r = runner.invoke(app, ["fewshot", "-c", str(ckpt), "--shots", "one"])
+    assert r.exit_code == 2 and "--shots" in r.output
+    r = runner.invoke(app, ["pretrain", "ViT-Nano/4", "--data", "folder", "--data-path", str(tmp_path / "no")])
+    assert r.exit_code == 2 and "does not exist" in r.output
