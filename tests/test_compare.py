@@ -378,3 +378,35 @@ def test_compare_paths_directory(tmp_path):
     write_jsonl(d / "results.jsonl", result_set(rng))
     cmp = compare_paths(d, d, slowdown=2.0)
     assert cmp.exit_code == 1 and any("self-test" in w for w in cmp.warnings)
+
+
+# -------------------------------------------------------------------------------------------------------------
+# End to end: real tiny trials swept in two rounds (each with its calibration), then compared
+# -------------------------------------------------------------------------------------------------------------
+@pytest.mark.timeout(300)
+def test_end_to_end_sweep_rounds_then_compare(tmp_path, cli):
+    import textwrap
+
+    from vitbench.runner import run_study
+    from vitbench.study import parse_study
+
+    s = parse_study(textwrap.dedent("""
+        name: e2e
+        timeout_s: 240
+        defaults: {batch_size: 4, threads: 1, warmup_steps: 1, min_steps: 5, min_seconds: 0.1, max_seconds: 2}
+        axes:
+          model: [ViT-Nano/4]
+          task: [infer]
+    """), "e2e.yaml")
+    for r in (1, 2):
+        assert run_study(s, tmp_path / "cur" / f"round{r}").statuses == {"ok": 1}
+    cur = str(tmp_path / "cur")
+    cmp = compare_paths(cur, cur, normalize=True)
+    (row,) = cmp.rows
+    assert row.repeats == (2, 2) and row.samples[0] >= 10 and row.decision == "no change"
+    assert row.machine_ratio == pytest.approx(1.0)
+    r = cli(cur, cur, "--normalize", "--threshold", "0.25", "--inject-slowdown", "2", "--format", "json")
+    assert r.exit_code == 1, r.output
+    (entry,) = json.loads(r.stdout)
+    assert entry["name"] == "ViT-Nano/4 infer torch bs4 32px fp32 cpu - img_per_s" and entry["unit"] == "img/s"
+    assert "decision: regression" in entry["extra"]
