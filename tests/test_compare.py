@@ -183,6 +183,17 @@ def test_unmatched_trials_are_listed_not_dropped():
     assert "Only in baseline" in md and "B infer torch bs8" in md and "C infer torch bs8" in md
 
 
+def test_matched_trials_without_a_selected_metric_are_listed():
+    trial = {"model": "A", "backend": "torch", "task": "flops", "resolution": 32, "num_classes": 10}
+    fl = make_record("flops", dict(trial), metrics={"gflops": 0.1, "params_m": 0.05})
+    fl.update(key="fl", repeat=0, trial=trial)
+    cmp = compare([bench_record("A"), fl], [bench_record("A"), fl])
+    assert [r.metric for r in cmp.rows] == ["img_per_s"]
+    assert cmp.not_compared == [("A flops torch 32px num_classes=10",
+                                 "flops records carry none of: img_per_s, max_batch_size")]
+    assert "Matched, no metric to compare" in to_markdown(cmp)
+
+
 def test_matching_ignores_environment_but_shows_it():
     base = [bench_record("A", env={"torch": "2.4.0", "device_name": "cpu", "cpu_model": "Xeon"})]
     cur = [bench_record("A", env={"torch": "2.5.1", "device_name": "cpu", "cpu_model": "EPYC"})]

@@ -112,6 +112,7 @@ class Comparison:
     normalized: bool
     metrics: tuple[str, ...]
     warnings: list[str] = field(default_factory=list)
+    not_compared: list[tuple[str, str]] = field(default_factory=list)  # matched, but no selected metric
 
     @property
     def regressions(self) -> list[Row]:
@@ -500,9 +501,12 @@ def compare(baseline: Sequence[dict], current: Sequence[dict], *, threshold: flo
     calibs = None
     if normalize:
         calibs = (_Calibrations(baseline, names[0]), _Calibrations(current, names[1]))
-    rows = []
+    rows, not_compared = [], []
     for k in matched:
-        rows += _compare_trial(label[k], bt[k], ct[k], metrics, threshold, confidence, calibs, n_boot, rng)
+        trial_rows = _compare_trial(label[k], bt[k], ct[k], metrics, threshold, confidence, calibs, n_boot, rng)
+        if not trial_rows:
+            not_compared.append((label[k], f"{bt[k].kind} records carry none of: {', '.join(metrics)}"))
+        rows += trial_rows
     if calibs:
         for cal in calibs:
             if cal.fallbacks:
@@ -513,6 +517,7 @@ def compare(baseline: Sequence[dict], current: Sequence[dict], *, threshold: flo
         unmatched_baseline=[(label[k], _why_unmatched(bt[k], ct)) for k in bt if k not in ct],
         unmatched_current=[(label[k], _why_unmatched(ct[k], bt)) for k in ct if k not in bt],
         env_diff=env_differences(baseline, current),
+        not_compared=not_compared,
         threshold=threshold, confidence=confidence, normalized=normalize, metrics=tuple(metrics),
         warnings=warnings)
 
@@ -620,7 +625,8 @@ def to_markdown(cmp: Comparison) -> str:
         lines += ["", "### Environment differences", "", "| field | baseline | current |", "|---|---|---|"]
         lines += [f"| {esc(k)} | {esc(b)} | {esc(c)} |" for k, b, c in cmp.env_diff]
     for title, items in (("Only in baseline (not compared)", cmp.unmatched_baseline),
-                         ("Only in current (not compared)", cmp.unmatched_current)):
+                         ("Only in current (not compared)", cmp.unmatched_current),
+                         ("Matched, no metric to compare (see --metric)", cmp.not_compared)):
         if items:
             lines += ["", f"### {title}", ""] + [f"- {esc(lbl)}: {esc(why)}" for lbl, why in items]
     if cmp.warnings:

@@ -59,6 +59,8 @@ def compare_cmd(
         err_console.print(summary_line(cmp), highlight=False, soft_wrap=True)
         for lbl, why in cmp.unmatched_baseline + cmp.unmatched_current:
             err_console.print(f"unmatched: {lbl} ({why})", highlight=False, soft_wrap=True)
+        for lbl, why in cmp.not_compared:
+            err_console.print(f"not compared: {lbl} ({why})", highlight=False, soft_wrap=True)
     elif fmt == "md":
         sys.stdout.write(to_markdown(cmp))
     else:
@@ -77,10 +79,12 @@ def compare_cmd(
             for row in cmp.env_diff:
                 e.add_row(*row)
             console.print(e)
-        unmatched = (("only in baseline", cmp.unmatched_baseline), ("only in current", cmp.unmatched_current))
+        unmatched = (("only in baseline (not compared)", cmp.unmatched_baseline),
+                     ("only in current (not compared)", cmp.unmatched_current),
+                     ("matched, no metric to compare (see --metric)", cmp.not_compared))
         for title, items in unmatched:
             if items:
-                console.print(f"[bold]{title} (not compared):[/]")
+                console.print(f"[bold]{title}:[/]")
                 for lbl, why in items:
                     console.print(f"  {lbl}: {why}", highlight=False)
         console.print(("[bold red]" if cmp.exit_code else "[bold green]") + summary_line(cmp) + "[/]",
