@@ -1,8 +1,8 @@
 """Fixtures and helpers shared by the executor and reliability tests (import the fixtures into a test module).
 
-One Ray session serves every test that asks for it (starting Ray costs seconds); it is started lazily by the
-first such test and shut down at the end of the session. Workers (submitit's job processes, Ray workers, and the
-trial children they spawn) find the test-only task modules through PYTHONPATH, set before they start.
+One Ray session serves every test of a module that asks for it (starting Ray costs seconds); it is started
+lazily by the first such test and shut down after the module. Workers (submitit's job processes, Ray workers,
+and the trial children they spawn) find the test-only task modules through PYTHONPATH, set before they start.
 """
 
 from __future__ import annotations
@@ -42,10 +42,15 @@ def worker_env(monkeypatch):
     monkeypatch.setenv("VITBENCH_TASK_MODULES", TASK_MODULES)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ray_session():
-    """One local Ray instance (2 CPUs, no dashboard) for every Ray test; workers see the test-only tasks."""
+    """One local Ray instance (2 CPUs, no dashboard) for the Ray tests of a module; workers see the test-only
+    tasks. Module scope: Ray's processes and memory do not linger into other modules' tests (max-batch budgets
+    are a share of the free memory)."""
     ray = pytest.importorskip("ray")
+    if ray.is_initialized():  # opened by someone else: use it, leave it open
+        yield ray
+        return
     old = {k: os.environ.get(k) for k in ("PYTHONPATH", "VITBENCH_TASK_MODULES")}
     os.environ["PYTHONPATH"] = _pythonpath()  # inherited by the raylet and so by every worker
     os.environ["VITBENCH_TASK_MODULES"] = TASK_MODULES

@@ -30,7 +30,8 @@ def flat(text: str) -> str:
 def test_the_corpus_covers_every_kind_of_bad_input():
     stems = {p.stem for p in CORPUS}
     for kind in ("yaml_syntax", "yaml_tab_indent", "duplicate_key", "not_a_mapping", "empty_file",
-                 "unknown_top_key", "unknown_axis_field", "wrong_type_repeats", "wrong_type_batch", "negative_batch",
+                 "unknown_top_key", "unknown_axis_field", "wrong_type_repeats", "wrong_type_batch",
+                 "negative_batch",
                  "empty_axis", "no_axes", "unknown_model", "unknown_backend", "unknown_task",
                  "impossible_resolution", "zip_unequal", "unknown_executor", "bad_executor_option"):
         assert kind in stems, kind

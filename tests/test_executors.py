@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import textwrap
+import time
 from pathlib import Path
 
 import psutil
@@ -175,7 +176,8 @@ def test_ctrl_c_cancels_running_trials_records_them_interrupted_and_resume_runs_
         pytest.importorskip("submitit")
     else:
         request.getfixturevalue("ray_session")
-    s = study("timeout_s: 60\ndefaults: {seconds: 2}\naxes: {model: [ViT-Nano/4, R-Nano, R-Micro], task: [sleep]}\n")
+    s = study("timeout_s: 60\ndefaults: {seconds: 2}\n"
+              "axes: {model: [ViT-Nano/4, R-Nano, R-Micro], task: [sleep]}\n")
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     with pytest.raises(KeyboardInterrupt):
         run_study(s, tmp_path, executor=executor, hooks=_InterruptOnSecondStart(), executor_options=opts)
@@ -220,13 +222,27 @@ def test_worker_skips_a_trial_another_job_is_running(tmp_path):
     (tmp_path / "claims").mkdir()
     fd = os.open(tmp_path / "claims" / "k1.worker.lock", os.O_RDWR | os.O_CREAT)
     fcntl.flock(fd, fcntl.LOCK_EX)  # an orphaned job of a killed sweep is measuring k1
+    t0 = time.monotonic()
     try:
-        rec = run_on_worker(_job(sha), str(tmp_path), since=since_now())
+        rec = run_on_worker(_job(sha), str(tmp_path), since=since_now(), lock_wait_s=0.6)
     finally:
         os.close(fd)
+    assert time.monotonic() - t0 >= 0.6  # it gave the holder time to finish (or die) first
     assert rec["status"] == "skipped" and rec["runner"]["stored"] == "elsewhere"
     assert "another job is running" in rec["error"]["message"]
     assert read_records(tmp_path) == []  # nothing measured, nothing written
+
+
+def test_worker_waits_for_a_dying_holder_then_measures(tmp_path):
+    import threading
+
+    sha = _store_with_study(tmp_path)
+    (tmp_path / "claims").mkdir()
+    fd = os.open(tmp_path / "claims" / "k1.worker.lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # a cancelled job of an interrupted sweep, about to die without a row
+    threading.Timer(0.5, os.close, args=(fd,)).start()
+    rec = run_on_worker(_job(sha), str(tmp_path), since=since_now(), lock_wait_s=20)
+    assert rec["status"] == "ok" and [r["key"] for r in read_records(tmp_path)] == ["k1"]
 
 
 def test_worker_skips_a_trial_another_sweep_stored_after_the_draw_but_not_an_older_row(tmp_path):

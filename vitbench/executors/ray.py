@@ -137,6 +137,8 @@ class RayExecutor(Executor):
             for ref in running:
                 with contextlib.suppress(Exception):
                     ray.cancel(ref, force=True)
+            with contextlib.suppress(Exception):  # let the killed workers go (and release their trial locks)
+                ray.wait(list(running), num_returns=len(running), timeout=o.grace_s + 10)
             for job in running.values():
                 rec = stored_row(results, job) or base_record(
                     job, "interrupted", "KeyboardInterrupt",

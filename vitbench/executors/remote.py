@@ -12,8 +12,9 @@ Worker side (`run_on_worker`, executed inside a SLURM job or a Ray task):
      durable even if the driver (a login-node session) dies; the shards are merged on load.
   3. Exactly once across driver restarts. Jobs outlive a killed driver (SLURM jobs, submitit's local processes),
      and a resumed sweep re-submits the trials that have no row yet. So before measuring, the worker takes a
-     non-blocking lock `claims/<key>.worker.lock` (held until its row is written) and re-reads the store: a trial
-     that another job is running, or that another sweep stored after the driver re-checked the store for it
+     lock `claims/<key>.worker.lock` (held until its row is written; a busy lock is waited for up to LOCK_WAIT_S,
+     the time a cancelled job takes to die) and re-reads the store: a trial that another job is still running,
+     or that another sweep stored after the driver re-checked the store for it
      (`since`: the job's draw time minus DUPLICATE_WINDOW_S), is not measured again; the worker returns a
      'skipped' record marked as stored elsewhere, which the driver counts but never writes. (flock across
      machines needs a file system that supports it: NFSv4, Lustre/GPFS with flock enabled.)
@@ -32,6 +33,7 @@ import hashlib
 import os
 import re
 import socket
+import time
 from pathlib import Path
 
 from vitbench.record import make_record, now
@@ -41,6 +43,9 @@ JOB_FIELDS = ("key", "study", "study_sha", "run_id", "repeat")
 # A row another sweep stored less than this before the driver drew a job may have been missed by the driver's
 # own re-check (it was being written); the worker treats it as a duplicate. Also absorbs small clock skew.
 DUPLICATE_WINDOW_S = 5.0
+# How long a worker waits for another holder of its trial's lock before leaving the trial to it: long enough for
+# a cancelled job of an interrupted sweep to die, short against a trial's run time.
+LOCK_WAIT_S = 30.0
 
 
 def since_now(window_s: float = DUPLICATE_WINDOW_S) -> str:
@@ -131,15 +136,21 @@ def _done_elsewhere(store: Store, job: dict, since: str | None) -> dict | None:
     return None
 
 
-def _lock(root: Path, key: str) -> int | None:
+def _lock(root: Path, key: str, wait_s: float) -> int | None:
+    """Take the trial's worker lock, waiting up to `wait_s` for a holder that is only dying (a cancelled job)."""
     d = root / "claims"
     d.mkdir(parents=True, exist_ok=True)
     fd = os.open(d / f"{key}.worker.lock", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                return None
+            time.sleep(0.2)
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{socket.gethostname()} {os.getpid()}\n".encode(), 0)
     return fd
@@ -153,12 +164,13 @@ def _unlock(fd: int | None) -> None:
 
 def run_on_worker(job: dict, results_dir: str | None = None, start_method: str = "spawn",
                   since: str | None = None, runner_info: dict | None = None, keep_logs: bool = False,
-                  grace_s: float = 5.0) -> dict:
+                  grace_s: float = 5.0, lock_wait_s: float = LOCK_WAIT_S) -> dict:
     """Run one trial job on this machine (see the module docstring); never raises for a failing trial.
 
     `since` (ISO time, from `since_now()` when the driver drew the job): a row another sweep stored after it
     makes this job a duplicate. `runner_info`: extra fields for the record's `runner` block (executor name,
-    job id, ...). `grace_s`: after the trial's timeout, SIGTERM, then SIGKILL this much later."""
+    job id, ...). `grace_s`: after the trial's timeout, SIGTERM, then SIGKILL this much later. `lock_wait_s`:
+    how long to wait for another job holding this trial before leaving it to that job."""
     from vitbench.executors.local import LocalExecutor
 
     info = {"host": socket.gethostname(), "worker_pid": os.getpid(), **(runner_info or {})}
@@ -168,7 +180,7 @@ def run_on_worker(job: dict, results_dir: str | None = None, start_method: str =
     fd = None
     try:
         if store is not None:
-            fd = _lock(root, job["key"])
+            fd = _lock(root, job["key"], lock_wait_s)
             if fd is None:
                 return _skipped(job, info, "another job is running this trial right now (a sweep that was killed "
                                            "left it running?); its row will appear when it finishes")

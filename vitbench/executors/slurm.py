@@ -237,6 +237,9 @@ class SlurmExecutor(Executor):
         for _, sjob, _ in running:
             with contextlib.suppress(Exception):
                 sjob.cancel(check=False)
+        deadline = time.time() + self.opts.grace_s + 10  # let the jobs end (and release their trial locks)
+        while time.time() < deadline and not all(self._safe(sjob.done) for _, sjob, _ in running):
+            time.sleep(0.2)
         for job, sjob, _ in running:
             rec = stored_row(results, job)  # finished just before the cancel: keep its real row
             if rec is None:
