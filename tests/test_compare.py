@@ -189,7 +189,7 @@ def test_matched_trials_without_a_selected_metric_are_listed():
     fl.update(key="fl", repeat=0, trial=trial)
     cmp = compare([bench_record("A"), fl], [bench_record("A"), fl])
     assert [r.metric for r in cmp.rows] == ["img_per_s"]
-    assert cmp.not_compared == [("A flops torch 32px num_classes=10",
+    assert cmp.not_compared == [("A flops torch 32px",
                                  "flops records carry none of: img_per_s, max_batch_size")]
     assert "Matched, no metric to compare" in to_markdown(cmp)
 

@@ -236,11 +236,16 @@ def _group(records: Sequence[dict], ignore: Iterable[str]) -> dict[str, _Trial]:
 
 
 def _labels(configs: Sequence[dict]) -> list[str]:
-    """Short readable names: the fixed fields, plus other fields where they differ between trials."""
-    varying = sorted({k for c in configs for k in c if k not in _LABEL_FIELDS
-                      and len({json.dumps(d.get(k), sort_keys=True, default=str) for d in configs}) > 1})
+    """Short readable names: the fixed fields, plus other fields where they differ between trials of one task."""
+    by_task: dict[str, list[dict]] = defaultdict(list)
+    for c in configs:
+        by_task[str(c.get("task"))].append(c)
+    varying_in = {task: sorted({k for c in group for k in c if k not in _LABEL_FIELDS
+                                and len({json.dumps(d.get(k), sort_keys=True, default=str) for d in group}) > 1})
+                  for task, group in by_task.items()}
     out = []
     for c in configs:
+        varying = varying_in[str(c.get("task"))]
         parts = []
         for k in _LABEL_FIELDS:
             v = c.get(k)
