@@ -233,7 +233,7 @@ def _read_folder(root: Path, class_names: list[str] | None = None) -> tuple[list
     return images, labels, names
 
 
-def _stack_images(images: list[np.ndarray], where: Path) -> np.ndarray:
+def _stack_images(images: list[np.ndarray]) -> np.ndarray:
     """Stack decoded images; mixed sizes are resized (bilinear) to the most common size."""
     sizes = Counter(im.shape[:2] for im in images)
     (h, w), _ = sizes.most_common(1)[0]
@@ -257,11 +257,11 @@ def _folder(cfg: DataConfig) -> _Raw:
     if not images:
         raise ConfigError(f"{train_root}: no .png/.jpg images in the class folders; expected {_FOLDER_LAYOUT}")
     if not has_split:
-        return _Raw(_stack_images(images, root), np.asarray(labels, np.int64), names)
+        return _Raw(_stack_images(images), np.asarray(labels, np.int64), names)
     t_images, t_labels, _ = _read_folder(root / "test", names)
     if not t_images:
         raise ConfigError(f"{root / 'test'}: no images; expected {_FOLDER_LAYOUT}")
-    x = _stack_images(images + t_images, root)
+    x = _stack_images(images + t_images)
     return _Raw(x[: len(images)], np.asarray(labels, np.int64), names, x[len(images):],
                 np.asarray(t_labels, np.int64))
 

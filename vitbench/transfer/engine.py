@@ -23,6 +23,7 @@ ENGINES: tuple[str, ...] = ("torch", "jax")
 
 class TransferEngine(ABC):
     name: str = "?"
+    compile_s: float = 0.0  # seconds spent compiling (JAX AOT) since setup; never inside a training time
 
     @abstractmethod
     def setup(self, device: str = "cpu", threads: int | None = None) -> dict:
