@@ -103,8 +103,10 @@ def accuracy(df: pd.DataFrame) -> pd.DataFrame:
     ok = _ok(df, ("fewshot", "finetune"))
     if ok.empty or "accuracy" not in ok.columns:
         return pd.DataFrame(columns=["model", "kind", "accuracy"])
-    keys = [c for c in ("model", "family", "kind", "dataset", "shots", "resolution", "backend") if c in ok.columns]
-    return _collapse(ok, keys, _present(ok, ["accuracy", "pretrain_exaflops", "exaflops", "images_seen"]))
+    keys = [c for c in ("model", "family", "kind", "dataset", "shots", "pretrain_steps", "resolution", "backend")
+            if c in ok.columns]  # pretrain_steps: one upstream budget per row (paper Table 6: epochs)
+    return _collapse(ok, keys, _present(ok, ["accuracy", "accuracy_std", "pretrain_exaflops", "exaflops",
+                                             "pretrain_epochs", "images_seen"]))
 
 
 def backend_pivot(df: pd.DataFrame) -> pd.DataFrame:
