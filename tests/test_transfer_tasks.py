@@ -70,12 +70,18 @@ def test_study_trials_share_one_upstream_and_feed_the_report(tmp_path, monkeypat
     from vitbench.report import tables
     from vitbench.store import Store, load
 
+    # a second pre-training budget: its own upstream, its own report rows (not merged with the first)
+    longer = {**study.trials[-1].config, "pretrain_steps": 60}
+    ft60 = run_trial({"key": "ft60", "study": study.name, "config": longer})
+    assert ft60["status"] == "ok" and len(list((tmp_path / "ckpt").glob("*.safetensors"))) == 2
+    assert ft60["metrics"]["pretrain_exaflops"] == pytest.approx(1.5 * pre["metrics"]["exaflops"])
     with Store(tmp_path / "store") as store:
-        for r in recs:
+        for r in [*recs, ft60]:
             store.append(r)
     acc = tables.accuracy(load(tmp_path / "store"))
-    assert sorted(acc["kind"]) == ["fewshot", "fewshot", "finetune"]
+    assert sorted(acc["kind"]) == ["fewshot", "fewshot", "finetune", "finetune"]
     assert acc["pretrain_exaflops"].notna().all() and acc["accuracy"].between(0, 1).all()
+    assert sorted(acc[acc["kind"] == "finetune"]["pretrain_steps"]) == [40, 60]
 
 
 def test_bad_task_parameters_are_config_errors(tmp_path, monkeypatch):
