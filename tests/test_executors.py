@@ -282,3 +282,24 @@ def test_latest_row_across_shards_is_the_last_finished(tmp_path):
     assert load(tmp_path)["status"].tolist() == ["timeout"]
     assert collections.Counter(keys_in(tmp_path)) == {"k": 3}
     assert json.loads((tmp_path / "results.w-a.jsonl").read_text())["status"] == "error"
+
+
+@pytest.mark.timeout(300)
+def test_a_real_tiny_trial_and_the_calibration_run_as_slurm_jobs(tmp_path):
+    pytest.importorskip("submitit")
+    s = parse_study(textwrap.dedent("""
+        name: real
+        timeout_s: 240
+        defaults: {batch_size: 4, warmup_steps: 1, min_steps: 3, min_seconds: 0.05, max_seconds: 2}
+        axes:
+          model: [ViT-Nano/4]
+          task: [infer]
+    """), "real.yaml")
+    summary = run_study(s, tmp_path, executor="slurm", executor_options=SLURM_LOCAL)
+    assert summary.statuses == {"ok": 1} and summary.calibrations == 1
+    df = load(tmp_path).set_index("task")
+    assert df.loc["infer", "img_per_s"] > 0 and len(df.loc["infer", "raw"]["step_s"]) >= 3
+    assert df.loc["infer", "runner.executor"] == "slurm" and df.loc["infer", "status"] == "ok"
+    cal = load(tmp_path, kinds=("calibration",))  # written by the driver, as a per-run row without a key
+    assert len(cal) == 1 and cal.loc[0, "matmul_tflops_per_s"] > 0 and cal.loc[0, "key"] is None
+    assert cal.loc[0, "run_id"] == df.loc["infer", "run_id"]

@@ -105,18 +105,37 @@ def base_record(job: dict, status: str, etype: str, message: str, tail: str | No
     return rec
 
 
+def rows_for_key(results_dir: str | os.PathLike, key: str) -> list[dict]:
+    """Every parseable row of trial `key` in a store (all shards), parsing only the lines that mention it:
+    a worker looks this up before each trial, and stores of long studies are large. Corrupt lines are skipped
+    silently here (load() reports them)."""
+    import json
+
+    from vitbench.store import result_files
+
+    needle = json.dumps(key).encode()
+    out = []
+    for f in result_files(results_dir):
+        try:
+            data = f.read_bytes()
+        except OSError:
+            continue
+        for line in data.split(b"\n"):
+            if needle in line:
+                try:
+                    r = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(r, dict) and r.get("key") == key:
+                    out.append(r)
+    return out
+
+
 def stored_row(results_dir: str | os.PathLike | None, job: dict) -> dict | None:
     """The row a worker already wrote for this job (same key and run), if any (read from every shard)."""
     if not results_dir or not Path(results_dir).is_dir():
         return None
-    import warnings
-
-    from vitbench.store import CorruptLineWarning, read_records
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", CorruptLineWarning)  # load() reports those; this is a lookup
-        rows = [r for r in read_records(results_dir)
-                if r.get("key") == job["key"] and r.get("run_id") == job.get("run_id")]
+    rows = [r for r in rows_for_key(results_dir, job["key"]) if r.get("run_id") == job.get("run_id")]
     if not rows:
         return None
     row = dict(rows[-1])
@@ -124,14 +143,13 @@ def stored_row(results_dir: str | os.PathLike | None, job: dict) -> dict | None:
     return row
 
 
-def _done_elsewhere(store: Store, job: dict, since: str | None) -> dict | None:
+def _done_elsewhere(root: Path, job: dict, since: str | None) -> dict | None:
     """A terminal row for this trial stored by another sweep after `since` (ISO time), if any."""
     if not since:
         return None
-    for r in store.refresh():
+    for r in rows_for_key(root, job["key"]):
         stored_at = (r.get("runner") or {}).get("stored_at") or r.get("finished_at") or ""
-        if (r.get("key") == job["key"] and r.get("status") in DONE_STATUSES
-                and r.get("run_id") != job.get("run_id") and stored_at >= since):
+        if r.get("status") in DONE_STATUSES and r.get("run_id") != job.get("run_id") and stored_at >= since:
             return r
     return None
 
@@ -184,7 +202,7 @@ def run_on_worker(job: dict, results_dir: str | None = None, start_method: str =
             if fd is None:
                 return _skipped(job, info, "another job is running this trial right now (a sweep that was killed "
                                            "left it running?); its row will appear when it finishes")
-            other = _done_elsewhere(store, job, since)
+            other = _done_elsewhere(root, job, since)
             if other is not None:
                 return _skipped(job, info, f"already measured by run {other.get('run_id')} "
                                            f"(status {other.get('status')}) after this sweep started")
