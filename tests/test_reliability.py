@@ -81,7 +81,7 @@ def test_kill_9_at_random_moments_then_resume_records_every_trial_exactly_once(e
     res = tmp_path / "res"
     extra = SLURM_LOCAL if executor == "slurm" else []
     left_behind: list[psutil.Process] = []
-    moments = []
+    moments, kills = [], 0
     for _ in range(3):
         p = subprocess.Popen(sweep_cmd(study, res, *extra), env=subprocess_env(), stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE)
@@ -95,10 +95,12 @@ def test_kill_9_at_random_moments_then_resume_records_every_trial_exactly_once(e
             left_behind += psutil.Process(p.pid).children(recursive=True)
             os.kill(p.pid, signal.SIGKILL)
             p.wait(10)
+            kills += 1
         finally:
             if p.poll() is None:
                 p.kill()
                 p.wait()
+    assert kills >= 1, moments  # the sweep really was killed mid-run
     r = run_sweep(study, res, *extra)
     assert r.returncode == 0, r.stderr.decode()[-3000:]
     # slurm: jobs outlive their killed driver (as on a cluster); they finish and write their rows themselves
