@@ -303,3 +303,27 @@ def test_a_real_tiny_trial_and_the_calibration_run_as_slurm_jobs(tmp_path):
     cal = load(tmp_path, kinds=("calibration",))  # written by the driver, as a per-run row without a key
     assert len(cal) == 1 and cal.loc[0, "matmul_tflops_per_s"] > 0 and cal.loc[0, "key"] is None
     assert cal.loc[0, "run_id"] == df.loc["infer", "run_id"]
+
+
+def test_slurm_options_reach_the_sbatch_script(tmp_path, monkeypatch):
+    pytest.importorskip("submitit")
+    import shutil
+
+    from vitbench.executors.slurm import SlurmExecutor
+
+    monkeypatch.setattr(shutil, "which", lambda name: f"/usr/bin/{name}")  # as on a login node
+    ex = SlurmExecutor(partition="gpu", account="proj", qos="high", cpus_per_task=8, mem_gb=64, exclusive=True,
+                       additional={"gres": "gpu:a100:1"}, setup=["module load cuda/12.4"], max_parallel=4,
+                       results_dir=str(tmp_path))
+    job = {"config": {"device": "cuda", "task": "infer"}, "timeout_s": 1500}
+    sub = ex._executor(tmp_path / "slurm")
+    sub.update_parameters(**ex._job_params(1, ex._time_limit_min(job)))
+    text = sub._executor._make_submission_file_text("python -m x", "uid")
+    for line in ("--partition=gpu", "--account=proj", "--qos=high", "--cpus-per-task=8", "--mem=64GB",
+                 "--exclusive", "--gres=gpu:a100:1", "--gpus-per-node=1", "--time=30", "module load cuda/12.4"):
+        assert line in text, (line, text)
+    # default time limit: the trial timeout (25 min) + 5 min margin; a flops trial on a cuda study gets no GPU
+    assert ex._time_limit_min(job) == 30
+    from vitbench.executors.slurm import _gpus
+
+    assert _gpus(None, job) == 1 and _gpus(None, {"config": {"task": "flops"}}) == 0 and _gpus(2, job) == 2

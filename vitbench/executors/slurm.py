@@ -177,10 +177,7 @@ class SlurmExecutor(Executor):
         for job in batch:
             groups.setdefault((_gpus(self.opts.gpus, job), self._time_limit_min(job)), []).append(job)
         for (gpus, minutes), group in groups.items():
-            if self.opts.cluster == "slurm":  # SLURM counts whole minutes
-                ex.update_parameters(gpus_per_node=gpus, timeout_min=math.ceil(minutes))
-            else:  # the local cluster takes fractions (the tests use seconds)
-                ex.update_parameters(gpus_per_node=gpus, local_timeout_min=minutes)
+            ex.update_parameters(**self._job_params(gpus, minutes))
             with ex.batch():
                 handles = [ex.submit(run_on_worker, job, str(results) if results else None, self.opts.start_method,
                                      since, {"executor": self.name}, self.opts.keep_logs, self.opts.grace_s)
@@ -189,6 +186,12 @@ class SlurmExecutor(Executor):
             running.extend((job, h, t) for job, h in zip(group, handles))
             for job in group:
                 on_start(job)
+
+    def _job_params(self, gpus: int, minutes: float) -> dict:
+        """submitit parameters of one group of jobs: GPUs and time limit."""
+        if self.opts.cluster == "slurm":  # SLURM counts whole minutes
+            return {"gpus_per_node": gpus, "timeout_min": math.ceil(minutes)}
+        return {"gpus_per_node": gpus, "local_timeout_min": minutes}  # the local cluster takes fractions
 
     def _collect(self, job: dict, sjob, results: Path | None, elapsed_s: float) -> dict:
         from submitit.core.utils import UncompletedJobError
