@@ -200,6 +200,10 @@ class JaxBackend(Backend):
             raise ConfigError(f"unknown device {device!r}; allowed: cpu, gpu|cuda[:N], tpu[:N]")
         if threads is not None and threads < 1:
             raise ConfigError(f"threads must be >= 1, got {threads}")
+        n_cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        if platform == "cpu" and threads is not None and threads > n_cpus:
+            raise ConfigError(f"threads={threads}, but this process may use {n_cpus} CPU(s); XLA sizes its CPU "
+                              f"pools by the CPUs available, so use threads <= {n_cpus}")
         cpu_threads = _init_cpu_client(threads if platform == "cpu" else None)
         if platform == "cpu" and threads is not None and threads != cpu_threads:
             raise ConfigError(
