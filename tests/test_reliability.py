@@ -116,7 +116,7 @@ def test_kill_9_at_random_moments_then_resume_records_every_trial_exactly_once(e
 
 
 # ----------------------------------------------------------------------------------------------------------
-# over-allocation, a segfault and a SIGTERM-proof hang, on every executor
+# over-allocation (MemoryError, or the OOM killer's SIGKILL), a segfault and a SIGTERM-proof hang, everywhere
 # ----------------------------------------------------------------------------------------------------------
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("executor", ["local", "slurm", "ray"])
@@ -137,19 +137,20 @@ def test_overallocation_segfault_and_hang_become_rows_timeout_honoured_sweep_goe
         axes:
           model: [ViT-Nano/4]
           task: [hog]
-          behaviour: [alloc, segv, stubborn_hang, ok]
+          behaviour: [alloc, segv, killed, stubborn_hang, ok]
     """), "hog.yaml")
     summary = run_study(s, tmp_path, executor=executor, executor_options={**opts, "grace_s": grace})
-    assert summary.statuses == {"oom": 1, "error": 1, "timeout": 1, "ok": 1}, summary.statuses
+    assert summary.statuses == {"oom": 1, "error": 2, "timeout": 1, "ok": 1}, summary.statuses
     df = load(tmp_path).set_index("behaviour")
     assert df.loc["alloc", "status"] == "oom" and df.loc["alloc", "error_type"] == "MemoryError"
     assert df.loc["segv", "error_type"] == "TrialCrashed" and "SIGSEGV" in df.loc["segv", "error_message"]
     assert "behaviour=segv" in df.loc["segv", "error_tail"]  # the dead child's own last words, from its log
+    assert "SIGKILL" in df.loc["killed", "error_message"] and "OOM killer" in df.loc["killed", "error_message"]
     # SIGTERM was ignored: the executor waited the grace period, then SIGKILLed; the timeout still held
     wall = df.loc["stubborn_hang", "runner.wall_s"]
     assert timeout + grace <= wall < timeout + grace + 6, wall
     assert df.loc["ok", "status"] == "ok" and df.loc["ok", "img_per_s"] > 0
-    assert len(read_records(tmp_path)) == 4  # one row each, nowhere twice
+    assert len(read_records(tmp_path)) == 5  # one row each, nowhere twice
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ behaviour:
   alloc   caps its own address space at (current + budget_mib) with RLIMIT_AS, then really allocates four times
           the budget: the allocation fails (MemoryError), as a CUDA allocation past the device's memory does
   segv    dereferences NULL: the process dies by SIGSEGV without a word, like a crashing native kernel
+  killed  SIGKILLs itself, as the kernel's OOM killer ends a process that over-allocates host memory
   stubborn_hang  ignores SIGTERM and sleeps forever: the timeout must escalate to SIGKILL
 
 Sweep subprocesses need tests/ on PYTHONPATH and VITBENCH_TASK_MODULES=vitbench_hogtasks.
@@ -46,6 +47,8 @@ def _hog(config: dict) -> dict:
         import ctypes
 
         ctypes.string_at(0)
+    elif b == "killed":
+        os.kill(os.getpid(), signal.SIGKILL)
     elif b == "stubborn_hang":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         time.sleep(3600)
