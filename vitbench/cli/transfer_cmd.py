@@ -80,7 +80,8 @@ def pretrain_cmd(
         ckpt, rec = ensure_upstream(cfg, device=device, threads=threads)
         if rec is None:
             console.print(f"cached upstream: {ckpt.path}")
-            rec = {"metrics": ckpt.meta["metrics"], "config": {**ckpt.meta["config"], "checkpoint": str(ckpt.path)}}
+            rec = {"metrics": ckpt.meta["metrics"],
+                   "config": {**ckpt.meta["config"], "checkpoint": str(ckpt.path)}}
     c = rec["config"]
     _show(rec, f"pretrain {c['model']} on {c['data']['name']} | {c.get('checkpoint', '')}",
           ["accuracy", "val_accuracy", "images_seen", "epochs", "exaflops", "train_gflops_per_image", "params_m",
@@ -100,8 +101,8 @@ def _resolve_upstream_arg(checkpoint, model, backend, pretrain_steps, seed) -> d
 
 @app.command("fewshot")
 def fewshot_cmd(
-    checkpoint: str = typer.Option(None, "--checkpoint", "-c", help="Upstream .safetensors from `vitbench pretrain`."),
-    model: str = typer.Option(None, "--model", "-m", help="Or: a variant, pre-trained here with the defaults."),
+    checkpoint: str = typer.Option(None, "--checkpoint", "-c", help="Upstream .safetensors file."),
+    model: str = typer.Option(None, "--model", "-m", help="Or: a variant, pre-trained here (default recipe)."),
     pretrain_steps: int = typer.Option(300, help="With --model: upstream steps."),
     backend: str = typer.Option(None, help="torch | jax (default: the upstream's)."),
     data: str = typer.Option("digits", help=_DATA_HELP),
@@ -138,8 +139,8 @@ def fewshot_cmd(
 
 @app.command("finetune")
 def finetune_cmd(
-    checkpoint: str = typer.Option(None, "--checkpoint", "-c", help="Upstream .safetensors from `vitbench pretrain`."),
-    model: str = typer.Option(None, "--model", "-m", help="Or: a variant, pre-trained here with the defaults."),
+    checkpoint: str = typer.Option(None, "--checkpoint", "-c", help="Upstream .safetensors file."),
+    model: str = typer.Option(None, "--model", "-m", help="Or: a variant, pre-trained here (default recipe)."),
     pretrain_steps: int = typer.Option(300, help="With --model: upstream steps."),
     backend: str = typer.Option(None, help="torch | jax (default: the upstream's)."),
     data: str = typer.Option("digits", help=_DATA_HELP),
@@ -154,7 +155,7 @@ def finetune_cmd(
     lr_grid: str = typer.Option("0.001,0.003,0.01,0.03", help="Comma-separated SGD learning rates (paper grid)."),
     warmup_steps: int = typer.Option(10, min=0),
     refit: bool = typer.Option(True, "--refit/--no-refit",
-                               help="Final run on train+val with the chosen LR (paper) or reuse the selection run."),
+                               help="Final run on train+val with the chosen LR (paper), or reuse the LR run."),
     seed: int = typer.Option(0),
     device: str = typer.Option("cpu"),
     threads: int = typer.Option(None),

@@ -211,7 +211,8 @@ def _class_dirs(root: Path) -> list[Path]:
     return sorted(d for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
 
 
-def _read_folder(root: Path, class_names: list[str] | None = None) -> tuple[list[np.ndarray], list[int], list[str]]:
+def _read_folder(root: Path, class_names: list[str] | None = None
+                 ) -> tuple[list[np.ndarray], list[int], list[str]]:
     from PIL import Image
 
     dirs = _class_dirs(root)
@@ -302,7 +303,8 @@ def _cifar(cfg: DataConfig) -> _Raw:
     if (root / sub).is_dir():
         root = root / sub
     if cfg.name == "cifar10":
-        train_files, test_file, label_key = [root / f"data_batch_{i}" for i in range(1, 6)], root / "test_batch", "labels"
+        train_files = [root / f"data_batch_{i}" for i in range(1, 6)]
+        test_file, label_key = root / "test_batch", "labels"
         meta, names_key, k = root / "batches.meta", "label_names", 10
     else:
         train_files, test_file, label_key = [root / "train"], root / "test", "fine_labels"

@@ -132,7 +132,7 @@ def pretrain(cfg: PretrainConfig, *, device: str = "cpu", threads: int | None = 
 # Cache of upstream checkpoints
 # ---------------------------------------------------------------------------------------------
 def cache_dir(override: str | Path | None = None) -> Path:
-    """Where upstream checkpoints are cached: `override`, else $VITBENCH_CHECKPOINT_DIR, else results/checkpoints."""
+    """Upstream checkpoint cache: `override`, else $VITBENCH_CHECKPOINT_DIR, else ./results/checkpoints."""
     return Path(override or os.environ.get(CACHE_ENV) or DEFAULT_CACHE).expanduser()
 
 
