@@ -195,8 +195,9 @@ def flax_to_torch(params: dict, spec: ModelSpec | str) -> dict[str, Any]:
     if missing or extra:
         raise ValueError(f"Flax params do not match {get_spec(spec).name}: missing {missing[:8]}, "
                          f"unexpected {extra[:8]} (pre_logits has no PyTorch counterpart here)")
-    return {e.torch_key: torch.from_numpy(np.ascontiguousarray(e.to_torch(*(flat[p] for p in e.flax_paths)),
-                                                               dtype=np.float32))
+    # np.array(copy=True): jax-backed arrays are read-only, and the tensors must own their memory
+    return {e.torch_key: torch.from_numpy(np.array(e.to_torch(*(flat[p] for p in e.flax_paths)),
+                                                   dtype=np.float32, copy=True, order="C"))
             for e in table}
 
 
