@@ -115,7 +115,8 @@ class JaxEngine(TransferEngine):
         return FlaxModel(module, self._put(init_params(module, resolution, seed)), spec)
 
     def weights(self, model: FlaxModel) -> dict[str, np.ndarray]:
-        state = flax_to_torch(jax.device_get(model.params), model.spec)
+        host = jax.tree_util.tree_map(np.array, jax.device_get(model.params))  # writable copies for torch
+        state = flax_to_torch(host, model.spec)
         return {k: v.numpy().copy() for k, v in state.items()}
 
     def load_weights(self, model: FlaxModel, weights: dict[str, np.ndarray]) -> FlaxModel:
