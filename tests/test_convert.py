@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
-import jax
-import jax.numpy as jnp
-import numpy as np
 import pytest
-import torch
-import torch.nn.functional as F
-from flax.traverse_util import flatten_dict
-from test_flax_models import TINY, nhwc, randomize_, rel_diff
 
-from vitbench.errors import ConfigError, UnsafeFileError
-from vitbench.models.convert import (flax_to_torch, interp_matrix, load_npz, load_vit_jax_npz,
+pytest.importorskip("flax")  # the [jax] extra: jax, flax, optax
+pytestmark = pytest.mark.jax
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from flax.traverse_util import flatten_dict  # noqa: E402
+from test_flax_models import TINY, nhwc, randomize_, rel_diff  # noqa: E402
+
+from vitbench.errors import ConfigError, UnsafeFileError  # noqa: E402
+from vitbench.models.convert import (flax_to_torch, interp_matrix, load_npz, load_vit_jax_npz,  # noqa: E402
                                      params_from_checkpoint, resample_pos_embed, resize_params_pos_embed,
                                      resize_state_dict_pos_embed, save_npz, torch_to_flax)
-from vitbench.models.flax import build_flax_model
-from vitbench.models.specs import get_spec
-from vitbench.models.torch import build_torch_model
+from vitbench.models.flax import build_flax_model  # noqa: E402
+from vitbench.models.specs import get_spec  # noqa: E402
+from vitbench.models.torch import build_torch_model  # noqa: E402
 
 TOL = 1e-4
 

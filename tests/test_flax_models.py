@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
-import jax
-import jax.numpy as jnp
-import numpy as np
 import pytest
-import torch
-from flax.traverse_util import flatten_dict
 
-from vitbench.errors import VitbenchError
-from vitbench.models.analytic import analytic_counts
-from vitbench.models.convert import torch_to_flax
-from vitbench.models.flax import build_flax_model
-from vitbench.models.flax.vit import MlpBlock
-from vitbench.models.specs import get_spec
-from vitbench.models.torch import build_torch_model, feature_forward
+pytest.importorskip("flax")  # the [jax] extra: jax, flax, optax
+pytestmark = pytest.mark.jax
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from flax.traverse_util import flatten_dict  # noqa: E402
+
+from vitbench.errors import VitbenchError  # noqa: E402
+from vitbench.models.analytic import analytic_counts  # noqa: E402
+from vitbench.models.convert import torch_to_flax  # noqa: E402
+from vitbench.models.flax import build_flax_model  # noqa: E402
+from vitbench.models.flax.vit import MlpBlock  # noqa: E402
+from vitbench.models.specs import get_spec  # noqa: E402
+from vitbench.models.torch import build_torch_model, feature_forward  # noqa: E402
 
 TINY = ["ViT-Nano/4", "R-Nano", "R-Nano+ViT-Micro/8"]
 PARITY_TOL = 1e-4  # max|logits_torch - logits_jax| / max|logits_torch|, fp32 (issue 4)

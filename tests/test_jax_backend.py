@@ -7,15 +7,19 @@ import os
 import subprocess
 import sys
 
-import jax
-import numpy as np
 import pytest
 
-from vitbench.backends.base import RunSettings, get_backend
-from vitbench.backends.jax import JaxBackend, JaxWorkload
-from vitbench.errors import BackendUnavailable, ConfigError
-from vitbench.models.analytic import analytic_counts
-from vitbench.models.specs import get_spec
+pytest.importorskip("flax")  # the [jax] extra: jax, flax, optax
+pytestmark = pytest.mark.jax
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+from vitbench.backends.base import RunSettings, get_backend  # noqa: E402
+from vitbench.backends.jax import JaxBackend, JaxWorkload  # noqa: E402
+from vitbench.errors import BackendUnavailable, ConfigError  # noqa: E402
+from vitbench.models.analytic import analytic_counts  # noqa: E402
+from vitbench.models.specs import get_spec  # noqa: E402
 
 TINY = "ViT-Nano/4"
 
