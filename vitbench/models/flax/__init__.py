@@ -11,15 +11,21 @@ are always created in float32, as PyTorch autocast keeps them.
 
 from __future__ import annotations
 
-from typing import Any
+import os
 
-import flax.linen as nn
-import jax
-import jax.numpy as jnp
+# Before JAX creates a GPU client: allocate on demand instead of grabbing 75 % of the device up front (the same
+# default as vitbench.backends.jax, for code that uses the models without the backend, e.g. transfer engines).
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
-from vitbench.models.flax.resnet import BiTResNet
-from vitbench.models.flax.vit import VisionTransformer
-from vitbench.models.specs import ModelSpec, get_spec
+from typing import Any  # noqa: E402
+
+import flax.linen as nn  # noqa: E402
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+
+from vitbench.models.flax.resnet import BiTResNet  # noqa: E402
+from vitbench.models.flax.vit import VisionTransformer  # noqa: E402
+from vitbench.models.specs import ModelSpec, get_spec  # noqa: E402
 
 __all__ = ["build_flax_model", "init_params", "BiTResNet", "VisionTransformer"]
 
