@@ -104,7 +104,8 @@ def test_shipped_transfer_study_covers_the_families():
     assert {t.config["shots"] for t in study.trials if t.task == "fewshot"} == {1, 5, 10, 25}
 
 
-def test_cli_pretrain_fewshot_finetune(tmp_path):
+def test_cli_pretrain_fewshot_finetune(tmp_path, monkeypatch):
+    monkeypatch.setenv("VITBENCH_CHECKPOINT_DIR", str(tmp_path / "cache"))  # never the repo's results/
     runner = CliRunner()
     ckpt = tmp_path / "up.safetensors"
     r = runner.invoke(app, ["pretrain", "ViT-Nano/4", "-r", "16", "--steps", "20", "--warmup-steps", "2",
