@@ -16,7 +16,7 @@ from typing import Any
 
 SCHEMA = 1
 # Bump when a change to how something is measured makes old numbers incomparable; it is part of a trial key.
-METHOD_VERSION = 1
+METHOD_VERSION = 2  # 2: torch training steps clip gradients at global norm 1, like JAX
 STATUSES = ("ok", "oom", "error", "timeout", "interrupted", "skipped")
 
 

@@ -21,6 +21,7 @@ from vitbench.models.torch import build_torch_model, unfused_attention
 from vitbench.procmem import PeakRSS
 
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+CLIP_NORM = 1.0  # global-norm gradient clipping, as in the paper's training and the JAX backend's step
 
 
 def autocast(device: torch.device, precision: str):
@@ -44,6 +45,7 @@ class TorchWorkload(Workload):
                  optimizer: torch.optim.Optimizer | None, device: torch.device):
         self.model, self.x, self.y, self.task, self.precision = model, x, y, task, precision
         self.opt, self.device = optimizer, device
+        self.params = [p for p in model.parameters() if p.requires_grad]
         self.batch_size = x.shape[0]
         # fp16 training needs loss scaling; bf16 has fp32's range and does not.
         self.scaler = torch.amp.GradScaler(device.type) if (task == "train" and precision == "fp16") else None
@@ -57,11 +59,13 @@ class TorchWorkload(Workload):
         self.opt.zero_grad(set_to_none=True)
         if self.scaler is not None:
             self.scaler.scale(loss).backward()
-            self.scaler.unscale_(self.opt)
+            self.scaler.unscale_(self.opt)  # clip the true gradients, not the scaled ones
+            torch.nn.utils.clip_grad_norm_(self.params, CLIP_NORM)
             self.scaler.step(self.opt)
             self.scaler.update()
         else:
             loss.backward()
+            torch.nn.utils.clip_grad_norm_(self.params, CLIP_NORM)
             self.opt.step()
         return loss
 
@@ -70,7 +74,7 @@ class TorchWorkload(Workload):
             torch.cuda.synchronize(self.device)
 
     def close(self) -> None:
-        self.model = self.x = self.y = self.opt = None
+        self.model = self.x = self.y = self.opt = self.params = None
 
 
 class TorchBackend(Backend):

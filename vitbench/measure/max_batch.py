@@ -25,7 +25,6 @@ from vitbench.backends.base import RunSettings
 from vitbench.env import environment
 from vitbench.errors import ConfigError
 from vitbench.measure.throughput import resolve_settings
-from vitbench.procmem import die_with_parent
 from vitbench.record import make_record, now
 
 PROBE_MARK = "VITBENCH_PROBE "
@@ -93,15 +92,14 @@ def run_probe(settings: RunSettings, batch: int, backend: str = "torch", budget_
               timeout_s: float = 600.0, steps: int = 2, poll_s: float = 0.02) -> Probe:
     """Run one probe in a fresh process; kill it if its resident memory passes `budget_mib`."""
     payload = json.dumps({"settings": {**settings.to_dict(), "batch_size": batch}, "backend": backend,
-                          "steps": steps})
+                          "steps": steps, "parent_pid": os.getpid()})
     t0 = time.perf_counter()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     killed = None
     # Output goes to files, not pipes: a chatty child can never block on a full pipe while we poll it.
     with tempfile.TemporaryFile("w+") as fout, tempfile.TemporaryFile("w+") as ferr:
         proc = subprocess.Popen([sys.executable, "-m", "vitbench.measure.probe", payload],
-                                stdin=subprocess.DEVNULL, stdout=fout, stderr=ferr, text=True, env=env,
-                                preexec_fn=die_with_parent)  # a killed search leaves no probe behind
+                                stdin=subprocess.DEVNULL, stdout=fout, stderr=ferr, text=True, env=env)
         try:
             ps = psutil.Process(proc.pid)
             while proc.poll() is None:

@@ -7,7 +7,10 @@ PROBE_MARK carrying status ok|oom|error, the measurement's peak memory and the w
 from __future__ import annotations
 
 import json
+import os
 import sys
+
+from vitbench.procmem import die_with_parent
 
 
 def main() -> int:
@@ -15,6 +18,11 @@ def main() -> int:
     from vitbench.measure.max_batch import PROBE_MARK
 
     req = json.loads(sys.argv[1])
+    # A killed search leaves no probe behind: die with the parent (armed here, not in a preexec_fn, which is
+    # unsafe in a multithreaded parent), and give up if the parent is already gone.
+    die_with_parent()
+    if req.get("parent_pid") and os.getppid() != req["parent_pid"]:
+        return 1
     settings = RunSettings(**req["settings"])
     be = get_backend(req["backend"])
     be.setup(settings.device, settings.threads)
