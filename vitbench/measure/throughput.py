@@ -44,6 +44,7 @@ def bench(settings: RunSettings, backend: str | Backend = "torch", warmup_steps:
               "min_seconds": min_seconds}
     env = environment(info)
     work = None
+    oom = None
     try:
         be.reset_peak_memory()
         t0 = time.perf_counter()
@@ -62,12 +63,16 @@ def bench(settings: RunSettings, backend: str | Backend = "torch", warmup_steps:
     except Exception as e:  # noqa: BLE001 - OOM is a result, anything else propagates
         if not be.is_oom(e):
             raise
-        work = None
-        be.cleanup()
-        return make_record("bench", config, status="oom", env=env, error=error_info(e), started_at=started)
+        oom = error_info(e)
     finally:
         if work is not None:
             work.close()
+    if oom is not None:
+        # Free memory only here, outside the except block: while the exception (and its traceback's frames,
+        # which hold the model and activations) is alive, the allocator could not release anything.
+        work = None
+        be.cleanup()
+        return make_record("bench", config, status="oom", env=env, error=oom, started_at=started)
     stats = summarize(step_s)
     batch = work.batch_size
     median_s = stats["step_ms_median"] / 1000
