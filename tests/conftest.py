@@ -31,3 +31,14 @@ def cli():
         return runner.invoke(app, [str(a) for a in args])
 
     return invoke
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Tiny models train as fast on one thread and do not stall when other jobs load the CPU; restored after."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

@@ -19,13 +19,7 @@ from vitbench.transfer.pretrain import PretrainConfig, ensure_upstream, pretrain
 UP = PretrainConfig(model="ViT-Nano/4", resolution=16, steps=80, warmup_steps=8, batch_size=32, lr=3e-3)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """Tiny models train as fast on one thread and do not stall when other jobs load the CPU; restored after."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 def test_pos_embed_resampling_identity_shapes_and_class_token():
     rng = np.random.default_rng(0)

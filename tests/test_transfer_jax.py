@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 pytest.importorskip("jax")
 pytest.importorskip("optax")
@@ -17,18 +16,10 @@ from vitbench.transfer.finetune import FinetuneConfig, finetune  # noqa: E402
 from vitbench.transfer.pretrain import PretrainConfig, ensure_upstream  # noqa: E402
 from vitbench.transfer.schedules import OptimConfig  # noqa: E402
 
-pytestmark = pytest.mark.jax
+pytestmark = [pytest.mark.jax, pytest.mark.usefixtures("one_torch_thread")]
 SPEC = get_spec("ViT-Nano/4")
 RES = 16
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """Tiny models train as fast on one thread and do not stall when other jobs load the CPU; restored after."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 @pytest.fixture(scope="module")
 def engines():

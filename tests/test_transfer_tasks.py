@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 from typer.testing import CliRunner
 
 from vitbench.cli import app
@@ -35,13 +34,7 @@ axes:
 """
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """Tiny models train as fast on one thread and do not stall when other jobs load the CPU; restored after."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 def test_tasks_are_registered_with_their_kinds():
     t = tasks()

@@ -23,3 +23,13 @@ class BackendUnavailable(VitbenchError):
 
 class UnsafeFileError(VitbenchError):
     """A file that would need unpickling or code execution to load; refused."""
+
+
+def looks_like_oom(exc: BaseException) -> bool:
+    """Out-of-memory by any framework: MemoryError, torch.cuda.OutOfMemoryError, XLA RESOURCE_EXHAUSTED,
+    the CPU allocator's "can't allocate memory". One check shared by the backends and the trial runner."""
+    if isinstance(exc, MemoryError) or "OutOfMemory" in type(exc).__name__:
+        return True
+    msg = str(exc).lower()
+    return any(s in msg for s in ("out of memory", "resource_exhausted", "resource exhausted",
+                                  "can't allocate memory"))

@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 from pydantic import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 
+from vitbench.errors import looks_like_oom
 from vitbench.record import error_info, make_record, now
 
 TaskFn = Callable[[dict], dict]
@@ -211,14 +212,6 @@ register_task("calibration", _calibration_task, kind="calibration",
 # ---------------------------------------------------------------------------------------------------------
 # Running one trial
 # ---------------------------------------------------------------------------------------------------------
-def is_oom(exc: BaseException) -> bool:
-    """Out-of-memory by any framework: torch.cuda.OutOfMemoryError, XLA RESOURCE_EXHAUSTED, MemoryError."""
-    if isinstance(exc, MemoryError) or "OutOfMemory" in type(exc).__name__:
-        return True
-    msg = str(exc).lower()
-    return "out of memory" in msg or "resource_exhausted" in msg or "resource exhausted" in msg
-
-
 def _tail(text: str, lines: int = 15) -> str:
     return "\n".join(text.rstrip().splitlines()[-lines:])
 
@@ -243,7 +236,7 @@ def run_trial(job: dict) -> dict:
             if not isinstance(rec, dict) or "status" not in rec:
                 raise TypeError(f"task {td.name!r} returned {type(rec).__name__}, not a record dict")
         except Exception as e:  # noqa: BLE001 - failures are rows
-            status = "oom" if is_oom(e) else "error"
+            status = "oom" if looks_like_oom(e) else "error"
             rec = make_record(kind, config, status=status, error=error_info(e, _tail(traceback.format_exc())),
                               started_at=started)
         task_s = time.perf_counter() - t0

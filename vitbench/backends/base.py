@@ -11,6 +11,8 @@ from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from vitbench.errors import looks_like_oom
+
 Task = Literal["infer", "train"]
 Precision = Literal["fp32", "bf16", "fp16"]
 PRECISIONS: tuple[str, ...] = ("fp32", "bf16", "fp16")
@@ -96,8 +98,9 @@ class Backend(ABC):
     def peak_memory_mib(self) -> float:
         """Peak memory since the last reset, MiB: device allocator peak, or process RSS growth on CPU."""
 
-    @abstractmethod
-    def is_oom(self, exc: BaseException) -> bool: ...
+    def is_oom(self, exc: BaseException) -> bool:
+        """Did `exc` come from running out of (device or host) memory?"""
+        return looks_like_oom(exc)
 
     @abstractmethod
     def cleanup(self) -> None:

@@ -337,12 +337,6 @@ class JaxBackend(Backend):
             return stats["peak_bytes_in_use"] / 2**20
         return peak_rss_mib()
 
-    def is_oom(self, exc: BaseException) -> bool:
-        if isinstance(exc, MemoryError):
-            return True
-        msg = str(exc)
-        return "RESOURCE_EXHAUSTED" in msg or "Out of memory" in msg or "out of memory" in msg.lower()
-
     def cleanup(self) -> None:
         # the failed step's buffers are freed once unreferenced; compiled executables are small and kept
         gc.collect()

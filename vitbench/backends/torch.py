@@ -177,13 +177,6 @@ class TorchBackend(Backend):
             return torch.cuda.max_memory_reserved(self.device) / 2**20
         return self._rss.peak_mib()
 
-    def is_oom(self, exc: BaseException) -> bool:
-        if isinstance(exc, torch.cuda.OutOfMemoryError):
-            return True
-        msg = str(exc)
-        return isinstance(exc, (RuntimeError, MemoryError)) and (
-            "out of memory" in msg.lower() or "can't allocate memory" in msg or isinstance(exc, MemoryError))
-
     def cleanup(self) -> None:
         gc.collect()
         if self.device.type == "cuda":

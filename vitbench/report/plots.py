@@ -99,18 +99,23 @@ def _device(df: pd.DataFrame) -> str:
     return "?"
 
 
+def _task_panels(pt: pd.DataFrame, width: float, height: float):
+    """One panel per task (infer, train first): the figure and [(axes, task, that task's rows)]."""
+    task_list = [t for t in ("infer", "train") if t in set(pt["task"])] or sorted(set(pt["task"]))
+    fig = Figure(figsize=(width * len(task_list) + 1.6, height), layout="constrained")
+    axes = fig.subplots(1, len(task_list), squeeze=False)[0]
+    return fig, [(ax, task, pt[pt["task"] == task]) for ax, task in zip(axes, task_list)]
+
+
 def throughput_vs_resolution(df: pd.DataFrame) -> Figure | None:
     """Peak throughput (best batch size) vs input size; one panel per task (infer, train)."""
     pt = tables.peak_throughput(df)
     if pt.empty:
         return None
-    task_list = [t for t in ("infer", "train") if t in set(pt["task"])] or sorted(set(pt["task"]))
-    fig = Figure(figsize=(6.4 * len(task_list) + 1.6, 4.6), layout="constrained")
-    axes = fig.subplots(1, len(task_list), squeeze=False)[0]
+    fig, panels = _task_panels(pt, 6.4, 4.6)
     colors = model_colors(pt["model"])
     multi = pt["backend"].nunique() > 1
-    for ax, task in zip(axes, task_list):
-        sub = pt[pt["task"] == task]
+    for ax, task, sub in panels:
         n = 0
         for _, g in _groups(sub, ["model", "backend", "precision", "compile", "device"]):
             g = g.sort_values("resolution")
@@ -192,13 +197,10 @@ def gflops_vs_throughput(df: pd.DataFrame) -> Figure | None:
     pt = pt.assign(gflops=_gflops_per_image(df, pt)).dropna(subset=["gflops"])
     if pt.empty:
         return None
-    task_list = [t for t in ("infer", "train") if t in set(pt["task"])] or sorted(set(pt["task"]))
-    fig = Figure(figsize=(6.0 * len(task_list) + 1.6, 4.8), layout="constrained")
-    axes = fig.subplots(1, len(task_list), squeeze=False)[0]
+    fig, panels = _task_panels(pt, 6.0, 4.8)
     colors = model_colors(pt["model"])
     multi = pt["backend"].nunique() > 1
-    for ax, task in zip(axes, task_list):
-        sub = pt[pt["task"] == task]
+    for ax, task, sub in panels:
         n = 0
         label_points = len(sub) <= 30 and sub["resolution"].nunique() > 1
         for _, g in _groups(sub, ["model", "backend"]):

@@ -18,7 +18,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from vitbench.models.flax.resnet import StdConv, group_norm, mid_channels
+from vitbench.models.flax.resnet import Stage, StdConv, group_norm, mid_channels
 from vitbench.models.specs import ModelSpec
 
 
@@ -48,23 +48,6 @@ class ResidualUnit(nn.Module):
         return nn.relu(residual + y)
 
 
-class ResNetStage(nn.Module):
-    """vit_jax ResNetStage ``block{k}``: units ``unit1``.. ; the first has the stride and the projection."""
-
-    spec: ModelSpec
-    features: int
-    blocks: int
-    first_stride: int
-    dtype: Any = jnp.float32
-
-    @nn.compact
-    def __call__(self, x: jax.Array) -> jax.Array:
-        for j in range(self.blocks):
-            x = ResidualUnit(self.spec, self.features, self.first_stride if j == 0 else 1, project=j == 0,
-                             dtype=self.dtype, name=f"unit{j + 1}")(x)
-        return x
-
-
 def hybrid_root(x: jax.Array, spec: ModelSpec, dtype: Any) -> jax.Array:
     """Run the hybrid's ResNet on NHWC `x`. Call inside the parent's @nn.compact method: the layers created here
     become the parent's direct children, so their names sit at the top of the tree as in vit_jax."""
@@ -72,5 +55,6 @@ def hybrid_root(x: jax.Array, spec: ModelSpec, dtype: Any) -> jax.Array:
     x = nn.relu(group_norm(spec, "gn_root", dtype)(x))
     x = nn.max_pool(x, (3, 3), strides=(2, 2), padding="SAME")  # pads with -inf, like timm MaxPool2dSame
     for k, (blocks, cout) in enumerate(zip(spec.layers, spec.stage_channels), start=1):
-        x = ResNetStage(spec, cout, blocks, 1 if k == 1 else 2, dtype, name=f"block{k}")(x)
+        x = Stage(spec, cout, blocks, 1 if k == 1 else 2, dtype, unit=ResidualUnit, unit_name="unit{}",
+                  name=f"block{k}")(x)
     return x

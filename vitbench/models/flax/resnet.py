@@ -108,20 +108,27 @@ class PreActBottleneck(nn.Module):
         return y + shortcut
 
 
-class PreActStage(nn.Module):
-    """One BiT stage ``block{k}``: units ``unit01``.. ; the first carries the stride and the projection."""
+class Stage(nn.Module):
+    """One ResNet stage ``block{k}`` of `unit` blocks; the first carries the stride and the projection.
+
+    Unit names follow the checkpoint family: ``unit{j:02d}`` for BiT (bit_jax), ``unit{j}`` for the hybrid
+    (vit_jax models_resnet.py).
+    """
 
     spec: ModelSpec
     features: int
     blocks: int
     first_stride: int
     dtype: Any = jnp.float32
+    unit: Any = None  # the block class: PreActBottleneck (BiT) or hybrid.ResidualUnit
+    unit_name: str = "unit{:02d}"
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
+        unit = self.unit or PreActBottleneck
         for j in range(self.blocks):
-            x = PreActBottleneck(self.spec, self.features, self.first_stride if j == 0 else 1, project=j == 0,
-                                 dtype=self.dtype, name=f"unit{j + 1:02d}")(x)
+            x = unit(self.spec, self.features, self.first_stride if j == 0 else 1, project=j == 0,
+                     dtype=self.dtype, name=self.unit_name.format(j + 1))(x)
         return x
 
 
@@ -152,7 +159,7 @@ class BiTResNet(nn.Module):
         s = self.spec
         x = RootBlock(s, self.dtype, name="root_block")(x.astype(self.dtype))
         for k, (blocks, cout) in enumerate(zip(s.layers, s.stage_channels), start=1):
-            x = PreActStage(s, cout, blocks, 1 if k == 1 else 2, self.dtype, name=f"block{k}")(x)
+            x = Stage(s, cout, blocks, 1 if k == 1 else 2, self.dtype, name=f"block{k}")(x)
         x = nn.relu(group_norm(s, "norm-pre-head", self.dtype)(x))
         x = jnp.mean(x.astype(jnp.float32), axis=(1, 2))  # global average pool (timm ClassifierHead 'avg')
         if pre_logits:
