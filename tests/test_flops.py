@@ -23,27 +23,24 @@ def test_counted_matmul_flops_equal_analytic_on_tiny_models(name):
     assert rec["metrics"]["gmacs_fvcore"] >= rec["metrics"]["gmacs"]  # fvcore adds norm terms
 
 
-def test_fused_attention_is_invisible_to_the_counter():
-    import torch
-    from torch.utils.flop_counter import FlopCounterMode
-
-    from vitbench.models.torch import build_torch_model, unfused_attention
+def test_counters_see_attention_whichever_kernel_the_model_uses():
+    """vitbench's counts must not depend on how a torch release counts fused attention (FlopCounterMode counted
+    0 for scaled_dot_product_attention on CPU before torch 2.15, and counts it since; fvcore never sees it): the
+    counter runs attention as explicit matmuls, whatever kernel the model was set to, and puts the flag back."""
+    from vitbench.backends.base import get_backend
+    from vitbench.models.torch import attention_modules, build_torch_model, unfused_attention
 
     spec = get_spec("ViT-Nano/4")
-    model = build_torch_model(spec).eval()
-    x = torch.randn(1, 3, 32, 32)
-
-    def count() -> float:
-        with torch.no_grad(), FlopCounterMode(display=False) as fc:
-            model(x)
-        return fc.get_total_flops() / 2
-
+    analytic = analytic_counts(spec).macs
+    be = get_backend("torch")
+    counted = be.count_flops(spec, 32, spec.num_classes)
+    assert counted["torch_flop_counter"]["macs"] == analytic
+    assert counted["fvcore"]["macs"] >= analytic  # fvcore adds norms; with fused attention it falls ~22 % short
+    model = build_torch_model(spec)
+    before = [m.fused_attn for m in attention_modules(model)]
     with unfused_attention(model):
-        unfused = count()
-    t = spec.tokens(32) + 1
-    attention_macs = spec.depth * 2 * t * t * spec.width  # QK^T and AV
-    assert unfused == analytic_counts(spec).macs
-    assert unfused - count() == pytest.approx(attention_macs, rel=0.01)  # fused: attention missing
+        assert not any(m.fused_attn for m in attention_modules(model))
+    assert [m.fused_attn for m in attention_modules(model)] == before
 
 
 @pytest.mark.parametrize("name,published,tol", [

@@ -5,10 +5,13 @@ from __future__ import annotations
 import functools
 import os
 import platform
+import re
 import socket
 import subprocess
-from importlib import metadata
+from importlib import metadata, resources
 from pathlib import Path
+
+LOCK_FILE = "requirements.lock"  # inside the package: exact versions of vitbench[all] (scripts/lock.sh)
 
 
 def _version(pkg: str) -> str | None:
@@ -50,6 +53,52 @@ def machine_id() -> str:
     return f"{socket.gethostname()}|{cpu_model()}|{os.cpu_count()}"
 
 
+def _canonical(name: str) -> str:
+    """PEP 503 name normalisation: 'Flax_Nightly' and 'flax-nightly' are one distribution."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def parse_lock(text: str) -> dict[str, str]:
+    """`name==version` lines of a lock file -> {canonical name: version}; comments and blanks skipped."""
+    out = {}
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        name, sep, version = line.partition("==")
+        if sep:
+            out[_canonical(name.strip())] = version.strip()
+    return out
+
+
+def lock_differences(lock_text: str | None = None) -> tuple[list[tuple[str, str, str]], list[str]]:
+    """Installed distributions whose version differs from the lock, as (name, installed, locked), and the locked
+    names not installed here (an extra left out). Local version labels are ignored ('2.15.0+cpu' == '2.15.0')."""
+    if lock_text is None:
+        lock_text = resources.files("vitbench").joinpath(LOCK_FILE).read_text()
+    locked = parse_lock(lock_text)
+    installed = {_canonical(d.metadata["Name"]): d.version for d in metadata.distributions() if d.metadata["Name"]}
+    differ, missing = [], []
+    for name, version in sorted(locked.items()):
+        have = installed.get(name)
+        if have is None:
+            missing.append(name)
+        elif have.split("+", 1)[0] != version.split("+", 1)[0]:
+            differ.append((name, have, version))
+    return differ, missing
+
+
+@functools.lru_cache(maxsize=1)
+def lock_status() -> str:
+    """One line for every record's env: does this installation match vitbench's lock?"""
+    try:
+        differ, _ = lock_differences()
+    except (OSError, ValueError):
+        return "no lock file"
+    if not differ:
+        return "matches the lock"
+    shown = ", ".join(f"{n} {have} (lock {want})" for n, have, want in differ[:5])
+    return f"{len(differ)} differ from the lock: {shown}" + (", ..." if len(differ) > 5 else "")
+
+
 def environment(backend_info: dict | None = None) -> dict:
     """Everything needed to compare two records honestly. `backend_info` adds device/threads/versions."""
     env = {
@@ -66,6 +115,7 @@ def environment(backend_info: dict | None = None) -> dict:
         "jaxlib": _version("jaxlib"),
         "flax": _version("flax"),
         "git_sha": git_sha(),
+        "deps": lock_status(),
     }
     if backend_info:
         env.update(backend_info)

@@ -24,6 +24,17 @@ class _Group(typer.core.TyperGroup):
             raise typer.Exit(e.exit_code) from None
 
 
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        from vitbench.env import git_sha
+
+        sha = git_sha()
+        typer.echo(f"vitbench {version('vitbench')}" + (f" (git {sha})" if sha else ""))
+        raise typer.Exit(0)
+
+
 app = typer.Typer(
     cls=_Group,
     name="vitbench",
@@ -32,6 +43,12 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print vitbench's version and exit.")) -> None:
+    """Benchmark ViT, BiT and hybrid models on PyTorch and JAX: throughput, max batch, FLOPs, accuracy."""
+
 
 # Each module registers its commands on `app` when imported.
 _COMMAND_MODULES = [

@@ -191,7 +191,7 @@ def env_cmd(
     threads under ~/.cache/vitbench/peak.json; every bench record divides its model FLOP/s by it (MFU).
     """
     from vitbench.backends.base import get_backend
-    from vitbench.env import environment
+    from vitbench.env import environment, lock_differences
     from vitbench.measure.peak import matmul_peak
 
     be = get_backend(_choice(backend, BACKENDS, "--backend"))
@@ -199,10 +199,18 @@ def env_cmd(
     peak = matmul_peak(be, _choice(precision, PRECISIONS, "--precision"), device, info.get("threads"),
                        refresh=refresh)
     env = environment(info)
+    differ, not_installed = lock_differences()
     if as_json:
-        print_json({"env": env, "matmul_peak": peak})
+        print_json({"env": env, "matmul_peak": peak, "lock": {
+            "differ": [{"name": n, "installed": have, "locked": want} for n, have, want in differ],
+            "not_installed": not_installed}})
         return
     rows = [(k, v) for k, v in env.items() if v is not None]
     rows.append((f"matmul peak {precision} (TFLOP/s)", peak["peak_tflops"]))
     rows.append(("peak measured at", peak["measured_at"] + (" (cached)" if peak["cached"] else "")))
     console.print(_kv_table("vitbench env", rows))
+    if differ:
+        console.print(f"[yellow]{len(differ)} installed package(s) differ from vitbench's lock[/] (tested "
+                      "versions; reinstall with `pip install -c vitbench/requirements.lock -e '.[all]'`):")
+        for name, have, want in differ:
+            console.print(f"  {name} {have} (lock {want})", highlight=False)

@@ -1,0 +1,43 @@
+"""The environment a row carries, vitbench's version, and drift of installed packages from the lock."""
+
+from __future__ import annotations
+
+import re
+from importlib import metadata
+
+from vitbench.env import lock_differences, parse_lock
+
+
+def test_version_flag(cli):
+    r = cli("--version")
+    assert r.exit_code == 0
+    assert r.stdout.startswith(f"vitbench {metadata.version('vitbench')}")
+
+
+def test_lock_differences_name_what_moved():
+    numpy = metadata.version("numpy")
+    lock = (f"# a comment\nNumPy=={numpy}+cpu\npydantic==0.0.1  # moved\n"
+            "no-such-package-anywhere==1.0\n")
+    differ, missing = lock_differences(lock)
+    assert differ == [("pydantic", metadata.version("pydantic"), "0.0.1")]  # local label ignored for numpy
+    assert missing == ["no-such-package-anywhere"]
+
+
+def test_shipped_lock_pins_every_declared_dependency():
+    """scripts/lock.sh must be re-run when a dependency is added: every requirement of vitbench[all] is locked."""
+    from importlib import resources
+
+    locked = parse_lock(resources.files("vitbench").joinpath("requirements.lock").read_text())
+    names = {re.split(r"[\s<>=!~;\[]", r, maxsplit=1)[0] for r in metadata.requires("vitbench") or []}
+    names = {re.sub(r"[-_.]+", "-", n).lower() for n in names} - {"vitbench"}
+    assert names and not names - set(locked), f"not in the lock: {sorted(names - set(locked))}"
+
+
+def test_env_reports_lock_drift(cli):
+    r = cli("env", "--json")
+    assert r.exit_code == 0, r.output
+    import json
+
+    doc = json.loads(r.stdout)
+    assert set(doc["lock"]) == {"differ", "not_installed"}
+    assert doc["env"]["deps"]
