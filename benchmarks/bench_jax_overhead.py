@@ -47,33 +47,33 @@ def main() -> None:
                     help="also measure the torch backend (default: on)")
     a = ap.parse_args()
 
-    from vitbench.backends.jax import JaxBackend, random_params  # sets XLA env before jax starts
+    from vitbench.backends.jax.backend import JaxBackend, random_params  # sets XLA env before jax starts
 
     info = JaxBackend().setup("cpu", a.threads)  # first: XLA's CPU pools are sized when JAX starts
     import jax
     import jax.numpy as jnp
 
-    from vitbench.backends.base import RunSettings
+    from vitbench.backends.base import Step
     from vitbench.measure.throughput import bench
     from vitbench.models.flax import build_flax_model
     from vitbench.models.specs import get_spec
 
     spec = get_spec(a.model)
     res = a.resolution or spec.resolution
-    settings = RunSettings(spec.name, batch_size=a.batch_size, resolution=res, threads=a.threads)
+    step = Step(spec.name, batch_size=a.batch_size, resolution=res)
     model = build_flax_model(spec, res)
-    params = jax.device_put(random_params(model, res, settings.seed))
+    params = jax.device_put(random_params(model, res, step.seed))
     x = jax.random.normal(jax.random.PRNGKey(0), (a.batch_size, res, res, 3), jnp.float32)
     apply = jax.jit(lambda p, xb: model.apply({"params": p}, xb))
 
-    kw = dict(warmup_steps=3, min_steps=a.steps, min_seconds=0.0, max_seconds=3600, with_mfu=False)
+    kw = dict(threads=a.threads, warmup_steps=3, min_steps=a.steps, min_seconds=0.0, max_seconds=3600, with_mfu=False)
     bare, harness, torch_ips = [], [], []
     for r in range(a.rounds):
         bare.append(bare_loop(apply, params, x, a.steps))
-        harness.append(bench(settings, backend="jax", **kw)["metrics"]["img_per_s"])
+        harness.append(bench(step, backend="jax", **kw).metrics["img_per_s"])
         line = f"round {r}: jax bare {bare[-1]:.2f} img/s   jax harness {harness[-1]:.2f} img/s"
         if a.torch:
-            torch_ips.append(bench(settings, backend="torch", **kw)["metrics"]["img_per_s"])
+            torch_ips.append(bench(step, backend="torch", **kw).metrics["img_per_s"])
             line += f"   torch harness {torch_ips[-1]:.2f} img/s"
         print(line, flush=True)
 

@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from vitbench.backends.base import RunSettings
+from vitbench.backends.base import Step
 from vitbench.measure.throughput import bench
 from vitbench.models.specs import get_spec
 from vitbench.models.torch import build_torch_model
@@ -45,12 +45,13 @@ def main() -> None:
     res = a.resolution or spec.resolution
     model = build_torch_model(spec, res).eval()
     x = torch.randn(a.batch_size, 3, res, res)
-    settings = RunSettings(spec.name, batch_size=a.batch_size, resolution=res, threads=a.threads)
+    step = Step(spec.name, batch_size=a.batch_size, resolution=res)
     bare, harness = [], []
     for r in range(a.rounds):
         bare.append(bare_loop(model, x, a.steps))
-        rec = bench(settings, warmup_steps=3, min_steps=a.steps, min_seconds=0.0, max_seconds=600, with_mfu=False)
-        harness.append(rec["metrics"]["img_per_s"])
+        rec = bench(step, threads=a.threads, warmup_steps=3, min_steps=a.steps, min_seconds=0.0, max_seconds=600,
+                    with_mfu=False)
+        harness.append(rec.metrics["img_per_s"])
         print(f"round {r}: bare {bare[-1]:.2f} img/s   harness {harness[-1]:.2f} img/s", flush=True)
     b, h = statistics.median(bare), statistics.median(harness)
     print(f"{spec.name} infer fp32 batch {a.batch_size} @ {res}px, {a.threads} threads, torch {torch.__version__}")

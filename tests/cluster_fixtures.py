@@ -31,7 +31,7 @@ def subprocess_env() -> dict:
     """Environment for a `vitbench sweep` subprocess that can run the test-only tasks."""
     env = dict(os.environ)
     env["PYTHONPATH"] = _pythonpath()
-    env["VITBENCH_TASK_MODULES"] = TASK_MODULES
+    env["VITBENCH_PLUGINS"] = TASK_MODULES
     return env
 
 
@@ -39,7 +39,7 @@ def subprocess_env() -> dict:
 def worker_env(monkeypatch):
     """Job processes started from this test process import the test-only tasks."""
     monkeypatch.setenv("PYTHONPATH", _pythonpath())
-    monkeypatch.setenv("VITBENCH_TASK_MODULES", TASK_MODULES)
+    monkeypatch.setenv("VITBENCH_PLUGINS", TASK_MODULES)
 
 
 @pytest.fixture(scope="module")
@@ -51,9 +51,9 @@ def ray_session():
     if ray.is_initialized():  # opened by someone else: use it, leave it open
         yield ray
         return
-    old = {k: os.environ.get(k) for k in ("PYTHONPATH", "VITBENCH_TASK_MODULES")}
+    old = {k: os.environ.get(k) for k in ("PYTHONPATH", "VITBENCH_PLUGINS")}
     os.environ["PYTHONPATH"] = _pythonpath()  # inherited by the raylet and so by every worker
-    os.environ["VITBENCH_TASK_MODULES"] = TASK_MODULES
+    os.environ["VITBENCH_PLUGINS"] = TASK_MODULES
     try:
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
         yield ray

@@ -7,8 +7,8 @@ import time
 import pytest
 import torch
 
-from vitbench.backends.base import RunSettings, Workload
-from vitbench.backends.torch import TorchBackend
+from vitbench.backends.base import Step, Workload
+from vitbench.backends.torch.backend import TorchBackend
 from vitbench.measure.throughput import bench
 from vitbench.measure.timing import summarize
 
@@ -18,9 +18,9 @@ FAST = dict(warmup_steps=2, min_steps=5, min_seconds=0.05, max_seconds=120.0)
 @pytest.mark.parametrize("task", ["infer", "train"])
 @pytest.mark.parametrize("model", ["ViT-Nano/4", "R-Nano", "R-Nano+ViT-Micro/8"])
 def test_bench_record(model, task):
-    rec = bench(RunSettings(model, task=task, batch_size=3), **FAST)
-    assert rec["kind"] == "bench" and rec["status"] == "ok"
-    m, raw = rec["metrics"], rec["raw"]
+    rec = bench(Step(model, mode=task, batch_size=3), **FAST)
+    assert rec.kind == "bench" and rec.status == "ok"
+    m, raw = rec.metrics, rec.raw
     assert len(raw["step_s"]) == m["steps"] >= 5 and len(raw["warmup_s"]) == 2
     assert m["img_per_s"] == pytest.approx(3 / (m["step_ms_median"] / 1000))
     assert m["batch_size_requested"] == m["batch_size_achieved"] == 3
@@ -28,14 +28,14 @@ def test_bench_record(model, task):
     assert m["peak_mem_mib"] >= 0 and m["first_step_s"] > 0 and m["compile_s"] is None
     assert 0 < m["mfu"] < 1.5 and m["model_tflops_per_s"] > 0
     for key in ("python", "torch", "timm", "numpy", "cpu_model", "threads", "device", "git_sha"):
-        assert key in rec["env"]
-    assert rec["config"]["resolution"] == 32 and rec["config"]["backend"] == "torch"
+        assert key in rec.env
+    assert rec.config["resolution"] == 32 and rec.config["backend"] == "torch"
 
 
 def test_training_steps_change_the_weights():
     be = TorchBackend()
     be.setup("cpu")
-    work = be.prepare(RunSettings("ViT-Nano/4", task="train", batch_size=4, optimizer="sgd"))
+    work = be.prepare(Step("ViT-Nano/4", mode="train", batch_size=4, optimizer="sgd"))
     before = [p.detach().clone() for p in work.model.parameters()]
     losses = [float(work.step().detach()) for _ in range(5)]
     assert all(not torch.equal(a, b) for a, b in zip(before, work.model.parameters()))
@@ -44,15 +44,15 @@ def test_training_steps_change_the_weights():
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
 def test_reduced_precision_runs_under_autocast(precision):
-    rec = bench(RunSettings("R-Nano", task="train", batch_size=2, precision=precision), **FAST)
-    assert rec["status"] == "ok" and rec["config"]["precision"] == precision
+    rec = bench(Step("R-Nano", mode="train", batch_size=2, precision=precision), **FAST)
+    assert rec.status == "ok" and rec.config["precision"] == precision
 
 
 def test_threads_are_set_and_recorded():
     before = torch.get_num_threads()
     try:
-        rec = bench(RunSettings("ViT-Nano/4", batch_size=2, threads=1), **FAST)
-        assert rec["env"]["threads"] == 1 and torch.get_num_threads() == 1
+        rec = bench(Step("ViT-Nano/4", batch_size=2), threads=1, **FAST)
+        assert rec.env["threads"] == 1 and torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
 
@@ -60,8 +60,8 @@ def test_threads_are_set_and_recorded():
 def test_channels_last_default_for_conv_families():
     be = TorchBackend()
     be.setup("cpu")
-    bit = be.prepare(RunSettings("R-Nano", batch_size=2))
-    vit = be.prepare(RunSettings("ViT-Nano/4", batch_size=2))
+    bit = be.prepare(Step("R-Nano", batch_size=2))
+    vit = be.prepare(Step("ViT-Nano/4", batch_size=2))
     assert bit.x.is_contiguous(memory_format=torch.channels_last)
     assert vit.x.is_contiguous() and not vit.x.is_contiguous(memory_format=torch.channels_last)
 
@@ -76,9 +76,9 @@ def test_oom_becomes_a_row_and_memory_is_cleaned():
         def cleanup(self):
             OOMBackend.cleaned = True
 
-    rec = bench(RunSettings("ViT-Nano/4", batch_size=4096), backend=OOMBackend(), **FAST)
-    assert rec["status"] == "oom" and "out of memory" in rec["error"]["message"] and OOMBackend.cleaned
-    assert rec["metrics"] == {}
+    rec = bench(Step("ViT-Nano/4", batch_size=4096), backend=OOMBackend(), **FAST)
+    assert rec.status == "oom" and "out of memory" in rec.error.message and OOMBackend.cleaned
+    assert rec.metrics == {}
 
 
 def test_other_errors_propagate():
@@ -87,7 +87,7 @@ def test_other_errors_propagate():
             raise ValueError("bug")
 
     with pytest.raises(ValueError):
-        bench(RunSettings("ViT-Nano/4"), backend=Broken(), **FAST)
+        bench(Step("ViT-Nano/4"), backend=Broken(), **FAST)
 
 
 class _Sleepy(Workload):
@@ -126,6 +126,6 @@ def test_summary_statistics():
 
 @pytest.mark.slow
 def test_torch_compile_time_is_kept_apart():
-    rec = bench(RunSettings("ViT-Nano/4", batch_size=2, compile=True), **FAST)
-    m = rec["metrics"]
+    rec = bench(Step("ViT-Nano/4", batch_size=2, compile=True), **FAST)
+    m = rec.metrics
     assert m["compile_s"] > 10 * m["step_ms_median"] / 1000

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 
 import numpy as np
 import pytest
+from records import record, with_fields
 
-from vitbench.compare import (compare, compare_paths, decide, inject_slowdown, load_records, match_key,
-                              to_benchmark_json, to_markdown)
+from vitbench.compare import compare, compare_paths, inject_slowdown, load_records, to_benchmark_json, to_markdown
+from vitbench.compare.decide import decide
+from vitbench.compare.match import match_key
 from vitbench.errors import ConfigError
-from vitbench.record import make_record
 
 STEP_S = 0.010  # synthetic median step time of the baseline (s)
 
@@ -25,7 +27,7 @@ def steps(rng: np.random.Generator, n: int = 50, scale: float = 1.0, cv: float =
 
 
 def bench_record(model: str = "ViT-Nano/4", step_s: list[float] | None = None, repeat: int = 0, batch: int = 8,
-                 run_id: str = "run1", env: dict | None = None, status: str = "ok", **cfg) -> dict:
+                 run_id: str = "run1", env: dict | None = None, status: str = "ok", **cfg) :
     """A record shaped like vitbench.trial.run_trial(bench) output, built without measuring anything."""
     trial = {"model": model, "backend": "torch", "task": "infer", "device": "cpu", "resolution": 32,
              "batch_size": batch, "precision": "fp32", "compile": False, "seed": 0, "threads": None,
@@ -36,21 +38,19 @@ def bench_record(model: str = "ViT-Nano/4", step_s: list[float] | None = None, r
         metrics = {"img_per_s": batch / med, "step_ms_median": med * 1e3, "batch_size_achieved": batch,
                    "batch_size_requested": batch, "peak_mem_mib": 100.0}
         raw = {"step_s": step_s, "warmup_s": [med] * 3}
-        rec = make_record("bench", dict(trial), metrics=metrics, raw=raw, env=env or {"torch": "2.4.0"})
+        rec = record("bench", dict(trial), metrics=metrics, raw=raw, env=env or {"torch": "2.4.0"})
     else:
-        rec = make_record("bench", dict(trial), status=status, env=env or {"torch": "2.4.0"},
-                          error={"type": "OutOfMemoryError", "message": "CUDA out of memory", "tail": None})
-    rec.update(key=f"{model}-{cfg}-{repeat}", study="t", run_id=run_id, repeat=repeat, trial=trial)
-    return rec
+        rec = record("bench", dict(trial), status=status, env=env or {"torch": "2.4.0"},
+                     error={"type": "OutOfMemoryError", "message": "CUDA out of memory", "tail": None})
+    return with_fields(rec, key=f"{model}-{cfg}-{repeat}", study="t", run_id=run_id, repeat=repeat, trial=trial)
 
 
 def calibration_record(tflops: list[float], run_id: str = "run1", env: dict | None = None) -> dict:
     trial = {"model": "-", "backend": "torch", "task": "calibration", "device": "cpu", "precision": "fp32",
              "threads": None, "matmul_n": 1024, "seconds": 0.25, "reps": len(tflops)}
-    rec = make_record("calibration", dict(trial), metrics={"matmul_tflops_per_s": float(np.median(tflops))},
-                      raw={"matmul_tflops_per_s": list(tflops)}, env=env or {"torch": "2.4.0"})
-    rec.update(key=f"cal-{run_id}", study="t", run_id=run_id, repeat=0, trial=trial)
-    return rec
+    rec = record("calibration", dict(trial), metrics={"matmul_tflops_per_s": float(np.median(tflops))},
+                 raw={"matmul_tflops_per_s": list(tflops)}, env=env or {"torch": "2.4.0"})
+    return with_fields(rec, key=None, study="t", run_id=run_id, repeat=0, trial=trial)
 
 
 def result_set(rng: np.random.Generator, models=("ViT-Nano/4", "R-Nano"), repeats: int = 3, scale: float = 1.0,
@@ -67,7 +67,7 @@ def result_set(rng: np.random.Generator, models=("ViT-Nano/4", "R-Nano"), repeat
 
 
 def write_jsonl(path, records) -> str:
-    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    path.write_text("".join(json.dumps(r.to_dict()) + "\n" for r in records))
     return str(path)
 
 
@@ -89,8 +89,8 @@ def test_identical_sets_no_regression():
 def test_ten_percent_slowdown_in_raw_timings_is_a_regression():
     base = result_set(np.random.default_rng(0))
     slow = inject_slowdown(base, 1.10)  # every raw step 10 % longer; derived metrics follow
-    assert slow[0]["raw"]["step_s"][0] == pytest.approx(base[0]["raw"]["step_s"][0] * 1.1)
-    assert slow[0]["metrics"]["img_per_s"] == pytest.approx(base[0]["metrics"]["img_per_s"] / 1.1)
+    assert slow[0].raw["step_s"][0] == pytest.approx(base[0].raw["step_s"][0] * 1.1)
+    assert slow[0].metrics["img_per_s"] == pytest.approx(base[0].metrics["img_per_s"] / 1.1)
     cmp = compare(base, slow)
     assert cmp.exit_code == 1
     assert {r.decision for r in cmp.rows} == {"regression"}
@@ -185,8 +185,7 @@ def test_unmatched_trials_are_listed_not_dropped():
 
 def test_matched_trials_without_a_selected_metric_are_listed():
     trial = {"model": "A", "backend": "torch", "task": "flops", "resolution": 32, "num_classes": 10}
-    fl = make_record("flops", dict(trial), metrics={"gflops": 0.1, "params_m": 0.05})
-    fl.update(key="fl", repeat=0, trial=trial)
+    fl = record("flops", dict(trial), metrics={"gflops": 0.1, "params_m": 0.05}, key="fl", repeat=0, trial=trial)
     cmp = compare([bench_record("A"), fl], [bench_record("A"), fl])
     assert [r.metric for r in cmp.rows] == ["img_per_s"]
     assert cmp.not_compared == [("A flops torch 32px",
@@ -209,7 +208,7 @@ def test_config_difference_and_method_version_do_not_match():
     with pytest.raises(ConfigError, match=r"no trial of current matches.*precision \('fp32' vs 'bf16'\); "
                                           r"--ignore precision would match"):
         compare([a], [b])
-    old = dict(a, method_version=0)
+    old = dataclasses.replace(a, method_version=0)
     with pytest.raises(ConfigError, match="method_version"):
         compare([old], [a])
     # --ignore lets a field differ on purpose
@@ -221,9 +220,8 @@ def test_max_batch_size_compared_without_step_samples():
     def mb(v, repeat=0):
         trial = {"model": "A", "backend": "torch", "task": "max_batch", "device": "cpu", "resolution": 32,
                  "precision": "fp32", "mode": "infer"}
-        rec = make_record("max_batch", dict(trial), metrics={"max_batch_size": v, "peak_mem_mib": 50.0})
-        rec.update(key=f"mb{repeat}", repeat=repeat, trial=trial)
-        return rec
+        return record("max_batch", dict(trial), metrics={"max_batch_size": v, "peak_mem_mib": 50.0},
+                      key=f"mb{repeat}", repeat=repeat, trial=trial)
     cmp = compare([mb(64)], [mb(32)])
     assert [(r.metric, r.decision, r.method) for r in cmp.rows] == [("max_batch_size", "regression",
                                                                      "single value")]
@@ -256,7 +254,7 @@ def test_normalize_uses_each_runs_own_calibration():
     cur = result_set(rng, models=("A",), repeats=1, run_id="fast") + [calibration_record([1.0], run_id="fast")]
     later = inject_slowdown(result_set(rng, models=("A",), repeats=1, run_id="slow"), 2.0)
     for r in later:
-        r["repeat"], r["key"] = 1, r["key"] + "-r1"
+        r.repeat, r.key = 1, r.key + "-r1"
     cur += later + [calibration_record([0.5], run_id="slow")]
     base = result_set(rng, models=("A",), repeats=2) + [calibration_record([1.0])]
     cmp = compare(base, cur, normalize=True)
@@ -268,12 +266,12 @@ def test_normalize_picks_the_calibration_nearest_in_time():
     rng = np.random.default_rng(8)
     base = result_set(rng, models=("A",), repeats=2)
     cals = [calibration_record([1.0]), calibration_record([1.0])]
-    cals[0]["started_at"], cals[1]["started_at"] = "2026-01-01T00:00:00+00:00", "2026-01-01T00:10:00+00:00"
-    base[0]["started_at"], base[1]["started_at"] = "2026-01-01T00:00:05+00:00", "2026-01-01T00:10:05+00:00"
+    cals[0].started_at, cals[1].started_at = "2026-01-01T00:00:00+00:00", "2026-01-01T00:10:00+00:00"
+    base[0].started_at, base[1].started_at = "2026-01-01T00:00:05+00:00", "2026-01-01T00:10:05+00:00"
     cur = copy.deepcopy(base)
     cur[1] = inject_slowdown([cur[1]], 2.0)[0]  # the machine ran at half speed during round 2 ...
     cur_cals = copy.deepcopy(cals)
-    cur_cals[1]["raw"]["matmul_tflops_per_s"] = [0.5]  # ... and its calibration saw it
+    cur_cals[1].raw["matmul_tflops_per_s"] = [0.5]  # ... and its calibration saw it
     cmp = compare(base + cals, cur + cur_cals, normalize=True)
     assert cmp.rows[0].ratio == pytest.approx(1.0) and cmp.rows[0].decision == "no change"
     assert compare(base + cals, cur + cur_cals).rows[0].ratio == pytest.approx(0.75, rel=0.05)
@@ -288,27 +286,27 @@ def test_normalize_without_calibration_is_bad_input():
 # -------------------------------------------------------------------------------------------------------------
 # Files, JSON shape, CLI exit codes
 # -------------------------------------------------------------------------------------------------------------
-def test_load_records_file_dir_torn_line_and_garbage(tmp_path):
+def test_load_records_reads_with_the_stores_rules(tmp_path):
+    """One reader for sweep, report and compare: a torn line, garbage or a JSON object that is not a record is
+    skipped with a warning naming file and line, every good record is kept; nothing readable is bad input."""
     recs = result_set(np.random.default_rng(0), models=("A",), repeats=2)
     d = tmp_path / "res"
     d.mkdir()
     f = d / "results.jsonl"
-    f.write_text(json.dumps(recs[0]) + "\n" + json.dumps(recs[1])[:40])  # a torn last line
+    f.write_text(json.dumps(recs[0].to_dict()) + "\n" + json.dumps(recs[1].to_dict())[:40])  # a torn last line
     warns: list[str] = []
-    assert len(load_records(d, warns)) == 1 and "incomplete last line" in warns[0]
+    assert len(load_records(d, warns)) == 1 and "results.jsonl:2: skipped torn last line" in warns[0]
     assert len(load_records(f)) == 1
     bad = tmp_path / "bad.jsonl"
-    bad.write_text("hello\n" + json.dumps(recs[0]) + "\n")
-    with pytest.raises(ConfigError, match=r"bad.jsonl:1: not a JSON record"):
-        load_records(bad)
-    notrec = tmp_path / "notrec.jsonl"
-    notrec.write_text('{"a": 1}\n')
-    with pytest.raises(ConfigError, match="not a vitbench record"):
-        load_records(notrec)
-    with pytest.raises(ConfigError, match="no such file"):
+    bad.write_text("hello\n" + json.dumps(recs[0].to_dict()) + "\n" + '{"a": 1}\n')
+    warns = []
+    assert len(load_records(bad, warns)) == 1
+    assert "bad.jsonl:1: skipped unparseable line" in warns[0] and "bad.jsonl:3" in warns[1]
+    assert "not a vitbench record" in warns[1]
+    with pytest.raises(ConfigError, match="does not exist"):
         load_records(tmp_path / "missing.jsonl")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(ConfigError, match="no \\*.jsonl"):
+    with pytest.raises(ConfigError, match="no records"):
         load_records(tmp_path / "empty")
     (tmp_path / "blank.jsonl").write_text("\n")
     with pytest.raises(ConfigError, match="no records"):

@@ -20,13 +20,14 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 import vitbench_testtasks  # noqa: F401 - registers `sleep` here (the study is validated in this process)
 from cluster_fixtures import ray_session, worker_env  # noqa: F401 - fixtures
+from records import record
+
 from vitbench.errors import BackendUnavailable, ConfigError
-from vitbench.executors import get_executor
+from vitbench.executors import Job, Stored, get_executor
 from vitbench.executors.remote import host_shard, run_on_worker, since_now
-from vitbench.record import make_record, now
+from vitbench.record import now
 from vitbench.runner import SweepHooks, run_study
 from vitbench.store import Store, load, read_records
 from vitbench.study import parse_study
@@ -40,7 +41,7 @@ def study(body: str, name: str = "exe"):
 
 
 def keys_in(path: Path) -> list[str]:
-    return [r["key"] for r in read_records(path) if r.get("key")]
+    return [r.key for r in read_records(path) if r.key]
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -182,7 +183,7 @@ def test_ctrl_c_cancels_running_trials_records_them_interrupted_and_resume_runs_
     with pytest.raises(KeyboardInterrupt):
         run_study(s, tmp_path, executor=executor, hooks=_InterruptOnSecondStart(), executor_options=opts)
     rows = read_records(tmp_path)
-    assert [r["status"] for r in rows] == ["interrupted", "interrupted"]  # both submitted jobs, nothing else
+    assert [r.status for r in rows] == ["interrupted", "interrupted"]  # both submitted jobs, nothing else
     if executor == "slurm":  # the cancelled jobs' processes are gone (nothing keeps measuring)
         new = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
         _, alive = psutil.wait_procs(new, timeout=20)
@@ -191,7 +192,7 @@ def test_ctrl_c_cancels_running_trials_records_them_interrupted_and_resume_runs_
     assert resumed.statuses == {"ok": 3}
     df = load(tmp_path)
     assert len(df) == 3 and set(df["status"]) == {"ok"}
-    ok_keys = [r["key"] for r in read_records(tmp_path) if r["status"] == "ok"]
+    ok_keys = [r.key for r in read_records(tmp_path) if r.status == "ok"]
     assert sorted(ok_keys) == sorted(t.key for t in s.trials)  # each trial measured exactly once
 
 
@@ -204,17 +205,16 @@ def _store_with_study(root: Path, text: str = "name: g\n") -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _job(sha: str, key: str = "k1", run_id: str = "run-new", **cfg) -> dict:
+def _job(sha: str, key: str = "k1", run_id: str = "run-new", **cfg) -> Job:
     config = {"model": "ViT-Nano/4", "backend": "torch", "task": "sleep", "device": "cpu", "resolution": 32,
               "batch_size": 2, "seed": 0, "seconds": 0.01, "behaviour": "ok", **cfg}
-    return {"key": key, "study": "g", "study_sha": sha, "run_id": run_id, "repeat": 0, "config": config,
-            "timeout_s": 60, "task_module": "vitbench_testtasks"}
+    return Job(key=key, config=config, repeat=0, study="g", study_sha=sha, run_id=run_id, timeout_s=60,
+               task_module="vitbench_testtasks")
 
 
-def _row(key: str, run_id: str, stored_at: str) -> dict:
-    r = make_record("bench", {"model": "ViT-Nano/4"}, metrics={"img_per_s": 1.0})
-    r.update(key=key, run_id=run_id, study="g", runner={"stored_at": stored_at})
-    return r
+def _row(key: str, run_id: str, stored_at: str):
+    return record("bench", {"model": "ViT-Nano/4"}, metrics={"img_per_s": 1.0}, key=key, run_id=run_id, study="g",
+                  runner={"stored_at": stored_at})
 
 
 def test_worker_skips_a_trial_another_job_is_running(tmp_path):
@@ -224,12 +224,12 @@ def test_worker_skips_a_trial_another_job_is_running(tmp_path):
     fcntl.flock(fd, fcntl.LOCK_EX)  # an orphaned job of a killed sweep is measuring k1
     t0 = time.monotonic()
     try:
-        rec = run_on_worker(_job(sha), str(tmp_path), since=since_now(), lock_wait_s=0.6)
+        out = run_on_worker(_job(sha), str(tmp_path), since=since_now(), lock_wait_s=0.6)
     finally:
         os.close(fd)
     assert time.monotonic() - t0 >= 0.6  # it gave the holder time to finish (or die) first
-    assert rec["status"] == "skipped" and rec["runner"]["stored"] == "elsewhere"
-    assert "another job is running" in rec["error"]["message"]
+    assert out.record.status == "skipped" and out.stored is Stored.ELSEWHERE
+    assert "another job is running" in out.record.error.message
     assert read_records(tmp_path) == []  # nothing measured, nothing written
 
 
@@ -241,8 +241,8 @@ def test_worker_waits_for_a_dying_holder_then_measures(tmp_path):
     fd = os.open(tmp_path / "claims" / "k1.worker.lock", os.O_RDWR | os.O_CREAT)
     fcntl.flock(fd, fcntl.LOCK_EX)  # a cancelled job of an interrupted sweep, about to die without a row
     threading.Timer(0.5, os.close, args=(fd,)).start()
-    rec = run_on_worker(_job(sha), str(tmp_path), since=since_now(), lock_wait_s=20)
-    assert rec["status"] == "ok" and [r["key"] for r in read_records(tmp_path)] == ["k1"]
+    out = run_on_worker(_job(sha), str(tmp_path), since=since_now(), lock_wait_s=20)
+    assert out.record.status == "ok" and [r.key for r in read_records(tmp_path)] == ["k1"]
 
 
 def test_worker_skips_a_trial_another_sweep_stored_after_the_draw_but_not_an_older_row(tmp_path):
@@ -252,28 +252,26 @@ def test_worker_skips_a_trial_another_sweep_stored_after_the_draw_but_not_an_old
         st.append(_row("k2", "run-old", "2000-01-01T00:00:00.000+00:00"))  # an old row (a --force re-run)
     since = since_now()
     dup = run_on_worker(_job(sha, "k1"), str(tmp_path), since=since)
-    assert dup["status"] == "skipped" and "run-orphan" in dup["error"]["message"]
+    assert dup.record.status == "skipped" and "run-orphan" in dup.record.error.message
     fresh = run_on_worker(_job(sha, "k2"), str(tmp_path), since=since)
-    assert fresh["status"] == "ok" and fresh["runner"]["stored"] == f"results.{host_shard()}.jsonl"
-    mine = [r for r in read_records(tmp_path) if r["run_id"] == "run-new"]
-    assert [r["key"] for r in mine] == ["k2"] and mine[0]["runner"]["stored_at"] >= since
-    assert "stored" not in mine[0]["runner"]  # the marker is for the driver, not the row
+    assert fresh.record.status == "ok" and fresh.stored is Stored.WORKER
+    mine = [r for r in read_records(tmp_path) if r.run_id == "run-new"]
+    assert [r.key for r in mine] == ["k2"] and mine[0].runner["stored_at"] >= since
+    assert mine[0].source == str((tmp_path).resolve()) and (tmp_path / f"results.{host_shard()}.jsonl").exists()
 
 
 def test_worker_that_cannot_see_the_store_returns_the_row_for_the_driver(tmp_path):
     sha = _store_with_study(tmp_path, "name: g\n")
     job = _job("0" * 64)  # a different study file: not this study's store (no shared file system)
-    rec = run_on_worker(job, str(tmp_path), since=since_now())
-    assert rec["status"] == "ok" and "stored" not in rec["runner"] and read_records(tmp_path) == []
-    assert sha != job["study_sha"]
+    out = run_on_worker(job, str(tmp_path), since=since_now())
+    assert out.record.status == "ok" and out.stored is Stored.DRIVER and read_records(tmp_path) == []
+    assert sha != job.study_sha
 
 
 def test_latest_row_across_shards_is_the_last_finished(tmp_path):
     def r(status, finished_at, shard):
-        x = make_record("bench", {"model": "m"}, status=status)
-        x.update(key="k", finished_at=finished_at)
         with Store(tmp_path, shard=shard) as st:
-            st.append(x)
+            st.append(record("bench", {"model": "m"}, status=status, key="k", finished_at=finished_at))
 
     r("ok", "2026-01-02T00:00:00.000+00:00", None)  # results.jsonl, newest
     r("error", "2026-01-01T00:00:00.000+00:00", "w-a")  # an older shard row, later in file order
@@ -312,10 +310,11 @@ def test_slurm_options_reach_the_sbatch_script(tmp_path, monkeypatch):
     from vitbench.executors.slurm import SlurmExecutor
 
     monkeypatch.setattr(shutil, "which", lambda name: f"/usr/bin/{name}")  # as on a login node
-    ex = SlurmExecutor(partition="gpu", account="proj", qos="high", cpus_per_task=8, mem_gb=64, exclusive=True,
-                       additional={"gres": "gpu:a100:1"}, setup=["module load cuda/12.4"], max_parallel=4,
-                       results_dir=str(tmp_path))
-    job = {"config": {"device": "cuda", "task": "infer"}, "timeout_s": 1500}
+    ex = SlurmExecutor(tmp_path, partition="gpu", account="proj", qos="high", cpus_per_task=8, mem_gb=64,
+                       exclusive=True, additional={"gres": "gpu:a100:1"}, setup=["module load cuda/12.4"],
+                       max_parallel=4)
+    job = Job(key="k", config={"device": "cuda", "task": "infer"}, repeat=0, study="s", study_sha="x", run_id="r",
+              timeout_s=1500, task_module="vitbench.tasks.bench")
     sub = ex._executor(tmp_path / "slurm")
     sub.update_parameters(**ex._job_params(1, ex._time_limit_min(job)))
     text = sub._executor._make_submission_file_text("python -m x", "uid")
@@ -326,4 +325,6 @@ def test_slurm_options_reach_the_sbatch_script(tmp_path, monkeypatch):
     assert ex._time_limit_min(job) == 30
     from vitbench.executors.slurm import _gpus
 
-    assert _gpus(None, job) == 1 and _gpus(None, {"config": {"task": "flops"}}) == 0 and _gpus(2, job) == 2
+    flops_job = Job(key="k", config={"task": "flops"}, repeat=0, study="s", study_sha="x", run_id="r", timeout_s=60,
+                    task_module="vitbench.tasks.flops")
+    assert _gpus(None, job) == 1 and _gpus(None, flops_job) == 0 and _gpus(2, job) == 2

@@ -17,10 +17,10 @@ def test_counted_matmul_flops_equal_analytic_on_tiny_models(name):
     is why the backend unfuses attention while counting.
     """
     rec = flops(name)
-    assert rec["status"] == "ok"
-    assert rec["metrics"]["rel_diff_torch_flop_counter"] == pytest.approx(0.0, abs=1e-9)
-    assert rec["metrics"]["gflops"] == pytest.approx(2 * rec["metrics"]["gmacs"])
-    assert rec["metrics"]["gmacs_fvcore"] >= rec["metrics"]["gmacs"]  # fvcore adds norm terms
+    assert rec.status == "ok"
+    assert rec.metrics["rel_diff_torch_flop_counter"] == pytest.approx(0.0, abs=1e-9)
+    assert rec.metrics["gflops"] == pytest.approx(2 * rec.metrics["gmacs"])
+    assert rec.metrics["gmacs_fvcore"] >= rec.metrics["gmacs"]  # fvcore adds norm terms
 
 
 def test_counters_see_attention_whichever_kernel_the_model_uses():
@@ -52,9 +52,9 @@ def test_analytic_gmacs_match_timm_published(name, published, tol):
 
 def test_real_vit_and_bit_counters_agree_with_analytic():
     """ViT within 1 %, BiT within 4 % (fvcore counts GroupNorm and weight standardisation, the formula not)."""
-    vit = flops("ViT-B/32")["metrics"]
+    vit = flops("ViT-B/32").metrics
     assert abs(vit["rel_diff_fvcore"]) < 0.01 and abs(vit["rel_diff_torch_flop_counter"]) < 0.01
-    bit = flops("R50x1")["metrics"]
+    bit = flops("R50x1").metrics
     assert abs(bit["rel_diff_fvcore"]) < 0.04 and abs(bit["rel_diff_torch_flop_counter"]) < 0.04
 
 

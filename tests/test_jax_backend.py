@@ -15,8 +15,8 @@ pytestmark = pytest.mark.jax
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from vitbench.backends.base import RunSettings, get_backend  # noqa: E402
-from vitbench.backends.jax import JaxBackend, JaxWorkload  # noqa: E402
+from vitbench.backends.base import Step, get_backend  # noqa: E402
+from vitbench.backends.jax.backend import JaxBackend, JaxWorkload  # noqa: E402
 from vitbench.errors import BackendUnavailable, ConfigError  # noqa: E402
 from vitbench.models.analytic import analytic_counts  # noqa: E402
 from vitbench.models.specs import get_spec  # noqa: E402
@@ -59,7 +59,7 @@ FORK_OK = pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")  # subproc
 
 @FORK_OK
 def test_threads_size_the_cpu_client_in_a_fresh_process():
-    code = ("import os, json; from vitbench.backends.jax import JaxBackend; "
+    code = ("import os, json; from vitbench.backends.jax.backend import JaxBackend; "
             "before = sorted(os.sched_getaffinity(0)); info = JaxBackend().setup('cpu', threads=1); "
             "tids = os.listdir('/proc/self/task'); "
             "print(json.dumps({'threads': info['threads'], 'flags': info['xla_flags'], 'restored': all("
@@ -71,7 +71,7 @@ def test_threads_size_the_cpu_client_in_a_fresh_process():
 
 
 def test_inference_workload_is_compiled_ahead_and_returns_logits(be):
-    work = be.prepare(RunSettings(TINY, batch_size=3))
+    work = be.prepare(Step(TINY, batch_size=3))
     assert isinstance(work, JaxWorkload) and work.batch_size == 3
     assert work.compile_s > 0 and work.lower_s < work.compile_s  # lower + compile, measured in prepare
     out = work.step()
@@ -82,7 +82,7 @@ def test_inference_workload_is_compiled_ahead_and_returns_logits(be):
 
 
 def test_train_step_updates_params_and_lowers_the_loss(be):
-    work = be.prepare(RunSettings(TINY, task="train", batch_size=8, optimizer="adam"))
+    work = be.prepare(Step(TINY, mode="train", batch_size=8, optimizer="adam"))
     params0 = jax.tree_util.tree_map(np.asarray, work.args[0][0])
     losses = []
     for _ in range(8):
@@ -98,20 +98,20 @@ def test_train_step_updates_params_and_lowers_the_loss(be):
 
 
 def test_bf16_training_runs_and_fp16_training_is_refused(be):
-    work = be.prepare(RunSettings(TINY, task="train", batch_size=2, precision="bf16"))
+    work = be.prepare(Step(TINY, mode="train", batch_size=2, precision="bf16"))
     state, loss = work.step()
     work.sync((state, loss))
     assert np.isfinite(float(loss))
     assert jax.tree_util.tree_leaves(state[0])[0].dtype == np.float32  # fp32 master weights
     work.close()
     with pytest.raises(ConfigError, match="bf16"):
-        be.prepare(RunSettings(TINY, task="train", precision="fp16"))
+        be.prepare(Step(TINY, mode="train", precision="fp16"))
     with pytest.raises(ConfigError, match="bf16"):  # XLA's CPU dot has no fp16 -> fp32 form
-        be.prepare(RunSettings(TINY, task="infer", precision="fp16"))
+        be.prepare(Step(TINY, mode="infer", precision="fp16"))
     with pytest.raises(ConfigError, match="allowed: adam, sgd"):
-        be.prepare(RunSettings(TINY, task="train", optimizer="lamb"))
+        be.prepare(Step(TINY, mode="train", optimizer="lamb"))
     with pytest.raises(ConfigError, match="allowed: fp32"):
-        be.prepare(RunSettings(TINY, precision="fp8"))
+        be.prepare(Step(TINY, precision="fp8"))
 
 
 def test_a_real_xla_out_of_memory_is_recognised(be):
@@ -128,7 +128,7 @@ def test_a_real_xla_out_of_memory_is_recognised(be):
 
 def test_peak_memory_grows_with_the_workload(be):
     be.reset_peak_memory()
-    work = be.prepare(RunSettings(TINY, batch_size=256))
+    work = be.prepare(Step(TINY, batch_size=256))
     work.sync(work.step())
     assert be.peak_memory_mib() > 1.0  # activations of 256 images (CPU: peak RSS growth)
     assert be.process_peak_mib() >= be.peak_memory_mib()
@@ -155,7 +155,7 @@ def test_xla_flop_count_matches_analytic_on_paper_models(be, name, tol):
 def test_random_params_cover_the_model_and_are_typical():
     from flax.traverse_util import flatten_dict
 
-    from vitbench.backends.jax import random_params
+    from vitbench.backends.jax.backend import random_params
     from vitbench.models.flax import build_flax_model
 
     model = build_flax_model("R-Nano+ViT-Micro/8")
@@ -178,11 +178,11 @@ def test_matmul_peak_is_measured(be):
 def test_bench_runs_on_jax(task):
     from vitbench.measure.throughput import bench
 
-    settings = RunSettings(TINY, task=task, batch_size=4, optimizer="sgd")  # sgd here, adam above
+    settings = Step(TINY, mode=task, batch_size=4, optimizer="sgd")  # sgd here, adam above
     rec = bench(settings, backend="jax", warmup_steps=2, min_steps=5, min_seconds=0.05, with_mfu=False)
-    m = rec["metrics"]
-    assert rec["status"] == "ok" and rec["config"]["backend"] == "jax" and rec["env"]["backend"] == "jax"
-    assert m["img_per_s"] > 0 and m["batch_size_achieved"] == 4 and len(rec["raw"]["step_s"]) >= 5
+    m = rec.metrics
+    assert rec.status == "ok" and rec.config["backend"] == "jax" and rec.env["backend"] == "jax"
+    assert m["img_per_s"] > 0 and m["batch_size_achieved"] == 4 and len(rec.raw["step_s"]) >= 5
     assert m["compile_s"] > 0  # explicit, from lower().compile(), never inside the timed steps
     assert m["first_step_s"] < m["compile_s"] + 5  # the first step runs the compiled executable, no jit
     assert m["peak_mem_mib"] >= 0
@@ -191,28 +191,28 @@ def test_bench_runs_on_jax(task):
 def test_bench_reports_an_impossible_batch_as_oom_not_a_crash():
     from vitbench.measure.throughput import bench
 
-    rec = bench(RunSettings(TINY, batch_size=2**27), backend="jax", min_steps=1, min_seconds=0, with_mfu=False)
-    assert rec["status"] == "oom" and "out of memory" in rec["error"]["message"].lower()
+    rec = bench(Step(TINY, batch_size=2**27), backend="jax", min_steps=1, min_seconds=0, with_mfu=False)
+    assert rec.status == "oom" and "out of memory" in rec.error.message.lower()
 
 
 def test_flops_record_has_the_xla_counter():
     from vitbench.measure.flops import flops
 
     rec = flops(TINY, backend="jax")
-    assert rec["metrics"]["gmacs_xla"] > 0 and "xla" in rec["raw"]["excludes"]
-    assert rec["metrics"]["rel_diff_xla"] == pytest.approx(rec["metrics"]["gmacs_xla"] / rec["metrics"]["gmacs"] - 1)
+    assert rec.metrics["gmacs_xla"] > 0 and "xla" in rec.raw["excludes"]
+    assert rec.metrics["rel_diff_xla"] == pytest.approx(rec.metrics["gmacs_xla"] / rec.metrics["gmacs"] - 1)
 
 
 @FORK_OK
 def test_max_batch_probes_jax_in_fresh_processes():
     from vitbench.measure.max_batch import max_batch
 
-    rec = max_batch(RunSettings(TINY, batch_size=1), backend="jax", memory_limit_gib=4, max_batch_size=1,
+    rec = max_batch(Step(TINY, batch_size=1), backend="jax", memory_limit_gib=4, max_batch_size=1,
                     probe_timeout_s=300)  # one probe: the search itself is tested with torch
-    assert rec["status"] == "ok", rec.get("error")
-    assert rec["metrics"]["max_batch_size"] == 1
-    assert [p["status"] for p in rec["raw"]["probes"]] == ["ok"]
-    assert rec["raw"]["probes"][0]["peak_mem_mib"] >= 0
+    assert rec.status == "ok", rec.error
+    assert rec.metrics["max_batch_size"] == 1
+    assert [p["status"] for p in rec.raw["probes"]] == ["ok"]
+    assert rec.raw["probes"][0]["peak_mem_mib"] >= 0
 
 
 def test_cli_bench_and_flops_take_backend_jax(cli):

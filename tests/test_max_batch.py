@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vitbench.backends.base import RunSettings
+from vitbench.backends.base import Step
 from vitbench.errors import ConfigError
 from vitbench.measure.max_batch import Probe, max_batch, run_probe, search
 
@@ -37,23 +37,23 @@ def test_search_granularity_and_start():
 
 
 def test_real_probe_fits_and_reports_memory():
-    p = run_probe(RunSettings("ViT-Nano/4", task="train"), batch=4)
+    p = run_probe(Step("ViT-Nano/4", mode="train"), batch=4)
     assert p.fits and p.status == "ok" and p.process_peak_mib > 50 and p.peak_mem_mib >= 0
 
 
 def test_watchdog_kills_a_probe_past_its_budget():
     # Importing torch alone needs far more than 64 MiB, so the watchdog must kill this probe.
-    p = run_probe(RunSettings("ViT-Nano/4", task="train"), batch=4, budget_mib=64)
+    p = run_probe(Step("ViT-Nano/4", mode="train"), batch=4, budget_mib=64)
     assert not p.fits and p.status == "killed_over_budget"
 
 
 def test_real_search_on_a_tiny_model():
-    rec = max_batch(RunSettings("ViT-Nano/4", task="infer"), memory_limit_gib=8, max_batch_size=4)
-    assert rec["status"] == "ok" and rec["metrics"]["max_batch_size"] == 4 and rec["metrics"]["capped"]
-    assert [p["batch"] for p in rec["raw"]["probes"]] == [1, 2, 4]
-    assert rec["metrics"]["memory_limit_mib"] == 8 * 1024
+    rec = max_batch(Step("ViT-Nano/4", mode="infer"), memory_limit_gib=8, max_batch_size=4)
+    assert rec.status == "ok" and rec.metrics["max_batch_size"] == 4 and rec.metrics["capped"]
+    assert [p["batch"] for p in rec.raw["probes"]] == [1, 2, 4]
+    assert rec.metrics["memory_limit_mib"] == 8 * 1024
 
 
 def test_bad_budget_is_a_config_error():
     with pytest.raises(ConfigError):
-        max_batch(RunSettings("ViT-Nano/4"), memory_limit_gib=-1)
+        max_batch(Step("ViT-Nano/4"), memory_limit_gib=-1)

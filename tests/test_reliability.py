@@ -24,15 +24,14 @@ from pathlib import Path
 import numpy as np
 import psutil
 import pytest
-
 import vitbench_hogtasks  # noqa: F401 - registers `hog` in this process
 import vitbench_testtasks  # noqa: F401 - registers `sleep`
-from cluster_fixtures import (ray_session, run_sweep, subprocess_env, sweep_cmd, wait_for,  # noqa: F401
-                              worker_env, write_study)
+from cluster_fixtures import ray_session, run_sweep, subprocess_env, sweep_cmd, wait_for, worker_env, write_study  # noqa: F401
+from records import record
+
 from vitbench.errors import ConfigError, UnsafeFileError
-from vitbench.record import make_record
 from vitbench.runner import run_study
-from vitbench.store import DONE_STATUSES, CorruptLineWarning, Store, load, read_records
+from vitbench.store import CorruptLineWarning, Store, load, read_records
 from vitbench.study import parse_study
 
 SLURM_LOCAL = ["--executor", "slurm", "-o", "cluster=local", "-o", "poll_s=0.1", "-o", "max_parallel=2"]
@@ -56,8 +55,8 @@ def _claimed_by(res: Path, pid: int) -> bool:
     return False
 
 
-def terminal_keys(recs: list[dict]) -> collections.Counter:
-    return collections.Counter(r["key"] for r in recs if r.get("key") and r.get("status") in DONE_STATUSES)
+def terminal_keys(recs: list) -> collections.Counter:
+    return collections.Counter(r.key for r in recs if r.key and r.status.done)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -110,7 +109,7 @@ def test_kill_9_at_random_moments_then_resume_records_every_trial_exactly_once(e
     counts = terminal_keys(recs)
     assert set(counts) == keys, (moments, counts)
     assert all(n == 1 for n in counts.values()), (moments, counts)
-    assert {r["status"] for r in recs if r.get("key") in keys and r["status"] in DONE_STATUSES} == {"ok"}
+    assert {r.status.value for r in recs if r.key in keys and r.status.done} == {"ok"}
     df = load(res)
     assert len(df) == len(keys) and set(df["status"]) == {"ok"}
 
@@ -176,7 +175,7 @@ def test_a_local_and_a_slurm_sweep_at_once_lose_and_duplicate_nothing(tmp_path):
         assert p.returncode == 0, err.decode()[-3000:]
     recs = read_records(res)  # no warning: every line whole although two processes and several jobs wrote
     assert terminal_keys(recs) == collections.Counter({k: 1 for k in keys})
-    assert len(recs) == len(keys) and {r["status"] for r in recs} == {"ok"}
+    assert len(recs) == len(keys) and {r.status.value for r in recs} == {"ok"}
     ran = [int(" ".join(out.decode().split()).split("ran ")[1].split()[0]) for out, _ in outs]
     assert sum(ran) == len(keys), ran
 
@@ -201,8 +200,8 @@ def test_corrupt_lines_warn_keep_every_good_row_and_resume_reruns_only_the_lost_
     torn_key = json.loads(lines[3])["key"]
     # garbage between rows 2 and 3 (a foreign write), and the last row cut in half (a kill mid-write)
     main.write_bytes(lines[0] + lines[1] + b"\x00\xff{garbage\n" + lines[2] + lines[3][: len(lines[3]) // 2])
-    extra = make_record("bench", {"model": "ViT-Mini/4", "task": "sleep"}, metrics={"img_per_s": 1.0})
-    extra.update(key="from-a-worker", study="rel", run_id="w")
+    extra = record("bench", {"model": "ViT-Mini/4", "task": "sleep"}, metrics={"img_per_s": 1.0},
+                   key="from-a-worker", study="rel", run_id="w")
     with Store(res, shard="w-node7") as st:
         st.append(extra)
     with open(res / "results.w-node7.jsonl", "ab") as f:

@@ -7,10 +7,10 @@ import random
 import numpy as np
 import pandas as pd
 import pytest
+from records import record
 
 from vitbench.models.analytic import analytic_counts
 from vitbench.models.specs import get_spec
-from vitbench.record import make_record
 from vitbench.report import build_report
 from vitbench.report.plots import pareto_front
 from vitbench.store import Store
@@ -20,9 +20,9 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def _add(st: Store, kind: str, cfg: dict, metrics: dict, repeat: int = 0, status: str = "ok", **kw) -> None:
-    r = make_record(kind, cfg, metrics=metrics, status=status, env={"torch": "2.x", "cpu_model": "test cpu"}, **kw)
-    r.update(key=trial_key(cfg, repeat), study="synthetic", run_id=f"run{repeat}", repeat=repeat, trial=cfg)
-    st.append(r)
+    st.append(record(kind, cfg, metrics=metrics, status=status, env={"torch": "2.x", "cpu_model": "test cpu"},
+                     key=trial_key(cfg, repeat), study="synthetic", run_id=f"run{repeat}", repeat=repeat, trial=cfg,
+                     **kw))
 
 
 def make_results(path, backends=("torch",), accuracy=False) -> None:
@@ -59,10 +59,9 @@ def make_results(path, backends=("torch",), accuracy=False) -> None:
                    precision="fp32", compile=False)
         _add(st, "bench", cfg, {}, status="oom", error={"type": "OutOfMemoryError", "message": "out of memory",
                                                         "tail": "..."})
-        cal = make_record("calibration", {"backend": "torch", "task": "calibration", "device": "cpu"},
-                          metrics={"matmul_tflops_per_s": 0.05}, raw={"matmul_tflops_per_s": [0.05, 0.051]})
-        cal.update(key=None, study="synthetic", run_id="run0")
-        st.append(cal)
+        st.append(record("calibration", {"backend": "torch", "task": "calibration", "device": "cpu"},
+                         metrics={"matmul_tflops_per_s": 0.05}, raw={"matmul_tflops_per_s": [0.05, 0.051]},
+                         key=None, study="synthetic", run_id="run0"))
 
 
 def _valid_png(path) -> None:

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 import vitbench_testtasks  # noqa: F401 - registers the `sleep` task in this process
+
 from vitbench.runner import run_study
 from vitbench.store import load, read_records
 from vitbench.study import parse_study
@@ -34,7 +34,7 @@ def fake_study(body: str, name: str = "fake"):
 
 
 def statuses(path) -> list[tuple[str, str]]:
-    return [(r["key"], r["status"]) for r in read_records(path) if r.get("key")]
+    return [(r.key, r.status.value) for r in read_records(path) if r.key]
 
 
 def test_failures_become_rows_and_the_sweep_goes_on(tmp_path):
@@ -93,7 +93,7 @@ def test_resume_force_and_retry_failed(tmp_path):
 def test_repeats_are_stored_interleaved(tmp_path):
     s = fake_study("repeats: 2\naxes: {model: [ViT-Nano/4, R-Nano], task: [sleep]}\n")
     run_study(s, tmp_path, executor_options=SPAWN)
-    order = [(r["trial"]["model"], r["repeat"]) for r in read_records(tmp_path)]
+    order = [(r.trial["model"], r.repeat) for r in read_records(tmp_path)]
     assert order == [("ViT-Nano/4", 0), ("R-Nano", 0), ("ViT-Nano/4", 1), ("R-Nano", 1)]
 
 
@@ -103,7 +103,7 @@ def test_repeats_are_stored_interleaved(tmp_path):
 def _env() -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(TESTS), str(REPO), env.get("PYTHONPATH", "")])
-    env["VITBENCH_TASK_MODULES"] = "vitbench_testtasks"
+    env["VITBENCH_PLUGINS"] = "vitbench_testtasks"
     return env
 
 

@@ -10,17 +10,16 @@ import sys
 import textwrap
 
 import pytest
+from records import record
 
-from vitbench.record import make_record
 from vitbench.store import CorruptLineWarning, Store, load, read_records
 
 
-def rec(i: int, status: str = "ok", kind: str = "bench", key: str | None = None, **metrics) -> dict:
+def rec(i: int, status: str = "ok", kind: str = "bench", key: str | None = None, **metrics):
     cfg = {"model": "ViT-Nano/4", "backend": "torch", "task": "infer", "resolution": 32, "batch_size": 2 + i}
-    r = make_record(kind, cfg, metrics={"img_per_s": 100.0 + i, "step_ms_median": 20.0, **metrics},
-                    raw={"step_s": [0.02, 0.021, 0.019]}, env={"torch": "x", "threads": 2}, status=status)
-    r.update(key=key or f"k{i}", study="t", run_id="run", repeat=0, trial=cfg)
-    return r
+    return record(kind, cfg, metrics={"img_per_s": 100.0 + i, "step_ms_median": 20.0, **metrics},
+                  raw={"step_s": [0.02, 0.021, 0.019]}, env={"torch": "x", "threads": 2}, status=status,
+                  key=key or f"k{i}", study="t", run_id="run", repeat=0, trial=cfg)
 
 
 def test_round_trip_to_a_tidy_dataframe(tmp_path):
@@ -47,7 +46,7 @@ def test_torn_last_line_is_skipped_with_a_warning_and_good_rows_kept(tmp_path):
         for i in range(3):
             st.append(rec(i))
     path = tmp_path / "results.jsonl"
-    whole = json.dumps(rec(9))
+    whole = json.dumps(rec(9).to_dict())
     with open(path, "ab") as f:
         f.write(whole[: len(whole) // 2].encode())  # a write cut by kill -9
     with pytest.warns(CorruptLineWarning, match=r"results.jsonl:4: skipped torn last line"):
@@ -70,7 +69,7 @@ def test_garbage_in_the_middle_keeps_every_good_row(tmp_path):
         st.append(rec(1))
     with pytest.warns(CorruptLineWarning) as w:
         recs = read_records(tmp_path)
-    assert [r["key"] for r in recs] == ["k0", "k1"]
+    assert [r.key for r in recs] == ["k0", "k1"]
     assert len(w) == 2
 
 
@@ -79,10 +78,8 @@ def test_latest_row_per_key_wins_and_calibration_rows_are_separate(tmp_path):
         st.append(rec(0, status="interrupted", key="a"))
         st.append(rec(1, key="b"))
         st.append(rec(2, key="a"))
-        cal = make_record("calibration", {"backend": "torch", "device": "cpu"},
-                          metrics={"matmul_tflops_per_s": 0.05}, raw={"matmul_tflops_per_s": [0.05, 0.049]})
-        cal.update(key=None, run_id="run", study="t")
-        st.append(cal)
+        st.append(record("calibration", {"backend": "torch", "device": "cpu"}, metrics={"matmul_tflops_per_s": 0.05},
+                         raw={"matmul_tflops_per_s": [0.05, 0.049]}, key=None, run_id="run", study="t"))
     df = load(tmp_path)
     assert sorted(df["key"]) == ["a", "b"]
     assert df.set_index("key").loc["a", "status"] == "ok" and df.set_index("key").loc["a", "img_per_s"] == 102.0
@@ -117,7 +114,7 @@ def test_concurrent_writers_never_interleave_lines(tmp_path):
         p.join(60)
         assert p.exitcode == 0
     recs = read_records(tmp_path)  # no warnings: every line is whole
-    assert sorted(r["key"] for r in recs) == sorted(f"w{w}-{i}" for w in range(3) for i in range(40))
+    assert sorted(r.key for r in recs) == sorted(f"w{w}-{i}" for w in range(3) for i in range(40))
 
 
 def test_a_claim_is_exclusive_across_processes_and_released_on_death(tmp_path):

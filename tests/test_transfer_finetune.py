@@ -6,12 +6,13 @@ import numpy as np
 import pytest
 import torch
 
+from vitbench.backends.base import get_backend
 from vitbench.errors import ConfigError, UnsafeFileError
 from vitbench.models.analytic import train_flops_per_image
 from vitbench.models.convert import resample_pos_embed
 from vitbench.models.specs import get_spec
+from vitbench.transfer import ops
 from vitbench.transfer.checkpoint import load_checkpoint, save_checkpoint
-from vitbench.transfer.engine import get_engine
 from vitbench.transfer.finetune import FinetuneConfig, finetune
 from vitbench.transfer.pretrain import PretrainConfig, ensure_upstream, pretrain
 
@@ -36,10 +37,10 @@ def test_pos_embed_resampling_identity_shapes_and_class_token():
 
 
 def test_from_weights_zero_head_and_interpolated_pos_embed():
-    eng = get_engine("torch")
+    eng = get_backend("torch")
     spec = get_spec("ViT-Nano/4")
     src = eng.weights(eng.init_model(spec, 16, 5, seed=1))
-    model = eng.from_weights(spec, src, 24, 3, seed=0)  # 4x4 -> 6x6 grid, 5 -> 3 classes
+    model = ops.from_weights(eng, spec, src, 24, 3, seed=0)  # 4x4 -> 6x6 grid, 5 -> 3 classes
     w = eng.weights(model)
     assert w["pos_embed"].shape == (1, 37, 32) and w["head.weight"].shape == (3, 32)
     assert not w["head.weight"].any() and not w["head.bias"].any()
@@ -47,8 +48,8 @@ def test_from_weights_zero_head_and_interpolated_pos_embed():
     np.testing.assert_allclose(w["pos_embed"], resample_pos_embed(src["pos_embed"], 6))
     x = np.zeros((2, 24, 24, 3), np.float32)
     assert np.all(eng.logits(model, x) == 0)  # a zero head outputs zeros
-    with pytest.raises(ValueError, match="does not match"):
-        eng.from_weights(get_spec("ViT-Micro/4"), src, 16, 3, seed=0)
+    with pytest.raises(ConfigError, match="does not match"):
+        ops.from_weights(eng, get_spec("ViT-Micro/4"), src, 16, 3, seed=0)
 
 
 @pytest.fixture(scope="module")
@@ -66,12 +67,12 @@ def upstream(cache):
 
 def test_pretrain_records_compute_and_checkpoint_roundtrip(upstream):
     ckpt, rec = upstream
-    m = rec["metrics"]
-    assert rec["kind"] == "pretrain" and rec["status"] == "ok"
+    m = rec.metrics
+    assert rec.kind == "pretrain" and rec.status == "ok"
     assert m["images_seen"] == 80 * 32
     expect = train_flops_per_image(get_spec("ViT-Nano/4"), 16, 5) * 80 * 32 / 1e18
     assert m["exaflops"] == pytest.approx(expect)
-    assert rec["raw"]["loss"][-1] < rec["raw"]["loss"][0]
+    assert rec.raw["loss"][-1] < rec.raw["loss"][0]
     assert m["accuracy"] > 0.4  # 5 classes: chance ~0.2
     path = ckpt.path
     assert path.is_file() and path.with_suffix(".json").is_file()
@@ -95,7 +96,7 @@ def test_checkpoint_refuses_pickles_and_foreign_files(tmp_path):
         load_checkpoint(tmp_path / "plain.safetensors")
     rec, ckpt = pretrain(PretrainConfig(model="R-Nano", steps=2, warmup_steps=0, batch_size=4),
                          out=tmp_path / "explicit")  # explicit output path, another family
-    assert rec["config"]["checkpoint"] == str(tmp_path / "explicit.safetensors")
+    assert rec.config["checkpoint"] == str(tmp_path / "explicit.safetensors")
     assert load_checkpoint(tmp_path / "explicit.safetensors").model == "R-Nano"
     p = save_checkpoint(tmp_path / "ok", {"a": np.ones(3)}, {"model": "ViT-Nano/4", "resolution": 16,
                                                               "num_classes": 2})
@@ -114,13 +115,13 @@ def test_finetune_beats_the_initial_head(cache, upstream):
     cfg = FinetuneConfig(upstream=UP, steps=60, warmup_steps=5, batch_size=32, lr_grid=[0.03, 0.1],
                          resolution=24)  # higher resolution: interpolated position embeddings
     rec = finetune(cfg, cache=str(cache))
-    m = rec["metrics"]
-    assert rec["kind"] == "finetune" and rec["config"]["resolution"] == 24
-    assert m["best_lr"] in (0.03, 0.1) and set(rec["raw"]["val_accuracy_by_lr"]) == {"0.03", "0.1"}
+    m = rec.metrics
+    assert rec.kind == "finetune" and rec.config["resolution"] == 24
+    assert m["best_lr"] in (0.03, 0.1) and set(rec.raw["val_accuracy_by_lr"]) == {"0.03", "0.1"}
     assert m["initial_accuracy"] < 0.3  # zero head: every logit ties
     assert m["accuracy"] > m["initial_accuracy"] + 0.25
     assert m["finetune_images_seen"] == 3 * 60 * 32  # two LRs + the refit on train+val
-    assert m["exaflops"] == pytest.approx(load_checkpoint(rec["config"]["upstream_checkpoint"]).meta["metrics"]
+    assert m["exaflops"] == pytest.approx(load_checkpoint(rec.config["upstream_checkpoint"]).meta["metrics"]
                                           ["exaflops"])
 
 

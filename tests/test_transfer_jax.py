@@ -8,9 +8,9 @@ import pytest
 pytest.importorskip("jax")
 pytest.importorskip("optax")
 
+from vitbench.backends.base import get_backend  # noqa: E402
 from vitbench.models.specs import get_spec  # noqa: E402
 from vitbench.transfer.data import load_splits  # noqa: E402
-from vitbench.transfer.engine import get_engine  # noqa: E402
 from vitbench.transfer.fewshot import FewshotConfig, fewshot  # noqa: E402
 from vitbench.transfer.finetune import FinetuneConfig, finetune  # noqa: E402
 from vitbench.transfer.pretrain import PretrainConfig, ensure_upstream  # noqa: E402
@@ -23,7 +23,7 @@ RES = 16
 
 @pytest.fixture(scope="module")
 def engines():
-    jx, th = get_engine("jax"), get_engine("torch")
+    jx, th = get_backend("jax"), get_backend("torch")
     jx.setup("cpu")
     th.setup("cpu")
     return jx, th
@@ -66,12 +66,12 @@ def test_torch_checkpoint_fewshot_and_finetune_in_jax(tmp_path):
     assert ckpt.meta["backend"] == "torch"
     fs = {b: fewshot(FewshotConfig(checkpoint=str(ckpt.path), backend=b, shots=[5], seeds=2))
           for b in ("torch", "jax")}
-    assert fs["jax"]["config"]["backend"] == "jax"
-    assert fs["jax"]["metrics"]["accuracy"] == pytest.approx(fs["torch"]["metrics"]["accuracy"], abs=0.01)
+    assert fs["jax"].config["backend"] == "jax"
+    assert fs["jax"].metrics["accuracy"] == pytest.approx(fs["torch"].metrics["accuracy"], abs=0.01)
     ft = {b: finetune(FinetuneConfig(checkpoint=str(ckpt.path), backend=b, steps=60, warmup_steps=5,
                                      batch_size=32, lr_grid=[0.1], resolution=24))  # interpolated pos-embed
           for b in ("torch", "jax")}
-    m = ft["jax"]["metrics"]
-    assert ft["jax"]["config"]["backend"] == "jax" and ft["jax"]["config"]["upstream_backend"] == "torch"
+    m = ft["jax"].metrics
+    assert ft["jax"].config["backend"] == "jax" and ft["jax"].config["upstream_backend"] == "torch"
     assert m["accuracy"] > m["initial_accuracy"] + 0.25
-    assert m["accuracy"] == pytest.approx(ft["torch"]["metrics"]["accuracy"], abs=0.02)
+    assert m["accuracy"] == pytest.approx(ft["torch"].metrics["accuracy"], abs=0.02)

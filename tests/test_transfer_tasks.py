@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 
 import pytest
+from records import job
 from typer.testing import CliRunner
 
 from vitbench.cli import app
 from vitbench.models.specs import get_spec
 from vitbench.study import load_study, parse_study
-from vitbench.trial import run_trial, tasks
+from vitbench.tasks import tasks
+from vitbench.trial import run_trial
 
 STUDY = """
 name: transfer-test
@@ -39,39 +41,39 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 def test_tasks_are_registered_with_their_kinds():
     t = tasks()
     assert {t[n].kind for n in ("pretrain", "fewshot", "finetune")} == {"pretrain", "fewshot", "finetune"}
-    assert "shots" in t["fewshot"].params and "lr_grid" in t["finetune"].params
-    assert "resolution" not in t["pretrain"].fields  # the upstream resolution is pretrain_resolution
+    assert "shots" in t["fewshot"].fields() and "lr_grid" in t["finetune"].fields()
+    assert "resolution" not in t["pretrain"].fields()  # the upstream resolution is pretrain_resolution
 
 
 def test_study_trials_share_one_upstream_and_feed_the_report(tmp_path, monkeypatch):
     monkeypatch.setenv("VITBENCH_CHECKPOINT_DIR", str(tmp_path / "ckpt"))
     study = parse_study(STUDY, "test.yaml")
     assert [t.task for t in study.trials] == ["pretrain", "fewshot", "fewshot", "finetune"]  # shots: fewshot only
-    recs = [run_trial({"key": t.key, "study": study.name, "config": t.config}) for t in study.trials]
-    assert [r["status"] for r in recs] == ["ok"] * 4, [r.get("error") for r in recs]
+    recs = [run_trial(job(t.config, t.key, study.name)) for t in study.trials]
+    assert [r.status for r in recs] == ["ok"] * 4, [r.error for r in recs]
     pre, fs1, fs5, ft = recs
-    assert pre["kind"] == "pretrain" and pre["metrics"]["cached"] is False
+    assert pre.kind == "pretrain" and pre.metrics["cached"] is False
     assert len(list((tmp_path / "ckpt").glob("*.safetensors"))) == 1  # trained once, reused three times
     for r in (fs1, fs5, ft):
-        assert r["metrics"]["pretrain_exaflops"] == pytest.approx(pre["metrics"]["exaflops"])
-        assert r["metrics"]["images_seen"] == 40 * 32
-    assert fs5["metrics"]["accuracy"] > fs1["metrics"]["accuracy"] > 0.2  # 5 classes
-    assert ft["metrics"]["accuracy"] > ft["metrics"]["initial_accuracy"]
-    again = run_trial({"key": "k", "config": study.trials[0].config})  # the pretrain task, now cached
-    assert again["metrics"]["cached"] is True and again["metrics"]["exaflops"] == pre["metrics"]["exaflops"]
+        assert r.metrics["pretrain_exaflops"] == pytest.approx(pre.metrics["exaflops"])
+        assert r.metrics["images_seen"] == 40 * 32
+    assert fs5.metrics["accuracy"] > fs1.metrics["accuracy"] > 0.2  # 5 classes
+    assert ft.metrics["accuracy"] > ft.metrics["initial_accuracy"]
+    again = run_trial(job(study.trials[0].config))  # the pretrain task, now cached
+    assert again.metrics["cached"] is True and again.metrics["exaflops"] == pre.metrics["exaflops"]
 
     from vitbench.report import tables
     from vitbench.store import Store, load
 
     # a second pre-training budget: its own upstream, its own report rows (not merged with the first)
     longer = {**study.trials[-1].config, "pretrain_steps": 60}
-    ft60 = run_trial({"key": "ft60", "study": study.name, "config": longer})
-    assert ft60["status"] == "ok" and len(list((tmp_path / "ckpt").glob("*.safetensors"))) == 2
-    assert ft60["metrics"]["pretrain_exaflops"] == pytest.approx(1.5 * pre["metrics"]["exaflops"])
+    ft60 = run_trial(job(longer, "ft60", study.name))
+    assert ft60.status == "ok" and len(list((tmp_path / "ckpt").glob("*.safetensors"))) == 2
+    assert ft60.metrics["pretrain_exaflops"] == pytest.approx(1.5 * pre.metrics["exaflops"])
     with Store(tmp_path / "store") as store:
         for r in [*recs, ft60]:
             store.append(r)
-    acc = tables.accuracy(load(tmp_path / "store"))
+    acc = tables.accuracy(tables.ok_rows(load(tmp_path / "store"), ("fewshot", "finetune")))
     assert sorted(acc["kind"]) == ["fewshot", "fewshot", "finetune", "finetune"]
     assert acc["pretrain_exaflops"].notna().all() and acc["accuracy"].between(0, 1).all()
     assert sorted(acc[acc["kind"] == "finetune"]["pretrain_steps"]) == [40, 60]
@@ -80,10 +82,10 @@ def test_study_trials_share_one_upstream_and_feed_the_report(tmp_path, monkeypat
 def test_bad_task_parameters_are_config_errors(tmp_path, monkeypatch):
     monkeypatch.setenv("VITBENCH_CHECKPOINT_DIR", str(tmp_path))
     base = parse_study(STUDY, "test.yaml").trials[-1].config
-    rec = run_trial({"key": "x", "config": {**base, "lr_grid": "fast"}})
-    assert rec["status"] == "error" and "lr_grid 'fast'" in rec["error"]["message"]
-    rec = run_trial({"key": "y", "config": {**base, "classes": "5-12"}})
-    assert rec["status"] == "error" and "out of range" in rec["error"]["message"]
+    rec = run_trial(job({**base, "lr_grid": "fast"}, "x"))
+    assert rec.status == "error" and "lr_grid 'fast'" in rec.error.message
+    rec = run_trial(job({**base, "classes": "5-12"}, "y"))
+    assert rec.status == "error" and "out of range" in rec.error.message
     assert not list(tmp_path.glob("*.safetensors"))  # nothing pre-trained for a trial that cannot run
 
 

@@ -8,7 +8,7 @@ behaviour:
   killed  SIGKILLs itself, as the kernel's OOM killer ends a process that over-allocates host memory
   stubborn_hang  ignores SIGTERM and sleeps forever: the timeout must escalate to SIGKILL
 
-Sweep subprocesses need tests/ on PYTHONPATH and VITBENCH_TASK_MODULES=vitbench_hogtasks.
+Sweep subprocesses need tests/ on PYTHONPATH and VITBENCH_PLUGINS=vitbench_hogtasks.
 """
 
 from __future__ import annotations
@@ -17,8 +17,11 @@ import os
 import signal
 import time
 
-from vitbench.record import make_record, now
-from vitbench.trial import register_task
+from pydantic import BaseModel
+
+from vitbench.record import Record, now
+from vitbench.tasks import Task, register_task
+from vitbench.tasks.fields import params_model
 
 FIELDS = ("model", "backend", "task", "device", "resolution", "batch_size", "seed")
 
@@ -37,7 +40,24 @@ def _alloc_past_budget(budget_mib: float) -> None:
     raise AssertionError(f"allocated {len(held)} chunks past the budget: RLIMIT_AS was not enforced")
 
 
-def _hog(config: dict) -> dict:
+class Misbehaviour(BaseModel):
+    behaviour: str = "ok"
+    budget_mib: float = 64.0
+    seconds: float = 0.05
+
+
+@register_task
+class Hog(Task):
+    name = "hog"
+    kind = "bench"
+    Params = params_model("HogParams", FIELDS, Misbehaviour)
+    description = "test-only: misbehaving trials"
+
+    def run(self, p) -> Record:
+        return _hog(p.config())
+
+
+def _hog(config: dict) -> Record:
     started = now()
     b = config["behaviour"]
     print(f"hog task {config['model']} behaviour={b} pid={os.getpid()}", flush=True)
@@ -57,10 +77,6 @@ def _hog(config: dict) -> dict:
     t0 = time.perf_counter()
     time.sleep(config["seconds"])
     el = time.perf_counter() - t0
-    return make_record("bench", dict(config), metrics={"img_per_s": config["batch_size"] / el, "pid": os.getpid()},
-                       raw={"step_s": [el]}, started_at=started)
-
-
-register_task("hog", _hog, kind="bench", fields=FIELDS,
-              params={"behaviour": (str, "ok"), "budget_mib": (float, 64.0), "seconds": (float, 0.05)},
-              description="test-only: misbehaving trials")
+    return Record.measured("bench", dict(config), metrics={"img_per_s": config["batch_size"] / el,
+                                                           "pid": os.getpid()},
+                           raw={"step_s": [el]}, started_at=started)

@@ -1,6 +1,6 @@
 """Test-only tasks (registered when imported; children import this module by name).
 
-Use from a sweep subprocess with VITBENCH_TASK_MODULES=vitbench_testtasks and tests/ on PYTHONPATH.
+Use from a sweep subprocess with VITBENCH_PLUGINS=vitbench_testtasks and tests/ on PYTHONPATH.
 """
 
 from __future__ import annotations
@@ -8,13 +8,21 @@ from __future__ import annotations
 import os
 import time
 
-from vitbench.record import make_record, now
-from vitbench.trial import register_task
+from pydantic import BaseModel
+
+from vitbench.record import Record, now
+from vitbench.tasks import Task, register_task
+from vitbench.tasks.fields import params_model
 
 FIELDS = ("model", "backend", "task", "device", "resolution", "batch_size", "seed")
 
 
-def _sleep(config: dict) -> dict:
+class Sleeping(BaseModel):
+    seconds: float = 0.05
+    behaviour: str = "ok"
+
+
+def _sleep(config: dict) -> Record:
     """Sleeps `seconds`; behaviour: ok | crash (exception) | abort (process dies) | oom | hang."""
     started = now()
     b = config["behaviour"]
@@ -37,14 +45,21 @@ def _sleep(config: dict) -> dict:
     batch = config["batch_size"]
     metrics = {"img_per_s": 3 * batch / el, "step_ms_median": sorted(steps)[1] * 1e3,
                "batch_size_achieved": batch, "pid": os.getpid()}
-    return make_record("bench", dict(config), metrics=metrics, raw={"step_s": steps}, started_at=started)
+    return Record.measured("bench", dict(config), metrics=metrics, raw={"step_s": steps}, started_at=started)
 
 
-register_task("sleep", _sleep, kind="bench", fields=FIELDS,
-              params={"seconds": (float, 0.05), "behaviour": (str, "ok")}, description="test-only")
+@register_task
+class Sleep(Task):
+    name = "sleep"
+    kind = "bench"
+    Params = params_model("SleepParams", FIELDS, Sleeping)
+    description = "test-only"
+
+    def run(self, p) -> Record:
+        return _sleep(p.config())
 
 
-def _spawner(config: dict) -> dict:
+def _spawner(config: dict) -> Record:
     """Starts a grandchild that would outlive the trial, prints its pid, then hangs (for timeout tests)."""
     import subprocess
     import sys
@@ -55,4 +70,12 @@ def _spawner(config: dict) -> dict:
     return {}
 
 
-register_task("spawner", _spawner, kind="bench", fields=FIELDS, description="test-only")
+@register_task
+class Spawner(Task):
+    name = "spawner"
+    kind = "bench"
+    Params = params_model("SpawnerParams", FIELDS)
+    description = "test-only"
+
+    def run(self, p) -> Record:
+        return _spawner(p.config())

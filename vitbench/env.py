@@ -14,7 +14,8 @@ from pathlib import Path
 LOCK_FILE = "requirements.lock"  # inside the package: exact versions of vitbench[all] (scripts/lock.sh)
 
 
-def _version(pkg: str) -> str | None:
+def distribution_version(pkg: str) -> str | None:
+    """The installed version of a distribution, as its metadata says (the one source for every row)."""
     try:
         return metadata.version(pkg)
     except metadata.PackageNotFoundError:
@@ -101,22 +102,20 @@ def lock_status() -> str:
 
 def environment(backend_info: dict | None = None) -> dict:
     """Everything needed to compare two records honestly. `backend_info` adds device/threads/versions."""
+    from vitbench.registry import Kind, entries
+
     env = {
         "python": platform.python_version(),
         "platform": platform.platform(),
         "hostname": socket.gethostname(),
         "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
-        "vitbench": _version("vitbench"),
-        "numpy": _version("numpy"),
-        "torch": _version("torch"),
-        "timm": _version("timm"),
-        "jax": _version("jax"),
-        "jaxlib": _version("jaxlib"),
-        "flax": _version("flax"),
-        "git_sha": git_sha(),
-        "deps": lock_status(),
+        "vitbench": distribution_version("vitbench"),
+        "numpy": distribution_version("numpy"),
     }
+    for e in entries(Kind.BACKEND).values():  # every backend's packages, installed or not (None)
+        env.update({d: distribution_version(d) for d in e.obj.distributions})
+    env.update({"git_sha": git_sha(), "deps": lock_status()})
     if backend_info:
         env.update(backend_info)
     return env

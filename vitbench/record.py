@@ -1,35 +1,67 @@
-"""The measurement record: one JSON-able dict per measurement or trial.
+"""The record: one measurement or trial outcome, the one envelope every writer builds and every reader gets.
 
-Shape (all keys always present; units are in metric names):
+JSON shape (unchanged since schema 1, so every results file written before still reads):
     schema, kind, status, config, metrics, raw, env, error, started_at, finished_at, method_version
-- kind: 'bench' | 'max_batch' | 'flops' | 'pretrain' | 'fewshot' | 'finetune' | ...
-- status: 'ok' | 'oom' | 'error' | 'timeout' | 'interrupted' | 'skipped'
-- metrics: flat {name_with_unit: number|str|None}, e.g. img_per_s, step_ms_median, peak_mem_mib, gflops
-- raw: lists kept for later statistics, e.g. {'step_s': [...], 'warmup_s': [...], 'probes': [...]}
+  and, for a trial run by a sweep: key, study, study_sha, run_id, repeat, trial (the normalised trial config)
+  and runner (where and how it ran: pid, wall_s, executor, job id, ...).
+- kind: the record kind the task produces ('bench', 'max_batch', 'flops', 'fewshot', ...; see the tasks).
+- status: a Status.
+- metrics: flat {name_with_unit: number | str | bool | None}; units are in the names (img_per_s, peak_mem_mib).
+- raw: lists kept for later statistics ({'step_s': [...], 'probes': [...]}).
+
+Built in one place: a task returns `Record.measured(...)`; a failed or lost trial is `Record.failed(...)`; the
+trial's identity is attached by `Record.for_job(...)` (vitbench.trial). Readers get records from vitbench.store.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
+import enum
 import math
+from dataclasses import dataclass, field
 from typing import Any
 
 SCHEMA = 1
 # Bump when a change to how something is measured makes old numbers incomparable; it is part of a trial key.
 METHOD_VERSION = 2  # 2: torch training steps clip gradients at global norm 1, like JAX
-STATUSES = ("ok", "oom", "error", "timeout", "interrupted", "skipped")
+
+
+class Status(str, enum.Enum):
+    """How a trial ended. A str enum: it is written to JSON as its value."""
+
+    OK = "ok"
+    OOM = "oom"
+    ERROR = "error"
+    TIMEOUT = "timeout"
+    INTERRUPTED = "interrupted"
+    SKIPPED = "skipped"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def done(self) -> bool:
+        """An outcome was measured: a resumed sweep does not run the trial again ('interrupted' and 'skipped'
+        do run again)."""
+        return self in (Status.OK, Status.OOM, Status.ERROR, Status.TIMEOUT)
+
+
+STATUSES: tuple[str, ...] = tuple(s.value for s in Status)
 
 
 def now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
-def _clean(x: Any) -> Any:
-    """JSON-safe: NaN/inf -> None, numpy scalars -> python, tuples -> lists."""
+def clean(x: Any) -> Any:
+    """JSON-safe: NaN/inf -> None, numpy scalars -> python, tuples -> lists, enums -> values."""
+    if isinstance(x, enum.Enum):
+        return x.value
     if isinstance(x, dict):
-        return {str(k): _clean(v) for k, v in x.items()}
+        return {str(k): clean(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
+        return [clean(v) for v in x]
     if hasattr(x, "item") and callable(x.item) and getattr(x, "ndim", 0) == 0:
         x = x.item()
     if isinstance(x, float) and not math.isfinite(x):
@@ -37,24 +69,105 @@ def _clean(x: Any) -> Any:
     return x
 
 
-def make_record(kind: str, config: dict, *, metrics: dict | None = None, raw: dict | None = None,
-                env: dict | None = None, status: str = "ok", error: dict | None = None,
-                started_at: str | None = None) -> dict:
-    assert status in STATUSES, status
-    return _clean({
-        "schema": SCHEMA,
-        "kind": kind,
-        "status": status,
-        "config": config,
-        "metrics": metrics or {},
-        "raw": raw or {},
-        "env": env or {},
-        "error": error,
-        "started_at": started_at or now(),
-        "finished_at": now(),
-        "method_version": METHOD_VERSION,
-    })
+@dataclass
+class ErrorInfo:
+    type: str
+    message: str
+    tail: str | None = None
+
+    MAX_MESSAGE = 2000  # characters kept of an exception's message (its end: where the cause is)
+
+    @classmethod
+    def of(cls, exc: BaseException, tail: str | None = None) -> ErrorInfo:
+        return cls(type(exc).__name__, str(exc)[-cls.MAX_MESSAGE:], tail)
 
 
-def error_info(exc: BaseException, tail: str | None = None) -> dict:
-    return {"type": type(exc).__name__, "message": str(exc)[-2000:], "tail": tail}
+# Envelope fields that identify a trial of a sweep (absent on a standalone measurement such as `vitbench bench`).
+JOB_FIELDS = ("key", "study", "study_sha", "run_id", "repeat")
+
+
+@dataclass
+class Record:
+    """A measurement (kind, status, config, metrics, raw, env, error, timestamps) and, for a trial, its identity."""
+
+    kind: str
+    status: Status
+    config: dict
+    metrics: dict = field(default_factory=dict)
+    raw: dict = field(default_factory=dict)
+    env: dict = field(default_factory=dict)
+    error: ErrorInfo | None = None
+    started_at: str = ""
+    finished_at: str = ""
+    method_version: int = METHOD_VERSION
+    schema: int = SCHEMA
+    key: str | None = None
+    study: str | None = None
+    study_sha: str | None = None
+    run_id: str | None = None
+    repeat: int | None = None
+    trial: dict | None = None
+    runner: dict = field(default_factory=dict)
+    source: str | None = field(default=None, compare=False)  # the results directory it was read from (not saved)
+
+    # ---- construction (the only places a record is made) -----------------------------------------------------
+    @classmethod
+    def measured(cls, kind: str, config: dict, *, metrics: dict | None = None, raw: dict | None = None,
+                 env: dict | None = None, started_at: str | None = None, status: Status = Status.OK,
+                 error: ErrorInfo | None = None) -> Record:
+        """What a measurement produced (status OK, or OOM when the measurement itself found it does not fit)."""
+        return cls(kind=kind, status=Status(status), config=clean(config), metrics=clean(metrics or {}),
+                   raw=clean(raw or {}), env=clean(env or {}), error=error, started_at=started_at or now(),
+                   finished_at=now())
+
+    @classmethod
+    def failed(cls, kind: str, config: dict, status: Status, error: ErrorInfo, started_at: str | None = None,
+               env: dict | None = None) -> Record:
+        """A measurement that produced nothing: crash, OOM, timeout, interruption, skip."""
+        return cls.measured(kind, config, status=status, error=error, started_at=started_at, env=env)
+
+    def for_job(self, job) -> Record:
+        """This record as the row of a sweep's job (vitbench.executors.Job): its identity and trial config."""
+        return dataclasses.replace(self, key=job.row_key, study=job.study, study_sha=job.study_sha, run_id=job.run_id,
+                                   repeat=job.repeat, trial=dict(job.config), runner=dict(self.runner))
+
+    # ---- (de)serialisation ----------------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        d = {"schema": self.schema, "kind": self.kind, "status": self.status.value, "config": self.config,
+             "metrics": self.metrics, "raw": self.raw, "env": self.env,
+             "error": dataclasses.asdict(self.error) if self.error else None,
+             "started_at": self.started_at, "finished_at": self.finished_at,
+             "method_version": self.method_version}
+        if self.trial is not None or self.key is not None:
+            d.update({k: getattr(self, k) for k in JOB_FIELDS})
+            d["trial"] = self.trial
+        if self.runner:
+            d["runner"] = self.runner
+        return clean(d)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Record:
+        """A record from its JSON form; raises ValueError when `d` is not a record (names what is missing)."""
+        missing = [k for k in ("kind", "status", "config", "metrics") if k not in d]
+        if missing or not isinstance(d.get("config"), dict) or not isinstance(d.get("metrics"), dict):
+            raise ValueError("not a vitbench record: needs kind, status, config (object) and metrics (object)"
+                             + (f"; missing {', '.join(missing)}" if missing else ""))
+        try:
+            status = Status(d["status"])
+        except ValueError:
+            raise ValueError(f"unknown status {d['status']!r}; allowed: {', '.join(STATUSES)}") from None
+        err = d.get("error")
+        error = ErrorInfo(str(err.get("type")), str(err.get("message", "")), err.get("tail")) \
+            if isinstance(err, dict) else None
+        return cls(kind=str(d["kind"]), status=status, config=d["config"], metrics=d["metrics"],
+                   raw=d.get("raw") or {}, env=d.get("env") or {}, error=error,
+                   started_at=d.get("started_at") or "", finished_at=d.get("finished_at") or "",
+                   method_version=d.get("method_version"), schema=d.get("schema", SCHEMA),
+                   key=d.get("key"), study=d.get("study"), study_sha=d.get("study_sha"), run_id=d.get("run_id"),
+                   repeat=d.get("repeat"), trial=d.get("trial") if isinstance(d.get("trial"), dict) else None,
+                   runner=d.get("runner") or {})
+
+    @property
+    def measured_config(self) -> dict:
+        """What was measured: the sweep's normalised trial config when there is one, else the record's config."""
+        return self.trial if self.trial is not None else self.config

@@ -24,8 +24,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vitbench.executors import Executor, get_executor
-from vitbench.store import DONE_STATUSES, Store
+from vitbench.executors import Executor, Job, Outcome, Role, Stored, get_executor
+from vitbench.store import Store
 from vitbench.study import Study, Trial, trial_key
 
 RESULTS_ROOT = "results"
@@ -64,54 +64,61 @@ class SweepHooks:
 
     def planned(self, todo: list[Trial], summary: SweepSummary) -> None: ...
 
-    def started(self, trial: Trial | None, job: dict) -> None: ...
+    def started(self, trial: Trial | None, job: Job) -> None: ...
 
-    def finished(self, trial: Trial | None, record: dict) -> None: ...
+    def finished(self, trial: Trial | None, record) -> None: ...
 
 
 def plan(study: Study, store: Store, force: bool = False, retry_failed: bool = False) -> list[Trial]:
     """Trials still to run, in study order."""
     if force:
         return list(study.trials)
-    statuses = {"ok"} if retry_failed else DONE_STATUSES
-    done = store.done_keys(statuses)
+    done = store.done_keys(only_ok=retry_failed)
     return [t for t in study.trials if t.key not in done]
 
 
 def trial_status(study: Study, store: Store) -> dict[str, str]:
     """Latest status per trial key of the study ('pending' when never run)."""
-    latest: dict[str, str] = {}
-    for r in store.refresh():
-        if r.get("key") and r.get("kind") != "calibration":
-            latest[r["key"]] = r.get("status", "?")
+    latest = {r.key: r.status.value for r in store.refresh() if r.key}
     return {t.key: latest.get(t.key, "pending") for t in study.trials}
 
 
-def _job(study: Study, run_id: str, trial: Trial, timeout_s: float) -> dict:
-    from vitbench.trial import get_task
+def _job(study: Study, run_id: str, trial: Trial, timeout_s: float, role: Role = Role.TRIAL) -> Job:
+    from vitbench.tasks import get_task
 
-    return {"key": trial.key, "study": study.name, "study_sha": study.sha, "run_id": run_id,
-            "repeat": trial.repeat, "config": trial.config, "timeout_s": timeout_s,
-            "task_module": get_task(trial.task).module}
+    return Job(key=trial.key, config=trial.config, repeat=trial.repeat, study=study.name, study_sha=study.sha,
+               run_id=run_id, timeout_s=timeout_s, task_module=get_task(trial.task).__module__, role=role)
 
 
 def calibration_trials(study: Study) -> list[Trial]:
-    """One calibration per (backend, device, precision, threads) the study measures throughput with."""
-    from vitbench.trial import get_task
+    """One calibration per set of the calibration task's fields among the study's calibrated trials (those whose
+    task says a sweep should measure the device for them): backend, device, precision, threads."""
+    from vitbench.tasks import Role as TaskRole
+    from vitbench.tasks import get_task, tasks
 
-    td = get_task("calibration")
-    seen: dict[tuple, Trial] = {}
+    calibrators = [t for t in tasks(include_hidden=True).values() if t.role is TaskRole.CALIBRATION]
+    if not calibrators:
+        return []
+    cal = calibrators[0]
+    seen: dict[str, Trial] = {}
     for t in study.trials:
-        c = t.config
-        if get_task(c["task"]).kind != "bench":
+        if not get_task(t.task).calibrated:
             continue
-        cfg = {"backend": c["backend"], "task": "calibration", "device": c.get("device", "cpu"),
-               "precision": c.get("precision", "fp32"), "threads": c.get("threads"),
-               **{p: d for p, (_, d) in td.params.items()}}
-        ident = tuple(cfg[k] for k in ("backend", "device", "precision", "threads"))
-        if ident not in seen:
-            seen[ident] = Trial(trial_key(cfg, 0, td.version), cfg, 0, "calibration")
+        fields = {k: v for k, v in t.config.items() if k in cal.Params.model_fields and k != "task"}
+        cfg = cal.Params.model_validate({**fields, "task": cal.name}).config()
+        key = trial_key(cfg, 0, cal.version)
+        seen.setdefault(key, Trial(key, cfg, 0, "calibration"))
     return list(seen.values())
+
+
+def make_executor(study: Study, results_dir: Path, name: str | None = None,
+                  options: dict | None = None) -> Executor:
+    """The executor a sweep runs on: `name` (else the study's), the study's options when it is the study's
+    executor, then `options` on top. Workers of remote executors write into the store's shards when they can see
+    the results directory (vitbench.executors.remote)."""
+    name = name or study.executor.name
+    opts = {**(study.executor.options if name == study.executor.name else {}), **(options or {})}
+    return get_executor(name, results_dir, **opts)
 
 
 def run_study(study: Study, results_dir: str | os.PathLike | None = None, *, executor: Executor | str | None = None,
@@ -137,52 +144,42 @@ def run_study(study: Study, results_dir: str | os.PathLike | None = None, *, exe
         return summary
     own_executor = not isinstance(executor, Executor)
     if own_executor:  # before anything is written: bad executor options leave no results directory behind
-        name = executor or study.executor.name
-        # the study's options belong to the study's executor; --executor NAME starts from none
-        opts = {**(study.executor.options if name == study.executor.name else {}), **(executor_options or {})}
-        if name == "local":
-            opts.setdefault("log_dir", results_dir / "logs")
-        else:  # remote workers write into the store's shards when they can see it (vitbench.executors.remote)
-            opts.setdefault("results_dir", str(results_dir))
-        executor = get_executor(name, **opts)
+        executor = make_executor(study, results_dir, executor, executor_options)
     store.save_study(study.text)
     timeout = timeout_s or study.timeout_s
     by_key = {t.key: t for t in study.trials}
     calib = calibration_trials(study) if (study.calibration if calibration is None else calibration) else []
     done_now: set[str] = set()
 
-    def jobs() -> Iterator[dict]:
+    def jobs() -> Iterator[Job]:
         for t in calib:
-            yield {**_job(study, run_id, t, timeout), "key": f"cal-{run_id}-{t.key}"}
+            yield _job(study, run_id, t, timeout, Role.CALIBRATION)
         for t in todo:
             if not store.claim(t.key):
                 summary.skipped_claimed += 1
                 continue
-            if not force:
-                statuses = {"ok"} if retry_failed else DONE_STATUSES
-                if t.key in store.done_keys(statuses) and t.key not in done_now:
-                    store.release(t.key)  # another sweep finished it meanwhile
-                    summary.skipped_done += 1
-                    continue
+            if not force and t.key in store.done_keys(only_ok=retry_failed) and t.key not in done_now:
+                store.release(t.key)  # another sweep finished it meanwhile
+                summary.skipped_done += 1
+                continue
             yield _job(study, run_id, t, timeout)
 
-    def on_start(job: dict) -> None:
-        hooks.started(by_key.get(job["key"]), job)
+    def on_start(job: Job) -> None:
+        hooks.started(by_key.get(job.key) if job.role is Role.TRIAL else None, job)
 
-    def on_result(job: dict, rec: dict) -> None:
-        is_cal = job["key"].startswith("cal-")
-        if is_cal:
-            rec["key"] = None  # calibration rows are per run, never skipped as 'done'
-            summary.calibrations += 1
-        if not (rec.get("runner") or {}).get("stored"):  # else a worker already wrote it (a store shard)
+    def on_result(job: Job, outcome: Outcome) -> None:
+        rec = outcome.record
+        if outcome.stored is Stored.DRIVER:  # else a worker wrote it, or nothing is to be written
             store.append(rec)  # durable before anything else happens
-        if not is_cal:
-            done_now.add(job["key"])
-            store.release(job["key"])
-            summary.ran += 1
-            st = rec.get("status", "?")
-            summary.statuses[st] = summary.statuses.get(st, 0) + 1
-        hooks.finished(by_key.get(job["key"]), rec)
+        if job.role is Role.CALIBRATION:
+            summary.calibrations += 1
+            hooks.finished(None, rec)
+            return
+        done_now.add(job.key)
+        store.release(job.key)
+        summary.ran += 1
+        summary.statuses[rec.status.value] = summary.statuses.get(rec.status.value, 0) + 1
+        hooks.finished(by_key.get(job.key), rec)
 
     try:
         executor.run(jobs(), on_start, on_result)

@@ -3,6 +3,8 @@
 Layout of a store directory:
     results.jsonl            one record per line (trial rows and calibration rows), append-only
     results.<shard>.jsonl    optional per-worker shards (distributed executors); merged on load
+    <sub>/results*.jsonl     other runs kept beside (e.g. round1/, round2/ of a CI baseline): read as runs of
+                             their own (rows of one directory supersede each other; directories pool)
     study.yaml               the study file as last run (an older, different one is kept as study.<sha>.yaml)
     claims/<key>.lock        flock'ed while a sweep runs that trial (two sweeps never run the same trial)
     logs/<key>.log           output of trials that did not end 'ok'
@@ -12,8 +14,9 @@ descriptor, under an exclusive `flock` (several sweeps or workers on one machine
 then `fsync`ed before the next trial starts. A `kill -9` at any moment therefore leaves every finished record
 intact and at most one torn last line. Before appending, a writer that finds the file not ending in a newline
 (a torn tail) first terminates it, so a torn line never glues itself to the next good record. On load, a line
-that does not parse (torn tail or garbage in the middle) is skipped with a warning naming the file and line;
-every good line is kept.
+that does not parse (torn tail, garbage in the middle, or JSON that is not a record) is skipped with a
+CorruptLineWarning naming the file and line; every good line is kept. This module is the one reader of results:
+the sweep, `report` and `compare` all read through it, with these rules.
 
 Across machines (SLURM/Ray workers on a shared file system) prefer per-worker shards (`Store(dir, shard=...)`)
 or let the driver write what workers return: O_APPEND + flock is only as atomic as the file system makes it.
@@ -28,14 +31,14 @@ import json
 import os
 import socket
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from vitbench.record import Record, Status
+
 RESULTS_FILE = "results.jsonl"
 STUDY_FILE = "study.yaml"
-# Statuses a resumed sweep treats as done (an outcome was measured); 'interrupted' and 'skipped' re-run.
-DONE_STATUSES = frozenset({"ok", "oom", "error", "timeout"})
 TRIAL_ID_COLUMNS = ("key", "study", "run_id", "repeat", "kind", "status")
 
 
@@ -43,9 +46,9 @@ class CorruptLineWarning(UserWarning):
     """A results line that could not be parsed (torn by a kill, or garbage); it was skipped."""
 
 
-def dumps(record: dict) -> bytes:
+def dumps(record: Record) -> bytes:
     """One record -> one JSON line (no NaN, no raw newlines: JSON escapes them), newline-terminated."""
-    return (json.dumps(record, allow_nan=False, separators=(",", ":"), default=str) + "\n").encode()
+    return (json.dumps(record.to_dict(), allow_nan=False, separators=(",", ":"), default=str) + "\n").encode()
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -64,8 +67,9 @@ def _fsync_dir(path: Path) -> None:
             os.close(fd)
 
 
-def result_files(path: str | os.PathLike) -> list[Path]:
-    """The JSONL files of a store: a .jsonl file itself, or results*.jsonl in a directory (main file first)."""
+def result_files(path: str | os.PathLike, recursive: bool = True) -> list[Path]:
+    """The JSONL files of a store: a .jsonl file itself, or results*.jsonl in a directory (main file first) and,
+    with `recursive`, in the directories below it (other runs kept beside, e.g. round1/, round2/)."""
     p = Path(path)
     if p.is_file():
         return [p]
@@ -73,15 +77,16 @@ def result_files(path: str | os.PathLike) -> list[Path]:
         from vitbench.errors import ConfigError
 
         raise ConfigError(f"results path {str(p)!r} does not exist (expected a results directory or .jsonl file)")
-    files = sorted(p.glob("results*.jsonl"))
-    return sorted(files, key=lambda f: (f.name != RESULTS_FILE, f.name))
+    files = p.rglob("results*.jsonl") if recursive else p.glob("results*.jsonl")
+    return sorted((f for f in files if f.is_file()),
+                  key=lambda f: (f.parent != p, str(f.parent), f.name != RESULTS_FILE, f.name))
 
 
-def _parse_lines(data: bytes, path: Path, first_line: int = 1, final: bool = True) -> tuple[list[dict], int]:
+def _parse_lines(data: bytes, path: Path, first_line: int = 1, final: bool = True) -> tuple[list[Record], int]:
     """Parse complete lines of `data`; returns (records, bytes consumed). Bad lines warn and are skipped.
 
     With final=False an unterminated last chunk is left unconsumed (a writer may still be appending it)."""
-    records: list[dict] = []
+    records: list[Record] = []
     lines = data.split(b"\n")
     tail = lines.pop()  # b"" when data ends with a newline
     consumed = len(data) - len(tail)
@@ -99,25 +104,55 @@ def _parse_lines(data: bytes, path: Path, first_line: int = 1, final: bool = Tru
     return records, consumed
 
 
-def _parse_one(raw: bytes, path: Path, lineno: int, torn: bool) -> dict | None:
+def _parse_one(raw: bytes, path: Path, lineno: int, torn: bool) -> Record | None:
     try:
-        rec = json.loads(raw.decode("utf-8"))
-        if not isinstance(rec, dict):
-            raise ValueError(f"a JSON {type(rec).__name__}, not a record object")
-        return rec
+        d = json.loads(raw.decode("utf-8"))
     except ValueError as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         what = ("torn last line (a write interrupted by a kill?)" if torn else "unparseable line")
         warnings.warn(f"{path}:{lineno}: skipped {what}, {len(raw)} bytes: {str(e)[:120]}",
                       CorruptLineWarning, stacklevel=4)
         return None
+    try:
+        if not isinstance(d, dict):
+            raise ValueError(f"a JSON {type(d).__name__}, not a record object")
+        rec = Record.from_dict(d)
+    except ValueError as e:
+        warnings.warn(f"{path}:{lineno}: skipped line that is not a vitbench record: {str(e)[:160]}",
+                      CorruptLineWarning, stacklevel=4)
+        return None
+    rec.source = str(path.parent.resolve())
+    return rec
 
 
-def read_records(path: str | os.PathLike) -> list[dict]:
-    """Every parseable record of a store (directory, all shards) or of one .jsonl file, in file order."""
-    out: list[dict] = []
+def read_records(path: str | os.PathLike) -> list[Record]:
+    """Every record of a results path (a directory with its shards and the runs below it, or one .jsonl file),
+    in file order; each knows the directory it came from (`Record.source`)."""
+    out: list[Record] = []
     for f in result_files(path):
         recs, _ = _parse_lines(f.read_bytes(), f)
         out.extend(recs)
+    return out
+
+
+def rows_for_key(results_dir: str | os.PathLike, key: str) -> list[Record]:
+    """Every parseable row of trial `key` in a store (all shards), parsing only the lines that mention it:
+    a worker looks this up before each trial, and stores of long studies are large. Corrupt lines are skipped
+    silently here (a full read reports them)."""
+    needle = json.dumps(key).encode()
+    out = []
+    for f in result_files(results_dir, recursive=False):
+        try:
+            data = f.read_bytes()
+        except OSError:
+            continue
+        for line in data.split(b"\n"):
+            if needle in line:
+                try:
+                    r = Record.from_dict(json.loads(line))
+                except (ValueError, TypeError, AttributeError):
+                    continue
+                if r.key == key:
+                    out.append(r)
     return out
 
 
@@ -130,7 +165,7 @@ class Store:
         self._fd: int | None = None
         self._offsets: dict[Path, int] = {}
         self._lines: dict[Path, int] = {}
-        self._records: list[dict] = []
+        self._records: list[Record] = []
         self._claims: dict[str, int] = {}
 
     # -- writing -----------------------------------------------------------------------------------------
@@ -143,7 +178,7 @@ class Store:
                 _fsync_dir(self.root)
         return self._fd
 
-    def append(self, record: dict) -> None:
+    def append(self, record: Record) -> None:
         """Durably append one record (one write of one full line, under an exclusive lock, then fsync)."""
         data = dumps(record)
         fd = self._open()
@@ -175,11 +210,11 @@ class Store:
         self.close()
 
     # -- reading -----------------------------------------------------------------------------------------
-    def refresh(self) -> list[dict]:
+    def refresh(self) -> list[Record]:
         """Read what was appended since the last call (all shards); returns every record read so far."""
         if not self.root.is_dir():
             return self._records
-        for f in result_files(self.root):
+        for f in result_files(self.root, recursive=False):
             off = self._offsets.get(f, 0)
             with open(f, "rb") as fh:
                 fh.seek(off)
@@ -190,14 +225,9 @@ class Store:
             self._records.extend(recs)
         return self._records
 
-    def records(self) -> list[dict]:
-        """Every parseable record, all shards (warns about corrupt lines)."""
-        return read_records(self.root) if self.root.is_dir() else []
-
-    def done_keys(self, statuses: Iterable[str] = DONE_STATUSES) -> set[str]:
-        statuses = set(statuses)
-        return {r["key"] for r in self.refresh() if r.get("key") and r.get("status") in statuses
-                and r.get("kind") != "calibration"}
+    def done_keys(self, only_ok: bool = False) -> set[str]:
+        """Keys of trials with a terminal row (Status.done), or with an 'ok' row when `only_ok`."""
+        return {r.key for r in self.refresh() if r.key and (r.status is Status.OK if only_ok else r.status.done)}
 
     # -- claims: two sweeps on one directory never run the same trial ----------------------------------
     def claim(self, key: str) -> bool:
@@ -245,47 +275,48 @@ class Store:
 # ---------------------------------------------------------------------------------------------------------
 # Tidy DataFrame
 # ---------------------------------------------------------------------------------------------------------
-def _flatten(rec: dict) -> dict[str, Any]:
-    row: dict[str, Any] = {c: rec.get(c) for c in TRIAL_ID_COLUMNS}
-    row["study_sha"] = rec.get("study_sha")
-    config = rec.get("trial") or rec.get("config") or {}
-    for k, v in config.items():
+def _flatten(rec: Record) -> dict[str, Any]:
+    row: dict[str, Any] = {"key": rec.key, "study": rec.study, "run_id": rec.run_id, "repeat": rec.repeat,
+                           "kind": rec.kind, "status": rec.status.value, "study_sha": rec.study_sha}
+    for k, v in rec.measured_config.items():
         if k not in row:
             row[k] = v
-    for k, v in (rec.get("metrics") or {}).items():
+    for k, v in rec.metrics.items():
         row[f"metric.{k}" if k in row else k] = v
-    err = rec.get("error") or {}
-    row["error_type"] = err.get("type")
-    row["error_message"] = err.get("message")
-    row["error_tail"] = err.get("tail")
-    for k in ("started_at", "finished_at", "method_version"):
-        row[k] = rec.get(k)
-    for k, v in (rec.get("env") or {}).items():
+    row["error_type"] = rec.error.type if rec.error else None
+    row["error_message"] = rec.error.message if rec.error else None
+    row["error_tail"] = rec.error.tail if rec.error else None
+    row.update(started_at=rec.started_at, finished_at=rec.finished_at, method_version=rec.method_version)
+    for k, v in rec.env.items():
         row[f"env.{k}"] = v if not isinstance(v, (dict, list)) else json.dumps(v)
-    for k, v in (rec.get("runner") or {}).items():
+    for k, v in rec.runner.items():
         row[f"runner.{k}"] = v
-    row["raw"] = rec.get("raw") or {}
+    row["source"] = rec.source
+    row["raw"] = rec.raw
     return row
 
 
-def select(records: Iterable[dict], kinds: Iterable[str] | str | None = None, latest: bool = True) -> list[dict]:
-    """Filter records by kind (None: every kind but 'calibration'; 'all': everything) and keep, per trial key,
-    only the latest record (a re-run after --force or an interruption supersedes the older row)."""
+def select(records: Iterable[Record], kinds: Iterable[str] | str | None = None, latest: bool = True) -> list[Record]:
+    """Filter records by kind (None: every kind but the calibration's; 'all': everything) and keep, per trial key
+    and results directory, only the latest record by finish time (a re-run after --force or an interruption
+    supersedes the older row; rows from several shards interleave in time; other directories are other runs)."""
+    from vitbench.tasks import Role, kinds_with_role
+
     recs = list(records)
     if kinds is None:
-        recs = [r for r in recs if r.get("kind") != "calibration"]
+        calibration = kinds_with_role(Role.CALIBRATION)
+        recs = [r for r in recs if r.kind not in calibration]
     elif kinds != "all":
         wanted = {kinds} if isinstance(kinds, str) else set(kinds)
-        recs = [r for r in recs if r.get("kind") in wanted]
+        recs = [r for r in recs if r.kind in wanted]
     if latest:
-        # the latest by finish time, then by position: rows from several shards (workers) interleave in time
-        last: dict[str, int] = {}
+        last: dict[tuple, int] = {}
         for i, r in enumerate(recs):
-            k = r.get("key")
-            done_at = str(r.get("finished_at") or "")
-            if k and (k not in last or done_at >= str(recs[last[k]].get("finished_at") or "")):
-                last[k] = i
-        recs = [r for i, r in enumerate(recs) if not r.get("key") or last[r["key"]] == i]
+            if r.key:
+                ident = (r.source, r.key)
+                if ident not in last or (r.finished_at or "") >= (recs[last[ident]].finished_at or ""):
+                    last[ident] = i
+        recs = [r for i, r in enumerate(recs) if not r.key or last[(r.source, r.key)] == i]
     return recs
 
 
@@ -295,9 +326,10 @@ def load(path: str | os.PathLike, kinds: Iterable[str] | str | None = None, late
     Columns: key, study, run_id, repeat, kind, status, the trial config (model, backend, task, resolution,
     batch_size, precision, ...), every metric under its own name with its unit (img_per_s, step_ms_median,
     peak_mem_mib, gflops, max_batch_size, ...; a metric that shares a config field's name becomes
-    'metric.<name>'), error_type/error_message/error_tail, timestamps, env.* and runner.* columns, and `raw`
-    (the raw per-step timings etc., a dict per row). `kinds`: None = trials only (no calibration rows),
-    'all', or an iterable such as ('calibration',). `latest`: one row per key (the last one written).
+    'metric.<name>'), error_type/error_message/error_tail, timestamps, env.* and runner.* columns, `source` (the
+    directory the row came from) and `raw` (the raw per-step timings etc., a dict per row). `kinds`: None =
+    trials only (no calibration rows), 'all', or an iterable such as ('calibration',). `latest`: one row per key
+    and directory (the last one finished).
     """
     import pandas as pd
 
@@ -306,9 +338,3 @@ def load(path: str | os.PathLike, kinds: Iterable[str] | str | None = None, late
     if df.empty:
         return pd.DataFrame(columns=[*TRIAL_ID_COLUMNS, "raw"])
     return df
-
-
-def iter_keys(records: Iterable[dict]) -> Iterator[str]:
-    for r in records:
-        if r.get("key"):
-            yield r["key"]

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import importlib
-import sys
 
 import typer
 
 from vitbench.errors import VitbenchError
-
 
 
 class _Group(typer.core.TyperGroup):
@@ -57,6 +55,7 @@ _COMMAND_MODULES = [
     "vitbench.cli.compare_cmd",
     "vitbench.cli.study_cmd",
     "vitbench.cli.transfer_cmd",
+    "vitbench.cli.plugins_cmd",
 ]
 for _mod in _COMMAND_MODULES:
     importlib.import_module(_mod)

@@ -28,8 +28,9 @@ def compare_cmd(
                                    help="Divide speeds by the calibration workload (matmul TFLOP/s) measured in "
                                         "the same run, so a slower machine is not called a regression."),
     metric: list[str] = typer.Option(None, "--metric", "-m",
-                                     help="Metric to compare (repeatable): img_per_s, max_batch_size, "
-                                          "peak_mem_mib, compile_s, accuracy (default: the first two)."),
+                                     help="Metric to compare (repeatable): any metric a task declares comparable "
+                                          "(img_per_s, max_batch_size, peak_mem_mib, compile_s, accuracy, ...; "
+                                          "default: img_per_s and max_batch_size)."),
     ignore: list[str] = typer.Option(None, "--ignore", help="Trial-config field left out of matching "
                                                            "(repeatable), e.g. threads."),
     confidence: float = typer.Option(0.95, help="Confidence of the bootstrap interval on current / baseline."),
@@ -44,13 +45,12 @@ def compare_cmd(
     raw per-step times with a bootstrap confidence interval on current / baseline (repeats pooled): a regression
     is called only when the whole interval is worse than --threshold. Unmatched trials are listed.
     """
-    from vitbench.compare import (COLUMNS, DEFAULT_METRICS, compare_paths, row_cells, summary_line,
-                                  to_benchmark_json, to_markdown)
+    from vitbench.compare import COLUMNS, compare_paths, row_cells, summary_line, to_benchmark_json, to_markdown
 
     if fmt not in _FORMATS:
         raise ConfigError(f"--format {fmt!r} is not allowed; allowed: {', '.join(_FORMATS)}")
     cmp = compare_paths(baseline, current, threshold=threshold, normalize=normalize,
-                        metrics=tuple(metric) if metric else DEFAULT_METRICS, ignore=tuple(ignore or ()),
+                        metrics=tuple(metric) if metric else None, ignore=tuple(ignore or ()),
                         confidence=confidence, slowdown=inject_slowdown)
     for w in cmp.warnings:
         err_console.print(f"[yellow]warning:[/] {w}", highlight=False, soft_wrap=True)
@@ -70,7 +70,7 @@ def compare_cmd(
                          overflow="fold")
         for r in cmp.rows:
             cells = row_cells(r)
-            t.add_row(*[cells[c] for c in COLUMNS], style=_STYLE.get(r.decision, ""))
+            t.add_row(*[cells[c] for c in COLUMNS], style=_STYLE.get(r.decision.value, ""))
         console.print(t)
         if cmp.env_diff:
             e = Table(title="environment differences", title_justify="left")

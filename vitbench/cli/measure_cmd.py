@@ -5,10 +5,12 @@ from __future__ import annotations
 import typer
 from rich.table import Table
 
-from vitbench.backends.base import BACKENDS, OPTIMIZERS, PRECISIONS, TASKS, RunSettings
+from vitbench.backends.base import PRECISIONS
 from vitbench.cli import app
-from vitbench.cli.common import console, print_json
+from vitbench.cli.common import backend_choices, console, print_json, task_params
 from vitbench.errors import ConfigError
+
+_MODES = ("infer", "train")
 
 
 def _choice(value: str, allowed: tuple[str, ...], option: str) -> str:
@@ -33,7 +35,7 @@ def bench_cmd(
     batch_size: int = typer.Option(8, "--batch-size", "-b", min=1),
     resolution: int = typer.Option(None, "--resolution", "-r", help="Input size in pixels (default: native)."),
     precision: str = typer.Option("fp32", help="fp32 | bf16 | fp16 (autocast)."),
-    backend: str = typer.Option("torch", help="torch | jax"),
+    backend: str = typer.Option(None, help=f"{backend_choices()} (default: the first)."),
     device: str = typer.Option("cpu", help="cpu | cuda | cuda:N (torch); cpu | gpu | tpu (jax)."),
     threads: int = typer.Option(None, help="Intra-op threads (default: the framework's; recorded either way)."),
     compile: bool = typer.Option(False, "--compile/--no-compile", help="torch.compile the model (torch)."),
@@ -53,23 +55,25 @@ def bench_cmd(
     throughput. Timed steps run until both --min-steps and --min-seconds are reached; every step is synchronised
     with the device (CUDA events / block_until_ready). img/s = batch / median step time.
     """
-    from vitbench.measure.throughput import bench
+    from vitbench.record import Status
 
-    settings = RunSettings(
-        model=model, task=_choice(task, TASKS, "--task"), batch_size=batch_size, resolution=resolution,
-        precision=_choice(precision, PRECISIONS, "--precision"), compile=compile, device=device, threads=threads,
-        optimizer=_choice(optimizer, OPTIMIZERS, "--optimizer"), channels_last=channels_last, seed=seed)
-    rec = bench(settings, backend=_choice(backend, BACKENDS, "--backend"), warmup_steps=warmup,
-                min_steps=min_steps, min_seconds=min_seconds, max_seconds=max_seconds)
+    values = dict(model=model, backend=backend, batch_size=batch_size, resolution=resolution,
+                  precision=precision, compile=compile, device=device, threads=threads, channels_last=channels_last,
+                  seed=seed, warmup_steps=warmup, min_steps=min_steps, min_seconds=min_seconds,
+                  max_seconds=max_seconds)
+    if _choice(task, _MODES, "--task") == "train":
+        values["optimizer"] = optimizer
+    t, params = task_params(task, **values)
+    rec = t().run(params)
     if as_json:
-        print_json(rec)
+        print_json(rec.to_dict())
         return
-    if rec["status"] != "ok":
-        console.print(f"[red]{rec['status']}[/]: {rec['error']['message']}")
+    if rec.status is not Status.OK:
+        console.print(f"[red]{rec.status}[/]: {rec.error.message if rec.error else ''}")
         raise typer.Exit(1)
-    m, c = rec["metrics"], rec["config"]
+    m, c = rec.metrics, rec.config
     title = (f"{c['model']} {c['task']} | {c['backend']} {c['device']} {c['precision']} | "
-             f"batch {m['batch_size_achieved']} @ {c['resolution']}px | {rec['env'].get('threads')} threads")
+             f"batch {m['batch_size_achieved']} @ {c['resolution']}px | {rec.env.get('threads')} threads")
     console.print(_kv_table(title, [
         ("img_per_s", m["img_per_s"]), ("step_ms_median", m["step_ms_median"]), ("step_ms_p90", m["step_ms_p90"]),
         ("step_ms_p99", m["step_ms_p99"]), ("step_ms_iqr", m["step_ms_iqr"]), ("step_cv", m["step_cv"]),
@@ -85,7 +89,7 @@ def max_batch_cmd(
     task: str = typer.Option("infer", help="infer | train"),
     resolution: int = typer.Option(None, "--resolution", "-r"),
     precision: str = typer.Option("fp32", help="fp32 | bf16 | fp16"),
-    backend: str = typer.Option("torch", help="torch | jax"),
+    backend: str = typer.Option(None, help=f"{backend_choices()} (default: the first)."),
     device: str = typer.Option("cpu"),
     threads: int = typer.Option(None),
     optimizer: str = typer.Option("adam", help="train: adam | sgd (optimizer state counts toward memory)."),
@@ -104,32 +108,36 @@ def max_batch_cmd(
     On CPU the probe's resident memory is watched and the probe is killed the moment it passes the budget, so a
     search cannot take the machine down. Every probe is reported.
     """
+    from vitbench.backends.base import OPTIMIZERS, Step
     from vitbench.measure.max_batch import max_batch
+    from vitbench.record import Status
 
-    settings = RunSettings(model=model, task=_choice(task, TASKS, "--task"), resolution=resolution,
-                           precision=_choice(precision, PRECISIONS, "--precision"), device=device, threads=threads,
-                           optimizer=_choice(optimizer, OPTIMIZERS, "--optimizer"))
-    rec = max_batch(settings, backend=_choice(backend, BACKENDS, "--backend"), memory_limit_gib=memory_limit_gib,
-                    max_batch_size=max_batch_size, start=start, granularity=granularity,
-                    probe_timeout_s=probe_timeout)
+    _, p = task_params("max_batch", model=model, backend=backend, mode=_choice(task, _MODES, "--task"),
+                       resolution=resolution, precision=precision, device=device, threads=threads,
+                       memory_limit_gib=memory_limit_gib, max_batch_size=max_batch_size, start=start,
+                       granularity=granularity, probe_timeout_s=probe_timeout)
+    step = Step.of(p.config(), mode=p.mode, batch_size=1, optimizer=_choice(optimizer, OPTIMIZERS, "--optimizer"))
+    rec = max_batch(step, backend=p.backend, device=p.device, threads=p.threads,
+                    memory_limit_gib=p.memory_limit_gib, max_batch_size=p.max_batch_size, start=p.start,
+                    granularity=p.granularity, probe_timeout_s=p.probe_timeout_s)
     if as_json:
-        print_json(rec)
+        print_json(rec.to_dict())
         return
-    t = Table(title=f"probes: {rec['config']['model']} {rec['config']['task']} @ {rec['config']['resolution']}px")
+    t = Table(title=f"probes: {rec.config['model']} {rec.config['task']} @ {rec.config['resolution']}px")
     for col in ("batch", "fits", "status", "peak_mem_mib", "process_peak_mib", "seconds"):
         t.add_column(col, justify="right")
-    for p in rec["raw"]["probes"]:
-        t.add_row(str(p["batch"]), "yes" if p["fits"] else "no", p["status"],
-                  f"{p['peak_mem_mib']:.0f}" if p["peak_mem_mib"] is not None else "-",
-                  f"{p['process_peak_mib']:.0f}" if p["process_peak_mib"] is not None else "-",
-                  f"{p['seconds']:.1f}")
+    for pr in rec.raw["probes"]:
+        t.add_row(str(pr["batch"]), "yes" if pr["fits"] else "no", pr["status"],
+                  f"{pr['peak_mem_mib']:.0f}" if pr["peak_mem_mib"] is not None else "-",
+                  f"{pr['process_peak_mib']:.0f}" if pr["process_peak_mib"] is not None else "-",
+                  f"{pr['seconds']:.1f}")
     console.print(t)
-    m = rec["metrics"]
+    m = rec.metrics
     budget = f"{m['memory_limit_mib']:.0f} MiB" if m["memory_limit_mib"] else "device memory"
     console.print(f"max_batch_size = [bold]{m['max_batch_size']}[/]{' (capped)' if m['capped'] else ''} "
                   f"(budget {budget}, {m['probes']} probes, {m['search_s']:.1f} s)")
-    if rec["status"] != "ok":
-        console.print(f"[red]{rec['status']}[/]: {rec['error']['message']}")
+    if rec.status is not Status.OK:
+        console.print(f"[red]{rec.status}[/]: {rec.error.message if rec.error else ''}")
         raise typer.Exit(1)
 
 
@@ -138,7 +146,7 @@ def flops_cmd(
     model: str = typer.Argument(..., help="Variant name."),
     resolution: int = typer.Option(None, "--resolution", "-r"),
     num_classes: int = typer.Option(None, "--num-classes"),
-    backend: str = typer.Option("torch", help="torch (fvcore + FlopCounterMode) | jax (XLA cost_analysis)."),
+    backend: str = typer.Option(None, help=f"{backend_choices()} (default: the first): whose FLOP counters run."),
     count: bool = typer.Option(True, "--count/--no-count", help="Also run the framework counters (builds the model)."),
     images: int = typer.Option(None, help="Pre-training images per epoch (with --epochs): prints exaFLOPs."),
     epochs: float = typer.Option(None, help="Pre-training epochs (with --images)."),
@@ -155,16 +163,18 @@ def flops_cmd(
 
     if (images is None) != (epochs is None):
         raise ConfigError("--images and --epochs go together (pre-training compute needs both)")
-    rec = flops(model, resolution, backend=_choice(backend, BACKENDS, "--backend"), num_classes=num_classes,
-                images=images, epochs=epochs, count=count)
+    _, p = task_params("flops", model=model, resolution=resolution, backend=backend, num_classes=num_classes,
+                       count=count)
+    rec = flops(p.model, p.resolution, backend=p.backend, num_classes=p.num_classes, images=images, epochs=epochs,
+                count=p.count)
     if as_json:
-        print_json(rec)
+        print_json(rec.to_dict())
         return
-    m, c = rec["metrics"], rec["config"]
+    m, c = rec.metrics, rec.config
     t = Table(title=f"{c['model']} @ {c['resolution']}px, {c['num_classes']} classes, params {m['params_m']:.3f} M")
     for col in ("method", "GMACs", "GFLOPs", "vs analytic", "excludes"):
         t.add_column(col, justify="left" if col in ("method", "excludes") else "right")
-    ex = rec["raw"]["excludes"]
+    ex = rec.raw["excludes"]
     t.add_row("analytic", f"{m['gmacs']:.4f}", f"{m['gflops']:.4f}", "-", ex["analytic"])
     for name in ex:
         if name != "analytic":
@@ -178,7 +188,7 @@ def flops_cmd(
 
 @app.command("env")
 def env_cmd(
-    backend: str = typer.Option("torch", help="torch | jax"),
+    backend: str = typer.Option(None, help=f"{backend_choices()} (default: the first)."),
     device: str = typer.Option("cpu"),
     threads: int = typer.Option(None),
     precision: str = typer.Option("fp32", help="Precision of the matmul peak."),
@@ -190,11 +200,11 @@ def env_cmd(
     The peak is a 2048x2048 matmul timed for ~1 s (2 FLOPs per MAC), cached per machine/backend/device/precision/
     threads under ~/.cache/vitbench/peak.json; every bench record divides its model FLOP/s by it (MFU).
     """
-    from vitbench.backends.base import get_backend
+    from vitbench.backends.base import default_backend, get_backend
     from vitbench.env import environment, lock_differences
     from vitbench.measure.peak import matmul_peak
 
-    be = get_backend(_choice(backend, BACKENDS, "--backend"))
+    be = get_backend(backend or default_backend())
     info = be.setup(device, threads)
     peak = matmul_peak(be, _choice(precision, PRECISIONS, "--precision"), device, info.get("threads"),
                        refresh=refresh)

@@ -10,8 +10,15 @@ import typer
 from rich import box
 from rich.console import Group
 from rich.live import Live
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn,
-                           TimeRemainingColumn)
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 from rich.text import Text
 
@@ -55,32 +62,30 @@ def _df_table(df, title: str, columns: list[str] | None = None, max_rows: int = 
     return t
 
 
-def _result_line(rec: dict) -> str:
-    c = rec.get("trial") or rec.get("config") or {}
-    m = rec.get("metrics") or {}
-    st = rec.get("status", "?")
-    if rec.get("kind") == "calibration":
-        what = f"calibration {c.get('backend')} {c.get('device')}: {_fmt(m.get('matmul_tflops_per_s'))} TFLOP/s"
-    else:
-        bits = [c.get("model", ""), c.get("backend", ""), c.get("task", "")]
-        if c.get("resolution"):
-            bits.append(f"{c['resolution']}px")
-        if c.get("batch_size"):
-            bits.append(f"b{c['batch_size']}")
-        if rec.get("repeat"):
-            bits.append(f"rep{rec['repeat']}")
-        if st == "ok":
-            for name, unit in (("img_per_s", "img/s"), ("max_batch_size", "max batch"), ("gflops", "GFLOPs"),
-                               ("accuracy", "accuracy")):
-                if m.get(name) is not None:
-                    bits.append(f"-> {_fmt(m[name])} {unit}")
-                    break
-        what = " ".join(str(b) for b in bits if b != "")
-    wall = (rec.get("runner") or {}).get("wall_s")
+def _result_line(rec) -> str:
+    """One line for a finished trial: what ran, and its task's headline metric with its unit."""
+    from vitbench.record import Status
+    from vitbench.tasks import headline
+
+    c = rec.measured_config
+    st = rec.status.value
+    bits = [c.get("model", ""), c.get("backend", ""), c.get("task", ""), c.get("device", "") if not c.get("model")
+            else ""]
+    if c.get("resolution"):
+        bits.append(f"{c['resolution']}px")
+    if c.get("batch_size"):
+        bits.append(f"b{c['batch_size']}")
+    if rec.repeat:
+        bits.append(f"rep{rec.repeat}")
+    metric = headline(rec.kind)
+    if rec.status is Status.OK and metric is not None and rec.metrics.get(metric.name) is not None:
+        bits.append(f"-> {_fmt(rec.metrics[metric.name])} {metric.unit}")
+    what = " ".join(str(b) for b in bits if b != "")
+    wall = rec.runner.get("wall_s")
     style = _STATUS_STYLE.get(st, "white")
     tail = ""
-    if st != "ok" and rec.get("error"):
-        tail = f" [dim]{str(rec['error'].get('message', '')).strip().splitlines()[0][:120] if rec['error'].get('message') else ''}[/]"
+    if rec.status is not Status.OK and rec.error and rec.error.message.strip():
+        tail = f" [dim]{rec.error.message.strip().splitlines()[0][:120]}[/]"
     return f"[{style}]{st:>11}[/] {what}" + (f" [dim]({wall:.1f} s)[/]" if wall else "") + tail
 
 
@@ -137,16 +142,18 @@ class _LiveHooks:
 
     def started(self, trial, job) -> None:
         if self.task is not None:
-            label = trial.label() if trial is not None else f"calibration {job['config'].get('backend')}"
+            label = trial.label() if trial is not None else job.label()
             self.progress.update(self.task, description=label)
 
     def finished(self, trial, rec) -> None:
+        from vitbench.record import Status
+
         line = _result_line(rec)
         self.last = Text.from_markup("last: " + line)
         self.live.update(Group(self.progress, self.last))
         if trial is not None and self.task is not None:
             self.progress.advance(self.task)
-        if rec.get("status") != "ok":
+        if rec.status is not Status.OK:
             self.live.console.print(line)
 
     def stop(self) -> None:
@@ -191,9 +198,9 @@ def sweep_cmd(
     timeout: float = typer.Option(None, "--timeout", min=0.1, help="Per-trial timeout in seconds (overrides)."),
     calibration: bool = typer.Option(None, "--calibration/--no-calibration",
                                      help="Measure the device's matmul throughput first (default: the study's)."),
-    start_method: str = typer.Option("forkserver", help="local: forkserver (torch preloaded) | spawn."),
-    keep_logs: bool = typer.Option(False, help="Keep every trial's output under <results>/logs/ (not only "
-                                               "failures')."),
+    start_method: str = typer.Option(None, help="local: forkserver (default: frameworks preloaded) | spawn."),
+    keep_logs: bool = typer.Option(None, "--keep-logs/--no-keep-logs",
+                                   help="Keep every trial's output under <results>/logs/ (not only failures')."),
     as_json: bool = typer.Option(False, "--json", help="--dry-run: print the trials as JSON."),
 ) -> None:
     """Run every trial of a study, each in a fresh process with a timeout; resume what is already done.
@@ -221,9 +228,11 @@ def sweep_cmd(
                       + (f"; {collapsed} combinations merged (fields their task ignores)" if collapsed > 0 else "")
                       + f"; results -> {out}")
         return
-    opts = {}
-    if (executor or st.executor.name) == "local":
-        opts = {"start_method": start_method, "keep_logs": keep_logs}
+    from vitbench.executors import executor_class
+
+    # --start-method and --keep-logs are executor options: passed to an executor whose options take them
+    opts = {k: v for k, v in (("start_method", start_method), ("keep_logs", keep_logs)) if v is not None
+            and k in executor_class(executor or st.executor.name).Options.model_fields}
     opts.update(_parse_executor_options(executor_option or []))
     hooks = _LiveHooks()
     old = signal.getsignal(signal.SIGTERM)
@@ -268,24 +277,10 @@ def report_cmd(
     console.print(f"[bold]{rep.title}[/]")
     for m in rep.meta:
         console.print(f"  {m}", highlight=False)
-    show = {
-        "status": None,
-        "throughput": ["model", "backend", "task", "device", "precision", "compile", "resolution", "batch_size",
-                       "repeats", "img_per_s", "img_per_s_min", "img_per_s_max", "step_ms_median", "step_cv",
-                       "mfu"],
-        "backends": None,
-        "max_batch": ["model", "backend", "mode", "precision", "resolution", "max_batch_size", "capped",
-                      "peak_mem_mib", "memory_limit_mib"],
-        "flops": ["model", "backend", "resolution", "params_m", "gflops", "gflops_fvcore", "gflops_torch_flop_counter",
-                  "gflops_xla"],
-        "accuracy": None,
-        "failures": ["model", "task", "resolution", "batch_size", "repeat", "status", "error_message"],
-    }
-    from vitbench.report.render import TITLES
-
-    for name, cols in show.items():
-        df = rep.tables.get(name)
-        if df is not None and not df.empty:
-            console.print(_df_table(df, TITLES.get(name, name), cols, collapse=name != "status"))
+    for name, df in rep.tables.items():
+        if not df.empty:
+            cols = rep.columns.get(name)
+            console.print(_df_table(df, rep.titles[name], list(cols) if cols else None,
+                                    collapse=name in rep.collapse))
     console.print(f"wrote {len(rep.files)} files to {rep.files[0].parent if rep.files else out}:")
     console.print("  " + "  ".join(p.name for p in rep.files), highlight=False)

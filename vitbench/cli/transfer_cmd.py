@@ -6,7 +6,7 @@ import typer
 from rich.table import Table
 
 from vitbench.cli import app
-from vitbench.cli.common import console, print_json
+from vitbench.cli.common import backend_choices, console, print_json
 
 _DATA_HELP = "digits | synthetic | folder | cifar10 | cifar100 | npz"
 
@@ -17,15 +17,15 @@ def _data(name: str, path: str | None, classes: str | None, seed: int, val_fract
             "train_per_class": train_per_class}
 
 
-def _show(rec: dict, title: str, keys: list[str], as_json: bool) -> None:
+def _show(rec, title: str, keys: list[str], as_json: bool) -> None:
     if as_json:
-        print_json(rec)
+        print_json(rec.to_dict())
         return
     t = Table(title=title, show_header=False)
     t.add_column("metric", style="bold")
     t.add_column("value", justify="right")
     for k in keys:
-        v = rec["metrics"].get(k)
+        v = rec.metrics.get(k)
         if v is not None:
             t.add_row(k, f"{v:.4g}" if isinstance(v, float) else str(v))
     console.print(t)
@@ -33,8 +33,8 @@ def _show(rec: dict, title: str, keys: list[str], as_json: bool) -> None:
 
 def _upstream_opts(model, backend, data, data_path, classes, data_seed, resolution, steps, batch_size, lr,
                    weight_decay, warmup_steps, decay, label_smoothing, seed) -> dict:
-    return {"model": model, "backend": backend, "data": _data(data, data_path, classes, data_seed),
-            "resolution": resolution, "steps": steps, "batch_size": batch_size, "lr": lr,
+    return {"model": model, **({"backend": backend} if backend else {}),
+            "data": _data(data, data_path, classes, data_seed), "resolution": resolution, "steps": steps, "batch_size": batch_size, "lr": lr,
             "weight_decay": weight_decay, "warmup_steps": warmup_steps, "decay": decay,
             "label_smoothing": label_smoothing, "seed": seed}
 
@@ -42,7 +42,7 @@ def _upstream_opts(model, backend, data, data_path, classes, data_seed, resoluti
 @app.command("pretrain")
 def pretrain_cmd(
     model: str = typer.Argument(..., help="Variant name, e.g. ViT-Nano/4, R-Nano, R-Nano+ViT-Micro/8."),
-    backend: str = typer.Option("torch", help="torch | jax"),
+    backend: str = typer.Option(None, help=f"{backend_choices()} (default: the first)."),
     data: str = typer.Option("digits", help=_DATA_HELP),
     data_path: str = typer.Option(None, help="Local path for folder / cifar10 / cifar100 / npz."),
     classes: str = typer.Option("0-4", help="Upstream classes: 'a-b' or 'a,b,c'; '' for all."),
@@ -80,9 +80,11 @@ def pretrain_cmd(
         ckpt, rec = ensure_upstream(cfg, device=device, threads=threads)
         if rec is None:
             console.print(f"cached upstream: {ckpt.path}")
-            rec = {"metrics": ckpt.meta["metrics"],
-                   "config": {**ckpt.meta["config"], "checkpoint": str(ckpt.path)}}
-    c = rec["config"]
+            from vitbench.record import Record
+
+            rec = Record.measured("pretrain", {**ckpt.meta["config"], "checkpoint": str(ckpt.path)},
+                                  metrics=ckpt.meta["metrics"])
+    c = rec.config
     _show(rec, f"pretrain {c['model']} on {c['data']['name']} | {c.get('checkpoint', '')}",
           ["accuracy", "val_accuracy", "images_seen", "epochs", "exaflops", "train_gflops_per_image", "params_m",
            "train_s", "train_img_per_s", "final_loss"], as_json)
@@ -96,7 +98,8 @@ def _resolve_upstream_arg(checkpoint, model, backend, pretrain_steps, seed) -> d
     if not model:
         raise ConfigError("give --checkpoint PATH (from `vitbench pretrain`) or --model NAME (pre-trained on "
                           "digits 0-4 with the default recipe, cached)")
-    return {"upstream": {"model": model, "backend": backend or "torch", "steps": pretrain_steps, "seed": seed}}
+    return {"upstream": {"model": model, "steps": pretrain_steps, "seed": seed,
+                         **({"backend": backend} if backend else {})}}
 
 
 @app.command("fewshot")
@@ -104,7 +107,7 @@ def fewshot_cmd(
     checkpoint: str = typer.Option(None, "--checkpoint", "-c", help="Upstream .safetensors file."),
     model: str = typer.Option(None, "--model", "-m", help="Or: a variant, pre-trained here (default recipe)."),
     pretrain_steps: int = typer.Option(300, help="With --model: upstream steps."),
-    backend: str = typer.Option(None, help="torch | jax (default: the upstream's)."),
+    backend: str = typer.Option(None, help=f"{backend_choices()} (default: the upstream's)."),
     data: str = typer.Option("digits", help=_DATA_HELP),
     data_path: str = typer.Option(None),
     classes: str = typer.Option("5-9", help="Downstream classes ('' for all)."),
@@ -132,7 +135,7 @@ def fewshot_cmd(
         "l2_reg": "auto" if l2_reg is None else l2_reg}, "fewshot")
     rec = fewshot(cfg, device=device, threads=threads)
     keys = [k for s in cfg.shots for k in (f"accuracy_{s}shot", f"accuracy_{s}shot_std")]
-    c = rec["config"]
+    c = rec.config
     _show(rec, f"fewshot {c['model']} ({c['backend']}) on {c['data']['name']} {c['data']['classes']} @ "
                f"{c['resolution']}px", [*keys, "chance_accuracy", "exaflops", "upstream_accuracy"], as_json)
 
@@ -142,7 +145,7 @@ def finetune_cmd(
     checkpoint: str = typer.Option(None, "--checkpoint", "-c", help="Upstream .safetensors file."),
     model: str = typer.Option(None, "--model", "-m", help="Or: a variant, pre-trained here (default recipe)."),
     pretrain_steps: int = typer.Option(300, help="With --model: upstream steps."),
-    backend: str = typer.Option(None, help="torch | jax (default: the upstream's)."),
+    backend: str = typer.Option(None, help=f"{backend_choices()} (default: the upstream's)."),
     data: str = typer.Option("digits", help=_DATA_HELP),
     data_path: str = typer.Option(None),
     classes: str = typer.Option("5-9", help="Downstream classes ('' for all)."),
@@ -174,7 +177,7 @@ def finetune_cmd(
         "steps": steps, "batch_size": batch_size, "lr_grid": parse_floats(lr_grid, "--lr-grid", "0.01,0.03"),
         "warmup_steps": warmup_steps, "refit": refit, "seed": seed}, "finetune")
     rec = finetune(cfg, device=device, threads=threads)
-    c = rec["config"]
+    c = rec.config
     _show(rec, f"finetune {c['model']} ({c['backend']}) on {c['data']['name']} {c['data']['classes']} @ "
                f"{c['resolution']}px",
           ["accuracy", "initial_accuracy", "val_accuracy", "best_lr", "chance_accuracy", "finetune_images_seen",

@@ -1,84 +1,211 @@
-"""Executors: where and how trials run. The runner hands jobs to one; it hands back one record per job.
+"""Executors: where and how trials run. The runner hands jobs to one; it hands back one outcome per job.
 
-The seam (issue 7 adds `slurm` via submitit and `ray` beside `local`):
+An executor is one module that registers an `Executor` subclass (`register_executor`): its name, its options
+(a pydantic model, checked when a study is loaded, before anything runs) and four primitives, `submit`, `poll`,
+`collect` and `cancel`, which the one queue loop in `Executor.run` drives for every executor: keep up to
+`max_parallel` jobs in flight, report each result as it arrives, and on Ctrl-C cancel what runs and report each
+of those as interrupted (the row a job wrote just before the cancel is kept). Shared code never names one.
 
-    class Executor:
-        name: str
-        def run(self, jobs: Iterable[dict], on_start, on_result) -> None
-
-`jobs` is consumed lazily: the runner claims a trial's key (vitbench.store.Store.claim) as the job is drawn,
-so an executor that draws everything up front claims everything up front. A job is a JSON-able dict built by
-vitbench.runner: {key, study, study_sha, run_id, repeat, config, task_module, timeout_s}; run it with
-`vitbench.trial.run_trial(job)` in a fresh process. `on_start(job)` when a job starts, `on_result(job, record)`
-exactly once per job that started, as results arrive (the runner stores it at once, unless the record's
-`runner.stored` says a worker already wrote it into a shard of the store: vitbench.executors.remote). An executor
-never raises
-for a failing trial (crash, OOM, timeout become records); on KeyboardInterrupt it stops its running trials,
-reports each as status 'interrupted' through `on_result`, and re-raises.
+Contract: `jobs` is consumed lazily (the runner claims a trial's key as the job is drawn, so an executor that
+drew everything up front would claim everything up front). `on_start(job)` when a job starts, `on_result(job,
+outcome)` exactly once per job that started. An executor never raises for a failing trial: a crash, OOM or
+timeout is an outcome whose record says so. Every trial runs in a fresh process (`vitbench.trial.run_trial`).
 """
 
 from __future__ import annotations
 
+import enum
+import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from vitbench.errors import ConfigError
+from vitbench.record import ErrorInfo, Record, Status, now
 
-OnStart = Callable[[dict], None]
-OnResult = Callable[[dict, dict], None]
+
+class Role(enum.Enum):
+    TRIAL = "trial"
+    CALIBRATION = "calibration"  # a per-run measurement of the device: never skipped as done, no trial key
+
+
+@dataclass(frozen=True)
+class Job:
+    """One trial (or a run's calibration) to run; plain data, picklable to any worker."""
+
+    key: str
+    config: dict
+    repeat: int
+    study: str
+    study_sha: str
+    run_id: str
+    timeout_s: float
+    task_module: str  # the module that registered the task (imported by the worker if it is a plug-in)
+    role: Role = Role.TRIAL
+
+    @property
+    def task(self) -> str:
+        return self.config["task"]
+
+    @property
+    def row_key(self) -> str | None:
+        """The key its row carries: the trial's, or none for a calibration (a per-run row, never 'done')."""
+        return None if self.role is Role.CALIBRATION else self.key
+
+    def label(self) -> str:
+        c = self.config
+        return " ".join(str(x) for x in (c.get("model", ""), c.get("backend", ""), c["task"], self.key) if x)
+
+
+class Stored(enum.Enum):
+    """Who keeps an outcome's record."""
+
+    DRIVER = "driver"  # the runner appends it to the store (the usual case)
+    WORKER = "worker"  # a worker already appended it to its shard of the store
+    ELSEWHERE = "elsewhere"  # not measured: another job or sweep has (or is measuring) it; nothing is written
+
+
+@dataclass
+class Outcome:
+    record: Record
+    stored: Stored = Stored.DRIVER
+
+
+OnStart = Callable[[Job], None]
+OnResult = Callable[[Job, Outcome], None]
+
+
+def failure(job: Job, status: Status, etype: str, message: str, tail: str | None = None,
+            started_at: str | None = None, **runner) -> Record:
+    """The row of a job that produced no record itself (died, timed out, was cancelled, was skipped)."""
+    from vitbench.tasks import get_task
+
+    try:
+        kind = get_task(job.task).kind
+    except Exception:  # noqa: BLE001 - the task may not be importable here
+        kind = "error"
+    rec = Record.failed(kind, job.config, status, ErrorInfo(etype, message, tail or None), started_at)
+    rec = rec.for_job(job)
+    rec.runner = dict(runner)
+    return rec
+
+
+class NoOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
 
 
 class Executor(ABC):
-    """Runs trial jobs and reports a record for each (see the module docstring for the contract)."""
+    """Runs trial jobs and reports an outcome for each (see the module docstring for the contract)."""
 
-    name: str = "?"
+    name: ClassVar[str]
+    Options: ClassVar[type[BaseModel]] = NoOptions
+    description: ClassVar[str] = ""
+    requires: ClassVar[tuple[str, ...]] = ()  # importable modules it needs (cluster libraries)
+    poll_s: float = 1.0  # how long `poll` may wait for a job to finish
+
+    def __init__(self, results_dir: str | Path | None = None, **options):
+        self.results_dir = Path(results_dir) if results_dir is not None else None
+        self.opts = self.check_options(options)
+
+    @classmethod
+    def check_options(cls, options: dict) -> BaseModel:
+        """The executor's options, validated; a ConfigError names each bad option and the allowed ones."""
+        try:
+            return cls.Options.model_validate(options)
+        except ValidationError as e:
+            problems = "; ".join(f"{'.'.join(str(p) for p in x['loc'])}: {x['msg']}"
+                                 + (f" (got {x['input']!r})" if x["type"] != "missing" else "") for x in e.errors())
+            raise ConfigError(f"executor {cls.name!r} options: {problems}; allowed options: "
+                              f"{', '.join(cls.Options.model_fields) or '(none)'}") from None
+
+    @property
+    def max_parallel(self) -> int:
+        return getattr(self.opts, "max_parallel", None) or 1 << 30
+
+    # ---- the primitives an executor implements ------------------------------------------------------------
+    def submit(self, jobs: list[Job]) -> list[Any]:
+        """Start `jobs`; one handle each, in order (an executor may submit them together, e.g. a job array)."""
+        return [self.submit_one(j) for j in jobs]
+
+    def submit_one(self, job: Job) -> Any:
+        raise NotImplementedError
 
     @abstractmethod
-    def run(self, jobs: Iterable[dict], on_start: OnStart, on_result: OnResult) -> None: ...
+    def poll(self, handles: list[Any]) -> list[Any]:
+        """The handles of jobs that have finished (waiting up to about `poll_s` for one)."""
+
+    @abstractmethod
+    def collect(self, job: Job, handle: Any) -> Outcome:
+        """The outcome of a finished job."""
+
+    @abstractmethod
+    def cancel(self, running: list[tuple[Job, Any]]) -> list[Outcome]:
+        """Stop every running job, wait for them to end, and give each one's outcome (its row if it wrote one
+        just before, else an 'interrupted' row)."""
 
     def close(self) -> None:
         """Release workers/servers held by the executor."""
 
-    @classmethod
-    def check_options(cls, options: dict) -> None:
-        """Raise ConfigError for options this executor does not take (run when a study is loaded, so a bad
-        `executor:` block fails before anything runs). Default: the constructor's keyword arguments."""
-        import inspect
-
+    # ---- the one loop ------------------------------------------------------------------------------------------
+    def run(self, jobs: Iterable[Job], on_start: OnStart, on_result: OnResult) -> None:
+        pending: Iterator[Job] = iter(jobs)
+        running: list[tuple[Job, Any]] = []
+        exhausted = False
         try:
-            inspect.signature(cls.__init__).bind(None, **options)
-        except TypeError as e:
-            allowed = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
-            raise ConfigError(f"executor {cls.name!r}: {e}; allowed options: {', '.join(allowed)}") from None
+            while True:
+                batch: list[Job] = []
+                while not exhausted and len(running) + len(batch) < self.max_parallel:
+                    try:
+                        batch.append(next(pending))
+                    except StopIteration:
+                        exhausted = True
+                if batch:
+                    handles = self.submit(batch)
+                    for job, h in zip(batch, handles):
+                        running.append((job, h))  # before announcing: a Ctrl-C in on_start still cancels it
+                    for job in batch:
+                        on_start(job)
+                if not running:
+                    return
+                done = self.poll([h for _, h in running])
+                for item in [r for r in running if any(r[1] is d for d in done)]:
+                    running.remove(item)
+                    on_result(item[0], self.collect(*item))
+        except KeyboardInterrupt:
+            for (job, _), outcome in zip(running, self.cancel(running)):
+                on_result(job, outcome)
+            raise
 
 
-# name -> "module:Class". slurm and ray import submitit / ray only when they run (the [cluster] extra).
-EXECUTORS: dict[str, str] = {
-    "local": "vitbench.executors.local:LocalExecutor",
-    "slurm": "vitbench.executors.slurm:SlurmExecutor",
-    "ray": "vitbench.executors.ray:RayExecutor",
-}
+def register_executor(cls: type[Executor]) -> type[Executor]:
+    """Add an executor (usable as a class decorator)."""
+    from vitbench.registry import Kind, register
+
+    register(Kind.EXECUTOR, cls.name, cls, requires=cls.requires, provides=tuple(cls.Options.model_fields),
+             description=cls.description)
+    return cls
 
 
 def executor_class(name: str) -> type[Executor]:
-    """The class registered under `name` (ConfigError naming the allowed names otherwise)."""
-    import importlib
+    from vitbench.registry import Kind, get
 
-    if name not in EXECUTORS:
-        raise ConfigError(f"unknown executor {name!r}; allowed: {', '.join(EXECUTORS)}")
-    mod, cls = EXECUTORS[name].split(":")
-    try:
-        return getattr(importlib.import_module(mod), cls)
-    except ImportError as e:
-        from vitbench.errors import BackendUnavailable
-
-        raise BackendUnavailable(f"executor {name!r} needs an optional extra: {e}") from e
+    return get(Kind.EXECUTOR, name)
 
 
-def get_executor(name: str, **options) -> Executor:
-    """Instantiate an executor by name with its options (from the study's `executor` block or the CLI)."""
-    klass = executor_class(name)
-    try:
-        return klass(**options)
-    except TypeError as e:
-        raise ConfigError(f"executor {name!r}: bad options {sorted(options)}: {e}") from e
+def get_executor(name: str, results_dir: str | Path | None = None, **options) -> Executor:
+    """An executor by name with its options (from the study's `executor` block or the CLI)."""
+    return executor_class(name)(results_dir, **options)
+
+
+def wait_until(pred: Callable[[], bool], seconds: float, step: float = 0.2) -> None:
+    deadline = time.time() + seconds
+    while time.time() < deadline and not pred():
+        time.sleep(step)
+
+
+__all__ = ["Executor", "Job", "OnResult", "OnStart", "Outcome", "Role", "Stored", "executor_class", "failure",
+           "get_executor", "now", "register_executor", "wait_until"]

@@ -3,16 +3,17 @@
 Sequential on purpose: two timing trials sharing a machine would measure each other.
 
 Isolation. Every trial is a new process, so allocator state, CUDA contexts, XLA clients and leaked memory never
-reach the next trial. The default start method is multiprocessing's *forkserver* with torch and timm preloaded:
-the server imports them once (it never touches a device: importing torch does not initialise CUDA), and each
-trial is a fresh fork of that clean server, so a trial starts in milliseconds instead of paying the 2-4 s torch +
-timm import. `start_method="spawn"` gives a bare interpreter per trial (slower, nothing shared at all).
+reach the next trial. The default start method is multiprocessing's *forkserver* with the backends' preload
+modules imported once (importing torch does not initialise CUDA; a backend whose framework must start fresh in
+each trial preloads nothing), and each trial is a fresh fork of that clean server, so a trial starts in
+milliseconds instead of paying the framework import. `start_method="spawn"` gives a bare interpreter per trial
+(slower, nothing shared at all).
 
 Failure handling. A per-trial timeout (SIGTERM, then SIGKILL after a grace period); a child that dies without a
 result (segfault, the kernel's OOM killer) becomes an 'error' row with the tail of its output; Ctrl-C kills the
-running child, reports it 'interrupted' and re-raises. Children ignore SIGINT (the parent owns it) and ask the
-kernel to kill them if their parent dies (PR_SET_PDEATHSIG), so a `kill -9` of the sweep leaves no orphan
-still measuring while a resumed sweep runs.
+running child and reports it 'interrupted'. Children ignore SIGINT (the parent owns it) and ask the kernel to
+kill them if their parent dies (PR_SET_PDEATHSIG), so a `kill -9` of the sweep leaves no orphan still measuring
+while a resumed sweep runs.
 """
 
 from __future__ import annotations
@@ -20,25 +21,35 @@ from __future__ import annotations
 import contextlib
 import json
 import multiprocessing as mp
+import multiprocessing.connection
 import os
 import signal
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
-from vitbench.errors import ConfigError
-from vitbench.executors import Executor, OnResult, OnStart
+from pydantic import BaseModel, ConfigDict, PositiveFloat
+
+from vitbench.executors import Executor, Job, Outcome, failure, register_executor
 from vitbench.procmem import die_with_parent
-from vitbench.record import make_record, now
+from vitbench.record import Record, Status, now
 
-# Imported once by the fork server (torch/timm dominate a tiny trial's start-up otherwise).
-DEFAULT_PRELOAD = ("vitbench.trial", "torch", "timm", "vitbench.backends.torch", "vitbench.measure.throughput",
-                   "vitbench.measure.max_batch", "vitbench.measure.flops", "vitbench.measure.peak",
-                   "vitbench.env")
-START_METHODS = ("forkserver", "spawn")
-def _child_main(job: dict, result_path: str, log_path: str) -> None:
+# Imported once by the fork server besides every backend's own preload list (vitbench.backends.base.BackendSpec).
+PRELOAD = ("vitbench.trial", "vitbench.measure.throughput", "vitbench.measure.max_batch", "vitbench.measure.flops",
+           "vitbench.measure.peak", "vitbench.env")
+
+
+def default_preload() -> tuple[str, ...]:
+    from vitbench.registry import Kind, entries
+
+    backends = [m for e in entries(Kind.BACKEND).values() if not e.missing() for m in e.obj.preload]
+    return (*PRELOAD, *backends)
+
+
+def _child_main(job: Job, result_path: str, log_path: str) -> None:
     """Entry point of the trial process: output to the log file, run the trial, write the record as JSON."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C belongs to the sweep, which stops us cleanly
     die_with_parent()
@@ -55,13 +66,13 @@ def _child_main(job: dict, result_path: str, log_path: str) -> None:
     rec = run_trial(job)
     tmp = result_path + ".tmp"
     with open(tmp, "w") as f:
-        json.dump(rec, f, allow_nan=False, default=str)
+        json.dump(rec.to_dict(), f, allow_nan=False, default=str)
     os.replace(tmp, result_path)
     sys.stdout.flush()
     sys.stderr.flush()
 
 
-def _tail_file(path: Path, lines: int = 20, max_bytes: int = 65536) -> str:
+def tail_file(path: Path, lines: int = 20, max_bytes: int = 65536) -> str:
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
@@ -82,45 +93,126 @@ def _signal_name(code: int | None) -> str:
         return f"signal {-code}"
 
 
+class LocalOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    start_method: Literal["forkserver", "spawn"] = "forkserver"
+    preload: tuple[str, ...] | None = None  # fork server imports (None: vitbench's and the backends')
+    keep_logs: bool = False  # keep every trial's output under <results>/logs/, not only failures'
+    grace_s: PositiveFloat = 5.0  # after a trial's timeout: SIGTERM, then SIGKILL this much later
+
+
+@dataclass
+class _Running:
+    proc: mp.Process
+    result: Path
+    log: Path
+    started_at: str
+    t0: float
+    deadline: float  # time.time() after which the trial is stopped as timed out
+    timed_out: bool = False
+
+
+@register_executor
 class LocalExecutor(Executor):
     """Sequential trials on this machine, one fresh process each (see the module docstring)."""
 
     name = "local"
+    Options = LocalOptions
+    description = "trials one after another on this machine, each in a fresh process (fork server)"
+    poll_s = 3600.0  # `poll` returns when the child ends or its timeout comes, whichever is first
 
-    def __init__(self, start_method: str = "forkserver", preload: Sequence[str] | None = None,
-                 log_dir: str | os.PathLike | None = None, keep_logs: bool = False, grace_s: float = 5.0):
-        if start_method not in START_METHODS:
-            raise ConfigError(f"unknown start method {start_method!r}; allowed: {', '.join(START_METHODS)}")
-        if start_method == "forkserver" and "forkserver" not in mp.get_all_start_methods():
-            start_method = "spawn"  # macOS/Windows: no fork server
-        self.start_method = start_method
-        self.ctx = mp.get_context(start_method)
-        if start_method == "forkserver":
+    def __init__(self, results_dir: str | Path | None = None, **options):
+        super().__init__(results_dir, **options)
+        method = self.opts.start_method
+        if method == "forkserver" and "forkserver" not in mp.get_all_start_methods():
+            method = "spawn"  # macOS/Windows: no fork server
+        self.start_method = method
+        self.ctx = mp.get_context(method)
+        if method == "forkserver":
             # '__main__' first: the server imports the main script once instead of every child doing it.
-            self.ctx.set_forkserver_preload(["__main__", *(DEFAULT_PRELOAD if preload is None else preload)])
-        self.log_dir = Path(log_dir) if log_dir else None
-        self.keep_logs = keep_logs
-        self.grace_s = grace_s
+            preload = default_preload() if self.opts.preload is None else self.opts.preload
+            self.ctx.set_forkserver_preload(["__main__", *preload])
+        self.log_dir = self.results_dir / "logs" if self.results_dir is not None else None
         self._tmp = tempfile.TemporaryDirectory(prefix="vitbench-trials-")
 
-    # ---------------------------------------------------------------------------------------------------
-    def run(self, jobs: Iterable[dict], on_start: OnStart, on_result: OnResult) -> None:
-        for job in jobs:
-            on_start(job)
-            rec = self._run_one(job, on_result)
-            on_result(job, rec)
+    @property
+    def max_parallel(self) -> int:
+        return 1
 
     def close(self) -> None:
         self._tmp.cleanup()
 
     # ---------------------------------------------------------------------------------------------------
-    def _paths(self, job: dict) -> tuple[Path, Path]:
-        stem = f"{job['key']}"
-        result = Path(self._tmp.name) / f"{stem}.json"
+    def submit_one(self, job: Job) -> _Running:
+        result = Path(self._tmp.name) / f"{job.key}.json"
         log_dir = self.log_dir or Path(self._tmp.name)
         log_dir.mkdir(parents=True, exist_ok=True)
-        return result, log_dir / f"{stem}.log"
+        log = log_dir / f"{job.key}.log"
+        with contextlib.suppress(FileNotFoundError):
+            result.unlink()
+        proc = self.ctx.Process(target=_child_main, name=f"vitbench-trial-{job.key}",
+                                args=(job, str(result), str(log)))
+        t0 = time.time()
+        run = _Running(proc, result, log, now(), t0, t0 + (job.timeout_s or float("inf")))
+        proc.start()
+        return run
 
+    def poll(self, handles: list[_Running]) -> list[_Running]:
+        """Wait until a child ends or the nearest timeout comes; stop the ones past their timeout."""
+        nearest = min(h.deadline for h in handles)
+        mp.connection.wait([h.proc.sentinel for h in handles],
+                           timeout=min(max(0.0, nearest - time.time()), self.poll_s))
+        done = []
+        for h in handles:
+            if not h.proc.is_alive():
+                h.proc.join()
+                done.append(h)
+            elif time.time() >= h.deadline:
+                h.timed_out = True
+                self._stop(h.proc)
+                done.append(h)
+        return done
+
+    def cancel(self, running: list[tuple[Job, _Running]]) -> list[Outcome]:
+        out = []
+        for job, h in running:
+            self._stop(h.proc)
+            out.append(Outcome(self._failure(job, h, Status.INTERRUPTED, "KeyboardInterrupt",
+                                             "the sweep was interrupted (Ctrl-C) while this trial ran")))
+        return out
+
+    def collect(self, job: Job, h: _Running) -> Outcome:
+        if h.timed_out:
+            return Outcome(self._failure(job, h, Status.TIMEOUT, "Timeout",
+                                         f"trial exceeded its timeout of {job.timeout_s:g} s and was killed"))
+        wall_s = time.time() - h.t0
+        if h.result.exists():
+            try:
+                rec = Record.from_dict(json.loads(h.result.read_text()))
+            except ValueError as e:
+                return Outcome(self._failure(job, h, Status.ERROR, "CorruptResult", str(e)))
+            finally:
+                h.result.unlink(missing_ok=True)
+            entered = rec.runner.pop("entered_at_unix", None)
+            rec.runner.update(wall_s=wall_s, start_method=self.start_method, exitcode=h.proc.exitcode,
+                              startup_s=(entered - h.t0) if entered else None)
+            if rec.status is Status.OK and not self.opts.keep_logs:
+                with contextlib.suppress(OSError):
+                    h.log.unlink()
+            else:
+                rec.runner["log"] = str(h.log) if self.log_dir else None
+            return Outcome(rec)
+        how = _signal_name(h.proc.exitcode)
+        hint = ""
+        if h.proc.exitcode == -signal.SIGKILL:
+            hint = " (SIGKILL from outside: the kernel's OOM killer?)"
+        elif not tail_file(h.log):
+            hint = (" before the trial started (no output). Calling vitbench from a script? Put the call under "
+                    "`if __name__ == '__main__':` (multiprocessing re-imports the main module in each trial)")
+        return Outcome(self._failure(job, h, Status.ERROR, "TrialCrashed",
+                                     f"trial process died without a result: {how}{hint}"))
+
+    # ---------------------------------------------------------------------------------------------------
     def _stop(self, proc) -> None:
         """Stop a trial and everything it started (e.g. max-batch probe processes): SIGTERM, then SIGKILL."""
         import psutil
@@ -131,7 +223,7 @@ class LocalExecutor(Executor):
             tree = []
         if proc.is_alive():
             proc.terminate()
-            proc.join(self.grace_s)
+            proc.join(self.opts.grace_s)
         if proc.is_alive():
             proc.kill()
             proc.join()
@@ -139,72 +231,7 @@ class LocalExecutor(Executor):
             with contextlib.suppress(psutil.Error):
                 child.kill()
 
-    def _run_one(self, job: dict, on_result: OnResult) -> dict:
-        result_path, log_path = self._paths(job)
-        with contextlib.suppress(FileNotFoundError):
-            result_path.unlink()
-        timeout = job.get("timeout_s")
-        started_at = now()
-        t0 = time.time()
-        proc = self.ctx.Process(target=_child_main, name=f"vitbench-trial-{job['key']}",
-                                args=(job, str(result_path), str(log_path)))
-        status = None
-        try:
-            proc.start()
-            proc.join(timeout)
-            if proc.is_alive():
-                status = "timeout"
-                self._stop(proc)
-        except KeyboardInterrupt:
-            self._stop(proc)
-            rec = self._failure(job, "interrupted", started_at, t0, proc, log_path,
-                                "KeyboardInterrupt", "the sweep was interrupted (Ctrl-C) while this trial ran")
-            on_result(job, rec)
-            raise
-        wall_s = time.time() - t0
-        if status is None and result_path.exists():
-            try:
-                rec = json.loads(result_path.read_text())
-            except ValueError as e:
-                rec = self._failure(job, "error", started_at, t0, proc, log_path, "CorruptResult", str(e))
-            else:
-                entered = rec.get("runner", {}).get("entered_at_unix")
-                rec["runner"].update(wall_s=wall_s, start_method=self.start_method, exitcode=proc.exitcode,
-                                     startup_s=(entered - t0) if entered else None)
-                rec["runner"].pop("entered_at_unix", None)
-                if rec.get("status") == "ok" and not self.keep_logs:
-                    with contextlib.suppress(OSError):
-                        log_path.unlink()
-                else:
-                    rec["runner"]["log"] = str(log_path) if self.log_dir else None
-            result_path.unlink(missing_ok=True)
-            return rec
-        if status == "timeout":
-            return self._failure(job, "timeout", started_at, t0, proc, log_path, "Timeout",
-                                 f"trial exceeded its timeout of {timeout:g} s and was killed")
-        how = _signal_name(proc.exitcode)
-        hint = ""
-        if proc.exitcode == -signal.SIGKILL:
-            hint = " (SIGKILL from outside: the kernel's OOM killer?)"
-        elif not _tail_file(log_path):
-            hint = (" before the trial started (no output). Calling vitbench from a script? Put the call under "
-                    "`if __name__ == '__main__':` (multiprocessing re-imports the main module in each trial)")
-        return self._failure(job, "error", started_at, t0, proc, log_path, "TrialCrashed",
-                             f"trial process died without a result: {how}{hint}")
-
-    def _failure(self, job: dict, status: str, started_at: str, t0: float, proc, log_path: Path,
-                 etype: str, message: str) -> dict:
-        from vitbench.trial import get_task
-
-        try:
-            kind = get_task(job["config"]["task"], job.get("task_module")).kind
-        except Exception:  # noqa: BLE001
-            kind = "error"
-        tail = _tail_file(log_path)
-        rec = make_record(kind, job["config"], status=status, started_at=started_at,
-                          error={"type": etype, "message": message, "tail": tail or None})
-        rec.update({k: job[k] for k in ("key", "study", "study_sha", "run_id", "repeat") if k in job})
-        rec["trial"] = job["config"]
-        rec["runner"] = {"wall_s": time.time() - t0, "start_method": self.start_method,
-                         "exitcode": proc.exitcode, "log": str(log_path) if self.log_dir else None}
-        return rec
+    def _failure(self, job: Job, h: _Running, status: Status, etype: str, message: str) -> Record:
+        return failure(job, status, etype, message, tail=tail_file(h.log), started_at=h.started_at,
+                       wall_s=time.time() - h.t0, start_method=self.start_method, exitcode=h.proc.exitcode,
+                       log=str(h.log) if self.log_dir else None)

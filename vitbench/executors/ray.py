@@ -22,15 +22,15 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import logging
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt
 
 from vitbench.errors import BackendUnavailable
-from vitbench.executors import Executor, OnResult, OnStart
-from vitbench.executors.remote import base_record, parse_options, run_on_worker, since_now, stored_row
+from vitbench.executors import Executor, Job, Outcome, failure, register_executor
+from vitbench.executors.remote import run_on_worker, since_now, stored_row
+from vitbench.record import Status
 
 
 class RayOptions(BaseModel):
@@ -38,7 +38,7 @@ class RayOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     address: str | None = None  # None: $RAY_ADDRESS, else a new local instance
-    num_gpus: NonNegativeFloat | None = None  # per trial; None: 1 for a cuda trial, else 0
+    num_gpus: NonNegativeFloat | None = None  # per trial; None: 1 for a GPU trial, else 0
     num_cpus: NonNegativeFloat = 1.0
     memory_gb: PositiveFloat | None = None  # Ray's logical memory resource per trial
     resources: dict[str, float] = Field(default_factory=dict)  # custom resources, e.g. {"TPU": 4}
@@ -49,30 +49,38 @@ class RayOptions(BaseModel):
     grace_s: PositiveFloat = 5.0  # after a trial's timeout: SIGTERM, then SIGKILL this much later
     poll_s: PositiveFloat = 1.0
     keep_logs: bool = False
-    results_dir: str | None = None  # set by the runner
 
 
-def _gpus(opts_gpus: float | None, job: dict) -> float:
+def _gpus(opts_gpus: float | None, job: Job) -> float:
     if opts_gpus is not None:
         return opts_gpus
-    return 1.0 if str(job["config"].get("device", "cpu")).startswith(("cuda", "gpu")) else 0.0
+    return 1.0 if str(job.config.get("device", "cpu")).startswith(("cuda", "gpu")) else 0.0
 
 
+def ray_task_id() -> dict:
+    """Run inside a task: Ray's id of it, for the row the worker writes."""
+    import ray
+
+    return {"task_id": ray.get_runtime_context().get_task_id()}
+
+
+@register_executor
 class RayExecutor(Executor):
     """Trials as Ray tasks (see the module docstring)."""
 
     name = "ray"
-    options_model = RayOptions
+    Options = RayOptions
+    requires = ("ray",)
+    description = "one Ray task per trial, with its own resources (e.g. one GPU)"
 
-    def __init__(self, **options):
-        self.opts: RayOptions = parse_options(self.name, RayOptions, options)  # type: ignore[assignment]
+    def __init__(self, results_dir: str | Path | None = None, **options):
+        super().__init__(results_dir, **options)
+        self.poll_s = self.opts.poll_s
         if importlib.util.find_spec("ray") is None:  # before anything is written
             raise BackendUnavailable("executor 'ray' needs ray: pip install 'vitbench[cluster]'")
+        self.results = str(self.results_dir.resolve()) if self.results_dir is not None else None
         self._started = False
-
-    @classmethod
-    def check_options(cls, options: dict) -> None:
-        parse_options(cls.name, RayOptions, options)
+        self._task = None
 
     def _ray(self):
         import ray
@@ -98,73 +106,60 @@ class RayExecutor(Executor):
             ray.shutdown()
             self._started = False
 
-    # ---------------------------------------------------------------------------------------------------
-    def run(self, jobs: Iterable[dict], on_start: OnStart, on_result: OnResult) -> None:
+    # ---- the queue primitives ----------------------------------------------------------------------------
+    def submit_one(self, job: Job) -> Any:
         ray = self._ray()
+        if self._task is None:
+            self._task = ray.remote(run_on_worker)
         o = self.opts
-        results = str(Path(o.results_dir).resolve()) if o.results_dir else None
-        task = ray.remote(run_on_worker)
-        pending = iter(jobs)
-        running: dict[Any, dict] = {}  # ObjectRef -> job
-        exhausted = False
-        try:
-            while True:
-                while not exhausted and len(running) < (o.max_parallel or 1 << 30):
-                    try:
-                        job = next(pending)
-                    except StopIteration:
-                        exhausted = True
-                        break
-                    opts: dict[str, Any] = {"num_cpus": o.num_cpus, "num_gpus": _gpus(o.num_gpus, job),
-                                            "max_retries": 0, "retry_exceptions": False,
-                                            "name": f"vitbench {job['config'].get('model')} "
-                                                    f"{job['config'].get('task')} {job['key']}"}
-                    if o.memory_gb:
-                        opts["memory"] = int(o.memory_gb * 2**30)
-                    if o.resources:
-                        opts["resources"] = dict(o.resources)
-                    ref = task.options(**opts).remote(job, results, o.start_method, since_now(),
-                                                      {"executor": self.name}, o.keep_logs, o.grace_s)
-                    running[ref] = job
-                    on_start(job)
-                if not running:
-                    return
-                ready, _ = ray.wait(list(running), num_returns=1, timeout=o.poll_s)
-                for ref in ready:
-                    job = running.pop(ref)
-                    on_result(job, self._collect(ray, job, ref, results))
-        except KeyboardInterrupt:
-            for ref in running:
-                with contextlib.suppress(Exception):
-                    ray.cancel(ref, force=True)
-            with contextlib.suppress(Exception):  # let the killed workers go (and release their trial locks)
-                ray.wait(list(running), num_returns=len(running), timeout=o.grace_s + 10)
-            for job in running.values():
-                rec = stored_row(results, job) or base_record(
-                    job, "interrupted", "KeyboardInterrupt",
-                    "the sweep was interrupted; its Ray task was cancelled", executor=self.name)
-                on_result(job, rec)
-            raise
+        opts: dict[str, Any] = {"num_cpus": o.num_cpus, "num_gpus": _gpus(o.num_gpus, job), "max_retries": 0,
+                                "retry_exceptions": False, "name": f"vitbench {job.label()}"}
+        if o.memory_gb:
+            opts["memory"] = int(o.memory_gb * 2**30)
+        if o.resources:
+            opts["resources"] = dict(o.resources)
+        return self._task.options(**opts).remote(job, self.results, o.start_method, since_now(),
+                                                 {"executor": self.name}, o.keep_logs, o.grace_s,
+                                                 identify=ray_task_id)
 
-    def _collect(self, ray, job: dict, ref, results: str | None) -> dict:
+    def poll(self, handles: list[Any]) -> list[Any]:
+        ready, _ = self._ray().wait(list(handles), num_returns=1, timeout=self.poll_s)
+        return ready
+
+    def collect(self, job: Job, ref: Any) -> Outcome:
+        ray = self._ray()
         from ray import exceptions as rx
 
         info = {"executor": self.name, "task_id": ref.task_id().hex()}
         try:
-            rec = ray.get(ref)
+            outcome = ray.get(ref)
         except Exception as e:  # noqa: BLE001 - every way a task can die becomes a row
-            rec = stored_row(results, job)
-            if rec is None:
-                if isinstance(e, rx.OutOfMemoryError):
-                    status, msg = "oom", "Ray's memory monitor killed the task (node out of memory)"
-                elif isinstance(e, rx.TaskCancelledError):
-                    status, msg = "interrupted", "the Ray task was cancelled"
-                else:
-                    status, msg = "error", f"the Ray task failed: {type(e).__name__}"
-                lines = str(e).strip().splitlines()
-                rec = base_record(job, status, type(e).__name__, msg, tail="\n".join(lines[-20:]) or None, **info)
-            return rec
-        if not isinstance(rec, dict):
-            return base_record(job, "error", "BadResult", f"task returned {type(rec).__name__}", **info)
-        rec.setdefault("runner", {}).update(info)
-        return rec
+            found = stored_row(self.results, job)
+            if found is not None:
+                return found
+            if isinstance(e, rx.OutOfMemoryError):
+                status, msg = Status.OOM, "Ray's memory monitor killed the task (node out of memory)"
+            elif isinstance(e, rx.TaskCancelledError):
+                status, msg = Status.INTERRUPTED, "the Ray task was cancelled"
+            else:
+                status, msg = Status.ERROR, f"the Ray task failed: {type(e).__name__}"
+            lines = str(e).strip().splitlines()
+            return Outcome(failure(job, status, type(e).__name__, msg, tail="\n".join(lines[-20:]) or None,
+                                   **info))
+        if not isinstance(outcome, Outcome):
+            return Outcome(failure(job, Status.ERROR, "BadResult", f"task returned {type(outcome).__name__}",
+                                   **info))
+        outcome.record.runner.update(info)
+        return outcome
+
+    def cancel(self, running: list[tuple[Job, Any]]) -> list[Outcome]:
+        ray = self._ray()
+        refs = [ref for _, ref in running]
+        for ref in refs:
+            with contextlib.suppress(Exception):
+                ray.cancel(ref, force=True)
+        with contextlib.suppress(Exception):  # let the killed workers go (and release their trial locks)
+            ray.wait(refs, num_returns=len(refs), timeout=self.opts.grace_s + 10)
+        return [stored_row(self.results, job) or Outcome(failure(
+            job, Status.INTERRUPTED, "KeyboardInterrupt", "the sweep was interrupted; its Ray task was cancelled",
+            executor=self.name)) for job, _ in running]

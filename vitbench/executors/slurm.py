@@ -23,20 +23,21 @@ import importlib.util
 import math
 import shutil
 import time
-from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat, PositiveInt
 
 from vitbench.errors import BackendUnavailable, ConfigError
-from vitbench.executors import Executor, OnResult, OnStart
-from vitbench.executors.remote import base_record, parse_options, run_on_worker, since_now, stored_row
+from vitbench.executors import Executor, Job, Outcome, failure, register_executor, wait_until
+from vitbench.executors.remote import run_on_worker, since_now, stored_row
+from vitbench.record import Status
 
 # SLURM job states (sacct) -> record status for a job that returned no record.
-_STATE_STATUS = {"TIMEOUT": "timeout", "DEADLINE": "timeout", "OUT_OF_MEMORY": "oom", "OUT_OF_ME+": "oom",
-                 "CANCELLED": "interrupted", "PREEMPTED": "interrupted", "BOOT_FAIL": "error",
-                 "NODE_FAIL": "error", "FAILED": "error"}
+_STATE_STATUS = {"TIMEOUT": Status.TIMEOUT, "DEADLINE": Status.TIMEOUT, "OUT_OF_MEMORY": Status.OOM,
+                 "OUT_OF_ME+": Status.OOM, "CANCELLED": Status.INTERRUPTED, "PREEMPTED": Status.INTERRUPTED,
+                 "BOOT_FAIL": Status.ERROR, "NODE_FAIL": Status.ERROR, "FAILED": Status.ERROR}
 # Minutes added to the per-trial timeout for the SLURM time limit: node start-up, imports, writing the row.
 TIME_LIMIT_MARGIN_MIN = 5
 
@@ -50,7 +51,7 @@ class SlurmOptions(BaseModel):
     account: str | None = None
     qos: str | None = None
     constraint: str | None = None
-    gpus: NonNegativeInt | None = None  # per trial; None: 1 for a cuda trial, else 0
+    gpus: NonNegativeInt | None = None  # per trial; None: 1 for a GPU trial, else 0
     cpus_per_task: PositiveInt | None = None
     mem_gb: PositiveFloat | None = None
     time_limit_min: PositiveFloat | None = None  # None: trial timeout + TIME_LIMIT_MARGIN_MIN (rounded up)
@@ -64,7 +65,6 @@ class SlurmOptions(BaseModel):
     grace_s: PositiveFloat = 5.0  # after a trial's timeout: SIGTERM, then SIGKILL this much later
     poll_s: PositiveFloat = 5.0
     keep_logs: bool = False
-    results_dir: str | None = None  # set by the runner
 
 
 def _tail(text: str | None, lines: int = 20) -> str | None:
@@ -73,30 +73,50 @@ def _tail(text: str | None, lines: int = 20) -> str | None:
     return "\n".join(text.rstrip().splitlines()[-lines:])
 
 
-def _gpus(opts_gpus: int | None, job: dict) -> int:
+def _gpus(opts_gpus: int | None, job: Job) -> int:
     if opts_gpus is not None:
         return opts_gpus
-    return 1 if str(job["config"].get("device", "cpu")).startswith(("cuda", "gpu")) else 0
+    return 1 if str(job.config.get("device", "cpu")).startswith(("cuda", "gpu")) else 0
 
 
+def slurm_job_id() -> dict:
+    """Run inside a job: SLURM's id of it, for the row the worker writes."""
+    import submitit
+
+    return {"job_id": str(submitit.JobEnvironment().job_id)}
+
+
+@dataclass
+class _Submitted:
+    sjob: Any  # submitit job
+    t0: float
+
+
+@register_executor
 class SlurmExecutor(Executor):
     """Trials as SLURM jobs via submitit (see the module docstring)."""
 
     name = "slurm"
-    options_model = SlurmOptions
+    Options = SlurmOptions
+    requires = ("submitit",)
+    description = "one SLURM job per trial (submitit); workers write their rows into the shared results dir"
 
-    def __init__(self, **options):
-        self.opts: SlurmOptions = parse_options(self.name, SlurmOptions, options)  # type: ignore[assignment]
+    def __init__(self, results_dir: str | Path | None = None, **options):
+        super().__init__(results_dir, **options)
+        self.poll_s = self.opts.poll_s
         # availability first, so a sweep that cannot run writes nothing
         if importlib.util.find_spec("submitit") is None:
             raise BackendUnavailable("executor 'slurm' needs submitit: pip install 'vitbench[cluster]'")
         if self.opts.cluster == "slurm" and shutil.which("sbatch") is None:
             raise BackendUnavailable("executor 'slurm': no `sbatch` on this machine's PATH; run the sweep on a "
                                      "SLURM login node (or set option cluster=local to run the jobs here)")
-
-    @classmethod
-    def check_options(cls, options: dict) -> None:
-        parse_options(cls.name, SlurmOptions, options)
+        self.results = self.results_dir.resolve() if self.results_dir is not None else None
+        folder = Path(self.opts.folder) if self.opts.folder else (self.results / "slurm" if self.results else None)
+        if folder is None:
+            raise ConfigError("executor 'slurm' needs a results directory (or option folder=...) on a file system "
+                              "the nodes share")
+        self.folder = folder
+        self._ex = None
 
     # ---------------------------------------------------------------------------------------------------
     def _executor(self, folder: Path):
@@ -127,65 +147,11 @@ class SlurmExecutor(Executor):
         ex.update_parameters(**params)
         return ex
 
-    def _time_limit_min(self, job: dict) -> float:
+    def _time_limit_min(self, job: Job) -> float:
         if self.opts.time_limit_min:
             return self.opts.time_limit_min
-        t = job.get("timeout_s") or 1800.0
+        t = job.timeout_s or 1800.0
         return math.ceil(t / 60.0) + TIME_LIMIT_MARGIN_MIN
-
-    def run(self, jobs: Iterable[dict], on_start: OnStart, on_result: OnResult) -> None:
-        o = self.opts
-        results = Path(o.results_dir).resolve() if o.results_dir else None
-        folder = Path(o.folder) if o.folder else (results / "slurm" if results else None)
-        if folder is None:
-            raise ConfigError("executor 'slurm' needs a results directory (or option folder=...) on a file system "
-                              "the nodes share")
-        folder.mkdir(parents=True, exist_ok=True)
-        ex = self._executor(folder)
-        pending = iter(jobs)
-        running: list[tuple[dict, Any, float]] = []  # (job, submitit job, submitted at)
-        exhausted = False
-        try:
-            while True:
-                room = (o.max_parallel or 1 << 30) - len(running)
-                batch: list[dict] = []
-                while not exhausted and len(batch) < room:
-                    try:
-                        batch.append(next(pending))
-                    except StopIteration:
-                        exhausted = True
-                if batch:
-                    self._submit(ex, batch, results, since_now(), on_start, running)
-                if not running and exhausted:
-                    return
-                finished = [r for r in running if r[1].done()]
-                for item in finished:
-                    running.remove(item)
-                    job, sjob, _ = item
-                    on_result(job, self._collect(job, sjob, results, time.time() - item[2]))
-                if not finished:
-                    time.sleep(o.poll_s)
-        except KeyboardInterrupt:
-            self._cancel_all(running, results, on_result)
-            raise
-
-    def _submit(self, ex, batch: list[dict], results: Path | None, since: str, on_start: OnStart,
-                running: list) -> None:
-        """Submit jobs grouped by resources (a job array per group), adding (job, submitit job, t) to `running`
-        before announcing each (so a Ctrl-C inside on_start still cancels it)."""
-        groups: dict[tuple, list[dict]] = {}
-        for job in batch:
-            groups.setdefault((_gpus(self.opts.gpus, job), self._time_limit_min(job)), []).append(job)
-        for (gpus, minutes), group in groups.items():
-            ex.update_parameters(**self._job_params(gpus, minutes))
-            with ex.batch():
-                handles = [ex.submit(run_on_worker, job, str(results) if results else None, self.opts.start_method,
-                                     since, {"executor": self.name}, self.opts.keep_logs, self.opts.grace_s)
-                           for job in group]
-            t = time.time()
-            running.extend((job, h, t) for job, h in zip(group, handles))
-            for job in group:
-                on_start(job)
 
     def _job_params(self, gpus: int, minutes: float) -> dict:
         """submitit parameters of one group of jobs: GPUs and time limit."""
@@ -193,36 +159,82 @@ class SlurmExecutor(Executor):
             return {"gpus_per_node": gpus, "timeout_min": math.ceil(minutes)}
         return {"gpus_per_node": gpus, "local_timeout_min": minutes}  # the local cluster takes fractions
 
-    def _collect(self, job: dict, sjob, results: Path | None, elapsed_s: float) -> dict:
+    # ---- the queue primitives ----------------------------------------------------------------------------
+    def submit(self, jobs: list[Job]) -> list[_Submitted]:
+        """Jobs grouped by resources, a job array per group."""
+        if self._ex is None:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            self._ex = self._executor(self.folder)
+        since = since_now()
+        results = str(self.results) if self.results else None
+        groups: dict[tuple, list[int]] = {}
+        for i, job in enumerate(jobs):
+            groups.setdefault((_gpus(self.opts.gpus, job), self._time_limit_min(job)), []).append(i)
+        out: list[_Submitted | None] = [None] * len(jobs)
+        for (gpus, minutes), idx in groups.items():
+            self._ex.update_parameters(**self._job_params(gpus, minutes))
+            with self._ex.batch():
+                handles = [self._ex.submit(run_on_worker, jobs[i], results, self.opts.start_method, since,
+                                           {"executor": self.name}, self.opts.keep_logs, self.opts.grace_s,
+                                           identify=slurm_job_id) for i in idx]
+            t = time.time()
+            for i, h in zip(idx, handles):
+                out[i] = _Submitted(h, t)
+        return out  # type: ignore[return-value]
+
+    def poll(self, handles: list[_Submitted]) -> list[_Submitted]:
+        done = [h for h in handles if h.sjob.done()]
+        if not done:
+            time.sleep(self.poll_s)
+        return done
+
+    def collect(self, job: Job, h: _Submitted) -> Outcome:
         from submitit.core.utils import UncompletedJobError
 
+        sjob = h.sjob
         info = {"executor": self.name, "job_id": str(sjob.job_id)}
         try:
             if self.opts.cluster == "local" and not sjob.paths.result_pickle.exists():
                 # a local job writes its result before it exits; submitit would wait for a slow NFS first
                 raise UncompletedJobError(f"job {sjob.job_id} exited without a result")
-            rec = sjob.result()
+            outcome = sjob.result()
         except UncompletedJobError as e:  # FailedJobError (an exception in the job) is a subclass
-            rec = stored_row(results, job)  # the worker wrote its row before the job went away?
-            if rec is None:
+            outcome = stored_row(self.results, job)  # the worker wrote its row before the job went away?
+            if outcome is None:
                 state = (str(sjob.state).upper().split() or ["UNKNOWN"])[0]
                 status = _STATE_STATUS.get(state)
                 if status is None:  # no SLURM accounting (cluster=local): a job killed at its limit timed out
-                    status = "timeout" if elapsed_s >= 60 * self._time_limit_min(job) else "error"
-                msg = {"timeout": f"SLURM job {sjob.job_id} hit its time limit ({state})",
-                       "oom": f"SLURM job {sjob.job_id} exceeded its memory limit ({state})",
-                       "interrupted": f"SLURM job {sjob.job_id} was cancelled or preempted ({state})"}.get(
+                    status = Status.TIMEOUT if time.time() - h.t0 >= 60 * self._time_limit_min(job) \
+                        else Status.ERROR
+                msg = {Status.TIMEOUT: f"SLURM job {sjob.job_id} hit its time limit ({state})",
+                       Status.OOM: f"SLURM job {sjob.job_id} exceeded its memory limit ({state})",
+                       Status.INTERRUPTED: f"SLURM job {sjob.job_id} was cancelled or preempted ({state})"}.get(
                     status, f"SLURM job {sjob.job_id} ended without a result ({state}): {str(e)[-1500:]}")
-                rec = base_record(job, status, "SlurmJob" + state.title().replace("_", ""), msg,
-                                  tail=_tail(self._safe(sjob.stderr)) or _tail(self._safe(sjob.stdout)), **info)
+                outcome = Outcome(failure(job, status, "SlurmJob" + state.title().replace("_", ""), msg,
+                                          tail=_tail(self._safe(sjob.stderr)) or _tail(self._safe(sjob.stdout)),
+                                          **info))
         else:
-            if not isinstance(rec, dict):
-                rec = base_record(job, "error", "BadResult", f"job returned {type(rec).__name__}", **info)
-            rec.setdefault("runner", {}).update(info)
-        if rec.get("status") == "ok" and not self.opts.keep_logs:
+            if not isinstance(outcome, Outcome):
+                return Outcome(failure(job, Status.ERROR, "BadResult", f"job returned {type(outcome).__name__}",
+                                       **info))
+            outcome.record.runner.update(info)
+        if outcome.record.status is Status.OK and not self.opts.keep_logs:
             self._cleanup(sjob)
-        return rec
+        return outcome
 
+    def cancel(self, running: list[tuple[Job, _Submitted]]) -> list[Outcome]:
+        for _, h in running:
+            with contextlib.suppress(Exception):
+                h.sjob.cancel(check=False)
+        # let the jobs end (and release their trial locks)
+        wait_until(lambda: all(self._safe(h.sjob.done) for _, h in running), self.opts.grace_s + 10)
+        return [stored_row(self.results, job)  # finished just before the cancel: keep its real row
+                or Outcome(failure(job, Status.INTERRUPTED, "KeyboardInterrupt",
+                                   "the sweep was interrupted; its SLURM job was cancelled",
+                                   executor=self.name, job_id=str(h.sjob.job_id)))
+                for job, h in running]
+
+    # ---------------------------------------------------------------------------------------------------
     @staticmethod
     def _safe(fn) -> str | None:
         try:
@@ -235,18 +247,3 @@ class SlurmExecutor(Executor):
         for p in Path(sjob.paths.folder).glob(f"{sjob.job_id}_*"):
             with contextlib.suppress(OSError):
                 p.unlink()
-
-    def _cancel_all(self, running, results: Path | None, on_result: OnResult) -> None:
-        for _, sjob, _ in running:
-            with contextlib.suppress(Exception):
-                sjob.cancel(check=False)
-        deadline = time.time() + self.opts.grace_s + 10  # let the jobs end (and release their trial locks)
-        while time.time() < deadline and not all(self._safe(sjob.done) for _, sjob, _ in running):
-            time.sleep(0.2)
-        for job, sjob, _ in running:
-            rec = stored_row(results, job)  # finished just before the cancel: keep its real row
-            if rec is None:
-                rec = base_record(job, "interrupted", "KeyboardInterrupt",
-                                  "the sweep was interrupted; its SLURM job was cancelled",
-                                  executor=self.name, job_id=str(sjob.job_id))
-            on_result(job, rec)

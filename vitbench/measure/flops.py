@@ -6,12 +6,14 @@ accounting: forward + backward for every image seen, backward ~ 2x forward, so 3
 
 from __future__ import annotations
 
-from vitbench.backends.base import Backend, get_backend
+from vitbench.backends.base import Backend, default_backend, get_backend
 from vitbench.env import environment
 from vitbench.errors import ConfigError
 from vitbench.models.analytic import analytic_counts, train_flops_per_image
 from vitbench.models.specs import get_spec
-from vitbench.record import make_record, now
+from vitbench.record import Record, now
+
+KIND = "flops"
 
 ANALYTIC_EXCLUDES = ("norms (LayerNorm, GroupNorm, weight standardisation), softmax, activations, residual adds, "
                      "pooling, biases")
@@ -26,9 +28,9 @@ def pretrain_exaflops(model: str, images: int, epochs: float = 1.0, resolution: 
     return train_flops_per_image(spec, resolution, num_classes) * images * epochs / 1e18
 
 
-def flops(model: str, resolution: int | None = None, backend: str | Backend = "torch",
+def flops(model: str, resolution: int | None = None, backend: str | Backend | None = None,
           num_classes: int | None = None, images: int | None = None, epochs: float | None = None,
-          count: bool = True) -> dict:
+          count: bool = True) -> Record:
     """Record of kind 'flops': params, analytic GMACs/GFLOPs and each counter's, with relative differences."""
     started = now()
     spec = get_spec(model)
@@ -43,7 +45,7 @@ def flops(model: str, resolution: int | None = None, backend: str | Backend = "t
         "tokens": spec.tokens(res) + 1 if spec.family != "bit" else None,  # sequence length incl. class token
     }
     counters: dict = {}
-    be = get_backend(backend) if isinstance(backend, str) else backend
+    be = backend if isinstance(backend, Backend) else get_backend(backend or default_backend())
     info = {"backend": be.name}
     if count:
         info = be.setup("cpu")
@@ -58,5 +60,5 @@ def flops(model: str, resolution: int | None = None, backend: str | Backend = "t
         metrics["pretrain_exaflops"] = pretrain_exaflops(spec.name, images or 0, epochs or 1.0, res, k)
     config = {"backend": be.name, "model": spec.name, "family": spec.family, "resolution": res, "num_classes": k}
     excludes = {"analytic": ANALYTIC_EXCLUDES, **{n: c["excludes"] for n, c in counters.items()}}
-    return make_record("flops", config, metrics=metrics, raw={"excludes": excludes}, env=environment(info),
-                       started_at=started)
+    return Record.measured(KIND, config, metrics=metrics, raw={"excludes": excludes}, env=environment(info),
+                           started_at=started)

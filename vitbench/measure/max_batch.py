@@ -21,11 +21,13 @@ from dataclasses import asdict, dataclass
 
 import psutil
 
-from vitbench.backends.base import RunSettings
+from vitbench.backends.base import Step, default_backend
 from vitbench.env import environment
 from vitbench.errors import ConfigError
-from vitbench.measure.throughput import resolve_settings
-from vitbench.record import make_record, now
+from vitbench.measure.throughput import resolve_step, step_config
+from vitbench.record import ErrorInfo, Record, Status, now
+
+KIND = "max_batch"
 
 PROBE_MARK = "VITBENCH_PROBE "
 
@@ -88,11 +90,13 @@ def _tree_rss_mib(proc: psutil.Process) -> float:
         return 0.0
 
 
-def run_probe(settings: RunSettings, batch: int, backend: str = "torch", budget_mib: float | None = None,
-              timeout_s: float = 600.0, steps: int = 2, poll_s: float = 0.02) -> Probe:
+def run_probe(step: Step, batch: int, backend: str | None = None, device: str = "cpu", threads: int | None = None,
+              budget_mib: float | None = None, timeout_s: float = 600.0, steps: int = 2,
+              poll_s: float = 0.02) -> Probe:
     """Run one probe in a fresh process; kill it if its resident memory passes `budget_mib`."""
-    payload = json.dumps({"settings": {**settings.to_dict(), "batch_size": batch}, "backend": backend,
-                          "steps": steps, "parent_pid": os.getpid()})
+    payload = json.dumps({"step": {**step.to_dict(), "batch_size": batch}, "backend": backend or default_backend(),
+                          "device": device,
+                          "threads": threads, "steps": steps, "parent_pid": os.getpid()})
     t0 = time.perf_counter()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     killed = None
@@ -103,7 +107,7 @@ def run_probe(settings: RunSettings, batch: int, backend: str = "torch", budget_
         try:
             ps = psutil.Process(proc.pid)
             while proc.poll() is None:
-                if budget_mib is not None and settings.device == "cpu" and _tree_rss_mib(ps) > budget_mib:
+                if budget_mib is not None and device == "cpu" and _tree_rss_mib(ps) > budget_mib:
                     killed = "killed_over_budget"
                 elif time.perf_counter() - t0 > timeout_s:
                     killed = "timeout"
@@ -144,22 +148,23 @@ def default_budget_mib(device: str) -> float | None:
     return None
 
 
-def max_batch(settings: RunSettings, backend: str = "torch", memory_limit_gib: float | None = None,
-              max_batch_size: int = 4096, start: int = 1, granularity: int = 1,
-              probe_timeout_s: float = 600.0) -> dict:
-    """Record of kind 'max_batch': the largest batch for `settings` (its batch_size is ignored) and every probe."""
+def max_batch(step: Step, backend: str | None = None, device: str = "cpu", threads: int | None = None,
+              memory_limit_gib: float | None = None, max_batch_size: int = 4096, start: int = 1,
+              granularity: int = 1, probe_timeout_s: float = 600.0) -> Record:
+    """Record of kind 'max_batch': the largest batch for `step` (its batch_size is ignored) and every probe."""
     started = now()
-    settings = resolve_settings(settings)
+    step = resolve_step(step)
+    backend = backend or default_backend()
     if memory_limit_gib is not None and memory_limit_gib <= 0:
         raise ConfigError(f"--memory-limit-gib must be positive, got {memory_limit_gib}")
-    budget = memory_limit_gib * 1024 if memory_limit_gib is not None else default_budget_mib(settings.device)
+    budget = memory_limit_gib * 1024 if memory_limit_gib is not None else default_budget_mib(device)
     best, probes = search(
-        lambda b: run_probe(settings, b, backend, budget, probe_timeout_s),
+        lambda b: run_probe(step, b, backend, device, threads, budget, probe_timeout_s),
         start=start, limit=max_batch_size, granularity=granularity)
     at_best = next((p for p in reversed(probes) if p.batch == best and p.fits), None)
     errors = [p for p in probes if p.status == "error"]
-    config = {"backend": backend, **settings.to_dict(), "memory_limit_mib": budget, "granularity": granularity,
-              "max_batch_size_cap": max_batch_size}
+    config = {**step_config(backend, step, device, threads), "memory_limit_mib": budget,
+              "granularity": granularity, "max_batch_size_cap": max_batch_size}
     config.pop("batch_size")
     metrics = {
         "max_batch_size": best,
@@ -170,9 +175,9 @@ def max_batch(settings: RunSettings, backend: str = "torch", memory_limit_gib: f
         "memory_limit_mib": budget,
         "search_s": sum(p.seconds for p in probes),
     }
-    status, error = "ok", None
+    status, error = Status.OK, None
     if best == 0 and errors:  # nothing fitted because probes crashed, not because memory ran out
-        status, error = "error", {"type": "ProbeError", "message": errors[-1].error, "tail": errors[-1].error}
-    return make_record("max_batch", config, metrics=metrics, raw={"probes": [asdict(p) for p in probes]},
-                       env=environment({"backend": backend, "device": settings.device}), status=status,
-                       error=error, started_at=started)
+        status, error = Status.ERROR, ErrorInfo("ProbeError", errors[-1].error or "", errors[-1].error)
+    return Record.measured(KIND, config, metrics=metrics, raw={"probes": [asdict(p) for p in probes]},
+                           env=environment({"backend": backend, "device": device}), status=status,
+                           error=error, started_at=started)

@@ -1,6 +1,6 @@
 """Child process of a max-batch probe: run `steps` steps at one batch size, print one JSON result line.
 
-Input (argv[1], JSON): {"settings": RunSettings fields, "backend": name, "steps": n}. Output: a line starting with
+Input (argv[1], JSON): {"step": Step fields, "backend": name, "device": ..., "threads": ..., "steps": n}. Output: a line starting with
 PROBE_MARK carrying status ok|oom|error, the measurement's peak memory and the whole process's peak.
 """
 
@@ -14,7 +14,7 @@ from vitbench.procmem import die_with_parent
 
 
 def main() -> int:
-    from vitbench.backends.base import RunSettings, get_backend
+    from vitbench.backends.base import Step, get_backend
     from vitbench.measure.max_batch import PROBE_MARK
 
     req = json.loads(sys.argv[1])
@@ -23,23 +23,20 @@ def main() -> int:
     die_with_parent()
     if req.get("parent_pid") and os.getppid() != req["parent_pid"]:
         return 1
-    settings = RunSettings(**req["settings"])
+    step = Step(**req["step"])
     be = get_backend(req["backend"])
-    be.setup(settings.device, settings.threads)
-    result: dict = {"status": "ok", "batch": settings.batch_size}
+    be.setup(req.get("device", "cpu"), req.get("threads"))
+    result: dict = {"status": "ok", "batch": step.batch_size}
     try:
         be.reset_peak_memory()
-        work = be.prepare(settings)
+        work = be.prepare(step)
         for _ in range(req.get("steps", 2)):  # two steps: the optimizer state exists from step one on
             work.sync(work.step())
         result["peak_mem_mib"] = be.peak_memory_mib()
     except Exception as e:  # noqa: BLE001 - report, never crash silently
         result["status"] = "oom" if be.is_oom(e) else "error"
         result["error"] = f"{type(e).__name__}: {str(e)[:500]}"
-    peak_fn = getattr(be, "process_peak_mib", None)
-    from vitbench.procmem import peak_rss_mib
-
-    result["process_peak_mib"] = peak_fn() if peak_fn else peak_rss_mib()
+    result["process_peak_mib"] = be.process_peak_mib()
     print(PROBE_MARK + json.dumps(result), flush=True)
     return 0
 

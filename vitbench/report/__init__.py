@@ -5,8 +5,11 @@
 Files written in `out` (default: <results>/report/):
     report.md, report.html (self-contained: plots inlined)          formats md, html
     trials.csv / trials.parquet (every trial, tidy; raw timings as JSON text) and one file per non-empty
-    summary table: throughput, backends, max_batch, flops, accuracy, failures   formats csv, parquet
-    <figure>.png and <figure>.svg for each figure that has data (see vitbench.report.plots)
+    summary table (status, one per report section, failures)        formats csv, parquet
+    <figure>.png and <figure>.svg for each figure that has data
+
+The sections (a summary table and its figures per record kind) are declared by the task modules
+(vitbench.tasks.ReportPart): the report iterates them and names no task. Status and failures are its own.
 """
 
 from __future__ import annotations
@@ -24,12 +27,22 @@ from vitbench.errors import ConfigError
 FORMATS = ("md", "html", "csv", "parquet")
 
 
+STATUS = ("status", "Trials by task and status")
+FAILURES = ("failures", "Failed trials")
+
+
 @dataclass
 class Report:
-    """What `build_report` produced: the tidy trials, summary tables, figure files and every file written."""
+    """What `build_report` produced: the tidy trials, summary tables, figure files and every file written.
+
+    tables: name -> table (status, the sections', failures); titles: name -> heading; columns: name -> the
+    columns to show in a terminal (None: all); collapse: names whose equal-in-every-row columns may fold."""
 
     df: pd.DataFrame
     tables: dict[str, pd.DataFrame]
+    titles: dict[str, str] = field(default_factory=dict)
+    columns: dict[str, tuple[str, ...] | None] = field(default_factory=dict)
+    collapse: set[str] = field(default_factory=set)
     figures: dict[str, Path] = field(default_factory=dict)
     files: list[Path] = field(default_factory=list)
     title: str = ""
@@ -54,8 +67,11 @@ def _meta(df: pd.DataFrame, cal: pd.DataFrame) -> tuple[str, list[str]]:
     n_ok = int((df["status"] == "ok").sum()) if "status" in df else 0
     runs = df["run_id"].nunique() if "run_id" in df else 0
     meta.append(f"{len(df)} trials ({n_ok} ok, {len(df) - n_ok} not ok) from {runs} sweep run(s)")
-    for col, label in (("env.cpu_model", "CPU"), ("env.device_name", "device"), ("env.torch", "torch"),
-                       ("env.jax", "jax"), ("env.timm", "timm"), ("env.git_sha", "vitbench git")):
+    from vitbench.registry import Kind, entries
+
+    versions = [(f"env.{d}", d) for e in entries(Kind.BACKEND).values() for d in e.obj.distributions]
+    for col, label in (("env.cpu_model", "CPU"), ("env.device_name", "device"), *versions,
+                       ("env.git_sha", "vitbench git")):
         if col in df and df[col].notna().any():
             meta.append(f"{label}: {', '.join(sorted(str(v) for v in df[col].dropna().unique())[:4])}")
     if cal is not None and not cal.empty and "matmul_tflops_per_s" in cal:
@@ -70,10 +86,10 @@ def _meta(df: pd.DataFrame, cal: pd.DataFrame) -> tuple[str, list[str]]:
 def build_report(results: str | Path, out: str | Path | None = None, formats: Iterable[str] = FORMATS,
                  plots: bool = True) -> Report:
     """Load `results` (a store directory or .jsonl file) and write the report files into `out`."""
-    from vitbench.report import plots as plotmod
     from vitbench.report import tables as tablemod
     from vitbench.report.render import arrow_safe, write_html, write_markdown
     from vitbench.store import load
+    from vitbench.tasks import report_parts
 
     formats = parse_formats(formats)
     results = Path(results)
@@ -86,21 +102,36 @@ def build_report(results: str | Path, out: str | Path | None = None, formats: It
     out = Path(out) if out else (results if results.is_dir() else results.parent) / "report"
     out.mkdir(parents=True, exist_ok=True)
     title, meta = _meta(df, cal)
-    rep = Report(df=df, tables=tablemod.all_tables(df), title=title, meta=meta,
-                 warnings=[str(w.message) for w in caught], calibration=cal)
+    rep = Report(df=df, tables={STATUS[0]: tablemod.status_counts(df)}, titles={STATUS[0]: STATUS[1]},
+                 title=title, meta=meta, warnings=[str(w.message) for w in caught], calibration=cal)
+    figure_titles: dict[str, str] = {}
+    parts = report_parts()
+    for part in parts:
+        if part.table is not None:
+            rep.tables[part.name] = part.table(tablemod.ok_rows(df, part.kinds))
+            rep.titles[part.name] = part.title
+            rep.columns[part.name] = part.columns
+            if part.collapse:
+                rep.collapse.add(part.name)
+    rep.tables[FAILURES[0]] = tablemod.failures(df)
+    rep.titles[FAILURES[0]] = FAILURES[1]
+    rep.columns[FAILURES[0]] = ("model", "task", "resolution", "batch_size", "repeat", "status", "error_message")
+    rep.collapse.add(FAILURES[0])
 
     if plots:
-        for name, make in plotmod.FIGURES.items():
-            fig = make(df)
-            if fig is None:
-                continue
-            for ext in ("png", "svg"):
-                p = out / f"{name}.{ext}"
-                fig.savefig(p, dpi=130 if ext == "png" else None, bbox_inches="tight")
-                rep.files.append(p)
-            rep.figures[name] = out / f"{name}.png"
+        for part in parts:
+            for figure in part.figures:
+                fig = figure.make(tablemod.ok_rows(df, figure.kinds or part.kinds))
+                if fig is None:
+                    continue
+                for ext in ("png", "svg"):
+                    p = out / f"{figure.name}.{ext}"
+                    fig.savefig(p, dpi=130 if ext == "png" else None, bbox_inches="tight")
+                    rep.files.append(p)
+                rep.figures[figure.name] = out / f"{figure.name}.png"
+                figure_titles[figure.name] = figure.title
 
-    shown = {k: v for k, v in rep.tables.items() if k != "status" or not v.empty}
+    shown = {k: v for k, v in rep.tables.items() if not v.empty}
     if "csv" in formats or "parquet" in formats:
         tidy = arrow_safe(df)
         named = {"trials": tidy, **{k: arrow_safe(v) for k, v in shown.items() if not v.empty}}
@@ -113,12 +144,14 @@ def build_report(results: str | Path, out: str | Path | None = None, formats: It
                 p = out / f"{name}.parquet"
                 table.to_parquet(p, index=False)
                 rep.files.append(p)
+    titled = {k: (rep.titles[k], v) for k, v in shown.items()}
+    figs = {k: (figure_titles[k], v) for k, v in rep.figures.items()}
     if "md" in formats:
         p = out / "report.md"
-        write_markdown(p, title, meta, shown, {k: v.name for k, v in rep.figures.items()})
+        write_markdown(p, title, meta, titled, figs)
         rep.files.append(p)
     if "html" in formats:
         p = out / "report.html"
-        write_html(p, title, meta, shown, rep.figures)
+        write_html(p, title, meta, titled, figs)
         rep.files.append(p)
     return rep

@@ -5,8 +5,10 @@
 - forward GFLOPs per image vs measured throughput (theoretical cost does not predict speed well)
 - transfer accuracy vs pre-training compute with the Pareto front (Figure 5), when accuracy rows exist
 
+Each function gets the ok rows of the record kinds its report section declares (vitbench.tasks.ReportPart).
 Style: colour by model within a family palette (ViT blues, BiT oranges, hybrids greens), marker by family,
-line style by backend (torch solid, jax dashed); log axes where the paper uses them; every axis has its unit.
+line style by backend (in registration order: solid, dashed, dotted, ...); log axes where the paper uses them;
+every axis has its unit.
 """
 
 from __future__ import annotations
@@ -24,7 +26,19 @@ from vitbench.report import tables
 
 FAMILY_STYLE = {"vit": ("o", "Blues", "ViT"), "bit": ("s", "Oranges", "BiT ResNet"),
                 "hybrid": ("^", "Greens", "Hybrid"), "other": ("D", "Greys", "other")}
-BACKEND_LINES = {"torch": "-", "jax": "--"}
+_LINES = ("-", "--", ":", "-.")
+
+
+def backend_index(backend: str) -> int:
+    """Position of a backend among the registered ones (unknown ones after them): its line style and edge."""
+    from vitbench.backends.base import backend_names
+
+    names = backend_names()
+    return names.index(backend) if backend in names else len(names)
+
+
+def backend_line(backend: str) -> str:
+    return _LINES[backend_index(backend) % len(_LINES)]
 _ORDER = {s.name: i for i, s in enumerate(all_specs())}
 
 
@@ -121,7 +135,7 @@ def throughput_vs_resolution(df: pd.DataFrame) -> Figure | None:
             g = g.sort_values("resolution")
             row = g.iloc[0]
             ax.plot(g["resolution"], g["img_per_s"], marker=_marker(row["model"]), color=colors[row["model"]],
-                    linestyle=BACKEND_LINES.get(row["backend"], ":"), markersize=6, linewidth=1.6,
+                    linestyle=backend_line(row["backend"]), markersize=6, linewidth=1.6,
                     label=_series_label(row, multi))
             n += 1
         ax.set_yscale("log")
@@ -152,7 +166,7 @@ def max_batch_vs_resolution(df: pd.DataFrame) -> Figure | None:
         label = _series_label(row, multi) + (f" [{row['mode']}]" if "mode" in row and row["mode"] != "infer"
                                              else "")
         line, = ax.plot(g["resolution"], g["max_batch_size"], marker=_marker(row["model"]),
-                        color=colors[row["model"]], linestyle=BACKEND_LINES.get(row["backend"], ":"),
+                        color=colors[row["model"]], linestyle=backend_line(row["backend"]),
                         markersize=6, linewidth=1.6, label=label)
         if "capped" in g and g["capped"].fillna(False).astype(bool).any():
             capped = g[g["capped"].fillna(False).astype(bool)]
@@ -171,16 +185,21 @@ def max_batch_vs_resolution(df: pd.DataFrame) -> Figure | None:
     return fig
 
 
+def _throughput_rows(df: pd.DataFrame) -> pd.DataFrame:
+    return df[df["img_per_s"].notna()] if "img_per_s" in df else df.iloc[0:0]
+
+
 def _gflops_per_image(df: pd.DataFrame, pt: pd.DataFrame) -> pd.Series:
-    """Forward GFLOPs per image for each throughput row: from flops rows, else the bench's own analytic count."""
+    """Forward GFLOPs per image for each throughput row: from FLOP-count rows, else the throughput rows' own
+    analytic count."""
     out = pd.Series(np.nan, index=pt.index)
-    fl = tables.flops(df)
+    fl = tables.flops(df[df["img_per_s"].isna()] if "img_per_s" in df else df)
     if not fl.empty and "gflops" in fl:
         lut = {(r.model, int(r.resolution)): r.gflops for r in fl.itertuples() if r.resolution == r.resolution}
         out = pd.Series([lut.get((m, int(r)), np.nan) for m, r in zip(pt["model"], pt["resolution"])],
                         index=pt.index)
     if "gflops_per_img_fwd" in df.columns:
-        ok = df[(df["kind"] == "bench") & (df["status"] == "ok")]
+        ok = _throughput_rows(df)
         lut2 = {(m, int(r)): g for m, r, g in zip(ok["model"], ok["resolution"], ok["gflops_per_img_fwd"])
                 if g == g and g is not None}
         fill = pd.Series([lut2.get((m, int(r)), np.nan) for m, r in zip(pt["model"], pt["resolution"])],
@@ -191,7 +210,7 @@ def _gflops_per_image(df: pd.DataFrame, pt: pd.DataFrame) -> pd.Series:
 
 def gflops_vs_throughput(df: pd.DataFrame) -> Figure | None:
     """Forward GFLOPs per image (x) vs measured peak throughput (y), log-log; one panel per task."""
-    pt = tables.peak_throughput(df)
+    pt = tables.peak_throughput(_throughput_rows(df))
     if pt.empty:
         return None
     pt = pt.assign(gflops=_gflops_per_image(df, pt)).dropna(subset=["gflops"])
@@ -206,7 +225,7 @@ def gflops_vs_throughput(df: pd.DataFrame) -> Figure | None:
         for _, g in _groups(sub, ["model", "backend"]):
             row = g.iloc[0]
             ax.scatter(g["gflops"], g["img_per_s"], marker=_marker(row["model"]), color=colors[row["model"]],
-                       s=40, edgecolors="black" if row["backend"] == "jax" else "none", linewidths=0.8,
+                       s=40, edgecolors="black" if backend_index(row["backend"]) else "none", linewidths=0.8,
                        label=_series_label(row, multi), zorder=3)
             if label_points:
                 for x, y, r in zip(g["gflops"], g["img_per_s"], g["resolution"]):

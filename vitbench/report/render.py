@@ -10,22 +10,6 @@ from pathlib import Path
 
 import pandas as pd
 
-TITLES = {
-    "status": "Trials by task and status",
-    "throughput": "Throughput (median over repeats)",
-    "backends": "Backends side by side (img/s)",
-    "max_batch": "Largest batch that fits",
-    "flops": "FLOPs per image (1 MAC = 2 FLOPs)",
-    "accuracy": "Transfer accuracy",
-    "failures": "Failed trials",
-}
-FIGURE_TITLES = {
-    "throughput_vs_resolution": "Throughput vs input size (cf. paper Figure 12, left)",
-    "max_batch_vs_resolution": "Largest batch vs input size (cf. paper Figure 12, right)",
-    "gflops_vs_throughput": "Theoretical GFLOPs vs measured throughput",
-    "accuracy_vs_compute": "Accuracy vs pre-training compute, Pareto front (cf. paper Figure 5)",
-}
-
 
 def fmt(v) -> str:
     """4 significant digits for floats, blanks for missing values."""
@@ -56,15 +40,14 @@ def markdown_table(df: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_markdown(path: Path, title: str, meta: list[str], tables: dict[str, pd.DataFrame],
-                   figures: dict[str, str]) -> None:
+def write_markdown(path: Path, title: str, meta: list[str], tables: dict[str, tuple[str, pd.DataFrame]],
+                   figures: dict[str, tuple[str, Path]]) -> None:
+    """`tables` and `figures`: name -> (title, table / PNG path), in the order shown."""
     parts = [f"# {title}\n", *(f"- {m}" for m in meta), ""]
-    for name, png in figures.items():
-        parts += [f"## {FIGURE_TITLES.get(name, name)}\n", f"![{name}]({png})\n"]
-    for name, df in tables.items():
-        if name == "backends" and df.empty:
-            continue
-        parts += [f"## {TITLES.get(name, name)}\n", markdown_table(df)]
+    for name, (heading, png) in figures.items():
+        parts += [f"## {heading}\n", f"![{name}]({Path(png).name})\n"]
+    for heading, df in tables.values():
+        parts += [f"## {heading}\n", markdown_table(df)]
     path.write_text("\n".join(parts))
 
 
@@ -91,19 +74,17 @@ def html_table(df: pd.DataFrame) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
-def write_html(path: Path, title: str, meta: list[str], tables: dict[str, pd.DataFrame],
-               figures: dict[str, Path]) -> None:
+def write_html(path: Path, title: str, meta: list[str], tables: dict[str, tuple[str, pd.DataFrame]],
+               figures: dict[str, tuple[str, Path]]) -> None:
     """One file, no external resources: images are inlined as data: URIs."""
     body = [f"<h1>{html.escape(title)}</h1>", '<ul class="meta">',
             *(f"<li>{html.escape(m)}</li>" for m in meta), "</ul>"]
-    for name, png in figures.items():
+    for name, (heading, png) in figures.items():
         data = base64.b64encode(Path(png).read_bytes()).decode()
-        body += [f"<h2>{html.escape(FIGURE_TITLES.get(name, name))}</h2>",
+        body += [f"<h2>{html.escape(heading)}</h2>",
                  f'<img alt="{html.escape(name)}" src="data:image/png;base64,{data}">']
-    for name, df in tables.items():
-        if name == "backends" and df.empty:
-            continue
-        body += [f"<h2>{html.escape(TITLES.get(name, name))}</h2>", html_table(df)]
+    for heading, df in tables.values():
+        body += [f"<h2>{html.escape(heading)}</h2>", html_table(df)]
     page = (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
             f"<style>{_CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
     path.write_text(page)

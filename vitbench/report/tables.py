@@ -1,7 +1,9 @@
 """Summary tables from the tidy results DataFrame (vitbench.store.load): one row per measured configuration.
 
-Repeats of a trial collapse into one row: the median over repeats of each metric, with `repeats` the count and,
-for throughput, the min and max over repeats so the spread stays visible.
+Each function gets the ok rows of the record kinds its report section declares (`ok_rows`; the sections are
+registered beside the tasks, vitbench.tasks.ReportPart). Repeats of a trial collapse into one row: the median
+over repeats of each metric, with `repeats` the count and, for throughput, the min and max over repeats so the
+spread stays visible.
 """
 
 from __future__ import annotations
@@ -20,11 +22,12 @@ def family_of(model: str) -> str:
         return "other"
 
 
-def _ok(df: pd.DataFrame, kinds: tuple[str, ...]) -> pd.DataFrame:
+def ok_rows(df: pd.DataFrame, kinds: tuple[str, ...]) -> pd.DataFrame:
+    """The ok rows of `kinds`, with the model's family beside its name."""
     if df.empty or "kind" not in df:
         return df.iloc[0:0]
     out = df[df["kind"].isin(kinds) & (df["status"] == "ok")].copy()
-    if not out.empty and "model" in out:
+    if not out.empty and "model" in out and "family" not in out:
         out.insert(out.columns.get_loc("model") + 1, "family", out["model"].map(family_of))
     return out
 
@@ -65,16 +68,15 @@ THROUGHPUT_METRICS = ["img_per_s", "step_ms_median", "step_ms_p90", "step_ms_iqr
                       "compile_s", "peak_mem_mib", "model_tflops_per_s", "mfu", "batch_size_achieved"]
 
 
-def throughput(df: pd.DataFrame) -> pd.DataFrame:
+def throughput(ok: pd.DataFrame) -> pd.DataFrame:
     """infer/train throughput per configuration (median over repeats; img_per_s_min/max over repeats)."""
-    ok = _ok(df, ("bench",))
     return _collapse(ok, THROUGHPUT_KEYS, _present(ok, THROUGHPUT_METRICS), spread="img_per_s")
 
 
-def peak_throughput(df: pd.DataFrame) -> pd.DataFrame:
+def peak_throughput(ok: pd.DataFrame) -> pd.DataFrame:
     """The best batch size per (model, backend, task, precision, compile, resolution): the paper's 'peak
     inference speed' (Figure 12, left) picks the fastest batch for each input size."""
-    t = throughput(df)
+    t = throughput(ok)
     if t.empty:
         return t
     keys = [k for k in THROUGHPUT_KEYS if k in t.columns and k != "batch_size"]
@@ -82,25 +84,22 @@ def peak_throughput(df: pd.DataFrame) -> pd.DataFrame:
     return t.loc[idx.dropna().astype(int)].reset_index(drop=True)
 
 
-def max_batch(df: pd.DataFrame) -> pd.DataFrame:
-    ok = _ok(df, ("max_batch",))
+def max_batch(ok: pd.DataFrame) -> pd.DataFrame:
     keys = ["model", "family", "backend", "mode", "device", "precision", "compile", "resolution"]
     return _collapse(ok, keys, _present(ok, ["max_batch_size", "capped", "peak_mem_mib", "memory_limit_mib",
                                               "probes", "search_s"]))
 
 
-def flops(df: pd.DataFrame) -> pd.DataFrame:
-    ok = _ok(df, ("flops",))
-    if ok.empty:
+def flops(ok: pd.DataFrame) -> pd.DataFrame:
+    if ok.empty or "gmacs" not in ok:
         return _collapse(ok, ["model"], ["gflops"])
     counted = sorted(c for c in ok.columns if c.startswith(("gflops_", "rel_diff_")) and ok[c].notna().any())
     return _collapse(ok, ["model", "family", "backend", "resolution", "num_classes"],
                      _present(ok, ["params_m", "tokens", "gmacs", "gflops", *counted]))
 
 
-def accuracy(df: pd.DataFrame) -> pd.DataFrame:
-    """Transfer results (kinds fewshot/finetune) with their pre-training compute when known."""
-    ok = _ok(df, ("fewshot", "finetune"))
+def accuracy(ok: pd.DataFrame) -> pd.DataFrame:
+    """Transfer results with their pre-training compute when known."""
     if ok.empty or "accuracy" not in ok.columns:
         return pd.DataFrame(columns=["model", "kind", "accuracy"])
     keys = [c for c in ("model", "family", "kind", "dataset", "shots", "pretrain_steps", "resolution", "backend")
@@ -109,9 +108,12 @@ def accuracy(df: pd.DataFrame) -> pd.DataFrame:
                                              "pretrain_epochs", "images_seen"]))
 
 
-def backend_pivot(df: pd.DataFrame) -> pd.DataFrame:
-    """img/s side by side per backend for configurations measured on more than one (with ratio to torch)."""
-    t = throughput(df)
+def backend_pivot(ok: pd.DataFrame) -> pd.DataFrame:
+    """img/s side by side per backend for configurations measured on more than one, with each backend's ratio to
+    the default backend's (the first registered)."""
+    from vitbench.backends.base import default_backend
+
+    t = throughput(ok)
     if t.empty or t["backend"].nunique() < 2:
         return pd.DataFrame()
     keys = [k for k in THROUGHPUT_KEYS if k in t.columns and k != "backend"]
@@ -119,11 +121,13 @@ def backend_pivot(df: pd.DataFrame) -> pd.DataFrame:
     p = p.dropna(thresh=2)
     if p.empty:
         return pd.DataFrame()
-    p.columns = [f"img_per_s_{b}" for b in p.columns]
-    if "img_per_s_torch" in p.columns:
-        for c in p.columns:
-            if c != "img_per_s_torch" and c.startswith("img_per_s_"):
-                p[f"{c.removeprefix('img_per_s_')}_vs_torch"] = p[c] / p["img_per_s_torch"]
+    ref = default_backend()
+    backends = list(p.columns)
+    p.columns = [f"img_per_s_{b}" for b in backends]
+    if ref in backends:
+        for b in backends:
+            if b != ref:
+                p[f"{b}_vs_{ref}"] = p[f"img_per_s_{b}"] / p[f"img_per_s_{ref}"]
     return p.reset_index()
 
 
@@ -147,14 +151,3 @@ def status_counts(df: pd.DataFrame) -> pd.DataFrame:
             if "task" in df else df.groupby("status").size().rename("trials").reset_index())
 
 
-def all_tables(df: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """Every summary table, by name (empty ones included, so callers can say 'none')."""
-    return {
-        "status": status_counts(df),
-        "throughput": throughput(df),
-        "backends": backend_pivot(df),
-        "max_batch": max_batch(df),
-        "flops": flops(df),
-        "accuracy": accuracy(df),
-        "failures": failures(df),
-    }

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from vitbench.errors import ConfigError
 
 M = TypeVar("M", bound=BaseModel)
+# The image sources vitbench reads (vitbench.transfer.data: the loaders, one per name).
+DatasetName = Literal["digits", "synthetic", "folder", "cifar10", "cifar100", "npz"]
 
 
 def validated(cls: type[M], data: dict, where: str) -> M:

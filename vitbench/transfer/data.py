@@ -19,12 +19,12 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from vitbench.errors import ConfigError, UnsafeFileError
+from vitbench.transfer.config import DatasetName
 
 DATASETS: tuple[str, ...] = ("digits", "synthetic", "folder", "cifar10", "cifar100", "npz")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
@@ -39,7 +39,7 @@ class DataConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: Literal["digits", "synthetic", "folder", "cifar10", "cifar100", "npz"] = "digits"
+    name: DatasetName = "digits"  # vitbench.transfer.config.DatasetName
     path: str | None = None  # folder / cifar / npz: a local path
     classes: list[int] | None = None  # subset of source labels, relabelled 0..K-1 in this order; "0-4" ok
     seed: int = 0  # split seed

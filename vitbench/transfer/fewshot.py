@@ -17,9 +17,10 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from vitbench.backends.base import BackendName, default_backend
 from vitbench.errors import ConfigError
 from vitbench.models.specs import get_spec
-from vitbench.record import make_record, now
+from vitbench.record import Record, now
 from vitbench.transfer.data import DataConfig, load_splits
 from vitbench.transfer.pretrain import PretrainConfig, resolve_upstream, upstream_config, upstream_metrics
 
@@ -78,7 +79,7 @@ class FewshotConfig(BaseModel):
 
     upstream: PretrainConfig | None = None
     checkpoint: str | None = None  # an explicit .safetensors upstream instead of `upstream`
-    backend: Literal["torch", "jax"] | None = None  # evaluate on this backend (None: the upstream's)
+    backend: BackendName | None = None  # evaluate on this backend (None: the upstream's)
     data: DataConfig = DOWNSTREAM_DATA
     resolution: int | None = Field(None, ge=1)  # None: the upstream's resolution
     shots: list[int] = [1, 5, 10, 25]  # paper: 1, 5, 10, 25
@@ -128,10 +129,10 @@ def evaluate_features(train: tuple[np.ndarray, np.ndarray], val: tuple[np.ndarra
 
 
 def fewshot(cfg: FewshotConfig, *, device: str = "cpu", threads: int | None = None,
-            cache: str | None = None) -> dict:
+            cache: str | None = None) -> Record:
     """Run the few-shot protocol on `cfg`'s upstream; return a record of kind 'fewshot'."""
     from vitbench.env import environment
-    from vitbench.transfer.engine import get_engine
+    from vitbench.transfer import ops
 
     started = now()
     splits = load_splits(cfg.data)  # data problems first, before any pre-training
@@ -142,17 +143,17 @@ def fewshot(cfg: FewshotConfig, *, device: str = "cpu", threads: int | None = No
     if cfg.l2_reg == "auto" and len(splits.val) == 0:
         raise ConfigError("few-shot l2_reg 'auto' needs a val split (data.val_fraction > 0); or fix l2_reg")
     ckpt, _ = resolve_upstream(cfg.upstream, cfg.checkpoint, directory=cache, device=device, threads=threads)
-    backend = cfg.backend or ckpt.meta.get("backend", "torch")
+    backend = cfg.backend or ckpt.meta.get("backend") or default_backend()
     spec = get_spec(ckpt.model)
     r = cfg.resolution or ckpt.resolution
     spec.check_resolution(r)
-    engine = get_engine(backend)
-    info = engine.setup(device, threads)
+    be = ops.transfer_backend(backend)
+    info = be.setup(device, threads)
     # Features do not touch the head (from_weights zero-initialises it); position embeddings are resampled
     # if `r` differs from the upstream resolution.
-    model = engine.from_weights(spec, ckpt.weights, r, ckpt.num_classes, seed=0)
+    model = ops.from_weights(be, spec, ckpt.weights, r, ckpt.num_classes, seed=0)
     t0 = time.perf_counter()
-    feats = [(engine.embed(model, s, r), s.labels) for s in (splits.train, splits.val, splits.test)]
+    feats = [(ops.embed(be, model, s, r), s.labels) for s in (splits.train, splits.val, splits.test)]
     embed_s = time.perf_counter() - t0
     metrics, raw = evaluate_features(*feats, splits.num_classes, cfg.shots, cfg.seeds, cfg.l2_reg)
     metrics.update(upstream_metrics(ckpt))
@@ -160,4 +161,4 @@ def fewshot(cfg: FewshotConfig, *, device: str = "cpu", threads: int | None = No
     config = {"model": spec.name, "backend": backend, "resolution": r, "device": device,
               **cfg.model_dump(mode="json", exclude={"upstream", "checkpoint", "resolution", "backend"}),
               **upstream_config(ckpt)}
-    return make_record("fewshot", config, metrics=metrics, raw=raw, env=environment(info), started_at=started)
+    return Record.measured("fewshot", config, metrics=metrics, raw=raw, env=environment(info), started_at=started)

@@ -11,15 +11,15 @@ accuracy on test is the reported number (App. B.1.1: "...fine-tune on the entire
 from __future__ import annotations
 
 import time
-from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from vitbench.backends.base import BackendName, default_backend
 from vitbench.errors import ConfigError
 from vitbench.models.analytic import train_flops_per_image
 from vitbench.models.specs import get_spec
-from vitbench.record import make_record, now
+from vitbench.record import Record, now
 from vitbench.transfer.data import DataConfig, ImageSet, load_splits
 from vitbench.transfer.fewshot import DOWNSTREAM_DATA
 from vitbench.transfer.pretrain import PretrainConfig, resolve_upstream, upstream_config, upstream_metrics
@@ -35,7 +35,7 @@ class FinetuneConfig(BaseModel):
 
     upstream: PretrainConfig | None = None
     checkpoint: str | None = None  # an explicit .safetensors upstream instead of `upstream`
-    backend: Literal["torch", "jax"] | None = None  # fine-tune on this backend (None: the upstream's)
+    backend: BackendName | None = None  # fine-tune on this backend (None: the upstream's)
     data: DataConfig = DOWNSTREAM_DATA
     resolution: int | None = Field(None, ge=1)  # None: the upstream's; larger: pos-embed interpolation
     steps: int = Field(100, ge=1)
@@ -71,10 +71,10 @@ def _concat(a: ImageSet, b: ImageSet) -> ImageSet:
 
 
 def finetune(cfg: FinetuneConfig, *, device: str = "cpu", threads: int | None = None,
-             cache: str | None = None) -> dict:
+             cache: str | None = None) -> Record:
     """Run the fine-tuning protocol; return a record of kind 'finetune' (accuracy on the test split)."""
     from vitbench.env import environment
-    from vitbench.transfer.engine import get_engine
+    from vitbench.transfer import ops
 
     started = now()
     splits = load_splits(cfg.data)  # data problems first, before any pre-training
@@ -82,27 +82,27 @@ def finetune(cfg: FinetuneConfig, *, device: str = "cpu", threads: int | None = 
         raise ConfigError("choosing the fine-tuning LR needs a held-out split: set data.val_fraction > 0 "
                           "or give a single lr_grid value")
     ckpt, _ = resolve_upstream(cfg.upstream, cfg.checkpoint, directory=cache, device=device, threads=threads)
-    backend = cfg.backend or ckpt.meta.get("backend", "torch")
+    backend = cfg.backend or ckpt.meta.get("backend") or default_backend()
     spec = get_spec(ckpt.model)
     r = cfg.resolution or ckpt.resolution
     spec.check_resolution(r)
     k = splits.num_classes
-    engine = get_engine(backend)
-    info = engine.setup(device, threads)
+    be = ops.transfer_backend(backend)
+    info = be.setup(device, threads)
 
     def start():
-        return engine.from_weights(spec, ckpt.weights, r, k, seed=cfg.seed)
+        return ops.from_weights(be, spec, ckpt.weights, r, k, seed=cfg.seed)
 
-    initial_accuracy = engine.accuracy(start(), splits.test, r)  # the zero head: argmax ties -> class 0
-    t0, c0 = time.perf_counter(), engine.compile_s
+    initial_accuracy = ops.accuracy(be, start(), splits.test, r)  # the zero head: argmax ties -> class 0
+    t0, c0 = time.perf_counter(), be.compile_s
     runs = 0
     val_acc: dict[str, float] = {}
     selection_models = {}
     if len(cfg.lr_grid) > 1:
         for lr in cfg.lr_grid:
-            model, _ = engine.train(start(), splits.train, r, cfg.optim(lr), cfg.batch_size, cfg.seed)
+            model, _ = be.train(start(), splits.train, r, cfg.optim(lr), cfg.batch_size, cfg.seed)
             runs += 1
-            val_acc[repr(lr)] = engine.accuracy(model, splits.val, r)
+            val_acc[repr(lr)] = ops.accuracy(be, model, splits.val, r)
             if not cfg.refit:
                 selection_models[lr] = model
         best_lr = max(cfg.lr_grid, key=lambda lr: val_acc[repr(lr)])  # ties: the smallest LR (sorted grid)
@@ -110,22 +110,22 @@ def finetune(cfg: FinetuneConfig, *, device: str = "cpu", threads: int | None = 
         best_lr = cfg.lr_grid[0]
     if cfg.refit or best_lr not in selection_models:
         final_train = _concat(splits.train, splits.val) if cfg.refit else splits.train
-        model, losses = engine.train(start(), final_train, r, cfg.optim(best_lr), cfg.batch_size, cfg.seed)
+        model, losses = be.train(start(), final_train, r, cfg.optim(best_lr), cfg.batch_size, cfg.seed)
         runs += 1
     else:
         model, losses = selection_models[best_lr], []
-    compile_s = engine.compile_s - c0
+    compile_s = be.compile_s - c0
     train_s = time.perf_counter() - t0 - compile_s  # compile time (JAX) kept apart
     images = runs * cfg.steps * cfg.batch_size
     metrics = {
-        "accuracy": engine.accuracy(model, splits.test, r),
+        "accuracy": ops.accuracy(be, model, splits.test, r),
         "initial_accuracy": initial_accuracy,
         "val_accuracy": val_acc.get(repr(best_lr)),
         "best_lr": best_lr,
         "finetune_images_seen": images,
         "finetune_exaflops": train_flops_per_image(spec, r, k) * images / 1e18,
         "finetune_s": train_s,  # all runs of the LR grid + the final one, plus their evaluations
-        "compile_s": compile_s if backend == "jax" else None,
+        "compile_s": compile_s or None,  # None: nothing compiled apart (eager)
         "final_loss": losses[-1] if losses else None,
         "chance_accuracy": float(np.max(np.bincount(splits.test.labels, minlength=k)) / len(splits.test)),
         **upstream_metrics(ckpt),
@@ -133,5 +133,6 @@ def finetune(cfg: FinetuneConfig, *, device: str = "cpu", threads: int | None = 
     config = {"model": spec.name, "backend": backend, "resolution": r, "device": device,
               **cfg.model_dump(mode="json", exclude={"upstream", "checkpoint", "resolution", "backend"}),
               **upstream_config(ckpt)}
-    return make_record("finetune", config, metrics=metrics, raw={"val_accuracy_by_lr": val_acc, "loss": losses},
-                       env=environment(info), started_at=started)
+    return Record.measured("finetune", config, metrics=metrics,
+                           raw={"val_accuracy_by_lr": val_acc, "loss": losses}, env=environment(info),
+                           started_at=started)

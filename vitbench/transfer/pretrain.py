@@ -24,9 +24,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from vitbench.backends.base import BackendName, default_backend
 from vitbench.models.analytic import analytic_counts, train_flops_per_image
 from vitbench.models.specs import get_spec
-from vitbench.record import make_record, now
+from vitbench.record import Record, now
 from vitbench.transfer.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from vitbench.transfer.data import DataConfig, load_splits
 from vitbench.transfer.schedules import OptimConfig
@@ -42,7 +43,7 @@ class PretrainConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     model: str
-    backend: Literal["torch", "jax"] = "torch"
+    backend: BackendName = Field(default_factory=default_backend)
     data: DataConfig = UPSTREAM_DATA
     resolution: int | None = Field(None, ge=1)  # None: the variant's native resolution
     batch_size: int = Field(64, ge=1)
@@ -81,34 +82,34 @@ class PretrainConfig(BaseModel):
 
 
 def pretrain(cfg: PretrainConfig, *, device: str = "cpu", threads: int | None = None,
-             out: str | Path | None = None) -> tuple[dict, Checkpoint]:
+             out: str | Path | None = None) -> tuple[Record, Checkpoint]:
     """Train `cfg` upstream; return (record kind='pretrain', checkpoint). Saves to `out` if given."""
     from vitbench.env import environment
-    from vitbench.transfer.engine import get_engine
+    from vitbench.transfer import ops
 
     started = now()
     spec = get_spec(cfg.model)
     splits = load_splits(cfg.data)
     k, r = splits.num_classes, cfg.res
-    engine = get_engine(cfg.backend)
-    info = engine.setup(device, threads)
-    model = engine.init_model(spec, r, k, cfg.seed)
-    t0, c0 = time.perf_counter(), engine.compile_s
-    model, losses = engine.train(model, splits.train, r, cfg.optim(), cfg.batch_size, cfg.seed)
-    compile_s = engine.compile_s - c0
+    be = ops.transfer_backend(cfg.backend)
+    info = be.setup(device, threads)
+    model = be.init_model(spec, r, k, cfg.seed)
+    t0, c0 = time.perf_counter(), be.compile_s
+    model, losses = be.train(model, splits.train, r, cfg.optim(), cfg.batch_size, cfg.seed)
+    compile_s = be.compile_s - c0
     train_s = time.perf_counter() - t0 - compile_s  # compile time (JAX) kept apart
     images_seen = cfg.steps * cfg.batch_size
     flops_per_image = train_flops_per_image(spec, r, k)
     metrics = {
-        "accuracy": engine.accuracy(model, splits.test, r),  # upstream test split
-        "val_accuracy": engine.accuracy(model, splits.val, r),
+        "accuracy": ops.accuracy(be, model, splits.test, r),  # upstream test split
+        "val_accuracy": ops.accuracy(be, model, splits.val, r),
         "images_seen": images_seen,
         "epochs": images_seen / len(splits.train),
         "exaflops": flops_per_image * images_seen / 1e18,
         "train_gflops_per_image": flops_per_image / 1e9,
         "params_m": analytic_counts(spec, r, k).params / 1e6,
         "train_s": train_s,
-        "compile_s": compile_s if cfg.backend == "jax" else None,
+        "compile_s": compile_s or None,  # None: nothing compiled apart (eager)
         "train_img_per_s": images_seen / train_s,  # incl. batch preprocessing; not a benchmark
         "final_loss": losses[-1] if losses else None,
         "num_classes": k,
@@ -119,12 +120,12 @@ def pretrain(cfg: PretrainConfig, *, device: str = "cpu", threads: int | None = 
     meta = {"model": spec.name, "spec": spec.to_dict(), "resolution": r, "num_classes": k,
             "class_names": splits.train.class_names, "backend": cfg.backend, "key": cfg.key(),
             "config": cfg.model_dump(mode="json"), "data": splits.summary(), "metrics": metrics}
-    ckpt = Checkpoint(engine.weights(model), meta)
+    ckpt = Checkpoint(be.weights(model), meta)
     if out is not None:
         ckpt.path = save_checkpoint(out, ckpt.weights, meta)
         config["checkpoint"] = str(ckpt.path)
-    record = make_record("pretrain", config, metrics=metrics, raw={"loss": losses},
-                         env=environment(info), started_at=started)
+    record = Record.measured("pretrain", config, metrics=metrics, raw={"loss": losses},
+                             env=environment(info), started_at=started)
     return record, ckpt
 
 
@@ -153,7 +154,7 @@ def _locked(path: Path):
 
 
 def ensure_upstream(cfg: PretrainConfig, *, directory: str | Path | None = None, device: str = "cpu",
-                    threads: int | None = None) -> tuple[Checkpoint, dict | None]:
+                    threads: int | None = None) -> tuple[Checkpoint, Record | None]:
     """The cached upstream checkpoint for `cfg`, pre-training it first if absent.
 
     Returns (checkpoint, the pretrain record if it was trained now else None).
@@ -168,7 +169,7 @@ def ensure_upstream(cfg: PretrainConfig, *, directory: str | Path | None = None,
 
 def resolve_upstream(upstream: PretrainConfig | None, checkpoint: str | None, *,
                      directory: str | Path | None = None, device: str = "cpu",
-                     threads: int | None = None) -> tuple[Checkpoint, dict | None]:
+                     threads: int | None = None) -> tuple[Checkpoint, Record | None]:
     """A downstream task's starting point: an explicit checkpoint file, else the cached/trained upstream."""
     from vitbench.errors import ConfigError
 

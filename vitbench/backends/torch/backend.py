@@ -2,6 +2,7 @@
 
 Timing: on CUDA each step is bracketed by CUDA events and the end event is synchronised, so the time is the
 device's and never just the launch; on CPU eager execution is synchronous and the host clock is exact.
+Transfer: models in timm naming, trained with the optimiser of `training.py`, fp32.
 """
 
 from __future__ import annotations
@@ -11,17 +12,20 @@ import gc
 import time
 import warnings
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
-from vitbench.backends.base import Backend, RunSettings, Workload
+from vitbench.backends.base import Backend, Step, Workload
+from vitbench.backends.torch import SPEC
+from vitbench.backends.torch.training import make_optimizer, update
 from vitbench.errors import BackendUnavailable, ConfigError
 from vitbench.models.specs import ModelSpec, get_spec
-from vitbench.models.torch import build_torch_model, unfused_attention
+from vitbench.models.torch import build_torch_model, feature_forward, unfused_attention
 from vitbench.procmem import PeakRSS
+from vitbench.transfer.schedules import OptimConfig, lr_table
 
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-CLIP_NORM = 1.0  # global-norm gradient clipping, as in the paper's training and the JAX backend's step
 
 
 def autocast(device: torch.device, precision: str):
@@ -31,42 +35,26 @@ def autocast(device: torch.device, precision: str):
     return torch.autocast(device_type=device.type, dtype=_DTYPES[precision])
 
 
-def make_optimizer(name: str, params, lr: float = 1e-3, weight_decay: float = 0.0) -> torch.optim.Optimizer:
-    """adam: the paper's pre-training optimiser (beta 0.9/0.999); sgd: momentum 0.9, the fine-tuning one."""
-    if name == "adam":
-        return torch.optim.Adam(params, lr=lr, betas=(0.9, 0.999), weight_decay=weight_decay)
-    if name == "sgd":
-        return torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=weight_decay)
-    raise ConfigError(f"unknown optimizer {name!r}; allowed: adam, sgd")
-
-
 class TorchWorkload(Workload):
-    def __init__(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, task: str, precision: str,
-                 optimizer: torch.optim.Optimizer | None, device: torch.device):
-        self.model, self.x, self.y, self.task, self.precision = model, x, y, task, precision
-        self.opt, self.device = optimizer, device
-        self.params = [p for p in model.parameters() if p.requires_grad]
+    def __init__(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, mode: str, precision: str,
+                 opt: OptimConfig | None, device: torch.device):
+        self.model, self.x, self.y, self.mode, self.precision = model, x, y, mode, precision
+        self.device, self.opt = device, opt
         self.batch_size = x.shape[0]
+        if mode == "train":
+            self.optim, self.decay, self.params = make_optimizer(opt, model)
         # fp16 training needs loss scaling; bf16 has fp32's range and does not.
-        self.scaler = torch.amp.GradScaler(device.type) if (task == "train" and precision == "fp16") else None
+        self.scaler = torch.amp.GradScaler(device.type) if (mode == "train" and precision == "fp16") else None
 
     def step(self):
-        if self.task == "infer":
+        if self.mode == "infer":
             with torch.inference_mode(), autocast(self.device, self.precision):
                 return self.model(self.x)
         with autocast(self.device, self.precision):
             loss = F.cross_entropy(self.model(self.x), self.y)
-        self.opt.zero_grad(set_to_none=True)
-        if self.scaler is not None:
-            self.scaler.scale(loss).backward()
-            self.scaler.unscale_(self.opt)  # clip the true gradients, not the scaled ones
-            torch.nn.utils.clip_grad_norm_(self.params, CLIP_NORM)
-            self.scaler.step(self.opt)
-            self.scaler.update()
-        else:
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(self.params, CLIP_NORM)
-            self.opt.step()
+        self.optim.zero_grad(set_to_none=True)
+        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+        update(self.optim, self.params, self.decay, self.opt, self.opt.lr, self.scaler)
         return loss
 
     def sync(self, out) -> None:
@@ -74,30 +62,34 @@ class TorchWorkload(Workload):
             torch.cuda.synchronize(self.device)
 
     def close(self) -> None:
-        self.model = self.x = self.y = self.opt = self.params = None
+        self.model = self.x = self.y = self.optim = self.params = self.decay = None
 
 
 class TorchBackend(Backend):
-    name = "torch"
+    spec = SPEC
 
     def __init__(self) -> None:
         self.device = torch.device("cpu")
         self._rss = PeakRSS()
+        self.compile_s = 0.0
 
     # -- setup -------------------------------------------------------------------------------------
     def setup(self, device: str = "cpu", threads: int | None = None) -> dict:
-        dev = torch.device(device)
+        try:
+            dev = torch.device(device)
+        except RuntimeError:
+            dev = None
+        if dev is None or dev.type not in ("cpu", "cuda"):
+            raise ConfigError(f"unknown device {device!r}; allowed: {self.spec.devices}")
         if dev.type == "cuda" and not torch.cuda.is_available():
             raise BackendUnavailable(f"device {device!r} requested but CUDA is not available here; use --device cpu")
-        if dev.type not in ("cpu", "cuda"):
-            raise ConfigError(f"unknown device {device!r}; allowed: cpu, cuda, cuda:N")
         self.device = dev
         if threads is not None:
             if threads < 1:
                 raise ConfigError(f"threads must be >= 1, got {threads}")
             torch.set_num_threads(threads)
         return {
-            "backend": "torch",
+            "backend": self.name,
             "device": str(dev),
             "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
             "threads": torch.get_num_threads(),
@@ -105,40 +97,35 @@ class TorchBackend(Backend):
             **self.versions(),
         }
 
-    def versions(self) -> dict[str, str]:
-        import timm
-
-        v = {"torch": torch.__version__, "timm": timm.__version__}
+    def versions(self) -> dict[str, str | None]:
+        v = super().versions()
         if self.device.type == "cuda":
             v["cuda"] = torch.version.cuda or ""
             v["cudnn"] = str(torch.backends.cudnn.version())
         return v
 
     # -- model + step --------------------------------------------------------------------------------
-    def build(self, spec: ModelSpec, resolution: int, num_classes: int) -> torch.nn.Module:
-        return build_torch_model(spec, resolution, num_classes, device=self.device)
-
-    def prepare(self, settings: RunSettings) -> TorchWorkload:
-        if settings.precision not in _DTYPES:
-            raise ConfigError(f"unknown precision {settings.precision!r}; allowed: {', '.join(_DTYPES)}")
-        if settings.batch_size < 1:
-            raise ConfigError(f"batch_size must be >= 1, got {settings.batch_size}")
-        spec = get_spec(settings.model)
-        res = settings.resolution or spec.resolution
-        k = settings.num_classes or spec.num_classes
-        torch.manual_seed(settings.seed)
-        model = self.build(spec, res, k)
-        channels_last = settings.channels_last if settings.channels_last is not None else spec.family != "vit"
+    def prepare(self, step: Step) -> TorchWorkload:
+        if step.precision not in _DTYPES:
+            raise ConfigError(f"unknown precision {step.precision!r}; allowed: {', '.join(_DTYPES)}")
+        if step.batch_size < 1:
+            raise ConfigError(f"batch_size must be >= 1, got {step.batch_size}")
+        spec = get_spec(step.model)
+        res = step.resolution or spec.resolution
+        k = step.num_classes or spec.num_classes
+        torch.manual_seed(step.seed)
+        model = build_torch_model(spec, res, k, device=self.device)
+        channels_last = step.channels_last if step.channels_last is not None else spec.family != "vit"
         fmt = torch.channels_last if channels_last else torch.contiguous_format
         model = model.to(memory_format=fmt)
-        model.train(settings.task == "train")
-        gen = torch.Generator().manual_seed(settings.seed)
-        x = torch.randn(settings.batch_size, 3, res, res, generator=gen).to(self.device, memory_format=fmt)
-        y = torch.randint(0, k, (settings.batch_size,), generator=gen).to(self.device)
-        opt = make_optimizer(settings.optimizer, model.parameters()) if settings.task == "train" else None
-        if settings.compile:
+        model.train(step.mode == "train")
+        gen = torch.Generator().manual_seed(step.seed)
+        x = torch.randn(step.batch_size, 3, res, res, generator=gen).to(self.device, memory_format=fmt)
+        y = torch.randint(0, k, (step.batch_size,), generator=gen).to(self.device)
+        opt = OptimConfig(optimizer=step.optimizer) if step.mode == "train" else None
+        if step.compile:
             model = torch.compile(model)
-        return TorchWorkload(model, x, y, settings.task, settings.precision, opt, self.device)
+        return TorchWorkload(model, x, y, step.mode, step.precision, opt, self.device)
 
     def time_steps(self, work: Workload, min_steps: int, min_seconds: float, max_seconds: float,
                    max_steps: int = 100_000) -> list[float]:
@@ -172,7 +159,6 @@ class TorchBackend(Backend):
         return self._rss.growth_mib()
 
     def process_peak_mib(self) -> float:
-        """Whole-process peak (device allocator on CUDA; peak RSS on CPU): what a memory budget compares to."""
         if self.device.type == "cuda":
             return torch.cuda.max_memory_reserved(self.device) / 2**20
         return self._rss.peak_mib()
@@ -233,3 +219,49 @@ class TorchBackend(Backend):
         times = self.time_steps(work, min_steps=5, min_seconds=seconds, max_seconds=10 * seconds)
         times.sort()
         return 2 * n**3 / times[len(times) // 2]  # 2 FLOPs per MAC, median step
+
+    # -- transfer ------------------------------------------------------------------------------------------
+    def init_model(self, spec: ModelSpec, resolution: int, num_classes: int, seed: int) -> torch.nn.Module:
+        torch.manual_seed(seed)
+        return build_torch_model(spec, resolution, num_classes, device=self.device)
+
+    def weights(self, model: torch.nn.Module) -> dict[str, np.ndarray]:
+        return {k: v.detach().float().cpu().numpy().copy() for k, v in model.state_dict().items()}
+
+    def load_weights(self, model: torch.nn.Module, weights: dict[str, np.ndarray]) -> torch.nn.Module:
+        state = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in weights.items()}
+        model.load_state_dict(state, strict=True)
+        return model
+
+    def _tensor(self, x: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(x).permute(0, 3, 1, 2).contiguous().to(self.device)  # NHWC -> NCHW
+
+    def train(self, model: torch.nn.Module, data, resolution: int, opt: OptimConfig, batch_size: int,
+              seed: int) -> tuple[torch.nn.Module, list[float]]:
+        from vitbench.transfer.data import batch_indices
+
+        optim, decay, params = make_optimizer(opt, model)
+        lrs = lr_table(opt)
+        loss_fn = torch.nn.CrossEntropyLoss(label_smoothing=opt.label_smoothing)
+        order = batch_indices(len(data), batch_size, opt.steps, seed)
+        losses = []
+        model.train()
+        for step in range(opt.steps):
+            x, y = data.batch(order[step], resolution)
+            loss = loss_fn(model(self._tensor(x)), torch.from_numpy(y).to(self.device))
+            optim.zero_grad(set_to_none=True)
+            loss.backward()
+            update(optim, params, decay, opt, float(lrs[step]))
+            losses.append(loss.detach())
+        model.eval()
+        return model, [float(v) for v in torch.stack(losses).cpu()] if losses else []
+
+    @torch.inference_mode()
+    def features(self, model: torch.nn.Module, x: np.ndarray) -> np.ndarray:
+        model.eval()
+        return feature_forward(model, self._tensor(x)).float().cpu().numpy()
+
+    @torch.inference_mode()
+    def logits(self, model: torch.nn.Module, x: np.ndarray) -> np.ndarray:
+        model.eval()
+        return model(self._tensor(x)).float().cpu().numpy()

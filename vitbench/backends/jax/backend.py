@@ -9,115 +9,43 @@
   bf16). Matmul precision is JAX's default for the platform (recorded as `matmul_precision`; on TPU "default"
   runs float32 matmuls in bf16 passes -- set the `jax_default_matmul_precision` config to "highest" for true
   fp32 there). fp16 is refused on CPU, where XLA has no fp16 dot with fp32 accumulation.
-- Train step: softmax cross-entropy, optax clip_by_global_norm(1.0) (the paper's gradient clipping) then Adam
-  (beta 0.9/0.999, the paper's pre-training optimiser) or SGD momentum 0.9 (fine-tuning); lr 1e-3 and no weight
-  decay, the same as the torch backend; params and optimizer state are donated (updated in place).
+- Train step: softmax cross-entropy, then the optimiser of `training.py` (clip at global norm 1, the paper's
+  gradient clipping; Adam beta 0.9/0.999, the paper's pre-training optimiser, or SGD momentum 0.9), lr and
+  weight decay from OptimConfig's defaults, the same as the torch backend; params and optimizer state are
+  donated (updated in place).
 - Memory: on GPU/TPU the allocator's `peak_bytes_in_use` from `device.memory_stats()` (JAX cannot reset it, so it
   is the peak since the process started; vitbench runs one measurement per process where it matters); on CPU
   the growth of the process's peak RSS (vitbench.procmem.PeakRSS), as for torch.
-- GPU memory: XLA_PYTHON_CLIENT_PREALLOCATE=false is set (unless the user set it) before JAX creates its GPU
-  client, so JAX does not grab 75 % of the device up front: peaks and the largest batch are then the model's,
-  not the preallocation's. Out-of-memory surfaces as RESOURCE_EXHAUSTED and is caught as an OOM.
-- CPU threads: XLA's CPU client sizes its thread pools from the CPUs the process may run on when JAX first
-  initialises; there is no runtime setting. `threads=N` therefore restricts the process's CPU affinity to N CPUs
-  while the client is created (plus --xla_cpu_multi_thread_eigen=false for N=1) and then gives every thread its
-  CPUs back, so the pools have N threads that the OS schedules freely. Once JAX is initialised the count is
-  fixed: asking for another raises ConfigError. threads=None leaves JAX's default (all allowed CPUs).
+- Clients, GPU preallocation and CPU threads: see `client.py`.
 """
 
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # before jax creates a GPU client (see above)
-
 import gc  # noqa: E402
 import time  # noqa: E402
-from typing import Any  # noqa: E402
 
-from vitbench.backends.base import Backend, RunSettings, Workload  # noqa: E402
-from vitbench.errors import BackendUnavailable, ConfigError  # noqa: E402
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+from vitbench.backends.base import Backend, Step, Workload  # noqa: E402
+from vitbench.backends.jax import (
+    SPEC,  # noqa: E402
+    client,  # noqa: F401 - first: sets the GPU allocator before jax starts
+    training,  # noqa: E402
+)
+from vitbench.errors import ConfigError  # noqa: E402
 from vitbench.models.specs import ModelSpec, get_spec  # noqa: E402
 from vitbench.procmem import PeakRSS, peak_rss_mib  # noqa: E402
+from vitbench.transfer.schedules import OptimConfig  # noqa: E402
 
-_PRECISIONS = ("fp32", "bf16", "fp16")
-_PLATFORMS = {"cpu": "cpu", "gpu": "gpu", "cuda": "gpu", "rocm": "gpu", "tpu": "tpu"}
-LEARNING_RATE = 1e-3  # same as the torch backend's optimizers
-CLIP_NORM = 1.0  # ViT paper, fine-tuning: "gradient clipping at global norm 1"
-
-_state: dict[str, Any] = {"cpu_threads": None}  # what this module initialised the CPU client with
-
-
-def _jax_initialised() -> bool:
-    """Has JAX already created its platform clients (after which thread pools and allocators are fixed)?"""
-    try:
-        from jax._src import xla_bridge
-
-        return bool(getattr(xla_bridge, "_backends", {}))
-    except Exception:  # noqa: BLE001 - private API moved: assume the worst
-        return True
-
-
-def _init_cpu_client(threads: int | None) -> int:
-    """Create JAX's clients, with the CPU pools sized to `threads` CPUs if JAX is not initialised yet.
-
-    Returns the CPU thread count the client was created with (best knowledge)."""
-    if _state["cpu_threads"] is not None:
-        return _state["cpu_threads"]
-    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count()))
-    if _jax_initialised():  # someone else created the client: it uses the CPUs allowed back then
-        _state["cpu_threads"] = len(allowed)
-        return len(allowed)
-    n = len(allowed) if threads is None else min(threads, len(allowed))
-    if threads == 1 and "xla_cpu_multi_thread_eigen" not in os.environ.get("XLA_FLAGS", ""):
-        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false").strip()
-    restrict = n < len(allowed) and hasattr(os, "sched_setaffinity")
-    if restrict:
-        os.sched_setaffinity(0, allowed[:n])
-    try:
-        import jax
-
-        jax.devices()  # creates the clients (and their thread pools) now
-    finally:
-        if restrict:
-            _restore_affinity(allowed)
-    _state["cpu_threads"] = n
-    return n
-
-
-def _restore_affinity(cpus: list[int]) -> None:
-    """Give every thread of the process (XLA's new pool threads inherited the restricted mask) its CPUs back:
-    the pools keep their size, the OS schedules them freely (as torch.set_num_threads would)."""
-    try:
-        tids = [int(t) for t in os.listdir("/proc/self/task")]
-    except OSError:
-        tids = [0]
-    for tid in tids:
-        try:
-            os.sched_setaffinity(tid, cpus)
-        except OSError:  # a thread that ended meanwhile
-            pass
+_DTYPES = {"fp32": jnp.float32, "bf16": jnp.bfloat16, "fp16": jnp.float16}
 
 
 def _dtype(precision: str):
-    import jax.numpy as jnp
-
-    if precision not in _PRECISIONS:
-        raise ConfigError(f"unknown precision {precision!r}; allowed: {', '.join(_PRECISIONS)}")
-    return {"fp32": jnp.float32, "bf16": jnp.bfloat16, "fp16": jnp.float16}[precision]
-
-
-def make_optimizer(name: str, lr: float = LEARNING_RATE):
-    """optax: clip_by_global_norm(1.0) then adam (beta 0.9/0.999) or sgd (momentum 0.9)."""
-    import optax
-
-    if name == "adam":
-        opt = optax.adam(lr, b1=0.9, b2=0.999)
-    elif name == "sgd":
-        opt = optax.sgd(lr, momentum=0.9)
-    else:
-        raise ConfigError(f"unknown optimizer {name!r}; allowed: adam, sgd")
-    return optax.chain(optax.clip_by_global_norm(CLIP_NORM), opt)
+    if precision not in _DTYPES:
+        raise ConfigError(f"unknown precision {precision!r}; allowed: {', '.join(_DTYPES)}")
+    return _DTYPES[precision]
 
 
 def random_params(model, resolution: int, seed: int = 0) -> dict:
@@ -128,10 +56,6 @@ def random_params(model, resolution: int, seed: int = 0) -> dict:
     `init_params` (the model's own initialisers) this compiles nothing: a jitted init costs seconds of XLA
     compile per model, which is pure overhead for a throughput or memory probe.
     """
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-
     from vitbench.models.convert import flatten, unflatten
 
     x = jax.ShapeDtypeStruct((1, resolution, resolution, 3), jnp.float32)
@@ -157,26 +81,22 @@ def random_params(model, resolution: int, seed: int = 0) -> dict:
 class JaxWorkload(Workload):
     """A compiled step and its device-resident arguments. `step()` returns without waiting (async dispatch)."""
 
-    def __init__(self, executable, args: tuple, batch_size: int, task: str, compile_s: float, lower_s: float):
-        self.executable, self.args, self.batch_size, self.task = executable, args, batch_size, task
+    def __init__(self, executable, args: tuple, batch_size: int, mode: str, compile_s: float, lower_s: float):
+        self.executable, self.args, self.batch_size, self.mode = executable, args, batch_size, mode
         self.compile_s = compile_s  # lower (trace) + XLA compile, seconds
         self.lower_s = lower_s
 
     def step(self):
-        if self.task == "infer":
+        if self.mode == "infer":
             return self.executable(*self.args)
         state, loss = self.executable(*self.args)  # args = (state, x, y); state is donated
         self.args = (state, *self.args[1:])
         return state, loss
 
     def sync(self, out) -> None:
-        import jax
-
         jax.block_until_ready(out)
 
     def close(self) -> None:
-        import jax
-
         for leaf in jax.tree_util.tree_leaves(self.args):
             if isinstance(leaf, jax.Array) and not leaf.is_deleted():
                 leaf.delete()
@@ -185,51 +105,25 @@ class JaxWorkload(Workload):
 
 
 class JaxBackend(Backend):
-    name = "jax"
+    spec = SPEC
 
     def __init__(self) -> None:
         self.device = None
-        self.device_str = "cpu"
         self._rss = PeakRSS()
+        self.compile_s = 0.0
 
     # -- setup ---------------------------------------------------------------------------------------
     def setup(self, device: str = "cpu", threads: int | None = None) -> dict:
-        kind, _, index = device.partition(":")
-        platform = _PLATFORMS.get(kind)
-        if platform is None or (index and not index.isdigit()):
-            raise ConfigError(f"unknown device {device!r}; allowed: cpu, gpu|cuda[:N], tpu[:N]")
-        if threads is not None and threads < 1:
-            raise ConfigError(f"threads must be >= 1, got {threads}")
-        n_cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-        if platform == "cpu" and threads is not None and threads > n_cpus:
-            raise ConfigError(f"threads={threads}, but this process may use {n_cpus} CPU(s); XLA sizes its CPU "
-                              f"pools by the CPUs available, so use threads <= {n_cpus}")
-        cpu_threads = _init_cpu_client(threads if platform == "cpu" else None)
-        if platform == "cpu" and threads is not None and threads != cpu_threads:
-            raise ConfigError(
-                f"threads={threads} requested, but JAX's CPU client was already created with {cpu_threads} "
-                "threads in this process (XLA fixes its pools at start-up); run in a fresh process or use "
-                f"threads={cpu_threads}")
-        import jax
-
-        try:
-            devices = jax.devices(platform)
-        except RuntimeError as e:
-            raise BackendUnavailable(f"device {device!r} requested but JAX has no {platform} backend here "
-                                     f"({e}); use --device cpu") from e
-        i = int(index or 0)
-        if i >= len(devices):
-            raise BackendUnavailable(f"device {device!r}: only {len(devices)} {platform} device(s) present")
-        self.device, self.device_str = devices[i], device
+        self.device, platform, cpu_threads = client.select_device(device, threads, self.spec.devices)
         return {
-            "backend": "jax",
+            "backend": self.name,
             "device": device,
             "device_name": getattr(self.device, "device_kind", platform),
             "platform": platform,
-            "threads": cpu_threads if platform == "cpu" else None,
+            "threads": cpu_threads,
             "matmul_precision": str(jax.config.jax_default_matmul_precision or "default"),
-            "xla_preallocate": os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE"),
-            "xla_flags": os.environ.get("XLA_FLAGS", ""),
+            "xla_preallocate": client.os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE"),
+            "xla_flags": client.os.environ.get("XLA_FLAGS", ""),
             **self.versions(),
         }
 
@@ -238,58 +132,48 @@ class JaxBackend(Backend):
             self.setup("cpu")
         return self.device
 
-    def versions(self) -> dict[str, str]:
-        from importlib.metadata import version
-
-        out = {}
-        for pkg in ("jax", "jaxlib", "flax", "optax"):
-            try:
-                out[pkg] = version(pkg)
-            except Exception:  # noqa: BLE001
-                out[pkg] = "?"
-        return out
+    def put(self, x):
+        """A host array on this backend's device."""
+        return jax.device_put(x, self._dev())
 
     # -- model + step ---------------------------------------------------------------------------------
-    def prepare(self, settings: RunSettings) -> JaxWorkload:
-        import jax
-        import jax.numpy as jnp
+    def prepare(self, step: Step) -> JaxWorkload:
         import optax
 
         from vitbench.models.flax import build_flax_model
 
-        dtype = _dtype(settings.precision)
-        if settings.task not in ("infer", "train"):
-            raise ConfigError(f"unknown task {settings.task!r}; allowed: infer, train")
-        if settings.task == "train" and settings.precision == "fp16":
-            raise ConfigError("precision fp16 is inference-only on the jax backend (fp16 training needs loss "
-                              "scaling); use --precision bf16 for mixed-precision training")
-        if settings.batch_size < 1:
-            raise ConfigError(f"batch_size must be >= 1, got {settings.batch_size}")
+        dtype = _dtype(step.precision)
+        if step.mode not in ("infer", "train"):
+            raise ConfigError(f"unknown mode {step.mode!r}; allowed: infer, train")
+        problems = self.spec.problems({"precision": step.precision, "mode": step.mode,
+                                       "device": self._dev().platform})
+        if problems:
+            raise ConfigError("; ".join(p for _, p in problems))
+        if step.batch_size < 1:
+            raise ConfigError(f"batch_size must be >= 1, got {step.batch_size}")
         dev = self._dev()
-        if settings.precision == "fp16" and dev.platform == "cpu":
-            raise ConfigError("precision fp16 is not available on the jax backend's CPU device (XLA's CPU dot "
-                              "has no fp16 x fp16 -> fp32 form); use --precision bf16, or fp16 on a GPU")
-        spec = get_spec(settings.model)
-        res = settings.resolution or spec.resolution
-        k = settings.num_classes or spec.num_classes
+        spec = get_spec(step.model)
+        res = step.resolution or spec.resolution
+        k = step.num_classes or spec.num_classes
         model = build_flax_model(spec, res, k, dtype=dtype)
         # inputs first, images before labels: an impossible batch fails (RESOURCE_EXHAUSTED) before anything
         # else is built. The 'rbg' generator: threefry's kernels take seconds to compile for each new shape.
-        key_x, key_y = jax.random.split(jax.random.key(settings.seed, impl="unsafe_rbg"))
+        key_x, key_y = jax.random.split(jax.random.key(step.seed, impl="unsafe_rbg"))
         with jax.default_device(dev):
             # NHWC, already in the compute dtype (torch autocast casts them inside the first layer)
-            x = jax.random.normal(key_x, (settings.batch_size, res, res, 3), jnp.float32).astype(dtype)
+            x = jax.random.normal(key_x, (step.batch_size, res, res, 3), jnp.float32).astype(dtype)
             jax.block_until_ready(x)  # dispatch is async: surface an allocation failure here
-            y = jax.random.randint(key_y, (settings.batch_size,), 0, k)
-        params = jax.device_put(random_params(model, res, settings.seed), dev)
-        if settings.task == "infer":
+            y = jax.random.randint(key_y, (step.batch_size,), 0, k)
+        params = jax.device_put(random_params(model, res, step.seed), dev)
+        if step.mode == "infer":
             def forward(p, xb):
                 return model.apply({"params": p}, xb)
 
             args: tuple = (params, x)
             jitted = jax.jit(forward)
         else:
-            tx = make_optimizer(settings.optimizer)
+            opt = OptimConfig(optimizer=step.optimizer)
+            tx = training.make_tx(opt, params)
 
             def loss_fn(p, xb, yb):
                 logits = model.apply({"params": p}, xb, train=True)
@@ -298,8 +182,7 @@ class JaxBackend(Backend):
             def train_step(state, xb, yb):
                 p, opt_state = state
                 loss, grads = jax.value_and_grad(loss_fn)(p, xb, yb)
-                updates, opt_state = tx.update(grads, opt_state, p)
-                return (optax.apply_updates(p, updates), opt_state), loss
+                return training.apply_update(tx, grads, opt_state, p, opt.lr), loss
 
             state = (params, tx.init(params))  # zeros like params, on params' device
             args = (state, x, y)
@@ -310,8 +193,7 @@ class JaxBackend(Backend):
         t1 = time.perf_counter()
         executable = lowered.compile()
         t2 = time.perf_counter()
-        return JaxWorkload(executable, args, settings.batch_size, settings.task, compile_s=t2 - t0,
-                           lower_s=t1 - t0)
+        return JaxWorkload(executable, args, step.batch_size, step.mode, compile_s=t2 - t0, lower_s=t1 - t0)
 
     # -- memory --------------------------------------------------------------------------------------
     def _device_stats(self) -> dict | None:
@@ -331,7 +213,6 @@ class JaxBackend(Backend):
         return self._rss.growth_mib()
 
     def process_peak_mib(self) -> float:
-        """Whole-process peak: device allocator peak on GPU/TPU, peak RSS on CPU (what a budget compares to)."""
         stats = self._device_stats()
         if stats and "peak_bytes_in_use" in stats:
             return stats["peak_bytes_in_use"] / 2**20
@@ -344,9 +225,6 @@ class JaxBackend(Backend):
     # -- FLOPs & peak ----------------------------------------------------------------------------------
     def count_flops(self, spec: ModelSpec, resolution: int, num_classes: int) -> dict[str, dict]:
         """XLA's cost analysis of the compiled forward for one image (shapes only: nothing is allocated)."""
-        import jax
-        import jax.numpy as jnp
-
         from vitbench.models.flax import build_flax_model
 
         model = build_flax_model(spec, resolution, num_classes)
@@ -367,9 +245,6 @@ class JaxBackend(Backend):
         }}
 
     def matmul_flops_per_s(self, precision: str = "fp32", n: int = 2048, seconds: float = 1.0) -> float:
-        import jax
-        import jax.numpy as jnp
-
         dtype = _dtype(precision)
         dev = self._dev()
         ka, kb = jax.random.split(jax.random.PRNGKey(0))
@@ -392,3 +267,32 @@ class JaxBackend(Backend):
             work.sync(work.step())
         times = sorted(self.time_steps(work, min_steps=5, min_seconds=seconds, max_seconds=10 * seconds))
         return 2 * n**3 / times[len(times) // 2]  # 2 FLOPs per MAC, median step
+
+    # -- transfer --------------------------------------------------------------------------------------
+    def init_model(self, spec: ModelSpec, resolution: int, num_classes: int, seed: int) -> training.FlaxModel:
+        from vitbench.models.flax import build_flax_model, init_params
+
+        module = build_flax_model(spec, resolution, num_classes)
+        return training.FlaxModel(module, self.put(init_params(module, resolution, seed)), spec)
+
+    def weights(self, model: training.FlaxModel) -> dict[str, np.ndarray]:
+        from vitbench.models.convert import flax_to_torch
+
+        host = jax.tree_util.tree_map(np.array, jax.device_get(model.params))  # writable copies for torch
+        return {k: v.numpy().copy() for k, v in flax_to_torch(host, model.spec).items()}
+
+    def load_weights(self, model: training.FlaxModel, weights: dict[str, np.ndarray]) -> training.FlaxModel:
+        from vitbench.models.convert import torch_to_flax
+
+        model.params = self.put(torch_to_flax(weights, model.spec))
+        return model
+
+    def train(self, model: training.FlaxModel, data, resolution: int, opt: OptimConfig, batch_size: int,
+              seed: int) -> tuple[training.FlaxModel, list[float]]:
+        return training.train(self, model, data, resolution, opt, batch_size, seed)
+
+    def features(self, model: training.FlaxModel, x: np.ndarray) -> np.ndarray:
+        return training.host_array(training.apply_compiled(model.module, True)(model.params, self.put(x)))
+
+    def logits(self, model: training.FlaxModel, x: np.ndarray) -> np.ndarray:
+        return training.host_array(training.apply_compiled(model.module, False)(model.params, self.put(x)))

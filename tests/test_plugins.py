@@ -1,0 +1,88 @@
+"""The plug-in shape: a backend and a task added from outside the package run through a real sweep, `vitbench
+plugins` says where everything comes from, and backend names stay inside their packages."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE = REPO / "examples" / "plugin"
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(EXAMPLE), str(REPO), env.get("PYTHONPATH", "")) if p)
+    env["VITBENCH_PLUGINS"] = "vitbench_toy"
+    return env
+
+
+def _vitbench(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", "from vitbench.cli import main; main()", *args], cwd=cwd,
+                          env=_env(), capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.timeout(600)
+def test_an_outside_backend_and_task_run_through_a_sweep_and_the_report(tmp_path):
+    r = _vitbench("plugins", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    rows = {(p["kind"], p["name"]): p for p in json.loads(r.stdout)}
+    toy_backend, toy_task = rows[("backend", "numpy")], rows[("task", "tokens")]
+    assert toy_backend["source"] == toy_task["source"] == "$VITBENCH_PLUGINS"
+    assert toy_backend["module"] == "vitbench_toy" and toy_backend["capabilities"] == ["infer", "matmul_peak",
+                                                                                         "memory"]
+    assert toy_task["fields"] == {"model": None, "task": None, "resolution": None, "include_class_token": True}
+    assert rows[("backend", "torch")]["source"] == "vitbench"
+
+    res = tmp_path / "res"
+    r = _vitbench("sweep", str(EXAMPLE / "toy.yaml"), "--results", str(res), cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    from vitbench.store import load
+
+    df = load(res)
+    assert set(df["status"]) == {"ok"} and len(df) == 4 + 4  # 2 models x 2 backends infer; 2 x 2 tokens
+    infer = df[df["task"] == "infer"].set_index(["model", "backend"])
+    assert (infer["img_per_s"] > 0).all() and (infer["mfu"] > 0).all()
+    tokens = df[df["task"] == "tokens"].set_index(["model", "resolution"])
+    assert tokens.loc[("ViT-Nano/4", 32), "tokens"] == (32 // 4) ** 2 + 1
+    cal = load(res, kinds=("calibration",))
+    assert set(cal["backend"]) == {"numpy", "torch"}  # the toy backend is calibrated like any other
+
+    r = _vitbench("report", str(res), "--no-plots", "--format", "md", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    md = (res / "report" / "report.md").read_text()
+    assert "Sequence length and cost (toy plug-in)" in md and "Backends side by side" in md
+    assert "numpy_vs_torch" in md  # the ratio column is derived from the registered backends
+
+
+def test_a_study_asking_a_backend_for_what_it_cannot_do_fails_when_parsed(tmp_path):
+    study = tmp_path / "s.yaml"
+    study.write_text("name: s\naxes:\n  model: [ViT-Nano/4, R-Nano]\n  backend: [numpy]\n  task: [train]\n")
+    r = _vitbench("sweep", str(study), "--dry-run", cwd=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    msg = " ".join(r.stderr.split())
+    assert "s.yaml:5: axes.task[0]: backend 'numpy' cannot train (it provides: infer, matmul_peak, memory)" in msg
+    assert "s.yaml:3: axes.model[1]" in msg and "runs ViTs only" in msg
+
+
+def test_backend_names_live_only_in_their_packages():
+    """No file outside vitbench/backends/ and vitbench/models/ names a backend as a string."""
+    from vitbench.backends.base import backend_names
+
+    names = backend_names()
+    pattern = re.compile(r"""["'](%s)["']""" % "|".join(map(re.escape, names)))
+    offenders = []
+    for path in (REPO / "vitbench").rglob("*.py"):
+        rel = path.relative_to(REPO / "vitbench").as_posix()
+        if rel.startswith(("backends/", "models/")):
+            continue
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            if pattern.search(line):
+                offenders.append(f"{rel}:{i}: {line.strip()}")
+    assert not offenders, "\n".join(offenders)

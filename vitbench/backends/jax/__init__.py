@@ -1,0 +1,46 @@
+"""The JAX/Flax backend: Flax linen models with vit_jax parameter names, jit compiled ahead of time.
+
+This module only registers the backend (nothing of jax is imported); the implementation is
+`vitbench.backends.jax.backend.JaxBackend` (client start-up in `client.py`, training in `training.py`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from vitbench.backends.base import BackendSpec, Capability, register_backend
+
+NAME = "jax"
+_DEVICE = re.compile(r"^(cpu|gpu|cuda|rocm|tpu)(:\d+)?$")
+
+
+def _check(fields: Mapping[str, Any]) -> list[tuple[str, str]]:
+    out = []
+    device = str(fields.get("device") or "cpu")
+    if not _DEVICE.match(device):
+        out.append(("device", f"backend {NAME!r} runs on cpu, gpu|cuda[:N] or tpu[:N]"))
+    if fields.get("precision") == "fp16":
+        if device.startswith("cpu"):
+            out.append(("precision", "fp16 is not available on the jax backend's CPU device (XLA's CPU dot has "
+                                     "no fp16 x fp16 -> fp32 form); use bf16, or fp16 on a GPU"))
+        if fields.get("task") == "train" or fields.get("mode") == "train":
+            out.append(("precision", "fp16 is inference-only on the jax backend (fp16 training needs loss "
+                                     "scaling); use bf16 for mixed-precision training"))
+    return out
+
+
+SPEC = register_backend(BackendSpec(
+    name=NAME,
+    implementation="vitbench.backends.jax.backend:JaxBackend",
+    requires=("jax", "flax", "optax"),
+    capabilities=frozenset(Capability) - {Capability.COMPILE},  # always compiled (jit, ahead of time)
+    precisions=("fp32", "bf16", "fp16"),
+    devices="cpu | gpu|cuda[:N] | tpu[:N]",
+    preload=(),  # XLA's CPU client sizes its thread pools at start-up: each trial starts JAX itself
+    distributions=("jax", "jaxlib", "flax", "optax"),
+    check=_check,
+    install="pip install 'vitbench[jax]'",
+    description="JAX + Flax linen: jit compiled ahead of time (compile_s apart), block_until_ready, XLA FLOPs",
+))

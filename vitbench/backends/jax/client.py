@@ -1,0 +1,111 @@
+"""JAX's platform clients, created once per process: GPU memory on demand, CPU thread pools sized by request.
+
+- GPU memory: XLA_PYTHON_CLIENT_PREALLOCATE=false is set (unless the user set it) before JAX creates its GPU
+  client, so JAX does not grab 75 % of the device up front: peaks and the largest batch are then the model's,
+  not the preallocation's. Out-of-memory surfaces as RESOURCE_EXHAUSTED and is caught as an OOM.
+- CPU threads: XLA's CPU client sizes its thread pools from the CPUs the process may run on when JAX first
+  initialises; there is no runtime setting. `threads=N` therefore restricts the process's CPU affinity to N CPUs
+  while the client is created (plus --xla_cpu_multi_thread_eigen=false for N=1) and then gives every thread its
+  CPUs back, so the pools have N threads that the OS schedules freely. Once JAX is initialised the count is
+  fixed: asking for another raises ConfigError. threads=None leaves JAX's default (all allowed CPUs).
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # before jax creates a GPU client (see above)
+
+from typing import Any  # noqa: E402
+
+from vitbench.errors import BackendUnavailable, ConfigError  # noqa: E402
+
+PLATFORMS = {"cpu": "cpu", "gpu": "gpu", "cuda": "gpu", "rocm": "gpu", "tpu": "tpu"}
+_state: dict[str, Any] = {"cpu_threads": None}  # what this module initialised the CPU client with
+
+
+def _allowed_cpus() -> list[int]:
+    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count()))
+
+
+def _jax_initialised() -> bool:
+    """Has JAX already created its platform clients (after which thread pools and allocators are fixed)?"""
+    try:
+        from jax._src import xla_bridge
+
+        return bool(getattr(xla_bridge, "_backends", {}))
+    except Exception:  # noqa: BLE001 - private API moved: assume the worst
+        return True
+
+
+def _init_cpu_client(threads: int | None) -> int:
+    """Create JAX's clients, with the CPU pools sized to `threads` CPUs if JAX is not initialised yet.
+
+    Returns the CPU thread count the client was created with (best knowledge)."""
+    if _state["cpu_threads"] is not None:
+        return _state["cpu_threads"]
+    allowed = _allowed_cpus()
+    if _jax_initialised():  # someone else created the client: it uses the CPUs allowed back then
+        _state["cpu_threads"] = len(allowed)
+        return len(allowed)
+    n = len(allowed) if threads is None else min(threads, len(allowed))
+    if threads == 1 and "xla_cpu_multi_thread_eigen" not in os.environ.get("XLA_FLAGS", ""):
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false").strip()
+    restrict = n < len(allowed) and hasattr(os, "sched_setaffinity")
+    if restrict:
+        os.sched_setaffinity(0, allowed[:n])
+    try:
+        import jax
+
+        jax.devices()  # creates the clients (and their thread pools) now
+    finally:
+        if restrict:
+            _restore_affinity(allowed)
+    _state["cpu_threads"] = n
+    return n
+
+
+def _restore_affinity(cpus: list[int]) -> None:
+    """Give every thread of the process (XLA's new pool threads inherited the restricted mask) its CPUs back:
+    the pools keep their size, the OS schedules them freely (as torch.set_num_threads would)."""
+    try:
+        tids = [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:
+        tids = [0]
+    for tid in tids:
+        try:
+            os.sched_setaffinity(tid, cpus)
+        except OSError:  # a thread that ended meanwhile
+            pass
+
+
+def select_device(device: str, threads: int | None, allowed: str) -> tuple[Any, str, int | None]:
+    """(jax device, platform, CPU threads or None) for `device` ('cpu', 'gpu:1', ...), starting the clients
+    with `threads` CPU threads if JAX has not started yet. `allowed` describes valid devices for messages."""
+    kind, _, index = device.partition(":")
+    platform = PLATFORMS.get(kind)
+    if platform is None or (index and not index.isdigit()):
+        raise ConfigError(f"unknown device {device!r}; allowed: {allowed}")
+    if threads is not None and threads < 1:
+        raise ConfigError(f"threads must be >= 1, got {threads}")
+    n_cpus = len(_allowed_cpus())
+    if platform == "cpu" and threads is not None and threads > n_cpus:
+        raise ConfigError(f"threads={threads}, but this process may use {n_cpus} CPU(s); XLA sizes its CPU "
+                          f"pools by the CPUs available, so use threads <= {n_cpus}")
+    cpu_threads = _init_cpu_client(threads if platform == "cpu" else None)
+    if platform == "cpu" and threads is not None and threads != cpu_threads:
+        raise ConfigError(
+            f"threads={threads} requested, but JAX's CPU client was already created with {cpu_threads} "
+            "threads in this process (XLA fixes its pools at start-up); run in a fresh process or use "
+            f"threads={cpu_threads}")
+    import jax
+
+    try:
+        devices = jax.devices(platform)
+    except RuntimeError as e:
+        raise BackendUnavailable(f"device {device!r} requested but JAX has no {platform} backend here "
+                                 f"({e}); use --device cpu") from e
+    i = int(index or 0)
+    if i >= len(devices):
+        raise BackendUnavailable(f"device {device!r}: only {len(devices)} {platform} device(s) present")
+    return devices[i], platform, (cpu_threads if platform == "cpu" else None)

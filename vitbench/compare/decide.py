@@ -1,0 +1,216 @@
+"""Deciding one metric of one matched trial: samples, the machine's calibration, a bootstrap interval on
+current / baseline, and the decision against the threshold."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import enum
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from vitbench.compare.match import Trial
+from vitbench.errors import ConfigError
+from vitbench.record import Record
+from vitbench.stats import boot_medians, combine_repeats, percentile_interval
+from vitbench.tasks import Metric
+
+
+class Decision(str, enum.Enum):
+    REGRESSION = "regression"  # the whole CI is worse than the threshold
+    IMPROVEMENT = "improvement"  # the whole CI is better than the threshold
+    INCONCLUSIVE = "inconclusive"  # the point estimate is past the threshold, the CI reaches back inside it
+    NO_CHANGE = "no change"
+    FAILED = "failed"  # ok in the baseline, not in current (oom, error, timeout, interrupted)
+    NO_DATA = "no data"  # neither side has a value to compare
+
+    def __str__(self) -> str:
+        return self.value
+
+
+REGRESSING = frozenset({Decision.REGRESSION, Decision.FAILED})  # decisions that make `vitbench compare` exit 1
+
+
+@dataclass
+class Row:
+    """One metric of one matched trial. Ratios are current / baseline (normalised when `normalized`)."""
+
+    trial: str
+    metric: str
+    unit: str
+    higher_is_better: bool
+    decision: Decision
+    baseline: float | None = None
+    current: float | None = None
+    ratio: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    ratio_raw: float | None = None  # before dividing out the calibration
+    machine_ratio: float | None = None  # calibration current / baseline (None unless normalised)
+    repeats: tuple[int, int] = (0, 0)
+    samples: tuple[int, int] = (0, 0)
+    method: str = ""
+    note: str = ""
+
+
+def number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def metric_samples(rec: Record, metric: Metric) -> list[float] | None:
+    """The samples a record offers for `metric`: its declared sampler (e.g. per-step img/s), else its value."""
+    if metric.samples is not None:
+        xs = metric.samples(rec)
+        if xs:
+            return xs
+    v = rec.metrics.get(metric.name)
+    return [float(v)] if number(v) else None
+
+
+def _timestamp(s) -> float | None:
+    try:
+        return _dt.datetime.fromisoformat(str(s)).timestamp()
+    except ValueError:
+        return None
+
+
+class Calibrations:
+    """Calibration records of one side, looked up per trial record (same run, backend, device; precision)."""
+
+    def __init__(self, records: Sequence[Record], metric: Metric, side: str):
+        self.side, self.metric = side, metric
+        self.records = [r for r in records if metric_samples(r, metric)]
+        self._cache: dict[tuple, float] = {}
+        self.fallbacks = 0
+
+    def for_record(self, rec: Record) -> float:
+        cfg = rec.measured_config
+        cands = [c for c in self.records
+                 if all(c.measured_config.get(k) == cfg.get(k) for k in ("backend", "device")
+                        if c.measured_config.get(k) is not None and cfg.get(k) is not None)]
+        if not cands:
+            raise ConfigError(
+                f"--normalize: the {self.side} results have no calibration record (metric {self.metric.name}) for "
+                f"backend {cfg.get('backend')!r} on device {cfg.get('device')!r}; `vitbench sweep` measures one at "
+                "the start of every run. Re-run the sweep, or compare without --normalize.")
+        same_run = [c for c in cands if c.run_id is not None and c.run_id == rec.run_id]
+        if not same_run:
+            self.fallbacks += 1
+        pool = same_run or cands
+        same_prec = [c for c in pool if c.measured_config.get("precision") == cfg.get("precision")]
+        pool = same_prec or [c for c in pool if c.measured_config.get("precision") in (None, "fp32")] or pool
+        pool = [c for c in pool if c.measured_config.get("threads") == cfg.get("threads")] or pool
+        # several calibrations in the run (one per repeat round): the one measured nearest in time tracks the
+        # machine's state (other load, clocks) at the trial best
+        t = _timestamp(rec.started_at)
+        times = [_timestamp(c.started_at) for c in pool]
+        if t is not None and len(pool) > 1 and None not in times:
+            best = min(abs(x - t) for x in times)
+            pool = [c for c, x in zip(pool, times) if abs(x - t) == best]
+        # A fixed divisor: the median of the calibration's runs. Its uncertainty is not resampled from its 3-odd
+        # runs (a median of 3 bootstraps to a lumpy, outlier-driven distribution); it enters the interval through
+        # the repeats instead, when every repeat round has its own calibration (see docs/compare.md).
+        ident = tuple(sorted(id(c) for c in pool))
+        if ident not in self._cache:
+            self._cache[ident] = float(np.median([x for c in pool for x in metric_samples(c, self.metric)]))
+        return self._cache[ident]
+
+
+def decide(ratio: float, ci_low: float, ci_high: float, threshold: float, higher_is_better: bool) -> Decision:
+    """regression / improvement only when the whole CI of current/baseline is past the threshold."""
+    worse_ci, better_ci = (ci_high < 1 - threshold, ci_low > 1 + threshold) if higher_is_better else \
+        (ci_low > 1 + threshold, ci_high < 1 - threshold)
+    if worse_ci:
+        return Decision.REGRESSION
+    if better_ci:
+        return Decision.IMPROVEMENT
+    if ratio < 1 - threshold or ratio > 1 + threshold:
+        return Decision.INCONCLUSIVE
+    return Decision.NO_CHANGE
+
+
+def _side(trial: Trial, metric: Metric, calib: Calibrations | None, n_boot: int, rng: np.random.Generator):
+    """(point, replicates, repeats, samples, unnormalised point) of one side, or None when no record has it."""
+    points, reps, raw_points, n = [], [], [], 0
+    for rec in trial.ok:
+        xs = metric_samples(rec, metric)
+        if not xs:
+            continue
+        p, r = boot_medians(xs, n_boot, rng)
+        raw_points.append(p)
+        n += len(xs)
+        if calib is not None:
+            cal = calib.for_record(rec)
+            p, r = p / cal, r / cal
+        points.append(p)
+        reps.append(r)
+    if not points:
+        return None
+    point, replicates = combine_repeats(points, reps, rng)
+    return point, replicates, len(points), n, float(np.mean(raw_points))
+
+
+def status_note(recs: list[Record]) -> str:
+    st = sorted({r.status.value for r in recs})
+    msg = next((r.error.message for r in recs if r.error), None)
+    return "/".join(st) + (f": {str(msg).strip().splitlines()[-1][:120]}" if msg and str(msg).strip() else "")
+
+
+def compare_trial(label: str, b: Trial, c: Trial, metrics: Sequence[Metric], threshold: float,
+                  confidence: float, calibs: tuple[Calibrations, Calibrations] | None, n_boot: int,
+                  rng: np.random.Generator) -> list[Row]:
+    """The rows of one matched trial: a status row when a side has no ok record, else one per metric it has."""
+    if not c.ok or not b.ok:
+        if b.ok:
+            decision, note = Decision.FAILED, f"current: {status_note(c.failed)}"
+        elif c.ok:
+            decision, note = Decision.IMPROVEMENT, f"baseline: {status_note(b.failed)}; current: ok"
+        else:
+            decision = Decision.NO_DATA
+            note = f"failed on both sides: {status_note(b.failed)} / {status_note(c.failed)}"
+        return [Row(label, "status", "", True, decision, repeats=(len(b.ok), len(c.ok)), method="status",
+                    note=note)]
+    rows = []
+    for md in metrics:
+        norm = calibs is not None and md.speed
+        bs = _side(b, md, calibs[0] if norm else None, n_boot, rng)
+        cs = _side(c, md, calibs[1] if norm else None, n_boot, rng)
+        if bs is None and cs is None:
+            continue  # this kind of record does not carry the metric
+        row = Row(label, md.name, md.unit, md.higher_is_better, Decision.NO_DATA)
+        notes = []
+        if c.failed:
+            notes.append(f"{len(c.failed)} current repeat(s) {status_note(c.failed)}")
+        if bs is None or cs is None:
+            row.baseline = bs[4] if bs else None
+            row.current = cs[4] if cs else None
+            row.note = "; ".join([*notes, f"not in {'baseline' if bs is None else 'current'}"])
+            rows.append(row)
+            continue
+        (bp, br, bn_rep, bn, b_raw), (cp, cr, cn_rep, cn, c_raw) = bs, cs
+        row.baseline, row.current = b_raw, c_raw
+        row.repeats, row.samples = (bn_rep, cn_rep), (bn, cn)
+        if bp <= 0:
+            row.decision = Decision.NO_CHANGE if cp == bp else (
+                Decision.IMPROVEMENT if (cp > bp) == md.higher_is_better else Decision.REGRESSION)
+            row.note = "; ".join([*notes, "baseline is 0: no ratio"])
+            rows.append(row)
+            continue
+        ratio = cp / bp
+        lo, hi = percentile_interval(cr / br, confidence)
+        row.ratio, row.ci_low, row.ci_high = ratio, lo, hi
+        row.ratio_raw = c_raw / b_raw if b_raw else None
+        if norm and row.ratio_raw:
+            row.machine_ratio = row.ratio_raw / ratio
+        single = bn == bn_rep and cn == cn_rep and bn_rep == 1 and cn_rep == 1
+        row.method = "single value" if single else (
+            "bootstrap: steps" + (" + repeats" if max(bn_rep, cn_rep) > 1 else "")
+            if max(bn, cn) > max(bn_rep, cn_rep) else "bootstrap: repeats")
+        row.decision = decide(ratio, lo, hi, threshold, md.higher_is_better)
+        if row.decision is Decision.INCONCLUSIVE:
+            notes.append("past the threshold but within noise: add repeats or steps")
+        row.note = "; ".join(notes)
+        rows.append(row)
+    return rows

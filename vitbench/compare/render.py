@@ -1,0 +1,98 @@
+"""What `vitbench compare` prints: table cells, the summary line, Markdown, github-action-benchmark JSON."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from vitbench.compare.decide import REGRESSING, Row
+
+COLUMNS = ("trial", "metric", "baseline", "current", "ratio", "CI", "decision", "note")
+
+
+def _fmt(x: float | None) -> str:
+    if x is None:
+        return "-"
+    if float(x).is_integer() and abs(x) < 1e6:
+        return f"{int(x)}"
+    return f"{x:.4g}" if abs(x) < 1e4 else f"{x:,.0f}"
+
+
+def row_cells(row: Row) -> dict[str, str]:
+    """Display strings of a row, one per COLUMNS entry (the ratio and CI as current / baseline)."""
+    note = row.note
+    if row.machine_ratio is not None:
+        note = "; ".join(filter(None, [f"raw {row.ratio_raw:.3f}, machine {row.machine_ratio:.3f}", note]))
+    if row.method and row.method != "status":
+        note = "; ".join(filter(None, [row.method, note]))
+    return {
+        "trial": row.trial,
+        "metric": row.metric + (f" ({row.unit})" if row.unit else ""),
+        "baseline": _fmt(row.baseline) if row.baseline is not None else "-",
+        "current": _fmt(row.current) if row.current is not None else "-",
+        "ratio": f"{row.ratio:.3f}" if row.ratio is not None else "-",
+        "CI": f"[{row.ci_low:.3f}, {row.ci_high:.3f}]" if row.ci_low is not None else "-",
+        "decision": row.decision.value,
+        "note": note,
+    }
+
+
+def summary_line(cmp) -> str:
+    counts: dict[str, int] = defaultdict(int)
+    for r in cmp.rows:
+        counts[r.decision.value] += 1
+    parts = ", ".join(f"{n} {d}" for d, n in sorted(counts.items()))
+    verdict = "REGRESSION" if cmp.exit_code else "no regression"
+    how = f"threshold {cmp.threshold:.0%}, {cmp.confidence:.0%} CI" + (", normalised by calibration"
+                                                                        if cmp.normalized else "")
+    unmatched = len(cmp.unmatched_baseline) + len(cmp.unmatched_current)
+    return f"{verdict}: {parts or 'nothing compared'} ({how})" + (f"; {unmatched} unmatched trial(s)"
+                                                                 if unmatched else "")
+
+
+def to_markdown(cmp) -> str:
+    """A Markdown report: summary, metric table, environment differences, unmatched trials, warnings."""
+    def esc(s: str) -> str:
+        return s.replace("|", "\\|")
+    lines = ["## vitbench compare", "", f"**{summary_line(cmp)}**", "",
+             "Ratios are current / baseline; decisions need the whole confidence interval past the threshold.", "",
+             "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    for r in cmp.rows:
+        cells = row_cells(r)
+        if r.decision in REGRESSING:
+            cells["decision"] = f"**{cells['decision']}**"
+        lines.append("| " + " | ".join(esc(cells[c]) for c in COLUMNS) + " |")
+    if cmp.env_diff:
+        lines += ["", "### Environment differences", "", "| field | baseline | current |", "|---|---|---|"]
+        lines += [f"| {esc(k)} | {esc(b)} | {esc(c)} |" for k, b, c in cmp.env_diff]
+    for title, items in (("Only in baseline (not compared)", cmp.unmatched_baseline),
+                         ("Only in current (not compared)", cmp.unmatched_current),
+                         ("Matched, no metric to compare (see --metric)", cmp.not_compared)):
+        if items:
+            lines += ["", f"### {title}", ""] + [f"- {esc(lbl)}: {esc(why)}" for lbl, why in items]
+    if cmp.warnings:
+        lines += ["", "### Warnings", ""] + [f"- {esc(w)}" for w in cmp.warnings]
+    return "\n".join(lines) + "\n"
+
+
+def to_benchmark_json(cmp) -> list[dict]:
+    """github-action-benchmark's `customBiggerIsBetter` entries: name, unit, value (current), range, extra.
+
+    Only bigger-is-better metrics are emitted (that tool reads every entry as bigger-is-better); names are
+    '<trial> - <metric>', stable across runs of the same study.
+    """
+    out = []
+    for r in cmp.rows:
+        if not r.higher_is_better or r.current is None or r.metric == "status":
+            continue
+        entry = {"name": f"{r.trial} - {r.metric}", "unit": r.unit, "value": r.current}
+        if r.ci_low is not None and r.ratio:
+            # half-width of the ratio's CI, relative: the spread a dashboard should expect between runs
+            entry["range"] = f"± {(r.ci_high - r.ci_low) / 2 / r.ratio:.1%}"
+        extra = [f"decision: {r.decision.value}", f"baseline: {_fmt(r.baseline)}"]
+        if r.ratio is not None:
+            extra.append(f"ratio: {r.ratio:.3f} [{r.ci_low:.3f}, {r.ci_high:.3f}]"
+                         + (" (normalised)" if r.machine_ratio is not None else ""))
+        extra.append(f"repeats: {r.repeats[0]}/{r.repeats[1]}, samples: {r.samples[0]}/{r.samples[1]}")
+        entry["extra"] = "; ".join(extra)
+        out.append(entry)
+    return out

@@ -1,0 +1,165 @@
+"""Plug-ins: backends, tasks and executors by name, each registered once by the module that owns it.
+
+A plug-in module registers what it provides when it is imported (`register(...)`). vitbench's own plug-ins are
+the modules in BUILTIN_MODULES; outside code adds modules without editing vitbench:
+
+- an entry point in the group `vitbench.plugins` whose value names a module (`mypkg.vitbench_plugin`), or
+- $VITBENCH_PLUGINS, comma-separated module names (handy for a plug-in that is not installed as a package).
+
+Registration is cheap: a backend is registered by a small descriptor (its name, what it requires, what it can
+do) and its implementation is imported only when used, so `vitbench plugins` or parsing a study never imports
+torch or jax. Shared code looks plug-ins up here and never names a specific one.
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib
+import importlib.util
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from vitbench.errors import ConfigError
+
+ENTRY_POINT_GROUP = "vitbench.plugins"
+ENV_PLUGINS = "VITBENCH_PLUGINS"
+class Kind(enum.Enum):
+    BACKEND = "backend"
+    TASK = "task"
+    EXECUTOR = "executor"
+
+
+# The package's own plug-in modules by kind, in the order their entries are listed (the first backend is the
+# default). Only the kind asked for is imported: a trial process needs the backends and its own task, not the rest.
+BUILTIN_MODULES: dict[Kind, tuple[str, ...]] = {
+    Kind.BACKEND: ("vitbench.backends.torch", "vitbench.backends.jax"),
+    Kind.TASK: ("vitbench.tasks.bench", "vitbench.tasks.max_batch", "vitbench.tasks.flops",
+                "vitbench.tasks.calibration", "vitbench.tasks.pretrain", "vitbench.tasks.fewshot",
+                "vitbench.tasks.finetune"),
+    Kind.EXECUTOR: ("vitbench.executors.local", "vitbench.executors.slurm", "vitbench.executors.ray"),
+}
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One registered plug-in.
+
+    obj: the plug-in itself (a Task or Executor class, a backend's descriptor).
+    requires: importable modules it needs to run (checked without importing them).
+    provides: what it can do (a backend's capabilities), for `vitbench plugins` and study validation.
+    source: where the registration came from ('vitbench', 'entry point <name>', '$VITBENCH_PLUGINS').
+    """
+
+    kind: Kind
+    name: str
+    obj: Any
+    module: str
+    requires: tuple[str, ...] = ()
+    provides: tuple[str, ...] = ()
+    description: str = ""
+    source: str = "vitbench"
+
+    def missing(self) -> list[str]:
+        """Required modules that are not importable here (empty: the plug-in can run)."""
+        out = []
+        for mod in self.requires:
+            try:
+                found = importlib.util.find_spec(mod) is not None
+            except (ImportError, ValueError):
+                found = False
+            if not found:
+                out.append(mod)
+        return out
+
+
+@dataclass
+class _State:
+    entries: dict[Kind, dict[str, Entry]] = field(default_factory=lambda: {k: {} for k in Kind})
+    loaded: set[Kind] = field(default_factory=set)  # kinds whose built-in modules were imported
+    outside_loaded: bool = False  # entry points and $VITBENCH_PLUGINS imported
+    loading: str = "vitbench"  # source label of the module being imported
+
+
+_STATE = _State()
+
+
+def register(kind: Kind, name: str, obj: Any, *, requires: tuple[str, ...] = (), provides: tuple[str, ...] = (),
+             description: str = "", replace: bool = False, module: str | None = None) -> Entry:
+    """Add a plug-in. Registering the same object twice is harmless; another object under a taken name is an
+    error unless `replace=True` (an outside plug-in overriding a built-in must say so). `module`: where it lives
+    (default: the object's module)."""
+    module = module or getattr(obj, "__module__", None) or type(obj).__module__
+    entry = Entry(kind, name, obj, module, tuple(requires), tuple(provides), description, _STATE.loading)
+    old = _STATE.entries[kind].get(name)
+    if old is not None and old.obj is not obj and not replace:
+        raise ConfigError(f"{kind.value} {name!r} is already registered by {old.module} ({old.source}); "
+                          f"{module} must pass replace=True to override it")
+    _STATE.entries[kind][name] = entry
+    return entry
+
+
+def _import(module: str, source: str) -> None:
+    previous, _STATE.loading = _STATE.loading, source
+    try:
+        importlib.import_module(module)
+    finally:
+        _STATE.loading = previous
+
+
+def load_plugins(kind: Kind | None = None) -> None:
+    """Import the built-in plug-in modules of `kind` (None: every kind), then, once per process, the modules of
+    entry points and of $VITBENCH_PLUGINS (which may register any kind)."""
+    for k in [kind] if kind is not None else list(Kind):
+        if k not in _STATE.loaded:
+            _STATE.loaded.add(k)
+            for mod in BUILTIN_MODULES[k]:
+                _import(mod, "vitbench")
+    if _STATE.outside_loaded:
+        return
+    _STATE.outside_loaded = True
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        _import(ep.value.split(":", 1)[0], f"entry point {ep.name}")
+    for mod in (m.strip() for m in os.environ.get(ENV_PLUGINS, "").split(",")):
+        if mod:
+            try:
+                _import(mod, f"${ENV_PLUGINS}")
+            except ModuleNotFoundError as e:
+                if e.name and mod.startswith(e.name):
+                    raise ConfigError(f"${ENV_PLUGINS} names {mod!r}, which cannot be imported (is it on "
+                                      "PYTHONPATH?)") from None
+                raise
+
+
+def entries(kind: Kind) -> dict[str, Entry]:
+    """Every registered plug-in of `kind`: vitbench's own in BUILTIN_MODULES order, then the others as
+    registered."""
+    load_plugins(kind)
+    order = {m: i for i, m in enumerate(BUILTIN_MODULES[kind])}
+    ranked = sorted(enumerate(_STATE.entries[kind].items()),
+                    key=lambda ie: (order.get(ie[1][1].module, len(order)), ie[0]))
+    return dict(item for _, item in ranked)
+
+
+def names(kind: Kind) -> tuple[str, ...]:
+    return tuple(entries(kind))
+
+
+def entry(kind: Kind, name: str) -> Entry:
+    """The plug-in `name`; an unknown name is a ConfigError listing the registered ones."""
+    found = entries(kind).get(name)
+    if found is None:
+        raise ConfigError(f"unknown {kind.value} {name!r}; allowed: {', '.join(names(kind)) or '(none)'}")
+    return found
+
+
+def get(kind: Kind, name: str) -> Any:
+    return entry(kind, name).obj
+
+
+def all_entries() -> Iterator[Entry]:
+    for kind in Kind:
+        yield from entries(kind).values()

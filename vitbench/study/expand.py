@@ -1,0 +1,284 @@
+"""A validated study -> combinations of field values -> one normalised trial config per combination.
+
+Which fields exist, their types and their defaults come from the registered tasks' Params (vitbench.tasks):
+a value in `defaults`, `axes`, `zip`, `include` or `exclude` must be valid for some task that declares the field;
+each combination is then normalised by its own task's Params (fields the task does not use are dropped), and the
+backend it names must provide what the task needs. Every problem is collected with its location.
+"""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+from typing import Annotated, Any
+
+from pydantic import TypeAdapter, ValidationError
+
+from vitbench.backends.base import backend_spec
+from vitbench.errors import UnknownModelError, VitbenchError
+from vitbench.models.specs import FAMILIES, all_specs, get_spec
+from vitbench.registry import Kind, entry
+from vitbench.study.schema import StudyModel
+from vitbench.study.source import Problems, dotted
+from vitbench.tasks import tasks
+from vitbench.tasks.fields import SHARED
+
+
+def field_adapters() -> dict[str, list[TypeAdapter]]:
+    """Every field a study may set -> the validators of the tasks that declare it (shared fields first)."""
+    out: dict[str, dict[str, TypeAdapter]] = {f: {} for f in SHARED}
+    for t in tasks().values():
+        for name, info in t.Params.model_fields.items():
+            typ = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+            out.setdefault(name, {}).setdefault(repr(typ), TypeAdapter(typ))
+    return {k: list(v.values()) for k, v in out.items() if v}
+
+
+def shared_defaults() -> dict[str, Any]:
+    """Defaults of the shared fields (before a task's own Params fill the rest)."""
+    return {f: (d() if callable(d) else d) for f, (_t, d, _doc) in SHARED.items() if d is not ...}
+
+
+def models_for(value: str) -> list[str]:
+    """A model name or selector -> canonical names. Selectors: family:<f> (paper variants), tiny:<f|all>."""
+    if ":" in value:
+        kind, fam = (s.strip() for s in value.split(":", 1))
+        if kind not in ("family", "tiny"):
+            raise UnknownModelError(f"unknown selector {kind!r}; use family:<{'|'.join(FAMILIES)}> or "
+                                    f"tiny:<{'|'.join(FAMILIES)}|all>")
+        if kind == "tiny":
+            specs = [s for s in all_specs(None if fam == "all" else fam) if s.tiny]
+        else:
+            specs = all_specs(fam, include_tiny=False)
+        return [s.name for s in specs]
+    return [get_spec(value).name]
+
+
+class Expander:
+    def __init__(self, m: StudyModel, problems: Problems):
+        self.m, self.err = m, problems
+        self.tasks = tasks()
+        self.adapters = field_adapters()
+        self.allowed = list(self.adapters)
+
+    # -- single values -------------------------------------------------------------------------------------
+    def check_key(self, key: str, loc: tuple) -> bool:
+        if key in self.adapters:
+            return True
+        close = difflib.get_close_matches(key, self.allowed, n=3)
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        self.err.add(loc, f"unknown field {key!r}.{hint} Allowed: {', '.join(self.allowed)}")
+        return False
+
+    def value(self, key: str, v: Any, loc: tuple) -> list[Any] | None:
+        """Validate one value of `key`; returns its normalised expansion (model selectors -> many) or None."""
+        if isinstance(v, (list, dict)):
+            self.err.add(loc, "expected a single value here, not a " + type(v).__name__, v)
+            return None
+        problems = []
+        for adapter in self.adapters[key]:
+            try:
+                v = adapter.validate_python(v)
+                break
+            except ValidationError as e:
+                problems.append("; ".join(x["msg"].removeprefix("Value error, ") for x in e.errors()))
+        else:
+            self.err.add(loc, " or ".join(dict.fromkeys(problems)), v)
+            return None
+        if key == "model":
+            try:
+                return models_for(v)
+            except VitbenchError as e:
+                self.err.add(loc, str(e), v)
+                return None
+        if key == "task" and v not in self.tasks:
+            self.err.add(loc, f"unknown task; allowed: {', '.join(self.tasks)}", v)
+            return None
+        if key == "backend":
+            missing = entry(Kind.BACKEND, v).missing()
+            if missing:
+                self.err.add(loc, f"backend {v!r} is not available here (missing {', '.join(missing)})", v)
+                return None
+        return [v]
+
+    def values(self, key: str, vs: Any, loc: tuple, allow_scalar: bool = True) -> list[tuple[Any, tuple]] | None:
+        """A list of values (a scalar counts as a one-item list) -> [(value, loc)], selectors expanded."""
+        if not isinstance(vs, list):
+            if not allow_scalar:
+                self.err.add(loc, "expected a list", vs)
+                return None
+            vs, single = [vs], True
+        else:
+            single = False
+        if not vs:
+            self.err.add(loc, "empty list: give at least one value (or remove the field)")
+            return None
+        out: list[tuple[Any, tuple]] = []
+        for i, v in enumerate(vs):
+            vloc = loc if single else (*loc, i)
+            got = self.value(key, v, vloc)
+            if got is not None:
+                if not got:
+                    self.err.add(vloc, "selector matches no model", v)
+                out.extend((g, vloc) for g in got)
+        return out
+
+    # -- the study -----------------------------------------------------------------------------------------
+    def expand(self) -> tuple[list[tuple[dict, dict, str]], int]:
+        """[(field values, their locations, origin)] for every combination, and how many there were."""
+        m = self.m
+        base: dict[str, tuple[Any, tuple | None]] = {k: (v, None) for k, v in shared_defaults().items()}
+        for k, v in m.defaults.items():
+            if self.check_key(k, ("defaults", k)):
+                got = self.value(k, v, ("defaults", k))
+                if got is not None:
+                    if len(got) != 1:
+                        self.err.add(("defaults", k), "a selector names several models: use axes.model", v)
+                    else:
+                        base[k] = (got[0], ("defaults", k))
+
+        axes: dict[str, list[tuple[Any, tuple]]] = {}
+        for k, vs in m.axes.items():
+            if self.check_key(k, ("axes", k)):
+                got = self.values(k, vs, ("axes", k))
+                if got is not None:
+                    axes[k] = got
+
+        groups = self._zip_groups()
+        excludes = self._excludes()
+        combos: list[tuple[dict, dict, str]] = []
+        if not m.axes and not m.zip and not m.include:
+            self.err.add(("axes",), "the study has no axes, zip or include: nothing to run")
+        for values, locs in self._product(axes, groups):
+            if any(all(values.get(k, base.get(k, (None,))[0]) in allowed for k, allowed in ex.items())
+                   for ex in excludes if ex):
+                continue
+            combos.append((values, locs, "axes"))
+        for i, inc in enumerate(m.include):
+            loc = ("include", i)
+            if not inc:
+                self.err.add(loc, "empty include entry")
+                continue
+            own: dict[str, list[tuple[Any, tuple]]] = {}
+            for k, vs in inc.items():
+                if self.check_key(k, (*loc, k)):
+                    got = self.values(k, vs, (*loc, k))
+                    if got is not None:
+                        own[k] = got
+            if len(own) != len(inc):
+                continue
+            sub_axes = {k: v for k, v in axes.items() if k not in own}
+            sub_groups = [(ks, rows) for ks, rows in groups if not set(ks) & set(own)]
+            for values, locs in self._product({**sub_axes, **own}, sub_groups):
+                combos.append((values, locs, f"include[{i}]"))
+        merged = []
+        for values, locs, origin in combos:
+            cfg = {k: v for k, (v, _) in base.items()}
+            org = {k: loc for k, (_, loc) in base.items()}
+            cfg.update(values)
+            org.update(locs)
+            merged.append((cfg, org, origin))
+        return merged, len(merged)
+
+    def _zip_groups(self) -> list[tuple[tuple[str, ...], list[tuple[tuple[Any, tuple], ...]]]]:
+        groups = []
+        for g, group in enumerate(self.m.zip):
+            loc = ("zip", g)
+            if not group:
+                self.err.add(loc, "empty zip group")
+                continue
+            cols, ok = {}, True
+            for k, vs in group.items():
+                if not self.check_key(k, (*loc, k)):
+                    ok = False
+                    continue
+                if k in self.m.axes:
+                    self.err.add((*loc, k), f"{k!r} is both an axis and in a zip group; keep one")
+                    ok = False
+                    continue
+                got = self.values(k, vs, (*loc, k), allow_scalar=False)
+                if got is None:
+                    ok = False
+                    continue
+                if k == "model" and len(got) != len(vs):
+                    self.err.add((*loc, k), "selectors cannot be zipped (they expand to several models)", vs)
+                    ok = False
+                    continue
+                cols[k] = got
+            lengths = {k: len(v) for k, v in cols.items()}
+            if ok and len(set(lengths.values())) > 1:
+                self.err.add(loc, f"zipped lists must have equal lengths, got {lengths}")
+                ok = False
+            if ok and cols:
+                groups.append((tuple(cols), list(zip(*cols.values()))))
+        return groups
+
+    def _excludes(self) -> list[dict[str, set]]:
+        excludes = []
+        for i, ex in enumerate(self.m.exclude):
+            spec = {}
+            for k, vs in ex.items():
+                if self.check_key(k, ("exclude", i, k)):
+                    got = self.values(k, vs, ("exclude", i, k))
+                    if got is not None:
+                        spec[k] = {v for v, _ in got}
+            if not ex:
+                self.err.add(("exclude", i), "empty exclude entry (it would drop everything)")
+            excludes.append(spec)
+        return excludes
+
+    @staticmethod
+    def _product(axes: dict[str, list[tuple[Any, tuple]]], groups) -> list[tuple[dict, dict]]:
+        dims: list[list[tuple[dict, dict]]] = []
+        for k, vals in axes.items():
+            dims.append([({k: v}, {k: loc}) for v, loc in vals])
+        for keys, rows in groups:
+            dims.append([({k: v for k, (v, _) in zip(keys, row)}, {k: loc for k, (_, loc) in zip(keys, row)})
+                         for row in rows])
+        out = []
+        for combo in itertools.product(*dims):
+            values, locs = {}, {}
+            for v, loc in combo:
+                values.update(v)
+                locs.update(loc)
+            out.append((values, locs))
+        return out
+
+    def normalise(self, cfg: dict, org: dict, origin: str) -> dict | None:
+        """The trial config of one combination: its task's Params (fields the task does not use dropped, its
+        defaults filled, native resolution/classes resolved), checked against what the backend can do."""
+        if cfg.get("task") is None:
+            if not self.err.about("task"):  # an invalid task value was reported already
+                self.err.add(("axes",), "no task given: set axes.task (or defaults.task)")
+            return None
+        task = self.tasks[cfg["task"]]
+        if "model" in task.Params.model_fields and cfg.get("model") is None:
+            if not self.err.about("model"):
+                self.err.add(("axes",), "no model given: set axes.model (or defaults.model)")
+            return None
+        fields = task.Params.model_fields
+        if "resolution" in fields and "model" in fields:
+            spec = get_spec(cfg["model"])
+            res = cfg.get("resolution") or spec.resolution
+            try:
+                spec.check_resolution(res)
+            except VitbenchError as e:
+                where = org.get("resolution") or org.get("model") or ("axes",)
+                self.err.add(where, f"{e} (model {spec.name} from {dotted(org.get('model') or ())}, {origin})",
+                             res)
+                return None
+        try:
+            params = task.Params.model_validate({f: cfg[f] for f in fields if f in cfg})
+        except ValidationError as e:
+            for x in e.errors():
+                f = x["loc"][0] if x["loc"] else None
+                self.err.add(org.get(f) or ((f,) if f else ("axes",)),
+                             f"for task {task.name!r}: " + x["msg"].removeprefix("Value error, "),
+                             cfg.get(f, ...) if f else ...)
+            return None
+        config = params.config()
+        bspec = backend_spec(config["backend"]) if "backend" in config else None
+        for f, problem in (bspec.problems(config, task.needs) if bspec else []):
+            self.err.add(org.get(f) or org.get("backend") or ("axes",), f"{problem} (task {task.name!r})",
+                         config.get(f, ...))
+        return config

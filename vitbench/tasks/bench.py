@@ -1,0 +1,85 @@
+"""Tasks `infer` and `train`: throughput of a timed step (records of kind 'bench'), and their report sections."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from vitbench.backends.base import Capability, Step
+from vitbench.record import Record
+from vitbench.tasks import Figure, Metric, ReportPart, Task, lazy, register_report, register_task
+from vitbench.tasks.fields import params_model
+
+KIND = "bench"
+_SHARED = ("model", "backend", "task", "device", "resolution", "batch_size", "precision", "compile", "seed",
+           "threads", "num_classes", "channels_last")
+
+
+class Timing(BaseModel):
+    """How long a throughput measurement runs (vitbench.measure.throughput)."""
+
+    warmup_steps: int = Field(3, ge=0, description="steps after the first, run but not counted")
+    min_steps: int = Field(10, gt=0, description="timed steps at least")
+    min_seconds: float = Field(1.0, ge=0, description="timed seconds at least")
+    max_seconds: float = Field(60.0, gt=0, description="stop timing after this long even before min_steps")
+
+
+def step_samples(rec: Record) -> list[float] | None:
+    """Per-step throughput (img/s): the achieved batch over each raw step time."""
+    steps = rec.raw.get("step_s")
+    batch = rec.metrics.get("batch_size_achieved") or rec.measured_config.get("batch_size")
+    if not isinstance(steps, list) or not isinstance(batch, (int, float)) or isinstance(batch, bool):
+        return None
+    xs = [batch / s for s in steps if isinstance(s, (int, float)) and s > 0]
+    return xs or None
+
+
+METRICS = (
+    Metric("img_per_s", "img/s", True, "throughput: achieved batch / median step time; decided on raw per-step "
+           "times", comparable=True, default_compare=True, speed=True, samples=step_samples),
+    Metric("step_ms_median", "ms", False, "median step time"),
+    Metric("peak_mem_mib", "MiB", False, "peak memory (device allocator; process RSS growth on CPU)",
+           comparable=True),
+    Metric("compile_s", "s", False, "compile/jit time (single value per run)", comparable=True),
+    Metric("mfu", "fraction", True, "model FLOP/s / the device's peak"),
+)
+
+
+class _Bench(Task):
+    kind = KIND
+    metrics = METRICS
+    headline = "img_per_s"
+    calibrated = True
+
+    def run(self, p) -> Record:
+        from vitbench.measure.throughput import bench
+
+        return bench(Step.of(p.config(), mode=self.name), backend=p.backend, device=p.device, threads=p.threads,
+                     warmup_steps=p.warmup_steps, min_steps=p.min_steps, min_seconds=p.min_seconds,
+                     max_seconds=p.max_seconds)
+
+
+@register_task
+class Infer(_Bench):
+    name = "infer"
+    Params = params_model("InferParams", _SHARED, Timing)
+    description = "inference throughput (img/s, step-time stats, memory, MFU)"
+    needs = frozenset({Capability.INFER, Capability.MEMORY})
+
+
+@register_task
+class Train(_Bench):
+    name = "train"
+    Params = params_model("TrainParams", (*_SHARED, "optimizer"), Timing)
+    description = "training-step throughput (forward + backward + optimizer)"
+    needs = frozenset({Capability.TRAIN, Capability.MEMORY})
+
+
+register_report(ReportPart(
+    "throughput", "Throughput (median over repeats)", (KIND,), lazy("vitbench.report.tables:throughput"),
+    columns=("model", "backend", "task", "device", "precision", "compile", "resolution", "batch_size", "repeats",
+             "img_per_s", "img_per_s_min", "img_per_s_max", "step_ms_median", "step_cv", "mfu"),
+    figures=(Figure("throughput_vs_resolution", "Throughput vs input size (cf. paper Figure 12, left)",
+                    lazy("vitbench.report.plots:throughput_vs_resolution")),),
+    order=10))
+register_report(ReportPart("backends", "Backends side by side (img/s)", (KIND,),
+                           lazy("vitbench.report.tables:backend_pivot"), order=11))

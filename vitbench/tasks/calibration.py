@@ -1,0 +1,60 @@
+"""Task `calibration`: the device's dense-matmul throughput, measured fresh at the start of every sweep run.
+
+`vitbench compare --normalize` divides speeds by it (the calibration of the same run), so a slower or busier
+machine is not called a regression. Never cached; hidden from studies (the runner schedules it).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from vitbench.backends.base import Capability
+from vitbench.record import Record
+from vitbench.tasks import Metric, Role, Task, register_task
+from vitbench.tasks.fields import params_model
+
+METRIC = "matmul_tflops_per_s"
+
+
+class Matmul(BaseModel):
+    matmul_n: int = Field(1024, gt=0, description="square matrix size")
+    seconds: float = Field(0.25, gt=0, description="timed seconds per repetition")
+    reps: int = Field(3, gt=0, description="repetitions (median, min and max kept)")
+
+
+def calibration_samples(rec: Record) -> list[float] | None:
+    raw = rec.raw.get(METRIC)
+    if isinstance(raw, list):
+        xs = [x for x in raw if isinstance(x, (int, float)) and not isinstance(x, bool)]
+        if xs:
+            return xs
+    v = rec.metrics.get(METRIC)
+    return [v] if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+@register_task
+class Calibration(Task):
+    name = "calibration"
+    kind = "calibration"
+    Params = params_model("CalibrationParams", ("backend", "task", "device", "precision", "threads"), Matmul)
+    description = "device matmul throughput, measured at the start of each sweep run"
+    needs = frozenset({Capability.MATMUL_PEAK})
+    metrics = (Metric(METRIC, "TFLOP/s", True, "dense matmul throughput (2 FLOPs per MAC)",
+                      samples=calibration_samples),)
+    headline = METRIC
+    hidden = True
+    role = Role.CALIBRATION
+
+    def run(self, p) -> Record:
+        from vitbench.backends.base import get_backend
+        from vitbench.env import environment
+        from vitbench.record import now
+
+        started = now()
+        be = get_backend(p.backend)
+        info = be.setup(p.device, p.threads)
+        vals = [be.matmul_flops_per_s(p.precision, n=p.matmul_n, seconds=p.seconds) / 1e12 for _ in range(p.reps)]
+        s = sorted(vals)
+        metrics = {METRIC: s[len(s) // 2], f"{METRIC}_max": s[-1], f"{METRIC}_min": s[0]}
+        return Record.measured(self.kind, p.config(), metrics=metrics, raw={METRIC: vals}, env=environment(info),
+                               started_at=started)

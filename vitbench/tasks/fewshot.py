@@ -1,0 +1,40 @@
+"""Task `fewshot`: linear few-shot accuracy of a frozen upstream (records of kind 'fewshot')."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from vitbench.backends.base import Capability
+from vitbench.record import Record
+from vitbench.tasks import Task, register_task
+from vitbench.tasks.fields import params_model
+from vitbench.tasks.upstream import ACCURACY, SHARED, Downstream, Upstream, with_compute_aliases
+from vitbench.transfer.config import validated
+
+
+class Shots(BaseModel):
+    shots: int = 10  # paper: 1, 5, 10, 25 (an axis)
+    fewshot_seeds: int = 5
+    l2_reg: float | None = None  # None: chosen on the val split
+
+
+@register_task
+class Fewshot(Task):
+    name = "fewshot"
+    kind = "fewshot"
+    Params = params_model("FewshotParams", (*SHARED, "resolution"), Upstream, Downstream, Shots)
+    description = "linear few-shot accuracy of the frozen upstream (closed-form least squares)"
+    needs = frozenset({Capability.TRANSFER})
+    metrics = (ACCURACY,)
+    headline = "accuracy"
+
+    def run(self, p) -> Record:
+        from vitbench.transfer.fewshot import FewshotConfig, fewshot
+
+        cfg = validated(FewshotConfig, {
+            "upstream": p.upstream_config(self.name), "backend": p.backend, "data": p.downstream_data(),
+            "resolution": p.resolution, "shots": [p.shots], "seeds": p.fewshot_seeds,
+            "l2_reg": "auto" if p.l2_reg is None else p.l2_reg}, f"task {self.name!r}")
+        rec = with_compute_aliases(fewshot(cfg, device=p.device, threads=p.threads))
+        rec.metrics.pop("shots", None)  # the trial's `shots` parameter already says it
+        return rec

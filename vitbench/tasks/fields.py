@@ -1,0 +1,101 @@
+"""The trial fields tasks share, declared once: type, default and meaning.
+
+A task's parameter model (its `Params`) is built from the names of the shared fields it uses plus its own
+pydantic class of task-specific parameters (`params_model`): that model is THE declaration of the task's fields
+and defaults; studies, the trial key, commands and the docs all derive from it. A trial keeps only its task's
+fields, so an axis a task ignores (flops and batch_size) never multiplies its trials.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, Strict, create_model, model_validator
+
+from vitbench.backends.base import OPTIMIZERS, PRECISIONS, BackendName, default_backend
+from vitbench.errors import VitbenchError
+
+_PosInt = Annotated[int, Strict(), Field(gt=0)]
+_StrictStr = Annotated[str, Strict()]
+_StrictBool = Annotated[bool, Strict()]
+
+
+def _literal(values: tuple[str, ...]) -> Any:
+    from typing import Literal
+
+    return Literal[values]  # type: ignore[valid-type]
+
+
+# name: (type, default, description). A default of ... means required; a callable default is a factory.
+SHARED: dict[str, tuple[Any, Any, str]] = {
+    "model": (_StrictStr, ..., "model variant: a name, alias or selector (family:<f>, tiny:<f|all>)"),
+    "backend": (BackendName, default_backend, "framework the trial runs on (see `vitbench plugins`)"),
+    "task": (_StrictStr, ..., "what is measured (see `vitbench plugins`)"),
+    "device": (_StrictStr, "cpu", "cpu, cuda, cuda:N (torch); cpu, gpu, tpu (jax)"),
+    "resolution": (_PosInt | None, None, "input size in pixels (null: the variant's native one)"),
+    "batch_size": (_PosInt, 8, "images per step (requested; records keep the achieved batch apart)"),
+    "precision": (_literal(PRECISIONS), "fp32", "compute precision (bf16/fp16: autocast or mixed)"),
+    "compile": (_StrictBool, False, "compile the eager model (torch.compile)"),
+    "seed": (Annotated[int, Strict(), Field(ge=0)], 0, "model init and data seed"),
+    "threads": (_PosInt | None, None, "intra-op CPU threads (null: the framework's default; recorded)"),
+    "num_classes": (_PosInt | None, None, "classifier outputs (null: the variant's default)"),
+    "optimizer": (_literal(OPTIMIZERS), "adam", "training optimiser: adam (pre-training) or sgd (momentum 0.9)"),
+    "channels_last": (_StrictBool | None, None, "NHWC memory format (null: on for conv families, off for ViT)"),
+}
+
+
+class TaskParams(BaseModel):
+    """Base of every task's parameter model: unknown keys are errors; the model variant's native resolution
+    and class count fill `resolution` / `num_classes` when a task uses them and they are not given."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="after")
+    def _native(self):
+        fields = type(self).model_fields
+        if "model" not in fields:
+            return self
+        from vitbench.models.specs import get_spec
+
+        try:
+            spec = get_spec(self.model)
+        except VitbenchError as e:
+            raise ValueError(str(e)) from None
+        updates = {"model": spec.name}
+        if "resolution" in fields:
+            res = self.resolution or spec.resolution
+            try:
+                spec.check_resolution(res)
+            except VitbenchError as e:
+                raise ValueError(str(e)) from None
+            updates["resolution"] = res
+        if "num_classes" in fields and self.num_classes is None:
+            updates["num_classes"] = spec.num_classes
+        for k, v in updates.items():
+            object.__setattr__(self, k, v)
+        return self
+
+    def config(self) -> dict:
+        """The normalised trial config: JSON-able, the input of the trial key."""
+        return self.model_dump(mode="json")
+
+
+def params_model(name: str, shared: tuple[str, ...], *own: type[BaseModel]) -> type[TaskParams]:
+    """A task's Params: the shared fields named in `shared` (from SHARED) plus the fields of the `own` classes."""
+    unknown = [f for f in shared if f not in SHARED]
+    if unknown:
+        raise ValueError(f"{name}: unknown shared fields {unknown}; shared fields: {', '.join(SHARED)}")
+    if "task" not in shared:
+        raise ValueError(f"{name}: every task's params include 'task'")
+    definitions: dict[str, Any] = {}
+    for f in shared:
+        typ, default, description = SHARED[f]
+        if callable(default) and default is not ...:
+            definitions[f] = (typ, Field(default_factory=default, description=description))
+        else:
+            definitions[f] = (typ, Field(default, description=description))
+    bases = (TaskParams, *own)
+    clash = [f for cls in own for f in cls.model_fields if f in SHARED]
+    if clash:
+        raise ValueError(f"{name}: own parameters {clash} clash with shared fields")
+    return create_model(name, __base__=bases, **definitions)

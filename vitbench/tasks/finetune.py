@@ -1,0 +1,41 @@
+"""Task `finetune`: fine-tuning accuracy with the paper's recipe (records of kind 'finetune')."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from vitbench.backends.base import Capability
+from vitbench.record import Record
+from vitbench.tasks import Task, register_task
+from vitbench.tasks.fields import params_model
+from vitbench.tasks.upstream import ACCURACY, SHARED, Downstream, Upstream, with_compute_aliases
+from vitbench.transfer.config import parse_floats, validated
+
+
+class Recipe(BaseModel):
+    finetune_steps: int = 100
+    lr_grid: str = "0.001,0.003,0.01,0.03"  # comma-separated; paper App. B.1.1
+    finetune_warmup_steps: int = 10
+    refit: bool = True
+
+
+@register_task
+class Finetune(Task):
+    name = "finetune"
+    kind = "finetune"
+    Params = params_model("FinetuneParams", (*SHARED, "resolution", "batch_size"),
+                          type("FinetuneOwn", (Upstream, Downstream, Recipe), {}))
+    description = "fine-tuning accuracy (SGD momentum, cosine, clip 1, zero head, LR grid on val)"
+    needs = frozenset({Capability.TRANSFER})
+    metrics = (ACCURACY,)
+    headline = "accuracy"
+
+    def run(self, p) -> Record:
+        from vitbench.transfer.finetune import FinetuneConfig, finetune
+
+        grid = parse_floats(p.lr_grid, f"task {self.name!r}: lr_grid", "0.001,0.003,0.01,0.03")
+        cfg = validated(FinetuneConfig, {
+            "upstream": p.upstream_config(self.name), "backend": p.backend, "data": p.downstream_data(),
+            "resolution": p.resolution, "steps": p.finetune_steps, "batch_size": p.batch_size, "lr_grid": grid,
+            "warmup_steps": p.finetune_warmup_steps, "refit": p.refit, "seed": p.seed}, f"task {self.name!r}")
+        return with_compute_aliases(finetune(cfg, device=p.device, threads=p.threads))

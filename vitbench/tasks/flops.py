@@ -1,0 +1,42 @@
+"""Task `flops`: params and FLOPs per image, analytic and counted (records of kind 'flops'); report section."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from vitbench.backends.base import Capability
+from vitbench.record import Record
+from vitbench.tasks import Figure, Metric, ReportPart, Task, lazy, register_report, register_task
+from vitbench.tasks.fields import params_model
+
+KIND = "flops"
+
+
+class Counting(BaseModel):
+    count: bool = Field(True, description="also run the framework's own counters (builds the model)")
+
+
+@register_task
+class Flops(Task):
+    name = "flops"
+    kind = KIND
+    Params = params_model("FlopsParams", ("model", "backend", "task", "resolution", "num_classes"), Counting)
+    description = "params, analytic and counted GMACs/GFLOPs per image"
+    needs = frozenset({Capability.FLOPS})
+    metrics = (Metric("gflops", "GFLOPs", False, "analytic forward FLOPs per image (1 MAC = 2 FLOPs)"),)
+    headline = "gflops"
+    repeat = False
+
+    def run(self, p) -> Record:
+        from vitbench.measure.flops import flops
+
+        return flops(p.model, resolution=p.resolution, backend=p.backend, num_classes=p.num_classes, count=p.count)
+
+
+register_report(ReportPart(
+    "flops", "FLOPs per image (1 MAC = 2 FLOPs)", (KIND,), lazy("vitbench.report.tables:flops"),
+    columns=("model", "backend", "resolution", "params_m", "gflops", "gflops_fvcore", "gflops_torch_flop_counter",
+             "gflops_xla"),
+    figures=(Figure("gflops_vs_throughput", "Theoretical GFLOPs vs measured throughput",
+                    lazy("vitbench.report.plots:gflops_vs_throughput"), kinds=("bench", KIND)),),
+    order=30))

@@ -1,0 +1,56 @@
+"""Task `max_batch`: the largest batch that fits (records of kind 'max_batch'), and its report section."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from vitbench.backends.base import Capability, Step
+from vitbench.record import Record
+from vitbench.tasks import Figure, Metric, ReportPart, Task, lazy, register_report, register_task
+from vitbench.tasks.fields import params_model
+
+KIND = "max_batch"
+
+
+class Search(BaseModel):
+    """How the search runs (vitbench.measure.max_batch)."""
+
+    mode: Literal["infer", "train"] = Field("infer", description="the step probed: forward, or a training update")
+    memory_limit_gib: float | None = Field(None, gt=0, description="budget for a probe's peak memory (CPU "
+                                           "default: half the memory available; GPU: the real OOM)")
+    max_batch_size: int = Field(4096, gt=0, description="stop doubling here")
+    start: int = Field(1, gt=0, description="first batch size probed")
+    granularity: int = Field(1, gt=0, description="bisect until fitting and failing batches are this close")
+    probe_timeout_s: float = Field(600.0, gt=0, description="seconds before a probe is killed (counts as failing)")
+
+
+@register_task
+class MaxBatch(Task):
+    name = "max_batch"
+    kind = KIND
+    Params = params_model("MaxBatchParams", ("model", "backend", "task", "device", "resolution", "precision",
+                                             "compile", "threads", "num_classes", "channels_last"), Search)
+    description = "largest batch that fits (fresh process per probe)"
+    needs = frozenset({Capability.MAX_BATCH})
+    metrics = (Metric("max_batch_size", "images", True, "largest batch that fits", comparable=True,
+                      default_compare=True),)
+    headline = "max_batch_size"
+    repeat = False
+
+    def run(self, p) -> Record:
+        from vitbench.measure.max_batch import max_batch
+
+        return max_batch(Step.of(p.config(), mode=p.mode, batch_size=1), backend=p.backend, device=p.device,
+                         threads=p.threads, memory_limit_gib=p.memory_limit_gib, max_batch_size=p.max_batch_size,
+                         start=p.start, granularity=p.granularity, probe_timeout_s=p.probe_timeout_s)
+
+
+register_report(ReportPart(
+    "max_batch", "Largest batch that fits", (KIND,), lazy("vitbench.report.tables:max_batch"),
+    columns=("model", "backend", "mode", "precision", "resolution", "max_batch_size", "capped", "peak_mem_mib",
+             "memory_limit_mib"),
+    figures=(Figure("max_batch_vs_resolution", "Largest batch vs input size (cf. paper Figure 12, right)",
+                    lazy("vitbench.report.plots:max_batch_vs_resolution")),),
+    order=20))
