@@ -6,6 +6,7 @@ Layout conventions (PyTorch -> Flax):
 - timm's fused qkv (3D, D) -> query/key/value kernels (D, heads, D/heads), biases (heads, D/heads);
   attention proj (D, D) -> out kernel (heads, D/heads, D)
 - BiT head: 1x1 conv (K, C, 1, 1) after the pool -> dense kernel (C, K)
+- DeiT distilled: dist_token -> dist, head_dist -> head_dist (as head)
 - LayerNorm/GroupNorm weight -> scale; class token, position embeddings: same shape
 Every mapping is checked both ways: unused or missing keys and shape mismatches raise, naming the key.
 
@@ -28,6 +29,10 @@ from vitbench.errors import ConfigError, UnsafeFileError
 from vitbench.models.specs import ModelSpec, get_spec
 
 Array = Any  # numpy, torch or jax array
+
+
+class WeightsMismatchError(ConfigError, ValueError):
+    """Weights of one model offered to another: names the missing / unexpected / mis-shaped keys."""
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -85,6 +90,8 @@ def _vit_entries(spec: ModelSpec, embed: str) -> list[_Entry]:
     d = spec.width
     out = [_copy("cls_token", "cls"), _copy("pos_embed", "Transformer/posembed_input/pos_embedding"),
            _conv(f"{embed}.weight", "embedding/kernel"), _copy(f"{embed}.bias", "embedding/bias")]
+    if spec.distilled:  # DeiT: timm VisionTransformerDistilled's dist_token and head_dist
+        out += [_copy("dist_token", "dist"), *_linear("head_dist", "head_dist")]
     for i in range(spec.depth):
         t, f = f"blocks.{i}", f"Transformer/encoderblock_{i}"
         out += _norm(f"{t}.norm1", f"{f}/LayerNorm_0")
@@ -173,10 +180,10 @@ def torch_to_flax(state_dict: dict[str, Any], spec: ModelSpec | str) -> dict:
     """timm state dict (tensors or arrays) -> nested Flax params of numpy float32 arrays."""
     table = param_table(spec)
     want = {e.torch_key for e in table}
-    missing, extra = sorted(want - set(state_dict)), sorted(set(state_dict) - want)
-    if missing or extra:
-        raise ValueError(f"state dict does not match {get_spec(spec).name}: missing {missing[:8]}, "
-                         f"unexpected {extra[:8]}")
+    if want != set(state_dict):
+        from vitbench.models.checkpoints import check_weights
+
+        check_weights(state_dict, spec, source="state dict")  # raises, naming keys and what the weights are
     flat: dict[str, np.ndarray] = {}
     for e in table:
         for path, arr in zip(e.flax_paths, e.to_flax(_np(state_dict[e.torch_key]))):
@@ -193,8 +200,8 @@ def flax_to_torch(params: dict, spec: ModelSpec | str) -> dict[str, Any]:
     want = {p for e in table for p in e.flax_paths}
     missing, extra = sorted(want - set(flat)), sorted(set(flat) - want)
     if missing or extra:
-        raise ValueError(f"Flax params do not match {get_spec(spec).name}: missing {missing[:8]}, "
-                         f"unexpected {extra[:8]} (pre_logits has no PyTorch counterpart here)")
+        raise WeightsMismatchError(f"Flax params do not match {get_spec(spec).name}: missing {missing[:8]}, "
+                                   f"unexpected {extra[:8]} (pre_logits has no PyTorch counterpart here)")
     # np.array(copy=True): jax-backed arrays are read-only, and the tensors must own their memory
     return {e.torch_key: torch.from_numpy(np.array(e.to_torch(*(flat[p] for p in e.flax_paths)),
                                                    dtype=np.float32, copy=True, order="C"))
@@ -320,7 +327,8 @@ def resize_params_pos_embed(params: dict, spec: ModelSpec | str, resolution: int
     new = _new_grid(spec, resolution)
     tr = dict(params["Transformer"])
     pe = dict(tr["posembed_input"])
-    pe["pos_embedding"] = resample_pos_embed(pe["pos_embedding"], new, method=method)
+    pe["pos_embedding"] = resample_pos_embed(pe["pos_embedding"], new, num_prefix_tokens=spec.num_prefix_tokens,
+                                             method=method)
     tr["posembed_input"] = pe
     return {**params, "Transformer": tr}
 
@@ -330,7 +338,11 @@ def resize_state_dict_pos_embed(state_dict: dict, spec: ModelSpec | str, resolut
     """timm state dict -> a copy whose `pos_embed` fits a model built at `resolution` (class token kept)."""
     spec = get_spec(spec)
     new = _new_grid(spec, resolution)
-    return {**state_dict, "pos_embed": resample_pos_embed(state_dict["pos_embed"], new, method=method)}
+    if "pos_embed" not in state_dict:
+        raise ConfigError(f"these weights have no 'pos_embed' to resample: not a {spec.name} state dict "
+                          "(vitbench.models.checkpoints.check_weights names what they are)")
+    return {**state_dict, "pos_embed": resample_pos_embed(state_dict["pos_embed"], new,
+                                                          num_prefix_tokens=spec.num_prefix_tokens, method=method)}
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -411,7 +423,9 @@ def params_from_checkpoint(flat: dict[str, np.ndarray], template: dict, *, new_h
         v = flat[k]
         if v.shape != ref.shape:
             if k.endswith("pos_embedding") and v.shape[-1] == ref.shape[-1]:
-                v = resample_pos_embed(v, math.isqrt(ref.shape[1] - 1), method=method)
+                prefix = 2 if "dist" in want else 1  # class (+ distillation) token embeddings, kept as they are
+                v = resample_pos_embed(v, math.isqrt(ref.shape[1] - prefix), num_prefix_tokens=prefix,
+                                       method=method)
             elif v.size == math.prod(ref.shape):  # e.g. GroupNorm (1,1,1,C) -> (C,)
                 v = v.reshape(ref.shape)
             else:
@@ -431,7 +445,7 @@ def load_vit_jax_npz(path: str | Path, spec: ModelSpec | str, resolution: int | 
     from vitbench.models.flax import build_flax_model
 
     spec = get_spec(spec)
-    resolution = resolution or spec.resolution
+    resolution = spec.resolution if resolution is None else resolution
     model = build_flax_model(spec, resolution, num_classes, representation_size=representation_size)
     x = jax.ShapeDtypeStruct((1, resolution, resolution, 3), jnp.float32)
     template = jax.eval_shape(model.init, jax.random.PRNGKey(0), x)["params"]  # shapes only: no compile
