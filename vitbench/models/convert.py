@@ -16,6 +16,7 @@ Security: checkpoints are read with np.load(allow_pickle=False); a file that nee
 from __future__ import annotations
 
 import math
+import re
 import sys
 import zipfile
 from collections.abc import Callable
@@ -380,7 +381,39 @@ def save_npz(path: str | Path, params: dict) -> None:
     tmp.replace(path)  # nothing half-written under the final name
 
 
+# The original BiT files (gs://bit_models/BiT-*.npz) keep big_transfer's TensorFlow names; big_vision's
+# bit_paper.maybe_convert_big_transfer_format maps them to the layout vitbench's Flax BiT uses:
+# unit groups a/b/c -> gn1+conv1 / gn2+conv2 / gn3+conv3, a/proj -> conv_proj, the final group_norm ->
+# norm-pre-head, head/conv2d (1,1,C,K) -> head (C,K).
+_BIT_TF_UNIT = re.compile(r"^resnet/(block\d)/(unit\d+)/(a|b|c)/(proj/)?(standardized_conv2d|group_norm)(_\d+)?/"
+                          r"(kernel|gamma|beta)$")
+_BIT_TF_TOP = {"resnet/root_block/standardized_conv2d/kernel": "root_block/conv_root/kernel",
+               "resnet/group_norm/gamma": "norm-pre-head/scale", "resnet/group_norm/beta": "norm-pre-head/bias",
+               "resnet/head/conv2d/kernel": "head/kernel", "resnet/head/conv2d/bias": "head/bias"}
+_TF_LEAF = {"kernel": "kernel", "gamma": "scale", "beta": "bias"}
+
+
+def _from_big_transfer_names(flat: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    out = {}
+    for k, v in flat.items():
+        if k in _BIT_TF_TOP:
+            out[_BIT_TF_TOP[k]] = v[0, 0] if k == "resnet/head/conv2d/kernel" and v.ndim == 4 else v
+            continue
+        m = _BIT_TF_UNIT.match(k)
+        if m is None:
+            out[k] = v  # left as is: the fit check names it
+            continue
+        block, unit, group, proj, kind, _, leaf = m.groups()
+        n = "abc".index(group) + 1
+        layer = "conv_proj" if proj else (f"conv{n}" if kind == "standardized_conv2d" else f"gn{n}")
+        out[f"{block}/{unit}/{layer}/{_TF_LEAF[leaf]}"] = v
+    return out
+
+
 def _canonical_keys(flat: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Keys of every known file layout -> the original vit_jax / big_vision names vitbench's Flax models use."""
+    if any(k.startswith("resnet/") for k in flat):
+        return _from_big_transfer_names(flat)
     if not any("MultiHeadDotProductAttention_0" in k for k in flat):
         return flat
     out = {}
