@@ -55,7 +55,8 @@ def _run_both(spec, resolution: int, num_classes: int, p: Pretrained, x_nchw: np
     apply = jax.jit(fm.apply, static_argnames="pre_logits")
     xj = jnp.asarray(x_nchw.transpose(0, 2, 3, 1).astype(np.float32))
     variables = {"params": p.flax_params()}
-    return (t_logits, t_feats), (np.asarray(apply(variables, xj)), np.asarray(apply(variables, xj, pre_logits=True)))
+    j_logits, j_feats = apply(variables, xj), apply(variables, xj, pre_logits=True)
+    return (t_logits, t_feats), (np.asarray(j_logits), np.asarray(j_feats))
 
 
 # =========================================================================================================
@@ -127,8 +128,10 @@ def np_vit_jax_forward(p: dict, x, cfg: dict):
                 if x.shape[-1] != out or s != 1:  # ResidualUnit.needs_projection
                     residual = gn(np_conv(x, sw(p[u + "conv_proj/kernel"]), s), p[u + "gn_proj/scale"],
                                   p[u + "gn_proj/bias"])
-                y = np.maximum(gn(np_conv(x, sw(p[u + "conv1/kernel"])), p[u + "gn1/scale"], p[u + "gn1/bias"]), 0)
-                y = np.maximum(gn(np_conv(y, sw(p[u + "conv2/kernel"]), s), p[u + "gn2/scale"], p[u + "gn2/bias"]), 0)
+                y = np_conv(x, sw(p[u + "conv1/kernel"]))
+                y = np.maximum(gn(y, p[u + "gn1/scale"], p[u + "gn1/bias"]), 0)
+                y = np_conv(y, sw(p[u + "conv2/kernel"]), s)
+                y = np.maximum(gn(y, p[u + "gn2/scale"], p[u + "gn2/bias"]), 0)
                 y = gn(np_conv(y, sw(p[u + "conv3/kernel"])), p[u + "gn3/scale"], p[u + "gn3/bias"])
                 x = np.maximum(residual + y, 0)
     patch = cfg["patch"]
@@ -172,7 +175,8 @@ def vit_jax_shapes(cfg: dict) -> dict[str, tuple[int, ...]]:
                     convs["conv_proj"] = (1, 1, cin, cout)
                 for c, shape in convs.items():
                     gname = "gn_proj" if c == "conv_proj" else "gn" + c[-1]
-                    out |= {u + c + "/kernel": shape, u + gname + "/scale": shape[-1:], u + gname + "/bias": shape[-1:]}
+                    out |= {u + c + "/kernel": shape, u + gname + "/scale": shape[-1:],
+                            u + gname + "/bias": shape[-1:]}
                 cin = cout
     grid = cfg["resolution"] // cfg["stride"]
     out |= {"embedding/kernel": (cfg["patch"], cfg["patch"], cin, d), "embedding/bias": (d,), "cls": (1, 1, d),
@@ -393,7 +397,8 @@ def _check_timm(ref: torch.nn.Module, want: str, resolution: int, tmp_path, batc
     x = np.random.default_rng(7).standard_normal((batch, 3, resolution, resolution)).astype(np.float32)
     with torch.no_grad():
         xt = torch.from_numpy(x)
-        ref_logits, ref_feats = ref(xt).numpy(), ref.forward_head(ref.forward_features(xt), pre_logits=True).numpy()
+        ref_logits = ref(xt).numpy()
+        ref_feats = ref.forward_head(ref.forward_features(xt), pre_logits=True).numpy()
     (tl, tf), (jl, jf) = _run_both(p.spec, p.resolution, p.num_classes, p, x)
     assert rel(ref_logits, tl) <= TOL, "torch"
     assert rel(ref_logits, jl) <= TOL, "jax"

@@ -163,6 +163,21 @@ def test_distilled_twin_adds_exactly_a_token_an_embedding_a_head_and_their_macs(
     assert b.macs - a.macs == want
 
 
+@pytest.mark.parametrize("name", ["DeiT-Nano/4-dist", "DeiT-Micro/4-dist"])
+def test_distilled_macs_equal_torchs_flop_counter(name):
+    """The analytic formula against torch's FlopCounterMode (2 FLOPs per MAC) on the built model, both heads."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from vitbench.models.torch import build_torch_model, unfused_attention
+
+    spec = get_spec(name)
+    model = build_torch_model(spec).eval()
+    with torch.no_grad(), unfused_attention(model), FlopCounterMode(display=False) as counter:
+        model(torch.zeros(1, 3, 32, 32))
+    assert counter.get_total_flops() == 2 * analytic_counts(spec).macs
+
+
 def test_only_transformers_can_be_distilled():
     from dataclasses import replace
 
@@ -177,7 +192,8 @@ def test_default_specs_keep_the_conventions_every_earlier_number_used():
     for s in all_specs():
         assert s.flavour.gelu is Gelu.ERF and s.flavour.weight_std is WeightStd.SQRT_VAR
     assert (get_spec("R50x1").flavour.weight_std_eps, get_spec("R50x1").flavour.gn_eps) == (1e-8, 1e-5)
-    assert (get_spec("R50+ViT-B/16").flavour.weight_std_eps, get_spec("R50+ViT-B/16").flavour.gn_eps) == (1e-5, 1e-6)
+    hybrid = get_spec("R50+ViT-B/16").flavour
+    assert (hybrid.weight_std_eps, hybrid.gn_eps) == (1e-5, 1e-6)
 
 
 def test_origins_set_the_flavour_and_to_dict_records_it():

@@ -93,12 +93,12 @@ class Pretrained:
 # ---------------------------------------------------------------------------------------------------
 # Which model do weights belong to?
 # ---------------------------------------------------------------------------------------------------
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _torch_keys(spec: ModelSpec) -> frozenset[str]:
     return frozenset(e.torch_key for e in param_table(spec))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _flax_keys(spec: ModelSpec) -> frozenset[str]:
     return frozenset(p for e in param_table(spec) for p in e.flax_paths)
 
@@ -217,7 +217,7 @@ def _read_safetensors(path: Path) -> tuple[dict[str, np.ndarray], dict]:
     try:
         with safe_open(str(path), framework="pt") as f:  # torch reads bf16/fp16 too; numpy float32 out
             header = f.metadata() or {}
-            weights = {k: _np(f.get_tensor(k)).astype(np.float32, copy=False) for k in f.keys()}
+            weights = {k: _np(f.get_tensor(k)).astype(np.float32, copy=False) for k in f.keys()}  # noqa: SIM118
     except Exception as e:  # safetensors raises its own error types for corrupt headers
         raise ConfigError(f"{path}: not a readable safetensors file ({str(e)[:200]})") from e
     return weights, header
@@ -349,7 +349,8 @@ def _vitbench_checkpoint(weights: dict, header: dict, model: str | ModelSpec | N
     except (json.JSONDecodeError, KeyError, TypeError) as e:
         raise ConfigError(f"{source}: unreadable vitbench metadata ({str(e)[:100]})") from None
     if model is not None and get_spec(model).name != stored.name:
-        raise ConfigError(f"{source} is a {stored.name} checkpoint (its metadata says so), not {get_spec(model).name}")
+        raise ConfigError(f"{source} is a {stored.name} checkpoint (its metadata says so), "
+                          f"not {get_spec(model).name}")
     if new_head:
         weights = {k: v for k, v in weights.items() if not _is_head(k)}
     fit = check_weights(weights, stored, source=f"{source}: the weights", ignore_head=new_head)

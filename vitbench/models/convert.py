@@ -470,8 +470,11 @@ def params_from_checkpoint(flat: dict[str, np.ndarray], template: dict, *, new_h
 def load_vit_jax_npz(path: str | Path, spec: ModelSpec | str, resolution: int | None = None,
                      num_classes: int | None = None, *, new_head: bool = False,
                      representation_size: int | None = None, method: str = "bilinear") -> dict:
-    """Load an original vit_jax (or big_vision BiT) .npz into params for `build_flax_model(spec, resolution,
-    num_classes)`; see `params_from_checkpoint` for what is adapted."""
+    """Load an original vit_jax (or big_vision / big_transfer BiT) .npz into params for
+    `build_flax_model(spec, resolution, num_classes)`; see `params_from_checkpoint` for what is adapted.
+
+    The params compute the checkpoint's function only in a model of the origin's flavour, e.g.
+    `spec.with_origin("vit_jax")`; `vitbench.models.checkpoints.load_pretrained` returns that spec with them."""
     import jax
     import jax.numpy as jnp
 

@@ -284,7 +284,8 @@ def spec_from_dict(d: dict, source: str = "spec") -> ModelSpec:
     differ = [f for f in _ARCHITECTURE_FIELDS if f in d and _same(d[f]) != _same(row[f])]
     if differ:
         detail = ", ".join(f"{f}={str(d[f])[:20]} (table: {row[f]})" for f in differ[:6])
-        raise ConfigError(f"{source}: the stored architecture of {spec.name} differs from the model table: {detail}")
+        raise ConfigError(f"{source}: the stored architecture of {spec.name} differs from the model table: "
+                          f"{detail}")
     if "flavour" in d:
         spec = spec.with_flavour(Flavour.from_dict(d["flavour"], f"{source}.flavour"))
     return spec

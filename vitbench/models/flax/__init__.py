@@ -6,8 +6,8 @@ with no object graph in between, and `jax.jit` takes the params as a plain pytre
 
 Images are NHWC float arrays (PyTorch's are NCHW); outputs are float32 logits, or the pre-logits representation
 with ``model.apply(..., pre_logits=True)``; a distilled DeiT's two heads apart with
-``model.apply(..., separate_heads=True)`` (see vit.py). `dtype` is the compute dtype (bf16 for mixed precision); parameters
-are always created in float32, as PyTorch autocast keeps them.
+``model.apply(..., separate_heads=True)`` (see vit.py). `dtype` is the compute dtype (bf16 for mixed
+precision); parameters are always created in float32, as PyTorch autocast keeps them.
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
-"""The ResNet half of the hybrid (R50+ViT): vit_jax models_resnet.py layout, timm's computation.
+"""The ResNet half of the hybrid (R50+ViT): vit_jax models_resnet.py layout and computation.
 
 Same function as the timm ResNetV2(preact=False, stem_type='same') that feeds HybridEmbed in
-vitbench/models/torch.py: every conv is a weight-standardised conv (in the spec's flavour) with TF 'SAME' padding
-(timm StdConv2dSame; asymmetric for strided convs), root = conv 7x7/2 -> GroupNorm+ReLU -> max-pool 3x3/2 'SAME' (-inf padding,
-timm MaxPool2dSame); v1.5 bottleneck units (stride on the 3x3 conv) with GroupNorm after every conv, ReLU after
-gn1, gn2 and after the residual add; the first unit of each stage has a 1x1 projection + GroupNorm shortcut.
+vitbench/models/torch.py: every conv is a weight-standardised conv (in the spec's flavour) with TF 'SAME'
+padding (timm StdConv2dSame; asymmetric for strided convs), root = conv 7x7/2 -> GroupNorm+ReLU -> max-pool
+3x3/2 'SAME' (-inf padding, timm MaxPool2dSame); v1.5 bottleneck units (stride on the 3x3 conv) with GroupNorm
+after every conv, ReLU after gn1, gn2 and after the residual add; the first unit of each stage has a 1x1
+projection + GroupNorm shortcut.
 
 Parameter names are vit_jax's, at the top level of the ViT's tree: ``conv_root``, ``gn_root``,
 ``block{k}/unit{j}/{conv1,gn1,conv2,gn2,conv3,gn3,conv_proj,gn_proj}`` (unit numbers not zero-padded).

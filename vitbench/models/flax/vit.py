@@ -148,12 +148,12 @@ class VisionTransformer(nn.Module):
         tokens = [x[:, i] for i in range(len(prefix))]  # class token (, distillation token)
         if self.representation_size is not None:  # (build_flax_model refuses it for distilled models)
             tokens = [jnp.tanh(nn.Dense(self.representation_size, dtype=self.dtype, name="pre_logits")(tokens[0]))]
-        if pre_logits:
-            return (sum(tokens) / len(tokens)).astype(jnp.float32)
+        if pre_logits:  # distilled: the mean of the two tokens (timm forward_head(pre_logits=True))
+            rep = tokens[0] if len(tokens) == 1 else (tokens[0] + tokens[1]) / 2
+            return rep.astype(jnp.float32)
         # the paper zero-initialises the (fine-tuning) head; the parity tests overwrite it with random weights
-        names = ("head", "head_dist")[: len(tokens)]
         logits = [nn.Dense(self.num_classes, dtype=self.dtype, kernel_init=nn.initializers.zeros,
-                           name=nm)(t).astype(jnp.float32) for nm, t in zip(names, tokens)]
-        if separate_heads:
+                           name=name)(t).astype(jnp.float32) for name, t in zip(("head", "head_dist"), tokens)]
+        if separate_heads:  # (class-token logits, distillation-token logits); the same array twice if undistilled
             return logits[0], logits[-1]
-        return sum(logits) / len(logits)
+        return logits[0] if len(logits) == 1 else (logits[0] + logits[1]) / 2  # DeiT inference: the heads' mean
