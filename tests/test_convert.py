@@ -77,8 +77,10 @@ def test_round_trip_flax_torch_flax_is_exact():
 
 
 def test_a_state_dict_of_another_model_is_refused_with_the_keys():
-    with pytest.raises(ValueError, match="missing"):
+    with pytest.raises(ConfigError, match="do not fit ViT-Micro/4: missing.*look like ViT-Nano/4"):
         torch_to_flax(_torch("ViT-Nano/4").state_dict(), "ViT-Micro/4")
+    with pytest.raises(ValueError):  # still a ValueError for callers that catch one
+        torch_to_flax(_torch("ViT-Nano/4").state_dict(), "DeiT-Nano/4-dist")
 
 
 # ---- original vit_jax .npz checkpoints ---------------------------------------------------------------
@@ -232,6 +234,28 @@ def test_upsampled_models_agree_across_backends():
     with torch.no_grad():
         ref = tm48(x).numpy()
     assert rel_diff(ref, _flax_logits(name, p48, x)) <= TOL
+
+
+def test_distilled_position_embeddings_keep_both_prefix_tokens_when_resampled():
+    name = "DeiT-Nano/4-dist"
+    sd32 = _torch(name).state_dict()
+    sd48 = resize_state_dict_pos_embed(sd32, name, 48)
+    assert sd48["pos_embed"].shape == (1, 2 + 12 * 12, 32)
+    assert torch.equal(sd48["pos_embed"][:, :2], sd32["pos_embed"][:, :2])  # class and distillation tokens kept
+    p48 = resize_params_pos_embed(torch_to_flax(sd32, name), name, 48)
+    np.testing.assert_allclose(p48["Transformer"]["posembed_input"]["pos_embedding"], sd48["pos_embed"].numpy(),
+                               atol=1e-6)
+    build_torch_model(get_spec(name), 48).load_state_dict(sd48)  # fits a model built at 48 px
+
+
+def test_distilled_npz_at_another_resolution_is_resampled_with_two_prefix_tokens(tmp_path):
+    name = "DeiT-Nano/4-dist"
+    p32 = torch_to_flax(_torch(name).state_dict(), name)
+    save_npz(tmp_path / "d.npz", p32)
+    loaded = flatten_dict(load_vit_jax_npz(tmp_path / "d.npz", name, resolution=48), sep="/")
+    want = flatten_dict(resize_params_pos_embed(p32, name, 48), sep="/")
+    pe = "Transformer/posembed_input/pos_embedding"
+    np.testing.assert_allclose(loaded[pe], want[pe], atol=1e-6)
 
 
 def test_resnets_have_no_position_embeddings():

@@ -21,7 +21,7 @@ from vitbench.models.flax.vit import MlpBlock  # noqa: E402
 from vitbench.models.specs import get_spec  # noqa: E402
 from vitbench.models.torch import build_torch_model, feature_forward  # noqa: E402
 
-TINY = ["ViT-Nano/4", "R-Nano", "R-Nano+ViT-Micro/8"]
+TINY = ["ViT-Nano/4", "R-Nano", "R-Nano+ViT-Micro/8", "DeiT-Nano/4-dist"]
 PARITY_TOL = 1e-4  # max|logits_torch - logits_jax| / max|logits_torch|, fp32 (issue 4)
 
 
@@ -116,8 +116,16 @@ def test_parameter_count_matches_torch_and_analytic(name, tiny_params):
     assert n_flax == n_torch == analytic_counts(get_spec(name)).params
 
 
+def test_distilled_vit_has_a_distillation_token_its_position_embedding_and_head(tiny_params):
+    keys, plain = _keys(tiny_params["DeiT-Nano/4-dist"]), _keys(tiny_params["ViT-Nano/4"])
+    d, n = 32, (32 // 4) ** 2
+    assert keys["dist"] == (1, 1, d) and keys["head_dist/kernel"] == (d, 10) and keys["head_dist/bias"] == (10,)
+    assert keys["Transformer/posembed_input/pos_embedding"] == (1, n + 2, d)
+    assert set(keys) - set(plain) == {"dist", "head_dist/kernel", "head_dist/bias"}
+
+
 def test_build_rejects_a_resolution_the_stride_does_not_divide():
-    with pytest.raises(VitbenchError, match="not divisible"):
+    with pytest.raises(VitbenchError, match="must be a positive multiple of 4 "):
         build_flax_model("ViT-Nano/4", resolution=30)
 
 

@@ -13,13 +13,14 @@ PAPER_NAMES = [
     "R50x1", "R50x2", "R50x3", "R101x1", "R101x3", "R152x1", "R152x2", "R152x4", "R200x3",
     "R50+ViT-B/32", "R50+ViT-B/16", "R50+ViT-L/32", "R50+ViT-L/16",
 ]
+DEIT_DISTILLED = ["DeiT-Ti/16-dist", "DeiT-S/16-dist", "DeiT-B/16-dist"]  # DeiT Table 1, distilled (Section 4)
 
 
 def test_every_paper_variant_is_listed_once():
     names = [s.name for s in all_specs(include_tiny=False)]
-    assert sorted(names) == sorted(PAPER_NAMES)
+    assert sorted(names) == sorted(PAPER_NAMES + DEIT_DISTILLED)
     assert {s.family for s in all_specs()} == {"vit", "bit", "hybrid"}
-    assert all(s.tiny for s in all_specs() if s.name not in PAPER_NAMES)
+    assert all(s.tiny for s in all_specs() if s.name not in PAPER_NAMES + DEIT_DISTILLED)
 
 
 @pytest.mark.parametrize("alias", ["ViT-B/16", "vit-b/16", "ViT-B_16", "vit_base_patch16_224",
@@ -48,11 +49,43 @@ def test_hybrid_stage_layout_follows_total_stride():
     assert get_spec("R50x1").stride == 32 and get_spec("ViT-H/14").stride == 14
 
 
-def test_resolution_must_be_divisible_by_stride():
+@pytest.mark.parametrize("bad", [200, 0, -32, -16, 16.0, "32", True])
+def test_resolution_must_be_a_positive_multiple_of_the_stride(bad):
     spec = get_spec("ViT-B/16")
     spec.check_resolution(384)
-    with pytest.raises(ConfigError, match="multiple of 16"):
-        spec.check_resolution(200)
+    with pytest.raises(ConfigError, match="must be a positive multiple of 16 "):
+        spec.check_resolution(bad)
+
+
+@pytest.mark.parametrize("bad", [0, -32])
+def test_zero_and_negative_resolutions_are_refused_not_replaced(bad):
+    """0 used to mean 'native' by accident (`resolution or native`); None is the only 'native'."""
+    from vitbench.models.torch import build_torch_model
+
+    spec = get_spec("ViT-Nano/4")
+    assert analytic_counts(spec, None).macs == analytic_counts(spec, 32).macs
+    with pytest.raises(ConfigError, match="must be a positive multiple of 4 "):
+        analytic_counts(spec, bad)
+    with pytest.raises(ConfigError, match="positive multiple"):
+        build_torch_model(spec, bad, device="meta")
+
+
+@pytest.mark.parametrize("family", ["VIT", "Vit", " bit ", "HYBRID"])
+def test_family_lookup_ignores_case(family):
+    want = family.strip().lower()
+    assert [s.name for s in all_specs(family)] == [s.name for s in all_specs(want)]
+    assert {s.family for s in all_specs(family)} == {want}
+
+
+def test_unknown_family_names_the_allowed_ones():
+    with pytest.raises(UnknownModelError, match="allowed: vit, bit, hybrid"):
+        all_specs("deit")
+
+
+def test_models_command_accepts_any_case(cli):
+    res = cli("models", "--family", "VIT", "--no-tiny", "--json")
+    assert res.exit_code == 0, res.output
+    assert "ViT-B/16" in res.output and "R50x1" not in res.output
 
 
 def test_tokens_and_num_classes_override():
@@ -60,9 +93,11 @@ def test_tokens_and_num_classes_override():
     assert spec.num_classes == 37 and spec.tokens(384) == 576
 
 
-# Published parameter counts (M): ViT paper Table 1 (86M / 307M / 632M), DeiT (5.7M / 22M), timm BiT cards.
+# Published parameter counts (M): ViT paper Table 1 (86M / 307M / 632M), DeiT Table 1 (5M / 22M), timm model
+# cards (BiT; deit_*_distilled_patch16_224: 5.9M / 22.4M / 87.3M).
 @pytest.mark.parametrize("name,params_m,tol", [
     ("ViT-Ti/16", 5.7, 0.01), ("ViT-S/16", 22.05, 0.01), ("ViT-B/16", 86.57, 0.001),
+    ("DeiT-Ti/16-dist", 5.91, 0.01), ("DeiT-S/16-dist", 22.4, 0.01), ("DeiT-B/16-dist", 87.3, 0.01),
     ("ViT-L/16", 304.33, 0.001), ("ViT-H/14", 632.05, 0.001), ("R50x1", 25.55, 0.001),
     ("R152x4", 936.53, 0.001), ("R50+ViT-B/16", 98.66, 0.001),
 ])
@@ -90,3 +125,101 @@ def test_tiny_variants_run_at_other_resolutions_and_classes(name):
     model = build_torch_model(spec, res, num_classes=3).eval()
     with torch.no_grad():
         assert model(torch.randn(2, 3, res, res)).shape == (2, 3)
+
+
+# ---- DeiT ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("alias,name", [
+    ("DeiT-Ti", "ViT-Ti/16"), ("deit_small_patch16_224", "ViT-S/16"), ("DeiT-B/16", "ViT-B/16"),
+    ("deit_tiny_distilled_patch16_224", "DeiT-Ti/16-dist"), ("DeiT-S-distilled", "DeiT-S/16-dist"),
+    ("deit_base_distilled_patch16_224.fb_in1k", "DeiT-B/16-dist"), ("DeiT-Nano/4", "ViT-Nano/4"),
+    ("ViT-Micro/4-dist", "DeiT-Micro/4-dist"),
+])
+def test_deit_names(alias, name):
+    assert get_spec(alias).name == name
+
+
+@pytest.mark.parametrize("size", ["tiny", "small", "base"])
+def test_distilled_parameter_count_equals_timms(size):
+    """timm's own deit_*_distilled_patch16_224 on the meta device (nothing allocated) vs the analytic formula."""
+    import timm
+    import torch
+
+    with torch.device("meta"):
+        ref = timm.create_model(f"deit_{size}_distilled_patch16_224", pretrained=False)
+    spec = get_spec(f"deit_{size}_distilled_patch16_224")
+    assert spec.distilled and spec.num_prefix_tokens == 2
+    assert analytic_counts(spec).params == sum(p.numel() for p in ref.parameters())
+
+
+def test_distilled_twin_adds_exactly_a_token_an_embedding_a_head_and_their_macs():
+    plain, dist = get_spec("ViT-Nano/4"), get_spec("DeiT-Nano/4-dist")
+    d, k, n = plain.width, plain.num_classes, plain.tokens(32)
+    a, b = analytic_counts(plain), analytic_counts(dist)
+    assert b.params - a.params == d + d + (d * k + k)  # dist token, its position embedding, head_dist
+    # one more token through every block (T = N + 2 instead of N + 1), and one more head
+    t0, t1 = n + 1, n + 2
+    per_token_block = 4 * d * d + 2 * d * plain.mlp_dim
+    want = plain.depth * ((t1 - t0) * per_token_block + 2 * (t1 * t1 - t0 * t0) * d) + d * k
+    assert b.macs - a.macs == want
+
+
+@pytest.mark.parametrize("name", ["DeiT-Nano/4-dist", "DeiT-Micro/4-dist"])
+def test_distilled_macs_equal_torchs_flop_counter(name):
+    """The analytic formula against torch's FlopCounterMode (2 FLOPs per MAC) on the built model, both heads."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from vitbench.models.torch import build_torch_model, unfused_attention
+
+    spec = get_spec(name)
+    model = build_torch_model(spec).eval()
+    with torch.no_grad(), unfused_attention(model), FlopCounterMode(display=False) as counter:
+        model(torch.zeros(1, 3, 32, 32))
+    assert counter.get_total_flops() == 2 * analytic_counts(spec).macs
+
+
+def test_only_transformers_can_be_distilled():
+    from dataclasses import replace
+
+    with pytest.raises(ValueError, match="distillation token"):
+        replace(get_spec("R-Nano"), distilled=True)
+
+
+# ---- flavours ---------------------------------------------------------------------------------------------
+def test_default_specs_keep_the_conventions_every_earlier_number_used():
+    from vitbench.models.flavours import Gelu, WeightStd
+
+    for s in all_specs():
+        assert s.flavour.gelu is Gelu.ERF and s.flavour.weight_std is WeightStd.SQRT_VAR
+    assert (get_spec("R50x1").flavour.weight_std_eps, get_spec("R50x1").flavour.gn_eps) == (1e-8, 1e-5)
+    hybrid = get_spec("R50+ViT-B/16").flavour
+    assert (hybrid.weight_std_eps, hybrid.gn_eps) == (1e-5, 1e-6)
+
+
+def test_origins_set_the_flavour_and_to_dict_records_it():
+    import json
+
+    from vitbench.models.specs import spec_from_dict
+
+    vj = get_spec("R50+ViT-B/16").with_origin("vit_jax")
+    d = json.loads(json.dumps(vj.to_dict()))  # JSON-ready: plain strings and numbers
+    assert d["flavour"] == {"gelu": "tanh", "weight_std": "std_plus_eps", "weight_std_eps": 1e-5, "gn_eps": 1e-6}
+    assert spec_from_dict(d) == vj
+    assert get_spec("R50x1").with_origin("big_transfer").to_dict()["flavour"]["weight_std_eps"] == 1e-10
+    assert get_spec("ViT-B/16").with_origin("timm").to_dict()["flavour"]["gelu"] == "erf"
+    with pytest.raises(ConfigError, match="no 'bit' models"):
+        get_spec("R50x1").with_origin("vit_jax")
+    with pytest.raises(ConfigError, match="allowed: timm, vit_jax"):
+        get_spec("R50x1").with_origin("caffe")
+
+
+def test_spec_from_dict_refuses_another_architecture_and_bad_flavours():
+    from vitbench.models.specs import spec_from_dict
+
+    d = get_spec("ViT-Nano/4").to_dict()
+    with pytest.raises(ConfigError, match="width=48"):
+        spec_from_dict({**d, "width": 48})
+    with pytest.raises(ConfigError, match="gelu.*allowed: erf, tanh"):
+        spec_from_dict({**d, "flavour": {**d["flavour"], "gelu": "relu"}})
+    old = {k: v for k, v in d.items() if k != "flavour"}  # stored before flavours existed
+    assert spec_from_dict(old) == get_spec("ViT-Nano/4")

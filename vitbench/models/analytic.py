@@ -28,8 +28,9 @@ class Counts:
 
 
 def _encoder(spec: ModelSpec, tokens: int) -> Counts:
-    """Transformer encoder (Vaswani et al.; ViT eq. 2-3): L pre-LN blocks on T = tokens + 1 (class token)."""
-    d, m, t, layers = spec.width, spec.mlp_dim, tokens + 1, spec.depth
+    """Transformer encoder (Vaswani et al.; ViT eq. 2-3): L pre-LN blocks on T = tokens + the class token
+    (+ the distillation token of a distilled DeiT)."""
+    d, m, t, layers = spec.width, spec.mlp_dim, tokens + spec.num_prefix_tokens, spec.depth
     block_params = (3 * d * d + 3 * d) + (d * d + d) + (d * m + m) + (m * d + d) + 4 * d  # qkv, proj, mlp, 2 LN
     block_macs = 4 * t * d * d + 2 * t * t * d + 2 * t * d * m  # qkv+proj, QK^T and AV, MLP
     return Counts(layers * block_params + 2 * d, layers * block_macs)  # + final LN
@@ -62,7 +63,7 @@ def _resnet(spec: ModelSpec, resolution: int, *, preact: bool) -> tuple[Counts, 
 
 def analytic_counts(spec: ModelSpec, resolution: int | None = None, num_classes: int | None = None) -> Counts:
     """Params and forward MACs of one image at `resolution` (default: native)."""
-    r = resolution or spec.resolution
+    r = spec.resolution if resolution is None else resolution
     k = spec.num_classes if num_classes is None else num_classes
     spec.check_resolution(r)
     if spec.family == "bit":
@@ -79,8 +80,9 @@ def analytic_counts(spec: ModelSpec, resolution: int | None = None, num_classes:
         body, _ = _resnet(spec, r, preact=False)
         c = spec.stage_channels[-1]
         embed = Counts(body.params + c * d + d, body.macs + n * c * d)  # 1x1 "patch" projection
-    params = embed.params + d + (n + 1) * d + enc.params + d * k + k  # + cls token, pos-embed, head
-    return Counts(params, embed.macs + enc.macs + d * k)
+    prefix = spec.num_prefix_tokens  # class token (+ distillation token), each with its own head (DeiT)
+    params = embed.params + prefix * d + (n + prefix) * d + enc.params + prefix * (d * k + k)  # + pos-embed
+    return Counts(params, embed.macs + enc.macs + prefix * d * k)
 
 
 def train_flops_per_image(spec: ModelSpec, resolution: int | None = None, num_classes: int | None = None) -> float:

@@ -6,6 +6,7 @@ Layout conventions (PyTorch -> Flax):
 - timm's fused qkv (3D, D) -> query/key/value kernels (D, heads, D/heads), biases (heads, D/heads);
   attention proj (D, D) -> out kernel (heads, D/heads, D)
 - BiT head: 1x1 conv (K, C, 1, 1) after the pool -> dense kernel (C, K)
+- DeiT distilled: dist_token -> dist, head_dist -> head_dist (as head)
 - LayerNorm/GroupNorm weight -> scale; class token, position embeddings: same shape
 Every mapping is checked both ways: unused or missing keys and shape mismatches raise, naming the key.
 
@@ -15,6 +16,7 @@ Security: checkpoints are read with np.load(allow_pickle=False); a file that nee
 from __future__ import annotations
 
 import math
+import re
 import sys
 import zipfile
 from collections.abc import Callable
@@ -28,6 +30,10 @@ from vitbench.errors import ConfigError, UnsafeFileError
 from vitbench.models.specs import ModelSpec, get_spec
 
 Array = Any  # numpy, torch or jax array
+
+
+class WeightsMismatchError(ConfigError, ValueError):
+    """Weights of one model offered to another: names the missing / unexpected / mis-shaped keys."""
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -85,6 +91,8 @@ def _vit_entries(spec: ModelSpec, embed: str) -> list[_Entry]:
     d = spec.width
     out = [_copy("cls_token", "cls"), _copy("pos_embed", "Transformer/posembed_input/pos_embedding"),
            _conv(f"{embed}.weight", "embedding/kernel"), _copy(f"{embed}.bias", "embedding/bias")]
+    if spec.distilled:  # DeiT: timm VisionTransformerDistilled's dist_token and head_dist
+        out += [_copy("dist_token", "dist"), *_linear("head_dist", "head_dist")]
     for i in range(spec.depth):
         t, f = f"blocks.{i}", f"Transformer/encoderblock_{i}"
         out += _norm(f"{t}.norm1", f"{f}/LayerNorm_0")
@@ -173,10 +181,10 @@ def torch_to_flax(state_dict: dict[str, Any], spec: ModelSpec | str) -> dict:
     """timm state dict (tensors or arrays) -> nested Flax params of numpy float32 arrays."""
     table = param_table(spec)
     want = {e.torch_key for e in table}
-    missing, extra = sorted(want - set(state_dict)), sorted(set(state_dict) - want)
-    if missing or extra:
-        raise ValueError(f"state dict does not match {get_spec(spec).name}: missing {missing[:8]}, "
-                         f"unexpected {extra[:8]}")
+    if want != set(state_dict):
+        from vitbench.models.checkpoints import check_weights
+
+        check_weights(state_dict, spec, source="state dict")  # raises, naming keys and what the weights are
     flat: dict[str, np.ndarray] = {}
     for e in table:
         for path, arr in zip(e.flax_paths, e.to_flax(_np(state_dict[e.torch_key]))):
@@ -193,8 +201,8 @@ def flax_to_torch(params: dict, spec: ModelSpec | str) -> dict[str, Any]:
     want = {p for e in table for p in e.flax_paths}
     missing, extra = sorted(want - set(flat)), sorted(set(flat) - want)
     if missing or extra:
-        raise ValueError(f"Flax params do not match {get_spec(spec).name}: missing {missing[:8]}, "
-                         f"unexpected {extra[:8]} (pre_logits has no PyTorch counterpart here)")
+        raise WeightsMismatchError(f"Flax params do not match {get_spec(spec).name}: missing {missing[:8]}, "
+                                   f"unexpected {extra[:8]} (pre_logits has no PyTorch counterpart here)")
     # np.array(copy=True): jax-backed arrays are read-only, and the tensors must own their memory
     return {e.torch_key: torch.from_numpy(np.array(e.to_torch(*(flat[p] for p in e.flax_paths)),
                                                    dtype=np.float32, copy=True, order="C"))
@@ -320,7 +328,8 @@ def resize_params_pos_embed(params: dict, spec: ModelSpec | str, resolution: int
     new = _new_grid(spec, resolution)
     tr = dict(params["Transformer"])
     pe = dict(tr["posembed_input"])
-    pe["pos_embedding"] = resample_pos_embed(pe["pos_embedding"], new, method=method)
+    pe["pos_embedding"] = resample_pos_embed(pe["pos_embedding"], new, num_prefix_tokens=spec.num_prefix_tokens,
+                                             method=method)
     tr["posembed_input"] = pe
     return {**params, "Transformer": tr}
 
@@ -330,7 +339,11 @@ def resize_state_dict_pos_embed(state_dict: dict, spec: ModelSpec | str, resolut
     """timm state dict -> a copy whose `pos_embed` fits a model built at `resolution` (class token kept)."""
     spec = get_spec(spec)
     new = _new_grid(spec, resolution)
-    return {**state_dict, "pos_embed": resample_pos_embed(state_dict["pos_embed"], new, method=method)}
+    if "pos_embed" not in state_dict:
+        raise ConfigError(f"these weights have no 'pos_embed' to resample: not a {spec.name} state dict "
+                          "(vitbench.models.checkpoints.check_weights names what they are)")
+    return {**state_dict, "pos_embed": resample_pos_embed(state_dict["pos_embed"], new,
+                                                          num_prefix_tokens=spec.num_prefix_tokens, method=method)}
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -368,7 +381,39 @@ def save_npz(path: str | Path, params: dict) -> None:
     tmp.replace(path)  # nothing half-written under the final name
 
 
+# The original BiT files (gs://bit_models/BiT-*.npz) keep big_transfer's TensorFlow names; big_vision's
+# bit_paper.maybe_convert_big_transfer_format maps them to the layout vitbench's Flax BiT uses:
+# unit groups a/b/c -> gn1+conv1 / gn2+conv2 / gn3+conv3, a/proj -> conv_proj, the final group_norm ->
+# norm-pre-head, head/conv2d (1,1,C,K) -> head (C,K).
+_BIT_TF_UNIT = re.compile(r"^resnet/(block\d)/(unit\d+)/(a|b|c)/(proj/)?(standardized_conv2d|group_norm)(_\d+)?/"
+                          r"(kernel|gamma|beta)$")
+_BIT_TF_TOP = {"resnet/root_block/standardized_conv2d/kernel": "root_block/conv_root/kernel",
+               "resnet/group_norm/gamma": "norm-pre-head/scale", "resnet/group_norm/beta": "norm-pre-head/bias",
+               "resnet/head/conv2d/kernel": "head/kernel", "resnet/head/conv2d/bias": "head/bias"}
+_TF_LEAF = {"kernel": "kernel", "gamma": "scale", "beta": "bias"}
+
+
+def _from_big_transfer_names(flat: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    out = {}
+    for k, v in flat.items():
+        if k in _BIT_TF_TOP:
+            out[_BIT_TF_TOP[k]] = v[0, 0] if k == "resnet/head/conv2d/kernel" and v.ndim == 4 else v
+            continue
+        m = _BIT_TF_UNIT.match(k)
+        if m is None:
+            out[k] = v  # left as is: the fit check names it
+            continue
+        block, unit, group, proj, kind, _, leaf = m.groups()
+        n = "abc".index(group) + 1
+        layer = "conv_proj" if proj else (f"conv{n}" if kind == "standardized_conv2d" else f"gn{n}")
+        out[f"{block}/{unit}/{layer}/{_TF_LEAF[leaf]}"] = v
+    return out
+
+
 def _canonical_keys(flat: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Keys of every known file layout -> the original vit_jax / big_vision names vitbench's Flax models use."""
+    if any(k.startswith("resnet/") for k in flat):
+        return _from_big_transfer_names(flat)
     if not any("MultiHeadDotProductAttention_0" in k for k in flat):
         return flat
     out = {}
@@ -411,7 +456,9 @@ def params_from_checkpoint(flat: dict[str, np.ndarray], template: dict, *, new_h
         v = flat[k]
         if v.shape != ref.shape:
             if k.endswith("pos_embedding") and v.shape[-1] == ref.shape[-1]:
-                v = resample_pos_embed(v, math.isqrt(ref.shape[1] - 1), method=method)
+                prefix = 2 if "dist" in want else 1  # class (+ distillation) token embeddings, kept as they are
+                v = resample_pos_embed(v, math.isqrt(ref.shape[1] - prefix), num_prefix_tokens=prefix,
+                                       method=method)
             elif v.size == math.prod(ref.shape):  # e.g. GroupNorm (1,1,1,C) -> (C,)
                 v = v.reshape(ref.shape)
             else:
@@ -423,15 +470,18 @@ def params_from_checkpoint(flat: dict[str, np.ndarray], template: dict, *, new_h
 def load_vit_jax_npz(path: str | Path, spec: ModelSpec | str, resolution: int | None = None,
                      num_classes: int | None = None, *, new_head: bool = False,
                      representation_size: int | None = None, method: str = "bilinear") -> dict:
-    """Load an original vit_jax (or big_vision BiT) .npz into params for `build_flax_model(spec, resolution,
-    num_classes)`; see `params_from_checkpoint` for what is adapted."""
+    """Load an original vit_jax (or big_vision / big_transfer BiT) .npz into params for
+    `build_flax_model(spec, resolution, num_classes)`; see `params_from_checkpoint` for what is adapted.
+
+    The params compute the checkpoint's function only in a model of the origin's flavour, e.g.
+    `spec.with_origin("vit_jax")`; `vitbench.models.checkpoints.load_pretrained` returns that spec with them."""
     import jax
     import jax.numpy as jnp
 
     from vitbench.models.flax import build_flax_model
 
     spec = get_spec(spec)
-    resolution = resolution or spec.resolution
+    resolution = spec.resolution if resolution is None else resolution
     model = build_flax_model(spec, resolution, num_classes, representation_size=representation_size)
     x = jax.ShapeDtypeStruct((1, resolution, resolution, 3), jnp.float32)
     template = jax.eval_shape(model.init, jax.random.PRNGKey(0), x)["params"]  # shapes only: no compile

@@ -8,11 +8,13 @@ Section 3.1 / Appendix D.4 ("R50+ViT-B/16 removes stage 4 and puts its blocks in
 from __future__ import annotations
 
 import difflib
+import operator
 import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Literal
 
 from vitbench.errors import ConfigError, UnknownModelError
+from vitbench.models.flavours import DEFAULT, HYBRID_DEFAULT, Flavour, Origin, flavour_for
 
 Family = Literal["vit", "bit", "hybrid"]
 FAMILIES: tuple[str, ...] = ("vit", "bit", "hybrid")
@@ -40,15 +42,20 @@ class ModelSpec:
     mlp_dim: int = 0
     heads: int = 0
     ln_eps: float = 1e-6  # LayerNorm epsilon (vit_jax and timm both use 1e-6)
+    distilled: bool = False  # DeiT: a distillation token beside the class token, its own head (Touvron et al.)
     # --- ResNet (bit, hybrid) ---
     layers: tuple[int, ...] = ()  # blocks per stage
     width_factor: int = 1
     channels: tuple[int, ...] = RESNET_CHANNELS  # stage output channels at width factor 1
     stem_chs: int = 64  # root conv channels at width factor 1
     gn_groups: int = 32
-    gn_eps: float = 1e-5
-    std_conv_eps: float = 1e-8  # weight-standardisation epsilon
+    # --- numerical conventions (GELU form, weight standardisation, GroupNorm eps), set from a checkpoint's origin
+    flavour: Flavour = DEFAULT
     extra: dict = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        if self.distilled and self.family == "bit":
+            raise ValueError(f"{self.name}: a distillation token needs a transformer (family vit or hybrid)")
 
     # ---- derived -----------------------------------------------------------------------------
     @property
@@ -72,55 +79,85 @@ class ModelSpec:
         """Size of the representation fed to the head (pre-logits)."""
         return self.width if self.family in ("vit", "hybrid") else self.stage_channels[-1]
 
+    @property
+    def num_prefix_tokens(self) -> int:
+        """Tokens before the patches: the class token, and the distillation token of a distilled model."""
+        return 2 if self.distilled else 1
+
     def tokens(self, resolution: int) -> int:
-        """Sequence length N (patches, without the class token) at `resolution`."""
+        """Sequence length N (patches, without the class/distillation tokens) at `resolution`."""
         return (resolution // self.stride) ** 2
 
     def check_resolution(self, resolution: int) -> None:
-        if resolution <= 0 or resolution % self.stride:
+        """ConfigError unless `resolution` (pixels) is a positive multiple of the total stride."""
+        try:
+            r = None if isinstance(resolution, bool) else operator.index(resolution)
+        except TypeError:
+            r = None
+        if r is None or r <= 0 or r % self.stride:
             ok = [r for r in range(self.stride, 4 * self.resolution + 1, self.stride)][:6]
             raise ConfigError(
-                f"resolution {resolution} is not divisible by {self.name}'s total stride {self.stride}; "
-                f"use a multiple of {self.stride}, e.g. {', '.join(map(str, ok))}, ..."
+                f"resolution {str(resolution)[:20]} for {self.name} must be a positive multiple of {self.stride} "
+                f"(its total stride), e.g. {', '.join(map(str, ok))}, ..."
             )
 
     def describe(self) -> str:
+        dist = " +dist token" if self.distilled else ""
         if self.family == "vit":
-            return f"L={self.depth} D={self.width} MLP={self.mlp_dim} H={self.heads} P={self.patch}"
+            return f"L={self.depth} D={self.width} MLP={self.mlp_dim} H={self.heads} P={self.patch}{dist}"
         resnet = f"{'x'.join(map(str, self.layers))} w={self.width_factor}"
         if self.family == "bit":
             return f"stages {resnet}"
-        return f"R[{resnet}] + L={self.depth} D={self.width} H={self.heads} /{self.stride}"
+        return f"R[{resnet}] + L={self.depth} D={self.width} H={self.heads} /{self.stride}{dist}"
 
     def to_dict(self) -> dict:
+        """Every field (the flavour as plain strings and numbers) plus the derived stride: JSON-ready."""
         d = asdict(self)
         d.pop("extra")
+        d["flavour"] = self.flavour.to_dict()
         d["stride"] = self.stride
         return d
 
     def with_classes(self, num_classes: int) -> ModelSpec:
         return replace(self, num_classes=num_classes)
 
+    def with_origin(self, origin: Origin | str) -> ModelSpec:
+        """This architecture in the conventions of checkpoints from `origin` (vit_jax, timm, ...)."""
+        return replace(self, flavour=flavour_for(origin, self.family))
+
+    def with_flavour(self, flavour: Flavour) -> ModelSpec:
+        return replace(self, flavour=flavour)
+
 
 # ---------------------------------------------------------------------------------------------
 # The table
 # ---------------------------------------------------------------------------------------------
-_VIT_SIZES = {  # name: (layers, D, MLP, heads, timm size word) -- ViT paper Table 1, DeiT for Ti/S
+_VIT_SIZES = {  # name: (layers, D, MLP, heads, timm size word) -- ViT paper Table 1, DeiT Table 1 for Ti/S
     "Ti": (12, 192, 768, 3, "tiny"),
     "S": (12, 384, 1536, 6, "small"),
     "B": (12, 768, 3072, 12, "base"),
     "L": (24, 1024, 4096, 16, "large"),
     "H": (32, 1280, 5120, 16, "huge"),
 }
+# DeiT-Ti/S/B are ViT-Ti/S/B at patch 16 (DeiT Table 1): the same rows, with DeiT's names as aliases
+_DEIT_SIZES = ("Ti", "S", "B")
 
 
 def _vit(size: str, patch: int) -> ModelSpec:
     depth, width, mlp, heads, word = _VIT_SIZES[size]
-    timm_id = f"vit_{word}_patch{patch}_224"
+    deit = (f"DeiT-{size}/{patch}", f"DeiT-{size}", f"deit_{word}_patch{patch}_224") \
+        if size in _DEIT_SIZES and patch == 16 else ()
     return ModelSpec(
-        name=f"ViT-{size}/{patch}", family="vit", timm_id=timm_id, aliases=(f"ViT-{size}_{patch}",),
-        patch=patch, width=width, depth=depth, mlp_dim=mlp, heads=heads,
+        name=f"ViT-{size}/{patch}", family="vit", timm_id=f"vit_{word}_patch{patch}_224",
+        aliases=(f"ViT-{size}_{patch}", *deit), patch=patch, width=width, depth=depth, mlp_dim=mlp, heads=heads,
     )
+
+
+def _distilled(base: ModelSpec, size: str, timm_id: str | None = None) -> ModelSpec:
+    """DeiT's distilled twin of `base` (Touvron et al. 2021, Section 4): + distillation token, pos-embed, head."""
+    name = f"DeiT-{size}/{base.patch}-dist"
+    return replace(base, name=name, timm_id=timm_id, distilled=True,
+                   aliases=(f"ViT-{size}/{base.patch}-dist", f"DeiT-{size}-distilled", f"DeiT-{size}-dist"))
 
 
 def _bit(depth: int, wf: int) -> ModelSpec:
@@ -128,7 +165,6 @@ def _bit(depth: int, wf: int) -> ModelSpec:
         name=f"R{depth}x{wf}", family="bit", timm_id=f"resnetv2_{depth}x{wf}_bit",
         aliases=(f"BiT-R{depth}x{wf}", f"BiT-M-R{depth}x{wf}", f"ResNet{depth}x{wf}"),
         layers=RESNET_DEPTHS[depth], width_factor=wf,
-        gn_eps=1e-5, std_conv_eps=1e-8,  # timm's BiT (resnetv2_*_bit) conventions
     )
 
 
@@ -139,15 +175,14 @@ def _hybrid(size: str, total_stride: int) -> ModelSpec:
     return ModelSpec(
         name=f"R50+ViT-{size}/{total_stride}", family="hybrid",
         timm_id=f"vit_{word}_r50_s{total_stride}_224", aliases=(f"R50+ViT-{size}_{total_stride}",),
-        patch=1, width=width, depth=depth, mlp_dim=mlp, heads=heads, layers=layers,
-        gn_eps=1e-6, std_conv_eps=1e-5,  # vit_jax models_resnet.py conventions
+        patch=1, width=width, depth=depth, mlp_dim=mlp, heads=heads, layers=layers, flavour=HYBRID_DEFAULT,
     )
 
 
-def _tiny_vit(name: str, width: int, depth: int, heads: int, patch: int = 4) -> ModelSpec:
+def _tiny_vit(size: str, width: int, depth: int, heads: int, patch: int = 4) -> ModelSpec:
     return ModelSpec(
-        name=name, family="vit", tiny=True, resolution=32, num_classes=10, patch=patch,
-        width=width, depth=depth, mlp_dim=4 * width, heads=heads,
+        name=f"ViT-{size}/{patch}", family="vit", tiny=True, resolution=32, num_classes=10, patch=patch,
+        width=width, depth=depth, mlp_dim=4 * width, heads=heads, aliases=(f"DeiT-{size}/{patch}",),
     )
 
 
@@ -158,22 +193,27 @@ def _tiny_bit(name: str, layers: tuple[int, ...], wf: int = 1) -> ModelSpec:
     )
 
 
+_VITS = {(s, p): _vit(s, p) for s, p in [("Ti", 16), ("S", 16), ("B", 32), ("B", 16), ("B", 8), ("L", 32),
+                                          ("L", 16), ("H", 14)]}
+_TINY_VITS = {"Nano": _tiny_vit("Nano", width=32, depth=2, heads=2),
+              "Micro": _tiny_vit("Micro", width=64, depth=4, heads=4),
+              "Mini": _tiny_vit("Mini", width=128, depth=6, heads=4)}
+
 _TABLE: list[ModelSpec] = [
-    _vit("Ti", 16), _vit("S", 16), _vit("B", 32), _vit("B", 16), _vit("B", 8),
-    _vit("L", 32), _vit("L", 16), _vit("H", 14),
+    *_VITS.values(),
+    *(_distilled(_VITS[s, 16], s, f"deit_{_VIT_SIZES[s][4]}_distilled_patch16_224") for s in _DEIT_SIZES),
     _bit(50, 1), _bit(50, 2), _bit(50, 3), _bit(101, 1), _bit(101, 3),
     _bit(152, 1), _bit(152, 2), _bit(152, 4), _bit(200, 3),
     _hybrid("B", 32), _hybrid("B", 16), _hybrid("L", 32), _hybrid("L", 16),
     # Tiny variants for tests and CPU studies (32 px, 10 classes). Not from the paper.
-    _tiny_vit("ViT-Nano/4", width=32, depth=2, heads=2),
-    _tiny_vit("ViT-Micro/4", width=64, depth=4, heads=4),
-    _tiny_vit("ViT-Mini/4", width=128, depth=6, heads=4),
+    *_TINY_VITS.values(),
+    _distilled(_TINY_VITS["Nano"], "Nano"), _distilled(_TINY_VITS["Micro"], "Micro"),
     _tiny_bit("R-Nano", layers=(1, 1, 1, 1)),
     _tiny_bit("R-Micro", layers=(2, 2, 2, 2)),
     ModelSpec(
         name="R-Nano+ViT-Micro/8", family="hybrid", tiny=True, resolution=32, num_classes=10,
         patch=1, width=64, depth=2, mlp_dim=256, heads=4, layers=(1, 1),
-        channels=(32, 64, 128, 256), stem_chs=16, gn_groups=8, gn_eps=1e-6, std_conv_eps=1e-5,
+        channels=(32, 64, 128, 256), stem_chs=16, gn_groups=8, flavour=HYBRID_DEFAULT,
     ),
 ]
 
@@ -195,8 +235,12 @@ for _spec in _TABLE:
 
 
 def all_specs(family: str | None = None, include_tiny: bool = True) -> list[ModelSpec]:
-    if family is not None and family not in FAMILIES:
-        raise UnknownModelError(f"unknown family {family!r}; allowed: {', '.join(FAMILIES)}")
+    """The table's rows, optionally of one family (any case: 'VIT' == 'vit')."""
+    if family is not None:
+        key = family.strip().lower() if isinstance(family, str) else family
+        if key not in FAMILIES:
+            raise UnknownModelError(f"unknown family {str(family)[:40]!r}; allowed: {', '.join(FAMILIES)}")
+        family = key
     return [s for s in _TABLE if (family is None or s.family == family) and (include_tiny or not s.tiny)]
 
 
@@ -223,3 +267,29 @@ def get_spec(name: str | ModelSpec, num_classes: int | None = None) -> ModelSpec
                 "See `vitbench models` for the full list."
             )
     return spec if num_classes is None else spec.with_classes(num_classes)
+
+
+_ARCHITECTURE_FIELDS = ("family", "patch", "width", "depth", "mlp_dim", "heads", "ln_eps", "distilled", "layers",
+                        "width_factor", "channels", "stem_chs", "gn_groups")
+
+
+def spec_from_dict(d: dict, source: str = "spec") -> ModelSpec:
+    """Inverse of `ModelSpec.to_dict` (e.g. a checkpoint's metadata): the table's row of that name with the
+    stored classes and flavour (specs stored before flavours existed get the row's default flavour).
+    ConfigError if the stored architecture differs from the row's, naming the fields."""
+    if not isinstance(d, dict) or not isinstance(d.get("name"), str):
+        raise ConfigError(f"{source}: expected a model spec with a 'name', got {str(d)[:60]!r}")
+    spec = get_spec(d["name"], num_classes=d.get("num_classes"))
+    row = spec.to_dict()
+    differ = [f for f in _ARCHITECTURE_FIELDS if f in d and _same(d[f]) != _same(row[f])]
+    if differ:
+        detail = ", ".join(f"{f}={str(d[f])[:20]} (table: {row[f]})" for f in differ[:6])
+        raise ConfigError(f"{source}: the stored architecture of {spec.name} differs from the model table: "
+                          f"{detail}")
+    if "flavour" in d:
+        spec = spec.with_flavour(Flavour.from_dict(d["flavour"], f"{source}.flavour"))
+    return spec
+
+
+def _same(v):
+    return tuple(v) if isinstance(v, list | tuple) else v

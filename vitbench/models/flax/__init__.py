@@ -5,8 +5,9 @@ module paths; a linen model's `params` tree *is* that dict, so an original .npz 
 with no object graph in between, and `jax.jit` takes the params as a plain pytree argument.
 
 Images are NHWC float arrays (PyTorch's are NCHW); outputs are float32 logits, or the pre-logits representation
-with ``model.apply(..., pre_logits=True)``. `dtype` is the compute dtype (bf16 for mixed precision); parameters
-are always created in float32, as PyTorch autocast keeps them.
+with ``model.apply(..., pre_logits=True)``; a distilled DeiT's two heads apart with
+``model.apply(..., separate_heads=True)`` (see vit.py). `dtype` is the compute dtype (bf16 for mixed
+precision); parameters are always created in float32, as PyTorch autocast keeps them.
 """
 
 from __future__ import annotations
@@ -37,12 +38,13 @@ def build_flax_model(spec: ModelSpec | str, resolution: int | None = None, num_c
     `resolution` is only validated here (the position-embedding length follows the input at init).
     """
     spec = get_spec(spec)
-    resolution = resolution or spec.resolution
+    resolution = spec.resolution if resolution is None else resolution
     num_classes = spec.num_classes if num_classes is None else num_classes
     spec.check_resolution(resolution)
+    if representation_size is not None and (spec.family == "bit" or spec.distilled):
+        raise ValueError("representation_size (pre_logits) applies to ViT and hybrid models without a "
+                         "distillation token only")
     if spec.family == "bit":
-        if representation_size is not None:
-            raise ValueError("representation_size (pre_logits) applies to ViT and hybrid models only")
         return BiTResNet(spec, num_classes, dtype=dtype)
     return VisionTransformer(spec, num_classes, representation_size=representation_size, dtype=dtype)
 

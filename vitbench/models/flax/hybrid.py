@@ -1,10 +1,11 @@
-"""The ResNet half of the hybrid (R50+ViT): vit_jax models_resnet.py layout, timm's computation.
+"""The ResNet half of the hybrid (R50+ViT): vit_jax models_resnet.py layout and computation.
 
 Same function as the timm ResNetV2(preact=False, stem_type='same') that feeds HybridEmbed in
-vitbench/models/torch.py: every conv is a weight-standardised conv with TF 'SAME' padding (timm StdConv2dSame;
-asymmetric for strided convs), root = conv 7x7/2 -> GroupNorm+ReLU -> max-pool 3x3/2 'SAME' (-inf padding,
-timm MaxPool2dSame); v1.5 bottleneck units (stride on the 3x3 conv) with GroupNorm after every conv, ReLU after
-gn1, gn2 and after the residual add; the first unit of each stage has a 1x1 projection + GroupNorm shortcut.
+vitbench/models/torch.py: every conv is a weight-standardised conv (in the spec's flavour) with TF 'SAME'
+padding (timm StdConv2dSame; asymmetric for strided convs), root = conv 7x7/2 -> GroupNorm+ReLU -> max-pool
+3x3/2 'SAME' (-inf padding, timm MaxPool2dSame); v1.5 bottleneck units (stride on the 3x3 conv) with GroupNorm
+after every conv, ReLU after gn1, gn2 and after the residual add; the first unit of each stage has a 1x1
+projection + GroupNorm shortcut.
 
 Parameter names are vit_jax's, at the top level of the ViT's tree: ``conv_root``, ``gn_root``,
 ``block{k}/unit{j}/{conv1,gn1,conv2,gn2,conv3,gn3,conv_proj,gn_proj}`` (unit numbers not zero-padded).
@@ -18,7 +19,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from vitbench.models.flax.resnet import Stage, StdConv, group_norm, mid_channels
+from vitbench.models.flax.resnet import Stage, group_norm, mid_channels, std_conv
 from vitbench.models.specs import ModelSpec
 
 
@@ -35,8 +36,8 @@ class ResidualUnit(nn.Module):
     def __call__(self, x: jax.Array) -> jax.Array:
         s, mid = self.spec, mid_channels(self.features)
 
-        def conv(f: int, k: int, st: int, name: str) -> StdConv:
-            return StdConv(f, (k, k), (st, st), "SAME", s.std_conv_eps, dtype=self.dtype, name=name)
+        def conv(f: int, k: int, st: int, name: str) -> nn.Module:
+            return std_conv(s, f, k, st, "SAME", name, self.dtype)
 
         residual = x
         if self.project:
@@ -51,7 +52,7 @@ class ResidualUnit(nn.Module):
 def hybrid_root(x: jax.Array, spec: ModelSpec, dtype: Any) -> jax.Array:
     """Run the hybrid's ResNet on NHWC `x`. Call inside the parent's @nn.compact method: the layers created here
     become the parent's direct children, so their names sit at the top of the tree as in vit_jax."""
-    x = StdConv(spec.root_channels, (7, 7), (2, 2), "SAME", spec.std_conv_eps, dtype=dtype, name="conv_root")(x)
+    x = std_conv(spec, spec.root_channels, 7, 2, "SAME", "conv_root", dtype)(x)
     x = nn.relu(group_norm(spec, "gn_root", dtype)(x))
     x = nn.max_pool(x, (3, 3), strides=(2, 2), padding="SAME")  # pads with -inf, like timm MaxPool2dSame
     for k, (blocks, cout) in enumerate(zip(spec.layers, spec.stage_channels), start=1):

@@ -2,10 +2,9 @@
 
 Computes the same function as timm's ResNetV2 that vitbench/models/torch.py builds (checked by the parity tests):
 
-- StdConv: kernel standardised per output filter over (kh, kw, cin) with the *biased* variance,
-  (w - mean) / sqrt(var + eps) -- timm StdConv2d (F.batch_norm on the weight). Note vit_jax's
-  models_resnet.py divides by (std + eps) instead; with the small epsilons used here the two agree closely but
-  not bit-for-bit, and parity with the PyTorch models is what vitbench guarantees.
+- StdConv: kernel standardised per output filter over (kh, kw, cin) with the *biased* variance, in the spec's
+  flavour: (w - mean) / sqrt(var + eps) (timm StdConv2d, big_transfer) or (w - mean) / (std + eps) (vit_jax
+  models_resnet.py); GroupNorm epsilon from the flavour too (vitbench.models.flavours).
 - BiT root ('fixed' in timm, bit_jax): 7x7/2 conv with symmetric padding 3, then a zero pad of 1 and a 3x3/2
   VALID max-pool (zero, not -inf, padding: the root has no ReLU before the pool, so this matters).
 - Pre-activation bottleneck (He et al. 2016b, stride on the 3x3 conv): gn1+ReLU feeds both the residual branch
@@ -27,19 +26,23 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from vitbench.models.flavours import WeightStd
 from vitbench.models.specs import ModelSpec
 
 Padding = str | Sequence[tuple[int, int]]
 
 
-def standardize_kernel(kernel: jax.Array, eps: float) -> jax.Array:
+def standardize_kernel(kernel: jax.Array, eps: float, form: WeightStd = WeightStd.SQRT_VAR) -> jax.Array:
     """Weight standardisation of an HWIO kernel per output channel (Qiao et al. 2019), biased variance.
 
-    Same as timm StdConv2d: F.batch_norm(w.reshape(1, O, -1), training=True, eps) == (w - mean)/sqrt(var + eps).
+    SQRT_VAR: (w - mean) / sqrt(var + eps), timm StdConv2d (F.batch_norm(w.reshape(1, O, -1), training=True)).
+    STD_PLUS_EPS: (w - mean) / (std + eps), vit_jax models_resnet.weight_standardize.
     """
     kernel = kernel.astype(jnp.float32)
     mean = jnp.mean(kernel, axis=(0, 1, 2), keepdims=True)
     var = jnp.mean(jnp.square(kernel - mean), axis=(0, 1, 2), keepdims=True)
+    if form is WeightStd.STD_PLUS_EPS:
+        return (kernel - mean) / (jnp.sqrt(var) + eps)
     return (kernel - mean) * jax.lax.rsqrt(var + eps)
 
 
@@ -51,6 +54,7 @@ class StdConv(nn.Module):
     strides: tuple[int, int] = (1, 1)
     padding: Padding = "SAME"  # 'SAME' = TF/XLA asymmetric same padding (timm StdConv2dSame)
     eps: float = 1e-8
+    form: WeightStd = WeightStd.SQRT_VAR
     use_bias: bool = False
     dtype: Any = jnp.float32
 
@@ -59,7 +63,7 @@ class StdConv(nn.Module):
         shape = (*self.kernel_size, x.shape[-1], self.features)
         # He init, fan_out, as timm's ResNetV2 init (any scale works: the kernel is standardised)
         init = nn.initializers.variance_scaling(2.0, "fan_out", "normal")
-        kernel = standardize_kernel(self.param("kernel", init, shape, jnp.float32), self.eps)
+        kernel = standardize_kernel(self.param("kernel", init, shape, jnp.float32), self.eps, self.form)
         padding = self.padding if isinstance(self.padding, str) else tuple(tuple(p) for p in self.padding)
         y = jax.lax.conv_general_dilated(
             x.astype(self.dtype), kernel.astype(self.dtype), window_strides=self.strides, padding=padding,
@@ -69,10 +73,18 @@ class StdConv(nn.Module):
         return y
 
 
+def std_conv(spec: ModelSpec, features: int, kernel: int, stride: int, padding: Padding, name: str,
+             dtype: Any) -> StdConv:
+    """A k x k / stride StdConv in the spec's weight-standardisation flavour."""
+    fl = spec.flavour
+    return StdConv(features, (kernel, kernel), (stride, stride), padding, fl.weight_std_eps, fl.weight_std,
+                   dtype=dtype, name=name)
+
+
 def group_norm(spec: ModelSpec, name: str, dtype: Any) -> nn.GroupNorm:
-    """GroupNorm(spec.gn_groups, eps=spec.gn_eps) with the exact two-pass variance, like torch's group_norm."""
-    return nn.GroupNorm(num_groups=spec.gn_groups, epsilon=spec.gn_eps, use_fast_variance=False, dtype=dtype,
-                        name=name)
+    """GroupNorm(spec.gn_groups, eps from the flavour) with the exact two-pass variance, like torch's."""
+    return nn.GroupNorm(num_groups=spec.gn_groups, epsilon=spec.flavour.gn_eps, use_fast_variance=False,
+                        dtype=dtype, name=name)
 
 
 def mid_channels(out_channels: int) -> int:
@@ -96,7 +108,7 @@ class PreActBottleneck(nn.Module):
         s, mid = self.spec, mid_channels(self.features)
 
         def conv(f: int, k: int, st: int, pad: Padding, name: str) -> StdConv:
-            return StdConv(f, (k, k), (st, st), pad, s.std_conv_eps, dtype=self.dtype, name=name)
+            return std_conv(s, f, k, st, pad, name, self.dtype)
 
         x_pre = nn.relu(group_norm(s, "gn1", self.dtype)(x))
         shortcut = conv(self.features, 1, self.strides, "VALID", "conv_proj")(x_pre) if self.project else x
@@ -141,8 +153,7 @@ class RootBlock(nn.Module):
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         s = self.spec
-        x = StdConv(s.root_channels, (7, 7), (2, 2), ((3, 3), (3, 3)), s.std_conv_eps, dtype=self.dtype,
-                    name="conv_root")(x)
+        x = std_conv(s, s.root_channels, 7, 2, ((3, 3), (3, 3)), "conv_root", self.dtype)(x)
         x = jnp.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)))  # timm nn.ConstantPad2d(1, 0.)
         return nn.max_pool(x, (3, 3), strides=(2, 2), padding="VALID")
 
@@ -155,7 +166,9 @@ class BiTResNet(nn.Module):
     dtype: Any = jnp.float32
 
     @nn.compact
-    def __call__(self, x: jax.Array, *, train: bool = False, pre_logits: bool = False) -> jax.Array:
+    def __call__(self, x: jax.Array, *, train: bool = False, pre_logits: bool = False,
+                 separate_heads: bool = False) -> jax.Array | tuple[jax.Array, jax.Array]:
+        """`separate_heads`: (logits, logits), as a ViT without a distillation token (see vit.py)."""
         s = self.spec
         x = RootBlock(s, self.dtype, name="root_block")(x.astype(self.dtype))
         for k, (blocks, cout) in enumerate(zip(s.layers, s.stage_channels), start=1):
@@ -165,5 +178,6 @@ class BiTResNet(nn.Module):
         if pre_logits:
             return x
         # timm's head is a 1x1 conv after the pool, i.e. this dense layer (kernel = conv weight[:, :, 0, 0].T)
-        return nn.Dense(self.num_classes, dtype=self.dtype, kernel_init=nn.initializers.zeros,
-                        name="head")(x).astype(jnp.float32)
+        logits = nn.Dense(self.num_classes, dtype=self.dtype, kernel_init=nn.initializers.zeros,
+                          name="head")(x).astype(jnp.float32)
+        return (logits, logits) if separate_heads else logits

@@ -3,9 +3,15 @@
 Same function as timm's VisionTransformer built in vitbench/models/torch.py (checked by the parity tests):
 patch embedding = PxP/P conv; class token prepended; learned position embeddings added; L pre-LN blocks
 (LayerNorm eps spec.ln_eps, multi-head attention with scale head_dim**-0.5 and biases on q, k, v and out,
-MLP with the exact erf GELU -- timm's nn.GELU; vit_jax's nn.gelu default would be the tanh approximation);
-final LayerNorm; the class token's output -> (optional pre_logits Dense+tanh) -> head. No dropout: vitbench
-measures with dropout off (timm's default rates are 0 as well).
+MLP with the GELU of the spec's flavour: exact erf as timm's nn.GELU, or the tanh approximation, flax's
+nn.gelu default, which vit_jax and big_vision use); final LayerNorm; the class token's output -> (optional
+pre_logits Dense+tanh) -> head. No dropout: vitbench measures with dropout off (timm's default rates are 0 too).
+
+Distilled (DeiT, spec.distilled): a distillation token `dist` after `cls` (position embeddings for N+2 tokens)
+and a second head `head_dist` on it. ``apply(..., separate_heads=True)`` returns (cls_logits, dist_logits) for
+training with distillation; the default output is their mean (timm VisionTransformerDistilled at inference),
+and the pre-logits representation is the mean of the two tokens after the final norm (timm's forward_head
+with pre_logits=True).
 
 Parameter tree (names as in the original vit_jax .npz checkpoints, pre-linen auto-names included)::
 
@@ -14,6 +20,7 @@ Parameter tree (names as in the original vit_jax .npz checkpoints, pre-linen aut
     Transformer/encoderblock_{i}/LayerNorm_0, MultiHeadDotProductAttention_1/{query,key,value,out},
                                  LayerNorm_2, MlpBlock_3/{Dense_0,Dense_1}
     Transformer/encoder_norm    [pre_logits]    head
+    distilled only: dist (1,1,D), head_dist
     hybrid only: conv_root, gn_root, block{k}/unit{j}/...  (see hybrid.py)
 """
 
@@ -25,6 +32,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from vitbench.models.flavours import Gelu
 from vitbench.models.flax.hybrid import hybrid_root
 from vitbench.models.specs import ModelSpec
 
@@ -37,13 +45,14 @@ def layer_norm(eps: float, name: str, dtype: Any) -> nn.LayerNorm:
 class MlpBlock(nn.Module):
     mlp_dim: int
     dtype: Any = jnp.float32
+    gelu: Gelu = Gelu.ERF
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         d = x.shape[-1]
         init = dict(kernel_init=nn.initializers.xavier_uniform(), bias_init=nn.initializers.normal(1e-6))
         x = nn.Dense(self.mlp_dim, dtype=self.dtype, name="Dense_0", **init)(x)
-        x = nn.gelu(x, approximate=False)  # exact erf GELU, as torch.nn.GELU()
+        x = nn.gelu(x, approximate=self.gelu is Gelu.TANH)  # ERF: as torch.nn.GELU(); TANH: flax's default
         return nn.Dense(d, dtype=self.dtype, name="Dense_1", **init)(x)
 
 
@@ -79,7 +88,7 @@ class Encoder1DBlock(nn.Module):
         y = layer_norm(s.ln_eps, "LayerNorm_0", self.dtype)(x)
         x = x + MultiHeadDotProductAttention(s.heads, self.dtype, name="MultiHeadDotProductAttention_1")(y)
         y = layer_norm(s.ln_eps, "LayerNorm_2", self.dtype)(x)
-        return x + MlpBlock(s.mlp_dim, self.dtype, name="MlpBlock_3")(y)
+        return x + MlpBlock(s.mlp_dim, self.dtype, s.flavour.gelu, name="MlpBlock_3")(y)
 
 
 class Encoder(nn.Module):
@@ -118,7 +127,11 @@ class VisionTransformer(nn.Module):
     dtype: Any = jnp.float32
 
     @nn.compact
-    def __call__(self, x: jax.Array, *, train: bool = False, pre_logits: bool = False) -> jax.Array:
+    def __call__(self, x: jax.Array, *, train: bool = False, pre_logits: bool = False,
+                 separate_heads: bool = False) -> jax.Array | tuple[jax.Array, jax.Array]:
+        """Logits (B, K) float32; `pre_logits`: the representation fed to the head; `separate_heads`: the pair
+        (class-token logits, distillation-token logits) -- for a model without a distillation token, its
+        logits twice (a distillation loss then goes through the class token)."""
         s = self.spec
         x = x.astype(self.dtype)
         if s.family == "hybrid":
@@ -127,14 +140,20 @@ class VisionTransformer(nn.Module):
                     name="embedding")(x)
         n, h, w, c = x.shape
         x = x.reshape(n, h * w, c)  # row-major over (h, w): the same token order as timm's flatten(2)
-        cls = self.param("cls", nn.initializers.zeros, (1, 1, c), jnp.float32)
-        x = jnp.concatenate([jnp.broadcast_to(cls.astype(x.dtype), (n, 1, c)), x], axis=1)
+        prefix = [self.param("cls", nn.initializers.zeros, (1, 1, c), jnp.float32)]
+        if s.distilled:  # DeiT: trunc-normal(0.02) init in timm; normal(0.02) here, as the position embeddings
+            prefix.append(self.param("dist", nn.initializers.normal(0.02), (1, 1, c), jnp.float32))
+        x = jnp.concatenate([jnp.broadcast_to(t.astype(x.dtype), (n, 1, c)) for t in prefix] + [x], axis=1)
         x = Encoder(s, self.dtype, name="Transformer")(x)
-        x = x[:, 0]
-        if self.representation_size is not None:
-            x = jnp.tanh(nn.Dense(self.representation_size, dtype=self.dtype, name="pre_logits")(x))
-        if pre_logits:
-            return x.astype(jnp.float32)
+        tokens = [x[:, i] for i in range(len(prefix))]  # class token (, distillation token)
+        if self.representation_size is not None:  # (build_flax_model refuses it for distilled models)
+            tokens = [jnp.tanh(nn.Dense(self.representation_size, dtype=self.dtype, name="pre_logits")(tokens[0]))]
+        if pre_logits:  # distilled: the mean of the two tokens (timm forward_head(pre_logits=True))
+            rep = tokens[0] if len(tokens) == 1 else (tokens[0] + tokens[1]) / 2
+            return rep.astype(jnp.float32)
         # the paper zero-initialises the (fine-tuning) head; the parity tests overwrite it with random weights
-        return nn.Dense(self.num_classes, dtype=self.dtype, kernel_init=nn.initializers.zeros,
-                        name="head")(x).astype(jnp.float32)
+        logits = [nn.Dense(self.num_classes, dtype=self.dtype, kernel_init=nn.initializers.zeros,
+                           name=name)(t).astype(jnp.float32) for name, t in zip(("head", "head_dist"), tokens)]
+        if separate_heads:  # (class-token logits, distillation-token logits); the same array twice if undistilled
+            return logits[0], logits[-1]
+        return logits[0] if len(logits) == 1 else (logits[0] + logits[1]) / 2  # DeiT inference: the heads' mean

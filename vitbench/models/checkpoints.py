@@ -1,0 +1,360 @@
+"""One loader for pretrained weights of every origin on local disk, and the check that weights fit a model.
+
+    load_pretrained(path, model=None, *, origin=None, new_head=False) -> Pretrained
+
+reads a timm/DeiT state dict (``.safetensors``), an original vit_jax / big_vision / big_transfer checkpoint
+(``.npz`` with '/'-joined keys, read with ``allow_pickle=False``) or a vitbench checkpoint (``.safetensors`` with
+vitbench metadata), and returns the model it is (the table's row, inferred from the weights' names and shapes
+when `model` is not given), its weights in timm naming as float32 numpy arrays, its origin, and the resolution
+its position embeddings were trained at. The spec carries the origin's flavour (vitbench.models.flavours), so
+a model built from it computes the function the checkpoint was trained with, on either backend:
+
+    p = load_pretrained("ViT-B_16.npz")                 # origin vit_jax: tanh GELU
+    model = build_torch_model(p.spec, p.resolution); model.load_state_dict(p.state_dict())
+    params = p.flax_params()                            # for build_flax_model(p.spec, p.resolution)
+
+Weights that do not fit the named model are a ConfigError naming the missing, unexpected and mis-shaped keys
+and the model(s) they do fit. Pickle-based files (.pt, .pth, .bin, .ckpt, .pkl) are refused.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vitbench.errors import ConfigError, UnsafeFileError
+from vitbench.models.convert import (WeightsMismatchError, _canonical_keys, _np, load_npz, param_table,
+                                     torch_to_flax, unflatten)
+from vitbench.models.flavours import Flavour, Origin
+from vitbench.models.specs import ModelSpec, all_specs, get_spec, spec_from_dict
+
+PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".pkl", ".pickle")
+SUFFIXES = (".safetensors", ".npz")
+_HEAD_PREFIXES = ("head.", "head_dist.")  # timm: ViT head / DeiT head_dist / BiT head.fc
+
+
+@dataclass(frozen=True)
+class Fit:
+    """How a set of weights fits a table row: at which resolution (position-embedding grid; the row's native
+    one for BiT, which has none) and with how many classes (None: no head in the weights)."""
+
+    spec: ModelSpec
+    resolution: int
+    num_classes: int | None
+
+
+@dataclass(frozen=True)
+class Pretrained:
+    """Pretrained weights, ready for `build_torch_model(spec, resolution)` / `build_flax_model(spec, resolution)`.
+
+    `spec` is the table's row with the head's number of classes and the origin's flavour; `weights` are in
+    timm naming, float32 numpy (the same layout as vitbench's own checkpoints); `num_classes` is None when the
+    head was dropped (`new_head=True`).
+    """
+
+    spec: ModelSpec
+    weights: dict[str, np.ndarray]
+    origin: Origin
+    resolution: int
+    num_classes: int | None
+    path: Path | None = None
+
+    def state_dict(self) -> dict[str, Any]:
+        """The weights as float32 torch tensors (for `load_state_dict`; strict unless the head was dropped)."""
+        import torch
+
+        return {k: torch.from_numpy(np.array(v, dtype=np.float32, copy=True)) for k, v in self.weights.items()}
+
+    def flax_params(self) -> dict:
+        """The weights as nested Flax params (vit_jax names); without a head if it was dropped."""
+        if self.num_classes is not None:
+            return torch_to_flax(self.weights, self.spec)
+        table = [e for e in param_table(self.spec) if not e.torch_key.startswith(_HEAD_PREFIXES)]
+        flat: dict[str, np.ndarray] = {}
+        for e in table:
+            for p, arr in zip(e.flax_paths, e.to_flax(self.weights[e.torch_key])):
+                flat[p] = np.ascontiguousarray(arr, dtype=np.float32)
+        return unflatten(flat)
+
+    def meta(self) -> dict:
+        """What a vitbench checkpoint's metadata needs (model, spec with flavour, resolution, classes) and
+        where the weights came from; `save_checkpoint(path, p.weights, {**p.meta(), ...})` writes one."""
+        return {"model": self.spec.name, "spec": self.spec.to_dict(), "resolution": self.resolution,
+                "num_classes": self.num_classes, "origin": self.origin.value,
+                "source": None if self.path is None else str(self.path)}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Which model do weights belong to?
+# ---------------------------------------------------------------------------------------------------
+@functools.cache
+def _torch_keys(spec: ModelSpec) -> frozenset[str]:
+    return frozenset(e.torch_key for e in param_table(spec))
+
+
+@functools.cache
+def _flax_keys(spec: ModelSpec) -> frozenset[str]:
+    return frozenset(p for e in param_table(spec) for p in e.flax_paths)
+
+
+@functools.lru_cache(maxsize=64)
+def _expected_shapes(spec: ModelSpec, resolution: int, num_classes: int) -> dict[str, tuple[int, ...]]:
+    """Parameter shapes of `spec` built on the meta device (nothing allocated)."""
+    from vitbench.models.torch import build_torch_model
+
+    model = build_torch_model(spec, resolution, num_classes, device="meta")
+    return {k: tuple(v.shape) for k, v in model.state_dict().items()}
+
+
+def _key_order(key: str) -> tuple[int, str]:
+    """Top-level names (pos_embed, cls_token, stem...) before the many per-block ones, in messages."""
+    return key.count("."), key
+
+
+def _is_head(key: str) -> bool:
+    return key.startswith(_HEAD_PREFIXES)
+
+
+def _grid_resolution(spec: ModelSpec, weights: Mapping[str, Any]) -> int | None:
+    """Resolution implied by the position embeddings (square grid), or None if they do not give one."""
+    if spec.family == "bit":
+        return spec.resolution
+    pe = weights.get("pos_embed")
+    if pe is None or len(pe.shape) != 3:
+        return None
+    n = pe.shape[1] - spec.num_prefix_tokens
+    side = math.isqrt(max(n, 0))
+    return side * spec.stride if n > 0 and side * side == n else None
+
+
+def _num_classes(weights: Mapping[str, Any]) -> int | None:
+    for k in ("head.weight", "head.fc.weight"):
+        if k in weights:
+            return int(weights[k].shape[0])
+    return None
+
+
+def _mismatch(spec: ModelSpec, weights: Mapping[str, Any], ignore_head: bool) -> tuple[list, list, list, Fit]:
+    """(missing, unexpected, mis-shaped) keys of `weights` against `spec`, and the fit they would have."""
+    want = {k for k in _torch_keys(spec) if not (ignore_head and _is_head(k))}
+    have = {k for k in weights if not (ignore_head and _is_head(k))}
+    missing, unexpected = sorted(want - have, key=_key_order), sorted(have - want, key=_key_order)
+    k = _num_classes(weights)
+    res = _grid_resolution(spec, weights)
+    fit = Fit(spec if k is None else spec.with_classes(k), res or spec.resolution, None if ignore_head else k)
+    shaped: list[str] = []
+    if res is None and "pos_embed" in weights:
+        shaped.append(f"pos_embed {tuple(weights['pos_embed'].shape)} (not 1 x ({spec.num_prefix_tokens} + a "
+                      f"square grid) x {spec.width})")
+    shapes = _expected_shapes(spec, fit.resolution, k or spec.num_classes)
+    for key in sorted(want & have):
+        got = tuple(weights[key].shape)
+        if key in shapes and got != shapes[key] and not (res is None and key == "pos_embed"):
+            shaped.append(f"{key} {got} (expected {shapes[key]})")
+    return missing, unexpected, shaped, fit
+
+
+def identify(weights: Mapping[str, Any], *, ignore_head: bool = False) -> list[Fit]:
+    """Every table row the timm-named `weights` fit exactly (names and shapes), with resolution and classes."""
+    out = []
+    for spec in all_specs():
+        want = {k for k in _torch_keys(spec) if not (ignore_head and _is_head(k))}
+        if want != {k for k in weights if not (ignore_head and _is_head(k))}:
+            continue
+        missing, unexpected, shaped, fit = _mismatch(spec, weights, ignore_head)
+        if not (missing or unexpected or shaped):
+            out.append(fit)
+    return out
+
+
+def _closest(weights: Mapping[str, Any], ignore_head: bool) -> list[str]:
+    """Names of the rows whose parameter names overlap the weights' most (for messages)."""
+    have = {k for k in weights if not (ignore_head and _is_head(k))}
+    score = [(len(_torch_keys(s) ^ have), s.name) for s in all_specs()]
+    return [n for _, n in sorted(score)[:3]]
+
+
+def _looks_like(weights: Mapping[str, Any], ignore_head: bool) -> str:
+    fits = identify(weights, ignore_head=ignore_head)
+    if fits:
+        return "They look like " + " or ".join(
+            f"{f.spec.name} ({f.resolution} px, {f.num_classes if f.num_classes is not None else 'no'} classes)"
+            for f in fits)
+    return "They fit no model in the table; the closest by parameter names: " + ", ".join(
+        _closest(weights, ignore_head))
+
+
+def _more(items: list[str], n: int = 6) -> str:
+    return "[" + ", ".join(items[:n]) + (f", ... {len(items) - n} more" if len(items) > n else "") + "]"
+
+
+def check_weights(weights: Mapping[str, Any], spec: ModelSpec | str, *, source: str = "weights",
+                  ignore_head: bool = False) -> Fit:
+    """The fit of timm-named `weights` to `spec` (resolution from the position embeddings, classes from the
+    head), or a ConfigError naming the missing / unexpected / mis-shaped keys and what the weights look like."""
+    spec = get_spec(spec)
+    missing, unexpected, shaped, fit = _mismatch(spec, weights, ignore_head)
+    if missing or unexpected or shaped:
+        parts = [f"missing {_more(missing)}" if missing else "", f"unexpected {_more(unexpected)}" if unexpected
+                 else "", f"mis-shaped {_more(shaped, 4)}" if shaped else ""]
+        raise WeightsMismatchError(f"{source} do not fit {spec.name}: {'; '.join(p for p in parts if p)}. "
+                                   f"{_looks_like(weights, ignore_head)}.")
+    return fit
+
+
+# ---------------------------------------------------------------------------------------------------
+# Reading files
+# ---------------------------------------------------------------------------------------------------
+def _read_safetensors(path: Path) -> tuple[dict[str, np.ndarray], dict]:
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:  # torch reads bf16/fp16 too; numpy float32 out
+            header = f.metadata() or {}
+            weights = {k: _np(f.get_tensor(k)).astype(np.float32, copy=False) for k in f.keys()}  # noqa: SIM118
+    except Exception as e:  # safetensors raises its own error types for corrupt headers
+        raise ConfigError(f"{path}: not a readable safetensors file ({str(e)[:200]})") from e
+    return weights, header
+
+
+def _npz_to_timm(flat: dict[str, np.ndarray], source: str, new_head: bool,
+                 model: str | ModelSpec | None) -> tuple[ModelSpec, dict]:
+    """vit_jax-layout arrays -> (the row they are, timm-named weights). Rows with the same parameter names
+    (ViT-Ti/S/B at depth 12, ...) are told apart by converting and checking shapes; `model` is tried first."""
+    flat = _canonical_keys(flat)
+    if any(k.startswith("pre_logits/") for k in flat):
+        if not new_head:
+            raise ConfigError(f"{source} has a pre_logits layer (the pre-training representation head, "
+                              f"{flat.get('pre_logits/bias', np.zeros(0)).shape[-1]} wide), which vitbench's "
+                              "models do not have; load it with new_head=True (the paper's fine-tuning head "
+                              "swap: head and pre_logits dropped)")
+        flat = {k: v for k, v in flat.items() if not k.startswith("pre_logits/")}
+    heads = ("head/", "head_dist/")
+    if new_head:
+        flat = {k: v for k, v in flat.items() if not k.startswith(heads)}
+    have = set(flat)
+
+    def names(spec: ModelSpec) -> set[str]:
+        return {p for p in _flax_keys(spec) if not (new_head and p.startswith(heads))}
+
+    rows = ([get_spec(model)] if model is not None else []) + all_specs()
+    candidates = [s for s in rows if names(s) == have]
+    if not candidates:
+        close = rows[0] if model is not None else min(all_specs(), key=lambda s: len(names(s) ^ have))
+        raise ConfigError(f"{source}: its parameter names do not fit {close.name}"
+                          f"{'' if model is not None else ' (the closest row)'}: missing "
+                          f"{_more(sorted(names(close) - have))}, unexpected {_more(sorted(have - names(close)))}")
+    converted: list[tuple[ModelSpec, dict]] = []
+    for spec in candidates:
+        weights = _convert_npz(flat, spec)
+        if weights is None:
+            continue
+        if not any(_mismatch(spec, weights, new_head)[:3]):
+            return spec, weights
+        converted.append((spec, weights))
+    if converted:  # none fits exactly: the caller's check names the mis-shaped keys
+        return converted[0]
+    shapes = {k: tuple(v.shape) for k, v in flat.items() if k in ("cls", "embedding/kernel")}
+    raise ConfigError(f"{source}: its arrays fit none of {', '.join(s.name for s in candidates[:5])} ({shapes})")
+
+
+def _convert_npz(flat: dict[str, np.ndarray], spec: ModelSpec) -> dict[str, np.ndarray] | None:
+    """Flax-named arrays -> timm-named float32 arrays through `spec`'s table; None if the shapes do not allow."""
+    weights: dict[str, np.ndarray] = {}
+    for e in param_table(spec):
+        if not all(p in flat for p in e.flax_paths):
+            continue  # the dropped head
+        arrays = []
+        for p in e.flax_paths:
+            a = np.asarray(flat[p], dtype=np.float32)
+            if p.endswith(("/scale", "/bias")) and a.ndim == 4 and a.shape[:3] == (1, 1, 1):
+                a = a.reshape(-1)  # GroupNorm stored as (1,1,1,C) by big_transfer / big_vision
+            arrays.append(a)
+        try:
+            weights[e.torch_key] = np.ascontiguousarray(e.to_torch(*arrays), dtype=np.float32)
+        except ValueError:  # a reshape the shapes do not allow: another row's arrays
+            return None
+    return weights
+
+
+def _infer(weights: dict, fits: list[Fit], model: str | ModelSpec | None, source: str, ignore_head: bool) -> Fit:
+    if model is not None:
+        return check_weights(weights, model, source=source, ignore_head=ignore_head)
+    if len(fits) == 1:
+        return fits[0]
+    if not fits:
+        raise ConfigError(f"{source}: {_looks_like(weights, ignore_head)}; pass the model name")
+    raise ConfigError(f"{source}: the weights fit several models ({', '.join(f.spec.name for f in fits)}); "
+                      "pass the model name")
+
+
+def pretrained_from_weights(weights: Mapping[str, Any], model: str | ModelSpec | None = None, *,
+                            origin: Origin | str = Origin.TIMM, new_head: bool = False,
+                            source: str = "weights", path: Path | None = None) -> Pretrained:
+    """`Pretrained` from an in-memory timm-named state dict (tensors or arrays) made by `origin`'s code."""
+    weights = {k: _np(v).astype(np.float32, copy=False) for k, v in weights.items()}
+    if new_head:
+        weights = {k: v for k, v in weights.items() if not _is_head(k)}
+    fits = [] if model is not None else identify(weights, ignore_head=new_head)
+    fit = _infer(weights, fits, model, source, new_head)
+    spec = fit.spec.with_origin(origin)
+    return Pretrained(spec, weights, Origin(origin), fit.resolution, fit.num_classes, path)
+
+
+def load_pretrained(path: str | Path, model: str | ModelSpec | None = None, *, origin: Origin | str | None = None,
+                    new_head: bool = False) -> Pretrained:
+    """Load pretrained weights of any origin from local disk (see the module docstring).
+
+    `model`: the table's name (checked against the weights); None infers it from names and shapes.
+    `origin`: overrides the origin inferred from the file (.npz: vit_jax, or big_transfer for BiT; .safetensors:
+    timm, or vitbench with vitbench metadata) -- e.g. "vit_jax" for a timm state dict converted from a vit_jax
+    checkpoint, which was trained with the tanh GELU. `new_head`: drop the head (and a pre_logits layer).
+    """
+    path = Path(path).expanduser()
+    source = str(path)
+    if path.suffix.lower() in PICKLE_SUFFIXES:
+        raise UnsafeFileError(f"{source}: pickle-based checkpoints are not loaded (they can run code); convert "
+                              f"it to .safetensors (timm state dict) or .npz")
+    if path.suffix.lower() not in SUFFIXES:
+        raise ConfigError(f"{source}: unknown checkpoint format {path.suffix!r}; allowed: {', '.join(SUFFIXES)}")
+    if not path.is_file():
+        raise ConfigError(f"checkpoint {source!r} does not exist (or is not a file)")
+    if path.suffix.lower() == ".npz":
+        row, weights = _npz_to_timm(load_npz(path), source, new_head, model)
+        found = Origin.BIG_TRANSFER if row.family == "bit" else Origin.VIT_JAX
+        return pretrained_from_weights(weights, model, origin=origin or found, new_head=new_head, source=source,
+                                       path=path)
+    weights, header = _read_safetensors(path)
+    if "vitbench" not in header:
+        return pretrained_from_weights(weights, model, origin=origin or Origin.TIMM, new_head=new_head,
+                                       source=source, path=path)
+    return _vitbench_checkpoint(weights, header, model, origin, new_head, path)
+
+
+def _vitbench_checkpoint(weights: dict, header: dict, model: str | ModelSpec | None, origin: Origin | str | None,
+                         new_head: bool, path: Path) -> Pretrained:
+    """A vitbench checkpoint: the stored spec (with its flavour) decides, and the weights must fit it."""
+    import json
+
+    source = str(path)
+    try:
+        meta = json.loads(header["vitbench"])
+        stored = spec_from_dict(meta["spec"], f"{source}: spec") if "spec" in meta else get_spec(meta["model"])
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
+        raise ConfigError(f"{source}: unreadable vitbench metadata ({str(e)[:100]})") from None
+    if model is not None and get_spec(model).name != stored.name:
+        raise ConfigError(f"{source} is a {stored.name} checkpoint (its metadata says so), "
+                          f"not {get_spec(model).name}")
+    if new_head:
+        weights = {k: v for k, v in weights.items() if not _is_head(k)}
+    fit = check_weights(weights, stored, source=f"{source}: the weights", ignore_head=new_head)
+    flavour: Flavour = stored.flavour
+    spec = fit.spec.with_flavour(flavour) if origin is None else fit.spec.with_origin(origin)
+    return Pretrained(spec, weights, Origin(origin or Origin.VITBENCH), fit.resolution, fit.num_classes, path)
+
