@@ -98,9 +98,14 @@ def test_checkpoint_refuses_pickles_and_foreign_files(tmp_path):
                          out=tmp_path / "explicit")  # explicit output path, another family
     assert rec.config["checkpoint"] == str(tmp_path / "explicit.safetensors")
     assert load_checkpoint(tmp_path / "explicit.safetensors").model == "R-Nano"
+    back = load_checkpoint(tmp_path / "explicit.safetensors")
+    assert all(w.dtype == np.float32 for w in back.weights.values())
+    # metadata that names one model while the weights are another's: a clear error, not a KeyError
     p = save_checkpoint(tmp_path / "ok", {"a": np.ones(3)}, {"model": "ViT-Nano/4", "resolution": 16,
                                                               "num_classes": 2})
-    assert p.suffix == ".safetensors" and load_checkpoint(p).weights["a"].dtype == np.float32
+    assert p.suffix == ".safetensors"
+    with pytest.raises(ConfigError, match=r"the weights do not fit ViT-Nano/4: missing \[cls_token"):
+        load_checkpoint(p)
 
 
 def test_upstream_cache_trains_once(cache, upstream):

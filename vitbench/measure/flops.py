@@ -34,7 +34,7 @@ def flops(model: str, resolution: int | None = None, backend: str | Backend | No
     """Record of kind 'flops': params, analytic GMACs/GFLOPs and each counter's, with relative differences."""
     started = now()
     spec = get_spec(model)
-    res = resolution or spec.resolution
+    res = spec.resolution if resolution is None else resolution
     k = spec.num_classes if num_classes is None else num_classes
     spec.check_resolution(res)
     a = analytic_counts(spec, res, k)

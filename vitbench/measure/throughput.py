@@ -26,7 +26,7 @@ KIND = "bench"
 def resolve_step(step: Step) -> Step:
     """Fill defaults from the variant (resolution, classes) and validate, before anything is built."""
     spec = get_spec(step.model)
-    res = step.resolution or spec.resolution
+    res = spec.resolution if step.resolution is None else step.resolution
     spec.check_resolution(res)
     if step.mode not in ("infer", "train"):
         raise ConfigError(f"unknown task {step.mode!r}; allowed: infer, train")

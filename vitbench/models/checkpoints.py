@@ -29,8 +29,15 @@ from typing import Any
 import numpy as np
 
 from vitbench.errors import ConfigError, UnsafeFileError
-from vitbench.models.convert import (WeightsMismatchError, _canonical_keys, _np, load_npz, param_table,
-                                     torch_to_flax, unflatten)
+from vitbench.models.convert import (
+    WeightsMismatchError,
+    _canonical_keys,
+    _np,
+    load_npz,
+    param_table,
+    torch_to_flax,
+    unflatten,
+)
 from vitbench.models.flavours import Flavour, Origin
 from vitbench.models.specs import ModelSpec, all_specs, get_spec, spec_from_dict
 

@@ -63,7 +63,7 @@ class TaskParams(BaseModel):
             raise ValueError(str(e)) from None
         updates = {"model": spec.name}
         if "resolution" in fields:
-            res = self.resolution or spec.resolution
+            res = spec.resolution if self.resolution is None else self.resolution
             try:
                 spec.check_resolution(res)
             except VitbenchError as e:

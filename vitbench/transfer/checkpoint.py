@@ -32,6 +32,14 @@ class Checkpoint:
         return self.meta["model"]
 
     @property
+    def spec(self):
+        """The model it computes, flavour included (its stored spec; the table's row for older checkpoints)."""
+        from vitbench.models.specs import get_spec, spec_from_dict
+
+        stored = self.meta.get("spec")
+        return spec_from_dict(stored, str(self.path or "checkpoint")) if stored else get_spec(self.model)
+
+    @property
     def resolution(self) -> int:
         return int(self.meta["resolution"])
 
@@ -92,4 +100,8 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
                           "expected a checkpoint written by `vitbench pretrain`") from e
     if meta.get("format") != FORMAT:
         raise ConfigError(f"{path}: checkpoint format {meta.get('format')!r}; this vitbench reads {FORMAT!r}")
-    return Checkpoint(weights, meta, path)
+    ckpt = Checkpoint(weights, meta, path)
+    from vitbench.models.checkpoints import check_weights
+
+    check_weights(weights, ckpt.spec, source=f"{path}: the weights")  # metadata naming another model's weights
+    return ckpt

@@ -19,7 +19,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from vitbench.backends.base import BackendName, default_backend
 from vitbench.errors import ConfigError
-from vitbench.models.specs import get_spec
 from vitbench.record import Record, now
 from vitbench.transfer.data import DataConfig, load_splits
 from vitbench.transfer.pretrain import PretrainConfig, resolve_upstream, upstream_config, upstream_metrics
@@ -144,8 +143,8 @@ def fewshot(cfg: FewshotConfig, *, device: str = "cpu", threads: int | None = No
         raise ConfigError("few-shot l2_reg 'auto' needs a val split (data.val_fraction > 0); or fix l2_reg")
     ckpt, _ = resolve_upstream(cfg.upstream, cfg.checkpoint, directory=cache, device=device, threads=threads)
     backend = cfg.backend or ckpt.meta.get("backend") or default_backend()
-    spec = get_spec(ckpt.model)
-    r = cfg.resolution or ckpt.resolution
+    spec = ckpt.spec
+    r = ckpt.resolution if cfg.resolution is None else cfg.resolution
     spec.check_resolution(r)
     be = ops.transfer_backend(backend)
     info = be.setup(device, threads)

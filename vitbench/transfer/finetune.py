@@ -18,7 +18,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from vitbench.backends.base import BackendName, default_backend
 from vitbench.errors import ConfigError
 from vitbench.models.analytic import train_flops_per_image
-from vitbench.models.specs import get_spec
 from vitbench.record import Record, now
 from vitbench.transfer.data import DataConfig, ImageSet, load_splits
 from vitbench.transfer.fewshot import DOWNSTREAM_DATA
@@ -83,8 +82,8 @@ def finetune(cfg: FinetuneConfig, *, device: str = "cpu", threads: int | None = 
                           "or give a single lr_grid value")
     ckpt, _ = resolve_upstream(cfg.upstream, cfg.checkpoint, directory=cache, device=device, threads=threads)
     backend = cfg.backend or ckpt.meta.get("backend") or default_backend()
-    spec = get_spec(ckpt.model)
-    r = cfg.resolution or ckpt.resolution
+    spec = ckpt.spec
+    r = ckpt.resolution if cfg.resolution is None else cfg.resolution
     spec.check_resolution(r)
     k = splits.num_classes
     be = ops.transfer_backend(backend)

@@ -31,14 +31,15 @@ def from_weights(backend, spec: ModelSpec, weights: dict[str, np.ndarray], resol
                  seed: int) -> Any:
     """The paper's transfer start: upstream body, head removed and replaced by a zero-initialised one.
 
-    Position embeddings are 2-D interpolated when `resolution` changes the token grid (class token kept).
+    Position embeddings are 2-D interpolated when `resolution` changes the token grid (the class token, and a
+    distilled model's distillation token, kept).
     """
     model = backend.init_model(spec, resolution, num_classes, seed)
     fresh = backend.weights(model)
     body = {k: v for k, v in weights.items() if not k.startswith("head.")}
     if "pos_embed" in body and "pos_embed" in fresh and body["pos_embed"].shape != fresh["pos_embed"].shape:
-        new_grid = math.isqrt(fresh["pos_embed"].shape[1] - 1)
-        body["pos_embed"] = resample_pos_embed(body["pos_embed"], new_grid)  # class token kept
+        new_grid = math.isqrt(fresh["pos_embed"].shape[1] - spec.num_prefix_tokens)
+        body["pos_embed"] = resample_pos_embed(body["pos_embed"], new_grid, num_prefix_tokens=spec.num_prefix_tokens)
     missing = sorted(set(fresh) - set(body) - {k for k in fresh if k.startswith("head.")})
     unexpected = sorted(set(body) - set(fresh))
     if missing or unexpected:

@@ -59,13 +59,13 @@ class PretrainConfig(BaseModel):
     @model_validator(mode="after")
     def _check(self):
         spec = get_spec(self.model)  # UnknownModelError lists close names
-        spec.check_resolution(self.resolution or spec.resolution)
+        spec.check_resolution(spec.resolution if self.resolution is None else self.resolution)
         OptimConfig(steps=self.steps, warmup_steps=self.warmup_steps)  # warm-up < steps
         return self
 
     @property
     def res(self) -> int:
-        return self.resolution or get_spec(self.model).resolution
+        return get_spec(self.model).resolution if self.resolution is None else self.resolution
 
     def optim(self) -> OptimConfig:
         return OptimConfig(optimizer="adam", lr=self.lr, steps=self.steps, warmup_steps=self.warmup_steps,
@@ -196,4 +196,4 @@ def upstream_metrics(ckpt: Checkpoint) -> dict:
 def upstream_config(ckpt: Checkpoint) -> dict:
     return {"upstream_key": ckpt.meta.get("key"), "upstream_backend": ckpt.meta.get("backend"),
             "upstream_resolution": ckpt.resolution, "upstream_checkpoint": str(ckpt.path) if ckpt.path else None,
-            "upstream": ckpt.meta.get("config")}
+            "upstream": ckpt.meta.get("config"), "flavour": ckpt.spec.flavour.to_dict()}

@@ -153,7 +153,7 @@ class JaxBackend(Backend):
             raise ConfigError(f"batch_size must be >= 1, got {step.batch_size}")
         dev = self._dev()
         spec = get_spec(step.model)
-        res = step.resolution or spec.resolution
+        res = spec.resolution if step.resolution is None else step.resolution
         k = step.num_classes or spec.num_classes
         model = build_flax_model(spec, res, k, dtype=dtype)
         # inputs first, images before labels: an impossible batch fails (RESOURCE_EXHAUSTED) before anything

@@ -111,7 +111,7 @@ class TorchBackend(Backend):
         if step.batch_size < 1:
             raise ConfigError(f"batch_size must be >= 1, got {step.batch_size}")
         spec = get_spec(step.model)
-        res = step.resolution or spec.resolution
+        res = spec.resolution if step.resolution is None else step.resolution
         k = step.num_classes or spec.num_classes
         torch.manual_seed(step.seed)
         model = build_torch_model(spec, res, k, device=self.device)
