@@ -193,6 +193,7 @@ def test_finetune_picks_the_lr_by_mean_val_accuracy_over_seeds(cache, upstream, 
         + [(0.03, s, n_train + 68) for s in range(3)]
     assert m["finetune_images_seen"] == 9 * 2 * 4
     assert raw["per_seed"]["accuracy"] == [0.90, 0.40, 0.92]  # the failed refit of seed 1 is visible ...
-    assert m["accuracy"] == pytest.approx(2.22 / 3) and m["accuracy_std"] == pytest.approx(np.std([.9, .4, .92], ddof=1))
+    assert m["accuracy"] == pytest.approx(2.22 / 3)
+    assert m["accuracy_std"] == pytest.approx(np.std([0.9, 0.4, 0.92], ddof=1))
     assert m["selection_accuracy"] == pytest.approx(0.84)  # ... against the selection runs at the same LR
     assert m["val_accuracy"] == pytest.approx(0.80)
