@@ -18,30 +18,33 @@ def _num(v: float | None) -> str:
 def _show(report) -> None:
     ci = f"{report.spec.ci:.0%}"
     for g in report.groups:
+        best = g.best()
         t = Table(title=f"{g.title}: {len(g.compute)} points; error = {report.error_label}, "
                         f"C = {report.spec.compute}", title_justify="left")
         for col in ("form", "param", "value", f"{ci} CI", "fit rmse_log", "held-out |err| (rel)"):
             t.add_column(col, justify="left" if col in ("form", "param") else "right")
+        notes = []
         for f in g.fits:
             h = f.heldout
             held = ""
             if h is not None and h.abs_err_mean is not None:
-                held = f"{h.abs_err_mean:.4f} ({h.rel_err_mean:.1%}) on {len(h.observed)} pts"
-            first = True
-            for k, p in f.params.items():
-                ci_text = f"[{p.ci_low:.4g}, {p.ci_high:.4g}]" if p.ci_low is not None else ""
-                t.add_row(f.form.name.value if first else "", k, _num(p.value), ci_text,
-                          _num(f.rmse_log) if first else "", held if first else "")
-                first = False
-            for note in (f.message, h.message if h else None):
-                if note:
-                    t.add_row(f.form.name.value if first else "", "note", "", note, "", "")
-                    first = False
+                held = f"{h.abs_err_mean:.4f} ({h.rel_err_mean:.1%}) on {len(h.observed)}"
+            name = f.form.name.value + (" *" if f is best else "")
+            for i, (k, p) in enumerate(f.params.items()):
+                ci_text = f"[{p.ci_low:.4g}, {p.ci_high:.4g}]" if p.ci_low is not None else "-"
+                t.add_row(name if i == 0 else "", k, _num(p.value), ci_text,
+                          _num(f.rmse_log) if i == 0 else "", held if i == 0 else "")
+            if not f.params:
+                t.add_row(name, "-", "", "", "", "")
+            notes += [f"{f.form.name.value}: {m}" for m in (f.message, h.message if h else None) if m]
             t.add_section()
         console.print(t)
+        for note in notes:
+            console.print(f"  [dim]{note}[/]", highlight=False)
     console.print(f"[dim]{ci} bootstrap CIs ({report.spec.bootstrap} replicates). Held-out: fit on all but the "
                   f"largest {report.spec.holdout:.0%} of compute budgets, mean |predicted - observed| error on "
-                  f"them. E = e_inf + a*(C + c0)^-b; offset: c0 = 0; power: e_inf = c0 = 0.[/]")
+                  f"them (points). * = the form to extrapolate with (lowest held-out error). "
+                  f"E = e_inf + a*(C + c0)^-b; offset: c0 = 0; power: e_inf = c0 = 0.[/]")
     for note in report.dropped:
         console.print(f"[yellow]left out:[/] {note}")
 

@@ -65,11 +65,22 @@ class GroupFit:
     def fit(self, form: FormName) -> CurveFit | None:
         return next((f for f in self.fits if f.form.name == form), None)
 
+    def best(self) -> CurveFit | None:
+        """The form to extrapolate with: the lowest held-out error (Alabdulmohsin et al. 2022 judge scaling
+        laws by extrapolation); where no held-out check ran, the fitted form with the fewest parameters."""
+        ok = [f for f in self.fits if f.ok]
+        checked = [f for f in ok if f.heldout is not None and f.heldout.abs_err_mean is not None]
+        if checked:
+            # errors equal to 6 digits are a tie, won by the simpler form
+            return min(checked, key=lambda f: (float(f"{f.heldout.abs_err_mean:.6g}"), f.form.n_params))
+        return min(ok, key=lambda f: f.form.n_params, default=None)
+
     def to_dict(self) -> dict:
         return {"group": dict(self.key),
                 "n_points": len(self.compute),
                 "compute_range": [float(self.compute.min()), float(self.compute.max())],
                 "error_range": [float(self.error.min()), float(self.error.max())],
+                "best_form": best.form.name.value if (best := self.best()) else None,
                 "fits": [f.to_dict() for f in self.fits]}
 
 

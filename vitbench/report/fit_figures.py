@@ -26,6 +26,9 @@ from vitbench.fit.groups import DEFAULT_COMPUTE, DEFAULT_GROUP
 from vitbench.report.plots import BACKEND_LINES, FAMILY_STYLE, _legend, _log_axis, model_colors
 
 _OTHER_COLORS = colormaps["tab10"]
+# Axis titles for the compute columns results rows carry (any other column is shown by its name).
+COMPUTE_LABELS = {"pretrain_exaflops": "Pre-training compute [exaFLOPs]", "images_seen": "Images seen in pre-training",
+                  "params_m": "Parameters [M]", "inference_gflops": "Inference cost [GFLOPs per image]"}
 
 
 def _report(df: pd.DataFrame, fits: FitReport | None, spec: FitSpec | None) -> FitReport | None:
@@ -80,20 +83,27 @@ def _axes(n: int, height: float = 4.8, extra_rows: bool = False):
     return fig, list(fig.subplots(1, n, squeeze=False)[0]), None
 
 
+def _chosen(g: GroupFit, form: FormName | None):
+    """The fit to draw: `form`, or (None) the group's best-extrapolating form (GroupFit.best)."""
+    f = g.best() if form is None else g.fit(form)
+    return f if f is not None and f.ok else None
+
+
 def _loglog(ax, report: FitReport) -> None:
     ax.set_xscale("log")
     ax.set_yscale("log")
     _log_axis(ax.yaxis)
-    ax.set_xlabel(f"{report.spec.compute}")
+    ax.set_xlabel(COMPUTE_LABELS.get(report.spec.compute, report.spec.compute))
     ax.set_ylabel(f"Error ({report.error_label})")
     ax.grid(True, which="both", alpha=0.3)
 
 
 def fitted_curves(df: pd.DataFrame, *, fits: FitReport | None = None, spec: FitSpec | None = None,
-                  form: FormName = FormName.SATURATING) -> Figure | None:
-    """Error vs compute (log-log), one panel per benchmark, one curve per group: the points, the fitted `form`
-    with its bootstrap band, and (dotted) the held-out check's fit extrapolated over the budgets it never saw
-    (hollow markers)."""
+                  form: FormName | None = None) -> Figure | None:
+    """Error vs compute (log-log), one panel per benchmark, one curve per group: the points, the fitted law
+    with its bootstrap band (dashed where there is no CI), and (dotted) the held-out check's fit extrapolated
+    over the budgets it never saw (hollow markers). `form`: which law; None: each group's best-extrapolating
+    one (lowest held-out error, named in the legend)."""
     report = _report(df, fits, spec)
     if report is None or not report.groups:
         return None
@@ -103,12 +113,12 @@ def fitted_curves(df: pd.DataFrame, *, fits: FitReport | None = None, spec: FitS
         n = 0
         for i, g in enumerate(groups):
             marker, color = _style(g, report, i)
-            f = g.fit(form)
+            f = _chosen(g, form)
             label = _curve_label(g, report)
-            if f is not None and f.ok:
+            if f is not None:
                 b = f.params["b"]
-                label += f": b = {b.value:.2f}" + (f" [{b.ci_low:.2f}, {b.ci_high:.2f}]" if b.ci_low is not None
-                                                    else "")
+                label += f" ({f.form.name.value}): b = {b.value:.2f} " + (
+                    f"[{b.ci_low:.2f}, {b.ci_high:.2f}]" if b.ci_low is not None else "(no CI)")
             held = np.zeros(len(g.compute), dtype=bool)
             h = f.heldout if f is not None else None
             if h is not None and h.cutoff is not None and h.observed:
@@ -118,43 +128,53 @@ def fitted_curves(df: pd.DataFrame, *, fits: FitReport | None = None, spec: FitS
                 ax.scatter(g.compute[held], g.error[held], marker=marker, facecolors="white", edgecolors=color,
                            s=44, linewidths=1.3, zorder=3)
             n += 1
-            if f is None or not f.ok:
+            if f is None:
                 continue
             xs = np.geomspace(g.compute.min(), g.compute.max(), 120)
-            ax.plot(xs, f.predict(xs), color=color, linewidth=1.8, zorder=2)
             band = f.band(xs)
+            ax.plot(xs, f.predict(xs), color=color, linewidth=1.8, zorder=2, linestyle="-" if band else "--")
             if band is not None:
                 ax.fill_between(xs, *band, color=color, alpha=0.18, linewidth=0, zorder=1)
             if h is not None and h.observed:
                 xh = np.geomspace(g.compute.min(), g.compute.max(), 120)
                 ax.plot(xh, f.form.predict(h.params, xh), color=color, linewidth=1.1, linestyle=":", zorder=2)
         _loglog(ax, report)
-        ax.set_title(f"{_panel_title(report, key)}: {form.value} law, {report.spec.ci:.0%} band", fontsize=10)
+        law = f"{form.value} law" if form else "best held-out law per group"
+        ax.set_title(f"{_panel_title(report, key)}: {law}, {report.spec.ci:.0%} band", fontsize=10)
         ax.plot([], [], color="0.4", linestyle=":", label="held-out check: fit without hollow points")
         _legend(fig, ax, n + 1)
     return fig
 
 
-def _winner_spans(groups: list[GroupFit], form: FormName, lo: float, hi: float):
-    """[(x0, x1, group index)]: which group's fitted law is lowest over [lo, hi] (log-spaced grid)."""
+def _winner_spans(groups: list[GroupFit], form: FormName | None, lo: float, hi: float):
+    """[(x0, x1, group index)]: which group's fitted law is lowest over [lo, hi] (log-spaced grid), each law
+    only inside its own group's measured compute range (no extrapolation); -1 where no law is defined."""
     xs = np.geomspace(lo, hi, 400)
-    curves = [(i, g.fit(form)) for i, g in enumerate(groups)]
-    curves = [(i, f.predict(xs)) for i, f in curves if f is not None and f.ok]
+    curves = []
+    for i, g in enumerate(groups):
+        f = _chosen(g, form)
+        if f is not None:
+            inside = (xs >= g.compute.min()) & (xs <= g.compute.max())
+            curves.append(np.where(inside, f.predict(xs), np.inf))
     if not curves:
         return []
-    idx = np.array([i for i, _ in curves])[np.argmin(np.stack([c for _, c in curves]), axis=0)]
+    stack = np.stack(curves)
+    owners = [i for i, g in enumerate(groups) if _chosen(g, form) is not None]
+    idx = np.where(np.isfinite(stack.min(axis=0)), np.array(owners)[np.argmin(stack, axis=0)], -1)
     spans, start = [], 0
     for j in range(1, len(xs) + 1):
         if j == len(xs) or idx[j] != idx[start]:
-            spans.append((xs[start], xs[min(j, len(xs) - 1)], int(idx[start])))
+            if idx[start] >= 0:
+                spans.append((xs[start], xs[min(j, len(xs) - 1)], int(idx[start])))
             start = j
     return spans
 
 
 def compute_frontier(df: pd.DataFrame, *, fits: FitReport | None = None, spec: FitSpec | None = None,
-                     form: FormName = FormName.SATURATING) -> Figure | None:
+                     form: FormName | None = None) -> Figure | None:
     """The measured compute frontier (step line through the rows no cheaper row beats, each named by its
-    model), over every point; below each panel, the group whose fitted `form` is lowest at each budget."""
+    model), over every point; below each panel, the group whose fitted law (`form`, or None: each group's
+    best-extrapolating one) is lowest at each budget, within the compute range that group measured."""
     report = _report(df, fits, spec)
     if report is None or not report.groups:
         return None
@@ -193,7 +213,7 @@ def compute_frontier(df: pd.DataFrame, *, fits: FitReport | None = None, spec: F
             strip.axvspan(x0, x1, color=_style(groups[gi], report, gi)[1], alpha=0.8, linewidth=0)
         strip.set_yticks([])
         strip.set_xscale("log")
-        strip.set_xlabel(report.spec.compute)
+        strip.set_xlabel(COMPUTE_LABELS.get(report.spec.compute, report.spec.compute))
         strip.set_ylabel("fit\nbest", rotation=0, fontsize=7, labelpad=14, va="center")
         if spans:
             seen = sorted({gi for _, _, gi in spans})
