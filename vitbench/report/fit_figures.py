@@ -27,8 +27,9 @@ from vitbench.report.plots import BACKEND_LINES, FAMILY_STYLE, _legend, _log_axi
 
 _OTHER_COLORS = colormaps["tab10"]
 # Axis titles for the compute columns results rows carry (any other column is shown by its name).
-COMPUTE_LABELS = {"pretrain_exaflops": "Pre-training compute [exaFLOPs]", "images_seen": "Images seen in pre-training",
-                  "params_m": "Parameters [M]", "inference_gflops": "Inference cost [GFLOPs per image]"}
+COMPUTE_LABELS = {"pretrain_exaflops": "Pre-training compute [exaFLOPs]",
+                  "images_seen": "Images seen in pre-training", "params_m": "Parameters [M]",
+                  "inference_gflops": "Inference cost [GFLOPs per image]"}
 
 
 def _report(df: pd.DataFrame, fits: FitReport | None, spec: FitSpec | None) -> FitReport | None:
@@ -278,7 +279,8 @@ def throughput_vs_accuracy(df: pd.DataFrame, *, compute: str = DEFAULT_COMPUTE) 
                 fp = sorted((p for p in pts if p[3] == fam), key=lambda p: p[1])
                 marker, cmap, name = FAMILY_STYLE.get(fam, FAMILY_STYLE["other"])
                 ax.plot([p[1] for p in fp], [100 * p[2] for p in fp], linestyle=line, color=colormaps[cmap](0.6),
-                        linewidth=1.2, zorder=2, label=f"{name} ({tag})" if tag else name)
+                        marker=marker, markersize=6, linewidth=1.2, zorder=2,
+                        label=f"{name} ({tag})" if tag else name)
                 for model, x, y, _ in fp:
                     ax.scatter([x], [100 * y], marker=marker, color=colors[model], s=45, zorder=3)
                     ax.annotate(model, (x, 100 * y), textcoords="offset points", xytext=(4, 4), fontsize=7)
