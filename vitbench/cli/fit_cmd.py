@@ -28,7 +28,7 @@ def _show(report) -> None:
             h = f.heldout
             held = ""
             if h is not None and h.abs_err_mean is not None:
-                held = f"{h.abs_err_mean:.4f} ({h.rel_err_mean:.1%}) on {len(h.observed)}"
+                held = f"{h.abs_err_mean:.4f} ({h.rel_err_mean:.1%}) on {len(h.observed)} pts"
             name = f.form.name.value + (" *" if f is best else "")
             for i, (k, p) in enumerate(f.params.items()):
                 ci_text = f"[{p.ci_low:.4g}, {p.ci_high:.4g}]" if p.ci_low is not None else "-"
@@ -36,7 +36,8 @@ def _show(report) -> None:
                           _num(f.rmse_log) if i == 0 else "", held if i == 0 else "")
             if not f.params:
                 t.add_row(name, "-", "", "", "", "")
-            notes += [f"{f.form.name.value}: {m}" for m in (f.message, h.message if h else None) if m]
+            held_note = h.message if h is not None and f.params else None  # unfitted: one note is enough
+            notes += [f"{f.form.name.value}: {m}" for m in (f.message, held_note) if m]
             t.add_section()
         console.print(t)
         for note in notes:

@@ -173,8 +173,9 @@ def fit_source(source: Source, spec: FitSpec = FitSpec()) -> FitReport:
                           + (" (no fewshot/finetune rows with pre-training compute?)"
                              if source.kind == SourceKind.RESULTS else ""))
     dropped = []
-    if (~usable).any():
-        dropped.append(f"{int((~usable).sum())} rows without both {spec.compute} and {error_label}")
+    half = compute.notna() ^ error.notna()  # rows with one of the two: worth a note (bench rows have neither)
+    if half.any():
+        dropped.append(f"{int(half.sum())} rows with only one of {spec.compute} and {error_label}")
     bad = usable & (compute <= 0)
     if bad.any():
         i = int(np.flatnonzero(bad.to_numpy())[0])

@@ -21,6 +21,7 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from vitbench.errors import ConfigError
 from vitbench.fit import FitReport, FitSpec, FormName, GroupFit, Source, SourceKind, fit_source, results_frame
 from vitbench.fit.groups import DEFAULT_COMPUTE, DEFAULT_GROUP
 from vitbench.report.plots import BACKEND_LINES, FAMILY_STYLE, _legend, _log_axis, model_colors
@@ -39,7 +40,7 @@ def _report(df: pd.DataFrame, fits: FitReport | None, spec: FitSpec | None) -> F
     try:
         return fit_source(Source(SourceKind.RESULTS if "status" in df.columns else SourceKind.CSV,
                                  Path("<DataFrame>"), frame), spec or FitSpec())
-    except Exception:  # noqa: BLE001 - no fittable rows: no figure (the report goes on)
+    except ConfigError:  # no fittable rows (no accuracy or compute column): no figure, the report goes on
         return None
 
 
