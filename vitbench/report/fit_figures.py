@@ -22,7 +22,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from vitbench.errors import ConfigError
-from vitbench.fit import FitReport, FitSpec, FormName, GroupFit, Source, SourceKind, fit_source, results_frame
+from vitbench.fit import (BENCHMARK_COLUMNS, FitReport, FitSpec, FormName, GroupFit, Source, SourceKind,
+                          fit_source, frontier_mask, results_frame)
 from vitbench.fit.groups import DEFAULT_COMPUTE, DEFAULT_GROUP
 from vitbench.report.plots import BACKEND_LINES, FAMILY_STYLE, _legend, _log_axis, model_colors
 
@@ -194,8 +195,6 @@ def compute_frontier(df: pd.DataFrame, *, fits: FitReport | None = None, spec: F
             ax.scatter(g.compute, g.error, marker=marker, c=pc, s=30, alpha=0.55, zorder=2,
                        label=_curve_label(g, report))
             n += 1
-        from vitbench.fit import frontier_mask
-
         keep = frontier_mask(c, e)
         order = np.argsort(c[keep])
         fx, fy = c[keep][order], e[keep][order]
@@ -247,13 +246,13 @@ def throughput_vs_accuracy(df: pd.DataFrame, *, compute: str = DEFAULT_COMPUTE) 
     rows = results_frame(df) if "status" in df.columns else pd.DataFrame()
     if speed.empty or rows.empty or "accuracy" not in rows.columns or compute not in rows.columns:
         return None
-    acc = rows[rows["kind"].isin(("fewshot", "finetune"))].copy()
+    acc = rows.copy()  # rows with an accuracy and a pre-training compute: the transfer rows
     acc["accuracy"] = pd.to_numeric(acc["accuracy"], errors="coerce")
     acc[compute] = pd.to_numeric(acc[compute], errors="coerce")
     acc = acc.dropna(subset=["accuracy", compute])
     if acc.empty:
         return None
-    bench = [c for c in ("kind", "dataset", "shots") if c in acc.columns and acc[c].notna().any()]
+    bench = [c for c in BENCHMARK_COLUMNS if c in acc.columns and acc[c].notna().any()]
     panels = list(acc.groupby(bench, dropna=False, sort=True))[:6]
     skeys = [k for k in ("backend", "precision") if k in speed.columns]
     series = list(speed.groupby(skeys, dropna=False)) if skeys else [((), speed)]
