@@ -23,8 +23,13 @@ from timm.layers import GroupNormAct, HybridEmbed, StdConv2d, StdConv2dSame  # n
 from timm.models import ResNetV2  # noqa: E402
 
 from vitbench.errors import ConfigError, UnsafeFileError  # noqa: E402
-from vitbench.models.checkpoints import (Pretrained, check_weights, identify, load_pretrained,  # noqa: E402
-                                         pretrained_from_weights)
+from vitbench.models.checkpoints import (  # noqa: E402
+    Pretrained,
+    check_weights,
+    identify,
+    load_pretrained,
+    pretrained_from_weights,
+)
 from vitbench.models.flavours import Gelu, Origin, WeightStd  # noqa: E402
 from vitbench.models.flax import build_flax_model, init_params  # noqa: E402
 from vitbench.models.specs import get_spec  # noqa: E402

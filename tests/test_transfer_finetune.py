@@ -118,7 +118,7 @@ def test_upstream_cache_trains_once(cache, upstream):
 
 def test_finetune_beats_the_initial_head(cache, upstream):
     cfg = FinetuneConfig(upstream=UP, steps=60, warmup_steps=5, batch_size=32, lr_grid=[0.03, 0.1],
-                         resolution=24)  # higher resolution: interpolated position embeddings
+                         resolution=24, seeds=1)  # higher resolution: interpolated position embeddings
     rec = finetune(cfg, cache=str(cache))
     m = rec.metrics
     assert rec.kind == "finetune" and rec.config["resolution"] == 24
@@ -135,3 +135,73 @@ def test_finetune_needs_val_split_for_a_grid(tmp_path):  # checked before any pr
                          data={"classes": "5-9", "val_fraction": 0.0})
     with pytest.raises(ConfigError, match="held-out split"):
         finetune(cfg, cache=str(tmp_path))
+
+
+def test_finetune_seeds_give_mean_spread_and_per_seed_values(cache, upstream):
+    cfg = FinetuneConfig(upstream=UP, steps=20, warmup_steps=2, batch_size=16, lr_grid=[0.03], seeds=2, seed=5)
+    rec = finetune(cfg, cache=str(cache))
+    m, raw = rec.metrics, rec.raw
+    per_seed = raw["per_seed"]["accuracy"]
+    assert raw["per_seed"]["seed"] == [5, 6] and len(per_seed) == 2 and len(raw["loss"]) == 2
+    assert m["accuracy"] == pytest.approx(np.mean(per_seed))
+    assert m["accuracy_std"] == pytest.approx(np.std(per_seed, ddof=1))
+    assert raw["loss"][0] != raw["loss"][1]  # the seed sets the batch order: two different runs
+    assert m["finetune_images_seen"] == 2 * 20 * 16  # one LR: no selection runs, one refit per seed
+    assert m["selection_accuracy"] is None and m["val_accuracy"] is None
+
+
+class _ScriptedEngine:
+    """Stands in for a transfer backend (and the protocol's model operations on it): a 'model' is (lr, seed, data size); accuracies come from a table.
+
+    Lets the protocol's bookkeeping be checked exactly: which runs it makes, how it picks the LR, what it reports.
+    """
+
+    compile_s = 0.0
+
+    def __init__(self, val, test):
+        self.val, self.test, self.runs = val, test, []
+
+    def setup(self, device, threads):
+        return {"backend": "torch"}
+
+    def from_weights(self, spec, weights, resolution, num_classes, seed):
+        return None
+
+    def train(self, model, data, resolution, opt, batch_size, seed):
+        self.runs.append((opt.lr, seed, len(data)))
+        return (opt.lr, seed, len(data)), [1.6, 1.0]
+
+    def accuracy(self, model, data, resolution):
+        if model is None:
+            return 0.2  # the zero head
+        table = self.val if len(data) < 100 else self.test  # digits 5-9: val 68 images, test 225
+        return table[model[:2]] if model[:2] in table else table[model]
+
+
+def test_finetune_picks_the_lr_by_mean_val_accuracy_over_seeds(cache, upstream, monkeypatch):
+    from vitbench.transfer import ops
+
+    # LR 0.1 has the single best val run (seed 0: 0.95) but fails on the other seeds; LR 0.03 is steady.
+    val = {(0.03, 0): 0.80, (0.03, 1): 0.80, (0.03, 2): 0.80, (0.1, 0): 0.95, (0.1, 1): 0.30, (0.1, 2): 0.30}
+    n_train = 603
+    test = {(0.03, 0, n_train): 0.82, (0.03, 1, n_train): 0.84, (0.03, 2, n_train): 0.86,  # selection runs
+            (0.1, 0, n_train): 0.9, (0.1, 1, n_train): 0.3, (0.1, 2, n_train): 0.3,
+            (0.03, 0, n_train + 68): 0.90, (0.03, 1, n_train + 68): 0.40, (0.03, 2, n_train + 68): 0.92}  # refit
+    eng = _ScriptedEngine(val, test)
+    monkeypatch.setattr(ops, "transfer_backend", lambda name: eng)
+    monkeypatch.setattr(ops, "from_weights", lambda be, *args, **kw: be.from_weights(*args, **kw))
+    monkeypatch.setattr(ops, "accuracy", lambda be, model, data, res, *args: be.accuracy(model, data, res))
+    rec = finetune(FinetuneConfig(upstream=UP, steps=2, warmup_steps=1, batch_size=4, lr_grid=[0.1, 0.03],
+                                  seeds=3), cache=str(cache))
+    m, raw = rec.metrics, rec.raw
+    assert m["best_lr"] == 0.03  # mean 0.80 beats mean 0.52, although 0.1 had the best single run
+    assert raw["val_accuracy_by_lr"] == {"0.03": pytest.approx(0.8), "0.1": pytest.approx(1.55 / 3)}
+    # 2 LRs x 3 seeds on train, then 3 refits on train + val at the chosen LR
+    assert eng.runs == [(0.03, s, n_train) for s in range(3)] + [(0.1, s, n_train) for s in range(3)] \
+        + [(0.03, s, n_train + 68) for s in range(3)]
+    assert m["finetune_images_seen"] == 9 * 2 * 4
+    assert raw["per_seed"]["accuracy"] == [0.90, 0.40, 0.92]  # the failed refit of seed 1 is visible ...
+    assert m["accuracy"] == pytest.approx(2.22 / 3)
+    assert m["accuracy_std"] == pytest.approx(np.std([0.9, 0.4, 0.92], ddof=1))
+    assert m["selection_accuracy"] == pytest.approx(0.84)  # ... against the selection runs at the same LR
+    assert m["val_accuracy"] == pytest.approx(0.80)

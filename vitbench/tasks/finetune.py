@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from vitbench.backends.base import Capability
 from vitbench.record import Record
@@ -17,6 +17,7 @@ class Recipe(BaseModel):
     lr_grid: str = "0.001,0.003,0.01,0.03"  # comma-separated; paper App. B.1.1
     finetune_warmup_steps: int = 10
     refit: bool = True
+    finetune_seeds: int = Field(3, ge=1)  # runs per LR and final runs: LR by mean val accuracy, accuracy +- std
 
 
 @register_task
@@ -37,5 +38,6 @@ class Finetune(Task):
         cfg = validated(FinetuneConfig, {
             "upstream": p.upstream_config(self.name), "backend": p.backend, "data": p.downstream_data(),
             "resolution": p.resolution, "steps": p.finetune_steps, "batch_size": p.batch_size, "lr_grid": grid,
-            "warmup_steps": p.finetune_warmup_steps, "refit": p.refit, "seed": p.seed}, f"task {self.name!r}")
+            "warmup_steps": p.finetune_warmup_steps, "refit": p.refit, "seed": p.seed,
+            "seeds": p.finetune_seeds}, f"task {self.name!r}")
         return with_compute_aliases(finetune(cfg, device=p.device, threads=p.threads))

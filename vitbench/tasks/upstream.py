@@ -77,8 +77,22 @@ def with_compute_aliases(rec: Record) -> Record:
     return rec
 
 
+def _throughput_vs_accuracy(df):
+    from vitbench.report.fit_figures import throughput_vs_accuracy
+    from vitbench.tasks.bench import Infer
+
+    return throughput_vs_accuracy(df, speed_task=Infer.name)
+
+
+DOWNSTREAM_KINDS = ("fewshot", "finetune")
 register_report(ReportPart(
-    "accuracy", "Transfer accuracy", ("fewshot", "finetune"), lazy("vitbench.report.tables:accuracy"),
+    "accuracy", "Transfer accuracy", DOWNSTREAM_KINDS, lazy("vitbench.report.tables:accuracy"),
     figures=(Figure("accuracy_vs_compute", "Accuracy vs pre-training compute, Pareto front (cf. paper Figure 5)",
-                    lazy("vitbench.report.plots:accuracy_vs_compute")),),
+                    lazy("vitbench.report.plots:accuracy_vs_compute")),
+             Figure("fit_curves", "Error vs pre-training compute with fitted scaling laws and their 95 % bands "
+                    "(docs/scaling-laws.md)", lazy("vitbench.report.fit_figures:fitted_curves")),
+             Figure("compute_frontier", "Which model and family is best at each compute budget",
+                    lazy("vitbench.report.fit_figures:compute_frontier")),
+             Figure("throughput_vs_accuracy", "Inference throughput vs accuracy: what accuracy a speed buys "
+                    "(cf. DeiT Figure 1)", _throughput_vs_accuracy, kinds=("bench", *DOWNSTREAM_KINDS))),
     order=40))

@@ -58,6 +58,15 @@ class LeastSquares:
         return (self.design(x) @ self.weights(l2)).argmax(1)
 
 
+def spread(values) -> tuple[float, float]:
+    """Mean and sample standard deviation (ddof 1; 0.0 for a single value) of per-seed results.
+
+    The one definition of a row's `accuracy` / `accuracy_std` over seeds, for few-shot draws and fine-tuning
+    seeds alike."""
+    a = np.asarray(values, dtype=float)
+    return float(a.mean()), float(a.std(ddof=1)) if a.size > 1 else 0.0
+
+
 def kshot_indices(labels: np.ndarray, num_classes: int, shots: int, seed: int) -> np.ndarray:
     """`shots` training indices of every class, drawn by `seed` (nested: a larger k extends a smaller one)."""
     rng = np.random.default_rng(seed)
@@ -115,8 +124,7 @@ def evaluate_features(train: tuple[np.ndarray, np.ndarray], val: tuple[np.ndarra
                 l2 = grid[0]
             accs.append(float(np.mean(ls.predict(x_te, l2) == y_te)))
             chosen.append(l2)
-        metrics[f"accuracy_{k}shot"] = float(np.mean(accs))
-        metrics[f"accuracy_{k}shot_std"] = float(np.std(accs, ddof=1)) if len(accs) > 1 else 0.0
+        metrics[f"accuracy_{k}shot"], metrics[f"accuracy_{k}shot_std"] = spread(accs)
         raw["per_seed"][str(k)] = accs
         raw["l2"][str(k)] = chosen
     k_main = max(shots)

@@ -1,0 +1,114 @@
+"""Where fit points come from: a vitbench results directory (or .jsonl) or any CSV, as one pandas table.
+
+Results (read with `vitbench.store.load`) keep their `ok` rows and gain derived columns:
+- `family` of the row's model (vitbench.models.specs), so `--group family` works on any study;
+- `inference_gflops`: analytic forward GFLOPs per image at the row's resolution (1 MAC = 2 FLOPs), one of
+  the compute axes besides `pretrain_exaflops`, `images_seen` and `params_m` that transfer rows carry.
+A CSV is taken as it is (published tables, other tools' output). Either way a column the fit needs must
+exist and hold numbers; otherwise a ConfigError names the column and lists the columns there are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from vitbench.errors import ConfigError
+
+# The columns that say which benchmark a results row measures (Figure 5's panels): a fit never mixes them.
+BENCHMARK_COLUMNS: tuple[str, ...] = ("kind", "dataset", "shots")
+
+
+class SourceKind(str, Enum):
+    RESULTS = "results"
+    CSV = "csv"
+
+
+@dataclass
+class Source:
+    kind: SourceKind
+    path: Path
+    frame: pd.DataFrame
+
+    @property
+    def benchmark_columns(self) -> list[str]:
+        """Columns a results source is always split by (none for a CSV: its rows are what the user gave)."""
+        if self.kind != SourceKind.RESULTS:
+            return []
+        return [c for c in BENCHMARK_COLUMNS if c in self.frame.columns and self.frame[c].notna().any()]
+
+
+def _family(model) -> str | None:
+    from vitbench.errors import UnknownModelError
+    from vitbench.models.specs import get_spec
+
+    if not isinstance(model, str):
+        return None
+    try:
+        return get_spec(model).family
+    except UnknownModelError:
+        return "other"
+
+
+def _inference_gflops(model, resolution) -> float:
+    from vitbench.errors import VitbenchError
+    from vitbench.models.analytic import analytic_counts
+    from vitbench.models.specs import get_spec
+
+    try:
+        return analytic_counts(get_spec(model), int(resolution)).gflops
+    except (VitbenchError, TypeError, ValueError):  # a model or resolution this table does not know
+        return float("nan")
+
+
+def results_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """`ok` rows of a results DataFrame (vitbench.store.load) with the derived `family` and
+    `inference_gflops` columns."""
+    if df.empty or "status" not in df.columns:
+        return df.copy()
+    out = df[df["status"] == "ok"].copy()
+    if "model" in out.columns:
+        out["family"] = out["model"].map(_family)
+        if "resolution" in out.columns:
+            res = [None if r is None or r != r else r for r in out["resolution"]]  # NaN: a row without one
+            lut = {(m, r): _inference_gflops(m, r) for m, r in set(zip(out["model"], res))}
+            out["inference_gflops"] = [lut[(m, r)] for m, r in zip(out["model"], res)]
+    return out.reset_index(drop=True)
+
+
+def load_source(path: str | Path) -> Source:
+    """A results directory or .jsonl file (vitbench.store.load), or a .csv file."""
+    p = Path(path)
+    if p.is_dir() or p.suffix == ".jsonl":
+        from vitbench.store import load
+
+        return Source(SourceKind.RESULTS, p, results_frame(load(p)))
+    if p.suffix.lower() == ".csv":
+        if not p.is_file():
+            raise ConfigError(f"{str(p)!r} does not exist")
+        try:
+            frame = pd.read_csv(p)
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
+            raise ConfigError(f"{str(p)!r} is not a readable CSV file: {str(e).splitlines()[0]}") from None
+        return Source(SourceKind.CSV, p, frame)
+    raise ConfigError(f"SOURCE {str(p)!r}: expected a results directory, a results .jsonl file or a .csv file")
+
+
+def numeric_column(frame: pd.DataFrame, column: str, option: str, where: str) -> pd.Series:
+    """`frame[column]` as floats (missing cells NaN); a missing column or a non-numeric cell is a ConfigError
+    naming the column, the option that chose it, and the columns there are."""
+    if column not in frame.columns:
+        raise ConfigError(f"{where}: no column {column!r} ({option}); "
+                          f"columns: {', '.join(map(str, frame.columns))}")
+    raw = frame[column]
+    values = pd.to_numeric(raw, errors="coerce")
+    bad = values.isna() & raw.notna() & (raw.astype(str).str.strip() != "")
+    if bad.any():
+        i = int(np.flatnonzero(bad.to_numpy())[0])
+        raise ConfigError(f"{where}: column {column!r} ({option}) is not numeric: row {i + 1} holds "
+                          f"{raw.iloc[i]!r}; columns: {', '.join(map(str, frame.columns))}")
+    return values.astype(float)

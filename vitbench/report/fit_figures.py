@@ -1,0 +1,327 @@
+"""Scaling-law figures (matplotlib, no pyplot state; each returns a Figure, or None when there is nothing to draw).
+
+- fitted_curves: error vs compute per group with the fitted law and its bootstrap band (Figure 5 with fits);
+  the held-out check drawn as the small-budget fit's extrapolation against the points it never saw.
+- compute_frontier: which model is best at each budget (the measured frontier), and which group's fitted
+  law is lowest across the compute range (the family to buy at a budget).
+- throughput_vs_accuracy: inference speed against transfer accuracy (DeiT, Touvron et al. 2021, Figure 1:
+  what accuracy a speed buys).
+
+`df` is a results DataFrame (vitbench.store.load) or any table; pass `fits` (a vitbench.fit.FitReport) to
+draw fits already made, else they are made here from `df` with `spec`. Styles follow vitbench.report.plots.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib import colormaps
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+
+from vitbench.errors import ConfigError
+from vitbench.fit import (
+    BENCHMARK_COLUMNS,
+    FitReport,
+    FitSpec,
+    FormName,
+    GroupFit,
+    Source,
+    SourceKind,
+    fit_source,
+    frontier_mask,
+    results_frame,
+)
+from vitbench.fit.groups import DEFAULT_COMPUTE, DEFAULT_GROUP
+from vitbench.report.plots import FAMILY_STYLE, _legend, _log_axis, backend_line, model_colors
+
+_OTHER_COLORS = colormaps["tab10"]
+# Axis titles for the compute columns results rows carry (any other column is shown by its name).
+COMPUTE_LABELS = {"pretrain_exaflops": "Pre-training compute [exaFLOPs]",
+                  "images_seen": "Images seen in pre-training", "params_m": "Parameters [M]",
+                  "inference_gflops": "Inference cost [GFLOPs per image]"}
+
+
+_FITS: dict[tuple, FitReport | None] = {}  # fits of one table, shared by the figures drawn from it
+
+
+def _fingerprint(df: pd.DataFrame) -> int:
+    plain = [c for c in df.columns if not df[c].map(lambda v: isinstance(v, (dict, list))).any()]
+    return int(pd.util.hash_pandas_object(df[plain].astype(str), index=False).sum())
+
+
+def _report(df: pd.DataFrame, fits: FitReport | None, spec: FitSpec | None) -> FitReport | None:
+    if fits is not None:
+        return fits
+    key = (_fingerprint(df), (spec or FitSpec()).model_dump_json())
+    if key not in _FITS:  # the bootstrap is the slow part: two figures of one report fit once
+        frame = results_frame(df) if "status" in df.columns else df
+        try:
+            _FITS[key] = fit_source(Source(SourceKind.RESULTS if "status" in df.columns else SourceKind.CSV,
+                                           Path("<DataFrame>"), frame), spec or FitSpec())
+        except ConfigError:  # no fittable rows (no accuracy or compute column): no figure, the report goes on
+            _FITS[key] = None
+    return _FITS[key]
+
+
+def _panels(report: FitReport) -> list[tuple[tuple, list[GroupFit]]]:
+    """Groups by benchmark (the split columns that are not group columns), in the report's order."""
+    bench = [c for c in report.split_by if c not in (report.spec.group or [DEFAULT_GROUP])]
+    out: dict[tuple, list[GroupFit]] = {}
+    for g in report.groups:
+        out.setdefault(tuple(g.key.get(c) for c in bench), []).append(g)
+    return list(out.items())
+
+
+def _curve_label(g: GroupFit, report: FitReport) -> str:
+    groups = report.spec.group or [DEFAULT_GROUP]
+    parts = [str(g.key[c]) for c in groups if c in g.key and g.key[c] is not None]
+    if parts == [] or groups == [DEFAULT_GROUP] and len(parts) == 1:
+        fam = parts[0] if parts else "all"
+        return FAMILY_STYLE.get(fam, (None, None, fam))[2]
+    return " ".join(parts)
+
+
+def _style(g: GroupFit, report: FitReport, i: int) -> tuple[str, tuple]:
+    """Marker and colour of a group: the family style when grouping by family, else tab10."""
+    fam = g.key.get(DEFAULT_GROUP)
+    if (report.spec.group or [DEFAULT_GROUP]) == [DEFAULT_GROUP] and fam in FAMILY_STYLE:
+        marker, cmap, _ = FAMILY_STYLE[fam]
+        return marker, colormaps[cmap](0.75)
+    return "o", _OTHER_COLORS(i % 10)
+
+
+def _panel_title(report: FitReport, key: tuple) -> str:
+    bench = [c for c in report.split_by if c not in (report.spec.group or [DEFAULT_GROUP])]
+    parts = [f"{c}={v}" for c, v in zip(bench, key) if v is not None]
+    return " / ".join(parts) or Path(report.source).name
+
+
+def _axes(n: int, height: float = 4.8, extra_rows: bool = False):
+    fig = Figure(figsize=(5.6 * n + 1.8, height + (0.7 if extra_rows else 0)), layout="constrained")
+    if extra_rows:
+        axes = fig.subplots(2, n, squeeze=False, height_ratios=[height, 0.45], sharex="col")
+        return fig, list(axes[0]), list(axes[1])
+    return fig, list(fig.subplots(1, n, squeeze=False)[0]), None
+
+
+def _chosen(g: GroupFit, form: FormName | None):
+    """The fit to draw: `form`, or (None) the group's best-extrapolating form (GroupFit.best)."""
+    f = g.best() if form is None else g.fit(form)
+    return f if f is not None and f.ok else None
+
+
+def _loglog(ax, report: FitReport) -> None:
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    _log_axis(ax.yaxis)
+    ax.set_xlabel(COMPUTE_LABELS.get(report.spec.compute, report.spec.compute))
+    ax.set_ylabel(f"Error ({report.error_label})")
+    ax.grid(True, which="both", alpha=0.3)
+
+
+def fitted_curves(df: pd.DataFrame, *, fits: FitReport | None = None, spec: FitSpec | None = None,
+                  form: FormName | None = None) -> Figure | None:
+    """Error vs compute (log-log), one panel per benchmark, one curve per group: the points, the fitted law
+    with its bootstrap band (dashed where there is no CI), and (dotted) the held-out check's fit extrapolated
+    over the budgets it never saw (hollow markers). `form`: which law; None: each group's best-extrapolating
+    one (lowest held-out error, named in the legend)."""
+    report = _report(df, fits, spec)
+    if report is None or not report.groups:
+        return None
+    panels = _panels(report)[:6]
+    fig, axes, _ = _axes(len(panels))
+    for ax, (key, groups) in zip(axes, panels):
+        n = 0
+        for i, g in enumerate(groups):
+            marker, color = _style(g, report, i)
+            f = _chosen(g, form)
+            label = _curve_label(g, report)
+            if f is not None:
+                b = f.params["b"]
+                label += f" ({f.form.name.value}): b = {b.value:.2f} " + (
+                    f"[{b.ci_low:.2f}, {b.ci_high:.2f}]" if b.ci_low is not None else "(no CI)")
+            held = np.zeros(len(g.compute), dtype=bool)
+            h = f.heldout if f is not None else None
+            if h is not None and h.cutoff is not None and h.observed:
+                held = g.compute >= h.cutoff
+            ax.scatter(g.compute[~held], g.error[~held], marker=marker, color=color, s=36, zorder=3, label=label)
+            if held.any():
+                ax.scatter(g.compute[held], g.error[held], marker=marker, facecolors="white", edgecolors=color,
+                           s=44, linewidths=1.3, zorder=3)
+            n += 1
+            if f is None:
+                continue
+            xs = np.geomspace(g.compute.min(), g.compute.max(), 120)
+            band = f.band(xs)
+            ax.plot(xs, f.predict(xs), color=color, linewidth=1.8, zorder=2, linestyle="-" if band else "--")
+            if band is not None:
+                ax.fill_between(xs, *band, color=color, alpha=0.18, linewidth=0, zorder=1)
+            if h is not None and h.observed:
+                xh = np.geomspace(g.compute.min(), g.compute.max(), 120)
+                ax.plot(xh, f.form.predict(h.params, xh), color=color, linewidth=1.1, linestyle=":", zorder=2)
+        _loglog(ax, report)
+        law = f"{form.value} law" if form else "best held-out law per group"
+        ax.set_title(f"{_panel_title(report, key)}: {law}, {report.spec.ci:.0%} band", fontsize=10)
+        ax.plot([], [], color="0.4", linestyle=":", label="held-out check: fit without hollow points")
+        _legend(fig, ax, n + 1)
+    return fig
+
+
+def _winner_spans(groups: list[GroupFit], form: FormName | None, lo: float, hi: float):
+    """[(x0, x1, group index)]: which group's fitted law is lowest over [lo, hi] (log-spaced grid), each law
+    only inside its own group's measured compute range (no extrapolation); -1 where no law is defined."""
+    xs = np.geomspace(lo, hi, 400)
+    curves = []
+    for i, g in enumerate(groups):
+        f = _chosen(g, form)
+        if f is not None:
+            inside = (xs >= g.compute.min()) & (xs <= g.compute.max())
+            curves.append(np.where(inside, f.predict(xs), np.inf))
+    if not curves:
+        return []
+    stack = np.stack(curves)
+    owners = [i for i, g in enumerate(groups) if _chosen(g, form) is not None]
+    idx = np.where(np.isfinite(stack.min(axis=0)), np.array(owners)[np.argmin(stack, axis=0)], -1)
+    spans, start = [], 0
+    for j in range(1, len(xs) + 1):
+        if j == len(xs) or idx[j] != idx[start]:
+            if idx[start] >= 0:
+                spans.append((xs[start], xs[min(j, len(xs) - 1)], int(idx[start])))
+            start = j
+    return spans
+
+
+def compute_frontier(df: pd.DataFrame, *, fits: FitReport | None = None, spec: FitSpec | None = None,
+                     form: FormName | None = None) -> Figure | None:
+    """The measured compute frontier (step line through the rows no cheaper row beats, each named by its
+    model), over every point; below each panel, the group whose fitted law (`form`, or None: each group's
+    best-extrapolating one) is lowest at each budget, within the compute range that group measured."""
+    report = _report(df, fits, spec)
+    if report is None or not report.groups:
+        return None
+    panels = _panels(report)[:6]
+    fig, axes, strips = _axes(len(panels), extra_rows=True)
+    for ax, strip, (key, groups) in zip(axes, strips, panels):
+        c = np.concatenate([g.compute for g in groups])
+        e = np.concatenate([g.error for g in groups])
+        labels = [lab for g in groups for lab in g.labels]
+        colors = model_colors(labels) if report.source_kind == SourceKind.RESULTS else {}
+        n = 0
+        for i, g in enumerate(groups):
+            marker, color = _style(g, report, i)
+            pc = [colors.get(lab, color) for lab in g.labels]
+            ax.scatter(g.compute, g.error, marker=marker, c=pc, s=30, alpha=0.55, zorder=2,
+                       label=_curve_label(g, report))
+            n += 1
+        keep = frontier_mask(c, e)
+        order = np.argsort(c[keep])
+        fx, fy = c[keep][order], e[keep][order]
+        fl = [labels[j] for j in np.flatnonzero(keep)[order]]
+        ax.step(np.append(fx, c.max()), np.append(fy, fy[-1]), where="post", color="black", linewidth=1.2,
+                zorder=3, label="measured frontier (best at this compute or less)")
+        ax.scatter(fx, fy, s=110, facecolors="none", edgecolors="black", linewidths=1.0, zorder=4)
+        for x, y, lab in zip(fx, fy, fl):
+            ax.annotate(lab, (x, y), textcoords="offset points", xytext=(4, -11), fontsize=7, color="0.2")
+        n += 1
+        _loglog(ax, report)
+        ax.set_xlabel("")
+        ax.set_title(f"{_panel_title(report, key)}: best at each budget", fontsize=10)
+        _legend(fig, ax, n)
+        spans = _winner_spans(groups, form, c.min(), c.max())
+        for x0, x1, gi in spans:
+            strip.axvspan(x0, x1, color=_style(groups[gi], report, gi)[1], alpha=0.8, linewidth=0)
+        strip.set_yticks([])
+        strip.set_xscale("log")
+        strip.set_xlabel(COMPUTE_LABELS.get(report.spec.compute, report.spec.compute))
+        strip.set_ylabel("fit\nbest", rotation=0, fontsize=7, labelpad=14, va="center")
+        if spans:
+            seen = sorted({gi for _, _, gi in spans})
+            strip.legend(handles=[Patch(color=_style(groups[gi], report, gi)[1], label=_curve_label(groups[gi],
+                                                                                                       report))
+                                  for gi in seen], fontsize=7, frameon=False, loc="center left",
+                         bbox_to_anchor=(1.01, 0.5))
+    return fig
+
+
+def _peak_speed(df: pd.DataFrame, speed_task: str) -> pd.DataFrame:
+    """Peak img/s (best batch size) of `speed_task`'s rows per model, backend, precision and resolution."""
+    need = {"task", "status", "img_per_s", "model", "resolution"}
+    if df.empty or not need <= set(df.columns):
+        return pd.DataFrame()
+    b = df[(df["task"] == speed_task) & df["img_per_s"].notna() & (df["status"] == "ok")].copy()
+    if b.empty:
+        return pd.DataFrame()
+    b["img_per_s"] = pd.to_numeric(b["img_per_s"], errors="coerce")
+    keys = [k for k in ("model", "backend", "precision", "resolution") if k in b.columns]
+    return b.groupby(keys, dropna=False)["img_per_s"].max().reset_index()
+
+
+def throughput_vs_accuracy(df: pd.DataFrame, *, speed_task: str, compute: str = DEFAULT_COMPUTE) -> Figure | None:
+    """Peak throughput of `speed_task` (the inference task; x, log) vs transfer accuracy (y), one panel per
+    benchmark: each model's accuracy at its largest pre-training budget (mean over rows there) against its speed
+    at the resolution it was evaluated at; models of a family joined in speed order (DeiT Figure 1)."""
+    speed = _peak_speed(df, speed_task)
+    rows = results_frame(df) if "status" in df.columns else pd.DataFrame()
+    if speed.empty or rows.empty or "accuracy" not in rows.columns or compute not in rows.columns:
+        return None
+    acc = rows.copy()  # rows with an accuracy and a pre-training compute: the transfer rows
+    acc["accuracy"] = pd.to_numeric(acc["accuracy"], errors="coerce")
+    acc[compute] = pd.to_numeric(acc[compute], errors="coerce")
+    acc = acc.dropna(subset=["accuracy", compute])
+    if acc.empty:
+        return None
+    bench = [c for c in BENCHMARK_COLUMNS if c in acc.columns and acc[c].notna().any()]
+    panels = list(acc.groupby(bench, dropna=False, sort=True))[:6]
+    skeys = [k for k in ("backend", "precision") if k in speed.columns]
+    series = list(speed.groupby(skeys, dropna=False)) if skeys else [((), speed)]
+    fig, axes, _ = _axes(len(panels), height=4.6)
+    colors = model_colors(acc["model"])
+    drawn = 0
+    for ax, (key, part) in zip(axes, panels):
+        n = 0
+        for skey, sp in series:
+            skey = skey if isinstance(skey, tuple) else (skey,)
+            pts = []
+            for model, m in part.groupby("model"):
+                top = m[m[compute] == m[compute].max()]
+                res = top["resolution"].iloc[0] if "resolution" in top.columns else None
+                s = sp[(sp["model"] == model) & (sp["resolution"] == res)]
+                if not s.empty:
+                    pts.append((model, float(s["img_per_s"].max()), float(top["accuracy"].mean()),
+                                top["family"].iloc[0]))
+            if not pts:
+                continue
+            line = backend_line(str(skey[0])) if skey else "-"
+            tag = " ".join(str(v) for v in skey if v == v and v is not None)
+            for fam in dict.fromkeys(p[3] for p in pts):
+                fp = sorted((p for p in pts if p[3] == fam), key=lambda p: p[1])
+                marker, cmap, name = FAMILY_STYLE.get(fam, FAMILY_STYLE["other"])
+                ax.plot([p[1] for p in fp], [100 * p[2] for p in fp], linestyle=line, color=colormaps[cmap](0.6),
+                        marker=marker, markersize=6, linewidth=1.2, zorder=2,
+                        label=f"{name} ({tag})" if tag else name)
+                for model, x, y, _ in fp:
+                    ax.scatter([x], [100 * y], marker=marker, color=colors[model], s=45, zorder=3)
+                    ax.annotate(model, (x, 100 * y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+                n += 1
+        key = key if isinstance(key, tuple) else (key,)
+        ax.set_xscale("log")
+        _log_axis(ax.xaxis)
+        ax.set_xlabel("Peak inference throughput [img/s] (best batch size)")
+        ax.set_ylabel("Accuracy [%] at the largest pre-training budget")
+        ax.set_title(" / ".join(f"{c}={int(v) if isinstance(v, float) and v.is_integer() else v}"
+                                for c, v in zip(bench, key) if v == v) + ": what accuracy a speed buys",
+                     fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
+        _legend(fig, ax, n)
+        drawn += n
+    return fig if drawn else None
+
+
+FIGURES = {
+    "fit_curves": fitted_curves,
+    "compute_frontier": compute_frontier,
+    "throughput_vs_accuracy": throughput_vs_accuracy,
+}
