@@ -1,0 +1,54 @@
+"""What to inspect: a vitbench upstream checkpoint or a variant name (random weights), and which images."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from vitbench.errors import ConfigError
+from vitbench.models.specs import ModelSpec, get_spec
+from vitbench.transfer.checkpoint import load_checkpoint
+from vitbench.transfer.data import DataConfig, load_splits
+
+InitWeights = Callable[[ModelSpec, int], dict[str, np.ndarray]]  # (spec, resolution) -> random timm weights
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    spec: ModelSpec
+    weights: dict[str, np.ndarray]  # timm naming
+    resolution: int  # the input size to inspect at
+    trained_resolution: int  # the size the weights were made for (position embeddings resampled when different)
+    origin: str  # checkpoint path, or "random init"
+
+
+def load_source(arg: str, init_weights: InitWeights, resolution: int | None = None) -> ModelSource:
+    """`arg` names an existing file or ends in .safetensors: a checkpoint (`vitbench pretrain`; never unpickled);
+    else a variant name, with `init_weights` giving random weights at the requested (or native) resolution."""
+    if Path(arg).expanduser().exists() or arg.endswith(".safetensors"):
+        ckpt = load_checkpoint(arg)
+        spec = get_spec(ckpt.model)
+        res = resolution or ckpt.resolution
+        origin, weights, trained = str(ckpt.path), ckpt.weights, ckpt.resolution
+    else:
+        spec = get_spec(arg)
+        res = trained = resolution or spec.resolution
+        spec.check_resolution(res)
+        origin, weights = "random init", init_weights(spec, res)
+    if not spec.depth:
+        raise ConfigError(f"{spec.name} has no attention layers to inspect; give a ViT or hybrid "
+                          "(see `vitbench models --family vit|hybrid`)")
+    spec.check_resolution(res)
+    return ModelSource(spec, weights, res, trained, origin)
+
+
+def inspection_images(num_images: int, resolution: int, data: DataConfig | None = None) -> np.ndarray:
+    """The first `num_images` test images of `data` (default: the offline digits, all classes), preprocessed as
+    for training (resized to `resolution`, values in [-1, 1]), NHWC float32."""
+    test = load_splits(data or DataConfig()).test
+    if num_images < 1:
+        raise ConfigError(f"--images must be >= 1, got {num_images}")
+    return test.batch(np.arange(min(num_images, len(test))), resolution)[0]
