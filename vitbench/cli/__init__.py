@@ -57,6 +57,7 @@ _COMMAND_MODULES = [
     "vitbench.cli.compare_cmd",
     "vitbench.cli.study_cmd",
     "vitbench.cli.transfer_cmd",
+    "vitbench.cli.inspect_cmd",
 ]
 for _mod in _COMMAND_MODULES:
     importlib.import_module(_mod)
