@@ -136,6 +136,26 @@ def test_filter_components_recover_planted_patterns_in_order():
     np.testing.assert_allclose(f.variance_ratio[2:], 0.0, atol=1e-12)
 
 
+def test_filter_components_of_grey_inputs_ignore_untrained_colour_differences():
+    """Grey inputs train only each filter's channel sum: planted grey patterns are found under channel noise."""
+    rng = np.random.default_rng(2)
+    p, d = 4, 32
+    basis = np.linalg.qr(rng.normal(size=(p * p, 2)))[0].T
+    z = rng.normal(size=(d, 2))
+    grey = (np.linalg.qr(z - z.mean(0))[0] * np.array([2.0, 1.0])) @ basis  # (D, P*P) channel sums
+    noise = rng.normal(size=(d, 3, p * p)) * 5
+    noise -= noise.mean(1, keepdims=True)  # colour differences only: they sum to 0 over channels
+    kernel = (grey[:, None, :] / 3 + noise).reshape(d, 3, p, p)
+    f = embedding_filter_components(kernel, k=3, sum_channels=True)
+    assert f.channels_summed and f.images.shape == (3, p, p, 1)
+    for i in range(2):
+        want = basis[i] * np.sign(basis[i][np.abs(basis[i]).argmax()])
+        np.testing.assert_allclose(f.images[i].ravel(), want, atol=1e-8)
+    np.testing.assert_allclose(f.variance_ratio, [0.8, 0.2, 0.0], atol=1e-12)
+    rgb = embedding_filter_components(kernel, k=3)  # the noise dominates the RGB components
+    assert abs(rgb.images[0].transpose(2, 0, 1).reshape(3, -1).sum(0) @ basis[0]) < 0.5
+
+
 # ---- inspect_model on a fake attention function (no framework) -----------------------------------------------
 def _fake_weights(layout: TokenLayout, d: int = 8, patch: int = 4, grid: int | None = None, seed: int = 0) -> dict:
     rng = np.random.default_rng(seed)
@@ -167,7 +187,10 @@ def test_inspect_model_with_two_extra_tokens_and_resampled_position_embeddings()
     np.testing.assert_allclose(r.attention_distance_px, _mean_pairwise_px(4, 4, 4), rtol=1e-12)
     np.testing.assert_allclose(r.prefix_attention_share, 0.2, atol=1e-12)
     assert r.rollout.shape == (3, 4, 4) and r.rollout_images.shape == (3, 16, 16, 3)
-    assert r.filters is not None and r.filters.images.shape == (7, 4, 4, 3)  # D - 1 = 7 of 28
+    assert r.filters.channels_summed and r.filters.images.shape == (7, 4, 4, 1)  # grey inputs; D - 1 = 7 of 28
+    colour = np.random.default_rng(0).normal(size=(1, 16, 16, 3)).astype(np.float32)
+    rc = inspect_model(weights, spec, 16, colour, uniform_fn, num_prefix_tokens=2)
+    assert not rc.filters.channels_summed and rc.filters.images.shape == (7, 4, 4, 3)
     doc = json.loads(json.dumps(r.to_json()))
     assert np.array(doc["attention_distance_px"]).shape == (spec.depth, spec.heads)
     assert np.array(doc["posemb_similarity"]).shape == (4, 4, 4, 4)

@@ -41,18 +41,21 @@ def _unit(x: np.ndarray) -> np.ndarray:
 
 
 def filters_figure(result: InspectResult, cols: int = 7) -> Figure | None:
-    """Fig. 7 left: each principal component scaled to [0, 1] on its own; None for a hybrid."""
+    """Fig. 7 left: each principal component scaled to [0, 1] on its own (grey for channel-summed filters);
+    None for a hybrid."""
     f = result.filters
     if f is None:
         return None
     k = len(f.images)
     rows = -(-k // cols)
     fig = Figure(figsize=(1.1 * cols, 1.1 * rows + 0.6), layout="constrained")
-    fig.suptitle(f"{result.model}: RGB embedding filters (top {k} principal components)", fontsize=9)
+    kind = "embedding filters summed over R, G, B (grey inputs)" if f.channels_summed else "RGB embedding filters"
+    fig.suptitle(f"{result.model}: {kind}, top {k} principal components", fontsize=9)
     for i, ax in enumerate(fig.subplots(rows, cols, squeeze=False).ravel()):
         ax.set_axis_off()
         if i < k:
-            ax.imshow(_unit(f.images[i]), interpolation="nearest")
+            img = _unit(f.images[i])
+            ax.imshow(img[..., 0] if f.channels_summed else img, cmap="gray", interpolation="nearest")
             ax.set_title(f"{100 * f.variance_ratio[i]:.0f}%", fontsize=6)
     return fig
 

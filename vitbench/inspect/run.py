@@ -12,7 +12,7 @@ import numpy as np
 from vitbench.errors import ConfigError
 from vitbench.inspect.distance import (attention_distance_per_image, check_attention, prefix_attention_share,
                                        uniform_attention_distance_px)
-from vitbench.inspect.filters import FilterComponents, acts_on_pixels, embedding_filter_components
+from vitbench.inspect.filters import FilterComponents, acts_on_pixels, embedding_filter_components, is_grey
 from vitbench.inspect.layout import TokenLayout
 from vitbench.inspect.posemb import adjacent_similarity, posemb_similarity
 from vitbench.inspect.rollout import rollout_maps
@@ -80,6 +80,7 @@ class InspectResult:
             "posemb_grid_trained": list(self.posemb_grid_trained),
             "embedding_filter_components": None if f is None else f.images.tolist(),
             "embedding_filter_variance_ratio": None if f is None else f.variance_ratio.tolist(),
+            "embedding_filter_channels_summed": None if f is None else f.channels_summed,
             "rollout": self.rollout.tolist(),
         }
 
@@ -114,7 +115,8 @@ def inspect_model(weights: dict[str, np.ndarray], spec: ModelSpec, resolution: i
 
     Attention maps come from `attention_fn` in chunks of `batch_size` images (memory: layers x heads x tokens^2
     per image); rollout maps for the first `num_rollout` images. `num_prefix_tokens`: extra tokens before the
-    patches (1: class token; DeiT's distillation token makes 2).
+    patches (1: class token; DeiT's distillation token makes 2). On grey images (R = G = B) the filter components
+    are of the channel-summed filters (see vitbench.inspect.filters).
     """
     if not spec.depth:
         raise ConfigError(f"{spec.name} has no transformer layers to inspect; use a ViT or a hybrid model")
@@ -135,7 +137,8 @@ def inspect_model(weights: dict[str, np.ndarray], spec: ModelSpec, resolution: i
         if start < num_rollout:
             maps.append(rollout_maps(attn[:, : num_rollout - start], layout))
     dist = np.concatenate(per_image, axis=1)  # (L, images, H)
-    filters = embedding_filter_components(weights[PATCH_KERNEL]) if acts_on_pixels(spec) else None
+    filters = (embedding_filter_components(weights[PATCH_KERNEL], sum_channels=is_grey(images))
+               if acts_on_pixels(spec) else None)
     return InspectResult(
         model=spec.name, layout=layout, num_images=n,
         attention_distance_px=dist.mean(1), attention_distance_std_px=dist.std(1),
