@@ -28,21 +28,17 @@ class ModelSource:
 def load_source(arg: str, init_weights: InitWeights, resolution: int | None = None) -> ModelSource:
     """`arg` names an existing file or ends in .safetensors: a checkpoint (`vitbench pretrain`; never unpickled);
     else a variant name, with `init_weights` giving random weights at the requested (or native) resolution."""
-    if Path(arg).expanduser().exists() or arg.endswith(".safetensors"):
-        ckpt = load_checkpoint(arg)
-        spec = get_spec(ckpt.model)
-        res = resolution or ckpt.resolution
-        origin, weights, trained = str(ckpt.path), ckpt.weights, ckpt.resolution
-    else:
-        spec = get_spec(arg)
-        res = trained = resolution or spec.resolution
-        spec.check_resolution(res)
-        origin, weights = "random init", init_weights(spec, res)
+    ckpt = load_checkpoint(arg) if Path(arg).expanduser().exists() or arg.endswith(".safetensors") else None
+    spec = get_spec(ckpt.model if ckpt else arg)
     if not spec.depth:
         raise ConfigError(f"{spec.name} has no attention layers to inspect; give a ViT or hybrid "
                           "(see `vitbench models --family vit|hybrid`)")
+    trained = ckpt.resolution if ckpt else resolution or spec.resolution
+    res = resolution or trained
     spec.check_resolution(res)
-    return ModelSource(spec, weights, res, trained, origin)
+    if ckpt:
+        return ModelSource(spec, ckpt.weights, res, trained, str(ckpt.path))
+    return ModelSource(spec, init_weights(spec, res), res, res, "random init")
 
 
 def inspection_images(num_images: int, resolution: int, data: DataConfig | None = None) -> np.ndarray:
