@@ -108,7 +108,9 @@ def distance_figure(results: Mapping[str, InspectResult]) -> Figure:
     ax.set_xlabel("network depth (layer)")
     ax.set_ylabel("mean attention distance (pixels)")
     ax.set_xticks(np.arange(1, first.attention_distance_px.shape[0] + 1))
-    ax.set_ylim(bottom=0)
+    top = max(max(float(r.attention_distance_px.max()), uniform_attention_distance_px(r.layout))
+              for r in results.values())
+    ax.set_ylim(0, 1.1 * top)
     ax.set_title(", ".join(f"{k} @ {r.resolution_px}px" for k, r in results.items()) if many else
                  f"{first.model} @ {first.resolution_px}px ({first.num_images} images)", fontsize=9)
     ax.legend(fontsize=7, loc="lower right")
