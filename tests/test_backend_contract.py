@@ -152,3 +152,16 @@ def test_the_optional_compiler_runs_the_same_step(name, backends):
         work.sync(work.step())
     finally:
         work.close()
+
+
+@pytest.mark.parametrize("name", _cases(Capability.ATTENTION))
+def test_attention_maps_are_probabilities_over_every_token(name, backends):
+    from vitbench.models.torch import build_torch_model
+
+    spec = get_spec(MODEL)
+    weights = {k: v.numpy() for k, v in build_torch_model(spec, 32).state_dict().items()}
+    x = np.random.default_rng(0).standard_normal((2, 32, 32, 3)).astype(np.float32)
+    a = np.asarray(backends[name].attention_maps(weights, spec, 32, x))
+    t = spec.tokens(32) + spec.num_prefix_tokens
+    assert a.shape == (spec.depth, 2, spec.heads, t, t)
+    np.testing.assert_allclose(a.sum(-1), 1.0, atol=1e-5)

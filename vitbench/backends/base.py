@@ -37,6 +37,7 @@ class Capability(str, enum.Enum):
     MATMUL_PEAK = "matmul_peak"  # a dense-matmul throughput measurement (MFU denominator, calibration)
     COMPILE = "compile"  # an optional graph compiler for eager models (the `compile` field)
     TRANSFER = "transfer"  # pre-training, features, fine-tuning (vitbench.transfer protocols)
+    ATTENTION = "attention"  # attention probabilities of a ViT/hybrid, for inspection (vitbench.inspect)
 
     def __str__(self) -> str:
         return self.value
@@ -240,6 +241,12 @@ class Backend(ABC):
     def logits(self, model: Any, x) -> Any:
         """(N, num_classes) float32."""
         raise NotImplementedError(f"backend {self.name!r} does not implement transfer")
+
+    # ---- inspection (ATTENTION) ---------------------------------------------------------------------------------
+    def attention_maps(self, weights: dict, spec, resolution: int, images) -> Any:
+        """(layers, images, heads, tokens, tokens) float32 attention probabilities of `spec` at `resolution` with
+        timm-named `weights` on NHWC float32 `images` (vitbench.inspect.run.AttentionFn)."""
+        raise NotImplementedError(f"backend {self.name!r} does not give attention maps")
 
 
 # ------------------------------------------------------------------------------------------------------------------

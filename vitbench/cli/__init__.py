@@ -57,6 +57,7 @@ _COMMAND_MODULES = [
     "vitbench.cli.transfer_cmd",
     "vitbench.cli.plugins_cmd",
     "vitbench.cli.fit_cmd",
+    "vitbench.cli.inspect_cmd",
 ]
 for _mod in _COMMAND_MODULES:
     importlib.import_module(_mod)

@@ -296,3 +296,10 @@ class JaxBackend(Backend):
 
     def logits(self, model: training.FlaxModel, x: np.ndarray) -> np.ndarray:
         return training.host_array(training.apply_compiled(model.module, False)(model.params, self.put(x)))
+
+    # -- inspection ---------------------------------------------------------------------------------------------
+    def attention_maps(self, weights: dict[str, np.ndarray], spec: ModelSpec, resolution: int,
+                       images: np.ndarray) -> np.ndarray:
+        from vitbench.backends.jax.attention import attention_maps
+
+        return attention_maps(weights, spec, resolution, images)

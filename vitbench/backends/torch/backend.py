@@ -265,3 +265,10 @@ class TorchBackend(Backend):
     def logits(self, model: torch.nn.Module, x: np.ndarray) -> np.ndarray:
         model.eval()
         return model(self._tensor(x)).float().cpu().numpy()
+
+    # -- inspection ---------------------------------------------------------------------------------------------
+    def attention_maps(self, weights: dict[str, np.ndarray], spec: ModelSpec, resolution: int,
+                       images: np.ndarray) -> np.ndarray:
+        from vitbench.backends.torch.attention import attention_maps
+
+        return attention_maps(weights, spec, resolution, images)

@@ -73,6 +73,9 @@ class MultiHeadDotProductAttention(nn.Module):
         q, k, v = proj("query")(x), proj("key")(x), proj("value")(x)  # (B, T, H, hd)
         # jax.nn.dot_product_attention == softmax(q k^T * hd**-0.5) v; XLA path on CPU/TPU, cuDNN where it fits
         o = jax.nn.dot_product_attention(q, k, v, scale=hd**-0.5)
+        if self.is_mutable_collection("intermediates"):  # inspection only (vitbench.inspect): the probabilities
+            logits = jnp.einsum("bqhd,bkhd->bhqk", q, k, precision=jax.lax.Precision.HIGHEST) * hd**-0.5
+            self.sow("intermediates", "attention_weights", jax.nn.softmax(logits.astype(jnp.float32), axis=-1))
         return nn.DenseGeneral(d, axis=(-2, -1), dtype=self.dtype, kernel_init=init, name="out")(o)
 
 

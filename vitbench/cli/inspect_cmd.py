@@ -1,0 +1,76 @@
+"""`vitbench inspect`: what a ViT learned (attention distance, position embeddings, filters, rollout), thin over
+vitbench.inspect."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from vitbench.cli import app
+from vitbench.cli.common import backend_choices, console, err_console, print_json
+
+JSON_NAME = "inspect.json"
+
+
+@app.command("inspect")
+def inspect_cmd(
+    source: str = typer.Argument(..., help="A checkpoint (.safetensors from `vitbench pretrain`) or a variant "
+                                           "name (random weights), e.g. ViT-Micro/4, R-Nano+ViT-Micro/8."),
+    backend: str = typer.Option(None, help=f"{backend_choices()} (default: the first)."),
+    resolution: int = typer.Option(None, "--resolution", "-r",
+                                   help="Input size (default: the checkpoint's; position embeddings are "
+                                        "resampled as for fine-tuning)."),
+    images: int = typer.Option(32, "--images", "-n", min=1, help="Digits test images to average over."),
+    rollout: int = typer.Option(4, "--rollout", min=0, help="Images with attention-rollout maps."),
+    seed: int = typer.Option(0, help="Init seed for a variant name."),
+    threads: int = typer.Option(None, help="Intra-op threads."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON document on stdout (nothing else)."),
+    out: str = typer.Option(None, "--out", "-o", help=f"Directory for {JSON_NAME} and the PNG pictures."),
+) -> None:
+    """Mean attention distance per layer and head (px), position-embedding similarity, embedding-filter
+    principal components and attention rollout (paper Sec. 4.5, Fig. 6, 7, 11)."""
+    from vitbench.backends.base import Capability, backend_spec, default_backend, get_backend
+    from vitbench.errors import ConfigError
+    from vitbench.inspect.run import inspect_model
+    from vitbench.inspect.source import inspection_images, load_source
+
+    out_dir = Path(out) if out else None
+    if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError(f"--out {out!r} is a file; give a directory (created if missing)")
+    backend = backend or default_backend()
+    needs = {Capability.ATTENTION, Capability.TRANSFER} - backend_spec(backend).capabilities
+    if needs:
+        raise ConfigError(f"--backend {backend!r} cannot inspect (missing {', '.join(sorted(needs))})")
+    be = get_backend(backend)
+    be.setup("cpu", threads)
+    src = load_source(source, lambda spec, r: be.weights(be.init_model(spec, r, spec.num_classes, seed)),
+                      resolution)
+    x = inspection_images(images, src.resolution)
+    result = inspect_model(src.weights, src.spec, src.resolution, x, be.attention_maps, num_rollout=rollout,
+                           num_prefix_tokens=src.spec.num_prefix_tokens)
+    doc = {"source": src.origin, "backend": backend, "trained_resolution_px": src.trained_resolution,
+           **result.to_json()}
+    if out_dir is not None:
+        from vitbench.inspect.pictures import write_atomic
+
+        pics = result.write_pictures(out_dir)
+        doc["pictures"] = {k.value: p.name for k, p in pics.items()}
+        write_atomic(out_dir / JSON_NAME, json.dumps(doc, indent=1).encode())
+        err_console.print(f"wrote {out_dir / JSON_NAME} and {len(pics)} pictures")
+    if as_json:
+        print_json(doc)
+        return
+    t = Table(title=f"{result.model} @ {result.resolution_px}px ({src.origin}, {backend}, {result.num_images} "
+                    "images): mean attention distance (px)")
+    t.add_column("layer", justify="right")
+    t.add_column("per head", justify="left")
+    t.add_column("mean", justify="right")
+    t.add_column("on class token", justify="right")
+    for i, (d, s) in enumerate(zip(result.attention_distance_px, result.prefix_attention_share), start=1):
+        t.add_row(str(i), " ".join(f"{v:5.2f}" for v in d), f"{d.mean():.2f}", f"{s.mean():.2f}")
+    console.print(t)
+    for k, v in result.headline().items():
+        console.print(f"{k}: {v:.2f}")

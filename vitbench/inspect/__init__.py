@@ -1,0 +1,16 @@
+"""What a ViT learned (paper Sec. 4.5, Fig. 6, 7, 11): mean attention distance, position-embedding similarity,
+embedding-filter principal components and attention rollout. The core is framework-free numpy; attention maps
+come from a backend's `attention_maps` (vitbench.backends.base.Backend; the `attention` capability)."""
+
+from vitbench.inspect.distance import mean_attention_distance, prefix_attention_share
+from vitbench.inspect.filters import FilterComponents, embedding_filter_components
+from vitbench.inspect.layout import TokenLayout
+from vitbench.inspect.markdown import to_markdown
+from vitbench.inspect.pictures import Picture, distance_figure, write_pictures
+from vitbench.inspect.posemb import posemb_similarity
+from vitbench.inspect.rollout import attention_rollout, rollout_maps
+from vitbench.inspect.run import AttentionFn, InspectResult, inspect_model
+
+__all__ = ["AttentionFn", "FilterComponents", "InspectResult", "Picture", "TokenLayout", "attention_rollout",
+           "distance_figure", "embedding_filter_components", "inspect_model", "mean_attention_distance",
+           "posemb_similarity", "prefix_attention_share", "rollout_maps", "to_markdown", "write_pictures"]
