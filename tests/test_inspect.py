@@ -345,3 +345,39 @@ def test_cli_bad_input_exits_2_with_one_line(cli, tmp_path, args, match):
     assert r.exit_code == 2
     assert match in r.stderr and "Traceback" not in r.output
     assert f.read_text() == "x"
+
+
+# ---- the study task and its report section ---------------------------------------------------------------------
+def test_inspect_rows_in_a_study_and_the_report(tmp_path, monkeypatch, one_torch_thread):
+    """Two pre-training budgets of a tiny ViT and a hybrid: one inspect row each, sharing the transfer tasks'
+    upstream cache; the report draws the distance comparison from the rows' raw data; a ResNet is refused when
+    the study is parsed."""
+    from records import job
+    from vitbench.errors import ConfigError
+    from vitbench.report import build_report
+    from vitbench.store import Store
+    from vitbench.study import parse_study
+    from vitbench.trial import run_trial
+
+    monkeypatch.setenv("VITBENCH_CHECKPOINT_DIR", str(tmp_path / "ckpt"))
+    study = parse_study("""
+name: insp
+calibration: false
+defaults: {threads: 1, pretrain_batch_size: 16, pretrain_warmup_steps: 2, inspect_images: 4, inspect_rollout: 1}
+axes: {task: [inspect], pretrain_steps: [5, 10]}
+zip:
+  - {model: [ViT-Nano/4, R-Nano+ViT-Micro/8], resolution: [16, 32], pretrain_resolution: [16, 32]}
+""", "insp.yaml")
+    assert len(study.trials) == 4
+    with Store(tmp_path / "res") as store:
+        for t in study.trials:
+            rec = run_trial(job(t.config, t.key, study.name))
+            assert rec.status == "ok", rec.error
+            assert rec.metrics["attention_distance_first_layer_px"] > 0 and rec.metrics["pretrain_exaflops"] > 0
+            assert InspectResult.from_json(rec.raw).attention_distance_px.shape == (2, 2 if "Nano/4" in
+                                                                                  t.config["model"] else 4)
+            store.append(rec)
+    rep = build_report(tmp_path / "res", formats=("md",))
+    assert len(rep.tables["inspect"]) == 4 and "attention_distance" in rep.figures
+    with pytest.raises(ConfigError, match="no attention layers"):
+        parse_study("name: x\naxes: {model: [R-Nano], task: [inspect]}\n", "x.yaml")

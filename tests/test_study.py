@@ -189,12 +189,12 @@ def test_not_a_mapping():
 # ----------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["smoke", "scaling", "figure12"])
 def test_shipped_studies_validate(name):
-    s = load_study(REPO / "studies" / f"{name}.yaml")
+    s = load_study(REPO / "studies" / f"{name}.yaml", check_paths=False)  # templates name data kept elsewhere
     assert s.name == name and s.trials
 
 
 def test_scaling_study_has_the_figure5_model_set():
-    s = load_study(REPO / "studies" / "scaling.yaml")
+    s = load_study(REPO / "studies" / "scaling.yaml", check_paths=False)
     models = {t.config["model"] for t in s.trials}
     assert models == {"ViT-B/32", "ViT-B/16", "ViT-L/32", "ViT-L/16", "ViT-H/14", "R50x1", "R50x2", "R101x1",
                       "R152x1", "R152x2", "R200x3", "R50+ViT-B/32", "R50+ViT-B/16", "R50+ViT-L/32",

@@ -9,6 +9,7 @@ from records import job
 from typer.testing import CliRunner
 
 from vitbench.cli import app
+from vitbench.errors import ConfigError
 from vitbench.models.specs import get_spec
 from vitbench.study import load_study, parse_study
 from vitbench.tasks import tasks
@@ -122,3 +123,42 @@ def test_cli_pretrain_fewshot_finetune(tmp_path, monkeypatch):
     assert r.exit_code == 2 and "--shots" in r.output
     r = runner.invoke(app, ["pretrain", "ViT-Nano/4", "--data", "folder", "--data-path", str(tmp_path / "no")])
     assert r.exit_code == 2 and "does not exist" in r.output
+
+
+def test_shipped_scaling_study_lists_transfer_beside_speed_trials_and_names_missing_paths():
+    """The flagship (GPU) template: its transfer trials start from checkpoints on disk and read a local CIFAR-10;
+    parsing it here lists every trial and names each missing path with its line; running it would refuse."""
+    study = load_study("studies/scaling.yaml", check_paths=False)
+    tasks_ = {t.task for t in study.trials}
+    assert {"infer", "train", "flops", "max_batch", "fewshot", "finetune"} <= tasks_
+    transfer = [t.config for t in study.trials if t.task in ("fewshot", "finetune")]
+    assert all(c["checkpoint"].endswith((".npz", ".safetensors")) and c["checkpoint_images"] > 0 for c in transfer)
+    assert "defaults.data_path: no such file or directory" in study.missing_paths
+    assert "include[1].checkpoint: no such file or directory" in study.missing_paths
+    with pytest.raises(ConfigError, match=r"scaling.yaml:\d+: defaults.data_path"):
+        load_study("studies/scaling.yaml")
+
+
+def test_transfer_from_a_checkpoint_of_another_origin_with_its_declared_budget(tmp_path, monkeypatch):
+    """A timm state dict on disk (no vitbench metadata) starts a few-shot trial; its declared budget (images x
+    epochs) becomes the row's pre-training compute; its flavour is recorded; absent, the fields leave keys alone."""
+    import timm
+    from safetensors.torch import save_file
+
+    from vitbench.models.analytic import train_flops_per_image
+
+    monkeypatch.setenv("VITBENCH_CHECKPOINT_DIR", str(tmp_path / "ckpt"))
+    spec = get_spec("ViT-Nano/4")
+    model = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=16, patch_size=4, embed_dim=32,
+                              depth=2, num_heads=2, num_classes=10)  # timm's own init of ViT-Nano/4's shape
+    path = tmp_path / "timm.safetensors"
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
+    base = parse_study(STUDY, "test.yaml").trials[1].config  # a fewshot trial
+    assert "checkpoint" not in base  # unset: not in the config, so existing keys stay as they were
+    config = {**base, "checkpoint": str(path), "checkpoint_images": 1000, "checkpoint_epochs": 2.0}
+    rec = run_trial(job(config, "x"))
+    assert rec.status == "ok", rec.error
+    assert rec.metrics["exaflops"] == pytest.approx(train_flops_per_image(spec, 16, 10) * 2000 / 1e18)
+    assert rec.metrics["pretrain_exaflops"] == rec.metrics["exaflops"] and rec.metrics["accuracy"] > 0
+    assert rec.config["flavour"]["gelu"] == "erf" and rec.config["upstream_resolution"] == 16
+    assert not list((tmp_path / "ckpt").glob("*.safetensors"))  # nothing pre-trained: the checkpoint was used

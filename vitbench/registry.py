@@ -37,7 +37,7 @@ BUILTIN_MODULES: dict[Kind, tuple[str, ...]] = {
     Kind.BACKEND: ("vitbench.backends.torch", "vitbench.backends.jax"),
     Kind.TASK: ("vitbench.tasks.bench", "vitbench.tasks.max_batch", "vitbench.tasks.flops",
                 "vitbench.tasks.calibration", "vitbench.tasks.pretrain", "vitbench.tasks.fewshot",
-                "vitbench.tasks.finetune"),
+                "vitbench.tasks.finetune", "vitbench.tasks.inspection"),
     Kind.EXECUTOR: ("vitbench.executors.local", "vitbench.executors.slurm", "vitbench.executors.ray"),
 }
 

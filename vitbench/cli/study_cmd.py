@@ -209,11 +209,12 @@ def sweep_cmd(
     timeout becomes a row saying so and the sweep goes on. Ctrl-C stops cleanly: the running trial is recorded
     as interrupted and runs again on the next sweep. Two sweeps on one directory share the work.
     """
+    from vitbench.errors import ConfigError
     from vitbench.runner import default_results_dir, run_study, trial_status
     from vitbench.store import Store
     from vitbench.study import load_study
 
-    st = load_study(study)
+    st = load_study(study, check_paths=not dry_run)
     out = results or default_results_dir(st)
     if dry_run:
         statuses = trial_status(st, Store(out)) if (out / "results.jsonl").exists() else None
@@ -221,12 +222,16 @@ def sweep_cmd(
             print(json.dumps([{"key": t.key, "repeat": t.repeat, "origin": t.origin, "config": t.config,
                                **({"status": statuses.get(t.key)} if statuses else {})} for t in st.trials],
                              indent=1))
+            if st.missing_paths:
+                raise ConfigError(st.missing_paths)
             return
         console.print(_dry_run_table(st, statuses))
         collapsed = st.combinations - st.unique_trials
         console.print(f"{st.unique_trials} distinct trials x up to {st.repeats} repeat(s) = {len(st.trials)}"
                       + (f"; {collapsed} combinations merged (fields their task ignores)" if collapsed > 0 else "")
                       + f"; results -> {out}")
+        if st.missing_paths:  # the trials are listed, but the study cannot run here as it is
+            raise ConfigError(st.missing_paths)
         return
     from vitbench.executors import executor_class
 

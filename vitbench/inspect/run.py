@@ -82,7 +82,28 @@ class InspectResult:
             "embedding_filter_variance_ratio": None if f is None else f.variance_ratio.tolist(),
             "embedding_filter_channels_summed": None if f is None else f.channels_summed,
             "rollout": self.rollout.tolist(),
+            "rollout_images": self.rollout_images.tolist(),
         }
+
+    @classmethod
+    def from_json(cls, d: dict) -> InspectResult:
+        """The result back from `to_json()` (a study record's raw data), e.g. to draw its pictures."""
+        grid_h, grid_w = d["grid"]
+        components = d.get("embedding_filter_components")
+        filters = None if components is None else FilterComponents(
+            np.asarray(components, np.float32), np.asarray(d["embedding_filter_variance_ratio"], np.float64),
+            bool(d.get("embedding_filter_channels_summed")))
+        rollout = np.asarray(d["rollout"], np.float64)
+        return cls(
+            model=d["model"], layout=TokenLayout(grid_h, grid_w, d["token_stride_px"], d["num_prefix_tokens"]),
+            num_images=d["num_images"], attention_distance_px=np.asarray(d["attention_distance_px"]),
+            attention_distance_std_px=np.asarray(d["attention_distance_std_px"]),
+            prefix_attention_share=np.asarray(d["prefix_attention_share"]),
+            posemb_similarity=np.asarray(d["posemb_similarity"]),
+            posemb_grid_trained=tuple(d["posemb_grid_trained"]), filters=filters,
+            rollout=rollout.reshape(-1, grid_h, grid_w),
+            rollout_images=np.asarray(d.get("rollout_images", []), np.float32).reshape(
+                len(rollout), *(d["resolution_px"],) * 2, -1) if len(rollout) else np.zeros((0, 1, 1, 1)))
 
     def write_pictures(self, out_dir, *, label: str | None = None) -> dict:
         """Write the PNGs into `out_dir`; returns {Picture: path}. See vitbench.inspect.pictures."""

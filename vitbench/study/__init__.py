@@ -93,6 +93,7 @@ class Study:
     executor: ExecutorSpec
     trials: list[Trial]
     combinations: int = 0  # grid + include combinations before de-duplication (per repeat)
+    missing_paths: str = ""  # the problems of paths that do not exist, when parsed with check_paths=False
 
     @property
     def unique_trials(self) -> int:
@@ -142,8 +143,11 @@ def _top_level(data: dict, problems: Problems) -> StudyModel:
             raise
 
 
-def parse_study(text: str, source: str = "<study>", path: Path | None = None) -> Study:
-    """Validate a study's YAML text and expand it into trials (raises ConfigError listing every problem)."""
+def parse_study(text: str, source: str = "<study>", path: Path | None = None, check_paths: bool = True) -> Study:
+    """Validate a study's YAML text and expand it into trials (raises ConfigError listing every problem).
+
+    Fields naming local files (data, checkpoints) must exist; with `check_paths=False` (a dry run of a template
+    whose data lives elsewhere) the study is returned with those problems in `missing_paths` instead."""
     data, node = compose(text, source)
     problems = Problems(source, node)
     if not isinstance(data, dict):
@@ -160,6 +164,8 @@ def parse_study(text: str, source: str = "<study>", path: Path | None = None) ->
             continue
         version = ex.tasks[out["task"]].version
         unique.setdefault(trial_key(out, 0, version), (out, origin, version))
+    if check_paths:
+        problems.items.extend(ex.missing.items)
     problems.raise_if_any()
     # Repeat index outermost (A B A B): slow drift of the machine spreads over all trials alike (issue 6).
     # Deterministic tasks (FLOP counts) are measured once whatever `repeats` says.
@@ -168,13 +174,20 @@ def parse_study(text: str, source: str = "<study>", path: Path | None = None) ->
               if r == 0 or ex.tasks[cfg["task"]].repeat]
     if not trials:
         raise ConfigError(f"invalid study {source}: every combination was excluded; nothing to run")
+    missing = ""
+    if ex.missing.items:
+        try:
+            ex.missing.raise_if_any()
+        except ConfigError as e:
+            missing = str(e)
     return Study(name=m.name, description=m.description, path=path, text=text,
                  sha=hashlib.sha256(text.encode()).hexdigest(), repeats=m.repeats, timeout_s=m.timeout_s,
-                 calibration=m.calibration, executor=m.executor, trials=trials, combinations=n_combos)
+                 calibration=m.calibration, executor=m.executor, trials=trials, combinations=n_combos,
+                 missing_paths=missing)
 
 
-def load_study(ref: str | Path) -> Study:
-    """Find (path or shipped name), read, validate and expand a study."""
+def load_study(ref: str | Path, check_paths: bool = True) -> Study:
+    """Find (path or shipped name), read, validate and expand a study (see parse_study for `check_paths`)."""
     path, text = resolve_study(ref)
     source = str(path) if path else f"<shipped study {ref}>"
-    return parse_study(text, source, path)
+    return parse_study(text, source, path, check_paths)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import itertools
+from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import TypeAdapter, ValidationError
@@ -21,7 +22,7 @@ from vitbench.registry import Kind, entry
 from vitbench.study.schema import StudyModel
 from vitbench.study.source import Problems, dotted
 from vitbench.tasks import tasks
-from vitbench.tasks.fields import SHARED
+from vitbench.tasks.fields import SHARED, path_fields
 
 
 def field_adapters() -> dict[str, list[TypeAdapter]]:
@@ -57,6 +58,7 @@ def models_for(value: str) -> list[str]:
 class Expander:
     def __init__(self, m: StudyModel, problems: Problems):
         self.m, self.err = m, problems
+        self.missing = Problems(problems.source, problems.root)  # paths that do not exist (reported apart)
         self.tasks = tasks()
         self.adapters = field_adapters()
         self.allowed = list(self.adapters)
@@ -277,6 +279,9 @@ class Expander:
                              cfg.get(f, ...) if f else ...)
             return None
         config = params.config()
+        for f in path_fields(task.Params):
+            if config.get(f) is not None and not Path(config[f]).expanduser().exists():
+                self.missing.add(org.get(f) or (f,), "no such file or directory on this machine", config[f])
         bspec = backend_spec(config["backend"]) if "backend" in config else None
         for f, problem in (bspec.problems(config, task.needs) if bspec else []):
             self.err.add(org.get(f) or org.get("backend") or ("axes",), f"{problem} (task {task.name!r})",

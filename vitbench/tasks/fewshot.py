@@ -8,7 +8,7 @@ from vitbench.backends.base import Capability
 from vitbench.record import Record
 from vitbench.tasks import Task, register_task
 from vitbench.tasks.fields import params_model
-from vitbench.tasks.upstream import ACCURACY, SHARED, Downstream, Upstream, with_compute_aliases
+from vitbench.tasks.upstream import ACCURACY, SHARED, Downstream, FromCheckpoint, Upstream, with_compute_aliases
 from vitbench.transfer.config import validated
 
 
@@ -22,7 +22,8 @@ class Shots(BaseModel):
 class Fewshot(Task):
     name = "fewshot"
     kind = "fewshot"
-    Params = params_model("FewshotParams", (*SHARED, "resolution"), Upstream, Downstream, Shots)
+    Params = params_model("FewshotParams", (*SHARED, "resolution"), Upstream, FromCheckpoint, Downstream,
+                          Shots)
     description = "linear few-shot accuracy of the frozen upstream (closed-form least squares)"
     needs = frozenset({Capability.TRANSFER})
     metrics = (ACCURACY,)
@@ -32,7 +33,7 @@ class Fewshot(Task):
         from vitbench.transfer.fewshot import FewshotConfig, fewshot
 
         cfg = validated(FewshotConfig, {
-            "upstream": p.upstream_config(self.name), "backend": p.backend, "data": p.downstream_data(),
+            **p.upstream_source(self.name), "backend": p.backend, "data": p.downstream_data(),
             "resolution": p.resolution, "shots": [p.shots], "seeds": p.fewshot_seeds,
             "l2_reg": "auto" if p.l2_reg is None else p.l2_reg}, f"task {self.name!r}")
         rec = with_compute_aliases(fewshot(cfg, device=p.device, threads=p.threads))

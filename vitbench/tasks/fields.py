@@ -15,6 +15,24 @@ from pydantic import BaseModel, ConfigDict, Field, Strict, create_model, model_v
 from vitbench.backends.base import OPTIMIZERS, PRECISIONS, BackendName, default_backend
 from vitbench.errors import VitbenchError
 
+class LocalPath:
+    """Marks a field whose value is a file or directory on local disk: a study checks that it exists before
+    anything runs (vitbench.study.missing_paths), naming the field; a dry run still lists the trials."""
+
+    def __repr__(self) -> str:
+        return "LocalPath()"
+
+
+PathField = Annotated[str, LocalPath()]
+
+
+def path_fields(params: type[BaseModel]) -> tuple[str, ...]:
+    """The fields of a Params model that name local paths."""
+    return tuple(n for n, f in params.model_fields.items() if any(isinstance(m, LocalPath) for m in f.metadata)
+                 or any(isinstance(m, LocalPath) for a in getattr(f.annotation, "__args__", ())
+                        for m in getattr(a, "__metadata__", ())))
+
+
 _PosInt = Annotated[int, Strict(), Field(gt=0)]
 _StrictStr = Annotated[str, Strict()]
 _StrictBool = Annotated[bool, Strict()]

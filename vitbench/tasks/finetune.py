@@ -8,7 +8,7 @@ from vitbench.backends.base import Capability
 from vitbench.record import Record
 from vitbench.tasks import Task, register_task
 from vitbench.tasks.fields import params_model
-from vitbench.tasks.upstream import ACCURACY, SHARED, Downstream, Upstream, with_compute_aliases
+from vitbench.tasks.upstream import ACCURACY, SHARED, Downstream, FromCheckpoint, Upstream, with_compute_aliases
 from vitbench.transfer.config import parse_floats, validated
 
 
@@ -25,7 +25,8 @@ class Finetune(Task):
     name = "finetune"
     kind = "finetune"
     Params = params_model("FinetuneParams", (*SHARED, "resolution", "batch_size"),
-                          type("FinetuneOwn", (Upstream, Downstream, Recipe), {}))
+                          type("FinetuneOwn", (Upstream, FromCheckpoint, Downstream,
+                          Recipe), {}))
     description = "fine-tuning accuracy (SGD momentum, cosine, clip 1, zero head, LR grid on val)"
     needs = frozenset({Capability.TRANSFER})
     metrics = (ACCURACY,)
@@ -36,7 +37,7 @@ class Finetune(Task):
 
         grid = parse_floats(p.lr_grid, f"task {self.name!r}: lr_grid", "0.001,0.003,0.01,0.03")
         cfg = validated(FinetuneConfig, {
-            "upstream": p.upstream_config(self.name), "backend": p.backend, "data": p.downstream_data(),
+            **p.upstream_source(self.name), "backend": p.backend, "data": p.downstream_data(),
             "resolution": p.resolution, "steps": p.finetune_steps, "batch_size": p.batch_size, "lr_grid": grid,
             "warmup_steps": p.finetune_warmup_steps, "refit": p.refit, "seed": p.seed,
             "seeds": p.finetune_seeds}, f"task {self.name!r}")

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from vitbench.backends.base import BackendName
 from vitbench.record import Record
 from vitbench.tasks import Figure, Metric, ReportPart, lazy, register_report
+from vitbench.tasks.fields import PathField
 from vitbench.transfer.config import DatasetName, validated
 
 SHARED = ("model", "backend", "task", "device", "seed", "threads")
@@ -27,7 +28,7 @@ class Upstream(BaseModel):
     """The upstream: identical names and defaults in all three tasks, so their caches line up."""
 
     upstream_dataset: DatasetName = "digits"
-    upstream_path: str | None = None
+    upstream_path: PathField | None = None
     upstream_classes: str | None = "0-4"  # 'a-b' or 'a,b,c'; None: all classes
     upstream_train_per_class: int | None = None  # cap on upstream images per class (data-size axis)
     data_seed: int = 0  # split seed (up- and downstream), separate from the model seed
@@ -55,9 +56,31 @@ class Upstream(BaseModel):
             "label_smoothing": self.label_smoothing, "seed": self.seed}, f"task {task!r}")
 
 
+def _absent(v) -> bool:
+    return v is None
+
+
+class FromCheckpoint(BaseModel):
+    """Start from a checkpoint on local disk instead of pre-training here: a timm `.safetensors` state dict, an
+    original vit_jax / big_vision / big_transfer `.npz`, or one of vitbench's (vitbench.models.checkpoints). Its
+    pre-training budget, declared, makes its compute known (paper's exaFLOPs: 3 x forward FLOPs x images x
+    epochs). Left out of a trial's key when unset, so studies without it keep their keys."""
+
+    checkpoint: PathField | None = Field(None, exclude_if=_absent)
+    checkpoint_images: int | None = Field(None, gt=0, exclude_if=_absent)  # images in its pre-training set
+    checkpoint_epochs: float | None = Field(None, gt=0, exclude_if=_absent)  # epochs it was pre-trained for
+
+    def upstream_source(self, task: str) -> dict:
+        """The downstream config's start: {"checkpoint": ..., budget} when one is given, else {"upstream": ...}."""
+        if self.checkpoint is None:
+            return {"upstream": self.upstream_config(task)}
+        return {"checkpoint": self.checkpoint, "checkpoint_images": self.checkpoint_images,
+                "checkpoint_epochs": self.checkpoint_epochs}
+
+
 class Downstream(BaseModel):
     dataset: DatasetName = "digits"
-    data_path: str | None = None
+    data_path: PathField | None = None
     classes: str | None = "5-9"
     train_per_class: int | None = None
     val_fraction: float = 0.1  # held out of train: the fine-tuning LR choice / few-shot L2 choice

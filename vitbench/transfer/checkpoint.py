@@ -76,8 +76,11 @@ def save_checkpoint(path: str | Path, weights: dict[str, np.ndarray], meta: dict
     return path
 
 
-def load_checkpoint(path: str | Path) -> Checkpoint:
-    """Read a checkpoint written by `save_checkpoint`. Pickle-based formats (.pt/.pth/.ckpt) are refused."""
+def load_checkpoint(path: str | Path, model: str | None = None) -> Checkpoint:
+    """Read a checkpoint: one written by `save_checkpoint` (`vitbench pretrain`), or weights of another origin
+    (a timm `.safetensors` state dict, an original vit_jax / big_vision / big_transfer `.npz`; read by
+    vitbench.models.checkpoints, which infers the model unless `model` names it, and sets its flavour).
+    Pickle-based formats (.pt/.pth/.ckpt) are refused."""
     from safetensors import safe_open
 
     path = Path(path).expanduser()
@@ -86,22 +89,50 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
                               "use a .safetensors checkpoint written by `vitbench pretrain`")
     if not path.is_file():
         raise ConfigError(f"checkpoint {str(path)!r} does not exist; expected a .safetensors file written by "
-                          "`vitbench pretrain`")
+                          "`vitbench pretrain`, a timm .safetensors state dict or a vit_jax .npz")
+    if path.suffix != ".safetensors":
+        return _foreign(path, model)
     try:
         with safe_open(str(path), framework="numpy") as f:
             header = f.metadata() or {}
             weights = {k: f.get_tensor(k) for k in f.keys()}
     except Exception as e:  # safetensors raises its own error types for corrupt headers
         raise ConfigError(f"{path}: not a readable safetensors file ({e})") from e
+    if "vitbench" not in header:
+        return _foreign(path, model)
     try:
         meta = json.loads(header["vitbench"])
-    except (KeyError, json.JSONDecodeError) as e:
-        raise ConfigError(f"{path}: safetensors file without vitbench metadata (model spec, resolution); "
-                          "expected a checkpoint written by `vitbench pretrain`") from e
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{path}: unreadable vitbench metadata ({e})") from e
     if meta.get("format") != FORMAT:
         raise ConfigError(f"{path}: checkpoint format {meta.get('format')!r}; this vitbench reads {FORMAT!r}")
     ckpt = Checkpoint(weights, meta, path)
     from vitbench.models.checkpoints import check_weights
 
     check_weights(weights, ckpt.spec, source=f"{path}: the weights")  # metadata naming another model's weights
+    return ckpt
+
+
+def _foreign(path: Path, model: str | None) -> Checkpoint:
+    """A checkpoint of another origin, head dropped (the transfer protocols attach their own)."""
+    from vitbench.models.checkpoints import load_pretrained
+
+    p = load_pretrained(path, model, new_head=True)
+    meta = {"format": FORMAT, **p.meta(), "num_classes": p.num_classes or p.spec.num_classes, "metrics": {},
+            "config": None, "backend": None}
+    return Checkpoint(p.weights, meta, path)
+
+
+def with_budget(ckpt: Checkpoint, images: int | None, epochs: float | None) -> Checkpoint:
+    """Fill a checkpoint's pre-training compute from a declared budget (dataset images x epochs) when it does
+    not know its own (a checkpoint of another origin): paper's accounting, 3 x forward FLOPs per image seen."""
+    metrics = ckpt.meta.setdefault("metrics", {})
+    if metrics.get("exaflops") is not None or images is None or epochs is None:
+        return ckpt
+    from vitbench.models.analytic import analytic_counts, train_flops_per_image
+
+    seen = images * epochs
+    metrics.update(images_seen=seen, epochs=epochs, exaflops=train_flops_per_image(
+        ckpt.spec, ckpt.resolution, ckpt.num_classes) * seen / 1e18,
+        params_m=analytic_counts(ckpt.spec, ckpt.resolution, ckpt.num_classes).params / 1e6)
     return ckpt

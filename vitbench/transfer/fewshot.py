@@ -86,7 +86,9 @@ class FewshotConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     upstream: PretrainConfig | None = None
-    checkpoint: str | None = None  # an explicit .safetensors upstream instead of `upstream`
+    checkpoint: str | None = None  # an explicit checkpoint file instead of `upstream` (any origin)
+    checkpoint_images: int | None = Field(None, gt=0)  # its declared pre-training budget: images ...
+    checkpoint_epochs: float | None = Field(None, gt=0)  # ... x epochs (exaFLOPs of a checkpoint of another origin)
     backend: BackendName | None = None  # evaluate on this backend (None: the upstream's)
     data: DataConfig = DOWNSTREAM_DATA
     resolution: int | None = Field(None, ge=1)  # None: the upstream's resolution
@@ -149,7 +151,8 @@ def fewshot(cfg: FewshotConfig, *, device: str = "cpu", threads: int | None = No
                           f"split of {splits.source} has {min(counts)} for class {counts.index(min(counts))}")
     if cfg.l2_reg == "auto" and len(splits.val) == 0:
         raise ConfigError("few-shot l2_reg 'auto' needs a val split (data.val_fraction > 0); or fix l2_reg")
-    ckpt, _ = resolve_upstream(cfg.upstream, cfg.checkpoint, directory=cache, device=device, threads=threads)
+    ckpt, _ = resolve_upstream(cfg.upstream, cfg.checkpoint, directory=cache, device=device, threads=threads,
+                               budget=(cfg.checkpoint_images, cfg.checkpoint_epochs))
     backend = cfg.backend or ckpt.meta.get("backend") or default_backend()
     spec = ckpt.spec
     r = ckpt.resolution if cfg.resolution is None else cfg.resolution
@@ -166,6 +169,7 @@ def fewshot(cfg: FewshotConfig, *, device: str = "cpu", threads: int | None = No
     metrics.update(upstream_metrics(ckpt))
     metrics.update({"feature_dim": int(feats[0][0].shape[1]), "embed_s": embed_s})
     config = {"model": spec.name, "backend": backend, "resolution": r, "device": device,
-              **cfg.model_dump(mode="json", exclude={"upstream", "checkpoint", "resolution", "backend"}),
+              **cfg.model_dump(mode="json", exclude={"upstream", "checkpoint", "resolution", "backend",
+                                                     "checkpoint_images", "checkpoint_epochs"}),
               **upstream_config(ckpt)}
     return Record.measured("fewshot", config, metrics=metrics, raw=raw, env=environment(info), started_at=started)

@@ -41,7 +41,9 @@ class FinetuneConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     upstream: PretrainConfig | None = None
-    checkpoint: str | None = None  # an explicit .safetensors upstream instead of `upstream`
+    checkpoint: str | None = None  # an explicit checkpoint file instead of `upstream` (any origin)
+    checkpoint_images: int | None = Field(None, gt=0)  # its declared pre-training budget: images ...
+    checkpoint_epochs: float | None = Field(None, gt=0)  # ... x epochs (exaFLOPs of a checkpoint of another origin)
     backend: BackendName | None = None  # fine-tune on this backend (None: the upstream's)
     data: DataConfig = DOWNSTREAM_DATA
     resolution: int | None = Field(None, ge=1)  # None: the upstream's; larger: pos-embed interpolation
@@ -92,7 +94,8 @@ def finetune(cfg: FinetuneConfig, *, device: str = "cpu", threads: int | None = 
     if len(cfg.lr_grid) > 1 and len(splits.val) == 0:
         raise ConfigError("choosing the fine-tuning LR needs a held-out split: set data.val_fraction > 0 "
                           "or give a single lr_grid value")
-    ckpt, _ = resolve_upstream(cfg.upstream, cfg.checkpoint, directory=cache, device=device, threads=threads)
+    ckpt, _ = resolve_upstream(cfg.upstream, cfg.checkpoint, directory=cache, device=device, threads=threads,
+                               budget=(cfg.checkpoint_images, cfg.checkpoint_epochs))
     backend = cfg.backend or ckpt.meta.get("backend") or default_backend()
     spec = ckpt.spec
     r = ckpt.resolution if cfg.resolution is None else cfg.resolution
@@ -158,7 +161,8 @@ def finetune(cfg: FinetuneConfig, *, device: str = "cpu", threads: int | None = 
         **upstream_metrics(ckpt),
     }
     config = {"model": spec.name, "backend": backend, "resolution": r, "device": device,
-              **cfg.model_dump(mode="json", exclude={"upstream", "checkpoint", "resolution", "backend"}),
+              **cfg.model_dump(mode="json", exclude={"upstream", "checkpoint", "resolution", "backend",
+                                                     "checkpoint_images", "checkpoint_epochs"}),
               **upstream_config(ckpt)}
     raw = {"val_accuracy_by_lr": {lr: float(np.mean(v)) for lr, v in val_acc.items()},
            "val_accuracy_by_lr_per_seed": val_acc,

@@ -168,16 +168,18 @@ def ensure_upstream(cfg: PretrainConfig, *, directory: str | Path | None = None,
 
 
 def resolve_upstream(upstream: PretrainConfig | None, checkpoint: str | None, *,
-                     directory: str | Path | None = None, device: str = "cpu",
-                     threads: int | None = None) -> tuple[Checkpoint, Record | None]:
-    """A downstream task's starting point: an explicit checkpoint file, else the cached/trained upstream."""
+                     directory: str | Path | None = None, device: str = "cpu", threads: int | None = None,
+                     budget: tuple[int | None, float | None] = (None, None)) -> tuple[Checkpoint, Record | None]:
+    """A downstream task's starting point: an explicit checkpoint file of any origin (with its declared
+    pre-training budget: images, epochs), else the cached/trained upstream."""
     from vitbench.errors import ConfigError
+    from vitbench.transfer.checkpoint import with_budget
 
     if checkpoint:
-        return load_checkpoint(checkpoint), None
+        return with_budget(load_checkpoint(checkpoint), *budget), None
     if upstream is None:
         raise ConfigError("a downstream task needs `upstream` (a pre-training config) or `checkpoint` (a "
-                          ".safetensors file from `vitbench pretrain`)")
+                          "checkpoint file: vitbench's, a timm .safetensors state dict or a vit_jax .npz)")
     return ensure_upstream(upstream, directory=directory, device=device, threads=threads)
 
 
