@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 import operator
 import re
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Literal
 
 from vitbench.errors import ConfigError, UnknownModelError
@@ -51,7 +51,6 @@ class ModelSpec:
     gn_groups: int = 32
     # --- numerical conventions (GELU form, weight standardisation, GroupNorm eps), set from a checkpoint's origin
     flavour: Flavour = DEFAULT
-    extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         if self.distilled and self.family == "bit":
@@ -113,7 +112,6 @@ class ModelSpec:
     def to_dict(self) -> dict:
         """Every field (the flavour as plain strings and numbers) plus the derived stride: JSON-ready."""
         d = asdict(self)
-        d.pop("extra")
         d["flavour"] = self.flavour.to_dict()
         d["stride"] = self.stride
         return d
