@@ -56,6 +56,7 @@ _COMMAND_MODULES = [
     "vitbench.cli.study_cmd",
     "vitbench.cli.transfer_cmd",
     "vitbench.cli.plugins_cmd",
+    "vitbench.cli.doctor_cmd",
 ]
 for _mod in _COMMAND_MODULES:
     importlib.import_module(_mod)
