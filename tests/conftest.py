@@ -7,7 +7,6 @@ import os
 
 import pytest
 
-
 # Small matrices, short timing: a measured peak in tests costs a fraction of a second per backend.
 QUICK_PEAK = '{"cpu_sizes": [128, 256], "seconds": 0.05}'
 

@@ -19,7 +19,8 @@ ATTENTION = {"vit": "flash", "bit": "none", "hybrid": "flash"}  # torch's CPU SD
 
 
 @pytest.mark.parametrize("task", ["infer", "train"])
-@pytest.mark.parametrize("model,family", [("ViT-Nano/4", "vit"), ("R-Nano", "bit"), ("R-Nano+ViT-Micro/8", "hybrid")])
+@pytest.mark.parametrize("model,family", [("ViT-Nano/4", "vit"), ("R-Nano", "bit"),
+                                          ("R-Nano+ViT-Micro/8", "hybrid")])
 def test_bench_record(model, family, task, one_torch_thread):
     rec = bench(Step(model, mode=task, batch_size=3), **FAST)  # default timing: throughput
     assert rec.kind == "bench" and rec.status == "ok" and rec.config["timing"] == "throughput"

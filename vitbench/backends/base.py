@@ -486,9 +486,10 @@ def get_backend(name: str) -> Backend:
     return e.obj.load()()
 
 
-__all__ = ["AttentionKernel", "Backend", "BackendName", "BackendSpec", "Capability", "Check", "Device", "DeviceKind",
-           "MatmulWorkload", "MemoryKind", "Mode", "OPTIMIZERS", "PRECISIONS", "Step", "TimerKind", "Workload",
-           "backend_names", "backend_spec", "default_backend", "get_backend", "register_backend", "window_done"]
+__all__ = ["AttentionKernel", "Backend", "BackendName", "BackendSpec", "Capability", "Check", "Device",
+           "DeviceKind", "MatmulWorkload", "MemoryKind", "Mode", "OPTIMIZERS", "PRECISIONS", "Step", "TimerKind",
+           "Workload", "backend_names", "backend_spec", "default_backend", "get_backend", "register_backend",
+           "window_done"]
 
 
 def _known_backend(name: str) -> str:

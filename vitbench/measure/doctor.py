@@ -28,7 +28,7 @@ import numpy as np
 import psutil
 
 from vitbench.backends.base import Backend, Capability, DeviceKind, TimerKind, backend_names, backend_spec
-from vitbench.errors import ConfigError
+from vitbench.errors import ConfigError, VitbenchError
 from vitbench.measure.load import BUSY_CORES, LoadMeter, cpu_quota_cores
 
 # Relative Frobenius error of an n=512 float32-input matmul against float64, by the arithmetic that ran it:
@@ -355,8 +355,8 @@ def check_precision(be: Backend, before: str | None, precisions: tuple[str, ...]
     why = (
         "'fp32' must be full fp32 on every backend, or comparing two backends compares different arithmetic "
         "(frameworks' defaults differ: TF32 matmuls or convolutions on NVIDIA GPUs, bf16 passes on TPUs; see "
-        "each backend's 'in force before vitbench'). vitbench sets the precision for every step and records it; the error against float64 shows "
-        "what the hardware actually did."
+        "each backend's 'in force before vitbench'). vitbench sets the precision for every step and records "
+        "it; the error against float64 shows what the hardware actually did."
     )
     return Check(f"matmul precision [{be.name}]", status, found, why, data)
 
@@ -496,9 +496,14 @@ def run(
                 )
             )
             continue
-        be = get_backend(name)
-        before = be.numerics_in_force()  # nothing set yet in this process: the framework's own defaults
-        info = be.setup(dev, threads)
+        try:
+            be = get_backend(name)
+            before = be.numerics_in_force()  # nothing set yet in this process: the framework's own defaults
+            info = be.setup(dev, threads)
+        except VitbenchError as e:  # not installed, no such device, thread pools fixed already, ...
+            checks.append(Check(f"backend [{name}]", Status.WARN, f"cannot run on {dev}: {e}",
+                                "Only backends that can start on the device are checked."))
+            continue
         threads_used[name] = info.get("threads")
         first = first or (be, info.get("threads"))
         try:

@@ -72,7 +72,8 @@ def bench(step: Step, backend: str | Backend | None = None, device: str = "cpu",
     try:
         timing = TimingMode(timing)
     except ValueError:
-        raise ConfigError(f"unknown timing {timing!r}; allowed: {', '.join(m.value for m in TimingMode)}") from None
+        allowed = ", ".join(m.value for m in TimingMode)
+        raise ConfigError(f"unknown timing {timing!r}; allowed: {allowed}") from None
     if window_steps is not None and window_steps < 1:
         raise ConfigError(f"window_steps must be >= 1, got {window_steps}")
     be = get_backend(backend or default_backend()) if not isinstance(backend, Backend) else backend

@@ -50,9 +50,9 @@ METRICS = (
     Metric("step_ms_median", "ms", False,
            "median step time (latency: per step; throughput: per step of a window)"),
     Metric("step_ms_p99", "ms", False, "99th percentile step latency (latency timing only)"),
-    Metric("peak_mem_mib", "MiB", False, "peak memory of the steady steps, of the row's memory_kind (allocator "
-           "peak on a GPU; the step's state + RSS growth on a CPU; resident + XLA's planned temp where the allocator "
-           "cannot be reset)",
+    Metric("peak_mem_mib", "MiB", False, "peak memory of the steady steps, of the row's memory_kind "
+           "(allocator peak on a GPU; the step's state + RSS growth on a CPU; resident + XLA's planned temp "
+           "where the allocator cannot be reset)",
            comparable=True),
     Metric("compile_peak_mem_mib", "MiB", False, "peak memory from build through compilation and warm-up"),
     Metric("compile_s", "s", False, "compile/jit time (single value per run)", comparable=True),

@@ -58,7 +58,8 @@ _DTYPES = {"fp32": jnp.float32, "tf32": jnp.float32, "bf16": jnp.bfloat16, "fp16
 # The `jax_default_matmul_precision` each precision traces its step under (JAX docs, jax.default_matmul_precision:
 # "highest"/"float32" = fp32, "tensorfloat32" = TF32); mixed precision keeps its fp32 dots at full precision.
 MATMUL_PRECISION = {"fp32": "highest", "tf32": "tensorfloat32", "bf16": "highest", "fp16": "highest"}
-# dot_general: `precision = [HIGHEST, HIGHEST]`; convolution: `precision_config = [#stablehlo<precision HIGHEST>, ...]`
+# dot_general: `precision = [HIGHEST, HIGHEST]`;
+# convolution: `precision_config = [#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]`
 _PRECISION_ATTR = re.compile(r"precision(?:_config)? = \[(?:#stablehlo<precision )?(\w+)>?, "
                              r"(?:#stablehlo<precision )?(\w+)>?\]")
 _OPERAND_TYPE = re.compile(r"tensor<(?:[\d?]+x)*(\w+)>")  # the element type of a StableHLO tensor type
@@ -92,11 +93,12 @@ def step_numerics(precision: str, lowered_text: str) -> dict:
     found = lowered_precisions(lowered_text)
     # HIGHEST = fp32 passes; HIGH = TF32 on NVIDIA GPUs (bf16_3x on TPU); DEFAULT = the platform's fastest
     names = {("HIGHEST",): "fp32", ("HIGH",): "tf32"}
-    math = names.get(tuple(found), "mixed") if found else {"highest": "fp32"}.get(MATMUL_PRECISION[precision], "tf32")
+    setting = MATMUL_PRECISION[precision]
+    math = names.get(tuple(found), "mixed") if found else ("fp32" if setting == "highest" else "tf32")
     autocast = None if precision in ("fp32", "tf32") else str(jnp.dtype(_DTYPES[precision]))
     return {"matmul_precision": math, "autocast": autocast,
-            "framework": f"jax_default_matmul_precision={MATMUL_PRECISION[precision]} "
-                         f"lowered f32 dot/conv precision={'/'.join(found) or 'none'} dtype={autocast or 'float32'}"}
+            "framework": f"jax_default_matmul_precision={setting} lowered f32 dot/conv precision="
+                         f"{'/'.join(found) or 'none'} dtype={autocast or 'float32'}"}
 
 
 def random_params(model, resolution: int, seed: int = 0) -> dict:
