@@ -84,7 +84,8 @@ class AttentionKernel(str, enum.Enum):
     UNFUSED = "unfused"  # the model computes attention itself (no fused op called)
     XLA = "xla"  # XLA fusions of dot + softmax (no fused attention custom call)
     NONE = "none"  # the model has no attention (BiT)
-    NOT_VISIBLE = "not_visible"  # the framework does not tell (e.g. a replayed CUDA graph)
+    NOT_VISIBLE = "not_visible"  # the framework does not tell (a replayed CUDA graph; compiled code calling no
+    # attention kernel of the framework's)
 
     def __str__(self) -> str:
         return self.value

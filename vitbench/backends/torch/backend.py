@@ -341,9 +341,10 @@ class TorchBackend(Backend):
         found = {kernel for op, kernel in _SDPA_OPS.items() if op in names}
         if len(found) == 1:
             return found.pop()
-        if not found:  # no kernel op: the composite's math fallback, or no SDPA call at all
-            sdpa = "aten::scaled_dot_product_attention" in names
-            return AttentionKernel.MATH if sdpa else AttentionKernel.UNFUSED
+        if not found:  # no kernel op: the composite's math fallback, no SDPA call at all, or compiled code
+            if "aten::scaled_dot_product_attention" in names:
+                return AttentionKernel.MATH
+            return AttentionKernel.NOT_VISIBLE if work.settings.get("compile_mode") else AttentionKernel.UNFUSED
         return AttentionKernel.NOT_VISIBLE  # several kernels in one step: no single answer
 
     # -- memory ----------------------------------------------------------------------------------------
