@@ -14,7 +14,7 @@ import sys
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator
@@ -128,14 +128,14 @@ class BackendSpec:
     check: Check | None = None
     install: str = ""  # how to get what `requires` names, e.g. "pip install 'vitbench[jax]'"
     description: str = ""
-    # The backend's device string for a device kind ("{index}" filled in): how a peak measured on one backend is
-    # measured on another for the same physical device.
-    device_names: Mapping[DeviceKind, str] = field(default_factory=lambda: {DeviceKind.CPU: "cpu"})
+    # The backend's device string per device kind ("{index}" filled in): how a peak measured on one backend is
+    # measured on another for the same physical device. Pairs, so that a spec stays hashable.
+    device_names: tuple[tuple[DeviceKind, str], ...] = ((DeviceKind.CPU, "cpu"),)
     compile_modes: tuple[str, ...] = ()  # modes of the optional compiler (`compile_mode`), first = its default
 
     def device_string(self, kind: DeviceKind, index: int = 0) -> str | None:
         """This backend's name for device `index` of `kind`, or None when it cannot run on that kind."""
-        template = self.device_names.get(kind)
+        template = dict(self.device_names).get(kind)
         return template.format(index=index) if template is not None else None
 
     def problems(self, fields: Mapping[str, Any], needs: frozenset[Capability] = frozenset()) -> list[tuple[str, str]]:

@@ -33,7 +33,7 @@ SPEC = register_backend(BackendSpec(
     capabilities=frozenset(Capability),
     precisions=("fp32", "tf32", "bf16", "fp16"),
     devices="cpu | cuda | cuda:N",
-    device_names={DeviceKind.CPU: "cpu", DeviceKind.GPU: "cuda:{index}"},
+    device_names=((DeviceKind.CPU, "cpu"), (DeviceKind.GPU, "cuda:{index}")),
     # torch.compile's modes (torch.compile docstring): default, CUDA graphs, autotuned kernels (+ graphs), ...
     compile_modes=("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
     preload=("torch", "timm", "vitbench.backends.torch.backend"),
