@@ -1,4 +1,5 @@
-"""Shared test setup: a private cache dir (matmul peak) so tests never touch ~/.cache, and a CLI runner."""
+"""Shared test setup: a private cache dir (matmul peak) so tests never touch ~/.cache, a quick peak measurement
+(inherited by trial processes), and a CLI runner."""
 
 from __future__ import annotations
 
@@ -6,16 +7,21 @@ import os
 
 import pytest
 
+# Small matrices, short timing: a measured peak in tests costs a fraction of a second per backend.
+QUICK_PEAK = '{"cpu_sizes": [128, 256], "seconds": 0.05}'
+
 
 @pytest.fixture(autouse=True, scope="session")
 def _private_cache(tmp_path_factory):
-    old = os.environ.get("VITBENCH_CACHE_DIR")
+    saved = {k: os.environ.get(k) for k in ("VITBENCH_CACHE_DIR", "VITBENCH_PEAK_POLICY")}
     os.environ["VITBENCH_CACHE_DIR"] = str(tmp_path_factory.mktemp("vitbench-cache"))
+    os.environ["VITBENCH_PEAK_POLICY"] = QUICK_PEAK
     yield
-    if old is None:
-        os.environ.pop("VITBENCH_CACHE_DIR", None)
-    else:
-        os.environ["VITBENCH_CACHE_DIR"] = old
+    for k, old in saved.items():
+        if old is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = old
 
 
 @pytest.fixture

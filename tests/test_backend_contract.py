@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 
-from vitbench.backends.base import Backend, Capability, Step, backend_spec, get_backend
+from vitbench.backends.base import Backend, Capability, DeviceKind, MemoryKind, Step, backend_spec, get_backend
 from vitbench.models.analytic import analytic_counts
 from vitbench.models.specs import get_spec
 from vitbench.registry import Kind, entries
@@ -68,6 +68,20 @@ def test_infer_steps_are_timed_after_a_sync(name, backends):
         work.close()
 
 
+@pytest.mark.parametrize("name", _cases(Capability.INFER))
+def test_throughput_windows_queue_steps_and_the_device_is_named(name, backends):
+    be = backends[name]
+    assert be.device_info().kind is DeviceKind.CPU and be.spec.device_string(DeviceKind.CPU) == "cpu"
+    work = be.prepare(Step(MODEL, mode="infer", batch_size=2))
+    try:
+        work.sync(work.step())
+        windows = be.time_windows(work, window_steps=3, min_steps=6, min_seconds=0.0, max_seconds=30,
+                                  min_windows=2)
+        assert len(windows) >= 2 and all(w > 0 and math.isfinite(w) for w in windows)
+    finally:
+        work.close()
+
+
 @pytest.mark.parametrize("name", _cases(Capability.TRAIN))
 def test_train_steps_update_and_report_a_finite_loss(name, backends):
     be = backends[name]
@@ -90,6 +104,10 @@ def test_peak_memory_is_measured_per_step(name, backends):
     try:
         work.sync(work.step())
         assert be.peak_memory_mib() >= 0 and be.process_peak_mib() > 0
+        be.restart_peak_memory(work)  # the steady phase: the state still counts
+        work.sync(work.step())
+        state = work.state_bytes()
+        assert isinstance(be.memory_kind(), MemoryKind) and be.peak_memory_mib() >= (state or 0) / 2**20
     finally:
         work.close()
         be.cleanup()

@@ -1,7 +1,9 @@
-"""Throughput measurement on tiny models: method, units, raw times, OOM rows, thread recording."""
+"""Throughput measurement on tiny models: both timing modes, units, raw times, memory phases, MFU, OOM rows,
+thread recording."""
 
 from __future__ import annotations
 
+import statistics
 import time
 
 import pytest
@@ -12,24 +14,56 @@ from vitbench.backends.torch.backend import TorchBackend
 from vitbench.measure.throughput import bench
 from vitbench.measure.timing import summarize
 
-FAST = dict(warmup_steps=2, min_steps=5, min_seconds=0.05, max_seconds=120.0)
+FAST = dict(warmup_steps=2, min_steps=5, min_seconds=0.05, max_seconds=120.0, threads=1)
+ATTENTION = {"vit": "flash", "bit": "none", "hybrid": "flash"}  # torch's CPU SDPA kernel for fp32 is flash
 
 
 @pytest.mark.parametrize("task", ["infer", "train"])
-@pytest.mark.parametrize("model", ["ViT-Nano/4", "R-Nano", "R-Nano+ViT-Micro/8"])
-def test_bench_record(model, task):
-    rec = bench(Step(model, mode=task, batch_size=3), **FAST)
-    assert rec.kind == "bench" and rec.status == "ok"
+@pytest.mark.parametrize("model,family", [("ViT-Nano/4", "vit"), ("R-Nano", "bit"),
+                                          ("R-Nano+ViT-Micro/8", "hybrid")])
+def test_bench_record(model, family, task, one_torch_thread):
+    rec = bench(Step(model, mode=task, batch_size=3), **FAST)  # default timing: throughput
+    assert rec.kind == "bench" and rec.status == "ok" and rec.config["timing"] == "throughput"
     m, raw = rec.metrics, rec.raw
-    assert len(raw["step_s"]) == m["steps"] >= 5 and len(raw["warmup_s"]) == 2
+    assert len(raw["window_s"]) == len(raw["step_s"]) == m["windows"] >= 5 and len(raw["warmup_s"]) == 2
+    assert m["steps"] == m["windows"] * m["window_steps"] >= 5
+    assert raw["step_s"] == pytest.approx([w / m["window_steps"] for w in raw["window_s"]])
     assert m["img_per_s"] == pytest.approx(3 / (m["step_ms_median"] / 1000))
+    assert m["step_ms_mean"] == pytest.approx(1000 * sum(raw["window_s"]) / m["steps"])
+    assert "step_ms_p99" not in m  # per-step latency percentiles do not exist when steps overlap
     assert m["batch_size_requested"] == m["batch_size_achieved"] == 3
-    assert m["step_ms_p10"] <= m["step_ms_median"] <= m["step_ms_p90"] <= m["step_ms_p99"]
-    assert m["peak_mem_mib"] >= 0 and m["first_step_s"] > 0 and m["compile_s"] is None
-    assert 0 < m["mfu"] < 1.5 and m["model_tflops_per_s"] > 0
+    assert m["first_step_s"] > 0 and m["compile_s"] is None
+    assert m["memory_kind"] == "host_rss" and m["peak_mem_mib"] >= m["state_mib"] > 0
+    assert m["compile_peak_mem_mib"] >= 0 and m["reserved_peak_mib"] is None
+    assert m["matmul_precision"] == "fp32" and m["autocast"] is None and "allow_tf32=False" in m["matmul_settings"]
+    assert m["attention_kernel"] == ATTENTION[family]
+    assert 0 < m["mfu"] <= 1 and m["model_tflops_per_s"] > 0 and m["peak_source"] == "measured"
+    assert m["timer"] == "host_clock" and isinstance(m["unstable"], bool)
     for key in ("python", "torch", "timm", "numpy", "cpu_model", "threads", "device", "git_sha"):
         assert key in rec.env
     assert rec.config["resolution"] == 32 and rec.config["backend"] == "torch"
+
+
+def test_latency_timing_keeps_every_step(one_torch_thread):
+    rec = bench(Step("ViT-Nano/4", batch_size=2), timing="latency", **FAST)
+    m, raw = rec.metrics, rec.raw
+    assert rec.config["timing"] == "latency" and "window_s" not in raw and "windows" not in m
+    assert len(raw["step_s"]) == m["steps"] >= 5
+    assert m["step_ms_p10"] <= m["step_ms_median"] <= m["step_ms_p90"] <= m["step_ms_p99"]
+    assert m["img_per_s"] == pytest.approx(2 / (m["step_ms_median"] / 1000))
+
+
+def test_steady_memory_excludes_what_the_build_used(one_torch_thread):
+    """Steady steps keep the state (weights, grads, Adam's moments, inputs) and add activations: never less than
+    the state; the build phase is measured apart."""
+    rec = bench(Step("ViT-Nano/4", mode="train", batch_size=4), **FAST)
+    m = rec.metrics
+    from vitbench.models.analytic import analytic_counts
+    from vitbench.models.specs import get_spec
+
+    n_params = analytic_counts(get_spec("ViT-Nano/4"), 32, 10).params
+    assert m["state_mib"] >= 4 * n_params * 4 / 2**20  # fp32 weights + grads + 2 Adam moments, at least
+    assert m["peak_mem_mib"] >= m["state_mib"]
 
 
 def test_training_steps_change_the_weights():
@@ -43,15 +77,17 @@ def test_training_steps_change_the_weights():
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
-def test_reduced_precision_runs_under_autocast(precision):
+def test_reduced_precision_runs_under_autocast(precision, one_torch_thread):
     rec = bench(Step("R-Nano", mode="train", batch_size=2, precision=precision), **FAST)
     assert rec.status == "ok" and rec.config["precision"] == precision
+    dtype = {"bf16": "bfloat16", "fp16": "float16"}[precision]
+    assert rec.metrics["autocast"] == dtype and rec.metrics["matmul_precision"] == "fp32"  # fp32 leftovers: fp32
 
 
 def test_threads_are_set_and_recorded():
     before = torch.get_num_threads()
     try:
-        rec = bench(Step("ViT-Nano/4", batch_size=2), threads=1, **FAST)
+        rec = bench(Step("ViT-Nano/4", batch_size=2), **FAST)
         assert rec.env["threads"] == 1 and torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
@@ -129,3 +165,52 @@ def test_torch_compile_time_is_kept_apart():
     rec = bench(Step("ViT-Nano/4", batch_size=2, compile=True), **FAST)
     m = rec.metrics
     assert m["compile_s"] > 10 * m["step_ms_median"] / 1000
+
+
+class _AsyncDevice(Workload):
+    """A fake device: each step costs `host_s` on the host (launch) and then `device_s` on the device, which runs
+    the steps one after another; step() returns at once, sync() waits until the device is done."""
+
+    batch_size = 1
+
+    def __init__(self, host_s: float, device_s: float):
+        self.host_s, self.device_s, self.free_at = host_s, device_s, 0.0
+
+    def step(self):
+        time.sleep(self.host_s)
+        self.free_at = max(time.perf_counter(), self.free_at) + self.device_s
+
+    def sync(self, out):
+        time.sleep(max(0.0, self.free_at - time.perf_counter()))
+
+
+def test_latency_adds_launch_and_device_time_throughput_overlaps_them():
+    """Known answers of the two timing modes: per-step sync puts a 10 ms launch and 20 ms of device work in
+    series (30 ms per step); a queued window lets launches overlap the device (20 ms per step + one launch)."""
+    be = TorchBackend()
+    work = _AsyncDevice(host_s=0.010, device_s=0.020)
+    latency = be.time_steps(work, min_steps=8, min_seconds=0, max_seconds=30)
+    windows = be.time_windows(work, window_steps=8, min_steps=32, min_seconds=0, max_seconds=30, min_windows=4)
+    assert len(latency) == 8 and len(windows) == 4
+    per_step_latency = statistics.median(latency)
+    per_step_throughput = statistics.median(windows) / 8
+    assert per_step_latency >= 0.029
+    assert 0.019 <= per_step_throughput <= 0.85 * per_step_latency
+
+
+def test_window_sizing_and_stopping():
+    from vitbench.backends.base import window_done
+    from vitbench.measure.timing import summarize_windows, window_steps_for
+
+    # 50 windows cover min_steps=500 (10 each) and min_seconds=1 at 10 ms a step (2 each): the larger wins
+    assert window_steps_for(0.01, min_steps=500, min_seconds=1.0, max_seconds=60) == 10
+    assert window_steps_for(0.001, min_steps=100, min_seconds=1.0, max_seconds=60) == 20  # seconds bind
+    assert window_steps_for(0.5, min_steps=10, min_seconds=1.0, max_seconds=60) == 2  # never one step (latency)
+    assert window_steps_for(0.01, min_steps=10, min_seconds=100, max_seconds=1.0) == 20  # 5 windows fit in 1 s
+    assert not window_done(4, 40, 10.0, 10, 1.0, 60.0, min_windows=5, max_steps=10**5)  # too few windows
+    assert window_done(5, 40, 10.0, 10, 1.0, 60.0, min_windows=5, max_steps=10**5)
+    assert window_done(1, 4, 61.0, 10, 1.0, 60.0, min_windows=5, max_steps=10**5)  # max_seconds caps
+    s = summarize_windows([0.4, 0.2, 0.3], window_steps=10)
+    assert s["steps"] == 30 and s["windows"] == 3 and s["step_ms_median"] == pytest.approx(30.0)
+    assert s["step_ms_mean"] == pytest.approx(30.0) and s["step_ms_min"] == pytest.approx(20.0)
+    assert "step_ms_p99" not in s

@@ -35,19 +35,34 @@ def test_bad_input_exits_2_with_the_allowed_values(cli, args, needle):
     assert needle in r.stderr and "Traceback" not in r.output
 
 
-def test_bench_json_has_raw_times_and_units(cli):
+@pytest.mark.parametrize("timing,quantiles", [("latency", True), ("throughput", False)])
+def test_bench_json_has_raw_times_and_units(cli, timing, quantiles):
     r = cli("bench", "vit-nano/4", "--task", "train", "-b", "2", "--min-seconds", "0.05", "--min-steps", "3",
-            "--json")
+            "--threads", "1", "--timing", timing, "--json")
     assert r.exit_code == 0, r.output
     rec = json.loads(r.stdout)
-    assert rec["config"]["model"] == "ViT-Nano/4" and len(rec["raw"]["step_s"]) >= 3
-    assert {"img_per_s", "step_ms_median", "step_ms_p90", "step_ms_p99", "step_ms_iqr", "peak_mem_mib",
-            "mfu"} <= rec["metrics"].keys()
+    assert rec["config"]["model"] == "ViT-Nano/4" and rec["config"]["timing"] == timing
+    assert len(rec["raw"]["step_s"]) >= (3 if quantiles else 5)
+    assert {"img_per_s", "step_ms_median", "step_ms_iqr", "peak_mem_mib", "compile_peak_mem_mib", "memory_kind",
+            "mfu", "peak_tflops", "peak_source", "matmul_precision", "unstable"} <= rec["metrics"].keys()
+    assert ({"step_ms_p90", "step_ms_p99"} <= rec["metrics"].keys()) == quantiles
 
 
 def test_bench_table(cli):
-    r = cli("bench", "R-Nano", "-b", "2", "--min-seconds", "0.05", "--min-steps", "3")
+    r = cli("bench", "R-Nano", "-b", "2", "--min-seconds", "0.05", "--min-steps", "3", "--threads", "1")
     assert r.exit_code == 0 and "img_per_s" in r.stdout and "mfu" in r.stdout
+    assert "throughput timing" in r.stdout and "peak_tflops (measured" in r.stdout
+
+
+@pytest.mark.parametrize("args,needle", [
+    (("--timing", "wallclock"), "--timing"),
+    (("--compile-mode", "max-autotune"), "needs `compile: true`"),
+    (("--compile", "--compile-mode", "turbo"), "reduce-overhead"),
+    (("--backend", "jax", "--compile"), "no optional compiler"),
+])
+def test_bench_timing_and_compile_modes_are_checked(cli, args, needle):
+    r = cli("bench", "ViT-Nano/4", *args)
+    assert r.exit_code == 2 and needle in r.stderr, r.output
 
 
 def test_flops_table_and_pretrain_compute(cli):
@@ -65,8 +80,9 @@ def test_max_batch_cli(cli):
     assert rec["metrics"]["max_batch_size"] == 2 and len(rec["raw"]["probes"]) == 2
 
 
-def test_env_measures_and_caches_the_peak(cli):
-    first = json.loads(cli("env", "--json").stdout)
-    again = json.loads(cli("env", "--json").stdout)
-    assert first["matmul_peak"]["peak_tflops"] > 0 and again["matmul_peak"]["cached"]
-    assert first["env"]["threads"] >= 1 and first["env"]["torch"]
+def test_env_shows_the_device_peak(cli):
+    first = json.loads(cli("env", "--json", "--threads", "1").stdout)
+    again = json.loads(cli("env", "--json", "--threads", "1").stdout)
+    assert first["peak"]["peak_tflops"] > 0 and first["peak"]["peak_source"] == "measured"
+    assert again["peak"]["peak_tflops"] >= first["peak"]["peak_tflops"]  # cached, and a peak only rises
+    assert first["env"]["threads"] == 1 and first["env"]["torch"]

@@ -50,6 +50,20 @@ def reset_peak_rss() -> bool:
         return False
 
 
+def release_free_memory() -> bool:
+    """Give memory the C heap holds free back to the OS (glibc `malloc_trim(0)`), so that the resident set is
+    what is in use: after a compiler's scratch memory was freed, the next phase's peak does not start from it.
+    Returns False where there is no glibc."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        return bool(ctypes.CDLL("libc.so.6").malloc_trim(0) or True)
+    except (OSError, AttributeError):
+        return False
+
+
 class PeakRSS:
     """Tracks peak RSS growth from `reset()` on: peak minus the RSS at reset."""
 
@@ -60,6 +74,15 @@ class PeakRSS:
     def reset(self) -> None:
         self.resettable = reset_peak_rss()
         self.base = rss_mib()
+
+    def restart(self) -> float:
+        """A new phase for the peak: free heap memory goes back to the OS first, then the high-water mark restarts
+        from what is resident now; `growth_mib` is then the growth over that (transient memory of the phase).
+        Returns the resident MiB the phase starts from."""
+        release_free_memory()
+        self.resettable = reset_peak_rss()
+        self.base = rss_mib()
+        return self.base
 
     def growth_mib(self) -> float:
         return max(0.0, peak_rss_mib() - self.base)

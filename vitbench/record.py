@@ -24,7 +24,10 @@ from typing import Any
 
 SCHEMA = 1
 # Bump when a change to how something is measured makes old numbers incomparable; it is part of a trial key.
-METHOD_VERSION = 2  # 2: torch training steps clip gradients at global norm 1, like JAX
+# 2: torch training steps clip gradients at global norm 1, like JAX. 3: steps are timed in throughput windows by
+# default (`timing`), fp32 is full fp32 on every backend, MFU divides by one peak per device and precision, and
+# peak_mem_mib is the steady steps' memory (compilation apart).
+METHOD_VERSION = 3
 
 
 class Status(str, enum.Enum):

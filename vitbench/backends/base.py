@@ -22,8 +22,73 @@ from pydantic import AfterValidator
 from vitbench.errors import BackendUnavailable, looks_like_oom
 
 Mode = Literal["infer", "train"]
-PRECISIONS: tuple[str, ...] = ("fp32", "bf16", "fp16")  # compute precisions a study may ask for
+# Compute precisions a study may ask for. fp32 = full IEEE fp32 matmuls and convolutions on every backend; tf32 =
+# fp32 storage with TF32 tensor-core matmuls (NVIDIA Ampere and later); bf16/fp16 = mixed precision (autocast).
+PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16")
 OPTIMIZERS: tuple[str, ...] = ("adam", "sgd")  # adam: the paper's pre-training; sgd: momentum 0.9, fine-tuning
+
+
+class DeviceKind(str, enum.Enum):
+    """What kind of processor a device is: decides where a peak comes from and what a measured peak is keyed by."""
+
+    CPU = "cpu"
+    GPU = "gpu"
+    TPU = "tpu"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Device:
+    """The physical device a backend runs on, named as the driver names it (the same on every framework)."""
+
+    kind: DeviceKind
+    name: str  # "cpu", "NVIDIA H100 80GB HBM3", "TPU v5 lite": what a datasheet peak is matched against
+    index: int = 0
+    uuid: str | None = None  # GPU UUID where the framework tells (finds the NVML handle)
+    pci_bus_id: str | None = None
+
+
+class TimerKind(str, enum.Enum):
+    """What a backend's timed steps are measured with."""
+
+    DEVICE_EVENTS = "device_events"  # events recorded on the device's stream (CUDA events): device time
+    HOST_CLOCK = "host_clock"  # host wall clock around step(s) + sync: exact for synchronous devices (CPU)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class MemoryKind(str, enum.Enum):
+    """What a backend's peak memory number is; numbers of different kinds do not compare."""
+
+    ALLOCATOR = "allocator"  # the device allocator's peak of allocated bytes (torch.cuda.max_memory_allocated)
+    # the process's resident set on a CPU: before the steady phase, growth of its peak over the RSS before the
+    # model was built (compilation included); in it, the step's state (its arrays' bytes) + the growth of the
+    # peak during the steps (activations, workspace)
+    HOST_RSS = "host_rss"
+    XLA_PLANNED = "xla_resident_plus_temp"  # bytes in use on the device + XLA's planned temp buffers of the step
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class AttentionKernel(str, enum.Enum):
+    """Which attention implementation ran, as the framework reports it."""
+
+    FLASH = "flash"
+    MEMORY_EFFICIENT = "memory_efficient"
+    CUDNN = "cudnn"
+    MATH = "math"  # the framework's reference composition (matmul, softmax, matmul) inside its SDPA op
+    UNFUSED = "unfused"  # the model computes attention itself (no fused op called)
+    XLA = "xla"  # XLA fusions of dot + softmax (no fused attention custom call)
+    NONE = "none"  # the model has no attention (BiT)
+    NOT_VISIBLE = "not_visible"  # the framework does not tell (a replayed CUDA graph; compiled code calling no
+    # attention kernel of the framework's)
+
+    def __str__(self) -> str:
+        return self.value
 
 
 class Capability(str, enum.Enum):
@@ -42,6 +107,8 @@ class Capability(str, enum.Enum):
     def __str__(self) -> str:
         return self.value
 
+
+MATMUL_WINDOWS = 5  # windows per matmul measurement: enough for a median that one slow window cannot move
 
 # A parse-time check of a trial's fields: {field: value} -> [(field, problem)]; no framework imported.
 Check = Callable[[Mapping[str, Any]], list[tuple[str, str]]]
@@ -62,6 +129,15 @@ class BackendSpec:
     check: Check | None = None
     install: str = ""  # how to get what `requires` names, e.g. "pip install 'vitbench[jax]'"
     description: str = ""
+    # The backend's device string per device kind ("{index}" filled in): how a peak measured on one backend is
+    # measured on another for the same physical device. Pairs, so that a spec stays hashable.
+    device_names: tuple[tuple[DeviceKind, str], ...] = ((DeviceKind.CPU, "cpu"),)
+    compile_modes: tuple[str, ...] = ()  # modes of the optional compiler (`compile_mode`), first = its default
+
+    def device_string(self, kind: DeviceKind, index: int = 0) -> str | None:
+        """This backend's name for device `index` of `kind`, or None when it cannot run on that kind."""
+        template = dict(self.device_names).get(kind)
+        return template.format(index=index) if template is not None else None
 
     def problems(self, fields: Mapping[str, Any], needs: frozenset[Capability] = frozenset()) -> list[tuple[str, str]]:
         """Why this backend cannot run a trial with these fields (empty: it can)."""
@@ -73,6 +149,13 @@ class BackendSpec:
         if fields.get("compile") and Capability.COMPILE not in self.capabilities:
             out.append(("compile", f"backend {self.name!r} has no optional compiler (it always compiles, or "
                                    "never): leave `compile` false"))
+        mode = fields.get("compile_mode")
+        if mode is not None:
+            if not fields.get("compile"):
+                out.append(("compile_mode", "a compile mode needs `compile: true`"))
+            elif Capability.COMPILE in self.capabilities and mode not in self.compile_modes:
+                out.append(("compile_mode", f"backend {self.name!r} compiles in modes "
+                                            f"{', '.join(self.compile_modes) or '(none)'}"))
         if self.check is not None:
             out += self.check(fields)
         return out
@@ -96,6 +179,7 @@ class Step:
     num_classes: int | None = None  # None: the variant's default
     precision: str = "fp32"
     compile: bool = False
+    compile_mode: str | None = None  # None: the compiler's default mode
     channels_last: bool | None = None  # None: on for conv families (bit, hybrid), off for vit
     optimizer: str = "adam"  # train only
     seed: int = 0
@@ -125,6 +209,9 @@ class Workload(ABC):
 
     batch_size: int
     compile_s: float | None = None  # explicit compile time where the backend separates it (ahead-of-time)
+    # The numerics in force for this step, as the framework reports them after the backend set them (matmul
+    # precision, TF32 flags, autocast dtype, compile mode): recorded in every row.
+    settings: Mapping[str, Any] = {}
 
     @abstractmethod
     def step(self) -> Any: ...
@@ -132,8 +219,33 @@ class Workload(ABC):
     @abstractmethod
     def sync(self, out: Any) -> None: ...
 
+    def state_bytes(self) -> int | None:
+        """Bytes the step keeps on the device between steps (weights, gradients, optimizer state, inputs), counted
+        from the arrays themselves; None where unknown."""
+        return None
+
+    def sync_window(self, outs: list[Any]) -> None:
+        """Wait for every step of a window (outputs in order). Default: sync each; a backend whose steps run in
+        order on one queue may wait for the last only."""
+        for out in outs:
+            self.sync(out)
+
     def close(self) -> None:  # free device memory held by the workload
         pass
+
+
+class MatmulWorkload(Workload):
+    """One a @ b per step (the matmul peak, `vitbench doctor`): its operands and result readable on the host."""
+
+    batch_size = 1
+
+    @abstractmethod
+    def operands_host(self) -> tuple[Any, Any]:
+        """(a, b) as float32 numpy arrays."""
+
+    @abstractmethod
+    def result_host(self, out: Any) -> Any:
+        """A step's result as a float32 numpy array."""
 
 
 class Backend(ABC):
@@ -156,16 +268,25 @@ class Backend(ABC):
 
         return {d: distribution_version(d) for d in self.spec.distributions}
 
+    def device_info(self) -> Device:
+        """The physical device chosen in `setup` (default: the host CPU)."""
+        return Device(DeviceKind.CPU, "cpu")
+
     # ---- timed steps (INFER, TRAIN) -----------------------------------------------------------------------------
     @abstractmethod
     def prepare(self, step: Step) -> Workload: ...
 
+    @property
+    def timer(self) -> TimerKind:
+        """What `time_steps` / `time_windows` measure with on the current device."""
+        return TimerKind.HOST_CLOCK
+
     def time_steps(self, work: Workload, min_steps: int, min_seconds: float, max_seconds: float,
                    max_steps: int = 100_000) -> list[float]:
-        """Run timed steps until both `min_steps` and `min_seconds` are reached (or `max_seconds`/`max_steps`).
+        """Latency: run steps one at a time, each synchronised, until both `min_steps` and `min_seconds` are
+        reached (or `max_seconds`/`max_steps`). Returns seconds per step, raw.
 
         Default: host wall clock around step + sync. Backends with device timers (CUDA events) override.
-        Returns seconds per step, raw.
         """
         times: list[float] = []
         start = time.perf_counter()
@@ -181,13 +302,53 @@ class Backend(ABC):
                 break
         return times
 
+    def time_windows(self, work: Workload, window_steps: int, min_steps: int, min_seconds: float,
+                     max_seconds: float, min_windows: int = 1, max_steps: int = 100_000) -> list[float]:
+        """Throughput: windows of `window_steps` steps queued back to back with no sync between them, timed
+        between two points at which the device is idle, until `min_steps` steps, `min_seconds` and `min_windows`
+        windows are reached (or `max_seconds`/`max_steps`). Returns seconds per window, raw.
+
+        Default: host wall clock from an idle device to the sync after the window's last step (a device that
+        runs ahead of the host is kept busy; exact for synchronous devices). Backends with device timers
+        override with events recorded before the first and after the last step.
+        """
+        times: list[float] = []
+        start = time.perf_counter()
+        steps = 0
+        while True:
+            t0 = time.perf_counter()
+            work.sync_window([work.step() for _ in range(window_steps)])
+            t1 = time.perf_counter()
+            times.append(t1 - t0)
+            steps += window_steps
+            if window_done(len(times), steps, t1 - start, min_steps, min_seconds, max_seconds, min_windows,
+                           max_steps):
+                return times
+
     # ---- memory (MEMORY, MAX_BATCH) -----------------------------------------------------------------------------
     @abstractmethod
     def reset_peak_memory(self) -> None: ...
 
     @abstractmethod
     def peak_memory_mib(self) -> float:
-        """Peak memory since the last reset, MiB: device allocator peak, or process RSS growth on CPU."""
+        """Peak memory since the last reset, MiB, of the kind `memory_kind()` says (device allocator peak, or
+        process RSS growth over the RSS at the last `reset_peak_memory` on CPU)."""
+
+    def restart_peak_memory(self, work: Workload | None = None) -> None:
+        """Start the steady phase of `work` for `peak_memory_mib`: from now on it is the memory the steps keep
+        (weights, optimizer state, inputs: `work.state_bytes()`, or the allocator's count) plus the transient
+        peak of the steps (activations, workspace); what compilation used and freed does not count.
+        Default: `reset_peak_memory`."""
+        self.reset_peak_memory()
+
+    def memory_kind(self) -> MemoryKind:
+        """What `peak_memory_mib` measures on the current device."""
+        return MemoryKind.HOST_RSS
+
+    def reserved_peak_mib(self) -> float | None:
+        """Peak memory reserved by the device allocator since the last (re)start (cached, not necessarily in
+        use), MiB; None where there is no such allocator."""
+        return None
 
     @abstractmethod
     def process_peak_mib(self) -> float:
@@ -209,9 +370,39 @@ class Backend(ABC):
         """
         return {}
 
-    @abstractmethod
+    def matmul_workload(self, precision: str = "fp32", n: int = 2048) -> MatmulWorkload:
+        """One n x n @ n x n matmul per step, in `precision` exactly as a model step of that precision computes
+        its matmuls (the matmul peak and `vitbench doctor`'s timing check run it)."""
+        raise NotImplementedError(f"backend {self.name!r} has no matmul workload")
+
     def matmul_flops_per_s(self, precision: str = "fp32", n: int = 2048, seconds: float = 1.0) -> float:
-        """Measured dense-matmul throughput of the device (FLOP/s, 2 per MAC)."""
+        """Measured dense-matmul throughput of the device (FLOP/s, 2 per MAC): the median over windows of
+        queued matmuls (throughput timing: the device never idles for a sync inside a window), at least
+        `seconds` long, after two warm-up steps. Default: on `matmul_workload`."""
+        work = self.matmul_workload(precision, n)
+        try:
+            for _ in range(2):
+                work.sync(work.step())
+            t0 = time.perf_counter()
+            work.sync(work.step())
+            one = max(time.perf_counter() - t0, 1e-9)
+            per_window = max(1, min(256, int(seconds / MATMUL_WINDOWS / one)))
+            windows = self.time_windows(work, per_window, min_steps=MATMUL_WINDOWS, min_seconds=seconds,
+                                        max_seconds=10 * seconds, min_windows=MATMUL_WINDOWS)
+        finally:
+            work.close()
+        per_step = sorted(w / per_window for w in windows)
+        return 2 * n**3 / per_step[len(per_step) // 2]  # 2 FLOPs per MAC, median window
+
+    def numerics_in_force(self) -> str | None:
+        """The framework's matmul precision settings as they are now in this process (before or after vitbench
+        set them for a step), in the framework's own words; None where there is nothing to say."""
+        return None
+
+    def attention_kernel(self, work: Workload) -> AttentionKernel | None:
+        """Which attention implementation `work`'s step runs, where the framework tells (None: not asked).
+        Called after the timed steps: it may run one more step under a profiler."""
+        return None
 
     # ---- transfer (TRANSFER): the primitives the protocols in vitbench.transfer are written against ------------
     # Data crosses as numpy: images float32 NHWC in [-1, 1], labels int64, weights {timm parameter name: float32}.
@@ -247,6 +438,14 @@ class Backend(ABC):
         """(layers, images, heads, tokens, tokens) float32 attention probabilities of `spec` at `resolution` with
         timm-named `weights` on NHWC float32 `images` (vitbench.inspect.run.AttentionFn)."""
         raise NotImplementedError(f"backend {self.name!r} does not give attention maps")
+
+
+def window_done(windows: int, steps: int, elapsed_s: float, min_steps: int, min_seconds: float,
+                max_seconds: float, min_windows: int, max_steps: int) -> bool:
+    """The stopping rule of `time_windows` (shared by every backend's timer)."""
+    if steps >= max_steps or elapsed_s >= max_seconds:
+        return True
+    return steps >= min_steps and elapsed_s >= min_seconds and windows >= min_windows
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -295,8 +494,10 @@ def get_backend(name: str) -> Backend:
     return e.obj.load()()
 
 
-__all__ = ["Backend", "BackendName", "BackendSpec", "Capability", "Check", "Mode", "OPTIMIZERS", "PRECISIONS", "Step", "Workload",
-           "backend_names", "backend_spec", "default_backend", "get_backend", "register_backend"]
+__all__ = ["AttentionKernel", "Backend", "BackendName", "BackendSpec", "Capability", "Check", "Device",
+           "DeviceKind", "MatmulWorkload", "MemoryKind", "Mode", "OPTIMIZERS", "PRECISIONS", "Step", "TimerKind",
+           "Workload", "backend_names", "backend_spec", "default_backend", "get_backend", "register_backend",
+           "window_done"]
 
 
 def _known_backend(name: str) -> str:

@@ -58,6 +58,7 @@ _COMMAND_MODULES = [
     "vitbench.cli.plugins_cmd",
     "vitbench.cli.fit_cmd",
     "vitbench.cli.inspect_cmd",
+    "vitbench.cli.doctor_cmd",
 ]
 for _mod in _COMMAND_MODULES:
     importlib.import_module(_mod)

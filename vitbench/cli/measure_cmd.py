@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from vitbench.backends.base import PRECISIONS
@@ -24,7 +25,7 @@ def _kv_table(title: str, rows: list[tuple[str, object]]) -> Table:
     t.add_column("field", style="bold")
     t.add_column("value", justify="right")
     for k, v in rows:
-        t.add_row(k, f"{v:.4g}" if isinstance(v, float) else str(v))
+        t.add_row(escape(k), f"{v:.4g}" if isinstance(v, float) else escape(str(v)))
     return t
 
 
@@ -34,11 +35,19 @@ def bench_cmd(
     task: str = typer.Option("infer", help="infer (forward) | train (forward + loss + backward + optimizer step)."),
     batch_size: int = typer.Option(8, "--batch-size", "-b", min=1),
     resolution: int = typer.Option(None, "--resolution", "-r", help="Input size in pixels (default: native)."),
-    precision: str = typer.Option("fp32", help="fp32 | bf16 | fp16 (autocast)."),
+    precision: str = typer.Option("fp32", help="fp32 (full fp32 on every backend) | tf32 (GPU) | bf16 | fp16 "
+                                               "(autocast)."),
     backend: str = typer.Option(None, help=f"{backend_choices()} (default: the first)."),
     device: str = typer.Option("cpu", help="cpu | cuda | cuda:N (torch); cpu | gpu | tpu (jax)."),
     threads: int = typer.Option(None, help="Intra-op threads (default: the framework's; recorded either way)."),
     compile: bool = typer.Option(False, "--compile/--no-compile", help="torch.compile the model (torch)."),
+    compile_mode: str = typer.Option(None, "--compile-mode",
+                                     help="With --compile: default | reduce-overhead (CUDA graphs) | max-autotune "
+                                          "| max-autotune-no-cudagraphs (torch)."),
+    timing: str = typer.Option("throughput", help="throughput: windows of steps queued between two device events "
+                                                  "(img/s) | latency: every step synchronised (p50/p90/p99)."),
+    window_steps: int = typer.Option(None, "--window-steps", min=1,
+                                     help="throughput: steps per window (default: 5 windows cover the minimums)."),
     optimizer: str = typer.Option("adam", help="train: adam (paper pre-training) | sgd (momentum 0.9)."),
     channels_last: bool = typer.Option(None, "--channels-last/--no-channels-last",
                                        help="Default: on for BiT and hybrid, off for ViT."),
@@ -49,18 +58,20 @@ def bench_cmd(
     seed: int = typer.Option(0),
     as_json: bool = typer.Option(False, "--json", help="Print the whole record (with raw step times) as JSON."),
 ) -> None:
-    """Throughput of one model: img/s, step time median/p90/p99, spread, first-step/compile time, peak memory, MFU.
+    """Throughput of one model: img/s, step time, spread, first-step/compile time, memory, energy, MFU.
 
     The first step (compilation, allocator warm-up) and the warm-up steps are timed apart and never enter the
-    throughput. Timed steps run until both --min-steps and --min-seconds are reached; every step is synchronised
-    with the device (CUDA events / block_until_ready). img/s = batch / median step time.
+    numbers. --timing throughput (default) queues windows of steps between two device events, as timm's
+    benchmark and TorchBench do; --timing latency synchronises every step and reports per-step p50/p90/p99.
+    MFU divides by the device's peak for the precision: a datasheet peak (NVIDIA, TPU) or the best matmul any
+    backend has shown on this device. Unstable measurements (high CV, other load, GPU slowdown) are flagged.
     """
     from vitbench.record import Status
 
     values = dict(model=model, backend=backend, batch_size=batch_size, resolution=resolution,
-                  precision=precision, compile=compile, device=device, threads=threads, channels_last=channels_last,
-                  seed=seed, warmup_steps=warmup, min_steps=min_steps, min_seconds=min_seconds,
-                  max_seconds=max_seconds)
+                  precision=precision, compile=compile, compile_mode=compile_mode, device=device, threads=threads,
+                  channels_last=channels_last, seed=seed, warmup_steps=warmup, min_steps=min_steps,
+                  min_seconds=min_seconds, max_seconds=max_seconds, timing=timing, window_steps=window_steps)
     if _choice(task, _MODES, "--task") == "train":
         values["optimizer"] = optimizer
     t, params = task_params(task, **values)
@@ -71,16 +82,58 @@ def bench_cmd(
     if rec.status is not Status.OK:
         console.print(f"[red]{rec.status}[/]: {rec.error.message if rec.error else ''}")
         raise typer.Exit(1)
+    console.print(_kv_table(_bench_title(rec), _bench_rows(rec)))
+    _print_warnings(rec)
+
+
+def _bench_title(rec) -> str:
     m, c = rec.metrics, rec.config
-    title = (f"{c['model']} {c['task']} | {c['backend']} {c['device']} {c['precision']} | "
-             f"batch {m['batch_size_achieved']} @ {c['resolution']}px | {rec.env.get('threads')} threads")
-    console.print(_kv_table(title, [
-        ("img_per_s", m["img_per_s"]), ("step_ms_median", m["step_ms_median"]), ("step_ms_p90", m["step_ms_p90"]),
-        ("step_ms_p99", m["step_ms_p99"]), ("step_ms_iqr", m["step_ms_iqr"]), ("step_cv", m["step_cv"]),
-        ("timed steps", m["steps"]), ("first_step_s", m["first_step_s"]), ("compile_s", m["compile_s"]),
-        ("peak_mem_mib", m["peak_mem_mib"]), ("model_tflops_per_s", m["model_tflops_per_s"]),
-        ("peak_tflops (matmul, measured)", m.get("peak_tflops")), ("mfu", m.get("mfu")),
-    ]))
+    compiled = f" | compile {m.get('compile_mode')}" if c.get("compile") else ""
+    return (f"{c['model']} {c['task']} | {c['backend']} {c['device']} {c['precision']}{compiled} | "
+            f"batch {m['batch_size_achieved']} @ {c['resolution']}px | {rec.env.get('threads')} threads | "
+            f"{c['timing']} timing")
+
+
+def _bench_rows(rec) -> list[tuple[str, object]]:
+    """The table of a bench record: every number with its unit in its name, what it is, and where it came from."""
+    m, c = rec.metrics, rec.config
+    latency = c["timing"] == "latency"
+    rows: list[tuple[str, object]] = [("img_per_s", m["img_per_s"]), ("step_ms_median", m["step_ms_median"])]
+    if latency:
+        rows += [("step_ms_p90 (latency)", m["step_ms_p90"]), ("step_ms_p99 (latency)", m["step_ms_p99"])]
+    else:
+        rows += [("windows x steps", f"{m['windows']} x {m['window_steps']}")]
+    rows += [("step_ms_iqr", m["step_ms_iqr"]), ("step_cv", m["step_cv"]), ("timed steps", m["steps"]),
+             ("timer", m["timer"]), ("first_step_s", m["first_step_s"]), ("compile_s", m["compile_s"]),
+             (f"peak_mem_mib (steady, {m['memory_kind']})", m["peak_mem_mib"]),
+             ("compile_peak_mem_mib (build..warm-up)", m["compile_peak_mem_mib"])]
+    for key in ("reserved_peak_mib", "device_used_mib", "energy_j_per_img", "power_w_mean"):
+        if m.get(key) is not None:
+            rows.append((key, m[key]))
+    rows += [("matmul precision", f"{m.get('matmul_precision')} ({m.get('matmul_settings')})"),
+             ("attention kernel", m.get("attention_kernel")),
+             ("model_tflops_per_s", m["model_tflops_per_s"])]
+    if m.get("peak_tflops") is not None:
+        where = m["peak_by"] if m["peak_source"] == "datasheet" else (
+            f"best matmul shown here, by {m['peak_by']} at {m['peak_measured_at']}"
+            + (", provisional: measured while busy" if m.get("peak_provisional") else ""))
+        rows.append((f"peak_tflops ({m['peak_source']}: {where})", m["peak_tflops"]))
+    rows.append(("mfu", m.get("mfu")))
+    return rows
+
+
+def _print_warnings(rec) -> None:
+    m = rec.metrics
+    if m.get("unstable"):
+        console.print(f"[yellow]unstable measurement:[/] {escape(str(m.get('noise')))}", highlight=False)
+    if m.get("mfu_over_peak") is not None:
+        if m.get("peak_source") == "datasheet":
+            console.print(f"[red]model FLOP/s are {m['mfu_over_peak']:.2f}x the datasheet peak:[/] the precision "
+                          "in force is not the row's, or the device matched the wrong datasheet row; mfu capped "
+                          "at 1", highlight=False)
+        else:
+            console.print(f"[yellow]this step beat the measured peak ({m['mfu_over_peak']:.2f}x):[/] the peak "
+                          "was raised to its model FLOP/s (mfu 1)", highlight=False)
 
 
 @app.command("max-batch")
@@ -191,33 +244,37 @@ def env_cmd(
     backend: str = typer.Option(None, help=f"{backend_choices()} (default: the first)."),
     device: str = typer.Option("cpu"),
     threads: int = typer.Option(None),
-    precision: str = typer.Option("fp32", help="Precision of the matmul peak."),
-    refresh: bool = typer.Option(False, "--refresh", help="Re-measure the peak instead of using the cache."),
+    precision: str = typer.Option("fp32", help="Precision of the peak."),
+    refresh: bool = typer.Option(False, "--refresh", help="Re-measure the peak with every backend (it only "
+                                                          "rises)."),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """This machine: versions, device, CPU, threads, git SHA, and the measured matmul peak (MFU denominator).
+    """This machine: versions, device, CPU, threads, git SHA, and the device's peak (the MFU denominator).
 
-    The peak is a 2048x2048 matmul timed for ~1 s (2 FLOPs per MAC), cached per machine/backend/device/precision/
-    threads under ~/.cache/vitbench/peak.json; every bench record divides its model FLOP/s by it (MFU).
+    The peak is the device's datasheet dense peak for the precision where one exists (NVIDIA GPUs, TPUs), else
+    the best matmul any backend has shown on this device (several sizes, cached per machine, device, precision
+    and threads in ~/.cache/vitbench/peaks.json). `vitbench doctor` checks more.
     """
     from vitbench.backends.base import default_backend, get_backend
     from vitbench.env import environment, lock_differences
-    from vitbench.measure.peak import matmul_peak
+    from vitbench.measure.peak import device_peak
 
     be = get_backend(backend or default_backend())
     info = be.setup(device, threads)
-    peak = matmul_peak(be, _choice(precision, PRECISIONS, "--precision"), device, info.get("threads"),
-                       refresh=refresh)
+    peak = device_peak(be, _choice(precision, PRECISIONS, "--precision"), info.get("threads"), refresh=refresh,
+                       remeasure_provisional=True)
     env = environment(info)
     differ, not_installed = lock_differences()
     if as_json:
-        print_json({"env": env, "matmul_peak": peak, "lock": {
+        print_json({"env": env, "peak": peak.metrics() if peak else None, "lock": {
             "differ": [{"name": n, "installed": have, "locked": want} for n, have, want in differ],
             "not_installed": not_installed}})
         return
     rows = [(k, v) for k, v in env.items() if v is not None]
-    rows.append((f"matmul peak {precision} (TFLOP/s)", peak["peak_tflops"]))
-    rows.append(("peak measured at", peak["measured_at"] + (" (cached)" if peak["cached"] else "")))
+    if peak is not None:
+        rows.append((f"peak {precision} (TFLOP/s, {peak.source.value})", peak.tflops))
+        rows.append(("peak from", peak.by + (f" at {peak.at}" if peak.at else "")
+                     + (" (provisional: measured while busy)" if peak.provisional else "")))
     console.print(_kv_table("vitbench env", rows))
     if differ:
         console.print(f"[yellow]{len(differ)} installed package(s) differ from vitbench's lock[/] (tested "

@@ -10,8 +10,12 @@ from typing import Protocol
 import numpy as np
 
 from vitbench.errors import ConfigError
-from vitbench.inspect.distance import (attention_distance_per_image, check_attention, prefix_attention_share,
-                                       uniform_attention_distance_px)
+from vitbench.inspect.distance import (
+    attention_distance_per_image,
+    check_attention,
+    prefix_attention_share,
+    uniform_attention_distance_px,
+)
 from vitbench.inspect.filters import FilterComponents, acts_on_pixels, embedding_filter_components, is_grey
 from vitbench.inspect.layout import TokenLayout
 from vitbench.inspect.posemb import adjacent_similarity, posemb_similarity

@@ -1,60 +1,323 @@
-"""The device's measured dense-matmul peak (FLOP/s), cached per machine: the denominator of MFU.
+"""The MFU denominator: one peak per device and precision, never per framework.
 
-A measured peak (not a datasheet number) keeps MFU honest on any machine, including this CPU. The cache keeps the
-best reading (`vitbench env --refresh` re-measures and only ever raises it), so a busy machine cannot lower it. The cache lives in
-$VITBENCH_CACHE_DIR or $XDG_CACHE_HOME/vitbench (default ~/.cache/vitbench)/peak.json, keyed by machine, backend,
-device, precision and threads.
+- A device with a datasheet (NVIDIA GPUs, TPUs: vitbench.measure.datasheet) uses its dense datasheet peak.
+- Any other device (CPUs, unlisted GPUs) uses a *measured* peak: the best dense-matmul throughput any backend
+  has shown on it, in that precision, over several matrix sizes, each timed for `PeakPolicy.seconds` as queued
+  windows (median window). The first time a device/precision/threads is asked for, every available backend that
+  can multiply matrices on it measures (the asking one in-process, the others each in a fresh process), so the
+  first row of every backend already shares the peak.
+- It is cached per machine + device + precision (+ threads on a CPU), not per backend, in
+  $VITBENCH_CACHE_DIR or $XDG_CACHE_HOME/vitbench (default ~/.cache/vitbench)/peaks.json. Every reading is kept
+  (the last `keep`), the peak is the best of them and only ever rises. A backend installed later measures the
+  first time it asks (the entry records which backends have measured).
+- $VITBENCH_PEAK_POLICY (JSON of PeakPolicy fields, e.g. '{"cpu_sizes": [256, 512], "seconds": 0.1}') changes
+  how a peak is measured, for quick looks and tests; it is inherited by trial processes.
+- A busy first measurement is not the peak forever: a reading taken while other processes used the CPU
+  (vitbench.measure.load) leaves the peak *provisional* (every row says so), and while it is, the calibration at
+  the start of every sweep run, `vitbench env` and `vitbench doctor` re-measure it (at most `busy_retries` times;
+  the rows of one run then share one peak); every calibration also offers its own reading, and a model step whose
+  model FLOP/s beat the peak raises it (the step showed the device can do that much: its analytic FLOPs are
+  matmul FLOPs), so its MFU is 1, flagged, never above.
 """
 
 from __future__ import annotations
 
+import contextlib
+import enum
+import fcntl
 import json
 import os
+import subprocess
+import sys
 import time
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
+from vitbench.backends.base import Backend, Capability, Device, DeviceKind, backend_names, backend_spec
 from vitbench.env import machine_id
+from vitbench.errors import ConfigError
+from vitbench.measure.datasheet import datasheet_tflops
+from vitbench.measure.load import LoadMeter
+
+PEAK_MARK = "VITBENCH_PEAK "
 
 
+class PeakSource(str, enum.Enum):
+    DATASHEET = "datasheet"
+    MEASURED = "measured"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class PeakPolicy:
+    """How a measured peak is taken."""
+
+    # Square sizes: on CPUs BLAS reaches its best by 1-2k; GPUs need 4-8k to fill every SM with large tiles.
+    cpu_sizes: tuple[int, ...] = (512, 1024, 2048)
+    accelerator_sizes: tuple[int, ...] = (2048, 4096, 8192)
+    seconds: float = 1.0  # timed seconds per size (after warm-up): long enough for a stable median window
+    busy_retries: int = 3  # a peak measured while busy is re-measured on use at most this many times
+    keep: int = 20  # readings kept per entry (for inspection)
+    timeout_s: float = 600.0  # a backend measuring in its own process
+
+    def sizes(self, kind: DeviceKind) -> tuple[int, ...]:
+        return self.cpu_sizes if kind is DeviceKind.CPU else self.accelerator_sizes
+
+
+POLICY = PeakPolicy()
+POLICY_ENV = "VITBENCH_PEAK_POLICY"
+
+
+def current_policy() -> PeakPolicy:
+    """POLICY with $VITBENCH_PEAK_POLICY's fields on top."""
+    text = os.environ.get(POLICY_ENV)
+    if not text:
+        return POLICY
+    names = {f.name for f in fields(PeakPolicy)}
+    try:
+        data = json.loads(text)
+        if not isinstance(data, dict) or set(data) - names:
+            raise ValueError
+        return replace(POLICY, **{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+    except (ValueError, TypeError):
+        raise ConfigError(f"${POLICY_ENV} must be a JSON object with fields among {', '.join(sorted(names))}; "
+                          f"got {text!r}") from None
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One showing of a device's matmul throughput."""
+
+    tflops: float
+    by: str  # the backend that measured it, or the model step that showed it
+    at: str  # ISO time
+    how: str
+    other_cores: float | None = None  # CPU cores other processes used meanwhile
+    busy: bool = False
+    backend: str | None = None  # set for a full matmul measurement by that backend (not for observations)
+
+
+@dataclass(frozen=True)
+class Peak:
+    """The peak a row divides by, and where it came from."""
+
+    tflops: float
+    source: PeakSource
+    by: str  # datasheet: its source; measured: the backend (or step) that showed the best reading
+    device: str
+    precision: str
+    at: str | None = None  # when the best reading was taken (measured peaks)
+    provisional: bool = False  # every reading so far was taken while other processes loaded the CPU
+
+    def metrics(self) -> dict:
+        return {"peak_tflops": self.tflops, "peak_source": self.source.value, "peak_by": self.by,
+                "peak_measured_at": self.at, "peak_provisional": self.provisional}
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The cache
+# ------------------------------------------------------------------------------------------------------------------
 def cache_dir() -> Path:
     base = os.environ.get("VITBENCH_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "vitbench")
     return Path(base)
 
 
-def _key(backend_name: str, device: str, precision: str, threads: int | None) -> str:
-    return f"{machine_id()}|{backend_name}|{device}|{precision}|threads={threads}"
+def cache_path() -> Path:
+    return cache_dir() / "peaks.json"
+
+
+def peak_key(device: Device, precision: str, threads: int | None) -> str:
+    """Machine + device + precision (+ threads on a CPU, where the thread count is part of the device's speed)."""
+    parts = [machine_id(), device.name, precision]
+    if device.kind is DeviceKind.CPU:
+        parts.append(f"threads={threads}")
+    return "|".join(parts)
 
 
 def _load(path: Path) -> dict:
     try:
-        return json.loads(path.read_text())
+        data = json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
+    return data if isinstance(data, dict) else {}
 
 
-def matmul_peak(backend, precision: str = "fp32", device: str = "cpu", threads: int | None = None,
-                refresh: bool = False, seconds: float = 1.0) -> dict:
-    """Return {'peak_tflops': ..., 'measured_at': ..., 'cached': bool} for an already set-up backend."""
-    path = cache_dir() / "peak.json"
-    key = _key(backend.name, device, precision, threads)
-    cache = _load(path)
-    if not refresh and key in cache:
-        return {**cache[key], "cached": True}
-    flops = backend.matmul_flops_per_s(precision, seconds=seconds)
-    entry = {"peak_tflops": flops / 1e12, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S"), "key": key}
-    old = cache.get(key)
-    if old and old.get("peak_tflops", 0) > entry["peak_tflops"]:
-        # A peak is the best the device has shown: a re-measurement on a busy machine must not lower it
-        # (MFU would then exceed 1). The latest reading is kept beside it for inspection.
-        entry = {**old, "last_tflops": entry["peak_tflops"], "last_measured_at": entry["measured_at"]}
+@contextlib.contextmanager
+def _locked(path: Path):
+    """An exclusive lock beside the cache: concurrent trials read-modify-write it one at a time."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def read_entry(key: str) -> dict | None:
+    entry = _load(cache_path()).get(key)
+    return entry if isinstance(entry, dict) and entry.get("peak_tflops") else None
+
+
+def offer(key: str, reading: Reading, policy: PeakPolicy | None = None) -> dict:
+    """Add a reading to the device's entry; the peak rises if the reading beats it. Returns the entry."""
+    policy = policy or current_policy()
+    path = cache_path()
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        cache = _load(path)
-        cache[key] = entry
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(cache, indent=1))
-        os.replace(tmp, path)  # atomic: concurrent runs never see a half-written cache
-    except OSError:
-        pass  # a read-only home is no reason to fail a measurement
-    return {**entry, "cached": False}
+        with _locked(path):
+            cache = _load(path)
+            entry = _merge(cache.get(key), reading, policy)
+            cache[key] = entry
+            tmp = path.with_suffix(f".tmp{os.getpid()}")
+            tmp.write_text(json.dumps(cache, indent=1))
+            os.replace(tmp, path)  # atomic: a reader never sees a half-written cache
+    except OSError:  # a read-only home is no reason to fail a measurement: the reading still counts here
+        entry = _merge(read_entry(key), reading, policy)
+    return entry
+
+
+def _merge(entry: dict | None, reading: Reading, policy: PeakPolicy) -> dict:
+    e = dict(entry or {})
+    e["readings"] = [*(e.get("readings") or []), asdict(reading)][-policy.keep:]
+    if reading.backend is not None:  # a full measurement (observations raise the peak, never settle it)
+        e["quiet_readings"] = int(e.get("quiet_readings", 0)) + (not reading.busy)
+        e["busy_readings"] = int(e.get("busy_readings", 0)) + bool(reading.busy)
+        e["measured_by"] = sorted({*(e.get("measured_by") or []), reading.backend})
+    if reading.tflops > float(e.get("peak_tflops") or 0.0):
+        e.update(peak_tflops=reading.tflops, by=reading.by, measured_at=reading.at, how=reading.how)
+    return e
+
+
+def _provisional(entry: dict) -> bool:
+    return int(entry.get("quiet_readings", 0)) == 0
+
+
+def _peak(entry: dict, device: Device, precision: str) -> Peak:
+    return Peak(float(entry["peak_tflops"]), PeakSource.MEASURED, str(entry.get("by")), device.name, precision,
+                at=entry.get("measured_at"), provisional=_provisional(entry))
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Measuring
+# ------------------------------------------------------------------------------------------------------------------
+def now_iso() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def measure_reading(be: Backend, precision: str, policy: PeakPolicy | None = None) -> Reading:
+    """The best matmul rate `be` (already set up) shows over the policy's sizes."""
+    policy = policy or current_policy()
+    device = be.device_info()
+    sizes = policy.sizes(device.kind)
+    best, best_n = 0.0, sizes[0]
+    with LoadMeter() as load:
+        for n in sizes:
+            flops = be.matmul_flops_per_s(precision, n=n, seconds=policy.seconds)
+            if flops > best:
+                best, best_n = flops, n
+    busy = load.busy and device.kind is DeviceKind.CPU  # other CPU load slows a CPU, not an accelerator
+    return Reading(best / 1e12, be.name, now_iso(),
+                   f"{precision} matmul, best of n={'/'.join(map(str, sizes))} (n={best_n}), median of queued "
+                   f"windows over {policy.seconds:g} s each", load.other_cores, busy, backend=be.name)
+
+
+def measure_elsewhere(backend: str, device: Device, precision: str, threads: int | None,
+                      policy: PeakPolicy | None = None) -> Reading | None:
+    """`backend` measures the same device in a fresh process (its framework never shares ours); None when it
+    cannot (not installed, another device under that index, a failure)."""
+    policy = policy or current_policy()
+    dev = backend_spec(backend).device_string(device.kind, device.index)
+    payload = json.dumps({"backend": backend, "device": dev, "threads": threads, "precision": precision,
+                          "device_name": device.name, "policy": asdict(policy)})
+    try:
+        proc = subprocess.run([sys.executable, "-m", "vitbench.measure.peak_probe", payload], capture_output=True,
+                              text=True, timeout=policy.timeout_s, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    line = next((x for x in reversed(proc.stdout.splitlines()) if x.startswith(PEAK_MARK)), None)
+    if line is None:
+        return None
+    data = json.loads(line[len(PEAK_MARK):])
+    return Reading(**data) if data else None
+
+
+def _measurers(device: Device, precision: str) -> list[str]:
+    """The registered, installed backends that can run a `precision` matmul on a device of this kind."""
+    from vitbench.registry import Kind, entry
+
+    out = []
+    for name in backend_names():
+        spec = backend_spec(name)
+        dev = spec.device_string(device.kind, device.index)
+        if (Capability.MATMUL_PEAK not in spec.capabilities or dev is None or entry(Kind.BACKEND, name).missing()
+                or spec.problems({"precision": precision, "device": dev})):
+            continue
+        out.append(name)
+    return out
+
+
+def _can_measure(be: Backend, device: Device, precision: str) -> bool:
+    dev = be.spec.device_string(device.kind, device.index)
+    return (Capability.MATMUL_PEAK in be.spec.capabilities and dev is not None
+            and not be.spec.problems({"precision": precision, "device": dev}))
+
+
+def establish(be: Backend, precision: str, threads: int | None, only: set[str] | None = None,
+              policy: PeakPolicy | None = None) -> list[Reading]:
+    """Every backend that can (or those in `only`) shows its matmul rate on `be`'s device: `be` here, the others
+    in their own processes. Returns the readings; each was offered to the cache."""
+    policy = policy or current_policy()
+    device = be.device_info()
+    key = peak_key(device, precision, threads)
+    names = [n for n in {*_measurers(device, precision), be.name} if only is None or n in only]
+    readings = []
+    for name in sorted(names):
+        if name == be.name:
+            r = measure_reading(be, precision, policy) if _can_measure(be, device, precision) else None
+        else:
+            r = measure_elsewhere(name, device, precision, threads, policy)
+        if r is not None:
+            offer(key, r, policy)
+            readings.append(r)
+    return readings
+
+
+def device_peak(be: Backend, precision: str, threads: int | None, refresh: bool = False,
+                remeasure_provisional: bool = False, policy: PeakPolicy | None = None) -> Peak | None:
+    """The peak of `be`'s device (set up) in `precision`: datasheet, else the measured one (measured now by every
+    backend here that has not measured it yet; by `be` again while provisional if `remeasure_provisional`; by
+    every backend when `refresh`). None when no backend here can measure it."""
+    policy = policy or current_policy()
+    device = be.device_info()
+    sheet = datasheet_tflops(device.name, precision)
+    if sheet is not None:
+        tflops, row = sheet
+        return Peak(tflops, PeakSource.DATASHEET, f"{row.device}: {row.source}", device.name, precision)
+    key = peak_key(device, precision, threads)
+    entry = read_entry(key)
+    missing = {*_measurers(device, precision), be.name} - set((entry or {}).get("measured_by") or [])
+    if refresh or entry is None or missing:
+        establish(be, precision, threads, None if (refresh or entry is None) else missing, policy)
+    elif (remeasure_provisional and _provisional(entry) and _can_measure(be, device, precision)
+          and int(entry.get("busy_readings", 0)) <= policy.busy_retries):
+        offer(key, measure_reading(be, precision, policy), policy)
+    entry = read_entry(key)
+    return _peak(entry, device, precision) if entry else None
+
+
+def offer_observation(be: Backend, precision: str, threads: int | None, tflops: float, by: str, how: str,
+                      other_cores: float | None = None, busy: bool = False,
+                      policy: PeakPolicy | None = None) -> Peak | None:
+    """A rate the device was seen to reach (a calibration's matmul, a model step's model FLOP/s): the measured
+    peak rises to it if it is higher. Devices with a datasheet peak keep it (returned unchanged)."""
+    device = be.device_info()
+    sheet = datasheet_tflops(device.name, precision)
+    if sheet is not None:
+        tflops_sheet, row = sheet
+        return Peak(tflops_sheet, PeakSource.DATASHEET, f"{row.device}: {row.source}", device.name, precision)
+    key = peak_key(device, precision, threads)
+    entry = offer(key, Reading(tflops, by, now_iso(), how, other_cores, busy), policy)
+    return _peak(entry, device, precision)

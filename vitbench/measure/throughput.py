@@ -1,21 +1,41 @@
 """Inference and training-step throughput of one (model, backend, settings).
 
-Method (METHOD_VERSION in vitbench.record): build -> one first step (timed apart: includes compile/jit and
-allocator warm-up) -> `warmup_steps` untimed-for-throughput steps (kept raw) -> timed steps until both
-`min_steps` and `min_seconds` are reached (or `max_seconds`). Every step is synchronised by the backend.
-img_per_s = achieved batch / median step time. Model FLOP/s use the analytic forward count (x3 for a training
-step: forward + backward ~ 3 forwards), MFU = model FLOP/s / the device's measured matmul peak.
+Method (METHOD_VERSION in vitbench.record):
+  build -> one first step (timed apart: compile/jit and allocator warm-up) -> `warmup_steps` steps (kept raw, not
+  counted) -> [memory phase restarts] -> timed steps in the chosen timing mode (vitbench.measure.timing):
+  - latency: one step at a time, synchronised, until `min_steps` and `min_seconds` (or `max_seconds`);
+    step_ms_median/p90/p99 are per-step latencies;
+  - throughput (default): windows of `window_steps` steps queued between two device-idle points (CUDA events
+    on GPU), at least MIN_WINDOWS of them; step_ms_* are per-step times of whole windows (a window is one sample).
+  img_per_s = achieved batch / median step time (per-step time of the median window in throughput mode).
+Memory: `compile_peak_mem_mib` covers build, compilation, the first and the warm-up steps; `peak_mem_mib` only the
+steady timed steps (weights and optimizer state included, compiler scratch not), of the kind `memory_kind` names;
+on CUDA the reserved peak and NVML's device-used memory apart, and energy per image from NVML's counter.
+Model FLOP/s use the analytic forward count (x3 for a training step: forward + backward ~ 3 forwards);
+MFU = model FLOP/s / the device's peak for the precision (vitbench.measure.peak: datasheet, or the best measured
+matmul of any backend), never above 1: a step faster than a measured peak raises the peak.
 """
 
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import replace
 
 from vitbench.backends.base import Backend, Step, default_backend, get_backend
 from vitbench.env import environment
 from vitbench.errors import ConfigError
-from vitbench.measure.timing import summarize
+from vitbench.measure.load import LoadMeter
+from vitbench.measure.noise import assess, summary
+from vitbench.measure.nvml import EnergyMeter
+from vitbench.measure.timing import (
+    DEFAULT_TIMING,
+    MIN_WINDOWS,
+    TimingMode,
+    summarize,
+    summarize_windows,
+    window_steps_for,
+)
 from vitbench.models.analytic import analytic_counts
 from vitbench.models.specs import get_spec
 from vitbench.record import ErrorInfo, Record, Status, now
@@ -44,15 +64,25 @@ def step_config(backend: str, step: Step, device: str, threads: int | None) -> d
 
 def bench(step: Step, backend: str | Backend | None = None, device: str = "cpu", threads: int | None = None,
           warmup_steps: int = 3, min_steps: int = 10, min_seconds: float = 1.0, max_seconds: float = 60.0,
+          timing: TimingMode | str = DEFAULT_TIMING, window_steps: int | None = None,
           with_mfu: bool = True) -> Record:
     """Measure steps/s of `step` and return a record of kind 'bench' (status 'oom' if it does not fit)."""
     started = now()
     step = resolve_step(step)
+    try:
+        timing = TimingMode(timing)
+    except ValueError:
+        allowed = ", ".join(m.value for m in TimingMode)
+        raise ConfigError(f"unknown timing {timing!r}; allowed: {allowed}") from None
+    if window_steps is not None and window_steps < 1:
+        raise ConfigError(f"window_steps must be >= 1, got {window_steps}")
     be = get_backend(backend or default_backend()) if not isinstance(backend, Backend) else backend
     info = be.setup(device, threads)
     config = {**step_config(be.name, step, device, threads), "warmup_steps": warmup_steps,
-              "min_steps": min_steps, "min_seconds": min_seconds}
+              "min_steps": min_steps, "min_seconds": min_seconds, "timing": timing.value,
+              "window_steps": window_steps}
     env = environment(info)
+    dev = be.device_info()
     work = None
     oom = None
     try:
@@ -68,8 +98,19 @@ def bench(step: Step, backend: str | Backend | None = None, device: str = "cpu",
             t0 = time.perf_counter()
             work.sync(work.step())
             warmup_s.append(time.perf_counter() - t0)
-        step_s = be.time_steps(work, min_steps, min_seconds, max_seconds)
-        peak_mem = be.peak_memory_mib()
+        compile_mem = (be.peak_memory_mib(), be.reserved_peak_mib())
+        state = work.state_bytes()
+        be.restart_peak_memory(work)  # the steady phase: what compilation used and freed no longer counts
+        with LoadMeter() as load, EnergyMeter(dev) as energy:
+            if timing is TimingMode.LATENCY:
+                per_window = 1
+                samples = be.time_steps(work, min_steps, min_seconds, max_seconds)
+            else:
+                estimate = statistics.median(warmup_s) if warmup_s else first_step_s
+                per_window = window_steps or window_steps_for(estimate, min_steps, min_seconds, max_seconds)
+                samples = be.time_windows(work, per_window, min_steps, min_seconds, max_seconds, MIN_WINDOWS)
+        peak_mem, memory_kind, reserved = be.peak_memory_mib(), be.memory_kind(), be.reserved_peak_mib()
+        attention = be.attention_kernel(work)  # one more step, after everything above was measured
     except Exception as e:  # noqa: BLE001 - OOM is a result, anything else propagates
         if not be.is_oom(e):
             raise
@@ -83,13 +124,21 @@ def bench(step: Step, backend: str | Backend | None = None, device: str = "cpu",
         work = None
         be.cleanup()
         return Record.failed(KIND, config, Status.OOM, oom, started_at=started, env=env)
-    stats = summarize(step_s)
+    if timing is TimingMode.LATENCY:
+        stats, step_s = summarize(samples), samples
+    else:
+        stats, step_s = summarize_windows(samples, per_window), [w / per_window for w in samples]
     batch = work.batch_size
     median_s = stats["step_ms_median"] / 1000
+    end = energy.end
+    noise = assess(samples, be.timer, load.other_cores, gpu_slowdown=end.slowdown if end else (),
+                   other_gpu_processes=end.other_processes if end else None)
+    settings = dict(work.settings)
     metrics = {
         "img_per_s": batch / median_s,
         "img_per_s_mean": batch / (stats["step_ms_mean"] / 1000),
         **stats,
+        "timer": be.timer.value,  # the timing mode is the config's `timing`
         "batch_size_requested": step.batch_size,
         "batch_size_achieved": batch,
         "build_s": build_s,
@@ -99,6 +148,23 @@ def bench(step: Step, backend: str | Backend | None = None, device: str = "cpu",
         "compile_s": work.compile_s if work.compile_s is not None
         else (max(0.0, first_step_s - median_s) if step.compile else None),
         "peak_mem_mib": peak_mem,
+        "memory_kind": memory_kind.value,
+        "state_mib": state / 2**20 if state is not None else None,  # weights, grads, optimizer state, inputs
+        "compile_peak_mem_mib": compile_mem[0],
+        "reserved_peak_mib": reserved,
+        "compile_reserved_peak_mib": compile_mem[1],
+        "device_used_mib": end.used_mib if end else None,
+        "energy_j_per_img": energy.energy_j / (stats["steps"] * batch) if energy.energy_j is not None else None,
+        "power_w_mean": energy.energy_j / energy.wall_s if energy.energy_j is not None and energy.wall_s else None,
+        "nvml": energy.why,
+        "matmul_precision": settings.get("matmul_precision"),
+        "autocast": settings.get("autocast"),
+        "matmul_settings": settings.get("framework"),
+        "compile_mode": settings.get("compile_mode"),
+        "attention_kernel": attention.value if attention is not None else None,
+        "other_load_cores": load.other_cores,
+        "unstable": bool(noise),
+        "noise": summary(noise),
     }
     spec = get_spec(step.model)
     fwd_gflops = analytic_counts(spec, step.resolution, step.num_classes).gflops
@@ -106,10 +172,31 @@ def bench(step: Step, backend: str | Backend | None = None, device: str = "cpu",
     metrics["gflops_per_img_fwd"] = fwd_gflops
     metrics["model_tflops_per_s"] = step_gflops / median_s / 1e3
     if with_mfu:
-        from vitbench.measure.peak import matmul_peak
-
-        peak = matmul_peak(be, step.precision, device, info.get("threads"))
-        metrics["peak_tflops"] = peak["peak_tflops"]
-        metrics["mfu"] = metrics["model_tflops_per_s"] / peak["peak_tflops"] if peak["peak_tflops"] else None
-    raw = {"step_s": step_s, "warmup_s": warmup_s}
+        metrics.update(mfu_metrics(be, step, info.get("threads"), metrics["model_tflops_per_s"], load))
+    raw = {"step_s": step_s, "warmup_s": warmup_s, "noise": [{"flag": n.flag.value, "detail": n.detail}
+                                                             for n in noise], "settings": settings}
+    if timing is TimingMode.THROUGHPUT:
+        raw["window_s"] = samples
     return Record.measured(KIND, config, metrics=metrics, raw=raw, env=env, started_at=started)
+
+
+def mfu_metrics(be: Backend, step: Step, threads: int | None, model_tflops: float, load: LoadMeter) -> dict:
+    """mfu, the peak it divides by and where that came from. A step faster than a measured peak showed the
+    device can do more: the peak rises to the step's rate (mfu 1). Faster than a datasheet peak cannot be (a
+    wrong precision, a wrong row): mfu is capped at 1 and `mfu_over_peak` keeps the quotient."""
+    from vitbench.measure.peak import PeakSource, device_peak, offer_observation
+
+    peak = device_peak(be, step.precision, threads)
+    if peak is None or not peak.tflops:
+        return {"peak_tflops": None, "mfu": None}
+    ratio = model_tflops / peak.tflops
+    over = None
+    if ratio > 1:
+        over = ratio
+        if peak.source is PeakSource.MEASURED:
+            peak = offer_observation(be, step.precision, threads, model_tflops,
+                                     by=f"{step.model} {step.mode} step ({be.name})",
+                                     how="model FLOP/s of a timed step (analytic matmul FLOPs / median step)",
+                                     other_cores=load.other_cores, busy=load.busy)
+        ratio = min(1.0, model_tflops / peak.tflops)
+    return {**peak.metrics(), "mfu": ratio, "mfu_over_peak": over}

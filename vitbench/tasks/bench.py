@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, Field
 
 from vitbench.backends.base import Capability, Step
@@ -10,13 +12,20 @@ from vitbench.tasks import Figure, Metric, ReportPart, Task, lazy, register_repo
 from vitbench.tasks.fields import params_model
 
 KIND = "bench"
-_SHARED = ("model", "backend", "task", "device", "resolution", "batch_size", "precision", "compile", "seed",
-           "threads", "num_classes", "channels_last")
+_SHARED = ("model", "backend", "task", "device", "resolution", "batch_size", "precision", "compile",
+           "compile_mode", "seed", "threads", "num_classes", "channels_last")
 
 
 class Timing(BaseModel):
-    """How long a throughput measurement runs (vitbench.measure.throughput)."""
+    """How steps are timed and for how long (vitbench.measure.throughput, vitbench.measure.timing)."""
 
+    # The default is what the field calls img/s: timm's benchmark.py and TorchBench time many queued steps
+    # between two synchronisations (see vitbench.measure.timing.TimingMode).
+    timing: Literal["throughput", "latency"] = Field(
+        "throughput", description="throughput: windows of steps queued between two device events (img/s); "
+                                  "latency: every step synchronised (per-step p50/p90/p99)")
+    window_steps: int | None = Field(None, gt=0, description="throughput: steps per window (null: enough for 5 "
+                                                             "windows to cover min_steps and min_seconds)")
     warmup_steps: int = Field(3, ge=0, description="steps after the first, run but not counted")
     min_steps: int = Field(10, gt=0, description="timed steps at least")
     min_seconds: float = Field(1.0, ge=0, description="timed seconds at least")
@@ -24,7 +33,8 @@ class Timing(BaseModel):
 
 
 def step_samples(rec: Record) -> list[float] | None:
-    """Per-step throughput (img/s): the achieved batch over each raw step time."""
+    """Per-sample throughput (img/s): the achieved batch over each raw step time (latency timing: one per step;
+    throughput timing: one per window, its mean step time)."""
     steps = rec.raw.get("step_s")
     batch = rec.metrics.get("batch_size_achieved") or rec.measured_config.get("batch_size")
     if not isinstance(steps, list) or not isinstance(batch, (int, float)) or isinstance(batch, bool):
@@ -34,13 +44,22 @@ def step_samples(rec: Record) -> list[float] | None:
 
 
 METRICS = (
-    Metric("img_per_s", "img/s", True, "throughput: achieved batch / median step time; decided on raw per-step "
-           "times", comparable=True, default_compare=True, speed=True, samples=step_samples),
-    Metric("step_ms_median", "ms", False, "median step time"),
-    Metric("peak_mem_mib", "MiB", False, "peak memory (device allocator; process RSS growth on CPU)",
+    Metric("img_per_s", "img/s", True, "achieved batch / median step time, in the row's timing mode; decided on "
+           "raw per-step (latency) or per-window (throughput) times", comparable=True, default_compare=True,
+           speed=True, samples=step_samples),
+    Metric("step_ms_median", "ms", False,
+           "median step time (latency: per step; throughput: per step of a window)"),
+    Metric("step_ms_p99", "ms", False, "99th percentile step latency (latency timing only)"),
+    Metric("peak_mem_mib", "MiB", False, "peak memory of the steady steps, of the row's memory_kind "
+           "(allocator peak on a GPU; the step's state + RSS growth on a CPU; resident + XLA's planned temp "
+           "where the allocator cannot be reset)",
            comparable=True),
+    Metric("compile_peak_mem_mib", "MiB", False, "peak memory from build through compilation and warm-up"),
     Metric("compile_s", "s", False, "compile/jit time (single value per run)", comparable=True),
-    Metric("mfu", "fraction", True, "model FLOP/s / the device's peak"),
+    Metric("mfu", "fraction", True, "model FLOP/s / the device's peak for the precision (peak_source: datasheet "
+           "or measured), at most 1"),
+    Metric("energy_j_per_img", "J/img", False, "device energy per image over the timed steps (NVML)",
+           comparable=True),
 )
 
 
@@ -55,7 +74,7 @@ class _Bench(Task):
 
         return bench(Step.of(p.config(), mode=self.name), backend=p.backend, device=p.device, threads=p.threads,
                      warmup_steps=p.warmup_steps, min_steps=p.min_steps, min_seconds=p.min_seconds,
-                     max_seconds=p.max_seconds)
+                     max_seconds=p.max_seconds, timing=p.timing, window_steps=p.window_steps)
 
 
 @register_task
@@ -76,8 +95,8 @@ class Train(_Bench):
 
 register_report(ReportPart(
     "throughput", "Throughput (median over repeats)", (KIND,), lazy("vitbench.report.tables:throughput"),
-    columns=("model", "backend", "task", "device", "precision", "compile", "resolution", "batch_size", "repeats",
-             "img_per_s", "img_per_s_min", "img_per_s_max", "step_ms_median", "step_cv", "mfu"),
+    columns=("model", "backend", "task", "device", "precision", "compile", "timing", "resolution", "batch_size",
+             "repeats", "img_per_s", "img_per_s_min", "img_per_s_max", "step_ms_median", "step_cv", "mfu"),
     figures=(Figure("throughput_vs_resolution", "Throughput vs input size (cf. paper Figure 12, left)",
                     lazy("vitbench.report.plots:throughput_vs_resolution")),),
     order=10))

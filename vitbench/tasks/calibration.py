@@ -1,7 +1,9 @@
 """Task `calibration`: the device's dense-matmul throughput, measured fresh at the start of every sweep run.
 
 `vitbench compare --normalize` divides speeds by it (the calibration of the same run), so a slower or busier
-machine is not called a regression. Never cached; hidden from studies (the runner schedules it).
+machine is not called a regression. Never cached as such; its best reading is offered to the device's measured
+peak (vitbench.measure.peak: a quieter moment raises a peak first measured on a busy machine). Hidden from
+studies (the runner schedules it).
 """
 
 from __future__ import annotations
@@ -48,13 +50,23 @@ class Calibration(Task):
     def run(self, p) -> Record:
         from vitbench.backends.base import get_backend
         from vitbench.env import environment
+        from vitbench.measure.load import LoadMeter
+        from vitbench.measure.peak import device_peak, offer_observation
         from vitbench.record import now
 
         started = now()
         be = get_backend(p.backend)
         info = be.setup(p.device, p.threads)
-        vals = [be.matmul_flops_per_s(p.precision, n=p.matmul_n, seconds=p.seconds) / 1e12 for _ in range(p.reps)]
+        with LoadMeter() as load:
+            vals = [be.matmul_flops_per_s(p.precision, n=p.matmul_n, seconds=p.seconds) / 1e12
+                    for _ in range(p.reps)]
         s = sorted(vals)
-        metrics = {METRIC: s[len(s) // 2], f"{METRIC}_max": s[-1], f"{METRIC}_min": s[0]}
+        metrics = {METRIC: s[len(s) // 2], f"{METRIC}_max": s[-1], f"{METRIC}_min": s[0],
+                   "other_load_cores": load.other_cores}
+        offer_observation(be, p.precision, info.get("threads"), s[-1], by=f"calibration ({be.name})",
+                          how=f"{p.precision} matmul n={p.matmul_n}, best of {p.reps} x {p.seconds:g} s",
+                          other_cores=load.other_cores, busy=load.busy)
+        # before the run's trials: a missing peak is measured, a provisional one (measured while busy) again
+        device_peak(be, p.precision, info.get("threads"), remeasure_provisional=True)
         return Record.measured(self.kind, p.config(), metrics=metrics, raw={METRIC: vals}, env=environment(info),
                                started_at=started)

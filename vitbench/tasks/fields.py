@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, Strict, create_model, model_v
 from vitbench.backends.base import OPTIMIZERS, PRECISIONS, BackendName, default_backend
 from vitbench.errors import VitbenchError
 
+
 class LocalPath:
     """Marks a field whose value is a file or directory on local disk: a study checks that it exists before
     anything runs (vitbench.study.missing_paths), naming the field; a dry run still lists the trials."""
@@ -52,8 +53,11 @@ SHARED: dict[str, tuple[Any, Any, str]] = {
     "device": (_StrictStr, "cpu", "cpu, cuda, cuda:N (torch); cpu, gpu, tpu (jax)"),
     "resolution": (_PosInt | None, None, "input size in pixels (null: the variant's native one)"),
     "batch_size": (_PosInt, 8, "images per step (requested; records keep the achieved batch apart)"),
-    "precision": (_literal(PRECISIONS), "fp32", "compute precision (bf16/fp16: autocast or mixed)"),
+    "precision": (_literal(PRECISIONS), "fp32", "compute precision: fp32 = full IEEE fp32 matmuls on every "
+                  "backend, tf32 = TF32 tensor cores (GPU), bf16/fp16 = autocast or mixed"),
     "compile": (_StrictBool, False, "compile the eager model (torch.compile)"),
+    "compile_mode": (_StrictStr | None, None, "mode of the optional compiler (null: its default; the backend lists "
+                     "its modes), e.g. max-autotune, reduce-overhead"),
     "seed": (Annotated[int, Strict(), Field(ge=0)], 0, "model init and data seed"),
     "threads": (_PosInt | None, None, "intra-op CPU threads (null: the framework's default; recorded)"),
     "num_classes": (_PosInt | None, None, "classifier outputs (null: the variant's default)"),

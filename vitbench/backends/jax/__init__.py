@@ -10,7 +10,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from vitbench.backends.base import BackendSpec, Capability, register_backend
+from vitbench.backends.base import BackendSpec, Capability, DeviceKind, register_backend
 
 NAME = "jax"
 _DEVICE = re.compile(r"^(cpu|gpu|cuda|rocm|tpu)(:\d+)?$")
@@ -21,6 +21,9 @@ def _check(fields: Mapping[str, Any]) -> list[tuple[str, str]]:
     device = str(fields.get("device") or "cpu")
     if not _DEVICE.match(device):
         out.append(("device", f"backend {NAME!r} runs on cpu, gpu|cuda[:N] or tpu[:N]"))
+    if fields.get("precision") == "tf32" and not device.startswith(("gpu", "cuda")):
+        out.append(("precision", "tf32 is an NVIDIA GPU tensor-core format: there is none on a CPU, and a TPU's "
+                                 "fp32 matmuls are bf16 passes; use fp32 (full fp32) or bf16"))
     if fields.get("precision") == "fp16":
         if device.startswith("cpu"):
             out.append(("precision", "fp16 is not available on the jax backend's CPU device (XLA's CPU dot has "
@@ -36,11 +39,13 @@ SPEC = register_backend(BackendSpec(
     implementation="vitbench.backends.jax.backend:JaxBackend",
     requires=("jax", "flax", "optax"),
     capabilities=frozenset(Capability) - {Capability.COMPILE},  # always compiled (jit, ahead of time)
-    precisions=("fp32", "bf16", "fp16"),
+    precisions=("fp32", "tf32", "bf16", "fp16"),
     devices="cpu | gpu|cuda[:N] | tpu[:N]",
+    device_names=((DeviceKind.CPU, "cpu"), (DeviceKind.GPU, "gpu:{index}"), (DeviceKind.TPU, "tpu:{index}")),
     preload=(),  # XLA's CPU client sizes its thread pools at start-up: each trial starts JAX itself
     distributions=("jax", "jaxlib", "flax", "optax"),
     check=_check,
     install="pip install 'vitbench[jax]'",
-    description="JAX + Flax linen: jit compiled ahead of time (compile_s apart), block_until_ready, XLA FLOPs",
+    description="JAX + Flax linen: jit compiled ahead of time (compile_s apart), explicit matmul precision, "
+                "block_until_ready, XLA FLOPs",
 ))

@@ -4,31 +4,46 @@
   calls the compiled executable, so no tracing or compilation ever lands inside a timed step.
 - Sync: `jax.block_until_ready` on everything a step returns (for training: the new params and optimizer state,
   not just the loss, which is ready before the update is).
-- Precision: fp32; bf16 = mixed precision (float32 params, bf16 compute, float32 logits/loss, like torch
-  autocast); fp16 for inference only (training in fp16 needs loss scaling, which this backend does not do: use
-  bf16). Matmul precision is JAX's default for the platform (recorded as `matmul_precision`; on TPU "default"
-  runs float32 matmuls in bf16 passes -- set the `jax_default_matmul_precision` config to "highest" for true
-  fp32 there). fp16 is refused on CPU, where XLA has no fp16 dot with fp32 accumulation.
+- Precision: fp32 = full fp32 dots and convolutions: the step is traced under
+  `jax.default_matmul_precision("highest")` (JAX's own default is not fp32 everywhere: TF32 on NVIDIA GPUs, bf16
+  passes on TPU; JAX docs, `jax.default_matmul_precision` / `jax.lax.Precision`); tf32 = traced under
+  "tensorfloat32" (fp32 storage, TF32 dots; NVIDIA GPUs only); bf16 = mixed precision (float32 params, bf16
+  compute, float32 logits/loss, like torch autocast), its remaining fp32 dots at "highest"; fp16 for inference
+  only (training in fp16 needs loss scaling, which this backend does not do: use bf16). The precision of every
+  dot and convolution of the lowered step is read back from its StableHLO and recorded. fp16 is refused on CPU,
+  where XLA has no fp16 dot with fp32 accumulation.
 - Train step: softmax cross-entropy, then the optimiser of `training.py` (clip at global norm 1, the paper's
   gradient clipping; Adam beta 0.9/0.999, the paper's pre-training optimiser, or SGD momentum 0.9), lr and
   weight decay from OptimConfig's defaults, the same as the torch backend; params and optimizer state are
   donated (updated in place).
-- Memory: on GPU/TPU the allocator's `peak_bytes_in_use` from `device.memory_stats()` (JAX cannot reset it, so it
-  is the peak since the process started; vitbench runs one measurement per process where it matters); on CPU
-  the growth of the process's peak RSS (vitbench.procmem.PeakRSS), as for torch.
+- Memory: on CPU the growth of the process's peak RSS (vitbench.procmem.PeakRSS), as for torch; the steady
+  steps' phase starts after the heap's free memory (XLA's compiler scratch) went back to the OS. On GPU/TPU the
+  allocator's `peak_bytes_in_use` (JAX cannot reset it: it is the peak since the process started, compilation
+  and autotuning included); for the steady steps: that peak if it rose during them (then they set it), else the
+  bytes in use when they started plus the temp buffers XLA planned for the step (`memory_analysis()`).
 - Clients, GPU preallocation and CPU threads: see `client.py`.
 """
 
 from __future__ import annotations
 
 import gc  # noqa: E402
+import re  # noqa: E402
 import time  # noqa: E402
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from vitbench.backends.base import Backend, Step, Workload  # noqa: E402
+from vitbench.backends.base import (  # noqa: E402
+    AttentionKernel,
+    Backend,
+    Device,
+    DeviceKind,
+    MatmulWorkload,
+    MemoryKind,
+    Step,
+    Workload,
+)
 from vitbench.backends.jax import (
     SPEC,  # noqa: E402
     client,  # noqa: F401 - first: sets the GPU allocator before jax starts
@@ -39,13 +54,51 @@ from vitbench.models.specs import ModelSpec, get_spec  # noqa: E402
 from vitbench.procmem import PeakRSS, peak_rss_mib  # noqa: E402
 from vitbench.transfer.schedules import OptimConfig  # noqa: E402
 
-_DTYPES = {"fp32": jnp.float32, "bf16": jnp.bfloat16, "fp16": jnp.float16}
+_DTYPES = {"fp32": jnp.float32, "tf32": jnp.float32, "bf16": jnp.bfloat16, "fp16": jnp.float16}
+# The `jax_default_matmul_precision` each precision traces its step under (JAX docs, jax.default_matmul_precision:
+# "highest"/"float32" = fp32, "tensorfloat32" = TF32); mixed precision keeps its fp32 dots at full precision.
+MATMUL_PRECISION = {"fp32": "highest", "tf32": "tensorfloat32", "bf16": "highest", "fp16": "highest"}
+# dot_general: `precision = [HIGHEST, HIGHEST]`;
+# convolution: `precision_config = [#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]`
+_PRECISION_ATTR = re.compile(r"precision(?:_config)? = \[(?:#stablehlo<precision )?(\w+)>?, "
+                             r"(?:#stablehlo<precision )?(\w+)>?\]")
+_OPERAND_TYPE = re.compile(r"tensor<(?:[\d?]+x)*(\w+)>")  # the element type of a StableHLO tensor type
+_PLATFORM_KINDS = {"cpu": DeviceKind.CPU, "gpu": DeviceKind.GPU, "tpu": DeviceKind.TPU}
 
 
 def _dtype(precision: str):
     if precision not in _DTYPES:
         raise ConfigError(f"unknown precision {precision!r}; allowed: {', '.join(_DTYPES)}")
     return _DTYPES[precision]
+
+
+def lowered_precisions(text: str) -> list[str]:
+    """The distinct precision configs of the float32 dots and convolutions in a lowered module's StableHLO text
+    (the config only matters for float32 operands: bf16/fp16 dots run in their own type whatever it says)."""
+    found = set()
+    for line in text.splitlines():
+        m = _PRECISION_ATTR.search(line)
+        if not m:
+            continue
+        operands = line.rsplit(": (", 1)[-1].split(") ->", 1)[0]
+        if [t for t in _OPERAND_TYPE.findall(operands)] == ["f32", "f32"]:
+            a, b = m.groups()
+            found.add(a if a == b else f"{a},{b}")
+    return sorted(found)
+
+
+def step_numerics(precision: str, lowered_text: str) -> dict:
+    """What a step of `precision` computes its float32 matmuls in, from what its lowered module says (from the
+    setting it was traced under when it has none), and its mixed-precision compute dtype."""
+    found = lowered_precisions(lowered_text)
+    # HIGHEST = fp32 passes; HIGH = TF32 on NVIDIA GPUs (bf16_3x on TPU); DEFAULT = the platform's fastest
+    names = {("HIGHEST",): "fp32", ("HIGH",): "tf32"}
+    setting = MATMUL_PRECISION[precision]
+    math = names.get(tuple(found), "mixed") if found else ("fp32" if setting == "highest" else "tf32")
+    autocast = None if precision in ("fp32", "tf32") else str(jnp.dtype(_DTYPES[precision]))
+    return {"matmul_precision": math, "autocast": autocast,
+            "framework": f"jax_default_matmul_precision={setting} lowered f32 dot/conv precision="
+                         f"{'/'.join(found) or 'none'} dtype={autocast or 'float32'}"}
 
 
 def random_params(model, resolution: int, seed: int = 0) -> dict:
@@ -81,10 +134,14 @@ def random_params(model, resolution: int, seed: int = 0) -> dict:
 class JaxWorkload(Workload):
     """A compiled step and its device-resident arguments. `step()` returns without waiting (async dispatch)."""
 
-    def __init__(self, executable, args: tuple, batch_size: int, mode: str, compile_s: float, lower_s: float):
+    def __init__(self, executable, args: tuple, batch_size: int, mode: str, compile_s: float, lower_s: float,
+                 settings: dict | None = None, has_attention: bool = False):
         self.executable, self.args, self.batch_size, self.mode = executable, args, batch_size, mode
         self.compile_s = compile_s  # lower (trace) + XLA compile, seconds
         self.lower_s = lower_s
+        self.settings = settings or {}
+        self.has_attention = has_attention
+        self.temp_bytes = _temp_bytes(executable)  # XLA's planned scratch of one step (activations)
 
     def step(self):
         if self.mode == "infer":
@@ -96,12 +153,54 @@ class JaxWorkload(Workload):
     def sync(self, out) -> None:
         jax.block_until_ready(out)
 
+    def sync_window(self, outs) -> None:
+        if self.mode == "train":
+            # each step consumes the state the one before returned (donated, so those arrays are gone): the
+            # last step's result is ready only once every step of the window has run
+            jax.block_until_ready(outs[-1])
+        else:
+            jax.block_until_ready(outs)  # independent executions: wait for each
+
+    def state_bytes(self) -> int | None:
+        return sum(int(leaf.nbytes) for leaf in jax.tree_util.tree_leaves(self.args)
+                   if isinstance(leaf, jax.Array) and not leaf.is_deleted())
+
     def close(self) -> None:
         for leaf in jax.tree_util.tree_leaves(self.args):
             if isinstance(leaf, jax.Array) and not leaf.is_deleted():
                 leaf.delete()
         self.executable = None
         self.args = ()
+
+
+def _temp_bytes(executable) -> int | None:
+    try:
+        return int(executable.memory_analysis().temp_size_in_bytes)
+    except Exception:  # noqa: BLE001 - not every platform or executable reports it
+        return None
+
+
+class _Matmul(MatmulWorkload):
+    def __init__(self, mm, a, b, settings: dict):
+        self.mm, self.a, self.b, self.settings = mm, a, b, settings
+
+    def step(self):
+        return self.mm(self.a, self.b)
+
+    def sync(self, out) -> None:
+        jax.block_until_ready(out)
+
+    def sync_window(self, outs) -> None:
+        jax.block_until_ready(outs)
+
+    def operands_host(self):
+        return self.result_host(self.a), self.result_host(self.b)
+
+    def result_host(self, out):
+        return np.asarray(jax.device_get(out), dtype=np.float32)
+
+    def close(self) -> None:
+        self.mm = self.a = self.b = None
 
 
 class JaxBackend(Backend):
@@ -111,6 +210,9 @@ class JaxBackend(Backend):
         self.device = None
         self._rss = PeakRSS()
         self.compile_s = 0.0
+        self._phase: dict = {}  # accelerators: allocator state when the steady phase started
+        self._state_mib = 0.0  # CPU, steady phase: the step's arrays
+        self._temp_bytes: int | None = None  # planned temp of the workload prepared last
 
     # -- setup ---------------------------------------------------------------------------------------
     def setup(self, device: str = "cpu", threads: int | None = None) -> dict:
@@ -121,7 +223,7 @@ class JaxBackend(Backend):
             "device_name": getattr(self.device, "device_kind", platform),
             "platform": platform,
             "threads": cpu_threads,
-            "matmul_precision": str(jax.config.jax_default_matmul_precision or "default"),
+            "default_matmul_precision": str(jax.config.jax_default_matmul_precision or "default"),
             "xla_preallocate": client.os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE"),
             "xla_flags": client.os.environ.get("XLA_FLAGS", ""),
             **self.versions(),
@@ -132,17 +234,21 @@ class JaxBackend(Backend):
             self.setup("cpu")
         return self.device
 
+    def device_info(self) -> Device:
+        dev = self._dev()
+        kind = _PLATFORM_KINDS.get(dev.platform, DeviceKind.GPU)
+        if kind is DeviceKind.CPU:
+            return Device(DeviceKind.CPU, "cpu")
+        hw = getattr(dev, "local_hardware_id", None)  # the driver's ordinal (CUDA device index)
+        return Device(kind, str(getattr(dev, "device_kind", dev.platform)), int(dev.id if hw is None else hw))
+
     def put(self, x):
         """A host array on this backend's device."""
         return jax.device_put(x, self._dev())
 
     # -- model + step ---------------------------------------------------------------------------------
     def prepare(self, step: Step) -> JaxWorkload:
-        import optax
-
-        from vitbench.models.flax import build_flax_model
-
-        dtype = _dtype(step.precision)
+        _dtype(step.precision)
         if step.mode not in ("infer", "train"):
             raise ConfigError(f"unknown mode {step.mode!r}; allowed: infer, train")
         problems = self.spec.problems({"precision": step.precision, "mode": step.mode,
@@ -151,6 +257,26 @@ class JaxBackend(Backend):
             raise ConfigError("; ".join(p for _, p in problems))
         if step.batch_size < 1:
             raise ConfigError(f"batch_size must be >= 1, got {step.batch_size}")
+        lowered, args, spec, lower_s = self.lower(step)
+        t0 = time.perf_counter()
+        executable = lowered.compile()
+        compile_s = lower_s + time.perf_counter() - t0  # trace + lower + XLA compile
+        settings = step_numerics(step.precision, lowered.as_text())
+        work = JaxWorkload(executable, args, step.batch_size, step.mode, compile_s=compile_s, lower_s=lower_s,
+                           settings=settings, has_attention=spec.family != "bit")
+        self._temp_bytes = work.temp_bytes
+        return work
+
+    def lower(self, step: Step):
+        """(lowered step, its device-resident arguments, the model spec, seconds spent tracing and lowering): the
+        step traced under its precision's
+        matmul setting and lowered, not compiled. `prepare` compiles it; tests and `lowered_precisions` read it
+        (it does not check that the device can run the precision)."""
+        import optax
+
+        from vitbench.models.flax import build_flax_model
+
+        dtype = _dtype(step.precision)
         dev = self._dev()
         spec = get_spec(step.model)
         res = spec.resolution if step.resolution is None else step.resolution
@@ -189,11 +315,27 @@ class JaxBackend(Backend):
             # donate the state: XLA updates params and optimizer state in place (no second copy)
             jitted = jax.jit(train_step, donate_argnums=0)
         t0 = time.perf_counter()
-        lowered = jitted.lower(*args)
-        t1 = time.perf_counter()
-        executable = lowered.compile()
-        t2 = time.perf_counter()
-        return JaxWorkload(executable, args, step.batch_size, step.mode, compile_s=t2 - t0, lower_s=t1 - t0)
+        with jax.default_matmul_precision(MATMUL_PRECISION[step.precision]):  # read when tracing
+            lowered = jitted.lower(*args)
+        return lowered, args, spec, time.perf_counter() - t0
+
+    def numerics_in_force(self) -> str | None:
+        value = jax.config.jax_default_matmul_precision
+        return (f"jax_default_matmul_precision={value}" if value else
+                "jax_default_matmul_precision unset: the platform's default (fp32 on CPU, TF32 on NVIDIA GPUs, "
+                "bf16 passes on TPU); vitbench traces every step under an explicit one")
+
+    def attention_kernel(self, work: Workload) -> AttentionKernel | None:
+        """From the compiled executable: a cuDNN fused-attention custom call, or XLA's own fusions."""
+        if not isinstance(work, JaxWorkload):
+            return None
+        if not work.has_attention:
+            return AttentionKernel.NONE
+        try:
+            text = work.executable.as_text()
+        except Exception:  # noqa: BLE001 - some executables cannot print themselves
+            return AttentionKernel.NOT_VISIBLE
+        return AttentionKernel.CUDNN if "__cudnn$fmha" in text else AttentionKernel.XLA
 
     # -- memory --------------------------------------------------------------------------------------
     def _device_stats(self) -> dict | None:
@@ -204,13 +346,38 @@ class JaxBackend(Backend):
 
     def reset_peak_memory(self) -> None:
         gc.collect()
+        self._phase = {}
+        self._state_mib = 0.0
         self._rss.reset()  # CPU; the device allocator's peak cannot be reset from JAX
+
+    def restart_peak_memory(self, work: Workload | None = None) -> None:
+        gc.collect()
+        stats = self._device_stats()
+        if stats and "peak_bytes_in_use" in stats:
+            self._phase = {"peak": stats["peak_bytes_in_use"], "in_use": stats.get("bytes_in_use", 0)}
+        else:
+            state = work.state_bytes() if work is not None else None
+            self._state_mib = (state or 0) / 2**20
+            self._rss.restart()
+
+    def _planned(self) -> bool:
+        """In a steady phase on an accelerator whose allocator peak did not move: the peak is XLA's plan."""
+        stats = self._device_stats()
+        return bool(self._phase) and bool(stats) and stats.get("peak_bytes_in_use", 0) <= self._phase["peak"]
+
+    def memory_kind(self) -> MemoryKind:
+        stats = self._device_stats()
+        if not stats or "peak_bytes_in_use" not in stats:
+            return MemoryKind.HOST_RSS
+        return MemoryKind.XLA_PLANNED if self._planned() else MemoryKind.ALLOCATOR
 
     def peak_memory_mib(self) -> float:
         stats = self._device_stats()
         if stats and "peak_bytes_in_use" in stats:
+            if self._planned():
+                return (self._phase["in_use"] + (self._temp_bytes or 0)) / 2**20
             return stats["peak_bytes_in_use"] / 2**20
-        return self._rss.growth_mib()
+        return self._state_mib + self._rss.growth_mib()
 
     def process_peak_mib(self) -> float:
         stats = self._device_stats()
@@ -244,29 +411,20 @@ class JaxBackend(Backend):
             "transcendentals": float((cost or {}).get("transcendentals", 0.0)),
         }}
 
-    def matmul_flops_per_s(self, precision: str = "fp32", n: int = 2048, seconds: float = 1.0) -> float:
+    def matmul_workload(self, precision: str = "fp32", n: int = 2048) -> MatmulWorkload:
+        """n x n @ n x n in the precision's dtype, compiled under the precision's matmul setting (as a step)."""
         dtype = _dtype(precision)
         dev = self._dev()
+        problems = self.spec.problems({"precision": precision, "device": dev.platform})
+        if problems:
+            raise ConfigError("; ".join(p for _, p in problems))
         ka, kb = jax.random.split(jax.random.PRNGKey(0))
         with jax.default_device(dev):
             a = jax.random.normal(ka, (n, n), jnp.float32).astype(dtype)
             b = jax.random.normal(kb, (n, n), jnp.float32).astype(dtype)
-        mm = jax.jit(jnp.matmul).lower(a, b).compile()
-
-        class _MM(Workload):
-            batch_size = 1
-
-            def step(self_):
-                return mm(a, b)
-
-            def sync(self_, out):
-                jax.block_until_ready(out)
-
-        work = _MM()
-        for _ in range(2):
-            work.sync(work.step())
-        times = sorted(self.time_steps(work, min_steps=5, min_seconds=seconds, max_seconds=10 * seconds))
-        return 2 * n**3 / times[len(times) // 2]  # 2 FLOPs per MAC, median step
+        with jax.default_matmul_precision(MATMUL_PRECISION[precision]):
+            lowered = jax.jit(jnp.matmul).lower(a, b)
+        return _Matmul(lowered.compile(), a, b, step_numerics(precision, lowered.as_text()))
 
     # -- transfer --------------------------------------------------------------------------------------
     def init_model(self, spec: ModelSpec, resolution: int, num_classes: int, seed: int) -> training.FlaxModel:

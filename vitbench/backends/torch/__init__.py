@@ -10,7 +10,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from vitbench.backends.base import BackendSpec, Capability, register_backend
+from vitbench.backends.base import BackendSpec, Capability, DeviceKind, register_backend
 
 NAME = "torch"
 _DEVICE = re.compile(r"^(cpu|cuda(:\d+)?)$")
@@ -20,6 +20,9 @@ def _check(fields: Mapping[str, Any]) -> list[tuple[str, str]]:
     device = fields.get("device")
     if device is not None and not _DEVICE.match(str(device)):
         return [("device", f"backend {NAME!r} runs on cpu, cuda or cuda:N")]
+    if fields.get("precision") == "tf32" and str(device or "cpu").startswith("cpu"):
+        return [("precision", "tf32 is a GPU tensor-core format (NVIDIA Ampere and later); a CPU has none: use "
+                              "fp32 (full fp32), or bf16")]
     return []
 
 
@@ -28,11 +31,14 @@ SPEC = register_backend(BackendSpec(
     implementation="vitbench.backends.torch.backend:TorchBackend",
     requires=("torch", "timm"),
     capabilities=frozenset(Capability),
-    precisions=("fp32", "bf16", "fp16"),
+    precisions=("fp32", "tf32", "bf16", "fp16"),
     devices="cpu | cuda | cuda:N",
+    device_names=((DeviceKind.CPU, "cpu"), (DeviceKind.GPU, "cuda:{index}")),
+    # torch.compile's modes (torch.compile docstring): default, CUDA graphs, autotuned kernels (+ graphs), ...
+    compile_modes=("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
     preload=("torch", "timm", "vitbench.backends.torch.backend"),
     distributions=("torch", "timm"),
     check=_check,
     install="pip install vitbench (torch and timm are core dependencies)",
-    description="PyTorch + timm: eager or torch.compile, autocast bf16/fp16, CUDA events for timing",
+    description="PyTorch + timm: eager or torch.compile (modes), fp32/tf32 flags, autocast bf16/fp16, CUDA events",
 ))

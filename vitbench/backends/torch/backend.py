@@ -1,7 +1,21 @@
 """PyTorch backend: timm models, eager or torch.compile, autocast precisions, channels_last, CPU or CUDA.
 
-Timing: on CUDA each step is bracketed by CUDA events and the end event is synchronised, so the time is the
-device's and never just the launch; on CPU eager execution is synchronous and the host clock is exact.
+Numerics (set in `prepare` and `matmul_workload`, read back from torch and recorded with every step):
+- fp32: full IEEE fp32 matmuls AND convolutions. torch's defaults are not that on NVIDIA GPUs: cuDNN convolutions
+  run in TF32 by default (`torch.backends.cudnn.allow_tf32` is True), so both cuBLAS and cuDNN flags are set
+  (`torch.backends.cuda.matmul.allow_tf32 = False`, `torch.backends.cudnn.allow_tf32 = False`,
+  `torch.set_float32_matmul_precision("highest")`; PyTorch docs, "TensorFloat-32 (TF32) on Ampere (and later)
+  devices"). The legacy flags are used, not the newer `fp32_precision` ones: torch refuses a mix of the two and
+  Inductor still reads the legacy ones.
+- tf32: the same three flags the other way ("high"): fp32 storage, TF32 tensor-core matmuls and convolutions.
+  Not on CPU (no TF32 there: refused when a study is parsed).
+- bf16 / fp16: autocast to that dtype (weights stay fp32, as in AMP training); what autocast leaves in fp32 runs
+  in full fp32 (the fp32 flags above).
+Timing: on CUDA a latency step is bracketed by CUDA events and a throughput window by one event before its first
+and one after its last step, the end event synchronised: device time, never the launch. On CPU eager execution is
+synchronous and the host clock is exact.
+Memory: on CUDA the allocator's peak (allocated) and, apart, its reserved peak; on CPU the growth of the process's
+peak resident set (vitbench.procmem).
 Transfer: models in timm naming, trained with the optimiser of `training.py`, fp32.
 """
 
@@ -9,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import time
 import warnings
 
@@ -16,7 +31,18 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from vitbench.backends.base import Backend, Step, Workload
+from vitbench.backends.base import (
+    AttentionKernel,
+    Backend,
+    Device,
+    DeviceKind,
+    MatmulWorkload,
+    MemoryKind,
+    Step,
+    TimerKind,
+    Workload,
+    window_done,
+)
 from vitbench.backends.torch import SPEC
 from vitbench.backends.torch.training import make_optimizer, update
 from vitbench.errors import BackendUnavailable, ConfigError
@@ -25,21 +51,77 @@ from vitbench.models.torch import build_torch_model, feature_forward, unfused_at
 from vitbench.procmem import PeakRSS
 from vitbench.transfer.schedules import OptimConfig, lr_table
 
-_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+_AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}  # precisions computed under autocast
+
+# torch's SDPA kernels by the name of the op that runs them (aten native_functions.yaml); the composite op
+# `aten::scaled_dot_product_attention` dispatches to exactly one of them.
+_SDPA_OPS = {
+    "aten::_scaled_dot_product_flash_attention": AttentionKernel.FLASH,
+    "aten::_scaled_dot_product_flash_attention_for_cpu": AttentionKernel.FLASH,
+    "aten::_scaled_dot_product_efficient_attention": AttentionKernel.MEMORY_EFFICIENT,
+    "aten::_scaled_dot_product_cudnn_attention": AttentionKernel.CUDNN,
+    "aten::_scaled_dot_product_attention_math": AttentionKernel.MATH,
+}
+
+
+def set_matmul_precision(precision: str) -> dict:
+    """Set how torch computes fp32 matmuls and convolutions for `precision` (see the module docstring) and
+    return the numerics in force, read back from torch."""
+    if precision not in _DTYPES:
+        raise ConfigError(f"unknown precision {precision!r}; allowed: {', '.join(_DTYPES)}")
+    tf32 = precision == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.set_float32_matmul_precision("high" if tf32 else "highest")
+    return numerics(precision)
+
+
+def numerics(precision: str) -> dict:
+    """The numerics torch reports now, for a step of `precision`."""
+    fp32 = torch.get_float32_matmul_precision()
+    cublas, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    autocast_dtype = _AUTOCAST.get(precision)
+    return {
+        # what fp32 matmuls compute in: TF32 if either library may use it
+        "matmul_precision": "tf32" if (cublas or cudnn or fp32 != "highest") else "fp32",
+        "autocast": str(autocast_dtype).removeprefix("torch.") if autocast_dtype is not None else None,
+        "framework": f"float32_matmul_precision={fp32} cuda.matmul.allow_tf32={cublas} "
+                     f"cudnn.allow_tf32={cudnn} autocast={autocast_dtype or 'off'}",
+    }
 
 
 def autocast(device: torch.device, precision: str):
-    """Mixed precision by autocast (weights stay fp32, as in standard AMP training); fp32 is a no-op."""
-    if precision == "fp32":
+    """Mixed precision by autocast (weights stay fp32, as in standard AMP training); fp32 and tf32: a no-op."""
+    if precision not in _AUTOCAST:
         return contextlib.nullcontext()
-    return torch.autocast(device_type=device.type, dtype=_DTYPES[precision])
+    return torch.autocast(device_type=device.type, dtype=_AUTOCAST[precision])
+
+
+@contextlib.contextmanager
+def _quiet_stderr():
+    """Silence file descriptor 2 (the profiler's C++ start/stop chatter) for the duration."""
+    try:
+        saved = os.dup(2)
+    except OSError:
+        yield
+        return
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 class TorchWorkload(Workload):
     def __init__(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, mode: str, precision: str,
-                 opt: OptimConfig | None, device: torch.device):
+                 opt: OptimConfig | None, device: torch.device, settings: dict, has_attention: bool,
+                 cuda_graphs: bool = False):
         self.model, self.x, self.y, self.mode, self.precision = model, x, y, mode, precision
-        self.device, self.opt = device, opt
+        self.device, self.opt, self.settings, self.has_attention = device, opt, settings, has_attention
+        self.cuda_graphs = cuda_graphs  # torch.compile mode reduce-overhead: outputs live until the next replay
         self.batch_size = x.shape[0]
         if mode == "train":
             self.optim, self.decay, self.params = make_optimizer(opt, model)
@@ -47,6 +129,8 @@ class TorchWorkload(Workload):
         self.scaler = torch.amp.GradScaler(device.type) if (mode == "train" and precision == "fp16") else None
 
     def step(self):
+        if self.cuda_graphs:
+            torch.compiler.cudagraph_mark_step_begin()  # a new iteration: earlier outputs may be overwritten
         if self.mode == "infer":
             with torch.inference_mode(), autocast(self.device, self.precision):
                 return self.model(self.x)
@@ -61,8 +145,50 @@ class TorchWorkload(Workload):
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
+    def sync_window(self, outs) -> None:
+        self.sync(None)  # one stream, in order: the device is done with all of them
+
+    def state_bytes(self) -> int | None:
+        tensors = [self.x, self.y, *self.model.parameters(), *self.model.buffers()]
+        tensors += [p.grad for p in self.model.parameters() if p.grad is not None]
+        if self.mode == "train":
+            tensors += [v for st in self.optim.state.values() for v in st.values() if isinstance(v, torch.Tensor)]
+        seen, total = set(), 0
+        for t in tensors:
+            key = (t.untyped_storage().data_ptr(), t.device)
+            if key not in seen:  # tied or viewed tensors share a storage: count it once
+                seen.add(key)
+                total += t.untyped_storage().nbytes()
+        return total
+
     def close(self) -> None:
         self.model = self.x = self.y = self.optim = self.params = self.decay = None
+
+
+class _Matmul(MatmulWorkload):
+    """a @ b on the device, in the precision's dtype (fp32/tf32 by the matmul flags)."""
+
+    def __init__(self, a: torch.Tensor, b: torch.Tensor, settings: dict):
+        self.a, self.b, self.settings = a, b, settings
+
+    def step(self):
+        return self.a @ self.b
+
+    def sync(self, out) -> None:
+        if self.a.is_cuda:
+            torch.cuda.synchronize(self.a.device)
+
+    def sync_window(self, outs) -> None:
+        self.sync(None)
+
+    def operands_host(self):
+        return self.result_host(self.a), self.result_host(self.b)
+
+    def result_host(self, out):
+        return out.detach().float().cpu().numpy()
+
+    def close(self) -> None:
+        self.a = self.b = None
 
 
 class TorchBackend(Backend):
@@ -71,6 +197,7 @@ class TorchBackend(Backend):
     def __init__(self) -> None:
         self.device = torch.device("cpu")
         self._rss = PeakRSS()
+        self._state_mib = 0.0
         self.compile_s = 0.0
 
     # -- setup -------------------------------------------------------------------------------------
@@ -91,11 +218,20 @@ class TorchBackend(Backend):
         return {
             "backend": self.name,
             "device": str(dev),
-            "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+            "device_name": self.device_info().name,
             "threads": torch.get_num_threads(),
             "interop_threads": torch.get_num_interop_threads(),
             **self.versions(),
         }
+
+    def device_info(self) -> Device:
+        if self.device.type != "cuda":
+            return Device(DeviceKind.CPU, "cpu")
+        index = self.device.index if self.device.index is not None else torch.cuda.current_device()
+        props = torch.cuda.get_device_properties(index)
+        uuid = getattr(props, "uuid", None)
+        return Device(DeviceKind.GPU, props.name, index, uuid=str(uuid) if uuid is not None else None,
+                      pci_bus_id=_pci_bus_id(props))
 
     def versions(self) -> dict[str, str | None]:
         v = super().versions()
@@ -105,14 +241,21 @@ class TorchBackend(Backend):
         return v
 
     # -- model + step --------------------------------------------------------------------------------
+    def _check_precision(self, precision: str) -> None:
+        if precision not in _DTYPES:
+            raise ConfigError(f"unknown precision {precision!r}; allowed: {', '.join(_DTYPES)}")
+        problems = self.spec.problems({"precision": precision, "device": str(self.device)})
+        if problems:
+            raise ConfigError("; ".join(p for _, p in problems))
+
     def prepare(self, step: Step) -> TorchWorkload:
-        if step.precision not in _DTYPES:
-            raise ConfigError(f"unknown precision {step.precision!r}; allowed: {', '.join(_DTYPES)}")
+        self._check_precision(step.precision)
         if step.batch_size < 1:
             raise ConfigError(f"batch_size must be >= 1, got {step.batch_size}")
         spec = get_spec(step.model)
         res = spec.resolution if step.resolution is None else step.resolution
         k = step.num_classes or spec.num_classes
+        settings = set_matmul_precision(step.precision)
         torch.manual_seed(step.seed)
         model = build_torch_model(spec, res, k, device=self.device)
         channels_last = step.channels_last if step.channels_last is not None else spec.family != "vit"
@@ -123,9 +266,23 @@ class TorchBackend(Backend):
         x = torch.randn(step.batch_size, 3, res, res, generator=gen).to(self.device, memory_format=fmt)
         y = torch.randint(0, k, (step.batch_size,), generator=gen).to(self.device)
         opt = OptimConfig(optimizer=step.optimizer) if step.mode == "train" else None
+        mode = None
         if step.compile:
-            model = torch.compile(model)
-        return TorchWorkload(model, x, y, step.mode, step.precision, opt, self.device)
+            mode = step.compile_mode or self.spec.compile_modes[0]
+            if mode not in self.spec.compile_modes:
+                raise ConfigError(f"unknown compile mode {mode!r}; allowed: {', '.join(self.spec.compile_modes)}")
+            model = torch.compile(model, mode=mode)
+        settings = {**settings, "compile_mode": mode}
+        return TorchWorkload(model, x, y, step.mode, step.precision, opt, self.device, settings,
+                             has_attention=spec.family != "bit",
+                             cuda_graphs=mode == "reduce-overhead" and self.device.type == "cuda")
+
+    def numerics_in_force(self) -> str | None:
+        return numerics("fp32")["framework"].removesuffix(" autocast=off")
+
+    @property
+    def timer(self) -> TimerKind:
+        return TimerKind.DEVICE_EVENTS if self.device.type == "cuda" else TimerKind.HOST_CLOCK
 
     def time_steps(self, work: Workload, min_steps: int, min_seconds: float, max_seconds: float,
                    max_steps: int = 100_000) -> list[float]:
@@ -145,18 +302,82 @@ class TorchBackend(Backend):
                                                                     and elapsed >= min_seconds):
                 return times
 
+    def time_windows(self, work: Workload, window_steps: int, min_steps: int, min_seconds: float,
+                     max_seconds: float, min_windows: int = 1, max_steps: int = 100_000) -> list[float]:
+        if self.device.type != "cuda":
+            return super().time_windows(work, window_steps, min_steps, min_seconds, max_seconds, min_windows,
+                                        max_steps)
+        times: list[float] = []
+        start = time.perf_counter()
+        steps = 0
+        while True:
+            torch.cuda.synchronize(self.device)  # the window starts on an idle device
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            for _ in range(window_steps):
+                work.step()  # queued: the host runs ahead, the device never waits for a sync
+            e.record()
+            e.synchronize()
+            times.append(s.elapsed_time(e) / 1000.0)  # ms -> s, device time of the whole window
+            steps += window_steps
+            if window_done(len(times), steps, time.perf_counter() - start, min_steps, min_seconds, max_seconds,
+                           min_windows, max_steps):
+                return times
+
+    def attention_kernel(self, work: Workload) -> AttentionKernel | None:
+        """The SDPA kernel torch ran in one more step, from the profiler's op names (eager and compiled: Inductor
+        calls the same aten kernels); not visible inside a replayed CUDA graph."""
+        if not isinstance(work, TorchWorkload):
+            return None
+        if not work.has_attention:
+            return AttentionKernel.NONE
+        if work.cuda_graphs:
+            return AttentionKernel.NOT_VISIBLE
+        from torch.profiler import ProfilerActivity, profile
+
+        with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU]) as prof:
+            work.sync(work.step())
+        names = {e.name for e in prof.events()}
+        found = {kernel for op, kernel in _SDPA_OPS.items() if op in names}
+        if len(found) == 1:
+            return found.pop()
+        if not found:  # no kernel op: the composite's math fallback, no SDPA call at all, or compiled code
+            if "aten::scaled_dot_product_attention" in names:
+                return AttentionKernel.MATH
+            return AttentionKernel.NOT_VISIBLE if work.settings.get("compile_mode") else AttentionKernel.UNFUSED
+        return AttentionKernel.NOT_VISIBLE  # several kernels in one step: no single answer
+
     # -- memory ----------------------------------------------------------------------------------------
     def reset_peak_memory(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
         gc.collect()
+        self._state_mib = 0.0  # in the steady phase: the step's state, counted from its tensors
         self._rss.reset()
+
+    def restart_peak_memory(self, work: Workload | None = None) -> None:
+        gc.collect()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)  # peaks restart from what is allocated now
+        else:
+            state = work.state_bytes() if work is not None else None
+            self._state_mib = (state or 0) / 2**20
+            self._rss.restart()
+
+    def memory_kind(self) -> MemoryKind:
+        return MemoryKind.ALLOCATOR if self.device.type == "cuda" else MemoryKind.HOST_RSS
 
     def peak_memory_mib(self) -> float:
         if self.device.type == "cuda":
             return torch.cuda.max_memory_allocated(self.device) / 2**20
-        return self._rss.growth_mib()
+        return self._state_mib + self._rss.growth_mib()
+
+    def reserved_peak_mib(self) -> float | None:
+        if self.device.type == "cuda":
+            return torch.cuda.max_memory_reserved(self.device) / 2**20
+        return None
 
     def process_peak_mib(self) -> float:
         if self.device.type == "cuda":
@@ -196,29 +417,16 @@ class TorchBackend(Backend):
             }
         return out
 
-    def matmul_flops_per_s(self, precision: str = "fp32", n: int = 2048, seconds: float = 1.0) -> float:
+    def matmul_workload(self, precision: str = "fp32", n: int = 2048) -> MatmulWorkload:
+        """n x n @ n x n in the precision's dtype: fp32/tf32 by the matmul flags (set here, as for a model step),
+        bf16/fp16 as the tensor-core matmuls autocast runs (also on CPU: the peak of the precision asked for)."""
+        self._check_precision(precision)
+        settings = set_matmul_precision(precision)
         dtype = _DTYPES[precision]
-        if self.device.type == "cpu" and precision == "fp16":
-            dtype = torch.bfloat16  # CPU fp16 GEMM is emulated; bf16 is what autocast would use well
-        a = torch.randn(n, n, device=self.device, dtype=dtype)
-        b = torch.randn(n, n, device=self.device, dtype=dtype)
-
-        class _MM(Workload):
-            batch_size = 1
-
-            def step(self_):
-                return a @ b
-
-            def sync(self_, out):
-                if a.is_cuda:
-                    torch.cuda.synchronize(a.device)
-
-        work = _MM()
-        for _ in range(2):
-            work.sync(work.step())
-        times = self.time_steps(work, min_steps=5, min_seconds=seconds, max_seconds=10 * seconds)
-        times.sort()
-        return 2 * n**3 / times[len(times) // 2]  # 2 FLOPs per MAC, median step
+        gen = torch.Generator().manual_seed(0)
+        a = torch.randn(n, n, generator=gen).to(self.device, dtype)
+        b = torch.randn(n, n, generator=gen).to(self.device, dtype)
+        return _Matmul(a, b, settings)
 
     # -- transfer ------------------------------------------------------------------------------------------
     def init_model(self, spec: ModelSpec, resolution: int, num_classes: int, seed: int) -> torch.nn.Module:
@@ -272,3 +480,11 @@ class TorchBackend(Backend):
         from vitbench.backends.torch.attention import attention_maps
 
         return attention_maps(weights, spec, resolution, images)
+
+
+def _pci_bus_id(props) -> str | None:
+    """'0000:3b:00.0'-style PCI bus id from torch's device properties, where torch has the fields."""
+    try:
+        return f"{props.pci_domain_id:04x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
+    except (AttributeError, TypeError, ValueError):
+        return None

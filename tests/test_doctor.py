@@ -1,0 +1,165 @@
+"""Noise flags, and `vitbench doctor`: it runs here (CPU), explains every check, and catches a dishonest timer
+or a precision that is not what it claims."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from vitbench.backends.base import DeviceKind, MatmulWorkload, TimerKind
+from vitbench.errors import ConfigError
+from vitbench.measure import doctor
+from vitbench.measure.doctor import Status
+from vitbench.measure.noise import NoiseFlag, assess
+
+
+def test_noise_flags_have_known_triggers():
+    steady = [0.100, 0.101, 0.099, 0.100, 0.102]
+    assert assess(steady, TimerKind.HOST_CLOCK, other_cores=0.1) == []
+    flags = {n.flag for n in assess([0.1, 0.1, 0.3, 0.1, 0.1], TimerKind.HOST_CLOCK)}
+    assert flags == {NoiseFlag.HIGH_CV}  # stdev/mean 0.60: pyperf's 10 % rule
+    assert {n.flag for n in assess(steady, TimerKind.HOST_CLOCK, other_cores=1.2)} == {NoiseFlag.OTHER_LOAD}
+    assert {n.flag for n in assess([0.1, 0.1], TimerKind.HOST_CLOCK)} == {NoiseFlag.FEW_SAMPLES}
+    short = [0.0004] * 5
+    assert {n.flag for n in assess(short, TimerKind.HOST_CLOCK)} == {NoiseFlag.SHORT_SAMPLES}
+    assert assess(short, TimerKind.DEVICE_EVENTS) == []  # device events resolve far below 1 ms
+
+
+def test_a_noisy_bench_row_says_so(monkeypatch, one_torch_thread):
+    from vitbench.backends.base import Step
+    from vitbench.measure import throughput
+
+    class Busy:
+        other_cores, busy = 1.7, True
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            pass
+
+    monkeypatch.setattr(throughput, "LoadMeter", Busy)
+    rec = throughput.bench(Step("ViT-Nano/4", batch_size=2), threads=1, min_steps=3, min_seconds=0.01,
+                           with_mfu=False)
+    m = rec.metrics
+    assert m["unstable"] is True and "1.7 CPU cores" in m["noise"] and m["other_load_cores"] == 1.7
+    assert {"flag": "other_load", "detail": "other processes used 1.7 CPU cores meanwhile"} in rec.raw["noise"]
+
+
+class _Matmul(MatmulWorkload):
+    """numpy a @ b whose result is rounded to `bits` significand bits (fp32 24, TF32 11, bf16 8)."""
+
+    def __init__(self, bits: int, n: int = 512):
+        rng = np.random.default_rng(0)
+        self.a, self.b, self.bits = rng.standard_normal((n, n), np.float32), rng.standard_normal((n, n),
+                                                                                                np.float32), bits
+        self.settings = {"framework": f"{bits}-bit"}
+
+    def step(self):
+        def round_to(x):
+            m, e = np.frexp(x.astype(np.float64))
+            return np.ldexp(np.round(m * 2**self.bits) / 2**self.bits, e)
+
+        return (round_to(self.a) @ round_to(self.b)).astype(np.float32)
+
+    def sync(self, out):
+        pass
+
+    def operands_host(self):
+        return self.a, self.b
+
+    def result_host(self, out):
+        return out
+
+
+class _Slow(_Matmul):
+    """A matmul that takes a steady 20 ms (a sleep: the timing comparison must not hinge on this CPU's load)."""
+
+    def step(self):
+        import time
+
+        time.sleep(0.02)
+        return super().step()
+
+
+class _Fake:
+    name = "fake"
+
+    def __init__(self, bits=24, timer_scale=1.0, timer=TimerKind.HOST_CLOCK, slow=False):
+        self.bits, self.scale, self.timer, self.slow = bits, timer_scale, timer, slow
+
+    def matmul_workload(self, precision="fp32", n=512):
+        return _Slow(self.bits, 16) if self.slow else _Matmul(self.bits, min(n, 256))
+
+    def time_windows(self, work, window_steps, **kw):
+        import time
+
+        t0 = time.perf_counter()
+        work.sync_window([work.step() for _ in range(window_steps)])
+        return [(time.perf_counter() - t0) * self.scale]
+
+
+@pytest.mark.parametrize("bits,arithmetic,status", [(24, "fp32", Status.OK), (11, "tf32-like", Status.FAIL),
+                                                    (8, "bf16-like", Status.FAIL)])
+def test_precision_check_tells_the_arithmetic_from_the_error(bits, arithmetic, status):
+    c = doctor.check_precision(_Fake(bits), "before", ("fp32",))
+    assert c.data["fp32"]["arithmetic"] == arithmetic and c.status is status and c.why
+
+
+def test_a_timer_that_disagrees_with_the_wall_clock_fails_on_a_quiet_machine(monkeypatch):
+    class Quiet:
+        other_cores, busy = 0.0, False
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            pass
+
+    monkeypatch.setattr(doctor, "LoadMeter", Quiet)
+    honest = doctor.check_timing(_Fake(slow=True), "fp32", 16, steps=2, rounds=3)
+    assert honest.status is Status.OK, honest.found
+    liar = doctor.check_timing(_Fake(timer_scale=0.5, slow=True), "fp32", 16, steps=2, rounds=3)
+    assert liar.status is Status.FAIL and "must agree" in liar.why
+
+
+def test_threads_above_the_usable_cores_warn():
+    cpus, _ = doctor.usable_cores()
+    assert doctor.check_threads({"a": cpus + 1}).status is Status.WARN
+    assert doctor.check_threads({"a": 1}).status is Status.OK
+
+
+def test_device_names():
+    assert doctor.parse_device("cuda:1") == (DeviceKind.GPU, 1)
+    assert doctor.parse_device("cpu") == (DeviceKind.CPU, 0)
+    with pytest.raises(ConfigError, match="cpu, gpu, tpu"):
+        doctor.parse_device("npu")
+
+
+def test_doctor_runs_here_and_explains_itself(cli):
+    # a fresh process: each framework sizes its CPU thread pools once per process
+    r = subprocess.run([sys.executable, "-c", "from vitbench.cli import main; main()", "doctor", "--quick",
+                        "--threads", "1", "--json"], capture_output=True, text=True, timeout=600)
+    doc = json.loads(r.stdout)
+    checks = {c["name"]: c for c in doc["checks"]}
+    for name in ("other load", "threads", "timing [torch]", "timing [jax]", "matmul precision [torch]",
+                 "matmul precision [jax]", "peak", "gpu", "cpu clocks", "memory"):
+        assert name in checks, sorted(checks)
+    assert all(c["found"] and c["why"] for c in checks.values())
+    for name in ("matmul precision [torch]", "matmul precision [jax]"):
+        assert checks[name]["data"]["fp32"]["arithmetic"] == "fp32" and checks[name]["status"] == "ok"
+    assert checks["peak"]["data"]["peak_source"] == "measured" and checks["gpu"]["status"] == "skip"
+    assert r.returncode == (1 if any(c["status"] == "fail" for c in checks.values()) else 0)
+    table = cli("doctor", "--quick", "--threads", "1", "--backend", "torch")
+    assert "timing [torch]" in table.stdout and "matmul precision [torch]" in table.stdout
+
+
+def test_doctor_bad_options_exit_2(cli):
+    r = cli("doctor", "--device", "npu")
+    assert r.exit_code == 2 and "cpu, gpu, tpu" in r.stderr
+    r = cli("doctor", "--backend", "tensorflow")
+    assert r.exit_code == 2 and "torch" in r.stderr

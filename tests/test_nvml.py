@@ -1,0 +1,88 @@
+"""NVML is optional: with a fake `pynvml` the units and handles are right; without it, or off a GPU, every
+measurement goes on and says why there is no energy or device memory."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+
+from vitbench.backends.base import Device, DeviceKind, TimerKind
+from vitbench.measure.noise import NoiseFlag, assess
+from vitbench.measure.nvml import EnergyMeter, Nvml, NvmlUnavailable
+
+H100 = Device(DeviceKind.GPU, "NVIDIA H100 80GB HBM3", 0, uuid="1234-abcd")
+
+
+def _fake_pynvml(energy_mj: list[int], reasons: int = 0x08 | 0x04, others: int = 1) -> types.ModuleType:
+    m = types.ModuleType("pynvml")
+    m.calls = []
+    energy = iter(energy_mj)
+
+    def record(name, value=None):
+        def f(*args):
+            m.calls.append((name, args))
+            return value() if callable(value) else value
+        return f
+
+    m.nvmlInit = record("init")
+    m.nvmlShutdown = record("shutdown")
+    m.nvmlDeviceGetHandleByUUID = record("by_uuid", "handle")
+    m.nvmlDeviceGetHandleByIndex = record("by_index", "handle")
+    m.nvmlDeviceGetMemoryInfo = record("mem", types.SimpleNamespace(used=3 * 2**30, total=80 * 2**30))
+    m.nvmlDeviceGetTotalEnergyConsumption = record("energy", lambda: next(energy))
+    m.nvmlDeviceGetPowerUsage = record("power", 350_000)  # mW
+    m.nvmlDeviceGetEnforcedPowerLimit = record("limit", 700_000)
+    m.nvmlDeviceGetClockInfo = record("clock", 1755)
+    m.nvmlDeviceGetMaxClockInfo = record("max_clock", 1980)
+    m.nvmlDeviceGetTemperature = record("temp", 61)
+    m.nvmlDeviceGetCurrentClocksThrottleReasons = record("reasons", reasons)
+    m.nvmlDeviceGetComputeRunningProcesses = record(
+        "procs", [types.SimpleNamespace(pid=-1) for _ in range(others)])
+    return m
+
+
+def test_snapshot_units_and_handle_by_uuid(monkeypatch):
+    fake = _fake_pynvml([10_000, 25_000])
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    nv = Nvml.open(H100)
+    s = nv.snapshot()
+    assert ("by_uuid", ("GPU-1234-abcd",)) in fake.calls  # torch's UUID without NVML's "GPU-" prefix
+    assert s.used_mib == 3 * 1024 and s.energy_j == 10.0 and s.power_w == 350.0 and s.power_limit_w == 700.0
+    assert s.sm_clock_mhz == 1755 and s.sm_clock_max_mhz == 1980 and s.temperature_c == 61
+    assert s.slowdown == ("hw_slowdown",) and s.power_capped and s.other_processes == 1
+
+
+def test_energy_over_a_phase(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml([10_000, 25_000], reasons=0, others=0))
+    with EnergyMeter(H100) as m:
+        pass
+    assert m.why is None and m.energy_j == pytest.approx(15.0) and m.end.used_mib == 3 * 1024
+    assert ("shutdown", ()) in sys.modules["pynvml"].calls
+
+
+def test_index_goes_through_cuda_visible_devices(monkeypatch):
+    fake = _fake_pynvml([0])
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    Nvml.open(Device(DeviceKind.GPU, "NVIDIA L4", 1))  # the framework's device 1 is NVML's device 5
+    assert ("by_index", (5,)) in fake.calls
+
+
+def test_without_nvml_or_off_a_gpu_nothing_fails(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails as if not installed
+    with pytest.raises(NvmlUnavailable, match="nvidia-ml-py"):
+        Nvml.open(H100)
+    with EnergyMeter(H100) as m:
+        pass
+    assert m.energy_j is None and "nvidia-ml-py" in m.why
+    with EnergyMeter(Device(DeviceKind.CPU, "cpu")) as m:
+        pass
+    assert m.energy_j is None and "cpu" in m.why
+
+
+def test_a_gpu_slowdown_is_noise():
+    flags = {n.flag for n in assess([0.01] * 10, TimerKind.DEVICE_EVENTS, gpu_slowdown=("sw_thermal_slowdown",),
+                                    other_gpu_processes=2)}
+    assert flags == {NoiseFlag.GPU_SLOWDOWN, NoiseFlag.OTHER_GPU_PROCESSES}

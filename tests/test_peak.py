@@ -1,0 +1,258 @@
+"""One peak per device and precision: the datasheet table, the measured peak's bookkeeping, MFU never above 1."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from vitbench.backends.base import Backend, Device, DeviceKind, Step
+from vitbench.backends.torch import SPEC as TORCH_SPEC
+from vitbench.errors import ConfigError
+from vitbench.measure import peak as peak_mod
+from vitbench.measure.datasheet import TABLE, datasheet_tflops, lookup
+from vitbench.measure.peak import PeakPolicy, PeakSource, Reading, device_peak, offer, peak_key, read_entry
+from vitbench.measure.throughput import bench
+
+FAST = dict(warmup_steps=1, min_steps=3, min_seconds=0.02, max_seconds=60.0, threads=1)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The datasheet table
+# ------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name,row,precision,tflops", [
+    ("NVIDIA H100 80GB HBM3", "H100 SXM", "bf16", 989.5),  # datasheet 1979 with sparsity
+    ("NVIDIA H100 PCIe", "H100 PCIe", "tf32", 378.0),  # 756 with sparsity
+    ("NVIDIA H100 NVL", "H100 NVL", "fp32", 60.0),
+    ("NVIDIA H200", "H200 SXM", "fp16", 989.5),
+    ("NVIDIA A100-SXM4-80GB", "A100", "tf32", 156.0),
+    ("NVIDIA A100 80GB PCIe", "A100", "fp32", 19.5),
+    ("NVIDIA L4", "L4", "bf16", 121.0),
+    ("NVIDIA L40S", "L40S", "bf16", 362.05),
+    ("NVIDIA L40", "L40", "fp32", 90.5),
+    ("NVIDIA GeForce RTX 4090", "RTX 4090", "bf16", 165.2),
+    ("NVIDIA GeForce RTX 3090", "RTX 3090", "fp16", 71.0),
+    ("TPU v4", "TPU v4", "bf16", 275.0),
+    ("TPU v5 lite", "TPU v5e", "bf16", 197.0),
+    ("TPU v5", "TPU v5p", "bf16", 459.0),
+    ("TPU v6 lite", "TPU v6e", "bf16", 918.0),
+])
+def test_datasheet_rows_match_driver_names(name, row, precision, tflops):
+    got = datasheet_tflops(name, precision)
+    assert got is not None and got[1].device == row and got[0] == pytest.approx(tflops)
+
+
+@pytest.mark.parametrize("name", ["cpu", "NVIDIA A10G", "NVIDIA GeForce RTX 4090 D", "TPU v4 lite",
+                                  "NVIDIA GeForce RTX 3090 Ti", "AMD Instinct MI300X"])
+def test_devices_without_a_datasheet_row(name):
+    assert lookup(name) is None
+
+
+def test_datasheet_has_no_figure_it_does_not_publish():
+    assert datasheet_tflops("TPU v5 lite", "fp32") is None  # fp32 on a TPU: bf16 passes, measured instead
+    assert datasheet_tflops("Tesla V100-SXM2-16GB", "bf16") is None  # Volta has no bf16
+    for row in TABLE:  # every row cites its source and only has precisions vitbench knows
+        assert row.source and row.tflops and set(row.tflops) <= {"fp32", "tf32", "bf16", "fp16"}
+        assert all(v > 0 for v in row.tflops.values())
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Bookkeeping of a measured peak, with a scripted backend
+# ------------------------------------------------------------------------------------------------------------
+class _Scripted(Backend):
+    """A CPU backend whose matmul rates are scripted (TFLOP/s per call)."""
+
+    spec = TORCH_SPEC  # a backend that can measure on a CPU; its name keys nothing in the peak's cache
+
+    def __init__(self, rates: list[float], device: Device | None = None):
+        self.rates, self.calls = list(rates), 0
+        self._device = device or Device(DeviceKind.CPU, "cpu")
+
+    def device_info(self) -> Device:
+        return self._device
+
+    def setup(self, device="cpu", threads=None):
+        return {"threads": threads}
+
+    def prepare(self, step):
+        raise NotImplementedError
+
+    def reset_peak_memory(self):
+        pass
+
+    def peak_memory_mib(self):
+        return 0.0
+
+    def process_peak_mib(self):
+        return 0.0
+
+    def cleanup(self):
+        pass
+
+    def matmul_flops_per_s(self, precision="fp32", n=2048, seconds=1.0):
+        self.calls += 1
+        return self.rates.pop(0) * 1e12
+
+
+class _Load:
+    """LoadMeter stand-in: other processes used `cores` cores."""
+
+    cores = 0.0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        pass
+
+    @property
+    def other_cores(self):
+        return _Load.cores
+
+    @property
+    def busy(self):
+        return _Load.cores >= 0.5
+
+
+ONE_SIZE = PeakPolicy(cpu_sizes=(64,), seconds=0.01, busy_retries=2)
+
+
+@pytest.fixture
+def isolated(tmp_path, monkeypatch):
+    """A fresh cache, a scripted machine load, and no other backend measuring (unless a test says so)."""
+    monkeypatch.setenv("VITBENCH_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(peak_mod, "LoadMeter", _Load)
+    monkeypatch.setattr(peak_mod, "_measurers", lambda device, precision: [])
+    _Load.cores = 0.0
+    return tmp_path
+
+
+def test_a_busy_first_measurement_is_not_the_peak_forever(isolated):
+    be = _Scripted([1.0, 0.8, 2.0, 1.5])
+    _Load.cores = 1.5  # the first measurement shares the machine
+    p = device_peak(be, "fp32", 1, policy=ONE_SIZE)
+    assert p.tflops == 1.0 and p.provisional and p.source is PeakSource.MEASURED
+    assert device_peak(be, "fp32", 1, policy=ONE_SIZE).tflops == 1.0 and be.calls == 1  # rows never re-measure
+    p = device_peak(be, "fp32", 1, remeasure_provisional=True, policy=ONE_SIZE)  # a calibration, env, doctor
+    assert p.tflops == 1.0 and p.provisional and be.calls == 2  # still busy: 0.8 does not lower it
+    _Load.cores = 0.0
+    p = device_peak(be, "fp32", 1, remeasure_provisional=True, policy=ONE_SIZE)
+    assert p.tflops == 2.0 and not p.provisional and be.calls == 3  # a quiet reading settles it, higher
+    p = device_peak(be, "fp32", 1, remeasure_provisional=True, policy=ONE_SIZE)
+    assert p.tflops == 2.0 and be.calls == 3  # settled: not measured again
+    p = device_peak(be, "fp32", 1, refresh=True, policy=ONE_SIZE)
+    assert p.tflops == 2.0 and be.calls == 4  # a refresh measures (1.5) but the peak only rises
+
+
+def test_re_measuring_while_busy_gives_up_after_the_retries(isolated):
+    be = _Scripted([1.0] * 10)
+    _Load.cores = 2.0
+    for _ in range(6):
+        device_peak(be, "fp32", 1, remeasure_provisional=True, policy=ONE_SIZE)
+    assert be.calls == 1 + ONE_SIZE.busy_retries  # then the provisional peak stands (and says so)
+    assert read_entry(peak_key(be.device_info(), "fp32", 1))["busy_readings"] == be.calls
+
+
+def test_the_peak_is_the_best_any_backend_showed_and_is_keyed_by_device_not_backend(isolated, monkeypatch):
+    monkeypatch.setattr(peak_mod, "_measurers", lambda device, precision: ["other"])
+    elsewhere = []
+
+    def other(name, device, precision, threads, policy=None):
+        elsewhere.append((name, device.name, precision, threads))
+        return Reading(3.0, name, "t", "scripted", backend=name)
+
+    monkeypatch.setattr(peak_mod, "measure_elsewhere", other)
+    be = _Scripted([1.0])
+    p = device_peak(be, "fp32", 1, policy=ONE_SIZE)
+    assert p.tflops == 3.0 and p.by == "other" and elsewhere == [("other", "cpu", "fp32", 1)]
+    entry = read_entry(peak_key(be.device_info(), "fp32", 1))
+    assert entry["measured_by"] == sorted(["other", be.name])
+    assert device_peak(_Scripted([]), "fp32", 1, policy=ONE_SIZE).tflops == 3.0  # nobody measures again
+    assert peak_key(be.device_info(), "fp32", 1) != peak_key(be.device_info(), "fp32", 2)  # threads matter on CPU
+    gpu = Device(DeviceKind.GPU, "Some GPU")
+    assert peak_key(gpu, "fp32", 1) == peak_key(gpu, "fp32", 16)  # ... not on a GPU
+
+
+def test_observations_raise_but_never_settle(isolated):
+    key = peak_key(Device(DeviceKind.CPU, "cpu"), "fp32", 1)
+    offer(key, Reading(1.0, "x", "t", "full", busy=True, backend="x"), ONE_SIZE)
+    entry = offer(key, Reading(5.0, "calibration", "t", "observation"), ONE_SIZE)
+    assert entry["peak_tflops"] == 5.0 and entry["quiet_readings"] == 0 and entry["measured_by"] == ["x"]
+
+
+def test_datasheet_devices_are_never_measured(isolated):
+    be = _Scripted([], device=Device(DeviceKind.GPU, "NVIDIA H100 PCIe"))
+    p = device_peak(be, "bf16", None, refresh=True)
+    assert p.source is PeakSource.DATASHEET and p.tflops == pytest.approx(756.5) and be.calls == 0
+    assert "H100 datasheet" in p.by and p.metrics()["peak_source"] == "datasheet"
+
+
+def test_mfu_is_capped_and_flagged_when_a_step_beats_the_datasheet(isolated):
+    from vitbench.measure.throughput import mfu_metrics
+
+    be = _Scripted([], device=Device(DeviceKind.GPU, "NVIDIA H100 PCIe"))
+    m = mfu_metrics(be, Step("ViT-Nano/4"), None, 102.0, _Load())  # twice the 51 TFLOP/s fp32 datasheet peak
+    assert m["mfu"] == 1.0 and m["mfu_over_peak"] == pytest.approx(2.0) and m["peak_tflops"] == 51.0
+
+
+def test_a_step_faster_than_the_measured_peak_raises_it(isolated, one_torch_thread):
+    """A stale low peak on record: the model step shows the device does more, so mfu = 1, never above."""
+    from vitbench.backends.torch.backend import TorchBackend
+
+    be = TorchBackend()
+    be.setup("cpu", 1)
+    key = peak_key(be.device_info(), "fp32", 1)
+    offer(key, Reading(1e-9, "torch", "t", "stale", backend="torch"))
+    rec = bench(Step("ViT-Nano/4", batch_size=4), backend=be, **FAST)
+    m = rec.metrics
+    assert m["mfu"] == 1.0 and m["mfu_over_peak"] > 1
+    assert m["peak_tflops"] == pytest.approx(m["model_tflops_per_s"]) and "ViT-Nano/4 infer step" in m["peak_by"]
+    assert read_entry(key)["peak_tflops"] == pytest.approx(m["model_tflops_per_s"])
+
+
+def test_policy_from_the_environment(monkeypatch):
+    monkeypatch.setenv("VITBENCH_PEAK_POLICY", '{"cpu_sizes": [32, 64], "seconds": 0.5}')
+    p = peak_mod.current_policy()
+    assert p.cpu_sizes == (32, 64) and p.seconds == 0.5 and p.accelerator_sizes == PeakPolicy().accelerator_sizes
+    monkeypatch.setenv("VITBENCH_PEAK_POLICY", '{"sizes": 3}')
+    with pytest.raises(ConfigError, match="VITBENCH_PEAK_POLICY"):
+        peak_mod.current_policy()
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The two real backends: one device, one peak
+# ------------------------------------------------------------------------------------------------------------
+def _bench_json(*args: str, env: dict) -> dict:
+    """`vitbench bench ... --json` in a fresh process (each framework sizes its CPU thread pools once)."""
+    out = subprocess.run([sys.executable, "-c", "from vitbench.cli import main; main()", "bench", *args, "--json"],
+                         capture_output=True, text=True, timeout=600, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout)
+
+
+def test_torch_and_jax_rows_of_one_device_and_precision_carry_the_same_peak(tmp_path):
+    # no peak yet: the first row establishes it; matrices large enough that a tiny model's step cannot beat it
+    env = {**os.environ, "VITBENCH_CACHE_DIR": str(tmp_path),
+           "VITBENCH_PEAK_POLICY": '{"cpu_sizes": [512, 1024], "seconds": 0.1}'}
+    args = ("ViT-Nano/4", "-b", "4", "--threads", "1", "--min-steps", "3", "--min-seconds", "0.05")
+    rows = {be: _bench_json(*args, "--backend", be, env=env)["metrics"] for be in ("torch", "jax")}
+    assert rows["torch"]["peak_tflops"] == rows["jax"]["peak_tflops"] > 0
+    for m in rows.values():
+        assert 0 < m["mfu"] <= 1 and m["peak_source"] == "measured" and m["peak_by"] in ("torch", "jax")
+    cache = json.loads((tmp_path / "peaks.json").read_text())
+    (entry,) = cache.values()  # one entry: machine + device + precision + threads, not one per backend
+    assert entry["measured_by"] == ["jax", "torch"]  # the first row had both backends measure
+    assert entry["peak_tflops"] == max(r["tflops"] for r in entry["readings"])
+
+
+def test_another_backend_measures_in_its_own_process():
+    from vitbench.measure.peak import measure_elsewhere
+
+    r = measure_elsewhere("jax", Device(DeviceKind.CPU, "cpu"), "fp32", 1,
+                          PeakPolicy(cpu_sizes=(128,), seconds=0.05))
+    assert r is not None and r.backend == "jax" and r.tflops > 0 and "n=128" in r.how
+    assert measure_elsewhere("jax", Device(DeviceKind.CPU, "not this cpu"), "fp32", 1,
+                             PeakPolicy(cpu_sizes=(128,), seconds=0.05)) is None  # another device: no reading

@@ -1,0 +1,53 @@
+"""`vitbench doctor`: is timing honest here, what precision is in force, which peak, what makes numbers noisy."""
+
+from __future__ import annotations
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from vitbench.backends.base import PRECISIONS
+from vitbench.cli import app
+from vitbench.cli.common import backend_choices, console, print_json
+from vitbench.errors import ConfigError
+
+_STYLE = {"ok": "green", "info": "cyan", "warn": "yellow", "fail": "bold red", "skip": "dim"}
+
+
+@app.command("doctor")
+def doctor_cmd(
+    device: str = typer.Option("cpu", help="cpu | gpu[:N] (or cuda[:N]) | tpu[:N]: checked on every backend "
+                                           "that runs there."),
+    threads: int = typer.Option(None, help="Intra-op threads to check with (default: each framework's)."),
+    precision: str = typer.Option("fp32", help="Precision of the timing check and the peak."),
+    backend: list[str] = typer.Option(None, "--backend", help=f"Only these ({backend_choices()}); repeatable."),
+    quick: bool = typer.Option(False, "--quick", help="Smaller matmuls, shorter load sample."),
+    as_json: bool = typer.Option(False, "--json", help="Every check with its data, as JSON."),
+) -> None:
+    """Check that this device's numbers can be trusted, and say what would make them noisy.
+
+    Timing: a large matmul timed by the backend's timer (CUDA events on a GPU), by the wall clock around the
+    same steps and their sync, and without the sync. Precision: the framework's matmul settings, what vitbench
+    sets, and the error of an fp32 matmul against float64. Peak: datasheet vs measured. Machine: threads vs
+    cores, other load, CPU governor and clocks, SMT, temperatures, memory; GPU clocks, power, slowdowns (NVML).
+    Exit code 1 when a check fails (timing or precision not what it claims), else 0.
+    """
+    from vitbench.measure.doctor import Status, run
+
+    if precision not in PRECISIONS:
+        raise ConfigError(f"--precision {precision!r} is not allowed; allowed: {', '.join(PRECISIONS)}")
+    checks = run(device=device, threads=threads, precision=precision, backends=backend or None, quick=quick)
+    if as_json:
+        print_json({"device": device, "checks": [c.to_dict() for c in checks]})
+    else:
+        t = Table(title=f"vitbench doctor: {device}", show_lines=True)
+        t.add_column("check", style="bold", no_wrap=True)
+        t.add_column("", no_wrap=True)
+        t.add_column("found")
+        t.add_column("why it matters", style="dim")
+        for c in checks:
+            t.add_row(escape(c.name), f"[{_STYLE[c.status.value]}]{c.status.value}[/]", escape(c.found),
+                      escape(c.why))
+        console.print(t)
+    if any(c.status is Status.FAIL for c in checks):
+        raise typer.Exit(1)

@@ -1,0 +1,533 @@
+"""`vitbench doctor`: can this machine's numbers be trusted, and what would make them noisy?
+
+Every check returns a `Check`: a status, what was found, and why it matters (so the output explains itself).
+The checks, per device and per backend that can run on it:
+- timing honesty: a large matmul timed three ways: the backend's own timer (CUDA events on a GPU, the host clock
+  on a CPU), the host wall clock around the same queued steps and their sync, and the host clock around the steps
+  alone without the sync (what a timer that forgets to synchronise would report). The first two must agree;
+  the third shows whether steps return before the device is done (then a missing sync would flatter).
+- matmul precision: the framework's settings as they are in this process, what vitbench sets for fp32 (and tf32
+  on a GPU), and what the arithmetic actually is: the relative error of an fp32 matmul against a float64
+  reference on the host (fp32 ~1e-7..1e-6; TF32's 10-bit mantissa ~1e-4..1e-3; bf16 ~1e-3..1e-2).
+- peak: the datasheet dense peak where the device has one, and the measured matmul peak (the MFU denominator
+  elsewhere): which, how much, from which backend, when, and the ratio of the two.
+- the machine: threads against usable cores (affinity, cgroup quota), other processes' load, the CPU frequency
+  governor and clocks, SMT, temperatures, memory and swap; on an NVIDIA GPU (NVML, optional): clocks against
+  their maximum, temperature, power against its limit, slowdown reasons, other processes.
+"""
+
+from __future__ import annotations
+
+import enum
+import glob
+import os
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import psutil
+
+from vitbench.backends.base import Backend, Capability, DeviceKind, TimerKind, backend_names, backend_spec
+from vitbench.errors import ConfigError, VitbenchError
+from vitbench.measure.load import BUSY_CORES, LoadMeter, cpu_quota_cores
+
+# Relative Frobenius error of an n=512 float32-input matmul against float64, by the arithmetic that ran it:
+# fp32 (24-bit significand) stays below ~1e-5, TF32 (10-bit) lands near 1e-4..1e-3, bf16 (8-bit) near 1e-3..1e-2.
+FP32_MAX_REL_ERR = 1e-5
+TF32_MAX_REL_ERR = 2e-3
+TIMER_AGREEMENT = 0.10  # device timer and synced wall clock within 10 % of each other
+ALIASES = {"cuda": DeviceKind.GPU}  # the usual spelling of an NVIDIA GPU
+
+
+class Status(str, enum.Enum):
+    OK = "ok"
+    INFO = "info"
+    WARN = "warn"
+    FAIL = "fail"
+    SKIP = "skip"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass
+class Check:
+    name: str
+    status: Status
+    found: str
+    why: str
+    data: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["status"] = self.status.value
+        return d
+
+
+def parse_device(text: str) -> tuple[DeviceKind, int]:
+    """'cpu', 'gpu', 'gpu:1', 'cuda:0', 'tpu' -> (kind, index)."""
+    kind, _, index = text.partition(":")
+    try:
+        k = ALIASES.get(kind) or DeviceKind(kind)
+    except ValueError:
+        raise ConfigError(
+            f"--device {text!r}: allowed: {', '.join(d.value for d in DeviceKind)}[:N] "
+            "(cuda[:N] for an NVIDIA GPU)"
+        ) from None
+    if index and not index.isdigit():
+        raise ConfigError(f"--device {text!r}: the index must be a number")
+    return k, int(index or 0)
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# The machine
+# -----------------------------------------------------------------------------------------------------------------
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def usable_cores() -> tuple[int, float | None]:
+    """(CPUs this process may run on, the cgroup CPU quota in cores or None)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return cpus, cpu_quota_cores()
+
+
+def check_threads(threads: dict[str, int | None]) -> Check:
+    cpus, quota = usable_cores()
+    limit = min(cpus, quota) if quota else cpus
+    over = {b: t for b, t in threads.items() if t and t > limit}
+    env = {k: os.environ[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "XLA_FLAGS") if k in os.environ}
+    found = (
+        f"{cpus} usable CPU(s)"
+        + (f", cgroup quota {quota:g} cores" if quota else "")
+        + "; threads: "
+        + ", ".join(f"{b} {t}" for b, t in threads.items())
+        + (f"; {env}" if env else "")
+    )
+    why = (
+        "More compute threads than cores time-slice: OpenMP/Eigen workers spin and wait for each other, and one "
+        "preempted thread stalls a whole matmul; use --threads <= cores (1 on a shared machine)."
+    )
+    return Check(
+        "threads",
+        Status.WARN if over else Status.OK,
+        found,
+        why,
+        {"usable_cpus": cpus, "cgroup_quota_cores": quota, "threads": threads, "env": env},
+    )
+
+
+def check_load(seconds: float = 1.0) -> Check:
+    with LoadMeter() as m:
+        time.sleep(seconds)
+    cores = m.other_cores or 0.0
+    load1 = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    top = sorted(
+        ((p.info["cpu_percent"] or 0.0, p.info["name"]) for p in psutil.process_iter(["cpu_percent", "name"])),
+        reverse=True,
+    )[:3]
+    found = f"other processes used {cores:.2f} cores over {seconds:g} s" + (
+        f"; 1-min load average {load1:.2f}" if load1 is not None else ""
+    )
+    why = (
+        f"Other work on the same cores slows steps at random: speeds drift and spread (a row is flagged when "
+        f"others use >= {BUSY_CORES} cores during its timed steps). Measure on a quiet machine, or compare "
+        "with `vitbench compare --normalize`."
+    )
+    return Check(
+        "other load",
+        Status.WARN if cores >= BUSY_CORES else Status.OK,
+        found,
+        why,
+        {"other_cores": cores, "loadavg_1min": load1, "top_now": [n for _, n in top]},
+    )
+
+
+def check_cpu_frequency() -> Check:
+    governors = sorted(
+        {
+            g
+            for g in (_read(p) for p in glob.glob("/sys/devices/system/cpu/cpu[0-9]*/cpufreq/scaling_governor"))
+            if g
+        }
+    )
+    cur = [
+        int(x) / 1000
+        for x in (_read(p) for p in glob.glob("/sys/devices/system/cpu/cpu[0-9]*/cpufreq/scaling_cur_freq"))
+        if x and x.isdigit()
+    ]
+    mx = [
+        int(x) / 1000
+        for x in (_read(p) for p in glob.glob("/sys/devices/system/cpu/cpu[0-9]*/cpufreq/cpuinfo_max_freq"))
+        if x and x.isdigit()
+    ]
+    boost = _read("/sys/devices/system/cpu/cpufreq/boost")
+    if not governors and not cur:
+        mhz = []
+        for line in (_read("/proc/cpuinfo") or "").splitlines():
+            if line.startswith("cpu MHz"):
+                mhz.append(float(line.split(":")[1]))
+        found = "no cpufreq interface (a VM or container: the host sets the clocks)" + (
+            f"; /proc/cpuinfo reports {min(mhz):.0f}-{max(mhz):.0f} MHz" if mhz else ""
+        )
+        return Check(
+            "cpu clocks",
+            Status.INFO,
+            found,
+            "The hypervisor or host decides the clocks; other guests on "
+            "the host are invisible noise (their 'steal' time shows in the other-load check).",
+            {"cpu_mhz": mhz},
+        )
+    found = (
+        f"governor {', '.join(governors) or 'unknown'}"
+        + (f"; clocks {min(cur):.0f}-{max(cur):.0f} MHz of max {max(mx):.0f}" if cur and mx else "")
+        + (f"; boost {'on' if boost == '1' else 'off'}" if boost is not None else "")
+    )
+    status = Status.WARN if governors and governors != ["performance"] else Status.OK
+    why = (
+        "A power-saving governor (powersave, ondemand, schedutil) changes clocks with load: the first steps run "
+        "slower than the rest and short runs vary; `performance` holds them (pyperf system tune does the same). "
+        "Boost clocks depend on temperature and on how many cores are busy."
+    )
+    return Check(
+        "cpu clocks", status, found, why, {"governors": governors, "cur_mhz": cur, "max_mhz": mx, "boost": boost}
+    )
+
+
+def check_smt() -> Check:
+    active = _read("/sys/devices/system/cpu/smt/active")
+    physical = psutil.cpu_count(logical=False)
+    logical = psutil.cpu_count(logical=True)
+    smt = {"1": "on", "0": "off"}.get(active or "", "unknown")
+    found = f"{logical} logical CPU(s), {physical} physical core(s); SMT {smt}"
+    why = (
+        "Two hardware threads of one core share its matmul units: threads beyond the physical cores add little "
+        "and make timings depend on what runs on the sibling."
+    )
+    return Check("smt", Status.INFO, found, why, {"logical": logical, "physical": physical, "smt_active": active})
+
+
+def check_thermal() -> Check:
+    zones = []
+    for z in sorted(glob.glob("/sys/class/thermal/thermal_zone*")):
+        t = _read(f"{z}/temp")
+        if t and t.lstrip("-").isdigit():
+            zones.append((_read(f"{z}/type") or os.path.basename(z), int(t) / 1000))
+    if not zones:
+        return Check(
+            "thermal",
+            Status.INFO,
+            "no readable thermal zones (VM or container)",
+            "A hot CPU or GPU lowers its clocks: long runs slow down; nothing to read here.",
+        )
+    hottest = max(zones, key=lambda z: z[1])
+    status = Status.WARN if hottest[1] >= 90 else Status.OK  # most CPUs throttle in the 90s degrees C
+    return Check(
+        "thermal",
+        status,
+        ", ".join(f"{n} {t:.0f} C" for n, t in zones),
+        "A hot chip lowers its clocks (thermal throttling): long runs slow down part-way.",
+        {"zones": dict(zones)},
+    )
+
+
+def check_memory() -> Check:
+    vm, sw = psutil.virtual_memory(), psutil.swap_memory()
+    found = (
+        f"{vm.available / 2**30:.1f} GiB available of {vm.total / 2**30:.1f}; swap used {sw.used / 2**30:.2f} GiB"
+    )
+    status = Status.WARN if sw.used > 2**28 or vm.percent > 90 else Status.OK
+    return Check(
+        "memory",
+        status,
+        found,
+        "Swapping or a nearly full memory makes steps wait for the disk; peak "
+        "memory on a CPU is the process's resident set, which swap hides.",
+        {"available_gib": vm.available / 2**30, "swap_used_gib": sw.used / 2**30},
+    )
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# Per backend
+# -----------------------------------------------------------------------------------------------------------------
+def check_timing(be: Backend, precision: str, n: int, steps: int, rounds: int = 5) -> Check:
+    """The backend's timer vs the host wall clock vs no sync, on windows of `steps` queued n x n matmuls,
+    interleaved round by round (so a load change hits all three alike); medians over `rounds`."""
+    work = be.matmul_workload(precision, n)
+    timer, walls, dispatch = [], [], []
+    try:
+        for _ in range(2):
+            work.sync(work.step())
+        with LoadMeter() as load:
+            for _ in range(rounds):
+                timer += be.time_windows(work, steps, min_steps=steps, min_seconds=0.0, max_seconds=60.0)
+                t0 = time.perf_counter()
+                outs = [work.step() for _ in range(steps)]
+                t1 = time.perf_counter()
+                work.sync_window(outs)
+                t2 = time.perf_counter()
+                dispatch.append(t1 - t0)
+                walls.append(t2 - t0)
+    finally:
+        work.close()
+    per_timer, per_wall, per_dispatch = (sorted(x)[len(x) // 2] / steps for x in (timer, walls, dispatch))
+    agree = abs(per_timer / per_wall - 1) <= TIMER_AGREEMENT
+    tflops = 2 * n**3 / per_timer / 1e12
+    found = (
+        f"{n}x{n} {precision} matmul, {steps} queued per window, median of {rounds}: {be.timer.value} "
+        f"{per_timer * 1e3:.3f} ms, wall clock with sync {per_wall * 1e3:.3f} ms, without sync "
+        f"{per_dispatch * 1e3:.3f} ms ({tflops:.3g} TFLOP/s)"
+    )
+    how = (
+        "the host clock is the timer here"
+        if be.timer is TimerKind.HOST_CLOCK
+        else "device events time the device's own work"
+    )
+    why = (
+        f"{how}; it must agree with the wall clock around the same steps and their sync (within "
+        f"{TIMER_AGREEMENT:.0%}). "
+    )
+    if per_dispatch < 0.5 * per_wall:
+        why += (
+            f"Steps return before the device is done ({per_wall / per_dispatch:.0f}x faster without the sync): "
+            "a timer without sync would flatter that much; vitbench always syncs."
+        )
+    else:
+        why += "Steps return when the work is done (synchronous execution): the sync costs nothing here."
+    if agree:
+        status = Status.OK
+    elif load.busy:  # the disagreement may be the other processes': not proof of a broken timer
+        status = Status.WARN
+        why += f" Other processes used {load.other_cores:.1f} cores meanwhile: re-run on a quiet machine."
+    else:
+        status = Status.FAIL
+    return Check(
+        f"timing [{be.name}]",
+        status,
+        found,
+        why,
+        {
+            "timer": be.timer.value,
+            "timer_s": per_timer,
+            "wall_s": per_wall,
+            "no_sync_s": per_dispatch,
+            "tflops": tflops,
+            "other_cores": load.other_cores,
+        },
+    )
+
+
+def matmul_rel_error(be: Backend, precision: str, n: int = 512) -> tuple[float, dict]:
+    """Relative Frobenius error of the backend's `precision` matmul against float64 on the host."""
+    work = be.matmul_workload(precision, n)
+    try:
+        out = work.step()
+        work.sync(out)
+        a, b = work.operands_host()
+        got = work.result_host(out).astype(np.float64)
+        settings = dict(work.settings)
+    finally:
+        work.close()
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    return float(np.linalg.norm(got - ref) / np.linalg.norm(ref)), settings
+
+
+def arithmetic_of(rel_err: float) -> str:
+    if rel_err < FP32_MAX_REL_ERR:
+        return "fp32"
+    return "tf32-like" if rel_err < TF32_MAX_REL_ERR else "bf16-like"
+
+
+def check_precision(be: Backend, before: str | None, precisions: tuple[str, ...]) -> Check:
+    parts, data, status = [], {"framework_before": before}, Status.OK
+    for p in precisions:
+        err, settings = matmul_rel_error(be, p)
+        got = arithmetic_of(err)
+        data[p] = {"rel_err": err, "arithmetic": got, "settings": settings}
+        parts.append(f"{p}: {settings.get('framework')} -> rel. error {err:.1e} vs float64 ({got})")
+        if p == "fp32" and got != "fp32":
+            status = Status.FAIL
+    found = f"in force before vitbench: {before or 'n/a'}; " + "; ".join(parts)
+    why = (
+        "'fp32' must be full fp32 on every backend, or comparing two backends compares different arithmetic "
+        "(frameworks' defaults differ: TF32 matmuls or convolutions on NVIDIA GPUs, bf16 passes on TPUs; see "
+        "each backend's 'in force before vitbench'). vitbench sets the precision for every step and records "
+        "it; the error against float64 shows what the hardware actually did."
+    )
+    return Check(f"matmul precision [{be.name}]", status, found, why, data)
+
+
+def check_peak(be: Backend, precision: str, threads: int | None, measured: dict[str, float]) -> Check:
+    from vitbench.measure.datasheet import lookup
+    from vitbench.measure.peak import PeakSource, device_peak
+
+    device = be.device_info()
+    peak = device_peak(be, precision, threads, remeasure_provisional=True)
+    row = lookup(device.name)
+    shown = max(measured.values()) if measured else None
+    if peak is None:
+        return Check(
+            "peak",
+            Status.WARN,
+            f"no peak for {device.name} {precision}",
+            "Without a peak there is no MFU; no backend here can measure one.",
+        )
+    if peak.source is PeakSource.DATASHEET:
+        ratio = shown / peak.tflops if shown else None
+        found = (
+            f"{device.name}: datasheet {peak.tflops:g} TFLOP/s {precision} dense ({peak.by}); the timing "
+            f"check's matmul reached {shown:.3g} TFLOP/s" + (f" = {ratio:.0%} of it" if ratio else "")
+            if shown
+            else f"{device.name}: datasheet {peak.tflops:g} TFLOP/s {precision} dense ({peak.by})"
+        )
+        status = Status.WARN if ratio is not None and (ratio > 1.0 or ratio < 0.5) else Status.OK
+        why = (
+            "MFU divides by the datasheet's dense peak at boost clock: one number for every framework. A large "
+            "matmul usually reaches 60-90 % of it; far less means clocks held down (power, heat) or a "
+            "mismatched precision; more than 100 % means the wrong datasheet row or a faster precision in force."
+        )
+        return Check(
+            "peak",
+            status,
+            found,
+            why,
+            {**peak.metrics(), "matmul_tflops": measured, "datasheet_row": row.device if row else None},
+        )
+    found = (
+        f"{device.name}: no datasheet figure for {precision}; measured peak {peak.tflops:.3g} TFLOP/s, the "
+        f"best matmul any backend showed here (by {peak.by} at {peak.at})"
+        + ("; provisional: measured while the machine was busy" if peak.provisional else "")
+        + ("; this run's matmuls: " + ", ".join(f"{b} {v:.3g}" for b, v in measured.items()) if measured else "")
+    )
+    why = (
+        "Without a datasheet the MFU denominator is the best dense matmul any backend has shown on this device, "
+        "precision and thread count (several sizes, cached per machine): one number for every framework, "
+        "raised whenever a backend, a calibration or a model step shows more. `vitbench env --refresh` "
+        "re-measures."
+    )
+    return Check(
+        "peak",
+        Status.WARN if peak.provisional else Status.OK,
+        found,
+        why,
+        {**peak.metrics(), "matmul_tflops": measured},
+    )
+
+
+def check_gpu(be: Backend) -> Check:
+    from vitbench.measure.nvml import Nvml, NvmlUnavailable
+
+    device = be.device_info()
+    if device.kind is not DeviceKind.GPU:
+        return Check(
+            "gpu",
+            Status.SKIP,
+            f"no GPU ({device.kind.value} device)",
+            "GPU clocks, power, temperature and energy come from NVML on an NVIDIA GPU.",
+        )
+    try:
+        nv = Nvml.open(device)
+    except NvmlUnavailable as e:
+        return Check(
+            "gpu",
+            Status.WARN,
+            f"{device.name}: {e}",
+            "Without NVML vitbench cannot see the GPU's clocks, "
+            "temperature, slowdowns, device-used memory or energy (pip install nvidia-ml-py).",
+        )
+    try:
+        s = nv.snapshot()
+    finally:
+        nv.close()
+    found = (
+        f"{device.name}: SM clock {s.sm_clock_mhz} of max {s.sm_clock_max_mhz} MHz, {s.temperature_c} C, "
+        f"power {s.power_w} W of limit {s.power_limit_w} W, used {s.used_mib} MiB"
+        + (f", slowdown: {', '.join(s.slowdown)}" if s.slowdown else "")
+        + (f", {s.other_processes} other process(es)" if s.other_processes else "")
+    )
+    status = Status.WARN if s.slowdown or s.other_processes else Status.OK
+    why = (
+        "A GPU held below its maximum clock by heat or a hardware signal runs slower than its datasheet; other "
+        "processes share its SMs and memory. An idle GPU shows low clocks: that is not a problem."
+    )
+    return Check("gpu", status, found, why, asdict(s))
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# All of it
+# -----------------------------------------------------------------------------------------------------------------
+def run(
+    device: str = "cpu",
+    threads: int | None = None,
+    precision: str = "fp32",
+    backends: list[str] | None = None,
+    quick: bool = False,
+) -> list[Check]:
+    """Every check for `device` on every backend that can run there (or those named)."""
+    from vitbench.backends.base import get_backend
+    from vitbench.registry import Kind, entry
+
+    kind, index = parse_device(device)
+    names = backends or [n for n in backend_names() if not entry(Kind.BACKEND, n).missing()]
+    unknown = [n for n in names if n not in backend_names()]
+    if unknown:
+        raise ConfigError(f"--backend {unknown[0]!r}: allowed: {', '.join(backend_names())}")
+    n = 1024 if quick else 2048
+    if kind is not DeviceKind.CPU:
+        n *= 4  # a GPU needs a large matmul to be busy for longer than the timer's resolution
+    checks = [check_load(0.5 if quick else 1.0)]
+    threads_used: dict[str, int | None] = {}
+    measured: dict[str, float] = {}
+    first: tuple[Backend, int | None] | None = None
+    for name in names:
+        spec = backend_spec(name)
+        dev = spec.device_string(kind, index)
+        if dev is None or Capability.MATMUL_PEAK not in spec.capabilities:
+            checks.append(
+                Check(
+                    f"backend [{name}]",
+                    Status.SKIP,
+                    f"cannot multiply matrices on a {kind.value}",
+                    "Only backends that run on the device are checked.",
+                )
+            )
+            continue
+        try:
+            be = get_backend(name)
+            before = be.numerics_in_force()  # nothing set yet in this process: the framework's own defaults
+            info = be.setup(dev, threads)
+        except VitbenchError as e:  # not installed, no such device, thread pools fixed already, ...
+            checks.append(Check(f"backend [{name}]", Status.WARN, f"cannot run on {dev}: {e}",
+                                "Only backends that can start on the device are checked."))
+            continue
+        threads_used[name] = info.get("threads")
+        first = first or (be, info.get("threads"))
+        try:
+            t = check_timing(be, precision, n, steps=3 if quick else 5)
+            measured[name] = t.data["tflops"]
+            checks.append(t)
+            precs = tuple(
+                p
+                for p in ("fp32", "tf32")
+                if p in spec.precisions and not spec.problems({"precision": p, "device": dev})
+            )
+            checks.append(check_precision(be, before, precs))
+        except NotImplementedError:
+            checks.append(
+                Check(
+                    f"timing [{name}]",
+                    Status.SKIP,
+                    "no matmul workload",
+                    "The backend does not offer one; its steps are timed by its own timer.",
+                )
+            )
+    checks.insert(1, check_threads(threads_used))
+    if first is not None:
+        checks.append(check_peak(first[0], precision, first[1], measured))
+        checks.append(check_gpu(first[0]))
+    checks += [check_cpu_frequency(), check_smt(), check_thermal(), check_memory()]
+    return checks

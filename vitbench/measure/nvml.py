@@ -1,0 +1,156 @@
+"""NVIDIA's management library (NVML), optional: device-used memory, energy, clocks, temperature, throttling.
+
+NVML comes with the driver; its Python binding is the `nvidia-ml-py` distribution (module `pynvml`), an optional
+dependency. Without it, or without an NVIDIA device, every function here says so (`NvmlUnavailable` from `open`,
+`None` fields) and the measurement goes on without these numbers. Units as NVML gives them, converted once here:
+memory bytes -> MiB, energy mJ -> J (nvmlDeviceGetTotalEnergyConsumption, Volta and later), power mW -> W,
+clocks MHz, temperature degrees C.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+from vitbench.backends.base import Device, DeviceKind
+
+# nvmlClocksEventReasons (nvml.h; formerly ClocksThrottleReasons): bits that mean the GPU ran below the clock
+# asked for because of heat or a hardware signal (noise), and the power cap (a property of the board: noted).
+SLOWDOWN_REASONS = {0x08: "hw_slowdown", 0x20: "sw_thermal_slowdown", 0x40: "hw_thermal_slowdown",
+                    0x80: "hw_power_brake_slowdown"}
+POWER_CAP = 0x04
+NVML_TEMPERATURE_GPU = 0  # nvmlTemperatureSensors_t
+NVML_CLOCK_SM = 1  # nvmlClockType_t
+
+
+class NvmlUnavailable(RuntimeError):
+    """No NVML here (package missing, no driver, not an NVIDIA device); the message says which."""
+
+
+def _module():
+    try:
+        import pynvml  # noqa: PLC0415 - optional dependency
+    except ImportError as e:
+        raise NvmlUnavailable("NVML is not installed (pip install nvidia-ml-py)") from e
+    return pynvml
+
+
+@dataclass
+class Snapshot:
+    """What NVML says about a device at one moment (None: not supported by this device/driver)."""
+
+    used_mib: float | None = None
+    energy_j: float | None = None
+    power_w: float | None = None
+    sm_clock_mhz: float | None = None
+    sm_clock_max_mhz: float | None = None
+    temperature_c: float | None = None
+    power_limit_w: float | None = None
+    slowdown: tuple[str, ...] = ()
+    power_capped: bool = False
+    other_processes: int | None = None
+
+
+class Nvml:
+    """An NVML session on the device a backend runs on. `Nvml.open(device)` raises NvmlUnavailable."""
+
+    def __init__(self, lib, handle) -> None:
+        self.lib, self.handle = lib, handle
+
+    @classmethod
+    def open(cls, device: Device) -> Nvml:
+        if device.kind is not DeviceKind.GPU:
+            raise NvmlUnavailable(f"NVML covers NVIDIA GPUs; this device is a {device.kind.value}")
+        lib = _module()
+        try:
+            lib.nvmlInit()
+        except Exception as e:  # noqa: BLE001 - NVMLError_LibraryNotFound, DriverNotLoaded, ...
+            raise NvmlUnavailable(f"NVML could not start: {e}") from e
+        try:
+            return cls(lib, _handle(lib, device))
+        except Exception as e:  # noqa: BLE001
+            raise NvmlUnavailable(f"NVML has no handle for {device.name} (index {device.index}): {e}") from e
+
+    def _try(self, fn, *args):
+        try:
+            return fn(self.handle, *args)
+        except Exception:  # noqa: BLE001 - NVMLError_NotSupported and friends: the field stays None
+            return None
+
+    def snapshot(self) -> Snapshot:
+        lib, s = self.lib, Snapshot()
+        mem = self._try(lib.nvmlDeviceGetMemoryInfo)
+        s.used_mib = mem.used / 2**20 if mem is not None else None
+        energy = self._try(lib.nvmlDeviceGetTotalEnergyConsumption)  # mJ since the driver loaded
+        s.energy_j = energy / 1000 if energy is not None else None
+        power = self._try(lib.nvmlDeviceGetPowerUsage)  # mW
+        s.power_w = power / 1000 if power is not None else None
+        limit = self._try(lib.nvmlDeviceGetEnforcedPowerLimit)  # mW
+        s.power_limit_w = limit / 1000 if limit is not None else None
+        s.sm_clock_mhz = self._try(lib.nvmlDeviceGetClockInfo, NVML_CLOCK_SM)
+        s.sm_clock_max_mhz = self._try(lib.nvmlDeviceGetMaxClockInfo, NVML_CLOCK_SM)
+        s.temperature_c = self._try(lib.nvmlDeviceGetTemperature, NVML_TEMPERATURE_GPU)
+        reasons = self._try(getattr(lib, "nvmlDeviceGetCurrentClocksEventReasons", None)
+                            or getattr(lib, "nvmlDeviceGetCurrentClocksThrottleReasons", None))
+        if reasons is not None:
+            s.slowdown = tuple(name for bit, name in SLOWDOWN_REASONS.items() if reasons & bit)
+            s.power_capped = bool(reasons & POWER_CAP)
+        procs = self._try(lib.nvmlDeviceGetComputeRunningProcesses)
+        if procs is not None:
+            s.other_processes = sum(1 for p in procs if getattr(p, "pid", None) != os.getpid())
+        return s
+
+    def close(self) -> None:
+        try:
+            self.lib.nvmlShutdown()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def _handle(lib, device: Device):
+    """The NVML handle of a framework's device: by UUID or PCI bus id where the framework gives one, else by the
+    index through CUDA_VISIBLE_DEVICES (frameworks number the visible devices; NVML numbers all of them)."""
+    if device.uuid:
+        uuid = device.uuid if device.uuid.startswith(("GPU-", "MIG-")) else f"GPU-{device.uuid}"
+        return lib.nvmlDeviceGetHandleByUUID(uuid)
+    if device.pci_bus_id:
+        return lib.nvmlDeviceGetHandleByPciBusId_v2(device.pci_bus_id)
+    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    if device.index < len(visible):
+        v = visible[device.index]
+        return lib.nvmlDeviceGetHandleByIndex(int(v)) if v.isdigit() else lib.nvmlDeviceGetHandleByUUID(v)
+    return lib.nvmlDeviceGetHandleByIndex(device.index)
+
+
+class EnergyMeter:
+    """Device energy and memory over a phase: `with EnergyMeter(device) as m: ...`; `m.why` when unavailable."""
+
+    def __init__(self, device: Device) -> None:
+        self.device = device
+        self.nvml: Nvml | None = None
+        self.why: str | None = None
+        self.start: Snapshot | None = None
+        self.end: Snapshot | None = None
+        self.wall_s = 0.0
+
+    def __enter__(self) -> EnergyMeter:
+        try:
+            self.nvml = Nvml.open(self.device)
+            self.start = self.nvml.snapshot()
+        except NvmlUnavailable as e:
+            self.why = str(e)
+        self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.wall_s = time.perf_counter() - self._t0
+        if self.nvml is not None:
+            self.end = self.nvml.snapshot()  # while the workload is still allocated: device-used memory
+            self.nvml.close()
+
+    @property
+    def energy_j(self) -> float | None:
+        if self.start is None or self.end is None or self.start.energy_j is None or self.end.energy_j is None:
+            return None
+        return self.end.energy_j - self.start.energy_j
