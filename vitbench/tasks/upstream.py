@@ -144,6 +144,8 @@ register_report(ReportPart(
 register_report(ReportPart(
     "distillation", "Distillation (DeiT): accuracy per student and teacher over seeds",
     ("pretrain", "fewshot", "finetune"), lazy("vitbench.report.tables:distillation"),
+    columns=("kind", "shots", "model", "teacher", "distillation", "seeds", "accuracy_mean", "accuracy_std",
+             "accuracy_min", "accuracy_max", "teacher_accuracy", "teacher_train_accuracy", "teacher_agreement"),
     figures=(Figure("distilled_accuracy_vs_throughput",
                     "Accuracy vs inference throughput, distilled and plain (cf. DeiT Figure 1)",
                     lazy("vitbench.report.plots:distilled_accuracy_vs_throughput"),

@@ -265,11 +265,14 @@ def teacher_metrics(teacher: Teacher, be, student, splits, resolution: int, imag
 
     test = splits.test
     t_logits = ops.predict(be, teacher.model, test, teacher.resolution)
+    train_acc = ops.accuracy(be, teacher.model, splits.train, teacher.resolution)
     return {
         "teacher_gflops_per_image": teacher.forward_flops() / 1e9,  # forward, per image seen
         "teacher_exaflops": teacher.forward_flops() * images_seen / 1e18,  # included in `exaflops`
         "teacher_pretrain_exaflops": teacher.pretrain_exaflops,  # not included: the teacher is given
         "teacher_accuracy": float(np.mean(t_logits.argmax(1) == test.labels)) if len(test) else float("nan"),
+        # on the images the student trains on: the share of hard-distillation targets that are the true labels
+        "teacher_train_accuracy": train_acc,
         "teacher_agreement": agreement(ops.predict(be, student, test, resolution), t_logits),  # test split
         "teacher_model": teacher.spec.name,
         "teacher_resolution": teacher.resolution,
@@ -339,8 +342,8 @@ def upstream_metrics(ckpt: Checkpoint) -> dict:
         "params_m": m.get("params_m"),
     }
     # a distilled upstream: its compute split (exaflops includes the teacher's forward) and its teacher
-    out.update({k: m[k] for k in ("student_exaflops", "teacher_exaflops", "teacher_accuracy", "teacher_agreement")
-                if k in m})
+    out.update({k: m[k] for k in ("student_exaflops", "teacher_exaflops", "teacher_accuracy",
+                                  "teacher_train_accuracy", "teacher_agreement") if k in m})
     return out
 
 
