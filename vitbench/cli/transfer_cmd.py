@@ -61,7 +61,7 @@ def pretrain_cmd(
     out: str = typer.Option(None, "--out", "-o",
                             help="Checkpoint path (.safetensors; default: the cache, results/checkpoints)."),
     teacher: str = typer.Option(None, help="Distil from this teacher model (DeiT), e.g. R-Nano."),
-    teacher_checkpoint: str = typer.Option(None, help="The teacher's weights (default: pre-trained here, cached)."),
+    teacher_checkpoint: str = typer.Option(None, help="The teacher's weights (default: pre-trained, cached)."),
     teacher_resolution: int = typer.Option(None, help="Pre-trained teacher's resolution (default native)."),
     teacher_steps: int = typer.Option(None, help="Pre-trained teacher's steps (default: --steps)."),
     teacher_seed: int = typer.Option(0, help="Pre-trained teacher's seed."),

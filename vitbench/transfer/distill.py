@@ -99,7 +99,8 @@ def load_teacher(backend, weights: dict, spec, resolution: int, num_classes: int
 
 
 def agreement(student_logits: np.ndarray, teacher_logits: np.ndarray) -> float:
-    """Fraction of images on which student and teacher predict the same class (cf. DeiT's disagreement analysis between models)."""
+    """Fraction of images on which student and teacher predict the same class (cf. DeiT's disagreement
+    analysis between models)."""
     if len(student_logits) == 0:
         return float("nan")
     return float(np.mean(student_logits.argmax(1) == teacher_logits.argmax(1)))

@@ -73,8 +73,8 @@ class PretrainConfig(BaseModel):
         OptimConfig(steps=self.steps, warmup_steps=self.warmup_steps)  # warm-up < steps
         up = self.teacher.upstream if self.teacher is not None else None
         if up is not None and up.data != self.data:
-            raise ValueError(f"teacher.upstream.data must be the student's upstream data ({self.data.model_dump()}); "
-                             f"got {up.data.model_dump()}")
+            raise ValueError(f"teacher.upstream.data must be the student's upstream data "
+                             f"({self.data.model_dump()}); got {up.data.model_dump()}")
         return self
 
     @property
@@ -215,7 +215,7 @@ def pretrain(cfg: PretrainConfig, *, device: str = "cpu", threads: int | None = 
     if cfg.teacher is not None:
         teacher = load_teacher(cfg.teacher, be, splits.train.class_names, directory=directory, device=device,
                                threads=threads)
-        teacher.logits(splits.train, np.arange(min(cfg.batch_size, len(splits.train))))  # compiled outside the clock
+        teacher.logits(splits.train, np.arange(min(cfg.batch_size, len(splits.train))))  # compile before the clock
         distill = Distill(cfg.teacher.distillation, cfg.teacher.lam, cfg.teacher.tau,
                           lambda idx: teacher.logits(splits.train, idx))
     model = be.init_model(spec, r, k, cfg.seed)

@@ -64,7 +64,8 @@ def update(optim: torch.optim.Optimizer, params: list, decay: list, opt: OptimCo
 
 
 def distillation_loss(cls_logits: torch.Tensor, dist_logits: torch.Tensor, labels: torch.Tensor,
-                      teacher_logits: torch.Tensor, distill: Distill, label_smoothing: float = 0.0) -> torch.Tensor:
+                      teacher_logits: torch.Tensor, distill: Distill,
+                      label_smoothing: float = 0.0) -> torch.Tensor:
     """(1 - lam) CE(cls, y) + lam * (hard: CE(dist, argmax teacher); soft: tau^2 KL(teacher || dist) at
     temperature tau, per image, batch mean): DeiT eq. 2 / 3 (vitbench.transfer.distill). Label smoothing only in
     the CE on the true labels, as deit's losses.py."""
