@@ -59,7 +59,7 @@ def _backend_loss(name: str, cls, dist, y, teacher, d: Distill, smoothing: float
 
         from vitbench.backends.torch.training import distillation_loss
 
-        t = lambda a: torch.from_numpy(a)  # noqa: E731
+        t = torch.from_numpy
         return float(distillation_loss(t(cls), t(dist), t(y), t(teacher), d, smoothing))
     pytest.importorskip("jax")
     import jax
@@ -257,7 +257,8 @@ def test_shipped_distillation_study_compares_teachers_at_equal_student_compute()
     from vitbench.study import load_study
 
     study = load_study("studies/distill-digits.yaml")
-    students = [t.config for t in study.trials if t.task == "pretrain" and t.config["model"] == "DeiT-Micro/4-dist"]
+    students = [t.config for t in study.trials
+                if t.task == "pretrain" and t.config["model"] == "DeiT-Micro/4-dist"]
     arms = {(c.get("teacher"), c.get("distillation")) for c in students}
     assert {(None, None), ("R-Nano", "hard"), ("R-Nano", "soft")} <= arms
     assert any(get_spec(t).family == "vit" for t, _ in arms if t)  # a transformer teacher too
@@ -283,3 +284,67 @@ def test_transfer_start_of_a_distilled_model_drops_both_heads():
         for head in ("head.weight", "head.bias", "head_dist.weight", "head_dist.bias"):
             assert w[head].shape[0] == k and not w[head].any()
         np.testing.assert_array_equal(w["dist_token"], up["dist_token"])  # the body, its token included, kept
+
+
+# ---- report -----------------------------------------------------------------------------------------------------
+def _store_with_distilled_rows(path, with_speed: bool = True) -> dict:
+    """Fine-tuning rows of a plain and a distilled upstream of one model over 3 seeds (known accuracies), and
+    inference speed rows; returns the accuracies per arm."""
+    from records import record
+
+    from vitbench.store import Store
+    from vitbench.study import trial_key
+
+    acc = {None: [0.80, 0.84, 0.88], "R-Nano": [0.70, 0.75, 0.95]}
+    with Store(path) as st:
+        for teacher, values in acc.items():
+            for seed, a in enumerate(values):
+                cfg = {"model": "DeiT-Nano/4-dist", "backend": "torch", "task": "finetune", "device": "cpu",
+                       "resolution": 16, "seed": seed, "pretrain_steps": 100,
+                       **({"teacher": teacher, "distillation": "hard", "distill_lambda": 0.5} if teacher else {})}
+                st.append(record("finetune", cfg, metrics={"accuracy": a, "pretrain_exaflops": 1e-7},
+                                 key=trial_key(cfg), study="d", run_id="r", trial=cfg))
+        if with_speed:
+            cfg = {"model": "DeiT-Nano/4-dist", "backend": "torch", "task": "infer", "device": "cpu",
+                   "resolution": 16, "batch_size": 64, "precision": "fp32", "compile": False}
+            st.append(record("bench", cfg, metrics={"img_per_s": 1000.0}, key=trial_key(cfg), study="d",
+                             run_id="r", trial=cfg))
+    return acc
+
+
+def test_report_keeps_distilled_rows_apart_with_their_spread(tmp_path):
+    from vitbench.report import build_report
+
+    acc = _store_with_distilled_rows(tmp_path / "res")
+    rep = build_report(tmp_path / "res", tmp_path / "out", formats=("csv",))
+    table = rep.tables["distillation"]
+    assert len(table) == 2
+    for teacher, values in acc.items():
+        row = table[table["teacher"].isna()] if teacher is None else table[table["teacher"] == teacher]
+        assert int(row["seeds"].iloc[0]) == 3
+        assert row["accuracy_mean"].iloc[0] == pytest.approx(np.mean(values))
+        assert row["accuracy_std"].iloc[0] == pytest.approx(np.std(values, ddof=1))
+        assert (row["accuracy_min"].iloc[0], row["accuracy_max"].iloc[0]) == (min(values), max(values))
+    gain = table[table["teacher"] == "R-Nano"]  # seed by seed against the plain upstream: -0.10, -0.09, +0.07
+    assert gain["gain_vs_no_teacher"].iloc[0] == pytest.approx(np.mean(np.subtract(acc["R-Nano"], acc[None])))
+    assert gain["gain_wins"].iloc[0] == "1/3"
+    assert len(rep.tables["accuracy"]) == 2  # not merged into one median
+    assert {"distilled_accuracy_vs_throughput", "accuracy_vs_compute"} <= set(rep.figures)
+
+
+def test_report_without_teachers_or_speed_has_no_distillation_parts(tmp_path):
+    from vitbench.report import build_report
+
+    _store_with_distilled_rows(tmp_path / "res", with_speed=False)
+    rep = build_report(tmp_path / "res", tmp_path / "out", formats=("csv",))
+    assert "distilled_accuracy_vs_throughput" not in rep.figures  # no speed measured: nothing to place
+    from records import record
+
+    from vitbench.store import Store
+
+    with Store(tmp_path / "plain") as st:
+        cfg = {"model": "ViT-Nano/4", "task": "finetune", "backend": "torch", "seed": 0}
+        st.append(record("finetune", cfg, metrics={"accuracy": 0.5, "pretrain_exaflops": 1e-7}, key="a",
+                         study="p", run_id="r", trial=cfg))
+    rep = build_report(tmp_path / "plain", tmp_path / "out2", formats=("csv",))
+    assert rep.tables["distillation"].empty and "distilled_accuracy_vs_throughput" not in rep.figures

@@ -110,6 +110,16 @@ def _legend(fig: Figure, ax, n: int) -> None:
                   ncol=1 if n <= 24 else 2)
 
 
+def _shared_legend(fig: Figure, axes) -> None:
+    """One legend for panels that show the same series (each label once), outside on the right."""
+    seen: dict[str, object] = {}
+    for ax in axes:
+        for h, label in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(label, h)
+    if seen:
+        fig.legend(list(seen.values()), list(seen), loc="outside right upper", fontsize=7.5, frameon=False)
+
+
 def _device(df: pd.DataFrame) -> str:
     if "device" in df and df["device"].notna().any():
         return ", ".join(sorted(str(d) for d in df["device"].dropna().unique()))
@@ -324,12 +334,11 @@ def accuracy_vs_compute(df: pd.DataFrame) -> Figure | None:
     raw = df.assign(accuracy=pd.to_numeric(df["accuracy"], errors="coerce"),
                     **{xcol: pd.to_numeric(df[xcol], errors="coerce")}).dropna(subset=[xcol, "accuracy"])
     raw_panels = {_panel_id(k): r for k, r in raw.groupby(panel_keys, dropna=False)}
-    fig = Figure(figsize=(5.2 * len(panels) + 1.6, 4.6), layout="constrained")
+    fig = Figure(figsize=(5.2 * len(panels) + 3.2, 4.6), layout="constrained")  # legend on the right
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
     colors = model_colors(acc["model"])
     series = _upstream_keys(acc)
     for ax, (pkey, sub) in zip(axes, panels):
-        n = 0
         for _, g in _groups(raw_panels.get(_panel_id(pkey), raw.iloc[0:0]), series):
             if len(g) > 1:  # the seeds apart: the spread behind the median
                 style = upstream_style(g.iloc[0], colors)
@@ -340,14 +349,12 @@ def accuracy_vs_compute(df: pd.DataFrame) -> Figure | None:
             style = upstream_style(row, colors)
             ax.scatter(g[xcol], 100 * g["accuracy"], label=upstream_label(row), zorder=3,
                        s=90 if style["marker"] == DISTILLED_MARKER else 45, **style)
-            n += 1
         idx = pareto_front(sub[xcol].to_numpy(), sub["accuracy"].to_numpy())
         if len(idx):
             fx, fy = sub[xcol].to_numpy()[idx], 100 * sub["accuracy"].to_numpy()[idx]
             ax.step(fx, fy, where="post", color="black", linewidth=1.2, alpha=0.7, zorder=2)
             ax.scatter(fx, fy, s=140, facecolors="none", edgecolors="black", linewidths=1.0, zorder=4,
                        label="Pareto front (not beaten on compute and accuracy)")
-            n += 1
         ax.set_xscale("log")
         _log_axis(ax.xaxis)
         ax.set_xlabel("Pre-training compute [exaFLOPs]" + (" (\u2697: incl. teacher forward)"
@@ -358,7 +365,7 @@ def accuracy_vs_compute(df: pd.DataFrame) -> Figure | None:
         ax.set_title(" / ".join(f"{k}={_fmt_key(v)}" for k, v in zip(panel_keys, pkey) if pd.notna(v)),
                      fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
-        _legend(fig, ax, n)
+    _shared_legend(fig, axes)
     return fig
 
 
@@ -389,7 +396,7 @@ def distilled_accuracy_vs_throughput(df: pd.DataFrame) -> Figure | None:
         return None
     panel_keys = [k for k in ("kind", "dataset", "shots") if k in rows.columns]
     panels = list(rows.groupby(panel_keys, dropna=False, sort=True))[:6]
-    fig = Figure(figsize=(5.6 * len(panels) + 2.4, 4.8), layout="constrained")
+    fig = Figure(figsize=(5.6 * len(panels) + 3.2, 4.8), layout="constrained")  # legend on the right
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
     colors = model_colors(rows["model"])
     series = _upstream_keys(rows)
@@ -398,7 +405,6 @@ def distilled_accuracy_vs_throughput(df: pd.DataFrame) -> Figure | None:
         groups = sorted(_groups(sub, series), key=lambda kv: (_ORDER.get(kv[1].iloc[0]["model"], 10_000),
                                                              tables.distilled(kv[1].iloc[:1]).iloc[0]))
         arms: dict[str, int] = {}  # upstreams per model: dodged around the model's speed
-        n = 0
         for _, g in groups:
             row = g.iloc[0]
             i, k = arms.get(row["model"], 0), sum(1 for _, h in groups if h.iloc[0]["model"] == row["model"])
@@ -410,16 +416,15 @@ def distilled_accuracy_vs_throughput(df: pd.DataFrame) -> Figure | None:
                         fmt="none", ecolor="0.4", elinewidth=1, capsize=2, zorder=2)
             ax.scatter([x], [acc.mean()], s=110 if style["marker"] == DISTILLED_MARKER else 50, zorder=3,
                        label=f"{upstream_label(row)} (n={len(g)})", **style)
-            n += 1
         ax.set_xscale("log")
         _log_axis(ax.xaxis)
-        ax.set_xlabel(f"Peak inference throughput [img/s] ({_device(sub)}; best batch; arms of one model "
-                      f"{DODGE:g}x apart)")
+        ax.set_xlabel(f"Peak inference throughput [img/s] ({_device(sub)}; best batch)\n"
+                      f"(upstreams of one model drawn {DODGE:g}x apart)", fontsize=9)
         ax.set_ylabel("Accuracy [%] (mean over seeds; bar: min..max)")
         ax.set_title(" / ".join(f"{k}={_fmt_key(v)}" for k, v in zip(panel_keys, pkey) if pd.notna(v))
                      + ": distilled (\u2697) and plain", fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
-        _legend(fig, ax, n)
+    _shared_legend(fig, axes)
     return fig
 
 

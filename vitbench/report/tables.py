@@ -120,7 +120,8 @@ def distilled(df: pd.DataFrame) -> pd.Series:
 def distillation(ok: pd.DataFrame) -> pd.DataFrame:
     """Accuracy per student and teacher across seeds (mean, std, min, max, n): upstream test accuracy (kind
     pretrain, with the teacher's test and train accuracy and the student's test agreement with it) and transfer
-    accuracy (fewshot, finetune), with each row's pre-training compute. Empty unless some row had a teacher."""
+    accuracy (fewshot, finetune), with each row's pre-training compute; for a distilled upstream, its gain over
+    the same model without a teacher, seed by seed. Empty unless some row had a teacher."""
     if ok.empty or "accuracy" not in ok.columns or not distilled(ok).any():
         return pd.DataFrame()
     df = ok.copy()
@@ -135,10 +136,27 @@ def distillation(ok: pd.DataFrame) -> pd.DataFrame:
         if m in df.columns and df[m].notna().any():
             out[m] = g[m].apply(lambda s: pd.to_numeric(s, errors="coerce").mean())
     out = out.reset_index()
+    if "seed" in df.columns:
+        out = out.merge(_paired_gain(df, keys), on=keys, how="left")
     kind_rank = {"pretrain": 0, "fewshot": 1, "finetune": 2}
     order = [c for c in ("kind", "shots", "model", "teacher", "distillation") if c in out.columns]
     return out.sort_values(order, key=lambda s: s.map(kind_rank) if s.name == "kind" else s,
                            na_position="first", kind="stable").reset_index(drop=True)
+
+
+def _paired_gain(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Per distilled upstream: accuracy minus that of the same model without a teacher trained with the same
+    seed (same initialisation and batches), averaged over the seeds both have (`gain_vs_no_teacher`), and on
+    how many of them it is positive (`gain_wins`, 'k/n')."""
+    base = [k for k in keys if k not in TEACHER_FIELDS]
+    plain = df[~distilled(df)][[*base, "seed", "accuracy"]]
+    pairs = df[distilled(df)].merge(plain, on=[*base, "seed"], suffixes=("", "_plain"))
+    if pairs.empty:
+        return pd.DataFrame(columns=[*keys, "gain_vs_no_teacher", "gain_wins"])
+    pairs["gain"] = pairs["accuracy"] - pairs["accuracy_plain"]
+    g = pairs.groupby(keys, dropna=False)["gain"]
+    wins = g.apply(lambda d: f"{int((d > 0).sum())}/{int(d.notna().sum())}")
+    return pd.DataFrame({"gain_vs_no_teacher": g.mean(), "gain_wins": wins}).reset_index()
 
 
 def backend_pivot(ok: pd.DataFrame) -> pd.DataFrame:

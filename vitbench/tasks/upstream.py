@@ -106,9 +106,9 @@ class Upstream(TeacherFields):
                   "weight_decay": self.pretrain_weight_decay, "warmup_steps": self.pretrain_warmup_steps,
                   "decay": self.pretrain_decay, "label_smoothing": self.label_smoothing}
         teacher = teacher_fields(recipe, self.teacher, checkpoint=self.teacher_checkpoint,
-                                 resolution=self.teacher_resolution, steps=self.teacher_steps or self.pretrain_steps,
-                                 seed=self.teacher_seed, distillation=self.distillation, lam=self.distill_lambda,
-                                 tau=self.distill_tau)
+                                 resolution=self.teacher_resolution,
+                                 steps=self.teacher_steps or self.pretrain_steps, seed=self.teacher_seed,
+                                 distillation=self.distillation, lam=self.distill_lambda, tau=self.distill_tau)
         return validated(PretrainConfig, {
             **recipe, "model": self.model, "resolution": self.pretrain_resolution, "steps": self.pretrain_steps,
             "seed": self.seed, "teacher": teacher}, f"task {task!r}")
@@ -145,7 +145,8 @@ register_report(ReportPart(
     "distillation", "Distillation (DeiT): accuracy per student and teacher over seeds",
     ("pretrain", "fewshot", "finetune"), lazy("vitbench.report.tables:distillation"),
     columns=("kind", "shots", "model", "teacher", "distillation", "seeds", "accuracy_mean", "accuracy_std",
-             "accuracy_min", "accuracy_max", "teacher_accuracy", "teacher_train_accuracy", "teacher_agreement"),
+             "accuracy_min", "accuracy_max", "gain_vs_no_teacher", "gain_wins", "teacher_accuracy",
+             "teacher_train_accuracy", "teacher_agreement"),
     figures=(Figure("distilled_accuracy_vs_throughput",
                     "Accuracy vs inference throughput, distilled and plain (cf. DeiT Figure 1)",
                     lazy("vitbench.report.plots:distilled_accuracy_vs_throughput"),
