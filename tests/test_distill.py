@@ -213,7 +213,8 @@ def test_bad_teacher_settings_are_config_errors(tmp_path):
 def test_a_teacher_from_its_file_teaches_as_the_pre_trained_one(tmp_path):
     """The same teacher weights given as a checkpoint file: the same student, bit for bit."""
     up = {"model": "R-Nano", "resolution": 32, "steps": 4, "warmup_steps": 1, "batch_size": 16}
-    a, rec = ensure_upstream(_cfg(teacher={"upstream": up, "distillation": "soft", "tau": 2.0}), directory=tmp_path)
+    a, rec = ensure_upstream(_cfg(teacher={"upstream": up, "distillation": "soft", "tau": 2.0}),
+                             directory=tmp_path)
     t_ckpt, _ = ensure_upstream(PretrainConfig(**up), directory=tmp_path)
     b, rec_b = ensure_upstream(_cfg(teacher={"checkpoint": str(t_ckpt.path), "distillation": "soft", "tau": 2.0}),
                                directory=tmp_path / "other")
