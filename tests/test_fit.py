@@ -167,6 +167,7 @@ def test_bad_columns_are_config_errors_naming_the_column(tmp_path, csv_path):
 def results_dir(tmp_path):
     """A results store with transfer rows of three tiny models at four upstream budgets (synthetic accuracy)."""
     from records import record
+
     from vitbench.store import Store
 
     root = tmp_path / "results"

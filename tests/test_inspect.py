@@ -10,9 +10,19 @@ import numpy as np
 import pytest
 
 from vitbench.errors import ConfigError
-from vitbench.inspect import (InspectResult, Picture, TokenLayout, attention_rollout, embedding_filter_components,
-                              inspect_model, mean_attention_distance, posemb_similarity, prefix_attention_share,
-                              rollout_maps, to_markdown)
+from vitbench.inspect import (
+    InspectResult,
+    Picture,
+    TokenLayout,
+    attention_rollout,
+    embedding_filter_components,
+    inspect_model,
+    mean_attention_distance,
+    posemb_similarity,
+    prefix_attention_share,
+    rollout_maps,
+    to_markdown,
+)
 from vitbench.inspect.distance import uniform_attention_distance_px
 from vitbench.inspect.posemb import adjacent_similarity
 from vitbench.models.specs import get_spec
@@ -231,8 +241,8 @@ def test_pictures_and_markdown(tmp_path):
 # ---- the frameworks: the same attention on the same weights ---------------------------------------------------
 def _random_weights(name: str, resolution: int = 32) -> dict:
     import torch
-
     from test_flax_models import randomize_
+
     from vitbench.models.torch import build_torch_model
 
     torch.manual_seed(0)
@@ -353,6 +363,7 @@ def test_inspect_rows_in_a_study_and_the_report(tmp_path, monkeypatch, one_torch
     upstream cache; the report draws the distance comparison from the rows' raw data; a ResNet is refused when
     the study is parsed."""
     from records import job
+
     from vitbench.errors import ConfigError
     from vitbench.report import build_report
     from vitbench.store import Store

@@ -420,9 +420,13 @@ class Backend(ABC):
         """Return `model` with `weights` (timm naming) loaded; every model parameter must be given."""
         raise NotImplementedError(f"backend {self.name!r} does not implement transfer")
 
-    def train(self, model: Any, data, resolution: int, opt, batch_size: int, seed: int) -> tuple[Any, list[float]]:
+    def train(self, model: Any, data, resolution: int, opt, batch_size: int, seed: int,
+              distill=None) -> tuple[Any, list[float]]:
         """Run `opt.steps` updates (vitbench.transfer.schedules.OptimConfig) on batches of `data` (an ImageSet);
-        return (model, loss per step)."""
+        return (model, loss per step). Batches: `vitbench.transfer.data.batch_indices(len(data), batch_size,
+        opt.steps, seed)`. `distill` (vitbench.transfer.distill.Distill): follow a teacher (DeiT eq. 2 / 3 on the
+        model's class and distillation heads; the teacher's logits come from `distill.teacher_logits(indices)`);
+        None: softmax cross-entropy on the labels."""
         raise NotImplementedError(f"backend {self.name!r} does not implement transfer")
 
     def features(self, model: Any, x) -> Any:

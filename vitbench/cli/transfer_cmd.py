@@ -60,20 +60,32 @@ def pretrain_cmd(
     threads: int = typer.Option(None),
     out: str = typer.Option(None, "--out", "-o",
                             help="Checkpoint path (.safetensors; default: the cache, results/checkpoints)."),
+    teacher: str = typer.Option(None, help="Distil from this teacher model (DeiT), e.g. R-Nano."),
+    teacher_checkpoint: str = typer.Option(None, help="The teacher's weights (default: pre-trained, cached)."),
+    teacher_resolution: int = typer.Option(None, help="Pre-trained teacher's resolution (default native)."),
+    teacher_steps: int = typer.Option(None, help="Pre-trained teacher's steps (default: --steps)."),
+    teacher_seed: int = typer.Option(0, help="Pre-trained teacher's seed."),
+    distillation: str = typer.Option("hard", help="hard (teacher's argmax) | soft (KL at --distill-tau)."),
+    distill_lambda: float = typer.Option(0.5, help="Weight of the teacher's term."),
+    distill_tau: float = typer.Option(1.0, help="Soft distillation temperature."),
     as_json: bool = typer.Option(False, "--json", help="Print the whole record as JSON."),
 ) -> None:
     """Pre-train upstream (Adam, warm-up + decay) and save a safetensors checkpoint with its config.
 
     Reports upstream test accuracy, images seen and pre-training compute in exaFLOPs (3 x forward FLOPs per
-    image x images seen). Without --out the checkpoint goes to the cache that fewshot/finetune and studies
-    reuse (an identical config is not trained twice).
+    image x images seen, plus the teacher's forward per image when distilling). Without --out the checkpoint
+    goes to the cache that fewshot/finetune and studies reuse (an identical config is not trained twice).
     """
     from vitbench.transfer.config import validated
-    from vitbench.transfer.pretrain import PretrainConfig, ensure_upstream, pretrain
+    from vitbench.transfer.pretrain import PretrainConfig, ensure_upstream, pretrain, teacher_fields
 
-    cfg = validated(PretrainConfig, _upstream_opts(model, backend, data, data_path, classes, data_seed,
-                                                   resolution, steps, batch_size, lr, weight_decay,
-                                                   warmup_steps, decay, label_smoothing, seed), "pretrain")
+    opts = _upstream_opts(model, backend, data, data_path, classes, data_seed, resolution, steps, batch_size, lr,
+                          weight_decay, warmup_steps, decay, label_smoothing, seed)
+    recipe = {k: v for k, v in opts.items() if k not in ("model", "resolution", "steps", "seed")}
+    opts["teacher"] = teacher_fields(recipe, teacher, checkpoint=teacher_checkpoint, resolution=teacher_resolution,
+                                     steps=teacher_steps or steps, seed=teacher_seed, distillation=distillation,
+                                     lam=distill_lambda, tau=distill_tau)
+    cfg = validated(PretrainConfig, opts, "pretrain")
     if out:
         rec, _ = pretrain(cfg, device=device, threads=threads, out=out)
     else:
@@ -87,7 +99,8 @@ def pretrain_cmd(
     c = rec.config
     _show(rec, f"pretrain {c['model']} on {c['data']['name']} | {c.get('checkpoint', '')}",
           ["accuracy", "val_accuracy", "images_seen", "epochs", "exaflops", "train_gflops_per_image", "params_m",
-           "train_s", "train_img_per_s", "final_loss"], as_json)
+           "train_s", "train_img_per_s", "final_loss", "teacher_accuracy", "teacher_agreement",
+           "teacher_exaflops"], as_json)
 
 
 def _resolve_upstream_arg(checkpoint, model, backend, pretrain_steps, seed) -> dict:

@@ -21,6 +21,9 @@ from vitbench.errors import ConfigError
 
 # The columns that say which benchmark a results row measures (Figure 5's panels): a fit never mixes them.
 BENCHMARK_COLUMNS: tuple[str, ...] = ("kind", "dataset", "shots")
+# The columns that say how an upstream was trained beyond its budget (a distillation teacher): another recipe,
+# fitted apart from the plain one (vitbench.tasks.upstream.TeacherFields).
+RECIPE_COLUMNS: tuple[str, ...] = ("teacher", "distillation")
 
 
 class SourceKind(str, Enum):
@@ -39,7 +42,8 @@ class Source:
         """Columns a results source is always split by (none for a CSV: its rows are what the user gave)."""
         if self.kind != SourceKind.RESULTS:
             return []
-        return [c for c in BENCHMARK_COLUMNS if c in self.frame.columns and self.frame[c].notna().any()]
+        return [c for c in (*BENCHMARK_COLUMNS, *RECIPE_COLUMNS)
+                if c in self.frame.columns and self.frame[c].notna().any()]
 
 
 def _family(model) -> str | None:

@@ -124,7 +124,9 @@ def _key_order(key: str) -> tuple[int, str]:
     return key.count("."), key
 
 
-def _is_head(key: str) -> bool:
+def is_head(key: str) -> bool:
+    """Whether a timm parameter name is a classification head's (both of a distilled DeiT's): what the paper's
+    fine-tuning swap drops."""
     return key.startswith(_HEAD_PREFIXES)
 
 
@@ -149,8 +151,8 @@ def _num_classes(weights: Mapping[str, Any]) -> int | None:
 
 def _mismatch(spec: ModelSpec, weights: Mapping[str, Any], ignore_head: bool) -> tuple[list, list, list, Fit]:
     """(missing, unexpected, mis-shaped) keys of `weights` against `spec`, and the fit they would have."""
-    want = {k for k in _torch_keys(spec) if not (ignore_head and _is_head(k))}
-    have = {k for k in weights if not (ignore_head and _is_head(k))}
+    want = {k for k in _torch_keys(spec) if not (ignore_head and is_head(k))}
+    have = {k for k in weights if not (ignore_head and is_head(k))}
     missing, unexpected = sorted(want - have, key=_key_order), sorted(have - want, key=_key_order)
     k = _num_classes(weights)
     res = _grid_resolution(spec, weights)
@@ -171,8 +173,8 @@ def identify(weights: Mapping[str, Any], *, ignore_head: bool = False) -> list[F
     """Every table row the timm-named `weights` fit exactly (names and shapes), with resolution and classes."""
     out = []
     for spec in all_specs():
-        want = {k for k in _torch_keys(spec) if not (ignore_head and _is_head(k))}
-        if want != {k for k in weights if not (ignore_head and _is_head(k))}:
+        want = {k for k in _torch_keys(spec) if not (ignore_head and is_head(k))}
+        if want != {k for k in weights if not (ignore_head and is_head(k))}:
             continue
         missing, unexpected, shaped, fit = _mismatch(spec, weights, ignore_head)
         if not (missing or unexpected or shaped):
@@ -182,7 +184,7 @@ def identify(weights: Mapping[str, Any], *, ignore_head: bool = False) -> list[F
 
 def _closest(weights: Mapping[str, Any], ignore_head: bool) -> list[str]:
     """Names of the rows whose parameter names overlap the weights' most (for messages)."""
-    have = {k for k in weights if not (ignore_head and _is_head(k))}
+    have = {k for k in weights if not (ignore_head and is_head(k))}
     score = [(len(_torch_keys(s) ^ have), s.name) for s in all_specs()]
     return [n for _, n in sorted(score)[:3]]
 
@@ -307,7 +309,7 @@ def pretrained_from_weights(weights: Mapping[str, Any], model: str | ModelSpec |
     """`Pretrained` from an in-memory timm-named state dict (tensors or arrays) made by `origin`'s code."""
     weights = {k: _np(v).astype(np.float32, copy=False) for k, v in weights.items()}
     if new_head:
-        weights = {k: v for k, v in weights.items() if not _is_head(k)}
+        weights = {k: v for k, v in weights.items() if not is_head(k)}
     fits = [] if model is not None else identify(weights, ignore_head=new_head)
     fit = _infer(weights, fits, model, source, new_head)
     spec = fit.spec.with_origin(origin)
@@ -359,7 +361,7 @@ def _vitbench_checkpoint(weights: dict, header: dict, model: str | ModelSpec | N
         raise ConfigError(f"{source} is a {stored.name} checkpoint (its metadata says so), "
                           f"not {get_spec(model).name}")
     if new_head:
-        weights = {k: v for k, v in weights.items() if not _is_head(k)}
+        weights = {k: v for k, v in weights.items() if not is_head(k)}
     fit = check_weights(weights, stored, source=f"{source}: the weights", ignore_head=new_head)
     flavour: Flavour = stored.flavour
     spec = fit.spec.with_flavour(flavour) if origin is None else fit.spec.with_origin(origin)

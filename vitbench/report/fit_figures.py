@@ -271,6 +271,8 @@ def throughput_vs_accuracy(df: pd.DataFrame, *, speed_task: str, compute: str = 
     acc["accuracy"] = pd.to_numeric(acc["accuracy"], errors="coerce")
     acc[compute] = pd.to_numeric(acc[compute], errors="coerce")
     acc = acc.dropna(subset=["accuracy", compute])
+    if "teacher" in acc.columns:  # plain upstreams: distilled ones have their own figure (distillation section)
+        acc = acc[acc["teacher"].isna()]
     if acc.empty:
         return None
     bench = [c for c in BENCHMARK_COLUMNS if c in acc.columns and acc[c].notna().any()]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pandas as pd
 
 from vitbench.models.specs import get_spec
+from vitbench.tasks.upstream import TEACHER_FIELDS  # what tells a distilled upstream apart (absent without one)
 
 FAMILY_ORDER = ("vit", "bit", "hybrid")
 
@@ -102,10 +103,60 @@ def accuracy(ok: pd.DataFrame) -> pd.DataFrame:
     """Transfer results with their pre-training compute when known."""
     if ok.empty or "accuracy" not in ok.columns:
         return pd.DataFrame(columns=["model", "kind", "accuracy"])
-    keys = [c for c in ("model", "family", "kind", "dataset", "shots", "pretrain_steps", "resolution", "backend")
+    keys = [c for c in ("model", "family", *TEACHER_FIELDS, "kind", "dataset", "shots", "pretrain_steps",
+                        "resolution", "backend")
             if c in ok.columns]  # pretrain_steps: one upstream budget per row (paper Table 6: epochs)
     return _collapse(ok, keys, _present(ok, ["accuracy", "accuracy_std", "pretrain_exaflops", "exaflops",
                                              "pretrain_epochs", "images_seen"]))
+
+
+def distilled(df: pd.DataFrame) -> pd.Series:
+    """Whether each row's upstream was pre-trained with a teacher (DeiT distillation)."""
+    if "teacher" not in df.columns:
+        return pd.Series(False, index=df.index)
+    return df["teacher"].notna()
+
+
+def distillation(ok: pd.DataFrame) -> pd.DataFrame:
+    """Accuracy per student and teacher across seeds (mean, std, min, max, n): upstream test accuracy (kind
+    pretrain, with the teacher's test and train accuracy and the student's test agreement with it) and transfer
+    accuracy (fewshot, finetune), with each row's pre-training compute; for a distilled upstream, its gain over
+    the same model without a teacher, seed by seed. Empty unless some row had a teacher."""
+    if ok.empty or "accuracy" not in ok.columns or not distilled(ok).any():
+        return pd.DataFrame()
+    df = ok.copy()
+    df["accuracy"] = pd.to_numeric(df["accuracy"], errors="coerce")
+    keys = [c for c in ("model", "family", *TEACHER_FIELDS, "kind", "dataset", "shots", "pretrain_steps",
+                        "resolution", "backend") if c in df.columns]
+    g = df.groupby(keys, dropna=False, sort=False)
+    out = pd.DataFrame({"seeds": g["accuracy"].count(), "accuracy_mean": g["accuracy"].mean(),
+                        "accuracy_std": g["accuracy"].std(ddof=1), "accuracy_min": g["accuracy"].min(),
+                        "accuracy_max": g["accuracy"].max()})
+    for m in ("exaflops", "teacher_exaflops", "teacher_accuracy", "teacher_train_accuracy", "teacher_agreement"):
+        if m in df.columns and df[m].notna().any():
+            out[m] = g[m].apply(lambda s: pd.to_numeric(s, errors="coerce").mean())
+    out = out.reset_index()
+    if "seed" in df.columns:
+        out = out.merge(_paired_gain(df, keys), on=keys, how="left")
+    kind_rank = {"pretrain": 0, "fewshot": 1, "finetune": 2}
+    order = [c for c in ("kind", "shots", "model", "teacher", "distillation") if c in out.columns]
+    return out.sort_values(order, key=lambda s: s.map(kind_rank) if s.name == "kind" else s,
+                           na_position="first", kind="stable").reset_index(drop=True)
+
+
+def _paired_gain(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Per distilled upstream: accuracy minus that of the same model without a teacher trained with the same
+    seed (same initialisation and batches), averaged over the seeds both have (`gain_vs_no_teacher`), and on
+    how many of them it is positive (`gain_wins`, 'k/n')."""
+    base = [k for k in keys if k not in TEACHER_FIELDS]
+    plain = df[~distilled(df)][[*base, "seed", "accuracy"]]
+    pairs = df[distilled(df)].merge(plain, on=[*base, "seed"], suffixes=("", "_plain"))
+    if pairs.empty:
+        return pd.DataFrame(columns=[*keys, "gain_vs_no_teacher", "gain_wins"])
+    pairs["gain"] = pairs["accuracy"] - pairs["accuracy_plain"]
+    g = pairs.groupby(keys, dropna=False)["gain"]
+    wins = g.apply(lambda d: f"{int((d > 0).sum())}/{int(d.notna().sum())}")
+    return pd.DataFrame({"gain_vs_no_teacher": g.mean(), "gain_wins": wins}).reset_index()
 
 
 def backend_pivot(ok: pd.DataFrame) -> pd.DataFrame:

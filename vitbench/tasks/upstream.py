@@ -7,24 +7,71 @@ upstream pre-trains it (inside that trial, under a file lock) and later trials r
 [pretrain, fewshot, finetune] as a task axis, or only the downstream tasks. Downstream rows carry the upstream's
 compute (`pretrain_exaflops`, also as `exaflops`) and images seen, so `vitbench report` plots accuracy against
 pre-training compute (paper Figure 5) and tabulates them (Table 6).
+
+Distillation (DeiT; docs/distillation.md): `teacher` names a teacher model; it is pre-trained first with this
+same upstream recipe (its own resolution, steps and seed), or read from `teacher_checkpoint`, and supervises the
+student through its distillation token (else its class token). Without a teacher the teacher_* / distill_*
+fields mean nothing and are left out of the trial's config, so trials without a teacher keep their keys.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_serializer, model_validator
 
 from vitbench.backends.base import BackendName
 from vitbench.record import Record
 from vitbench.tasks import Figure, Metric, ReportPart, lazy, register_report
 from vitbench.tasks.fields import PathField
 from vitbench.transfer.config import DatasetName, validated
+from vitbench.transfer.distill import DEFAULT_LAMBDA, DEFAULT_TAU, Distillation
 
 SHARED = ("model", "backend", "task", "device", "seed", "threads")
 
 
-class Upstream(BaseModel):
+class TeacherFields(BaseModel):
+    """Distillation (DeiT): a teacher supervises the student's pre-training. Without a `teacher` these fields
+    mean nothing and are left out of the trial config (so trials without a teacher keep their keys)."""
+
+    teacher: str | None = None  # teacher model (a table row), e.g. R-Nano; None: no teacher
+    teacher_checkpoint: PathField | None = None  # its weights (any origin); None: pre-trained here (cached)
+    teacher_resolution: int | None = Field(None, ge=1)  # pre-trained teacher's resolution (None: its native one)
+    teacher_steps: int | None = Field(None, ge=1)  # pre-trained teacher's steps (None: pretrain_steps)
+    teacher_seed: int = Field(0, ge=0)  # pre-trained teacher's seed: one teacher for every student seed
+    distillation: Distillation = Distillation.HARD  # hard: teacher's argmax (DeiT eq. 3); soft: KL (eq. 2)
+    distill_lambda: float = Field(DEFAULT_LAMBDA, ge=0, le=1)  # weight of the teacher's term
+    distill_tau: float = Field(DEFAULT_TAU, gt=0)  # temperature (soft only)
+
+    @model_validator(mode="after")
+    def _known_teacher(self):
+        """A teacher that is not in the model table, or a resolution it cannot take, fails when the study is
+        parsed (close names listed), not when its trial runs."""
+        if self.teacher is not None:
+            from vitbench.errors import VitbenchError
+            from vitbench.models.specs import get_spec
+
+            try:
+                spec = get_spec(self.teacher)
+                if self.teacher_resolution is not None:
+                    spec.check_resolution(self.teacher_resolution)
+            except VitbenchError as e:
+                raise ValueError(f"teacher: {e}") from None
+        return self
+
+    def unused_teacher_fields(self) -> set[str]:
+        """Teacher fields that do not apply here: all without a teacher; the pre-training ones with a
+        checkpoint; the temperature with hard distillation."""
+        if self.teacher is None:
+            return set(TEACHER_FIELDS)
+        unused = {"teacher_resolution", "teacher_steps", "teacher_seed"} if self.teacher_checkpoint else set()
+        return unused | ({"distill_tau"} if self.distillation is Distillation.HARD else set())
+
+
+TEACHER_FIELDS: tuple[str, ...] = tuple(TeacherFields.model_fields)
+
+
+class Upstream(TeacherFields):
     """The upstream: identical names and defaults in all three tasks, so their caches line up."""
 
     upstream_dataset: DatasetName = "digits"
@@ -42,18 +89,30 @@ class Upstream(BaseModel):
     pretrain_decay: Literal["linear", "cosine"] = "linear"
     label_smoothing: float = 0.0
 
+    @model_serializer(mode="wrap")
+    def _without_unused(self, handler):
+        d = handler(self)
+        for k in self.unused_teacher_fields():
+            d.pop(k, None)
+        return d
+
     def upstream_config(self, task: str):
         """The PretrainConfig these parameters describe (a ConfigError names the bad field)."""
-        from vitbench.transfer.pretrain import PretrainConfig
+        from vitbench.transfer.pretrain import PretrainConfig, teacher_fields
 
         data = {"name": self.upstream_dataset, "path": self.upstream_path, "classes": self.upstream_classes,
                 "seed": self.data_seed, "train_per_class": self.upstream_train_per_class}
+        recipe = {"backend": self.pretrain_backend or self.backend, "data": data,
+                  "batch_size": self.pretrain_batch_size, "lr": self.pretrain_lr,
+                  "weight_decay": self.pretrain_weight_decay, "warmup_steps": self.pretrain_warmup_steps,
+                  "decay": self.pretrain_decay, "label_smoothing": self.label_smoothing}
+        teacher = teacher_fields(recipe, self.teacher, checkpoint=self.teacher_checkpoint,
+                                 resolution=self.teacher_resolution,
+                                 steps=self.teacher_steps or self.pretrain_steps, seed=self.teacher_seed,
+                                 distillation=self.distillation, lam=self.distill_lambda, tau=self.distill_tau)
         return validated(PretrainConfig, {
-            "model": self.model, "backend": self.pretrain_backend or self.backend, "data": data,
-            "resolution": self.pretrain_resolution, "batch_size": self.pretrain_batch_size,
-            "steps": self.pretrain_steps, "lr": self.pretrain_lr, "weight_decay": self.pretrain_weight_decay,
-            "warmup_steps": self.pretrain_warmup_steps, "decay": self.pretrain_decay,
-            "label_smoothing": self.label_smoothing, "seed": self.seed}, f"task {task!r}")
+            **recipe, "model": self.model, "resolution": self.pretrain_resolution, "steps": self.pretrain_steps,
+            "seed": self.seed, "teacher": teacher}, f"task {task!r}")
 
 
 def _absent(v) -> bool:
@@ -119,3 +178,14 @@ register_report(ReportPart(
              Figure("throughput_vs_accuracy", "Inference throughput vs accuracy: what accuracy a speed buys "
                     "(cf. DeiT Figure 1)", _throughput_vs_accuracy, kinds=("bench", *DOWNSTREAM_KINDS))),
     order=40))
+register_report(ReportPart(
+    "distillation", "Distillation (DeiT): accuracy per student and teacher over seeds",
+    ("pretrain", "fewshot", "finetune"), lazy("vitbench.report.tables:distillation"),
+    columns=("kind", "shots", "model", "teacher", "distillation", "seeds", "accuracy_mean", "accuracy_std",
+             "accuracy_min", "accuracy_max", "gain_vs_no_teacher", "gain_wins", "teacher_accuracy",
+             "teacher_train_accuracy", "teacher_agreement"),
+    figures=(Figure("distilled_accuracy_vs_throughput",
+                    "Accuracy vs inference throughput, distilled and plain (cf. DeiT Figure 1)",
+                    lazy("vitbench.report.plots:distilled_accuracy_vs_throughput"),
+                    kinds=("fewshot", "finetune", "bench")),),
+    order=41))

@@ -34,13 +34,15 @@ def from_weights(backend, spec: ModelSpec, weights: dict[str, np.ndarray], resol
     Position embeddings are 2-D interpolated when `resolution` changes the token grid (the class token, and a
     distilled model's distillation token, kept).
     """
+    from vitbench.models.checkpoints import is_head
+
     model = backend.init_model(spec, resolution, num_classes, seed)
     fresh = backend.weights(model)
-    body = {k: v for k, v in weights.items() if not k.startswith("head.")}
+    body = {k: v for k, v in weights.items() if not is_head(k)}  # both heads of a distilled model
     if "pos_embed" in body and "pos_embed" in fresh and body["pos_embed"].shape != fresh["pos_embed"].shape:
         new_grid = math.isqrt(fresh["pos_embed"].shape[1] - spec.num_prefix_tokens)
         body["pos_embed"] = resample_pos_embed(body["pos_embed"], new_grid, num_prefix_tokens=spec.num_prefix_tokens)
-    missing = sorted(set(fresh) - set(body) - {k for k in fresh if k.startswith("head.")})
+    missing = sorted(set(fresh) - set(body) - {k for k in fresh if is_head(k)})
     unexpected = sorted(set(body) - set(fresh))
     if missing or unexpected:
         raise ConfigError(f"checkpoint does not match {spec.name}: missing {missing[:5]}, "
@@ -48,7 +50,7 @@ def from_weights(backend, spec: ModelSpec, weights: dict[str, np.ndarray], resol
     for k, v in body.items():
         if v.shape != fresh[k].shape:
             raise ConfigError(f"checkpoint {k} has shape {v.shape}, {spec.name} expects {fresh[k].shape}")
-    head = {k: np.zeros_like(v) for k, v in fresh.items() if k.startswith("head.")}  # zero-init head
+    head = {k: np.zeros_like(v) for k, v in fresh.items() if is_head(k)}  # zero-init head(s)
     return backend.load_weights(model, {**body, **head})
 
 

@@ -8,6 +8,12 @@ vitbench.models.analytic), reported in exaFLOPs as in the paper's Table 6 / Figu
 A fewshot/finetune trial names its upstream by a `PretrainConfig`; `ensure_upstream` trains it once and
 caches the checkpoint under `<cache dir>/<model>-<key>.safetensors` (key = hash of the config), so every
 downstream trial of the same upstream reuses it, in this process or any other (a file lock serialises them).
+
+Distillation (DeiT, Touvron et al. 2021; vitbench.transfer.distill): `teacher` names a teacher (its own
+PretrainConfig, pre-trained first through the same cache, or a checkpoint file) and the loss. The teacher's
+forward on every image seen counts in the row's compute: exaflops = (3 x student forward + teacher forward)
+FLOPs per image x images seen; the teacher's own pre-training is reported apart (`teacher_pretrain_exaflops`).
+A config without a teacher hashes as before (no `teacher` key), so existing checkpoints keep their keys.
 """
 
 from __future__ import annotations
@@ -22,14 +28,17 @@ import time
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from vitbench.backends.base import BackendName, default_backend
+from vitbench.errors import ConfigError
 from vitbench.models.analytic import analytic_counts, train_flops_per_image
 from vitbench.models.specs import get_spec
 from vitbench.record import Record, now
 from vitbench.transfer.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from vitbench.transfer.data import DataConfig, load_splits
+from vitbench.transfer.distill import DEFAULT_LAMBDA, DEFAULT_TAU, Distill, Distillation, Teacher
 from vitbench.transfer.schedules import OptimConfig
 
 CACHE_ENV = "VITBENCH_CHECKPOINT_DIR"
@@ -55,12 +64,17 @@ class PretrainConfig(BaseModel):
     label_smoothing: float = Field(0.0, ge=0, lt=1)
     clip_norm: float | None = Field(1.0, gt=0)
     seed: int = 0
+    teacher: TeacherConfig | None = None  # distillation (DeiT); None: plain supervised pre-training
 
     @model_validator(mode="after")
     def _check(self):
         spec = get_spec(self.model)  # UnknownModelError lists close names
         spec.check_resolution(spec.resolution if self.resolution is None else self.resolution)
         OptimConfig(steps=self.steps, warmup_steps=self.warmup_steps)  # warm-up < steps
+        up = self.teacher.upstream if self.teacher is not None else None
+        if up is not None and up.data != self.data:
+            raise ValueError(f"teacher.upstream.data must be the student's upstream data "
+                             f"({self.data.model_dump()}); got {up.data.model_dump()}")
         return self
 
     @property
@@ -72,18 +86,122 @@ class PretrainConfig(BaseModel):
                            decay=self.decay, weight_decay=self.weight_decay, clip_norm=self.clip_norm,
                            label_smoothing=self.label_smoothing)
 
-    def key(self) -> str:
-        """Stable 16-hex hash of the canonical config (model name normalised to the table's)."""
-        d = self.model_dump(mode="json")
+    def key_data(self) -> dict:
+        """The canonical config the key hashes (model name normalised to the table's, resolution resolved)."""
+        d = self.model_dump(mode="json", exclude={"teacher"})
         d["model"] = get_spec(self.model).name
         d["resolution"] = self.res
-        text = json.dumps(d, sort_keys=True, separators=(",", ":"))
+        if self.teacher is not None:  # absent without a teacher: the keys of plain upstreams stay as they were
+            d["teacher"] = self.teacher.key_data()
+        return d
+
+    def key(self) -> str:
+        """Stable 16-hex hash of `key_data()`."""
+        text = json.dumps(self.key_data(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+class TeacherConfig(BaseModel):
+    """A distillation teacher: its weights (`upstream`: pre-trained here through the checkpoint cache; or a
+    `checkpoint` file of any origin vitbench.models.checkpoints reads) and the loss (vitbench.transfer.distill)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    upstream: PretrainConfig | None = None
+    checkpoint: str | None = None
+    model: str | None = None  # with `checkpoint`: the table's row (None: inferred from the weights)
+    distillation: Distillation = Distillation.HARD
+    lam: float = Field(DEFAULT_LAMBDA, ge=0, le=1)  # weight of the teacher's term
+    tau: float = Field(DEFAULT_TAU, gt=0)  # temperature (soft only)
+
+    @model_validator(mode="after")
+    def _check(self):
+        if (self.upstream is None) == (self.checkpoint is None):
+            raise ValueError("give exactly one of teacher.upstream (a pre-training config) and teacher.checkpoint "
+                             f"(a file); got upstream={self.upstream is not None}, checkpoint={self.checkpoint!r}")
+        if self.checkpoint is not None and not Path(self.checkpoint).expanduser().is_file():
+            raise ValueError(f"teacher.checkpoint {self.checkpoint!r} does not exist (or is not a file)")
+        if self.model is not None:
+            get_spec(self.model)
+        return self
+
+    def key_data(self) -> dict:
+        """What of the teacher decides the student: its weights (the upstream's key, or the file's SHA-256) and
+        the loss (tau only for soft distillation)."""
+        d: dict = {"distillation": self.distillation.value, "lam": self.lam}
+        if self.distillation is Distillation.SOFT:
+            d["tau"] = self.tau
+        if self.upstream is not None:
+            d["upstream"] = self.upstream.key()
+        else:
+            d["checkpoint_sha256"] = _file_sha256(Path(self.checkpoint).expanduser())
+            d["model"] = get_spec(self.model).name if self.model else None
+        return d
+
+
+_SHA_CACHE: dict[tuple, str] = {}
+
+
+def _file_sha256(path: Path) -> str:
+    st = path.stat()
+    ident = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    if ident not in _SHA_CACHE:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        _SHA_CACHE[ident] = h.hexdigest()
+    return _SHA_CACHE[ident]
+
+
+PretrainConfig.model_rebuild()
+
+
+def teacher_fields(recipe: dict, teacher: str | None, *, checkpoint: str | None = None,
+                   resolution: int | None = None, steps: int | None = None, seed: int = 0,
+                   distillation: Distillation | str = Distillation.HARD, lam: float = DEFAULT_LAMBDA,
+                   tau: float = DEFAULT_TAU) -> dict | None:
+    """A TeacherConfig's fields from flat options (study fields, CLI options): the teacher's weights (its
+    `checkpoint`, else its pre-training with the student's `recipe`: PretrainConfig fields other than model,
+    resolution, steps, seed, teacher) and the loss. None without a teacher."""
+    if teacher is None:
+        return None
+    loss = {"distillation": distillation, "lam": lam, "tau": tau}
+    if checkpoint:
+        return {**loss, "checkpoint": checkpoint, "model": teacher}
+    return {**loss, "upstream": {**recipe, "model": teacher, "resolution": resolution, "steps": steps,
+                                 "seed": seed}}
+
+
+def load_teacher(cfg: TeacherConfig, backend, class_names: list[str], *, directory: str | Path | None = None,
+                 device: str = "cpu", threads: int | None = None) -> Teacher:
+    """The teacher of `cfg` on the student's `backend`: pre-trained first (cached) or read from its file."""
+    from vitbench.transfer import distill
+
+    if cfg.upstream is not None:
+        ckpt, _ = ensure_upstream(cfg.upstream, directory=directory, device=device, threads=threads)
+        return distill.load_teacher(backend, ckpt.weights, ckpt.spec, ckpt.resolution, ckpt.num_classes,
+                                    ckpt.meta.get("class_names"), class_names,
+                                    pretrain_exaflops=ckpt.meta.get("metrics", {}).get("exaflops"),
+                                    source=str(ckpt.path))
+    from vitbench.models.checkpoints import load_pretrained
+
+    p = load_pretrained(cfg.checkpoint, cfg.model)
+    if p.num_classes is None:
+        raise ConfigError(f"teacher.checkpoint {cfg.checkpoint!r} has no classification head")
+    from vitbench.models.flavours import Origin
+
+    meta = load_checkpoint(p.path).meta if p.origin is Origin.VITBENCH else {}
+    return distill.load_teacher(backend, p.weights, p.spec, p.resolution, p.num_classes, meta.get("class_names"),
+                                class_names, pretrain_exaflops=meta.get("metrics", {}).get("exaflops"),
+                                source=str(p.path))
+
+
 def pretrain(cfg: PretrainConfig, *, device: str = "cpu", threads: int | None = None,
-             out: str | Path | None = None) -> tuple[Record, Checkpoint]:
-    """Train `cfg` upstream; return (record kind='pretrain', checkpoint). Saves to `out` if given."""
+             out: str | Path | None = None, directory: str | Path | None = None) -> tuple[Record, Checkpoint]:
+    """Train `cfg` upstream; return (record kind='pretrain', checkpoint). Saves to `out` if given.
+
+    With a teacher, the teacher comes first (from the cache in `directory`, pre-trained there if absent)."""
     from vitbench.env import environment
     from vitbench.transfer import ops
 
@@ -93,19 +211,27 @@ def pretrain(cfg: PretrainConfig, *, device: str = "cpu", threads: int | None = 
     k, r = splits.num_classes, cfg.res
     be = ops.transfer_backend(cfg.backend)
     info = be.setup(device, threads)
+    teacher = distill = None
+    if cfg.teacher is not None:
+        teacher = load_teacher(cfg.teacher, be, splits.train.class_names, directory=directory, device=device,
+                               threads=threads)
+        teacher.logits(splits.train, np.arange(min(cfg.batch_size, len(splits.train))))  # compile before the clock
+        distill = Distill(cfg.teacher.distillation, cfg.teacher.lam, cfg.teacher.tau,
+                          lambda idx: teacher.logits(splits.train, idx))
     model = be.init_model(spec, r, k, cfg.seed)
     t0, c0 = time.perf_counter(), be.compile_s
-    model, losses = be.train(model, splits.train, r, cfg.optim(), cfg.batch_size, cfg.seed)
+    model, losses = be.train(model, splits.train, r, cfg.optim(), cfg.batch_size, cfg.seed, distill=distill)
     compile_s = be.compile_s - c0
-    train_s = time.perf_counter() - t0 - compile_s  # compile time (JAX) kept apart
+    train_s = time.perf_counter() - t0 - compile_s  # compile time (JAX) kept apart; the teacher's forward inside
     images_seen = cfg.steps * cfg.batch_size
     flops_per_image = train_flops_per_image(spec, r, k)
+    teacher_flops = teacher.forward_flops() if teacher is not None else 0.0  # per image seen (forward only)
     metrics = {
         "accuracy": ops.accuracy(be, model, splits.test, r),  # upstream test split
         "val_accuracy": ops.accuracy(be, model, splits.val, r),
         "images_seen": images_seen,
         "epochs": images_seen / len(splits.train),
-        "exaflops": flops_per_image * images_seen / 1e18,
+        "exaflops": (flops_per_image + teacher_flops) * images_seen / 1e18,  # student training + teacher forward
         "train_gflops_per_image": flops_per_image / 1e9,
         "params_m": analytic_counts(spec, r, k).params / 1e6,
         "train_s": train_s,
@@ -115,6 +241,9 @@ def pretrain(cfg: PretrainConfig, *, device: str = "cpu", threads: int | None = 
         "num_classes": k,
         "train_images": len(splits.train),
     }
+    if teacher is not None:
+        metrics.update(teacher_metrics(teacher, be, model, splits, r, images_seen),
+                       student_exaflops=flops_per_image * images_seen / 1e18)
     config = {"model": spec.name, **cfg.model_dump(mode="json"), "resolution": r, "upstream_key": cfg.key(),
               "device": device}
     meta = {"model": spec.name, "spec": spec.to_dict(), "resolution": r, "num_classes": k,
@@ -127,6 +256,27 @@ def pretrain(cfg: PretrainConfig, *, device: str = "cpu", threads: int | None = 
     record = Record.measured("pretrain", config, metrics=metrics, raw={"loss": losses},
                              env=environment(info), started_at=started)
     return record, ckpt
+
+
+def teacher_metrics(teacher: Teacher, be, student, splits, resolution: int, images_seen: int) -> dict:
+    """What a distilled row says about its teacher: its cost in this run, its own cost and how good it is."""
+    from vitbench.transfer import ops
+    from vitbench.transfer.distill import agreement
+
+    test = splits.test
+    t_logits = ops.predict(be, teacher.model, test, teacher.resolution)
+    train_acc = ops.accuracy(be, teacher.model, splits.train, teacher.resolution)
+    return {
+        "teacher_gflops_per_image": teacher.forward_flops() / 1e9,  # forward, per image seen
+        "teacher_exaflops": teacher.forward_flops() * images_seen / 1e18,  # included in `exaflops`
+        "teacher_pretrain_exaflops": teacher.pretrain_exaflops,  # not included: the teacher is given
+        "teacher_accuracy": float(np.mean(t_logits.argmax(1) == test.labels)) if len(test) else float("nan"),
+        # on the images the student trains on: the share of hard-distillation targets that are the true labels
+        "teacher_train_accuracy": train_acc,
+        "teacher_agreement": agreement(ops.predict(be, student, test, resolution), t_logits),  # test split
+        "teacher_model": teacher.spec.name,
+        "teacher_resolution": teacher.resolution,
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -163,7 +313,7 @@ def ensure_upstream(cfg: PretrainConfig, *, directory: str | Path | None = None,
     with _locked(path):
         if path.is_file():
             return load_checkpoint(path), None
-        record, ckpt = pretrain(cfg, device=device, threads=threads, out=path)
+        record, ckpt = pretrain(cfg, device=device, threads=threads, out=path, directory=directory)
         return ckpt, record
 
 
@@ -186,13 +336,17 @@ def resolve_upstream(upstream: PretrainConfig | None, checkpoint: str | None, *,
 def upstream_metrics(ckpt: Checkpoint) -> dict:
     """What a downstream row carries about its upstream: pre-training compute (the paper's x-axis) etc."""
     m = ckpt.meta.get("metrics", {})
-    return {
+    out = {
         "exaflops": m.get("exaflops"),  # pre-training compute, exaFLOPs (Figure 5 / Table 6)
         "pretrain_images_seen": m.get("images_seen"),
         "pretrain_epochs": m.get("epochs"),
         "upstream_accuracy": m.get("accuracy"),
         "params_m": m.get("params_m"),
     }
+    # a distilled upstream: its compute split (exaflops includes the teacher's forward) and its teacher
+    out.update({k: m[k] for k in ("student_exaflops", "teacher_exaflops", "teacher_accuracy",
+                                  "teacher_train_accuracy", "teacher_agreement") if k in m})
+    return out
 
 
 def upstream_config(ckpt: Checkpoint) -> dict:

@@ -446,8 +446,8 @@ class JaxBackend(Backend):
         return model
 
     def train(self, model: training.FlaxModel, data, resolution: int, opt: OptimConfig, batch_size: int,
-              seed: int) -> tuple[training.FlaxModel, list[float]]:
-        return training.train(self, model, data, resolution, opt, batch_size, seed)
+              seed: int, distill=None) -> tuple[training.FlaxModel, list[float]]:
+        return training.train(self, model, data, resolution, opt, batch_size, seed, distill)
 
     def features(self, model: training.FlaxModel, x: np.ndarray) -> np.ndarray:
         return training.host_array(training.apply_compiled(model.module, True)(model.params, self.put(x)))

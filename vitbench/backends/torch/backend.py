@@ -44,11 +44,12 @@ from vitbench.backends.base import (
     window_done,
 )
 from vitbench.backends.torch import SPEC
-from vitbench.backends.torch.training import make_optimizer, update
+from vitbench.backends.torch.training import distillation_loss, make_optimizer, update
 from vitbench.errors import BackendUnavailable, ConfigError
 from vitbench.models.specs import ModelSpec, get_spec
-from vitbench.models.torch import build_torch_model, feature_forward, unfused_attention
+from vitbench.models.torch import build_torch_model, feature_forward, forward_heads, unfused_attention
 from vitbench.procmem import PeakRSS
+from vitbench.transfer.distill import Distill
 from vitbench.transfer.schedules import OptimConfig, lr_table
 
 _DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -445,7 +446,7 @@ class TorchBackend(Backend):
         return torch.from_numpy(x).permute(0, 3, 1, 2).contiguous().to(self.device)  # NHWC -> NCHW
 
     def train(self, model: torch.nn.Module, data, resolution: int, opt: OptimConfig, batch_size: int,
-              seed: int) -> tuple[torch.nn.Module, list[float]]:
+              seed: int, distill: Distill | None = None) -> tuple[torch.nn.Module, list[float]]:
         from vitbench.transfer.data import batch_indices
 
         optim, decay, params = make_optimizer(opt, model)
@@ -456,7 +457,12 @@ class TorchBackend(Backend):
         model.train()
         for step in range(opt.steps):
             x, y = data.batch(order[step], resolution)
-            loss = loss_fn(model(self._tensor(x)), torch.from_numpy(y).to(self.device))
+            x, y = self._tensor(x), torch.from_numpy(y).to(self.device)
+            if distill is None:
+                loss = loss_fn(model(x), y)
+            else:  # DeiT: class head on the labels, distillation head on the teacher (same head if no token)
+                teacher = torch.from_numpy(distill.teacher_logits(order[step])).to(self.device)
+                loss = distillation_loss(*forward_heads(model, x), y, teacher, distill, opt.label_smoothing)
             optim.zero_grad(set_to_none=True)
             loss.backward()
             update(optim, params, decay, opt, float(lrs[step]))

@@ -7,19 +7,25 @@ Optimiser mapping (kept identical to the optax chain of the JAX backend, one LR 
 - sgd:  torch.optim.SGD(momentum), buf = m * buf + g (no dampening, no Nesterov) == optax.sgd(momentum=m);
   weight decay, if any, is applied decoupled by hand.
 - global-norm gradient clipping before the update (paper: norm 1).
+Distillation (DeiT): `distillation_loss`, the one definition of its maths on this backend (see
+vitbench.transfer.distill for the formulas and their sources).
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
+from vitbench.transfer.distill import Distill, Distillation
 from vitbench.transfer.schedules import OptimConfig
 
-_NO_DECAY = ("pos_embed", "cls_token")
+# timm VisionTransformer.no_weight_decay; the JAX backend decays only `kernel` leaves, which none of these is
+_NO_DECAY = ("pos_embed", "cls_token", "dist_token")
 
 
 def decays(name: str, shape: tuple[int, ...]) -> bool:
-    """Whether weight decay applies: kernels (ndim >= 2) except position embeddings / class token."""
+    """Whether weight decay applies: kernels (ndim >= 2) except position embeddings and the class and
+    distillation tokens."""
     return len(shape) >= 2 and name.split(".")[-1] not in _NO_DECAY
 
 
@@ -55,3 +61,20 @@ def update(optim: torch.optim.Optimizer, params: list, decay: list, opt: OptimCo
         scaler.update()
     else:
         optim.step()
+
+
+def distillation_loss(cls_logits: torch.Tensor, dist_logits: torch.Tensor, labels: torch.Tensor,
+                      teacher_logits: torch.Tensor, distill: Distill,
+                      label_smoothing: float = 0.0) -> torch.Tensor:
+    """(1 - lam) CE(cls, y) + lam * (hard: CE(dist, argmax teacher); soft: tau^2 KL(teacher || dist) at
+    temperature tau, per image, batch mean): DeiT eq. 2 / 3 (vitbench.transfer.distill). Label smoothing only in
+    the CE on the true labels, as deit's losses.py."""
+    base = F.cross_entropy(cls_logits, labels, label_smoothing=label_smoothing)
+    teacher_logits = teacher_logits.detach()
+    if distill.kind is Distillation.HARD:
+        kd = F.cross_entropy(dist_logits, teacher_logits.argmax(dim=1))
+    else:
+        tau = distill.tau
+        kd = F.kl_div(F.log_softmax(dist_logits / tau, dim=1), F.log_softmax(teacher_logits / tau, dim=1),
+                      reduction="batchmean", log_target=True) * tau * tau
+    return (1.0 - distill.lam) * base + distill.lam * kd
