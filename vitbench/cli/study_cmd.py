@@ -23,7 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from vitbench.cli import app
-from vitbench.cli.common import console, err_console
+from vitbench.cli.common import console, err_console, warn
 
 _STATUS_STYLE = {"ok": "green", "oom": "yellow", "timeout": "yellow", "error": "red", "interrupted": "magenta",
                  "pending": "dim", "skipped": "dim"}
@@ -164,20 +164,23 @@ class _LiveHooks:
 
 
 def _parse_executor_options(items: list[str]) -> dict:
-    """`-o KEY=VALUE` items -> {key: value}; values are YAML scalars (1 -> int, true -> bool, [a, b] -> list)."""
+    """`-o KEY=VALUE` items -> {key: value}; values are YAML scalars (1 -> int, true -> bool, [a, b] -> list),
+    read by the study files' bounded loader."""
     import yaml
 
-    from vitbench.errors import ConfigError
+    from vitbench.errors import ConfigError, clip, shorten
+    from vitbench.study.source import load_bounded
 
     out = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise ConfigError(f"--executor-option {item!r}: expected KEY=VALUE, e.g. -o partition=gpu")
+            raise ConfigError(f"--executor-option {shorten(item)}: expected KEY=VALUE, e.g. -o partition=gpu")
         try:
-            out[key.strip()] = yaml.safe_load(value) if value.strip() else None
+            out[key.strip()] = load_bounded(value)[0] if value.strip() else None
         except yaml.YAMLError as e:
-            raise ConfigError(f"--executor-option {item!r}: value is not valid YAML: {e}") from None
+            raise ConfigError(f"--executor-option {shorten(item)}: value is not valid YAML: "
+                              f"{clip(str(getattr(e, 'problem', None) or e), 200)}") from None
     return out
 
 
@@ -201,6 +204,8 @@ def sweep_cmd(
     start_method: str = typer.Option(None, help="local: forkserver (default: frameworks preloaded) | spawn."),
     keep_logs: bool = typer.Option(None, "--keep-logs/--no-keep-logs",
                                    help="Keep every trial's output under <results>/logs/ (not only failures')."),
+    allow_failures: bool = typer.Option(False, "--allow-failures",
+                                        help="Exit 0 even when trials did not end ok (oom, error, timeout)."),
     as_json: bool = typer.Option(False, "--json", help="--dry-run: print the trials as JSON."),
 ) -> None:
     """Run every trial of a study, each in a fresh process with a timeout; resume what is already done.
@@ -208,13 +213,31 @@ def sweep_cmd(
     Results: one JSON line per trial in <results>/results.jsonl (plus the study file as run). A crash, OOM or
     timeout becomes a row saying so and the sweep goes on. Ctrl-C stops cleanly: the running trial is recorded
     as interrupted and runs again on the next sweep. Two sweeps on one directory share the work.
+
+    Exit code: 0 when every trial of the study has an ok row; 1 when a trial's latest row is oom, error or timeout
+    (run now or found from an earlier run; --allow-failures accepts them) or this run's calibration failed;
+    2 for bad input (nothing runs); 130 when interrupted.
     """
-    from vitbench.runner import default_results_dir, run_study, trial_status
+    from vitbench.executors import executor_class
+    from vitbench.runner import (
+        EXIT_FAILED,
+        check_executor,
+        check_results_dir,
+        default_results_dir,
+        run_study,
+        trial_status,
+    )
     from vitbench.store import Store
     from vitbench.study import load_study
 
     st = load_study(study)
     out = results or default_results_dir(st)
+    # --start-method and --keep-logs are executor options: passed to an executor whose options take them
+    opts = {k: v for k, v in (("start_method", start_method), ("keep_logs", keep_logs)) if v is not None
+            and k in executor_class(executor or st.executor.name).Options.model_fields}
+    opts.update(_parse_executor_options(executor_option or []))
+    check_executor(st, executor, opts)  # everything is checked before anything is shown, run or written
+    check_results_dir(st, out, "--results")
     if dry_run:
         statuses = trial_status(st, Store(out)) if (out / "results.jsonl").exists() else None
         if as_json:
@@ -228,12 +251,6 @@ def sweep_cmd(
                       + (f"; {collapsed} combinations merged (fields their task ignores)" if collapsed > 0 else "")
                       + f"; results -> {out}")
         return
-    from vitbench.executors import executor_class
-
-    # --start-method and --keep-logs are executor options: passed to an executor whose options take them
-    opts = {k: v for k, v in (("start_method", start_method), ("keep_logs", keep_logs)) if v is not None
-            and k in executor_class(executor or st.executor.name).Options.model_fields}
-    opts.update(_parse_executor_options(executor_option or []))
     hooks = _LiveHooks()
     old = signal.getsignal(signal.SIGTERM)
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # `kill` stops as cleanly as Ctrl-C
@@ -254,6 +271,21 @@ def sweep_cmd(
                   + (f"; {summary.skipped_done} already done" if summary.skipped_done else "")
                   + (f"; {summary.skipped_claimed} running in another sweep" if summary.skipped_claimed else "")
                   + f"\nresults: {out}/results.jsonl   report: vitbench report {out}")
+    if not summary.succeeded:
+        failed = summary.failed_trials
+        by_status: dict[str, int] = {}
+        for status in failed.values():
+            by_status[status.value] = by_status.get(status.value, 0) + 1
+        what = ", ".join(f"{n} {s}" for s, n in sorted(by_status.items()))
+        parts = ([f"{len(failed)} of {len(st.trials)} trials did not end "
+                  f"ok ({what})"] if failed else []) + (
+            [f"{summary.calibrations_failed} calibration(s) failed"] if summary.calibrations_failed else [])
+        if allow_failures:
+            err_console.print(f"[yellow]{'; '.join(parts)}[/] (accepted: --allow-failures)", highlight=False)
+        else:
+            err_console.print(f"[red]failed:[/] {'; '.join(parts)}; exit code {EXIT_FAILED} "
+                              "(--allow-failures accepts them; --retry-failed runs them again)", highlight=False)
+            raise typer.Exit(EXIT_FAILED)
 
 
 @app.command("report")
@@ -273,7 +305,7 @@ def report_cmd(
 
     rep = build_report(results, out, parse_formats(formats), plots=plots)
     for w in rep.warnings:
-        err_console.print(f"[yellow]warning:[/] {w}", highlight=False)
+        warn(w)
     console.print(f"[bold]{rep.title}[/]")
     for m in rep.meta:
         console.print(f"  {m}", highlight=False)
