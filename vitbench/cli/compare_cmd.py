@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 
 from vitbench.cli import app
-from vitbench.cli.common import console, err_console, print_json
+from vitbench.cli.common import console, err_console, print_json, warn
 from vitbench.errors import ConfigError
 
 _FORMATS = ("table", "md", "json")
@@ -34,6 +34,9 @@ def compare_cmd(
     ignore: list[str] = typer.Option(None, "--ignore", help="Trial-config field left out of matching "
                                                            "(repeatable), e.g. threads."),
     confidence: float = typer.Option(0.95, help="Confidence of the bootstrap interval on current / baseline."),
+    allow_missing: bool = typer.Option(False, "--allow-missing",
+                                       help="Do not fail when trials that were ok in the baseline are missing "
+                                            "from current (they are still listed)."),
     inject_slowdown: float = typer.Option(None, "--inject-slowdown", hidden=True,
                                           help="Self-test: make every timed step of CURRENT this many times "
                                                "slower before comparing (the check must then fail)."),
@@ -44,6 +47,9 @@ def compare_cmd(
     compile, device, ...), not by environment; differing environments are listed. Throughput is decided on the
     raw per-step times with a bootstrap confidence interval on current / baseline (repeats pooled): a regression
     is called only when the whole interval is worse than --threshold. Unmatched trials are listed.
+
+    Exit code: 0 = no regression; 1 = a regression, a trial ok in the baseline failed now, or one is missing
+    from current (unless --allow-missing); 2 = bad input, including nothing compared at all.
     """
     from vitbench.compare import COLUMNS, compare_paths, row_cells, summary_line, to_benchmark_json, to_markdown
 
@@ -51,9 +57,9 @@ def compare_cmd(
         raise ConfigError(f"--format {fmt!r} is not allowed; allowed: {', '.join(_FORMATS)}")
     cmp = compare_paths(baseline, current, threshold=threshold, normalize=normalize,
                         metrics=tuple(metric) if metric else None, ignore=tuple(ignore or ()),
-                        confidence=confidence, slowdown=inject_slowdown)
+                        confidence=confidence, slowdown=inject_slowdown, allow_missing=allow_missing)
     for w in cmp.warnings:
-        err_console.print(f"[yellow]warning:[/] {w}", highlight=False, soft_wrap=True)
+        warn(w)
     if fmt == "json":
         print_json(to_benchmark_json(cmp))
         err_console.print(summary_line(cmp), highlight=False, soft_wrap=True)
@@ -79,7 +85,9 @@ def compare_cmd(
             for row in cmp.env_diff:
                 e.add_row(*row)
             console.print(e)
-        unmatched = (("only in baseline (not compared)", cmp.unmatched_baseline),
+        unmatched = (("only in baseline (not compared)" + ("" if cmp.allow_missing or not cmp.missing else
+                                                           ": fails the check, see --allow-missing"),
+                      cmp.unmatched_baseline),
                      ("only in current (not compared)", cmp.unmatched_current),
                      ("matched, no metric to compare (see --metric)", cmp.not_compared))
         for title, items in unmatched:
