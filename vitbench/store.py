@@ -35,6 +35,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from vitbench.errors import VitbenchWarning
 from vitbench.record import Record, Status
 
 RESULTS_FILE = "results.jsonl"
@@ -42,7 +43,7 @@ STUDY_FILE = "study.yaml"
 TRIAL_ID_COLUMNS = ("key", "study", "run_id", "repeat", "kind", "status")
 
 
-class CorruptLineWarning(UserWarning):
+class CorruptLineWarning(VitbenchWarning):
     """A results line that could not be parsed (torn by a kill, or garbage); it was skipped."""
 
 

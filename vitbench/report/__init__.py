@@ -103,7 +103,8 @@ def build_report(results: str | Path, out: str | Path | None = None, formats: It
     out.mkdir(parents=True, exist_ok=True)
     title, meta = _meta(df, cal)
     rep = Report(df=df, tables={STATUS[0]: tablemod.status_counts(df)}, titles={STATUS[0]: STATUS[1]},
-                 title=title, meta=meta, warnings=[str(w.message) for w in caught], calibration=cal)
+                 title=title, meta=meta, calibration=cal,
+                 warnings=list(dict.fromkeys(str(w.message) for w in caught)))  # two reads, one warning each
     figure_titles: dict[str, str] = {}
     parts = report_parts()
     for part in parts:
