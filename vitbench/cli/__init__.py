@@ -82,5 +82,14 @@ for _mod in _COMMAND_MODULES:
 
 
 def main() -> None:
-    """Console entry point."""
+    """Console entry point. The process runs under the host-memory budget (vitbench.memory_budget): past it, one
+    line and exit code 1 instead of the kernel's OOM killer (not in `app` itself, which tests invoke in-process)."""
+    from vitbench.errors import VitbenchError
+    from vitbench.memory_budget import guard_this_process
+
+    try:
+        guard_this_process()
+    except VitbenchError as e:  # a bad $VITBENCH_MEMORY_LIMIT_GIB
+        typer.echo(f"error: {e}", err=True)
+        raise SystemExit(e.exit_code) from None
     app()
