@@ -30,7 +30,7 @@ _STATUS_STYLE = {"ok": "green", "oom": "yellow", "timeout": "yellow", "error": "
 
 
 def _fmt(v) -> str:
-    from vitbench.report.render import fmt
+    from vitbench.numfmt import fmt
 
     return fmt(v)
 

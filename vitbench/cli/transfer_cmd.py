@@ -7,6 +7,7 @@ from rich.table import Table
 
 from vitbench.cli import app
 from vitbench.cli.common import backend_choices, console, print_json
+from vitbench.numfmt import fmt
 
 _DATA_HELP = "digits | synthetic | folder | cifar10 | cifar100 | npz"
 
@@ -27,7 +28,7 @@ def _show(rec, title: str, keys: list[str], as_json: bool) -> None:
     for k in keys:
         v = rec.metrics.get(k)
         if v is not None:
-            t.add_row(k, f"{v:.4g}" if isinstance(v, float) else str(v))
+            t.add_row(k, fmt(v))
     console.print(t)
 
 

@@ -5,16 +5,13 @@ from __future__ import annotations
 from collections import defaultdict
 
 from vitbench.compare.decide import REGRESSING, Row
+from vitbench.numfmt import fmt
 
 COLUMNS = ("trial", "metric", "baseline", "current", "ratio", "CI", "decision", "note")
 
 
 def _fmt(x: float | None) -> str:
-    if x is None:
-        return "-"
-    if float(x).is_integer() and abs(x) < 1e6:
-        return f"{int(x)}"
-    return f"{x:.4g}" if abs(x) < 1e4 else f"{x:,.0f}"
+    return "-" if x is None else fmt(x)
 
 
 def row_cells(row: Row) -> dict[str, str]:
