@@ -52,7 +52,7 @@ def check_file(path: str | os.PathLike, what: str) -> Path:
     p = Path(path).expanduser()
     if p.is_dir():
         raise ConfigError(f"{what} {shorten(str(p))} is a directory; give a file name")
-    check_dir(p.parent, what)
+    check_dir(p.parent, f"{what} {shorten(str(p))}: its directory")
     if p.exists() and not _writable(p.parent):
         raise ConfigError(f"{what} {shorten(str(p))} cannot be replaced: its directory is not writable")
     return p

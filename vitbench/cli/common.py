@@ -36,11 +36,19 @@ def _any_terminal() -> bool:
     return False
 
 
+def _longest_word(*texts) -> int:
+    from rich.text import Text
+
+    words = [w for t in texts if t for w in (Text.from_markup(t).plain if isinstance(t, str) else
+                                             getattr(t, "plain", str(t))).split()]
+    return max(map(len, words), default=0)
+
+
 def fit_table(console: Console, table: Table) -> int:
-    """Fix the column widths of `table` for `console` so that no cell is broken inside a word: each column gets
-    at least its longest word (all of a no-wrap column), the rest of the width goes to the columns in proportion
-    to what they would still use. Returns the width the table needs: the console's, or more when even the
-    minimum does not fit."""
+    """Fix the column widths of `table` for `console` so that no cell, title or caption is broken inside a word:
+    each column gets at least its longest word (all of a no-wrap column), the rest of the width goes to the
+    columns in proportion to what they would still use. Returns the width the table needs: the console's, or
+    more when even the minimum does not fit."""
     if not table.columns:
         return console.width
     wide = console.options.update_width(1 << 15)
@@ -51,13 +59,17 @@ def fit_table(console: Console, table: Table) -> int:
         maxs.append(m.maximum)
     extra = table._extra_width
     avail = console.width - extra
+    title = _longest_word(table.title, table.caption)
     if sum(maxs) <= avail:
-        return console.width
-    if sum(mins) >= avail:
+        if sum(maxs) + extra >= title:
+            return console.width
+        widths = list(maxs)
+    elif sum(mins) >= avail:
         widths = mins
     else:
         spare, slack = avail - sum(mins), [hi - lo for lo, hi in zip(mins, maxs)]
         widths = [lo + spare * s // sum(slack) for lo, s in zip(mins, slack)]
+    widths[-1] += max(0, title - sum(widths) - extra)  # a title's long word (a path) fits on one line
     for i, (col, w) in enumerate(zip(table.columns, widths)):
         col.width = max(1, w - table._get_padding_width(i))
     return max(console.width, sum(widths) + extra)
