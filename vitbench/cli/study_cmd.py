@@ -195,9 +195,9 @@ def sweep_cmd(
                                  "slurm (submitit) or ray. See docs/cluster.md."),
     executor_option: list[str] = typer.Option(
         None, "--executor-option", "-o", metavar="KEY=VALUE",
-        help="An executor option, repeatable; overrides the study's executor.options. slurm: partition, gpus, "
-             "time_limit_min, account, mem_gb, max_parallel, cluster=local, ...; ray: address, num_gpus, num_cpus, "
-             "max_parallel, ..."),
+        help="An executor option, repeatable; overrides the study's executor.options. local: memory_limit_gib "
+             "(a trial's host-memory budget), grace_s, ...; slurm: partition, gpus, time_limit_min, account, mem_gb, "
+             "max_parallel, cluster=local, ...; ray: address, num_gpus, num_cpus, max_parallel, ..."),
     timeout: float = typer.Option(None, "--timeout", min=0.1, help="Per-trial timeout in seconds (overrides)."),
     calibration: bool = typer.Option(None, "--calibration/--no-calibration",
                                      help="Measure the device's matmul throughput first (default: the study's)."),
