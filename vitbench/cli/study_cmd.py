@@ -214,9 +214,9 @@ def sweep_cmd(
     timeout becomes a row saying so and the sweep goes on. Ctrl-C stops cleanly: the running trial is recorded
     as interrupted and runs again on the next sweep. Two sweeps on one directory share the work.
 
-    Exit code: 0 when every trial of the study has an ok row; 1 when a trial's latest row is oom, error or timeout
-    (run now or found from an earlier run; --allow-failures accepts them) or this run's calibration failed;
-    2 for bad input (nothing runs); 130 when interrupted.
+    Exit code: 1 when a trial's latest row is oom, error or timeout (run now or found from an earlier run;
+    --allow-failures accepts them) or this run's calibration failed; 2 for bad input (nothing runs); 130 when
+    interrupted; else 0.
     """
     from vitbench.executors import executor_class
     from vitbench.runner import (
