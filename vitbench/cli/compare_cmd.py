@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from vitbench.cli import app
@@ -76,14 +77,14 @@ def compare_cmd(
                          overflow="fold")
         for r in cmp.rows:
             cells = row_cells(r)
-            t.add_row(*[cells[c] for c in COLUMNS], style=_STYLE.get(r.decision.value, ""))
+            t.add_row(*[escape(cells[c]) for c in COLUMNS], style=_STYLE.get(r.decision.value, ""))
         console.print(t)
         if cmp.env_diff:
             e = Table(title="environment differences", title_justify="left")
             for c in ("field", "baseline", "current"):
                 e.add_column(c, overflow="fold")
             for row in cmp.env_diff:
-                e.add_row(*row)
+                e.add_row(*map(escape, row))
             console.print(e)
         unmatched = (("only in baseline (not compared)" + ("" if cmp.allow_missing or not cmp.missing else
                                                            ": fails the check, see --allow-missing"),
@@ -94,7 +95,7 @@ def compare_cmd(
             if items:
                 console.print(f"[bold]{title}:[/]")
                 for lbl, why in items:
-                    console.print(f"  {lbl}: {why}", highlight=False)
+                    console.print(f"  {escape(lbl)}: {escape(why)}", highlight=False)
         console.print(("[bold red]" if cmp.exit_code else "[bold green]") + summary_line(cmp) + "[/]",
                       highlight=False)
     raise typer.Exit(cmp.exit_code)

@@ -10,6 +10,7 @@ import typer
 from rich import box
 from rich.console import Group
 from rich.live import Live
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -24,6 +25,7 @@ from rich.text import Text
 
 from vitbench.cli import app
 from vitbench.cli.common import console, err_console, warn
+from vitbench.errors import clip
 
 _STATUS_STYLE = {"ok": "green", "oom": "yellow", "timeout": "yellow", "error": "red", "interrupted": "magenta",
                  "pending": "dim", "skipped": "dim"}
@@ -55,7 +57,7 @@ def _df_table(df, title: str, columns: list[str] | None = None, max_rows: int = 
         cells = []
         for c in cols:
             s = _fmt(row[c])
-            cells.append(f"[{_STATUS_STYLE[s]}]{s}[/]" if c == "status" and s in _STATUS_STYLE else s)
+            cells.append(f"[{_STATUS_STYLE[s]}]{s}[/]" if c == "status" and s in _STATUS_STYLE else escape(s))
         t.add_row(*cells)
     if len(df) > max_rows:
         t.caption = (t.caption + "; " if t.caption else "") + f"{len(df) - max_rows} more rows in the files"
@@ -80,12 +82,12 @@ def _result_line(rec) -> str:
     metric = headline(rec.kind)
     if rec.status is Status.OK and metric is not None and rec.metrics.get(metric.name) is not None:
         bits.append(f"-> {_fmt(rec.metrics[metric.name])} {metric.unit}")
-    what = " ".join(str(b) for b in bits if b != "")
+    what = escape(" ".join(str(b) for b in bits if b != ""))
     wall = rec.runner.get("wall_s")
     style = _STATUS_STYLE.get(st, "white")
     tail = ""
     if rec.status is not Status.OK and rec.error and rec.error.message.strip():
-        tail = f" [dim]{rec.error.message.strip().splitlines()[0][:120]}[/]"
+        tail = f" [dim]{escape(clip(rec.error.message.strip().splitlines()[0], 240))}[/]"
     return f"[{style}]{st:>11}[/] {what}" + (f" [dim]({wall:.1f} s)[/]" if wall else "") + tail
 
 
