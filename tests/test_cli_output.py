@@ -89,3 +89,22 @@ def test_help_is_reflowed_with_whole_option_names_and_no_bool_placeholders():
         lines = [ln.strip() for ln in para.strip().splitlines()]
         assert all(len(ln) > 50 for ln in lines[:-1]), para
     assert all(len(line) <= 80 for line in text.splitlines())
+
+
+def test_brackets_in_data_are_printed_not_taken_for_markup(tmp_path, cli):
+    """An error message such as torch's '[enforce fail at alloc_cpu.cpp:127]' reaches the user whole (rich
+    markup would take '[enforce ...]' for a style and drop it)."""
+    from records import record
+
+    from vitbench.store import Store
+
+    cfg = {"model": "ViT-Nano/4", "backend": "torch", "task": "infer", "device": "cpu", "resolution": 32,
+           "batch_size": 8}
+    with Store(tmp_path / "res") as st:
+        st.append(record("bench", cfg, status="oom", key="k1", study="s", run_id="r", trial=cfg,
+                         error={"type": "RuntimeError", "message": "[enforce fail at alloc_cpu.cpp:127] no memory"}))
+        st.append(record("bench", {**cfg, "batch_size": 4}, metrics={"img_per_s": 1.0}, key="k2", study="s",
+                         run_id="r", trial={**cfg, "batch_size": 4}, raw={"step_s": [1.0]}))
+    r = cli("report", tmp_path / "res", "--out", tmp_path / "rep", "--no-plots", "--format", "md")
+    assert r.exit_code == 0, r.output
+    assert "[enforce fail at alloc_cpu.cpp:127]" in r.output
