@@ -1,5 +1,6 @@
-"""What the CLI prints into logs and pipes: tables that never break a word or a number, COLUMNS honoured, a readable
-width when no terminal is attached, help texts re-flowed without placeholders on flags or cut option names."""
+"""What the CLI prints into logs and pipes: tables that never break a word or a number, COLUMNS honoured, a
+readable width when no terminal is attached, help texts re-flowed without placeholders on flags or cut option
+names."""
 
 from __future__ import annotations
 
@@ -101,8 +102,8 @@ def test_brackets_in_data_are_printed_not_taken_for_markup(tmp_path, cli):
     cfg = {"model": "ViT-Nano/4", "backend": "torch", "task": "infer", "device": "cpu", "resolution": 32,
            "batch_size": 8}
     with Store(tmp_path / "res") as st:
-        st.append(record("bench", cfg, status="oom", key="k1", study="s", run_id="r", trial=cfg,
-                         error={"type": "RuntimeError", "message": "[enforce fail at alloc_cpu.cpp:127] no memory"}))
+        error = {"type": "RuntimeError", "message": "[enforce fail at alloc_cpu.cpp:127] no memory"}
+        st.append(record("bench", cfg, status="oom", key="k1", study="s", run_id="r", trial=cfg, error=error))
         st.append(record("bench", {**cfg, "batch_size": 4}, metrics={"img_per_s": 1.0}, key="k2", study="s",
                          run_id="r", trial={**cfg, "batch_size": 4}, raw={"step_s": [1.0]}))
     r = cli("report", tmp_path / "res", "--out", tmp_path / "rep", "--no-plots", "--format", "md")

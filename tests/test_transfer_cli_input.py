@@ -1,5 +1,6 @@
-"""What a user trips over in the transfer commands: warm-up defaults for short runs, where `--out` writes, checkpoint
-file modes, options that would be silently ignored, a batch larger than the data, values below any sense."""
+"""What a user trips over in the transfer commands: warm-up defaults for short runs, where `--out` writes,
+checkpoint file modes, options that would be silently ignored, a batch larger than the data, values below any
+sense."""
 
 from __future__ import annotations
 

@@ -22,7 +22,6 @@ import math
 import os
 import sys
 import threading
-import time
 
 from vitbench.errors import ConfigError
 

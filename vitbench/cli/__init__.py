@@ -83,7 +83,8 @@ for _mod in _COMMAND_MODULES:
 
 def main() -> None:
     """Console entry point. The process runs under the host-memory budget (vitbench.memory_budget): past it, one
-    line and exit code 1 instead of the kernel's OOM killer (not in `app` itself, which tests invoke in-process)."""
+    line and exit code 1 instead of the kernel's OOM killer (not in `app` itself, which tests invoke
+    in-process)."""
     from vitbench.errors import VitbenchError
     from vitbench.memory_budget import guard_this_process
 
