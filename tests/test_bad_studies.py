@@ -18,9 +18,12 @@ CORPUS = sorted(CORPUS_DIR.glob("*.yaml"))
 GOOD = "name: fine\ncalibration: false\naxes: {model: [ViT-Nano/4], task: [infer]}\n"
 
 
+MAX_MESSAGE = 8000  # bytes: whatever the input, the message stays readable
+
+
 def expectations(path: Path) -> list[str]:
-    return [line.split(":", 1)[1].strip() for line in path.read_text().splitlines()
-            if line.startswith("# expect:")]
+    text = path.read_bytes().decode("utf-8", "replace")  # some files are binary on purpose
+    return [line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("# expect:")]
 
 
 def flat(text: str) -> str:
@@ -33,7 +36,12 @@ def test_the_corpus_covers_every_kind_of_bad_input():
                  "unknown_top_key", "unknown_axis_field", "wrong_type_repeats", "wrong_type_batch",
                  "negative_batch",
                  "empty_axis", "no_axes", "unknown_model", "unknown_backend", "unknown_task",
-                 "impossible_resolution", "zip_unequal", "unknown_executor", "bad_executor_option"):
+                 "impossible_resolution", "zip_unequal", "unknown_executor", "bad_executor_option",
+                 # hostile input: refused before it costs memory or time, with a short message
+                 "not_utf8", "alias_bomb", "deep_nesting", "recursive_alias", "huge_integer",
+                 "integer_out_of_range", "not_finite", "too_many_combinations", "many_problems",
+                 # every problem at once
+                 "three_duplicate_keys", "resolution_and_other_problems"):
         assert kind in stems, kind
     for p in CORPUS:
         assert expectations(p), f"{p.name} has no '# expect:' line"
@@ -49,9 +57,29 @@ def test_bad_study_exits_2_naming_file_and_field_and_runs_nothing(path, tmp_path
         assert r.exception is None or isinstance(r.exception, SystemExit), repr(r.exception)
         assert "Traceback" not in out and out.startswith("error: invalid study")
         assert path.name in out
+        assert len(r.output) < MAX_MESSAGE, len(r.output)
         for expected in expectations(path):
             assert expected in out, (expected, out)
     assert list(tmp_path.iterdir()) == []  # no results directory, no rows, no study copy
+
+
+@pytest.mark.parametrize("case", ["long_value", "long_key", "oversized"])
+def test_huge_input_gives_a_short_message(case, tmp_path, cli):
+    """Values quoted in messages are shortened; a file past the size limit is not even parsed."""
+    from vitbench.study.source import MAX_STUDY_BYTES
+
+    big = "x" * 500_000
+    text = {"long_value": f"name: v\naxes:\n  model: ['{big}']\n  task: [infer]\n",
+            "long_key": f"name: v\naxes:\n  model: [ViT-Nano/4]\n  task: [infer]\n  ? {big}\n  : [1]\n",
+            "oversized": "name: v\n" + "# padding\n" * (MAX_STUDY_BYTES // 10 + 1)}[case]
+    study = tmp_path / "huge.yaml"
+    study.write_text(text)
+    r = cli("sweep", study, "--dry-run")
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    assert len(r.output) < MAX_MESSAGE, len(r.output)
+    expected = {"long_value": "axes.model[0]: unknown model", "long_key": "unknown field 'xxxxxxxx",
+                "oversized": "larger than 1 MiB"}[case]
+    assert expected in flat(r.output) and (case == "oversized" or "characters)" in r.output), flat(r.output)
 
 
 def test_real_process_exit_code_and_stderr(tmp_path):

@@ -156,8 +156,9 @@ def test_repeats_pool_and_drift_between_repeats_widens_the_interval():
 
 def test_latest_record_per_key_wins_and_failed_trials_are_rows():
     base = [bench_record("A", repeat=0), bench_record("B", repeat=0)]
-    oom = bench_record("B", status="oom")
-    cur = [bench_record("A", repeat=0), bench_record("B", repeat=0, status="timeout"), oom]
+    timeout = bench_record("B", repeat=0, status="timeout")
+    oom = bench_record("B", status="oom")  # made after the timeout: the later one, whatever the clock says
+    cur = [bench_record("A", repeat=0), timeout, oom]
     cmp = compare(base, cur)
     b_rows = [r for r in cmp.rows if r.trial.startswith("B ")]
     assert [(r.metric, r.decision) for r in b_rows] == [("status", "failed")]
@@ -363,6 +364,49 @@ def test_cli_exit_codes_and_formats(tmp_path, cli):
         r = cli(*args)
         assert r.exit_code == 2, (args, r.output)
         assert "error:" in r.output and "Traceback" not in r.output
+
+
+def test_missing_baseline_trials_fail_unless_allowed(tmp_path, cli):
+    """A sweep that died halfway: 3 of 4 baseline trials absent from current fail the check (exit 1), unless
+    --allow-missing; trials only in current, or failed in the baseline too, never do."""
+    rng = np.random.default_rng(0)
+    base = result_set(rng, models=("A", "B", "C", "D"), repeats=1)
+    half = [r for r in base if r.measured_config["model"] == "A"]
+    b, cur = write_jsonl(tmp_path / "base.jsonl", base), write_jsonl(tmp_path / "cur.jsonl", half)
+    cmp = compare(base, half)
+    assert [lbl.split()[0] for lbl, _ in cmp.missing] == ["B", "C", "D"] and cmp.exit_code == 1
+    assert compare(base, half, allow_missing=True).exit_code == 0
+    r = cli(b, cur)
+    assert r.exit_code == 1, r.output
+    assert "INCOMPLETE" in r.output and "3 baseline trial(s) missing from current" in " ".join(r.output.split())
+    r = cli(b, cur, "--allow-missing")
+    assert r.exit_code == 0 and "allowed: --allow-missing" in " ".join(r.output.split()), r.output
+    assert cli(cur, b).exit_code == 0  # more trials now than in the baseline: nothing is missing
+    failed_before = [*half, bench_record("B", status="oom")]
+    assert compare(failed_before, half).missing == [] and compare(failed_before, half).exit_code == 0
+
+
+def test_nothing_compared_is_bad_input(tmp_path, cli):
+    """Matched trials none of which carries a selected metric: exit 2 naming the metrics present, not a pass."""
+    b = write_jsonl(tmp_path / "base.jsonl", result_set(np.random.default_rng(0), models=("A",), repeats=1))
+    with pytest.raises(ConfigError, match="nothing compared: none of the 1 matched trial"):
+        compare(load_records(b), load_records(b), metrics=("accuracy",))
+    r = cli(b, b, "--metric", "accuracy")
+    assert r.exit_code == 2 and "they carry img_per_s, peak_mem_mib" in " ".join(r.output.split()), r.output
+
+
+def test_a_torn_line_is_skipped_with_one_clean_warning(tmp_path, cli):
+    """compare reads with the store's rules (as report and sweep): the torn line is skipped, said once, without
+    Python's warning format, and the rest is compared."""
+    recs = result_set(np.random.default_rng(0), models=("A",), repeats=1)
+    b = write_jsonl(tmp_path / "base.jsonl", recs)
+    torn = tmp_path / "torn.jsonl"
+    torn.write_text(json.dumps(recs[0].to_dict()) + "\n" + '{"key": "abc", "sta')
+    r = cli(b, str(torn))
+    assert r.exit_code == 0, r.output
+    lines = [ln for ln in r.output.splitlines() if "torn last line" in ln]
+    assert len(lines) == 1 and lines[0].startswith("warning: ") and "Warning:" not in r.output
+    assert "store.py" not in r.output
 
 
 def test_results_directories_pool_but_reruns_in_one_directory_supersede(tmp_path):

@@ -141,3 +141,69 @@ def test_cli_report(tmp_path, cli):
     assert r.exit_code == 2 and "allowed: md, html, csv, parquet" in r.output
     r = cli("report", tmp_path / "nothing-here")
     assert r.exit_code == 2 and "does not exist" in r.output
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Where a report goes, what it leaves behind, how its numbers read
+# ----------------------------------------------------------------------------------------------------------
+def test_a_report_into_a_folder_with_an_older_report_leaves_no_stale_file(tmp_path):
+    make_results(tmp_path / "res")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")  # not the report's: never touched
+    first = build_report(tmp_path / "res", out)
+    assert (out / "throughput.csv").is_file() and (out / "throughput_vs_resolution.png").is_file()
+    second = build_report(tmp_path / "res", out, formats=("md",), plots=False)
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == ["notes.txt", "report.md"]
+    assert [p.name for p in second.files] == ["report.md"] and len(first.files) > 10
+    assert (out / "notes.txt").read_text() == "mine"
+    assert [p.name for p in out.iterdir() if p.name.startswith(".staging")] == []
+
+
+def test_report_out_that_cannot_be_a_directory_is_a_clean_error(tmp_path, cli):
+    make_results(tmp_path / "res")
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for target, expected in ((afile, "is a file; give a directory"), (afile / "sub", "which is a file"),
+                             ("/sys/vitbench-test-report", "/sys/vitbench-test-report")):
+        r = cli("report", tmp_path / "res", "--out", target, "--no-plots")
+        assert r.exit_code == 2 and expected in " ".join(r.output.split()), r.output
+        assert "Traceback" not in r.output
+    assert afile.read_text() == "x"
+
+
+def test_integers_stay_integers_in_csv_and_numbers_read_one_way(tmp_path):
+    """batch_size is missing in the FLOP rows, so pandas would make it 8.0; the CSV says 8. Terminal, Markdown
+    and HTML show every number by one rule (vitbench.numfmt): no exponent between 1,000 and 10^7."""
+    from vitbench.numfmt import fmt
+
+    make_results(tmp_path / "res")
+    rep = build_report(tmp_path / "res", tmp_path / "out", formats=("csv", "md"), plots=False)
+    trials = pd.read_csv(tmp_path / "out" / "trials.csv", dtype=str, keep_default_na=False)
+    assert set(trials.loc[trials["kind"] == "bench", "batch_size"]) == {"8"}
+    assert set(trials.loc[trials["kind"] == "flops", "batch_size"]) == {""}
+    assert str(rep.df["batch_size"].dtype) == "Int64"  # resolution is in every row: a plain int64
+    assert [fmt(x) for x in (14683.2, 9218, 9218.0, 8.0, 0.0044741, 2.577e-7, 1.5e8, float("nan"), None, True)] \
+        == ["14683", "9218", "9218", "8", "0.004474", "2.577e-07", "1.5e+08", "", "", "yes"]
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "e+0" not in md.replace("e+07", "").replace("e+08", "")
+
+
+def test_legend_tells_the_backends_apart(tmp_path):
+    """jax and torch lines of one model share its colour and marker; their legend entries must show the line
+    style: a dash period at least on each side of the marker (a 2-unit handle showed one blurred dash)."""
+    from vitbench.report.plots import throughput_vs_resolution
+    from vitbench.report.tables import ok_rows
+    from vitbench.store import load
+
+    make_results(tmp_path / "res", backends=("torch", "jax"))
+    fig = throughput_vs_resolution(ok_rows(load(tmp_path / "res"), ("bench",)))
+    leg = fig.axes[0].get_legend()
+    styles = {}
+    for text, handle in zip(leg.get_texts(), leg.legend_handles):
+        styles[text.get_text()] = handle.get_linestyle()
+        if "(jax)" in text.get_text():
+            period = sum(handle._dash_pattern[1])  # points, scaled by the line width
+            handle_pts = leg.handlelength * leg.prop.get_size_in_points()
+            assert (handle_pts - handle.get_markersize()) / 2 >= period, (handle_pts, period)
+    assert styles["ViT-Nano/4 (jax)"] != styles["ViT-Nano/4 (torch)"]

@@ -7,6 +7,8 @@ behaviour:
   segv    dereferences NULL: the process dies by SIGSEGV without a word, like a crashing native kernel
   killed  SIGKILLs itself, as the kernel's OOM killer ends a process that over-allocates host memory
   stubborn_hang  ignores SIGTERM and sleeps forever: the timeout must escalate to SIGKILL
+  grow    touches memory in 32 MiB steps up to 4 x budget_mib (never more: RLIMIT_AS caps it there), as a batch
+          too large for the host does: a memory budget below that must stop it first
 
 Sweep subprocesses need tests/ on PYTHONPATH and VITBENCH_PLUGINS=vitbench_hogtasks.
 """
@@ -40,6 +42,21 @@ def _alloc_past_budget(budget_mib: float) -> None:
     raise AssertionError(f"allocated {len(held)} chunks past the budget: RLIMIT_AS was not enforced")
 
 
+def _grow(budget_mib: float) -> None:
+    import resource
+
+    import psutil
+
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    cap = int(4 * budget_mib * 2**20)
+    resource.setrlimit(resource.RLIMIT_AS, (psutil.Process().memory_info().vms + cap + (256 << 20), hard))
+    held = []
+    while len(held) * (32 << 20) < cap:
+        held.append(bytearray(32 << 20))  # zero-filled: every page touched, so resident
+        time.sleep(0.02)
+    raise AssertionError(f"grew to {len(held) * 32} MiB and was not stopped")
+
+
 class Misbehaviour(BaseModel):
     behaviour: str = "ok"
     budget_mib: float = 64.0
@@ -69,6 +86,8 @@ def _hog(config: dict) -> Record:
         ctypes.string_at(0)
     elif b == "killed":
         os.kill(os.getpid(), signal.SIGKILL)
+    elif b == "grow":
+        _grow(config["budget_mib"])
     elif b == "stubborn_hang":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         time.sleep(3600)

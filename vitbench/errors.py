@@ -21,6 +21,11 @@ class BackendUnavailable(VitbenchError):
     """The requested backend (or device) is not installed or not present here."""
 
 
+class VitbenchWarning(UserWarning):
+    """Something the user should know that did not stop the command (a skipped corrupt line): the CLI prints it
+    once, as `warning: <message>`, without Python's source-path format."""
+
+
 class UnsafeFileError(VitbenchError):
     """A file that would need unpickling or code execution to load; refused."""
 
@@ -33,3 +38,14 @@ def looks_like_oom(exc: BaseException) -> bool:
     msg = str(exc).lower()
     return any(s in msg for s in ("out of memory", "resource_exhausted", "resource exhausted",
                                   "can't allocate memory"))
+
+
+def shorten(value, limit: int = 80) -> str:
+    """`repr(value)` cut to about `limit` characters, saying how long it was: how an error message quotes user
+    input, so that the message stays short whatever the input (a 2 MB model name, a list of 10,000 items)."""
+    return clip(repr(value), limit)
+
+
+def clip(text: str, limit: int = 400) -> str:
+    """`text` cut to about `limit` characters, saying how long it was."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"

@@ -12,10 +12,16 @@ Resume: a trial whose key already has a record with a terminal status (ok, oom, 
 Concurrency: before a trial runs, the runner claims its key in the store (a non-blocking flock, released when
 the trial's row is written or when the process dies) and re-reads the store; a trial another sweep is running,
 or has just finished, is skipped. So two sweeps on one directory split the work instead of duplicating it.
+
+Before anything runs or is written: the executor and its options are validated (`check_executor`), and the
+results directory must be a writable directory that holds no other study's results (`check_results_dir`).
+Outcome: `SweepSummary.failed_trials` lists the study's trials whose latest row is not ok (run now or found from
+an earlier run), so a sweep's exit code can say whether the study succeeded (`vitbench sweep`: EXIT_FAILED).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import os
 import time
@@ -24,11 +30,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vitbench.executors import Executor, Job, Outcome, Role, Stored, get_executor
-from vitbench.store import Store
+from vitbench.errors import ConfigError, shorten
+from vitbench.executors import Executor, Job, Outcome, Role, Stored, executor_class
+from vitbench.paths import check_dir, make_dir
+from vitbench.record import Status
+from vitbench.store import STUDY_FILE, Store
 from vitbench.study import Study, Trial, trial_key
 
 RESULTS_ROOT = "results"
+EXIT_FAILED = 1  # `vitbench sweep`: a trial of the study (or a calibration of this run) did not end ok
 
 
 def default_results_dir(study: Study) -> Path:
@@ -51,12 +61,19 @@ class SweepSummary:
     ran: int = 0
     statuses: dict[str, int] = field(default_factory=dict)
     calibrations: int = 0
+    calibrations_failed: int = 0
     wall_s: float = 0.0
     interrupted: bool = False
+    failed_trials: dict[str, Status] = field(default_factory=dict)  # key -> latest status, for every not-ok trial
 
     @property
     def failed(self) -> int:
         return sum(n for s, n in self.statuses.items() if s != "ok")
+
+    @property
+    def succeeded(self) -> bool:
+        """Every trial of the study has an ok row and every calibration of this run ended ok."""
+        return not self.failed_trials and not self.calibrations_failed
 
 
 class SweepHooks:
@@ -75,6 +92,17 @@ def plan(study: Study, store: Store, force: bool = False, retry_failed: bool = F
         return list(study.trials)
     done = store.done_keys(only_ok=retry_failed)
     return [t for t in study.trials if t.key not in done]
+
+
+def failed_trials(study: Study, store: Store) -> dict[str, Status]:
+    """The study's trials whose latest row (by finish time) is terminal and not ok: oom, error, timeout. Trials
+    never run, interrupted, or running in another sweep are not failures (a resumed sweep runs them)."""
+    latest: dict[str, tuple[str, Status]] = {}
+    for r in store.refresh():
+        if r.key and (r.key not in latest or (r.finished_at or "") >= latest[r.key][0]):
+            latest[r.key] = (r.finished_at or "", r.status)
+    keys = {t.key for t in study.trials}
+    return {k: st for k, (_, st) in latest.items() if k in keys and st.done and st is not Status.OK}
 
 
 def trial_status(study: Study, store: Store) -> dict[str, str]:
@@ -111,14 +139,51 @@ def calibration_trials(study: Study) -> list[Trial]:
     return list(seen.values())
 
 
+def executor_options(study: Study, name: str | None = None, options: dict | None = None) -> tuple[str, dict]:
+    """(name, options) of the executor a sweep runs on: `name` (else the study's), the study's options when it
+    is the study's executor, then `options` on top."""
+    name = name or study.executor.name
+    return name, {**(study.executor.options if name == study.executor.name else {}), **(options or {})}
+
+
+def check_executor(study: Study, name: str | None = None, options: dict | None = None) -> None:
+    """Raise a ConfigError now for an unknown executor or a bad option (before anything runs or is shown)."""
+    name, opts = executor_options(study, name, options)
+    executor_class(name).check_options(opts)
+
+
 def make_executor(study: Study, results_dir: Path, name: str | None = None,
                   options: dict | None = None) -> Executor:
-    """The executor a sweep runs on: `name` (else the study's), the study's options when it is the study's
-    executor, then `options` on top. Workers of remote executors write into the store's shards when they can see
-    the results directory (vitbench.executors.remote)."""
-    name = name or study.executor.name
-    opts = {**(study.executor.options if name == study.executor.name else {}), **(options or {})}
-    return get_executor(name, results_dir, **opts)
+    """The executor a sweep runs on (`executor_options`). Workers of remote executors write into the store's
+    shards when they can see the results directory (vitbench.executors.remote)."""
+    name, opts = executor_options(study, name, options)
+    return executor_class(name)(results_dir, **opts)
+
+
+def check_results_dir(study: Study, results_dir: str | os.PathLike, what: str = "results directory") -> Path:
+    """`results_dir` can hold this study's results: a writable directory (or one that can be made) whose
+    results and study copy, if any, are this study's. Another study's results would mix into one report and
+    one resume; they go into a directory of their own (`vitbench report` reads several below one parent)."""
+    path = check_dir(results_dir, what)
+    if not path.is_dir():
+        return path
+    others: set[str] = set()
+    copy = path / STUDY_FILE
+    if copy.is_file():
+        from vitbench.study.source import load_bounded
+
+        with contextlib.suppress(Exception):  # an unreadable copy says nothing about its study
+            data, _ = load_bounded(copy.read_text(errors="replace"))
+            if isinstance(data, dict) and isinstance(data.get("name"), str):
+                others.add(data["name"])
+    with Store(path) as store:
+        others |= {r.study for r in store.refresh() if r.study}
+    others.discard(study.name)
+    if others:
+        raise ConfigError(f"{what} {shorten(str(path))} holds the results of study "
+                          f"{', '.join(shorten(o) for o in sorted(others))}, not {shorten(study.name)}; give this "
+                          "study its own directory (`vitbench report` reads several runs below one parent)")
+    return path
 
 
 def run_study(study: Study, results_dir: str | os.PathLike | None = None, *, executor: Executor | str | None = None,
@@ -130,21 +195,31 @@ def run_study(study: Study, results_dir: str | os.PathLike | None = None, *, exe
     Raises KeyboardInterrupt after recording the running trial as 'interrupted' (the summary is then lost;
     everything finished is in the store)."""
     hooks = hooks or SweepHooks()
-    results_dir = Path(results_dir) if results_dir else default_results_dir(study)
+    results_dir = check_results_dir(study, results_dir or default_results_dir(study))
+    if not isinstance(executor, Executor):  # before anything is shown or written
+        check_executor(study, executor, executor_options)
     store = Store(results_dir)
     run_id = new_run_id()
     summary = SweepSummary(run_id=run_id, results_dir=results_dir, planned=len(study.trials))
     t_start = time.perf_counter()
     todo = plan(study, store, force, retry_failed)
     summary.skipped_done = len(study.trials) - len(todo)
+    own_executor = not isinstance(executor, Executor)
+    if todo:  # what can still fail (an executor that cannot start, a directory that cannot be made) fails here
+        if own_executor:
+            executor = make_executor(study, results_dir, executor, executor_options)
+        try:
+            make_dir(results_dir, "results directory")
+        except ConfigError:
+            if own_executor:
+                executor.close()
+            raise
     hooks.planned(todo, summary)
     if not todo:
+        summary.failed_trials = failed_trials(study, store)
         summary.wall_s = time.perf_counter() - t_start
         store.close()
         return summary
-    own_executor = not isinstance(executor, Executor)
-    if own_executor:  # before anything is written: bad executor options leave no results directory behind
-        executor = make_executor(study, results_dir, executor, executor_options)
     store.save_study(study.text)
     timeout = timeout_s or study.timeout_s
     by_key = {t.key: t for t in study.trials}
@@ -173,6 +248,7 @@ def run_study(study: Study, results_dir: str | os.PathLike | None = None, *, exe
             store.append(rec)  # durable before anything else happens
         if job.role is Role.CALIBRATION:
             summary.calibrations += 1
+            summary.calibrations_failed += rec.status is not Status.OK
             hooks.finished(None, rec)
             return
         done_now.add(job.key)
@@ -190,5 +266,7 @@ def run_study(study: Study, results_dir: str | os.PathLike | None = None, *, exe
         summary.wall_s = time.perf_counter() - t_start
         if own_executor:
             executor.close()
+        if not summary.interrupted:
+            summary.failed_trials = failed_trials(study, store)
         store.close()
     return summary

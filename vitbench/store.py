@@ -35,6 +35,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from vitbench.errors import VitbenchWarning
 from vitbench.record import Record, Status
 
 RESULTS_FILE = "results.jsonl"
@@ -42,7 +43,7 @@ STUDY_FILE = "study.yaml"
 TRIAL_ID_COLUMNS = ("key", "study", "run_id", "repeat", "kind", "status")
 
 
-class CorruptLineWarning(UserWarning):
+class CorruptLineWarning(VitbenchWarning):
     """A results line that could not be parsed (torn by a kill, or garbage); it was skipped."""
 
 
@@ -337,4 +338,17 @@ def load(path: str | os.PathLike, kinds: Iterable[str] | str | None = None, late
     df = pd.DataFrame(rows)
     if df.empty:
         return pd.DataFrame(columns=[*TRIAL_ID_COLUMNS, "raw"])
+    for col in _integer_columns(rows):  # a batch size stays 8 where other rows lack it, not 8.0
+        with contextlib.suppress(TypeError, ValueError, OverflowError):  # past int64: left as it is
+            df[col] = df[col].astype("Int64")
     return df
+
+
+def _integer_columns(rows: list[dict[str, Any]]) -> list[str]:
+    """Columns whose values are all integers (bools are not) where present, and missing in some row."""
+    kinds: dict[str, set[type]] = {}
+    for row in rows:
+        for k, v in row.items():
+            if v is not None:
+                kinds.setdefault(k, set()).add(type(v))
+    return [k for k, types in kinds.items() if types == {int} and any(row.get(k) is None for row in rows)]

@@ -3,23 +3,42 @@
 from __future__ import annotations
 
 import importlib
+import warnings
 
 import typer
 
-from vitbench.errors import VitbenchError
+from vitbench.errors import VitbenchError, VitbenchWarning, clip, looks_like_oom
+
+MAX_ERROR_CHARS = 8000  # an error message is printed whole up to here (a study's problems), cut beyond
+EXIT_OOM = 1  # a command that ran out of memory (the measurement's outcome, as `bench` reports an oom row)
 
 
 class _Group(typer.core.TyperGroup):
-    """Turns VitbenchError into a one-line message and exit code 2 (also under CliRunner)."""
+    """Turns VitbenchError into a short message and exit code 2, and out-of-memory into one line and exit code 1
+    (also under CliRunner); vitbench's warnings are printed once each, as `warning: ...`."""
 
     def invoke(self, ctx):
-        try:
-            return super().invoke(ctx)
-        except VitbenchError as e:
-            from vitbench.cli.common import err_console
+        from rich.markup import escape
 
-            err_console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
-            raise typer.Exit(e.exit_code) from None
+        from vitbench.cli.common import _warned, err_console, print_warning
+
+        _warned.clear()  # once per command
+        with warnings.catch_warnings():
+            warnings.showwarning = print_warning
+            warnings.simplefilter("always", VitbenchWarning)  # print_warning says each message once
+            try:
+                return super().invoke(ctx)
+            except VitbenchError as e:
+                err_console.print(f"[bold red]error:[/] {escape(clip(str(e), MAX_ERROR_CHARS))}",
+                                  highlight=False, soft_wrap=True)
+                raise typer.Exit(e.exit_code) from None
+            except Exception as e:
+                if not looks_like_oom(e):
+                    raise
+                first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                err_console.print(f"[bold red]oom:[/] out of memory ({type(e).__name__}: "
+                                  f"{escape(clip(first, 300))})", highlight=False, soft_wrap=True)
+                raise typer.Exit(EXIT_OOM) from None
 
 
 def _version(value: bool) -> None:
@@ -40,6 +59,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # click's help: paragraphs re-flowed, flags without placeholders, names never cut
 )
 
 @app.callback()
@@ -65,5 +85,15 @@ for _mod in _COMMAND_MODULES:
 
 
 def main() -> None:
-    """Console entry point."""
+    """Console entry point. The process runs under the host-memory budget (vitbench.memory_budget): past it, one
+    line and exit code 1 instead of the kernel's OOM killer (not in `app` itself, which tests invoke
+    in-process)."""
+    from vitbench.errors import VitbenchError
+    from vitbench.memory_budget import guard_this_process
+
+    try:
+        guard_this_process()
+    except VitbenchError as e:  # a bad $VITBENCH_MEMORY_LIMIT_GIB
+        typer.echo(f"error: {e}", err=True)
+        raise SystemExit(e.exit_code) from None
     app()

@@ -1,16 +1,127 @@
-"""Shared CLI helpers: consoles, JSON output, and building a task's parameters from command-line options."""
+"""Shared CLI helpers: consoles, JSON output, and building a task's parameters from command-line options.
+
+Output width. A terminal's width is used as rich finds it; `COLUMNS` sets it for any output (read at every
+print, not once at start). Output that reaches no terminal at all (a CI log, a file) gets LOG_WIDTH columns
+instead of rich's 80. Whatever the width, a table never breaks a word or a number inside a cell: its columns
+shrink no further than their longest word (`fit_table`), and a table that cannot fit is printed wider than
+the width rather than folded.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
+import warnings
 
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
+from rich.table import Table
 
-from vitbench.errors import ConfigError
+from vitbench.errors import ConfigError, VitbenchWarning, clip
 
-console = Console()
-err_console = Console(stderr=True)
+LOG_WIDTH = 160  # columns when no terminal is attached (CI logs, files): wide tables stay on one line
+
+
+def _env_columns() -> bool:
+    return os.environ.get("COLUMNS", "").strip().isdigit()
+
+
+def _any_terminal() -> bool:
+    for fd in (0, 1, 2):
+        try:
+            os.get_terminal_size(fd)
+            return True
+        except (OSError, ValueError):
+            continue
+    return False
+
+
+def _longest_word(*texts) -> int:
+    from rich.text import Text
+
+    words = [w for t in texts if t for w in (Text.from_markup(t).plain if isinstance(t, str) else
+                                             getattr(t, "plain", str(t))).split()]
+    return max(map(len, words), default=0)
+
+
+def fit_table(console: Console, table: Table) -> int:
+    """Fix the column widths of `table` for `console` so that no cell, title or caption is broken inside a word:
+    each column gets at least its longest word (all of a no-wrap column), the rest of the width goes to the
+    columns in proportion to what they would still use. Returns the width the table needs: the console's, or
+    more when even the minimum does not fit."""
+    if not table.columns:
+        return console.width
+    wide = console.options.update_width(1 << 15)
+    mins, maxs = [], []
+    for col in table.columns:
+        m = table._measure_column(console, wide, col)  # padding included
+        mins.append(m.maximum if col.no_wrap else m.minimum)
+        maxs.append(m.maximum)
+    extra = table._extra_width
+    avail = console.width - extra
+    title = _longest_word(table.title, table.caption)
+    if sum(maxs) <= avail:
+        if sum(maxs) + extra >= title:
+            return console.width
+        widths = list(maxs)
+    elif sum(mins) >= avail:
+        widths = mins
+    else:
+        spare, slack = avail - sum(mins), [hi - lo for lo, hi in zip(mins, maxs)]
+        widths = [lo + spare * s // sum(slack) for lo, s in zip(mins, slack)]
+    widths[-1] += max(0, title - sum(widths) - extra)  # a title's long word (a path) fits on one line
+    for i, (col, w) in enumerate(zip(table.columns, widths)):
+        col.width = max(1, w - table._get_padding_width(i))
+    return max(console.width, sum(widths) + extra)
+
+
+class _Console(Console):
+    """rich's Console with vitbench's width rules (see the module docstring)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self._width = None  # rich reads COLUMNS once, here; `size` reads it at every print instead
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        dims = super().size
+        if self._width is None and not self.is_terminal and not _env_columns() and not _any_terminal():
+            return ConsoleDimensions(LOG_WIDTH, dims.height)
+        return dims
+
+    def print(self, *objects, **kwargs) -> None:
+        need = max([self.width, *(fit_table(self, o) for o in objects if isinstance(o, Table))])
+        if need <= self.width:
+            return super().print(*objects, **kwargs)
+        saved, self._width = self._width, need
+        try:
+            super().print(*objects, **kwargs)
+        finally:
+            self._width = saved
+
+
+console = _Console()
+err_console = _Console(stderr=True)
+_warned: set[str] = set()
+
+
+def print_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """`warnings.showwarning` for the CLI: vitbench's warnings as one `warning: ...` line each, once per
+    message; other warnings in Python's own format."""
+    if not issubclass(category, VitbenchWarning):
+        (file or sys.stderr).write(warnings.formatwarning(message, category, filename, lineno, line))
+        return
+    warn(str(message))
+
+
+def warn(text: str) -> None:
+    """Print `warning: <text>` on stderr, once per distinct text in this command (`_Group.invoke` resets)."""
+    if text in _warned:
+        return
+    _warned.add(text)
+    from rich.markup import escape
+
+    err_console.print(f"[yellow]warning:[/] {escape(clip(text, 1000))}", highlight=False, soft_wrap=True)
 
 
 def print_json(obj) -> None:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import sys
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from vitbench.cli import app
-from vitbench.cli.common import console, err_console, print_json
+from vitbench.cli.common import console, err_console, print_json, warn
 from vitbench.errors import ConfigError
 
 _FORMATS = ("table", "md", "json")
@@ -34,6 +35,9 @@ def compare_cmd(
     ignore: list[str] = typer.Option(None, "--ignore", help="Trial-config field left out of matching "
                                                            "(repeatable), e.g. threads."),
     confidence: float = typer.Option(0.95, help="Confidence of the bootstrap interval on current / baseline."),
+    allow_missing: bool = typer.Option(False, "--allow-missing",
+                                       help="Do not fail when trials that were ok in the baseline are missing "
+                                            "from current (they are still listed)."),
     inject_slowdown: float = typer.Option(None, "--inject-slowdown", hidden=True,
                                           help="Self-test: make every timed step of CURRENT this many times "
                                                "slower before comparing (the check must then fail)."),
@@ -44,6 +48,9 @@ def compare_cmd(
     compile, device, ...), not by environment; differing environments are listed. Throughput is decided on the
     raw per-step times with a bootstrap confidence interval on current / baseline (repeats pooled): a regression
     is called only when the whole interval is worse than --threshold. Unmatched trials are listed.
+
+    Exit code: 0 = no regression; 1 = a regression, a trial ok in the baseline failed now, or one is missing
+    from current (unless --allow-missing); 2 = bad input, including nothing compared at all.
     """
     from vitbench.compare import COLUMNS, compare_paths, row_cells, summary_line, to_benchmark_json, to_markdown
 
@@ -51,9 +58,9 @@ def compare_cmd(
         raise ConfigError(f"--format {fmt!r} is not allowed; allowed: {', '.join(_FORMATS)}")
     cmp = compare_paths(baseline, current, threshold=threshold, normalize=normalize,
                         metrics=tuple(metric) if metric else None, ignore=tuple(ignore or ()),
-                        confidence=confidence, slowdown=inject_slowdown)
+                        confidence=confidence, slowdown=inject_slowdown, allow_missing=allow_missing)
     for w in cmp.warnings:
-        err_console.print(f"[yellow]warning:[/] {w}", highlight=False, soft_wrap=True)
+        warn(w)
     if fmt == "json":
         print_json(to_benchmark_json(cmp))
         err_console.print(summary_line(cmp), highlight=False, soft_wrap=True)
@@ -70,23 +77,25 @@ def compare_cmd(
                          overflow="fold")
         for r in cmp.rows:
             cells = row_cells(r)
-            t.add_row(*[cells[c] for c in COLUMNS], style=_STYLE.get(r.decision.value, ""))
+            t.add_row(*[escape(cells[c]) for c in COLUMNS], style=_STYLE.get(r.decision.value, ""))
         console.print(t)
         if cmp.env_diff:
             e = Table(title="environment differences", title_justify="left")
             for c in ("field", "baseline", "current"):
                 e.add_column(c, overflow="fold")
             for row in cmp.env_diff:
-                e.add_row(*row)
+                e.add_row(*map(escape, row))
             console.print(e)
-        unmatched = (("only in baseline (not compared)", cmp.unmatched_baseline),
+        unmatched = (("only in baseline (not compared)" + ("" if cmp.allow_missing or not cmp.missing else
+                                                           ": fails the check, see --allow-missing"),
+                      cmp.unmatched_baseline),
                      ("only in current (not compared)", cmp.unmatched_current),
                      ("matched, no metric to compare (see --metric)", cmp.not_compared))
         for title, items in unmatched:
             if items:
                 console.print(f"[bold]{title}:[/]")
                 for lbl, why in items:
-                    console.print(f"  {lbl}: {why}", highlight=False)
+                    console.print(f"  {escape(lbl)}: {escape(why)}", highlight=False)
         console.print(("[bold red]" if cmp.exit_code else "[bold green]") + summary_line(cmp) + "[/]",
                       highlight=False)
     raise typer.Exit(cmp.exit_code)

@@ -10,6 +10,7 @@ import typer
 from rich import box
 from rich.console import Group
 from rich.live import Live
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -23,14 +24,15 @@ from rich.table import Table
 from rich.text import Text
 
 from vitbench.cli import app
-from vitbench.cli.common import console, err_console
+from vitbench.cli.common import console, err_console, warn
+from vitbench.errors import clip
 
 _STATUS_STYLE = {"ok": "green", "oom": "yellow", "timeout": "yellow", "error": "red", "interrupted": "magenta",
                  "pending": "dim", "skipped": "dim"}
 
 
 def _fmt(v) -> str:
-    from vitbench.report.render import fmt
+    from vitbench.numfmt import fmt
 
     return fmt(v)
 
@@ -55,7 +57,7 @@ def _df_table(df, title: str, columns: list[str] | None = None, max_rows: int = 
         cells = []
         for c in cols:
             s = _fmt(row[c])
-            cells.append(f"[{_STATUS_STYLE[s]}]{s}[/]" if c == "status" and s in _STATUS_STYLE else s)
+            cells.append(f"[{_STATUS_STYLE[s]}]{s}[/]" if c == "status" and s in _STATUS_STYLE else escape(s))
         t.add_row(*cells)
     if len(df) > max_rows:
         t.caption = (t.caption + "; " if t.caption else "") + f"{len(df) - max_rows} more rows in the files"
@@ -80,12 +82,12 @@ def _result_line(rec) -> str:
     metric = headline(rec.kind)
     if rec.status is Status.OK and metric is not None and rec.metrics.get(metric.name) is not None:
         bits.append(f"-> {_fmt(rec.metrics[metric.name])} {metric.unit}")
-    what = " ".join(str(b) for b in bits if b != "")
+    what = escape(" ".join(str(b) for b in bits if b != ""))
     wall = rec.runner.get("wall_s")
     style = _STATUS_STYLE.get(st, "white")
     tail = ""
     if rec.status is not Status.OK and rec.error and rec.error.message.strip():
-        tail = f" [dim]{rec.error.message.strip().splitlines()[0][:120]}[/]"
+        tail = f" [dim]{escape(clip(rec.error.message.strip().splitlines()[0], 240))}[/]"
     return f"[{style}]{st:>11}[/] {what}" + (f" [dim]({wall:.1f} s)[/]" if wall else "") + tail
 
 
@@ -164,20 +166,23 @@ class _LiveHooks:
 
 
 def _parse_executor_options(items: list[str]) -> dict:
-    """`-o KEY=VALUE` items -> {key: value}; values are YAML scalars (1 -> int, true -> bool, [a, b] -> list)."""
+    """`-o KEY=VALUE` items -> {key: value}; values are YAML scalars (1 -> int, true -> bool, [a, b] -> list),
+    read by the study files' bounded loader."""
     import yaml
 
-    from vitbench.errors import ConfigError
+    from vitbench.errors import ConfigError, clip, shorten
+    from vitbench.study.source import load_bounded
 
     out = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise ConfigError(f"--executor-option {item!r}: expected KEY=VALUE, e.g. -o partition=gpu")
+            raise ConfigError(f"--executor-option {shorten(item)}: expected KEY=VALUE, e.g. -o partition=gpu")
         try:
-            out[key.strip()] = yaml.safe_load(value) if value.strip() else None
+            out[key.strip()] = load_bounded(value)[0] if value.strip() else None
         except yaml.YAMLError as e:
-            raise ConfigError(f"--executor-option {item!r}: value is not valid YAML: {e}") from None
+            raise ConfigError(f"--executor-option {shorten(item)}: value is not valid YAML: "
+                              f"{clip(str(getattr(e, 'problem', None) or e), 200)}") from None
     return out
 
 
@@ -192,15 +197,17 @@ def sweep_cmd(
                                  "slurm (submitit) or ray. See docs/cluster.md."),
     executor_option: list[str] = typer.Option(
         None, "--executor-option", "-o", metavar="KEY=VALUE",
-        help="An executor option, repeatable; overrides the study's executor.options. slurm: partition, gpus, "
-             "time_limit_min, account, mem_gb, max_parallel, cluster=local, ...; ray: address, num_gpus, num_cpus, "
-             "max_parallel, ..."),
+        help="An executor option, repeatable; overrides the study's executor.options. local: memory_limit_gib "
+             "(a trial's host-memory budget), grace_s, ...; slurm: partition, gpus, time_limit_min, account, mem_gb, "
+             "max_parallel, cluster=local, ...; ray: address, num_gpus, num_cpus, max_parallel, ..."),
     timeout: float = typer.Option(None, "--timeout", min=0.1, help="Per-trial timeout in seconds (overrides)."),
     calibration: bool = typer.Option(None, "--calibration/--no-calibration",
                                      help="Measure the device's matmul throughput first (default: the study's)."),
     start_method: str = typer.Option(None, help="local: forkserver (default: frameworks preloaded) | spawn."),
     keep_logs: bool = typer.Option(None, "--keep-logs/--no-keep-logs",
                                    help="Keep every trial's output under <results>/logs/ (not only failures')."),
+    allow_failures: bool = typer.Option(False, "--allow-failures",
+                                        help="Exit 0 even when trials did not end ok (oom, error, timeout)."),
     as_json: bool = typer.Option(False, "--json", help="--dry-run: print the trials as JSON."),
 ) -> None:
     """Run every trial of a study, each in a fresh process with a timeout; resume what is already done.
@@ -208,14 +215,32 @@ def sweep_cmd(
     Results: one JSON line per trial in <results>/results.jsonl (plus the study file as run). A crash, OOM or
     timeout becomes a row saying so and the sweep goes on. Ctrl-C stops cleanly: the running trial is recorded
     as interrupted and runs again on the next sweep. Two sweeps on one directory share the work.
+
+    Exit code: 1 when a trial's latest row is oom, error or timeout (run now or found from an earlier run;
+    --allow-failures accepts them) or this run's calibration failed; 2 for bad input (nothing runs); 130 when
+    interrupted; else 0.
     """
     from vitbench.errors import ConfigError
-    from vitbench.runner import default_results_dir, run_study, trial_status
+    from vitbench.executors import executor_class
+    from vitbench.runner import (
+        EXIT_FAILED,
+        check_executor,
+        check_results_dir,
+        default_results_dir,
+        run_study,
+        trial_status,
+    )
     from vitbench.store import Store
     from vitbench.study import load_study
 
     st = load_study(study, check_paths=not dry_run)
     out = results or default_results_dir(st)
+    # --start-method and --keep-logs are executor options: passed to an executor whose options take them
+    opts = {k: v for k, v in (("start_method", start_method), ("keep_logs", keep_logs)) if v is not None
+            and k in executor_class(executor or st.executor.name).Options.model_fields}
+    opts.update(_parse_executor_options(executor_option or []))
+    check_executor(st, executor, opts)  # everything is checked before anything is shown, run or written
+    check_results_dir(st, out, "--results")
     if dry_run:
         statuses = trial_status(st, Store(out)) if (out / "results.jsonl").exists() else None
         if as_json:
@@ -233,12 +258,6 @@ def sweep_cmd(
         if st.missing_paths:  # the trials are listed, but the study cannot run here as it is
             raise ConfigError(st.missing_paths)
         return
-    from vitbench.executors import executor_class
-
-    # --start-method and --keep-logs are executor options: passed to an executor whose options take them
-    opts = {k: v for k, v in (("start_method", start_method), ("keep_logs", keep_logs)) if v is not None
-            and k in executor_class(executor or st.executor.name).Options.model_fields}
-    opts.update(_parse_executor_options(executor_option or []))
     hooks = _LiveHooks()
     old = signal.getsignal(signal.SIGTERM)
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # `kill` stops as cleanly as Ctrl-C
@@ -259,6 +278,21 @@ def sweep_cmd(
                   + (f"; {summary.skipped_done} already done" if summary.skipped_done else "")
                   + (f"; {summary.skipped_claimed} running in another sweep" if summary.skipped_claimed else "")
                   + f"\nresults: {out}/results.jsonl   report: vitbench report {out}")
+    if not summary.succeeded:
+        failed = summary.failed_trials
+        by_status: dict[str, int] = {}
+        for status in failed.values():
+            by_status[status.value] = by_status.get(status.value, 0) + 1
+        what = ", ".join(f"{n} {s}" for s, n in sorted(by_status.items()))
+        parts = ([f"{len(failed)} of {len(st.trials)} trials did not end "
+                  f"ok ({what})"] if failed else []) + (
+            [f"{summary.calibrations_failed} calibration(s) failed"] if summary.calibrations_failed else [])
+        if allow_failures:
+            err_console.print(f"[yellow]{'; '.join(parts)}[/] (accepted: --allow-failures)", highlight=False)
+        else:
+            err_console.print(f"[red]failed:[/] {'; '.join(parts)}; exit code {EXIT_FAILED} "
+                              "(--allow-failures accepts them; --retry-failed runs them again)", highlight=False)
+            raise typer.Exit(EXIT_FAILED)
 
 
 @app.command("report")
@@ -278,7 +312,7 @@ def report_cmd(
 
     rep = build_report(results, out, parse_formats(formats), plots=plots)
     for w in rep.warnings:
-        err_console.print(f"[yellow]warning:[/] {w}", highlight=False)
+        warn(w)
     console.print(f"[bold]{rep.title}[/]")
     for m in rep.meta:
         console.print(f"  {m}", highlight=False)

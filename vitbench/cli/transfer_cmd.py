@@ -7,6 +7,7 @@ from rich.table import Table
 
 from vitbench.cli import app
 from vitbench.cli.common import backend_choices, console, print_json
+from vitbench.numfmt import fmt
 
 _DATA_HELP = "digits | synthetic | folder | cifar10 | cifar100 | npz"
 
@@ -27,7 +28,7 @@ def _show(rec, title: str, keys: list[str], as_json: bool) -> None:
     for k in keys:
         v = rec.metrics.get(k)
         if v is not None:
-            t.add_row(k, f"{v:.4g}" if isinstance(v, float) else str(v))
+            t.add_row(k, fmt(v))
     console.print(t)
 
 
@@ -52,7 +53,7 @@ def pretrain_cmd(
     batch_size: int = typer.Option(64, "--batch-size", "-b", min=1),
     lr: float = typer.Option(1e-3, help="Peak Adam learning rate."),
     weight_decay: float = typer.Option(0.1, help="Decoupled weight decay on kernels (paper: 0.1 JFT)."),
-    warmup_steps: int = typer.Option(30, min=0),
+    warmup_steps: int = typer.Option(None, min=0, help="Default: 10 % of --steps, at most 30."),
     decay: str = typer.Option("linear", help="linear | cosine"),
     label_smoothing: float = typer.Option(0.0),
     seed: int = typer.Option(0, help="Model init / batch order seed."),
@@ -86,6 +87,7 @@ def pretrain_cmd(
                                      steps=teacher_steps or steps, seed=teacher_seed, distillation=distillation,
                                      lam=distill_lambda, tau=distill_tau)
     cfg = validated(PretrainConfig, opts, "pretrain")
+    _warn_oversized_batch(cfg.data, cfg.batch_size, cfg.steps, "--batch-size")
     if out:
         rec, _ = pretrain(cfg, device=device, threads=threads, out=out)
     else:
@@ -103,23 +105,43 @@ def pretrain_cmd(
            "teacher_exaflops"], as_json)
 
 
-def _resolve_upstream_arg(checkpoint, model, backend, pretrain_steps, seed) -> dict:
+def _warn_oversized_batch(data, batch_size: int, steps: int, option: str) -> None:
+    """Say so before training when the batch is larger than the training set (minutes of repeated images)."""
+    from vitbench.cli.common import warn
+    from vitbench.transfer.data import load_splits, oversized_batch
+
+    splits = load_splits(data)
+    note = oversized_batch(batch_size, steps, splits.train, splits.source, option)
+    if note:
+        warn(note)
+
+
+def _resolve_upstream_arg(checkpoint, model, backend, pretrain_steps, pretrain_warmup_steps, seed) -> dict:
+    """The downstream command's upstream: a checkpoint file, or a model pre-trained here with the default
+    recipe. Options that only shape a pre-training are refused beside a checkpoint (they would be ignored)."""
     from vitbench.errors import ConfigError
 
     if checkpoint:
+        ignored = [opt for opt, v in (("--model", model), ("--pretrain-steps", pretrain_steps),
+                                      ("--pretrain-warmup-steps", pretrain_warmup_steps)) if v is not None]
+        if ignored:
+            raise ConfigError(f"--checkpoint gives the upstream; {', '.join(ignored)} would be ignored: give "
+                              "either --checkpoint PATH, or --model NAME with its pre-training options")
         return {"checkpoint": checkpoint}
     if not model:
         raise ConfigError("give --checkpoint PATH (from `vitbench pretrain`) or --model NAME (pre-trained on "
                           "digits 0-4 with the default recipe, cached)")
-    return {"upstream": {"model": model, "steps": pretrain_steps, "seed": seed,
-                         **({"backend": backend} if backend else {})}}
+    recipe = {k: v for k, v in (("steps", pretrain_steps), ("warmup_steps", pretrain_warmup_steps)) if v is not None}
+    return {"upstream": {"model": model, **recipe, "seed": seed, **({"backend": backend} if backend else {})}}
 
 
 @app.command("fewshot")
 def fewshot_cmd(
     checkpoint: str = typer.Option(None, "--checkpoint", "-c", help="Upstream .safetensors file."),
     model: str = typer.Option(None, "--model", "-m", help="Or: a variant, pre-trained here (default recipe)."),
-    pretrain_steps: int = typer.Option(300, help="With --model: upstream steps."),
+    pretrain_steps: int = typer.Option(None, min=1, help="With --model: upstream steps (default: as `vitbench pretrain`)."),
+    pretrain_warmup_steps: int = typer.Option(None, min=0, help="With --model: upstream warm-up steps "
+                                              "(default: as `vitbench pretrain`)."),
     backend: str = typer.Option(None, help=f"{backend_choices()} (default: the upstream's)."),
     data: str = typer.Option("digits", help=_DATA_HELP),
     data_path: str = typer.Option(None),
@@ -142,7 +164,8 @@ def fewshot_cmd(
     from vitbench.transfer.fewshot import FewshotConfig, fewshot
 
     cfg = validated(FewshotConfig, {
-        **_resolve_upstream_arg(checkpoint, model, backend, pretrain_steps, seed), "backend": backend,
+        **_resolve_upstream_arg(checkpoint, model, backend, pretrain_steps, pretrain_warmup_steps, seed),
+        "backend": backend,
         "data": _data(data, data_path, classes, data_seed), "resolution": resolution,
         "shots": parse_ints(shots, "--shots", "1,5,10,25"), "seeds": seeds,
         "l2_reg": "auto" if l2_reg is None else l2_reg}, "fewshot")
@@ -157,7 +180,9 @@ def fewshot_cmd(
 def finetune_cmd(
     checkpoint: str = typer.Option(None, "--checkpoint", "-c", help="Upstream .safetensors file."),
     model: str = typer.Option(None, "--model", "-m", help="Or: a variant, pre-trained here (default recipe)."),
-    pretrain_steps: int = typer.Option(300, help="With --model: upstream steps."),
+    pretrain_steps: int = typer.Option(None, min=1, help="With --model: upstream steps (default: as `vitbench pretrain`)."),
+    pretrain_warmup_steps: int = typer.Option(None, min=0, help="With --model: upstream warm-up steps "
+                                              "(default: as `vitbench pretrain`)."),
     backend: str = typer.Option(None, help=f"{backend_choices()} (default: the upstream's)."),
     data: str = typer.Option("digits", help=_DATA_HELP),
     data_path: str = typer.Option(None),
@@ -188,10 +213,12 @@ def finetune_cmd(
     from vitbench.transfer.finetune import FinetuneConfig, finetune
 
     cfg = validated(FinetuneConfig, {
-        **_resolve_upstream_arg(checkpoint, model, backend, pretrain_steps, seed), "backend": backend,
+        **_resolve_upstream_arg(checkpoint, model, backend, pretrain_steps, pretrain_warmup_steps, seed),
+        "backend": backend,
         "data": _data(data, data_path, classes, data_seed, val_fraction), "resolution": resolution,
         "steps": steps, "batch_size": batch_size, "lr_grid": parse_floats(lr_grid, "--lr-grid", "0.01,0.03"),
         "warmup_steps": warmup_steps, "refit": refit, "seed": seed, "seeds": seeds}, "finetune")
+    _warn_oversized_batch(cfg.data, cfg.batch_size, cfg.steps, "--batch-size")
     rec = finetune(cfg, device=device, threads=threads)
     c = rec.config
     _show(rec, f"finetune {c['model']} ({c['backend']}) on {c['data']['name']} {c['data']['classes']} @ "

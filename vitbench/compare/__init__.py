@@ -57,7 +57,8 @@ def default_metrics() -> tuple[str, ...]:
 
 @dataclass
 class Comparison:
-    """Everything `vitbench compare` prints; `exit_code` is 1 when any row regressed or failed."""
+    """Everything `vitbench compare` prints; `exit_code` is 1 when any row regressed or failed, or when a trial
+    that was ok in the baseline is missing from current (a sweep that died halfway), unless `allow_missing`."""
 
     rows: list[Row]
     unmatched_baseline: list[tuple[str, str]]  # (trial label, why)
@@ -69,14 +70,20 @@ class Comparison:
     metrics: tuple[str, ...]
     warnings: list[str] = field(default_factory=list)
     not_compared: list[tuple[str, str]] = field(default_factory=list)  # matched, but no selected metric
+    missing: list[tuple[str, str]] = field(default_factory=list)  # ok in the baseline, absent from current
+    allow_missing: bool = False
 
     @property
     def regressions(self) -> list[Row]:
         return [r for r in self.rows if r.decision in REGRESSING]
 
     @property
+    def fails_on_missing(self) -> bool:
+        return bool(self.missing) and not self.allow_missing
+
+    @property
     def exit_code(self) -> int:
-        return 1 if self.regressions else 0
+        return 1 if self.regressions or self.fails_on_missing else 0
 
 
 def load_records(path: str | Path, warnings: list[str] | None = None) -> list[Record]:
@@ -125,13 +132,14 @@ def env_differences(baseline: Sequence[Record], current: Sequence[Record]) -> li
 def compare(baseline: Sequence[Record], current: Sequence[Record], *, threshold: float = DEFAULT_THRESHOLD,
             normalize: bool = False, metrics: Sequence[str] | None = None, ignore: Iterable[str] = (),
             confidence: float = DEFAULT_CONFIDENCE, n_boot: int = N_BOOT, seed: int = 0,
-            names: tuple[str, str] = ("baseline", "current")) -> Comparison:
+            names: tuple[str, str] = ("baseline", "current"), allow_missing: bool = False) -> Comparison:
     """Compare two lists of records (see the module docstring). Deterministic for a given `seed`.
 
     threshold: relative change that matters (0.05 = 5 %), in the metric's own direction.
     ignore: extra trial-config fields left out of matching (e.g. 'threads' to compare across thread counts).
-    Raises ConfigError for bad arguments, no trials on a side, no matched trial, or --normalize without a
-    calibration record.
+    allow_missing: baseline trials absent from current are listed but do not fail the comparison.
+    Raises ConfigError for bad arguments, no trials on a side, no matched trial, nothing to compare (no matched
+    trial carries a selected metric), or --normalize without a calibration record.
     """
     from vitbench.store import select
     from vitbench.tasks import Role, kinds_with_role, tasks
@@ -173,14 +181,23 @@ def compare(baseline: Sequence[Record], current: Sequence[Record], *, threshold:
         if not trial_rows:
             not_compared.append((label[k], f"{bt[k].kind} records carry none of: {', '.join(metrics)}"))
         rows += trial_rows
+    if not rows:
+        present = sorted({m for k in matched for r in (*bt[k].ok, *ct[k].ok) for m in r.metrics if m in known})
+        raise ConfigError(f"nothing compared: none of the {len(matched)} matched trial(s) carries "
+                          f"{', '.join(metrics)}; they carry {', '.join(present) or 'no comparable metric'} "
+                          "(choose with --metric)")
     warnings = [f"--normalize: {cal.fallbacks} {cal.side} record(s) have no calibration from their own run; used "
                 "the calibration of other runs on the same device" for cal in (calibs or ()) if cal.fallbacks]
+    unmatched_baseline = [(label[k], why_unmatched(bt[k], ct)) for k in bt if k not in ct]
     return Comparison(
         rows=rows,
-        unmatched_baseline=[(label[k], why_unmatched(bt[k], ct)) for k in bt if k not in ct],
+        unmatched_baseline=unmatched_baseline,
         unmatched_current=[(label[k], why_unmatched(ct[k], bt)) for k in ct if k not in bt],
         env_diff=env_differences(baseline, current),
         not_compared=not_compared,
+        # a baseline trial that failed there too is no loss when it is absent now
+        missing=[item for k, item in zip([k for k in bt if k not in ct], unmatched_baseline) if bt[k].ok],
+        allow_missing=allow_missing,
         threshold=threshold, confidence=confidence, normalized=normalize, metrics=tuple(metrics),
         warnings=warnings)
 

@@ -5,16 +5,13 @@ from __future__ import annotations
 from collections import defaultdict
 
 from vitbench.compare.decide import REGRESSING, Row
+from vitbench.numfmt import fmt
 
 COLUMNS = ("trial", "metric", "baseline", "current", "ratio", "CI", "decision", "note")
 
 
 def _fmt(x: float | None) -> str:
-    if x is None:
-        return "-"
-    if float(x).is_integer() and abs(x) < 1e6:
-        return f"{int(x)}"
-    return f"{x:.4g}" if abs(x) < 1e4 else f"{x:,.0f}"
+    return "-" if x is None else fmt(x)
 
 
 def row_cells(row: Row) -> dict[str, str]:
@@ -41,12 +38,18 @@ def summary_line(cmp) -> str:
     for r in cmp.rows:
         counts[r.decision.value] += 1
     parts = ", ".join(f"{n} {d}" for d, n in sorted(counts.items()))
-    verdict = "REGRESSION" if cmp.exit_code else "no regression"
+    verdict = "REGRESSION" if cmp.regressions else ("INCOMPLETE" if cmp.fails_on_missing else "no regression")
     how = f"threshold {cmp.threshold:.0%}, {cmp.confidence:.0%} CI" + (", normalised by calibration"
                                                                         if cmp.normalized else "")
-    unmatched = len(cmp.unmatched_baseline) + len(cmp.unmatched_current)
-    return f"{verdict}: {parts or 'nothing compared'} ({how})" + (f"; {unmatched} unmatched trial(s)"
-                                                                 if unmatched else "")
+    missing = len(cmp.missing)
+    others = len(cmp.unmatched_baseline) + len(cmp.unmatched_current) - missing
+    tail = ""
+    if missing:
+        tail += (f"; {missing} baseline trial(s) missing from current"
+                 + (" (allowed: --allow-missing)" if cmp.allow_missing else " (--allow-missing accepts that)"))
+    if others:
+        tail += f"; {others} other unmatched trial(s)"
+    return f"{verdict}: {parts or 'nothing compared'} ({how}){tail}"
 
 
 def to_markdown(cmp) -> str:

@@ -9,9 +9,12 @@ each trial preloads nothing), and each trial is a fresh fork of that clean serve
 milliseconds instead of paying the framework import. `start_method="spawn"` gives a bare interpreter per trial
 (slower, nothing shared at all).
 
-Failure handling. A per-trial timeout (SIGTERM, then SIGKILL after a grace period); a child that dies without a
-result (segfault, the kernel's OOM killer) becomes an 'error' row with the tail of its output; Ctrl-C kills the
-running child and reports it 'interrupted'. Children ignore SIGINT (the parent owns it) and ask the kernel to
+Failure handling. A per-trial timeout (SIGTERM, then SIGKILL after a grace period); a host-memory budget
+(vitbench.memory_budget: `memory_limit_gib`, else $VITBENCH_MEMORY_LIMIT_GIB, else half the memory available when
+the trial starts): a trial whose resident memory passes it is stopped at once and its row says 'oom', before the
+kernel's OOM killer would pick a process; a child that dies without a result (segfault, the OOM killer) becomes an
+'error' row with the tail of its output; Ctrl-C kills the running child and reports it 'interrupted'. The budget
+watches the trial process itself: processes a task starts (max-batch probes) are watched by that task. Children ignore SIGINT (the parent owns it) and ask the kernel to
 kill them if their parent dies (PR_SET_PDEATHSIG), so a `kill -9` of the sweep leaves no orphan still measuring
 while a resumed sweep runs.
 """
@@ -33,6 +36,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, PositiveFloat
 
+from vitbench import memory_budget
 from vitbench.executors import Executor, Job, Outcome, failure, register_executor
 from vitbench.procmem import die_with_parent
 from vitbench.record import Record, Status, now
@@ -99,6 +103,7 @@ class LocalOptions(BaseModel):
     preload: tuple[str, ...] | None = None  # fork server imports (None: vitbench's and the backends')
     keep_logs: bool = False  # keep every trial's output under <results>/logs/, not only failures'
     grace_s: PositiveFloat = 5.0  # after a trial's timeout: SIGTERM, then SIGKILL this much later
+    memory_limit_gib: PositiveFloat | None = None  # a trial's host-memory budget (None: vitbench.memory_budget)
 
 
 @dataclass
@@ -109,7 +114,9 @@ class _Running:
     started_at: str
     t0: float
     deadline: float  # time.time() after which the trial is stopped as timed out
+    budget_mib: float  # resident memory past which the trial is stopped as out of memory
     timed_out: bool = False
+    over_budget_mib: float | None = None  # the resident memory it was stopped at
 
 
 @register_executor
@@ -153,19 +160,26 @@ class LocalExecutor(Executor):
         proc = self.ctx.Process(target=_child_main, name=f"vitbench-trial-{job.key}",
                                 args=(job, str(result), str(log)))
         t0 = time.time()
-        run = _Running(proc, result, log, now(), t0, t0 + (job.timeout_s or float("inf")))
+        run = _Running(proc, result, log, now(), t0, t0 + (job.timeout_s or float("inf")),
+                       memory_budget.budget_mib(self.opts.memory_limit_gib))
         proc.start()
         return run
 
     def poll(self, handles: list[_Running]) -> list[_Running]:
-        """Wait until a child ends or the nearest timeout comes; stop the ones past their timeout."""
+        """Wait until a child ends, the nearest timeout comes or a child passes its memory budget (read every
+        memory_budget.WATCH_S); stop the ones past their timeout or budget."""
         nearest = min(h.deadline for h in handles)
         mp.connection.wait([h.proc.sentinel for h in handles],
-                           timeout=min(max(0.0, nearest - time.time()), self.poll_s))
+                           timeout=min(max(0.0, nearest - time.time()), self.poll_s, memory_budget.WATCH_S))
         done = []
         for h in handles:
+            rss = memory_budget.resident_mib(h.proc.pid) if h.proc.pid else None
             if not h.proc.is_alive():
                 h.proc.join()
+                done.append(h)
+            elif rss is not None and rss > h.budget_mib:
+                h.over_budget_mib = rss
+                self._stop(h.proc, grace_s=0.0)  # growing by the second: no time for a polite SIGTERM
                 done.append(h)
             elif time.time() >= h.deadline:
                 h.timed_out = True
@@ -182,6 +196,12 @@ class LocalExecutor(Executor):
         return out
 
     def collect(self, job: Job, h: _Running) -> Outcome:
+        if h.over_budget_mib is not None:
+            about = memory_budget.describe(h.budget_mib, self.opts.memory_limit_gib).replace(
+                "memory_limit_gib", "executor option memory_limit_gib")
+            return Outcome(self._failure(job, h, Status.OOM, "MemoryBudgetExceeded",
+                                         f"trial passed its host-memory budget of {about} with "
+                                         f"{h.over_budget_mib:.0f} MiB resident and was stopped"))
         if h.timed_out:
             return Outcome(self._failure(job, h, Status.TIMEOUT, "Timeout",
                                          f"trial exceeded its timeout of {job.timeout_s:g} s and was killed"))
@@ -213,7 +233,7 @@ class LocalExecutor(Executor):
                                      f"trial process died without a result: {how}{hint}"))
 
     # ---------------------------------------------------------------------------------------------------
-    def _stop(self, proc) -> None:
+    def _stop(self, proc, grace_s: float | None = None) -> None:
         """Stop a trial and everything it started (e.g. max-batch probe processes): SIGTERM, then SIGKILL."""
         import psutil
 
@@ -221,9 +241,9 @@ class LocalExecutor(Executor):
             tree = psutil.Process(proc.pid).children(recursive=True) if proc.pid else []
         except psutil.Error:
             tree = []
-        if proc.is_alive():
+        if proc.is_alive() and (self.opts.grace_s if grace_s is None else grace_s) > 0:
             proc.terminate()
-            proc.join(self.opts.grace_s)
+            proc.join(self.opts.grace_s if grace_s is None else grace_s)
         if proc.is_alive():
             proc.kill()
             proc.join()

@@ -15,6 +15,10 @@ The sections (a summary table and its figures per record kind) are declared by t
 from __future__ import annotations
 
 import datetime as _dt
+import json
+import os
+import shutil
+import tempfile
 import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -23,8 +27,11 @@ from pathlib import Path
 import pandas as pd
 
 from vitbench.errors import ConfigError
+from vitbench.paths import make_dir
 
 FORMATS = ("md", "html", "csv", "parquet")
+MANIFEST = ".vitbench-report.json"  # the files the last report wrote into its folder (a new report removes the
+# ones it does not write again; nothing else in the folder is touched)
 
 
 STATUS = ("status", "Trials by task and status")
@@ -86,10 +93,7 @@ def _meta(df: pd.DataFrame, cal: pd.DataFrame) -> tuple[str, list[str]]:
 def build_report(results: str | Path, out: str | Path | None = None, formats: Iterable[str] = FORMATS,
                  plots: bool = True) -> Report:
     """Load `results` (a store directory or .jsonl file) and write the report files into `out`."""
-    from vitbench.report import tables as tablemod
-    from vitbench.report.render import arrow_safe, write_html, write_markdown
     from vitbench.store import load
-    from vitbench.tasks import report_parts
 
     formats = parse_formats(formats)
     results = Path(results)
@@ -100,10 +104,32 @@ def build_report(results: str | Path, out: str | Path | None = None, formats: It
     if df.empty:
         raise ConfigError(f"{results}: no trial records to report on (run `vitbench sweep` first)")
     out = Path(out) if out else (results if results.is_dir() else results.parent) / "report"
-    out.mkdir(parents=True, exist_ok=True)
+    make_dir(out, "report directory")
+    try:
+        stage = Path(tempfile.mkdtemp(dir=out, prefix=".staging-"))
+    except OSError as e:
+        raise ConfigError(f"report directory {str(out)!r} is not writable: {e.strerror or e}") from None
+    try:
+        rep = _write(df, cal, stage, formats, plots, warnings_=list(dict.fromkeys(str(w.message) for w in caught)))
+        _publish(stage, out, [p.name for p in rep.files])
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    rep.files = [out / p.name for p in rep.files]
+    rep.figures = {k: out / p.name for k, p in rep.figures.items()}
+    return rep
+
+
+def _write(df: pd.DataFrame, cal: pd.DataFrame, out: Path, formats: tuple[str, ...], plots: bool,
+           warnings_: list[str]) -> Report:
+    """Build the report's tables and figures from `df` and write its files into `out` (a staging folder)."""
+    from vitbench.report import tables as tablemod
+    from vitbench.report.render import arrow_safe, write_html, write_markdown
+    from vitbench.tasks import report_parts
+
     title, meta = _meta(df, cal)
     rep = Report(df=df, tables={STATUS[0]: tablemod.status_counts(df)}, titles={STATUS[0]: STATUS[1]},
-                 title=title, meta=meta, warnings=[str(w.message) for w in caught], calibration=cal)
+                 title=title, meta=meta, calibration=cal,
+                 warnings=warnings_)
     figure_titles: dict[str, str] = {}
     parts = report_parts()
     for part in parts:
@@ -155,3 +181,21 @@ def build_report(results: str | Path, out: str | Path | None = None, formats: It
         write_html(p, title, meta, titled, figs)
         rep.files.append(p)
     return rep
+
+
+def _publish(stage: Path, out: Path, names: list[str]) -> None:
+    """Move the staged files into `out` (one rename each), then remove the files the previous report wrote there
+    and this one did not (its manifest says which), and record this report's files."""
+    manifest = out / MANIFEST
+    try:
+        before = set(json.loads(manifest.read_text()))
+    except (OSError, ValueError, TypeError):
+        before = set()
+    for name in names:
+        os.replace(stage / name, out / name)
+    for name in before - set(names):
+        if "/" not in name and name not in (MANIFEST, ""):
+            (out / name).unlink(missing_ok=True)
+    tmp = stage / MANIFEST
+    tmp.write_text(json.dumps(sorted(names)))
+    os.replace(tmp, manifest)

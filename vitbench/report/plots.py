@@ -103,11 +103,12 @@ def _log_axis(axis) -> None:
 def _legend(fig: Figure, ax, n: int) -> None:
     if n == 0:
         return
+    # handles long enough to show a dashed (second backend's) line on both sides of the marker
     if n <= 8:
-        ax.legend(fontsize=8, frameon=False)
+        ax.legend(fontsize=8, frameon=False, handlelength=4)
     else:
         ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0),
-                  ncol=1 if n <= 24 else 2)
+                  ncol=1 if n <= 24 else 2, handlelength=4)
 
 
 def _shared_legend(fig: Figure, axes) -> None:

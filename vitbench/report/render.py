@@ -10,22 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-
-def fmt(v) -> str:
-    """4 significant digits for floats, blanks for missing values."""
-    if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA:
-        return ""
-    if hasattr(v, "item") and getattr(v, "ndim", 1) == 0:  # numpy scalars
-        v = v.item()
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, float):
-        if v == int(v) and abs(v) < 1e6:
-            return str(int(v))
-        if 1000 <= abs(v) < 1e7:
-            return f"{v:.0f}"  # 4 significant digits would switch to exponent notation here
-        return f"{v:.4g}"
-    return str(v)
+from vitbench.numfmt import fmt
 
 
 def markdown_table(df: pd.DataFrame) -> str:

@@ -10,19 +10,24 @@ from __future__ import annotations
 
 import difflib
 import itertools
+import math
 from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import TypeAdapter, ValidationError
 
 from vitbench.backends.base import backend_spec
-from vitbench.errors import UnknownModelError, VitbenchError
+from vitbench.errors import UnknownModelError, VitbenchError, shorten
 from vitbench.models.specs import FAMILIES, all_specs, get_spec
 from vitbench.registry import Kind, entry
 from vitbench.study.schema import StudyModel
 from vitbench.study.source import Problems, dotted
 from vitbench.tasks import tasks
 from vitbench.tasks.fields import SHARED, path_fields
+
+# Combinations one study may expand to (per repeat): a sweep of 10,000 trials is already days of measuring; a
+# grid of millions would take minutes and gigabytes just to expand.
+MAX_COMBINATIONS = 10_000
 
 
 def field_adapters() -> dict[str, list[TypeAdapter]]:
@@ -62,14 +67,15 @@ class Expander:
         self.tasks = tasks()
         self.adapters = field_adapters()
         self.allowed = list(self.adapters)
+        self.counted = 0  # combinations counted so far (MAX_COMBINATIONS)
 
     # -- single values -------------------------------------------------------------------------------------
     def check_key(self, key: str, loc: tuple) -> bool:
         if key in self.adapters:
             return True
-        close = difflib.get_close_matches(key, self.allowed, n=3)
+        close = difflib.get_close_matches(key, self.allowed, n=3) if len(key) < 100 else []
         hint = f" Did you mean {', '.join(close)}?" if close else ""
-        self.err.add(loc, f"unknown field {key!r}.{hint} Allowed: {', '.join(self.allowed)}")
+        self.err.add(loc, f"unknown field {shorten(key)}.{hint} Allowed: {', '.join(self.allowed)}")
         return False
 
     def value(self, key: str, v: Any, loc: tuple) -> list[Any] | None:
@@ -143,7 +149,7 @@ class Expander:
         for k, vs in m.axes.items():
             if self.check_key(k, ("axes", k)):
                 got = self.values(k, vs, ("axes", k))
-                if got is not None:
+                if got:  # the valid values; none (all reported): the default, so the rest is still checked
                     axes[k] = got
 
         groups = self._zip_groups()
@@ -151,6 +157,8 @@ class Expander:
         combos: list[tuple[dict, dict, str]] = []
         if not m.axes and not m.zip and not m.include:
             self.err.add(("axes",), "the study has no axes, zip or include: nothing to run")
+        if not self._within_limit(("axes",), axes, groups):
+            return [], 0
         for values, locs in self._product(axes, groups):
             if any(all(values.get(k, base.get(k, (None,))[0]) in allowed for k, allowed in ex.items())
                    for ex in excludes if ex):
@@ -165,12 +173,14 @@ class Expander:
             for k, vs in inc.items():
                 if self.check_key(k, (*loc, k)):
                     got = self.values(k, vs, (*loc, k))
-                    if got is not None:
+                    if got:
                         own[k] = got
-            if len(own) != len(inc):
-                continue
+            if any(k in inc and k not in own for k in ("model", "task")):
+                continue  # what the entry is about was reported wrong; its other fields were checked one by one
             sub_axes = {k: v for k, v in axes.items() if k not in own}
             sub_groups = [(ks, rows) for ks, rows in groups if not set(ks) & set(own)]
+            if not self._within_limit(loc, {**sub_axes, **own}, sub_groups):
+                return [], 0
             for values, locs in self._product({**sub_axes, **own}, sub_groups):
                 combos.append((values, locs, f"include[{i}]"))
         merged = []
@@ -181,6 +191,17 @@ class Expander:
             org.update(locs)
             merged.append((cfg, org, origin))
         return merged, len(merged)
+
+    def _within_limit(self, loc: tuple, axes: dict, groups: list) -> bool:
+        """Do the combinations so far plus this product of axes and zip groups stay within MAX_COMBINATIONS?
+        Counted before anything is expanded."""
+        n = math.prod(len(v) for v in axes.values()) * math.prod(len(rows) for _, rows in groups)
+        self.counted += n
+        if self.counted <= MAX_COMBINATIONS:
+            return True
+        self.err.add(loc, f"the study expands to at least {self.counted:,} combinations here; a study may have at "
+                     f"most {MAX_COMBINATIONS:,}: split it into several studies")
+        return False
 
     def _zip_groups(self) -> list[tuple[tuple[str, ...], list[tuple[tuple[Any, tuple], ...]]]]:
         groups = []

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+from pydantic import BaseModel, PositiveFloat
 
 from vitbench.backends.base import Capability
 from vitbench.record import Record
@@ -15,7 +15,7 @@ from vitbench.transfer.config import validated
 class Shots(BaseModel):
     shots: int = 10  # paper: 1, 5, 10, 25 (an axis)
     fewshot_seeds: int = 5
-    l2_reg: float | None = None  # None: chosen on the val split
+    l2_reg: PositiveFloat | None = None  # None: chosen on the val split
 
 
 @register_task

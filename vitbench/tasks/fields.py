@@ -70,7 +70,7 @@ class TaskParams(BaseModel):
     """Base of every task's parameter model: unknown keys are errors; the model variant's native resolution
     and class count fill `resolution` / `num_classes` when a task uses them and they are not given."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # inf seconds: a loop forever
 
     @model_validator(mode="after")
     def _native(self):

@@ -85,7 +85,7 @@ class Upstream(TeacherFields):
     pretrain_batch_size: int = 64
     pretrain_lr: float = 1e-3
     pretrain_weight_decay: float = 0.1
-    pretrain_warmup_steps: int = 30
+    pretrain_warmup_steps: int | None = None  # None: the pre-training default (transfer.pretrain.default_warmup)
     pretrain_decay: Literal["linear", "cosine"] = "linear"
     label_smoothing: float = 0.0
 

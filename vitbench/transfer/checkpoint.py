@@ -48,10 +48,30 @@ class Checkpoint:
         return int(self.meta["num_classes"])
 
 
+SUFFIX = ".safetensors"
+
+
+def _file_mode() -> int:
+    """The mode a new file gets here (0o666 minus the umask), read without changing the umask."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)  # elsewhere: read it by setting it (and put it back at once)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write `path` whole or not at all (a temporary file renamed over it), with a new file's usual mode (mkstemp
+    would leave it 0600: a checkpoint others on the machine cannot read)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, _file_mode())
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.replace(tmp, path)
@@ -60,19 +80,41 @@ def _atomic_write_bytes(path: Path, data: bytes) -> None:
         raise
 
 
+def checkpoint_path(out: str | Path, default_name: str) -> Path:
+    """Where a checkpoint named `out` is written: a directory (existing, or written with a trailing slash) gets
+    `default_name` inside it; a name without a suffix gets .safetensors; any other suffix (x.pt) is refused, as
+    checkpoints are safetensors only. The location must be writable (checked now, nothing created)."""
+    from vitbench.paths import check_file
+
+    text = str(out)
+    p = Path(out).expanduser()
+    if p.is_dir() or text.endswith(("/", os.sep)):
+        p = p / default_name
+    elif p.suffix == "":
+        p = p.with_name(p.name + SUFFIX)
+    elif p.suffix != SUFFIX:
+        raise ConfigError(f"checkpoint {text!r}: checkpoints are written as safetensors, never as pickles "
+                          f"({p.suffix} files usually are); name it {p.name + SUFFIX!r} or {p.stem + SUFFIX!r}")
+    check_file(p, "checkpoint")
+    check_file(p.with_suffix(".json"), "checkpoint metadata")
+    return p
+
+
 def save_checkpoint(path: str | Path, weights: dict[str, np.ndarray], meta: dict) -> Path:
-    """Write `<path>` (.safetensors) and `<path minus suffix>.json` atomically (never half-written)."""
+    """Write `<path>` (.safetensors; see `checkpoint_path`) and `<path minus suffix>.json` atomically (never
+    half-written). Returns the path written."""
     from safetensors.numpy import save
 
-    path = Path(path)
-    if path.suffix != ".safetensors":
-        path = path.with_suffix(".safetensors")
+    path = checkpoint_path(path, f"{meta.get('model', 'checkpoint')}{SUFFIX}".replace("/", "_"))
     meta = {"format": FORMAT, **meta}
     text = json.dumps(meta, sort_keys=True, default=str)
     arrays = {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in weights.items()}
-    _atomic_write_bytes(path, save(arrays, metadata={"vitbench": text}))
-    _atomic_write_bytes(path.with_suffix(".json"), json.dumps(meta, indent=2, sort_keys=True,
-                                                               default=str).encode())
+    try:
+        _atomic_write_bytes(path, save(arrays, metadata={"vitbench": text}))
+        _atomic_write_bytes(path.with_suffix(".json"), json.dumps(meta, indent=2, sort_keys=True,
+                                                                   default=str).encode())
+    except OSError as e:
+        raise ConfigError(f"checkpoint {str(path)!r} could not be written: {e.strerror or e}") from None
     return path
 
 

@@ -15,7 +15,7 @@ import time
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, field_validator
 
 from vitbench.backends.base import BackendName, default_backend
 from vitbench.errors import ConfigError
@@ -94,7 +94,7 @@ class FewshotConfig(BaseModel):
     resolution: int | None = Field(None, ge=1)  # None: the upstream's resolution
     shots: list[int] = [1, 5, 10, 25]  # paper: 1, 5, 10, 25
     seeds: int = Field(5, ge=1)  # k-shot draws per k
-    l2_reg: float | Literal["auto"] = "auto"  # "auto": chosen on the val split from L2_GRID
+    l2_reg: PositiveFloat | Literal["auto"] = "auto"  # "auto": chosen on the val split from L2_GRID
 
     @field_validator("shots")
     @classmethod

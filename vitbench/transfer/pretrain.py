@@ -36,7 +36,7 @@ from vitbench.errors import ConfigError
 from vitbench.models.analytic import analytic_counts, train_flops_per_image
 from vitbench.models.specs import get_spec
 from vitbench.record import Record, now
-from vitbench.transfer.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from vitbench.transfer.checkpoint import Checkpoint, checkpoint_path, load_checkpoint, save_checkpoint
 from vitbench.transfer.data import DataConfig, load_splits
 from vitbench.transfer.distill import DEFAULT_LAMBDA, DEFAULT_TAU, Distill, Distillation, Teacher
 from vitbench.transfer.schedules import OptimConfig
@@ -44,6 +44,12 @@ from vitbench.transfer.schedules import OptimConfig
 CACHE_ENV = "VITBENCH_CHECKPOINT_DIR"
 DEFAULT_CACHE = Path("results") / "checkpoints"
 UPSTREAM_DATA = DataConfig(name="digits", classes=[0, 1, 2, 3, 4])  # the default disjoint upstream half
+
+
+def default_warmup(steps: int) -> int:
+    """Warm-up steps when none are given: 10 % of the steps (30 of the default 300, the recipe's ratio), at most
+    30, so a short run (`--steps 20`) gets 2 instead of failing, and longer runs keep their checkpoint keys."""
+    return min(30, steps // 10)
 
 
 class PretrainConfig(BaseModel):
@@ -59,12 +65,20 @@ class PretrainConfig(BaseModel):
     steps: int = Field(300, ge=1)
     lr: float = Field(1e-3, gt=0)
     weight_decay: float = Field(0.1, ge=0)  # paper: 0.1 (JFT), 0.03 (ImageNet-21k)
-    warmup_steps: int = Field(30, ge=0)
+    warmup_steps: int | None = Field(None, ge=0)  # None: default_warmup(steps), filled in before validation
     decay: Literal["linear", "cosine"] = "linear"
     label_smoothing: float = Field(0.0, ge=0, lt=1)
     clip_norm: float | None = Field(1.0, gt=0)
     seed: int = 0
     teacher: TeacherConfig | None = None  # distillation (DeiT); None: plain supervised pre-training
+
+    @model_validator(mode="before")
+    @classmethod
+    def _warmup_default(cls, data):
+        if isinstance(data, dict) and data.get("warmup_steps") is None:
+            steps = data.get("steps", cls.model_fields["steps"].default)
+            data = {**data, "warmup_steps": default_warmup(steps) if isinstance(steps, int) else 0}
+        return data
 
     @model_validator(mode="after")
     def _check(self):
@@ -206,6 +220,8 @@ def pretrain(cfg: PretrainConfig, *, device: str = "cpu", threads: int | None = 
     from vitbench.transfer import ops
 
     started = now()
+    if out is not None:  # where the checkpoint goes is checked before minutes of training, not after
+        out = checkpoint_path(out, cache_path(cfg).name)
     spec = get_spec(cfg.model)
     splits = load_splits(cfg.data)
     k, r = splits.num_classes, cfg.res

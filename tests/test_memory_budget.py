@@ -1,0 +1,91 @@
+"""The host-memory budget (vitbench.memory_budget): a trial or a command that grows past it ends as out-of-memory,
+at the budget, instead of being left to the kernel's OOM killer.
+
+Every memory-hungry process here is capped twice: the budget under test is small (hundreds of MiB), and RLIMIT_AS
+stops the process a little above what it may ever touch, should the budget fail.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+import textwrap
+
+import psutil
+import pytest
+import vitbench_hogtasks  # noqa: F401 - registers `hog` in this process
+
+from vitbench.errors import ConfigError
+from vitbench.memory_budget import ENV, budget_mib
+from vitbench.runner import run_study
+from vitbench.store import load
+from vitbench.study import parse_study
+
+
+def test_budget_comes_from_the_option_the_environment_or_half_the_available_memory(monkeypatch):
+    monkeypatch.delenv(ENV, raising=False)
+    assert budget_mib(2.0) == 2048
+    half = psutil.virtual_memory().available / 2**20 / 2
+    assert abs(budget_mib() - half) < 0.1 * half + 256
+    monkeypatch.setenv(ENV, "0.75")
+    assert budget_mib() == 768 and budget_mib(1.0) == 1024
+    for bad in ("0", "-1", "lots", "inf", "nan"):
+        monkeypatch.setenv(ENV, bad)
+        with pytest.raises(ConfigError, match=ENV):
+            budget_mib()
+
+
+@pytest.mark.timeout(120)
+def test_a_trial_past_its_budget_is_an_oom_row_and_the_sweep_goes_on(tmp_path):
+    s = parse_study(textwrap.dedent("""
+        name: hungry
+        calibration: false
+        timeout_s: 60
+        defaults: {budget_mib: 400}
+        axes:
+          model: [ViT-Nano/4]
+          task: [hog]
+          behaviour: [grow, ok]
+    """), "hungry.yaml")
+    # the trial process starts at ~100-200 MiB (spawn: no framework imported); 'grow' heads for 1600 MiB
+    summary = run_study(s, tmp_path, executor_options={"start_method": "spawn", "memory_limit_gib": 0.5})
+    assert summary.statuses == {"oom": 1, "ok": 1}, summary.statuses
+    df = load(tmp_path).set_index("behaviour")
+    row = df.loc["grow"]
+    assert row["status"] == "oom" and row["error_type"] == "MemoryBudgetExceeded", row["error_message"]
+    assert "budget of 512 MiB (executor option memory_limit_gib)" in row["error_message"]
+    assert row["runner.wall_s"] < 30
+
+
+def _capped(limit_bytes: int):
+    def preexec():
+        resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, resource.getrlimit(resource.RLIMIT_AS)[1]))
+    return preexec
+
+
+@pytest.mark.timeout(180)
+def test_a_command_past_its_budget_stops_with_one_line(tmp_path):
+    """`vitbench bench` at a batch far too large: stopped by the guard at the budget (1 GiB here), exit 1, one
+    line; RLIMIT_AS (6 GiB of address space) is only the safety net should the guard fail."""
+    env = {**os.environ, ENV: "1", "PYTHONUNBUFFERED": "1"}
+    r = subprocess.run([sys.executable, "-c", "from vitbench.cli import main; main()", "bench", "ViT-Nano/4",
+                        "-b", "200000", "-r", "32", "--threads", "1", "--min-seconds", "0"],
+                       env=env, capture_output=True, text=True, timeout=170, cwd=tmp_path,
+                       preexec_fn=_capped(psutil.Process().memory_info().vms + (6 << 30)), check=False)
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert "passed its memory budget of 1024 MiB ($VITBENCH_MEMORY_LIMIT_GIB)" in r.stderr, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr
+
+
+@pytest.mark.timeout(180)
+def test_an_allocation_that_fails_is_one_oom_line_not_a_traceback(tmp_path):
+    """`vitbench flops -r 8192` asks for ~140 TB (unfused attention over 4M tokens): the allocation fails at once;
+    the command says out of memory in one line and exits 1, as `bench` reports an oom row."""
+    r = subprocess.run([sys.executable, "-c", "from vitbench.cli import main; main()", "flops", "ViT-Nano/4", "-r",
+                        "8192"], capture_output=True, text=True, timeout=170, cwd=tmp_path,
+                       preexec_fn=_capped(psutil.Process().memory_info().vms + (6 << 30)), check=False)
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert r.stderr.startswith("oom: out of memory (") and "can't allocate memory" in r.stderr, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr and len(r.stderr.splitlines()) == 1

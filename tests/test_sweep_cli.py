@@ -1,0 +1,87 @@
+"""`vitbench sweep` as CI meets it: an exit code that says whether the study succeeded, everything checked before
+anything is shown or written (executor options, the results directory), and no study mixed into another's results.
+
+Trials use the test-only task `sleep` (tests/vitbench_testtasks.py) under spawn, so each sweep takes seconds.
+"""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+
+import pytest
+import vitbench_testtasks  # noqa: F401 - registers the `sleep` task in this process
+
+from vitbench.runner import EXIT_FAILED
+from vitbench.store import read_records
+
+SPAWN = ("--start-method", "spawn")
+
+
+def study(tmp_path, behaviours=("ok",), name="fake"):
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(f"name: {name}\ncalibration: false\ntimeout_s: 30\n" + textwrap.dedent(f"""
+        axes:
+          model: [ViT-Nano/4]
+          task: [sleep]
+          behaviour: [{', '.join(behaviours)}]
+    """))
+    return path
+
+
+def flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_a_failed_trial_makes_the_sweep_fail_unless_accepted(tmp_path, cli):
+    s, res = study(tmp_path, ("ok", "crash")), tmp_path / "res"
+    r = cli("sweep", s, "--results", res, *SPAWN)
+    assert r.exit_code == EXIT_FAILED == 1, r.output
+    assert "failed: 1 of 2 trials did not end ok (1 error)" in flat(r.output)
+    again = cli("sweep", s, "--results", res, *SPAWN)  # resumed: nothing runs, the study still failed
+    assert again.exit_code == 1 and "ran 0 trial" in flat(again.output), again.output
+    accepted = cli("sweep", s, "--results", res, "--allow-failures", *SPAWN)
+    assert accepted.exit_code == 0 and "accepted: --allow-failures" in flat(accepted.output), accepted.output
+    fine = cli("sweep", study(tmp_path, ("ok",), name="fine"), "--results", tmp_path / "fine", *SPAWN)
+    assert fine.exit_code == 0, fine.output
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_bad_executor_options_fail_before_anything_is_shown_or_written(tmp_path, cli, dry_run):
+    res = tmp_path / "res"
+    r = cli("sweep", study(tmp_path), "--results", res, "-o", "bogus=1", *(["--dry-run"] if dry_run else []))
+    assert r.exit_code == 2 and "bogus: Extra inputs are not permitted" in flat(r.output), r.output
+    assert r.output.startswith("error:")  # no progress bar, no table before the error
+    assert not res.exists()
+
+
+def test_results_path_that_cannot_be_a_directory_is_refused(tmp_path, cli):
+    s = study(tmp_path)
+    afile = tmp_path / "afile"
+    afile.write_text("not a directory")
+    for target, expected in ((afile, "is a file; give a directory"),
+                             (afile / "sub", "which is a file; give a directory")):
+        for extra in ([], ["--dry-run"]):
+            r = cli("sweep", s, "--results", target, *extra, *SPAWN)
+            assert r.exit_code == 2 and expected in flat(r.output), r.output
+            assert "Traceback" not in r.output and str(target) in r.output
+    assert afile.read_text() == "not a directory"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/sys is Linux's")
+def test_results_directory_that_cannot_be_created_is_refused(tmp_path, cli):
+    r = cli("sweep", study(tmp_path), "--results", "/sys/vitbench-test-results", *SPAWN)
+    assert r.exit_code == 2 and "/sys/vitbench-test-results" in r.output, r.output
+    assert "cannot be created" in r.output or "not writable" in r.output
+
+
+def test_another_study_is_not_run_into_existing_results(tmp_path, cli):
+    res = tmp_path / "res"
+    assert cli("sweep", study(tmp_path, name="first"), "--results", res, *SPAWN).exit_code == 0
+    before = {p.name: p.read_bytes() for p in res.iterdir() if p.is_file()}
+    for extra in ([], ["--dry-run"]):
+        r = cli("sweep", study(tmp_path, name="second"), "--results", res, *extra, *SPAWN)
+        assert r.exit_code == 2, r.output
+        assert "holds the results of study 'first', not 'second'" in flat(r.output)
+    assert {p.name: p.read_bytes() for p in res.iterdir() if p.is_file()} == before
+    assert {r.study for r in read_records(res)} == {"first"}

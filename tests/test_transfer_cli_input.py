@@ -1,0 +1,101 @@
+"""What a user trips over in the transfer commands: warm-up defaults for short runs, where `--out` writes,
+checkpoint file modes, options that would be silently ignored, a batch larger than the data, values below any
+sense."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from typer.testing import CliRunner
+
+from vitbench.cli import app
+from vitbench.errors import ConfigError
+from vitbench.transfer.checkpoint import load_checkpoint
+from vitbench.transfer.pretrain import PretrainConfig, cache_path, pretrain
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+TINY = ("ViT-Nano/4", "-r", "16", "-b", "8")
+
+
+@pytest.fixture
+def run(tmp_path, monkeypatch):
+    monkeypatch.setenv("VITBENCH_CHECKPOINT_DIR", str(tmp_path / "cache"))  # never the repo's results/
+    runner = CliRunner()
+    return lambda *args: runner.invoke(app, [str(a) for a in args])
+
+
+def test_default_warmup_fits_short_runs_and_keeps_the_keys_of_long_ones():
+    assert PretrainConfig(model="ViT-Nano/4", steps=20).warmup_steps == 2
+    assert PretrainConfig(model="ViT-Nano/4", steps=5).warmup_steps == 0
+    assert PretrainConfig(model="ViT-Nano/4").warmup_steps == 30  # 300 steps: as before
+    assert PretrainConfig(model="ViT-Nano/4").key() == PretrainConfig(model="ViT-Nano/4", warmup_steps=30).key()
+    assert PretrainConfig(model="ViT-Nano/4", steps=20, warmup_steps=5).warmup_steps == 5
+    with pytest.raises(ValueError, match=r"warmup_steps \(20\) must be < steps \(20\)"):
+        PretrainConfig(model="ViT-Nano/4", steps=20, warmup_steps=20)
+
+
+def test_pretrain_with_few_steps_and_out_a_directory(run, tmp_path):
+    out = tmp_path / "ckpts"
+    out.mkdir()
+    r = run("pretrain", *TINY, "--steps", "20", "--out", out, "--json")
+    assert r.exit_code == 0, r.output
+    rec = json.loads(r.stdout)
+    written = out / cache_path(PretrainConfig(model="ViT-Nano/4", resolution=16, steps=20, batch_size=8)).name
+    assert rec["config"]["checkpoint"] == str(written) and rec["config"]["warmup_steps"] == 2
+    assert sorted(p.name for p in out.iterdir()) == sorted([written.name, written.with_suffix(".json").name])
+    assert not (tmp_path / "ckpts.safetensors").exists()  # not next to the directory
+    umask = os.umask(0)
+    os.umask(umask)
+    for p in out.iterdir():  # a new file's usual mode, not mkstemp's 0600
+        assert p.stat().st_mode & 0o777 == 0o666 & ~umask, oct(p.stat().st_mode)
+    assert load_checkpoint(written).meta["config"]["warmup_steps"] == 2
+
+
+@pytest.mark.parametrize("name,expected", [("x.pt", "name it 'x.pt.safetensors' or 'x.safetensors'"),
+                                           ("afile/x.safetensors", "its directory")])
+def test_a_checkpoint_path_that_cannot_be_is_refused_before_training(name, expected, tmp_path, monkeypatch, run):
+    (tmp_path / "afile").write_text("a file")
+    import vitbench.transfer.pretrain as pre
+
+    def trained(*a, **k):
+        raise AssertionError("training started")
+    monkeypatch.setattr(pre, "load_splits", trained)
+    with pytest.raises(ConfigError, match=expected.replace("(", r"\(").replace(".", r"\.")):
+        pretrain(PretrainConfig(model="ViT-Nano/4", steps=2), out=tmp_path / name)
+    r = run("pretrain", *TINY, "--steps", "2", "--out", tmp_path / name)
+    assert r.exit_code == 2 and expected in " ".join(r.output.split()), r.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+def test_options_a_checkpoint_would_ignore_are_refused(run, tmp_path):
+    ckpt = tmp_path / "up.safetensors"
+    for cmd in ("fewshot", "finetune"):
+        for extra in (["--model", "ViT-Nano/4"], ["--pretrain-steps", "20"], ["--pretrain-warmup-steps", "2"]):
+            r = run(cmd, "-c", ckpt, *extra)
+            assert r.exit_code == 2 and f"{extra[0]} would be ignored" in r.output, r.output
+
+
+def test_downstream_commands_pass_the_upstream_warmup(run, tmp_path):
+    r = run("fewshot", "-m", "ViT-Nano/4", "--pretrain-steps", "20", "--pretrain-warmup-steps", "3", "-r", "16",
+            "--shots", "1", "--seeds", "2", "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["config"]["upstream"]["warmup_steps"] == 3
+    r = run("fewshot", "-m", "ViT-Nano/4", "--pretrain-steps", "20", "-r", "16", "--shots", "1", "--seeds", "2",
+            "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["config"]["upstream"]["warmup_steps"] == 2, r.output
+
+
+def test_a_batch_larger_than_the_data_is_said_before_training(run, tmp_path):
+    r = run("pretrain", "ViT-Nano/4", "-r", "8", "--steps", "2", "-b", "2000", "--out", tmp_path / "big")
+    assert r.exit_code == 0, r.output
+    first = r.output.splitlines()[0]
+    assert first.startswith("warning: --batch-size 2000 is") and "training images of digits" in first, first
+    quiet = run("pretrain", "ViT-Nano/4", "-r", "8", "--steps", "2", "-b", "16", "--out", tmp_path / "small")
+    assert quiet.exit_code == 0 and "warning" not in quiet.output
+
+
+def test_fewshot_l2_reg_must_be_positive(run):
+    r = run("fewshot", "-m", "ViT-Nano/4", "--l2-reg", "-1")
+    assert r.exit_code == 2 and "l2_reg" in r.output and "greater than 0" in r.output, r.output

@@ -1,0 +1,75 @@
+"""Output locations a user names (a results directory, a report folder, a checkpoint file): checked before any
+work starts and created with errors that name the path, never a traceback (FileExistsError, OSError 30).
+
+`check_dir` / `check_file` create nothing (a dry run, or a check before minutes of training); `make_dir` creates
+the directory. `what` is how the message names the location: the option (`--results`) or its role.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+from vitbench.errors import ConfigError, shorten
+
+
+def _reason(e: OSError) -> str:
+    if e.errno == errno.EROFS:
+        return "the file system is read-only"
+    if e.errno in (errno.EACCES, errno.EPERM):
+        return "permission denied"
+    return e.strerror or str(e)
+
+
+def _writable(d: Path) -> bool:
+    return os.access(d, os.W_OK | os.X_OK)  # access(2) also answers EROFS for a read-only file system
+
+
+def _existing_ancestor(p: Path) -> Path:
+    q = p
+    while not q.exists() and q != q.parent:
+        q = q.parent
+    return q
+
+
+def check_dir(path: str | os.PathLike, what: str) -> Path:
+    """`path` is, or can be created as, a directory this process can write into (nothing is created)."""
+    p = Path(path).expanduser()
+    q = _existing_ancestor(p)
+    if not q.is_dir():
+        where = "is a file" if q == p else f"is inside {shorten(str(q))}, which is a file"
+        raise ConfigError(f"{what} {shorten(str(p))} {where}; give a directory")
+    if not _writable(q):
+        reason = "the file system is read-only" if _read_only(q) else "permission denied"
+        where = "" if q == p else f" (cannot create it in {shorten(str(q))})"
+        raise ConfigError(f"{what} {shorten(str(p))} is not writable{where}: {reason}")
+    return p
+
+
+def check_file(path: str | os.PathLike, what: str) -> Path:
+    """`path` can be written as a file: not a directory, its directory exists or can be made, and is writable."""
+    p = Path(path).expanduser()
+    if p.is_dir():
+        raise ConfigError(f"{what} {shorten(str(p))} is a directory; give a file name")
+    check_dir(p.parent, f"{what} {shorten(str(p))}: its directory")
+    if p.exists() and not _writable(p.parent):
+        raise ConfigError(f"{what} {shorten(str(p))} cannot be replaced: its directory is not writable")
+    return p
+
+
+def make_dir(path: str | os.PathLike, what: str) -> Path:
+    """Create the directory `path` (and its parents) or raise a ConfigError naming it and why not."""
+    p = check_dir(path, what)
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"{what} {shorten(str(p))} cannot be created: {_reason(e)}") from None
+    return p
+
+
+def _read_only(d: Path) -> bool:
+    try:
+        return bool(os.statvfs(d).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
