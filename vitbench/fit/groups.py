@@ -117,7 +117,7 @@ def _json_safe(x):
 
 
 def _present(v) -> bool:
-    return v is not None and not (isinstance(v, float) and np.isnan(v))
+    return bool(pd.notna(v))
 
 
 def _fmt(v):

@@ -78,7 +78,7 @@ def results_frame(df: pd.DataFrame) -> pd.DataFrame:
     if "model" in out.columns:
         out["family"] = out["model"].map(_family)
         if "resolution" in out.columns:
-            res = [None if r is None or r != r else r for r in out["resolution"]]  # NaN: a row without one
+            res = [r if pd.notna(r) else None for r in out["resolution"]]  # NaN: a row without one
             lut = {(m, r): _inference_gflops(m, r) for m, r in set(zip(out["model"], res))}
             out["inference_gflops"] = [lut[(m, r)] for m, r in zip(out["model"], res)]
     return out.reset_index(drop=True)

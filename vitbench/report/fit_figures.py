@@ -21,6 +21,7 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from vitbench import numfmt
 from vitbench.errors import ConfigError
 from vitbench.fit import (
     BENCHMARK_COLUMNS,
@@ -297,7 +298,7 @@ def throughput_vs_accuracy(df: pd.DataFrame, *, speed_task: str, compute: str = 
             if not pts:
                 continue
             line = backend_line(str(skey[0])) if skey else "-"
-            tag = " ".join(str(v) for v in skey if v == v and v is not None)
+            tag = " ".join(str(v) for v in skey if pd.notna(v))
             for fam in dict.fromkeys(p[3] for p in pts):
                 fp = sorted((p for p in pts if p[3] == fam), key=lambda p: p[1])
                 marker, cmap, name = FAMILY_STYLE.get(fam, FAMILY_STYLE["other"])
@@ -313,9 +314,8 @@ def throughput_vs_accuracy(df: pd.DataFrame, *, speed_task: str, compute: str = 
         _log_axis(ax.xaxis)
         ax.set_xlabel("Peak inference throughput [img/s] (best batch size)")
         ax.set_ylabel("Accuracy [%] at the largest pre-training budget")
-        ax.set_title(" / ".join(f"{c}={int(v) if isinstance(v, float) and v.is_integer() else v}"
-                                for c, v in zip(bench, key) if v == v) + ": what accuracy a speed buys",
-                     fontsize=10)
+        where = " / ".join(f"{c}={numfmt.fmt(v)}" for c, v in zip(bench, key) if pd.notna(v))
+        ax.set_title(f"{where}: what accuracy a speed buys", fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
         _legend(fig, ax, n)
         drawn += n

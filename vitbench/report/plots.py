@@ -24,6 +24,7 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter, NullLocator, ScalarFormatter
 
+from vitbench import numfmt
 from vitbench.models.specs import all_specs
 from vitbench.report import tables
 
@@ -83,7 +84,7 @@ def _series_label(row: pd.Series, multi_backend: bool) -> str:
 
 def _size_axis(ax, values) -> None:
     """Input size axis: log2 when sizes span more than 2x (as Figure 12), ticks at the measured sizes."""
-    vals = sorted({int(v) for v in values if v == v})
+    vals = sorted({int(v) for v in values if pd.notna(v)})
     if vals and vals[-1] / max(vals[0], 1) > 2:
         ax.set_xscale("log", base=2)
     ax.xaxis.set_major_locator(FixedLocator(vals))
@@ -268,7 +269,7 @@ def gflops_vs_throughput(df: pd.DataFrame) -> Figure | None:
 
 
 def _fmt_key(v) -> str:
-    return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
+    return numfmt.fmt(v)
 
 
 def pareto_front(x, y) -> np.ndarray:

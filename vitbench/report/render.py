@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import html
 import json
-import math
 from pathlib import Path
 
 import pandas as pd
@@ -89,5 +88,5 @@ def arrow_safe(df: pd.DataFrame) -> pd.DataFrame:
         try:
             pa.array(out[c], from_pandas=True)
         except (pa.ArrowInvalid, pa.ArrowTypeError):
-            out[c] = out[c].map(lambda v: None if v is None or (isinstance(v, float) and math.isnan(v)) else str(v))
+            out[c] = out[c].map(lambda v: str(v) if pd.notna(v) else None)
     return out
