@@ -2,13 +2,14 @@
 work starts and created with errors that name the path, never a traceback (FileExistsError, OSError 30).
 
 `check_dir` / `check_file` create nothing (a dry run, or a check before minutes of training); `make_dir` creates
-the directory. `what` is how the message names the location: the option (`--results`) or its role.
+the directory; `write_atomic` writes a file whole or not at all, with a new file's usual mode. `what` is how the message names the location: the option (`--results`) or its role.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import tempfile
 from pathlib import Path
 
 from vitbench.errors import ConfigError, shorten
@@ -73,3 +74,35 @@ def _read_only(d: Path) -> bool:
         return bool(os.statvfs(d).f_flag & os.ST_RDONLY)
     except OSError:
         return False
+
+
+def file_mode() -> int:
+    """The mode a new file gets here (0o666 minus the umask), read without changing the umask."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)  # elsewhere: read it by setting it (and put it back at once)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def write_atomic(path: str | os.PathLike, data: bytes | str) -> Path:
+    """Write `data` under a temporary name beside `path` and rename it into place: a reader sees the old file or
+    the new one, never half of one. The file gets a new file's usual mode (mkstemp would leave it 0600: a
+    checkpoint or result others on the machine could not read). Text is written as UTF-8."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, file_mode())
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path

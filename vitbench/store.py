@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from vitbench.errors import VitbenchWarning
+from vitbench.paths import write_atomic
 from vitbench.record import Record, Status
 
 RESULTS_FILE = "results.jsonl"
@@ -267,10 +268,7 @@ class Store:
                 return dest
             sha = hashlib.sha256(old.encode()).hexdigest()[:12]
             os.replace(dest, self.root / f"study.{sha}.yaml")
-        tmp = dest.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(text)
-        os.replace(tmp, dest)
-        return dest
+        return write_atomic(dest, text)
 
 
 # ---------------------------------------------------------------------------------------------------------

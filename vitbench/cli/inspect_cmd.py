@@ -54,7 +54,7 @@ def inspect_cmd(
     doc = {"source": src.origin, "backend": backend, "trained_resolution_px": src.trained_resolution,
            **result.to_json()}
     if out_dir is not None:
-        from vitbench.inspect.pictures import write_atomic
+        from vitbench.paths import write_atomic
 
         pics = result.write_pictures(out_dir)
         doc["pictures"] = {k.value: p.name for k, p in pics.items()}

@@ -9,8 +9,6 @@
 from __future__ import annotations
 
 import io
-import os
-import tempfile
 from collections.abc import Mapping
 from enum import Enum
 from pathlib import Path
@@ -21,6 +19,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from vitbench.inspect.distance import uniform_attention_distance_px
+from vitbench.paths import write_atomic
 
 if TYPE_CHECKING:
     from vitbench.inspect.run import InspectResult
@@ -149,20 +148,6 @@ def figures(result: InspectResult) -> dict[Picture, Figure]:
     out = {Picture.FILTERS: filters_figure(result), Picture.POSEMB: posemb_figure(result),
            Picture.DISTANCE: distance_figure({result.model: result}), Picture.ROLLOUT: rollout_figure(result)}
     return {k: v for k, v in out.items() if v is not None}
-
-
-def write_atomic(path: Path, data: bytes) -> Path:
-    """Write `data` under a temporary name and rename: a file is either whole or absent."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
 
 
 def png_bytes(fig: Figure, dpi: int = 150) -> bytes:

@@ -38,6 +38,7 @@ from vitbench.env import machine_id
 from vitbench.errors import ConfigError
 from vitbench.measure.datasheet import datasheet_tflops
 from vitbench.measure.load import LoadMeter
+from vitbench.paths import write_atomic
 
 PEAK_MARK = "VITBENCH_PEAK "
 
@@ -171,9 +172,7 @@ def offer(key: str, reading: Reading, policy: PeakPolicy | None = None) -> dict:
             cache = _load(path)
             entry = _merge(cache.get(key), reading, policy)
             cache[key] = entry
-            tmp = path.with_suffix(f".tmp{os.getpid()}")
-            tmp.write_text(json.dumps(cache, indent=1))
-            os.replace(tmp, path)  # atomic: a reader never sees a half-written cache
+            write_atomic(path, json.dumps(cache, indent=1))  # a reader never sees a half-written cache
     except OSError:  # a read-only home is no reason to fail a measurement: the reading still counts here
         entry = _merge(read_entry(key), reading, policy)
     return entry

@@ -15,6 +15,7 @@ Security: checkpoints are read with np.load(allow_pickle=False); a file that nee
 
 from __future__ import annotations
 
+import io
 import math
 import re
 import sys
@@ -28,6 +29,7 @@ import numpy as np
 
 from vitbench.errors import ConfigError, UnsafeFileError
 from vitbench.models.specs import ModelSpec, get_spec
+from vitbench.paths import write_atomic
 
 Array = Any  # numpy, torch or jax array
 
@@ -375,10 +377,9 @@ def load_npz(path: str | Path) -> dict[str, np.ndarray]:
 def save_npz(path: str | Path, params: dict) -> None:
     """Write Flax params as a vit_jax-style .npz (flattened '/'-joined keys, float32 numpy arrays)."""
     flat = {k: np.asarray(v) for k, v in flatten(dict(params)).items()}
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp.npz")
-    np.savez(tmp, **flat)
-    tmp.replace(path)  # nothing half-written under the final name
+    buf = io.BytesIO()
+    np.savez(buf, **flat)
+    write_atomic(path, buf.getvalue())  # nothing half-written under the final name
 
 
 # The original BiT files (gs://bit_models/BiT-*.npz) keep big_transfer's TensorFlow names; big_vision's

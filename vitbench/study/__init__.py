@@ -165,7 +165,7 @@ def parse_study(text: str, source: str = "<study>", path: Path | None = None, ch
         version = ex.tasks[out["task"]].version
         unique.setdefault(trial_key(out, 0, version), (out, origin, version))
     if check_paths:
-        problems.items.extend(ex.missing.items)
+        problems.merge(ex.missing)
     problems.raise_if_any()
     # Repeat index outermost (A B A B): slow drift of the machine spreads over all trials alike (issue 6).
     # Deterministic tasks (FLOP counts) are measured once whatever `repeats` says.

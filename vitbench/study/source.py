@@ -103,6 +103,11 @@ class Problems:
         ident = (tuple(loc), got, msg, line_loc)  # the same problem met by several combinations is reported once
         self._items.setdefault(ident, (tuple(loc), got, msg, line_loc))
 
+    def merge(self, other: Problems) -> None:
+        """Report `other`'s problems with these (the missing paths of a study that is to run)."""
+        for ident, item in other._items.items():
+            self._items.setdefault(ident, item)
+
     def about(self, field: str) -> bool:
         """Was a problem reported at a location naming `field`?"""
         return any(field in loc for loc, *_ in self.items)

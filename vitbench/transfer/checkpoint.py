@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from vitbench.errors import ConfigError, UnsafeFileError
+from vitbench.paths import write_atomic
 
 FORMAT = "vitbench-checkpoint-1"
 
@@ -51,35 +51,6 @@ class Checkpoint:
 SUFFIX = ".safetensors"
 
 
-def _file_mode() -> int:
-    """The mode a new file gets here (0o666 minus the umask), read without changing the umask."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return 0o666 & ~int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    mask = os.umask(0o022)  # elsewhere: read it by setting it (and put it back at once)
-    os.umask(mask)
-    return 0o666 & ~mask
-
-
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write `path` whole or not at all (a temporary file renamed over it), with a new file's usual mode (mkstemp
-    would leave it 0600: a checkpoint others on the machine cannot read)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, _file_mode())
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def checkpoint_path(out: str | Path, default_name: str) -> Path:
     """Where a checkpoint named `out` is written: a directory (existing, or written with a trailing slash) gets
     `default_name` inside it; a name without a suffix gets .safetensors; any other suffix (x.pt) is refused, as
@@ -110,8 +81,8 @@ def save_checkpoint(path: str | Path, weights: dict[str, np.ndarray], meta: dict
     text = json.dumps(meta, sort_keys=True, default=str)
     arrays = {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in weights.items()}
     try:
-        _atomic_write_bytes(path, save(arrays, metadata={"vitbench": text}))
-        _atomic_write_bytes(path.with_suffix(".json"), json.dumps(meta, indent=2, sort_keys=True,
+        write_atomic(path, save(arrays, metadata={"vitbench": text}))
+        write_atomic(path.with_suffix(".json"), json.dumps(meta, indent=2, sort_keys=True,
                                                                    default=str).encode())
     except OSError as e:
         raise ConfigError(f"checkpoint {str(path)!r} could not be written: {e.strerror or e}") from None
