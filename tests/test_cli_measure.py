@@ -86,3 +86,19 @@ def test_env_shows_the_device_peak(cli):
     assert first["peak"]["peak_tflops"] > 0 and first["peak"]["peak_source"] == "measured"
     assert again["peak"]["peak_tflops"] >= first["peak"]["peak_tflops"]  # cached, and a peak only rises
     assert first["env"]["threads"] == 1 and first["env"]["torch"]
+
+
+def test_max_batch_on_a_device_that_is_not_here_is_refused_after_one_probe(cli):
+    """--device cuda on a CPU machine: bad input (exit 2, one line), as bench says it, not 'max_batch_size = 0'
+    after a traceback per probe. The device is tried in the first probe's process, never in the CLI's."""
+    r = cli("max-batch", "ViT-Nano/4", "--device", "cuda", "--max-batch-size", "4")
+    assert r.exit_code == 2, r.output
+    assert "cuda" in r.stderr and "Traceback" not in r.output and "max_batch_size" not in r.stdout
+
+
+def test_max_batch_budget_below_the_framework_says_so(cli):
+    """A budget below what importing the framework takes answers 0 for every model: exit 1 with the reason and
+    the option to raise, not a bare 0."""
+    r = cli("max-batch", "ViT-Nano/4", "--memory-limit-gib", "0.05", "--max-batch-size", "4")
+    assert r.exit_code == 1, r.output
+    assert "max_batch_size = 0" in r.stdout and "nothing fits" in r.stdout and "--memory-limit-gib" in r.stdout

@@ -177,7 +177,8 @@ def test_ctrl_c_cancels_running_trials_records_them_interrupted_and_resume_runs_
         pytest.importorskip("submitit")
     else:
         request.getfixturevalue("ray_session")
-    s = study("timeout_s: 60\ndefaults: {seconds: 2}\n"
+    gate = tmp_path / "gate"  # the trials run until this file exists: surely running when cancelled
+    s = study(f"timeout_s: 60\ndefaults: {{seconds: 0.1, behaviour: gate, gate: {str(gate)!r}}}\n"
               "axes: {model: [ViT-Nano/4, R-Nano, R-Micro], task: [sleep]}\n")
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     with pytest.raises(KeyboardInterrupt):
@@ -188,6 +189,7 @@ def test_ctrl_c_cancels_running_trials_records_them_interrupted_and_resume_runs_
         new = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
         _, alive = psutil.wait_procs(new, timeout=20)
         assert not alive, [p.cmdline() for p in alive]
+    gate.touch()
     resumed = run_study(s, tmp_path, executor=executor, executor_options=opts)
     assert resumed.statuses == {"ok": 3}
     df = load(tmp_path)

@@ -57,3 +57,12 @@ def test_real_search_on_a_tiny_model():
 def test_bad_budget_is_a_config_error():
     with pytest.raises(ConfigError):
         max_batch(Step("ViT-Nano/4"), memory_limit_gib=-1)
+
+
+def test_the_cpu_budget_is_the_memory_budget_of_every_command(monkeypatch):
+    """One rule: $VITBENCH_MEMORY_LIMIT_GIB sets max-batch's CPU budget as it does every command's."""
+    from vitbench.measure.max_batch import default_budget_mib
+
+    monkeypatch.setenv("VITBENCH_MEMORY_LIMIT_GIB", "3")
+    assert default_budget_mib("cpu") == 3 * 1024
+    assert default_budget_mib("cuda") is None  # an accelerator's own out-of-memory error decides

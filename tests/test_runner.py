@@ -173,26 +173,29 @@ def test_resume_after_kill_9_records_every_trial_exactly_once(tmp_path):
 
 @pytest.mark.timeout(120)
 def test_ctrl_c_records_the_running_trial_as_interrupted_and_it_reruns(tmp_path):
-    study_path = _write_study(tmp_path, """
+    gate = tmp_path / "gate"  # the gated trial runs until this file exists: surely running when interrupted
+    study_path = _write_study(tmp_path, f"""
+        defaults: {{seconds: 0.1, gate: {str(gate)!r}}}
         axes:
           model: [ViT-Nano/4, R-Nano]
           task: [sleep]
-          seconds: [0.1, 3.0]
+          behaviour: [ok, gate]
     """)
     results = tmp_path / "res"
-    p = subprocess.Popen(_sweep_cmd(study_path, results), env=_env(), stdout=subprocess.DEVNULL,
+    env = _env()
+    p = subprocess.Popen(_sweep_cmd(study_path, results), env=env, stdout=subprocess.DEVNULL,
                          stderr=subprocess.PIPE)
     _wait_for(lambda: _rows(results) >= 1, what="the first trial")
-    # Interrupt only once the 3 s trial is really running (its log has the task's first line); between two
+    # Interrupt once the gated trial is really running (its log has the task's first line); between two
     # trials there is nothing to mark interrupted.
-    _wait_for(lambda: any("fake task" in f.read_text() for f in (results / "logs").glob("*.log")),
+    _wait_for(lambda: any("behaviour=gate" in f.read_text() for f in (results / "logs").glob("*.log")),
               what="the second trial to start")
-    time.sleep(0.3)
     p.send_signal(signal.SIGINT)
     assert p.wait(30) == 130, p.stderr.read().decode()[-2000:]
     sts = statuses(results)
     assert [s for _, s in sts] == ["ok", "interrupted"]
-    r = subprocess.run(_sweep_cmd(study_path, results), env=_env(), capture_output=True, timeout=90)
+    gate.touch()
+    r = subprocess.run(_sweep_cmd(study_path, results), env=env, capture_output=True, timeout=90)
     assert r.returncode == 0, r.stderr.decode()[-2000:]
     df = load(results)
     assert len(df) == 4 and set(df["status"]) == {"ok"}

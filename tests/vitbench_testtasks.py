@@ -20,10 +20,12 @@ FIELDS = ("model", "backend", "task", "device", "resolution", "batch_size", "see
 class Sleeping(BaseModel):
     seconds: float = 0.05
     behaviour: str = "ok"
+    gate: str = ""  # behaviour gate: the file it waits for
 
 
 def _sleep(config: dict) -> Record:
-    """Sleeps `seconds`; behaviour: ok | crash (exception) | abort (process dies) | oom | hang."""
+    """Sleeps `seconds`; behaviour: ok | crash (exception) | abort (process dies) | oom | hang | gate (first waits,
+    at most 120 s, for the file `gate`: a trial a test knows is still running, however slow the machine is)."""
     started = now()
     b = config["behaviour"]
     print(f"fake task {config['model']} behaviour={b}", flush=True)
@@ -35,6 +37,10 @@ def _sleep(config: dict) -> Record:
         raise MemoryError("CUDA out of memory (simulated)")
     if b == "hang":
         time.sleep(3600)
+    if b == "gate":
+        gate, t_end = config["gate"], time.time() + 120
+        while gate and not os.path.exists(gate) and time.time() < t_end:
+            time.sleep(0.05)
     t0 = time.perf_counter()
     steps = []
     for _ in range(3):

@@ -26,7 +26,7 @@ import threading
 from vitbench.errors import ConfigError
 
 ENV = "VITBENCH_MEMORY_LIMIT_GIB"
-AVAILABLE_FRACTION = 0.5  # of the memory available now (as max-batch's CPU default)
+AVAILABLE_FRACTION = 0.5  # of the memory available now (max-batch on CPU uses this budget too)
 WATCH_S = 0.05  # how often resident memory is read; an allocation of 20 GB takes seconds to touch its pages
 EXIT_OVER_BUDGET = 1  # as an out-of-memory error (vitbench.cli.EXIT_OOM)
 

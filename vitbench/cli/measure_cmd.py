@@ -10,6 +10,7 @@ from vitbench.backends.base import PRECISIONS
 from vitbench.cli import app
 from vitbench.cli.common import backend_choices, console, print_json, task_params
 from vitbench.errors import ConfigError
+from vitbench.numfmt import fmt
 
 _MODES = ("infer", "train")
 
@@ -25,7 +26,7 @@ def _kv_table(title: str, rows: list[tuple[str, object]]) -> Table:
     t.add_column("field", style="bold")
     t.add_column("value", justify="right")
     for k, v in rows:
-        t.add_row(escape(k), f"{v:.4g}" if isinstance(v, float) else escape(str(v)))
+        t.add_row(escape(k), escape(fmt(v)))
     return t
 
 
@@ -80,7 +81,7 @@ def bench_cmd(
         print_json(rec.to_dict())
         return
     if rec.status is not Status.OK:
-        console.print(f"[red]{rec.status}[/]: {rec.error.message if rec.error else ''}")
+        console.print(f"[red]{rec.status}[/]: {escape(rec.error.message) if rec.error else ''}")
         raise typer.Exit(1)
     console.print(_kv_table(_bench_title(rec), _bench_rows(rec)))
     _print_warnings(rec)
@@ -190,7 +191,10 @@ def max_batch_cmd(
     console.print(f"max_batch_size = [bold]{m['max_batch_size']}[/]{' (capped)' if m['capped'] else ''} "
                   f"(budget {budget}, {m['probes']} probes, {m['search_s']:.1f} s)")
     if rec.status is not Status.OK:
-        console.print(f"[red]{rec.status}[/]: {rec.error.message if rec.error else ''}")
+        console.print(f"[red]{rec.status}[/]: {escape(rec.error.message) if rec.error else ''}")
+        raise typer.Exit(1)
+    if m.get("note"):  # nothing fitted because of the budget itself: exit 1 with the reason
+        console.print(f"[yellow]nothing fits:[/] {escape(m['note'])}", highlight=False)
         raise typer.Exit(1)
 
 

@@ -10,6 +10,7 @@ resident memory, killing it the moment it passes the budget: a search never take
 
 from __future__ import annotations
 
+import enum
 import json
 import os
 import subprocess
@@ -23,6 +24,7 @@ import psutil
 
 from vitbench.backends.base import Step, default_backend
 from vitbench.env import environment
+from vitbench import memory_budget
 from vitbench.errors import ConfigError
 from vitbench.measure.throughput import resolve_step, step_config
 from vitbench.record import ErrorInfo, Record, Status, now
@@ -32,13 +34,32 @@ KIND = "max_batch"
 PROBE_MARK = "VITBENCH_PROBE "
 
 
+class ProbeStatus(str, enum.Enum):
+    """How a probe ended; only OK fits."""
+
+    OK = "ok"
+    OVER_BUDGET = "over_budget"  # finished, but its process peak passed the budget
+    KILLED_OVER_BUDGET = "killed_over_budget"  # killed the moment its resident memory passed the budget
+    OOM = "oom"  # the framework's out-of-memory error, or the kernel's kill
+    TIMEOUT = "timeout"
+    ERROR = "error"  # crashed for another reason
+    UNAVAILABLE = "unavailable"  # the backend or device is not here: no probe can fit, the search is refused
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def over_budget(self) -> bool:
+        return self in (ProbeStatus.OVER_BUDGET, ProbeStatus.KILLED_OVER_BUDGET)
+
+
 @dataclass
 class Probe:
     """One probe: did `batch` fit, and how do we know."""
 
     batch: int
     fits: bool
-    status: str  # ok | over_budget | oom | killed_over_budget | timeout | error
+    status: ProbeStatus
     peak_mem_mib: float | None = None  # measurement's own peak (allocator peak, or RSS growth on CPU)
     process_peak_mib: float | None = None  # whole-process peak the budget is compared to
     seconds: float = 0.0
@@ -108,9 +129,9 @@ def run_probe(step: Step, batch: int, backend: str | None = None, device: str = 
             ps = psutil.Process(proc.pid)
             while proc.poll() is None:
                 if budget_mib is not None and device == "cpu" and _tree_rss_mib(ps) > budget_mib:
-                    killed = "killed_over_budget"
+                    killed = ProbeStatus.KILLED_OVER_BUDGET
                 elif time.perf_counter() - t0 > timeout_s:
-                    killed = "timeout"
+                    killed = ProbeStatus.TIMEOUT
                 if killed:
                     break
                 time.sleep(poll_s)
@@ -124,28 +145,45 @@ def run_probe(step: Step, batch: int, backend: str | None = None, device: str = 
     seconds = time.perf_counter() - t0
     if killed:
         return Probe(batch, False, killed, seconds=seconds,
-                     error=f"probe passed the {budget_mib:.0f} MiB budget" if killed != "timeout" else
+                     error=f"probe passed the {budget_mib:.0f} MiB budget" if killed.over_budget else
                      f"probe took longer than {timeout_s:.0f} s")
     result = next((json.loads(line[len(PROBE_MARK):]) for line in reversed(out.splitlines())
                    if line.startswith(PROBE_MARK)), None)
     if result is None:
         tail = "\n".join(err.strip().splitlines()[-5:])
         oom = "out of memory" in err.lower() or proc.returncode in (-9, 137)
-        return Probe(batch, False, "oom" if oom else "error", seconds=seconds,
+        return Probe(batch, False, ProbeStatus.OOM if oom else ProbeStatus.ERROR, seconds=seconds,
                      error=tail or f"probe exited with code {proc.returncode}")
-    status = result["status"]
-    fits = status == "ok"
+    status = ProbeStatus(result["status"])
+    fits = status is ProbeStatus.OK
     if fits and budget_mib is not None and result["process_peak_mib"] > budget_mib:
-        fits, status = False, "over_budget"
+        fits, status = False, ProbeStatus.OVER_BUDGET
     return Probe(batch, fits, status, result.get("peak_mem_mib"), result.get("process_peak_mib"), seconds,
                  result.get("error"))
 
 
 def default_budget_mib(device: str) -> float | None:
-    """CPU: half the memory available now (the OS kills, it does not raise); accelerators: the real OOM."""
-    if device == "cpu":
-        return psutil.virtual_memory().available / 2**20 / 2
-    return None
+    """CPU: the host-memory budget of every vitbench process (vitbench.memory_budget: $VITBENCH_MEMORY_LIMIT_GIB,
+    else half the memory available now; the OS kills, it does not raise); accelerators: the real OOM."""
+    return memory_budget.budget_mib() if device == "cpu" else None
+
+
+def _refuse_unavailable(probe: Probe) -> Probe:
+    if probe.status is ProbeStatus.UNAVAILABLE:  # e.g. --device cuda on a machine without one: bad input
+        raise ConfigError(probe.error or "the backend or device is not available here")
+    return probe
+
+
+def nothing_fits_hint(probes: list[Probe], budget_mib: float | None) -> str | None:
+    """Why the answer is 0 when the first probe already passed the budget: a budget below what the framework and
+    the model take at the smallest batch answers 0 for every model (say so, and how to change it)."""
+    if not probes or not probes[0].status.over_budget or budget_mib is None:
+        return None
+    p = probes[0]
+    reached = f" (its process reached {p.process_peak_mib:.0f} MiB)" if p.process_peak_mib else ""
+    return (f"batch {p.batch} already passed the {budget_mib:.0f} MiB budget{reached}: the budget is below what "
+            f"the framework and this model take at the smallest batch; raise --memory-limit-gib "
+            f"(or ${memory_budget.ENV})")
 
 
 def max_batch(step: Step, backend: str | None = None, device: str = "cpu", threads: int | None = None,
@@ -159,10 +197,10 @@ def max_batch(step: Step, backend: str | None = None, device: str = "cpu", threa
         raise ConfigError(f"--memory-limit-gib must be positive, got {memory_limit_gib}")
     budget = memory_limit_gib * 1024 if memory_limit_gib is not None else default_budget_mib(device)
     best, probes = search(
-        lambda b: run_probe(step, b, backend, device, threads, budget, probe_timeout_s),
+        lambda b: _refuse_unavailable(run_probe(step, b, backend, device, threads, budget, probe_timeout_s)),
         start=start, limit=max_batch_size, granularity=granularity)
     at_best = next((p for p in reversed(probes) if p.batch == best and p.fits), None)
-    errors = [p for p in probes if p.status == "error"]
+    errors = [p for p in probes if p.status is ProbeStatus.ERROR]
     config = {**step_config(backend, step, device, threads), "memory_limit_mib": budget,
               "granularity": granularity, "max_batch_size_cap": max_batch_size}
     config.pop("batch_size")
@@ -175,6 +213,9 @@ def max_batch(step: Step, backend: str | None = None, device: str = "cpu", threa
         "memory_limit_mib": budget,
         "search_s": sum(p.seconds for p in probes),
     }
+    hint = nothing_fits_hint(probes, budget) if best == 0 else None
+    if hint:
+        metrics["note"] = hint
     status, error = Status.OK, None
     if best == 0 and errors:  # nothing fitted because probes crashed, not because memory ran out
         status, error = Status.ERROR, ErrorInfo("ProbeError", errors[-1].error or "", errors[-1].error)

@@ -15,7 +15,8 @@ from vitbench.procmem import die_with_parent
 
 def main() -> int:
     from vitbench.backends.base import Step, get_backend
-    from vitbench.measure.max_batch import PROBE_MARK
+    from vitbench.errors import BackendUnavailable, ConfigError
+    from vitbench.measure.max_batch import PROBE_MARK, ProbeStatus
 
     req = json.loads(sys.argv[1])
     # A killed search leaves no probe behind: die with the parent (armed here, not in a preexec_fn, which is
@@ -24,9 +25,14 @@ def main() -> int:
     if req.get("parent_pid") and os.getppid() != req["parent_pid"]:
         return 1
     step = Step(**req["step"])
-    be = get_backend(req["backend"])
-    be.setup(req.get("device", "cpu"), req.get("threads"))
-    result: dict = {"status": "ok", "batch": step.batch_size}
+    try:
+        be = get_backend(req["backend"])
+        be.setup(req.get("device", "cpu"), req.get("threads"))
+    except (BackendUnavailable, ConfigError) as e:  # not here at all: the search stops (bad input, exit 2)
+        print(PROBE_MARK + json.dumps({"status": ProbeStatus.UNAVAILABLE, "batch": step.batch_size,
+                                       "error": str(e)[:1000], "process_peak_mib": None}), flush=True)
+        return 0
+    result: dict = {"status": ProbeStatus.OK, "batch": step.batch_size}
     try:
         be.reset_peak_memory()
         work = be.prepare(step)
@@ -34,7 +40,7 @@ def main() -> int:
             work.sync(work.step())
         result["peak_mem_mib"] = be.peak_memory_mib()
     except Exception as e:  # noqa: BLE001 - report, never crash silently
-        result["status"] = "oom" if be.is_oom(e) else "error"
+        result["status"] = ProbeStatus.OOM if be.is_oom(e) else ProbeStatus.ERROR
         result["error"] = f"{type(e).__name__}: {str(e)[:500]}"
     result["process_peak_mib"] = be.process_peak_mib()
     print(PROBE_MARK + json.dumps(result), flush=True)
