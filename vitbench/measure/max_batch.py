@@ -22,9 +22,9 @@ from dataclasses import asdict, dataclass
 
 import psutil
 
+from vitbench import memory_budget
 from vitbench.backends.base import Step, default_backend
 from vitbench.env import environment
-from vitbench import memory_budget
 from vitbench.errors import ConfigError
 from vitbench.measure.throughput import resolve_step, step_config
 from vitbench.record import ErrorInfo, Record, Status, now
