@@ -27,7 +27,8 @@ def test_models_lists_all_and_filters(cli):
     (("bench", "ViT-Nano/4", "--backend", "tensorflow"), "torch"),
     (("models", "--family", "convnext"), "vit"),
     (("flops", "ViT-Nano/4", "--images", "10"), "--epochs"),
-    (("max-batch", "ViT-Nano/4", "--memory-limit-gib", "-1"), "--memory-limit-gib: Input should be greater than 0"),
+    (("max-batch", "ViT-Nano/4", "--memory-limit-gib", "-1"),
+     "--memory-limit-gib: Input should be greater than 0"),
 ])
 def test_bad_input_exits_2_with_the_allowed_values(cli, args, needle):
     r = cli(*args)

@@ -327,6 +327,6 @@ def test_slurm_options_reach_the_sbatch_script(tmp_path, monkeypatch):
     assert ex._time_limit_min(job) == 30
     from vitbench.executors.slurm import _gpus
 
-    flops_job = Job(key="k", config={"task": "flops"}, repeat=0, study="s", study_sha="x", run_id="r", timeout_s=60,
-                    task_module="vitbench.tasks.flops")
+    flops_job = Job(key="k", config={"task": "flops"}, repeat=0, study="s", study_sha="x", run_id="r",
+                    timeout_s=60, task_module="vitbench.tasks.flops")
     assert _gpus(None, job) == 1 and _gpus(None, flops_job) == 0 and _gpus(2, job) == 2

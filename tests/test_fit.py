@@ -181,8 +181,9 @@ def results_dir(tmp_path):
                     cfg = {"model": model, "task": kind, "resolution": 32 if fam == "bit" else 16,
                            "pretrain_steps": steps,
                            "dataset": "digits", **extra}
-                    store.append(record(kind, cfg, metrics={"accuracy": 1 - err * (1.3 if kind == "fewshot" else 1),
-                                                            "pretrain_exaflops": flops, "images_seen": steps * 64},
+                    store.append(record(kind, cfg,
+                                        metrics={"accuracy": 1 - err * (1.3 if kind == "fewshot" else 1),
+                                                 "pretrain_exaflops": flops, "images_seen": steps * 64},
                                         key=f"{model}-{kind}-{steps}"))
         store.append(record("bench", {"model": "ViT-Nano/4", "task": "infer", "resolution": 16, "batch_size": 8},
                             metrics={"img_per_s": 900.0}, key="b"))

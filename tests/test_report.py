@@ -21,8 +21,8 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 def _add(st: Store, kind: str, cfg: dict, metrics: dict, repeat: int = 0, status: str = "ok", **kw) -> None:
     st.append(record(kind, cfg, metrics=metrics, status=status, env={"torch": "2.x", "cpu_model": "test cpu"},
-                     key=trial_key(cfg, repeat), study="synthetic", run_id=f"run{repeat}", repeat=repeat, trial=cfg,
-                     **kw))
+                     key=trial_key(cfg, repeat), study="synthetic", run_id=f"run{repeat}", repeat=repeat,
+                     trial=cfg, **kw))
 
 
 def make_results(path, backends=("torch",), accuracy=False) -> None:

@@ -78,8 +78,9 @@ def test_latest_row_per_key_wins_and_calibration_rows_are_separate(tmp_path):
         st.append(rec(0, status="interrupted", key="a"))
         st.append(rec(1, key="b"))
         st.append(rec(2, key="a"))
-        st.append(record("calibration", {"backend": "torch", "device": "cpu"}, metrics={"matmul_tflops_per_s": 0.05},
-                         raw={"matmul_tflops_per_s": [0.05, 0.049]}, key=None, run_id="run", study="t"))
+        st.append(record("calibration", {"backend": "torch", "device": "cpu"},
+                         metrics={"matmul_tflops_per_s": 0.05}, raw={"matmul_tflops_per_s": [0.05, 0.049]},
+                         key=None, run_id="run", study="t"))
     df = load(tmp_path)
     assert sorted(df["key"]) == ["a", "b"]
     assert df.set_index("key").loc["a", "status"] == "ok" and df.set_index("key").loc["a", "img_per_s"] == 102.0

@@ -203,7 +203,8 @@ def test_scaling_study_has_the_figure5_model_set():
 
 
 def test_embedded_smoke_is_the_repo_copy_and_resolves_by_name(tmp_path, monkeypatch, cli):
-    assert (REPO / "vitbench" / "studies" / "smoke.yaml").read_text() == (REPO / "studies" / "smoke.yaml").read_text()
+    assert ((REPO / "vitbench" / "studies" / "smoke.yaml").read_text()
+            == (REPO / "studies" / "smoke.yaml").read_text())
     monkeypatch.chdir(tmp_path)  # no studies/ here: the package's copy is used
     r = cli("sweep", "smoke", "--dry-run", "--json")
     assert r.exit_code == 0, r.output

@@ -151,7 +151,8 @@ def test_finetune_seeds_give_mean_spread_and_per_seed_values(cache, upstream):
 
 
 class _ScriptedEngine:
-    """Stands in for a transfer backend (and the protocol's model operations on it): a 'model' is (lr, seed, data size); accuracies come from a table.
+    """Stands in for a transfer backend (and the protocol's model operations on it): a 'model' is (lr, seed,
+    data size); accuracies come from a table.
 
     Lets the protocol's bookkeeping be checked exactly: which runs it makes, how it picks the LR, what it reports.
     """

@@ -68,8 +68,9 @@ def test_torch_checkpoint_fewshot_and_finetune_in_jax(tmp_path):
           for b in ("torch", "jax")}
     assert fs["jax"].config["backend"] == "jax"
     assert fs["jax"].metrics["accuracy"] == pytest.approx(fs["torch"].metrics["accuracy"], abs=0.01)
+    # resolution 24: an interpolated pos-embed
     ft = {b: finetune(FinetuneConfig(checkpoint=str(ckpt.path), backend=b, steps=60, warmup_steps=5,
-                                     batch_size=32, lr_grid=[0.1], resolution=24, seeds=1))  # interpolated pos-embed
+                                     batch_size=32, lr_grid=[0.1], resolution=24, seeds=1))
           for b in ("torch", "jax")}
     m = ft["jax"].metrics
     assert ft["jax"].config["backend"] == "jax" and ft["jax"].config["upstream_backend"] == "torch"

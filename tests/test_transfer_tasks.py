@@ -145,7 +145,8 @@ def test_shipped_scaling_study_lists_transfer_beside_speed_trials_and_names_miss
 
 def test_transfer_from_a_checkpoint_of_another_origin_with_its_declared_budget(tmp_path, monkeypatch):
     """A timm state dict on disk (no vitbench metadata) starts a few-shot trial; its declared budget (images x
-    epochs) becomes the row's pre-training compute; its flavour is recorded; absent, the fields leave keys alone."""
+    epochs) becomes the row's pre-training compute; its flavour is recorded; absent, the fields leave keys
+    alone."""
     import timm
     from safetensors.torch import save_file
 

@@ -2,7 +2,8 @@
 work starts and created with errors that name the path, never a traceback (FileExistsError, OSError 30).
 
 `check_dir` / `check_file` create nothing (a dry run, or a check before minutes of training); `make_dir` creates
-the directory; `write_atomic` writes a file whole or not at all, with a new file's usual mode. `what` is how the message names the location: the option (`--results`) or its role.
+the directory; `write_atomic` writes a file whole or not at all, with a new file's usual mode. `what` is how the
+message names the location: the option (`--results`) or its role.
 """
 
 from __future__ import annotations

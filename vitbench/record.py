@@ -91,7 +91,8 @@ JOB_FIELDS = ("key", "study", "study_sha", "run_id", "repeat")
 
 @dataclass
 class Record:
-    """A measurement (kind, status, config, metrics, raw, env, error, timestamps) and, for a trial, its identity."""
+    """A measurement (kind, status, config, metrics, raw, env, error, timestamps) and, for a trial, its
+    identity."""
 
     kind: str
     status: Status
@@ -131,8 +132,9 @@ class Record:
 
     def for_job(self, job) -> Record:
         """This record as the row of a sweep's job (vitbench.executors.Job): its identity and trial config."""
-        return dataclasses.replace(self, key=job.row_key, study=job.study, study_sha=job.study_sha, run_id=job.run_id,
-                                   repeat=job.repeat, trial=dict(job.config), runner=dict(self.runner))
+        return dataclasses.replace(self, key=job.row_key, study=job.study, study_sha=job.study_sha,
+                                   run_id=job.run_id, repeat=job.repeat, trial=dict(job.config),
+                                   runner=dict(self.runner))
 
     # ---- (de)serialisation ----------------------------------------------------------------------------------
     def to_dict(self) -> dict:

@@ -186,7 +186,8 @@ def check_results_dir(study: Study, results_dir: str | os.PathLike, what: str = 
     return path
 
 
-def run_study(study: Study, results_dir: str | os.PathLike | None = None, *, executor: Executor | str | None = None,
+def run_study(study: Study, results_dir: str | os.PathLike | None = None, *,
+              executor: Executor | str | None = None,
               force: bool = False, retry_failed: bool = False, calibration: bool | None = None,
               timeout_s: float | None = None, hooks: SweepHooks | None = None,
               executor_options: dict | None = None) -> SweepSummary:

@@ -295,7 +295,8 @@ def _flatten(rec: Record) -> dict[str, Any]:
     return row
 
 
-def select(records: Iterable[Record], kinds: Iterable[str] | str | None = None, latest: bool = True) -> list[Record]:
+def select(records: Iterable[Record], kinds: Iterable[str] | str | None = None,
+           latest: bool = True) -> list[Record]:
     """Filter records by kind (None: every kind but the calibration's; 'all': everything) and keep, per trial key
     and results directory, only the latest record by finish time (a re-run after --force or an interruption
     supersedes the older row; rows from several shards interleave in time; other directories are other runs)."""

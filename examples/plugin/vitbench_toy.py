@@ -115,7 +115,8 @@ class NumpyBackend(Backend):
     def setup(self, device: str = "cpu", threads: int | None = None) -> dict:
         if device != "cpu":
             raise ConfigError(f"unknown device {device!r}; allowed: {self.spec.devices}")
-        return {"backend": self.name, "device": device, "device_name": "cpu", "threads": threads, **self.versions()}
+        return {"backend": self.name, "device": device, "device_name": "cpu", "threads": threads,
+                **self.versions()}
 
     def prepare(self, step: Step) -> Workload:
         from vitbench.models.specs import get_spec

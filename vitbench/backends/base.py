@@ -139,7 +139,8 @@ class BackendSpec:
         template = dict(self.device_names).get(kind)
         return template.format(index=index) if template is not None else None
 
-    def problems(self, fields: Mapping[str, Any], needs: frozenset[Capability] = frozenset()) -> list[tuple[str, str]]:
+    def problems(self, fields: Mapping[str, Any],
+                 needs: frozenset[Capability] = frozenset()) -> list[tuple[str, str]]:
         """Why this backend cannot run a trial with these fields (empty: it can)."""
         out = [("task", f"backend {self.name!r} cannot {c.value} (it provides: "
                         f"{', '.join(sorted(c.value for c in self.capabilities))})")
@@ -187,7 +188,8 @@ class Step:
     def __post_init__(self) -> None:
         from vitbench.errors import ConfigError
 
-        for name, value, allowed in (("mode", self.mode, ("infer", "train")), ("precision", self.precision, PRECISIONS),
+        for name, value, allowed in (("mode", self.mode, ("infer", "train")),
+                                     ("precision", self.precision, PRECISIONS),
                                      ("optimizer", self.optimizer, OPTIMIZERS)):
             if value not in allowed:
                 raise ConfigError(f"unknown {name} {value!r}; allowed: {', '.join(allowed)}")
@@ -452,9 +454,9 @@ def window_done(windows: int, steps: int, elapsed_s: float, min_steps: int, min_
     return steps >= min_steps and elapsed_s >= min_seconds and windows >= min_windows
 
 
-# ------------------------------------------------------------------------------------------------------------------
+# -----------------------------------------------------------------------------------------------------------------
 # Registration and lookup
-# ------------------------------------------------------------------------------------------------------------------
+# -----------------------------------------------------------------------------------------------------------------
 def register_backend(spec: BackendSpec) -> BackendSpec:
     """Called by a backend package's __init__: the registry learns the backend without importing it."""
     from vitbench.registry import Kind, register

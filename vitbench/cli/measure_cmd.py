@@ -33,7 +33,8 @@ def _kv_table(title: str, rows: list[tuple[str, object]]) -> Table:
 @app.command("bench")
 def bench_cmd(
     model: str = typer.Argument(..., help="Variant name, e.g. ViT-B/16, R50x1, R50+ViT-B/16, ViT-Nano/4."),
-    task: str = typer.Option("infer", help="infer (forward) | train (forward + loss + backward + optimizer step)."),
+    task: str = typer.Option("infer", help="infer (forward) | train (forward + loss + backward + optimizer "
+                                            "step)."),
     batch_size: int = typer.Option(8, "--batch-size", "-b", min=1),
     resolution: int = typer.Option(None, "--resolution", "-r", help="Input size in pixels (default: native)."),
     precision: str = typer.Option("fp32", help="fp32 (full fp32 on every backend) | tf32 (GPU) | bf16 | fp16 "
@@ -204,7 +205,8 @@ def flops_cmd(
     resolution: int = typer.Option(None, "--resolution", "-r"),
     num_classes: int = typer.Option(None, "--num-classes"),
     backend: str = typer.Option(None, help=f"{backend_choices()} (default: the first): whose FLOP counters run."),
-    count: bool = typer.Option(True, "--count/--no-count", help="Also run the framework counters (builds the model)."),
+    count: bool = typer.Option(True, "--count/--no-count",
+                               help="Also run the framework counters (builds the model)."),
     images: int = typer.Option(None, help="Pre-training images per epoch (with --epochs): prints exaFLOPs."),
     epochs: float = typer.Option(None, help="Pre-training epochs (with --images)."),
     as_json: bool = typer.Option(False, "--json"),
@@ -228,7 +230,8 @@ def flops_cmd(
         print_json(rec.to_dict())
         return
     m, c = rec.metrics, rec.config
-    t = Table(title=f"{c['model']} @ {c['resolution']}px, {c['num_classes']} classes, params {m['params_m']:.3f} M")
+    t = Table(title=f"{c['model']} @ {c['resolution']}px, {c['num_classes']} classes, "
+                    f"params {m['params_m']:.3f} M")
     for col in ("method", "GMACs", "GFLOPs", "vs analytic", "excludes"):
         t.add_column(col, justify="left" if col in ("method", "excludes") else "right")
     ex = rec.raw["excludes"]

@@ -41,7 +41,8 @@ _SHORT = {"resolution": "px", "batch_size": "batch", "repeats": "n", "precision"
           "img_per_s_min": "min", "img_per_s_max": "max", "error_message": "error"}
 
 
-def _df_table(df, title: str, columns: list[str] | None = None, max_rows: int = 40, collapse: bool = True) -> Table:
+def _df_table(df, title: str, columns: list[str] | None = None, max_rows: int = 40,
+              collapse: bool = True) -> Table:
     """A DataFrame as a compact rich table: columns equal in every row move to the caption."""
     cols = [c for c in (columns or list(df.columns)) if c in df.columns]
     same = [c for c in cols if collapse and c != "model" and len(df) > 1 and df[c].astype(str).nunique() == 1]
@@ -198,8 +199,8 @@ def sweep_cmd(
     executor_option: list[str] = typer.Option(
         None, "--executor-option", "-o", metavar="KEY=VALUE",
         help="An executor option, repeatable; overrides the study's executor.options. local: memory_limit_gib "
-             "(a trial's host-memory budget), grace_s, ...; slurm: partition, gpus, time_limit_min, account, mem_gb, "
-             "max_parallel, cluster=local, ...; ray: address, num_gpus, num_cpus, max_parallel, ..."),
+             "(a trial's host-memory budget), grace_s, ...; slurm: partition, gpus, time_limit_min, account, "
+             "mem_gb, max_parallel, cluster=local, ...; ray: address, num_gpus, num_cpus, max_parallel, ..."),
     timeout: float = typer.Option(None, "--timeout", min=0.1, help="Per-trial timeout in seconds (overrides)."),
     calibration: bool = typer.Option(None, "--calibration/--no-calibration",
                                      help="Measure the device's matmul throughput first (default: the study's)."),
@@ -299,7 +300,8 @@ def sweep_cmd(
 def report_cmd(
     results: Path = typer.Argument(..., help="A results directory (results/<study>/) or a results .jsonl file."),
     out: Path = typer.Option(None, "--out", help="Where to write the report (default: <results>/report/)."),
-    formats: str = typer.Option("md,html,csv,parquet", "--format", help="Comma-separated: md, html, csv, parquet."),
+    formats: str = typer.Option("md,html,csv,parquet", "--format",
+                                help="Comma-separated: md, html, csv, parquet."),
     plots: bool = typer.Option(True, "--plots/--no-plots", help="Write the PNG and SVG figures."),
 ) -> None:
     """Summarise a results store: tables in the terminal; Markdown, HTML, CSV, Parquet files; PNG + SVG plots.

@@ -35,7 +35,8 @@ def _show(rec, title: str, keys: list[str], as_json: bool) -> None:
 def _upstream_opts(model, backend, data, data_path, classes, data_seed, resolution, steps, batch_size, lr,
                    weight_decay, warmup_steps, decay, label_smoothing, seed) -> dict:
     return {"model": model, **({"backend": backend} if backend else {}),
-            "data": _data(data, data_path, classes, data_seed), "resolution": resolution, "steps": steps, "batch_size": batch_size, "lr": lr,
+            "data": _data(data, data_path, classes, data_seed), "resolution": resolution, "steps": steps,
+            "batch_size": batch_size, "lr": lr,
             "weight_decay": weight_decay, "warmup_steps": warmup_steps, "decay": decay,
             "label_smoothing": label_smoothing, "seed": seed}
 
@@ -131,7 +132,8 @@ def _resolve_upstream_arg(checkpoint, model, backend, pretrain_steps, pretrain_w
     if not model:
         raise ConfigError("give --checkpoint PATH (from `vitbench pretrain`) or --model NAME (pre-trained on "
                           "digits 0-4 with the default recipe, cached)")
-    recipe = {k: v for k, v in (("steps", pretrain_steps), ("warmup_steps", pretrain_warmup_steps)) if v is not None}
+    recipe = {k: v for k, v in (("steps", pretrain_steps), ("warmup_steps", pretrain_warmup_steps))
+              if v is not None}
     return {"upstream": {"model": model, **recipe, "seed": seed, **({"backend": backend} if backend else {})}}
 
 
@@ -139,7 +141,8 @@ def _resolve_upstream_arg(checkpoint, model, backend, pretrain_steps, pretrain_w
 def fewshot_cmd(
     checkpoint: str = typer.Option(None, "--checkpoint", "-c", help="Upstream .safetensors file."),
     model: str = typer.Option(None, "--model", "-m", help="Or: a variant, pre-trained here (default recipe)."),
-    pretrain_steps: int = typer.Option(None, min=1, help="With --model: upstream steps (default: as `vitbench pretrain`)."),
+    pretrain_steps: int = typer.Option(None, min=1, help="With --model: upstream steps "
+                                       "(default: as `vitbench pretrain`)."),
     pretrain_warmup_steps: int = typer.Option(None, min=0, help="With --model: upstream warm-up steps "
                                               "(default: as `vitbench pretrain`)."),
     backend: str = typer.Option(None, help=f"{backend_choices()} (default: the upstream's)."),
@@ -180,7 +183,8 @@ def fewshot_cmd(
 def finetune_cmd(
     checkpoint: str = typer.Option(None, "--checkpoint", "-c", help="Upstream .safetensors file."),
     model: str = typer.Option(None, "--model", "-m", help="Or: a variant, pre-trained here (default recipe)."),
-    pretrain_steps: int = typer.Option(None, min=1, help="With --model: upstream steps (default: as `vitbench pretrain`)."),
+    pretrain_steps: int = typer.Option(None, min=1, help="With --model: upstream steps "
+                                       "(default: as `vitbench pretrain`)."),
     pretrain_warmup_steps: int = typer.Option(None, min=0, help="With --model: upstream warm-up steps "
                                               "(default: as `vitbench pretrain`)."),
     backend: str = typer.Option(None, help=f"{backend_choices()} (default: the upstream's)."),

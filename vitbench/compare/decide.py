@@ -93,8 +93,8 @@ class Calibrations:
         if not cands:
             raise ConfigError(
                 f"--normalize: the {self.side} results have no calibration record (metric {self.metric.name}) for "
-                f"backend {cfg.get('backend')!r} on device {cfg.get('device')!r}; `vitbench sweep` measures one at "
-                "the start of every run. Re-run the sweep, or compare without --normalize.")
+                f"backend {cfg.get('backend')!r} on device {cfg.get('device')!r}; `vitbench sweep` measures one "
+                "at the start of every run. Re-run the sweep, or compare without --normalize.")
         same_run = [c for c in cands if c.run_id is not None and c.run_id == rec.run_id]
         if not same_run:
             self.fallbacks += 1

@@ -118,7 +118,8 @@ class Executor(ABC):
             return cls.Options.model_validate(options)
         except ValidationError as e:
             problems = "; ".join(f"{'.'.join(str(p) for p in x['loc'])}: {x['msg']}"
-                                 + (f" (got {x['input']!r})" if x["type"] != "missing" else "") for x in e.errors())
+                                 + (f" (got {x['input']!r})" if x["type"] != "missing" else "")
+                                 for x in e.errors())
             raise ConfigError(f"executor {cls.name!r} options: {problems}; allowed options: "
                               f"{', '.join(cls.Options.model_fields) or '(none)'}") from None
 

@@ -14,9 +14,9 @@ Failure handling. A per-trial timeout (SIGTERM, then SIGKILL after a grace perio
 the trial starts): a trial whose resident memory passes it is stopped at once and its row says 'oom', before the
 kernel's OOM killer would pick a process; a child that dies without a result (segfault, the OOM killer) becomes an
 'error' row with the tail of its output; Ctrl-C kills the running child and reports it 'interrupted'. The budget
-watches the trial process itself: processes a task starts (max-batch probes) are watched by that task. Children ignore SIGINT (the parent owns it) and ask the kernel to
-kill them if their parent dies (PR_SET_PDEATHSIG), so a `kill -9` of the sweep leaves no orphan still measuring
-while a resumed sweep runs.
+watches the trial process itself: processes a task starts (max-batch probes) are watched by that task. Children
+ignore SIGINT (the parent owns it) and ask the kernel to kill them if their parent dies (PR_SET_PDEATHSIG), so a
+`kill -9` of the sweep leaves no orphan still measuring while a resumed sweep runs.
 """
 
 from __future__ import annotations

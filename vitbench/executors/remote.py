@@ -128,8 +128,9 @@ def run_on_worker(job: Job, results_dir: str | None = None, start_method: str = 
 
     `since` (ISO time, from `since_now()` when the driver drew the job): a row another sweep stored after it
     makes this job a duplicate. `runner_info`: extra fields for the record's `runner` block (executor name; the
-    job's cluster id comes from `identify`, a function of the executor's module run here). `grace_s`: after the trial's timeout, SIGTERM, then SIGKILL this much later. `lock_wait_s`:
-    how long to wait for another job holding this trial before leaving it to that job."""
+    job's cluster id comes from `identify`, a function of the executor's module run here). `grace_s`: after the
+    trial's timeout, SIGTERM, then SIGKILL this much later. `lock_wait_s`: how long to wait for another job
+    holding this trial before leaving it to that job."""
     from vitbench.executors.local import LocalExecutor
 
     info = {"host": socket.gethostname(), "worker_pid": os.getpid(), **(runner_info or {})}

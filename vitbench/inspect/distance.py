@@ -23,8 +23,8 @@ def check_attention(attn: np.ndarray, layout: TokenLayout) -> None:
     t = layout.num_tokens
     if attn.ndim != 5 or attn.shape[-2:] != (t, t):
         raise ConfigError(f"attention maps of shape {tuple(attn.shape)}; expected (layers, images, heads, {t}, "
-                          f"{t}) for {layout.num_prefix_tokens} extra token(s) + a {layout.grid_h}x{layout.grid_w} "
-                          "grid (is num_prefix_tokens right?)")
+                          f"{t}) for {layout.num_prefix_tokens} extra token(s) + a "
+                          f"{layout.grid_h}x{layout.grid_w} grid (is num_prefix_tokens right?)")
 
 
 def attention_distance_per_image(attn: np.ndarray, layout: TokenLayout) -> np.ndarray:

@@ -1,7 +1,8 @@
 """Child process of a max-batch probe: run `steps` steps at one batch size, print one JSON result line.
 
-Input (argv[1], JSON): {"step": Step fields, "backend": name, "device": ..., "threads": ..., "steps": n}. Output: a line starting with
-PROBE_MARK carrying status ok|oom|error, the measurement's peak memory and the whole process's peak.
+Input (argv[1], JSON): {"step": Step fields, "backend": name, "device": ..., "threads": ..., "steps": n}. Output:
+a line starting with PROBE_MARK carrying status ok|oom|error, the measurement's peak memory and the whole
+process's peak.
 """
 
 from __future__ import annotations

@@ -38,7 +38,8 @@ def write_markdown(path: Path, title: str, meta: list[str], tables: dict[str, tu
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem;max-width:1400px;color:#222}
 h1{font-size:1.5rem} h2{font-size:1.15rem;margin-top:2rem;border-bottom:1px solid #ddd}
-table{border-collapse:collapse;font-size:.82rem;margin:.5rem 0} th,td{padding:.25rem .5rem;border-bottom:1px solid #eee}
+table{border-collapse:collapse;font-size:.82rem;margin:.5rem 0}
+th,td{padding:.25rem .5rem;border-bottom:1px solid #eee}
 th{background:#f6f6f6;text-align:left} td.num{text-align:right;font-variant-numeric:tabular-nums}
 img{max-width:100%;height:auto;border:1px solid #eee} .meta{color:#555;font-size:.85rem}
 .none{color:#888;font-style:italic}

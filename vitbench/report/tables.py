@@ -63,8 +63,8 @@ def _collapse(df: pd.DataFrame, keys: list[str], metrics: list[str], spread: str
     return out.reset_index(drop=True)
 
 
-THROUGHPUT_KEYS = ["model", "family", "backend", "task", "device", "precision", "compile", "compile_mode", "timing",
-                   "resolution", "batch_size"]
+THROUGHPUT_KEYS = ["model", "family", "backend", "task", "device", "precision", "compile", "compile_mode",
+                   "timing", "resolution", "batch_size"]
 THROUGHPUT_METRICS = ["img_per_s", "step_ms_median", "step_ms_p90", "step_ms_iqr", "step_cv", "first_step_s",
                       "compile_s", "peak_mem_mib", "model_tflops_per_s", "mfu", "batch_size_achieved"]
 

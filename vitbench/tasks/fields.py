@@ -56,8 +56,8 @@ SHARED: dict[str, tuple[Any, Any, str]] = {
     "precision": (_literal(PRECISIONS), "fp32", "compute precision: fp32 = full IEEE fp32 matmuls on every "
                   "backend, tf32 = TF32 tensor cores (GPU), bf16/fp16 = autocast or mixed"),
     "compile": (_StrictBool, False, "compile the eager model (torch.compile)"),
-    "compile_mode": (_StrictStr | None, None, "mode of the optional compiler (null: its default; the backend lists "
-                     "its modes), e.g. max-autotune, reduce-overhead"),
+    "compile_mode": (_StrictStr | None, None, "mode of the optional compiler (null: its default; the backend "
+                     "lists its modes), e.g. max-autotune, reduce-overhead"),
     "seed": (Annotated[int, Strict(), Field(ge=0)], 0, "model init and data seed"),
     "threads": (_PosInt | None, None, "intra-op CPU threads (null: the framework's default; recorded)"),
     "num_classes": (_PosInt | None, None, "classifier outputs (null: the variant's default)"),

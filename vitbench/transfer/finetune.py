@@ -43,7 +43,8 @@ class FinetuneConfig(BaseModel):
     upstream: PretrainConfig | None = None
     checkpoint: str | None = None  # an explicit checkpoint file instead of `upstream` (any origin)
     checkpoint_images: int | None = Field(None, gt=0)  # its declared pre-training budget: images ...
-    checkpoint_epochs: float | None = Field(None, gt=0)  # ... x epochs (exaFLOPs of a checkpoint of another origin)
+    # ... x epochs (exaFLOPs of a checkpoint of another origin)
+    checkpoint_epochs: float | None = Field(None, gt=0)
     backend: BackendName | None = None  # fine-tune on this backend (None: the upstream's)
     data: DataConfig = DOWNSTREAM_DATA
     resolution: int | None = Field(None, ge=1)  # None: the upstream's; larger: pos-embed interpolation

@@ -41,7 +41,8 @@ def from_weights(backend, spec: ModelSpec, weights: dict[str, np.ndarray], resol
     body = {k: v for k, v in weights.items() if not is_head(k)}  # both heads of a distilled model
     if "pos_embed" in body and "pos_embed" in fresh and body["pos_embed"].shape != fresh["pos_embed"].shape:
         new_grid = math.isqrt(fresh["pos_embed"].shape[1] - spec.num_prefix_tokens)
-        body["pos_embed"] = resample_pos_embed(body["pos_embed"], new_grid, num_prefix_tokens=spec.num_prefix_tokens)
+        body["pos_embed"] = resample_pos_embed(body["pos_embed"], new_grid,
+                                               num_prefix_tokens=spec.num_prefix_tokens)
     missing = sorted(set(fresh) - set(body) - {k for k in fresh if is_head(k)})
     unexpected = sorted(set(body) - set(fresh))
     if missing or unexpected:

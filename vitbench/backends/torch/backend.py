@@ -210,7 +210,8 @@ class TorchBackend(Backend):
         if dev is None or dev.type not in ("cpu", "cuda"):
             raise ConfigError(f"unknown device {device!r}; allowed: {self.spec.devices}")
         if dev.type == "cuda" and not torch.cuda.is_available():
-            raise BackendUnavailable(f"device {device!r} requested but CUDA is not available here; use --device cpu")
+            raise BackendUnavailable(f"device {device!r} requested but CUDA is not available here; "
+                                     "use --device cpu")
         self.device = dev
         if threads is not None:
             if threads < 1:
