@@ -2,15 +2,19 @@
 work starts and created with errors that name the path, never a traceback (FileExistsError, OSError 30).
 
 `check_dir` / `check_file` create nothing (a dry run, or a check before minutes of training); `make_dir` creates
-the directory; `write_atomic` writes a file whole or not at all, with a new file's usual mode. `what` is how the
-message names the location: the option (`--results`) or its role.
+the directory; `write_atomic` writes a file whole or not at all, with a new file's usual mode; `locked` holds an
+exclusive lock beside a file while a process reads, computes and writes it. `what` is how the message names the
+location: the option (`--results`) or its role.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import fcntl
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from vitbench.errors import ConfigError, shorten
@@ -107,3 +111,17 @@ def write_atomic(path: str | os.PathLike, data: bytes | str) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """An exclusive lock on `<path>.lock` (beside `path`, created with its directory) while the block runs:
+    concurrent processes that read-modify-write `path` (the peak cache) or create it once (a checkpoint that
+    several trials need) take turns. Released when the block ends or the process dies."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

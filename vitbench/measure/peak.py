@@ -22,9 +22,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import enum
-import fcntl
 import json
 import os
 import subprocess
@@ -38,7 +36,7 @@ from vitbench.env import machine_id
 from vitbench.errors import ConfigError
 from vitbench.measure.datasheet import datasheet_tflops
 from vitbench.measure.load import LoadMeter
-from vitbench.paths import write_atomic
+from vitbench.paths import locked, write_atomic
 
 PEAK_MARK = "VITBENCH_PEAK "
 
@@ -146,18 +144,6 @@ def _load(path: Path) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-@contextlib.contextmanager
-def _locked(path: Path):
-    """An exclusive lock beside the cache: concurrent trials read-modify-write it one at a time."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_suffix(".lock"), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
 def read_entry(key: str) -> dict | None:
     entry = _load(cache_path()).get(key)
     return entry if isinstance(entry, dict) and entry.get("peak_tflops") else None
@@ -168,7 +154,7 @@ def offer(key: str, reading: Reading, policy: PeakPolicy | None = None) -> dict:
     policy = policy or current_policy()
     path = cache_path()
     try:
-        with _locked(path):
+        with locked(path):
             cache = _load(path)
             entry = _merge(cache.get(key), reading, policy)
             cache[key] = entry

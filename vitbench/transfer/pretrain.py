@@ -18,8 +18,6 @@ A config without a teacher hashes as before (no `teacher` key), so existing chec
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -35,6 +33,7 @@ from vitbench.backends.base import BackendName, default_backend
 from vitbench.errors import ConfigError
 from vitbench.models.analytic import analytic_counts, train_flops_per_image
 from vitbench.models.specs import get_spec
+from vitbench.paths import locked
 from vitbench.record import Record, now
 from vitbench.transfer.checkpoint import Checkpoint, checkpoint_path, load_checkpoint, save_checkpoint
 from vitbench.transfer.data import DataConfig, load_splits
@@ -308,17 +307,6 @@ def cache_path(cfg: PretrainConfig, directory: str | Path | None = None) -> Path
     return cache_dir(directory) / f"{safe}-{cfg.backend}-{cfg.key()}.safetensors"
 
 
-@contextlib.contextmanager
-def _locked(path: Path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_suffix(".lock"), "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 def ensure_upstream(cfg: PretrainConfig, *, directory: str | Path | None = None, device: str = "cpu",
                     threads: int | None = None) -> tuple[Checkpoint, Record | None]:
     """The cached upstream checkpoint for `cfg`, pre-training it first if absent.
@@ -326,7 +314,7 @@ def ensure_upstream(cfg: PretrainConfig, *, directory: str | Path | None = None,
     Returns (checkpoint, the pretrain record if it was trained now else None).
     """
     path = cache_path(cfg, directory)
-    with _locked(path):
+    with locked(path):
         if path.is_file():
             return load_checkpoint(path), None
         record, ckpt = pretrain(cfg, device=device, threads=threads, out=path, directory=directory)
