@@ -10,6 +10,7 @@ from vitbench.backends.base import PRECISIONS
 from vitbench.cli import app
 from vitbench.cli.common import backend_choices, console, print_json, task_params
 from vitbench.errors import ConfigError
+from vitbench.measure.timing import TARGET_WINDOWS
 from vitbench.numfmt import fmt
 
 _MODES = ("infer", "train")
@@ -49,7 +50,8 @@ def bench_cmd(
     timing: str = typer.Option("throughput", help="throughput: windows of steps queued between two device events "
                                                   "(img/s) | latency: every step synchronised (p50/p90/p99)."),
     window_steps: int = typer.Option(None, "--window-steps", min=1,
-                                     help="throughput: steps per window (default: 5 windows cover the minimums)."),
+                                     help="throughput: steps per window (default: enough for "
+                                          f"{TARGET_WINDOWS} windows to cover the minimums)."),
     optimizer: str = typer.Option("adam", help="train: adam (paper pre-training) | sgd (momentum 0.9)."),
     channels_last: bool = typer.Option(None, "--channels-last/--no-channels-last",
                                        help="Default: on for BiT and hybrid, off for ViT."),

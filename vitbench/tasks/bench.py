@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from vitbench.backends.base import Capability, Step
+from vitbench.measure.timing import MIN_WINDOWS, TARGET_WINDOWS
 from vitbench.record import Record
 from vitbench.tasks import Figure, Metric, ReportPart, Task, lazy, register_report, register_task
 from vitbench.tasks.fields import params_model
@@ -24,8 +25,9 @@ class Timing(BaseModel):
     timing: Literal["throughput", "latency"] = Field(
         "throughput", description="throughput: windows of steps queued between two device events (img/s); "
                                   "latency: every step synchronised (per-step p50/p90/p99)")
-    window_steps: int | None = Field(None, gt=0, description="throughput: steps per window (null: enough for 5 "
-                                                             "windows to cover min_steps and min_seconds)")
+    window_steps: int | None = Field(None, gt=0, description=f"throughput: steps per window (null: enough for "
+                                     f"{TARGET_WINDOWS} windows to cover min_steps and min_seconds, at least "
+                                     f"{MIN_WINDOWS} windows)")
     warmup_steps: int = Field(3, ge=0, description="steps after the first, run but not counted")
     min_steps: int = Field(10, gt=0, description="timed steps at least")
     min_seconds: float = Field(1.0, ge=0, description="timed seconds at least")
