@@ -256,3 +256,11 @@ def test_cli_fit_results_dir_and_figures(cli, results_dir, tmp_path):
     assert speed is not None and len(speed.axes) == 2
     assert fit_figures.throughput_vs_accuracy(df[df["kind"] != "bench"], speed_task="infer") is None
     assert fit_figures.fitted_curves(df[df["kind"] == "bench"]) is None  # nothing to fit: no figure
+
+
+def test_cli_fit_results_dir_writes_the_figures_with_the_speed_rows(cli, results_dir, tmp_path):
+    out = tmp_path / "fit"
+    r = cli("fit", results_dir, "--bootstrap", "10", "--out", out)
+    assert r.exit_code == 0, r.output
+    written = {p.name for p in out.iterdir()}
+    assert {"fit.json", "fit_curves.png", "compute_frontier.png", "throughput_vs_accuracy.png"} <= written

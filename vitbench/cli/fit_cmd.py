@@ -103,6 +103,7 @@ def _write(src, report, doc: dict, out: Path) -> list[Path]:
     import json
 
     from vitbench.fit import SourceKind
+    from vitbench.report import figure as report_figure
     from vitbench.report import fit_figures
 
     out.mkdir(parents=True, exist_ok=True)
@@ -111,7 +112,7 @@ def _write(src, report, doc: dict, out: Path) -> list[Path]:
     figures = {"fit_curves": fit_figures.fitted_curves(src.frame, fits=report),
                "compute_frontier": fit_figures.compute_frontier(src.frame, fits=report)}
     if src.kind == SourceKind.RESULTS:
-        figures["throughput_vs_accuracy"] = fit_figures.throughput_vs_accuracy(src.frame)
+        figures["throughput_vs_accuracy"] = report_figure("throughput_vs_accuracy", src.frame)  # speed rows too
     for name, fig in figures.items():
         if fig is None:
             continue

@@ -119,6 +119,19 @@ def build_report(results: str | Path, out: str | Path | None = None, formats: It
     return rep
 
 
+def figure(name: str, df: pd.DataFrame):
+    """One registered report figure drawn from the rows of `df` as the report draws it (the ok rows of its
+    kinds), or None when it has nothing to draw; `name` must be a registered figure's."""
+    from vitbench.report import tables as tablemod
+    from vitbench.tasks import report_parts
+
+    for part in report_parts():
+        for fig in part.figures:
+            if fig.name == name:
+                return fig.make(tablemod.ok_rows(df, fig.kinds or part.kinds))
+    raise KeyError(f"no registered report figure {name!r}")
+
+
 def _write(df: pd.DataFrame, cal: pd.DataFrame, out: Path, formats: tuple[str, ...], plots: bool,
            warnings_: list[str]) -> Report:
     """Build the report's tables and figures from `df` and write its files into `out` (a staging folder)."""
