@@ -264,3 +264,12 @@ def test_cli_fit_results_dir_writes_the_figures_with_the_speed_rows(cli, results
     assert r.exit_code == 0, r.output
     written = {p.name for p in out.iterdir()}
     assert {"fit.json", "fit_curves.png", "compute_frontier.png", "throughput_vs_accuracy.png"} <= written
+
+
+def test_an_exponent_at_its_bound_is_said_not_reported_as_a_slope():
+    c = np.geomspace(1, 1000, 8)
+    flat = 0.3 + np.array([0.02, 0.01, -0.01, 0.005, -0.005, 0.01, -0.01, 0])  # no trend, only noise
+    f = fit_curve(c, flat, FormName.SATURATING, bootstrap=20)
+    assert f.exponent_at_bound and "b at its bound" in f.message and f.to_dict()["exponent_at_bound"]
+    falling = fit_curve(c, law(c, **TRUE), FormName.SATURATING, bootstrap=20)
+    assert not falling.exponent_at_bound and falling.message is None

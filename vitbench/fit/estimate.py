@@ -122,6 +122,11 @@ class CurveFit:
     def ok(self) -> bool:
         return self.status == FitStatus.OK
 
+    @property
+    def exponent_at_bound(self) -> bool:
+        """b ended at B_MAX: the points fix no exponent (flat within the noise, or one step down)."""
+        return "b" in self.params and self.params["b"].value >= B_MAX * (1 - 1e-6)
+
     def values(self) -> dict[str, float]:
         return {k: v.value for k, v in self.params.items()}
 
@@ -140,7 +145,7 @@ class CurveFit:
 
     def to_dict(self) -> dict:
         return {"form": self.form.name.value, "formula": self.form.formula, "status": self.status.value,
-                "message": self.message, "n_points": self.n_points,
+                "message": self.message, "n_points": self.n_points, "exponent_at_bound": self.exponent_at_bound,
                 "params": {k: v.to_dict() for k, v in self.params.items()}, "rmse_log": self.rmse_log,
                 "bootstrap_replicates": 0 if self.replicates is None else len(self.replicates),
                 "heldout": self.heldout.to_dict() if self.heldout else None}
@@ -280,8 +285,14 @@ def fit_curve(compute, error, form: FormName | Form = FormName.SATURATING, *, bo
     resid = prob.residuals(z, prob.log_y)
     out.rmse_log = float(np.sqrt(np.mean(resid**2)))
     out.params = {k: ParamEstimate(float(values[PARAMS.index(k)])) for k in form.free}
+    notes = []
+    if out.exponent_at_bound:
+        notes.append(f"b at its bound {B_MAX:g}: the points do not determine an exponent (the error is flat "
+                     "within the noise, or drops in one step); read e_inf, not b")
     if n <= p:
-        out.message = f"{n} points for {p} parameters: no residual left to resample, no confidence interval"
+        notes.append(f"{n} points for {p} parameters: no residual left to resample, no confidence interval")
+    out.message = "; ".join(notes) or None
+    if n <= p:
         return out
     if bootstrap <= 0:
         return out

@@ -142,8 +142,9 @@ def fitted_curves(df: pd.DataFrame, *, fits: FitReport | None = None, spec: FitS
             label = _curve_label(g, report)
             if f is not None:
                 b = f.params["b"]
-                label += f" ({f.form.name.value}): b = {b.value:.2f} " + (
-                    f"[{b.ci_low:.2f}, {b.ci_high:.2f}]" if b.ci_low is not None else "(no CI)")
+                label += f" ({f.form.name.value}): " + (
+                    "b undetermined (at its bound)" if f.exponent_at_bound else f"b = {b.value:.2f} " + (
+                        f"[{b.ci_low:.2f}, {b.ci_high:.2f}]" if b.ci_low is not None else "(no CI)"))
             held = np.zeros(len(g.compute), dtype=bool)
             h = f.heldout if f is not None else None
             if h is not None and h.cutoff is not None and h.observed:
