@@ -390,5 +390,13 @@ zip:
             store.append(rec)
     rep = build_report(tmp_path / "res", formats=("md",))
     assert len(rep.tables["inspect"]) == 4 and "attention_distance" in rep.figures
+    from vitbench.inspect.report import distance_comparison
+    from vitbench.report.tables import ok_rows
+
+    fig = distance_comparison(ok_rows(rep.df, ("inspect",)))  # a panel per model, a line per budget in each
+    panels = [ax for ax in fig.axes if ax.get_title()]
+    assert sorted(ax.get_title() for ax in panels) == ["R-Nano+ViT-Micro/8 torch @ 32px", "ViT-Nano/4 torch @ 16px"]
+    assert all(sorted(t.get_text() for t in ax.get_legend().get_texts()) ==
+               ["pretrain_steps=10", "pretrain_steps=5", "uniform attention"] for ax in panels)
     with pytest.raises(ConfigError, match="no attention layers"):
         parse_study("name: x\naxes: {model: [R-Nano], task: [inspect]}\n", "x.yaml")

@@ -2,7 +2,8 @@
 
 - embedding filters: top principal components of the patch projection (Fig. 7 left)
 - position-embedding similarity: one small map per patch (Fig. 7 centre)
-- mean attention distance per head against depth (Fig. 7 right, Fig. 11), one or several models
+- mean attention distance per head against depth (Fig. 7 right, Fig. 11), one or several models, or one
+  panel per model
 - attention rollout of the class token over a few inputs (Fig. 6)
 """
 
@@ -114,6 +115,40 @@ def distance_figure(results: Mapping[str, InspectResult]) -> Figure:
                  f"{first.model} @ {first.resolution_px}px ({first.num_images} images)", fontsize=9)
     ax.legend(fontsize=7, loc="lower right")
     ax.grid(alpha=0.3)
+    return fig
+
+
+def distance_panels(panels: Mapping[str, Mapping[str, InspectResult]]) -> Figure:
+    """Fig. 7 right / Fig. 11 for many models: one panel per model (its title), one series per what varies
+    within it (e.g. the pre-training budget; light to dark in the given order): each head a dot at its layer,
+    the mean over heads a line; dotted, the panel's uniform-attention level (the fully global distance)."""
+    n = len(panels)
+    cols = min(n, 4)
+    rows = -(-n // cols)
+    fig = Figure(figsize=(3.4 * cols, 2.9 * rows + 0.6), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False).ravel())
+    for ax, (title, series) in zip(axes, panels.items()):
+        shades = matplotlib.colormaps["viridis_r"](np.linspace(0.2, 0.95, max(len(series), 2)))
+        top = 0.0
+        for m, (label, r) in enumerate(series.items()):
+            d = r.attention_distance_px
+            layers = np.arange(1, d.shape[0] + 1)
+            offset = (m - (len(series) - 1) / 2) * 0.08
+            ax.scatter(np.repeat(layers + offset, d.shape[1]), d.ravel(), s=8, color=shades[m], alpha=0.7)
+            ax.plot(layers + offset, d.mean(1), color=shades[m], lw=1.2, label=label)
+            top = max(top, float(d.max()))
+        first = next(iter(series.values()))
+        uniform = uniform_attention_distance_px(first.layout)
+        ax.axhline(uniform, color="0.4", lw=0.8, ls=":", label="uniform attention")
+        ax.set_ylim(0, 1.1 * max(top, uniform))
+        ax.set_xticks(np.arange(1, first.attention_distance_px.shape[0] + 1))
+        ax.set_title(f"{title} @ {first.resolution_px}px", fontsize=9)
+        ax.set_xlabel("network depth (layer)", fontsize=8)
+        ax.set_ylabel("mean attention distance (px)", fontsize=8)
+        ax.legend(fontsize=6, loc="lower right")
+        ax.grid(alpha=0.3)
+    for ax in axes[n:]:
+        ax.set_axis_off()
     return fig
 
 

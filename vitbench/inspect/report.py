@@ -5,18 +5,14 @@ from __future__ import annotations
 
 import pandas as pd
 
-from vitbench.inspect.pictures import distance_figure
+from vitbench.inspect.pictures import distance_panels
 from vitbench.inspect.run import InspectResult
 
 _HEADLINE = ("attention_distance_first_layer_px", "attention_distance_first_layer_min_px",
              "attention_distance_first_layer_max_px", "attention_distance_last_layer_px",
              "attention_distance_uniform_px", "posemb_adjacent_cos_sim")
 _KEYS = ("model", "family", "backend", "pretrain_steps", "resolution")
-
-
-def _label(row: pd.Series, varying: list[str]) -> str:
-    parts = [str(row["model"])] + [f"{k}={row[k]}" for k in varying if k != "model" and k in row]
-    return " ".join(parts)
+_PANEL = ("model", "backend", "resolution")  # one panel each; the other keys that vary are its series
 
 
 def table(ok: pd.DataFrame) -> pd.DataFrame:
@@ -25,13 +21,17 @@ def table(ok: pd.DataFrame) -> pd.DataFrame:
 
 
 def distance_comparison(ok: pd.DataFrame):
-    """One figure: every inspected model's per-head distance against depth (labels name what differs)."""
+    """One panel per inspected model (and backend, resolution), one series per what else varies (the
+    pre-training budget, ...): how attention distance differs between budgets and between models."""
     if ok.empty or "raw" not in ok.columns:
         return None
-    keys = [k for k in _KEYS if k in ok.columns]
-    varying = [k for k in keys if ok[k].astype(str).nunique() > 1]
-    results = {}
-    for _, row in ok.sort_values(keys).iterrows():
+    panel_keys = [k for k in _PANEL if k in ok.columns]
+    within = ok.astype({k: str for k in _KEYS if k in ok.columns}).groupby(panel_keys, dropna=False)
+    series_keys = [k for k in _KEYS if k in ok.columns and k not in panel_keys and within[k].nunique().max() > 1]
+    panels: dict[str, dict[str, InspectResult]] = {}
+    for _, row in ok.sort_values(panel_keys + series_keys).iterrows():
         if isinstance(row["raw"], dict) and row["raw"].get("attention_distance_px"):
-            results[_label(row, varying)] = InspectResult.from_json(row["raw"])
-    return distance_figure(results) if results else None
+            title = " ".join(str(row[k]) for k in panel_keys if k != "resolution" and pd.notna(row[k]))
+            label = ", ".join(f"{k}={row[k]}" for k in series_keys) or str(row["model"])
+            panels.setdefault(title, {})[label] = InspectResult.from_json(row["raw"])
+    return distance_panels(panels) if panels else None
