@@ -395,7 +395,8 @@ zip:
 
     fig = distance_comparison(ok_rows(rep.df, ("inspect",)))  # a panel per model, a line per budget in each
     panels = [ax for ax in fig.axes if ax.get_title()]
-    assert sorted(ax.get_title() for ax in panels) == ["R-Nano+ViT-Micro/8 torch @ 32px", "ViT-Nano/4 torch @ 16px"]
+    assert sorted(ax.get_title() for ax in panels) == ["R-Nano+ViT-Micro/8 torch @ 32px",
+                                                       "ViT-Nano/4 torch @ 16px"]
     assert all(sorted(t.get_text() for t in ax.get_legend().get_texts()) ==
                ["pretrain_steps=10", "pretrain_steps=5", "uniform attention"] for ax in panels)
     with pytest.raises(ConfigError, match="no attention layers"):
