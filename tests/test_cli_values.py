@@ -3,6 +3,8 @@ message naming the option (issue 10's list, plus non-finite durations that would
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 
@@ -21,3 +23,6 @@ def test_values_below_any_sense_exit_2_naming_the_option(args, option, cli):
     r = cli(*args)
     assert r.exit_code == 2, r.output
     assert r.output.startswith("error:") and option in r.output and "Traceback" not in r.output, r.output
+    named = re.findall(r"(--[a-z][a-z0-9-]*)", r.output)
+    usage = cli(args[0], "--help").output
+    assert all(re.search(rf"{o}\b(?!-)", usage) for o in named), (named, usage)  # options that exist

@@ -157,7 +157,8 @@ def max_batch_cmd(
     max_batch_size: int = typer.Option(4096, "--max-batch-size", min=1, help="Stop doubling here."),
     start: int = typer.Option(1, min=1, help="First batch size probed."),
     granularity: int = typer.Option(1, min=1, help="Bisect until fitting and failing batches are this close."),
-    probe_timeout: float = typer.Option(600.0, help="Seconds before a probe is killed and counted as failing."),
+    probe_timeout_s: float = typer.Option(600.0, "--probe-timeout-s", "--probe-timeout",
+                                          help="Seconds before a probe is killed and counted as failing."),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Largest batch that fits: doubling probes, then bisection; every probe in a fresh process.
@@ -172,7 +173,7 @@ def max_batch_cmd(
     _, p = task_params("max_batch", model=model, backend=backend, mode=_choice(task, _MODES, "--task"),
                        resolution=resolution, precision=precision, device=device, threads=threads,
                        memory_limit_gib=memory_limit_gib, max_batch_size=max_batch_size, start=start,
-                       granularity=granularity, probe_timeout_s=probe_timeout)
+                       granularity=granularity, probe_timeout_s=probe_timeout_s)
     step = Step.of(p.config(), mode=p.mode, batch_size=1, optimizer=_choice(optimizer, OPTIMIZERS, "--optimizer"))
     rec = max_batch(step, backend=p.backend, device=p.device, threads=p.threads,
                     memory_limit_gib=p.memory_limit_gib, max_batch_size=p.max_batch_size, start=p.start,

@@ -18,8 +18,14 @@ def validated(cls: type[M], data: dict, where: str) -> M:
     try:
         return cls.model_validate(data)
     except ValidationError as e:
-        probs = "; ".join(f"{'.'.join(map(str, x['loc'])) or '(config)'}: {x['msg']} (got {x.get('input')!r})"
-                          for x in e.errors())
+        # a union field fails once per alternative, tagged in its loc (`constrained-float`, `literal['auto']`):
+        # one line per field, its alternatives joined by "or"
+        fields: dict[str, tuple[list[str], object]] = {}
+        for x in e.errors():
+            name = ".".join(str(p) for p in x["loc"] if isinstance(p, int) or str(p).isidentifier()) or "(config)"
+            fields.setdefault(name, ([], x.get("input")))[0].append(x["msg"])
+        probs = "; ".join(f"{name}: {' or '.join(dict.fromkeys(msgs))} (got {got!r})"
+                          for name, (msgs, got) in fields.items())
         raise ConfigError(f"{where}: invalid settings: {probs}") from None
 
 
