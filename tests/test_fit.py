@@ -273,3 +273,11 @@ def test_an_exponent_at_its_bound_is_said_not_reported_as_a_slope():
     assert f.exponent_at_bound and "b at its bound" in f.message and f.to_dict()["exponent_at_bound"]
     falling = fit_curve(c, law(c, **TRUE), FormName.SATURATING, bootstrap=20)
     assert not falling.exponent_at_bound and falling.message is None
+
+
+def test_cli_fit_out_naming_a_file_is_exit_2_before_fitting(cli, csv_path, tmp_path):
+    taken = tmp_path / "taken"
+    taken.write_text("x")
+    r = cli("fit", csv_path, "--accuracy", "acc", "--bootstrap", "10", "--out", taken)
+    assert r.exit_code == 2 and "--out" in r.output and "is a file" in r.output and "Traceback" not in r.output
+    assert taken.read_text() == "x"

@@ -9,6 +9,7 @@ from rich.table import Table
 
 from vitbench.cli import app
 from vitbench.cli.common import console, print_json
+from vitbench.paths import check_dir, make_dir, write_atomic
 
 
 def _num(v: float | None) -> str:
@@ -85,6 +86,8 @@ def fit_cmd(
     spec = validated(FitSpec, {"compute": compute, "error": error, "accuracy": accuracy, "percent": percent,
                                "group": group or None, "forms": form or FitSpec().forms, "points": points,
                                "holdout": holdout, "bootstrap": bootstrap, "ci": ci, "seed": seed}, "vitbench fit")
+    if out:
+        check_dir(out, "--out")  # before minutes of bootstrap
     src = load_source(source)
     report = fit_source(src, spec)
     doc = report.to_dict()
@@ -100,23 +103,25 @@ def fit_cmd(
 
 
 def _write(src, report, doc: dict, out: Path) -> list[Path]:
+    """Render fit.json and every figure first, then write each file whole (nothing half-written)."""
+    import io
     import json
 
     from vitbench.fit import SourceKind
     from vitbench.report import figure as report_figure
     from vitbench.report import fit_figures
 
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [out / "fit.json"]
-    paths[0].write_text(json.dumps(doc, indent=2) + "\n")
     figures = {"fit_curves": fit_figures.fitted_curves(src.frame, fits=report),
                "compute_frontier": fit_figures.compute_frontier(src.frame, fits=report)}
     if src.kind == SourceKind.RESULTS:
         figures["throughput_vs_accuracy"] = report_figure("throughput_vs_accuracy", src.frame)  # speed rows too
+    files: dict[str, bytes | str] = {"fit.json": json.dumps(doc, indent=2) + "\n"}
     for name, fig in figures.items():
         if fig is None:
             continue
         for ext in ("png", "svg"):
-            fig.savefig(out / f"{name}.{ext}", dpi=130 if ext == "png" else None)
-            paths.append(out / f"{name}.{ext}")
-    return paths
+            buf = io.BytesIO()
+            fig.savefig(buf, format=ext, dpi=130 if ext == "png" else None)
+            files[f"{name}.{ext}"] = buf.getvalue()
+    make_dir(out, "--out")
+    return [write_atomic(out / name, data) for name, data in files.items()]
