@@ -12,7 +12,7 @@ import pytest
 
 from vitbench.backends.base import DeviceKind, MatmulWorkload, TimerKind
 from vitbench.errors import ConfigError
-from vitbench.measure import doctor
+from vitbench.measure import doctor, host_checks
 from vitbench.measure.doctor import Status
 from vitbench.measure.noise import NoiseFlag, assess
 
@@ -128,9 +128,9 @@ def test_a_timer_that_disagrees_with_the_wall_clock_fails_on_a_quiet_machine(mon
 
 
 def test_threads_above_the_usable_cores_warn():
-    cpus, _ = doctor.usable_cores()
-    assert doctor.check_threads({"a": cpus + 1}).status is Status.WARN
-    assert doctor.check_threads({"a": 1}).status is Status.OK
+    cpus, _ = host_checks.usable_cores()
+    assert host_checks.check_threads({"a": cpus + 1}).status is Status.WARN
+    assert host_checks.check_threads({"a": 1}).status is Status.OK
 
 
 def test_device_names():
