@@ -147,6 +147,15 @@ def test_a_busy_first_measurement_is_not_the_peak_forever(isolated):
     assert p.tflops == 2.0 and be.calls == 4  # a refresh measures (1.5) but the peak only rises
 
 
+def test_an_unwritable_cache_still_gives_the_peak_just_measured(isolated, monkeypatch):
+    taken = isolated / "file"
+    taken.write_text("x")
+    monkeypatch.setenv("VITBENCH_CACHE_DIR", str(taken / "sub"))  # below a file: nothing can be written there
+    be = _Scripted([1.0, 1.2])
+    p = device_peak(be, "fp32", 1, policy=ONE_SIZE)
+    assert p is not None and p.tflops == 1.0 and be.calls == 1
+
+
 def test_re_measuring_while_busy_gives_up_after_the_retries(isolated):
     be = _Scripted([1.0] * 10)
     _Load.cores = 2.0

@@ -105,8 +105,6 @@ class Peak:
     tflops: float
     source: PeakSource
     by: str  # datasheet: its source; measured: the backend (or step) that showed the best reading
-    device: str
-    precision: str
     at: str | None = None  # when the best reading was taken (measured peaks)
     provisional: bool = False  # every reading so far was taken while other processes loaded the CPU
 
@@ -149,8 +147,9 @@ def read_entry(key: str) -> dict | None:
     return entry if isinstance(entry, dict) and entry.get("peak_tflops") else None
 
 
-def offer(key: str, reading: Reading, policy: PeakPolicy | None = None) -> dict:
-    """Add a reading to the device's entry; the peak rises if the reading beats it. Returns the entry."""
+def offer(key: str, reading: Reading, policy: PeakPolicy | None = None, base: dict | None = None) -> dict:
+    """Add a reading to the device's entry; the peak rises if the reading beats it. Returns the entry (when the
+    cache cannot be written, the entry in memory: the cache's, else `base`, plus this reading)."""
     policy = policy or current_policy()
     path = cache_path()
     try:
@@ -160,7 +159,7 @@ def offer(key: str, reading: Reading, policy: PeakPolicy | None = None) -> dict:
             cache[key] = entry
             write_atomic(path, json.dumps(cache, indent=1))  # a reader never sees a half-written cache
     except OSError:  # a read-only home is no reason to fail a measurement: the reading still counts here
-        entry = _merge(read_entry(key), reading, policy)
+        entry = _merge(read_entry(key) or base, reading, policy)
     return entry
 
 
@@ -180,8 +179,8 @@ def _provisional(entry: dict) -> bool:
     return int(entry.get("quiet_readings", 0)) == 0
 
 
-def _peak(entry: dict, device: Device, precision: str) -> Peak:
-    return Peak(float(entry["peak_tflops"]), PeakSource.MEASURED, str(entry.get("by")), device.name, precision,
+def _peak(entry: dict) -> Peak:
+    return Peak(float(entry["peak_tflops"]), PeakSource.MEASURED, str(entry.get("by")),
                 at=entry.get("measured_at"), provisional=_provisional(entry))
 
 
@@ -229,45 +228,46 @@ def measure_elsewhere(backend: str, device: Device, precision: str, threads: int
     return Reading(**data) if data else None
 
 
+def _can_measure(spec, device: Device, precision: str) -> bool:
+    """Whether a backend of this spec can run a `precision` matmul on a device of this kind."""
+    dev = spec.device_string(device.kind, device.index)
+    return (Capability.MATMUL_PEAK in spec.capabilities and dev is not None
+            and not spec.problems({"precision": precision, "device": dev}))
+
+
 def _measurers(device: Device, precision: str) -> list[str]:
     """The registered, installed backends that can run a `precision` matmul on a device of this kind."""
     from vitbench.registry import Kind, entry
 
-    out = []
-    for name in backend_names():
-        spec = backend_spec(name)
-        dev = spec.device_string(device.kind, device.index)
-        if (Capability.MATMUL_PEAK not in spec.capabilities or dev is None or entry(Kind.BACKEND, name).missing()
-                or spec.problems({"precision": precision, "device": dev})):
-            continue
-        out.append(name)
-    return out
+    return [name for name in backend_names()
+            if _can_measure(backend_spec(name), device, precision) and not entry(Kind.BACKEND, name).missing()]
 
 
-def _can_measure(be: Backend, device: Device, precision: str) -> bool:
-    dev = be.spec.device_string(device.kind, device.index)
-    return (Capability.MATMUL_PEAK in be.spec.capabilities and dev is not None
-            and not be.spec.problems({"precision": precision, "device": dev}))
+def _datasheet_peak(device: Device, precision: str) -> Peak | None:
+    sheet = datasheet_tflops(device.name, precision)
+    if sheet is None:
+        return None
+    tflops, row = sheet
+    return Peak(tflops, PeakSource.DATASHEET, f"{row.device}: {row.source}")
 
 
 def establish(be: Backend, precision: str, threads: int | None, only: set[str] | None = None,
-              policy: PeakPolicy | None = None) -> list[Reading]:
+              policy: PeakPolicy | None = None, entry: dict | None = None) -> dict | None:
     """Every backend that can (or those in `only`) shows its matmul rate on `be`'s device: `be` here, the others
-    in their own processes. Returns the readings; each was offered to the cache."""
+    in their own processes; each reading is offered to the cache. Returns the device's entry after them (`entry`
+    is the one known before, kept in memory should the cache not be writable)."""
     policy = policy or current_policy()
     device = be.device_info()
     key = peak_key(device, precision, threads)
     names = [n for n in {*_measurers(device, precision), be.name} if only is None or n in only]
-    readings = []
     for name in sorted(names):
         if name == be.name:
-            r = measure_reading(be, precision, policy) if _can_measure(be, device, precision) else None
+            r = measure_reading(be, precision, policy) if _can_measure(be.spec, device, precision) else None
         else:
             r = measure_elsewhere(name, device, precision, threads, policy)
         if r is not None:
-            offer(key, r, policy)
-            readings.append(r)
-    return readings
+            entry = offer(key, r, policy, base=entry)
+    return entry
 
 
 def device_peak(be: Backend, precision: str, threads: int | None, refresh: bool = False,
@@ -277,20 +277,18 @@ def device_peak(be: Backend, precision: str, threads: int | None, refresh: bool 
     every backend when `refresh`). None when no backend here can measure it."""
     policy = policy or current_policy()
     device = be.device_info()
-    sheet = datasheet_tflops(device.name, precision)
+    sheet = _datasheet_peak(device, precision)
     if sheet is not None:
-        tflops, row = sheet
-        return Peak(tflops, PeakSource.DATASHEET, f"{row.device}: {row.source}", device.name, precision)
+        return sheet
     key = peak_key(device, precision, threads)
     entry = read_entry(key)
     missing = {*_measurers(device, precision), be.name} - set((entry or {}).get("measured_by") or [])
     if refresh or entry is None or missing:
-        establish(be, precision, threads, None if (refresh or entry is None) else missing, policy)
-    elif (remeasure_provisional and _provisional(entry) and _can_measure(be, device, precision)
+        entry = establish(be, precision, threads, None if (refresh or entry is None) else missing, policy, entry)
+    elif (remeasure_provisional and _provisional(entry) and _can_measure(be.spec, device, precision)
           and int(entry.get("busy_readings", 0)) <= policy.busy_retries):
-        offer(key, measure_reading(be, precision, policy), policy)
-    entry = read_entry(key)
-    return _peak(entry, device, precision) if entry else None
+        entry = offer(key, measure_reading(be, precision, policy), policy, base=entry)
+    return _peak(entry) if entry and entry.get("peak_tflops") else None
 
 
 def offer_observation(be: Backend, precision: str, threads: int | None, tflops: float, by: str, how: str,
@@ -299,10 +297,9 @@ def offer_observation(be: Backend, precision: str, threads: int | None, tflops: 
     """A rate the device was seen to reach (a calibration's matmul, a model step's model FLOP/s): the measured
     peak rises to it if it is higher. Devices with a datasheet peak keep it (returned unchanged)."""
     device = be.device_info()
-    sheet = datasheet_tflops(device.name, precision)
+    sheet = _datasheet_peak(device, precision)
     if sheet is not None:
-        tflops_sheet, row = sheet
-        return Peak(tflops_sheet, PeakSource.DATASHEET, f"{row.device}: {row.source}", device.name, precision)
+        return sheet
     key = peak_key(device, precision, threads)
     entry = offer(key, Reading(tflops, by, now_iso(), how, other_cores, busy), policy)
-    return _peak(entry, device, precision)
+    return _peak(entry)
