@@ -62,16 +62,11 @@ def describe(budget: float, limit_gib: float | None = None) -> str:
 
 def resident_mib(pid: int) -> float | None:
     """Resident memory of process `pid` in MiB (None when it is gone)."""
-    try:
-        with open(f"/proc/{pid}/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        import psutil
+    import psutil
 
+    try:
         return psutil.Process(pid).memory_info().rss / 2**20
-    except Exception:  # noqa: BLE001 - psutil.NoSuchProcess, AccessDenied
+    except psutil.Error:  # NoSuchProcess, AccessDenied, ZombieProcess
         return None
 
 

@@ -80,8 +80,7 @@ class PeakRSS:
         from what is resident now; `growth_mib` is then the growth over that (transient memory of the phase).
         Returns the resident MiB the phase starts from."""
         release_free_memory()
-        self.resettable = reset_peak_rss()
-        self.base = rss_mib()
+        self.reset()
         return self.base
 
     def growth_mib(self) -> float:
@@ -92,6 +91,15 @@ class PeakRSS:
 
 
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def last_marked(stdout: str, mark: str):
+    """The JSON after `mark` on the last line of a child's stdout that starts with it (None when none does): how
+    a probe process answers its parent, whatever else it printed before."""
+    import json
+
+    line = next((x for x in reversed(stdout.splitlines()) if x.startswith(mark)), None)
+    return None if line is None else json.loads(line[len(mark):])
 
 
 def die_with_parent() -> None:

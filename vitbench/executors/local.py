@@ -173,11 +173,10 @@ class LocalExecutor(Executor):
                            timeout=min(max(0.0, nearest - time.time()), self.poll_s, memory_budget.WATCH_S))
         done = []
         for h in handles:
-            rss = memory_budget.resident_mib(h.proc.pid) if h.proc.pid else None
             if not h.proc.is_alive():
                 h.proc.join()
                 done.append(h)
-            elif rss is not None and rss > h.budget_mib:
+            elif (rss := memory_budget.resident_mib(h.proc.pid)) is not None and rss > h.budget_mib:
                 h.over_budget_mib = rss
                 self._stop(h.proc, grace_s=0.0)  # growing by the second: no time for a polite SIGTERM
                 done.append(h)

@@ -27,6 +27,7 @@ from vitbench.backends.base import Step, default_backend
 from vitbench.env import environment
 from vitbench.errors import ConfigError
 from vitbench.measure.throughput import resolve_step, step_config
+from vitbench.procmem import last_marked
 from vitbench.record import ErrorInfo, Record, Status, now
 
 KIND = "max_batch"
@@ -147,8 +148,7 @@ def run_probe(step: Step, batch: int, backend: str | None = None, device: str = 
         return Probe(batch, False, killed, seconds=seconds,
                      error=f"probe passed the {budget_mib:.0f} MiB budget" if killed.over_budget else
                      f"probe took longer than {timeout_s:.0f} s")
-    result = next((json.loads(line[len(PROBE_MARK):]) for line in reversed(out.splitlines())
-                   if line.startswith(PROBE_MARK)), None)
+    result = last_marked(out, PROBE_MARK)
     if result is None:
         tail = "\n".join(err.strip().splitlines()[-5:])
         oom = "out of memory" in err.lower() or proc.returncode in (-9, 137)

@@ -37,6 +37,7 @@ from vitbench.errors import ConfigError
 from vitbench.measure.datasheet import datasheet_tflops
 from vitbench.measure.load import LoadMeter
 from vitbench.paths import locked, write_atomic
+from vitbench.procmem import last_marked
 
 PEAK_MARK = "VITBENCH_PEAK "
 
@@ -64,6 +65,10 @@ class PeakPolicy:
     def sizes(self, kind: DeviceKind) -> tuple[int, ...]:
         return self.cpu_sizes if kind is DeviceKind.CPU else self.accelerator_sizes
 
+    def updated(self, data: dict) -> PeakPolicy:
+        """This policy with `data`'s fields (JSON: lists become the tuples the sizes are)."""
+        return replace(self, **{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+
 
 POLICY = PeakPolicy()
 POLICY_ENV = "VITBENCH_PEAK_POLICY"
@@ -79,7 +84,7 @@ def current_policy() -> PeakPolicy:
         data = json.loads(text)
         if not isinstance(data, dict) or set(data) - names:
             raise ValueError
-        return replace(POLICY, **{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+        return POLICY.updated(data)
     except (ValueError, TypeError):
         raise ConfigError(f"${POLICY_ENV} must be a JSON object with fields among {', '.join(sorted(names))}; "
                           f"got {text!r}") from None
@@ -221,10 +226,7 @@ def measure_elsewhere(backend: str, device: Device, precision: str, threads: int
                               text=True, timeout=policy.timeout_s, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    line = next((x for x in reversed(proc.stdout.splitlines()) if x.startswith(PEAK_MARK)), None)
-    if line is None:
-        return None
-    data = json.loads(line[len(PEAK_MARK):])
+    data = last_marked(proc.stdout, PEAK_MARK)
     return Reading(**data) if data else None
 
 

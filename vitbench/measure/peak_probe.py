@@ -20,7 +20,7 @@ def main() -> int:
 
     die_with_parent()
     req = json.loads(sys.argv[1])
-    policy = PeakPolicy(**{k: tuple(v) if isinstance(v, list) else v for k, v in req["policy"].items()})
+    policy = PeakPolicy().updated(req["policy"])
     result = None
     try:
         be = get_backend(req["backend"])
