@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, Field
 
 from vitbench.backends.base import Capability, Step
-from vitbench.measure.timing import MIN_WINDOWS, TARGET_WINDOWS
+from vitbench.measure.timing import DEFAULT_TIMING, MIN_WINDOWS, TARGET_WINDOWS, TimingMode
 from vitbench.record import Record
 from vitbench.tasks import Figure, Metric, ReportPart, Task, lazy, register_report, register_task
-from vitbench.tasks.fields import params_model
+from vitbench.tasks.fields import literal_of, params_model
 
 KIND = "bench"
 _SHARED = ("model", "backend", "task", "device", "resolution", "batch_size", "precision", "compile",
            "compile_mode", "seed", "threads", "num_classes", "channels_last")
+
+
+TimingName = literal_of(tuple(m.value for m in TimingMode))
 
 
 class Timing(BaseModel):
@@ -22,8 +23,8 @@ class Timing(BaseModel):
 
     # The default is what the field calls img/s: timm's benchmark.py and TorchBench time many queued steps
     # between two synchronisations (see vitbench.measure.timing.TimingMode).
-    timing: Literal["throughput", "latency"] = Field(
-        "throughput", description="throughput: windows of steps queued between two device events (img/s); "
+    timing: TimingName = Field(
+        DEFAULT_TIMING.value, description="throughput: windows of steps queued between two device events (img/s); "
                                   "latency: every step synchronised (per-step p50/p90/p99)")
     window_steps: int | None = Field(None, gt=0, description=f"throughput: steps per window (null: enough for "
                                      f"{TARGET_WINDOWS} windows to cover min_steps and min_seconds, at least "

@@ -39,7 +39,8 @@ _StrictStr = Annotated[str, Strict()]
 _StrictBool = Annotated[bool, Strict()]
 
 
-def _literal(values: tuple[str, ...]) -> Any:
+def literal_of(values: tuple[str, ...]) -> Any:
+    """Literal[values]: a field that takes one of these strings (declared once where the values are)."""
     from typing import Literal
 
     return Literal[values]  # type: ignore[valid-type]
@@ -53,7 +54,7 @@ SHARED: dict[str, tuple[Any, Any, str]] = {
     "device": (_StrictStr, "cpu", "cpu, cuda, cuda:N (torch); cpu, gpu, tpu (jax)"),
     "resolution": (_PosInt | None, None, "input size in pixels (null: the variant's native one)"),
     "batch_size": (_PosInt, 8, "images per step (requested; records keep the achieved batch apart)"),
-    "precision": (_literal(PRECISIONS), "fp32", "compute precision: fp32 = full IEEE fp32 matmuls on every "
+    "precision": (literal_of(PRECISIONS), "fp32", "compute precision: fp32 = full IEEE fp32 matmuls on every "
                   "backend, tf32 = TF32 tensor cores (GPU), bf16/fp16 = autocast or mixed"),
     "compile": (_StrictBool, False, "compile the eager model (torch.compile)"),
     "compile_mode": (_StrictStr | None, None, "mode of the optional compiler (null: its default; the backend "
@@ -61,7 +62,7 @@ SHARED: dict[str, tuple[Any, Any, str]] = {
     "seed": (Annotated[int, Strict(), Field(ge=0)], 0, "model init and data seed"),
     "threads": (_PosInt | None, None, "intra-op CPU threads (null: the framework's default; recorded)"),
     "num_classes": (_PosInt | None, None, "classifier outputs (null: the variant's default)"),
-    "optimizer": (_literal(OPTIMIZERS), "adam", "training optimiser: adam (pre-training) or sgd (momentum 0.9)"),
+    "optimizer": (literal_of(OPTIMIZERS), "adam", "training optimiser: adam (pre-training) or sgd (momentum 0.9)"),
     "channels_last": (_StrictBool | None, None, "NHWC memory format (null: on for conv families, off for ViT)"),
 }
 

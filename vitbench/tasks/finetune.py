@@ -24,9 +24,8 @@ class Recipe(BaseModel):
 class Finetune(Task):
     name = "finetune"
     kind = "finetune"
-    Params = params_model("FinetuneParams", (*SHARED, "resolution", "batch_size"),
-                          type("FinetuneOwn", (Upstream, FromCheckpoint, Downstream,
-                          Recipe), {}))
+    Params = params_model("FinetuneParams", (*SHARED, "resolution", "batch_size"), Upstream, FromCheckpoint,
+                          Downstream, Recipe)
     description = "fine-tuning accuracy (SGD momentum, cosine, clip 1, zero head, LR grid on val)"
     needs = frozenset({Capability.TRANSFER})
     metrics = (ACCURACY,)
