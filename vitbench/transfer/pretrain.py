@@ -35,7 +35,13 @@ from vitbench.models.analytic import analytic_counts, train_flops_per_image
 from vitbench.models.specs import get_spec
 from vitbench.paths import locked
 from vitbench.record import Record, now
-from vitbench.transfer.checkpoint import Checkpoint, checkpoint_path, load_checkpoint, save_checkpoint
+from vitbench.transfer.checkpoint import (
+    Checkpoint,
+    checkpoint_path,
+    load_checkpoint,
+    read_meta,
+    save_checkpoint,
+)
 from vitbench.transfer.data import DataConfig, load_splits
 from vitbench.transfer.distill import DEFAULT_LAMBDA, DEFAULT_TAU, Distill, Distillation, Teacher
 from vitbench.transfer.schedules import OptimConfig
@@ -204,7 +210,7 @@ def load_teacher(cfg: TeacherConfig, backend, class_names: list[str], *, directo
         raise ConfigError(f"teacher.checkpoint {cfg.checkpoint!r} has no classification head")
     from vitbench.models.flavours import Origin
 
-    meta = load_checkpoint(p.path).meta if p.origin is Origin.VITBENCH else {}
+    meta = (read_meta(p.path) or {}) if p.origin is Origin.VITBENCH else {}  # its header: weights read once
     return distill.load_teacher(backend, p.weights, p.spec, p.resolution, p.num_classes, meta.get("class_names"),
                                 class_names, pretrain_exaflops=meta.get("metrics", {}).get("exaflops"),
                                 source=str(p.path))
