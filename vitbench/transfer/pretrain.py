@@ -42,7 +42,7 @@ from vitbench.transfer.checkpoint import (
     read_meta,
     save_checkpoint,
 )
-from vitbench.transfer.data import DataConfig, load_splits
+from vitbench.transfer.data import DataConfig, load_splits, warn_oversized_batch
 from vitbench.transfer.distill import DEFAULT_LAMBDA, DEFAULT_TAU, Distill, Distillation, Teacher
 from vitbench.transfer.schedules import OptimConfig
 
@@ -217,10 +217,12 @@ def load_teacher(cfg: TeacherConfig, backend, class_names: list[str], *, directo
 
 
 def pretrain(cfg: PretrainConfig, *, device: str = "cpu", threads: int | None = None,
-             out: str | Path | None = None, directory: str | Path | None = None) -> tuple[Record, Checkpoint]:
+             out: str | Path | None = None, directory: str | Path | None = None,
+             batch_option: str = "batch_size") -> tuple[Record, Checkpoint]:
     """Train `cfg` upstream; return (record kind='pretrain', checkpoint). Saves to `out` if given.
 
-    With a teacher, the teacher comes first (from the cache in `directory`, pre-trained there if absent)."""
+    With a teacher, the teacher comes first (from the cache in `directory`, pre-trained there if absent).
+    `batch_option`: how a warning about a batch larger than the training set names the batch size."""
     from vitbench.env import environment
     from vitbench.transfer import ops
 
@@ -229,6 +231,7 @@ def pretrain(cfg: PretrainConfig, *, device: str = "cpu", threads: int | None = 
         out = checkpoint_path(out, cache_path(cfg).name)
     spec = get_spec(cfg.model)
     splits = load_splits(cfg.data)
+    warn_oversized_batch(cfg.batch_size, cfg.steps, splits, batch_option)
     k, r = splits.num_classes, cfg.res
     be = ops.transfer_backend(cfg.backend)
     info = be.setup(device, threads)
@@ -327,8 +330,10 @@ def cache_path(cfg: PretrainConfig, directory: str | Path | None = None) -> Path
 
 
 def ensure_upstream(cfg: PretrainConfig, *, directory: str | Path | None = None, device: str = "cpu",
-                    threads: int | None = None) -> tuple[Checkpoint, Record | None]:
-    """The cached upstream checkpoint for `cfg`, pre-training it first if absent.
+                    threads: int | None = None,
+                    batch_option: str = "batch_size") -> tuple[Checkpoint, Record | None]:
+    """The cached upstream checkpoint for `cfg`, pre-training it first if absent (`batch_option`: see
+    `pretrain`).
 
     Returns (checkpoint, the pretrain record if it was trained now else None).
     """
@@ -336,7 +341,8 @@ def ensure_upstream(cfg: PretrainConfig, *, directory: str | Path | None = None,
     with locked(path):
         if path.is_file():
             return load_checkpoint(path), None
-        record, ckpt = pretrain(cfg, device=device, threads=threads, out=path, directory=directory)
+        record, ckpt = pretrain(cfg, device=device, threads=threads, out=path, directory=directory,
+                                batch_option=batch_option)
         return ckpt, record
 
 
