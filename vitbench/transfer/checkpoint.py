@@ -160,10 +160,11 @@ def with_budget(ckpt: Checkpoint, images: int | None, epochs: float | None) -> C
     metrics = ckpt.meta.setdefault("metrics", {})
     if metrics.get("exaflops") is not None or images is None or epochs is None:
         return ckpt
-    from vitbench.models.analytic import analytic_counts, train_flops_per_image
+    from vitbench.measure.flops import pretrain_exaflops
+    from vitbench.models.analytic import analytic_counts
 
-    seen = images * epochs
-    metrics.update(images_seen=seen, epochs=epochs, exaflops=train_flops_per_image(
-        ckpt.spec, ckpt.resolution, ckpt.num_classes) * seen / 1e18,
-        params_m=analytic_counts(ckpt.spec, ckpt.resolution, ckpt.num_classes).params / 1e6)
+    seen = images * epochs  # passed as one epoch of `seen` images: the product rounded as it always was
+    metrics.update(images_seen=seen, epochs=epochs,
+                   exaflops=pretrain_exaflops(ckpt.spec, seen, 1.0, ckpt.resolution, ckpt.num_classes),
+                   params_m=analytic_counts(ckpt.spec, ckpt.resolution, ckpt.num_classes).params / 1e6)
     return ckpt
