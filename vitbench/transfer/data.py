@@ -26,7 +26,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from vitbench.errors import ConfigError, UnsafeFileError
 from vitbench.transfer.config import DatasetName
 
-DATASETS: tuple[str, ...] = ("digits", "synthetic", "folder", "cifar10", "cifar100", "npz")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 _CACHE_LIMIT_BYTES = 256 * 2**20  # keep a preprocessed copy of a split only while it is this small
 
