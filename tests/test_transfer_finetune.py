@@ -83,6 +83,25 @@ def test_pretrain_records_compute_and_checkpoint_roundtrip(upstream):
         np.testing.assert_array_equal(back.weights[k], v)
 
 
+def test_a_bf16_timm_state_dict_loads_as_a_checkpoint(tmp_path):
+    """A foreign file goes to its own reader on the header alone: bf16 tensors (which numpy cannot read) load."""
+    from safetensors.torch import save_file
+
+    from vitbench.models.torch import build_torch_model
+
+    sd = build_torch_model(get_spec("ViT-Nano/4")).state_dict()
+    sd = {k: v.to(torch.bfloat16).contiguous() for k, v in sd.items()}
+    save_file(sd, str(tmp_path / "timm.safetensors"))
+    ckpt = load_checkpoint(tmp_path / "timm.safetensors")
+    assert ckpt.model == "ViT-Nano/4" and ckpt.meta["metrics"] == {}
+    for k, v in ckpt.weights.items():  # head dropped, the rest bf16 values as float32
+        np.testing.assert_array_equal(v, sd[k].float().numpy())
+    assert not any(k.startswith("head.") for k in ckpt.weights)
+    (tmp_path / "W.PTH").write_bytes(b"whatever")  # pickle suffixes in any case
+    with pytest.raises(UnsafeFileError, match="pickle-based"):
+        load_checkpoint(tmp_path / "W.PTH")
+
+
 def test_checkpoint_refuses_pickles_and_foreign_files(tmp_path):
     (tmp_path / "w.pt").write_bytes(b"whatever")
     with pytest.raises(UnsafeFileError, match="pickle-based"):

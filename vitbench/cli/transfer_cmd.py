@@ -88,11 +88,10 @@ def pretrain_cmd(
                                      steps=teacher_steps or steps, seed=teacher_seed, distillation=distillation,
                                      lam=distill_lambda, tau=distill_tau)
     cfg = validated(PretrainConfig, opts, "pretrain")
-    _warn_oversized_batch(cfg.data, cfg.batch_size, cfg.steps, "--batch-size")
     if out:
-        rec, _ = pretrain(cfg, device=device, threads=threads, out=out)
+        rec, _ = pretrain(cfg, device=device, threads=threads, out=out, batch_option="--batch-size")
     else:
-        ckpt, rec = ensure_upstream(cfg, device=device, threads=threads)
+        ckpt, rec = ensure_upstream(cfg, device=device, threads=threads, batch_option="--batch-size")
         if rec is None:
             console.print(f"cached upstream: {ckpt.path}")
             from vitbench.record import Record
@@ -104,17 +103,6 @@ def pretrain_cmd(
           ["accuracy", "val_accuracy", "images_seen", "epochs", "exaflops", "train_gflops_per_image", "params_m",
            "train_s", "train_img_per_s", "final_loss", "teacher_accuracy", "teacher_agreement",
            "teacher_exaflops"], as_json)
-
-
-def _warn_oversized_batch(data, batch_size: int, steps: int, option: str) -> None:
-    """Say so before training when the batch is larger than the training set (minutes of repeated images)."""
-    from vitbench.cli.common import warn
-    from vitbench.transfer.data import load_splits, oversized_batch
-
-    splits = load_splits(data)
-    note = oversized_batch(batch_size, steps, splits.train, splits.source, option)
-    if note:
-        warn(note)
 
 
 def _resolve_upstream_arg(checkpoint, model, backend, pretrain_steps, pretrain_warmup_steps, seed) -> dict:
@@ -222,8 +210,7 @@ def finetune_cmd(
         "data": _data(data, data_path, classes, data_seed, val_fraction), "resolution": resolution,
         "steps": steps, "batch_size": batch_size, "lr_grid": parse_floats(lr_grid, "--lr-grid", "0.01,0.03"),
         "warmup_steps": warmup_steps, "refit": refit, "seed": seed, "seeds": seeds}, "finetune")
-    _warn_oversized_batch(cfg.data, cfg.batch_size, cfg.steps, "--batch-size")
-    rec = finetune(cfg, device=device, threads=threads)
+    rec = finetune(cfg, device=device, threads=threads, batch_option="--batch-size")
     c = rec.config
     _show(rec, f"finetune {c['model']} ({c['backend']}) on {c['data']['name']} {c['data']['classes']} @ "
                f"{c['resolution']}px",

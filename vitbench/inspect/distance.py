@@ -31,7 +31,7 @@ def attention_distance_per_image(attn: np.ndarray, layout: TokenLayout) -> np.nd
     """(layers, images, heads) mean attention distance in px of each image, averaged over its query patches."""
     check_attention(attn, layout)
     p = layout.num_prefix_tokens
-    a = np.asarray(attn, np.float64)[..., p:, p:]  # patch queries x patch keys
+    a = np.asarray(attn[..., p:, p:], np.float64)  # patch queries x patch keys (sliced first: less memory)
     mass = a.sum(-1)  # (L, B, H, N): weight on patch keys, for renormalising
     per_query = np.einsum("lbhqk,qk->lbhq", a, layout.distance_matrix_px()) / mass
     return per_query.mean(-1)
@@ -46,7 +46,7 @@ def prefix_attention_share(attn: np.ndarray, layout: TokenLayout) -> np.ndarray:
     """(layers, heads) mean attention weight that patch queries put on the extra tokens (0 = none, 1 = all)."""
     check_attention(attn, layout)
     p = layout.num_prefix_tokens
-    return np.asarray(attn, np.float64)[..., p:, :p].sum(-1).mean((1, 3))
+    return np.asarray(attn[..., p:, :p], np.float64).sum(-1).mean((1, 3))
 
 
 def uniform_attention_distance_px(layout: TokenLayout) -> float:

@@ -133,21 +133,23 @@ def fit_pos_embed(weights: dict[str, np.ndarray], layout: TokenLayout) -> tuple[
 
 
 def inspect_model(weights: dict[str, np.ndarray], spec: ModelSpec, resolution: int, images: np.ndarray,
-                  attention_fn: AttentionFn, *, num_prefix_tokens: int = 1, num_rollout: int = 4,
+                  attention_fn: AttentionFn, *, num_prefix_tokens: int | None = None, num_rollout: int = 4,
                   batch_size: int = 32) -> InspectResult:
     """Inspect a ViT or hybrid given as timm-named `weights` (any resolution: position embeddings are resampled
     to `resolution`) on NHWC float32 `images` (already at `resolution`, values as the model was trained on).
 
     Attention maps come from `attention_fn` in chunks of `batch_size` images (memory: layers x heads x tokens^2
     per image); rollout maps for the first `num_rollout` images. `num_prefix_tokens`: extra tokens before the
-    patches (1: class token; DeiT's distillation token makes 2). On grey images (R = G = B) the filter components
-    are of the channel-summed filters (see vitbench.inspect.filters).
+    patches (1: class token; DeiT's distillation token makes 2; None: the spec's). On grey images (R = G = B) the
+    filter components are of the channel-summed filters (see vitbench.inspect.filters).
     """
     if not spec.depth:
         raise ConfigError(f"{spec.name} has no transformer layers to inspect; use a ViT or a hybrid model")
     images = np.asarray(images, np.float32)
     if images.ndim != 4 or images.shape[1:3] != (resolution, resolution) or len(images) == 0:
         raise ConfigError(f"images of shape {images.shape}; expected (N >= 1, {resolution}, {resolution}, C)")
+    if num_prefix_tokens is None:
+        num_prefix_tokens = spec.num_prefix_tokens
     layout = TokenLayout.of(spec, resolution, num_prefix_tokens)
     weights, trained_grid = fit_pos_embed(weights, layout)
     if HEAD_WEIGHT in weights:  # build the model with the checkpoint's own head

@@ -10,7 +10,7 @@ from vitbench.backends.base import Backend, default_backend, get_backend
 from vitbench.env import environment
 from vitbench.errors import ConfigError
 from vitbench.models.analytic import analytic_counts, train_flops_per_image
-from vitbench.models.specs import get_spec
+from vitbench.models.specs import ModelSpec, get_spec
 from vitbench.record import Record, now
 
 KIND = "flops"
@@ -19,7 +19,7 @@ ANALYTIC_EXCLUDES = ("norms (LayerNorm, GroupNorm, weight standardisation), soft
                      "pooling, biases")
 
 
-def pretrain_exaflops(model: str, images: int, epochs: float = 1.0, resolution: int | None = None,
+def pretrain_exaflops(model: str | ModelSpec, images: float, epochs: float = 1.0, resolution: int | None = None,
                       num_classes: int | None = None) -> float:
     """Pre-training compute in exaFLOPs: 3 x forward FLOPs per image x images x epochs."""
     if images <= 0 or epochs <= 0:

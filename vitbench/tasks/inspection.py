@@ -64,8 +64,7 @@ class Inspect(Task):
         info = be.setup(p.device, p.threads)
         spec = ckpt.spec
         result = inspect_model(ckpt.weights, spec, p.resolution, inspection_images(p.inspect_images, p.resolution),
-                               be.attention_maps, num_prefix_tokens=spec.num_prefix_tokens,
-                               num_rollout=p.inspect_rollout)
+                               be.attention_maps, num_rollout=p.inspect_rollout)
         metrics = {**result.headline(), **upstream_metrics(ckpt)}
         metrics["pretrain_exaflops"] = metrics.get("exaflops")
         return Record.measured(self.kind, {**p.config(), **upstream_config(ckpt)}, metrics=metrics,

@@ -89,36 +89,54 @@ def save_checkpoint(path: str | Path, weights: dict[str, np.ndarray], meta: dict
     return path
 
 
-def load_checkpoint(path: str | Path, model: str | None = None) -> Checkpoint:
-    """Read a checkpoint: one written by `save_checkpoint` (`vitbench pretrain`), or weights of another origin
-    (a timm `.safetensors` state dict, an original vit_jax / big_vision / big_transfer `.npz`; read by
-    vitbench.models.checkpoints, which infers the model unless `model` names it, and sets its flavour).
-    Pickle-based formats (.pt/.pth/.ckpt) are refused."""
+def read_meta(path: str | Path) -> dict | None:
+    """The vitbench metadata of a .safetensors checkpoint from its header alone (no tensor is read); None for a
+    file without it (weights of another origin)."""
     from safetensors import safe_open
 
     path = Path(path).expanduser()
-    if path.suffix in (".pt", ".pth", ".ckpt", ".pkl", ".bin"):
-        raise UnsafeFileError(f"{path}: pickle-based checkpoints are not loaded (they can run code); "
-                              "use a .safetensors checkpoint written by `vitbench pretrain`")
-    if not path.is_file():
-        raise ConfigError(f"checkpoint {str(path)!r} does not exist; expected a .safetensors file written by "
-                          "`vitbench pretrain`, a timm .safetensors state dict or a vit_jax .npz")
-    if path.suffix != ".safetensors":
-        return _foreign(path, model)
     try:
         with safe_open(str(path), framework="numpy") as f:
             header = f.metadata() or {}
-            weights = {k: f.get_tensor(k) for k in f.keys()}
     except Exception as e:  # safetensors raises its own error types for corrupt headers
         raise ConfigError(f"{path}: not a readable safetensors file ({e})") from e
     if "vitbench" not in header:
-        return _foreign(path, model)
+        return None
     try:
         meta = json.loads(header["vitbench"])
     except json.JSONDecodeError as e:
         raise ConfigError(f"{path}: unreadable vitbench metadata ({e})") from e
     if meta.get("format") != FORMAT:
         raise ConfigError(f"{path}: checkpoint format {meta.get('format')!r}; this vitbench reads {FORMAT!r}")
+    return meta
+
+
+def load_checkpoint(path: str | Path, model: str | None = None) -> Checkpoint:
+    """Read a checkpoint: one written by `save_checkpoint` (`vitbench pretrain`), or weights of another origin
+    (a timm `.safetensors` state dict, an original vit_jax / big_vision / big_transfer `.npz`; read by
+    vitbench.models.checkpoints, which infers the model unless `model` names it, and sets its flavour).
+    Pickle-based formats (.pt/.pth/.ckpt/...) are refused."""
+    from safetensors import safe_open
+
+    from vitbench.models.checkpoints import PICKLE_SUFFIXES
+
+    path = Path(path).expanduser()
+    if path.suffix.lower() in PICKLE_SUFFIXES:
+        raise UnsafeFileError(f"{path}: pickle-based checkpoints are not loaded (they can run code); "
+                              "use a .safetensors checkpoint written by `vitbench pretrain`")
+    if not path.is_file():
+        raise ConfigError(f"checkpoint {str(path)!r} does not exist; expected a .safetensors file written by "
+                          "`vitbench pretrain`, a timm .safetensors state dict or a vit_jax .npz")
+    if path.suffix.lower() != SUFFIX:
+        return _foreign(path, model)
+    meta = read_meta(path)  # the header first: a file of another origin is read once, by its own reader
+    if meta is None:
+        return _foreign(path, model)
+    try:
+        with safe_open(str(path), framework="numpy") as f:
+            weights = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
+    except Exception as e:  # safetensors raises its own error types for corrupt files
+        raise ConfigError(f"{path}: not a readable safetensors file ({e})") from e
     ckpt = Checkpoint(weights, meta, path)
     from vitbench.models.checkpoints import check_weights
 
@@ -142,10 +160,11 @@ def with_budget(ckpt: Checkpoint, images: int | None, epochs: float | None) -> C
     metrics = ckpt.meta.setdefault("metrics", {})
     if metrics.get("exaflops") is not None or images is None or epochs is None:
         return ckpt
-    from vitbench.models.analytic import analytic_counts, train_flops_per_image
+    from vitbench.measure.flops import pretrain_exaflops
+    from vitbench.models.analytic import analytic_counts
 
-    seen = images * epochs
-    metrics.update(images_seen=seen, epochs=epochs, exaflops=train_flops_per_image(
-        ckpt.spec, ckpt.resolution, ckpt.num_classes) * seen / 1e18,
-        params_m=analytic_counts(ckpt.spec, ckpt.resolution, ckpt.num_classes).params / 1e6)
+    seen = images * epochs  # passed as one epoch of `seen` images: the product rounded as it always was
+    metrics.update(images_seen=seen, epochs=epochs,
+                   exaflops=pretrain_exaflops(ckpt.spec, seen, 1.0, ckpt.resolution, ckpt.num_classes),
+                   params_m=analytic_counts(ckpt.spec, ckpt.resolution, ckpt.num_classes).params / 1e6)
     return ckpt

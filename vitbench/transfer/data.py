@@ -26,7 +26,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from vitbench.errors import ConfigError, UnsafeFileError
 from vitbench.transfer.config import DatasetName
 
-DATASETS: tuple[str, ...] = ("digits", "synthetic", "folder", "cifar10", "cifar100", "npz")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 _CACHE_LIMIT_BYTES = 256 * 2**20  # keep a preprocessed copy of a split only while it is this small
 
@@ -449,16 +448,21 @@ def load_splits(cfg: DataConfig | dict | None = None) -> Splits:
     return splits
 
 
-def oversized_batch(batch_size: int, steps: int, train: ImageSet, source: str, option: str) -> str | None:
-    """A warning when a batch is larger than the training set: allowed (`batch_indices` fills it from the next
-    epochs), but every step then costs many passes over the data, which a user should hear about before the
-    minutes go by. None when the batch fits."""
-    n = len(train)
+def warn_oversized_batch(batch_size: int, steps: int, splits: Splits, option: str = "batch_size") -> None:
+    """Warn (VitbenchWarning) when a batch is larger than the training set: allowed (`batch_indices` fills it
+    from the next epochs), but every step then costs many passes over the data, which a user should hear about
+    before the minutes go by. `option`: how the user named the batch size (a CLI option, a config field)."""
+    import warnings
+
+    from vitbench.errors import VitbenchWarning
+
+    n = len(splits.train)
     if batch_size <= n:
-        return None
-    return (f"{option} {batch_size} is {batch_size / n:.0f}x the {n} training images of {source}: every step "
-            f"sees each image about {batch_size // n} times ({steps} steps x {batch_size} = {steps * batch_size} "
-            f"images per training run); a batch of at most {n} takes a pass per step")
+        return
+    warnings.warn(f"{option} {batch_size} is {batch_size / n:.0f}x the {n} training images of {splits.source}: "
+                  f"every step sees each image about {batch_size // n} times ({steps} steps x {batch_size} = "
+                  f"{steps * batch_size} images per training run); a batch of at most {n} takes a pass per step",
+                  VitbenchWarning, stacklevel=3)
 
 
 def batch_indices(n: int, batch_size: int, steps: int, seed: int) -> np.ndarray:

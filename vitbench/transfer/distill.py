@@ -13,8 +13,9 @@ label smoothing only in the CE on the true labels). One difference, deliberate: 
 KL averaged over the batch (eq. 2), where deit's code divides the summed KL by batch x classes
 (`outputs_kd.numel()`, "legacy PyTorch behaviour", its issue 61), i.e. its soft term is 1/K of eq. 2's.
 
-The teacher runs on the student's backend (weights cross as timm-named numpy), in inference mode, on every batch
-the student sees at the teacher's own resolution: its forward cost counts per image seen, as in DeiT, where
+The teacher runs on the student's backend (weights cross as timm-named numpy), in inference mode, at its own
+resolution. Without augmentation its logits per training image never change, so pre-training computes them once
+over the training set and looks each batch's up; its forward cost still counts per image seen, as in DeiT, where
 augmentation makes every seen image new (`teacher_forward_flops`).
 """
 
@@ -65,12 +66,6 @@ class Teacher:
     resolution: int
     num_classes: int
     pretrain_exaflops: float | None  # its own pre-training compute, when its checkpoint says (not in the row's)
-    source: str
-
-    def logits(self, data, indices: np.ndarray) -> np.ndarray:
-        """Teacher logits (B, K) float32 of training images `indices` of `data` (an ImageSet)."""
-        x, _ = data.batch(indices, self.resolution)
-        return np.asarray(self.backend.logits(self.model, x), np.float32)
 
     def forward_flops(self) -> float:
         return teacher_forward_flops(self.spec, self.resolution, self.num_classes)
@@ -95,7 +90,7 @@ def load_teacher(backend, weights: dict, spec, resolution: int, num_classes: int
         raise ConfigError(f"{where}: trained on classes {list(class_names)}; the student's upstream has "
                           f"{list(upstream_classes)}")
     model = backend.load_weights(backend.init_model(spec, resolution, num_classes, 0), weights)
-    return Teacher(backend, model, spec, resolution, num_classes, pretrain_exaflops, source or spec.name)
+    return Teacher(backend, model, spec, resolution, num_classes, pretrain_exaflops)
 
 
 def agreement(student_logits: np.ndarray, teacher_logits: np.ndarray) -> float:

@@ -27,7 +27,7 @@ from vitbench.backends.base import BackendName, default_backend
 from vitbench.errors import ConfigError
 from vitbench.models.analytic import train_flops_per_image
 from vitbench.record import Record, now
-from vitbench.transfer.data import DataConfig, ImageSet, load_splits
+from vitbench.transfer.data import DataConfig, ImageSet, load_splits, warn_oversized_batch
 from vitbench.transfer.fewshot import DOWNSTREAM_DATA, spread
 from vitbench.transfer.pretrain import PretrainConfig, resolve_upstream, upstream_config, upstream_metrics
 from vitbench.transfer.schedules import OptimConfig
@@ -85,13 +85,15 @@ def _concat(a: ImageSet, b: ImageSet) -> ImageSet:
 
 
 def finetune(cfg: FinetuneConfig, *, device: str = "cpu", threads: int | None = None,
-             cache: str | None = None) -> Record:
-    """Run the fine-tuning protocol; return a record of kind 'finetune' (accuracy on the test split)."""
+             cache: str | None = None, batch_option: str = "batch_size") -> Record:
+    """Run the fine-tuning protocol; return a record of kind 'finetune' (accuracy on the test split).
+    `batch_option`: how a warning about a batch larger than the training set names the batch size."""
     from vitbench.env import environment
     from vitbench.transfer import ops
 
     started = now()
     splits = load_splits(cfg.data)  # data problems first, before any pre-training
+    warn_oversized_batch(cfg.batch_size, cfg.steps, splits, batch_option)
     if len(cfg.lr_grid) > 1 and len(splits.val) == 0:
         raise ConfigError("choosing the fine-tuning LR needs a held-out split: set data.val_fraction > 0 "
                           "or give a single lr_grid value")

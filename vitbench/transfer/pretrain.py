@@ -35,8 +35,14 @@ from vitbench.models.analytic import analytic_counts, train_flops_per_image
 from vitbench.models.specs import get_spec
 from vitbench.paths import locked
 from vitbench.record import Record, now
-from vitbench.transfer.checkpoint import Checkpoint, checkpoint_path, load_checkpoint, save_checkpoint
-from vitbench.transfer.data import DataConfig, load_splits
+from vitbench.transfer.checkpoint import (
+    Checkpoint,
+    checkpoint_path,
+    load_checkpoint,
+    read_meta,
+    save_checkpoint,
+)
+from vitbench.transfer.data import DataConfig, load_splits, warn_oversized_batch
 from vitbench.transfer.distill import DEFAULT_LAMBDA, DEFAULT_TAU, Distill, Distillation, Teacher
 from vitbench.transfer.schedules import OptimConfig
 
@@ -204,17 +210,19 @@ def load_teacher(cfg: TeacherConfig, backend, class_names: list[str], *, directo
         raise ConfigError(f"teacher.checkpoint {cfg.checkpoint!r} has no classification head")
     from vitbench.models.flavours import Origin
 
-    meta = load_checkpoint(p.path).meta if p.origin is Origin.VITBENCH else {}
+    meta = (read_meta(p.path) or {}) if p.origin is Origin.VITBENCH else {}  # its header: weights read once
     return distill.load_teacher(backend, p.weights, p.spec, p.resolution, p.num_classes, meta.get("class_names"),
                                 class_names, pretrain_exaflops=meta.get("metrics", {}).get("exaflops"),
                                 source=str(p.path))
 
 
 def pretrain(cfg: PretrainConfig, *, device: str = "cpu", threads: int | None = None,
-             out: str | Path | None = None, directory: str | Path | None = None) -> tuple[Record, Checkpoint]:
+             out: str | Path | None = None, directory: str | Path | None = None,
+             batch_option: str = "batch_size") -> tuple[Record, Checkpoint]:
     """Train `cfg` upstream; return (record kind='pretrain', checkpoint). Saves to `out` if given.
 
-    With a teacher, the teacher comes first (from the cache in `directory`, pre-trained there if absent)."""
+    With a teacher, the teacher comes first (from the cache in `directory`, pre-trained there if absent).
+    `batch_option`: how a warning about a batch larger than the training set names the batch size."""
     from vitbench.env import environment
     from vitbench.transfer import ops
 
@@ -223,26 +231,33 @@ def pretrain(cfg: PretrainConfig, *, device: str = "cpu", threads: int | None = 
         out = checkpoint_path(out, cache_path(cfg).name)
     spec = get_spec(cfg.model)
     splits = load_splits(cfg.data)
+    warn_oversized_batch(cfg.batch_size, cfg.steps, splits, batch_option)
     k, r = splits.num_classes, cfg.res
     be = ops.transfer_backend(cfg.backend)
     info = be.setup(device, threads)
-    teacher = distill = None
+    teacher = distill = teacher_table = None
+    teacher_s = 0.0
     if cfg.teacher is not None:
         teacher = load_teacher(cfg.teacher, be, splits.train.class_names, directory=directory, device=device,
                                threads=threads)
-        teacher.logits(splits.train, np.arange(min(cfg.batch_size, len(splits.train))))  # compile before the clock
+        # no augmentation and deterministic batches: the teacher's logits per training image never change, so
+        # one pass over the training set serves every batch (its time apart from train_s: teacher_s)
+        t0 = time.perf_counter()
+        teacher_table = ops.predict(be, teacher.model, splits.train, teacher.resolution).astype(np.float32)
+        teacher_s = time.perf_counter() - t0
         distill = Distill(cfg.teacher.distillation, cfg.teacher.lam, cfg.teacher.tau,
-                          lambda idx: teacher.logits(splits.train, idx))
+                          lambda idx: teacher_table[idx])
     model = be.init_model(spec, r, k, cfg.seed)
     t0, c0 = time.perf_counter(), be.compile_s
     model, losses = be.train(model, splits.train, r, cfg.optim(), cfg.batch_size, cfg.seed, distill=distill)
     compile_s = be.compile_s - c0
-    train_s = time.perf_counter() - t0 - compile_s  # compile time (JAX) kept apart; the teacher's forward inside
+    train_s = time.perf_counter() - t0 - compile_s  # compile time (JAX) and the teacher (teacher_s) apart
     images_seen = cfg.steps * cfg.batch_size
     flops_per_image = train_flops_per_image(spec, r, k)
     teacher_flops = teacher.forward_flops() if teacher is not None else 0.0  # per image seen (forward only)
+    test_logits = ops.predict(be, model, splits.test, r)  # upstream test split
     metrics = {
-        "accuracy": ops.accuracy(be, model, splits.test, r),  # upstream test split
+        "accuracy": _accuracy(test_logits, splits.test.labels),
         "val_accuracy": ops.accuracy(be, model, splits.val, r),
         "images_seen": images_seen,
         "epochs": images_seen / len(splits.train),
@@ -257,8 +272,8 @@ def pretrain(cfg: PretrainConfig, *, device: str = "cpu", threads: int | None = 
         "train_images": len(splits.train),
     }
     if teacher is not None:
-        metrics.update(teacher_metrics(teacher, be, model, splits, r, images_seen),
-                       student_exaflops=flops_per_image * images_seen / 1e18)
+        metrics.update(teacher_metrics(teacher, be, test_logits, teacher_table, splits, images_seen),
+                       student_exaflops=flops_per_image * images_seen / 1e18, teacher_s=teacher_s)
     config = {"model": spec.name, **cfg.model_dump(mode="json"), "resolution": r, "upstream_key": cfg.key(),
               "device": device}
     meta = {"model": spec.name, "spec": spec.to_dict(), "resolution": r, "num_classes": k,
@@ -273,22 +288,29 @@ def pretrain(cfg: PretrainConfig, *, device: str = "cpu", threads: int | None = 
     return record, ckpt
 
 
-def teacher_metrics(teacher: Teacher, be, student, splits, resolution: int, images_seen: int) -> dict:
-    """What a distilled row says about its teacher: its cost in this run, its own cost and how good it is."""
+def _accuracy(logits: np.ndarray, labels: np.ndarray) -> float:
+    """Top-1 accuracy (0..1) of `logits` (N, K) against `labels` (nan on no images)."""
+    return float(np.mean(logits.argmax(1) == labels)) if len(labels) else float("nan")
+
+
+def teacher_metrics(teacher: Teacher, be, student_test_logits: np.ndarray, train_logits: np.ndarray, splits,
+                    images_seen: int) -> dict:
+    """What a distilled row says about its teacher: its cost in this run, its own cost and how good it is
+    (`train_logits`: the teacher's on the training set, as the student was taught; `student_test_logits`: the
+    student's on the test split)."""
     from vitbench.transfer import ops
     from vitbench.transfer.distill import agreement
 
     test = splits.test
     t_logits = ops.predict(be, teacher.model, test, teacher.resolution)
-    train_acc = ops.accuracy(be, teacher.model, splits.train, teacher.resolution)
     return {
         "teacher_gflops_per_image": teacher.forward_flops() / 1e9,  # forward, per image seen
         "teacher_exaflops": teacher.forward_flops() * images_seen / 1e18,  # included in `exaflops`
         "teacher_pretrain_exaflops": teacher.pretrain_exaflops,  # not included: the teacher is given
-        "teacher_accuracy": float(np.mean(t_logits.argmax(1) == test.labels)) if len(test) else float("nan"),
+        "teacher_accuracy": _accuracy(t_logits, test.labels),
         # on the images the student trains on: the share of hard-distillation targets that are the true labels
-        "teacher_train_accuracy": train_acc,
-        "teacher_agreement": agreement(ops.predict(be, student, test, resolution), t_logits),  # test split
+        "teacher_train_accuracy": _accuracy(train_logits, splits.train.labels),
+        "teacher_agreement": agreement(student_test_logits, t_logits),  # test split
         "teacher_model": teacher.spec.name,
         "teacher_resolution": teacher.resolution,
     }
@@ -308,8 +330,10 @@ def cache_path(cfg: PretrainConfig, directory: str | Path | None = None) -> Path
 
 
 def ensure_upstream(cfg: PretrainConfig, *, directory: str | Path | None = None, device: str = "cpu",
-                    threads: int | None = None) -> tuple[Checkpoint, Record | None]:
-    """The cached upstream checkpoint for `cfg`, pre-training it first if absent.
+                    threads: int | None = None,
+                    batch_option: str = "batch_size") -> tuple[Checkpoint, Record | None]:
+    """The cached upstream checkpoint for `cfg`, pre-training it first if absent (`batch_option`: see
+    `pretrain`).
 
     Returns (checkpoint, the pretrain record if it was trained now else None).
     """
@@ -317,7 +341,8 @@ def ensure_upstream(cfg: PretrainConfig, *, directory: str | Path | None = None,
     with locked(path):
         if path.is_file():
             return load_checkpoint(path), None
-        record, ckpt = pretrain(cfg, device=device, threads=threads, out=path, directory=directory)
+        record, ckpt = pretrain(cfg, device=device, threads=threads, out=path, directory=directory,
+                                batch_option=batch_option)
         return ckpt, record
 
 
