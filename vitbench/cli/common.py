@@ -128,13 +128,6 @@ def print_json(obj) -> None:
     sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
 
 
-def backend_choices() -> str:
-    """'torch | jax': the registered backends, for help texts."""
-    from vitbench.backends.base import backend_names
-
-    return " | ".join(backend_names())
-
-
 def task_params(task_name: str, **values):
     """(task class, its validated Params) from command-line values; a bad value is a ConfigError naming the
     option (--min-seconds) and what it must be."""

@@ -8,7 +8,7 @@ from rich.table import Table
 
 from vitbench.backends.base import PRECISIONS
 from vitbench.cli import app
-from vitbench.cli.common import backend_choices, console, print_json
+from vitbench.cli.common import console, print_json
 from vitbench.errors import ConfigError
 
 _STYLE = {"ok": "green", "info": "cyan", "warn": "yellow", "fail": "bold red", "skip": "dim"}
@@ -20,7 +20,8 @@ def doctor_cmd(
                                            "that runs there."),
     threads: int = typer.Option(None, help="Intra-op threads to check with (default: each framework's)."),
     precision: str = typer.Option("fp32", help="Precision of the timing check and the peak."),
-    backend: list[str] = typer.Option(None, "--backend", help=f"Only these ({backend_choices()}); repeatable."),
+    backend: list[str] = typer.Option(None, "--backend", help="Only these registered backends "
+                                                              "(`vitbench plugins` lists them); repeatable."),
     quick: bool = typer.Option(False, "--quick", help="Smaller matmuls, shorter load sample."),
     as_json: bool = typer.Option(False, "--json", help="Every check with its data, as JSON."),
 ) -> None:

@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from vitbench.cli import app
-from vitbench.cli.common import backend_choices, console, err_console, print_json
+from vitbench.cli.common import console, err_console, print_json
 
 JSON_NAME = "inspect.json"
 
@@ -19,7 +19,8 @@ JSON_NAME = "inspect.json"
 def inspect_cmd(
     source: str = typer.Argument(..., help="A checkpoint (.safetensors from `vitbench pretrain`) or a variant "
                                            "name (random weights), e.g. ViT-Micro/4, R-Nano+ViT-Micro/8."),
-    backend: str = typer.Option(None, help=f"{backend_choices()} (default: the first)."),
+    backend: str = typer.Option(None, help="A registered backend "
+                                           "(`vitbench plugins` lists them; default: the first registered)."),
     resolution: int = typer.Option(None, "--resolution", "-r",
                                    help="Input size (default: the checkpoint's; position embeddings are "
                                         "resampled as for fine-tuning)."),

@@ -8,7 +8,7 @@ from rich.table import Table
 
 from vitbench.backends.base import PRECISIONS
 from vitbench.cli import app
-from vitbench.cli.common import backend_choices, console, print_json, task_params
+from vitbench.cli.common import console, print_json, task_params
 from vitbench.errors import ConfigError
 from vitbench.measure.timing import TARGET_WINDOWS
 from vitbench.numfmt import fmt
@@ -40,7 +40,8 @@ def bench_cmd(
     resolution: int = typer.Option(None, "--resolution", "-r", help="Input size in pixels (default: native)."),
     precision: str = typer.Option("fp32", help="fp32 (full fp32 on every backend) | tf32 (GPU) | bf16 | fp16 "
                                                "(autocast)."),
-    backend: str = typer.Option(None, help=f"{backend_choices()} (default: the first)."),
+    backend: str = typer.Option(None, help="A registered backend "
+                                           "(`vitbench plugins` lists them; default: the first registered)."),
     device: str = typer.Option("cpu", help="cpu | cuda | cuda:N (torch); cpu | gpu | tpu (jax)."),
     threads: int = typer.Option(None, help="Intra-op threads (default: the framework's; recorded either way)."),
     compile: bool = typer.Option(False, "--compile/--no-compile", help="torch.compile the model (torch)."),
@@ -146,7 +147,8 @@ def max_batch_cmd(
     task: str = typer.Option("infer", help="infer | train"),
     resolution: int = typer.Option(None, "--resolution", "-r"),
     precision: str = typer.Option("fp32", help="fp32 | bf16 | fp16"),
-    backend: str = typer.Option(None, help=f"{backend_choices()} (default: the first)."),
+    backend: str = typer.Option(None, help="A registered backend "
+                                           "(`vitbench plugins` lists them; default: the first registered)."),
     device: str = typer.Option("cpu"),
     threads: int = typer.Option(None),
     optimizer: str = typer.Option("adam", help="train: adam | sgd (optimizer state counts toward memory)."),
@@ -207,7 +209,9 @@ def flops_cmd(
     model: str = typer.Argument(..., help="Variant name."),
     resolution: int = typer.Option(None, "--resolution", "-r"),
     num_classes: int = typer.Option(None, "--num-classes"),
-    backend: str = typer.Option(None, help=f"{backend_choices()} (default: the first): whose FLOP counters run."),
+    backend: str = typer.Option(None, help="A registered backend "
+                                           "(`vitbench plugins` lists them; default: the first registered): whose "
+                                           "FLOP counters run."),
     count: bool = typer.Option(True, "--count/--no-count",
                                help="Also run the framework counters (builds the model)."),
     images: int = typer.Option(None, help="Pre-training images per epoch (with --epochs): prints exaFLOPs."),
@@ -251,7 +255,8 @@ def flops_cmd(
 
 @app.command("env")
 def env_cmd(
-    backend: str = typer.Option(None, help=f"{backend_choices()} (default: the first)."),
+    backend: str = typer.Option(None, help="A registered backend "
+                                           "(`vitbench plugins` lists them; default: the first registered)."),
     device: str = typer.Option("cpu"),
     threads: int = typer.Option(None),
     precision: str = typer.Option("fp32", help="Precision of the peak."),
