@@ -4,7 +4,6 @@ vitbench.inspect."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import typer
 from rich.table import Table
@@ -37,10 +36,9 @@ def inspect_cmd(
     from vitbench.errors import ConfigError
     from vitbench.inspect.run import inspect_model
     from vitbench.inspect.source import inspection_images, load_source
+    from vitbench.paths import check_dir
 
-    out_dir = Path(out) if out else None
-    if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
-        raise ConfigError(f"--out {out!r} is a file; give a directory (created if missing)")
+    out_dir = check_dir(out, "--out") if out else None  # before the model runs
     backend = backend or default_backend()
     needs = {Capability.ATTENTION, Capability.TRANSFER} - backend_spec(backend).capabilities
     if needs:
