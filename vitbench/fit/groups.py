@@ -21,6 +21,7 @@ from vitbench.errors import ConfigError
 from vitbench.fit.estimate import HOLDOUT_FRACTION, N_BOOT, CurveFit, fit_curve, holdout_check
 from vitbench.fit.forms import FORMS, FormName
 from vitbench.fit.source import Source, SourceKind, load_source, numeric_column
+from vitbench.stats import frontier_mask
 
 DEFAULT_COMPUTE = "pretrain_exaflops"  # the paper's x-axis (Figure 5, Table 6): pre-training exaFLOPs
 DEFAULT_ACCURACY = "accuracy"
@@ -124,17 +125,6 @@ def _fmt(v):
     if isinstance(v, (float, np.floating)) and float(v).is_integer():
         return int(v)
     return v.item() if hasattr(v, "item") else v
-
-
-def frontier_mask(compute: np.ndarray, error: np.ndarray) -> np.ndarray:
-    """Points with lower error than every point of less (or equal) compute: the compute-optimal envelope."""
-    order = np.lexsort((error, compute))
-    keep = np.zeros(len(compute), dtype=bool)
-    best = np.inf
-    for i in order:
-        if error[i] < best:
-            keep[i], best = True, error[i]
-    return keep
 
 
 def _error(source: Source, spec: FitSpec, where: str) -> tuple[pd.Series, str]:

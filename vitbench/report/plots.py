@@ -27,6 +27,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullForma
 from vitbench import numfmt
 from vitbench.models.specs import all_specs
 from vitbench.report import tables
+from vitbench.stats import frontier_mask
 
 FAMILY_STYLE = {"vit": ("o", "Blues", "ViT"), "bit": ("s", "Oranges", "BiT ResNet"),
                 "hybrid": ("^", "Greens", "Hybrid"), "other": ("D", "Greys", "other")}
@@ -275,13 +276,8 @@ def _fmt_key(v) -> str:
 def pareto_front(x, y) -> np.ndarray:
     """Indices of points no other point beats on both axes (less compute and higher accuracy), by x."""
     x, y = np.asarray(x, float), np.asarray(y, float)
-    order = np.lexsort((-y, x))
-    front, best = [], -np.inf
-    for i in order:
-        if y[i] > best:
-            front.append(i)
-            best = y[i]
-    return np.array(front, dtype=int)
+    front = np.flatnonzero(frontier_mask(x, -y))
+    return front[np.argsort(x[front], kind="stable")]
 
 
 DISTILLED_MARKER = "*"  # DeiT marks its distilled models with an alembic; its stand-in among markers
