@@ -321,10 +321,3 @@ def throughput_vs_accuracy(df: pd.DataFrame, *, speed_task: str, compute: str = 
         _legend(fig, ax, n)
         drawn += n
     return fig if drawn else None
-
-
-FIGURES = {
-    "fit_curves": fitted_curves,
-    "compute_frontier": compute_frontier,
-    "throughput_vs_accuracy": throughput_vs_accuracy,
-}

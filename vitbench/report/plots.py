@@ -424,12 +424,3 @@ def distilled_accuracy_vs_throughput(df: pd.DataFrame) -> Figure | None:
         ax.grid(True, which="both", alpha=0.3)
     _shared_legend(fig, axes)
     return fig
-
-
-FIGURES = {
-    "throughput_vs_resolution": throughput_vs_resolution,
-    "max_batch_vs_resolution": max_batch_vs_resolution,
-    "gflops_vs_throughput": gflops_vs_throughput,
-    "accuracy_vs_compute": accuracy_vs_compute,
-    "distilled_accuracy_vs_throughput": distilled_accuracy_vs_throughput,
-}
