@@ -367,13 +367,13 @@ def accuracy_vs_compute(df: pd.DataFrame) -> Figure | None:
     return fig
 
 
-def _infer_speed(df: pd.DataFrame) -> pd.DataFrame:
-    """Peak inference img/s (best batch) per model, resolution, backend, precision and device: bench rows."""
+def _infer_speed(df: pd.DataFrame, speed_task: str = "infer") -> pd.DataFrame:
+    """Peak img/s of `speed_task`'s rows (median over repeats, then the best batch) per model, resolution,
+    backend, precision and device: the speed every figure of accuracy against speed shows."""
     if "task" not in df.columns or "img_per_s" not in df.columns:
         return pd.DataFrame()
-    bench = df[(df["task"] == "infer") & df["img_per_s"].notna()]
-    pt = tables.peak_throughput(bench) if not bench.empty else pd.DataFrame()
-    return pt
+    bench = df[(df["task"] == speed_task) & df["img_per_s"].notna()]
+    return tables.peak_throughput(bench) if not bench.empty else pd.DataFrame()
 
 
 def distilled_accuracy_vs_throughput(df: pd.DataFrame) -> Figure | None:
