@@ -34,7 +34,7 @@ from vitbench.errors import ConfigError, shorten
 from vitbench.executors import Executor, Job, Outcome, Role, Stored, executor_class
 from vitbench.paths import check_dir, make_dir
 from vitbench.record import Status
-from vitbench.store import STUDY_FILE, Store
+from vitbench.store import STUDY_FILE, Store, select
 from vitbench.study import Study, Trial, trial_key
 
 RESULTS_ROOT = "results"
@@ -97,12 +97,9 @@ def plan(study: Study, store: Store, force: bool = False, retry_failed: bool = F
 def failed_trials(study: Study, store: Store) -> dict[str, Status]:
     """The study's trials whose latest row (by finish time) is terminal and not ok: oom, error, timeout. Trials
     never run, interrupted, or running in another sweep are not failures (a resumed sweep runs them)."""
-    latest: dict[str, tuple[str, Status]] = {}
-    for r in store.refresh():
-        if r.key and (r.key not in latest or (r.finished_at or "") >= latest[r.key][0]):
-            latest[r.key] = (r.finished_at or "", r.status)
     keys = {t.key for t in study.trials}
-    return {k: st for k, (_, st) in latest.items() if k in keys and st.done and st is not Status.OK}
+    return {r.key: r.status for r in select(store.refresh(), kinds="all")
+            if r.key in keys and r.status.done and r.status is not Status.OK}
 
 
 def trial_status(study: Study, store: Store) -> dict[str, str]:
