@@ -27,7 +27,7 @@ from pathlib import Path
 import pandas as pd
 
 from vitbench.errors import ConfigError
-from vitbench.paths import make_dir
+from vitbench.paths import make_dir, write_atomic
 
 FORMATS = ("md", "html", "csv", "parquet")
 MANIFEST = ".vitbench-report.json"  # the files the last report wrote into its folder (a new report removes the
@@ -209,6 +209,4 @@ def _publish(stage: Path, out: Path, names: list[str]) -> None:
     for name in before - set(names):
         if "/" not in name and name not in (MANIFEST, ""):
             (out / name).unlink(missing_ok=True)
-    tmp = stage / MANIFEST
-    tmp.write_text(json.dumps(sorted(names)))
-    os.replace(tmp, manifest)
+    write_atomic(manifest, json.dumps(sorted(names)))
