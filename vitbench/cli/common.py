@@ -128,6 +128,13 @@ def print_json(obj) -> None:
     sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
 
 
+def choice(value: str, allowed: tuple[str, ...], option: str) -> str:
+    """`value` if it is one of `allowed`, else a ConfigError naming the option and what is allowed."""
+    if value not in allowed:
+        raise ConfigError(f"{option} {value!r} is not allowed; allowed: {', '.join(allowed)}")
+    return value
+
+
 def task_params(task_name: str, **values):
     """(task class, its validated Params) from command-line values; a bad value is a ConfigError naming the
     option (--min-seconds) and what it must be."""

@@ -8,8 +8,7 @@ from rich.table import Table
 
 from vitbench.backends.base import PRECISIONS
 from vitbench.cli import app
-from vitbench.cli.common import console, print_json
-from vitbench.errors import ConfigError
+from vitbench.cli.common import choice, console, print_json
 
 _STYLE = {"ok": "green", "info": "cyan", "warn": "yellow", "fail": "bold red", "skip": "dim"}
 
@@ -35,9 +34,8 @@ def doctor_cmd(
     """
     from vitbench.measure.doctor import Status, run
 
-    if precision not in PRECISIONS:
-        raise ConfigError(f"--precision {precision!r} is not allowed; allowed: {', '.join(PRECISIONS)}")
-    checks = run(device=device, threads=threads, precision=precision, backends=backend or None, quick=quick)
+    checks = run(device=device, threads=threads, precision=choice(precision, PRECISIONS, "--precision"),
+                 backends=backend or None, quick=quick)
     if as_json:
         print_json({"device": device, "checks": [c.to_dict() for c in checks]})
     else:
