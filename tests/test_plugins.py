@@ -86,3 +86,21 @@ def test_backend_names_live_only_in_their_packages():
             if pattern.search(line):
                 offenders.append(f"{rel}:{i}: {line.strip()}")
     assert not offenders, "\n".join(offenders)
+
+
+def test_unimportable_plugin_fails_only_commands_that_need_plugins(tmp_path):
+    """Start-up and --version load no plug-in; a command that needs the backends says why in one line."""
+    env = {**_env(), "VITBENCH_PLUGINS": "no_such_module"}
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-c", "from vitbench.cli import main; main()", *args],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+
+    version = run("--version")
+    assert version.returncode == 0, version.stderr
+    assert version.stdout.startswith("vitbench ")
+    plugins = run("plugins")
+    assert plugins.returncode == 2
+    assert "Traceback" not in plugins.stderr
+    lines = plugins.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and "no_such_module" in lines[0]

@@ -102,7 +102,7 @@ def lock_status() -> str:
 
 def environment(backend_info: dict | None = None) -> dict:
     """Everything needed to compare two records honestly. `backend_info` adds device/threads/versions."""
-    from vitbench.registry import Kind, entries
+    from vitbench.backends.base import backend_distributions
 
     env = {
         "python": platform.python_version(),
@@ -113,8 +113,7 @@ def environment(backend_info: dict | None = None) -> dict:
         "vitbench": distribution_version("vitbench"),
         "numpy": distribution_version("numpy"),
     }
-    for e in entries(Kind.BACKEND).values():  # every backend's packages, installed or not (None)
-        env.update({d: distribution_version(d) for d in e.obj.distributions})
+    env.update({d: distribution_version(d) for d in backend_distributions()})  # installed or not (None)
     env.update({"git_sha": git_sha(), "deps": lock_status()})
     if backend_info:
         env.update(backend_info)

@@ -34,7 +34,7 @@ from vitbench.errors import ConfigError, shorten
 from vitbench.executors import Executor, Job, Outcome, Role, Stored, executor_class
 from vitbench.paths import check_dir, make_dir
 from vitbench.record import Status
-from vitbench.store import STUDY_FILE, Store
+from vitbench.store import STUDY_FILE, Store, select
 from vitbench.study import Study, Trial, trial_key
 
 RESULTS_ROOT = "results"
@@ -97,12 +97,9 @@ def plan(study: Study, store: Store, force: bool = False, retry_failed: bool = F
 def failed_trials(study: Study, store: Store) -> dict[str, Status]:
     """The study's trials whose latest row (by finish time) is terminal and not ok: oom, error, timeout. Trials
     never run, interrupted, or running in another sweep are not failures (a resumed sweep runs them)."""
-    latest: dict[str, tuple[str, Status]] = {}
-    for r in store.refresh():
-        if r.key and (r.key not in latest or (r.finished_at or "") >= latest[r.key][0]):
-            latest[r.key] = (r.finished_at or "", r.status)
     keys = {t.key for t in study.trials}
-    return {k: st for k, (_, st) in latest.items() if k in keys and st.done and st is not Status.OK}
+    return {r.key: r.status for r in select(store.refresh(), kinds="all")
+            if r.key in keys and r.status.done and r.status is not Status.OK}
 
 
 def trial_status(study: Study, store: Store) -> dict[str, str]:
@@ -160,10 +157,12 @@ def make_executor(study: Study, results_dir: Path, name: str | None = None,
     return executor_class(name)(results_dir, **opts)
 
 
-def check_results_dir(study: Study, results_dir: str | os.PathLike, what: str = "results directory") -> Path:
+def check_results_dir(study: Study, results_dir: str | os.PathLike, what: str = "results directory",
+                      store: Store | None = None) -> Path:
     """`results_dir` can hold this study's results: a writable directory (or one that can be made) whose
     results and study copy, if any, are this study's. Another study's results would mix into one report and
-    one resume; they go into a directory of their own (`vitbench report` reads several below one parent)."""
+    one resume; they go into a directory of their own (`vitbench report` reads several below one parent).
+    `store`: the directory's open Store, whose records are then read once for this check and what follows."""
     path = check_dir(results_dir, what)
     if not path.is_dir():
         return path
@@ -176,8 +175,8 @@ def check_results_dir(study: Study, results_dir: str | os.PathLike, what: str = 
             data, _ = load_bounded(copy.read_text(errors="replace"))
             if isinstance(data, dict) and isinstance(data.get("name"), str):
                 others.add(data["name"])
-    with Store(path) as store:
-        others |= {r.study for r in store.refresh() if r.study}
+    with contextlib.nullcontext(store) if store is not None else Store(path) as s:
+        others |= {r.study for r in s.refresh() if r.study}
     others.discard(study.name)
     if others:
         raise ConfigError(f"{what} {shorten(str(path))} holds the results of study "
@@ -196,10 +195,11 @@ def run_study(study: Study, results_dir: str | os.PathLike | None = None, *,
     Raises KeyboardInterrupt after recording the running trial as 'interrupted' (the summary is then lost;
     everything finished is in the store)."""
     hooks = hooks or SweepHooks()
-    results_dir = check_results_dir(study, results_dir or default_results_dir(study))
+    results_dir = Path(results_dir or default_results_dir(study)).expanduser()
+    store = Store(results_dir)  # its records are read once: for the check, the plan and what follows
+    results_dir = check_results_dir(study, results_dir, store=store)
     if not isinstance(executor, Executor):  # before anything is shown or written
         check_executor(study, executor, executor_options)
-    store = Store(results_dir)
     run_id = new_run_id()
     summary = SweepSummary(run_id=run_id, results_dir=results_dir, planned=len(study.trials))
     t_start = time.perf_counter()

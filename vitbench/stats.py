@@ -9,6 +9,8 @@ Why a bootstrap confidence interval on the ratio of medians (and not a Mann-Whit
   repeats first, then steps inside each repeat (cluster bootstrap, Davison & Hinkley 1997, "Bootstrap Methods
   and their Application", sec. 3.8) lets run-to-run drift widen the interval, which a per-step test ignores.
 - The median is robust to the occasional slow step (GC, a noisy neighbour) that would drag a mean.
+
+Also the compute-optimal envelope (`frontier_mask`) that the scaling fits and the report's figures share.
 """
 
 from __future__ import annotations
@@ -73,3 +75,14 @@ def percentile_interval(replicates: np.ndarray, confidence: float = 0.95) -> tup
     alpha = (1 - confidence) / 2
     lo, hi = np.quantile(replicates, [alpha, 1 - alpha])
     return float(lo), float(hi)
+
+
+def frontier_mask(compute: np.ndarray, error: np.ndarray) -> np.ndarray:
+    """Points with lower error than every point of less (or equal) compute: the compute-optimal envelope."""
+    order = np.lexsort((error, compute))
+    keep = np.zeros(len(compute), dtype=bool)
+    best = np.inf
+    for i in order:
+        if error[i] < best:
+            keep[i], best = True, error[i]
+    return keep

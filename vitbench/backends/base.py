@@ -514,3 +514,11 @@ def _known_backend(name: str) -> str:
 
 # A backend name in a pydantic model: validated against the registry (so no list of names is written anywhere).
 BackendName = Annotated[str, AfterValidator(_known_backend)]
+
+
+def backend_distributions() -> tuple[str, ...]:
+    """Every registered backend's packages (e.g. torch, jax, flax), in backend order: what the environment
+    records and what a report or comparison shows of it."""
+    from vitbench.registry import Kind, entries
+
+    return tuple(d for e in entries(Kind.BACKEND).values() for d in e.obj.distributions)

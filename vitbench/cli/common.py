@@ -128,11 +128,11 @@ def print_json(obj) -> None:
     sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
 
 
-def backend_choices() -> str:
-    """'torch | jax': the registered backends, for help texts."""
-    from vitbench.backends.base import backend_names
-
-    return " | ".join(backend_names())
+def choice(value: str, allowed: tuple[str, ...], option: str) -> str:
+    """`value` if it is one of `allowed`, else a ConfigError naming the option and what is allowed."""
+    if value not in allowed:
+        raise ConfigError(f"{option} {value!r} is not allowed; allowed: {', '.join(allowed)}")
+    return value
 
 
 def task_params(task_name: str, **values):

@@ -4,13 +4,12 @@ vitbench.inspect."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import typer
 from rich.table import Table
 
 from vitbench.cli import app
-from vitbench.cli.common import backend_choices, console, err_console, print_json
+from vitbench.cli.common import console, err_console, print_json
 
 JSON_NAME = "inspect.json"
 
@@ -19,7 +18,8 @@ JSON_NAME = "inspect.json"
 def inspect_cmd(
     source: str = typer.Argument(..., help="A checkpoint (.safetensors from `vitbench pretrain`) or a variant "
                                            "name (random weights), e.g. ViT-Micro/4, R-Nano+ViT-Micro/8."),
-    backend: str = typer.Option(None, help=f"{backend_choices()} (default: the first)."),
+    backend: str = typer.Option(None, help="A registered backend "
+                                           "(`vitbench plugins` lists them; default: the first registered)."),
     resolution: int = typer.Option(None, "--resolution", "-r",
                                    help="Input size (default: the checkpoint's; position embeddings are "
                                         "resampled as for fine-tuning)."),
@@ -36,10 +36,9 @@ def inspect_cmd(
     from vitbench.errors import ConfigError
     from vitbench.inspect.run import inspect_model
     from vitbench.inspect.source import inspection_images, load_source
+    from vitbench.paths import check_dir
 
-    out_dir = Path(out) if out else None
-    if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
-        raise ConfigError(f"--out {out!r} is a file; give a directory (created if missing)")
+    out_dir = check_dir(out, "--out") if out else None  # before the model runs
     backend = backend or default_backend()
     needs = {Capability.ATTENTION, Capability.TRANSFER} - backend_spec(backend).capabilities
     if needs:

@@ -8,18 +8,12 @@ from rich.table import Table
 
 from vitbench.backends.base import PRECISIONS
 from vitbench.cli import app
-from vitbench.cli.common import backend_choices, console, print_json, task_params
+from vitbench.cli.common import choice, console, print_json, task_params
 from vitbench.errors import ConfigError
 from vitbench.measure.timing import TARGET_WINDOWS
 from vitbench.numfmt import fmt
 
 _MODES = ("infer", "train")
-
-
-def _choice(value: str, allowed: tuple[str, ...], option: str) -> str:
-    if value not in allowed:
-        raise ConfigError(f"{option} {value!r} is not allowed; allowed: {', '.join(allowed)}")
-    return value
 
 
 def _kv_table(title: str, rows: list[tuple[str, object]]) -> Table:
@@ -40,7 +34,8 @@ def bench_cmd(
     resolution: int = typer.Option(None, "--resolution", "-r", help="Input size in pixels (default: native)."),
     precision: str = typer.Option("fp32", help="fp32 (full fp32 on every backend) | tf32 (GPU) | bf16 | fp16 "
                                                "(autocast)."),
-    backend: str = typer.Option(None, help=f"{backend_choices()} (default: the first)."),
+    backend: str = typer.Option(None, help="A registered backend "
+                                           "(`vitbench plugins` lists them; default: the first registered)."),
     device: str = typer.Option("cpu", help="cpu | cuda | cuda:N (torch); cpu | gpu | tpu (jax)."),
     threads: int = typer.Option(None, help="Intra-op threads (default: the framework's; recorded either way)."),
     compile: bool = typer.Option(False, "--compile/--no-compile", help="torch.compile the model (torch)."),
@@ -76,7 +71,7 @@ def bench_cmd(
                   precision=precision, compile=compile, compile_mode=compile_mode, device=device, threads=threads,
                   channels_last=channels_last, seed=seed, warmup_steps=warmup, min_steps=min_steps,
                   min_seconds=min_seconds, max_seconds=max_seconds, timing=timing, window_steps=window_steps)
-    if _choice(task, _MODES, "--task") == "train":
+    if choice(task, _MODES, "--task") == "train":
         values["optimizer"] = optimizer
     t, params = task_params(task, **values)
     rec = t().run(params)
@@ -146,7 +141,8 @@ def max_batch_cmd(
     task: str = typer.Option("infer", help="infer | train"),
     resolution: int = typer.Option(None, "--resolution", "-r"),
     precision: str = typer.Option("fp32", help="fp32 | bf16 | fp16"),
-    backend: str = typer.Option(None, help=f"{backend_choices()} (default: the first)."),
+    backend: str = typer.Option(None, help="A registered backend "
+                                           "(`vitbench plugins` lists them; default: the first registered)."),
     device: str = typer.Option("cpu"),
     threads: int = typer.Option(None),
     optimizer: str = typer.Option("adam", help="train: adam | sgd (optimizer state counts toward memory)."),
@@ -170,11 +166,11 @@ def max_batch_cmd(
     from vitbench.measure.max_batch import max_batch
     from vitbench.record import Status
 
-    _, p = task_params("max_batch", model=model, backend=backend, mode=_choice(task, _MODES, "--task"),
+    _, p = task_params("max_batch", model=model, backend=backend, mode=choice(task, _MODES, "--task"),
                        resolution=resolution, precision=precision, device=device, threads=threads,
                        memory_limit_gib=memory_limit_gib, max_batch_size=max_batch_size, start=start,
                        granularity=granularity, probe_timeout_s=probe_timeout_s)
-    step = Step.of(p.config(), mode=p.mode, batch_size=1, optimizer=_choice(optimizer, OPTIMIZERS, "--optimizer"))
+    step = Step.of(p.config(), mode=p.mode, batch_size=1, optimizer=choice(optimizer, OPTIMIZERS, "--optimizer"))
     rec = max_batch(step, backend=p.backend, device=p.device, threads=p.threads,
                     memory_limit_gib=p.memory_limit_gib, max_batch_size=p.max_batch_size, start=p.start,
                     granularity=p.granularity, probe_timeout_s=p.probe_timeout_s)
@@ -207,7 +203,9 @@ def flops_cmd(
     model: str = typer.Argument(..., help="Variant name."),
     resolution: int = typer.Option(None, "--resolution", "-r"),
     num_classes: int = typer.Option(None, "--num-classes"),
-    backend: str = typer.Option(None, help=f"{backend_choices()} (default: the first): whose FLOP counters run."),
+    backend: str = typer.Option(None, help="A registered backend "
+                                           "(`vitbench plugins` lists them; default: the first registered): whose "
+                                           "FLOP counters run."),
     count: bool = typer.Option(True, "--count/--no-count",
                                help="Also run the framework counters (builds the model)."),
     images: int = typer.Option(None, help="Pre-training images per epoch (with --epochs): prints exaFLOPs."),
@@ -251,7 +249,8 @@ def flops_cmd(
 
 @app.command("env")
 def env_cmd(
-    backend: str = typer.Option(None, help=f"{backend_choices()} (default: the first)."),
+    backend: str = typer.Option(None, help="A registered backend "
+                                           "(`vitbench plugins` lists them; default: the first registered)."),
     device: str = typer.Option("cpu"),
     threads: int = typer.Option(None),
     precision: str = typer.Option("fp32", help="Precision of the peak."),
@@ -271,7 +270,7 @@ def env_cmd(
 
     be = get_backend(backend or default_backend())
     info = be.setup(device, threads)
-    peak = device_peak(be, _choice(precision, PRECISIONS, "--precision"), info.get("threads"), refresh=refresh,
+    peak = device_peak(be, choice(precision, PRECISIONS, "--precision"), info.get("threads"), refresh=refresh,
                        remeasure_provisional=True)
     env = environment(info)
     differ, not_installed = lock_differences()

@@ -241,9 +241,10 @@ def sweep_cmd(
             and k in executor_class(executor or st.executor.name).Options.model_fields}
     opts.update(_parse_executor_options(executor_option or []))
     check_executor(st, executor, opts)  # everything is checked before anything is shown, run or written
-    check_results_dir(st, out, "--results")
-    if dry_run:
-        statuses = trial_status(st, Store(out)) if (out / "results.jsonl").exists() else None
+    if dry_run:  # a sweep checks the results directory itself (run_study), before it shows anything
+        store = Store(out)
+        check_results_dir(st, out, "--results", store)
+        statuses = trial_status(st, store) if (out / "results.jsonl").exists() else None
         if as_json:
             print(json.dumps([{"key": t.key, "repeat": t.repeat, "origin": t.origin, "config": t.config,
                                **({"status": statuses.get(t.key)} if statuses else {})} for t in st.trials],

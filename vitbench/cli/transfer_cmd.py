@@ -6,7 +6,7 @@ import typer
 from rich.table import Table
 
 from vitbench.cli import app
-from vitbench.cli.common import backend_choices, console, print_json
+from vitbench.cli.common import console, print_json
 from vitbench.numfmt import fmt
 
 _DATA_HELP = "digits | synthetic | folder | cifar10 | cifar100 | npz"
@@ -44,7 +44,8 @@ def _upstream_opts(model, backend, data, data_path, classes, data_seed, resoluti
 @app.command("pretrain")
 def pretrain_cmd(
     model: str = typer.Argument(..., help="Variant name, e.g. ViT-Nano/4, R-Nano, R-Nano+ViT-Micro/8."),
-    backend: str = typer.Option(None, help=f"{backend_choices()} (default: the first)."),
+    backend: str = typer.Option(None, help="A registered backend "
+                                           "(`vitbench plugins` lists them; default: the first registered)."),
     data: str = typer.Option("digits", help=_DATA_HELP),
     data_path: str = typer.Option(None, help="Local path for folder / cifar10 / cifar100 / npz."),
     classes: str = typer.Option("0-4", help="Upstream classes: 'a-b' or 'a,b,c'; '' for all."),
@@ -133,7 +134,8 @@ def fewshot_cmd(
                                        "(default: as `vitbench pretrain`)."),
     pretrain_warmup_steps: int = typer.Option(None, min=0, help="With --model: upstream warm-up steps "
                                               "(default: as `vitbench pretrain`)."),
-    backend: str = typer.Option(None, help=f"{backend_choices()} (default: the upstream's)."),
+    backend: str = typer.Option(None, help="A registered backend "
+                                           "(`vitbench plugins` lists them; default: the upstream's)."),
     data: str = typer.Option("digits", help=_DATA_HELP),
     data_path: str = typer.Option(None),
     classes: str = typer.Option("5-9", help="Downstream classes ('' for all)."),
@@ -175,7 +177,8 @@ def finetune_cmd(
                                        "(default: as `vitbench pretrain`)."),
     pretrain_warmup_steps: int = typer.Option(None, min=0, help="With --model: upstream warm-up steps "
                                               "(default: as `vitbench pretrain`)."),
-    backend: str = typer.Option(None, help=f"{backend_choices()} (default: the upstream's)."),
+    backend: str = typer.Option(None, help="A registered backend "
+                                           "(`vitbench plugins` lists them; default: the upstream's)."),
     data: str = typer.Option("digits", help=_DATA_HELP),
     data_path: str = typer.Option(None),
     classes: str = typer.Option("5-9", help="Downstream classes ('' for all)."),

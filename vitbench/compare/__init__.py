@@ -107,11 +107,10 @@ def load_records(path: str | Path, warnings: list[str] | None = None) -> list[Re
 
 def _env_order() -> tuple[str, ...]:
     """Environment fields shown first when they differ: the device, the backends' packages, then the machine."""
-    from vitbench.registry import Kind, entries
+    from vitbench.backends.base import backend_distributions
 
-    frameworks = [d for e in entries(Kind.BACKEND).values() for d in e.obj.distributions]
-    return ("device", "device_name", "gpu", "tpu", "cuda", *frameworks, "numpy", "python", "cpu_model",
-            "cpu_count", "threads", "hostname", "platform", "vitbench", "git_sha")
+    return ("device", "device_name", "gpu", "tpu", "cuda", *backend_distributions(), "numpy", "python",
+            "cpu_model", "cpu_count", "threads", "hostname", "platform", "vitbench", "git_sha")
 
 
 def env_differences(baseline: Sequence[Record], current: Sequence[Record]) -> list[tuple[str, str, str]]:

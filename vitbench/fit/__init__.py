@@ -7,8 +7,9 @@
 
 from vitbench.fit.estimate import CurveFit, FitStatus, HeldOut, ParamEstimate, fit_curve, holdout_check
 from vitbench.fit.forms import FORMS, PARAMS, Form, FormName
-from vitbench.fit.groups import FitReport, FitSpec, GroupFit, Points, fit_path, fit_source, frontier_mask
+from vitbench.fit.groups import FitReport, FitSpec, GroupFit, Points, fit_path, fit_source
 from vitbench.fit.source import BENCHMARK_COLUMNS, Source, SourceKind, load_source, results_frame
+from vitbench.stats import frontier_mask
 
 __all__ = ["BENCHMARK_COLUMNS", "FORMS", "PARAMS", "CurveFit", "FitReport", "FitSpec", "FitStatus", "Form",
            "FormName", "GroupFit", "HeldOut", "ParamEstimate", "Points", "Source", "SourceKind", "fit_curve",

@@ -21,6 +21,8 @@ from vitbench.errors import ConfigError
 from vitbench.fit.estimate import HOLDOUT_FRACTION, N_BOOT, CurveFit, fit_curve, holdout_check
 from vitbench.fit.forms import FORMS, FormName
 from vitbench.fit.source import Source, SourceKind, load_source, numeric_column
+from vitbench.record import clean
+from vitbench.stats import frontier_mask
 
 DEFAULT_COMPUTE = "pretrain_exaflops"  # the paper's x-axis (Figure 5, Table 6): pre-training exaFLOPs
 DEFAULT_ACCURACY = "accuracy"
@@ -96,24 +98,11 @@ class FitReport:
 
     def to_dict(self) -> dict:
         """One JSON document (NaN-free) with everything the CLI prints."""
-        return _json_safe({
+        return clean({
             "source": self.source, "source_kind": self.source_kind.value, "compute": self.spec.compute,
             "error": self.error_label, "split_by": self.split_by, "points": self.spec.points.value,
             "ci": self.spec.ci, "bootstrap": self.spec.bootstrap, "holdout_fraction": self.spec.holdout,
             "dropped": self.dropped, "groups": [g.to_dict() for g in self.groups]})
-
-
-def _json_safe(x):
-    """NaN/inf -> None and numpy scalars -> Python, recursively (strict JSON)."""
-    if isinstance(x, dict):
-        return {str(k): _json_safe(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_json_safe(v) for v in x]
-    if isinstance(x, np.generic):
-        x = x.item()
-    if isinstance(x, float) and not np.isfinite(x):
-        return None
-    return x
 
 
 def _present(v) -> bool:
@@ -124,17 +113,6 @@ def _fmt(v):
     if isinstance(v, (float, np.floating)) and float(v).is_integer():
         return int(v)
     return v.item() if hasattr(v, "item") else v
-
-
-def frontier_mask(compute: np.ndarray, error: np.ndarray) -> np.ndarray:
-    """Points with lower error than every point of less (or equal) compute: the compute-optimal envelope."""
-    order = np.lexsort((error, compute))
-    keep = np.zeros(len(compute), dtype=bool)
-    best = np.inf
-    for i in order:
-        if error[i] < best:
-            keep[i], best = True, error[i]
-    return keep
 
 
 def _error(source: Source, spec: FitSpec, where: str) -> tuple[pd.Series, str]:

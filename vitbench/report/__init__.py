@@ -27,7 +27,7 @@ from pathlib import Path
 import pandas as pd
 
 from vitbench.errors import ConfigError
-from vitbench.paths import make_dir
+from vitbench.paths import make_dir, write_atomic
 
 FORMATS = ("md", "html", "csv", "parquet")
 MANIFEST = ".vitbench-report.json"  # the files the last report wrote into its folder (a new report removes the
@@ -74,9 +74,9 @@ def _meta(df: pd.DataFrame, cal: pd.DataFrame) -> tuple[str, list[str]]:
     n_ok = int((df["status"] == "ok").sum()) if "status" in df else 0
     runs = df["run_id"].nunique() if "run_id" in df else 0
     meta.append(f"{len(df)} trials ({n_ok} ok, {len(df) - n_ok} not ok) from {runs} sweep run(s)")
-    from vitbench.registry import Kind, entries
+    from vitbench.backends.base import backend_distributions
 
-    versions = [(f"env.{d}", d) for e in entries(Kind.BACKEND).values() for d in e.obj.distributions]
+    versions = [(f"env.{d}", d) for d in backend_distributions()]
     for col, label in (("env.cpu_model", "CPU"), ("env.device_name", "device"), *versions,
                        ("env.git_sha", "vitbench git")):
         if col in df and df[col].notna().any():
@@ -209,6 +209,4 @@ def _publish(stage: Path, out: Path, names: list[str]) -> None:
     for name in before - set(names):
         if "/" not in name and name not in (MANIFEST, ""):
             (out / name).unlink(missing_ok=True)
-    tmp = stage / MANIFEST
-    tmp.write_text(json.dumps(sorted(names)))
-    os.replace(tmp, manifest)
+    write_atomic(manifest, json.dumps(sorted(names)))

@@ -36,7 +36,7 @@ from vitbench.fit import (
     results_frame,
 )
 from vitbench.fit.groups import DEFAULT_COMPUTE, DEFAULT_GROUP
-from vitbench.report.plots import FAMILY_STYLE, _legend, _log_axis, backend_line, model_colors
+from vitbench.report.plots import FAMILY_STYLE, _infer_speed, _legend, _log_axis, backend_line, model_colors
 
 _OTHER_COLORS = colormaps["tab10"]
 # Axis titles for the compute columns results rows carry (any other column is shown by its name).
@@ -249,11 +249,12 @@ def compute_frontier(df: pd.DataFrame, *, fits: FitReport | None = None, spec: F
 
 
 def _peak_speed(df: pd.DataFrame, speed_task: str) -> pd.DataFrame:
-    """Peak img/s (best batch size) of `speed_task`'s rows per model, backend, precision and resolution."""
+    """Peak img/s of `speed_task`'s ok rows per model, backend, precision and resolution: the speed of
+    plots._infer_speed (median over repeats, then the best batch size), as the distillation figure shows it."""
     need = {"task", "status", "img_per_s", "model", "resolution"}
     if df.empty or not need <= set(df.columns):
         return pd.DataFrame()
-    b = df[(df["task"] == speed_task) & df["img_per_s"].notna() & (df["status"] == "ok")].copy()
+    b = _infer_speed(df[df["status"] == "ok"], speed_task)
     if b.empty:
         return pd.DataFrame()
     b["img_per_s"] = pd.to_numeric(b["img_per_s"], errors="coerce")
@@ -321,10 +322,3 @@ def throughput_vs_accuracy(df: pd.DataFrame, *, speed_task: str, compute: str = 
         _legend(fig, ax, n)
         drawn += n
     return fig if drawn else None
-
-
-FIGURES = {
-    "fit_curves": fitted_curves,
-    "compute_frontier": compute_frontier,
-    "throughput_vs_accuracy": throughput_vs_accuracy,
-}

@@ -27,6 +27,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullForma
 from vitbench import numfmt
 from vitbench.models.specs import all_specs
 from vitbench.report import tables
+from vitbench.stats import frontier_mask
 
 FAMILY_STYLE = {"vit": ("o", "Blues", "ViT"), "bit": ("s", "Oranges", "BiT ResNet"),
                 "hybrid": ("^", "Greens", "Hybrid"), "other": ("D", "Greys", "other")}
@@ -275,13 +276,8 @@ def _fmt_key(v) -> str:
 def pareto_front(x, y) -> np.ndarray:
     """Indices of points no other point beats on both axes (less compute and higher accuracy), by x."""
     x, y = np.asarray(x, float), np.asarray(y, float)
-    order = np.lexsort((-y, x))
-    front, best = [], -np.inf
-    for i in order:
-        if y[i] > best:
-            front.append(i)
-            best = y[i]
-    return np.array(front, dtype=int)
+    front = np.flatnonzero(frontier_mask(x, -y))
+    return front[np.argsort(x[front], kind="stable")]
 
 
 DISTILLED_MARKER = "*"  # DeiT marks its distilled models with an alembic; its stand-in among markers
@@ -371,13 +367,13 @@ def accuracy_vs_compute(df: pd.DataFrame) -> Figure | None:
     return fig
 
 
-def _infer_speed(df: pd.DataFrame) -> pd.DataFrame:
-    """Peak inference img/s (best batch) per model, resolution, backend, precision and device: bench rows."""
+def _infer_speed(df: pd.DataFrame, speed_task: str = "infer") -> pd.DataFrame:
+    """Peak img/s of `speed_task`'s rows (median over repeats, then the best batch) per model, resolution,
+    backend, precision and device: the speed every figure of accuracy against speed shows."""
     if "task" not in df.columns or "img_per_s" not in df.columns:
         return pd.DataFrame()
-    bench = df[(df["task"] == "infer") & df["img_per_s"].notna()]
-    pt = tables.peak_throughput(bench) if not bench.empty else pd.DataFrame()
-    return pt
+    bench = df[(df["task"] == speed_task) & df["img_per_s"].notna()]
+    return tables.peak_throughput(bench) if not bench.empty else pd.DataFrame()
 
 
 def distilled_accuracy_vs_throughput(df: pd.DataFrame) -> Figure | None:
@@ -428,12 +424,3 @@ def distilled_accuracy_vs_throughput(df: pd.DataFrame) -> Figure | None:
         ax.grid(True, which="both", alpha=0.3)
     _shared_legend(fig, axes)
     return fig
-
-
-FIGURES = {
-    "throughput_vs_resolution": throughput_vs_resolution,
-    "max_batch_vs_resolution": max_batch_vs_resolution,
-    "gflops_vs_throughput": gflops_vs_throughput,
-    "accuracy_vs_compute": accuracy_vs_compute,
-    "distilled_accuracy_vs_throughput": distilled_accuracy_vs_throughput,
-}
