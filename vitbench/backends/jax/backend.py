@@ -248,15 +248,10 @@ class JaxBackend(Backend):
 
     # -- model + step ---------------------------------------------------------------------------------
     def prepare(self, step: Step) -> JaxWorkload:
-        _dtype(step.precision)
-        if step.mode not in ("infer", "train"):
-            raise ConfigError(f"unknown mode {step.mode!r}; allowed: infer, train")
         problems = self.spec.problems({"precision": step.precision, "mode": step.mode,
                                        "device": self._dev().platform})
         if problems:
             raise ConfigError("; ".join(p for _, p in problems))
-        if step.batch_size < 1:
-            raise ConfigError(f"batch_size must be >= 1, got {step.batch_size}")
         lowered, args, spec, lower_s = self.lower(step)
         t0 = time.perf_counter()
         executable = lowered.compile()

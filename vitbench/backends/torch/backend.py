@@ -252,8 +252,6 @@ class TorchBackend(Backend):
 
     def prepare(self, step: Step) -> TorchWorkload:
         self._check_precision(step.precision)
-        if step.batch_size < 1:
-            raise ConfigError(f"batch_size must be >= 1, got {step.batch_size}")
         spec = get_spec(step.model)
         res = spec.resolution if step.resolution is None else step.resolution
         k = step.num_classes or spec.num_classes
