@@ -19,7 +19,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator
 
-from vitbench.errors import BackendUnavailable, looks_like_oom
+from vitbench.errors import BackendUnavailable, ConfigError, looks_like_oom
 
 Mode = Literal["infer", "train"]
 # Compute precisions a study may ask for. fp32 = full IEEE fp32 matmuls and convolutions on every backend; tf32 =
@@ -186,8 +186,6 @@ class Step:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        from vitbench.errors import ConfigError
-
         for name, value, allowed in (("mode", self.mode, ("infer", "train")),
                                      ("precision", self.precision, PRECISIONS),
                                      ("optimizer", self.optimizer, OPTIMIZERS)):
@@ -258,6 +256,12 @@ class Backend(ABC):
     @property
     def name(self) -> str:
         return self.spec.name
+
+    def _refuse(self, **fields: Any) -> None:
+        """Raise ConfigError with every reason this backend's spec gives for not running `fields` (if any)."""
+        problems = self.spec.problems(fields)
+        if problems:
+            raise ConfigError("; ".join(p for _, p in problems))
 
     # ---- setup ------------------------------------------------------------------------------------------------
     @abstractmethod

@@ -248,10 +248,7 @@ class JaxBackend(Backend):
 
     # -- model + step ---------------------------------------------------------------------------------
     def prepare(self, step: Step) -> JaxWorkload:
-        problems = self.spec.problems({"precision": step.precision, "mode": step.mode,
-                                       "device": self._dev().platform})
-        if problems:
-            raise ConfigError("; ".join(p for _, p in problems))
+        self._refuse(precision=step.precision, mode=step.mode, device=self._dev().platform)
         lowered, args, spec, lower_s = self.lower(step)
         t0 = time.perf_counter()
         executable = lowered.compile()
@@ -410,9 +407,7 @@ class JaxBackend(Backend):
         """n x n @ n x n in the precision's dtype, compiled under the precision's matmul setting (as a step)."""
         dtype = _dtype(precision)
         dev = self._dev()
-        problems = self.spec.problems({"precision": precision, "device": dev.platform})
-        if problems:
-            raise ConfigError("; ".join(p for _, p in problems))
+        self._refuse(precision=precision, device=dev.platform)
         ka, kb = jax.random.split(jax.random.PRNGKey(0))
         with jax.default_device(dev):
             a = jax.random.normal(ka, (n, n), jnp.float32).astype(dtype)

@@ -246,12 +246,11 @@ class TorchBackend(Backend):
     def _check_precision(self, precision: str) -> None:
         if precision not in _DTYPES:
             raise ConfigError(f"unknown precision {precision!r}; allowed: {', '.join(_DTYPES)}")
-        problems = self.spec.problems({"precision": precision, "device": str(self.device)})
-        if problems:
-            raise ConfigError("; ".join(p for _, p in problems))
+        self._refuse(precision=precision, device=str(self.device))
 
     def prepare(self, step: Step) -> TorchWorkload:
-        self._check_precision(step.precision)
+        mode = (step.compile_mode or self.spec.compile_modes[0]) if step.compile else None  # None: eager
+        self._refuse(precision=step.precision, device=str(self.device), compile=step.compile, compile_mode=mode)
         spec = get_spec(step.model)
         res = spec.resolution if step.resolution is None else step.resolution
         k = step.num_classes or spec.num_classes
@@ -266,11 +265,7 @@ class TorchBackend(Backend):
         x = torch.randn(step.batch_size, 3, res, res, generator=gen).to(self.device, memory_format=fmt)
         y = torch.randint(0, k, (step.batch_size,), generator=gen).to(self.device)
         opt = OptimConfig(optimizer=step.optimizer) if step.mode == "train" else None
-        mode = None
-        if step.compile:
-            mode = step.compile_mode or self.spec.compile_modes[0]
-            if mode not in self.spec.compile_modes:
-                raise ConfigError(f"unknown compile mode {mode!r}; allowed: {', '.join(self.spec.compile_modes)}")
+        if mode is not None:
             model = torch.compile(model, mode=mode)
         settings = {**settings, "compile_mode": mode}
         return TorchWorkload(model, x, y, step.mode, step.precision, opt, self.device, settings,
