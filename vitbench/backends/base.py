@@ -301,12 +301,10 @@ class Backend(ABC):
             work.sync(work.step())
             t1 = time.perf_counter()
             times.append(t1 - t0)
-            elapsed = t1 - start
-            if len(times) >= max_steps or elapsed >= max_seconds:
-                break
-            if len(times) >= min_steps and elapsed >= min_seconds:
-                break
-        return times
+            # time_windows' rule, each step a window of one
+            if window_done(len(times), len(times), t1 - start, min_steps, min_seconds, max_seconds,
+                           min_windows=1, max_steps=max_steps):
+                return times
 
     def time_windows(self, work: Workload, window_steps: int, min_steps: int, min_seconds: float,
                      max_seconds: float, min_windows: int = 1, max_steps: int = 100_000) -> list[float]:

@@ -292,9 +292,9 @@ class TorchBackend(Backend):
             e.record()
             e.synchronize()
             times.append(s.elapsed_time(e) / 1000.0)  # ms -> s, device time
-            elapsed = time.perf_counter() - start
-            if len(times) >= max_steps or elapsed >= max_seconds or (len(times) >= min_steps
-                                                                    and elapsed >= min_seconds):
+            # time_windows' rule, each step a window of one
+            if window_done(len(times), len(times), time.perf_counter() - start, min_steps, min_seconds,
+                           max_seconds, min_windows=1, max_steps=max_steps):
                 return times
 
     def time_windows(self, work: Workload, window_steps: int, min_steps: int, min_seconds: float,
