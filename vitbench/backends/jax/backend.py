@@ -210,9 +210,8 @@ class JaxBackend(Backend):
         self.device = None
         self._rss = PeakRSS()
         self.compile_s = 0.0
-        self._phase: dict = {}  # accelerators: allocator state when the steady phase started
+        self._phase: dict = {}  # accelerators: allocator state when the steady phase started, its workload's temp
         self._state_mib = 0.0  # CPU, steady phase: the step's arrays
-        self._temp_bytes: int | None = None  # planned temp of the workload prepared last
 
     # -- setup ---------------------------------------------------------------------------------------
     def setup(self, device: str = "cpu", threads: int | None = None) -> dict:
@@ -254,10 +253,8 @@ class JaxBackend(Backend):
         executable = lowered.compile()
         compile_s = lower_s + time.perf_counter() - t0  # trace + lower + XLA compile
         settings = step_numerics(step.precision, lowered.as_text())
-        work = JaxWorkload(executable, args, step.batch_size, step.mode, compile_s=compile_s, lower_s=lower_s,
+        return JaxWorkload(executable, args, step.batch_size, step.mode, compile_s=compile_s, lower_s=lower_s,
                            settings=settings, has_attention=spec.family != "bit")
-        self._temp_bytes = work.temp_bytes
-        return work
 
     def lower(self, step: Step):
         """(lowered step, its device-resident arguments, the model spec, seconds spent tracing and lowering): the
@@ -346,7 +343,9 @@ class JaxBackend(Backend):
         gc.collect()
         stats = self._device_stats()
         if stats and "peak_bytes_in_use" in stats:
-            self._phase = {"peak": stats["peak_bytes_in_use"], "in_use": stats.get("bytes_in_use", 0)}
+            # + the planned temp of this phase's workload (XLA's scratch of one step)
+            self._phase = {"peak": stats["peak_bytes_in_use"], "in_use": stats.get("bytes_in_use", 0),
+                           "temp": getattr(work, "temp_bytes", None)}
         else:
             state = work.state_bytes() if work is not None else None
             self._state_mib = (state or 0) / 2**20
@@ -367,7 +366,7 @@ class JaxBackend(Backend):
         stats = self._device_stats()
         if stats and "peak_bytes_in_use" in stats:
             if self._planned():
-                return (self._phase["in_use"] + (self._temp_bytes or 0)) / 2**20
+                return (self._phase["in_use"] + (self._phase["temp"] or 0)) / 2**20
             return stats["peak_bytes_in_use"] / 2**20
         return self._state_mib + self._rss.growth_mib()
 
