@@ -238,10 +238,12 @@ class MatmulWorkload(Workload):
     """One a @ b per step (the matmul peak, `vitbench doctor`): its operands and result readable on the host."""
 
     batch_size = 1
+    a: Any  # the operands, on the device
+    b: Any
 
-    @abstractmethod
     def operands_host(self) -> tuple[Any, Any]:
         """(a, b) as float32 numpy arrays."""
+        return self.result_host(self.a), self.result_host(self.b)
 
     @abstractmethod
     def result_host(self, out: Any) -> Any:
