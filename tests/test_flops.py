@@ -71,3 +71,11 @@ def test_pretrain_exaflops_convention():
     fwd = analytic_counts(get_spec("ViT-B/16")).gflops * 1e9
     assert ef == pytest.approx(3 * fwd * 300e6 * 7 / 1e18)
     assert 200 < ef < 240
+
+
+def test_tokens_count_a_distilled_models_two_prefix_tokens():
+    """A distilled DeiT's sequence is its N patches + class token + distillation token."""
+    spec = get_spec("DeiT-Nano/4-dist")
+    rec = flops(spec.name, count=False)
+    assert rec.metrics["tokens"] == spec.tokens(spec.resolution) + 2
+    assert flops("ViT-Nano/4", count=False).metrics["tokens"] == spec.tokens(spec.resolution) + 1

@@ -19,7 +19,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator
 
-from vitbench.errors import BackendUnavailable, looks_like_oom
+from vitbench.errors import BackendUnavailable, ConfigError, looks_like_oom
 
 Mode = Literal["infer", "train"]
 # Compute precisions a study may ask for. fp32 = full IEEE fp32 matmuls and convolutions on every backend; tf32 =
@@ -186,8 +186,6 @@ class Step:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        from vitbench.errors import ConfigError
-
         for name, value, allowed in (("mode", self.mode, ("infer", "train")),
                                      ("precision", self.precision, PRECISIONS),
                                      ("optimizer", self.optimizer, OPTIMIZERS)):
@@ -240,10 +238,12 @@ class MatmulWorkload(Workload):
     """One a @ b per step (the matmul peak, `vitbench doctor`): its operands and result readable on the host."""
 
     batch_size = 1
+    a: Any  # the operands, on the device
+    b: Any
 
-    @abstractmethod
     def operands_host(self) -> tuple[Any, Any]:
         """(a, b) as float32 numpy arrays."""
+        return self.result_host(self.a), self.result_host(self.b)
 
     @abstractmethod
     def result_host(self, out: Any) -> Any:
@@ -258,6 +258,12 @@ class Backend(ABC):
     @property
     def name(self) -> str:
         return self.spec.name
+
+    def _refuse(self, **fields: Any) -> None:
+        """Raise ConfigError with every reason this backend's spec gives for not running `fields` (if any)."""
+        problems = self.spec.problems(fields)
+        if problems:
+            raise ConfigError("; ".join(p for _, p in problems))
 
     # ---- setup ------------------------------------------------------------------------------------------------
     @abstractmethod
@@ -297,12 +303,10 @@ class Backend(ABC):
             work.sync(work.step())
             t1 = time.perf_counter()
             times.append(t1 - t0)
-            elapsed = t1 - start
-            if len(times) >= max_steps or elapsed >= max_seconds:
-                break
-            if len(times) >= min_steps and elapsed >= min_seconds:
-                break
-        return times
+            # time_windows' rule, each step a window of one
+            if window_done(len(times), len(times), t1 - start, min_steps, min_seconds, max_seconds,
+                           min_windows=1, max_steps=max_steps):
+                return times
 
     def time_windows(self, work: Workload, window_steps: int, min_steps: int, min_seconds: float,
                      max_seconds: float, min_windows: int = 1, max_steps: int = 100_000) -> list[float]:

@@ -42,7 +42,8 @@ def flops(model: str, resolution: int | None = None, backend: str | Backend | No
         "params_m": a.params / 1e6,
         "gmacs": a.gmacs,
         "gflops": a.gflops,
-        "tokens": spec.tokens(res) + 1 if spec.family != "bit" else None,  # sequence length incl. class token
+        # sequence length incl. the class token (and a distilled DeiT's distillation token)
+        "tokens": spec.tokens(res) + spec.num_prefix_tokens if spec.family != "bit" else None,
     }
     counters: dict = {}
     be = backend if isinstance(backend, Backend) else get_backend(backend or default_backend())

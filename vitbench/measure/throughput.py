@@ -44,14 +44,11 @@ KIND = "bench"
 
 
 def resolve_step(step: Step) -> Step:
-    """Fill defaults from the variant (resolution, classes) and validate, before anything is built."""
+    """Fill defaults from the variant (resolution, classes) and check the resolution, before anything is built
+    (the step checked its own fields when it was made)."""
     spec = get_spec(step.model)
     res = spec.resolution if step.resolution is None else step.resolution
     spec.check_resolution(res)
-    if step.mode not in ("infer", "train"):
-        raise ConfigError(f"unknown task {step.mode!r}; allowed: infer, train")
-    if step.batch_size < 1:
-        raise ConfigError(f"batch size must be >= 1, got {step.batch_size}")
     return replace(step, model=spec.name, resolution=res, num_classes=step.num_classes or spec.num_classes)
 
 

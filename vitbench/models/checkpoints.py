@@ -38,7 +38,7 @@ from vitbench.models.convert import (
     torch_to_flax,
     unflatten,
 )
-from vitbench.models.flavours import Flavour, Origin
+from vitbench.models.flavours import Origin
 from vitbench.models.specs import ModelSpec, all_specs, get_spec, spec_from_dict
 
 PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".pkl", ".pickle")
@@ -363,7 +363,6 @@ def _vitbench_checkpoint(weights: dict, header: dict, model: str | ModelSpec | N
     if new_head:
         weights = {k: v for k, v in weights.items() if not is_head(k)}
     fit = check_weights(weights, stored, source=f"{source}: the weights", ignore_head=new_head)
-    flavour: Flavour = stored.flavour
-    spec = fit.spec.with_flavour(flavour) if origin is None else fit.spec.with_origin(origin)
+    spec = fit.spec if origin is None else fit.spec.with_origin(origin)  # fit.spec is `stored`'s, flavour included
     return Pretrained(spec, weights, Origin(origin or Origin.VITBENCH), fit.resolution, fit.num_classes, path)
 

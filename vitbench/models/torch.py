@@ -49,8 +49,7 @@ class StdConv2dSameStdEps(StdConv2dSame):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.same_pad:
             x = pad_same(x, self.kernel_size, self.stride, self.dilation)
-        return F.conv2d(x, _std_plus_eps(self.weight, self.eps), self.bias, self.stride, self.padding,
-                        self.dilation, self.groups)
+        return StdConv2dStdEps.forward(self, x)  # the same conv after the padding (not a subclass: same fields)
 
 
 _STD_CONVS = {  # (form, 'SAME' padding) -> conv class

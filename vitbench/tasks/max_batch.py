@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, Field
 
-from vitbench.backends.base import Capability, Step
+from vitbench.backends.base import Capability, Mode, Step
 from vitbench.record import Record
 from vitbench.tasks import Figure, Metric, ReportPart, Task, lazy, register_report, register_task
 from vitbench.tasks.fields import params_model
@@ -17,7 +15,7 @@ KIND = "max_batch"
 class Search(BaseModel):
     """How the search runs (vitbench.measure.max_batch)."""
 
-    mode: Literal["infer", "train"] = Field("infer", description="the step probed: forward, or a training update")
+    mode: Mode = Field("infer", description="the step probed: forward, or a training update")
     memory_limit_gib: float | None = Field(None, gt=0, description="budget for a probe's peak memory (CPU "
                                            "default: half the memory available; GPU: the real OOM)")
     max_batch_size: int = Field(4096, gt=0, description="stop doubling here")

@@ -193,9 +193,6 @@ class _Matmul(MatmulWorkload):
     def sync_window(self, outs) -> None:
         jax.block_until_ready(outs)
 
-    def operands_host(self):
-        return self.result_host(self.a), self.result_host(self.b)
-
     def result_host(self, out):
         return np.asarray(jax.device_get(out), dtype=np.float32)
 
@@ -210,9 +207,8 @@ class JaxBackend(Backend):
         self.device = None
         self._rss = PeakRSS()
         self.compile_s = 0.0
-        self._phase: dict = {}  # accelerators: allocator state when the steady phase started
+        self._phase: dict = {}  # accelerators: allocator state when the steady phase started, its workload's temp
         self._state_mib = 0.0  # CPU, steady phase: the step's arrays
-        self._temp_bytes: int | None = None  # planned temp of the workload prepared last
 
     # -- setup ---------------------------------------------------------------------------------------
     def setup(self, device: str = "cpu", threads: int | None = None) -> dict:
@@ -248,24 +244,14 @@ class JaxBackend(Backend):
 
     # -- model + step ---------------------------------------------------------------------------------
     def prepare(self, step: Step) -> JaxWorkload:
-        _dtype(step.precision)
-        if step.mode not in ("infer", "train"):
-            raise ConfigError(f"unknown mode {step.mode!r}; allowed: infer, train")
-        problems = self.spec.problems({"precision": step.precision, "mode": step.mode,
-                                       "device": self._dev().platform})
-        if problems:
-            raise ConfigError("; ".join(p for _, p in problems))
-        if step.batch_size < 1:
-            raise ConfigError(f"batch_size must be >= 1, got {step.batch_size}")
+        self._refuse(precision=step.precision, mode=step.mode, device=self._dev().platform)
         lowered, args, spec, lower_s = self.lower(step)
         t0 = time.perf_counter()
         executable = lowered.compile()
         compile_s = lower_s + time.perf_counter() - t0  # trace + lower + XLA compile
         settings = step_numerics(step.precision, lowered.as_text())
-        work = JaxWorkload(executable, args, step.batch_size, step.mode, compile_s=compile_s, lower_s=lower_s,
+        return JaxWorkload(executable, args, step.batch_size, step.mode, compile_s=compile_s, lower_s=lower_s,
                            settings=settings, has_attention=spec.family != "bit")
-        self._temp_bytes = work.temp_bytes
-        return work
 
     def lower(self, step: Step):
         """(lowered step, its device-resident arguments, the model spec, seconds spent tracing and lowering): the
@@ -354,7 +340,9 @@ class JaxBackend(Backend):
         gc.collect()
         stats = self._device_stats()
         if stats and "peak_bytes_in_use" in stats:
-            self._phase = {"peak": stats["peak_bytes_in_use"], "in_use": stats.get("bytes_in_use", 0)}
+            # + the planned temp of this phase's workload (XLA's scratch of one step)
+            self._phase = {"peak": stats["peak_bytes_in_use"], "in_use": stats.get("bytes_in_use", 0),
+                           "temp": getattr(work, "temp_bytes", None)}
         else:
             state = work.state_bytes() if work is not None else None
             self._state_mib = (state or 0) / 2**20
@@ -375,7 +363,7 @@ class JaxBackend(Backend):
         stats = self._device_stats()
         if stats and "peak_bytes_in_use" in stats:
             if self._planned():
-                return (self._phase["in_use"] + (self._temp_bytes or 0)) / 2**20
+                return (self._phase["in_use"] + (self._phase["temp"] or 0)) / 2**20
             return stats["peak_bytes_in_use"] / 2**20
         return self._state_mib + self._rss.growth_mib()
 
@@ -415,9 +403,7 @@ class JaxBackend(Backend):
         """n x n @ n x n in the precision's dtype, compiled under the precision's matmul setting (as a step)."""
         dtype = _dtype(precision)
         dev = self._dev()
-        problems = self.spec.problems({"precision": precision, "device": dev.platform})
-        if problems:
-            raise ConfigError("; ".join(p for _, p in problems))
+        self._refuse(precision=precision, device=dev.platform)
         ka, kb = jax.random.split(jax.random.PRNGKey(0))
         with jax.default_device(dev):
             a = jax.random.normal(ka, (n, n), jnp.float32).astype(dtype)

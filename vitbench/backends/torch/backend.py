@@ -182,9 +182,6 @@ class _Matmul(MatmulWorkload):
     def sync_window(self, outs) -> None:
         self.sync(None)
 
-    def operands_host(self):
-        return self.result_host(self.a), self.result_host(self.b)
-
     def result_host(self, out):
         return out.detach().float().cpu().numpy()
 
@@ -246,14 +243,11 @@ class TorchBackend(Backend):
     def _check_precision(self, precision: str) -> None:
         if precision not in _DTYPES:
             raise ConfigError(f"unknown precision {precision!r}; allowed: {', '.join(_DTYPES)}")
-        problems = self.spec.problems({"precision": precision, "device": str(self.device)})
-        if problems:
-            raise ConfigError("; ".join(p for _, p in problems))
+        self._refuse(precision=precision, device=str(self.device))
 
     def prepare(self, step: Step) -> TorchWorkload:
-        self._check_precision(step.precision)
-        if step.batch_size < 1:
-            raise ConfigError(f"batch_size must be >= 1, got {step.batch_size}")
+        mode = (step.compile_mode or self.spec.compile_modes[0]) if step.compile else None  # None: eager
+        self._refuse(precision=step.precision, device=str(self.device), compile=step.compile, compile_mode=mode)
         spec = get_spec(step.model)
         res = spec.resolution if step.resolution is None else step.resolution
         k = step.num_classes or spec.num_classes
@@ -268,11 +262,7 @@ class TorchBackend(Backend):
         x = torch.randn(step.batch_size, 3, res, res, generator=gen).to(self.device, memory_format=fmt)
         y = torch.randint(0, k, (step.batch_size,), generator=gen).to(self.device)
         opt = OptimConfig(optimizer=step.optimizer) if step.mode == "train" else None
-        mode = None
-        if step.compile:
-            mode = step.compile_mode or self.spec.compile_modes[0]
-            if mode not in self.spec.compile_modes:
-                raise ConfigError(f"unknown compile mode {mode!r}; allowed: {', '.join(self.spec.compile_modes)}")
+        if mode is not None:
             model = torch.compile(model, mode=mode)
         settings = {**settings, "compile_mode": mode}
         return TorchWorkload(model, x, y, step.mode, step.precision, opt, self.device, settings,
@@ -299,9 +289,9 @@ class TorchBackend(Backend):
             e.record()
             e.synchronize()
             times.append(s.elapsed_time(e) / 1000.0)  # ms -> s, device time
-            elapsed = time.perf_counter() - start
-            if len(times) >= max_steps or elapsed >= max_seconds or (len(times) >= min_steps
-                                                                    and elapsed >= min_seconds):
+            # time_windows' rule, each step a window of one
+            if window_done(len(times), len(times), time.perf_counter() - start, min_steps, min_seconds,
+                           max_seconds, min_windows=1, max_steps=max_steps):
                 return times
 
     def time_windows(self, work: Workload, window_steps: int, min_steps: int, min_seconds: float,
