@@ -52,17 +52,26 @@ def compare_cmd(
     Exit code: 0 = no regression; 1 = a regression, a trial ok in the baseline failed now, or one is missing
     from current (unless --allow-missing); 2 = bad input, including nothing compared at all.
     """
-    from vitbench.compare import COLUMNS, compare_paths, row_cells, summary_line, to_benchmark_json, to_markdown
+    from vitbench.compare import compare_paths
 
     if fmt not in _FORMATS:
         raise ConfigError(f"--format {fmt!r} is not allowed; allowed: {', '.join(_FORMATS)}")
     cmp = compare_paths(baseline, current, threshold=threshold, normalize=normalize,
                         metrics=tuple(metric) if metric else None, ignore=tuple(ignore or ()),
                         confidence=confidence, slowdown=inject_slowdown, allow_missing=allow_missing)
+    _show(cmp, fmt, f"current / baseline: {current} vs {baseline}")
+
+
+def _show(cmp, fmt: str, title: str) -> None:
+    """Print a Comparison in `fmt` and exit with its exit code (compare and ab alike)."""
+    from vitbench.compare import COLUMNS, row_cells, summary_line, to_benchmark_json, to_markdown
+
     for w in cmp.warnings:
         warn(w)
     if fmt == "json":
         print_json(to_benchmark_json(cmp))
+        for k, v in cmp.context:
+            err_console.print(f"{k}: {v}", highlight=False, soft_wrap=True)
         err_console.print(summary_line(cmp), highlight=False, soft_wrap=True)
         for lbl, why in cmp.unmatched_baseline + cmp.unmatched_current:
             err_console.print(f"unmatched: {lbl} ({why})", highlight=False, soft_wrap=True)
@@ -71,7 +80,9 @@ def compare_cmd(
     elif fmt == "md":
         sys.stdout.write(to_markdown(cmp))
     else:
-        t = Table(title=f"current / baseline: {current} vs {baseline}", title_justify="left")
+        for k, v in cmp.context:
+            console.print(f"[bold]{escape(k)}:[/] {escape(v)}", highlight=False, soft_wrap=True)
+        t = Table(title=title, title_justify="left")
         for c in COLUMNS:
             t.add_column(c, justify="right" if c in ("baseline", "current", "ratio", "CI") else "left",
                          overflow="fold")
@@ -99,3 +110,52 @@ def compare_cmd(
         console.print(("[bold red]" if cmp.exit_code else "[bold green]") + summary_line(cmp) + "[/]",
                       highlight=False)
     raise typer.Exit(cmp.exit_code)
+
+
+@app.command("ab")
+def ab_cmd(
+    ref: str = typer.Argument(..., help="Baseline: a git ref (commit, branch, tag) of the repository."),
+    study: str = typer.Option("studies/ci.yaml", help="Study file, relative to each side's checkout (each side "
+                                                      "runs its own copy)."),
+    baseline_study: str = typer.Option(None, "--baseline-study",
+                                       help="The baseline's study file if it differs (relative to REF's tree)."),
+    threshold: float = typer.Option(0.05, help="Slowdown that matters: 0.05 = 5 %. Regression: the whole "
+                                               "interval of current / baseline below 1 - threshold."),
+    confidence: float = typer.Option(0.95, help="Confidence of the paired interval."),
+    min_pairs: int = typer.Option(4, "--min-pairs", help="Round pairs always measured before a decision."),
+    max_pairs: int = typer.Option(None, "--max-pairs", help="Stop after this many pairs (default: the budget)."),
+    budget_s: float = typer.Option(480.0, "--budget-s", help="Wall-clock budget in seconds; no new pair starts "
+                                                             "that would pass it."),
+    fmt: str = typer.Option("table", "--format", help="table | md (Markdown) | json (github-action-benchmark)."),
+    results: str = typer.Option(None, "--results", help="Keep every round's results here (a new or empty "
+                                                        "directory); default: a temporary one, removed."),
+    repo: str = typer.Option(".", "--repo", help="The git checkout whose working tree is current."),
+    allow_same: bool = typer.Option(False, "--allow-same", help="Allow REF to be the checked-out commit with no "
+                                                                 "change (an A/A noise check)."),
+    extra_work: float = typer.Option(None, "--test-extra-work", hidden=True,
+                                     help="Test only: current's timed steps carry this fraction of extra real "
+                                          "work (the gate's power test)."),
+) -> None:
+    """Measure git REF against the working tree in one job and decide on paired ratios; exit 1 on a regression.
+
+    REF's code (git archive, removed afterwards) and the working tree each run `vitbench sweep STUDY` in their own
+    environment (the same interpreter when vitbench/requirements.lock is identical, else a virtualenv from REF's
+    lock), in interleaved rounds A B, B A, ... Per trial, the ratio current / baseline of each pair's median img/s
+    gives a t-interval on the mean log-ratio; pairs are added until every trial is decided or the budget is spent.
+
+    Exit code: 0 = no regression (every interval above 1 - threshold); 1 = a regression (an interval wholly below)
+    or a trial ok on REF failed; 2 = bad input (unknown ref, not a git checkout, no study, bad option);
+    3 = inconclusive: the budget ended with a trial undecided (said plainly; a gate must not pass it silently).
+    """
+    from vitbench.compare.ab import run_ab
+    from vitbench.compare.paired import Rule
+
+    if fmt not in _FORMATS:
+        raise ConfigError(f"--format {fmt!r} is not allowed; allowed: {', '.join(_FORMATS)}")
+    if extra_work is not None and not (0 < extra_work <= 10):
+        raise ConfigError(f"--test-extra-work must be a fraction in (0, 10], got {extra_work}")
+    rule = Rule(threshold, confidence, min_pairs, max_pairs)
+    res = run_ab(ref, repo=repo, study=study, baseline_study=baseline_study, rule=rule, budget_s=budget_s,
+                 results=results, extra_work=extra_work, allow_same=allow_same,
+                 progress=lambda s: err_console.print(s, highlight=False, soft_wrap=True))
+    _show(res.comparison, fmt, f"current / baseline, paired: working tree vs {ref}")

@@ -36,8 +36,9 @@ from vitbench.stats import N_BOOT
 
 DEFAULT_THRESHOLD = 0.05
 DEFAULT_CONFIDENCE = 0.95
+EXIT_INCONCLUSIVE = 3  # `vitbench ab`: the budget ended before every trial was decided (1 = regression, 2 = input)
 
-__all__ = ["COLUMNS", "Comparison", "DEFAULT_CONFIDENCE", "DEFAULT_THRESHOLD", "Decision", "Row", "compare",
+__all__ = ["COLUMNS", "Comparison", "DEFAULT_CONFIDENCE", "DEFAULT_THRESHOLD", "Decision", "EXIT_INCONCLUSIVE", "Row", "compare",
            "compare_paths", "default_metrics", "inject_slowdown", "load_records", "metrics", "row_cells",
            "summary_line", "to_benchmark_json", "to_markdown"]
 
@@ -72,10 +73,18 @@ class Comparison:
     not_compared: list[tuple[str, str]] = field(default_factory=list)  # matched, but no selected metric
     missing: list[tuple[str, str]] = field(default_factory=list)  # ok in the baseline, absent from current
     allow_missing: bool = False
+    context: list[tuple[str, str]] = field(default_factory=list)  # how it was measured (vitbench ab), shown
+    inconclusive_fails: bool = False  # a gate that must decide: an inconclusive row gives EXIT_INCONCLUSIVE
 
     @property
     def regressions(self) -> list[Row]:
         return [r for r in self.rows if r.decision in REGRESSING]
+
+    @property
+    def inconclusive(self) -> bool:
+        """No regression, but a row the gate could not decide, where that must not pass."""
+        return self.inconclusive_fails and not self.regressions and any(
+            r.decision is Decision.INCONCLUSIVE for r in self.rows)
 
     @property
     def fails_on_missing(self) -> bool:
@@ -83,7 +92,9 @@ class Comparison:
 
     @property
     def exit_code(self) -> int:
-        return 1 if self.regressions or self.fails_on_missing else 0
+        if self.regressions or self.fails_on_missing:
+            return 1
+        return EXIT_INCONCLUSIVE if self.inconclusive else 0
 
 
 def load_records(path: str | Path, warnings: list[str] | None = None) -> list[Record]:

@@ -38,9 +38,11 @@ def summary_line(cmp) -> str:
     for r in cmp.rows:
         counts[r.decision.value] += 1
     parts = ", ".join(f"{n} {d}" for d, n in sorted(counts.items()))
-    verdict = "REGRESSION" if cmp.regressions else ("INCOMPLETE" if cmp.fails_on_missing else "no regression")
+    verdict = "REGRESSION" if cmp.regressions else ("INCOMPLETE" if cmp.fails_on_missing else (
+        "INCONCLUSIVE (not decided within the budget: exit 3)" if cmp.inconclusive else "no regression"))
     how = f"threshold {cmp.threshold:.0%}, {cmp.confidence:.0%} CI" + (", normalised by calibration"
                                                                         if cmp.normalized else "")
+    how += ", paired rounds of both sides in one job" if cmp.context else ""
     missing = len(cmp.missing)
     others = len(cmp.unmatched_baseline) + len(cmp.unmatched_current) - missing
     tail = ""
@@ -59,6 +61,8 @@ def to_markdown(cmp) -> str:
     lines = ["## vitbench compare", "", f"**{summary_line(cmp)}**", "",
              "Ratios are current / baseline; decisions need the whole confidence interval past the threshold.", "",
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    if cmp.context:
+        lines[4:4] = [f"- **{esc(k)}**: {esc(v)}" for k, v in cmp.context] + [""]
     for r in cmp.rows:
         cells = row_cells(r)
         if r.decision in REGRESSING:

@@ -25,6 +25,7 @@ from dataclasses import replace
 from vitbench.backends.base import Backend, Step, default_backend, get_backend
 from vitbench.env import environment
 from vitbench.errors import ConfigError
+from vitbench.measure import extra_work
 from vitbench.measure.load import LoadMeter
 from vitbench.measure.noise import assess, summary
 from vitbench.measure.nvml import EnergyMeter
@@ -80,7 +81,8 @@ def bench(step: Step, backend: str | Backend | None = None, device: str = "cpu",
               "window_steps": window_steps}
     env = environment(info)
     dev = be.device_info()
-    work = None
+    extra = extra_work.requested()  # test-only known slowdown (vitbench.measure.extra_work)
+    work = timed = None
     oom = None
     try:
         be.reset_peak_memory()
@@ -98,14 +100,15 @@ def bench(step: Step, backend: str | Backend | None = None, device: str = "cpu",
         compile_mem = (be.peak_memory_mib(), be.reserved_peak_mib())
         state = work.state_bytes()
         be.restart_peak_memory(work)  # the steady phase: what compilation used and freed no longer counts
+        estimate = statistics.median(warmup_s) if warmup_s else first_step_s
+        timed = extra_work.ExtraWork(work, extra) if extra else work
         with LoadMeter() as load, EnergyMeter(dev) as energy:
             if timing is TimingMode.LATENCY:
                 per_window = 1
-                samples = be.time_steps(work, min_steps, min_seconds, max_seconds)
+                samples = be.time_steps(timed, min_steps, min_seconds, max_seconds)
             else:
-                estimate = statistics.median(warmup_s) if warmup_s else first_step_s
                 per_window = window_steps or window_steps_for(estimate, min_steps, min_seconds, max_seconds)
-                samples = be.time_windows(work, per_window, min_steps, min_seconds, max_seconds, MIN_WINDOWS)
+                samples = be.time_windows(timed, per_window, min_steps, min_seconds, max_seconds, MIN_WINDOWS)
         peak_mem, memory_kind, reserved = be.peak_memory_mib(), be.memory_kind(), be.reserved_peak_mib()
         attention = be.attention_kernel(work)  # one more step, after everything above was measured
     except Exception as e:  # noqa: BLE001 - OOM is a result, anything else propagates
@@ -174,6 +177,8 @@ def bench(step: Step, backend: str | Backend | None = None, device: str = "cpu",
                                                              for n in noise], "settings": settings}
     if timing is TimingMode.THROUGHPUT:
         raw["window_s"] = samples
+    if isinstance(timed, extra_work.ExtraWork):
+        raw["test_extra_work"] = timed.info
     return Record.measured(KIND, config, metrics=metrics, raw=raw, env=env, started_at=started)
 
 

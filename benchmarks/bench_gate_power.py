@@ -1,0 +1,127 @@
+"""Power of the A/B speed gate (`vitbench ab`): detection and false-alarm rates per injected slowdown.
+
+Two steps, because complete gate runs cost minutes each on a shared machine:
+
+  collect  real interleaved round pairs of the gate's study, both sides the working tree's code, current carrying
+           a known slowdown (extra real work per step, $VITBENCH_TEST_EXTRA_WORK: 0 = A/A, 0.05, 0.10, 0.20),
+           sizes cycled so that every size sees the same machine over time; each pair's per-trial medians are
+           appended to a JSONL pool (safe to stop at any time, and to resume).
+  replay   the gate's exact sequential rule (vitbench.compare.paired.Rule.replay) on many gate runs drawn from
+           the pool: each run a sequence of pairs resampled with replacement, alternating baseline-first and
+           current-first pairs as the gate does, capped at the pairs the time budget allows. Prints detection
+           (regression), pass (no change) and inconclusive rates per size and the pairs used.
+
+    python benchmarks/bench_gate_power.py collect POOL.jsonl [--blocks N] [--study studies/ci.yaml]
+    python benchmarks/bench_gate_power.py replay POOL.jsonl [--threshold 0.05] [--confidence 0.95]
+                                          [--min-pairs 4] [--budget-s 480] [--runs 2000]
+
+Confirm with a few complete runs: `vitbench ab HEAD --allow-same` (A/A) and `--test-extra-work 0.1`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from vitbench.compare.ab import DEFAULT_BUDGET_S, DEFAULT_STUDY, Pairs, Side, repo_root
+from vitbench.compare.decide import Decision
+from vitbench.compare.paired import DEFAULT_AB_CONFIDENCE, DEFAULT_AB_THRESHOLD, DEFAULT_MIN_PAIRS, Rule
+from vitbench.measure.extra_work import ENV
+
+SIZES = (0.0, 0.10, 0.05, 0.0, 0.10, 0.20)  # one cycle of blocks: 0 % and 10 % (the goal's sizes) twice
+START_S = 3.0  # the gate's own start (git archive, lock check) beyond its pairs, measured
+
+
+def collect(pool: Path, blocks: int, study: str) -> None:
+    root = repo_root(".")
+    done = [json.loads(line) for line in pool.open()] if pool.exists() else []
+    for b in range(len(done), len(done) + blocks):
+        size = SIZES[b % len(SIZES)]
+        seen = sum(1 for d in done if d["size"] == size)
+        base = Side("baseline", "working tree", root, root / study, sys.executable, "this interpreter")
+        cur = Side("current", "working tree", root, root / study, sys.executable, "this interpreter",
+                   {ENV: f"{size:g}"} if size else {})
+        order = (base, cur) if seen % 2 == 0 else (cur, base)
+        with tempfile.TemporaryDirectory(prefix="vitbench-power-") as tmp:
+            t0 = time.monotonic()
+            for side in order:
+                side.run_round(Path(tmp) / side.name)
+            pairs = Pairs()
+            pairs.add(Path(tmp) / "baseline", Path(tmp) / "current")
+            secs = time.monotonic() - t0
+        trials = {f"{pairs.trials[k][0].config['model']} {pairs.trials[k][0].config['task']}": v[0]
+                  for k, v in pairs.values.items() if pairs.matched(k)}
+        row = {"block": b, "size": size, "first": order[0].name, "seconds": secs, "trials": trials,
+               "at": time.time()}
+        done.append(row)
+        with pool.open("a") as fh:
+            fh.write(json.dumps(row) + "\n")
+        print(f"block {b} size {size:.0%} {order[0].name} first {secs:.0f} s: " + ", ".join(
+            f"{t} {c / b_:.3f}" for t, (b_, c) in trials.items() if b_ and c), flush=True)
+
+
+def replay(pool: Path, rule: Rule, budget_s: float, runs: int, seed: int) -> None:
+    rows = [json.loads(line) for line in pool.open()]
+    pair_s = statistics.median(r["seconds"] for r in rows)
+    max_pairs = max(rule.min_pairs, int((budget_s - START_S) // pair_s))
+    capped = Rule(rule.threshold, rule.confidence, rule.min_pairs, max_pairs)
+    rng = random.Random(seed)
+    print(f"pool: {len(rows)} pairs, median {pair_s:.1f} s a pair; rule: threshold {rule.threshold:.0%}, "
+          f"confidence {rule.confidence:.0%}, min {rule.min_pairs} pairs, budget {budget_s:.0f} s = at most "
+          f"{max_pairs} pairs; {runs} replayed gate runs per size")
+    print("| injected | img/s ratio | pairs in pool | regression | no change | inconclusive | mean pairs "
+          "| mean time s |")
+    print("|---|---|---|---|---|---|---|---|")
+    for size in sorted({r["size"] for r in rows}):
+        mine = [r for r in rows if r["size"] == size]
+        by_first = {f: [r for r in mine if r["first"] == f] for f in ("baseline", "current")}
+        if not all(by_first.values()):
+            by_first = {"baseline": mine, "current": mine}
+        counts = {d: 0 for d in (Decision.REGRESSION, Decision.NO_CHANGE, Decision.INCONCLUSIVE)}
+        used = []
+        for _ in range(runs):
+            seq = [_ratios(rng.choice(by_first["baseline" if i % 2 == 0 else "current"]))
+                   for i in range(max_pairs)]
+            v, n = capped.replay(seq)
+            counts[v] += 1
+            used.append(n)
+        mean_n = statistics.fmean(used)
+        print(f"| {size:.0%} | {1 / (1 + size):.3f} | {len(mine)} | {counts[Decision.REGRESSION] / runs:.1%} | "
+              f"{counts[Decision.NO_CHANGE] / runs:.1%} | {counts[Decision.INCONCLUSIVE] / runs:.1%} | "
+              f"{mean_n:.1f} | {START_S + mean_n * pair_s:.0f} |")
+
+
+def _ratios(row: dict) -> dict[str, float]:
+    return {t: c / b for t, (b, c) in row["trials"].items() if b and c}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("collect")
+    c.add_argument("pool", type=Path)
+    c.add_argument("--blocks", type=int, default=60)
+    c.add_argument("--study", default=DEFAULT_STUDY)
+    r = sub.add_parser("replay")
+    r.add_argument("pool", type=Path)
+    r.add_argument("--threshold", type=float, default=DEFAULT_AB_THRESHOLD)
+    r.add_argument("--confidence", type=float, default=DEFAULT_AB_CONFIDENCE)
+    r.add_argument("--min-pairs", type=int, default=DEFAULT_MIN_PAIRS)
+    r.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S)
+    r.add_argument("--runs", type=int, default=2000)
+    r.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args(argv)
+    if a.cmd == "collect":
+        collect(a.pool, a.blocks, a.study)
+    else:
+        replay(a.pool, Rule(a.threshold, a.confidence, a.min_pairs), a.budget_s, a.runs, a.seed)
+
+
+if __name__ == "__main__":
+    main()

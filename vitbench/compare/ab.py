@@ -1,0 +1,359 @@
+"""`vitbench ab REF`: a baseline git ref and the working tree measured in the same job, interleaved, each side
+by its own code in its own environment, decided on paired ratios (vitbench.compare.paired).
+
+The baseline's code is REF's tree (`git archive`, into a temporary directory removed afterwards, Ctrl-C and
+SIGTERM included). Each side's environment is built from its own code: where REF's vitbench/requirements.lock is
+byte-identical to the working tree's, the interpreter running this command *is* that environment and both sides
+use it with PYTHONPATH set to their own checkout; otherwise REF gets a virtualenv installed from its own lock
+(`pip install -c LOCK -e REF`), and if that cannot be built the command stops (exit 2) rather than measure REF's
+code with the wrong libraries. A round is one `vitbench sweep STUDY --results DIR` run by a side's own code on its
+own copy of the study file; rounds alternate A B, B A, A B, ... so that drift cancels over pairs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from vitbench.compare import Comparison, env_differences, load_records
+from vitbench.compare.decide import Decision, Row, metric_samples
+from vitbench.compare.match import DEFAULT_IGNORE, group, labels, why_unmatched
+from vitbench.compare.paired import Rule, verdict
+from vitbench.errors import ConfigError
+from vitbench.measure.extra_work import ENV as EXTRA_WORK_ENV
+from vitbench.record import Record
+
+LOCK = "vitbench/requirements.lock"
+DEFAULT_STUDY = "studies/ci.yaml"
+DEFAULT_BUDGET_S = 480.0  # fits .ci/run's speed check in ~10 min on a 2-core machine (docs/compare.md)
+METRIC = "img_per_s"  # the gate decides on throughput (the bench task's declared headline metric)
+_TAIL = 1500  # characters of a failed sweep's log shown in the error
+
+
+def _git(repo: Path, *args: str) -> str:
+    p = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=60)
+    if p.returncode:
+        raise ConfigError(f"git {' '.join(args)} in {repo}: {p.stderr.strip()[:300] or 'failed'}")
+    return p.stdout.strip()
+
+
+def repo_root(repo: str | Path) -> Path:
+    """The top of the git checkout containing `repo`; ConfigError if there is none."""
+    path = Path(repo)
+    if not path.is_dir():
+        raise ConfigError(f"--repo {repo}: not a directory")
+    p = subprocess.run(["git", "-C", str(path), "rev-parse", "--show-toplevel"], capture_output=True, text=True,
+                       timeout=60)
+    if p.returncode:
+        raise ConfigError(f"--repo {repo}: not inside a git checkout (vitbench ab measures a git ref against "
+                          "the working tree; use `vitbench compare BASELINE CURRENT` for two result sets)")
+    return Path(p.stdout.strip())
+
+
+def resolve_ref(root: Path, ref: str) -> str:
+    """REF's full commit SHA; ConfigError naming the ref when it is unknown (e.g. a shallow clone)."""
+    p = subprocess.run(["git", "-C", str(root), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
+                       capture_output=True, text=True, timeout=60)
+    if p.returncode or not p.stdout.strip():
+        raise ConfigError(f"REF {ref!r}: no such commit in {root} (a branch, tag or SHA; a shallow clone may "
+                          "lack it: git fetch --unshallow)")
+    return p.stdout.strip()
+
+
+@contextlib.contextmanager
+def checkout(root: Path, sha: str) -> Iterator[Path]:
+    """REF's tree in a temporary directory (no .git, so the repository is untouched), removed on exit, including
+    Ctrl-C and SIGTERM (turned into KeyboardInterrupt while it is held)."""
+    tmp = Path(tempfile.mkdtemp(prefix="vitbench-ab-"))
+    old = None
+    if threading_main():
+        old = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        src = tmp / "src"
+        src.mkdir()
+        proc = subprocess.Popen(["git", "-C", str(root), "archive", "--format=tar", sha], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+        with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
+            tar.extractall(src, filter="data")
+        if proc.wait():
+            raise ConfigError(f"git archive {sha[:12]}: {proc.stderr.read().decode(errors='replace')[:300]}")
+        yield tmp
+    finally:
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None:
+            signal.signal(signal.SIGTERM, old)
+
+
+def threading_main() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+@dataclass
+class Side:
+    """One side of the A/B: its code, its study file, its interpreter and extra environment."""
+
+    name: str  # "baseline" | "current"
+    describe: str  # the code: "REF = sha (subject)" or "working tree at sha"
+    root: Path
+    study: Path
+    python: str
+    environment: str  # how the environment was obtained, one sentence
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k != EXTRA_WORK_ENV}
+        env["PYTHONPATH"] = str(self.root)  # this side's vitbench, ahead of any installed copy
+        env.update(self.extra_env)
+        return env
+
+    def run_round(self, out: Path) -> None:
+        """One `vitbench sweep` by this side's code into `out` (exit 1, a trial not ok, is a result)."""
+        out.mkdir(parents=True)
+        log = out.parent / f"{out.name}.log"
+        with open(log, "w") as fh:
+            rc = subprocess.run([self.python, "-c", "from vitbench.cli import main; main()", "sweep",
+                                 str(self.study), "--results", str(out)], env=self.env(), cwd=self.root,
+                                stdout=fh, stderr=subprocess.STDOUT).returncode
+        if rc not in (0, 1):
+            tail = log.read_text(errors="replace")[-_TAIL:]
+            raise ConfigError(f"{self.name} ({self.describe}): `vitbench sweep {self.study}` exited {rc}:\n{tail}")
+
+
+def _environment(root: Path, sha: str, base: Path) -> tuple[str, str]:
+    """(interpreter, sentence) for REF's side: this one when the locks are identical, else a venv from REF's."""
+    mine = (root / LOCK).read_bytes() if (root / LOCK).exists() else None
+    theirs = (base / "src" / LOCK).read_bytes() if (base / "src" / LOCK).exists() else None
+    if mine is not None and mine == theirs:
+        return sys.executable, (f"the same environment for both sides: {LOCK} is identical, so the interpreter "
+                                f"{sys.executable} is each side's environment (PYTHONPATH = that side's code)")
+    if theirs is None:
+        raise ConfigError(f"REF {sha[:12]} has no {LOCK}: its environment cannot be rebuilt from its own code")
+    venv = base / "venv"
+    steps = [[sys.executable, "-m", "venv", str(venv)],
+             [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "-c", str(base / "src" / LOCK), "-e",
+              str(base / "src")]]
+    for cmd in steps:
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        if p.returncode:
+            raise ConfigError(f"REF {sha[:12]}'s {LOCK} differs from the working tree's and its environment "
+                              f"could not be built ({' '.join(cmd[:4])} ...): {(p.stderr or p.stdout)[-_TAIL:]}")
+    return str(venv / "bin" / "python"), (f"REF's own environment: {LOCK} differs, so a virtualenv was installed "
+                                          f"from REF's lock ({venv / 'bin' / 'python'})")
+
+
+def round_values(path: Path) -> tuple[dict[str, tuple[dict, float | None, int]], list[Record]]:
+    """One round's trials: match key -> (config, median of the per-step samples or None if not ok, samples)."""
+    from vitbench.compare import metrics
+    from vitbench.store import select
+
+    metric = metrics()[METRIC]
+    records = load_records(path)
+    out = {}
+    for key, trial in group(select(records), DEFAULT_IGNORE).items():
+        xs = [x for r in trial.ok for x in (metric_samples(r, metric) or ())]
+        out[key] = (trial, statistics.median(xs) if xs else None, len(xs))
+    return out, records
+
+
+@dataclass
+class Pairs:
+    """The rounds so far, reduced to what the decision needs."""
+
+    order: list[str] = field(default_factory=list)  # "baseline first" / "current first", per pair
+    seconds: list[float] = field(default_factory=list)
+    values: dict[str, list[tuple[float | None, float | None]]] = field(default_factory=dict)  # key -> (b, c)
+    samples: dict[str, list[int]] = field(default_factory=dict)  # key -> [baseline steps, current steps]
+    trials: dict[str, tuple] = field(default_factory=dict)  # key -> (baseline Trial, current Trial)
+    records: tuple[list[Record], list[Record]] = field(default_factory=lambda: ([], []))
+
+    def add(self, b_path: Path, c_path: Path) -> None:
+        (b, b_recs), (c, c_recs) = round_values(b_path), round_values(c_path)
+        self.records[0].extend(b_recs)
+        self.records[1].extend(c_recs)
+        for key in {*b, *c}:
+            bt, bv, bn = b.get(key, (None, None, 0))
+            ct, cv, cn = c.get(key, (None, None, 0))
+            self.values.setdefault(key, []).append((bv, cv))
+            s = self.samples.setdefault(key, [0, 0])
+            s[0], s[1] = s[0] + bn, s[1] + cn
+            old = self.trials.get(key, (None, None))
+            self.trials[key] = (old[0] or bt, old[1] or ct)
+
+    def ratios(self) -> dict[str, list[float]]:
+        """Per matched trial, current / baseline of every pair where both sides were ok."""
+        return {k: [c / b for b, c in v if b and c] for k, v in self.values.items() if self.matched(k)}
+
+    def matched(self, key: str) -> bool:
+        b, c = self.trials[key]
+        return b is not None and c is not None
+
+    def failed(self, key: str) -> bool:
+        """Ok on the baseline side in some pair where current was not."""
+        return any(b and not c for b, c in self.values[key])
+
+
+def rows(pairs: Pairs, rule: Rule) -> list[Row]:
+    """One Row per matched trial: the paired ratio, its interval and the decision (failed beats all)."""
+    from vitbench.compare import metrics
+
+    md = metrics()[METRIC]
+    keys = [k for k in pairs.trials if pairs.matched(k)]
+    names = dict(zip(keys, labels([pairs.trials[k][0].config for k in keys])))
+    decided = rule.decisions(pairs.ratios())
+    out = []
+    for k in keys:
+        p, d = decided[k]
+        vals = pairs.values[k]
+        bs, cs = [b for b, _ in vals if b], [c for _, c in vals if c]
+        note = "pairs " + " ".join(f"{r:.3f}" for r in p.ratios)
+        if pairs.failed(k):
+            d = Decision.FAILED
+            note = f"current not ok in {sum(1 for b, c in vals if b and not c)} round(s); " + note
+        elif d is Decision.INCONCLUSIVE:
+            note = f"interval contains {1 - rule.threshold:.2f}: more pairs needed; " + note
+        out.append(Row(names[k], md.name, md.unit, md.higher_is_better, d,
+                       baseline=statistics.fmean(bs) if bs else None, current=statistics.fmean(cs) if cs else None,
+                       ratio=p.ratio, ci_low=p.ci_low, ci_high=p.ci_high, repeats=(len(bs), len(cs)),
+                       samples=tuple(pairs.samples[k]), method=f"paired: {len(p.ratios)} round pairs", note=note))
+    return out
+
+
+@dataclass
+class ABResult:
+    comparison: Comparison
+    verdict: Decision
+    pairs: int
+    elapsed_s: float
+    stopped: str
+
+    @property
+    def exit_code(self) -> int:
+        return self.comparison.exit_code
+
+
+def run_ab(ref: str, *, repo: str | Path = ".", study: str = DEFAULT_STUDY, baseline_study: str | None = None,
+           rule: Rule = Rule(), budget_s: float = DEFAULT_BUDGET_S, results: str | Path | None = None,
+           extra_work: float | None = None, allow_same: bool = False,
+           progress: Callable[[str], None] = lambda s: None) -> ABResult:
+    """Measure REF (baseline) against the working tree (current) in interleaved round pairs until `rule` stops
+    or `budget_s` is spent. `results`: keep the rounds there (default: a temporary directory, removed).
+    `extra_work`: test only, current's steps get that fraction of extra work (vitbench.measure.extra_work).
+    Raises ConfigError for bad input (exit 2)."""
+    t_start = time.monotonic()
+    if not (budget_s > 0) or budget_s != budget_s or budget_s == float("inf"):
+        raise ConfigError(f"--budget-s must be a positive number of seconds, got {budget_s}")
+    root = repo_root(repo)
+    sha = resolve_ref(root, ref)
+    head = _git(root, "rev-parse", "HEAD")
+    dirty = bool(_git(root, "status", "--porcelain", "--untracked-files=no"))
+    if sha == head and not dirty and not extra_work and not allow_same:
+        raise ConfigError(f"REF {ref!r} is {sha[:12]}, the checked-out commit itself, with no uncommitted change: "
+                          "this would compare a commit with itself (for an A/A noise check, --allow-same)")
+    cur_study = (root / study) if not Path(study).is_absolute() else Path(study)
+    if not cur_study.is_file():
+        raise ConfigError(f"--study {study}: no such file in the working tree {root}")
+    subject = _git(root, "log", "-1", "--format=%s", sha)[:80]
+    out_root = Path(results) if results is not None else None
+    if out_root is not None and out_root.exists() and any(out_root.iterdir()):
+        raise ConfigError(f"--results {out_root}: exists and is not empty (rounds are never mixed with others)")
+    with checkout(root, sha) as base, contextlib.ExitStack() as stack:
+        if out_root is None:
+            out_root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="vitbench-ab-rounds-")))
+        bstudy = Path(baseline_study or study)
+        bstudy = bstudy if bstudy.is_absolute() else base / "src" / bstudy
+        if not bstudy.is_file():
+            raise ConfigError(f"REF {sha[:12]} has no {baseline_study or study}: give its own study file with "
+                              "--baseline-study PATH (relative to REF's tree, or absolute)")
+        python, env_sentence = _environment(root, sha, base)
+        sides = (Side("baseline", f"{ref} = {sha[:12]} ({subject})", base / "src", bstudy, python, env_sentence),
+                 Side("current", f"working tree {root} at {head[:12]}{' + uncommitted changes' if dirty else ''}",
+                      root, cur_study, sys.executable, "this interpreter",
+                      {EXTRA_WORK_ENV: f"{extra_work:g}"} if extra_work else {}))
+        pairs, stopped = _loop(sides, rule, budget_s, t_start, out_root, progress)
+    elapsed = time.monotonic() - t_start
+    table = rows(pairs, rule)
+    if not table:
+        raise ConfigError(_unmatched(pairs))
+    v = verdict([r.decision for r in table])
+    b_recs, c_recs = pairs.records
+    context = [("baseline", sides[0].describe), ("current", sides[1].describe), ("environment", env_sentence),
+               ("study", f"baseline {bstudy.relative_to(base / 'src') if bstudy.is_relative_to(base) else bstudy}, "
+                         f"current {study}"),
+               ("rounds", f"{len(pairs.order)} pairs, order alternated ({pairs.order.count('baseline first')} "
+                          f"baseline first); {elapsed:.0f} s in all, budget {budget_s:.0f} s"),
+               ("rule", f"paired t-interval ({rule.confidence:.0%}) on the mean log-ratio; threshold "
+                        f"{rule.threshold:.0%}; at least {rule.min_pairs} pairs" +
+                        (f", at most {rule.max_pairs}" if rule.max_pairs else "")),
+               ("stopped", stopped)]
+    if extra_work:
+        context.append(("self-test", f"current's steps carry {extra_work:.0%} extra work (${EXTRA_WORK_ENV})"))
+    unmatched = [(pairs.trials[k][0] or pairs.trials[k][1]) for k in pairs.trials if not pairs.matched(k)]
+    cmp = Comparison(rows=table, unmatched_baseline=[], unmatched_current=[],
+                     env_diff=env_differences(b_recs, c_recs), threshold=rule.threshold,
+                     confidence=rule.confidence, normalized=False, metrics=(METRIC,),
+                     warnings=[f"not compared (on one side only): {t.config.get('model')} {t.config.get('task')}"
+                               for t in unmatched], context=context, inconclusive_fails=True)
+    return ABResult(cmp, v, len(pairs.order), elapsed, stopped)
+
+
+def _loop(sides: tuple[Side, Side], rule: Rule, budget_s: float, t_start: float, out_root: Path,
+          progress: Callable[[str], None]) -> tuple[Pairs, str]:
+    pairs = Pairs()
+    n = 0
+    while True:
+        spent = time.monotonic() - t_start
+        if pairs.seconds and spent + statistics.fmean(pairs.seconds) > budget_s:
+            return pairs, (f"time budget: another pair (~{statistics.fmean(pairs.seconds):.0f} s) would pass "
+                           f"--budget-s {budget_s:.0f} after {n} pairs")
+        order = sides if n % 2 == 0 else sides[::-1]
+        t0 = time.monotonic()
+        paths = {}
+        for side in order:
+            paths[side.name] = out_root / side.name / f"pair{n + 1:02d}"
+            side.run_round(paths[side.name])
+        pairs.add(paths["baseline"], paths["current"])
+        pairs.order.append(f"{order[0].name} first")
+        pairs.seconds.append(time.monotonic() - t0)
+        n += 1
+        if not any(pairs.matched(k) for k in pairs.trials):
+            raise ConfigError(_unmatched(pairs))
+        decided = rule.decisions(pairs.ratios())
+        progress(f"pair {n} ({order[0].name} first, {pairs.seconds[-1]:.0f} s): " + "; ".join(
+            f"{pairs.trials[k][0].config.get('model')} {pairs.trials[k][0].config.get('task')} "
+            f"{p.ratio:.3f}" + (f" [{p.ci_low:.3f}, {p.ci_high:.3f}]" if p.ci_low else "") + f" {d.value}"
+            for k, (p, d) in decided.items() if p.ratio))
+        if any(pairs.failed(k) for k in pairs.trials if pairs.matched(k)):
+            return pairs, f"a trial ok on the baseline failed on current (pair {n})"
+        if rule.done(pairs.ratios(), n):
+            if rule.max_pairs is not None and n >= rule.max_pairs:
+                return pairs, f"--max-pairs {rule.max_pairs} reached"
+            return pairs, f"decided after {n} pairs"
+
+
+def _unmatched(pairs: Pairs) -> str:
+    b = {k: t[0] for k, t in pairs.trials.items() if t[0] is not None}
+    c = {k: t[1] for k, t in pairs.trials.items() if t[1] is not None}
+    if not b or not c:
+        return f"no measurement records on the {'baseline' if not b else 'current'} side (see the sweep logs)"
+    k0 = next(iter(b))
+    return (f"no trial of current matches a trial of the baseline (the sides' study files or measurement methods "
+            f"differ): first baseline trial {b[k0].config.get('model')} {b[k0].config.get('task')}: "
+            f"{why_unmatched(b[k0], c)}")

@@ -1,0 +1,146 @@
+"""The A/B gate's decision: paired rounds, an interval on the mean log-ratio, and a sequential stopping rule.
+
+One *pair* is a round of the baseline and a round of current measured back to back on the same machine (the
+order alternates between pairs, so that drift within a pair cancels over pairs). A trial's value in a round is the
+median of its per-step samples (robust to the odd slow step); its pair ratio is current / baseline of those
+medians. The rounds of a pair share the machine's state, so the ratio divides most of the machine's noise out; the
+pairs are the independent units. The interval is a Student-t interval on the mean log-ratio over pairs (a ratio's
+log is symmetric: 0.9 and 1/0.9 are as far from 1), shown as ratios.
+
+Per trial, with threshold t (higher-is-better metric):
+  regression   the whole interval is below 1 - t  (confident: worse by more than t)
+  no change    the whole interval is above 1 - t  (confident: not worse by more than t); improvement past 1 + t
+  inconclusive the interval contains 1 - t        (not yet decidable: more pairs)
+The sequential rule (`Rule.verdict`) looks after every pair from `min_pairs` on and stops at the first
+regression, or when no trial is inconclusive; the budget ends it otherwise (inconclusive). Looking repeatedly
+inflates the false-alarm rate of a fixed-n interval; the rates of this exact rule were measured by replaying real
+rounds (benchmarks/bench_gate_power.py, docs/compare.md), and the defaults are the ones those numbers support.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from statistics import NormalDist
+
+from vitbench.compare.decide import Decision
+from vitbench.errors import ConfigError
+
+# Defaults chosen from the measured power (docs/compare.md, "A/B gate: power").
+DEFAULT_AB_THRESHOLD = 0.05
+DEFAULT_AB_CONFIDENCE = 0.95
+DEFAULT_MIN_PAIRS = 4
+
+
+def t_quantile(p: float, df: int) -> float:
+    """Student-t quantile, from the normal one by the Cornish-Fisher expansion (Abramowitz & Stegun 26.7.5);
+    within 0.2 % of the exact value for df >= 3, 2 % at df = 2; exact at df = 1 (Cauchy)."""
+    if df < 1:
+        raise ValueError(f"degrees of freedom must be >= 1, got {df}")
+    if df == 1:
+        return math.tan(math.pi * (p - 0.5))
+    z = NormalDist().inv_cdf(p)
+    g1 = (z**3 + z) / 4
+    g2 = (5 * z**5 + 16 * z**3 + 3 * z) / 96
+    g3 = (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384
+    g4 = (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / 92160
+    return z + g1 / df + g2 / df**2 + g3 / df**3 + g4 / df**4
+
+
+@dataclass(frozen=True)
+class Paired:
+    """One trial's pair ratios (current / baseline) and their interval."""
+
+    ratios: tuple[float, ...]
+    ratio: float | None  # geometric mean of the pair ratios
+    ci_low: float | None
+    ci_high: float | None
+
+    @classmethod
+    def of(cls, ratios: Sequence[float], confidence: float) -> Paired:
+        ratios = tuple(float(r) for r in ratios)
+        if any(not (math.isfinite(r) and r > 0) for r in ratios):
+            raise ValueError(f"pair ratios must be finite and positive, got {ratios}")
+        n = len(ratios)
+        if n == 0:
+            return cls(ratios, None, None, None)
+        logs = [math.log(r) for r in ratios]
+        mean = sum(logs) / n
+        if n == 1:
+            return cls(ratios, math.exp(mean), None, None)
+        sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (n - 1))
+        half = t_quantile(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n)
+        return cls(ratios, math.exp(mean), math.exp(mean - half), math.exp(mean + half))
+
+    def decision(self, threshold: float) -> Decision:
+        """See the module docstring; fewer than two pairs is inconclusive (no interval)."""
+        if self.ci_low is None:
+            return Decision.INCONCLUSIVE
+        if self.ci_high < 1 - threshold:
+            return Decision.REGRESSION
+        if self.ci_low > 1 + threshold:
+            return Decision.IMPROVEMENT
+        if self.ci_low > 1 - threshold:
+            return Decision.NO_CHANGE
+        return Decision.INCONCLUSIVE
+
+
+@dataclass(frozen=True)
+class Rule:
+    """The sequential rule: threshold, confidence, the pairs always measured, and the most pairs allowed."""
+
+    threshold: float = DEFAULT_AB_THRESHOLD
+    confidence: float = DEFAULT_AB_CONFIDENCE
+    min_pairs: int = DEFAULT_MIN_PAIRS
+    max_pairs: int | None = None  # None: only the time budget limits
+
+    def __post_init__(self):
+        if not (0 < self.threshold < 1):
+            raise ConfigError(f"--threshold must be a fraction in (0, 1), e.g. 0.05 for 5 %; got {self.threshold}")
+        if not (0 < self.confidence < 1):
+            raise ConfigError(f"--confidence must be in (0, 1), got {self.confidence}")
+        if self.min_pairs < 2:
+            raise ConfigError(f"--min-pairs must be >= 2 (an interval needs two pairs), got {self.min_pairs}")
+        if self.max_pairs is not None and self.max_pairs < self.min_pairs:
+            raise ConfigError(f"--max-pairs ({self.max_pairs}) must be >= --min-pairs ({self.min_pairs})")
+
+    def decisions(self, per_trial: dict[str, Sequence[float]]) -> dict[str, tuple[Paired, Decision]]:
+        out = {}
+        for trial, ratios in per_trial.items():
+            p = Paired.of(ratios, self.confidence)
+            out[trial] = (p, p.decision(self.threshold))
+        return out
+
+    def done(self, per_trial: dict[str, Sequence[float]], pairs: int) -> bool:
+        """Whether to stop after `pairs` pairs: at `max_pairs`, or from `min_pairs` on at the first regression
+        or when no trial is left inconclusive."""
+        if self.max_pairs is not None and pairs >= self.max_pairs:
+            return True
+        if pairs < self.min_pairs:
+            return False
+        ds = [d for _, d in self.decisions(per_trial).values()]
+        return Decision.REGRESSION in ds or Decision.INCONCLUSIVE not in ds
+
+    def replay(self, per_trial_pairs: Sequence[dict[str, float]]) -> tuple[Decision, int]:
+        """The gate's verdict on a given sequence of pairs (each: trial -> ratio), as the live gate would reach
+        it, and the pairs it used: for power measurements on recorded rounds."""
+        acc: dict[str, list[float]] = {}
+        n = 0
+        for pair in per_trial_pairs:
+            n += 1
+            for trial, r in pair.items():
+                acc.setdefault(trial, []).append(r)
+            if self.done(acc, n):
+                break
+        return verdict([d for _, d in self.decisions(acc).values()]), n
+
+
+def verdict(decisions: Sequence[Decision]) -> Decision:
+    """The gate's one word: regression if any trial regressed or failed, else inconclusive if any is, else no
+    change (improvements included)."""
+    if any(d in (Decision.REGRESSION, Decision.FAILED) for d in decisions):
+        return Decision.REGRESSION
+    if any(d is Decision.INCONCLUSIVE for d in decisions):
+        return Decision.INCONCLUSIVE
+    return Decision.NO_CHANGE
