@@ -29,7 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from vitbench.compare.ab import DEFAULT_BUDGET_S, DEFAULT_STUDY, Pairs, Side, repo_root
+from vitbench.compare.ab import (DEFAULT_BUDGET_S, DEFAULT_STATISTIC, DEFAULT_STUDY, Pairs, Side, Statistic,
+                                 repo_root)
 from vitbench.compare.decide import Decision
 from vitbench.compare.paired import DEFAULT_AB_CONFIDENCE, DEFAULT_AB_THRESHOLD, DEFAULT_MIN_PAIRS, Rule
 from vitbench.measure.extra_work import ENV
@@ -56,17 +57,17 @@ def collect(pool: Path, blocks: int, study: str) -> None:
             pairs.add(Path(tmp) / "baseline", Path(tmp) / "current")
             secs = time.monotonic() - t0
         trials = {f"{pairs.trials[k][0].config['model']} {pairs.trials[k][0].config['task']}": v[0]
-                  for k, v in pairs.values.items() if pairs.matched(k)}
+                  for k, v in pairs.samples.items() if pairs.matched(k)}  # per-step img/s, both sides
         row = {"block": b, "size": size, "first": order[0].name, "seconds": secs, "trials": trials,
                "at": time.time()}
         done.append(row)
         with pool.open("a") as fh:
             fh.write(json.dumps(row) + "\n")
         print(f"block {b} size {size:.0%} {order[0].name} first {secs:.0f} s: " + ", ".join(
-            f"{t} {c / b_:.3f}" for t, (b_, c) in trials.items() if b_ and c), flush=True)
+            f"{t} {t_r:.3f}" for t, t_r in _ratios(row, DEFAULT_STATISTIC).items()), flush=True)
 
 
-def replay(pool: Path, rule: Rule, budget_s: float, runs: int, seed: int) -> None:
+def replay(pool: Path, rule: Rule, budget_s: float, runs: int, seed: int, statistic: Statistic) -> None:
     rows = [json.loads(line) for line in pool.open()]
     pair_s = statistics.median(r["seconds"] for r in rows)
     max_pairs = max(rule.min_pairs, int((budget_s - START_S) // pair_s))
@@ -74,7 +75,7 @@ def replay(pool: Path, rule: Rule, budget_s: float, runs: int, seed: int) -> Non
     rng = random.Random(seed)
     print(f"pool: {len(rows)} pairs, median {pair_s:.1f} s a pair; rule: threshold {rule.threshold:.0%}, "
           f"confidence {rule.confidence:.0%}, min {rule.min_pairs} pairs, budget {budget_s:.0f} s = at most "
-          f"{max_pairs} pairs; {runs} replayed gate runs per size")
+          f"{max_pairs} pairs; round value: the {statistic.value} step; {runs} replayed gate runs per size")
     print("| injected | img/s ratio | pairs in pool | regression | no change | inconclusive | mean pairs "
           "| mean time s |")
     print("|---|---|---|---|---|---|---|---|")
@@ -86,7 +87,7 @@ def replay(pool: Path, rule: Rule, budget_s: float, runs: int, seed: int) -> Non
         counts = {d: 0 for d in (Decision.REGRESSION, Decision.NO_CHANGE, Decision.INCONCLUSIVE)}
         used = []
         for _ in range(runs):
-            seq = [_ratios(rng.choice(by_first["baseline" if i % 2 == 0 else "current"]))
+            seq = [_ratios(rng.choice(by_first["baseline" if i % 2 == 0 else "current"]), statistic)
                    for i in range(max_pairs)]
             v, n = capped.replay(seq)
             counts[v] += 1
@@ -97,8 +98,8 @@ def replay(pool: Path, rule: Rule, budget_s: float, runs: int, seed: int) -> Non
               f"{mean_n:.1f} | {START_S + mean_n * pair_s:.0f} |")
 
 
-def _ratios(row: dict) -> dict[str, float]:
-    return {t: c / b for t, (b, c) in row["trials"].items() if b and c}
+def _ratios(row: dict, statistic: Statistic) -> dict[str, float]:
+    return {t: statistic.of(c) / statistic.of(b) for t, (b, c) in row["trials"].items() if b and c}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -116,11 +117,13 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S)
     r.add_argument("--runs", type=int, default=2000)
     r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--statistic", choices=[x.value for x in Statistic], default=DEFAULT_STATISTIC.value)
     a = ap.parse_args(argv)
     if a.cmd == "collect":
         collect(a.pool, a.blocks, a.study)
     else:
-        replay(a.pool, Rule(a.threshold, a.confidence, a.min_pairs), a.budget_s, a.runs, a.seed)
+        replay(a.pool, Rule(a.threshold, a.confidence, a.min_pairs), a.budget_s, a.runs, a.seed,
+               Statistic(a.statistic))
 
 
 if __name__ == "__main__":

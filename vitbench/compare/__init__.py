@@ -38,7 +38,8 @@ DEFAULT_THRESHOLD = 0.05
 DEFAULT_CONFIDENCE = 0.95
 EXIT_INCONCLUSIVE = 3  # `vitbench ab`: the budget ended before every trial was decided (1 = regression, 2 = input)
 
-__all__ = ["COLUMNS", "Comparison", "DEFAULT_CONFIDENCE", "DEFAULT_THRESHOLD", "Decision", "EXIT_INCONCLUSIVE", "Row", "compare",
+__all__ = ["COLUMNS", "Comparison", "DEFAULT_CONFIDENCE", "DEFAULT_THRESHOLD", "Decision", "EXIT_INCONCLUSIVE",
+           "Row", "compare",
            "compare_paths", "default_metrics", "inject_slowdown", "load_records", "metrics", "row_cells",
            "summary_line", "to_benchmark_json", "to_markdown"]
 

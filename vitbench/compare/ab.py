@@ -13,6 +13,7 @@ own copy of the study file; rounds alternate A B, B A, A B, ... so that drift ca
 from __future__ import annotations
 
 import contextlib
+import enum
 import os
 import signal
 import statistics
@@ -27,7 +28,7 @@ from pathlib import Path
 
 from vitbench.compare import Comparison, env_differences, load_records
 from vitbench.compare.decide import Decision, Row, metric_samples
-from vitbench.compare.match import DEFAULT_IGNORE, group, labels, why_unmatched
+from vitbench.compare.match import DEFAULT_IGNORE, Trial, group, labels, why_unmatched
 from vitbench.compare.paired import Rule, verdict
 from vitbench.errors import ConfigError
 from vitbench.measure.extra_work import ENV as EXTRA_WORK_ENV
@@ -159,8 +160,21 @@ def _environment(root: Path, sha: str, base: Path) -> tuple[str, str]:
                                           f"from REF's lock ({venv / 'bin' / 'python'})")
 
 
-def round_values(path: Path) -> tuple[dict[str, tuple[dict, float | None, int]], list[Record]]:
-    """One round's trials: match key -> (config, median of the per-step samples or None if not ok, samples)."""
+class Statistic(str, enum.Enum):
+    """A trial's value in one round, from its per-step img/s samples."""
+
+    BEST = "best"  # the fastest step: other load only ever makes a step slower (timeit's rule)
+    MEDIAN = "median"  # the typical step: robust to the odd slow step, not to a neighbour busy half the round
+
+    def of(self, xs: list[float]) -> float:
+        return max(xs) if self is Statistic.BEST else statistics.median(xs)
+
+
+DEFAULT_STATISTIC = Statistic.BEST  # chosen from the measured power on a shared machine (docs/compare.md)
+
+
+def round_values(path: Path) -> tuple[dict[str, tuple[Trial, list[float]]], list[Record]]:
+    """One round's trials: match key -> (trial, per-step img/s samples of its ok record; [] if not ok)."""
     from vitbench.compare import metrics
     from vitbench.store import select
 
@@ -168,8 +182,7 @@ def round_values(path: Path) -> tuple[dict[str, tuple[dict, float | None, int]],
     records = load_records(path)
     out = {}
     for key, trial in group(select(records), DEFAULT_IGNORE).items():
-        xs = [x for r in trial.ok for x in (metric_samples(r, metric) or ())]
-        out[key] = (trial, statistics.median(xs) if xs else None, len(xs))
+        out[key] = (trial, [x for r in trial.ok for x in (metric_samples(r, metric) or ())])
     return out, records
 
 
@@ -177,10 +190,10 @@ def round_values(path: Path) -> tuple[dict[str, tuple[dict, float | None, int]],
 class Pairs:
     """The rounds so far, reduced to what the decision needs."""
 
+    statistic: Statistic = DEFAULT_STATISTIC
     order: list[str] = field(default_factory=list)  # "baseline first" / "current first", per pair
     seconds: list[float] = field(default_factory=list)
-    values: dict[str, list[tuple[float | None, float | None]]] = field(default_factory=dict)  # key -> (b, c)
-    samples: dict[str, list[int]] = field(default_factory=dict)  # key -> [baseline steps, current steps]
+    samples: dict[str, list[tuple[list[float], list[float]]]] = field(default_factory=dict)  # key -> (b, c)
     trials: dict[str, tuple] = field(default_factory=dict)  # key -> (baseline Trial, current Trial)
     records: tuple[list[Record], list[Record]] = field(default_factory=lambda: ([], []))
 
@@ -189,17 +202,20 @@ class Pairs:
         self.records[0].extend(b_recs)
         self.records[1].extend(c_recs)
         for key in {*b, *c}:
-            bt, bv, bn = b.get(key, (None, None, 0))
-            ct, cv, cn = c.get(key, (None, None, 0))
-            self.values.setdefault(key, []).append((bv, cv))
-            s = self.samples.setdefault(key, [0, 0])
-            s[0], s[1] = s[0] + bn, s[1] + cn
+            bt, bx = b.get(key, (None, []))
+            ct, cx = c.get(key, (None, []))
+            self.samples.setdefault(key, []).append((bx, cx))
             old = self.trials.get(key, (None, None))
             self.trials[key] = (old[0] or bt, old[1] or ct)
 
+    def values(self, key: str) -> list[tuple[float | None, float | None]]:
+        """(baseline, current) value of each pair (None where a side was not ok)."""
+        return [(self.statistic.of(bx) if bx else None, self.statistic.of(cx) if cx else None)
+                for bx, cx in self.samples[key]]
+
     def ratios(self) -> dict[str, list[float]]:
         """Per matched trial, current / baseline of every pair where both sides were ok."""
-        return {k: [c / b for b, c in v if b and c] for k, v in self.values.items() if self.matched(k)}
+        return {k: [c / b for b, c in self.values(k) if b and c] for k in self.samples if self.matched(k)}
 
     def matched(self, key: str) -> bool:
         b, c = self.trials[key]
@@ -207,7 +223,7 @@ class Pairs:
 
     def failed(self, key: str) -> bool:
         """Ok on the baseline side in some pair where current was not."""
-        return any(b and not c for b, c in self.values[key])
+        return any(b and not c for b, c in self.samples[key])
 
 
 def rows(pairs: Pairs, rule: Rule) -> list[Row]:
@@ -221,8 +237,9 @@ def rows(pairs: Pairs, rule: Rule) -> list[Row]:
     out = []
     for k in keys:
         p, d = decided[k]
-        vals = pairs.values[k]
+        vals = pairs.values(k)
         bs, cs = [b for b, _ in vals if b], [c for _, c in vals if c]
+        steps = [sum(len(x[i]) for x in pairs.samples[k]) for i in (0, 1)]
         note = "pairs " + " ".join(f"{r:.3f}" for r in p.ratios)
         if pairs.failed(k):
             d = Decision.FAILED
@@ -232,7 +249,8 @@ def rows(pairs: Pairs, rule: Rule) -> list[Row]:
         out.append(Row(names[k], md.name, md.unit, md.higher_is_better, d,
                        baseline=statistics.fmean(bs) if bs else None, current=statistics.fmean(cs) if cs else None,
                        ratio=p.ratio, ci_low=p.ci_low, ci_high=p.ci_high, repeats=(len(bs), len(cs)),
-                       samples=tuple(pairs.samples[k]), method=f"paired: {len(p.ratios)} round pairs", note=note))
+                       samples=tuple(steps), note=note,
+                       method=f"paired: {len(p.ratios)} round pairs, {pairs.statistic.value} step"))
     return out
 
 
@@ -295,8 +313,7 @@ def run_ab(ref: str, *, repo: str | Path = ".", study: str = DEFAULT_STUDY, base
     v = verdict([r.decision for r in table])
     b_recs, c_recs = pairs.records
     context = [("baseline", sides[0].describe), ("current", sides[1].describe), ("environment", env_sentence),
-               ("study", f"baseline {bstudy.relative_to(base / 'src') if bstudy.is_relative_to(base) else bstudy}, "
-                         f"current {study}"),
+               ("study", f"baseline {baseline_study or study}, current {study} (each side's own copy)"),
                ("rounds", f"{len(pairs.order)} pairs, order alternated ({pairs.order.count('baseline first')} "
                           f"baseline first); {elapsed:.0f} s in all, budget {budget_s:.0f} s"),
                ("rule", f"paired t-interval ({rule.confidence:.0%}) on the mean log-ratio; threshold "

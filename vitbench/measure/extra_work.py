@@ -4,9 +4,9 @@ variable meant for that test only (the power measurement of `vitbench ab`, bench
 With VITBENCH_TEST_EXTRA_WORK=0.10, every step of a throughput/latency measurement also runs a fixed amount of
 pure-Python arithmetic sized, once before timing, to 10 % of the median of a few more (untimed) steps: the same
 work each step, so a busier machine slows it as it slows the model. A size S makes a step (1 + S) times as long,
-so img/s falls to 1 / (1 + S) of what it was (0.952, 0.909, 0.833 for 5, 10, 20 %). It runs on the host after the step is issued: on a synchronous
-device (CPU) it adds to the step time; on an accelerator it may overlap with the device. A record measured with it
-carries raw['test_extra_work'], so it can never pass for a normal measurement.
+so img/s falls to 1 / (1 + S) of what it was (0.952, 0.909, 0.833 for 5, 10, 20 %). It runs on the host after
+the step is issued: on a synchronous device (CPU) it adds to the step time; on an accelerator it may overlap. A
+record measured with it carries raw['test_extra_work'], so it can never pass for a normal measurement.
 """
 
 from __future__ import annotations

@@ -1,0 +1,240 @@
+"""vitbench ab: the paired decision and its sequential rule on synthetic rounds, the ref's checkout, the A/B loop
+with synthetic sweeps (no measurement), bad input; one slow end-to-end run of HEAD against itself."""
+
+from __future__ import annotations
+
+import math
+import random
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_compare import bench_record, steps, write_jsonl
+from typer.testing import CliRunner
+
+from vitbench.cli import app
+from vitbench.compare import EXIT_INCONCLUSIVE, to_benchmark_json, to_markdown
+from vitbench.compare import ab as ab_mod
+from vitbench.compare.decide import Decision
+from vitbench.compare.paired import Paired, Rule, t_quantile, verdict
+from vitbench.errors import ConfigError
+
+runner = CliRunner()
+
+
+# ------------------------------------------------------------------------------------------------ the decision
+@pytest.mark.parametrize(("df", "exact"), [(2, 4.303), (3, 3.182), (10, 2.228), (30, 2.042)])
+def test_t_quantile_matches_the_tables(df, exact):
+    assert t_quantile(0.975, df) == pytest.approx(exact, rel=0.02 if df == 2 else 0.002)
+
+
+def test_paired_interval_and_decisions():
+    rng = random.Random(1)
+    same = [math.exp(rng.gauss(0, 0.02)) for _ in range(10)]
+    p = Paired.of(same, 0.95)
+    assert p.ci_low < 1 < p.ci_high and p.decision(0.05) is Decision.NO_CHANGE
+    slow = [0.9 * x for x in same]
+    assert Paired.of(slow, 0.95).decision(0.05) is Decision.REGRESSION
+    fast = [1.2 * x for x in same]
+    assert Paired.of(fast, 0.95).decision(0.05) is Decision.IMPROVEMENT
+    # the interval straddles 1 - threshold: not decidable yet
+    assert Paired.of([0.95 * x for x in same], 0.95).decision(0.05) is Decision.INCONCLUSIVE
+    assert Paired.of([0.9], 0.95).decision(0.05) is Decision.INCONCLUSIVE  # one pair: no interval
+    with pytest.raises(ValueError):
+        Paired.of([1.0, math.nan], 0.95)
+
+
+def _run(rule: Rule, truth: float, sd: float, rng: random.Random, trials: int = 4) -> tuple[Decision, int]:
+    seq = [{f"t{i}": truth * math.exp(rng.gauss(0, sd)) for i in range(trials)} for _ in range(rule.max_pairs)]
+    return rule.replay(seq)
+
+
+def test_sequential_rule_aa_passes_and_ten_percent_fails():
+    """Synthetic pairs with 5 % log-normal pair noise, 4 trials, up to 20 pairs: A/A almost never fails (<= 5 %
+    false alarms), a 10 % slowdown (img/s x 1/1.1) is almost always caught (>= 95 %)."""
+    rule = Rule(threshold=0.05, confidence=0.95, min_pairs=4, max_pairs=20)
+    rng = random.Random(0)
+    aa = [_run(rule, 1.0, 0.05, rng) for _ in range(300)]
+    slow = [_run(rule, 1 / 1.1, 0.05, rng) for _ in range(300)]
+    assert sum(v is Decision.REGRESSION for v, _ in aa) / 300 <= 0.05
+    assert sum(v is Decision.NO_CHANGE for v, _ in aa) / 300 >= 0.9
+    assert sum(v is Decision.REGRESSION for v, _ in slow) / 300 >= 0.95
+    assert all(n >= 4 for _, n in aa + slow)  # the minimum is always measured
+
+
+def test_budget_exhausted_is_inconclusive():
+    rule = Rule(threshold=0.05, min_pairs=2, max_pairs=3)
+    v, n = rule.replay([{"t": r} for r in (0.99, 0.90, 0.96, 0.93)])
+    assert (v, n) == (Decision.INCONCLUSIVE, 3)
+    assert verdict([Decision.NO_CHANGE, Decision.INCONCLUSIVE]) is Decision.INCONCLUSIVE
+    assert verdict([Decision.FAILED, Decision.INCONCLUSIVE]) is Decision.REGRESSION
+
+
+@pytest.mark.parametrize("kw", [{"threshold": 0}, {"threshold": 1.5}, {"confidence": 1}, {"min_pairs": 1},
+                                {"min_pairs": 4, "max_pairs": 3}])
+def test_rule_refuses_bad_settings(kw):
+    with pytest.raises(ConfigError):
+        Rule(**kw)
+
+
+# -------------------------------------------------------------------------------------------- git and checkout
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture()
+def repo(tmp_path) -> Path:
+    """A tiny git repository with two commits, a study file and a lock."""
+    r = tmp_path / "repo"
+    (r / "studies").mkdir(parents=True)
+    (r / "vitbench").mkdir()
+    _git(tmp_path, "init", "-q", str(r))
+    _git(r, "config", "user.email", "t@example.com")
+    _git(r, "config", "user.name", "t")
+    (r / "studies" / "ci.yaml").write_text("name: ci\n")
+    (r / "vitbench" / "requirements.lock").write_text("numpy==1\n")
+    _git(r, "add", "-A")
+    _git(r, "commit", "-qm", "one")
+    (r / "NEW").write_text("2\n")
+    _git(r, "add", "-A")
+    _git(r, "commit", "-qm", "two")
+    return r
+
+
+def test_checkout_is_the_refs_tree_and_is_removed(repo):
+    sha = ab_mod.resolve_ref(repo, "HEAD~1")
+    with ab_mod.checkout(repo, sha) as tmp:
+        assert (tmp / "src" / "studies" / "ci.yaml").read_text() == "name: ci\n"
+        assert not (tmp / "src" / "NEW").exists() and not (tmp / "src" / ".git").exists()
+    assert not tmp.exists()
+    with pytest.raises(KeyboardInterrupt), ab_mod.checkout(repo, sha) as tmp2:
+        raise KeyboardInterrupt
+    assert not tmp2.exists()  # removed on Ctrl-C too
+    assert _git(repo, "worktree", "list").count("\n") == 1  # the repository is untouched
+
+
+def test_bad_input_exits_2(repo, tmp_path):
+    cases = [
+        (["ab", "nosuchref", "--repo", str(repo)], "no such commit"),
+        (["ab", "HEAD~1", "--repo", str(tmp_path / "nowhere")], "not a directory"),
+        (["ab", "HEAD~1", "--repo", str(tmp_path)], "not inside a git checkout"),
+        (["ab", "HEAD", "--repo", str(repo)], "compare a commit with itself"),
+        (["ab", "HEAD~1", "--repo", str(repo), "--budget-s", "0"], "--budget-s"),
+        (["ab", "HEAD~1", "--repo", str(repo), "--budget-s", "nan"], "--budget-s"),
+        (["ab", "HEAD~1", "--repo", str(repo), "--min-pairs", "1"], "--min-pairs"),
+        (["ab", "HEAD~1", "--repo", str(repo), "--study", "studies/none.yaml"], "no such file"),
+        (["ab", "HEAD~1", "--repo", str(repo), "--format", "xml"], "--format"),
+    ]
+    for args, msg in cases:
+        res = runner.invoke(app, args)
+        assert res.exit_code == 2, (args, res.output)
+        assert msg in res.output and "Traceback" not in res.output, (args, res.output)
+
+
+def test_a_ref_without_the_study_names_the_way_out(repo):
+    (repo / "studies" / "other.yaml").write_text("name: other\n")
+    res = runner.invoke(app, ["ab", "HEAD~1", "--repo", str(repo), "--study", "studies/other.yaml"])
+    assert res.exit_code == 2 and "--baseline-study" in res.output
+
+
+# ----------------------------------------------------------------------------------- the loop, synthetic sweeps
+def _fake_sweeps(monkeypatch, slowdown: float, noise: float = 0.01):
+    """Side.run_round writes a synthetic round (two trials) instead of running a sweep; current's steps are
+    `slowdown` times as long. Returns the order in which sides ran."""
+    calls: list[str] = []
+    rng = np.random.default_rng(0)
+
+    def run_round(self, out: Path) -> None:
+        out.mkdir(parents=True)
+        calls.append(self.name)
+        scale = (slowdown if self.name == "current" else 1.0) * float(rng.lognormal(0, noise))
+        recs = [bench_record(m, steps(rng, scale=scale), run_id=f"{self.name}{len(calls)}")
+                for m in ("ViT-Nano/4", "R-Nano")]
+        write_jsonl(out / "results.jsonl", recs)
+
+    monkeypatch.setattr(ab_mod.Side, "run_round", run_round)
+    return calls
+
+
+def test_ab_loop_no_change_alternates_and_reports(repo, monkeypatch, tmp_path):
+    calls = _fake_sweeps(monkeypatch, 1.0)
+    res = ab_mod.run_ab("HEAD~1", repo=repo, rule=Rule(min_pairs=4), results=tmp_path / "rounds")
+    assert res.verdict is Decision.NO_CHANGE and res.exit_code == 0 and res.pairs == 4
+    assert calls[:4] == ["baseline", "current", "current", "baseline"]  # A B, B A: drift cancels
+    assert {r.decision for r in res.comparison.rows} == {Decision.NO_CHANGE}
+    assert all(r.method.startswith("paired: 4 round pairs") and r.ci_low < 1 < r.ci_high
+               for r in res.comparison.rows)
+    md = to_markdown(res.comparison)
+    assert "the same environment for both sides" in md and "HEAD~1 = " in md and "4 pairs" in md
+    assert all("decision: no change" in e["extra"] for e in to_benchmark_json(res.comparison))
+    assert (tmp_path / "rounds" / "baseline" / "pair04" / "results.jsonl").exists()
+
+
+def test_ab_loop_catches_a_ten_percent_slowdown(repo, monkeypatch):
+    _fake_sweeps(monkeypatch, 1.1)
+    res = ab_mod.run_ab("HEAD~1", repo=repo)
+    assert res.verdict is Decision.REGRESSION and res.exit_code == 1
+    assert all(r.ratio == pytest.approx(1 / 1.1, rel=0.03) for r in res.comparison.rows)
+    assert any(r.decision is Decision.REGRESSION and r.ci_high < 0.95 for r in res.comparison.rows)
+    # the first regression ends it
+    assert 4 <= res.pairs < 10 and res.stopped == f"decided after {res.pairs} pairs"
+
+
+def test_ab_loop_budget_spent_is_inconclusive_exit_3(repo, monkeypatch):
+    _fake_sweeps(monkeypatch, 1.05, noise=0.03)
+    res = ab_mod.run_ab("HEAD~1", repo=repo, rule=Rule(min_pairs=2, max_pairs=3))
+    assert res.verdict is Decision.INCONCLUSIVE and res.exit_code == EXIT_INCONCLUSIVE == 3
+    assert "INCONCLUSIVE" in to_markdown(res.comparison) and "--max-pairs 3 reached" in res.stopped
+    calls = _fake_sweeps(monkeypatch, 1.05, noise=0.03)
+    res = ab_mod.run_ab("HEAD~1", repo=repo, budget_s=1e-3)  # one pair, then no room for another
+    assert res.pairs == 1 and len(calls) == 2 and "time budget" in res.stopped and res.exit_code == 3
+
+
+# ---------------------------------------------------------------------------------- the test-only slowdown
+def test_extra_work_is_switched_by_its_variable_and_marks_the_record(monkeypatch):
+    from vitbench.backends.base import Step
+    from vitbench.measure import extra_work
+    from vitbench.measure.throughput import bench
+
+    monkeypatch.delenv(extra_work.ENV, raising=False)
+    assert extra_work.requested() is None
+    for bad in ("ten", "-0.1", "nan", "11"):
+        monkeypatch.setenv(extra_work.ENV, bad)
+        with pytest.raises(ConfigError, match=extra_work.ENV):
+            extra_work.requested()
+    monkeypatch.setenv(extra_work.ENV, "0.2")
+    rec = bench(Step("ViT-Nano/4", batch_size=2), threads=1, warmup_steps=1, min_steps=3, min_seconds=0.0,
+                max_seconds=2.0)
+    info = rec.raw["test_extra_work"]
+    assert info["fraction"] == 0.2 and info["units"] >= 1
+    # the work is sized to the fraction of the sizing step (whole units, at least one)
+    assert info["units"] * info["unit_s"] == pytest.approx(0.2 * info["sized_on_step_s"], abs=info["unit_s"])
+    monkeypatch.delenv(extra_work.ENV)
+    assert "test_extra_work" not in bench(Step("ViT-Nano/4", batch_size=2), threads=1, warmup_steps=1,
+                                          min_steps=3, min_seconds=0.0, max_seconds=2.0).raw
+
+
+# ------------------------------------------------------------------------------------------------ end to end
+TINY = """name: tiny-ab
+repeats: 1
+defaults: {device: cpu, threads: 1, batch_size: 2, warmup_steps: 1, min_steps: 3, min_seconds: 0.05,
+           max_seconds: 1}
+axes: {model: [ViT-Nano/4], task: [infer]}
+"""
+
+
+@pytest.mark.slow
+def test_ab_head_against_itself_end_to_end(tmp_path):
+    """The real thing on this repository: HEAD's code (git archive) against the working tree, two pairs."""
+    root = Path(__file__).resolve().parent.parent
+    if not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    study = tmp_path / "tiny.yaml"
+    study.write_text(TINY)
+    res = runner.invoke(app, ["ab", "HEAD", "--repo", str(root), "--allow-same", "--study", str(study),
+                              "--min-pairs", "2", "--max-pairs", "2", "--format", "md",
+                              "--results", str(tmp_path / "r")])
+    assert res.exit_code in (0, 1, 3), res.output
+    assert "ViT-Nano/4 infer" in res.output and "paired: 2 round pairs" in res.output
+    assert len(list((tmp_path / "r").glob("*/pair0*/results.jsonl"))) == 4
