@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import sys
@@ -29,8 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from vitbench.compare.ab import (DEFAULT_BUDGET_S, DEFAULT_STATISTIC, DEFAULT_STUDY, Pairs, Side, Statistic,
-                                 repo_root)
+from vitbench.compare.ab import (DEFAULT_BUDGET_S, DEFAULT_SCHEDULE, DEFAULT_STATISTIC, DEFAULT_STUDY, Pairs,
+                                 Schedule, Side, Statistic, repo_root)
 from vitbench.compare.decide import Decision
 from vitbench.compare.paired import DEFAULT_AB_CONFIDENCE, DEFAULT_AB_THRESHOLD, DEFAULT_MIN_PAIRS, Rule
 from vitbench.measure.extra_work import ENV
@@ -39,7 +40,7 @@ SIZES = (0.0, 0.10, 0.05, 0.0, 0.10, 0.20)  # one cycle of blocks: 0 % and 10 % 
 START_S = 3.0  # the gate's own start (git archive, lock check) beyond its pairs, measured
 
 
-def collect(pool: Path, blocks: int, study: str) -> None:
+def collect(pool: Path, blocks: int, study: str, schedules: list[Schedule]) -> None:
     root = repo_root(".")
     done = [json.loads(line) for line in pool.open()] if pool.exists() else []
     for b in range(len(done), len(done) + blocks):
@@ -48,39 +49,41 @@ def collect(pool: Path, blocks: int, study: str) -> None:
         base = Side("baseline", "working tree", root, root / study, sys.executable, "this interpreter")
         cur = Side("current", "working tree", root, root / study, sys.executable, "this interpreter",
                    {ENV: f"{size:g}"} if size else {})
+        schedule = schedules[(seen // 2) % len(schedules)]  # each size: both orders under each schedule
         order = (base, cur) if seen % 2 == 0 else (cur, base)
         with tempfile.TemporaryDirectory(prefix="vitbench-power-") as tmp:
             t0 = time.monotonic()
-            for side in order:
-                side.run_round(Path(tmp) / side.name)
+            schedule.run(order, {s.name: Path(tmp) / s.name for s in order})
             pairs = Pairs()
             pairs.add(Path(tmp) / "baseline", Path(tmp) / "current")
             secs = time.monotonic() - t0
         trials = {f"{pairs.trials[k][0].config['model']} {pairs.trials[k][0].config['task']}": v[0]
                   for k, v in pairs.samples.items() if pairs.matched(k)}  # per-step img/s, both sides
-        row = {"block": b, "size": size, "first": order[0].name, "seconds": secs, "trials": trials,
-               "at": time.time()}
+        row = {"block": b, "size": size, "first": order[0].name, "schedule": schedule.value, "seconds": secs,
+               "trials": trials, "at": time.time(), "load1": os.getloadavg()[0]}
         done.append(row)
         with pool.open("a") as fh:
             fh.write(json.dumps(row) + "\n")
-        print(f"block {b} size {size:.0%} {order[0].name} first {secs:.0f} s: " + ", ".join(
+        print(f"block {b} size {size:.0%} {schedule.value} {order[0].name} first {secs:.0f} s: " + ", ".join(
             f"{t} {t_r:.3f}" for t, t_r in _ratios(row, DEFAULT_STATISTIC).items()), flush=True)
 
 
 def replay(pool: Path, rule: Rule, budget_s: float, runs: int, seed: int, statistic: Statistic) -> None:
     rows = [json.loads(line) for line in pool.open()]
-    pair_s = statistics.median(r["seconds"] for r in rows)
-    max_pairs = max(rule.min_pairs, int((budget_s - START_S) // pair_s))
-    capped = Rule(rule.threshold, rule.confidence, rule.min_pairs, max_pairs)
     rng = random.Random(seed)
-    print(f"pool: {len(rows)} pairs, median {pair_s:.1f} s a pair; rule: threshold {rule.threshold:.0%}, "
-          f"confidence {rule.confidence:.0%}, min {rule.min_pairs} pairs, budget {budget_s:.0f} s = at most "
-          f"{max_pairs} pairs; round value: the {statistic.value} step; {runs} replayed gate runs per size")
-    print("| injected | img/s ratio | pairs in pool | regression | no change | inconclusive | mean pairs "
+    print(f"pool: {len(rows)} pairs; rule: threshold {rule.threshold:.0%}, confidence {rule.confidence:.0%}, "
+          f"min {rule.min_pairs} pairs, budget {budget_s:.0f} s; round value: the {statistic.value} step; "
+          f"{runs} replayed gate runs per line; load average during the pool "
+          f"{min(r.get('load1', 0) for r in rows):.1f}-{max(r.get('load1', 0) for r in rows):.1f}")
+    print("| schedule | injected | img/s ratio | pairs in pool | regression | no change | inconclusive | mean pairs "
           "| mean time s |")
-    print("|---|---|---|---|---|---|---|---|")
-    for size in sorted({r["size"] for r in rows}):
-        mine = [r for r in rows if r["size"] == size]
+    print("|---|---|---|---|---|---|---|---|---|")
+    for schedule, size in sorted({(r.get("schedule", "alternate"), r["size"]) for r in rows}):
+        same = [r for r in rows if r.get("schedule", "alternate") == schedule]
+        pair_s = statistics.median(r["seconds"] for r in same)  # the time a pair takes does not depend on size
+        max_pairs = max(rule.min_pairs, int((budget_s - START_S) // pair_s))
+        capped = Rule(rule.threshold, rule.confidence, rule.min_pairs, max_pairs)
+        mine = [r for r in same if r["size"] == size]
         by_first = {f: [r for r in mine if r["first"] == f] for f in ("baseline", "current")}
         if not all(by_first.values()):
             by_first = {"baseline": mine, "current": mine}
@@ -93,9 +96,10 @@ def replay(pool: Path, rule: Rule, budget_s: float, runs: int, seed: int, statis
             counts[v] += 1
             used.append(n)
         mean_n = statistics.fmean(used)
-        print(f"| {size:.0%} | {1 / (1 + size):.3f} | {len(mine)} | {counts[Decision.REGRESSION] / runs:.1%} | "
-              f"{counts[Decision.NO_CHANGE] / runs:.1%} | {counts[Decision.INCONCLUSIVE] / runs:.1%} | "
-              f"{mean_n:.1f} | {START_S + mean_n * pair_s:.0f} |")
+        print(f"| {schedule} | {size:.0%} | {1 / (1 + size):.3f} | {len(mine)} | "
+              f"{counts[Decision.REGRESSION] / runs:.1%} | {counts[Decision.NO_CHANGE] / runs:.1%} | "
+              f"{counts[Decision.INCONCLUSIVE] / runs:.1%} | {mean_n:.1f} (max {max_pairs}) | "
+              f"{START_S + mean_n * pair_s:.0f} |")
 
 
 def _ratios(row: dict, statistic: Statistic) -> dict[str, float]:
@@ -109,6 +113,8 @@ def main(argv: list[str] | None = None) -> None:
     c.add_argument("pool", type=Path)
     c.add_argument("--blocks", type=int, default=60)
     c.add_argument("--study", default=DEFAULT_STUDY)
+    c.add_argument("--schedule", action="append", choices=[x.value for x in Schedule],
+                   help="repeatable: cycled per size (default: the gate's)")
     r = sub.add_parser("replay")
     r.add_argument("pool", type=Path)
     r.add_argument("--threshold", type=float, default=DEFAULT_AB_THRESHOLD)
@@ -120,7 +126,7 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--statistic", choices=[x.value for x in Statistic], default=DEFAULT_STATISTIC.value)
     a = ap.parse_args(argv)
     if a.cmd == "collect":
-        collect(a.pool, a.blocks, a.study)
+        collect(a.pool, a.blocks, a.study, [Schedule(x) for x in a.schedule or [DEFAULT_SCHEDULE.value]])
     else:
         replay(a.pool, Rule(a.threshold, a.confidence, a.min_pairs), a.budget_s, a.runs, a.seed,
                Statistic(a.statistic))

@@ -125,6 +125,8 @@ def test_bad_input_exits_2(repo, tmp_path):
         (["ab", "HEAD~1", "--repo", str(repo), "--min-pairs", "1"], "--min-pairs"),
         (["ab", "HEAD~1", "--repo", str(repo), "--study", "studies/none.yaml"], "no such file"),
         (["ab", "HEAD~1", "--repo", str(repo), "--format", "xml"], "--format"),
+        (["ab", "HEAD~1", "--repo", str(repo), "--schedule", "random"], "--schedule"),
+        (["ab", "HEAD~1", "--repo", str(repo), "--statistic", "mean"], "--statistic"),
     ]
     for args, msg in cases:
         res = runner.invoke(app, args)
@@ -140,20 +142,21 @@ def test_a_ref_without_the_study_names_the_way_out(repo):
 
 # ----------------------------------------------------------------------------------- the loop, synthetic sweeps
 def _fake_sweeps(monkeypatch, slowdown: float, noise: float = 0.01):
-    """Side.run_round writes a synthetic round (two trials) instead of running a sweep; current's steps are
+    """Side.start_round writes a synthetic round (two trials) instead of running a sweep; current's steps are
     `slowdown` times as long. Returns the order in which sides ran."""
     calls: list[str] = []
     rng = np.random.default_rng(0)
 
-    def run_round(self, out: Path) -> None:
+    def start_round(self, out: Path):
         out.mkdir(parents=True)
         calls.append(self.name)
         scale = (slowdown if self.name == "current" else 1.0) * float(rng.lognormal(0, noise))
         recs = [bench_record(m, steps(rng, scale=scale), run_id=f"{self.name}{len(calls)}")
                 for m in ("ViT-Nano/4", "R-Nano")]
         write_jsonl(out / "results.jsonl", recs)
+        return lambda: None
 
-    monkeypatch.setattr(ab_mod.Side, "run_round", run_round)
+    monkeypatch.setattr(ab_mod.Side, "start_round", start_round)
     return calls
 
 
@@ -171,9 +174,11 @@ def test_ab_loop_no_change_alternates_and_reports(repo, monkeypatch, tmp_path):
     assert (tmp_path / "rounds" / "baseline" / "pair04" / "results.jsonl").exists()
 
 
-def test_ab_loop_catches_a_ten_percent_slowdown(repo, monkeypatch):
+@pytest.mark.parametrize("schedule", list(ab_mod.Schedule))
+@pytest.mark.parametrize("statistic", list(ab_mod.Statistic))
+def test_ab_loop_catches_a_ten_percent_slowdown(repo, monkeypatch, schedule, statistic):
     _fake_sweeps(monkeypatch, 1.1)
-    res = ab_mod.run_ab("HEAD~1", repo=repo)
+    res = ab_mod.run_ab("HEAD~1", repo=repo, schedule=schedule, statistic=statistic)
     assert res.verdict is Decision.REGRESSION and res.exit_code == 1
     assert all(r.ratio == pytest.approx(1 / 1.1, rel=0.03) for r in res.comparison.rows)
     assert any(r.decision is Decision.REGRESSION and r.ci_high < 0.95 for r in res.comparison.rows)

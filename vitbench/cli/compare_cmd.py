@@ -132,6 +132,10 @@ def ab_cmd(
     repo: str = typer.Option(".", "--repo", help="The git checkout whose working tree is current."),
     allow_same: bool = typer.Option(False, "--allow-same", help="Allow REF to be the checked-out commit with no "
                                                                  "change (an A/A noise check)."),
+    schedule: str = typer.Option("alternate", help="alternate: a pair's two rounds one after the other, the first "
+                                                   "side alternating; together: both at once (same load)."),
+    statistic: str = typer.Option("best", help="A trial's value in a round: best (fastest step: least moved by "
+                                               "other load) | median."),
     extra_work: float = typer.Option(None, "--test-extra-work", hidden=True,
                                      help="Test only: current's timed steps carry this fraction of extra real "
                                           "work (the gate's power test)."),
@@ -147,15 +151,17 @@ def ab_cmd(
     or a trial ok on REF failed; 2 = bad input (unknown ref, not a git checkout, no study, bad option);
     3 = inconclusive: the budget ended with a trial undecided (said plainly; a gate must not pass it silently).
     """
-    from vitbench.compare.ab import run_ab
+    from vitbench.cli.common import choice
+    from vitbench.compare.ab import Schedule, Statistic, run_ab
     from vitbench.compare.paired import Rule
 
-    if fmt not in _FORMATS:
-        raise ConfigError(f"--format {fmt!r} is not allowed; allowed: {', '.join(_FORMATS)}")
+    choice(fmt, _FORMATS, "--format")
+    sched = Schedule(choice(schedule, tuple(x.value for x in Schedule), "--schedule"))
+    stat = Statistic(choice(statistic, tuple(x.value for x in Statistic), "--statistic"))
     if extra_work is not None and not (0 < extra_work <= 10):
         raise ConfigError(f"--test-extra-work must be a fraction in (0, 10], got {extra_work}")
     rule = Rule(threshold, confidence, min_pairs, max_pairs)
     res = run_ab(ref, repo=repo, study=study, baseline_study=baseline_study, rule=rule, budget_s=budget_s,
-                 results=results, extra_work=extra_work, allow_same=allow_same,
+                 results=results, extra_work=extra_work, allow_same=allow_same, schedule=sched, statistic=stat,
                  progress=lambda s: err_console.print(s, highlight=False, soft_wrap=True))
     _show(res.comparison, fmt, f"current / baseline, paired: working tree vs {ref}")

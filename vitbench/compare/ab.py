@@ -125,17 +125,47 @@ class Side:
         env.update(self.extra_env)
         return env
 
-    def run_round(self, out: Path) -> None:
-        """One `vitbench sweep` by this side's code into `out` (exit 1, a trial not ok, is a result)."""
+    def start_round(self, out: Path) -> Callable[[], None]:
+        """Start one `vitbench sweep` by this side's code into `out`; returns the wait (which raises ConfigError
+        unless the sweep exits 0 or 1: a trial not ok is a result)."""
         out.mkdir(parents=True)
         log = out.parent / f"{out.name}.log"
         with open(log, "w") as fh:
-            rc = subprocess.run([self.python, "-c", "from vitbench.cli import main; main()", "sweep",
-                                 str(self.study), "--results", str(out)], env=self.env(), cwd=self.root,
-                                stdout=fh, stderr=subprocess.STDOUT).returncode
-        if rc not in (0, 1):
-            tail = log.read_text(errors="replace")[-_TAIL:]
-            raise ConfigError(f"{self.name} ({self.describe}): `vitbench sweep {self.study}` exited {rc}:\n{tail}")
+            proc = subprocess.Popen([self.python, "-c", "from vitbench.cli import main; main()", "sweep",
+                                     str(self.study), "--results", str(out)], env=self.env(), cwd=self.root,
+                                    stdout=fh, stderr=subprocess.STDOUT)
+
+        def wait() -> None:
+            try:
+                rc = proc.wait()
+            finally:
+                if proc.poll() is None:  # interrupted while waiting: the sweep goes too
+                    proc.terminate()
+                    proc.wait()
+            if rc not in (0, 1):
+                tail = log.read_text(errors="replace")[-_TAIL:]
+                raise ConfigError(f"{self.name} ({self.describe}): `vitbench sweep {self.study}` exited {rc}:\n"
+                                  f"{tail}")
+        return wait
+
+
+class Schedule(str, enum.Enum):
+    """How the two rounds of a pair share the machine."""
+
+    ALTERNATE = "alternate"  # one after the other, the first side alternating: A B, B A, ...
+    TOGETHER = "together"  # both at once (each single-threaded trial on its own core): they see the same load
+
+    def run(self, order: tuple[Side, Side], paths: dict[str, Path]) -> None:
+        if self is Schedule.ALTERNATE:
+            for side in order:
+                side.start_round(paths[side.name])()
+            return
+        waits = [side.start_round(paths[side.name]) for side in order]
+        for w in waits:
+            w()
+
+
+DEFAULT_SCHEDULE = Schedule.ALTERNATE  # chosen from the measured power (docs/compare.md)
 
 
 def _environment(root: Path, sha: str, base: Path) -> tuple[str, str]:
@@ -269,7 +299,8 @@ class ABResult:
 
 def run_ab(ref: str, *, repo: str | Path = ".", study: str = DEFAULT_STUDY, baseline_study: str | None = None,
            rule: Rule = Rule(), budget_s: float = DEFAULT_BUDGET_S, results: str | Path | None = None,
-           extra_work: float | None = None, allow_same: bool = False,
+           extra_work: float | None = None, allow_same: bool = False, schedule: Schedule = DEFAULT_SCHEDULE,
+           statistic: Statistic = DEFAULT_STATISTIC,
            progress: Callable[[str], None] = lambda s: None) -> ABResult:
     """Measure REF (baseline) against the working tree (current) in interleaved round pairs until `rule` stops
     or `budget_s` is spent. `results`: keep the rounds there (default: a temporary directory, removed).
@@ -305,7 +336,8 @@ def run_ab(ref: str, *, repo: str | Path = ".", study: str = DEFAULT_STUDY, base
                  Side("current", f"working tree {root} at {head[:12]}{' + uncommitted changes' if dirty else ''}",
                       root, cur_study, sys.executable, "this interpreter",
                       {EXTRA_WORK_ENV: f"{extra_work:g}"} if extra_work else {}))
-        pairs, stopped = _loop(sides, rule, budget_s, t_start, out_root, progress)
+        pairs, stopped = _loop(sides, rule, budget_s, t_start, out_root, schedule, statistic,
+                               progress)
     elapsed = time.monotonic() - t_start
     table = rows(pairs, rule)
     if not table:
@@ -314,8 +346,9 @@ def run_ab(ref: str, *, repo: str | Path = ".", study: str = DEFAULT_STUDY, base
     b_recs, c_recs = pairs.records
     context = [("baseline", sides[0].describe), ("current", sides[1].describe), ("environment", env_sentence),
                ("study", f"baseline {baseline_study or study}, current {study} (each side's own copy)"),
-               ("rounds", f"{len(pairs.order)} pairs, order alternated ({pairs.order.count('baseline first')} "
-                          f"baseline first); {elapsed:.0f} s in all, budget {budget_s:.0f} s"),
+               ("rounds", f"{len(pairs.order)} pairs, {schedule.value} (the side started first alternated: "
+                          f"{pairs.order.count('baseline first')} baseline first); a pair's value: each side's "
+                          f"{pairs.statistic.value} step; {elapsed:.0f} s in all, budget {budget_s:.0f} s"),
                ("rule", f"paired t-interval ({rule.confidence:.0%}) on the mean log-ratio; threshold "
                         f"{rule.threshold:.0%}; at least {rule.min_pairs} pairs" +
                         (f", at most {rule.max_pairs}" if rule.max_pairs else "")),
@@ -332,8 +365,8 @@ def run_ab(ref: str, *, repo: str | Path = ".", study: str = DEFAULT_STUDY, base
 
 
 def _loop(sides: tuple[Side, Side], rule: Rule, budget_s: float, t_start: float, out_root: Path,
-          progress: Callable[[str], None]) -> tuple[Pairs, str]:
-    pairs = Pairs()
+          schedule: Schedule, statistic: Statistic, progress: Callable[[str], None]) -> tuple[Pairs, str]:
+    pairs = Pairs(statistic)
     n = 0
     while True:
         spent = time.monotonic() - t_start
@@ -342,10 +375,8 @@ def _loop(sides: tuple[Side, Side], rule: Rule, budget_s: float, t_start: float,
                            f"--budget-s {budget_s:.0f} after {n} pairs")
         order = sides if n % 2 == 0 else sides[::-1]
         t0 = time.monotonic()
-        paths = {}
-        for side in order:
-            paths[side.name] = out_root / side.name / f"pair{n + 1:02d}"
-            side.run_round(paths[side.name])
+        paths = {side.name: out_root / side.name / f"pair{n + 1:02d}" for side in sides}
+        schedule.run(order, paths)
         pairs.add(paths["baseline"], paths["current"])
         pairs.order.append(f"{order[0].name} first")
         pairs.seconds.append(time.monotonic() - t0)
