@@ -154,7 +154,7 @@ def _fake_sweeps(monkeypatch, slowdown: float, noise: float = 0.01):
         recs = [bench_record(m, steps(rng, scale=scale), run_id=f"{self.name}{len(calls)}")
                 for m in ("ViT-Nano/4", "R-Nano")]
         write_jsonl(out / "results.jsonl", recs)
-        return lambda: None
+        return ab_mod.Running(self, subprocess.Popen(["true"]), out / "log")
 
     monkeypatch.setattr(ab_mod.Side, "start_round", start_round)
     return calls

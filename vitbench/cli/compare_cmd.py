@@ -132,7 +132,7 @@ def ab_cmd(
     repo: str = typer.Option(".", "--repo", help="The git checkout whose working tree is current."),
     allow_same: bool = typer.Option(False, "--allow-same", help="Allow REF to be the checked-out commit with no "
                                                                  "change (an A/A noise check)."),
-    schedule: str = typer.Option("alternate", help="alternate: a pair's two rounds one after the other, the first "
+    schedule: str = typer.Option("together", help="alternate: a pair's two rounds one after the other, the first "
                                                    "side alternating; together: both at once (same load)."),
     statistic: str = typer.Option("best", help="A trial's value in a round: best (fastest step: least moved by "
                                                "other load) | median."),

@@ -125,28 +125,42 @@ class Side:
         env.update(self.extra_env)
         return env
 
-    def start_round(self, out: Path) -> Callable[[], None]:
-        """Start one `vitbench sweep` by this side's code into `out`; returns the wait (which raises ConfigError
-        unless the sweep exits 0 or 1: a trial not ok is a result)."""
+    def start_round(self, out: Path) -> Running:
+        """Start one `vitbench sweep` by this side's code into `out`."""
         out.mkdir(parents=True)
         log = out.parent / f"{out.name}.log"
         with open(log, "w") as fh:
             proc = subprocess.Popen([self.python, "-c", "from vitbench.cli import main; main()", "sweep",
                                      str(self.study), "--results", str(out)], env=self.env(), cwd=self.root,
                                     stdout=fh, stderr=subprocess.STDOUT)
+        return Running(self, proc, log)
 
-        def wait() -> None:
+
+@dataclass
+class Running:
+    """A side's round in progress."""
+
+    side: Side
+    proc: subprocess.Popen
+    log: Path
+
+    def wait(self) -> None:
+        """Wait for the sweep; ConfigError unless it exits 0 or 1 (a trial not ok is a result)."""
+        rc = self.proc.wait()
+        if rc not in (0, 1):
+            tail = self.log.read_text(errors="replace")[-_TAIL:]
+            raise ConfigError(f"{self.side.name} ({self.side.describe}): `vitbench sweep {self.side.study}` "
+                              f"exited {rc}:\n{tail}")
+
+    def stop(self) -> None:
+        """End the sweep if it still runs (an interrupted gate leaves no round behind)."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
             try:
-                rc = proc.wait()
-            finally:
-                if proc.poll() is None:  # interrupted while waiting: the sweep goes too
-                    proc.terminate()
-                    proc.wait()
-            if rc not in (0, 1):
-                tail = log.read_text(errors="replace")[-_TAIL:]
-                raise ConfigError(f"{self.name} ({self.describe}): `vitbench sweep {self.study}` exited {rc}:\n"
-                                  f"{tail}")
-        return wait
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
 
 
 class Schedule(str, enum.Enum):
@@ -156,16 +170,21 @@ class Schedule(str, enum.Enum):
     TOGETHER = "together"  # both at once (each single-threaded trial on its own core): they see the same load
 
     def run(self, order: tuple[Side, Side], paths: dict[str, Path]) -> None:
-        if self is Schedule.ALTERNATE:
+        """Both sides' rounds of one pair; on an interrupt or error no sweep is left running."""
+        running: list[Running] = []
+        try:
             for side in order:
-                side.start_round(paths[side.name])()
-            return
-        waits = [side.start_round(paths[side.name]) for side in order]
-        for w in waits:
-            w()
+                running.append(side.start_round(paths[side.name]))
+                if self is Schedule.ALTERNATE:
+                    running[-1].wait()
+            for r in running:
+                r.wait()
+        finally:
+            for r in running:
+                r.stop()
 
 
-DEFAULT_SCHEDULE = Schedule.ALTERNATE  # chosen from the measured power (docs/compare.md)
+DEFAULT_SCHEDULE = Schedule.TOGETHER  # twice the pairs in a budget, the same load on both sides (docs/compare.md)
 
 
 def _environment(root: Path, sha: str, base: Path) -> tuple[str, str]:
