@@ -14,6 +14,8 @@ Two steps, because complete gate runs cost minutes each on a shared machine:
     python benchmarks/bench_gate_power.py collect POOL.jsonl [--blocks N] [--study studies/ci.yaml]
     python benchmarks/bench_gate_power.py replay POOL.jsonl [--threshold 0.05] [--confidence 0.95]
                                           [--min-pairs 4] [--budget-s 480] [--runs 2000]
+    python benchmarks/bench_gate_power.py noise POOL.jsonl          # the pool's pair noise per trial
+    python benchmarks/bench_gate_power.py simulate --sd 0.04 ...     # the rule at a given pair noise
 
 Confirm with a few complete runs: `vitbench ab HEAD --allow-same` (A/A) and `--test-extra-work 0.1`.
 """
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import statistics
@@ -102,6 +105,40 @@ def replay(pool: Path, rule: Rule, budget_s: float, runs: int, seed: int, statis
               f"{START_S + mean_n * pair_s:.0f} |")
 
 
+def noise(pool: Path, statistic: Statistic) -> None:
+    """Per trial, the spread of log pair ratios around their size's expected log ratio, over the whole pool."""
+    rows = [json.loads(line) for line in pool.open()]
+    devs: dict[str, list[float]] = {}
+    for r in rows:
+        for t, ratio in _ratios(r, statistic).items():
+            devs.setdefault(t, []).append(math.log(ratio) + math.log(1 + r["size"]))
+    for t, d in sorted(devs.items()):
+        print(f"{t}: {len(d)} pairs, sd of log pair ratio {statistics.stdev(d):.3f}, "
+              f"median |deviation| {statistics.median(abs(x) for x in d):.3f}")
+
+
+def simulate(rule: Rule, max_pairs: int, sds: list[float], runs: int, seed: int, trials: int = 4) -> None:
+    """The rule on synthetic pairs: log-normal pair noise of each sd, `trials` independent trials."""
+    capped = Rule(rule.threshold, rule.confidence, rule.min_pairs, max_pairs)
+    rng = random.Random(seed)
+    print(f"synthetic: {trials} trials, log-normal pair noise, threshold {rule.threshold:.0%}, confidence "
+          f"{rule.confidence:.0%}, {rule.min_pairs}-{max_pairs} pairs, {runs} runs per line")
+    print("| pair noise sd | injected | regression | no change | inconclusive | mean pairs |")
+    print("|---|---|---|---|---|---|")
+    for sd in sds:
+        for size in (0.0, 0.05, 0.10, 0.20):
+            out, used = [], []
+            for _ in range(runs):
+                seq = [{f"t{i}": math.exp(rng.gauss(-math.log(1 + size), sd)) for i in range(trials)}
+                       for _ in range(max_pairs)]
+                v, n = capped.replay(seq)
+                out.append(v)
+                used.append(n)
+            print(f"| {sd:.2f} | {size:.0%} | {out.count(Decision.REGRESSION) / runs:.1%} | "
+                  f"{out.count(Decision.NO_CHANGE) / runs:.1%} | {out.count(Decision.INCONCLUSIVE) / runs:.1%} | "
+                  f"{statistics.fmean(used):.1f} |")
+
+
 def _ratios(row: dict, statistic: Statistic) -> dict[str, float]:
     return {t: statistic.of(c) / statistic.of(b) for t, (b, c) in row["trials"].items() if b and c}
 
@@ -124,8 +161,23 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--runs", type=int, default=2000)
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--statistic", choices=[x.value for x in Statistic], default=DEFAULT_STATISTIC.value)
+    n = sub.add_parser("noise")
+    n.add_argument("pool", type=Path)
+    n.add_argument("--statistic", choices=[x.value for x in Statistic], default=DEFAULT_STATISTIC.value)
+    m = sub.add_parser("simulate")
+    m.add_argument("--sd", type=float, action="append", help="pair noise sd (log), repeatable")
+    m.add_argument("--max-pairs", type=int, default=32)
+    m.add_argument("--threshold", type=float, default=DEFAULT_AB_THRESHOLD)
+    m.add_argument("--confidence", type=float, default=DEFAULT_AB_CONFIDENCE)
+    m.add_argument("--min-pairs", type=int, default=DEFAULT_MIN_PAIRS)
+    m.add_argument("--runs", type=int, default=2000)
     a = ap.parse_args(argv)
-    if a.cmd == "collect":
+    if a.cmd == "noise":
+        noise(a.pool, Statistic(a.statistic))
+    elif a.cmd == "simulate":
+        simulate(Rule(a.threshold, a.confidence, a.min_pairs), a.max_pairs, a.sd or [0.02, 0.04, 0.06, 0.08],
+                 a.runs, 0)
+    elif a.cmd == "collect":
         collect(a.pool, a.blocks, a.study, [Schedule(x) for x in a.schedule or [DEFAULT_SCHEDULE.value]])
     else:
         replay(a.pool, Rule(a.threshold, a.confidence, a.min_pairs), a.budget_s, a.runs, a.seed,
