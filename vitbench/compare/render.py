@@ -58,8 +58,10 @@ def to_markdown(cmp) -> str:
     """A Markdown report: summary, metric table, environment differences, unmatched trials, warnings."""
     def esc(s: str) -> str:
         return s.replace("|", "\\|")
-    lines = ["## vitbench compare", "", f"**{summary_line(cmp)}**", "",
-             "Ratios are current / baseline; decisions need the whole confidence interval past the threshold.", "",
+    how = ("Ratios are current / baseline, paired round by round; regression: the whole interval below 1 - "
+           "threshold; no change: the whole interval above it." if cmp.context else
+           "Ratios are current / baseline; decisions need the whole confidence interval past the threshold.")
+    lines = [f"## vitbench {'ab' if cmp.context else 'compare'}", "", f"**{summary_line(cmp)}**", "", how, "",
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     if cmp.context:
         lines[4:4] = [f"- **{esc(k)}**: {esc(v)}" for k, v in cmp.context] + [""]
