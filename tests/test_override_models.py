@@ -233,6 +233,6 @@ def test_position_tables_of_every_kind_are_not_weight_decayed():
 
     model = build_torch_model(get_spec("ViT-Nano/4[posemb=learned_2d,posemb_at=every_layer]"))
     rel = build_torch_model(get_spec("ViT-Nano/4[posemb=relative]"))
-    tables = {n: tuple(p.shape) for m in (model, rel) for n, p in m.named_parameters() if "emb" in n}
+    tables = {n: tuple(p.shape) for m in (model, rel) for n, p in m.named_parameters() if "_embedding" in n}
     assert tables and not any(decays(n, s) for n, s in tables.items())
     assert decays("blocks.0.attn.qkv.weight", (96, 32))
