@@ -109,7 +109,7 @@ def random_params(model, resolution: int, seed: int = 0) -> dict:
     `init_params` (the model's own initialisers) this compiles nothing: a jitted init costs seconds of XLA
     compile per model, which is pure overhead for a throughput or memory probe.
     """
-    from vitbench.models.convert import flatten, unflatten
+    from vitbench.models.param_table import flatten, unflatten
 
     x = jax.ShapeDtypeStruct((1, resolution, resolution, 3), jnp.float32)
     shapes = flatten(dict(jax.eval_shape(model.init, jax.random.PRNGKey(0), x)["params"]))
@@ -123,7 +123,7 @@ def random_params(model, resolution: int, seed: int = 0) -> dict:
             arr = rng.standard_normal(shape, np.float32) / np.float32(np.sqrt(fan_in))
         elif name[-1] == "scale":
             arr = np.ones(shape, np.float32)
-        elif name[-1] == "pos_embedding":
+        elif name[-1] in ("pos_embedding", "pos_embedding_x", "pos_embedding_y", "rel_embedding"):
             arr = 0.02 * rng.standard_normal(shape, np.float32)
         else:  # biases, class token
             arr = np.zeros(shape, np.float32)
