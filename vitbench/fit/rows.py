@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import re
+import shlex
 
 import pandas as pd
 
@@ -95,6 +96,6 @@ def pooled_note(title: str, pools: list[tuple[str, list[str]]]) -> str:
         shown = ", ".join(shorten(v, 30).strip("'\"") for v in vals[:5]) + (
             f", ... ({len(vals) - 5} more)" if len(vals) > 5 else "")
         parts.append(f"{len(vals)} values of {shorten(col, 40)} ({shown})")
-    cols = " ".join(f"--group {shorten(c, 40)}" for c, _ in pools)
+    cols = " ".join(f"--group {shlex.quote(clip(c, 40))}" for c, _ in pools)
     return clip(f"{title}: one curve pools rows of {'; '.join(parts)} at the same compute; "
                 f"fit them apart with {cols}, or select rows with --where", 600)
