@@ -32,6 +32,8 @@ from vitbench.fit.forms import Form
 N_CUTOFFS = 3  # cut-offs per backtest, each CUTOFF_STEP x reach lower: an average over where the curve is cut
 CUTOFF_STEP = 0.25  # of the reach: cut-offs close to the end fit nearly as much of the curve as the user does
 TIE = 0.05  # backtest RMSEs within 5 % are equal: the simpler form wins (a few held-out points cannot tell)
+MAX_POINTS = 4096  # a curve with more points is backtested on an even subsample of this many (said in the JSON)
+MAX_LISTED = 500  # predictions listed one by one in the JSON at most (the summaries cover all)
 DEFAULT_REACH_SHARE = 1 / 3  # without --predict or --reach: predict the last third of the measured decades
 
 
@@ -80,7 +82,8 @@ class FormBacktest:
                 "by_reach": self.by_reach(reach),
                 "points": [{"cutoff": a, "compute": c, "reach_decades": float(math.log10(c / a)), "observed": o,
                             "predicted": p}
-                           for a, c, o, p in zip(self.cutoff, self.compute, self.observed, self.predicted)],
+                           for a, c, o, p in zip(self.cutoff, self.compute, self.observed, self.predicted)
+                           ][:MAX_LISTED],
                 "fits": [{"cutoff": k, "params": v} for k, v in self.fits.items()]}
 
 
@@ -91,13 +94,14 @@ class Backtest:
     cutoffs: list[float] = field(default_factory=list)
     forms: list[FormBacktest] = field(default_factory=list)
     message: str | None = None
+    subsample: int | None = None  # the points used, where the curve had more than MAX_POINTS
 
     def get(self, form: Form) -> FormBacktest | None:
         return next((f for f in self.forms if f.form.name == form.name), None)
 
     def to_dict(self) -> dict:
         return {"reach_decades": self.reach, "achieved_reach_decades": self.achieved, "cutoffs": self.cutoffs,
-                "message": self.message, "forms": [f.to_dict(self.reach) for f in self.forms]}
+                "message": self.message, "subsample": self.subsample, "forms": [f.to_dict(self.reach) for f in self.forms]}
 
 
 def _cutoffs(budgets: np.ndarray, reach: float, min_fit: int, n_cutoffs: int) -> list[int]:
@@ -121,8 +125,12 @@ def run_backtest(compute: np.ndarray, error: np.ndarray, forms: list[Form], reac
                  n_cutoffs: int = N_CUTOFFS) -> Backtest:
     """Fit every form on the budgets up to each cut-off and predict the points up to `reach` decades past it."""
     c, e = np.asarray(compute, float), np.asarray(error, float)
-    budgets = np.unique(c)
     out = Backtest(reach=float(reach))
+    if len(c) > MAX_POINTS:  # an even subsample in compute order: the backtest's fits are many
+        keep = np.sort(np.argsort(c, kind="stable")[np.linspace(0, len(c) - 1, MAX_POINTS).astype(int)])
+        c, e = c[keep], e[keep]
+        out.subsample = MAX_POINTS
+    budgets = np.unique(c)
     candidates = sorted(forms, key=lambda f: f.n_params)
     idx: list[int] = []
     while candidates:

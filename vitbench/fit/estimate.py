@@ -161,12 +161,11 @@ def _estimate(form: Form, x: np.ndarray, log_y: np.ndarray, lower, upper) -> np.
     if not np.isfinite(cost).any():
         return None
     best = z[int(np.argmin(cost))]
-    if len(sub) < len(x):  # refine on every point from the subsample's answer
-        best = solve.lm(form, best[None], x, log_y, lower, upper)[0][0]
-    polished = solve.polish(form, best, x, log_y, lower, upper)
-    if polished is not None and solve.loss(form, polished[None], x, log_y)[0] < solve.loss(form, best[None], x,
-                                                                                            log_y)[0]:
+    polished = solve.polish(form, best, xs, ys, lower, upper)
+    if polished is not None and solve.loss(form, polished[None], xs, ys)[0] < solve.loss(form, best[None], xs, ys)[0]:
         best = polished
+    if len(sub) < len(x):  # refine on every point from the subsample's answer
+        best = solve.lm(form, best[None], x, log_y, lower, upper, _BOOT_ITER)[0][0]
     return best
 
 
@@ -184,13 +183,16 @@ def _bootstrap(form: Form, z: np.ndarray, x: np.ndarray, log_y: np.ndarray, lowe
     centred = (resid - resid.mean()) * math.sqrt(n / (n - p))
     out = []
     rows = max(1, _CHUNK // (n * p))
+    if n > _ONE_STEP:  # the linearised bootstrap: one (Huber-weighted) Gauss-Newton step from the estimate
+        jac = form.jac(z, x)
+        w = np.where(np.abs(resid) <= solve.HUBER_DELTA, 1.0, solve.HUBER_DELTA / np.maximum(np.abs(resid), 1e-300))
+        gram = jac.T @ (jac * w[:, None])
     for start in range(0, n_boot, rows):
         m = min(rows, n_boot - start)
         targets = fitted + centred[rng.integers(0, n, size=(m, n))]
-        if n > _ONE_STEP:  # the linearised bootstrap: one Gauss-Newton step from the estimate
-            jac = form.jac(z, x)
-            r = fitted - targets
-            step = np.linalg.lstsq(jac, -r.T, rcond=None)[0].T
+        if n > _ONE_STEP:
+            rhs = (jac * w[:, None]).T @ (targets - fitted).T  # (p, m): -J^T W r with r = fitted - targets
+            step = np.linalg.lstsq(gram, rhs, rcond=None)[0].T
             out.append(np.clip(z + step, lower, upper))
         else:
             zs, cost = solve.lm(form, np.repeat(z[None], m, axis=0), x, targets, lower, upper, _BOOT_ITER)
