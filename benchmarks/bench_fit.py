@@ -1,4 +1,4 @@
-"""Scaling-law fits: does the backtest choose well, does it tell the truth, and how fast is it (docs/scaling-laws.md).
+"""Scaling-law fits: does the backtest choose well, does it tell the truth, how fast is it (docs/scaling-laws.md).
 
     python benchmarks/bench_fit.py synthetic [--curves 6] [--noise 0.02]   # choice and calibration
     python benchmarks/bench_fit.py speed [--curves 72] [--points 50] [--workers N]
@@ -15,6 +15,7 @@ speed: `curves` curves of `points` points fitted with the default settings (1000
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import numpy as np
@@ -62,7 +63,8 @@ def synthetic(curves: int, noise: float) -> None:
         all_real.append(chosen)
         print(f"{truth.value:11s} {chosen:8.4f} " + " ".join(f"{rms[f]:10.4f}" for f in FORMS) +
               f" {hits:>6d} of {len(rows):<4d} {rep:9.4f} {chosen:7.4f}")
-    print(f"reported / real, all curves: {np.sqrt(np.mean(np.square(all_rep))) / np.sqrt(np.mean(np.square(all_real))):.2f}")
+    ratio = np.sqrt(np.mean(np.square(all_rep))) / np.sqrt(np.mean(np.square(all_real)))
+    print(f"reported / real, all curves: {ratio:.2f}")
 
 
 def published(path: str, compute: str, error: str, group: str, reach: float) -> None:
@@ -77,19 +79,22 @@ def published(path: str, compute: str, error: str, group: str, reach: float) -> 
         if len(np.unique(c)) < 12 or np.log10(c.max() / c.min()) < reach + 1:
             continue
         rows.append(judge(c, e, reach, spec))
-    print(f"{len(rows)} curves; median over curves of the RMSE of the log prediction over the last {reach} decade(s)")
+    print(f"{len(rows)} curves; median over curves of the RMSE of the log prediction over the last {reach} "
+          "decade(s)")
     print("chosen law", f"{np.median([r['real'][r['chosen']] for r in rows]):.4f}")
     for f in FORMS:
         vals = [r["real"][f] for r in rows if f in r["real"]]
-        print(f"{f.value:10s}", f"{np.median(vals):.4f}", f"best in {sum(min(r['real'], key=r['real'].get) == f for r in rows)}")
+        wins = sum(min(r["real"], key=r["real"].get) == f for r in rows)
+        print(f"{f.value:10s}", f"{np.median(vals):.4f}", f"best in {wins}")
     print("chosen: " + ", ".join(f"{f.value} {sum(r['chosen'] == f for r in rows)}" for f in FORMS))
     rep = np.median([r["reported"] for r in rows if r["reported"] is not None])
     print(f"backtest reported (median) {rep:.4f}")
 
 
 def speed(curves: int, points: int, workers: int | None) -> None:
-    from vitbench.fit import Source, SourceKind, fit_source
     from pathlib import Path
+
+    from vitbench.fit import Source, SourceKind, fit_source
 
     rows = []
     forms = list(FORMS)
@@ -97,14 +102,19 @@ def speed(curves: int, points: int, workers: int | None) -> None:
         c, e = curve(forms[i % 4], i, 0.02, n=points)
         rows += [{"curve": i, "compute": x, "error": y} for x, y in zip(c, e)]
     src = Source(SourceKind.CSV, Path("<synthetic>"), pd.DataFrame(rows))
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), os.times()
     fit_source(src, FitSpec(compute="compute", error="error", group=["curve"]), workers=workers)
-    print(f"{curves} curves x {points} points, 1000 bootstrap replicates, 4 forms: {time.perf_counter() - t:.1f} s "
-          f"(workers={workers or 'all cores'})")
+    done = os.times()
+    used = (done.user + done.system + done.children_user + done.children_system
+            - cpu.user - cpu.system - cpu.children_user - cpu.children_system)
+    print(f"{curves} curves x {points} points, 1000 bootstrap replicates, 4 forms: {time.perf_counter() - t:.1f} s"
+          " "
+          f"wall, {used:.1f} s CPU (workers={workers or 'all cores'})")
     c, e = curve(FormName.SATURATING, 0, 0.02, n=10)
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), time.process_time()
     fit_group({}, c, e, [""] * 10, FitSpec())
-    print(f"one 10-point curve, 1000 replicates, 4 forms: {time.perf_counter() - t:.2f} s")
+    print(f"one 10-point curve, 1000 replicates, 4 forms: {time.perf_counter() - t:.2f} s wall, "
+          f"{time.process_time() - cpu:.2f} s CPU")
 
 
 if __name__ == "__main__":

@@ -29,7 +29,8 @@ def two_models(tmp_path):
 
 
 def _fit(cli, path, *args):
-    return cli("fit", path, "--compute", "compute", "--error", "error", "--bootstrap", "20", "--workers", "1", *args)
+    return cli("fit", path, "--compute", "compute", "--error", "error", "--bootstrap", "20", "--workers", "1",
+               *args)
 
 
 def test_pooled_curves_are_warned_about_naming_the_column(cli, two_models):

@@ -70,10 +70,12 @@ def _show(report) -> None:
                 p.add_row(f"{x.compute:.4g}", f"{x.reach:+.2f}", f"{x.value:.4g}",
                           f"[{x.ci_low:.4g}, {x.ci_high:.4g}]", miss)
             console.print(p)
-    console.print(f"[dim]{ci} bootstrap CIs ({report.spec.bootstrap} replicates). Backtest: each form fitted on the "
+    console.print(f"[dim]{ci} bootstrap CIs ({report.spec.bootstrap} replicates). Backtest: each form fitted on "
+                  f"the "
                   f"budgets up to a cut-off predicts the points up to the reach beyond it (RMSE of the log "
                   f"prediction; docs/scaling-laws.md). * = the form to extrapolate with (lowest backtest error; "
-                  f"within 5 %, the simpler). Weight: the form's share in the intervals. Backtest miss: the typical "
+                  f"within 5 %, the simpler). Weight: the form's share in the intervals. Backtest miss: the "
+                  f"typical "
                   f"factor a prediction at this reach was off by.[/]")
     for note in report.dropped:
         console.print(f"[yellow]left out:[/] {escape(note)}")
@@ -89,7 +91,8 @@ def _progress(start: float):
             last[0] = now
             from vitbench.errors import clip
 
-            err_console.print(f"[dim]fit: {done}/{total} groups ({now - start:.0f} s) {escape(clip(title, 80))}[/]",
+            line = f"fit: {done}/{total} groups ({now - start:.0f} s) {clip(title, 80)}"
+            err_console.print(f"[dim]{escape(line)}[/]",
                               highlight=False)
     return report
 

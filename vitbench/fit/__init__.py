@@ -1,4 +1,6 @@
-"""Scaling-law fits: error vs compute per group, a backtest at the user's reach, predictions (docs/scaling-laws.md).
+"""Scaling-law fits: error vs compute per group, a backtest at the user's reach, predictions.
+
+See docs/scaling-laws.md.
 
     from vitbench.fit import FitSpec, fit_path
     report = fit_path("results/transfer-digits", FitSpec(compute="pretrain_exaflops", predict=[1e-5]))

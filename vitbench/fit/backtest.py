@@ -101,7 +101,8 @@ class Backtest:
 
     def to_dict(self) -> dict:
         return {"reach_decades": self.reach, "achieved_reach_decades": self.achieved, "cutoffs": self.cutoffs,
-                "message": self.message, "subsample": self.subsample, "forms": [f.to_dict(self.reach) for f in self.forms]}
+                "message": self.message, "subsample": self.subsample,
+                "forms": [f.to_dict(self.reach) for f in self.forms]}
 
 
 def _cutoffs(budgets: np.ndarray, reach: float, min_fit: int, n_cutoffs: int) -> list[int]:

@@ -162,8 +162,9 @@ def _estimate(form: Form, x: np.ndarray, log_y: np.ndarray, lower, upper) -> np.
         return None
     best = z[int(np.argmin(cost))]
     polished = solve.polish(form, best, xs, ys, lower, upper)
-    if polished is not None and solve.loss(form, polished[None], xs, ys)[0] < solve.loss(form, best[None], xs, ys)[0]:
-        best = polished
+    if polished is not None:
+        pair = solve.loss(form, np.stack([polished, best]), xs, ys)
+        best = polished if pair[0] < pair[1] else best
     if len(sub) < len(x):  # refine on every point from the subsample's answer
         best = solve.lm(form, best[None], x, log_y, lower, upper, _BOOT_ITER)[0][0]
     return best
@@ -185,7 +186,8 @@ def _bootstrap(form: Form, z: np.ndarray, x: np.ndarray, log_y: np.ndarray, lowe
     rows = max(1, _CHUNK // (n * p))
     if n > _ONE_STEP:  # the linearised bootstrap: one (Huber-weighted) Gauss-Newton step from the estimate
         jac = form.jac(z, x)
-        w = np.where(np.abs(resid) <= solve.HUBER_DELTA, 1.0, solve.HUBER_DELTA / np.maximum(np.abs(resid), 1e-300))
+        ar = np.abs(resid)
+        w = np.where(ar <= solve.HUBER_DELTA, 1.0, solve.HUBER_DELTA / np.maximum(ar, 1e-300))
         gram = jac.T @ (jac * w[:, None])
     for start in range(0, n_boot, rows):
         m = min(rows, n_boot - start)

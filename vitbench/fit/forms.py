@@ -148,7 +148,7 @@ class PowerFamily(Form):
 def _solve_s(k: np.ndarray, alpha: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(s, 1 - s, log(1 - s)) with log s - alpha log(1 - s) = k, for 1-D arrays k and alpha >= 0.
 
-    Below s = 1/2 (k <= (alpha - 1) log 2) the unknown is l = log s, g(l) = l - alpha log(1 - e^l) - k; above, it is
+    Below s = 1/2 (k <= (alpha - 1) log 2) the unknown is l = log s, g(l) = l - alpha log(1 - e^l) - k; above, it's
     m = log(1 - s), G(m) = alpha m - log(1 - e^m) + k. Both are convex and increasing with slope >= 1 or >= alpha,
     and positive at -log 2, so Newton from -log 2 descends monotonically onto the root in a few steps, in the
     variable that keeps s, or 1 - s, to full precision. Roots beyond 1e-26 of 0 or 1 are clipped there."""
@@ -244,6 +244,7 @@ FORMS: dict[FormName, Form] = {f.name: f for f in (
     M4Form(FormName.M4, ("a", "b", "e_inf", "e0", "alpha"), "(E - e_inf)/(e0 - E)^alpha = a*C^(-b)",
            "Alabdulmohsin et al. 2022, Revisiting Neural Scaling Laws, M4",
            _EXP_COLLAPSES + (Collapse("alpha", "low", "alpha = 0: collapsed into the offset law"),
-                             Collapse("e0", "high", "e0 at its bound: the plateau at small compute is not measured"),
+                             Collapse("e0", "high",
+                                      "e0 at its bound: the plateau at small compute is not measured"),
                              Collapse("e_inf", "high", "e_inf at the smallest error: the floor is the data"))),
 )}

@@ -193,7 +193,8 @@ class FitReport:
             "source": self.source, "source_kind": self.source_kind.value, "compute": self.spec.compute,
             "error": self.error_label, "split_by": self.split_by, "points": self.spec.points.value,
             "where": self.spec.where, "predict": self.spec.predict, "ci": self.spec.ci,
-            "bootstrap": self.spec.bootstrap, "dropped": self.dropped, "groups": [g.to_dict() for g in self.groups]})
+            "bootstrap": self.spec.bootstrap, "dropped": self.dropped,
+            "groups": [g.to_dict() for g in self.groups]})
 
 
 def _fmt(v):

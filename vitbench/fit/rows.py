@@ -71,7 +71,7 @@ def _label_like(s: pd.Series) -> bool:
 
 
 def pooled(part: pd.DataFrame, skip: set[str], compute: str = "_compute") -> list[tuple[str, list[str]]]:
-    """[(column, its values)] for every column that pools several curves in this group's rows (module docstring)."""
+    """[(column, its values)] for every column that pools several curves in this group's rows (module doc)."""
     out = []
     for col in part.columns:
         if col in skip or str(col).startswith("_") or not _label_like(part[col]):
