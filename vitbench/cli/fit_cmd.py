@@ -67,8 +67,8 @@ def _show(report) -> None:
                 p.add_column(escape(clip(col, 40)), justify="right")
             for x in g.predictions:
                 miss = f"x{math.exp(x.backtest_rmse_log):.3g}" if x.backtest_rmse_log is not None else "-"
-                p.add_row(f"{x.compute:.4g}", f"{x.reach:+.2f}", f"{x.value:.4g}",
-                          f"[{x.ci_low:.4g}, {x.ci_high:.4g}]", miss)
+                band = f"[{x.ci_low:.4g}, {x.ci_high:.4g}]" if x.ci_low is not None else "-"
+                p.add_row(f"{x.compute:.4g}", f"{x.reach:+.2f}", f"{x.value:.4g}", band, miss)
             console.print(p)
     console.print(f"[dim]{ci} bootstrap CIs ({report.spec.bootstrap} replicates). Backtest: each form fitted on "
                   f"the "

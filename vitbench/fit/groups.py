@@ -72,8 +72,8 @@ class Prediction:
     compute: float
     reach: float  # decades past the largest measured compute (negative: inside the range)
     value: float  # the chosen form's prediction
-    ci_low: float  # the interval of the forms' weighted mixture (it includes the choice of form)
-    ci_high: float
+    ci_low: float | None  # the interval of the forms' weighted mixture (it includes the choice of form); None:
+    ci_high: float | None  # no form with weight has bootstrap replicates (too few points, or --bootstrap 0)
     form: str
     backtest_rmse_log: float | None  # the chosen form's backtest error: the typical miss at this reach
 
@@ -133,18 +133,18 @@ def fit_group(key: dict, c: np.ndarray, e: np.ndarray, labels: list[str], spec: 
     if best is None:
         return g
     g.chosen = best.form.name
-    b = mixture_param(g.fits, g.weights, "b", spec.ci)
+    spread = any(f.n_replicates > 1 for f in g.fits if g.weights.get(f.form.name.value, 0) > 0)
+    b = mixture_param(g.fits, g.weights, "b", spec.ci) if spread else None
     g.exponent = ParamEstimate(best.params["b"].value, *(b or (None, None)))
     if spec.predict:
         xs = np.asarray(spec.predict, dtype=float)
         mid = best.log_predict(xs)
-        lo, hi = mixture_log_band(g.fits, g.weights, xs, spec.ci)
-        lo, hi = np.minimum(lo, mid), np.maximum(hi, mid)
+        lo, hi = mixture_log_band(g.fits, g.weights, xs, spec.ci) if spread else (None, None)
         bt = g.backtest.get(best.form)
-        for x, m, a, z in zip(xs, mid, lo, hi):
-            g.predictions.append(Prediction(float(x), float(math.log10(x / c.max())), float(np.exp(m)),
-                                            float(np.exp(a)), float(np.exp(z)), best.form.name.value,
-                                            bt.rmse_log if bt else None))
+        for i, (x, m) in enumerate(zip(xs, mid)):
+            band = (float(np.exp(min(lo[i], m))), float(np.exp(max(hi[i], m)))) if spread else (None, None)
+            g.predictions.append(Prediction(float(x), float(math.log10(x / c.max())), float(np.exp(m)), *band,
+                                            best.form.name.value, bt.rmse_log if bt else None))
     return g
 
 

@@ -180,8 +180,9 @@ def fitted_curves(df: pd.DataFrame, *, fits: FitReport | None = None, spec: FitS
                     ax.plot(xe, f.predict(xe), color=color, linewidth=1.6, linestyle="--", zorder=2)
                 px = np.array([p.compute for p in g.predictions])
                 py = np.array([p.value for p in g.predictions])
-                err = [py - [p.ci_low for p in g.predictions], [p.ci_high for p in g.predictions] - py]
-                ax.errorbar(px, py, yerr=err, fmt="D", color=color, markersize=5, capsize=3, zorder=3)
+                lo = np.array([p.ci_low if p.ci_low is not None else p.value for p in g.predictions])
+                hi = np.array([p.ci_high if p.ci_high is not None else p.value for p in g.predictions])
+                ax.errorbar(px, py, yerr=[py - lo, hi - py], fmt="D", color=color, markersize=5, capsize=3, zorder=3)
         _loglog(ax, report)
         law = f"{form.value} law" if form else "law chosen by the backtest per group"
         ax.set_title(f"{_panel_title(report, key)}: {law}, {report.spec.ci:.0%} band", fontsize=10)
