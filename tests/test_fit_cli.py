@@ -129,4 +129,8 @@ def test_progress_is_reported_per_group(two_models):
     seen = []
     fit_path(two_models, FitSpec(compute="compute", error="error", group=["model"], bootstrap=0), workers=1,
              progress=lambda done, total, title: seen.append((done, total, title)))
-    assert seen == [(1, 2, "model=large"), (2, 2, "model=small")]
+    done = [s for s in seen if s[2] in ("model=large", "model=small")]
+    assert done == [(1, 2, "model=large"), (2, 2, "model=small")]
+    steps = [s for s in seen if s not in done]  # within a group: after each form and after the backtest
+    assert steps[:5] == [(0, 2, f"model=large: {w}") for w in ("power fitted", "offset fitted", "saturating fitted",
+                                                                "m4 fitted", "backtest done")]

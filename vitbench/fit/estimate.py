@@ -30,7 +30,7 @@ import numpy as np
 from scipy import stats
 
 from vitbench.fit import solve
-from vitbench.fit.forms import FORMS, Form, FormName
+from vitbench.fit.forms import FORMS, Collapse, Form, FormName, Side
 
 N_BOOT = 1000  # bootstrap replicates: >= 1000 for percentile intervals (Efron & Tibshirani 1993, ch. 13)
 _REFINE = 8  # starts refined by the optimiser: the ones with the lowest loss on the grid
@@ -67,7 +67,7 @@ class CurveFit:
     n_points: int = 0
     params: dict[str, ParamEstimate] = field(default_factory=dict)
     rmse_log: float | None = None  # in-sample RMSE of log(predicted / observed)
-    degenerate: list[str] = field(default_factory=list)  # parameters at a bound, in words (forms.Collapse)
+    degenerate: list[Collapse] = field(default_factory=list)  # parameters at a bound (forms.Collapse)
     ci: float = 0.95
     widen: float = 1.0  # small-sample stretch of every interval: t(n - p) / z (module docstring)
     z: np.ndarray | None = None  # internal estimate (normalised compute, log a)
@@ -82,7 +82,7 @@ class CurveFit:
     @property
     def exponent_at_bound(self) -> bool:
         """b ended at its upper bound: the points fix no exponent (flat within the noise, or one step down)."""
-        return any(m.startswith("b at its bound") for m in self.degenerate)
+        return any(c.param == "b" and c.side == Side.HIGH for c in self.degenerate)
 
     @property
     def n_replicates(self) -> int:
@@ -130,7 +130,7 @@ class CurveFit:
     def to_dict(self) -> dict:
         return {"form": self.form.name.value, "formula": self.form.formula, "status": self.status.value,
                 "message": self.message, "n_points": self.n_points, "exponent_at_bound": self.exponent_at_bound,
-                "degenerate": self.degenerate,
+                "degenerate": [c.meaning for c in self.degenerate],
                 "params": {k: v.to_dict() for k, v in self.params.items()}, "rmse_log": self.rmse_log,
                 "bootstrap_replicates": self.n_replicates}
 
@@ -232,9 +232,9 @@ def fit_curve(compute, error, form: FormName | Form = FormName.SATURATING, *, bo
     out.params = {k: ParamEstimate(float(values[i])) for i, k in enumerate(form.params)}
     for col in form.collapses:
         i = form.params.index(col.param)
-        if (col.side == "low" and z[i] <= lower[i]) or (col.side == "high" and z[i] >= upper[i]):
-            out.degenerate.append(col.meaning)
-    notes = list(out.degenerate)
+        if (col.side == Side.LOW and z[i] <= lower[i]) or (col.side == Side.HIGH and z[i] >= upper[i]):
+            out.degenerate.append(col)
+    notes = [c.meaning for c in out.degenerate]
     if n <= p:
         notes.append(f"{n} points for {p} parameters: no residual left to resample, no confidence interval")
     out.message = "; ".join(notes) or None

@@ -26,7 +26,7 @@ from enum import Enum
 import numpy as np
 
 B_MAX = 5.0  # exponent bound: published vision/language exponents are ~0.05-0.7 (Zhai 2022; Kaplan 2020)
-ALPHA_MAX = 10.0  # M4's alpha: Alabdulmohsin et al. 2022 report values well inside this on vision and language
+ALPHA_MAX = 10.0  # M4's alpha: beyond ~10 the exit from the plateau is a step; a fit there is flagged (Collapse)
 LOG_A = (math.log(1e-30), math.log(1e30))  # bounds on log(a) in normalised compute units
 _U_MAX = 60.0  # M4 solves for s = (E - e_inf) / (e0 - e_inf) no closer than e^-60 (~1e-26) to 0 or 1
 
@@ -38,12 +38,17 @@ class FormName(str, Enum):
     M4 = "m4"
 
 
+class Side(str, Enum):
+    LOW = "low"
+    HIGH = "high"
+
+
 @dataclass(frozen=True)
 class Collapse:
-    """Parameter `param` at its `side` ("low"/"high") bound: what the fit has become, in words."""
+    """Parameter `param` at its `side` bound: what the fit has become, in words."""
 
     param: str
-    side: str
+    side: Side
     meaning: str
 
 
@@ -227,24 +232,26 @@ class M4Form(Form):
         return np.array(out)
 
 
-_EXP_COLLAPSES = (Collapse("b", "high", f"b at its bound {B_MAX:g}: the points do not determine an exponent (flat "
-                                        "within the noise, or one step down)"),
-                  Collapse("b", "low", "b = 0: no scaling, the error is flat"))
+_EXP_COLLAPSES = (Collapse("b", Side.HIGH, f"b at its bound {B_MAX:g}: the points do not determine an exponent "
+                                           "(flat within the noise, or one step down)"),
+                  Collapse("b", Side.LOW, "b = 0: no scaling, the error is flat"))
 FORMS: dict[FormName, Form] = {f.name: f for f in (
     PowerFamily(FormName.POWER, ("a", "b"), "E = a*C^(-b)", "Kaplan et al. 2020; Alabdulmohsin et al. 2022, M1",
                 _EXP_COLLAPSES),
     PowerFamily(FormName.OFFSET, ("e_inf", "a", "b"), "E = e_inf + a*C^(-b)", "Alabdulmohsin et al. 2022, M2",
-                _EXP_COLLAPSES + (Collapse("e_inf", "low", "e_inf = 0: collapsed into the power law"),
-                                  Collapse("e_inf", "high", "e_inf at the largest error: a flat floor"))),
+                _EXP_COLLAPSES + (Collapse("e_inf", Side.LOW, "e_inf = 0: collapsed into the power law"),
+                                  Collapse("e_inf", Side.HIGH, "e_inf at the largest error: a flat floor"))),
     PowerFamily(FormName.SATURATING, ("e_inf", "a", "b", "c0"), "E = e_inf + a*(C + c0)^(-b)",
                 "Zhai et al. 2022, Scaling Vision Transformers, Sec. 3.1",
-                _EXP_COLLAPSES + (Collapse("c0", "low", "c0 = 0: collapsed into the offset law"),
-                                  Collapse("c0", "high", "c0 at the largest compute: the bend is not measured"),
-                                  Collapse("e_inf", "high", "e_inf at the largest error: a flat floor"))),
+                _EXP_COLLAPSES + (Collapse("c0", Side.LOW, "c0 = 0: collapsed into the offset law"),
+                                  Collapse("c0", Side.HIGH, "c0 at the largest compute: the bend is not measured"),
+                                  Collapse("e_inf", Side.HIGH, "e_inf at the largest error: a flat floor"))),
     M4Form(FormName.M4, ("a", "b", "e_inf", "e0", "alpha"), "(E - e_inf)/(e0 - E)^alpha = a*C^(-b)",
            "Alabdulmohsin et al. 2022, Revisiting Neural Scaling Laws, M4",
-           _EXP_COLLAPSES + (Collapse("alpha", "low", "alpha = 0: collapsed into the offset law"),
-                             Collapse("e0", "high",
+           _EXP_COLLAPSES + (Collapse("alpha", Side.LOW, "alpha = 0: collapsed into the offset law"),
+                             Collapse("alpha", Side.HIGH, f"alpha at its bound {ALPHA_MAX:g}: the curve leaves its "
+                                                          "plateau in one step, no slope is measured"),
+                             Collapse("e0", Side.HIGH,
                                       "e0 at its bound: the plateau at small compute is not measured"),
-                             Collapse("e_inf", "high", "e_inf at the smallest error: the floor is the data"))),
+                             Collapse("e_inf", Side.HIGH, "e_inf at the smallest error: the floor is the data"))),
 )}

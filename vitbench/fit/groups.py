@@ -123,12 +123,18 @@ class GroupFit:
 
 
 def fit_group(key: dict, c: np.ndarray, e: np.ndarray, labels: list[str], spec: FitSpec,
-              notes: list[str] | None = None) -> GroupFit:
-    """Every form of `spec` fitted to one group's points, backtested at the reach, chosen, and predicted."""
+              notes: list[str] | None = None, step: Callable[[str], None] | None = None) -> GroupFit:
+    """Every form of `spec` fitted to one group's points, backtested at the reach, chosen, and predicted;
+    `step(what)` is told after each form and after the backtest (progress on a long fit)."""
     g = GroupFit(key, c, e, labels, notes=list(notes or []))
     forms = [FORMS[f] for f in spec.forms]
-    g.fits = [fit_curve(c, e, f, bootstrap=spec.bootstrap, ci=spec.ci, seed=spec.seed) for f in forms]
+    for f in forms:
+        g.fits.append(fit_curve(c, e, f, bootstrap=spec.bootstrap, ci=spec.ci, seed=spec.seed))
+        if step:
+            step(f"{f.name.value} fitted")
     g.backtest = run_backtest(c, e, forms, default_reach(c, spec.predict, spec.reach), spec.cutoffs)
+    if step:
+        step("backtest done")
     best, g.weights = choose(g.backtest, g.fits)
     if best is None:
         return g
@@ -161,7 +167,9 @@ def _run(jobs: list[tuple], workers: int | None, progress: Callable[[int, int, s
     if workers <= 1 or n <= 1:
         out = []
         for i, job in enumerate(jobs):
-            out.append(_job(job))
+            title = GroupFit(job[0], job[1], job[2], job[3]).title
+            step = (lambda what, i=i, title=title: progress(i, n, f"{title}: {what}")) if progress else None
+            out.append(fit_group(*job, step=step))
             if progress:
                 progress(i + 1, n, out[-1].title)
         return out
