@@ -4,7 +4,7 @@ Backtest. A scaling law is used to predict budgets beyond the measured ones, `re
 largest (Alabdulmohsin et al. 2022 judge estimators by exactly this: fit on the smaller budgets, RMSE of the log
 prediction on the larger ones). So each form is fitted on the budgets up to a cut-off and predicts every point
 from the cut-off to `reach` decades beyond it; the fit never sees those points. Several cut-offs (the largest
-that still leaves a full `reach` of points beyond it, then each a further reach/2 lower) make it an average over
+that still leaves a full `reach` of points beyond it, then each CUTOFF_STEP x reach lower) make it an average over
 where the curve is cut, not one draw. Every prediction is kept with its reach (log10 of its compute over the
 cut-off's), so the error is reported against reach. Every form is scored on the same cut-offs; a cut-off keeps
 more budgets than the largest form has parameters. Where the curve is too short for a full reach, the cut-offs
