@@ -249,8 +249,8 @@ FORMS: dict[FormName, Form] = {f.name: f for f in (
     M4Form(FormName.M4, ("a", "b", "e_inf", "e0", "alpha"), "(E - e_inf)/(e0 - E)^alpha = a*C^(-b)",
            "Alabdulmohsin et al. 2022, Revisiting Neural Scaling Laws, M4",
            _EXP_COLLAPSES + (Collapse("alpha", Side.LOW, "alpha = 0: collapsed into the offset law"),
-                             Collapse("alpha", Side.HIGH, f"alpha at its bound {ALPHA_MAX:g}: the curve leaves its "
-                                                          "plateau in one step, no slope is measured"),
+                             Collapse("alpha", Side.HIGH, f"alpha at its bound {ALPHA_MAX:g}: the curve leaves "
+                                                          "its plateau in one step, no slope is measured"),
                              Collapse("e0", Side.HIGH,
                                       "e0 at its bound: the plateau at small compute is not measured"),
                              Collapse("e_inf", Side.HIGH, "e_inf at the smallest error: the floor is the data"))),
