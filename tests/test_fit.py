@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from vitbench.errors import ConfigError
-from vitbench.fit import FitSpec, FitStatus, FormName, fit_curve, fit_path, frontier_mask, holdout_check
+from vitbench.fit import FitSpec, FitStatus, FormName, fit_curve, fit_path, frontier_mask, run_backtest
+from vitbench.fit.forms import FORMS
 
 TRUE = {"e_inf": 0.05, "a": 0.3, "b": 0.45, "c0": 0.02}  # in the units of the compute column below
 BUDGETS = np.geomspace(1e-3, 1e3, 12)
@@ -55,7 +56,7 @@ def test_fit_recovers_known_parameters_within_its_cis():
     widths = {k: [] for k in TRUE}
     for seed in range(draws):
         f = fit_curve(BUDGETS, noisy(seed), FormName.SATURATING, bootstrap=200, seed=seed)
-        assert f.status == FitStatus.OK and f.replicates is not None
+        assert f.status == FitStatus.OK and f.n_replicates > 100
         for k, truth in TRUE.items():
             p = f.params[k]
             covered[k] += p.ci_low <= truth <= p.ci_high
@@ -77,26 +78,34 @@ def test_bootstrap_band_contains_the_fit_and_widens_with_noise():
     assert width[1] > 3 * width[0]
 
 
-def test_holdout_is_computed_on_points_the_fit_never_saw():
+def test_backtest_predicts_points_its_fits_never_saw():
+    """Each backtest prediction is the prediction of a fit on the budgets up to its cut-off: changing the points
+    beyond a cut-off cannot change what is predicted for them, and the reported error is the error of those
+    predictions against those points."""
     e = noisy(5)
-    h = holdout_check(BUDGETS, e, FormName.SATURATING, fraction=0.25)
-    assert h.status == FitStatus.OK
-    assert h.compute == pytest.approx(list(BUDGETS[-3:])) and h.cutoff == pytest.approx(BUDGETS[-3])  # 25 % of 12
-    assert h.n_fit == 9 and h.observed == pytest.approx(list(e[-3:]))
-    # What the held-out points say cannot change the fit that predicts them ...
+    forms = [FORMS[FormName.SATURATING]]
+    bt = run_backtest(BUDGETS, e, forms, reach=1.0)
+    fb = bt.forms[0]
+    assert fb.status == FitStatus.OK and len(bt.cutoffs) >= 2 and fb.predicted
+    for cut in bt.cutoffs:
+        seen = BUDGETS <= cut
+        ahead = ~seen & (BUDGETS <= cut * 10 * (1 + 1e-9))
+        small = fit_curve(BUDGETS[seen], e[seen], FormName.SATURATING, bootstrap=0)
+        mine = [p for a, p in zip(fb.cutoff, fb.predicted) if a == cut]
+        assert mine == pytest.approx(list(small.predict(BUDGETS[ahead])), rel=1e-9)
+        assert [c for a, c in zip(fb.cutoff, fb.compute) if a == cut] == pytest.approx(list(BUDGETS[ahead]))
+    err = np.log(np.asarray(fb.predicted) / np.asarray(fb.observed))
+    assert fb.rmse_log == pytest.approx(float(np.sqrt(np.mean(err**2))))
+    assert np.all((fb.reach > 0) & (fb.reach <= 1 + 1e-9))
+    # what the last points say cannot change the fits that predict them (the largest cut-off's prediction set)
     e2 = e.copy()
-    e2[-3:] *= 3.0
-    h2 = holdout_check(BUDGETS, e2, FormName.SATURATING, fraction=0.25)
-    assert h2.params == h.params and h2.predicted == pytest.approx(h.predicted)
-    assert h2.abs_err_mean > h.abs_err_mean
-    # ... what a fitted point says does.
-    e3 = e.copy()
-    e3[0] *= 1.5
-    assert holdout_check(BUDGETS, e3, FormName.SATURATING, fraction=0.25).params != h.params
-    # The predictions are the small fit's, independent of vitbench's form code; on noiseless points, the truth.
-    assert h.predicted == pytest.approx(list(law(BUDGETS[-3:], **h.params)))
-    exact = holdout_check(BUDGETS, law(BUDGETS, **TRUE), FormName.SATURATING)
-    assert exact.abs_err_mean < 1e-6 and exact.rel_err_mean < 1e-5
+    e2[BUDGETS > max(bt.cutoffs)] *= 3.0
+    fb2 = run_backtest(BUDGETS, e2, forms, reach=1.0).forms[0]
+    last = [i for i, a in enumerate(fb.cutoff) if a == max(bt.cutoffs)]
+    assert [fb2.predicted[i] for i in last] == pytest.approx([fb.predicted[i] for i in last])
+    assert fb2.rmse_log > fb.rmse_log
+    exact = run_backtest(BUDGETS, law(BUDGETS, **TRUE), forms, reach=1.0).forms[0]
+    assert exact.rmse_log < 1e-5
 
 
 def test_too_few_points_is_a_message_not_a_crash():
@@ -110,8 +119,9 @@ def test_too_few_points_is_a_message_not_a_crash():
     exact = fit_curve(np.array([1.0, 2.0, 4.0, 8.0]), law([1, 2, 4, 8], **TRUE), FormName.SATURATING)
     assert exact.status == FitStatus.OK and exact.params["b"].ci_low is None
     assert "no confidence interval" in exact.message
-    h = holdout_check(np.geomspace(1, 100, 4), law(np.geomspace(1, 100, 4), **TRUE), FormName.SATURATING)
-    assert h.status == FitStatus.TOO_FEW_POINTS and "3 distinct" in h.message
+    bt = run_backtest(np.geomspace(1, 100, 4), law(np.geomspace(1, 100, 4), **TRUE), [FORMS[FormName.SATURATING]],
+                      reach=0.5)
+    assert bt.forms[0].status == FitStatus.TOO_FEW_POINTS and "4 distinct budgets" in bt.forms[0].message
 
 
 def test_frontier_keeps_points_no_cheaper_point_beats():
@@ -159,7 +169,7 @@ def test_bad_columns_are_config_errors_naming_the_column(tmp_path, csv_path):
         fit_path(csv_path, FitSpec(compute="exaflops", accuracy="note"))
     with pytest.raises(ConfigError, match=r"no column 'size' \(--group\)"):
         fit_path(csv_path, FitSpec(compute="exaflops", accuracy="acc", group=["size"]))
-    with pytest.raises(ConfigError, match="outside \\[0, 1\\].*--percent"):
+    with pytest.raises(ConfigError, match=r"'exaflops' \(--accuracy\) must be a fraction in \[0, 1\].*--percent"):
         fit_path(csv_path, FitSpec(compute="acc", accuracy="exaflops"))
 
 
@@ -213,11 +223,13 @@ def test_cli_fit_csv_end_to_end(cli, csv_path, tmp_path):
     assert doc["compute"] == "exaflops" and doc["error"] == "1 - acc" and len(doc["groups"]) == 2
     g = doc["groups"][0]
     assert g["group"] == {"family": "bit"} and g["n_points"] == 16
-    assert [f["form"] for f in g["fits"]] == ["saturating", "offset", "power"]
-    sat = g["fits"][0]
+    assert [f["form"] for f in g["fits"]] == ["power", "offset", "saturating", "m4"]
+    sat = g["fits"][2]
     assert sat["status"] == "ok" and set(sat["params"]) == {"e_inf", "a", "b", "c0"}
     assert sat["params"]["b"]["ci_low"] < sat["params"]["b"]["value"] < sat["params"]["b"]["ci_high"]
-    assert sat["heldout"]["n_heldout"] == 4 and sat["heldout"]["abs_err_mean"] is not None  # 2 of 8 budgets
+    bt = {f["form"]: f for f in g["backtest"]["forms"]}
+    assert bt["saturating"]["n_predictions"] > 0 and bt["saturating"]["rmse_log"] is not None
+    assert g["best_form"] in bt and abs(sum(g["weights"].values()) - 1) < 1e-9
     assert json.loads((out / "fit.json").read_text()) == doc
     for name in ("fit_curves", "compute_frontier"):
         assert (out / f"{name}.png").stat().st_size > 1000 and (out / f"{name}.svg").is_file()
@@ -232,7 +244,7 @@ def test_cli_fit_bad_input_exits_2_naming_the_column(cli, csv_path, tmp_path):
     r = cli("fit", csv_path, "--compute", "exaflops", "--accuracy", "note")
     assert r.exit_code == 2 and "'note'" in r.output and "not numeric" in r.output
     r = cli("fit", csv_path, "--compute", "exaflops", "--accuracy", "acc", "--form", "cubic")
-    assert r.exit_code == 2 and "forms" in r.output and "saturating" in r.output
+    assert r.exit_code == 2 and "forms" in r.output and "m4" in r.output
     (tmp_path / "x.txt").write_text("a")
     r = cli("fit", tmp_path / "x.txt")
     assert r.exit_code == 2 and "expected a results directory" in r.output

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import math
+import time
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from vitbench.cli import app
-from vitbench.cli.common import console, print_json
+from vitbench.cli.common import console, err_console, print_json, warn
+from vitbench.errors import ConfigError, shorten
 from vitbench.paths import check_dir, make_dir, write_atomic
 
 
@@ -17,38 +21,80 @@ def _num(v: float | None) -> str:
 
 
 def _show(report) -> None:
+    from vitbench.errors import clip
+
     ci = f"{report.spec.ci:.0%}"
     for g in report.groups:
         best = g.best()
-        t = Table(title=f"{g.title}: {len(g.compute)} points; error = {report.error_label}, "
-                        f"C = {report.spec.compute}", title_justify="left")
-        for col in ("form", "param", "value", f"{ci} CI", "fit rmse_log", "held-out |err| (rel)"):
+        bt = g.backtest
+        reach = f"{bt.reach:.2g} dec" if bt is not None else ""
+        t = Table(title=escape(clip(f"{g.title}: {len(g.compute)} points; error = {report.error_label}, "
+                                    f"C = {report.spec.compute}", 300)), title_justify="left")
+        for col in ("form", "param", "value", f"{ci} CI", "fit rmse_log", f"backtest rmse_log ({reach})",
+                    "weight"):
             t.add_column(col, justify="left" if col in ("form", "param") else "right")
         notes = []
         for f in g.fits:
-            h = f.heldout
+            b = bt.get(f.form) if bt is not None else None
             held = ""
-            if h is not None and h.abs_err_mean is not None:
-                held = f"{h.abs_err_mean:.4f} ({h.rel_err_mean:.1%}) on {len(h.observed)} pts"
+            if b is not None and b.rmse_log is not None:
+                held = f"{b.rmse_log:.3f} on {len(b.predicted)} pts"
+            w = g.weights.get(f.form.name.value)
             name = f.form.name.value + (" *" if f is best else "")
             for i, (k, p) in enumerate(f.params.items()):
                 ci_text = f"[{p.ci_low:.4g}, {p.ci_high:.4g}]" if p.ci_low is not None else "-"
-                t.add_row(name if i == 0 else "", k, _num(p.value), ci_text,
-                          _num(f.rmse_log) if i == 0 else "", held if i == 0 else "")
+                t.add_row(name if i == 0 else "", k, _num(p.value), ci_text, _num(f.rmse_log) if i == 0 else "",
+                          held if i == 0 else "", f"{w:.2f}" if i == 0 and w is not None else "")
             if not f.params:
-                t.add_row(name, "-", "", "", "", "")
-            held_note = h.message if h is not None and f.params else None  # unfitted: one note is enough
-            notes += [f"{f.form.name.value}: {m}" for m in (f.message, held_note) if m]
+                t.add_row(name, "-", "", "", "", "", "")
+            bt_note = b.message if b is not None and f.params else None  # unfitted: one note is enough
+            notes += [f"{f.form.name.value}: {m}" for m in (f.message, bt_note) if m]
             t.add_section()
         console.print(t)
+        if bt is not None and bt.message:
+            notes.append(f"backtest: {bt.message}")
+        if g.exponent is not None and g.exponent.ci_low is not None:
+            notes.append(f"exponent b = {g.exponent.value:.3g} ({g.chosen.value}), {ci} interval over the forms "
+                         f"weighted by the backtest: [{g.exponent.ci_low:.3g}, {g.exponent.ci_high:.3g}]")
         for note in notes:
-            console.print(f"  [dim]{note}[/]", highlight=False)
-    console.print(f"[dim]{ci} bootstrap CIs ({report.spec.bootstrap} replicates). Held-out: fit on all but the "
-                  f"largest {report.spec.holdout:.0%} of compute budgets, mean |predicted - observed| error on "
-                  f"them (points). * = the form to extrapolate with (lowest held-out error). "
-                  f"E = e_inf + a*(C + c0)^-b; offset: c0 = 0; power: e_inf = c0 = 0.[/]")
+            console.print(f"  [dim]{escape(clip(note, 600))}[/]", highlight=False)
+        for note in g.notes:
+            console.print(f"  [yellow]warning:[/] {escape(note)}", highlight=False)
+        if g.predictions:
+            p = Table(title=f"predictions ({g.chosen.value}; {ci} interval over the forms, weighted)",
+                      title_justify="left")
+            for col in (report.spec.compute, "reach [decades]", "error", f"{ci} interval", "backtest miss"):
+                p.add_column(escape(clip(col, 40)), justify="right")
+            for x in g.predictions:
+                miss = f"x{math.exp(x.backtest_rmse_log):.3g}" if x.backtest_rmse_log is not None else "-"
+                band = f"[{x.ci_low:.4g}, {x.ci_high:.4g}]" if x.ci_low is not None else "-"
+                p.add_row(f"{x.compute:.4g}", f"{x.reach:+.2f}", f"{x.value:.4g}", band, miss)
+            console.print(p)
+    console.print(f"[dim]{ci} bootstrap CIs ({report.spec.bootstrap} replicates). Backtest: each form fitted on "
+                  f"the "
+                  f"budgets up to a cut-off predicts the points up to the reach beyond it (RMSE of the log "
+                  f"prediction; docs/scaling-laws.md). * = the form to extrapolate with (lowest backtest error; "
+                  f"within 5 %, the simpler). Weight: the form's share in the intervals. Backtest miss: the "
+                  f"typical "
+                  f"factor a prediction at this reach was off by.[/]")
     for note in report.dropped:
-        console.print(f"[yellow]left out:[/] {note}")
+        console.print(f"[yellow]left out:[/] {escape(note)}")
+
+
+def _progress(start: float):
+    """A progress callback: a line on stderr at most every 2 s once a fit has run 2 s (quiet on short fits)."""
+    last = [start]
+
+    def report(done: int, total: int, title: str) -> None:
+        now = time.monotonic()
+        if now - start > 2 and (now - last[0] > 2 or done == total):
+            last[0] = now
+            from vitbench.errors import clip
+
+            line = f"fit: {done}/{total} groups ({now - start:.0f} s) {clip(title, 80)}"
+            err_console.print(f"[dim]{escape(line)}[/]",
+                              highlight=False)
+    return report
 
 
 @app.command("fit")
@@ -65,36 +111,55 @@ def fit_cmd(
     group: list[str] = typer.Option(None, "--group",
                                     help="Group by this column (repeatable; default: family). Results are "
                                          "always split by benchmark (kind, dataset, shots) too."),
-    form: list[str] = typer.Option(None, "--form", help="saturating | offset | power (repeatable; default all)."),
+    where: str = typer.Option(None, "--where", help="Only the rows where this holds: a pandas query over the "
+                                                      "columns, e.g. \"kind == 'finetune' and steps >= 100\"."),
+    form: list[str] = typer.Option(None, "--form",
+                                   help="power | offset | saturating | m4 (repeatable; default all)."),
     points: str = typer.Option("all", "--points", help="all | frontier (only rows no cheaper row beats)."),
-    holdout: float = typer.Option(0.25, "--holdout", help="Share of the largest compute budgets held out."),
-    bootstrap: int = typer.Option(1000, "--bootstrap", min=0, help="Bootstrap replicates for the CIs."),
+    predict: str = typer.Option(None, "--predict", help="Predict the error at these compute values: C[,C...]."),
+    reach: float = typer.Option(None, "--reach",
+                                help="Backtest reach in decades of compute past the fitted budgets (default: as "
+                                     "far as --predict, else a third of the measured decades)."),
+    cutoffs: int = typer.Option(3, "--cutoffs",
+                                help="Backtest cut-offs (each a further quarter of the reach lower)."),
+    bootstrap: int = typer.Option(1000, "--bootstrap", help="Bootstrap replicates for the CIs (0: none)."),
     ci: float = typer.Option(0.95, "--ci", help="Confidence level of the intervals and bands."),
     seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
+    workers: int = typer.Option(None, "--workers", min=1,
+                                help="Processes fitting groups in parallel (default: every core)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document on stdout, nothing else."),
     out: str = typer.Option(None, "--out", "-o", help="Write fit.json and the plots (PNG + SVG) here."),
 ) -> None:
-    """Fit scaling laws of error against compute per group: parameters with CIs, held-out error, plots.
+    """Fit scaling laws of error against compute per group, judge them by a backtest at the reach you need,
+    predict: parameters with CIs, the backtest error, predictions with intervals, plots.
 
-    E(C) = e_inf + a*(C + c0)^-b (saturating, Zhai et al. 2022), e_inf + a*C^-b (offset) and a*C^-b (power),
-    fitted on log residuals with a robust loss from many starts; bootstrap confidence intervals; a held-out
-    check that fits the smaller budgets and predicts the largest ones. See docs/scaling-laws.md.
+    E = a*C^-b (power), e_inf + a*C^-b (offset), e_inf + a*(C + c0)^-b (saturating, Zhai et al. 2022) and
+    (E - e_inf)/(e0 - E)^alpha = a*C^-b (m4, Alabdulmohsin et al. 2022), fitted on log residuals with a robust loss
+    from many starts; bootstrap confidence intervals; a backtest that fits the smaller budgets and predicts the
+    larger ones chooses the form and weights the intervals. See docs/scaling-laws.md.
     """
     from vitbench.fit import FitSpec, fit_source, load_source
-    from vitbench.transfer.config import validated
+    from vitbench.transfer.config import parse_floats, validated
 
+    points_at = parse_floats(predict, "--predict", "1e-5,1e-4") if predict is not None else None
+    if points_at is not None and not all(math.isfinite(x) and x > 0 for x in points_at):
+        raise ConfigError(f"--predict {shorten(predict, 100)}: every compute value must be a finite number > 0")
     spec = validated(FitSpec, {"compute": compute, "error": error, "accuracy": accuracy, "percent": percent,
-                               "group": group or None, "forms": form or FitSpec().forms, "points": points,
-                               "holdout": holdout, "bootstrap": bootstrap, "ci": ci, "seed": seed}, "vitbench fit")
+                               "group": group or None, "where": where, "forms": form or FitSpec().forms,
+                               "points": points, "predict": points_at, "reach": reach, "cutoffs": cutoffs,
+                               "bootstrap": bootstrap, "ci": ci, "seed": seed}, "vitbench fit")
     if out:
         check_dir(out, "--out")  # before minutes of bootstrap
     src = load_source(source)
-    report = fit_source(src, spec)
+    report = fit_source(src, spec, workers=workers, progress=_progress(time.monotonic()))
     doc = report.to_dict()
     written = []
     if out:
         written = _write(src, report, doc, Path(out))
     if as_json:
+        for g in report.groups:
+            for note in g.notes:
+                warn(note)
         print_json(doc)
         return
     _show(report)

@@ -1,16 +1,20 @@
-"""Scaling-law fits: error vs compute per group, with bootstrap CIs and a held-out check (docs/scaling-laws.md).
+"""Scaling-law fits: error vs compute per group, a backtest at the user's reach, predictions.
+
+See docs/scaling-laws.md.
 
     from vitbench.fit import FitSpec, fit_path
-    report = fit_path("results/transfer-digits", FitSpec(compute="pretrain_exaflops"))
+    report = fit_path("results/transfer-digits", FitSpec(compute="pretrain_exaflops", predict=[1e-5]))
     report.to_dict()           # the JSON `vitbench fit --json` prints
 """
 
-from vitbench.fit.estimate import CurveFit, FitStatus, HeldOut, ParamEstimate, fit_curve, holdout_check
-from vitbench.fit.forms import FORMS, PARAMS, Form, FormName
-from vitbench.fit.groups import FitReport, FitSpec, GroupFit, Points, fit_path, fit_source
+from vitbench.fit.backtest import Backtest, FormBacktest, choose, run_backtest
+from vitbench.fit.estimate import CurveFit, FitStatus, ParamEstimate, fit_curve
+from vitbench.fit.forms import FORMS, Form, FormName
+from vitbench.fit.groups import FitReport, FitSpec, GroupFit, Points, Prediction, fit_group, fit_path, fit_source
 from vitbench.fit.source import BENCHMARK_COLUMNS, Source, SourceKind, load_source, results_frame
 from vitbench.stats import frontier_mask
 
-__all__ = ["BENCHMARK_COLUMNS", "FORMS", "PARAMS", "CurveFit", "FitReport", "FitSpec", "FitStatus", "Form",
-           "FormName", "GroupFit", "HeldOut", "ParamEstimate", "Points", "Source", "SourceKind", "fit_curve",
-           "fit_path", "fit_source", "frontier_mask", "holdout_check", "load_source", "results_frame"]
+__all__ = ["BENCHMARK_COLUMNS", "FORMS", "Backtest", "CurveFit", "FitReport", "FitSpec", "FitStatus", "Form",
+           "FormBacktest", "FormName", "GroupFit", "ParamEstimate", "Points", "Prediction", "Source", "SourceKind",
+           "choose", "fit_curve", "fit_group", "fit_path", "fit_source", "frontier_mask", "load_source",
+           "results_frame", "run_backtest"]

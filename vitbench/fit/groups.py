@@ -1,32 +1,44 @@
-"""Fits per group: choose the columns, split the rows, fit every form to every group, one JSON-able report.
+"""Fits per group: choose the rows and columns, split them, fit, backtest and predict every group, one report.
 
 A results source is always split by its benchmark (kind, dataset, shots: few-shot k and fine-tune are
 different metrics) and then by `group` (default `family`); a CSV only by `group` (default `family` if it has
-that column, else one group). Error is `error`, or 1 - `accuracy`; `percent` says the column is 0-100.
-`points`: `all` fits every row; `frontier` only the rows no cheaper row beats (the compute-optimal
-envelope, what Zhai et al. 2022 fit when a group holds several model sizes).
+that column, else one group). Error is `error`, or 1 - `accuracy`, a fraction; `percent` says the column is
+0-100. `where` filters the rows first (vitbench.fit.rows). `points`: `all` fits every row; `frontier` only the
+rows no cheaper row beats (the compute-optimal envelope, what Zhai et al. 2022 fit when a group holds several
+model sizes). Groups are fitted in worker processes (`workers`); each group's result depends only on its points
+and the spec (fixed seeds), never on the number of workers.
 """
 
 from __future__ import annotations
 
+import math
+import multiprocessing
+import os
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
+from typing import Annotated
 
 import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
-from vitbench.errors import ConfigError
-from vitbench.fit.estimate import HOLDOUT_FRACTION, N_BOOT, CurveFit, fit_curve, holdout_check
+from vitbench.errors import ConfigError, shorten
+from vitbench.fit import rows as rowsel
+from vitbench.fit.backtest import N_CUTOFFS, Backtest, choose, default_reach, mixture_log_band, mixture_param, \
+    run_backtest
+from vitbench.fit.estimate import N_BOOT, CurveFit, ParamEstimate, fit_curve
 from vitbench.fit.forms import FORMS, FormName
-from vitbench.fit.source import Source, SourceKind, load_source, numeric_column
+from vitbench.fit.source import Source, SourceKind, columns_text, load_source, numeric_column
 from vitbench.record import clean
 from vitbench.stats import frontier_mask
 
 DEFAULT_COMPUTE = "pretrain_exaflops"  # the paper's x-axis (Figure 5, Table 6): pre-training exaFLOPs
 DEFAULT_ACCURACY = "accuracy"
 DEFAULT_GROUP = "family"
+Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 
 
 class Points(str, Enum):
@@ -35,7 +47,7 @@ class Points(str, Enum):
 
 
 class FitSpec(BaseModel):
-    """What to fit: columns, grouping, forms and the estimator's settings (CLI options map 1:1)."""
+    """What to fit: rows, columns, grouping, forms, the backtest and the estimator's settings (CLI options 1:1)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -44,12 +56,30 @@ class FitSpec(BaseModel):
     accuracy: str | None = None  # ... or an accuracy column (error = 1 - accuracy); neither: `accuracy`
     percent: bool = False  # the error/accuracy column is in percent (0-100)
     group: list[str] | None = None  # None: `family` where that column exists
+    where: str | None = None  # a row filter (vitbench.fit.rows.where)
     forms: list[FormName] = list(FORMS)
     points: Points = Points.ALL
-    holdout: float = Field(HOLDOUT_FRACTION, gt=0, lt=1)
-    bootstrap: int = Field(N_BOOT, ge=0)
+    predict: list[Positive] | None = None  # compute values to predict the error at
+    reach: Annotated[float, Field(gt=0, le=10, allow_inf_nan=False)] | None = None  # backtest reach, decades
+    cutoffs: int = Field(N_CUTOFFS, ge=1, le=10)
+    bootstrap: int = Field(N_BOOT, ge=0, le=100_000)
     ci: float = Field(0.95, gt=0, lt=1)
     seed: int = 0
+
+
+@dataclass
+class Prediction:
+    compute: float
+    reach: float  # decades past the largest measured compute (negative: inside the range)
+    value: float  # the chosen form's prediction
+    ci_low: float | None  # the interval of the forms' weighted mixture (it includes the choice of form); None:
+    ci_high: float | None  # no form with weight has bootstrap replicates (too few points, or --bootstrap 0)
+    form: str
+    backtest_rmse_log: float | None  # the chosen form's backtest error: the typical miss at this reach
+
+    def to_dict(self) -> dict:
+        return {"compute": self.compute, "reach_decades": self.reach, "error": self.value, "ci_low": self.ci_low,
+                "ci_high": self.ci_high, "form": self.form, "backtest_rmse_log": self.backtest_rmse_log}
 
 
 @dataclass
@@ -59,31 +89,100 @@ class GroupFit:
     error: np.ndarray
     labels: list[str]  # per point: its model, else its group value, else "row N"
     fits: list[CurveFit] = field(default_factory=list)
+    backtest: Backtest | None = None
+    chosen: FormName | None = None
+    weights: dict[str, float] = field(default_factory=dict)  # form -> weight from the backtest
+    exponent: ParamEstimate | None = None  # b of the chosen form, CI over the forms' mixture
+    predictions: list[Prediction] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # warnings about this group (pooled curves)
 
     @property
     def title(self) -> str:
-        return ", ".join(f"{k}={v}" for k, v in self.key.items() if v is not None) or "all rows"
+        return ", ".join(f"{k}={shorten(v, 40).strip(chr(39))}" for k, v in self.key.items() if v is not None) \
+            or "all rows"
 
     def fit(self, form: FormName) -> CurveFit | None:
         return next((f for f in self.fits if f.form.name == form), None)
 
     def best(self) -> CurveFit | None:
-        """The form to extrapolate with: the lowest held-out error (Alabdulmohsin et al. 2022 judge scaling
-        laws by extrapolation); where no held-out check ran, the fitted form with the fewest parameters."""
-        ok = [f for f in self.fits if f.ok]
-        checked = [f for f in ok if f.heldout is not None and f.heldout.abs_err_mean is not None]
-        if checked:
-            # errors equal to 6 digits are a tie, won by the simpler form
-            return min(checked, key=lambda f: (float(f"{f.heldout.abs_err_mean:.6g}"), f.form.n_params))
-        return min(ok, key=lambda f: f.form.n_params, default=None)
+        """The form to extrapolate with (vitbench.fit.backtest.choose)."""
+        return self.fit(self.chosen) if self.chosen is not None else None
 
     def to_dict(self) -> dict:
         return {"group": dict(self.key),
                 "n_points": len(self.compute),
                 "compute_range": [float(self.compute.min()), float(self.compute.max())],
                 "error_range": [float(self.error.min()), float(self.error.max())],
-                "best_form": best.form.name.value if (best := self.best()) else None,
+                "best_form": self.chosen.value if self.chosen else None,
+                "weights": self.weights,
+                "exponent": self.exponent.to_dict() if self.exponent else None,
+                "predictions": [p.to_dict() for p in self.predictions],
+                "notes": self.notes,
+                "backtest": self.backtest.to_dict() if self.backtest else None,
                 "fits": [f.to_dict() for f in self.fits]}
+
+
+def fit_group(key: dict, c: np.ndarray, e: np.ndarray, labels: list[str], spec: FitSpec,
+              notes: list[str] | None = None, step: Callable[[str], None] | None = None) -> GroupFit:
+    """Every form of `spec` fitted to one group's points, backtested at the reach, chosen, and predicted;
+    `step(what)` is told after each form and after the backtest (progress on a long fit)."""
+    g = GroupFit(key, c, e, labels, notes=list(notes or []))
+    forms = [FORMS[f] for f in spec.forms]
+    for f in forms:
+        g.fits.append(fit_curve(c, e, f, bootstrap=spec.bootstrap, ci=spec.ci, seed=spec.seed))
+        if step:
+            step(f"{f.name.value} fitted")
+    g.backtest = run_backtest(c, e, forms, default_reach(c, spec.predict, spec.reach), spec.cutoffs)
+    if step:
+        step("backtest done")
+    best, g.weights = choose(g.backtest, g.fits)
+    if best is None:
+        return g
+    g.chosen = best.form.name
+    spread = any(f.n_replicates > 1 for f in g.fits if g.weights.get(f.form.name.value, 0) > 0)
+    b = mixture_param(g.fits, g.weights, "b", spec.ci) if spread else None
+    g.exponent = ParamEstimate(best.params["b"].value, *(b or (None, None)))
+    if spec.predict:
+        xs = np.asarray(spec.predict, dtype=float)
+        mid = best.log_predict(xs)
+        lo, hi = mixture_log_band(g.fits, g.weights, xs, spec.ci) if spread else (None, None)
+        bt = g.backtest.get(best.form)
+        for i, (x, m) in enumerate(zip(xs, mid)):
+            band = (float(np.exp(min(lo[i], m))), float(np.exp(max(hi[i], m)))) if spread else (None, None)
+            g.predictions.append(Prediction(float(x), float(math.log10(x / c.max())), float(np.exp(m)), *band,
+                                            best.form.name.value, bt.rmse_log if bt else None))
+    return g
+
+
+def _job(args) -> GroupFit:
+    return fit_group(*args)
+
+
+def _run(jobs: list[tuple], workers: int | None, progress: Callable[[int, int, str], None] | None
+         ) -> list[GroupFit]:
+    """fit_group over `jobs`, in `workers` processes (None: every core), in the jobs' order."""
+    if workers is None:
+        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    n = len(jobs)
+    if workers <= 1 or n <= 1:
+        out = []
+        for i, job in enumerate(jobs):
+            title = GroupFit(job[0], job[1], job[2], job[3]).title
+            step = (lambda what, i=i, title=title: progress(i, n, f"{title}: {what}")) if progress else None
+            out.append(fit_group(*job, step=step))
+            if progress:
+                progress(i + 1, n, out[-1].title)
+        return out
+    methods = multiprocessing.get_all_start_methods()
+    ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    with ProcessPoolExecutor(max_workers=min(workers, n), mp_context=ctx) as pool:
+        futures = {pool.submit(_job, job): i for i, job in enumerate(jobs)}
+        results: list[GroupFit | None] = [None] * n
+        for done, fut in enumerate(as_completed(futures), 1):
+            results[futures[fut]] = fut.result()
+            if progress:
+                progress(done, n, results[futures[fut]].title)
+    return results
 
 
 @dataclass
@@ -101,12 +200,9 @@ class FitReport:
         return clean({
             "source": self.source, "source_kind": self.source_kind.value, "compute": self.spec.compute,
             "error": self.error_label, "split_by": self.split_by, "points": self.spec.points.value,
-            "ci": self.spec.ci, "bootstrap": self.spec.bootstrap, "holdout_fraction": self.spec.holdout,
-            "dropped": self.dropped, "groups": [g.to_dict() for g in self.groups]})
-
-
-def _present(v) -> bool:
-    return bool(pd.notna(v))
+            "where": self.spec.where, "predict": self.spec.predict, "ci": self.spec.ci,
+            "bootstrap": self.spec.bootstrap, "dropped": self.dropped,
+            "groups": [g.to_dict() for g in self.groups]})
 
 
 def _fmt(v):
@@ -115,53 +211,74 @@ def _fmt(v):
     return v.item() if hasattr(v, "item") else v
 
 
-def _error(source: Source, spec: FitSpec, where: str) -> tuple[pd.Series, str]:
-    frame = source.frame
+def _row(series: pd.Series, mask: pd.Series) -> str:
+    i = mask.to_numpy().nonzero()[0][0]
+    label = series.index[i]
+    return f"row {label + 1 if isinstance(label, (int, np.integer)) else label} holds {series.iloc[i]:g}"
+
+
+def _error(source: Source, frame: pd.DataFrame, spec: FitSpec, where: str) -> tuple[pd.Series, str, str]:
+    """(error values, label, the option that chose the column)."""
     if spec.error and spec.accuracy:
         raise ConfigError("give --error COL or --accuracy COL, not both")
-    scale = 100.0 if spec.percent else 1.0
-    if spec.error:
-        return numeric_column(frame, spec.error, "--error", where) / scale, spec.error
-    if spec.accuracy is None and "error" in frame.columns and source.kind == SourceKind.CSV:
-        return numeric_column(frame, "error", "--error", where) / scale, "error"
-    col = spec.accuracy or DEFAULT_ACCURACY
-    acc = numeric_column(frame, col, "--accuracy", where) / scale
-    if ((acc.dropna() > 1) | (acc.dropna() < 0)).any():
-        raise ConfigError(f"{where}: column {col!r} (--accuracy) has values outside [0, 1] (min {acc.min():g}, "
-                          f"max {acc.max():g}); accuracy is a fraction in [0, 1], or pass --percent for 0-100")
-    return 1.0 - acc, f"1 - {col}"
+    scale, hint = (100.0, "0-100 (--percent)") if spec.percent else (1.0, "a fraction in [0, 1] (or pass "
+                                                                          "--percent for 0-100)")
+    if spec.error or (spec.accuracy is None and "error" in frame.columns and source.kind == SourceKind.CSV):
+        col = spec.error or "error"
+        values, label, option = numeric_column(frame, col, "--error", where) / scale, col, "--error"
+    else:
+        col = spec.accuracy or DEFAULT_ACCURACY
+        values, label, option = 1.0 - numeric_column(frame, col, "--accuracy", where) / scale, f"1 - {col}", \
+            "--accuracy"
+    bad = values.notna() & ~np.isfinite(values.fillna(0))
+    if bad.any():
+        raise ConfigError(f"{where}: column {shorten(col, 60)} ({option}) is not finite: {_row(values, bad)}")
+    out = values.notna() & ((values < 0) | (values > 1))
+    if out.any():
+        shown = values if option == "--error" else 1.0 - values
+        raise ConfigError(f"{where}: column {shorten(col, 60)} ({option}) must be {hint}: "
+                          f"{_row(shown * scale, out)}")
+    return values, label, option
 
 
-def fit_source(source: Source, spec: FitSpec = FitSpec()) -> FitReport:
-    """Fit every form in `spec` to every group of `source`'s rows."""
+def fit_source(source: Source, spec: FitSpec = FitSpec(), *, workers: int | None = None,
+               progress: Callable[[int, int, str], None] | None = None) -> FitReport:
+    """Fit every form in `spec` to every group of `source`'s rows (`workers` processes; None: every core)."""
     where = str(source.path)
     frame = source.frame
+    if spec.where:
+        frame = rowsel.where(frame, spec.where, where)
     if frame.empty:
-        raise ConfigError(f"{where}: no rows to fit")
+        raise ConfigError(f"{where}: no rows to fit" + (f" (--where {shorten(spec.where, 120)} kept none)"
+                                                        if spec.where else ""))
     compute = numeric_column(frame, spec.compute, "--compute", where)
-    error, error_label = _error(source, spec, where)
+    bad = compute.notna() & ~np.isfinite(compute.fillna(0))
+    if bad.any():
+        raise ConfigError(f"{where}: column {shorten(spec.compute, 60)} (--compute) is not finite: "
+                          f"{_row(compute, bad)}")
+    error, error_label, option = _error(source, frame, spec, where)
     group = spec.group if spec.group is not None else ([DEFAULT_GROUP] if DEFAULT_GROUP in frame.columns else [])
     for g in group:
         if g not in frame.columns:
-            raise ConfigError(f"{where}: no column {g!r} (--group); columns: {', '.join(map(str, frame.columns))}")
+            raise ConfigError(f"{where}: no column {shorten(g, 60)} (--group); columns: "
+                              f"{columns_text(frame.columns)}")
     split_by = [c for c in source.benchmark_columns if c not in group] + list(group)
     usable = compute.notna() & error.notna()
     if not usable.any():
-        raise ConfigError(f"{where}: no row has numbers in both {spec.compute!r} and {error_label!r}"
+        raise ConfigError(f"{where}: no row has numbers in both {shorten(spec.compute, 60)} and {error_label!r}"
                           + (" (no fewshot/finetune rows with pre-training compute?)"
                              if source.kind == SourceKind.RESULTS else ""))
     dropped = []
     half = compute.notna() ^ error.notna()  # rows with one of the two: worth a note (bench rows have neither)
     if half.any():
-        dropped.append(f"{int(half.sum())} rows with only one of {spec.compute} and {error_label}")
+        dropped.append(f"{int(half.sum())} rows with only one of {shorten(spec.compute, 60)} and {error_label}")
     bad = usable & (compute <= 0)
     if bad.any():
-        i = int(np.flatnonzero(bad.to_numpy())[0])
-        raise ConfigError(f"{where}: column {spec.compute!r} (--compute) must be > 0 for a log-scale fit; "
-                          f"row {i + 1} holds {compute.iloc[i]:g}")
-    if (usable & (error < 0)).any():
-        raise ConfigError(f"{where}: {error_label} is negative in some rows; error must be in [0, 1]")
+        raise ConfigError(f"{where}: column {shorten(spec.compute, 60)} (--compute) must be > 0 for a log-scale "
+                          f"fit: {_row(compute, bad)}")
     zero = usable & (error == 0)
+    if zero.all() or (usable & ~zero).sum() == 0:
+        raise ConfigError(f"{where}: {error_label} ({option}) is 0 in every row: a log-space fit needs error > 0")
     if zero.any():
         dropped.append(f"{int(zero.sum())} rows with {error_label} = 0 (a log-space fit needs error > 0)")
     rows = frame[usable & ~zero].assign(_compute=compute, _error=error)
@@ -170,7 +287,8 @@ def fit_source(source: Source, spec: FitSpec = FitSpec()) -> FitReport:
     labels = rows[name_by].astype(str) if name_by else pd.Series([f"row {i + 1}" for i in rows.index],
                                                                    index=rows.index)
     rows = rows.assign(_label=labels)
-    groups: list[GroupFit] = []
+    skip = set(split_by) | {spec.compute, spec.error, spec.accuracy, "error", DEFAULT_ACCURACY}
+    jobs = []
     parts = rows.groupby(split_by, dropna=False, sort=True) if split_by else [((), rows)]
     for key, part in parts:
         key = key if isinstance(key, tuple) else (key,)
@@ -179,15 +297,16 @@ def fit_source(source: Source, spec: FitSpec = FitSpec()) -> FitReport:
         if spec.points == Points.FRONTIER:
             keep = frontier_mask(c, e)
             c, e, lab = c[keep], e[keep], [x for x, k in zip(lab, keep) if k]
-        gf = GroupFit({col: _fmt(v) if _present(v) else None for col, v in zip(split_by, key)}, c, e, lab)
-        for form in spec.forms:
-            cf = fit_curve(c, e, form, bootstrap=spec.bootstrap, ci=spec.ci, seed=spec.seed)
-            cf.heldout = holdout_check(c, e, form, fraction=spec.holdout)
-            gf.fits.append(cf)
-        groups.append(gf)
+        order = np.argsort(c, kind="stable")
+        gkey = {col: _fmt(v) if pd.notna(v) else None for col, v in zip(split_by, key)}
+        title = GroupFit(gkey, c, e, lab).title
+        pools = rowsel.pooled(part, skip)
+        notes = [rowsel.pooled_note(title, pools)] if pools else []
+        jobs.append((gkey, c[order], e[order], [lab[i] for i in order], spec, notes))
+    groups = _run(jobs, workers, progress)
     return FitReport(where, source.kind, spec, error_label, split_by, groups, dropped)
 
 
-def fit_path(path: str | Path, spec: FitSpec = FitSpec()) -> FitReport:
+def fit_path(path: str | Path, spec: FitSpec = FitSpec(), **kw) -> FitReport:
     """`fit_source(load_source(path), spec)`: a results directory / .jsonl or a CSV file."""
-    return fit_source(load_source(path), spec)
+    return fit_source(load_source(path), spec, **kw)

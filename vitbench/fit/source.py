@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from vitbench.errors import ConfigError
+from vitbench.errors import ConfigError, shorten
 
 # The columns that say which benchmark a results row measures (Figure 5's panels): a fit never mixes them.
 BENCHMARK_COLUMNS: tuple[str, ...] = ("kind", "dataset", "shots")
@@ -102,17 +102,24 @@ def load_source(path: str | Path) -> Source:
     raise ConfigError(f"SOURCE {str(p)!r}: expected a results directory, a results .jsonl file or a .csv file")
 
 
+def columns_text(columns, limit: int = 20) -> str:
+    """The first `limit` column names, and how many more (an error message never lists 100 columns)."""
+    names = [shorten(str(c), 40).strip("'\"") for c in columns]
+    more = f", ... ({len(names) - limit} more)" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more
+
+
 def numeric_column(frame: pd.DataFrame, column: str, option: str, where: str) -> pd.Series:
     """`frame[column]` as floats (missing cells NaN); a missing column or a non-numeric cell is a ConfigError
     naming the column, the option that chose it, and the columns there are."""
     if column not in frame.columns:
-        raise ConfigError(f"{where}: no column {column!r} ({option}); "
-                          f"columns: {', '.join(map(str, frame.columns))}")
+        raise ConfigError(f"{where}: no column {shorten(column, 60)} ({option}); "
+                          f"columns: {columns_text(frame.columns)}")
     raw = frame[column]
     values = pd.to_numeric(raw, errors="coerce")
     bad = values.isna() & raw.notna() & (raw.astype(str).str.strip() != "")
     if bad.any():
         i = int(np.flatnonzero(bad.to_numpy())[0])
-        raise ConfigError(f"{where}: column {column!r} ({option}) is not numeric: row {i + 1} holds "
-                          f"{raw.iloc[i]!r}; columns: {', '.join(map(str, frame.columns))}")
+        raise ConfigError(f"{where}: column {shorten(column, 60)} ({option}) is not numeric: row {i + 1} holds "
+                          f"{shorten(raw.iloc[i], 60)}; columns: {columns_text(frame.columns)}")
     return values.astype(float)

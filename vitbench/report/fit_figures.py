@@ -1,7 +1,8 @@
 """Scaling-law figures (matplotlib, no pyplot state; each returns a Figure, or None when there is nothing to draw).
 
 - fitted_curves: error vs compute per group with the fitted law and its bootstrap band (Figure 5 with fits);
-  the held-out check drawn as the small-budget fit's extrapolation against the points it never saw.
+  the backtest drawn as the small-budget fit's extrapolation against the points it never saw; predictions
+  (--predict) as a dashed extrapolation with their intervals.
 - compute_frontier: which model is best at each budget (the measured frontier), and which group's fitted
   law is lowest across the compute range (the family to buy at a budget).
 - throughput_vs_accuracy: inference speed against transfer accuracy (DeiT, Touvron et al. 2021, Figure 1:
@@ -109,7 +110,7 @@ def _axes(n: int, height: float = 4.8, extra_rows: bool = False):
 
 
 def _chosen(g: GroupFit, form: FormName | None):
-    """The fit to draw: `form`, or (None) the group's best-extrapolating form (GroupFit.best)."""
+    """The fit to draw: `form`, or (None) the group's form chosen by the backtest (GroupFit.best)."""
     f = g.best() if form is None else g.fit(form)
     return f if f is not None and f.ok else None
 
@@ -123,12 +124,23 @@ def _loglog(ax, report: FitReport) -> None:
     ax.grid(True, which="both", alpha=0.3)
 
 
+def _backtest_view(g: GroupFit, f):
+    """(mask of the points the chosen form's last backtest cut-off predicted, that fit's parameters) or None."""
+    bt = g.backtest.get(f.form) if g.backtest is not None else None
+    if bt is None or not bt.fits or not bt.predicted:
+        return None
+    cut = max(bt.fits)
+    ahead = (g.compute > cut) & (g.compute <= cut * 10**g.backtest.reach * (1 + 1e-9))
+    return ahead, bt.fits[cut]
+
+
 def fitted_curves(df: pd.DataFrame, *, fits: FitReport | None = None, spec: FitSpec | None = None,
                   form: FormName | None = None) -> Figure | None:
     """Error vs compute (log-log), one panel per benchmark, one curve per group: the points, the fitted law
-    with its bootstrap band (dashed where there is no CI), and (dotted) the held-out check's fit extrapolated
-    over the budgets it never saw (hollow markers). `form`: which law; None: each group's best-extrapolating
-    one (lowest held-out error, named in the legend)."""
+    with its bootstrap band (dashed where there is no CI); dotted, the backtest's fit at its largest cut-off
+    extrapolated over the points it never saw (hollow markers); dashed beyond the data, the extrapolation to the
+    --predict values with the interval over the forms (error bars). `form`: which law; None: each group's
+    chosen one (lowest backtest error, named in the legend)."""
     report = _report(df, fits, spec)
     if report is None or not report.groups:
         return None
@@ -145,10 +157,8 @@ def fitted_curves(df: pd.DataFrame, *, fits: FitReport | None = None, spec: FitS
                 label += f" ({f.form.name.value}): " + (
                     "b undetermined (at its bound)" if f.exponent_at_bound else f"b = {b.value:.2f} " + (
                         f"[{b.ci_low:.2f}, {b.ci_high:.2f}]" if b.ci_low is not None else "(no CI)"))
-            held = np.zeros(len(g.compute), dtype=bool)
-            h = f.heldout if f is not None else None
-            if h is not None and h.cutoff is not None and h.observed:
-                held = g.compute >= h.cutoff
+            view = _backtest_view(g, f) if f is not None else None
+            held = view[0] if view is not None else np.zeros(len(g.compute), dtype=bool)
             ax.scatter(g.compute[~held], g.error[~held], marker=marker, color=color, s=36, zorder=3, label=label)
             if held.any():
                 ax.scatter(g.compute[held], g.error[held], marker=marker, facecolors="white", edgecolors=color,
@@ -161,13 +171,25 @@ def fitted_curves(df: pd.DataFrame, *, fits: FitReport | None = None, spec: FitS
             ax.plot(xs, f.predict(xs), color=color, linewidth=1.8, zorder=2, linestyle="-" if band else "--")
             if band is not None:
                 ax.fill_between(xs, *band, color=color, alpha=0.18, linewidth=0, zorder=1)
-            if h is not None and h.observed:
-                xh = np.geomspace(g.compute.min(), g.compute.max(), 120)
-                ax.plot(xh, f.form.predict(h.params, xh), color=color, linewidth=1.1, linestyle=":", zorder=2)
+            if view is not None:
+                ax.plot(xs, f.form.predict(view[1], xs), color=color, linewidth=1.1, linestyle=":", zorder=2)
+            if g.predictions and g.chosen == f.form.name:
+                top = max(p.compute for p in g.predictions)
+                if top > g.compute.max():
+                    xe = np.geomspace(g.compute.max(), top, 60)
+                    ax.plot(xe, f.predict(xe), color=color, linewidth=1.6, linestyle="--", zorder=2)
+                px = np.array([p.compute for p in g.predictions])
+                py = np.array([p.value for p in g.predictions])
+                lo = np.array([p.ci_low if p.ci_low is not None else p.value for p in g.predictions])
+                hi = np.array([p.ci_high if p.ci_high is not None else p.value for p in g.predictions])
+                ax.errorbar(px, py, yerr=[py - lo, hi - py], fmt="D", color=color, markersize=5, capsize=3, zorder=3)
         _loglog(ax, report)
-        law = f"{form.value} law" if form else "best held-out law per group"
+        law = f"{form.value} law" if form else "law chosen by the backtest per group"
         ax.set_title(f"{_panel_title(report, key)}: {law}, {report.spec.ci:.0%} band", fontsize=10)
-        ax.plot([], [], color="0.4", linestyle=":", label="held-out check: fit without hollow points")
+        ax.plot([], [], color="0.4", linestyle=":", label="backtest: fit without the hollow points")
+        if any(g.predictions for g in groups):
+            ax.plot([], [], color="0.4", linestyle="--", marker="D", label="prediction (interval over the forms)")
+            n += 1
         _legend(fig, ax, n + 1)
     return fig
 

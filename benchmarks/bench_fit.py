@@ -1,0 +1,138 @@
+"""Scaling-law fits: does the backtest choose well, does it tell the truth, how fast is it (docs/scaling-laws.md).
+
+    python benchmarks/bench_fit.py synthetic [--curves 6] [--noise 0.02]   # choice and calibration
+    python benchmarks/bench_fit.py speed [--curves 72] [--points 50] [--workers N]
+    python benchmarks/bench_fit.py csv FILE --compute COL --error COL --group COL [--reach 1]
+
+synthetic: curves drawn from each form (TRUTH, 5 decades, log-normal noise); every form is fitted on the first 4
+decades and predicts the last one, which no fit sees. Prints, per generating form, the RMSE of the log prediction
+of the chosen law and of each single form on that last decade, how often the generating form was chosen, and the
+backtest's reported error against that real error.
+csv: the same on published curves (fit on all but the last `reach` decades of each group's budgets).
+speed: `curves` curves of `points` points fitted with the default settings (1000 bootstrap replicates).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import numpy as np
+import pandas as pd
+
+from vitbench.fit import FORMS, FitSpec, FormName, fit_group
+
+# One truth per form, chosen so that the forms differ over the decade predicted (compute 1 .. 1e5)
+TRUTH = {FormName.POWER: {"a": 0.6, "b": 0.25},
+         FormName.OFFSET: {"e_inf": 0.12, "a": 0.6, "b": 0.5},
+         FormName.SATURATING: {"e_inf": 0.05, "a": 2.0, "b": 0.6, "c0": 30.0},
+         FormName.M4: {"a": 3.0, "b": 0.7, "e_inf": 0.03, "e0": 0.9, "alpha": 1.5}}
+
+
+def curve(form: FormName, seed: int, noise: float, n: int = 50, decades: float = 5.0):
+    c = np.geomspace(1, 10**decades, n)
+    e = FORMS[form].predict(TRUTH[form], c) * np.exp(np.random.default_rng(seed).normal(0, noise, n))
+    return c, e
+
+
+def judge(c: np.ndarray, e: np.ndarray, reach: float, spec: FitSpec) -> dict:
+    """Fit on C <= max / 10^reach, return the chosen form, its backtest error and every form's real error."""
+    seen = c <= c.max() / 10**reach * (1 + 1e-9)
+    g = fit_group({}, c[seen], e[seen], [""] * int(seen.sum()), spec)
+    real = {f.form.name: float(np.sqrt(np.mean((f.log_predict(c[~seen]) - np.log(e[~seen])) ** 2)))
+            for f in g.fits if f.ok}
+    bt = g.backtest.get(FORMS[g.chosen])
+    return {"chosen": g.chosen, "reported": bt.rmse_log if bt else None, "real": real}
+
+
+def synthetic(curves: int, noise: float) -> None:
+    spec = FitSpec(bootstrap=0, reach=1.0)
+    print(f"{curves} curves per form, 50 points over 5 decades, {noise:.0%} noise; fit on 4 decades, predict the "
+          f"5th. RMSE of log prediction on the 5th decade (real), backtest's reported error for the chosen law")
+    print(f"{'truth':11s} {'chosen':>8s} " + " ".join(f"{f.value:>10s}" for f in FORMS) +
+          f" {'truth chosen':>13s} {'reported':>9s} {'real':>7s}")
+    all_rep, all_real = [], []
+    for truth in FORMS:
+        rows = [judge(*curve(truth, s, noise), 1.0, spec) for s in range(curves)]
+        rms = {f: np.sqrt(np.mean([r["real"][f] ** 2 for r in rows if f in r["real"]])) for f in FORMS}
+        chosen = np.sqrt(np.mean([r["real"][r["chosen"]] ** 2 for r in rows]))
+        rep = np.sqrt(np.mean([r["reported"] ** 2 for r in rows]))
+        hits = sum(r["chosen"] == truth for r in rows)
+        all_rep.append(rep)
+        all_real.append(chosen)
+        print(f"{truth.value:11s} {chosen:8.4f} " + " ".join(f"{rms[f]:10.4f}" for f in FORMS) +
+              f" {hits:>6d} of {len(rows):<4d} {rep:9.4f} {chosen:7.4f}")
+    ratio = np.sqrt(np.mean(np.square(all_rep))) / np.sqrt(np.mean(np.square(all_real)))
+    print(f"reported / real, all curves: {ratio:.2f}")
+
+
+def published(path: str, compute: str, error: str, group: str, reach: float) -> None:
+    df = pd.read_csv(path)
+    spec = FitSpec(bootstrap=0, reach=reach)
+    rows = []
+    for key, part in df.groupby(group):
+        part = part.sort_values(compute)
+        c, e = part[compute].to_numpy(float), part[error].to_numpy(float)
+        ok = (c > 0) & (e > 0) & (e <= 1)
+        c, e = c[ok], e[ok]
+        if len(np.unique(c)) < 12 or np.log10(c.max() / c.min()) < reach + 1:
+            continue
+        rows.append(judge(c, e, reach, spec))
+    print(f"{len(rows)} curves; median over curves of the RMSE of the log prediction over the last {reach} "
+          "decade(s)")
+    print("chosen law", f"{np.median([r['real'][r['chosen']] for r in rows]):.4f}")
+    for f in FORMS:
+        vals = [r["real"][f] for r in rows if f in r["real"]]
+        wins = sum(min(r["real"], key=r["real"].get) == f for r in rows)
+        print(f"{f.value:10s}", f"{np.median(vals):.4f}", f"best in {wins}")
+    print("chosen: " + ", ".join(f"{f.value} {sum(r['chosen'] == f for r in rows)}" for f in FORMS))
+    rep = np.median([r["reported"] for r in rows if r["reported"] is not None])
+    print(f"backtest reported (median) {rep:.4f}")
+
+
+def speed(curves: int, points: int, workers: int | None) -> None:
+    from pathlib import Path
+
+    from vitbench.fit import Source, SourceKind, fit_source
+
+    rows = []
+    forms = list(FORMS)
+    for i in range(curves):
+        c, e = curve(forms[i % 4], i, 0.02, n=points)
+        rows += [{"curve": i, "compute": x, "error": y} for x, y in zip(c, e)]
+    src = Source(SourceKind.CSV, Path("<synthetic>"), pd.DataFrame(rows))
+    t, cpu = time.perf_counter(), os.times()
+    fit_source(src, FitSpec(compute="compute", error="error", group=["curve"]), workers=workers)
+    done = os.times()
+    used = (done.user + done.system + done.children_user + done.children_system
+            - cpu.user - cpu.system - cpu.children_user - cpu.children_system)
+    print(f"{curves} curves x {points} points, 1000 bootstrap replicates, 4 forms: {time.perf_counter() - t:.1f} s"
+          " "
+          f"wall, {used:.1f} s CPU (workers={workers or 'all cores'})")
+    c, e = curve(FormName.SATURATING, 0, 0.02, n=10)
+    t, cpu = time.perf_counter(), time.process_time()
+    fit_group({}, c, e, [""] * 10, FitSpec())
+    print(f"one 10-point curve, 1000 replicates, 4 forms: {time.perf_counter() - t:.2f} s wall, "
+          f"{time.process_time() - cpu:.2f} s CPU")
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("what", choices=("synthetic", "speed", "csv"))
+    ap.add_argument("file", nargs="?")
+    ap.add_argument("--curves", type=int, default=None)
+    ap.add_argument("--points", type=int, default=50)
+    ap.add_argument("--noise", type=float, default=0.02)
+    ap.add_argument("--workers", type=int, default=None)
+    ap.add_argument("--compute")
+    ap.add_argument("--error")
+    ap.add_argument("--group")
+    ap.add_argument("--reach", type=float, default=1.0)
+    a = ap.parse_args()
+    if a.what == "synthetic":
+        synthetic(a.curves or 6, a.noise)
+    elif a.what == "speed":
+        speed(a.curves or 72, a.points, a.workers)
+    else:
+        published(a.file, a.compute, a.error, a.group, a.reach)

@@ -1,0 +1,136 @@
+"""`vitbench fit` options (--where, --predict, the pooling warning, --workers) and hostile inputs (issue 24)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from vitbench.fit import FitSpec, fit_path
+
+C = np.geomspace(1, 1e4, 12)
+
+
+def _curve(scale: float, b: float, seed: int) -> np.ndarray:
+    return (0.05 + scale * C**-b) * np.exp(np.random.default_rng(seed).normal(0, 0.02, len(C)))
+
+
+@pytest.fixture
+def two_models(tmp_path):
+    """Two models measured at the same budgets, in one CSV without a group column that says so."""
+    rows = [{"model": m, "benchmark": "digits", "compute": x, "error": y}
+            for i, (m, s, b) in enumerate((("small", 0.5, 0.3), ("large", 0.3, 0.5)))
+            for x, y in zip(C, _curve(s, b, i))]
+    p = tmp_path / "curves.csv"
+    pd.DataFrame(rows).to_csv(p, index=False)
+    return p
+
+
+def _fit(cli, path, *args):
+    return cli("fit", path, "--compute", "compute", "--error", "error", "--bootstrap", "20", "--workers", "1",
+               *args)
+
+
+def test_pooled_curves_are_warned_about_naming_the_column(cli, two_models):
+    r = _fit(cli, two_models, "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    note = doc["groups"][0]["notes"][0]
+    assert "2 values of 'model' (large, small)" in note and "--group model" in note
+    assert "warning:" in r.stderr and "'model'" in r.stderr
+    r = _fit(cli, two_models, "--group", "model", "--json")
+    assert r.exit_code == 0 and all(not g["notes"] for g in json.loads(r.stdout)["groups"])
+    assert "warning" not in r.stderr
+
+
+def test_where_selects_rows_and_refuses_anything_else(cli, two_models):
+    r = _fit(cli, two_models, "--where", "model == 'small' and compute >= 1", "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["where"] == "model == 'small' and compute >= 1"
+    assert [g["n_points"] for g in doc["groups"]] == [12] and not doc["groups"][0]["notes"]
+    r = _fit(cli, two_models, "--where", "`model` in ['large']", "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["groups"][0]["n_points"] == 12
+    for expr, says in (("__import__('os').system('echo hi')", "call is not allowed"),
+                       ("model.str.len() > 3", "not allowed"),
+                       ("model[0] == 's'", "subscript is not allowed"),
+                       ("@x > 1", "not an expression"),
+                       ("size > 3", "no column 'size'"),
+                       ("model ==", "not an expression"),
+                       ("model == 'nothing'", "kept none")):
+        r = _fit(cli, two_models, "--where", expr)
+        assert r.exit_code == 2 and "--where" in r.output and says in r.output, (expr, r.output)
+        assert "Traceback" not in r.output and len(r.output) < 2048
+
+
+def test_predict_prints_and_stores_predictions_with_intervals(cli, two_models, tmp_path):
+    out = tmp_path / "fit"
+    r = _fit(cli, two_models, "--group", "model", "--predict", "1e5,1e6", "--json", "--out", out)
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["predict"] == [1e5, 1e6]
+    for g in doc["groups"]:
+        assert [p["compute"] for p in g["predictions"]] == [1e5, 1e6]
+        for p in g["predictions"]:
+            assert p["ci_low"] <= p["error"] <= p["ci_high"] and p["form"] == g["best_form"]
+        assert g["backtest"]["reach_decades"] == pytest.approx(2.0)  # as far as the furthest prediction
+    assert (out / "fit_curves.png").stat().st_size > 1000
+    r = _fit(cli, two_models, "--group", "model", "--predict", "1e5")
+    assert r.exit_code == 0 and "predictions" in r.stdout and "1e+05" in r.stdout
+    for bad in ("inf", "-1", "abc", "nan", "1e5,0"):
+        r = _fit(cli, two_models, "--predict", bad)
+        assert r.exit_code == 2 and "--predict" in r.output and "Traceback" not in r.output, (bad, r.output)
+
+
+def test_results_do_not_depend_on_the_number_of_workers(two_models):
+    spec = FitSpec(compute="compute", error="error", group=["model"], bootstrap=30, predict=[1e5])
+    one = fit_path(two_models, spec, workers=1).to_dict()
+    two = fit_path(two_models, spec, workers=2).to_dict()
+    assert json.dumps(one, sort_keys=True) == json.dumps(two, sort_keys=True)
+
+
+def _hostile_csv(tmp_path, name, **cols):
+    p = tmp_path / f"{name}.csv"
+    pd.DataFrame(cols).to_csv(p, index=False)
+    return p
+
+
+def test_hostile_inputs_exit_2_with_a_short_message_naming_the_option(cli, tmp_path):
+    n = len(C)
+    good = _curve(0.5, 0.3, 0)
+    wide = {f"metric_{i:03d}": np.arange(n, dtype=float) for i in range(100)}
+    cases = [  # (csv columns, extra options, what the message must say)
+        ({"compute": np.r_[C[:-1], np.inf], "error": good}, [], "(--compute) is not finite"),
+        ({"compute": C, "error": np.r_[good[:-1], -np.inf]}, [], "(--error) is not finite"),
+        ({"compute": C, "error": np.zeros(n)}, [], "is 0 in every row"),
+        ({"compute": C, "error": good * 100}, [], "(--error) must be a fraction in [0, 1]"),
+        ({"compute": C, "error": np.r_[good[:-1], 1.5]}, [], "row 12 holds 1.5"),
+        ({"compute": C, "error": good}, ["--percent"], None),  # fine: 0-100 read as percent, values < 1 %
+        ({"compute": C, **wide}, [], "(more)"),
+        ({"compute": C, "error": good}, ["--group", "g" * 5000], "(--group)"),
+        ({"compute": C, "error": good}, ["--reach", "-1"], "reach"),
+        ({"compute": C, "error": good}, ["--bootstrap", "-5"], "bootstrap"),
+    ]
+    for i, (cols, extra, says) in enumerate(cases):
+        path = _hostile_csv(tmp_path, f"h{i}", **cols)
+        r = cli("fit", path, "--compute", "compute", "--bootstrap", "0", "--workers", "1", *extra)
+        if says is None:
+            assert r.exit_code == 0, r.output
+            continue
+        assert r.exit_code == 2, (i, r.output)
+        assert "Traceback" not in r.output and len(r.output.encode()) < 2048, (i, len(r.output))
+        assert says.replace("(more)", "more)") in r.output, (i, r.output)
+        assert max(len(line) for line in r.output.splitlines()) < 1000, i
+
+
+def test_progress_is_reported_per_group(two_models):
+    seen = []
+    fit_path(two_models, FitSpec(compute="compute", error="error", group=["model"], bootstrap=0), workers=1,
+             progress=lambda done, total, title: seen.append((done, total, title)))
+    done = [s for s in seen if s[2] in ("model=large", "model=small")]
+    assert done == [(1, 2, "model=large"), (2, 2, "model=small")]
+    steps = [s for s in seen if s not in done]  # within a group: after each form and after the backtest
+    assert steps[:5] == [(0, 2, f"model=large: {w}") for w in ("power fitted", "offset fitted", "saturating fitted",
+                                                                "m4 fitted", "backtest done")]

@@ -1,0 +1,243 @@
+"""Judge each form by how it extrapolates at the user's reach, choose one, and make intervals that know the choice.
+
+Backtest. A scaling law is used to predict budgets beyond the measured ones, `reach` decades of compute past the
+largest (Alabdulmohsin et al. 2022 judge estimators by exactly this: fit on the smaller budgets, RMSE of the log
+prediction on the larger ones). So each form is fitted on the budgets up to a cut-off and predicts every point
+from the cut-off to `reach` decades beyond it; the fit never sees those points. Several cut-offs (the largest
+that still leaves a full `reach` of points beyond it, then each CUTOFF_STEP x reach lower) make it an average over
+where the curve is cut, not one draw. Every prediction is kept with its reach (log10 of its compute over the
+cut-off's), so the error is reported against reach. Every form is scored on the same cut-offs; a cut-off keeps
+more budgets than the largest form has parameters. Where the curve is too short for a full reach, the cut-offs
+start at the smallest fittable set and the reach achieved is said.
+
+Choice. The form with the lowest backtest RMSE of log predictions; forms within TIE of it count as equal and the
+one with the fewest parameters wins (a collapsed form, e.g. an offset law at e_inf = 0, predicts what the form it
+became predicts). Weights for averaging: pseudo-Bayesian model averaging on the backtest (Geisser & Eddy 1979;
+Yao et al. 2018, "Using stacking to average Bayesian predictive distributions", Sec. 3.2): a form's backtest log
+predictive density under a normal error of its own RMSE, w ~ exp(-m/2 log mse) over m predicted budgets.
+Intervals that include the choice: predictions and the exponent come from the weighted mixture of every form's
+bootstrap replicates, so two forms that disagree widen the interval.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from vitbench.fit.estimate import CurveFit, FitStatus, fit_curve
+from vitbench.fit.forms import Form
+
+N_CUTOFFS = 3  # cut-offs per backtest, each CUTOFF_STEP x reach lower: an average over where the curve is cut
+CUTOFF_STEP = 0.25  # of the reach: cut-offs close to the end fit nearly as much of the curve as the user does
+TIE = 0.05  # backtest RMSEs within 5 % are equal: the simpler form wins (a few held-out points cannot tell)
+MAX_POINTS = 4096  # a curve with more points is backtested on an even subsample of this many (said in the JSON)
+MAX_LISTED = 500  # predictions listed one by one in the JSON at most (the summaries cover all)
+DEFAULT_REACH_SHARE = 1 / 3  # without --predict or --reach: predict the last third of the measured decades
+
+
+@dataclass
+class FormBacktest:
+    form: Form
+    status: FitStatus = FitStatus.OK
+    message: str | None = None
+    cutoff: list[float] = field(default_factory=list)  # per prediction: the largest compute the fit saw
+    compute: list[float] = field(default_factory=list)
+    observed: list[float] = field(default_factory=list)
+    predicted: list[float] = field(default_factory=list)
+    fits: dict[float, dict[str, float]] = field(default_factory=dict)  # cut-off -> parameters (user units)
+
+    @property
+    def reach(self) -> np.ndarray:
+        return np.log10(np.asarray(self.compute) / np.asarray(self.cutoff))
+
+    @property
+    def log_err(self) -> np.ndarray:
+        return np.log(np.asarray(self.predicted)) - np.log(np.asarray(self.observed))
+
+    @property
+    def rmse_log(self) -> float | None:
+        """RMSE of log(predicted / observed) over every prediction (Alabdulmohsin et al. 2022's metric)."""
+        return float(np.sqrt(np.mean(self.log_err**2))) if self.predicted else None
+
+    @property
+    def abs_err_mean(self) -> float | None:
+        """Mean |predicted - observed| in the error's units (0.03 = 3 points of accuracy)."""
+        return float(np.mean(np.abs(np.subtract(self.predicted, self.observed)))) if self.predicted else None
+
+    def by_reach(self, reach: float, bins: int = 3) -> list[dict]:
+        """RMSE of log predictions in `bins` equal bins of reach over (0, reach] decades."""
+        out, r, err = [], self.reach, self.log_err
+        edges = np.linspace(0, reach, bins + 1)
+        for lo, hi in zip(edges[:-1], edges[1:]):
+            m = (r > lo) & (r <= hi * (1 + 1e-9))
+            out.append({"reach_decades": [float(lo), float(hi)], "n": int(m.sum()),
+                        "rmse_log": float(np.sqrt(np.mean(err[m] ** 2))) if m.any() else None})
+        return out
+
+    def to_dict(self, reach: float) -> dict:
+        return {"form": self.form.name.value, "status": self.status.value, "message": self.message,
+                "rmse_log": self.rmse_log, "abs_err_mean": self.abs_err_mean, "n_predictions": len(self.predicted),
+                "by_reach": self.by_reach(reach),
+                "points": [{"cutoff": a, "compute": c, "reach_decades": float(math.log10(c / a)), "observed": o,
+                            "predicted": p}
+                           for a, c, o, p in zip(self.cutoff, self.compute, self.observed, self.predicted)
+                           ][:MAX_LISTED],
+                "fits": [{"cutoff": k, "params": v} for k, v in self.fits.items()]}
+
+
+@dataclass
+class Backtest:
+    reach: float  # decades asked for
+    achieved: float = 0.0  # the longest reach of any prediction made
+    cutoffs: list[float] = field(default_factory=list)
+    forms: list[FormBacktest] = field(default_factory=list)
+    message: str | None = None
+    subsample: int | None = None  # the points used, where the curve had more than MAX_POINTS
+
+    def get(self, form: Form) -> FormBacktest | None:
+        return next((f for f in self.forms if f.form.name == form.name), None)
+
+    def to_dict(self) -> dict:
+        return {"reach_decades": self.reach, "achieved_reach_decades": self.achieved, "cutoffs": self.cutoffs,
+                "message": self.message, "subsample": self.subsample,
+                "forms": [f.to_dict(self.reach) for f in self.forms]}
+
+
+def _cutoffs(budgets: np.ndarray, reach: float, min_fit: int, n_cutoffs: int) -> list[int]:
+    """Indices j (fit on budgets[: j + 1]); module docstring."""
+    allowed = np.arange(min_fit - 1, len(budgets) - 1)
+    if allowed.size == 0:
+        return []
+    full = allowed[budgets[allowed] * 10**reach <= budgets[-1] * (1 + 1e-9)]
+    if full.size == 0:
+        return [int(allowed[0])]  # the longest reach this curve allows
+    out = [int(full[-1])]
+    while len(out) < n_cutoffs:
+        lower = allowed[budgets[allowed] <= budgets[out[-1]] / 10 ** (reach * CUTOFF_STEP) * (1 + 1e-9)]
+        if lower.size == 0:
+            break
+        out.append(int(lower[-1]))
+    return out
+
+
+def run_backtest(compute: np.ndarray, error: np.ndarray, forms: list[Form], reach: float,
+                 n_cutoffs: int = N_CUTOFFS) -> Backtest:
+    """Fit every form on the budgets up to each cut-off and predict the points up to `reach` decades past it."""
+    c, e = np.asarray(compute, float), np.asarray(error, float)
+    out = Backtest(reach=float(reach))
+    if len(c) > MAX_POINTS:  # an even subsample in compute order: the backtest's fits are many
+        keep = np.sort(np.argsort(c, kind="stable")[np.linspace(0, len(c) - 1, MAX_POINTS).astype(int)])
+        c, e = c[keep], e[keep]
+        out.subsample = MAX_POINTS
+    budgets = np.unique(c)
+    candidates = sorted(forms, key=lambda f: f.n_params)
+    idx: list[int] = []
+    while candidates:
+        idx = _cutoffs(budgets, reach, candidates[-1].n_params + 1, n_cutoffs)
+        if idx:
+            break
+        dropped = candidates.pop()
+        out.forms.append(FormBacktest(dropped, FitStatus.TOO_FEW_POINTS,
+                                      f"{len(budgets)} distinct budgets: too few to fit the {dropped.name.value} "
+                                      f"law ({dropped.n_params} parameters) on a part and predict the rest"))
+    if not idx:
+        out.message = f"{len(budgets)} distinct budgets: too few for any backtest"
+        return out
+    out.cutoffs = [float(budgets[j]) for j in idx]
+    for form in candidates:
+        fb = FormBacktest(form)
+        for j in idx:
+            cut = budgets[j]
+            seen = c <= cut
+            ahead = ~seen & (c <= cut * 10**reach * (1 + 1e-9))
+            small = fit_curve(c[seen], e[seen], form, bootstrap=0)
+            if not small.ok:
+                fb.status, fb.message = small.status, small.message
+                break
+            fb.fits[float(cut)] = small.values()
+            fb.cutoff += [float(cut)] * int(ahead.sum())
+            fb.compute += c[ahead].tolist()
+            fb.observed += e[ahead].tolist()
+            fb.predicted += small.predict(c[ahead]).tolist()
+        out.forms.append(fb)
+    out.forms.sort(key=lambda f: [g.name for g in forms].index(f.form.name))
+    reaches = [float(f.reach.max()) for f in out.forms if f.predicted]
+    out.achieved = max(reaches, default=0.0)
+    if out.achieved < reach * (1 - 1e-6):
+        out.message = (f"the measured range allows a backtest reach of {out.achieved:.2g} decades of the "
+                       f"{reach:.2g} asked: errors further out are not measured")
+    return out
+
+
+def choose(backtest: Backtest, fits: list[CurveFit]) -> tuple[CurveFit | None, dict[str, float]]:
+    """(the form to extrapolate with, weights by form name); module docstring. Without a backtest: the fitted
+    form with the fewest parameters, weight 1."""
+    ok = {f.form.name: f for f in fits if f.ok}
+    scored = [(b.rmse_log, b.form) for b in backtest.forms
+              if b.rmse_log is not None and b.status == FitStatus.OK and b.form.name in ok]
+    if not scored:
+        best = min(ok.values(), key=lambda f: f.form.n_params, default=None)
+        return best, ({best.form.name.value: 1.0} if best else {})
+    low = min(s for s, _ in scored)
+    best = min((f for s, f in scored if s <= low * (1 + TIE) + 1e-12), key=lambda f: f.n_params)
+    m = len({c for b in backtest.forms for c in b.compute})  # distinct budgets predicted
+    logw = np.array([-m / 2 * math.log(max(s, 1e-12) ** 2) for s, _ in scored])
+    w = np.exp(logw - logw.max())
+    w /= w.sum()
+    return ok[best.name], {f.name.value: float(x) for (_, f), x in zip(scored, w)}
+
+
+def _weighted_quantiles(values: np.ndarray, weights: np.ndarray, qs) -> np.ndarray:
+    """Quantiles of a weighted sample along axis 0: values (N, m), weights (N,) -> (len(qs), m)."""
+    order = np.argsort(values, axis=0)
+    v = np.take_along_axis(values, order, axis=0)
+    cw = np.cumsum(weights[order], axis=0)
+    cw /= cw[-1]
+    return np.stack([v[np.argmax(cw >= q - 1e-12, axis=0), np.arange(v.shape[1])] for q in qs])
+
+
+def mixture_log_band(fits: list[CurveFit], weights: dict[str, float], compute, ci: float
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """Pointwise `ci` interval of log E over the weighted mixture of every form's bootstrap curves."""
+    draws, wts = [], []
+    for f in fits:
+        w = weights.get(f.form.name.value, 0.0)
+        if f.ok and w > 0:
+            d = f.log_draws(compute)
+            draws.append(d)
+            wts.append(np.full(len(d), w / len(d)))
+    lo, hi = _weighted_quantiles(np.concatenate(draws), np.concatenate(wts), [(1 - ci) / 2, (1 + ci) / 2])
+    return lo, hi
+
+
+def mixture_param(fits: list[CurveFit], weights: dict[str, float], name: str, ci: float
+                  ) -> tuple[float, float] | None:
+    """`ci` interval of parameter `name` over the weighted mixture of the forms' bootstrap replicates."""
+    draws, wts = [], []
+    for f in fits:
+        w = weights.get(f.form.name.value, 0.0)
+        if not (f.ok and w > 0 and name in f.params):
+            continue
+        reps = f.user_replicates(name)
+        reps = np.array([f.params[name].value]) if reps is None else reps
+        draws.append(reps)
+        wts.append(np.full(len(reps), w / len(reps)))
+    if not draws:
+        return None
+    q = _weighted_quantiles(np.concatenate(draws)[:, None], np.concatenate(wts), [(1 - ci) / 2, (1 + ci) / 2])
+    return float(q[0, 0]), float(q[1, 0])
+
+
+def default_reach(compute: np.ndarray, predict: list[float] | None, reach: float | None) -> float:
+    """Decades to judge extrapolation at: `reach`, else as far as the furthest --predict value, else a third of
+    the measured decades (at least 0.1 decade)."""
+    if reach is not None:
+        return float(reach)
+    top, span = float(np.max(compute)), float(np.log10(np.max(compute) / np.min(compute)))
+    if predict:
+        far = math.log10(max(predict) / top)
+        if far > 0:
+            return far
+    return max(0.1, DEFAULT_REACH_SHARE * span)

@@ -1,0 +1,101 @@
+"""Which rows a fit takes: `--where` (a pandas query, restricted to comparisons) and the check for pooled curves.
+
+`--where EXPR` is `DataFrame.query(EXPR, engine="python")` after the expression has been parsed and found to hold
+only column names, constants, comparisons, arithmetic and boolean operators (`and`, `or`, `not`, `&`, `|`, `~`,
+`in`): no calls, attributes, subscripts, `@` variables or lambdas, so nothing beyond a row filter is evaluated.
+Backticks quote a column name with spaces, as in pandas (`` `Seen Examples` > 1e6 ``).
+
+Pooling: a group that holds rows of several curves (two models, two benchmarks, two tasks at the same compute)
+is fitted as one curve, which is rarely what was meant (a forgotten `--group`). A column pools curves in a group
+when it has several values there, a compute budget carries rows of two of them, and it is not a per-row label
+(fewer distinct values than half the rows). Such columns are named with their values in a warning.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import shlex
+
+import pandas as pd
+
+from vitbench.errors import ConfigError, clip, shorten
+from vitbench.fit.source import columns_text
+
+_OK_NODES = (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub, ast.UAdd, ast.Invert,
+             ast.BinOp, ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow, ast.BitAnd, ast.BitOr,
+             ast.Compare, ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.In, ast.NotIn, ast.Name,
+             ast.Load, ast.Constant, ast.List, ast.Tuple)
+_BACKTICK = re.compile(r"`([^`]*)`")
+# columns that name a curve whatever their dtype (a results row's benchmark, model and recipe)
+_IDENTITY = ("model", "kind", "dataset", "shots", "task", "backend", "precision", "teacher", "distillation")
+
+
+def where(frame: pd.DataFrame, expr: str, where_text: str) -> pd.DataFrame:
+    """The rows of `frame` for which `expr` holds; anything else than a row filter over its columns is a
+    ConfigError naming --where."""
+    shown = shorten(expr, 120)
+    names = {}
+
+    def hold(m):
+        key = f"__col{len(names)}__"
+        names[key] = m.group(1)
+        return key
+
+    try:
+        tree = ast.parse(_BACKTICK.sub(hold, expr).strip(), mode="eval")
+    except SyntaxError as e:
+        raise ConfigError(f"--where {shown}: not an expression ({clip(e.msg, 100)}); e.g. "
+                          "--where \"model == 'ViT-B/16' and steps >= 100\"") from None
+    for node in ast.walk(tree):
+        if not isinstance(node, _OK_NODES):
+            raise ConfigError(f"--where {shown}: {type(node).__name__.lower()} is not allowed; use column names, "
+                              "constants, comparisons, arithmetic, and/or/not and `in [...]`")
+        if isinstance(node, ast.Name):
+            col = names.get(node.id, node.id)
+            if col not in frame.columns and col != "index":
+                raise ConfigError(f"--where {shown}: no column {shorten(col, 60)} in {where_text}; columns: "
+                                  f"{columns_text(frame.columns)}")
+    try:
+        out = frame.query(expr, engine="python")
+    except Exception as e:  # pandas raises many kinds for a well-formed but meaningless filter
+        raise ConfigError(f"--where {shown}: {clip(str(e).splitlines()[0] if str(e) else type(e).__name__, 200)}"
+                          ) from None
+    if not isinstance(out, pd.DataFrame):
+        raise ConfigError(f"--where {shown}: does not select rows (it must be true or false per row)")
+    return out
+
+
+def _label_like(s: pd.Series) -> bool:
+    return s.name in _IDENTITY or not pd.api.types.is_numeric_dtype(s) or pd.api.types.is_bool_dtype(s)
+
+
+def pooled(part: pd.DataFrame, skip: set[str], compute: str = "_compute") -> list[tuple[str, list[str]]]:
+    """[(column, its values)] for every column that pools several curves in this group's rows (module doc)."""
+    out = []
+    for col in part.columns:
+        if col in skip or str(col).startswith("_") or not _label_like(part[col]):
+            continue
+        vals = part[col]
+        try:
+            vals = vals.dropna()
+            distinct = vals.nunique()
+        except TypeError:  # dicts or lists in the cells: not a label
+            continue
+        if distinct < 2 or distinct > len(part) / 2:
+            continue
+        shared = part.loc[vals.index].groupby(compute)[col].nunique().max()
+        if shared >= 2:
+            out.append((str(col), sorted(map(str, vals.unique()))))
+    return out
+
+
+def pooled_note(title: str, pools: list[tuple[str, list[str]]]) -> str:
+    parts = []
+    for col, vals in pools:
+        shown = ", ".join(shorten(v, 30).strip("'\"") for v in vals[:5]) + (
+            f", ... ({len(vals) - 5} more)" if len(vals) > 5 else "")
+        parts.append(f"{len(vals)} values of {shorten(col, 40)} ({shown})")
+    cols = " ".join(f"--group {shlex.quote(clip(c, 40))}" for c, _ in pools)
+    return clip(f"{title}: one curve pools rows of {'; '.join(parts)} at the same compute; "
+                f"fit them apart with {cols}, or select rows with --where", 600)
