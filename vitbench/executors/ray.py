@@ -28,7 +28,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt
 
 from vitbench.errors import BackendUnavailable
-from vitbench.executors import Executor, Job, Outcome, failure, register_executor
+from vitbench.executors import Executor, Job, Outcome, failure, is_timing, register_executor
 from vitbench.executors.remote import run_on_worker, since_now, stored_row
 from vitbench.record import Status
 
@@ -40,6 +40,7 @@ class RayOptions(BaseModel):
     address: str | None = None  # None: $RAY_ADDRESS, else a new local instance
     num_gpus: NonNegativeFloat | None = None  # per trial; None: 1 for a GPU trial, else 0
     num_cpus: NonNegativeFloat = 1.0
+    exclusive: bool | None = None  # a whole node per trial; None: yes for timing trials, no for the others
     memory_gb: PositiveFloat | None = None  # Ray's logical memory resource per trial
     resources: dict[str, float] = Field(default_factory=dict)  # custom resources, e.g. {"TPU": 4}
     max_parallel: PositiveInt | None = None  # tasks submitted at once (None: all; Ray queues them)
@@ -55,6 +56,15 @@ def _gpus(opts_gpus: float | None, job: Job) -> float:
     if opts_gpus is not None:
         return opts_gpus
     return 1.0 if str(job.config.get("device", "cpu")).startswith(("cuda", "gpu")) else 0.0
+
+
+# A custom resource a node offers once (`ray start --resources='{"vitbench_node": 1}'`): a task that asks for
+# all of it has the node to itself. Without it, such a task asks for all the CPUs of the smallest node.
+NODE_RESOURCE = "vitbench_node"
+# Errors of a task lost with its worker or node (not the trial's own fault: the trial runs in a child process):
+# 'interrupted', run again next time, as SLURM requeues a NODE_FAIL job.
+_LOST = ("NodeDiedError", "LocalRayletDiedError", "WorkerCrashedError", "RaySystemError", "ObjectLostError",
+         "OwnerDiedError", "ActorDiedError")
 
 
 def ray_task_id() -> dict:
@@ -118,9 +128,19 @@ class RayExecutor(Executor):
             opts["memory"] = int(o.memory_gb * 2**30)
         if o.resources:
             opts["resources"] = dict(o.resources)
+        if is_timing(job) if o.exclusive is None else o.exclusive:
+            opts.update(self._whole_node(ray))
         return self._task.options(**opts).remote(job, self.results, o.start_method, since_now(),
                                                  {"executor": self.name}, o.keep_logs, o.grace_s,
                                                  identify=ray_task_id)
+
+    def _whole_node(self, ray) -> dict[str, Any]:
+        """Task options that give it a node to itself: all of NODE_RESOURCE, else all CPUs of the smallest node."""
+        total = ray.cluster_resources()
+        if total.get(NODE_RESOURCE):
+            return {"resources": {**dict(self.opts.resources), NODE_RESOURCE: 1}}
+        cpus = [n["Resources"].get("CPU", 0) for n in ray.nodes() if n.get("Alive") and n["Resources"].get("CPU")]
+        return {"num_cpus": max(self.opts.num_cpus, min(cpus))} if cpus else {}
 
     def poll(self, handles: list[Any]) -> list[Any]:
         ready, _ = self._ray().wait(list(handles), num_returns=1, timeout=self.poll_s)
@@ -141,6 +161,9 @@ class RayExecutor(Executor):
                 status, msg = Status.OOM, "Ray's memory monitor killed the task (node out of memory)"
             elif isinstance(e, rx.TaskCancelledError):
                 status, msg = Status.INTERRUPTED, "the Ray task was cancelled"
+            elif any(c.__name__ in _LOST for c in type(e).__mro__):
+                status, msg = Status.INTERRUPTED, (f"the Ray task was lost with its worker or node "
+                                                   f"({type(e).__name__}); the trial runs again next time")
             else:
                 status, msg = Status.ERROR, f"the Ray task failed: {type(e).__name__}"
             lines = str(e).strip().splitlines()
@@ -162,4 +185,4 @@ class RayExecutor(Executor):
             ray.wait(refs, num_returns=len(refs), timeout=self.opts.grace_s + 10)
         return [stored_row(self.results, job) or Outcome(failure(
             job, Status.INTERRUPTED, "KeyboardInterrupt", "the sweep was interrupted; its Ray task was cancelled",
-            executor=self.name)) for job, _ in running]
+            executor=self.name, task_id=ref.task_id().hex())) for job, ref in running]
