@@ -22,6 +22,8 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import logging
+import signal
+import threading
 from pathlib import Path
 from typing import Any, Literal
 
@@ -91,6 +93,7 @@ class RayExecutor(Executor):
         self.results = str(self.results_dir.resolve()) if self.results_dir is not None else None
         self._started = False
         self._task = None
+        self._printer = None  # Ray's own printer of cluster errors, while _quiet has replaced it
 
     def _ray(self):
         import ray
@@ -101,13 +104,43 @@ class RayExecutor(Executor):
                                   "logging_level": logging.WARNING, **o.init}
             if o.runtime_env:
                 kw["runtime_env"] = o.runtime_env
+            on_term = signal.getsignal(signal.SIGTERM)
             try:
                 ray.init(address=o.address, **kw)
             except (ConnectionError, RuntimeError, ValueError) as e:
                 raise BackendUnavailable(f"executor 'ray': cannot connect to or start Ray "
                                          f"(address={o.address!r}): {e}") from e
+            finally:
+                # Ray's core worker installs its own SIGTERM handler (it logs and exits 1); the sweep's own
+                # (`kill` stops as cleanly as Ctrl-C: jobs cancelled, rows interrupted, exit 130) comes back
+                if on_term is not None and threading.current_thread() is threading.main_thread():
+                    signal.signal(signal.SIGTERM, on_term)
             self._started = True
+            self._quiet()
         return ray
+
+    def _quiet(self) -> None:
+        """Keep the cluster's error broadcasts (a raylet that died, a node marked dead: each with 20 lines of the
+        raylet's log) out of the sweep's output, which log_to_driver=False does not: the trial's row says what
+        happened to it; the broadcasts go to <results>/logs/ray.log. (Ray's driver thread prints them through
+        the module-level `print_to_stdstream`, looked up at each call.)"""
+        try:
+            from ray._private import worker as ray_worker
+        except ImportError:
+            return
+        log = Path(self.results) / "logs" / "ray.log" if self.results else None
+
+        def to_log(data, *args, **kwargs) -> None:
+            if log is None:
+                return
+            with contextlib.suppress(OSError):
+                log.parent.mkdir(parents=True, exist_ok=True)
+                with open(log, "a") as f:
+                    f.writelines(f"({data.get('pid', '')}) {line}\n" for line in data.get("lines", []))
+
+        if hasattr(ray_worker, "print_to_stdstream"):
+            self._printer = ray_worker.print_to_stdstream
+            ray_worker.print_to_stdstream = to_log
 
     def close(self) -> None:
         if self._started:
@@ -115,6 +148,10 @@ class RayExecutor(Executor):
 
             ray.shutdown()
             self._started = False
+            if self._printer is not None:
+                from ray._private import worker as ray_worker
+
+                ray_worker.print_to_stdstream, self._printer = self._printer, None
 
     # ---- the queue primitives ----------------------------------------------------------------------------
     def submit_one(self, job: Job) -> Any:
