@@ -11,6 +11,7 @@ comes, however slow the machine; a small real study (tiny models) goes through e
 from __future__ import annotations
 
 import collections
+import contextlib
 import getpass
 import json
 import os
@@ -94,7 +95,7 @@ def ok_once(results: Path, n: int) -> None:
 def slurm_active() -> list[str]:
     out = subprocess.run(["squeue", "-h", "-r", "-t", "PENDING,RUNNING,COMPLETING,CONFIGURING,SUSPENDED",
                           "-o", "%i %T"], capture_output=True, text=True, check=True).stdout
-    return out.split("\n") if out.strip() else []
+    return [line for line in out.splitlines() if line.strip()]
 
 
 def slurm_job_ids(study: str, results: Path) -> dict[str, str]:
@@ -119,6 +120,8 @@ def slurm():
     if subprocess.run(["scontrol", "ping"], capture_output=True).returncode:
         pytest.fail("VITBENCH_REAL_CLUSTER=1 but slurmctld does not answer (scripts/cluster/up.sh)")
     yield
+    with contextlib.suppress(AssertionError):
+        wait_for(lambda: not slurm_active(), 30, "the queue to empty", every=0.5)  # jobs still COMPLETING
     leftover = slurm_active()
     subprocess.run(["scancel", "-u", getpass.getuser()], capture_output=True)
     assert not leftover, f"jobs left in the queue: {leftover}"
@@ -281,7 +284,7 @@ def test_signal_to_the_sweep_cancels_its_jobs_and_resume_runs_them_once(engine, 
         assert all(r.runner.get("task_id") for r in read_records(res))
     else:
         assert all(r.runner.get("job_id") for r in read_records(res))
-        assert not slurm_active()  # nothing left in the queue
+        wait_for(lambda: not slurm_active(), 60, "the queue to empty")  # nothing left in it
     no_trials_left(name)  # nothing keeps measuring
     gate.touch()
     rc, out = finish(sweep(study, res, engine))

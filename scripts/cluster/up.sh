@@ -33,6 +33,7 @@ if [[ ${1:-} == --install ]]; then
     slurmctld slurmd slurm-client slurmdbd munge mariadb-server >/dev/null
 fi
 mkdir -p "$C/logs" "$C/slurm/state" "$C/slurm/spool" /run/munge /run/mysqld
+chmod 755 "$C"  # the slurm user reaches its state and logs through it (mktemp makes it 0700)
 chown munge:munge /run/munge; chown mysql:mysql /run/mysqld; chown -R slurm:slurm "$C/slurm"
 : > "$C/pids"
 [[ -s /etc/munge/munge.key ]] || { mungekey -c -f -k /etc/munge/munge.key 2>/dev/null \
@@ -40,7 +41,9 @@ chown munge:munge /run/munge; chown mysql:mysql /run/mysqld; chown -R slurm:slur
 start munged runuser -u munge -- /usr/sbin/munged -F
 start mariadbd /usr/sbin/mariadbd --user=mysql --bind-address=127.0.0.1 --skip-networking=0
 wait_for mariadb 60 mariadb -e 'select 1'
-mariadb -e "CREATE DATABASE IF NOT EXISTS slurm_acct_db; CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY 'slurmpw'; GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost';"
+# a fresh accounting database: SLURM's job ids start again at 1 with a fresh state directory, and sacct would
+# report an earlier cluster's job of the same id
+mariadb -e "DROP DATABASE IF EXISTS vitbench_acct_db; CREATE DATABASE vitbench_acct_db; CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY 'slurmpw'; GRANT ALL ON vitbench_acct_db.* TO 'slurm'@'localhost';"
 mkdir -p /etc/slurm
 for f in slurm.conf slurmdbd.conf; do
   sed "s#@CLUSTER_DIR@#$C#g; s#@HOSTNAME@#$(hostname)#g" "$HERE/$f" > "$C/$f"; ln -sf "$C/$f" "/etc/slurm/$f"
