@@ -31,7 +31,7 @@ from vitbench.executors.local import LocalExecutor
 from vitbench.executors.overlap import ENV, Presence
 from vitbench.report import build_report
 from vitbench.runner import run_study
-from vitbench.store import Store, load, read_records
+from vitbench.store import Store, read_records
 from vitbench.study import parse_study
 
 

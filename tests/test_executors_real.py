@@ -98,9 +98,9 @@ def slurm_active() -> list[str]:
     return [line for line in out.splitlines() if line.strip()]
 
 
-def slurm_job_ids(study: str, results: Path) -> dict[str, str]:
-    """key -> SLURM job id of the study's jobs still queued or running (from the jobs' names in squeue is not
-    enough: submitit names them all 'vitbench'; the submitit folder maps job ids to trials)."""
+def slurm_job_ids(results: Path) -> dict[str, str]:
+    """trial key -> SLURM job id, from the job files submitit wrote into the results directory (every job is
+    named 'vitbench' in the queue)."""
     import pickle  # noqa: S403 - submitit's own job pickles, written by this test's sweep
 
     ids = {}
@@ -181,7 +181,7 @@ def test_slurm_scancel_of_a_running_job_and_of_a_queued_array_task(tmp_path, slu
     res = tmp_path / "res"
     p = sweep(study, res, "slurm")
     wait_for(lambda: len(running("scancel")) == 2, 120, "two trials running (the third queued)")
-    ids = slurm_job_ids("scancel", res)
+    ids = slurm_job_ids(res)
     run_keys = set(running("scancel"))
     (queued_key,) = set(ids) - run_keys
     victim = sorted(run_keys)[0]
@@ -212,7 +212,7 @@ def test_slurm_without_accounting_a_cancelled_queued_job_is_noticed_through_sque
     res = tmp_path / "res"
     p = sweep(study, res, "slurm", env=env)
     wait_for(lambda: len(running("noacct")) == 2, 120, "two trials running (the third queued)")
-    ids = slurm_job_ids("noacct", res)
+    ids = slurm_job_ids(res)
     (queued_key,) = set(ids) - set(running("noacct"))
     subprocess.run(["scancel", ids[queued_key]], check=True)
     t0 = time.time()

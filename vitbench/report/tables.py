@@ -214,7 +214,7 @@ def _count(v) -> int:
 
 def shared_host(df: pd.DataFrame) -> pd.DataFrame:
     """ok rows measured while other trials ran on the same host (flagged in the report)."""
-    if df.empty or "shared_host" not in df or "status" not in df:
+    if df.empty or "shared_host" not in df or "status" not in df or OVERLAPPED not in df:
         return pd.DataFrame(columns=["key", "shared_host"])
     rows = df[(df["status"] == "ok") & (df["shared_host"] > 0)]
     cols = [c for c in ("key", "model", "backend", "task", "resolution", "batch_size", "repeat", "runner.host",
