@@ -317,7 +317,7 @@ def test_slurm_options_reach_the_sbatch_script(tmp_path, monkeypatch):
                        max_parallel=4)
     job = Job(key="k", config={"device": "cuda", "task": "infer"}, repeat=0, study="s", study_sha="x", run_id="r",
               timeout_s=1500, task_module="vitbench.tasks.bench")
-    sub = ex._executor(tmp_path / "slurm")
+    sub = ex._executor(tmp_path / "slurm", ex._exclusive(job))
     sub.update_parameters(**ex._job_params(1, ex._time_limit_min(job)))
     text = sub._executor._make_submission_file_text("python -m x", "uid")
     for line in ("--partition=gpu", "--account=proj", "--qos=high", "--cpus-per-task=8", "--mem=64GB",

@@ -24,11 +24,15 @@ class Sleeping(BaseModel):
 
 
 def _sleep(config: dict) -> Record:
-    """Sleeps `seconds`; behaviour: ok | crash (exception) | abort (process dies) | oom | hang | gate (first waits,
+    """Sleeps `seconds`; behaviour: ok | crash (exception) | abort (process dies) | silent_abort (dies before
+    printing anything) | oom | hang | gate (first waits,
     at most 120 s, for the file `gate`: a trial a test knows is still running, however slow the machine is)."""
     started = now()
     b = config["behaviour"]
-    print(f"fake task {config['model']} behaviour={b}", flush=True)
+    if not b.startswith("silent"):
+        print(f"fake task {config['model']} behaviour={b}", flush=True)
+    if b == "silent_abort":  # dies with no output at all, after the trial started
+        os.abort()
     if b == "crash":
         raise RuntimeError("deliberate failure from the test task")
     if b == "abort":

@@ -71,9 +71,16 @@ class SweepSummary:
         return sum(n for s, n in self.statuses.items() if s != "ok")
 
     @property
+    def interrupted_trials(self) -> int:
+        """Trials of this run recorded 'interrupted' (cancelled, preempted, lost with their node): they run again
+        next time, so the study is not complete."""
+        return self.statuses.get(Status.INTERRUPTED.value, 0)
+
+    @property
     def succeeded(self) -> bool:
-        """Every trial of the study has an ok row and every calibration of this run ended ok."""
-        return not self.failed_trials and not self.calibrations_failed
+        """Every trial of the study has an ok row (none was interrupted) and every calibration of this run
+        ended ok."""
+        return not self.failed_trials and not self.calibrations_failed and not self.interrupted_trials
 
 
 class SweepHooks:

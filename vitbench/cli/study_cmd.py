@@ -288,7 +288,9 @@ def sweep_cmd(
         what = ", ".join(f"{n} {s}" for s, n in sorted(by_status.items()))
         parts = ([f"{len(failed)} of {len(st.trials)} trials did not end "
                   f"ok ({what})"] if failed else []) + (
-            [f"{summary.calibrations_failed} calibration(s) failed"] if summary.calibrations_failed else [])
+            [f"{summary.calibrations_failed} calibration(s) failed"] if summary.calibrations_failed else []) + (
+            [f"{summary.interrupted_trials} trial(s) interrupted (cancelled, preempted or lost with their node; "
+             "the same command runs them again)"] if summary.interrupted_trials else [])
         if allow_failures:
             err_console.print(f"[yellow]{'; '.join(parts)}[/] (accepted: --allow-failures)", highlight=False)
         else:

@@ -79,6 +79,19 @@ OnStart = Callable[[Job], None]
 OnResult = Callable[[Job, Outcome], None]
 
 
+def is_timing(job: Job) -> bool:
+    """A trial whose result is a speed (its task asks for the device's calibration, or it is the calibration):
+    by default it gets a node's devices to itself on every executor."""
+    from vitbench.tasks import get_task
+
+    if job.role is Role.CALIBRATION:
+        return True
+    try:
+        return get_task(job.task).calibrated
+    except Exception:  # noqa: BLE001 - a plug-in task not importable here: be safe, give it a node
+        return True
+
+
 def failure(job: Job, status: Status, etype: str, message: str, tail: str | None = None,
             started_at: str | None = None, **runner) -> Record:
     """The row of a job that produced no record itself (died, timed out, was cancelled, was skipped)."""
@@ -209,4 +222,4 @@ def wait_until(pred: Callable[[], bool], seconds: float, step: float = 0.2) -> N
 
 
 __all__ = ["Executor", "Job", "OnResult", "OnStart", "Outcome", "Role", "Stored", "executor_class", "failure",
-           "get_executor", "now", "register_executor", "wait_until"]
+           "get_executor", "is_timing", "now", "register_executor", "wait_until"]

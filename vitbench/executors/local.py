@@ -46,6 +46,13 @@ PRELOAD = ("vitbench.trial", "vitbench.measure.throughput", "vitbench.measure.ma
            "vitbench.measure.peak", "vitbench.env")
 
 
+# Suffix of the marker file a trial process creates as soon as it runs vitbench's code (its start marker).
+STARTED = ".started"
+# Signals by which a trial process is stopped from outside, not by its own fault: a cancelled or preempted job
+# (SLURM sends SIGTERM to every process of the job), a closed terminal. Such a trial is 'interrupted'.
+_CANCEL_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
 def default_preload() -> tuple[str, ...]:
     from vitbench.registry import Kind, entries
 
@@ -54,20 +61,25 @@ def default_preload() -> tuple[str, ...]:
 
 
 def _child_main(job: Job, result_path: str, log_path: str) -> None:
-    """Entry point of the trial process: output to the log file, run the trial, write the record as JSON."""
+    """Entry point of the trial process: output to the log file, run the trial (registered in the host's
+    registry of running trials, vitbench.executors.overlap), write the record as JSON."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C belongs to the sweep, which stops us cleanly
     die_with_parent()
     if os.getppid() == 1:
         os._exit(1)  # our parent died before the death signal was armed
+    Path(result_path + STARTED).touch()  # reached: a crash from here on is not a start-up failure
     sys.stdout.flush()
     sys.stderr.flush()
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
+    from vitbench.executors.overlap import Presence
     from vitbench.trial import run_trial
 
-    rec = run_trial(job)
+    with Presence(f"{job.study}/{job.key}") as presence:
+        rec = run_trial(job)
+    rec.runner["overlapped"] = presence.overlapped
     tmp = result_path + ".tmp"
     with open(tmp, "w") as f:
         json.dump(rec.to_dict(), f, allow_nan=False, default=str)
@@ -155,8 +167,8 @@ class LocalExecutor(Executor):
         log_dir = self.log_dir or Path(self._tmp.name)
         log_dir.mkdir(parents=True, exist_ok=True)
         log = log_dir / f"{job.key}.log"
-        with contextlib.suppress(FileNotFoundError):
-            result.unlink()
+        for stale in (result, Path(str(result) + STARTED)):
+            stale.unlink(missing_ok=True)
         proc = self.ctx.Process(target=_child_main, name=f"vitbench-trial-{job.key}",
                                 args=(job, str(result), str(log)))
         t0 = time.time()
@@ -195,6 +207,9 @@ class LocalExecutor(Executor):
         return out
 
     def collect(self, job: Job, h: _Running) -> Outcome:
+        marker = Path(str(h.result) + STARTED)
+        started = marker.exists()
+        marker.unlink(missing_ok=True)
         if h.over_budget_mib is not None:
             about = memory_budget.describe(h.budget_mib, self.opts.memory_limit_gib).replace(
                 "memory_limit_gib", "executor option memory_limit_gib")
@@ -222,11 +237,15 @@ class LocalExecutor(Executor):
                 rec.runner["log"] = str(h.log) if self.log_dir else None
             return Outcome(rec)
         how = _signal_name(h.proc.exitcode)
+        if h.proc.exitcode in [-s for s in _CANCEL_SIGNALS]:
+            return Outcome(self._failure(job, h, Status.INTERRUPTED, "TrialCancelled",
+                                         f"trial process was stopped from outside ({how}): its job was cancelled "
+                                         "or preempted; it runs again next time"))
         hint = ""
         if h.proc.exitcode == -signal.SIGKILL:
             hint = " (SIGKILL from outside: the kernel's OOM killer?)"
-        elif not tail_file(h.log):
-            hint = (" before the trial started (no output). Calling vitbench from a script? Put the call under "
+        elif not started:
+            hint = (" before the trial started. Calling vitbench from a script? Put the call under "
                     "`if __name__ == '__main__':` (multiprocessing re-imports the main module in each trial)")
         return Outcome(self._failure(job, h, Status.ERROR, "TrialCrashed",
                                      f"trial process died without a result: {how}{hint}"))

@@ -22,13 +22,15 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import logging
+import signal
+import threading
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt
 
 from vitbench.errors import BackendUnavailable
-from vitbench.executors import Executor, Job, Outcome, failure, register_executor
+from vitbench.executors import Executor, Job, Outcome, failure, is_timing, register_executor
 from vitbench.executors.remote import run_on_worker, since_now, stored_row
 from vitbench.record import Status
 
@@ -40,6 +42,7 @@ class RayOptions(BaseModel):
     address: str | None = None  # None: $RAY_ADDRESS, else a new local instance
     num_gpus: NonNegativeFloat | None = None  # per trial; None: 1 for a GPU trial, else 0
     num_cpus: NonNegativeFloat = 1.0
+    exclusive: bool | None = None  # a whole node per trial; None: yes for timing trials, no for the others
     memory_gb: PositiveFloat | None = None  # Ray's logical memory resource per trial
     resources: dict[str, float] = Field(default_factory=dict)  # custom resources, e.g. {"TPU": 4}
     max_parallel: PositiveInt | None = None  # tasks submitted at once (None: all; Ray queues them)
@@ -55,6 +58,15 @@ def _gpus(opts_gpus: float | None, job: Job) -> float:
     if opts_gpus is not None:
         return opts_gpus
     return 1.0 if str(job.config.get("device", "cpu")).startswith(("cuda", "gpu")) else 0.0
+
+
+# A custom resource a node offers once (`ray start --resources='{"vitbench_node": 1}'`): a task that asks for
+# all of it has the node to itself. Without it, such a task asks for all the CPUs of the smallest node.
+NODE_RESOURCE = "vitbench_node"
+# Errors of a task lost with its worker or node (not the trial's own fault: the trial runs in a child process):
+# 'interrupted', run again next time, as SLURM requeues a NODE_FAIL job.
+_LOST = ("NodeDiedError", "LocalRayletDiedError", "WorkerCrashedError", "RaySystemError", "ObjectLostError",
+         "OwnerDiedError", "ActorDiedError")
 
 
 def ray_task_id() -> dict:
@@ -81,6 +93,7 @@ class RayExecutor(Executor):
         self.results = str(self.results_dir.resolve()) if self.results_dir is not None else None
         self._started = False
         self._task = None
+        self._printer = None  # Ray's own printer of cluster errors, while _quiet has replaced it
 
     def _ray(self):
         import ray
@@ -91,13 +104,43 @@ class RayExecutor(Executor):
                                   "logging_level": logging.WARNING, **o.init}
             if o.runtime_env:
                 kw["runtime_env"] = o.runtime_env
+            on_term = signal.getsignal(signal.SIGTERM)
             try:
                 ray.init(address=o.address, **kw)
             except (ConnectionError, RuntimeError, ValueError) as e:
                 raise BackendUnavailable(f"executor 'ray': cannot connect to or start Ray "
                                          f"(address={o.address!r}): {e}") from e
+            finally:
+                # Ray's core worker installs its own SIGTERM handler (it logs and exits 1); the sweep's own
+                # (`kill` stops as cleanly as Ctrl-C: jobs cancelled, rows interrupted, exit 130) comes back
+                if on_term is not None and threading.current_thread() is threading.main_thread():
+                    signal.signal(signal.SIGTERM, on_term)
             self._started = True
+            self._quiet()
         return ray
+
+    def _quiet(self) -> None:
+        """Keep the cluster's error broadcasts (a raylet that died, a node marked dead: each with 20 lines of the
+        raylet's log) out of the sweep's output, which log_to_driver=False does not: the trial's row says what
+        happened to it; the broadcasts go to <results>/logs/ray.log. (Ray's driver thread prints them through
+        the module-level `print_to_stdstream`, looked up at each call.)"""
+        try:
+            from ray._private import worker as ray_worker
+        except ImportError:
+            return
+        log = Path(self.results) / "logs" / "ray.log" if self.results else None
+
+        def to_log(data, *args, **kwargs) -> None:
+            if log is None:
+                return
+            with contextlib.suppress(OSError):
+                log.parent.mkdir(parents=True, exist_ok=True)
+                with open(log, "a") as f:
+                    f.writelines(f"({data.get('pid', '')}) {line}\n" for line in data.get("lines", []))
+
+        if hasattr(ray_worker, "print_to_stdstream"):
+            self._printer = ray_worker.print_to_stdstream
+            ray_worker.print_to_stdstream = to_log
 
     def close(self) -> None:
         if self._started:
@@ -105,6 +148,10 @@ class RayExecutor(Executor):
 
             ray.shutdown()
             self._started = False
+            if self._printer is not None:
+                from ray._private import worker as ray_worker
+
+                ray_worker.print_to_stdstream, self._printer = self._printer, None
 
     # ---- the queue primitives ----------------------------------------------------------------------------
     def submit_one(self, job: Job) -> Any:
@@ -118,9 +165,19 @@ class RayExecutor(Executor):
             opts["memory"] = int(o.memory_gb * 2**30)
         if o.resources:
             opts["resources"] = dict(o.resources)
+        if is_timing(job) if o.exclusive is None else o.exclusive:
+            opts.update(self._whole_node(ray))
         return self._task.options(**opts).remote(job, self.results, o.start_method, since_now(),
                                                  {"executor": self.name}, o.keep_logs, o.grace_s,
                                                  identify=ray_task_id)
+
+    def _whole_node(self, ray) -> dict[str, Any]:
+        """Task options that give it a node to itself: all of NODE_RESOURCE, else all CPUs of the smallest node."""
+        total = ray.cluster_resources()
+        if total.get(NODE_RESOURCE):
+            return {"resources": {**dict(self.opts.resources), NODE_RESOURCE: 1}}
+        cpus = [n["Resources"].get("CPU", 0) for n in ray.nodes() if n.get("Alive") and n["Resources"].get("CPU")]
+        return {"num_cpus": max(self.opts.num_cpus, min(cpus))} if cpus else {}
 
     def poll(self, handles: list[Any]) -> list[Any]:
         ready, _ = self._ray().wait(list(handles), num_returns=1, timeout=self.poll_s)
@@ -141,6 +198,9 @@ class RayExecutor(Executor):
                 status, msg = Status.OOM, "Ray's memory monitor killed the task (node out of memory)"
             elif isinstance(e, rx.TaskCancelledError):
                 status, msg = Status.INTERRUPTED, "the Ray task was cancelled"
+            elif any(c.__name__ in _LOST for c in type(e).__mro__):
+                status, msg = Status.INTERRUPTED, (f"the Ray task was lost with its worker or node "
+                                                   f"({type(e).__name__}); the trial runs again next time")
             else:
                 status, msg = Status.ERROR, f"the Ray task failed: {type(e).__name__}"
             lines = str(e).strip().splitlines()
@@ -162,4 +222,4 @@ class RayExecutor(Executor):
             ray.wait(refs, num_returns=len(refs), timeout=self.opts.grace_s + 10)
         return [stored_row(self.results, job) or Outcome(failure(
             job, Status.INTERRUPTED, "KeyboardInterrupt", "the sweep was interrupted; its Ray task was cancelled",
-            executor=self.name)) for job, _ in running]
+            executor=self.name, task_id=ref.task_id().hex())) for job, ref in running]

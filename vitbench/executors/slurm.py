@@ -19,9 +19,11 @@ also handy on a single GPU box). Options are validated by `SlurmOptions` (unknow
 from __future__ import annotations
 
 import contextlib
+import getpass
 import importlib.util
 import math
 import shutil
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,14 +32,21 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat, PositiveInt
 
 from vitbench.errors import BackendUnavailable, ConfigError
-from vitbench.executors import Executor, Job, Outcome, failure, register_executor, wait_until
+from vitbench.executors import Executor, Job, Outcome, failure, is_timing, register_executor, wait_until
 from vitbench.executors.remote import run_on_worker, since_now, stored_row
 from vitbench.record import Status
 
-# SLURM job states (sacct) -> record status for a job that returned no record.
+# SLURM job states (sacct, squeue) -> record status for a job that returned no record. One meaning per fault on
+# every executor: a job cancelled, preempted or lost with its node runs again next time ('interrupted'); the
+# trial's own limits keep their status.
 _STATE_STATUS = {"TIMEOUT": Status.TIMEOUT, "DEADLINE": Status.TIMEOUT, "OUT_OF_MEMORY": Status.OOM,
                  "OUT_OF_ME+": Status.OOM, "CANCELLED": Status.INTERRUPTED, "PREEMPTED": Status.INTERRUPTED,
-                 "BOOT_FAIL": Status.ERROR, "NODE_FAIL": Status.ERROR, "FAILED": Status.ERROR}
+                 "BOOT_FAIL": Status.INTERRUPTED, "NODE_FAIL": Status.INTERRUPTED, "VANISHED": Status.INTERRUPTED,
+                 "FAILED": Status.ERROR, "COMPLETED": Status.ERROR}
+# squeue states of a job that is still queued or running (squeue(1) "JOB STATE CODES"); any other state, or no
+# line at all, means the job has ended.
+_ACTIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_FED",
+           "REQUEUE_HOLD", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD"}
 # Minutes added to the per-trial timeout for the SLURM time limit: node start-up, imports, writing the row.
 TIME_LIMIT_MARGIN_MIN = 5
 
@@ -55,7 +64,7 @@ class SlurmOptions(BaseModel):
     cpus_per_task: PositiveInt | None = None
     mem_gb: PositiveFloat | None = None
     time_limit_min: PositiveFloat | None = None  # None: trial timeout + TIME_LIMIT_MARGIN_MIN (rounded up)
-    exclusive: bool = False  # a whole node per trial (timing trials then share nothing)
+    exclusive: bool | None = None  # a whole node per trial; None: yes for timing trials, no for the others
     additional: dict[str, Any] = Field(default_factory=dict)  # more #SBATCH parameters, e.g. {gres: "gpu:a100:1"}
     setup: list[str] = Field(default_factory=list)  # shell lines run first in each job (module load ...)
     python: str | None = None  # interpreter on the nodes (default: this one)
@@ -64,6 +73,7 @@ class SlurmOptions(BaseModel):
     start_method: Literal["spawn", "forkserver"] = "spawn"  # for the trial's child inside the job
     grace_s: PositiveFloat = 5.0  # after a trial's timeout: SIGTERM, then SIGKILL this much later
     poll_s: PositiveFloat = 5.0
+    vanish_s: PositiveFloat = 60.0  # a job gone from squeue (or ended there) this long without a result: a row
     keep_logs: bool = False
 
 
@@ -79,6 +89,19 @@ def _gpus(opts_gpus: int | None, job: Job) -> int:
     return 1 if str(job.config.get("device", "cpu")).startswith(("cuda", "gpu")) else 0
 
 
+def squeue_states() -> dict[str, str] | None:
+    """This user's jobs in the queue, id -> state (array tasks one by one, ended jobs while SLURM still lists
+    them), or None when squeue does not answer."""
+    try:
+        out = subprocess.run(["squeue", "-h", "-r", "-t", "all", "-u", getpass.getuser(), "-o", "%i %T"],
+                             capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0:
+        return None
+    return dict(line.split()[:2] for line in out.stdout.splitlines() if len(line.split()) >= 2)
+
+
 def slurm_job_id() -> dict:
     """Run inside a job: SLURM's id of it, for the row the worker writes."""
     import submitit
@@ -90,6 +113,9 @@ def slurm_job_id() -> dict:
 class _Submitted:
     sjob: Any  # submitit job
     t0: float
+    queue_state: str | None = None  # its state in squeue when last seen there
+    gone_since: float | None = None  # when squeue first showed it ended (or not at all)
+    lost: bool = False  # ended without a result for vanish_s: collected without waiting for submitit
 
 
 @register_executor
@@ -116,10 +142,10 @@ class SlurmExecutor(Executor):
             raise ConfigError("executor 'slurm' needs a results directory (or option folder=...) on a file system "
                               "the nodes share")
         self.folder = folder
-        self._ex = None
+        self._ex: dict[bool, Any] = {}  # a submitit executor for whole-node jobs, one for the others
 
     # ---------------------------------------------------------------------------------------------------
-    def _executor(self, folder: Path):
+    def _executor(self, folder: Path, exclusive: bool = False):
         import submitit
 
         o = self.opts
@@ -134,7 +160,7 @@ class SlurmExecutor(Executor):
             for k in ("partition", "account", "qos", "constraint"):
                 if getattr(o, k):
                     params[f"slurm_{k}"] = getattr(o, k)
-            if o.exclusive:
+            if exclusive:  # (submitit writes any value it is given, False included, into --exclusive=)
                 params["slurm_exclusive"] = True
             if o.additional:
                 params["slurm_additional_parameters"] = dict(o.additional)
@@ -153,6 +179,9 @@ class SlurmExecutor(Executor):
         t = job.timeout_s or 1800.0
         return math.ceil(t / 60.0) + TIME_LIMIT_MARGIN_MIN
 
+    def _exclusive(self, job: Job) -> bool:
+        return is_timing(job) if self.opts.exclusive is None else self.opts.exclusive
+
     def _job_params(self, gpus: int, minutes: float) -> dict:
         """submitit parameters of one group of jobs: GPUs and time limit."""
         if self.opts.cluster == "slurm":  # SLURM counts whole minutes
@@ -162,19 +191,19 @@ class SlurmExecutor(Executor):
     # ---- the queue primitives ----------------------------------------------------------------------------
     def submit(self, jobs: list[Job]) -> list[_Submitted]:
         """Jobs grouped by resources, a job array per group."""
-        if self._ex is None:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            self._ex = self._executor(self.folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
         since = since_now()
         results = str(self.results) if self.results else None
         groups: dict[tuple, list[int]] = {}
         for i, job in enumerate(jobs):
-            groups.setdefault((_gpus(self.opts.gpus, job), self._time_limit_min(job)), []).append(i)
+            groups.setdefault((_gpus(self.opts.gpus, job), self._time_limit_min(job), self._exclusive(job)),
+                              []).append(i)
         out: list[_Submitted | None] = [None] * len(jobs)
-        for (gpus, minutes), idx in groups.items():
-            self._ex.update_parameters(**self._job_params(gpus, minutes))
-            with self._ex.batch():
-                handles = [self._ex.submit(run_on_worker, jobs[i], results, self.opts.start_method, since,
+        for (gpus, minutes, exclusive), idx in groups.items():
+            ex = self._ex.get(exclusive) or self._ex.setdefault(exclusive, self._executor(self.folder, exclusive))
+            ex.update_parameters(**self._job_params(gpus, minutes))
+            with ex.batch():
+                handles = [ex.submit(run_on_worker, jobs[i], results, self.opts.start_method, since,
                                            {"executor": self.name}, self.opts.keep_logs, self.opts.grace_s,
                                            identify=slurm_job_id) for i in idx]
             t = time.time()
@@ -183,10 +212,34 @@ class SlurmExecutor(Executor):
         return out  # type: ignore[return-value]
 
     def poll(self, handles: list[_Submitted]) -> list[_Submitted]:
+        """Finished jobs: those submitit sees done (a result file, or sacct), and those the queue lost: ended in
+        squeue, or gone from it, for vanish_s without a result (accounting off or not answering, an array task
+        cancelled before it started)."""
         done = [h for h in handles if h.sjob.done()]
+        if self.opts.cluster == "slurm":
+            done += self._lost([h for h in handles if not any(h is d for d in done)])
         if not done:
             time.sleep(self.poll_s)
         return done
+
+    def _lost(self, handles: list[_Submitted]) -> list[_Submitted]:
+        if not handles:
+            return []
+        queue = squeue_states()
+        if queue is None:  # squeue not answering: nothing can be said
+            return []
+        t, lost = time.time(), []
+        for h in handles:
+            state = queue.get(str(h.sjob.job_id))
+            if state in _ACTIVE:
+                h.queue_state, h.gone_since = state, None
+                continue
+            h.queue_state = state or h.queue_state
+            h.gone_since = h.gone_since or t
+            if t - h.gone_since >= self.opts.vanish_s:
+                h.lost = True
+                lost.append(h)
+        return lost
 
     def collect(self, job: Job, h: _Submitted) -> Outcome:
         from submitit.core.utils import UncompletedJobError
@@ -194,21 +247,25 @@ class SlurmExecutor(Executor):
         sjob = h.sjob
         info = {"executor": self.name, "job_id": str(sjob.job_id)}
         try:
-            if self.opts.cluster == "local" and not sjob.paths.result_pickle.exists():
-                # a local job writes its result before it exits; submitit would wait for a slow NFS first
-                raise UncompletedJobError(f"job {sjob.job_id} exited without a result")
+            if (self.opts.cluster == "local" or h.lost) and not sjob.paths.result_pickle.exists():
+                # a local job writes its result before it exits (submitit would wait for a slow NFS first); a
+                # lost job never will (submitit would wait for accounting forever)
+                raise UncompletedJobError(f"job {sjob.job_id} ended without a result")
             outcome = sjob.result()
         except UncompletedJobError as e:  # FailedJobError (an exception in the job) is a subclass
             outcome = stored_row(self.results, job)  # the worker wrote its row before the job went away?
             if outcome is None:
                 state = (str(sjob.state).upper().split() or ["UNKNOWN"])[0]
+                if state not in _STATE_STATUS and self.opts.cluster == "slurm":  # accounting says nothing
+                    state = h.queue_state if h.queue_state in _STATE_STATUS else "VANISHED"
                 status = _STATE_STATUS.get(state)
-                if status is None:  # no SLURM accounting (cluster=local): a job killed at its limit timed out
+                if status is None:  # cluster=local (no accounting): a job killed at its limit timed out
                     status = Status.TIMEOUT if time.time() - h.t0 >= 60 * self._time_limit_min(job) \
                         else Status.ERROR
                 msg = {Status.TIMEOUT: f"SLURM job {sjob.job_id} hit its time limit ({state})",
                        Status.OOM: f"SLURM job {sjob.job_id} exceeded its memory limit ({state})",
-                       Status.INTERRUPTED: f"SLURM job {sjob.job_id} was cancelled or preempted ({state})"}.get(
+                       Status.INTERRUPTED: f"SLURM job {sjob.job_id} was cancelled, preempted or lost ({state}); "
+                                           "the trial runs again next time"}.get(
                     status, f"SLURM job {sjob.job_id} ended without a result ({state}): {str(e)[-1500:]}")
                 outcome = Outcome(failure(job, status, "SlurmJob" + state.title().replace("_", ""), msg,
                                           tail=_tail(self._safe(sjob.stderr)) or _tail(self._safe(sjob.stdout)),

@@ -36,6 +36,7 @@ MANIFEST = ".vitbench-report.json"  # the files the last report wrote into its f
 
 STATUS = ("status", "Trials by task and status")
 FAILURES = ("failures", "Failed trials")
+SHARED = ("shared_host", "Rows measured while other trials ran on the same host (their speeds may be shared)")
 
 
 @dataclass
@@ -140,6 +141,11 @@ def _write(df: pd.DataFrame, cal: pd.DataFrame, out: Path, formats: tuple[str, .
     from vitbench.tasks import report_parts
 
     title, meta = _meta(df, cal)
+    df = tablemod.flag_shared_host(df)
+    shared = tablemod.shared_host(df)
+    if not shared.empty:
+        warnings_ = [*warnings_, f"{len(shared)} ok row(s) were measured while other trials ran on the same host: "
+                                 f"see the table '{SHARED[0]}' (column shared_host in the trials)"]
     rep = Report(df=df, tables={STATUS[0]: tablemod.status_counts(df)}, titles={STATUS[0]: STATUS[1]},
                  title=title, meta=meta, calibration=cal,
                  warnings=warnings_)
@@ -156,6 +162,8 @@ def _write(df: pd.DataFrame, cal: pd.DataFrame, out: Path, formats: tuple[str, .
     rep.titles[FAILURES[0]] = FAILURES[1]
     rep.columns[FAILURES[0]] = ("model", "task", "resolution", "batch_size", "repeat", "status", "error_message")
     rep.collapse.add(FAILURES[0])
+    rep.tables[SHARED[0]] = shared
+    rep.titles[SHARED[0]] = SHARED[1]
 
     if plots:
         for part in parts:

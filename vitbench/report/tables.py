@@ -195,6 +195,36 @@ def failures(df: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
+OVERLAPPED = "runner.overlapped"  # the store's column: other trials that ran on the row's host at the same time
+
+
+def flag_shared_host(df: pd.DataFrame) -> pd.DataFrame:
+    """`df` with a `shared_host` column: how many other trials ran on the row's host while it ran
+    (vitbench.executors.overlap); a speed measured with company may be shared. 0 where the row says none."""
+    out = df.copy()
+    col = out[OVERLAPPED] if OVERLAPPED in out else pd.Series([None] * len(out), index=out.index, dtype=object)
+    out["shared_host"] = col.map(_count).astype(int)
+    return out
+
+
+def _count(v) -> int:
+    """Length of a list cell (a list, tuple or array read back from parquet); 0 for a missing one."""
+    return 0 if v is None or isinstance(v, (str, float)) else len(v)
+
+
+def shared_host(df: pd.DataFrame) -> pd.DataFrame:
+    """ok rows measured while other trials ran on the same host (flagged in the report)."""
+    if df.empty or "shared_host" not in df or "status" not in df or OVERLAPPED not in df:
+        return pd.DataFrame(columns=["key", "shared_host"])
+    rows = df[(df["status"] == "ok") & (df["shared_host"] > 0)]
+    cols = [c for c in ("key", "model", "backend", "task", "resolution", "batch_size", "repeat", "runner.host",
+                        "shared_host") if c in rows.columns]
+    out = rows[cols].copy()
+    out["overlapped"] = rows[OVERLAPPED].map(lambda v: ", ".join(str(x) for x in list(v)[:3])
+                                             + (" ..." if len(v) > 3 else ""))
+    return out.reset_index(drop=True)
+
+
 def status_counts(df: pd.DataFrame) -> pd.DataFrame:
     if df.empty:
         return pd.DataFrame(columns=["task", "status", "trials"])

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Bring up a real single-node Slurm 22.05 (munge, MariaDB, slurmdbd, slurmctld, slurmd) and a real two-raylet
+# Ray on loopback, for the real-engine tests (tests/test_executors_real.py). Debian 12, run as root, no systemd.
+# Usage: scripts/cluster/up.sh [--install]   (state, logs and pids under $CLUSTER_DIR, default /tmp/vitbench-cluster)
+#        scripts/cluster/up.sh --ray-worker  (start the second raylet again, e.g. after a test killed it)
+# Ray's raylets and Slurm's jobs inherit this shell's environment (PYTHONPATH, VITBENCH_PLUGINS): set it first.
+# Stop everything with scripts/cluster/down.sh (it reads $CLUSTER_DIR/pids).
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+C=${CLUSTER_DIR:-/tmp/vitbench-cluster}
+# Ray: a head and a second raylet, both on loopback, one CPU each; `vitbench_node: 1` marks a whole node
+# (the ray executor asks for it to give a timing trial a node to itself)
+export RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0
+RAY_ARGS=(--node-ip-address=127.0.0.1 --num-cpus=1 --object-store-memory=200000000 --resources='{"vitbench_node": 1}' --block)
+start() {  # start NAME CMD...: a daemon in the foreground under setsid, its pid kept for down.sh
+  local name=$1; shift
+  setsid "$@" > "$C/logs/$name.out" 2>&1 < /dev/null &
+  echo "$! $name" >> "$C/pids"
+}
+wait_for() {  # wait_for WHAT SECONDS CMD...
+  local what=$1 n=$2; shift 2
+  for _ in $(seq "$n"); do "$@" >/dev/null 2>&1 && return 0; sleep 1; done
+  echo "cluster up: $what did not come up; logs in $C/logs" >&2; tail -n 20 "$C"/logs/*.out >&2; exit 1
+}
+ray_worker() {
+  start ray-worker ray start --address=127.0.0.1:6379 "${RAY_ARGS[@]}"
+  wait_for "second raylet" 90 python -c "import ray,sys; ray.init(address='127.0.0.1:6379', logging_level='ERROR'); sys.exit(len([n for n in ray.nodes() if n['Alive']]) != 2)"
+}
+if [[ ${1:-} == --ray-worker ]]; then ray_worker; exit 0; fi
+if [[ ${1:-} == --install ]]; then
+  apt-get update -q >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+    slurmctld slurmd slurm-client slurmdbd munge mariadb-server >/dev/null
+fi
+mkdir -p "$C/logs" "$C/slurm/state" "$C/slurm/spool" /run/munge /run/mysqld
+chmod 755 "$C"  # the slurm user reaches its state and logs through it (mktemp makes it 0700)
+chown munge:munge /run/munge; chown mysql:mysql /run/mysqld; chown -R slurm:slurm "$C/slurm"
+: > "$C/pids"
+[[ -s /etc/munge/munge.key ]] || { mungekey -c -f -k /etc/munge/munge.key 2>/dev/null \
+  || dd if=/dev/urandom of=/etc/munge/munge.key bs=1 count=1024 2>/dev/null; chown munge:munge /etc/munge/munge.key; chmod 400 /etc/munge/munge.key; }
+start munged runuser -u munge -- /usr/sbin/munged -F
+start mariadbd /usr/sbin/mariadbd --user=mysql --bind-address=127.0.0.1 --skip-networking=0
+wait_for mariadb 60 mariadb -e 'select 1'
+# a fresh accounting database: SLURM's job ids start again at 1 with a fresh state directory, and sacct would
+# report an earlier cluster's job of the same id
+mariadb -e "DROP DATABASE IF EXISTS vitbench_acct_db; CREATE DATABASE vitbench_acct_db; CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY 'slurmpw'; GRANT ALL ON vitbench_acct_db.* TO 'slurm'@'localhost';"
+mkdir -p /etc/slurm
+for f in slurm.conf slurmdbd.conf; do
+  sed "s#@CLUSTER_DIR@#$C#g; s#@HOSTNAME@#$(hostname)#g" "$HERE/$f" > "$C/$f"; ln -sf "$C/$f" "/etc/slurm/$f"
+done
+chown slurm:slurm "$C/slurmdbd.conf"; chmod 600 "$C/slurmdbd.conf"
+touch "$C/logs/slurmctld.log" "$C/logs/slurmdbd.log" "$C/logs/slurmd.log"; chown slurm:slurm "$C"/logs/slurm*.log
+start slurmdbd /usr/sbin/slurmdbd -D
+wait_for slurmdbd 60 sacctmgr -n list cluster
+sacctmgr -i add cluster vbci >/dev/null 2>&1 || true
+start slurmctld /usr/sbin/slurmctld -D -i
+wait_for slurmctld 60 scontrol ping
+start slurmd /usr/sbin/slurmd -D
+wait_for "slurmd (node idle)" 60 bash -c 'sinfo -h -o %t | grep -qx idle'
+start ray-head ray start --head --port=6379 --include-dashboard=false --temp-dir="$C/ray" "${RAY_ARGS[@]}"
+wait_for "ray head" 90 ray status --address=127.0.0.1:6379
+ray_worker
+echo "cluster up: slurm ($(sinfo -h -o '%P %D %t %c')) and ray (2 raylets) at 127.0.0.1:6379; state in $C"

@@ -1,0 +1,250 @@
+"""One meaning per fault on every executor, and the host registry of running trials, without real engines.
+
+A trial stopped from outside (its job cancelled or preempted: SIGTERM) is 'interrupted', its own crash keeps
+'error' and the start-up hint only when the trial never reached its start marker; a SLURM job that ended in the
+queue without a result (accounting off or not answering, an array task cancelled while queued) becomes a row
+after `vanish_s`; a Ray task lost with its node is 'interrupted'; timing trials ask for a whole node; every row
+says which trials overlapped it on its host and the report flags those rows. The same faults against real
+engines: tests/test_executors_real.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import vitbench_testtasks  # noqa: F401 - registers `sleep` here
+from cluster_fixtures import wait_for, worker_env  # noqa: F401 - fixtures
+from records import record
+
+from vitbench.executors import Job, Role
+from vitbench.executors.local import LocalExecutor
+from vitbench.executors.overlap import ENV, Presence
+from vitbench.report import build_report
+from vitbench.runner import run_study
+from vitbench.store import Store, read_records
+from vitbench.study import parse_study
+
+
+def _job(key: str = "k1", study: str = "g", task: str = "sleep", **cfg) -> Job:
+    config = {"model": "ViT-Nano/4", "backend": "torch", "task": task, "device": "cpu", "resolution": 32,
+              "batch_size": 2, "seed": 0, "seconds": 0.01, "behaviour": "ok", **cfg}
+    return Job(key=key, config=config, repeat=0, study=study, study_sha="x", run_id="r", timeout_s=60,
+               task_module="vitbench_testtasks")
+
+
+@pytest.fixture(autouse=True)
+def registry(tmp_path, monkeypatch):
+    """A private host registry (other sweeps on this machine must not show up in these rows)."""
+    d = tmp_path / "registry"
+    monkeypatch.setenv(ENV, str(d))
+    return d
+
+
+# ---- the host registry --------------------------------------------------------------------------------------
+def test_presence_sees_live_trials_tells_them_and_ignores_dead_ones(registry):
+    registry.mkdir()
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    try:
+        (registry / f"{live.pid}.trial").write_text(json.dumps({"id": "s/other", "pid": live.pid}) + "\n")
+        (registry / f"{dead.pid}.trial").write_text(json.dumps({"id": "s/gone", "pid": dead.pid}) + "\n")
+        with Presence("s/me") as p:
+            mine = registry / f"{os.getpid()}.trial"
+            assert mine.exists()
+            # a trial that starts after us appends itself to our entry
+            with open(mine, "a") as f:
+                f.write(json.dumps({"id": "s/later"}) + "\n")
+        assert p.overlapped == ["s/later", "s/other"]
+        assert not mine.exists() and not (registry / f"{dead.pid}.trial").exists()  # stale entry removed
+        told = (registry / f"{live.pid}.trial").read_text().splitlines()
+        assert json.loads(told[-1]) == {"id": "s/me"}  # the live one learns that we overlapped it
+    finally:
+        live.kill()
+        live.wait()
+
+
+def test_alone_on_the_host_a_row_says_so(tmp_path):
+    ex = LocalExecutor(tmp_path, start_method="spawn", preload=())
+    out = []
+    try:
+        ex.run([_job()], lambda j: None, lambda j, o: out.append(o))
+    finally:
+        ex.close()
+    assert out[0].record.status == "ok" and out[0].record.runner["overlapped"] == []
+
+
+@pytest.mark.timeout(180)
+def test_parallel_jobs_record_each_other_and_the_report_flags_them(tmp_path, worker_env):
+    pytest.importorskip("submitit")
+    gate = tmp_path / "gate"
+    s = parse_study(textwrap.dedent(f"""
+        name: ov
+        calibration: false
+        timeout_s: 60
+        defaults: {{seconds: 0.1, behaviour: gate, gate: {str(gate)!r}}}
+        axes: {{model: [ViT-Nano/4, R-Nano], task: [sleep]}}
+        """), "ov.yaml")
+    threading.Timer(8, gate.touch).start()  # both jobs surely started (two local processes at once)
+    res = tmp_path / "res"
+    summary = run_study(s, res, executor="slurm", executor_options={"cluster": "local", "poll_s": 0.2})
+    assert summary.statuses == {"ok": 2}
+    over = {r.key: r.runner["overlapped"] for r in read_records(res)}
+    a, b = sorted(over)
+    assert over == {a: [f"ov/{b}"], b: [f"ov/{a}"]}
+    rep = build_report(res, tmp_path / "rep", formats=("md", "csv"), plots=False)
+    assert len(rep.tables["shared_host"]) == 2 and any("same host" in w for w in rep.warnings)
+    assert "Rows measured while other trials ran on the same host" in (tmp_path / "rep/report.md").read_text()
+
+
+def test_the_report_flags_nothing_when_no_row_overlapped(tmp_path):
+    cfg = {"backend": "torch", "task": "infer", "device": "cpu", "resolution": 32, "batch_size": 2, "repeat": 0}
+    with Store(tmp_path) as st:
+        st.append(record("bench", {"model": "m", **cfg}, metrics={"img_per_s": 1.0}, key="k",
+                         runner={"overlapped": []}))
+        st.append(record("bench", {"model": "m2", **cfg}, metrics={"img_per_s": 1.0}, key="k2"))
+    rep = build_report(tmp_path, tmp_path / "rep", formats=("md",), plots=False)
+    assert rep.tables["shared_host"].empty and not any("same host" in w for w in rep.warnings)
+    assert list(rep.df["shared_host"]) == [0, 0]
+
+
+# ---- one meaning per fault ---------------------------------------------------------------------------------
+def _run_local(tmp_path, job: Job, during=None):
+    ex = LocalExecutor(tmp_path, start_method="spawn", preload=())
+    out = []
+    try:
+        if during is not None:
+            threading.Thread(target=during, daemon=True).start()
+        ex.run([job], lambda j: None, lambda j, o: out.append(o))
+    finally:
+        ex.close()
+    return out[0].record
+
+
+def _trial_pid(registry: Path) -> int:
+    wait_for(lambda: list(registry.glob("*.trial")), 60, "the trial to start")
+    return int(json.loads(next(registry.glob("*.trial")).read_text().splitlines()[0])["pid"])
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_a_trial_stopped_from_outside_is_interrupted_not_an_error(tmp_path, registry, sig):
+    gate = tmp_path / "gate"  # never created: the trial waits until it is stopped
+    rec = _run_local(tmp_path, _job(behaviour="gate", gate=str(gate)),
+                     during=lambda: os.kill(_trial_pid(registry), sig))
+    assert rec.status == "interrupted" and rec.error.type == "TrialCancelled"
+    assert sig.name in rec.error.message and "before the trial started" not in rec.error.message
+
+
+def test_a_silent_crash_after_the_start_is_an_error_without_the_start_up_hint(tmp_path):
+    rec = _run_local(tmp_path, _job(behaviour="silent_abort"))
+    assert rec.status == "error" and rec.error.type == "TrialCrashed" and "SIGABRT" in rec.error.message
+    assert "before the trial started" not in rec.error.message and "__main__" not in rec.error.message
+
+
+def test_a_crash_before_the_start_marker_keeps_the_start_up_hint(tmp_path, monkeypatch):
+    import vitbench.executors.local as local
+
+    h = SimpleNamespace(result=tmp_path / "k.json", log=tmp_path / "k.log", over_budget_mib=None, timed_out=False,
+                        started_at="", t0=0.0, proc=SimpleNamespace(exitcode=1))
+    rec = local.LocalExecutor(tmp_path, start_method="spawn", preload=()).collect(_job(), h).record
+    assert rec.status == "error" and "before the trial started" in rec.error.message  # no marker: never started
+
+
+# ---- SLURM: a job that ended in the queue without a result -------------------------------------------------
+class _FakeSjob:
+    def __init__(self, job_id: str, folder: Path):
+        self.job_id = job_id
+        self.paths = SimpleNamespace(result_pickle=folder / f"{job_id}_result.pkl", folder=folder)
+        self.state = "UNKNOWN"  # accounting says nothing
+
+    def done(self):
+        return False  # submitit waits for sacct, forever
+
+    def result(self):
+        raise AssertionError("a lost job is never waited for")
+
+    def stderr(self):
+        return None
+
+    stdout = stderr
+
+
+@pytest.mark.parametrize("queue_state,etype", [("CANCELLED", "SlurmJobCancelled"), (None, "SlurmJobVanished")])
+def test_slurm_job_gone_from_the_queue_becomes_an_interrupted_row_after_vanish_s(
+        tmp_path, monkeypatch, queue_state, etype):
+    pytest.importorskip("submitit")
+    import vitbench.executors.slurm as slurm
+
+    monkeypatch.setattr(shutil, "which", lambda name: f"/usr/bin/{name}")
+    ex = slurm.SlurmExecutor(tmp_path, vanish_s=0.3, poll_s=0.05)
+    h = slurm._Submitted(_FakeSjob("7_1", tmp_path), 0.0)
+    queue = {"7_1": "PENDING"}
+    monkeypatch.setattr(slurm, "squeue_states", lambda: dict(queue))
+    assert ex.poll([h]) == [] and h.queue_state == "PENDING"
+    queue.clear()
+    if queue_state:
+        queue["7_1"] = queue_state
+    assert ex.poll([h]) == []  # ended (or gone) just now: the result may still be on its way
+    wait_for(lambda: ex.poll([h]) == [h], 10, "the deadline")
+    rec = ex.collect(_job(), h).record
+    assert rec.status == "interrupted" and rec.error.type == etype and rec.runner["job_id"] == "7_1"
+    assert "runs again" in rec.error.message
+
+
+def test_slurm_squeue_not_answering_decides_nothing(tmp_path, monkeypatch):
+    pytest.importorskip("submitit")
+    import vitbench.executors.slurm as slurm
+
+    monkeypatch.setattr(shutil, "which", lambda name: f"/usr/bin/{name}")
+    ex = slurm.SlurmExecutor(tmp_path, vanish_s=0.01, poll_s=0.01)
+    h = slurm._Submitted(_FakeSjob("8", tmp_path), 0.0)
+    monkeypatch.setattr(slurm, "squeue_states", lambda: None)
+    assert ex.poll([h]) == [] and ex.poll([h]) == [] and h.gone_since is None
+
+
+def test_timing_trials_get_a_whole_node_by_default(tmp_path, monkeypatch):
+    pytest.importorskip("submitit")
+    from vitbench.executors.slurm import SlurmExecutor
+
+    monkeypatch.setattr(shutil, "which", lambda name: f"/usr/bin/{name}")
+    timing = _job(task="infer")
+    cal = Job(**{**_job(task="calibration").__dict__, "role": Role.CALIBRATION})
+    other = _job(task="sleep")
+    ex = SlurmExecutor(tmp_path)
+    assert ex._exclusive(timing) and ex._exclusive(cal) and not ex._exclusive(other)
+    text = ex._executor(tmp_path, exclusive=True)._executor._make_submission_file_text("python -m x", "u")
+    assert "--exclusive" in text
+    text = ex._executor(tmp_path, exclusive=False)._executor._make_submission_file_text("python -m x", "u")
+    assert "--exclusive" not in text
+    assert not SlurmExecutor(tmp_path, exclusive=False)._exclusive(timing)
+
+
+# ---- Ray: a task lost with its node -----------------------------------------------------------------------
+def test_ray_task_lost_with_its_node_is_interrupted_and_carries_its_task_id(tmp_path, monkeypatch):
+    ray = pytest.importorskip("ray")
+    from vitbench.executors.ray import RayExecutor
+
+    class Ref:
+        def task_id(self):
+            return SimpleNamespace(hex=lambda: "abc123")
+
+    ex = RayExecutor(tmp_path)
+    for err, status in [(ray.exceptions.NodeDiedError("node 1 died"), "interrupted"),
+                        (ray.exceptions.WorkerCrashedError(), "interrupted"),
+                        (RuntimeError("something else"), "error")]:
+        def get(ref, err=err):
+            raise err
+
+        monkeypatch.setattr(ex, "_ray", lambda get=get: SimpleNamespace(get=get))
+        rec = ex.collect(_job(), Ref()).record
+        assert rec.status == status and rec.runner["task_id"] == "abc123", (err, rec)
