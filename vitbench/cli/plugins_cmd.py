@@ -27,6 +27,8 @@ def plugin_rows() -> list[dict]:
                        metrics={m.name: m.unit for m in t.metrics},
                        fields={n: None if f.is_required() else f.get_default(call_default_factory=True)
                                for n, f in t.Params.model_fields.items()})
+        elif e.kind is Kind.FAMILY:
+            row.update(override_keys=list(e.provides), models=[r.name for r in e.obj.rows])
         else:
             row.update(options={n: None if f.is_required() else f.get_default(call_default_factory=True)
                                 for n, f in e.obj.Options.model_fields.items()})
