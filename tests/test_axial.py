@@ -148,7 +148,22 @@ def test_rows_overrides_and_errors():
         get_spec("Axial-ViT-Nano/4[heads=3]")
 
 
-def test_a_family_registered_from_outside_the_package_builds_counts_and_converts():
+@pytest.fixture
+def scratch_registry():
+    """The family registry, model table and override tables as they are, restored after the test."""
+    from vitbench.models import overrides, specs
+    from vitbench.registry import _STATE, Kind, load_plugins
+
+    load_plugins(Kind.FAMILY)
+    held = [specs._TABLE, specs._INDEX, overrides.FAMILY_KEYS, overrides.VALIDATORS, _STATE.entries[Kind.FAMILY]]
+    saved = [c.copy() for c in held]
+    yield
+    for c, old in zip(held, saved):
+        c.clear()
+        c.extend(old) if isinstance(c, list) else c.update(old)
+
+
+def test_a_family_registered_from_outside_the_package_builds_counts_and_converts(scratch_registry):
     """A toy family (a linear model on pooled pixels) registered from this test module: every shared entry
     point (table, name lookup, overrides, analytic counts, both builders, conversion) goes through the registry."""
     from vitbench.models.analytic import Counts
@@ -191,3 +206,32 @@ def _toy_torch(spec, resolution, num_classes):
 
 def _toy_flax(spec, num_classes, dtype):
     raise NotImplementedError
+
+
+def test_inspection_says_it_does_not_apply_to_axial_attention():
+    from vitbench.inspect.run import inspect_model
+
+    with pytest.raises(ConfigError, match="inspection does not apply to Axial-ViT-Nano/4"):
+        inspect_model({}, get_spec("Axial-ViT-Nano/4"), 16, np.zeros((1, 16, 16, 3), np.float32), None)
+
+
+def test_figure13_section_joins_accuracy_compute_gflops_and_speed_per_backend():
+    import pandas as pd
+
+    from vitbench.report import figure13
+
+    rows = []
+    for m, res, speed in (("ViT-Nano/4", 16, 900.0), ("Axial-ViT-Nano/4", 16, 300.0)):
+        for steps, acc in ((100, 0.5), (300, 0.7)):
+            rows.append(dict(kind="fewshot", model=m, resolution=res, accuracy=acc, pretrain_exaflops=steps * 1e-10,
+                             shots=10, backend="torch"))
+        for b, f in (("torch", 1.0), ("jax", 2.0)):
+            rows.append(dict(kind="bench", task="infer", model=m, resolution=res, backend=b, img_per_s=speed * f))
+    t = figure13.table(pd.DataFrame(rows))
+    assert len(t) == 4 and set(t["family"]) == {"vit", "axial_vit"}
+    ax = t[(t["model"] == "Axial-ViT-Nano/4") & (t["backend"] == "jax")].iloc[0]
+    want = analytic_counts(get_spec("Axial-ViT-Nano/4"), 16).gflops
+    assert ax["gflops"] == pytest.approx(want) and ax["img_per_s"] == 600.0 and ax["accuracy"] == 0.7
+    assert ax["achieved_gflop_per_s"] == pytest.approx(600.0 * want)
+    assert figure13.figure(pd.DataFrame(rows)) is not None
+    assert figure13.table(pd.DataFrame(rows[:2])).empty  # no speed rows: no section
