@@ -235,3 +235,15 @@ def test_figure13_section_joins_accuracy_compute_gflops_and_speed_per_backend():
     assert ax["achieved_gflop_per_s"] == pytest.approx(600.0 * want)
     assert figure13.figure(pd.DataFrame(rows)) is not None
     assert figure13.table(pd.DataFrame(rows[:2])).empty  # no speed rows: no section
+
+
+@pytest.mark.parametrize("name", TINY)
+def test_the_flops_task_counts_axial_models_with_every_torch_counter(name):
+    """fvcore traces the model (the relative index is built in torch, so tracing works) and sees at least the
+    analytic MACs (it adds norm terms); FlopCounterMode equals them."""
+    from vitbench.measure.flops import flops
+
+    rec = flops(name)
+    assert rec.status == "ok"
+    assert rec.metrics["rel_diff_torch_flop_counter"] == pytest.approx(0.0, abs=1e-9)
+    assert rec.metrics["gmacs_fvcore"] >= rec.metrics["gmacs"]

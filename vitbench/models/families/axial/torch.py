@@ -13,7 +13,6 @@ from torch import nn
 
 from vitbench.models.families.axial import grid, resnet_plan
 from vitbench.models.flavours import Gelu
-from vitbench.models.posemb import relative_index
 from vitbench.models.specs import ModelSpec
 
 
@@ -43,7 +42,8 @@ class AxialAttention(nn.Module):
         if self.rel_q is not None:
             if self.rel_q.shape[0] != 2 * length - 1:
                 raise ValueError(f"axial layer built for axis length {(self.rel_q.shape[0] + 1) // 2}, got {length}")
-            table = self.rel_q[torch.as_tensor(relative_index(length), device=x.device)]  # (L, L, dh)
+            pos = torch.arange(length, device=x.device)  # index q - k + L - 1 (posemb.relative_index), traceable
+            table = self.rel_q[pos[:, None] - pos[None, :] + length - 1]  # (L, L, dh)
             logits = logits + torch.einsum("bnhld,lmd->bnhlm", q, table)
         attn = logits.softmax(dim=-1)
         if self.keep:
