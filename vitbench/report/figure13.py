@@ -119,7 +119,10 @@ def figure(ok: pd.DataFrame) -> Figure | None:
             xs = np.geomspace(pts[:, 0].min() / 1.5, pts[:, 0].max() * 1.5, 20)
             ax_f.plot(xs, achieved / xs, linestyle=(":", "--")[min(i, 1)], color="0.5",
                       label=f"{b}: constant {achieved:.3g} GFLOP/s")
-    ax_c.set(xscale="log", xlabel="Pre-training compute [exaFLOPs]", ylabel="Transfer accuracy [%]",
+    what = ", ".join(sorted({f"{k} {int(n)}-shot" if pd.notna(n) else str(k) for k, n in
+                            zip(acc.get("kind", pd.Series(["transfer"] * len(acc))),
+                                acc.get("shots", pd.Series([np.nan] * len(acc))))}))
+    ax_c.set(xscale="log", xlabel="Pre-training compute [exaFLOPs]", ylabel=f"Transfer accuracy [%] ({what})",
              title="(a) accuracy vs pre-training compute")
     ax_s.set(xscale="log", xlabel="Measured inference speed [img/s] (filled: " + backends[0]
              + (", hollow: " + ", ".join(backends[1:]) if len(backends) > 1 else "") + ")",

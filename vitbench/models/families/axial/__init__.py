@@ -132,7 +132,7 @@ def resnet_plan(spec: ModelSpec, resolution: int) -> tuple[list[Block], int]:
 
 
 def _axial_resnet(name: str, layers: tuple[int, ...], heads: int, **kw) -> ModelSpec:
-    return ModelSpec(name=name, family=AXIAL_RESNET, layers=layers, heads=heads, **kw)
+    return ModelSpec(name=name, family=AXIAL_RESNET, layers=layers, heads=heads, classifier="gap", **kw)  # GAP head
 
 
 RESNET_ROWS = (
