@@ -223,7 +223,8 @@ def test_figure13_section_joins_accuracy_compute_gflops_and_speed_per_backend():
     rows = []
     for m, res, speed in (("ViT-Nano/4", 16, 900.0), ("Axial-ViT-Nano/4", 16, 300.0)):
         for steps, acc in ((100, 0.5), (300, 0.7)):
-            rows.append(dict(kind="fewshot", model=m, resolution=res, accuracy=acc, pretrain_exaflops=steps * 1e-10,
+            rows.append(dict(kind="fewshot", model=m, resolution=res, accuracy=acc,
+                             pretrain_exaflops=steps * 1e-10,
                              shots=10, backend="torch"))
         for b, f in (("torch", 1.0), ("jax", 2.0)):
             rows.append(dict(kind="bench", task="infer", model=m, resolution=res, backend=b, img_per_s=speed * f))

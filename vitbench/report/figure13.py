@@ -93,7 +93,8 @@ def figure(ok: pd.DataFrame) -> Figure | None:
     models = sorted(set(acc["model"]) | set(speed["model"]), key=lambda m: (tables.family_of(m), m))
     families = sorted({tables.family_of(m) for m in models})
     cmap = {f: f"C{i}" for i, f in enumerate(families)}
-    style = {m: dict(color=cmap[tables.family_of(m)], marker=_MARKERS[i % len(_MARKERS)]) for i, m in enumerate(models)}
+    style = {m: dict(color=cmap[tables.family_of(m)], marker=_MARKERS[i % len(_MARKERS)])
+             for i, m in enumerate(models)}
     backends = list(dict.fromkeys(speed["backend"]))
     fig = Figure(figsize=(16, 4.8), layout="constrained")
     ax_c, ax_s, ax_f = fig.subplots(1, 3)

@@ -44,7 +44,8 @@ class FamilyPlugin:
     param_table(spec, resolution) -> param_table entries (timm-style key <-> Flax path); stride(spec) pixels per
     output cell; feature_dim(spec); describe(spec) one line; validate(spec, diff) raises ConfigError;
     attention: whether the model has attention layers; token_attention_maps: whether its attention maps are
-    (tokens x tokens) over the whole image (what inspection's attention distance reads).
+    (tokens x tokens) over the whole image (what inspection's attention distance reads); plot_style: the
+    report's (marker, matplotlib colormap, name) for the family.
     """
 
     name: FamilyName
@@ -62,6 +63,7 @@ class FamilyPlugin:
     validate: Callable[[Any, dict], None] = lambda spec, diff: None
     attention: bool = True
     token_attention_maps: bool = False
+    plot_style: tuple[str, str, str] = ("D", "Greys", "")  # report marker, colormap, legend name
     extra: dict = field(default_factory=dict)
 
     def build_torch(self, spec, resolution: int, num_classes: int):

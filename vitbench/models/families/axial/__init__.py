@@ -102,7 +102,7 @@ AXIAL_VIT_PLUGIN = FamilyPlugin(
     torch_builder="vitbench.models.families.axial.torch:build_axial_vit",
     flax_builder="vitbench.models.families.axial.flax:build_axial_vit",
     counts=vit_counts, param_table=vit_table, stride=lambda s: s.patch, feature_dim=lambda s: s.width,
-    describe=vit_describe, validate=vit_validate,
+    describe=vit_describe, validate=vit_validate, plot_style=("h", "Purples", "Axial-ViT"),
 )
 
 
@@ -132,7 +132,8 @@ def resnet_plan(spec: ModelSpec, resolution: int) -> tuple[list[Block], int]:
 
 
 def _axial_resnet(name: str, layers: tuple[int, ...], heads: int, **kw) -> ModelSpec:
-    return ModelSpec(name=name, family=AXIAL_RESNET, layers=layers, heads=heads, classifier="gap", **kw)  # GAP head
+    return ModelSpec(name=name, family=AXIAL_RESNET, layers=layers, heads=heads, classifier="gap",  # GAP head
+                     **kw)
 
 
 RESNET_ROWS = (
@@ -170,7 +171,8 @@ def resnet_table(spec: ModelSpec, resolution: int) -> list:
         t, f = f"stages.{b.s}.blocks.{b.j}", f"stages_{b.s}/blocks_{b.j}"
         out += [_conv(f"{t}.conv1.weight", f"{f}/conv1/kernel"), *_norm_entry(f"{t}.norm1", f"{f}/norm1")]
         for a in ("attn_h", "attn_w"):
-            out += [_dense_nobias(f"{t}.{a}.qkv.weight", f"{f}/{a}/qkv/kernel"), _copy(f"{t}.{a}.rel_q", f"{f}/{a}/rel_q")]
+            out += [_dense_nobias(f"{t}.{a}.qkv.weight", f"{f}/{a}/qkv/kernel"),
+                    _copy(f"{t}.{a}.rel_embedding", f"{f}/{a}/rel_embedding")]
         out += _norm_entry(f"{t}.norm2", f"{f}/norm2")
         out += [_conv(f"{t}.conv3.weight", f"{f}/conv3/kernel"), *_norm_entry(f"{t}.norm3", f"{f}/norm3")]
         if b.j == 0:
@@ -204,6 +206,7 @@ AXIAL_RESNET_PLUGIN = FamilyPlugin(
     flax_builder="vitbench.models.families.axial.flax:build_axial_resnet",
     counts=resnet_counts, param_table=resnet_table, stride=lambda s: 4 * 2 ** (len(s.layers) - 1),
     feature_dim=lambda s: s.stage_channels[-1], describe=resnet_describe, validate=resnet_validate,
+    plot_style=("P", "RdPu", "Axial-ResNet"),
 )
 
 register_family(AXIAL_VIT_PLUGIN)

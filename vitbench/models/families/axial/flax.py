@@ -35,7 +35,7 @@ class AxialAttention(nn.Module):
         q, k, v = qkv[:, :, :, 0] * dh ** -0.5, qkv[:, :, :, 1], qkv[:, :, :, 2]  # (b, n, L, heads, dh)
         logits = jnp.einsum("bnlhd,bnmhd->bnhlm", q, k)
         if self.relative:
-            rel = self.param("rel_q", nn.initializers.normal(0.02), (2 * length - 1, dh))
+            rel = self.param("rel_embedding", nn.initializers.normal(0.02), (2 * length - 1, dh))
             logits = logits + jnp.einsum("bnlhd,lmd->bnhlm", q, rel[relative_index(length)].astype(q.dtype))
         attn = jax.nn.softmax(logits.astype(jnp.float32), axis=-1).astype(v.dtype)
         self.sow("intermediates", "attention", attn)
@@ -85,7 +85,8 @@ class AxialViT(nn.Module):
         x = x + pos.astype(x.dtype)
         for k in range(2 * s.depth):
             x = AxialBlock(s, ("row", "column")[k % 2], self.dtype, name=f"blocks_{k}")(x)
-        x = nn.LayerNorm(epsilon=s.ln_eps, use_fast_variance=False, dtype=self.dtype, name="norm")(x).mean(axis=(1, 2))
+        x = nn.LayerNorm(epsilon=s.ln_eps, use_fast_variance=False, dtype=self.dtype, name="norm")(x)
+        x = x.mean(axis=(1, 2))
         if pre_logits:
             return x.astype(jnp.float32)
         logits = nn.Dense(self.num_classes, dtype=self.dtype, name="head")(x).astype(jnp.float32)
@@ -114,7 +115,8 @@ class Bottleneck(nn.Module):
     @nn.compact
     def __call__(self, x):
         s, g, eps = self.spec, self.spec.gn_groups, self.spec.flavour.gn_eps
-        gn = lambda name: nn.GroupNorm(num_groups=g, epsilon=eps, use_fast_variance=False, dtype=self.dtype, name=name)  # noqa: E731
+        gn = lambda name: nn.GroupNorm(num_groups=g, epsilon=eps, use_fast_variance=False,  # noqa: E731
+                                       dtype=self.dtype, name=name)
         conv = lambda c, name, stride=1: nn.Conv(c, (1, 1), strides=stride, padding="VALID",  # noqa: E731
                                                  use_bias=False, dtype=self.dtype, name=name)
         y = nn.relu(gn("norm1")(conv(self.mid, "conv1")(x)))

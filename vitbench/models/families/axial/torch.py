@@ -27,9 +27,9 @@ class AxialAttention(nn.Module):
         self.qkv = nn.Linear(dim, 3 * dim, bias=bias)
         self.proj = nn.Linear(dim, dim, bias=bias) if proj else None
         if length:
-            self.rel_q = nn.Parameter(torch.randn(2 * length - 1, dim // heads) * 0.02)
+            self.rel_embedding = nn.Parameter(torch.randn(2 * length - 1, dim // heads) * 0.02)
         else:
-            self.rel_q = None
+            self.rel_embedding = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.along == "column":
@@ -39,11 +39,12 @@ class AxialAttention(nn.Module):
         q, k, v = self.qkv(x).reshape(b, n, length, 3, h, dh).permute(3, 0, 1, 4, 2, 5).unbind(0)
         q = q * dh ** -0.5
         logits = q @ k.transpose(-1, -2)  # (b, n, heads, L, L)
-        if self.rel_q is not None:
-            if self.rel_q.shape[0] != 2 * length - 1:
-                raise ValueError(f"axial layer built for axis length {(self.rel_q.shape[0] + 1) // 2}, got {length}")
+        if self.rel_embedding is not None:
+            if self.rel_embedding.shape[0] != 2 * length - 1:
+                built = (self.rel_embedding.shape[0] + 1) // 2
+                raise ValueError(f"axial layer built for axis length {built}, got {length}")
             pos = torch.arange(length, device=x.device)  # index q - k + L - 1 (posemb.relative_index), traceable
-            table = self.rel_q[pos[:, None] - pos[None, :] + length - 1]  # (L, L, dh)
+            table = self.rel_embedding[pos[:, None] - pos[None, :] + length - 1]  # (L, L, dh)
             logits = logits + torch.einsum("bnhld,lmd->bnhlm", q, table)
         attn = logits.softmax(dim=-1)
         if self.keep:
