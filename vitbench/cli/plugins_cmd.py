@@ -40,7 +40,7 @@ def plugin_rows() -> list[dict]:
 def plugins_cmd(
     as_json: bool = typer.Option(False, "--json", help="Everything, machine-readable (fields with defaults)."),
 ) -> None:
-    """List the registered backends, tasks and executors: capabilities, where each comes from, availability.
+    """List the registered backends, tasks, executors and model families: capabilities, where each comes from, availability.
 
     Plug-ins come from vitbench itself, from installed packages (entry-point group `vitbench.plugins`) and from
     $VITBENCH_PLUGINS (comma-separated modules); see docs/plugins.md.
@@ -49,7 +49,8 @@ def plugins_cmd(
     if as_json:
         print_json(rows)
         return
-    for kind, what in (("backend", "capabilities"), ("task", "needs"), ("executor", "options")):
+    for kind, what in (("backend", "capabilities"), ("task", "needs"), ("executor", "options"),
+                       ("family", "override_keys")):
         t = Table(title=f"{kind}s", title_justify="left")
         for col in ("name", what, "from", "available"):
             t.add_column(col, overflow="fold")
