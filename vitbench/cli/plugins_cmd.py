@@ -51,7 +51,7 @@ def plugins_cmd(
         return
     for kind, what in (("backend", "capabilities"), ("task", "needs"), ("executor", "options"),
                        ("family", "override_keys")):
-        t = Table(title=f"{kind}s", title_justify="left")
+        t = Table(title="families" if kind == "family" else f"{kind}s", title_justify="left")
         for col in ("name", what, "from", "available"):
             t.add_column(col, overflow="fold")
         for r in (r for r in rows if r["kind"] == kind):

@@ -14,6 +14,7 @@ built, so listing models or parsing a study never imports torch or jax.
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NewType
@@ -83,15 +84,11 @@ def register_family(plugin: FamilyPlugin, *, replace: bool = False) -> FamilyPlu
     if bad:
         raise ConfigError(f"family {plugin.name!r}: rows {bad[:3]} have another family")
     register(Kind.FAMILY, plugin.name, plugin, provides=plugin.override_keys, description=plugin.description,
-             replace=replace, module=_caller_module(plugin))
+             replace=replace, module=sys._getframe(1).f_globals.get("__name__", plugin.torch_builder))
     overrides.FAMILY_KEYS[plugin.name] = plugin.override_keys
     overrides.VALIDATORS[plugin.name] = plugin.validate
     specs.add_rows(plugin.rows)
     return plugin
-
-
-def _caller_module(plugin: FamilyPlugin) -> str:
-    return plugin.torch_builder.partition(":")[0]
 
 
 def family_plugin(name: str) -> FamilyPlugin | None:
