@@ -248,3 +248,15 @@ def test_the_flops_task_counts_axial_models_with_every_torch_counter(name):
     assert rec.status == "ok"
     assert rec.metrics["rel_diff_torch_flop_counter"] == pytest.approx(0.0, abs=1e-9)
     assert rec.metrics["gmacs_fvcore"] >= rec.metrics["gmacs"]
+
+
+def test_axial_vit_grid_position_table_resizes_in_2d_and_relative_tables_are_refused():
+    from vitbench.models.posemb_resize import resize_table
+
+    g = np.arange(4 * 4 * 2, dtype=np.float32).reshape(1, 4, 4, 2)
+    assert resize_table("pos_embed", g, (1, 4, 4, 2), 0) is g
+    up = resize_table("pos_embed", g, (1, 8, 8, 2), 0)
+    assert up.shape == (1, 8, 8, 2)
+    assert up[0, :, :, 0].min() >= g[0, :, :, 0].min() and up[0, :, :, 0].max() <= g[0, :, :, 0].max()
+    with pytest.raises(ConfigError, match="use the pre-training resolution"):
+        resize_table("rel_embedding", np.zeros((15, 4), np.float32), (7, 4), 0)
