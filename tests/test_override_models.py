@@ -150,8 +150,9 @@ def test_named_rows_are_unchanged():
     """Every row's analytic counts and spec fields are what they were before overrides existed (the file was
     written by the code before them); the new fields are there with their defaults."""
     before = json.loads((Path(__file__).parent / "data" / "named_rows.json").read_text())
-    assert sorted(before) == sorted(s.name for s in all_specs())
-    for spec in all_specs():
+    rows = [s for s in all_specs() if s.family in ("vit", "bit", "hybrid")]  # plug-in families came later
+    assert sorted(before) == sorted(s.name for s in rows)
+    for spec in rows:
         row, c, d = before[spec.name], analytic_counts(spec), spec.to_dict()
         assert (c.params, c.macs) == (row["params"], row["macs"]), spec.name
         assert json.loads(json.dumps({k: d[k] for k in row["to_dict"]})) == row["to_dict"], spec.name

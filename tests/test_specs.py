@@ -12,6 +12,7 @@ PAPER_NAMES = [
     "ViT-Ti/16", "ViT-S/16", "ViT-B/32", "ViT-B/16", "ViT-B/8", "ViT-L/32", "ViT-L/16", "ViT-H/14",
     "R50x1", "R50x2", "R50x3", "R101x1", "R101x3", "R152x1", "R152x2", "R152x4", "R200x3",
     "R50+ViT-B/32", "R50+ViT-B/16", "R50+ViT-L/32", "R50+ViT-L/16",
+    "Axial-ViT-B/32", "Axial-ViT-B/16", "Axial-ResNet-50",  # paper D.6 (plug-in families)
 ]
 DEIT_DISTILLED = ["DeiT-Ti/16-dist", "DeiT-S/16-dist", "DeiT-B/16-dist"]  # DeiT Table 1, distilled (Section 4)
 
@@ -19,7 +20,7 @@ DEIT_DISTILLED = ["DeiT-Ti/16-dist", "DeiT-S/16-dist", "DeiT-B/16-dist"]  # DeiT
 def test_every_paper_variant_is_listed_once():
     names = [s.name for s in all_specs(include_tiny=False)]
     assert sorted(names) == sorted(PAPER_NAMES + DEIT_DISTILLED)
-    assert {s.family for s in all_specs()} == {"vit", "bit", "hybrid"}
+    assert {s.family for s in all_specs()} == {"vit", "bit", "hybrid", "axial_vit", "axial_resnet"}
     assert all(s.tiny for s in all_specs() if s.name not in PAPER_NAMES + DEIT_DISTILLED)
 
 

@@ -29,6 +29,7 @@ class Kind(enum.Enum):
     BACKEND = "backend"
     TASK = "task"
     EXECUTOR = "executor"
+    FAMILY = "family"  # a model family (vitbench.models.families)
 
 
 # The package's own plug-in modules by kind, in the order their entries are listed (the first backend is the
@@ -39,6 +40,7 @@ BUILTIN_MODULES: dict[Kind, tuple[str, ...]] = {
                 "vitbench.tasks.calibration", "vitbench.tasks.pretrain", "vitbench.tasks.fewshot",
                 "vitbench.tasks.finetune", "vitbench.tasks.inspection"),
     Kind.EXECUTOR: ("vitbench.executors.local", "vitbench.executors.slurm", "vitbench.executors.ray"),
+    Kind.FAMILY: ("vitbench.models.families.axial",),
 }
 
 

@@ -26,7 +26,7 @@ def model_rows(family: str | None = None, include_tiny: bool = True) -> list[dic
 
 @app.command("models")
 def models_cmd(
-    family: str = typer.Option(None, "--family", "-f", help="vit | bit | hybrid"),
+    family: str = typer.Option(None, "--family", "-f", help="vit | bit | hybrid | a plug-in family (axial_vit, axial_resnet, ...)"),
     tiny: bool = typer.Option(True, "--tiny/--no-tiny", help="Include the tiny test/CPU variants."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:

@@ -27,6 +27,8 @@ def plugin_rows() -> list[dict]:
                        metrics={m.name: m.unit for m in t.metrics},
                        fields={n: None if f.is_required() else f.get_default(call_default_factory=True)
                                for n, f in t.Params.model_fields.items()})
+        elif e.kind is Kind.FAMILY:
+            row.update(override_keys=list(e.provides), models=[r.name for r in e.obj.rows])
         else:
             row.update(options={n: None if f.is_required() else f.get_default(call_default_factory=True)
                                 for n, f in e.obj.Options.model_fields.items()})
@@ -38,7 +40,7 @@ def plugin_rows() -> list[dict]:
 def plugins_cmd(
     as_json: bool = typer.Option(False, "--json", help="Everything, machine-readable (fields with defaults)."),
 ) -> None:
-    """List the registered backends, tasks and executors: capabilities, where each comes from, availability.
+    """List the registered backends, tasks, executors and model families: capabilities, where each comes from, availability.
 
     Plug-ins come from vitbench itself, from installed packages (entry-point group `vitbench.plugins`) and from
     $VITBENCH_PLUGINS (comma-separated modules); see docs/plugins.md.
@@ -47,8 +49,9 @@ def plugins_cmd(
     if as_json:
         print_json(rows)
         return
-    for kind, what in (("backend", "capabilities"), ("task", "needs"), ("executor", "options")):
-        t = Table(title=f"{kind}s", title_justify="left")
+    for kind, what in (("backend", "capabilities"), ("task", "needs"), ("executor", "options"),
+                       ("family", "override_keys")):
+        t = Table(title="families" if kind == "family" else f"{kind}s", title_justify="left")
         for col in ("name", what, "from", "available"):
             t.add_column(col, overflow="fold")
         for r in (r for r in rows if r["kind"] == kind):

@@ -143,6 +143,13 @@ def inspect_model(weights: dict[str, np.ndarray], spec: ModelSpec, resolution: i
     patches (1: class token; DeiT's distillation token makes 2; None: the spec's). On grey images (R = G = B) the
     filter components are of the channel-summed filters (see vitbench.inspect.filters).
     """
+    from vitbench.models.families import family_plugin
+
+    plugin = family_plugin(spec.family)
+    if plugin is not None and not plugin.token_attention_maps:  # e.g. axial attention: per row / column maps
+        raise ConfigError(f"inspection does not apply to {spec.name} (family {spec.family}: "
+                          f"{plugin.description}): "
+                          "its attention maps are not token x token over the image; use a ViT or a hybrid model")
     if not spec.depth:
         raise ConfigError(f"{spec.name} has no transformer layers to inspect; use a ViT or a hybrid model")
     images = np.asarray(images, np.float32)

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 
 from vitbench.models import posemb
+from vitbench.models.families import family_plugin
 from vitbench.models.specs import ModelSpec
 
 
@@ -68,6 +69,9 @@ def analytic_counts(spec: ModelSpec, resolution: int | None = None, num_classes:
     r = spec.resolution if resolution is None else resolution
     k = spec.num_classes if num_classes is None else num_classes
     spec.check_resolution(r)
+    plugin = family_plugin(spec.family)
+    if plugin is not None:  # a plug-in family counts its own (vitbench.models.families)
+        return plugin.counts(spec, r, k)
     if spec.family == "bit":
         body, _ = _resnet(spec, r, preact=True)
         c = spec.stage_channels[-1]

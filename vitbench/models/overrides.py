@@ -40,6 +40,8 @@ RESNET_KEYS = ("width_factor", "blocks")
 OVERRIDE_ORDER: tuple[str, ...] = TRANSFORMER_KEYS + RESNET_KEYS
 # Which override keys each family takes (a hybrid: its transformer and its ResNet root).
 FAMILY_KEYS: dict[str, tuple[str, ...]] = {"vit": TRANSFORMER_KEYS, "hybrid": OVERRIDE_ORDER, "bit": RESNET_KEYS}
+# Cross-field rules of plug-in families (vitbench.models.families.register_family adds them, with their keys).
+VALIDATORS: dict[str, Any] = {}
 # A distilled DeiT keeps its two tokens, two heads and 1-D input position embeddings: shape overrides only.
 DISTILLED_KEYS = ("depth", "width", "mlp_dim", "heads", "patch")
 KEY_ALIASES = {"layers": "blocks", "mlp": "mlp_dim", "pos_embed": "posemb", "posemb_place": "posemb_at"}
@@ -207,6 +209,8 @@ def validate(spec: Any, diff: dict[str, Any]) -> None:
                               "classifier=token; with classifier=gap the head is linear: allowed rep_size: 0")
     if spec.family in ("bit", "hybrid") and len(spec.layers) > len(spec.channels):
         raise ConfigError(f"{n}: blocks has {len(spec.layers)} stages; allowed: 1 to {len(spec.channels)}")
+    if spec.family in VALIDATORS:
+        VALIDATORS[spec.family](spec, diff)
     if spec.resolution % spec.stride:
         what = "patch" if "patch" in diff else ("blocks" if "blocks" in diff else "architecture")
         ok = [p for p in range(1, spec.resolution + 1) if spec.resolution % p == 0][:10]

@@ -125,6 +125,11 @@ def param_table(spec: ModelSpec | str, resolution: int | None = None) -> list[_E
     resolution only matters for which position-embedding tables exist (the names do not depend on it)."""
     spec = get_spec(spec)
     r = spec.resolution if resolution is None else resolution
+    from vitbench.models.families import family_plugin  # the families' own tables import this module's helpers
+
+    plugin = family_plugin(spec.family)
+    if plugin is not None:
+        return plugin.param_table(spec, r)
     if spec.family == "vit":
         return _vit_entries(spec, "patch_embed.proj", r)
     if spec.family == "bit":

@@ -55,7 +55,7 @@ def num_tables(spec: ModelSpec) -> int:
 def tables(spec: ModelSpec, resolution: int) -> list[Table]:
     """Every learned position-embedding parameter of `spec` at `resolution` (names in both frameworks: the one
     declaration the weight conversion, the resizing and the analytic count use)."""
-    if spec.family == "bit":
+    if spec.family not in ("vit", "hybrid"):  # BiT has none; plug-in families declare theirs in their own table
         return []
     h, w = grid(spec, resolution)
     d, t = spec.width, h * w + spec.num_prefix_tokens

@@ -152,6 +152,12 @@ def resize_table(leaf: str, table: Array, new_shape: tuple[int, ...], prefix: in
     tokens kept as they are), or refused (ConfigError)."""
     if tuple(table.shape) == tuple(new_shape):
         return table
+    if leaf in ("pos_embed", "pos_embedding") and len(table.shape) == len(new_shape) == 4 \
+            and table.shape[-1] == new_shape[-1]:  # a (1, h, w, D) grid table (Axial-ViT): the same 2-D resampling
+        (_, h, w, d), (_, h1, w1, _) = table.shape, new_shape
+        flat = resample_pos_embed(table.reshape(1, h * w, d), (h1, w1), old_grid=(h, w), num_prefix_tokens=0,
+                                  method=method)
+        return flat.reshape(1, h1, w1, d)
     if leaf in ("pos_embed", "pos_embedding") and table.shape[-1] == new_shape[-1]:
         return resample_pos_embed(table, math.isqrt(new_shape[-2] - prefix), num_prefix_tokens=prefix,
                                   method=method)

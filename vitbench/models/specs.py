@@ -75,6 +75,8 @@ class ModelSpec:
     @property
     def stride(self) -> int:
         """Total downsampling from pixels to tokens (vit: the patch; ResNets: root 4 x 2 per later stage)."""
+        if self.family not in FAMILIES:
+            return _plugin(self.family).stride(self)
         if self.family == "vit":
             return self.patch
         resnet_stride = 4 * 2 ** (len(self.layers) - 1)
@@ -91,6 +93,8 @@ class ModelSpec:
     @property
     def feature_dim(self) -> int:
         """Size of the representation fed to the head (pre-logits)."""
+        if self.family not in FAMILIES:
+            return _plugin(self.family).feature_dim(self)
         return self.width if self.family in ("vit", "hybrid") else self.stage_channels[-1]
 
     @property
@@ -141,6 +145,8 @@ class ModelSpec:
         dist = " +dist token" if self.distilled else ""
         head = "" if self.classifier == "token" else f" {self.classifier}"
         head += f" rep={self.rep_size}" if self.rep_size else ""
+        if self.family not in FAMILIES:
+            return _plugin(self.family).describe(self)
         pos = "" if (self.posemb, self.posemb_at) == ("learned", "input") else f" pos={self.posemb}@{self.posemb_at}"
         if self.family == "vit":
             return f"L={self.depth} D={self.width} MLP={self.mlp_dim} H={self.heads} P={self.patch}{dist}{head}{pos}"
@@ -256,6 +262,32 @@ _TABLE: list[ModelSpec] = [
 ]
 
 
+def _plugin(family: str):
+    from vitbench.models.families import family_plugin  # the family registry imports this module
+
+    return family_plugin(family)
+
+
+def _load_families() -> None:
+    """Import the family plug-ins once (they add their rows with `add_rows`)."""
+    from vitbench.registry import Kind, load_plugins
+
+    load_plugins(Kind.FAMILY)
+
+
+def add_rows(rows) -> None:
+    """Rows of a plug-in family (vitbench.models.families.register_family): into the table and the name index."""
+    for spec in rows:
+        keys = {_norm(n) for n in (spec.name, spec.timm_id, *spec.aliases) if n}
+        taken = [k for k in keys if _INDEX.get(k, spec) != spec]
+        if taken:
+            raise ConfigError(f"model {spec.name}: the name {taken[0]!r} is taken by {_INDEX[taken[0]].name}")
+        if spec not in _TABLE:
+            _TABLE.append(spec)
+        for k in keys:
+            _INDEX[k] = spec
+
+
 def _norm(name: str) -> str:
     """Forgiving key: case-, separator- and suffix-insensitive ('vit-b/16' == 'ViT-B_16')."""
     s = name.strip().lower()
@@ -274,15 +306,19 @@ for _spec in _TABLE:
 
 def all_specs(family: str | None = None, include_tiny: bool = True) -> list[ModelSpec]:
     """The table's rows, optionally of one family (any case: 'VIT' == 'vit')."""
+    _load_families()
     if family is not None:
+        from vitbench.models.families import family_names
+
         key = family.strip().lower() if isinstance(family, str) else family
-        if key not in FAMILIES:
-            raise UnknownModelError(f"unknown family {str(family)[:40]!r}; allowed: {', '.join(FAMILIES)}")
+        if key not in family_names():
+            raise UnknownModelError(f"unknown family {str(family)[:40]!r}; allowed: {', '.join(family_names())}")
         family = key
     return [s for s in _TABLE if (family is None or s.family == family) and (include_tiny or not s.tiny)]
 
 
 def close_matches(name: str, n: int = 5) -> list[str]:
+    _load_families()
     names = {s.name: s.name for s in _TABLE}
     keys = {_norm(k): s.name for s in _TABLE for k in (s.name, s.timm_id, *s.aliases) if k}
     hits = difflib.get_close_matches(_norm(name), list(keys), n=n * 3, cutoff=0.5)
@@ -303,6 +339,9 @@ def get_spec(name: str | ModelSpec, num_classes: int | None = None) -> ModelSpec
             raise UnknownModelError(f"a model name must be a string, got {str(name)[:40]!r}")
         base, text = split_name(name)
         spec = _INDEX.get(_norm(base))
+        if spec is None:
+            _load_families()
+            spec = _INDEX.get(_norm(base))
         if spec is None:
             raise UnknownModelError(
                 f"unknown model {base[:60]!r}. Close matches: {', '.join(close_matches(base))}. "

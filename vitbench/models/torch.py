@@ -26,6 +26,7 @@ from timm.models.deit import VisionTransformerDistilled
 from timm.models.resnetv2 import ResNetV2
 from timm.models.vision_transformer import VisionTransformer
 
+from vitbench.models.families import family_plugin
 from vitbench.models.flavours import Gelu, WeightStd
 from vitbench.models.specs import ModelSpec
 from vitbench.models.torch_vit import VariantViT, is_plain
@@ -89,8 +90,11 @@ def build_torch_model(spec: ModelSpec, resolution: int | None = None, num_classe
     resolution = spec.resolution if resolution is None else resolution
     num_classes = spec.num_classes if num_classes is None else num_classes
     spec.check_resolution(resolution)
+    plugin = family_plugin(spec.family)  # a plug-in family builds its own (vitbench.models.families)
     with torch.device(device):
-        if spec.family == "vit":
+        if plugin is not None:
+            model = plugin.build_torch(spec, resolution, num_classes)
+        elif spec.family == "vit":
             model = _vit(spec, resolution, num_classes)
         elif spec.family == "bit":
             model = _resnet(spec, hybrid=False, num_classes=num_classes)

@@ -34,6 +34,17 @@ FAMILY_STYLE = {"vit": ("o", "Blues", "ViT"), "bit": ("s", "Oranges", "BiT ResNe
 _LINES = ("-", "--", ":", "-.")
 
 
+def _plugin_family_styles() -> dict[str, tuple[str, str, str]]:
+    """Plug-in model families' own styles (vitbench.models.families: FamilyPlugin.plot_style)."""
+    from vitbench.registry import Kind, entries
+
+    return {name: (*e.obj.plot_style[:2], e.obj.plot_style[2] or name)
+            for name, e in entries(Kind.FAMILY).items()}
+
+
+FAMILY_STYLE.update(_plugin_family_styles())
+
+
 def backend_index(backend: str) -> int:
     """Position of a backend among the registered ones (unknown ones after them): its line style and edge."""
     from vitbench.backends.base import backend_names

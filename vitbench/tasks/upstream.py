@@ -178,6 +178,12 @@ register_report(ReportPart(
              Figure("throughput_vs_accuracy", "Inference throughput vs accuracy: what accuracy a speed buys "
                     "(cf. DeiT Figure 1)", _throughput_vs_accuracy, kinds=("bench", *DOWNSTREAM_KINDS))),
     order=40))
+register_report(ReportPart(  # accuracy and measured speed side by side (vitbench.report.figure13)
+    "figure13", "Accuracy, compute and measured speed per family (cf. paper Figure 13)",
+    ("bench", "flops", *DOWNSTREAM_KINDS), lazy("vitbench.report.figure13:table"),
+    figures=(Figure("figure13", "Accuracy vs pre-training compute and vs measured speed; GFLOPs vs measured img/s "
+                    "per family and backend (cf. paper Figure 13)", lazy("vitbench.report.figure13:figure")),),
+    order=42))
 register_report(ReportPart(
     "distillation", "Distillation (DeiT): accuracy per student and teacher over seeds",
     ("pretrain", "fewshot", "finetune"), lazy("vitbench.report.tables:distillation"),

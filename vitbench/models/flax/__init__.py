@@ -24,6 +24,7 @@ import flax.linen as nn  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
+from vitbench.models.families import family_plugin  # noqa: E402
 from vitbench.models.flax.resnet import BiTResNet  # noqa: E402
 from vitbench.models.flax.vit import VisionTransformer  # noqa: E402
 from vitbench.models.specs import ModelSpec, get_spec  # noqa: E402
@@ -44,6 +45,11 @@ def build_flax_model(spec: ModelSpec | str, resolution: int | None = None, num_c
     if representation_size is not None and (spec.family == "bit" or spec.distilled):
         raise ValueError("representation_size (pre_logits) applies to ViT and hybrid models without a "
                          "distillation token only")
+    plugin = family_plugin(spec.family)  # a plug-in family builds its own (vitbench.models.families)
+    if plugin is not None:
+        if representation_size is not None:
+            raise ValueError(f"representation_size (pre_logits) does not apply to a {spec.family} model")
+        return plugin.build_flax(spec, num_classes, dtype)
     if spec.family == "bit":
         return BiTResNet(spec, num_classes, dtype=dtype)
     return VisionTransformer(spec, num_classes, representation_size=representation_size, dtype=dtype)

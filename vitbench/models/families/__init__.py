@@ -1,0 +1,105 @@
+"""Model families as plug-ins: one module declares a family's rows, the ModelSpec fields it reads, its override
+keys, its torch and Flax builders, its analytic counts and its weight-conversion table, and registers itself.
+
+Shared code (models.specs, models.torch, models.flax, models.analytic, models.param_table, models.overrides)
+looks a family up here by the spec's `family` value and never names one. The families written this way are the
+axial ones (vitbench.models.families.axial); vit, bit and hybrid keep their hand-written code paths in those
+modules (listed in BUILTIN). Outside code registers a family exactly as vitbench's own module does (see
+docs/plugins.md): a module on $VITBENCH_PLUGINS or an entry point that calls `register_family(FamilyPlugin(...))`.
+
+Registering is cheap: the builders are named as 'module:function' strings and imported only when a model is
+built, so listing models or parsing a study never imports torch or jax.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, NewType
+
+from vitbench.errors import ConfigError
+from vitbench.registry import Kind, entries, register
+
+# The typed key of the family registry: ModelSpec.family holds one of these.
+FamilyName = NewType("FamilyName", str)
+
+# Families with hand-written paths in the shared model modules (not plug-ins).
+BUILTIN: tuple[FamilyName, ...] = (FamilyName("vit"), FamilyName("bit"), FamilyName("hybrid"))
+
+
+def _import(target: str) -> Callable:
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+@dataclass(frozen=True)
+class FamilyPlugin:
+    """Everything shared code needs of a family.
+
+    rows: its model-table rows (ModelSpec with family == name); fields: the ModelSpec fields it reads (the rest
+    are carried with their defaults); override_keys: the `Row[key=value]` keys that mean something for it;
+    torch_builder / flax_builder: 'module:function' with signatures (spec, resolution, num_classes) -> nn.Module
+    and (spec, num_classes, dtype) -> flax module; counts(spec, resolution, num_classes) -> analytic.Counts;
+    param_table(spec, resolution) -> param_table entries (timm-style key <-> Flax path); stride(spec) pixels per
+    output cell; feature_dim(spec); describe(spec) one line; validate(spec, diff) raises ConfigError;
+    attention: whether the model has attention layers; token_attention_maps: whether its attention maps are
+    (tokens x tokens) over the whole image (what inspection's attention distance reads); plot_style: the
+    report's (marker, matplotlib colormap, name) for the family.
+    """
+
+    name: FamilyName
+    description: str
+    rows: tuple[Any, ...]
+    fields: tuple[str, ...]
+    override_keys: tuple[str, ...]
+    torch_builder: str
+    flax_builder: str
+    counts: Callable[..., Any]
+    param_table: Callable[..., list]
+    stride: Callable[[Any], int]
+    feature_dim: Callable[[Any], int]
+    describe: Callable[[Any], str]
+    validate: Callable[[Any, dict], None] = lambda spec, diff: None
+    attention: bool = True
+    token_attention_maps: bool = False
+    plot_style: tuple[str, str, str] = ("D", "Greys", "")  # report marker, colormap, legend name
+    extra: dict = field(default_factory=dict)
+
+    def build_torch(self, spec, resolution: int, num_classes: int):
+        return _import(self.torch_builder)(spec, resolution, num_classes)
+
+    def build_flax(self, spec, num_classes: int, dtype):
+        return _import(self.flax_builder)(spec, num_classes, dtype)
+
+
+def register_family(plugin: FamilyPlugin, *, replace: bool = False) -> FamilyPlugin:
+    """Add a family: its registry entry, its rows in the model table and its override keys."""
+    from vitbench.models import overrides, specs
+
+    if plugin.name in BUILTIN:
+        raise ConfigError(f"family {plugin.name!r} is built in; choose another name")
+    bad = [r.name for r in plugin.rows if r.family != plugin.name]
+    if bad:
+        raise ConfigError(f"family {plugin.name!r}: rows {bad[:3]} have another family")
+    register(Kind.FAMILY, plugin.name, plugin, provides=plugin.override_keys, description=plugin.description,
+             replace=replace, module=sys._getframe(1).f_globals.get("__name__", plugin.torch_builder))
+    overrides.FAMILY_KEYS[plugin.name] = plugin.override_keys
+    overrides.VALIDATORS[plugin.name] = plugin.validate
+    specs.add_rows(plugin.rows)
+    return plugin
+
+
+def family_plugin(name: str) -> FamilyPlugin | None:
+    """The registered plug-in of family `name`; None for a built-in family."""
+    if name in BUILTIN:
+        return None
+    found = entries(Kind.FAMILY).get(name)
+    if found is None:
+        raise ConfigError(f"unknown model family {str(name)[:40]!r}; allowed: {', '.join(family_names())}")
+    return found.obj
+
+
+def family_names() -> tuple[str, ...]:
+    return (*BUILTIN, *entries(Kind.FAMILY))
