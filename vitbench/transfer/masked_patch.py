@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -49,6 +50,7 @@ class Objective(str, enum.Enum):
 
     SUPERVISED = "supervised"  # softmax cross-entropy on the upstream labels (distillation is a variant of it)
     MASKED_PATCH = "masked_patch"  # masked patch prediction, no labels (ViT paper Sec. 4.6)
+    NONE = "none"  # no pre-training: the encoder at its random initialisation ("from scratch"), 0 FLOPs
 
     def __str__(self) -> str:
         return self.value
@@ -75,6 +77,17 @@ class MaskedPatch(BaseModel):
         return {"objective": Objective.MASKED_PATCH.value, **self.model_dump(mode="json")}
 
 
+class Scratch(BaseModel):
+    """No pre-training: the upstream is the randomly initialised encoder (the paper's "from scratch" baseline)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    objective: Literal["none"] = "none"  # tells it apart from MaskedPatch in a PretrainConfig's JSON
+
+    def key_data(self) -> dict:
+        return {"objective": Objective.NONE.value}
+
+
 def objective_of(meta: dict) -> Objective:
     """The objective a vitbench checkpoint's header names (older checkpoints and foreign files: supervised)."""
     obj = (meta or {}).get("objective") or {}
@@ -87,7 +100,7 @@ def require_objective(meta: dict, wanted: Objective, where: str) -> None:
     if got is not wanted:
         raise ConfigError(f"{where}: this checkpoint was pre-trained with objective {got.value!r}, "
                           f"{wanted.value!r} was asked for (set objective: {got.value} to use it"
-                          + (", as an encoder only: it has no classifier)" if got is Objective.MASKED_PATCH
+                          + (", as an encoder only: it has no classifier)" if got is not Objective.SUPERVISED
                              else ")"))
 
 
@@ -238,3 +251,19 @@ def batches(data, resolution: int, batch_size: int, steps: int, seed: int, spec,
         x, _ = data.batch(order[s], resolution)
         c = draw(rng, len(x), n, mp)
         yield Batch(x, c, targets(x, c.positions, p, mp.target))
+
+
+def pretrain_encoder(be, spec, splits, resolution: int, cfg) -> tuple:
+    """Masked-patch pre-training of `spec` on `splits.train`'s images (labels unused) with `cfg`
+    (a PretrainConfig whose `objective` is set): (model, the encoder's weights without a classifier plus the
+    objective's parameters under PREFIX, loss per step, training FLOPs per image seen)."""
+    from vitbench.models.identify import is_head
+
+    mp = cfg.objective
+    model = be.init_model(spec, resolution, 1, cfg.seed)  # a 1-class classifier, never trained nor saved
+    init = init_head(spec, resolution, mp, cfg.seed)
+    model, head, losses = be.train_masked_patch(
+        model, batches(splits.train, resolution, cfg.batch_size, cfg.steps, cfg.seed, spec, mp), cfg.optim(), mp,
+        init, spec.num_prefix_tokens)
+    weights = {k: v for k, v in be.weights(model).items() if not is_head(k)}
+    return model, {**weights, **head}, losses, train_flops_per_image(spec, resolution, mp)
