@@ -219,3 +219,10 @@ register_report(ReportPart(
                     lazy("vitbench.report.plots:distilled_accuracy_vs_throughput"),
                     kinds=("fewshot", "finetune", "bench")),),
     order=41))
+register_report(ReportPart(
+    "objective", "Pre-training objective: transfer accuracy against pre-training compute (cf. paper Sec. 4.6)",
+    DOWNSTREAM_KINDS, lazy("vitbench.report.objectives:objectives"),
+    figures=(Figure("objective_accuracy_vs_compute", "Transfer accuracy vs pre-training compute per objective "
+                    "(supervised, masked patch prediction per target and mask rate, none); bars: seeds' min..max",
+                    lazy("vitbench.report.objectives:accuracy_vs_compute")),),
+    order=42))

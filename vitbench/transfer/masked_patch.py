@@ -255,7 +255,7 @@ def batches(data, resolution: int, batch_size: int, steps: int, seed: int, spec,
 
 def pretrain_encoder(be, spec, splits, resolution: int, cfg) -> tuple:
     """Masked-patch pre-training of `spec` on `splits.train`'s images (labels unused) with `cfg`
-    (a PretrainConfig whose `objective` is set): (model, the encoder's weights without a classifier plus the
+    (a PretrainConfig whose `objective` is set): (model, the encoder's weights without a classifier, the
     objective's parameters under PREFIX, loss per step, training FLOPs per image seen)."""
     from vitbench.models.identify import is_head
 
@@ -266,4 +266,4 @@ def pretrain_encoder(be, spec, splits, resolution: int, cfg) -> tuple:
         model, batches(splits.train, resolution, cfg.batch_size, cfg.steps, cfg.seed, spec, mp), cfg.optim(), mp,
         init, spec.num_prefix_tokens)
     weights = {k: v for k, v in be.weights(model).items() if not is_head(k)}
-    return model, {**weights, **head}, losses, train_flops_per_image(spec, resolution, mp)
+    return model, weights, head, losses, train_flops_per_image(spec, resolution, mp)

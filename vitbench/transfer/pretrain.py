@@ -264,12 +264,12 @@ def pretrain(cfg: PretrainConfig, *, device: str = "cpu", threads: int | None = 
     elif isinstance(cfg.objective, Scratch):  # no pre-training: the random init, no steps, no compute
         from vitbench.models.identify import is_head
 
-        model, losses, flops_per_image = be.init_model(spec, r, 1, cfg.seed), [], 0.0
+        model, losses, flops_per_image, objective_params = be.init_model(spec, r, 1, cfg.seed), [], 0.0, {}
         saved = {k: v for k, v in be.weights(model).items() if not is_head(k)}
     else:  # masked patch prediction: the upstream labels are not used; no classifier, so no accuracy
         from vitbench.transfer.masked_patch import pretrain_encoder
 
-        model, saved, losses, flops_per_image = pretrain_encoder(be, spec, splits, r, cfg)
+        model, saved, objective_params, losses, flops_per_image = pretrain_encoder(be, spec, splits, r, cfg)
     if not all(np.isfinite(losses)):
         raise FloatingPointError(f"pre-training of {spec.name} diverged (a non-finite loss at step "
                           f"{int(np.argmin(np.isfinite(losses)))}); no checkpoint written: lower the LR")
@@ -305,7 +305,8 @@ def pretrain(cfg: PretrainConfig, *, device: str = "cpu", threads: int | None = 
         meta.update(num_classes=0, class_names=None, objective=cfg.objective.key_data())
     ckpt = Checkpoint(be.weights(model) if cfg.objective is None else saved, meta)
     if out is not None:
-        ckpt.path = save_checkpoint(out, ckpt.weights, meta)
+        # the file keeps the objective's own parameters too ([mask] embedding, head); loading drops them
+        ckpt.path = save_checkpoint(out, {**ckpt.weights, **(objective_params if cfg.objective else {})}, meta)
         config["checkpoint"] = str(ckpt.path)
     record = Record.measured("pretrain", config, metrics=metrics, raw={"loss": losses},
                              env=environment(info), started_at=started)
