@@ -204,3 +204,21 @@ def test_checkpoint_says_its_objective_and_refuses_mixups(tmp_path):
         from vitbench.backends.base import get_backend
 
         load_teacher(TeacherConfig(checkpoint=path), get_backend("torch"), ["0", "1", "2", "3", "4"])
+
+
+def test_report_section_groups_by_objective():
+    import pandas as pd
+
+    from vitbench.report.objectives import accuracy_vs_compute, objectives
+
+    rows = [{"kind": "fewshot", "shots": 10, "model": "ViT-Nano/4", "pretrain_steps": s, "seed": seed,
+             "pretrain_exaflops": e, "accuracy": a, **extra}
+            for s, e, extra in ((20, 1e-9, {}), (16, 1e-9, {"objective": "masked_patch", "mask_rate": 0.5,
+                                                            "mask_target": "mean_color"}),
+                                (1, 0.0, {"objective": "none"}))
+            for seed, a in ((0, 0.5), (1, 0.7))]
+    t = objectives(pd.DataFrame(rows))
+    assert list(t["arm"]) == ["masked_patch mean_color @0.5", "none", "supervised"]
+    assert (t["seeds"] == 2).all() and t["accuracy_mean"].tolist() == pytest.approx([0.6] * 3)
+    assert accuracy_vs_compute(pd.DataFrame(rows)) is not None
+    assert objectives(pd.DataFrame([r for r in rows if "objective" not in r])).empty  # supervised only: no section

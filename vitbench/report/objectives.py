@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.ticker import NullFormatter
 
 KINDS = ("fewshot", "finetune")
 
@@ -73,8 +74,9 @@ def accuracy_vs_compute(df: pd.DataFrame) -> Figure | None:
             ax.errorbar(g["exaflops"], mean, yerr=[mean - lo, hi - mean], color=colors[arm], marker="o",
                         capsize=2, label=f"{arm} (n={int(g['seeds'].min())})")
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())  # decade labels only: minor ones overlap on a short range
         ax.set_xlim(xmin / 1.5, sub["exaflops"].max() * 1.5)
-        ax.set_xlabel("Pre-training compute [exaFLOPs] (3 x forward FLOPs x images seen)")
+        ax.set_xlabel("Pre-training compute [exaFLOPs] (training FLOPs per image x images seen)")
         ax.set_ylabel("Transfer accuracy [%] (mean over seeds, bar: min..max)")
         ax.set_title(" / ".join(f"{n}={v}" if n == "shots" else str(v) for n, v in zip(panel_keys, key)))
         ax.grid(alpha=0.3)
