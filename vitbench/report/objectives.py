@@ -78,7 +78,8 @@ def accuracy_vs_compute(df: pd.DataFrame) -> Figure | None:
         ax.set_xlim(xmin / 1.5, sub["exaflops"].max() * 1.5)
         ax.set_xlabel("Pre-training compute [exaFLOPs] (training FLOPs per image x images seen)")
         ax.set_ylabel("Transfer accuracy [%] (mean over seeds, bar: min..max)")
-        ax.set_title(" / ".join(f"{n}={v}" if n == "shots" else str(v) for n, v in zip(panel_keys, key)))
+        ax.set_title(" / ".join(f"{n}={v}" if n == "shots" else str(v) for n, v in zip(panel_keys, key)
+                                if not pd.isna(v)))  # fine-tuning rows have no shots
         ax.grid(alpha=0.3)
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside right center", fontsize=8)
