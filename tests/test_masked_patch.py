@@ -222,3 +222,16 @@ def test_report_section_groups_by_objective():
     assert (t["seeds"] == 2).all() and t["accuracy_mean"].tolist() == pytest.approx([0.6] * 3)
     assert accuracy_vs_compute(pd.DataFrame(rows)) is not None
     assert objectives(pd.DataFrame([r for r in rows if "objective" not in r])).empty  # supervised only: no section
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_objective_none_is_the_random_init_at_zero_compute(tmp_path):
+    from vitbench.transfer.checkpoint import load_checkpoint, read_meta
+    from vitbench.transfer.pretrain import PretrainConfig, pretrain
+
+    cfg = PretrainConfig(model="ViT-Nano/4", backend="torch", resolution=RES, steps=1, objective={"objective": "none"})
+    rec, _ = pretrain(cfg, out=tmp_path / "none.safetensors", threads=1)
+    assert rec.metrics["exaflops"] == 0 and rec.metrics["images_seen"] == 0 and rec.metrics["accuracy"] is None
+    path = rec.config["checkpoint"]
+    assert mpt.objective_of(read_meta(path)) is Objective.NONE
+    assert not any(k.startswith("head.") for k in load_checkpoint(path).weights)
