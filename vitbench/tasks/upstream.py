@@ -25,8 +25,8 @@ from vitbench.record import Record
 from vitbench.tasks import Figure, Metric, ReportPart, lazy, register_report
 from vitbench.tasks.fields import PathField
 from vitbench.transfer.config import DatasetName, validated
-from vitbench.transfer.masked_patch import MaskedPatch, Objective, Scratch, Target
 from vitbench.transfer.distill import DEFAULT_LAMBDA, DEFAULT_TAU, Distillation
+from vitbench.transfer.masked_patch import MaskedPatch, Objective, Scratch, Target
 
 SHARED = ("model", "backend", "task", "device", "seed", "threads")
 

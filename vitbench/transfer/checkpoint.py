@@ -140,8 +140,8 @@ def load_checkpoint(path: str | Path, model: str | None = None) -> Checkpoint:
     from vitbench.models.checkpoints import check_weights
     from vitbench.transfer.masked_patch import Objective, is_objective_key, objective_of
 
-    # a masked-patch (or untrained) checkpoint: its encoder (no classifier) is what transfers; the objective's own parameters
-    # ([mask] embedding, prediction head) stay in the file and are not loaded
+    # a masked-patch (or untrained) checkpoint: its encoder (no classifier) is what transfers; the objective's
+    # own parameters ([mask] embedding, prediction head) stay in the file and are not loaded
     encoder_only = objective_of(meta) is not Objective.SUPERVISED
     weights = {k: v for k, v in weights.items() if not (encoder_only and is_objective_key(k))}
     ckpt = Checkpoint(weights, meta, path)

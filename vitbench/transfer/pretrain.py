@@ -43,8 +43,8 @@ from vitbench.transfer.checkpoint import (
     save_checkpoint,
 )
 from vitbench.transfer.data import DataConfig, load_splits, warn_oversized_batch
-from vitbench.transfer.masked_patch import MaskedPatch, Objective, Scratch, geometry, objective_of, require_objective
 from vitbench.transfer.distill import DEFAULT_LAMBDA, DEFAULT_TAU, Distill, Distillation, Teacher
+from vitbench.transfer.masked_patch import MaskedPatch, Objective, Scratch, geometry, require_objective
 from vitbench.transfer.schedules import OptimConfig
 
 CACHE_ENV = "VITBENCH_CHECKPOINT_DIR"
