@@ -435,6 +435,13 @@ class Backend(ABC):
         None: softmax cross-entropy on the labels."""
         raise NotImplementedError(f"backend {self.name!r} does not implement transfer")
 
+    def train_masked_patch(self, model: Any, batches, opt, mp, init: dict, prefix: int) -> tuple[Any, dict, list]:
+        """Masked patch prediction (vitbench.transfer.masked_patch): `opt.steps` updates of `model`'s encoder and
+        the objective's parameters (`init`: [mask] embedding, head; numpy) over `batches` (masked_patch.Batch:
+        images, corruption, targets); `prefix`: tokens before the patches. Returns (model, the objective's final
+        parameters as numpy in `init`'s layout, loss per step)."""
+        raise NotImplementedError(f"backend {self.name!r} does not implement masked patch pre-training")
+
     def features(self, model: Any, x) -> Any:
         """Pre-logits representation (class token after the final norm / pooled ResNet features), (N, D)."""
         raise NotImplementedError(f"backend {self.name!r} does not implement transfer")

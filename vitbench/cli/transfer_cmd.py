@@ -41,6 +41,15 @@ def _upstream_opts(model, backend, data, data_path, classes, data_seed, resoluti
             "label_smoothing": label_smoothing, "seed": seed}
 
 
+
+def _mp_defaults() -> dict:
+    from vitbench.transfer.masked_patch import MaskedPatch
+
+    return MaskedPatch().model_dump(mode="json")
+
+
+_MP_DEFAULTS = _mp_defaults()
+
 @app.command("pretrain")
 def pretrain_cmd(
     model: str = typer.Argument(..., help="Variant name, e.g. ViT-Nano/4, R-Nano, R-Nano+ViT-Micro/8."),
@@ -71,6 +80,11 @@ def pretrain_cmd(
     distillation: str = typer.Option("hard", help="hard (teacher's argmax) | soft (KL at --distill-tau)."),
     distill_lambda: float = typer.Option(0.5, help="Weight of the teacher's term."),
     distill_tau: float = typer.Option(1.0, help="Soft distillation temperature."),
+    objective: str = typer.Option("supervised", help="supervised (the labels) | masked_patch (no labels: "
+                                  "masked patch prediction, ViT paper Sec. 4.6) | none (the random init)."),
+    mask_rate: float = typer.Option(_MP_DEFAULTS["mask_rate"], help="masked_patch: share of patches corrupted."),
+    mask_target: str = typer.Option(_MP_DEFAULTS["target"], help="masked_patch: mean_color (3-bit mean colour, "
+                                    "512 classes) | color_grid (4x4 of them) | pixels_l2 (regress the patch)."),
     as_json: bool = typer.Option(False, "--json", help="Print the whole record as JSON."),
 ) -> None:
     """Pre-train upstream (Adam, warm-up + decay) and save a safetensors checkpoint with its config.
@@ -88,6 +102,7 @@ def pretrain_cmd(
     opts["teacher"] = teacher_fields(recipe, teacher, checkpoint=teacher_checkpoint, resolution=teacher_resolution,
                                      steps=teacher_steps or steps, seed=teacher_seed, distillation=distillation,
                                      lam=distill_lambda, tau=distill_tau)
+    opts["objective"] = _objective_opts(objective, mask_rate, mask_target)
     cfg = validated(PretrainConfig, opts, "pretrain")
     if out:
         rec, _ = pretrain(cfg, device=device, threads=threads, out=out, batch_option="--batch-size")
@@ -106,7 +121,25 @@ def pretrain_cmd(
            "teacher_exaflops"], as_json)
 
 
-def _resolve_upstream_arg(checkpoint, model, backend, pretrain_steps, pretrain_warmup_steps, seed) -> dict:
+def _objective_opts(objective: str, mask_rate: float | None = None, mask_target: str | None = None) -> dict | None:
+    """PretrainConfig's `objective` from the options (None: supervised); a bad value exits 2 naming it."""
+    from vitbench.errors import ConfigError
+    from vitbench.transfer.masked_patch import Objective
+
+    try:
+        obj = Objective(objective)
+    except ValueError:
+        raise ConfigError(f"--objective {objective!r}: expected one of "
+                          f"{', '.join(o.value for o in Objective)}") from None
+    if obj is Objective.SUPERVISED:
+        return None
+    if obj is Objective.NONE:
+        return {"objective": obj.value}
+    return {k: v for k, v in (("mask_rate", mask_rate), ("target", mask_target)) if v is not None}
+
+
+def _resolve_upstream_arg(checkpoint, model, backend, pretrain_steps, pretrain_warmup_steps, seed,
+                          objective: str = "supervised") -> dict:
     """The downstream command's upstream: a checkpoint file, or a model pre-trained here with the default
     recipe. Options that only shape a pre-training are refused beside a checkpoint (they would be ignored)."""
     from vitbench.errors import ConfigError
@@ -117,18 +150,22 @@ def _resolve_upstream_arg(checkpoint, model, backend, pretrain_steps, pretrain_w
         if ignored:
             raise ConfigError(f"--checkpoint gives the upstream; {', '.join(ignored)} would be ignored: give "
                               "either --checkpoint PATH, or --model NAME with its pre-training options")
-        return {"checkpoint": checkpoint}
+        _objective_opts(objective)
+        return {"checkpoint": checkpoint, "objective": objective}
     if not model:
         raise ConfigError("give --checkpoint PATH (from `vitbench pretrain`) or --model NAME (pre-trained on "
                           "digits 0-4 with the default recipe, cached)")
     recipe = {k: v for k, v in (("steps", pretrain_steps), ("warmup_steps", pretrain_warmup_steps))
               if v is not None}
-    return {"upstream": {"model": model, **recipe, "seed": seed, **({"backend": backend} if backend else {})}}
+    return {"upstream": {"model": model, **recipe, "seed": seed, **({"backend": backend} if backend else {}),
+                         "objective": _objective_opts(objective)}}
 
 
 @app.command("fewshot")
 def fewshot_cmd(
     checkpoint: str = typer.Option(None, "--checkpoint", "-c", help="Upstream .safetensors file."),
+    objective: str = typer.Option("supervised", help="The upstream's pre-training objective: supervised | "
+                                  "masked_patch (a --checkpoint made by another is refused)."),
     model: str = typer.Option(None, "--model", "-m", help="Or: a variant, pre-trained here (default recipe)."),
     pretrain_steps: int = typer.Option(None, min=1, help="With --model: upstream steps "
                                        "(default: as `vitbench pretrain`)."),
@@ -157,7 +194,8 @@ def fewshot_cmd(
     from vitbench.transfer.fewshot import FewshotConfig, fewshot
 
     cfg = validated(FewshotConfig, {
-        **_resolve_upstream_arg(checkpoint, model, backend, pretrain_steps, pretrain_warmup_steps, seed),
+        **_resolve_upstream_arg(checkpoint, model, backend, pretrain_steps, pretrain_warmup_steps, seed,
+                                objective),
         "backend": backend,
         "data": _data(data, data_path, classes, data_seed), "resolution": resolution,
         "shots": parse_ints(shots, "--shots", "1,5,10,25"), "seeds": seeds,
@@ -172,6 +210,8 @@ def fewshot_cmd(
 @app.command("finetune")
 def finetune_cmd(
     checkpoint: str = typer.Option(None, "--checkpoint", "-c", help="Upstream .safetensors file."),
+    objective: str = typer.Option("supervised", help="The upstream's pre-training objective: supervised | "
+                                  "masked_patch (a --checkpoint made by another is refused)."),
     model: str = typer.Option(None, "--model", "-m", help="Or: a variant, pre-trained here (default recipe)."),
     pretrain_steps: int = typer.Option(None, min=1, help="With --model: upstream steps "
                                        "(default: as `vitbench pretrain`)."),
@@ -208,7 +248,8 @@ def finetune_cmd(
     from vitbench.transfer.finetune import FinetuneConfig, finetune
 
     cfg = validated(FinetuneConfig, {
-        **_resolve_upstream_arg(checkpoint, model, backend, pretrain_steps, pretrain_warmup_steps, seed),
+        **_resolve_upstream_arg(checkpoint, model, backend, pretrain_steps, pretrain_warmup_steps, seed,
+                                objective),
         "backend": backend,
         "data": _data(data, data_path, classes, data_seed, val_fraction), "resolution": resolution,
         "steps": steps, "batch_size": batch_size, "lr_grid": parse_floats(lr_grid, "--lr-grid", "0.01,0.03"),

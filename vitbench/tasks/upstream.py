@@ -26,6 +26,7 @@ from vitbench.tasks import Figure, Metric, ReportPart, lazy, register_report
 from vitbench.tasks.fields import PathField
 from vitbench.transfer.config import DatasetName, validated
 from vitbench.transfer.distill import DEFAULT_LAMBDA, DEFAULT_TAU, Distillation
+from vitbench.transfer.masked_patch import MaskedPatch, Objective, Scratch, Target
 
 SHARED = ("model", "backend", "task", "device", "seed", "threads")
 
@@ -88,11 +89,40 @@ class Upstream(TeacherFields):
     pretrain_warmup_steps: int | None = None  # None: the pre-training default (transfer.pretrain.default_warmup)
     pretrain_decay: Literal["linear", "cosine"] = "linear"
     label_smoothing: float = 0.0
+    # pre-training objective (vitbench.transfer.masked_patch): the mask_* fields apply to masked_patch only and,
+    # like `objective` itself when supervised, are left out of the trial config (existing keys unchanged)
+    objective: Objective = Objective.SUPERVISED
+    mask_rate: float = MaskedPatch.model_fields["mask_rate"].default
+    mask_target: Target = MaskedPatch.model_fields["target"].default
+
+    @model_validator(mode="after")
+    def _objective(self):
+        if self.objective is Objective.MASKED_PATCH:
+            self.masked_patch()  # mask_rate's bounds: MaskedPatch's (one declaration)
+            if self.teacher is not None:
+                raise ValueError("objective masked_patch takes no teacher (a teacher supervises a classifier)")
+        return self
+
+    def masked_patch(self) -> MaskedPatch | Scratch | None:
+        """PretrainConfig's objective: the masked-patch settings, Scratch (none), or None (supervised)."""
+        if self.objective is Objective.NONE:
+            return Scratch()
+        if self.objective is not Objective.MASKED_PATCH:
+            return None
+        from pydantic import ValidationError
+
+        try:
+            return MaskedPatch(mask_rate=self.mask_rate, target=self.mask_target)
+        except ValidationError as e:
+            raise ValueError(f"mask_rate: {e.errors()[0]['msg']}") from None
 
     @model_serializer(mode="wrap")
     def _without_unused(self, handler):
         d = handler(self)
         for k in self.unused_teacher_fields():
+            d.pop(k, None)
+        for k in (("objective", "mask_rate", "mask_target") if self.objective is Objective.SUPERVISED else
+                  ("mask_rate", "mask_target") if self.objective is Objective.NONE else ()):
             d.pop(k, None)
         return d
 
@@ -112,7 +142,7 @@ class Upstream(TeacherFields):
                                  distillation=self.distillation, lam=self.distill_lambda, tau=self.distill_tau)
         return validated(PretrainConfig, {
             **recipe, "model": self.model, "resolution": self.pretrain_resolution, "steps": self.pretrain_steps,
-            "seed": self.seed, "teacher": teacher}, f"task {task!r}")
+            "seed": self.seed, "teacher": teacher, "objective": self.masked_patch()}, f"task {task!r}")
 
 
 def _absent(v) -> bool:
@@ -134,7 +164,7 @@ class FromCheckpoint(BaseModel):
         if self.checkpoint is None:
             return {"upstream": self.upstream_config(task)}
         return {"checkpoint": self.checkpoint, "checkpoint_images": self.checkpoint_images,
-                "checkpoint_epochs": self.checkpoint_epochs}
+                "checkpoint_epochs": self.checkpoint_epochs, "objective": self.objective}
 
 
 class Downstream(BaseModel):
@@ -195,3 +225,10 @@ register_report(ReportPart(
                     lazy("vitbench.report.plots:distilled_accuracy_vs_throughput"),
                     kinds=("fewshot", "finetune", "bench")),),
     order=41))
+register_report(ReportPart(
+    "objective", "Pre-training objective: transfer accuracy against pre-training compute (cf. paper Sec. 4.6)",
+    DOWNSTREAM_KINDS, lazy("vitbench.report.objectives:objectives"),
+    figures=(Figure("objective_accuracy_vs_compute", "Transfer accuracy vs pre-training compute per objective "
+                    "(supervised, masked patch prediction per target and mask rate, none); bars: seeds' min..max",
+                    lazy("vitbench.report.objectives:accuracy_vs_compute")),),
+    order=42))

@@ -137,10 +137,16 @@ def load_checkpoint(path: str | Path, model: str | None = None) -> Checkpoint:
             weights = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
     except Exception as e:  # safetensors raises its own error types for corrupt files
         raise ConfigError(f"{path}: not a readable safetensors file ({e})") from e
-    ckpt = Checkpoint(weights, meta, path)
     from vitbench.models.checkpoints import check_weights
+    from vitbench.transfer.masked_patch import Objective, is_objective_key, objective_of
 
-    check_weights(weights, ckpt.spec, source=f"{path}: the weights")  # metadata naming another model's weights
+    # a masked-patch (or untrained) checkpoint: its encoder (no classifier) is what transfers; the objective's
+    # own parameters ([mask] embedding, prediction head) stay in the file and are not loaded
+    encoder_only = objective_of(meta) is not Objective.SUPERVISED
+    weights = {k: v for k, v in weights.items() if not (encoder_only and is_objective_key(k))}
+    ckpt = Checkpoint(weights, meta, path)
+    check_weights(weights, ckpt.spec, source=f"{path}: the weights",  # metadata naming another model's weights
+                  ignore_head=encoder_only)
     return ckpt
 
 

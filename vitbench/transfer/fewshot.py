@@ -21,6 +21,7 @@ from vitbench.backends.base import BackendName, default_backend
 from vitbench.errors import ConfigError
 from vitbench.record import Record, now
 from vitbench.transfer.data import DataConfig, load_splits
+from vitbench.transfer.masked_patch import Objective
 from vitbench.transfer.pretrain import PretrainConfig, resolve_upstream, upstream_config, upstream_metrics
 
 BIAS_CONSTANT = 100.0  # big_vision fewshot_lsr.py: a large constant feature, so the bias is ~unregularised
@@ -90,6 +91,7 @@ class FewshotConfig(BaseModel):
     checkpoint_images: int | None = Field(None, gt=0)  # its declared pre-training budget: images ...
     # ... x epochs (exaFLOPs of a checkpoint of another origin)
     checkpoint_epochs: float | None = Field(None, gt=0)
+    objective: Objective = Objective.SUPERVISED  # what `checkpoint` must have been pre-trained with
     backend: BackendName | None = None  # evaluate on this backend (None: the upstream's)
     data: DataConfig = DOWNSTREAM_DATA
     resolution: int | None = Field(None, ge=1)  # None: the upstream's resolution
@@ -153,7 +155,8 @@ def fewshot(cfg: FewshotConfig, *, device: str = "cpu", threads: int | None = No
     if cfg.l2_reg == "auto" and len(splits.val) == 0:
         raise ConfigError("few-shot l2_reg 'auto' needs a val split (data.val_fraction > 0); or fix l2_reg")
     ckpt, _ = resolve_upstream(cfg.upstream, cfg.checkpoint, directory=cache, device=device, threads=threads,
-                               budget=(cfg.checkpoint_images, cfg.checkpoint_epochs))
+                               budget=(cfg.checkpoint_images, cfg.checkpoint_epochs),
+                               objective=cfg.objective)
     backend = cfg.backend or ckpt.meta.get("backend") or default_backend()
     spec = ckpt.spec
     r = ckpt.resolution if cfg.resolution is None else cfg.resolution
@@ -162,7 +165,7 @@ def fewshot(cfg: FewshotConfig, *, device: str = "cpu", threads: int | None = No
     info = be.setup(device, threads)
     # Features do not touch the head (from_weights zero-initialises it); position embeddings are resampled
     # if `r` differs from the upstream resolution.
-    model = ops.from_weights(be, spec, ckpt.weights, r, ckpt.num_classes, seed=0)
+    model = ops.from_weights(be, spec, ckpt.weights, r, ckpt.num_classes or 1, seed=0)  # 0: no classifier
     t0 = time.perf_counter()
     feats = [(ops.embed(be, model, s, r), s.labels) for s in (splits.train, splits.val, splits.test)]
     embed_s = time.perf_counter() - t0
@@ -171,6 +174,6 @@ def fewshot(cfg: FewshotConfig, *, device: str = "cpu", threads: int | None = No
     metrics.update({"feature_dim": int(feats[0][0].shape[1]), "embed_s": embed_s})
     config = {"model": spec.name, "backend": backend, "resolution": r, "device": device,
               **cfg.model_dump(mode="json", exclude={"upstream", "checkpoint", "resolution", "backend",
-                                                     "checkpoint_images", "checkpoint_epochs"}),
+                                                     "checkpoint_images", "checkpoint_epochs", "objective"}),
               **upstream_config(ckpt)}
     return Record.measured("fewshot", config, metrics=metrics, raw=raw, env=environment(info), started_at=started)

@@ -29,6 +29,7 @@ from vitbench.models.analytic import train_flops_per_image
 from vitbench.record import Record, now
 from vitbench.transfer.data import DataConfig, ImageSet, load_splits, warn_oversized_batch
 from vitbench.transfer.fewshot import DOWNSTREAM_DATA, spread
+from vitbench.transfer.masked_patch import Objective
 from vitbench.transfer.pretrain import PretrainConfig, resolve_upstream, upstream_config, upstream_metrics
 from vitbench.transfer.schedules import OptimConfig
 
@@ -45,6 +46,7 @@ class FinetuneConfig(BaseModel):
     checkpoint_images: int | None = Field(None, gt=0)  # its declared pre-training budget: images ...
     # ... x epochs (exaFLOPs of a checkpoint of another origin)
     checkpoint_epochs: float | None = Field(None, gt=0)
+    objective: Objective = Objective.SUPERVISED  # what `checkpoint` must have been pre-trained with
     backend: BackendName | None = None  # fine-tune on this backend (None: the upstream's)
     data: DataConfig = DOWNSTREAM_DATA
     resolution: int | None = Field(None, ge=1)  # None: the upstream's; larger: pos-embed interpolation
@@ -98,7 +100,8 @@ def finetune(cfg: FinetuneConfig, *, device: str = "cpu", threads: int | None = 
         raise ConfigError("choosing the fine-tuning LR needs a held-out split: set data.val_fraction > 0 "
                           "or give a single lr_grid value")
     ckpt, _ = resolve_upstream(cfg.upstream, cfg.checkpoint, directory=cache, device=device, threads=threads,
-                               budget=(cfg.checkpoint_images, cfg.checkpoint_epochs))
+                               budget=(cfg.checkpoint_images, cfg.checkpoint_epochs),
+                               objective=cfg.objective)
     backend = cfg.backend or ckpt.meta.get("backend") or default_backend()
     spec = ckpt.spec
     r = ckpt.resolution if cfg.resolution is None else cfg.resolution
@@ -165,7 +168,7 @@ def finetune(cfg: FinetuneConfig, *, device: str = "cpu", threads: int | None = 
     }
     config = {"model": spec.name, "backend": backend, "resolution": r, "device": device,
               **cfg.model_dump(mode="json", exclude={"upstream", "checkpoint", "resolution", "backend",
-                                                     "checkpoint_images", "checkpoint_epochs"}),
+                                                     "checkpoint_images", "checkpoint_epochs", "objective"}),
               **upstream_config(ckpt)}
     raw = {"val_accuracy_by_lr": {lr: float(np.mean(v)) for lr, v in val_acc.items()},
            "val_accuracy_by_lr_per_seed": val_acc,

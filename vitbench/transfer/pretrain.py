@@ -44,6 +44,7 @@ from vitbench.transfer.checkpoint import (
 )
 from vitbench.transfer.data import DataConfig, load_splits, warn_oversized_batch
 from vitbench.transfer.distill import DEFAULT_LAMBDA, DEFAULT_TAU, Distill, Distillation, Teacher
+from vitbench.transfer.masked_patch import MaskedPatch, Objective, Scratch, geometry, require_objective
 from vitbench.transfer.schedules import OptimConfig
 
 CACHE_ENV = "VITBENCH_CHECKPOINT_DIR"
@@ -76,6 +77,7 @@ class PretrainConfig(BaseModel):
     clip_norm: float | None = Field(1.0, gt=0)
     seed: int = 0
     teacher: TeacherConfig | None = None  # distillation (DeiT); None: plain supervised pre-training
+    objective: MaskedPatch | Scratch | None = None  # masked patch prediction (no labels) | none; None: supervised
 
     @model_validator(mode="before")
     @classmethod
@@ -91,6 +93,10 @@ class PretrainConfig(BaseModel):
         spec.check_resolution(spec.resolution if self.resolution is None else self.resolution)
         OptimConfig(steps=self.steps, warmup_steps=self.warmup_steps)  # warm-up < steps
         up = self.teacher.upstream if self.teacher is not None else None
+        if self.objective is not None and self.teacher is not None:
+            raise ValueError("a teacher supervises a classifier: objective masked_patch takes no teacher")
+        if isinstance(self.objective, MaskedPatch):
+            geometry(get_spec(self.model), self.res)  # a transformer (vit or hybrid)
         if up is not None and up.data != self.data:
             raise ValueError(f"teacher.upstream.data must be the student's upstream data "
                              f"({self.data.model_dump()}); got {up.data.model_dump()}")
@@ -107,11 +113,13 @@ class PretrainConfig(BaseModel):
 
     def key_data(self) -> dict:
         """The canonical config the key hashes (model name normalised to the table's, resolution resolved)."""
-        d = self.model_dump(mode="json", exclude={"teacher"})
+        d = self.model_dump(mode="json", exclude={"teacher", "objective"})
         d["model"] = get_spec(self.model).name
         d["resolution"] = self.res
         if self.teacher is not None:  # absent without a teacher: the keys of plain upstreams stay as they were
             d["teacher"] = self.teacher.key_data()
+        if self.objective is not None:  # absent when supervised: existing keys unchanged
+            d["objective"] = self.objective.key_data()
         return d
 
     def key(self) -> str:
@@ -211,6 +219,7 @@ def load_teacher(cfg: TeacherConfig, backend, class_names: list[str], *, directo
     from vitbench.models.flavours import Origin
 
     meta = (read_meta(p.path) or {}) if p.origin is Origin.VITBENCH else {}  # its header: weights read once
+    require_objective(meta, Objective.SUPERVISED, f"teacher.checkpoint {cfg.checkpoint!r}")
     return distill.load_teacher(backend, p.weights, p.spec, p.resolution, p.num_classes, meta.get("class_names"),
                                 class_names, pretrain_exaflops=meta.get("metrics", {}).get("exaflops"),
                                 source=str(p.path))
@@ -247,26 +256,39 @@ def pretrain(cfg: PretrainConfig, *, device: str = "cpu", threads: int | None = 
         teacher_s = time.perf_counter() - t0
         distill = Distill(cfg.teacher.distillation, cfg.teacher.lam, cfg.teacher.tau,
                           lambda idx: teacher_table[idx])
-    model = be.init_model(spec, r, k, cfg.seed)
     t0, c0 = time.perf_counter(), be.compile_s
-    model, losses = be.train(model, splits.train, r, cfg.optim(), cfg.batch_size, cfg.seed, distill=distill)
+    if cfg.objective is None:
+        model = be.init_model(spec, r, k, cfg.seed)
+        model, losses = be.train(model, splits.train, r, cfg.optim(), cfg.batch_size, cfg.seed, distill=distill)
+        flops_per_image = train_flops_per_image(spec, r, k)
+    elif isinstance(cfg.objective, Scratch):  # no pre-training: the random init, no steps, no compute
+        from vitbench.models.identify import is_head
+
+        model, losses, flops_per_image, objective_params = be.init_model(spec, r, 1, cfg.seed), [], 0.0, {}
+        saved = {k: v for k, v in be.weights(model).items() if not is_head(k)}
+    else:  # masked patch prediction: the upstream labels are not used; no classifier, so no accuracy
+        from vitbench.transfer.masked_patch import pretrain_encoder
+
+        model, saved, objective_params, losses, flops_per_image = pretrain_encoder(be, spec, splits, r, cfg)
+    if not all(np.isfinite(losses)):
+        raise FloatingPointError(f"pre-training of {spec.name} diverged (a non-finite loss at step "
+                          f"{int(np.argmin(np.isfinite(losses)))}); no checkpoint written: lower the LR")
     compile_s = be.compile_s - c0
     train_s = time.perf_counter() - t0 - compile_s  # compile time (JAX) and the teacher (teacher_s) apart
-    images_seen = cfg.steps * cfg.batch_size
-    flops_per_image = train_flops_per_image(spec, r, k)
+    images_seen = cfg.steps * cfg.batch_size if not isinstance(cfg.objective, Scratch) else 0
     teacher_flops = teacher.forward_flops() if teacher is not None else 0.0  # per image seen (forward only)
-    test_logits = ops.predict(be, model, splits.test, r)  # upstream test split
+    test_logits = ops.predict(be, model, splits.test, r) if cfg.objective is None else None  # upstream test
     metrics = {
-        "accuracy": _accuracy(test_logits, splits.test.labels),
-        "val_accuracy": ops.accuracy(be, model, splits.val, r),
+        "accuracy": _accuracy(test_logits, splits.test.labels) if test_logits is not None else None,
+        "val_accuracy": ops.accuracy(be, model, splits.val, r) if test_logits is not None else None,
         "images_seen": images_seen,
         "epochs": images_seen / len(splits.train),
         "exaflops": (flops_per_image + teacher_flops) * images_seen / 1e18,  # student training + teacher forward
         "train_gflops_per_image": flops_per_image / 1e9,
-        "params_m": analytic_counts(spec, r, k).params / 1e6,
+        "params_m": analytic_counts(spec, r, k if cfg.objective is None else 0).params / 1e6,
         "train_s": train_s,
         "compile_s": compile_s or None,  # None: nothing compiled apart (eager)
-        "train_img_per_s": images_seen / train_s,  # incl. batch preprocessing; not a benchmark
+        "train_img_per_s": images_seen / train_s if images_seen else None,  # incl. batch preprocessing; not a benchmark
         "final_loss": losses[-1] if losses else None,
         "num_classes": k,
         "train_images": len(splits.train),
@@ -279,9 +301,12 @@ def pretrain(cfg: PretrainConfig, *, device: str = "cpu", threads: int | None = 
     meta = {"model": spec.name, "spec": spec.to_dict(), "resolution": r, "num_classes": k,
             "class_names": splits.train.class_names, "backend": cfg.backend, "key": cfg.key(),
             "config": cfg.model_dump(mode="json"), "data": splits.summary(), "metrics": metrics}
-    ckpt = Checkpoint(be.weights(model), meta)
+    if cfg.objective is not None:  # the header says which objective made it; no classifier in it
+        meta.update(num_classes=0, class_names=None, objective=cfg.objective.key_data())
+    ckpt = Checkpoint(be.weights(model) if cfg.objective is None else saved, meta)
     if out is not None:
-        ckpt.path = save_checkpoint(out, ckpt.weights, meta)
+        # the file keeps the objective's own parameters too ([mask] embedding, head); loading drops them
+        ckpt.path = save_checkpoint(out, {**ckpt.weights, **(objective_params if cfg.objective else {})}, meta)
         config["checkpoint"] = str(ckpt.path)
     record = Record.measured("pretrain", config, metrics=metrics, raw={"loss": losses},
                              env=environment(info), started_at=started)
@@ -348,14 +373,17 @@ def ensure_upstream(cfg: PretrainConfig, *, directory: str | Path | None = None,
 
 def resolve_upstream(upstream: PretrainConfig | None, checkpoint: str | None, *,
                      directory: str | Path | None = None, device: str = "cpu", threads: int | None = None,
-                     budget: tuple[int | None, float | None] = (None, None)) -> tuple[Checkpoint, Record | None]:
+                     budget: tuple[int | None, float | None] = (None, None),
+                     objective: Objective = Objective.SUPERVISED) -> tuple[Checkpoint, Record | None]:
     """A downstream task's starting point: an explicit checkpoint file of any origin (with its declared
-    pre-training budget: images, epochs), else the cached/trained upstream."""
+    pre-training budget: images, epochs; refused unless made by `objective`), else the cached/trained upstream."""
     from vitbench.errors import ConfigError
     from vitbench.transfer.checkpoint import with_budget
 
     if checkpoint:
-        return with_budget(load_checkpoint(checkpoint), *budget), None
+        ckpt = load_checkpoint(checkpoint)
+        require_objective(ckpt.meta, Objective(objective), f"checkpoint {checkpoint!r}")
+        return with_budget(ckpt, *budget), None
     if upstream is None:
         raise ConfigError("a downstream task needs `upstream` (a pre-training config) or `checkpoint` (a "
                           "checkpoint file: vitbench's, a timm .safetensors state dict or a vit_jax .npz)")

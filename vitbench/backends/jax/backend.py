@@ -435,6 +435,12 @@ class JaxBackend(Backend):
               seed: int, distill=None) -> tuple[training.FlaxModel, list[float]]:
         return training.train(self, model, data, resolution, opt, batch_size, seed, distill)
 
+    def train_masked_patch(self, model: training.FlaxModel, batches, opt: OptimConfig, mp, init: dict,
+                           prefix: int) -> tuple[training.FlaxModel, dict, list[float]]:
+        from vitbench.backends.jax import masked_patch
+
+        return masked_patch.train(self, model, batches, opt, mp, init, prefix)
+
     def features(self, model: training.FlaxModel, x: np.ndarray) -> np.ndarray:
         return training.host_array(training.apply_compiled(model.module, True)(model.params, self.put(x)))
 

@@ -461,6 +461,12 @@ class TorchBackend(Backend):
         model.eval()
         return model, [float(v) for v in torch.stack(losses).cpu()] if losses else []
 
+    def train_masked_patch(self, model: torch.nn.Module, batches, opt: OptimConfig, mp, init: dict,
+                           prefix: int) -> tuple[torch.nn.Module, dict, list[float]]:
+        from vitbench.backends.torch import masked_patch
+
+        return masked_patch.train(self, model, batches, opt, mp, init, prefix)
+
     @torch.inference_mode()
     def features(self, model: torch.nn.Module, x: np.ndarray) -> np.ndarray:
         model.eval()
