@@ -27,7 +27,8 @@ from vitbench.cli import app
 from vitbench.cli.common import console, err_console, warn
 from vitbench.errors import clip
 
-_STATUS_STYLE = {"ok": "green", "oom": "yellow", "timeout": "yellow", "error": "red", "interrupted": "magenta",
+_STATUS_STYLE = {"ok": "green", "oom": "yellow", "timeout": "yellow", "error": "red", "diverged": "red",
+                 "interrupted": "magenta",
                  "pending": "dim", "skipped": "dim"}
 
 

@@ -12,6 +12,26 @@ from vitbench.numfmt import fmt
 _DATA_HELP = "digits | synthetic | folder | cifar10 | cifar100 | npz"
 
 
+# Config field -> the option that sets it, per command: a bad value is reported under the name the user typed.
+_DATA_OPTIONS = {"data.name": "--data", "data.path": "--data-path", "data.classes": "--classes",
+                 "data.seed": "--data-seed", "data.val_fraction": "--val-fraction", "resolution": "--resolution",
+                 "backend": "--backend", "checkpoint": "--checkpoint", "seed": "--seed", "seeds": "--seeds"}
+_PRETRAIN_OPTIONS = {**_DATA_OPTIONS, "model": "MODEL", "steps": "--steps", "batch_size": "--batch-size",
+                     "lr": "--lr", "weight_decay": "--weight-decay", "warmup_steps": "--warmup-steps",
+                     "decay": "--decay", "label_smoothing": "--label-smoothing",
+                     "teacher.checkpoint": "--teacher-checkpoint", "teacher.model": "--teacher",
+                     "teacher.distillation": "--distillation", "teacher.lam": "--distill-lambda",
+                     "teacher.tau": "--distill-tau", "teacher.upstream.model": "--teacher",
+                     "teacher.upstream.resolution": "--teacher-resolution",
+                     "teacher.upstream.steps": "--teacher-steps", "teacher.upstream.seed": "--teacher-seed",
+                     "teacher": "--teacher", "teacher.upstream.": ""}  # the teacher's recipe: the student's
+_DOWNSTREAM_OPTIONS = {**_DATA_OPTIONS, "upstream.model": "--model", "upstream.steps": "--pretrain-steps",
+                       "upstream.warmup_steps": "--pretrain-warmup-steps", "upstream.seed": "--seed",
+                       "upstream.backend": "--backend", "upstream": "--model", "shots": "--shots",
+                       "l2_reg": "--l2-reg", "steps": "--steps", "batch_size": "--batch-size",
+                       "lr_grid": "--lr-grid", "warmup_steps": "--warmup-steps"}
+
+
 def _data(name: str, path: str | None, classes: str | None, seed: int, val_fraction: float = 0.1,
           train_per_class: int | None = None) -> dict:
     return {"name": name, "path": path, "classes": classes or None, "seed": seed, "val_fraction": val_fraction,
@@ -88,7 +108,7 @@ def pretrain_cmd(
     opts["teacher"] = teacher_fields(recipe, teacher, checkpoint=teacher_checkpoint, resolution=teacher_resolution,
                                      steps=teacher_steps or steps, seed=teacher_seed, distillation=distillation,
                                      lam=distill_lambda, tau=distill_tau)
-    cfg = validated(PretrainConfig, opts, "pretrain")
+    cfg = validated(PretrainConfig, opts, "pretrain", _PRETRAIN_OPTIONS)
     if out:
         rec, _ = pretrain(cfg, device=device, threads=threads, out=out, batch_option="--batch-size")
     else:
@@ -161,7 +181,7 @@ def fewshot_cmd(
         "backend": backend,
         "data": _data(data, data_path, classes, data_seed), "resolution": resolution,
         "shots": parse_ints(shots, "--shots", "1,5,10,25"), "seeds": seeds,
-        "l2_reg": "auto" if l2_reg is None else l2_reg}, "fewshot")
+        "l2_reg": "auto" if l2_reg is None else l2_reg}, "fewshot", _DOWNSTREAM_OPTIONS)
     rec = fewshot(cfg, device=device, threads=threads)
     keys = [k for s in cfg.shots for k in (f"accuracy_{s}shot", f"accuracy_{s}shot_std")]
     c = rec.config
@@ -212,7 +232,8 @@ def finetune_cmd(
         "backend": backend,
         "data": _data(data, data_path, classes, data_seed, val_fraction), "resolution": resolution,
         "steps": steps, "batch_size": batch_size, "lr_grid": parse_floats(lr_grid, "--lr-grid", "0.01,0.03"),
-        "warmup_steps": warmup_steps, "refit": refit, "seed": seed, "seeds": seeds}, "finetune")
+        "warmup_steps": warmup_steps, "refit": refit, "seed": seed, "seeds": seeds}, "finetune",
+        _DOWNSTREAM_OPTIONS)
     rec = finetune(cfg, device=device, threads=threads, batch_option="--batch-size")
     c = rec.config
     _show(rec, f"finetune {c['model']} ({c['backend']}) on {c['data']['name']} {c['data']['classes']} @ "

@@ -25,7 +25,7 @@ from vitbench.record import Record
 from vitbench.tasks import Figure, Metric, ReportPart, lazy, register_report
 from vitbench.tasks.fields import PathField
 from vitbench.transfer.config import DatasetName, validated
-from vitbench.transfer.distill import DEFAULT_LAMBDA, DEFAULT_TAU, Distillation
+from vitbench.transfer.distill import DEFAULT_LAMBDA, DEFAULT_TAU, Distillation, Lambda, Tau
 
 SHARED = ("model", "backend", "task", "device", "seed", "threads")
 
@@ -40,8 +40,8 @@ class TeacherFields(BaseModel):
     teacher_steps: int | None = Field(None, ge=1)  # pre-trained teacher's steps (None: pretrain_steps)
     teacher_seed: int = Field(0, ge=0)  # pre-trained teacher's seed: one teacher for every student seed
     distillation: Distillation = Distillation.HARD  # hard: teacher's argmax (DeiT eq. 3); soft: KL (eq. 2)
-    distill_lambda: float = Field(DEFAULT_LAMBDA, ge=0, le=1)  # weight of the teacher's term
-    distill_tau: float = Field(DEFAULT_TAU, gt=0)  # temperature (soft only)
+    distill_lambda: Lambda = DEFAULT_LAMBDA  # weight of the teacher's term
+    distill_tau: Tau = DEFAULT_TAU  # temperature (soft only)
 
     @model_validator(mode="after")
     def _known_teacher(self):

@@ -77,6 +77,7 @@ def save_checkpoint(path: str | Path, weights: dict[str, np.ndarray], meta: dict
     from safetensors.numpy import save
 
     path = checkpoint_path(path, f"{meta.get('model', 'checkpoint')}{SUFFIX}".replace("/", "_"))
+    check_finite_weights(weights, f"checkpoint {str(path)!r}", "not written")
     meta = {"format": FORMAT, **meta}
     text = json.dumps(meta, sort_keys=True, default=str)
     arrays = {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in weights.items()}
@@ -87,6 +88,16 @@ def save_checkpoint(path: str | Path, weights: dict[str, np.ndarray], meta: dict
     except OSError as e:
         raise ConfigError(f"checkpoint {str(path)!r} could not be written: {e.strerror or e}") from None
     return path
+
+
+def check_finite_weights(weights: dict[str, np.ndarray], source: str, done: str = "not loaded") -> None:
+    """ConfigError when a tensor of `weights` holds NaN or infinity: such weights compute nothing meaningful,
+    so no command reads them and none writes them (`done` says which)."""
+    bad = [k for k, v in weights.items() if not np.isfinite(np.asarray(v, np.float32)).all()]
+    if bad:
+        shown = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
+        raise ConfigError(f"{source}: {len(bad)} of {len(weights)} tensors hold NaN or infinite values "
+                          f"({shown}); {done}")
 
 
 def read_meta(path: str | Path) -> dict | None:
@@ -138,6 +149,7 @@ def load_checkpoint(path: str | Path, model: str | None = None) -> Checkpoint:
     except Exception as e:  # safetensors raises its own error types for corrupt files
         raise ConfigError(f"{path}: not a readable safetensors file ({e})") from e
     ckpt = Checkpoint(weights, meta, path)
+    check_finite_weights(weights, str(path))
     from vitbench.models.checkpoints import check_weights
 
     check_weights(weights, ckpt.spec, source=f"{path}: the weights")  # metadata naming another model's weights
@@ -149,6 +161,7 @@ def _foreign(path: Path, model: str | None) -> Checkpoint:
     from vitbench.models.checkpoints import load_pretrained
 
     p = load_pretrained(path, model, new_head=True)
+    check_finite_weights(p.weights, str(path))
     meta = {"format": FORMAT, **p.meta(), "num_classes": p.num_classes or p.spec.num_classes, "metrics": {},
             "config": None, "backend": None}
     return Checkpoint(p.weights, meta, path)

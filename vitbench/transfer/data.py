@@ -36,7 +36,7 @@ _CACHE_LIMIT_BYTES = 256 * 2**20  # keep a preprocessed copy of a split only whi
 class DataConfig(BaseModel):
     """Which images, which classes, how to split. JSON-able; part of a trial's key."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     name: DatasetName = "digits"  # vitbench.transfer.config.DatasetName
     path: str | None = None  # folder / cifar / npz: a local path

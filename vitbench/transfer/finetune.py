@@ -24,7 +24,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from vitbench.backends.base import BackendName, default_backend
-from vitbench.errors import ConfigError
+from vitbench.errors import ConfigError, TrainingDiverged
 from vitbench.models.analytic import train_flops_per_image
 from vitbench.record import Record, now
 from vitbench.transfer.data import DataConfig, ImageSet, load_splits, warn_oversized_batch
@@ -38,7 +38,7 @@ PAPER_LR_GRID = (0.001, 0.003, 0.01, 0.03)  # App. B.1.1
 class FinetuneConfig(BaseModel):
     """A fine-tuning evaluation: upstream, downstream data, resolution, steps, LR grid."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     upstream: PretrainConfig | None = None
     checkpoint: str | None = None  # an explicit checkpoint file instead of `upstream` (any origin)
@@ -113,11 +113,15 @@ def finetune(cfg: FinetuneConfig, *, device: str = "cpu", threads: int | None = 
     def run(lr: float, data: ImageSet, seed: int):
         return be.train(start(seed), data, r, cfg.optim(lr), cfg.batch_size, seed)
 
+    def diverged(trained) -> tuple[int | None, str] | None:
+        return ops.divergence(trained[1], be.weights(trained[0]))
+
     seeds = cfg.seed_list()
     initial_accuracy = ops.accuracy(be, start(cfg.seed), splits.test, r)  # the zero head: argmax ties -> class 0
     t0, c0 = time.perf_counter(), be.compile_s
     runs = 0
     val_acc: dict[str, list[float]] = {}  # per LR, per seed
+    diverged_lrs: dict[str, list[str]] = {}  # LRs whose selection runs diverged: why
     chosen: list = []  # (model, losses) of the selection runs at the best LR so far, one per seed
     if len(cfg.lr_grid) > 1:
         best_lr = None
@@ -126,11 +130,20 @@ def finetune(cfg: FinetuneConfig, *, device: str = "cpu", threads: int | None = 
             for s in seeds:
                 trained.append(run(lr, splits.train, s))
                 runs += 1
-                val_acc.setdefault(repr(lr), []).append(ops.accuracy(be, trained[-1][0], splits.val, r))
+                bad = diverged(trained[-1])
+                if bad is not None:  # a diverged LR is never chosen; the row says which and where
+                    diverged_lrs.setdefault(repr(lr), []).append(bad[1])
+                val_acc.setdefault(repr(lr), []).append(
+                    float("nan") if bad else ops.accuracy(be, trained[-1][0], splits.val, r))
             # strictly better mean val accuracy wins: ties keep the smaller LR (the grid is sorted)
-            if best_lr is None or np.mean(val_acc[repr(lr)]) > np.mean(val_acc[repr(best_lr)]):
+            if repr(lr) not in diverged_lrs and (
+                    best_lr is None or np.mean(val_acc[repr(lr)]) > np.mean(val_acc[repr(best_lr)])):
                 best_lr, chosen = lr, trained
             del trained
+        if best_lr is None:
+            raise TrainingDiverged(f"fine-tuning {spec.name} diverged at every learning rate of the grid "
+                                   f"({', '.join(f'{lr}: {why[0]}' for lr, why in diverged_lrs.items())}); nothing "
+                                   "was saved. Try smaller learning rates.")
     else:
         best_lr = cfg.lr_grid[0]
     if cfg.refit or not chosen:
@@ -139,6 +152,9 @@ def finetune(cfg: FinetuneConfig, *, device: str = "cpu", threads: int | None = 
         runs += len(seeds)
     else:
         final = chosen
+    for trained in final:
+        ops.check_trained(trained[1], be.weights(trained[0]), f"fine-tuning {spec.name} at lr {best_lr}",
+                          "Try a smaller learning rate.")
     compile_s = be.compile_s - c0
     train_s = time.perf_counter() - t0 - compile_s  # compile time (JAX) kept apart
     images = runs * cfg.steps * cfg.batch_size
@@ -168,6 +184,7 @@ def finetune(cfg: FinetuneConfig, *, device: str = "cpu", threads: int | None = 
                                                      "checkpoint_images", "checkpoint_epochs"}),
               **upstream_config(ckpt)}
     raw = {"val_accuracy_by_lr": {lr: float(np.mean(v)) for lr, v in val_acc.items()},
+           "diverged_lrs": diverged_lrs,
            "val_accuracy_by_lr_per_seed": val_acc,
            "per_seed": {"seed": seeds, "accuracy": per_seed, "selection_accuracy": selection,
                         "final_loss": last_loss},

@@ -43,7 +43,7 @@ from vitbench.transfer.checkpoint import (
     save_checkpoint,
 )
 from vitbench.transfer.data import DataConfig, load_splits, warn_oversized_batch
-from vitbench.transfer.distill import DEFAULT_LAMBDA, DEFAULT_TAU, Distill, Distillation, Teacher
+from vitbench.transfer.distill import DEFAULT_LAMBDA, DEFAULT_TAU, Distill, Distillation, Lambda, Tau, Teacher
 from vitbench.transfer.schedules import OptimConfig
 
 CACHE_ENV = "VITBENCH_CHECKPOINT_DIR"
@@ -60,7 +60,7 @@ def default_warmup(steps: int) -> int:
 class PretrainConfig(BaseModel):
     """Everything that determines an upstream model (its hash is the checkpoint cache key)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     model: str
     backend: BackendName = Field(default_factory=default_backend)
@@ -82,7 +82,8 @@ class PretrainConfig(BaseModel):
     def _warmup_default(cls, data):
         if isinstance(data, dict) and data.get("warmup_steps") is None:
             steps = data.get("steps", cls.model_fields["steps"].default)
-            data = {**data, "warmup_steps": default_warmup(steps) if isinstance(steps, int) else 0}
+            ok = isinstance(steps, int) and steps >= 1  # a bad `steps` is reported once, as itself
+            data = {**data, "warmup_steps": default_warmup(steps) if ok else 0}
         return data
 
     @model_validator(mode="after")
@@ -124,14 +125,14 @@ class TeacherConfig(BaseModel):
     """A distillation teacher: its weights (`upstream`: pre-trained here through the checkpoint cache; or a
     `checkpoint` file of any origin vitbench.models.checkpoints reads) and the loss (vitbench.transfer.distill)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     upstream: PretrainConfig | None = None
     checkpoint: str | None = None
     model: str | None = None  # with `checkpoint`: the table's row (None: inferred from the weights)
     distillation: Distillation = Distillation.HARD
-    lam: float = Field(DEFAULT_LAMBDA, ge=0, le=1)  # weight of the teacher's term
-    tau: float = Field(DEFAULT_TAU, gt=0)  # temperature (soft only)
+    lam: Lambda = DEFAULT_LAMBDA  # weight of the teacher's term
+    tau: Tau = DEFAULT_TAU  # temperature (soft only)
 
     @model_validator(mode="after")
     def _check(self):
@@ -206,8 +207,11 @@ def load_teacher(cfg: TeacherConfig, backend, class_names: list[str], *, directo
     from vitbench.models.checkpoints import load_pretrained
 
     p = load_pretrained(cfg.checkpoint, cfg.model)
+    from vitbench.transfer.checkpoint import check_finite_weights
+
+    check_finite_weights(p.weights, f"the teacher's checkpoint {cfg.checkpoint!r}")
     if p.num_classes is None:
-        raise ConfigError(f"teacher.checkpoint {cfg.checkpoint!r} has no classification head")
+        raise ConfigError(f"the teacher's checkpoint {cfg.checkpoint!r} has no classification head")
     from vitbench.models.flavours import Origin
 
     meta = (read_meta(p.path) or {}) if p.origin is Origin.VITBENCH else {}  # its header: weights read once
@@ -243,19 +247,22 @@ def pretrain(cfg: PretrainConfig, *, device: str = "cpu", threads: int | None = 
         # no augmentation and deterministic batches: the teacher's logits per training image never change, so
         # one pass over the training set serves every batch (its time apart from train_s: teacher_s)
         t0 = time.perf_counter()
-        teacher_table = ops.predict(be, teacher.model, splits.train, teacher.resolution).astype(np.float32)
+        teacher_table = ops.check_finite(ops.predict(be, teacher.model, splits.train, teacher.resolution),
+                                         f"the teacher's logits ({teacher.spec.name})").astype(np.float32)
         teacher_s = time.perf_counter() - t0
         distill = Distill(cfg.teacher.distillation, cfg.teacher.lam, cfg.teacher.tau,
                           lambda idx: teacher_table[idx])
     model = be.init_model(spec, r, k, cfg.seed)
     t0, c0 = time.perf_counter(), be.compile_s
     model, losses = be.train(model, splits.train, r, cfg.optim(), cfg.batch_size, cfg.seed, distill=distill)
+    ops.check_trained(losses, be.weights(model), f"pre-training {spec.name}",
+                      "Lower the learning rate, raise the warm-up, or (distilling) bring the temperature nearer 1.")
     compile_s = be.compile_s - c0
     train_s = time.perf_counter() - t0 - compile_s  # compile time (JAX) and the teacher (teacher_s) apart
     images_seen = cfg.steps * cfg.batch_size
     flops_per_image = train_flops_per_image(spec, r, k)
     teacher_flops = teacher.forward_flops() if teacher is not None else 0.0  # per image seen (forward only)
-    test_logits = ops.predict(be, model, splits.test, r)  # upstream test split
+    test_logits = ops.check_finite(ops.predict(be, model, splits.test, r), f"{spec.name}'s test logits")
     metrics = {
         "accuracy": _accuracy(test_logits, splits.test.labels),
         "val_accuracy": ops.accuracy(be, model, splits.val, r),

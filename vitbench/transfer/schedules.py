@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 class OptimConfig(BaseModel):
     """One optimisation run: optimiser, peak LR, schedule, regularisation. JSON-able."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     optimizer: Literal["adam", "sgd"] = "adam"
     lr: float = Field(1e-3, gt=0)  # peak learning rate, reached at the end of warm-up
