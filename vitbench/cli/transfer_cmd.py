@@ -100,7 +100,8 @@ def pretrain_cmd(
     goes to the cache that fewshot/finetune and studies reuse (an identical config is not trained twice).
     """
     from vitbench.transfer.config import validated
-    from vitbench.transfer.pretrain import PretrainConfig, ensure_upstream, pretrain, teacher_fields
+    from vitbench.transfer.checkpoint import checkpoint_path
+    from vitbench.transfer.pretrain import PretrainConfig, cache_path, ensure_upstream, pretrain, teacher_fields
 
     opts = _upstream_opts(model, backend, data, data_path, classes, data_seed, resolution, steps, batch_size, lr,
                           weight_decay, warmup_steps, decay, label_smoothing, seed)
@@ -109,7 +110,8 @@ def pretrain_cmd(
                                      steps=teacher_steps or steps, seed=teacher_seed, distillation=distillation,
                                      lam=distill_lambda, tau=distill_tau)
     cfg = validated(PretrainConfig, opts, "pretrain", _PRETRAIN_OPTIONS)
-    if out:
+    if out is not None:
+        out = checkpoint_path(out, cache_path(cfg).name, "--out")  # named as typed, before any training
         rec, _ = pretrain(cfg, device=device, threads=threads, out=out, batch_option="--batch-size")
     else:
         ckpt, rec = ensure_upstream(cfg, device=device, threads=threads, batch_option="--batch-size")

@@ -51,23 +51,29 @@ class Checkpoint:
 SUFFIX = ".safetensors"
 
 
-def checkpoint_path(out: str | Path, default_name: str) -> Path:
+def checkpoint_path(out: str | Path, default_name: str, what: str = "checkpoint") -> Path:
     """Where a checkpoint named `out` is written: a directory (existing, or written with a trailing slash) gets
     `default_name` inside it; a name without a suffix gets .safetensors; any other suffix (x.pt) is refused, as
-    checkpoints are safetensors only. The location must be writable (checked now, nothing created)."""
+    checkpoints are safetensors only. The location must be writable (checked now, nothing created); `what`
+    names it in messages (the option, `--out`)."""
     from vitbench.paths import check_file
 
     text = str(out)
     p = Path(out).expanduser()
+    if not text.strip():
+        raise ConfigError(f"{what} is empty; give a file name ending in {SUFFIX} or a directory")
+    if p.exists() and not p.is_dir() and not p.is_file():
+        raise ConfigError(f"{what} {text!r} is not a regular file (a device or a pipe); give a file name "
+                          f"ending in {SUFFIX} or a directory")
     if p.is_dir() or text.endswith(("/", os.sep)):
         p = p / default_name
     elif p.suffix == "":
         p = p.with_name(p.name + SUFFIX)
     elif p.suffix != SUFFIX:
-        raise ConfigError(f"checkpoint {text!r}: checkpoints are written as safetensors, never as pickles "
+        raise ConfigError(f"{what} {text!r}: checkpoints are written as safetensors, never as pickles "
                           f"({p.suffix} files usually are); name it {p.name + SUFFIX!r} or {p.stem + SUFFIX!r}")
-    check_file(p, "checkpoint")
-    check_file(p.with_suffix(".json"), "checkpoint metadata")
+    check_file(p, what)
+    check_file(p.with_suffix(".json"), f"{what} (its metadata)")
     return p
 
 
