@@ -121,7 +121,8 @@ def load_plugins(kind: Kind | None = None) -> None:
     _STATE.outside_loaded = True
     from importlib.metadata import entry_points
 
-    outside = [(ep.value.split(":", 1)[0], f"entry point {ep.name}") for ep in entry_points(group=ENTRY_POINT_GROUP)]
+    outside = [(ep.value.split(":", 1)[0], f"entry point {ep.name}")
+               for ep in entry_points(group=ENTRY_POINT_GROUP)]
     outside += [(m, f"${ENV_PLUGINS}") for m in (m.strip() for m in os.environ.get(ENV_PLUGINS, "").split(","))
                 if m]
     for mod, source in outside:

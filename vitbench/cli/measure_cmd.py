@@ -166,7 +166,8 @@ def max_batch_cmd(
     from vitbench.measure.max_batch import max_batch
     from vitbench.record import Status
 
-    _, p = task_params("max_batch", {"model": "MODEL", "mode": "--task"}, model=model, backend=backend, mode=choice(task, _MODES, "--task"),
+    _, p = task_params("max_batch", {"model": "MODEL", "mode": "--task"}, model=model, backend=backend,
+                       mode=choice(task, _MODES, "--task"),
                        resolution=resolution, precision=precision, device=device, threads=threads,
                        memory_limit_gib=memory_limit_gib, max_batch_size=max_batch_size, start=start,
                        granularity=granularity, probe_timeout_s=probe_timeout_s)
@@ -223,7 +224,8 @@ def flops_cmd(
 
     if (images is None) != (epochs is None):
         raise ConfigError("--images and --epochs go together (pre-training compute needs both)")
-    _, p = task_params("flops", {"model": "MODEL"}, model=model, resolution=resolution, backend=backend, num_classes=num_classes,
+    _, p = task_params("flops", {"model": "MODEL"}, model=model, resolution=resolution, backend=backend,
+                       num_classes=num_classes,
                        count=count)
     rec = flops(p.model, p.resolution, backend=p.backend, num_classes=p.num_classes, images=images, epochs=epochs,
                 count=p.count)

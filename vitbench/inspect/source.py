@@ -47,7 +47,8 @@ def load_source(arg: str, init_weights: InitWeights, resolution: int | None = No
     except VitbenchError as e:
         raise ConfigError(f"--resolution: {e}") from None
     if ckpt:
-        return ModelSource(spec, with_head(ckpt.weights, spec, trained, init_weights), res, trained, str(ckpt.path))
+        weights = with_head(ckpt.weights, spec, trained, init_weights)
+        return ModelSource(spec, weights, res, trained, str(ckpt.path))
     return ModelSource(spec, init_weights(spec, res), res, res, "random init")
 
 

@@ -20,6 +20,9 @@ def option_name(field: str, options: Mapping[str, str]) -> str:
     else the field itself."""
     if field in options:
         return options[field]
+    parent, _, last = field.rpartition(".")
+    if parent and last.isdigit():  # an item of a list field: lr_grid.1 -> --lr-grid value 2
+        return f"{option_name(parent, options)} value {int(last) + 1}"
     for prefix, instead in options.items():
         if prefix.endswith(".") and field.startswith(prefix):
             return option_name(instead + field[len(prefix):], options)
@@ -63,7 +66,8 @@ def validated(cls: type[M], data: dict, where: str, options: Mapping[str, str] |
             msg = x["msg"].removeprefix("Value error, ")
             allowed = field_range(cls, x["loc"]) if x["type"] == "finite_number" else None
             fields.setdefault(name, ([], x.get("input")))[0].append(f"{msg}, {allowed}" if allowed else msg)
-        probs = "; ".join(f"{name}: {' or '.join(dict.fromkeys(msgs))} (got {shorten(got)})"
+        probs = "; ".join(f"{name}: {' or '.join(dict.fromkeys(msgs))}"
+                          + ("" if name == "(config)" else f" (got {shorten(got)})")  # not the whole config
                           for name, (msgs, got) in fields.items())
         raise ConfigError(f"{where}: invalid settings: {probs}") from None
 

@@ -164,8 +164,8 @@ def fewshot(cfg: FewshotConfig, *, device: str = "cpu", threads: int | None = No
     # if `r` differs from the upstream resolution.
     model = ops.from_weights(be, spec, ckpt.weights, r, ckpt.num_classes, seed=0)
     t0 = time.perf_counter()
-    feats = [(ops.check_finite(ops.embed(be, model, s, r), f"{spec.name}'s features of the {name} split"), s.labels)
-             for name, s in (("train", splits.train), ("val", splits.val), ("test", splits.test))]
+    feats = [(ops.check_finite(ops.embed(be, model, s, r), f"{spec.name}'s features of the {name} split"),
+              s.labels) for name, s in (("train", splits.train), ("val", splits.val), ("test", splits.test))]
     embed_s = time.perf_counter() - t0
     try:
         metrics, raw = evaluate_features(*feats, splits.num_classes, cfg.shots, cfg.seeds, cfg.l2_reg)

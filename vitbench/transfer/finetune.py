@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from vitbench.backends.base import BackendName, default_backend
 from vitbench.errors import ConfigError, TrainingDiverged
@@ -30,7 +30,7 @@ from vitbench.record import Record, now
 from vitbench.transfer.data import DataConfig, ImageSet, load_splits, warn_oversized_batch
 from vitbench.transfer.fewshot import DOWNSTREAM_DATA, spread
 from vitbench.transfer.pretrain import PretrainConfig, resolve_upstream, upstream_config, upstream_metrics
-from vitbench.transfer.schedules import OptimConfig
+from vitbench.transfer.schedules import LearningRate, OptimConfig, check_warmup
 
 PAPER_LR_GRID = (0.001, 0.003, 0.01, 0.03)  # App. B.1.1
 
@@ -50,7 +50,7 @@ class FinetuneConfig(BaseModel):
     resolution: int | None = Field(None, ge=1)  # None: the upstream's; larger: pos-embed interpolation
     steps: int = Field(100, ge=1)
     batch_size: int = Field(64, ge=1)  # paper: 512
-    lr_grid: list[float] = list(PAPER_LR_GRID)
+    lr_grid: list[LearningRate] = list(PAPER_LR_GRID)
     warmup_steps: int = Field(10, ge=0)
     clip_norm: float | None = Field(1.0, gt=0)
     refit: bool = True  # final run on train + val with the chosen LR (paper); False: reuse the selection run
@@ -64,10 +64,7 @@ class FinetuneConfig(BaseModel):
             raise ValueError(f"lr_grid {v}: need positive learning rates, e.g. {list(PAPER_LR_GRID)}")
         return sorted(set(v))
 
-    @model_validator(mode="after")
-    def _warmup(self):
-        self.optim(self.lr_grid[0])  # warm-up < steps
-        return self
+    _warmup = field_validator("warmup_steps")(check_warmup)  # warm-up < steps
 
     def seed_list(self) -> list[int]:
         return [self.seed + i for i in range(self.seeds)]
@@ -141,9 +138,9 @@ def finetune(cfg: FinetuneConfig, *, device: str = "cpu", threads: int | None = 
                 best_lr, chosen = lr, trained
             del trained
         if best_lr is None:
-            raise TrainingDiverged(f"fine-tuning {spec.name} diverged at every learning rate of the grid "
-                                   f"({', '.join(f'{lr}: {why[0]}' for lr, why in diverged_lrs.items())}); nothing "
-                                   "was saved. Try smaller learning rates.")
+            why = "; ".join(f"{lr}: {w[0]}" for lr, w in diverged_lrs.items())
+            raise TrainingDiverged(f"fine-tuning {spec.name} diverged at every learning rate of the grid ({why}); "
+                                   "nothing was saved. Try smaller learning rates.")
     else:
         best_lr = cfg.lr_grid[0]
     if cfg.refit or not chosen:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from vitbench.backends.base import BackendName, default_backend
 from vitbench.errors import ConfigError
@@ -44,7 +44,7 @@ from vitbench.transfer.checkpoint import (
 )
 from vitbench.transfer.data import DataConfig, load_splits, warn_oversized_batch
 from vitbench.transfer.distill import DEFAULT_LAMBDA, DEFAULT_TAU, Distill, Distillation, Lambda, Tau, Teacher
-from vitbench.transfer.schedules import OptimConfig
+from vitbench.transfer.schedules import LearningRate, OptimConfig, check_warmup
 
 CACHE_ENV = "VITBENCH_CHECKPOINT_DIR"
 DEFAULT_CACHE = Path("results") / "checkpoints"
@@ -68,7 +68,7 @@ class PretrainConfig(BaseModel):
     resolution: int | None = Field(None, ge=1)  # None: the variant's native resolution
     batch_size: int = Field(64, ge=1)
     steps: int = Field(300, ge=1)
-    lr: float = Field(1e-3, gt=0)
+    lr: LearningRate = 1e-3
     weight_decay: float = Field(0.1, ge=0)  # paper: 0.1 (JFT), 0.03 (ImageNet-21k)
     warmup_steps: int | None = Field(None, ge=0)  # None: default_warmup(steps), filled in before validation
     decay: Literal["linear", "cosine"] = "linear"
@@ -86,11 +86,12 @@ class PretrainConfig(BaseModel):
             data = {**data, "warmup_steps": default_warmup(steps) if ok else 0}
         return data
 
+    _warmup = field_validator("warmup_steps")(check_warmup)  # warm-up < steps
+
     @model_validator(mode="after")
     def _check(self):
         spec = get_spec(self.model)  # UnknownModelError lists close names
         spec.check_resolution(spec.resolution if self.resolution is None else self.resolution)
-        OptimConfig(steps=self.steps, warmup_steps=self.warmup_steps)  # warm-up < steps
         up = self.teacher.upstream if self.teacher is not None else None
         if up is not None and up.data != self.data:
             raise ValueError(f"teacher.upstream.data must be the student's upstream data "
@@ -255,8 +256,8 @@ def pretrain(cfg: PretrainConfig, *, device: str = "cpu", threads: int | None = 
     model = be.init_model(spec, r, k, cfg.seed)
     t0, c0 = time.perf_counter(), be.compile_s
     model, losses = be.train(model, splits.train, r, cfg.optim(), cfg.batch_size, cfg.seed, distill=distill)
-    ops.check_trained(losses, be.weights(model), f"pre-training {spec.name}",
-                      "Lower the learning rate, raise the warm-up, or (distilling) bring the temperature nearer 1.")
+    ops.check_trained(losses, be.weights(model), f"pre-training {spec.name}", "Lower the learning rate, raise "
+                      "the warm-up, or (distilling) bring the temperature nearer 1.")
     compile_s = be.compile_s - c0
     train_s = time.perf_counter() - t0 - compile_s  # compile time (JAX) and the teacher (teacher_s) apart
     images_seen = cfg.steps * cfg.batch_size
