@@ -135,6 +135,28 @@ def choice(value: str, allowed: tuple[str, ...], option: str) -> str:
     return value
 
 
+def checked(value, typ, option_name: str):
+    """`value` validated against `typ` (a field's declared type, e.g. tasks.fields.SHARED["threads"][0]), for an
+    option that reaches no task's Params; a ConfigError names the option, the rule and the value."""
+    from pydantic import TypeAdapter, ValidationError
+
+    if value is None:
+        return None
+    try:
+        return TypeAdapter(typ).validate_python(value)
+    except ValidationError as e:
+        rule = "; ".join(x["msg"].removeprefix("Value error, ") for x in e.errors())
+        raise ConfigError(f"{option_name}: {rule} (got {shorten(value)})") from None
+
+
+def shared_option(field: str, value, option_name: str | None = None):
+    """`value` of a shared trial field (tasks.fields.SHARED: its type and range, declared once) given as an
+    option outside a task's Params (`env --threads`)."""
+    from vitbench.tasks.fields import SHARED
+
+    return checked(value, SHARED[field][0], option_name or option(field))
+
+
 def cli_setting(field: str, value) -> str:
     """How a message names a field's setting on the command line: --compile, --no-compile, --precision bf16."""
     flag = option(field)

@@ -103,6 +103,14 @@ def pretrain_cmd(
     from vitbench.transfer.checkpoint import checkpoint_path
     from vitbench.transfer.pretrain import PretrainConfig, cache_path, ensure_upstream, pretrain, teacher_fields
 
+    if teacher is not None:  # an unknown teacher is named by its option (the student's by its own message)
+        from vitbench.errors import ConfigError, VitbenchError
+        from vitbench.models.specs import get_spec
+
+        try:
+            get_spec(teacher)
+        except VitbenchError as e:
+            raise ConfigError(f"--teacher: {e}") from None
     opts = _upstream_opts(model, backend, data, data_path, classes, data_seed, resolution, steps, batch_size, lr,
                           weight_decay, warmup_steps, decay, label_smoothing, seed)
     recipe = {k: v for k, v in opts.items() if k not in ("model", "resolution", "steps", "seed")}

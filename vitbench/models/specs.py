@@ -13,7 +13,7 @@ import re
 from dataclasses import asdict, dataclass, replace
 from typing import Literal
 
-from vitbench.errors import ConfigError, UnknownModelError
+from vitbench.errors import ConfigError, UnknownModelError, shorten
 from vitbench.models.flavours import DEFAULT, HYBRID_DEFAULT, Flavour, Origin, flavour_for
 
 Family = Literal["vit", "bit", "hybrid"]
@@ -261,7 +261,7 @@ def get_spec(name: str | ModelSpec, num_classes: int | None = None) -> ModelSpec
         spec = _INDEX.get(_norm(name))
         if spec is None:
             raise UnknownModelError(
-                f"unknown model {name!r}. Close matches: {', '.join(close_matches(name))}. "
+                f"unknown model {shorten(name)}. Close matches: {', '.join(close_matches(name))}. "
                 "See `vitbench models` for the full list."
             )
     return spec if num_classes is None else spec.with_classes(num_classes)

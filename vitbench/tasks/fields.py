@@ -34,7 +34,10 @@ def path_fields(params: type[BaseModel]) -> tuple[str, ...]:
                         for m in getattr(a, "__metadata__", ())))
 
 
-_PosInt = Annotated[int, Strict(), Field(gt=0)]
+# Counts (images in a batch, pixels, classes, threads) above 2**24 are typos, not settings: 2**24 images of 32 px
+# are 200 GB of fp32 input; refused where parsed instead of failing deep inside a framework.
+MAX_COUNT = 2**24
+_PosInt = Annotated[int, Strict(), Field(gt=0, le=MAX_COUNT)]
 _StrictStr = Annotated[str, Strict()]
 _StrictBool = Annotated[bool, Strict()]
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from vitbench.errors import ConfigError, UnsafeFileError
+from vitbench.errors import ConfigError, UnsafeFileError, shorten
 from vitbench.transfer.config import DatasetName
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
@@ -61,14 +61,14 @@ class DataConfig(BaseModel):
                     return list(range(a, b + 1))
                 return [int(t) for t in v.split(",") if t.strip()]
             except ValueError:
-                raise ValueError(f"classes {v!r}: expected a list of ints, 'a-b' or 'a,b,c'") from None
+                raise ValueError(f"classes {shorten(v)}: expected a list of ints, 'a-b' or 'a,b,c'") from None
         return v
 
     @field_validator("classes")
     @classmethod
     def _unique(cls, v):
         if v is not None and (len(set(v)) != len(v) or len(v) < 2):
-            raise ValueError(f"classes {v}: need at least 2 distinct labels")
+            raise ValueError(f"classes {shorten(v)}: need at least 2 distinct labels")
         return v
 
 
