@@ -14,6 +14,7 @@ import subprocess
 import sys
 from typing import NamedTuple
 
+import numpy as np
 import pytest
 
 MAX_MESSAGE_BYTES = 2048
@@ -52,6 +53,8 @@ CASES = {
     "bench long model": case("bench", LONG, says="unknown model"),
     "bench device absent": case("bench", NANO, "--device", "cuda:99", says="cuda:99"),
     "bench device unicode": case("bench", NANO, "--device", "gpü", says="--device"),
+    "bench threads huge": case("bench", NANO, "-b", "1", "--threads", "100000", "--min-steps", "1",
+                               "--min-seconds", "0.01", "--warmup", "0", says="threads 100000", exit=0),
     "max-batch memory negative": case("max-batch", NANO, "--memory-limit-gib", "-1", says="--memory-limit-gib"),
     "max-batch memory nan": case("max-batch", NANO, "--memory-limit-gib", "nan", says="--memory-limit-gib"),
     "max-batch timeout inf": case("max-batch", NANO, "--probe-timeout-s", "inf", says="--probe-timeout"),
@@ -154,6 +157,7 @@ CASES = {
     "inspect no attention": case("inspect", "R-Nano", says="no attention layers"),
     "inspect nan checkpoint": case("inspect", "{nan_ckpt}", says="NaN or infinite"),
     "inspect /dev/null": case("inspect", "/dev/null", says="/dev/null"),
+    "inspect weights of no model": case("inspect", "{odd_ckpt}", says="fit no model in the table"),
     "inspect backend unknown": case("inspect", NANO, "--backend", "nope", says="nope"),
     "models family": case("models", "--family", "trånsformer", says="--family"),
 }
@@ -173,6 +177,9 @@ def places(tmp_path_factory):
     (d / "empty.yaml").write_text("")
     (d / "garbage.yaml").write_text("ünïcödé: [unclosed\n\x00")
     (d / "garbage.safetensors").write_text("not a tensor file ✓")
+    from safetensors.numpy import save
+
+    (d / "odd.safetensors").write_bytes(save({"pos_embed": np.zeros((1, 5, 8), np.float32)}))
     write_vitbench_checkpoint(d / "nan.safetensors", nan=True)
     for name, bad in (("results", False), ("nonfinite", True)):
         (d / name).mkdir()
@@ -182,7 +189,7 @@ def places(tmp_path_factory):
             rows.append(row.replace('"img_per_s": ', '"img_per_s": Infinity, "was": ') if bad else row)
         (d / name / "results.jsonl").write_text("\n".join(rows) + "\n")
     return {"dir": d / "empty", "empty": d / "empty.yaml", "garbage": d / "garbage.yaml",
-            "garbage_ckpt": d / "garbage.safetensors", "nan_ckpt": d / "nan.safetensors",
+            "garbage_ckpt": d / "garbage.safetensors", "odd_ckpt": d / "odd.safetensors", "nan_ckpt": d / "nan.safetensors",
             "results": d / "results", "nonfinite": d / "nonfinite"}
 
 
@@ -191,7 +198,8 @@ def check(args: tuple[str, ...], code: int, output: str, exc, c: Case) -> None:
     assert code == c.exit, f"{where}: exit {code}, expected {c.exit}\n{output[-3000:]}"
     assert exc is None or isinstance(exc, SystemExit), f"{where}: {exc!r}"
     assert "Traceback" not in output, f"{where}:\n{output[-3000:]}"
-    assert len(output.encode()) < MAX_MESSAGE_BYTES, f"{where}: {len(output.encode())} bytes\n{output[:3000]}"
+    if c.exit:  # a message, not a result table
+        assert len(output.encode()) < MAX_MESSAGE_BYTES, f"{where}: {len(output.encode())} bytes\n{output[:3000]}"
     assert c.says in output, f"{where}: the message does not say {c.says!r}:\n{output}"
 
 
