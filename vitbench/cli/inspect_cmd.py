@@ -40,7 +40,7 @@ def inspect_cmd(
 
     out_dir = check_dir(out, "--out") if out else None  # before the model runs
     backend = shared_option("backend", backend) or default_backend()
-    threads = shared_option("threads", threads)
+    threads, seed = shared_option("threads", threads), shared_option("seed", seed)
     needs = {Capability.ATTENTION, Capability.TRANSFER} - backend_spec(backend).capabilities
     if needs:
         raise ConfigError(f"--backend {backend!r} cannot inspect (missing {', '.join(sorted(needs))})")

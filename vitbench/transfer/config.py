@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from vitbench.errors import ConfigError, shorten
 
 M = TypeVar("M", bound=BaseModel)
+# Counts (steps, images in a batch, pixels, seeds, threads) above 2**24 are typos, not settings: the paper's longest
+# pre-training is 1M steps, and 2**24 images of 32 px are 200 GB of fp32 input. Refused where parsed, instead of
+# failing deep inside a framework or running for ever.
+MAX_COUNT = 2**24
+# A seed: numpy's legacy RandomState and a JAX PRNGKey take 32-bit unsigned seeds.
+Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
+# A duration in seconds: a week is beyond any measurement here; inf or 1e300 would time for ever.
+MAX_SECONDS = 7 * 86400
 # The image sources vitbench reads (vitbench.transfer.data: the loaders, one per name).
 DatasetName = Literal["digits", "synthetic", "folder", "cifar10", "cifar100", "npz"]
 

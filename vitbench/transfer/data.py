@@ -24,7 +24,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from vitbench.errors import ConfigError, UnsafeFileError, shorten
-from vitbench.transfer.config import DatasetName
+from vitbench.transfer.config import MAX_COUNT, DatasetName, Seed
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 _CACHE_LIMIT_BYTES = 256 * 2**20  # keep a preprocessed copy of a split only while it is this small
@@ -41,10 +41,10 @@ class DataConfig(BaseModel):
     name: DatasetName = "digits"  # vitbench.transfer.config.DatasetName
     path: str | None = None  # folder / cifar / npz: a local path
     classes: list[int] | None = None  # subset of source labels, relabelled 0..K-1 in this order; "0-4" ok
-    seed: int = 0  # split seed
+    seed: Seed = 0  # split seed
     val_fraction: float = Field(0.1, ge=0.0, lt=1.0)  # of train, held out (fine-tuning LR choice, few-shot L2)
     test_fraction: float = Field(0.25, gt=0.0, lt=1.0)  # used only when the source has no test split
-    train_per_class: int | None = Field(None, ge=1)  # cap train images per class (data-size scaling)
+    train_per_class: int | None = Field(None, ge=1, le=MAX_COUNT)  # cap train images per class (data-size scaling)
     # synthetic only
     synthetic_images: int = Field(600, ge=10)
     synthetic_classes: int = Field(10, ge=2)

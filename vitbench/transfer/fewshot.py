@@ -18,8 +18,9 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, field_validator
 
 from vitbench.backends.base import BackendName, default_backend
-from vitbench.errors import ConfigError, NonFiniteResult
+from vitbench.errors import ConfigError, NonFiniteResult, shorten
 from vitbench.record import Record, now
+from vitbench.transfer.config import MAX_COUNT
 from vitbench.transfer.data import DataConfig, load_splits
 from vitbench.transfer.pretrain import PretrainConfig, resolve_upstream, upstream_config, upstream_metrics
 
@@ -92,16 +93,16 @@ class FewshotConfig(BaseModel):
     checkpoint_epochs: float | None = Field(None, gt=0)
     backend: BackendName | None = None  # evaluate on this backend (None: the upstream's)
     data: DataConfig = DOWNSTREAM_DATA
-    resolution: int | None = Field(None, ge=1)  # None: the upstream's resolution
+    resolution: int | None = Field(None, ge=1, le=MAX_COUNT)  # None: the upstream's resolution
     shots: list[int] = [1, 5, 10, 25]  # paper: 1, 5, 10, 25
-    seeds: int = Field(5, ge=1)  # k-shot draws per k
+    seeds: int = Field(5, ge=1, le=MAX_COUNT)  # k-shot draws per k
     l2_reg: PositiveFloat | Literal["auto"] = "auto"  # "auto": chosen on the val split from L2_GRID
 
     @field_validator("shots")
     @classmethod
     def _shots(cls, v):
-        if not v or any(k < 1 for k in v):
-            raise ValueError(f"shots {v}: need positive integers, e.g. [1, 5, 10, 25]")
+        if not v or any(not 1 <= k <= MAX_COUNT for k in v):
+            raise ValueError(f"shots {shorten(v)}: need integers in 1..{MAX_COUNT}, e.g. [1, 5, 10, 25]")
         return sorted(set(v))
 
 

@@ -27,6 +27,7 @@ from vitbench.backends.base import BackendName, default_backend
 from vitbench.errors import ConfigError, TrainingDiverged
 from vitbench.models.analytic import train_flops_per_image
 from vitbench.record import Record, now
+from vitbench.transfer.config import MAX_COUNT, Seed
 from vitbench.transfer.data import DataConfig, ImageSet, load_splits, warn_oversized_batch
 from vitbench.transfer.fewshot import DOWNSTREAM_DATA, spread
 from vitbench.transfer.pretrain import PretrainConfig, resolve_upstream, upstream_config, upstream_metrics
@@ -47,15 +48,15 @@ class FinetuneConfig(BaseModel):
     checkpoint_epochs: float | None = Field(None, gt=0)
     backend: BackendName | None = None  # fine-tune on this backend (None: the upstream's)
     data: DataConfig = DOWNSTREAM_DATA
-    resolution: int | None = Field(None, ge=1)  # None: the upstream's; larger: pos-embed interpolation
-    steps: int = Field(100, ge=1)
-    batch_size: int = Field(64, ge=1)  # paper: 512
+    resolution: int | None = Field(None, ge=1, le=MAX_COUNT)  # None: the upstream's; larger: pos-embed interpolation
+    steps: int = Field(100, ge=1, le=MAX_COUNT)
+    batch_size: int = Field(64, ge=1, le=MAX_COUNT)  # paper: 512
     lr_grid: list[LearningRate] = list(PAPER_LR_GRID)
-    warmup_steps: int = Field(10, ge=0)
+    warmup_steps: int = Field(10, ge=0, le=MAX_COUNT)
     clip_norm: float | None = Field(1.0, gt=0)
     refit: bool = True  # final run on train + val with the chosen LR (paper); False: reuse the selection run
-    seed: int = 0  # the first fine-tuning seed (batch order); runs use seed, seed + 1, ..., seed + seeds - 1
-    seeds: int = Field(3, ge=1)  # runs per LR and final runs: LR by mean val accuracy, accuracy +- std
+    seed: Seed = 0  # the first fine-tuning seed (batch order); runs use seed, seed + 1, ..., seed + seeds - 1
+    seeds: int = Field(3, ge=1, le=MAX_COUNT)  # runs per LR and final runs: LR by mean val accuracy, accuracy +- std
 
     @field_validator("lr_grid")
     @classmethod

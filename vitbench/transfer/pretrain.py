@@ -42,6 +42,7 @@ from vitbench.transfer.checkpoint import (
     read_meta,
     save_checkpoint,
 )
+from vitbench.transfer.config import MAX_COUNT, Seed
 from vitbench.transfer.data import DataConfig, load_splits, warn_oversized_batch
 from vitbench.transfer.distill import DEFAULT_LAMBDA, DEFAULT_TAU, Distill, Distillation, Lambda, Tau, Teacher
 from vitbench.transfer.schedules import LearningRate, OptimConfig, check_warmup
@@ -65,16 +66,16 @@ class PretrainConfig(BaseModel):
     model: str
     backend: BackendName = Field(default_factory=default_backend)
     data: DataConfig = UPSTREAM_DATA
-    resolution: int | None = Field(None, ge=1)  # None: the variant's native resolution
-    batch_size: int = Field(64, ge=1)
-    steps: int = Field(300, ge=1)
+    resolution: int | None = Field(None, ge=1, le=MAX_COUNT)  # None: the variant's native resolution
+    batch_size: int = Field(64, ge=1, le=MAX_COUNT)
+    steps: int = Field(300, ge=1, le=MAX_COUNT)
     lr: LearningRate = 1e-3
     weight_decay: float = Field(0.1, ge=0)  # paper: 0.1 (JFT), 0.03 (ImageNet-21k)
-    warmup_steps: int | None = Field(None, ge=0)  # None: default_warmup(steps), filled in before validation
+    warmup_steps: int | None = Field(None, ge=0, le=MAX_COUNT)  # None: default_warmup(steps), filled in before validation
     decay: Literal["linear", "cosine"] = "linear"
     label_smoothing: float = Field(0.0, ge=0, lt=1)
     clip_norm: float | None = Field(1.0, gt=0)
-    seed: int = 0
+    seed: Seed = 0
     teacher: TeacherConfig | None = None  # distillation (DeiT); None: plain supervised pre-training
 
     @model_validator(mode="before")

@@ -13,6 +13,8 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from vitbench.transfer.config import MAX_COUNT
+
 
 # A peak learning rate, declared once for every config that takes one: the paper's are 1e-3 (Adam) and 0.001 to
 # 0.03 (SGD, App. B.1.1); past 1e3 nothing trains, and past float32's range (3e38) a framework cannot even take it.
@@ -26,8 +28,8 @@ class OptimConfig(BaseModel):
 
     optimizer: Literal["adam", "sgd"] = "adam"
     lr: LearningRate = 1e-3  # peak learning rate, reached at the end of warm-up
-    steps: int = Field(100, ge=1)
-    warmup_steps: int = Field(10, ge=0)
+    steps: int = Field(100, ge=1, le=MAX_COUNT)
+    warmup_steps: int = Field(10, ge=0, le=MAX_COUNT)
     decay: Literal["linear", "cosine"] = "cosine"
     linear_end: float = Field(1e-5, ge=0)  # final LR of the linear decay (vit_jax default)
     weight_decay: float = Field(0.0, ge=0)  # decoupled (AdamW-style, scaled by the LR); kernels only
