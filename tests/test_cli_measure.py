@@ -57,7 +57,7 @@ def test_bench_table(cli):
 
 @pytest.mark.parametrize("args,needle", [
     (("--timing", "wallclock"), "--timing"),
-    (("--compile-mode", "max-autotune"), "needs `compile: true`"),
+    (("--compile-mode", "max-autotune"), "needs --compile"),
     (("--compile", "--compile-mode", "turbo"), "reduce-overhead"),
     (("--backend", "jax", "--compile"), "no optional compiler"),
 ])

@@ -17,7 +17,7 @@ import pytest
     (["bench", "ViT-Nano/4", "--min-seconds", "-1"], "--min-seconds"),
     (["bench", "ViT-Nano/4", "--min-seconds", "inf", "--max-seconds", "inf"], "finite"),
     (["max-batch", "ViT-Nano/4", "--probe-timeout", "0"], "--probe-timeout"),
-    (["fewshot", "-m", "ViT-Nano/4", "--l2-reg", "-1"], "l2_reg"),
+    (["fewshot", "-m", "ViT-Nano/4", "--l2-reg", "-1"], "--l2-reg"),
 ])
 def test_values_below_any_sense_exit_2_naming_the_option(args, option, cli):
     r = cli(*args)

@@ -98,5 +98,5 @@ def test_a_batch_larger_than_the_data_is_said_before_training(run, tmp_path):
 
 def test_fewshot_l2_reg_must_be_positive(run):
     r = run("fewshot", "-m", "ViT-Nano/4", "--l2-reg", "-1")
-    assert r.exit_code == 2 and "l2_reg" in r.output and "greater than 0" in r.output, r.output
+    assert r.exit_code == 2 and "--l2-reg" in r.output and "greater than 0" in r.output, r.output
     assert "or Input should be 'auto'" in r.output and "constrained-float" not in r.output  # one line per field

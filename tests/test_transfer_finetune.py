@@ -184,6 +184,9 @@ class _ScriptedEngine:
     def setup(self, device, threads):
         return {"backend": "torch"}
 
+    def weights(self, model):  # a scripted 'model' has no tensors: nothing to find non-finite
+        return {}
+
     def from_weights(self, spec, weights, resolution, num_classes, seed):
         return None
 

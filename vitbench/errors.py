@@ -21,6 +21,25 @@ class BackendUnavailable(VitbenchError):
     """The requested backend (or device) is not installed or not present here."""
 
 
+class TrainingDiverged(VitbenchError):
+    """A training run whose loss or weights stopped being finite: no checkpoint and no 'ok' row come of it (a
+    sweep's row has status 'diverged'); a failed measurement, so exit code 1. `step`: the first bad step (1-based;
+    None when only the weights show it)."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, step: int | None = None):
+        super().__init__(message)
+        self.step = step
+
+
+class NonFiniteResult(VitbenchError):
+    """A number a command computed (features, logits, a metric) is NaN or infinite: it never becomes a result;
+    a failed measurement, so exit code 1."""
+
+    exit_code = 1
+
+
 class VitbenchWarning(UserWarning):
     """Something the user should know that did not stop the command (a skipped corrupt line): the CLI prints it
     once, as `warning: <message>`, without Python's source-path format."""

@@ -46,11 +46,24 @@ def check_dir(path: str | os.PathLike, what: str) -> Path:
     if not q.is_dir():
         where = "is a file" if q == p else f"is inside {shorten(str(q))}, which is a file"
         raise ConfigError(f"{what} {shorten(str(p))} {where}; give a directory")
-    if not _writable(q):
-        reason = "the file system is read-only" if _read_only(q) else "permission denied"
+    reason = ("the file system is read-only" if _read_only(q) else "permission denied") if not _writable(q) \
+        else _cannot_create_in(q)
+    if reason:
         where = "" if q == p else f" (cannot create it in {shorten(str(q))})"
         raise ConfigError(f"{what} {shorten(str(p))} is not writable{where}: {reason}")
     return p
+
+
+def _cannot_create_in(d: Path) -> str | None:
+    """Why no file can be created in the directory `d` (None: one can). access(2) says yes to root everywhere;
+    /proc and /sys still refuse: a file is created and removed at once to find out."""
+    try:
+        fd, tmp = tempfile.mkstemp(dir=d, prefix=".vitbench-check-")
+    except OSError as e:
+        return _reason(e) + (" (a special file system)" if e.errno == errno.ENOENT else "")
+    os.close(fd)
+    Path(tmp).unlink(missing_ok=True)
+    return None
 
 
 def check_file(path: str | os.PathLike, what: str) -> Path:
@@ -58,6 +71,8 @@ def check_file(path: str | os.PathLike, what: str) -> Path:
     p = Path(path).expanduser()
     if p.is_dir():
         raise ConfigError(f"{what} {shorten(str(p))} is a directory; give a file name")
+    if p.exists() and not p.is_file():  # /dev/null, a pipe: written through a temporary file, it would be replaced
+        raise ConfigError(f"{what} {shorten(str(p))} is not a regular file (a device or a pipe); give a file name")
     check_dir(p.parent, f"{what} {shorten(str(p))}: its directory")
     if p.exists() and not _writable(p.parent):
         raise ConfigError(f"{what} {shorten(str(p))} cannot be replaced: its directory is not writable")

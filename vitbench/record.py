@@ -39,6 +39,7 @@ class Status(str, enum.Enum):
     TIMEOUT = "timeout"
     INTERRUPTED = "interrupted"
     SKIPPED = "skipped"
+    DIVERGED = "diverged"  # training's loss or weights became non-finite (vitbench.errors.TrainingDiverged)
 
     def __str__(self) -> str:
         return self.value
@@ -47,7 +48,7 @@ class Status(str, enum.Enum):
     def done(self) -> bool:
         """An outcome was measured: a resumed sweep does not run the trial again ('interrupted' and 'skipped'
         do run again)."""
-        return self in (Status.OK, Status.OOM, Status.ERROR, Status.TIMEOUT)
+        return self in (Status.OK, Status.OOM, Status.ERROR, Status.TIMEOUT, Status.DIVERGED)
 
 
 STATUSES: tuple[str, ...] = tuple(s.value for s in Status)

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from vitbench.errors import ConfigError
+from vitbench.errors import ConfigError, VitbenchError, clip, shorten
 
 ENTRY_POINT_GROUP = "vitbench.plugins"
 ENV_PLUGINS = "VITBENCH_PLUGINS"
@@ -123,17 +123,24 @@ def load_plugins(kind: Kind | None = None) -> None:
     _STATE.outside_loaded = True
     from importlib.metadata import entry_points
 
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        _import(ep.value.split(":", 1)[0], f"entry point {ep.name}")
-    for mod in (m.strip() for m in os.environ.get(ENV_PLUGINS, "").split(",")):
-        if mod:
-            try:
-                _import(mod, f"${ENV_PLUGINS}")
-            except ModuleNotFoundError as e:
-                if e.name and mod.startswith(e.name):
-                    raise ConfigError(f"${ENV_PLUGINS} names {mod!r}, which cannot be imported (is it on "
-                                      "PYTHONPATH?)") from None
-                raise
+    outside = [(ep.value.split(":", 1)[0], f"entry point {ep.name}")
+               for ep in entry_points(group=ENTRY_POINT_GROUP)]
+    outside += [(m, f"${ENV_PLUGINS}") for m in (m.strip() for m in os.environ.get(ENV_PLUGINS, "").split(","))
+                if m]
+    for mod, source in outside:
+        try:
+            _import(mod, source)
+        except VitbenchError:
+            raise
+        except ModuleNotFoundError as e:
+            if e.name and mod.startswith(e.name):
+                raise ConfigError(f"plug-in {shorten(mod)} ({source}) cannot be imported: no such module (is it "
+                                  "on PYTHONPATH?)") from None
+            raise ConfigError(f"plug-in {shorten(mod)} ({source}) failed to import: it needs the module "
+                              f"{shorten(e.name)}, which is not installed") from None
+        except Exception as e:  # noqa: BLE001 - a broken plug-in: say which and why, no traceback
+            raise ConfigError(f"plug-in {shorten(mod)} ({source}) failed to import: {type(e).__name__}: "
+                              f"{clip(str(e), 300)}") from None
 
 
 def entries(kind: Kind) -> dict[str, Entry]:

@@ -28,6 +28,7 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import math
 import os
 import socket
 import warnings
@@ -35,7 +36,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from vitbench.errors import VitbenchWarning
+from vitbench.errors import ConfigError, VitbenchWarning
 from vitbench.paths import write_atomic
 from vitbench.record import Record, Status
 
@@ -106,9 +107,28 @@ def _parse_lines(data: bytes, path: Path, first_line: int = 1, final: bool = Tru
     return records, consumed
 
 
+class _NonFinite(Exception):
+    pass
+
+
+def _no_constant(name: str):
+    raise _NonFinite(name)
+
+
+def _finite_float(text: str) -> float:
+    x = float(text)
+    if not math.isfinite(x):  # 1e999 parses as infinity
+        raise _NonFinite(text)
+    return x
+
+
 def _parse_one(raw: bytes, path: Path, lineno: int, torn: bool) -> Record | None:
     try:
-        d = json.loads(raw.decode("utf-8"))
+        d = json.loads(raw.decode("utf-8"), parse_constant=_no_constant, parse_float=_finite_float)
+    except _NonFinite as e:  # vitbench writes null for them (record.clean): a number no report or compare uses
+        raise ConfigError(f"{path}:{lineno}: the row holds {e} (a non-finite number), which vitbench never "
+                          "writes (it records null): the file was edited or written by another tool; fix or "
+                          "remove that line") from None
     except ValueError as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         what = ("torn last line (a write interrupted by a kill?)" if torn else "unparseable line")
         warnings.warn(f"{path}:{lineno}: skipped {what}, {len(raw)} bytes: {str(e)[:120]}",

@@ -3,7 +3,8 @@
 Executors (vitbench.executors) call `run_trial(job)` in a fresh process per trial. The task is looked up in the
 registry (its module imported first when it is a plug-in registered outside vitbench's own modules); its Params
 validate the job's config; whatever it returns or raises becomes the record, with the job's identity attached
-(`Record.for_job`): an exception is an 'oom' or 'error' row with the traceback's last lines.
+(`Record.for_job`): an exception is an 'oom' or 'error' row with the traceback's last lines, a training
+divergence a 'diverged' row with its step.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import time
 import traceback
 from typing import TYPE_CHECKING
 
-from vitbench.errors import looks_like_oom
+from vitbench.errors import TrainingDiverged, looks_like_oom
 from vitbench.record import ErrorInfo, Record, Status, now
 
 if TYPE_CHECKING:
@@ -43,6 +44,9 @@ def run_trial(job: Job) -> Record:
         rec = task().run(task.Params.model_validate(job.config))
         if not isinstance(rec, Record):
             raise TypeError(f"task {job.task!r} returned {type(rec).__name__}, not a vitbench.record.Record")
+    except TrainingDiverged as e:  # divergence is reported as divergence, with its step
+        rec = Record.measured(kind, job.config, status=Status.DIVERGED, error=ErrorInfo.of(e),
+                              metrics={"diverged_step": e.step}, started_at=started)
     except Exception as e:  # noqa: BLE001 - failures are rows
         status = Status.OOM if looks_like_oom(e) else Status.ERROR
         rec = Record.failed(kind, job.config, status, ErrorInfo.of(e, _tail(traceback.format_exc())), started)

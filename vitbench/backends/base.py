@@ -110,6 +110,13 @@ class Capability(str, enum.Enum):
 
 MATMUL_WINDOWS = 5  # windows per matmul measurement: enough for a median that one slow window cannot move
 
+def study_setting(field: str, value: Any) -> str:
+    """How a message names a field's setting in a study: `compile: true`."""
+    import json
+
+    return f"`{field}: {json.dumps(value)}`"
+
+
 # A parse-time check of a trial's fields: {field: value} -> [(field, problem)]; no framework imported.
 Check = Callable[[Mapping[str, Any]], list[tuple[str, str]]]
 
@@ -139,9 +146,12 @@ class BackendSpec:
         template = dict(self.device_names).get(kind)
         return template.format(index=index) if template is not None else None
 
-    def problems(self, fields: Mapping[str, Any],
-                 needs: frozenset[Capability] = frozenset()) -> list[tuple[str, str]]:
-        """Why this backend cannot run a trial with these fields (empty: it can)."""
+    def problems(self, fields: Mapping[str, Any], needs: frozenset[Capability] = frozenset(),
+                 setting: Callable[[str, Any], str] | None = None) -> list[tuple[str, str]]:
+        """Why this backend cannot run a trial with these fields (empty: it can). A message that names another
+        field's setting says it as `setting(field, value)` does: a study's `compile: true` by default, the
+        command line's --compile from the CLI."""
+        setting = setting or study_setting
         out = [("task", f"backend {self.name!r} cannot {c.value} (it provides: "
                         f"{', '.join(sorted(c.value for c in self.capabilities))})")
                for c in sorted(needs - self.capabilities, key=str)]
@@ -149,11 +159,11 @@ class BackendSpec:
             out.append(("precision", f"backend {self.name!r} runs {', '.join(self.precisions)}"))
         if fields.get("compile") and Capability.COMPILE not in self.capabilities:
             out.append(("compile", f"backend {self.name!r} has no optional compiler (it always compiles, or "
-                                   "never): leave `compile` false"))
+                                   f"never): leave out {setting('compile', True)}"))
         mode = fields.get("compile_mode")
         if mode is not None:
             if not fields.get("compile"):
-                out.append(("compile_mode", "a compile mode needs `compile: true`"))
+                out.append(("compile_mode", f"a compile mode needs {setting('compile', True)}"))
             elif Capability.COMPILE in self.capabilities and mode not in self.compile_modes:
                 out.append(("compile_mode", f"backend {self.name!r} compiles in modes "
                                             f"{', '.join(self.compile_modes) or '(none)'}"))

@@ -17,7 +17,7 @@ import warnings
 from rich.console import Console, ConsoleDimensions
 from rich.table import Table
 
-from vitbench.errors import ConfigError, VitbenchWarning, clip
+from vitbench.errors import ConfigError, VitbenchWarning, clip, shorten
 
 LOG_WIDTH = 160  # columns when no terminal is attached (CI logs, files): wide tables stay on one line
 
@@ -135,9 +135,45 @@ def choice(value: str, allowed: tuple[str, ...], option: str) -> str:
     return value
 
 
-def task_params(task_name: str, **values):
+def checked(value, typ, option_name: str):
+    """`value` validated against `typ` (a field's declared type, e.g. tasks.fields.SHARED["threads"][0]), for an
+    option that reaches no task's Params; a ConfigError names the option, the rule and the value."""
+    from pydantic import TypeAdapter, ValidationError
+
+    if value is None:
+        return None
+    try:
+        return TypeAdapter(typ).validate_python(value)
+    except ValidationError as e:
+        rule = "; ".join(x["msg"].removeprefix("Value error, ") for x in e.errors())
+        raise ConfigError(f"{option_name}: {rule} (got {shorten(value)})") from None
+
+
+def shared_option(field: str, value, option_name: str | None = None):
+    """`value` of a shared trial field (tasks.fields.SHARED: its type and range, declared once) given as an
+    option outside a task's Params (`env --threads`)."""
+    from vitbench.tasks.fields import SHARED
+
+    return checked(value, SHARED[field][0], option_name or option(field))
+
+
+def cli_setting(field: str, value) -> str:
+    """How a message names a field's setting on the command line: --compile, --no-compile, --precision bf16."""
+    flag = option(field)
+    if isinstance(value, bool):
+        return flag if value else f"--no-{flag[2:]}"
+    return f"{flag} {value}"
+
+
+def option(field: str, names: dict[str, str] | None = None) -> str:
+    """The command-line option of a task field: `names[field]` where the command names it otherwise (--warmup
+    for warmup_steps), else --field-name."""
+    return (names or {}).get(field) or "--" + field.replace("_", "-")
+
+
+def task_params(task_name: str, names: dict[str, str] | None = None, **values):
     """(task class, its validated Params) from command-line values; a bad value is a ConfigError naming the
-    option (--min-seconds) and what it must be."""
+    option (--min-seconds; `names`: fields whose option is named otherwise) and what it must be."""
     from pydantic import ValidationError
 
     from vitbench.backends.base import backend_spec
@@ -150,13 +186,16 @@ def task_params(task_name: str, **values):
     except ValidationError as e:
         problems = []
         for x in e.errors():
-            option = "--" + str(x["loc"][0]).replace("_", "-") if x["loc"] else "input"
-            got = f" (got {x['input']!r})" if "input" in x and x["type"] != "missing" and x["loc"] else ""
-            problems.append(f"{option}: {x['msg'].removeprefix('Value error, ')}{got}")
+            msg = x["msg"].removeprefix("Value error, ")
+            if not x["loc"]:  # a check across fields (the model and its resolution): its message says which
+                problems.append(msg)
+                continue
+            got = f" (got {shorten(x['input'])})" if "input" in x and x["type"] != "missing" else ""
+            problems.append(f"{option(str(x['loc'][0]), names)}: {msg}{got}")
         raise ConfigError("; ".join(problems)) from None
     config = params.config()
     if "backend" in config:  # what the backend cannot do fails here, not in the middle of a measurement
-        problems = backend_spec(config["backend"]).problems(config, task.needs)
+        problems = backend_spec(config["backend"]).problems(config, task.needs, cli_setting)
         if problems:
-            raise ConfigError("; ".join(f"--{f.replace('_', '-')}: {msg}" for f, msg in problems))
+            raise ConfigError("; ".join(f"{option(f, names)}: {msg}" for f, msg in problems))
     return task, params

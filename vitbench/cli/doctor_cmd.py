@@ -8,7 +8,7 @@ from rich.table import Table
 
 from vitbench.backends.base import PRECISIONS
 from vitbench.cli import app
-from vitbench.cli.common import choice, console, print_json
+from vitbench.cli.common import choice, console, print_json, shared_option
 
 _STYLE = {"ok": "green", "info": "cyan", "warn": "yellow", "fail": "bold red", "skip": "dim"}
 
@@ -34,7 +34,7 @@ def doctor_cmd(
     """
     from vitbench.measure.doctor import Status, run
 
-    checks = run(device=device, threads=threads, precision=choice(precision, PRECISIONS, "--precision"),
+    checks = run(device=device, threads=shared_option("threads", threads), precision=choice(precision, PRECISIONS, "--precision"),
                  backends=backend or None, quick=quick)
     if as_json:
         print_json({"device": device, "checks": [c.to_dict() for c in checks]})

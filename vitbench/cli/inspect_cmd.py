@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from vitbench.cli import app
-from vitbench.cli.common import console, err_console, print_json
+from vitbench.cli.common import console, err_console, print_json, shared_option
 
 JSON_NAME = "inspect.json"
 
@@ -39,7 +39,8 @@ def inspect_cmd(
     from vitbench.paths import check_dir
 
     out_dir = check_dir(out, "--out") if out else None  # before the model runs
-    backend = backend or default_backend()
+    backend = shared_option("backend", backend) or default_backend()
+    threads, seed = shared_option("threads", threads), shared_option("seed", seed)
     needs = {Capability.ATTENTION, Capability.TRANSFER} - backend_spec(backend).capabilities
     if needs:
         raise ConfigError(f"--backend {backend!r} cannot inspect (missing {', '.join(sorted(needs))})")

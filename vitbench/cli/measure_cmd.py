@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
+from pydantic import Field
 from rich.markup import escape
 from rich.table import Table
 
 from vitbench.backends.base import PRECISIONS
 from vitbench.cli import app
-from vitbench.cli.common import choice, console, print_json, task_params
+from vitbench.cli.common import checked, choice, console, print_json, shared_option, task_params
 from vitbench.errors import ConfigError
 from vitbench.measure.timing import TARGET_WINDOWS
 from vitbench.numfmt import fmt
 
 _MODES = ("infer", "train")
+_Images = Annotated[int, Field(gt=0)]  # flops --images: pre-training images per epoch
+_Epochs = Annotated[float, Field(gt=0, allow_inf_nan=False)]  # flops --epochs
 
 
 def _kv_table(title: str, rows: list[tuple[str, object]]) -> Table:
@@ -73,7 +78,7 @@ def bench_cmd(
                   min_seconds=min_seconds, max_seconds=max_seconds, timing=timing, window_steps=window_steps)
     if choice(task, _MODES, "--task") == "train":
         values["optimizer"] = optimizer
-    t, params = task_params(task, **values)
+    t, params = task_params(task, {"model": "MODEL", "warmup_steps": "--warmup"}, **values)
     rec = t().run(params)
     if as_json:
         print_json(rec.to_dict())
@@ -166,7 +171,8 @@ def max_batch_cmd(
     from vitbench.measure.max_batch import max_batch
     from vitbench.record import Status
 
-    _, p = task_params("max_batch", model=model, backend=backend, mode=choice(task, _MODES, "--task"),
+    _, p = task_params("max_batch", {"model": "MODEL", "mode": "--task"}, model=model, backend=backend,
+                       mode=choice(task, _MODES, "--task"),
                        resolution=resolution, precision=precision, device=device, threads=threads,
                        memory_limit_gib=memory_limit_gib, max_batch_size=max_batch_size, start=start,
                        granularity=granularity, probe_timeout_s=probe_timeout_s)
@@ -223,7 +229,9 @@ def flops_cmd(
 
     if (images is None) != (epochs is None):
         raise ConfigError("--images and --epochs go together (pre-training compute needs both)")
-    _, p = task_params("flops", model=model, resolution=resolution, backend=backend, num_classes=num_classes,
+    images, epochs = checked(images, _Images, "--images"), checked(epochs, _Epochs, "--epochs")
+    _, p = task_params("flops", {"model": "MODEL"}, model=model, resolution=resolution, backend=backend,
+                       num_classes=num_classes,
                        count=count)
     rec = flops(p.model, p.resolution, backend=p.backend, num_classes=p.num_classes, images=images, epochs=epochs,
                 count=p.count)
@@ -268,8 +276,8 @@ def env_cmd(
     from vitbench.env import environment, lock_differences
     from vitbench.measure.peak import device_peak
 
-    be = get_backend(backend or default_backend())
-    info = be.setup(device, threads)
+    be = get_backend(shared_option("backend", backend) or default_backend())
+    info = be.setup(device, shared_option("threads", threads))
     peak = device_peak(be, choice(precision, PRECISIONS, "--precision"), info.get("threads"), refresh=refresh,
                        remeasure_provisional=True)
     env = environment(info)

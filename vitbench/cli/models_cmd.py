@@ -7,6 +7,7 @@ from rich.table import Table
 
 from vitbench.cli import app
 from vitbench.cli.common import console, print_json
+from vitbench.errors import ConfigError, VitbenchError
 from vitbench.models.analytic import analytic_counts
 from vitbench.models.specs import all_specs
 
@@ -36,7 +37,10 @@ def models_cmd(
     (1000 for the paper's variants, 10 for the tiny ones). Names are looked up forgivingly elsewhere:
     'vit-b/16', 'ViT-B_16' and 'vit_base_patch16_224' all mean ViT-B/16.
     """
-    rows = model_rows(family, tiny)
+    try:
+        rows = model_rows(family, tiny)
+    except VitbenchError as e:  # named as typed
+        raise ConfigError(f"--family: {e}") from None
     if as_json:
         print_json(rows)
         return

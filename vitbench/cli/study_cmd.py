@@ -27,7 +27,8 @@ from vitbench.cli import app
 from vitbench.cli.common import console, err_console, warn
 from vitbench.errors import clip
 
-_STATUS_STYLE = {"ok": "green", "oom": "yellow", "timeout": "yellow", "error": "red", "interrupted": "magenta",
+_STATUS_STYLE = {"ok": "green", "oom": "yellow", "timeout": "yellow", "error": "red", "diverged": "red",
+                 "interrupted": "magenta",
                  "pending": "dim", "skipped": "dim"}
 
 
@@ -223,6 +224,7 @@ def sweep_cmd(
     """
     from vitbench.errors import ConfigError
     from vitbench.executors import executor_class
+    from vitbench.paths import check_dir
     from vitbench.runner import (
         EXIT_FAILED,
         check_executor,
@@ -241,6 +243,8 @@ def sweep_cmd(
             and k in executor_class(executor or st.executor.name).Options.model_fields}
     opts.update(_parse_executor_options(executor_option or []))
     check_executor(st, executor, opts)  # everything is checked before anything is shown, run or written
+    if results is not None:  # named as typed (run_study checks its directory again, as "results directory")
+        check_dir(results, "--results")
     if dry_run:  # a sweep checks the results directory itself (run_study), before it shows anything
         store = Store(out)
         check_results_dir(st, out, "--results", store)
@@ -313,8 +317,11 @@ def report_cmd(
     (paper Figure 12), GFLOPs vs measured speed, and accuracy vs pre-training compute with its Pareto front
     (Figure 5) when transfer results exist.
     """
+    from vitbench.paths import check_dir
     from vitbench.report import build_report, parse_formats
 
+    if out is not None:
+        check_dir(out, "--out")  # named as typed, before the results are read
     rep = build_report(results, out, parse_formats(formats), plots=plots)
     for w in rep.warnings:
         warn(w)

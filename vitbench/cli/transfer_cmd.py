@@ -12,6 +12,28 @@ from vitbench.numfmt import fmt
 _DATA_HELP = "digits | synthetic | folder | cifar10 | cifar100 | npz"
 
 
+# Config field -> the option that sets it, per command: a bad value is reported under the name the user typed.
+_DATA_OPTIONS = {"data.name": "--data", "data.path": "--data-path", "data.classes": "--classes",
+                 "data.seed": "--data-seed", "data.val_fraction": "--val-fraction", "resolution": "--resolution",
+                 "backend": "--backend", "checkpoint": "--checkpoint", "seed": "--seed", "seeds": "--seeds"}
+_PRETRAIN_OPTIONS = {**_DATA_OPTIONS, "model": "MODEL", "steps": "--steps", "batch_size": "--batch-size",
+                     "lr": "--lr", "weight_decay": "--weight-decay", "warmup_steps": "--warmup-steps",
+                     "decay": "--decay", "label_smoothing": "--label-smoothing",
+                     "teacher.checkpoint": "--teacher-checkpoint", "teacher.model": "--teacher",
+                     "teacher.distillation": "--distillation", "teacher.lam": "--distill-lambda",
+                     "teacher.tau": "--distill-tau", "teacher.upstream.model": "--teacher",
+                     "teacher.upstream.resolution": "--teacher-resolution",
+                     "teacher.upstream.steps": "--teacher-steps", "teacher.upstream.seed": "--teacher-seed",
+                     "teacher": "--teacher", "teacher.upstream.": "",
+                     "objective.MaskedPatch.mask_rate": "--mask-rate", "objective.MaskedPatch.target": "--mask-target",
+                     "objective": "--objective"}  # the teacher's recipe: the student's
+_DOWNSTREAM_OPTIONS = {**_DATA_OPTIONS, "upstream.model": "--model", "upstream.steps": "--pretrain-steps",
+                       "upstream.warmup_steps": "--pretrain-warmup-steps", "upstream.seed": "--seed",
+                       "upstream.backend": "--backend", "upstream": "--model", "shots": "--shots",
+                       "l2_reg": "--l2-reg", "steps": "--steps", "batch_size": "--batch-size",
+                       "lr_grid": "--lr-grid", "warmup_steps": "--warmup-steps"}
+
+
 def _data(name: str, path: str | None, classes: str | None, seed: int, val_fraction: float = 0.1,
           train_per_class: int | None = None) -> dict:
     return {"name": name, "path": path, "classes": classes or None, "seed": seed, "val_fraction": val_fraction,
@@ -94,8 +116,17 @@ def pretrain_cmd(
     goes to the cache that fewshot/finetune and studies reuse (an identical config is not trained twice).
     """
     from vitbench.transfer.config import validated
-    from vitbench.transfer.pretrain import PretrainConfig, ensure_upstream, pretrain, teacher_fields
+    from vitbench.transfer.checkpoint import checkpoint_path
+    from vitbench.transfer.pretrain import PretrainConfig, cache_path, ensure_upstream, pretrain, teacher_fields
 
+    if teacher is not None:  # an unknown teacher is named by its option (the student's by its own message)
+        from vitbench.errors import ConfigError, VitbenchError
+        from vitbench.models.specs import get_spec
+
+        try:
+            get_spec(teacher)
+        except VitbenchError as e:
+            raise ConfigError(f"--teacher: {e}") from None
     opts = _upstream_opts(model, backend, data, data_path, classes, data_seed, resolution, steps, batch_size, lr,
                           weight_decay, warmup_steps, decay, label_smoothing, seed)
     recipe = {k: v for k, v in opts.items() if k not in ("model", "resolution", "steps", "seed")}
@@ -103,8 +134,9 @@ def pretrain_cmd(
                                      steps=teacher_steps or steps, seed=teacher_seed, distillation=distillation,
                                      lam=distill_lambda, tau=distill_tau)
     opts["objective"] = _objective_opts(objective, mask_rate, mask_target)
-    cfg = validated(PretrainConfig, opts, "pretrain")
-    if out:
+    cfg = validated(PretrainConfig, opts, "pretrain", _PRETRAIN_OPTIONS)
+    if out is not None:
+        out = checkpoint_path(out, cache_path(cfg).name, "--out")  # named as typed, before any training
         rec, _ = pretrain(cfg, device=device, threads=threads, out=out, batch_option="--batch-size")
     else:
         ckpt, rec = ensure_upstream(cfg, device=device, threads=threads, batch_option="--batch-size")
@@ -199,7 +231,7 @@ def fewshot_cmd(
         "backend": backend,
         "data": _data(data, data_path, classes, data_seed), "resolution": resolution,
         "shots": parse_ints(shots, "--shots", "1,5,10,25"), "seeds": seeds,
-        "l2_reg": "auto" if l2_reg is None else l2_reg}, "fewshot")
+        "l2_reg": "auto" if l2_reg is None else l2_reg}, "fewshot", _DOWNSTREAM_OPTIONS)
     rec = fewshot(cfg, device=device, threads=threads)
     keys = [k for s in cfg.shots for k in (f"accuracy_{s}shot", f"accuracy_{s}shot_std")]
     c = rec.config
@@ -253,7 +285,8 @@ def finetune_cmd(
         "backend": backend,
         "data": _data(data, data_path, classes, data_seed, val_fraction), "resolution": resolution,
         "steps": steps, "batch_size": batch_size, "lr_grid": parse_floats(lr_grid, "--lr-grid", "0.01,0.03"),
-        "warmup_steps": warmup_steps, "refit": refit, "seed": seed, "seeds": seeds}, "finetune")
+        "warmup_steps": warmup_steps, "refit": refit, "seed": seed, "seeds": seeds}, "finetune",
+        _DOWNSTREAM_OPTIONS)
     rec = finetune(cfg, device=device, threads=threads, batch_option="--batch-size")
     c = rec.config
     _show(rec, f"finetune {c['model']} ({c['backend']}) on {c['data']['name']} {c['data']['classes']} @ "

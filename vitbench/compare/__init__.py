@@ -160,7 +160,7 @@ def compare(baseline: Sequence[Record], current: Sequence[Record], *, threshold:
     if not (0 <= threshold < 1) or not math.isfinite(threshold):
         raise ConfigError(f"--threshold must be a fraction in [0, 1), e.g. 0.05 for 5 %; got {threshold}")
     if not 0 < confidence < 1:
-        raise ConfigError(f"confidence must be in (0, 1), got {confidence}")
+        raise ConfigError(f"--confidence must be in (0, 1), got {confidence}")
     unknown = [m for m in metrics if m not in known]
     if unknown or not metrics:
         raise ConfigError(f"--metric {', '.join(unknown) or '(none)'}: unknown; allowed: {', '.join(known)}")

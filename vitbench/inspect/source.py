@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vitbench.errors import ConfigError
+from vitbench.errors import ConfigError, VitbenchError, shorten
 from vitbench.models.specs import ModelSpec, get_spec
 from vitbench.transfer.checkpoint import load_checkpoint
 from vitbench.transfer.data import DataConfig, load_splits
@@ -26,18 +26,29 @@ class ModelSource:
 
 
 def load_source(arg: str, init_weights: InitWeights, resolution: int | None = None) -> ModelSource:
-    """`arg` names an existing file or ends in .safetensors: a checkpoint (`vitbench pretrain`; never unpickled);
-    else a variant name, with `init_weights` giving random weights at the requested (or native) resolution."""
-    ckpt = load_checkpoint(arg) if Path(arg).expanduser().exists() or arg.endswith(".safetensors") else None
+    """`arg` names an existing file or ends in .safetensors or .npz: a checkpoint of any origin, read by the
+    loader every command uses (vitbench.transfer.checkpoint; never unpickled); else a variant name, with
+    `init_weights` giving random weights at the requested (or native) resolution."""
+    if not arg.strip():
+        raise ConfigError("SOURCE is empty; give a checkpoint file or a model name (see `vitbench models`)")
+    path = Path(arg).expanduser()
+    if path.is_dir():
+        raise ConfigError(f"SOURCE {shorten(arg)} is a directory; give a checkpoint file (.safetensors, .npz) "
+                          "or a model name")
+    ckpt = load_checkpoint(arg) if path.exists() or arg.endswith((".safetensors", ".npz")) else None
     spec = ckpt.spec if ckpt else get_spec(arg)  # a checkpoint's spec carries its flavour (GELU, std-conv form)
     if not spec.depth:
         raise ConfigError(f"{spec.name} has no attention layers to inspect; give a ViT or hybrid "
                           "(see `vitbench models --family vit|hybrid`)")
-    trained = ckpt.resolution if ckpt else resolution or spec.resolution
-    res = resolution or trained
-    spec.check_resolution(res)
+    trained = ckpt.resolution if ckpt else spec.resolution if resolution is None else resolution
+    res = trained if resolution is None else resolution
+    try:
+        spec.check_resolution(res)
+    except VitbenchError as e:
+        raise ConfigError(f"--resolution: {e}") from None
     if ckpt:
-        return ModelSource(spec, ckpt.weights, res, trained, str(ckpt.path))
+        weights = with_head(ckpt.weights, spec, trained, init_weights)
+        return ModelSource(spec, weights, res, trained, str(ckpt.path))
     return ModelSource(spec, init_weights(spec, res), res, res, "random init")
 
 
@@ -48,3 +59,15 @@ def inspection_images(num_images: int, resolution: int, data: DataConfig | None 
     if num_images < 1:
         raise ConfigError(f"--images must be >= 1, got {num_images}")
     return test.batch(np.arange(min(num_images, len(test))), resolution)[0]
+
+
+def with_head(weights: dict[str, np.ndarray], spec: ModelSpec, resolution: int,
+              init_weights: InitWeights) -> dict[str, np.ndarray]:
+    """`weights` with a zero head where the loader dropped it (a checkpoint of another origin is read as for
+    transfer, head removed; attention does not depend on the head, but a model is built whole)."""
+    from vitbench.models.checkpoints import is_head
+
+    if any(is_head(k) for k in weights):
+        return weights
+    fresh = init_weights(spec, resolution)
+    return {**weights, **{k: np.zeros_like(v) for k, v in fresh.items() if is_head(k)}}

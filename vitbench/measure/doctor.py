@@ -24,7 +24,7 @@ from dataclasses import asdict
 import numpy as np
 
 from vitbench.backends.base import Backend, Capability, DeviceKind, TimerKind, backend_names, backend_spec
-from vitbench.errors import ConfigError, VitbenchError
+from vitbench.errors import BackendUnavailable, ConfigError, VitbenchError, clip
 from vitbench.measure.host_checks import (
     Check,
     Status,
@@ -292,6 +292,7 @@ def run(
     threads_used: dict[str, int | None] = {}
     measured: dict[str, float] = {}
     first: tuple[Backend, int | None] | None = None
+    failed: list[str] = []  # backends that could not start on the device, and why
     for name in names:
         spec = backend_spec(name)
         dev = spec.device_string(kind, index)
@@ -312,6 +313,7 @@ def run(
         except VitbenchError as e:  # not installed, no such device, thread pools fixed already, ...
             checks.append(Check(f"backend [{name}]", Status.WARN, f"cannot run on {dev}: {e}",
                                 "Only backends that can start on the device are checked."))
+            failed.append(f"{name}: {clip(str(e), 300)}")
             continue
         threads_used[name] = info.get("threads")
         first = first or (be, info.get("threads"))
@@ -334,6 +336,10 @@ def run(
                     "The backend does not offer one; its steps are timed by its own timer.",
                 )
             )
+    if first is None:  # nothing could be checked there: not a finding about the device, a device not here
+        raise BackendUnavailable(f"--device {device}: no backend can run there"
+                                 + (f" ({'; '.join(failed)})" if failed else
+                                    f" (none of {', '.join(names)} runs on a {kind.value})"))
     checks.insert(1, check_threads(threads_used))
     if first is not None:
         checks.append(check_peak(first[0], precision, first[1], measured))

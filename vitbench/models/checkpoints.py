@@ -178,10 +178,11 @@ def _infer(weights: dict, fits: list[Fit], model: str | ModelSpec | None, source
         return check_weights(weights, model, source=source, ignore_head=ignore_head)
     if len(fits) == 1:
         return fits[0]
+    # what the caller can do about it is the caller's to say: not every command takes a model name
     if not fits:
-        raise ConfigError(f"{source}: {_looks_like(weights, ignore_head)}; pass the model name")
-    raise ConfigError(f"{source}: the weights fit several models ({', '.join(f.spec.name for f in fits)}); "
-                      "pass the model name")
+        raise ConfigError(f"{source}: {_looks_like(weights, ignore_head)}")
+    raise ConfigError(f"{source}: the weights fit several models ({', '.join(f.spec.name for f in fits)}) and "
+                      "the file does not say which")
 
 
 def pretrained_from_weights(weights: Mapping[str, Any], model: str | ModelSpec | None = None, *,

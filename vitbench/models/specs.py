@@ -13,7 +13,7 @@ import re
 from dataclasses import asdict, dataclass, replace
 from typing import Literal
 
-from vitbench.errors import ConfigError, UnknownModelError
+from vitbench.errors import ConfigError, UnknownModelError, shorten
 from vitbench.models.flavours import DEFAULT, HYBRID_DEFAULT, Flavour, Origin, flavour_for
 from vitbench.models.overrides import (
     FAMILY_KEYS,
@@ -344,7 +344,7 @@ def get_spec(name: str | ModelSpec, num_classes: int | None = None) -> ModelSpec
             spec = _INDEX.get(_norm(base))
         if spec is None:
             raise UnknownModelError(
-                f"unknown model {base[:60]!r}. Close matches: {', '.join(close_matches(base))}. "
+                f"unknown model {shorten(base)}. Close matches: {', '.join(close_matches(base))}. "
                 "See `vitbench models` for the full list."
             )
         if text is not None:

@@ -8,7 +8,8 @@ from vitbench.backends.base import Capability, Step
 from vitbench.measure.timing import DEFAULT_TIMING, MIN_WINDOWS, TARGET_WINDOWS, TimingMode
 from vitbench.record import Record
 from vitbench.tasks import Figure, Metric, ReportPart, Task, lazy, register_report, register_task
-from vitbench.tasks.fields import literal_of, params_model
+from vitbench.tasks.fields import MAX_COUNT, literal_of, params_model
+from vitbench.transfer.config import MAX_SECONDS
 
 KIND = "bench"
 _SHARED = ("model", "backend", "task", "device", "resolution", "batch_size", "precision", "compile",
@@ -26,13 +27,13 @@ class Timing(BaseModel):
     timing: TimingName = Field(
         DEFAULT_TIMING.value, description="throughput: windows of steps queued between two device events (img/s); "
                                   "latency: every step synchronised (per-step p50/p90/p99)")
-    window_steps: int | None = Field(None, gt=0, description=f"throughput: steps per window (null: enough for "
+    window_steps: int | None = Field(None, gt=0, le=MAX_COUNT, description=f"throughput: steps per window (null: enough for "
                                      f"{TARGET_WINDOWS} windows to cover min_steps and min_seconds, at least "
                                      f"{MIN_WINDOWS} windows)")
-    warmup_steps: int = Field(3, ge=0, description="steps after the first, run but not counted")
-    min_steps: int = Field(10, gt=0, description="timed steps at least")
-    min_seconds: float = Field(1.0, ge=0, description="timed seconds at least")
-    max_seconds: float = Field(60.0, gt=0, description="stop timing after this long even before min_steps")
+    warmup_steps: int = Field(3, ge=0, le=MAX_COUNT, description="steps after the first, run but not counted")
+    min_steps: int = Field(10, gt=0, le=MAX_COUNT, description="timed steps at least")
+    min_seconds: float = Field(1.0, ge=0, le=MAX_SECONDS, description="timed seconds at least")
+    max_seconds: float = Field(60.0, gt=0, le=MAX_SECONDS, description="stop timing after this long even before min_steps")
 
 
 def step_samples(rec: Record) -> list[float] | None:

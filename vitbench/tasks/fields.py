@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, Strict, create_model, model_v
 
 from vitbench.backends.base import OPTIMIZERS, PRECISIONS, BackendName, default_backend
 from vitbench.errors import VitbenchError
+from vitbench.transfer.config import MAX_COUNT, Seed
 
 
 class LocalPath:
@@ -34,7 +35,7 @@ def path_fields(params: type[BaseModel]) -> tuple[str, ...]:
                         for m in getattr(a, "__metadata__", ())))
 
 
-_PosInt = Annotated[int, Strict(), Field(gt=0)]
+_PosInt = Annotated[int, Strict(), Field(gt=0, le=MAX_COUNT)]
 _StrictStr = Annotated[str, Strict()]
 _StrictBool = Annotated[bool, Strict()]
 
@@ -59,7 +60,7 @@ SHARED: dict[str, tuple[Any, Any, str]] = {
     "compile": (_StrictBool, False, "compile the eager model (torch.compile)"),
     "compile_mode": (_StrictStr | None, None, "mode of the optional compiler (null: its default; the backend "
                      "lists its modes), e.g. max-autotune, reduce-overhead"),
-    "seed": (Annotated[int, Strict(), Field(ge=0)], 0, "model init and data seed"),
+    "seed": (Annotated[Seed, Strict()], 0, "model init and data seed"),
     "threads": (_PosInt | None, None, "intra-op CPU threads (null: the framework's default; recorded)"),
     "num_classes": (_PosInt | None, None, "classifier outputs (null: the variant's default)"),
     "optimizer": (literal_of(OPTIMIZERS), "adam", "training optimiser: adam (pre-training) or sgd (momentum 0.9)"),

@@ -7,7 +7,7 @@ from pydantic import BaseModel, Field
 from vitbench.backends.base import Capability
 from vitbench.record import Record
 from vitbench.tasks import Task, register_task
-from vitbench.tasks.fields import params_model
+from vitbench.tasks.fields import MAX_COUNT, params_model
 from vitbench.tasks.upstream import ACCURACY, SHARED, Downstream, FromCheckpoint, Upstream, with_compute_aliases
 from vitbench.transfer.config import parse_floats, validated
 
@@ -17,7 +17,7 @@ class Recipe(BaseModel):
     lr_grid: str = "0.001,0.003,0.01,0.03"  # comma-separated; paper App. B.1.1
     finetune_warmup_steps: int = 10
     refit: bool = True
-    finetune_seeds: int = Field(3, ge=1)  # runs per LR and final runs: LR by mean val accuracy, accuracy +- std
+    finetune_seeds: int = Field(3, ge=1, le=MAX_COUNT)  # runs per LR and final runs: LR by mean val accuracy, accuracy +- std
 
 
 @register_task

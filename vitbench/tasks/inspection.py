@@ -14,15 +14,15 @@ from pydantic import BaseModel, Field, model_validator
 from vitbench.backends.base import Capability
 from vitbench.record import Record
 from vitbench.tasks import Figure, Metric, ReportPart, Task, lazy, register_report, register_task
-from vitbench.tasks.fields import params_model
+from vitbench.tasks.fields import MAX_COUNT, params_model
 from vitbench.tasks.upstream import SHARED, FromCheckpoint, Upstream
 
 KIND = "inspect"
 
 
 class Inspection(BaseModel):
-    inspect_images: int = Field(32, ge=1, description="digits test images averaged over")
-    inspect_rollout: int = Field(4, ge=0, description="images with attention-rollout maps")
+    inspect_images: int = Field(32, ge=1, le=MAX_COUNT, description="digits test images averaged over")
+    inspect_rollout: int = Field(4, ge=0, le=MAX_COUNT, description="images with attention-rollout maps")
 
     @model_validator(mode="after")
     def _has_attention(self):

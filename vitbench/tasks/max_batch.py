@@ -7,7 +7,8 @@ from pydantic import BaseModel, Field
 from vitbench.backends.base import Capability, Mode, Step
 from vitbench.record import Record
 from vitbench.tasks import Figure, Metric, ReportPart, Task, lazy, register_report, register_task
-from vitbench.tasks.fields import params_model
+from vitbench.tasks.fields import MAX_COUNT, params_model
+from vitbench.transfer.config import MAX_SECONDS
 
 KIND = "max_batch"
 
@@ -16,12 +17,13 @@ class Search(BaseModel):
     """How the search runs (vitbench.measure.max_batch)."""
 
     mode: Mode = Field("infer", description="the step probed: forward, or a training update")
-    memory_limit_gib: float | None = Field(None, gt=0, description="budget for a probe's peak memory (CPU "
+    # at most 2**20 GiB (1 PiB): more is a typo, not a budget
+    memory_limit_gib: float | None = Field(None, gt=0, le=2**20, description="budget for a probe's peak memory (CPU "
                                            "default: half the memory available; GPU: the real OOM)")
-    max_batch_size: int = Field(4096, gt=0, description="stop doubling here")
-    start: int = Field(1, gt=0, description="first batch size probed")
-    granularity: int = Field(1, gt=0, description="bisect until fitting and failing batches are this close")
-    probe_timeout_s: float = Field(600.0, gt=0, description="seconds before a probe is killed (counts as failing)")
+    max_batch_size: int = Field(4096, gt=0, le=MAX_COUNT, description="stop doubling here")
+    start: int = Field(1, gt=0, le=MAX_COUNT, description="first batch size probed")
+    granularity: int = Field(1, gt=0, le=MAX_COUNT, description="bisect until fitting and failing batches are this close")
+    probe_timeout_s: float = Field(600.0, gt=0, le=MAX_SECONDS, description="seconds before a probe is killed (counts as failing)")
 
 
 @register_task

@@ -23,9 +23,9 @@ from pydantic import BaseModel, Field, model_serializer, model_validator
 from vitbench.backends.base import BackendName
 from vitbench.record import Record
 from vitbench.tasks import Figure, Metric, ReportPart, lazy, register_report
-from vitbench.tasks.fields import PathField
-from vitbench.transfer.config import DatasetName, validated
-from vitbench.transfer.distill import DEFAULT_LAMBDA, DEFAULT_TAU, Distillation
+from vitbench.tasks.fields import MAX_COUNT, PathField
+from vitbench.transfer.config import DatasetName, Seed, validated
+from vitbench.transfer.distill import DEFAULT_LAMBDA, DEFAULT_TAU, Distillation, Lambda, Tau
 from vitbench.transfer.masked_patch import MaskedPatch, Objective, Scratch, Target
 
 SHARED = ("model", "backend", "task", "device", "seed", "threads")
@@ -37,12 +37,12 @@ class TeacherFields(BaseModel):
 
     teacher: str | None = None  # teacher model (a table row), e.g. R-Nano; None: no teacher
     teacher_checkpoint: PathField | None = None  # its weights (any origin); None: pre-trained here (cached)
-    teacher_resolution: int | None = Field(None, ge=1)  # pre-trained teacher's resolution (None: its native one)
-    teacher_steps: int | None = Field(None, ge=1)  # pre-trained teacher's steps (None: pretrain_steps)
-    teacher_seed: int = Field(0, ge=0)  # pre-trained teacher's seed: one teacher for every student seed
+    teacher_resolution: int | None = Field(None, ge=1, le=MAX_COUNT)  # pre-trained teacher's resolution (None: its native one)
+    teacher_steps: int | None = Field(None, ge=1, le=MAX_COUNT)  # pre-trained teacher's steps (None: pretrain_steps)
+    teacher_seed: Seed = 0  # pre-trained teacher's seed: one teacher for every student seed
     distillation: Distillation = Distillation.HARD  # hard: teacher's argmax (DeiT eq. 3); soft: KL (eq. 2)
-    distill_lambda: float = Field(DEFAULT_LAMBDA, ge=0, le=1)  # weight of the teacher's term
-    distill_tau: float = Field(DEFAULT_TAU, gt=0)  # temperature (soft only)
+    distill_lambda: Lambda = DEFAULT_LAMBDA  # weight of the teacher's term
+    distill_tau: Tau = DEFAULT_TAU  # temperature (soft only)
 
     @model_validator(mode="after")
     def _known_teacher(self):
@@ -79,7 +79,7 @@ class Upstream(TeacherFields):
     upstream_path: PathField | None = None
     upstream_classes: str | None = "0-4"  # 'a-b' or 'a,b,c'; None: all classes
     upstream_train_per_class: int | None = None  # cap on upstream images per class (data-size axis)
-    data_seed: int = 0  # split seed (up- and downstream), separate from the model seed
+    data_seed: Seed = 0  # split seed (up- and downstream), separate from the model seed
     pretrain_backend: BackendName | None = None  # None: the trial's backend
     pretrain_resolution: int | None = None  # None: the variant's native resolution
     pretrain_steps: int = 300

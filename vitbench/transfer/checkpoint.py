@@ -51,23 +51,29 @@ class Checkpoint:
 SUFFIX = ".safetensors"
 
 
-def checkpoint_path(out: str | Path, default_name: str) -> Path:
+def checkpoint_path(out: str | Path, default_name: str, what: str = "checkpoint") -> Path:
     """Where a checkpoint named `out` is written: a directory (existing, or written with a trailing slash) gets
     `default_name` inside it; a name without a suffix gets .safetensors; any other suffix (x.pt) is refused, as
-    checkpoints are safetensors only. The location must be writable (checked now, nothing created)."""
+    checkpoints are safetensors only. The location must be writable (checked now, nothing created); `what`
+    names it in messages (the option, `--out`)."""
     from vitbench.paths import check_file
 
     text = str(out)
     p = Path(out).expanduser()
+    if not text.strip():
+        raise ConfigError(f"{what} is empty; give a file name ending in {SUFFIX} or a directory")
+    if p.exists() and not p.is_dir() and not p.is_file():
+        raise ConfigError(f"{what} {text!r} is not a regular file (a device or a pipe); give a file name "
+                          f"ending in {SUFFIX} or a directory")
     if p.is_dir() or text.endswith(("/", os.sep)):
         p = p / default_name
     elif p.suffix == "":
         p = p.with_name(p.name + SUFFIX)
     elif p.suffix != SUFFIX:
-        raise ConfigError(f"checkpoint {text!r}: checkpoints are written as safetensors, never as pickles "
+        raise ConfigError(f"{what} {text!r}: checkpoints are written as safetensors, never as pickles "
                           f"({p.suffix} files usually are); name it {p.name + SUFFIX!r} or {p.stem + SUFFIX!r}")
-    check_file(p, "checkpoint")
-    check_file(p.with_suffix(".json"), "checkpoint metadata")
+    check_file(p, what)
+    check_file(p.with_suffix(".json"), f"{what} (its metadata)")
     return p
 
 
@@ -77,6 +83,7 @@ def save_checkpoint(path: str | Path, weights: dict[str, np.ndarray], meta: dict
     from safetensors.numpy import save
 
     path = checkpoint_path(path, f"{meta.get('model', 'checkpoint')}{SUFFIX}".replace("/", "_"))
+    check_finite_weights(weights, f"checkpoint {str(path)!r}", "not written")
     meta = {"format": FORMAT, **meta}
     text = json.dumps(meta, sort_keys=True, default=str)
     arrays = {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in weights.items()}
@@ -87,6 +94,16 @@ def save_checkpoint(path: str | Path, weights: dict[str, np.ndarray], meta: dict
     except OSError as e:
         raise ConfigError(f"checkpoint {str(path)!r} could not be written: {e.strerror or e}") from None
     return path
+
+
+def check_finite_weights(weights: dict[str, np.ndarray], source: str, done: str = "not loaded") -> None:
+    """ConfigError when a tensor of `weights` holds NaN or infinity: such weights compute nothing meaningful,
+    so no command reads them and none writes them (`done` says which)."""
+    bad = [k for k, v in weights.items() if not np.isfinite(np.asarray(v, np.float32)).all()]
+    if bad:
+        shown = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
+        raise ConfigError(f"{source}: {len(bad)} of {len(weights)} tensors hold NaN or infinite values "
+                          f"({shown}); {done}")
 
 
 def read_meta(path: str | Path) -> dict | None:
@@ -137,6 +154,7 @@ def load_checkpoint(path: str | Path, model: str | None = None) -> Checkpoint:
             weights = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
     except Exception as e:  # safetensors raises its own error types for corrupt files
         raise ConfigError(f"{path}: not a readable safetensors file ({e})") from e
+    check_finite_weights(weights, str(path))
     from vitbench.models.checkpoints import check_weights
     from vitbench.transfer.masked_patch import Objective, is_objective_key, objective_of
 
@@ -155,6 +173,7 @@ def _foreign(path: Path, model: str | None) -> Checkpoint:
     from vitbench.models.checkpoints import load_pretrained
 
     p = load_pretrained(path, model, new_head=True)
+    check_finite_weights(p.weights, str(path))
     meta = {"format": FORMAT, **p.meta(), "num_classes": p.num_classes or p.spec.num_classes, "metrics": {},
             "config": None, "backend": None}
     return Checkpoint(p.weights, meta, path)

@@ -2,19 +2,66 @@
 
 from __future__ import annotations
 
-from typing import Literal, TypeVar
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
-from vitbench.errors import ConfigError
+from vitbench.errors import ConfigError, shorten
 
 M = TypeVar("M", bound=BaseModel)
+# Counts (steps, images in a batch, pixels, seeds, threads) above 2**24 are typos, not settings: the paper's longest
+# pre-training is 1M steps, and 2**24 images of 32 px are 200 GB of fp32 input. Refused where parsed, instead of
+# failing deep inside a framework or running for ever.
+MAX_COUNT = 2**24
+# A seed: numpy's legacy RandomState and a JAX PRNGKey take 32-bit unsigned seeds.
+Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
+# A duration in seconds: a week is beyond any measurement here; inf or 1e300 would time for ever.
+MAX_SECONDS = 7 * 86400
 # The image sources vitbench reads (vitbench.transfer.data: the loaders, one per name).
 DatasetName = Literal["digits", "synthetic", "folder", "cifar10", "cifar100", "npz"]
 
 
-def validated(cls: type[M], data: dict, where: str) -> M:
-    """`cls.model_validate(data)`; a ValidationError becomes a ConfigError naming each field and value."""
+def option_name(field: str, options: Mapping[str, str]) -> str:
+    """How the user named config field `field` (dotted: `teacher.lam`): `options[field]`; a key ending in '.'
+    rewrites that prefix first (`{"teacher.upstream.": ""}`: the teacher's recipe is the student's options);
+    else the field itself."""
+    if field in options:
+        return options[field]
+    parent, _, last = field.rpartition(".")
+    if parent and last.isdigit():  # an item of a list field: lr_grid.1 -> --lr-grid value 2
+        return f"{option_name(parent, options)} value {int(last) + 1}"
+    for prefix, instead in options.items():
+        if prefix.endswith(".") and field.startswith(prefix):
+            return option_name(instead + field[len(prefix):], options)
+    return field
+
+
+_BOUNDS = (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))
+
+
+def field_range(cls: type[BaseModel], loc: tuple) -> str | None:
+    """The declared range of the field at `loc` in `cls` ('>= 0.05, <= 100'), walking nested models; None when
+    it declares none. Read from the field's own declaration, so a message states the range it enforces."""
+    model: Any = cls
+    info = None
+    for part in loc:
+        fields = getattr(model, "model_fields", None)
+        if not isinstance(part, str) or fields is None or part not in fields:
+            return None
+        info = fields[part]
+        model = next((a for a in (info.annotation, *getattr(info.annotation, "__args__", ()))
+                      if isinstance(a, type) and issubclass(a, BaseModel)), None)
+    if info is None:
+        return None
+    bounds = [f"{sym} {getattr(m, attr)}" for m in info.metadata for attr, sym in _BOUNDS
+              if getattr(m, attr, None) is not None]
+    return ", ".join(bounds) or None
+
+
+def validated(cls: type[M], data: dict, where: str, options: Mapping[str, str] | None = None) -> M:
+    """`cls.model_validate(data)`; a ValidationError becomes a ConfigError naming each field and value, as the
+    user named it (`options`: field -> option, see `option_name`; a problem named twice is said once)."""
     try:
         return cls.model_validate(data)
     except ValidationError as e:
@@ -23,8 +70,12 @@ def validated(cls: type[M], data: dict, where: str) -> M:
         fields: dict[str, tuple[list[str], object]] = {}
         for x in e.errors():
             name = ".".join(str(p) for p in x["loc"] if isinstance(p, int) or str(p).isidentifier()) or "(config)"
-            fields.setdefault(name, ([], x.get("input")))[0].append(x["msg"])
-        probs = "; ".join(f"{name}: {' or '.join(dict.fromkeys(msgs))} (got {got!r})"
+            name = option_name(name, options or {})
+            msg = x["msg"].removeprefix("Value error, ")
+            allowed = field_range(cls, x["loc"]) if x["type"] == "finite_number" else None
+            fields.setdefault(name, ([], x.get("input")))[0].append(f"{msg}, {allowed}" if allowed else msg)
+        probs = "; ".join(f"{name}: {' or '.join(dict.fromkeys(msgs))}"
+                          + ("" if name == "(config)" else f" (got {shorten(got)})")  # not the whole config
                           for name, (msgs, got) in fields.items())
         raise ConfigError(f"{where}: invalid settings: {probs}") from None
 

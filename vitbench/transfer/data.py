@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from vitbench.errors import ConfigError, UnsafeFileError
-from vitbench.transfer.config import DatasetName
+from vitbench.errors import ConfigError, UnsafeFileError, shorten
+from vitbench.transfer.config import MAX_COUNT, DatasetName, Seed
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 _CACHE_LIMIT_BYTES = 256 * 2**20  # keep a preprocessed copy of a split only while it is this small
@@ -36,15 +36,15 @@ _CACHE_LIMIT_BYTES = 256 * 2**20  # keep a preprocessed copy of a split only whi
 class DataConfig(BaseModel):
     """Which images, which classes, how to split. JSON-able; part of a trial's key."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     name: DatasetName = "digits"  # vitbench.transfer.config.DatasetName
     path: str | None = None  # folder / cifar / npz: a local path
     classes: list[int] | None = None  # subset of source labels, relabelled 0..K-1 in this order; "0-4" ok
-    seed: int = 0  # split seed
+    seed: Seed = 0  # split seed
     val_fraction: float = Field(0.1, ge=0.0, lt=1.0)  # of train, held out (fine-tuning LR choice, few-shot L2)
     test_fraction: float = Field(0.25, gt=0.0, lt=1.0)  # used only when the source has no test split
-    train_per_class: int | None = Field(None, ge=1)  # cap train images per class (data-size scaling)
+    train_per_class: int | None = Field(None, ge=1, le=MAX_COUNT)  # cap train images per class (data-size scaling)
     # synthetic only
     synthetic_images: int = Field(600, ge=10)
     synthetic_classes: int = Field(10, ge=2)
@@ -61,14 +61,14 @@ class DataConfig(BaseModel):
                     return list(range(a, b + 1))
                 return [int(t) for t in v.split(",") if t.strip()]
             except ValueError:
-                raise ValueError(f"classes {v!r}: expected a list of ints, 'a-b' or 'a,b,c'") from None
+                raise ValueError(f"classes {shorten(v)}: expected a list of ints, 'a-b' or 'a,b,c'") from None
         return v
 
     @field_validator("classes")
     @classmethod
     def _unique(cls, v):
         if v is not None and (len(set(v)) != len(v) or len(v) < 2):
-            raise ValueError(f"classes {v}: need at least 2 distinct labels")
+            raise ValueError(f"classes {shorten(v)}: need at least 2 distinct labels")
         return v
 
 

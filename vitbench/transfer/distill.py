@@ -24,14 +24,20 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
+from pydantic import Field
 
 from vitbench.errors import ConfigError
 
 DEFAULT_LAMBDA = 0.5  # eq. 3's 1/2; deit main.py --distillation-alpha default
 DEFAULT_TAU = 1.0  # deit main.py --distillation-tau default
+# The ranges, declared once for every place that takes them (study fields, CLI options, TeacherConfig). The
+# temperature: Hinton et al. 2015 (distillation) use 1..20, DeiT's soft runs 3; below 0.05 the scaled logits and
+# above 100 the tau^2 factor leave float32's useful range.
+Lambda = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]  # weight of the teacher's term
+Tau = Annotated[float, Field(ge=0.05, le=100, allow_inf_nan=False)]  # temperature (soft only)
 
 
 class Distillation(str, enum.Enum):

@@ -18,8 +18,9 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, field_validator
 
 from vitbench.backends.base import BackendName, default_backend
-from vitbench.errors import ConfigError
+from vitbench.errors import ConfigError, NonFiniteResult, shorten
 from vitbench.record import Record, now
+from vitbench.transfer.config import MAX_COUNT
 from vitbench.transfer.data import DataConfig, load_splits
 from vitbench.transfer.masked_patch import Objective
 from vitbench.transfer.pretrain import PretrainConfig, resolve_upstream, upstream_config, upstream_metrics
@@ -84,7 +85,7 @@ def kshot_indices(labels: np.ndarray, num_classes: int, shots: int, seed: int) -
 class FewshotConfig(BaseModel):
     """A few-shot evaluation: the upstream (config or checkpoint), the downstream data, shots and seeds."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     upstream: PretrainConfig | None = None
     checkpoint: str | None = None  # an explicit checkpoint file instead of `upstream` (any origin)
@@ -94,16 +95,16 @@ class FewshotConfig(BaseModel):
     objective: Objective = Objective.SUPERVISED  # what `checkpoint` must have been pre-trained with
     backend: BackendName | None = None  # evaluate on this backend (None: the upstream's)
     data: DataConfig = DOWNSTREAM_DATA
-    resolution: int | None = Field(None, ge=1)  # None: the upstream's resolution
+    resolution: int | None = Field(None, ge=1, le=MAX_COUNT)  # None: the upstream's resolution
     shots: list[int] = [1, 5, 10, 25]  # paper: 1, 5, 10, 25
-    seeds: int = Field(5, ge=1)  # k-shot draws per k
+    seeds: int = Field(5, ge=1, le=MAX_COUNT)  # k-shot draws per k
     l2_reg: PositiveFloat | Literal["auto"] = "auto"  # "auto": chosen on the val split from L2_GRID
 
     @field_validator("shots")
     @classmethod
     def _shots(cls, v):
-        if not v or any(k < 1 for k in v):
-            raise ValueError(f"shots {v}: need positive integers, e.g. [1, 5, 10, 25]")
+        if not v or any(not 1 <= k <= MAX_COUNT for k in v):
+            raise ValueError(f"shots {shorten(v)}: need integers in 1..{MAX_COUNT}, e.g. [1, 5, 10, 25]")
         return sorted(set(v))
 
 
@@ -167,9 +168,14 @@ def fewshot(cfg: FewshotConfig, *, device: str = "cpu", threads: int | None = No
     # if `r` differs from the upstream resolution.
     model = ops.from_weights(be, spec, ckpt.weights, r, ckpt.num_classes or 1, seed=0)  # 0: no classifier
     t0 = time.perf_counter()
-    feats = [(ops.embed(be, model, s, r), s.labels) for s in (splits.train, splits.val, splits.test)]
+    feats = [(ops.check_finite(ops.embed(be, model, s, r), f"{spec.name}'s features of the {name} split"),
+              s.labels) for name, s in (("train", splits.train), ("val", splits.val), ("test", splits.test))]
     embed_s = time.perf_counter() - t0
-    metrics, raw = evaluate_features(*feats, splits.num_classes, cfg.shots, cfg.seeds, cfg.l2_reg)
+    try:
+        metrics, raw = evaluate_features(*feats, splits.num_classes, cfg.shots, cfg.seeds, cfg.l2_reg)
+    except np.linalg.LinAlgError as e:  # features too large or degenerate for the closed form
+        raise NonFiniteResult(f"few-shot regression on {spec.name}'s features failed ({e}); no result is "
+                              "written") from None
     metrics.update(upstream_metrics(ckpt))
     metrics.update({"feature_dim": int(feats[0][0].shape[1]), "embed_s": embed_s})
     config = {"model": spec.name, "backend": backend, "resolution": r, "device": device,

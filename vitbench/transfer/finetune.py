@@ -21,17 +21,18 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from vitbench.backends.base import BackendName, default_backend
-from vitbench.errors import ConfigError
+from vitbench.errors import ConfigError, TrainingDiverged
 from vitbench.models.analytic import train_flops_per_image
 from vitbench.record import Record, now
+from vitbench.transfer.config import MAX_COUNT, Seed
 from vitbench.transfer.data import DataConfig, ImageSet, load_splits, warn_oversized_batch
 from vitbench.transfer.fewshot import DOWNSTREAM_DATA, spread
 from vitbench.transfer.masked_patch import Objective
 from vitbench.transfer.pretrain import PretrainConfig, resolve_upstream, upstream_config, upstream_metrics
-from vitbench.transfer.schedules import OptimConfig
+from vitbench.transfer.schedules import LearningRate, OptimConfig, check_warmup
 
 PAPER_LR_GRID = (0.001, 0.003, 0.01, 0.03)  # App. B.1.1
 
@@ -39,7 +40,7 @@ PAPER_LR_GRID = (0.001, 0.003, 0.01, 0.03)  # App. B.1.1
 class FinetuneConfig(BaseModel):
     """A fine-tuning evaluation: upstream, downstream data, resolution, steps, LR grid."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     upstream: PretrainConfig | None = None
     checkpoint: str | None = None  # an explicit checkpoint file instead of `upstream` (any origin)
@@ -49,15 +50,15 @@ class FinetuneConfig(BaseModel):
     objective: Objective = Objective.SUPERVISED  # what `checkpoint` must have been pre-trained with
     backend: BackendName | None = None  # fine-tune on this backend (None: the upstream's)
     data: DataConfig = DOWNSTREAM_DATA
-    resolution: int | None = Field(None, ge=1)  # None: the upstream's; larger: pos-embed interpolation
-    steps: int = Field(100, ge=1)
-    batch_size: int = Field(64, ge=1)  # paper: 512
-    lr_grid: list[float] = list(PAPER_LR_GRID)
-    warmup_steps: int = Field(10, ge=0)
+    resolution: int | None = Field(None, ge=1, le=MAX_COUNT)  # None: the upstream's; larger: pos-embed interpolation
+    steps: int = Field(100, ge=1, le=MAX_COUNT)
+    batch_size: int = Field(64, ge=1, le=MAX_COUNT)  # paper: 512
+    lr_grid: list[LearningRate] = list(PAPER_LR_GRID)
+    warmup_steps: int = Field(10, ge=0, le=MAX_COUNT)
     clip_norm: float | None = Field(1.0, gt=0)
     refit: bool = True  # final run on train + val with the chosen LR (paper); False: reuse the selection run
-    seed: int = 0  # the first fine-tuning seed (batch order); runs use seed, seed + 1, ..., seed + seeds - 1
-    seeds: int = Field(3, ge=1)  # runs per LR and final runs: LR by mean val accuracy, accuracy +- std
+    seed: Seed = 0  # the first fine-tuning seed (batch order); runs use seed, seed + 1, ..., seed + seeds - 1
+    seeds: int = Field(3, ge=1, le=MAX_COUNT)  # runs per LR and final runs: LR by mean val accuracy, accuracy +- std
 
     @field_validator("lr_grid")
     @classmethod
@@ -66,10 +67,7 @@ class FinetuneConfig(BaseModel):
             raise ValueError(f"lr_grid {v}: need positive learning rates, e.g. {list(PAPER_LR_GRID)}")
         return sorted(set(v))
 
-    @model_validator(mode="after")
-    def _warmup(self):
-        self.optim(self.lr_grid[0])  # warm-up < steps
-        return self
+    _warmup = field_validator("warmup_steps")(check_warmup)  # warm-up < steps
 
     def seed_list(self) -> list[int]:
         return [self.seed + i for i in range(self.seeds)]
@@ -116,11 +114,15 @@ def finetune(cfg: FinetuneConfig, *, device: str = "cpu", threads: int | None = 
     def run(lr: float, data: ImageSet, seed: int):
         return be.train(start(seed), data, r, cfg.optim(lr), cfg.batch_size, seed)
 
+    def diverged(trained) -> tuple[int | None, str] | None:
+        return ops.divergence(trained[1], be.weights(trained[0]))
+
     seeds = cfg.seed_list()
     initial_accuracy = ops.accuracy(be, start(cfg.seed), splits.test, r)  # the zero head: argmax ties -> class 0
     t0, c0 = time.perf_counter(), be.compile_s
     runs = 0
     val_acc: dict[str, list[float]] = {}  # per LR, per seed
+    diverged_lrs: dict[str, list[str]] = {}  # LRs whose selection runs diverged: why
     chosen: list = []  # (model, losses) of the selection runs at the best LR so far, one per seed
     if len(cfg.lr_grid) > 1:
         best_lr = None
@@ -129,11 +131,20 @@ def finetune(cfg: FinetuneConfig, *, device: str = "cpu", threads: int | None = 
             for s in seeds:
                 trained.append(run(lr, splits.train, s))
                 runs += 1
-                val_acc.setdefault(repr(lr), []).append(ops.accuracy(be, trained[-1][0], splits.val, r))
+                bad = diverged(trained[-1])
+                if bad is not None:  # a diverged LR is never chosen; the row says which and where
+                    diverged_lrs.setdefault(repr(lr), []).append(bad[1])
+                val_acc.setdefault(repr(lr), []).append(
+                    float("nan") if bad else ops.accuracy(be, trained[-1][0], splits.val, r))
             # strictly better mean val accuracy wins: ties keep the smaller LR (the grid is sorted)
-            if best_lr is None or np.mean(val_acc[repr(lr)]) > np.mean(val_acc[repr(best_lr)]):
+            if repr(lr) not in diverged_lrs and (
+                    best_lr is None or np.mean(val_acc[repr(lr)]) > np.mean(val_acc[repr(best_lr)])):
                 best_lr, chosen = lr, trained
             del trained
+        if best_lr is None:
+            why = "; ".join(f"{lr}: {w[0]}" for lr, w in diverged_lrs.items())
+            raise TrainingDiverged(f"fine-tuning {spec.name} diverged at every learning rate of the grid ({why}); "
+                                   "nothing was saved. Try smaller learning rates.")
     else:
         best_lr = cfg.lr_grid[0]
     if cfg.refit or not chosen:
@@ -142,6 +153,9 @@ def finetune(cfg: FinetuneConfig, *, device: str = "cpu", threads: int | None = 
         runs += len(seeds)
     else:
         final = chosen
+    for trained in final:
+        ops.check_trained(trained[1], be.weights(trained[0]), f"fine-tuning {spec.name} at lr {best_lr}",
+                          "Try a smaller learning rate.")
     compile_s = be.compile_s - c0
     train_s = time.perf_counter() - t0 - compile_s  # compile time (JAX) kept apart
     images = runs * cfg.steps * cfg.batch_size
@@ -171,6 +185,7 @@ def finetune(cfg: FinetuneConfig, *, device: str = "cpu", threads: int | None = 
                                                      "checkpoint_images", "checkpoint_epochs", "objective"}),
               **upstream_config(ckpt)}
     raw = {"val_accuracy_by_lr": {lr: float(np.mean(v)) for lr, v in val_acc.items()},
+           "diverged_lrs": diverged_lrs,
            "val_accuracy_by_lr_per_seed": val_acc,
            "per_seed": {"seed": seeds, "accuracy": per_seed, "selection_accuracy": selection,
                         "final_loss": last_loss},

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from vitbench.errors import ConfigError
+from vitbench.errors import ConfigError, NonFiniteResult, TrainingDiverged
 from vitbench.models.posemb_resize import resize_pos_embeds
 from vitbench.models.specs import ModelSpec
 from vitbench.transfer.data import ImageSet
@@ -72,3 +72,33 @@ def accuracy(backend, model: Any, data: ImageSet, resolution: int, batch_size: i
 def embed(backend, model: Any, data: ImageSet, resolution: int, batch_size: int = 256) -> np.ndarray:
     out = [backend.features(model, x) for x in _batches(data, resolution, batch_size)]
     return np.concatenate(out).astype(np.float64)
+
+
+def divergence(losses: list[float], weights: dict[str, np.ndarray]) -> tuple[int | None, str] | None:
+    """Why a finished training run diverged, or None: (first step with a non-finite loss, 1-based; None when
+    only the weights show it) and a description. Read after the loop from the losses it kept: no sync is added
+    to the steps."""
+    bad = next((i for i, v in enumerate(losses) if not math.isfinite(v)), None)
+    if bad is not None:
+        return bad + 1, f"the loss is {losses[bad]} at step {bad + 1} of {len(losses)}"
+    names = [k for k, v in weights.items() if not np.isfinite(v).all()]
+    if names:
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        return None, f"non-finite weights ({shown}) after {len(losses)} steps"
+    return None
+
+
+def check_trained(losses: list[float], weights: dict[str, np.ndarray], what: str, hint: str) -> None:
+    """TrainingDiverged naming `what` (the run) and `hint` (the way out) when the run diverged."""
+    d = divergence(losses, weights)
+    if d is not None:
+        raise TrainingDiverged(f"{what} diverged: {d[1]}; nothing was saved. {hint}", step=d[0])
+
+
+def check_finite(values: np.ndarray, what: str) -> np.ndarray:
+    """`values` if every one is finite, else NonFiniteResult naming `what` (features, logits)."""
+    values = np.asarray(values)
+    if not np.isfinite(values).all():
+        n = int(values.size - np.isfinite(values).sum())
+        raise NonFiniteResult(f"{what}: {n} of {values.size} values are NaN or infinite; no result is written")
+    return values

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from vitbench.backends.base import BackendName, default_backend
 from vitbench.errors import ConfigError
@@ -42,10 +42,11 @@ from vitbench.transfer.checkpoint import (
     read_meta,
     save_checkpoint,
 )
+from vitbench.transfer.config import MAX_COUNT, Seed
 from vitbench.transfer.data import DataConfig, load_splits, warn_oversized_batch
-from vitbench.transfer.distill import DEFAULT_LAMBDA, DEFAULT_TAU, Distill, Distillation, Teacher
+from vitbench.transfer.distill import DEFAULT_LAMBDA, DEFAULT_TAU, Distill, Distillation, Lambda, Tau, Teacher
 from vitbench.transfer.masked_patch import MaskedPatch, Objective, Scratch, geometry, require_objective
-from vitbench.transfer.schedules import OptimConfig
+from vitbench.transfer.schedules import LearningRate, OptimConfig, check_warmup
 
 CACHE_ENV = "VITBENCH_CHECKPOINT_DIR"
 DEFAULT_CACHE = Path("results") / "checkpoints"
@@ -61,21 +62,21 @@ def default_warmup(steps: int) -> int:
 class PretrainConfig(BaseModel):
     """Everything that determines an upstream model (its hash is the checkpoint cache key)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     model: str
     backend: BackendName = Field(default_factory=default_backend)
     data: DataConfig = UPSTREAM_DATA
-    resolution: int | None = Field(None, ge=1)  # None: the variant's native resolution
-    batch_size: int = Field(64, ge=1)
-    steps: int = Field(300, ge=1)
-    lr: float = Field(1e-3, gt=0)
+    resolution: int | None = Field(None, ge=1, le=MAX_COUNT)  # None: the variant's native resolution
+    batch_size: int = Field(64, ge=1, le=MAX_COUNT)
+    steps: int = Field(300, ge=1, le=MAX_COUNT)
+    lr: LearningRate = 1e-3
     weight_decay: float = Field(0.1, ge=0)  # paper: 0.1 (JFT), 0.03 (ImageNet-21k)
-    warmup_steps: int | None = Field(None, ge=0)  # None: default_warmup(steps), filled in before validation
+    warmup_steps: int | None = Field(None, ge=0, le=MAX_COUNT)  # None: default_warmup(steps), filled in before validation
     decay: Literal["linear", "cosine"] = "linear"
     label_smoothing: float = Field(0.0, ge=0, lt=1)
     clip_norm: float | None = Field(1.0, gt=0)
-    seed: int = 0
+    seed: Seed = 0
     teacher: TeacherConfig | None = None  # distillation (DeiT); None: plain supervised pre-training
     objective: MaskedPatch | Scratch | None = None  # masked patch prediction (no labels) | none; None: supervised
 
@@ -84,14 +85,16 @@ class PretrainConfig(BaseModel):
     def _warmup_default(cls, data):
         if isinstance(data, dict) and data.get("warmup_steps") is None:
             steps = data.get("steps", cls.model_fields["steps"].default)
-            data = {**data, "warmup_steps": default_warmup(steps) if isinstance(steps, int) else 0}
+            ok = isinstance(steps, int) and steps >= 1  # a bad `steps` is reported once, as itself
+            data = {**data, "warmup_steps": default_warmup(steps) if ok else 0}
         return data
+
+    _warmup = field_validator("warmup_steps")(check_warmup)  # warm-up < steps
 
     @model_validator(mode="after")
     def _check(self):
         spec = get_spec(self.model)  # UnknownModelError lists close names
         spec.check_resolution(spec.resolution if self.resolution is None else self.resolution)
-        OptimConfig(steps=self.steps, warmup_steps=self.warmup_steps)  # warm-up < steps
         up = self.teacher.upstream if self.teacher is not None else None
         if self.objective is not None and self.teacher is not None:
             raise ValueError("a teacher supervises a classifier: objective masked_patch takes no teacher")
@@ -132,14 +135,14 @@ class TeacherConfig(BaseModel):
     """A distillation teacher: its weights (`upstream`: pre-trained here through the checkpoint cache; or a
     `checkpoint` file of any origin vitbench.models.checkpoints reads) and the loss (vitbench.transfer.distill)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     upstream: PretrainConfig | None = None
     checkpoint: str | None = None
     model: str | None = None  # with `checkpoint`: the table's row (None: inferred from the weights)
     distillation: Distillation = Distillation.HARD
-    lam: float = Field(DEFAULT_LAMBDA, ge=0, le=1)  # weight of the teacher's term
-    tau: float = Field(DEFAULT_TAU, gt=0)  # temperature (soft only)
+    lam: Lambda = DEFAULT_LAMBDA  # weight of the teacher's term
+    tau: Tau = DEFAULT_TAU  # temperature (soft only)
 
     @model_validator(mode="after")
     def _check(self):
@@ -214,8 +217,11 @@ def load_teacher(cfg: TeacherConfig, backend, class_names: list[str], *, directo
     from vitbench.models.checkpoints import load_pretrained
 
     p = load_pretrained(cfg.checkpoint, cfg.model)
+    from vitbench.transfer.checkpoint import check_finite_weights
+
+    check_finite_weights(p.weights, f"the teacher's checkpoint {cfg.checkpoint!r}")
     if p.num_classes is None:
-        raise ConfigError(f"teacher.checkpoint {cfg.checkpoint!r} has no classification head")
+        raise ConfigError(f"the teacher's checkpoint {cfg.checkpoint!r} has no classification head")
     from vitbench.models.flavours import Origin
 
     meta = (read_meta(p.path) or {}) if p.origin is Origin.VITBENCH else {}  # its header: weights read once
@@ -252,7 +258,8 @@ def pretrain(cfg: PretrainConfig, *, device: str = "cpu", threads: int | None = 
         # no augmentation and deterministic batches: the teacher's logits per training image never change, so
         # one pass over the training set serves every batch (its time apart from train_s: teacher_s)
         t0 = time.perf_counter()
-        teacher_table = ops.predict(be, teacher.model, splits.train, teacher.resolution).astype(np.float32)
+        teacher_table = ops.check_finite(ops.predict(be, teacher.model, splits.train, teacher.resolution),
+                                         f"the teacher's logits ({teacher.spec.name})").astype(np.float32)
         teacher_s = time.perf_counter() - t0
         distill = Distill(cfg.teacher.distillation, cfg.teacher.lam, cfg.teacher.tau,
                           lambda idx: teacher_table[idx])
@@ -270,14 +277,14 @@ def pretrain(cfg: PretrainConfig, *, device: str = "cpu", threads: int | None = 
         from vitbench.transfer.masked_patch import pretrain_encoder
 
         model, saved, objective_params, losses, flops_per_image = pretrain_encoder(be, spec, splits, r, cfg)
-    if not all(np.isfinite(losses)):
-        raise FloatingPointError(f"pre-training of {spec.name} diverged (a non-finite loss at step "
-                          f"{int(np.argmin(np.isfinite(losses)))}); no checkpoint written: lower the LR")
+    ops.check_trained(losses, be.weights(model) if cfg.objective is None else saved, f"pre-training {spec.name}",
+                      "Lower the learning rate, raise the warm-up, or (distilling) bring the temperature nearer 1.")
     compile_s = be.compile_s - c0
     train_s = time.perf_counter() - t0 - compile_s  # compile time (JAX) and the teacher (teacher_s) apart
     images_seen = cfg.steps * cfg.batch_size if not isinstance(cfg.objective, Scratch) else 0
     teacher_flops = teacher.forward_flops() if teacher is not None else 0.0  # per image seen (forward only)
-    test_logits = ops.predict(be, model, splits.test, r) if cfg.objective is None else None  # upstream test
+    test_logits = (ops.check_finite(ops.predict(be, model, splits.test, r), f"{spec.name}'s test logits")
+                   if cfg.objective is None else None)  # upstream test: a classifier only (supervised)
     metrics = {
         "accuracy": _accuracy(test_logits, splits.test.labels) if test_logits is not None else None,
         "val_accuracy": ops.accuracy(be, model, splits.val, r) if test_logits is not None else None,

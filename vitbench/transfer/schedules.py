@@ -8,21 +8,28 @@ fine-tuning: cosine decay).
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from vitbench.transfer.config import MAX_COUNT
+
+
+# A peak learning rate, declared once for every config that takes one: the paper's are 1e-3 (Adam) and 0.001 to
+# 0.03 (SGD, App. B.1.1); past 1e3 nothing trains, and past float32's range (3e38) a framework cannot even take it.
+LearningRate = Annotated[float, Field(gt=0, le=1e3, allow_inf_nan=False)]
 
 
 class OptimConfig(BaseModel):
     """One optimisation run: optimiser, peak LR, schedule, regularisation. JSON-able."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     optimizer: Literal["adam", "sgd"] = "adam"
-    lr: float = Field(1e-3, gt=0)  # peak learning rate, reached at the end of warm-up
-    steps: int = Field(100, ge=1)
-    warmup_steps: int = Field(10, ge=0)
+    lr: LearningRate = 1e-3  # peak learning rate, reached at the end of warm-up
+    steps: int = Field(100, ge=1, le=MAX_COUNT)
+    warmup_steps: int = Field(10, ge=0, le=MAX_COUNT)
     decay: Literal["linear", "cosine"] = "cosine"
     linear_end: float = Field(1e-5, ge=0)  # final LR of the linear decay (vit_jax default)
     weight_decay: float = Field(0.0, ge=0)  # decoupled (AdamW-style, scaled by the LR); kernels only
@@ -37,6 +44,15 @@ class OptimConfig(BaseModel):
         if self.warmup_steps >= self.steps:
             raise ValueError(f"warmup_steps ({self.warmup_steps}) must be < steps ({self.steps})")
         return self
+
+
+def check_warmup(warmup_steps: int | None, info) -> int | None:
+    """A config's `warmup_steps` field validator: fewer than its `steps` (validated before it), so that a bad
+    warm-up is reported as the warm-up field, by the name its caller gives that field."""
+    steps = info.data.get("steps")
+    if warmup_steps is not None and isinstance(steps, int) and warmup_steps >= steps:
+        raise ValueError(f"the warm-up must be shorter than the steps ({steps})")
+    return warmup_steps
 
 
 def lr_at(step: int, cfg: OptimConfig) -> float:

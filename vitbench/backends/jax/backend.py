@@ -49,6 +49,7 @@ from vitbench.backends.jax import (
     client,  # noqa: F401 - first: sets the GPU allocator before jax starts
     training,  # noqa: E402
 )
+from vitbench.env import capped_threads  # noqa: E402
 from vitbench.errors import ConfigError  # noqa: E402
 from vitbench.models.specs import ModelSpec, get_spec  # noqa: E402
 from vitbench.procmem import PeakRSS, peak_rss_mib  # noqa: E402
@@ -212,6 +213,7 @@ class JaxBackend(Backend):
 
     # -- setup ---------------------------------------------------------------------------------------
     def setup(self, device: str = "cpu", threads: int | None = None) -> dict:
+        threads, capped = capped_threads(threads)
         self.device, platform, cpu_threads = client.select_device(device, threads, self.spec.devices)
         return {
             "backend": self.name,
@@ -219,6 +221,7 @@ class JaxBackend(Backend):
             "device_name": getattr(self.device, "device_kind", platform),
             "platform": platform,
             "threads": cpu_threads,
+            **capped,
             "default_matmul_precision": str(jax.config.jax_default_matmul_precision or "default"),
             "xla_preallocate": client.os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE"),
             "xla_flags": client.os.environ.get("XLA_FLAGS", ""),

@@ -45,6 +45,7 @@ from vitbench.backends.base import (
 )
 from vitbench.backends.torch import SPEC
 from vitbench.backends.torch.training import distillation_loss, make_optimizer, update
+from vitbench.env import capped_threads
 from vitbench.errors import BackendUnavailable, ConfigError
 from vitbench.models.specs import ModelSpec, get_spec
 from vitbench.models.torch import build_torch_model, feature_forward, forward_heads, unfused_attention
@@ -210,9 +211,8 @@ class TorchBackend(Backend):
             raise BackendUnavailable(f"device {device!r} requested but CUDA is not available here; "
                                      "use --device cpu")
         self.device = dev
+        threads, capped = capped_threads(threads)
         if threads is not None:
-            if threads < 1:
-                raise ConfigError(f"threads must be >= 1, got {threads}")
             torch.set_num_threads(threads)
         return {
             "backend": self.name,
@@ -220,6 +220,7 @@ class TorchBackend(Backend):
             "device_name": self.device_info().name,
             "threads": torch.get_num_threads(),
             "interop_threads": torch.get_num_interop_threads(),
+            **capped,
             **self.versions(),
         }
 
