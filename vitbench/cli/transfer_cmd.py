@@ -25,7 +25,7 @@ _PRETRAIN_OPTIONS = {**_DATA_OPTIONS, "model": "MODEL", "steps": "--steps", "bat
                      "teacher.upstream.resolution": "--teacher-resolution",
                      "teacher.upstream.steps": "--teacher-steps", "teacher.upstream.seed": "--teacher-seed",
                      "teacher": "--teacher", "teacher.upstream.": "",
-                     "objective.MaskedPatch.mask_rate": "--mask-rate", "objective.MaskedPatch.target": "--mask-target",
+                     "objective.masked_patch.mask_rate": "--mask-rate", "objective.masked_patch.target": "--mask-target",
                      "objective": "--objective"}  # the teacher's recipe: the student's
 _DOWNSTREAM_OPTIONS = {**_DATA_OPTIONS, "upstream.model": "--model", "upstream.steps": "--pretrain-steps",
                        "upstream.warmup_steps": "--pretrain-warmup-steps", "upstream.seed": "--seed",

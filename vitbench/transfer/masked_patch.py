@@ -27,10 +27,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
 from vitbench.errors import ConfigError
 
@@ -86,6 +86,17 @@ class Scratch(BaseModel):
 
     def key_data(self) -> dict:
         return {"objective": Objective.NONE.value}
+
+
+def _objective_tag(v: Any) -> str:
+    """Which alternative of an `objective` setting `v` is (so a bad value is reported against that one only)."""
+    obj = v.get("objective") if isinstance(v, dict) else getattr(v, "objective", None)
+    return "none" if obj == Objective.NONE.value else "masked_patch"
+
+
+# a PretrainConfig's `objective` (None: supervised), told apart by its tag rather than by trying each alternative
+UpstreamObjective = Annotated[Annotated[MaskedPatch, Tag("masked_patch")] | Annotated[Scratch, Tag("none")],
+                              Discriminator(_objective_tag)]
 
 
 def objective_of(meta: dict) -> Objective:

@@ -7,6 +7,7 @@ Data crosses as numpy: images float32 NHWC in [-1, 1], labels int64, weights {ti
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np

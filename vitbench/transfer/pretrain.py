@@ -45,7 +45,14 @@ from vitbench.transfer.checkpoint import (
 from vitbench.transfer.config import MAX_COUNT, Seed
 from vitbench.transfer.data import DataConfig, load_splits, warn_oversized_batch
 from vitbench.transfer.distill import DEFAULT_LAMBDA, DEFAULT_TAU, Distill, Distillation, Lambda, Tau, Teacher
-from vitbench.transfer.masked_patch import MaskedPatch, Objective, Scratch, geometry, require_objective
+from vitbench.transfer.masked_patch import (
+    MaskedPatch,
+    Objective,
+    Scratch,
+    UpstreamObjective,
+    geometry,
+    require_objective,
+)
 from vitbench.transfer.schedules import LearningRate, OptimConfig, check_warmup
 
 CACHE_ENV = "VITBENCH_CHECKPOINT_DIR"
@@ -78,7 +85,7 @@ class PretrainConfig(BaseModel):
     clip_norm: float | None = Field(1.0, gt=0)
     seed: Seed = 0
     teacher: TeacherConfig | None = None  # distillation (DeiT); None: plain supervised pre-training
-    objective: MaskedPatch | Scratch | None = None  # masked patch prediction (no labels) | none; None: supervised
+    objective: UpstreamObjective | None = None  # masked patch prediction (no labels) | none; None: supervised
 
     @model_validator(mode="before")
     @classmethod
