@@ -23,6 +23,7 @@ from pydantic import BaseModel, Field, model_serializer, model_validator
 from vitbench.backends.base import BackendName
 from vitbench.record import Record
 from vitbench.tasks import Figure, Metric, ReportPart, lazy, register_report
+from vitbench.tasks.bench import Infer
 from vitbench.tasks.fields import PathField
 from vitbench.transfer.config import DatasetName, validated
 from vitbench.transfer.distill import DEFAULT_LAMBDA, DEFAULT_TAU, Distillation
@@ -159,13 +160,6 @@ def with_compute_aliases(rec: Record) -> Record:
     return rec
 
 
-def _throughput_vs_accuracy(df):
-    from vitbench.report.fit_figures import throughput_vs_accuracy
-    from vitbench.tasks.bench import Infer
-
-    return throughput_vs_accuracy(df, speed_task=Infer.name)
-
-
 DOWNSTREAM_KINDS = ("fewshot", "finetune")
 register_report(ReportPart(
     "accuracy", "Transfer accuracy", DOWNSTREAM_KINDS, lazy("vitbench.report.tables:accuracy"),
@@ -176,7 +170,9 @@ register_report(ReportPart(
              Figure("compute_frontier", "Which model and family is best at each compute budget",
                     lazy("vitbench.report.fit_figures:compute_frontier")),
              Figure("throughput_vs_accuracy", "Inference throughput vs accuracy: what accuracy a speed buys "
-                    "(cf. DeiT Figure 1)", _throughput_vs_accuracy, kinds=("bench", *DOWNSTREAM_KINDS))),
+                    "(cf. DeiT Figure 1)",
+                    lazy("vitbench.report.fit_figures:throughput_vs_accuracy", speed_task=Infer.name),
+                    kinds=("bench", *DOWNSTREAM_KINDS))),
     order=40))
 register_report(ReportPart(
     "distillation", "Distillation (DeiT): accuracy per student and teacher over seeds",
