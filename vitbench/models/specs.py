@@ -15,6 +15,16 @@ from typing import Literal
 
 from vitbench.errors import ConfigError, UnknownModelError
 from vitbench.models.flavours import DEFAULT, HYBRID_DEFAULT, Flavour, Origin, flavour_for
+from vitbench.models.overrides import (
+    FAMILY_KEYS,
+    Classifier,
+    Posemb,
+    PosembAt,
+    apply_overrides,
+    overrides_of,
+    parse_override_text,
+    split_name,
+)
 
 Family = Literal["vit", "bit", "hybrid"]
 FAMILIES: tuple[str, ...] = ("vit", "bit", "hybrid")
@@ -51,6 +61,11 @@ class ModelSpec:
     gn_groups: int = 32
     # --- numerical conventions (GELU form, weight standardisation, GroupNorm eps), set from a checkpoint's origin
     flavour: Flavour = DEFAULT
+    # --- transformer head and position embeddings (ViT appendix D.3, D.4); the defaults are every row's
+    classifier: Classifier = "token"  # 'token': class token -> head; 'gap': mean of the patch tokens -> head
+    rep_size: int = 0  # width of the tanh pre-logits layer before the head (0: none; the rows have none)
+    posemb: Posemb = "learned"  # learned 1-D (the paper's default), none, learned_2d, sincos2d, relative
+    posemb_at: PosembAt = "input"  # added once after the stem, or at the start of every block (own/shared table)
 
     def __post_init__(self) -> None:
         if self.distilled and self.family == "bit":
@@ -80,8 +95,30 @@ class ModelSpec:
 
     @property
     def num_prefix_tokens(self) -> int:
-        """Tokens before the patches: the class token, and the distillation token of a distilled model."""
+        """Tokens before the patches: the class token, and the distillation token of a distilled model
+        (none with classifier 'gap')."""
+        if self.classifier == "gap":
+            return 0
         return 2 if self.distilled else 1
+
+    # ---- overrides (vitbench.models.overrides) ----------------------------------------------------
+    def base_row(self) -> ModelSpec:
+        """The table's row this spec derives from (itself for a row)."""
+        return _INDEX.get(_norm(split_name(self.name)[0]), self)
+
+    @property
+    def overrides(self) -> dict:
+        """{override key: value} where this spec differs from its row, in canonical order ({} for a row)."""
+        return overrides_of(self, self.base_row())
+
+    @property
+    def override_keys(self) -> tuple[str, ...]:
+        """The override keys this spec's family accepts."""
+        return FAMILY_KEYS[self.family]
+
+    def with_overrides(self, **overrides) -> ModelSpec:
+        """This spec with architecture fields replaced (values or strings), canonically renamed, validated."""
+        return apply_overrides(self, overrides)
 
     def tokens(self, resolution: int) -> int:
         """Sequence length N (patches, without the class/distillation tokens) at `resolution`."""
@@ -102,12 +139,15 @@ class ModelSpec:
 
     def describe(self) -> str:
         dist = " +dist token" if self.distilled else ""
+        head = "" if self.classifier == "token" else f" {self.classifier}"
+        head += f" rep={self.rep_size}" if self.rep_size else ""
+        pos = "" if (self.posemb, self.posemb_at) == ("learned", "input") else f" pos={self.posemb}@{self.posemb_at}"
         if self.family == "vit":
-            return f"L={self.depth} D={self.width} MLP={self.mlp_dim} H={self.heads} P={self.patch}{dist}"
+            return f"L={self.depth} D={self.width} MLP={self.mlp_dim} H={self.heads} P={self.patch}{dist}{head}{pos}"
         resnet = f"{'x'.join(map(str, self.layers))} w={self.width_factor}"
         if self.family == "bit":
             return f"stages {resnet}"
-        return f"R[{resnet}] + L={self.depth} D={self.width} H={self.heads} /{self.stride}{dist}"
+        return f"R[{resnet}] + L={self.depth} D={self.width} H={self.heads} /{self.stride}{dist}{head}{pos}"
 
     def to_dict(self) -> dict:
         """Every field (the flavour as plain strings and numbers) plus the derived stride: JSON-ready."""
@@ -254,26 +294,33 @@ def close_matches(name: str, n: int = 5) -> list[str]:
 
 
 def get_spec(name: str | ModelSpec, num_classes: int | None = None) -> ModelSpec:
-    """Look up a variant by paper name, timm id or alias; unknown names list close matches."""
+    """Look up a variant by paper name, timm id or alias, optionally with overrides in brackets
+    (``ViT-B/16[depth=6,posemb=none]``); unknown names list close matches, bad overrides name the field."""
     if isinstance(name, ModelSpec):
         spec = name
     else:
-        spec = _INDEX.get(_norm(name))
+        if not isinstance(name, str):
+            raise UnknownModelError(f"a model name must be a string, got {str(name)[:40]!r}")
+        base, text = split_name(name)
+        spec = _INDEX.get(_norm(base))
         if spec is None:
             raise UnknownModelError(
-                f"unknown model {name!r}. Close matches: {', '.join(close_matches(name))}. "
+                f"unknown model {base[:60]!r}. Close matches: {', '.join(close_matches(base))}. "
                 "See `vitbench models` for the full list."
             )
+        if text is not None:
+            spec = apply_overrides(spec, parse_override_text(text, spec.name))
     return spec if num_classes is None else spec.with_classes(num_classes)
 
 
 _ARCHITECTURE_FIELDS = ("family", "patch", "width", "depth", "mlp_dim", "heads", "ln_eps", "distilled", "layers",
-                        "width_factor", "channels", "stem_chs", "gn_groups")
+                        "width_factor", "channels", "stem_chs", "gn_groups", "classifier", "rep_size", "posemb",
+                        "posemb_at")
 
 
 def spec_from_dict(d: dict, source: str = "spec") -> ModelSpec:
-    """Inverse of `ModelSpec.to_dict` (e.g. a checkpoint's metadata): the table's row of that name with the
-    stored classes and flavour (specs stored before flavours existed get the row's default flavour).
+    """Inverse of `ModelSpec.to_dict` (e.g. a checkpoint's metadata): the table's row of that name (a derived
+    name's overrides applied) with the stored classes and flavour (specs stored before flavours existed get the row's default flavour).
     ConfigError if the stored architecture differs from the row's, naming the fields."""
     if not isinstance(d, dict) or not isinstance(d.get("name"), str):
         raise ConfigError(f"{source}: expected a model spec with a 'name', got {str(d)[:60]!r}")

@@ -1,0 +1,214 @@
+"""Architecture overrides: a table row plus changed fields, e.g. ``ViT-B/16[depth=6,posemb=none]``.
+
+The paper's controlled experiments (ViT appendix D.2-D.4: Figure 8, Figure 9, Table 8) vary one dimension of a
+row at a time. A derived spec is the row with some fields replaced; its canonical name is the row's name plus the
+fields that differ from the row, in the fixed order of `OVERRIDE_ORDER`, values normalised
+(``ViT-B/16[depth=12]`` is ``ViT-B/16``). One parser and one validator for the CLI (`--set`), study axes and the
+Python API; every problem is a ConfigError naming the field and the allowed values.
+
+This module knows the override vocabulary only; the table lives in specs.py (which imports this one).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from typing import Any, Literal, get_args
+
+from vitbench.errors import ConfigError
+
+Classifier = Literal["token", "gap"]  # ViT D.3 / Figure 9: class token + head, or global average pooling
+Posemb = Literal["learned", "none", "learned_2d", "sincos2d", "relative"]  # ViT D.4 / Table 8 (+ big_vision sincos)
+PosembAt = Literal["input", "every_layer", "every_layer_shared"]  # ViT D.4: the three places of Table 8
+
+CLASSIFIERS: tuple[str, ...] = get_args(Classifier)
+POSEMBS: tuple[str, ...] = get_args(Posemb)
+POSEMB_ATS: tuple[str, ...] = get_args(PosembAt)
+ENUMS: dict[str, tuple[str, ...]] = {"classifier": CLASSIFIERS, "posemb": POSEMBS, "posemb_at": POSEMB_ATS}
+
+# Integer fields: (smallest, largest) accepted. The upper bounds only catch typos (ViT-H: depth 32, D 1280,
+# MLP 5120, 16 heads; Figure 8 goes to 64 layers; BiT-L is x4), far above anything the paper builds.
+INT_BOUNDS: dict[str, tuple[int, int]] = {
+    "depth": (1, 256), "width": (1, 16384), "mlp_dim": (1, 65536), "heads": (1, 1024), "patch": (1, 1024),
+    "rep_size": (0, 16384), "width_factor": (1, 16),
+}
+BLOCKS_BOUNDS = (1, 4, 1, 256)  # stages (min, max: the four ResNet stages), blocks per stage (min, max)
+
+TRANSFORMER_KEYS = ("depth", "width", "mlp_dim", "heads", "patch", "classifier", "rep_size", "posemb", "posemb_at")
+RESNET_KEYS = ("width_factor", "blocks")
+# The order of the canonical name; also every override key there is.
+OVERRIDE_ORDER: tuple[str, ...] = TRANSFORMER_KEYS + RESNET_KEYS
+# Which override keys each family takes (a hybrid: its transformer and its ResNet root).
+FAMILY_KEYS: dict[str, tuple[str, ...]] = {"vit": TRANSFORMER_KEYS, "hybrid": OVERRIDE_ORDER, "bit": RESNET_KEYS}
+# A distilled DeiT keeps its two tokens, two heads and 1-D input position embeddings: shape overrides only.
+DISTILLED_KEYS = ("depth", "width", "mlp_dim", "heads", "patch")
+KEY_ALIASES = {"layers": "blocks", "mlp": "mlp_dim", "pos_embed": "posemb", "posemb_place": "posemb_at"}
+FIELD_OF = {"blocks": "layers"}  # override key -> ModelSpec field (BiT's blocks per stage live in `layers`)
+
+_MAX = 40  # characters of a user value repeated in a message
+
+
+def _short(v: Any) -> str:
+    s = str(v)
+    return s if len(s) <= _MAX else s[:_MAX] + "..."
+
+
+def field_of(key: str) -> str:
+    return FIELD_OF.get(key, key)
+
+
+def canonical_key(key: Any, family: str, name: str) -> str:
+    """The override key for `key` (aliases accepted); ConfigError if unknown or not one of `family`'s."""
+    k = str(key).strip().lower().replace("-", "_")
+    k = KEY_ALIASES.get(k, k)
+    allowed = FAMILY_KEYS[family]
+    if k not in OVERRIDE_ORDER:
+        raise ConfigError(f"{name}: unknown architecture field {_short(key)!r}; allowed for {family}: "
+                          f"{', '.join(allowed)}")
+    if k not in allowed:
+        raise ConfigError(f"{name}: field {k!r} does not apply to a {family} model; allowed: {', '.join(allowed)}")
+    return k
+
+
+def parse_value(key: str, value: Any, name: str) -> Any:
+    """`value` (a string from a name/CLI/study, or a Python value) -> the field's typed value. No eval."""
+    if key in ENUMS:
+        v = value.strip().lower() if isinstance(value, str) else value
+        if v not in ENUMS[key]:
+            raise ConfigError(f"{name}: {key}={_short(value)!r} is not allowed; allowed: {', '.join(ENUMS[key])}")
+        return v
+    if key == "blocks":
+        return _parse_blocks(value, name)
+    lo, hi = INT_BOUNDS[key]
+    v = _int(value)
+    if v is None or not lo <= v <= hi:
+        raise ConfigError(f"{name}: {key}={_short(value)!r} must be an integer from {lo} to {hi}")
+    return v
+
+
+def _int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and re.fullmatch(r"\s*\d{1,7}\s*", value):
+        return int(value)
+    return None
+
+
+def _parse_blocks(value: Any, name: str) -> tuple[int, ...]:
+    smin, smax, bmin, bmax = BLOCKS_BOUNDS
+    if isinstance(value, str):
+        parts = [p for p in re.split(r"[x,\-/ ]+", value.strip().lower()) if p]
+    elif isinstance(value, list | tuple):
+        parts = list(value)
+    else:
+        parts = [value]
+    got = [_int(p) for p in parts]
+    if not smin <= len(got) <= smax or any(b is None or not bmin <= b <= bmax for b in got):
+        raise ConfigError(f"{name}: blocks={_short(value)!r} must be {smin} to {smax} stages of {bmin} to {bmax} "
+                          "blocks each, e.g. blocks=3x4x6x3")
+    return tuple(got)  # type: ignore[arg-type]
+
+
+def render_value(v: Any) -> str:
+    return "x".join(map(str, v)) if isinstance(v, tuple) else str(v)
+
+
+def parse_override_text(text: str, name: str) -> dict[str, str]:
+    """'depth=6,posemb=none' -> {'depth': '6', 'posemb': 'none'} (keys not yet checked)."""
+    out: dict[str, str] = {}
+    for item in (i.strip() for i in text.split(",")):
+        if not item:
+            continue
+        if "=" not in item:
+            raise ConfigError(f"{name}: override {_short(item)!r} must be field=value, e.g. depth=6")
+        k, v = (s.strip() for s in item.split("=", 1))
+        if k in out:
+            raise ConfigError(f"{name}: field {_short(k)!r} is set twice")
+        out[k] = v
+    return out
+
+
+_NAME = re.compile(r"\s*([^\[\]]+?)\s*\[([^\[\]]*)\]\s*")
+
+
+def split_name(name: str) -> tuple[str, str | None]:
+    """'ViT-B/16[depth=6]' -> ('ViT-B/16', 'depth=6'); a plain name -> (name, None)."""
+    m = _NAME.fullmatch(name)
+    if m is None:
+        if "[" in name or "]" in name:
+            raise ConfigError(f"model {_short(name)!r}: overrides go in one pair of brackets at the end, "
+                              "e.g. ViT-B/16[depth=6,posemb=none]")
+        return name, None
+    return m.group(1), m.group(2)
+
+
+def overrides_of(spec: Any, base: Any) -> dict[str, Any]:
+    """{key: value} of the override fields where `spec` differs from its row `base`, in canonical order."""
+    return {k: getattr(spec, field_of(k)) for k in FAMILY_KEYS[base.family]
+            if getattr(spec, field_of(k)) != getattr(base, field_of(k))}
+
+
+def canonical_name(base_name: str, diff: dict[str, Any]) -> str:
+    if not diff:
+        return base_name
+    return f"{base_name}[{','.join(f'{k}={render_value(v)}' for k, v in diff.items())}]"
+
+
+def apply_overrides(spec: Any, overrides: dict[str, Any]) -> Any:
+    """`spec` (a row or a derived spec) with `overrides` ({key: value or string}) applied, renamed canonically
+    and validated. The spec's classes, resolution and flavour are kept."""
+    base = spec.base_row()
+    name = spec.name
+    parsed = {}
+    for key, value in overrides.items():
+        k = canonical_key(key, base.family, name)
+        if k in parsed:
+            raise ConfigError(f"{name}: field {k!r} is set twice")
+        parsed[k] = parse_value(k, value, name)
+    new = replace(spec, **{field_of(k): v for k, v in parsed.items()})
+    diff = overrides_of(new, base)
+    if diff:
+        new = replace(new, name=canonical_name(base.name, diff), aliases=(), timm_id=None)
+    else:
+        new = replace(new, name=base.name, aliases=base.aliases, timm_id=base.timm_id)
+    validate(new, diff)
+    return new
+
+
+def validate(spec: Any, diff: dict[str, Any]) -> None:
+    """Cross-field rules of a derived spec; ConfigError naming the field and what is allowed."""
+    n = spec.name
+    if spec.distilled:
+        bad = [k for k in diff if k not in DISTILLED_KEYS]
+        if bad:
+            raise ConfigError(f"{n}: {bad[0]} cannot be changed on a distilled model (class + distillation tokens, "
+                              f"two heads, 1-D input position embeddings); allowed: {', '.join(DISTILLED_KEYS)}")
+    if spec.family in ("vit", "hybrid"):
+        if spec.width % spec.heads:
+            ok = [h for h in range(1, min(spec.width, 64) + 1) if spec.width % h == 0]
+            raise ConfigError(f"{n}: heads={spec.heads} must divide width={spec.width}; allowed heads: "
+                              f"{', '.join(map(str, ok[:12]))}{' ...' if len(ok) > 12 else ''}")
+        if spec.posemb == "learned_2d" and spec.width % 2:
+            raise ConfigError(f"{n}: posemb=learned_2d concatenates x and y tables of width/2: width={spec.width} "
+                              "must be even")
+        if spec.posemb == "sincos2d" and spec.width % 4:
+            raise ConfigError(f"{n}: posemb=sincos2d uses sin and cos of x and y, width/4 each: width={spec.width} "
+                              "must be a multiple of 4")
+        if spec.posemb in ("none", "relative") and spec.posemb_at != "input":
+            raise ConfigError(f"{n}: posemb_at={spec.posemb_at} does not apply to posemb={spec.posemb} (Table 8: "
+                              "N/A); allowed: posemb_at=input")
+        if spec.posemb == "sincos2d" and spec.posemb_at == "every_layer":
+            raise ConfigError(f"{n}: posemb_at=every_layer gives each layer its own learned table; sincos2d is "
+                              "fixed: allowed posemb_at: input, every_layer_shared")
+        if spec.classifier == "gap" and spec.rep_size:
+            raise ConfigError(f"{n}: rep_size={spec.rep_size} (the tanh pre-logits layer) goes with "
+                              "classifier=token; with classifier=gap the head is linear: allowed rep_size: 0")
+    if spec.family in ("bit", "hybrid") and len(spec.layers) > len(spec.channels):
+        raise ConfigError(f"{n}: blocks has {len(spec.layers)} stages; allowed: 1 to {len(spec.channels)}")
+    if spec.resolution % spec.stride:
+        what = "patch" if "patch" in diff else ("blocks" if "blocks" in diff else "architecture")
+        ok = [p for p in range(1, spec.resolution + 1) if spec.resolution % p == 0][:10]
+        raise ConfigError(f"{n}: {what} gives a total stride of {spec.stride} that does not divide the native "
+                          f"resolution {spec.resolution}; total strides allowed: {', '.join(map(str, ok))}")
