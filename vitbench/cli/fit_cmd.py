@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from vitbench.cli import app
@@ -20,8 +21,8 @@ def _show(report) -> None:
     ci = f"{report.spec.ci:.0%}"
     for g in report.groups:
         best = g.best()
-        t = Table(title=f"{g.title}: {len(g.compute)} points; error = {report.error_label}, "
-                        f"C = {report.spec.compute}", title_justify="left")
+        t = Table(title=escape(f"{g.title}: {len(g.compute)} points; error = {report.error_label}, "
+                               f"C = {report.spec.compute}"), title_justify="left")
         for col in ("form", "param", "value", f"{ci} CI", "fit rmse_log", "held-out |err| (rel)"):
             t.add_column(col, justify="left" if col in ("form", "param") else "right")
         notes = []

@@ -1,0 +1,118 @@
+"""Architecture overrides wherever a model is named: study fields folded into the model's name, `--set` on the
+commands, checkpoints refused when their architecture is not the requested one; the named rows' keys unchanged."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from vitbench.errors import ConfigError
+from vitbench.study import load_study, parse_study
+
+REPO = Path(__file__).resolve().parents[1]
+MAIN_KEYS = json.loads((REPO / "tests" / "data" / "study_keys_main.json").read_text())
+
+
+@pytest.mark.parametrize("name", sorted(MAIN_KEYS["studies"]))
+def test_named_rows_keep_their_trial_keys(name):
+    """The shipped studies (named rows only) expand to exactly the trial keys main's code gave before overrides
+    existed (tests/data/study_keys_main.json, computed on main)."""
+    want = MAIN_KEYS["studies"][name]
+    keys = sorted(t.key for t in load_study(REPO / "studies" / f"{name}.yaml", check_paths=False).trials)
+    assert len(keys) == want["trials"]
+    if "keys" in want:
+        assert keys == want["keys"]
+    assert hashlib.sha256("\n".join(keys).encode()).hexdigest() == want["sha256_of_sorted_keys"]
+
+
+def _study(body: str, tmp_path: Path):
+    p = tmp_path / "s.yaml"
+    p.write_text("name: t\ndefaults: {threads: 1}\n" + body)
+    return parse_study(p.read_text(), str(p), p)
+
+
+def test_architecture_fields_fold_into_the_model_name(tmp_path):
+    st = _study("axes:\n  task: [flops]\n  model: [ViT-Nano/4]\n  depth: [null, 2, 3]\n  posemb: [learned, none]\n"
+                "include:\n  - {model: R-Nano, depth: null, posemb: null, blocks: [1x1x1x1, 2x1x1x1]}\n", tmp_path)
+    models = [t.config["model"] for t in st.trials]
+    # depth 2 is ViT-Nano/4's own: one trial with the row (null, 2 merged); the row's name keeps the row's key
+    assert models == ["ViT-Nano/4", "ViT-Nano/4[posemb=none]", "ViT-Nano/4[depth=3]",
+                      "ViT-Nano/4[depth=3,posemb=none]", "R-Nano", "R-Nano[blocks=2x1x1x1]"]
+    assert all(k not in t.config for t in st.trials for k in ("depth", "posemb", "blocks"))
+    plain = _study("axes:\n  task: [flops]\n  model: [ViT-Nano/4, 'ViT-Nano/4[posemb=none, depth=3]']\n", tmp_path)
+    keys = {t.config["model"]: t.key for t in st.trials}
+    assert {t.config["model"]: t.key for t in plain.trials} == {m: keys[m] for m in
+                                                               ("ViT-Nano/4", "ViT-Nano/4[depth=3,posemb=none]")}
+
+
+def test_architecture_fields_in_zip_exclude_and_defaults(tmp_path):
+    st = _study("axes:\n  task: [flops]\n  model: [ViT-Nano/4]\n  posemb: [learned, none, sincos2d]\n"
+                "  posemb_at: [input, every_layer_shared]\n"
+                "zip:\n  - {width: [32, 48], heads: [2, 3]}\n"
+                "exclude:\n  - {posemb: none, posemb_at: every_layer_shared}\n", tmp_path)
+    assert len(st.trials) == 2 * 5
+    assert "ViT-Nano/4[width=48,heads=3,posemb=sincos2d,posemb_at=every_layer_shared]" in \
+        {t.config["model"] for t in st.trials}
+    p = tmp_path / "d.yaml"
+    p.write_text("name: d\ndefaults: {depth: 3, classifier: gap}\naxes:\n  task: [flops]\n"
+                 "  model: [ViT-Nano/4, ViT-Micro/4]\n")
+    assert [t.config["model"] for t in load_study(p).trials] == ["ViT-Nano/4[depth=3,classifier=gap]",
+                                                                  "ViT-Micro/4[depth=3,classifier=gap]"]
+
+
+@pytest.mark.parametrize("body, where, words", [
+    ("axes:\n  task: [flops]\n  model: [ViT-Nano/4]\n  depth: [2, zero]\n", ":6: axes.depth[1]:",
+     ["integer from 1 to"]),
+    ("axes:\n  task: [flops]\n  model: [ViT-Nano/4]\n  heads: [3]\n", ":6: axes.heads[0]:",
+     ["must divide width=32", "allowed heads: 1, 2, 4"]),
+    ("axes:\n  task: [flops]\n  model: [ViT-Nano/4]\n  posemb: [abs]\n", ":6: axes.posemb[0]:",
+     ["allowed: learned, none, learned_2d, sincos2d, relative"]),
+    ("axes:\n  task: [flops]\n  model: [R-Nano]\n  patch: [2]\n", ":6: axes.patch[0]:",
+     ["does not apply to a bit model", "allowed: width_factor, blocks"]),
+    ("axes:\n  task: [flops]\n  model: [ViT-Nano/4]\n  patch: [3]\n", ":6: axes.patch[0]:",
+     ["does not divide the native resolution"]),
+    ("axes:\n  task: [flops]\n  model: [ViT-Nano/4]\n  posemb: [none]\n  posemb_at: [every_layer]\n",
+     "axes.posemb", ["allowed: posemb_at=input"]),
+    ("axes:\n  task: [flops]\n  model: [ViT-Nano/4]\n  dpeth: [3]\n", ":6: axes.dpeth:", ["Did you mean depth"]),
+])
+def test_bad_architecture_fields_name_file_line_field_and_allowed_values(tmp_path, body, where, words):
+    with pytest.raises(ConfigError) as e:
+        _study(body, tmp_path)
+    msg = str(e.value)
+    assert where in msg and all(w in msg for w in words), msg
+
+
+# ---- the command line ------------------------------------------------------------------------------------------
+def test_set_on_flops_names_the_variant(cli):
+    r = cli("flops", "ViT-Nano/4", "--set", "depth=3", "--set", "posemb=none", "--no-count", "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["config"]["model"] == "ViT-Nano/4[depth=3,posemb=none]"
+    r = cli("flops", "ViT-Nano/4", "--set", "depth=3", "--no-count")
+    assert r.exit_code == 0 and "ViT-Nano/4[depth=3]" in r.stdout  # not eaten as console markup
+
+
+@pytest.mark.parametrize("cmd", [("flops", "ViT-Nano/4"), ("bench", "ViT-Nano/4"), ("max-batch", "ViT-Nano/4"),
+                                 ("pretrain", "ViT-Nano/4"), ("fewshot", "--model", "ViT-Nano/4"),
+                                 ("finetune", "--model", "ViT-Nano/4"), ("inspect", "ViT-Nano/4")])
+@pytest.mark.parametrize("sets, words", [
+    (["heads=3"], ["--set heads=3", "must divide width=32", "allowed heads"]),
+    (["depht=3"], ["--set depht=3", "unknown architecture field", "allowed for vit: depth"]),
+    (["posemb=abs"], ["--set posemb=abs", "allowed: learned, none"]),
+    (["depth"], ["--set 'depth'", "KEY=VALUE"]),
+])
+def test_bad_set_exits_2_naming_the_option_on_every_command(cli, cmd, sets, words):
+    r = cli(*cmd, *[a for s in sets for a in ("--set", s)])
+    assert r.exit_code == 2, r.output
+    assert all(w in r.stderr for w in words), r.stderr
+    assert "Traceback" not in r.output
+
+
+def test_set_on_a_resnet_takes_its_own_fields(cli):
+    r = cli("flops", "R-Nano", "--set", "blocks=1x1x1", "--set", "width_factor=2", "--no-count", "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["config"]["model"] == "R-Nano[width_factor=2,blocks=1x1x1]"
+    r = cli("flops", "R-Nano", "--set", "depth=3", "--no-count")
+    assert r.exit_code == 2 and "allowed: width_factor, blocks" in r.stderr
