@@ -116,3 +116,37 @@ def test_set_on_a_resnet_takes_its_own_fields(cli):
     assert json.loads(r.stdout)["config"]["model"] == "R-Nano[width_factor=2,blocks=1x1x1]"
     r = cli("flops", "R-Nano", "--set", "depth=3", "--no-count")
     assert r.exit_code == 2 and "allowed: width_factor, blocks" in r.stderr
+
+
+# ---- checkpoints -----------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def depth3_checkpoint(tmp_path_factory):
+    """A vitbench checkpoint of ViT-Nano/4[depth=3] (random weights: what matters is its stored architecture)."""
+    from vitbench.backends.base import get_backend
+    from vitbench.models.specs import get_spec
+    from vitbench.transfer.checkpoint import save_checkpoint
+
+    spec = get_spec("ViT-Nano/4[depth=3]")
+    be = get_backend("torch")
+    be.setup("cpu", 1)
+    weights = be.weights(be.init_model(spec, 16, 5, 0))
+    meta = {"model": spec.name, "spec": spec.with_classes(5).to_dict(), "resolution": 16, "num_classes": 5,
+            "backend": "torch", "config": None, "metrics": {}}
+    return save_checkpoint(tmp_path_factory.mktemp("ckpt") / "nano-depth3.safetensors", weights, meta)
+
+
+def test_a_checkpoint_of_another_architecture_is_refused_in_a_study(tmp_path, depth3_checkpoint):
+    body = f"axes:\n  task: [fewshot]\n  model: [ViT-Nano/4]\n  checkpoint: ['{depth3_checkpoint}']\n"
+    with pytest.raises(ConfigError) as e:
+        _study(body, tmp_path)
+    assert "not the requested ViT-Nano/4" in str(e.value) and "depth: checkpoint 3, requested 2" in str(e.value)
+    st = _study(body + "  depth: [3]\n", tmp_path)  # the checkpoint's own architecture: accepted
+    assert st.trials[0].config["model"] == "ViT-Nano/4[depth=3]"
+
+
+@pytest.mark.parametrize("cmd", [("fewshot", "--checkpoint"), ("finetune", "--checkpoint"), ("inspect",)])
+def test_set_beside_a_checkpoint_must_be_its_architecture(cli, cmd, depth3_checkpoint):
+    r = cli(*cmd, depth3_checkpoint, "--set", "depth=2", "--set", "posemb=none")
+    assert r.exit_code == 2, r.output
+    assert "--set depth=2 --set posemb=none" in r.stderr and "depth: checkpoint 3, requested 2" in r.stderr
+    assert "posemb: checkpoint learned, requested none" in r.stderr.replace("\n", " ")

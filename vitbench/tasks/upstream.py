@@ -130,6 +130,26 @@ class FromCheckpoint(BaseModel):
     checkpoint_images: int | None = Field(None, gt=0, exclude_if=_absent)  # images in its pre-training set
     checkpoint_epochs: float | None = Field(None, gt=0, exclude_if=_absent)  # epochs it was pre-trained for
 
+    @model_validator(mode="after")
+    def _same_architecture(self):
+        """A vitbench checkpoint whose architecture is not the trial's model is refused (when the study is
+        parsed and again in the trial), naming the fields that differ: its rows would carry the wrong model.
+        A checkpoint of another origin is checked against its model when it is read."""
+        model = getattr(self, "model", None)
+        if self.checkpoint is None or model is None:
+            return self
+        from vitbench.errors import VitbenchError
+        from vitbench.models.specs import get_spec
+        from vitbench.transfer.checkpoint import checkpoint_spec, refuse_other_architecture
+
+        try:
+            have = checkpoint_spec(self.checkpoint)
+            if have is not None:
+                refuse_other_architecture(have, get_spec(model), f"checkpoint {self.checkpoint}")
+        except VitbenchError as e:
+            raise ValueError(str(e)) from None
+        return self
+
     def upstream_source(self, task: str) -> dict:
         """The downstream config's start: {"checkpoint": ..., budget} when one is given, else {"upstream": ...}."""
         if self.checkpoint is None:
