@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from vitbench.models import posemb
 from vitbench.models.specs import ModelSpec
 
 
@@ -80,9 +81,30 @@ def analytic_counts(spec: ModelSpec, resolution: int | None = None, num_classes:
         body, _ = _resnet(spec, r, preact=False)
         c = spec.stage_channels[-1]
         embed = Counts(body.params + c * d + d, body.macs + n * c * d)  # 1x1 "patch" projection
-    prefix = spec.num_prefix_tokens  # class token (+ distillation token), each with its own head (DeiT)
-    params = embed.params + prefix * d + (n + prefix) * d + enc.params + prefix * (d * k + k)  # + pos-embed
-    return Counts(params, embed.macs + enc.macs + prefix * d * k)
+    pos, head = _position(spec, r, n), _head(spec, k)
+    prefix = spec.num_prefix_tokens  # class token (+ distillation token); none with GAP
+    return Counts(embed.params + prefix * d + pos.params + enc.params + head.params,
+                  embed.macs + pos.macs + enc.macs + head.macs)
+
+
+def _position(spec: ModelSpec, resolution: int, n: int) -> Counts:
+    """Position embeddings (vitbench.models.posemb): absolute tables (adds not counted); relative: a table of
+    2T-1 offsets per layer and the query against every offset, T(2T-1)D MACs per layer."""
+    if spec.posemb == "relative":
+        t = n + spec.num_prefix_tokens
+        offsets = posemb.relative_offsets(t)
+        return Counts(spec.depth * offsets * spec.width, spec.depth * t * offsets * spec.width)
+    return Counts(posemb.num_tables(spec) * posemb.table_params(spec, resolution), 0)
+
+
+def _head(spec: ModelSpec, k: int) -> Counts:
+    """Head(s): one per prefix token (DeiT: class and distillation heads), one after GAP; rep_size adds the
+    pre-logits Dense (+ tanh) before it (vit_jax's pre-training head)."""
+    d, rep = spec.width, spec.rep_size
+    heads = max(spec.num_prefix_tokens, 1)
+    pre = Counts(d * rep + rep, d * rep) if rep else Counts(0, 0)
+    into = rep or d
+    return Counts(pre.params + heads * (into * k + k), pre.macs + heads * into * k)
 
 
 def train_flops_per_image(spec: ModelSpec, resolution: int | None = None, num_classes: int | None = None) -> float:

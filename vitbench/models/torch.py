@@ -6,6 +6,7 @@
   the two heads' logits, as timm and the DeiT code do).
 - BiT: timm ResNetV2, pre-activation bottlenecks, GroupNorm, weight-standardised convs, 'fixed' root
   (7x7/2 conv, pad 3, zero pad 1, 3x3/2 max-pool) as in big_transfer / timm resnetv2_*_bit.
+- Head and position-embedding variants (classifier gap, rep_size, posemb kinds and places): torch_vit.py.
 - Hybrid: timm ResNetV2 without pre-activation and a 'same'-padded root (vit_jax models_resnet.py), feeding a
   HybridEmbed with 1x1 patches into the same VisionTransformer.
 Weight standardisation and GroupNorm epsilon follow the spec's flavour (vitbench.models.flavours).
@@ -27,6 +28,7 @@ from timm.models.vision_transformer import VisionTransformer
 
 from vitbench.models.flavours import Gelu, WeightStd
 from vitbench.models.specs import ModelSpec
+from vitbench.models.torch_vit import VariantViT, is_plain
 
 
 def _std_plus_eps(weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -72,13 +74,13 @@ def _resnet(spec: ModelSpec, *, hybrid: bool, num_classes: int) -> ResNetV2:
 
 def _vit(spec: ModelSpec, resolution: int, num_classes: int, embed_layer=None) -> VisionTransformer:
     kwargs = {} if embed_layer is None else {"embed_layer": embed_layer}
+    kwargs.update(patch_size=spec.patch, in_chans=3, embed_dim=spec.width, depth=spec.depth, num_heads=spec.heads,
+                  mlp_ratio=spec.mlp_dim / spec.width, qkv_bias=True,
+                  norm_layer=partial(torch.nn.LayerNorm, eps=spec.ln_eps), act_layer=_GELUS[spec.flavour.gelu])
+    if not is_plain(spec):  # another head or position embedding (ViT appendix D.3, D.4)
+        return VariantViT(spec, resolution, num_classes, **kwargs)
     cls = VisionTransformerDistilled if spec.distilled else VisionTransformer
-    return cls(
-        img_size=resolution, patch_size=spec.patch, in_chans=3, num_classes=num_classes,
-        global_pool="token", embed_dim=spec.width, depth=spec.depth, num_heads=spec.heads,
-        mlp_ratio=spec.mlp_dim / spec.width, qkv_bias=True, class_token=True,
-        norm_layer=partial(torch.nn.LayerNorm, eps=spec.ln_eps), act_layer=_GELUS[spec.flavour.gelu], **kwargs,
-    )
+    return cls(img_size=resolution, num_classes=num_classes, global_pool="token", class_token=True, **kwargs)
 
 
 def build_torch_model(spec: ModelSpec, resolution: int | None = None, num_classes: int | None = None,

@@ -1,0 +1,73 @@
+"""Position embeddings beyond the paper's default, backend-free (ViT appendix D.4, Table 8).
+
+Kinds (`ModelSpec.posemb`):
+- learned: one learned table per token, (1, prefix + h*w, D), raster order (the paper's default, timm's pos_embed);
+- none: nothing (a bag of patches);
+- learned_2d: two learned tables, x (w, D/2) and y (h, D/2); the patch at row i, column j gets the
+  concatenation [x_j, y_i] (the paper's 2-D embedding); class/distillation tokens get none;
+- sincos2d: fixed, not a parameter: [sin(x w), cos(x w), sin(y w), cos(y w)], w_k = 10000^(-k/(D/4-1)), on the
+  patch tokens only (big_vision models/vit.py posemb_sincos_2d, the same formula);
+- relative: 1-D relative attention (paper D.4): one learned embedding per offset p_q - p_k in the token sequence
+  (2T-1 of them, class token included), per layer, of width D split over the heads like the keys; the query
+  attends to these embeddings as keys, and those logits, scaled like the content logits, are added to the
+  content logits before the softmax: softmax(q (k_k + r_{q-k})^T / sqrt(d_head)) -- Shaw et al. 2018 eq. 4 without
+  their value term, the form the ViT paper's description gives.
+Places (`ModelSpec.posemb_at`): input (once, after the stem), every_layer (a table per block, added at its
+start), every_layer_shared (one table added at the start of every block). Parameter initialisation: normal
+std 0.02, as the paper's 1-D table.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from vitbench.models.specs import ModelSpec
+
+INIT_STD = 0.02  # the ViT paper's (BERT's) position-embedding init
+SINCOS_TEMPERATURE = 10_000.0  # big_vision posemb_sincos_2d (Vaswani et al. 2017)
+
+
+def grid(spec: ModelSpec, resolution: int) -> tuple[int, int]:
+    """(h, w) of the patch grid at `resolution`."""
+    side = resolution // spec.stride
+    return side, side
+
+
+def num_tables(spec: ModelSpec) -> int:
+    """How many absolute position-embedding tables the model holds (0 for none, sincos2d and relative)."""
+    if spec.posemb not in ("learned", "learned_2d"):
+        return 0
+    return spec.depth if spec.posemb_at == "every_layer" else 1
+
+
+def table_params(spec: ModelSpec, resolution: int) -> int:
+    """Learned parameters of one absolute table (learned: (prefix + h*w) x D; learned_2d: (h + w) x D/2)."""
+    h, w = grid(spec, resolution)
+    if spec.posemb == "learned":
+        return (spec.num_prefix_tokens + h * w) * spec.width
+    if spec.posemb == "learned_2d":
+        return (h + w) * (spec.width // 2)
+    return 0
+
+
+def relative_offsets(tokens: int) -> int:
+    """Offsets p_q - p_k between `tokens` positions: 2T - 1."""
+    return 2 * tokens - 1
+
+
+def relative_index(tokens: int) -> np.ndarray:
+    """(T, T) int index into the offset table: q - k + T - 1 (offset -(T-1) at 0, +(T-1) at 2T-2)."""
+    pos = np.arange(tokens)
+    return (pos[:, None] - pos[None, :] + tokens - 1).astype(np.int64)
+
+
+def sincos2d(h: int, w: int, dim: int) -> np.ndarray:
+    """(h*w, dim) float32 fixed 2-D embedding, raster order (big_vision posemb_sincos_2d)."""
+    if dim % 4:
+        raise ValueError(f"sincos2d needs a width divisible by 4, got {dim}")
+    y, x = np.mgrid[:h, :w]
+    q = dim // 4
+    omega = 1.0 / SINCOS_TEMPERATURE ** (np.arange(q) / max(q - 1, 1))
+    ys = y.reshape(-1)[:, None] * omega[None, :]
+    xs = x.reshape(-1)[:, None] * omega[None, :]
+    return np.concatenate([np.sin(xs), np.cos(xs), np.sin(ys), np.cos(ys)], axis=1).astype(np.float32)
