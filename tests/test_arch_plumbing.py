@@ -150,3 +150,21 @@ def test_set_beside_a_checkpoint_must_be_its_architecture(cli, cmd, depth3_check
     assert r.exit_code == 2, r.output
     assert "--set depth=2 --set posemb=none" in r.stderr and "depth: checkpoint 3, requested 2" in r.stderr
     assert "posemb: checkpoint learned, requested none" in r.stderr.replace("\n", " ")
+
+
+@pytest.mark.parametrize("sets, absent, present", [
+    (["posemb=none"], {"posemb_similarity": "no position embeddings"}, "rollout"),
+    (["posemb=relative"], {"posemb_similarity": "no absolute position embeddings"}, "rollout"),
+    (["classifier=gap"], {"rollout": "no class token"}, "posemb_similarity"),
+    (["posemb=learned_2d", "posemb_at=every_layer"], {}, "posemb_similarity"),
+    (["posemb=sincos2d"], {}, "posemb_similarity"),
+])
+def test_inspection_says_what_does_not_apply(cli, sets, absent, present):
+    r = cli("inspect", "ViT-Nano/4", "-r", "16", "-n", "2", "--rollout", "1", "--threads", "1", "--json",
+            *[a for s in sets for a in ("--set", s)])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["not_applicable"].keys() == absent.keys()
+    assert all(w in doc["not_applicable"][k] for k, w in absent.items())
+    assert doc[present] not in (None, [])
+    assert ("posemb_adjacent_cos_sim" in doc["headline"]) == ("posemb_similarity" not in absent)

@@ -85,3 +85,5 @@ def inspect_cmd(
     console.print(t)
     for k, v in result.headline().items():
         console.print(f"{k}: {v:.2f}")
+    for what, why in result.not_applicable.items():
+        console.print(f"not applicable, {what}: {escape(why)}", highlight=False)
