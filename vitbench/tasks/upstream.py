@@ -205,3 +205,28 @@ register_report(ReportPart(
                     lazy("vitbench.report.plots:distilled_accuracy_vs_throughput"),
                     kinds=("fewshot", "finetune", "bench")),),
     order=41))
+# The paper's controlled architecture experiments (ViT appendix D.2-D.4), shown when a study's models vary them
+# (the overrides in the models' names: vitbench.models.overrides); empty sections are left out of the report.
+register_report(ReportPart(
+    "shape", "Transformer shape: accuracy per varied dimension, over seeds (cf. paper Figure 8)", DOWNSTREAM_KINDS,
+    lazy("vitbench.report.arch:shape_table"),
+    columns=("series", "dimension", "value", "seeds", "accuracy_mean", "accuracy_std", "pretrain_exaflops",
+             "params_m"),
+    figures=(Figure("shape_accuracy_vs_compute", "Accuracy vs pre-training compute, one panel per varied "
+                    "dimension (cf. paper Figure 8)", lazy("vitbench.report.arch:shape_figure")),),
+    order=42))
+register_report(ReportPart(
+    "head", "Class token vs global average pooling across pre-training learning rates (cf. paper Figure 9)",
+    ("pretrain", *DOWNSTREAM_KINDS), lazy("vitbench.report.arch:head_table"),
+    columns=("series", "head", "pretrain_lr", "seeds", "accuracy_mean", "accuracy_std", "best"),
+    figures=(Figure("head_accuracy_vs_lr", "Accuracy vs pre-training learning rate per head type (cf. paper "
+                    "Figure 9)", lazy("vitbench.report.arch:head_figure")),),
+    order=43))
+register_report(ReportPart(
+    "posemb", "Position embeddings: kind x place, over seeds (cf. paper Table 8)", ("pretrain", *DOWNSTREAM_KINDS),
+    lazy("vitbench.report.arch:posemb_table"),
+    columns=("series", "posemb", "posemb_at", "seeds", "accuracy_mean", "accuracy_std", "accuracy_min",
+             "accuracy_max", "vs_default"),
+    figures=(Figure("posemb_accuracy", "Accuracy per position-embedding kind and place, each seed a dot (cf. "
+                    "paper Table 8)", lazy("vitbench.report.arch:posemb_figure")),),
+    order=44))
