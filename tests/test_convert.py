@@ -16,17 +16,13 @@ from flax.traverse_util import flatten_dict  # noqa: E402
 from test_flax_models import TINY, nhwc, randomize_, rel_diff  # noqa: E402
 
 from vitbench.errors import ConfigError, UnsafeFileError  # noqa: E402
-from vitbench.models.convert import (  # noqa: E402
-    flax_to_torch,
+from vitbench.models.convert import flax_to_torch, torch_to_flax  # noqa: E402
+from vitbench.models.npz import load_npz, load_vit_jax_npz, params_from_checkpoint, save_npz  # noqa: E402
+from vitbench.models.posemb_resize import (  # noqa: E402
     interp_matrix,
-    load_npz,
-    load_vit_jax_npz,
-    params_from_checkpoint,
     resample_pos_embed,
     resize_params_pos_embed,
     resize_state_dict_pos_embed,
-    save_npz,
-    torch_to_flax,
 )
 from vitbench.models.flax import build_flax_model  # noqa: E402
 from vitbench.models.specs import get_spec  # noqa: E402

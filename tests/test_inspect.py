@@ -185,7 +185,7 @@ def test_inspect_model_with_two_extra_tokens_and_resampled_position_embeddings()
         seen.append((weights["pos_embed"].shape, spec_.num_classes, resolution, len(images)))
         return _uniform(layout, layers=spec_.depth, images=len(images), heads=spec_.heads, prefix_weight=0.2)
 
-    from vitbench.models.convert import resample_pos_embed
+    from vitbench.models.posemb_resize import resample_pos_embed
 
     weights = _fake_weights(layout, grid=8)
     images = np.zeros((5, 16, 16, 3), np.float32)

@@ -274,7 +274,7 @@ def test_a_checkpoint_with_a_pickle_payload_is_refused_without_running_it(form, 
 
 
 def test_an_npz_checkpoint_with_pickled_objects_is_refused_without_running_them(tmp_path):
-    from vitbench.models.convert import load_npz
+    from vitbench.models.npz import load_npz
 
     marker = tmp_path / "pwned"
     obj = np.empty(1, dtype=object)

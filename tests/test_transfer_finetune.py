@@ -9,7 +9,7 @@ import torch
 from vitbench.backends.base import get_backend
 from vitbench.errors import ConfigError, UnsafeFileError
 from vitbench.models.analytic import train_flops_per_image
-from vitbench.models.convert import resample_pos_embed
+from vitbench.models.posemb_resize import resample_pos_embed
 from vitbench.models.specs import get_spec
 from vitbench.transfer import ops
 from vitbench.transfer.checkpoint import load_checkpoint, save_checkpoint

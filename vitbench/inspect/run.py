@@ -20,7 +20,7 @@ from vitbench.inspect.filters import FilterComponents, acts_on_pixels, embedding
 from vitbench.inspect.layout import TokenLayout
 from vitbench.inspect.posemb import adjacent_similarity, position_table, posemb_similarity, table_grid
 from vitbench.inspect.rollout import rollout_maps
-from vitbench.models.convert import resample_pos_embed
+from vitbench.models.posemb_resize import resample_pos_embed
 from vitbench.models.specs import ModelSpec
 
 # timm parameter names (the checkpoint format, vitbench.transfer.checkpoint) of what inspection reads directly

@@ -8,6 +8,7 @@ GroupNorm, weight standardisation, softmax, GELU/ReLU, residual adds, pooling, b
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from vitbench.models import posemb
@@ -90,11 +91,11 @@ def analytic_counts(spec: ModelSpec, resolution: int | None = None, num_classes:
 def _position(spec: ModelSpec, resolution: int, n: int) -> Counts:
     """Position embeddings (vitbench.models.posemb): absolute tables (adds not counted); relative: a table of
     2T-1 offsets per layer and the query against every offset, T(2T-1)D MACs per layer."""
+    params = sum(math.prod(t.shape) for t in posemb.tables(spec, resolution))
     if spec.posemb == "relative":
         t = n + spec.num_prefix_tokens
-        offsets = posemb.relative_offsets(t)
-        return Counts(spec.depth * offsets * spec.width, spec.depth * t * offsets * spec.width)
-    return Counts(posemb.num_tables(spec) * posemb.table_params(spec, resolution), 0)
+        return Counts(params, spec.depth * t * posemb.relative_offsets(t) * spec.width)
+    return Counts(params, 0)
 
 
 def _head(spec: ModelSpec, k: int) -> Counts:

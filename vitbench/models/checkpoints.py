@@ -19,8 +19,6 @@ and the model(s) they do fit. Pickle-based files (.pt, .pth, .bin, .ckpt, .pkl) 
 
 from __future__ import annotations
 
-import functools
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,31 +27,27 @@ from typing import Any
 import numpy as np
 
 from vitbench.errors import ConfigError, UnsafeFileError
-from vitbench.models.convert import (
-    WeightsMismatchError,
-    _canonical_keys,
-    _np,
-    load_npz,
-    param_table,
-    torch_to_flax,
-    unflatten,
-)
+from vitbench.models.convert import torch_to_flax
 from vitbench.models.flavours import Origin
+from vitbench.models.identify import (
+    HEAD_PREFIXES,
+    Fit,
+    _flax_keys,
+    _looks_like,
+    _mismatch,
+    _more,
+    check_weights,
+    identify,
+    is_head,
+)
+from vitbench.models.npz import _canonical_keys, load_npz
+from vitbench.models.param_table import _np, param_table, unflatten
 from vitbench.models.specs import ModelSpec, all_specs, get_spec, spec_from_dict
+
+__all__ = ["Fit", "Pretrained", "check_weights", "identify", "is_head", "load_pretrained", "pretrained_from_weights"]
 
 PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".pkl", ".pickle")
 SUFFIXES = (".safetensors", ".npz")
-_HEAD_PREFIXES = ("head.", "head_dist.")  # timm: ViT head / DeiT head_dist / BiT head.fc
-
-
-@dataclass(frozen=True)
-class Fit:
-    """How a set of weights fits a table row: at which resolution (position-embedding grid; the row's native
-    one for BiT, which has none) and with how many classes (None: no head in the weights)."""
-
-    spec: ModelSpec
-    resolution: int
-    num_classes: int | None
 
 
 @dataclass(frozen=True)
@@ -82,7 +76,7 @@ class Pretrained:
         """The weights as nested Flax params (vit_jax names); without a head if it was dropped."""
         if self.num_classes is not None:
             return torch_to_flax(self.weights, self.spec)
-        table = [e for e in param_table(self.spec) if not e.torch_key.startswith(_HEAD_PREFIXES)]
+        table = [e for e in param_table(self.spec) if not e.torch_key.startswith(HEAD_PREFIXES)]
         flat: dict[str, np.ndarray] = {}
         for e in table:
             for p, arr in zip(e.flax_paths, e.to_flax(self.weights[e.torch_key])):
@@ -100,123 +94,6 @@ class Pretrained:
 # ---------------------------------------------------------------------------------------------------
 # Which model do weights belong to?
 # ---------------------------------------------------------------------------------------------------
-@functools.cache
-def _torch_keys(spec: ModelSpec) -> frozenset[str]:
-    return frozenset(e.torch_key for e in param_table(spec))
-
-
-@functools.cache
-def _flax_keys(spec: ModelSpec) -> frozenset[str]:
-    return frozenset(p for e in param_table(spec) for p in e.flax_paths)
-
-
-@functools.lru_cache(maxsize=64)
-def _expected_shapes(spec: ModelSpec, resolution: int, num_classes: int) -> dict[str, tuple[int, ...]]:
-    """Parameter shapes of `spec` built on the meta device (nothing allocated)."""
-    from vitbench.models.torch import build_torch_model
-
-    model = build_torch_model(spec, resolution, num_classes, device="meta")
-    return {k: tuple(v.shape) for k, v in model.state_dict().items()}
-
-
-def _key_order(key: str) -> tuple[int, str]:
-    """Top-level names (pos_embed, cls_token, stem...) before the many per-block ones, in messages."""
-    return key.count("."), key
-
-
-def is_head(key: str) -> bool:
-    """Whether a timm parameter name is a classification head's (both of a distilled DeiT's): what the paper's
-    fine-tuning swap drops."""
-    return key.startswith(_HEAD_PREFIXES)
-
-
-def _grid_resolution(spec: ModelSpec, weights: Mapping[str, Any]) -> int | None:
-    """Resolution implied by the position embeddings (square grid), or None if they do not give one."""
-    if spec.family == "bit":
-        return spec.resolution
-    pe = weights.get("pos_embed")
-    if pe is None or len(pe.shape) != 3:
-        return None
-    n = pe.shape[1] - spec.num_prefix_tokens
-    side = math.isqrt(max(n, 0))
-    return side * spec.stride if n > 0 and side * side == n else None
-
-
-def _num_classes(weights: Mapping[str, Any]) -> int | None:
-    for k in ("head.weight", "head.fc.weight"):
-        if k in weights:
-            return int(weights[k].shape[0])
-    return None
-
-
-def _mismatch(spec: ModelSpec, weights: Mapping[str, Any], ignore_head: bool) -> tuple[list, list, list, Fit]:
-    """(missing, unexpected, mis-shaped) keys of `weights` against `spec`, and the fit they would have."""
-    want = {k for k in _torch_keys(spec) if not (ignore_head and is_head(k))}
-    have = {k for k in weights if not (ignore_head and is_head(k))}
-    missing, unexpected = sorted(want - have, key=_key_order), sorted(have - want, key=_key_order)
-    k = _num_classes(weights)
-    res = _grid_resolution(spec, weights)
-    fit = Fit(spec if k is None else spec.with_classes(k), res or spec.resolution, None if ignore_head else k)
-    shaped: list[str] = []
-    if res is None and "pos_embed" in weights:
-        shaped.append(f"pos_embed {tuple(weights['pos_embed'].shape)} (not 1 x ({spec.num_prefix_tokens} + a "
-                      f"square grid) x {spec.width})")
-    shapes = _expected_shapes(spec, fit.resolution, k or spec.num_classes)
-    for key in sorted(want & have):
-        got = tuple(weights[key].shape)
-        if key in shapes and got != shapes[key] and not (res is None and key == "pos_embed"):
-            shaped.append(f"{key} {got} (expected {shapes[key]})")
-    return missing, unexpected, shaped, fit
-
-
-def identify(weights: Mapping[str, Any], *, ignore_head: bool = False) -> list[Fit]:
-    """Every table row the timm-named `weights` fit exactly (names and shapes), with resolution and classes."""
-    out = []
-    for spec in all_specs():
-        want = {k for k in _torch_keys(spec) if not (ignore_head and is_head(k))}
-        if want != {k for k in weights if not (ignore_head and is_head(k))}:
-            continue
-        missing, unexpected, shaped, fit = _mismatch(spec, weights, ignore_head)
-        if not (missing or unexpected or shaped):
-            out.append(fit)
-    return out
-
-
-def _closest(weights: Mapping[str, Any], ignore_head: bool) -> list[str]:
-    """Names of the rows whose parameter names overlap the weights' most (for messages)."""
-    have = {k for k in weights if not (ignore_head and is_head(k))}
-    score = [(len(_torch_keys(s) ^ have), s.name) for s in all_specs()]
-    return [n for _, n in sorted(score)[:3]]
-
-
-def _looks_like(weights: Mapping[str, Any], ignore_head: bool) -> str:
-    fits = identify(weights, ignore_head=ignore_head)
-    if fits:
-        return "They look like " + " or ".join(
-            f"{f.spec.name} ({f.resolution} px, {f.num_classes if f.num_classes is not None else 'no'} classes)"
-            for f in fits)
-    return "They fit no model in the table; the closest by parameter names: " + ", ".join(
-        _closest(weights, ignore_head))
-
-
-def _more(items: list[str], n: int = 6) -> str:
-    return "[" + ", ".join(items[:n]) + (f", ... {len(items) - n} more" if len(items) > n else "") + "]"
-
-
-def check_weights(weights: Mapping[str, Any], spec: ModelSpec | str, *, source: str = "weights",
-                  ignore_head: bool = False) -> Fit:
-    """The fit of timm-named `weights` to `spec` (resolution from the position embeddings, classes from the
-    head), or a ConfigError naming the missing / unexpected / mis-shaped keys and what the weights look like."""
-    spec = get_spec(spec)
-    missing, unexpected, shaped, fit = _mismatch(spec, weights, ignore_head)
-    if missing or unexpected or shaped:
-        parts = [f"missing {_more(missing)}" if missing else "", f"unexpected {_more(unexpected)}" if unexpected
-                 else "", f"mis-shaped {_more(shaped, 4)}" if shaped else ""]
-        raise WeightsMismatchError(f"{source} do not fit {spec.name}: {'; '.join(p for p in parts if p)}. "
-                                   f"{_looks_like(weights, ignore_head)}.")
-    return fit
-
-
 # ---------------------------------------------------------------------------------------------------
 # Reading files
 # ---------------------------------------------------------------------------------------------------

@@ -19,6 +19,9 @@ std 0.02, as the paper's 1-D table.
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 import numpy as np
 
 from vitbench.models.specs import ModelSpec
@@ -33,6 +36,15 @@ def grid(spec: ModelSpec, resolution: int) -> tuple[int, int]:
     return side, side
 
 
+@dataclass(frozen=True)
+class Table:
+    """One position-embedding parameter: its timm key, its Flax path and its shape at some resolution."""
+
+    torch_key: str
+    flax_path: str
+    shape: tuple[int, ...]
+
+
 def num_tables(spec: ModelSpec) -> int:
     """How many absolute position-embedding tables the model holds (0 for none, sincos2d and relative)."""
     if spec.posemb not in ("learned", "learned_2d"):
@@ -40,14 +52,47 @@ def num_tables(spec: ModelSpec) -> int:
     return spec.depth if spec.posemb_at == "every_layer" else 1
 
 
-def table_params(spec: ModelSpec, resolution: int) -> int:
-    """Learned parameters of one absolute table (learned: (prefix + h*w) x D; learned_2d: (h + w) x D/2)."""
+def tables(spec: ModelSpec, resolution: int) -> list[Table]:
+    """Every learned position-embedding parameter of `spec` at `resolution` (names in both frameworks: the one
+    declaration the weight conversion, the resizing and the analytic count use)."""
+    if spec.family == "bit":
+        return []
     h, w = grid(spec, resolution)
-    if spec.posemb == "learned":
-        return (spec.num_prefix_tokens + h * w) * spec.width
-    if spec.posemb == "learned_2d":
-        return (h + w) * (spec.width // 2)
-    return 0
+    d, t = spec.width, h * w + spec.num_prefix_tokens
+    if spec.posemb == "relative":  # one offset table per block, inside its attention
+        return [Table(f"blocks.{i}.attn.rel_embedding",
+                      f"Transformer/encoderblock_{i}/MultiHeadDotProductAttention_1/rel_embedding",
+                      (relative_offsets(t), d)) for i in range(spec.depth)]
+    if (spec.posemb, spec.posemb_at) == ("learned", "input"):  # timm's own table: the rows' layout
+        return [Table("pos_embed", "Transformer/posembed_input/pos_embedding", (1, t, d))]
+    out = []
+    for i in range(num_tables(spec)):
+        place = {"input": "posembed_input", "every_layer_shared": "posembed_shared"}.get(spec.posemb_at,
+                                                                                         f"posembed_{i}")
+        leaves = {"pos_embedding": (1, t, d)} if spec.posemb == "learned" else \
+            {"pos_embedding_x": (w, d // 2), "pos_embedding_y": (h, d // 2)}
+        out += [Table(f"pos_embeds.{i}.{leaf}", f"Transformer/{place}/{leaf}", shape) for leaf, shape in leaves.items()]
+    return out
+
+
+def resolution_of(shapes: dict[str, tuple[int, ...]], spec: ModelSpec, key: str = "torch_key") -> int | None:
+    """The resolution whose learned tables have the given shapes ({timm key or Flax path: shape}, `key` says
+    which); the native one when `spec` has no learned table; None when the shapes give no square grid."""
+    ref = tables(spec, spec.resolution)
+    for t in ref:
+        have = shapes.get(getattr(t, key))
+        if have is None or len(have) != len(t.shape):
+            continue
+        if t.torch_key.endswith(("pos_embedding_x", "pos_embedding_y")):
+            side = have[0]
+        else:  # 1-D tables count prefix + h*w tokens; relative ones 2T - 1 offsets
+            tokens = have[-2] if len(have) == 3 else (have[0] + 1) // 2
+            n = tokens - spec.num_prefix_tokens
+            side = math.isqrt(max(n, 0))
+            if n <= 0 or side * side != n:
+                return None
+        return side * spec.stride
+    return None if ref else spec.resolution
 
 
 def relative_offsets(tokens: int) -> int:

@@ -7,13 +7,12 @@ Data crosses as numpy: images float32 NHWC in [-1, 1], labels int64, weights {ti
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 
 from vitbench.errors import ConfigError
-from vitbench.models.convert import resample_pos_embed
+from vitbench.models.posemb_resize import resize_pos_embeds
 from vitbench.models.specs import ModelSpec
 from vitbench.transfer.data import ImageSet
 
@@ -31,7 +30,7 @@ def from_weights(backend, spec: ModelSpec, weights: dict[str, np.ndarray], resol
                  seed: int) -> Any:
     """The paper's transfer start: upstream body, head removed and replaced by a zero-initialised one.
 
-    Position embeddings are 2-D interpolated when `resolution` changes the token grid (the class token, and a
+    Position embeddings are resized when `resolution` changes the token grid (2-D interpolated; the class token, and a
     distilled model's distillation token, kept).
     """
     from vitbench.models.checkpoints import is_head
@@ -39,15 +38,13 @@ def from_weights(backend, spec: ModelSpec, weights: dict[str, np.ndarray], resol
     model = backend.init_model(spec, resolution, num_classes, seed)
     fresh = backend.weights(model)
     body = {k: v for k, v in weights.items() if not is_head(k)}  # both heads of a distilled model
-    if "pos_embed" in body and "pos_embed" in fresh and body["pos_embed"].shape != fresh["pos_embed"].shape:
-        new_grid = math.isqrt(fresh["pos_embed"].shape[1] - spec.num_prefix_tokens)
-        body["pos_embed"] = resample_pos_embed(body["pos_embed"], new_grid,
-                                               num_prefix_tokens=spec.num_prefix_tokens)
     missing = sorted(set(fresh) - set(body) - {k for k in fresh if is_head(k)})
     unexpected = sorted(set(body) - set(fresh))
     if missing or unexpected:
         raise ConfigError(f"checkpoint does not match {spec.name}: missing {missing[:5]}, "
                           f"unexpected {unexpected[:5]}")
+    # position embeddings of every kind to the new grid (vitbench.models.posemb_resize; relative ones refused)
+    body = resize_pos_embeds(body, {k: tuple(v.shape) for k, v in fresh.items()}, spec)
     for k, v in body.items():
         if v.shape != fresh[k].shape:
             raise ConfigError(f"checkpoint {k} has shape {v.shape}, {spec.name} expects {fresh[k].shape}")

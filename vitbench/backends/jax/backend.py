@@ -109,7 +109,7 @@ def random_params(model, resolution: int, seed: int = 0) -> dict:
     `init_params` (the model's own initialisers) this compiles nothing: a jitted init costs seconds of XLA
     compile per model, which is pure overhead for a throughput or memory probe.
     """
-    from vitbench.models.convert import flatten, unflatten
+    from vitbench.models.param_table import flatten, unflatten
 
     x = jax.ShapeDtypeStruct((1, resolution, resolution, 3), jnp.float32)
     shapes = flatten(dict(jax.eval_shape(model.init, jax.random.PRNGKey(0), x)["params"]))

@@ -14,7 +14,7 @@ Computes the same function as timm's ResNetV2 that vitbench/models/torch.py buil
 Parameter names follow big_transfer's bit_jax / big_vision's `bit_paper` layout so BiT checkpoints map by name:
 ``root_block/conv_root``, ``block{k}/unit{jj:02d}/{gn1,conv1,gn2,conv2,gn3,conv3,conv_proj}``, ``norm-pre-head``,
 ``head``. (Their GroupNorm scale/bias are stored as (1,1,1,C); ours are (C,) as in flax.linen.GroupNorm -- the
-.npz loader in vitbench.models.convert squeezes them.)
+.npz loader in vitbench.models.npz squeezes them.)
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ patch embedding = PxP/P conv; class token prepended; learned position embeddings
 (LayerNorm eps spec.ln_eps, multi-head attention with scale head_dim**-0.5 and biases on q, k, v and out,
 MLP with the GELU of the spec's flavour: exact erf as timm's nn.GELU, or the tanh approximation, flax's
 nn.gelu default, which vit_jax and big_vision use); final LayerNorm; the class token's output -> (optional
-pre_logits Dense+tanh) -> head. No dropout: vitbench measures with dropout off (timm's default rates are 0 too).
+pre_logits Dense+tanh) -> head. Head and position-embedding variants (classifier gap, rep_size, posemb kinds
+and places, relative attention) as vitbench/models/torch_vit.py builds them; see vitbench.models.posemb. No dropout: vitbench measures with dropout off (timm's default rates are 0 too).
 
 Distilled (DeiT, spec.distilled): a distillation token `dist` after `cls` (position embeddings for N+2 tokens)
 and a second head `head_dist` on it. ``apply(..., separate_heads=True)`` returns (cls_logits, dist_logits) for
@@ -31,7 +32,9 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from vitbench.models import posemb
 from vitbench.models.flavours import Gelu
 from vitbench.models.flax.hybrid import hybrid_root
 from vitbench.models.specs import ModelSpec
@@ -58,10 +61,13 @@ class MlpBlock(nn.Module):
 
 class MultiHeadDotProductAttention(nn.Module):
     """Self-attention with flax's MultiHeadDotProductAttention parameter layout (query/key/value kernels
-    (D, H, D/H), out kernel (H, D/H, D)); scores scaled by head_dim**-0.5 (Vaswani et al. 2017)."""
+    (D, H, D/H), out kernel (H, D/H, D)); scores scaled by head_dim**-0.5 (Vaswani et al. 2017).
+    `rel_tokens` > 0: 1-D relative position logits over that many tokens (vitbench.models.posemb), from a
+    `rel_embedding` table (2T-1, D), added to the content logits before the softmax."""
 
     num_heads: int
     dtype: Any = jnp.float32
+    rel_tokens: int = 0
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -71,10 +77,18 @@ class MultiHeadDotProductAttention(nn.Module):
         proj = lambda name: nn.DenseGeneral((self.num_heads, hd), dtype=self.dtype, kernel_init=init,  # noqa: E731
                                             name=name)
         q, k, v = proj("query")(x), proj("key")(x), proj("value")(x)  # (B, T, H, hd)
-        # jax.nn.dot_product_attention == softmax(q k^T * hd**-0.5) v; XLA path on CPU/TPU, cuDNN where it fits
-        o = jax.nn.dot_product_attention(q, k, v, scale=hd**-0.5)
+        bias = None
+        if self.rel_tokens:
+            t = self.rel_tokens
+            table = self.param("rel_embedding", nn.initializers.normal(posemb.INIT_STD),
+                               (posemb.relative_offsets(t), d), jnp.float32).astype(self.dtype)
+            rel = jnp.einsum("bqhd,rhd->bhqr", q, table.reshape(-1, self.num_heads, hd))  # query vs every offset
+            bias = rel[:, :, np.arange(t)[:, None], posemb.relative_index(t)] * hd**-0.5  # (B, H, T, T)
+        # jax.nn.dot_product_attention == softmax(q k^T * hd**-0.5 + bias) v; XLA on CPU/TPU, cuDNN where it fits
+        o = jax.nn.dot_product_attention(q, k, v, bias=bias, scale=hd**-0.5)
         if self.is_mutable_collection("intermediates"):  # inspection only (vitbench.inspect): the probabilities
             logits = jnp.einsum("bqhd,bkhd->bhqk", q, k, precision=jax.lax.Precision.HIGHEST) * hd**-0.5
+            logits = logits if bias is None else logits + bias
             self.sow("intermediates", "attention_weights", jax.nn.softmax(logits.astype(jnp.float32), axis=-1))
         return nn.DenseGeneral(d, axis=(-2, -1), dtype=self.dtype, kernel_init=init, name="out")(o)
 
@@ -88,40 +102,71 @@ class Encoder1DBlock(nn.Module):
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         s = self.spec
+        rel = x.shape[1] if s.posemb == "relative" else 0
         y = layer_norm(s.ln_eps, "LayerNorm_0", self.dtype)(x)
-        x = x + MultiHeadDotProductAttention(s.heads, self.dtype, name="MultiHeadDotProductAttention_1")(y)
+        x = x + MultiHeadDotProductAttention(s.heads, self.dtype, rel, name="MultiHeadDotProductAttention_1")(y)
         y = layer_norm(s.ln_eps, "LayerNorm_2", self.dtype)(x)
         return x + MlpBlock(s.mlp_dim, self.dtype, s.flavour.gelu, name="MlpBlock_3")(y)
 
 
 class Encoder(nn.Module):
-    """`Transformer` in the checkpoint: position embeddings, blocks, final LayerNorm."""
+    """`Transformer` in the checkpoint: position embeddings, blocks, final LayerNorm.
+
+    Absolute tables (vitbench.models.posemb) at `posembed_input` (once, the default), `posembed_{i}` (every
+    layer, its own) or `posembed_shared` (every layer, one table); `grid` is the (h, w) patch grid."""
 
     spec: ModelSpec
+    grid: tuple[int, int]
     dtype: Any = jnp.float32
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        x = AddPositionEmbs(name="posembed_input")(x)
-        for i in range(self.spec.depth):
-            x = Encoder1DBlock(self.spec, self.dtype, name=f"encoderblock_{i}")(x)
-        return layer_norm(self.spec.ln_eps, "encoder_norm", self.dtype)(x)
+        s = self.spec
+        table = lambda name: AddPositionEmbs(s.posemb, self.grid, s.num_prefix_tokens, name=name)  # noqa: E731
+        absolute = posemb.num_tables(s) > 0 or s.posemb == "sincos2d"
+        if absolute and s.posemb_at == "input":
+            x = table("posembed_input")(x)
+        shared = table("posembed_shared") if absolute and s.posemb_at == "every_layer_shared" else None
+        for i in range(s.depth):
+            if absolute and s.posemb_at == "every_layer":
+                x = table(f"posembed_{i}")(x)
+            elif shared is not None:
+                x = shared(x)  # one module called at every block: one table
+            x = Encoder1DBlock(s, self.dtype, name=f"encoderblock_{i}")(x)
+        return layer_norm(s.ln_eps, "encoder_norm", self.dtype)(x)
 
 
 class AddPositionEmbs(nn.Module):
-    """Learned 1-D position embeddings (1, N+1, D), init normal std 0.02 (ViT paper / BERT)."""
+    """An absolute position embedding added to the tokens (vitbench.models.posemb): `learned` 1-D
+    (1, prefix + h*w, D) over every token (the ViT paper's, init normal std 0.02); `learned_2d` x (w, D/2) and
+    y (h, D/2) tables; fixed `sincos2d`; the last two on the patch tokens only."""
+
+    kind: str = "learned"
+    grid: tuple[int, int] = (0, 0)
+    prefix: int = 1
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        pe = self.param("pos_embedding", nn.initializers.normal(0.02), (1, *x.shape[1:]), jnp.float32)
-        return x + pe.astype(x.dtype)
+        init = nn.initializers.normal(posemb.INIT_STD)
+        if self.kind == "learned":
+            pe = self.param("pos_embedding", init, (1, *x.shape[1:]), jnp.float32)
+            return x + pe.astype(x.dtype)
+        (h, w), d, p = self.grid, x.shape[-1], self.prefix
+        if self.kind == "sincos2d":
+            pe = jnp.asarray(posemb.sincos2d(h, w, d))
+        else:
+            px = self.param("pos_embedding_x", init, (w, d // 2), jnp.float32)
+            py = self.param("pos_embedding_y", init, (h, d // 2), jnp.float32)
+            pe = jnp.concatenate([jnp.broadcast_to(px[None], (h, w, d // 2)),
+                                  jnp.broadcast_to(py[:, None], (h, w, d // 2))], axis=-1).reshape(h * w, d)
+        return jnp.concatenate([x[:, :p], x[:, p:] + pe.astype(x.dtype)], axis=1)
 
 
 class VisionTransformer(nn.Module):
     """ViT (family 'vit') or, with spec.family == 'hybrid', R50+ViT. NHWC images in; float32 logits out.
 
-    `representation_size` adds the pre-training `pre_logits` Dense+tanh (the paper's pre-training head);
-    vitbench's PyTorch models have none, so parity and conversion use None.
+    `representation_size` adds the pre-training `pre_logits` Dense+tanh (the paper's pre-training head); by
+    default spec.rep_size decides (0: none), as in the PyTorch model.
     """
 
     spec: ModelSpec
@@ -143,14 +188,16 @@ class VisionTransformer(nn.Module):
                     name="embedding")(x)
         n, h, w, c = x.shape
         x = x.reshape(n, h * w, c)  # row-major over (h, w): the same token order as timm's flatten(2)
-        prefix = [self.param("cls", nn.initializers.zeros, (1, 1, c), jnp.float32)]
+        prefix = [self.param("cls", nn.initializers.zeros, (1, 1, c), jnp.float32)] if s.num_prefix_tokens else []
         if s.distilled:  # DeiT: trunc-normal(0.02) init in timm; normal(0.02) here, as the position embeddings
             prefix.append(self.param("dist", nn.initializers.normal(0.02), (1, 1, c), jnp.float32))
         x = jnp.concatenate([jnp.broadcast_to(t.astype(x.dtype), (n, 1, c)) for t in prefix] + [x], axis=1)
-        x = Encoder(s, self.dtype, name="Transformer")(x)
-        tokens = [x[:, i] for i in range(len(prefix))]  # class token (, distillation token)
-        if self.representation_size is not None:  # (build_flax_model refuses it for distilled models)
-            tokens = [jnp.tanh(nn.Dense(self.representation_size, dtype=self.dtype, name="pre_logits")(tokens[0]))]
+        x = Encoder(s, (h, w), self.dtype, name="Transformer")(x)
+        # class token (, distillation token); GAP: the mean of the patch tokens after the final norm (vit_jax)
+        tokens = [x[:, i] for i in range(len(prefix))] if prefix else [jnp.mean(x, axis=1)]
+        rep = self.representation_size if self.representation_size is not None else (s.rep_size or None)
+        if rep is not None:  # (build_flax_model refuses it for distilled models)
+            tokens = [jnp.tanh(nn.Dense(rep, dtype=self.dtype, name="pre_logits")(tokens[0]))]
         if pre_logits:  # distilled: the mean of the two tokens (timm forward_head(pre_logits=True))
             rep = tokens[0] if len(tokens) == 1 else (tokens[0] + tokens[1]) / 2
             return rep.astype(jnp.float32)
