@@ -62,8 +62,8 @@ def position_table(weights: dict[str, np.ndarray], spec, layout: TokenLayout,
         x = np.asarray(weights[TABLE_X.format(i=0)])
         y = np.asarray(weights[TABLE_Y.format(i=0)])
         if (len(y), len(x)) != (h, w):
-            raise ConfigError(f"learned 2-D position tables of {len(y)}x{len(x)}; inspect at the resolution they "
-                              f"were trained at ({len(y) * layout.stride_px} px)")
+            raise ConfigError(f"learned 2-D position tables of {len(y)}x{len(x)} for a {h}x{w} grid: resize them "
+                              "first (vitbench.inspect.run.fit_pos_embed)")
         grid = np.concatenate([np.broadcast_to(x[None], (h, w, x.shape[-1])),
                                np.broadcast_to(y[:, None], (h, w, y.shape[-1]))], axis=-1)
         return grid.reshape(h * w, -1), f"learned 2-D (x and y tables concatenated), {where}"

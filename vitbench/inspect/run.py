@@ -127,14 +127,15 @@ class InspectResult:
 def fit_pos_embed(weights: dict[str, np.ndarray], layout: TokenLayout, spec: ModelSpec | None = None
                   ) -> tuple[dict[str, np.ndarray], tuple[int, int]]:
     """Weights whose position embeddings fit `layout`'s grid (2-D interpolated as for fine-tuning, ViT Sec. 3.2;
-    extra tokens kept), and the (square) grid they were trained on. Other position tables (a variant's, ViT
-    appendix D.4) are not resampled: such a model is inspected at the grid it was trained on."""
+    extra tokens kept), and the (square) grid they were trained on. A variant's tables (ViT appendix D.4) are
+    resized as for fine-tuning too (vitbench.models.posemb_resize; a relative-attention table is refused there:
+    inspect such a model at its trained resolution)."""
     if POS_EMBED not in weights:
         trained = table_grid(weights, spec, layout) if spec is not None else None
         if trained is not None and trained != (layout.grid_h, layout.grid_w):
-            raise ConfigError(f"{spec.name}: its position tables (posemb={spec.posemb}, at {spec.posemb_at}) were "
-                              f"trained on a {trained[0]}x{trained[1]} grid; inspect it at "
-                              f"{trained[0] * layout.stride_px} px (only the 1-D input table is resampled)")
+            from vitbench.models.posemb_resize import resize_state_dict_pos_embed
+
+            weights = resize_state_dict_pos_embed(weights, spec, layout.resolution_px[0])
         return weights, trained or (layout.grid_h, layout.grid_w)
     pe = np.asarray(weights[POS_EMBED])
     n = pe.shape[-2] - layout.num_prefix_tokens
