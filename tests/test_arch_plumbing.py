@@ -170,7 +170,7 @@ def test_inspection_says_what_does_not_apply(cli, sets, absent, present):
     assert ("posemb_adjacent_cos_sim" in doc["headline"]) == ("posemb_similarity" not in absent)
 
 
-# ---- transfer of every variant -----------------------------------------------------------------------------------
+# ---- transfer of every variant ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("model", ["ViT-Nano/4[classifier=gap]", "ViT-Nano/4[rep_size=16,posemb=learned_2d]",
                                    "ViT-Nano/4[posemb=none]", "ViT-Nano/4[posemb=relative]",
                                    "ViT-Nano/4[posemb=sincos2d,posemb_at=every_layer_shared]",
@@ -195,7 +195,8 @@ def test_a_gap_student_distils_from_a_teacher(cli, tmp_path, monkeypatch):
     """No class or distillation token: the teacher supervises the pooled head."""
     monkeypatch.setenv("VITBENCH_CHECKPOINT_DIR", str(tmp_path))
     r = cli("pretrain", "ViT-Nano/4", "--set", "classifier=gap", "-r", "16", "--steps", "2", "--warmup-steps", "1",
-            "--teacher", "R-Nano", "--teacher-steps", "2", "--teacher-resolution", "32", "--threads", "1", "--json")
+            "--teacher", "R-Nano", "--teacher-steps", "2", "--teacher-resolution", "32", "--threads", "1",
+            "--json")
     assert r.exit_code == 0, r.output
     m = json.loads(r.stdout)["metrics"]
     assert m["teacher_exaflops"] > 0 and 0 <= m["teacher_agreement"] <= 1
@@ -213,8 +214,8 @@ def test_fine_tuning_drops_the_tanh_pre_logits_layer(tmp_path):
     be.setup("cpu", 1)
     w = be.weights(be.init_model(spec, 16, 5, 0))
     assert any(k.startswith(ft.PRE_LOGITS) for k in w)
-    model = ops.from_weights(be, spec.with_overrides(rep_size=0), {k: v for k, v in w.items()
-                                                                       if not k.startswith(ft.PRE_LOGITS)}, 16, 3, 0)
+    body = {k: v for k, v in w.items() if not k.startswith(ft.PRE_LOGITS)}
+    model = ops.from_weights(be, spec.with_overrides(rep_size=0), body, 16, 3, 0)
     fresh = be.weights(model)
     assert not any(k.startswith(ft.PRE_LOGITS) for k in fresh) and fresh["head.weight"].shape == (3, 32)
 

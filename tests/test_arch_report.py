@@ -45,8 +45,8 @@ def test_shape_rows_get_the_dimension_they_vary():
 def test_head_table_marks_each_heads_best_learning_rate():
     parts = []
     for lr, (tok, gap) in {0.0003: (0.6, 0.8), 0.001: (0.8, 0.7), 0.003: (0.7, 0.5)}.items():
-        parts.append(_rows({"ViT-Nano/4[rep_size=32]": [tok, tok + 0.02], "ViT-Nano/4[classifier=gap]": [gap, gap]},
-                           pretrain_lr=lr))
+        parts.append(_rows({"ViT-Nano/4[rep_size=32]": [tok, tok + 0.02],
+                            "ViT-Nano/4[classifier=gap]": [gap, gap]}, pretrain_lr=lr))
     ok = pd.concat(parts)
     t = arch.head_table(ok)
     best = t[t["best"]].set_index("head")["pretrain_lr"].to_dict()

@@ -1,5 +1,5 @@
-"""The small vocabulary of the backend interface: modes, precisions, optimizers, device/timer/memory/attention kinds
-and capabilities. Plain values and enums; nothing of a framework or of the registry is imported."""
+"""The small vocabulary of the backend interface: modes, precisions, optimizers, device/timer/memory/attention
+kinds and capabilities. Plain values and enums; nothing of a framework or of the registry is imported."""
 
 from __future__ import annotations
 

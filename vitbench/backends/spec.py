@@ -1,5 +1,6 @@
 """A backend as the registry knows it before anything heavy is imported (`BackendSpec`), and how backends are
-registered and looked up (`register_backend`, `backend_names`, `get_backend`, `BackendName` for pydantic models)."""
+registered and looked up (`register_backend`, `backend_names`, `get_backend`, `BackendName` for pydantic
+models)."""
 
 from __future__ import annotations
 

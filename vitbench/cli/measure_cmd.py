@@ -169,7 +169,8 @@ def max_batch_cmd(
     from vitbench.record import Status
 
     _, p = task_params("max_batch", model=with_sets(model, sets), backend=backend,
-                       mode=choice(task, _MODES, "--task"), resolution=resolution, precision=precision, device=device, threads=threads,
+                       mode=choice(task, _MODES, "--task"), resolution=resolution, precision=precision,
+                       device=device, threads=threads,
                        memory_limit_gib=memory_limit_gib, max_batch_size=max_batch_size, start=start,
                        granularity=granularity, probe_timeout_s=probe_timeout_s)
     step = Step.of(p.config(), mode=p.mode, batch_size=1, optimizer=choice(optimizer, OPTIMIZERS, "--optimizer"))
