@@ -287,6 +287,21 @@ def test_npz_with_pre_logits_needs_the_head_swap(tmp_path):
     assert "head" not in p.flax_params() and "cls" in p.flax_params()
 
 
+def test_npz_with_pre_logits_loads_into_a_model_with_that_rep_size(tmp_path):
+    cfg = VIT_JAX_TINY["ViT-Nano/4"]
+    shapes = vit_jax_shapes(cfg) | {"pre_logits/kernel": (32, 32), "pre_logits/bias": (32,)}
+    path = tmp_path / "upstream.npz"
+    arrays = random_vit_jax_params(shapes)
+    np.savez(path, **arrays)
+    with pytest.raises(ConfigError, match=r"rep_size=32"):
+        load_pretrained(path)
+    p = load_pretrained(path, "ViT-Nano/4[rep_size=32]")
+    assert p.spec.name == "ViT-Nano/4[rep_size=32]" and p.spec.rep_size == 32
+    np.testing.assert_array_equal(p.weights["pre_logits.weight"], arrays["pre_logits/kernel"].T.astype(np.float32))
+    model = build_torch_model(p.spec, p.resolution)
+    model.load_state_dict(p.state_dict(), strict=True)
+
+
 # ---- big_transfer BiT: the original files keep TensorFlow names; bit_jax/models.py defines the function ----
 def np_bit_forward(p: dict, x, groups: int, stages: list[tuple[int, int]]):
     """big_transfer bit_jax ResNet (v2) at inference, from the source, on big_transfer's TF-named arrays."""

@@ -225,3 +225,14 @@ def test_flax_resize_agrees_with_torch_resize(name):
     assert via_flax.keys() == via_torch.keys()
     for k, v in via_torch.items():
         assert math.isclose(float((via_flax[k] - v).abs().max()), 0.0, abs_tol=1e-6), k
+
+
+def test_position_tables_of_every_kind_are_not_weight_decayed():
+    """timm's no_weight_decay convention (pos_embed, tokens) extends to every position-embedding table."""
+    from vitbench.backends.torch.training import decays
+
+    model = build_torch_model(get_spec("ViT-Nano/4[posemb=learned_2d,posemb_at=every_layer]"))
+    rel = build_torch_model(get_spec("ViT-Nano/4[posemb=relative]"))
+    tables = {n: tuple(p.shape) for m in (model, rel) for n, p in m.named_parameters() if "_embedding" in n}
+    assert tables and not any(decays(n, s) for n, s in tables.items())
+    assert decays("blocks.0.attn.qkv.weight", (96, 32))

@@ -115,12 +115,16 @@ def _npz_to_timm(flat: dict[str, np.ndarray], source: str, new_head: bool,
     (ViT-Ti/S/B at depth 12, ...) are told apart by converting and checking shapes; `model` is tried first."""
     flat = _canonical_keys(flat)
     if any(k.startswith("pre_logits/") for k in flat):
-        if not new_head:
-            raise ConfigError(f"{source} has a pre_logits layer (the pre-training representation head, "
-                              f"{flat.get('pre_logits/bias', np.zeros(0)).shape[-1]} wide), which vitbench's "
-                              "models do not have; load it with new_head=True (the paper's fine-tuning head "
-                              "swap: head and pre_logits dropped)")
-        flat = {k: v for k, v in flat.items() if not k.startswith("pre_logits/")}
+        width = flat.get("pre_logits/bias", np.zeros(0)).shape[-1]
+        if model is not None and get_spec(model).rep_size == width:
+            pass  # the model asked for has this tanh pre-logits layer: kept
+        elif not new_head:
+            raise ConfigError(f"{source} has a pre_logits layer (the pre-training representation head, {width} "
+                              f"wide): load it as a model with rep_size={width} (e.g. ViT-B/16[rep_size={width}]) "
+                              "to keep it, or with new_head=True (the paper's fine-tuning head swap: head and "
+                              "pre_logits dropped)")
+        else:
+            flat = {k: v for k, v in flat.items() if not k.startswith("pre_logits/")}
     heads = ("head/", "head_dist/")
     if new_head:
         flat = {k: v for k, v in flat.items() if not k.startswith(heads)}

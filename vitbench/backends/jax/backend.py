@@ -123,7 +123,7 @@ def random_params(model, resolution: int, seed: int = 0) -> dict:
             arr = rng.standard_normal(shape, np.float32) / np.float32(np.sqrt(fan_in))
         elif name[-1] == "scale":
             arr = np.ones(shape, np.float32)
-        elif name[-1] == "pos_embedding":
+        elif name[-1] in ("pos_embedding", "pos_embedding_x", "pos_embedding_y", "rel_embedding"):
             arr = 0.02 * rng.standard_normal(shape, np.float32)
         else:  # biases, class token
             arr = np.zeros(shape, np.float32)

@@ -19,8 +19,10 @@ import torch.nn.functional as F
 from vitbench.transfer.distill import Distill, Distillation
 from vitbench.transfer.schedules import OptimConfig
 
-# timm VisionTransformer.no_weight_decay; the JAX backend decays only `kernel` leaves, which none of these is
-_NO_DECAY = ("pos_embed", "cls_token", "dist_token")
+# timm VisionTransformer.no_weight_decay, plus the other position-embedding tables (vitbench.models.posemb:
+# learned_2d, every-layer, relative); the JAX backend decays only `kernel` leaves, which none of these is
+_NO_DECAY = ("pos_embed", "cls_token", "dist_token", "pos_embedding", "pos_embedding_x", "pos_embedding_y",
+             "rel_embedding")
 
 
 def decays(name: str, shape: tuple[int, ...]) -> bool:
