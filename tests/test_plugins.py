@@ -104,3 +104,28 @@ def test_unimportable_plugin_fails_only_commands_that_need_plugins(tmp_path):
     assert "Traceback" not in plugins.stderr
     lines = plugins.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:") and "no_such_module" in lines[0]
+
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module `path` imports, at the top or inside a function."""
+    import ast
+
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.add(node.module)
+    return out
+
+
+@pytest.mark.parametrize("layer", ["tasks", "backends", "models", "transfer", "measure"])
+def test_lower_layers_import_no_higher_one(layer):
+    """Layers go one way (docs/architecture.md): a task, backend, model, transfer or measurement module never
+    imports the report, compare or the command line, not even inside a function (a task declares its report
+    figures lazily, by name)."""
+    higher = ("vitbench.report", "vitbench.compare", "vitbench.cli", "vitbench.runner")
+    bad = {f"{p.relative_to(REPO)}: {m}" for p in (REPO / "vitbench" / layer).rglob("*.py")
+           for m in _imports(p) if m.startswith(higher)}
+    assert not bad

@@ -171,6 +171,45 @@ def option(field: str, names: dict[str, str] | None = None) -> str:
     return (names or {}).get(field) or "--" + field.replace("_", "-")
 
 
+SET_HELP = ("Architecture override KEY=VALUE, repeatable: --set depth=6 --set posemb=none. ViT/hybrid: depth, "
+            "width, mlp_dim, heads, patch, classifier (token|gap), rep_size, posemb (learned|none|learned_2d|"
+            "sincos2d|relative), posemb_at (input|every_layer|every_layer_shared); BiT/hybrid: width_factor, "
+            "blocks (e.g. 3x4x6x3). The model's name becomes e.g. ViT-B/16[depth=6].")
+
+
+def parse_sets(sets: list[str] | None, option: str = "--set") -> dict[str, str]:
+    """`--set KEY=VALUE` options -> {KEY: VALUE} (keys not yet checked); a malformed or repeated one is a
+    ConfigError naming it."""
+    out: dict[str, str] = {}
+    for item in sets or ():
+        key, eq, value = item.partition("=")
+        key, value = key.strip(), value.strip()
+        if not eq or not key or not value:
+            raise ConfigError(f"{option} {clip(item, 60)!r}: expected KEY=VALUE, e.g. {option} depth=6")
+        if key in out:
+            raise ConfigError(f"{option} {clip(key, 40)}: given twice ({out[key]!r} and {clip(value, 40)!r})")
+        out[key] = value
+    return out
+
+
+def with_sets(model: str, sets: list[str] | None, option: str = "--set") -> str:
+    """The canonical name of `model` with the `--set KEY=VALUE` overrides applied (vitbench.models.overrides),
+    e.g. ("ViT-B/16", ["depth=6"]) -> "ViT-B/16[depth=6]"; `model` unchanged without overrides. A bad key,
+    value or combination is a ConfigError naming the option and what is allowed."""
+    wanted = parse_sets(sets, option)
+    if not wanted:
+        return model
+    from vitbench.models.specs import get_spec
+
+    spec = get_spec(model)
+    try:
+        return spec.with_overrides(**wanted).name
+    except ConfigError as e:
+        named = [f"{option} {k}={v}" for k, v in wanted.items() if k in str(e)] or \
+            [f"{option} {k}={v}" for k, v in wanted.items()]
+        raise ConfigError(f"{' '.join(named)}: {e}") from None
+
+
 def task_params(task_name: str, names: dict[str, str] | None = None, **values):
     """(task class, its validated Params) from command-line values; a bad value is a ConfigError naming the
     option (--min-seconds; `names`: fields whose option is named otherwise) and what it must be."""

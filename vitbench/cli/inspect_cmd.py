@@ -4,12 +4,14 @@ vitbench.inspect."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from vitbench.cli import app
-from vitbench.cli.common import console, err_console, print_json, shared_option
+from vitbench.cli.common import SET_HELP, console, err_console, parse_sets, print_json, shared_option, with_sets
 
 JSON_NAME = "inspect.json"
 
@@ -18,6 +20,7 @@ JSON_NAME = "inspect.json"
 def inspect_cmd(
     source: str = typer.Argument(..., help="A checkpoint (.safetensors from `vitbench pretrain`) or a variant "
                                            "name (random weights), e.g. ViT-Micro/4, R-Nano+ViT-Micro/8."),
+    sets: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
     backend: str = typer.Option(None, help="A registered backend "
                                            "(`vitbench plugins` lists them; default: the first registered)."),
     resolution: int = typer.Option(None, "--resolution", "-r",
@@ -44,10 +47,19 @@ def inspect_cmd(
     needs = {Capability.ATTENTION, Capability.TRANSFER} - backend_spec(backend).capabilities
     if needs:
         raise ConfigError(f"--backend {backend!r} cannot inspect (missing {', '.join(sorted(needs))})")
+    is_file = Path(source).expanduser().exists() or source.endswith(".safetensors")  # as load_source decides
+    if not is_file:
+        source = with_sets(source, sets)
     be = get_backend(backend)
     be.setup("cpu", threads)
     src = load_source(source, lambda spec, r: be.weights(be.init_model(spec, r, spec.num_classes, seed)),
                       resolution)
+    if is_file and sets:
+        from vitbench.transfer.checkpoint import refuse_other_architecture
+
+        wanted = parse_sets(sets)
+        refuse_other_architecture(src.spec, src.spec.with_overrides(**wanted),
+                                  " ".join(f"--set {k}={v}" for k, v in wanted.items()))
     x = inspection_images(images, src.resolution)
     result = inspect_model(src.weights, src.spec, src.resolution, x, be.attention_maps, num_rollout=rollout,
                            num_prefix_tokens=src.spec.num_prefix_tokens)
@@ -63,8 +75,8 @@ def inspect_cmd(
     if as_json:
         print_json(doc)
         return
-    t = Table(title=f"{result.model} @ {result.resolution_px}px ({src.origin}, {backend}, {result.num_images} "
-                    "images): mean attention distance (px)")
+    t = Table(title=escape(f"{result.model} @ {result.resolution_px}px ({src.origin}, {backend}, "
+                           f"{result.num_images} images): mean attention distance (px)"))
     t.add_column("layer", justify="right")
     t.add_column("per head", justify="left")
     t.add_column("mean", justify="right")
@@ -74,3 +86,5 @@ def inspect_cmd(
     console.print(t)
     for k, v in result.headline().items():
         console.print(f"{k}: {v:.2f}")
+    for what, why in result.not_applicable.items():
+        console.print(f"not applicable, {what}: {escape(why)}", highlight=False)

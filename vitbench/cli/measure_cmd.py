@@ -11,7 +11,7 @@ from rich.table import Table
 
 from vitbench.backends.base import PRECISIONS
 from vitbench.cli import app
-from vitbench.cli.common import checked, choice, console, print_json, shared_option, task_params
+from vitbench.cli.common import SET_HELP, checked, choice, console, print_json, shared_option, task_params, with_sets
 from vitbench.errors import ConfigError
 from vitbench.measure.timing import TARGET_WINDOWS
 from vitbench.numfmt import fmt
@@ -33,6 +33,7 @@ def _kv_table(title: str, rows: list[tuple[str, object]]) -> Table:
 @app.command("bench")
 def bench_cmd(
     model: str = typer.Argument(..., help="Variant name, e.g. ViT-B/16, R50x1, R50+ViT-B/16, ViT-Nano/4."),
+    sets: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
     task: str = typer.Option("infer", help="infer (forward) | train (forward + loss + backward + optimizer "
                                             "step)."),
     batch_size: int = typer.Option(8, "--batch-size", "-b", min=1),
@@ -72,7 +73,7 @@ def bench_cmd(
     """
     from vitbench.record import Status
 
-    values = dict(model=model, backend=backend, batch_size=batch_size, resolution=resolution,
+    values = dict(model=with_sets(model, sets), backend=backend, batch_size=batch_size, resolution=resolution,
                   precision=precision, compile=compile, compile_mode=compile_mode, device=device, threads=threads,
                   channels_last=channels_last, seed=seed, warmup_steps=warmup, min_steps=min_steps,
                   min_seconds=min_seconds, max_seconds=max_seconds, timing=timing, window_steps=window_steps)
@@ -86,7 +87,7 @@ def bench_cmd(
     if rec.status is not Status.OK:
         console.print(f"[red]{rec.status}[/]: {escape(rec.error.message) if rec.error else ''}")
         raise typer.Exit(1)
-    console.print(_kv_table(_bench_title(rec), _bench_rows(rec)))
+    console.print(_kv_table(escape(_bench_title(rec)), _bench_rows(rec)))
     _print_warnings(rec)
 
 
@@ -143,6 +144,7 @@ def _print_warnings(rec) -> None:
 @app.command("max-batch")
 def max_batch_cmd(
     model: str = typer.Argument(..., help="Variant name."),
+    sets: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
     task: str = typer.Option("infer", help="infer | train"),
     resolution: int = typer.Option(None, "--resolution", "-r"),
     precision: str = typer.Option("fp32", help="fp32 | bf16 | fp16"),
@@ -171,7 +173,7 @@ def max_batch_cmd(
     from vitbench.measure.max_batch import max_batch
     from vitbench.record import Status
 
-    _, p = task_params("max_batch", {"model": "MODEL", "mode": "--task"}, model=model, backend=backend,
+    _, p = task_params("max_batch", {"model": "MODEL", "mode": "--task"}, model=with_sets(model, sets), backend=backend,
                        mode=choice(task, _MODES, "--task"),
                        resolution=resolution, precision=precision, device=device, threads=threads,
                        memory_limit_gib=memory_limit_gib, max_batch_size=max_batch_size, start=start,
@@ -183,7 +185,7 @@ def max_batch_cmd(
     if as_json:
         print_json(rec.to_dict())
         return
-    t = Table(title=f"probes: {rec.config['model']} {rec.config['task']} @ {rec.config['resolution']}px")
+    t = Table(title=escape(f"probes: {rec.config['model']} {rec.config['task']} @ {rec.config['resolution']}px"))
     for col in ("batch", "fits", "status", "peak_mem_mib", "process_peak_mib", "seconds"):
         t.add_column(col, justify="right")
     for pr in rec.raw["probes"]:
@@ -207,6 +209,7 @@ def max_batch_cmd(
 @app.command("flops")
 def flops_cmd(
     model: str = typer.Argument(..., help="Variant name."),
+    sets: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
     resolution: int = typer.Option(None, "--resolution", "-r"),
     num_classes: int = typer.Option(None, "--num-classes"),
     backend: str = typer.Option(None, help="A registered backend "
@@ -230,7 +233,7 @@ def flops_cmd(
     if (images is None) != (epochs is None):
         raise ConfigError("--images and --epochs go together (pre-training compute needs both)")
     images, epochs = checked(images, _Images, "--images"), checked(epochs, _Epochs, "--epochs")
-    _, p = task_params("flops", {"model": "MODEL"}, model=model, resolution=resolution, backend=backend,
+    _, p = task_params("flops", {"model": "MODEL"}, model=with_sets(model, sets), resolution=resolution, backend=backend,
                        num_classes=num_classes,
                        count=count)
     rec = flops(p.model, p.resolution, backend=p.backend, num_classes=p.num_classes, images=images, epochs=epochs,
@@ -239,8 +242,8 @@ def flops_cmd(
         print_json(rec.to_dict())
         return
     m, c = rec.metrics, rec.config
-    t = Table(title=f"{c['model']} @ {c['resolution']}px, {c['num_classes']} classes, "
-                    f"params {m['params_m']:.3f} M")
+    t = Table(title=escape(f"{c['model']} @ {c['resolution']}px, {c['num_classes']} classes, "
+                           f"params {m['params_m']:.3f} M"))
     for col in ("method", "GMACs", "GFLOPs", "vs analytic", "excludes"):
         t.add_column(col, justify="left" if col in ("method", "excludes") else "right")
     ex = rec.raw["excludes"]

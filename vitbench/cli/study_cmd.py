@@ -112,10 +112,10 @@ def _dry_run_table(study, statuses: dict[str, str] | None) -> Table:
                      no_wrap=c in ("model", "key", "task"))
     for tr in study.trials:
         c = tr.config
-        row = [tr.key[:8], str(tr.repeat), *(_fmt(c.get(f)) if f in c else "-" for f in fields)]
+        row = [tr.key[:8], str(tr.repeat), *(escape(_fmt(c.get(f))) if f in c else "-" for f in fields)]
         if wide:
-            row.append(", ".join(f"{k}={_fmt(v)}" for k, v in c.items() if k not in names and k not in (
-                "threads", "num_classes", "optimizer", "channels_last") and v is not None))
+            row.append(escape(", ".join(f"{k}={_fmt(v)}" for k, v in c.items() if k not in names and k not in (
+                "threads", "num_classes", "optimizer", "channels_last") and v is not None)))
         if statuses is not None:
             s = statuses.get(tr.key, "pending")
             row.append(f"[{_STATUS_STYLE.get(s, 'white')}]{s}[/]")

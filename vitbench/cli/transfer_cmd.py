@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from vitbench.cli import app
-from vitbench.cli.common import console, print_json
+from vitbench.cli.common import SET_HELP, console, parse_sets, print_json, with_sets
 from vitbench.numfmt import fmt
 
 _DATA_HELP = "digits | synthetic | folder | cifar10 | cifar100 | npz"
@@ -44,7 +45,7 @@ def _show(rec, title: str, keys: list[str], as_json: bool) -> None:
     if as_json:
         print_json(rec.to_dict())
         return
-    t = Table(title=title, show_header=False)
+    t = Table(title=escape(title), show_header=False)
     t.add_column("metric", style="bold")
     t.add_column("value", justify="right")
     for k in keys:
@@ -75,6 +76,7 @@ _MP_DEFAULTS = _mp_defaults()
 @app.command("pretrain")
 def pretrain_cmd(
     model: str = typer.Argument(..., help="Variant name, e.g. ViT-Nano/4, R-Nano, R-Nano+ViT-Micro/8."),
+    sets: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
     backend: str = typer.Option(None, help="A registered backend "
                                            "(`vitbench plugins` lists them; default: the first registered)."),
     data: str = typer.Option("digits", help=_DATA_HELP),
@@ -127,8 +129,8 @@ def pretrain_cmd(
             get_spec(teacher)
         except VitbenchError as e:
             raise ConfigError(f"--teacher: {e}") from None
-    opts = _upstream_opts(model, backend, data, data_path, classes, data_seed, resolution, steps, batch_size, lr,
-                          weight_decay, warmup_steps, decay, label_smoothing, seed)
+    opts = _upstream_opts(with_sets(model, sets), backend, data, data_path, classes, data_seed, resolution, steps,
+                          batch_size, lr, weight_decay, warmup_steps, decay, label_smoothing, seed)
     recipe = {k: v for k, v in opts.items() if k not in ("model", "resolution", "steps", "seed")}
     opts["teacher"] = teacher_fields(recipe, teacher, checkpoint=teacher_checkpoint, resolution=teacher_resolution,
                                      steps=teacher_steps or steps, seed=teacher_seed, distillation=distillation,
@@ -141,7 +143,7 @@ def pretrain_cmd(
     else:
         ckpt, rec = ensure_upstream(cfg, device=device, threads=threads, batch_option="--batch-size")
         if rec is None:
-            console.print(f"cached upstream: {ckpt.path}")
+            console.print(f"cached upstream: {escape(str(ckpt.path))}")
             from vitbench.record import Record
 
             rec = Record.measured("pretrain", {**ckpt.meta["config"], "checkpoint": str(ckpt.path)},
@@ -170,12 +172,20 @@ def _objective_opts(objective: str, mask_rate: float | None = None, mask_target:
     return {k: v for k, v in (("mask_rate", mask_rate), ("target", mask_target)) if v is not None}
 
 
-def _resolve_upstream_arg(checkpoint, model, backend, pretrain_steps, pretrain_warmup_steps, seed,
+def _resolve_upstream_arg(checkpoint, model, sets, backend, pretrain_steps, pretrain_warmup_steps, seed,
                           objective: str = "supervised") -> dict:
     """The downstream command's upstream: a checkpoint file, or a model pre-trained here with the default
-    recipe. Options that only shape a pre-training are refused beside a checkpoint (they would be ignored)."""
+    recipe. Options that only shape a pre-training are refused beside a checkpoint (they would be ignored);
+    `--set` beside a checkpoint must describe the checkpoint's own architecture."""
     from vitbench.errors import ConfigError
 
+    if checkpoint and sets:
+        from vitbench.transfer.checkpoint import checkpoint_spec, load_checkpoint, refuse_other_architecture
+
+        have = checkpoint_spec(checkpoint) or load_checkpoint(checkpoint).spec
+        wanted = parse_sets(sets)
+        refuse_other_architecture(have, have.with_overrides(**wanted),
+                                  " ".join(f"--set {k}={v}" for k, v in wanted.items()))
     if checkpoint:
         ignored = [opt for opt, v in (("--model", model), ("--pretrain-steps", pretrain_steps),
                                       ("--pretrain-warmup-steps", pretrain_warmup_steps)) if v is not None]
@@ -189,8 +199,8 @@ def _resolve_upstream_arg(checkpoint, model, backend, pretrain_steps, pretrain_w
                           "digits 0-4 with the default recipe, cached)")
     recipe = {k: v for k, v in (("steps", pretrain_steps), ("warmup_steps", pretrain_warmup_steps))
               if v is not None}
-    return {"upstream": {"model": model, **recipe, "seed": seed, **({"backend": backend} if backend else {}),
-                         "objective": _objective_opts(objective)}}
+    return {"upstream": {"model": with_sets(model, sets), **recipe, "seed": seed,
+                         **({"backend": backend} if backend else {}), "objective": _objective_opts(objective)}}
 
 
 @app.command("fewshot")
@@ -199,6 +209,7 @@ def fewshot_cmd(
     objective: str = typer.Option("supervised", help="The upstream's pre-training objective: supervised | "
                                   "masked_patch (a --checkpoint made by another is refused)."),
     model: str = typer.Option(None, "--model", "-m", help="Or: a variant, pre-trained here (default recipe)."),
+    sets: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
     pretrain_steps: int = typer.Option(None, min=1, help="With --model: upstream steps "
                                        "(default: as `vitbench pretrain`)."),
     pretrain_warmup_steps: int = typer.Option(None, min=0, help="With --model: upstream warm-up steps "
@@ -226,7 +237,7 @@ def fewshot_cmd(
     from vitbench.transfer.fewshot import FewshotConfig, fewshot
 
     cfg = validated(FewshotConfig, {
-        **_resolve_upstream_arg(checkpoint, model, backend, pretrain_steps, pretrain_warmup_steps, seed,
+        **_resolve_upstream_arg(checkpoint, model, sets, backend, pretrain_steps, pretrain_warmup_steps, seed,
                                 objective),
         "backend": backend,
         "data": _data(data, data_path, classes, data_seed), "resolution": resolution,
@@ -245,6 +256,7 @@ def finetune_cmd(
     objective: str = typer.Option("supervised", help="The upstream's pre-training objective: supervised | "
                                   "masked_patch (a --checkpoint made by another is refused)."),
     model: str = typer.Option(None, "--model", "-m", help="Or: a variant, pre-trained here (default recipe)."),
+    sets: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
     pretrain_steps: int = typer.Option(None, min=1, help="With --model: upstream steps "
                                        "(default: as `vitbench pretrain`)."),
     pretrain_warmup_steps: int = typer.Option(None, min=0, help="With --model: upstream warm-up steps "
@@ -280,7 +292,7 @@ def finetune_cmd(
     from vitbench.transfer.finetune import FinetuneConfig, finetune
 
     cfg = validated(FinetuneConfig, {
-        **_resolve_upstream_arg(checkpoint, model, backend, pretrain_steps, pretrain_warmup_steps, seed,
+        **_resolve_upstream_arg(checkpoint, model, sets, backend, pretrain_steps, pretrain_warmup_steps, seed,
                                 objective),
         "backend": backend,
         "data": _data(data, data_path, classes, data_seed, val_fraction), "resolution": resolution,

@@ -32,6 +32,10 @@ def to_markdown(result: InspectResult, pictures: Mapping[Picture, str] | None = 
     if r.filters is None:
         lines += ["", "No embedding-filter picture: this model's patch projection is 1x1 on CNN features, not a "
                       "filter on pixels."]
+    for what, why in r.not_applicable.items():
+        lines += ["", f"Not applicable, {what}: {why}."]
+    if "posemb" in r.notes:
+        lines += ["", f"Position embeddings compared: {r.notes['posemb']}."]
     for kind, path in (pictures or {}).items():
         lines += ["", f"![{_CAPTIONS[kind]}]({path})", f"*{_CAPTIONS[kind]}*"]
     return "\n".join(lines) + "\n"

@@ -60,9 +60,12 @@ def filters_figure(result: InspectResult, cols: int = 7) -> Figure | None:
     return fig
 
 
-def posemb_figure(result: InspectResult) -> Figure:
-    """Fig. 7 centre: tile (i, j) = cosine similarity of patch (i, j)'s position embedding with every patch's."""
+def posemb_figure(result: InspectResult) -> Figure | None:
+    """Fig. 7 centre: tile (i, j) = cosine similarity of patch (i, j)'s position embedding with every patch's;
+    None for a model without absolute position embeddings (result.not_applicable says why)."""
     sim = result.posemb_similarity
+    if sim is None:
+        return None
     h, w = sim.shape[:2]
     size = min(max(0.5 * max(h, w), 4.0), 9.0)
     fig = Figure(figsize=(size + 1.2, size + 0.8), layout="constrained")
@@ -80,8 +83,10 @@ def posemb_figure(result: InspectResult) -> Figure:
                 ax.set_xlabel(str(j + 1), fontsize=6)
     fig.supxlabel("input patch column", fontsize=8)
     fig.supylabel("input patch row", fontsize=8)
+    what = result.notes.get("posemb")
     fig.suptitle(f"{result.model}: position embedding similarity\n({h}x{w} grid, trained on "
-                 f"{result.posemb_grid_trained[0]}x{result.posemb_grid_trained[1]})", fontsize=9)
+                 f"{result.posemb_grid_trained[0]}x{result.posemb_grid_trained[1]}"
+                 + (f"; {what})" if what else ")"), fontsize=9)
     fig.colorbar(im, ax=axes, shrink=0.6, label="cosine similarity")
     return fig
 
@@ -179,7 +184,8 @@ def rollout_figure(result: InspectResult) -> Figure | None:
 
 
 def figures(result: InspectResult) -> dict[Picture, Figure]:
-    """Every picture that applies to `result` (no filters for a hybrid, no rollout without rollout images)."""
+    """Every picture that applies to `result` (no filters for a hybrid, no rollout without rollout images or
+    class token, no position-embedding similarity without absolute position embeddings)."""
     out = {Picture.FILTERS: filters_figure(result), Picture.POSEMB: posemb_figure(result),
            Picture.DISTANCE: distance_figure({result.model: result}), Picture.ROLLOUT: rollout_figure(result)}
     return {k: v for k, v in out.items() if v is not None}

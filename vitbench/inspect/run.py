@@ -4,7 +4,7 @@ framework's attention function (the only framework-specific piece)."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -18,7 +18,7 @@ from vitbench.inspect.distance import (
 )
 from vitbench.inspect.filters import FilterComponents, acts_on_pixels, embedding_filter_components, is_grey
 from vitbench.inspect.layout import TokenLayout
-from vitbench.inspect.posemb import adjacent_similarity, posemb_similarity
+from vitbench.inspect.posemb import adjacent_similarity, position_table, posemb_similarity, table_grid
 from vitbench.inspect.rollout import rollout_maps
 from vitbench.models.posemb_resize import resample_pos_embed
 from vitbench.models.specs import ModelSpec
@@ -46,11 +46,15 @@ class InspectResult:
     attention_distance_px: np.ndarray  # (layers, heads), mean over images and query patches
     attention_distance_std_px: np.ndarray  # (layers, heads), spread over images
     prefix_attention_share: np.ndarray  # (layers, heads), weight on the extra tokens
-    posemb_similarity: np.ndarray  # (h, w, h, w) cosine similarity
+    posemb_similarity: np.ndarray | None  # (h, w, h, w) cosine similarity; None: no absolute position embeddings
     posemb_grid_trained: tuple[int, int]  # the grid the position embeddings were learned on
     filters: FilterComponents | None  # None: the projection does not act on pixels (hybrid)
-    rollout: np.ndarray  # (n, h, w) class-token rollout over the input grid
+    rollout: np.ndarray  # (n, h, w) class-token rollout over the input grid (n = 0: none, see not_applicable)
     rollout_images: np.ndarray  # (n, H, W, C) the matching inputs, float32 in [-1, 1]
+    # what was not computed for this model and why ({"posemb_similarity": ..., "rollout": ...}), and what the
+    # compared position embeddings are ({"posemb": "learned 1-D, added once at the input"})
+    not_applicable: dict[str, str] = field(default_factory=dict)
+    notes: dict[str, str] = field(default_factory=dict)
 
     @property
     def resolution_px(self) -> int:
@@ -62,12 +66,14 @@ class InspectResult:
         the distance uniform attention would give (the 'global' reference), and how alike adjacent patches'
         position embeddings are (Fig. 7 centre: near patches have similar embeddings)."""
         d = self.attention_distance_px
-        return {"attention_distance_first_layer_px": float(d[0].mean()),
-                "attention_distance_last_layer_px": float(d[-1].mean()),
-                "attention_distance_first_layer_min_px": float(d[0].min()),
-                "attention_distance_first_layer_max_px": float(d[0].max()),
-                "attention_distance_uniform_px": uniform_attention_distance_px(self.layout),
-                "posemb_adjacent_cos_sim": adjacent_similarity(self.posemb_similarity)}
+        out = {"attention_distance_first_layer_px": float(d[0].mean()),
+               "attention_distance_last_layer_px": float(d[-1].mean()),
+               "attention_distance_first_layer_min_px": float(d[0].min()),
+               "attention_distance_first_layer_max_px": float(d[0].max()),
+               "attention_distance_uniform_px": uniform_attention_distance_px(self.layout)}
+        if self.posemb_similarity is not None:  # a model without position embeddings has no such number
+            out["posemb_adjacent_cos_sim"] = adjacent_similarity(self.posemb_similarity)
+        return out
 
     def to_json(self) -> dict:
         """JSON-able numbers (nested lists), for `--json` and the study record."""
@@ -80,13 +86,14 @@ class InspectResult:
             "attention_distance_px": self.attention_distance_px.tolist(),
             "attention_distance_std_px": self.attention_distance_std_px.tolist(),
             "prefix_attention_share": self.prefix_attention_share.tolist(),
-            "posemb_similarity": self.posemb_similarity.tolist(),
+            "posemb_similarity": None if self.posemb_similarity is None else self.posemb_similarity.tolist(),
             "posemb_grid_trained": list(self.posemb_grid_trained),
             "embedding_filter_components": None if f is None else f.images.tolist(),
             "embedding_filter_variance_ratio": None if f is None else f.variance_ratio.tolist(),
             "embedding_filter_channels_summed": None if f is None else f.channels_summed,
             "rollout": self.rollout.tolist(),
             "rollout_images": self.rollout_images.tolist(),
+            "not_applicable": dict(self.not_applicable), "notes": dict(self.notes),
         }
 
     @classmethod
@@ -103,11 +110,12 @@ class InspectResult:
             num_images=d["num_images"], attention_distance_px=np.asarray(d["attention_distance_px"]),
             attention_distance_std_px=np.asarray(d["attention_distance_std_px"]),
             prefix_attention_share=np.asarray(d["prefix_attention_share"]),
-            posemb_similarity=np.asarray(d["posemb_similarity"]),
+            posemb_similarity=None if d["posemb_similarity"] is None else np.asarray(d["posemb_similarity"]),
             posemb_grid_trained=tuple(d["posemb_grid_trained"]), filters=filters,
             rollout=rollout.reshape(-1, grid_h, grid_w),
             rollout_images=np.asarray(d.get("rollout_images", []), np.float32).reshape(
-                len(rollout), *(d["resolution_px"],) * 2, -1) if len(rollout) else np.zeros((0, 1, 1, 1)))
+                len(rollout), *(d["resolution_px"],) * 2, -1) if len(rollout) else np.zeros((0, 1, 1, 1)),
+            not_applicable=dict(d.get("not_applicable") or {}), notes=dict(d.get("notes") or {}))
 
     def write_pictures(self, out_dir, *, label: str | None = None) -> dict:
         """Write the PNGs into `out_dir`; returns {Picture: path}. See vitbench.inspect.pictures."""
@@ -116,10 +124,19 @@ class InspectResult:
         return write_pictures(self, out_dir, label=label)
 
 
-def fit_pos_embed(weights: dict[str, np.ndarray], layout: TokenLayout) -> tuple[dict[str, np.ndarray],
-                                                                                 tuple[int, int]]:
+def fit_pos_embed(weights: dict[str, np.ndarray], layout: TokenLayout, spec: ModelSpec | None = None
+                  ) -> tuple[dict[str, np.ndarray], tuple[int, int]]:
     """Weights whose position embeddings fit `layout`'s grid (2-D interpolated as for fine-tuning, ViT Sec. 3.2;
-    extra tokens kept), and the (square) grid they were trained on."""
+    extra tokens kept), and the (square) grid they were trained on. A variant's tables (ViT appendix D.4) are
+    resized as for fine-tuning too (vitbench.models.posemb_resize; a relative-attention table is refused there:
+    inspect such a model at its trained resolution)."""
+    if POS_EMBED not in weights:
+        trained = table_grid(weights, spec, layout) if spec is not None else None
+        if trained is not None and trained != (layout.grid_h, layout.grid_w):
+            from vitbench.models.posemb_resize import resize_state_dict_pos_embed
+
+            weights = resize_state_dict_pos_embed(weights, spec, layout.resolution_px[0])
+        return weights, trained or (layout.grid_h, layout.grid_w)
     pe = np.asarray(weights[POS_EMBED])
     n = pe.shape[-2] - layout.num_prefix_tokens
     side = math.isqrt(max(n, 0))
@@ -158,7 +175,7 @@ def inspect_model(weights: dict[str, np.ndarray], spec: ModelSpec, resolution: i
     if num_prefix_tokens is None:
         num_prefix_tokens = spec.num_prefix_tokens
     layout = TokenLayout.of(spec, resolution, num_prefix_tokens)
-    weights, trained_grid = fit_pos_embed(weights, layout)
+    weights, trained_grid = fit_pos_embed(weights, layout, spec)
     if HEAD_WEIGHT in weights:  # build the model with the checkpoint's own head
         spec = spec.with_classes(int(weights[HEAD_WEIGHT].shape[0]))
     per_image, share, maps = [], [], []
@@ -168,16 +185,27 @@ def inspect_model(weights: dict[str, np.ndarray], spec: ModelSpec, resolution: i
         check_attention(attn, layout)
         per_image.append(attention_distance_per_image(attn, layout))
         share.append(prefix_attention_share(attn, layout) * attn.shape[1])
-        if start < num_rollout:
+        if start < num_rollout and layout.num_prefix_tokens:
             maps.append(rollout_maps(attn[:, : num_rollout - start], layout))
     dist = np.concatenate(per_image, axis=1)  # (L, images, H)
     filters = (embedding_filter_components(weights[PATCH_KERNEL], sum_channels=is_grey(images))
                if acts_on_pixels(spec) else None)
+    not_applicable, notes = {}, {}
+    table, what = position_table(weights, spec, layout, POS_EMBED)
+    if table is None:
+        not_applicable["posemb_similarity"] = what
+    else:
+        notes["posemb"] = what
+    if not layout.num_prefix_tokens:
+        not_applicable["rollout"] = ("classifier=gap: no class token, so no class-token rollout (the head reads "
+                                     "the mean of the patch tokens)")
     return InspectResult(
         model=spec.name, layout=layout, num_images=n,
         attention_distance_px=dist.mean(1), attention_distance_std_px=dist.std(1),
         prefix_attention_share=np.sum(share, axis=0) / n,
-        posemb_similarity=posemb_similarity(weights[POS_EMBED], layout), posemb_grid_trained=trained_grid,
-        filters=filters, rollout_images=images[:num_rollout].copy(),
+        posemb_similarity=None if table is None else posemb_similarity(table, layout),
+        posemb_grid_trained=trained_grid,
+        filters=filters, rollout_images=images[:num_rollout if maps else 0].copy(),
         rollout=np.concatenate(maps) if maps else np.zeros((0, layout.grid_h, layout.grid_w)),
+        not_applicable=not_applicable, notes=notes,
     )

@@ -4,6 +4,12 @@ Which fields exist, their types and their defaults come from the registered task
 a value in `defaults`, `axes`, `zip`, `include` or `exclude` must be valid for some task that declares the field;
 each combination is then normalised by its own task's Params (fields the task does not use are dropped), and the
 backend it names must provide what the task needs. Every problem is collected with its location.
+
+Architecture fields (vitbench.models.overrides: depth, width, mlp_dim, heads, patch, classifier, rep_size,
+posemb, posemb_at, width_factor, blocks) may be set like any field; each is checked alone when read, and at
+normalisation they are folded into the trial's model, whose canonical name then carries them
+(`ViT-Mini/4` + `depth: 4` -> `ViT-Mini/4[depth=4]`): the trial config, its key, the checkpoints and the report
+see one model name, and a trial that sets none keeps its key. `null` leaves the row's value.
 """
 
 from __future__ import annotations
@@ -17,7 +23,8 @@ from typing import Annotated, Any
 from pydantic import TypeAdapter, ValidationError
 
 from vitbench.backends.base import backend_spec
-from vitbench.errors import UnknownModelError, VitbenchError, shorten
+from vitbench.errors import ConfigError, UnknownModelError, VitbenchError, shorten
+from vitbench.models.overrides import OVERRIDE_ORDER, parse_value
 from vitbench.models.specs import FAMILIES, all_specs, get_spec
 from vitbench.registry import Kind, entry
 from vitbench.study.schema import StudyModel
@@ -66,12 +73,14 @@ class Expander:
         self.missing = Problems(problems.source, problems.root)  # paths that do not exist (reported apart)
         self.tasks = tasks()
         self.adapters = field_adapters()
-        self.allowed = list(self.adapters)
+        # architecture fields, folded into the model (a task field of the same name would take precedence)
+        self.arch = tuple(k for k in OVERRIDE_ORDER if k not in self.adapters)
+        self.allowed = [*self.adapters, *self.arch]
         self.counted = 0  # combinations counted so far (MAX_COMBINATIONS)
 
     # -- single values -------------------------------------------------------------------------------------
     def check_key(self, key: str, loc: tuple) -> bool:
-        if key in self.adapters:
+        if key in self.adapters or key in self.arch:
             return True
         close = difflib.get_close_matches(key, self.allowed, n=3) if len(key) < 100 else []
         hint = f" Did you mean {', '.join(close)}?" if close else ""
@@ -83,6 +92,14 @@ class Expander:
         if isinstance(v, (list, dict)):
             self.err.add(loc, "expected a single value here, not a " + type(v).__name__, v)
             return None
+        if key in self.arch:
+            if v is None:  # the row's own value
+                return [None]
+            try:
+                return [parse_value(key, v, "model")]
+            except ConfigError as e:
+                self.err.add(loc, str(e).removeprefix("model: "), v)
+                return None
         problems = []
         for adapter in self.adapters[key]:
             try:
@@ -267,6 +284,23 @@ class Expander:
             out.append((values, locs))
         return out
 
+    def _fold(self, cfg: dict, arch: dict, org: dict, origin: str) -> bool:
+        """Put the architecture fields `arch` into cfg["model"] (its canonical name); False, with the problem
+        reported at the field it names (its allowed values in the message), when the model cannot take them."""
+        arch = {k: v for k, v in arch.items() if v is not None}
+        if not arch:
+            return True
+        try:
+            cfg["model"] = get_spec(cfg["model"]).with_overrides(**arch).name
+            return True
+        except VitbenchError as e:
+            msg = str(e)
+            named = [k for k in arch if f"'{k}'" in msg or f"{k}=" in msg] or list(arch)
+            where = org.get(named[-1]) or ("axes",)
+            self.err.add(where, f"{e} (model {cfg['model']} from {dotted(org.get('model') or ())}, {origin})",
+                         arch[named[-1]])
+            return False
+
     def normalise(self, cfg: dict, org: dict, origin: str) -> dict | None:
         """The trial config of one combination: its task's Params (fields the task does not use dropped, its
         defaults filled, native resolution/classes resolved), checked against what the backend can do."""
@@ -280,6 +314,9 @@ class Expander:
                 self.err.add(("axes",), "no model given: set axes.model (or defaults.model)")
             return None
         fields = task.Params.model_fields
+        arch = {k: cfg.pop(k) for k in self.arch if k in cfg}
+        if "model" in fields and not self._fold(cfg, arch, org, origin):
+            return None
         if "resolution" in fields and "model" in fields:
             spec = get_spec(cfg["model"])
             res = cfg.get("resolution") or spec.resolution

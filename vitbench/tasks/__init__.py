@@ -78,15 +78,16 @@ class Task(ABC):
         return tuple(cls.Params.model_fields)
 
 
-def lazy(target: str) -> Callable[..., Any]:
+def lazy(target: str, **bound: Any) -> Callable[..., Any]:
     """A function given as "module:name", imported on first call (keeps plotting and pandas out of the
-    start-up of every trial process, which loads the registry)."""
+    start-up of every trial process, which loads the registry, and a task module from importing the report
+    layer); `bound` keyword arguments are passed on every call."""
     module, _, name = target.partition(":")
 
     def call(*args, **kwargs):
         import importlib
 
-        return getattr(importlib.import_module(module), name)(*args, **kwargs)
+        return getattr(importlib.import_module(module), name)(*args, **{**bound, **kwargs})
 
     call.__qualname__ = call.__name__ = name
     call.target = target  # type: ignore[attr-defined]

@@ -27,6 +27,7 @@ from vitbench.tasks.fields import MAX_COUNT, PathField
 from vitbench.transfer.config import DatasetName, Seed, validated
 from vitbench.transfer.distill import DEFAULT_LAMBDA, DEFAULT_TAU, Distillation, Lambda, Tau
 from vitbench.transfer.masked_patch import MaskedPatch, Objective, Scratch, Target
+from vitbench.tasks.bench import Infer
 
 SHARED = ("model", "backend", "task", "device", "seed", "threads")
 
@@ -159,6 +160,26 @@ class FromCheckpoint(BaseModel):
     checkpoint_images: int | None = Field(None, gt=0, exclude_if=_absent)  # images in its pre-training set
     checkpoint_epochs: float | None = Field(None, gt=0, exclude_if=_absent)  # epochs it was pre-trained for
 
+    @model_validator(mode="after")
+    def _same_architecture(self):
+        """A vitbench checkpoint whose architecture is not the trial's model is refused (when the study is
+        parsed and again in the trial), naming the fields that differ: its rows would carry the wrong model.
+        A checkpoint of another origin is checked against its model when it is read."""
+        model = getattr(self, "model", None)
+        if self.checkpoint is None or model is None:
+            return self
+        from vitbench.errors import VitbenchError
+        from vitbench.models.specs import get_spec
+        from vitbench.transfer.checkpoint import checkpoint_spec, refuse_other_architecture
+
+        try:
+            have = checkpoint_spec(self.checkpoint)
+            if have is not None:
+                refuse_other_architecture(have, get_spec(model), f"checkpoint {self.checkpoint}")
+        except VitbenchError as e:
+            raise ValueError(str(e)) from None
+        return self
+
     def upstream_source(self, task: str) -> dict:
         """The downstream config's start: {"checkpoint": ..., budget} when one is given, else {"upstream": ...}."""
         if self.checkpoint is None:
@@ -189,13 +210,6 @@ def with_compute_aliases(rec: Record) -> Record:
     return rec
 
 
-def _throughput_vs_accuracy(df):
-    from vitbench.report.fit_figures import throughput_vs_accuracy
-    from vitbench.tasks.bench import Infer
-
-    return throughput_vs_accuracy(df, speed_task=Infer.name)
-
-
 DOWNSTREAM_KINDS = ("fewshot", "finetune")
 register_report(ReportPart(
     "accuracy", "Transfer accuracy", DOWNSTREAM_KINDS, lazy("vitbench.report.tables:accuracy"),
@@ -206,7 +220,9 @@ register_report(ReportPart(
              Figure("compute_frontier", "Which model and family is best at each compute budget",
                     lazy("vitbench.report.fit_figures:compute_frontier")),
              Figure("throughput_vs_accuracy", "Inference throughput vs accuracy: what accuracy a speed buys "
-                    "(cf. DeiT Figure 1)", _throughput_vs_accuracy, kinds=("bench", *DOWNSTREAM_KINDS))),
+                    "(cf. DeiT Figure 1)",
+                    lazy("vitbench.report.fit_figures:throughput_vs_accuracy", speed_task=Infer.name),
+                    kinds=("bench", *DOWNSTREAM_KINDS))),
     order=40))
 register_report(ReportPart(  # accuracy and measured speed side by side (vitbench.report.figure13)
     "figure13", "Accuracy, compute and measured speed per family (cf. paper Figure 13)",
@@ -231,4 +247,29 @@ register_report(ReportPart(
     figures=(Figure("objective_accuracy_vs_compute", "Transfer accuracy vs pre-training compute per objective "
                     "(supervised, masked patch prediction per target and mask rate, none); bars: seeds' min..max",
                     lazy("vitbench.report.objectives:accuracy_vs_compute")),),
-    order=42))
+    order=43))
+# The paper's controlled architecture experiments (ViT appendix D.2-D.4), shown when a study's models vary them
+# (the overrides in the models' names: vitbench.models.overrides); empty sections are left out of the report.
+register_report(ReportPart(
+    "shape", "Transformer shape: accuracy per varied dimension, over seeds (cf. paper Figure 8)", DOWNSTREAM_KINDS,
+    lazy("vitbench.report.arch:shape_table"),
+    columns=("series", "dimension", "value", "seeds", "accuracy_mean", "accuracy_std", "pretrain_exaflops",
+             "params_m"),
+    figures=(Figure("shape_accuracy_vs_compute", "Accuracy vs pre-training compute, one panel per varied "
+                    "dimension (cf. paper Figure 8)", lazy("vitbench.report.arch:shape_figure")),),
+    order=44))
+register_report(ReportPart(
+    "head", "Class token vs global average pooling across pre-training learning rates (cf. paper Figure 9)",
+    ("pretrain", *DOWNSTREAM_KINDS), lazy("vitbench.report.arch:head_table"),
+    columns=("series", "head", "pretrain_lr", "seeds", "accuracy_mean", "accuracy_std", "best"),
+    figures=(Figure("head_accuracy_vs_lr", "Accuracy vs pre-training learning rate per head type (cf. paper "
+                    "Figure 9)", lazy("vitbench.report.arch:head_figure")),),
+    order=45))
+register_report(ReportPart(
+    "posemb", "Position embeddings: kind x place, over seeds (cf. paper Table 8)", ("pretrain", *DOWNSTREAM_KINDS),
+    lazy("vitbench.report.arch:posemb_table"),
+    columns=("series", "posemb", "posemb_at", "seeds", "accuracy_mean", "accuracy_std", "accuracy_min",
+             "accuracy_max", "vs_default"),
+    figures=(Figure("posemb_accuracy", "Accuracy per position-embedding kind and place, each seed a dot (cf. "
+                    "paper Table 8)", lazy("vitbench.report.arch:posemb_figure")),),
+    order=46))

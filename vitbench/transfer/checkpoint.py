@@ -193,3 +193,39 @@ def with_budget(ckpt: Checkpoint, images: int | None, epochs: float | None) -> C
                    exaflops=pretrain_exaflops(ckpt.spec, seen, 1.0, ckpt.resolution, ckpt.num_classes),
                    params_m=analytic_counts(ckpt.spec, ckpt.resolution, ckpt.num_classes).params / 1e6)
     return ckpt
+
+
+def checkpoint_spec(path: str | Path):
+    """The architecture a vitbench checkpoint stores, read from its header alone (no tensor read); None for a
+    file that is not one (weights of another origin: their model is inferred when they are loaded)."""
+    path = Path(path).expanduser()
+    if path.suffix.lower() != SUFFIX or not path.is_file():
+        return None
+    meta = read_meta(path)
+    if meta is None:
+        return None
+    from vitbench.models.specs import get_spec, spec_from_dict
+
+    return spec_from_dict(meta["spec"], str(path)) if meta.get("spec") else get_spec(meta["model"])
+
+
+def architecture_differences(have, want) -> list[str]:
+    """How the architecture `have` (a checkpoint's ModelSpec) differs from the requested `want`: a different row,
+    or each override field whose value differs, as 'field: checkpoint X, requested Y'; [] when they are one."""
+    from vitbench.models.overrides import field_of, render_value
+
+    if have.base_row().name != want.base_row().name:
+        return [f"model: checkpoint {have.base_row().name}, requested {want.base_row().name}"]
+    keys = dict.fromkeys([*have.overrides, *want.overrides])
+    return [f"{k}: checkpoint {render_value(getattr(have, field_of(k)))}, requested "
+            f"{render_value(getattr(want, field_of(k)))}" for k in keys
+            if getattr(have, field_of(k)) != getattr(want, field_of(k))]
+
+
+def refuse_other_architecture(have, want, source: str) -> None:
+    """ConfigError when the checkpoint's architecture `have` is not the requested `want`, naming the fields."""
+    differ = architecture_differences(have, want)
+    if differ:
+        raise ConfigError(f"{source}: the checkpoint holds {have.name}, not the requested {want.name} "
+                          f"({'; '.join(differ[:6])}): give the model the checkpoint was trained as, or another "
+                          "checkpoint")

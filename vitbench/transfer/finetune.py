@@ -34,6 +34,8 @@ from vitbench.transfer.masked_patch import Objective
 from vitbench.transfer.pretrain import PretrainConfig, resolve_upstream, upstream_config, upstream_metrics
 from vitbench.transfer.schedules import LearningRate, OptimConfig, check_warmup
 
+PRE_LOGITS = "pre_logits."  # the tanh pre-logits layer of a model with rep_size (vitbench.models.torch_vit)
+
 PAPER_LR_GRID = (0.001, 0.003, 0.01, 0.03)  # App. B.1.1
 
 
@@ -101,7 +103,10 @@ def finetune(cfg: FinetuneConfig, *, device: str = "cpu", threads: int | None = 
                                budget=(cfg.checkpoint_images, cfg.checkpoint_epochs),
                                objective=cfg.objective)
     backend = cfg.backend or ckpt.meta.get("backend") or default_backend()
-    spec = ckpt.spec
+    spec, body = ckpt.spec, ckpt.weights
+    if spec.rep_size:  # the whole pre-training head goes, its tanh pre-logits layer too (ViT Sec. 3.1, D.3)
+        spec = spec.with_overrides(rep_size=0)
+        body = {n: w for n, w in body.items() if not n.startswith(PRE_LOGITS)}
     r = ckpt.resolution if cfg.resolution is None else cfg.resolution
     spec.check_resolution(r)
     k = splits.num_classes
@@ -109,7 +114,7 @@ def finetune(cfg: FinetuneConfig, *, device: str = "cpu", threads: int | None = 
     info = be.setup(device, threads)
 
     def start(seed: int):
-        return ops.from_weights(be, spec, ckpt.weights, r, k, seed=seed)
+        return ops.from_weights(be, spec, body, r, k, seed=seed)
 
     def run(lr: float, data: ImageSet, seed: int):
         return be.train(start(seed), data, r, cfg.optim(lr), cfg.batch_size, seed)
@@ -180,7 +185,7 @@ def finetune(cfg: FinetuneConfig, *, device: str = "cpu", threads: int | None = 
         "chance_accuracy": float(np.max(np.bincount(splits.test.labels, minlength=k)) / len(splits.test)),
         **upstream_metrics(ckpt),
     }
-    config = {"model": spec.name, "backend": backend, "resolution": r, "device": device,
+    config = {"model": ckpt.spec.name, "backend": backend, "resolution": r, "device": device,
               **cfg.model_dump(mode="json", exclude={"upstream", "checkpoint", "resolution", "backend",
                                                      "checkpoint_images", "checkpoint_epochs", "objective"}),
               **upstream_config(ckpt)}

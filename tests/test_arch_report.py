@@ -1,0 +1,72 @@
+"""The report sections of the controlled architecture experiments (vitbench.report.arch), on synthetic rows:
+which model varies which dimension, spread over seeds, and nothing shown for studies that vary none of it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from vitbench.report import arch
+
+
+def _rows(models_acc: dict[str, list[float]], kind="fewshot", **extra) -> pd.DataFrame:
+    rows = []
+    for model, accs in models_acc.items():
+        for seed, acc in enumerate(accs):
+            rows.append({"kind": kind, "status": "ok", "model": model, "accuracy": acc, "seed": seed,
+                         "shots": 10 if kind == "fewshot" else None, "backend": "torch", "resolution": 16,
+                         "pretrain_steps": 200, "pretrain_lr": 0.002, "pretrain_exaflops": 1e-7 * (1 + len(model)),
+                         "params_m": 0.03, **extra})
+    return pd.DataFrame(rows)
+
+
+def test_shape_rows_get_the_dimension_they_vary():
+    ok = pd.concat([_rows({"ViT-Nano/4": [0.8, 0.82], "ViT-Nano/4[depth=4]": [0.85, 0.86],
+                           "ViT-Nano/4[depth=8]": [0.9, 0.88], "ViT-Nano/4[width=64]": [0.81, 0.8],
+                           "ViT-Nano/4[patch=2]": [0.9, 0.9],
+                           "ViT-Nano/4[depth=4,width=64,mlp_dim=256]": [0.92, 0.93]}),
+                    _rows({"ViT-Nano/4": [0.7], "ViT-Nano/4[depth=4]": [0.75], "ViT-Nano/4[patch=2]": [0.8]},
+                          kind="finetune")])
+    t = arch.shape_table(ok)
+    few = t[t["series"] == "10-shot linear"].set_index("model")
+    assert few.loc["ViT-Nano/4", "dimension"] == "" and few.loc["ViT-Nano/4", "value"] == "base"
+    assert few.loc["ViT-Nano/4[depth=8]", "dimension"] == "depth"
+    assert few.loc["ViT-Nano/4[depth=8]", "value"] == "L=8"
+    assert few.loc["ViT-Nano/4[depth=4,width=64,mlp_dim=256]", "dimension"] == arch.ALL
+    assert few.loc["ViT-Nano/4[depth=8]", "seeds"] == 2
+    assert few.loc["ViT-Nano/4[depth=8]", "accuracy_mean"] == pytest.approx(0.89)
+    assert few.loc["ViT-Nano/4[depth=8]", "accuracy_std"] == pytest.approx(np.std([0.9, 0.88], ddof=1))
+    assert set(t["series"]) == {"10-shot linear", "fine-tuning"}
+    fig = arch.shape_figure(ok)
+    assert fig is not None and len(fig.axes) == 4  # depth, width, patch, all
+
+
+def test_head_table_marks_each_heads_best_learning_rate():
+    parts = []
+    for lr, (tok, gap) in {0.0003: (0.6, 0.8), 0.001: (0.8, 0.7), 0.003: (0.7, 0.5)}.items():
+        parts.append(_rows({"ViT-Nano/4[rep_size=32]": [tok, tok + 0.02],
+                            "ViT-Nano/4[classifier=gap]": [gap, gap]}, pretrain_lr=lr))
+    ok = pd.concat(parts)
+    t = arch.head_table(ok)
+    best = t[t["best"]].set_index("head")["pretrain_lr"].to_dict()
+    assert best == {"class token + tanh pre-logits (32)": 0.001, "GAP + linear head": 0.0003}
+    assert set(t["base"]) == {"ViT-Nano/4"}
+    assert arch.head_figure(ok) is not None
+
+
+def test_posemb_table_has_spread_and_difference_to_the_default():
+    ok = _rows({"ViT-Nano/4": [0.9, 0.92, 0.91], "ViT-Nano/4[posemb=none]": [0.7, 0.72, 0.74],
+                "ViT-Nano/4[posemb=learned_2d,posemb_at=every_layer]": [0.9, 0.9, 0.93]})
+    t = arch.posemb_table(ok).set_index(["posemb", "posemb_at"])
+    assert t.loc[("none", "input"), "vs_default"] == pytest.approx(-0.19)
+    assert t.loc[("none", "input"), "accuracy_min"] == 0.7 and t.loc[("none", "input"), "seeds"] == 3
+    assert list(t.index)[0] == ("none", "input")  # Table 8's order: none, learned, learned_2d, ...
+    assert arch.posemb_figure(ok) is not None
+
+
+def test_sections_stay_empty_for_studies_that_vary_no_architecture():
+    ok = _rows({"ViT-Nano/4": [0.8], "ViT-Micro/4": [0.85], "R-Nano": [0.9], "ViT-Mini/4": [0.9]})
+    assert arch.shape_table(ok).empty and arch.shape_figure(ok) is None
+    assert arch.head_table(ok).empty and arch.posemb_table(ok).empty and arch.posemb_figure(ok) is None
+    assert arch.shape_table(ok.iloc[0:0]).empty

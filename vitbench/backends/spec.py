@@ -1,0 +1,151 @@
+"""A backend as the registry knows it before anything heavy is imported (`BackendSpec`), and how backends are
+registered and looked up (`register_backend`, `backend_names`, `get_backend`, `BackendName` for pydantic
+models)."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any
+
+from pydantic import AfterValidator
+
+from vitbench.backends.kinds import Capability, DeviceKind
+from vitbench.errors import BackendUnavailable
+
+if TYPE_CHECKING:
+    from vitbench.backends.base import Backend
+
+def study_setting(field: str, value: Any) -> str:
+    """How a message names a field's setting in a study: `compile: true`."""
+    import json
+
+    return f"`{field}: {json.dumps(value)}`"
+
+
+# A parse-time check of a trial's fields: {field: value} -> [(field, problem)]; no framework imported.
+Check = Callable[[Mapping[str, Any]], list[tuple[str, str]]]
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """A backend as the registry knows it before anything heavy is imported."""
+
+    name: str
+    implementation: str  # "module:Class" of the Backend subclass
+    requires: tuple[str, ...]  # modules that must be importable
+    capabilities: frozenset[Capability]
+    precisions: tuple[str, ...]
+    devices: str  # human description of the device names it takes, for messages and `vitbench plugins`
+    preload: tuple[str, ...] = ()  # modules a fork server may import once ahead of trials (no device touched)
+    distributions: tuple[str, ...] = ()  # packages whose versions every row of this backend records
+    check: Check | None = None
+    install: str = ""  # how to get what `requires` names, e.g. "pip install 'vitbench[jax]'"
+    description: str = ""
+    # The backend's device string per device kind ("{index}" filled in): how a peak measured on one backend is
+    # measured on another for the same physical device. Pairs, so that a spec stays hashable.
+    device_names: tuple[tuple[DeviceKind, str], ...] = ((DeviceKind.CPU, "cpu"),)
+    compile_modes: tuple[str, ...] = ()  # modes of the optional compiler (`compile_mode`), first = its default
+
+    def device_string(self, kind: DeviceKind, index: int = 0) -> str | None:
+        """This backend's name for device `index` of `kind`, or None when it cannot run on that kind."""
+        template = dict(self.device_names).get(kind)
+        return template.format(index=index) if template is not None else None
+
+    def problems(self, fields: Mapping[str, Any], needs: frozenset[Capability] = frozenset(),
+                 setting: Callable[[str, Any], str] | None = None) -> list[tuple[str, str]]:
+        """Why this backend cannot run a trial with these fields (empty: it can). A message that names another
+        field's setting says it as `setting(field, value)` does: a study's `compile: true` by default, the
+        command line's --compile from the CLI."""
+        setting = setting or study_setting
+        out = [("task", f"backend {self.name!r} cannot {c.value} (it provides: "
+                        f"{', '.join(sorted(c.value for c in self.capabilities))})")
+               for c in sorted(needs - self.capabilities, key=str)]
+        if "precision" in fields and fields["precision"] not in self.precisions:
+            out.append(("precision", f"backend {self.name!r} runs {', '.join(self.precisions)}"))
+        if fields.get("compile") and Capability.COMPILE not in self.capabilities:
+            out.append(("compile", f"backend {self.name!r} has no optional compiler (it always compiles, or "
+                                   f"never): leave out {setting('compile', True)}"))
+        mode = fields.get("compile_mode")
+        if mode is not None:
+            if not fields.get("compile"):
+                out.append(("compile_mode", f"a compile mode needs {setting('compile', True)}"))
+            elif Capability.COMPILE in self.capabilities and mode not in self.compile_modes:
+                out.append(("compile_mode", f"backend {self.name!r} compiles in modes "
+                                            f"{', '.join(self.compile_modes) or '(none)'}"))
+        if self.check is not None:
+            out += self.check(fields)
+        return out
+
+    def load(self) -> type[Backend]:
+        module, _, cls = self.implementation.partition(":")
+        try:
+            return getattr(importlib.import_module(module), cls)
+        except ImportError as e:
+            raise BackendUnavailable(f"backend {self.name!r} needs {', '.join(self.requires)}: {e}") from e
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# Registration and lookup
+# -----------------------------------------------------------------------------------------------------------------
+def register_backend(spec: BackendSpec) -> BackendSpec:
+    """Called by a backend package's __init__: the registry learns the backend without importing it."""
+    from vitbench.registry import Kind, register
+
+    caller = sys._getframe(1).f_globals.get("__name__")  # the backend package that registers itself
+    register(Kind.BACKEND, spec.name, spec, requires=spec.requires,
+             provides=tuple(sorted(c.value for c in spec.capabilities)), description=spec.description,
+             module=caller)
+    return spec
+
+
+def backend_spec(name: str) -> BackendSpec:
+    from vitbench.registry import Kind, get
+
+    return get(Kind.BACKEND, name)
+
+
+def backend_names() -> tuple[str, ...]:
+    from vitbench.registry import Kind, names
+
+    return names(Kind.BACKEND)
+
+
+def default_backend() -> str:
+    """The first registered backend: what a study or command uses when it names none."""
+    names = backend_names()
+    if not names:
+        raise BackendUnavailable("no backend is registered")
+    return names[0]
+
+
+def get_backend(name: str) -> Backend:
+    """A fresh backend instance; an unknown name lists the registered ones, a missing framework says which."""
+    from vitbench.registry import Kind, entry
+
+    e = entry(Kind.BACKEND, name)
+    missing = e.missing()
+    if missing:
+        raise BackendUnavailable(f"backend {name!r} is not available here: missing {', '.join(missing)}"
+                                 + (f" ({e.obj.install})" if e.obj.install else ""))
+    return e.obj.load()()
+
+
+def _known_backend(name: str) -> str:
+    if name not in backend_names():
+        raise ValueError(f"unknown backend {name!r}; allowed: {', '.join(backend_names())}")
+    return name
+
+
+# A backend name in a pydantic model: validated against the registry (so no list of names is written anywhere).
+BackendName = Annotated[str, AfterValidator(_known_backend)]
+
+
+def backend_distributions() -> tuple[str, ...]:
+    """Every registered backend's packages (e.g. torch, jax, flax), in backend order: what the environment
+    records and what a report or comparison shows of it."""
+    from vitbench.registry import Kind, entries
+
+    return tuple(d for e in entries(Kind.BACKEND).values() for d in e.obj.distributions)

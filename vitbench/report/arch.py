@@ -1,0 +1,306 @@
+"""Report sections of the paper's controlled architecture experiments (ViT appendix D.2-D.4), read from the
+models' names: a variant's name carries its overrides (`ViT-Nano/4[depth=8]`, vitbench.models.overrides), so
+the rows of any study that varies them are grouped here without a field of their own.
+
+- shape (Figure 8): depth, width, MLP width and patch each varied around one base, and several scaled together;
+  transfer accuracy against pre-training compute, one panel per dimension.
+- head (Figure 9): class token (+ tanh pre-logits) vs global average pooling, accuracy against the pre-training
+  learning rate.
+- posemb (Table 8): accuracy per position-embedding kind and place, mean and spread over pre-training seeds.
+
+Each function gets the ok rows of the section's kinds and returns a table (empty when the rows do not vary what
+the section is about) or a Figure (None then). Spread is over pre-training seeds (the trial's `seed`): mean,
+standard deviation (ddof 1) and range; a single seed has no spread (NaN std).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+import pandas as pd
+from matplotlib import colormaps
+from matplotlib.figure import Figure
+
+from vitbench.models.overrides import render_value
+from vitbench.report.plots import _log_axis
+
+SHAPE = ("depth", "width", "mlp_dim", "patch")  # Figure 8's dimensions
+ALL = "all"  # a variant that changes several of them at once
+_SHAPE_TITLES = {"depth": "depth (blocks)", "width": "width D", "mlp_dim": "MLP width", "patch": "patch size (px)",
+                 ALL: "all scaled together"}
+_SHORT = {"depth": "L", "width": "D", "mlp_dim": "MLP", "patch": "P"}
+# what else must be equal for two rows to be compared: the recipe of their upstream and their evaluation
+_RECIPE = ("backend", "resolution", "pretrain_resolution", "pretrain_steps", "pretrain_batch_size", "pretrain_lr",
+           "pretrain_weight_decay", "upstream_dataset", "upstream_classes", "dataset", "classes", "teacher")
+_STATS = ["seeds", "accuracy_mean", "accuracy_std", "accuracy_min", "accuracy_max"]
+
+
+@lru_cache(maxsize=4096)
+def _spec(model: str):
+    from vitbench.models.specs import get_spec
+
+    try:
+        return get_spec(model)
+    except Exception:  # noqa: BLE001 - a name from another vitbench's table: not part of these sections
+        return None
+
+
+def _series(row) -> str:
+    """What kind of accuracy a row is: 'pre-training (upstream test)', 'k-shot linear' or 'fine-tuning'."""
+    kind = row["kind"]
+    if kind == "fewshot":
+        shots = row.get("shots")
+        return f"{int(shots)}-shot linear" if pd.notna(shots) else "few-shot linear"
+    return {"finetune": "fine-tuning", "pretrain": "pre-training (upstream test)"}.get(kind, str(kind))
+
+
+def _frame(ok: pd.DataFrame) -> pd.DataFrame:
+    """ViT/hybrid rows with an accuracy, their series and every architecture field of their model as columns."""
+    if ok.empty or not {"model", "accuracy", "kind"} <= set(ok.columns):
+        return pd.DataFrame()
+    df = ok.reset_index(drop=True)
+    specs = df["model"].map(lambda m: _spec(str(m)))
+    df = df[specs.map(lambda s: s is not None and s.family in ("vit", "hybrid"))].copy()
+    if df.empty:
+        return df
+    specs = specs[df.index]
+    for f in ("depth", "width", "mlp_dim", "heads", "patch", "classifier", "rep_size", "posemb", "posemb_at"):
+        df[f"arch_{f}"] = specs.map(lambda s, f=f: getattr(s, f))
+    df["arch_row"] = specs.map(lambda s: s.base_row().name)
+    df["accuracy"] = pd.to_numeric(df["accuracy"], errors="coerce")
+    df["series"] = df.apply(_series, axis=1)
+    for c in ("pretrain_exaflops", "pretrain_lr", "seed"):
+        if c in df.columns:
+            df[c] = pd.to_numeric(df[c], errors="coerce")
+    return df.dropna(subset=["accuracy"])
+
+
+def _keys(df: pd.DataFrame, *more: str) -> list[str]:
+    return [c for c in (*more, *_RECIPE) if c in df.columns]
+
+
+def _stats(g) -> pd.Series:
+    a = g["accuracy"]
+    return pd.Series({"seeds": g["seed"].nunique() if "seed" in g else len(a), "accuracy_mean": a.mean(),
+                      "accuracy_std": a.std(ddof=1) if len(a) > 1 else np.nan, "accuracy_min": a.min(),
+                      "accuracy_max": a.max()})
+
+
+def _summary(df: pd.DataFrame, keys: list[str], extra: tuple[str, ...] = ()) -> pd.DataFrame:
+    """Accuracy over seeds per `keys` (dropna=False: a missing recipe field is one value), + mean of `extra`."""
+    g = df.groupby(keys, dropna=False, sort=True)
+    out = g.apply(_stats, include_groups=False)
+    for c in extra:
+        if c in df.columns:
+            out[c] = g[c].mean()
+    return out.reset_index()
+
+
+# ---- shape (Figure 8) -------------------------------------------------------------------------------------------
+def _shape_rows(ok: pd.DataFrame) -> pd.DataFrame:
+    """Rows of groups (same row, head, position embedding and recipe) whose models vary the shape: each model's
+    `dimension` (the one field it changes from the group's most common value, 'all' for several, '' for the
+    base) and `value` (its label)."""
+    df = _frame(ok)
+    if df.empty:
+        return df
+    group = _keys(df, "arch_row", "arch_heads", "arch_classifier", "arch_rep_size", "arch_posemb",
+                  "arch_posemb_at")
+    parts = []
+    for _, g in df.groupby(group, dropna=False, sort=False):
+        models = g.drop_duplicates("model")
+        if len(models) < 3:
+            continue
+        centre = {f: models[f"arch_{f}"].mode().iloc[0] for f in SHAPE}
+        dims = models.set_index("model").apply(
+            lambda r: tuple(f for f in SHAPE if r[f"arch_{f}"] != centre[f]), axis=1)
+        if not any(len(d) for d in dims):
+            continue
+        g = g.copy()
+        g["dims"] = g["model"].map(dims)
+        g["dimension"] = g["dims"].map(lambda d: "" if not d else (d[0] if len(d) == 1 else ALL))
+        g["value"] = g.apply(lambda r: ", ".join(f"{_SHORT[f]}={render_value(r[f'arch_{f}'])}" for f in r["dims"])
+                             or "base", axis=1)
+        g["base"] = g.loc[g["dimension"] == "", "model"].iloc[0] if (g["dimension"] == "").any() else ""
+        parts.append(g)
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+def shape_table(ok: pd.DataFrame) -> pd.DataFrame:
+    """Per model of a shape study: the dimension it varies, its accuracy per series (over seeds) and its
+    pre-training compute and parameters."""
+    df = _shape_rows(ok)
+    if df.empty:
+        return pd.DataFrame()
+    out = _summary(df, ["series", "base", "dimension", "value", "model"],
+                   extra=("pretrain_exaflops", "params_m"))
+    order = {d: i for i, d in enumerate(("", *SHAPE, ALL))}
+    return out.sort_values(["series", "base", "dimension", "pretrain_exaflops"],
+                           key=lambda s: s.map(order) if s.name == "dimension" else s).reset_index(drop=True)
+
+
+def shape_figure(ok: pd.DataFrame) -> Figure | None:
+    """Figure 8: one panel per varied dimension (the base's point on every line); accuracy (mean over seeds,
+    bars: min-max) against pre-training compute, a line per series (k-shot linear, fine-tuning)."""
+    t = shape_table(ok)
+    if t.empty or "pretrain_exaflops" not in t.columns or t["pretrain_exaflops"].isna().all():
+        return None
+    dims = [d for d in (*SHAPE, ALL) if (t["dimension"] == d).any()]
+    series = list(dict.fromkeys(t["series"]))
+    colors = {s: colormaps["tab10"](i) for i, s in enumerate(series)}
+    fig = Figure(figsize=(3.3 * len(dims) + 0.8, 3.6), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(1, len(dims), sharey=True, squeeze=False).ravel())
+    for ax, dim in zip(axes, dims):
+        for s in series:
+            for base, part in t[t["series"] == s].groupby("base", sort=False):
+                pts = part[part["dimension"].isin(("", dim))].sort_values("pretrain_exaflops")
+                x, y = pts["pretrain_exaflops"].to_numpy(), 100 * pts["accuracy_mean"].to_numpy()
+                lo, hi = 100 * pts["accuracy_min"].to_numpy(), 100 * pts["accuracy_max"].to_numpy()
+                ax.errorbar(x, y, yerr=[y - lo, hi - y], color=colors[s], marker="o", ms=4, lw=1.2, capsize=2,
+                            label=s)
+                is_base = (pts["dimension"] == "").to_numpy()
+                ax.scatter(x[is_base], y[is_base], s=70, facecolors="none", edgecolors="black", zorder=3)
+                for xi, yi, v in zip(x, y, pts["value"]):
+                    ax.annotate(v, (xi, yi), textcoords="offset points", xytext=(3, 4), fontsize=6)
+        ax.set_xscale("log")
+        _log_axis(ax.xaxis)
+        ax.set_title(_SHAPE_TITLES[dim], fontsize=9)
+        ax.set_xlabel("Pre-training compute [exaFLOPs]", fontsize=8)
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].set_ylabel("Accuracy [%] (mean over seeds, bar: range)", fontsize=8)
+    handles, labels = axes[0].get_legend_handles_labels()
+    uniq = dict(zip(labels, handles))
+    fig.legend(uniq.values(), uniq.keys(), loc="outside lower center", ncol=len(uniq), fontsize=8, frameon=False)
+    bases = ", ".join(sorted(set(t["base"]) - {""}))
+    fig.suptitle(f"Transformer shape around {bases} (circled: the base; cf. paper Figure 8)", fontsize=10)
+    return fig
+
+
+# ---- head type (Figure 9) ---------------------------------------------------------------------------------------
+def _head_label(r) -> str:
+    if r["arch_classifier"] == "gap":
+        return "GAP + linear head"
+    return f"class token + tanh pre-logits ({int(r['arch_rep_size'])})" if r["arch_rep_size"] else "class token"
+
+
+def _head_rows(ok: pd.DataFrame) -> pd.DataFrame:
+    df = _frame(ok)
+    if df.empty or "pretrain_lr" not in df.columns:
+        return pd.DataFrame()
+    df["head"] = df.apply(_head_label, axis=1)
+    df["base"] = df["model"].map(lambda m: _spec(m).with_overrides(classifier="token", rep_size=0).name)
+    keys = [k for k in _keys(df, "base") if k != "pretrain_lr"]
+    parts = [g for _, g in df.groupby(keys, dropna=False, sort=False)
+             if g["head"].nunique() > 1 and g["pretrain_lr"].nunique() > 1]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+def head_table(ok: pd.DataFrame) -> pd.DataFrame:
+    """Accuracy per head type and pre-training learning rate (over seeds); `best` marks each head's best LR."""
+    df = _head_rows(ok)
+    if df.empty:
+        return pd.DataFrame()
+    out = _summary(df, ["series", "base", "head", "pretrain_lr"])
+    best = out.groupby(["series", "base", "head"])["accuracy_mean"].transform("max")
+    out["best"] = out["accuracy_mean"] == best
+    return out
+
+
+def head_figure(ok: pd.DataFrame) -> Figure | None:
+    """Figure 9: accuracy against the pre-training learning rate, a line per head type (mean over seeds, band:
+    min-max), one panel per series; a star at each head's best learning rate."""
+    t = head_table(ok)
+    if t.empty:
+        return None
+    series = list(dict.fromkeys(t["series"]))
+    heads = list(dict.fromkeys(t["head"]))
+    colors = {h: colormaps["tab10"](i) for i, h in enumerate(heads)}
+    fig = Figure(figsize=(4.2 * len(series) + 0.6, 3.8), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(1, len(series), squeeze=False).ravel())
+    for ax, s in zip(axes, series):
+        for (base, head), part in t[t["series"] == s].groupby(["base", "head"], sort=False):
+            part = part.sort_values("pretrain_lr")
+            x, y = part["pretrain_lr"].to_numpy(), 100 * part["accuracy_mean"].to_numpy()
+            ax.plot(x, y, marker="o", ms=4, color=colors[head], label=head)
+            ax.fill_between(x, 100 * part["accuracy_min"], 100 * part["accuracy_max"], color=colors[head],
+                            alpha=0.15, linewidth=0)
+            b = part[part["best"]]
+            ax.scatter(b["pretrain_lr"], 100 * b["accuracy_mean"], marker="*", s=120, color=colors[head],
+                       edgecolors="black", zorder=3)
+        ax.set_xscale("log")
+        ax.set_xlabel("Pre-training learning rate (Adam peak)", fontsize=8)
+        ax.set_ylabel("Accuracy [%] (mean over seeds, band: range)", fontsize=8)
+        ax.set_title(s, fontsize=9)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7, frameon=False)
+    bases = ", ".join(sorted(set(t["base"])))
+    fig.suptitle(f"Class token vs global average pooling, {bases} (star: each head's best LR; cf. paper Figure 9)",
+                 fontsize=10)
+    return fig
+
+
+# ---- position embeddings (Table 8) ------------------------------------------------------------------------------
+_PLACES = ("input", "every_layer", "every_layer_shared")
+_KINDS = ("none", "learned", "learned_2d", "sincos2d", "relative")
+
+
+def _posemb_rows(ok: pd.DataFrame) -> pd.DataFrame:
+    df = _frame(ok)
+    if df.empty:
+        return df
+    df["base"] = df["model"].map(lambda m: _spec(m).with_overrides(posemb="learned", posemb_at="input").name)
+    df["posemb"], df["posemb_at"] = df["arch_posemb"], df["arch_posemb_at"]
+    keys = _keys(df, "base")
+    parts = [g for _, g in df.groupby(keys, dropna=False, sort=False)
+             if g[["posemb", "posemb_at"]].drop_duplicates().shape[0] > 1]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+def posemb_table(ok: pd.DataFrame) -> pd.DataFrame:
+    """Table 8: accuracy per position-embedding kind and place (over seeds), and its difference to the default
+    (learned 1-D at the input) of the same base and series."""
+    df = _posemb_rows(ok)
+    if df.empty:
+        return pd.DataFrame()
+    out = _summary(df, ["series", "base", "posemb", "posemb_at"])
+    default = out[(out["posemb"] == "learned") & (out["posemb_at"] == "input")].set_index(["series", "base"])
+    out["vs_default"] = [r.accuracy_mean - default["accuracy_mean"].get((r.series, r.base), np.nan)
+                         for r in out.itertuples()]
+    kind = {k: i for i, k in enumerate(_KINDS)}
+    place = {p: i for i, p in enumerate(_PLACES)}
+    return out.sort_values(["series", "base", "posemb", "posemb_at"], key=lambda s: s.map(kind) if s.name ==
+                           "posemb" else (s.map(place) if s.name == "posemb_at" else s)).reset_index(drop=True)
+
+
+def posemb_figure(ok: pd.DataFrame) -> Figure | None:
+    """Table 8 as a picture: each kind and place a row, each pre-training seed a dot, mean and +-1 std a bar;
+    one panel per series; the dashed line is the default (learned 1-D at the input)."""
+    df = _posemb_rows(ok)
+    if df.empty:
+        return None
+    t = posemb_table(ok)
+    series = list(dict.fromkeys(t["series"]))
+    cells = list(dict.fromkeys(zip(t["posemb"], t["posemb_at"])))
+    fig = Figure(figsize=(4.6 * len(series) + 0.8, 0.42 * len(cells) + 1.4), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(1, len(series), sharey=True, squeeze=False).ravel())
+    ys = {c: len(cells) - 1 - i for i, c in enumerate(cells)}
+    for ax, s in zip(axes, series):
+        rows = df[df["series"] == s]
+        for i, ((kind, at), g) in enumerate(rows.groupby(["posemb", "posemb_at"], sort=False)):
+            y = ys[(kind, at)]
+            color = colormaps["tab10"](_KINDS.index(kind) if kind in _KINDS else 9)
+            ax.scatter(100 * g["accuracy"], np.full(len(g), y), s=14, color=color, alpha=0.6)
+            m, sd = 100 * g["accuracy"].mean(), 100 * (g["accuracy"].std(ddof=1) if len(g) > 1 else 0.0)
+            ax.errorbar([m], [y], xerr=[[sd], [sd]], fmt="|", ms=14, color=color, capsize=3, lw=1.5)
+        d = t[(t["series"] == s) & (t["posemb"] == "learned") & (t["posemb_at"] == "input")]
+        if not d.empty:
+            ax.axvline(100 * d["accuracy_mean"].iloc[0], color="0.4", ls="--", lw=0.8)
+        ax.set_title(s, fontsize=9)
+        ax.set_xlabel("Accuracy [%] (dots: seeds; bar: mean +- 1 std)", fontsize=8)
+        ax.grid(True, axis="x", alpha=0.3)
+    axes[0].set_yticks(list(ys.values()), [f"{k} @ {a}" for k, a in ys])
+    bases = ", ".join(sorted(set(t["base"])))
+    fig.suptitle(f"Position embeddings, {bases} (dashed: learned 1-D at the input; cf. paper Table 8)",
+                 fontsize=10)
+    return fig
