@@ -233,7 +233,8 @@ PLUGINS = {  # module source -> what the message must say
 
 PLUGIN_COMMANDS = {  # command -> whether it loads plug-ins (and so must stop at a broken one)
     ("plugins",): True, ("sweep", "smoke", "--dry-run"): True, ("flops", NANO, "--no-count"): True,
-    ("models",): False, ("bench", NANO, "--help"): False,
+    ("models",): True,  # model families can be plug-ins (vitbench.models.families)
+    ("bench", NANO, "--help"): False,
 }
 
 

@@ -32,7 +32,7 @@ def test_default_warmup_fits_short_runs_and_keeps_the_keys_of_long_ones():
     assert PretrainConfig(model="ViT-Nano/4").warmup_steps == 30  # 300 steps: as before
     assert PretrainConfig(model="ViT-Nano/4").key() == PretrainConfig(model="ViT-Nano/4", warmup_steps=30).key()
     assert PretrainConfig(model="ViT-Nano/4", steps=20, warmup_steps=5).warmup_steps == 5
-    with pytest.raises(ValueError, match=r"warmup_steps \(20\) must be < steps \(20\)"):
+    with pytest.raises(ValueError, match=r"the warm-up must be shorter than the steps \(20\)"):
         PretrainConfig(model="ViT-Nano/4", steps=20, warmup_steps=20)
 
 

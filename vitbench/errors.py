@@ -17,6 +17,10 @@ class ConfigError(VitbenchError):
     """Bad input: a study file, CLI option or data path. Names file, field and allowed values."""
 
 
+class PluginError(ConfigError):
+    """A plug-in module ($VITBENCH_PLUGINS or an entry point) that cannot be imported: names it and why."""
+
+
 class BackendUnavailable(VitbenchError):
     """The requested backend (or device) is not installed or not present here."""
 

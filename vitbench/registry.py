@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from vitbench.errors import ConfigError, VitbenchError, clip, shorten
+from vitbench.errors import ConfigError, PluginError, VitbenchError, clip, shorten
 
 ENTRY_POINT_GROUP = "vitbench.plugins"
 ENV_PLUGINS = "VITBENCH_PLUGINS"
@@ -134,12 +134,12 @@ def load_plugins(kind: Kind | None = None) -> None:
             raise
         except ModuleNotFoundError as e:
             if e.name and mod.startswith(e.name):
-                raise ConfigError(f"plug-in {shorten(mod)} ({source}) cannot be imported: no such module (is it "
+                raise PluginError(f"plug-in {shorten(mod)} ({source}) cannot be imported: no such module (is it "
                                   "on PYTHONPATH?)") from None
-            raise ConfigError(f"plug-in {shorten(mod)} ({source}) failed to import: it needs the module "
+            raise PluginError(f"plug-in {shorten(mod)} ({source}) failed to import: it needs the module "
                               f"{shorten(e.name)}, which is not installed") from None
         except Exception as e:  # noqa: BLE001 - a broken plug-in: say which and why, no traceback
-            raise ConfigError(f"plug-in {shorten(mod)} ({source}) failed to import: {type(e).__name__}: "
+            raise PluginError(f"plug-in {shorten(mod)} ({source}) failed to import: {type(e).__name__}: "
                               f"{clip(str(e), 300)}") from None
 
 

@@ -7,7 +7,7 @@ from rich.table import Table
 
 from vitbench.cli import app
 from vitbench.cli.common import console, print_json
-from vitbench.errors import ConfigError, VitbenchError
+from vitbench.errors import ConfigError, PluginError, VitbenchError
 from vitbench.models.analytic import analytic_counts
 from vitbench.models.specs import all_specs
 
@@ -39,6 +39,8 @@ def models_cmd(
     """
     try:
         rows = model_rows(family, tiny)
+    except PluginError:  # a broken plug-in (families can be plug-ins): its own message, not --family's
+        raise
     except VitbenchError as e:  # named as typed
         raise ConfigError(f"--family: {e}") from None
     if as_json:
