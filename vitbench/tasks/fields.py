@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, create_model, model_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, create_model, field_validator, model_validator
 
 from vitbench.backends.base import OPTIMIZERS, PRECISIONS, BackendName, default_backend
 from vitbench.errors import VitbenchError
@@ -74,6 +74,26 @@ class TaskParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # inf seconds: a loop forever
 
+    @field_validator("resolution", check_fields=False)
+    @classmethod
+    def _resolution_fits(cls, v, info):
+        """A given resolution must be a multiple of the model's total stride (an error on the field itself, so
+        a message names it as the user did: `resolution:` in a study, --resolution on the command line)."""
+        model = info.data.get("model")
+        if v is None or model is None:
+            return v
+        from vitbench.models.specs import get_spec
+
+        try:
+            spec = get_spec(model)
+        except VitbenchError:  # the model's own problem: reported on `model` by _native
+            return v
+        try:
+            spec.check_resolution(v)
+        except VitbenchError as e:
+            raise ValueError(str(e)) from None
+        return v
+
     @model_validator(mode="after")
     def _native(self):
         fields = type(self).model_fields
@@ -86,13 +106,8 @@ class TaskParams(BaseModel):
         except VitbenchError as e:
             raise ValueError(str(e)) from None
         updates = {"model": spec.name}
-        if "resolution" in fields:
-            res = spec.resolution if self.resolution is None else self.resolution
-            try:
-                spec.check_resolution(res)
-            except VitbenchError as e:
-                raise ValueError(str(e)) from None
-            updates["resolution"] = res
+        if "resolution" in fields:  # a given one was checked against the model by _resolution_fits (named)
+            updates["resolution"] = spec.resolution if self.resolution is None else self.resolution
         if "num_classes" in fields and self.num_classes is None:
             updates["num_classes"] = spec.num_classes
         for k, v in updates.items():

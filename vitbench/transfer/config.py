@@ -20,6 +20,7 @@ Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
 MAX_SECONDS = 7 * 86400
 # The image sources vitbench reads (vitbench.transfer.data: the loaders, one per name).
 DatasetName = Literal["digits", "synthetic", "folder", "cifar10", "cifar100", "npz"]
+PATH_DATASETS = ("folder", "cifar10", "cifar100", "npz")  # read from a local path; digits/synthetic from none
 
 
 def option_name(field: str, options: Mapping[str, str]) -> str:

@@ -24,7 +24,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from vitbench.errors import ConfigError, UnsafeFileError, shorten
-from vitbench.transfer.config import MAX_COUNT, DatasetName, Seed
+from vitbench.transfer.config import MAX_COUNT, PATH_DATASETS, DatasetName, Seed
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 _CACHE_LIMIT_BYTES = 256 * 2**20  # keep a preprocessed copy of a split only while it is this small
@@ -49,6 +49,16 @@ class DataConfig(BaseModel):
     synthetic_images: int = Field(600, ge=10)
     synthetic_classes: int = Field(10, ge=2)
     synthetic_size: int = Field(16, ge=2)
+
+    @field_validator("path")
+    @classmethod
+    def _path_fits_dataset(cls, v, info):
+        """A path only for datasets read from one, and one for each of them (never silently ignored)."""
+        name = info.data.get("name")
+        if name is not None and name not in PATH_DATASETS and v is not None:
+            raise ValueError(f"dataset {name!r} takes no path (it ships with the code); a path is for "
+                             f"{', '.join(PATH_DATASETS)}")
+        return v
 
     @field_validator("classes", mode="before")
     @classmethod
