@@ -258,3 +258,20 @@ def test_axial_vit_grid_position_table_resizes_in_2d_and_relative_tables_are_ref
     assert up[0, :, :, 0].min() >= g[0, :, :, 0].min() and up[0, :, :, 0].max() <= g[0, :, :, 0].max()
     with pytest.raises(ConfigError, match="use the pre-training resolution"):
         resize_table("rel_embedding", np.zeros((15, 4), np.float32), (7, 4), 0)
+
+
+@pytest.mark.parametrize("name, resolution", [("Axial-ViT-Nano/4", 16), ("Axial-R-Nano", 64)])
+def test_weights_made_at_another_resolution_are_recognised_at_it_in_both_namings(name, resolution):
+    """The grid-sized tables (Axial-ViT's (1, h, w, D) position table, Axial-ResNet's relative tables) say the
+    resolution, so a checkpoint made off the row's native size loads (and converts) at its own."""
+    from vitbench.models import posemb
+    from vitbench.models.checkpoints import check_weights
+    from vitbench.models.convert import flatten, torch_to_flax
+    from vitbench.models.torch import build_torch_model
+
+    spec = get_spec(name)
+    weights = {k: v.numpy() for k, v in build_torch_model(spec, resolution, 10).state_dict().items()}
+    assert check_weights(weights, spec).resolution == resolution
+    flat = {k: tuple(v.shape) for k, v in flatten(torch_to_flax(weights, spec)).items()}
+    assert posemb.resolution_of(flat, spec, "flax_path") == resolution
+    assert posemb.resolution_of({}, spec) == spec.resolution  # nothing grid-sized: the native one

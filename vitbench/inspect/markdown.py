@@ -30,8 +30,8 @@ def to_markdown(result: InspectResult, pictures: Mapping[Picture, str] | None = 
              "| metric | value |", "|---|---|"]
     lines += [f"| {k} | {v:.2f} |" for k, v in r.headline().items()]
     if axes:
-        lines += ["", "| layer | axis | where | step (px) | min over heads (px) | mean (px) | max (px) | uniform (px) |",
-                  "|---|---|---|---|---|---|---|---|"]
+        lines += ["", "| layer | axis | where | step (px) | min over heads (px) | mean (px) | max (px) | "
+                      "uniform (px) |", "|---|---|---|---|---|---|---|---|"]
         for i, (a, d, u) in enumerate(zip(axes, r.attention_distance_px, r.uniform_distance_px), start=1):
             lines.append(f"| {i} | {a.axis.value} | {a.where} | {a.step_px} | {d.min():.2f} | {d.mean():.2f} | "
                          f"{d.max():.2f} | {u:.2f} |")

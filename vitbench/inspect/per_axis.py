@@ -63,7 +63,7 @@ def inspect_axes(plugin: FamilyPlugin, weights: dict[str, np.ndarray], spec: Mod
         similarity = posemb_similarity(np.asarray(table).reshape(layout.num_patches, -1), layout)
         notes["posemb"] = "learned 2-D grid table (h, w, D), added once at the input"
     else:
-        not_applicable["posemb_similarity"] = (f"no absolute position embeddings to compare ({plugin.description})")
+        not_applicable["posemb_similarity"] = f"no absolute position embeddings to compare ({plugin.description})"
     not_applicable["rollout"] = NO_ROLLOUT
     return InspectResult(
         model=spec.name, layout=layout, num_images=len(images),

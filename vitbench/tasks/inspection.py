@@ -1,4 +1,5 @@
-"""Task `inspect`: what an upstream ViT, hybrid or axial model learned (paper Sec. 4.5, Fig. 6, 7, 11), as study rows.
+"""Task `inspect`: what an upstream ViT, hybrid or axial model learned (paper Sec. 4.5, Fig. 6, 7, 11), as study
+rows.
 
 It inspects the same upstream the transfer tasks use (the shared `pretrain_*` parameters: the cached checkpoint,
 pre-trained first if needed), so a study's inspect rows line up with its fewshot/finetune rows: attention

@@ -70,7 +70,10 @@ class FamilyPlugin:
     its attention layers in forward order, and torch_attention / flax_attention ('module:function', signatures
     (model, x_nchw) -> [tensor] and (module, params, x_nhwc) -> [array]) give their probabilities, one
     (images, sequences, heads, length, length) array per layer in that order (inspection's attention distance
-    per axis); plot_style: the report's (marker, matplotlib colormap, name) for the family.
+    per axis); resolution_of(spec, shapes) -> int | None: the input size a set of weights was made for, from
+    the shapes of its grid-sized tables ({timm key or Flax path: shape}; None: they say nothing, the row's
+    native size), what loading a checkpoint checks the weights against; plot_style: the report's (marker,
+    matplotlib colormap, name) for the family.
     """
 
     name: FamilyName
@@ -91,6 +94,7 @@ class FamilyPlugin:
     axis_layers: Callable[[Any, int], tuple[AxisLayer, ...]] | None = None
     torch_attention: str = ""
     flax_attention: str = ""
+    resolution_of: Callable[[Any, dict], int | None] = lambda spec, shapes: None
     plot_style: tuple[str, str, str] = ("D", "Greys", "")  # report marker, colormap, legend name
     extra: dict = field(default_factory=dict)
 

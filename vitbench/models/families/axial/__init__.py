@@ -98,6 +98,12 @@ def vit_axis_layers(spec: ModelSpec, resolution: int) -> tuple[AxisLayer, ...]:
                  for axis in (Axis.ROW, Axis.COLUMN))
 
 
+def vit_resolution_of(spec: ModelSpec, shapes: dict) -> int | None:
+    """The (1, h, w, D) position table (named `pos_embed` in both frameworks) gives the grid: h x patch px."""
+    have = shapes.get("pos_embed")
+    return have[1] * spec.patch if have is not None and len(have) == 4 else None
+
+
 def vit_describe(spec: ModelSpec) -> str:
     return (f"axial L={spec.depth}x(row+col) D={spec.width} MLP={spec.mlp_dim} H={spec.heads} P={spec.patch} gap")
 
@@ -111,7 +117,7 @@ AXIAL_VIT_PLUGIN = FamilyPlugin(
     counts=vit_counts, param_table=vit_table, stride=lambda s: s.patch, feature_dim=lambda s: s.width,
     describe=vit_describe, validate=vit_validate, plot_style=("h", "Purples", "Axial-ViT"),
     axis_layers=vit_axis_layers, torch_attention="vitbench.models.families.axial.torch:attention_maps",
-    flax_attention="vitbench.models.families.axial.flax:vit_attention_maps",
+    flax_attention="vitbench.models.families.axial.flax:vit_attention_maps", resolution_of=vit_resolution_of,
 )
 
 
@@ -208,6 +214,13 @@ def resnet_axis_layers(spec: ModelSpec, resolution: int) -> tuple[AxisLayer, ...
                  for b in resnet_plan(spec, resolution)[0] for axis in (Axis.COLUMN, Axis.ROW))
 
 
+def resnet_resolution_of(spec: ModelSpec, shapes: dict) -> int | None:
+    """The first block's relative table spans 2L - 1 offsets of its L = resolution / 4 side (either naming)."""
+    have = shapes.get("stages.0.blocks.0.attn_h.rel_embedding",
+                      shapes.get("stages_0/blocks_0/attn_h/rel_embedding"))
+    return 4 * (have[0] + 1) // 2 if have is not None and len(have) == 2 else None
+
+
 def resnet_describe(spec: ModelSpec) -> str:
     return (f"stages {'x'.join(map(str, spec.layers))} w={spec.width_factor}, 3x3 -> axial h+w attention "
             f"H={spec.heads}, relative q-logits (Axial-DeepLab)")
@@ -225,6 +238,7 @@ AXIAL_RESNET_PLUGIN = FamilyPlugin(
     plot_style=("P", "RdPu", "Axial-ResNet"), axis_layers=resnet_axis_layers,
     torch_attention="vitbench.models.families.axial.torch:attention_maps",
     flax_attention="vitbench.models.families.axial.flax:resnet_attention_maps",
+    resolution_of=resnet_resolution_of,
 )
 
 register_family(AXIAL_VIT_PLUGIN)

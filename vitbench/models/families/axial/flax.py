@@ -218,4 +218,5 @@ def resnet_attention_maps(module: AxialResNet, params, x) -> list:
     """Per bottleneck its height then its width layer's attention probabilities, in the `axis_layers` order."""
     sown = _sown(module, params, x)
     blocks, _ = resnet_plan(module.spec, x.shape[1])
-    return [sown[f"stages_{b.s}"][f"blocks_{b.j}"][a]["attention"][0] for b in blocks for a in ("attn_h", "attn_w")]
+    return [sown[f"stages_{b.s}"][f"blocks_{b.j}"][a]["attention"][0]
+            for b in blocks for a in ("attn_h", "attn_w")]
