@@ -166,7 +166,8 @@ def distance_panels(panels: Mapping[str, Mapping[str, InspectResult]]) -> Figure
         _uniform_line(ax, first, ticks, "0.4", "uniform attention")
         ax.set_ylim(0, 1.1 * max(top, float(first.uniform_distance_px.max())))
         ax.set_xticks(ticks)
-        ax.set_title(f"{title} @ {first.resolution_px}px", fontsize=9)
+        ax.set_title(f"{title} @ {first.resolution_px}px"
+                     + ("\n> row layer (along x), ^ column layer (along y)" if first.axis_layers else ""), fontsize=9)
         ax.set_xlabel("network depth (layer)", fontsize=8)
         ax.set_ylabel("mean attention distance (px)", fontsize=8)
         ax.legend(fontsize=6, loc="lower right")
