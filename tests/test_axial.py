@@ -8,6 +8,7 @@ import pytest
 
 from vitbench.errors import ConfigError
 from vitbench.models.analytic import analytic_counts
+from vitbench.models.families import Axis
 from vitbench.models.specs import all_specs, get_spec
 
 TINY = ["Axial-ViT-Nano/4", "Axial-R-Nano"]
@@ -89,14 +90,14 @@ def test_a_row_layer_mixes_only_along_its_row_and_a_column_layer_only_along_its_
     x = rng.normal(size=(1, 6, 5, 8)).astype(np.float32)
     x2 = x.copy()
     x2[0, 2, 3] += 1.0
-    for along, keep in (("row", lambda d: d[0, 2]), ("column", lambda d: d[0, :, 3])):
+    for along, keep in ((Axis.ROW, lambda d: d[0, 2]), (Axis.COLUMN, lambda d: d[0, :, 3])):
         if backend == "torch":
             import torch
 
             from vitbench.models.families.axial.torch import AxialAttention
 
             torch.manual_seed(0)
-            length = 5 if along == "row" else 6
+            length = 5 if along is Axis.ROW else 6
             layer = AxialAttention(8, 2, along, bias=False, proj=False, length=length)
             with torch.no_grad():
                 d = (layer(torch.from_numpy(x2)) - layer(torch.from_numpy(x))).abs().numpy()
@@ -188,6 +189,10 @@ def test_a_family_registered_from_outside_the_package_builds_counts_and_converts
     model = build_torch_model(spec)
     assert sum(p.numel() for p in model.parameters()) == 40
     assert set(torch_to_flax(model.state_dict(), spec)["head"]) == {"kernel", "bias"}
+    from vitbench.inspect.run import inspect_model  # a family that declares no attention maps: refused, saying so
+
+    with pytest.raises(ConfigError, match="inspection does not apply to Toy-Linear/8.*declares no attention"):
+        inspect_model({}, get_spec("Toy-Linear/8"), 32, np.zeros((1, 32, 32, 3), np.float32), None)
 
 
 def _toy_torch(spec, resolution, num_classes):
@@ -206,13 +211,6 @@ def _toy_torch(spec, resolution, num_classes):
 
 def _toy_flax(spec, num_classes, dtype):
     raise NotImplementedError
-
-
-def test_inspection_says_it_does_not_apply_to_axial_attention():
-    from vitbench.inspect.run import inspect_model
-
-    with pytest.raises(ConfigError, match="inspection does not apply to Axial-ViT-Nano/4"):
-        inspect_model({}, get_spec("Axial-ViT-Nano/4"), 16, np.zeros((1, 16, 16, 3), np.float32), None)
 
 
 def test_figure13_section_joins_accuracy_compute_gflops_and_speed_per_backend():
@@ -260,3 +258,20 @@ def test_axial_vit_grid_position_table_resizes_in_2d_and_relative_tables_are_ref
     assert up[0, :, :, 0].min() >= g[0, :, :, 0].min() and up[0, :, :, 0].max() <= g[0, :, :, 0].max()
     with pytest.raises(ConfigError, match="use the pre-training resolution"):
         resize_table("rel_embedding", np.zeros((15, 4), np.float32), (7, 4), 0)
+
+
+@pytest.mark.parametrize("name, resolution", [("Axial-ViT-Nano/4", 16), ("Axial-R-Nano", 64)])
+def test_weights_made_at_another_resolution_are_recognised_at_it_in_both_namings(name, resolution):
+    """The grid-sized tables (Axial-ViT's (1, h, w, D) position table, Axial-ResNet's relative tables) say the
+    resolution, so a checkpoint made off the row's native size loads (and converts) at its own."""
+    from vitbench.models import posemb
+    from vitbench.models.checkpoints import check_weights
+    from vitbench.models.convert import flatten, torch_to_flax
+    from vitbench.models.torch import build_torch_model
+
+    spec = get_spec(name)
+    weights = {k: v.numpy() for k, v in build_torch_model(spec, resolution, 10).state_dict().items()}
+    assert check_weights(weights, spec).resolution == resolution
+    flat = {k: tuple(v.shape) for k, v in flatten(torch_to_flax(weights, spec)).items()}
+    assert posemb.resolution_of(flat, spec, "flax_path") == resolution
+    assert posemb.resolution_of({}, spec) == spec.resolution  # nothing grid-sized: the native one

@@ -33,8 +33,8 @@ def inspect_cmd(
     as_json: bool = typer.Option(False, "--json", help="One JSON document on stdout (nothing else)."),
     out: str = typer.Option(None, "--out", "-o", help=f"Directory for {JSON_NAME} and the PNG pictures."),
 ) -> None:
-    """Mean attention distance per layer and head (px), position-embedding similarity, embedding-filter
-    principal components and attention rollout (paper Sec. 4.5, Fig. 6, 7, 11)."""
+    """Mean attention distance per layer and head (px; per axis for axial models), position-embedding
+    similarity, embedding-filter principal components and attention rollout (paper Sec. 4.5, Fig. 6, 7, 11)."""
     from vitbench.backends.base import Capability, backend_spec, default_backend, get_backend
     from vitbench.errors import ConfigError
     from vitbench.inspect.run import inspect_model
@@ -77,12 +77,15 @@ def inspect_cmd(
         return
     t = Table(title=escape(f"{result.model} @ {result.resolution_px}px ({src.origin}, {backend}, "
                            f"{result.num_images} images): mean attention distance (px)"))
-    t.add_column("layer", justify="right")
-    t.add_column("per head", justify="left")
-    t.add_column("mean", justify="right")
-    t.add_column("on class token", justify="right")
-    for i, (d, s) in enumerate(zip(result.attention_distance_px, result.prefix_attention_share), start=1):
-        t.add_row(str(i), " ".join(f"{v:5.2f}" for v in d), f"{d.mean():.2f}", f"{s.mean():.2f}")
+    axes = result.axis_layers  # per-axis layers (axial families): the axis, where it sits, its pixel step
+    for name, justify in (("layer", "right"), *((("axis", "left"), ("where", "left"), ("step px", "right"))
+                                                 if axes else ()), ("per head", "left"), ("mean", "right"),
+                          ("uniform" if axes else "on class token", "right")):
+        t.add_column(name, justify=justify)
+    last = result.uniform_distance_px if axes else result.prefix_attention_share.mean(1)
+    for i, (d, s) in enumerate(zip(result.attention_distance_px, last), start=1):
+        where = (axes[i - 1].axis.value, axes[i - 1].where, str(axes[i - 1].step_px)) if axes else ()
+        t.add_row(str(i), *where, " ".join(f"{v:5.2f}" for v in d), f"{d.mean():.2f}", f"{s:.2f}")
     console.print(t)
     for k, v in result.headline().items():
         console.print(f"{k}: {v:.2f}")

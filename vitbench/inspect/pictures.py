@@ -19,7 +19,7 @@ import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
-from vitbench.inspect.distance import uniform_attention_distance_px
+from vitbench.models.families import Axis
 from vitbench.paths import write_atomic
 
 if TYPE_CHECKING:
@@ -91,9 +91,22 @@ def posemb_figure(result: InspectResult) -> Figure | None:
     return fig
 
 
+_MARKER = {Axis.ROW: ">", Axis.COLUMN: "^"}  # per-axis layers: the direction the layer attends along
+
+
+def _uniform_line(ax, r: InspectResult, x: np.ndarray, colour, label: str | None) -> None:
+    """Dotted: the distance of uniform attention (the fully global level), one level or one per layer."""
+    u = r.uniform_distance_px
+    if np.allclose(u, u[0]):
+        ax.axhline(u[0], color=colour, lw=0.8, ls=":", label=label)
+    else:
+        ax.plot(x, u, color=colour, lw=0.8, ls=":", drawstyle="steps-mid", label=label)
+
+
 def distance_figure(results: Mapping[str, InspectResult]) -> Figure:
     """Fig. 7 right / Fig. 11: one dot per head at its layer (dashed: mean over heads; dotted: uniform attention,
-    the fully global level); one model: coloured by head; several: by model."""
+    the fully global level); one model: coloured by head; several: by model. Per-axis layers (axial models):
+    '>' a row layer (distance along x), '^' a column layer (along y)."""
     fig = Figure(figsize=(5.4, 4.0), layout="constrained")
     ax = fig.subplots()
     many = len(results) > 1
@@ -102,22 +115,25 @@ def distance_figure(results: Mapping[str, InspectResult]) -> Figure:
         d = r.attention_distance_px
         layers = np.arange(1, d.shape[0] + 1)
         offset = (m - (len(results) - 1) / 2) * 0.12 if many else 0.0
+        markers = [_MARKER[a.axis] for a in r.axis_layers] or ["o"] * len(layers)
         for h in range(d.shape[1]):
             colour = cmap(m if many else h)
-            ax.scatter(layers + offset, d[:, h], s=14, color=colour,
-                       label=(label if h == 0 else None) if many else f"head {h + 1}")
+            for i, mk in enumerate(markers):
+                ax.scatter(layers[i] + offset, d[i, h], s=14, color=colour, marker=mk,
+                           label=((label if h == 0 else None) if many else f"head {h + 1}") if i == 0 else None)
         ax.plot(layers + offset, d.mean(1), color=cmap(m) if many else "0.4", lw=0.8, ls="--")
-        ax.axhline(uniform_attention_distance_px(r.layout), color=cmap(m) if many else "0.4", lw=0.8, ls=":",
-                   label="uniform attention" + (f" ({label})" if many else ""))
+        _uniform_line(ax, r, layers + offset, cmap(m) if many else "0.4",
+                      "uniform attention" + (f" ({label})" if many else ""))
     first = next(iter(results.values()))
     ax.set_xlabel("network depth (layer)")
     ax.set_ylabel("mean attention distance (pixels)")
     ax.set_xticks(np.arange(1, first.attention_distance_px.shape[0] + 1))
-    top = max(max(float(r.attention_distance_px.max()), uniform_attention_distance_px(r.layout))
+    top = max(max(float(r.attention_distance_px.max()), float(r.uniform_distance_px.max()))
               for r in results.values())
     ax.set_ylim(0, 1.1 * top)
     ax.set_title(", ".join(f"{k} @ {r.resolution_px}px" for k, r in results.items()) if many else
-                 f"{first.model} @ {first.resolution_px}px ({first.num_images} images)", fontsize=9)
+                 f"{first.model} @ {first.resolution_px}px ({first.num_images} images)"
+                 + ("\n> row layer (along x), ^ column layer (along y)" if first.axis_layers else ""), fontsize=9)
     ax.legend(fontsize=7, loc="lower right")
     ax.grid(alpha=0.3)
     return fig
@@ -139,15 +155,19 @@ def distance_panels(panels: Mapping[str, Mapping[str, InspectResult]]) -> Figure
             d = r.attention_distance_px
             layers = np.arange(1, d.shape[0] + 1)
             offset = (m - (len(series) - 1) / 2) * 0.08
-            ax.scatter(np.repeat(layers + offset, d.shape[1]), d.ravel(), s=8, color=shades[m], alpha=0.7)
+            markers = [_MARKER[a.axis] for a in r.axis_layers] or ["o"] * len(layers)
+            for i, mk in enumerate(markers):
+                ax.scatter(np.full(d.shape[1], layers[i] + offset), d[i], s=8, color=shades[m], alpha=0.7,
+                           marker=mk)
             ax.plot(layers + offset, d.mean(1), color=shades[m], lw=1.2, label=label)
             top = max(top, float(d.max()))
         first = next(iter(series.values()))
-        uniform = uniform_attention_distance_px(first.layout)
-        ax.axhline(uniform, color="0.4", lw=0.8, ls=":", label="uniform attention")
-        ax.set_ylim(0, 1.1 * max(top, uniform))
-        ax.set_xticks(np.arange(1, first.attention_distance_px.shape[0] + 1))
-        ax.set_title(f"{title} @ {first.resolution_px}px", fontsize=9)
+        ticks = np.arange(1, first.attention_distance_px.shape[0] + 1)
+        _uniform_line(ax, first, ticks, "0.4", "uniform attention")
+        ax.set_ylim(0, 1.1 * max(top, float(first.uniform_distance_px.max())))
+        ax.set_xticks(ticks)
+        ax.set_title(f"{title} @ {first.resolution_px}px"
+                     + ("\n> row layer (along x), ^ column layer (along y)" if first.axis_layers else ""), fontsize=9)
         ax.set_xlabel("network depth (layer)", fontsize=8)
         ax.set_ylabel("mean attention distance (px)", fontsize=8)
         ax.legend(fontsize=6, loc="lower right")

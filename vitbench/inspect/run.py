@@ -10,6 +10,7 @@ from typing import Protocol
 import numpy as np
 
 from vitbench.errors import ConfigError
+from vitbench.inspect.axes import uniform_axis_distance_px
 from vitbench.inspect.distance import (
     attention_distance_per_image,
     check_attention,
@@ -20,6 +21,7 @@ from vitbench.inspect.filters import FilterComponents, acts_on_pixels, embedding
 from vitbench.inspect.layout import TokenLayout
 from vitbench.inspect.posemb import adjacent_similarity, position_table, posemb_similarity, table_grid
 from vitbench.inspect.rollout import rollout_maps
+from vitbench.models.families import Axis, AxisLayer, family_plugin
 from vitbench.models.posemb_resize import resample_pos_embed
 from vitbench.models.specs import ModelSpec
 
@@ -30,10 +32,11 @@ POS_EMBED, PATCH_KERNEL, HEAD_WEIGHT = "pos_embed", "patch_embed.proj.weight", "
 class AttentionFn(Protocol):
     """One framework's attention probabilities: (layers, images, heads, tokens, tokens) float32, for a model of
     `spec` at `resolution` with `weights` (timm naming, position embeddings already fitting `resolution`) on
-    NHWC float32 `images`."""
+    NHWC float32 `images`; for a family with per-axis layers, one (images, sequences, heads, length, length)
+    array per layer (vitbench.models.families.FamilyPlugin.axis_layers)."""
 
     def __call__(self, weights: dict[str, np.ndarray], spec: ModelSpec, resolution: int,
-                 images: np.ndarray) -> np.ndarray: ...
+                 images: np.ndarray) -> np.ndarray | list[np.ndarray]: ...
 
 
 @dataclass(frozen=True)
@@ -55,10 +58,21 @@ class InspectResult:
     # compared position embeddings are ({"posemb": "learned 1-D, added once at the input"})
     not_applicable: dict[str, str] = field(default_factory=dict)
     notes: dict[str, str] = field(default_factory=dict)
+    # per-axis attention (axial families): each layer's axis, length and pixel step, in the rows' order of
+    # attention_distance_px; empty: every layer attends token x token over `layout` (ViT, hybrid)
+    axis_layers: tuple[AxisLayer, ...] = ()
 
     @property
     def resolution_px(self) -> int:
         return self.layout.resolution_px[0]
+
+    @property
+    def uniform_distance_px(self) -> np.ndarray:
+        """(layers,) the distance uniform attention gives in each layer (the fully global level): over the whole
+        grid for token x token layers, along the layer's axis for per-axis ones."""
+        if self.axis_layers:
+            return np.array([uniform_axis_distance_px(a) for a in self.axis_layers])
+        return np.full(len(self.attention_distance_px), uniform_attention_distance_px(self.layout))
 
     def headline(self) -> dict[str, float]:
         """Headline metrics (units in the names): mean over heads of the first and last layer's distance, the
@@ -70,7 +84,7 @@ class InspectResult:
                "attention_distance_last_layer_px": float(d[-1].mean()),
                "attention_distance_first_layer_min_px": float(d[0].min()),
                "attention_distance_first_layer_max_px": float(d[0].max()),
-               "attention_distance_uniform_px": uniform_attention_distance_px(self.layout)}
+               "attention_distance_uniform_px": float(self.uniform_distance_px[0])}
         if self.posemb_similarity is not None:  # a model without position embeddings has no such number
             out["posemb_adjacent_cos_sim"] = adjacent_similarity(self.posemb_similarity)
         return out
@@ -94,6 +108,9 @@ class InspectResult:
             "rollout": self.rollout.tolist(),
             "rollout_images": self.rollout_images.tolist(),
             "not_applicable": dict(self.not_applicable), "notes": dict(self.notes),
+            "axis_layers": [{"axis": a.axis.value, "length": a.length, "step_px": a.step_px, "where": a.where}
+                            for a in self.axis_layers],
+            "uniform_distance_px": self.uniform_distance_px.tolist(),
         }
 
     @classmethod
@@ -115,7 +132,9 @@ class InspectResult:
             rollout=rollout.reshape(-1, grid_h, grid_w),
             rollout_images=np.asarray(d.get("rollout_images", []), np.float32).reshape(
                 len(rollout), *(d["resolution_px"],) * 2, -1) if len(rollout) else np.zeros((0, 1, 1, 1)),
-            not_applicable=dict(d.get("not_applicable") or {}), notes=dict(d.get("notes") or {}))
+            not_applicable=dict(d.get("not_applicable") or {}), notes=dict(d.get("notes") or {}),
+            axis_layers=tuple(AxisLayer(Axis(a["axis"]), int(a["length"]), int(a["step_px"]), str(a["where"]))
+                              for a in d.get("axis_layers") or ()))
 
     def write_pictures(self, out_dir, *, label: str | None = None) -> dict:
         """Write the PNGs into `out_dir`; returns {Picture: path}. See vitbench.inspect.pictures."""
@@ -160,18 +179,21 @@ def inspect_model(weights: dict[str, np.ndarray], spec: ModelSpec, resolution: i
     patches (1: class token; DeiT's distillation token makes 2; None: the spec's). On grey images (R = G = B) the
     filter components are of the channel-summed filters (see vitbench.inspect.filters).
     """
-    from vitbench.models.families import family_plugin
-
     plugin = family_plugin(spec.family)
-    if plugin is not None and not plugin.token_attention_maps:  # e.g. axial attention: per row / column maps
+    if plugin is not None and not plugin.token_attention_maps and plugin.axis_layers is None:
         raise ConfigError(f"inspection does not apply to {spec.name} (family {spec.family}: "
-                          f"{plugin.description}): "
-                          "its attention maps are not token x token over the image; use a ViT or a hybrid model")
-    if not spec.depth:
-        raise ConfigError(f"{spec.name} has no transformer layers to inspect; use a ViT or a hybrid model")
+                          f"{plugin.description}): its family declares no attention maps to read; use a ViT, a "
+                          "hybrid or an axial model")
+    if plugin is None and not spec.depth:
+        raise ConfigError(f"{spec.name} has no transformer layers to inspect; use a ViT, a hybrid or an axial "
+                          "model")
     images = np.asarray(images, np.float32)
     if images.ndim != 4 or images.shape[1:3] != (resolution, resolution) or len(images) == 0:
         raise ConfigError(f"images of shape {images.shape}; expected (N >= 1, {resolution}, {resolution}, C)")
+    if plugin is not None and plugin.axis_layers is not None:
+        from vitbench.inspect.per_axis import inspect_axes
+
+        return inspect_axes(plugin, weights, spec, resolution, images, attention_fn, batch_size=batch_size)
     if num_prefix_tokens is None:
         num_prefix_tokens = spec.num_prefix_tokens
     layout = TokenLayout.of(spec, resolution, num_prefix_tokens)

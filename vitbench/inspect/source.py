@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from vitbench.errors import ConfigError, VitbenchError, shorten
+from vitbench.models.families import family_plugin, has_attention_layers
 from vitbench.models.specs import ModelSpec, get_spec
 from vitbench.transfer.checkpoint import load_checkpoint
 from vitbench.transfer.data import DataConfig, load_splits
@@ -37,15 +38,19 @@ def load_source(arg: str, init_weights: InitWeights, resolution: int | None = No
                           "or a model name")
     ckpt = load_checkpoint(arg) if path.exists() or arg.endswith((".safetensors", ".npz")) else None
     spec = ckpt.spec if ckpt else get_spec(arg)  # a checkpoint's spec carries its flavour (GELU, std-conv form)
-    if not spec.depth:
-        raise ConfigError(f"{spec.name} has no attention layers to inspect; give a ViT or hybrid "
-                          "(see `vitbench models --family vit|hybrid`)")
+    if not has_attention_layers(spec):
+        raise ConfigError(f"{spec.name} has no attention layers to inspect; give a ViT, hybrid or axial model "
+                          "(see `vitbench models`)")
     trained = ckpt.resolution if ckpt else spec.resolution if resolution is None else resolution
     res = trained if resolution is None else resolution
     try:
         spec.check_resolution(res)
     except VitbenchError as e:
         raise ConfigError(f"--resolution: {e}") from None
+    plugin = family_plugin(spec.family)
+    if ckpt and res != trained and plugin is not None and plugin.axis_layers is not None:
+        raise ConfigError(f"--resolution {res}: {spec.name}'s weights are sized by its grid (position and "
+                          f"relative tables); inspect this checkpoint at its trained resolution, -r {trained}")
     if ckpt:
         weights = with_head(ckpt.weights, spec, trained, init_weights)
         return ModelSource(spec, weights, res, trained, str(ckpt.path))

@@ -77,7 +77,13 @@ def tables(spec: ModelSpec, resolution: int) -> list[Table]:
 
 def resolution_of(shapes: dict[str, tuple[int, ...]], spec: ModelSpec, key: str = "torch_key") -> int | None:
     """The resolution whose learned tables have the given shapes ({timm key or Flax path: shape}, `key` says
-    which); the native one when `spec` has no learned table; None when the shapes give no square grid."""
+    which); the native one when `spec` has no learned table; None when the shapes give no square grid. A plug-in
+    family reads its own tables (`FamilyPlugin.resolution_of`; native when they say nothing)."""
+    if spec.family not in ("vit", "hybrid", "bit"):
+        from vitbench.models.families import family_plugin  # the family registry imports this module's users
+
+        found = family_plugin(spec.family).resolution_of(spec, shapes)
+        return spec.resolution if found is None else found
     ref = tables(spec, spec.resolution)
     for t in ref:
         have = shapes.get(getattr(t, key))

@@ -1,4 +1,5 @@
-"""Task `inspect`: what an upstream ViT or hybrid learned (paper Sec. 4.5, Fig. 6, 7, 11), as study rows.
+"""Task `inspect`: what an upstream ViT, hybrid or axial model learned (paper Sec. 4.5, Fig. 6, 7, 11), as study
+rows.
 
 It inspects the same upstream the transfer tasks use (the shared `pretrain_*` parameters: the cached checkpoint,
 pre-trained first if needed), so a study's inspect rows line up with its fewshot/finetune rows: attention
@@ -26,11 +27,12 @@ class Inspection(BaseModel):
 
     @model_validator(mode="after")
     def _has_attention(self):
+        from vitbench.models.families import has_attention_layers
         from vitbench.models.specs import get_spec
 
         model = getattr(self, "model", None)
-        if model is not None and not get_spec(model).depth:
-            raise ValueError(f"{model} has no attention layers to inspect: use a ViT or a hybrid")
+        if model is not None and not has_attention_layers(get_spec(model)):
+            raise ValueError(f"{model} has no attention layers to inspect: use a ViT, a hybrid or an axial model")
         return self
 
 

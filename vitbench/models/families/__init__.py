@@ -17,6 +17,7 @@ import importlib
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, NewType
 
 from vitbench.errors import ConfigError
@@ -27,6 +28,25 @@ FamilyName = NewType("FamilyName", str)
 
 # Families with hand-written paths in the shared model modules (not plug-ins).
 BUILTIN: tuple[FamilyName, ...] = (FamilyName("vit"), FamilyName("bit"), FamilyName("hybrid"))
+
+
+class Axis(Enum):
+    """The one axis of the token grid an axial attention layer mixes along."""
+
+    ROW = "row"  # within each row: along x (the grid's width)
+    COLUMN = "column"  # within each column: along y (the grid's height)
+
+
+@dataclass(frozen=True)
+class AxisLayer:
+    """One per-axis attention layer as inspection reads it: its axis, its sequence length (tokens along the axis),
+    the input pixels between two adjacent tokens (the stride of the feature map it attends over) and where it
+    sits ("block 1", "stage 2 block 1")."""
+
+    axis: Axis
+    length: int
+    step_px: int
+    where: str
 
 
 def _import(target: str) -> Callable:
@@ -45,8 +65,15 @@ class FamilyPlugin:
     param_table(spec, resolution) -> param_table entries (timm-style key <-> Flax path); stride(spec) pixels per
     output cell; feature_dim(spec); describe(spec) one line; validate(spec, diff) raises ConfigError;
     attention: whether the model has attention layers; token_attention_maps: whether its attention maps are
-    (tokens x tokens) over the whole image (what inspection's attention distance reads); plot_style: the
-    report's (marker, matplotlib colormap, name) for the family.
+    (tokens x tokens) over the whole image (what inspection's attention distance reads); axis_layers(spec,
+    resolution) -> tuple[AxisLayer, ...]: a family whose attention runs along one axis at a time (axial) lists
+    its attention layers in forward order, and torch_attention / flax_attention ('module:function', signatures
+    (model, x_nchw) -> [tensor] and (module, params, x_nhwc) -> [array]) give their probabilities, one
+    (images, sequences, heads, length, length) array per layer in that order (inspection's attention distance
+    per axis); resolution_of(spec, shapes) -> int | None: the input size a set of weights was made for, from
+    the shapes of its grid-sized tables ({timm key or Flax path: shape}; None: they say nothing, the row's
+    native size), what loading a checkpoint checks the weights against; plot_style: the report's (marker,
+    matplotlib colormap, name) for the family.
     """
 
     name: FamilyName
@@ -64,6 +91,10 @@ class FamilyPlugin:
     validate: Callable[[Any, dict], None] = lambda spec, diff: None
     attention: bool = True
     token_attention_maps: bool = False
+    axis_layers: Callable[[Any, int], tuple[AxisLayer, ...]] | None = None
+    torch_attention: str = ""
+    flax_attention: str = ""
+    resolution_of: Callable[[Any, dict], int | None] = lambda spec, shapes: None
     plot_style: tuple[str, str, str] = ("D", "Greys", "")  # report marker, colormap, legend name
     extra: dict = field(default_factory=dict)
 
@@ -72,6 +103,14 @@ class FamilyPlugin:
 
     def build_flax(self, spec, num_classes: int, dtype):
         return _import(self.flax_builder)(spec, num_classes, dtype)
+
+    def torch_attention_maps(self, model, x) -> list:
+        """Per-axis attention probabilities of a built torch `model` on NCHW `x` (see `axis_layers`)."""
+        return _import(self.torch_attention)(model, x)
+
+    def flax_attention_maps(self, module, params, x) -> list:
+        """Per-axis attention probabilities of a Flax `module` with `params` on NHWC `x` (traceable: jit it)."""
+        return _import(self.flax_attention)(module, params, x)
 
 
 def register_family(plugin: FamilyPlugin, *, replace: bool = False) -> FamilyPlugin:
@@ -99,6 +138,13 @@ def family_plugin(name: str) -> FamilyPlugin | None:
     if found is None:
         raise ConfigError(f"unknown model family {str(name)[:40]!r}; allowed: {', '.join(family_names())}")
     return found.obj
+
+
+def has_attention_layers(spec) -> bool:
+    """Whether inspection has attention layers to read: a transformer (depth > 0) or a plug-in family that lists
+    per-axis attention layers."""
+    plugin = family_plugin(spec.family)
+    return bool(spec.depth) if plugin is None else plugin.token_attention_maps or plugin.axis_layers is not None
 
 
 def family_names() -> tuple[str, ...]:

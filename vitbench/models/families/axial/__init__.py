@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from vitbench.errors import ConfigError
 from vitbench.models.analytic import Counts
-from vitbench.models.families import FamilyName, FamilyPlugin, register_family
+from vitbench.models.families import Axis, AxisLayer, FamilyName, FamilyPlugin, register_family
 from vitbench.models.param_table import _conv, _copy, _linear
 from vitbench.models.param_table import _norm as _norm_entry
 from vitbench.models.specs import RESNET_DEPTHS, ModelSpec
@@ -91,6 +91,19 @@ def vit_validate(spec: ModelSpec, diff: dict) -> None:
     _heads_divide(spec, spec.width, "width")
 
 
+def vit_axis_layers(spec: ModelSpec, resolution: int) -> tuple[AxisLayer, ...]:
+    """Block k's row layer, then its column layer, on the g x g patch grid (tokens `patch` px apart)."""
+    g = grid(spec, resolution)
+    return tuple(AxisLayer(axis, g, spec.patch, f"block {k + 1}") for k in range(spec.depth)
+                 for axis in (Axis.ROW, Axis.COLUMN))
+
+
+def vit_resolution_of(spec: ModelSpec, shapes: dict) -> int | None:
+    """The (1, h, w, D) position table (named `pos_embed` in both frameworks) gives the grid: h x patch px."""
+    have = shapes.get("pos_embed")
+    return have[1] * spec.patch if have is not None and len(have) == 4 else None
+
+
 def vit_describe(spec: ModelSpec) -> str:
     return (f"axial L={spec.depth}x(row+col) D={spec.width} MLP={spec.mlp_dim} H={spec.heads} P={spec.patch} gap")
 
@@ -103,6 +116,8 @@ AXIAL_VIT_PLUGIN = FamilyPlugin(
     flax_builder="vitbench.models.families.axial.flax:build_axial_vit",
     counts=vit_counts, param_table=vit_table, stride=lambda s: s.patch, feature_dim=lambda s: s.width,
     describe=vit_describe, validate=vit_validate, plot_style=("h", "Purples", "Axial-ViT"),
+    axis_layers=vit_axis_layers, torch_attention="vitbench.models.families.axial.torch:attention_maps",
+    flax_attention="vitbench.models.families.axial.flax:vit_attention_maps", resolution_of=vit_resolution_of,
 )
 
 
@@ -192,6 +207,20 @@ def resnet_validate(spec: ModelSpec, diff: dict) -> None:
         _heads_divide(spec, c // 4, "the bottleneck width")
 
 
+def resnet_axis_layers(spec: ModelSpec, resolution: int) -> tuple[AxisLayer, ...]:
+    """Per bottleneck its height (column) layer, then its width (row) layer, on the block's input map: side b.h,
+    cells resolution / b.h px apart (4 px in stage 1, x2 per later stage; a block's stride comes after them)."""
+    return tuple(AxisLayer(axis, b.h, resolution // b.h, f"stage {b.s + 1} block {b.j + 1}")
+                 for b in resnet_plan(spec, resolution)[0] for axis in (Axis.COLUMN, Axis.ROW))
+
+
+def resnet_resolution_of(spec: ModelSpec, shapes: dict) -> int | None:
+    """The first block's relative table spans 2L - 1 offsets of its L = resolution / 4 side (either naming)."""
+    have = shapes.get("stages.0.blocks.0.attn_h.rel_embedding",
+                      shapes.get("stages_0/blocks_0/attn_h/rel_embedding"))
+    return 4 * (have[0] + 1) // 2 if have is not None and len(have) == 2 else None
+
+
 def resnet_describe(spec: ModelSpec) -> str:
     return (f"stages {'x'.join(map(str, spec.layers))} w={spec.width_factor}, 3x3 -> axial h+w attention "
             f"H={spec.heads}, relative q-logits (Axial-DeepLab)")
@@ -206,7 +235,10 @@ AXIAL_RESNET_PLUGIN = FamilyPlugin(
     flax_builder="vitbench.models.families.axial.flax:build_axial_resnet",
     counts=resnet_counts, param_table=resnet_table, stride=lambda s: 4 * 2 ** (len(s.layers) - 1),
     feature_dim=lambda s: s.stage_channels[-1], describe=resnet_describe, validate=resnet_validate,
-    plot_style=("P", "RdPu", "Axial-ResNet"),
+    plot_style=("P", "RdPu", "Axial-ResNet"), axis_layers=resnet_axis_layers,
+    torch_attention="vitbench.models.families.axial.torch:attention_maps",
+    flax_attention="vitbench.models.families.axial.flax:resnet_attention_maps",
+    resolution_of=resnet_resolution_of,
 )
 
 register_family(AXIAL_VIT_PLUGIN)

@@ -9,17 +9,19 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from vitbench.models.families import Axis
+from vitbench.models.families.axial import resnet_plan
 from vitbench.models.flavours import Gelu
 from vitbench.models.posemb import relative_index
 from vitbench.models.specs import ModelSpec
 
 
 class AxialAttention(nn.Module):
-    """Self-attention along one axis of (B, H, W, C): 'row' mixes along W, 'column' along H; `relative`: the
+    """Self-attention along one axis of (B, H, W, C): Axis.ROW mixes along W, Axis.COLUMN along H; `relative`: the
     query-dependent relative logits of Axial-DeepLab (a (2L-1, head dim) table sized by the axis at init)."""
 
     heads: int
-    along: str
+    along: Axis
     bias: bool = True
     proj: bool = True
     relative: bool = False
@@ -27,7 +29,7 @@ class AxialAttention(nn.Module):
 
     @nn.compact
     def __call__(self, x):
-        if self.along == "column":
+        if self.along is Axis.COLUMN:
             x = jnp.swapaxes(x, 1, 2)
         b, n, length, c = x.shape
         h, dh = self.heads, c // self.heads
@@ -42,12 +44,12 @@ class AxialAttention(nn.Module):
         out = jnp.einsum("bnhlm,bnmhd->bnlhd", attn, v).reshape(b, n, length, c)
         if self.proj:
             out = nn.Dense(c, use_bias=self.bias, dtype=self.dtype, name="proj")(out)
-        return jnp.swapaxes(out, 1, 2) if self.along == "column" else out
+        return jnp.swapaxes(out, 1, 2) if self.along is Axis.COLUMN else out
 
 
 class AxialBlock(nn.Module):
     spec: ModelSpec
-    along: str
+    along: Axis
     dtype: Any = jnp.float32
 
     @nn.compact
@@ -84,7 +86,7 @@ class AxialViT(nn.Module):
         pos = self.param("pos_embed", nn.initializers.normal(0.02), (1, *x.shape[1:]))
         x = x + pos.astype(x.dtype)
         for k in range(2 * s.depth):
-            x = AxialBlock(s, ("row", "column")[k % 2], self.dtype, name=f"blocks_{k}")(x)
+            x = AxialBlock(s, (Axis.ROW, Axis.COLUMN)[k % 2], self.dtype, name=f"blocks_{k}")(x)
         x = nn.LayerNorm(epsilon=s.ln_eps, use_fast_variance=False, dtype=self.dtype, name="norm")(x)
         x = x.mean(axis=(1, 2))
         if pre_logits:
@@ -121,8 +123,8 @@ class Bottleneck(nn.Module):
                                                  use_bias=False, dtype=self.dtype, name=name)
         y = nn.relu(gn("norm1")(conv(self.mid, "conv1")(x)))
         axial = dict(bias=False, proj=False, relative=True, dtype=self.dtype)
-        y = AxialAttention(s.heads, "column", name="attn_h", **axial)(y)
-        y = AxialAttention(s.heads, "row", name="attn_w", **axial)(y)
+        y = AxialAttention(s.heads, Axis.COLUMN, name="attn_h", **axial)(y)
+        y = AxialAttention(s.heads, Axis.ROW, name="attn_w", **axial)(y)
         if self.stride == 2:
             y = nn.avg_pool(y, (2, 2), strides=(2, 2))
         y = gn("norm3")(conv(self.cout, "conv3")(nn.relu(gn("norm2")(y))))
@@ -198,3 +200,23 @@ def build_axial_vit(spec: ModelSpec, num_classes: int, dtype: Any = jnp.float32)
 
 def build_axial_resnet(spec: ModelSpec, num_classes: int, dtype: Any = jnp.float32) -> nn.Module:
     return AxialResNet(spec, num_classes, dtype=dtype)
+
+
+def _sown(module: nn.Module, params, x) -> dict:
+    _, state = module.apply({"params": params}, x, mutable=["intermediates"])
+    return state["intermediates"]
+
+
+def vit_attention_maps(module: AxialViT, params, x) -> list:
+    """Every axial block's attention probabilities (the row layer of block k, then its column layer), each
+    (images, sequences, heads, length, length): the family's `axis_layers` order. Traceable (jit it)."""
+    sown = _sown(module, params, x)
+    return [sown[f"blocks_{k}"]["attn"]["attention"][0] for k in range(2 * module.spec.depth)]
+
+
+def resnet_attention_maps(module: AxialResNet, params, x) -> list:
+    """Per bottleneck its height then its width layer's attention probabilities, in the `axis_layers` order."""
+    sown = _sown(module, params, x)
+    blocks, _ = resnet_plan(module.spec, x.shape[1])
+    return [sown[f"stages_{b.s}"][f"blocks_{b.j}"][a]["attention"][0]
+            for b in blocks for a in ("attn_h", "attn_w")]

@@ -1,7 +1,8 @@
 """PyTorch Axial-ViT and Axial-ResNet (see the package docstring for the architecture and its sources).
 
 Attention is written as explicit matmuls (q @ k^T, softmax, @ v) on channels-last (B, H, W, C) maps, so FLOP
-counters see every product. `AxialAttention.keep` set: the last attention probabilities stay in `.maps`.
+counters see every product. `AxialAttention.keep` set: the last attention probabilities stay in `.maps`
+(`attention_maps`, inspection's per-axis reader).
 """
 
 from __future__ import annotations
@@ -11,16 +12,17 @@ from functools import partial
 import torch
 from torch import nn
 
+from vitbench.models.families import Axis
 from vitbench.models.families.axial import grid, resnet_plan
 from vitbench.models.flavours import Gelu
 from vitbench.models.specs import ModelSpec
 
 
 class AxialAttention(nn.Module):
-    """Multi-head self-attention along one axis of a (B, H, W, C) map: 'row' mixes along W (within each row),
-    'column' along H. `length`: a relative query-logit table of 2*length-1 offsets (Axial-DeepLab, q term)."""
+    """Multi-head self-attention along one axis of a (B, H, W, C) map: Axis.ROW mixes along W (within each row),
+    Axis.COLUMN along H. `length`: a relative query-logit table of 2*length-1 offsets (Axial-DeepLab, q term)."""
 
-    def __init__(self, dim: int, heads: int, along: str, *, bias: bool = True, proj: bool = True,
+    def __init__(self, dim: int, heads: int, along: Axis, *, bias: bool = True, proj: bool = True,
                  length: int = 0) -> None:
         super().__init__()
         self.heads, self.along, self.keep, self.maps = heads, along, False, None
@@ -32,7 +34,7 @@ class AxialAttention(nn.Module):
             self.rel_embedding = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.along == "column":
+        if self.along is Axis.COLUMN:
             x = x.transpose(1, 2)
         b, n, length, c = x.shape
         h, dh = self.heads, c // self.heads
@@ -52,7 +54,7 @@ class AxialAttention(nn.Module):
         out = (attn @ v).permute(0, 1, 3, 2, 4).reshape(b, n, length, c)
         if self.proj is not None:
             out = self.proj(out)
-        return out.transpose(1, 2) if self.along == "column" else out
+        return out.transpose(1, 2) if self.along is Axis.COLUMN else out
 
 
 class Mlp(nn.Module):
@@ -67,7 +69,7 @@ class Mlp(nn.Module):
 class AxialBlock(nn.Module):
     """Pre-LN: x + attn(LN(x)) along one axis, then x + MLP(LN(x))."""
 
-    def __init__(self, spec: ModelSpec, along: str, act) -> None:
+    def __init__(self, spec: ModelSpec, along: Axis, act) -> None:
         super().__init__()
         d = spec.width
         self.norm1 = nn.LayerNorm(d, eps=spec.ln_eps)
@@ -89,7 +91,7 @@ class AxialViT(nn.Module):
         self.patch_embed.proj = nn.Conv2d(3, d, spec.patch, spec.patch)
         self.pos_embed = nn.Parameter(torch.randn(1, g, g, d) * 0.02)  # std 0.02 (ViT's position embeddings)
         self.blocks = nn.ModuleList(AxialBlock(spec, along, act)
-                                    for _ in range(spec.depth) for along in ("row", "column"))
+                                    for _ in range(spec.depth) for along in (Axis.ROW, Axis.COLUMN))
         self.norm = nn.LayerNorm(d, eps=spec.ln_eps)
         self.num_features = d
         self.head = nn.Linear(d, num_classes)
@@ -116,8 +118,8 @@ class Bottleneck(nn.Module):
         super().__init__()
         g, eps = spec.gn_groups, spec.flavour.gn_eps
         self.conv1, self.norm1 = nn.Conv2d(cin, mid, 1, bias=False), nn.GroupNorm(g, mid, eps=eps)
-        self.attn_h = AxialAttention(mid, spec.heads, "column", bias=False, proj=False, length=h)
-        self.attn_w = AxialAttention(mid, spec.heads, "row", bias=False, proj=False, length=h)
+        self.attn_h = AxialAttention(mid, spec.heads, Axis.COLUMN, bias=False, proj=False, length=h)
+        self.attn_w = AxialAttention(mid, spec.heads, Axis.ROW, bias=False, proj=False, length=h)
         self.pool = nn.AvgPool2d(2) if stride == 2 else nn.Identity()
         self.norm2 = nn.GroupNorm(g, mid, eps=eps)
         self.conv3, self.norm3 = nn.Conv2d(mid, cout, 1, bias=False), nn.GroupNorm(g, cout, eps=eps)
@@ -174,3 +176,19 @@ def build_axial_vit(spec: ModelSpec, resolution: int, num_classes: int) -> nn.Mo
 
 def build_axial_resnet(spec: ModelSpec, resolution: int, num_classes: int) -> nn.Module:
     return AxialResNet(spec, resolution, num_classes)
+
+
+def attention_maps(model: nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
+    """The attention probabilities of every axial layer of `model` on NCHW `x`, in forward order (the order of
+    the family's `axis_layers`): one (images, sequences, heads, length, length) tensor each. The model is left
+    as it was (nothing kept)."""
+    layers = [m for m in model.modules() if isinstance(m, AxialAttention)]  # registration = forward order
+    for m in layers:
+        m.keep = True
+    try:
+        with torch.no_grad():
+            model(x)
+        return [m.maps for m in layers]
+    finally:
+        for m in layers:
+            m.keep, m.maps = False, None
