@@ -15,7 +15,7 @@ token: P x P for a ViT, stride x stride for a hybrid):
 - `color_grid`: the patch average-pooled to a 4x4 grid (near-equal bins when the patch is not a multiple of 4),
   each cell a 3-bit colour as above: 16 predictions of 512 classes.
 - `pixels_l2`: the whole patch (P x P x 3 values in [0, 1], HWC order), regressed with a mean squared error.
-Grey images (digits) are replicated to 3 channels by the data loader (vitbench.transfer.data.preprocess), so
+Grey images (digits) are replicated to 3 channels by the data loader (vitbench.transfer.preprocess), so
 their colours are r = g = b: only 8 of the 512 classes occur.
 
 Prediction head: one Dense (D -> outputs) on the encoder's output tokens at the corrupted positions (after the
