@@ -65,6 +65,36 @@ def test_diverged_pretraining_exits_1_and_writes_nothing(cli, tmp_path, divergin
     assert not out.exists() and not out.with_suffix(".json").exists()
 
 
+@pytest.fixture
+def diverging_masked_patch(monkeypatch):
+    """Masked-patch pre-training whose images are NaN from step 2 on: each backend's own loop computes a NaN loss
+    there (what a too-large learning rate does, made deterministic and fast)."""
+    import dataclasses
+
+    from vitbench.transfer import masked_patch as mpt
+
+    real = mpt.batches
+
+    def batches(*args, **kwargs):
+        for step, b in enumerate(real(*args, **kwargs)):
+            yield b if step == 0 else dataclasses.replace(b, images=np.full_like(b.images, np.nan))
+
+    monkeypatch.setattr(mpt, "batches", batches)
+
+
+@pytest.mark.parametrize("backend", ["torch", pytest.param("jax", marks=pytest.mark.jax)])
+def test_diverged_masked_patch_pretraining_exits_1_and_writes_nothing(cli, tmp_path, diverging_masked_patch,
+                                                                       backend):
+    pytest.importorskip(backend)
+    out = tmp_path / "d.safetensors"
+    threads = ("--threads", "1") if backend == "torch" else ()  # JAX: the process's client, as its other tests
+    r = cli("pretrain", "ViT-Nano/4", "-r", "16", "--objective", "masked_patch", "--steps", "3", "-b", "8",
+            *threads, "--backend", backend, "-o", out)
+    assert r.exit_code == 1, r.output
+    assert "diverged: the loss is nan at step 2 of 3" in r.output and "Traceback" not in r.output, r.output
+    assert not out.exists() and not out.with_suffix(".json").exists()
+
+
 def test_divergence_in_a_study_is_a_diverged_row_with_its_step(tmp_path, monkeypatch, diverging_training):
     from vitbench.record import Status
     from vitbench.trial import run_trial

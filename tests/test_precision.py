@@ -26,7 +26,7 @@ def _torch_flags() -> tuple:
 
 
 def test_torch_fp32_is_full_fp32_for_matmuls_and_convolutions(torch_flags):
-    from vitbench.backends.torch.backend import set_matmul_precision
+    from vitbench.backends.torch.numerics import set_matmul_precision
 
     torch.backends.cudnn.allow_tf32 = True  # torch's own default: TF32 cuDNN convolutions
     got = set_matmul_precision("fp32")
@@ -36,7 +36,7 @@ def test_torch_fp32_is_full_fp32_for_matmuls_and_convolutions(torch_flags):
 
 
 def test_torch_tf32_sets_both_libraries(torch_flags):
-    from vitbench.backends.torch.backend import set_matmul_precision
+    from vitbench.backends.torch.numerics import set_matmul_precision
 
     got = set_matmul_precision("tf32")
     assert _torch_flags() == (True, True, "high") and got["matmul_precision"] == "tf32"
@@ -45,7 +45,8 @@ def test_torch_tf32_sets_both_libraries(torch_flags):
 
 
 def test_torch_steps_set_and_record_their_precision(torch_flags, one_torch_thread):
-    from vitbench.backends.torch.backend import TorchBackend, set_matmul_precision
+    from vitbench.backends.torch.backend import TorchBackend
+    from vitbench.backends.torch.numerics import set_matmul_precision
 
     be = TorchBackend()
     be.setup("cpu")
@@ -60,7 +61,7 @@ def test_torch_steps_set_and_record_their_precision(torch_flags, one_torch_threa
 
 
 def _lowered_precisions(be, precision: str, model: str = "ViT-Nano/4") -> list[str]:
-    from vitbench.backends.jax.backend import lowered_precisions
+    from vitbench.backends.jax.numerics import lowered_precisions
 
     lowered, *_ = be.lower(Step(model, mode="train", batch_size=2, precision=precision))
     text = lowered.as_text()

@@ -100,3 +100,25 @@ def test_fewshot_l2_reg_must_be_positive(run):
     r = run("fewshot", "-m", "ViT-Nano/4", "--l2-reg", "-1")
     assert r.exit_code == 2 and "--l2-reg" in r.output and "greater than 0" in r.output, r.output
     assert "or Input should be 'auto'" in r.output and "constrained-float" not in r.output  # one line per field
+
+
+@pytest.mark.parametrize("args", [("pretrain", "ViT-Nano/4", "--objective", "maskd_patch"),
+                                  ("fewshot", "-m", "ViT-Nano/4", "--objective", "maskd_patch")])
+def test_an_unknown_objective_is_refused_naming_the_option_and_the_objectives(run, args):
+    r = run(*args)
+    assert r.exit_code == 2, r.output
+    assert "--objective 'maskd_patch' is not allowed; allowed: supervised, masked_patch, none" in r.output
+
+
+def test_choice_parse_names_the_option_and_the_allowed_values():
+    from vitbench.choices import Choice
+
+    class Colour(Choice):
+        RED = "red"
+        BLUE = "blue"
+
+    assert Colour.parse("blue", "--colour") is Colour.BLUE and f"{Colour.RED}" == str(Colour.RED) == "red"
+    for bad in ("green", None, 3, "x" * 5000):
+        with pytest.raises(ConfigError, match=r"^--colour .* is not allowed; allowed: red, blue$") as e:
+            Colour.parse(bad, "--colour")
+        assert len(str(e.value)) < 200  # user input is quoted short

@@ -10,7 +10,9 @@ import pytest
 import torch
 
 from vitbench.errors import ConfigError, UnsafeFileError
-from vitbench.transfer.data import DataConfig, batch_indices, load_splits, preprocess, resize_weights
+from vitbench.transfer.config import DataConfig
+from vitbench.transfer.data import batch_indices, load_splits
+from vitbench.transfer.preprocess import preprocess, resize_weights
 from vitbench.transfer.safe_pickle import safe_load
 from vitbench.transfer.schedules import OptimConfig, lr_table
 

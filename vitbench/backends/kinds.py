@@ -1,11 +1,13 @@
 """The small vocabulary of the backend interface: modes, precisions, optimizers, device/timer/memory/attention
-kinds and capabilities. Plain values and enums; nothing of a framework or of the registry is imported."""
+kinds and capabilities. Plain values and enums (vitbench.choices.Choice); nothing of a framework or of the
+registry is imported."""
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 from typing import Literal
+
+from vitbench.choices import Choice
 
 Mode = Literal["infer", "train"]
 # Compute precisions a study may ask for. fp32 = full IEEE fp32 matmuls and convolutions on every backend; tf32 =
@@ -14,15 +16,12 @@ PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16")
 OPTIMIZERS: tuple[str, ...] = ("adam", "sgd")  # adam: the paper's pre-training; sgd: momentum 0.9, fine-tuning
 
 
-class DeviceKind(str, enum.Enum):
+class DeviceKind(Choice):
     """What kind of processor a device is: decides where a peak comes from and what a measured peak is keyed by."""
 
     CPU = "cpu"
     GPU = "gpu"
     TPU = "tpu"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True)
@@ -36,17 +35,14 @@ class Device:
     pci_bus_id: str | None = None
 
 
-class TimerKind(str, enum.Enum):
+class TimerKind(Choice):
     """What a backend's timed steps are measured with."""
 
     DEVICE_EVENTS = "device_events"  # events recorded on the device's stream (CUDA events): device time
     HOST_CLOCK = "host_clock"  # host wall clock around step(s) + sync: exact for synchronous devices (CPU)
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class MemoryKind(str, enum.Enum):
+class MemoryKind(Choice):
     """What a backend's peak memory number is; numbers of different kinds do not compare."""
 
     ALLOCATOR = "allocator"  # the device allocator's peak of allocated bytes (torch.cuda.max_memory_allocated)
@@ -56,11 +52,8 @@ class MemoryKind(str, enum.Enum):
     HOST_RSS = "host_rss"
     XLA_PLANNED = "xla_resident_plus_temp"  # bytes in use on the device + XLA's planned temp buffers of the step
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class AttentionKernel(str, enum.Enum):
+class AttentionKernel(Choice):
     """Which attention implementation ran, as the framework reports it."""
 
     FLASH = "flash"
@@ -73,11 +66,8 @@ class AttentionKernel(str, enum.Enum):
     NOT_VISIBLE = "not_visible"  # the framework does not tell (a replayed CUDA graph; compiled code calling no
     # attention kernel of the framework's)
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class Capability(str, enum.Enum):
+class Capability(Choice):
     """What a backend can do; tasks declare the capabilities they need (checked when a study is parsed)."""
 
     INFER = "infer"  # timed forward steps
@@ -89,6 +79,3 @@ class Capability(str, enum.Enum):
     COMPILE = "compile"  # an optional graph compiler for eager models (the `compile` field)
     TRANSFER = "transfer"  # pre-training, features, fine-tuning (vitbench.transfer protocols)
     ATTENTION = "attention"  # attention probabilities of a ViT/hybrid, for inspection (vitbench.inspect)
-
-    def __str__(self) -> str:
-        return self.value

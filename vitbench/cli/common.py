@@ -17,6 +17,7 @@ import warnings
 from rich.console import Console, ConsoleDimensions
 from rich.table import Table
 
+from vitbench.choices import not_allowed
 from vitbench.errors import ConfigError, VitbenchWarning, clip, shorten
 
 LOG_WIDTH = 160  # columns when no terminal is attached (CI logs, files): wide tables stay on one line
@@ -131,7 +132,7 @@ def print_json(obj) -> None:
 def choice(value: str, allowed: tuple[str, ...], option: str) -> str:
     """`value` if it is one of `allowed`, else a ConfigError naming the option and what is allowed."""
     if value not in allowed:
-        raise ConfigError(f"{option} {value!r} is not allowed; allowed: {', '.join(allowed)}")
+        raise ConfigError(not_allowed(option, value, allowed))
     return value
 
 

@@ -156,8 +156,8 @@ def ab_cmd(
     from vitbench.compare.paired import Rule
 
     choice(fmt, _FORMATS, "--format")
-    sched = Schedule(choice(schedule, tuple(x.value for x in Schedule), "--schedule"))
-    stat = Statistic(choice(statistic, tuple(x.value for x in Statistic), "--statistic"))
+    sched = Schedule.parse(schedule, "--schedule")
+    stat = Statistic.parse(statistic, "--statistic")
     if extra_work is not None and not (0 < extra_work <= 10):
         raise ConfigError(f"--test-extra-work must be a fraction in (0, 10], got {extra_work}")
     rule = Rule(threshold, confidence, min_pairs, max_pairs)

@@ -157,14 +157,9 @@ def pretrain_cmd(
 
 def _objective_opts(objective: str, mask_rate: float | None = None, mask_target: str | None = None) -> dict | None:
     """PretrainConfig's `objective` from the options (None: supervised); a bad value exits 2 naming it."""
-    from vitbench.errors import ConfigError
     from vitbench.transfer.masked_patch import Objective
 
-    try:
-        obj = Objective(objective)
-    except ValueError:
-        raise ConfigError(f"--objective {objective!r}: expected one of "
-                          f"{', '.join(o.value for o in Objective)}") from None
+    obj = Objective.parse(objective, "--objective")
     if obj is Objective.SUPERVISED:
         return None
     if obj is Objective.NONE:

@@ -13,7 +13,6 @@ own copy of the study file; rounds alternate A B, B A, A B, ... so that drift ca
 from __future__ import annotations
 
 import contextlib
-import enum
 import os
 import signal
 import statistics
@@ -26,6 +25,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from vitbench.choices import Choice
 from vitbench.compare import Comparison, env_differences, load_records
 from vitbench.compare.decide import Decision, Row, metric_samples
 from vitbench.compare.match import DEFAULT_IGNORE, Trial, group, labels, why_unmatched
@@ -163,7 +163,7 @@ class Running:
                 self.proc.wait()
 
 
-class Schedule(str, enum.Enum):
+class Schedule(Choice):
     """How the two rounds of a pair share the machine."""
 
     ALTERNATE = "alternate"  # one after the other, the first side alternating: A B, B A, ...
@@ -209,7 +209,7 @@ def _environment(root: Path, sha: str, base: Path) -> tuple[str, str]:
                                           f"from REF's lock ({venv / 'bin' / 'python'})")
 
 
-class Statistic(str, enum.Enum):
+class Statistic(Choice):
     """A trial's value in one round, from its per-step img/s samples."""
 
     BEST = "best"  # the fastest step: other load only ever makes a step slower (timeit's rule)

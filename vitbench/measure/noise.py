@@ -8,11 +8,11 @@ report of slowing down (NVML).
 
 from __future__ import annotations
 
-import enum
 import statistics
 from dataclasses import dataclass
 
 from vitbench.backends.base import TimerKind
+from vitbench.choices import Choice
 from vitbench.measure.load import BUSY_CORES
 
 CV_LIMIT = 0.10  # pyperf: stdev >= 10 % of the mean
@@ -20,16 +20,13 @@ SHORT_SAMPLE_S = 1e-3  # pyperf: a raw value under 1 ms is dominated by timer re
 MIN_SAMPLES = 3  # fewer samples have no spread to judge
 
 
-class NoiseFlag(str, enum.Enum):
+class NoiseFlag(Choice):
     HIGH_CV = "high_cv"
     FEW_SAMPLES = "few_samples"
     SHORT_SAMPLES = "short_samples"
     OTHER_LOAD = "other_load"
     GPU_SLOWDOWN = "gpu_slowdown"
     OTHER_GPU_PROCESSES = "other_gpu_processes"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,6 @@
 
 from __future__ import annotations
 
-import enum
 import json
 import os
 import subprocess
@@ -32,6 +31,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 from vitbench.backends.base import Backend, Capability, Device, DeviceKind, backend_names, backend_spec
+from vitbench.choices import Choice
 from vitbench.env import machine_id
 from vitbench.errors import ConfigError
 from vitbench.measure.datasheet import datasheet_tflops
@@ -42,12 +42,9 @@ from vitbench.procmem import last_marked
 PEAK_MARK = "VITBENCH_PEAK "
 
 
-class PeakSource(str, enum.Enum):
+class PeakSource(Choice):
     DATASHEET = "datasheet"
     MEASURED = "measured"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True)

@@ -67,11 +67,7 @@ def bench(step: Step, backend: str | Backend | None = None, device: str = "cpu",
     """Measure steps/s of `step` and return a record of kind 'bench' (status 'oom' if it does not fit)."""
     started = now()
     step = resolve_step(step)
-    try:
-        timing = TimingMode(timing)
-    except ValueError:
-        allowed = ", ".join(m.value for m in TimingMode)
-        raise ConfigError(f"unknown timing {timing!r}; allowed: {allowed}") from None
+    timing = TimingMode.parse(timing, "timing")
     if window_steps is not None and window_steps < 1:
         raise ConfigError(f"window_steps must be >= 1, got {window_steps}")
     be = get_backend(backend or default_backend()) if not isinstance(backend, Backend) else backend

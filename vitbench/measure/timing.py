@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import enum
 import math
 import statistics
 
+from vitbench.choices import Choice
 
-class TimingMode(str, enum.Enum):
+
+class TimingMode(Choice):
     """How a step time is measured; the two answer different questions and never mix in one number.
 
     latency: one step at a time, the device synchronised after each (per-step p50/p90/p99): how long one batch
@@ -19,9 +20,6 @@ class TimingMode(str, enum.Enum):
 
     LATENCY = "latency"
     THROUGHPUT = "throughput"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 # The default for a number called img/s: what timm's benchmark.py (a batch of iterations between two

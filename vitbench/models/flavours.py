@@ -18,19 +18,19 @@ which are what every number before flavours existed was measured with.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 
+from vitbench.choices import Choice, not_allowed
 from vitbench.errors import ConfigError
 
 
-class Gelu(str, Enum):
+class Gelu(Choice):
     """The MLP's GELU: exact x*Phi(x), or 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))) (Hendrycks & Gimpel 2016)."""
 
     ERF = "erf"
     TANH = "tanh"
 
 
-class WeightStd(str, Enum):
+class WeightStd(Choice):
     """Weight standardisation (Qiao et al. 2019) of a conv kernel per output filter, biased variance."""
 
     SQRT_VAR = "sqrt_var"  # (w - mean) / sqrt(var + eps)
@@ -60,12 +60,13 @@ class Flavour:
             raise ConfigError(f"{source}: expected the fields {sorted(fields)}, got {got}")
         out = {}
         for k, typ in fields.items():
+            if issubclass(typ, Choice):
+                out[k] = typ.parse(d[k], f"{source}.{k}")
+                continue
             try:
                 out[k] = typ(d[k])
             except (TypeError, ValueError):
-                allowed = ", ".join(m.value for m in typ) if isinstance(typ, type) and issubclass(typ, Enum) \
-                    else "a number"
-                raise ConfigError(f"{source}.{k}: {str(d[k])[:40]!r} is not allowed; allowed: {allowed}") from None
+                raise ConfigError(not_allowed(f"{source}.{k}", d[k], ["a number"])) from None
         return cls(**out)
 
 
@@ -75,7 +76,7 @@ DEFAULT = Flavour()
 HYBRID_DEFAULT = Flavour(weight_std_eps=1e-5, gn_eps=1e-6)
 
 
-class Origin(str, Enum):
+class Origin(Choice):
     """Where a checkpoint comes from; decides its flavour (`flavour_for`)."""
 
     TIMM = "timm"  # timm / DeiT PyTorch state dicts (.safetensors)
@@ -104,11 +105,7 @@ _ORIGINS: dict[Origin, dict[str, Flavour | None]] = {
 
 def flavour_for(origin: Origin | str, family: str) -> Flavour:
     """The flavour a checkpoint of `origin` needs for a model of `family` (ConfigError where it has none)."""
-    try:
-        origin = Origin(origin)
-    except ValueError:
-        raise ConfigError(f"unknown origin {str(origin)[:40]!r}; allowed: "
-                          f"{', '.join(o.value for o in Origin)}") from None
+    origin = Origin.parse(origin, "origin")
     if origin is Origin.VITBENCH:
         raise ConfigError("a vitbench checkpoint stores its flavour with its spec (Flavour.from_dict)")
     flavour = _ORIGINS[origin].get(family)

@@ -16,7 +16,7 @@ _SHARED = ("model", "backend", "task", "device", "resolution", "batch_size", "pr
            "compile_mode", "seed", "threads", "num_classes", "channels_last")
 
 
-TimingName = literal_of(tuple(m.value for m in TimingMode))
+TimingName = literal_of(TimingMode.values())
 
 
 class Timing(BaseModel):

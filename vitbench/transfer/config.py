@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from vitbench.errors import ConfigError, shorten
 
@@ -18,7 +18,7 @@ MAX_COUNT = 2**24
 Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
 # A duration in seconds: a week is beyond any measurement here; inf or 1e300 would time for ever.
 MAX_SECONDS = 7 * 86400
-# The image sources vitbench reads (vitbench.transfer.data: the loaders, one per name).
+# The image sources vitbench reads (vitbench.transfer.sources: the loaders, one per name).
 DatasetName = Literal["digits", "synthetic", "folder", "cifar10", "cifar100", "npz"]
 PATH_DATASETS = ("folder", "cifar10", "cifar100", "npz")  # read from a local path; digits/synthetic from none
 
@@ -99,3 +99,52 @@ def parse_ints(text: str, what: str, example: str) -> list[int]:
     if not out:
         raise ConfigError(f"{what} {text!r} must be comma-separated integers, e.g. {example!r}")
     return out
+
+
+class DataConfig(BaseModel):
+    """Which images, which classes, how to split. JSON-able; part of a trial's key."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    name: DatasetName = "digits"  # vitbench.transfer.config.DatasetName
+    path: str | None = None  # folder / cifar / npz: a local path
+    classes: list[int] | None = None  # subset of source labels, relabelled 0..K-1 in this order; "0-4" ok
+    seed: Seed = 0  # split seed
+    val_fraction: float = Field(0.1, ge=0.0, lt=1.0)  # of train, held out (fine-tuning LR choice, few-shot L2)
+    test_fraction: float = Field(0.25, gt=0.0, lt=1.0)  # used only when the source has no test split
+    train_per_class: int | None = Field(None, ge=1, le=MAX_COUNT)  # cap train images per class (data-size scaling)
+    # synthetic only
+    synthetic_images: int = Field(600, ge=10)
+    synthetic_classes: int = Field(10, ge=2)
+    synthetic_size: int = Field(16, ge=2)
+
+    @field_validator("path")
+    @classmethod
+    def _path_fits_dataset(cls, v, info):
+        """A path only for datasets read from one, and one for each of them (never silently ignored)."""
+        name = info.data.get("name")
+        if name is not None and name not in PATH_DATASETS and v is not None:
+            raise ValueError(f"dataset {name!r} takes no path (it ships with the code); a path is for "
+                             f"{', '.join(PATH_DATASETS)}")
+        return v
+
+    @field_validator("classes", mode="before")
+    @classmethod
+    def _parse_classes(cls, v):
+        """Accept a list, 'a-b' (inclusive range), or 'a,b,c'."""
+        if isinstance(v, str):
+            try:
+                if "-" in v:
+                    a, b = (int(t) for t in v.split("-"))
+                    return list(range(a, b + 1))
+                return [int(t) for t in v.split(",") if t.strip()]
+            except ValueError:
+                raise ValueError(f"classes {shorten(v)}: expected a list of ints, 'a-b' or 'a,b,c'") from None
+        return v
+
+    @field_validator("classes")
+    @classmethod
+    def _unique(cls, v):
+        if v is not None and (len(set(v)) != len(v) or len(v) < 2):
+            raise ValueError(f"classes {shorten(v)}: need at least 2 distinct labels")
+        return v

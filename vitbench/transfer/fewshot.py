@@ -20,8 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, field_validato
 from vitbench.backends.base import BackendName, default_backend
 from vitbench.errors import ConfigError, NonFiniteResult, shorten
 from vitbench.record import Record, now
-from vitbench.transfer.config import MAX_COUNT
-from vitbench.transfer.data import DataConfig, load_splits
+from vitbench.transfer.config import MAX_COUNT, DataConfig
+from vitbench.transfer.data import load_splits
 from vitbench.transfer.masked_patch import Objective
 from vitbench.transfer.pretrain import PretrainConfig, resolve_upstream, upstream_config, upstream_metrics
 

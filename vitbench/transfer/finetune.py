@@ -27,8 +27,8 @@ from vitbench.backends.base import BackendName, default_backend
 from vitbench.errors import ConfigError, TrainingDiverged
 from vitbench.models.analytic import train_flops_per_image
 from vitbench.record import Record, now
-from vitbench.transfer.config import MAX_COUNT, Seed
-from vitbench.transfer.data import DataConfig, ImageSet, load_splits, warn_oversized_batch
+from vitbench.transfer.config import MAX_COUNT, DataConfig, Seed
+from vitbench.transfer.data import ImageSet, load_splits, warn_oversized_batch
 from vitbench.transfer.fewshot import DOWNSTREAM_DATA, spread
 from vitbench.transfer.masked_patch import Objective
 from vitbench.transfer.pretrain import PretrainConfig, resolve_upstream, upstream_config, upstream_metrics

@@ -15,7 +15,7 @@ token: P x P for a ViT, stride x stride for a hybrid):
 - `color_grid`: the patch average-pooled to a 4x4 grid (near-equal bins when the patch is not a multiple of 4),
   each cell a 3-bit colour as above: 16 predictions of 512 classes.
 - `pixels_l2`: the whole patch (P x P x 3 values in [0, 1], HWC order), regressed with a mean squared error.
-Grey images (digits) are replicated to 3 channels by the data loader (vitbench.transfer.data.preprocess), so
+Grey images (digits) are replicated to 3 channels by the data loader (vitbench.transfer.preprocess), so
 their colours are r = g = b: only 8 of the 512 classes occur.
 
 Prediction head: one Dense (D -> outputs) on the encoder's output tokens at the corrupted positions (after the
@@ -25,13 +25,13 @@ both backends start equal. The encoder's own classifier is not used and not save
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
+from vitbench.choices import Choice
 from vitbench.errors import ConfigError
 
 DEFAULT_MASK_RATE = 0.5  # ViT paper B.1.2: "corrupting 50 % of patch embeddings"
@@ -45,24 +45,18 @@ PREFIX = "masked_patch."  # checkpoint keys of the objective's own parameters ([
 MASK_KEY, HEAD_W, HEAD_B = PREFIX + "mask_token", PREFIX + "head.weight", PREFIX + "head.bias"
 
 
-class Objective(str, enum.Enum):
+class Objective(Choice):
     """What pre-training optimises."""
 
     SUPERVISED = "supervised"  # softmax cross-entropy on the upstream labels (distillation is a variant of it)
     MASKED_PATCH = "masked_patch"  # masked patch prediction, no labels (ViT paper Sec. 4.6)
     NONE = "none"  # no pre-training: the encoder at its random initialisation ("from scratch"), 0 FLOPs
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class Target(str, enum.Enum):
+class Target(Choice):
     MEAN_COLOR = "mean_color"
     COLOR_GRID = "color_grid"
     PIXELS_L2 = "pixels_l2"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 class MaskedPatch(BaseModel):

@@ -42,8 +42,8 @@ from vitbench.transfer.checkpoint import (
     read_meta,
     save_checkpoint,
 )
-from vitbench.transfer.config import MAX_COUNT, Seed
-from vitbench.transfer.data import DataConfig, load_splits, warn_oversized_batch
+from vitbench.transfer.config import MAX_COUNT, DataConfig, Seed
+from vitbench.transfer.data import load_splits, warn_oversized_batch
 from vitbench.transfer.distill import DEFAULT_LAMBDA, DEFAULT_TAU, Distill, Distillation, Lambda, Tau, Teacher
 from vitbench.transfer.masked_patch import (
     MaskedPatch,

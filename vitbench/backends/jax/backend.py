@@ -21,13 +21,13 @@
   allocator's `peak_bytes_in_use` (JAX cannot reset it: it is the peak since the process started, compilation
   and autotuning included); for the steady steps: that peak if it rose during them (then they set it), else the
   bytes in use when they started plus the temp buffers XLA planned for the step (`memory_analysis()`).
-- Clients, GPU preallocation and CPU threads: see `client.py`.
+- Clients, GPU preallocation and CPU threads: see `client.py`; the precisions' dtypes and read-back: `numerics.py`;
+  the measured steps: `workload.py`; transfer training: `training.py` (masked patch prediction: `masked_patch.py`).
 """
 
 from __future__ import annotations
 
 import gc  # noqa: E402
-import re  # noqa: E402
 import time  # noqa: E402
 
 import jax  # noqa: E402
@@ -49,57 +49,14 @@ from vitbench.backends.jax import (
     client,  # noqa: F401 - first: sets the GPU allocator before jax starts
     training,  # noqa: E402
 )
+from vitbench.backends.jax.numerics import MATMUL_PRECISION, compute_dtype, step_numerics  # noqa: E402
+from vitbench.backends.jax.workload import JaxWorkload, Matmul  # noqa: E402
 from vitbench.env import capped_threads  # noqa: E402
-from vitbench.errors import ConfigError  # noqa: E402
 from vitbench.models.specs import ModelSpec, get_spec  # noqa: E402
 from vitbench.procmem import PeakRSS, peak_rss_mib  # noqa: E402
 from vitbench.transfer.schedules import OptimConfig  # noqa: E402
 
-_DTYPES = {"fp32": jnp.float32, "tf32": jnp.float32, "bf16": jnp.bfloat16, "fp16": jnp.float16}
-# The `jax_default_matmul_precision` each precision traces its step under (JAX docs, jax.default_matmul_precision:
-# "highest"/"float32" = fp32, "tensorfloat32" = TF32); mixed precision keeps its fp32 dots at full precision.
-MATMUL_PRECISION = {"fp32": "highest", "tf32": "tensorfloat32", "bf16": "highest", "fp16": "highest"}
-# dot_general: `precision = [HIGHEST, HIGHEST]`;
-# convolution: `precision_config = [#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]`
-_PRECISION_ATTR = re.compile(r"precision(?:_config)? = \[(?:#stablehlo<precision )?(\w+)>?, "
-                             r"(?:#stablehlo<precision )?(\w+)>?\]")
-_OPERAND_TYPE = re.compile(r"tensor<(?:[\d?]+x)*(\w+)>")  # the element type of a StableHLO tensor type
 _PLATFORM_KINDS = {"cpu": DeviceKind.CPU, "gpu": DeviceKind.GPU, "tpu": DeviceKind.TPU}
-
-
-def _dtype(precision: str):
-    if precision not in _DTYPES:
-        raise ConfigError(f"unknown precision {precision!r}; allowed: {', '.join(_DTYPES)}")
-    return _DTYPES[precision]
-
-
-def lowered_precisions(text: str) -> list[str]:
-    """The distinct precision configs of the float32 dots and convolutions in a lowered module's StableHLO text
-    (the config only matters for float32 operands: bf16/fp16 dots run in their own type whatever it says)."""
-    found = set()
-    for line in text.splitlines():
-        m = _PRECISION_ATTR.search(line)
-        if not m:
-            continue
-        operands = line.rsplit(": (", 1)[-1].split(") ->", 1)[0]
-        if [t for t in _OPERAND_TYPE.findall(operands)] == ["f32", "f32"]:
-            a, b = m.groups()
-            found.add(a if a == b else f"{a},{b}")
-    return sorted(found)
-
-
-def step_numerics(precision: str, lowered_text: str) -> dict:
-    """What a step of `precision` computes its float32 matmuls in, from what its lowered module says (from the
-    setting it was traced under when it has none), and its mixed-precision compute dtype."""
-    found = lowered_precisions(lowered_text)
-    # HIGHEST = fp32 passes; HIGH = TF32 on NVIDIA GPUs (bf16_3x on TPU); DEFAULT = the platform's fastest
-    names = {("HIGHEST",): "fp32", ("HIGH",): "tf32"}
-    setting = MATMUL_PRECISION[precision]
-    math = names.get(tuple(found), "mixed") if found else ("fp32" if setting == "highest" else "tf32")
-    autocast = None if precision in ("fp32", "tf32") else str(jnp.dtype(_DTYPES[precision]))
-    return {"matmul_precision": math, "autocast": autocast,
-            "framework": f"jax_default_matmul_precision={setting} lowered f32 dot/conv precision="
-                         f"{'/'.join(found) or 'none'} dtype={autocast or 'float32'}"}
 
 
 def random_params(model, resolution: int, seed: int = 0) -> dict:
@@ -130,75 +87,6 @@ def random_params(model, resolution: int, seed: int = 0) -> dict:
             arr = np.zeros(shape, np.float32)
         out[path] = arr
     return unflatten(out)
-
-
-class JaxWorkload(Workload):
-    """A compiled step and its device-resident arguments. `step()` returns without waiting (async dispatch)."""
-
-    def __init__(self, executable, args: tuple, batch_size: int, mode: str, compile_s: float, lower_s: float,
-                 settings: dict | None = None, has_attention: bool = False):
-        self.executable, self.args, self.batch_size, self.mode = executable, args, batch_size, mode
-        self.compile_s = compile_s  # lower (trace) + XLA compile, seconds
-        self.lower_s = lower_s
-        self.settings = settings or {}
-        self.has_attention = has_attention
-        self.temp_bytes = _temp_bytes(executable)  # XLA's planned scratch of one step (activations)
-
-    def step(self):
-        if self.mode == "infer":
-            return self.executable(*self.args)
-        state, loss = self.executable(*self.args)  # args = (state, x, y); state is donated
-        self.args = (state, *self.args[1:])
-        return state, loss
-
-    def sync(self, out) -> None:
-        jax.block_until_ready(out)
-
-    def sync_window(self, outs) -> None:
-        if self.mode == "train":
-            # each step consumes the state the one before returned (donated, so those arrays are gone): the
-            # last step's result is ready only once every step of the window has run
-            jax.block_until_ready(outs[-1])
-        else:
-            jax.block_until_ready(outs)  # independent executions: wait for each
-
-    def state_bytes(self) -> int | None:
-        return sum(int(leaf.nbytes) for leaf in jax.tree_util.tree_leaves(self.args)
-                   if isinstance(leaf, jax.Array) and not leaf.is_deleted())
-
-    def close(self) -> None:
-        for leaf in jax.tree_util.tree_leaves(self.args):
-            if isinstance(leaf, jax.Array) and not leaf.is_deleted():
-                leaf.delete()
-        self.executable = None
-        self.args = ()
-
-
-def _temp_bytes(executable) -> int | None:
-    try:
-        return int(executable.memory_analysis().temp_size_in_bytes)
-    except Exception:  # noqa: BLE001 - not every platform or executable reports it
-        return None
-
-
-class _Matmul(MatmulWorkload):
-    def __init__(self, mm, a, b, settings: dict):
-        self.mm, self.a, self.b, self.settings = mm, a, b, settings
-
-    def step(self):
-        return self.mm(self.a, self.b)
-
-    def sync(self, out) -> None:
-        jax.block_until_ready(out)
-
-    def sync_window(self, outs) -> None:
-        jax.block_until_ready(outs)
-
-    def result_host(self, out):
-        return np.asarray(jax.device_get(out), dtype=np.float32)
-
-    def close(self) -> None:
-        self.mm = self.a = self.b = None
 
 
 class JaxBackend(Backend):
@@ -265,7 +153,7 @@ class JaxBackend(Backend):
 
         from vitbench.models.flax import build_flax_model
 
-        dtype = _dtype(step.precision)
+        dtype = compute_dtype(step.precision)
         dev = self._dev()
         spec = get_spec(step.model)
         res = spec.resolution if step.resolution is None else step.resolution
@@ -404,7 +292,7 @@ class JaxBackend(Backend):
 
     def matmul_workload(self, precision: str = "fp32", n: int = 2048) -> MatmulWorkload:
         """n x n @ n x n in the precision's dtype, compiled under the precision's matmul setting (as a step)."""
-        dtype = _dtype(precision)
+        dtype = compute_dtype(precision)
         dev = self._dev()
         self._refuse(precision=precision, device=dev.platform)
         ka, kb = jax.random.split(jax.random.PRNGKey(0))
@@ -413,7 +301,7 @@ class JaxBackend(Backend):
             b = jax.random.normal(kb, (n, n), jnp.float32).astype(dtype)
         with jax.default_matmul_precision(MATMUL_PRECISION[precision]):
             lowered = jax.jit(jnp.matmul).lower(a, b)
-        return _Matmul(lowered.compile(), a, b, step_numerics(precision, lowered.as_text()))
+        return Matmul(lowered.compile(), a, b, step_numerics(precision, lowered.as_text()))
 
     # -- transfer --------------------------------------------------------------------------------------
     def init_model(self, spec: ModelSpec, resolution: int, num_classes: int, seed: int) -> training.FlaxModel:

@@ -1,22 +1,13 @@
 """PyTorch backend: timm models, eager or torch.compile, autocast precisions, channels_last, CPU or CUDA.
 
-Numerics (set in `prepare` and `matmul_workload`, read back from torch and recorded with every step):
-- fp32: full IEEE fp32 matmuls AND convolutions. torch's defaults are not that on NVIDIA GPUs: cuDNN convolutions
-  run in TF32 by default (`torch.backends.cudnn.allow_tf32` is True), so both cuBLAS and cuDNN flags are set
-  (`torch.backends.cuda.matmul.allow_tf32 = False`, `torch.backends.cudnn.allow_tf32 = False`,
-  `torch.set_float32_matmul_precision("highest")`; PyTorch docs, "TensorFloat-32 (TF32) on Ampere (and later)
-  devices"). The legacy flags are used, not the newer `fp32_precision` ones: torch refuses a mix of the two and
-  Inductor still reads the legacy ones.
-- tf32: the same three flags the other way ("high"): fp32 storage, TF32 tensor-core matmuls and convolutions.
-  Not on CPU (no TF32 there: refused when a study is parsed).
-- bf16 / fp16: autocast to that dtype (weights stay fp32, as in AMP training); what autocast leaves in fp32 runs
-  in full fp32 (the fp32 flags above).
+Numerics: numerics.py (fp32 = full IEEE fp32 matmuls and convolutions, tf32, bf16/fp16 under autocast).
 Timing: on CUDA a latency step is bracketed by CUDA events and a throughput window by one event before its first
 and one after its last step, the end event synchronised: device time, never the launch. On CPU eager execution is
 synchronous and the host clock is exact.
 Memory: on CUDA the allocator's peak (allocated) and, apart, its reserved peak; on CPU the growth of the process's
 peak resident set (vitbench.procmem).
-Transfer: models in timm naming, trained with the optimiser of `training.py`, fp32.
+Steps: workload.py. Transfer: models in timm naming, trained by `training.py` (masked patch prediction:
+`masked_patch.py`), fp32.
 """
 
 from __future__ import annotations
@@ -29,7 +20,6 @@ import warnings
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from vitbench.backends.base import (
     AttentionKernel,
@@ -44,17 +34,16 @@ from vitbench.backends.base import (
     window_done,
 )
 from vitbench.backends.torch import SPEC
-from vitbench.backends.torch.training import distillation_loss, make_optimizer, update
+from vitbench.backends.torch.numerics import DTYPES, numerics, set_matmul_precision
+from vitbench.backends.torch import training
+from vitbench.backends.torch.workload import Matmul, TorchWorkload
 from vitbench.env import capped_threads
 from vitbench.errors import BackendUnavailable, ConfigError
 from vitbench.models.specs import ModelSpec, get_spec
-from vitbench.models.torch import build_torch_model, feature_forward, forward_heads, unfused_attention
+from vitbench.models.torch import build_torch_model, feature_forward, unfused_attention
 from vitbench.procmem import PeakRSS
 from vitbench.transfer.distill import Distill
-from vitbench.transfer.schedules import OptimConfig, lr_table
-
-_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-_AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}  # precisions computed under autocast
+from vitbench.transfer.schedules import OptimConfig
 
 # torch's SDPA kernels by the name of the op that runs them (aten native_functions.yaml); the composite op
 # `aten::scaled_dot_product_attention` dispatches to exactly one of them.
@@ -65,39 +54,6 @@ _SDPA_OPS = {
     "aten::_scaled_dot_product_cudnn_attention": AttentionKernel.CUDNN,
     "aten::_scaled_dot_product_attention_math": AttentionKernel.MATH,
 }
-
-
-def set_matmul_precision(precision: str) -> dict:
-    """Set how torch computes fp32 matmuls and convolutions for `precision` (see the module docstring) and
-    return the numerics in force, read back from torch."""
-    if precision not in _DTYPES:
-        raise ConfigError(f"unknown precision {precision!r}; allowed: {', '.join(_DTYPES)}")
-    tf32 = precision == "tf32"
-    torch.backends.cuda.matmul.allow_tf32 = tf32
-    torch.backends.cudnn.allow_tf32 = tf32
-    torch.set_float32_matmul_precision("high" if tf32 else "highest")
-    return numerics(precision)
-
-
-def numerics(precision: str) -> dict:
-    """The numerics torch reports now, for a step of `precision`."""
-    fp32 = torch.get_float32_matmul_precision()
-    cublas, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    autocast_dtype = _AUTOCAST.get(precision)
-    return {
-        # what fp32 matmuls compute in: TF32 if either library may use it
-        "matmul_precision": "tf32" if (cublas or cudnn or fp32 != "highest") else "fp32",
-        "autocast": str(autocast_dtype).removeprefix("torch.") if autocast_dtype is not None else None,
-        "framework": f"float32_matmul_precision={fp32} cuda.matmul.allow_tf32={cublas} "
-                     f"cudnn.allow_tf32={cudnn} autocast={autocast_dtype or 'off'}",
-    }
-
-
-def autocast(device: torch.device, precision: str):
-    """Mixed precision by autocast (weights stay fp32, as in standard AMP training); fp32 and tf32: a no-op."""
-    if precision not in _AUTOCAST:
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=device.type, dtype=_AUTOCAST[precision])
 
 
 @contextlib.contextmanager
@@ -115,79 +71,6 @@ def _quiet_stderr():
     finally:
         os.dup2(saved, 2)
         os.close(saved)
-
-
-class TorchWorkload(Workload):
-    def __init__(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, mode: str, precision: str,
-                 opt: OptimConfig | None, device: torch.device, settings: dict, has_attention: bool,
-                 cuda_graphs: bool = False):
-        self.model, self.x, self.y, self.mode, self.precision = model, x, y, mode, precision
-        self.device, self.opt, self.settings, self.has_attention = device, opt, settings, has_attention
-        self.cuda_graphs = cuda_graphs  # torch.compile mode reduce-overhead: outputs live until the next replay
-        self.batch_size = x.shape[0]
-        if mode == "train":
-            self.optim, self.decay, self.params = make_optimizer(opt, model)
-        # fp16 training needs loss scaling; bf16 has fp32's range and does not.
-        self.scaler = torch.amp.GradScaler(device.type) if (mode == "train" and precision == "fp16") else None
-
-    def step(self):
-        if self.cuda_graphs:
-            torch.compiler.cudagraph_mark_step_begin()  # a new iteration: earlier outputs may be overwritten
-        if self.mode == "infer":
-            with torch.inference_mode(), autocast(self.device, self.precision):
-                return self.model(self.x)
-        with autocast(self.device, self.precision):
-            loss = F.cross_entropy(self.model(self.x), self.y)
-        self.optim.zero_grad(set_to_none=True)
-        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
-        update(self.optim, self.params, self.decay, self.opt, self.opt.lr, self.scaler)
-        return loss
-
-    def sync(self, out) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-
-    def sync_window(self, outs) -> None:
-        self.sync(None)  # one stream, in order: the device is done with all of them
-
-    def state_bytes(self) -> int | None:
-        tensors = [self.x, self.y, *self.model.parameters(), *self.model.buffers()]
-        tensors += [p.grad for p in self.model.parameters() if p.grad is not None]
-        if self.mode == "train":
-            tensors += [v for st in self.optim.state.values() for v in st.values() if isinstance(v, torch.Tensor)]
-        seen, total = set(), 0
-        for t in tensors:
-            key = (t.untyped_storage().data_ptr(), t.device)
-            if key not in seen:  # tied or viewed tensors share a storage: count it once
-                seen.add(key)
-                total += t.untyped_storage().nbytes()
-        return total
-
-    def close(self) -> None:
-        self.model = self.x = self.y = self.optim = self.params = self.decay = None
-
-
-class _Matmul(MatmulWorkload):
-    """a @ b on the device, in the precision's dtype (fp32/tf32 by the matmul flags)."""
-
-    def __init__(self, a: torch.Tensor, b: torch.Tensor, settings: dict):
-        self.a, self.b, self.settings = a, b, settings
-
-    def step(self):
-        return self.a @ self.b
-
-    def sync(self, out) -> None:
-        if self.a.is_cuda:
-            torch.cuda.synchronize(self.a.device)
-
-    def sync_window(self, outs) -> None:
-        self.sync(None)
-
-    def result_host(self, out):
-        return out.detach().float().cpu().numpy()
-
-    def close(self) -> None:
-        self.a = self.b = None
 
 
 class TorchBackend(Backend):
@@ -242,8 +125,8 @@ class TorchBackend(Backend):
 
     # -- model + step --------------------------------------------------------------------------------
     def _check_precision(self, precision: str) -> None:
-        if precision not in _DTYPES:
-            raise ConfigError(f"unknown precision {precision!r}; allowed: {', '.join(_DTYPES)}")
+        if precision not in DTYPES:
+            raise ConfigError(f"unknown precision {precision!r}; allowed: {', '.join(DTYPES)}")
         self._refuse(precision=precision, device=str(self.device))
 
     def prepare(self, step: Step) -> TorchWorkload:
@@ -415,11 +298,11 @@ class TorchBackend(Backend):
         bf16/fp16 as the tensor-core matmuls autocast runs (also on CPU: the peak of the precision asked for)."""
         self._check_precision(precision)
         settings = set_matmul_precision(precision)
-        dtype = _DTYPES[precision]
+        dtype = DTYPES[precision]
         gen = torch.Generator().manual_seed(0)
         a = torch.randn(n, n, generator=gen).to(self.device, dtype)
         b = torch.randn(n, n, generator=gen).to(self.device, dtype)
-        return _Matmul(a, b, settings)
+        return Matmul(a, b, settings)
 
     # -- transfer ------------------------------------------------------------------------------------------
     def init_model(self, spec: ModelSpec, resolution: int, num_classes: int, seed: int) -> torch.nn.Module:
@@ -439,28 +322,7 @@ class TorchBackend(Backend):
 
     def train(self, model: torch.nn.Module, data, resolution: int, opt: OptimConfig, batch_size: int,
               seed: int, distill: Distill | None = None) -> tuple[torch.nn.Module, list[float]]:
-        from vitbench.transfer.data import batch_indices
-
-        optim, decay, params = make_optimizer(opt, model)
-        lrs = lr_table(opt)
-        loss_fn = torch.nn.CrossEntropyLoss(label_smoothing=opt.label_smoothing)
-        order = batch_indices(len(data), batch_size, opt.steps, seed)
-        losses = []
-        model.train()
-        for step in range(opt.steps):
-            x, y = data.batch(order[step], resolution)
-            x, y = self._tensor(x), torch.from_numpy(y).to(self.device)
-            if distill is None:
-                loss = loss_fn(model(x), y)
-            else:  # DeiT: class head on the labels, distillation head on the teacher (same head if no token)
-                teacher = torch.from_numpy(distill.teacher_logits(order[step])).to(self.device)
-                loss = distillation_loss(*forward_heads(model, x), y, teacher, distill, opt.label_smoothing)
-            optim.zero_grad(set_to_none=True)
-            loss.backward()
-            update(optim, params, decay, opt, float(lrs[step]))
-            losses.append(loss.detach())
-        model.eval()
-        return model, [float(v) for v in torch.stack(losses).cpu()] if losses else []
+        return training.train(self, model, data, resolution, opt, batch_size, seed, distill)
 
     def train_masked_patch(self, model: torch.nn.Module, batches, opt: OptimConfig, mp, init: dict,
                            prefix: int) -> tuple[torch.nn.Module, dict, list[float]]:

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from vitbench.backends.torch.training import make_optimizer, update
+from vitbench.backends.torch.training import host_losses, make_optimizer, update
 from vitbench.transfer import masked_patch as mpt
 from vitbench.transfer.schedules import OptimConfig, lr_table
 
@@ -85,4 +85,4 @@ def train(backend, model: torch.nn.Module, batches, opt: OptimConfig, mp: mpt.Ma
         update(optim, params, decay, opt, float(lrs[step]))
         losses.append(value.detach())
     model.eval()
-    return model, obj.state(), [float(v) for v in torch.stack(losses).cpu()] if losses else []
+    return model, obj.state(), host_losses(losses)

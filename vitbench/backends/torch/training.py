@@ -7,6 +7,7 @@ Optimiser mapping (kept identical to the optax chain of the JAX backend, one LR 
 - sgd:  torch.optim.SGD(momentum), buf = m * buf + g (no dampening, no Nesterov) == optax.sgd(momentum=m);
   weight decay, if any, is applied decoupled by hand.
 - global-norm gradient clipping before the update (paper: norm 1).
+The supervised training loop of the transfer protocols: `train` (masked patch prediction's: masked_patch.py).
 Distillation (DeiT): `distillation_loss`, the one definition of its maths on this backend (see
 vitbench.transfer.distill for the formulas and their sources).
 """
@@ -16,8 +17,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from vitbench.models.torch import forward_heads
 from vitbench.transfer.distill import Distill, Distillation
-from vitbench.transfer.schedules import OptimConfig
+from vitbench.transfer.schedules import OptimConfig, lr_table
 
 # timm VisionTransformer.no_weight_decay, plus the other position-embedding tables (vitbench.models.posemb:
 # learned_2d, every-layer, relative); the JAX backend decays only `kernel` leaves, which none of these is
@@ -80,3 +82,37 @@ def distillation_loss(cls_logits: torch.Tensor, dist_logits: torch.Tensor, label
         kd = F.kl_div(F.log_softmax(dist_logits / tau, dim=1), F.log_softmax(teacher_logits / tau, dim=1),
                       reduction="batchmean", log_target=True) * tau * tau
     return (1.0 - distill.lam) * base + distill.lam * kd
+
+
+def train(backend, model: torch.nn.Module, data, resolution: int, opt: OptimConfig, batch_size: int, seed: int,
+          distill: Distill | None = None) -> tuple[torch.nn.Module, list[float]]:
+    """`opt.steps` supervised updates of `model` on `data` (Backend.train) on `backend`'s device; returns (model,
+    loss per step)."""
+    from vitbench.transfer.data import batch_indices
+
+    optim, decay, params = make_optimizer(opt, model)
+    lrs = lr_table(opt)
+    loss_fn = torch.nn.CrossEntropyLoss(label_smoothing=opt.label_smoothing)
+    order = batch_indices(len(data), batch_size, opt.steps, seed)
+    losses = []
+    model.train()
+    for step in range(opt.steps):
+        x, y = data.batch(order[step], resolution)
+        x, y = backend._tensor(x), torch.from_numpy(y).to(backend.device)
+        if distill is None:
+            loss = loss_fn(model(x), y)
+        else:  # DeiT: class head on the labels, distillation head on the teacher (same head if no token)
+            teacher = torch.from_numpy(distill.teacher_logits(order[step])).to(backend.device)
+            loss = distillation_loss(*forward_heads(model, x), y, teacher, distill, opt.label_smoothing)
+        optim.zero_grad(set_to_none=True)
+        loss.backward()
+        update(optim, params, decay, opt, float(lrs[step]))
+        losses.append(loss.detach())
+    model.eval()
+    return model, host_losses(losses)
+
+
+def host_losses(losses: list[torch.Tensor]) -> list[float]:
+    """The loss per step on the host, read once after the loop (no sync inside it); a non-finite one is the
+    transfer protocols' divergence check (vitbench.transfer.ops.check_trained)."""
+    return [float(v) for v in torch.stack(losses).cpu()] if losses else []

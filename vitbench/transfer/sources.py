@@ -1,0 +1,252 @@
+"""The image sources of the transfer protocols, all from local files (nothing is downloaded): one loader per
+`DataConfig.name` (vitbench.transfer.config.DatasetName), each giving the images at their stored size (uint8 in
+[0, 255] or float32 in [0, 1], NHWC), int64 labels and class names (`Raw`); vitbench.transfer.data splits them.
+
+- `digits`   scikit-learn's bundled 8x8 handwritten digits (1797 images, 10 classes): the offline default.
+- `synthetic` class-conditional noisy patterns, for speed runs and tests only (no real-world meaning).
+- `folder`   `root/<class>/*.png|jpg|jpeg`, or `root/train/<class>/...` + `root/test/<class>/...`.
+- `cifar10` / `cifar100`  the CIFAR python-pickle layout (`data_batch_1..5` + `test_batch`, or `train` +
+             `test`), read with a restricted unpickler (vitbench.transfer.safe_pickle).
+- `npz`      `x_train, y_train, x_test, y_test` or `x, y` arrays, read with `allow_pickle=False`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from vitbench.errors import ConfigError, UnsafeFileError
+from vitbench.transfer.config import DataConfig
+from vitbench.transfer.preprocess import resize_weights
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
+
+
+@dataclass
+class Raw:
+    """A source as read: the pool (or train) images and labels, class names, and its own test split if any."""
+
+    images: np.ndarray
+    labels: np.ndarray
+    class_names: list[str]
+    test_images: np.ndarray | None = None
+    test_labels: np.ndarray | None = None
+
+
+def _digits() -> Raw:
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    images = (d.images.astype(np.float32) / 16.0)[..., None]  # 0..16 grey levels -> [0, 1], (N, 8, 8, 1)
+    return Raw(images, d.target.astype(np.int64), [str(t) for t in d.target_names])
+
+
+def _synthetic(cfg: DataConfig) -> Raw:
+    """Each class: a fixed random low-frequency pattern; images = pattern + noise. Learnable, meaningless."""
+    rng = np.random.default_rng(12345)  # the classes' patterns do not depend on the split seed
+    k, s, n = cfg.synthetic_classes, cfg.synthetic_size, cfg.synthetic_images
+    coarse = rng.uniform(0, 1, size=(k, 4, 4, 3)).astype(np.float32)
+    up = resize_weights(4, s).astype(np.float32)
+    patterns = np.einsum("ih,khwc,jw->kijc", up, coarse, up)
+    labels = np.arange(n) % k
+    noise = np.random.default_rng(54321).normal(0, 0.15, size=(n, s, s, 3)).astype(np.float32)
+    images = np.clip(patterns[labels] + noise, 0, 1).astype(np.float32)
+    return Raw(images, labels.astype(np.int64), [f"class{i}" for i in range(k)])
+
+
+def _require_path(cfg: DataConfig, layout: str) -> Path:
+    if not cfg.path:
+        raise ConfigError(f"data.path is required for dataset {cfg.name!r}; expected {layout}")
+    p = Path(cfg.path).expanduser()
+    if not p.exists():
+        raise ConfigError(f"data.path {str(p)!r} does not exist; dataset {cfg.name!r} expects {layout}")
+    return p
+
+
+_FOLDER_LAYOUT = "a directory root/<class>/*.png|jpg (or root/train/<class>/..., root/test/<class>/...)"
+
+
+def _class_dirs(root: Path) -> list[Path]:
+    return sorted(d for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
+
+
+def _read_folder(root: Path, class_names: list[str] | None = None
+                 ) -> tuple[list[np.ndarray], list[int], list[str]]:
+    from PIL import Image
+
+    dirs = _class_dirs(root)
+    names = class_names or [d.name for d in dirs]
+    if class_names is not None:
+        missing = [d.name for d in dirs if d.name not in names]
+        if missing:
+            raise ConfigError(f"{root}: class folders {missing} are not in the train classes {names}")
+    images, labels = [], []
+    for d in dirs:
+        files = sorted(f for f in d.iterdir() if f.suffix.lower() in IMAGE_SUFFIXES)
+        for f in files:
+            try:
+                with Image.open(f) as im:
+                    images.append(np.asarray(im.convert("RGB"), dtype=np.uint8))
+            except OSError as e:
+                raise ConfigError(f"{f}: cannot be read as an image ({e}); expected {_FOLDER_LAYOUT}") from e
+            labels.append(names.index(d.name))
+    return images, labels, names
+
+
+def _stack_images(images: list[np.ndarray]) -> np.ndarray:
+    """Stack decoded images; mixed sizes are resized (bilinear) to the most common size."""
+    sizes = Counter(im.shape[:2] for im in images)
+    (h, w), _ = sizes.most_common(1)[0]
+    if len(sizes) > 1:
+        from PIL import Image
+
+        images = [im if im.shape[:2] == (h, w) else
+                  np.asarray(Image.fromarray(im).resize((w, h), Image.BILINEAR), dtype=np.uint8) for im in images]
+    return np.stack(images)
+
+
+def _folder(cfg: DataConfig) -> Raw:
+    root = _require_path(cfg, _FOLDER_LAYOUT)
+    if not root.is_dir():
+        raise ConfigError(f"data.path {str(root)!r} is not a directory; expected {_FOLDER_LAYOUT}")
+    has_split = (root / "train").is_dir() and (root / "test").is_dir()
+    train_root = root / "train" if has_split else root
+    if not _class_dirs(train_root):
+        raise ConfigError(f"{train_root}: no class sub-directories found; expected {_FOLDER_LAYOUT}")
+    images, labels, names = _read_folder(train_root)
+    if not images:
+        raise ConfigError(f"{train_root}: no .png/.jpg images in the class folders; expected {_FOLDER_LAYOUT}")
+    if not has_split:
+        return Raw(_stack_images(images), np.asarray(labels, np.int64), names)
+    t_images, t_labels, _ = _read_folder(root / "test", names)
+    if not t_images:
+        raise ConfigError(f"{root / 'test'}: no images; expected {_FOLDER_LAYOUT}")
+    x = _stack_images(images + t_images)
+    return Raw(x[: len(images)], np.asarray(labels, np.int64), names, x[len(images):],
+                np.asarray(t_labels, np.int64))
+
+
+_CIFAR_LAYOUT = {
+    "cifar10": "the CIFAR-10 python layout: a directory with data_batch_1..data_batch_5 and test_batch "
+               "(e.g. cifar-10-batches-py/)",
+    "cifar100": "the CIFAR-100 python layout: a directory with train and test (e.g. cifar-100-python/)",
+}
+
+
+def _key(d: dict, name: str):
+    for k in (name.encode(), name):
+        if k in d:
+            return d[k]
+    return None
+
+
+def _cifar_batch(path: Path, label_key: str, layout: str) -> tuple[np.ndarray, np.ndarray]:
+    from vitbench.transfer.safe_pickle import safe_load
+
+    obj = safe_load(path)
+    data = _key(obj, "data") if isinstance(obj, dict) else None
+    labels = _key(obj, label_key) if isinstance(obj, dict) else None
+    if data is None or labels is None:
+        raise ConfigError(f"{path}: expected a dict with 'data' and '{label_key}'; {layout}")
+    data = np.asarray(data)
+    if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3072 or len(labels) != len(data):
+        raise ConfigError(f"{path}: 'data' must be uint8 (N, 3072) with N labels, got {data.dtype} "
+                          f"{data.shape} and {len(labels)} labels; {layout}")
+    return data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1), np.asarray(labels, np.int64)
+
+
+def _cifar(cfg: DataConfig) -> Raw:
+    layout = _CIFAR_LAYOUT[cfg.name]
+    root = _require_path(cfg, layout)
+    sub = "cifar-10-batches-py" if cfg.name == "cifar10" else "cifar-100-python"
+    if (root / sub).is_dir():
+        root = root / sub
+    if cfg.name == "cifar10":
+        train_files = [root / f"data_batch_{i}" for i in range(1, 6)]
+        test_file, label_key = root / "test_batch", "labels"
+        meta, names_key, k = root / "batches.meta", "label_names", 10
+    else:
+        train_files, test_file, label_key = [root / "train"], root / "test", "fine_labels"
+        meta, names_key, k = root / "meta", "fine_label_names", 100
+    missing = [f.name for f in [*train_files, test_file] if not f.is_file()]
+    if missing:
+        raise ConfigError(f"{root}: missing {', '.join(missing)}; expected {layout}")
+    parts = [_cifar_batch(f, label_key, layout) for f in train_files]
+    x_test, y_test = _cifar_batch(test_file, label_key, layout)
+    names = [str(i) for i in range(k)]
+    if meta.is_file():
+        from vitbench.transfer.safe_pickle import safe_load
+
+        m = safe_load(meta)
+        found = _key(m, names_key) if isinstance(m, dict) else None
+        if found is not None and len(found) == k:
+            names = [n.decode() if isinstance(n, bytes) else str(n) for n in found]
+    y = np.concatenate([p[1] for p in parts])
+    if y.min() < 0 or max(y.max(), y_test.max()) >= k:
+        raise ConfigError(f"{root}: labels outside 0..{k - 1}; is this {cfg.name}? expected {layout}")
+    return Raw(np.concatenate([p[0] for p in parts]), y, names, x_test, y_test)
+
+
+_NPZ_LAYOUT = ("an .npz file with arrays x_train, y_train, x_test, y_test (or x, y): images (N, H, W) or "
+               "(N, H, W, 1|3) as uint8 [0, 255] or float [0, 1], integer labels (N,)")
+
+
+def _npz_images(x: np.ndarray, name: str, path: Path) -> np.ndarray:
+    if x.ndim == 3:
+        x = x[..., None]
+    if x.ndim != 4 or x.shape[-1] not in (1, 3):
+        raise ConfigError(f"{path}: array {name!r} has shape {x.shape}; expected {_NPZ_LAYOUT}")
+    if x.dtype == np.uint8:
+        return x
+    if not np.issubdtype(x.dtype, np.floating) or x.size and (x.min() < 0 or x.max() > 1):
+        raise ConfigError(f"{path}: array {name!r} is {x.dtype} with range outside [0, 1]; expected {_NPZ_LAYOUT}")
+    return x.astype(np.float32)
+
+
+def _npz(cfg: DataConfig) -> Raw:
+    path = _require_path(cfg, _NPZ_LAYOUT)
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except ValueError as e:
+        if "allow_pickle" in str(e):
+            raise UnsafeFileError(f"{path}: contains object arrays that need unpickling; refused. "
+                                  f"Expected {_NPZ_LAYOUT}") from e
+        raise ConfigError(f"{path}: not a readable .npz ({e}); expected {_NPZ_LAYOUT}") from e
+    except (OSError, EOFError) as e:
+        raise ConfigError(f"{path}: not a readable .npz ({e}); expected {_NPZ_LAYOUT}") from e
+    if {"x_train", "y_train", "x_test", "y_test"} <= arrays.keys():
+        names = ("x_train", "y_train", "x_test", "y_test")
+    elif {"x", "y"} <= arrays.keys():
+        names = ("x", "y", None, None)
+    else:
+        raise ConfigError(f"{path}: has arrays {sorted(arrays)}; expected {_NPZ_LAYOUT}")
+    out = []
+    for xi, yi in (names[:2], names[2:]):
+        if xi is None:
+            out += [None, None]
+            continue
+        x, y = _npz_images(arrays[xi], xi, path), arrays[yi]
+        if y.ndim != 1 or len(y) != len(x) or not np.issubdtype(y.dtype, np.integer):
+            raise ConfigError(f"{path}: {yi!r} must be integer labels of length {len(x)}; got {y.dtype} {y.shape}")
+        out += [x, y.astype(np.int64)]
+    k = int(max(out[1].max(), out[3].max() if out[3] is not None else 0)) + 1
+    if out[1].min() < 0:
+        raise ConfigError(f"{path}: negative labels; expected {_NPZ_LAYOUT}")
+    return Raw(out[0], out[1], [str(i) for i in range(k)], out[2], out[3])
+
+
+def read_source(cfg: DataConfig) -> Raw:
+    """The images and labels of `cfg`'s source (`cfg.name`), with its own test split where it has one."""
+    if cfg.name == "digits":
+        return _digits()
+    if cfg.name == "synthetic":
+        return _synthetic(cfg)
+    if cfg.name == "folder":
+        return _folder(cfg)
+    if cfg.name in ("cifar10", "cifar100"):
+        return _cifar(cfg)
+    return _npz(cfg)
