@@ -2,7 +2,9 @@
 
     python benchmarks/bench_fit.py synthetic [--curves 6] [--noise 0.02]   # choice and calibration
     python benchmarks/bench_fit.py speed [--curves 72] [--points 50] [--workers N]
-    python benchmarks/bench_fit.py csv FILE --compute COL --error COL --group COL [--reach 1]
+    python benchmarks/bench_fit.py csv FILE --compute COL (--error COL | --accuracy COL) --group COL [--reach 1]
+                                  [--min-points 12] [--min-fit-decades 1]
+                                  [--where QUERY]
 
 synthetic: curves drawn from each form (TRUTH, 5 decades, log-normal noise); every form is fitted on the first 4
 decades and predicts the last one, which no fit sees. Prints, per generating form, the RMSE of the log prediction
@@ -67,28 +69,47 @@ def synthetic(curves: int, noise: float) -> None:
     print(f"reported / real, all curves: {ratio:.2f}")
 
 
-def published(path: str, compute: str, error: str, group: str, reach: float) -> None:
-    df = pd.read_csv(path)
+def published(path: str, compute: str, error: str | None, accuracy: str | None, group: list[str], reach: float,
+              min_points: int, min_fit_decades: float, where: str | None) -> None:
+    """Fit each group on all but its last `reach` decades, predict those; per curve and in summary."""
+    df = pd.read_csv(path, low_memory=False)
+    if where:
+        df = df.query(where)  # a benchmark script over the user's own file, not a study string
+    if (error is None) == (accuracy is None):
+        raise SystemExit("csv: give exactly one of --error COL or --accuracy COL")
+    err = df[error] if error else 1 - df[accuracy]
+    df = pd.concat([df[[compute, *group]], err.rename("_error")], axis=1)
     spec = FitSpec(bootstrap=0, reach=reach)
     rows = []
-    for key, part in df.groupby(group):
+    print(f"{'curve':28s} {'pts':>4s} {'chosen':>10s} " + " ".join(f"{f.value:>10s}" for f in FORMS)
+          + f" {'reported':>9s}")
+    for key, part in df.groupby(group, dropna=False):
         part = part.sort_values(compute)
-        c, e = part[compute].to_numpy(float), part[error].to_numpy(float)
+        c, e = part[compute].to_numpy(float), part["_error"].to_numpy(float)
         ok = (c > 0) & (e > 0) & (e <= 1)
         c, e = c[ok], e[ok]
-        if len(np.unique(c)) < 12 or np.log10(c.max() / c.min()) < reach + 1:
+        if len(np.unique(c)) < min_points or np.log10(c.max() / c.min()) < reach + min_fit_decades:
+            print(f"{str(key):28s} {len(c):4d} skipped: fewer than {min_points} budgets or under "
+                  f"{reach + min_fit_decades:g} decades")
             continue
-        rows.append(judge(c, e, reach, spec))
+        r = judge(c, e, reach, spec)
+        rows.append(r)
+        print(f"{str(key):28s} {len(c):4d} {r['chosen'].value:>10s} "
+              + " ".join(f"{r['real'][f]:10.4f}" if f in r["real"] else f"{'-':>10s}" for f in FORMS)
+              + (f" {r['reported']:9.4f}" if r["reported"] is not None else f" {'-':>9s}"))
+    if not rows:
+        return
     print(f"{len(rows)} curves; median over curves of the RMSE of the log prediction over the last {reach} "
           "decade(s)")
     print("chosen law", f"{np.median([r['real'][r['chosen']] for r in rows]):.4f}")
     for f in FORMS:
         vals = [r["real"][f] for r in rows if f in r["real"]]
         wins = sum(min(r["real"], key=r["real"].get) == f for r in rows)
-        print(f"{f.value:10s}", f"{np.median(vals):.4f}", f"best in {wins}")
+        print(f"{f.value:10s}", f"{np.median(vals):.4f}" if vals else "-", f"best in {wins}")
     print("chosen: " + ", ".join(f"{f.value} {sum(r['chosen'] == f for r in rows)}" for f in FORMS))
-    rep = np.median([r["reported"] for r in rows if r["reported"] is not None])
-    print(f"backtest reported (median) {rep:.4f}")
+    reported = [r["reported"] for r in rows if r["reported"] is not None]
+    if reported:
+        print(f"backtest reported (median) {np.median(reported):.4f}")
 
 
 def speed(curves: int, points: int, workers: int | None) -> None:
@@ -127,7 +148,11 @@ if __name__ == "__main__":
     ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--compute")
     ap.add_argument("--error")
-    ap.add_argument("--group")
+    ap.add_argument("--accuracy", help="csv: an accuracy column, fitted as 1 - accuracy (instead of --error)")
+    ap.add_argument("--min-points", type=int, default=12, help="csv: skip curves with fewer budgets")
+    ap.add_argument("--group", action="append", help="csv: group by this column (repeatable)")
+    ap.add_argument("--where", help="csv: only the rows where this pandas query holds")
+    ap.add_argument("--min-fit-decades", type=float, default=1.0, help="csv: skip curves whose fitted part is shorter")
     ap.add_argument("--reach", type=float, default=1.0)
     a = ap.parse_args()
     if a.what == "synthetic":
@@ -135,4 +160,4 @@ if __name__ == "__main__":
     elif a.what == "speed":
         speed(a.curves or 72, a.points, a.workers)
     else:
-        published(a.file, a.compute, a.error, a.group, a.reach)
+        published(a.file, a.compute, a.error, a.accuracy, a.group, a.reach, a.min_points, a.min_fit_decades, a.where)
