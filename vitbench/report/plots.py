@@ -106,8 +106,11 @@ def _size_axis(ax, values) -> None:
 
 
 def _log_axis(axis) -> None:
-    """Log axis with readable plain-number labels at 1, 2, 5 x 10^k (no overlapping minor labels)."""
-    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    """Log axis with readable plain-number labels at 1, 2, 5 x 10^k, or at 10^k only where the data already plotted
+    span more than 1.5 decades (a narrow panel's labels would overlap); no minor labels."""
+    lo, hi = axis.get_view_interval()
+    wide = lo > 0 and hi / lo > 10**1.5
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0,) if wide else (1.0, 2.0, 5.0)))
     axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     axis.set_minor_locator(LogLocator(base=10, subs=tuple(range(1, 10))))
     axis.set_minor_formatter(NullFormatter())
