@@ -219,7 +219,7 @@ class Statistic(Choice):
         return max(xs) if self is Statistic.BEST else statistics.median(xs)
 
 
-DEFAULT_STATISTIC = Statistic.BEST  # chosen from the measured power on a shared machine (docs/compare.md)
+DEFAULT_STATISTIC = Statistic.BEST  # fewer A/A runs inconclusive than the median, 96 quiet pairs (docs/compare.md)
 
 
 def round_values(path: Path) -> tuple[dict[str, tuple[Trial, list[float]]], list[Record]]:
