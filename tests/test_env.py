@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from importlib import metadata
 
+import pytest
+
 from vitbench.env import lock_differences, parse_lock
 
 
@@ -41,3 +43,26 @@ def test_env_reports_lock_drift(cli):
     doc = json.loads(r.stdout)
     assert set(doc["lock"]) == {"differ", "not_installed"}
     assert doc["env"]["deps"]
+
+
+def _refused_on_cpu(backend: str) -> list[str]:
+    from vitbench.backends.base import backend_spec
+
+    spec = backend_spec(backend)
+    return [p for p in spec.precisions if spec.problems({"precision": p, "device": "cpu"})]
+
+
+@pytest.mark.parametrize("backend", ["torch", pytest.param("jax", marks=pytest.mark.jax)])
+def test_env_refuses_a_precision_the_device_lacks_as_bench_does(cli, backend):
+    """`env --precision P` on a device without P (tf32 on a CPU): exit 2 and, word for word, bench's message
+    (one function words both: vitbench.cli.common.refuse_unsupported), before the backend starts."""
+    if backend == "jax":
+        pytest.importorskip("jax")
+    refused = _refused_on_cpu(backend)
+    assert "tf32" in refused  # no tensor cores on a CPU: the case of issue 30
+    for precision in refused:
+        env = cli("env", "--backend", backend, "--device", "cpu", "--precision", precision)
+        bench = cli("bench", "ViT-Nano/4", "--backend", backend, "--device", "cpu", "--precision", precision)
+        assert env.exit_code == bench.exit_code == 2, (env.output, bench.output)
+        assert "--precision" in env.output and env.output == bench.output
+        assert "Traceback" not in env.output

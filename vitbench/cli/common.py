@@ -216,7 +216,6 @@ def task_params(task_name: str, names: dict[str, str] | None = None, **values):
     option (--min-seconds; `names`: fields whose option is named otherwise) and what it must be."""
     from pydantic import ValidationError
 
-    from vitbench.backends.base import backend_spec
     from vitbench.tasks import get_task
 
     task = get_task(task_name)
@@ -235,7 +234,16 @@ def task_params(task_name: str, names: dict[str, str] | None = None, **values):
         raise ConfigError("; ".join(problems)) from None
     config = params.config()
     if "backend" in config:  # what the backend cannot do fails here, not in the middle of a measurement
-        problems = backend_spec(config["backend"]).problems(config, task.needs, cli_setting)
-        if problems:
-            raise ConfigError("; ".join(f"{option(f, names)}: {msg}" for f, msg in problems))
+        refuse_unsupported(config["backend"], config, task.needs, names)
     return task, params
+
+
+def refuse_unsupported(backend: str, fields: dict, needs: frozenset = frozenset(),
+                       names: dict[str, str] | None = None) -> None:
+    """A ConfigError naming the option and the reason for everything `backend` cannot do with these fields (tf32
+    on a CPU, a capability it lacks): the one message `bench`, `env` and every task command give."""
+    from vitbench.backends.base import backend_spec
+
+    problems = backend_spec(backend).problems(fields, needs, cli_setting)
+    if problems:
+        raise ConfigError("; ".join(f"{option(f, names)}: {msg}" for f, msg in problems))

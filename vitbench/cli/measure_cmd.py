@@ -11,7 +11,8 @@ from rich.table import Table
 
 from vitbench.backends.base import PRECISIONS
 from vitbench.cli import app
-from vitbench.cli.common import SET_HELP, checked, choice, console, print_json, shared_option, task_params, with_sets
+from vitbench.cli.common import (SET_HELP, checked, choice, console, print_json, refuse_unsupported, shared_option,
+                                 task_params, with_sets)
 from vitbench.errors import ConfigError
 from vitbench.measure.timing import TARGET_WINDOWS
 from vitbench.numfmt import fmt
@@ -280,9 +281,10 @@ def env_cmd(
     from vitbench.measure.peak import device_peak
 
     be = get_backend(shared_option("backend", backend) or default_backend())
+    # a precision the device has not (tf32 on a CPU): refused as `bench` refuses it, before any setup
+    refuse_unsupported(be.name, {"precision": choice(precision, PRECISIONS, "--precision"), "device": device})
     info = be.setup(device, shared_option("threads", threads))
-    peak = device_peak(be, choice(precision, PRECISIONS, "--precision"), info.get("threads"), refresh=refresh,
-                       remeasure_provisional=True)
+    peak = device_peak(be, precision, info.get("threads"), refresh=refresh, remeasure_provisional=True)
     env = environment(info)
     differ, not_installed = lock_differences()
     if as_json:
