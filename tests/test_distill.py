@@ -105,26 +105,35 @@ def _table_teacher(n: int, k: int, seed: int = 3):
 
 
 OPT = OptimConfig(optimizer="adam", lr=3e-3, steps=4, warmup_steps=1, weight_decay=0.3, label_smoothing=0.1)
+# The lam = 0 equivalence runs SGD (lr as the paper's fine-tuning grid's top, App. B.1.1): its update is linear in
+# the gradient, so the two programs' rounding stays rounding (tests/tolerances.py: why not Adam).
+SGD = OPT.model_copy(update={"optimizer": "sgd", "lr": 0.1})
 
 
 @pytest.mark.parametrize("backend,kind", [("torch", Distillation.HARD), ("torch", Distillation.SOFT),
                                           pytest.param("jax", Distillation.SOFT, marks=pytest.mark.jax)])
 def test_lambda_zero_is_plain_training(backend, kind, data):
-    """A student without a distillation token, lam = 0: the same updates as plain cross-entropy training."""
+    """A student without a distillation token, lam = 0: the same updates as plain cross-entropy training, to
+    within the rounding of two fp32 programs (XLA fuses the distillation graph otherwise: issue 30, 2.2e-5 apart
+    after 4 Adam steps on one CPU, 0 on another)."""
+    from tolerances import EPS32, clipped_gradient_error, model_roundings, sgd_weight_bound
+
     be = _engine(backend)
     spec = get_spec("ViT-Nano/4")
+    roundings = model_roundings(spec, RES, 16)
+    bound = sgd_weight_bound(SGD, clipped_gradient_error(SGD, roundings))
     w0 = be.weights(be.init_model(spec, RES, 5, seed=0))
-    plain, lp = be.train(be.load_weights(be.init_model(spec, RES, 5, 0), w0), data.train, RES, OPT, 16, seed=1)
+    plain, lp = be.train(be.load_weights(be.init_model(spec, RES, 5, 0), w0), data.train, RES, SGD, 16, seed=1)
     d = Distill(kind, 0.0, 2.0, _table_teacher(len(data.train), 5))
-    dist, ld = be.train(be.load_weights(be.init_model(spec, RES, 5, 0), w0), data.train, RES, OPT, 16, seed=1,
+    dist, ld = be.train(be.load_weights(be.init_model(spec, RES, 5, 0), w0), data.train, RES, SGD, 16, seed=1,
                         distill=d)
-    np.testing.assert_allclose(ld, lp, rtol=1e-6)
+    np.testing.assert_allclose(ld, lp, rtol=roundings * EPS32)  # a mean CE (~log 5): never near zero
     wp, wd = be.weights(plain), be.weights(dist)
-    assert max(float(np.abs(wp[k] - wd[k]).max()) for k in wp) < 1e-6
-    assert max(float(np.abs(wp[k] - w0[k]).max()) for k in wp) > 1e-3  # and the weights did move
-    moved = be.train(be.load_weights(be.init_model(spec, RES, 5, 0), w0), data.train, RES, OPT, 16, seed=1,
+    assert max(float(np.abs(wp[k] - wd[k]).max()) for k in wp) <= bound
+    assert max(float(np.abs(wp[k] - w0[k]).max()) for k in wp) > 10 * bound  # moved: the bound resolves 10 %
+    moved = be.train(be.load_weights(be.init_model(spec, RES, 5, 0), w0), data.train, RES, SGD, 16, seed=1,
                      distill=Distill(kind, 0.5, 2.0, d.teacher_logits))[0]
-    assert max(float(np.abs(be.weights(moved)[k] - wp[k]).max()) for k in wp) > 1e-4  # lam > 0 is not
+    assert max(float(np.abs(be.weights(moved)[k] - wp[k]).max()) for k in wp) > 10 * bound  # lam > 0 is not
 
 
 @pytest.mark.jax

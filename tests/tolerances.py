@@ -1,0 +1,45 @@
+"""Bounds that numerical tolerances in the tests are derived from (issue 30: a tolerance tuned on one CPU fails on
+another, where XLA fuses differently or oneDNN picks another kernel).
+
+fp32 rounding: one rounding of a value costs at most EPS32 / 2 of it; a sum of n terms, in any order, is off by at
+most n * EPS32 * (sum of |terms|) (Higham, "Accuracy and Stability of Numerical Algorithms", 2nd ed., eq. 4.4:
+gamma_n). Two programs computing the same maths in another order (XLA's fusions, eager torch, another SIMD width)
+therefore agree to `n * EPS32` relative to the size of the terms, where n is the number of roundings along the
+longest chain (`model_roundings`). Adam is the exception, and why equivalence checks run SGD: Adam divides by
+sqrt(v) + 1e-8, so a gradient whose true value is near zero and whose two versions differ by rounding noise
+(~1e-7) moves its weight by up to +-lr in either run, whichever way the noise falls.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+EPS32 = float(np.finfo(np.float32).eps)  # 2**-23 = 1.19e-7
+
+
+def model_roundings(spec, resolution: int, batch: int) -> int:
+    """Roundings along the longest chain of a ViT's forward + backward, a bound on n above: every block has a
+    reduction over the batch's tokens (weight gradients: batch x tokens terms), over the width and over the MLP
+    (matmuls), forward and backward (x 2), for `depth` blocks plus embedding and head (+ 2)."""
+    tokens = (resolution // spec.patch) ** 2 + 1 + int(spec.distilled)
+    return (batch * tokens + spec.width + spec.mlp_dim) * 2 * (spec.depth + 2)
+
+
+def sgd_weight_bound(opt, gradient_error: float) -> float:
+    """How far two SGD runs from the same weights can end apart when every step's gradient components differ by
+    at most `gradient_error`: the update is linear in the gradient, so step k's error reaches the end through
+    lr_s * momentum**(s - k) for every later step s (decoupled weight decay only shrinks it). The second-order
+    feedback (the next gradient seeing the weights' own difference, lr * |Hessian| << 1 on these tiny models) is
+    covered by a factor 2."""
+    from vitbench.transfer.schedules import lr_table
+
+    lrs = lr_table(opt)
+    reach = sum(lrs[s] * opt.momentum ** (s - k) for s in range(len(lrs)) for k in range(s + 1))
+    return 2 * reach * gradient_error
+
+
+def clipped_gradient_error(opt, roundings: int) -> float:
+    """Rounding difference of one gradient component between two fp32 programs: every component of a gradient
+    clipped at global norm c is at most c, and is off by at most roundings * EPS32 of that."""
+    assert opt.clip_norm is not None, "the bound needs clipped gradients (|g_i| <= clip_norm)"
+    return roundings * EPS32 * opt.clip_norm
