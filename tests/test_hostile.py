@@ -3,8 +3,9 @@
 One row per case: the command line, the exit code it must end with (2: bad input; 1: a failed measurement or a
 diverged training) and text the message must hold (the option as the user typed it). Every row also checks that
 nothing escaped as a traceback and that the message stays under 2 KB. A new option is guarded by adding rows.
-`{name}` in an argument is a file made by the `places` fixture. Rows run in-process through the CLI; the
-plug-in rows run in a subprocess (an import that raises is process-wide state).
+`{name}` in an argument is a file made by the `places` fixture. `test_every_option_has_a_row` walks the CLI: a
+new option without a row (or a reason in NO_HOSTILE_VALUE) fails it, naming the command and the option. Rows run
+in-process through the CLI; the plug-in rows run in a subprocess (an import that raises is process-wide state).
 """
 
 from __future__ import annotations
@@ -176,6 +177,128 @@ CASES = {
     "inspect weights of no model": case("inspect", "{odd_ckpt}", says="fit no model in the table"),
     "inspect backend unknown": case("inspect", NANO, "--backend", "nope", says="nope"),
     "models family": case("models", "--family", "trånsformer", says="--family"),
+    # ---- issue 30: a row for every option the CLI walk found without one ----------------------------------------
+
+    # bench / max-batch / flops / env
+    "bench set malformed": case("bench", NANO, "--set", "depth", says="--set"),
+    "bench set unknown key": case("bench", NANO, "--set", "dëpth=2", says="--set"),
+    "bench set depth 0": case("bench", NANO, "--set", "depth=0", says="--set depth=0"),
+    "bench timing unknown": case("bench", NANO, "--timing", "làtency", says="--timing"),
+    "bench optimizer unknown": case("bench", NANO, "--task", "train", "--optimizer", "ädam", says="--optimizer"),
+    "bench window-steps huge": case("bench", NANO, "--window-steps", HUGE, says="--window-steps"),
+    "bench min-steps 0": case("bench", NANO, "--min-steps", "0", says="--min-steps"),
+    "max-batch set malformed": case("max-batch", NANO, "--set", "=", says="--set"),
+    "max-batch task unknown": case("max-batch", NANO, "--task", "infér", says="--task"),
+    "max-batch resolution negative": case("max-batch", NANO, "-r", "-16", says="--resolution"),
+    "max-batch precision unknown": case("max-batch", NANO, "--precision", "fp7", says="--precision"),
+    "max-batch backend unknown": case("max-batch", NANO, "--backend", "nope", says="--backend"),
+    "max-batch device unicode": case("max-batch", NANO, "--device", "gpü", says="--device"),
+    "max-batch threads 0": case("max-batch", NANO, "--threads", "0", says="--threads"),
+    "max-batch optimizer unknown": case("max-batch", NANO, "--task", "train", "--optimizer", "lion",
+                                        says="--optimizer"),
+    "max-batch start 0": case("max-batch", NANO, "--start", "0", says="--start"),
+    "flops set malformed": case("flops", NANO, "--set", "depth=", "--no-count", says="--set"),
+    "flops backend unknown": case("flops", NANO, "--backend", "nope", says="--backend"),
+    "flops resolution huge": case("flops", NANO, "-r", HUGE, "--no-count", says="--resolution"),
+    "env device unicode": case("env", "--device", "cpü", says="--device"),
+    "env precision tf32 on cpu": case("env", "--precision", "tf32", "--device", "cpu", says="--precision: tf32"),
+    # compare / ab
+    "compare metric unknown": case("compare", "{results}", "{results}", "--metric", "img_pér_s", says="--metric"),
+    "compare inject-slowdown nan": case("compare", "{results}", "{results}", "--inject-slowdown", "nan",
+                                        says="--inject-slowdown"),
+    "ab not a repo": case("ab", "HEAD", "--repo", "{dir}", says="--repo"),
+    "ab study missing": case("ab", "HEAD", "--allow-same", "--study", "nö.yaml", says="--study"),
+    "ab baseline study missing": case("ab", "HEAD", "--allow-same", "--baseline-study", "nö.yaml",
+                                      says="--baseline-study"),
+    "ab threshold inf": case("ab", "HEAD", "--threshold", "inf", says="--threshold"),
+    "ab confidence 1": case("ab", "HEAD", "--confidence", "1", says="--confidence"),
+    "ab min-pairs 0": case("ab", "HEAD", "--min-pairs", "0", says="--min-pairs"),
+    "ab max-pairs below min": case("ab", "HEAD", "--min-pairs", "4", "--max-pairs", "2", says="--max-pairs"),
+    "ab budget nan": case("ab", "HEAD", "--budget-s", "nan", says="--budget-s"),
+    "ab format unknown": case("ab", "HEAD", "--format", "pdf", says="--format"),
+    "ab results /dev/null": case("ab", "HEAD", "--allow-same", "--results", "/dev/null", says="--results"),
+    "ab schedule unknown": case("ab", "HEAD", "--schedule", "séquential", says="--schedule"),
+    "ab statistic unknown": case("ab", "HEAD", "--statistic", "mean✓", says="--statistic"),
+    "ab extra work negative": case("ab", "HEAD", "--test-extra-work", "-1", says="--test-extra-work"),
+    "ab unknown ref": case("ab", "nö-such-ref", says="nö-such-ref"),
+    # sweep / report
+    "sweep executor unknown": case("sweep", "smoke", "--dry-run", "--executor", "kubernëtes", says="--executor"),
+    "sweep executor option malformed": case("sweep", "smoke", "--dry-run", "-o", "novalue",
+                                            says="--executor-option"),
+    "sweep start method unknown": case("sweep", "smoke", "--dry-run", "--start-method", "förk",
+                                       says="--start-method"),
+    # fit
+    "fit source missing": case("fit", "{dir}/none", says="none"),
+    "fit compute unknown": case("fit", "{fit_csv}", "--compute", "nö_col", says="--compute"),
+    "fit error unknown": case("fit", "{fit_csv}", "--compute", "compute", "--error", "nö_col", says="--error"),
+    "fit accuracy unknown": case("fit", "{fit_csv}", "--compute", "compute", "--accuracy", "nö_col",
+                                 says="--accuracy"),
+    "fit group unknown": case("fit", "{fit_csv}", "--compute", "compute", "--group", "nö_col", says="--group"),
+    "fit where garbage": case("fit", "{fit_csv}", "--compute", "compute", "--where", "import os", says="--where"),
+    "fit form unknown": case("fit", "{fit_csv}", "--compute", "compute", "--form", "cübic", says="--form"),
+    "fit points unknown": case("fit", "{fit_csv}", "--compute", "compute", "--points", "somé", says="--points"),
+    "fit predict nan": case("fit", "{fit_csv}", "--compute", "compute", "--predict", "nan", says="--predict"),
+    "fit reach negative": case("fit", "{fit_csv}", "--compute", "compute", "--reach", "-1", says="--reach"),
+    "fit cutoffs negative": case("fit", "{fit_csv}", "--compute", "compute", "--cutoffs", "-1", says="--cutoffs"),
+    "fit bootstrap negative": case("fit", "{fit_csv}", "--compute", "compute", "--bootstrap", "-5",
+                                   says="--bootstrap"),
+    "fit ci 1": case("fit", "{fit_csv}", "--compute", "compute", "--ci", "1", says="--ci"),
+    "fit seed negative": case("fit", "{fit_csv}", "--compute", "compute", "--seed", "-1", says="--seed"),
+    "fit workers 0": case("fit", "{fit_csv}", "--compute", "compute", "--workers", "0", says="--workers"),
+    "fit out /dev/null": case("fit", "{fit_csv}", "--compute", "compute", "--out", "/dev/null", says="--out"),
+    # pretrain
+    "pretrain set malformed": case("pretrain", NANO, "--set", "depth", says="--set"),
+    "pretrain backend unknown": case("pretrain", NANO, "--backend", "nope", says="--backend"),
+    "pretrain data-path for digits": case("pretrain", NANO, "--data-path", "/nonexistent", says="--data-path"),
+    "pretrain resolution 0": case("pretrain", NANO, "-r", "0", says="--resolution"),
+    "pretrain device unicode": case("pretrain", NANO, "--device", "gpü", says="--device"),
+    "pretrain threads 0": case("pretrain", NANO, "--threads", "0", says="--threads"),
+    "pretrain teacher resolution 0": case("pretrain", NANO, "--teacher", "R-Nano", "--teacher-resolution", "0",
+                                          says="--teacher-resolution"),
+    "pretrain teacher seed negative": case("pretrain", NANO, "--teacher", "R-Nano", "--teacher-seed", "-1",
+                                           says="--teacher-seed"),
+    "pretrain objective unknown": case("pretrain", NANO, "--objective", "contrastïve", says="--objective"),
+    "pretrain mask rate 2": case("pretrain", NANO, "--objective", "masked_patch", "--mask-rate", "2",
+                                 says="--mask-rate"),
+    "pretrain mask target unknown": case("pretrain", NANO, "--objective", "masked_patch", "--mask-target", "pixël",
+                                         says="--mask-target"),
+    # fewshot / finetune
+    "fewshot objective unknown": case("fewshot", "-m", NANO, "--objective", "nöne", says="--objective"),
+    "fewshot set malformed": case("fewshot", "-m", NANO, "--set", "depth", says="--set"),
+    "fewshot pretrain steps 0": case("fewshot", "-m", NANO, "--pretrain-steps", "0", says="--pretrain-steps"),
+    "fewshot pretrain warmup negative": case("fewshot", "-m", NANO, "--pretrain-warmup-steps", "-1",
+                                             says="--pretrain-warmup-steps"),
+    "fewshot backend unknown": case("fewshot", "-m", NANO, "--backend", "nope", says="--backend"),
+    "fewshot data unknown": case("fewshot", "-m", NANO, "--data", "imagenet✓", says="--data"),
+    "fewshot data seed negative": case("fewshot", "-m", NANO, "--data-seed", "-1", says="--data-seed"),
+    "fewshot resolution negative": case("fewshot", "-m", NANO, "-r", "-8", says="--resolution"),
+    "fewshot seed negative": case("fewshot", "-m", NANO, "--seed", "-1", says="--seed"),
+    "fewshot device unicode": case("fewshot", "-m", NANO, "--device", "gpü", says="--device"),
+    "fewshot threads 0": case("fewshot", "-m", NANO, "--threads", "0", says="--threads"),
+    "finetune objective unknown": case("finetune", "-m", NANO, "--objective", "nöne", says="--objective"),
+    "finetune set malformed": case("finetune", "-m", NANO, "--set", "depth", says="--set"),
+    "finetune pretrain steps 0": case("finetune", "-m", NANO, "--pretrain-steps", "0", says="--pretrain-steps"),
+    "finetune pretrain warmup negative": case("finetune", "-m", NANO, "--pretrain-warmup-steps", "-1",
+                                              says="--pretrain-warmup-steps"),
+    "finetune backend unknown": case("finetune", "-m", NANO, "--backend", "nope", says="--backend"),
+    "finetune data unknown": case("finetune", "-m", NANO, "--data", "imagenet✓", says="--data"),
+    "finetune data-path for digits": case("finetune", "-m", NANO, "--data-path", "/nonexistent",
+                                          says="--data-path"),
+    "finetune classes garbage": case("finetune", "-m", NANO, "--classes", "b-a", says="--classes"),
+    "finetune data seed negative": case("finetune", "-m", NANO, "--data-seed", "-1", says="--data-seed"),
+    "finetune resolution negative": case("finetune", "-m", NANO, "-r", "-8", says="--resolution"),
+    "finetune seed negative": case("finetune", "-m", NANO, "--seed", "-1", says="--seed"),
+    "finetune seeds 0": case("finetune", "-m", NANO, "--seeds", "0", says="--seeds"),
+    "finetune device unicode": case("finetune", "-m", NANO, "--device", "gpü", says="--device"),
+    "finetune threads 0": case("finetune", "-m", NANO, "--threads", "0", says="--threads"),
+    # inspect
+    "inspect set malformed": case("inspect", NANO, "--set", "depth", says="--set"),
+}
+
+# Options with no value to get wrong (on/off flags are exempt by their kind; these take a value but any value is
+# a valid one): the walk in test_every_option_has_a_row skips them. Give the reason.
+NO_HOSTILE_VALUE: dict[tuple[str, str], str] = {
+    ("compare", "--ignore"): "any field name: one that no row has leaves the match as it was",
 }
 
 
@@ -195,6 +318,7 @@ def places(tmp_path_factory):
     (d / "garbage.safetensors").write_text("not a tensor file ✓")
     from safetensors.numpy import save
 
+    (d / "fit.csv").write_text("compute,error\n1e-3,0.6\n1e-2,0.4\n1e-1,0.3\n1,0.25\n")
     (d / "odd.safetensors").write_bytes(save({"pos_embed": np.zeros((1, 5, 8), np.float32)}))
     write_vitbench_checkpoint(d / "nan.safetensors", nan=True)
     for name, bad in (("results", False), ("nonfinite", True)):
@@ -206,7 +330,7 @@ def places(tmp_path_factory):
         (d / name / "results.jsonl").write_text("\n".join(rows) + "\n")
     return {"dir": d / "empty", "empty": d / "empty.yaml", "garbage": d / "garbage.yaml",
             "garbage_ckpt": d / "garbage.safetensors", "odd_ckpt": d / "odd.safetensors", "nan_ckpt": d / "nan.safetensors",
-            "results": d / "results", "nonfinite": d / "nonfinite"}
+            "results": d / "results", "nonfinite": d / "nonfinite", "fit_csv": d / "fit.csv"}
 
 
 def check(args: tuple[str, ...], code: int, output: str, exc, c: Case) -> None:
@@ -258,3 +382,36 @@ def test_broken_plugin(tmp_path, kind, command):
     check(command, r.returncode, r.stdout + r.stderr, None,
           Case(command, says=f"plug-in 'vb_plugin_{kind}' ($VITBENCH_PLUGINS) failed to import"))
     assert says in r.stderr
+
+
+def _commands(command, prefix: tuple[str, ...] = ()):
+    """(command words, click command) for every leaf command of the CLI."""
+    if hasattr(command, "commands"):  # a group
+        for name, sub in command.commands.items():
+            yield from _commands(sub, (*prefix, name))
+    else:
+        yield prefix, command
+
+
+def test_every_option_has_a_row():
+    """One row per option at least: every option of every command that takes a value (flags are on or off) is in
+    some row of that command, or in NO_HOSTILE_VALUE with a reason; every command with an argument has a row."""
+    import typer.main
+
+    from vitbench.cli import app
+
+    rows: dict[tuple[str, ...], set[str]] = {}
+    missing = []
+    for prefix, command in _commands(typer.main.get_command(app)):
+        words = [set(c.args) for c in CASES.values() if c.args[:len(prefix)] == prefix]
+        if any(p.param_type_name == "argument" for p in command.params) and not words:
+            missing.append(f"{' '.join(prefix)} (its argument)")
+        for p in command.params:
+            if p.param_type_name != "option" or p.is_flag or p.name == "help":
+                continue
+            names = {*p.opts, *p.secondary_opts}
+            if not any(names & w for w in words) and not any((prefix[-1], n) in NO_HOSTILE_VALUE for n in names):
+                missing.append(f"{' '.join(prefix)} {'/'.join(sorted(p.opts))}")
+        rows[prefix] = set().union(*words) if words else set()
+    assert len(rows) > 10  # the walk found the commands
+    assert not missing, "options without a hostile-value row in CASES: " + ", ".join(missing)

@@ -160,6 +160,10 @@ def ab_cmd(
     stat = Statistic.parse(statistic, "--statistic")
     if extra_work is not None and not (0 < extra_work <= 10):
         raise ConfigError(f"--test-extra-work must be a fraction in (0, 10], got {extra_work}")
+    if results is not None:
+        from vitbench.paths import check_dir
+
+        check_dir(results, "--results")  # named as typed, before any checkout (/dev/null: a traceback before)
     rule = Rule(threshold, confidence, min_pairs, max_pairs)
     res = run_ab(ref, repo=repo, study=study, baseline_study=baseline_study, rule=rule, budget_s=budget_s,
                  results=results, extra_work=extra_work, allow_same=allow_same, schedule=sched, statistic=stat,

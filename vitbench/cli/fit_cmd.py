@@ -147,7 +147,8 @@ def fit_cmd(
     spec = validated(FitSpec, {"compute": compute, "error": error, "accuracy": accuracy, "percent": percent,
                                "group": group or None, "where": where, "forms": form or FitSpec().forms,
                                "points": points, "predict": points_at, "reach": reach, "cutoffs": cutoffs,
-                               "bootstrap": bootstrap, "ci": ci, "seed": seed}, "vitbench fit")
+                               "bootstrap": bootstrap, "ci": ci, "seed": seed}, "vitbench fit",
+                     {f: "--form" if f == "forms" else "--" + f.replace("_", "-") for f in FitSpec.model_fields})
     if out:
         check_dir(out, "--out")  # before minutes of bootstrap
     src = load_source(source)

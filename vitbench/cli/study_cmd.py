@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import typing
 from pathlib import Path
 
 import typer
@@ -24,7 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 from vitbench.cli import app
-from vitbench.cli.common import console, err_console, warn
+from vitbench.cli.common import choice, console, err_console, warn
 from vitbench.errors import clip
 
 _STATUS_STYLE = {"ok": "green", "oom": "yellow", "timeout": "yellow", "error": "red", "diverged": "red",
@@ -224,6 +225,7 @@ def sweep_cmd(
     """
     from vitbench.errors import ConfigError
     from vitbench.executors import executor_class
+    from vitbench.registry import Kind, names
     from vitbench.paths import check_dir
     from vitbench.runner import (
         EXIT_FAILED,
@@ -236,11 +238,16 @@ def sweep_cmd(
     from vitbench.store import Store
     from vitbench.study import load_study
 
+    if executor is not None:
+        choice(executor, names(Kind.EXECUTOR), "--executor")
     st = load_study(study, check_paths=not dry_run)
     out = results or default_results_dir(st)
     # --start-method and --keep-logs are executor options: passed to an executor whose options take them
+    fields = executor_class(executor or st.executor.name).Options.model_fields
+    if start_method is not None and "start_method" in fields:
+        choice(start_method, typing.get_args(fields["start_method"].annotation), "--start-method")
     opts = {k: v for k, v in (("start_method", start_method), ("keep_logs", keep_logs)) if v is not None
-            and k in executor_class(executor or st.executor.name).Options.model_fields}
+            and k in fields}
     opts.update(_parse_executor_options(executor_option or []))
     check_executor(st, executor, opts)  # everything is checked before anything is shown, run or written
     if results is not None:  # named as typed (run_study checks its directory again, as "results directory")

@@ -7,10 +7,27 @@ from rich.markup import escape
 from rich.table import Table
 
 from vitbench.cli import app
-from vitbench.cli.common import SET_HELP, console, parse_sets, print_json, with_sets
+from vitbench.cli.common import (SET_HELP, console, parse_sets, print_json, refuse_unsupported, shared_option,
+                                 with_sets)
 from vitbench.numfmt import fmt
 
 _DATA_HELP = "digits | synthetic | folder | cifar10 | cifar100 | npz"
+
+
+def _check_where(backend: str | None, device: str, threads: int | None) -> int | None:
+    """--device and --threads checked before any training, named as typed (as `bench` checks them); `backend`
+    None (the upstream's, known once it is loaded): a device that no registered backend runs on. Returns the
+    threads."""
+    from vitbench.backends.base import backend_names, backend_spec
+    from vitbench.errors import ConfigError, clip
+
+    threads = shared_option("threads", threads)
+    if backend is not None:
+        refuse_unsupported(backend, {"device": device})
+    elif all(backend_spec(b).problems({"device": device}) for b in backend_names()):
+        runs = "; ".join(f"{b}: {backend_spec(b).devices}" for b in backend_names())
+        raise ConfigError(f"--device {clip(device, 40)!r}: no backend runs on it ({runs})")
+    return threads
 
 
 # Config field -> the option that sets it, per command: a bad value is reported under the name the user typed.
@@ -137,6 +154,7 @@ def pretrain_cmd(
                                      lam=distill_lambda, tau=distill_tau)
     opts["objective"] = _objective_opts(objective, mask_rate, mask_target)
     cfg = validated(PretrainConfig, opts, "pretrain", _PRETRAIN_OPTIONS)
+    threads = _check_where(cfg.backend, device, threads)
     if out is not None:
         out = checkpoint_path(out, cache_path(cfg).name, "--out")  # named as typed, before any training
         rec, _ = pretrain(cfg, device=device, threads=threads, out=out, batch_option="--batch-size")
@@ -238,7 +256,7 @@ def fewshot_cmd(
         "data": _data(data, data_path, classes, data_seed), "resolution": resolution,
         "shots": parse_ints(shots, "--shots", "1,5,10,25"), "seeds": seeds,
         "l2_reg": "auto" if l2_reg is None else l2_reg}, "fewshot", _DOWNSTREAM_OPTIONS)
-    rec = fewshot(cfg, device=device, threads=threads)
+    rec = fewshot(cfg, device=device, threads=_check_where(cfg.backend, device, threads))
     keys = [k for s in cfg.shots for k in (f"accuracy_{s}shot", f"accuracy_{s}shot_std")]
     c = rec.config
     _show(rec, f"fewshot {c['model']} ({c['backend']}) on {c['data']['name']} {c['data']['classes']} @ "
@@ -294,7 +312,8 @@ def finetune_cmd(
         "steps": steps, "batch_size": batch_size, "lr_grid": parse_floats(lr_grid, "--lr-grid", "0.01,0.03"),
         "warmup_steps": warmup_steps, "refit": refit, "seed": seed, "seeds": seeds}, "finetune",
         _DOWNSTREAM_OPTIONS)
-    rec = finetune(cfg, device=device, threads=threads, batch_option="--batch-size")
+    rec = finetune(cfg, device=device, threads=_check_where(cfg.backend, device, threads),
+                   batch_option="--batch-size")
     c = rec.config
     _show(rec, f"finetune {c['model']} ({c['backend']}) on {c['data']['name']} {c['data']['classes']} @ "
                f"{c['resolution']}px",

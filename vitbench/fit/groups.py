@@ -64,7 +64,7 @@ class FitSpec(BaseModel):
     cutoffs: int = Field(N_CUTOFFS, ge=1, le=10)
     bootstrap: int = Field(N_BOOT, ge=0, le=100_000)
     ci: float = Field(0.95, gt=0, lt=1)
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=2**32 - 1)  # numpy SeedSequence: a non-negative integer (was a traceback)
 
 
 @dataclass
