@@ -14,6 +14,7 @@ from vitbench.transfer.data import load_splits
 from vitbench.transfer.distill import Distill, Distillation
 from vitbench.transfer.pretrain import PretrainConfig, ensure_upstream
 from vitbench.transfer.schedules import OptimConfig
+from tolerances import EPS32
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 RES = 16
@@ -82,7 +83,10 @@ def test_losses_match_a_direct_numpy_computation(backend, kind, lam, tau, smooth
     d = Distill(kind, lam, tau, lambda idx: teacher)
     want = numpy_loss(cls.astype(np.float64), dist.astype(np.float64), y, teacher.astype(np.float64), kind, lam,
                       tau, smoothing)
-    assert _backend_loss(backend, cls, dist, y, teacher, d, smoothing) == pytest.approx(want, rel=1e-5)
+    # fp32 against float64: a log-softmax entry is ~K + 4 roundings, the sums over K classes and B images K + B
+    # more (~20); the KL's terms have mixed signs (error relative to sum |terms|, within 3x of the KL on this
+    # seeded draw): 100 EPS32. The loss (>= 0.5 on this draw) never nears zero.
+    assert _backend_loss(backend, cls, dist, y, teacher, d, smoothing) == pytest.approx(want, rel=100 * EPS32)
     # the teacher's term really enters: another teacher, another loss (unless it carries no weight)
     other = numpy_loss(cls, dist, y, np.roll(teacher, 1, axis=1), kind, lam, tau, smoothing)
     assert abs(other - want) > 1e-3
@@ -94,7 +98,9 @@ def test_soft_loss_is_zero_kl_when_student_is_the_teacher(backend):
     rng = np.random.default_rng(1)
     z = rng.normal(0, 3, (4, 5)).astype(np.float32)
     d = Distill(Distillation.SOFT, 1.0, 2.0, lambda idx: z)
-    assert abs(_backend_loss(backend, z, z, rng.integers(0, 5, 4), z, d, 0.0)) < 1e-6
+    # 0 up to the rounding of both log-softmaxes (K + 4 roundings of |log p| each), times tau^2, summed over K
+    bound = 2.0**2 * 5 * (5 + 4) * EPS32 * np.abs(_log_softmax(z / 2.0)).max()
+    assert abs(_backend_loss(backend, z, z, rng.integers(0, 5, 4), z, d, 0.0)) <= bound
 
 
 # ---- training ---------------------------------------------------------------------------------------------------
@@ -116,7 +122,7 @@ def test_lambda_zero_is_plain_training(backend, kind, data):
     """A student without a distillation token, lam = 0: the same updates as plain cross-entropy training, to
     within the rounding of two fp32 programs (XLA fuses the distillation graph otherwise: issue 30, 2.2e-5 apart
     after 4 Adam steps on one CPU, 0 on another)."""
-    from tolerances import EPS32, clipped_gradient_error, model_roundings, sgd_weight_bound
+    from tolerances import clipped_gradient_error, model_roundings, sgd_weight_bound
 
     be = _engine(backend)
     spec = get_spec("ViT-Nano/4")
@@ -148,6 +154,10 @@ def test_distillation_matches_between_torch_and_jax_step_for_step(kind, data):
     d = Distill(kind, 0.5, 2.0, _table_teacher(len(data.train), 5))
     mt, lt = th.train(th.load_weights(th.init_model(spec, RES, 5, 0), w), data.train, RES, OPT, 16, 1, distill=d)
     mj, lj = jx.train(jx.load_weights(jx.init_model(spec, RES, 5, 0), w), data.train, RES, OPT, 16, 1, distill=d)
+    # Adam across frameworks: the losses are the forward's rounding plus sum(g * dw), where Adam's noise-driven
+    # steps (tests/tolerances.py) have g ~ 0; the weights' 1e-4 (lr / 30) is an observed margin, not a bound:
+    # it holds while no trained weight's gradient sits at fp32's noise floor (scripts/test-cpu-variants.sh
+    # runs it on varied CPU paths). The derived equivalence is test_lambda_zero_is_plain_training's (SGD).
     np.testing.assert_allclose(lj, lt, rtol=1e-4)
     wt, wj = th.weights(mt), jx.weights(mj)
     assert max(float(np.abs(wt[k] - wj[k]).max()) for k in wt) < 1e-4

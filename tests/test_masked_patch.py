@@ -138,6 +138,10 @@ def test_torch_and_jax_take_the_same_steps(model, target):
                                   mpt.batches(data, RES, 8, 3, 1, spec, mp), opt, mp, init, spec.num_prefix_tokens)
             for be in (th, jx)]
     (mt, ht, lt), (mj, hj, lj) = runs
+    # Adam across frameworks: the losses are the forward's rounding plus sum(g * dw), where Adam's noise-driven
+    # steps (tests/tolerances.py) have g ~ 0; the weights' 1e-4 (lr / 30) is an observed margin, not a bound:
+    # it holds while no trained weight's gradient sits at fp32's noise floor (scripts/test-cpu-variants.sh
+    # runs it on varied CPU paths). The derived equivalence is test_lambda_zero_is_plain_training's (SGD).
     np.testing.assert_allclose(lj, lt, rtol=1e-4)
     wt, wj = th.weights(mt), jx.weights(mj)
     assert max(float(np.abs(wt[k] - wj[k]).max()) for k in wt) < 1e-4

@@ -15,6 +15,7 @@ from vitbench.transfer.fewshot import FewshotConfig, fewshot  # noqa: E402
 from vitbench.transfer.finetune import FinetuneConfig, finetune  # noqa: E402
 from vitbench.transfer.pretrain import PretrainConfig, ensure_upstream  # noqa: E402
 from vitbench.transfer.schedules import OptimConfig  # noqa: E402
+from tolerances import forward_parity  # noqa: E402
 
 pytestmark = [pytest.mark.jax, pytest.mark.usefixtures("one_torch_thread")]
 SPEC = get_spec("ViT-Nano/4")
@@ -39,8 +40,9 @@ def test_same_weights_same_logits_and_features(engines, data):
     mt = th.init_model(SPEC, RES, 5, seed=0)
     mj = jx.load_weights(jx.init_model(SPEC, RES, 5, seed=3), th.weights(mt))
     x = data.test.array(RES)[:16]
-    np.testing.assert_allclose(jx.logits(mj, x), th.logits(mt, x), atol=2e-5)
-    np.testing.assert_allclose(jx.features(mj, x), th.features(mt, x), atol=2e-5)
+    tol = forward_parity(SPEC, RES)  # relative to the largest output: fp32 rounding along the forward
+    for a, b in ((jx.logits(mj, x), th.logits(mt, x)), (jx.features(mj, x), th.features(mt, x))):
+        assert np.abs(a - b).max() <= tol * np.abs(b).max()
     back = jx.weights(mj)  # the conversion is lossless both ways
     for k, v in th.weights(mt).items():
         np.testing.assert_array_equal(back[k], v)
@@ -54,6 +56,10 @@ def test_adam_training_matches_torch_step_for_step(engines, data):
                       clip_norm=1.0)
     mt, lt = th.train(th.load_weights(th.init_model(SPEC, RES, 5, 0), w), data.train, RES, opt, 16, seed=1)
     mj, lj = jx.train(jx.load_weights(jx.init_model(SPEC, RES, 5, 0), w), data.train, RES, opt, 16, seed=1)
+    # Adam across frameworks: the losses are the forward's rounding plus sum(g * dw), where Adam's noise-driven
+    # steps (tests/tolerances.py) have g ~ 0; the weights' 1e-4 (lr / 30) is an observed margin, not a bound:
+    # it holds while no trained weight's gradient sits at fp32's noise floor (scripts/test-cpu-variants.sh
+    # runs it on varied CPU paths). The derived equivalence is test_lambda_zero_is_plain_training's (SGD).
     np.testing.assert_allclose(lj, lt, rtol=1e-4)
     wt, wj = th.weights(mt), jx.weights(mj)
     assert max(float(np.abs(wt[k] - wj[k]).max()) for k in wt) < 1e-4

@@ -43,3 +43,32 @@ def clipped_gradient_error(opt, roundings: int) -> float:
     clipped at global norm c is at most c, and is off by at most roundings * EPS32 of that."""
     assert opt.clip_norm is not None, "the bound needs clipped gradients (|g_i| <= clip_norm)"
     return roundings * EPS32 * opt.clip_norm
+
+
+def forward_roundings(spec, resolution: int) -> int:
+    """Roundings along the longest chain of one image's forward, the n of a forward parity bound: a ViT block
+    reduces over the tokens (attention), the width (q.k, projections: 3x) and the MLP; a BiT block is a bottleneck
+    (1x1 over C_in, 3x3 over 9 C/4, 1x1 over C/4) with GroupNorms over its map (H W C / 32 terms each, 3); the
+    stem's 7x7x3 conv (ViT: the patch's 3 p^2); a hybrid runs its stages, then its ViT blocks on their tokens."""
+    n, side = 0, resolution
+    if spec.family in ("bit", "hybrid"):
+        n, side, c_in = 7 * 7 * 3, resolution // 4, spec.stem_chs * spec.width_factor
+        for stage, blocks in enumerate(spec.layers):
+            c = spec.channels[stage] * spec.width_factor
+            side = side if stage == 0 else max(1, side // 2)
+            n += blocks * (c_in + 10 * c // 4 + 3 * side * side * c // 32)
+            c_in = c
+        if spec.family == "bit":
+            return n + c_in  # the head over the pooled features
+        n += c_in  # the hybrid's 1x1 patch projection
+    else:
+        n, side = 3 * spec.patch**2, resolution // spec.patch
+    tokens = side * side + 1 + int(spec.distilled)
+    return n + spec.depth * (tokens + 3 * spec.width + spec.mlp_dim) + spec.width
+
+
+def forward_parity(spec, resolution: int) -> float:
+    """max |a - b| / max |a| for two fp32 forwards of the same model (torch eager vs XLA, one CPU path vs another):
+    n * EPS32 with n = forward_roundings (Higham's gamma_n, each layer's error carried through at gain ~1: residual
+    connections and normalisation keep activations at the logits' scale)."""
+    return forward_roundings(spec, resolution) * EPS32
