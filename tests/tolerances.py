@@ -72,3 +72,11 @@ def forward_parity(spec, resolution: int) -> float:
     n * EPS32 with n = forward_roundings (Higham's gamma_n, each layer's error carried through at gain ~1: residual
     connections and normalisation keep activations at the logits' scale)."""
     return forward_roundings(spec, resolution) * EPS32
+
+
+def resample_bound(values, n_in: int, eps: float = EPS32) -> float:
+    """A position-embedding grid resampled separably (vitbench.models.convert.interp_matrix: two dense passes,
+    each a sum over the n_in source rows) by two programs in two orders: 2 n_in roundings of terms whose
+    magnitudes sum to at most sum|w| max|values|, sum|w| <= 1.5 for the bicubic kernel (Keys, a = -0.75: 1.25 at
+    worst) and 1 for bilinear."""
+    return 2 * n_in * eps * 1.5 * float(np.abs(np.asarray(values, np.float64)).max())
