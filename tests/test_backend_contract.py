@@ -15,6 +15,7 @@ from vitbench.backends.base import Backend, Capability, DeviceKind, MemoryKind, 
 from vitbench.models.analytic import analytic_counts
 from vitbench.models.specs import get_spec
 from vitbench.registry import Kind, entries
+from tolerances import EPS32
 
 MODEL = "ViT-Nano/4"
 AVAILABLE = [name for name, e in entries(Kind.BACKEND).items() if not e.missing()]
@@ -182,4 +183,4 @@ def test_attention_maps_are_probabilities_over_every_token(name, backends):
     a = np.asarray(backends[name].attention_maps(weights, spec, 32, x))
     t = spec.tokens(32) + spec.num_prefix_tokens
     assert a.shape == (spec.depth, 2, spec.heads, t, t)
-    np.testing.assert_allclose(a.sum(-1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(a.sum(-1), 1.0, atol=(t + 4) * EPS32)  # softmax (4 roundings) summed over t

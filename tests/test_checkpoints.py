@@ -34,6 +34,7 @@ from vitbench.models.flavours import Gelu, Origin, WeightStd  # noqa: E402
 from vitbench.models.flax import build_flax_model, init_params  # noqa: E402
 from vitbench.models.specs import get_spec  # noqa: E402
 from vitbench.models.torch import build_torch_model, feature_forward, forward_heads  # noqa: E402
+from tolerances import EPS32  # noqa: E402
 
 TOL = 1e-5  # max|logits - reference| / max|reference| (issue 10 section 5)
 
@@ -459,7 +460,9 @@ def test_distilled_heads_apart_match_timms_distilled_training_outputs():
         cls, dist = (t.numpy() for t in forward_heads(tm, torch.from_numpy(x)))
         avg = tm(torch.from_numpy(x)).numpy()
     assert rel(want_cls, cls) <= TOL and rel(want_dist, dist) <= TOL and rel(want_cls, want_dist) > 0.1
-    np.testing.assert_allclose(avg, (cls + dist) / 2, atol=1e-6)  # inference: the mean of the two heads
+    # inference: the mean of the two heads; the heads' matmuls (over the width) may run as other kernels here
+    np.testing.assert_allclose(avg, (cls + dist) / 2,
+                               atol=(p.spec.width + 2) * EPS32 * np.abs(np.concatenate([cls, dist])).max())
     fm = build_flax_model(p.spec, 32, 10)
     apply = jax.jit(partial(fm.apply, separate_heads=True))
     jcls, jdist = apply({"params": p.flax_params()}, jnp.asarray(x.transpose(0, 2, 3, 1)))
