@@ -400,9 +400,9 @@ def test_every_option_has_a_row():
 
     from vitbench.cli import app
 
-    rows: dict[tuple[str, ...], set[str]] = {}
-    missing = []
+    missing, commands = [], 0
     for prefix, command in _commands(typer.main.get_command(app)):
+        commands += 1
         words = [set(c.args) for c in CASES.values() if c.args[:len(prefix)] == prefix]
         if any(p.param_type_name == "argument" for p in command.params) and not words:
             missing.append(f"{' '.join(prefix)} (its argument)")
@@ -412,6 +412,5 @@ def test_every_option_has_a_row():
             names = {*p.opts, *p.secondary_opts}
             if not any(names & w for w in words) and not any((prefix[-1], n) in NO_HOSTILE_VALUE for n in names):
                 missing.append(f"{' '.join(prefix)} {'/'.join(sorted(p.opts))}")
-        rows[prefix] = set().union(*words) if words else set()
-    assert len(rows) > 10  # the walk found the commands
+    assert commands > 10  # the walk found the commands
     assert not missing, "options without a hostile-value row in CASES: " + ", ".join(missing)
