@@ -180,17 +180,14 @@ def inspect_model(weights: dict[str, np.ndarray], spec: ModelSpec, resolution: i
     filter components are of the channel-summed filters (see vitbench.inspect.filters).
     """
     plugin = family_plugin(spec.family)
-    if plugin is not None and not plugin.token_attention_maps and plugin.axis_layers is None:
+    if not plugin.token_attention_maps and plugin.axis_layers is None:
         raise ConfigError(f"inspection does not apply to {spec.name} (family {spec.family}: "
                           f"{plugin.description}): its family declares no attention maps to read; use a ViT, a "
                           "hybrid or an axial model")
-    if plugin is None and not spec.depth:
-        raise ConfigError(f"{spec.name} has no transformer layers to inspect; use a ViT, a hybrid or an axial "
-                          "model")
     images = np.asarray(images, np.float32)
     if images.ndim != 4 or images.shape[1:3] != (resolution, resolution) or len(images) == 0:
         raise ConfigError(f"images of shape {images.shape}; expected (N >= 1, {resolution}, {resolution}, C)")
-    if plugin is not None and plugin.axis_layers is not None:
+    if plugin.axis_layers is not None:
         from vitbench.inspect.per_axis import inspect_axes
 
         return inspect_axes(plugin, weights, spec, resolution, images, attention_fn, batch_size=batch_size)

@@ -24,7 +24,7 @@ _SOWN = "attention_weights"  # the name MultiHeadDotProductAttention sows under
 def _compiled(spec: ModelSpec, resolution: int):
     module = build_flax_model(spec, resolution, spec.num_classes)
     plugin = family_plugin(spec.family)
-    if plugin is not None and plugin.axis_layers is not None:
+    if plugin.axis_layers is not None:
         return jax.jit(lambda params, x: plugin.flax_attention_maps(module, params, x))
 
     def run(params, x):
@@ -42,7 +42,6 @@ def attention_maps(weights: dict[str, np.ndarray], spec: ModelSpec, resolution: 
     with per-axis layers, a list of (images, sequences, heads, length, length), one per layer."""
     params = torch_to_flax(weights, spec)
     maps = _compiled(spec, resolution)(params, np.asarray(images, np.float32))
-    plugin = family_plugin(spec.family)
-    if plugin is not None and plugin.axis_layers is not None:
+    if family_plugin(spec.family).axis_layers is not None:
         return [np.asarray(m, np.float32) for m in maps]
     return np.stack([np.asarray(m, np.float32) for m in maps])

@@ -26,7 +26,7 @@ def attention_maps(weights: dict[str, np.ndarray], spec: ModelSpec, resolution: 
     model = build_torch_model(spec, resolution, spec.num_classes).eval()
     model.load_state_dict({k: torch.from_numpy(np.array(v, np.float32)) for k, v in weights.items()}, strict=True)
     plugin = family_plugin(spec.family)
-    if plugin is not None and plugin.axis_layers is not None:
+    if plugin.axis_layers is not None:
         x = torch.from_numpy(np.ascontiguousarray(images.transpose(0, 3, 1, 2), np.float32))
         return [m.numpy().astype(np.float32) for m in plugin.torch_attention_maps(model, x)]
     captured: list[torch.Tensor] = []
