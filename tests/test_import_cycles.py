@@ -1,11 +1,12 @@
 """No import cycle among vitbench's modules.
 
 The graph: one node per module (a package is its __init__); an edge from a module to every vitbench module it
-imports, wherever the import statement is -- at module level, or inside a function or a TYPE_CHECKING block (a
-lazy import is still a dependency: it only moves the cycle from import time to call time, and it is the usual way
-a cycle is hidden). Importing `a.b.c` also runs `a` and `a.b`, so it is an edge to each of them. Plug-ins loaded by
-name (vitbench.registry's module strings, entry points) are not imports and make no edge: that is how shared code
-reaches the plug-ins without depending on them.
+imports, wherever the import statement is, at module level or inside a function: a lazy import is still a
+dependency (it only moves the cycle from import time to call time, and it is the usual way a cycle is hidden), so
+it counts. Imports under `if TYPE_CHECKING:` never run and make no edge. Importing `a.b.c` also runs `a` and `a.b`,
+so it is an edge to each of them, except to a package the importing module is inside (already running).
+Plug-ins loaded by name (vitbench.registry's module strings, entry points) are not imports and make no edge:
+that is how shared code reaches the plug-ins without depending on them.
 """
 
 from __future__ import annotations
@@ -30,6 +31,21 @@ def _resolve(node: ast.ImportFrom, module: str, is_package: bool) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
+def _executed(tree: ast.AST):
+    """Every node, except what sits under `if TYPE_CHECKING:` (never run: an annotation's import)."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            yield from (n for child in node.orelse for n in _executed_all(child))
+            continue
+        yield node
+        yield from _executed(node)
+
+
+def _executed_all(node: ast.AST):
+    yield node
+    yield from _executed(node)
+
+
 def import_graph() -> dict[str, set[str]]:
     files = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
     graph: dict[str, set[str]] = {m: set() for m in files}
@@ -44,16 +60,17 @@ def import_graph() -> dict[str, set[str]]:
 
     for mod, path in files.items():
         is_package = path.name == "__init__.py"
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in _executed(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Import):
                 for a in node.names:
                     add(mod, a.name)
             elif isinstance(node, ast.ImportFrom):
                 target = _resolve(node, mod, is_package)
-                add(mod, target)
-                for a in node.names:  # `from pkg import submodule`
-                    if f"{target}.{a.name}" in files:
-                        add(mod, f"{target}.{a.name}")
+                submodules = [f"{target}.{a.name}" for a in node.names if f"{target}.{a.name}" in files]
+                for sub in submodules:  # `from pkg import submodule`: the package only runs as its parent
+                    add(mod, sub)
+                if len(submodules) < len(node.names):  # a name defined in `target` itself
+                    add(mod, target)
     return graph
 
 
