@@ -159,6 +159,15 @@ def registered(kind: Kind) -> dict[str, Entry]:
     return dict(_STATE.entries[kind])
 
 
+def lookup(kind: Kind, name: str) -> Entry | None:
+    """The plug-in `name` of `kind` if registered (loading the kind's plug-ins once if it is not yet)."""
+    found = _STATE.entries[kind].get(name)
+    if found is None and (kind not in _STATE.loaded or not _STATE.outside_loaded):
+        load_plugins(kind)
+        found = _STATE.entries[kind].get(name)
+    return found
+
+
 def names(kind: Kind) -> tuple[str, ...]:
     return tuple(entries(kind))
 

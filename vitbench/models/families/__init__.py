@@ -25,7 +25,7 @@ from typing import Any, NewType
 
 from vitbench.errors import ConfigError
 from vitbench.models.names import norm_name
-from vitbench.registry import Kind, entries, register, registered
+from vitbench.registry import Kind, entries, lookup, register, registered
 
 # The typed key of the family registry: ModelSpec.family holds one of these.
 FamilyName = NewType("FamilyName", str)
@@ -152,7 +152,7 @@ def register_family(plugin: FamilyPlugin, *, replace: bool = False) -> FamilyPlu
 
 def family_plugin(name: str) -> FamilyPlugin:
     """The registered plug-in of family `name` (ConfigError naming the families if there is none)."""
-    found = entries(Kind.FAMILY).get(name)
+    found = lookup(Kind.FAMILY, name)  # (hot: every spec.stride asks)
     if found is None:
         raise ConfigError(f"unknown model family {str(name)[:40]!r}; allowed: {', '.join(family_names())}")
     return found.obj
