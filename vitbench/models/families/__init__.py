@@ -68,13 +68,14 @@ class FamilyPlugin:
     attention: whether the model has attention layers; token_attention_maps: whether its attention maps are
     (tokens x tokens) over the whole image (what inspection's attention distance reads); axis_layers(spec,
     resolution) -> tuple[AxisLayer, ...]: a family whose attention runs along one axis at a time (axial) lists
-    its attention layers in forward order, and torch_attention / flax_attention ('module:function', signatures
-    (model, x_nchw) -> [tensor] and (module, params, x_nhwc) -> [array]) give their probabilities, one
-    (images, sequences, heads, length, length) array per layer in that order (inspection's attention distance
-    per axis); resolution_of(spec, shapes) -> int | None: the input size a set of weights was made for, from
-    the shapes of its grid-sized tables ({timm key or Flax path: shape}; None: they say nothing, the row's
-    native size), what loading a checkpoint checks the weights against; plot_style: the report's (marker,
-    matplotlib colormap, name) for the family.
+    its attention layers in forward order; torch_attention / flax_attention ('module:function', signatures
+    (model, x_nchw) -> [tensor] and (module, params, x_nhwc) -> [array]) give the attention probabilities, one
+    array per layer in forward order: (images, heads, tokens, tokens) with token_attention_maps, (images,
+    sequences, heads, length, length) with axis_layers (inspection's attention distance, per axis);
+    resolution_of(spec, shapes) -> int | None: the input size a set of weights was made for, from the shapes
+    of its grid-sized tables ({timm key or Flax path: shape}; None: they say nothing, the row's native size),
+    what loading a checkpoint checks the weights against; plot_style: the report's (marker, matplotlib
+    colormap, name) for the family.
 
     Added with the vit, bit and hybrid packages (defaults keep a family that does not set them as before):
     channels_last: the torch backends' default memory format (NHWC for convolution-heavy families);
@@ -121,11 +122,12 @@ class FamilyPlugin:
         return _import(self.flax_builder)(spec, num_classes, dtype, **kw)
 
     def torch_attention_maps(self, model, x) -> list:
-        """Per-axis attention probabilities of a built torch `model` on NCHW `x` (see `axis_layers`)."""
+        """Attention probabilities of a built torch `model` on NCHW `x`, one per layer (see `torch_attention`)."""
         return _import(self.torch_attention)(model, x)
 
     def flax_attention_maps(self, module, params, x) -> list:
-        """Per-axis attention probabilities of a Flax `module` with `params` on NHWC `x` (traceable: jit it)."""
+        """Attention probabilities of a Flax `module` with `params` on NHWC `x`, one per layer (traceable: jit
+        it; see `flax_attention`)."""
         return _import(self.flax_attention)(module, params, x)
 
 

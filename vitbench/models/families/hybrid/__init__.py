@@ -95,6 +95,9 @@ PLUGIN = register_family(FamilyPlugin(
     torch_builder="vitbench.models.families.hybrid.torch:build",
     flax_builder="vitbench.models.families.hybrid.flax:build",
     counts=counts, param_table=table, stride=stride, feature_dim=lambda s: s.width, describe=describe,
-    validate=validate, token_attention_maps=True, plot_style=("^", "Greens", "Hybrid"), origins=ORIGINS,
+    validate=validate, token_attention_maps=True,
+    torch_attention="vitbench.models.families.vit.torch:attention_maps",
+    flax_attention="vitbench.models.families.vit.flax:attention_maps", plot_style=("^", "Greens", "Hybrid"),
+    origins=ORIGINS,
     npz_origin=Origin.VIT_JAX.value, posemb_tables=posemb.transformer_tables, representation_size=True,
 ))

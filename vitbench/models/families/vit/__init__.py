@@ -195,7 +195,9 @@ PLUGIN = register_family(FamilyPlugin(
     override_keys=TRANSFORMER_KEYS,
     torch_builder="vitbench.models.families.vit.torch:build", flax_builder="vitbench.models.families.vit.flax:build",
     counts=counts, param_table=table, stride=lambda s: s.patch, feature_dim=lambda s: s.width, describe=describe,
-    validate=validate_transformer, token_attention_maps=True, plot_style=("o", "Blues", "ViT"),
+    validate=validate_transformer, token_attention_maps=True,
+    torch_attention="vitbench.models.families.vit.torch:attention_maps",
+    flax_attention="vitbench.models.families.vit.flax:attention_maps", plot_style=("o", "Blues", "ViT"),
     channels_last=False, origins=ORIGINS, npz_origin=Origin.VIT_JAX.value,
     posemb_tables=posemb.transformer_tables, representation_size=True,
 ))
