@@ -12,9 +12,15 @@ import operator
 from dataclasses import asdict, dataclass, replace
 
 from vitbench.errors import ConfigError, UnknownModelError, shorten
-from vitbench.models.families import FamilyName, all_families, family_if_registered, family_names, family_plugin
+from vitbench.models.families import (
+    FamilyName,
+    all_families,
+    family_if_registered,
+    family_names,
+    family_plugin,
+    norm_name,
+)
 from vitbench.models.flavours import DEFAULT, Flavour, Origin, flavour_for
-from vitbench.models.names import norm_name
 from vitbench.models.overrides import (
     FAMILY_KEYS,
     Classifier,

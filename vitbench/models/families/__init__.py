@@ -10,13 +10,14 @@ docs/plugins.md): a module on $VITBENCH_PLUGINS or an entry point that calls `re
 Registering is cheap: the builders are named as 'module:function' strings and imported only when a model is
 built, so listing models or parsing a study never imports torch or jax.
 
-Dependencies run one way: this module imports neither the model table (models.specs) nor the override rules
-(models.overrides); they read the registered plug-ins (rows, override keys, validators) from here.
+Dependencies run one way: this module imports no other model module (not the model table, models.specs, nor the
+override rules, models.overrides); they read the registered plug-ins (rows, override keys, validators) from here.
 """
 
 from __future__ import annotations
 
 import importlib
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,7 +25,6 @@ from enum import Enum
 from typing import Any, NewType
 
 from vitbench.errors import ConfigError
-from vitbench.models.names import norm_name
 from vitbench.registry import Kind, entries, lookup, register, registered
 
 # The typed key of the family registry: ModelSpec.family holds one of these.
@@ -48,6 +48,14 @@ class AxisLayer:
     length: int
     step_px: int
     where: str
+
+
+def norm_name(name: str) -> str:
+    """Forgiving key of a model name: case-, separator- and suffix-insensitive ('vit-b/16' == 'ViT-B_16'); the
+    model table's index (models.specs) and the registry's taken-name check use this one."""
+    s = name.strip().lower()
+    s = re.sub(r"\.[a-z0-9_]+$", "", s)  # timm pretrained tag, e.g. '.augreg_in21k'
+    return re.sub(r"[^a-z0-9+]", "", s)
 
 
 def _import(target: str) -> Callable:
