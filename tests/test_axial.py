@@ -153,17 +153,16 @@ def test_rows_overrides_and_errors():
 
 @pytest.fixture
 def scratch_registry():
-    """The family registry, model table and override tables as they are, restored after the test."""
-    from vitbench.models import overrides, specs
+    """The family registry as it is, restored after the test (the model table and the override keys are read
+    from it)."""
     from vitbench.registry import _STATE, Kind, load_plugins
 
     load_plugins(Kind.FAMILY)
-    held = [specs._TABLE, specs._INDEX, overrides.FAMILY_KEYS, overrides.VALIDATORS, _STATE.entries[Kind.FAMILY]]
-    saved = [c.copy() for c in held]
+    held = _STATE.entries[Kind.FAMILY]
+    saved = held.copy()
     yield
-    for c, old in zip(held, saved):
-        c.clear()
-        c.extend(old) if isinstance(c, list) else c.update(old)
+    held.clear()
+    held.update(saved)
 
 
 def test_a_family_registered_from_outside_the_package_builds_counts_and_converts(scratch_registry):

@@ -209,7 +209,7 @@ def test_inspect_model_with_two_extra_tokens_and_resampled_position_embeddings()
 
 def test_inspect_model_refuses_a_resnet_and_wrong_images():
     spec = get_spec("ViT-Nano/4")
-    with pytest.raises(ConfigError, match="no transformer layers"):
+    with pytest.raises(ConfigError, match="does not apply to R-Nano .family bit.*declares no attention maps"):
         inspect_model({}, get_spec("R-Nano"), 32, np.zeros((1, 32, 32, 3)), None)
     with pytest.raises(ConfigError, match="expected"):
         inspect_model(_fake_weights(TokenLayout.of(spec, 16)), spec, 16, np.zeros((1, 32, 32, 3)), None)

@@ -133,7 +133,7 @@ def lock_status() -> str:
 
 def environment(backend_info: dict | None = None) -> dict:
     """Everything needed to compare two records honestly. `backend_info` adds device/threads/versions."""
-    from vitbench.backends.base import backend_distributions
+    from vitbench.backends.spec import backend_distributions  # (not backends.base: it imports this module)
 
     env = {
         "python": platform.python_version(),

@@ -40,7 +40,8 @@ BUILTIN_MODULES: dict[Kind, tuple[str, ...]] = {
                 "vitbench.tasks.calibration", "vitbench.tasks.pretrain", "vitbench.tasks.fewshot",
                 "vitbench.tasks.finetune", "vitbench.tasks.inspection"),
     Kind.EXECUTOR: ("vitbench.executors.local", "vitbench.executors.slurm", "vitbench.executors.ray"),
-    Kind.FAMILY: ("vitbench.models.families.axial",),
+    Kind.FAMILY: ("vitbench.models.families.vit", "vitbench.models.families.bit", "vitbench.models.families.hybrid",
+                  "vitbench.models.families.axial"),
 }
 
 
@@ -151,6 +152,20 @@ def entries(kind: Kind) -> dict[str, Entry]:
     ranked = sorted(enumerate(_STATE.entries[kind].items()),
                     key=lambda ie: (order.get(ie[1][1].module, len(order)), ie[0]))
     return dict(item for _, item in ranked)
+
+
+def registered(kind: Kind) -> dict[str, Entry]:
+    """The plug-ins of `kind` registered so far, loading none (for code that runs while plug-ins load)."""
+    return dict(_STATE.entries[kind])
+
+
+def lookup(kind: Kind, name: str) -> Entry | None:
+    """The plug-in `name` of `kind` if registered (loading the kind's plug-ins once if it is not yet)."""
+    found = _STATE.entries[kind].get(name)
+    if found is None and (kind not in _STATE.loaded or not _STATE.outside_loaded):
+        load_plugins(kind)
+        found = _STATE.entries[kind].get(name)
+    return found
 
 
 def names(kind: Kind) -> tuple[str, ...]:

@@ -9,7 +9,8 @@ from vitbench.inspect.markdown import to_markdown
 from vitbench.inspect.pictures import Picture, distance_figure, write_pictures
 from vitbench.inspect.posemb import posemb_similarity
 from vitbench.inspect.rollout import attention_rollout, rollout_maps
-from vitbench.inspect.run import AttentionFn, InspectResult, inspect_model
+from vitbench.inspect.result import AttentionFn, InspectResult
+from vitbench.inspect.run import inspect_model
 
 __all__ = ["AttentionFn", "FilterComponents", "InspectResult", "Picture", "TokenLayout", "attention_rollout",
            "distance_figure", "embedding_filter_components", "inspect_model", "mean_attention_distance",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from vitbench.inspect.pictures import Picture
-from vitbench.inspect.run import InspectResult
+from vitbench.inspect.result import InspectResult
 
 _CAPTIONS = {  # paper figure each picture reproduces
     Picture.FILTERS: "RGB embedding filters, top principal components (paper Fig. 7 left)",

@@ -11,7 +11,7 @@ from vitbench.inspect.axes import axis_distance_per_image
 from vitbench.inspect.filters import acts_on_pixels, embedding_filter_components, is_grey
 from vitbench.inspect.layout import TokenLayout
 from vitbench.inspect.posemb import posemb_similarity
-from vitbench.inspect.run import HEAD_WEIGHT, PATCH_KERNEL, POS_EMBED, AttentionFn, InspectResult
+from vitbench.inspect.result import HEAD_WEIGHT, PATCH_KERNEL, POS_EMBED, AttentionFn, InspectResult
 from vitbench.models.families import FamilyPlugin
 from vitbench.models.specs import ModelSpec
 

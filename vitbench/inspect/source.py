@@ -48,7 +48,7 @@ def load_source(arg: str, init_weights: InitWeights, resolution: int | None = No
     except VitbenchError as e:
         raise ConfigError(f"--resolution: {e}") from None
     plugin = family_plugin(spec.family)
-    if ckpt and res != trained and plugin is not None and plugin.axis_layers is not None:
+    if ckpt and res != trained and plugin.axis_layers is not None:
         raise ConfigError(f"--resolution {res}: {spec.name}'s weights are sized by its grid (position and "
                           f"relative tables); inspect this checkpoint at its trained resolution, -r {trained}")
     if ckpt:

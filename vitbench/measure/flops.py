@@ -10,6 +10,7 @@ from vitbench.backends.base import Backend, default_backend, get_backend
 from vitbench.env import environment
 from vitbench.errors import ConfigError
 from vitbench.models.analytic import analytic_counts, train_flops_per_image
+from vitbench.models.families import family_plugin
 from vitbench.models.specs import ModelSpec, get_spec
 from vitbench.record import Record, now
 
@@ -43,7 +44,7 @@ def flops(model: str, resolution: int | None = None, backend: str | Backend | No
         "gmacs": a.gmacs,
         "gflops": a.gflops,
         # sequence length incl. the class token (and a distilled DeiT's distillation token)
-        "tokens": spec.tokens(res) + spec.num_prefix_tokens if spec.family != "bit" else None,
+        "tokens": spec.tokens(res) + spec.num_prefix_tokens if family_plugin(spec.family).attention else None,
     }
     counters: dict = {}
     be = backend if isinstance(backend, Backend) else get_backend(backend or default_backend())

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from vitbench.choices import Choice, not_allowed
 from vitbench.errors import ConfigError
+from vitbench.models.families import all_families, family_plugin
 
 
 class Gelu(Choice):
@@ -86,21 +87,16 @@ class Origin(Choice):
     VITBENCH = "vitbench"  # vitbench's own checkpoints: the flavour is stored with the spec
 
 
-# Per origin and family; None = that code base has no such model.
-_TIMM = Flavour(Gelu.ERF, WeightStd.SQRT_VAR, 1e-8, 1e-5)  # timm vision_transformer*.py, resnetv2.py
+# The flavours of the code bases; each family says which origins have its models (FamilyPlugin.origins).
+FLAVOUR_TIMM = Flavour(Gelu.ERF, WeightStd.SQRT_VAR, 1e-8, 1e-5)  # timm vision_transformer*.py, resnetv2.py
 # vit_jax models_vit.MlpBlock: nn.gelu (approximate=True default); models_resnet.StdConv: std + 1e-5;
 # nn.GroupNorm default epsilon 1e-6
-_VIT_JAX = Flavour(Gelu.TANH, WeightStd.STD_PLUS_EPS, 1e-5, 1e-6)
+FLAVOUR_VIT_JAX = Flavour(Gelu.TANH, WeightStd.STD_PLUS_EPS, 1e-5, 1e-6)
 # big_transfer bit_jax/models.py and big_vision bit_paper.py: standardize(..., eps=1e-10) = sqrt(var + 1e-10),
 # their own GroupNorm with eps 1e-5
-_BIT = Flavour(Gelu.ERF, WeightStd.SQRT_VAR, 1e-10, 1e-5)
-_ORIGINS: dict[Origin, dict[str, Flavour | None]] = {
-    Origin.TIMM: {"vit": _TIMM, "bit": _TIMM, "hybrid": _TIMM},
-    Origin.VIT_JAX: {"vit": _VIT_JAX, "bit": None, "hybrid": _VIT_JAX},
-    # big_vision vit.py uses nn.gelu like vit_jax; its bit.py ResNet (v1, the hybrid's kind) uses std + 1e-5
-    Origin.BIG_VISION: {"vit": _VIT_JAX, "bit": _BIT, "hybrid": _VIT_JAX},
-    Origin.BIG_TRANSFER: {"vit": None, "bit": _BIT, "hybrid": None},
-}
+FLAVOUR_BIT = Flavour(Gelu.ERF, WeightStd.SQRT_VAR, 1e-10, 1e-5)
+# (vit_jax's vit and hybrid: FLAVOUR_VIT_JAX; big_vision vit.py uses nn.gelu like vit_jax and its bit.py ResNet
+# (v1, the hybrid's kind) std + 1e-5: FLAVOUR_VIT_JAX; big_transfer and big_vision's bit_paper.py: FLAVOUR_BIT)
 
 
 def flavour_for(origin: Origin | str, family: str) -> Flavour:
@@ -108,8 +104,8 @@ def flavour_for(origin: Origin | str, family: str) -> Flavour:
     origin = Origin.parse(origin, "origin")
     if origin is Origin.VITBENCH:
         raise ConfigError("a vitbench checkpoint stores its flavour with its spec (Flavour.from_dict)")
-    flavour = _ORIGINS[origin].get(family)
+    flavour = family_plugin(family).origins.get(origin.value)
     if flavour is None:
-        has = [f for f, v in _ORIGINS[origin].items() if v is not None]
+        has = [f.name for f in all_families() if origin.value in f.origins]
         raise ConfigError(f"origin {origin.value!r} has no {family!r} models (it has: {', '.join(has)})")
     return flavour

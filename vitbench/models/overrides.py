@@ -6,16 +6,19 @@ fields that differ from the row, in the fixed order of `OVERRIDE_ORDER`, values 
 (``ViT-B/16[depth=12]`` is ``ViT-B/16``). One parser and one validator for the CLI (`--set`), study axes and the
 Python API; every problem is a ConfigError naming the field and the allowed values.
 
-This module knows the override vocabulary only; the table lives in specs.py (which imports this one).
+This module knows the override vocabulary only; the table lives in specs.py (which imports this one), and which
+keys a family takes and its cross-field rules are the family's (FamilyPlugin.override_keys and .validate).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import replace
+from collections.abc import Iterator, Mapping
 from typing import Any, Literal, get_args
 
 from vitbench.errors import ConfigError
+from vitbench.models.families import family_names, family_plugin
 
 Classifier = Literal["token", "gap"]  # ViT D.3 / Figure 9: class token + head, or global average pooling
 Posemb = Literal["learned", "none", "learned_2d", "sincos2d", "relative"]  # ViT D.4 / Table 8 (+ big_vision sincos)
@@ -38,10 +41,22 @@ TRANSFORMER_KEYS = ("depth", "width", "mlp_dim", "heads", "patch", "classifier",
 RESNET_KEYS = ("width_factor", "blocks")
 # The order of the canonical name; also every override key there is.
 OVERRIDE_ORDER: tuple[str, ...] = TRANSFORMER_KEYS + RESNET_KEYS
-# Which override keys each family takes (a hybrid: its transformer and its ResNet root).
-FAMILY_KEYS: dict[str, tuple[str, ...]] = {"vit": TRANSFORMER_KEYS, "hybrid": OVERRIDE_ORDER, "bit": RESNET_KEYS}
-# Cross-field rules of plug-in families (vitbench.models.families.register_family adds them, with their keys).
-VALIDATORS: dict[str, Any] = {}
+
+
+class _FamilyKeys(Mapping):
+    """{family: the override keys it takes}, read from the family registry (FamilyPlugin.override_keys)."""
+
+    def __getitem__(self, family: str) -> tuple[str, ...]:
+        return family_plugin(family).override_keys
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(family_names())
+
+    def __len__(self) -> int:
+        return len(family_names())
+
+
+FAMILY_KEYS: Mapping[str, tuple[str, ...]] = _FamilyKeys()
 # A distilled DeiT keeps its two tokens, two heads and 1-D input position embeddings: shape overrides only.
 DISTILLED_KEYS = ("depth", "width", "mlp_dim", "heads", "patch")
 KEY_ALIASES = {"layers": "blocks", "mlp": "mlp_dim", "pos_embed": "posemb", "posemb_place": "posemb_at"}
@@ -187,30 +202,7 @@ def validate(spec: Any, diff: dict[str, Any]) -> None:
         if bad:
             raise ConfigError(f"{n}: {bad[0]} cannot be changed on a distilled model (class + distillation tokens, "
                               f"two heads, 1-D input position embeddings); allowed: {', '.join(DISTILLED_KEYS)}")
-    if spec.family in ("vit", "hybrid"):
-        if spec.width % spec.heads:
-            ok = [h for h in range(1, min(spec.width, 64) + 1) if spec.width % h == 0]
-            raise ConfigError(f"{n}: heads={spec.heads} must divide width={spec.width}; allowed heads: "
-                              f"{', '.join(map(str, ok[:12]))}{' ...' if len(ok) > 12 else ''}")
-        if spec.posemb == "learned_2d" and spec.width % 2:
-            raise ConfigError(f"{n}: posemb=learned_2d concatenates x and y tables of width/2: width={spec.width} "
-                              "must be even")
-        if spec.posemb == "sincos2d" and spec.width % 4:
-            raise ConfigError(f"{n}: posemb=sincos2d uses sin and cos of x and y, width/4 each: width={spec.width} "
-                              "must be a multiple of 4")
-        if spec.posemb in ("none", "relative") and spec.posemb_at != "input":
-            raise ConfigError(f"{n}: posemb_at={spec.posemb_at} does not apply to posemb={spec.posemb} (Table 8: "
-                              "N/A); allowed: posemb_at=input")
-        if spec.posemb == "sincos2d" and spec.posemb_at == "every_layer":
-            raise ConfigError(f"{n}: posemb_at=every_layer gives each layer its own learned table; sincos2d is "
-                              "fixed: allowed posemb_at: input, every_layer_shared")
-        if spec.classifier == "gap" and spec.rep_size:
-            raise ConfigError(f"{n}: rep_size={spec.rep_size} (the tanh pre-logits layer) goes with "
-                              "classifier=token; with classifier=gap the head is linear: allowed rep_size: 0")
-    if spec.family in ("bit", "hybrid") and len(spec.layers) > len(spec.channels):
-        raise ConfigError(f"{n}: blocks has {len(spec.layers)} stages; allowed: 1 to {len(spec.channels)}")
-    if spec.family in VALIDATORS:
-        VALIDATORS[spec.family](spec, diff)
+    family_plugin(spec.family).validate(spec, diff)  # the family's own cross-field rules
     if spec.resolution % spec.stride:
         what = "patch" if "patch" in diff else ("blocks" if "blocks" in diff else "architecture")
         ok = [p for p in range(1, spec.resolution + 1) if spec.resolution % p == 0][:10]

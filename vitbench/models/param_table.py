@@ -1,5 +1,6 @@
-"""Parameter names and layouts across frameworks: the timm state dict <-> Flax params table of every model, and
-the flat ('a/b/c') <-> nested tree helpers.
+"""Parameter names and layouts across frameworks: the timm state dict <-> Flax params table of every model (each
+family declares its own from the entry helpers here: vitbench.models.families), and the flat ('a/b/c') <-> nested
+tree helpers.
 
 Layout conventions (PyTorch -> Flax):
 - conv weight (O, I, kh, kw) -> kernel (kh, kw, I, O); linear weight (out, in) -> kernel (in, out)
@@ -19,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from vitbench.models import posemb
+from vitbench.models.families import family_plugin
 from vitbench.models.specs import ModelSpec, get_spec
 
 
@@ -71,70 +72,12 @@ def _attention(t: str, f: str, d: int, heads: int) -> list[_Entry]:
     ]
 
 
-def _vit_entries(spec: ModelSpec, embed: str, resolution: int) -> list[_Entry]:
-    d = spec.width
-    out = [_copy("cls_token", "cls")] if spec.num_prefix_tokens else []  # GAP: no class token
-    out += [_conv(f"{embed}.weight", "embedding/kernel"), _copy(f"{embed}.bias", "embedding/bias")]
-    # position embeddings of every kind and place, named once in vitbench.models.posemb
-    out += [_copy(t.torch_key, t.flax_path) for t in posemb.tables(spec, resolution)]
-    if spec.distilled:  # DeiT: timm VisionTransformerDistilled's dist_token and head_dist
-        out += [_copy("dist_token", "dist"), *_linear("head_dist", "head_dist")]
-    for i in range(spec.depth):
-        t, f = f"blocks.{i}", f"Transformer/encoderblock_{i}"
-        out += _norm(f"{t}.norm1", f"{f}/LayerNorm_0")
-        out += _attention(f"{t}.attn", f"{f}/MultiHeadDotProductAttention_1", d, spec.heads)
-        out += _norm(f"{t}.norm2", f"{f}/LayerNorm_2")
-        out += _linear(f"{t}.mlp.fc1", f"{f}/MlpBlock_3/Dense_0")
-        out += _linear(f"{t}.mlp.fc2", f"{f}/MlpBlock_3/Dense_1")
-    out += _norm("norm", "Transformer/encoder_norm")
-    if spec.rep_size:  # the tanh pre-logits layer (vit_jax's pre-training head)
-        out += _linear("pre_logits", "pre_logits")
-    return out + _linear("head", "head")
-
-
-def _hybrid_resnet_entries(spec: ModelSpec) -> list[_Entry]:
-    b = "patch_embed.backbone"
-    out = [_conv(f"{b}.stem.conv.weight", "conv_root/kernel")] + _norm(f"{b}.stem.norm", "gn_root")
-    for s, blocks in enumerate(spec.layers):
-        for j in range(blocks):
-            t, f = f"{b}.stages.{s}.blocks.{j}", f"block{s + 1}/unit{j + 1}"
-            for n in (1, 2, 3):
-                out += [_conv(f"{t}.conv{n}.weight", f"{f}/conv{n}/kernel")] + _norm(f"{t}.norm{n}", f"{f}/gn{n}")
-            if j == 0:
-                out += [_conv(f"{t}.downsample.conv.weight", f"{f}/conv_proj/kernel")]
-                out += _norm(f"{t}.downsample.norm", f"{f}/gn_proj")
-    return out
-
-
-def _bit_entries(spec: ModelSpec) -> list[_Entry]:
-    out = [_conv("stem.conv.weight", "root_block/conv_root/kernel")]
-    for s, blocks in enumerate(spec.layers):
-        for j in range(blocks):
-            t, f = f"stages.{s}.blocks.{j}", f"block{s + 1}/unit{j + 1:02d}"
-            for n in (1, 2, 3):
-                out += _norm(f"{t}.norm{n}", f"{f}/gn{n}") + [_conv(f"{t}.conv{n}.weight", f"{f}/conv{n}/kernel")]
-            if j == 0:
-                out += [_conv(f"{t}.downsample.conv.weight", f"{f}/conv_proj/kernel")]
-    out += _norm("norm", "norm-pre-head")
-    out += [_conv1x1_dense("head.fc.weight", "head/kernel"), _copy("head.fc.bias", "head/bias")]
-    return out
-
-
 def param_table(spec: ModelSpec | str, resolution: int | None = None) -> list[_Entry]:
     """Every (torch key, flax path(s), transform) of `spec`'s models (see the module docstring); the
     resolution only matters for which position-embedding tables exist (the names do not depend on it)."""
     spec = get_spec(spec)
     r = spec.resolution if resolution is None else resolution
-    from vitbench.models.families import family_plugin  # the families' own tables import this module's helpers
-
-    plugin = family_plugin(spec.family)
-    if plugin is not None:
-        return plugin.param_table(spec, r)
-    if spec.family == "vit":
-        return _vit_entries(spec, "patch_embed.proj", r)
-    if spec.family == "bit":
-        return _bit_entries(spec)
-    return _hybrid_resnet_entries(spec) + _vit_entries(spec, "patch_embed.proj", r)
+    return family_plugin(spec.family).param_table(spec, r)  # each family declares its own
 
 
 def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:

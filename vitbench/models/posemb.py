@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from vitbench.models.families import family_plugin
 from vitbench.models.specs import ModelSpec
 
 INIT_STD = 0.02  # the ViT paper's (BERT's) position-embedding init
@@ -53,10 +54,14 @@ def num_tables(spec: ModelSpec) -> int:
 
 
 def tables(spec: ModelSpec, resolution: int) -> list[Table]:
-    """Every learned position-embedding parameter of `spec` at `resolution` (names in both frameworks: the one
-    declaration the weight conversion, the resizing and the analytic count use)."""
-    if spec.family not in ("vit", "hybrid"):  # BiT has none; plug-in families declare theirs in their own table
-        return []
+    """Every learned position-embedding table of `spec` at `resolution` that resizing, identification and the
+    grid check read: its family's (`FamilyPlugin.posemb_tables`; none for a ResNet)."""
+    return family_plugin(spec.family).posemb_tables(spec, resolution)
+
+
+def transformer_tables(spec: ModelSpec, resolution: int) -> list[Table]:
+    """Every learned position-embedding parameter of a ViT-style transformer `spec` at `resolution` (names in
+    both frameworks: the one declaration the weight conversion, the resizing and the analytic count use)."""
     h, w = grid(spec, resolution)
     d, t = spec.width, h * w + spec.num_prefix_tokens
     if spec.posemb == "relative":  # one offset table per block, inside its attention
@@ -77,14 +82,12 @@ def tables(spec: ModelSpec, resolution: int) -> list[Table]:
 
 def resolution_of(shapes: dict[str, tuple[int, ...]], spec: ModelSpec, key: str = "torch_key") -> int | None:
     """The resolution whose learned tables have the given shapes ({timm key or Flax path: shape}, `key` says
-    which); the native one when `spec` has no learned table; None when the shapes give no square grid. A plug-in
-    family reads its own tables (`FamilyPlugin.resolution_of`; native when they say nothing)."""
-    if spec.family not in ("vit", "hybrid", "bit"):
-        from vitbench.models.families import family_plugin  # the family registry imports this module's users
-
+    which); None when the shapes give no square grid. A family without such tables reads its own grid-sized
+    tables (`FamilyPlugin.resolution_of`; the native resolution when they say nothing)."""
+    ref = tables(spec, spec.resolution)
+    if not ref:
         found = family_plugin(spec.family).resolution_of(spec, shapes)
         return spec.resolution if found is None else found
-    ref = tables(spec, spec.resolution)
     for t in ref:
         have = shapes.get(getattr(t, key))
         if have is None or len(have) != len(t.shape):
@@ -98,7 +101,7 @@ def resolution_of(shapes: dict[str, tuple[int, ...]], spec: ModelSpec, key: str 
             if n <= 0 or side * side != n:
                 return None
         return side * spec.stride
-    return None if ref else spec.resolution
+    return None
 
 
 def relative_offsets(tokens: int) -> int:

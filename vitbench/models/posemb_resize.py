@@ -19,6 +19,7 @@ import numpy as np
 
 from vitbench.errors import ConfigError
 from vitbench.models import posemb
+from vitbench.models.families import family_plugin
 from vitbench.models.param_table import flatten, unflatten
 from vitbench.models.specs import ModelSpec, get_spec
 
@@ -194,8 +195,9 @@ def resize_pos_embeds(weights: dict, shapes: dict[str, tuple[int, ...]], spec: M
 
 def _check_tokens(spec: ModelSpec, resolution: int) -> None:
     spec.check_resolution(resolution)
-    if spec.family == "bit":
-        raise ConfigError(f"{spec.name} is a ResNet: it has no position embeddings to resample")
+    if "posemb" not in family_plugin(spec.family).fields:  # a ResNet; an axial model's grid table is its own
+        raise ConfigError(f"{spec.name} ({spec.family}) has no position embeddings to resample here: its family "
+                          "has no `posemb` field")
 
 
 def resize_state_dict_pos_embed(state_dict: dict, spec: ModelSpec | str, resolution: int,

@@ -1,87 +1,18 @@
-"""ModelSpec -> timm model, with every architecture argument explicit (no pretrained configs, no downloads).
-
-- ViT: timm VisionTransformer, class token, pre-LN blocks, LayerNorm eps from the spec, GELU in the spec's
-  flavour (exact erf: timm's nn.GELU(); tanh: nn.GELU(approximate='tanh') == flax nn.gelu's default).
-  Distilled (DeiT): timm VisionTransformerDistilled (class + distillation token, two heads; inference averages
-  the two heads' logits, as timm and the DeiT code do).
-- BiT: timm ResNetV2, pre-activation bottlenecks, GroupNorm, weight-standardised convs, 'fixed' root
-  (7x7/2 conv, pad 3, zero pad 1, 3x3/2 max-pool) as in big_transfer / timm resnetv2_*_bit.
-- Head and position-embedding variants (classifier gap, rep_size, posemb kinds and places): torch_vit.py.
-- Hybrid: timm ResNetV2 without pre-activation and a 'same'-padded root (vit_jax models_resnet.py), feeding a
-  HybridEmbed with 1x1 patches into the same VisionTransformer.
-Weight standardisation and GroupNorm epsilon follow the spec's flavour (vitbench.models.flavours).
+"""ModelSpec -> PyTorch model: its family's builder (vitbench.models.families: timm models with every architecture
+argument explicit, no pretrained configs, no downloads), and what every timm-style model offers (unfused attention
+for FLOP counters, pre-logits features, a distilled model's two heads).
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from functools import partial
 
 import torch
-import torch.nn.functional as F
-from timm.layers import GroupNormAct, HybridEmbed, StdConv2d, StdConv2dSame
-from timm.layers.padding import pad_same
 from timm.models.deit import VisionTransformerDistilled
-from timm.models.resnetv2 import ResNetV2
-from timm.models.vision_transformer import VisionTransformer
 
 from vitbench.models.families import family_plugin
-from vitbench.models.flavours import Gelu, WeightStd
 from vitbench.models.specs import ModelSpec
-from vitbench.models.torch_vit import VariantViT, is_plain
-
-
-def _std_plus_eps(weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """(w - mean) / (std + eps) per output filter, biased std (vit_jax models_resnet.weight_standardize)."""
-    w = weight - weight.mean(dim=(1, 2, 3), keepdim=True)
-    return w / (w.square().mean(dim=(1, 2, 3), keepdim=True).sqrt() + eps)
-
-
-class StdConv2dStdEps(StdConv2d):
-    """timm StdConv2d with vit_jax's standardisation, (w - mean) / (std + eps); same parameters."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.conv2d(x, _std_plus_eps(self.weight, self.eps), self.bias, self.stride, self.padding,
-                        self.dilation, self.groups)
-
-
-class StdConv2dSameStdEps(StdConv2dSame):
-    """timm StdConv2dSame (TF 'SAME' padding) with vit_jax's standardisation, (w - mean) / (std + eps)."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.same_pad:
-            x = pad_same(x, self.kernel_size, self.stride, self.dilation)
-        return StdConv2dStdEps.forward(self, x)  # the same conv after the padding (not a subclass: same fields)
-
-
-_STD_CONVS = {  # (form, 'SAME' padding) -> conv class
-    (WeightStd.SQRT_VAR, False): StdConv2d, (WeightStd.SQRT_VAR, True): StdConv2dSame,
-    (WeightStd.STD_PLUS_EPS, False): StdConv2dStdEps, (WeightStd.STD_PLUS_EPS, True): StdConv2dSameStdEps,
-}
-_GELUS = {Gelu.ERF: torch.nn.GELU, Gelu.TANH: partial(torch.nn.GELU, approximate="tanh")}
-
-
-def _resnet(spec: ModelSpec, *, hybrid: bool, num_classes: int) -> ResNetV2:
-    fl = spec.flavour
-    conv = partial(_STD_CONVS[fl.weight_std, hybrid], eps=fl.weight_std_eps)
-    norm = partial(GroupNormAct, num_groups=spec.gn_groups, eps=fl.gn_eps)
-    return ResNetV2(
-        layers=list(spec.layers), channels=spec.channels[: len(spec.layers)], num_classes=num_classes,
-        global_pool="" if hybrid else "avg", width_factor=spec.width_factor, stem_chs=spec.stem_chs,
-        stem_type="same" if hybrid else "fixed", preact=not hybrid, conv_layer=conv, norm_layer=norm,
-    )
-
-
-def _vit(spec: ModelSpec, resolution: int, num_classes: int, embed_layer=None) -> VisionTransformer:
-    kwargs = {} if embed_layer is None else {"embed_layer": embed_layer}
-    kwargs.update(patch_size=spec.patch, in_chans=3, embed_dim=spec.width, depth=spec.depth, num_heads=spec.heads,
-                  mlp_ratio=spec.mlp_dim / spec.width, qkv_bias=True,
-                  norm_layer=partial(torch.nn.LayerNorm, eps=spec.ln_eps), act_layer=_GELUS[spec.flavour.gelu])
-    if not is_plain(spec):  # another head or position embedding (ViT appendix D.3, D.4)
-        return VariantViT(spec, resolution, num_classes, **kwargs)
-    cls = VisionTransformerDistilled if spec.distilled else VisionTransformer
-    return cls(img_size=resolution, num_classes=num_classes, global_pool="token", class_token=True, **kwargs)
 
 
 def build_torch_model(spec: ModelSpec, resolution: int | None = None, num_classes: int | None = None,
@@ -90,18 +21,8 @@ def build_torch_model(spec: ModelSpec, resolution: int | None = None, num_classe
     resolution = spec.resolution if resolution is None else resolution
     num_classes = spec.num_classes if num_classes is None else num_classes
     spec.check_resolution(resolution)
-    plugin = family_plugin(spec.family)  # a plug-in family builds its own (vitbench.models.families)
     with torch.device(device):
-        if plugin is not None:
-            model = plugin.build_torch(spec, resolution, num_classes)
-        elif spec.family == "vit":
-            model = _vit(spec, resolution, num_classes)
-        elif spec.family == "bit":
-            model = _resnet(spec, hybrid=False, num_classes=num_classes)
-        else:
-            backbone = _resnet(spec, hybrid=True, num_classes=0)
-            model = _vit(spec, resolution, num_classes, embed_layer=partial(HybridEmbed, backbone=backbone))
-    return model
+        return family_plugin(spec.family).build_torch(spec, resolution, num_classes)
 
 
 def attention_modules(model: torch.nn.Module) -> list[torch.nn.Module]:

@@ -22,8 +22,11 @@ import pandas as pd
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 
-from vitbench.models.overrides import render_value
+from vitbench.models.overrides import TRANSFORMER_KEYS, render_value
 from vitbench.report.plots import _log_axis
+
+# The architecture columns: a transformer's override fields (rows of families that take them all: vit, hybrid)
+ARCH_FIELDS = TRANSFORMER_KEYS
 
 SHAPE = ("depth", "width", "mlp_dim", "patch")  # Figure 8's dimensions
 ALL = "all"  # a variant that changes several of them at once
@@ -61,11 +64,11 @@ def _frame(ok: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     df = ok.reset_index(drop=True)
     specs = df["model"].map(lambda m: _spec(str(m)))
-    df = df[specs.map(lambda s: s is not None and s.family in ("vit", "hybrid"))].copy()
+    df = df[specs.map(lambda s: s is not None and set(ARCH_FIELDS) <= set(s.override_keys))].copy()
     if df.empty:
         return df
     specs = specs[df.index]
-    for f in ("depth", "width", "mlp_dim", "heads", "patch", "classifier", "rep_size", "posemb", "posemb_at"):
+    for f in ARCH_FIELDS:
         df[f"arch_{f}"] = specs.map(lambda s, f=f: getattr(s, f))
     df["arch_row"] = specs.map(lambda s: s.base_row().name)
     df["accuracy"] = pd.to_numeric(df["accuracy"], errors="coerce")

@@ -29,13 +29,12 @@ from vitbench.models.specs import all_specs
 from vitbench.report import tables
 from vitbench.stats import frontier_mask
 
-FAMILY_STYLE = {"vit": ("o", "Blues", "ViT"), "bit": ("s", "Oranges", "BiT ResNet"),
-                "hybrid": ("^", "Greens", "Hybrid"), "other": ("D", "Greys", "other")}
+FAMILY_STYLE = {"other": ("D", "Greys", "other")}
 _LINES = ("-", "--", ":", "-.")
 
 
 def _plugin_family_styles() -> dict[str, tuple[str, str, str]]:
-    """Plug-in model families' own styles (vitbench.models.families: FamilyPlugin.plot_style)."""
+    """Model families' own styles (vitbench.models.families: FamilyPlugin.plot_style)."""
     from vitbench.registry import Kind, entries
 
     return {name: (*e.obj.plot_style[:2], e.obj.plot_style[2] or name)

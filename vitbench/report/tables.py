@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import pandas as pd
 
+from vitbench.models.families import family_names
 from vitbench.models.specs import get_spec
 from vitbench.tasks.upstream import TEACHER_FIELDS  # what tells a distilled upstream apart (absent without one)
-
-FAMILY_ORDER = ("vit", "bit", "hybrid")
-
 
 def family_of(model: str) -> str:
     try:
@@ -56,7 +54,7 @@ def _collapse(df: pd.DataFrame, keys: list[str], metrics: list[str], spread: str
         out[f"{spread}_min"] = g[spread].min()
         out[f"{spread}_max"] = g[spread].max()
     out = out.reset_index()
-    fam_rank = {f: i for i, f in enumerate(FAMILY_ORDER)}
+    fam_rank = {f: i for i, f in enumerate(family_names())}  # the registry's order: vit, bit, hybrid, ...
     if "family" in out:
         out = out.sort_values(by=["family", *[k for k in keys if k != "family"]],
                               key=lambda s: s.map(fam_rank) if s.name == "family" else s, kind="stable")

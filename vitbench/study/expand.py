@@ -25,7 +25,8 @@ from pydantic import TypeAdapter, ValidationError
 from vitbench.backends.base import backend_spec
 from vitbench.errors import ConfigError, UnknownModelError, VitbenchError, shorten
 from vitbench.models.overrides import OVERRIDE_ORDER, parse_value
-from vitbench.models.specs import FAMILIES, all_specs, get_spec
+from vitbench.models.families import family_names
+from vitbench.models.specs import all_specs, get_spec
 from vitbench.registry import Kind, entry
 from vitbench.study.schema import StudyModel
 from vitbench.study.source import Problems, dotted
@@ -57,8 +58,9 @@ def models_for(value: str) -> list[str]:
     if ":" in value:
         kind, fam = (s.strip() for s in value.split(":", 1))
         if kind not in ("family", "tiny"):
-            raise UnknownModelError(f"unknown selector {kind!r}; use family:<{'|'.join(FAMILIES)}> or "
-                                    f"tiny:<{'|'.join(FAMILIES)}|all>")
+            families = "|".join(family_names())
+            raise UnknownModelError(f"unknown selector {kind!r}; use family:<{families}> or "
+                                    f"tiny:<{families}|all>")
         if kind == "tiny":
             specs = [s for s in all_specs(None if fam == "all" else fam) if s.tiny]
         else:

@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
 from vitbench.choices import Choice
 from vitbench.errors import ConfigError
+from vitbench.models.families import family_plugin
 
 DEFAULT_MASK_RATE = 0.5  # ViT paper B.1.2: "corrupting 50 % of patch embeddings"
 KIND_P = (0.8, 0.1, 0.1)  # B.1.2 (as BERT): [mask] embedding, another random patch, unchanged
@@ -119,9 +120,9 @@ def is_objective_key(key: str) -> bool:
 # ---------------------------------------------------------------------------------------------
 def geometry(spec, resolution: int) -> tuple[int, int]:
     """(tokens per image N, patch side in pixels) of a ViT or hybrid at `resolution`."""
-    if spec.family not in ("vit", "hybrid"):
-        raise ConfigError(f"objective masked_patch needs a transformer (family vit or hybrid); {spec.name} is "
-                          f"{spec.family}")
+    if not family_plugin(spec.family).token_attention_maps:  # a sequence of patch tokens over the whole image
+        raise ConfigError(f"objective masked_patch needs a transformer over a sequence of patch tokens (family vit "
+                          f"or hybrid); {spec.name} is {spec.family}")
     side = resolution // spec.stride
     return side * side, spec.stride
 

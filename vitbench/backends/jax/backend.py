@@ -52,6 +52,7 @@ from vitbench.backends.jax import (
 from vitbench.backends.jax.numerics import MATMUL_PRECISION, compute_dtype, step_numerics  # noqa: E402
 from vitbench.backends.jax.workload import JaxWorkload, Matmul  # noqa: E402
 from vitbench.env import capped_threads  # noqa: E402
+from vitbench.models.families import family_plugin  # noqa: E402
 from vitbench.models.specs import ModelSpec, get_spec  # noqa: E402
 from vitbench.procmem import PeakRSS, peak_rss_mib  # noqa: E402
 from vitbench.transfer.schedules import OptimConfig  # noqa: E402
@@ -142,7 +143,7 @@ class JaxBackend(Backend):
         compile_s = lower_s + time.perf_counter() - t0  # trace + lower + XLA compile
         settings = step_numerics(step.precision, lowered.as_text())
         return JaxWorkload(executable, args, step.batch_size, step.mode, compile_s=compile_s, lower_s=lower_s,
-                           settings=settings, has_attention=spec.family != "bit")
+                           settings=settings, has_attention=family_plugin(spec.family).attention)
 
     def lower(self, step: Step):
         """(lowered step, its device-resident arguments, the model spec, seconds spent tracing and lowering): the

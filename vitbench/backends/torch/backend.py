@@ -39,6 +39,7 @@ from vitbench.backends.torch import training
 from vitbench.backends.torch.workload import Matmul, TorchWorkload
 from vitbench.env import capped_threads
 from vitbench.errors import BackendUnavailable, ConfigError
+from vitbench.models.families import family_plugin
 from vitbench.models.specs import ModelSpec, get_spec
 from vitbench.models.torch import build_torch_model, feature_forward, unfused_attention
 from vitbench.procmem import PeakRSS
@@ -138,7 +139,8 @@ class TorchBackend(Backend):
         settings = set_matmul_precision(step.precision)
         torch.manual_seed(step.seed)
         model = build_torch_model(spec, res, k, device=self.device)
-        channels_last = step.channels_last if step.channels_last is not None else spec.family != "vit"
+        family = family_plugin(spec.family)  # its default memory format, whether it has attention layers
+        channels_last = step.channels_last if step.channels_last is not None else family.channels_last
         fmt = torch.channels_last if channels_last else torch.contiguous_format
         model = model.to(memory_format=fmt)
         model.train(step.mode == "train")
@@ -150,7 +152,7 @@ class TorchBackend(Backend):
             model = torch.compile(model, mode=mode)
         settings = {**settings, "compile_mode": mode}
         return TorchWorkload(model, x, y, step.mode, step.precision, opt, self.device, settings,
-                             has_attention=spec.family != "bit",
+                             has_attention=family.attention,
                              cuda_graphs=mode == "reduce-overhead" and self.device.type == "cuda")
 
     def numerics_in_force(self) -> str | None:

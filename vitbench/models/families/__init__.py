@@ -1,19 +1,23 @@
 """Model families as plug-ins: one module declares a family's rows, the ModelSpec fields it reads, its override
 keys, its torch and Flax builders, its analytic counts and its weight-conversion table, and registers itself.
 
-Shared code (models.specs, models.torch, models.flax, models.analytic, models.param_table, models.overrides)
-looks a family up here by the spec's `family` value and never names one. The families written this way are the
-axial ones (vitbench.models.families.axial); vit, bit and hybrid keep their hand-written code paths in those
-modules (listed in BUILTIN). Outside code registers a family exactly as vitbench's own module does (see
+Shared code (models.specs, models.torch, models.flax, models.analytic, models.param_table, models.overrides,
+the backends, inspection, reports) looks a family up here by the spec's `family` value and never names one. Every
+family is written this way: vit (ViT and DeiT), bit, hybrid and the axial ones, one package each under
+vitbench/models/families/. Outside code registers a family exactly as vitbench's own packages do (see
 docs/plugins.md): a module on $VITBENCH_PLUGINS or an entry point that calls `register_family(FamilyPlugin(...))`.
 
 Registering is cheap: the builders are named as 'module:function' strings and imported only when a model is
 built, so listing models or parsing a study never imports torch or jax.
+
+Dependencies run one way: this module imports no other model module (not the model table, models.specs, nor the
+override rules, models.overrides); they read the registered plug-ins (rows, override keys, validators) from here.
 """
 
 from __future__ import annotations
 
 import importlib
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,13 +25,10 @@ from enum import Enum
 from typing import Any, NewType
 
 from vitbench.errors import ConfigError
-from vitbench.registry import Kind, entries, register
+from vitbench.registry import Kind, entries, lookup, register, registered
 
 # The typed key of the family registry: ModelSpec.family holds one of these.
 FamilyName = NewType("FamilyName", str)
-
-# Families with hand-written paths in the shared model modules (not plug-ins).
-BUILTIN: tuple[FamilyName, ...] = (FamilyName("vit"), FamilyName("bit"), FamilyName("hybrid"))
 
 
 class Axis(Enum):
@@ -49,6 +50,14 @@ class AxisLayer:
     where: str
 
 
+def norm_name(name: str) -> str:
+    """Forgiving key of a model name: case-, separator- and suffix-insensitive ('vit-b/16' == 'ViT-B_16'); the
+    model table's index (models.specs) and the registry's taken-name check use this one."""
+    s = name.strip().lower()
+    s = re.sub(r"\.[a-z0-9_]+$", "", s)  # timm pretrained tag, e.g. '.augreg_in21k'
+    return re.sub(r"[^a-z0-9+]", "", s)
+
+
 def _import(target: str) -> Callable:
     module, _, name = target.partition(":")
     return getattr(importlib.import_module(module), name)
@@ -67,13 +76,23 @@ class FamilyPlugin:
     attention: whether the model has attention layers; token_attention_maps: whether its attention maps are
     (tokens x tokens) over the whole image (what inspection's attention distance reads); axis_layers(spec,
     resolution) -> tuple[AxisLayer, ...]: a family whose attention runs along one axis at a time (axial) lists
-    its attention layers in forward order, and torch_attention / flax_attention ('module:function', signatures
-    (model, x_nchw) -> [tensor] and (module, params, x_nhwc) -> [array]) give their probabilities, one
-    (images, sequences, heads, length, length) array per layer in that order (inspection's attention distance
-    per axis); resolution_of(spec, shapes) -> int | None: the input size a set of weights was made for, from
-    the shapes of its grid-sized tables ({timm key or Flax path: shape}; None: they say nothing, the row's
-    native size), what loading a checkpoint checks the weights against; plot_style: the report's (marker,
-    matplotlib colormap, name) for the family.
+    its attention layers in forward order; torch_attention / flax_attention ('module:function', signatures
+    (model, x_nchw) -> [tensor] and (module, params, x_nhwc) -> [array]) give the attention probabilities, one
+    array per layer in forward order: (images, heads, tokens, tokens) with token_attention_maps, (images,
+    sequences, heads, length, length) with axis_layers (inspection's attention distance, per axis);
+    resolution_of(spec, shapes) -> int | None: the input size a set of weights was made for, from the shapes
+    of its grid-sized tables ({timm key or Flax path: shape}; None: they say nothing, the row's native size),
+    what loading a checkpoint checks the weights against; plot_style: the report's (marker, matplotlib
+    colormap, name) for the family.
+
+    Added with the vit, bit and hybrid packages (defaults keep a family that does not set them as before):
+    channels_last: the torch backends' default memory format (NHWC for convolution-heavy families);
+    origins: {Origin value: Flavour} -- the numerical conventions of checkpoints from each code base that has
+    this family's models (vitbench.models.flavours; an origin not listed has none); npz_origin: the origin an
+    `.npz` of this family comes from unless told; posemb_tables(spec, resolution) -> [posemb.Table]: its learned
+    position-embedding tables (what resizing, identification and the grid check read; resolution_of is asked
+    only when it has none); representation_size: whether its Flax builder takes `representation_size=` (a tanh
+    pre-logits layer, vit_jax's pre-training head).
     """
 
     name: FamilyName
@@ -97,55 +116,75 @@ class FamilyPlugin:
     resolution_of: Callable[[Any, dict], int | None] = lambda spec, shapes: None
     plot_style: tuple[str, str, str] = ("D", "Greys", "")  # report marker, colormap, legend name
     extra: dict = field(default_factory=dict)
+    channels_last: bool = True
+    origins: dict[str, Any] = field(default_factory=dict)
+    npz_origin: str = "vit_jax"
+    posemb_tables: Callable[[Any, int], list] = lambda spec, resolution: []
+    representation_size: bool = False
 
     def build_torch(self, spec, resolution: int, num_classes: int):
         return _import(self.torch_builder)(spec, resolution, num_classes)
 
-    def build_flax(self, spec, num_classes: int, dtype):
-        return _import(self.flax_builder)(spec, num_classes, dtype)
+    def build_flax(self, spec, num_classes: int, dtype, **kw):
+        """The Flax module; `kw` only `representation_size=` for a family that declares it."""
+        return _import(self.flax_builder)(spec, num_classes, dtype, **kw)
 
     def torch_attention_maps(self, model, x) -> list:
-        """Per-axis attention probabilities of a built torch `model` on NCHW `x` (see `axis_layers`)."""
+        """Attention probabilities of a built torch `model` on NCHW `x`, one per layer (see `torch_attention`)."""
         return _import(self.torch_attention)(model, x)
 
     def flax_attention_maps(self, module, params, x) -> list:
-        """Per-axis attention probabilities of a Flax `module` with `params` on NHWC `x` (traceable: jit it)."""
+        """Attention probabilities of a Flax `module` with `params` on NHWC `x`, one per layer (traceable: jit
+        it; see `flax_attention`)."""
         return _import(self.flax_attention)(module, params, x)
 
 
 def register_family(plugin: FamilyPlugin, *, replace: bool = False) -> FamilyPlugin:
-    """Add a family: its registry entry, its rows in the model table and its override keys."""
-    from vitbench.models import overrides, specs
-
-    if plugin.name in BUILTIN:
-        raise ConfigError(f"family {plugin.name!r} is built in; choose another name")
+    """Add a family: its registry entry (its rows, override keys and rules with it; the model table and the
+    override parser read them from here). A row name taken by another family is a ConfigError."""
     bad = [r.name for r in plugin.rows if r.family != plugin.name]
     if bad:
         raise ConfigError(f"family {plugin.name!r}: rows {bad[:3]} have another family")
+    distilled = [r.name for r in plugin.rows if getattr(r, "distilled", False) and "distilled" not in plugin.fields]
+    if distilled:
+        raise ConfigError(f"family {plugin.name!r}: rows {distilled[:3]} have a distillation token, a field the "
+                          "family does not read")
+    taken = {norm_name(n): r.name for e in registered(Kind.FAMILY).values() if e.obj.name != plugin.name
+             for r in e.obj.rows for n in (r.name, r.timm_id, *r.aliases) if n}
+    for r in plugin.rows:
+        for n in (r.name, r.timm_id, *r.aliases):
+            if n and norm_name(n) in taken:
+                raise ConfigError(f"model {r.name}: the name {n!r} is taken by {taken[norm_name(n)]}")
     register(Kind.FAMILY, plugin.name, plugin, provides=plugin.override_keys, description=plugin.description,
              replace=replace, module=sys._getframe(1).f_globals.get("__name__", plugin.torch_builder))
-    overrides.FAMILY_KEYS[plugin.name] = plugin.override_keys
-    overrides.VALIDATORS[plugin.name] = plugin.validate
-    specs.add_rows(plugin.rows)
     return plugin
 
 
-def family_plugin(name: str) -> FamilyPlugin | None:
-    """The registered plug-in of family `name`; None for a built-in family."""
-    if name in BUILTIN:
-        return None
-    found = entries(Kind.FAMILY).get(name)
+def family_plugin(name: str) -> FamilyPlugin:
+    """The registered plug-in of family `name` (ConfigError naming the families if there is none)."""
+    found = lookup(Kind.FAMILY, name)  # (hot: every spec.stride asks)
     if found is None:
         raise ConfigError(f"unknown model family {str(name)[:40]!r}; allowed: {', '.join(family_names())}")
     return found.obj
 
 
+def family_if_registered(name: str) -> FamilyPlugin | None:
+    """The plug-in of family `name` if it is registered already (loads nothing: safe while families load)."""
+    found = registered(Kind.FAMILY).get(name)
+    return None if found is None else found.obj
+
+
 def has_attention_layers(spec) -> bool:
-    """Whether inspection has attention layers to read: a transformer (depth > 0) or a plug-in family that lists
-    per-axis attention layers."""
+    """Whether inspection has attention layers to read: whole-image token attention maps, or per-axis attention
+    layers (families declare which)."""
     plugin = family_plugin(spec.family)
-    return bool(spec.depth) if plugin is None else plugin.token_attention_maps or plugin.axis_layers is not None
+    return plugin.token_attention_maps or plugin.axis_layers is not None
 
 
 def family_names() -> tuple[str, ...]:
-    return (*BUILTIN, *entries(Kind.FAMILY))
+    return tuple(entries(Kind.FAMILY))
+
+
+def all_families() -> tuple[FamilyPlugin, ...]:
+    """Every registered family, vitbench's own first (in registry.BUILTIN_MODULES order)."""
+    return tuple(e.obj for e in entries(Kind.FAMILY).values())

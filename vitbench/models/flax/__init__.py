@@ -42,17 +42,13 @@ def build_flax_model(spec: ModelSpec | str, resolution: int | None = None, num_c
     resolution = spec.resolution if resolution is None else resolution
     num_classes = spec.num_classes if num_classes is None else num_classes
     spec.check_resolution(resolution)
-    if representation_size is not None and (spec.family == "bit" or spec.distilled):
-        raise ValueError("representation_size (pre_logits) applies to ViT and hybrid models without a "
-                         "distillation token only")
-    plugin = family_plugin(spec.family)  # a plug-in family builds its own (vitbench.models.families)
-    if plugin is not None:
-        if representation_size is not None:
-            raise ValueError(f"representation_size (pre_logits) does not apply to a {spec.family} model")
+    plugin = family_plugin(spec.family)  # each family builds its own (vitbench.models.families)
+    if representation_size is None:
         return plugin.build_flax(spec, num_classes, dtype)
-    if spec.family == "bit":
-        return BiTResNet(spec, num_classes, dtype=dtype)
-    return VisionTransformer(spec, num_classes, representation_size=representation_size, dtype=dtype)
+    if not plugin.representation_size or spec.distilled:
+        raise ValueError(f"representation_size (pre_logits) does not apply to a {spec.family} model"
+                         f"{' with a distillation token' if spec.distilled else ''}")
+    return plugin.build_flax(spec, num_classes, dtype, representation_size=representation_size)
 
 
 def init_params(model: nn.Module, resolution: int, seed: int = 0) -> dict:

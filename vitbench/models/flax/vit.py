@@ -36,7 +36,6 @@ import numpy as np
 
 from vitbench.models import posemb
 from vitbench.models.flavours import Gelu
-from vitbench.models.flax.hybrid import hybrid_root
 from vitbench.models.specs import ModelSpec
 
 
@@ -163,7 +162,8 @@ class AddPositionEmbs(nn.Module):
 
 
 class VisionTransformer(nn.Module):
-    """ViT (family 'vit') or, with spec.family == 'hybrid', R50+ViT. NHWC images in; float32 logits out.
+    """ViT, or with a `root` (a function (images, spec, dtype) -> feature map, run in this module's scope: the
+    hybrid family's ResNet) R50+ViT. NHWC images in; float32 logits out.
 
     `representation_size` adds the pre-training `pre_logits` Dense+tanh (the paper's pre-training head); by
     default spec.rep_size decides (0: none), as in the PyTorch model.
@@ -173,6 +173,7 @@ class VisionTransformer(nn.Module):
     num_classes: int
     representation_size: int | None = None
     dtype: Any = jnp.float32
+    root: Any = None
 
     @nn.compact
     def __call__(self, x: jax.Array, *, train: bool = False, pre_logits: bool = False,
@@ -182,8 +183,8 @@ class VisionTransformer(nn.Module):
         logits twice (a distillation loss then goes through the class token)."""
         s = self.spec
         x = x.astype(self.dtype)
-        if s.family == "hybrid":
-            x = hybrid_root(x, s, self.dtype)
+        if self.root is not None:
+            x = self.root(x, s, self.dtype)
         x = nn.Conv(s.width, (s.patch, s.patch), strides=(s.patch, s.patch), padding="VALID", dtype=self.dtype,
                     name="embedding")(x)
         n, h, w, c = x.shape

@@ -1,0 +1,116 @@
+"""Every model row's numbers, in one JSON-ready dict: what "the family plug-ins changed nothing" is tested against.
+
+For every row of the model table (and a sample of overrides on every family): the spec as a dict, the derived
+stride, tokens and feature size, the accepted override keys, the one-line description, analytic parameters and
+MACs (native resolution and twice native), the timm <-> Flax conversion table
+(timm key -> Flax paths; of a full-size row its length and SHA-256); for tiny rows also the built torch state dict's and the Flax params' names and shapes.
+The flops task's `tokens` field. Plus the trial keys of the shipped studies (parsed without their data paths).
+
+    python tests/model_numbers.py OUT.json     # with PYTHONPATH set to the tree to dump
+
+tests/data/model_numbers_69ed29a.json was written by this script from main at 69ed29a (before the vit, bit and
+hybrid families became plug-ins); tests/test_model_numbers.py compares today's tree against it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# A sample of overrides on every family (the kinds the shipped studies and tests use).
+OVERRIDES = (
+    "ViT-B/16[depth=6]", "ViT-B/16[depth=6,posemb=none]", "ViT-B/16[rep_size=768]", "ViT-B/16[classifier=gap]",
+    "ViT-B/16[posemb=relative]", "ViT-B/16[posemb=learned_2d,posemb_at=every_layer]", "ViT-B/32[patch=16]",
+    "ViT-B/16[posemb=sincos2d,posemb_at=every_layer_shared]", "ViT-B/16[width=512,heads=8,mlp_dim=2048]",
+    "DeiT-S/16-dist[depth=6]", "R50x1[blocks=3x4x6]", "R50x1[width_factor=2]", "R50+ViT-B/16[depth=6]",
+    "R50+ViT-B/16[blocks=3x4,classifier=gap]", "R50+ViT-B/32[width_factor=2,posemb=learned_2d]",
+    "ViT-Nano/4[posemb=none]", "ViT-Nano/4[classifier=gap]", "ViT-Nano/4[posemb=relative]", "ViT-Nano/4[depth=3]",
+    "ViT-Nano/4[posemb=sincos2d]", "ViT-Nano/4[posemb=learned_2d]", "ViT-Nano/4[rep_size=16]",
+    "ViT-Nano/4[posemb=learned_2d,posemb_at=every_layer]", "ViT-Nano/4[patch=2]",
+    "ViT-Nano/4[classifier=gap,posemb=sincos2d,posemb_at=every_layer_shared]",
+    "ViT-Nano/4[posemb_at=every_layer_shared]", "DeiT-Nano/4-dist[depth=3]", "R-Nano[blocks=2x1]",
+    "R-Nano[width_factor=2]", "R-Nano+ViT-Micro/8[depth=3,posemb=relative]", "R-Nano+ViT-Micro/8[blocks=1x2]",
+    "Axial-ViT-Nano/4[depth=3]", "Axial-ViT-B/16[width=512,heads=8]", "Axial-R-Nano[heads=4]",
+    "Axial-ResNet-50[width_factor=2]",
+)
+
+
+def _shapes(named) -> dict[str, list[int]]:
+    return {k: list(v) for k, v in named}
+
+
+def _torch_shapes(spec) -> dict[str, list[int]]:
+    from vitbench.models.torch import build_torch_model
+
+    model = build_torch_model(spec, device="cpu")
+    return _shapes((k, v.shape) for k, v in model.state_dict().items())
+
+
+def _flax_shapes(spec) -> dict[str, list[int]]:
+    import jax
+    import jax.numpy as jnp
+
+    from vitbench.models.flax import build_flax_model
+    from vitbench.models.param_table import flatten
+
+    model = build_flax_model(spec)
+    x = jax.ShapeDtypeStruct((1, spec.resolution, spec.resolution, 3), jnp.float32)
+    params = jax.eval_shape(model.init, jax.random.PRNGKey(0), x)["params"]
+    return _shapes((k, v.shape) for k, v in flatten(dict(params)).items())
+
+
+def _digest(value) -> dict:
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return {"entries": len(value), "sha256": hashlib.sha256(text.encode()).hexdigest()}
+
+
+def spec_numbers(spec, build: bool) -> dict:
+    from vitbench.models.analytic import analytic_counts
+    from vitbench.models.param_table import param_table
+
+    out = {"spec": spec.to_dict(), "describe": spec.describe(), "feature_dim": spec.feature_dim,
+           "num_prefix_tokens": spec.num_prefix_tokens, "tokens": spec.tokens(spec.resolution),
+           "override_keys": list(spec.override_keys), "overrides": {k: list(v) if isinstance(v, tuple) else v
+                                                                     for k, v in spec.overrides.items()}}
+    for r in (spec.resolution, 2 * spec.resolution):
+        c = analytic_counts(spec, r)
+        out[f"analytic@{r}"] = {"params": c.params, "macs": c.macs}
+    from vitbench.measure.flops import flops
+
+    out["flops_task_tokens"] = flops(spec.name, count=False).metrics["tokens"]
+    table = {e.torch_key: list(e.flax_paths) for e in param_table(spec)}
+    out["param_table"] = table if spec.tiny else _digest(table)  # a full row's: its size and digest
+    if build:
+        out["torch_state_dict"] = _torch_shapes(spec)
+        out["flax_params"] = _flax_shapes(spec)
+    return out
+
+
+def trial_keys() -> dict:
+    from vitbench.study import parse_study
+
+    out = {}
+    for path in sorted((ROOT / "studies").glob("*.yaml")):
+        study = parse_study(path.read_text(), str(path.name), path=path, check_paths=False)
+        out[path.name] = [[t.key, t.config.get("model")] for t in study.trials]
+    return out
+
+
+def collect(build: bool = True) -> dict:
+    from vitbench.models.specs import all_specs, get_spec
+
+    rows = all_specs()
+    return {
+        "rows": [s.name for s in rows],
+        "models": {s.name: spec_numbers(s, build and s.tiny) for s in rows},
+        "overrides": {n: spec_numbers(get_spec(n), build and get_spec(n).tiny) for n in OVERRIDES},
+        "trial_keys": trial_keys(),
+    }
+
+
+if __name__ == "__main__":
+    Path(sys.argv[1]).write_text(json.dumps(collect(), indent=1, sort_keys=True) + "\n")

@@ -1,0 +1,70 @@
+"""Every model family is a plug-in: vit, bit and hybrid declare what shared code reads, and shared code never
+names a family (the rule docs/architecture.md states; issue 31)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from vitbench.errors import ConfigError
+from vitbench.models.families import family_names, family_plugin, register_family
+from vitbench.models.flavours import flavour_for
+from vitbench.models.specs import ModelSpec, all_specs, get_spec
+
+PACKAGE = Path(__file__).resolve().parent.parent / "vitbench"
+
+
+def test_family_names_live_only_in_their_packages():
+    """No module outside vitbench/models/families/ compares a family or names one as a string in code."""
+    names = "|".join(map(re.escape, family_names()))
+    pattern = re.compile(rf"""family\s*(==|!=|in\b|not in\b)|["']({names})["']""")
+    offenders = []
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE).as_posix()
+        if rel.startswith("models/families/"):
+            continue
+        code = re.sub(r'""".*?"""', "", path.read_text(), flags=re.S)  # docstrings may say 'vit'
+        for i, line in enumerate(code.splitlines(), 1):
+            if pattern.search(line.split("#")[0]):
+                offenders.append(f"{rel}: {line.strip()}")
+    assert not offenders, "\n".join(offenders)
+
+
+def test_the_paper_families_are_registered_plugins_with_their_rows():
+    assert family_names()[:3] == ("vit", "bit", "hybrid")  # registry order: the table lists them so
+    for fam, row in (("vit", "ViT-B/16"), ("vit", "DeiT-S/16-dist"), ("bit", "R50x1"), ("hybrid", "R50+ViT-B/16")):
+        assert get_spec(row) in family_plugin(fam).rows
+        assert get_spec(row) in all_specs(fam)
+
+
+def test_declared_properties_decide_what_used_to_be_name_checks():
+    vit, bit, hybrid = (family_plugin(f) for f in ("vit", "bit", "hybrid"))
+    assert (vit.attention, bit.attention, hybrid.attention) == (True, False, True)
+    assert (vit.channels_last, bit.channels_last, hybrid.channels_last) == (False, True, True)
+    assert (vit.npz_origin, bit.npz_origin, hybrid.npz_origin) == ("vit_jax", "big_transfer", "vit_jax")
+    assert bit.posemb_tables(get_spec("R50x1"), 224) == []
+    assert [t.torch_key for t in vit.posemb_tables(get_spec("ViT-B/16"), 224)] == ["pos_embed"]
+
+
+def test_an_origin_without_the_family_names_the_families_it_has():
+    with pytest.raises(ConfigError, match=r"origin 'big_transfer' has no 'vit' models \(it has: bit\)"):
+        flavour_for("big_transfer", "vit")
+    with pytest.raises(ConfigError, match=r"origin 'vit_jax' has no 'bit' models \(it has: vit, hybrid"):
+        flavour_for("vit_jax", "bit")
+
+
+def test_a_family_cannot_take_a_row_name_of_another_or_register_a_distilled_row_it_cannot_read():
+    from vitbench.models.families import FamilyName, FamilyPlugin
+
+    def plugin(row):
+        return FamilyPlugin(name=FamilyName("copycat"), description="", rows=(row,), fields=("patch",),
+                            override_keys=(), torch_builder="", flax_builder="", counts=None, param_table=None,
+                            stride=lambda s: s.patch, feature_dim=lambda s: 3, describe=lambda s: "")
+
+    with pytest.raises(ConfigError, match="the name 'ViT-B_16' is taken by ViT-B/16"):
+        register_family(plugin(ModelSpec(name="Copy", family=FamilyName("copycat"), aliases=("ViT-B_16",), patch=8)))
+    with pytest.raises(ConfigError, match="distillation token"):
+        register_family(plugin(ModelSpec(name="Copy", family=FamilyName("copycat"), patch=8, distilled=True)))
+    assert "copycat" not in family_names()
