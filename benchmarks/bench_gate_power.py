@@ -36,7 +36,8 @@ from pathlib import Path
 from vitbench.compare.ab import (DEFAULT_BUDGET_S, DEFAULT_SCHEDULE, DEFAULT_STATISTIC, DEFAULT_STUDY, Pairs,
                                  Schedule, Side, Statistic, repo_root)
 from vitbench.compare.decide import Decision
-from vitbench.compare.paired import DEFAULT_AB_CONFIDENCE, DEFAULT_AB_THRESHOLD, DEFAULT_MIN_PAIRS, Rule
+from vitbench.compare.decide import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD
+from vitbench.compare.paired import DEFAULT_MIN_PAIRS, Rule
 from vitbench.measure.extra_work import ENV
 
 SIZES = (0.0, 0.10, 0.05, 0.0, 0.10, 0.20)  # one cycle of blocks: 0 % and 10 % (the goal's sizes) twice
@@ -154,8 +155,8 @@ def main(argv: list[str] | None = None) -> None:
                    help="repeatable: cycled per size (default: the gate's)")
     r = sub.add_parser("replay")
     r.add_argument("pool", type=Path)
-    r.add_argument("--threshold", type=float, default=DEFAULT_AB_THRESHOLD)
-    r.add_argument("--confidence", type=float, default=DEFAULT_AB_CONFIDENCE)
+    r.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD)
+    r.add_argument("--confidence", type=float, default=DEFAULT_CONFIDENCE)
     r.add_argument("--min-pairs", type=int, default=DEFAULT_MIN_PAIRS)
     r.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S)
     r.add_argument("--runs", type=int, default=2000)
@@ -167,8 +168,8 @@ def main(argv: list[str] | None = None) -> None:
     m = sub.add_parser("simulate")
     m.add_argument("--sd", type=float, action="append", help="pair noise sd (log), repeatable")
     m.add_argument("--max-pairs", type=int, default=32)
-    m.add_argument("--threshold", type=float, default=DEFAULT_AB_THRESHOLD)
-    m.add_argument("--confidence", type=float, default=DEFAULT_AB_CONFIDENCE)
+    m.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD)
+    m.add_argument("--confidence", type=float, default=DEFAULT_CONFIDENCE)
     m.add_argument("--min-pairs", type=int, default=DEFAULT_MIN_PAIRS)
     m.add_argument("--runs", type=int, default=2000)
     a = ap.parse_args(argv)

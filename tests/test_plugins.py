@@ -107,8 +107,9 @@ def test_unimportable_plugin_fails_only_commands_that_need_plugins(tmp_path):
 
 
 
-def _imports(path: Path) -> set[str]:
-    """Every module `path` imports, at the top or inside a function."""
+def _imports(path: Path, strings: bool = False) -> set[str]:
+    """Every module `path` imports, at the top or inside a function; with `strings`, also every string constant
+    that names a vitbench module (an import by name: importlib, a "module:function" target)."""
     import ast
 
     out: set[str] = set()
@@ -117,15 +118,18 @@ def _imports(path: Path) -> set[str]:
             out |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             out.add(node.module)
+        elif strings and isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                and node.value.startswith("vitbench."):
+            out.add(node.value.partition(":")[0])
     return out
 
 
 @pytest.mark.parametrize("layer", ["tasks", "backends", "models", "transfer", "measure"])
 def test_lower_layers_import_no_higher_one(layer):
     """Layers go one way (docs/architecture.md): a task, backend, model, transfer or measurement module never
-    imports the report, compare or the command line, not even inside a function (a task declares its report
-    figures lazily, by name)."""
+    imports the report, compare or the command line, not even inside a function or by a string naming the
+    module (the report registers its own sections per record kind: vitbench.report.views)."""
     higher = ("vitbench.report", "vitbench.compare", "vitbench.cli", "vitbench.runner")
     bad = {f"{p.relative_to(REPO)}: {m}" for p in (REPO / "vitbench" / layer).rglob("*.py")
-           for m in _imports(p) if m.startswith(higher)}
+           for m in _imports(p, strings=True) if m.startswith(higher)}
     assert not bad

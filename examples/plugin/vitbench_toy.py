@@ -28,7 +28,8 @@ from pydantic import BaseModel, Field
 from vitbench.backends.base import Backend, BackendSpec, Capability, Step, Workload, register_backend
 from vitbench.errors import ConfigError
 from vitbench.record import Record, now
-from vitbench.tasks import Metric, ReportPart, Task, register_report, register_task
+from vitbench.report.parts import ReportPart, register_report
+from vitbench.tasks import Metric, Task, register_task
 from vitbench.tasks.fields import params_model
 
 # ---------------------------------------------------------------------------------------------------------

@@ -10,6 +10,9 @@ from rich.table import Table
 
 from vitbench.cli import app
 from vitbench.cli.common import console, err_console, print_json, warn
+from vitbench.compare.ab import DEFAULT_BUDGET_S, DEFAULT_SCHEDULE, DEFAULT_STATISTIC, DEFAULT_STUDY
+from vitbench.compare.decide import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD
+from vitbench.compare.paired import DEFAULT_MIN_PAIRS
 from vitbench.errors import ConfigError
 
 _FORMATS = ("table", "md", "json")
@@ -21,8 +24,9 @@ _STYLE = {"regression": "bold red", "failed": "bold red", "improvement": "green"
 def compare_cmd(
     baseline: str = typer.Argument(..., help="Baseline results: a .jsonl file or a results directory."),
     current: str = typer.Argument(..., help="Current results: a .jsonl file or a results directory."),
-    threshold: float = typer.Option(0.05, help="Relative change that matters: 0.05 = 5 %. A regression needs the "
-                                               "whole confidence interval past it."),
+    threshold: float = typer.Option(DEFAULT_THRESHOLD,
+                                    help="Relative change that matters: 0.05 = 5 %. A regression needs the whole "
+                                         "confidence interval past it."),
     fmt: str = typer.Option("table", "--format", help="table (terminal) | md (Markdown) | json "
                                                       "(github-action-benchmark customBiggerIsBetter)."),
     normalize: bool = typer.Option(False, "--normalize/--no-normalize",
@@ -34,7 +38,8 @@ def compare_cmd(
                                           "default: img_per_s and max_batch_size)."),
     ignore: list[str] = typer.Option(None, "--ignore", help="Trial-config field left out of matching "
                                                            "(repeatable), e.g. threads."),
-    confidence: float = typer.Option(0.95, help="Confidence of the bootstrap interval on current / baseline."),
+    confidence: float = typer.Option(DEFAULT_CONFIDENCE,
+                                     help="Confidence of the bootstrap interval on current / baseline."),
     allow_missing: bool = typer.Option(False, "--allow-missing",
                                        help="Do not fail when trials that were ok in the baseline are missing "
                                             "from current (they are still listed)."),
@@ -115,27 +120,31 @@ def _show(cmp, fmt: str, title: str) -> None:
 @app.command("ab")
 def ab_cmd(
     ref: str = typer.Argument(..., help="Baseline: a git ref (commit, branch, tag) of the repository."),
-    study: str = typer.Option("studies/ci.yaml", help="Study file, relative to each side's checkout (each side "
-                                                      "runs its own copy)."),
+    study: str = typer.Option(DEFAULT_STUDY, help="Study file, relative to each side's checkout (each side "
+                                                  "runs its own copy)."),
     baseline_study: str = typer.Option(None, "--baseline-study",
                                        help="The baseline's study file if it differs (relative to REF's tree)."),
-    threshold: float = typer.Option(0.05, help="Slowdown that matters: 0.05 = 5 %. Regression: the whole "
-                                               "interval of current / baseline below 1 - threshold."),
-    confidence: float = typer.Option(0.95, help="Confidence of the paired interval."),
-    min_pairs: int = typer.Option(4, "--min-pairs", help="Round pairs always measured before a decision."),
+    threshold: float = typer.Option(DEFAULT_THRESHOLD,
+                                    help="Slowdown that matters: 0.05 = 5 %. Regression: the whole interval of "
+                                         "current / baseline below 1 - threshold."),
+    confidence: float = typer.Option(DEFAULT_CONFIDENCE, help="Confidence of the paired interval."),
+    min_pairs: int = typer.Option(DEFAULT_MIN_PAIRS, "--min-pairs",
+                                  help="Round pairs always measured before a decision."),
     max_pairs: int = typer.Option(None, "--max-pairs", help="Stop after this many pairs (default: the budget)."),
-    budget_s: float = typer.Option(480.0, "--budget-s", help="Wall-clock budget in seconds; no new pair starts "
-                                                             "that would pass it."),
+    budget_s: float = typer.Option(DEFAULT_BUDGET_S, "--budget-s",
+                                   help="Wall-clock budget in seconds; no new pair starts that would pass it."),
     fmt: str = typer.Option("table", "--format", help="table | md (Markdown) | json (github-action-benchmark)."),
     results: str = typer.Option(None, "--results", help="Keep every round's results here (a new or empty "
                                                         "directory); default: a temporary one, removed."),
     repo: str = typer.Option(".", "--repo", help="The git checkout whose working tree is current."),
     allow_same: bool = typer.Option(False, "--allow-same", help="Allow REF to be the checked-out commit with no "
                                                                  "change (an A/A noise check)."),
-    schedule: str = typer.Option("together", help="alternate: a pair's two rounds one after the other, the first "
-                                                   "side alternating; together: both at once (same load)."),
-    statistic: str = typer.Option("best", help="A trial's value in a round: best (fastest step: least moved by "
-                                               "other load) | median."),
+    schedule: str = typer.Option(DEFAULT_SCHEDULE.value,
+                                 help="alternate: a pair's two rounds one after the other, the first side "
+                                      "alternating; together: both at once (same load)."),
+    statistic: str = typer.Option(DEFAULT_STATISTIC.value,
+                                  help="A trial's value in a round: best (fastest step: least moved by other "
+                                       "load) | median."),
     extra_work: float = typer.Option(None, "--test-extra-work", hidden=True,
                                      help="Test only: current's timed steps carry this fraction of extra real "
                                           "work (the gate's power test)."),

@@ -11,11 +11,15 @@ from rich.table import Table
 
 from vitbench.backends.base import PRECISIONS
 from vitbench.cli import app
-from vitbench.cli.common import (SET_HELP, checked, choice, console, print_json, refuse_unsupported, shared_option,
+from vitbench.cli.common import (SET_HELP, checked, choice, console, field_default, print_json, refuse_unsupported,
+                                 shared_option,
                                  task_params, with_sets)
 from vitbench.errors import ConfigError
 from vitbench.measure.timing import TARGET_WINDOWS
 from vitbench.numfmt import fmt
+from vitbench.tasks.bench import Infer, Train
+from vitbench.tasks.flops import Flops
+from vitbench.tasks.max_batch import MaxBatch
 
 _MODES = ("infer", "train")
 _Images = Annotated[int, Field(gt=0)]  # flops --images: pre-training images per epoch
@@ -37,31 +41,38 @@ def bench_cmd(
     sets: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
     task: str = typer.Option("infer", help="infer (forward) | train (forward + loss + backward + optimizer "
                                             "step)."),
-    batch_size: int = typer.Option(8, "--batch-size", "-b", min=1),
+    batch_size: int = typer.Option(field_default(Infer.Params, "batch_size"), "--batch-size", "-b", min=1),
     resolution: int = typer.Option(None, "--resolution", "-r", help="Input size in pixels (default: native)."),
-    precision: str = typer.Option("fp32", help="fp32 (full fp32 on every backend) | tf32 (GPU) | bf16 | fp16 "
-                                               "(autocast)."),
+    precision: str = typer.Option(field_default(Infer.Params, "precision"),
+                                  help="fp32 (full fp32 on every backend) | tf32 (GPU) | bf16 | fp16 "
+                                       "(autocast)."),
     backend: str = typer.Option(None, help="A registered backend "
                                            "(`vitbench plugins` lists them; default: the first registered)."),
-    device: str = typer.Option("cpu", help="cpu | cuda | cuda:N (torch); cpu | gpu | tpu (jax)."),
+    device: str = typer.Option(field_default(Infer.Params, "device"),
+                               help="cpu | cuda | cuda:N (torch); cpu | gpu | tpu (jax)."),
     threads: int = typer.Option(None, help="Intra-op threads (default: the framework's; recorded either way)."),
-    compile: bool = typer.Option(False, "--compile/--no-compile", help="torch.compile the model (torch)."),
+    compile: bool = typer.Option(field_default(Infer.Params, "compile"),
+                                 "--compile/--no-compile", help="torch.compile the model (torch)."),
     compile_mode: str = typer.Option(None, "--compile-mode",
                                      help="With --compile: default | reduce-overhead (CUDA graphs) | max-autotune "
                                           "| max-autotune-no-cudagraphs (torch)."),
-    timing: str = typer.Option("throughput", help="throughput: windows of steps queued between two device events "
-                                                  "(img/s) | latency: every step synchronised (p50/p90/p99)."),
+    timing: str = typer.Option(field_default(Infer.Params, "timing"),
+                               help="throughput: windows of steps queued between two device events "
+                                    "(img/s) | latency: every step synchronised (p50/p90/p99)."),
     window_steps: int = typer.Option(None, "--window-steps", min=1,
                                      help="throughput: steps per window (default: enough for "
                                           f"{TARGET_WINDOWS} windows to cover the minimums)."),
-    optimizer: str = typer.Option("adam", help="train: adam (paper pre-training) | sgd (momentum 0.9)."),
+    optimizer: str = typer.Option(field_default(Train.Params, "optimizer"),
+                                  help="train: adam (paper pre-training) | sgd (momentum 0.9)."),
     channels_last: bool = typer.Option(None, "--channels-last/--no-channels-last",
                                        help="Default: on for BiT and hybrid, off for ViT."),
-    warmup: int = typer.Option(3, min=0, help="Warm-up steps after the first (kept raw, not in throughput)."),
-    min_steps: int = typer.Option(10, min=1, help="Timed steps at least."),
-    min_seconds: float = typer.Option(2.0, help="Timed seconds at least."),
-    max_seconds: float = typer.Option(60.0, help="Stop timing after this long even if min_steps is not reached."),
-    seed: int = typer.Option(0),
+    warmup: int = typer.Option(field_default(Infer.Params, "warmup_steps"),
+                               min=0, help="Warm-up steps after the first (kept raw, not in throughput)."),
+    min_steps: int = typer.Option(field_default(Infer.Params, "min_steps"), min=1, help="Timed steps at least."),
+    min_seconds: float = typer.Option(field_default(Infer.Params, "min_seconds"), help="Timed seconds at least."),
+    max_seconds: float = typer.Option(field_default(Infer.Params, "max_seconds"),
+                                      help="Stop timing after this long even if min_steps is not reached."),
+    seed: int = typer.Option(field_default(Infer.Params, "seed")),
     as_json: bool = typer.Option(False, "--json", help="Print the whole record (with raw step times) as JSON."),
 ) -> None:
     """Throughput of one model: img/s, step time, spread, first-step/compile time, memory, energy, MFU.
@@ -146,22 +157,26 @@ def _print_warnings(rec) -> None:
 def max_batch_cmd(
     model: str = typer.Argument(..., help="Variant name."),
     sets: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
-    task: str = typer.Option("infer", help="infer | train"),
+    task: str = typer.Option(field_default(MaxBatch.Params, "mode"), help="infer | train"),
     resolution: int = typer.Option(None, "--resolution", "-r"),
-    precision: str = typer.Option("fp32", help="fp32 | bf16 | fp16"),
+    precision: str = typer.Option(field_default(MaxBatch.Params, "precision"), help="fp32 | bf16 | fp16"),
     backend: str = typer.Option(None, help="A registered backend "
                                            "(`vitbench plugins` lists them; default: the first registered)."),
-    device: str = typer.Option("cpu"),
+    device: str = typer.Option(field_default(MaxBatch.Params, "device")),
     threads: int = typer.Option(None),
-    optimizer: str = typer.Option("adam", help="train: adam | sgd (optimizer state counts toward memory)."),
+    optimizer: str = typer.Option(field_default(Train.Params, "optimizer"),
+                                  help="train: adam | sgd (optimizer state counts toward memory)."),
     memory_limit_gib: float = typer.Option(
         None, "--memory-limit-gib",
         help="Budget for the probe process's peak memory. CPU default: half the memory available now; "
              "GPU default: none (a real out-of-memory error decides)."),
-    max_batch_size: int = typer.Option(4096, "--max-batch-size", min=1, help="Stop doubling here."),
-    start: int = typer.Option(1, min=1, help="First batch size probed."),
-    granularity: int = typer.Option(1, min=1, help="Bisect until fitting and failing batches are this close."),
-    probe_timeout_s: float = typer.Option(600.0, "--probe-timeout-s", "--probe-timeout",
+    max_batch_size: int = typer.Option(field_default(MaxBatch.Params, "max_batch_size"),
+                                       "--max-batch-size", min=1, help="Stop doubling here."),
+    start: int = typer.Option(field_default(MaxBatch.Params, "start"), min=1, help="First batch size probed."),
+    granularity: int = typer.Option(field_default(MaxBatch.Params, "granularity"),
+                                    min=1, help="Bisect until fitting and failing batches are this close."),
+    probe_timeout_s: float = typer.Option(field_default(MaxBatch.Params, "probe_timeout_s"),
+                                          "--probe-timeout-s", "--probe-timeout",
                                           help="Seconds before a probe is killed and counted as failing."),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
@@ -216,7 +231,7 @@ def flops_cmd(
     backend: str = typer.Option(None, help="A registered backend "
                                            "(`vitbench plugins` lists them; default: the first registered): whose "
                                            "FLOP counters run."),
-    count: bool = typer.Option(True, "--count/--no-count",
+    count: bool = typer.Option(field_default(Flops.Params, "count"), "--count/--no-count",
                                help="Also run the framework counters (builds the model)."),
     images: int = typer.Option(None, help="Pre-training images per epoch (with --epochs): prints exaFLOPs."),
     epochs: float = typer.Option(None, help="Pre-training epochs (with --images)."),

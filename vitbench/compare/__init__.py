@@ -27,15 +27,14 @@ from pathlib import Path
 
 import numpy as np
 
-from vitbench.compare.decide import REGRESSING, Calibrations, Decision, Row, compare_trial, number
+from vitbench.compare.decide import (DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD, REGRESSING, Calibrations, Decision,
+                                     Row, compare_trial, number)
 from vitbench.compare.match import DEFAULT_IGNORE, group, labels, why_unmatched
 from vitbench.compare.render import COLUMNS, row_cells, summary_line, to_benchmark_json, to_markdown
 from vitbench.errors import ConfigError
 from vitbench.record import Record, Status
 from vitbench.stats import N_BOOT
 
-DEFAULT_THRESHOLD = 0.05
-DEFAULT_CONFIDENCE = 0.95
 EXIT_INCONCLUSIVE = 3  # `vitbench ab`: the budget ended before every trial was decided (1 = regression, 2 = input)
 
 __all__ = ["COLUMNS", "Comparison", "DEFAULT_CONFIDENCE", "DEFAULT_THRESHOLD", "Decision", "EXIT_INCONCLUSIVE",

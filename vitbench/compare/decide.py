@@ -17,6 +17,11 @@ from vitbench.record import Record
 from vitbench.stats import boot_medians, combine_repeats, percentile_interval
 from vitbench.tasks import Metric
 
+# The one declaration of the gates' defaults (`vitbench compare` and `vitbench ab`): a 5 % change matters, decided
+# on a 95 % interval (docs/compare.md: the gate's power measured with these).
+DEFAULT_THRESHOLD = 0.05
+DEFAULT_CONFIDENCE = 0.95
+
 
 class Decision(str, enum.Enum):
     REGRESSION = "regression"  # the whole CI is worse than the threshold

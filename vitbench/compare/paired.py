@@ -24,12 +24,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 
-from vitbench.compare.decide import Decision
+from vitbench.compare.decide import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD, Decision
 from vitbench.errors import ConfigError
 
 # Defaults chosen from the measured power (docs/compare.md, "A/B gate: power").
-DEFAULT_AB_THRESHOLD = 0.05
-DEFAULT_AB_CONFIDENCE = 0.95
 DEFAULT_MIN_PAIRS = 4
 
 
@@ -90,8 +88,8 @@ class Paired:
 class Rule:
     """The sequential rule: threshold, confidence, the pairs always measured, and the most pairs allowed."""
 
-    threshold: float = DEFAULT_AB_THRESHOLD
-    confidence: float = DEFAULT_AB_CONFIDENCE
+    threshold: float = DEFAULT_THRESHOLD
+    confidence: float = DEFAULT_CONFIDENCE
     min_pairs: int = DEFAULT_MIN_PAIRS
     max_pairs: int | None = None  # None: only the time budget limits
 

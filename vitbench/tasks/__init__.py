@@ -7,8 +7,9 @@ A task (a `Task` subclass, registered with `register_task`) has
 - `needs`: the backend capabilities it uses (a study asking a backend for more fails when it is parsed);
 - `metrics`: typed metrics (unit, direction, what `compare` may decide on, where raw samples come from);
 - `run(params) -> Record`: the measurement (vitbench.record.Record.measured), run in a trial's own process.
-What `vitbench report` shows is declared beside the tasks as `ReportPart`s (tables and figures per record kind),
-so the report, compare and the sweep's live line iterate the registry and never name a task.
+What `vitbench report` shows per record kind is the report's own business (vitbench.report.parts and .views): a
+task module never names report code; the report, compare and the sweep's live line iterate the registry and never
+name a task.
 """
 
 from __future__ import annotations
@@ -16,16 +17,14 @@ from __future__ import annotations
 import enum
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
 
 from vitbench.backends.base import Capability
 from vitbench.registry import Kind, entries, get, register
 from vitbench.tasks.fields import TaskParams
 
 if TYPE_CHECKING:
-    import pandas as pd
-
     from vitbench.record import Record
 
 
@@ -78,69 +77,11 @@ class Task(ABC):
         return tuple(cls.Params.model_fields)
 
 
-def lazy(target: str, **bound: Any) -> Callable[..., Any]:
-    """A function given as "module:name", imported on first call (keeps plotting and pandas out of the
-    start-up of every trial process, which loads the registry, and a task module from importing the report
-    layer); `bound` keyword arguments are passed on every call."""
-    module, _, name = target.partition(":")
-
-    def call(*args, **kwargs):
-        import importlib
-
-        return getattr(importlib.import_module(module), name)(*args, **{**bound, **kwargs})
-
-    call.__qualname__ = call.__name__ = name
-    call.target = target  # type: ignore[attr-defined]
-    return call
-
-
-@dataclass(frozen=True)
-class Figure:
-    """A report figure: tidy ok rows of `kinds` -> a matplotlib Figure, or None when there is nothing to draw."""
-
-    name: str
-    title: str
-    make: Callable[[pd.DataFrame], Any]
-    kinds: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class ReportPart:
-    """A section of `vitbench report`: a summary table of the ok rows of `kinds`, and figures.
-
-    columns: the table's columns shown in the terminal (None: all); collapse: fold columns equal in every row
-    into the caption; order: sections are shown by order, then registration."""
-
-    name: str
-    title: str
-    kinds: tuple[str, ...]
-    table: Callable[[pd.DataFrame], pd.DataFrame] | None = None
-    columns: tuple[str, ...] | None = None
-    figures: tuple[Figure, ...] = field(default_factory=tuple)
-    collapse: bool = True
-    order: int = 50
-
-
-_REPORT_PARTS: list[ReportPart] = []
-
-
 def register_task(cls: type[Task], *, replace: bool = False) -> type[Task]:
     """Add a task (usable as a class decorator)."""
     register(Kind.TASK, cls.name, cls, provides=tuple(sorted(c.value for c in cls.needs)),
              description=cls.description, replace=replace)
     return cls
-
-
-def register_report(part: ReportPart) -> ReportPart:
-    """Add a report section (called by the module that owns the record kind it shows)."""
-    if all(p.name != part.name for p in _REPORT_PARTS):
-        _REPORT_PARTS.append(part)
-    return part
-
-
-def report_parts() -> list[ReportPart]:
-    entries(Kind.TASK)  # the task modules register their parts when imported
-    return sorted(_REPORT_PARTS, key=lambda p: p.order)
 
 
 def tasks(include_hidden: bool = False) -> dict[str, type[Task]]:

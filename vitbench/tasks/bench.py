@@ -7,7 +7,7 @@ from pydantic import BaseModel, Field
 from vitbench.backends.base import Capability, Step
 from vitbench.measure.timing import DEFAULT_TIMING, MIN_WINDOWS, TARGET_WINDOWS, TimingMode
 from vitbench.record import Record
-from vitbench.tasks import Figure, Metric, ReportPart, Task, lazy, register_report, register_task
+from vitbench.tasks import Metric, Task, register_task
 from vitbench.tasks.fields import MAX_COUNT, literal_of, params_model
 from vitbench.transfer.config import MAX_SECONDS
 
@@ -95,14 +95,3 @@ class Train(_Bench):
     Params = params_model("TrainParams", (*_SHARED, "optimizer"), Timing)
     description = "training-step throughput (forward + backward + optimizer)"
     needs = frozenset({Capability.TRAIN, Capability.MEMORY})
-
-
-register_report(ReportPart(
-    "throughput", "Throughput (median over repeats)", (KIND,), lazy("vitbench.report.tables:throughput"),
-    columns=("model", "backend", "task", "device", "precision", "compile", "timing", "resolution", "batch_size",
-             "repeats", "img_per_s", "img_per_s_min", "img_per_s_max", "step_ms_median", "step_cv", "mfu"),
-    figures=(Figure("throughput_vs_resolution", "Throughput vs input size (cf. paper Figure 12, left)",
-                    lazy("vitbench.report.plots:throughput_vs_resolution")),),
-    order=10))
-register_report(ReportPart("backends", "Backends side by side (img/s)", (KIND,),
-                           lazy("vitbench.report.tables:backend_pivot"), order=11))

@@ -6,7 +6,7 @@ from pydantic import BaseModel, Field
 
 from vitbench.backends.base import Capability
 from vitbench.record import Record
-from vitbench.tasks import Figure, Metric, ReportPart, Task, lazy, register_report, register_task
+from vitbench.tasks import Metric, Task, register_task
 from vitbench.tasks.fields import params_model
 
 KIND = "flops"
@@ -31,12 +31,3 @@ class Flops(Task):
         from vitbench.measure.flops import flops
 
         return flops(p.model, resolution=p.resolution, backend=p.backend, num_classes=p.num_classes, count=p.count)
-
-
-register_report(ReportPart(
-    "flops", "FLOPs per image (1 MAC = 2 FLOPs)", (KIND,), lazy("vitbench.report.tables:flops"),
-    columns=("model", "backend", "resolution", "params_m", "gflops", "gflops_fvcore", "gflops_torch_flop_counter",
-             "gflops_xla"),
-    figures=(Figure("gflops_vs_throughput", "Theoretical GFLOPs vs measured throughput",
-                    lazy("vitbench.report.plots:gflops_vs_throughput"), kinds=("bench", KIND)),),
-    order=30))

@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from vitbench.backends.base import Capability
 from vitbench.record import Record
-from vitbench.tasks import Figure, Metric, ReportPart, Task, lazy, register_report, register_task
+from vitbench.tasks import Metric, Task, register_task
 from vitbench.tasks.fields import MAX_COUNT, params_model
 from vitbench.tasks.upstream import SHARED, FromCheckpoint, Upstream
 
@@ -71,11 +71,3 @@ class Inspect(Task):
         metrics["pretrain_exaflops"] = metrics.get("exaflops")
         return Record.measured(self.kind, {**p.config(), **upstream_config(ckpt)}, metrics=metrics,
                                raw=result.to_json(), env=environment(info), started_at=started)
-
-
-register_report(ReportPart(
-    "inspect", "What the upstream models learned (cf. paper Figure 7 and 11)", (KIND,),
-    lazy("vitbench.inspect.report:table"),
-    figures=(Figure("attention_distance", "Mean attention distance per head vs depth (cf. paper Figure 7 right, "
-                    "Figure 11)", lazy("vitbench.inspect.report:distance_comparison")),),
-    order=45))

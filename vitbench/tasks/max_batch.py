@@ -6,7 +6,7 @@ from pydantic import BaseModel, Field
 
 from vitbench.backends.base import Capability, Mode, Step
 from vitbench.record import Record
-from vitbench.tasks import Figure, Metric, ReportPart, Task, lazy, register_report, register_task
+from vitbench.tasks import Metric, Task, register_task
 from vitbench.tasks.fields import MAX_COUNT, params_model
 from vitbench.transfer.config import MAX_SECONDS
 
@@ -45,12 +45,3 @@ class MaxBatch(Task):
         return max_batch(Step.of(p.config(), mode=p.mode, batch_size=1), backend=p.backend, device=p.device,
                          threads=p.threads, memory_limit_gib=p.memory_limit_gib, max_batch_size=p.max_batch_size,
                          start=p.start, granularity=p.granularity, probe_timeout_s=p.probe_timeout_s)
-
-
-register_report(ReportPart(
-    "max_batch", "Largest batch that fits", (KIND,), lazy("vitbench.report.tables:max_batch"),
-    columns=("model", "backend", "mode", "precision", "resolution", "max_batch_size", "capped", "peak_mem_mib",
-             "memory_limit_mib"),
-    figures=(Figure("max_batch_vs_resolution", "Largest batch vs input size (cf. paper Figure 12, right)",
-                    lazy("vitbench.report.plots:max_batch_vs_resolution")),),
-    order=20))

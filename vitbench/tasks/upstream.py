@@ -22,12 +22,11 @@ from pydantic import BaseModel, Field, model_serializer, model_validator
 
 from vitbench.backends.base import BackendName
 from vitbench.record import Record
-from vitbench.tasks import Figure, Metric, ReportPart, lazy, register_report
+from vitbench.tasks import Metric
 from vitbench.tasks.fields import MAX_COUNT, PathField
 from vitbench.transfer.config import DatasetName, Seed, validated
 from vitbench.transfer.distill import DEFAULT_LAMBDA, DEFAULT_TAU, Distillation, Lambda, Tau
 from vitbench.transfer.masked_patch import MaskedPatch, Objective, Scratch, Target
-from vitbench.tasks.bench import Infer
 
 SHARED = ("model", "backend", "task", "device", "seed", "threads")
 
@@ -208,68 +207,3 @@ def with_compute_aliases(rec: Record) -> Record:
     rec.metrics["pretrain_exaflops"] = rec.metrics.get("exaflops")
     rec.metrics["images_seen"] = rec.metrics.get("pretrain_images_seen")
     return rec
-
-
-DOWNSTREAM_KINDS = ("fewshot", "finetune")
-register_report(ReportPart(
-    "accuracy", "Transfer accuracy", DOWNSTREAM_KINDS, lazy("vitbench.report.tables:accuracy"),
-    figures=(Figure("accuracy_vs_compute", "Accuracy vs pre-training compute, Pareto front (cf. paper Figure 5)",
-                    lazy("vitbench.report.plots:accuracy_vs_compute")),
-             Figure("fit_curves", "Error vs pre-training compute with fitted scaling laws and their 95 % bands "
-                    "(docs/scaling-laws.md)", lazy("vitbench.report.fit_figures:fitted_curves")),
-             Figure("compute_frontier", "Which model and family is best at each compute budget",
-                    lazy("vitbench.report.fit_figures:compute_frontier")),
-             Figure("throughput_vs_accuracy", "Inference throughput vs accuracy: what accuracy a speed buys "
-                    "(cf. DeiT Figure 1)",
-                    lazy("vitbench.report.fit_figures:throughput_vs_accuracy", speed_task=Infer.name),
-                    kinds=("bench", *DOWNSTREAM_KINDS))),
-    order=40))
-register_report(ReportPart(  # accuracy and measured speed side by side (vitbench.report.figure13)
-    "figure13", "Accuracy, compute and measured speed per family (cf. paper Figure 13)",
-    ("bench", "flops", *DOWNSTREAM_KINDS), lazy("vitbench.report.figure13:table"),
-    figures=(Figure("figure13", "Accuracy vs pre-training compute and vs measured speed; GFLOPs vs measured img/s "
-                    "per family and backend (cf. paper Figure 13)", lazy("vitbench.report.figure13:figure")),),
-    order=42))
-register_report(ReportPart(
-    "distillation", "Distillation (DeiT): accuracy per student and teacher over seeds",
-    ("pretrain", "fewshot", "finetune"), lazy("vitbench.report.tables:distillation"),
-    columns=("kind", "shots", "model", "teacher", "distillation", "seeds", "accuracy_mean", "accuracy_std",
-             "accuracy_min", "accuracy_max", "gain_vs_no_teacher", "gain_wins", "teacher_accuracy",
-             "teacher_train_accuracy", "teacher_agreement"),
-    figures=(Figure("distilled_accuracy_vs_throughput",
-                    "Accuracy vs inference throughput, distilled and plain (cf. DeiT Figure 1)",
-                    lazy("vitbench.report.plots:distilled_accuracy_vs_throughput"),
-                    kinds=("fewshot", "finetune", "bench")),),
-    order=41))
-register_report(ReportPart(
-    "objective", "Pre-training objective: transfer accuracy against pre-training compute (cf. paper Sec. 4.6)",
-    DOWNSTREAM_KINDS, lazy("vitbench.report.objectives:objectives"),
-    figures=(Figure("objective_accuracy_vs_compute", "Transfer accuracy vs pre-training compute per objective "
-                    "(supervised, masked patch prediction per target and mask rate, none); bars: seeds' min..max",
-                    lazy("vitbench.report.objectives:accuracy_vs_compute")),),
-    order=43))
-# The paper's controlled architecture experiments (ViT appendix D.2-D.4), shown when a study's models vary them
-# (the overrides in the models' names: vitbench.models.overrides); empty sections are left out of the report.
-register_report(ReportPart(
-    "shape", "Transformer shape: accuracy per varied dimension, over seeds (cf. paper Figure 8)", DOWNSTREAM_KINDS,
-    lazy("vitbench.report.arch:shape_table"),
-    columns=("series", "dimension", "value", "seeds", "accuracy_mean", "accuracy_std", "pretrain_exaflops",
-             "params_m"),
-    figures=(Figure("shape_accuracy_vs_compute", "Accuracy vs pre-training compute, one panel per varied "
-                    "dimension (cf. paper Figure 8)", lazy("vitbench.report.arch:shape_figure")),),
-    order=44))
-register_report(ReportPart(
-    "head", "Class token vs global average pooling across pre-training learning rates (cf. paper Figure 9)",
-    ("pretrain", *DOWNSTREAM_KINDS), lazy("vitbench.report.arch:head_table"),
-    columns=("series", "head", "pretrain_lr", "seeds", "accuracy_mean", "accuracy_std", "best"),
-    figures=(Figure("head_accuracy_vs_lr", "Accuracy vs pre-training learning rate per head type (cf. paper "
-                    "Figure 9)", lazy("vitbench.report.arch:head_figure")),),
-    order=45))
-register_report(ReportPart(
-    "posemb", "Position embeddings: kind x place, over seeds (cf. paper Table 8)", ("pretrain", *DOWNSTREAM_KINDS),
-    lazy("vitbench.report.arch:posemb_table"),
-    columns=("series", "posemb", "posemb_at", "seeds", "accuracy_mean", "accuracy_std", "accuracy_min",
-             "accuracy_max", "vs_default"),
-    figures=(Figure("posemb_accuracy", "Accuracy per position-embedding kind and place, each seed a dot (cf. "
-                    "paper Table 8)", lazy("vitbench.report.arch:posemb_figure")),),
-    order=46))
