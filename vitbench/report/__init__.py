@@ -125,7 +125,7 @@ def figure(name: str, df: pd.DataFrame):
     """One registered report figure drawn from the rows of `df` as the report draws it (the ok rows of its
     kinds), or None when it has nothing to draw; `name` must be a registered figure's."""
     from vitbench.report import tables as tablemod
-    from vitbench.report.parts import report_parts
+    from vitbench.report.views import report_parts
 
     for part in report_parts():
         for fig in part.figures:
@@ -139,7 +139,7 @@ def _write(df: pd.DataFrame, cal: pd.DataFrame, out: Path, formats: tuple[str, .
     """Build the report's tables and figures from `df` and write its files into `out` (a staging folder)."""
     from vitbench.report import tables as tablemod
     from vitbench.report.render import arrow_safe, write_html, write_markdown
-    from vitbench.report.parts import report_parts
+    from vitbench.report.views import report_parts
 
     title, meta = _meta(df, cal)
     df = tablemod.flag_shared_host(df)

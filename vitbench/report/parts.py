@@ -52,8 +52,8 @@ def register_report(part: ReportPart) -> ReportPart:
 
 
 def report_parts() -> list[ReportPart]:
-    """Every registered section, by order: the report's views, then what plug-ins registered when loaded."""
-    import vitbench.report.views  # noqa: F401  (registers the built-in sections)
+    """Every registered section, by order: the report's views (registered when vitbench.report.views is imported,
+    as vitbench.report does), then what plug-ins registered when loaded."""
     from vitbench.registry import Kind, entries
 
     entries(Kind.TASK)  # plug-in task modules register their sections when imported

@@ -7,7 +7,7 @@ from functools import partial
 
 from vitbench.inspect import report as inspect_report
 from vitbench.report import arch, figure13, fit_figures, objectives, plots, tables
-from vitbench.report.parts import Figure, ReportPart, register_report
+from vitbench.report.parts import Figure, ReportPart, register_report, report_parts
 from vitbench.tasks import bench, flops, inspection, max_batch
 from vitbench.tasks.fewshot import Fewshot
 from vitbench.tasks.finetune import Finetune
@@ -15,6 +15,7 @@ from vitbench.tasks.pretrain import Pretrain
 
 DOWNSTREAM = (Fewshot.kind, Finetune.kind)
 PRETRAIN = Pretrain.kind
+__all__ = ["report_parts"]  # every section, the built-in ones registered below included
 
 register_report(ReportPart(
     "throughput", "Throughput (median over repeats)", (bench.KIND,), tables.throughput,
