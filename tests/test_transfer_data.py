@@ -15,8 +15,8 @@ from vitbench.transfer.config import DataConfig
 from vitbench.transfer.data import batch_indices, load_splits
 from vitbench.transfer.preprocess import preprocess, resize_weights
 from vitbench.transfer.safe_pickle import safe_load
-from tolerances import EPS32
 from vitbench.transfer.schedules import OptimConfig, lr_table
+from tolerances import EPS32
 
 
 # ---------------------------------------------------------------------------------------------
