@@ -48,4 +48,6 @@ def test_numbers_unchanged(now, then, section):
 
 
 def test_same_rows(now, then):
+    """The same rows; their order is now the registry's, family by family (vit, bit, hybrid, axial_vit,
+    axial_resnet), where 69ed29a listed the full-size ViT/BiT/hybrid rows before the tiny ones."""
     assert sorted(now["rows"]) == sorted(then["rows"])
