@@ -4,7 +4,8 @@ For every row of the model table (and a sample of overrides on every family): th
 stride, tokens and feature size, the accepted override keys, the one-line description, analytic parameters and
 MACs (native resolution and twice native), the timm <-> Flax conversion table (timm key -> Flax paths; of a
 full-size row its length and SHA-256); for tiny rows also the built torch state dict's and the Flax params' names
-and shapes. The flops task's `tokens` field. Plus the trial keys of the shipped studies (parsed without their data paths).
+and shapes. The flops task's `tokens` field. Plus the trial keys of the shipped studies (parsed without their
+data paths).
 
     python tests/model_numbers.py OUT.json     # with PYTHONPATH set to the tree to dump
 
