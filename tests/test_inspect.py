@@ -26,6 +26,7 @@ from vitbench.inspect import (
 from vitbench.inspect.distance import uniform_attention_distance_px
 from vitbench.inspect.posemb import adjacent_similarity
 from vitbench.models.specs import get_spec
+from tolerances import EPS32, forward_parity
 
 
 def _mean_pairwise_px(h: int, w: int, s: float) -> float:
@@ -264,7 +265,7 @@ def test_torch_attention_maps_are_probabilities_of_the_model(name, one_torch_thr
     a = attention_maps(weights, spec, 32, x)
     t = (32 // spec.stride) ** 2 + 1
     assert a.shape == (spec.depth, 2, spec.heads, t, t) and a.dtype == np.float32
-    np.testing.assert_allclose(a.sum(-1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(a.sum(-1), 1.0, atol=(t + 4) * EPS32)  # softmax (4 roundings) summed over t
     model = build_torch_model(spec, 32).eval()
     model.load_state_dict({k: torch.from_numpy(v) for k, v in weights.items()})
     with torch.no_grad():  # the first block's attention output, fused path vs captured probabilities @ v
@@ -289,7 +290,7 @@ def test_torch_and_jax_agree_on_the_same_weights(name, one_torch_thread):
     x = np.random.default_rng(1).normal(size=(3, 32, 32, 3)).astype(np.float32)
     a, b = torch_maps(weights, spec, 32, x), flax_maps(weights, spec, 32, x)
     assert a.shape == b.shape
-    assert np.abs(a - b).max() < 1e-5
+    assert np.abs(a - b).max() <= forward_parity(spec, 32)  # probabilities (max 1) at the end of a forward
     assert a.max(-1).mean() > 2 / a.shape[-1]  # not near-uniform maps, where agreement would say little
     ra = inspect_model(weights, spec, 32, x, torch_maps, num_rollout=2)
     rb = inspect_model(weights, spec, 32, x, flax_maps, num_rollout=2)

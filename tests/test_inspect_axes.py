@@ -14,6 +14,7 @@ from vitbench.inspect import InspectResult, inspect_model, to_markdown
 from vitbench.inspect.axes import axis_distance_per_image, uniform_axis_distance_px
 from vitbench.models.families import Axis, AxisLayer, family_plugin
 from vitbench.models.specs import get_spec
+from tolerances import EPS32
 
 AXIAL = [("Axial-ViT-Nano/4", 16), ("Axial-R-Nano", 32)]
 
@@ -98,7 +99,7 @@ def test_torch_and_jax_give_the_same_distances_on_the_same_weights(name, resolut
     layers = family_plugin(spec.family).axis_layers(spec, resolution)
     assert [m.shape for m in a] == [m.shape for m in b] == [(3, n.length, spec.heads, n.length, n.length)
                                                              for n in layers]
-    assert all(np.allclose(m.sum(-1), 1, atol=1e-5) for m in a)
+    assert all(np.allclose(m.sum(-1), 1, atol=(m.shape[-1] + 4) * EPS32) for m in a)  # softmax summed over keys
     assert a[0].max(-1).mean() > 2 / a[0].shape[-1]  # not near-uniform maps, where agreement would say little
     ra = inspect_model(weights, spec, resolution, x, torch_maps)
     rb = inspect_model(weights, spec, resolution, x, jax_maps)

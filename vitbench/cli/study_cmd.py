@@ -225,8 +225,8 @@ def sweep_cmd(
     """
     from vitbench.errors import ConfigError
     from vitbench.executors import executor_class
-    from vitbench.registry import Kind, names
     from vitbench.paths import check_dir
+    from vitbench.registry import Kind, names
     from vitbench.runner import (
         EXIT_FAILED,
         check_executor,
