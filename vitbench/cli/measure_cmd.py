@@ -12,8 +12,7 @@ from rich.table import Table
 from vitbench.backends.base import PRECISIONS
 from vitbench.cli import app
 from vitbench.cli.common import (SET_HELP, checked, choice, console, field_default, print_json, refuse_unsupported,
-                                 shared_option,
-                                 task_params, with_sets)
+                                 shared_option, task_params, with_sets)
 from vitbench.errors import ConfigError
 from vitbench.measure.timing import TARGET_WINDOWS
 from vitbench.numfmt import fmt
