@@ -28,7 +28,7 @@ def main() -> int:
     step = Step(**req["step"])
     try:
         be = get_backend(req["backend"])
-        be.setup(req.get("device", "cpu"), req.get("threads"))
+        be.setup(req.get("device", "cpu"), req.get("threads"), devices=step.devices)
     except (BackendUnavailable, ConfigError) as e:  # not here at all: the search stops (bad input, exit 2)
         print(PROBE_MARK + json.dumps({"status": ProbeStatus.UNAVAILABLE, "batch": step.batch_size,
                                        "error": str(e)[:1000], "process_peak_mib": None}), flush=True)
