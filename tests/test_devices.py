@@ -1,0 +1,227 @@
+"""Steps over several local devices (`devices`, `parallelism`): fields and keys, the N-device step equals the
+one-device step (JAX mesh, torch DDP/FSDP2 ranks on gloo), failing ranks, and the rows."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+
+from vitbench.backends.base import BackendSpec, Capability, Step
+from vitbench.backends.kinds import Parallelism
+from vitbench.errors import ConfigError
+from vitbench.transfer.schedules import OptimConfig
+
+TESTS = Path(__file__).parent
+REPO = TESTS.parent
+MODEL, BATCH, STEPS = "ViT-Nano/4", 4, 3
+TOKENS = (32 // 4) ** 2 + 1  # ViT-Nano/4 at 32 px: 64 patches + the class token
+
+
+def _bound() -> tuple[float, float]:
+    """(rtol, atol) between the weights of an N-device and a 1-device run after STEPS SGD steps, fp32.
+
+    The runs compute the same update but sum the same products in another order (per-device partial sums of the
+    batch, then the all-reduce): a sum of n terms in fp32 is off by at most n * eps * sum|terms| (eps = 2^-24,
+    Higham, Accuracy and Stability of Numerical Algorithms, eq. 4.4); the longest sum behind a weight gradient
+    runs over the global batch's tokens (n = BATCH * TOKENS), and sum|terms| is taken at the clipped gradient's
+    norm bound (clip_norm), a tiny model at init being well conditioned. SGD with momentum mu moves a weight by
+    lr * sum_{j<t} mu^j gradients at step t, so the gradient part is lr * S * n * eps * clip_norm with
+    S = sum_{t=1..STEPS} sum_{j<t} mu^j (atol). Each step also rounds w + dw once, which may land one ulp apart
+    (ulp <= 2 eps |w|): rtol = STEPS * 2 eps."""
+    opt = OptimConfig(optimizer="sgd")
+    eps = 2.0**-24
+    s = sum(sum(opt.momentum**j for j in range(t)) for t in range(1, STEPS + 1))
+    return STEPS * 2 * eps, opt.lr * s * BATCH * TOKENS * eps * opt.clip_norm
+
+
+def _assert_same_step(one: dict, many: dict, init: dict) -> None:
+    rtol, atol = _bound()
+    assert sorted(one) == sorted(many)
+    for k in one:
+        np.testing.assert_allclose(many[k], one[k], rtol=rtol, atol=atol, err_msg=k)
+    # the check can fail: the steps moved the weights far beyond the tolerance (a rank that trained on its own
+    # slice, without the all-reduce, would be off by about as much)
+    moved = max(float(np.abs(one[k] - init[k]).max()) for k in one)
+    assert moved > 100 * atol
+
+
+# ---- fields, keys, specs ----------------------------------------------------------------------------------------
+# Trial keys computed on main before the devices field existed (vitbench.study.trial_key of these Params at
+# their defaults): one device, data parallel, must keep them.
+KEYS_BEFORE = {"train": "d9c123ea8a9344ab", "infer": "717288ff5699b614", "max_batch": "ba48376dc8de9b5f"}
+
+
+@pytest.mark.parametrize("task", sorted(KEYS_BEFORE))
+def test_default_devices_keep_the_trial_key(task):
+    from vitbench.study import trial_key
+    from vitbench.tasks import get_task
+
+    t = get_task(task)
+    p = t.Params.model_validate({"task": task, "model": MODEL, "backend": "torch"})
+    assert "devices" not in p.config() and "parallelism" not in p.config()
+    assert trial_key(p.config(), 0, t.version) == KEYS_BEFORE[task]
+    two = t.Params.model_validate({"task": task, "model": MODEL, "backend": "torch", "devices": 2,
+                                   "parallelism": "fsdp"}).config()
+    assert two["devices"] == 2 and two["parallelism"] == "fsdp"
+    assert trial_key(two, 0, t.version) != KEYS_BEFORE[task]
+
+
+def test_specs_refuse_what_they_cannot_spread():
+    one = BackendSpec("solo", "x:Y", (), frozenset(Capability), ("fp32",), "cpu")
+    assert one.problems({"devices": 2}) == [("devices", "backend 'solo' runs a step on one device only")]
+    assert one.problems({"devices": 1}) == []
+    dp = BackendSpec("dponly", "x:Y", (), frozenset(Capability), ("fp32",), "cpu", parallelisms=(Parallelism.DP,))
+    (field, msg), = dp.problems({"devices": 2, "parallelism": "fsdp"})
+    assert field == "parallelism" and "runs parallelisms dp" in msg
+    (field, msg), = dp.problems({"devices": 4, "batch_size": 6})
+    assert field == "batch_size" and "multiple of 4" in msg
+    with pytest.raises(ConfigError, match="multiple of 2"):
+        Step(MODEL, batch_size=3, devices=2)
+
+
+def test_bad_devices_on_the_command_line_exit_2(cli):
+    r = cli("bench", MODEL, "--backend", "torch", "--devices", "2", "-b", "3")
+    assert r.exit_code == 2 and "--batch-size" in r.output and "multiple of 2" in r.output
+    r = cli("bench", MODEL, "--backend", "torch", "--devices", "2", "--parallelism", "tp", "-b", "4")
+    assert r.exit_code == 2 and "--parallelism" in r.output and "fsdp" in r.output
+    r = cli("max-batch", MODEL, "--backend", "jax", "--devices", "2", "--device", "cpu:1")
+    assert r.exit_code == 2 and "--device" in r.output
+
+
+def test_study_axis_expands_devices(tmp_path):
+    from vitbench.study import load_study
+
+    path = tmp_path / "s.yaml"
+    path.write_text(textwrap.dedent(f"""
+        name: d
+        axes:
+          model: [{MODEL}]
+          task: [train]
+          backend: [torch, jax]
+          devices: [1, 2]
+          batch_size: [4]
+          threads: [1]
+        """))
+    study = load_study(path)
+    got = sorted((t.config["backend"], t.config.get("devices", 1)) for t in study.trials)
+    assert got == [("jax", 1), ("jax", 2), ("torch", 1), ("torch", 2)]
+
+
+# ---- the same training step on N devices as on one --------------------------------------------------------------
+_JAX_SCRIPT = """
+import json, sys, numpy as np
+from vitbench.backends.base import Step
+from vitbench.measure.group import trained_weights
+from vitbench.measure.throughput import bench
+out = {}
+# the 2-device runs first: the trial's own code must ask XLA for 2 host devices before JAX starts
+for n, par, steps in ((2, "dp", %(steps)d), (2, "fsdp", %(steps)d), (1, "dp", %(steps)d), (1, "dp", 0)):
+    w = trained_weights(Step("%(model)s", mode="train", batch_size=%(batch)d, optimizer="sgd", devices=n,
+                             parallelism=par), "jax", threads=1, steps=steps)
+    np.savez(sys.argv[1] + f"/{n}-{par}-{steps}.npz", **{k.replace("/", "|"): v for k, v in w.items()})
+rec = bench(Step("%(model)s", mode="train", batch_size=%(batch)d, devices=2, parallelism="fsdp"), "jax",
+            threads=1, warmup_steps=1, min_steps=2, min_seconds=0.0)
+print("ROW" + json.dumps({"status": rec.status.value, "metrics": rec.metrics, "env": rec.env}))
+"""
+
+
+def _load(path: Path) -> dict:
+    with np.load(path, allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
+
+
+def test_jax_mesh_step_equals_one_device(tmp_path):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    env.pop("XLA_FLAGS", None)
+    script = _JAX_SCRIPT % {"steps": STEPS, "model": MODEL, "batch": BATCH}
+    r = subprocess.run([sys.executable, "-c", script, str(tmp_path)], env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    one, init = _load(tmp_path / f"1-dp-{STEPS}.npz"), _load(tmp_path / "1-dp-0.npz")
+    for par in ("dp", "fsdp"):
+        _assert_same_step(one, _load(tmp_path / f"2-{par}-{STEPS}.npz"), init)
+    row = json.loads(r.stdout.split("ROW", 1)[1])
+    m = row["metrics"]
+    assert row["status"] == "ok"
+    assert (m["devices"], m["parallelism"], m["batch_size_global"], m["batch_size_per_device"]) == (2, "fsdp", 4, 2)
+    assert m["collective_backend"] == "xla:cpu" and "xla_force_host_platform_device_count=2" in row["env"]["xla_flags"]
+    assert m["img_per_s_per_device"] == pytest.approx(m["img_per_s"] / 2)
+
+
+@pytest.mark.parametrize("parallelism", ["dp", "fsdp"])
+def test_torch_ranks_step_equals_one_device(parallelism):
+    from vitbench.measure.group import trained_weights
+
+    step = Step(MODEL, mode="train", batch_size=BATCH, optimizer="sgd")
+    init = trained_weights(step, "torch", threads=1, steps=0)
+    one = trained_weights(step, "torch", threads=1, steps=STEPS)
+    many = trained_weights(Step(MODEL, mode="train", batch_size=BATCH, optimizer="sgd", devices=2,
+                                parallelism=parallelism), "torch", threads=1, steps=STEPS)
+    _assert_same_step(one, many, init)
+
+
+# ---- failing ranks ------------------------------------------------------------------------------------------------
+def _descendants() -> set[int]:
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+def _job(config: dict):
+    from vitbench.executors import Job
+
+    return Job(key="k", config=config, repeat=0, study="s", study_sha="x", run_id="r", timeout_s=60,
+               task_module="vitbench.tasks.bench")
+
+
+def test_a_dying_rank_is_an_error_row_naming_it(monkeypatch):
+    from vitbench.measure.ranks import DIE_ENV
+    from vitbench.trial import run_trial
+
+    before = _descendants()
+    monkeypatch.setenv(DIE_ENV, "1")
+    cfg = {"task": "train", "model": MODEL, "backend": "torch", "batch_size": BATCH, "devices": 2, "threads": 1,
+           "min_steps": 2, "min_seconds": 0.0, "warmup_steps": 0}
+    rec = run_trial(_job(cfg))
+    assert rec.status.value == "error"
+    assert rec.error.type == "RankFailed" and "rank 1 of 2 failed (exit status 3)" in rec.error.message
+    assert _descendants() <= before  # rank 0 (waiting for its peer) was stopped too
+
+
+def test_a_raising_rank_stops_the_group_and_a_stuck_group_times_out():
+    from vitbench.measure.ranks import RankFailed, run_group
+
+    env = {"PYTHONPATH": os.pathsep.join([str(TESTS), str(REPO), os.environ.get("PYTHONPATH", "")])}
+    before = _descendants()
+    with pytest.raises(RankFailed, match=r"rank 1 of 2 failed \(exit status 1\)[\s\S]*broke on purpose") as e:
+        run_group("rank_targets:fail_on_rank_1", {}, 2, timeout_s=120, env=env)
+    assert e.value.rank == 1
+    with pytest.raises(RankFailed, match="ran past 1 s") as e:
+        run_group("rank_targets:sleep", {"seconds": 60}, 2, timeout_s=1, env=env)
+    assert e.value.rank is None
+    assert _descendants() <= before
+    ranks = run_group("rank_targets:whoami", {}, 2, env=env)
+    assert [r["RANK"] for r in ranks] == ["0", "1"] and {r["WORLD_SIZE"] for r in ranks} == {"2"}
+    assert len({r["MASTER_PORT"] for r in ranks}) == 1 and ranks[0]["MASTER_ADDR"] == "127.0.0.1"
+
+
+def test_torch_group_row():
+    from vitbench.trial import run_trial
+
+    cfg = {"task": "train", "model": MODEL, "backend": "torch", "batch_size": BATCH, "devices": 2, "threads": 1,
+           "min_steps": 2, "min_seconds": 0.0, "warmup_steps": 0, "optimizer": "sgd"}
+    rec = run_trial(_job(cfg))
+    assert rec.status.value == "ok", rec.error
+    m = rec.metrics
+    assert (m["devices"], m["parallelism"], m["batch_size_global"], m["batch_size_per_device"]) == (2, "dp", 4, 2)
+    assert m["collective_backend"] == "gloo" and m["batch_size_achieved"] == 4
+    assert len(m["rank_img_per_s"]) == 2 and m["rank_img_per_s"][0] == m["img_per_s"]
+    assert m["img_per_s_per_device"] == pytest.approx(m["img_per_s"] / 2)
+    # ranks time the same fixed number of steps (they cannot agree on a time-based stop)
+    assert m["steps"] >= 2 and rec.config["devices"] == 2
