@@ -129,7 +129,7 @@ for n, par, steps in ((2, "dp", %(steps)d), (2, "fsdp", %(steps)d), (1, "dp", %(
     np.savez(sys.argv[1] + f"/{n}-{par}-{steps}.npz", **{k.replace("/", "|"): v for k, v in w.items()})
 rec = bench(Step("%(model)s", mode="train", batch_size=%(batch)d, devices=2, parallelism="fsdp"), "jax",
             threads=1, warmup_steps=1, min_steps=2, min_seconds=0.0)
-print("ROW" + json.dumps({"status": rec.status.value, "metrics": rec.metrics, "env": rec.env}))
+print("ROW" + json.dumps({"status": rec.status.value, "metrics": rec.metrics, "env": rec.env, "config": rec.config}))
 """
 
 
@@ -151,7 +151,8 @@ def test_jax_mesh_step_equals_one_device(tmp_path):
     row = json.loads(r.stdout.split("ROW", 1)[1])
     m = row["metrics"]
     assert row["status"] == "ok"
-    assert (m["devices"], m["parallelism"], m["batch_size_global"], m["batch_size_per_device"]) == (2, "fsdp", 4, 2)
+    assert (row["config"]["devices"], row["config"]["parallelism"]) == (2, "fsdp")
+    assert (m["batch_size_global"], m["batch_size_per_device"]) == (4, 2)
     assert m["collective_backend"] == "xla:cpu" and "xla_force_host_platform_device_count=2" in row["env"]["xla_flags"]
     assert m["img_per_s_per_device"] == pytest.approx(m["img_per_s"] / 2)
 
@@ -219,9 +220,46 @@ def test_torch_group_row():
     rec = run_trial(_job(cfg))
     assert rec.status.value == "ok", rec.error
     m = rec.metrics
-    assert (m["devices"], m["parallelism"], m["batch_size_global"], m["batch_size_per_device"]) == (2, "dp", 4, 2)
+    assert (m["batch_size_global"], m["batch_size_per_device"]) == (4, 2)
+    assert rec.config["devices"] == 2 and "parallelism" not in rec.config  # dp: the default, left out
     assert m["collective_backend"] == "gloo" and m["batch_size_achieved"] == 4
     assert len(m["rank_img_per_s"]) == 2 and m["rank_img_per_s"][0] == m["img_per_s"]
     assert m["img_per_s_per_device"] == pytest.approx(m["img_per_s"] / 2)
     # ranks time the same fixed number of steps (they cannot agree on a time-based stop)
     assert m["steps"] >= 2 and rec.config["devices"] == 2
+
+
+# ---- the report: efficiency against the same study's 1-device trial ---------------------------------------------
+def test_report_scaling_efficiency_and_figures(tmp_path):
+    from records import record
+
+    from vitbench.report import build_report, figure
+    from vitbench.store import Store, load
+
+    # img/s chosen so the expected efficiencies are exact: 1 device at batch 2 -> 100, at batch 4 -> 150;
+    # 2 devices at batch 4 (2 per device) -> 160: weak efficiency 160 / (2 x 100) = 0.8, strong speedup
+    # 160 / 150; the other study's 1-device row (1000 img/s) must not be its baseline.
+    rows = [("s", 1, 2, 100.0), ("s", 1, 4, 150.0), ("s", 2, 4, 160.0), ("other", 1, 2, 1000.0)]
+    st = Store(tmp_path)
+    for i, (study, devices, batch, ips) in enumerate(rows):
+        cfg = {"model": MODEL, "backend": "torch", "task": "train", "device": "cpu", "precision": "fp32",
+               "compile": False, "timing": "throughput", "resolution": 32, "batch_size": batch}
+        if devices > 1:
+            cfg["devices"] = devices
+        st.append(record("bench", cfg, metrics={"img_per_s": ips}, key=f"k{i}", study=study, run_id="r",
+                         trial=cfg))
+    rep = build_report(tmp_path, tmp_path / "out", formats="csv")
+    t = rep.tables["devices"]
+    two = t[t["devices"] == 2].iloc[0]
+    assert two["scaling_efficiency"] == pytest.approx(0.8)
+    assert two["speedup_same_global_batch"] == pytest.approx(160 / 150)
+    assert two["img_per_s_per_device"] == pytest.approx(80) and two["batch_per_device"] == 2
+    # 0.8 above: the other study's 1000 img/s was not mixed into the baseline; a 1-device row is its own
+    assert list(t[t["study"] == "other"]["scaling_efficiency"]) == [1.0]
+    thr = rep.tables["throughput"]
+    assert sorted(thr["devices"]) == [1, 1, 2] and set(thr["parallelism"]) == {"dp"}  # defaults filled in (the throughput table pools studies)
+    df = load(tmp_path)
+    for name in ("throughput_vs_devices", "efficiency_vs_devices"):
+        assert figure(name, df) is not None and (tmp_path / "out" / f"{name}.png").exists()
+    one_device = df[df["study"] == "other"]
+    assert figure("efficiency_vs_devices", one_device) is None  # nothing ran on several devices

@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from vitbench.backends.base import PRECISIONS
+from vitbench.backends.kinds import DEFAULT_PARALLELISM
 from vitbench.cli import app
 from vitbench.cli.common import SET_HELP, checked, choice, console, print_json, shared_option, task_params, with_sets
 from vitbench.errors import ConfigError
@@ -99,15 +100,16 @@ def _bench_title(rec) -> str:
     m, c = rec.metrics, rec.config
     compiled = f" | compile {m.get('compile_mode')}" if c.get("compile") else ""
     return (f"{c['model']} {c['task']} | {c['backend']} {c['device']} {c['precision']}{compiled} | "
-            f"batch {m['batch_size_achieved']}{_group(m)} @ {c['resolution']}px | {rec.env.get('threads')} threads | "
+            f"batch {m['batch_size_achieved']}{_group(rec)} @ {c['resolution']}px | {rec.env.get('threads')} threads | "
             f"{c['timing']} timing")
 
 
-def _group(m: dict) -> str:
-    """' over 2 devices (dp, gloo)' for a multi-device row, '' for one device."""
-    if (m.get("devices") or 1) == 1:
+def _group(rec) -> str:
+    """' over 2 devices (dp, gloo)' for a multi-device row, '' for one device (its config has no `devices`)."""
+    c = rec.config
+    if "devices" not in c:
         return ""
-    return f" over {m['devices']} devices ({m.get('parallelism')}, {m.get('collective_backend')})"
+    return f" over {c['devices']} devices ({c.get('parallelism', DEFAULT_PARALLELISM)}, {rec.metrics.get('collective_backend')})"
 
 
 def _bench_rows(rec) -> list[tuple[str, object]]:
@@ -211,7 +213,8 @@ def max_batch_cmd(
     console.print(t)
     m = rec.metrics
     budget = f"{m['memory_limit_mib']:.0f} MiB" if m["memory_limit_mib"] else "device memory"
-    console.print(f"max_batch_size = [bold]{m['max_batch_size']}[/]{' (capped)' if m['capped'] else ''} "
+    per = f" per device (x {rec.config['devices']} devices)" if "devices" in rec.config else ""
+    console.print(f"max_batch_size = [bold]{m['max_batch_size']}[/]{per}{' (capped)' if m['capped'] else ''} "
                   f"(budget {budget}, {m['probes']} probes, {m['search_s']:.1f} s)")
     if rec.status is not Status.OK:
         console.print(f"[red]{rec.status}[/]: {escape(rec.error.message) if rec.error else ''}")

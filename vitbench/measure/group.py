@@ -9,7 +9,7 @@
   steps: `min_steps`, in windows of `window_steps` (default: ceil(min_steps / TARGET_WINDOWS), at least 2);
   min_seconds and max_seconds do not apply there. The group's step time is rank 0's (every step ends in a
   collective that waits for the slowest rank).
-- Row fields: devices, parallelism, global and per-device batch, the collective library, img/s of the group and
+- Row fields: devices and parallelism (config), global and per-device batch, the collective library, img/s of the group and
   per device. Scaling efficiency needs the same study's 1-device row: the report computes it
   (vitbench.report.devices), never the task.
 - MFU: the group's model FLOP/s over (the device's peak x devices) = per-device model FLOP/s over one device's
@@ -39,8 +39,9 @@ def agreed_timing(min_steps: int, window_steps: int | None) -> tuple[int, float,
 
 
 def group_metrics(step: Step, info: dict, img_per_s: float) -> dict[str, Any]:
-    """The row's multi-device fields (also on a 1-device row, so every row says how many devices it used)."""
-    return {"devices": step.devices, "parallelism": step.parallelism, "batch_size_global": step.batch_size,
+    """The row's multi-device metrics (also on a 1-device row); `devices` and `parallelism` themselves are the
+    config's (absent there at their defaults: one device, dp)."""
+    return {"batch_size_global": step.batch_size,
             "batch_size_per_device": step.per_device_batch, "collective_backend": info.get("collective_backend"),
             "img_per_s_per_device": img_per_s / step.devices}
 

@@ -207,7 +207,8 @@ def max_batch(step: Step, backend: str | None = None, device: str = "cpu", threa
               "granularity": granularity, "max_batch_size_cap": max_batch_size}
     config.pop("batch_size")
     metrics = {
-        "max_batch_size": best,
+        "max_batch_size": best,  # per device
+        "max_batch_size_global": best * step.devices,
         "capped": best >= max_batch_size,
         "probes": len(probes),
         "peak_mem_mib": at_best.peak_mem_mib if at_best else None,

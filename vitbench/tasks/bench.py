@@ -99,10 +99,21 @@ class Train(_Bench):
 
 register_report(ReportPart(
     "throughput", "Throughput (median over repeats)", (KIND,), lazy("vitbench.report.tables:throughput"),
-    columns=("model", "backend", "task", "device", "precision", "compile", "timing", "resolution", "batch_size",
-             "repeats", "img_per_s", "img_per_s_min", "img_per_s_max", "step_ms_median", "step_cv", "mfu"),
+    columns=("model", "backend", "task", "device", "devices", "parallelism", "precision", "compile", "timing",
+             "resolution", "batch_size", "repeats", "img_per_s", "img_per_s_min", "img_per_s_max", "step_ms_median", "step_cv", "mfu"),
     figures=(Figure("throughput_vs_resolution", "Throughput vs input size (cf. paper Figure 12, left)",
                     lazy("vitbench.report.plots:throughput_vs_resolution")),),
     order=10))
+register_report(ReportPart(
+    "devices", "Throughput across devices (scaling efficiency against the study's 1-device trial)", (KIND,),
+    lazy("vitbench.report.devices:scaling"),
+    columns=("model", "backend", "task", "device", "devices", "parallelism", "precision", "batch_size",
+             "batch_per_device", "repeats", "img_per_s", "img_per_s_per_device", "scaling_efficiency",
+             "speedup_same_global_batch", "mfu"),
+    figures=(Figure("throughput_vs_devices", "Throughput vs devices",
+                    lazy("vitbench.report.devices:throughput_vs_devices")),
+             Figure("efficiency_vs_devices", "Scaling efficiency vs devices",
+                    lazy("vitbench.report.devices:efficiency_vs_devices"))),
+    order=12))
 register_report(ReportPart("backends", "Backends side by side (img/s)", (KIND,),
                            lazy("vitbench.report.tables:backend_pivot"), order=11))

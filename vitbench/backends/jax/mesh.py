@@ -17,6 +17,8 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from vitbench.backends.kinds import Parallelism
+
 AXIS = "data"
 # What XLA's collectives run on, per platform: in-process copies on a CPU, NCCL between NVIDIA GPUs (XLA's GPU
 # collectives), the inter-chip interconnect on TPU.
@@ -45,7 +47,7 @@ def replicated(mesh: Mesh) -> NamedSharding:
 def param_sharding(mesh: Mesh, shape: tuple[int, ...], parallelism: str) -> NamedSharding:
     """dp: replicated; fsdp: split on the largest axis the mesh size divides (ties: the first), else replicated."""
     n = mesh.devices.size
-    if parallelism != "fsdp":
+    if Parallelism(parallelism) is not Parallelism.FSDP:
         return replicated(mesh)
     axes = [i for i, d in enumerate(shape) if d % n == 0 and d >= n]
     if not axes:

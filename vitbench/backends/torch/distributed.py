@@ -24,6 +24,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from vitbench.backends.kinds import Parallelism
 from vitbench.errors import BackendUnavailable, ConfigError
 
 # A rank stuck in a collective (its peer died) gives up after this long; the group's launcher kills it sooner.
@@ -69,7 +70,7 @@ def local_slice(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.T
 
 def wrap(model: torch.nn.Module, parallelism: str, device: torch.device) -> torch.nn.Module:
     """`model` spread over the group: DDP (dp) or FSDP2 (fsdp)."""
-    if parallelism == "fsdp":
+    if Parallelism(parallelism) is Parallelism.FSDP:
         from torch.distributed.fsdp import fully_shard
 
         blocks = [c for m in model.modules() if isinstance(m, (torch.nn.ModuleList, torch.nn.Sequential))
