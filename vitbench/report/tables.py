@@ -32,9 +32,9 @@ def ok_rows(df: pd.DataFrame, kinds: tuple[str, ...]) -> pd.DataFrame:
     if df.empty or "kind" not in df:
         return df.iloc[0:0]
     out = df[df["kind"].isin(kinds) & (df["status"] == "ok")].copy()
-    for col, default in GROUP_DEFAULTS.items():  # absent from 1-device rows' config (vitbench.tasks.fields)
-        if col in out:
-            out[col] = out[col].astype(object).where(out[col].notna(), default)
+    if any(col in out for col in GROUP_DEFAULTS):  # left out of 1-device rows' config (vitbench.tasks.fields)
+        for col, default in GROUP_DEFAULTS.items():
+            out[col] = out[col].astype(object).where(out[col].notna(), default) if col in out else default
     if not out.empty and "model" in out and "family" not in out:
         out.insert(out.columns.get_loc("model") + 1, "family", out["model"].map(family_of))
     return out
