@@ -32,6 +32,12 @@ def launches_ranks(step: Step, backend: str) -> bool:
     return step.devices > 1 and backend_spec(backend).process_per_device and not ranks.in_group()
 
 
+def setup(be, device: str, threads: int | None, step: Step) -> dict:
+    """`be.setup` for `step`: `devices` passed only when > 1, so a plug-in backend written before the field
+    (whose setup takes device and threads) keeps running one-device steps."""
+    return be.setup(device, threads, devices=step.devices) if step.devices > 1 else be.setup(device, threads)
+
+
 def agreed_timing(min_steps: int, window_steps: int | None) -> tuple[int, float, float]:
     """(window_steps, min_seconds, max_seconds) of a rank: a fixed step count every rank reaches (see above)."""
     windows = window_steps or max(2, math.ceil(min_steps / TARGET_WINDOWS))
@@ -77,7 +83,7 @@ def trained_weights(step: Step, backend: str, device: str = "cpu", threads: int 
     from vitbench.backends.base import get_backend
 
     be = get_backend(backend)
-    be.setup(device, threads, devices=step.devices)
+    setup(be, device, threads, step)
     work = be.prepare(step)
     try:
         for _ in range(steps):

@@ -23,7 +23,9 @@ def probe(req: dict) -> dict:
     step = Step(**req["step"])
     try:
         be = get_backend(req["backend"])
-        be.setup(req.get("device", "cpu"), req.get("threads"), devices=step.devices)
+        from vitbench.measure.group import setup
+
+        setup(be, req.get("device", "cpu"), req.get("threads"), step)
     except (BackendUnavailable, ConfigError) as e:  # not here at all: the search stops (bad input, exit 2)
         return {"status": ProbeStatus.UNAVAILABLE, "batch": step.batch_size, "error": str(e)[:1000],
                 "process_peak_mib": None}

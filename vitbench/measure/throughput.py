@@ -76,7 +76,7 @@ def bench(step: Step, backend: str | Backend | None = None, device: str = "cpu",
                                  min_steps=min_steps, min_seconds=min_seconds, max_seconds=max_seconds,
                                  timing=timing.value, window_steps=window_steps, with_mfu=with_mfu)
     be = get_backend(name) if not isinstance(backend, Backend) else backend
-    info = be.setup(device, threads, devices=step.devices)
+    info = group.setup(be, device, threads, step)
     config = {**step_config(be.name, step, device, threads), "warmup_steps": warmup_steps,
               "min_steps": min_steps, "min_seconds": min_seconds, "timing": timing.value,
               "window_steps": window_steps}
