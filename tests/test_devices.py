@@ -239,27 +239,36 @@ def test_report_scaling_efficiency_and_figures(tmp_path):
     # img/s chosen so the expected efficiencies are exact: 1 device at batch 2 -> 100, at batch 4 -> 150;
     # 2 devices at batch 4 (2 per device) -> 160: weak efficiency 160 / (2 x 100) = 0.8, strong speedup
     # 160 / 150; the other study's 1-device row (1000 img/s) must not be its baseline.
-    rows = [("s", 1, 2, 100.0), ("s", 1, 4, 150.0), ("s", 2, 4, 160.0), ("other", 1, 2, 1000.0)]
+    rows = [("s", 1, 2, 100.0), ("s", 1, 4, 150.0), ("s", 2, 4, 160.0), ("other", 1, 2, 1000.0),
+            ("s", 2, 4, 120.0, "fsdp")]
     st = Store(tmp_path)
-    for i, (study, devices, batch, ips) in enumerate(rows):
+    for i, (study, devices, batch, ips, *par) in enumerate(rows):
         cfg = {"model": MODEL, "backend": "torch", "task": "train", "device": "cpu", "precision": "fp32",
                "compile": False, "timing": "throughput", "resolution": 32, "batch_size": batch}
         if devices > 1:
             cfg["devices"] = devices
+        if par:
+            cfg["parallelism"] = par[0]
         st.append(record("bench", cfg, metrics={"img_per_s": ips}, key=f"k{i}", study=study, run_id="r",
                          trial=cfg))
     rep = build_report(tmp_path, tmp_path / "out", formats="csv")
     t = rep.tables["devices"]
-    two = t[t["devices"] == 2].iloc[0]
+    two = t[(t["devices"] == 2) & (t["parallelism"] == "dp")].iloc[0]
+    fsdp = t[t["parallelism"] == "fsdp"].iloc[0]
+    assert fsdp["scaling_efficiency"] == pytest.approx(0.6)  # against the same 1-device (dp) row
     assert two["scaling_efficiency"] == pytest.approx(0.8)
     assert two["speedup_same_global_batch"] == pytest.approx(160 / 150)
     assert two["img_per_s_per_device"] == pytest.approx(80) and two["batch_per_device"] == 2
     # 0.8 above: the other study's 1000 img/s was not mixed into the baseline; a 1-device row is its own
     assert list(t[t["study"] == "other"]["scaling_efficiency"]) == [1.0]
     thr = rep.tables["throughput"]
-    assert sorted(thr["devices"]) == [1, 1, 2] and set(thr["parallelism"]) == {"dp"}  # defaults filled in (the throughput table pools studies)
+    assert sorted(thr["devices"]) == [1, 1, 2, 2] and set(thr["parallelism"]) == {"dp", "fsdp"}  # defaults filled in (the throughput table pools studies)
     df = load(tmp_path)
     for name in ("throughput_vs_devices", "efficiency_vs_devices"):
-        assert figure(name, df) is not None and (tmp_path / "out" / f"{name}.png").exists()
+        fig = figure(name, df)
+        assert fig is not None and (tmp_path / "out" / f"{name}.png").exists()
+        lines = [ln for ln in fig.axes[0].get_lines() if not ln.get_label().startswith("_")]
+        assert sorted(ln.get_label().split()[3] for ln in lines) == ["dp", "fsdp"]  # both start at 1 device
+        assert all(list(ln.get_xdata()) == [1, 2] for ln in lines)
     one_device = df[df["study"] == "other"]
     assert figure("efficiency_vs_devices", one_device) is None  # nothing ran on several devices

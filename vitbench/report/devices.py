@@ -49,8 +49,15 @@ def scaling(ok: pd.DataFrame) -> pd.DataFrame:
 
 
 def _series(t: pd.DataFrame):
-    keys = [k for k in ("model", "backend", "task", "precision", "parallelism", "batch_per_device") if k in t]
-    return t.groupby(keys, dropna=False, sort=True)
+    """Lines: one per (study, model, backend, task, device, precision, ..., per-device batch) and parallelism of
+    its multi-device rows, each starting from the 1-device row (the same for every parallelism)."""
+    keys = [k for k in _MATCH if k in t and k != "family"] + ["batch_per_device"]
+    out = []
+    for k, g in t.groupby(keys, dropna=False, sort=True):
+        one, many = g[g["devices"] == 1], g[g["devices"] > 1]
+        for par, m in many.groupby("parallelism", sort=True):
+            out.append(((*k, par), pd.concat([one, m]).assign(parallelism=par)))
+    return out
 
 
 def _label(row: pd.Series) -> str:
