@@ -272,3 +272,53 @@ def test_report_scaling_efficiency_and_figures(tmp_path):
         assert all(list(ln.get_xdata()) == [1, 2] for ln in lines)
     one_device = df[df["study"] == "other"]
     assert figure("efficiency_vs_devices", one_device) is None  # nothing ran on several devices
+
+
+# ---- max-batch per device --------------------------------------------------------------------------------------
+def test_max_batch_searches_the_per_device_batch(monkeypatch):
+    import vitbench.measure.max_batch as mb
+    from vitbench.measure.max_batch import Probe, ProbeStatus
+
+    payloads = []
+
+    class FakeProc:  # records what the probe process would have been asked to run
+        def __init__(self, argv, **kwargs):
+            payloads.append(json.loads(argv[-1]))
+            self.pid, self.returncode = os.getpid(), 1
+
+        def poll(self):
+            return 1
+
+        def wait(self):
+            return 1
+
+    with monkeypatch.context() as m:
+        m.setattr(mb.subprocess, "Popen", FakeProc)
+        mb.run_probe(Step(MODEL, mode="train", batch_size=2, devices=2), 5, "torch")
+    assert payloads[-1]["step"]["batch_size"] == 10 and payloads[-1]["step"]["devices"] == 2
+
+    def fits_up_to_6(step, batch, *args, **kwargs):
+        return Probe(batch, batch <= 6, ProbeStatus.OK if batch <= 6 else ProbeStatus.OOM)
+
+    monkeypatch.setattr(mb, "run_probe", fits_up_to_6)
+    rec = mb.max_batch(Step(MODEL, mode="train", batch_size=2, devices=2), "torch", max_batch_size=64)
+    assert rec.metrics["max_batch_size"] == 6 and rec.metrics["max_batch_size_global"] == 12
+    assert rec.config["devices"] == 2
+
+
+def test_a_group_probe_reports_its_worst_rank(monkeypatch):
+    import vitbench.measure.ranks as ranks
+    from vitbench.measure import probe
+
+    results = [{"status": "ok", "batch": 8, "peak_mem_mib": 10.0, "process_peak_mib": 100.0},
+               {"status": "oom", "batch": 8, "peak_mem_mib": 12.0, "process_peak_mib": 110.0, "error": "OOM"}]
+    monkeypatch.setattr(ranks, "run_group", lambda target, kwargs, devices, **kw: results)
+    out = probe._group_probe({"step": {"model": MODEL, "batch_size": 8, "devices": 2}, "backend": "torch"})
+    assert out["status"] == "oom" and out["peak_mem_mib"] == 12.0 and out["process_peak_mib"] == 210.0
+
+    def dead(*a, **k):
+        raise ranks.RankFailed(1, "rank 1 of 2 failed (exit status 3)")
+
+    monkeypatch.setattr(ranks, "run_group", dead)
+    out = probe._group_probe({"step": {"model": MODEL, "batch_size": 8, "devices": 2}, "backend": "torch"})
+    assert out["status"] == "error" and "rank 1 of 2" in out["error"]

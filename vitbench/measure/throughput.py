@@ -25,7 +25,7 @@ from dataclasses import replace
 from vitbench.backends.base import Backend, Step, default_backend, get_backend
 from vitbench.env import environment
 from vitbench.errors import ConfigError
-from vitbench.measure import extra_work, group
+from vitbench.measure import extra_work, group, ranks
 from vitbench.measure.load import LoadMeter
 from vitbench.measure.noise import assess, summary
 from vitbench.measure.nvml import EnergyMeter
@@ -80,11 +80,13 @@ def bench(step: Step, backend: str | Backend | None = None, device: str = "cpu",
     config = {**step_config(be.name, step, device, threads), "warmup_steps": warmup_steps,
               "min_steps": min_steps, "min_seconds": min_seconds, "timing": timing.value,
               "window_steps": window_steps}
-    if group.ranks.in_group():  # ranks run the same fixed number of steps (measure/group.py)
+    if ranks.in_group():  # ranks run the same fixed number of steps (measure/group.py)
         window_steps, min_seconds, max_seconds = group.agreed_timing(min_steps, window_steps)
     env = environment(info)
     dev = be.device_info()
     extra = extra_work.requested()  # test-only known slowdown (vitbench.measure.extra_work)
+    if extra and ranks.in_group():  # sized by timing each rank apart: ranks would run different step counts
+        raise ConfigError(f"${extra_work.ENV} does not apply to a group of ranks (devices > 1)")
     work = timed = None
     oom = None
     try:

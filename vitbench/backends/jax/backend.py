@@ -89,26 +89,6 @@ def random_params(model, resolution: int, seed: int = 0) -> dict:
     return unflatten(out)
 
 
-class _Group:
-    """A step's mesh and shardings when it runs on several devices (vitbench.backends.jax.mesh)."""
-
-    def __init__(self, step: Step, platform: str):
-        from vitbench.backends.jax import mesh
-
-        self._m, self.parallelism = mesh, step.parallelism
-        self.mesh = mesh.make_mesh(platform, step.devices)
-        self.batch, self.replicated = mesh.batch_sharding(self.mesh), mesh.replicated(self.mesh)
-
-    def put_batch(self, a):
-        return jax.device_put(a, self.batch)
-
-    def shardings(self, tree):
-        return self._m.shardings_of(tree, self.mesh, self.parallelism)
-
-    def put_params(self, tree):
-        return self._m.place(tree, self.shardings(tree))
-
-
 class JaxBackend(Backend):
     spec = SPEC
 
@@ -191,7 +171,11 @@ class JaxBackend(Backend):
             jax.block_until_ready(x)  # dispatch is async: surface an allocation failure here
             y = jax.random.randint(key_y, (step.batch_size,), 0, k)
         params = jax.device_put(random_params(model, res, step.seed), dev)
-        group = _Group(step, dev.platform) if step.devices > 1 else None
+        group = None
+        if step.devices > 1:
+            from vitbench.backends.jax.mesh import Group
+
+            group = Group(step.devices, step.parallelism, dev.platform)
         if group is not None:  # the batch sharded over a mesh, parameters replicated or sharded (mesh.py)
             x, y, params = group.put_batch(x), group.put_batch(y), group.put_params(params)
         if step.mode == "infer":

@@ -66,3 +66,21 @@ def shardings_of(tree, mesh: Mesh, parallelism: str):
 def place(tree, shardings):
     """`tree` on the mesh with `shardings` (a tree of the same structure)."""
     return jax.tree_util.tree_map(jax.device_put, tree, shardings)
+
+
+class Group:
+    """A step's mesh and shardings on `devices` devices: what JaxBackend.lower places its arguments with."""
+
+    def __init__(self, devices: int, parallelism: str, platform: str):
+        self.parallelism = parallelism
+        self.mesh = make_mesh(platform, devices)
+        self.batch, self.replicated = batch_sharding(self.mesh), replicated(self.mesh)
+
+    def put_batch(self, a):
+        return jax.device_put(a, self.batch)
+
+    def shardings(self, tree):
+        return shardings_of(tree, self.mesh, self.parallelism)
+
+    def put_params(self, tree):
+        return place(tree, self.shardings(tree))
