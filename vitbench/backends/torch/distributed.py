@@ -11,7 +11,8 @@ clipping sees the all-reduced gradients (DDP) or the global norm of the sharded 
   during backward).
 - fsdp: FSDP2 `torch.distributed.fsdp.fully_shard` on every block (each element of a ModuleList / Sequential
   that holds parameters, innermost first) and on the root: parameters, gradients and optimizer state sharded,
-  gathered per block for its forward and backward.
+  gathered per block for its forward and backward. FSDP2 takes contiguous parameters only: with channels_last
+  the conv kernels stay in the default layout (the inputs are still channels_last).
 """
 
 from __future__ import annotations
@@ -73,6 +74,12 @@ def wrap(model: torch.nn.Module, parallelism: str, device: torch.device) -> torc
     if Parallelism(parallelism) is Parallelism.FSDP:
         from torch.distributed.fsdp import fully_shard
 
+        # FSDP2 shards contiguous parameters only (torch's _fsdp_param raises NotImplementedError otherwise): a
+        # channels_last model's conv kernels go back to the default layout (its inputs stay channels_last)
+        with torch.no_grad():
+            for p in model.parameters():
+                if not p.is_contiguous():
+                    p.data = p.data.contiguous()
         blocks = [c for m in model.modules() if isinstance(m, (torch.nn.ModuleList, torch.nn.Sequential))
                   for c in m if any(True for _ in c.parameters())]
         for block in reversed(blocks):  # modules() is pre-order: reversed, inner blocks are sharded first
