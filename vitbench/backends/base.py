@@ -61,8 +61,10 @@ class Backend(ABC):
 
     # ---- setup ------------------------------------------------------------------------------------------------
     @abstractmethod
-    def setup(self, device: str = "cpu", threads: int | None = None) -> dict:
-        """Select device and thread count; return what was resolved (device name, threads, versions, ...)."""
+    def setup(self, device: str = "cpu", threads: int | None = None, devices: int = 1) -> dict:
+        """Select device and thread count; return what was resolved (device name, threads, versions, ...).
+        `devices` > 1: the steps will run over that many local devices of `device`'s kind (a backend whose spec
+        says `process_per_device` is then called in each rank of the group the trial launched)."""
 
     def versions(self) -> dict[str, str | None]:
         """Versions of the backend's packages, as installed (one source for every row: package metadata)."""

@@ -67,6 +67,17 @@ class AttentionKernel(Choice):
     # attention kernel of the framework's)
 
 
+class Parallelism(Choice):
+    """How a step is spread over `devices` local devices (the trial field `parallelism`)."""
+
+    DP = "dp"  # data parallel: the batch split over the devices, parameters replicated, gradients all-reduced
+    FSDP = "fsdp"  # fully sharded data parallel: the batch split, parameters (and gradients, optimizer state) sharded
+
+
+DEFAULT_PARALLELISM = Parallelism.DP
+DEFAULT_DEVICES = 1  # one device: what every measurement before the `devices` field ran on
+
+
 class Capability(Choice):
     """What a backend can do; tasks declare the capabilities they need (checked when a study is parsed)."""
 

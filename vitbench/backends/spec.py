@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import AfterValidator
 
-from vitbench.backends.kinds import Capability, DeviceKind
+from vitbench.backends.kinds import DEFAULT_DEVICES, DEFAULT_PARALLELISM, Capability, DeviceKind, Parallelism
 from vitbench.errors import BackendUnavailable
 
 if TYPE_CHECKING:
@@ -48,6 +48,11 @@ class BackendSpec:
     # measured on another for the same physical device. Pairs, so that a spec stays hashable.
     device_names: tuple[tuple[DeviceKind, str], ...] = ((DeviceKind.CPU, "cpu"),)
     compile_modes: tuple[str, ...] = ()  # modes of the optional compiler (`compile_mode`), first = its default
+    # How it spreads a step over several local devices (`devices` > 1); none: one device only.
+    parallelisms: tuple[Parallelism, ...] = ()
+    # True: one process per device, launched by the trial (vitbench.measure.ranks); False: one process drives
+    # every device (e.g. a sharded XLA computation).
+    process_per_device: bool = False
 
     def device_string(self, kind: DeviceKind, index: int = 0) -> str | None:
         """This backend's name for device `index` of `kind`, or None when it cannot run on that kind."""
@@ -75,9 +80,27 @@ class BackendSpec:
             elif Capability.COMPILE in self.capabilities and mode not in self.compile_modes:
                 out.append(("compile_mode", f"backend {self.name!r} compiles in modes "
                                             f"{', '.join(self.compile_modes) or '(none)'}"))
+        out += self._group_problems(fields)
         if self.check is not None:
             out += self.check(fields)
         return out
+
+    def _group_problems(self, fields: Mapping[str, Any]) -> list[tuple[str, str]]:
+        """`devices` and `parallelism` against what this backend can spread a step with (absent: the defaults)."""
+        devices = fields.get("devices", DEFAULT_DEVICES)
+        parallelism = fields.get("parallelism", DEFAULT_PARALLELISM.value)
+        if devices == DEFAULT_DEVICES and parallelism == DEFAULT_PARALLELISM.value:
+            return []
+        if not self.parallelisms:
+            return [("devices", f"backend {self.name!r} runs a step on one device only")]
+        if parallelism not in self.parallelisms:
+            return [("parallelism", f"backend {self.name!r} runs parallelisms "
+                                    f"{', '.join(p.value for p in self.parallelisms)}")]
+        batch = fields.get("batch_size")
+        if isinstance(batch, int) and isinstance(devices, int) and batch % devices:
+            return [("batch_size", f"the global batch {batch} does not split evenly over {devices} devices: "
+                                   f"use a multiple of {devices}")]
+        return []
 
     def load(self) -> type[Backend]:
         module, _, cls = self.implementation.partition(":")

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from vitbench.backends.kinds import OPTIMIZERS, PRECISIONS, Mode
+from vitbench.backends.kinds import DEFAULT_DEVICES, DEFAULT_PARALLELISM, OPTIMIZERS, PRECISIONS, Mode, Parallelism
 from vitbench.errors import ConfigError
 
 @dataclass(frozen=True)
@@ -26,15 +26,28 @@ class Step:
     channels_last: bool | None = None  # None: on for conv families (bit, hybrid), off for vit
     optimizer: str = "adam"  # train only
     seed: int = 0
+    # Local devices the step runs on: `batch_size` is the GLOBAL batch of one step, split evenly over them.
+    devices: int = DEFAULT_DEVICES
+    parallelism: str = DEFAULT_PARALLELISM.value
 
     def __post_init__(self) -> None:
         for name, value, allowed in (("mode", self.mode, ("infer", "train")),
                                      ("precision", self.precision, PRECISIONS),
-                                     ("optimizer", self.optimizer, OPTIMIZERS)):
+                                     ("optimizer", self.optimizer, OPTIMIZERS),
+                                     ("parallelism", self.parallelism, Parallelism.values())):
             if value not in allowed:
                 raise ConfigError(f"unknown {name} {value!r}; allowed: {', '.join(allowed)}")
         if self.batch_size < 1:
             raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.devices < 1:
+            raise ConfigError(f"devices must be >= 1, got {self.devices}")
+        if self.batch_size % self.devices:
+            raise ConfigError(f"batch_size {self.batch_size} does not split evenly over {self.devices} devices: "
+                              f"use a multiple of {self.devices}")
+
+    @property
+    def per_device_batch(self) -> int:
+        return self.batch_size // self.devices
 
     @classmethod
     def of(cls, fields: Mapping[str, Any], **override) -> Step:
@@ -43,7 +56,13 @@ class Step:
         return cls(**{k: v for k, v in {**fields, **override}.items() if k in names and v is not None})
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The step's fields; `devices` and `parallelism` only where they differ from one device, data parallel,
+        so the config of every one-device measurement is what it was before these fields existed."""
+        d = asdict(self)
+        for name, default in (("devices", DEFAULT_DEVICES), ("parallelism", DEFAULT_PARALLELISM.value)):
+            if d[name] == default:
+                del d[name]
+        return d
 
 
 class Workload(ABC):
@@ -71,6 +90,11 @@ class Workload(ABC):
         order on one queue may wait for the last only."""
         for out in outs:
             self.sync(out)
+
+    def weights_host(self) -> dict:
+        """The model's parameters now (after the steps run so far), whole, float32 numpy by the framework's own
+        names: what the multi-device equivalence check compares (vitbench.measure.group_check)."""
+        raise NotImplementedError(f"{type(self).__name__} does not give its weights")
 
     def close(self) -> None:  # free device memory held by the workload
         pass

@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from vitbench.backends.base import PRECISIONS
+from vitbench.backends.kinds import DEFAULT_PARALLELISM
 from vitbench.cli import app
 from vitbench.cli.common import (SET_HELP, checked, choice, console, field_default, print_json, refuse_unsupported,
                                  shared_option, task_params, with_sets)
@@ -50,6 +51,9 @@ def bench_cmd(
     device: str = typer.Option(field_default(Infer.Params, "device"),
                                help="cpu | cuda | cuda:N (torch); cpu | gpu | tpu (jax)."),
     threads: int = typer.Option(None, help="Intra-op threads (default: the framework's; recorded either way)."),
+    devices: int = typer.Option(None, min=1, help="Local devices (default 1): data parallel over N devices, the "
+                                                 "batch split evenly (docs/devices.md)."),
+    parallelism: str = typer.Option(None, help="With --devices N: dp (replicated parameters) | fsdp (sharded)."),
     compile: bool = typer.Option(field_default(Infer.Params, "compile"),
                                  "--compile/--no-compile", help="torch.compile the model (torch)."),
     compile_mode: str = typer.Option(None, "--compile-mode",
@@ -87,7 +91,8 @@ def bench_cmd(
     values = dict(model=with_sets(model, sets), backend=backend, batch_size=batch_size, resolution=resolution,
                   precision=precision, compile=compile, compile_mode=compile_mode, device=device, threads=threads,
                   channels_last=channels_last, seed=seed, warmup_steps=warmup, min_steps=min_steps,
-                  min_seconds=min_seconds, max_seconds=max_seconds, timing=timing, window_steps=window_steps)
+                  min_seconds=min_seconds, max_seconds=max_seconds, timing=timing, window_steps=window_steps,
+                  devices=devices, parallelism=parallelism)
     if choice(task, _MODES, "--task") == "train":
         values["optimizer"] = optimizer
     t, params = task_params(task, {"model": "MODEL", "warmup_steps": "--warmup"}, **values)
@@ -106,8 +111,16 @@ def _bench_title(rec) -> str:
     m, c = rec.metrics, rec.config
     compiled = f" | compile {m.get('compile_mode')}" if c.get("compile") else ""
     return (f"{c['model']} {c['task']} | {c['backend']} {c['device']} {c['precision']}{compiled} | "
-            f"batch {m['batch_size_achieved']} @ {c['resolution']}px | {rec.env.get('threads')} threads | "
+            f"batch {m['batch_size_achieved']}{_group(rec)} @ {c['resolution']}px | {rec.env.get('threads')} threads | "
             f"{c['timing']} timing")
+
+
+def _group(rec) -> str:
+    """' over 2 devices (dp, gloo)' for a multi-device row, '' for one device (its config has no `devices`)."""
+    c = rec.config
+    if "devices" not in c:
+        return ""
+    return f" over {c['devices']} devices ({c.get('parallelism', DEFAULT_PARALLELISM)}, {rec.metrics.get('collective_backend')})"
 
 
 def _bench_rows(rec) -> list[tuple[str, object]]:
@@ -163,6 +176,9 @@ def max_batch_cmd(
                                            "(`vitbench plugins` lists them; default: the first registered)."),
     device: str = typer.Option(field_default(MaxBatch.Params, "device")),
     threads: int = typer.Option(None),
+    devices: int = typer.Option(None, min=1, help="Local devices (default 1): the batch searched is per device, "
+                                                 "each probe runs the N-device step (docs/devices.md)."),
+    parallelism: str = typer.Option(None, help="With --devices N: dp (replicated parameters) | fsdp (sharded)."),
     optimizer: str = typer.Option(field_default(Train.Params, "optimizer"),
                                   help="train: adam | sgd (optimizer state counts toward memory)."),
     memory_limit_gib: float = typer.Option(
@@ -192,8 +208,9 @@ def max_batch_cmd(
                        mode=choice(task, _MODES, "--task"),
                        resolution=resolution, precision=precision, device=device, threads=threads,
                        memory_limit_gib=memory_limit_gib, max_batch_size=max_batch_size, start=start,
-                       granularity=granularity, probe_timeout_s=probe_timeout_s)
-    step = Step.of(p.config(), mode=p.mode, batch_size=1, optimizer=choice(optimizer, OPTIMIZERS, "--optimizer"))
+                       granularity=granularity, probe_timeout_s=probe_timeout_s, devices=devices,
+                       parallelism=parallelism)
+    step = Step.of(p.config(), mode=p.mode, batch_size=p.devices, optimizer=choice(optimizer, OPTIMIZERS, "--optimizer"))
     rec = max_batch(step, backend=p.backend, device=p.device, threads=p.threads,
                     memory_limit_gib=p.memory_limit_gib, max_batch_size=p.max_batch_size, start=p.start,
                     granularity=p.granularity, probe_timeout_s=p.probe_timeout_s)
@@ -211,7 +228,8 @@ def max_batch_cmd(
     console.print(t)
     m = rec.metrics
     budget = f"{m['memory_limit_mib']:.0f} MiB" if m["memory_limit_mib"] else "device memory"
-    console.print(f"max_batch_size = [bold]{m['max_batch_size']}[/]{' (capped)' if m['capped'] else ''} "
+    per = f" per device (x {rec.config['devices']} devices)" if "devices" in rec.config else ""
+    console.print(f"max_batch_size = [bold]{m['max_batch_size']}[/]{per}{' (capped)' if m['capped'] else ''} "
                   f"(budget {budget}, {m['probes']} probes, {m['search_s']:.1f} s)")
     if rec.status is not Status.OK:
         console.print(f"[red]{rec.status}[/]: {escape(rec.error.message) if rec.error else ''}")

@@ -20,7 +20,7 @@ def plugin_rows() -> list[dict]:
                "available": not e.missing(), "missing": e.missing(), "description": e.description}
         if e.kind is Kind.BACKEND:
             row.update(capabilities=list(e.provides), precisions=list(e.obj.precisions), devices=e.obj.devices,
-                       requires=list(e.requires))
+                       parallelisms=[p.value for p in e.obj.parallelisms], requires=list(e.requires))
         elif e.kind is Kind.TASK:
             t = e.obj
             row.update(record_kind=t.kind, needs=list(e.provides), hidden=t.hidden,

@@ -116,7 +116,8 @@ def run_probe(step: Step, batch: int, backend: str | None = None, device: str = 
               budget_mib: float | None = None, timeout_s: float = 600.0, steps: int = 2,
               poll_s: float = 0.02) -> Probe:
     """Run one probe in a fresh process; kill it if its resident memory passes `budget_mib`."""
-    payload = json.dumps({"step": {**step.to_dict(), "batch_size": batch}, "backend": backend or default_backend(),
+    # `batch` is per device: a probe of an N-device step runs the global batch N x batch
+    payload = json.dumps({"step": {**step.to_dict(), "batch_size": batch * step.devices}, "backend": backend or default_backend(),
                           "device": device,
                           "threads": threads, "steps": steps, "parent_pid": os.getpid()})
     t0 = time.perf_counter()
@@ -189,7 +190,8 @@ def nothing_fits_hint(probes: list[Probe], budget_mib: float | None) -> str | No
 def max_batch(step: Step, backend: str | None = None, device: str = "cpu", threads: int | None = None,
               memory_limit_gib: float | None = None, max_batch_size: int = 4096, start: int = 1,
               granularity: int = 1, probe_timeout_s: float = 600.0) -> Record:
-    """Record of kind 'max_batch': the largest batch for `step` (its batch_size is ignored) and every probe."""
+    """Record of kind 'max_batch': the largest batch for `step` (its batch_size is ignored) and every probe; with
+    `step.devices` > 1 the batch searched (and reported) is per device, each probe running the N-device step."""
     started = now()
     step = resolve_step(step)
     backend = backend or default_backend()
@@ -205,7 +207,8 @@ def max_batch(step: Step, backend: str | None = None, device: str = "cpu", threa
               "granularity": granularity, "max_batch_size_cap": max_batch_size}
     config.pop("batch_size")
     metrics = {
-        "max_batch_size": best,
+        "max_batch_size": best,  # per device
+        "max_batch_size_global": best * step.devices,
         "capped": best >= max_batch_size,
         "probes": len(probes),
         "peak_mem_mib": at_best.peak_mem_mib if at_best else None,

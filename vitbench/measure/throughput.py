@@ -25,7 +25,7 @@ from dataclasses import replace
 from vitbench.backends.base import Backend, Step, default_backend, get_backend
 from vitbench.env import environment
 from vitbench.errors import ConfigError
-from vitbench.measure import extra_work
+from vitbench.measure import extra_work, group, ranks
 from vitbench.measure.load import LoadMeter
 from vitbench.measure.noise import assess, summary
 from vitbench.measure.nvml import EnergyMeter
@@ -70,14 +70,23 @@ def bench(step: Step, backend: str | Backend | None = None, device: str = "cpu",
     timing = TimingMode.parse(timing, "timing")
     if window_steps is not None and window_steps < 1:
         raise ConfigError(f"window_steps must be >= 1, got {window_steps}")
-    be = get_backend(backend or default_backend()) if not isinstance(backend, Backend) else backend
-    info = be.setup(device, threads)
+    name = backend.name if isinstance(backend, Backend) else (backend or default_backend())
+    if group.launches_ranks(step, name):  # one rank per device, each running this function (measure/group.py)
+        return group.bench_group(step, name, device=device, threads=threads, warmup_steps=warmup_steps,
+                                 min_steps=min_steps, min_seconds=min_seconds, max_seconds=max_seconds,
+                                 timing=timing.value, window_steps=window_steps, with_mfu=with_mfu)
+    be = get_backend(name) if not isinstance(backend, Backend) else backend
+    info = group.setup(be, device, threads, step)
     config = {**step_config(be.name, step, device, threads), "warmup_steps": warmup_steps,
               "min_steps": min_steps, "min_seconds": min_seconds, "timing": timing.value,
               "window_steps": window_steps}
+    if ranks.in_group():  # ranks run the same fixed number of steps (measure/group.py)
+        window_steps, min_seconds, max_seconds = group.agreed_timing(min_steps, window_steps)
     env = environment(info)
     dev = be.device_info()
     extra = extra_work.requested()  # test-only known slowdown (vitbench.measure.extra_work)
+    if extra and ranks.in_group():  # sized by timing each rank apart: ranks would run different step counts
+        raise ConfigError(f"${extra_work.ENV} does not apply to a group of ranks (devices > 1)")
     work = timed = None
     oom = None
     try:
@@ -158,6 +167,7 @@ def bench(step: Step, backend: str | Backend | None = None, device: str = "cpu",
         "matmul_settings": settings.get("framework"),
         "compile_mode": settings.get("compile_mode"),
         "attention_kernel": attention.value if attention is not None else None,
+        **group.group_metrics(step, info, batch / median_s),
         "other_load_cores": load.other_cores,
         "unstable": bool(noise),
         "noise": summary(noise),
@@ -167,8 +177,9 @@ def bench(step: Step, backend: str | Backend | None = None, device: str = "cpu",
     step_gflops = fwd_gflops * batch * (3 if step.mode == "train" else 1)
     metrics["gflops_per_img_fwd"] = fwd_gflops
     metrics["model_tflops_per_s"] = step_gflops / median_s / 1e3
-    if with_mfu:
-        metrics.update(mfu_metrics(be, step, info.get("threads"), metrics["model_tflops_per_s"], load))
+    if with_mfu:  # per device: the group's FLOP/s over (peak x devices)
+        metrics.update(mfu_metrics(be, step, info.get("threads"), metrics["model_tflops_per_s"] / step.devices,
+                                   load))
     raw = {"step_s": step_s, "warmup_s": warmup_s, "noise": [{"flag": n.flag.value, "detail": n.detail}
                                                              for n in noise], "settings": settings}
     if timing is TimingMode.THROUGHPUT:

@@ -12,7 +12,13 @@ import pandas as pd
 
 from vitbench.models.families import family_names
 from vitbench.models.specs import get_spec
+from vitbench.tasks.fields import SHARED
 from vitbench.tasks.upstream import TEACHER_FIELDS  # what tells a distilled upstream apart (absent without one)
+
+# Trial fields left out of the config at their defaults (tasks.fields.OmittedAtDefault): a row without them ran
+# with the default.
+GROUP_DEFAULTS = {f: SHARED[f][1] for f in ("devices", "parallelism")}
+
 
 def family_of(model: str) -> str:
     try:
@@ -26,6 +32,9 @@ def ok_rows(df: pd.DataFrame, kinds: tuple[str, ...]) -> pd.DataFrame:
     if df.empty or "kind" not in df:
         return df.iloc[0:0]
     out = df[df["kind"].isin(kinds) & (df["status"] == "ok")].copy()
+    if any(col in out for col in GROUP_DEFAULTS):  # left out of 1-device rows' config (vitbench.tasks.fields)
+        for col, default in GROUP_DEFAULTS.items():
+            out[col] = out[col].astype(object).where(out[col].notna(), default) if col in out else default
     if not out.empty and "model" in out and "family" not in out:
         out.insert(out.columns.get_loc("model") + 1, "family", out["model"].map(family_of))
     return out
@@ -61,8 +70,8 @@ def _collapse(df: pd.DataFrame, keys: list[str], metrics: list[str], spread: str
     return out.reset_index(drop=True)
 
 
-THROUGHPUT_KEYS = ["model", "family", "backend", "task", "device", "precision", "compile", "compile_mode",
-                   "timing", "resolution", "batch_size"]
+THROUGHPUT_KEYS = ["model", "family", "backend", "task", "device", "devices", "parallelism", "precision", "compile",
+                   "compile_mode", "timing", "resolution", "batch_size"]
 THROUGHPUT_METRICS = ["img_per_s", "step_ms_median", "step_ms_p90", "step_ms_iqr", "step_cv", "first_step_s",
                       "compile_s", "peak_mem_mib", "model_tflops_per_s", "mfu", "batch_size_achieved"]
 
@@ -84,7 +93,8 @@ def peak_throughput(ok: pd.DataFrame) -> pd.DataFrame:
 
 
 def max_batch(ok: pd.DataFrame) -> pd.DataFrame:
-    keys = ["model", "family", "backend", "mode", "device", "precision", "compile", "resolution"]
+    keys = ["model", "family", "backend", "mode", "device", "devices", "parallelism", "precision", "compile",
+            "resolution"]
     return _collapse(ok, keys, _present(ok, ["max_batch_size", "capped", "peak_mem_mib", "memory_limit_mib",
                                               "probes", "search_s"]))
 

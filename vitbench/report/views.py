@@ -6,7 +6,7 @@ from __future__ import annotations
 from functools import partial
 
 from vitbench.inspect import report as inspect_report
-from vitbench.report import arch, figure13, fit_figures, objectives, plots, tables
+from vitbench.report import arch, devices, figure13, fit_figures, objectives, plots, tables
 from vitbench.report.parts import Figure, ReportPart, register_report, report_parts
 from vitbench.tasks import bench, flops, inspection, max_batch
 from vitbench.tasks.fewshot import Fewshot
@@ -19,13 +19,23 @@ __all__ = ["report_parts"]  # every section, the built-in ones registered below 
 
 register_report(ReportPart(
     "throughput", "Throughput (median over repeats)", (bench.KIND,), tables.throughput,
-    columns=("model", "backend", "task", "device", "precision", "compile", "timing", "resolution", "batch_size",
-             "repeats", "img_per_s", "img_per_s_min", "img_per_s_max", "step_ms_median", "step_cv", "mfu"),
+    columns=("model", "backend", "task", "device", "devices", "parallelism", "precision", "compile", "timing",
+             "resolution", "batch_size", "repeats", "img_per_s", "img_per_s_min", "img_per_s_max", "step_ms_median",
+             "step_cv", "mfu"),
     figures=(Figure("throughput_vs_resolution", "Throughput vs input size (cf. paper Figure 12, left)",
                     plots.throughput_vs_resolution),),
     order=10))
 register_report(ReportPart("backends", "Backends side by side (img/s)", (bench.KIND,), tables.backend_pivot,
                            order=11))
+register_report(ReportPart(
+    "devices", "Throughput across devices (scaling efficiency against the study's 1-device trial)", (bench.KIND,),
+    devices.scaling,
+    columns=("model", "backend", "task", "device", "devices", "parallelism", "precision", "batch_size",
+             "batch_per_device", "repeats", "img_per_s", "img_per_s_per_device", "scaling_efficiency",
+             "speedup_same_global_batch", "mfu"),
+    figures=(Figure("throughput_vs_devices", "Throughput vs devices", devices.throughput_vs_devices),
+             Figure("efficiency_vs_devices", "Scaling efficiency vs devices", devices.efficiency_vs_devices)),
+    order=12))
 register_report(ReportPart(
     "max_batch", "Largest batch that fits", (max_batch.KIND,), tables.max_batch,
     columns=("model", "backend", "mode", "precision", "resolution", "max_batch_size", "capped", "peak_mem_mib",

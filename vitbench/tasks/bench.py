@@ -13,7 +13,7 @@ from vitbench.transfer.config import MAX_SECONDS
 
 KIND = "bench"
 _SHARED = ("model", "backend", "task", "device", "resolution", "batch_size", "precision", "compile",
-           "compile_mode", "seed", "threads", "num_classes", "channels_last")
+           "compile_mode", "seed", "threads", "num_classes", "channels_last", "devices", "parallelism")
 
 
 TimingName = literal_of(TimingMode.values())

@@ -13,6 +13,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, Strict, create_model, field_validator, model_validator
 
 from vitbench.backends.base import OPTIMIZERS, PRECISIONS, BackendName, default_backend
+from vitbench.backends.kinds import DEFAULT_DEVICES, DEFAULT_PARALLELISM, Parallelism
 from vitbench.errors import VitbenchError
 from vitbench.transfer.config import MAX_COUNT, Seed
 
@@ -28,11 +29,23 @@ class LocalPath:
 PathField = Annotated[str, LocalPath()]
 
 
+class OmittedAtDefault:
+    """Marks a field added after trials were keyed: at its default it is left out of the trial config, so every
+    trial that existed before the field keeps its key (and its rows' config) unchanged."""
+
+    def __repr__(self) -> str:
+        return "OmittedAtDefault()"
+
+
+def _marked(params: type[BaseModel], marker: type) -> tuple[str, ...]:
+    return tuple(n for n, f in params.model_fields.items() if any(isinstance(m, marker) for m in f.metadata)
+                 or any(isinstance(m, marker) for a in getattr(f.annotation, "__args__", ())
+                        for m in getattr(a, "__metadata__", ())))
+
+
 def path_fields(params: type[BaseModel]) -> tuple[str, ...]:
     """The fields of a Params model that name local paths."""
-    return tuple(n for n, f in params.model_fields.items() if any(isinstance(m, LocalPath) for m in f.metadata)
-                 or any(isinstance(m, LocalPath) for a in getattr(f.annotation, "__args__", ())
-                        for m in getattr(a, "__metadata__", ())))
+    return _marked(params, LocalPath)
 
 
 _PosInt = Annotated[int, Strict(), Field(gt=0, le=MAX_COUNT)]
@@ -64,6 +77,12 @@ SHARED: dict[str, tuple[Any, Any, str]] = {
     "threads": (_PosInt | None, None, "intra-op CPU threads (null: the framework's default; recorded)"),
     "num_classes": (_PosInt | None, None, "classifier outputs (null: the variant's default)"),
     "optimizer": (literal_of(OPTIMIZERS), "adam", "training optimiser: adam (pre-training) or sgd (momentum 0.9)"),
+    "devices": (Annotated[int, Strict(), Field(gt=0, le=MAX_COUNT), OmittedAtDefault()], DEFAULT_DEVICES,
+                "local devices one step runs on (batch_size is the global batch, split evenly over them); the "
+                "trial launches one process per device where its backend needs that (docs/devices.md)"),
+    "parallelism": (Annotated[literal_of(Parallelism.values()), OmittedAtDefault()], DEFAULT_PARALLELISM.value,
+                    "with devices > 1: dp (parameters replicated, gradients all-reduced) or fsdp (parameters, "
+                    "gradients and optimizer state sharded); the backend lists what it runs"),
     "channels_last": (_StrictBool | None, None, "NHWC memory format (null: on for conv families, off for ViT)"),
 }
 
@@ -115,8 +134,14 @@ class TaskParams(BaseModel):
         return self
 
     def config(self) -> dict:
-        """The normalised trial config: JSON-able, the input of the trial key."""
-        return self.model_dump(mode="json")
+        """The normalised trial config: JSON-able, the input of the trial key (fields marked OmittedAtDefault
+        left out at their default)."""
+        out = self.model_dump(mode="json")
+        fields = type(self).model_fields
+        for name in _marked(type(self), OmittedAtDefault):
+            if out.get(name) == fields[name].get_default(call_default_factory=True):
+                del out[name]
+        return out
 
 
 def params_model(name: str, shared: tuple[str, ...], *own: type[BaseModel]) -> type[TaskParams]:

@@ -31,7 +31,8 @@ class MaxBatch(Task):
     name = "max_batch"
     kind = KIND
     Params = params_model("MaxBatchParams", ("model", "backend", "task", "device", "resolution", "precision",
-                                             "compile", "threads", "num_classes", "channels_last"), Search)
+                                             "compile", "threads", "num_classes", "channels_last", "devices",
+                                             "parallelism"), Search)
     description = "largest batch that fits (fresh process per probe)"
     needs = frozenset({Capability.MAX_BATCH})
     metrics = (Metric("max_batch_size", "images", True, "largest batch that fits", comparable=True,
@@ -42,6 +43,6 @@ class MaxBatch(Task):
     def run(self, p) -> Record:
         from vitbench.measure.max_batch import max_batch
 
-        return max_batch(Step.of(p.config(), mode=p.mode, batch_size=1), backend=p.backend, device=p.device,
+        return max_batch(Step.of(p.config(), mode=p.mode, batch_size=p.devices), backend=p.backend, device=p.device,
                          threads=p.threads, memory_limit_gib=p.memory_limit_gib, max_batch_size=p.max_batch_size,
                          start=p.start, granularity=p.granularity, probe_timeout_s=p.probe_timeout_s)

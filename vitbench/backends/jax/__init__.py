@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from vitbench.backends.base import BackendSpec, Capability, DeviceKind, register_backend
+from vitbench.backends.kinds import Parallelism
 
 NAME = "jax"
 _DEVICE = re.compile(r"^(cpu|gpu|cuda|rocm|tpu)(:\d+)?$")
@@ -21,6 +22,9 @@ def _check(fields: Mapping[str, Any]) -> list[tuple[str, str]]:
     device = str(fields.get("device") or "cpu")
     if not _DEVICE.match(device):
         out.append(("device", f"backend {NAME!r} runs on cpu, gpu|cuda[:N] or tpu[:N]"))
+    if fields.get("devices", 1) > 1 and ":" in device:
+        out.append(("device", "with devices > 1, device names the kind (cpu, gpu or tpu): the mesh takes the "
+                              "first N devices of that kind"))
     if fields.get("precision") == "tf32" and not device.startswith(("gpu", "cuda")):
         out.append(("precision", "tf32 is an NVIDIA GPU tensor-core format: there is none on a CPU, and a TPU's "
                                  "fp32 matmuls are bf16 passes; use fp32 (full fp32) or bf16"))
@@ -45,6 +49,8 @@ SPEC = register_backend(BackendSpec(
     preload=(),  # XLA's CPU client sizes its thread pools at start-up: each trial starts JAX itself
     distributions=("jax", "jaxlib", "flax", "optax"),
     check=_check,
+    # one jitted step over a jax.sharding.Mesh of the local devices (mesh.py)
+    parallelisms=(Parallelism.DP, Parallelism.FSDP),
     install="pip install 'vitbench[jax]'",
     description="JAX + Flax linen: jit compiled ahead of time (compile_s apart), explicit matmul precision, "
                 "block_until_ready, XLA FLOPs",

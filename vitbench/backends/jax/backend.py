@@ -101,15 +101,18 @@ class JaxBackend(Backend):
         self._state_mib = 0.0  # CPU, steady phase: the step's arrays
 
     # -- setup ---------------------------------------------------------------------------------------
-    def setup(self, device: str = "cpu", threads: int | None = None) -> dict:
+    def setup(self, device: str = "cpu", threads: int | None = None, devices: int = 1) -> dict:
+        from vitbench.backends.jax.mesh import COLLECTIVES
+
         threads, capped = capped_threads(threads)
-        self.device, platform, cpu_threads = client.select_device(device, threads, self.spec.devices)
+        self.device, platform, cpu_threads = client.select_device(device, threads, self.spec.devices, devices)
         return {
             "backend": self.name,
             "device": device,
             "device_name": getattr(self.device, "device_kind", platform),
             "platform": platform,
             "threads": cpu_threads,
+            **({"collective_backend": COLLECTIVES.get(platform, platform)} if devices > 1 else {}),
             **capped,
             "default_matmul_precision": str(jax.config.jax_default_matmul_precision or "default"),
             "xla_preallocate": client.os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE"),
@@ -169,12 +172,19 @@ class JaxBackend(Backend):
             jax.block_until_ready(x)  # dispatch is async: surface an allocation failure here
             y = jax.random.randint(key_y, (step.batch_size,), 0, k)
         params = jax.device_put(random_params(model, res, step.seed), dev)
+        group = None
+        if step.devices > 1:
+            from vitbench.backends.jax.mesh import Group
+
+            group = Group(step.devices, step.parallelism, dev.platform)
+        if group is not None:  # the batch sharded over a mesh, parameters replicated or sharded (mesh.py)
+            x, y, params = group.put_batch(x), group.put_batch(y), group.put_params(params)
         if step.mode == "infer":
             def forward(p, xb):
                 return model.apply({"params": p}, xb)
 
             args: tuple = (params, x)
-            jitted = jax.jit(forward)
+            jitted = jax.jit(forward) if group is None else jax.jit(forward, out_shardings=group.batch)
         else:
             opt = OptimConfig(optimizer=step.optimizer)
             tx = training.make_tx(opt, params)
@@ -189,9 +199,13 @@ class JaxBackend(Backend):
                 return training.apply_update(tx, grads, opt_state, p, opt.lr), loss
 
             state = (params, tx.init(params))  # zeros like params, on params' device
+            out_shardings = None
+            if group is not None:  # optimizer state sharded as its parameter; the step keeps the layout
+                state = group.put_params(state)
+                out_shardings = (group.shardings(state), group.replicated)
             args = (state, x, y)
             # donate the state: XLA updates params and optimizer state in place (no second copy)
-            jitted = jax.jit(train_step, donate_argnums=0)
+            jitted = jax.jit(train_step, donate_argnums=0, out_shardings=out_shardings)
         t0 = time.perf_counter()
         with jax.default_matmul_precision(MATMUL_PRECISION[step.precision]):  # read when tracing
             lowered = jitted.lower(*args)

@@ -8,6 +8,8 @@
   while the client is created (plus --xla_cpu_multi_thread_eigen=false for N=1) and then gives every thread its
   CPUs back, so the pools have N threads that the OS schedules freely. Once JAX is initialised the count is
   fixed: asking for another raises ConfigError. threads=None leaves JAX's default (all allowed CPUs).
+- CPU devices: `devices=N` > 1 on the CPU platform adds --xla_force_host_platform_device_count=N to XLA_FLAGS
+  before the client starts (N host devices sharing the process's cores); after start the count is fixed too.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from vitbench.errors import BackendUnavailable, ConfigError  # noqa: E402
 
 PLATFORMS = {"cpu": "cpu", "gpu": "gpu", "cuda": "gpu", "rocm": "gpu", "tpu": "tpu"}
 _state: dict[str, Any] = {"cpu_threads": None}  # what this module initialised the CPU client with
+HOST_DEVICES_FLAG = "--xla_force_host_platform_device_count"
 
 
 def _allowed_cpus() -> list[int]:
@@ -36,6 +39,13 @@ def _jax_initialised() -> bool:
         return bool(getattr(xla_bridge, "_backends", {}))
     except Exception:  # noqa: BLE001 - private API moved: assume the worst
         return True
+
+
+def _add_host_devices(devices: int) -> None:
+    """Ask XLA for `devices` CPU devices (before JAX starts; a count already in XLA_FLAGS is the user's)."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    if devices > 1 and HOST_DEVICES_FLAG not in flags and not _jax_initialised():
+        os.environ["XLA_FLAGS"] = f"{flags} {HOST_DEVICES_FLAG}={devices}".strip()
 
 
 def _init_cpu_client(threads: int | None) -> int:
@@ -79,9 +89,10 @@ def _restore_affinity(cpus: list[int]) -> None:
             pass
 
 
-def select_device(device: str, threads: int | None, allowed: str) -> tuple[Any, str, int | None]:
+def select_device(device: str, threads: int | None, allowed: str, devices: int = 1) -> tuple[Any, str, int | None]:
     """(jax device, platform, CPU threads or None) for `device` ('cpu', 'gpu:1', ...), starting the clients
-    with `threads` CPU threads if JAX has not started yet. `allowed` describes valid devices for messages."""
+    with `threads` CPU threads (and `devices` host devices on CPU) if JAX has not started yet. `allowed`
+    describes valid devices for messages."""
     kind, _, index = device.partition(":")
     platform = PLATFORMS.get(kind)
     if platform is None or (index and not index.isdigit()):
@@ -92,6 +103,8 @@ def select_device(device: str, threads: int | None, allowed: str) -> tuple[Any, 
     if platform == "cpu" and threads is not None and threads > n_cpus:
         raise ConfigError(f"threads={threads}, but this process may use {n_cpus} CPU(s); XLA sizes its CPU "
                           f"pools by the CPUs available, so use threads <= {n_cpus}")
+    if platform == "cpu":
+        _add_host_devices(devices)
     cpu_threads = _init_cpu_client(threads if platform == "cpu" else None)
     if platform == "cpu" and threads is not None and threads != cpu_threads:
         raise ConfigError(
@@ -101,11 +114,15 @@ def select_device(device: str, threads: int | None, allowed: str) -> tuple[Any, 
     import jax
 
     try:
-        devices = jax.devices(platform)
+        present = jax.devices(platform)
     except RuntimeError as e:
         raise BackendUnavailable(f"device {device!r} requested but JAX has no {platform} backend here "
                                  f"({e}); use --device cpu") from e
     i = int(index or 0)
-    if i >= len(devices):
-        raise BackendUnavailable(f"device {device!r}: only {len(devices)} {platform} device(s) present")
-    return devices[i], platform, (cpu_threads if platform == "cpu" else None)
+    if i >= len(present):
+        raise BackendUnavailable(f"device {device!r}: only {len(present)} {platform} device(s) present")
+    if devices > len(present):
+        how = (f" (XLA fixes the number of CPU devices when JAX starts: run in a fresh process, or set "
+               f"XLA_FLAGS={HOST_DEVICES_FLAG}={devices})" if platform == "cpu" else "")
+        raise ConfigError(f"devices={devices} but JAX has {len(present)} {platform} device(s) in this process{how}")
+    return present[i], platform, (cpu_threads if platform == "cpu" else None)

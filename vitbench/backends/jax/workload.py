@@ -43,6 +43,12 @@ class JaxWorkload(Workload):
         return sum(int(leaf.nbytes) for leaf in jax.tree_util.tree_leaves(self.args)
                    if isinstance(leaf, jax.Array) and not leaf.is_deleted())
 
+    def weights_host(self) -> dict:
+        from vitbench.models.param_table import flatten
+
+        params = self.args[0] if self.mode == "infer" else self.args[0][0]
+        return {k: np.asarray(jax.device_get(v), dtype=np.float32) for k, v in flatten(dict(params)).items()}
+
     def close(self) -> None:
         for leaf in jax.tree_util.tree_leaves(self.args):
             if isinstance(leaf, jax.Array) and not leaf.is_deleted():

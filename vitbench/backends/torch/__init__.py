@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from vitbench.backends.base import BackendSpec, Capability, DeviceKind, register_backend
+from vitbench.backends.kinds import Parallelism
 
 NAME = "torch"
 _DEVICE = re.compile(r"^(cpu|cuda(:\d+)?)$")
@@ -20,6 +21,8 @@ def _check(fields: Mapping[str, Any]) -> list[tuple[str, str]]:
     device = fields.get("device")
     if device is not None and not _DEVICE.match(str(device)):
         return [("device", f"backend {NAME!r} runs on cpu, cuda or cuda:N")]
+    if fields.get("devices", 1) > 1 and ":" in str(device or ""):
+        return [("device", "with devices > 1, device names the kind (cpu or cuda): rank r runs on cuda:r")]
     if fields.get("precision") == "tf32" and str(device or "cpu").startswith("cpu"):
         return [("precision", "tf32 is a GPU tensor-core format (NVIDIA Ampere and later); a CPU has none: use "
                               "fp32 (full fp32), or bf16")]
@@ -39,6 +42,10 @@ SPEC = register_backend(BackendSpec(
     preload=("torch", "timm", "vitbench.backends.torch.backend"),
     distributions=("torch", "timm"),
     check=_check,
+    # DDP / FSDP2 (fully_shard), one process per device (gloo on CPU, NCCL on CUDA): distributed.py, launch in
+    # vitbench.measure.ranks
+    parallelisms=(Parallelism.DP, Parallelism.FSDP),
+    process_per_device=True,
     install="pip install vitbench (torch and timm are core dependencies)",
     description="PyTorch + timm: eager or torch.compile (modes), fp32/tf32 flags, autocast bf16/fp16, CUDA events",
 ))

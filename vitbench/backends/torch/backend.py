@@ -84,7 +84,7 @@ class TorchBackend(Backend):
         self.compile_s = 0.0
 
     # -- setup -------------------------------------------------------------------------------------
-    def setup(self, device: str = "cpu", threads: int | None = None) -> dict:
+    def setup(self, device: str = "cpu", threads: int | None = None, devices: int = 1) -> dict:
         try:
             dev = torch.device(device)
         except RuntimeError:
@@ -95,13 +95,21 @@ class TorchBackend(Backend):
             raise BackendUnavailable(f"device {device!r} requested but CUDA is not available here; "
                                      "use --device cpu")
         self.device = dev
+        group = {}
+        if devices > 1:  # this process is one rank of the group the trial launched (distributed.py)
+            from vitbench.backends.torch import distributed
+
+            self.device = distributed.init(dev, devices)
+            group = {"collective_backend": distributed.collective_backend(dev.type),
+                     "rank": distributed.rank_and_world()[0]}
         threads, capped = capped_threads(threads)
         if threads is not None:
             torch.set_num_threads(threads)
         return {
             "backend": self.name,
-            "device": str(dev),
+            "device": str(self.device),
             "device_name": self.device_info().name,
+            **group,
             "threads": torch.get_num_threads(),
             "interop_threads": torch.get_num_interop_threads(),
             **capped,
@@ -148,12 +156,19 @@ class TorchBackend(Backend):
         x = torch.randn(step.batch_size, 3, res, res, generator=gen).to(self.device, memory_format=fmt)
         y = torch.randint(0, k, (step.batch_size,), generator=gen).to(self.device)
         opt = OptimConfig(optimizer=step.optimizer) if step.mode == "train" else None
+        if step.devices > 1:  # a rank: its slice of the global batch, the model spread over the group
+            from vitbench.backends.torch import distributed
+
+            x, y = distributed.local_slice(x, y)
+            model = distributed.wrap(model, step.parallelism, self.device)
         if mode is not None:
             model = torch.compile(model, mode=mode)
         settings = {**settings, "compile_mode": mode}
-        return TorchWorkload(model, x, y, step.mode, step.precision, opt, self.device, settings,
+        work = TorchWorkload(model, x, y, step.mode, step.precision, opt, self.device, settings,
                              has_attention=family.attention,
                              cuda_graphs=mode == "reduce-overhead" and self.device.type == "cuda")
+        work.batch_size = step.batch_size  # the group's global batch (this rank runs batch_size / devices)
+        return work
 
     def numerics_in_force(self) -> str | None:
         return numerics("fp32")["framework"].removesuffix(" autocast=off")

@@ -58,6 +58,11 @@ class TorchWorkload(Workload):
                 total += t.untyped_storage().nbytes()
         return total
 
+    def weights_host(self) -> dict:
+        from vitbench.backends.torch.distributed import host_weights
+
+        return host_weights(self.model)
+
     def close(self) -> None:
         self.model = self.x = self.y = self.optim = self.params = self.decay = None
 

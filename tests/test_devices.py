@@ -1,0 +1,327 @@
+"""Steps over several local devices (`devices`, `parallelism`): fields and keys, the N-device step equals the
+one-device step (JAX mesh, torch DDP/FSDP2 ranks on gloo), failing ranks, and the rows."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+
+from vitbench.backends.base import BackendSpec, Capability, Step
+from vitbench.backends.kinds import Parallelism
+from vitbench.errors import ConfigError
+from vitbench.transfer.schedules import OptimConfig
+
+TESTS = Path(__file__).parent
+REPO = TESTS.parent
+MODEL, BATCH, STEPS = "ViT-Nano/4", 4, 3
+TOKENS = (32 // 4) ** 2 + 1  # ViT-Nano/4 at 32 px: 64 patches + the class token
+# R-Nano at 32 px: the largest map a weight gradient sums over is the root conv's output, 16 x 16 (stride 2)
+R_POSITIONS = (32 // 2) ** 2
+
+
+def _bound(positions: int = TOKENS) -> tuple[float, float]:
+    """(rtol, atol) between the weights of an N-device and a 1-device run after STEPS SGD steps, fp32.
+
+    The runs compute the same update but sum the same products in another order (per-device partial sums of the
+    batch, then the all-reduce): a sum of n terms in fp32 is off by at most n * eps * sum|terms| (eps = 2^-24,
+    Higham, Accuracy and Stability of Numerical Algorithms, eq. 4.4); the longest sum behind a weight gradient
+    runs over the global batch's tokens or feature-map positions (n = BATCH * positions), and sum|terms| is taken at the clipped gradient's
+    norm bound (clip_norm), a tiny model at init being well conditioned. SGD with momentum mu moves a weight by
+    lr * sum_{j<t} mu^j gradients at step t, so the gradient part is lr * S * n * eps * clip_norm with
+    S = sum_{t=1..STEPS} sum_{j<t} mu^j (atol). Each step also rounds w + dw once, which may land one ulp apart
+    (ulp <= 2 eps |w|): rtol = STEPS * 2 eps."""
+    opt = OptimConfig(optimizer="sgd")
+    eps = 2.0**-24
+    s = sum(sum(opt.momentum**j for j in range(t)) for t in range(1, STEPS + 1))
+    return STEPS * 2 * eps, opt.lr * s * BATCH * positions * eps * opt.clip_norm
+
+
+def _assert_same_step(one: dict, many: dict, init: dict, positions: int = TOKENS) -> None:
+    rtol, atol = _bound(positions)
+    assert sorted(one) == sorted(many)
+    for k in one:
+        np.testing.assert_allclose(many[k], one[k], rtol=rtol, atol=atol, err_msg=k)
+    # the check can fail: the steps moved the weights far beyond the tolerance (a rank that trained on its own
+    # slice, without the all-reduce, would be off by about as much)
+    moved = max(float(np.abs(one[k] - init[k]).max()) for k in one)
+    assert moved > 100 * atol
+
+
+# ---- fields, keys, specs ----------------------------------------------------------------------------------------
+# Trial keys computed on main before the devices field existed (vitbench.study.trial_key of these Params at
+# their defaults): one device, data parallel, must keep them.
+KEYS_BEFORE = {"train": "d9c123ea8a9344ab", "infer": "717288ff5699b614", "max_batch": "ba48376dc8de9b5f"}
+
+
+@pytest.mark.parametrize("task", sorted(KEYS_BEFORE))
+def test_default_devices_keep_the_trial_key(task):
+    from vitbench.study import trial_key
+    from vitbench.tasks import get_task
+
+    t = get_task(task)
+    p = t.Params.model_validate({"task": task, "model": MODEL, "backend": "torch"})
+    assert "devices" not in p.config() and "parallelism" not in p.config()
+    assert trial_key(p.config(), 0, t.version) == KEYS_BEFORE[task]
+    two = t.Params.model_validate({"task": task, "model": MODEL, "backend": "torch", "devices": 2,
+                                   "parallelism": "fsdp"}).config()
+    assert two["devices"] == 2 and two["parallelism"] == "fsdp"
+    assert trial_key(two, 0, t.version) != KEYS_BEFORE[task]
+
+
+def test_specs_refuse_what_they_cannot_spread():
+    one = BackendSpec("solo", "x:Y", (), frozenset(Capability), ("fp32",), "cpu")
+    assert one.problems({"devices": 2}) == [("devices", "backend 'solo' runs a step on one device only")]
+    assert one.problems({"devices": 1}) == []
+    dp = BackendSpec("dponly", "x:Y", (), frozenset(Capability), ("fp32",), "cpu", parallelisms=(Parallelism.DP,))
+    (field, msg), = dp.problems({"devices": 2, "parallelism": "fsdp"})
+    assert field == "parallelism" and "runs parallelisms dp" in msg
+    (field, msg), = dp.problems({"devices": 4, "batch_size": 6})
+    assert field == "batch_size" and "multiple of 4" in msg
+    with pytest.raises(ConfigError, match="multiple of 2"):
+        Step(MODEL, batch_size=3, devices=2)
+
+
+def test_bad_devices_on_the_command_line_exit_2(cli):
+    r = cli("bench", MODEL, "--backend", "torch", "--devices", "2", "-b", "3")
+    assert r.exit_code == 2 and "--batch-size" in r.output and "multiple of 2" in r.output
+    r = cli("bench", MODEL, "--backend", "torch", "--devices", "2", "--parallelism", "tp", "-b", "4")
+    assert r.exit_code == 2 and "--parallelism" in r.output and "fsdp" in r.output
+    r = cli("max-batch", MODEL, "--backend", "jax", "--devices", "2", "--device", "cpu:1")
+    assert r.exit_code == 2 and "--device" in r.output
+
+
+def test_study_axis_expands_devices(tmp_path):
+    from vitbench.study import load_study
+
+    path = tmp_path / "s.yaml"
+    path.write_text(textwrap.dedent(f"""
+        name: d
+        axes:
+          model: [{MODEL}]
+          task: [train]
+          backend: [torch, jax]
+          devices: [1, 2]
+          batch_size: [4]
+          threads: [1]
+        """))
+    study = load_study(path)
+    got = sorted((t.config["backend"], t.config.get("devices", 1)) for t in study.trials)
+    assert got == [("jax", 1), ("jax", 2), ("torch", 1), ("torch", 2)]
+
+
+# ---- the same training step on N devices as on one --------------------------------------------------------------
+_JAX_SCRIPT = """
+import json, sys, numpy as np
+from vitbench.backends.base import Step
+from vitbench.measure.group import trained_weights
+from vitbench.measure.throughput import bench
+out = {}
+# the 2-device runs first: the trial's own code must ask XLA for 2 host devices before JAX starts
+for n, par, steps in ((2, "dp", %(steps)d), (2, "fsdp", %(steps)d), (1, "dp", %(steps)d), (1, "dp", 0)):
+    w = trained_weights(Step("%(model)s", mode="train", batch_size=%(batch)d, optimizer="sgd", devices=n,
+                             parallelism=par), "jax", threads=1, steps=steps)
+    np.savez(sys.argv[1] + f"/{n}-{par}-{steps}.npz", **{k.replace("/", "|"): v for k, v in w.items()})
+rec = bench(Step("%(model)s", mode="train", batch_size=%(batch)d, devices=2, parallelism="fsdp"), "jax",
+            threads=1, warmup_steps=1, min_steps=2, min_seconds=0.0)
+print("ROW" + json.dumps({"status": rec.status.value, "metrics": rec.metrics, "env": rec.env, "config": rec.config}))
+"""
+
+
+def _load(path: Path) -> dict:
+    with np.load(path, allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
+
+
+def test_jax_mesh_step_equals_one_device(tmp_path):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    env.pop("XLA_FLAGS", None)
+    script = _JAX_SCRIPT % {"steps": STEPS, "model": MODEL, "batch": BATCH}
+    r = subprocess.run([sys.executable, "-c", script, str(tmp_path)], env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    one, init = _load(tmp_path / f"1-dp-{STEPS}.npz"), _load(tmp_path / "1-dp-0.npz")
+    for par in ("dp", "fsdp"):
+        _assert_same_step(one, _load(tmp_path / f"2-{par}-{STEPS}.npz"), init)
+    row = json.loads(r.stdout.split("ROW", 1)[1])
+    m = row["metrics"]
+    assert row["status"] == "ok"
+    assert (row["config"]["devices"], row["config"]["parallelism"]) == (2, "fsdp")
+    assert (m["batch_size_global"], m["batch_size_per_device"]) == (4, 2)
+    assert m["collective_backend"] == "xla:cpu" and "xla_force_host_platform_device_count=2" in row["env"]["xla_flags"]
+    assert m["img_per_s_per_device"] == pytest.approx(m["img_per_s"] / 2)
+
+
+# fsdp on R-Nano: nested Sequential blocks and channels_last conv kernels (FSDP2 wants them contiguous)
+@pytest.mark.parametrize("parallelism,model,positions", [("dp", MODEL, TOKENS), ("fsdp", "R-Nano", R_POSITIONS)])
+def test_torch_ranks_step_equals_one_device(parallelism, model, positions):
+    from vitbench.measure.group import trained_weights
+
+    step = Step(model, mode="train", batch_size=BATCH, optimizer="sgd")
+    init = trained_weights(step, "torch", threads=1, steps=0)
+    one = trained_weights(step, "torch", threads=1, steps=STEPS)
+    many = trained_weights(Step(model, mode="train", batch_size=BATCH, optimizer="sgd", devices=2,
+                                parallelism=parallelism), "torch", threads=1, steps=STEPS)
+    _assert_same_step(one, many, init, positions)
+
+
+# ---- failing ranks ------------------------------------------------------------------------------------------------
+def _descendants() -> set[int]:
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+def _job(config: dict):
+    from vitbench.executors import Job
+
+    return Job(key="k", config=config, repeat=0, study="s", study_sha="x", run_id="r", timeout_s=60,
+               task_module="vitbench.tasks.bench")
+
+
+def test_a_dying_rank_is_an_error_row_naming_it(monkeypatch):
+    from vitbench.measure.ranks import DIE_ENV
+    from vitbench.trial import run_trial
+
+    before = _descendants()
+    monkeypatch.setenv(DIE_ENV, "1")
+    cfg = {"task": "train", "model": MODEL, "backend": "torch", "batch_size": BATCH, "devices": 2, "threads": 1,
+           "min_steps": 2, "min_seconds": 0.0, "warmup_steps": 0}
+    rec = run_trial(_job(cfg))
+    assert rec.status.value == "error"
+    assert rec.error.type == "RankFailed" and "rank 1 of 2 failed (exit status 3)" in rec.error.message
+    assert _descendants() <= before  # rank 0 (waiting for its peer) was stopped too
+
+
+def test_a_raising_rank_stops_the_group_and_a_stuck_group_times_out():
+    from vitbench.measure.ranks import RankFailed, run_group
+
+    env = {"PYTHONPATH": os.pathsep.join([str(TESTS), str(REPO), os.environ.get("PYTHONPATH", "")])}
+    before = _descendants()
+    with pytest.raises(RankFailed, match=r"rank 1 of 2 failed \(exit status 1\)[\s\S]*broke on purpose") as e:
+        run_group("rank_targets:fail_on_rank_1", {}, 2, timeout_s=120, env=env)
+    assert e.value.rank == 1
+    with pytest.raises(RankFailed, match="ran past 1 s") as e:
+        run_group("rank_targets:sleep", {"seconds": 60}, 2, timeout_s=1, env=env)
+    assert e.value.rank is None
+    assert _descendants() <= before
+    ranks = run_group("rank_targets:whoami", {}, 2, env=env)
+    assert [r["RANK"] for r in ranks] == ["0", "1"] and {r["WORLD_SIZE"] for r in ranks} == {"2"}
+    assert len({r["MASTER_PORT"] for r in ranks}) == 1 and ranks[0]["MASTER_ADDR"] == "127.0.0.1"
+
+
+def test_torch_group_row():
+    from vitbench.trial import run_trial
+
+    cfg = {"task": "train", "model": MODEL, "backend": "torch", "batch_size": BATCH, "devices": 2, "threads": 1,
+           "min_steps": 2, "min_seconds": 0.0, "warmup_steps": 0, "optimizer": "sgd"}
+    rec = run_trial(_job(cfg))
+    assert rec.status.value == "ok", rec.error
+    m = rec.metrics
+    assert (m["batch_size_global"], m["batch_size_per_device"]) == (4, 2)
+    assert rec.config["devices"] == 2 and "parallelism" not in rec.config  # dp: the default, left out
+    assert m["collective_backend"] == "gloo" and m["batch_size_achieved"] == 4
+    assert len(m["rank_img_per_s"]) == 2 and m["rank_img_per_s"][0] == m["img_per_s"]
+    assert m["img_per_s_per_device"] == pytest.approx(m["img_per_s"] / 2)
+    # ranks time the same fixed number of steps (they cannot agree on a time-based stop)
+    assert m["steps"] >= 2 and rec.config["devices"] == 2
+
+
+# ---- the report: efficiency against the same study's 1-device trial ---------------------------------------------
+def test_report_scaling_efficiency_and_figures(tmp_path):
+    from records import record
+
+    from vitbench.report import build_report, figure
+    from vitbench.store import Store, load
+
+    # img/s chosen so the expected efficiencies are exact: 1 device at batch 2 -> 100, at batch 4 -> 150;
+    # 2 devices at batch 4 (2 per device) -> 160: weak efficiency 160 / (2 x 100) = 0.8, strong speedup
+    # 160 / 150; the other study's 1-device row (1000 img/s) must not be its baseline.
+    rows = [("s", 1, 2, 100.0), ("s", 1, 4, 150.0), ("s", 2, 4, 160.0), ("other", 1, 2, 1000.0),
+            ("s", 2, 4, 120.0, "fsdp")]
+    st = Store(tmp_path)
+    for i, (study, devices, batch, ips, *par) in enumerate(rows):
+        cfg = {"model": MODEL, "backend": "torch", "task": "train", "device": "cpu", "precision": "fp32",
+               "compile": False, "timing": "throughput", "resolution": 32, "batch_size": batch}
+        if devices > 1:
+            cfg["devices"] = devices
+        if par:
+            cfg["parallelism"] = par[0]
+        st.append(record("bench", cfg, metrics={"img_per_s": ips}, key=f"k{i}", study=study, run_id="r",
+                         trial=cfg))
+    rep = build_report(tmp_path, tmp_path / "out", formats="csv")
+    t = rep.tables["devices"]
+    two = t[(t["devices"] == 2) & (t["parallelism"] == "dp")].iloc[0]
+    fsdp = t[t["parallelism"] == "fsdp"].iloc[0]
+    assert fsdp["scaling_efficiency"] == pytest.approx(0.6)  # against the same 1-device (dp) row
+    assert two["scaling_efficiency"] == pytest.approx(0.8)
+    assert two["speedup_same_global_batch"] == pytest.approx(160 / 150)
+    assert two["img_per_s_per_device"] == pytest.approx(80) and two["batch_per_device"] == 2
+    # 0.8 above: the other study's 1000 img/s was not mixed into the baseline; a 1-device row is its own
+    assert list(t[t["study"] == "other"]["scaling_efficiency"]) == [1.0]
+    thr = rep.tables["throughput"]
+    assert sorted(thr["devices"]) == [1, 1, 2, 2] and set(thr["parallelism"]) == {"dp", "fsdp"}  # defaults filled in (the throughput table pools studies)
+    df = load(tmp_path)
+    for name in ("throughput_vs_devices", "efficiency_vs_devices"):
+        fig = figure(name, df)
+        assert fig is not None and (tmp_path / "out" / f"{name}.png").exists()
+        lines = [ln for ln in fig.axes[0].get_lines() if not ln.get_label().startswith("_")]
+        assert sorted(ln.get_label().split()[3] for ln in lines) == ["dp", "fsdp"]  # both start at 1 device
+        assert all(list(ln.get_xdata()) == [1, 2] for ln in lines)
+    one_device = df[df["study"] == "other"]
+    assert figure("efficiency_vs_devices", one_device) is None  # nothing ran on several devices
+
+
+# ---- max-batch per device --------------------------------------------------------------------------------------
+def test_max_batch_searches_the_per_device_batch(monkeypatch):
+    import vitbench.measure.max_batch as mb
+    from vitbench.measure.max_batch import Probe, ProbeStatus
+
+    payloads = []
+
+    class FakeProc:  # records what the probe process would have been asked to run
+        def __init__(self, argv, **kwargs):
+            payloads.append(json.loads(argv[-1]))
+            self.pid, self.returncode = os.getpid(), 1
+
+        def poll(self):
+            return 1
+
+        def wait(self):
+            return 1
+
+    with monkeypatch.context() as m:
+        m.setattr(mb.subprocess, "Popen", FakeProc)
+        mb.run_probe(Step(MODEL, mode="train", batch_size=2, devices=2), 5, "torch")
+    assert payloads[-1]["step"]["batch_size"] == 10 and payloads[-1]["step"]["devices"] == 2
+
+    def fits_up_to_6(step, batch, *args, **kwargs):
+        return Probe(batch, batch <= 6, ProbeStatus.OK if batch <= 6 else ProbeStatus.OOM)
+
+    monkeypatch.setattr(mb, "run_probe", fits_up_to_6)
+    rec = mb.max_batch(Step(MODEL, mode="train", batch_size=2, devices=2), "torch", max_batch_size=64)
+    assert rec.metrics["max_batch_size"] == 6 and rec.metrics["max_batch_size_global"] == 12
+    assert rec.config["devices"] == 2
+
+
+def test_a_group_probe_reports_its_worst_rank(monkeypatch):
+    import vitbench.measure.ranks as ranks
+    from vitbench.measure import probe
+
+    results = [{"status": "ok", "batch": 8, "peak_mem_mib": 10.0, "process_peak_mib": 100.0},
+               {"status": "oom", "batch": 8, "peak_mem_mib": 12.0, "process_peak_mib": 110.0, "error": "OOM"}]
+    monkeypatch.setattr(ranks, "run_group", lambda target, kwargs, devices, **kw: results)
+    out = probe._group_probe({"step": {"model": MODEL, "batch_size": 8, "devices": 2}, "backend": "torch"})
+    assert out["status"] == "oom" and out["peak_mem_mib"] == 12.0 and out["process_peak_mib"] == 210.0
+
+    def dead(*a, **k):
+        raise ranks.RankFailed(1, "rank 1 of 2 failed (exit status 3)")
+
+    monkeypatch.setattr(ranks, "run_group", dead)
+    out = probe._group_probe({"step": {"model": MODEL, "batch_size": 8, "devices": 2}, "backend": "torch"})
+    assert out["status"] == "error" and "rank 1 of 2" in out["error"]

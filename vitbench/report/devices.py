@@ -1,0 +1,112 @@
+"""Throughput across devices: scaling efficiency against the same study's 1-device trial, table and figures.
+
+Computed here, from stored rows, never by a task (a trial does not know its study's other trials):
+- weak scaling (data-parallel training's usual regime: the per-device batch fixed, the global batch growing):
+  scaling_efficiency = img/s at N devices / (N x img/s at 1 device), the 1-device row with the same per-device
+  batch (batch_size == the N-device row's batch_size / N); 1 is perfect scaling.
+- strong scaling (the global batch fixed): speedup_same_global_batch = img/s at N / img/s at 1 device with the
+  same global batch (ideal: N).
+Both match the 1-device row on everything else (study, model, backend, task, device kind, precision, compile,
+timing, resolution); a row without its 1-device partner has no efficiency (blank), never a guessed one.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from vitbench.report import tables
+
+_MATCH = ["study", "model", "family", "backend", "task", "device", "precision", "compile", "compile_mode", "timing",
+          "resolution"]
+
+
+def scaling(ok: pd.DataFrame) -> pd.DataFrame:
+    """One row per (configuration, devices, parallelism, batch): img/s of the group and per device, and the
+    efficiency against the 1-device row (see the module docstring). Empty when no row ran on several devices."""
+    if ok.empty or "devices" not in ok or not (pd.to_numeric(ok["devices"], errors="coerce") > 1).any():
+        return pd.DataFrame()
+    keys = [k for k in (*_MATCH, "devices", "parallelism", "batch_size") if k in ok.columns]
+    t = tables._collapse(ok, keys, [m for m in ("img_per_s", "mfu", "peak_mem_mib") if m in ok.columns],
+                         spread="img_per_s")
+    t["devices"] = t["devices"].astype(int)
+    t["batch_per_device"] = t["batch_size"] // t["devices"]
+    t["img_per_s_per_device"] = t["img_per_s"] / t["devices"]
+    match = [k for k in _MATCH if k in t.columns]
+    one = t[t["devices"] == 1]
+    weak = one[[*match, "batch_size", "img_per_s"]].rename(
+        columns={"batch_size": "batch_per_device", "img_per_s": "_one_weak"})
+    strong = one[[*match, "batch_size", "img_per_s"]].rename(columns={"img_per_s": "_one_strong"})
+    weak = weak.groupby([*match, "batch_per_device"], dropna=False, as_index=False)["_one_weak"].median()
+    strong = strong.groupby([*match, "batch_size"], dropna=False, as_index=False)["_one_strong"].median()
+    t = t.merge(weak, on=[*match, "batch_per_device"], how="left").merge(strong, on=[*match, "batch_size"],
+                                                                         how="left")
+    t["scaling_efficiency"] = t["img_per_s"] / (t["devices"] * t["_one_weak"])
+    t["speedup_same_global_batch"] = t["img_per_s"] / t["_one_strong"]
+    t = t.drop(columns=["_one_weak", "_one_strong"])
+    return t.sort_values([k for k in (*match, "parallelism", "batch_per_device", "devices") if k in t.columns],
+                         kind="stable").reset_index(drop=True)
+
+
+def _series(t: pd.DataFrame):
+    """Lines: one per (study, model, backend, task, device, precision, ..., per-device batch) and parallelism of
+    its multi-device rows, each starting from the 1-device row (the same for every parallelism)."""
+    keys = [k for k in _MATCH if k in t and k != "family"] + ["batch_per_device"]
+    out = []
+    for k, g in t.groupby(keys, dropna=False, sort=True):
+        one, many = g[g["devices"] == 1], g[g["devices"] > 1]
+        for par, m in many.groupby("parallelism", sort=True):
+            out.append(((*k, par), pd.concat([one, m]).assign(parallelism=par)))
+    return out
+
+
+def _label(row: pd.Series) -> str:
+    return (f"{row['model']} {row['backend']} {row['task']} {row.get('parallelism', '')} "
+            f"b/dev {row['batch_per_device']}").strip()
+
+
+def _axes(title: str, ylabel: str):
+    fig = Figure(figsize=(7.6, 4.6), layout="constrained")
+    ax = fig.subplots()
+    ax.set_xlabel("devices")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, alpha=0.3)
+    return fig, ax
+
+
+def throughput_vs_devices(ok: pd.DataFrame) -> Figure | None:
+    """Group img/s against devices (per series: model, backend, task, parallelism, per-device batch), with the
+    ideal line N x the 1-device img/s."""
+    t = scaling(ok)
+    if t.empty:
+        return None
+    fig, ax = _axes("Throughput vs devices (dotted: ideal linear scaling)", "throughput of the group [img/s]")
+    for _, g in _series(t):
+        g = g.sort_values("devices")
+        line, = ax.plot(g["devices"], g["img_per_s"], marker="o", label=_label(g.iloc[0]))
+        one = g[g["devices"] == 1]
+        if not one.empty:
+            ax.plot(g["devices"], g["devices"] * float(one["img_per_s"].iloc[0]), linestyle=":",
+                    color=line.get_color())
+    ax.set_xticks(sorted(t["devices"].unique()))
+    ax.legend(fontsize=7, frameon=False)
+    return fig
+
+
+def efficiency_vs_devices(ok: pd.DataFrame) -> Figure | None:
+    """Weak-scaling efficiency against devices (1 = linear), per series."""
+    t = scaling(ok)
+    if t.empty or t["scaling_efficiency"].notna().sum() == 0:
+        return None
+    fig, ax = _axes("Scaling efficiency vs devices (img/s at N / (N x img/s at 1 device), same per-device batch)",
+                    "scaling efficiency [fraction]")
+    for _, g in _series(t):
+        g = g.dropna(subset=["scaling_efficiency"]).sort_values("devices")
+        if not g.empty:
+            ax.plot(g["devices"], g["scaling_efficiency"], marker="o", label=_label(g.iloc[0]))
+    ax.axhline(1.0, color="grey", linestyle=":", linewidth=1)
+    ax.set_xticks(sorted(t["devices"].unique()))
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=7, frameon=False)
+    return fig
