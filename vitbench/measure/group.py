@@ -55,18 +55,11 @@ def group_metrics(step: Step, info: dict, img_per_s: float) -> dict[str, Any]:
 def bench_group(step: Step, backend: str, **kwargs) -> Record:
     """`bench` of an N-device `step` on a process-per-device backend: N ranks, rank 0's record, each rank's
     img/s in `metrics['rank_img_per_s']`. A failed rank raises RankFailed (the trial's error row names it)."""
-    results = ranks.run_group("vitbench.measure.group:_rank_bench",
+    results = ranks.run_group("vitbench.measure.throughput:rank_bench",  # by name: no import cycle
                               {"step": step.to_dict(), "backend": backend, **kwargs}, step.devices)
     rec = Record.from_dict(results[0])
     rec.metrics["rank_img_per_s"] = [r.get("metrics", {}).get("img_per_s") for r in results]
     return rec
-
-
-def _rank_bench(step: dict, **kwargs) -> dict:
-    """One rank of `bench_group` (run by vitbench.measure.ranks in the rank's process)."""
-    from vitbench.measure.throughput import bench
-
-    return bench(Step(**step), **kwargs).to_dict()
 
 
 def trained_weights(step: Step, backend: str, device: str = "cpu", threads: int | None = None,

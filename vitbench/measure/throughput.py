@@ -209,3 +209,9 @@ def mfu_metrics(be: Backend, step: Step, threads: int | None, model_tflops: floa
                                      other_cores=load.other_cores, busy=load.busy)
         ratio = min(1.0, model_tflops / peak.tflops)
     return {**peak.metrics(), "mfu": ratio, "mfu_over_peak": over}
+
+
+def rank_bench(step: dict, **kwargs) -> dict:
+    """One rank of a group's `bench` (measure/group.py's bench_group; run by vitbench.measure.ranks in the
+    rank's process)."""
+    return bench(Step(**step), **kwargs).to_dict()
