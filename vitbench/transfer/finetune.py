@@ -80,10 +80,7 @@ class FinetuneConfig(BaseModel):
 
 
 def _concat(a: ImageSet, b: ImageSet) -> ImageSet:
-    if len(b) == 0:
-        return a
-    return ImageSet(np.concatenate([a.images, b.images]), np.concatenate([a.labels, b.labels]),
-                    a.num_classes, a.class_names)
+    return a if len(b) == 0 else a.join(b)
 
 
 def finetune(cfg: FinetuneConfig, *, device: str = "cpu", threads: int | None = None,

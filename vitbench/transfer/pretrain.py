@@ -265,8 +265,9 @@ def pretrain(cfg: PretrainConfig, *, device: str = "cpu", threads: int | None = 
         # no augmentation and deterministic batches: the teacher's logits per training image never change, so
         # one pass over the training set serves every batch (its time apart from train_s: teacher_s)
         t0 = time.perf_counter()
-        teacher_table = ops.check_finite(ops.predict(be, teacher.model, splits.train, teacher.resolution),
-                                         f"the teacher's logits ({teacher.spec.name})").astype(np.float32)
+        teacher_table = ops.check_finite(
+            ops.predict_all(be, teacher.model, splits.train, teacher.resolution, "distillation's teacher table"),
+            f"the teacher's logits ({teacher.spec.name})").astype(np.float32)
         teacher_s = time.perf_counter() - t0
         distill = Distill(cfg.teacher.distillation, cfg.teacher.lam, cfg.teacher.tau,
                           lambda idx: teacher_table[idx])
@@ -290,10 +291,11 @@ def pretrain(cfg: PretrainConfig, *, device: str = "cpu", threads: int | None = 
     train_s = time.perf_counter() - t0 - compile_s  # compile time (JAX) and the teacher (teacher_s) apart
     images_seen = cfg.steps * cfg.batch_size if not isinstance(cfg.objective, Scratch) else 0
     teacher_flops = teacher.forward_flops() if teacher is not None else 0.0  # per image seen (forward only)
-    test_logits = (ops.check_finite(ops.predict(be, model, splits.test, r), f"{spec.name}'s test logits")
-                   if cfg.objective is None else None)  # upstream test: a classifier only (supervised)
+    test_logits, test_labels = ops.predict(be, model, splits.test, r) if cfg.objective is None else (None, None)
+    if test_logits is not None:  # upstream test: a classifier only (supervised)
+        ops.check_finite(test_logits, f"{spec.name}'s test logits")
     metrics = {
-        "accuracy": _accuracy(test_logits, splits.test.labels) if test_logits is not None else None,
+        "accuracy": _accuracy(test_logits, test_labels) if test_logits is not None else None,
         "val_accuracy": ops.accuracy(be, model, splits.val, r) if test_logits is not None else None,
         "images_seen": images_seen,
         "epochs": images_seen / len(splits.train),
@@ -341,7 +343,7 @@ def teacher_metrics(teacher: Teacher, be, student_test_logits: np.ndarray, train
     from vitbench.transfer.distill import agreement
 
     test = splits.test
-    t_logits = ops.predict(be, teacher.model, test, teacher.resolution)
+    t_logits = ops.predict_all(be, teacher.model, test, teacher.resolution, "the teacher's agreement")
     return {
         "teacher_gflops_per_image": teacher.forward_flops() / 1e9,  # forward, per image seen
         "teacher_exaflops": teacher.forward_flops() * images_seen / 1e18,  # included in `exaflops`
