@@ -72,19 +72,23 @@ def stream(pool: Pool, batches: Sequence[np.ndarray], resolution: int, *, worker
                                 num_workers=min(workers, max(len(batches), 1)), collate_fn=_identity,
                                 multiprocessing_context="spawn", prefetch_factor=PREFETCH_BATCHES))
     stats = stats if stats is not None else InputStats()
-    start = time.perf_counter()
-    while True:
-        t0 = time.perf_counter()
-        try:
-            b = next(items)
-        except StopIteration:
-            break
-        stats.input_s += time.perf_counter() - t0
-        if isinstance(b, CorruptImage):  # pragma: no cover
-            raise b
-        if b.failed and not skip_corrupt:
-            origin, reason = next(iter(b.failed.items()))
-            raise CorruptImage(origin, reason)
-        stats.images += len(b.kept)
-        yield b
-        stats.wall_s = time.perf_counter() - start
+    start, waited = time.perf_counter(), 0.0
+    try:
+        while True:
+            t0 = time.perf_counter()
+            try:
+                b = next(items)
+            except StopIteration:
+                break
+            finally:
+                waited += time.perf_counter() - t0
+            if isinstance(b, CorruptImage):  # pragma: no cover
+                raise b
+            if b.failed and not skip_corrupt:
+                origin, reason = next(iter(b.failed.items()))
+                raise CorruptImage(origin, reason)
+            stats.images += len(b.kept)
+            yield b
+    finally:  # also when the consumer stops early: the seconds spent so far
+        stats.input_s += waited
+        stats.wall_s += time.perf_counter() - start

@@ -5,6 +5,8 @@
 - `digits`   scikit-learn's bundled 8x8 handwritten digits (1797 images, 10 classes): the offline default.
 - `synthetic` class-conditional noisy patterns, for speed runs and tests only (no real-world meaning).
 - `folder`   `root/<class>/*.png|jpg|jpeg`, or `root/train/<class>/...` + `root/test/<class>/...`.
+- `webdataset` tar shards (`KEY.png|jpg` + `KEY.cls`), read with the standard library: vitbench.transfer.shards.
+- `hf`       a Hugging Face datasets directory (parquet or save_to_disk), read with pyarrow: vitbench.transfer.hf.
 - `cifar10` / `cifar100`  the CIFAR python-pickle layout (`data_batch_1..5` + `test_batch`, or `train` +
              `test`), read with a restricted unpickler (vitbench.transfer.safe_pickle).
 - `npz`      `x_train, y_train, x_test, y_test` or `x, y` arrays, read with `allow_pickle=False`.
@@ -118,6 +120,59 @@ def _folder(cfg: DataConfig) -> Raw:
     t_files, t_labels, t_names = _list_folder(root / "test")
     same_classes(names, t_names, str(root))
     return Raw(FilePool(files), labels, names, FilePool(t_files), t_labels)
+
+
+def _webdataset(cfg: DataConfig) -> Raw:
+    from vitbench.transfer.shards import LAYOUT, check_test_labels, index_shards, shard_files
+
+    if not cfg.path:
+        raise ConfigError(f"data.path is required for dataset 'webdataset'; expected {LAYOUT}")
+    root = Path(cfg.path).expanduser()
+    if root.is_dir():
+        train, test = shard_files(cfg.path, "train"), shard_files(cfg.path, "test")
+        if not train:  # no train-*/test-* names: every shard is the pool
+            train, test = shard_files(cfg.path), []
+    else:
+        train, test = shard_files(cfg.path), []
+    if cfg.test_path:
+        test = shard_files(cfg.test_path)
+    pool, labels = index_shards(train)
+    names = [str(c) for c in range(int(labels.max()) + 1)]
+    if not test:
+        return Raw(pool, labels, names)
+    t_pool, t_labels = index_shards(test)
+    check_test_labels(t_labels, t_pool, len(names))
+    return Raw(pool, labels, names, t_pool, t_labels)
+
+
+def _hf(cfg: DataConfig) -> Raw:
+    from vitbench.transfer.hf import LAYOUT, index_table, split_files
+
+    root = _require_path(cfg, LAYOUT)
+    parts = split_files(root)
+    if cfg.test_path:
+        test_root = Path(cfg.test_path).expanduser()
+        if not test_root.exists():
+            raise ConfigError(f"data.test_path {str(test_root)!r} does not exist; expected {LAYOUT}")
+        test_parts = split_files(test_root)
+        parts = {"train": parts.get("train") or parts.get("pool"),
+                 "test": test_parts.get("test") or test_parts.get("pool")}
+    train = parts.get("train") or parts.get("pool")
+    if not train:
+        raise ConfigError(f"{root}: no train split found; expected {LAYOUT}")
+    pool, labels, names = index_table(train, cfg.image_column, cfg.label_column)
+    if names is None:
+        names = [str(c) for c in range(int(labels.max()) + 1)]
+    if not parts.get("test"):
+        return Raw(pool, labels, names)
+    t_pool, t_labels, t_names = index_table(parts["test"], cfg.image_column, cfg.label_column)
+    if t_names is not None:
+        same_classes(names, t_names, str(root))
+    bad = np.flatnonzero(t_labels >= len(names))
+    if len(bad):
+        raise ConfigError(f"{t_pool.origin(int(bad[0]))}: label {int(t_labels[bad[0]])} out of range: the train "
+                          f"split has classes 0..{len(names) - 1}")
+    return Raw(pool, labels, names, t_pool, t_labels)
 
 
 _CIFAR_LAYOUT = {
@@ -238,6 +293,10 @@ def read_source(cfg: DataConfig) -> Raw:
         return _synthetic(cfg)
     if cfg.name == "folder":
         return _folder(cfg)
+    if cfg.name == "webdataset":
+        return _webdataset(cfg)
+    if cfg.name == "hf":
+        return _hf(cfg)
     if cfg.name in ("cifar10", "cifar100"):
         return _cifar(cfg)
     return _npz(cfg)
