@@ -1,17 +1,20 @@
 """The input pipeline: batches of a pool decoded and preprocessed ahead, in worker processes.
 
-One pipeline for every backend: a torch DataLoader (used as a process pool with prefetching, nothing
-torch-specific crosses it) whose items are whole batches (`images_at`), handed over as numpy, so a backend
-sees the same float32 NHWC arrays whether the data came from memory, a folder, tar shards or a table.
-`workers=0` decodes in the calling process (no start-up cost: tests, small or resident data). Workers start with
-'spawn' (a fork of a process running a multithreaded runtime such as XLA can deadlock). A worker never
-raises: a corrupt file comes back as a value and is raised (or counted) here, so the message names the file
-without a worker's traceback.
+One pipeline for every backend: a process pool whose unit of work is a whole batch (`images_at`), handed over as
+numpy, so a backend sees the same float32 NHWC arrays whether the data came from memory, a folder, tar shards or
+a table. At most `workers x PREFETCH_BATCHES` batches are in flight, so memory stays bounded by the batch
+whatever the consumer's speed (a plain `Pool.imap` would queue every finished batch). The pool object (file
+list, shard index) is sent to each worker once, at start; a task carries only its indices. `workers=0` decodes
+in the calling process (no start-up cost: tests, small or resident data). Workers start with 'spawn' (a fork of a
+process running a multithreaded runtime such as XLA can deadlock). A worker never raises for a corrupt file: it
+comes back as a value and is raised (or counted) here, so the message names the file without a worker's
+traceback.
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -19,33 +22,45 @@ import numpy as np
 
 from vitbench.transfer.pools import Batch, CorruptImage, Pool, images_at
 
-PREFETCH_BATCHES = 2  # per worker: torch DataLoader's own default prefetch_factor
+PREFETCH_BATCHES = 2  # in flight per worker (torch DataLoader's default prefetch_factor)
+
+_WORKER: dict = {}  # in a worker process: the pool and resolution it decodes for
 
 
-class _Batches:
-    """Map-style dataset: item b = batch b decoded and preprocessed (a worker's whole unit of work)."""
-
-    def __init__(self, pool: Pool, batches: Sequence[np.ndarray], resolution: int):
-        self.pool, self.batches, self.resolution = pool, batches, resolution
-
-    def __len__(self) -> int:
-        return len(self.batches)
-
-    def __getitem__(self, b: int) -> Batch | CorruptImage:
-        try:
-            return images_at(self.pool, self.batches[b], self.resolution, skip_corrupt=True)
-        except CorruptImage as e:  # pragma: no cover - images_at counts these itself with skip_corrupt
-            return e
+def _start_worker(pool: Pool, resolution: int) -> None:
+    _WORKER.update(pool=pool, resolution=resolution)
 
 
-def _identity(x):
-    return x
+def _work(idx: np.ndarray) -> Batch:
+    return images_at(_WORKER["pool"], idx, _WORKER["resolution"], skip_corrupt=True)
+
+
+def _ahead(pool: Pool, batches: Sequence[np.ndarray], resolution: int, workers: int) -> Iterator[Batch]:
+    """`batches` decoded by `workers` spawned processes, in order, at most workers x PREFETCH_BATCHES ahead."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                             initializer=_start_worker, initargs=(pool, resolution)) as ex:
+        pending: deque = deque()
+        todo = iter(batches)
+        for b in todo:
+            pending.append(ex.submit(_work, b))
+            if len(pending) >= workers * PREFETCH_BATCHES:
+                break
+        while pending:
+            done = pending.popleft().result()
+            nxt = next(todo, None)
+            if nxt is not None:
+                pending.append(ex.submit(_work, nxt))
+            yield done
 
 
 @dataclass
 class InputStats:
-    """What the pipeline cost: images delivered, seconds the consumer waited for them (input_s), seconds
-    between deliveries spent elsewhere (the consumer's own work)."""
+    """What the pipeline cost: images delivered, seconds the consumer waited for them (input_s), and the wall
+    seconds of the passes (wall_s: from the first request to the last delivery, the consumer's own work
+    included)."""
 
     images: int = 0
     input_s: float = 0.0
@@ -63,14 +78,10 @@ def stream(pool: Pool, batches: Sequence[np.ndarray], resolution: int, *, worker
            skip_corrupt: bool = False, stats: InputStats | None = None) -> Iterator[Batch]:
     """Batches of `pool` at the index arrays `batches`, in order, preprocessed at `resolution`. Files that do not
     decode: CorruptImage (exit 2) unless `skip_corrupt`, then dropped from their batch (Batch.failed names them)."""
-    if workers <= 0 or pool.resident:
+    if workers <= 0 or pool.resident or not batches:
         items: Iterator = (images_at(pool, b, resolution, skip_corrupt=True) for b in batches)
     else:
-        from torch.utils.data import DataLoader
-
-        items = iter(DataLoader(_Batches(pool, batches, resolution), batch_size=None, shuffle=False,
-                                num_workers=min(workers, max(len(batches), 1)), collate_fn=_identity,
-                                multiprocessing_context="spawn", prefetch_factor=PREFETCH_BATCHES))
+        items = _ahead(pool, batches, resolution, min(workers, len(batches)))
     stats = stats if stats is not None else InputStats()
     start, waited = time.perf_counter(), 0.0
     try:
@@ -82,8 +93,6 @@ def stream(pool: Pool, batches: Sequence[np.ndarray], resolution: int, *, worker
                 break
             finally:
                 waited += time.perf_counter() - t0
-            if isinstance(b, CorruptImage):  # pragma: no cover
-                raise b
             if b.failed and not skip_corrupt:
                 origin, reason = next(iter(b.failed.items()))
                 raise CorruptImage(origin, reason)
