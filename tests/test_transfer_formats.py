@@ -81,3 +81,15 @@ def test_worker_processes_give_the_same_batches(formats):
         np.testing.assert_array_equal(ra, rb)
     m = spawned.input.metrics()
     assert m["input_images"] == len(inline) and m["input_img_per_s"] > 0 and 0 <= m["input_bound_fraction"] <= 1
+
+
+@pytest.mark.parametrize("fmt", ["npz", "webdataset"])
+def test_training_rows_say_what_input_cost(formats, cli, tmp_path, fmt):
+    """A pre-training row measures its input: images/s of decode + preprocess alone, and the share of the
+    training time spent waiting on it (a fraction: 0..1)."""
+    data = formats[fmt]
+    r = cli("pretrain", "ViT-Nano/4", "--data", data["name"], "--data-path", data["path"], "--classes", "",
+            "-r", "16", "--steps", "3", "-b", "8", "--out", tmp_path / "up", "--json")
+    assert r.exit_code == 0, r.output
+    m = json.loads(r.stdout)["metrics"]
+    assert m["input_img_per_s"] > 0 and 0 < m["input_bound_fraction"] <= 1 and m["skipped_files"] == 0

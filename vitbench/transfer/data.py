@@ -10,6 +10,7 @@ pair (e.g. digits 0-4 / 5-9). Which images, which classes, how to split: `DataCo
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -80,24 +81,23 @@ class ImageSet:
         """(images float32 (B, r, r, 3) in [-1, 1], labels int64 (B,)) for indices `idx`, decoded here. With
         data.skip_corrupt, a corrupt file's row is dropped (B smaller) and counted in `skipped`."""
         idx = np.asarray(idx)
-        if self.pool.resident:
-            n_bytes = len(self) * resolution * resolution * 3 * 4
-            if resolution in self._cache or n_bytes <= _CACHE_LIMIT_BYTES:
-                return self.array(resolution)[idx], self.labels[idx]
-        b = images_at(self.pool, self.index[idx], resolution, self.skipped.allowed)
-        self.skipped.files.update(b.failed)
-        return b.images, self.labels[idx][b.kept]
+        t0 = time.perf_counter()
+        if self.pool.resident and (resolution in self._cache or
+                                   len(self) * resolution * resolution * 3 * 4 <= _CACHE_LIMIT_BYTES):
+            x, y = self.array(resolution)[idx], self.labels[idx]
+        else:
+            b = images_at(self.pool, self.index[idx], resolution, self.skipped.allowed)
+            self.skipped.files.update(b.failed)
+            x, y = b.images, self.labels[idx][b.kept]
+        self.input.input_s += time.perf_counter() - t0  # the caller (a training step) waits for this
+        self.input.images += len(y)
+        return x, y
 
     def batches(self, resolution: int, batch_size: int, rows: np.ndarray | None = None):
         """(images, labels, rows kept) for `rows` of the split (default all) in order, `batch_size` at a time,
         decoded ahead by `workers` processes (vitbench.transfer.loader): memory bounded by the batches."""
         rows = np.arange(len(self)) if rows is None else np.asarray(rows, np.int64)
         chunks = [rows[i:i + batch_size] for i in range(0, len(rows), batch_size)]
-        if self.pool.resident:
-            for c in chunks:
-                x, y = self.batch(c, resolution)
-                yield x, y, c
-            return
         for c, b in zip(chunks, stream(self.pool, [self.index[c] for c in chunks], resolution,
                                        workers=self.workers, skip_corrupt=self.skipped.allowed,
                                        stats=self.input)):
@@ -122,6 +122,17 @@ class Splits:
     @property
     def skipped(self) -> Skipped:
         return self.train.skipped
+
+    def warn_skipped(self) -> None:
+        """Say on the terminal how many corrupt files were skipped (data.skip_corrupt), naming a few."""
+        if len(self.skipped):
+            import warnings
+
+            from vitbench.errors import VitbenchWarning
+
+            names = ", ".join(list(self.skipped.files)[:3])
+            warnings.warn(f"{len(self.skipped)} corrupt files skipped in {self.source} (--skip-corrupt): {names}"
+                          + (" ..." if len(self.skipped) > 3 else ""), VitbenchWarning, stacklevel=2)
 
     def summary(self) -> dict:
         return {"source": self.source, "num_classes": self.num_classes, "train": len(self.train),

@@ -181,18 +181,6 @@ def kshot_features(be, model, splits, r: int, shots: list[int], seeds: int, name
     return labels, rows, np.stack([done[i] for i in rows.tolist()])
 
 
-def warn_skipped(splits) -> None:
-    """Say on the terminal how many corrupt files were skipped (data.skip_corrupt), naming a few."""
-    if len(splits.skipped):
-        import warnings
-
-        from vitbench.errors import VitbenchWarning
-
-        names = ", ".join(list(splits.skipped.files)[:3])
-        warnings.warn(f"{len(splits.skipped)} corrupt files skipped in {splits.source} (--skip-corrupt): {names}"
-                      + (" ..." if len(splits.skipped) > 3 else ""), VitbenchWarning, stacklevel=2)
-
-
 def fewshot(cfg: FewshotConfig, *, device: str = "cpu", threads: int | None = None,
             cache: str | None = None) -> Record:
     """Run the few-shot protocol on `cfg`'s upstream; return a record of kind 'fewshot'."""
@@ -234,7 +222,7 @@ def fewshot(cfg: FewshotConfig, *, device: str = "cpu", threads: int | None = No
     metrics.update({"feature_dim": int(train_feats.shape[1]), "embed_s": embed_s,
                     "embedded_images": len(rows) + len(feats[0][1]) + len(feats[1][1]),
                     "skipped_files": len(splits.skipped), **splits.train.input.metrics()})
-    warn_skipped(splits)
+    splits.warn_skipped()
     config = {"model": spec.name, "backend": backend, "resolution": r, "device": device,
               **cfg.model_dump(mode="json", exclude={"upstream", "checkpoint", "resolution", "backend",
                                                      "checkpoint_images", "checkpoint_epochs", "objective"}),

@@ -66,12 +66,18 @@ class InputStats:
     input_s: float = 0.0
     wall_s: float = 0.0
 
-    def metrics(self) -> dict:
+    def snapshot(self) -> tuple[int, float]:
+        return self.images, self.input_s
+
+    def metrics(self, since: tuple[int, float] = (0, 0.0), wall_s: float | None = None) -> dict:
         """input_img_per_s: images over the seconds spent waiting for input; input_bound_fraction: the share of
-        the wall time spent waiting (0: the model never waited on the loader)."""
-        return {"input_images": self.images,
-                "input_img_per_s": self.images / self.input_s if self.input_s > 0 else None,
-                "input_bound_fraction": self.input_s / self.wall_s if self.wall_s > 0 else None}
+        the wall time spent waiting (0: the model never waited on the loader; 1: only the loader worked).
+        `since` (a snapshot) and `wall_s` (the caller's own clock, e.g. a training loop's): one phase of a run."""
+        images, waited = self.images - since[0], self.input_s - since[1]
+        wall = self.wall_s if wall_s is None else wall_s
+        return {"input_images": images,
+                "input_img_per_s": images / waited if waited > 0 else None,
+                "input_bound_fraction": min(waited / wall, 1.0) if wall and wall > 0 else None}
 
 
 def stream(pool: Pool, batches: Sequence[np.ndarray], resolution: int, *, workers: int = 0,

@@ -271,7 +271,7 @@ def pretrain(cfg: PretrainConfig, *, device: str = "cpu", threads: int | None = 
         teacher_s = time.perf_counter() - t0
         distill = Distill(cfg.teacher.distillation, cfg.teacher.lam, cfg.teacher.tau,
                           lambda idx: teacher_table[idx])
-    t0, c0 = time.perf_counter(), be.compile_s
+    t0, c0, input0 = time.perf_counter(), be.compile_s, splits.train.input.snapshot()
     if cfg.objective is None:
         model = be.init_model(spec, r, k, cfg.seed)
         model, losses = be.train(model, splits.train, r, cfg.optim(), cfg.batch_size, cfg.seed, distill=distill)
@@ -289,6 +289,7 @@ def pretrain(cfg: PretrainConfig, *, device: str = "cpu", threads: int | None = 
                       "Lower the learning rate, raise the warm-up, or (distilling) bring the temperature nearer 1.")
     compile_s = be.compile_s - c0
     train_s = time.perf_counter() - t0 - compile_s  # compile time (JAX) and the teacher (teacher_s) apart
+    train_input = splits.train.input.metrics(input0, train_s)  # the training loop's batches (their decode)
     images_seen = cfg.steps * cfg.batch_size if not isinstance(cfg.objective, Scratch) else 0
     teacher_flops = teacher.forward_flops() if teacher is not None else 0.0  # per image seen (forward only)
     test_logits, test_labels = ops.predict(be, model, splits.test, r) if cfg.objective is None else (None, None)
@@ -305,6 +306,9 @@ def pretrain(cfg: PretrainConfig, *, device: str = "cpu", threads: int | None = 
         "train_s": train_s,
         "compile_s": compile_s or None,  # None: nothing compiled apart (eager)
         "train_img_per_s": images_seen / train_s if images_seen else None,  # incl. batch preprocessing; not a benchmark
+        "input_img_per_s": train_input["input_img_per_s"],  # decode + preprocess alone
+        "input_bound_fraction": train_input["input_bound_fraction"],  # share of train_s spent waiting on input
+        "skipped_files": len(splits.skipped),
         "final_loss": losses[-1] if losses else None,
         "num_classes": k,
         "train_images": len(splits.train),
@@ -324,6 +328,7 @@ def pretrain(cfg: PretrainConfig, *, device: str = "cpu", threads: int | None = 
         # the file keeps the objective's own parameters too ([mask] embedding, head); loading drops them
         ckpt.path = save_checkpoint(out, {**ckpt.weights, **(objective_params if cfg.objective else {})}, meta)
         config["checkpoint"] = str(ckpt.path)
+    splits.warn_skipped()
     record = Record.measured("pretrain", config, metrics=metrics, raw={"loss": losses},
                              env=environment(info), started_at=started)
     return record, ckpt
