@@ -56,7 +56,23 @@ CASES = {
     "shard without labels": (lambda g, t: _mk_unlabelled(g, t), "has no .cls label"),
     "shard label out of range": (lambda g, t: _mk_out_of_range_shard(g, t), "label 7 out of range"),
     "hf label out of range": (lambda g, t: _mk_out_of_range_hf(g, t), "label 5 out of range for the 3 ClassLabel"),
+    "hf without a label column": (lambda g, t: _mk_unlabelled_hf(g, t), "cannot tell the label column"),
+    "tfds (not supported yet)": (lambda g, t: (["--data", "tfds", "--data-path", str(t)], "tensorflow-datasets"),
+                                 "is not supported yet"),
 }
+
+
+def _mk_unlabelled_hf(g, t):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from data_formats import png_bytes
+
+    path = t / "hf" / "train.parquet"
+    path.parent.mkdir(parents=True)
+    pq.write_table(pa.table({"image": pa.array([{"bytes": png_bytes(im), "path": None} for im in g[1][:4]]),
+                             "caption": ["a", "b", "c", "d"]}), path)
+    return ["--data", "hf", "--data-path", str(t / "hf")], path
 
 
 def _mk_empty_class(g, t):

@@ -19,8 +19,8 @@ Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
 # A duration in seconds: a week is beyond any measurement here; inf or 1e300 would time for ever.
 MAX_SECONDS = 7 * 86400
 # The image sources vitbench reads (vitbench.transfer.sources: the loaders, one per name).
-DatasetName = Literal["digits", "synthetic", "folder", "webdataset", "hf", "cifar10", "cifar100", "npz"]
-PATH_DATASETS = ("folder", "webdataset", "hf", "cifar10", "cifar100", "npz")  # read from a local path
+DatasetName = Literal["digits", "synthetic", "folder", "webdataset", "hf", "tfds", "cifar10", "cifar100", "npz"]
+PATH_DATASETS = ("folder", "webdataset", "hf", "tfds", "cifar10", "cifar100", "npz")  # read from a local path
 TEST_PATH_DATASETS = ("webdataset", "hf")  # may take a separate test path (test_path)
 
 

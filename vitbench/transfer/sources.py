@@ -7,6 +7,7 @@
 - `folder`   `root/<class>/*.png|jpg|jpeg`, or `root/train/<class>/...` + `root/test/<class>/...`.
 - `webdataset` tar shards (`KEY.png|jpg` + `KEY.cls`), read with the standard library: vitbench.transfer.shards.
 - `hf`       a Hugging Face datasets directory (parquet or save_to_disk), read with pyarrow: vitbench.transfer.hf.
+- `tfds`     named, not supported yet (needs tensorflow-datasets): a clear error pointing to the other formats.
 - `cifar10` / `cifar100`  the CIFAR python-pickle layout (`data_batch_1..5` + `test_batch`, or `train` +
              `test`), read with a restricted unpickler (vitbench.transfer.safe_pickle).
 - `npz`      `x_train, y_train, x_test, y_test` or `x, y` arrays, read with `allow_pickle=False`.
@@ -297,6 +298,10 @@ def read_source(cfg: DataConfig) -> Raw:
         return _webdataset(cfg)
     if cfg.name == "hf":
         return _hf(cfg)
+    if cfg.name == "tfds":  # named so a user of big_vision's pipeline hears why, not "unknown dataset"
+        raise ConfigError("dataset 'tfds' (a prepared TFDS data_dir of tfrecord files) is not supported yet: it "
+                          "needs tensorflow-datasets, which vitbench does not depend on. Export the split to a "
+                          "class folder or webdataset shards (docs/datasets.md) and use --data folder|webdataset")
     if cfg.name in ("cifar10", "cifar100"):
         return _cifar(cfg)
     return _npz(cfg)
