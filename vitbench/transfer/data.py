@@ -104,6 +104,24 @@ class ImageSet:
             self.skipped.files.update(b.failed)
             yield b.images, self.labels[c][b.kept], c[b.kept]
 
+    def steps(self, order: np.ndarray, resolution: int):
+        """Each training step's (images, labels) for `order` (steps, batch) of split indices (batch_indices),
+        decoded ahead by `workers` processes. Batches stay full: a corrupt file skipped under data.skip_corrupt
+        leaves its row to a repeat of the batch's other images (a compiled step keeps its shape)."""
+        if self.pool.resident:
+            for idx in order:
+                yield self.batch(idx, resolution)
+            return
+        for idx, b in zip(order, stream(self.pool, [self.index[i] for i in order], resolution,
+                                        workers=self.workers, skip_corrupt=self.skipped.allowed,
+                                        stats=self.input)):
+            self.skipped.files.update(b.failed)
+            x, y = b.images, self.labels[idx][b.kept]
+            if 0 < len(y) < len(idx):
+                fill = np.resize(np.arange(len(y)), len(idx))
+                x, y = x[fill], y[fill]
+            yield x, y
+
     def per_class_counts(self) -> list[int]:
         return np.bincount(self.labels, minlength=self.num_classes).tolist()
 
