@@ -93,3 +93,17 @@ def test_training_rows_say_what_input_cost(formats, cli, tmp_path, fmt):
     assert r.exit_code == 0, r.output
     m = json.loads(r.stdout)["metrics"]
     assert m["input_img_per_s"] > 0 and 0 < m["input_bound_fraction"] <= 1 and m["skipped_files"] == 0
+
+
+def test_training_with_worker_processes_gives_the_same_run(formats, cli, tmp_path):
+    """--data-workers changes who decodes, not what: the same losses and accuracy as decoding in-process."""
+    data = formats["webdataset"]
+    rows = []
+    for workers in ("0", "2"):
+        r = cli("pretrain", "ViT-Nano/4", "--data", "webdataset", "--data-path", data["path"], "--classes", "",
+                "-r", "16", "--steps", "4", "-b", "8", "--data-workers", workers, "--out", tmp_path / workers,
+                "--json")
+        assert r.exit_code == 0, r.output
+        rows.append(json.loads(r.stdout))
+    assert rows[0]["raw"]["loss"] == rows[1]["raw"]["loss"]
+    assert rows[0]["metrics"]["accuracy"] == rows[1]["metrics"]["accuracy"]
