@@ -77,13 +77,15 @@ def generate(root: Path, n: int, px: int, per_shard: int = 1000) -> dict[str, Pa
     return {"folder": folder, "webdataset": shards}
 
 
-def peak_rss(cmd: list[str], env: dict) -> tuple[float, float, int, str]:
-    """(peak RSS MiB of `cmd` run alone in a wrapper process, wall seconds, exit code, its stdout)."""
+def peak_rss(cmd: list[str], env: dict, cwd: Path) -> tuple[float, float, int, str]:
+    """(peak RSS MiB of `cmd` run alone in a wrapper process, wall seconds, exit code, its stdout). `cwd`: not a
+    checkout (`python -c` imports from the working directory first, which would shadow --code)."""
     wrapper = ("import resource, subprocess, sys, json; r = subprocess.run(sys.argv[1:], capture_output=True, "
                "text=True); print(json.dumps({'kib': resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, "
                "'rc': r.returncode, 'out': r.stdout[-20000:], 'err': r.stderr[-2000:]}))")
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", wrapper, *cmd], capture_output=True, text=True, env=env, check=True)
+    out = subprocess.run([sys.executable, "-c", wrapper, *cmd], capture_output=True, text=True, env=env, check=True,
+                         cwd=cwd)
     wall = time.perf_counter() - t0
     res = json.loads(out.stdout)
     if res["rc"] != 0:
@@ -103,6 +105,7 @@ def main() -> None:
     ap.add_argument("--json", dest="as_json", action="store_true")
     a = ap.parse_args()
     root = Path(a.root)
+    root.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     if a.code:
         env["PYTHONPATH"] = a.code
@@ -117,7 +120,7 @@ def main() -> None:
                    "--threads", "1", "--data", fmt, "--data-path", str(paths[fmt]), "--json"]
             if a.workers:
                 cmd += ["--data-workers", str(a.workers)]
-            mib, wall, rc, out = peak_rss(cmd, env)
+            mib, wall, rc, out = peak_rss(cmd, env, root)
             metrics = json.loads(out)["metrics"] if rc == 0 else {}
             rows.append({"images": n, "format": fmt, "peak_rss_mib": round(mib, 1), "wall_s": round(wall, 1),
                          "rc": rc, "accuracy": metrics.get("accuracy"),

@@ -85,3 +85,29 @@ def write_hf_parquet(root: Path, split: str, images: np.ndarray, labels: np.ndar
 def write_npz(path: Path, train: tuple[np.ndarray, np.ndarray], test: tuple[np.ndarray, np.ndarray]) -> Path:
     np.savez(path, x_train=train[0], y_train=train[1], x_test=test[0], y_test=test[1])
     return path
+
+
+def write_hf_arrow(root: Path, split: str, images: np.ndarray, labels: np.ndarray, names: list[str]) -> Path:
+    """A split of a DatasetDict as `Dataset.save_to_disk` lays it out: `root/dataset_dict.json` and
+    `root/<split>/data-00000-of-00001.arrow` (an Arrow IPC stream) + `dataset_info.json` (the features) +
+    `state.json`."""
+    import json
+
+    import pyarrow as pa
+
+    image_type = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    table = pa.table({"img": pa.array([{"bytes": png_bytes(im), "path": None} for im in images], image_type),
+                      "fine_label": pa.array(labels, pa.int64())})
+    d = root / split
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / "data-00000-of-00001.arrow"
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
+        for batch in table.to_batches(max_chunksize=16):
+            writer.write_batch(batch)
+    features = {"img": {"_type": "Image"}, "fine_label": {"_type": "ClassLabel", "names": names}}
+    (d / "dataset_info.json").write_text(json.dumps({"features": features}))
+    (d / "state.json").write_text(json.dumps({"_data_files": [{"filename": path.name}]}))
+    splits = sorted({*json.loads((root / "dataset_dict.json").read_text())["splits"], split}) \
+        if (root / "dataset_dict.json").exists() else [split]
+    (root / "dataset_dict.json").write_text(json.dumps({"splits": splits}))
+    return path

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from data_formats import digits_images, write_folder, write_hf_parquet, write_npz, write_shards
+from data_formats import digits_images, write_folder, write_hf_arrow, write_hf_parquet, write_npz, write_shards
 from vitbench.transfer.data import load_splits
 
 PER_CLASS, TEST_PER_CLASS = 12, 4  # 10 classes: 120 train images, 40 test
@@ -28,16 +28,19 @@ def formats(tmp_path_factory):
     names = [str(c) for c in range(10)]
     write_hf_parquet(root / "hf", "train", x[train], y[train], names)
     write_hf_parquet(root / "hf", "test", x[test], y[test], names)
+    write_hf_arrow(root / "hf-arrow", "train", x[train], y[train], names)
+    write_hf_arrow(root / "hf-arrow", "test", x[test], y[test], names)
     npz = write_npz(root / "digits.npz", (x[train], y[train]), (x[test], y[test]))
     return {"npz": {"name": "npz", "path": str(npz)},
             "folder": {"name": "folder", "path": str(root / "folder")},
             "webdataset": {"name": "webdataset", "path": str(root / "shards")},
             "webdataset-pattern": {"name": "webdataset", "path": str(root / "shards" / "train-{000000..000002}.tar"),
                                    "test_path": str(root / "shards" / "test-000000.tar")},
-            "hf": {"name": "hf", "path": str(root / "hf")}}
+            "hf": {"name": "hf", "path": str(root / "hf")},
+            "hf-arrow": {"name": "hf", "path": str(root / "hf-arrow")}}
 
 
-@pytest.mark.parametrize("fmt", ["folder", "webdataset", "webdataset-pattern", "hf"])
+@pytest.mark.parametrize("fmt", ["folder", "webdataset", "webdataset-pattern", "hf", "hf-arrow"])
 def test_every_format_lists_the_same_splits_and_batches(formats, fmt):
     ref, got = load_splits(formats["npz"]), load_splits(formats[fmt])
     assert ref.train.pool.resident and not got.train.pool.resident

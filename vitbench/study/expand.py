@@ -17,7 +17,6 @@ from __future__ import annotations
 import difflib
 import itertools
 import math
-from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import TypeAdapter, ValidationError
