@@ -110,3 +110,18 @@ def test_training_with_worker_processes_gives_the_same_run(formats, cli, tmp_pat
         rows.append(json.loads(r.stdout))
     assert rows[0]["raw"]["loss"] == rows[1]["raw"]["loss"]
     assert rows[0]["metrics"]["accuracy"] == rows[1]["metrics"]["accuracy"]
+
+
+def test_bench_train_with_real_input_reports_it_beside_the_synthetic_figure(formats, cli):
+    data = formats["webdataset"]
+    r = cli("bench", "ViT-Nano/4", "--task", "train", "-b", "8", "-r", "16", "--min-steps", "3", "--min-seconds",
+            "0.1", "--warmup", "1", "--threads", "1", "--data", "webdataset", "--data-path", data["path"],
+            "--data-steps", "3", "--json")
+    assert r.exit_code == 0, r.output
+    m = json.loads(r.stdout)["metrics"]
+    assert m["img_per_s"] > 0 and m["real_input_img_per_s"] > 0 and m["input_img_per_s"] > 0
+    assert 0 < m["input_bound_fraction"] <= 1 and m["real_input_steps"] == 3
+    r = cli("bench", "ViT-Nano/4", "--data", "webdataset", "--data-path", data["path"])  # infer: no training
+    assert r.exit_code == 2 and "use it with --task train" in r.output
+    r = cli("bench", "ViT-Nano/4", "--task", "train", "--data", "folder", "--data-path", data["path"] + "/nope")
+    assert r.exit_code == 2 and "does not exist" in r.output and "img_per_s" not in r.output  # before any timing

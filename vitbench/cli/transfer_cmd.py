@@ -8,36 +8,17 @@ from rich.table import Table
 
 from vitbench.cli import app
 from vitbench.cli.common import SET_HELP, console, parse_sets, print_json, with_sets
+from vitbench.cli.data_options import (
+    DATA,
+    DATA_PATH,
+    DATA_TEST_PATH,
+    DATA_WORKERS,
+    IMAGE_COLUMN,
+    LABEL_COLUMN,
+    SKIP_CORRUPT,
+)
+from vitbench.cli.data_options import source as _source
 from vitbench.numfmt import fmt
-
-def _dataset_names() -> str:
-    from typing import get_args
-
-    from vitbench.transfer.config import DatasetName
-
-    return " | ".join(get_args(DatasetName))
-
-
-# The data source options of every transfer command, declared once (each command names them in its signature).
-DATA = typer.Option("digits", "--data", help=f"{_dataset_names()} (docs/datasets.md).")
-DATA_PATH = typer.Option(None, "--data-path", help="Local path: a class folder, a shard pattern "
-                         "(train-{000..099}.tar) or directory, an hf dataset directory, a cifar directory, an .npz.")
-DATA_TEST_PATH = typer.Option(None, "--data-test-path", help="webdataset / hf: the test split's own path or "
-                              "pattern (default: test-*.tar or the test split beside --data-path).")
-SKIP_CORRUPT = typer.Option(False, "--skip-corrupt", help="Skip files that do not decode, counted in the row "
-                            "(skipped_files) and on the terminal; default: stop (exit 2) naming the file.")
-DATA_WORKERS = typer.Option(0, "--data-workers", min=0, help="Processes decoding and preprocessing ahead "
-                            "(0: in this process). Results do not depend on it.")
-IMAGE_COLUMN = typer.Option(None, "--image-column", help="hf: the image column (default: inferred).")
-LABEL_COLUMN = typer.Option(None, "--label-column", help="hf: the label column (default: inferred).")
-
-
-def _source(data, data_path, data_test_path, skip_corrupt, data_workers, image_column, label_column) -> dict:
-    """DataConfig's source fields from the shared data options (unset ones left to the config's defaults)."""
-    out = {"name": data, "path": data_path, "test_path": data_test_path, "skip_corrupt": skip_corrupt,
-           "workers": data_workers, "image_column": image_column, "label_column": label_column}
-    return {k: v for k, v in out.items() if v is not None}
-
 
 # Config field -> the option that sets it, per command: a bad value is reported under the name the user typed.
 _DATA_OPTIONS = {"data.name": "--data", "data.path": "--data-path", "data.test_path": "--data-test-path",
