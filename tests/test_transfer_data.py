@@ -105,9 +105,11 @@ def test_image_folder_flat_and_train_test_layouts(tmp_path):
     s = load_splits({"name": "folder", "path": str(root), "test_fraction": 0.25})
     assert s.train.class_names == ["cat", "dog"] and s.num_classes == 2
     assert len(s.train) + len(s.val) + len(s.test) == 16
-    assert s.train.images.shape[1:] == (5, 6, 3) and s.train.images.dtype == np.uint8
+    assert not s.train.pool.resident  # listed, decoded on demand
+    images = np.stack([s.train.pool.decode(i) for i in s.train.index])
+    assert images.shape[1:] == (5, 6, 3) and images.dtype == np.uint8
     # the label follows the folder: cats are dark, dogs bright
-    assert np.all((s.train.images.mean((1, 2, 3)) > 100) == (s.train.labels == 1))
+    assert np.all((images.mean((1, 2, 3)) > 100) == (s.train.labels == 1))
 
     split = tmp_path / "split"
     for part, n in (("train", 6), ("test", 3)):
@@ -116,7 +118,10 @@ def test_image_folder_flat_and_train_test_layouts(tmp_path):
                 _write_png(split / part / c / f"{i}.jpg", v, size=(8, 8) if i else (4, 4))  # mixed sizes
     s = load_splits({"name": "folder", "path": str(split)})
     assert len(s.test) == 6 and len(s.train) + len(s.val) == 12
-    assert s.train.images.shape[1:] == (8, 8, 3)  # resized to the most common size
+    sizes = {s.train.pool.decode(i).shape for i in s.train.index}
+    assert sizes == {(8, 8, 3), (4, 4, 3)}  # stored sizes kept: each image is resized once, to the resolution
+    x, y = s.train.batch(np.arange(len(s.train)), 8)
+    assert x.shape == (len(s.train), 8, 8, 3) and np.all((x.mean((1, 2, 3)) > 0) == (y == 1))
 
 
 def test_image_folder_errors_name_path_and_layout(tmp_path):
@@ -129,8 +134,11 @@ def test_image_folder_errors_name_path_and_layout(tmp_path):
         load_splits({"name": "folder", "path": str(tmp_path / "empty")})
     (tmp_path / "bad" / "x").mkdir(parents=True)
     (tmp_path / "bad" / "x" / "a.png").write_bytes(b"not a png")
-    with pytest.raises(ConfigError, match="cannot be read as an image"):
-        load_splits({"name": "folder", "path": str(tmp_path / "bad")})
+    _write_png(tmp_path / "bad" / "x" / "b.png", 3)
+    s = load_splits({"name": "folder", "path": str(tmp_path / "bad"), "test_fraction": 0.5})  # listed: no decode
+    with pytest.raises(ConfigError, match=r"a\.png: cannot be read as an image"):  # named when decoded
+        for part in (s.train, s.test):
+            part.batch(np.arange(len(part)), 4)
 
 
 # ---------------------------------------------------------------------------------------------

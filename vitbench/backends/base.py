@@ -226,7 +226,8 @@ class Backend(ABC):
               distill=None) -> tuple[Any, list[float]]:
         """Run `opt.steps` updates (vitbench.transfer.schedules.OptimConfig) on batches of `data` (an ImageSet);
         return (model, loss per step). Batches: `vitbench.transfer.data.batch_indices(len(data), batch_size,
-        opt.steps, seed)`. `distill` (vitbench.transfer.distill.Distill): follow a teacher (DeiT eq. 2 / 3 on the
+        opt.steps, seed)`, read in step order from `data.steps(order, resolution)` (decoded ahead by the data's
+        workers). `distill` (vitbench.transfer.distill.Distill): follow a teacher (DeiT eq. 2 / 3 on the
         model's class and distillation heads; the teacher's logits come from `distill.teacher_logits(indices)`);
         None: softmax cross-entropy on the labels."""
         raise NotImplementedError(f"backend {self.name!r} does not implement transfer")

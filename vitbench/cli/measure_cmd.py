@@ -14,6 +14,16 @@ from vitbench.backends.kinds import DEFAULT_PARALLELISM
 from vitbench.cli import app
 from vitbench.cli.common import (SET_HELP, checked, choice, console, field_default, print_json, refuse_unsupported,
                                  shared_option, task_params, with_sets)
+from vitbench.cli.data_options import (
+    DATA_PATH,
+    DATA_TEST_PATH,
+    DATA_WORKERS,
+    IMAGE_COLUMN,
+    LABEL_COLUMN,
+    SKIP_CORRUPT,
+    data_option,
+    source,
+)
 from vitbench.errors import ConfigError
 from vitbench.measure.timing import TARGET_WINDOWS
 from vitbench.numfmt import fmt
@@ -76,6 +86,11 @@ def bench_cmd(
     max_seconds: float = typer.Option(field_default(Infer.Params, "max_seconds"),
                                       help="Stop timing after this long even if min_steps is not reached."),
     seed: int = typer.Option(field_default(Infer.Params, "seed")),
+    data: str = data_option(None, " With --task train: also train on this dataset's images for --data-steps "
+                            "and report real-input img/s beside the synthetic figure."),
+    data_path: str = DATA_PATH, data_test_path: str = DATA_TEST_PATH, skip_corrupt: bool = SKIP_CORRUPT,
+    data_workers: int = DATA_WORKERS, image_column: str = IMAGE_COLUMN, label_column: str = LABEL_COLUMN,
+    data_steps: int = typer.Option(20, min=1, help="With --data: timed training steps on the real images."),
     as_json: bool = typer.Option(False, "--json", help="Print the whole record (with raw step times) as JSON."),
 ) -> None:
     """Throughput of one model: img/s, step time, spread, first-step/compile time, memory, energy, MFU.
@@ -96,7 +111,25 @@ def bench_cmd(
     if choice(task, _MODES, "--task") == "train":
         values["optimizer"] = optimizer
     t, params = task_params(task, {"model": "MODEL", "warmup_steps": "--warmup"}, **values)
+    real = None
+    if data is not None:  # checked before the synthetic run: bad data exits 2 before any timing
+        from vitbench.transfer.config import DataConfig, validated
+
+        if values.get("optimizer") is None:
+            raise ConfigError("--data measures training with real input: use it with --task train")
+        from vitbench.transfer.data import load_splits
+
+        real = load_splits(validated(DataConfig, {
+            **source(data, data_path, data_test_path, skip_corrupt, data_workers, image_column, label_column),
+            "classes": None, "val_fraction": 0.0},
+            "bench --data", {"name": "--data", "path": "--data-path", "test_path": "--data-test-path"}))
     rec = t().run(params)
+    if real is not None and rec.status is Status.OK:
+        from vitbench.transfer.input_bench import real_input_training
+
+        c = rec.config
+        rec.metrics.update(real_input_training(c["model"], c["backend"], real, c["resolution"], batch_size,
+                                               data_steps, device=device, threads=threads, seed=seed))
     if as_json:
         print_json(rec.to_dict())
         return
@@ -104,6 +137,12 @@ def bench_cmd(
         console.print(f"[red]{rec.status}[/]: {escape(rec.error.message) if rec.error else ''}")
         raise typer.Exit(1)
     console.print(_kv_table(escape(_bench_title(rec)), _bench_rows(rec)))
+    if "real_input_img_per_s" in rec.metrics:
+        m = rec.metrics
+        console.print(_kv_table(escape(f"with real input: {m['real_input_source']} ({m['real_input_steps']} "
+                                       "training steps of the transfer loop, compile apart)"),
+                                [(k, m[k]) for k in ("real_input_img_per_s", "input_img_per_s",
+                                                     "input_bound_fraction")]))
     _print_warnings(rec)
 
 

@@ -189,6 +189,22 @@ def _parse_executor_options(items: list[str]) -> dict:
     return out
 
 
+def _study_sets(sets: list[str] | None) -> dict:
+    """`--set FIELD=VALUE` -> {FIELD: VALUE read as YAML (safe_load: 3 -> int, true -> bool, text -> str)}."""
+    import yaml
+
+    from vitbench.cli.common import parse_sets
+    from vitbench.errors import ConfigError, shorten
+
+    out = {}
+    for key, text in parse_sets(sets, "--set").items():
+        try:
+            out[key] = yaml.safe_load(text)
+        except yaml.YAMLError:
+            raise ConfigError(f"--set {shorten(key)}: value {shorten(text)} is not valid YAML") from None
+    return out
+
+
 @app.command("sweep")
 def sweep_cmd(
     study: str = typer.Argument(..., help="Study YAML path, or a shipped study name (e.g. smoke)."),
@@ -212,6 +228,10 @@ def sweep_cmd(
     allow_failures: bool = typer.Option(False, "--allow-failures",
                                         help="Exit 0 even when trials did not end ok (oom, error, timeout)."),
     as_json: bool = typer.Option(False, "--json", help="--dry-run: print the trials as JSON."),
+    sets: list[str] = typer.Option(None, "--set", metavar="FIELD=VALUE",
+                                   help="Set a study field in every trial (repeatable), e.g. --set "
+                                        "data_path=/data/pets --set dataset=folder; VALUE is read as YAML. The "
+                                        "trial keys include it."),
 ) -> None:
     """Run every trial of a study, each in a fresh process with a timeout; resume what is already done.
 
@@ -240,7 +260,7 @@ def sweep_cmd(
 
     if executor is not None:
         choice(executor, names(Kind.EXECUTOR), "--executor")
-    st = load_study(study, check_paths=not dry_run)
+    st = load_study(study, check_paths=not dry_run, sets=_study_sets(sets))
     out = results or default_results_dir(st)
     # --start-method and --keep-logs are executor options: passed to an executor whose options take them
     fields = executor_class(executor or st.executor.name).Options.model_fields

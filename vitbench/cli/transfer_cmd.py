@@ -9,9 +9,17 @@ from rich.table import Table
 from vitbench.cli import app
 from vitbench.cli.common import (SET_HELP, console, parse_sets, print_json, refuse_unsupported, shared_option,
                                  with_sets)
+from vitbench.cli.data_options import (
+    DATA,
+    DATA_PATH,
+    DATA_TEST_PATH,
+    DATA_WORKERS,
+    IMAGE_COLUMN,
+    LABEL_COLUMN,
+    SKIP_CORRUPT,
+)
+from vitbench.cli.data_options import source as _source
 from vitbench.numfmt import fmt
-
-_DATA_HELP = "digits | synthetic | folder | cifar10 | cifar100 | npz"
 
 
 def _check_where(backend: str | None, device: str, threads: int | None) -> int | None:
@@ -31,7 +39,9 @@ def _check_where(backend: str | None, device: str, threads: int | None) -> int |
 
 
 # Config field -> the option that sets it, per command: a bad value is reported under the name the user typed.
-_DATA_OPTIONS = {"data.name": "--data", "data.path": "--data-path", "data.classes": "--classes",
+_DATA_OPTIONS = {"data.name": "--data", "data.path": "--data-path", "data.test_path": "--data-test-path",
+                 "data.workers": "--data-workers", "data.image_column": "--image-column",
+                 "data.label_column": "--label-column", "data.classes": "--classes",
                  "data.seed": "--data-seed", "data.val_fraction": "--val-fraction", "resolution": "--resolution",
                  "backend": "--backend", "checkpoint": "--checkpoint", "seed": "--seed", "seeds": "--seeds"}
 _PRETRAIN_OPTIONS = {**_DATA_OPTIONS, "model": "MODEL", "steps": "--steps", "batch_size": "--batch-size",
@@ -52,9 +62,9 @@ _DOWNSTREAM_OPTIONS = {**_DATA_OPTIONS, "upstream.model": "--model", "upstream.s
                        "lr_grid": "--lr-grid", "warmup_steps": "--warmup-steps"}
 
 
-def _data(name: str, path: str | None, classes: str | None, seed: int, val_fraction: float = 0.1,
+def _data(source: dict, classes: str | None, seed: int, val_fraction: float = 0.1,
           train_per_class: int | None = None) -> dict:
-    return {"name": name, "path": path, "classes": classes or None, "seed": seed, "val_fraction": val_fraction,
+    return {**source, "classes": classes or None, "seed": seed, "val_fraction": val_fraction,
             "train_per_class": train_per_class}
 
 
@@ -72,10 +82,10 @@ def _show(rec, title: str, keys: list[str], as_json: bool) -> None:
     console.print(t)
 
 
-def _upstream_opts(model, backend, data, data_path, classes, data_seed, resolution, steps, batch_size, lr,
+def _upstream_opts(model, backend, source, classes, data_seed, resolution, steps, batch_size, lr,
                    weight_decay, warmup_steps, decay, label_smoothing, seed) -> dict:
     return {"model": model, **({"backend": backend} if backend else {}),
-            "data": _data(data, data_path, classes, data_seed), "resolution": resolution, "steps": steps,
+            "data": _data(source, classes, data_seed), "resolution": resolution, "steps": steps,
             "batch_size": batch_size, "lr": lr,
             "weight_decay": weight_decay, "warmup_steps": warmup_steps, "decay": decay,
             "label_smoothing": label_smoothing, "seed": seed}
@@ -96,8 +106,9 @@ def pretrain_cmd(
     sets: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
     backend: str = typer.Option(None, help="A registered backend "
                                            "(`vitbench plugins` lists them; default: the first registered)."),
-    data: str = typer.Option("digits", help=_DATA_HELP),
-    data_path: str = typer.Option(None, help="Local path for folder / cifar10 / cifar100 / npz."),
+    data: str = DATA, data_path: str = DATA_PATH, data_test_path: str = DATA_TEST_PATH,
+    skip_corrupt: bool = SKIP_CORRUPT, data_workers: int = DATA_WORKERS, image_column: str = IMAGE_COLUMN,
+    label_column: str = LABEL_COLUMN,
     classes: str = typer.Option("0-4", help="Upstream classes: 'a-b' or 'a,b,c'; '' for all."),
     data_seed: int = typer.Option(0, help="Split seed."),
     resolution: int = typer.Option(None, "--resolution", "-r", help="Pre-training resolution (default native)."),
@@ -146,7 +157,8 @@ def pretrain_cmd(
             get_spec(teacher)
         except VitbenchError as e:
             raise ConfigError(f"--teacher: {e}") from None
-    opts = _upstream_opts(with_sets(model, sets), backend, data, data_path, classes, data_seed, resolution, steps,
+    source = _source(data, data_path, data_test_path, skip_corrupt, data_workers, image_column, label_column)
+    opts = _upstream_opts(with_sets(model, sets), backend, source, classes, data_seed, resolution, steps,
                           batch_size, lr, weight_decay, warmup_steps, decay, label_smoothing, seed)
     recipe = {k: v for k, v in opts.items() if k not in ("model", "resolution", "steps", "seed")}
     opts["teacher"] = teacher_fields(recipe, teacher, checkpoint=teacher_checkpoint, resolution=teacher_resolution,
@@ -229,8 +241,9 @@ def fewshot_cmd(
                                               "(default: as `vitbench pretrain`)."),
     backend: str = typer.Option(None, help="A registered backend "
                                            "(`vitbench plugins` lists them; default: the upstream's)."),
-    data: str = typer.Option("digits", help=_DATA_HELP),
-    data_path: str = typer.Option(None),
+    data: str = DATA, data_path: str = DATA_PATH, data_test_path: str = DATA_TEST_PATH,
+    skip_corrupt: bool = SKIP_CORRUPT, data_workers: int = DATA_WORKERS, image_column: str = IMAGE_COLUMN,
+    label_column: str = LABEL_COLUMN,
     classes: str = typer.Option("5-9", help="Downstream classes ('' for all)."),
     data_seed: int = typer.Option(0),
     resolution: int = typer.Option(None, "--resolution", "-r", help="Default: the upstream's."),
@@ -253,14 +266,16 @@ def fewshot_cmd(
         **_resolve_upstream_arg(checkpoint, model, sets, backend, pretrain_steps, pretrain_warmup_steps, seed,
                                 objective),
         "backend": backend,
-        "data": _data(data, data_path, classes, data_seed), "resolution": resolution,
+        "data": _data(_source(data, data_path, data_test_path, skip_corrupt, data_workers, image_column,
+                              label_column), classes, data_seed), "resolution": resolution,
         "shots": parse_ints(shots, "--shots", "1,5,10,25"), "seeds": seeds,
         "l2_reg": "auto" if l2_reg is None else l2_reg}, "fewshot", _DOWNSTREAM_OPTIONS)
     rec = fewshot(cfg, device=device, threads=_check_where(cfg.backend, device, threads))
     keys = [k for s in cfg.shots for k in (f"accuracy_{s}shot", f"accuracy_{s}shot_std")]
     c = rec.config
     _show(rec, f"fewshot {c['model']} ({c['backend']}) on {c['data']['name']} {c['data']['classes']} @ "
-               f"{c['resolution']}px", [*keys, "chance_accuracy", "exaflops", "upstream_accuracy"], as_json)
+               f"{c['resolution']}px", [*keys, "chance_accuracy", "exaflops", "upstream_accuracy",
+                                       "skipped_files", "input_img_per_s", "input_bound_fraction"], as_json)
 
 
 @app.command("finetune")
@@ -276,8 +291,9 @@ def finetune_cmd(
                                               "(default: as `vitbench pretrain`)."),
     backend: str = typer.Option(None, help="A registered backend "
                                            "(`vitbench plugins` lists them; default: the upstream's)."),
-    data: str = typer.Option("digits", help=_DATA_HELP),
-    data_path: str = typer.Option(None),
+    data: str = DATA, data_path: str = DATA_PATH, data_test_path: str = DATA_TEST_PATH,
+    skip_corrupt: bool = SKIP_CORRUPT, data_workers: int = DATA_WORKERS, image_column: str = IMAGE_COLUMN,
+    label_column: str = LABEL_COLUMN,
     classes: str = typer.Option("5-9", help="Downstream classes ('' for all)."),
     data_seed: int = typer.Option(0),
     val_fraction: float = typer.Option(0.1, help="Held out of train to choose the LR."),
@@ -308,7 +324,9 @@ def finetune_cmd(
         **_resolve_upstream_arg(checkpoint, model, sets, backend, pretrain_steps, pretrain_warmup_steps, seed,
                                 objective),
         "backend": backend,
-        "data": _data(data, data_path, classes, data_seed, val_fraction), "resolution": resolution,
+        "data": _data(_source(data, data_path, data_test_path, skip_corrupt, data_workers, image_column,
+                              label_column), classes, data_seed, val_fraction),
+        "resolution": resolution,
         "steps": steps, "batch_size": batch_size, "lr_grid": parse_floats(lr_grid, "--lr-grid", "0.01,0.03"),
         "warmup_steps": warmup_steps, "refit": refit, "seed": seed, "seeds": seeds}, "finetune",
         _DOWNSTREAM_OPTIONS)

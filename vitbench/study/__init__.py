@@ -36,11 +36,12 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from typing import Any
 from pathlib import Path
 
 from pydantic import ValidationError
 
-from vitbench.errors import ConfigError, VitbenchError
+from vitbench.errors import ConfigError, VitbenchError, shorten
 from vitbench.record import METHOD_VERSION
 from vitbench.study.expand import Expander
 from vitbench.study.schema import ExecutorSpec, StudyModel
@@ -143,11 +144,35 @@ def _top_level(data: dict, problems: Problems) -> StudyModel:
             raise
 
 
-def parse_study(text: str, source: str = "<study>", path: Path | None = None, check_paths: bool = True) -> Study:
+def apply_sets(m: StudyModel, ex: Expander, sets: dict[str, Any], option: str = "--set") -> None:
+    """Set study fields from the command line (`vitbench sweep STUDY --set FIELD=VALUE`): FIELD takes VALUE in
+    every trial (its default, and in place of an axis, a zip column or an include entry's value), so a shipped
+    study runs on a user's data without editing it; the trial keys follow from the configs. An unknown field is
+    a ConfigError naming the option and the allowed fields."""
+    for key, value in sets.items():
+        if key not in ex.allowed:
+            import difflib
+
+            close = difflib.get_close_matches(key, ex.allowed, n=3)
+            raise ConfigError(f"{option} {shorten(key)}: not a study field." + (f" Did you mean "
+                              f"{', '.join(close)}?" if close else "") + f" Allowed: {', '.join(ex.allowed)}")
+        m.defaults[key] = value
+        m.axes.pop(key, None)
+        for group in m.zip:
+            group.pop(key, None)
+        m.zip[:] = [g for g in m.zip if g]
+        for entry in m.include:
+            if key in entry:
+                entry[key] = value
+
+
+def parse_study(text: str, source: str = "<study>", path: Path | None = None, check_paths: bool = True,
+                sets: dict[str, Any] | None = None) -> Study:
     """Validate a study's YAML text and expand it into trials (raises ConfigError listing every problem).
 
     Fields naming local files (data, checkpoints) must exist; with `check_paths=False` (a dry run of a template
-    whose data lives elsewhere) the study is returned with those problems in `missing_paths` instead."""
+    whose data lives elsewhere) the study is returned with those problems in `missing_paths` instead.
+    `sets`: fields set from the command line (apply_sets)."""
     data, node = compose(text, source)
     problems = Problems(source, node)
     if not isinstance(data, dict):
@@ -156,6 +181,11 @@ def parse_study(text: str, source: str = "<study>", path: Path | None = None, ch
     m = _top_level(data, problems)
     _check_executor(m.executor, problems)
     ex = Expander(m, problems)
+    if sets:
+        apply_sets(m, ex, sets)
+        # the study as run: its text says what the command line set (saved with the results; in its sha)
+        text = text.rstrip("\n") + "\n# set on the command line (vitbench sweep --set):\n" + "".join(
+            f"#   {k}={json.dumps(v)}\n" for k, v in sets.items())
     merged, n_combos = ex.expand()
     unique: dict[str, tuple[dict, str, int]] = {}
     for cfg, org, origin in merged:
@@ -186,8 +216,9 @@ def parse_study(text: str, source: str = "<study>", path: Path | None = None, ch
                  missing_paths=missing)
 
 
-def load_study(ref: str | Path, check_paths: bool = True) -> Study:
-    """Find (path or shipped name), read, validate and expand a study (see parse_study for `check_paths`)."""
+def load_study(ref: str | Path, check_paths: bool = True, sets: dict[str, Any] | None = None) -> Study:
+    """Find (path or shipped name), read, validate and expand a study (see parse_study for `check_paths` and
+    `sets`)."""
     path, text = resolve_study(ref)
     source = str(path) if path else f"<shipped study {ref}>"
-    return parse_study(text, source, path, check_paths)
+    return parse_study(text, source, path, check_paths, sets)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import difflib
 import itertools
 import math
-from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import TypeAdapter, ValidationError
@@ -31,7 +30,7 @@ from vitbench.registry import Kind, entry
 from vitbench.study.schema import StudyModel
 from vitbench.study.source import Problems, dotted
 from vitbench.tasks import tasks
-from vitbench.tasks.fields import SHARED, path_fields
+from vitbench.tasks.fields import SHARED, LocalPath, path_fields
 
 # Combinations one study may expand to (per repeat): a sweep of 10,000 trials is already days of measuring; a
 # grid of millions would take minutes and gigabytes just to expand.
@@ -340,7 +339,7 @@ class Expander:
             return None
         config = params.config()
         for f in path_fields(task.Params):
-            if config.get(f) is not None and not Path(config[f]).expanduser().exists():
+            if config.get(f) is not None and not LocalPath.exists(config[f]):
                 self.missing.add(org.get(f) or (f,), "no such file or directory on this machine", config[f])
         bspec = backend_spec(config["backend"]) if "backend" in config else None
         for f, problem in (bspec.problems(config, task.needs) if bspec else []):

@@ -25,6 +25,16 @@ class LocalPath:
     def __repr__(self) -> str:
         return "LocalPath()"
 
+    @staticmethod
+    def exists(value: str) -> bool:
+        """Whether `value` names local files: a path, or a brace pattern (shards: `train-{000..009}.tar`)
+        whose every expansion exists."""
+        from pathlib import Path
+
+        from vitbench.transfer.shards import expand_braces
+
+        return all(Path(p).expanduser().exists() for p in expand_braces(str(value)))
+
 
 PathField = Annotated[str, LocalPath()]
 

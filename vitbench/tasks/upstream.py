@@ -187,16 +187,28 @@ class FromCheckpoint(BaseModel):
                 "checkpoint_epochs": self.checkpoint_epochs, "objective": self.objective}
 
 
+def _false_or_zero(v) -> bool:
+    return not v
+
+
 class Downstream(BaseModel):
     dataset: DatasetName = "digits"
     data_path: PathField | None = None
     classes: str | None = "5-9"
     train_per_class: int | None = None
     val_fraction: float = 0.1  # held out of train: the fine-tuning LR choice / few-shot L2 choice
+    # the data source's other settings (vitbench.transfer.config.DataConfig), left out of the key when unset
+    data_test_path: PathField | None = Field(None, exclude_if=_absent)  # webdataset / hf: the test split's path
+    image_column: str | None = Field(None, exclude_if=_absent)  # hf
+    label_column: str | None = Field(None, exclude_if=_absent)  # hf
+    skip_corrupt: bool = Field(False, exclude_if=_false_or_zero)  # skip (and count) files that do not decode
+    data_workers: int = Field(0, ge=0, le=256, exclude_if=_false_or_zero)  # decoding processes; same results
 
     def downstream_data(self) -> dict:
         return {"name": self.dataset, "path": self.data_path, "classes": self.classes, "seed": self.data_seed,
-                "train_per_class": self.train_per_class, "val_fraction": self.val_fraction}
+                "train_per_class": self.train_per_class, "val_fraction": self.val_fraction,
+                "test_path": self.data_test_path, "image_column": self.image_column,
+                "label_column": self.label_column, "skip_corrupt": self.skip_corrupt, "workers": self.data_workers}
 
 
 ACCURACY = Metric("accuracy", "fraction", True, "transfer accuracy (0..1) on the test split", comparable=True)

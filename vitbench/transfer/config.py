@@ -19,8 +19,9 @@ Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
 # A duration in seconds: a week is beyond any measurement here; inf or 1e300 would time for ever.
 MAX_SECONDS = 7 * 86400
 # The image sources vitbench reads (vitbench.transfer.sources: the loaders, one per name).
-DatasetName = Literal["digits", "synthetic", "folder", "cifar10", "cifar100", "npz"]
-PATH_DATASETS = ("folder", "cifar10", "cifar100", "npz")  # read from a local path; digits/synthetic from none
+DatasetName = Literal["digits", "synthetic", "folder", "webdataset", "hf", "tfds", "cifar10", "cifar100", "npz"]
+PATH_DATASETS = ("folder", "webdataset", "hf", "tfds", "cifar10", "cifar100", "npz")  # read from a local path
+TEST_PATH_DATASETS = ("webdataset", "hf")  # may take a separate test path (test_path)
 
 
 def option_name(field: str, options: Mapping[str, str]) -> str:
@@ -107,7 +108,12 @@ class DataConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     name: DatasetName = "digits"  # vitbench.transfer.config.DatasetName
-    path: str | None = None  # folder / cifar / npz: a local path
+    path: str | None = None  # folder / webdataset / hf / cifar / npz: a local path (a shard pattern)
+    test_path: str | None = None  # webdataset / hf: the test split's own path (pattern); default: in `path`
+    image_column: str | None = None  # hf: the image column (default: the one Image feature)
+    label_column: str | None = None  # hf: the label column (default: the one ClassLabel / integer column)
+    skip_corrupt: bool = False  # drop (and count) files that do not decode, instead of stopping (exit 2)
+    workers: int = Field(0, ge=0, le=256)  # decoding processes (0: in the calling process); same results
     classes: list[int] | None = None  # subset of source labels, relabelled 0..K-1 in this order; "0-4" ok
     seed: Seed = 0  # split seed
     val_fraction: float = Field(0.1, ge=0.0, lt=1.0)  # of train, held out (fine-tuning LR choice, few-shot L2)
@@ -126,6 +132,23 @@ class DataConfig(BaseModel):
         if name is not None and name not in PATH_DATASETS and v is not None:
             raise ValueError(f"dataset {name!r} takes no path (it ships with the code); a path is for "
                              f"{', '.join(PATH_DATASETS)}")
+        return v
+
+    @field_validator("test_path")
+    @classmethod
+    def _test_path_fits_dataset(cls, v, info):
+        name = info.data.get("name")
+        if name is not None and name not in TEST_PATH_DATASETS and v is not None:
+            raise ValueError(f"dataset {name!r} takes no test_path (its test split is read from path); "
+                             f"a test_path is for {', '.join(TEST_PATH_DATASETS)}")
+        return v
+
+    @field_validator("image_column", "label_column")
+    @classmethod
+    def _columns_fit_dataset(cls, v, info):
+        if info.data.get("name") not in (None, "hf") and v is not None:
+            raise ValueError(f"dataset {info.data.get('name')!r} has no columns; image_column and label_column "
+                             "are for hf")
         return v
 
     @field_validator("classes", mode="before")

@@ -10,16 +10,19 @@ pair (e.g. digits 0-4 / 5-9). Which images, which classes, how to split: `DataCo
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from vitbench.errors import ConfigError
 from vitbench.transfer.config import DataConfig
+from vitbench.transfer.loader import InputStats, stream
+from vitbench.transfer.pools import Pool, Skipped, images_at
 from vitbench.transfer.preprocess import preprocess
 from vitbench.transfer.sources import read_source
 
-_CACHE_LIMIT_BYTES = 256 * 2**20  # keep a preprocessed copy of a split only while it is this small
+_CACHE_LIMIT_BYTES = 256 * 2**20  # keep a preprocessed copy of a resident split only while it is this small
 
 
 # ---------------------------------------------------------------------------------------------
@@ -27,22 +30,44 @@ _CACHE_LIMIT_BYTES = 256 * 2**20  # keep a preprocessed copy of a split only whi
 # ---------------------------------------------------------------------------------------------
 @dataclass
 class ImageSet:
-    """Images (N, H, W, C) uint8 or float32-in-[0,1] and int64 labels in 0..num_classes-1."""
+    """A split: indices into a pool of images (vitbench.transfer.pools, decoded on demand) and their int64
+    labels in 0..num_classes-1. Only a resident pool's images are ever all in memory; `skipped` counts the
+    corrupt files dropped (shared by the splits of a source), `input` what streaming them cost."""
 
-    images: np.ndarray
+    pool: Pool
+    index: np.ndarray
     labels: np.ndarray
     num_classes: int
     class_names: list[str]
+    workers: int = 0
+    skipped: Skipped = field(default_factory=Skipped)
+    input: InputStats = field(default_factory=InputStats)
     _cache: dict = field(default_factory=dict, repr=False)
 
     def __len__(self) -> int:
         return len(self.labels)
 
+    @property
+    def images(self) -> np.ndarray:
+        """The split's images as one array: resident pools only (a streamed pool is never materialised)."""
+        if not self.pool.resident:
+            raise ConfigError("a streamed split has no resident image array; use batch() or batches()")
+        return self.pool.images[self.index]
+
     def subset(self, idx: np.ndarray) -> ImageSet:
-        return ImageSet(self.images[idx], self.labels[idx], self.num_classes, self.class_names)
+        return ImageSet(self.pool, self.index[idx], self.labels[idx], self.num_classes, self.class_names,
+                        self.workers, self.skipped, self.input)
+
+    def join(self, other: ImageSet) -> ImageSet:
+        """This split followed by `other` (of the same pool, e.g. train + val for a final fine-tuning run)."""
+        if other.pool is not self.pool:
+            raise ValueError("ImageSet.join: the two splits come from different pools")
+        return ImageSet(self.pool, np.concatenate([self.index, other.index]),
+                        np.concatenate([self.labels, other.labels]), self.num_classes, self.class_names,
+                        self.workers, self.skipped, self.input)
 
     def array(self, resolution: int) -> np.ndarray:
-        """The whole set preprocessed at `resolution` (cached while small)."""
+        """The whole (resident) set preprocessed at `resolution` (cached while small)."""
         if resolution in self._cache:
             return self._cache[resolution]
         out = np.concatenate([preprocess(self.images[i:i + 512], resolution)
@@ -53,11 +78,49 @@ class ImageSet:
         return out
 
     def batch(self, idx: np.ndarray, resolution: int) -> tuple[np.ndarray, np.ndarray]:
-        """(images float32 (B, r, r, 3) in [-1, 1], labels int64 (B,)) for indices `idx`."""
-        n_bytes = len(self) * resolution * resolution * 3 * 4
-        if resolution in self._cache or n_bytes <= _CACHE_LIMIT_BYTES:
-            return self.array(resolution)[idx], self.labels[idx]
-        return preprocess(self.images[idx], resolution), self.labels[idx]
+        """(images float32 (B, r, r, 3) in [-1, 1], labels int64 (B,)) for indices `idx`, decoded here. With
+        data.skip_corrupt, a corrupt file's row is dropped (B smaller) and counted in `skipped`."""
+        idx = np.asarray(idx)
+        t0 = time.perf_counter()
+        if self.pool.resident and (resolution in self._cache or
+                                   len(self) * resolution * resolution * 3 * 4 <= _CACHE_LIMIT_BYTES):
+            x, y = self.array(resolution)[idx], self.labels[idx]
+        else:
+            b = images_at(self.pool, self.index[idx], resolution, self.skipped.allowed)
+            self.skipped.files.update(b.failed)
+            x, y = b.images, self.labels[idx][b.kept]
+        self.input.input_s += time.perf_counter() - t0  # the caller (a training step) waits for this
+        self.input.images += len(y)
+        return x, y
+
+    def batches(self, resolution: int, batch_size: int, rows: np.ndarray | None = None):
+        """(images, labels, rows kept) for `rows` of the split (default all) in order, `batch_size` at a time,
+        decoded ahead by `workers` processes (vitbench.transfer.loader): memory bounded by the batches."""
+        rows = np.arange(len(self)) if rows is None else np.asarray(rows, np.int64)
+        chunks = [rows[i:i + batch_size] for i in range(0, len(rows), batch_size)]
+        for c, b in zip(chunks, stream(self.pool, [self.index[c] for c in chunks], resolution,
+                                       workers=self.workers, skip_corrupt=self.skipped.allowed,
+                                       stats=self.input)):
+            self.skipped.files.update(b.failed)
+            yield b.images, self.labels[c][b.kept], c[b.kept]
+
+    def steps(self, order: np.ndarray, resolution: int):
+        """Each training step's (images, labels) for `order` (steps, batch) of split indices (batch_indices),
+        decoded ahead by `workers` processes. Batches stay full: a corrupt file skipped under data.skip_corrupt
+        leaves its row to a repeat of the batch's other images (a compiled step keeps its shape)."""
+        if self.pool.resident:
+            for idx in order:
+                yield self.batch(idx, resolution)
+            return
+        for idx, b in zip(order, stream(self.pool, [self.index[i] for i in order], resolution,
+                                        workers=self.workers, skip_corrupt=self.skipped.allowed,
+                                        stats=self.input)):
+            self.skipped.files.update(b.failed)
+            x, y = b.images, self.labels[idx][b.kept]
+            if 0 < len(y) < len(idx):
+                fill = np.resize(np.arange(len(y)), len(idx))
+                x, y = x[fill], y[fill]
+            yield x, y
 
     def per_class_counts(self) -> list[int]:
         return np.bincount(self.labels, minlength=self.num_classes).tolist()
@@ -74,10 +137,33 @@ class Splits:
     def num_classes(self) -> int:
         return self.train.num_classes
 
+    @property
+    def skipped(self) -> Skipped:
+        return self.train.skipped
+
+    def warn_skipped(self) -> None:
+        """Say on the terminal how many corrupt files were skipped (data.skip_corrupt), naming a few."""
+        if len(self.skipped):
+            import warnings
+
+            from vitbench.errors import VitbenchWarning
+
+            names = ", ".join(list(self.skipped.files)[:3])
+            warnings.warn(f"{len(self.skipped)} corrupt files skipped in {self.source} (--skip-corrupt): {names}"
+                          + (" ..." if len(self.skipped) > 3 else ""), VitbenchWarning, stacklevel=2)
+
     def summary(self) -> dict:
         return {"source": self.source, "num_classes": self.num_classes, "train": len(self.train),
-                "val": len(self.val), "test": len(self.test),
-                "image_shape": list(self.train.images.shape[1:])}
+                "val": len(self.val), "test": len(self.test), "image_shape": self._first_shape()}
+
+    def _first_shape(self) -> list[int] | None:
+        """The stored shape of the first training image (sources may mix sizes; None if it does not decode)."""
+        from vitbench.transfer.pools import CorruptImage
+
+        try:
+            return list(self.train.pool.decode(int(self.train.index[0])).shape) if len(self.train) else None
+        except CorruptImage:
+            return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -97,20 +183,23 @@ def stratified_split(labels: np.ndarray, fraction: float, seed: int) -> tuple[np
     return np.sort(np.concatenate(keep)), np.sort(np.concatenate(held))
 
 
-def _select_classes(x: np.ndarray, y: np.ndarray, classes: list[int] | None, k: int, source: str):
+def _select_classes(y: np.ndarray, classes: list[int] | None, k: int, source: str
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """(pool indices kept, their labels relabelled 0..K-1 in `classes`' order)."""
     if classes is None:
-        return x, y
+        return np.arange(len(y)), y
     bad = [c for c in classes if not 0 <= c < k]
     if bad:
         raise ConfigError(f"data.classes {bad} out of range for {source} (labels 0..{k - 1})")
     remap = np.full(k, -1, np.int64)
     remap[classes] = np.arange(len(classes))
-    keep = remap[y] >= 0
-    return x[keep], remap[y[keep]]
+    keep = np.flatnonzero(remap[y] >= 0)
+    return keep, remap[y[keep]]
 
 
 def load_splits(cfg: DataConfig | dict | None = None) -> Splits:
-    """Load `cfg`'s source and split it into train / val / test (stratified, deterministic in `cfg.seed`).
+    """List `cfg`'s source (labels read, images not decoded) and split it into train / val / test (stratified,
+    deterministic in `cfg.seed`).
 
     The test split is the source's own when it has one, else `test_fraction` of the pool; val is
     `val_fraction` of what remains for training. `classes` selects and relabels before splitting.
@@ -119,24 +208,28 @@ def load_splits(cfg: DataConfig | dict | None = None) -> Splits:
     raw = read_source(cfg)
     k_src = len(raw.class_names)
     source = cfg.name + (f":{cfg.path}" if cfg.path else "")
-    x, y = _select_classes(raw.images, raw.labels, cfg.classes, k_src, source)
+    x, y = _select_classes(raw.labels, cfg.classes, k_src, source)
     names = [raw.class_names[c] for c in cfg.classes] if cfg.classes else list(raw.class_names)
-    if raw.test_images is None:
+    if raw.test_pool is None:
         tr, te = stratified_split(y, cfg.test_fraction, cfg.seed)
-        x_te, y_te, x, y = x[te], y[te], x[tr], y[tr]
+        test_pool, x_te, y_te, x, y = raw.pool, x[te], y[te], x[tr], y[tr]
     else:
-        x_te, y_te = _select_classes(raw.test_images, raw.test_labels, cfg.classes, k_src, source)
+        test_pool = raw.test_pool
+        x_te, y_te = _select_classes(raw.test_labels, cfg.classes, k_src, source)
     tr, va = stratified_split(y, cfg.val_fraction, cfg.seed + 1)
     if cfg.train_per_class is not None:
         rng = np.random.default_rng(cfg.seed + 2)
         tr = np.sort(np.concatenate([rng.permutation(tr[y[tr] == c])[: cfg.train_per_class]
                                      for c in range(len(names))]))
     k = len(names)
-    splits = Splits(ImageSet(x[tr], y[tr], k, names), ImageSet(x[va], y[va], k, names),
-                    ImageSet(x_te, y_te, k, names),
+    shared = {"workers": cfg.workers, "skipped": Skipped(cfg.skip_corrupt), "input": InputStats()}
+    splits = Splits(ImageSet(raw.pool, x[tr], y[tr], k, names, **shared),
+                    ImageSet(raw.pool, x[va], y[va], k, names, **shared),
+                    ImageSet(test_pool, x_te, y_te, k, names, **shared),
                     source + (f" classes={cfg.classes}" if cfg.classes else ""))
     if len(splits.train) == 0 or len(splits.test) == 0:
-        raise ConfigError(f"{splits.source}: empty train or test split ({splits.summary()})")
+        raise ConfigError(f"{splits.source}: empty train or test split ({len(splits.train)} train, "
+                          f"{len(splits.test)} test images)")
     return splits
 
 

@@ -108,11 +108,20 @@ class FewshotConfig(BaseModel):
         return sorted(set(v))
 
 
+def draws(labels: np.ndarray, num_classes: int, shots: list[int], seeds: int) -> dict[tuple[int, int], np.ndarray]:
+    """Every (k, seed)'s k-shot training indices (`kshot_indices`): all the few-shot protocol reads of train."""
+    return {(k, s): kshot_indices(labels, num_classes, k, s) for k in shots for s in range(seeds)}
+
+
 def evaluate_features(train: tuple[np.ndarray, np.ndarray], val: tuple[np.ndarray, np.ndarray],
                       test: tuple[np.ndarray, np.ndarray], num_classes: int, shots: list[int], seeds: int,
-                      l2_reg: float | str = "auto") -> tuple[dict, dict]:
-    """Few-shot accuracies from precomputed features. Returns (metrics, raw per-seed results)."""
+                      l2_reg: float | str = "auto", train_rows: np.ndarray | None = None) -> tuple[dict, dict]:
+    """Few-shot accuracies from precomputed features. Returns (metrics, raw per-seed results).
+
+    `train` = (features, labels of the whole train split); `train_rows`: the sorted train indices whose
+    features the rows hold (None: every index), so only the images the draws use need features."""
     (x_tr, y_tr), (x_va, y_va), (x_te, y_te) = train, val, test
+    rows = np.arange(len(y_tr)) if train_rows is None else np.asarray(train_rows)
     grid = L2_GRID if l2_reg == "auto" else (float(l2_reg),)
     if l2_reg == "auto" and len(y_va) == 0:
         raise ConfigError("few-shot l2_reg 'auto' needs a val split (data.val_fraction > 0); or fix l2_reg")
@@ -122,7 +131,7 @@ def evaluate_features(train: tuple[np.ndarray, np.ndarray], val: tuple[np.ndarra
         accs, chosen = [], []
         for s in range(seeds):
             idx = kshot_indices(y_tr, num_classes, k, s)
-            ls = LeastSquares(x_tr[idx], y_tr[idx], num_classes)
+            ls = LeastSquares(x_tr[np.searchsorted(rows, idx)], y_tr[idx], num_classes)
             if len(grid) > 1:
                 val_acc = [np.mean(ls.predict(x_va, l2) == y_va) for l2 in grid]
                 l2 = grid[int(np.argmax(val_acc))]
@@ -139,6 +148,37 @@ def evaluate_features(train: tuple[np.ndarray, np.ndarray], val: tuple[np.ndarra
     metrics["shots"] = k_main
     metrics["chance_accuracy"] = float(np.max(np.bincount(y_te, minlength=num_classes)) / len(y_te))
     return metrics, raw
+
+
+def kshot_features(be, model, splits, r: int, shots: list[int], seeds: int, name: str
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(train labels, the train rows the k-shot draws use, their features): only those images are decoded.
+    A corrupt file skipped under data.skip_corrupt leaves the pool (its label becomes -1) and the draws are
+    made again, until every drawn image has features."""
+    from vitbench.transfer import ops
+
+    labels = splits.train.labels.copy()
+    done: dict[int, np.ndarray] = {}
+    while True:
+        counts = np.bincount(labels[labels >= 0], minlength=splits.num_classes)
+        if counts.min() < max(shots):
+            c = int(counts.argmin())
+            raise ConfigError(f"{max(shots)}-shot needs {max(shots)} training images per class; the train split "
+                              f"of {splits.source} has {counts[c]} readable ones for class {c} "
+                              f"({len(splits.skipped)} corrupt files skipped)")
+        need = np.unique(np.concatenate(list(draws(labels, splits.num_classes, shots, seeds).values())))
+        todo = np.asarray([i for i in need if i not in done], np.int64)
+        if not len(todo):
+            break
+        got = np.zeros(0, np.int64)
+        for x, _, kept in splits.train.batches(r, 256, todo):
+            if len(x):
+                f = ops.check_finite(be.features(model, x), f"{name}'s features of the train split")
+                done.update(zip(kept.tolist(), np.asarray(f, np.float64)))
+            got = np.concatenate([got, kept])
+        labels[np.setdiff1d(todo, got)] = -1  # skipped: out of the draws
+    rows = np.asarray(sorted(done), np.int64)
+    return labels, rows, np.stack([done[i] for i in rows.tolist()])
 
 
 def fewshot(cfg: FewshotConfig, *, device: str = "cpu", threads: int | None = None,
@@ -168,16 +208,21 @@ def fewshot(cfg: FewshotConfig, *, device: str = "cpu", threads: int | None = No
     # if `r` differs from the upstream resolution.
     model = ops.from_weights(be, spec, ckpt.weights, r, ckpt.num_classes or 1, seed=0)  # 0: no classifier
     t0 = time.perf_counter()
-    feats = [(ops.check_finite(ops.embed(be, model, s, r), f"{spec.name}'s features of the {name} split"),
-              s.labels) for name, s in (("train", splits.train), ("val", splits.val), ("test", splits.test))]
+    labels, rows, train_feats = kshot_features(be, model, splits, r, cfg.shots, cfg.seeds, spec.name)
+    feats = [(ops.check_finite(f, f"{spec.name}'s features of the {name} split"), y) for name, (f, y) in
+             (("val", ops.embed(be, model, splits.val, r)), ("test", ops.embed(be, model, splits.test, r)))]
     embed_s = time.perf_counter() - t0
     try:
-        metrics, raw = evaluate_features(*feats, splits.num_classes, cfg.shots, cfg.seeds, cfg.l2_reg)
+        metrics, raw = evaluate_features((train_feats, labels), *feats, splits.num_classes, cfg.shots, cfg.seeds,
+                                         cfg.l2_reg, train_rows=rows)
     except np.linalg.LinAlgError as e:  # features too large or degenerate for the closed form
         raise NonFiniteResult(f"few-shot regression on {spec.name}'s features failed ({e}); no result is "
                               "written") from None
     metrics.update(upstream_metrics(ckpt))
-    metrics.update({"feature_dim": int(feats[0][0].shape[1]), "embed_s": embed_s})
+    metrics.update({"feature_dim": int(train_feats.shape[1]), "embed_s": embed_s,
+                    "embedded_images": len(rows) + len(feats[0][1]) + len(feats[1][1]),
+                    "skipped_files": len(splits.skipped), **splits.train.input.metrics()})
+    splits.warn_skipped()
     config = {"model": spec.name, "backend": backend, "resolution": r, "device": device,
               **cfg.model_dump(mode="json", exclude={"upstream", "checkpoint", "resolution", "backend",
                                                      "checkpoint_images", "checkpoint_epochs", "objective"}),

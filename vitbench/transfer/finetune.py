@@ -80,10 +80,7 @@ class FinetuneConfig(BaseModel):
 
 
 def _concat(a: ImageSet, b: ImageSet) -> ImageSet:
-    if len(b) == 0:
-        return a
-    return ImageSet(np.concatenate([a.images, b.images]), np.concatenate([a.labels, b.labels]),
-                    a.num_classes, a.class_names)
+    return a if len(b) == 0 else a.join(b)
 
 
 def finetune(cfg: FinetuneConfig, *, device: str = "cpu", threads: int | None = None,
@@ -124,7 +121,7 @@ def finetune(cfg: FinetuneConfig, *, device: str = "cpu", threads: int | None = 
 
     seeds = cfg.seed_list()
     initial_accuracy = ops.accuracy(be, start(cfg.seed), splits.test, r)  # the zero head: argmax ties -> class 0
-    t0, c0 = time.perf_counter(), be.compile_s
+    t0, c0, input0 = time.perf_counter(), be.compile_s, splits.train.input.snapshot()
     runs = 0
     val_acc: dict[str, list[float]] = {}  # per LR, per seed
     diverged_lrs: dict[str, list[str]] = {}  # LRs whose selection runs diverged: why
@@ -163,6 +160,7 @@ def finetune(cfg: FinetuneConfig, *, device: str = "cpu", threads: int | None = 
                           "Try a smaller learning rate.")
     compile_s = be.compile_s - c0
     train_s = time.perf_counter() - t0 - compile_s  # compile time (JAX) kept apart
+    train_input = splits.train.input.metrics(input0, train_s)  # the runs' batches and val passes
     images = runs * cfg.steps * cfg.batch_size
     per_seed = [ops.accuracy(be, model, splits.test, r) for model, _ in final]
     selection = [ops.accuracy(be, model, splits.test, r) for model, _ in chosen] if chosen is not final \
@@ -181,6 +179,9 @@ def finetune(cfg: FinetuneConfig, *, device: str = "cpu", threads: int | None = 
         "finetune_exaflops": train_flops_per_image(spec, r, k) * images / 1e18,
         "finetune_s": train_s,  # all runs of the LR grid and the final ones, plus their val evaluations
         "compile_s": compile_s or None,  # None: nothing compiled apart (eager)
+        "input_img_per_s": train_input["input_img_per_s"],  # decode + preprocess alone
+        "input_bound_fraction": train_input["input_bound_fraction"],  # share of finetune_s waiting on input
+        "skipped_files": len(splits.skipped),
         "final_loss": float(np.mean(last_loss)),  # last training step's loss, mean over the final runs
         "chance_accuracy": float(np.max(np.bincount(splits.test.labels, minlength=k)) / len(splits.test)),
         **upstream_metrics(ckpt),
@@ -195,4 +196,5 @@ def finetune(cfg: FinetuneConfig, *, device: str = "cpu", threads: int | None = 
            "per_seed": {"seed": seeds, "accuracy": per_seed, "selection_accuracy": selection,
                         "final_loss": last_loss},
            "loss": [losses for _, losses in final]}  # per seed, per step
+    splits.warn_skipped()
     return Record.measured("finetune", config, metrics=metrics, raw=raw, env=environment(info), started_at=started)

@@ -253,8 +253,7 @@ def batches(data, resolution: int, batch_size: int, steps: int, seed: int, spec,
     n, p = geometry(spec, resolution)
     order = batch_indices(len(data), batch_size, steps, seed)
     rng = corruptions(seed)
-    for s in range(steps):
-        x, _ = data.batch(order[s], resolution)
+    for x, _ in data.steps(order, resolution):  # decoded ahead (data.workers), in order
         c = draw(rng, len(x), n, mp)
         yield Batch(x, c, targets(x, c.positions, p, mp.target))
 

@@ -53,26 +53,50 @@ def from_weights(backend, spec: ModelSpec, weights: dict[str, np.ndarray], resol
     return backend.load_weights(model, {**body, **head})
 
 
-def _batches(data: ImageSet, resolution: int, batch_size: int):
-    for i in range(0, len(data), batch_size):
-        yield data.batch(np.arange(i, min(i + batch_size, len(data))), resolution)[0]
+def outputs(fn, data: ImageSet, resolution: int, batch_size: int = 256, rows: np.ndarray | None = None,
+            width: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(fn(x) of `rows` of `data` (default all), stacked; the labels of the rows computed). The images stream
+    in batches (vitbench.transfer.data.ImageSet.batches): corrupt files skipped under data.skip_corrupt are
+    absent from both, so outputs and labels stay aligned."""
+    out, labels = [], []
+    for x, y, _ in data.batches(resolution, batch_size, rows):
+        if len(x):
+            out.append(np.asarray(fn(x)))
+            labels.append(y)
+    if not out:
+        return np.zeros((0, width or 0), np.float32), np.zeros(0, np.int64)
+    return np.concatenate(out), np.concatenate(labels)
 
 
-def predict(backend, model: Any, data: ImageSet, resolution: int, batch_size: int = 256) -> np.ndarray:
-    out = [backend.logits(model, x) for x in _batches(data, resolution, batch_size)]
-    return np.concatenate(out) if out else np.zeros((0, data.num_classes), np.float32)
+def predict(backend, model: Any, data: ImageSet, resolution: int, batch_size: int = 256
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """(logits, labels) of the images of `data` that decode (all of them unless data.skip_corrupt)."""
+    return outputs(lambda x: backend.logits(model, x), data, resolution, batch_size, width=data.num_classes)
+
+
+def predict_all(backend, model: Any, data: ImageSet, resolution: int, what: str) -> np.ndarray:
+    """Logits of every image of `data`, row for row (a table indexed by position: a teacher's); a split with
+    skipped corrupt files cannot give one."""
+    logits, labels = predict(backend, model, data, resolution)
+    if len(labels) != len(data):
+        raise ConfigError(f"{what} needs every image of the split; {len(data) - len(labels)} corrupt files were "
+                          f"skipped ({', '.join(list(data.skipped.files)[:3])}): fix or remove them")
+    return logits
 
 
 def accuracy(backend, model: Any, data: ImageSet, resolution: int, batch_size: int = 256) -> float:
     """Top-1 accuracy (0..1) on `data`."""
     if len(data) == 0:
         return float("nan")
-    return float(np.mean(predict(backend, model, data, resolution, batch_size).argmax(1) == data.labels))
+    logits, labels = predict(backend, model, data, resolution, batch_size)
+    return float(np.mean(logits.argmax(1) == labels)) if len(labels) else float("nan")
 
 
-def embed(backend, model: Any, data: ImageSet, resolution: int, batch_size: int = 256) -> np.ndarray:
-    out = [backend.features(model, x) for x in _batches(data, resolution, batch_size)]
-    return np.concatenate(out).astype(np.float64)
+def embed(backend, model: Any, data: ImageSet, resolution: int, batch_size: int = 256,
+          rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(features float64, labels) of `rows` of `data` (default all) that decode."""
+    feats, labels = outputs(lambda x: backend.features(model, x), data, resolution, batch_size, rows)
+    return feats.astype(np.float64), labels
 
 
 def divergence(losses: list[float], weights: dict[str, np.ndarray]) -> tuple[int | None, str] | None:

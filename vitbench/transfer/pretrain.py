@@ -265,12 +265,13 @@ def pretrain(cfg: PretrainConfig, *, device: str = "cpu", threads: int | None = 
         # no augmentation and deterministic batches: the teacher's logits per training image never change, so
         # one pass over the training set serves every batch (its time apart from train_s: teacher_s)
         t0 = time.perf_counter()
-        teacher_table = ops.check_finite(ops.predict(be, teacher.model, splits.train, teacher.resolution),
-                                         f"the teacher's logits ({teacher.spec.name})").astype(np.float32)
+        teacher_table = ops.check_finite(
+            ops.predict_all(be, teacher.model, splits.train, teacher.resolution, "distillation's teacher table"),
+            f"the teacher's logits ({teacher.spec.name})").astype(np.float32)
         teacher_s = time.perf_counter() - t0
         distill = Distill(cfg.teacher.distillation, cfg.teacher.lam, cfg.teacher.tau,
                           lambda idx: teacher_table[idx])
-    t0, c0 = time.perf_counter(), be.compile_s
+    t0, c0, input0 = time.perf_counter(), be.compile_s, splits.train.input.snapshot()
     if cfg.objective is None:
         model = be.init_model(spec, r, k, cfg.seed)
         model, losses = be.train(model, splits.train, r, cfg.optim(), cfg.batch_size, cfg.seed, distill=distill)
@@ -288,12 +289,14 @@ def pretrain(cfg: PretrainConfig, *, device: str = "cpu", threads: int | None = 
                       "Lower the learning rate, raise the warm-up, or (distilling) bring the temperature nearer 1.")
     compile_s = be.compile_s - c0
     train_s = time.perf_counter() - t0 - compile_s  # compile time (JAX) and the teacher (teacher_s) apart
+    train_input = splits.train.input.metrics(input0, train_s)  # the training loop's batches (their decode)
     images_seen = cfg.steps * cfg.batch_size if not isinstance(cfg.objective, Scratch) else 0
     teacher_flops = teacher.forward_flops() if teacher is not None else 0.0  # per image seen (forward only)
-    test_logits = (ops.check_finite(ops.predict(be, model, splits.test, r), f"{spec.name}'s test logits")
-                   if cfg.objective is None else None)  # upstream test: a classifier only (supervised)
+    test_logits, test_labels = ops.predict(be, model, splits.test, r) if cfg.objective is None else (None, None)
+    if test_logits is not None:  # upstream test: a classifier only (supervised)
+        ops.check_finite(test_logits, f"{spec.name}'s test logits")
     metrics = {
-        "accuracy": _accuracy(test_logits, splits.test.labels) if test_logits is not None else None,
+        "accuracy": _accuracy(test_logits, test_labels) if test_logits is not None else None,
         "val_accuracy": ops.accuracy(be, model, splits.val, r) if test_logits is not None else None,
         "images_seen": images_seen,
         "epochs": images_seen / len(splits.train),
@@ -303,6 +306,9 @@ def pretrain(cfg: PretrainConfig, *, device: str = "cpu", threads: int | None = 
         "train_s": train_s,
         "compile_s": compile_s or None,  # None: nothing compiled apart (eager)
         "train_img_per_s": images_seen / train_s if images_seen else None,  # incl. batch preprocessing; not a benchmark
+        "input_img_per_s": train_input["input_img_per_s"],  # decode + preprocess alone
+        "input_bound_fraction": train_input["input_bound_fraction"],  # share of train_s spent waiting on input
+        "skipped_files": len(splits.skipped),
         "final_loss": losses[-1] if losses else None,
         "num_classes": k,
         "train_images": len(splits.train),
@@ -322,6 +328,7 @@ def pretrain(cfg: PretrainConfig, *, device: str = "cpu", threads: int | None = 
         # the file keeps the objective's own parameters too ([mask] embedding, head); loading drops them
         ckpt.path = save_checkpoint(out, {**ckpt.weights, **(objective_params if cfg.objective else {})}, meta)
         config["checkpoint"] = str(ckpt.path)
+    splits.warn_skipped()
     record = Record.measured("pretrain", config, metrics=metrics, raw={"loss": losses},
                              env=environment(info), started_at=started)
     return record, ckpt
@@ -341,7 +348,7 @@ def teacher_metrics(teacher: Teacher, be, student_test_logits: np.ndarray, train
     from vitbench.transfer.distill import agreement
 
     test = splits.test
-    t_logits = ops.predict(be, teacher.model, test, teacher.resolution)
+    t_logits = ops.predict_all(be, teacher.model, test, teacher.resolution, "the teacher's agreement")
     return {
         "teacher_gflops_per_image": teacher.forward_flops() / 1e9,  # forward, per image seen
         "teacher_exaflops": teacher.forward_flops() * images_seen / 1e18,  # included in `exaflops`

@@ -5,6 +5,9 @@
 - `digits`   scikit-learn's bundled 8x8 handwritten digits (1797 images, 10 classes): the offline default.
 - `synthetic` class-conditional noisy patterns, for speed runs and tests only (no real-world meaning).
 - `folder`   `root/<class>/*.png|jpg|jpeg`, or `root/train/<class>/...` + `root/test/<class>/...`.
+- `webdataset` tar shards (`KEY.png|jpg` + `KEY.cls`), read with the standard library: vitbench.transfer.shards.
+- `hf`       a Hugging Face datasets directory (parquet or save_to_disk), read with pyarrow: vitbench.transfer.hf.
+- `tfds`     named, not supported yet (needs tensorflow-datasets): a clear error pointing to the other formats.
 - `cifar10` / `cifar100`  the CIFAR python-pickle layout (`data_batch_1..5` + `test_batch`, or `train` +
              `test`), read with a restricted unpickler (vitbench.transfer.safe_pickle).
 - `npz`      `x_train, y_train, x_test, y_test` or `x, y` arrays, read with `allow_pickle=False`.
@@ -12,7 +15,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +22,7 @@ import numpy as np
 
 from vitbench.errors import ConfigError, UnsafeFileError
 from vitbench.transfer.config import DataConfig
+from vitbench.transfer.pools import ArrayPool, FilePool, Pool
 from vitbench.transfer.preprocess import resize_weights
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
@@ -27,13 +30,21 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 
 @dataclass
 class Raw:
-    """A source as read: the pool (or train) images and labels, class names, and its own test split if any."""
+    """A source as listed: the pool (or train) images (vitbench.transfer.pools: decoded on demand), their labels,
+    the class names, and the source's own test split if any. Labels are read without decoding an image."""
 
-    images: np.ndarray
+    pool: Pool
     labels: np.ndarray
     class_names: list[str]
-    test_images: np.ndarray | None = None
+    test_pool: Pool | None = None
     test_labels: np.ndarray | None = None
+
+
+def in_memory(images: np.ndarray, labels: np.ndarray, names: list[str], test_images: np.ndarray | None = None,
+           test_labels: np.ndarray | None = None) -> Raw:
+    """A Raw of in-memory arrays (the bundled and array formats)."""
+    return Raw(ArrayPool(images), labels, names, None if test_images is None else ArrayPool(test_images),
+               test_labels)
 
 
 def _digits() -> Raw:
@@ -41,7 +52,7 @@ def _digits() -> Raw:
 
     d = load_digits()
     images = (d.images.astype(np.float32) / 16.0)[..., None]  # 0..16 grey levels -> [0, 1], (N, 8, 8, 1)
-    return Raw(images, d.target.astype(np.int64), [str(t) for t in d.target_names])
+    return in_memory(images, d.target.astype(np.int64), [str(t) for t in d.target_names])
 
 
 def _synthetic(cfg: DataConfig) -> Raw:
@@ -54,7 +65,7 @@ def _synthetic(cfg: DataConfig) -> Raw:
     labels = np.arange(n) % k
     noise = np.random.default_rng(54321).normal(0, 0.15, size=(n, s, s, 3)).astype(np.float32)
     images = np.clip(patterns[labels] + noise, 0, 1).astype(np.float32)
-    return Raw(images, labels.astype(np.int64), [f"class{i}" for i in range(k)])
+    return in_memory(images, labels.astype(np.int64), [f"class{i}" for i in range(k)])
 
 
 def _require_path(cfg: DataConfig, layout: str) -> Path:
@@ -73,39 +84,30 @@ def _class_dirs(root: Path) -> list[Path]:
     return sorted(d for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
 
 
-def _read_folder(root: Path, class_names: list[str] | None = None
-                 ) -> tuple[list[np.ndarray], list[int], list[str]]:
-    from PIL import Image
-
+def _list_folder(root: Path) -> tuple[list[str], np.ndarray, list[str]]:
+    """(image files, labels, class names) of `root/<class>/*`: listed, not decoded. An empty class folder is
+    an error (a class no image can teach), named with its path."""
     dirs = _class_dirs(root)
-    names = class_names or [d.name for d in dirs]
-    if class_names is not None:
-        missing = [d.name for d in dirs if d.name not in names]
-        if missing:
-            raise ConfigError(f"{root}: class folders {missing} are not in the train classes {names}")
-    images, labels = [], []
-    for d in dirs:
-        files = sorted(f for f in d.iterdir() if f.suffix.lower() in IMAGE_SUFFIXES)
-        for f in files:
-            try:
-                with Image.open(f) as im:
-                    images.append(np.asarray(im.convert("RGB"), dtype=np.uint8))
-            except OSError as e:
-                raise ConfigError(f"{f}: cannot be read as an image ({e}); expected {_FOLDER_LAYOUT}") from e
-            labels.append(names.index(d.name))
-    return images, labels, names
+    if not dirs:
+        raise ConfigError(f"{root}: no class sub-directories found; expected {_FOLDER_LAYOUT}")
+    files, labels = [], []
+    for c, d in enumerate(dirs):
+        found = sorted(str(f) for f in d.iterdir() if f.suffix.lower() in IMAGE_SUFFIXES and not f.is_dir())
+        if not found:
+            raise ConfigError(f"{d}: class folder has no .png/.jpg/.jpeg images; add images or remove the "
+                              f"folder; expected {_FOLDER_LAYOUT}")
+        files += found
+        labels += [c] * len(found)
+    return files, np.asarray(labels, np.int64), [d.name for d in dirs]
 
 
-def _stack_images(images: list[np.ndarray]) -> np.ndarray:
-    """Stack decoded images; mixed sizes are resized (bilinear) to the most common size."""
-    sizes = Counter(im.shape[:2] for im in images)
-    (h, w), _ = sizes.most_common(1)[0]
-    if len(sizes) > 1:
-        from PIL import Image
-
-        images = [im if im.shape[:2] == (h, w) else
-                  np.asarray(Image.fromarray(im).resize((w, h), Image.BILINEAR), dtype=np.uint8) for im in images]
-    return np.stack(images)
+def same_classes(train: list[str], test: list[str], where: str) -> None:
+    """ConfigError unless the test split has exactly the train split's classes (in the same order)."""
+    if train != test:
+        only_train = [c for c in train if c not in test]
+        only_test = [c for c in test if c not in train]
+        raise ConfigError(f"{where}: train and test classes differ (only in train: {only_train[:10]}, only in "
+                          f"test: {only_test[:10]}); both splits need the same classes")
 
 
 def _folder(cfg: DataConfig) -> Raw:
@@ -113,20 +115,65 @@ def _folder(cfg: DataConfig) -> Raw:
     if not root.is_dir():
         raise ConfigError(f"data.path {str(root)!r} is not a directory; expected {_FOLDER_LAYOUT}")
     has_split = (root / "train").is_dir() and (root / "test").is_dir()
-    train_root = root / "train" if has_split else root
-    if not _class_dirs(train_root):
-        raise ConfigError(f"{train_root}: no class sub-directories found; expected {_FOLDER_LAYOUT}")
-    images, labels, names = _read_folder(train_root)
-    if not images:
-        raise ConfigError(f"{train_root}: no .png/.jpg images in the class folders; expected {_FOLDER_LAYOUT}")
+    files, labels, names = _list_folder(root / "train" if has_split else root)
     if not has_split:
-        return Raw(_stack_images(images), np.asarray(labels, np.int64), names)
-    t_images, t_labels, _ = _read_folder(root / "test", names)
-    if not t_images:
-        raise ConfigError(f"{root / 'test'}: no images; expected {_FOLDER_LAYOUT}")
-    x = _stack_images(images + t_images)
-    return Raw(x[: len(images)], np.asarray(labels, np.int64), names, x[len(images):],
-                np.asarray(t_labels, np.int64))
+        return Raw(FilePool(files), labels, names)
+    t_files, t_labels, t_names = _list_folder(root / "test")
+    same_classes(names, t_names, str(root))
+    return Raw(FilePool(files), labels, names, FilePool(t_files), t_labels)
+
+
+def _webdataset(cfg: DataConfig) -> Raw:
+    from vitbench.transfer.shards import LAYOUT, check_test_labels, index_shards, shard_files
+
+    if not cfg.path:
+        raise ConfigError(f"data.path is required for dataset 'webdataset'; expected {LAYOUT}")
+    root = Path(cfg.path).expanduser()
+    if root.is_dir():
+        train, test = shard_files(cfg.path, "train"), shard_files(cfg.path, "test")
+        if not train:  # no train-*/test-* names: every shard is the pool
+            train, test = shard_files(cfg.path), []
+    else:
+        train, test = shard_files(cfg.path), []
+    if cfg.test_path:
+        test = shard_files(cfg.test_path)
+    pool, labels = index_shards(train)
+    names = [str(c) for c in range(int(labels.max()) + 1)]
+    if not test:
+        return Raw(pool, labels, names)
+    t_pool, t_labels = index_shards(test)
+    check_test_labels(t_labels, t_pool, len(names))
+    return Raw(pool, labels, names, t_pool, t_labels)
+
+
+def _hf(cfg: DataConfig) -> Raw:
+    from vitbench.transfer.hf import LAYOUT, index_table, split_files
+
+    root = _require_path(cfg, LAYOUT)
+    parts = split_files(root)
+    if cfg.test_path:
+        test_root = Path(cfg.test_path).expanduser()
+        if not test_root.exists():
+            raise ConfigError(f"data.test_path {str(test_root)!r} does not exist; expected {LAYOUT}")
+        test_parts = split_files(test_root)
+        parts = {"train": parts.get("train") or parts.get("pool"),
+                 "test": test_parts.get("test") or test_parts.get("pool")}
+    train = parts.get("train") or parts.get("pool")
+    if not train:
+        raise ConfigError(f"{root}: no train split found; expected {LAYOUT}")
+    pool, labels, names = index_table(train, cfg.image_column, cfg.label_column)
+    if names is None:
+        names = [str(c) for c in range(int(labels.max()) + 1)]
+    if not parts.get("test"):
+        return Raw(pool, labels, names)
+    t_pool, t_labels, t_names = index_table(parts["test"], cfg.image_column, cfg.label_column)
+    if t_names is not None:
+        same_classes(names, t_names, str(root))
+    bad = np.flatnonzero(t_labels >= len(names))
+    if len(bad):
+        raise ConfigError(f"{t_pool.origin(int(bad[0]))}: label {int(t_labels[bad[0]])} out of range: the train "
+                          f"split has classes 0..{len(names) - 1}")
+    return Raw(pool, labels, names, t_pool, t_labels)
 
 
 _CIFAR_LAYOUT = {
@@ -187,7 +234,7 @@ def _cifar(cfg: DataConfig) -> Raw:
     y = np.concatenate([p[1] for p in parts])
     if y.min() < 0 or max(y.max(), y_test.max()) >= k:
         raise ConfigError(f"{root}: labels outside 0..{k - 1}; is this {cfg.name}? expected {layout}")
-    return Raw(np.concatenate([p[0] for p in parts]), y, names, x_test, y_test)
+    return in_memory(np.concatenate([p[0] for p in parts]), y, names, x_test, y_test)
 
 
 _NPZ_LAYOUT = ("an .npz file with arrays x_train, y_train, x_test, y_test (or x, y): images (N, H, W) or "
@@ -236,7 +283,7 @@ def _npz(cfg: DataConfig) -> Raw:
     k = int(max(out[1].max(), out[3].max() if out[3] is not None else 0)) + 1
     if out[1].min() < 0:
         raise ConfigError(f"{path}: negative labels; expected {_NPZ_LAYOUT}")
-    return Raw(out[0], out[1], [str(i) for i in range(k)], out[2], out[3])
+    return in_memory(out[0], out[1], [str(i) for i in range(k)], out[2], out[3])
 
 
 def read_source(cfg: DataConfig) -> Raw:
@@ -247,6 +294,14 @@ def read_source(cfg: DataConfig) -> Raw:
         return _synthetic(cfg)
     if cfg.name == "folder":
         return _folder(cfg)
+    if cfg.name == "webdataset":
+        return _webdataset(cfg)
+    if cfg.name == "hf":
+        return _hf(cfg)
+    if cfg.name == "tfds":  # named so a user of big_vision's pipeline hears why, not "unknown dataset"
+        raise ConfigError("dataset 'tfds' (a prepared TFDS data_dir of tfrecord files) is not supported yet: it "
+                          "needs tensorflow-datasets, which vitbench does not depend on. Export the split to a "
+                          "class folder or webdataset shards (docs/datasets.md) and use --data folder|webdataset")
     if cfg.name in ("cifar10", "cifar100"):
         return _cifar(cfg)
     return _npz(cfg)

@@ -129,9 +129,12 @@ def train(backend, model: FlaxModel, data, resolution: int, opt: OptimConfig, ba
         return (backend.put(distill.teacher_logits(order[s]).astype(np.float32)), np.float32(distill.lam),
                 np.float32(distill.tau))
 
+    batches = data.steps(order, resolution)  # decoded ahead (data.workers), in order
+
     def inputs(s: int) -> tuple:
-        """Step `s`'s (x, y, lr, kd), on the device (the step does not donate them: step 0's are reused)."""
-        x, y = data.batch(order[s], resolution)
+        """Step `s`'s (x, y, lr, kd), on the device (the step does not donate them: step 0's are reused).
+        Called once per step, in step order (`batches` is a stream)."""
+        x, y = next(batches)
         return backend.put(x), backend.put(y.astype(np.int32)), lrs[s], kd(s)
 
     first = inputs(0)  # built once: used to lower the step and as the loop's step 0

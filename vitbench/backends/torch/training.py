@@ -96,8 +96,9 @@ def train(backend, model: torch.nn.Module, data, resolution: int, opt: OptimConf
     order = batch_indices(len(data), batch_size, opt.steps, seed)
     losses = []
     model.train()
+    batches = data.steps(order, resolution)  # decoded ahead (data.workers), in order
     for step in range(opt.steps):
-        x, y = data.batch(order[step], resolution)
+        x, y = next(batches)
         x, y = backend._tensor(x), torch.from_numpy(y).to(backend.device)
         if distill is None:
             loss = loss_fn(model(x), y)

@@ -1,0 +1,164 @@
+"""Bad data, one row per problem: exit 2 naming the file (no traceback, nothing written), or with --skip-corrupt
+a count of the skipped files in the row and on the terminal."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from data_formats import digits_images, write_folder, write_hf_parquet, write_shards
+
+FEWSHOT = ("fewshot", "-m", "ViT-Nano/4", "--objective", "none", "-r", "8", "--classes", "", "--shots", "1",
+           "--seeds", "1", "--l2-reg", "1")
+
+
+@pytest.fixture(scope="module")
+def good(tmp_path_factory):
+    """Clean train/test digits (4 per class + 2 per class) as a folder, shards and an hf parquet folder."""
+    root = tmp_path_factory.mktemp("good")
+    x, y = digits_images(6, classes=3)
+    test = np.concatenate([np.flatnonzero(y == c)[:2] for c in range(3)])
+    train = np.setdiff1d(np.arange(len(y)), test)
+    for split, idx in (("train", train), ("test", test)):
+        write_folder(root / "folder", split, x[idx], y[idx])
+        write_shards(root / "shards", split, x[idx], y[idx], per_shard=100)
+        write_hf_parquet(root / "hf", split, x[idx], y[idx], ["0", "1", "2"])
+    return root, x, y
+
+
+def _copy(good, tmp_path, what):
+    shutil.copytree(good[0] / what, tmp_path / what)
+    return tmp_path / what
+
+
+def _truncate(path):
+    path.write_bytes(path.read_bytes()[:60])
+
+
+# (case, make(good, tmp_path) -> (data options, the path the message must name), the message's words)
+CASES = {
+    "missing folder": (lambda g, t: (["--data", "folder", "--data-path", str(t / "nope")], t / "nope"),
+                       "does not exist"),
+    "missing shard": (lambda g, t: (["--data", "webdataset", "--data-path", str(t / "s-{0..3}.tar")],
+                                    t / "s-0.tar"), "shard does not exist"),
+    "missing hf dir": (lambda g, t: (["--data", "hf", "--data-path", str(t / "hf")], t / "hf"), "does not exist"),
+    "empty class folder": (lambda g, t: (_mk_empty_class(g, t), t / "folder" / "train" / "9"),
+                           "class folder has no .png/.jpg/.jpeg images"),
+    "train/test classes differ": (lambda g, t: (_mk_class_mismatch(g, t), t / "folder"),
+                                  "train and test classes differ (only in train: ['2']"),
+    "truncated image": (lambda g, t: _mk_corrupt(g, t, _truncate), "cannot be read as an image"),
+    "not an image": (lambda g, t: _mk_corrupt(g, t, lambda p: p.write_text("hello")), "cannot be read as an image"),
+    "truncated image in a shard": (lambda g, t: _mk_corrupt_shard(g, t), "cannot be read as an image"),
+    "truncated shard": (lambda g, t: _mk_truncated_shard(g, t), "not a readable tar shard"),
+    "shard without labels": (lambda g, t: _mk_unlabelled(g, t), "has no .cls label"),
+    "shard label out of range": (lambda g, t: _mk_out_of_range_shard(g, t), "label 7 out of range"),
+    "hf label out of range": (lambda g, t: _mk_out_of_range_hf(g, t), "label 5 out of range for the 3 ClassLabel"),
+    "hf without a label column": (lambda g, t: _mk_unlabelled_hf(g, t), "cannot tell the label column"),
+    "tfds (not supported yet)": (lambda g, t: (["--data", "tfds", "--data-path", str(t)], "tensorflow-datasets"),
+                                 "is not supported yet"),
+}
+
+
+def _mk_unlabelled_hf(g, t):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from data_formats import png_bytes
+
+    path = t / "hf" / "train.parquet"
+    path.parent.mkdir(parents=True)
+    pq.write_table(pa.table({"image": pa.array([{"bytes": png_bytes(im), "path": None} for im in g[1][:4]]),
+                             "caption": ["a", "b", "c", "d"]}), path)
+    return ["--data", "hf", "--data-path", str(t / "hf")], path
+
+
+def _mk_empty_class(g, t):
+    root = _copy(g, t, "folder")
+    (root / "train" / "9").mkdir()
+    return ["--data", "folder", "--data-path", str(root)]
+
+
+def _mk_class_mismatch(g, t):
+    root = _copy(g, t, "folder")
+    shutil.rmtree(root / "test" / "2")
+    return ["--data", "folder", "--data-path", str(root)]
+
+
+def _mk_corrupt(g, t, spoil):
+    root = _copy(g, t, "folder")
+    bad = sorted((root / "test" / "1").iterdir())[0]
+    spoil(bad)
+    return ["--data", "folder", "--data-path", str(root)], bad
+
+
+def _mk_corrupt_shard(g, t):
+    x, y = g[1], g[2]
+    write_shards(t / "s", "train", x, y, per_shard=100)
+    images = x[:6].copy()
+    paths = write_shards(t / "s", "test", images, y[:6], per_shard=100)
+    import tarfile
+
+    with tarfile.open(paths[0]) as tf:  # rewrite the shard with its 3rd image cut short
+        members = [(m, tf.extractfile(m).read()) for m in tf.getmembers()]
+    from data_formats import _add
+
+    with tarfile.open(paths[0], "w") as tf:
+        for m, data in members:
+            _add(tf, m.name, data[:60] if m.name == "00002.png" else data)
+    return ["--data", "webdataset", "--data-path", str(t / "s")], f"{paths[0]}:00002.png"
+
+
+def _mk_truncated_shard(g, t):
+    root = _copy(g, t, "shards")
+    shard = root / "train-000000.tar"
+    shard.write_bytes(shard.read_bytes()[:1000])
+    return ["--data", "webdataset", "--data-path", str(root)], shard
+
+
+def _mk_unlabelled(g, t):
+    x, y = g[1], g[2]
+    write_shards(t / "s", "train", x, y, per_shard=100)
+    paths = write_shards(t / "s", "test", x[:3], y[:3], per_shard=100, label=False)
+    return ["--data", "webdataset", "--data-path", str(t / "s")], paths[0]
+
+
+def _mk_out_of_range_shard(g, t):
+    x, y = g[1], g[2]
+    write_shards(t / "s", "train", x, y, per_shard=100)
+    paths = write_shards(t / "s", "test", x[:3], np.array([0, 7, 1]), per_shard=100)
+    return ["--data", "webdataset", "--data-path", str(t / "s")], f"{paths[0]}:00001.png"
+
+
+def _mk_out_of_range_hf(g, t):
+    x, y = g[1], g[2]
+    write_hf_parquet(t / "hf", "train", x, y, ["0", "1", "2"])
+    path = write_hf_parquet(t / "hf", "test", x[:3], np.array([0, 5, 1]), ["0", "1", "2"])
+    return ["--data", "hf", "--data-path", str(t / "hf")], path
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_data_exits_2_naming_the_file(case, good, tmp_path, cli):
+    make, words = CASES[case]
+    args, named = make(good, tmp_path)
+    r = cli(*FEWSHOT, *args)
+    text = " ".join(r.output.split())
+    assert r.exit_code == 2, r.output
+    assert str(named) in text and words in text, text
+    assert "Traceback" not in r.output
+
+
+@pytest.mark.parametrize("fmt", ["folder", "webdataset"])
+def test_skip_corrupt_counts_the_skipped_files_in_the_row_and_on_the_terminal(fmt, good, tmp_path, cli):
+    if fmt == "folder":
+        args, bad = _mk_corrupt(good, tmp_path, _truncate)
+    else:
+        args, bad = _mk_corrupt_shard(good, tmp_path)
+    r = cli(*FEWSHOT, *args, "--skip-corrupt", "--json")
+    assert r.exit_code == 0, r.output
+    row = json.loads(r.stdout)
+    assert row["metrics"]["skipped_files"] == 1 and row["config"]["data"]["skip_corrupt"] is True
+    assert "1 corrupt files skipped" in " ".join(r.output.split()) and str(bad) in " ".join(r.output.split())
+    assert row["metrics"]["embedded_images"] < 18  # the test split lost its one corrupt image

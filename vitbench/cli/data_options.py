@@ -1,0 +1,39 @@
+"""The data source options of every command that reads a dataset (pretrain, fewshot, finetune, bench),
+declared once: each command names them in its signature, and `source` turns them into DataConfig fields."""
+
+from __future__ import annotations
+
+import typer
+
+
+def _dataset_names() -> str:
+    from typing import get_args
+
+    from vitbench.transfer.config import DatasetName
+
+    return " | ".join(get_args(DatasetName))
+
+
+def data_option(default: str | None, more: str = ""):
+    """The --data option (its default differs: digits for the transfer commands, none for bench)."""
+    return typer.Option(default, "--data", help=f"{_dataset_names()} (docs/datasets.md).{more}")
+
+
+DATA = data_option("digits")
+DATA_PATH = typer.Option(None, "--data-path", help="Local path: a class folder, a shard pattern "
+                         "(train-{000..099}.tar) or directory, an hf dataset directory, a cifar directory, an .npz.")
+DATA_TEST_PATH = typer.Option(None, "--data-test-path", help="webdataset / hf: the test split's own path or "
+                              "pattern (default: test-*.tar or the test split beside --data-path).")
+SKIP_CORRUPT = typer.Option(False, "--skip-corrupt", help="Skip files that do not decode, counted in the row "
+                            "(skipped_files) and on the terminal; default: stop (exit 2) naming the file.")
+DATA_WORKERS = typer.Option(0, "--data-workers", min=0, help="Processes decoding and preprocessing ahead "
+                            "(0: in this process). Results do not depend on it.")
+IMAGE_COLUMN = typer.Option(None, "--image-column", help="hf: the image column (default: inferred).")
+LABEL_COLUMN = typer.Option(None, "--label-column", help="hf: the label column (default: inferred).")
+
+
+def source(data, data_path, data_test_path, skip_corrupt, data_workers, image_column, label_column) -> dict:
+    """DataConfig's source fields from the shared data options (unset ones left to the config's defaults)."""
+    out = {"name": data, "path": data_path, "test_path": data_test_path, "skip_corrupt": skip_corrupt,
+           "workers": data_workers, "image_column": image_column, "label_column": label_column}
+    return {k: v for k, v in out.items() if v is not None}

@@ -1,0 +1,198 @@
+"""The `hf` source: a Hugging Face `datasets` dataset on local disk, read with pyarrow (already a dependency; the
+`datasets` package itself is not needed).
+
+Layouts (`datasets`' own): a parquet folder (`Dataset.to_parquet`, the Hub's `data/train-*.parquet`,
+`test-*.parquet`, or `train/*.parquet`), or a `save_to_disk` directory (`data-*.arrow` + `state.json`; a
+DatasetDict: `dataset_dict.json` + one such directory per split). The image column is the `Image` feature
+({bytes, path} structs, encoded PNG/JPEG bytes), the label column the `ClassLabel` (its names become the class
+names) or the one integer column; `image_column` / `label_column` name them when the features do not.
+
+Listing reads the label column only; `decode(i)` reads the one row group (parquet) or record batch (arrow)
+holding image i, and keeps it while the next index falls in it (sequential passes read each once).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from vitbench.errors import ConfigError
+from vitbench.transfer.pools import CorruptImage, decode_bytes
+
+LAYOUT = ("a Hugging Face datasets directory: parquet files (data/train-*.parquet + data/test-*.parquet, or "
+          "train/*.parquet) or a save_to_disk directory (data-*.arrow + state.json, or dataset_dict.json + one "
+          "directory per split), with an Image column and a ClassLabel or integer label column")
+LABEL_NAMES = ("label", "labels", "fine_label", "target")  # integer columns taken as the label when no ClassLabel
+
+
+def _parquet_split(files: list[Path], split: str) -> list[Path]:
+    return [f for f in files if f.name.startswith(split) or f.parent.name == split]
+
+
+def split_files(path: Path) -> dict[str, list[Path]]:
+    """{'train': files, 'test': files} (or {'pool': files}) of a dataset directory or file."""
+    if path.is_file():
+        return {"pool": [path]}
+    if (path / "dataset_dict.json").is_file():
+        splits = json.loads((path / "dataset_dict.json").read_text()).get("splits", [])
+        return {s: sorted((path / s).glob("*.arrow")) for s in splits if s in ("train", "test")}
+    arrow = sorted(path.glob("*.arrow"))
+    if arrow:
+        return {"pool": arrow}
+    parquet = sorted(path.rglob("*.parquet"))
+    if not parquet:
+        raise ConfigError(f"{path}: no .parquet or .arrow files; expected {LAYOUT}")
+    train, test = _parquet_split(parquet, "train"), _parquet_split(parquet, "test")
+    return {"train": train, "test": test} if train and test else {"pool": parquet}
+
+
+def _schema(f: Path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        if f.suffix == ".parquet":
+            return pq.read_schema(f)
+        with pa.memory_map(str(f)) as src:
+            return pa.ipc.open_stream(src).schema
+    except (pa.ArrowInvalid, OSError) as e:
+        raise ConfigError(f"{f}: not a readable {f.suffix} file ({e}); expected {LAYOUT}") from None
+
+
+def _features(f: Path, schema) -> dict:
+    """The `datasets` features: from the schema's 'huggingface' metadata, else the directory's
+    dataset_info.json; {} when neither says."""
+    meta = (schema.metadata or {}).get(b"huggingface")
+    if meta:
+        return json.loads(meta).get("info", {}).get("features", {}) or {}
+    info = f.parent / "dataset_info.json"
+    return json.loads(info.read_text()).get("features", {}) if info.is_file() else {}
+
+
+def columns(f: Path, image_column: str | None, label_column: str | None) -> tuple[str, str, list[str] | None]:
+    """(image column, label column, class names or None), inferred from the features where not given."""
+    import pyarrow as pa
+
+    schema = _schema(f)
+    feats = _features(f, schema)
+    names = schema.names
+    for given, what in ((image_column, "--image-column"), (label_column, "--label-column")):
+        if given is not None and given not in names:
+            raise ConfigError(f"{f}: {what} {given!r} is not a column; columns: {names}")
+    images = [c for c in names if feats.get(c, {}).get("_type") == "Image"] or \
+        [c for c in names if pa.types.is_struct(schema.field(c).type)
+         and schema.field(c).type.get_field_index("bytes") >= 0]
+    classes = [c for c in names if feats.get(c, {}).get("_type") == "ClassLabel"]
+    ints = [c for c in names if pa.types.is_integer(schema.field(c).type)]
+    labels = classes or [c for c in ints if c in LABEL_NAMES] or ints
+    image = image_column or (images[0] if len(images) == 1 else None)
+    label = label_column or (labels[0] if len(labels) == 1 else None)
+    if image is None:
+        raise ConfigError(f"{f}: cannot tell the image column ({images or 'none'} of {names}); name it with "
+                          "--image-column (study field data.image_column)")
+    if label is None:
+        raise ConfigError(f"{f}: cannot tell the label column ({labels or 'none'} of {names}); name it with "
+                          "--label-column (study field data.label_column); a dataset without labels cannot "
+                          "train or evaluate a classifier")
+    return image, label, feats.get(label, {}).get("names")
+
+
+def _chunks(f: Path) -> list[int]:
+    """Rows per row group (parquet) or record batch (arrow) of `f`, in order."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if f.suffix == ".parquet":
+        md = pq.ParquetFile(f).metadata
+        return [md.row_group(g).num_rows for g in range(md.num_row_groups)]
+    with pa.memory_map(str(f)) as src:
+        return [b.num_rows for b in pa.ipc.open_stream(src)]
+
+
+def _read_chunk(f: str, chunk: int, column: str):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if f.endswith(".parquet"):
+        return pq.ParquetFile(f).read_row_group(chunk, columns=[column]).column(0)
+    with pa.memory_map(f) as src:
+        for j, b in enumerate(pa.ipc.open_stream(src)):
+            if j == chunk:
+                return pa.chunked_array([b.column(b.schema.get_field_index(column))])
+    raise IndexError(chunk)
+
+
+@dataclass
+class TablePool:
+    """Images in an Image column, addressed by (file, chunk, row in chunk)."""
+
+    files: list[str]
+    column: str
+    file: np.ndarray  # int32
+    chunk: np.ndarray  # int32
+    row: np.ndarray  # int32
+    resident: bool = False
+    _held: tuple = field(default=(), repr=False)  # ((file, chunk), column values) of the last chunk read
+
+    def __getstate__(self):  # worker processes read their own chunks
+        return {**self.__dict__, "_held": ()}
+
+    def __len__(self) -> int:
+        return len(self.file)
+
+    def origin(self, i: int) -> str:
+        return f"{self.files[self.file[i]]} row {int(self.row[i])} of chunk {int(self.chunk[i])} ({self.column})"
+
+    def decode(self, i: int) -> np.ndarray:
+        where = (int(self.file[i]), int(self.chunk[i]))
+        if not self._held or self._held[0] != where:
+            try:
+                self._held = (where, _read_chunk(self.files[where[0]], where[1], self.column))
+            except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
+                raise CorruptImage(self.origin(i), str(e)) from None
+        value = self._held[1][int(self.row[i])].as_py()
+        data = value.get("bytes") if isinstance(value, dict) else value
+        if not data and isinstance(value, dict) and value.get("path"):
+            return decode_bytes(Path(value["path"]), self.origin(i))
+        if not isinstance(data, bytes):
+            raise CorruptImage(self.origin(i), "no image bytes in this row")
+        return decode_bytes(data, self.origin(i))
+
+
+def index_table(files: list[Path], image_column: str | None, label_column: str | None
+                ) -> tuple[TablePool, np.ndarray, list[str] | None]:
+    """(pool, labels, class names or None) of `files` (one split)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    image, label, names = columns(files[0], image_column, label_column)
+    fi, ch, rw, labels = [], [], [], []
+    for k, f in enumerate(files):
+        try:
+            if f.suffix == ".parquet":
+                y = pq.read_table(f, columns=[label]).column(0)
+            else:
+                with pa.memory_map(str(f)) as src:
+                    y = pa.ipc.open_stream(src).read_all().column(label)
+            y = np.asarray(y.to_numpy(zero_copy_only=False))
+        except (pa.ArrowInvalid, KeyError, OSError) as e:
+            raise ConfigError(f"{f}: cannot read the label column {label!r} ({e}); expected {LAYOUT}") from None
+        if y.dtype.kind not in "iu":
+            raise ConfigError(f"{f}: label column {label!r} is {y.dtype}, not integers; expected {LAYOUT}")
+        labels.append(y.astype(np.int64))
+        for c, n in enumerate(_chunks(f)):
+            fi += [k] * n
+            ch += [c] * n
+            rw += list(range(n))
+    y = np.concatenate(labels)
+    pool = TablePool([str(f) for f in files], image, np.asarray(fi, np.int32), np.asarray(ch, np.int32),
+                     np.asarray(rw, np.int32))
+    bad = np.flatnonzero((y < 0) | (y >= len(names) if names else y < 0))
+    if len(bad):
+        raise ConfigError(f"{pool.origin(int(bad[0]))}: label {int(y[bad[0]])} out of range"
+                          + (f" for the {len(names)} ClassLabel names" if names else " (negative)")
+                          + f" ({len(bad)} rows)")
+    return pool, y, names

@@ -1,0 +1,139 @@
+"""Index-addressable image pools: the images of a source, decoded one at a time, on demand.
+
+A pool is what a source (vitbench.transfer.sources) gives instead of one resident array, so a dataset of any
+size costs the memory of a batch: `len(pool)`, `pool.decode(i)` -> one image (H, W, C) uint8 in [0, 255] or
+float32 in [0, 1], C = 1 or 3, and `pool.origin(i)` (the file that holds image i, for messages). Labels never
+need a decode: a source reads them from the layout (folder names, `.cls` members, a label column) beside the pool.
+
+`images_at` turns indices into one preprocessed batch (vitbench.transfer.preprocess: the paper's resize and
+scaling), the same on every backend. A file that does not decode is a `CorruptImage` naming it: a ConfigError
+(exit 2), or, where the user asked to skip corrupt files, a dropped row counted in `Skipped`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from vitbench.errors import ConfigError
+from vitbench.transfer.preprocess import preprocess
+
+
+class CorruptImage(ConfigError):
+    """A file of the dataset that cannot be decoded as an image (truncated, not an image, unreadable)."""
+
+    def __init__(self, origin: str, reason: str):
+        super().__init__(f"{origin}: cannot be read as an image ({reason}); fix or remove the file, or pass "
+                         "--skip-corrupt (study field data.skip_corrupt) to skip such files and count them")
+        self.origin, self.reason = origin, reason
+
+
+class Pool(Protocol):
+    """Images addressable by index, decoded on demand (see the module docstring)."""
+
+    resident: bool  # True: the images are one in-memory array already (nothing to stream)
+
+    def __len__(self) -> int: ...
+
+    def decode(self, i: int) -> np.ndarray: ...
+
+    def origin(self, i: int) -> str: ...
+
+
+@dataclass
+class ArrayPool:
+    """Images already in memory (the bundled and array sources: digits, synthetic, cifar, npz)."""
+
+    images: np.ndarray
+    resident: bool = True
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def decode(self, i: int) -> np.ndarray:
+        return self.images[i]
+
+    def origin(self, i: int) -> str:
+        return f"image {i}"
+
+
+def decode_bytes(data: bytes | Path, origin: str) -> np.ndarray:
+    """An encoded image (PNG, JPEG: a file path or its bytes) as uint8 RGB (H, W, 3); CorruptImage naming
+    `origin` when it does not decode whole (PIL raises on a truncated file once the pixels are loaded)."""
+    import io
+
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(data if isinstance(data, Path) else io.BytesIO(data)) as im:
+            return np.asarray(im.convert("RGB"), dtype=np.uint8)
+    except (OSError, UnidentifiedImageError, ValueError, SyntaxError) as e:  # PIL's decode errors
+        raise CorruptImage(origin, str(e) or type(e).__name__) from None
+
+
+@dataclass
+class FilePool:
+    """One image file per index (the `folder` source)."""
+
+    files: list[str]
+    resident: bool = False
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def decode(self, i: int) -> np.ndarray:
+        return decode_bytes(Path(self.files[i]), self.files[i])
+
+    def origin(self, i: int) -> str:
+        return self.files[i]
+
+
+@dataclass
+class Skipped:
+    """Corrupt files skipped so far (`--skip-corrupt`): origin -> reason. Shared by the splits of one source."""
+
+    allowed: bool = False
+    files: dict[str, str] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+
+@dataclass
+class Batch:
+    """A preprocessed batch: images float32 (B', r, r, 3) in [-1, 1], the positions (into the requested
+    indices) they came from (B' < B when corrupt files were skipped), and the files that failed."""
+
+    images: np.ndarray
+    kept: np.ndarray
+    failed: dict[str, str]
+
+
+def images_at(pool: Pool, idx: np.ndarray, resolution: int, skip_corrupt: bool = False) -> Batch:
+    """Decode and preprocess `pool`'s images at `idx` (a resident pool: one vectorised preprocess, as before
+    streaming existed). Same-size images are preprocessed together, so a file pool gives the very numbers an
+    array of the same images gives; an odd size is resized on its own, straight to `resolution`."""
+    idx = np.asarray(idx, dtype=np.int64)
+    if pool.resident:
+        return Batch(preprocess(pool.images[idx], resolution), np.arange(len(idx)), {})
+    decoded, kept, failed = [], [], {}
+    for pos, i in enumerate(idx):
+        try:
+            decoded.append(pool.decode(int(i)))
+            kept.append(pos)
+        except CorruptImage as e:
+            if not skip_corrupt:
+                raise
+            failed[e.origin] = e.reason
+    if not decoded:
+        return Batch(np.zeros((0, resolution, resolution, 3), np.float32), np.zeros(0, np.int64), failed)
+    out = np.empty((len(decoded), resolution, resolution, 3), np.float32)
+    groups: dict[tuple, list[int]] = {}
+    for j, im in enumerate(decoded):
+        groups.setdefault((im.shape, im.dtype.str), []).append(j)
+    for js in groups.values():
+        out[js] = preprocess(np.stack([decoded[j] for j in js]), resolution)
+    return Batch(out, np.asarray(kept, np.int64), failed)
