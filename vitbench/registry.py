@@ -40,7 +40,7 @@ BUILTIN_MODULES: dict[Kind, tuple[str, ...]] = {
                 "vitbench.tasks.calibration", "vitbench.tasks.pretrain", "vitbench.tasks.fewshot",
                 "vitbench.tasks.finetune", "vitbench.tasks.inspection"),
     Kind.EXECUTOR: ("vitbench.executors.local", "vitbench.executors.slurm", "vitbench.executors.ray"),
-    Kind.FAMILY: ("vitbench.models.families.axial",),
+    Kind.FAMILY: ("vitbench.models.families.axial", "vitbench.models.families.timm"),
 }
 
 

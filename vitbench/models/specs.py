@@ -342,6 +342,10 @@ def get_spec(name: str | ModelSpec, num_classes: int | None = None) -> ModelSpec
         if spec is None:
             _load_families()
             spec = _INDEX.get(_norm(base))
+        if spec is None:  # a name of an open-ended family (timm:<name>): the family resolves it
+            from vitbench.models.families import resolve_open
+
+            spec = resolve_open(base.strip())
         if spec is None:
             raise UnknownModelError(
                 f"unknown model {shorten(base)}. Close matches: {', '.join(close_matches(base))}. "

@@ -74,6 +74,12 @@ class FamilyPlugin:
     the shapes of its grid-sized tables ({timm key or Flax path: shape}; None: they say nothing, the row's
     native size), what loading a checkpoint checks the weights against; plot_style: the report's (marker,
     matplotlib colormap, name) for the family.
+
+    An open-ended family (models named, not listed as rows: `timm:<any timm name>`) gives `resolve(name)` -> the
+    spec of a name it owns (None: not its name; UnknownModelError: its name, but no such model) and
+    `catalogue(pattern)` -> the names it offers matching a glob (what `vitbench models --filter` lists).
+    backends: the backends that can build it (empty: every backend; a trial on another is refused naming them).
+    counts_note: how `counts` is made when it is no formula (the flops record says it beside the analytic count).
     """
 
     name: FamilyName
@@ -96,12 +102,19 @@ class FamilyPlugin:
     flax_attention: str = ""
     resolution_of: Callable[[Any, dict], int | None] = lambda spec, shapes: None
     plot_style: tuple[str, str, str] = ("D", "Greys", "")  # report marker, colormap, legend name
+    resolve: Callable[[str], Any] | None = None
+    catalogue: Callable[[str], list[str]] | None = None
+    backends: tuple[str, ...] = ()
+    counts_note: str = ""
     extra: dict = field(default_factory=dict)
 
     def build_torch(self, spec, resolution: int, num_classes: int):
         return _import(self.torch_builder)(spec, resolution, num_classes)
 
     def build_flax(self, spec, num_classes: int, dtype):
+        if not self.flax_builder:
+            raise ConfigError(f"{spec.name} (family {self.name}) has no Flax builder; backends that build it: "
+                              f"{', '.join(self.backends) or '(none)'}")
         return _import(self.flax_builder)(spec, num_classes, dtype)
 
     def torch_attention_maps(self, model, x) -> list:
@@ -145,6 +158,25 @@ def has_attention_layers(spec) -> bool:
     per-axis attention layers."""
     plugin = family_plugin(spec.family)
     return bool(spec.depth) if plugin is None else plugin.token_attention_maps or plugin.axis_layers is not None
+
+
+def resolve_open(name: str):
+    """The spec of `name` from the open-ended families (FamilyPlugin.resolve), or None when none owns it."""
+    for e in entries(Kind.FAMILY).values():
+        if e.obj.resolve is not None:
+            spec = e.obj.resolve(name)
+            if spec is not None:
+                return spec
+    return None
+
+
+def backend_problem(spec, backend: str) -> str | None:
+    """Why `backend` cannot build `spec` (its family lists the backends that can), or None when it can."""
+    plugin = family_plugin(spec.family)
+    if plugin is None or not plugin.backends or backend in plugin.backends:
+        return None
+    return (f"{spec.name} (family {plugin.name}) is built by backend {', '.join(plugin.backends)} only, "
+            f"not {backend!r}")
 
 
 def family_names() -> tuple[str, ...]:
