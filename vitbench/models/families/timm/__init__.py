@@ -28,7 +28,7 @@ def resolve(name: str):
         return None
     from vitbench.models.families.timm.torch import spec_of
 
-    return spec_of(name[len(PREFIX):].strip())
+    return spec_of(name[len(PREFIX):].strip().lower())  # timm names are lower case
 
 
 def catalogue(pattern: str) -> list[str]:

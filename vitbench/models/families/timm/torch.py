@@ -31,7 +31,7 @@ def names(pattern: str = "") -> list[str]:
 def spec_of(name: str) -> ModelSpec:
     """The spec of timm model `name` (with an optional pretrained tag): native input size and classes from its
     pretrained config. UnknownModelError with close matches (difflib over timm's names) for an unknown one."""
-    arch, tag = split_model_name_tag(name.lower())
+    arch, tag = split_model_name_tag(name)
     if not timm.is_model(arch):
         close = difflib.get_close_matches(arch, timm.list_models(), n=5, cutoff=0.6)
         raise UnknownModelError(f"unknown timm model {shorten(name)}. Close matches: "
