@@ -167,6 +167,8 @@ class ModelSpec:
 
     def with_origin(self, origin: Origin | str) -> ModelSpec:
         """This architecture in the conventions of checkpoints from `origin` (vit_jax, timm, ...)."""
+        if self.family not in FAMILIES and "flavour" not in _plugin(self.family).fields:
+            return self  # its builder reads no flavour: weights of any origin compute the same function
         return replace(self, flavour=flavour_for(origin, self.family))
 
     def with_flavour(self, flavour: Flavour) -> ModelSpec:

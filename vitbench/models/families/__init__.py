@@ -80,6 +80,8 @@ class FamilyPlugin:
     `catalogue(pattern)` -> the names it offers matching a glob (what `vitbench models --filter` lists).
     backends: the backends that can build it (empty: every backend; a trial on another is refused naming them).
     counts_note: how `counts` is made when it is no formula (the flops record says it beside the analytic count).
+    head_prefixes(spec): the parameter-name prefixes of its classifier, what transfer replaces (default: timm ViT's
+    `head.`, `head_dist.`; vitbench.models.identify.is_head).
     """
 
     name: FamilyName
@@ -106,6 +108,7 @@ class FamilyPlugin:
     catalogue: Callable[[str], list[str]] | None = None
     backends: tuple[str, ...] = ()
     counts_note: str = ""
+    head_prefixes: Callable[[Any], tuple[str, ...]] | None = None
     extra: dict = field(default_factory=dict)
 
     def build_torch(self, spec, resolution: int, num_classes: int):

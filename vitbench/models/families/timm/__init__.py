@@ -56,7 +56,7 @@ TIMM_PLUGIN = FamilyPlugin(
     counts=_lazy("counts"), param_table=_lazy("param_table"), stride=_lazy("stride"),
     feature_dim=_lazy("feature_dim"), describe=lambda spec: f"timm {spec.timm_id} (timm.create_model)",
     attention=True, token_attention_maps=False, plot_style=("X", "Oranges", "timm"),
-    resolve=resolve, catalogue=catalogue, backends=("torch",),
+    resolve=resolve, catalogue=catalogue, backends=("torch",), head_prefixes=_lazy("head_prefixes"),
     counts_note="params: timm's model (sum of its parameters); MACs: torch FlopCounterMode on the model built on "
                 "the meta device (matmul/conv/attention only; no formula per timm architecture)",
 )

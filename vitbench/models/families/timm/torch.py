@@ -103,3 +103,10 @@ def param_table(spec: ModelSpec, resolution: int) -> list:
     model exists for this family: the table serves weight checks and loading)."""
     model = _meta(spec, resolution, spec.num_classes)
     return [_copy(k, k.replace(".", "/")) for k in model.state_dict()]
+
+
+def head_prefixes(spec: ModelSpec) -> tuple[str, ...]:
+    """The classifier's parameter prefixes as timm's pretrained config names them (`fc`, `head.fc`, `head`,
+    a distilled model's `head_dist` too): what transfer replaces; a ConvNeXt's `head.norm` stays with the body."""
+    names = get_pretrained_cfg(spec.timm_id).classifier or "head"
+    return tuple(f"{n}." for n in ((names,) if isinstance(names, str) else names))
