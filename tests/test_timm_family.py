@@ -120,3 +120,31 @@ def test_models_lists_timms_names_for_a_pattern():
     rows = model_rows("timm", pattern="convnext_a*")
     assert [r["name"] for r in rows] == ["timm:" + n for n in timm.list_models("convnext_a*")]
     assert model_rows("vit", pattern="vit-nano*")[0]["name"] == "ViT-Nano/4"
+
+
+def test_local_safetensors_load_and_transfer_keeps_what_precedes_timms_classifier(tmp_path):
+    """A timm state dict on disk (made here) loads for its timm: name; transfer replaces timm's classifier only
+    (ConvNeXt's head.fc), keeping head.norm, which forward_head(pre_logits=True) applies to the features."""
+    import numpy as np
+    from safetensors.torch import save_file
+
+    from vitbench.backends.torch.backend import TorchBackend
+    from vitbench.models.checkpoints import load_pretrained
+    from vitbench.transfer.ops import from_weights
+
+    model = timm.create_model("convnext_atto", pretrained=False, num_classes=7)
+    with torch.no_grad():
+        model.head.norm.weight.fill_(2.0)
+    path = tmp_path / "convnext_atto.safetensors"
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
+    p = load_pretrained(path, "timm:convnext_atto", new_head=True)
+    assert p.spec.name == "timm:convnext_atto" and "head.norm.weight" in p.weights
+    assert not any(k.startswith("head.fc.") for k in p.weights)
+    be = TorchBackend()
+    be.setup("cpu", threads=1)
+    started = from_weights(be, p.spec, p.weights, 32, 3, seed=0)
+    assert (started.head.norm.weight == 2.0).all() and (started.head.fc.weight == 0).all()
+    assert started.head.fc.weight.shape == (3, 320)
+    with pytest.raises(ConfigError, match="missing"):
+        load_pretrained(path, "timm:resnet18")
+    assert np.isfinite(be.features(started, np.zeros((1, 32, 32, 3), np.float32))).all()
