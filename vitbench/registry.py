@@ -41,7 +41,7 @@ BUILTIN_MODULES: dict[Kind, tuple[str, ...]] = {
                 "vitbench.tasks.finetune", "vitbench.tasks.inspection"),
     Kind.EXECUTOR: ("vitbench.executors.local", "vitbench.executors.slurm", "vitbench.executors.ray"),
     Kind.FAMILY: ("vitbench.models.families.vit", "vitbench.models.families.bit", "vitbench.models.families.hybrid",
-                  "vitbench.models.families.axial"),
+                  "vitbench.models.families.axial", "vitbench.models.families.timm"),
 }
 
 

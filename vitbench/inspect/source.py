@@ -39,8 +39,8 @@ def load_source(arg: str, init_weights: InitWeights, resolution: int | None = No
     ckpt = load_checkpoint(arg) if path.exists() or arg.endswith((".safetensors", ".npz")) else None
     spec = ckpt.spec if ckpt else get_spec(arg)  # a checkpoint's spec carries its flavour (GELU, std-conv form)
     if not has_attention_layers(spec):
-        raise ConfigError(f"{spec.name} has no attention layers to inspect; give a ViT, hybrid or axial model "
-                          "(see `vitbench models`)")
+        raise ConfigError(f"{spec.name} has no attention layers to inspect (none its family declares maps of); "
+                          "give a ViT, hybrid or axial model (see `vitbench models`)")
     trained = ckpt.resolution if ckpt else spec.resolution if resolution is None else resolution
     res = trained if resolution is None else resolution
     try:

@@ -192,7 +192,8 @@ def pretrained_from_weights(weights: Mapping[str, Any], model: str | ModelSpec |
     """`Pretrained` from an in-memory timm-named state dict (tensors or arrays) made by `origin`'s code."""
     weights = {k: _np(v).astype(np.float32, copy=False) for k, v in weights.items()}
     if new_head:
-        weights = {k: v for k, v in weights.items() if not is_head(k)}
+        named = None if model is None else get_spec(model)  # a named model's family may name its own head
+        weights = {k: v for k, v in weights.items() if not is_head(k, named)}
     fits = [] if model is not None else identify(weights, ignore_head=new_head)
     fit = _infer(weights, fits, model, source, new_head)
     spec = fit.spec.with_origin(origin)
@@ -244,7 +245,7 @@ def _vitbench_checkpoint(weights: dict, header: dict, model: str | ModelSpec | N
         raise ConfigError(f"{source} is a {stored.name} checkpoint (its metadata says so), "
                           f"not {get_spec(model).name}")
     if new_head:
-        weights = {k: v for k, v in weights.items() if not is_head(k)}
+        weights = {k: v for k, v in weights.items() if not is_head(k, stored)}
     fit = check_weights(weights, stored, source=f"{source}: the weights", ignore_head=new_head)
     spec = fit.spec if origin is None else fit.spec.with_origin(origin)  # fit.spec is `stored`'s, flavour included
     return Pretrained(spec, weights, Origin(origin or Origin.VITBENCH), fit.resolution, fit.num_classes, path)

@@ -56,10 +56,19 @@ def _key_order(key: str) -> tuple[int, str]:
     return key.count("."), key
 
 
-def is_head(key: str) -> bool:
+def is_head(key: str, spec: ModelSpec | None = None) -> bool:
     """Whether a timm parameter name is a classification head's (both of a distilled DeiT's): what the paper's
-    fine-tuning swap drops."""
-    return key.startswith(HEAD_PREFIXES)
+    fine-tuning swap drops. A family that names its own classifier (FamilyPlugin.head_prefixes, e.g. timm's
+    `fc.` of a ResNet, `head.fc.` of a ConvNeXt, whose `head.norm` is part of the features) decides for `spec`."""
+    return key.startswith(head_prefixes(spec))
+
+
+def head_prefixes(spec: ModelSpec | None = None) -> tuple[str, ...]:
+    """The parameter-name prefixes of `spec`'s classifier (HEAD_PREFIXES unless its family names its own)."""
+    from vitbench.models.families import family_plugin
+
+    plugin = None if spec is None else family_plugin(spec.family)
+    return plugin.head_prefixes(spec) if plugin is not None and plugin.head_prefixes is not None else HEAD_PREFIXES
 
 
 def _grid_resolution(spec: ModelSpec, weights: Mapping[str, Any]) -> int | None:
@@ -77,8 +86,8 @@ def _num_classes(weights: Mapping[str, Any]) -> int | None:
 
 def _mismatch(spec: ModelSpec, weights: Mapping[str, Any], ignore_head: bool) -> tuple[list, list, list, Fit]:
     """(missing, unexpected, mis-shaped) keys of `weights` against `spec`, and the fit they would have."""
-    want = {k for k in _torch_keys(spec) if not (ignore_head and is_head(k))}
-    have = {k for k in weights if not (ignore_head and is_head(k))}
+    want = {k for k in _torch_keys(spec) if not (ignore_head and is_head(k, spec))}
+    have = {k for k in weights if not (ignore_head and is_head(k, spec))}
     missing, unexpected = sorted(want - have, key=_key_order), sorted(have - want, key=_key_order)
     k = _num_classes(weights)
     res = _grid_resolution(spec, weights)
@@ -100,8 +109,8 @@ def identify(weights: Mapping[str, Any], *, ignore_head: bool = False) -> list[F
     """Every table row the timm-named `weights` fit exactly (names and shapes), with resolution and classes."""
     out = []
     for spec in all_specs():
-        want = {k for k in _torch_keys(spec) if not (ignore_head and is_head(k))}
-        if want != {k for k in weights if not (ignore_head and is_head(k))}:
+        want = {k for k in _torch_keys(spec) if not (ignore_head and is_head(k, spec))}
+        if want != {k for k in weights if not (ignore_head and is_head(k, spec))}:
             continue
         missing, unexpected, shaped, fit = _mismatch(spec, weights, ignore_head)
         if not (missing or unexpected or shaped):

@@ -219,6 +219,10 @@ def get_spec(name: str | ModelSpec, num_classes: int | None = None) -> ModelSpec
             raise UnknownModelError(f"a model name must be a string, got {str(name)[:40]!r}")
         base, text = split_name(name)
         spec = _index().get(norm_name(base))
+        if spec is None:  # a name of an open-ended family (timm:<name>): the family resolves it
+            from vitbench.models.families import resolve_open
+
+            spec = resolve_open(base.strip())
         if spec is None:
             raise UnknownModelError(
                 f"unknown model {shorten(base)}. Close matches: {', '.join(close_matches(base))}. "

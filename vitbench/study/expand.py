@@ -22,9 +22,8 @@ from typing import Annotated, Any
 from pydantic import TypeAdapter, ValidationError
 
 from vitbench.backends.base import backend_spec
-from vitbench.errors import ConfigError, UnknownModelError, VitbenchError, shorten
+from vitbench.errors import ConfigError, VitbenchError, shorten
 from vitbench.models.overrides import OVERRIDE_ORDER, parse_value
-from vitbench.models.families import family_names
 from vitbench.models.specs import all_specs, get_spec
 from vitbench.registry import Kind, entry
 from vitbench.study.schema import StudyModel
@@ -52,14 +51,14 @@ def shared_defaults() -> dict[str, Any]:
     return {f: (d() if callable(d) else d) for f, (_t, d, _doc) in SHARED.items() if d is not ...}
 
 
+SELECTORS = ("family", "tiny")  # family:<f> (its paper variants), tiny:<f|all> (tiny variants)
+
+
 def models_for(value: str) -> list[str]:
-    """A model name or selector -> canonical names. Selectors: family:<f> (paper variants), tiny:<f|all>."""
-    if ":" in value:
-        kind, fam = (s.strip() for s in value.split(":", 1))
-        if kind not in ("family", "tiny"):
-            families = "|".join(family_names())
-            raise UnknownModelError(f"unknown selector {kind!r}; use family:<{families}> or "
-                                    f"tiny:<{families}|all>")
+    """A model name or selector -> canonical names. Selectors: family:<f> (paper variants), tiny:<f|all>; any
+    other `prefix:name` is a model's name (an open-ended family's, e.g. timm:convnext_tiny)."""
+    kind, fam = (s.strip() for s in value.partition(":")[::2])
+    if ":" in value and kind in SELECTORS:
         if kind == "tiny":
             specs = [s for s in all_specs(None if fam == "all" else fam) if s.tiny]
         else:

@@ -123,6 +123,25 @@ class TaskParams(BaseModel):
             raise ValueError(str(e)) from None
         return v
 
+    @field_validator("backend", check_fields=False)
+    @classmethod
+    def _backend_builds(cls, v, info):
+        """A model whose family only some backends build (vitbench.models.families: `backends`) is refused on
+        another, naming those that build it (an error on `backend`, as the user named it)."""
+        model = info.data.get("model")
+        if v is None or model is None:
+            return v
+        from vitbench.models.families import backend_problem
+        from vitbench.models.specs import get_spec
+
+        try:
+            problem = backend_problem(get_spec(model), v)
+        except VitbenchError:  # the model's own problem: reported on `model` by _native
+            return v
+        if problem:
+            raise ValueError(problem)
+        return v
+
     @model_validator(mode="after")
     def _native(self):
         fields = type(self).model_fields

@@ -32,7 +32,8 @@ class Inspection(BaseModel):
 
         model = getattr(self, "model", None)
         if model is not None and not has_attention_layers(get_spec(model)):
-            raise ValueError(f"{model} has no attention layers to inspect: use a ViT, a hybrid or an axial model")
+            raise ValueError(f"{model} has no attention layers to inspect (none its family declares maps of): "
+                             "use a ViT, a hybrid or an axial model")
         return self
 
 

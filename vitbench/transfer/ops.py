@@ -38,8 +38,8 @@ def from_weights(backend, spec: ModelSpec, weights: dict[str, np.ndarray], resol
 
     model = backend.init_model(spec, resolution, num_classes, seed)
     fresh = backend.weights(model)
-    body = {k: v for k, v in weights.items() if not is_head(k)}  # both heads of a distilled model
-    missing = sorted(set(fresh) - set(body) - {k for k in fresh if is_head(k)})
+    body = {k: v for k, v in weights.items() if not is_head(k, spec)}  # both heads of a distilled model
+    missing = sorted(set(fresh) - set(body) - {k for k in fresh if is_head(k, spec)})
     unexpected = sorted(set(body) - set(fresh))
     if missing or unexpected:
         raise ConfigError(f"checkpoint does not match {spec.name}: missing {missing[:5]}, "
@@ -49,7 +49,7 @@ def from_weights(backend, spec: ModelSpec, weights: dict[str, np.ndarray], resol
     for k, v in body.items():
         if v.shape != fresh[k].shape:
             raise ConfigError(f"checkpoint {k} has shape {v.shape}, {spec.name} expects {fresh[k].shape}")
-    head = {k: np.zeros_like(v) for k, v in fresh.items() if is_head(k)}  # zero-init head(s)
+    head = {k: np.zeros_like(v) for k, v in fresh.items() if is_head(k, spec)}  # zero-init head(s)
     return backend.load_weights(model, {**body, **head})
 
 

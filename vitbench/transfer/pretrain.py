@@ -280,7 +280,7 @@ def pretrain(cfg: PretrainConfig, *, device: str = "cpu", threads: int | None = 
         from vitbench.models.identify import is_head
 
         model, losses, flops_per_image, objective_params = be.init_model(spec, r, 1, cfg.seed), [], 0.0, {}
-        saved = {k: v for k, v in be.weights(model).items() if not is_head(k)}
+        saved = {k: v for k, v in be.weights(model).items() if not is_head(k, spec)}
     else:  # masked patch prediction: the upstream labels are not used; no classifier, so no accuracy
         from vitbench.transfer.masked_patch import pretrain_encoder
 

@@ -93,6 +93,14 @@ class FamilyPlugin:
     position-embedding tables (what resizing, identification and the grid check read; resolution_of is asked
     only when it has none); representation_size: whether its Flax builder takes `representation_size=` (a tanh
     pre-logits layer, vit_jax's pre-training head).
+
+    An open-ended family (models named, not listed as rows: `timm:<any timm name>`) gives `resolve(name)` -> the
+    spec of a name it owns (None: not its name; UnknownModelError: its name, but no such model) and
+    `catalogue(pattern)` -> the names it offers matching a glob (what `vitbench models --filter` lists).
+    backends: the backends that can build it (empty: every backend; a trial on another is refused naming them).
+    counts_note: how `counts` is made when it is no formula (the flops record says it beside the analytic count).
+    head_prefixes(spec): the parameter-name prefixes of its classifier, what transfer replaces (default: timm ViT's
+    `head.`, `head_dist.`; vitbench.models.identify.is_head).
     """
 
     name: FamilyName
@@ -115,6 +123,11 @@ class FamilyPlugin:
     flax_attention: str = ""
     resolution_of: Callable[[Any, dict], int | None] = lambda spec, shapes: None
     plot_style: tuple[str, str, str] = ("D", "Greys", "")  # report marker, colormap, legend name
+    resolve: Callable[[str], Any] | None = None
+    catalogue: Callable[[str], list[str]] | None = None
+    backends: tuple[str, ...] = ()
+    counts_note: str = ""
+    head_prefixes: Callable[[Any], tuple[str, ...]] | None = None
     extra: dict = field(default_factory=dict)
     channels_last: bool = True
     origins: dict[str, Any] = field(default_factory=dict)
@@ -127,6 +140,9 @@ class FamilyPlugin:
 
     def build_flax(self, spec, num_classes: int, dtype, **kw):
         """The Flax module; `kw` only `representation_size=` for a family that declares it."""
+        if not self.flax_builder:
+            raise ConfigError(f"{spec.name} (family {self.name}) has no Flax builder; backends that build it: "
+                              f"{', '.join(self.backends) or '(none)'}")
         return _import(self.flax_builder)(spec, num_classes, dtype, **kw)
 
     def torch_attention_maps(self, model, x) -> list:
@@ -179,6 +195,25 @@ def has_attention_layers(spec) -> bool:
     layers (families declare which)."""
     plugin = family_plugin(spec.family)
     return plugin.token_attention_maps or plugin.axis_layers is not None
+
+
+def resolve_open(name: str):
+    """The spec of `name` from the open-ended families (FamilyPlugin.resolve), or None when none owns it."""
+    for e in entries(Kind.FAMILY).values():
+        if e.obj.resolve is not None:
+            spec = e.obj.resolve(name)
+            if spec is not None:
+                return spec
+    return None
+
+
+def backend_problem(spec, backend: str) -> str | None:
+    """Why `backend` cannot build `spec` (its family lists the backends that can), or None when it can."""
+    plugin = family_plugin(spec.family)
+    if plugin is None or not plugin.backends or backend in plugin.backends:
+        return None
+    return (f"{spec.name} (family {plugin.name}) is built by backend {', '.join(plugin.backends)} only, "
+            f"not {backend!r}")
 
 
 def family_names() -> tuple[str, ...]:

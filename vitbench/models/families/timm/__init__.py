@@ -1,0 +1,66 @@
+"""The `timm` family: any of timm's architectures by name, `timm:<timm model name>` (`timm:convnext_tiny`,
+`timm:resnet50`, `timm:eva02_small_patch14_224`, a pretrained tag too: `timm:convnext_tiny.fb_in1k`).
+
+An open-ended family: its models are not rows of the table but names it resolves (`FamilyPlugin.resolve`) and
+lists (`catalogue`: timm's `list_models(pattern)`). A spec carries the timm name in `timm_id`, the native input
+size and classes of timm's pretrained config (`input_size`, `num_classes`); the model is
+`timm.create_model(name, pretrained=False, num_classes=k[, img_size=r])` -- nothing is downloaded (local weights:
+`--checkpoint` or timm's `pretrained_cfg_overlay=dict(file=...)`, see docs/models.md). Parameter counts are
+timm's own (the built model's parameters); the MACs "analytic" count is torch's FlopCounterMode on the model built
+on the meta device (no allocation, nothing computed): timm has no formula per architecture (`counts_note`).
+Torch only (timm is a PyTorch library): other backends are refused at parse time, naming the torch backend.
+
+Registering imports nothing of timm or torch; resolving a `timm:` name imports timm (and torch).
+"""
+
+from __future__ import annotations
+
+from vitbench.models.families import FamilyName, FamilyPlugin, register_family
+from vitbench.models.flavours import FLAVOUR_TIMM, Origin
+
+TIMM = FamilyName("timm")
+PREFIX = "timm:"  # how a model name says it is one of timm's architectures
+_TORCH = "vitbench.models.families.timm.torch"
+
+
+def resolve(name: str):
+    """The spec of `timm:<name>`; None for a name without the prefix (not this family's)."""
+    if not name[: len(PREFIX)].lower() == PREFIX:
+        return None
+    from vitbench.models.families.timm.torch import spec_of
+
+    return spec_of(name[len(PREFIX):].strip().lower())  # timm names are lower case
+
+
+def catalogue(pattern: str) -> list[str]:
+    from vitbench.models.families.timm.torch import names
+
+    return [PREFIX + n for n in names(pattern)]
+
+
+def _lazy(function: str):
+    """A function of the torch module, imported when called (registering stays free of torch and timm)."""
+
+    def call(*args):
+        import importlib
+
+        return getattr(importlib.import_module(_TORCH), function)(*args)
+
+    call.__name__ = function
+    return call
+
+
+TIMM_PLUGIN = FamilyPlugin(
+    name=TIMM, description="any timm architecture by name: timm:<name> (timm.create_model, pretrained=False)",
+    rows=(), fields=("timm_id", "resolution", "num_classes"), override_keys=(),
+    torch_builder=f"{_TORCH}:build", flax_builder="",
+    counts=_lazy("counts"), param_table=_lazy("param_table"), stride=_lazy("stride"),
+    feature_dim=_lazy("feature_dim"), describe=lambda spec: f"timm {spec.timm_id} (timm.create_model)",
+    attention=True, token_attention_maps=False, plot_style=("X", "Oranges", "timm"),
+    resolve=resolve, catalogue=catalogue, backends=("torch",), head_prefixes=_lazy("head_prefixes"),
+    origins={Origin.TIMM.value: FLAVOUR_TIMM},  # its builder reads no flavour; timm's own conventions
+    counts_note="params: timm's model (sum of its parameters); MACs: torch FlopCounterMode on the model built on "
+                "the meta device (matmul/conv/attention only; no formula per timm architecture)",
+)
+
+register_family(TIMM_PLUGIN)

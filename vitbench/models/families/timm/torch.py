@@ -1,0 +1,112 @@
+"""timm models for the `timm` family: the spec of a name, the model, its counts and its parameter table.
+
+Everything here asks timm itself (timm.create_model with pretrained=False, its pretrained configs for the
+native input size and classes, its list_models for the catalogue); built on the meta device where only shapes
+matter, so counting a model allocates nothing.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+
+import timm
+import torch
+from timm.models import get_pretrained_cfg, split_model_name_tag
+
+from vitbench.errors import ConfigError, UnknownModelError, shorten
+from vitbench.models.analytic import Counts
+from vitbench.models.families.timm import PREFIX, TIMM
+from vitbench.models.param_table import _copy
+from vitbench.models.specs import ModelSpec
+from vitbench.models.torch import unfused_attention
+
+
+def names(pattern: str = "") -> list[str]:
+    """timm's architectures matching a glob (`convnext*`; empty: all), as timm.list_models lists them."""
+    return timm.list_models(pattern or "")
+
+
+@functools.cache
+def spec_of(name: str) -> ModelSpec:
+    """The spec of timm model `name` (with an optional pretrained tag): native input size and classes from its
+    pretrained config. UnknownModelError with close matches (difflib over timm's names) for an unknown one."""
+    arch, tag = split_model_name_tag(name)
+    if not timm.is_model(arch):
+        close = difflib.get_close_matches(arch, timm.list_models(), n=5, cutoff=0.6)
+        raise UnknownModelError(f"unknown timm model {shorten(name)}. Close matches: "
+                                f"{', '.join(PREFIX + c for c in close) or '(none)'}. See `vitbench models "
+                                f"--family timm --filter PATTERN` for timm's names.")
+    full = f"{arch}.{tag}" if tag else arch
+    cfg = get_pretrained_cfg(full) if tag else get_pretrained_cfg(arch)
+    if cfg is None:  # a tag timm does not know: its message names the tags it has
+        raise UnknownModelError(f"unknown pretrained tag {shorten(tag)} of timm model {arch}; see timm's "
+                                f"`timm.list_pretrained('{arch}*')`")
+    return ModelSpec(name=PREFIX + full, family=TIMM, timm_id=full, resolution=int(cfg.input_size[-1]),
+                     num_classes=int(cfg.num_classes))
+
+
+def _fixed_size(spec: ModelSpec) -> bool:
+    """Whether timm builds the model for one input size (ViT-like: position tables), given as img_size."""
+    return bool(get_pretrained_cfg(spec.timm_id).fixed_input_size)
+
+
+def build(spec: ModelSpec, resolution: int, num_classes: int) -> torch.nn.Module:
+    """timm.create_model(name, pretrained=False): random init, nothing downloaded; a fixed-size model (ViT-like)
+    is built for `resolution` (img_size), the others take any input size."""
+    kwargs = {"img_size": resolution} if resolution != spec.resolution and _fixed_size(spec) else {}
+    try:
+        return timm.create_model(spec.timm_id, pretrained=False, num_classes=num_classes, **kwargs)
+    except TypeError as e:  # an architecture without an img_size argument
+        raise ConfigError(f"{spec.name} is built by timm for {spec.resolution} px only ({e})") from None
+
+
+@functools.lru_cache(maxsize=32)
+def _meta(spec: ModelSpec, resolution: int, num_classes: int) -> torch.nn.Module:
+    with torch.device("meta"):
+        return build(spec, resolution, num_classes).eval()
+
+
+def stride(spec: ModelSpec) -> int:
+    """Pixels per cell of the last feature map (timm's feature_info reduction; a patch embedding's patch), the
+    multiple every resolution must be of; 1 when the model says neither."""
+    model = _meta(spec, spec.resolution, spec.num_classes)
+    info = getattr(model, "feature_info", None)
+    if info:
+        last = info[-1] if isinstance(info, list) else info.get_dicts()[-1]
+        return int(last["reduction"])
+    patch = getattr(getattr(model, "patch_embed", None), "patch_size", None)
+    return int(patch[0] if isinstance(patch, tuple | list) else patch) if patch else 1
+
+
+def feature_dim(spec: ModelSpec) -> int:
+    """Width of forward_head(pre_logits=True): timm's head_hidden_size (num_features when it has none)."""
+    model = _meta(spec, spec.resolution, spec.num_classes)
+    return int(getattr(model, "head_hidden_size", None) or model.num_features)
+
+
+@functools.lru_cache(maxsize=64)
+def counts(spec: ModelSpec, resolution: int, num_classes: int) -> Counts:
+    """timm's parameter count; MACs of one image by FlopCounterMode on the meta device (FLOPs / 2), attention
+    unfused so that its matmuls are counted (see vitbench.models.torch.unfused_attention)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    model = _meta(spec, resolution, num_classes)
+    params = sum(p.numel() for p in model.parameters())
+    with torch.no_grad(), unfused_attention(model), FlopCounterMode(display=False) as fc:
+        model(torch.empty(1, 3, resolution, resolution, device="meta"))
+    return Counts(int(params), int(fc.get_total_flops()) // 2)  # FlopCounterMode: 2 FLOPs per MAC
+
+
+def param_table(spec: ModelSpec, resolution: int) -> list:
+    """timm's own state-dict keys (what a timm .safetensors holds); the Flax side is the key '/'-joined (no Flax
+    model exists for this family: the table serves weight checks and loading)."""
+    model = _meta(spec, resolution, spec.num_classes)
+    return [_copy(k, k.replace(".", "/")) for k in model.state_dict()]
+
+
+def head_prefixes(spec: ModelSpec) -> tuple[str, ...]:
+    """The classifier's parameter prefixes as timm's pretrained config names them (`fc`, `head.fc`, `head`,
+    a distilled model's `head_dist` too): what transfer replaces; a ConvNeXt's `head.norm` stays with the body."""
+    names = get_pretrained_cfg(spec.timm_id).classifier or "head"
+    return tuple(f"{n}." for n in ((names,) if isinstance(names, str) else names))
