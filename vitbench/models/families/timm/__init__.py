@@ -23,23 +23,9 @@ PREFIX = "timm:"  # how a model name says it is one of timm's architectures
 _TORCH = "vitbench.models.families.timm.torch"
 
 
-def resolve(name: str):
-    """The spec of `timm:<name>`; None for a name without the prefix (not this family's)."""
-    if not name[: len(PREFIX)].lower() == PREFIX:
-        return None
-    from vitbench.models.families.timm.torch import spec_of
-
-    return spec_of(name[len(PREFIX):].strip().lower())  # timm names are lower case
-
-
-def catalogue(pattern: str) -> list[str]:
-    from vitbench.models.families.timm.torch import names
-
-    return [PREFIX + n for n in names(pattern)]
-
-
 def _lazy(function: str):
-    """A function of the torch module, imported when called (registering stays free of torch and timm)."""
+    """A function of the torch module, imported by name when called: registering stays free of torch and timm,
+    and the torch module may import this one (no import cycle)."""
 
     def call(*args):
         import importlib
@@ -48,6 +34,17 @@ def _lazy(function: str):
 
     call.__name__ = function
     return call
+
+
+def resolve(name: str):
+    """The spec of `timm:<name>`; None for a name without the prefix (not this family's)."""
+    if not name[: len(PREFIX)].lower() == PREFIX:
+        return None
+    return _lazy("spec_of")(name[len(PREFIX):].strip().lower())  # timm names are lower case
+
+
+def catalogue(pattern: str) -> list[str]:
+    return [PREFIX + n for n in _lazy("names")(pattern)]
 
 
 TIMM_PLUGIN = FamilyPlugin(
