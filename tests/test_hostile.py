@@ -293,6 +293,41 @@ CASES = {
     "finetune threads 0": case("finetune", "-m", NANO, "--threads", "0", says="--threads"),
     # inspect
     "inspect set malformed": case("inspect", NANO, "--set", "depth", says="--set"),
+    # ---- this turn's options: timm names, devices, data sources, sweep --set ---------------------------------
+    "bench timm unknown": case("bench", "timm:no_such_net", says="unknown timm model 'no_such_net'"),
+    "bench timm long": case("bench", "timm:" + LONG, says="unknown timm model"),
+    "bench timm on jax": case("bench", "timm:resnet18", "--backend", "jax", says="torch"),
+    "models filter long": case("models", "--family", "timm", "--filter", LONG, says="--filter", exit=0),
+    "bench devices 0": case("bench", NANO, "--devices", "0", says="--devices"),
+    "bench devices huge": case("bench", NANO, "--devices", HUGE, says="--devices"),
+    "bench parallelism unknown": case("bench", NANO, "--devices", "2", "--parallelism", "tp", says="--parallelism"),
+    "max-batch devices 0": case("max-batch", NANO, "--devices", "0", says="--devices"),
+    "max-batch parallelism unknown": case("max-batch", NANO, "--parallelism", "ẗp", says="--parallelism"),
+    "bench data unknown": case("bench", NANO, "--task", "train", "--data", "imagenet", says="--data"),
+    "bench data-path missing": case("bench", NANO, "--task", "train", "--data", "folder", "--data-path",
+                                    "{dir}/nope", says="nope"),
+    "bench data-test-path missing": case("bench", NANO, "--task", "train", "--data", "folder", "--data-path",
+                                         "{dir}", "--data-test-path", "{dir}/nope", says="nope"),
+    "bench data-workers negative": case("bench", NANO, "--task", "train", "--data", "digits", "--data-workers",
+                                        "-1", says="--data-workers"),
+    "bench image-column for digits": case("bench", NANO, "--task", "train", "--data", "digits",
+                                          "--image-column", "img", says="--image-column"),
+    "bench label-column for digits": case("bench", NANO, "--task", "train", "--data", "digits",
+                                          "--label-column", "y", says="--label-column"),
+    "bench data-steps 0": case("bench", NANO, "--task", "train", "--data", "digits", "--data-steps", "0",
+                               says="--data-steps"),
+    "sweep set unknown field": case("sweep", "smoke", "--dry-run", "--set", "nöfield=1", says="nöfield"),
+    "sweep set malformed": case("sweep", "smoke", "--dry-run", "--set", "batch_size", says="--set"),
+    "sweep set bad value": case("sweep", "smoke", "--dry-run", "--set", "batch_size=-1", says="batch_size"),
+    **{f"{cmd} {what}": case(cmd, *pre, *args, says=says) for cmd, pre in (("pretrain", (NANO,)),
+                                                                           ("fewshot", ("-m", NANO)),
+                                                                           ("finetune", ("-m", NANO)))
+       for what, args, says in (
+           ("data-test-path missing", ("--data", "folder", "--data-path", "{dir}", "--data-test-path",
+                                       "{dir}/nope"), "nope"),
+           ("data-workers negative", ("--data-workers", "-1"), "--data-workers"),
+           ("image-column for digits", ("--image-column", "img"), "--image-column"),
+           ("label-column for digits", ("--label-column", "y"), "--label-column"))},
 }
 
 # Options with no value to get wrong (on/off flags are exempt by their kind; these take a value but any value is

@@ -32,6 +32,12 @@ IMAGE_COLUMN = typer.Option(None, "--image-column", help="hf: the image column (
 LABEL_COLUMN = typer.Option(None, "--label-column", help="hf: the label column (default: inferred).")
 
 
+# DataConfig source field -> the option that sets it (a bad value is reported under the name the user typed)
+SOURCE_OPTIONS = {"name": "--data", "path": "--data-path", "test_path": "--data-test-path",
+                  "skip_corrupt": "--skip-corrupt", "workers": "--data-workers", "image_column": "--image-column",
+                  "label_column": "--label-column"}
+
+
 def source(data, data_path, data_test_path, skip_corrupt, data_workers, image_column, label_column) -> dict:
     """DataConfig's source fields from the shared data options (unset ones left to the config's defaults)."""
     out = {"name": data, "path": data_path, "test_path": data_test_path, "skip_corrupt": skip_corrupt,

@@ -21,6 +21,7 @@ from vitbench.cli.data_options import (
     IMAGE_COLUMN,
     LABEL_COLUMN,
     SKIP_CORRUPT,
+    SOURCE_OPTIONS,
     data_option,
     source,
 )
@@ -122,7 +123,7 @@ def bench_cmd(
         real = load_splits(validated(DataConfig, {
             **source(data, data_path, data_test_path, skip_corrupt, data_workers, image_column, label_column),
             "classes": None, "val_fraction": 0.0},
-            "bench --data", {"name": "--data", "path": "--data-path", "test_path": "--data-test-path"}))
+            "bench --data", SOURCE_OPTIONS))
     rec = t().run(params)
     if real is not None and rec.status is Status.OK:
         from vitbench.transfer.input_bench import real_input_training

@@ -5,11 +5,12 @@ from __future__ import annotations
 import fnmatch
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from vitbench.cli import app
 from vitbench.cli.common import console, print_json
-from vitbench.errors import ConfigError, PluginError, VitbenchError
+from vitbench.errors import ConfigError, PluginError, VitbenchError, shorten
 from vitbench.models.analytic import analytic_counts
 from vitbench.models.specs import all_specs
 from vitbench.registry import Kind, entries
@@ -65,6 +66,10 @@ def models_cmd(
         raise ConfigError(f"--family: {e}") from None
     if as_json:
         print_json(rows)
+        return
+    if not rows:  # an empty table says nothing: say what matched nothing
+        console.print(f"no model{' of family ' + escape(family) if family else ''} matches --filter "
+                      f"{escape(shorten(pattern))}", highlight=False)
         return
     t = Table(title="vitbench models", show_lines=False)
     for col, just in [("name", "left"), ("family", "left"), ("architecture", "left"), ("res", "right"),

@@ -17,6 +17,7 @@ from vitbench.cli.data_options import (
     IMAGE_COLUMN,
     LABEL_COLUMN,
     SKIP_CORRUPT,
+    SOURCE_OPTIONS,
 )
 from vitbench.cli.data_options import source as _source
 from vitbench.numfmt import fmt
@@ -39,9 +40,7 @@ def _check_where(backend: str | None, device: str, threads: int | None) -> int |
 
 
 # Config field -> the option that sets it, per command: a bad value is reported under the name the user typed.
-_DATA_OPTIONS = {"data.name": "--data", "data.path": "--data-path", "data.test_path": "--data-test-path",
-                 "data.workers": "--data-workers", "data.image_column": "--image-column",
-                 "data.label_column": "--label-column", "data.classes": "--classes",
+_DATA_OPTIONS = {**{f"data.{k}": v for k, v in SOURCE_OPTIONS.items()}, "data.classes": "--classes",
                  "data.seed": "--data-seed", "data.val_fraction": "--val-fraction", "resolution": "--resolution",
                  "backend": "--backend", "checkpoint": "--checkpoint", "seed": "--seed", "seeds": "--seeds"}
 _PRETRAIN_OPTIONS = {**_DATA_OPTIONS, "model": "MODEL", "steps": "--steps", "batch_size": "--batch-size",

@@ -61,10 +61,8 @@ def flops(model: str, resolution: int | None = None, backend: str | Backend | No
         metrics["pretrain_epochs"] = epochs
         metrics["pretrain_exaflops"] = pretrain_exaflops(spec.name, images or 0, epochs or 1.0, res, k)
     config = {"backend": be.name, "model": spec.name, "family": spec.family, "resolution": res, "num_classes": k}
-    from vitbench.models.families import family_plugin
-
     plugin = family_plugin(spec.family)  # a family without a formula says how its counts are made
-    note = plugin.counts_note if plugin is not None and plugin.counts_note else ANALYTIC_EXCLUDES
+    note = plugin.counts_note or ANALYTIC_EXCLUDES
     excludes = {"analytic": note, **{n: c["excludes"] for n, c in counters.items()}}
     return Record.measured(KIND, config, metrics=metrics, raw={"excludes": excludes}, env=environment(info),
                            started_at=started)
