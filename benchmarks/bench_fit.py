@@ -86,7 +86,7 @@ def published(path: str, compute: str, error: str | None, accuracy: str | None, 
     for key, part in df.groupby(group, dropna=False):
         part = part.sort_values(compute)
         c, e = part[compute].to_numpy(float), part["_error"].to_numpy(float)
-        ok = (c > 0) & (e > 0) & (e <= 1)
+        ok = (c > 0) & (e > 0)  # any positive lower-is-better value (a loss may exceed 1)
         c, e = c[ok], e[ok]
         if len(np.unique(c)) < min_points or np.log10(c.max() / c.min()) < reach + min_fit_decades:
             print(f"{str(key):28s} {len(c):4d} skipped: fewer than {min_points} budgets or under "

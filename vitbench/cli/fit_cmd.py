@@ -103,7 +103,7 @@ def fit_cmd(
     compute: str = typer.Option("pretrain_exaflops", "--compute",
                                 help="Compute column (x): pretrain_exaflops, images_seen, params_m, "
                                      "inference_gflops, or any numeric CSV column."),
-    error: str = typer.Option(None, "--error", help="Error column (lower is better)."),
+    error: str = typer.Option(None, "--error", help="Error column: any lower-is-better value >= 0 (a fraction, a cross-entropy, a perplexity)."),
     accuracy: str = typer.Option(None, "--accuracy",
                                  help="Accuracy column, fitted as 1 - accuracy (default: `accuracy`, or a CSV's "
                                       "`error` column)."),

@@ -2,9 +2,10 @@
 
 A results source is always split by its benchmark (kind, dataset, shots: few-shot k and fine-tune are
 different metrics) and then by `group` (default `family`); a CSV only by `group` (default `family` if it has
-that column, else one group). Error is `error`, or 1 - `accuracy`, a fraction; `percent` says the column is
-0-100. `where` filters the rows first (vitbench.fit.rows). `points`: `all` fits every row; `frontier` only the
-rows no cheaper row beats (the compute-optimal envelope, what Zhai et al. 2022 fit when a group holds several
+that column, else one group). Error is `error` (any lower-is-better value >= 0: a fraction, a
+cross-entropy, a perplexity), or 1 - `accuracy` (a fraction); `percent` says the column is 0-100. `where`
+filters the rows first (vitbench.fit.rows). `points`: `all` fits every row; `frontier` only the rows no cheaper
+row beats (the compute-optimal envelope, what Zhai et al. 2022 fit when a group holds several
 model sizes). Groups are fitted in worker processes (`workers`); each group's result depends only on its points
 and the spec (fixed seeds), never on the number of workers.
 """
@@ -221,8 +222,7 @@ def _error(source: Source, frame: pd.DataFrame, spec: FitSpec, where: str) -> tu
     """(error values, label, the option that chose the column)."""
     if spec.error and spec.accuracy:
         raise ConfigError("give --error COL or --accuracy COL, not both")
-    scale, hint = (100.0, "0-100 (--percent)") if spec.percent else (1.0, "a fraction in [0, 1] (or pass "
-                                                                          "--percent for 0-100)")
+    scale = 100.0 if spec.percent else 1.0
     if spec.error or (spec.accuracy is None and "error" in frame.columns and source.kind == SourceKind.CSV):
         col = spec.error or "error"
         values, label, option = numeric_column(frame, col, "--error", where) / scale, col, "--error"
@@ -233,8 +233,13 @@ def _error(source: Source, frame: pd.DataFrame, spec: FitSpec, where: str) -> tu
     bad = values.notna() & ~np.isfinite(values.fillna(0))
     if bad.any():
         raise ConfigError(f"{where}: column {shorten(col, 60)} ({option}) is not finite: {_row(values, bad)}")
-    out = values.notna() & ((values < 0) | (values > 1))
+    # an error is any lower-is-better value >= 0 (a fraction, a cross-entropy, a perplexity); an accuracy, or a
+    # percent, is bounded: 1 - accuracy must be a fraction
+    bounded = option == "--accuracy" or spec.percent
+    out = values.notna() & ((values < 0) | ((values > 1) & bounded))
     if out.any():
+        hint = ("0-100 (--percent)" if spec.percent else "a fraction in [0, 1] (or pass --percent for 0-100)") \
+            if bounded else "a lower-is-better value >= 0 (an error, a loss, a perplexity)"
         shown = values if option == "--error" else 1.0 - values
         raise ConfigError(f"{where}: column {shorten(col, 60)} ({option}) must be {hint}: "
                           f"{_row(shown * scale, out)}")
