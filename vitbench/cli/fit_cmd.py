@@ -61,7 +61,9 @@ def _show(report) -> None:
         for note in g.notes:
             console.print(f"  [yellow]warning:[/] {escape(note)}", highlight=False)
         if g.predictions:
-            p = Table(title=f"predictions ({g.chosen.value}; {ci} interval over the forms, weighted)",
+            held = g.law_error.coverage_text() if g.law_error else None
+            p = Table(title=f"predictions ({g.chosen.value}; {ci} prediction interval: parameters, noise and the "
+                            f"law's backtest error at the reach" + (f"; {held}" if held else "; no backtest") + ")",
                       title_justify="left")
             for col in (report.spec.compute, "reach [decades]", "error", f"{ci} interval", "backtest miss"):
                 p.add_column(escape(clip(col, 40)), justify="right")

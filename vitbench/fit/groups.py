@@ -28,10 +28,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from vitbench.errors import ConfigError, shorten
 from vitbench.fit import rows as rowsel
-from vitbench.fit.backtest import N_CUTOFFS, Backtest, choose, default_reach, mixture_log_band, mixture_param, \
-    run_backtest
+from vitbench.fit.backtest import N_CUTOFFS, Backtest, choose, chosen_law_error, default_reach, mixture_log_var, \
+    mixture_param, run_backtest
 from vitbench.fit.estimate import N_BOOT, CurveFit, ParamEstimate, fit_curve
 from vitbench.fit.forms import FORMS, FormName
+from vitbench.fit.interval import LawError
 from vitbench.fit.source import Source, SourceKind, columns_text, load_source, numeric_column
 from vitbench.record import clean
 from vitbench.stats import frontier_mask
@@ -73,8 +74,8 @@ class Prediction:
     compute: float
     reach: float  # decades past the largest measured compute (negative: inside the range)
     value: float  # the chosen form's prediction
-    ci_low: float | None  # the interval of the forms' weighted mixture (it includes the choice of form); None:
-    ci_high: float | None  # no form with weight has bootstrap replicates (too few points, or --bootstrap 0)
+    ci_low: float  # the prediction interval (vitbench.fit.interval): parameters (the forms' weighted bootstrap
+    ci_high: float  # mixture, where there are replicates), one observation's noise, the law's error at this reach
     form: str
     backtest_rmse_log: float | None  # the chosen form's backtest error: the typical miss at this reach
 
@@ -92,9 +93,11 @@ class GroupFit:
     fits: list[CurveFit] = field(default_factory=list)
     backtest: Backtest | None = None
     chosen: FormName | None = None
+    runner_up: FormName | None = None  # the next form by the same choice (drawn beside the chosen one)
     weights: dict[str, float] = field(default_factory=dict)  # form -> weight from the backtest
     exponent: ParamEstimate | None = None  # b of the chosen form, CI over the forms' mixture
     predictions: list[Prediction] = field(default_factory=list)
+    law_error: LawError | None = None  # the chosen law's error model: the intervals and their backtest coverage
     notes: list[str] = field(default_factory=list)  # warnings about this group (pooled curves)
 
     @property
@@ -115,9 +118,11 @@ class GroupFit:
                 "compute_range": [float(self.compute.min()), float(self.compute.max())],
                 "error_range": [float(self.error.min()), float(self.error.max())],
                 "best_form": self.chosen.value if self.chosen else None,
+                "runner_up": self.runner_up.value if self.runner_up else None,
                 "weights": self.weights,
                 "exponent": self.exponent.to_dict() if self.exponent else None,
                 "predictions": [p.to_dict() for p in self.predictions],
+                "prediction_interval": self.law_error.to_dict() if self.law_error else None,
                 "notes": self.notes,
                 "backtest": self.backtest.to_dict() if self.backtest else None,
                 "fits": [f.to_dict() for f in self.fits]}
@@ -136,21 +141,24 @@ def fit_group(key: dict, c: np.ndarray, e: np.ndarray, labels: list[str], spec: 
     g.backtest = run_backtest(c, e, forms, default_reach(c, spec.predict, spec.reach), spec.cutoffs)
     if step:
         step("backtest done")
-    best, g.weights = choose(g.backtest, g.fits)
+    best, g.weights, second = choose(g.backtest, g.fits)
     if best is None:
         return g
     g.chosen = best.form.name
+    g.runner_up = second.form.name if second is not None else None
     spread = any(f.n_replicates > 1 for f in g.fits if g.weights.get(f.form.name.value, 0) > 0)
     b = mixture_param(g.fits, g.weights, "b", spec.ci) if spread else None
     g.exponent = ParamEstimate(best.params["b"].value, *(b or (None, None)))
+    g.law_error = chosen_law_error(g.backtest, best)
     if spec.predict:
         xs = np.asarray(spec.predict, dtype=float)
         mid = best.log_predict(xs)
-        lo, hi = mixture_log_band(g.fits, g.weights, xs, spec.ci) if spread else (None, None)
+        reach = np.log10(xs / c.max())
+        var = mixture_log_var(g.fits, g.weights, xs, mid) if spread else np.zeros(len(xs))
+        lo, hi = g.law_error.band(mid, reach, var)
         bt = g.backtest.get(best.form)
         for i, (x, m) in enumerate(zip(xs, mid)):
-            band = (float(np.exp(min(lo[i], m))), float(np.exp(max(hi[i], m)))) if spread else (None, None)
-            g.predictions.append(Prediction(float(x), float(math.log10(x / c.max())), float(np.exp(m)), *band,
+            g.predictions.append(Prediction(float(x), float(reach[i]), float(np.exp(m)), float(lo[i]), float(hi[i]),
                                             best.form.name.value, bt.rmse_log if bt else None))
     return g
 
