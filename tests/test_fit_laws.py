@@ -121,3 +121,23 @@ def test_predictions_carry_an_interval_over_the_forms():
     assert abs(sum(g.weights.values()) - 1) < 1e-9
     # the exponent's interval spans the forms' exponents in proportion to their weights
     assert g.exponent.ci_low <= g.exponent.value <= g.exponent.ci_high
+
+
+def test_the_law_error_grows_with_reach_and_its_coverage_is_held_out():
+    """law_error on backtest misses that grow exactly as k * reach: the fitted slope is k; coverage is counted
+    with each cut-off's interval built from the other cut-offs only, so a cut-off whose misses are far larger
+    than the others' is not covered (an in-sample slope would have absorbed them)."""
+    from vitbench.fit.interval import law_error
+
+    reach = np.tile(np.linspace(0.1, 1.0, 10), 3)
+    cutoff = np.repeat([1.0, 2.0, 3.0], 10)
+    k = 0.05
+    le = law_error(cutoff, reach, k * reach, {}, 0.0, 0.95)
+    assert le.slope == pytest.approx(k) and le.coverage == 1.0 and le.held_out and le.n_checked == 30
+    far = np.where(cutoff == 3.0, 10 * k * reach, k * reach)
+    out = law_error(cutoff, reach, far, {}, 0.0, 0.95)
+    assert out.coverage == pytest.approx(2 / 3)  # the third cut-off's misses, 10x the others', are outside
+    # the interval: z sd in log space, sd adding parameters, noise and the law's error at the reach in quadrature
+    lo, hi = le.band(np.zeros(1), np.array([2.0]), np.array([0.01**2]))
+    assert np.log(hi[0]) == pytest.approx(le.z * np.sqrt(0.01**2 + (2 * k) ** 2))
+    assert np.log(lo[0]) == pytest.approx(-np.log(hi[0]))

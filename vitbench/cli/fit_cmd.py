@@ -73,12 +73,12 @@ def _show(report) -> None:
                 p.add_row(f"{x.compute:.4g}", f"{x.reach:+.2f}", f"{x.value:.4g}", band, miss)
             console.print(p)
     console.print(f"[dim]{ci} bootstrap CIs ({report.spec.bootstrap} replicates). Backtest: each form fitted on "
-                  f"the "
-                  f"budgets up to a cut-off predicts the points up to the reach beyond it (RMSE of the log "
-                  f"prediction; docs/scaling-laws.md). * = the form to extrapolate with (lowest backtest error; "
-                  f"within 5 %, the simpler). Weight: the form's share in the intervals. Backtest miss: the "
-                  f"typical "
-                  f"factor a prediction at this reach was off by.[/]")
+                  f"the budgets up to a cut-off predicts the points up to the reach beyond it (RMSE of the log "
+                  f"prediction; docs/scaling-laws.md). * = the form to extrapolate with (lowest backtest error, "
+                  f"later cut-offs weighted more, richer forms preferred). Weight: the form's share in the "
+                  f"intervals. Backtest miss: the typical factor a prediction at this reach was off by. Prediction "
+                  f"intervals: parameters, one observation's noise and the law's backtest error at the reach, "
+                  f"with how often such intervals held the backtest's points.[/]")
     for note in report.dropped:
         console.print(f"[yellow]left out:[/] {escape(note)}")
 
