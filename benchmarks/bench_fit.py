@@ -2,7 +2,7 @@
 
     python benchmarks/bench_fit.py synthetic [--curves 6] [--noise 0.02]   # choice and calibration
     python benchmarks/bench_fit.py families [--curves 20] [--seed 5000]     # random laws: choice and coverage
-    python benchmarks/bench_fit.py speed [--curves 72] [--points 50] [--workers N]
+    python benchmarks/bench_fit.py speed [--curves 72] [--points N (default 10-70)] [--workers N]
     python benchmarks/bench_fit.py csv FILE --compute COL (--error COL | --accuracy COL) --group COL [--reach 1]
                                   [--min-points 12] [--min-fit-decades 1]
                                   [--where QUERY]
@@ -17,7 +17,8 @@ median RMSE of the log prediction of the chosen law and of each single form, and
 intervals held the held-out points (beside the coverage the backtest reported). Seeds 0-39, 1000-1029 and 0-29
 (m4late) tuned the choice (vitbench.fit.backtest RECENCY, RICHER); --seed 5000 draws curves none of that saw.
 csv: the same on published curves (fit on all but the last `reach` decades of each group's budgets).
-speed: `curves` curves of `points` points fitted with the default settings (1000 bootstrap replicates).
+speed: `curves` curves of 10 to 70 points (or `--points` each) fitted with the default settings (1000 bootstrap
+replicates, 4 forms, the backtest).
 """
 
 from __future__ import annotations
@@ -204,8 +205,9 @@ def speed(curves: int, points: int, workers: int | None) -> None:
 
     rows = []
     forms = list(FORMS)
+    sizes = [points] * curves if points else np.linspace(10, 70, curves).round().astype(int).tolist()
     for i in range(curves):
-        c, e = curve(forms[i % 4], i, 0.02, n=points)
+        c, e = curve(forms[i % 4], i, 0.02, n=sizes[i])
         rows += [{"curve": i, "compute": x, "error": y} for x, y in zip(c, e)]
     src = Source(SourceKind.CSV, Path("<synthetic>"), pd.DataFrame(rows))
     t, cpu = time.perf_counter(), os.times()
@@ -213,7 +215,8 @@ def speed(curves: int, points: int, workers: int | None) -> None:
     done = os.times()
     used = (done.user + done.system + done.children_user + done.children_system
             - cpu.user - cpu.system - cpu.children_user - cpu.children_system)
-    print(f"{curves} curves x {points} points, 1000 bootstrap replicates, 4 forms: {time.perf_counter() - t:.1f} s"
+    shown = f"{points}" if points else "10-70"
+    print(f"{curves} curves x {shown} points, 1000 bootstrap replicates, 4 forms: {time.perf_counter() - t:.1f} s"
           " "
           f"wall, {used:.1f} s CPU (workers={workers or 'all cores'})")
     c, e = curve(FormName.SATURATING, 0, 0.02, n=10)
@@ -228,7 +231,7 @@ if __name__ == "__main__":
     ap.add_argument("what", choices=("synthetic", "families", "speed", "csv"))
     ap.add_argument("file", nargs="?")
     ap.add_argument("--curves", type=int, default=None)
-    ap.add_argument("--points", type=int, default=50)
+    ap.add_argument("--points", type=int, default=None, help="speed: points per curve (default: 10 to 70, spread)")
     ap.add_argument("--noise", type=float, default=0.02)
     ap.add_argument("--seed", type=int, default=5000, help="families: first seed (5000: curves the tuning never saw)")
     ap.add_argument("--bootstrap", type=int, default=200, help="families: replicates for the prediction intervals")
