@@ -91,8 +91,8 @@ def _power(rng, lo, hi):
     return {"a": rng.uniform(0.3, 0.9) * (10**lo) ** b, "b": b}
 
 
-FAMILIES = {"m4": (FormName.M4, _m4), "m4late": (FormName.M4, _m4late), "saturating": (FormName.SATURATING, _saturating),
-            "offset": (FormName.OFFSET, _offset), "power": (FormName.POWER, _power)}
+FAMILIES = {"m4": (FormName.M4, _m4), "m4late": (FormName.M4, _m4late),
+            "saturating": (FormName.SATURATING, _saturating), "offset": (FormName.OFFSET, _offset), "power": (FormName.POWER, _power)}
 
 
 def family_curve(family: str, seed: int):
@@ -119,8 +119,8 @@ def families(curves: int, seed: int, bootstrap: int, workers: int | None) -> Non
     jobs = [(f, seed + i, bootstrap) for i in range(curves) for f in FAMILIES]
     with ProcessPoolExecutor(max_workers=workers) as pool:
         rows = list(pool.map(_family_job, jobs, chunksize=2))
-    print(f"{curves} curves per family, seeds {seed}-{seed + curves - 1}; median RMSE of the log prediction on the "
-          f"held-out decade(s); {bootstrap} bootstrap replicates for the intervals")
+    print(f"{curves} curves per family, seeds {seed}-{seed + curves - 1}; median RMSE of the log prediction on "
+          f"the held-out decade(s); {bootstrap} bootstrap replicates for the intervals")
     print(f"{'family':11s} {'chosen':>8s} " + " ".join(f"{f.value:>10s}" for f in FORMS)
           + f" {'95% held':>9s} {'bt said':>8s}")
     for fam in [*FAMILIES, "all"]:
@@ -233,7 +233,8 @@ if __name__ == "__main__":
     ap.add_argument("--curves", type=int, default=None)
     ap.add_argument("--points", type=int, default=None, help="speed: points per curve (default: 10 to 70, spread)")
     ap.add_argument("--noise", type=float, default=0.02)
-    ap.add_argument("--seed", type=int, default=5000, help="families: first seed (5000: curves the tuning never saw)")
+    ap.add_argument("--seed", type=int, default=5000, 
+                    help="families: first seed (5000: curves the tuning never saw)")
     ap.add_argument("--bootstrap", type=int, default=200, help="families: replicates for the prediction intervals")
     ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--compute")

@@ -235,7 +235,7 @@ def mixture_log_var(fits: list[CurveFit], weights: dict[str, float], compute, lo
 
 
 def chosen_law_error(backtest: Backtest, fit: CurveFit) -> LawError:
-    """The chosen law's error model for prediction intervals, with its backtest coverage (vitbench.fit.interval)."""
+    """The chosen law's error model for its prediction intervals, with their backtest coverage (fit.interval)."""
     noise = dof_noise(fit.rmse_log, fit.n_points, fit.form.n_params)
     b = backtest.get(fit.form)
     if b is None or not b.predicted:

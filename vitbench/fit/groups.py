@@ -158,8 +158,8 @@ def fit_group(key: dict, c: np.ndarray, e: np.ndarray, labels: list[str], spec: 
         lo, hi = g.law_error.band(mid, reach, var)
         bt = g.backtest.get(best.form)
         for i, (x, m) in enumerate(zip(xs, mid)):
-            g.predictions.append(Prediction(float(x), float(reach[i]), float(np.exp(m)), float(lo[i]), float(hi[i]),
-                                            best.form.name.value, bt.rmse_log if bt else None))
+            g.predictions.append(Prediction(float(x), float(reach[i]), float(np.exp(m)), float(lo[i]),
+                                            float(hi[i]), best.form.name.value, bt.rmse_log if bt else None))
     return g
 
 
