@@ -92,7 +92,8 @@ def _power(rng, lo, hi):
 
 
 FAMILIES = {"m4": (FormName.M4, _m4), "m4late": (FormName.M4, _m4late),
-            "saturating": (FormName.SATURATING, _saturating), "offset": (FormName.OFFSET, _offset), "power": (FormName.POWER, _power)}
+            "saturating": (FormName.SATURATING, _saturating), "offset": (FormName.OFFSET, _offset),
+            "power": (FormName.POWER, _power)}
 
 
 def family_curve(family: str, seed: int):
