@@ -157,7 +157,7 @@ def synthetic(curves: int, noise: float) -> None:
 
 
 def published(path: str, compute: str, error: str | None, accuracy: str | None, group: list[str], reach: float,
-              min_points: int, min_fit_decades: float, where: str | None) -> None:
+              min_points: int, min_fit_decades: float, where: str | None, bootstrap: int = 0) -> None:
     """Fit each group on all but its last `reach` decades, predict those; per curve and in summary."""
     df = pd.read_csv(path, low_memory=False)
     if where:
@@ -166,7 +166,7 @@ def published(path: str, compute: str, error: str | None, accuracy: str | None, 
         raise SystemExit("csv: give exactly one of --error COL or --accuracy COL")
     err = df[error] if error else 1 - df[accuracy]
     df = pd.concat([df[[compute, *group]], err.rename("_error")], axis=1)
-    spec = FitSpec(bootstrap=0, reach=reach)
+    spec = FitSpec(bootstrap=bootstrap, reach=reach)
     rows = []
     print(f"{'curve':28s} {'pts':>4s} {'chosen':>10s} " + " ".join(f"{f.value:>10s}" for f in FORMS)
           + f" {'reported':>9s}")
@@ -197,6 +197,11 @@ def published(path: str, compute: str, error: str | None, accuracy: str | None, 
     reported = [r["reported"] for r in rows if r["reported"] is not None]
     if reported:
         print(f"backtest reported (median) {np.median(reported):.4f}")
+    held = [h for r in rows for h in r["held"]]
+    if held:
+        said = [r["bt_coverage"] for r in rows if r["bt_coverage"] is not None]
+        print(f"{spec.ci:.0%} prediction intervals held {np.mean(held):.1%} of {len(held)} held-out points"
+              + (f" (the backtest said {np.mean(said):.1%})" if said else ""))
 
 
 def speed(curves: int, points: int, workers: int | None) -> None:
@@ -236,7 +241,8 @@ if __name__ == "__main__":
     ap.add_argument("--noise", type=float, default=0.02)
     ap.add_argument("--seed", type=int, default=5000, 
                     help="families: first seed (5000: curves the tuning never saw)")
-    ap.add_argument("--bootstrap", type=int, default=200, help="families: replicates for the prediction intervals")
+    ap.add_argument("--bootstrap", type=int, default=200,
+                    help="families, csv: bootstrap replicates of the prediction intervals (0: none)")
     ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--compute")
     ap.add_argument("--error")
@@ -254,4 +260,5 @@ if __name__ == "__main__":
     elif a.what == "speed":
         speed(a.curves or 72, a.points, a.workers)
     else:
-        published(a.file, a.compute, a.error, a.accuracy, a.group, a.reach, a.min_points, a.min_fit_decades, a.where)
+        published(a.file, a.compute, a.error, a.accuracy, a.group, a.reach, a.min_points, a.min_fit_decades, a.where,
+                  a.bootstrap)
