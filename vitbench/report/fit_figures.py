@@ -140,8 +140,8 @@ def fitted_curves(df: pd.DataFrame, *, fits: FitReport | None = None, spec: FitS
     """Error vs compute (log-log), one panel per benchmark, one curve per group: the points, the fitted law
     with its bootstrap band (dashed where there is no CI); dotted, the backtest's fit at its largest cut-off
     extrapolated over the points it never saw (hollow markers); dashed beyond the data, the extrapolation to the
-    --predict values with the interval over the forms (error bars). `form`: which law; None: each group's
-    chosen one (lowest backtest error, named in the legend)."""
+    --predict values inside its shaded prediction interval (error bars at the values); dash-dotted, the runner-up
+    law. `form`: which law; None: each group's chosen one (vitbench.fit.backtest.choose, named in the legend)."""
     report = _report(df, fits, spec)
     if report is None or not report.groups:
         return None
