@@ -63,7 +63,8 @@ class LawError:
         if self.coverage is None:
             return None
         how = "" if self.held_out else " (one cut-off: in-sample, optimistic)"
-        return (f"{self.ci:.0%} intervals held {self.coverage:.0%} of {self.n_checked} backtest points{how}")
+        points = f"{self.n_checked} backtest point{'s' if self.n_checked != 1 else ''}"
+        return f"{self.ci:.0%} intervals held {self.coverage:.0%} of {points}{how}"
 
 
 def dof_noise(rmse_log: float, n: int, p: int) -> float:
