@@ -19,7 +19,8 @@ each cut-off's RMSE is weighted RECENCY x more than the cut-off below it (the la
 final fit sees), and each parameter beyond the fewest divides the score by RICHER (a prior toward the richer,
 nesting forms: a richer form whose extra parameter is not needed collapses onto the simpler one, at a bound, and
 predicts what it predicts). score = RMSE_recency x RICHER^-(p - p_min); the lowest score is chosen, the next is the
-runner-up. Tuned on 470 synthetic curves of five families; judged on others (docs/scaling-laws.md, "Measured").
+runner-up. Tuned on 310 synthetic curves of five families (benchmarks/bench_fit.py families, seeds below 5000);
+judged on 100 others and on studies/curves-digits.yaml (docs/scaling-laws.md, "Measured on curves ...").
 Weights for the intervals: pseudo-Bayesian model averaging on the backtest (Geisser & Eddy 1979; Yao et al. 2018,
 "Using stacking to average Bayesian predictive distributions", Sec. 3.2), w ~ exp(-m/2 log score^2) over m
 predicted budgets: forms that disagree with the chosen one widen its prediction interval (mixture_log_var).

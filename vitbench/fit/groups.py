@@ -12,7 +12,6 @@ and the spec (fixed seeds), never on the number of workers.
 
 from __future__ import annotations
 
-import math
 import multiprocessing
 import os
 from collections.abc import Callable
@@ -231,7 +230,9 @@ def _error(source: Source, frame: pd.DataFrame, spec: FitSpec, where: str) -> tu
     if spec.error and spec.accuracy:
         raise ConfigError("give --error COL or --accuracy COL, not both")
     scale = 100.0 if spec.percent else 1.0
-    if spec.error or (spec.accuracy is None and "error" in frame.columns and source.kind == SourceKind.CSV):
+    is_error = bool(spec.error or (spec.accuracy is None and "error" in frame.columns
+                                   and source.kind == SourceKind.CSV))
+    if is_error:
         col = spec.error or "error"
         values, label, option = numeric_column(frame, col, "--error", where) / scale, col, "--error"
     else:
@@ -243,12 +244,12 @@ def _error(source: Source, frame: pd.DataFrame, spec: FitSpec, where: str) -> tu
         raise ConfigError(f"{where}: column {shorten(col, 60)} ({option}) is not finite: {_row(values, bad)}")
     # an error is any lower-is-better value >= 0 (a fraction, a cross-entropy, a perplexity); an accuracy, or a
     # percent, is bounded: 1 - accuracy must be a fraction
-    bounded = option == "--accuracy" or spec.percent
+    bounded = not is_error or spec.percent
     out = values.notna() & ((values < 0) | ((values > 1) & bounded))
     if out.any():
         hint = ("0-100 (--percent)" if spec.percent else "a fraction in [0, 1] (or pass --percent for 0-100)") \
             if bounded else "a lower-is-better value >= 0 (an error, a loss, a perplexity)"
-        shown = values if option == "--error" else 1.0 - values
+        shown = values if is_error else 1.0 - values
         raise ConfigError(f"{where}: column {shorten(col, 60)} ({option}) must be {hint}: "
                           f"{_row(shown * scale, out)}")
     return values, label, option
