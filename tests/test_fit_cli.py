@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -154,3 +155,21 @@ def test_progress_is_reported_per_group(two_models):
     steps = [s for s in seen if s not in done]  # within a group: after each form and after the backtest
     assert steps[:5] == [(0, 2, f"model=large: {w}") for w in ("power fitted", "offset fitted", "saturating fitted",
                                                                 "m4 fitted", "backtest done")]
+
+
+def test_a_fraction_s_prediction_interval_stops_at_1_a_loss_s_does_not(tmp_path):
+    """1 - accuracy cannot exceed 1, so its prediction interval is clipped there; the same numbers as a loss are
+    not bounded."""
+    from vitbench.fit.interval import LawError
+
+    c = np.geomspace(1, 1e3, 12)
+    err = 0.6 * c**-0.3 * np.exp(np.random.default_rng(1).normal(0, 0.05, len(c)))
+    p = tmp_path / "acc.csv"
+    pd.DataFrame({"compute": c, "accuracy": 1 - err, "loss": err}).to_csv(p, index=False)
+    spec = dict(compute="compute", bootstrap=0, predict=[1e4], forms=[FormName.POWER])
+    assert fit_path(p, FitSpec(accuracy="accuracy", **spec), workers=1).groups[0].law_error.ceiling == 1.0
+    assert fit_path(p, FitSpec(error="loss", **spec), workers=1).groups[0].law_error.ceiling is None
+    wide = LawError(noise=1.0, slope=0.0, ci=0.95)  # sd 1 in log: 0.5 x e^1.96 = 3.6 unclipped
+    lo, hi = wide.band(np.log([0.5]), np.zeros(1))
+    clo, chi = replace(wide, ceiling=1.0).band(np.log([0.5]), np.zeros(1))
+    assert hi[0] > 1 and chi[0] == 1.0 and clo[0] == pytest.approx(lo[0])

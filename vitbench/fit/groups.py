@@ -16,7 +16,7 @@ import multiprocessing
 import os
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
 from typing import Annotated
@@ -128,9 +128,11 @@ class GroupFit:
 
 
 def fit_group(key: dict, c: np.ndarray, e: np.ndarray, labels: list[str], spec: FitSpec,
-              notes: list[str] | None = None, step: Callable[[str], None] | None = None) -> GroupFit:
+              notes: list[str] | None = None, ceiling: float | None = None,
+              step: Callable[[str], None] | None = None) -> GroupFit:
     """Every form of `spec` fitted to one group's points, backtested at the reach, chosen, and predicted;
-    `step(what)` is told after each form and after the backtest (progress on a long fit)."""
+    `ceiling`: the largest value the error can take (1 for a fraction; None: unbounded), where prediction
+    intervals stop; `step(what)` is told after each form and after the backtest (progress on a long fit)."""
     g = GroupFit(key, c, e, labels, notes=list(notes or []))
     forms = [FORMS[f] for f in spec.forms]
     for f in forms:
@@ -148,7 +150,7 @@ def fit_group(key: dict, c: np.ndarray, e: np.ndarray, labels: list[str], spec: 
     spread = any(f.n_replicates > 1 for f in g.fits if g.weights.get(f.form.name.value, 0) > 0)
     b = mixture_param(g.fits, g.weights, "b", spec.ci) if spread else None
     g.exponent = ParamEstimate(best.params["b"].value, *(b or (None, None)))
-    g.law_error = chosen_law_error(g.backtest, best)
+    g.law_error = replace(chosen_law_error(g.backtest, best), ceiling=ceiling)
     if spec.predict:
         xs = np.asarray(spec.predict, dtype=float)
         mid = best.log_predict(xs)
@@ -225,8 +227,10 @@ def _row(series: pd.Series, mask: pd.Series) -> str:
     return f"row {label + 1 if isinstance(label, (int, np.integer)) else label} holds {series.iloc[i]:g}"
 
 
-def _error(source: Source, frame: pd.DataFrame, spec: FitSpec, where: str) -> tuple[pd.Series, str, str]:
-    """(error values, label, the option that chose the column)."""
+def _error(source: Source, frame: pd.DataFrame, spec: FitSpec, where: str
+           ) -> tuple[pd.Series, str, str, float | None]:
+    """(error values, label, the option that chose the column, the largest value an error can take: 1 for a
+    fraction, None for an unbounded loss)."""
     if spec.error and spec.accuracy:
         raise ConfigError("give --error COL or --accuracy COL, not both")
     scale = 100.0 if spec.percent else 1.0
@@ -252,7 +256,7 @@ def _error(source: Source, frame: pd.DataFrame, spec: FitSpec, where: str) -> tu
         shown = values if is_error else 1.0 - values
         raise ConfigError(f"{where}: column {shorten(col, 60)} ({option}) must be {hint}: "
                           f"{_row(shown * scale, out)}")
-    return values, label, option
+    return values, label, option, 1.0 if bounded else None
 
 
 def fit_source(source: Source, spec: FitSpec = FitSpec(), *, workers: int | None = None,
@@ -270,7 +274,7 @@ def fit_source(source: Source, spec: FitSpec = FitSpec(), *, workers: int | None
     if bad.any():
         raise ConfigError(f"{where}: column {shorten(spec.compute, 60)} (--compute) is not finite: "
                           f"{_row(compute, bad)}")
-    error, error_label, option = _error(source, frame, spec, where)
+    error, error_label, option, ceiling = _error(source, frame, spec, where)
     group = spec.group if spec.group is not None else ([DEFAULT_GROUP] if DEFAULT_GROUP in frame.columns else [])
     for g in group:
         if g not in frame.columns:
@@ -316,7 +320,7 @@ def fit_source(source: Source, spec: FitSpec = FitSpec(), *, workers: int | None
         title = GroupFit(gkey, c, e, lab).title
         pools = rowsel.pooled(part, skip)
         notes = [rowsel.pooled_note(title, pools)] if pools else []
-        jobs.append((gkey, c[order], e[order], [lab[i] for i in order], spec, notes))
+        jobs.append((gkey, c[order], e[order], [lab[i] for i in order], spec, notes, ceiling))
     groups = _run(jobs, workers, progress)
     return FitReport(where, source.kind, spec, error_label, split_by, groups, dropped)
 

@@ -40,6 +40,7 @@ class LawError:
     coverage: float | None = None  # share of backtest points inside their `ci` interval
     n_checked: int = 0  # backtest points the coverage counts
     held_out: bool = True  # coverage from leave-one-cut-off-out intervals (False: one cut-off, in-sample)
+    ceiling: float | None = None  # the largest value the error can take (1 for a fraction), None: unbounded
 
     @property
     def z(self) -> float:
@@ -52,7 +53,10 @@ class LawError:
     def band(self, log_mid, reach, param_var=0.0) -> tuple[np.ndarray, np.ndarray]:
         """(low, high) of E, the `ci` prediction interval about exp(log_mid)."""
         half = self.z * self.sd(reach, param_var)
-        return np.exp(log_mid - half), np.exp(log_mid + half)
+        lo, hi = np.exp(log_mid - half), np.exp(log_mid + half)
+        if self.ceiling is not None:  # a fraction's interval stops at 1 (its prediction never exceeds it)
+            hi = np.maximum(np.minimum(hi, self.ceiling), np.exp(log_mid))
+        return lo, hi
 
     def to_dict(self) -> dict:
         return {"noise_log": self.noise, "law_error_per_decade": self.slope, "ci": self.ci,
