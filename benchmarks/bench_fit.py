@@ -260,5 +260,5 @@ if __name__ == "__main__":
     elif a.what == "speed":
         speed(a.curves or 72, a.points, a.workers)
     else:
-        published(a.file, a.compute, a.error, a.accuracy, a.group, a.reach, a.min_points, a.min_fit_decades, a.where,
-                  a.bootstrap)
+        published(a.file, a.compute, a.error, a.accuracy, a.group, a.reach, a.min_points, a.min_fit_decades,
+                  a.where, a.bootstrap)
