@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from vitbench.fit import FitSpec, fit_path
+from vitbench.fit import FORMS, FitSpec, FormName, fit_path
 
 C = np.geomspace(1, 1e4, 12)
 
@@ -105,8 +106,11 @@ def test_hostile_inputs_exit_2_with_a_short_message_naming_the_option(cli, tmp_p
         ({"compute": np.r_[C[:-1], np.inf], "error": good}, [], "(--compute) is not finite"),
         ({"compute": C, "error": np.r_[good[:-1], -np.inf]}, [], "(--error) is not finite"),
         ({"compute": C, "error": np.zeros(n)}, [], "is 0 in every row"),
-        ({"compute": C, "error": good * 100}, [], "(--error) must be a fraction in [0, 1]"),
-        ({"compute": C, "error": np.r_[good[:-1], 1.5]}, [], "row 12 holds 1.5"),
+        ({"compute": C, "error": good * 100}, [], None),  # fine: an error need not be a fraction (a loss)
+        ({"compute": C, "error": np.r_[good[:-1], -0.5]}, [], "row 12 holds -0.5"),
+        ({"compute": C, "accuracy": np.r_[1 - good[:-1], 1.5]}, [], "(--accuracy) must be a fraction in [0, 1]"),
+        ({"compute": C, "error": good * 100}, ["--percent"], None),  # 0-100 read as percent
+        ({"compute": C, "error": np.r_[good[:-1] * 100, 150]}, ["--percent"], "row 12 holds 150"),
         ({"compute": C, "error": good}, ["--percent"], None),  # fine: 0-100 read as percent, values < 1 %
         ({"compute": C, **wide}, [], "(more)"),
         ({"compute": C, "error": good}, ["--group", "g" * 5000], "(--group)"),
@@ -125,6 +129,23 @@ def test_hostile_inputs_exit_2_with_a_short_message_naming_the_option(cli, tmp_p
         assert max(len(line) for line in r.output.splitlines()) < 1000, i
 
 
+def test_a_cross_entropy_curve_fits_with_every_law(tmp_path):
+    """Issue 33: a loss above 1 (cross-entropy from ln 10 = 2.3 at chance down to a floor of 0.4) is fitted as it
+    is, M4 included: its e0 bound is set from the data, not from errors being fractions."""
+    truth = {"a": 2.0, "b": 0.6, "e_inf": 0.4, "e0": 2.3, "alpha": 1.0}
+    c = np.geomspace(1, 1e5, 30)
+    loss = FORMS[FormName.M4].predict(truth, c) * np.exp(np.random.default_rng(0).normal(0, 0.01, len(c)))
+    assert loss.max() > 1.5  # the test is about values > 1
+    p = tmp_path / "ce.csv"
+    pd.DataFrame({"compute": c, "loss": loss}).to_csv(p, index=False)
+    g = fit_path(p, FitSpec(compute="compute", error="loss", bootstrap=0), workers=1).groups[0]
+    assert all(f.ok for f in g.fits), [f.message for f in g.fits]
+    m4 = g.fit(FormName.M4)
+    # 1 % noise on 30 points: the fit's log residuals are the noise (a bad law would miss by far more)
+    assert m4.rmse_log < 0.02
+    assert m4.params["e0"].value >= loss.max() and m4.params["e_inf"].value <= loss.min()
+
+
 def test_progress_is_reported_per_group(two_models):
     seen = []
     fit_path(two_models, FitSpec(compute="compute", error="error", group=["model"], bootstrap=0), workers=1,
@@ -134,3 +155,21 @@ def test_progress_is_reported_per_group(two_models):
     steps = [s for s in seen if s not in done]  # within a group: after each form and after the backtest
     assert steps[:5] == [(0, 2, f"model=large: {w}") for w in ("power fitted", "offset fitted", "saturating fitted",
                                                                 "m4 fitted", "backtest done")]
+
+
+def test_a_fraction_s_prediction_interval_stops_at_1_a_loss_s_does_not(tmp_path):
+    """1 - accuracy cannot exceed 1, so its prediction interval is clipped there; the same numbers as a loss are
+    not bounded."""
+    from vitbench.fit.interval import LawError
+
+    c = np.geomspace(1, 1e3, 12)
+    err = 0.6 * c**-0.3 * np.exp(np.random.default_rng(1).normal(0, 0.05, len(c)))
+    p = tmp_path / "acc.csv"
+    pd.DataFrame({"compute": c, "accuracy": 1 - err, "loss": err}).to_csv(p, index=False)
+    spec = dict(compute="compute", bootstrap=0, predict=[1e4], forms=[FormName.POWER])
+    assert fit_path(p, FitSpec(accuracy="accuracy", **spec), workers=1).groups[0].law_error.ceiling == 1.0
+    assert fit_path(p, FitSpec(error="loss", **spec), workers=1).groups[0].law_error.ceiling is None
+    wide = LawError(noise=1.0, slope=0.0, ci=0.95)  # sd 1 in log: 0.5 x e^1.96 = 3.6 unclipped
+    lo, hi = wide.band(np.log([0.5]), np.zeros(1))
+    clo, chi = replace(wide, ceiling=1.0).band(np.log([0.5]), np.zeros(1))
+    assert hi[0] > 1 and chi[0] == 1.0 and clo[0] == pytest.approx(lo[0])

@@ -61,7 +61,10 @@ def _show(report) -> None:
         for note in g.notes:
             console.print(f"  [yellow]warning:[/] {escape(note)}", highlight=False)
         if g.predictions:
-            p = Table(title=f"predictions ({g.chosen.value}; {ci} interval over the forms, weighted)",
+            held = g.law_error.coverage_text() if g.law_error else None
+            p = Table(title=f"predictions ({g.chosen.value}; {ci} prediction interval: parameters, noise and the "
+                            f"law's backtest error at the reach"
+                            + (f"; {held}" if held else "; no backtest") + ")",
                       title_justify="left")
             for col in (report.spec.compute, "reach [decades]", "error", f"{ci} interval", "backtest miss"):
                 p.add_column(escape(clip(col, 40)), justify="right")
@@ -71,12 +74,12 @@ def _show(report) -> None:
                 p.add_row(f"{x.compute:.4g}", f"{x.reach:+.2f}", f"{x.value:.4g}", band, miss)
             console.print(p)
     console.print(f"[dim]{ci} bootstrap CIs ({report.spec.bootstrap} replicates). Backtest: each form fitted on "
-                  f"the "
-                  f"budgets up to a cut-off predicts the points up to the reach beyond it (RMSE of the log "
-                  f"prediction; docs/scaling-laws.md). * = the form to extrapolate with (lowest backtest error; "
-                  f"within 5 %, the simpler). Weight: the form's share in the intervals. Backtest miss: the "
-                  f"typical "
-                  f"factor a prediction at this reach was off by.[/]")
+                  f"the budgets up to a cut-off predicts the points up to the reach beyond it (RMSE of the log "
+                  f"prediction; docs/scaling-laws.md). * = the form to extrapolate with (lowest backtest error, "
+                  f"later cut-offs weighted more, richer forms preferred). Weight: the form's share in the "
+                  f"intervals. Backtest miss: the typical factor a prediction at this reach was off by. "
+                  f"Prediction intervals: parameters, one observation's noise and the law's backtest error at the "
+                  f"reach, with how often such intervals held the backtest's points.[/]")
     for note in report.dropped:
         console.print(f"[yellow]left out:[/] {escape(note)}")
 
@@ -103,7 +106,8 @@ def fit_cmd(
     compute: str = typer.Option("pretrain_exaflops", "--compute",
                                 help="Compute column (x): pretrain_exaflops, images_seen, params_m, "
                                      "inference_gflops, or any numeric CSV column."),
-    error: str = typer.Option(None, "--error", help="Error column (lower is better)."),
+    error: str = typer.Option(None, "--error", help="Error column: any lower-is-better value >= 0 (a fraction, "
+                                                     "a cross-entropy, a perplexity)."),
     accuracy: str = typer.Option(None, "--accuracy",
                                  help="Accuracy column, fitted as 1 - accuracy (default: `accuracy`, or a CSV's "
                                       "`error` column)."),

@@ -28,6 +28,7 @@ import numpy as np
 B_MAX = 5.0  # exponent bound: published vision/language exponents are ~0.05-0.7 (Zhai 2022; Kaplan 2020)
 ALPHA_MAX = 10.0  # M4's alpha: beyond ~10 the exit from the plateau is a step; a fit there is flagged (Collapse)
 LOG_A = (math.log(1e-30), math.log(1e30))  # bounds on log(a) in normalised compute units
+E0_HEADROOM = 1.5  # M4's e0 lies in [largest error, max(1, 1.5 x largest error)] (M4Form.bounds)
 _U_MAX = 60.0  # M4 solves for s = (E - e_inf) / (e0 - e_inf) no closer than e^-60 (~1e-26) to 0 or 1
 
 
@@ -213,7 +214,10 @@ class M4Form(Form):
         return np.stack([np.broadcast_to(c, s.shape) / e for c in cols], axis=-1)
 
     def bounds(self, y, x):
-        top = max(1.0, 1.5 * float(y.max()))  # errors are fractions: e0 at most 1 (or above the data)
+        # e0, the plateau at zero compute, from the data: at least the largest error measured; at most 1 (a
+        # fraction's chance plateau) or E0_HEADROOM x the largest error, whichever is larger, so a loss > 1
+        # (cross-entropy, perplexity) gets the same room; e0 at that bound is flagged (Collapse), not refused
+        top = max(1.0, E0_HEADROOM * float(y.max()))
         return (np.array([LOG_A[0], 0.0, 0.0, float(y.max()), 0.0]),
                 np.array([LOG_A[1], B_MAX, float(y.min()), top, ALPHA_MAX]))
 

@@ -2,21 +2,21 @@
 
 A results source is always split by its benchmark (kind, dataset, shots: few-shot k and fine-tune are
 different metrics) and then by `group` (default `family`); a CSV only by `group` (default `family` if it has
-that column, else one group). Error is `error`, or 1 - `accuracy`, a fraction; `percent` says the column is
-0-100. `where` filters the rows first (vitbench.fit.rows). `points`: `all` fits every row; `frontier` only the
-rows no cheaper row beats (the compute-optimal envelope, what Zhai et al. 2022 fit when a group holds several
+that column, else one group). Error is `error` (any lower-is-better value >= 0: a fraction, a
+cross-entropy, a perplexity), or 1 - `accuracy` (a fraction); `percent` says the column is 0-100. `where`
+filters the rows first (vitbench.fit.rows). `points`: `all` fits every row; `frontier` only the rows no cheaper
+row beats (the compute-optimal envelope, what Zhai et al. 2022 fit when a group holds several
 model sizes). Groups are fitted in worker processes (`workers`); each group's result depends only on its points
 and the spec (fixed seeds), never on the number of workers.
 """
 
 from __future__ import annotations
 
-import math
 import multiprocessing
 import os
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
 from typing import Annotated
@@ -27,10 +27,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from vitbench.errors import ConfigError, shorten
 from vitbench.fit import rows as rowsel
-from vitbench.fit.backtest import N_CUTOFFS, Backtest, choose, default_reach, mixture_log_band, mixture_param, \
-    run_backtest
+from vitbench.fit.backtest import N_CUTOFFS, Backtest, choose, chosen_law_error, default_reach, mixture_log_var, \
+    mixture_param, run_backtest
 from vitbench.fit.estimate import N_BOOT, CurveFit, ParamEstimate, fit_curve
 from vitbench.fit.forms import FORMS, FormName
+from vitbench.fit.interval import LawError
 from vitbench.fit.source import Source, SourceKind, columns_text, load_source, numeric_column
 from vitbench.record import clean
 from vitbench.stats import frontier_mask
@@ -72,8 +73,8 @@ class Prediction:
     compute: float
     reach: float  # decades past the largest measured compute (negative: inside the range)
     value: float  # the chosen form's prediction
-    ci_low: float | None  # the interval of the forms' weighted mixture (it includes the choice of form); None:
-    ci_high: float | None  # no form with weight has bootstrap replicates (too few points, or --bootstrap 0)
+    ci_low: float  # the prediction interval (vitbench.fit.interval): parameters (the forms' weighted bootstrap
+    ci_high: float  # mixture, where there are replicates), one observation's noise, the law's error at this reach
     form: str
     backtest_rmse_log: float | None  # the chosen form's backtest error: the typical miss at this reach
 
@@ -91,9 +92,11 @@ class GroupFit:
     fits: list[CurveFit] = field(default_factory=list)
     backtest: Backtest | None = None
     chosen: FormName | None = None
+    runner_up: FormName | None = None  # the next form by the same choice (drawn beside the chosen one)
     weights: dict[str, float] = field(default_factory=dict)  # form -> weight from the backtest
     exponent: ParamEstimate | None = None  # b of the chosen form, CI over the forms' mixture
     predictions: list[Prediction] = field(default_factory=list)
+    law_error: LawError | None = None  # the chosen law's error model: the intervals and their backtest coverage
     notes: list[str] = field(default_factory=list)  # warnings about this group (pooled curves)
 
     @property
@@ -114,18 +117,22 @@ class GroupFit:
                 "compute_range": [float(self.compute.min()), float(self.compute.max())],
                 "error_range": [float(self.error.min()), float(self.error.max())],
                 "best_form": self.chosen.value if self.chosen else None,
+                "runner_up": self.runner_up.value if self.runner_up else None,
                 "weights": self.weights,
                 "exponent": self.exponent.to_dict() if self.exponent else None,
                 "predictions": [p.to_dict() for p in self.predictions],
+                "prediction_interval": self.law_error.to_dict() if self.law_error else None,
                 "notes": self.notes,
                 "backtest": self.backtest.to_dict() if self.backtest else None,
                 "fits": [f.to_dict() for f in self.fits]}
 
 
 def fit_group(key: dict, c: np.ndarray, e: np.ndarray, labels: list[str], spec: FitSpec,
-              notes: list[str] | None = None, step: Callable[[str], None] | None = None) -> GroupFit:
+              notes: list[str] | None = None, ceiling: float | None = None,
+              step: Callable[[str], None] | None = None) -> GroupFit:
     """Every form of `spec` fitted to one group's points, backtested at the reach, chosen, and predicted;
-    `step(what)` is told after each form and after the backtest (progress on a long fit)."""
+    `ceiling`: the largest value the error can take (1 for a fraction; None: unbounded), where prediction
+    intervals stop; `step(what)` is told after each form and after the backtest (progress on a long fit)."""
     g = GroupFit(key, c, e, labels, notes=list(notes or []))
     forms = [FORMS[f] for f in spec.forms]
     for f in forms:
@@ -135,22 +142,25 @@ def fit_group(key: dict, c: np.ndarray, e: np.ndarray, labels: list[str], spec: 
     g.backtest = run_backtest(c, e, forms, default_reach(c, spec.predict, spec.reach), spec.cutoffs)
     if step:
         step("backtest done")
-    best, g.weights = choose(g.backtest, g.fits)
+    best, g.weights, second = choose(g.backtest, g.fits)
     if best is None:
         return g
     g.chosen = best.form.name
+    g.runner_up = second.form.name if second is not None else None
     spread = any(f.n_replicates > 1 for f in g.fits if g.weights.get(f.form.name.value, 0) > 0)
     b = mixture_param(g.fits, g.weights, "b", spec.ci) if spread else None
     g.exponent = ParamEstimate(best.params["b"].value, *(b or (None, None)))
+    g.law_error = replace(chosen_law_error(g.backtest, best), ceiling=ceiling)
     if spec.predict:
         xs = np.asarray(spec.predict, dtype=float)
         mid = best.log_predict(xs)
-        lo, hi = mixture_log_band(g.fits, g.weights, xs, spec.ci) if spread else (None, None)
+        reach = np.log10(xs / c.max())
+        var = mixture_log_var(g.fits, g.weights, xs, mid) if spread else np.zeros(len(xs))
+        lo, hi = g.law_error.band(mid, reach, var)
         bt = g.backtest.get(best.form)
         for i, (x, m) in enumerate(zip(xs, mid)):
-            band = (float(np.exp(min(lo[i], m))), float(np.exp(max(hi[i], m)))) if spread else (None, None)
-            g.predictions.append(Prediction(float(x), float(math.log10(x / c.max())), float(np.exp(m)), *band,
-                                            best.form.name.value, bt.rmse_log if bt else None))
+            g.predictions.append(Prediction(float(x), float(reach[i]), float(np.exp(m)), float(lo[i]),
+                                            float(hi[i]), best.form.name.value, bt.rmse_log if bt else None))
     return g
 
 
@@ -217,13 +227,16 @@ def _row(series: pd.Series, mask: pd.Series) -> str:
     return f"row {label + 1 if isinstance(label, (int, np.integer)) else label} holds {series.iloc[i]:g}"
 
 
-def _error(source: Source, frame: pd.DataFrame, spec: FitSpec, where: str) -> tuple[pd.Series, str, str]:
-    """(error values, label, the option that chose the column)."""
+def _error(source: Source, frame: pd.DataFrame, spec: FitSpec, where: str
+           ) -> tuple[pd.Series, str, str, float | None]:
+    """(error values, label, the option that chose the column, the largest value an error can take: 1 for a
+    fraction, None for an unbounded loss)."""
     if spec.error and spec.accuracy:
         raise ConfigError("give --error COL or --accuracy COL, not both")
-    scale, hint = (100.0, "0-100 (--percent)") if spec.percent else (1.0, "a fraction in [0, 1] (or pass "
-                                                                          "--percent for 0-100)")
-    if spec.error or (spec.accuracy is None and "error" in frame.columns and source.kind == SourceKind.CSV):
+    scale = 100.0 if spec.percent else 1.0
+    is_error = bool(spec.error or (spec.accuracy is None and "error" in frame.columns
+                                   and source.kind == SourceKind.CSV))
+    if is_error:
         col = spec.error or "error"
         values, label, option = numeric_column(frame, col, "--error", where) / scale, col, "--error"
     else:
@@ -233,12 +246,17 @@ def _error(source: Source, frame: pd.DataFrame, spec: FitSpec, where: str) -> tu
     bad = values.notna() & ~np.isfinite(values.fillna(0))
     if bad.any():
         raise ConfigError(f"{where}: column {shorten(col, 60)} ({option}) is not finite: {_row(values, bad)}")
-    out = values.notna() & ((values < 0) | (values > 1))
+    # an error is any lower-is-better value >= 0 (a fraction, a cross-entropy, a perplexity); an accuracy, or a
+    # percent, is bounded: 1 - accuracy must be a fraction
+    bounded = not is_error or spec.percent
+    out = values.notna() & ((values < 0) | ((values > 1) & bounded))
     if out.any():
-        shown = values if option == "--error" else 1.0 - values
+        hint = ("0-100 (--percent)" if spec.percent else "a fraction in [0, 1] (or pass --percent for 0-100)") \
+            if bounded else "a lower-is-better value >= 0 (an error, a loss, a perplexity)"
+        shown = values if is_error else 1.0 - values
         raise ConfigError(f"{where}: column {shorten(col, 60)} ({option}) must be {hint}: "
                           f"{_row(shown * scale, out)}")
-    return values, label, option
+    return values, label, option, 1.0 if bounded else None
 
 
 def fit_source(source: Source, spec: FitSpec = FitSpec(), *, workers: int | None = None,
@@ -256,7 +274,7 @@ def fit_source(source: Source, spec: FitSpec = FitSpec(), *, workers: int | None
     if bad.any():
         raise ConfigError(f"{where}: column {shorten(spec.compute, 60)} (--compute) is not finite: "
                           f"{_row(compute, bad)}")
-    error, error_label, option = _error(source, frame, spec, where)
+    error, error_label, option, ceiling = _error(source, frame, spec, where)
     group = spec.group if spec.group is not None else ([DEFAULT_GROUP] if DEFAULT_GROUP in frame.columns else [])
     for g in group:
         if g not in frame.columns:
@@ -302,7 +320,7 @@ def fit_source(source: Source, spec: FitSpec = FitSpec(), *, workers: int | None
         title = GroupFit(gkey, c, e, lab).title
         pools = rowsel.pooled(part, skip)
         notes = [rowsel.pooled_note(title, pools)] if pools else []
-        jobs.append((gkey, c[order], e[order], [lab[i] for i in order], spec, notes))
+        jobs.append((gkey, c[order], e[order], [lab[i] for i in order], spec, notes, ceiling))
     groups = _run(jobs, workers, progress)
     return FitReport(where, source.kind, spec, error_label, split_by, groups, dropped)
 

@@ -1,8 +1,8 @@
 """Scaling-law figures (matplotlib, no pyplot state; each returns a Figure, or None when there is nothing to draw).
 
-- fitted_curves: error vs compute per group with the fitted law and its bootstrap band (Figure 5 with fits);
-  the backtest drawn as the small-budget fit's extrapolation against the points it never saw; predictions
-  (--predict) as a dashed extrapolation with their intervals.
+- fitted_curves: error vs compute per group with the fitted law and its bootstrap band (Figure 5 with fits),
+  the runner-up law dash-dotted; the backtest drawn as the small-budget fit's extrapolation against the points
+  it never saw; predictions (--predict) as a dashed extrapolation inside their shaded prediction interval.
 - compute_frontier: which model is best at each budget (the measured frontier), and which group's fitted
   law is lowest across the compute range (the family to buy at a budget).
 - throughput_vs_accuracy: inference speed against transfer accuracy (DeiT, Touvron et al. 2021, Figure 1:
@@ -36,6 +36,7 @@ from vitbench.fit import (
     frontier_mask,
     results_frame,
 )
+from vitbench.fit.backtest import mixture_log_var
 from vitbench.fit.groups import DEFAULT_COMPUTE, DEFAULT_GROUP
 from vitbench.report.plots import FAMILY_STYLE, _infer_speed, _legend, _log_axis, backend_line, model_colors
 
@@ -139,8 +140,8 @@ def fitted_curves(df: pd.DataFrame, *, fits: FitReport | None = None, spec: FitS
     """Error vs compute (log-log), one panel per benchmark, one curve per group: the points, the fitted law
     with its bootstrap band (dashed where there is no CI); dotted, the backtest's fit at its largest cut-off
     extrapolated over the points it never saw (hollow markers); dashed beyond the data, the extrapolation to the
-    --predict values with the interval over the forms (error bars). `form`: which law; None: each group's
-    chosen one (lowest backtest error, named in the legend)."""
+    --predict values inside its shaded prediction interval (error bars at the values); dash-dotted, the runner-up
+    law. `form`: which law; None: each group's chosen one (vitbench.fit.backtest.choose, named in the legend)."""
     report = _report(df, fits, spec)
     if report is None or not report.groups:
         return None
@@ -173,11 +174,21 @@ def fitted_curves(df: pd.DataFrame, *, fits: FitReport | None = None, spec: FitS
                 ax.fill_between(xs, *band, color=color, alpha=0.18, linewidth=0, zorder=1)
             if view is not None:
                 ax.plot(xs, f.form.predict(view[1], xs), color=color, linewidth=1.1, linestyle=":", zorder=2)
-            if g.predictions and g.chosen == f.form.name:
-                top = max(p.compute for p in g.predictions)
-                if top > g.compute.max():
-                    xe = np.geomspace(g.compute.max(), top, 60)
-                    ax.plot(xe, f.predict(xe), color=color, linewidth=1.6, linestyle="--", zorder=2)
+            chosen = g.chosen == f.form.name
+            top = max([p.compute for p in g.predictions], default=g.compute.max()) if chosen else g.compute.max()
+            second = g.fit(g.runner_up) if chosen and g.runner_up is not None else None
+            if second is not None and second.ok:  # the runner-up over the same range, thin dash-dot
+                xr = np.geomspace(g.compute.min(), max(top, g.compute.max()), 160)
+                ax.plot(xr, second.predict(xr), color=color, linewidth=0.9, linestyle="-.", alpha=0.8, zorder=2)
+            if chosen and top > g.compute.max():
+                xe = np.geomspace(g.compute.max(), top, 60)
+                ax.plot(xe, f.predict(xe), color=color, linewidth=1.6, linestyle="--", zorder=2)
+                if g.law_error is not None:  # the prediction interval, widening with the reach
+                    mid = f.log_predict(xe)
+                    var = mixture_log_var(g.fits, g.weights, xe, mid)
+                    ax.fill_between(xe, *g.law_error.band(mid, np.log10(xe / g.compute.max()), var), color=color,
+                                    alpha=0.10, linewidth=0, zorder=1)
+            if g.predictions and chosen:
                 px = np.array([p.compute for p in g.predictions])
                 py = np.array([p.value for p in g.predictions])
                 lo = np.array([p.ci_low if p.ci_low is not None else p.value for p in g.predictions])
@@ -187,8 +198,15 @@ def fitted_curves(df: pd.DataFrame, *, fits: FitReport | None = None, spec: FitS
         law = f"{form.value} law" if form else "law chosen by the backtest per group"
         ax.set_title(f"{_panel_title(report, key)}: {law}, {report.spec.ci:.0%} band", fontsize=10)
         ax.plot([], [], color="0.4", linestyle=":", label="backtest: fit without the hollow points")
+        if form is None and any(g.runner_up is not None for g in groups):
+            seconds = sorted({g.runner_up.value for g in groups if g.runner_up is not None})
+            ax.plot([], [], color="0.4", linestyle="-.", linewidth=0.9, label=f"runner-up ({', '.join(seconds)})")
+            n += 1
         if any(g.predictions for g in groups):
-            ax.plot([], [], color="0.4", linestyle="--", marker="D", label="prediction (interval over the forms)")
+            held = [g.law_error.coverage_text() for g in groups if g.predictions and g.law_error is not None]
+            held = [h for h in held if h]
+            ax.plot([], [], color="0.4", linestyle="--", marker="D",
+                    label="prediction, shaded: its interval" + (f" ({held[0]})" if len(held) == 1 else ""))
             n += 1
         _legend(fig, ax, n + 1)
     return fig
