@@ -44,7 +44,8 @@ CLUSTER_DIR = Path(os.environ.get("CLUSTER_DIR", "/tmp/vitbench-cluster"))
 # ---- helpers ---------------------------------------------------------------------------------------------------
 def cluster_env() -> dict:
     """A sweep's environment: the test-only tasks, and Ray without auth tokens (as scripts/cluster/up.sh runs it)."""
-    return {**subprocess_env(), "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    return {**subprocess_env(), "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
+            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}  # reach Ray on loopback (scripts/cluster/ray_loopback.py)
 
 
 def gated(tmp_path: Path, name: str, models: list[str]) -> tuple[Path, Path]:
