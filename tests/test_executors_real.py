@@ -230,6 +230,37 @@ def test_slurm_without_accounting_a_cancelled_queued_job_is_noticed_through_sque
     ok_once(res, 3)
 
 
+@pytest.mark.timeout(420)
+def test_slurm_preemption_warning_then_requeue_interrupts_the_trial_and_measures_it_once(tmp_path, slurm):
+    """SLURM's warning before a preemption (SIGUSR2, what `--signal=USR2@N` sends; submitit asks for it on every
+    job) to a running job, then the preemption's requeue: the trial's row is 'interrupted', the requeued job
+    measures it, and every trial ends with exactly one ok row."""
+    study, gate = gated(tmp_path, "preempt", ["ViT-Nano/4", "R-Nano"])
+    res = tmp_path / "res"
+    p = sweep(study, res, "slurm")
+    wait_for(lambda: len(running("preempt")) == 2, 120, "two trials running")
+    ids = slurm_job_ids(res)
+    victim = sorted(running("preempt"))[0]
+    subprocess.run(["scancel", "--signal=USR2", ids[victim]], check=True)  # to every process of the job's step
+    wait_for(lambda: any(r.key == victim for r in read_records(res)), 60, "the preempted trial's row")
+    subprocess.run(["scontrol", "requeue", ids[victim]], check=True)
+    # SLURM holds a requeued job for 120 s (its BeginTime); release it now instead of waiting
+    subprocess.run(["scontrol", "update", f"JobId={ids[victim]}", "StartTime=now"], check=True)
+    (row,) = read_records(res)
+    assert row.status == "interrupted" and "SIGUSR2" in row.error.message, row.error
+    assert row.runner["job_id"] == ids[victim]
+    gate.touch()
+    rc, out = finish(p, timeout=360)
+    assert rc == 0, out  # the sweep followed the requeued job to its ok row
+    wait_for(lambda: not slurm_active(), 60, "the queue to empty")
+    rows = [(r.key, str(r.status)) for r in read_records(res)]
+    assert rows.count((victim, "interrupted")) == 1 and rows.index((victim, "interrupted")) < rows.index(
+        (victim, "ok")), rows
+    ok_once(res, 2)
+    rc, out = finish(sweep(study, res, "slurm"))  # nothing left to run
+    assert rc == 0 and "ran 0 trial" in " ".join(out.split()), out
+
+
 # ---- Ray: a worker node dies mid-trial ------------------------------------------------------------------------
 def _worker_raylet() -> psutil.Process:
     pids = dict(line.split()[::-1] for line in (CLUSTER_DIR / "pids").read_text().splitlines())
