@@ -244,7 +244,8 @@ def test_slurm_preemption_warning_then_requeue_interrupts_the_trial_and_measures
     subprocess.run(["scancel", "--signal=USR2", ids[victim]], check=True)  # to every process of the job's step
     wait_for(lambda: any(r.key == victim for r in read_records(res)), 60, "the preempted trial's row")
     subprocess.run(["scontrol", "requeue", ids[victim]], check=True)
-    # SLURM holds a requeued job for 120 s (its BeginTime); release it now instead of waiting
+    # SLURM holds a requeued job for 120 s (its BeginTime, set once the job is pending again); release it now
+    wait_for(lambda: f"{ids[victim]} PENDING" in slurm_active(), 60, "the requeued job to be pending")
     subprocess.run(["scontrol", "update", f"JobId={ids[victim]}", "StartTime=now"], check=True)
     (row,) = read_records(res)
     assert row.status == "interrupted" and "SIGUSR2" in row.error.message, row.error
