@@ -161,11 +161,12 @@ def test_a_small_real_study_runs_once_through_the_engine(engine, tmp_path, reque
     assert set(df["runner.executor"]) == {engine}
     ok_once(res, 2)
     # every row says which trials overlapped it on this host; timing trials asked for a whole node each, so on
-    # SLURM (one node) none overlapped; Ray's two raylets share this host, and the rows say so when it happened
+    # SLURM (one node) none of this study's overlapped (another sweep on a shared host may show up: it did
+    # overlap); Ray's two raylets share this host, and the rows say so when it happened
     over = {r.key: r.runner.get("overlapped") for r in read_records(res) if r.key}
     assert all(isinstance(v, list) for v in over.values()), over
     if engine == "slurm":
-        assert all(not v for v in over.values()), over
+        assert not [o for v in over.values() for o in v if o.startswith(f"small-{engine}/")], over
     else:
         for key, others in over.items():  # symmetric: if A saw B, B saw A
             for o in others:
