@@ -21,6 +21,7 @@ import threading
 from pathlib import Path
 from types import SimpleNamespace
 
+import psutil
 import pytest
 import vitbench_testtasks  # noqa: F401 - registers `sleep` here
 from cluster_fixtures import wait_for, worker_env  # noqa: F401 - fixtures
@@ -136,13 +137,63 @@ def _trial_pid(registry: Path) -> int:
     return int(json.loads(next(registry.glob("*.trial")).read_text().splitlines()[0])["pid"])
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGUSR2])  # USR2: SLURM's preemption warning
 def test_a_trial_stopped_from_outside_is_interrupted_not_an_error(tmp_path, registry, sig):
     gate = tmp_path / "gate"  # never created: the trial waits until it is stopped
     rec = _run_local(tmp_path, _job(behaviour="gate", gate=str(gate)),
                      during=lambda: os.kill(_trial_pid(registry), sig))
     assert rec.status == "interrupted" and rec.error.type == "TrialCancelled"
     assert sig.name in rec.error.message and "before the trial started" not in rec.error.message
+
+
+_WORKER = """
+import sys
+from vitbench.executors import Job
+from vitbench.executors.remote import run_on_worker, since_now
+job = Job(key="k1", config={{"model": "ViT-Nano/4", "backend": "torch", "task": "sleep", "device": "cpu",
+          "resolution": 32, "batch_size": 2, "seed": 0, "seconds": 0.01, "behaviour": "gate", "gate": {gate!r}}},
+          repeat=0, study="g", study_sha={sha!r}, run_id="r", timeout_s=60, task_module="vitbench_testtasks")
+out = run_on_worker(job, {root!r}, since=since_now())
+print("OUTCOME", out.record.status, out.stored.name)
+"""
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("group", [False, True])  # the worker only (B:USR2 forwarded) / every process of the step
+def test_a_preempted_worker_records_interrupted_and_its_requeue_measures_once(tmp_path, registry, worker_env, group):
+    """What a SLURM job's worker does on the preemption warning (SIGUSR2), without SLURM: the trial stops, its row
+    is 'interrupted' in the store, the worker exits without a result (status 128 + 12); the same job run again
+    (a requeue) measures it; run once more (requeued after it measured) it returns the stored row."""
+    import hashlib
+
+    root = tmp_path / "res"
+    root.mkdir()
+    Store(root).save_study("name: g\n")
+    sha = hashlib.sha256(b"name: g\n").hexdigest()
+    gate = tmp_path / "gate"
+    code = _WORKER.format(gate=str(gate), sha=sha, root=str(root))
+
+    def worker() -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, start_new_session=True)
+
+    p = worker()
+    trial = _trial_pid(registry)  # the trial runs (gated)
+    os.killpg(p.pid, signal.SIGUSR2) if group else p.send_signal(signal.SIGUSR2)
+    out, _ = p.communicate(timeout=60)
+    assert p.returncode == 128 + signal.SIGUSR2, out
+    assert "OUTCOME" not in out  # no result for the driver: it follows the job
+    (row,) = read_records(root)
+    assert row.status == "interrupted" and "SIGUSR2" in row.error.message, row.error
+    assert row.error.type == "Preempted" or group  # (signalled too, the trial may report its own end first)
+    wait_for(lambda: not psutil.pid_exists(trial), 30, "the stopped trial to be gone")  # nothing keeps measuring
+    assert not list(root.glob("**/*.tmp"))  # nothing half-written
+    gate.touch()
+    for _ in range(2):  # requeued: measures; requeued again after that: the stored row, nothing measured again
+        p = worker()
+        out, _ = p.communicate(timeout=120)
+        assert p.returncode == 0 and "OUTCOME ok WORKER" in out, out
+    assert [str(r.status) for r in read_records(root)] == ["interrupted", "ok"]
 
 
 def test_a_silent_crash_after_the_start_is_an_error_without_the_start_up_hint(tmp_path):

@@ -172,7 +172,13 @@ def test_resume_after_kill_9_records_every_trial_exactly_once(tmp_path):
 
 
 @pytest.mark.timeout(120)
-def test_ctrl_c_records_the_running_trial_as_interrupted_and_it_reruns(tmp_path):
+@pytest.mark.parametrize("sig,group", [
+    (signal.SIGINT, False),  # Ctrl-C
+    (signal.SIGTERM, False),  # kill
+    (signal.SIGUSR2, True),  # SLURM's preemption warning (--signal=USR2@N): every process of the job step gets it
+    (signal.SIGUSR2, False),  # ... `--signal=B:USR2@N` with `exec vitbench sweep` in the batch script: the sweep
+])
+def test_ctrl_c_or_a_stop_signal_records_the_running_trial_as_interrupted_and_it_reruns(tmp_path, sig, group):
     gate = tmp_path / "gate"  # the gated trial runs until this file exists: surely running when interrupted
     study_path = _write_study(tmp_path, f"""
         defaults: {{seconds: 0.1, gate: {str(gate)!r}}}
@@ -184,16 +190,22 @@ def test_ctrl_c_records_the_running_trial_as_interrupted_and_it_reruns(tmp_path)
     results = tmp_path / "res"
     env = _env()
     p = subprocess.Popen(_sweep_cmd(study_path, results), env=env, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.PIPE)
+                         stderr=subprocess.PIPE, start_new_session=True)
     _wait_for(lambda: _rows(results) >= 1, what="the first trial")
     # Interrupt once the gated trial is really running (its log has the task's first line); between two
     # trials there is nothing to mark interrupted.
     _wait_for(lambda: any("behaviour=gate" in f.read_text() for f in (results / "logs").glob("*.log")),
               what="the second trial to start")
-    p.send_signal(signal.SIGINT)
+    if group:
+        os.killpg(p.pid, sig)
+    else:
+        p.send_signal(sig)
     assert p.wait(30) == 130, p.stderr.read().decode()[-2000:]
     sts = statuses(results)
     assert [s for _, s in sts] == ["ok", "interrupted"]
+    (stopped,) = [r for r in read_records(results) if r.status == "interrupted"]
+    # the sweep stopped the trial, or (signalled too) the trial said which signal stopped it
+    assert stopped.error.type == "KeyboardInterrupt" or sig.name in stopped.error.message, stopped.error
     gate.touch()
     r = subprocess.run(_sweep_cmd(study_path, results), env=env, capture_output=True, timeout=90)
     assert r.returncode == 0, r.stderr.decode()[-2000:]

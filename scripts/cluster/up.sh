@@ -8,9 +8,14 @@
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 C=${CLUSTER_DIR:-/tmp/vitbench-cluster}
-# Ray: a head and a second raylet, both on loopback, one CPU each; `vitbench_node: 1` marks a whole node
-# (the ray executor asks for it to give a timing trial a node to itself)
-export RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0
+# Every service listens on loopback only (.ci/run checks it: scripts/cluster/check_listeners.py): munge on its unix
+# socket, MariaDB on its unix socket only (--skip-networking; slurmdbd connects to "localhost", i.e. the socket),
+# slurmdbd, slurmctld and slurmd on 127.0.0.1 (slurm.conf's CommunicationParameters), Ray on 127.0.0.1.
+# Ray: a head and a second raylet, one CPU each, started through ray_loopback.py (why: see there); drivers need
+# RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 to reach 127.0.0.1:6379. No dashboard; the Ray client server and the agents
+# bind to the node IP, loopback. `vitbench_node: 1` marks a whole node (the ray executor asks for it to give a
+# timing trial a node to itself)
+export RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0
 RAY_ARGS=(--node-ip-address=127.0.0.1 --num-cpus=1 --object-store-memory=200000000 --resources='{"vitbench_node": 1}' --block)
 start() {  # start NAME CMD...: a daemon in the foreground under setsid, its pid kept for down.sh
   local name=$1; shift
@@ -23,7 +28,7 @@ wait_for() {  # wait_for WHAT SECONDS CMD...
   echo "cluster up: $what did not come up; logs in $C/logs" >&2; tail -n 20 "$C"/logs/*.out >&2; exit 1
 }
 ray_worker() {
-  start ray-worker ray start --address=127.0.0.1:6379 "${RAY_ARGS[@]}"
+  start ray-worker env -u RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER python "$HERE/ray_loopback.py" start --address=127.0.0.1:6379 "${RAY_ARGS[@]}"
   wait_for "second raylet" 90 python -c "import ray,sys; ray.init(address='127.0.0.1:6379', logging_level='ERROR'); sys.exit(len([n for n in ray.nodes() if n['Alive']]) != 2)"
 }
 if [[ ${1:-} == --ray-worker ]]; then ray_worker; exit 0; fi
@@ -39,7 +44,7 @@ chown munge:munge /run/munge; chown mysql:mysql /run/mysqld; chown -R slurm:slur
 [[ -s /etc/munge/munge.key ]] || { mungekey -c -f -k /etc/munge/munge.key 2>/dev/null \
   || dd if=/dev/urandom of=/etc/munge/munge.key bs=1 count=1024 2>/dev/null; chown munge:munge /etc/munge/munge.key; chmod 400 /etc/munge/munge.key; }
 start munged runuser -u munge -- /usr/sbin/munged -F
-start mariadbd /usr/sbin/mariadbd --user=mysql --bind-address=127.0.0.1 --skip-networking=0
+start mariadbd /usr/sbin/mariadbd --user=mysql --skip-networking --bind-address=127.0.0.1
 wait_for mariadb 60 mariadb -e 'select 1'
 # a fresh accounting database: SLURM's job ids start again at 1 with a fresh state directory, and sacct would
 # report an earlier cluster's job of the same id
@@ -57,7 +62,8 @@ start slurmctld /usr/sbin/slurmctld -D -i
 wait_for slurmctld 60 scontrol ping
 start slurmd /usr/sbin/slurmd -D
 wait_for "slurmd (node idle)" 60 bash -c 'sinfo -h -o %t | grep -qx idle'
-start ray-head ray start --head --port=6379 --include-dashboard=false --temp-dir="$C/ray" "${RAY_ARGS[@]}"
+start ray-head python "$HERE/ray_loopback.py" start --head --port=6379 --include-dashboard=false \
+  --dashboard-host=127.0.0.1 --ray-client-server-port=10001 --temp-dir="$C/ray" "${RAY_ARGS[@]}"
 wait_for "ray head" 90 ray status --address=127.0.0.1:6379
 ray_worker
 echo "cluster up: slurm ($(sinfo -h -o '%P %D %t %c')) and ray (2 raylets) at 127.0.0.1:6379; state in $C"

@@ -244,7 +244,7 @@ def sweep_cmd(
     interrupted; else 0.
     """
     from vitbench.errors import ConfigError
-    from vitbench.executors import executor_class
+    from vitbench.executors import STOP_SIGNALS, executor_class, stopped_by
     from vitbench.paths import check_dir
     from vitbench.registry import Kind, names
     from vitbench.runner import (
@@ -292,11 +292,11 @@ def sweep_cmd(
             raise ConfigError(st.missing_paths)
         return
     hooks = _LiveHooks()
-    old = signal.getsignal(signal.SIGTERM)
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # `kill` stops as cleanly as Ctrl-C
     try:
-        summary = run_study(st, out, executor=executor, force=force, retry_failed=retry_failed,
-                            calibration=calibration, timeout_s=timeout, hooks=hooks, executor_options=opts)
+        # `kill`, a closed terminal, SLURM's preemption warning (a sweep run as a job) stop as cleanly as Ctrl-C
+        with stopped_by(s for s in STOP_SIGNALS if s is not signal.SIGINT):
+            summary = run_study(st, out, executor=executor, force=force, retry_failed=retry_failed,
+                                calibration=calibration, timeout_s=timeout, hooks=hooks, executor_options=opts)
     except KeyboardInterrupt:
         hooks.stop()
         err_console.print(f"[magenta]interrupted[/]: finished trials are in {out}; a trial that was running is "
@@ -304,7 +304,6 @@ def sweep_cmd(
         raise typer.Exit(130) from None
     finally:
         hooks.stop()
-        signal.signal(signal.SIGTERM, old)
     counts = ", ".join(f"[{_STATUS_STYLE.get(s, 'white')}]{n} {s}[/]" for s, n in sorted(summary.statuses.items()))
     console.print(f"sweep {st.name}: ran {summary.ran} trial(s) in {summary.wall_s:.1f} s"
                   + (f" ({counts})" if counts else "")

@@ -13,7 +13,10 @@ Failure handling. A per-trial timeout (SIGTERM, then SIGKILL after a grace perio
 (vitbench.memory_budget: `memory_limit_gib`, else $VITBENCH_MEMORY_LIMIT_GIB, else half the memory available when
 the trial starts): a trial whose resident memory passes it is stopped at once and its row says 'oom', before the
 kernel's OOM killer would pick a process; a child that dies without a result (segfault, the OOM killer) becomes an
-'error' row with the tail of its output; Ctrl-C kills the running child and reports it 'interrupted'. The budget
+'error' row with the tail of its output; a child stopped by a stop signal (vitbench.executors.STOP_SIGNALS: SIGTERM,
+SIGHUP, SLURM's preemption warning SIGUSR2) is 'interrupted', and so is the running child when the sweep gets
+Ctrl-C or one of those signals itself (`vitbench sweep`; the child is stopped). A record a child has measured is
+written whole before a stop signal can end it (the signal is held while it is written). The budget
 watches the trial process itself: processes a task starts (max-batch probes) are watched by that task. Children
 ignore SIGINT (the parent owns it) and ask the kernel to kill them if their parent dies (PR_SET_PDEATHSIG), so a
 `kill -9` of the sweep leaves no orphan still measuring while a resumed sweep runs.
@@ -37,7 +40,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, PositiveFloat
 
 from vitbench import memory_budget
-from vitbench.executors import Executor, Job, Outcome, failure, register_executor
+from vitbench.executors import STOP_SIGNALS, Executor, Job, Outcome, failure, register_executor
 from vitbench.procmem import die_with_parent
 from vitbench.record import Record, Status, now
 
@@ -48,9 +51,6 @@ PRELOAD = ("vitbench.trial", "vitbench.measure.throughput", "vitbench.measure.ma
 
 # Suffix of the marker file a trial process creates as soon as it runs vitbench's code (its start marker).
 STARTED = ".started"
-# Signals by which a trial process is stopped from outside, not by its own fault: a cancelled or preempted job
-# (SLURM sends SIGTERM to every process of the job), a closed terminal. Such a trial is 'interrupted'.
-_CANCEL_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 def default_preload() -> tuple[str, ...]:
@@ -80,10 +80,19 @@ def _child_main(job: Job, result_path: str, log_path: str) -> None:
     with Presence(f"{job.study}/{job.key}") as presence:
         rec = run_trial(job)
     rec.runner["overlapped"] = presence.overlapped
+    # measured: a stop signal now waits until the record is whole in its place (the sweep then keeps it), then
+    # ends the process as it would have (a handler, not a signal mask: any thread of the process may take it)
+    held: list[int] = []
+    for sig in STOP_SIGNALS:
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            signal.signal(sig, lambda signum, frame: held.append(signum))
     tmp = result_path + ".tmp"
     with open(tmp, "w") as f:
         json.dump(rec.to_dict(), f, allow_nan=False, default=str)
     os.replace(tmp, result_path)
+    for signum in held[:1]:
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
     sys.stdout.flush()
     sys.stderr.flush()
 
@@ -203,7 +212,7 @@ class LocalExecutor(Executor):
         for job, h in running:
             self._stop(h.proc)
             out.append(Outcome(self._failure(job, h, Status.INTERRUPTED, "KeyboardInterrupt",
-                                             "the sweep was interrupted (Ctrl-C) while this trial ran")))
+                                             "the sweep was interrupted (Ctrl-C or a stop signal) while this trial ran")))
         return out
 
     def collect(self, job: Job, h: _Running) -> Outcome:
@@ -237,7 +246,7 @@ class LocalExecutor(Executor):
                 rec.runner["log"] = str(h.log) if self.log_dir else None
             return Outcome(rec)
         how = _signal_name(h.proc.exitcode)
-        if h.proc.exitcode in [-s for s in _CANCEL_SIGNALS]:
+        if h.proc.exitcode in [-s for s in STOP_SIGNALS]:
             return Outcome(self._failure(job, h, Status.INTERRUPTED, "TrialCancelled",
                                          f"trial process was stopped from outside ({how}): its job was cancelled "
                                          "or preempted; it runs again next time"))

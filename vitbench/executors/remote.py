@@ -21,6 +21,13 @@ Worker side (`run_on_worker`, executed inside a SLURM job or a Ray task):
   Without a visible store, the worker just returns the record and the driver appends it (e.g. a Ray cluster
   without a shared file system); then a killed driver loses the results of trials still running.
 
+  4. Preemption. SLURM's warning before it preempts or ends a job (PREEMPT_SIGNAL, SIGUSR2: `--signal=USR2@N`,
+     which submitit asks for on every job) stops the running trial; its row, 'interrupted', goes into the store
+     and the worker exits without a result, so the driver follows the job: requeued (by the scheduler's
+     preemption or `scontrol requeue`), it runs the trial again and the driver gets that row; ended, the driver
+     finds the interrupted row and the trial runs again next time. A job requeued after it measured returns the
+     row it stored instead of measuring again: one final row per trial.
+
 Driver side: `vitbench.executors.failure` builds the row for a job that died without returning one (node failure,
 SLURM time limit or memory limit, cancelled), after `stored_row` checked that its worker has not already written
 one.
@@ -38,8 +45,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from vitbench.executors import Job, Outcome, Stored, failure
-from vitbench.record import Record, Status, now
+from vitbench.executors import PREEMPT_SIGNAL, Job, Outcome, Stopped, Stored, failure, stopped_by
+from vitbench.record import ErrorInfo, Record, Status, now
 from vitbench.store import STUDY_FILE, Store, rows_for_key
 
 # A row another sweep stored less than this before the driver drew a job may have been missed by the driver's
@@ -92,6 +99,12 @@ def _done_elsewhere(root: Path, job: Job, since: str | None) -> Record | None:
         if r.status.done and r.run_id != job.run_id and stored_at >= since:
             return r
     return None
+
+
+def _done_before(root: Path, job: Job) -> Record | None:
+    """A terminal row this very job stored already (same run): the job was requeued after it measured."""
+    rows = [r for r in rows_for_key(root, job.key) if r.run_id == job.run_id and r.status.done]
+    return rows[-1] if rows else None
 
 
 def _lock(root: Path, key: str, wait_s: float) -> int | None:
@@ -148,28 +161,48 @@ def run_on_worker(job: Job, results_dir: str | None = None, start_method: str = 
             if fd is None:
                 return _skipped(job, info, "another job is running this trial right now (a sweep that was killed "
                                            "left it running?); its row will appear when it finishes")
+            if (mine := _done_before(root, job)) is not None:
+                return Outcome(mine, Stored.WORKER)  # requeued after it measured: measured once
             other = _done_elsewhere(root, job, since)
             if other is not None:
                 return _skipped(job, info, f"already measured by run {other.run_id} "
                                            f"(status {other.status}) after this sweep started")
         out: list[Outcome] = []
         ex = LocalExecutor(root, start_method=start_method, preload=(), keep_logs=keep_logs, grace_s=grace_s)
+        stop: Stopped | None = None
         try:
-            ex.run([job], lambda j: None, lambda j, o: out.append(o))
+            with stopped_by((PREEMPT_SIGNAL,)):  # (SIGTERM: the trial's child gets it too and says so itself)
+                ex.run([job], lambda j: None, lambda j, o: out.append(o))
+        except Stopped as e:  # the loop stopped the trial and recorded it as interrupted (a row it measured stays)
+            stop = e
         finally:
             ex.close()
-        rec = out[-1].record
+        rec = out[-1].record if out else failure(job, Status.INTERRUPTED, "Preempted", "", **info)
         rec.runner.update(info)
+        if stop is not None and rec.status is Status.INTERRUPTED:
+            rec.error = ErrorInfo("Preempted", f"the job got {stop.signal.name}, the scheduler's warning before a "
+                                  "preemption or its time limit, while this trial ran; the trial was stopped and "
+                                  "runs again (when the job is requeued, else next time)",
+                                  rec.error.tail if rec.error else None)
         # (a calibration is a per-run row: the driver writes it)
-        if store is not None and rec.status.done and job.row_key is not None:
+        if store is not None and (rec.status.done or rec.status is Status.INTERRUPTED) and job.row_key is not None:
             rec.runner["stored_at"] = now()
             store.append(rec)  # durable on the shared file system before the driver even hears of it
+            if stop is not None and rec.status is Status.INTERRUPTED:
+                # no result for the driver: it follows the job, which either ends (the driver then finds this
+                # row) or is requeued by the scheduler and runs the trial again
+                raise _Preempted(128 + stop.signal)
             return Outcome(rec, Stored.WORKER)
         return Outcome(rec)
     finally:
         _unlock(fd)
         if store is not None:
             store.close()
+
+
+class _Preempted(SystemExit):
+    """Ends a worker whose trial a preemption warning stopped, without a result (its row is in the store):
+    exit status 128 + the signal, as a shell reports a process ended by it."""
 
 
 

@@ -9,8 +9,10 @@ system the nodes share, as submitit's own job folder must be), so a result survi
 a resumed sweep never measures a trial twice (see remote.py). The driver keeps `max_parallel` jobs in the queue,
 submits them as job arrays, polls them, and turns a job that died without a record into a row: SLURM's time
 limit -> 'timeout', its memory limit (OUT_OF_MEMORY) -> 'oom', a node failure or a crash -> 'error',
-cancellation -> 'interrupted' (runs again next time). Ctrl-C (or SIGTERM) cancels every job still queued or
-running and records them as interrupted.
+cancellation -> 'interrupted' (runs again next time). A job warned of its preemption (SIGUSR2, submitit's
+`--signal=USR2@90`) stores its trial as interrupted and ends without a result: the driver keeps following it
+through a requeue (remote.py, point 4). Ctrl-C (or another stop signal) cancels every job still queued or running
+and records them as interrupted.
 
 `cluster: local` runs the same jobs as local processes through submitit's LocalExecutor (what the tests use;
 also handy on a single GPU box). Options are validated by `SlurmOptions` (unknown keys are errors).
