@@ -59,7 +59,10 @@ METRICS = (
            "where the allocator cannot be reset)",
            comparable=True),
     Metric("compile_peak_mem_mib", "MiB", False, "peak memory from build through compilation and warm-up"),
-    Metric("compile_s", "s", False, "compile/jit time (single value per run)", comparable=True),
+    Metric("compile_s", "s", False, "compile/jit time (single value per run; a cache hit's is the time to trace "
+           "and load the executable)", comparable=True),
+    Metric("compile_cached", "bool", True, "the step's compiled code came from the persistent compile cache "
+           "(vitbench.measure.throughput.from_cache; null: nothing compiled, e.g. eager torch)"),
     Metric("mfu", "fraction", True, "model FLOP/s / the device's peak for the precision (peak_source: datasheet "
            "or measured), at most 1"),
     Metric("energy_j_per_img", "J/img", False, "device energy per image over the timed steps (NVML)",

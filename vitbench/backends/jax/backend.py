@@ -46,6 +46,7 @@ from vitbench.backends.base import (  # noqa: E402
 )
 from vitbench.backends.jax import (
     SPEC,  # noqa: E402
+    cache,  # noqa: E402
     client,  # noqa: F401 - first: sets the GPU allocator before jax starts
     training,  # noqa: E402
 )
@@ -103,6 +104,7 @@ class JaxBackend(Backend):
     def setup(self, device: str = "cpu", threads: int | None = None) -> dict:
         threads, capped = capped_threads(threads)
         self.device, platform, cpu_threads = client.select_device(device, threads, self.spec.devices)
+        cache_path = cache.enable()  # before the first compile of this process
         return {
             "backend": self.name,
             "device": device,
@@ -113,8 +115,12 @@ class JaxBackend(Backend):
             "default_matmul_precision": str(jax.config.jax_default_matmul_precision or "default"),
             "xla_preallocate": client.os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE"),
             "xla_flags": client.os.environ.get("XLA_FLAGS", ""),
+            "compile_cache": str(cache_path) if cache_path else None,
             **self.versions(),
         }
+
+    def compile_cache_counts(self) -> tuple[int, int]:
+        return cache.counts()
 
     def _dev(self):
         if self.device is None:
