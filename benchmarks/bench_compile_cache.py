@@ -34,7 +34,8 @@ def load_average() -> str:
 
 
 def sweep(study: str, results: Path, env: dict, force: bool) -> float:
-    cmd = [sys.executable, "-c", "from vitbench.cli import main; main()", "sweep", study, "--results", str(results), "--allow-failures"]
+    cmd = [sys.executable, "-c", "from vitbench.cli import main; main()", "sweep", study, "--results",
+           str(results), "--allow-failures"]
     if force:
         cmd.append("--force")
     t0 = time.perf_counter()
@@ -80,7 +81,8 @@ def main() -> None:
             shutil.rmtree(wipe, ignore_errors=True)
         before = load_average()
         walls[name] = sweep(a.study, root / name, env, force)
-        print(f"\n== {name}: sweep wall {walls[name]:.1f} s (load average before {before}, after {load_average()})")
+        print(f"\n== {name}: sweep wall {walls[name]:.1f} s (load average before {before}, "
+              f"after {load_average()})")
         print(budget(root / name).to_string(index=False))
     cold, warm = walls["cold"], walls["warm"]
     print(f"\ncold {cold:.1f} s, warm {warm:.1f} s: warm/cold {warm / cold:.2f} (target <= 0.5; cold <= 120 s); "

@@ -43,7 +43,7 @@ from vitbench.record import Record, Status, now
 
 # Imported once by the fork server besides every backend's own preload list (vitbench.backends.base.BackendSpec).
 PRELOAD = ("vitbench.trial", "vitbench.measure.throughput", "vitbench.measure.max_batch", "vitbench.measure.flops",
-           "vitbench.measure.peak", "vitbench.env")
+           "vitbench.measure.peak", "vitbench.env", "vitbench.executors.warm")
 
 
 # Suffix of the marker file a trial process creates as soon as it runs vitbench's code (its start marker).

@@ -5,7 +5,8 @@ Where: TORCHINDUCTOR_CACHE_DIR = <cache>/compile/torch-<torch>-<host> (vitbench.
 (torch/_inductor/runtime/cache_dir_utils.py), and keeps there its FX graph cache (generated kernels per graph),
 the AOT autograd cache and, on CUDA, Triton's kernels. Both caches are on by default in torch 2.15
 (torch/_inductor/config.py `fx_graph_cache`, torch/_functorch/config.py `enable_autograd_cache`); with
-$VITBENCH_COMPILE_CACHE off vitbench turns them off (TORCHINDUCTOR_FX_GRAPH_CACHE=0, TORCHINDUCTOR_AUTOGRAD_CACHE=0).
+$VITBENCH_COMPILE_CACHE off vitbench turns them off (TORCHINDUCTOR_FX_GRAPH_CACHE=0,
+TORCHINDUCTOR_AUTOGRAD_CACHE=0).
 Dynamo's tracing is not cached by torch: a warm torch.compile still traces the model in every process.
 
 What keeps a wrong graph out: inductor's key hashes the FX graph with its input shapes, dtypes and strides (so
@@ -37,7 +38,7 @@ def subdir() -> str:
 
 
 def enable() -> Path | None:
-    """Point inductor's caches at vitbench's directory (None: the compile caches are off, and so are inductor's)."""
+    """Point inductor's caches at vitbench's directory (None: the compile caches are off, so are inductor's)."""
     path = compile_cache_dir(subdir())
     if path is None:
         os.environ.update(_OFF)
