@@ -14,6 +14,9 @@ on CUDA the reserved peak and NVML's device-used memory apart, and energy per im
 Model FLOP/s use the analytic forward count (x3 for a training step: forward + backward ~ 3 forwards);
 MFU = model FLOP/s / the device's peak for the precision (vitbench.measure.peak: datasheet, or the best measured
 matmul of any backend), never above 1: a step faster than a measured peak raises the peak.
+Compile caches: `compile_cached` says whether the step's compiled code came from the persistent compile cache
+(`from_cache`, on the backend's own hit/miss counters); `raw.budget_s` splits the measurement's time into set-up,
+compile, warm-up and timed parts (`budget`; the report's time budget adds the trial's process start-up).
 """
 
 from __future__ import annotations
