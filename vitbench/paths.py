@@ -5,6 +5,9 @@ work starts and created with errors that name the path, never a traceback (FileE
 the directory; `write_atomic` writes a file whole or not at all, with a new file's usual mode; `locked` holds an
 exclusive lock beside a file while a process reads, computes and writes it. `what` is how the message names the
 location: the option (`--results`) or its role.
+
+The machine's cache directory (`cache_dir`: the measured matmul peaks, the persistent compile caches) is declared
+here too, with the switch that turns the compile caches off (`compile_cache_dir`).
 """
 
 from __future__ import annotations
@@ -18,6 +21,35 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from vitbench.errors import ConfigError, shorten
+
+# One cache directory per machine: $VITBENCH_CACHE_DIR, else $XDG_CACHE_HOME/vitbench, else ~/.cache/vitbench.
+CACHE_ENV = "VITBENCH_CACHE_DIR"
+# Persistent compile caches (XLA executables, torch inductor's FX graphs) under <cache>/compile/, on by default;
+# this variable set to 0/false/off/no turns them off (each compile then starts from nothing, as before).
+COMPILE_CACHE_ENV = "VITBENCH_COMPILE_CACHE"
+_OFF = ("0", "false", "off", "no")
+
+
+def cache_dir() -> Path:
+    """The machine's vitbench cache directory (not created here)."""
+    base = os.environ.get(CACHE_ENV) or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "vitbench")
+    return Path(base).expanduser()
+
+
+def compile_cache_on() -> bool:
+    """Are the persistent compile caches on ($VITBENCH_COMPILE_CACHE unset or not one of 0/false/off/no)?"""
+    return os.environ.get(COMPILE_CACHE_ENV, "").strip().lower() not in _OFF
+
+
+def compile_cache_dir(subdir: str | None = None) -> Path | None:
+    """Where a backend keeps its persistent compile cache: <cache>/compile/<subdir> (a backend names its
+    subdirectory by its framework's versions, so a new version starts a new cache), or None when the compile
+    caches are off. Not created here."""
+    if not compile_cache_on():
+        return None
+    root = cache_dir() / "compile"
+    return root / subdir if subdir else root
 
 
 def _reason(e: OSError) -> str:

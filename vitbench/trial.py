@@ -15,6 +15,7 @@ import time
 import traceback
 from typing import TYPE_CHECKING
 
+from vitbench import phases
 from vitbench.errors import TrainingDiverged, looks_like_oom
 from vitbench.record import ErrorInfo, Record, Status, now
 
@@ -31,6 +32,7 @@ def run_trial(job: Job) -> Record:
     from vitbench.tasks import get_task
 
     t_enter = time.time()
+    phases.reset()
     started = now()
     kind = "error"
     t0 = time.perf_counter()
@@ -51,5 +53,6 @@ def run_trial(job: Job) -> Record:
         status = Status.OOM if looks_like_oom(e) else Status.ERROR
         rec = Record.failed(kind, job.config, status, ErrorInfo.of(e, _tail(traceback.format_exc())), started)
     rec = rec.for_job(job)
-    rec.runner.update(pid=os.getpid(), task_s=time.perf_counter() - t0, entered_at_unix=t_enter)
+    rec.runner.update(pid=os.getpid(), task_s=time.perf_counter() - t0, entered_at_unix=t_enter,
+                      first_step_at_unix=phases.first_step_at())
     return rec

@@ -72,6 +72,12 @@ class Backend(ABC):
 
         return {d: distribution_version(d) for d in self.spec.distributions}
 
+    def compile_cache_counts(self) -> tuple[int, int] | None:
+        """(compiled executables read from the persistent compile cache, executables compiled and written to it)
+        in this process so far, or None where the backend keeps no such cache. `setup` turns the cache on
+        (vitbench.paths.compile_cache_dir) and records its directory as `compile_cache`."""
+        return None
+
     def device_info(self) -> Device:
         """The physical device chosen in `setup` (default: the host CPU)."""
         return Device(DeviceKind.CPU, "cpu")

@@ -346,18 +346,21 @@ def env_cmd(
 
     The peak is the device's datasheet dense peak for the precision where one exists (NVIDIA GPUs, TPUs), else
     the best matmul any backend has shown on this device (several sizes, cached per machine, device, precision
-    and threads in ~/.cache/vitbench/peaks.json). `vitbench doctor` checks more.
+    and threads in ~/.cache/vitbench/peaks.json). `vitbench doctor` checks more. The cache directory (peaks and the
+    persistent compile caches; $VITBENCH_CACHE_DIR moves it, $VITBENCH_COMPILE_CACHE=0 turns compile caching off)
+    is shown as `cache_dir`, the backend's compile cache as `compile_cache`.
     """
     from vitbench.backends.base import default_backend, get_backend
     from vitbench.env import environment, lock_differences
     from vitbench.measure.peak import device_peak
+    from vitbench.paths import cache_dir
 
     be = get_backend(shared_option("backend", backend) or default_backend())
     # a precision the device has not (tf32 on a CPU): refused as `bench` refuses it, before any setup
     refuse_unsupported(be.name, {"precision": choice(precision, PRECISIONS, "--precision"), "device": device})
     info = be.setup(device, shared_option("threads", threads))
     peak = device_peak(be, precision, info.get("threads"), refresh=refresh, remeasure_provisional=True)
-    env = environment(info)
+    env = {**environment(info), "cache_dir": str(cache_dir())}
     differ, not_installed = lock_differences()
     if as_json:
         print_json({"env": env, "peak": peak.metrics() if peak else None, "lock": {

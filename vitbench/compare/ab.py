@@ -122,6 +122,7 @@ class Side:
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k != EXTRA_WORK_ENV}
         env["PYTHONPATH"] = str(self.root)  # this side's vitbench, ahead of any installed copy
+        env.update(same_cache())
         env.update(self.extra_env)
         return env
 
@@ -134,6 +135,17 @@ class Side:
                                      str(self.study), "--results", str(out)], env=self.env(), cwd=self.root,
                                     stdout=fh, stderr=subprocess.STDOUT)
         return Running(self, proc, log)
+
+
+def same_cache() -> dict[str, str]:
+    """Both sides' cache settings, the same for both: one cache directory (this machine's, resolved here once)
+    and the compile caches on or off as this process sees them. Each side's sweeps read and write the
+    persistent compile caches between rounds: the first pair compiles, later pairs load; an executable is
+    keyed by its program (vitbench.paths.compile_cache_dir), so a side never runs the other's code, and an
+    identical program is shared. Compile time is never inside the throughput the gate decides on."""
+    from vitbench.paths import CACHE_ENV, COMPILE_CACHE_ENV, cache_dir, compile_cache_on
+
+    return {CACHE_ENV: str(cache_dir()), COMPILE_CACHE_ENV: "1" if compile_cache_on() else "0"}
 
 
 @dataclass

@@ -46,7 +46,7 @@ from vitbench.record import Record, Status, now
 
 # Imported once by the fork server besides every backend's own preload list (vitbench.backends.base.BackendSpec).
 PRELOAD = ("vitbench.trial", "vitbench.measure.throughput", "vitbench.measure.max_batch", "vitbench.measure.flops",
-           "vitbench.measure.peak", "vitbench.env")
+           "vitbench.measure.peak", "vitbench.env", "vitbench.executors.warm")
 
 
 # Suffix of the marker file a trial process creates as soon as it runs vitbench's code (its start marker).
@@ -237,8 +237,12 @@ class LocalExecutor(Executor):
             finally:
                 h.result.unlink(missing_ok=True)
             entered = rec.runner.pop("entered_at_unix", None)
+            first_step = rec.runner.pop("first_step_at_unix", None)
+            # startup_s: process start -> the trial's code; to_first_step_s: -> its first measured step
+            # (vitbench.phases), None for a trial that times no step
             rec.runner.update(wall_s=wall_s, start_method=self.start_method, exitcode=h.proc.exitcode,
-                              startup_s=(entered - h.t0) if entered else None)
+                              startup_s=(entered - h.t0) if entered else None,
+                              to_first_step_s=(first_step - h.t0) if first_step else None)
             if rec.status is Status.OK and not self.opts.keep_logs:
                 with contextlib.suppress(OSError):
                     h.log.unlink()

@@ -50,8 +50,12 @@ def flops(model: str, resolution: int | None = None, backend: str | Backend | No
     be = backend if isinstance(backend, Backend) else get_backend(backend or default_backend())
     info = {"backend": be.name}
     if count:
+        from vitbench.measure.throughput import from_cache
+
         info = be.setup("cpu")
+        before = be.compile_cache_counts()
         counters = be.count_flops(spec, res, k)
+        metrics["compile_cached"] = from_cache(before, be.compile_cache_counts())  # XLA's count compiles
         for name, c in counters.items():
             metrics[f"gmacs_{name}"] = c["macs"] / 1e9
             metrics[f"gflops_{name}"] = 2 * c["macs"] / 1e9

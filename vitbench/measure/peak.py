@@ -36,7 +36,7 @@ from vitbench.env import machine_id
 from vitbench.errors import ConfigError
 from vitbench.measure.datasheet import datasheet_tflops
 from vitbench.measure.load import LoadMeter
-from vitbench.paths import locked, write_atomic
+from vitbench.paths import cache_dir, locked, write_atomic
 from vitbench.procmem import last_marked
 
 PEAK_MARK = "VITBENCH_PEAK "
@@ -118,12 +118,6 @@ class Peak:
 # -----------------------------------------------------------------------------------------------------------------
 # The cache
 # -----------------------------------------------------------------------------------------------------------------
-def cache_dir() -> Path:
-    base = os.environ.get("VITBENCH_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "vitbench")
-    return Path(base)
-
-
 def cache_path() -> Path:
     return cache_dir() / "peaks.json"
 

@@ -14,6 +14,9 @@ on CUDA the reserved peak and NVML's device-used memory apart, and energy per im
 Model FLOP/s use the analytic forward count (x3 for a training step: forward + backward ~ 3 forwards);
 MFU = model FLOP/s / the device's peak for the precision (vitbench.measure.peak: datasheet, or the best measured
 matmul of any backend), never above 1: a step faster than a measured peak raises the peak.
+Compile caches: `compile_cached` says whether the step's compiled code came from the persistent compile cache
+(`from_cache`, on the backend's own hit/miss counters); `raw.budget_s` splits the measurement's time into set-up,
+compile, warm-up and timed parts (`budget`; the report's time budget adds the trial's process start-up).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import statistics
 import time
 from dataclasses import replace
 
+from vitbench import phases
 from vitbench.backends.base import Backend, Step, default_backend, get_backend
 from vitbench.env import environment
 from vitbench.errors import ConfigError
@@ -66,6 +70,7 @@ def bench(step: Step, backend: str | Backend | None = None, device: str = "cpu",
           with_mfu: bool = True) -> Record:
     """Measure steps/s of `step` and return a record of kind 'bench' (status 'oom' if it does not fit)."""
     started = now()
+    t_start = time.perf_counter()
     step = resolve_step(step)
     timing = TimingMode.parse(timing, "timing")
     if window_steps is not None and window_steps < 1:
@@ -91,12 +96,16 @@ def bench(step: Step, backend: str | Backend | None = None, device: str = "cpu",
     oom = None
     try:
         be.reset_peak_memory()
+        cache_before = be.compile_cache_counts()
         t0 = time.perf_counter()
         work = be.prepare(step)
         build_s = time.perf_counter() - t0
+        phases.first_step()
         t0 = time.perf_counter()
+        to_first_step_s = t0 - t_start
         work.sync(work.step())
         first_step_s = time.perf_counter() - t0
+        compile_cached = from_cache(cache_before, be.compile_cache_counts())
         warmup_s = []
         for _ in range(warmup_steps):
             t0 = time.perf_counter()
@@ -139,6 +148,10 @@ def bench(step: Step, backend: str | Backend | None = None, device: str = "cpu",
     noise = assess(samples, be.timer, load.other_cores, gpu_slowdown=end.slowdown if end else (),
                    other_gpu_processes=end.other_processes if end else None)
     settings = dict(work.settings)
+    # compile/jit time: explicit where the backend separates it (JAX AOT, in `prepare`); for torch.compile the
+    # first step minus a steady one (compilation is lazy there); None for eager execution
+    aot = work.compile_s is not None
+    compile_s = work.compile_s if aot else (max(0.0, first_step_s - median_s) if step.compile else None)
     metrics = {
         "img_per_s": batch / median_s,
         "img_per_s_mean": batch / (stats["step_ms_mean"] / 1000),
@@ -148,10 +161,8 @@ def bench(step: Step, backend: str | Backend | None = None, device: str = "cpu",
         "batch_size_achieved": batch,
         "build_s": build_s,
         "first_step_s": first_step_s,
-        # compile/jit time: explicit where the backend separates it (JAX AOT); for torch.compile the first
-        # step minus a steady one (compilation is lazy there); None for eager execution
-        "compile_s": work.compile_s if work.compile_s is not None
-        else (max(0.0, first_step_s - median_s) if step.compile else None),
+        "compile_s": compile_s,
+        "compile_cached": compile_cached,
         "peak_mem_mib": peak_mem,
         "memory_kind": memory_kind.value,
         "state_mib": state / 2**20 if state is not None else None,  # weights, grads, optimizer state, inputs
@@ -180,13 +191,38 @@ def bench(step: Step, backend: str | Backend | None = None, device: str = "cpu",
     if with_mfu:  # per device: the group's FLOP/s over (peak x devices)
         metrics.update(mfu_metrics(be, step, info.get("threads"), metrics["model_tflops_per_s"] / step.devices,
                                    load))
-    raw = {"step_s": step_s, "warmup_s": warmup_s, "noise": [{"flag": n.flag.value, "detail": n.detail}
-                                                             for n in noise], "settings": settings}
+    raw = {"step_s": step_s, "warmup_s": warmup_s,
+           "budget_s": budget(to_first_step_s, compile_s or 0.0, aot, first_step_s, warmup_s, samples),
+           "noise": [{"flag": n.flag.value, "detail": n.detail} for n in noise], "settings": settings}
     if timing is TimingMode.THROUGHPUT:
         raw["window_s"] = samples
     if isinstance(timed, extra_work.ExtraWork):
         raw["test_extra_work"] = timed.info
     return Record.measured(KIND, config, metrics=metrics, raw=raw, env=env, started_at=started)
+
+
+def from_cache(before: tuple[int, int] | None, after: tuple[int, int] | None) -> bool | None:
+    """Did the step's compiled code come from the persistent compile cache? True: every compile between the two
+    readings of the backend's counters (Backend.compile_cache_counts) was read from the cache; False: at least
+    one was compiled (and written); None: nothing went through the cache (eager execution, the cache off, a
+    backend without one)."""
+    if before is None or after is None:
+        return None
+    hits, misses = after[0] - before[0], after[1] - before[1]
+    if misses > 0:
+        return False
+    return True if hits > 0 else None
+
+
+def budget(to_first_step_s: float, compile_s: float, aot: bool, first_step_s: float, warmup_s: list[float],
+           samples: list[float]) -> dict[str, float]:
+    """The measurement's own time in disjoint parts, seconds: `setup` (from its start to the first step:
+    framework import, device set-up, model build; an ahead-of-time compile excluded), `compile`, `warmup` (the
+    first step and the warm-up steps; a lazy compile excluded) and `timed` (the timed steps or windows). What a
+    trial spends outside them (process start, memory and kernel read-outs, MFU) is the report's 'other'."""
+    return {"setup": max(0.0, to_first_step_s - (compile_s if aot else 0.0)), "compile": compile_s,
+            "warmup": max(0.0, first_step_s + sum(warmup_s) - (0.0 if aot else compile_s)),
+            "timed": float(sum(samples))}
 
 
 def mfu_metrics(be: Backend, step: Step, threads: int | None, model_tflops: float, load: LoadMeter) -> dict:

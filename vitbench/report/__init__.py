@@ -37,6 +37,7 @@ MANIFEST = ".vitbench-report.json"  # the files the last report wrote into its f
 
 STATUS = ("status", "Trials by task and status")
 FAILURES = ("failures", "Failed trials")
+BUDGET = ("time_budget", "Time budget (s): start-up, compile, warm-up, timed steps, other (calibration included)")
 SHARED = ("shared_host", "Rows measured while other trials ran on the same host (their speeds may be shared)")
 
 
@@ -165,6 +166,11 @@ def _write(df: pd.DataFrame, cal: pd.DataFrame, out: Path, formats: tuple[str, .
     rep.collapse.add(FAILURES[0])
     rep.tables[SHARED[0]] = shared
     rep.titles[SHARED[0]] = SHARED[1]
+    from vitbench.report.budget import time_budget
+
+    rep.tables[BUDGET[0]] = time_budget(pd.concat([df, cal], ignore_index=True) if cal is not None and not cal.empty
+                                        else df)
+    rep.titles[BUDGET[0]] = BUDGET[1]
 
     if plots:
         for part in parts:

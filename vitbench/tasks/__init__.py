@@ -53,6 +53,11 @@ class Metric:
     samples: Callable[[Record], list[float] | None] | None = None
 
 
+# Declared once for every record kind whose measurement compiles (bench steps, XLA's FLOP count).
+COMPILE_CACHED = Metric("compile_cached", "bool", True, "the compiled code came from the persistent compile cache "
+                        "(vitbench.measure.throughput.from_cache; null: nothing compiled, e.g. eager torch)")
+
+
 class Task(ABC):
     """One kind of trial (see the module docstring)."""
 

@@ -6,7 +6,7 @@ from pydantic import BaseModel, Field
 
 from vitbench.backends.base import Capability
 from vitbench.record import Record
-from vitbench.tasks import Metric, Task, register_task
+from vitbench.tasks import COMPILE_CACHED, Metric, Task, register_task
 from vitbench.tasks.fields import params_model
 
 KIND = "flops"
@@ -23,7 +23,8 @@ class Flops(Task):
     Params = params_model("FlopsParams", ("model", "backend", "task", "resolution", "num_classes"), Counting)
     description = "params, analytic and counted GMACs/GFLOPs per image"
     needs = frozenset({Capability.FLOPS})
-    metrics = (Metric("gflops", "GFLOPs", False, "analytic forward FLOPs per image (1 MAC = 2 FLOPs)"),)
+    metrics = (Metric("gflops", "GFLOPs", False, "analytic forward FLOPs per image (1 MAC = 2 FLOPs)"),
+               COMPILE_CACHED)
     headline = "gflops"
     repeat = False
 

@@ -46,6 +46,7 @@ from vitbench.backends.base import (  # noqa: E402
 )
 from vitbench.backends.jax import (
     SPEC,  # noqa: E402
+    cache,  # noqa: E402
     client,  # noqa: F401 - first: sets the GPU allocator before jax starts
     training,  # noqa: E402
 )
@@ -71,7 +72,8 @@ def random_params(model, resolution: int, seed: int = 0) -> dict:
     from vitbench.models.param_table import flatten, unflatten
 
     x = jax.ShapeDtypeStruct((1, resolution, resolution, 3), jnp.float32)
-    shapes = flatten(dict(jax.eval_shape(model.init, jax.random.PRNGKey(0), x)["params"]))
+    # the key made inside the traced function: a concrete PRNGKey(0) would be one more compile
+    shapes = flatten(dict(jax.eval_shape(lambda xb: model.init(jax.random.PRNGKey(0), xb), x)["params"]))
     rng = np.random.default_rng(seed)
     out = {}
     for path, leaf in shapes.items():
@@ -106,6 +108,7 @@ class JaxBackend(Backend):
 
         threads, capped = capped_threads(threads)
         self.device, platform, cpu_threads = client.select_device(device, threads, self.spec.devices, devices)
+        cache_path = cache.enable()  # before the first compile of this process
         return {
             "backend": self.name,
             "device": device,
@@ -117,8 +120,12 @@ class JaxBackend(Backend):
             "default_matmul_precision": str(jax.config.jax_default_matmul_precision or "default"),
             "xla_preallocate": client.os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE"),
             "xla_flags": client.os.environ.get("XLA_FLAGS", ""),
+            "compile_cache": str(cache_path) if cache_path else None,
             **self.versions(),
         }
+
+    def compile_cache_counts(self) -> tuple[int, int]:
+        return cache.counts()
 
     def _dev(self):
         if self.device is None:
@@ -163,14 +170,18 @@ class JaxBackend(Backend):
         res = spec.resolution if step.resolution is None else step.resolution
         k = step.num_classes or spec.num_classes
         model = build_flax_model(spec, res, k, dtype=dtype)
-        # inputs first, images before labels: an impossible batch fails (RESOURCE_EXHAUSTED) before anything
-        # else is built. The 'rbg' generator: threefry's kernels take seconds to compile for each new shape.
-        key_x, key_y = jax.random.split(jax.random.key(step.seed, impl="unsafe_rbg"))
-        with jax.default_device(dev):
+        # inputs first: an impossible batch fails (RESOURCE_EXHAUSTED) before anything else is built. The 'rbg'
+        # generator: threefry's kernels take seconds to compile for each new shape. One jitted function makes
+        # the key, images and labels: one small compile (or cache load) instead of one per eager op (~10).
+        def inputs(seed):
+            key_x, key_y = jax.random.split(jax.random.key(seed, impl="unsafe_rbg"))
             # NHWC, already in the compute dtype (torch autocast casts them inside the first layer)
             x = jax.random.normal(key_x, (step.batch_size, res, res, 3), jnp.float32).astype(dtype)
+            return x, jax.random.randint(key_y, (step.batch_size,), 0, k)
+
+        with jax.default_device(dev):
+            x, y = jax.jit(inputs)(step.seed)
             jax.block_until_ready(x)  # dispatch is async: surface an allocation failure here
-            y = jax.random.randint(key_y, (step.batch_size,), 0, k)
         params = jax.device_put(random_params(model, res, step.seed), dev)
         group = None
         if step.devices > 1:
@@ -198,7 +209,8 @@ class JaxBackend(Backend):
                 loss, grads = jax.value_and_grad(loss_fn)(p, xb, yb)
                 return training.apply_update(tx, grads, opt_state, p, opt.lr), loss
 
-            state = (params, tx.init(params))  # zeros like params, on params' device
+            # zeros like params, on params' device; jitted: one compile, not one per parameter shape (~10-30)
+            state = (params, jax.jit(tx.init)(params))
             out_shardings = None
             if group is not None:  # optimizer state sharded as its parameter; the step keeps the layout
                 state = group.put_params(state)

@@ -33,7 +33,7 @@ from vitbench.backends.base import (
     Workload,
     window_done,
 )
-from vitbench.backends.torch import SPEC
+from vitbench.backends.torch import SPEC, cache
 from vitbench.backends.torch.numerics import DTYPES, numerics, set_matmul_precision
 from vitbench.backends.torch import training
 from vitbench.backends.torch.workload import Matmul, TorchWorkload
@@ -105,6 +105,7 @@ class TorchBackend(Backend):
         threads, capped = capped_threads(threads)
         if threads is not None:
             torch.set_num_threads(threads)
+        cache_path = cache.enable()  # before anything is compiled
         return {
             "backend": self.name,
             "device": str(self.device),
@@ -112,9 +113,13 @@ class TorchBackend(Backend):
             **group,
             "threads": torch.get_num_threads(),
             "interop_threads": torch.get_num_interop_threads(),
+            "compile_cache": str(cache_path) if cache_path else None,
             **capped,
             **self.versions(),
         }
+
+    def compile_cache_counts(self) -> tuple[int, int]:
+        return cache.counts()
 
     def device_info(self) -> Device:
         if self.device.type != "cuda":

@@ -1,0 +1,160 @@
+"""Persistent compile caches (issue 34): where they live, that a second process loads what the first compiled
+and says so (compile_cached), the time budget of a row, lean trial processes (a trial imports only its own
+backend's framework), and `vitbench ab` giving both sides the same cache."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from vitbench import paths
+from vitbench.measure.throughput import budget, from_cache
+from vitbench.report.budget import PARTS, row_budget, time_budget
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_cache_dir_and_its_switch(monkeypatch, tmp_path):
+    monkeypatch.setenv(paths.CACHE_ENV, str(tmp_path / "c"))
+    monkeypatch.delenv(paths.COMPILE_CACHE_ENV, raising=False)
+    assert paths.cache_dir() == tmp_path / "c"
+    assert paths.compile_cache_dir("jax-x") == tmp_path / "c" / "compile" / "jax-x"
+    assert not (tmp_path / "c").exists()  # nothing created by asking
+    for off in ("0", "off", "FALSE", "no"):
+        monkeypatch.setenv(paths.COMPILE_CACHE_ENV, off)
+        assert paths.compile_cache_dir("jax-x") is None
+    monkeypatch.setenv(paths.COMPILE_CACHE_ENV, "1")
+    assert paths.compile_cache_dir() == tmp_path / "c" / "compile"
+    monkeypatch.delenv(paths.CACHE_ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert paths.cache_dir() == tmp_path / "xdg" / "vitbench"
+
+
+def test_from_cache_reads_the_counters_honestly():
+    assert from_cache((3, 1), (5, 1)) is True  # only loads
+    assert from_cache((3, 1), (5, 2)) is False  # one compile: not from the cache
+    assert from_cache((3, 1), (3, 1)) is None  # nothing went through the cache (eager)
+    assert from_cache(None, None) is None  # a backend without a cache
+
+
+def test_budget_parts_are_disjoint_and_add_up():
+    # AOT (JAX): compile happened before the first step, inside to_first_step; lazy (torch.compile): in it
+    aot = budget(10.0, 4.0, True, 0.5, [0.1, 0.1], [1.0, 1.0])
+    assert aot == {"setup": 6.0, "compile": 4.0, "warmup": pytest.approx(0.7), "timed": 2.0}
+    lazy = budget(3.0, 4.0, False, 4.5, [0.1], [1.0])
+    assert lazy == {"setup": 3.0, "compile": 4.0, "warmup": pytest.approx(0.6), "timed": 1.0}
+    row = pd.Series({"runner.wall_s": 15.0, "runner.startup_s": 1.0, "raw": {"budget_s": aot}})
+    b = row_budget(row)
+    assert sum(b[p] for p in PARTS) == pytest.approx(15.0)  # other = what is left
+    assert b["startup_s"] == 7.0 and b["other_s"] == pytest.approx(15.0 - 7.0 - 4.0 - 0.7 - 2.0)
+    flops = row_budget(pd.Series({"runner.wall_s": 3.0, "runner.startup_s": 0.5, "raw": {}}))
+    assert flops["startup_s"] == 0.5 and flops["other_s"] == 2.5 and flops["compile_s"] == 0.0
+
+
+def test_time_budget_table_has_a_total_line():
+    df = pd.DataFrame([
+        {"backend": "jax", "task": "infer", "runner.wall_s": 10.0, "runner.startup_s": 1.0,
+         "compile_cached": True, "raw": {"budget_s": {"setup": 2.0, "compile": 3.0, "warmup": 1.0, "timed": 2.0}}},
+        {"backend": "torch", "task": "flops", "runner.wall_s": 2.0, "runner.startup_s": 0.5, "compile_cached": None,
+         "raw": {}},
+    ])
+    t = time_budget(df).set_index(["backend", "task"])
+    assert t.loc[("all", "all"), "trials"] == 2 and t.loc[("all", "all"), "wall_s"] == 12.0
+    assert t.loc[("all", "all"), "compile_cached"] == 1
+    assert t.loc[("jax", "infer"), "other_s"] == 1.0
+    assert t.loc[("all", "all"), list(PARTS)].sum() == pytest.approx(12.0)
+
+
+def _env(cache: Path, **extra) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(REPO), paths.CACHE_ENV: str(cache), **extra}
+    env.pop(paths.COMPILE_CACHE_ENV, None)
+    env.update(extra)
+    return env
+
+
+_BENCH = ("from vitbench.cli import main; main()", "bench", "ViT-Nano/4", "--resolution", "16",
+          "--batch-size", "2", "--warmup", "0", "--min-steps", "2", "--min-seconds", "0", "--threads", "1", "--json")
+
+
+def _bench(backend: str, env: dict, *extra: str) -> dict:
+    p = subprocess.run([sys.executable, "-c", *_BENCH, "--backend", backend, *extra], env=env,
+                       capture_output=True, text=True, timeout=240)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return json.loads(p.stdout)
+
+
+@pytest.mark.jax
+@pytest.mark.timeout(600)
+def test_a_second_jax_process_loads_what_the_first_compiled(tmp_path):
+    pytest.importorskip("jax")
+    cache = tmp_path / "cache"
+    first = _bench("jax", _env(cache))
+    second = _bench("jax", _env(cache))
+    assert first["metrics"]["compile_cached"] is False and second["metrics"]["compile_cached"] is True
+    where = Path(second["env"]["compile_cache"])
+    assert where.parent == cache / "compile" and where.name.startswith("jax-") and any(where.iterdir())
+    for rec in (first, second):  # compile time recorded either way, outside the timed steps
+        assert rec["metrics"]["compile_s"] > 0 and rec["raw"]["budget_s"]["compile"] == rec["metrics"]["compile_s"]
+    off = _bench("jax", _env(cache, **{paths.COMPILE_CACHE_ENV: "off"}))
+    assert off["metrics"]["compile_cached"] is None and off["env"]["compile_cache"] is None
+
+
+def test_an_eager_torch_step_compiles_nothing_through_the_cache(tmp_path):
+    rec = _bench("torch", _env(tmp_path / "cache"))
+    assert rec["metrics"]["compile_cached"] is None and rec["metrics"]["compile_s"] is None
+    assert Path(rec["env"]["compile_cache"]).name.startswith("torch-")
+
+
+_TRIAL = """
+import json, sys
+from vitbench.executors import Job
+from vitbench.tasks import get_task
+from vitbench.trial import run_trial
+backend, task = sys.argv[1], sys.argv[2]
+T = get_task(task)
+fields = dict(model="ViT-Nano/4", backend=backend, task=task, resolution=16)
+if task != "flops":
+    fields.update(batch_size=2, warmup_steps=0, min_steps=2, min_seconds=0, threads=1)
+cfg = T.Params.model_validate(fields).config()
+rec = run_trial(Job(key="k", config=cfg, repeat=0, study="s", study_sha="x", run_id="r", timeout_s=200,
+                    task_module=T.__module__))
+print(json.dumps({"status": rec.status.value, "modules": sorted(m for m in ("torch", "timm", "jax", "flax")
+                                                                  if m in sys.modules),
+                  "first_step": rec.runner.get("first_step_at_unix")}))
+"""
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("backend,task", [("torch", "infer"), ("torch", "flops"),
+                                          pytest.param("jax", "infer", marks=pytest.mark.jax),
+                                          pytest.param("jax", "flops", marks=pytest.mark.jax)])
+def test_a_trial_imports_only_its_own_framework(tmp_path, backend, task):
+    pytest.importorskip(backend)
+    p = subprocess.run([sys.executable, "-c", _TRIAL, backend, task], env=_env(tmp_path / "cache"),
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out["status"] == "ok"
+    own = {"torch": {"torch", "timm"}, "jax": {"jax", "flax"}}[backend]
+    assert set(out["modules"]) == own  # the other framework never imported
+    assert (out["first_step"] is not None) == (task == "infer")  # the start-up mark: only a timed step sets it
+
+
+def test_ab_gives_both_sides_the_same_cache(monkeypatch, tmp_path):
+    from vitbench.compare.ab import Side
+
+    monkeypatch.setenv(paths.CACHE_ENV, str(tmp_path / "c"))
+    monkeypatch.delenv(paths.COMPILE_CACHE_ENV, raising=False)
+    sides = [Side(n, n, tmp_path / n, tmp_path / "s.yaml", sys.executable, "-") for n in ("baseline", "current")]
+    envs = [s.env() for s in sides]
+    for k in (paths.CACHE_ENV, paths.COMPILE_CACHE_ENV):
+        assert envs[0][k] == envs[1][k]
+    assert envs[0][paths.CACHE_ENV] == str(tmp_path / "c") and envs[0][paths.COMPILE_CACHE_ENV] == "1"
+    monkeypatch.setenv(paths.COMPILE_CACHE_ENV, "off")
+    assert {s.env()[paths.COMPILE_CACHE_ENV] for s in sides} == {"0"}
