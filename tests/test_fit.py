@@ -244,7 +244,7 @@ def test_cli_fit_bad_input_exits_2_naming_the_column(cli, csv_path, tmp_path):
     r = cli("fit", csv_path, "--compute", "exaflops", "--accuracy", "note")
     assert r.exit_code == 2 and "'note'" in r.output and "not numeric" in r.output
     r = cli("fit", csv_path, "--compute", "exaflops", "--accuracy", "acc", "--form", "cubic")
-    assert r.exit_code == 2 and "forms" in r.output and "m4" in r.output
+    assert r.exit_code == 2 and "--form" in r.output and "m4" in r.output and "cubic" in r.output
     (tmp_path / "x.txt").write_text("a")
     r = cli("fit", tmp_path / "x.txt")
     assert r.exit_code == 2 and "expected a results directory" in r.output
