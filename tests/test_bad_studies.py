@@ -96,7 +96,7 @@ def test_real_process_exit_code_and_stderr(tmp_path):
     (["-o", "partition"], "expected KEY=VALUE"),
     (["--executor", "slurm", "-o", "gpus=-1"], "gpus: Input should be greater than or equal to 0"),
     (["--executor", "ray", "-o", "num_gpu=1"], "num_gpu: Extra inputs are not permitted"),
-    (["--executor", "nomad"], "unknown executor 'nomad'; allowed: local, slurm, ray"),
+    (["--executor", "nomad"], "--executor 'nomad' is not allowed; allowed: local, slurm, ray"),
     (["-o", "bogus=1"], "bogus"),  # the local executor's options are checked too
 ], ids=["no-equals", "slurm-negative-gpus", "ray-typo", "unknown-executor", "local-unknown-option"])
 def test_bad_executor_options_on_the_command_line_exit_2_and_write_nothing(args, expected, tmp_path, cli):
