@@ -125,5 +125,17 @@ def collect(build: bool = True) -> dict:
     }
 
 
+def dumps(numbers: dict) -> str:
+    """The golden file's text: one line per row, override and key set (diffs show which row changed)."""
+    def block(key, value):
+        if not isinstance(value, dict):
+            return f" {json.dumps(key)}: {json.dumps(value, sort_keys=True, separators=(',', ':'))}"
+        inner = ",\n".join(f"  {json.dumps(k)}: {json.dumps(v, sort_keys=True, separators=(',', ':'))}"
+                            for k, v in value.items())
+        return f" {json.dumps(key)}: {{\n{inner}\n }}"
+
+    return "{\n" + ",\n".join(block(k, v) for k, v in numbers.items()) + "\n}\n"
+
+
 if __name__ == "__main__":
-    Path(sys.argv[1]).write_text(json.dumps(collect(), indent=1, sort_keys=True) + "\n")
+    Path(sys.argv[1]).write_text(dumps(collect()))

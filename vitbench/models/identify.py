@@ -67,8 +67,8 @@ def head_prefixes(spec: ModelSpec | None = None) -> tuple[str, ...]:
     """The parameter-name prefixes of `spec`'s classifier (HEAD_PREFIXES unless its family names its own)."""
     from vitbench.models.families import family_plugin
 
-    plugin = None if spec is None else family_plugin(spec.family)
-    return plugin.head_prefixes(spec) if plugin is not None and plugin.head_prefixes is not None else HEAD_PREFIXES
+    declared = None if spec is None else family_plugin(spec.family).head_prefixes
+    return HEAD_PREFIXES if declared is None else declared(spec)
 
 
 def _grid_resolution(spec: ModelSpec, weights: Mapping[str, Any]) -> int | None:

@@ -22,6 +22,9 @@ MAX_SECONDS = 7 * 86400
 DatasetName = Literal["digits", "synthetic", "folder", "webdataset", "hf", "tfds", "cifar10", "cifar100", "npz"]
 PATH_DATASETS = ("folder", "webdataset", "hf", "tfds", "cifar10", "cifar100", "npz")  # read from a local path
 TEST_PATH_DATASETS = ("webdataset", "hf")  # may take a separate test path (test_path)
+# path field -> (the datasets that take it, why the others do not)
+_PATH_RULES = {"path": (PATH_DATASETS, "it ships with the code"),
+               "test_path": (TEST_PATH_DATASETS, "its test split is read from path")}
 
 
 def option_name(field: str, options: Mapping[str, str]) -> str:
@@ -124,23 +127,16 @@ class DataConfig(BaseModel):
     synthetic_classes: int = Field(10, ge=2)
     synthetic_size: int = Field(16, ge=2)
 
-    @field_validator("path")
+    @field_validator("path", "test_path")
     @classmethod
     def _path_fits_dataset(cls, v, info):
-        """A path only for datasets read from one, and one for each of them (never silently ignored)."""
+        """A path only for datasets read from one, a test_path only for those with a separate test split (never
+        silently ignored)."""
         name = info.data.get("name")
-        if name is not None and name not in PATH_DATASETS and v is not None:
-            raise ValueError(f"dataset {name!r} takes no path (it ships with the code); a path is for "
-                             f"{', '.join(PATH_DATASETS)}")
-        return v
-
-    @field_validator("test_path")
-    @classmethod
-    def _test_path_fits_dataset(cls, v, info):
-        name = info.data.get("name")
-        if name is not None and name not in TEST_PATH_DATASETS and v is not None:
-            raise ValueError(f"dataset {name!r} takes no test_path (its test split is read from path); "
-                             f"a test_path is for {', '.join(TEST_PATH_DATASETS)}")
+        allowed, why = _PATH_RULES[info.field_name]
+        if name is not None and name not in allowed and v is not None:
+            raise ValueError(f"dataset {name!r} takes no {info.field_name} ({why}); a {info.field_name} is for "
+                             f"{', '.join(allowed)}")
         return v
 
     @field_validator("image_column", "label_column")

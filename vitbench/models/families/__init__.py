@@ -210,7 +210,7 @@ def resolve_open(name: str):
 def backend_problem(spec, backend: str) -> str | None:
     """Why `backend` cannot build `spec` (its family lists the backends that can), or None when it can."""
     plugin = family_plugin(spec.family)
-    if plugin is None or not plugin.backends or backend in plugin.backends:
+    if not plugin.backends or backend in plugin.backends:
         return None
     return (f"{spec.name} (family {plugin.name}) is built by backend {', '.join(plugin.backends)} only, "
             f"not {backend!r}")
