@@ -52,3 +52,22 @@ def test_bench_with_no_options_is_the_studys_default_trial(monkeypatch, task):
     (trial,) = study.trials
     assert trial.config == params.config()
     assert trial_key(trial.config) == trial_key(params.config())
+
+
+def test_transfer_defaults_keep_their_keys():
+    """The default pretrain / fewshot / finetune trials keep main's keys, and the three commands with no options
+    build main's configs (pretrain: the same checkpoint cache name), now that their defaults come from the config
+    classes and fewshot / finetune share DownstreamConfig (tests/transfer_keys.py wrote the golden file from
+    main at a509195; exact: keys and configs are strings, integers and declared floats)."""
+    import json
+    from pathlib import Path
+
+    from transfer_keys import collect
+
+    then = json.loads((Path(__file__).parent / "data" / "transfer_keys_a509195.json").read_text())
+    now = json.loads(json.dumps(collect()))
+    for task in then["trials"]:
+        assert now["trials"][task]["key"] == then["trials"][task]["key"], task
+    for cmd in then["commands"]:
+        assert now["commands"][cmd] == then["commands"][cmd], cmd
+    assert now == then

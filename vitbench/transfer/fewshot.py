@@ -15,19 +15,17 @@ import time
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, field_validator
+from pydantic import Field, PositiveFloat, field_validator
 
-from vitbench.backends.base import BackendName, default_backend
 from vitbench.errors import ConfigError, NonFiniteResult, shorten
 from vitbench.record import Record, now
-from vitbench.transfer.config import MAX_COUNT, DataConfig
+from vitbench.transfer.config import MAX_COUNT
 from vitbench.transfer.data import load_splits
-from vitbench.transfer.masked_patch import Objective
-from vitbench.transfer.pretrain import PretrainConfig, resolve_upstream, upstream_config, upstream_metrics
+from vitbench.transfer.downstream import DownstreamConfig
+from vitbench.transfer.pretrain import upstream_config, upstream_metrics
 
 BIAS_CONSTANT = 100.0  # big_vision fewshot_lsr.py: a large constant feature, so the bias is ~unregularised
 L2_GRID = tuple(2.0**i for i in range(-10, 21, 2))
-DOWNSTREAM_DATA = DataConfig(name="digits", classes=[5, 6, 7, 8, 9])  # disjoint from the upstream half
 
 
 class LeastSquares:
@@ -82,20 +80,9 @@ def kshot_indices(labels: np.ndarray, num_classes: int, shots: int, seed: int) -
     return np.concatenate(out)
 
 
-class FewshotConfig(BaseModel):
+class FewshotConfig(DownstreamConfig):
     """A few-shot evaluation: the upstream (config or checkpoint), the downstream data, shots and seeds."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-    upstream: PretrainConfig | None = None
-    checkpoint: str | None = None  # an explicit checkpoint file instead of `upstream` (any origin)
-    checkpoint_images: int | None = Field(None, gt=0)  # its declared pre-training budget: images ...
-    # ... x epochs (exaFLOPs of a checkpoint of another origin)
-    checkpoint_epochs: float | None = Field(None, gt=0)
-    objective: Objective = Objective.SUPERVISED  # what `checkpoint` must have been pre-trained with
-    backend: BackendName | None = None  # evaluate on this backend (None: the upstream's)
-    data: DataConfig = DOWNSTREAM_DATA
-    resolution: int | None = Field(None, ge=1, le=MAX_COUNT)  # None: the upstream's resolution
     shots: list[int] = [1, 5, 10, 25]  # paper: 1, 5, 10, 25
     seeds: int = Field(5, ge=1, le=MAX_COUNT)  # k-shot draws per k
     l2_reg: PositiveFloat | Literal["auto"] = "auto"  # "auto": chosen on the val split from L2_GRID
@@ -195,10 +182,7 @@ def fewshot(cfg: FewshotConfig, *, device: str = "cpu", threads: int | None = No
                           f"split of {splits.source} has {min(counts)} for class {counts.index(min(counts))}")
     if cfg.l2_reg == "auto" and len(splits.val) == 0:
         raise ConfigError("few-shot l2_reg 'auto' needs a val split (data.val_fraction > 0); or fix l2_reg")
-    ckpt, _ = resolve_upstream(cfg.upstream, cfg.checkpoint, directory=cache, device=device, threads=threads,
-                               budget=(cfg.checkpoint_images, cfg.checkpoint_epochs),
-                               objective=cfg.objective)
-    backend = cfg.backend or ckpt.meta.get("backend") or default_backend()
+    ckpt, backend = cfg.start(directory=cache, device=device, threads=threads)
     spec = ckpt.spec
     r = ckpt.resolution if cfg.resolution is None else cfg.resolution
     spec.check_resolution(r)

@@ -21,17 +21,16 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
-from vitbench.backends.base import BackendName, default_backend
 from vitbench.errors import ConfigError, TrainingDiverged
 from vitbench.models.analytic import train_flops_per_image
 from vitbench.record import Record, now
-from vitbench.transfer.config import MAX_COUNT, DataConfig, Seed
+from vitbench.transfer.config import MAX_COUNT, Seed
 from vitbench.transfer.data import ImageSet, load_splits, warn_oversized_batch
-from vitbench.transfer.fewshot import DOWNSTREAM_DATA, spread
-from vitbench.transfer.masked_patch import Objective
-from vitbench.transfer.pretrain import PretrainConfig, resolve_upstream, upstream_config, upstream_metrics
+from vitbench.transfer.downstream import DownstreamConfig
+from vitbench.transfer.fewshot import spread
+from vitbench.transfer.pretrain import upstream_config, upstream_metrics
 from vitbench.transfer.schedules import LearningRate, OptimConfig, check_warmup
 
 PRE_LOGITS = "pre_logits."  # the tanh pre-logits layer of a model with rep_size (vitbench.models.torch_vit)
@@ -39,20 +38,9 @@ PRE_LOGITS = "pre_logits."  # the tanh pre-logits layer of a model with rep_size
 PAPER_LR_GRID = (0.001, 0.003, 0.01, 0.03)  # App. B.1.1
 
 
-class FinetuneConfig(BaseModel):
+class FinetuneConfig(DownstreamConfig):
     """A fine-tuning evaluation: upstream, downstream data, resolution, steps, LR grid."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-    upstream: PretrainConfig | None = None
-    checkpoint: str | None = None  # an explicit checkpoint file instead of `upstream` (any origin)
-    checkpoint_images: int | None = Field(None, gt=0)  # its declared pre-training budget: images ...
-    # ... x epochs (exaFLOPs of a checkpoint of another origin)
-    checkpoint_epochs: float | None = Field(None, gt=0)
-    objective: Objective = Objective.SUPERVISED  # what `checkpoint` must have been pre-trained with
-    backend: BackendName | None = None  # fine-tune on this backend (None: the upstream's)
-    data: DataConfig = DOWNSTREAM_DATA
-    resolution: int | None = Field(None, ge=1, le=MAX_COUNT)  # None: the upstream's; larger: pos-embed interpolation
     steps: int = Field(100, ge=1, le=MAX_COUNT)
     batch_size: int = Field(64, ge=1, le=MAX_COUNT)  # paper: 512
     lr_grid: list[LearningRate] = list(PAPER_LR_GRID)
@@ -96,10 +84,7 @@ def finetune(cfg: FinetuneConfig, *, device: str = "cpu", threads: int | None = 
     if len(cfg.lr_grid) > 1 and len(splits.val) == 0:
         raise ConfigError("choosing the fine-tuning LR needs a held-out split: set data.val_fraction > 0 "
                           "or give a single lr_grid value")
-    ckpt, _ = resolve_upstream(cfg.upstream, cfg.checkpoint, directory=cache, device=device, threads=threads,
-                               budget=(cfg.checkpoint_images, cfg.checkpoint_epochs),
-                               objective=cfg.objective)
-    backend = cfg.backend or ckpt.meta.get("backend") or default_backend()
+    ckpt, backend = cfg.start(directory=cache, device=device, threads=threads)
     spec, body = ckpt.spec, ckpt.weights
     if spec.rep_size:  # the whole pre-training head goes, its tanh pre-logits layer too (ViT Sec. 3.1, D.3)
         spec = spec.with_overrides(rep_size=0)

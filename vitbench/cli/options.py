@@ -1,0 +1,174 @@
+"""Where every command-line option's default comes from, declared once.
+
+An option either sets something a config, a trial or a record keeps, or it does not:
+
+- it sets a field of a config class or a task's Params (`--steps`, `--classes`, `--min-seconds`): its default is
+  that field's declared default, read from the class (`from_field`), shown as the command line writes it
+  (`[5, 6, 7, 8, 9]` as "5-9");
+- it sets a value the library declares as a named constant rather than a field (`compare --threshold`):
+  its default is that constant (`from_constant`);
+- it sets nothing kept (how a command prints, where it writes, what it lists, which command mode runs): a
+  command-line concern, its default declared here in CLI_DEFAULTS and nowhere else (`cli_option`).
+
+An option whose default is None sets nothing unless given: the config's own default applies. An option with a
+literal default of any other origin is refused by tests/test_cli_defaults.py, which walks every command of the
+app; so is a command-line option named like a field (with a default) of the configs its command builds.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+import typer
+from pydantic import BaseModel
+
+# Command-line concerns: the option's name -> (its default, why no config keeps it). One entry per meaning; the
+# commands that take it use cli_option(name, ...) with their own flags and help.
+CLI_DEFAULTS: dict[str, tuple[Any, str]] = {
+    "json": (False, "print the output as JSON instead of tables"),
+    "format": ("table", "how a comparison is printed: table | md | json"),
+    "report_formats": ("md,html,csv,parquet", "which report files are written"),
+    "plots": (True, "whether the report writes its figures"),
+    "tiny": (True, "whether `models` lists the tiny variants"),
+    "filter": ("", "which names `models` lists (a glob; empty: all)"),
+    "task_mode": ("infer", "which of bench's two tasks runs (infer | train); the task is not a field default"),
+    "normalize": (False, "compare: divide speeds by the calibration workload before deciding"),
+    "allow_missing": (False, "compare: whether a trial missing from current fails the check"),
+    "allow_same": (False, "ab: whether REF may be the checked-out commit (an A/A check)"),
+    "repo": (".", "ab: the git checkout whose working tree is current"),
+    "dry_run": (False, "sweep: list the trials, run nothing"),
+    "force": (False, "sweep: re-run trials already done"),
+    "retry_failed": (False, "sweep: re-run trials whose last row is not ok"),
+    "allow_failures": (False, "sweep: exit 0 although trials failed"),
+    "refresh": (False, "env: re-measure the peak instead of reading the cached one"),
+    "quick": (False, "doctor: smaller checks"),
+    "data_steps": (20, "bench --data: training steps timed on real images, beside the trial's own numbers"),
+    "version": (False, "print the version and exit"),
+}
+
+
+@dataclass(frozen=True)
+class FieldDefault:
+    """The default of field `path` (dotted through nested models: `data.classes`) of `model`."""
+
+    model: type[BaseModel]
+    path: str
+    shown: Callable[[Any], Any] | None = None  # the field's default as the option writes it
+
+    def models(self) -> list[type[BaseModel]]:
+        """The config classes the path walks through (`model` first)."""
+        out, cls = [self.model], self.model
+        for part in self.path.split(".")[:-1]:
+            cls = _model_of(cls.model_fields[part].annotation, cls.model_fields[part].default)
+            out.append(cls)
+        return out
+
+    def value(self) -> Any:
+        """The declared default (a factory's default: None, the config fills it in)."""
+        obj: Any = self.model
+        parts = self.path.split(".")
+        for i, part in enumerate(parts):
+            if isinstance(obj, BaseModel):  # a nested model's default instance: its value
+                obj = getattr(obj, part)
+                continue
+            info = obj.model_fields[part]
+            default = info.get_default(call_default_factory=False)
+            last = i == len(parts) - 1
+            obj = default if default is not None or last else _model_of(info.annotation, None)
+        return obj
+
+    def default(self) -> Any:
+        v = self.value()
+        if self.shown is not None and v is not None:
+            return self.shown(v)
+        return v.value if isinstance(v, Enum) else v
+
+    def __str__(self) -> str:
+        return f"{self.model.__module__}.{self.model.__qualname__}.{self.path}"
+
+
+@dataclass(frozen=True)
+class ConstantDefault:
+    """The value of constant `name` in module `module` (an Enum member: its value)."""
+
+    module: str
+    name: str
+
+    def default(self) -> Any:
+        v = getattr(importlib.import_module(self.module), self.name)
+        return v.value if isinstance(v, Enum) else v
+
+    def __str__(self) -> str:
+        return f"{self.module}.{self.name}"
+
+
+@dataclass(frozen=True)
+class CliDefault:
+    """A command-line concern's default: CLI_DEFAULTS[name]."""
+
+    name: str
+
+    def default(self) -> Any:
+        return CLI_DEFAULTS[self.name][0]
+
+    def __str__(self) -> str:
+        return f"vitbench.cli.options.CLI_DEFAULTS[{self.name!r}]"
+
+
+Source = FieldDefault | ConstantDefault | CliDefault
+_SOURCES: dict[int, tuple[Any, Source]] = {}  # id(OptionInfo) -> (the OptionInfo, kept alive; its source)
+
+
+def _model_of(annotation, default) -> type[BaseModel]:
+    if isinstance(default, BaseModel):
+        return type(default)
+    for a in (annotation, *getattr(annotation, "__args__", ())):
+        if isinstance(a, type) and issubclass(a, BaseModel):
+            return a
+    raise TypeError(f"{annotation!r} is not a config class")
+
+
+def _declared(source: Source, *param_decls: str, **kwargs):
+    info = typer.Option(source.default(), *param_decls, **kwargs)
+    _SOURCES[id(info)] = (info, source)
+    return info
+
+
+def from_field(model: type[BaseModel], path: str, *param_decls: str, shown: Callable[[Any], Any] | None = None,
+               **kwargs):
+    """typer.Option whose default is `model`'s field `path` (dotted), shown by `shown` (an Enum: its value)."""
+    return _declared(FieldDefault(model, path, shown), *param_decls, **kwargs)
+
+
+def from_constant(module: str, name: str, *param_decls: str, **kwargs):
+    """typer.Option whose default is the library constant `module.name`."""
+    return _declared(ConstantDefault(module, name), *param_decls, **kwargs)
+
+
+def cli_option(name: str, *param_decls: str, **kwargs):
+    """typer.Option of a command-line concern, its default CLI_DEFAULTS[name]."""
+    return _declared(CliDefault(name), *param_decls, **kwargs)
+
+
+def source_of(info) -> Source | None:
+    """Where option `info` (a command parameter's typer.OptionInfo) takes its default from; None: not declared
+    here."""
+    entry = _SOURCES.get(id(info))
+    return entry[1] if entry is not None and entry[0] is info else None
+
+
+def ints_text(values: list[int]) -> str:
+    """[5, 6, 7, 8, 9] -> "5-9" (a run), [1, 5, 10] -> "1,5,10": a list of ints as an option writes it."""
+    values = list(values)
+    if len(values) > 2 and values == list(range(values[0], values[-1] + 1)):
+        return f"{values[0]}-{values[-1]}"
+    return ",".join(str(v) for v in values)
+
+
+def floats_text(values: list[float]) -> str:
+    """[0.001, 0.003] -> "0.001,0.003"."""
+    return ",".join(repr(float(v)) for v in values)
