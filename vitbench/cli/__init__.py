@@ -7,6 +7,7 @@ import warnings
 
 import typer
 
+from vitbench.cli.options import cli_option
 from vitbench.errors import VitbenchError, VitbenchWarning, clip, looks_like_oom
 
 MAX_ERROR_CHARS = 8000  # an error message is printed whole up to here (a study's problems), cut beyond
@@ -63,8 +64,8 @@ app = typer.Typer(
 )
 
 @app.callback()
-def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                       help="Print vitbench's version and exit.")) -> None:
+def _root(version: bool = cli_option("version", "--version", callback=_version, is_eager=True,
+                                     help="Print vitbench's version and exit.")) -> None:
     """Benchmark ViT, BiT and hybrid models on PyTorch and JAX: throughput, max batch, FLOPs, accuracy."""
 
 

@@ -211,12 +211,6 @@ def with_sets(model: str, sets: list[str] | None, option: str = "--set") -> str:
         raise ConfigError(f"{' '.join(named)}: {e}") from None
 
 
-def field_default(params, field: str):
-    """The default a task's Params model declares for `field`: the one declaration a command option's default
-    derives from, so `vitbench bench` with no options is the study's default trial (same config, same key)."""
-    return params.model_fields[field].get_default(call_default_factory=False)
-
-
 def task_params(task_name: str, names: dict[str, str] | None = None, **values):
     """(task class, its validated Params) from command-line values; a bad value is a ConfigError naming the
     option (--min-seconds; `names`: fields whose option is named otherwise) and what it must be."""

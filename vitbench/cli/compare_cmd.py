@@ -10,9 +10,7 @@ from rich.table import Table
 
 from vitbench.cli import app
 from vitbench.cli.common import console, err_console, print_json, warn
-from vitbench.compare.ab import DEFAULT_BUDGET_S, DEFAULT_SCHEDULE, DEFAULT_STATISTIC, DEFAULT_STUDY
-from vitbench.compare.decide import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD
-from vitbench.compare.paired import DEFAULT_MIN_PAIRS
+from vitbench.cli.options import cli_option, from_constant
 from vitbench.errors import ConfigError
 
 _FORMATS = ("table", "md", "json")
@@ -24,12 +22,12 @@ _STYLE = {"regression": "bold red", "failed": "bold red", "improvement": "green"
 def compare_cmd(
     baseline: str = typer.Argument(..., help="Baseline results: a .jsonl file or a results directory."),
     current: str = typer.Argument(..., help="Current results: a .jsonl file or a results directory."),
-    threshold: float = typer.Option(DEFAULT_THRESHOLD,
+    threshold: float = from_constant("vitbench.compare.decide", "DEFAULT_THRESHOLD",
                                     help="Relative change that matters: 0.05 = 5 %. A regression needs the whole "
                                          "confidence interval past it."),
-    fmt: str = typer.Option("table", "--format", help="table (terminal) | md (Markdown) | json "
+    fmt: str = cli_option("format", "--format", help="table (terminal) | md (Markdown) | json "
                                                       "(github-action-benchmark customBiggerIsBetter)."),
-    normalize: bool = typer.Option(False, "--normalize/--no-normalize",
+    normalize: bool = cli_option("normalize", "--normalize/--no-normalize",
                                    help="Divide speeds by the calibration workload (matmul TFLOP/s) measured in "
                                         "the same run, so a slower machine is not called a regression."),
     metric: list[str] = typer.Option(None, "--metric", "-m",
@@ -38,9 +36,9 @@ def compare_cmd(
                                           "default: img_per_s and max_batch_size)."),
     ignore: list[str] = typer.Option(None, "--ignore", help="Trial-config field left out of matching "
                                                            "(repeatable), e.g. threads."),
-    confidence: float = typer.Option(DEFAULT_CONFIDENCE,
+    confidence: float = from_constant("vitbench.compare.decide", "DEFAULT_CONFIDENCE",
                                      help="Confidence of the bootstrap interval on current / baseline."),
-    allow_missing: bool = typer.Option(False, "--allow-missing",
+    allow_missing: bool = cli_option("allow_missing", "--allow-missing",
                                        help="Do not fail when trials that were ok in the baseline are missing "
                                             "from current (they are still listed)."),
     inject_slowdown: float = typer.Option(None, "--inject-slowdown", hidden=True,
@@ -120,29 +118,31 @@ def _show(cmp, fmt: str, title: str) -> None:
 @app.command("ab")
 def ab_cmd(
     ref: str = typer.Argument(..., help="Baseline: a git ref (commit, branch, tag) of the repository."),
-    study: str = typer.Option(DEFAULT_STUDY, help="Study file, relative to each side's checkout (each side "
+    study: str = from_constant("vitbench.compare.ab", "DEFAULT_STUDY",
+                               help="Study file, relative to each side's checkout (each side "
                                                   "runs its own copy)."),
     baseline_study: str = typer.Option(None, "--baseline-study",
                                        help="The baseline's study file if it differs (relative to REF's tree)."),
-    threshold: float = typer.Option(DEFAULT_THRESHOLD,
+    threshold: float = from_constant("vitbench.compare.decide", "DEFAULT_THRESHOLD",
                                     help="Slowdown that matters: 0.05 = 5 %. Regression: the whole interval of "
                                          "current / baseline below 1 - threshold."),
-    confidence: float = typer.Option(DEFAULT_CONFIDENCE, help="Confidence of the paired interval."),
-    min_pairs: int = typer.Option(DEFAULT_MIN_PAIRS, "--min-pairs",
+    confidence: float = from_constant("vitbench.compare.decide", "DEFAULT_CONFIDENCE",
+                                      help="Confidence of the paired interval."),
+    min_pairs: int = from_constant("vitbench.compare.paired", "DEFAULT_MIN_PAIRS", "--min-pairs",
                                   help="Round pairs always measured before a decision."),
     max_pairs: int = typer.Option(None, "--max-pairs", help="Stop after this many pairs (default: the budget)."),
-    budget_s: float = typer.Option(DEFAULT_BUDGET_S, "--budget-s",
+    budget_s: float = from_constant("vitbench.compare.ab", "DEFAULT_BUDGET_S", "--budget-s",
                                    help="Wall-clock budget in seconds; no new pair starts that would pass it."),
-    fmt: str = typer.Option("table", "--format", help="table | md (Markdown) | json (github-action-benchmark)."),
+    fmt: str = cli_option("format", "--format", help="table | md (Markdown) | json (github-action-benchmark)."),
     results: str = typer.Option(None, "--results", help="Keep every round's results here (a new or empty "
                                                         "directory); default: a temporary one, removed."),
-    repo: str = typer.Option(".", "--repo", help="The git checkout whose working tree is current."),
-    allow_same: bool = typer.Option(False, "--allow-same", help="Allow REF to be the checked-out commit with no "
+    repo: str = cli_option("repo", "--repo", help="The git checkout whose working tree is current."),
+    allow_same: bool = cli_option("allow_same", "--allow-same", help="Allow REF to be the checked-out commit with no "
                                                                  "change (an A/A noise check)."),
-    schedule: str = typer.Option(DEFAULT_SCHEDULE.value,
+    schedule: str = from_constant("vitbench.compare.ab", "DEFAULT_SCHEDULE",
                                  help="alternate: a pair's two rounds one after the other, the first side "
                                       "alternating; together: both at once (same load)."),
-    statistic: str = typer.Option(DEFAULT_STATISTIC.value,
+    statistic: str = from_constant("vitbench.compare.ab", "DEFAULT_STATISTIC",
                                   help="A trial's value in a round: best (fastest step: least moved by other "
                                        "load) | median."),
     extra_work: float = typer.Option(None, "--test-extra-work", hidden=True,

@@ -3,31 +3,33 @@ declared once: each command names them in its signature, and `source` turns them
 
 from __future__ import annotations
 
+from typing import get_args
+
 import typer
+
+from vitbench.cli.options import from_field
+from vitbench.transfer.config import DataConfig, DatasetName
 
 
 def _dataset_names() -> str:
-    from typing import get_args
-
-    from vitbench.transfer.config import DatasetName
-
     return " | ".join(get_args(DatasetName))
 
 
-def data_option(default: str | None, more: str = ""):
-    """The --data option (its default differs: digits for the transfer commands, none for bench)."""
-    return typer.Option(default, "--data", help=f"{_dataset_names()} (docs/datasets.md).{more}")
+def data_option(more: str = ""):
+    """bench's --data option: no default (synthetic input unless given)."""
+    return typer.Option(None, "--data", help=f"{_dataset_names()} (docs/datasets.md).{more}")
 
 
-DATA = data_option("digits")
+# the transfer commands' --data: DataConfig's default dataset
+DATA = from_field(DataConfig, "name", "--data", help=f"{_dataset_names()} (docs/datasets.md).")
 DATA_PATH = typer.Option(None, "--data-path", help="Local path: a class folder, a shard pattern "
                          "(train-{000..099}.tar) or directory, an hf dataset directory, a cifar directory, an .npz.")
 DATA_TEST_PATH = typer.Option(None, "--data-test-path", help="webdataset / hf: the test split's own path or "
                               "pattern (default: test-*.tar or the test split beside --data-path).")
-SKIP_CORRUPT = typer.Option(False, "--skip-corrupt", help="Skip files that do not decode, counted in the row "
-                            "(skipped_files) and on the terminal; default: stop (exit 2) naming the file.")
-DATA_WORKERS = typer.Option(0, "--data-workers", min=0, help="Processes decoding and preprocessing ahead "
-                            "(0: in this process). Results do not depend on it.")
+SKIP_CORRUPT = from_field(DataConfig, "skip_corrupt", "--skip-corrupt", help="Skip files that do not decode, counted "
+                          "in the row (skipped_files) and on the terminal; default: stop (exit 2) naming the file.")
+DATA_WORKERS = from_field(DataConfig, "workers", "--data-workers", min=0, help="Processes decoding and "
+                          "preprocessing ahead (0: in this process). Results do not depend on it.")
 IMAGE_COLUMN = typer.Option(None, "--image-column", help="hf: the image column (default: inferred).")
 LABEL_COLUMN = typer.Option(None, "--label-column", help="hf: the label column (default: inferred).")
 

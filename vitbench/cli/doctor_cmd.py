@@ -9,20 +9,22 @@ from rich.table import Table
 from vitbench.backends.base import PRECISIONS
 from vitbench.cli import app
 from vitbench.cli.common import choice, console, print_json, shared_option
+from vitbench.cli.options import cli_option, from_field
+from vitbench.tasks.bench import Infer
 
 _STYLE = {"ok": "green", "info": "cyan", "warn": "yellow", "fail": "bold red", "skip": "dim"}
 
 
 @app.command("doctor")
 def doctor_cmd(
-    device: str = typer.Option("cpu", help="cpu | gpu[:N] (or cuda[:N]) | tpu[:N]: checked on every backend "
+    device: str = from_field(Infer.Params, "device", help="cpu | gpu[:N] (or cuda[:N]) | tpu[:N]: checked on every backend "
                                            "that runs there."),
     threads: int = typer.Option(None, help="Intra-op threads to check with (default: each framework's)."),
-    precision: str = typer.Option("fp32", help="Precision of the timing check and the peak."),
+    precision: str = from_field(Infer.Params, "precision", help="Precision of the timing check and the peak."),
     backend: list[str] = typer.Option(None, "--backend", help="Only these registered backends "
                                                               "(`vitbench plugins` lists them); repeatable."),
-    quick: bool = typer.Option(False, "--quick", help="Smaller matmuls, shorter load sample."),
-    as_json: bool = typer.Option(False, "--json", help="Every check with its data, as JSON."),
+    quick: bool = cli_option("quick", "--quick", help="Smaller matmuls, shorter load sample."),
+    as_json: bool = cli_option("json", "--json", help="Every check with its data, as JSON."),
 ) -> None:
     """Check that this device's numbers can be trusted, and say what would make them noisy.
 

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from vitbench.cli import app
 from vitbench.cli.common import console, err_console, print_json, warn
+from vitbench.cli.options import cli_option, from_field
 from vitbench.errors import ConfigError, shorten
 from vitbench.paths import check_dir, make_dir, write_atomic
 
@@ -103,7 +104,7 @@ def _progress(start: float):
 @app.command("fit")
 def fit_cmd(
     source: str = typer.Argument(..., help="A results directory (or .jsonl) or a CSV file."),
-    compute: str = typer.Option("pretrain_exaflops", "--compute",
+    compute: str = from_field("vitbench.fit.groups:FitSpec", "compute", "--compute",
                                 help="Compute column (x): pretrain_exaflops, images_seen, params_m, "
                                      "inference_gflops, or any numeric CSV column."),
     error: str = typer.Option(None, "--error", help="Error column: any lower-is-better value >= 0 (a fraction, "
@@ -111,7 +112,7 @@ def fit_cmd(
     accuracy: str = typer.Option(None, "--accuracy",
                                  help="Accuracy column, fitted as 1 - accuracy (default: `accuracy`, or a CSV's "
                                       "`error` column)."),
-    percent: bool = typer.Option(False, "--percent", help="The error/accuracy column is in percent (0-100)."),
+    percent: bool = from_field("vitbench.fit.groups:FitSpec", "percent", "--percent", help="The error/accuracy column is in percent (0-100)."),
     group: list[str] = typer.Option(None, "--group",
                                     help="Group by this column (repeatable; default: family). Results are "
                                          "always split by benchmark (kind, dataset, shots) too."),
@@ -119,19 +120,19 @@ def fit_cmd(
                                                       "columns, e.g. \"kind == 'finetune' and steps >= 100\"."),
     form: list[str] = typer.Option(None, "--form",
                                    help="power | offset | saturating | m4 (repeatable; default all)."),
-    points: str = typer.Option("all", "--points", help="all | frontier (only rows no cheaper row beats)."),
+    points: str = from_field("vitbench.fit.groups:FitSpec", "points", "--points", help="all | frontier (only rows no cheaper row beats)."),
     predict: str = typer.Option(None, "--predict", help="Predict the error at these compute values: C[,C...]."),
     reach: float = typer.Option(None, "--reach",
                                 help="Backtest reach in decades of compute past the fitted budgets (default: as "
                                      "far as --predict, else a third of the measured decades)."),
-    cutoffs: int = typer.Option(3, "--cutoffs",
+    cutoffs: int = from_field("vitbench.fit.groups:FitSpec", "cutoffs", "--cutoffs",
                                 help="Backtest cut-offs (each a further quarter of the reach lower)."),
-    bootstrap: int = typer.Option(1000, "--bootstrap", help="Bootstrap replicates for the CIs (0: none)."),
-    ci: float = typer.Option(0.95, "--ci", help="Confidence level of the intervals and bands."),
-    seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
+    bootstrap: int = from_field("vitbench.fit.groups:FitSpec", "bootstrap", "--bootstrap", help="Bootstrap replicates for the CIs (0: none)."),
+    ci: float = from_field("vitbench.fit.groups:FitSpec", "ci", "--ci", help="Confidence level of the intervals and bands."),
+    seed: int = from_field("vitbench.fit.groups:FitSpec", "seed", "--seed", help="Bootstrap seed."),
     workers: int = typer.Option(None, "--workers", min=1,
                                 help="Processes fitting groups in parallel (default: every core)."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON document on stdout, nothing else."),
+    as_json: bool = cli_option("json", "--json", help="Print one JSON document on stdout, nothing else."),
     out: str = typer.Option(None, "--out", "-o", help="Write fit.json and the plots (PNG + SVG) here."),
 ) -> None:
     """Fit scaling laws of error against compute per group, judge them by a backtest at the reach you need,

@@ -12,6 +12,8 @@ from rich.table import Table
 
 from vitbench.cli import app
 from vitbench.cli.common import SET_HELP, console, err_console, parse_sets, print_json, shared_option, with_sets
+from vitbench.cli.options import cli_option, from_field
+from vitbench.tasks.inspection import Inspect
 
 JSON_NAME = "inspect.json"
 
@@ -26,11 +28,11 @@ def inspect_cmd(
     resolution: int = typer.Option(None, "--resolution", "-r",
                                    help="Input size (default: the checkpoint's; position embeddings are "
                                         "resampled as for fine-tuning)."),
-    images: int = typer.Option(32, "--images", "-n", min=1, help="Digits test images to average over."),
-    rollout: int = typer.Option(4, "--rollout", min=0, help="Images with attention-rollout maps."),
-    seed: int = typer.Option(0, help="Init seed for a variant name."),
+    images: int = from_field(Inspect.Params, "inspect_images", "--images", "-n", min=1, help="Digits test images to average over."),
+    rollout: int = from_field(Inspect.Params, "inspect_rollout", "--rollout", min=0, help="Images with attention-rollout maps."),
+    seed: int = from_field(Inspect.Params, "seed", help="Init seed for a variant name."),
     threads: int = typer.Option(None, help="Intra-op threads."),
-    as_json: bool = typer.Option(False, "--json", help="One JSON document on stdout (nothing else)."),
+    as_json: bool = cli_option("json", "--json", help="One JSON document on stdout (nothing else)."),
     out: str = typer.Option(None, "--out", "-o", help=f"Directory for {JSON_NAME} and the PNG pictures."),
 ) -> None:
     """Mean attention distance per layer and head (px; per axis for axial models), position-embedding

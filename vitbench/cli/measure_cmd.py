@@ -12,8 +12,8 @@ from rich.table import Table
 from vitbench.backends.base import PRECISIONS
 from vitbench.backends.kinds import DEFAULT_PARALLELISM
 from vitbench.cli import app
-from vitbench.cli.common import (SET_HELP, checked, choice, console, field_default, print_json, refuse_unsupported,
-                                 shared_option, task_params, with_sets)
+from vitbench.cli.common import (SET_HELP, checked, choice, console, print_json, refuse_unsupported, shared_option,
+                                 task_params, with_sets)
 from vitbench.cli.data_options import (
     DATA_PATH,
     DATA_TEST_PATH,
@@ -25,6 +25,7 @@ from vitbench.cli.data_options import (
     data_option,
     source,
 )
+from vitbench.cli.options import cli_option, from_field
 from vitbench.errors import ConfigError
 from vitbench.measure.timing import TARGET_WINDOWS
 from vitbench.numfmt import fmt
@@ -50,49 +51,49 @@ def _kv_table(title: str, rows: list[tuple[str, object]]) -> Table:
 def bench_cmd(
     model: str = typer.Argument(..., help="Variant name, e.g. ViT-B/16, R50x1, R50+ViT-B/16, ViT-Nano/4."),
     sets: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
-    task: str = typer.Option("infer", help="infer (forward) | train (forward + loss + backward + optimizer "
+    task: str = cli_option("task_mode", help="infer (forward) | train (forward + loss + backward + optimizer "
                                             "step)."),
-    batch_size: int = typer.Option(field_default(Infer.Params, "batch_size"), "--batch-size", "-b", min=1),
+    batch_size: int = from_field(Infer.Params, "batch_size", "--batch-size", "-b", min=1),
     resolution: int = typer.Option(None, "--resolution", "-r", help="Input size in pixels (default: native)."),
-    precision: str = typer.Option(field_default(Infer.Params, "precision"),
+    precision: str = from_field(Infer.Params, "precision",
                                   help="fp32 (full fp32 on every backend) | tf32 (GPU) | bf16 | fp16 "
                                        "(autocast)."),
     backend: str = typer.Option(None, help="A registered backend "
                                            "(`vitbench plugins` lists them; default: the first registered)."),
-    device: str = typer.Option(field_default(Infer.Params, "device"),
+    device: str = from_field(Infer.Params, "device",
                                help="cpu | cuda | cuda:N (torch); cpu | gpu | tpu (jax)."),
     threads: int = typer.Option(None, help="Intra-op threads (default: the framework's; recorded either way)."),
     devices: int = typer.Option(None, min=1, help="Local devices (default 1): data parallel over N devices, the "
                                                  "batch split evenly (docs/devices.md)."),
     parallelism: str = typer.Option(None, help="With --devices N: dp (replicated parameters) | fsdp (sharded)."),
-    compile: bool = typer.Option(field_default(Infer.Params, "compile"),
+    compile: bool = from_field(Infer.Params, "compile",
                                  "--compile/--no-compile", help="torch.compile the model (torch)."),
     compile_mode: str = typer.Option(None, "--compile-mode",
                                      help="With --compile: default | reduce-overhead (CUDA graphs) | max-autotune "
                                           "| max-autotune-no-cudagraphs (torch)."),
-    timing: str = typer.Option(field_default(Infer.Params, "timing"),
+    timing: str = from_field(Infer.Params, "timing",
                                help="throughput: windows of steps queued between two device events "
                                     "(img/s) | latency: every step synchronised (p50/p90/p99)."),
     window_steps: int = typer.Option(None, "--window-steps", min=1,
                                      help="throughput: steps per window (default: enough for "
                                           f"{TARGET_WINDOWS} windows to cover the minimums)."),
-    optimizer: str = typer.Option(field_default(Train.Params, "optimizer"),
+    optimizer: str = from_field(Train.Params, "optimizer",
                                   help="train: adam (paper pre-training) | sgd (momentum 0.9)."),
     channels_last: bool = typer.Option(None, "--channels-last/--no-channels-last",
                                        help="Default: on for BiT and hybrid, off for ViT."),
-    warmup: int = typer.Option(field_default(Infer.Params, "warmup_steps"),
+    warmup: int = from_field(Infer.Params, "warmup_steps",
                                min=0, help="Warm-up steps after the first (kept raw, not in throughput)."),
-    min_steps: int = typer.Option(field_default(Infer.Params, "min_steps"), min=1, help="Timed steps at least."),
-    min_seconds: float = typer.Option(field_default(Infer.Params, "min_seconds"), help="Timed seconds at least."),
-    max_seconds: float = typer.Option(field_default(Infer.Params, "max_seconds"),
+    min_steps: int = from_field(Infer.Params, "min_steps", min=1, help="Timed steps at least."),
+    min_seconds: float = from_field(Infer.Params, "min_seconds", help="Timed seconds at least."),
+    max_seconds: float = from_field(Infer.Params, "max_seconds",
                                       help="Stop timing after this long even if min_steps is not reached."),
-    seed: int = typer.Option(field_default(Infer.Params, "seed")),
-    data: str = data_option(None, " With --task train: also train on this dataset's images for --data-steps "
+    seed: int = from_field(Infer.Params, "seed"),
+    data: str = data_option(" With --task train: also train on this dataset's images for --data-steps "
                             "and report real-input img/s beside the synthetic figure."),
     data_path: str = DATA_PATH, data_test_path: str = DATA_TEST_PATH, skip_corrupt: bool = SKIP_CORRUPT,
     data_workers: int = DATA_WORKERS, image_column: str = IMAGE_COLUMN, label_column: str = LABEL_COLUMN,
-    data_steps: int = typer.Option(20, min=1, help="With --data: timed training steps on the real images."),
-    as_json: bool = typer.Option(False, "--json", help="Print the whole record (with raw step times) as JSON."),
+    data_steps: int = cli_option("data_steps", min=1, help="With --data: timed training steps on the real images."),
+    as_json: bool = cli_option("json", "--json", help="Print the whole record (with raw step times) as JSON."),
 ) -> None:
     """Throughput of one model: img/s, step time, spread, first-step/compile time, memory, energy, MFU.
 
@@ -209,31 +210,31 @@ def _print_warnings(rec) -> None:
 def max_batch_cmd(
     model: str = typer.Argument(..., help="Variant name."),
     sets: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
-    task: str = typer.Option(field_default(MaxBatch.Params, "mode"), help="infer | train"),
+    task: str = from_field(MaxBatch.Params, "mode", help="infer | train"),
     resolution: int = typer.Option(None, "--resolution", "-r"),
-    precision: str = typer.Option(field_default(MaxBatch.Params, "precision"), help="fp32 | bf16 | fp16"),
+    precision: str = from_field(MaxBatch.Params, "precision", help="fp32 | bf16 | fp16"),
     backend: str = typer.Option(None, help="A registered backend "
                                            "(`vitbench plugins` lists them; default: the first registered)."),
-    device: str = typer.Option(field_default(MaxBatch.Params, "device")),
+    device: str = from_field(MaxBatch.Params, "device"),
     threads: int = typer.Option(None),
     devices: int = typer.Option(None, min=1, help="Local devices (default 1): the batch searched is per device, "
                                                  "each probe runs the N-device step (docs/devices.md)."),
     parallelism: str = typer.Option(None, help="With --devices N: dp (replicated parameters) | fsdp (sharded)."),
-    optimizer: str = typer.Option(field_default(Train.Params, "optimizer"),
+    optimizer: str = from_field(Train.Params, "optimizer",
                                   help="train: adam | sgd (optimizer state counts toward memory)."),
     memory_limit_gib: float = typer.Option(
         None, "--memory-limit-gib",
         help="Budget for the probe process's peak memory. CPU default: half the memory available now; "
              "GPU default: none (a real out-of-memory error decides)."),
-    max_batch_size: int = typer.Option(field_default(MaxBatch.Params, "max_batch_size"),
+    max_batch_size: int = from_field(MaxBatch.Params, "max_batch_size",
                                        "--max-batch-size", min=1, help="Stop doubling here."),
-    start: int = typer.Option(field_default(MaxBatch.Params, "start"), min=1, help="First batch size probed."),
-    granularity: int = typer.Option(field_default(MaxBatch.Params, "granularity"),
+    start: int = from_field(MaxBatch.Params, "start", min=1, help="First batch size probed."),
+    granularity: int = from_field(MaxBatch.Params, "granularity",
                                     min=1, help="Bisect until fitting and failing batches are this close."),
-    probe_timeout_s: float = typer.Option(field_default(MaxBatch.Params, "probe_timeout_s"),
+    probe_timeout_s: float = from_field(MaxBatch.Params, "probe_timeout_s",
                                           "--probe-timeout-s", "--probe-timeout",
                                           help="Seconds before a probe is killed and counted as failing."),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = cli_option("json", "--json"),
 ) -> None:
     """Largest batch that fits: doubling probes, then bisection; every probe in a fresh process.
 
@@ -288,11 +289,11 @@ def flops_cmd(
     backend: str = typer.Option(None, help="A registered backend "
                                            "(`vitbench plugins` lists them; default: the first registered): whose "
                                            "FLOP counters run."),
-    count: bool = typer.Option(field_default(Flops.Params, "count"), "--count/--no-count",
+    count: bool = from_field(Flops.Params, "count", "--count/--no-count",
                                help="Also run the framework counters (builds the model)."),
     images: int = typer.Option(None, help="Pre-training images per epoch (with --epochs): prints exaFLOPs."),
     epochs: float = typer.Option(None, help="Pre-training epochs (with --images)."),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = cli_option("json", "--json"),
 ) -> None:
     """Params, GMACs and GFLOPs of one image (1 MAC = 2 FLOPs): analytic formula vs the framework's counters.
 
@@ -335,12 +336,12 @@ def flops_cmd(
 def env_cmd(
     backend: str = typer.Option(None, help="A registered backend "
                                            "(`vitbench plugins` lists them; default: the first registered)."),
-    device: str = typer.Option("cpu"),
+    device: str = from_field(Infer.Params, "device"),
     threads: int = typer.Option(None),
-    precision: str = typer.Option("fp32", help="Precision of the peak."),
-    refresh: bool = typer.Option(False, "--refresh", help="Re-measure the peak with every backend (it only "
+    precision: str = from_field(Infer.Params, "precision", help="Precision of the peak."),
+    refresh: bool = cli_option("refresh", "--refresh", help="Re-measure the peak with every backend (it only "
                                                           "rises)."),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = cli_option("json", "--json"),
 ) -> None:
     """This machine: versions, device, CPU, threads, git SHA, and the device's peak (the MFU denominator).
 

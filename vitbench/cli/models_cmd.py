@@ -10,6 +10,7 @@ from rich.table import Table
 
 from vitbench.cli import app
 from vitbench.cli.common import console, print_json
+from vitbench.cli.options import cli_option
 from vitbench.errors import ConfigError, PluginError, VitbenchError, shorten
 from vitbench.models.analytic import analytic_counts
 from vitbench.models.specs import all_specs
@@ -47,10 +48,10 @@ def model_rows(family: str | None = None, include_tiny: bool = True, pattern: st
 @app.command("models")
 def models_cmd(
     family: str = typer.Option(None, "--family", "-f", help="vit | bit | hybrid | a plug-in family (axial_vit, axial_resnet, ...)"),
-    tiny: bool = typer.Option(True, "--tiny/--no-tiny", help="Include the tiny test/CPU variants."),
-    pattern: str = typer.Option("", "--filter", help="Glob on the names, e.g. 'ViT-*' or, with --family timm, "
+    tiny: bool = cli_option("tiny", "--tiny/--no-tiny", help="Include the tiny test/CPU variants."),
+    pattern: str = cli_option("filter", "--filter", help="Glob on the names, e.g. 'ViT-*' or, with --family timm, "
                                 "'convnext*' (timm's list_models)."),
-    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+    as_json: bool = cli_option("json", "--json", help="Machine-readable output."),
 ) -> None:
     """List every variant: paper name, family, depth/width, params (M) and GMACs at its native resolution.
 

@@ -17,10 +17,13 @@ app; so is a command-line option named like a field (with a default) of the conf
 
 from __future__ import annotations
 
+import functools
 import importlib
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
+from types import SimpleNamespace
 from typing import Any
 
 import typer
@@ -53,15 +56,27 @@ CLI_DEFAULTS: dict[str, tuple[Any, str]] = {
 
 @dataclass(frozen=True)
 class FieldDefault:
-    """The default of field `path` (dotted through nested models: `data.classes`) of `model`."""
+    """The default of field `path` (dotted through nested models: `data.classes`) of `model` (a class, or
+    "module:Class" for one whose import the command line should not pay for until the command runs)."""
 
-    model: type[BaseModel]
+    model: type[BaseModel] | str
     path: str
     shown: Callable[[Any], Any] | None = None  # the field's default as the option writes it
 
+    @property
+    def lazy(self) -> bool:
+        return isinstance(self.model, str)
+
+    def model_class(self) -> type[BaseModel]:
+        if isinstance(self.model, str):
+            module, _, name = self.model.partition(":")
+            return getattr(importlib.import_module(module), name)
+        return self.model
+
     def models(self) -> list[type[BaseModel]]:
         """The config classes the path walks through (`model` first)."""
-        out, cls = [self.model], self.model
+        cls = self.model_class()
+        out = [cls]
         for part in self.path.split(".")[:-1]:
             cls = _model_of(cls.model_fields[part].annotation, cls.model_fields[part].default)
             out.append(cls)
@@ -69,7 +84,7 @@ class FieldDefault:
 
     def value(self) -> Any:
         """The declared default (a factory's default: None, the config fills it in)."""
-        obj: Any = self.model
+        obj: Any = self.model_class()
         parts = self.path.split(".")
         for i, part in enumerate(parts):
             if isinstance(obj, BaseModel):  # a nested model's default instance: its value
@@ -88,7 +103,8 @@ class FieldDefault:
         return v.value if isinstance(v, Enum) else v
 
     def __str__(self) -> str:
-        return f"{self.model.__module__}.{self.model.__qualname__}.{self.path}"
+        cls = self.model_class()
+        return f"{cls.__module__}.{cls.__qualname__}.{self.path}"
 
 
 @dataclass(frozen=True)
@@ -133,14 +149,18 @@ def _model_of(annotation, default) -> type[BaseModel]:
 
 
 def _declared(source: Source, *param_decls: str, **kwargs):
-    info = typer.Option(source.default(), *param_decls, **kwargs)
+    if isinstance(source, FieldDefault) and source.lazy:  # read when the command runs without the option
+        info = typer.Option(..., *param_decls, default_factory=source.default, show_default=False, **kwargs)
+    else:
+        info = typer.Option(source.default(), *param_decls, **kwargs)
     _SOURCES[id(info)] = (info, source)
     return info
 
 
-def from_field(model: type[BaseModel], path: str, *param_decls: str, shown: Callable[[Any], Any] | None = None,
-               **kwargs):
-    """typer.Option whose default is `model`'s field `path` (dotted), shown by `shown` (an Enum: its value)."""
+def from_field(model: type[BaseModel] | str, path: str, *param_decls: str,
+               shown: Callable[[Any], Any] | None = None, **kwargs):
+    """typer.Option whose default is `model`'s field `path` (dotted), shown by `shown` (an Enum: its value).
+    `model` "module:Class": read when the command runs (its help says so instead of the value)."""
     return _declared(FieldDefault(model, path, shown), *param_decls, **kwargs)
 
 
@@ -161,6 +181,39 @@ def source_of(info) -> Source | None:
     return entry[1] if entry is not None and entry[0] is info else None
 
 
+@dataclass(frozen=True)
+class OptionGroup:
+    """Options several commands take, declared once: parameter name -> (its type, its typer.Option). A command
+    decorated with the group takes them as one parameter `shared` (a namespace, attribute per option), placed in
+    its help where `shared` sits in its signature."""
+
+    options: dict[str, tuple[Any, Any]]
+
+    def __call__(self, fn: Callable) -> Callable:
+        sig = inspect.signature(fn, eval_str=True)
+        params: list[inspect.Parameter] = []
+        for p in sig.parameters.values():
+            if p.name != "shared":
+                params.append(p)
+                continue
+            params += [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=info, annotation=typ)
+                       for n, (typ, info) in self.options.items()]
+
+        @functools.wraps(fn)
+        def command(**values):
+            shared = SimpleNamespace(**{n: values.pop(n) for n in self.options})
+            return fn(shared=shared, **values)
+
+        command.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+        command.__annotations__ = {p.name: p.annotation for p in params}  # real types: what typer reads
+        return command
+
+
+def joined(values) -> str:
+    """[1, 5, 10, 25] -> "1,5,10,25": a list as a comma-separated option writes it."""
+    return ",".join(str(v) for v in values)
+
+
 def ints_text(values: list[int]) -> str:
     """[5, 6, 7, 8, 9] -> "5-9" (a run), [1, 5, 10] -> "1,5,10": a list of ints as an option writes it."""
     values = list(values)
@@ -169,6 +222,3 @@ def ints_text(values: list[int]) -> str:
     return ",".join(str(v) for v in values)
 
 
-def floats_text(values: list[float]) -> str:
-    """[0.001, 0.003] -> "0.001,0.003"."""
-    return ",".join(repr(float(v)) for v in values)

@@ -7,6 +7,7 @@ from rich.table import Table
 
 from vitbench.cli import app
 from vitbench.cli.common import console, print_json
+from vitbench.cli.options import cli_option
 
 
 def plugin_rows() -> list[dict]:
@@ -38,7 +39,7 @@ def plugin_rows() -> list[dict]:
 
 @app.command("plugins")
 def plugins_cmd(
-    as_json: bool = typer.Option(False, "--json", help="Everything, machine-readable (fields with defaults)."),
+    as_json: bool = cli_option("json", "--json", help="Everything, machine-readable (fields with defaults)."),
 ) -> None:
     """List the registered backends, tasks, executors and model families: capabilities, where each comes from, availability.
 

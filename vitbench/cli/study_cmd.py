@@ -26,6 +26,7 @@ from rich.text import Text
 
 from vitbench.cli import app
 from vitbench.cli.common import choice, console, err_console, warn
+from vitbench.cli.options import cli_option
 from vitbench.errors import clip
 
 _STATUS_STYLE = {"ok": "green", "oom": "yellow", "timeout": "yellow", "error": "red", "diverged": "red",
@@ -209,9 +210,9 @@ def _study_sets(sets: list[str] | None) -> dict:
 def sweep_cmd(
     study: str = typer.Argument(..., help="Study YAML path, or a shipped study name (e.g. smoke)."),
     results: Path = typer.Option(None, "--results", help="Store directory (default: results/<study name>/)."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Validate and list the expanded trials; run nothing."),
-    force: bool = typer.Option(False, "--force", help="Re-run trials that are already done (default: resume)."),
-    retry_failed: bool = typer.Option(False, "--retry-failed", help="Re-run trials whose last row is not ok."),
+    dry_run: bool = cli_option("dry_run", "--dry-run", help="Validate and list the expanded trials; run nothing."),
+    force: bool = cli_option("force", "--force", help="Re-run trials that are already done (default: resume)."),
+    retry_failed: bool = cli_option("retry_failed", "--retry-failed", help="Re-run trials whose last row is not ok."),
     executor: str = typer.Option(None, "--executor", help="Where trials run: local (default; the study may say), "
                                  "slurm (submitit) or ray. See docs/cluster.md."),
     executor_option: list[str] = typer.Option(
@@ -225,9 +226,9 @@ def sweep_cmd(
     start_method: str = typer.Option(None, help="local: forkserver (default: frameworks preloaded) | spawn."),
     keep_logs: bool = typer.Option(None, "--keep-logs/--no-keep-logs",
                                    help="Keep every trial's output under <results>/logs/ (not only failures')."),
-    allow_failures: bool = typer.Option(False, "--allow-failures",
+    allow_failures: bool = cli_option("allow_failures", "--allow-failures",
                                         help="Exit 0 even when trials did not end ok (oom, error, timeout)."),
-    as_json: bool = typer.Option(False, "--json", help="--dry-run: print the trials as JSON."),
+    as_json: bool = cli_option("json", "--json", help="--dry-run: print the trials as JSON."),
     sets: list[str] = typer.Option(None, "--set", metavar="FIELD=VALUE",
                                    help="Set a study field in every trial (repeatable), e.g. --set "
                                         "data_path=/data/pets --set dataset=folder; VALUE is read as YAML. The "
@@ -333,9 +334,9 @@ def sweep_cmd(
 def report_cmd(
     results: Path = typer.Argument(..., help="A results directory (results/<study>/) or a results .jsonl file."),
     out: Path = typer.Option(None, "--out", help="Where to write the report (default: <results>/report/)."),
-    formats: str = typer.Option("md,html,csv,parquet", "--format",
+    formats: str = cli_option("report_formats", "--format",
                                 help="Comma-separated: md, html, csv, parquet."),
-    plots: bool = typer.Option(True, "--plots/--no-plots", help="Write the PNG and SVG figures."),
+    plots: bool = cli_option("plots", "--plots/--no-plots", help="Write the PNG and SVG figures."),
 ) -> None:
     """Summarise a results store: tables in the terminal; Markdown, HTML, CSV, Parquet files; PNG + SVG plots.
 

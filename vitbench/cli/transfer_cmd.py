@@ -20,7 +20,15 @@ from vitbench.cli.data_options import (
     SOURCE_OPTIONS,
 )
 from vitbench.cli.data_options import source as _source
+from vitbench.cli.options import OptionGroup, cli_option, from_field, ints_text, joined
 from vitbench.numfmt import fmt
+from vitbench.tasks.pretrain import Pretrain
+from vitbench.tasks.upstream import Upstream
+from vitbench.transfer.downstream import DownstreamConfig
+from vitbench.transfer.fewshot import FewshotConfig
+from vitbench.transfer.finetune import FinetuneConfig
+from vitbench.transfer.masked_patch import MaskedPatch
+from vitbench.transfer.pretrain import PretrainConfig, TeacherConfig
 
 
 def _check_where(backend: str | None, device: str, threads: int | None) -> int | None:
@@ -61,10 +69,10 @@ _DOWNSTREAM_OPTIONS = {**_DATA_OPTIONS, "upstream.model": "--model", "upstream.s
                        "lr_grid": "--lr-grid", "warmup_steps": "--warmup-steps"}
 
 
-def _data(source: dict, classes: str | None, seed: int, val_fraction: float = 0.1,
-          train_per_class: int | None = None) -> dict:
-    return {**source, "classes": classes or None, "seed": seed, "val_fraction": val_fraction,
-            "train_per_class": train_per_class}
+def _data(source: dict, classes: str | None, seed: int, val_fraction: float | None = None) -> dict:
+    """DataConfig's fields from the options ('' classes: all of them; no val_fraction: DataConfig's)."""
+    return {**source, "classes": classes or None, "seed": seed,
+            **({} if val_fraction is None else {"val_fraction": val_fraction})}
 
 
 def _show(rec, title: str, keys: list[str], as_json: bool) -> None:
@@ -90,15 +98,6 @@ def _upstream_opts(model, backend, source, classes, data_seed, resolution, steps
             "label_smoothing": label_smoothing, "seed": seed}
 
 
-
-def _mp_defaults() -> dict:
-    from vitbench.transfer.masked_patch import MaskedPatch
-
-    return MaskedPatch().model_dump(mode="json")
-
-
-_MP_DEFAULTS = _mp_defaults()
-
 @app.command("pretrain")
 def pretrain_cmd(
     model: str = typer.Argument(..., help="Variant name, e.g. ViT-Nano/4, R-Nano, R-Nano+ViT-Micro/8."),
@@ -108,18 +107,20 @@ def pretrain_cmd(
     data: str = DATA, data_path: str = DATA_PATH, data_test_path: str = DATA_TEST_PATH,
     skip_corrupt: bool = SKIP_CORRUPT, data_workers: int = DATA_WORKERS, image_column: str = IMAGE_COLUMN,
     label_column: str = LABEL_COLUMN,
-    classes: str = typer.Option("0-4", help="Upstream classes: 'a-b' or 'a,b,c'; '' for all."),
-    data_seed: int = typer.Option(0, help="Split seed."),
+    classes: str = from_field(PretrainConfig, "data.classes", shown=ints_text,
+                              help="Upstream classes: 'a-b' or 'a,b,c'; '' for all."),
+    data_seed: int = from_field(PretrainConfig, "data.seed", help="Split seed."),
     resolution: int = typer.Option(None, "--resolution", "-r", help="Pre-training resolution (default native)."),
-    steps: int = typer.Option(300, min=1),
-    batch_size: int = typer.Option(64, "--batch-size", "-b", min=1),
-    lr: float = typer.Option(1e-3, help="Peak Adam learning rate."),
-    weight_decay: float = typer.Option(0.1, help="Decoupled weight decay on kernels (paper: 0.1 JFT)."),
+    steps: int = from_field(PretrainConfig, "steps", min=1),
+    batch_size: int = from_field(PretrainConfig, "batch_size", "--batch-size", "-b", min=1),
+    lr: float = from_field(PretrainConfig, "lr", help="Peak Adam learning rate."),
+    weight_decay: float = from_field(PretrainConfig, "weight_decay",
+                                     help="Decoupled weight decay on kernels (paper: 0.1 JFT)."),
     warmup_steps: int = typer.Option(None, min=0, help="Default: 10 % of --steps, at most 30."),
-    decay: str = typer.Option("linear", help="linear | cosine"),
-    label_smoothing: float = typer.Option(0.0),
-    seed: int = typer.Option(0, help="Model init / batch order seed."),
-    device: str = typer.Option("cpu"),
+    decay: str = from_field(PretrainConfig, "decay", help="linear | cosine"),
+    label_smoothing: float = from_field(PretrainConfig, "label_smoothing"),
+    seed: int = from_field(PretrainConfig, "seed", help="Model init / batch order seed."),
+    device: str = from_field(Pretrain.Params, "device"),
     threads: int = typer.Option(None),
     out: str = typer.Option(None, "--out", "-o",
                             help="Checkpoint path (.safetensors; default: the cache, results/checkpoints)."),
@@ -127,16 +128,17 @@ def pretrain_cmd(
     teacher_checkpoint: str = typer.Option(None, help="The teacher's weights (default: pre-trained, cached)."),
     teacher_resolution: int = typer.Option(None, help="Pre-trained teacher's resolution (default native)."),
     teacher_steps: int = typer.Option(None, help="Pre-trained teacher's steps (default: --steps)."),
-    teacher_seed: int = typer.Option(0, help="Pre-trained teacher's seed."),
-    distillation: str = typer.Option("hard", help="hard (teacher's argmax) | soft (KL at --distill-tau)."),
-    distill_lambda: float = typer.Option(0.5, help="Weight of the teacher's term."),
-    distill_tau: float = typer.Option(1.0, help="Soft distillation temperature."),
-    objective: str = typer.Option("supervised", help="supervised (the labels) | masked_patch (no labels: "
-                                  "masked patch prediction, ViT paper Sec. 4.6) | none (the random init)."),
-    mask_rate: float = typer.Option(_MP_DEFAULTS["mask_rate"], help="masked_patch: share of patches corrupted."),
-    mask_target: str = typer.Option(_MP_DEFAULTS["target"], help="masked_patch: mean_color (3-bit mean colour, "
-                                    "512 classes) | color_grid (4x4 of them) | pixels_l2 (regress the patch)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the whole record as JSON."),
+    teacher_seed: int = from_field(TeacherConfig, "upstream.seed", help="Pre-trained teacher's seed."),
+    distillation: str = from_field(TeacherConfig, "distillation",
+                                   help="hard (teacher's argmax) | soft (KL at --distill-tau)."),
+    distill_lambda: float = from_field(TeacherConfig, "lam", help="Weight of the teacher's term."),
+    distill_tau: float = from_field(TeacherConfig, "tau", help="Soft distillation temperature."),
+    objective: str = from_field(Upstream, "objective", help="supervised (the labels) | masked_patch (no labels: "
+                                "masked patch prediction, ViT paper Sec. 4.6) | none (the random init)."),
+    mask_rate: float = from_field(MaskedPatch, "mask_rate", help="masked_patch: share of patches corrupted."),
+    mask_target: str = from_field(MaskedPatch, "target", help="masked_patch: mean_color (3-bit mean colour, "
+                                  "512 classes) | color_grid (4x4 of them) | pixels_l2 (regress the patch)."),
+    as_json: bool = cli_option("json", "--json", help="Print the whole record as JSON."),
 ) -> None:
     """Pre-train upstream (Adam, warm-up + decay) and save a safetensors checkpoint with its config.
 
@@ -144,9 +146,9 @@ def pretrain_cmd(
     image x images seen, plus the teacher's forward per image when distilling). Without --out the checkpoint
     goes to the cache that fewshot/finetune and studies reuse (an identical config is not trained twice).
     """
-    from vitbench.transfer.config import validated
     from vitbench.transfer.checkpoint import checkpoint_path
-    from vitbench.transfer.pretrain import PretrainConfig, cache_path, ensure_upstream, pretrain, teacher_fields
+    from vitbench.transfer.config import validated
+    from vitbench.transfer.pretrain import cache_path, ensure_upstream, pretrain, teacher_fields
 
     if teacher is not None:  # an unknown teacher is named by its option (the student's by its own message)
         from vitbench.errors import ConfigError, VitbenchError
@@ -197,7 +199,7 @@ def _objective_opts(objective: str, mask_rate: float | None = None, mask_target:
 
 
 def _resolve_upstream_arg(checkpoint, model, sets, backend, pretrain_steps, pretrain_warmup_steps, seed,
-                          objective: str = "supervised") -> dict:
+                          objective: str) -> dict:
     """The downstream command's upstream: a checkpoint file, or a model pre-trained here with the default
     recipe. Options that only shape a pre-training are refused beside a checkpoint (they would be ignored);
     `--set` beside a checkpoint must describe the checkpoint's own architecture."""
@@ -227,89 +229,86 @@ def _resolve_upstream_arg(checkpoint, model, sets, backend, pretrain_steps, pret
                          **({"backend": backend} if backend else {}), "objective": _objective_opts(objective)}}
 
 
+# The options fewshot and finetune share, declared once (their configs share DownstreamConfig's fields).
+DOWNSTREAM = OptionGroup({
+    "checkpoint": (str, typer.Option(None, "--checkpoint", "-c", help="Upstream .safetensors file.")),
+    "objective": (str, from_field(DownstreamConfig, "objective", help="The upstream's pre-training objective: "
+                                  "supervised | masked_patch (a --checkpoint made by another is refused).")),
+    "model": (str, typer.Option(None, "--model", "-m", help="Or: a variant, pre-trained here (default recipe).")),
+    "sets": (list[str], typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP)),
+    "pretrain_steps": (int, typer.Option(None, min=1, help="With --model: upstream steps "
+                                         "(default: as `vitbench pretrain`).")),
+    "pretrain_warmup_steps": (int, typer.Option(None, min=0, help="With --model: upstream warm-up steps "
+                                                "(default: as `vitbench pretrain`).")),
+    "backend": (str, typer.Option(None, help="A registered backend "
+                                             "(`vitbench plugins` lists them; default: the upstream's).")),
+    "data": (str, DATA), "data_path": (str, DATA_PATH), "data_test_path": (str, DATA_TEST_PATH),
+    "skip_corrupt": (bool, SKIP_CORRUPT), "data_workers": (int, DATA_WORKERS),
+    "image_column": (str, IMAGE_COLUMN), "label_column": (str, LABEL_COLUMN),
+    "classes": (str, from_field(DownstreamConfig, "data.classes", shown=ints_text,
+                                help="Downstream classes ('' for all).")),
+    "data_seed": (int, from_field(DownstreamConfig, "data.seed")),
+    "resolution": (int, typer.Option(None, "--resolution", "-r",
+                                     help="Default: the upstream's; higher => position embeddings interpolated.")),
+    "device": (str, from_field(Pretrain.Params, "device")),
+    "threads": (int, typer.Option(None)),
+    "as_json": (bool, cli_option("json", "--json", help="Print the whole record as JSON.")),
+})
+
+
+def _downstream(shared, seed: int, val_fraction: float | None = None) -> dict:
+    """DownstreamConfig's fields from the shared options (`seed`: the upstream's, with --model)."""
+    o = shared
+    return {**_resolve_upstream_arg(o.checkpoint, o.model, o.sets, o.backend, o.pretrain_steps,
+                                    o.pretrain_warmup_steps, seed, o.objective),
+            "backend": o.backend, "resolution": o.resolution,
+            "data": _data(_source(o.data, o.data_path, o.data_test_path, o.skip_corrupt, o.data_workers,
+                                  o.image_column, o.label_column), o.classes, o.data_seed, val_fraction)}
+
+
 @app.command("fewshot")
+@DOWNSTREAM
 def fewshot_cmd(
-    checkpoint: str = typer.Option(None, "--checkpoint", "-c", help="Upstream .safetensors file."),
-    objective: str = typer.Option("supervised", help="The upstream's pre-training objective: supervised | "
-                                  "masked_patch (a --checkpoint made by another is refused)."),
-    model: str = typer.Option(None, "--model", "-m", help="Or: a variant, pre-trained here (default recipe)."),
-    sets: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
-    pretrain_steps: int = typer.Option(None, min=1, help="With --model: upstream steps "
-                                       "(default: as `vitbench pretrain`)."),
-    pretrain_warmup_steps: int = typer.Option(None, min=0, help="With --model: upstream warm-up steps "
-                                              "(default: as `vitbench pretrain`)."),
-    backend: str = typer.Option(None, help="A registered backend "
-                                           "(`vitbench plugins` lists them; default: the upstream's)."),
-    data: str = DATA, data_path: str = DATA_PATH, data_test_path: str = DATA_TEST_PATH,
-    skip_corrupt: bool = SKIP_CORRUPT, data_workers: int = DATA_WORKERS, image_column: str = IMAGE_COLUMN,
-    label_column: str = LABEL_COLUMN,
-    classes: str = typer.Option("5-9", help="Downstream classes ('' for all)."),
-    data_seed: int = typer.Option(0),
-    resolution: int = typer.Option(None, "--resolution", "-r", help="Default: the upstream's."),
-    shots: str = typer.Option("1,5,10,25", help="Shots per class, comma-separated."),
-    seeds: int = typer.Option(5, min=1, help="k-shot draws per k."),
+    shared=None,
+    shots: str = from_field(FewshotConfig, "shots", shown=joined, help="Shots per class, comma-separated."),
+    seeds: int = from_field(FewshotConfig, "seeds", min=1, help="k-shot draws per k."),
     l2_reg: float = typer.Option(None, help="Fixed ridge regulariser (default: chosen on the val split)."),
-    seed: int = typer.Option(0, help="With --model: upstream seed."),
-    device: str = typer.Option("cpu"),
-    threads: int = typer.Option(None),
-    as_json: bool = typer.Option(False, "--json"),
+    seed: int = from_field(PretrainConfig, "seed", help="With --model: upstream seed."),
 ) -> None:
     """Linear few-shot accuracy of a frozen upstream: closed-form ridge regression to {-1,1}^K targets.
 
     Mean and standard deviation over --seeds draws of k images per class, for every k in --shots.
     """
     from vitbench.transfer.config import parse_ints, validated
-    from vitbench.transfer.fewshot import FewshotConfig, fewshot
+    from vitbench.transfer.fewshot import fewshot
 
     cfg = validated(FewshotConfig, {
-        **_resolve_upstream_arg(checkpoint, model, sets, backend, pretrain_steps, pretrain_warmup_steps, seed,
-                                objective),
-        "backend": backend,
-        "data": _data(_source(data, data_path, data_test_path, skip_corrupt, data_workers, image_column,
-                              label_column), classes, data_seed), "resolution": resolution,
-        "shots": parse_ints(shots, "--shots", "1,5,10,25"), "seeds": seeds,
-        "l2_reg": "auto" if l2_reg is None else l2_reg}, "fewshot", _DOWNSTREAM_OPTIONS)
-    rec = fewshot(cfg, device=device, threads=_check_where(cfg.backend, device, threads))
+        **_downstream(shared, seed), "shots": parse_ints(shots, "--shots", "1,5,10,25"), "seeds": seeds,
+        **({} if l2_reg is None else {"l2_reg": l2_reg})}, "fewshot", _DOWNSTREAM_OPTIONS)
+    rec = fewshot(cfg, device=shared.device, threads=_check_where(cfg.backend, shared.device, shared.threads))
     keys = [k for s in cfg.shots for k in (f"accuracy_{s}shot", f"accuracy_{s}shot_std")]
     c = rec.config
     _show(rec, f"fewshot {c['model']} ({c['backend']}) on {c['data']['name']} {c['data']['classes']} @ "
                f"{c['resolution']}px", [*keys, "chance_accuracy", "exaflops", "upstream_accuracy",
-                                       "skipped_files", "input_img_per_s", "input_bound_fraction"], as_json)
+                                       "skipped_files", "input_img_per_s", "input_bound_fraction"], shared.as_json)
 
 
 @app.command("finetune")
+@DOWNSTREAM
 def finetune_cmd(
-    checkpoint: str = typer.Option(None, "--checkpoint", "-c", help="Upstream .safetensors file."),
-    objective: str = typer.Option("supervised", help="The upstream's pre-training objective: supervised | "
-                                  "masked_patch (a --checkpoint made by another is refused)."),
-    model: str = typer.Option(None, "--model", "-m", help="Or: a variant, pre-trained here (default recipe)."),
-    sets: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
-    pretrain_steps: int = typer.Option(None, min=1, help="With --model: upstream steps "
-                                       "(default: as `vitbench pretrain`)."),
-    pretrain_warmup_steps: int = typer.Option(None, min=0, help="With --model: upstream warm-up steps "
-                                              "(default: as `vitbench pretrain`)."),
-    backend: str = typer.Option(None, help="A registered backend "
-                                           "(`vitbench plugins` lists them; default: the upstream's)."),
-    data: str = DATA, data_path: str = DATA_PATH, data_test_path: str = DATA_TEST_PATH,
-    skip_corrupt: bool = SKIP_CORRUPT, data_workers: int = DATA_WORKERS, image_column: str = IMAGE_COLUMN,
-    label_column: str = LABEL_COLUMN,
-    classes: str = typer.Option("5-9", help="Downstream classes ('' for all)."),
-    data_seed: int = typer.Option(0),
-    val_fraction: float = typer.Option(0.1, help="Held out of train to choose the LR."),
-    resolution: int = typer.Option(None, "--resolution", "-r",
-                                   help="Default: the upstream's; higher => position embeddings interpolated."),
-    steps: int = typer.Option(100, min=1),
-    batch_size: int = typer.Option(64, "--batch-size", "-b", min=1),
-    lr_grid: str = typer.Option("0.001,0.003,0.01,0.03", help="Comma-separated SGD learning rates (paper grid)."),
-    warmup_steps: int = typer.Option(10, min=0),
-    refit: bool = typer.Option(True, "--refit/--no-refit",
-                               help="Final run on train+val with the chosen LR (paper), or reuse the LR run."),
-    seed: int = typer.Option(0, help="First fine-tuning seed (runs use seed, seed+1, ...)."),
-    seeds: int = typer.Option(3, min=1, help="Runs per learning rate and final runs: accuracy is their mean, with "
-                                             "the standard deviation."),
-    device: str = typer.Option("cpu"),
-    threads: int = typer.Option(None),
-    as_json: bool = typer.Option(False, "--json"),
+    shared=None,
+    val_fraction: float = from_field(DownstreamConfig, "data.val_fraction",
+                                     help="Held out of train to choose the LR."),
+    steps: int = from_field(FinetuneConfig, "steps", min=1),
+    batch_size: int = from_field(FinetuneConfig, "batch_size", "--batch-size", "-b", min=1),
+    lr_grid: str = from_field(FinetuneConfig, "lr_grid", shown=joined,
+                              help="Comma-separated SGD learning rates (paper grid)."),
+    warmup_steps: int = from_field(FinetuneConfig, "warmup_steps", min=0),
+    refit: bool = from_field(FinetuneConfig, "refit", "--refit/--no-refit",
+                             help="Final run on train+val with the chosen LR (paper), or reuse the LR run."),
+    seed: int = from_field(FinetuneConfig, "seed", help="First fine-tuning seed (runs use seed, seed+1, ...)."),
+    seeds: int = from_field(FinetuneConfig, "seeds", min=1, help="Runs per learning rate and final runs: accuracy "
+                                                                 "is their mean, with the standard deviation."),
 ) -> None:
     """Fine-tune with the paper's recipe: zero-init head, SGD momentum 0.9, cosine, warm-up, clip 1, no wd.
 
@@ -317,23 +316,17 @@ def finetune_cmd(
     is the mean (and standard deviation) over the final runs' accuracies on the test split.
     """
     from vitbench.transfer.config import parse_floats, validated
-    from vitbench.transfer.finetune import FinetuneConfig, finetune
+    from vitbench.transfer.finetune import finetune
 
     cfg = validated(FinetuneConfig, {
-        **_resolve_upstream_arg(checkpoint, model, sets, backend, pretrain_steps, pretrain_warmup_steps, seed,
-                                objective),
-        "backend": backend,
-        "data": _data(_source(data, data_path, data_test_path, skip_corrupt, data_workers, image_column,
-                              label_column), classes, data_seed, val_fraction),
-        "resolution": resolution,
-        "steps": steps, "batch_size": batch_size, "lr_grid": parse_floats(lr_grid, "--lr-grid", "0.01,0.03"),
-        "warmup_steps": warmup_steps, "refit": refit, "seed": seed, "seeds": seeds}, "finetune",
-        _DOWNSTREAM_OPTIONS)
-    rec = finetune(cfg, device=device, threads=_check_where(cfg.backend, device, threads),
+        **_downstream(shared, seed, val_fraction), "steps": steps, "batch_size": batch_size,
+        "lr_grid": parse_floats(lr_grid, "--lr-grid", "0.01,0.03"), "warmup_steps": warmup_steps, "refit": refit,
+        "seed": seed, "seeds": seeds}, "finetune", _DOWNSTREAM_OPTIONS)
+    rec = finetune(cfg, device=shared.device, threads=_check_where(cfg.backend, shared.device, shared.threads),
                    batch_option="--batch-size")
     c = rec.config
     _show(rec, f"finetune {c['model']} ({c['backend']}) on {c['data']['name']} {c['data']['classes']} @ "
                f"{c['resolution']}px",
           ["accuracy", "accuracy_std", "selection_accuracy", "initial_accuracy", "val_accuracy", "best_lr",
            "chance_accuracy", "finetune_images_seen",
-           "finetune_exaflops", "finetune_s", "exaflops", "upstream_accuracy"], as_json)
+           "finetune_exaflops", "finetune_s", "exaflops", "upstream_accuracy"], shared.as_json)
