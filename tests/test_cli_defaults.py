@@ -1,14 +1,20 @@
-"""A command's option defaults are its task's field defaults (the one declaration, tasks' Params): the same
-measurement asked from the command line or from a study is the same trial, with the same key."""
+"""A command's option defaults are declared once (vitbench/cli/options.py): a config or task field's default, a
+library constant, or a command-line concern's entry in CLI_DEFAULTS. The same measurement asked from the command
+line or from a study is the same trial, with the same key."""
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
+import typer
+from typer.models import ArgumentInfo, OptionInfo
 from typer.testing import CliRunner
 
 import vitbench.cli.measure_cmd as measure_cmd
 from vitbench.cli import app
 from vitbench.cli import common
+from vitbench.cli.options import CliDefault, FieldDefault, cli_option, from_field, source_of
 from vitbench.study import parse_study, trial_key
 from vitbench.tasks import get_task
 
@@ -32,6 +38,78 @@ def _command_params(monkeypatch, argv: list[str]) -> tuple[str, dict, object]:
     res = CliRunner().invoke(app, argv)
     assert isinstance(res.exception, _Captured), res.output
     return seen["task"], seen["values"], seen["params"]
+
+
+def _commands(typer_app: typer.Typer, prefix: str = ""):
+    """(name, callback) of every command of `typer_app`, its sub-apps' and its root callback: from the app itself,
+    so a new command is walked without being listed here."""
+    if typer_app.registered_callback is not None:
+        yield prefix or "(root)", typer_app.registered_callback.callback
+    for c in typer_app.registered_commands:
+        yield f"{prefix}{c.name or c.callback.__name__}", c.callback
+    for g in typer_app.registered_groups:
+        yield from _commands(g.typer_instance, f"{prefix}{g.name} ")
+
+
+def _names(param: inspect.Parameter, info) -> set[str]:
+    """The parameter's name and its long flags as field names (--batch-size -> batch_size, --no-x -> x)."""
+    flags = [f for d in (info.param_decls or ()) for f in d.split("/") if f.startswith("--")]
+    return {param.name, *(f[2:].removeprefix("no-").replace("-", "_") for f in flags)}
+
+
+def default_problems(typer_app: typer.Typer) -> list[str]:
+    """Every option of every command whose default is not declared once: a literal not from vitbench.cli.options,
+    a default that differs from its declaration, or a command-line option named like a field (with a default) of
+    a config class the same command's field options read."""
+    out = []
+    for name, callback in _commands(typer_app):
+        params = [(p, p.default) for p in inspect.signature(callback).parameters.values()
+                  if isinstance(p.default, (OptionInfo, ArgumentInfo))]
+        sources = {p.name: source_of(info) for p, info in params}
+        fields: dict[str, str] = {}  # field name -> its model, for the fields (with defaults) the command reads
+        for src in sources.values():
+            if isinstance(src, FieldDefault):
+                for model in src.models():
+                    fields.update({f: model.__name__ for f, i in model.model_fields.items() if not i.is_required()})
+        for p, info in params:
+            default = info.default_factory() if info.default_factory is not None else info.default
+            src = sources[p.name]
+            if src is None:
+                if default not in (None, ...):
+                    out.append(f"{name} {p.name}: literal default {default!r}, not declared in vitbench.cli.options")
+                continue
+            if default != src.default():
+                out.append(f"{name} {p.name}: default {default!r} differs from {src} = {src.default()!r}")
+            if isinstance(src, CliDefault):
+                clash = sorted(_names(p, info) & fields.keys())
+                if clash:
+                    out.append(f"{name} {p.name}: a command-line option named like the field {clash[0]} of "
+                               f"{fields[clash[0]]}: take its default with from_field")
+    return out
+
+
+def test_every_commands_option_defaults_are_declared_once():
+    assert default_problems(app) == []
+
+
+def test_the_walk_finds_literals_and_shadowed_fields():
+    """The walk above sees what it must refuse, on a command of a sub-app: a literal default, and a command-line
+    option named like a field that the command's field options read (DataConfig.skip_corrupt)."""
+    from vitbench.transfer.config import DataConfig
+
+    bad, sub = typer.Typer(), typer.Typer()
+    bad.add_typer(sub, name="sub")
+
+    @sub.command("cmd")
+    def cmd(seed: int = from_field(DataConfig, "seed"), steps: int = typer.Option(300),
+            skip_corrupt: bool = cli_option("json", "--skip-corrupt"), out: str = typer.Option(None)) -> None:
+        """steps: a literal; skip_corrupt: a command-line option shadowing a field; seed, out: fine."""
+
+    problems = default_problems(bad)
+    assert len(problems) == 2, problems
+    assert problems[0].startswith("sub cmd steps: literal default 300"), problems
+    assert problems[1].startswith("sub cmd skip_corrupt: a command-line option named like the field skip_corrupt"
+                                  " of DataConfig"), problems
 
 
 @pytest.mark.parametrize("argv", [["bench", MODEL], ["bench", MODEL, "--task", "train"], ["max-batch", MODEL],

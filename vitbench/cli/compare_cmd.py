@@ -23,13 +23,13 @@ def compare_cmd(
     baseline: str = typer.Argument(..., help="Baseline results: a .jsonl file or a results directory."),
     current: str = typer.Argument(..., help="Current results: a .jsonl file or a results directory."),
     threshold: float = from_constant("vitbench.compare.decide", "DEFAULT_THRESHOLD",
-                                    help="Relative change that matters: 0.05 = 5 %. A regression needs the whole "
-                                         "confidence interval past it."),
+                                     help="Relative change that matters: 0.05 = 5 %. A regression needs the whole "
+                                          "confidence interval past it."),
     fmt: str = cli_option("format", "--format", help="table (terminal) | md (Markdown) | json "
-                                                      "(github-action-benchmark customBiggerIsBetter)."),
+                                                     "(github-action-benchmark customBiggerIsBetter)."),
     normalize: bool = cli_option("normalize", "--normalize/--no-normalize",
-                                   help="Divide speeds by the calibration workload (matmul TFLOP/s) measured in "
-                                        "the same run, so a slower machine is not called a regression."),
+                                 help="Divide speeds by the calibration workload (matmul TFLOP/s) measured in "
+                                      "the same run, so a slower machine is not called a regression."),
     metric: list[str] = typer.Option(None, "--metric", "-m",
                                      help="Metric to compare (repeatable): any metric a task declares comparable "
                                           "(img_per_s, max_batch_size, peak_mem_mib, compile_s, accuracy, ...; "
@@ -37,10 +37,10 @@ def compare_cmd(
     ignore: list[str] = typer.Option(None, "--ignore", help="Trial-config field left out of matching "
                                                            "(repeatable), e.g. threads."),
     confidence: float = from_constant("vitbench.compare.decide", "DEFAULT_CONFIDENCE",
-                                     help="Confidence of the bootstrap interval on current / baseline."),
+                                      help="Confidence of the bootstrap interval on current / baseline."),
     allow_missing: bool = cli_option("allow_missing", "--allow-missing",
-                                       help="Do not fail when trials that were ok in the baseline are missing "
-                                            "from current (they are still listed)."),
+                                     help="Do not fail when trials that were ok in the baseline are missing "
+                                          "from current (they are still listed)."),
     inject_slowdown: float = typer.Option(None, "--inject-slowdown", hidden=True,
                                           help="Self-test: make every timed step of CURRENT this many times "
                                                "slower before comparing (the check must then fail)."),
@@ -124,27 +124,27 @@ def ab_cmd(
     baseline_study: str = typer.Option(None, "--baseline-study",
                                        help="The baseline's study file if it differs (relative to REF's tree)."),
     threshold: float = from_constant("vitbench.compare.decide", "DEFAULT_THRESHOLD",
-                                    help="Slowdown that matters: 0.05 = 5 %. Regression: the whole interval of "
-                                         "current / baseline below 1 - threshold."),
+                                     help="Slowdown that matters: 0.05 = 5 %. Regression: the whole interval of "
+                                          "current / baseline below 1 - threshold."),
     confidence: float = from_constant("vitbench.compare.decide", "DEFAULT_CONFIDENCE",
                                       help="Confidence of the paired interval."),
     min_pairs: int = from_constant("vitbench.compare.paired", "DEFAULT_MIN_PAIRS", "--min-pairs",
                                   help="Round pairs always measured before a decision."),
     max_pairs: int = typer.Option(None, "--max-pairs", help="Stop after this many pairs (default: the budget)."),
     budget_s: float = from_constant("vitbench.compare.ab", "DEFAULT_BUDGET_S", "--budget-s",
-                                   help="Wall-clock budget in seconds; no new pair starts that would pass it."),
+                                    help="Wall-clock budget in seconds; no new pair starts that would pass it."),
     fmt: str = cli_option("format", "--format", help="table | md (Markdown) | json (github-action-benchmark)."),
     results: str = typer.Option(None, "--results", help="Keep every round's results here (a new or empty "
                                                         "directory); default: a temporary one, removed."),
     repo: str = cli_option("repo", "--repo", help="The git checkout whose working tree is current."),
     allow_same: bool = cli_option("allow_same", "--allow-same", help="Allow REF to be the checked-out commit with no "
-                                                                 "change (an A/A noise check)."),
+                                                                     "change (an A/A noise check)."),
     schedule: str = from_constant("vitbench.compare.ab", "DEFAULT_SCHEDULE",
-                                 help="alternate: a pair's two rounds one after the other, the first side "
-                                      "alternating; together: both at once (same load)."),
+                                  help="alternate: a pair's two rounds one after the other, the first side "
+                                       "alternating; together: both at once (same load)."),
     statistic: str = from_constant("vitbench.compare.ab", "DEFAULT_STATISTIC",
-                                  help="A trial's value in a round: best (fastest step: least moved by other "
-                                       "load) | median."),
+                                   help="A trial's value in a round: best (fastest step: least moved by other "
+                                        "load) | median."),
     extra_work: float = typer.Option(None, "--test-extra-work", hidden=True,
                                      help="Test only: current's timed steps carry this fraction of extra real "
                                           "work (the gate's power test)."),

@@ -17,8 +17,8 @@ _STYLE = {"ok": "green", "info": "cyan", "warn": "yellow", "fail": "bold red", "
 
 @app.command("doctor")
 def doctor_cmd(
-    device: str = from_field(Infer.Params, "device", help="cpu | gpu[:N] (or cuda[:N]) | tpu[:N]: checked on every backend "
-                                           "that runs there."),
+    device: str = from_field(Infer.Params, "device", help="cpu | gpu[:N] (or cuda[:N]) | tpu[:N]: checked on "
+                                                          "every backend that runs there."),
     threads: int = typer.Option(None, help="Intra-op threads to check with (default: each framework's)."),
     precision: str = from_field(Infer.Params, "precision", help="Precision of the timing check and the peak."),
     backend: list[str] = typer.Option(None, "--backend", help="Only these registered backends "

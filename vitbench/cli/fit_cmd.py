@@ -101,18 +101,24 @@ def _progress(start: float):
     return report
 
 
+# the fit's settings (vitbench.fit.groups.FitSpec), read when `fit` runs: importing the fit (scipy) costs every
+# command's start-up seconds
+_FIT = "vitbench.fit.groups:FitSpec"
+
+
 @app.command("fit")
 def fit_cmd(
     source: str = typer.Argument(..., help="A results directory (or .jsonl) or a CSV file."),
-    compute: str = from_field("vitbench.fit.groups:FitSpec", "compute", "--compute",
-                                help="Compute column (x): pretrain_exaflops, images_seen, params_m, "
-                                     "inference_gflops, or any numeric CSV column."),
+    compute: str = from_field(_FIT, "compute", "--compute",
+                              help="Compute column (x): pretrain_exaflops, images_seen, params_m, "
+                                   "inference_gflops, or any numeric CSV column."),
     error: str = typer.Option(None, "--error", help="Error column: any lower-is-better value >= 0 (a fraction, "
                                                      "a cross-entropy, a perplexity)."),
     accuracy: str = typer.Option(None, "--accuracy",
                                  help="Accuracy column, fitted as 1 - accuracy (default: `accuracy`, or a CSV's "
                                       "`error` column)."),
-    percent: bool = from_field("vitbench.fit.groups:FitSpec", "percent", "--percent", help="The error/accuracy column is in percent (0-100)."),
+    percent: bool = from_field(_FIT, "percent", "--percent",
+                               help="The error/accuracy column is in percent (0-100)."),
     group: list[str] = typer.Option(None, "--group",
                                     help="Group by this column (repeatable; default: family). Results are "
                                          "always split by benchmark (kind, dataset, shots) too."),
@@ -120,16 +126,16 @@ def fit_cmd(
                                                       "columns, e.g. \"kind == 'finetune' and steps >= 100\"."),
     form: list[str] = typer.Option(None, "--form",
                                    help="power | offset | saturating | m4 (repeatable; default all)."),
-    points: str = from_field("vitbench.fit.groups:FitSpec", "points", "--points", help="all | frontier (only rows no cheaper row beats)."),
+    points: str = from_field(_FIT, "points", "--points", help="all | frontier (only rows no cheaper row beats)."),
     predict: str = typer.Option(None, "--predict", help="Predict the error at these compute values: C[,C...]."),
     reach: float = typer.Option(None, "--reach",
                                 help="Backtest reach in decades of compute past the fitted budgets (default: as "
                                      "far as --predict, else a third of the measured decades)."),
-    cutoffs: int = from_field("vitbench.fit.groups:FitSpec", "cutoffs", "--cutoffs",
-                                help="Backtest cut-offs (each a further quarter of the reach lower)."),
-    bootstrap: int = from_field("vitbench.fit.groups:FitSpec", "bootstrap", "--bootstrap", help="Bootstrap replicates for the CIs (0: none)."),
-    ci: float = from_field("vitbench.fit.groups:FitSpec", "ci", "--ci", help="Confidence level of the intervals and bands."),
-    seed: int = from_field("vitbench.fit.groups:FitSpec", "seed", "--seed", help="Bootstrap seed."),
+    cutoffs: int = from_field(_FIT, "cutoffs", "--cutoffs",
+                              help="Backtest cut-offs (each a further quarter of the reach lower)."),
+    bootstrap: int = from_field(_FIT, "bootstrap", "--bootstrap", help="Bootstrap replicates for the CIs (0: none)."),
+    ci: float = from_field(_FIT, "ci", "--ci", help="Confidence level of the intervals and bands."),
+    seed: int = from_field(_FIT, "seed", "--seed", help="Bootstrap seed."),
     workers: int = typer.Option(None, "--workers", min=1,
                                 help="Processes fitting groups in parallel (default: every core)."),
     as_json: bool = cli_option("json", "--json", help="Print one JSON document on stdout, nothing else."),

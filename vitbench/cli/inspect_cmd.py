@@ -28,8 +28,10 @@ def inspect_cmd(
     resolution: int = typer.Option(None, "--resolution", "-r",
                                    help="Input size (default: the checkpoint's; position embeddings are "
                                         "resampled as for fine-tuning)."),
-    images: int = from_field(Inspect.Params, "inspect_images", "--images", "-n", min=1, help="Digits test images to average over."),
-    rollout: int = from_field(Inspect.Params, "inspect_rollout", "--rollout", min=0, help="Images with attention-rollout maps."),
+    images: int = from_field(Inspect.Params, "inspect_images", "--images", "-n", min=1,
+                             help="Digits test images to average over."),
+    rollout: int = from_field(Inspect.Params, "inspect_rollout", "--rollout", min=0,
+                              help="Images with attention-rollout maps."),
     seed: int = from_field(Inspect.Params, "seed", help="Init seed for a variant name."),
     threads: int = typer.Option(None, help="Intra-op threads."),
     as_json: bool = cli_option("json", "--json", help="One JSON document on stdout (nothing else)."),

@@ -52,41 +52,41 @@ def bench_cmd(
     model: str = typer.Argument(..., help="Variant name, e.g. ViT-B/16, R50x1, R50+ViT-B/16, ViT-Nano/4."),
     sets: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
     task: str = cli_option("task_mode", help="infer (forward) | train (forward + loss + backward + optimizer "
-                                            "step)."),
+                                             "step)."),
     batch_size: int = from_field(Infer.Params, "batch_size", "--batch-size", "-b", min=1),
     resolution: int = typer.Option(None, "--resolution", "-r", help="Input size in pixels (default: native)."),
     precision: str = from_field(Infer.Params, "precision",
-                                  help="fp32 (full fp32 on every backend) | tf32 (GPU) | bf16 | fp16 "
-                                       "(autocast)."),
+                                help="fp32 (full fp32 on every backend) | tf32 (GPU) | bf16 | fp16 "
+                                     "(autocast)."),
     backend: str = typer.Option(None, help="A registered backend "
                                            "(`vitbench plugins` lists them; default: the first registered)."),
     device: str = from_field(Infer.Params, "device",
-                               help="cpu | cuda | cuda:N (torch); cpu | gpu | tpu (jax)."),
+                             help="cpu | cuda | cuda:N (torch); cpu | gpu | tpu (jax)."),
     threads: int = typer.Option(None, help="Intra-op threads (default: the framework's; recorded either way)."),
     devices: int = typer.Option(None, min=1, help="Local devices (default 1): data parallel over N devices, the "
                                                  "batch split evenly (docs/devices.md)."),
     parallelism: str = typer.Option(None, help="With --devices N: dp (replicated parameters) | fsdp (sharded)."),
     compile: bool = from_field(Infer.Params, "compile",
-                                 "--compile/--no-compile", help="torch.compile the model (torch)."),
+                               "--compile/--no-compile", help="torch.compile the model (torch)."),
     compile_mode: str = typer.Option(None, "--compile-mode",
                                      help="With --compile: default | reduce-overhead (CUDA graphs) | max-autotune "
                                           "| max-autotune-no-cudagraphs (torch)."),
     timing: str = from_field(Infer.Params, "timing",
-                               help="throughput: windows of steps queued between two device events "
-                                    "(img/s) | latency: every step synchronised (p50/p90/p99)."),
+                             help="throughput: windows of steps queued between two device events "
+                                  "(img/s) | latency: every step synchronised (p50/p90/p99)."),
     window_steps: int = typer.Option(None, "--window-steps", min=1,
                                      help="throughput: steps per window (default: enough for "
                                           f"{TARGET_WINDOWS} windows to cover the minimums)."),
     optimizer: str = from_field(Train.Params, "optimizer",
-                                  help="train: adam (paper pre-training) | sgd (momentum 0.9)."),
+                                help="train: adam (paper pre-training) | sgd (momentum 0.9)."),
     channels_last: bool = typer.Option(None, "--channels-last/--no-channels-last",
                                        help="Default: on for BiT and hybrid, off for ViT."),
     warmup: int = from_field(Infer.Params, "warmup_steps",
-                               min=0, help="Warm-up steps after the first (kept raw, not in throughput)."),
+                             min=0, help="Warm-up steps after the first (kept raw, not in throughput)."),
     min_steps: int = from_field(Infer.Params, "min_steps", min=1, help="Timed steps at least."),
     min_seconds: float = from_field(Infer.Params, "min_seconds", help="Timed seconds at least."),
     max_seconds: float = from_field(Infer.Params, "max_seconds",
-                                      help="Stop timing after this long even if min_steps is not reached."),
+                                    help="Stop timing after this long even if min_steps is not reached."),
     seed: int = from_field(Infer.Params, "seed"),
     data: str = data_option(" With --task train: also train on this dataset's images for --data-steps "
                             "and report real-input img/s beside the synthetic figure."),
@@ -221,19 +221,19 @@ def max_batch_cmd(
                                                  "each probe runs the N-device step (docs/devices.md)."),
     parallelism: str = typer.Option(None, help="With --devices N: dp (replicated parameters) | fsdp (sharded)."),
     optimizer: str = from_field(Train.Params, "optimizer",
-                                  help="train: adam | sgd (optimizer state counts toward memory)."),
+                                help="train: adam | sgd (optimizer state counts toward memory)."),
     memory_limit_gib: float = typer.Option(
         None, "--memory-limit-gib",
         help="Budget for the probe process's peak memory. CPU default: half the memory available now; "
              "GPU default: none (a real out-of-memory error decides)."),
     max_batch_size: int = from_field(MaxBatch.Params, "max_batch_size",
-                                       "--max-batch-size", min=1, help="Stop doubling here."),
+                                     "--max-batch-size", min=1, help="Stop doubling here."),
     start: int = from_field(MaxBatch.Params, "start", min=1, help="First batch size probed."),
     granularity: int = from_field(MaxBatch.Params, "granularity",
-                                    min=1, help="Bisect until fitting and failing batches are this close."),
+                                  min=1, help="Bisect until fitting and failing batches are this close."),
     probe_timeout_s: float = from_field(MaxBatch.Params, "probe_timeout_s",
-                                          "--probe-timeout-s", "--probe-timeout",
-                                          help="Seconds before a probe is killed and counted as failing."),
+                                        "--probe-timeout-s", "--probe-timeout",
+                                        help="Seconds before a probe is killed and counted as failing."),
     as_json: bool = cli_option("json", "--json"),
 ) -> None:
     """Largest batch that fits: doubling probes, then bisection; every probe in a fresh process.
@@ -290,7 +290,7 @@ def flops_cmd(
                                            "(`vitbench plugins` lists them; default: the first registered): whose "
                                            "FLOP counters run."),
     count: bool = from_field(Flops.Params, "count", "--count/--no-count",
-                               help="Also run the framework counters (builds the model)."),
+                             help="Also run the framework counters (builds the model)."),
     images: int = typer.Option(None, help="Pre-training images per epoch (with --epochs): prints exaFLOPs."),
     epochs: float = typer.Option(None, help="Pre-training epochs (with --images)."),
     as_json: bool = cli_option("json", "--json"),
@@ -340,7 +340,7 @@ def env_cmd(
     threads: int = typer.Option(None),
     precision: str = from_field(Infer.Params, "precision", help="Precision of the peak."),
     refresh: bool = cli_option("refresh", "--refresh", help="Re-measure the peak with every backend (it only "
-                                                          "rises)."),
+                                                            "rises)."),
     as_json: bool = cli_option("json", "--json"),
 ) -> None:
     """This machine: versions, device, CPU, threads, git SHA, and the device's peak (the MFU denominator).

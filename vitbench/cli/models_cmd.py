@@ -50,7 +50,7 @@ def models_cmd(
     family: str = typer.Option(None, "--family", "-f", help="vit | bit | hybrid | a plug-in family (axial_vit, axial_resnet, ...)"),
     tiny: bool = cli_option("tiny", "--tiny/--no-tiny", help="Include the tiny test/CPU variants."),
     pattern: str = cli_option("filter", "--filter", help="Glob on the names, e.g. 'ViT-*' or, with --family timm, "
-                                "'convnext*' (timm's list_models)."),
+                                                         "'convnext*' (timm's list_models)."),
     as_json: bool = cli_option("json", "--json", help="Machine-readable output."),
 ) -> None:
     """List every variant: paper name, family, depth/width, params (M) and GMACs at its native resolution.

@@ -150,7 +150,9 @@ def _model_of(annotation, default) -> type[BaseModel]:
 
 def _declared(source: Source, *param_decls: str, **kwargs):
     if isinstance(source, FieldDefault) and source.lazy:  # read when the command runs without the option
-        info = typer.Option(..., *param_decls, default_factory=source.default, show_default=False, **kwargs)
+        cls = source.model.rpartition(":")[2]  # type: ignore[union-attr]
+        info = typer.Option(..., *param_decls, default_factory=source.default,
+                            show_default=f"{cls}.{source.path}", **kwargs)
     else:
         info = typer.Option(source.default(), *param_decls, **kwargs)
     _SOURCES[id(info)] = (info, source)

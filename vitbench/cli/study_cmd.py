@@ -227,7 +227,7 @@ def sweep_cmd(
     keep_logs: bool = typer.Option(None, "--keep-logs/--no-keep-logs",
                                    help="Keep every trial's output under <results>/logs/ (not only failures')."),
     allow_failures: bool = cli_option("allow_failures", "--allow-failures",
-                                        help="Exit 0 even when trials did not end ok (oom, error, timeout)."),
+                                      help="Exit 0 even when trials did not end ok (oom, error, timeout)."),
     as_json: bool = cli_option("json", "--json", help="--dry-run: print the trials as JSON."),
     sets: list[str] = typer.Option(None, "--set", metavar="FIELD=VALUE",
                                    help="Set a study field in every trial (repeatable), e.g. --set "
@@ -335,7 +335,7 @@ def report_cmd(
     results: Path = typer.Argument(..., help="A results directory (results/<study>/) or a results .jsonl file."),
     out: Path = typer.Option(None, "--out", help="Where to write the report (default: <results>/report/)."),
     formats: str = cli_option("report_formats", "--format",
-                                help="Comma-separated: md, html, csv, parquet."),
+                              help="Comma-separated: md, html, csv, parquet."),
     plots: bool = cli_option("plots", "--plots/--no-plots", help="Write the PNG and SVG figures."),
 ) -> None:
     """Summarise a results store: tables in the terminal; Markdown, HTML, CSV, Parquet files; PNG + SVG plots.
