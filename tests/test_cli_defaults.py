@@ -149,3 +149,24 @@ def test_transfer_defaults_keep_their_keys():
     for cmd in then["commands"]:
         assert now["commands"][cmd] == then["commands"][cmd], cmd
     assert now == then
+
+
+def test_pretrain_with_no_options_is_the_studys_default_upstream(monkeypatch):
+    """`vitbench pretrain MODEL` pre-trains what a study's default transfer trial pre-trains (the task's upstream
+    fields take PretrainConfig's defaults): the same config, so the same cached checkpoint."""
+    import vitbench.transfer.pretrain as pretrain
+
+    seen = {}
+
+    def capture(cfg, **_):
+        seen["cfg"] = cfg
+        raise _Captured
+
+    monkeypatch.setattr(pretrain, "ensure_upstream", capture)
+    res = CliRunner().invoke(app, ["pretrain", MODEL])
+    assert isinstance(res.exception, _Captured), res.output
+    study = parse_study(f"name: defaults\naxes:\n  model: [{MODEL}]\n  task: [pretrain]\n", "defaults.yaml")
+    (trial,) = study.trials
+    params = get_task("pretrain").Params.model_validate(trial.config)
+    assert params.upstream_config("pretrain") == seen["cfg"]
+    assert pretrain.cache_path(params.upstream_config("pretrain")) == pretrain.cache_path(seen["cfg"])

@@ -209,18 +209,3 @@ class OptionGroup:
         command.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
         command.__annotations__ = {p.name: p.annotation for p in params}  # real types: what typer reads
         return command
-
-
-def joined(values) -> str:
-    """[1, 5, 10, 25] -> "1,5,10,25": a list as a comma-separated option writes it."""
-    return ",".join(str(v) for v in values)
-
-
-def ints_text(values: list[int]) -> str:
-    """[5, 6, 7, 8, 9] -> "5-9" (a run), [1, 5, 10] -> "1,5,10": a list of ints as an option writes it."""
-    values = list(values)
-    if len(values) > 2 and values == list(range(values[0], values[-1] + 1)):
-        return f"{values[0]}-{values[-1]}"
-    return ",".join(str(v) for v in values)
-
-

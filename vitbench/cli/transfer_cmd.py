@@ -20,10 +20,11 @@ from vitbench.cli.data_options import (
     SOURCE_OPTIONS,
 )
 from vitbench.cli.data_options import source as _source
-from vitbench.cli.options import OptionGroup, cli_option, from_field, ints_text, joined
+from vitbench.cli.options import OptionGroup, cli_option, from_field
 from vitbench.numfmt import fmt
 from vitbench.tasks.pretrain import Pretrain
 from vitbench.tasks.upstream import Upstream
+from vitbench.transfer.config import ints_text, joined
 from vitbench.transfer.downstream import DownstreamConfig
 from vitbench.transfer.fewshot import FewshotConfig
 from vitbench.transfer.finetune import FinetuneConfig

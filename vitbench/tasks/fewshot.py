@@ -9,12 +9,13 @@ from vitbench.record import Record
 from vitbench.tasks import Task, register_task
 from vitbench.tasks.fields import params_model
 from vitbench.tasks.upstream import ACCURACY, SHARED, Downstream, FromCheckpoint, Upstream, with_compute_aliases
-from vitbench.transfer.config import validated
+from vitbench.transfer.config import default_of, validated
+from vitbench.transfer.fewshot import FewshotConfig
 
 
 class Shots(BaseModel):
-    shots: int = 10  # paper: 1, 5, 10, 25 (an axis)
-    fewshot_seeds: int = 5
+    shots: int = 10  # one k per trial (an axis; paper: 1, 5, 10, 25, `vitbench fewshot`'s default: all four)
+    fewshot_seeds: int = default_of(FewshotConfig, "seeds")
     l2_reg: PositiveFloat | None = None  # None: chosen on the val split
 
 
@@ -30,7 +31,7 @@ class Fewshot(Task):
     headline = "accuracy"
 
     def run(self, p) -> Record:
-        from vitbench.transfer.fewshot import FewshotConfig, fewshot
+        from vitbench.transfer.fewshot import fewshot
 
         cfg = validated(FewshotConfig, {
             **p.upstream_source(self.name), "backend": p.backend, "data": p.downstream_data(),

@@ -9,15 +9,19 @@ from vitbench.record import Record
 from vitbench.tasks import Task, register_task
 from vitbench.tasks.fields import MAX_COUNT, params_model
 from vitbench.tasks.upstream import ACCURACY, SHARED, Downstream, FromCheckpoint, Upstream, with_compute_aliases
-from vitbench.transfer.config import parse_floats, validated
+from vitbench.transfer.config import default_of, joined, parse_floats, validated
+from vitbench.transfer.finetune import FinetuneConfig
 
 
 class Recipe(BaseModel):
-    finetune_steps: int = 100
-    lr_grid: str = "0.001,0.003,0.01,0.03"  # comma-separated; paper App. B.1.1
-    finetune_warmup_steps: int = 10
-    refit: bool = True
-    finetune_seeds: int = Field(3, ge=1, le=MAX_COUNT)  # runs per LR and final runs: LR by mean val accuracy, accuracy +- std
+    """FinetuneConfig's recipe under the trial's names, its defaults read from there."""
+
+    finetune_steps: int = default_of(FinetuneConfig, "steps")
+    lr_grid: str = joined(default_of(FinetuneConfig, "lr_grid"))  # comma-separated; paper App. B.1.1
+    finetune_warmup_steps: int = default_of(FinetuneConfig, "warmup_steps")
+    refit: bool = default_of(FinetuneConfig, "refit")
+    # runs per LR and final runs: LR by mean val accuracy, accuracy +- std
+    finetune_seeds: int = Field(default_of(FinetuneConfig, "seeds"), ge=1, le=MAX_COUNT)
 
 
 @register_task
@@ -32,7 +36,7 @@ class Finetune(Task):
     headline = "accuracy"
 
     def run(self, p) -> Record:
-        from vitbench.transfer.finetune import FinetuneConfig, finetune
+        from vitbench.transfer.finetune import finetune
 
         grid = parse_floats(p.lr_grid, f"task {self.name!r}: lr_grid", "0.001,0.003,0.01,0.03")
         cfg = validated(FinetuneConfig, {

@@ -24,9 +24,11 @@ from vitbench.backends.base import BackendName
 from vitbench.record import Record
 from vitbench.tasks import Metric
 from vitbench.tasks.fields import MAX_COUNT, PathField
-from vitbench.transfer.config import DatasetName, Seed, validated
+from vitbench.transfer.config import DataConfig, DatasetName, Seed, default_of, ints_text, validated
+from vitbench.transfer.downstream import DOWNSTREAM_DATA
 from vitbench.transfer.distill import DEFAULT_LAMBDA, DEFAULT_TAU, Distillation, Lambda, Tau
 from vitbench.transfer.masked_patch import MaskedPatch, Objective, Scratch, Target
+from vitbench.transfer.pretrain import UPSTREAM_DATA, PretrainConfig
 
 SHARED = ("model", "backend", "task", "device", "seed", "threads")
 
@@ -73,22 +75,24 @@ TEACHER_FIELDS: tuple[str, ...] = tuple(TeacherFields.model_fields)
 
 
 class Upstream(TeacherFields):
-    """The upstream: identical names and defaults in all three tasks, so their caches line up."""
+    """The upstream: identical names and defaults in all three tasks, so their caches line up. The defaults are
+    PretrainConfig's (and its UPSTREAM_DATA's), read from there: the default trial pre-trains what `vitbench
+    pretrain MODEL` does."""
 
-    upstream_dataset: DatasetName = "digits"
+    upstream_dataset: DatasetName = UPSTREAM_DATA.name
     upstream_path: PathField | None = None
-    upstream_classes: str | None = "0-4"  # 'a-b' or 'a,b,c'; None: all classes
+    upstream_classes: str | None = ints_text(UPSTREAM_DATA.classes)  # 'a-b' or 'a,b,c'; None: all classes
     upstream_train_per_class: int | None = None  # cap on upstream images per class (data-size axis)
-    data_seed: Seed = 0  # split seed (up- and downstream), separate from the model seed
+    data_seed: Seed = default_of(DataConfig, "seed")  # split seed (up- and downstream), separate from the model's
     pretrain_backend: BackendName | None = None  # None: the trial's backend
     pretrain_resolution: int | None = None  # None: the variant's native resolution
-    pretrain_steps: int = 300
-    pretrain_batch_size: int = 64
-    pretrain_lr: float = 1e-3
-    pretrain_weight_decay: float = 0.1
+    pretrain_steps: int = default_of(PretrainConfig, "steps")
+    pretrain_batch_size: int = default_of(PretrainConfig, "batch_size")
+    pretrain_lr: float = default_of(PretrainConfig, "lr")
+    pretrain_weight_decay: float = default_of(PretrainConfig, "weight_decay")
     pretrain_warmup_steps: int | None = None  # None: the pre-training default (transfer.pretrain.default_warmup)
-    pretrain_decay: Literal["linear", "cosine"] = "linear"
-    label_smoothing: float = 0.0
+    pretrain_decay: Literal["linear", "cosine"] = default_of(PretrainConfig, "decay")
+    label_smoothing: float = default_of(PretrainConfig, "label_smoothing")
     # pre-training objective (vitbench.transfer.masked_patch): the mask_* fields apply to masked_patch only and,
     # like `objective` itself when supervised, are left out of the trial config (existing keys unchanged)
     objective: Objective = Objective.SUPERVISED
@@ -192,11 +196,13 @@ def _false_or_zero(v) -> bool:
 
 
 class Downstream(BaseModel):
-    dataset: DatasetName = "digits"
+    """The downstream data: DOWNSTREAM_DATA's defaults (vitbench.transfer.downstream), read from there."""
+
+    dataset: DatasetName = DOWNSTREAM_DATA.name
     data_path: PathField | None = None
-    classes: str | None = "5-9"
+    classes: str | None = ints_text(DOWNSTREAM_DATA.classes)
     train_per_class: int | None = None
-    val_fraction: float = 0.1  # held out of train: the fine-tuning LR choice / few-shot L2 choice
+    val_fraction: float = DOWNSTREAM_DATA.val_fraction  # held out of train: the fine-tuning LR / few-shot L2 choice
     # the data source's other settings (vitbench.transfer.config.DataConfig), left out of the key when unset
     data_test_path: PathField | None = Field(None, exclude_if=_absent)  # webdataset / hf: the test split's path
     image_column: str | None = Field(None, exclude_if=_absent)  # hf

@@ -105,6 +105,27 @@ def parse_ints(text: str, what: str, example: str) -> list[int]:
     return out
 
 
+def joined(values) -> str:
+    """[1, 5, 10, 25] -> "1,5,10,25": a list as a comma-separated option or study field writes it (read back by
+    parse_ints / parse_floats)."""
+    return ",".join(str(v) for v in values)
+
+
+def ints_text(values: list[int]) -> str:
+    """[5, 6, 7, 8, 9] -> "5-9" (a run of three or more), [1, 5, 10] -> "1,5,10": a class list as DataConfig's
+    `classes` reads it from text."""
+    values = list(values)
+    if len(values) > 2 and values == list(range(values[0], values[-1] + 1)):
+        return f"{values[0]}-{values[-1]}"
+    return joined(values)
+
+
+def default_of(model: type[BaseModel], field: str) -> Any:
+    """The default `model` declares for `field` (a factory's: None): for a second model whose field means the
+    same (a task's parameter, a command's option), so the default is declared once."""
+    return model.model_fields[field].get_default(call_default_factory=False)
+
+
 class DataConfig(BaseModel):
     """Which images, which classes, how to split. JSON-able; part of a trial's key."""
 
