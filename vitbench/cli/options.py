@@ -186,16 +186,17 @@ def source_of(info) -> Source | None:
 @dataclass(frozen=True)
 class OptionGroup:
     """Options several commands take, declared once: parameter name -> (its type, its typer.Option). A command
-    decorated with the group takes them as one parameter `shared` (a namespace, attribute per option), placed in
-    its help where `shared` sits in its signature."""
+    decorated with the group takes them as one parameter named `marker` (a namespace, an attribute per option),
+    placed in its help where that parameter sits in its signature."""
 
+    marker: str
     options: dict[str, tuple[Any, Any]]
 
     def __call__(self, fn: Callable) -> Callable:
         sig = inspect.signature(fn, eval_str=True)
         params: list[inspect.Parameter] = []
         for p in sig.parameters.values():
-            if p.name != "shared":
+            if p.name != self.marker:
                 params.append(p)
                 continue
             params += [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=info, annotation=typ)
@@ -203,8 +204,8 @@ class OptionGroup:
 
         @functools.wraps(fn)
         def command(**values):
-            shared = SimpleNamespace(**{n: values.pop(n) for n in self.options})
-            return fn(shared=shared, **values)
+            group = SimpleNamespace(**{n: values.pop(n) for n in self.options})
+            return fn(**{self.marker: group}, **values)
 
         command.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
         command.__annotations__ = {p.name: p.annotation for p in params}  # real types: what typer reads

@@ -99,7 +99,16 @@ def _upstream_opts(model, backend, source, classes, data_seed, resolution, steps
             "label_smoothing": label_smoothing, "seed": seed}
 
 
+# The run's settings every transfer command takes, after its own options
+RUN = OptionGroup("run", {
+    "device": (str, from_field(Pretrain.Params, "device")),
+    "threads": (int, typer.Option(None)),
+    "as_json": (bool, cli_option("json", "--json", help="Print the whole record as JSON.")),
+})
+
+
 @app.command("pretrain")
+@RUN
 def pretrain_cmd(
     model: str = typer.Argument(..., help="Variant name, e.g. ViT-Nano/4, R-Nano, R-Nano+ViT-Micro/8."),
     sets: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
@@ -121,8 +130,6 @@ def pretrain_cmd(
     decay: str = from_field(PretrainConfig, "decay", help="linear | cosine"),
     label_smoothing: float = from_field(PretrainConfig, "label_smoothing"),
     seed: int = from_field(PretrainConfig, "seed", help="Model init / batch order seed."),
-    device: str = from_field(Pretrain.Params, "device"),
-    threads: int = typer.Option(None),
     out: str = typer.Option(None, "--out", "-o",
                             help="Checkpoint path (.safetensors; default: the cache, results/checkpoints)."),
     teacher: str = typer.Option(None, help="Distil from this teacher model (DeiT), e.g. R-Nano."),
@@ -139,7 +146,7 @@ def pretrain_cmd(
     mask_rate: float = from_field(MaskedPatch, "mask_rate", help="masked_patch: share of patches corrupted."),
     mask_target: str = from_field(MaskedPatch, "target", help="masked_patch: mean_color (3-bit mean colour, "
                                   "512 classes) | color_grid (4x4 of them) | pixels_l2 (regress the patch)."),
-    as_json: bool = cli_option("json", "--json", help="Print the whole record as JSON."),
+    run=None,
 ) -> None:
     """Pre-train upstream (Adam, warm-up + decay) and save a safetensors checkpoint with its config.
 
@@ -168,7 +175,7 @@ def pretrain_cmd(
                                      lam=distill_lambda, tau=distill_tau)
     opts["objective"] = _objective_opts(objective, mask_rate, mask_target)
     cfg = validated(PretrainConfig, opts, "pretrain", _PRETRAIN_OPTIONS)
-    threads = _check_where(cfg.backend, device, threads)
+    device, threads = run.device, _check_where(cfg.backend, run.device, run.threads)
     if out is not None:
         out = checkpoint_path(out, cache_path(cfg).name, "--out")  # named as typed, before any training
         rec, _ = pretrain(cfg, device=device, threads=threads, out=out, batch_option="--batch-size")
@@ -184,7 +191,7 @@ def pretrain_cmd(
     _show(rec, f"pretrain {c['model']} on {c['data']['name']} | {c.get('checkpoint', '')}",
           ["accuracy", "val_accuracy", "images_seen", "epochs", "exaflops", "train_gflops_per_image", "params_m",
            "train_s", "train_img_per_s", "final_loss", "teacher_accuracy", "teacher_agreement",
-           "teacher_exaflops"], as_json)
+           "teacher_exaflops"], run.as_json)
 
 
 def _objective_opts(objective: str, mask_rate: float | None = None, mask_target: str | None = None) -> dict | None:
@@ -231,7 +238,7 @@ def _resolve_upstream_arg(checkpoint, model, sets, backend, pretrain_steps, pret
 
 
 # The options fewshot and finetune share, declared once (their configs share DownstreamConfig's fields).
-DOWNSTREAM = OptionGroup({
+DOWNSTREAM = OptionGroup("downstream", {
     "checkpoint": (str, typer.Option(None, "--checkpoint", "-c", help="Upstream .safetensors file.")),
     "objective": (str, from_field(DownstreamConfig, "objective", help="The upstream's pre-training objective: "
                                   "supervised | masked_patch (a --checkpoint made by another is refused).")),
@@ -251,15 +258,11 @@ DOWNSTREAM = OptionGroup({
     "data_seed": (int, from_field(DownstreamConfig, "data.seed")),
     "resolution": (int, typer.Option(None, "--resolution", "-r",
                                      help="Default: the upstream's; higher => position embeddings interpolated.")),
-    "device": (str, from_field(Pretrain.Params, "device")),
-    "threads": (int, typer.Option(None)),
-    "as_json": (bool, cli_option("json", "--json", help="Print the whole record as JSON.")),
 })
 
 
-def _downstream(shared, seed: int, val_fraction: float | None = None) -> dict:
-    """DownstreamConfig's fields from the shared options (`seed`: the upstream's, with --model)."""
-    o = shared
+def _downstream(o, seed: int, val_fraction: float | None = None) -> dict:
+    """DownstreamConfig's fields from the DOWNSTREAM options `o` (`seed`: the upstream's, with --model)."""
     return {**_resolve_upstream_arg(o.checkpoint, o.model, o.sets, o.backend, o.pretrain_steps,
                                     o.pretrain_warmup_steps, seed, o.objective),
             "backend": o.backend, "resolution": o.resolution,
@@ -269,12 +272,14 @@ def _downstream(shared, seed: int, val_fraction: float | None = None) -> dict:
 
 @app.command("fewshot")
 @DOWNSTREAM
+@RUN
 def fewshot_cmd(
-    shared=None,
+    downstream=None,
     shots: str = from_field(FewshotConfig, "shots", shown=joined, help="Shots per class, comma-separated."),
     seeds: int = from_field(FewshotConfig, "seeds", min=1, help="k-shot draws per k."),
     l2_reg: float = typer.Option(None, help="Fixed ridge regulariser (default: chosen on the val split)."),
     seed: int = from_field(PretrainConfig, "seed", help="With --model: upstream seed."),
+    run=None,
 ) -> None:
     """Linear few-shot accuracy of a frozen upstream: closed-form ridge regression to {-1,1}^K targets.
 
@@ -284,20 +289,21 @@ def fewshot_cmd(
     from vitbench.transfer.fewshot import fewshot
 
     cfg = validated(FewshotConfig, {
-        **_downstream(shared, seed), "shots": parse_ints(shots, "--shots", "1,5,10,25"), "seeds": seeds,
+        **_downstream(downstream, seed), "shots": parse_ints(shots, "--shots", "1,5,10,25"), "seeds": seeds,
         **({} if l2_reg is None else {"l2_reg": l2_reg})}, "fewshot", _DOWNSTREAM_OPTIONS)
-    rec = fewshot(cfg, device=shared.device, threads=_check_where(cfg.backend, shared.device, shared.threads))
+    rec = fewshot(cfg, device=run.device, threads=_check_where(cfg.backend, run.device, run.threads))
     keys = [k for s in cfg.shots for k in (f"accuracy_{s}shot", f"accuracy_{s}shot_std")]
     c = rec.config
     _show(rec, f"fewshot {c['model']} ({c['backend']}) on {c['data']['name']} {c['data']['classes']} @ "
                f"{c['resolution']}px", [*keys, "chance_accuracy", "exaflops", "upstream_accuracy",
-                                       "skipped_files", "input_img_per_s", "input_bound_fraction"], shared.as_json)
+                                       "skipped_files", "input_img_per_s", "input_bound_fraction"], run.as_json)
 
 
 @app.command("finetune")
 @DOWNSTREAM
+@RUN
 def finetune_cmd(
-    shared=None,
+    downstream=None,
     val_fraction: float = from_field(DownstreamConfig, "data.val_fraction",
                                      help="Held out of train to choose the LR."),
     steps: int = from_field(FinetuneConfig, "steps", min=1),
@@ -310,6 +316,7 @@ def finetune_cmd(
     seed: int = from_field(FinetuneConfig, "seed", help="First fine-tuning seed (runs use seed, seed+1, ...)."),
     seeds: int = from_field(FinetuneConfig, "seeds", min=1, help="Runs per learning rate and final runs: accuracy "
                                                                  "is their mean, with the standard deviation."),
+    run=None,
 ) -> None:
     """Fine-tune with the paper's recipe: zero-init head, SGD momentum 0.9, cosine, warm-up, clip 1, no wd.
 
@@ -320,14 +327,14 @@ def finetune_cmd(
     from vitbench.transfer.finetune import finetune
 
     cfg = validated(FinetuneConfig, {
-        **_downstream(shared, seed, val_fraction), "steps": steps, "batch_size": batch_size,
+        **_downstream(downstream, seed, val_fraction), "steps": steps, "batch_size": batch_size,
         "lr_grid": parse_floats(lr_grid, "--lr-grid", "0.01,0.03"), "warmup_steps": warmup_steps, "refit": refit,
         "seed": seed, "seeds": seeds}, "finetune", _DOWNSTREAM_OPTIONS)
-    rec = finetune(cfg, device=shared.device, threads=_check_where(cfg.backend, shared.device, shared.threads),
+    rec = finetune(cfg, device=run.device, threads=_check_where(cfg.backend, run.device, run.threads),
                    batch_option="--batch-size")
     c = rec.config
     _show(rec, f"finetune {c['model']} ({c['backend']}) on {c['data']['name']} {c['data']['classes']} @ "
                f"{c['resolution']}px",
           ["accuracy", "accuracy_std", "selection_accuracy", "initial_accuracy", "val_accuracy", "best_lr",
            "chance_accuracy", "finetune_images_seen",
-           "finetune_exaflops", "finetune_s", "exaflops", "upstream_accuracy"], shared.as_json)
+           "finetune_exaflops", "finetune_s", "exaflops", "upstream_accuracy"], run.as_json)
