@@ -1,5 +1,7 @@
 """The same images give the same few-shot accuracy whichever format holds them (folder, webdataset shards, hf
-parquet, an in-memory .npz), and streaming keeps only what the protocol reads."""
+parquet and save_to_disk, a prepared TFDS dataset, an in-memory .npz), and streaming keeps only what the protocol
+reads. The TFDS fixture needs tensorflow-datasets (the [tfds] extra, part of [all], which CI installs); without it
+the tfds cases are reported as skipped with the reason (pytest -ra), never dropped silently."""
 
 from __future__ import annotations
 
@@ -8,10 +10,23 @@ import json
 import numpy as np
 import pytest
 
-from data_formats import digits_images, write_folder, write_hf_arrow, write_hf_parquet, write_npz, write_shards
+from data_formats import (digits_images, write_folder, write_hf_arrow, write_hf_parquet, write_npz, write_shards,
+                          write_tfds)
 from vitbench.transfer.data import load_splits
 
 PER_CLASS, TEST_PER_CLASS = 12, 4  # 10 classes: 120 train images, 40 test
+TFDS_NAME = "vitbench_digits"  # the fixture's TFDS dataset (generated here; nothing downloaded)
+
+
+def _has_tfds() -> bool:
+    try:
+        import tensorflow_datasets  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+NO_TFDS = "tensorflow-datasets is not installed (pip install 'vitbench[tfds]'; CI installs it through [all])"
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +46,11 @@ def formats(tmp_path_factory):
     write_hf_arrow(root / "hf-arrow", "train", x[train], y[train], names)
     write_hf_arrow(root / "hf-arrow", "test", x[test], y[test], names)
     npz = write_npz(root / "digits.npz", (x[train], y[train]), (x[test], y[test]))
-    return {"npz": {"name": "npz", "path": str(npz)},
+    tfds = {}
+    if _has_tfds():
+        write_tfds(root / "tfds", TFDS_NAME, {"train": (x[train], y[train]), "test": (x[test], y[test])}, names)
+        tfds = {"tfds": {"name": "tfds", "path": str(root / "tfds"), "tfds_name": TFDS_NAME}}
+    return {**tfds, "npz": {"name": "npz", "path": str(npz)},
             "folder": {"name": "folder", "path": str(root / "folder")},
             "webdataset": {"name": "webdataset", "path": str(root / "shards")},
             "webdataset-pattern": {"name": "webdataset", "path": str(root / "shards" / "train-{000000..000002}.tar"),
@@ -40,7 +59,8 @@ def formats(tmp_path_factory):
             "hf-arrow": {"name": "hf", "path": str(root / "hf-arrow")}}
 
 
-@pytest.mark.parametrize("fmt", ["folder", "webdataset", "webdataset-pattern", "hf", "hf-arrow"])
+@pytest.mark.parametrize("fmt", ["folder", "webdataset", "webdataset-pattern", "hf", "hf-arrow",
+                                 pytest.param("tfds", marks=pytest.mark.skipif(not _has_tfds(), reason=NO_TFDS))])
 def test_every_format_lists_the_same_splits_and_batches(formats, fmt):
     ref, got = load_splits(formats["npz"]), load_splits(formats[fmt])
     assert ref.train.pool.resident and not got.train.pool.resident
@@ -57,6 +77,8 @@ def test_fewshot_accuracy_is_the_same_in_every_format(formats, cli):
         args = ["--data", data["name"], "--data-path", data["path"]]
         if "test_path" in data:
             args += ["--data-test-path", data["test_path"]]
+        if "tfds_name" in data:
+            args += ["--tfds-name", data["tfds_name"]]
         r = cli("fewshot", "-m", "ViT-Nano/4", "--objective", "none", "-r", "16", "--classes", "", "--shots", "1,5",
                 "--seeds", "2", *args, "--json")
         assert r.exit_code == 0, r.output

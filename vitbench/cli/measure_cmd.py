@@ -22,6 +22,7 @@ from vitbench.cli.data_options import (
     LABEL_COLUMN,
     SKIP_CORRUPT,
     SOURCE_OPTIONS,
+    TFDS_NAME,
     data_option,
     source,
 )
@@ -91,6 +92,7 @@ def bench_cmd(
                             "and report real-input img/s beside the synthetic figure."),
     data_path: str = DATA_PATH, data_test_path: str = DATA_TEST_PATH, skip_corrupt: bool = SKIP_CORRUPT,
     data_workers: int = DATA_WORKERS, image_column: str = IMAGE_COLUMN, label_column: str = LABEL_COLUMN,
+    tfds_name: str = TFDS_NAME,
     data_steps: int = typer.Option(20, min=1, help="With --data: timed training steps on the real images."),
     as_json: bool = typer.Option(False, "--json", help="Print the whole record (with raw step times) as JSON."),
 ) -> None:
@@ -121,7 +123,8 @@ def bench_cmd(
         from vitbench.transfer.data import load_splits
 
         real = load_splits(validated(DataConfig, {
-            **source(data, data_path, data_test_path, skip_corrupt, data_workers, image_column, label_column),
+            **source(data, data_path, data_test_path, skip_corrupt, data_workers, image_column, label_column,
+                     tfds_name),
             "classes": None, "val_fraction": 0.0},
             "bench --data", SOURCE_OPTIONS))
     rec = t().run(params)

@@ -201,6 +201,7 @@ class Downstream(BaseModel):
     data_test_path: PathField | None = Field(None, exclude_if=_absent)  # webdataset / hf: the test split's path
     image_column: str | None = Field(None, exclude_if=_absent)  # hf
     label_column: str | None = Field(None, exclude_if=_absent)  # hf
+    tfds_name: str | None = Field(None, exclude_if=_absent)  # tfds: the dataset in the data_dir data_path
     skip_corrupt: bool = Field(False, exclude_if=_false_or_zero)  # skip (and count) files that do not decode
     data_workers: int = Field(0, ge=0, le=256, exclude_if=_false_or_zero)  # decoding processes; same results
 
@@ -208,7 +209,8 @@ class Downstream(BaseModel):
         return {"name": self.dataset, "path": self.data_path, "classes": self.classes, "seed": self.data_seed,
                 "train_per_class": self.train_per_class, "val_fraction": self.val_fraction,
                 "test_path": self.data_test_path, "image_column": self.image_column,
-                "label_column": self.label_column, "skip_corrupt": self.skip_corrupt, "workers": self.data_workers}
+                "label_column": self.label_column, "tfds_name": self.tfds_name, "skip_corrupt": self.skip_corrupt,
+                "workers": self.data_workers}
 
 
 ACCURACY = Metric("accuracy", "fraction", True, "transfer accuracy (0..1) on the test split", comparable=True)
