@@ -215,3 +215,42 @@ def test_skip_corrupt_counts_the_skipped_files_in_the_row_and_on_the_terminal(fm
     assert row["metrics"]["skipped_files"] == 1 and row["config"]["data"]["skip_corrupt"] is True
     assert "1 corrupt files skipped" in " ".join(r.output.split()) and str(bad) in " ".join(r.output.split())
     assert row["metrics"]["embedded_images"] < 18  # the test split lost its one corrupt image
+
+
+@pytest.mark.parametrize("fmt", ["folder", "webdataset"])
+def test_check_data_finds_a_corrupt_file_before_any_work(fmt, good, tmp_path, cli):
+    """--check-data verifies every listed image up front: a corrupt one exits 2 from the check pass (before a
+    model is built), naming it and counting the corrupt files; with --skip-corrupt it is counted from the start."""
+    args, bad = _mk_corrupt(good, tmp_path, _truncate) if fmt == "folder" else _mk_corrupt_shard(good, tmp_path)
+    r = cli("pretrain", "ViT-Nano/4", *args, "--classes", "", "-r", "8", "--steps", "2", "-b", "4",
+            "--out", tmp_path / "up.safetensors", "--check-data")
+    text = " ".join(r.output.split())
+    assert r.exit_code == 2 and "--check-data: 1 corrupt files in" in text and str(bad) in text, text
+    assert "Traceback" not in r.output and not (tmp_path / "up.safetensors").exists()  # nothing half-written
+    r = cli(*FEWSHOT, *args, "--check-data", "--skip-corrupt", "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["metrics"]["skipped_files"] == 1 and str(bad) in " ".join(r.output.split())
+
+
+def test_check_image_tells_whole_images_from_damaged_ones():
+    """The check is cheaper than a decode but as strict on what a run would hit: a PNG cut anywhere after its
+    header, a JPEG missing its tail, bytes that are no image; whole images of both kinds pass."""
+    import io
+
+    from PIL import Image
+
+    from vitbench.transfer.pools import CorruptImage, check_image
+
+    rng = np.random.default_rng(0)
+    image = Image.fromarray(rng.integers(0, 256, (64, 64, 3), dtype=np.uint8))
+    whole = {}
+    for fmt in ("PNG", "JPEG"):
+        buf = io.BytesIO()
+        image.save(buf, format=fmt)
+        whole[fmt] = buf.getvalue()
+        check_image(whole[fmt], fmt)  # a whole image passes
+    for name, data in (("png cut", whole["PNG"][:len(whole["PNG"]) // 2]), ("png cut before IEND",
+                       whole["PNG"][:-20]), ("jpeg cut", whole["JPEG"][:len(whole["JPEG"]) // 2]),
+                       ("not an image", b"hello")):
+        with pytest.raises(CorruptImage, match=name):
+            check_image(data, name)

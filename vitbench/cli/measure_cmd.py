@@ -23,6 +23,7 @@ from vitbench.cli.data_options import (
     SKIP_CORRUPT,
     SOURCE_OPTIONS,
     TFDS_NAME,
+    CHECK_DATA,
     data_option,
     source,
 )
@@ -93,6 +94,7 @@ def bench_cmd(
     data_path: str = DATA_PATH, data_test_path: str = DATA_TEST_PATH, skip_corrupt: bool = SKIP_CORRUPT,
     data_workers: int = DATA_WORKERS, image_column: str = IMAGE_COLUMN, label_column: str = LABEL_COLUMN,
     tfds_name: str = TFDS_NAME,
+    check_data: bool = CHECK_DATA,
     data_steps: int = typer.Option(20, min=1, help="With --data: timed training steps on the real images."),
     as_json: bool = typer.Option(False, "--json", help="Print the whole record (with raw step times) as JSON."),
 ) -> None:
@@ -124,7 +126,7 @@ def bench_cmd(
 
         real = load_splits(validated(DataConfig, {
             **source(data, data_path, data_test_path, skip_corrupt, data_workers, image_column, label_column,
-                     tfds_name),
+                     tfds_name, check_data),
             "classes": None, "val_fraction": 0.0},
             "bench --data", SOURCE_OPTIONS))
     rec = t().run(params)

@@ -19,6 +19,7 @@ from vitbench.cli.data_options import (
     SKIP_CORRUPT,
     SOURCE_OPTIONS,
     TFDS_NAME,
+    CHECK_DATA,
 )
 from vitbench.cli.data_options import source as _source
 from vitbench.numfmt import fmt
@@ -109,6 +110,7 @@ def pretrain_cmd(
     data: str = DATA, data_path: str = DATA_PATH, data_test_path: str = DATA_TEST_PATH,
     skip_corrupt: bool = SKIP_CORRUPT, data_workers: int = DATA_WORKERS, image_column: str = IMAGE_COLUMN,
     label_column: str = LABEL_COLUMN, tfds_name: str = TFDS_NAME,
+    check_data: bool = CHECK_DATA,
     classes: str = typer.Option("0-4", help="Upstream classes: 'a-b' or 'a,b,c'; '' for all."),
     data_seed: int = typer.Option(0, help="Split seed."),
     resolution: int = typer.Option(None, "--resolution", "-r", help="Pre-training resolution (default native)."),
@@ -158,7 +160,7 @@ def pretrain_cmd(
         except VitbenchError as e:
             raise ConfigError(f"--teacher: {e}") from None
     source = _source(data, data_path, data_test_path, skip_corrupt, data_workers, image_column, label_column,
-                     tfds_name)
+                     tfds_name, check_data)
     opts = _upstream_opts(with_sets(model, sets), backend, source, classes, data_seed, resolution, steps,
                           batch_size, lr, weight_decay, warmup_steps, decay, label_smoothing, seed)
     recipe = {k: v for k, v in opts.items() if k not in ("model", "resolution", "steps", "seed")}
@@ -245,6 +247,7 @@ def fewshot_cmd(
     data: str = DATA, data_path: str = DATA_PATH, data_test_path: str = DATA_TEST_PATH,
     skip_corrupt: bool = SKIP_CORRUPT, data_workers: int = DATA_WORKERS, image_column: str = IMAGE_COLUMN,
     label_column: str = LABEL_COLUMN, tfds_name: str = TFDS_NAME,
+    check_data: bool = CHECK_DATA,
     classes: str = typer.Option("5-9", help="Downstream classes ('' for all)."),
     data_seed: int = typer.Option(0),
     resolution: int = typer.Option(None, "--resolution", "-r", help="Default: the upstream's."),
@@ -268,7 +271,7 @@ def fewshot_cmd(
                                 objective),
         "backend": backend,
         "data": _data(_source(data, data_path, data_test_path, skip_corrupt, data_workers, image_column,
-                              label_column, tfds_name), classes, data_seed), "resolution": resolution,
+                              label_column, tfds_name, check_data), classes, data_seed), "resolution": resolution,
         "shots": parse_ints(shots, "--shots", "1,5,10,25"), "seeds": seeds,
         "l2_reg": "auto" if l2_reg is None else l2_reg}, "fewshot", _DOWNSTREAM_OPTIONS)
     rec = fewshot(cfg, device=device, threads=_check_where(cfg.backend, device, threads))
@@ -295,6 +298,7 @@ def finetune_cmd(
     data: str = DATA, data_path: str = DATA_PATH, data_test_path: str = DATA_TEST_PATH,
     skip_corrupt: bool = SKIP_CORRUPT, data_workers: int = DATA_WORKERS, image_column: str = IMAGE_COLUMN,
     label_column: str = LABEL_COLUMN, tfds_name: str = TFDS_NAME,
+    check_data: bool = CHECK_DATA,
     classes: str = typer.Option("5-9", help="Downstream classes ('' for all)."),
     data_seed: int = typer.Option(0),
     val_fraction: float = typer.Option(0.1, help="Held out of train to choose the LR."),
@@ -326,7 +330,7 @@ def finetune_cmd(
                                 objective),
         "backend": backend,
         "data": _data(_source(data, data_path, data_test_path, skip_corrupt, data_workers, image_column,
-                              label_column, tfds_name), classes, data_seed, val_fraction),
+                              label_column, tfds_name, check_data), classes, data_seed, val_fraction),
         "resolution": resolution,
         "steps": steps, "batch_size": batch_size, "lr_grid": parse_floats(lr_grid, "--lr-grid", "0.01,0.03"),
         "warmup_steps": warmup_steps, "refit": refit, "seed": seed, "seeds": seeds}, "finetune",

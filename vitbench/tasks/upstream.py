@@ -203,6 +203,7 @@ class Downstream(BaseModel):
     label_column: str | None = Field(None, exclude_if=_absent)  # hf
     tfds_name: str | None = Field(None, exclude_if=_absent)  # tfds: the dataset in the data_dir data_path
     skip_corrupt: bool = Field(False, exclude_if=_false_or_zero)  # skip (and count) files that do not decode
+    check_data: bool = Field(False, exclude_if=_false_or_zero)  # verify every image before any work
     data_workers: int = Field(0, ge=0, le=256, exclude_if=_false_or_zero)  # decoding processes; same results
 
     def downstream_data(self) -> dict:
@@ -210,7 +211,7 @@ class Downstream(BaseModel):
                 "train_per_class": self.train_per_class, "val_fraction": self.val_fraction,
                 "test_path": self.data_test_path, "image_column": self.image_column,
                 "label_column": self.label_column, "tfds_name": self.tfds_name, "skip_corrupt": self.skip_corrupt,
-                "workers": self.data_workers}
+                "check_data": self.check_data, "workers": self.data_workers}
 
 
 ACCURACY = Metric("accuracy", "fraction", True, "transfer accuracy (0..1) on the test split", comparable=True)

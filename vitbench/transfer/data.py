@@ -230,6 +230,10 @@ def load_splits(cfg: DataConfig | dict | None = None) -> Splits:
     if len(splits.train) == 0 or len(splits.test) == 0:
         raise ConfigError(f"{splits.source}: empty train or test split ({len(splits.train)} train, "
                           f"{len(splits.test)} test images)")
+    if cfg.check_data:
+        from vitbench.transfer.check import check_splits
+
+        check_splits(splits)
     return splits
 
 

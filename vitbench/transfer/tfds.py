@@ -125,14 +125,17 @@ class TfdsPool:
         first = int(self.ends[s - 1]) if s else 0
         return f"{self.files[s]} record {i - first} ({self.split}[{i}], feature {self.image!r})"
 
-    def decode(self, i: int) -> np.ndarray:
+    def encoded(self, i: int) -> bytes:
         try:
             data = self.source()[int(i)][self.image]
         except Exception as e:  # noqa: BLE001 - the reader's and the proto parser's errors: an unreadable record
             raise CorruptImage(self.origin(i), f"{type(e).__name__}: {e}") from None
         if not isinstance(data, bytes) or not data:
             raise CorruptImage(self.origin(i), "no image bytes in this record")
-        return decode_bytes(data, self.origin(i))
+        return data
+
+    def decode(self, i: int) -> np.ndarray:
+        return decode_bytes(self.encoded(i), self.origin(i))
 
 
 def _split(b, data_dir: Path, name: str, split: str, image: str, label: str, k: int
