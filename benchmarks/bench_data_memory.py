@@ -2,7 +2,8 @@
 the large run within 1.3x of the small one: memory bounded by the batch, not the dataset).
 
 Generates N RGB PNGs of --px pixels (10 classes: a smooth per-class pattern plus noise, 80 % train / 20 % test)
-as a class folder and as webdataset shards (the same images), then runs, each in a fresh process,
+as a class folder and as webdataset shards (the same images; with `--formats ...,tfds` also as a prepared TFDS
+dataset), then runs, each in a fresh process,
 
     vitbench fewshot -m ViT-Nano/4 --objective none -r 32 --classes '' --data FORMAT --data-path PATH ...
 
@@ -94,6 +95,45 @@ def generate(root: Path, n: int, px: int, per_shard: int = 1000, distinct: int =
     return {"folder": folder, "webdataset": shards}
 
 
+def generate_tfds(root: Path, n: int, px: int, distinct: int = 50) -> Path:
+    """`root/tfds-N/bench_images/1.0.0/`: the folder's images (same order, same bytes) as a prepared TFDS dataset
+    (array_record, train + test), written by a GeneratorBasedBuilder (tensorflow-datasets, no TensorFlow)."""
+    import tensorflow_datasets as tfds
+
+    data_dir = root / f"tfds-{n}"
+    if (data_dir / ".done").exists():
+        return data_dir
+    generate(root, n, px, distinct=distinct)
+    originals = root / f"originals-{px}"
+    n_test = int(n * TEST_FRACTION)
+
+    def examples(count: int):
+        for i in range(count):
+            label = i % CLASSES
+            yield i, {"image": (originals / f"c{label}-{(i // CLASSES) % distinct:04d}.png").read_bytes(),
+                      "label": label}
+
+    with tfds.core.registered.skip_registration():
+
+        class BenchImages(tfds.core.GeneratorBasedBuilder):
+            VERSION = tfds.core.Version("1.0.0")
+
+            def _info(self):
+                return tfds.core.DatasetInfo(builder=self, disable_shuffling=True, features=tfds.features.FeaturesDict(
+                    {"image": tfds.features.Image(shape=(px, px, 3)),
+                     "label": tfds.features.ClassLabel(names=[f"c{c}" for c in range(CLASSES)])}))
+
+            def _split_generators(self, dl_manager):
+                return {"train": self._generate_examples(n - n_test), "test": self._generate_examples(n_test)}
+
+            def _generate_examples(self, count):
+                return examples(count)
+
+    BenchImages(data_dir=str(data_dir), file_format="array_record").download_and_prepare()
+    (data_dir / ".done").touch()
+    return data_dir
+
+
 def peak_rss(cmd: list[str], env: dict, cwd: Path) -> tuple[float, float, int, str]:
     """(peak RSS MiB of `cmd` run alone in a wrapper process, wall seconds, exit code, its stdout). `cwd`: not a
     checkout (`python -c` imports from the working directory first, which would shadow --code)."""
@@ -116,7 +156,8 @@ def main() -> None:
     ap.add_argument("--px", type=int, default=128, help="Stored image size.")
     ap.add_argument("--distinct", type=int, default=50, help="Distinct images per class (encoded once, then "
                                                              "linked / repeated under N names).")
-    ap.add_argument("--formats", default="folder,webdataset")
+    ap.add_argument("--formats", default="folder,webdataset", help="Any of folder, webdataset, tfds (needs "
+                                                                   "tensorflow-datasets: the [tfds] extra).")
     ap.add_argument("--root", default="/tmp/vitbench-data-bench", help="Where the images are generated.")
     ap.add_argument("--code", default=None, help="Run this checkout's vitbench (PYTHONPATH) instead of the "
                                                  "installed one.")
@@ -132,6 +173,8 @@ def main() -> None:
     for n in (int(s) for s in a.sizes.split(",")):
         t0 = time.perf_counter()
         paths = generate(root, n, a.px, distinct=a.distinct)
+        if "tfds" in a.formats.split(","):
+            paths["tfds"] = generate_tfds(root, n, a.px, distinct=a.distinct)
         print(f"# {n} images ready in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
         for fmt in a.formats.split(","):
             cmd = [sys.executable, "-c", "from vitbench.cli import main; main()", "fewshot", "-m", "ViT-Nano/4",
