@@ -70,6 +70,15 @@ def test_every_format_lists_the_same_splits_and_batches(formats, fmt):
         np.testing.assert_array_equal(a.batch(idx, 16)[0], b.batch(idx, 16)[0])  # same bytes -> same floats
 
 
+@pytest.mark.skipif(not _has_tfds(), reason=NO_TFDS)
+def test_tfds_name_may_be_left_out_when_the_data_dir_holds_one_dataset(formats):
+    named = load_splits(formats["tfds"])
+    found = load_splits({"name": "tfds", "path": formats["tfds"]["path"]})
+    assert found.source == f"tfds:{formats['tfds']['path']}" and named.source.endswith(TFDS_NAME)
+    np.testing.assert_array_equal(named.test.labels, found.test.labels)
+    assert found.train.class_names == [str(c) for c in range(10)]  # the ClassLabel's names
+
+
 def test_fewshot_accuracy_is_the_same_in_every_format(formats, cli):
     """One random-init upstream (no pre-training: seconds), few-shot on each format: identical accuracies."""
     rows = {}
