@@ -5,7 +5,8 @@ The synthetic benchmark times the model alone (timm's benchmark.py convention); 
 for its batches to be decoded and preprocessed. This runs the transfer training loop (the backend's `train`, the
 loop `vitbench pretrain` uses: Adam, one host batch per step) on a real dataset with the synthetic benchmark's
 method (vitbench.measure.throughput): the first step (compilation) and `warmup_steps` apart, then throughput
-windows of steps, each ended by a device sync (the loop's losses read back), sized by `window_steps_for` from the
+windows of steps (one `train` call each, timed from its first batch request, so its set-up is left out), each
+ended by a device sync (the loop's losses read back), sized by `window_steps_for` from the
 warm-up's median step and run until the shared stopping rule (`window_done`: min_steps, min_seconds, MIN_WINDOWS,
 max_seconds) would stop at that step time; summarised by `summarize_windows` (median and spread of the windows'
 per-step times), raw window times kept. One input stream feeds every window, its loader started and its first
@@ -33,6 +34,7 @@ class _Fed:
 
     def __init__(self, data: ImageSet, feed: Iterator):
         self._data, self._feed = data, feed
+        self.started: float | None = None  # when the current `train` call asked for its first batch
 
     def __len__(self) -> int:
         return len(self._data)
@@ -41,6 +43,7 @@ class _Fed:
         return getattr(self._data, name)
 
     def steps(self, order: np.ndarray, resolution: int):
+        self.started = time.perf_counter()  # runs at the first request: the call's set-up is behind it
         for _ in range(len(order)):
             yield next(self._feed)
 
@@ -90,23 +93,25 @@ def real_input_training(model: str, backend: str, splits: Splits, resolution: in
     net = be.init_model(spec, resolution, splits.num_classes, seed)
     data = splits.train
 
-    def run(fed: _Fed, steps: int):
+    def run(fed: _Fed, steps: int) -> float:
+        """Seconds from the call's first batch request to its return (the losses read back: a device sync); the
+        call's set-up before it (optimizer state, batch order) and any compile time left out."""
         nonlocal net
-        c0, t0 = be.compile_s, time.perf_counter()
-        net, losses = be.train(net, fed, resolution, OptimConfig(steps=steps, warmup_steps=0), batch_size, seed)
-        return time.perf_counter() - t0 - (be.compile_s - c0), len(losses)  # compile time never inside a time
+        c0 = be.compile_s
+        net, _ = be.train(net, fed, resolution, OptimConfig(steps=steps, warmup_steps=0), batch_size, seed)
+        return time.perf_counter() - fed.started - (be.compile_s - c0)
 
     warm = _Fed(data, _primed(data, batch_indices(len(data), batch_size, 2 + warmup_steps, seed), resolution))
     run(warm, 1)  # the first step: build, compile
-    warmup_s = [run(warm, 1)[0] for _ in range(warmup_steps)]
-    estimate = statistics.median(warmup_s) if warmup_s else run(warm, 1)[0]
+    warmup_s = [run(warm, 1) for _ in range(warmup_steps)]
+    estimate = statistics.median(warmup_s) if warmup_s else run(warm, 1)
     warm.close()
     per_window = window_steps_for(estimate, min_steps, min_seconds, max_seconds)
     windows = planned_windows(estimate, per_window, min_steps, min_seconds, max_seconds)
     timed = _Fed(data, _primed(data, batch_indices(len(data), batch_size, windows * per_window, seed + 1),
                                resolution))
     before = data.input.snapshot()
-    window_s = [run(timed, per_window)[0] for _ in range(windows)]
+    window_s = [run(timed, per_window) for _ in range(windows)]
     timed.close()
     stats = summarize_windows(window_s, per_window)
     got = data.input.metrics(before, sum(window_s))
