@@ -254,3 +254,13 @@ def test_check_image_tells_whole_images_from_damaged_ones():
                        ("not an image", b"hello")):
         with pytest.raises(CorruptImage, match=name):
             check_image(data, name)
+
+
+def test_tfds_without_the_library_names_the_extra(good, cli, monkeypatch):
+    """Without tensorflow-datasets, --data tfds exits 2 saying which extra brings it (no ImportError traceback)."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "tensorflow_datasets", None)  # import fails as if not installed
+    r = cli(*FEWSHOT, "--data", "tfds", "--data-path", str(good[0]))
+    assert r.exit_code == 2 and "pip install 'vitbench[tfds]'" in " ".join(r.output.split()), r.output
+    assert "Traceback" not in r.output
