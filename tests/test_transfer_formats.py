@@ -166,3 +166,15 @@ def test_bench_train_with_real_input_reports_it_beside_the_synthetic_figure(form
     assert r.exit_code == 2 and "use it with --task train" in r.output
     r = cli("bench", "ViT-Nano/4", "--task", "train", "--data", "folder", "--data-path", data["path"] + "/nope")
     assert r.exit_code == 2 and "does not exist" in r.output and "img_per_s" not in r.output  # before any timing
+
+
+def test_study_fields_name_the_tfds_dataset_up_and_downstream():
+    """tfds_name / upstream_tfds_name reach the data configs; left out of the trial's fields when unset (keys
+    of studies without them stay as they were)."""
+    from vitbench.tasks.pretrain import Pretrain
+
+    base = {"task": "pretrain", "model": "ViT-Nano/4"}
+    p = Pretrain.Params.model_validate({**base, "upstream_dataset": "tfds", "upstream_path": "/d",
+                                        "upstream_tfds_name": "cifar10"})
+    assert p.upstream_config("pretrain").data.tfds_name == "cifar10"
+    assert "upstream_tfds_name" not in Pretrain.Params.model_validate(base).model_dump()

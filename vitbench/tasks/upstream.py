@@ -77,6 +77,8 @@ class Upstream(TeacherFields):
 
     upstream_dataset: DatasetName = "digits"
     upstream_path: PathField | None = None
+    # tfds: the dataset in the upstream_path data_dir; left out of the key when unset (keys as before it existed)
+    upstream_tfds_name: str | None = Field(None, exclude_if=lambda v: v is None)
     upstream_classes: str | None = "0-4"  # 'a-b' or 'a,b,c'; None: all classes
     upstream_train_per_class: int | None = None  # cap on upstream images per class (data-size axis)
     data_seed: Seed = 0  # split seed (up- and downstream), separate from the model seed
@@ -131,7 +133,8 @@ class Upstream(TeacherFields):
         from vitbench.transfer.pretrain import PretrainConfig, teacher_fields
 
         data = {"name": self.upstream_dataset, "path": self.upstream_path, "classes": self.upstream_classes,
-                "seed": self.data_seed, "train_per_class": self.upstream_train_per_class}
+                "seed": self.data_seed, "train_per_class": self.upstream_train_per_class,
+                "tfds_name": self.upstream_tfds_name}
         recipe = {"backend": self.pretrain_backend or self.backend, "data": data,
                   "batch_size": self.pretrain_batch_size, "lr": self.pretrain_lr,
                   "weight_decay": self.pretrain_weight_decay, "warmup_steps": self.pretrain_warmup_steps,
