@@ -132,7 +132,9 @@ def generate_tfds(root: Path, n: int, px: int, distinct: int = 50) -> Path:
     # TFDS sorts a split's records by key in memory up to 1 GB, then spills to disk through TensorFlow's file API;
     # without TensorFlow the buffer must hold the split: raised here, for this generator process only (100k
     # images of 128 px: ~3.2 GB)
-    tfds.core.shuffle.MAX_MEM_BUFFER_SIZE = max(tfds.core.shuffle.MAX_MEM_BUFFER_SIZE, 60_000 * n)
+    from tensorflow_datasets.core import shuffle
+
+    shuffle.MAX_MEM_BUFFER_SIZE = max(shuffle.MAX_MEM_BUFFER_SIZE, 60_000 * n)
     BenchImages(data_dir=str(data_dir), file_format="array_record").download_and_prepare()
     (data_dir / ".done").touch()
     return data_dir
