@@ -119,9 +119,10 @@ def generate_tfds(root: Path, n: int, px: int, distinct: int = 50) -> Path:
             VERSION = tfds.core.Version("1.0.0")
 
             def _info(self):
-                return tfds.core.DatasetInfo(builder=self, disable_shuffling=True, features=tfds.features.FeaturesDict(
-                    {"image": tfds.features.Image(shape=(px, px, 3)),
-                     "label": tfds.features.ClassLabel(names=[f"c{c}" for c in range(CLASSES)])}))
+                features = tfds.features.FeaturesDict({
+                    "image": tfds.features.Image(shape=(px, px, 3)),
+                    "label": tfds.features.ClassLabel(names=[f"c{c}" for c in range(CLASSES)])})
+                return tfds.core.DatasetInfo(builder=self, disable_shuffling=True, features=features)
 
             def _split_generators(self, dl_manager):
                 return {"train": self._generate_examples(n - n_test), "test": self._generate_examples(n_test)}

@@ -130,7 +130,8 @@ def write_tfds(data_dir: Path, name: str, splits: dict[str, tuple[np.ndarray, np
             def _info(self):
                 return tfds.core.DatasetInfo(builder=self, features=tfds.features.FeaturesDict({
                     "image": tfds.features.Image(shape=(None, None, 3)),
-                    "label": tfds.features.ClassLabel(names=names)}), supervised_keys=("image", "label"), disable_shuffling=True)
+                    "label": tfds.features.ClassLabel(names=names)}), supervised_keys=("image", "label"),
+                    disable_shuffling=True)
 
             def _split_generators(self, dl_manager):
                 return {s: self._generate_examples(s, x, y) for s, (x, y) in splits.items()}

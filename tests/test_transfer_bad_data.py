@@ -59,14 +59,14 @@ CASES = {
     "shard label out of range": (lambda g, t: _mk_out_of_range_shard(g, t), "label 7 out of range"),
     "hf label out of range": (lambda g, t: _mk_out_of_range_hf(g, t), "label 5 out of range for the 3 ClassLabel"),
     "hf without a label column": (lambda g, t: _mk_unlabelled_hf(g, t), "cannot tell the label column"),
-    "a column option for another format": (lambda g, t: (["--data", "folder", "--data-path", str(g[0] / "folder"),
-                                                          "--tfds-name", "x"], "--tfds-name"), "takes no tfds_name"),
+    "a tfds option for another format": (lambda g, t: (["--data", "folder", "--data-path", str(g[0] / "folder"),
+                                                        "--tfds-name", "x"], "--tfds-name"), "takes no tfds_name"),
 }
-# the TFDS cases need tensorflow-datasets (the [tfds] extra, in [all]: CI runs them); skipped with the reason without
+# the TFDS cases need tensorflow-datasets (the [tfds] extra, in [all]: CI runs them); else skipped, with the reason
 TFDS_CASES = {
-    "tfds unknown name": (lambda g, t: (["--data", "tfds", "--data-path", str(g[0] / "tfds"), "--tfds-name", "nope"],
-                                        g[0] / "tfds"), "no prepared TFDS dataset 'nope' (DatasetNotFoundError); "
-                                                        "prepared there: vitbench_bad"),
+    "tfds unknown name": (lambda g, t: (["--data", "tfds", "--data-path", str(g[0] / "tfds"), "--tfds-name",
+                                         "nope"], g[0] / "tfds"),
+                          "no prepared TFDS dataset 'nope' (DatasetNotFoundError); prepared there: vitbench_bad"),
     "tfds name not given, two there": (lambda g, t: _mk_two_tfds(g, t), "2 TFDS datasets found"),
     "tfds stored as tfrecord": (lambda g, t: _mk_tfrecord(g, t), "stored as tfrecord"),
     "tfds corrupt image": (lambda g, t: _mk_corrupt_tfds(g, t), "cannot be read as an image"),

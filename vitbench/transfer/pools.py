@@ -2,8 +2,9 @@
 
 A pool is what a source (vitbench.transfer.sources) gives instead of one resident array, so a dataset of any
 size costs the memory of a batch: `len(pool)`, `pool.decode(i)` -> one image (H, W, C) uint8 in [0, 255] or
-float32 in [0, 1], C = 1 or 3, and `pool.origin(i)` (the file that holds image i, for messages), and for a streamed pool `pool.encoded(i)` (the
-encoded image: its bytes or its file, what `decode` decodes and `check_image` verifies). Labels never
+float32 in [0, 1], C = 1 or 3, and `pool.origin(i)` (the file that holds image i, for messages), and for a
+streamed pool `pool.encoded(i)` (the encoded image: its bytes or its file, what `decode` decodes and
+`check_image` verifies). Labels never
 need a decode: a source reads them from the layout (folder names, `.cls` members, a label column) beside the pool.
 
 `images_at` turns indices into one preprocessed batch (vitbench.transfer.preprocess: the paper's resize and
