@@ -26,6 +26,8 @@ def good(tmp_path_factory):
         write_folder(root / "folder", split, x[idx], y[idx])
         write_shards(root / "shards", split, x[idx], y[idx], per_shard=100)
         write_hf_parquet(root / "hf", split, x[idx], y[idx], ["0", "1", "2"])
+    if _has_tfds():
+        _write_tfds(root / "tfds", x, y)
     return root, x, y
 
 
@@ -57,9 +59,60 @@ CASES = {
     "shard label out of range": (lambda g, t: _mk_out_of_range_shard(g, t), "label 7 out of range"),
     "hf label out of range": (lambda g, t: _mk_out_of_range_hf(g, t), "label 5 out of range for the 3 ClassLabel"),
     "hf without a label column": (lambda g, t: _mk_unlabelled_hf(g, t), "cannot tell the label column"),
-    "tfds (not supported yet)": (lambda g, t: (["--data", "tfds", "--data-path", str(t)], "tensorflow-datasets"),
-                                 "is not supported yet"),
+    "a tfds option for another format": (lambda g, t: (["--data", "folder", "--data-path", str(g[0] / "folder"),
+                                                        "--tfds-name", "x"], "--tfds-name"), "takes no tfds_name"),
 }
+# the TFDS cases need tensorflow-datasets (the [tfds] extra, in [all]: CI runs them); else skipped, with the reason
+TFDS_CASES = {
+    "tfds unknown name": (lambda g, t: (["--data", "tfds", "--data-path", str(g[0] / "tfds"), "--tfds-name",
+                                         "nope"], g[0] / "tfds"),
+                          "no prepared TFDS dataset 'nope' (DatasetNotFoundError); prepared there: vitbench_bad"),
+    "tfds name not given, two there": (lambda g, t: _mk_two_tfds(g, t), "2 TFDS datasets found"),
+    "tfds stored as tfrecord": (lambda g, t: _mk_tfrecord(g, t), "stored as tfrecord"),
+    "tfds corrupt image": (lambda g, t: _mk_corrupt_tfds(g, t), "cannot be read as an image"),
+}
+
+
+def _has_tfds() -> bool:
+    try:
+        import tensorflow_datasets  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+NEEDS_TFDS = pytest.mark.skipif(not _has_tfds(), reason="tensorflow-datasets is not installed "
+                                "(pip install 'vitbench[tfds]'; CI installs it through [all])")
+
+
+def _write_tfds(t, x, y, name="vitbench_bad", spoil=None):
+    from data_formats import write_tfds
+
+    test = np.concatenate([np.flatnonzero(y == c)[:2] for c in range(3)])
+    train = np.setdiff1d(np.arange(len(y)), test)
+    return write_tfds(t, name, {"train": (x[train], y[train]), "test": (x[test], y[test])}, ["0", "1", "2"],
+                      spoil=spoil)
+
+
+def _mk_two_tfds(g, t):
+    root = t / "tfds"
+    shutil.copytree(g[0] / "tfds", root)
+    _write_tfds(root, g[1], g[2], name="vitbench_other")
+    return ["--data", "tfds", "--data-path", str(root)], root
+
+
+def _mk_tfrecord(g, t):
+    root = t / "tfds"
+    shutil.copytree(g[0] / "tfds", root)
+    info = root / "vitbench_bad" / "1.0.0" / "dataset_info.json"
+    info.write_text(info.read_text().replace('"array_record"', '"tfrecord"'))  # as TFDS's default writes it
+    return ["--data", "tfds", "--data-path", str(root)], "tfds convert_format"
+
+
+def _mk_corrupt_tfds(g, t):
+    _write_tfds(t / "tfds", g[1], g[2], spoil={("test", 1): lambda b: b[:60]})
+    return (["--data", "tfds", "--data-path", str(t / "tfds")],
+            t / "tfds" / "vitbench_bad" / "1.0.0" / "vitbench_bad-test.array_record-00000-of-00001 record 1")
 
 
 def _mk_unlabelled_hf(g, t):
@@ -139,9 +192,9 @@ def _mk_out_of_range_hf(g, t):
     return ["--data", "hf", "--data-path", str(t / "hf")], path
 
 
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case", [*CASES, *(pytest.param(c, marks=NEEDS_TFDS) for c in TFDS_CASES)])
 def test_bad_data_exits_2_naming_the_file(case, good, tmp_path, cli):
-    make, words = CASES[case]
+    make, words = {**CASES, **TFDS_CASES}[case]
     args, named = make(good, tmp_path)
     r = cli(*FEWSHOT, *args)
     text = " ".join(r.output.split())
@@ -162,3 +215,52 @@ def test_skip_corrupt_counts_the_skipped_files_in_the_row_and_on_the_terminal(fm
     assert row["metrics"]["skipped_files"] == 1 and row["config"]["data"]["skip_corrupt"] is True
     assert "1 corrupt files skipped" in " ".join(r.output.split()) and str(bad) in " ".join(r.output.split())
     assert row["metrics"]["embedded_images"] < 18  # the test split lost its one corrupt image
+
+
+@pytest.mark.parametrize("fmt", ["folder", "webdataset"])
+def test_check_data_finds_a_corrupt_file_before_any_work(fmt, good, tmp_path, cli):
+    """--check-data verifies every listed image up front: a corrupt one exits 2 from the check pass (before a
+    model is built), naming it and counting the corrupt files; with --skip-corrupt it is counted from the start."""
+    args, bad = _mk_corrupt(good, tmp_path, _truncate) if fmt == "folder" else _mk_corrupt_shard(good, tmp_path)
+    r = cli("pretrain", "ViT-Nano/4", *args, "--classes", "", "-r", "8", "--steps", "2", "-b", "4",
+            "--out", tmp_path / "up.safetensors", "--check-data")
+    text = " ".join(r.output.split())
+    assert r.exit_code == 2 and "--check-data: 1 corrupt files in" in text and str(bad) in text, text
+    assert "Traceback" not in r.output and not (tmp_path / "up.safetensors").exists()  # nothing half-written
+    r = cli(*FEWSHOT, *args, "--check-data", "--skip-corrupt", "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["metrics"]["skipped_files"] == 1 and str(bad) in " ".join(r.output.split())
+
+
+def test_check_image_tells_whole_images_from_damaged_ones():
+    """The check is cheaper than a decode but as strict on what a run would hit: a PNG cut anywhere after its
+    header, a JPEG missing its tail, bytes that are no image; whole images of both kinds pass."""
+    import io
+
+    from PIL import Image
+
+    from vitbench.transfer.pools import CorruptImage, check_image
+
+    rng = np.random.default_rng(0)
+    image = Image.fromarray(rng.integers(0, 256, (64, 64, 3), dtype=np.uint8))
+    whole = {}
+    for fmt in ("PNG", "JPEG"):
+        buf = io.BytesIO()
+        image.save(buf, format=fmt)
+        whole[fmt] = buf.getvalue()
+        check_image(whole[fmt], fmt)  # a whole image passes
+    for name, data in (("png cut", whole["PNG"][:len(whole["PNG"]) // 2]), ("png cut before IEND",
+                       whole["PNG"][:-20]), ("jpeg cut", whole["JPEG"][:len(whole["JPEG"]) // 2]),
+                       ("not an image", b"hello")):
+        with pytest.raises(CorruptImage, match=name):
+            check_image(data, name)
+
+
+def test_tfds_without_the_library_names_the_extra(good, cli, monkeypatch):
+    """Without tensorflow-datasets, --data tfds exits 2 saying which extra brings it (no ImportError traceback)."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "tensorflow_datasets", None)  # import fails as if not installed
+    r = cli(*FEWSHOT, "--data", "tfds", "--data-path", str(good[0]))
+    assert r.exit_code == 2 and "pip install 'vitbench[tfds]'" in " ".join(r.output.split()), r.output
+    assert "Traceback" not in r.output

@@ -1,5 +1,7 @@
 """The same images give the same few-shot accuracy whichever format holds them (folder, webdataset shards, hf
-parquet, an in-memory .npz), and streaming keeps only what the protocol reads."""
+parquet and save_to_disk, a prepared TFDS dataset, an in-memory .npz), and streaming keeps only what the protocol
+reads. The TFDS fixture needs tensorflow-datasets (the [tfds] extra, part of [all], which CI installs); without it
+the tfds cases are reported as skipped with the reason (pytest -ra), never dropped silently."""
 
 from __future__ import annotations
 
@@ -8,10 +10,23 @@ import json
 import numpy as np
 import pytest
 
-from data_formats import digits_images, write_folder, write_hf_arrow, write_hf_parquet, write_npz, write_shards
+from data_formats import (digits_images, write_folder, write_hf_arrow, write_hf_parquet, write_npz, write_shards,
+                          write_tfds)
 from vitbench.transfer.data import load_splits
 
 PER_CLASS, TEST_PER_CLASS = 12, 4  # 10 classes: 120 train images, 40 test
+TFDS_NAME = "vitbench_digits"  # the fixture's TFDS dataset (generated here; nothing downloaded)
+
+
+def _has_tfds() -> bool:
+    try:
+        import tensorflow_datasets  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+NO_TFDS = "tensorflow-datasets is not installed (pip install 'vitbench[tfds]'; CI installs it through [all])"
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +46,11 @@ def formats(tmp_path_factory):
     write_hf_arrow(root / "hf-arrow", "train", x[train], y[train], names)
     write_hf_arrow(root / "hf-arrow", "test", x[test], y[test], names)
     npz = write_npz(root / "digits.npz", (x[train], y[train]), (x[test], y[test]))
-    return {"npz": {"name": "npz", "path": str(npz)},
+    tfds = {}
+    if _has_tfds():
+        write_tfds(root / "tfds", TFDS_NAME, {"train": (x[train], y[train]), "test": (x[test], y[test])}, names)
+        tfds = {"tfds": {"name": "tfds", "path": str(root / "tfds"), "tfds_name": TFDS_NAME}}
+    return {**tfds, "npz": {"name": "npz", "path": str(npz)},
             "folder": {"name": "folder", "path": str(root / "folder")},
             "webdataset": {"name": "webdataset", "path": str(root / "shards")},
             "webdataset-pattern": {"name": "webdataset", "path": str(root / "shards" / "train-{000000..000002}.tar"),
@@ -40,7 +59,8 @@ def formats(tmp_path_factory):
             "hf-arrow": {"name": "hf", "path": str(root / "hf-arrow")}}
 
 
-@pytest.mark.parametrize("fmt", ["folder", "webdataset", "webdataset-pattern", "hf", "hf-arrow"])
+@pytest.mark.parametrize("fmt", ["folder", "webdataset", "webdataset-pattern", "hf", "hf-arrow",
+                                 pytest.param("tfds", marks=pytest.mark.skipif(not _has_tfds(), reason=NO_TFDS))])
 def test_every_format_lists_the_same_splits_and_batches(formats, fmt):
     ref, got = load_splits(formats["npz"]), load_splits(formats[fmt])
     assert ref.train.pool.resident and not got.train.pool.resident
@@ -50,6 +70,15 @@ def test_every_format_lists_the_same_splits_and_batches(formats, fmt):
         np.testing.assert_array_equal(a.batch(idx, 16)[0], b.batch(idx, 16)[0])  # same bytes -> same floats
 
 
+@pytest.mark.skipif(not _has_tfds(), reason=NO_TFDS)
+def test_tfds_name_may_be_left_out_when_the_data_dir_holds_one_dataset(formats):
+    named = load_splits(formats["tfds"])
+    found = load_splits({"name": "tfds", "path": formats["tfds"]["path"]})
+    assert found.source == f"tfds:{formats['tfds']['path']}" and named.source.endswith(TFDS_NAME)
+    np.testing.assert_array_equal(named.test.labels, found.test.labels)
+    assert found.train.class_names == [str(c) for c in range(10)]  # the ClassLabel's names
+
+
 def test_fewshot_accuracy_is_the_same_in_every_format(formats, cli):
     """One random-init upstream (no pre-training: seconds), few-shot on each format: identical accuracies."""
     rows = {}
@@ -57,6 +86,8 @@ def test_fewshot_accuracy_is_the_same_in_every_format(formats, cli):
         args = ["--data", data["name"], "--data-path", data["path"]]
         if "test_path" in data:
             args += ["--data-test-path", data["test_path"]]
+        if "tfds_name" in data:
+            args += ["--tfds-name", data["tfds_name"]]
         r = cli("fewshot", "-m", "ViT-Nano/4", "--objective", "none", "-r", "16", "--classes", "", "--shots", "1,5",
                 "--seeds", "2", *args, "--json")
         assert r.exit_code == 0, r.output
@@ -118,10 +149,32 @@ def test_bench_train_with_real_input_reports_it_beside_the_synthetic_figure(form
             "0.1", "--warmup", "1", "--threads", "1", "--data", "webdataset", "--data-path", data["path"],
             "--data-steps", "3", "--json")
     assert r.exit_code == 0, r.output
-    m = json.loads(r.stdout)["metrics"]
+    row = json.loads(r.stdout)
+    m, raw = row["metrics"], row["raw"]
     assert m["img_per_s"] > 0 and m["real_input_img_per_s"] > 0 and m["input_img_per_s"] > 0
-    assert 0 < m["input_bound_fraction"] <= 1 and m["real_input_steps"] == 3
+    assert 0 < m["input_bound_fraction"] <= 1
+    # timed as the synthetic figure: warm-up apart (--warmup 1), >= MIN_WINDOWS windows of >= 2 steps covering
+    # --data-steps, raw window times kept, the median window's per-step time behind img/s
+    from vitbench.measure.timing import MIN_WINDOWS
+
+    assert len(raw["real_input_warmup_s"]) == 1 and len(raw["real_input_window_s"]) == m["real_input_windows"]
+    assert m["real_input_windows"] >= MIN_WINDOWS and m["real_input_window_steps"] >= 2
+    assert m["real_input_steps"] == m["real_input_windows"] * m["real_input_window_steps"] >= 3
+    per_step = sorted(w / m["real_input_window_steps"] for w in raw["real_input_window_s"])
+    assert m["real_input_img_per_s"] == pytest.approx(8 / float(np.median(per_step)), rel=1e-9)  # float rounding
     r = cli("bench", "ViT-Nano/4", "--data", "webdataset", "--data-path", data["path"])  # infer: no training
     assert r.exit_code == 2 and "use it with --task train" in r.output
     r = cli("bench", "ViT-Nano/4", "--task", "train", "--data", "folder", "--data-path", data["path"] + "/nope")
     assert r.exit_code == 2 and "does not exist" in r.output and "img_per_s" not in r.output  # before any timing
+
+
+def test_study_fields_name_the_tfds_dataset_up_and_downstream():
+    """tfds_name / upstream_tfds_name reach the data configs; left out of the trial's fields when unset (keys
+    of studies without them stay as they were)."""
+    from vitbench.tasks.pretrain import Pretrain
+
+    base = {"task": "pretrain", "model": "ViT-Nano/4"}
+    p = Pretrain.Params.model_validate({**base, "upstream_dataset": "tfds", "upstream_path": "/d",
+                                        "upstream_tfds_name": "cifar10"})
+    assert p.upstream_config("pretrain").data.tfds_name == "cifar10"
+    assert "upstream_tfds_name" not in Pretrain.Params.model_validate(base).model_dump()

@@ -30,18 +30,26 @@ SKIP_CORRUPT = from_field(DataConfig, "skip_corrupt", "--skip-corrupt", help="Sk
                           "in the row (skipped_files) and on the terminal; default: stop (exit 2) naming the file.")
 DATA_WORKERS = from_field(DataConfig, "workers", "--data-workers", min=0, help="Processes decoding and "
                           "preprocessing ahead (0: in this process). Results do not depend on it.")
+CHECK_DATA = from_field(DataConfig, "check_data", "--check-data", help="Verify every image of the dataset before "
+                        "any work (a PNG's CRCs, a JPEG at 1/8 scale): a corrupt file exits 2 at once, not partway "
+                        "(or, with --skip-corrupt, is counted from the start). Reads the whole dataset.")
 IMAGE_COLUMN = typer.Option(None, "--image-column", help="hf: the image column (default: inferred).")
 LABEL_COLUMN = typer.Option(None, "--label-column", help="hf: the label column (default: inferred).")
+TFDS_NAME = typer.Option(None, "--tfds-name", help="tfds: the dataset in the --data-path data_dir, NAME[/CONFIG]"
+                         "[:VERSION], e.g. cifar10 (default: the only one there).")
 
 
 # DataConfig source field -> the option that sets it (a bad value is reported under the name the user typed)
 SOURCE_OPTIONS = {"name": "--data", "path": "--data-path", "test_path": "--data-test-path",
                   "skip_corrupt": "--skip-corrupt", "workers": "--data-workers", "image_column": "--image-column",
-                  "label_column": "--label-column"}
+                  "label_column": "--label-column", "tfds_name": "--tfds-name",
+                  "check_data": "--check-data"}
 
 
-def source(data, data_path, data_test_path, skip_corrupt, data_workers, image_column, label_column) -> dict:
+def source(data, data_path, data_test_path, skip_corrupt, data_workers, image_column, label_column,
+           tfds_name=None, check_data=False) -> dict:
     """DataConfig's source fields from the shared data options (unset ones left to the config's defaults)."""
     out = {"name": data, "path": data_path, "test_path": data_test_path, "skip_corrupt": skip_corrupt,
-           "workers": data_workers, "image_column": image_column, "label_column": label_column}
+           "workers": data_workers, "image_column": image_column, "label_column": label_column,
+           "tfds_name": tfds_name, "check_data": check_data or None}
     return {k: v for k, v in out.items() if v is not None}

@@ -18,6 +18,8 @@ from vitbench.cli.data_options import (
     LABEL_COLUMN,
     SKIP_CORRUPT,
     SOURCE_OPTIONS,
+    TFDS_NAME,
+    CHECK_DATA,
 )
 from vitbench.cli.data_options import source as _source
 from vitbench.cli.options import OptionGroup, cli_option, from_field
@@ -116,7 +118,8 @@ def pretrain_cmd(
                                            "(`vitbench plugins` lists them; default: the first registered)."),
     data: str = DATA, data_path: str = DATA_PATH, data_test_path: str = DATA_TEST_PATH,
     skip_corrupt: bool = SKIP_CORRUPT, data_workers: int = DATA_WORKERS, image_column: str = IMAGE_COLUMN,
-    label_column: str = LABEL_COLUMN,
+    label_column: str = LABEL_COLUMN, tfds_name: str = TFDS_NAME,
+    check_data: bool = CHECK_DATA,
     classes: str = from_field(PretrainConfig, "data.classes", shown=ints_text,
                               help="Upstream classes: 'a-b' or 'a,b,c'; '' for all."),
     data_seed: int = from_field(PretrainConfig, "data.seed", help="Split seed."),
@@ -166,7 +169,8 @@ def pretrain_cmd(
             get_spec(teacher)
         except VitbenchError as e:
             raise ConfigError(f"--teacher: {e}") from None
-    source = _source(data, data_path, data_test_path, skip_corrupt, data_workers, image_column, label_column)
+    source = _source(data, data_path, data_test_path, skip_corrupt, data_workers, image_column, label_column,
+                     tfds_name, check_data)
     opts = _upstream_opts(with_sets(model, sets), backend, source, classes, data_seed, resolution, steps,
                           batch_size, lr, weight_decay, warmup_steps, decay, label_smoothing, seed)
     recipe = {k: v for k, v in opts.items() if k not in ("model", "resolution", "steps", "seed")}
@@ -253,6 +257,7 @@ DOWNSTREAM = OptionGroup("downstream", {
     "data": (str, DATA), "data_path": (str, DATA_PATH), "data_test_path": (str, DATA_TEST_PATH),
     "skip_corrupt": (bool, SKIP_CORRUPT), "data_workers": (int, DATA_WORKERS),
     "image_column": (str, IMAGE_COLUMN), "label_column": (str, LABEL_COLUMN),
+    "tfds_name": (str, TFDS_NAME), "check_data": (bool, CHECK_DATA),
     "classes": (str, from_field(DownstreamConfig, "data.classes", shown=ints_text,
                                 help="Downstream classes ('' for all).")),
     "data_seed": (int, from_field(DownstreamConfig, "data.seed")),
@@ -267,7 +272,8 @@ def _downstream(o, seed: int, val_fraction: float | None = None) -> dict:
                                     o.pretrain_warmup_steps, seed, o.objective),
             "backend": o.backend, "resolution": o.resolution,
             "data": _data(_source(o.data, o.data_path, o.data_test_path, o.skip_corrupt, o.data_workers,
-                                  o.image_column, o.label_column), o.classes, o.data_seed, val_fraction)}
+                                  o.image_column, o.label_column, o.tfds_name, o.check_data), o.classes,
+                          o.data_seed, val_fraction)}
 
 
 @app.command("fewshot")

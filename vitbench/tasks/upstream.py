@@ -81,6 +81,8 @@ class Upstream(TeacherFields):
 
     upstream_dataset: DatasetName = UPSTREAM_DATA.name
     upstream_path: PathField | None = None
+    # tfds: the dataset in the upstream_path data_dir; left out of the key when unset (keys as before it existed)
+    upstream_tfds_name: str | None = Field(None, exclude_if=lambda v: v is None)
     upstream_classes: str | None = ints_text(UPSTREAM_DATA.classes)  # 'a-b' or 'a,b,c'; None: all classes
     upstream_train_per_class: int | None = None  # cap on upstream images per class (data-size axis)
     data_seed: Seed = default_of(DataConfig, "seed")  # split seed (up- and downstream), separate from the model's
@@ -135,7 +137,8 @@ class Upstream(TeacherFields):
         from vitbench.transfer.pretrain import PretrainConfig, teacher_fields
 
         data = {"name": self.upstream_dataset, "path": self.upstream_path, "classes": self.upstream_classes,
-                "seed": self.data_seed, "train_per_class": self.upstream_train_per_class}
+                "seed": self.data_seed, "train_per_class": self.upstream_train_per_class,
+                "tfds_name": self.upstream_tfds_name}
         recipe = {"backend": self.pretrain_backend or self.backend, "data": data,
                   "batch_size": self.pretrain_batch_size, "lr": self.pretrain_lr,
                   "weight_decay": self.pretrain_weight_decay, "warmup_steps": self.pretrain_warmup_steps,
@@ -207,14 +210,17 @@ class Downstream(BaseModel):
     data_test_path: PathField | None = Field(None, exclude_if=_absent)  # webdataset / hf: the test split's path
     image_column: str | None = Field(None, exclude_if=_absent)  # hf
     label_column: str | None = Field(None, exclude_if=_absent)  # hf
+    tfds_name: str | None = Field(None, exclude_if=_absent)  # tfds: the dataset in the data_dir data_path
     skip_corrupt: bool = Field(False, exclude_if=_false_or_zero)  # skip (and count) files that do not decode
+    check_data: bool = Field(False, exclude_if=_false_or_zero)  # verify every image before any work
     data_workers: int = Field(0, ge=0, le=256, exclude_if=_false_or_zero)  # decoding processes; same results
 
     def downstream_data(self) -> dict:
         return {"name": self.dataset, "path": self.data_path, "classes": self.classes, "seed": self.data_seed,
                 "train_per_class": self.train_per_class, "val_fraction": self.val_fraction,
                 "test_path": self.data_test_path, "image_column": self.image_column,
-                "label_column": self.label_column, "skip_corrupt": self.skip_corrupt, "workers": self.data_workers}
+                "label_column": self.label_column, "tfds_name": self.tfds_name, "skip_corrupt": self.skip_corrupt,
+                "check_data": self.check_data, "workers": self.data_workers}
 
 
 ACCURACY = Metric("accuracy", "fraction", True, "transfer accuracy (0..1) on the test split", comparable=True)

@@ -132,11 +132,16 @@ class DataConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     name: DatasetName = "digits"  # vitbench.transfer.config.DatasetName
-    path: str | None = None  # folder / webdataset / hf / cifar / npz: a local path (a shard pattern)
+    path: str | None = None  # folder / webdataset / hf / tfds / cifar / npz: a local path (a shard pattern)
     test_path: str | None = None  # webdataset / hf: the test split's own path (pattern); default: in `path`
     image_column: str | None = None  # hf: the image column (default: the one Image feature)
     label_column: str | None = None  # hf: the label column (default: the one ClassLabel / integer column)
+    # tfds_name, check_data: added after trial and upstream cache keys existed, so left out of the dump at their
+    # defaults (those keys stay as they were). tfds: NAME[/CONFIG][:VERSION] in the data_dir `path` (default: the
+    # only dataset there); check_data: verify every image before any work (vitbench.transfer.check), opt-in
+    tfds_name: str | None = Field(None, exclude_if=lambda v: v is None)
     skip_corrupt: bool = False  # drop (and count) files that do not decode, instead of stopping (exit 2)
+    check_data: bool = Field(False, exclude_if=lambda v: not v)
     workers: int = Field(0, ge=0, le=256)  # decoding processes (0: in the calling process); same results
     classes: list[int] | None = None  # subset of source labels, relabelled 0..K-1 in this order; "0-4" ok
     seed: Seed = 0  # split seed
@@ -166,6 +171,13 @@ class DataConfig(BaseModel):
         if info.data.get("name") not in (None, "hf") and v is not None:
             raise ValueError(f"dataset {info.data.get('name')!r} has no columns; image_column and label_column "
                              "are for hf")
+        return v
+
+    @field_validator("tfds_name")
+    @classmethod
+    def _tfds_name_fits_dataset(cls, v, info):
+        if info.data.get("name") not in (None, "tfds") and v is not None:
+            raise ValueError(f"dataset {info.data.get('name')!r} takes no tfds_name; tfds_name is for tfds")
         return v
 
     @field_validator("classes", mode="before")

@@ -207,7 +207,7 @@ def load_splits(cfg: DataConfig | dict | None = None) -> Splits:
     cfg = cfg if isinstance(cfg, DataConfig) else DataConfig.model_validate(cfg or {})
     raw = read_source(cfg)
     k_src = len(raw.class_names)
-    source = cfg.name + (f":{cfg.path}" if cfg.path else "")
+    source = cfg.name + (f":{cfg.path}" if cfg.path else "") + (f" {cfg.tfds_name}" if cfg.tfds_name else "")
     x, y = _select_classes(raw.labels, cfg.classes, k_src, source)
     names = [raw.class_names[c] for c in cfg.classes] if cfg.classes else list(raw.class_names)
     if raw.test_pool is None:
@@ -230,6 +230,10 @@ def load_splits(cfg: DataConfig | dict | None = None) -> Splits:
     if len(splits.train) == 0 or len(splits.test) == 0:
         raise ConfigError(f"{splits.source}: empty train or test split ({len(splits.train)} train, "
                           f"{len(splits.test)} test images)")
+    if cfg.check_data:
+        from vitbench.transfer.check import check_splits
+
+        check_splits(splits)
     return splits
 
 

@@ -147,6 +147,9 @@ class TablePool:
         return f"{self.files[self.file[i]]} row {int(self.row[i])} of chunk {int(self.chunk[i])} ({self.column})"
 
     def decode(self, i: int) -> np.ndarray:
+        return decode_bytes(self.encoded(i), self.origin(i))
+
+    def encoded(self, i: int) -> bytes | Path:
         where = (int(self.file[i]), int(self.chunk[i]))
         if not self._held or self._held[0] != where:
             try:
@@ -156,10 +159,10 @@ class TablePool:
         value = self._held[1][int(self.row[i])].as_py()
         data = value.get("bytes") if isinstance(value, dict) else value
         if not data and isinstance(value, dict) and value.get("path"):
-            return decode_bytes(Path(value["path"]), self.origin(i))
+            return Path(value["path"])
         if not isinstance(data, bytes):
             raise CorruptImage(self.origin(i), "no image bytes in this row")
-        return decode_bytes(data, self.origin(i))
+        return data
 
 
 def index_table(files: list[Path], image_column: str | None, label_column: str | None

@@ -2,7 +2,9 @@
 
 A pool is what a source (vitbench.transfer.sources) gives instead of one resident array, so a dataset of any
 size costs the memory of a batch: `len(pool)`, `pool.decode(i)` -> one image (H, W, C) uint8 in [0, 255] or
-float32 in [0, 1], C = 1 or 3, and `pool.origin(i)` (the file that holds image i, for messages). Labels never
+float32 in [0, 1], C = 1 or 3, and `pool.origin(i)` (the file that holds image i, for messages), and for a
+streamed pool `pool.encoded(i)` (the encoded image: its bytes or its file, what `decode` decodes and
+`check_image` verifies). Labels never
 need a decode: a source reads them from the layout (folder names, `.cls` members, a label column) beside the pool.
 
 `images_at` turns indices into one preprocessed batch (vitbench.transfer.preprocess: the paper's resize and
@@ -43,6 +45,12 @@ class Pool(Protocol):
     def origin(self, i: int) -> str: ...
 
 
+class StreamedPool(Pool, Protocol):
+    """A pool of encoded images (every pool that is not resident)."""
+
+    def encoded(self, i: int) -> bytes | Path: ...
+
+
 @dataclass
 class ArrayPool:
     """Images already in memory (the bundled and array sources: digits, synthetic, cifar, npz)."""
@@ -60,16 +68,44 @@ class ArrayPool:
         return f"image {i}"
 
 
+def _opened(data: bytes | Path):
+    import io
+
+    from PIL import Image
+
+    return Image.open(data if isinstance(data, Path) else io.BytesIO(data))
+
+
 def decode_bytes(data: bytes | Path, origin: str) -> np.ndarray:
     """An encoded image (PNG, JPEG: a file path or its bytes) as uint8 RGB (H, W, 3); CorruptImage naming
     `origin` when it does not decode whole (PIL raises on a truncated file once the pixels are loaded)."""
-    import io
-
-    from PIL import Image, UnidentifiedImageError
+    from PIL import UnidentifiedImageError
 
     try:
-        with Image.open(data if isinstance(data, Path) else io.BytesIO(data)) as im:
+        with _opened(data) as im:
             return np.asarray(im.convert("RGB"), dtype=np.uint8)
+    except (OSError, UnidentifiedImageError, ValueError, SyntaxError) as e:  # PIL's decode errors
+        raise CorruptImage(origin, str(e) or type(e).__name__) from None
+
+
+JPEG_CHECK_SCALE = 8  # JPEG's DCT decodes at 1/8 scale (PIL's draft mode): every byte read, ~1/64 of the pixels
+
+
+def check_image(data: bytes | Path, origin: str) -> None:
+    """CorruptImage naming `origin` unless `data` is a whole image, checked cheaper than a decode: a PNG's chunks
+    and their CRCs read to the end (PIL's verify), a JPEG decoded in draft mode at 1/8 scale (a truncated or
+    damaged entropy-coded stream still fails), any other format decoded."""
+    from PIL import UnidentifiedImageError
+
+    try:
+        with _opened(data) as im:
+            if im.format == "PNG":
+                im.verify()
+            elif im.format == "JPEG":
+                im.draft("RGB", (max(1, im.width // JPEG_CHECK_SCALE), max(1, im.height // JPEG_CHECK_SCALE)))
+                im.load()
+            else:
+                im.load()
     except (OSError, UnidentifiedImageError, ValueError, SyntaxError) as e:  # PIL's decode errors
         raise CorruptImage(origin, str(e) or type(e).__name__) from None
 
@@ -84,8 +120,11 @@ class FilePool:
     def __len__(self) -> int:
         return len(self.files)
 
+    def encoded(self, i: int) -> Path:
+        return Path(self.files[i])
+
     def decode(self, i: int) -> np.ndarray:
-        return decode_bytes(Path(self.files[i]), self.files[i])
+        return decode_bytes(self.encoded(i), self.files[i])
 
     def origin(self, i: int) -> str:
         return self.files[i]

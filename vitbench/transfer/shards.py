@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from vitbench.errors import ConfigError
-from vitbench.transfer.pools import decode_bytes
+from vitbench.transfer.pools import CorruptImage, decode_bytes
 
 IMAGE_EXTENSIONS = ("png", "jpg", "jpeg")  # as the folder source (vitbench.transfer.sources.IMAGE_SUFFIXES)
 LABEL_EXTENSION = "cls"  # webdataset's class-index member
@@ -84,17 +84,17 @@ class ShardPool:
     def __len__(self) -> int:
         return len(self.shard)
 
-    def decode(self, i: int) -> np.ndarray:
+    def encoded(self, i: int) -> bytes:
         path = self.shards[self.shard[i]]
         try:
             with open(path, "rb") as f:
                 f.seek(int(self.offset[i]))
-                data = f.read(int(self.size[i]))
+                return f.read(int(self.size[i]))
         except OSError as e:
-            from vitbench.transfer.pools import CorruptImage
-
             raise CorruptImage(self.origin(i), str(e)) from None
-        return decode_bytes(data, self.origin(i))
+
+    def decode(self, i: int) -> np.ndarray:
+        return decode_bytes(self.encoded(i), self.origin(i))
 
     def origin(self, i: int) -> str:
         path = self.shards[self.shard[i]]

@@ -7,7 +7,8 @@
 - `folder`   `root/<class>/*.png|jpg|jpeg`, or `root/train/<class>/...` + `root/test/<class>/...`.
 - `webdataset` tar shards (`KEY.png|jpg` + `KEY.cls`), read with the standard library: vitbench.transfer.shards.
 - `hf`       a Hugging Face datasets directory (parquet or save_to_disk), read with pyarrow: vitbench.transfer.hf.
-- `tfds`     named, not supported yet (needs tensorflow-datasets): a clear error pointing to the other formats.
+- `tfds`     a prepared TFDS dataset (array_record) in a local data_dir, read with tensorflow-datasets' data source
+             (the optional extra `vitbench[tfds]`): vitbench.transfer.tfds.
 - `cifar10` / `cifar100`  the CIFAR python-pickle layout (`data_batch_1..5` + `test_batch`, or `train` +
              `test`), read with a restricted unpickler (vitbench.transfer.safe_pickle).
 - `npz`      `x_train, y_train, x_test, y_test` or `x, y` arrays, read with `allow_pickle=False`.
@@ -176,6 +177,16 @@ def _hf(cfg: DataConfig) -> Raw:
     return Raw(pool, labels, names, t_pool, t_labels)
 
 
+def _tfds(cfg: DataConfig) -> Raw:
+    from vitbench.transfer.tfds import LAYOUT, index_tfds
+
+    root = _require_path(cfg, LAYOUT)
+    if not root.is_dir():
+        raise ConfigError(f"data.path {str(root)!r} is not a directory; expected {LAYOUT}")
+    pool, labels, names, t_pool, t_labels = index_tfds(root, cfg.tfds_name)
+    return Raw(pool, labels, names, t_pool, t_labels)
+
+
 _CIFAR_LAYOUT = {
     "cifar10": "the CIFAR-10 python layout: a directory with data_batch_1..data_batch_5 and test_batch "
                "(e.g. cifar-10-batches-py/)",
@@ -298,10 +309,8 @@ def read_source(cfg: DataConfig) -> Raw:
         return _webdataset(cfg)
     if cfg.name == "hf":
         return _hf(cfg)
-    if cfg.name == "tfds":  # named so a user of big_vision's pipeline hears why, not "unknown dataset"
-        raise ConfigError("dataset 'tfds' (a prepared TFDS data_dir of tfrecord files) is not supported yet: it "
-                          "needs tensorflow-datasets, which vitbench does not depend on. Export the split to a "
-                          "class folder or webdataset shards (docs/datasets.md) and use --data folder|webdataset")
+    if cfg.name == "tfds":
+        return _tfds(cfg)
     if cfg.name in ("cifar10", "cifar100"):
         return _cifar(cfg)
     return _npz(cfg)

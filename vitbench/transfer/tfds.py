@@ -1,0 +1,176 @@
+"""The `tfds` source: a prepared TensorFlow Datasets dataset in a local data_dir, read by index with the
+tensorflow-datasets library's own `array_record` reader (`builder.as_data_source`, no TensorFlow needed; the
+optional extra `vitbench[tfds]`).
+
+Layout (TFDS's own): `DATA_DIR/NAME[/CONFIG]/VERSION/` with `dataset_info.json`, `features.json` and
+`NAME-SPLIT.array_record-XXXXX-of-YYYYY` files, as `tfds build NAME --data_dir DATA_DIR --file_format
+array_record` (or a builder's `download_and_prepare(file_format="array_record")`) writes them. The image is the
+`Image` feature and the label the `ClassLabel` of the dataset's `supervised_keys` (else the one feature of each
+kind); the ClassLabel's names are the class names; the `train` and `test` splits are used (a dataset with only
+`train` is one pool, split here). A dataset stored as `tfrecord` (TFDS's default) has no index without TensorFlow:
+converted once with `tfds convert_format` (the message says how).
+
+Listing reads the records with the image left encoded (`tfds.decode.SkipDecoding`): labels without a decode;
+`decode(i)` reads record i and decodes its image bytes as every other source does (vitbench.transfer.pools), so
+the same images give the same numbers in every format.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from vitbench.errors import ConfigError
+from vitbench.transfer.pools import CorruptImage, decode_bytes
+
+LAYOUT = ("a prepared TFDS dataset: DATA_DIR/NAME[/CONFIG]/VERSION/ with dataset_info.json and "
+          "NAME-SPLIT.array_record-* files (tfds build NAME --data_dir DATA_DIR --file_format array_record)")
+EXTRA = "pip install 'vitbench[tfds]'"  # the optional extra that brings tensorflow-datasets (pyproject.toml)
+LIST_CHUNK = 1024  # records read per call while listing labels (memory: this many encoded images)
+
+
+def _library():
+    try:
+        import tensorflow_datasets as tfds
+    except ImportError:
+        raise ConfigError(f"dataset 'tfds' needs tensorflow-datasets, an optional dependency: {EXTRA}") from None
+    return tfds
+
+
+def prepared_names(data_dir: Path) -> list[str]:
+    """The datasets prepared under `data_dir` (NAME or NAME/CONFIG: the directories holding a VERSION/
+    dataset_info.json)."""
+    found = {str(info.parent.parent.relative_to(data_dir)) for info in data_dir.glob("*/*/dataset_info.json")}
+    found |= {str(info.parent.parent.relative_to(data_dir)) for info in data_dir.glob("*/*/*/dataset_info.json")}
+    return sorted(found)
+
+
+def builder(data_dir: Path, name: str | None):
+    """The read-only builder of `name` (NAME, NAME/CONFIG, NAME:VERSION) in `data_dir`; the one dataset there when
+    `name` is None. ConfigError naming the data_dir and the datasets found in it otherwise."""
+    tfds = _library()
+    found = prepared_names(data_dir)
+    if name is None:
+        if len(found) != 1:
+            raise ConfigError(f"{data_dir}: {len(found)} TFDS datasets found ({', '.join(found) or 'none'}); name "
+                              f"one with --tfds-name (study field tfds_name); expected {LAYOUT}")
+        name = found[0]
+    try:
+        b = tfds.builder(name, data_dir=str(data_dir))
+        prepared = b.is_prepared()
+    except Exception as e:  # noqa: BLE001 - the library's many lookup errors (DatasetNotFoundError, ...)
+        raise ConfigError(f"{data_dir}: no prepared TFDS dataset {name!r} ({type(e).__name__}); prepared there: "
+                          f"{', '.join(found) or 'none'}; expected {LAYOUT}") from None
+    if not prepared:
+        raise ConfigError(f"{data_dir}: TFDS dataset {name!r} is not prepared there (nothing is downloaded); "
+                          f"prepared there: {', '.join(found) or 'none'}; expected {LAYOUT}")
+    fmt = getattr(b.info.file_format, "value", b.info.file_format)
+    if fmt != "array_record":
+        raise ConfigError(f"{b.data_dir}: TFDS dataset {name!r} is stored as {fmt}, which cannot be read by index "
+                          "without TensorFlow; convert it once (needs tensorflow-cpu): tfds convert_format "
+                          f"--dataset_dir={b.data_dir} --out_file_format=array_record")
+    return b
+
+
+def feature_keys(b) -> tuple[str, str, list[str]]:
+    """(image feature, label feature, class names): the supervised keys where they are an Image and a
+    ClassLabel, else the one top-level feature of each kind."""
+    tfds = _library()
+    feats = b.info.features
+    kinds = {k: type(v) for k, v in feats.items()}
+    images = [k for k, t in kinds.items() if issubclass(t, tfds.features.Image)]
+    labels = [k for k, t in kinds.items() if issubclass(t, tfds.features.ClassLabel)]
+    sup = b.info.supervised_keys
+    if isinstance(sup, tuple) and len(sup) >= 2 and sup[0] in images and sup[1] in labels:
+        image, label = sup[0], sup[1]
+    elif len(images) == 1 and len(labels) == 1:
+        image, label = images[0], labels[0]
+    else:
+        raise ConfigError(f"{b.data_dir}: cannot tell the image and label features (Image: {images or 'none'}, "
+                          f"ClassLabel: {labels or 'none'} of {list(kinds)}); vitbench reads one Image and one "
+                          "ClassLabel feature (a dataset without labels cannot train or evaluate a classifier)")
+    return image, label, list(feats[label].names)
+
+
+@dataclass
+class TfdsPool:
+    """The images of one split of a prepared TFDS dataset, addressed by record index."""
+
+    data_dir: str
+    name: str  # as tfds.builder takes it (NAME, NAME/CONFIG, NAME:VERSION)
+    split: str
+    image: str  # the Image feature's key
+    files: list[str]  # the split's array_record shards, in order
+    ends: np.ndarray  # int64: cumulative record counts of `files` (record i is in the first shard ending past it)
+    resident: bool = False
+    _source: object = field(default=None, repr=False)  # the library's data source, opened on first use
+
+    def __getstate__(self):  # a worker process opens its own readers
+        return {**self.__dict__, "_source": None}
+
+    def __len__(self) -> int:
+        return int(self.ends[-1]) if len(self.ends) else 0
+
+    def source(self):
+        if self._source is None:
+            tfds = _library()
+            b = tfds.builder(self.name, data_dir=self.data_dir)
+            self._source = b.as_data_source(split=self.split, decoders={self.image: tfds.decode.SkipDecoding()})
+        return self._source
+
+    def origin(self, i: int) -> str:
+        s = int(np.searchsorted(self.ends, i, side="right"))
+        first = int(self.ends[s - 1]) if s else 0
+        return f"{self.files[s]} record {i - first} ({self.split}[{i}], feature {self.image!r})"
+
+    def encoded(self, i: int) -> bytes:
+        try:
+            data = self.source()[int(i)][self.image]
+        except Exception as e:  # noqa: BLE001 - the reader's and the proto parser's errors: an unreadable record
+            raise CorruptImage(self.origin(i), f"{type(e).__name__}: {e}") from None
+        if not isinstance(data, bytes) or not data:
+            raise CorruptImage(self.origin(i), "no image bytes in this record")
+        return data
+
+    def decode(self, i: int) -> np.ndarray:
+        return decode_bytes(self.encoded(i), self.origin(i))
+
+
+def _split(b, data_dir: Path, name: str, split: str, image: str, label: str, k: int
+           ) -> tuple[TfdsPool, np.ndarray]:
+    info = b.info.splits[split]
+    files = [str(f) for f in info.filepaths]
+    pool = TfdsPool(str(data_dir), name, split, image, files, np.cumsum(info.shard_lengths).astype(np.int64))
+    tfds = _library()
+    src = b.as_data_source(split=split, decoders={image: tfds.decode.SkipDecoding()})
+    labels = np.empty(len(pool), np.int64)
+    for start in range(0, len(pool), LIST_CHUNK):
+        keys = list(range(start, min(start + LIST_CHUNK, len(pool))))
+        try:
+            labels[start:start + len(keys)] = [int(r[label]) for r in src.__getitems__(keys)]
+        except Exception as e:  # noqa: BLE001 - an unreadable shard, named with the records being read
+            raise ConfigError(f"{pool.origin(keys[0])}: cannot read the records from here on "
+                              f"({type(e).__name__}: {e}); expected {LAYOUT}") from None
+    bad = np.flatnonzero((labels < 0) | (labels >= k))
+    if len(bad):
+        raise ConfigError(f"{pool.origin(int(bad[0]))}: label {int(labels[bad[0]])} out of range for the {k} "
+                          f"ClassLabel names ({len(bad)} records)")
+    return pool, labels
+
+
+def index_tfds(data_dir: Path, name: str | None):
+    """(pool, labels, class names, test pool or None, test labels or None) of a prepared dataset."""
+    b = builder(data_dir, name)
+    name = name or prepared_names(data_dir)[0]
+    image, label, names = feature_keys(b)
+    splits = list(b.info.splits)
+    train = "train" if "train" in splits else (splits[0] if len(splits) == 1 else None)
+    if train is None:
+        raise ConfigError(f"{b.data_dir}: no 'train' split (splits: {splits}); expected {LAYOUT}")
+    pool, labels = _split(b, data_dir, name, train, image, label, len(names))
+    if "test" not in splits or train == "test":
+        return pool, labels, names, None, None
+    t_pool, t_labels = _split(b, data_dir, name, "test", image, label, len(names))
+    return pool, labels, names, t_pool, t_labels
