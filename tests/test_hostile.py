@@ -314,6 +314,8 @@ CASES = {
                                           "--image-column", "img", says="--image-column"),
     "bench label-column for digits": case("bench", NANO, "--task", "train", "--data", "digits",
                                           "--label-column", "y", says="--label-column"),
+    "bench tfds-name for digits": case("bench", NANO, "--task", "train", "--data", "digits", "--tfds-name",
+                                       "cifar10", says="--tfds-name"),
     "bench data-steps 0": case("bench", NANO, "--task", "train", "--data", "digits", "--data-steps", "0",
                                says="--data-steps"),
     "sweep set unknown field": case("sweep", "smoke", "--dry-run", "--set", "nöfield=1", says="nöfield"),
@@ -327,7 +329,8 @@ CASES = {
                                        "{dir}/nope"), "nope"),
            ("data-workers negative", ("--data-workers", "-1"), "--data-workers"),
            ("image-column for digits", ("--image-column", "img"), "--image-column"),
-           ("label-column for digits", ("--label-column", "y"), "--label-column"))},
+           ("label-column for digits", ("--label-column", "y"), "--label-column"),
+           ("tfds-name for digits", ("--tfds-name", "cifar10"), "--tfds-name"))},
 }
 
 # Options with no value to get wrong (on/off flags are exempt by their kind; these take a value but any value is
