@@ -38,7 +38,7 @@ def _show(report) -> None:
             b = bt.get(f.form) if bt is not None else None
             held = ""
             if b is not None and b.rmse_log is not None:
-                held = f"{b.rmse_log:.3f} on {len(b.predicted)} pts"
+                held = f"{b.rmse_log:.3f} on {int(b.at_reach.sum())} pts"
             w = g.weights.get(f.form.name.value)
             name = f.form.name.value + (" *" if f is best else "")
             for i, (k, p) in enumerate(f.params.items()):
