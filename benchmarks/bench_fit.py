@@ -14,8 +14,9 @@ backtest's reported error against that real error.
 families: curves with random parameters from five families (m4, m4late: the floor reached late, saturating, offset,
 power), 10-70 points over 3-5 decades, 1-4 % noise; fitted on all but the last 0.5 or 1 decade, judged there:
 median RMSE of the log prediction of the chosen law and of each single form, and how often the 95 % prediction
-intervals held the held-out points (beside the coverage the backtest reported). Seeds 0-39, 1000-1029 and 0-29
-(m4late) tuned the choice (vitbench.fit.backtest RECENCY, RICHER); --seed 5000 draws curves none of that saw.
+intervals held the held-out points (beside the coverage the backtest reported). Seeds 0-39 tuned the choice
+(vitbench.fit.backtest cut-offs, RECENCY, RICHER); seeds 5000-5019 and 9000-9011 then compared two candidates;
+--seed 20000 (48 curves) and 13000 (16) draw curves none of that saw.
 csv: the same on published curves (fit on all but the last `reach` decades of each group's budgets; with --split
 COL on the rows whose COL is 1, judged on the others: the published benchmark's own `Training` split), e.g.
 Alabdulmohsin et al. 2022's vision curves (google-research/google-research, revisiting_neural_scaling_laws/data/
@@ -202,16 +203,12 @@ def published(path: str, compute: str, error: str | None, accuracy: str | None, 
                 continue
             far = float(np.log10(c[~seen].max() / c[seen].max()))
             r = judge(c, e, far, spec.model_copy(update={"reach": max(far, 0.1)}), seen)
-            rows.append(r)
-            print(f"{str(key):28s} {len(c):4d} {r['chosen'].value:>10s} "
-                  + " ".join(f"{r['real'][f]:10.4f}" if f in r["real"] else f"{'-':>10s}" for f in FORMS)
-                  + (f" {r['reported']:9.4f}" if r["reported"] is not None else f" {'-':>9s}"))
-            continue
-        if len(np.unique(c)) < min_points or np.log10(c.max() / c.min()) < reach + min_fit_decades:
+        elif len(np.unique(c)) < min_points or np.log10(c.max() / c.min()) < reach + min_fit_decades:
             print(f"{str(key):28s} {len(c):4d} skipped: fewer than {min_points} budgets or under "
                   f"{reach + min_fit_decades:g} decades")
             continue
-        r = judge(c, e, reach, spec)
+        else:
+            r = judge(c, e, reach, spec)
         rows.append(r)
         print(f"{str(key):28s} {len(c):4d} {r['chosen'].value:>10s} "
               + " ".join(f"{r['real'][f]:10.4f}" if f in r["real"] else f"{'-':>10s}" for f in FORMS)
@@ -271,8 +268,8 @@ if __name__ == "__main__":
     ap.add_argument("--curves", type=int, default=None)
     ap.add_argument("--points", type=int, default=None, help="speed: points per curve (default: 10 to 70, spread)")
     ap.add_argument("--noise", type=float, default=0.02)
-    ap.add_argument("--seed", type=int, default=5000, 
-                    help="families: first seed (5000: curves the tuning never saw)")
+    ap.add_argument("--seed", type=int, default=20000,
+                    help="families: first seed (20000: curves the tuning never saw)")
     ap.add_argument("--bootstrap", type=int, default=200,
                     help="families, csv: bootstrap replicates of the prediction intervals (0: none)")
     ap.add_argument("--workers", type=int, default=None)
