@@ -25,8 +25,8 @@ beyond the fewest divides the score by RICHER (a prior toward the richer, nestin
 parameter is not needed collapses onto the simpler one, at a bound, and predicts what it predicts).
 score = per_decade_score x RICHER^-(p - p_min); the lowest score is chosen, the next is the runner-up. Tuned on
 200 synthetic curves of five families (benchmarks/bench_fit.py families, seeds 0-39; every setting of cut-offs
-at 1, 3/4 and 1/2 of the reach, RECENCY 1-3 and RICHER 1-1.5 was at or below M4's median there), judged on 480
-curves none of that saw and on the published and project curves (docs/scaling-laws.md, "Measured on curves ...").
+at 1, 3/4 and 1/2 of the reach, RECENCY 1-3 and RICHER 1-1.5 was at or below M4's median there), judged on 240
+curves drawn after it was fixed and on 72 published curves (docs/scaling-laws.md, "Measured on ...").
 Weights for the intervals: pseudo-Bayesian model averaging on the backtest (Geisser & Eddy 1979; Yao et al. 2018,
 "Using stacking to average Bayesian predictive distributions", Sec. 3.2), w ~ exp(-m/2 log score^2) over m
 predicted budgets: forms that disagree with the chosen one widen its prediction interval (mixture_log_var).
