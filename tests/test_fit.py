@@ -297,3 +297,29 @@ def test_cli_fit_out_naming_a_file_is_exit_2_before_fitting(cli, csv_path, tmp_p
     r = cli("fit", csv_path, "--accuracy", "acc", "--bootstrap", "10", "--out", taken)
     assert r.exit_code == 2 and "--out" in r.output and "is a file" in r.output and "Traceback" not in r.output
     assert taken.read_text() == "x"
+
+
+def test_backtest_cutoffs_full_reach_first_then_later_then_earlier():
+    """--cutoffs 1: the full-reach cut-off alone; 3: it and the two later ones (3/4 and 1/2 of the reach before
+    the last budget, predicting the rest); 4: one a quarter-reach earlier than the full-reach one too."""
+    from vitbench.fit.backtest import _cutoffs
+
+    budgets = np.geomspace(1, 1e4, 41)  # 0.1 decade apart: a cut-off is the last budget at or before its place
+    depth = {n: [round(4 - float(np.log10(budgets[j])), 6) for j in _cutoffs(budgets, 1.0, 6, n)]
+             for n in (1, 3, 4)}  # decades before the last budget
+    assert depth == {1: [1.0], 3: [1.0, 0.8, 0.5], 4: [1.3, 1.0, 0.8, 0.5]}  # ascending cut-offs
+
+
+def test_the_choice_scores_error_per_decade_of_reach():
+    """A cut-off predicting a shorter reach with proportionally smaller misses scores the same as one predicting
+    the full reach: both miss k per decade, and the score is k whatever the recency weights."""
+    from vitbench.fit.backtest import FormBacktest, per_decade_score
+
+    k, b = 0.04, FormBacktest(FORMS[FormName.POWER])
+    for cut in (10.0, 31.6):
+        c = np.geomspace(cut * 1.5, 100.0, 5)
+        b.cutoff += [cut] * 5
+        b.compute += list(c)
+        b.observed += [1.0] * 5
+        b.predicted += list(np.exp(k * np.log10(c / cut)))  # log error = k x reach
+    assert per_decade_score(b) == pytest.approx(k, rel=1e-9)
