@@ -125,7 +125,8 @@ def fit_cmd(
                                 help="Backtest reach in decades of compute past the fitted budgets (default: as "
                                      "far as --predict, else a third of the measured decades)."),
     cutoffs: int = typer.Option(3, "--cutoffs",
-                                help="Backtest cut-offs (each a further quarter of the reach lower)."),
+                                help="Backtest cut-offs: the full-reach one, then 2 a quarter-reach later each, "
+                                     "then each a quarter-reach earlier."),
     bootstrap: int = typer.Option(1000, "--bootstrap", help="Bootstrap replicates for the CIs (0: none)."),
     ci: float = typer.Option(0.95, "--ci", help="Confidence level of the intervals and bands."),
     seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
