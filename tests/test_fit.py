@@ -95,7 +95,11 @@ def test_backtest_predicts_points_its_fits_never_saw():
         assert mine == pytest.approx(list(small.predict(BUDGETS[ahead])), rel=1e-9)
         assert [c for a, c in zip(fb.cutoff, fb.compute) if a == cut] == pytest.approx(list(BUDGETS[ahead]))
     err = np.log(np.asarray(fb.predicted) / np.asarray(fb.observed))
-    assert fb.rmse_log == pytest.approx(float(np.sqrt(np.mean(err**2))))
+    # the reported error is the full-reach cut-offs' (a full reach of budgets ahead); the later ones predict the
+    # rest of the curve, a shorter reach, for the choice and the intervals
+    full = np.asarray(fb.cutoff) * 10 <= BUDGETS[-1] * (1 + 1e-9)
+    assert full.any() and not full.all() and list(full) == fb.full
+    assert fb.rmse_log == pytest.approx(float(np.sqrt(np.mean(err[full] ** 2))))
     assert np.all((fb.reach > 0) & (fb.reach <= 1 + 1e-9))
     # what the last points say cannot change the fits that predict them (the largest cut-off's prediction set)
     e2 = e.copy()
@@ -103,7 +107,7 @@ def test_backtest_predicts_points_its_fits_never_saw():
     fb2 = run_backtest(BUDGETS, e2, forms, reach=1.0).forms[0]
     last = [i for i, a in enumerate(fb.cutoff) if a == max(bt.cutoffs)]
     assert [fb2.predicted[i] for i in last] == pytest.approx([fb.predicted[i] for i in last])
-    assert fb2.rmse_log > fb.rmse_log
+    assert np.mean(fb2.log_err**2) > np.mean(fb.log_err**2)  # ... but the error of predicting them grows
     exact = run_backtest(BUDGETS, law(BUDGETS, **TRUE), forms, reach=1.0).forms[0]
     assert exact.rmse_log < 1e-5
 
@@ -293,3 +297,29 @@ def test_cli_fit_out_naming_a_file_is_exit_2_before_fitting(cli, csv_path, tmp_p
     r = cli("fit", csv_path, "--accuracy", "acc", "--bootstrap", "10", "--out", taken)
     assert r.exit_code == 2 and "--out" in r.output and "is a file" in r.output and "Traceback" not in r.output
     assert taken.read_text() == "x"
+
+
+def test_backtest_cutoffs_full_reach_first_then_later_then_earlier():
+    """--cutoffs 1: the full-reach cut-off alone; 3: it and the two later ones (3/4 and 1/2 of the reach before
+    the last budget, predicting the rest); 4: one a quarter-reach earlier than the full-reach one too."""
+    from vitbench.fit.backtest import _cutoffs
+
+    budgets = np.geomspace(1, 1e4, 41)  # 0.1 decade apart: a cut-off is the last budget at or before its place
+    depth = {n: [round(4 - float(np.log10(budgets[j])), 6) for j in _cutoffs(budgets, 1.0, 6, n)]
+             for n in (1, 3, 4)}  # decades before the last budget
+    assert depth == {1: [1.0], 3: [1.0, 0.8, 0.5], 4: [1.3, 1.0, 0.8, 0.5]}  # ascending cut-offs
+
+
+def test_the_choice_scores_error_per_decade_of_reach():
+    """A cut-off predicting a shorter reach with proportionally smaller misses scores the same as one predicting
+    the full reach: both miss k per decade, and the score is k whatever the recency weights."""
+    from vitbench.fit.backtest import FormBacktest, per_decade_score
+
+    k, b = 0.04, FormBacktest(FORMS[FormName.POWER])
+    for cut in (10.0, 31.6):
+        c = np.geomspace(cut * 1.5, 100.0, 5)
+        b.cutoff += [cut] * 5
+        b.compute += list(c)
+        b.observed += [1.0] * 5
+        b.predicted += list(np.exp(k * np.log10(c / cut)))  # log error = k x reach
+    assert per_decade_score(b) == pytest.approx(k, rel=1e-9)

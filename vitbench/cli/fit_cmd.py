@@ -39,7 +39,7 @@ def _show(report) -> None:
             b = bt.get(f.form) if bt is not None else None
             held = ""
             if b is not None and b.rmse_log is not None:
-                held = f"{b.rmse_log:.3f} on {len(b.predicted)} pts"
+                held = f"{b.rmse_log:.3f} on {int(b.at_reach.sum())} pts"
             w = g.weights.get(f.form.name.value)
             name = f.form.name.value + (" *" if f is best else "")
             for i, (k, p) in enumerate(f.params.items()):
@@ -132,7 +132,8 @@ def fit_cmd(
                                 help="Backtest reach in decades of compute past the fitted budgets (default: as "
                                      "far as --predict, else a third of the measured decades)."),
     cutoffs: int = from_field(_FIT, "cutoffs", "--cutoffs",
-                              help="Backtest cut-offs (each a further quarter of the reach lower)."),
+                              help="Backtest cut-offs: the full-reach one, then 2 a quarter-reach later each, "
+                                   "then each a quarter-reach earlier."),
     bootstrap: int = from_field(_FIT, "bootstrap", "--bootstrap", help="Bootstrap replicates for the CIs (0: none)."),
     ci: float = from_field(_FIT, "ci", "--ci", help="Confidence level of the intervals and bands."),
     seed: int = from_field(_FIT, "seed", "--seed", help="Bootstrap seed."),

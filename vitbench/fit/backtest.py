@@ -3,25 +3,30 @@
 Backtest. A scaling law is used to predict budgets beyond the measured ones, `reach` decades of compute past the
 largest (Alabdulmohsin et al. 2022 judge estimators by exactly this: fit on the smaller budgets, RMSE of the log
 prediction on the larger ones). So each form is fitted on the budgets up to a cut-off and predicts every point
-from the cut-off to `reach` decades beyond it; the fit never sees those points. Several cut-offs (the largest
-that still leaves a full `reach` of points beyond it, then each CUTOFF_STEP x reach lower) make it an average over
-where the curve is cut, not one draw. Every prediction is kept with its reach (log10 of its compute over the
-cut-off's), so the error is reported against reach. Every form is scored on the same cut-offs; a cut-off keeps
-more budgets than the largest form has parameters. Where the curve is too short for a full reach, the cut-offs
-start at the smallest fittable set and the reach achieved is said.
+from the cut-off to `reach` decades beyond it; the fit never sees those points. Every prediction is kept with its
+reach (log10 of its compute over the cut-off's), so the error is reported against reach. Every form is scored on
+the same cut-offs; a cut-off keeps more budgets than the largest form has parameters.
 
-Choice. The backtest is biased toward the simpler forms: its fits see the curve only up to a cut-off, a reach
-before its end, and a richer form gains more from the part they do not see (where a saturating curve bends,
-the final fit has the bend and the backtest's fits do not). Measured on synthetic curves whose floor is reached
-late (benchmarks/bench_fit.py families): the plain lowest backtest RMSE chose saturating or offset where M4, fitted
-on everything, extrapolated best, and its median error (0.059) was worse than M4's alone (0.049). Two corrections:
-each cut-off's RMSE is weighted RECENCY x more than the cut-off below it (the latest cut-off sees most of what the
-final fit sees), and each parameter beyond the fewest divides the score by RICHER (a prior toward the richer,
-nesting forms: a richer form whose extra parameter is not needed collapses onto the simpler one, at a bound, and
-predicts what it predicts). score = RMSE_recency x RICHER^-(p - p_min); the lowest score is chosen, the next is the
-runner-up. Tuned on 310 synthetic curves of five families (benchmarks/bench_fit.py families, seeds below 5000);
-judged on 240 others (fewer large misses than the plain choice, a ~5 % worse median) and on
-studies/curves-digits.yaml (docs/scaling-laws.md, "Measured on curves ...").
+Cut-offs. The first is the largest that still leaves a full `reach` of points beyond it; its predictions are the
+error at the reach (FormBacktest.rmse_log). The next LATER sit CUTOFF_STEP x reach later each (3/4 and 1/2 of the
+reach before the end) and predict the rest of the curve, a shorter reach; any further ones (`--cutoffs`) sit
+CUTOFF_STEP x reach earlier than the first. Why later ones: the backtest judged a law by fits that saw the curve
+only up to a reach before its end, while the law the user extrapolates with sees all of it, and a richer law
+gains most from that last part (where a curve bends toward its floor the final fit has the bend, the backtest's
+fits had not): with all cut-offs at or before the full-reach one, the choice was biased toward the simpler laws
+(on synthetic curves whose truth is M4 it chose saturating or offset where M4 extrapolated best; on 72 published
+curves it chose the power law for 35, issue 33). Where the curve is too short for a full reach, the first cut-off
+is the smallest fittable set and the reach achieved is said.
+
+Choice. Cut-offs predict different reaches, so each cut-off's error is taken per decade: its mean square log
+error over its mean square reach (the law's error grows about linearly with reach, vitbench.fit.interval). Each
+cut-off's counts RECENCY x the one below it (the latest sees most of what the final fit sees), and each parameter
+beyond the fewest divides the score by RICHER (a prior toward the richer, nesting forms: a richer form whose extra
+parameter is not needed collapses onto the simpler one, at a bound, and predicts what it predicts).
+score = per_decade_score x RICHER^-(p - p_min); the lowest score is chosen, the next is the runner-up. Tuned on
+200 synthetic curves of five families (benchmarks/bench_fit.py families, seeds 0-39; every setting of cut-offs
+at 1, 3/4 and 1/2 of the reach, RECENCY 1-3 and RICHER 1-1.5 was at or below M4's median there), judged on 240
+curves drawn after it was fixed and on 72 published curves (docs/scaling-laws.md, "Measured on ...").
 Weights for the intervals: pseudo-Bayesian model averaging on the backtest (Geisser & Eddy 1979; Yao et al. 2018,
 "Using stacking to average Bayesian predictive distributions", Sec. 3.2), w ~ exp(-m/2 log score^2) over m
 predicted budgets: forms that disagree with the chosen one widen its prediction interval (mixture_log_var).
@@ -38,10 +43,11 @@ from vitbench.fit.estimate import CurveFit, FitStatus, fit_curve
 from vitbench.fit.forms import Form
 from vitbench.fit.interval import LawError, dof_noise, law_error
 
-N_CUTOFFS = 3  # cut-offs per backtest, each CUTOFF_STEP x reach lower: an average over where the curve is cut
-CUTOFF_STEP = 0.25  # of the reach: cut-offs close to the end fit nearly as much of the curve as the user does
-RECENCY = 2.0  # weight of a cut-off's RMSE relative to the next lower one's (module docstring, "Choice")
-RICHER = 1.5  # the backtest score is divided by this per parameter beyond the fewest (module docstring)
+N_CUTOFFS = 3  # cut-offs per backtest: the full-reach one, then LATER later ones, then earlier ones
+CUTOFF_STEP = 0.25  # of the reach, between neighbouring cut-offs (module docstring, "Cut-offs")
+LATER = 2  # cut-offs after the full-reach one (3/4 and 1/2 of the reach before the end), predicting the rest
+RECENCY = 2.0  # weight of a cut-off's error per decade relative to the next lower one's (docstring, "Choice")
+RICHER = 1.25  # the backtest score is divided by this per parameter beyond the fewest (module docstring)
 MAX_POINTS = 4096  # a curve with more points is backtested on an even subsample of this many (said in the JSON)
 MAX_LISTED = 500  # predictions listed one by one in the JSON at most (the summaries cover all)
 DEFAULT_REACH_SHARE = 1 / 3  # without --predict or --reach: predict the last third of the measured decades
@@ -56,6 +62,7 @@ class FormBacktest:
     compute: list[float] = field(default_factory=list)
     observed: list[float] = field(default_factory=list)
     predicted: list[float] = field(default_factory=list)
+    full: list[bool] = field(default_factory=list)  # per prediction: its cut-off left a full reach ahead
     fits: dict[float, dict[str, float]] = field(default_factory=dict)  # cut-off -> parameters (user units)
     noise: dict[float, float] = field(default_factory=dict)  # cut-off -> that fit's dof-corrected RMSE of log
 
@@ -68,14 +75,24 @@ class FormBacktest:
         return np.log(np.asarray(self.predicted)) - np.log(np.asarray(self.observed))
 
     @property
+    def at_reach(self) -> np.ndarray:
+        """Which predictions measure the error at the reach: those of the cut-offs that left a full reach of
+        budgets ahead (all of them where no cut-off did); the later cut-offs' shorter predictions serve the choice
+        and the intervals' growth with reach."""
+        full = np.asarray(self.full, dtype=bool)
+        return full if full.any() else np.ones(len(self.predicted), dtype=bool)
+
+    @property
     def rmse_log(self) -> float | None:
-        """RMSE of log(predicted / observed) over every prediction (Alabdulmohsin et al. 2022's metric)."""
-        return float(np.sqrt(np.mean(self.log_err**2))) if self.predicted else None
+        """RMSE of log(predicted / observed) at the reach (Alabdulmohsin et al. 2022's metric; `at_reach`)."""
+        return float(np.sqrt(np.mean(self.log_err[self.at_reach] ** 2))) if self.predicted else None
 
     @property
     def abs_err_mean(self) -> float | None:
-        """Mean |predicted - observed| in the error's units (0.03 = 3 points of accuracy)."""
-        return float(np.mean(np.abs(np.subtract(self.predicted, self.observed)))) if self.predicted else None
+        """Mean |predicted - observed| at the reach, in the error's units (0.03 = 3 points of accuracy)."""
+        if not self.predicted:
+            return None
+        return float(np.mean(np.abs(np.subtract(self.predicted, self.observed))[self.at_reach]))
 
     def by_reach(self, reach: float, bins: int = 3) -> list[dict]:
         """RMSE of log predictions in `bins` equal bins of reach over (0, reach] decades."""
@@ -90,11 +107,12 @@ class FormBacktest:
     def to_dict(self, reach: float) -> dict:
         return {"form": self.form.name.value, "status": self.status.value, "message": self.message,
                 "rmse_log": self.rmse_log, "abs_err_mean": self.abs_err_mean, "n_predictions": len(self.predicted),
+                "n_at_reach": int(self.at_reach.sum()) if self.predicted else 0,
                 "by_reach": self.by_reach(reach),
                 "points": [{"cutoff": a, "compute": c, "reach_decades": float(math.log10(c / a)), "observed": o,
-                            "predicted": p}
-                           for a, c, o, p in zip(self.cutoff, self.compute, self.observed, self.predicted)
-                           ][:MAX_LISTED],
+                            "predicted": p, "full_reach": f}
+                           for a, c, o, p, f in zip(self.cutoff, self.compute, self.observed, self.predicted,
+                                                    self.full)][:MAX_LISTED],
                 "fits": [{"cutoff": k, "params": v} for k, v in self.fits.items()]}
 
 
@@ -117,20 +135,19 @@ class Backtest:
 
 
 def _cutoffs(budgets: np.ndarray, reach: float, min_fit: int, n_cutoffs: int) -> list[int]:
-    """Indices j (fit on budgets[: j + 1]); module docstring."""
+    """Indices j (fit on budgets[: j + 1]), ascending; module docstring, "Cut-offs"."""
     allowed = np.arange(min_fit - 1, len(budgets) - 1)
     if allowed.size == 0:
         return []
-    full = allowed[budgets[allowed] * 10**reach <= budgets[-1] * (1 + 1e-9)]
-    if full.size == 0:
-        return [int(allowed[0])]  # the longest reach this curve allows
-    out = [int(full[-1])]
-    while len(out) < n_cutoffs:
-        lower = allowed[budgets[allowed] <= budgets[out[-1]] / 10 ** (reach * CUTOFF_STEP) * (1 + 1e-9)]
-        if lower.size == 0:
-            break
-        out.append(int(lower[-1]))
-    return out
+    steps = [1.0 - CUTOFF_STEP * i for i in range(1, LATER + 1)]  # the later ones: 3/4 and 1/2 of the reach
+    steps = [1.0, *steps, *(1.0 + CUTOFF_STEP * i for i in range(1, n_cutoffs))][:n_cutoffs]
+    out: list[int] = []
+    for s in steps:
+        ok = allowed[budgets[allowed] * 10 ** (s * reach) <= budgets[-1] * (1 + 1e-9)]
+        j = int(ok[-1]) if ok.size else (int(allowed[0]) if s == 1.0 else None)  # short: the longest reach
+        if j is not None and j not in out:
+            out.append(j)
+    return sorted(out)
 
 
 def run_backtest(compute: np.ndarray, error: np.ndarray, forms: list[Form], reach: float,
@@ -170,6 +187,7 @@ def run_backtest(compute: np.ndarray, error: np.ndarray, forms: list[Form], reac
             fb.fits[float(cut)] = small.values()
             fb.noise[float(cut)] = dof_noise(small.rmse_log, small.n_points, form.n_params)
             fb.cutoff += [float(cut)] * int(ahead.sum())
+            fb.full += [bool(cut * 10**reach <= budgets[-1] * (1 + 1e-9))] * int(ahead.sum())
             fb.compute += c[ahead].tolist()
             fb.observed += e[ahead].tolist()
             fb.predicted += small.predict(c[ahead]).tolist()
@@ -183,15 +201,17 @@ def run_backtest(compute: np.ndarray, error: np.ndarray, forms: list[Form], reac
     return out
 
 
-def recency_rmse(b: FormBacktest) -> float | None:
-    """RMSE of log predictions with each cut-off's mean square weighted RECENCY x the next lower cut-off's."""
+def per_decade_score(b: FormBacktest) -> float | None:
+    """The backtest's error per decade of reach: each cut-off's mean square log error over its mean square reach,
+    weighted RECENCY x the next lower cut-off's, square-rooted (module docstring, "Choice")."""
     if not b.predicted:
         return None
-    cut, err = np.asarray(b.cutoff), b.log_err
+    cut, err, reach = np.asarray(b.cutoff), b.log_err, b.reach
     levels = np.unique(cut)  # ascending
     w = RECENCY ** np.arange(len(levels), dtype=float)
-    mse = np.array([np.mean(err[cut == c] ** 2) for c in levels])
-    return float(np.sqrt(np.sum(w * mse) / np.sum(w)))
+    per = np.array([np.mean(err[cut == c] ** 2) / max(float(np.mean(reach[cut == c] ** 2)), 1e-12)
+                    for c in levels])
+    return float(np.sqrt(np.sum(w * per) / np.sum(w)))
 
 
 def choose(backtest: Backtest, fits: list[CurveFit]
@@ -199,7 +219,7 @@ def choose(backtest: Backtest, fits: list[CurveFit]
     """(the form to extrapolate with, weights by form name, the runner-up); module docstring. Without a backtest:
     the fitted form with the fewest parameters, weight 1, no runner-up."""
     ok = {f.form.name: f for f in fits if f.ok}
-    scored = [(recency_rmse(b), b.form) for b in backtest.forms
+    scored = [(per_decade_score(b), b.form) for b in backtest.forms
               if b.rmse_log is not None and b.status == FitStatus.OK and b.form.name in ok]
     if not scored:
         best = min(ok.values(), key=lambda f: f.form.n_params, default=None)
