@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from vitbench.backends.base import Backend, default_backend, get_backend
 from vitbench.env import environment
-from vitbench.errors import ConfigError
-from vitbench.models.analytic import analytic_counts, train_flops_per_image
+from vitbench.models.analytic import analytic_counts, pretrain_exaflops
 from vitbench.models.families import family_plugin
 from vitbench.models.specs import ModelSpec, get_spec
 from vitbench.record import Record, now
@@ -18,15 +17,6 @@ KIND = "flops"
 
 ANALYTIC_EXCLUDES = ("norms (LayerNorm, GroupNorm, weight standardisation), softmax, activations, residual adds, "
                      "pooling, biases")
-
-
-def pretrain_exaflops(model: str | ModelSpec, images: float, epochs: float = 1.0, resolution: int | None = None,
-                      num_classes: int | None = None) -> float:
-    """Pre-training compute in exaFLOPs: 3 x forward FLOPs per image x images x epochs."""
-    if images <= 0 or epochs <= 0:
-        raise ConfigError(f"--images and --epochs must be positive, got {images} and {epochs}")
-    spec = get_spec(model)
-    return train_flops_per_image(spec, resolution, num_classes) * images * epochs / 1e18
 
 
 def flops(model: str, resolution: int | None = None, backend: str | Backend | None = None,

@@ -184,6 +184,7 @@ def kshot_features(be, model, splits, r: int, shots: list[int], seeds: int, name
 def fewshot(cfg: FewshotConfig, *, device: str = "cpu", threads: int | None = None,
             cache: str | None = None) -> Record:
     """Run the few-shot protocol on `cfg`'s upstream; return a record of kind 'fewshot'."""
+    from vitbench.backends.base import transfer_backend
     from vitbench.env import environment
     from vitbench.transfer import ops
 
@@ -202,7 +203,7 @@ def fewshot(cfg: FewshotConfig, *, device: str = "cpu", threads: int | None = No
     spec = ckpt.spec
     r = ckpt.resolution if cfg.resolution is None else cfg.resolution
     spec.check_resolution(r)
-    be = ops.transfer_backend(backend)
+    be = transfer_backend(backend)
     info = be.setup(device, threads)
     # Features do not touch the head (from_weights zero-initialises it); position embeddings are resampled
     # if `r` differs from the upstream resolution.

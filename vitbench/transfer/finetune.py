@@ -87,6 +87,7 @@ def finetune(cfg: FinetuneConfig, *, device: str = "cpu", threads: int | None = 
              cache: str | None = None, batch_option: str = "batch_size") -> Record:
     """Run the fine-tuning protocol; return a record of kind 'finetune' (accuracy on the test split).
     `batch_option`: how a warning about a batch larger than the training set names the batch size."""
+    from vitbench.backends.base import transfer_backend
     from vitbench.env import environment
     from vitbench.transfer import ops
 
@@ -107,7 +108,7 @@ def finetune(cfg: FinetuneConfig, *, device: str = "cpu", threads: int | None = 
     r = ckpt.resolution if cfg.resolution is None else cfg.resolution
     spec.check_resolution(r)
     k = splits.num_classes
-    be = ops.transfer_backend(backend)
+    be = transfer_backend(backend)
     info = be.setup(device, threads)
 
     def start(seed: int):

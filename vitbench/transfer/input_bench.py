@@ -20,12 +20,12 @@ def real_input_training(model: str, backend: str, splits: Splits, resolution: in
     `steps` training steps of `model` (random init) on `splits.train` (vitbench.transfer.data.load_splits: listed
     before any timing, so bad data exits first). The first step (and a backend's compile time) is left out of
     the timed steps."""
+    from vitbench.backends.base import transfer_backend
     from vitbench.models.specs import get_spec
-    from vitbench.transfer import ops
     from vitbench.transfer.schedules import OptimConfig
 
     spec = get_spec(model)
-    be = ops.transfer_backend(backend)
+    be = transfer_backend(backend)
     be.setup(device, threads)
     net = be.init_model(spec, resolution, splits.num_classes, seed)
     warm = OptimConfig(steps=1, warmup_steps=0)

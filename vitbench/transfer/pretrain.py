@@ -245,6 +245,7 @@ def pretrain(cfg: PretrainConfig, *, device: str = "cpu", threads: int | None = 
 
     With a teacher, the teacher comes first (from the cache in `directory`, pre-trained there if absent).
     `batch_option`: how a warning about a batch larger than the training set names the batch size."""
+    from vitbench.backends.base import transfer_backend
     from vitbench.env import environment
     from vitbench.transfer import ops
 
@@ -255,7 +256,7 @@ def pretrain(cfg: PretrainConfig, *, device: str = "cpu", threads: int | None = 
     splits = load_splits(cfg.data)
     warn_oversized_batch(cfg.batch_size, cfg.steps, splits, batch_option)
     k, r = splits.num_classes, cfg.res
-    be = ops.transfer_backend(cfg.backend)
+    be = transfer_backend(cfg.backend)
     info = be.setup(device, threads)
     teacher = distill = teacher_table = None
     teacher_s = 0.0
