@@ -13,8 +13,8 @@ from vitbench.models.posemb_resize import resample_pos_embed
 from vitbench.models.specs import get_spec
 from vitbench.transfer import ops
 from vitbench.transfer.checkpoint import load_checkpoint, save_checkpoint
-from vitbench.transfer.finetune import FinetuneConfig, finetune
-from vitbench.transfer.pretrain import PretrainConfig, ensure_upstream, pretrain
+from vitbench.protocols.finetune import FinetuneConfig, finetune
+from vitbench.protocols.pretrain import PretrainConfig, ensure_upstream, pretrain
 from tolerances import resample_bound
 
 # ViT-Nano/4 at 16 px (16 tokens) keeps every run here to a second or two.

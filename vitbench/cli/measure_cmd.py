@@ -126,7 +126,7 @@ def bench_cmd(
             "bench --data", SOURCE_OPTIONS))
     rec = t().run(params)
     if real is not None and rec.status is Status.OK:
-        from vitbench.transfer.input_bench import real_input_training
+        from vitbench.protocols.input_bench import real_input_training
 
         c = rec.config
         rec.metrics.update(real_input_training(c["model"], c["backend"], real, c["resolution"], batch_size,

@@ -146,7 +146,7 @@ def pretrain_cmd(
     """
     from vitbench.transfer.config import validated
     from vitbench.transfer.checkpoint import checkpoint_path
-    from vitbench.transfer.pretrain import PretrainConfig, cache_path, ensure_upstream, pretrain, teacher_fields
+    from vitbench.protocols.pretrain import PretrainConfig, cache_path, ensure_upstream, pretrain, teacher_fields
 
     if teacher is not None:  # an unknown teacher is named by its option (the student's by its own message)
         from vitbench.errors import ConfigError, VitbenchError
@@ -259,7 +259,7 @@ def fewshot_cmd(
     Mean and standard deviation over --seeds draws of k images per class, for every k in --shots.
     """
     from vitbench.transfer.config import parse_ints, validated
-    from vitbench.transfer.fewshot import FewshotConfig, fewshot
+    from vitbench.protocols.fewshot import FewshotConfig, fewshot
 
     cfg = validated(FewshotConfig, {
         **_resolve_upstream_arg(checkpoint, model, sets, backend, pretrain_steps, pretrain_warmup_steps, seed,
@@ -317,7 +317,7 @@ def finetune_cmd(
     is the mean (and standard deviation) over the final runs' accuracies on the test split.
     """
     from vitbench.transfer.config import parse_floats, validated
-    from vitbench.transfer.finetune import FinetuneConfig, finetune
+    from vitbench.protocols.finetune import FinetuneConfig, finetune
 
     cfg = validated(FinetuneConfig, {
         **_resolve_upstream_arg(checkpoint, model, sets, backend, pretrain_steps, pretrain_warmup_steps, seed,

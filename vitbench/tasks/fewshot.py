@@ -30,7 +30,7 @@ class Fewshot(Task):
     headline = "accuracy"
 
     def run(self, p) -> Record:
-        from vitbench.transfer.fewshot import FewshotConfig, fewshot
+        from vitbench.protocols.fewshot import FewshotConfig, fewshot
 
         cfg = validated(FewshotConfig, {
             **p.upstream_source(self.name), "backend": p.backend, "data": p.downstream_data(),

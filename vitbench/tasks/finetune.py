@@ -32,7 +32,7 @@ class Finetune(Task):
     headline = "accuracy"
 
     def run(self, p) -> Record:
-        from vitbench.transfer.finetune import FinetuneConfig, finetune
+        from vitbench.protocols.finetune import FinetuneConfig, finetune
 
         grid = parse_floats(p.lr_grid, f"task {self.name!r}: lr_grid", "0.001,0.003,0.01,0.03")
         cfg = validated(FinetuneConfig, {

@@ -55,10 +55,10 @@ class Inspect(Task):
         from vitbench.inspect.run import inspect_model
         from vitbench.inspect.source import inspection_images
         from vitbench.record import now
-        from vitbench.transfer.pretrain import upstream_config, upstream_metrics
+        from vitbench.protocols.pretrain import upstream_config, upstream_metrics
 
         started = now()
-        from vitbench.transfer.pretrain import resolve_upstream
+        from vitbench.protocols.pretrain import resolve_upstream
 
         src = p.upstream_source(self.name)
         ckpt, _ = resolve_upstream(src.get("upstream"), src.get("checkpoint"), device=p.device, threads=p.threads,

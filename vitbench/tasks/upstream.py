@@ -128,7 +128,7 @@ class Upstream(TeacherFields):
 
     def upstream_config(self, task: str):
         """The PretrainConfig these parameters describe (a ConfigError names the bad field)."""
-        from vitbench.transfer.pretrain import PretrainConfig, teacher_fields
+        from vitbench.protocols.pretrain import PretrainConfig, teacher_fields
 
         data = {"name": self.upstream_dataset, "path": self.upstream_path, "classes": self.upstream_classes,
                 "seed": self.data_seed, "train_per_class": self.upstream_train_per_class}

@@ -23,7 +23,7 @@ from vitbench.record import Record, now
 from vitbench.transfer.config import MAX_COUNT, DataConfig
 from vitbench.transfer.data import load_splits
 from vitbench.transfer.masked_patch import Objective
-from vitbench.transfer.pretrain import PretrainConfig, resolve_upstream, upstream_config, upstream_metrics
+from vitbench.protocols.pretrain import PretrainConfig, resolve_upstream, upstream_config, upstream_metrics
 
 BIAS_CONSTANT = 100.0  # big_vision fewshot_lsr.py: a large constant feature, so the bias is ~unregularised
 L2_GRID = tuple(2.0**i for i in range(-10, 21, 2))

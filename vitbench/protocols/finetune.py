@@ -29,9 +29,9 @@ from vitbench.models.analytic import train_flops_per_image
 from vitbench.record import Record, now
 from vitbench.transfer.config import MAX_COUNT, DataConfig, Seed
 from vitbench.transfer.data import ImageSet, load_splits, warn_oversized_batch
-from vitbench.transfer.fewshot import DOWNSTREAM_DATA, spread
+from vitbench.protocols.fewshot import DOWNSTREAM_DATA, spread
 from vitbench.transfer.masked_patch import Objective
-from vitbench.transfer.pretrain import PretrainConfig, resolve_upstream, upstream_config, upstream_metrics
+from vitbench.protocols.pretrain import PretrainConfig, resolve_upstream, upstream_config, upstream_metrics
 from vitbench.transfer.schedules import LearningRate, OptimConfig, check_warmup
 
 PRE_LOGITS = "pre_logits."  # the tanh pre-logits layer of a model with rep_size (vitbench.models.torch_vit)
