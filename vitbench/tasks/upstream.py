@@ -1,7 +1,7 @@
 """The parameters the transfer tasks share: the upstream (pre-training) and the downstream data.
 
 Every transfer trial carries the same flat `pretrain_*` / `upstream_*` parameters; they define a
-`PretrainConfig` whose hash keys a checkpoint cache (vitbench.transfer.pretrain: $VITBENCH_CHECKPOINT_DIR, else
+`PretrainConfig` whose hash keys a checkpoint cache (vitbench.protocols.pretrain: $VITBENCH_CHECKPOINT_DIR, else
 ./results/checkpoints, shared by all studies since the key is the content). The first trial that needs an
 upstream pre-trains it (inside that trial, under a file lock) and later trials reuse it, so a study can list
 [pretrain, fewshot, finetune] as a task axis, or only the downstream tasks. Downstream rows carry the upstream's
@@ -86,7 +86,7 @@ class Upstream(TeacherFields):
     pretrain_batch_size: int = 64
     pretrain_lr: float = 1e-3
     pretrain_weight_decay: float = 0.1
-    pretrain_warmup_steps: int | None = None  # None: the pre-training default (transfer.pretrain.default_warmup)
+    pretrain_warmup_steps: int | None = None  # None: the pre-training default (protocols.pretrain.default_warmup)
     pretrain_decay: Literal["linear", "cosine"] = "linear"
     label_smoothing: float = 0.0
     # pre-training objective (vitbench.transfer.masked_patch): the mask_* fields apply to masked_patch only and,
