@@ -19,7 +19,7 @@ ANALYTIC_EXCLUDES = ("norms (LayerNorm, GroupNorm, weight standardisation), soft
                      "pooling, biases")
 
 
-def flops(model: str, resolution: int | None = None, backend: str | Backend | None = None,
+def flops(model: str | ModelSpec, resolution: int | None = None, backend: str | Backend | None = None,
           num_classes: int | None = None, images: int | None = None, epochs: float | None = None,
           count: bool = True) -> Record:
     """Record of kind 'flops': params, analytic GMACs/GFLOPs and each counter's, with relative differences."""
@@ -53,7 +53,7 @@ def flops(model: str, resolution: int | None = None, backend: str | Backend | No
     if images is not None or epochs is not None:
         metrics["pretrain_images"] = images
         metrics["pretrain_epochs"] = epochs
-        metrics["pretrain_exaflops"] = pretrain_exaflops(spec.name, images or 0, epochs or 1.0, res, k)
+        metrics["pretrain_exaflops"] = pretrain_exaflops(spec, images or 0, epochs or 1.0, res, k)
     config = {"backend": be.name, "model": spec.name, "family": spec.family, "resolution": res, "num_classes": k}
     plugin = family_plugin(spec.family)  # a family without a formula says how its counts are made
     note = plugin.counts_note or ANALYTIC_EXCLUDES

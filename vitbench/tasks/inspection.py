@@ -28,11 +28,10 @@ class Inspection(BaseModel):
     @model_validator(mode="after")
     def _has_attention(self):
         from vitbench.models.families import has_attention_layers
-        from vitbench.models.specs import get_spec
 
-        model = getattr(self, "model", None)
-        if model is not None and not has_attention_layers(get_spec(model)):
-            raise ValueError(f"{model} has no attention layers to inspect (none its family declares maps of): "
+        spec = getattr(self, "spec", None)  # the trial's model, resolved by TaskParams before this runs
+        if spec is not None and not has_attention_layers(spec):
+            raise ValueError(f"{self.model} has no attention layers to inspect (none its family declares maps of): "
                              "use a ViT, a hybrid or an axial model")
         return self
 

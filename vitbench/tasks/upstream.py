@@ -164,17 +164,16 @@ class FromCheckpoint(BaseModel):
         """A vitbench checkpoint whose architecture is not the trial's model is refused (when the study is
         parsed and again in the trial), naming the fields that differ: its rows would carry the wrong model.
         A checkpoint of another origin is checked against its model when it is read."""
-        model = getattr(self, "model", None)
-        if self.checkpoint is None or model is None:
+        spec = getattr(self, "spec", None)  # the trial's model, resolved by TaskParams before this runs
+        if self.checkpoint is None or spec is None:
             return self
         from vitbench.errors import VitbenchError
-        from vitbench.models.specs import get_spec
         from vitbench.transfer.checkpoint import checkpoint_spec, refuse_other_architecture
 
         try:
             have = checkpoint_spec(self.checkpoint)
             if have is not None:
-                refuse_other_architecture(have, get_spec(model), f"checkpoint {self.checkpoint}")
+                refuse_other_architecture(have, spec, f"checkpoint {self.checkpoint}")
         except VitbenchError as e:
             raise ValueError(str(e)) from None
         return self
