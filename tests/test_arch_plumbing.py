@@ -206,7 +206,7 @@ def test_fine_tuning_drops_the_tanh_pre_logits_layer(tmp_path):
     """ViT Sec. 3.1: the whole pre-training head goes; fine-tuning attaches one zero-initialised D x K layer."""
     from vitbench.backends.base import get_backend
     from vitbench.models.specs import get_spec
-    from vitbench.transfer import finetune as ft
+    from vitbench.protocols import finetune as ft
     from vitbench.transfer import ops
 
     spec = get_spec("ViT-Nano/4[rep_size=16]")

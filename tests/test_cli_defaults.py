@@ -154,7 +154,7 @@ def test_transfer_defaults_keep_their_keys():
 def test_pretrain_with_no_options_is_the_studys_default_upstream(monkeypatch):
     """`vitbench pretrain MODEL` pre-trains what a study's default transfer trial pre-trains (the task's upstream
     fields take PretrainConfig's defaults): the same config, so the same cached checkpoint."""
-    import vitbench.transfer.pretrain as pretrain
+    import vitbench.protocols.pretrain as pretrain
 
     seen = {}
 

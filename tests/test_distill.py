@@ -12,7 +12,7 @@ from vitbench.models.analytic import analytic_counts
 from vitbench.models.specs import get_spec
 from vitbench.transfer.data import load_splits
 from vitbench.transfer.distill import Distill, Distillation
-from vitbench.transfer.pretrain import PretrainConfig, ensure_upstream
+from vitbench.protocols.pretrain import PretrainConfig, ensure_upstream
 from vitbench.transfer.schedules import OptimConfig
 from tolerances import EPS32
 

@@ -163,7 +163,7 @@ def test_flops_count_encoder_and_head():
 
 def test_supervised_keys_unchanged_and_objective_in_the_key():
     from vitbench.tasks.pretrain import Pretrain
-    from vitbench.transfer.pretrain import PretrainConfig
+    from vitbench.protocols.pretrain import PretrainConfig
 
     sup = PretrainConfig(model="ViT-Nano/4")
     assert "objective" not in sup.key_data()
@@ -182,8 +182,8 @@ def test_supervised_keys_unchanged_and_objective_in_the_key():
 @pytest.mark.usefixtures("one_torch_thread")
 def test_checkpoint_says_its_objective_and_refuses_mixups(tmp_path):
     from vitbench.transfer.checkpoint import load_checkpoint, read_meta
-    from vitbench.transfer.fewshot import FewshotConfig, fewshot
-    from vitbench.transfer.pretrain import PretrainConfig, TeacherConfig, load_teacher, pretrain
+    from vitbench.protocols.fewshot import FewshotConfig, fewshot
+    from vitbench.protocols.pretrain import PretrainConfig, TeacherConfig, load_teacher, pretrain
 
     cfg = PretrainConfig(model="ViT-Nano/4", backend="torch", resolution=RES, steps=2, batch_size=8,
                          objective={"target": "pixels_l2"})
@@ -233,7 +233,7 @@ def test_report_section_groups_by_objective():
 @pytest.mark.usefixtures("one_torch_thread")
 def test_objective_none_is_the_random_init_at_zero_compute(tmp_path):
     from vitbench.transfer.checkpoint import load_checkpoint, read_meta
-    from vitbench.transfer.pretrain import PretrainConfig, pretrain
+    from vitbench.protocols.pretrain import PretrainConfig, pretrain
 
     cfg = PretrainConfig(model="ViT-Nano/4", backend="torch", resolution=RES, steps=1, objective={"objective": "none"})
     rec, _ = pretrain(cfg, out=tmp_path / "none.safetensors", threads=1)

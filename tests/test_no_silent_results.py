@@ -109,7 +109,7 @@ def test_divergence_in_a_study_is_a_diverged_row_with_its_step(tmp_path, monkeyp
 
 def test_a_diverged_learning_rate_is_never_chosen(tmp_path, diverging_training):
     from vitbench.errors import TrainingDiverged
-    from vitbench.transfer.finetune import FinetuneConfig, finetune
+    from vitbench.protocols.finetune import FinetuneConfig, finetune
 
     ckpt = write_vitbench_checkpoint(tmp_path / "up.safetensors")
     cfg = {"checkpoint": str(ckpt), "resolution": 16, "steps": 3, "batch_size": 8, "warmup_steps": 0, "seeds": 1}

@@ -124,7 +124,7 @@ def _imports(path: Path, strings: bool = False) -> set[str]:
     return out
 
 
-@pytest.mark.parametrize("layer", ["tasks", "backends", "models", "transfer", "measure"])
+@pytest.mark.parametrize("layer", ["tasks", "backends", "models", "transfer", "protocols", "measure"])
 def test_lower_layers_import_no_higher_one(layer):
     """Layers go one way (docs/architecture.md): a task, backend, model, transfer or measurement module never
     imports the report, compare or the command line, not even inside a function or by a string naming the

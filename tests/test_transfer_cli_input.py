@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from vitbench.cli import app
 from vitbench.errors import ConfigError
 from vitbench.transfer.checkpoint import load_checkpoint
-from vitbench.transfer.pretrain import PretrainConfig, cache_path, pretrain
+from vitbench.protocols.pretrain import PretrainConfig, cache_path, pretrain
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 TINY = ("ViT-Nano/4", "-r", "16", "-b", "8")
@@ -57,7 +57,7 @@ def test_pretrain_with_few_steps_and_out_a_directory(run, tmp_path):
                                            ("afile/x.safetensors", "its directory")])
 def test_a_checkpoint_path_that_cannot_be_is_refused_before_training(name, expected, tmp_path, monkeypatch, run):
     (tmp_path / "afile").write_text("a file")
-    import vitbench.transfer.pretrain as pre
+    import vitbench.protocols.pretrain as pre
 
     def trained(*a, **k):
         raise AssertionError("training started")

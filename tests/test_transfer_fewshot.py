@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from vitbench.errors import ConfigError
-from vitbench.transfer.fewshot import BIAS_CONSTANT, LeastSquares, evaluate_features, kshot_indices
+from vitbench.protocols.fewshot import BIAS_CONSTANT, LeastSquares, evaluate_features, kshot_indices
 
 
 def _direct(x, labels, k, l2):

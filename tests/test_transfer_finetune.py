@@ -13,8 +13,8 @@ from vitbench.models.posemb_resize import resample_pos_embed
 from vitbench.models.specs import get_spec
 from vitbench.transfer import ops
 from vitbench.transfer.checkpoint import load_checkpoint, save_checkpoint
-from vitbench.transfer.finetune import FinetuneConfig, finetune
-from vitbench.transfer.pretrain import PretrainConfig, ensure_upstream, pretrain
+from vitbench.protocols.finetune import FinetuneConfig, finetune
+from vitbench.protocols.pretrain import PretrainConfig, ensure_upstream, pretrain
 from tolerances import resample_bound
 
 # ViT-Nano/4 at 16 px (16 tokens) keeps every run here to a second or two.
@@ -204,6 +204,7 @@ class _ScriptedEngine:
 
 
 def test_finetune_picks_the_lr_by_mean_val_accuracy_over_seeds(cache, upstream, monkeypatch):
+    from vitbench.backends import base
     from vitbench.transfer import ops
 
     # LR 0.1 has the single best val run (seed 0: 0.95) but fails on the other seeds; LR 0.03 is steady.
@@ -213,7 +214,7 @@ def test_finetune_picks_the_lr_by_mean_val_accuracy_over_seeds(cache, upstream, 
             (0.1, 0, n_train): 0.9, (0.1, 1, n_train): 0.3, (0.1, 2, n_train): 0.3,
             (0.03, 0, n_train + 68): 0.90, (0.03, 1, n_train + 68): 0.40, (0.03, 2, n_train + 68): 0.92}  # refit
     eng = _ScriptedEngine(val, test)
-    monkeypatch.setattr(ops, "transfer_backend", lambda name: eng)
+    monkeypatch.setattr(base, "transfer_backend", lambda name: eng)
     monkeypatch.setattr(ops, "from_weights", lambda be, *args, **kw: be.from_weights(*args, **kw))
     monkeypatch.setattr(ops, "accuracy", lambda be, model, data, res, *args: be.accuracy(model, data, res))
     rec = finetune(FinetuneConfig(upstream=UP, steps=2, warmup_steps=1, batch_size=4, lr_grid=[0.1, 0.03],

@@ -11,9 +11,9 @@ pytest.importorskip("optax")
 from vitbench.backends.base import get_backend  # noqa: E402
 from vitbench.models.specs import get_spec  # noqa: E402
 from vitbench.transfer.data import load_splits  # noqa: E402
-from vitbench.transfer.fewshot import FewshotConfig, fewshot  # noqa: E402
-from vitbench.transfer.finetune import FinetuneConfig, finetune  # noqa: E402
-from vitbench.transfer.pretrain import PretrainConfig, ensure_upstream  # noqa: E402
+from vitbench.protocols.fewshot import FewshotConfig, fewshot  # noqa: E402
+from vitbench.protocols.finetune import FinetuneConfig, finetune  # noqa: E402
+from vitbench.protocols.pretrain import PretrainConfig, ensure_upstream  # noqa: E402
 from vitbench.transfer.schedules import OptimConfig  # noqa: E402
 from tolerances import forward_parity  # noqa: E402
 

@@ -25,9 +25,9 @@ def _hash(d):
 def collect() -> dict:
     from vitbench.cli import app
     from vitbench.study import parse_study, trial_key
-    import vitbench.transfer.fewshot as few
-    import vitbench.transfer.finetune as fin
-    import vitbench.transfer.pretrain as pre
+    import vitbench.protocols.fewshot as few
+    import vitbench.protocols.finetune as fin
+    import vitbench.protocols.pretrain as pre
 
     out = {"trials": {}, "commands": {}}
     for t in parse_study(STUDY, "defaults.yaml").trials:

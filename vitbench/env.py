@@ -131,10 +131,17 @@ def lock_status() -> str:
     return f"{len(differ)} differ from the lock: {shown}" + (", ..." if len(differ) > 5 else "")
 
 
+def backend_distributions() -> tuple[str, ...]:
+    """Every registered backend's packages (e.g. torch, jax, flax), in backend order: what the environment
+    records and what a report or comparison shows of it. Read from the registry (each entry's descriptor, a
+    vitbench.backends.BackendSpec, lists its `distributions`), so this module imports nothing above it."""
+    from vitbench.registry import Kind, entries
+
+    return tuple(d for e in entries(Kind.BACKEND).values() for d in e.obj.distributions)
+
+
 def environment(backend_info: dict | None = None) -> dict:
     """Everything needed to compare two records honestly. `backend_info` adds device/threads/versions."""
-    from vitbench.backends.spec import backend_distributions  # (not backends.base: it imports this module)
-
     env = {
         "python": platform.python_version(),
         "platform": platform.platform(),

@@ -31,12 +31,12 @@ from vitbench.backends.spec import (
     BackendName,
     BackendSpec,
     Check,
-    backend_distributions,
     backend_names,
     backend_spec,
     default_backend,
     get_backend,
     register_backend,
+    transfer_backend,
 )
 from vitbench.backends.workload import MatmulWorkload, Step, Workload, window_done
 from vitbench.errors import ConfigError, looks_like_oom
@@ -264,5 +264,5 @@ class Backend(ABC):
 
 __all__ = ["AttentionKernel", "Backend", "BackendName", "BackendSpec", "Capability", "Check", "Device",
            "DeviceKind", "MatmulWorkload", "MemoryKind", "Mode", "OPTIMIZERS", "PRECISIONS", "Step", "TimerKind",
-           "Workload", "backend_distributions", "backend_names", "backend_spec", "default_backend", "get_backend",
-           "register_backend", "window_done"]
+           "Workload", "backend_names", "backend_spec", "default_backend", "get_backend",
+           "register_backend", "transfer_backend", "window_done"]

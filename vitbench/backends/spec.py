@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from pydantic import AfterValidator
 
 from vitbench.backends.kinds import DEFAULT_DEVICES, DEFAULT_PARALLELISM, Capability, DeviceKind, Parallelism
-from vitbench.errors import BackendUnavailable
+from vitbench.errors import BackendUnavailable, ConfigError
 
 if TYPE_CHECKING:
     from vitbench.backends.base import Backend
@@ -156,6 +156,14 @@ def get_backend(name: str) -> Backend:
     return e.obj.load()()
 
 
+def transfer_backend(name: str) -> Backend:
+    """A fresh instance of the named backend for the transfer protocols (init, weights, train, features, logits);
+    a backend without Capability.TRANSFER is a ConfigError."""
+    if Capability.TRANSFER not in backend_spec(name).capabilities:
+        raise ConfigError(f"backend {name!r} does not implement transfer (pre-training, features, fine-tuning)")
+    return get_backend(name)
+
+
 def _known_backend(name: str) -> str:
     if name not in backend_names():
         raise ValueError(f"unknown backend {name!r}; allowed: {', '.join(backend_names())}")
@@ -165,10 +173,3 @@ def _known_backend(name: str) -> str:
 # A backend name in a pydantic model: validated against the registry (so no list of names is written anywhere).
 BackendName = Annotated[str, AfterValidator(_known_backend)]
 
-
-def backend_distributions() -> tuple[str, ...]:
-    """Every registered backend's packages (e.g. torch, jax, flax), in backend order: what the environment
-    records and what a report or comparison shows of it."""
-    from vitbench.registry import Kind, entries
-
-    return tuple(d for e in entries(Kind.BACKEND).values() for d in e.obj.distributions)

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
-from typing import Any
+import dataclasses
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from vitbench.backends.kinds import DEFAULT_DEVICES, DEFAULT_PARALLELISM, OPTIMIZERS, PRECISIONS, Mode, Parallelism
 from vitbench.errors import ConfigError
+
+if TYPE_CHECKING:
+    from vitbench.models.specs import ModelSpec
 
 @dataclass(frozen=True)
 class Step:
@@ -29,6 +33,10 @@ class Step:
     # Local devices the step runs on: `batch_size` is the GLOBAL batch of one step, split evenly over them.
     devices: int = DEFAULT_DEVICES
     parallelism: str = DEFAULT_PARALLELISM.value
+    # `model` resolved once: the trial's own (its task's Params.spec), else parsed when the step is made; never
+    # None after construction, and not a field of the config (to_dict) nor of the step's equality. Backends and
+    # measurements read the architecture from here, never by parsing `model` again.
+    spec: ModelSpec | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         for name, value, allowed in (("mode", self.mode, ("infer", "train")),
@@ -44,6 +52,13 @@ class Step:
         if self.batch_size % self.devices:
             raise ConfigError(f"batch_size {self.batch_size} does not split evenly over {self.devices} devices: "
                               f"use a multiple of {self.devices}")
+        if self.spec is None:  # parsed here, once; `model` becomes its canonical name (an alias resolved)
+            from vitbench.models.specs import get_spec
+
+            object.__setattr__(self, "spec", get_spec(self.model))
+            object.__setattr__(self, "model", self.spec.name)
+        elif self.spec.name != self.model:  # a spec carried over to another model (dataclasses.replace)
+            raise ValueError(f"Step: the spec of {self.spec.name} given for the model {self.model}")
 
     @property
     def per_device_batch(self) -> int:
@@ -51,14 +66,15 @@ class Step:
 
     @classmethod
     def of(cls, fields: Mapping[str, Any], **override) -> Step:
-        """The step a trial's (or command's) fields describe; fields a step does not use are ignored."""
+        """The step a trial's (or command's) fields describe; fields a step does not use are ignored (`spec`: the
+        trial's resolved model, passed as an override)."""
         names = {f for f in cls.__dataclass_fields__}
         return cls(**{k: v for k, v in {**fields, **override}.items() if k in names and v is not None})
 
     def to_dict(self) -> dict:
         """The step's fields; `devices` and `parallelism` only where they differ from one device, data parallel,
         so the config of every one-device measurement is what it was before these fields existed."""
-        d = asdict(self)
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "spec"}
         for name, default in (("devices", DEFAULT_DEVICES), ("parallelism", DEFAULT_PARALLELISM.value)):
             if d[name] == default:
                 del d[name]

@@ -133,7 +133,7 @@ def bench_cmd(
             "bench --data", SOURCE_OPTIONS))
     rec = t().run(params)
     if real is not None and rec.status is Status.OK:
-        from vitbench.transfer.input_bench import real_input_training
+        from vitbench.protocols.input_bench import real_input_training
 
         c = rec.config  # timed with the synthetic run's settings: both figures are timed alike
         got, raw = real_input_training(c["model"], c["backend"], real, c["resolution"], batch_size,
@@ -263,7 +263,8 @@ def max_batch_cmd(
                        memory_limit_gib=memory_limit_gib, max_batch_size=max_batch_size, start=start,
                        granularity=granularity, probe_timeout_s=probe_timeout_s, devices=devices,
                        parallelism=parallelism)
-    step = Step.of(p.config(), mode=p.mode, batch_size=p.devices, optimizer=choice(optimizer, OPTIMIZERS, "--optimizer"))
+    step = Step.of(p.config(), mode=p.mode, batch_size=p.devices, spec=p.spec,
+                   optimizer=choice(optimizer, OPTIMIZERS, "--optimizer"))
     rec = max_batch(step, backend=p.backend, device=p.device, threads=p.threads,
                     memory_limit_gib=p.memory_limit_gib, max_batch_size=p.max_batch_size, start=p.start,
                     granularity=p.granularity, probe_timeout_s=p.probe_timeout_s)

@@ -27,11 +27,11 @@ from vitbench.numfmt import fmt
 from vitbench.tasks.pretrain import Pretrain
 from vitbench.tasks.upstream import Upstream
 from vitbench.transfer.config import ints_text, joined
-from vitbench.transfer.downstream import DownstreamConfig
-from vitbench.transfer.fewshot import FewshotConfig
-from vitbench.transfer.finetune import FinetuneConfig
+from vitbench.protocols.downstream import DownstreamConfig
+from vitbench.protocols.fewshot import FewshotConfig
+from vitbench.protocols.finetune import FinetuneConfig
 from vitbench.transfer.masked_patch import MaskedPatch
-from vitbench.transfer.pretrain import PretrainConfig, TeacherConfig
+from vitbench.protocols.pretrain import PretrainConfig, TeacherConfig
 
 
 def _check_where(backend: str | None, device: str, threads: int | None) -> int | None:
@@ -159,7 +159,7 @@ def pretrain_cmd(
     """
     from vitbench.transfer.checkpoint import checkpoint_path
     from vitbench.transfer.config import validated
-    from vitbench.transfer.pretrain import cache_path, ensure_upstream, pretrain, teacher_fields
+    from vitbench.protocols.pretrain import cache_path, ensure_upstream, pretrain, teacher_fields
 
     if teacher is not None:  # an unknown teacher is named by its option (the student's by its own message)
         from vitbench.errors import ConfigError, VitbenchError
@@ -292,7 +292,7 @@ def fewshot_cmd(
     Mean and standard deviation over --seeds draws of k images per class, for every k in --shots.
     """
     from vitbench.transfer.config import parse_ints, validated
-    from vitbench.transfer.fewshot import fewshot
+    from vitbench.protocols.fewshot import fewshot
 
     cfg = validated(FewshotConfig, {
         **_downstream(downstream, seed), "shots": parse_ints(shots, "--shots", "1,5,10,25"), "seeds": seeds,
@@ -330,7 +330,7 @@ def finetune_cmd(
     is the mean (and standard deviation) over the final runs' accuracies on the test split.
     """
     from vitbench.transfer.config import parse_floats, validated
-    from vitbench.transfer.finetune import finetune
+    from vitbench.protocols.finetune import finetune
 
     cfg = validated(FinetuneConfig, {
         **_downstream(downstream, seed, val_fraction), "steps": steps, "batch_size": batch_size,

@@ -118,7 +118,7 @@ def load_records(path: str | Path, warnings: list[str] | None = None) -> list[Re
 
 def _env_order() -> tuple[str, ...]:
     """Environment fields shown first when they differ: the device, the backends' packages, then the machine."""
-    from vitbench.backends.base import backend_distributions
+    from vitbench.env import backend_distributions
 
     return ("device", "device_name", "gpu", "tpu", "cuda", *backend_distributions(), "numpy", "python",
             "cpu_model", "cpu_count", "threads", "hostname", "platform", "vitbench", "git_sha")

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from vitbench.backends.base import Backend, default_backend, get_backend
 from vitbench.env import environment
-from vitbench.errors import ConfigError
-from vitbench.models.analytic import analytic_counts, train_flops_per_image
+from vitbench.models.analytic import analytic_counts, pretrain_exaflops
 from vitbench.models.families import family_plugin
 from vitbench.models.specs import ModelSpec, get_spec
 from vitbench.record import Record, now
@@ -20,16 +19,7 @@ ANALYTIC_EXCLUDES = ("norms (LayerNorm, GroupNorm, weight standardisation), soft
                      "pooling, biases")
 
 
-def pretrain_exaflops(model: str | ModelSpec, images: float, epochs: float = 1.0, resolution: int | None = None,
-                      num_classes: int | None = None) -> float:
-    """Pre-training compute in exaFLOPs: 3 x forward FLOPs per image x images x epochs."""
-    if images <= 0 or epochs <= 0:
-        raise ConfigError(f"--images and --epochs must be positive, got {images} and {epochs}")
-    spec = get_spec(model)
-    return train_flops_per_image(spec, resolution, num_classes) * images * epochs / 1e18
-
-
-def flops(model: str, resolution: int | None = None, backend: str | Backend | None = None,
+def flops(model: str | ModelSpec, resolution: int | None = None, backend: str | Backend | None = None,
           num_classes: int | None = None, images: int | None = None, epochs: float | None = None,
           count: bool = True) -> Record:
     """Record of kind 'flops': params, analytic GMACs/GFLOPs and each counter's, with relative differences."""
@@ -63,7 +53,7 @@ def flops(model: str, resolution: int | None = None, backend: str | Backend | No
     if images is not None or epochs is not None:
         metrics["pretrain_images"] = images
         metrics["pretrain_epochs"] = epochs
-        metrics["pretrain_exaflops"] = pretrain_exaflops(spec.name, images or 0, epochs or 1.0, res, k)
+        metrics["pretrain_exaflops"] = pretrain_exaflops(spec, images or 0, epochs or 1.0, res, k)
     config = {"backend": be.name, "model": spec.name, "family": spec.family, "resolution": res, "num_classes": k}
     plugin = family_plugin(spec.family)  # a family without a formula says how its counts are made
     note = plugin.counts_note or ANALYTIC_EXCLUDES

@@ -42,7 +42,6 @@ from vitbench.measure.timing import (
     window_steps_for,
 )
 from vitbench.models.analytic import analytic_counts
-from vitbench.models.specs import get_spec
 from vitbench.record import ErrorInfo, Record, Status, now
 
 KIND = "bench"
@@ -50,11 +49,11 @@ KIND = "bench"
 
 def resolve_step(step: Step) -> Step:
     """Fill defaults from the variant (resolution, classes) and check the resolution, before anything is built
-    (the step checked its own fields when it was made)."""
-    spec = get_spec(step.model)
+    (the step checked its own fields and resolved its model when it was made)."""
+    spec = step.spec
     res = spec.resolution if step.resolution is None else step.resolution
     spec.check_resolution(res)
-    return replace(step, model=spec.name, resolution=res, num_classes=step.num_classes or spec.num_classes)
+    return replace(step, resolution=res, num_classes=step.num_classes or spec.num_classes)
 
 
 def step_config(backend: str, step: Step, device: str, threads: int | None) -> dict:
@@ -183,8 +182,7 @@ def bench(step: Step, backend: str | Backend | None = None, device: str = "cpu",
         "unstable": bool(noise),
         "noise": summary(noise),
     }
-    spec = get_spec(step.model)
-    fwd_gflops = analytic_counts(spec, step.resolution, step.num_classes).gflops
+    fwd_gflops = analytic_counts(step.spec, step.resolution, step.num_classes).gflops
     step_gflops = fwd_gflops * batch * (3 if step.mode == "train" else 1)
     metrics["gflops_per_img_fwd"] = fwd_gflops
     metrics["model_tflops_per_s"] = step_gflops / median_s / 1e3

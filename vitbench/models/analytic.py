@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from vitbench.errors import ConfigError
 from vitbench.models.families import family_plugin
-from vitbench.models.specs import ModelSpec
+from vitbench.models.specs import ModelSpec, get_spec
 
 
 @dataclass(frozen=True)
@@ -40,3 +41,12 @@ def analytic_counts(spec: ModelSpec, resolution: int | None = None, num_classes:
 def train_flops_per_image(spec: ModelSpec, resolution: int | None = None, num_classes: int | None = None) -> float:
     """Training FLOPs per image: forward + backward = 3x forward (backward ~ 2x forward), 2 FLOPs per MAC."""
     return 3 * 2 * analytic_counts(spec, resolution, num_classes).macs
+
+
+def pretrain_exaflops(model: str | ModelSpec, images: float, epochs: float = 1.0, resolution: int | None = None,
+                      num_classes: int | None = None) -> float:
+    """Pre-training compute in exaFLOPs: 3 x forward FLOPs per image x images x epochs."""
+    if images <= 0 or epochs <= 0:
+        raise ConfigError(f"--images and --epochs must be positive, got {images} and {epochs}")
+    spec = get_spec(model)
+    return train_flops_per_image(spec, resolution, num_classes) * images * epochs / 1e18

@@ -77,7 +77,7 @@ def _meta(df: pd.DataFrame, cal: pd.DataFrame) -> tuple[str, list[str]]:
     n_ok = int((df["status"] == "ok").sum()) if "status" in df else 0
     runs = df["run_id"].nunique() if "run_id" in df else 0
     meta.append(f"{len(df)} trials ({n_ok} ok, {len(df) - n_ok} not ok) from {runs} sweep run(s)")
-    from vitbench.backends.base import backend_distributions
+    from vitbench.env import backend_distributions
 
     versions = [(f"env.{d}", d) for d in backend_distributions()]
     for col, label in (("env.cpu_model", "CPU"), ("env.device_name", "device"), *versions,

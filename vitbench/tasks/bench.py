@@ -78,7 +78,8 @@ class _Bench(Task):
     def run(self, p) -> Record:
         from vitbench.measure.throughput import bench
 
-        return bench(Step.of(p.config(), mode=self.name), backend=p.backend, device=p.device, threads=p.threads,
+        step = Step.of(p.config(), mode=self.name, spec=p.spec)  # the model resolved with the params
+        return bench(step, backend=p.backend, device=p.device, threads=p.threads,
                      warmup_steps=p.warmup_steps, min_steps=p.min_steps, min_seconds=p.min_seconds,
                      max_seconds=p.max_seconds, timing=p.timing, window_steps=p.window_steps)
 

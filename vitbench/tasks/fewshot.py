@@ -10,7 +10,7 @@ from vitbench.tasks import Task, register_task
 from vitbench.tasks.fields import params_model
 from vitbench.tasks.upstream import ACCURACY, SHARED, Downstream, FromCheckpoint, Upstream, with_compute_aliases
 from vitbench.transfer.config import default_of, validated
-from vitbench.transfer.fewshot import FewshotConfig
+from vitbench.protocols.fewshot import FewshotConfig
 
 
 class Shots(BaseModel):
@@ -31,7 +31,7 @@ class Fewshot(Task):
     headline = "accuracy"
 
     def run(self, p) -> Record:
-        from vitbench.transfer.fewshot import fewshot
+        from vitbench.protocols.fewshot import fewshot
 
         cfg = validated(FewshotConfig, {
             **p.upstream_source(self.name), "backend": p.backend, "data": p.downstream_data(),

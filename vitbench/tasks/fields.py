@@ -8,14 +8,18 @@ fields, so an axis a task ignores (flops and batch_size) never multiplies its tr
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, create_model, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, Strict, create_model, field_validator,
+                      model_validator)
 
 from vitbench.backends.base import OPTIMIZERS, PRECISIONS, BackendName, default_backend
 from vitbench.backends.kinds import DEFAULT_DEVICES, DEFAULT_PARALLELISM, Parallelism
 from vitbench.errors import VitbenchError
 from vitbench.transfer.config import MAX_COUNT, Seed
+
+if TYPE_CHECKING:
+    from vitbench.models.specs import ModelSpec
 
 
 class LocalPath:
@@ -99,23 +103,49 @@ SHARED: dict[str, tuple[Any, Any, str]] = {
 
 class TaskParams(BaseModel):
     """Base of every task's parameter model: unknown keys are errors; the model variant's native resolution
-    and class count fill `resolution` / `num_classes` when a task uses them and they are not given."""
+    and class count fill `resolution` / `num_classes` when a task uses them and they are not given.
+
+    The model name is parsed once per validation (`_resolve`): the checks of the other fields read that ModelSpec
+    (in `info.data["model"]` while fields are validated), `_native` runs before the task's own model validators
+    (params_model puts this class last among the bases) and stores it as `spec` with the field as the canonical
+    name, so those validators read `self.spec`; the task hands it on (vitbench.backends.base.Step.spec), so a
+    trial parses its model once."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # inf seconds: a loop forever
+    _spec: ModelSpec | None = PrivateAttr(None)
+
+    @property
+    def spec(self) -> ModelSpec | None:
+        """The trial's model, resolved when these params were validated (None for a task without a model)."""
+        return self._spec
+
+    @field_validator("model", check_fields=False)
+    @classmethod
+    def _resolve(cls, v):
+        """The ModelSpec `v` names, held in the field until `_native` stores it as `spec` and the field as the
+        canonical name; a name that does not parse stays as given (reported by `_native`, as before)."""
+        from vitbench.models.specs import get_spec
+
+        try:
+            return get_spec(v)
+        except VitbenchError:
+            return v
+
+    @staticmethod
+    def _resolved(info) -> ModelSpec | None:
+        """The spec `_resolve` left in the `model` field; None when there is no model or it did not parse."""
+        from vitbench.models.specs import ModelSpec
+
+        model = info.data.get("model")
+        return model if isinstance(model, ModelSpec) else None
 
     @field_validator("resolution", check_fields=False)
     @classmethod
     def _resolution_fits(cls, v, info):
         """A given resolution must be a multiple of the model's total stride (an error on the field itself, so
         a message names it as the user did: `resolution:` in a study, --resolution on the command line)."""
-        model = info.data.get("model")
-        if v is None or model is None:
-            return v
-        from vitbench.models.specs import get_spec
-
-        try:
-            spec = get_spec(model)
-        except VitbenchError:  # the model's own problem: reported on `model` by _native
+        spec = cls._resolved(info)
+        if v is None or spec is None:  # no model, or the model's own problem: reported on `model` by _native
             return v
         try:
             spec.check_resolution(v)
@@ -128,16 +158,12 @@ class TaskParams(BaseModel):
     def _backend_builds(cls, v, info):
         """A model whose family only some backends build (vitbench.models.families: `backends`) is refused on
         another, naming those that build it (an error on `backend`, as the user named it)."""
-        model = info.data.get("model")
-        if v is None or model is None:
+        spec = cls._resolved(info)
+        if v is None or spec is None:  # no model, or the model's own problem: reported on `model` by _native
             return v
         from vitbench.models.families import backend_problem
-        from vitbench.models.specs import get_spec
 
-        try:
-            problem = backend_problem(get_spec(model), v)
-        except VitbenchError:  # the model's own problem: reported on `model` by _native
-            return v
+        problem = backend_problem(spec, v)
         if problem:
             raise ValueError(problem)
         return v
@@ -147,12 +173,14 @@ class TaskParams(BaseModel):
         fields = type(self).model_fields
         if "model" not in fields:
             return self
-        from vitbench.models.specs import get_spec
+        from vitbench.models.specs import ModelSpec, get_spec
 
-        try:
-            spec = get_spec(self.model)
-        except VitbenchError as e:
-            raise ValueError(str(e)) from None
+        spec = self.model
+        if not isinstance(spec, ModelSpec):  # it did not parse in _resolve: parsed again for its error
+            try:
+                spec = get_spec(self.model)
+            except VitbenchError as e:
+                raise ValueError(str(e)) from None
         updates = {"model": spec.name}
         if "resolution" in fields:  # a given one was checked against the model by _resolution_fits (named)
             updates["resolution"] = spec.resolution if self.resolution is None else self.resolution
@@ -160,6 +188,7 @@ class TaskParams(BaseModel):
             updates["num_classes"] = spec.num_classes
         for k, v in updates.items():
             object.__setattr__(self, k, v)
+        self._spec = spec
         return self
 
     def config(self) -> dict:
@@ -187,7 +216,7 @@ def params_model(name: str, shared: tuple[str, ...], *own: type[BaseModel]) -> t
             definitions[f] = (typ, Field(default_factory=default, description=description))
         else:
             definitions[f] = (typ, Field(default, description=description))
-    bases = (TaskParams, *own)
+    bases = (*own, TaskParams)  # TaskParams last: its `_native` runs before the own classes' model validators
     clash = [f for cls in own for f in cls.model_fields if f in SHARED]
     if clash:
         raise ValueError(f"{name}: own parameters {clash} clash with shared fields")

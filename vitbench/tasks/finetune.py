@@ -10,7 +10,7 @@ from vitbench.tasks import Task, register_task
 from vitbench.tasks.fields import MAX_COUNT, params_model
 from vitbench.tasks.upstream import ACCURACY, SHARED, Downstream, FromCheckpoint, Upstream, with_compute_aliases
 from vitbench.transfer.config import default_of, joined, parse_floats, validated
-from vitbench.transfer.finetune import FinetuneConfig
+from vitbench.protocols.finetune import FinetuneConfig
 
 
 class Recipe(BaseModel):
@@ -36,7 +36,7 @@ class Finetune(Task):
     headline = "accuracy"
 
     def run(self, p) -> Record:
-        from vitbench.transfer.finetune import finetune
+        from vitbench.protocols.finetune import finetune
 
         grid = parse_floats(p.lr_grid, f"task {self.name!r}: lr_grid", "0.001,0.003,0.01,0.03")
         cfg = validated(FinetuneConfig, {

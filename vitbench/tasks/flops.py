@@ -31,4 +31,4 @@ class Flops(Task):
     def run(self, p) -> Record:
         from vitbench.measure.flops import flops
 
-        return flops(p.model, resolution=p.resolution, backend=p.backend, num_classes=p.num_classes, count=p.count)
+        return flops(p.spec, resolution=p.resolution, backend=p.backend, num_classes=p.num_classes, count=p.count)

@@ -28,11 +28,10 @@ class Inspection(BaseModel):
     @model_validator(mode="after")
     def _has_attention(self):
         from vitbench.models.families import has_attention_layers
-        from vitbench.models.specs import get_spec
 
-        model = getattr(self, "model", None)
-        if model is not None and not has_attention_layers(get_spec(model)):
-            raise ValueError(f"{model} has no attention layers to inspect (none its family declares maps of): "
+        spec = getattr(self, "spec", None)  # the trial's model, resolved by TaskParams before this runs
+        if spec is not None and not has_attention_layers(spec):
+            raise ValueError(f"{self.model} has no attention layers to inspect (none its family declares maps of): "
                              "use a ViT, a hybrid or an axial model")
         return self
 
@@ -55,10 +54,10 @@ class Inspect(Task):
         from vitbench.inspect.run import inspect_model
         from vitbench.inspect.source import inspection_images
         from vitbench.record import now
-        from vitbench.transfer.pretrain import upstream_config, upstream_metrics
+        from vitbench.protocols.pretrain import upstream_config, upstream_metrics
 
         started = now()
-        from vitbench.transfer.pretrain import resolve_upstream
+        from vitbench.protocols.pretrain import resolve_upstream
 
         src = p.upstream_source(self.name)
         ckpt, _ = resolve_upstream(src.get("upstream"), src.get("checkpoint"), device=p.device, threads=p.threads,

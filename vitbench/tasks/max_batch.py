@@ -43,6 +43,7 @@ class MaxBatch(Task):
     def run(self, p) -> Record:
         from vitbench.measure.max_batch import max_batch
 
-        return max_batch(Step.of(p.config(), mode=p.mode, batch_size=p.devices), backend=p.backend, device=p.device,
+        step = Step.of(p.config(), mode=p.mode, batch_size=p.devices, spec=p.spec)  # resolved with the params
+        return max_batch(step, backend=p.backend, device=p.device,
                          threads=p.threads, memory_limit_gib=p.memory_limit_gib, max_batch_size=p.max_batch_size,
                          start=p.start, granularity=p.granularity, probe_timeout_s=p.probe_timeout_s)

@@ -23,7 +23,7 @@ class Pretrain(Task):
 
     def run(self, p) -> Record:
         from vitbench.env import environment
-        from vitbench.transfer.pretrain import ensure_upstream
+        from vitbench.protocols.pretrain import ensure_upstream
 
         cfg = p.upstream_config(self.name)
         ckpt, record = ensure_upstream(cfg, device=p.device, threads=p.threads)

@@ -1,7 +1,7 @@
 """The parameters the transfer tasks share: the upstream (pre-training) and the downstream data.
 
 Every transfer trial carries the same flat `pretrain_*` / `upstream_*` parameters; they define a
-`PretrainConfig` whose hash keys a checkpoint cache (vitbench.transfer.pretrain: $VITBENCH_CHECKPOINT_DIR, else
+`PretrainConfig` whose hash keys a checkpoint cache (vitbench.protocols.pretrain: $VITBENCH_CHECKPOINT_DIR, else
 ./results/checkpoints, shared by all studies since the key is the content). The first trial that needs an
 upstream pre-trains it (inside that trial, under a file lock) and later trials reuse it, so a study can list
 [pretrain, fewshot, finetune] as a task axis, or only the downstream tasks. Downstream rows carry the upstream's
@@ -25,10 +25,10 @@ from vitbench.record import Record
 from vitbench.tasks import Metric
 from vitbench.tasks.fields import MAX_COUNT, PathField
 from vitbench.transfer.config import DataConfig, DatasetName, Seed, default_of, ints_text, validated
-from vitbench.transfer.downstream import DOWNSTREAM_DATA
+from vitbench.protocols.downstream import DOWNSTREAM_DATA
 from vitbench.transfer.distill import DEFAULT_LAMBDA, DEFAULT_TAU, Distillation, Lambda, Tau
 from vitbench.transfer.masked_patch import MaskedPatch, Objective, Scratch, Target
-from vitbench.transfer.pretrain import UPSTREAM_DATA, PretrainConfig
+from vitbench.protocols.pretrain import UPSTREAM_DATA, PretrainConfig
 
 SHARED = ("model", "backend", "task", "device", "seed", "threads")
 
@@ -92,7 +92,7 @@ class Upstream(TeacherFields):
     pretrain_batch_size: int = default_of(PretrainConfig, "batch_size")
     pretrain_lr: float = default_of(PretrainConfig, "lr")
     pretrain_weight_decay: float = default_of(PretrainConfig, "weight_decay")
-    pretrain_warmup_steps: int | None = None  # None: the pre-training default (transfer.pretrain.default_warmup)
+    pretrain_warmup_steps: int | None = None  # None: the pre-training default (protocols.pretrain.default_warmup)
     pretrain_decay: Literal["linear", "cosine"] = default_of(PretrainConfig, "decay")
     label_smoothing: float = default_of(PretrainConfig, "label_smoothing")
     # pre-training objective (vitbench.transfer.masked_patch): the mask_* fields apply to masked_patch only and,
@@ -134,7 +134,7 @@ class Upstream(TeacherFields):
 
     def upstream_config(self, task: str):
         """The PretrainConfig these parameters describe (a ConfigError names the bad field)."""
-        from vitbench.transfer.pretrain import PretrainConfig, teacher_fields
+        from vitbench.protocols.pretrain import PretrainConfig, teacher_fields
 
         data = {"name": self.upstream_dataset, "path": self.upstream_path, "classes": self.upstream_classes,
                 "seed": self.data_seed, "train_per_class": self.upstream_train_per_class,
@@ -171,17 +171,16 @@ class FromCheckpoint(BaseModel):
         """A vitbench checkpoint whose architecture is not the trial's model is refused (when the study is
         parsed and again in the trial), naming the fields that differ: its rows would carry the wrong model.
         A checkpoint of another origin is checked against its model when it is read."""
-        model = getattr(self, "model", None)
-        if self.checkpoint is None or model is None:
+        spec = getattr(self, "spec", None)  # the trial's model, resolved by TaskParams before this runs
+        if self.checkpoint is None or spec is None:
             return self
         from vitbench.errors import VitbenchError
-        from vitbench.models.specs import get_spec
         from vitbench.transfer.checkpoint import checkpoint_spec, refuse_other_architecture
 
         try:
             have = checkpoint_spec(self.checkpoint)
             if have is not None:
-                refuse_other_architecture(have, get_spec(model), f"checkpoint {self.checkpoint}")
+                refuse_other_architecture(have, spec, f"checkpoint {self.checkpoint}")
         except VitbenchError as e:
             raise ValueError(str(e)) from None
         return self
@@ -199,7 +198,7 @@ def _false_or_zero(v) -> bool:
 
 
 class Downstream(BaseModel):
-    """The downstream data: DOWNSTREAM_DATA's defaults (vitbench.transfer.downstream), read from there."""
+    """The downstream data: DOWNSTREAM_DATA's defaults (vitbench.protocols.downstream), read from there."""
 
     dataset: DatasetName = DOWNSTREAM_DATA.name
     data_path: PathField | None = None

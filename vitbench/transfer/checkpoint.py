@@ -185,8 +185,7 @@ def with_budget(ckpt: Checkpoint, images: int | None, epochs: float | None) -> C
     metrics = ckpt.meta.setdefault("metrics", {})
     if metrics.get("exaflops") is not None or images is None or epochs is None:
         return ckpt
-    from vitbench.measure.flops import pretrain_exaflops
-    from vitbench.models.analytic import analytic_counts
+    from vitbench.models.analytic import analytic_counts, pretrain_exaflops
 
     seen = images * epochs  # passed as one epoch of `seen` images: the product rounded as it always was
     metrics.update(images_seen=seen, epochs=epochs,

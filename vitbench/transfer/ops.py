@@ -1,6 +1,6 @@
 """Model operations of the transfer protocols, written once over any backend's transfer primitives.
 
-A backend with Capability.TRANSFER implements init_model, weights, load_weights, train, features and logits
+A backend with Capability.TRANSFER (vitbench.backends.base.transfer_backend) implements init_model, weights, load_weights, train, features and logits
 (vitbench.backends.base.Backend); these functions build the paper's transfer start and evaluate on top of them.
 Data crosses as numpy: images float32 NHWC in [-1, 1], labels int64, weights {timm parameter name: float32}.
 """
@@ -16,15 +16,6 @@ from vitbench.errors import ConfigError, NonFiniteResult, TrainingDiverged
 from vitbench.models.posemb_resize import resize_pos_embeds
 from vitbench.models.specs import ModelSpec
 from vitbench.transfer.data import ImageSet
-
-
-def transfer_backend(name: str):
-    """The named backend, set up for transfer (a backend without Capability.TRANSFER is a ConfigError)."""
-    from vitbench.backends.base import Capability, backend_spec, get_backend
-
-    if Capability.TRANSFER not in backend_spec(name).capabilities:
-        raise ConfigError(f"backend {name!r} does not implement transfer (pre-training, features, fine-tuning)")
-    return get_backend(name)
 
 
 def from_weights(backend, spec: ModelSpec, weights: dict[str, np.ndarray], resolution: int, num_classes: int,

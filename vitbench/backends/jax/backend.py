@@ -54,7 +54,7 @@ from vitbench.backends.jax.numerics import MATMUL_PRECISION, compute_dtype, step
 from vitbench.backends.jax.workload import JaxWorkload, Matmul  # noqa: E402
 from vitbench.env import capped_threads  # noqa: E402
 from vitbench.models.families import family_plugin  # noqa: E402
-from vitbench.models.specs import ModelSpec, get_spec  # noqa: E402
+from vitbench.models.specs import ModelSpec  # noqa: E402
 from vitbench.procmem import PeakRSS, peak_rss_mib  # noqa: E402
 from vitbench.transfer.schedules import OptimConfig  # noqa: E402
 
@@ -166,7 +166,7 @@ class JaxBackend(Backend):
 
         dtype = compute_dtype(step.precision)
         dev = self._dev()
-        spec = get_spec(step.model)
+        spec = step.spec
         res = spec.resolution if step.resolution is None else step.resolution
         k = step.num_classes or spec.num_classes
         model = build_flax_model(spec, res, k, dtype=dtype)

@@ -40,7 +40,7 @@ from vitbench.backends.torch.workload import Matmul, TorchWorkload
 from vitbench.env import capped_threads
 from vitbench.errors import BackendUnavailable, ConfigError
 from vitbench.models.families import family_plugin
-from vitbench.models.specs import ModelSpec, get_spec
+from vitbench.models.specs import ModelSpec
 from vitbench.models.torch import build_torch_model, feature_forward, unfused_attention
 from vitbench.procmem import PeakRSS
 from vitbench.transfer.distill import Distill
@@ -146,7 +146,7 @@ class TorchBackend(Backend):
     def prepare(self, step: Step) -> TorchWorkload:
         mode = (step.compile_mode or self.spec.compile_modes[0]) if step.compile else None  # None: eager
         self._refuse(precision=step.precision, device=str(self.device), compile=step.compile, compile_mode=mode)
-        spec = get_spec(step.model)
+        spec = step.spec
         res = spec.resolution if step.resolution is None else step.resolution
         k = step.num_classes or spec.num_classes
         settings = set_matmul_precision(step.precision)

@@ -21,8 +21,8 @@ from vitbench.errors import ConfigError, NonFiniteResult, shorten
 from vitbench.record import Record, now
 from vitbench.transfer.config import MAX_COUNT
 from vitbench.transfer.data import load_splits
-from vitbench.transfer.downstream import DownstreamConfig
-from vitbench.transfer.pretrain import upstream_config, upstream_metrics
+from vitbench.protocols.downstream import DownstreamConfig
+from vitbench.protocols.pretrain import upstream_config, upstream_metrics
 
 BIAS_CONSTANT = 100.0  # big_vision fewshot_lsr.py: a large constant feature, so the bias is ~unregularised
 L2_GRID = tuple(2.0**i for i in range(-10, 21, 2))
@@ -171,6 +171,7 @@ def kshot_features(be, model, splits, r: int, shots: list[int], seeds: int, name
 def fewshot(cfg: FewshotConfig, *, device: str = "cpu", threads: int | None = None,
             cache: str | None = None) -> Record:
     """Run the few-shot protocol on `cfg`'s upstream; return a record of kind 'fewshot'."""
+    from vitbench.backends.base import transfer_backend
     from vitbench.env import environment
     from vitbench.transfer import ops
 
@@ -186,7 +187,7 @@ def fewshot(cfg: FewshotConfig, *, device: str = "cpu", threads: int | None = No
     spec = ckpt.spec
     r = ckpt.resolution if cfg.resolution is None else cfg.resolution
     spec.check_resolution(r)
-    be = ops.transfer_backend(backend)
+    be = transfer_backend(backend)
     info = be.setup(device, threads)
     # Features do not touch the head (from_weights zero-initialises it); position embeddings are resampled
     # if `r` differs from the upstream resolution.

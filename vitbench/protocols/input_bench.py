@@ -83,12 +83,12 @@ def real_input_training(model: str, backend: str, splits: Splits, resolution: in
     real_input_img_per_s (batch / median step), real_input_step_ms_median / _iqr / _cv, real_input_windows,
     real_input_window_steps, real_input_steps, input_img_per_s, input_bound_fraction, real_input_source; raw:
     real_input_window_s, real_input_warmup_s (seconds per warm-up step)."""
+    from vitbench.backends.base import transfer_backend
     from vitbench.models.specs import get_spec
-    from vitbench.transfer import ops
     from vitbench.transfer.schedules import OptimConfig
 
     spec = get_spec(model)
-    be = ops.transfer_backend(backend)
+    be = transfer_backend(backend)
     be.setup(device, threads)
     net = be.init_model(spec, resolution, splits.num_classes, seed)
     data = splits.train

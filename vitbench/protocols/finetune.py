@@ -28,9 +28,9 @@ from vitbench.models.analytic import train_flops_per_image
 from vitbench.record import Record, now
 from vitbench.transfer.config import MAX_COUNT, Seed
 from vitbench.transfer.data import ImageSet, load_splits, warn_oversized_batch
-from vitbench.transfer.downstream import DownstreamConfig
-from vitbench.transfer.fewshot import spread
-from vitbench.transfer.pretrain import upstream_config, upstream_metrics
+from vitbench.protocols.downstream import DownstreamConfig
+from vitbench.protocols.fewshot import spread
+from vitbench.protocols.pretrain import upstream_config, upstream_metrics
 from vitbench.transfer.schedules import LearningRate, OptimConfig, check_warmup
 
 PRE_LOGITS = "pre_logits."  # the tanh pre-logits layer of a model with rep_size (vitbench.models.torch_vit)
@@ -75,6 +75,7 @@ def finetune(cfg: FinetuneConfig, *, device: str = "cpu", threads: int | None = 
              cache: str | None = None, batch_option: str = "batch_size") -> Record:
     """Run the fine-tuning protocol; return a record of kind 'finetune' (accuracy on the test split).
     `batch_option`: how a warning about a batch larger than the training set names the batch size."""
+    from vitbench.backends.base import transfer_backend
     from vitbench.env import environment
     from vitbench.transfer import ops
 
@@ -92,7 +93,7 @@ def finetune(cfg: FinetuneConfig, *, device: str = "cpu", threads: int | None = 
     r = ckpt.resolution if cfg.resolution is None else cfg.resolution
     spec.check_resolution(r)
     k = splits.num_classes
-    be = ops.transfer_backend(backend)
+    be = transfer_backend(backend)
     info = be.setup(device, threads)
 
     def start(seed: int):

@@ -27,12 +27,12 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from vitbench.backends.base import BackendName, default_backend
 from vitbench.errors import ConfigError
 from vitbench.models.analytic import analytic_counts, train_flops_per_image
-from vitbench.models.specs import get_spec
+from vitbench.models.specs import ModelSpec, get_spec
 from vitbench.paths import locked
 from vitbench.record import Record, now
 from vitbench.transfer.checkpoint import (
@@ -86,6 +86,7 @@ class PretrainConfig(BaseModel):
     seed: Seed = 0
     teacher: TeacherConfig | None = None  # distillation (DeiT); None: plain supervised pre-training
     objective: UpstreamObjective | None = None  # masked patch prediction (no labels) | none; None: supervised
+    _spec: ModelSpec | None = PrivateAttr(None)  # `model` resolved once, by _check
 
     @model_validator(mode="before")
     @classmethod
@@ -100,21 +101,26 @@ class PretrainConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check(self):
-        spec = get_spec(self.model)  # UnknownModelError lists close names
+        spec = self._spec = get_spec(self.model)  # UnknownModelError lists close names
         spec.check_resolution(spec.resolution if self.resolution is None else self.resolution)
         up = self.teacher.upstream if self.teacher is not None else None
         if self.objective is not None and self.teacher is not None:
             raise ValueError("a teacher supervises a classifier: objective masked_patch takes no teacher")
         if isinstance(self.objective, MaskedPatch):
-            geometry(get_spec(self.model), self.res)  # a transformer (vit or hybrid)
+            geometry(spec, self.res)  # a transformer (vit or hybrid)
         if up is not None and up.data != self.data:
             raise ValueError(f"teacher.upstream.data must be the student's upstream data "
                              f"({self.data.model_dump()}); got {up.data.model_dump()}")
         return self
 
     @property
+    def spec(self) -> ModelSpec:
+        """The model, resolved once when the config was validated."""
+        return self._spec
+
+    @property
     def res(self) -> int:
-        return get_spec(self.model).resolution if self.resolution is None else self.resolution
+        return self.spec.resolution if self.resolution is None else self.resolution
 
     def optim(self) -> OptimConfig:
         return OptimConfig(optimizer="adam", lr=self.lr, steps=self.steps, warmup_steps=self.warmup_steps,
@@ -124,7 +130,7 @@ class PretrainConfig(BaseModel):
     def key_data(self) -> dict:
         """The canonical config the key hashes (model name normalised to the table's, resolution resolved)."""
         d = self.model_dump(mode="json", exclude={"teacher", "objective"})
-        d["model"] = get_spec(self.model).name
+        d["model"] = self.spec.name
         d["resolution"] = self.res
         if self.teacher is not None:  # absent without a teacher: the keys of plain upstreams stay as they were
             d["teacher"] = self.teacher.key_data()
@@ -245,17 +251,18 @@ def pretrain(cfg: PretrainConfig, *, device: str = "cpu", threads: int | None = 
 
     With a teacher, the teacher comes first (from the cache in `directory`, pre-trained there if absent).
     `batch_option`: how a warning about a batch larger than the training set names the batch size."""
+    from vitbench.backends.base import transfer_backend
     from vitbench.env import environment
     from vitbench.transfer import ops
 
     started = now()
     if out is not None:  # where the checkpoint goes is checked before minutes of training, not after
         out = checkpoint_path(out, cache_path(cfg).name)
-    spec = get_spec(cfg.model)
+    spec = cfg.spec
     splits = load_splits(cfg.data)
     warn_oversized_batch(cfg.batch_size, cfg.steps, splits, batch_option)
     k, r = splits.num_classes, cfg.res
-    be = ops.transfer_backend(cfg.backend)
+    be = transfer_backend(cfg.backend)
     info = be.setup(device, threads)
     teacher = distill = teacher_table = None
     teacher_s = 0.0
@@ -371,7 +378,7 @@ def cache_dir(override: str | Path | None = None) -> Path:
 
 
 def cache_path(cfg: PretrainConfig, directory: str | Path | None = None) -> Path:
-    safe = re.sub(r"[^A-Za-z0-9+.-]+", "_", get_spec(cfg.model).name)
+    safe = re.sub(r"[^A-Za-z0-9+.-]+", "_", cfg.spec.name)
     return cache_dir(directory) / f"{safe}-{cfg.backend}-{cfg.key()}.safetensors"
 
 

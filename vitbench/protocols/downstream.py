@@ -11,7 +11,7 @@ from vitbench.backends.base import BackendName, default_backend
 from vitbench.transfer.checkpoint import Checkpoint
 from vitbench.transfer.config import MAX_COUNT, DataConfig
 from vitbench.transfer.masked_patch import Objective
-from vitbench.transfer.pretrain import PretrainConfig, resolve_upstream
+from vitbench.protocols.pretrain import PretrainConfig, resolve_upstream
 
 DOWNSTREAM_DATA = DataConfig(name="digits", classes=[5, 6, 7, 8, 9])  # disjoint from the upstream half
 
