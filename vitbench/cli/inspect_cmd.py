@@ -61,8 +61,7 @@ def inspect_cmd(
         refuse_other_architecture(src.spec, src.spec.with_overrides(**wanted),
                                   " ".join(f"--set {k}={v}" for k, v in wanted.items()))
     x = inspection_images(images, src.resolution)
-    result = inspect_model(src.weights, src.spec, src.resolution, x, be.attention_maps, num_rollout=rollout,
-                           num_prefix_tokens=src.spec.num_prefix_tokens)
+    result = inspect_model(src.weights, src.spec, src.resolution, x, be.attention_maps, num_rollout=rollout)
     doc = {"source": src.origin, "backend": backend, "trained_resolution_px": src.trained_resolution,
            **result.to_json()}
     if out_dir is not None:

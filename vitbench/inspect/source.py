@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 
 from vitbench.errors import ConfigError, VitbenchError, shorten
-from vitbench.models.families import family_plugin, has_attention_layers
+from vitbench.inspect.applies import require_inspectable
+from vitbench.models.families import family_plugin
 from vitbench.models.specs import ModelSpec, get_spec
 from vitbench.transfer.checkpoint import load_checkpoint
 from vitbench.transfer.data import DataConfig, load_splits
@@ -38,9 +39,7 @@ def load_source(arg: str, init_weights: InitWeights, resolution: int | None = No
                           "or a model name")
     ckpt = load_checkpoint(arg) if path.exists() or arg.endswith((".safetensors", ".npz")) else None
     spec = ckpt.spec if ckpt else get_spec(arg)  # a checkpoint's spec carries its flavour (GELU, std-conv form)
-    if not has_attention_layers(spec):
-        raise ConfigError(f"{spec.name} has no attention layers to inspect (none its family declares maps of); "
-                          "give a ViT, hybrid or axial model (see `vitbench models`)")
+    require_inspectable(spec)
     trained = ckpt.resolution if ckpt else spec.resolution if resolution is None else resolution
     res = trained if resolution is None else resolution
     try:

@@ -27,13 +27,13 @@ class Inspection(BaseModel):
 
     @model_validator(mode="after")
     def _has_attention(self):
-        from vitbench.models.families import has_attention_layers
+        from vitbench.inspect.applies import not_inspectable
         from vitbench.models.specs import get_spec
 
         model = getattr(self, "model", None)
-        if model is not None and not has_attention_layers(get_spec(model)):
-            raise ValueError(f"{model} has no attention layers to inspect (none its family declares maps of): "
-                             "use a ViT, a hybrid or an axial model")
+        why = None if model is None else not_inspectable(get_spec(model))
+        if why is not None:
+            raise ValueError(why)
         return self
 
 
