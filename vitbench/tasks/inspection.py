@@ -62,7 +62,8 @@ class Inspect(Task):
 
         src = p.upstream_source(self.name)
         ckpt, _ = resolve_upstream(src.get("upstream"), src.get("checkpoint"), device=p.device, threads=p.threads,
-                                   budget=(src.get("checkpoint_images"), src.get("checkpoint_epochs")))
+                                   budget=(src.get("checkpoint_images"), src.get("checkpoint_epochs")),
+                                   model=src.get("checkpoint_model"))
         be = get_backend(p.backend)
         info = be.setup(p.device, p.threads)
         spec = ckpt.spec

@@ -89,6 +89,7 @@ class FewshotConfig(BaseModel):
 
     upstream: PretrainConfig | None = None
     checkpoint: str | None = None  # an explicit checkpoint file instead of `upstream` (any origin)
+    checkpoint_model: str | None = None  # its model (a timm: name for a timm state dict; None: inferred)
     checkpoint_images: int | None = Field(None, gt=0)  # its declared pre-training budget: images ...
     # ... x epochs (exaFLOPs of a checkpoint of another origin)
     checkpoint_epochs: float | None = Field(None, gt=0)
@@ -197,7 +198,7 @@ def fewshot(cfg: FewshotConfig, *, device: str = "cpu", threads: int | None = No
         raise ConfigError("few-shot l2_reg 'auto' needs a val split (data.val_fraction > 0); or fix l2_reg")
     ckpt, _ = resolve_upstream(cfg.upstream, cfg.checkpoint, directory=cache, device=device, threads=threads,
                                budget=(cfg.checkpoint_images, cfg.checkpoint_epochs),
-                               objective=cfg.objective)
+                               objective=cfg.objective, model=cfg.checkpoint_model)
     backend = cfg.backend or ckpt.meta.get("backend") or default_backend()
     spec = ckpt.spec
     r = ckpt.resolution if cfg.resolution is None else cfg.resolution
@@ -225,6 +226,7 @@ def fewshot(cfg: FewshotConfig, *, device: str = "cpu", threads: int | None = No
     splits.warn_skipped()
     config = {"model": spec.name, "backend": backend, "resolution": r, "device": device,
               **cfg.model_dump(mode="json", exclude={"upstream", "checkpoint", "resolution", "backend",
-                                                     "checkpoint_images", "checkpoint_epochs", "objective"}),
+                                                     "checkpoint_images", "checkpoint_epochs", "objective",
+                                                     "checkpoint_model"}),
               **upstream_config(ckpt)}
     return Record.measured("fewshot", config, metrics=metrics, raw=raw, env=environment(info), started_at=started)

@@ -46,6 +46,7 @@ class FinetuneConfig(BaseModel):
 
     upstream: PretrainConfig | None = None
     checkpoint: str | None = None  # an explicit checkpoint file instead of `upstream` (any origin)
+    checkpoint_model: str | None = None  # its model (a timm: name for a timm state dict; None: inferred)
     checkpoint_images: int | None = Field(None, gt=0)  # its declared pre-training budget: images ...
     # ... x epochs (exaFLOPs of a checkpoint of another origin)
     checkpoint_epochs: float | None = Field(None, gt=0)
@@ -98,7 +99,7 @@ def finetune(cfg: FinetuneConfig, *, device: str = "cpu", threads: int | None = 
                           "or give a single lr_grid value")
     ckpt, _ = resolve_upstream(cfg.upstream, cfg.checkpoint, directory=cache, device=device, threads=threads,
                                budget=(cfg.checkpoint_images, cfg.checkpoint_epochs),
-                               objective=cfg.objective)
+                               objective=cfg.objective, model=cfg.checkpoint_model)
     backend = cfg.backend or ckpt.meta.get("backend") or default_backend()
     spec, body = ckpt.spec, ckpt.weights
     if spec.rep_size:  # the whole pre-training head goes, its tanh pre-logits layer too (ViT Sec. 3.1, D.3)
@@ -188,7 +189,8 @@ def finetune(cfg: FinetuneConfig, *, device: str = "cpu", threads: int | None = 
     }
     config = {"model": ckpt.spec.name, "backend": backend, "resolution": r, "device": device,
               **cfg.model_dump(mode="json", exclude={"upstream", "checkpoint", "resolution", "backend",
-                                                     "checkpoint_images", "checkpoint_epochs", "objective"}),
+                                                     "checkpoint_images", "checkpoint_epochs", "objective",
+                                                     "checkpoint_model"}),
               **upstream_config(ckpt)}
     raw = {"val_accuracy_by_lr": {lr: float(np.mean(v)) for lr, v in val_acc.items()},
            "diverged_lrs": diverged_lrs,
