@@ -176,6 +176,8 @@ CASES = {
     "inspect /dev/null": case("inspect", "/dev/null", says="/dev/null"),
     "inspect weights of no model": case("inspect", "{odd_ckpt}", says="fit no model in the table"),
     "inspect backend unknown": case("inspect", NANO, "--backend", "nope", says="nope"),
+    "inspect model beside a name": case("inspect", NANO, "--model", NANO, says="--model"),
+    "inspect model of no checkpoint": case("inspect", "{odd_ckpt}", "--model", "timm:resnet1B", says="resnet18"),
     "models family": case("models", "--family", "trånsformer", says="--family"),
     # ---- issue 30: a row for every option the CLI walk found without one ----------------------------------------
 

@@ -118,3 +118,19 @@ def test_a_study_refuses_inspecting_a_timm_cnn_and_accepts_a_vit():
     s = parse_study(f"name: t\naxes:\n  model: [{VIT}]\n  task: [inspect]\ndefaults: {{resolution: 32}}\n",
                     "t.yaml")
     assert [t.config["model"] for t in s.trials] == [VIT]
+
+
+def test_a_study_inspects_a_timm_vit_it_pre_trained(tmp_path, monkeypatch):
+    from records import job
+
+    from vitbench.study import parse_study
+    from vitbench.trial import run_trial
+
+    monkeypatch.setenv("VITBENCH_CHECKPOINT_DIR", str(tmp_path))
+    s = parse_study("name: t\ncalibration: false\naxes:\n  model: [timm:deit_tiny_patch16_224]\n  task: [inspect]\n"
+                    "defaults: {resolution: 32, pretrain_resolution: 32, pretrain_steps: 2, pretrain_warmup_steps: 1,"
+                    " pretrain_batch_size: 8, inspect_images: 2, inspect_rollout: 1, threads: 1}\n", "t.yaml")
+    (trial,) = s.trials
+    rec = run_trial(job(trial.config, "x"))
+    assert rec.status == "ok", rec.error
+    assert rec.metrics["attention_distance_first_layer_px"] > 0 and rec.raw["num_prefix_tokens"] == 1

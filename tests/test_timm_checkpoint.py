@@ -5,6 +5,9 @@ downloaded."""
 
 from __future__ import annotations
 
+import json
+
+import numpy as np
 import pytest
 import timm
 import torch
@@ -112,3 +115,36 @@ def test_model_beside_a_vitbench_checkpoint_must_be_its_own(cli, tmp_path):
         out = " ".join(r.output.split())
         assert r.exit_code == 2 and "Traceback" not in r.output
         assert "--model timm:resnet18" in out and "checkpoint ViT-Nano/4" in out, out
+
+
+def test_inspect_a_timm_vit_state_dict_named_by_model(cli, tmp_path, monkeypatch):
+    """The file's weights are the ones inspected: its attention maps are the model's own on the same images."""
+    from safetensors.torch import save_file
+
+    from vitbench.backends.torch import attention as torch_attention
+
+    torch.manual_seed(0)
+    model = timm.create_model("deit_tiny_patch16_224", pretrained=False, num_classes=3)
+    path = tmp_path / "deit.safetensors"
+    saved = {k: v.contiguous() for k, v in model.state_dict().items()}
+    save_file(saved, str(path))
+    seen = []
+    real = torch_attention.attention_maps
+
+    def spy(weights, spec, resolution, images):
+        seen.append(weights)
+        return real(weights, spec, resolution, images)
+
+    monkeypatch.setattr(torch_attention, "attention_maps", spy)
+    r = cli("inspect", str(path), "--model", "timm:deit_tiny_patch16_224", "-r", "32", "-n", "1", "--rollout",
+            "0", "--threads", "1", "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["source"] == str(path) and doc["trained_resolution_px"] == 224 and doc["grid"] == [2, 2]
+    (weights,) = seen  # the file's, with the position table resampled from 14 x 14 to 2 x 2 (ViT Sec. 3.2)
+    differ = sorted(k for k in saved if not np.array_equal(weights[k], saved[k].numpy()))
+    assert differ == ["head.bias", "head.weight", "pos_embed"]  # the head: read as for transfer, zeroed
+    assert not weights["head.weight"].any()
+    assert weights["pos_embed"].shape == (1, 5, 192)
+    r = cli("inspect", str(path), "--model", "timm:resnet18", "--threads", "1")
+    assert r.exit_code == 2 and "do not fit timm:resnet18" in " ".join(r.output.split())

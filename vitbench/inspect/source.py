@@ -27,17 +27,22 @@ class ModelSource:
     origin: str  # checkpoint path, or "random init"
 
 
-def load_source(arg: str, init_weights: InitWeights, resolution: int | None = None) -> ModelSource:
+def load_source(arg: str, init_weights: InitWeights, resolution: int | None = None,
+                model: str | None = None) -> ModelSource:
     """`arg` names an existing file or ends in .safetensors or .npz: a checkpoint of any origin, read by the
-    loader every command uses (vitbench.transfer.checkpoint; never unpickled); else a variant name, with
-    `init_weights` giving random weights at the requested (or native) resolution."""
+    loader every command uses (vitbench.transfer.checkpoint; never unpickled; `model`: its model, which a timm
+    state dict does not say, checked against its weights); else a variant name, with `init_weights` giving
+    random weights at the requested (or native) resolution."""
     if not arg.strip():
         raise ConfigError("SOURCE is empty; give a checkpoint file or a model name (see `vitbench models`)")
     path = Path(arg).expanduser()
     if path.is_dir():
         raise ConfigError(f"SOURCE {shorten(arg)} is a directory; give a checkpoint file (.safetensors, .npz) "
                           "or a model name")
-    ckpt = load_checkpoint(arg) if path.exists() or arg.endswith((".safetensors", ".npz")) else None
+    ckpt = load_checkpoint(arg, model) if path.exists() or arg.endswith((".safetensors", ".npz")) else None
+    if model and ckpt is None:
+        raise ConfigError(f"--model {shorten(model)} names a checkpoint's model; SOURCE {shorten(arg)} is no "
+                          "checkpoint file (a model name goes in SOURCE alone)")
     spec = ckpt.spec if ckpt else get_spec(arg)  # a checkpoint's spec carries its flavour (GELU, std-conv form)
     require_inspectable(spec)
     trained = ckpt.resolution if ckpt else spec.resolution if resolution is None else resolution
