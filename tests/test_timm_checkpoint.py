@@ -148,3 +148,22 @@ def test_inspect_a_timm_vit_state_dict_named_by_model(cli, tmp_path, monkeypatch
     assert weights["pos_embed"].shape == (1, 5, 192)
     r = cli("inspect", str(path), "--model", "timm:resnet18", "--threads", "1")
     assert r.exit_code == 2 and "do not fit timm:resnet18" in " ".join(r.output.split())
+
+
+@pytest.mark.parametrize("name, prefix_rows", [("deit_tiny_distilled_patch16_224", 2),  # class + distillation
+                                               ("deit3_small_patch16_224", 0)])  # no_embed_class: patches only
+def test_a_timm_vit_file_at_its_own_size_transfers_at_another(cli, tmp_path, started, name, prefix_rows):
+    """The file's size is read from its position table (2 x 2 grid: 32 px); at -r 64 the table is resampled to
+    4 x 4 as for fine-tuning (ViT Sec. 3.2), timm's prefix rows kept as they are."""
+    from safetensors.torch import save_file
+
+    model = timm.create_model(name, pretrained=False, img_size=32)
+    path = tmp_path / "vit.safetensors"
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
+    r = cli("fewshot", "--checkpoint", str(path), "--model", f"timm:{name}", "--shots", "1", "--seeds", "1",
+            "-r", "64", "--threads", "1", "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["config"]["upstream_resolution"] == 32
+    table, saved = started[0]["pos_embed"], model.pos_embed.detach()
+    assert table.shape == (1, prefix_rows + 16, saved.shape[-1])
+    assert torch.equal(table[:, :prefix_rows], saved[:, :prefix_rows])

@@ -54,6 +54,7 @@ TIMM_PLUGIN = FamilyPlugin(
     counts=_lazy("counts"), param_table=_lazy("param_table"), stride=_lazy("stride"),
     feature_dim=_lazy("feature_dim"), describe=lambda spec: f"timm {spec.timm_id} (timm.create_model)",
     model_attention=_lazy("model_attention"),  # per model: a ViT's tokens, a ResNet's none
+    resolution_of=_lazy("resolution_of"),  # a ViT-like model's weights: from their position table
     torch_attention="vitbench.models.families.vit.torch:attention_maps",  # timm's attention, hooked as for ViT
     plot_style=("X", "Oranges", "timm"),
     resolve=resolve, catalogue=catalogue, backends=("torch",), head_prefixes=_lazy("head_prefixes"),

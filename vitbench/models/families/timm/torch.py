@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import math
 
 import timm
 import torch
@@ -150,3 +151,17 @@ def model_attention(spec: ModelSpec) -> ModelAttention:
     vit_like = (layers and hasattr(model, "patch_embed") and isinstance(prefix, int) and bool(mods)
                 and all(hasattr(m, "attn_drop") for m in mods) and len(mods) == len(getattr(model, "blocks", ())))
     return ModelAttention(layers, token_maps=vit_like, prefix_tokens=prefix if vit_like else None)
+
+
+def resolution_of(spec: ModelSpec, shapes: dict) -> int | None:
+    """The input size a ViT-like timm model's weights were made for, from the rows of its position table
+    (`pos_embed`, (1, rows, D): timm's prefix tokens and a square grid of patches, or the grid alone with
+    `no_embed_class`); None when they say nothing (no such table: any input size; or no square grid)."""
+    shape = shapes.get("pos_embed")
+    att = model_attention(spec)
+    if shape is None or len(shape) != 3 or not att.token_maps:
+        return None
+    extra = 0 if getattr(_meta(spec, spec.resolution, spec.num_classes), "no_embed_class", False) else \
+        att.prefix_tokens
+    side = math.isqrt(max(shape[-2] - extra, 0))
+    return side * spec.stride if side and side * side == shape[-2] - extra else None
