@@ -20,12 +20,8 @@ from vitbench.inspect.posemb import position_table, posemb_similarity, table_gri
 from vitbench.inspect.result import HEAD_WEIGHT, PATCH_KERNEL, POS_EMBED, AttentionFn, InspectResult
 from vitbench.inspect.rollout import rollout_maps
 from vitbench.models.families import family_plugin
-from vitbench.models.posemb_resize import resample_pos_embed
+from vitbench.models.posemb_resize import resample_pos_embed, table_prefix_rows
 from vitbench.models.specs import ModelSpec
-
-def _square(n: int) -> bool:
-    return n > 0 and math.isqrt(n) ** 2 == n
-
 
 def fit_pos_embed(weights: dict[str, np.ndarray], layout: TokenLayout, spec: ModelSpec | None = None
                   ) -> tuple[dict[str, np.ndarray], tuple[int, int]]:
@@ -41,9 +37,8 @@ def fit_pos_embed(weights: dict[str, np.ndarray], layout: TokenLayout, spec: Mod
             weights = resize_state_dict_pos_embed(weights, spec, layout.resolution_px[0])
         return weights, trained or (layout.grid_h, layout.grid_w)
     pe = np.asarray(weights[POS_EMBED])
-    extra = layout.num_prefix_tokens
-    if not _square(pe.shape[-2] - extra) and _square(pe.shape[-2]):
-        extra = 0  # a table of the patches alone (timm's no_embed_class: the prefix tokens have none)
+    extra = table_prefix_rows(pe.shape[-2], layout.num_prefix_tokens)  # 0: the patches' alone (no_embed_class)
+    extra = layout.num_prefix_tokens if extra is None else extra
     n = pe.shape[-2] - extra
     side = math.isqrt(max(n, 0))
     if side * side != n or n == 0:

@@ -147,8 +147,15 @@ def _resample_axis(table: Array, n_out: int, method: str) -> Array:
     return (m @ np.asarray(table, np.float64)).astype(np.asarray(table).dtype)
 
 
-def _square(n: int) -> bool:
-    return n > 0 and math.isqrt(n) ** 2 == n
+def table_prefix_rows(rows: int, prefix: int) -> int | None:
+    """The leading rows of a 1-D position table of `rows` rows that belong to a model's `prefix` tokens: all of
+    them before a square grid, or none when the table is the grid alone (timm's no_embed_class: DeiT-III,
+    register models); None when it is neither."""
+    for p in (prefix, 0):
+        n = rows - p
+        if n > 0 and math.isqrt(n) ** 2 == n:
+            return p
+    return None
 
 
 def resize_table(leaf: str, table: Array, new_shape: tuple[int, ...], prefix: int, method: str = "bilinear",
@@ -165,11 +172,11 @@ def resize_table(leaf: str, table: Array, new_shape: tuple[int, ...], prefix: in
         return flat.reshape(1, h1, w1, d)
     if leaf in ("pos_embed", "pos_embedding") and table.shape[-1] == new_shape[-1]:
         rows = (table.shape[-2], new_shape[-2])
-        if not all(_square(r - prefix) for r in rows) and all(_square(r) for r in rows):
-            prefix = 0  # a table of the patches alone (timm's no_embed_class: the prefix tokens have none)
-        if not all(_square(r - prefix) for r in rows):
+        kept = {table_prefix_rows(r, prefix) for r in rows}
+        if len(kept) != 1 or None in kept:
             raise ConfigError(f"{source}: {leaf} of {rows[0]} rows for a model of {rows[1]}: not {prefix} prefix "
                               "token(s) + a square grid in both")
+        (prefix,) = kept
         return resample_pos_embed(table, math.isqrt(new_shape[-2] - prefix), num_prefix_tokens=prefix,
                                   method=method)
     if leaf in ("pos_embedding_x", "pos_embedding_y") and table.shape[-1] == new_shape[-1]:
