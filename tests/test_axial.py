@@ -192,7 +192,8 @@ def test_a_family_registered_from_outside_the_package_builds_counts_and_converts
     assert set(torch_to_flax(model.state_dict(), spec)["head"]) == {"kernel", "bias"}
     from vitbench.inspect.run import inspect_model  # a family that declares no attention maps: refused, saying so
 
-    with pytest.raises(ConfigError, match="inspection does not apply to Toy-Linear/8.*declares no attention"):
+    with pytest.raises(ConfigError, match="inspect does not apply to Toy-Linear/8 .family toy_linear.: its attention is "
+                                          "not one tokens x tokens map"):
         inspect_model({}, get_spec("Toy-Linear/8"), 32, np.zeros((1, 32, 32, 3), np.float32), None)
 
 

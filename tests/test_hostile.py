@@ -171,11 +171,13 @@ CASES = {
     "inspect a directory": case("inspect", "{dir}", says="is a directory"),
     "inspect empty": case("inspect", "", says="SOURCE is empty"),
     "inspect unicode name": case("inspect", "ViT-Nänö/4", says="unknown model"),
-    "inspect no attention": case("inspect", "R-Nano", says="no attention layers"),
+    "inspect no attention": case("inspect", "R-Nano", says="no self-attention layers"),
     "inspect nan checkpoint": case("inspect", "{nan_ckpt}", says="NaN or infinite"),
     "inspect /dev/null": case("inspect", "/dev/null", says="/dev/null"),
     "inspect weights of no model": case("inspect", "{odd_ckpt}", says="fit no model in the table"),
     "inspect backend unknown": case("inspect", NANO, "--backend", "nope", says="nope"),
+    "inspect model beside a name": case("inspect", NANO, "--model", NANO, says="--model"),
+    "inspect model of no checkpoint": case("inspect", "{odd_ckpt}", "--model", "timm:resnet1B", says="resnet18"),
     "models family": case("models", "--family", "trånsformer", says="--family"),
     # ---- issue 30: a row for every option the CLI walk found without one ----------------------------------------
 

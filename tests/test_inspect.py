@@ -210,7 +210,7 @@ def test_inspect_model_with_two_extra_tokens_and_resampled_position_embeddings()
 
 def test_inspect_model_refuses_a_resnet_and_wrong_images():
     spec = get_spec("ViT-Nano/4")
-    with pytest.raises(ConfigError, match="does not apply to R-Nano .family bit.*declares no attention maps"):
+    with pytest.raises(ConfigError, match="does not apply to R-Nano .family bit.: it has no self-attention layers"):
         inspect_model({}, get_spec("R-Nano"), 32, np.zeros((1, 32, 32, 3)), None)
     with pytest.raises(ConfigError, match="expected"):
         inspect_model(_fake_weights(TokenLayout.of(spec, 16)), spec, 16, np.zeros((1, 32, 32, 3)), None)
@@ -343,7 +343,7 @@ def test_cli_checkpoint_at_another_resolution_writes_json_and_pictures(cli, tmp_
 
 
 @pytest.mark.parametrize("args, match", [
-    (["R-Nano"], "no attention layers"),
+    (["R-Nano"], "no self-attention layers"),
     (["ViT-Nano/4", "--backend", "tensorflow"], "allowed: torch, jax"),
     (["ViT-Nano/4", "-r", "18"], "must be a positive multiple of 4"),
     (["ViT-Nano/4", "--out", "{file}"], "is a file"),
@@ -400,5 +400,5 @@ zip:
                                                        "ViT-Nano/4 torch @ 16px"]
     assert all(sorted(t.get_text() for t in ax.get_legend().get_texts()) ==
                ["pretrain_steps=10", "pretrain_steps=5", "uniform attention"] for ax in panels)
-    with pytest.raises(ConfigError, match="no attention layers"):
+    with pytest.raises(ConfigError, match="no self-attention layers"):
         parse_study("name: x\naxes: {model: [R-Nano], task: [inspect]}\n", "x.yaml")

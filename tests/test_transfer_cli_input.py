@@ -72,7 +72,7 @@ def test_a_checkpoint_path_that_cannot_be_is_refused_before_training(name, expec
 def test_options_a_checkpoint_would_ignore_are_refused(run, tmp_path):
     ckpt = tmp_path / "up.safetensors"
     for cmd in ("fewshot", "finetune"):
-        for extra in (["--model", "ViT-Nano/4"], ["--pretrain-steps", "20"], ["--pretrain-warmup-steps", "2"]):
+        for extra in (["--pretrain-steps", "20"], ["--pretrain-warmup-steps", "2"]):  # (--model names its model)
             r = run(cmd, "-c", ckpt, *extra)
             assert r.exit_code == 2 and f"{extra[0]} would be ignored" in r.output, r.output
 

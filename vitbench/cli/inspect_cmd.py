@@ -23,6 +23,8 @@ def inspect_cmd(
     source: str = typer.Argument(..., help="A checkpoint (.safetensors from `vitbench pretrain`) or a variant "
                                            "name (random weights), e.g. ViT-Micro/4, R-Nano+ViT-Micro/8."),
     sets: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
+    model: str = typer.Option(None, "--model", "-m", help="With a checkpoint SOURCE: its model (a timm state "
+                                                           "dict's timm:NAME; checked against the weights)."),
     backend: str = typer.Option(None, help="A registered backend "
                                            "(`vitbench plugins` lists them; default: the first registered)."),
     resolution: int = typer.Option(None, "--resolution", "-r",
@@ -57,16 +59,20 @@ def inspect_cmd(
     be = get_backend(backend)
     be.setup("cpu", threads)
     src = load_source(source, lambda spec, r: be.weights(be.init_model(spec, r, spec.num_classes, seed)),
-                      resolution)
-    if is_file and sets:
+                      resolution, with_sets(model, sets) if model else None)
+    if is_file and model:  # a vitbench checkpoint says its model: --model must be it
+        from vitbench.models.specs import get_spec
+        from vitbench.transfer.checkpoint import refuse_other_architecture
+
+        refuse_other_architecture(src.spec, get_spec(with_sets(model, sets)), f"--model {model}")
+    elif is_file and sets:
         from vitbench.transfer.checkpoint import refuse_other_architecture
 
         wanted = parse_sets(sets)
         refuse_other_architecture(src.spec, src.spec.with_overrides(**wanted),
                                   " ".join(f"--set {k}={v}" for k, v in wanted.items()))
     x = inspection_images(images, src.resolution)
-    result = inspect_model(src.weights, src.spec, src.resolution, x, be.attention_maps, num_rollout=rollout,
-                           num_prefix_tokens=src.spec.num_prefix_tokens)
+    result = inspect_model(src.weights, src.spec, src.resolution, x, be.attention_maps, num_rollout=rollout)
     doc = {"source": src.origin, "backend": backend, "trained_resolution_px": src.trained_resolution,
            **result.to_json()}
     if out_dir is not None:

@@ -214,24 +214,34 @@ def _resolve_upstream_arg(checkpoint, model, sets, backend, pretrain_steps, pret
                           objective: str) -> dict:
     """The downstream command's upstream: a checkpoint file, or a model pre-trained here with the default
     recipe. Options that only shape a pre-training are refused beside a checkpoint (they would be ignored);
-    `--set` beside a checkpoint must describe the checkpoint's own architecture."""
+    `--model` (and `--set`) beside a checkpoint name its architecture: a timm state dict's (`timm:resnet18`,
+    which its weights alone do not say), checked against the weights when they are read; a vitbench
+    checkpoint's must be its own."""
     from vitbench.errors import ConfigError
 
-    if checkpoint and sets:
-        from vitbench.transfer.checkpoint import checkpoint_spec, load_checkpoint, refuse_other_architecture
-
-        have = checkpoint_spec(checkpoint) or load_checkpoint(checkpoint).spec
-        wanted = parse_sets(sets)
-        refuse_other_architecture(have, have.with_overrides(**wanted),
-                                  " ".join(f"--set {k}={v}" for k, v in wanted.items()))
     if checkpoint:
-        ignored = [opt for opt, v in (("--model", model), ("--pretrain-steps", pretrain_steps),
+        ignored = [opt for opt, v in (("--pretrain-steps", pretrain_steps),
                                       ("--pretrain-warmup-steps", pretrain_warmup_steps)) if v is not None]
         if ignored:
             raise ConfigError(f"--checkpoint gives the upstream; {', '.join(ignored)} would be ignored: give "
-                              "either --checkpoint PATH, or --model NAME with its pre-training options")
+                              "either --checkpoint PATH (--model NAME: its architecture), or --model NAME with "
+                              "its pre-training options")
+        named = with_sets(model, sets) if model else None  # the checkpoint's architecture, as told
+        if named or sets:
+            from vitbench.models.specs import get_spec
+            from vitbench.transfer.checkpoint import checkpoint_spec, load_checkpoint, refuse_other_architecture
+
+            have = checkpoint_spec(checkpoint)  # a vitbench checkpoint's, from its header
+            if have is None and named is None:
+                have = load_checkpoint(checkpoint).spec
+            wanted = parse_sets(sets)
+            if have is not None:  # (a file of another origin with --model: checked as it is read, as that model)
+                refuse_other_architecture(have, get_spec(named) if named else have.with_overrides(**wanted),
+                                          f"--model {named}" if named else
+                                          " ".join(f"--set {k}={v}" for k, v in wanted.items()))
         _objective_opts(objective)
-        return {"checkpoint": checkpoint, "objective": objective}
+        return {"checkpoint": checkpoint, "objective": objective,
+                **({"checkpoint_model": named} if named else {})}
     if not model:
         raise ConfigError("give --checkpoint PATH (from `vitbench pretrain`) or --model NAME (pre-trained on "
                           "digits 0-4 with the default recipe, cached)")
@@ -246,7 +256,8 @@ DOWNSTREAM = OptionGroup("downstream", {
     "checkpoint": (str, typer.Option(None, "--checkpoint", "-c", help="Upstream .safetensors file.")),
     "objective": (str, from_field(DownstreamConfig, "objective", help="The upstream's pre-training objective: "
                                   "supervised | masked_patch (a --checkpoint made by another is refused).")),
-    "model": (str, typer.Option(None, "--model", "-m", help="Or: a variant, pre-trained here (default recipe).")),
+    "model": (str, typer.Option(None, "--model", "-m", help="Or: a variant, pre-trained here (default recipe); "
+                                "with --checkpoint: its model (a timm state dict's timm:NAME).")),
     "sets": (list[str], typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP)),
     "pretrain_steps": (int, typer.Option(None, min=1, help="With --model: upstream steps "
                                          "(default: as `vitbench pretrain`).")),

@@ -8,6 +8,7 @@ import math
 import numpy as np
 
 from vitbench.errors import ConfigError
+from vitbench.inspect.applies import require_inspectable
 from vitbench.inspect.distance import (
     attention_distance_per_image,
     check_attention,
@@ -19,7 +20,7 @@ from vitbench.inspect.posemb import position_table, posemb_similarity, table_gri
 from vitbench.inspect.result import HEAD_WEIGHT, PATCH_KERNEL, POS_EMBED, AttentionFn, InspectResult
 from vitbench.inspect.rollout import rollout_maps
 from vitbench.models.families import family_plugin
-from vitbench.models.posemb_resize import resample_pos_embed
+from vitbench.models.posemb_resize import resample_pos_embed, table_prefix_rows
 from vitbench.models.specs import ModelSpec
 
 def fit_pos_embed(weights: dict[str, np.ndarray], layout: TokenLayout, spec: ModelSpec | None = None
@@ -36,14 +37,16 @@ def fit_pos_embed(weights: dict[str, np.ndarray], layout: TokenLayout, spec: Mod
             weights = resize_state_dict_pos_embed(weights, spec, layout.resolution_px[0])
         return weights, trained or (layout.grid_h, layout.grid_w)
     pe = np.asarray(weights[POS_EMBED])
-    n = pe.shape[-2] - layout.num_prefix_tokens
+    extra = table_prefix_rows(pe.shape[-2], layout.num_prefix_tokens)  # 0: the patches' alone (no_embed_class)
+    extra = layout.num_prefix_tokens if extra is None else extra
+    n = pe.shape[-2] - extra
     side = math.isqrt(max(n, 0))
     if side * side != n or n == 0:
         raise ConfigError(f"{POS_EMBED} of shape {pe.shape} is not {layout.num_prefix_tokens} extra token(s) + a "
                           "square grid; is num_prefix_tokens right?")
     if (side, side) == (layout.grid_h, layout.grid_w):
         return weights, (side, side)
-    new = resample_pos_embed(pe, (layout.grid_h, layout.grid_w), side, layout.num_prefix_tokens)
+    new = resample_pos_embed(pe, (layout.grid_h, layout.grid_w), side, extra)
     return {**weights, POS_EMBED: np.asarray(new, np.float32)}, (side, side)
 
 
@@ -55,14 +58,11 @@ def inspect_model(weights: dict[str, np.ndarray], spec: ModelSpec, resolution: i
 
     Attention maps come from `attention_fn` in chunks of `batch_size` images (memory: layers x heads x tokens^2
     per image); rollout maps for the first `num_rollout` images. `num_prefix_tokens`: extra tokens before the
-    patches (1: class token; DeiT's distillation token makes 2; None: the spec's). On grey images (R = G = B) the
+    patches (1: class token; DeiT's distillation token makes 2; None: the model's, as its family says). On grey images (R = G = B) the
     filter components are of the channel-summed filters (see vitbench.inspect.filters).
     """
+    require_inspectable(spec)
     plugin = family_plugin(spec.family)
-    if not plugin.token_attention_maps and plugin.axis_layers is None:
-        raise ConfigError(f"inspection does not apply to {spec.name} (family {spec.family}: "
-                          f"{plugin.description}): its family declares no attention maps to read; use a ViT, a "
-                          "hybrid or an axial model")
     images = np.asarray(images, np.float32)
     if images.ndim != 4 or images.shape[1:3] != (resolution, resolution) or len(images) == 0:
         raise ConfigError(f"images of shape {images.shape}; expected (N >= 1, {resolution}, {resolution}, C)")
@@ -70,8 +70,8 @@ def inspect_model(weights: dict[str, np.ndarray], spec: ModelSpec, resolution: i
         from vitbench.inspect.per_axis import inspect_axes
 
         return inspect_axes(plugin, weights, spec, resolution, images, attention_fn, batch_size=batch_size)
-    if num_prefix_tokens is None:
-        num_prefix_tokens = spec.num_prefix_tokens
+    if num_prefix_tokens is None:  # the model's own (a timm model's: its num_prefix_tokens)
+        num_prefix_tokens = plugin.attention_of(spec).prefix_tokens
     layout = TokenLayout.of(spec, resolution, num_prefix_tokens)
     weights, trained_grid = fit_pos_embed(weights, layout, spec)
     if HEAD_WEIGHT in weights:  # build the model with the checkpoint's own head

@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 
 from vitbench.errors import ConfigError, VitbenchError, shorten
-from vitbench.models.families import family_plugin, has_attention_layers
+from vitbench.inspect.applies import require_inspectable
+from vitbench.models.families import family_plugin
 from vitbench.models.specs import ModelSpec, get_spec
 from vitbench.transfer.checkpoint import load_checkpoint
 from vitbench.transfer.data import DataConfig, load_splits
@@ -26,21 +27,24 @@ class ModelSource:
     origin: str  # checkpoint path, or "random init"
 
 
-def load_source(arg: str, init_weights: InitWeights, resolution: int | None = None) -> ModelSource:
+def load_source(arg: str, init_weights: InitWeights, resolution: int | None = None,
+                model: str | None = None) -> ModelSource:
     """`arg` names an existing file or ends in .safetensors or .npz: a checkpoint of any origin, read by the
-    loader every command uses (vitbench.transfer.checkpoint; never unpickled); else a variant name, with
-    `init_weights` giving random weights at the requested (or native) resolution."""
+    loader every command uses (vitbench.transfer.checkpoint; never unpickled; `model`: its model, which a timm
+    state dict does not say, checked against its weights); else a variant name, with `init_weights` giving
+    random weights at the requested (or native) resolution."""
     if not arg.strip():
         raise ConfigError("SOURCE is empty; give a checkpoint file or a model name (see `vitbench models`)")
     path = Path(arg).expanduser()
     if path.is_dir():
         raise ConfigError(f"SOURCE {shorten(arg)} is a directory; give a checkpoint file (.safetensors, .npz) "
                           "or a model name")
-    ckpt = load_checkpoint(arg) if path.exists() or arg.endswith((".safetensors", ".npz")) else None
+    ckpt = load_checkpoint(arg, model) if path.exists() or arg.endswith((".safetensors", ".npz")) else None
+    if model and ckpt is None:
+        raise ConfigError(f"--model {shorten(model)} names a checkpoint's model; SOURCE {shorten(arg)} is no "
+                          "checkpoint file (a model name goes in SOURCE alone)")
     spec = ckpt.spec if ckpt else get_spec(arg)  # a checkpoint's spec carries its flavour (GELU, std-conv form)
-    if not has_attention_layers(spec):
-        raise ConfigError(f"{spec.name} has no attention layers to inspect (none its family declares maps of); "
-                          "give a ViT, hybrid or axial model (see `vitbench models`)")
+    require_inspectable(spec)
     trained = ckpt.resolution if ckpt else spec.resolution if resolution is None else resolution
     res = trained if resolution is None else resolution
     try:

@@ -33,8 +33,8 @@ def flops(model: str | ModelSpec, resolution: int | None = None, backend: str | 
         "params_m": a.params / 1e6,
         "gmacs": a.gmacs,
         "gflops": a.gflops,
-        # sequence length incl. the class token (and a distilled DeiT's distillation token)
-        "tokens": spec.tokens(res) + spec.num_prefix_tokens if family_plugin(spec.family).attention else None,
+        # sequence length incl. the prefix tokens (class, distillation); None: no token sequence (a CNN)
+        "tokens": family_plugin(spec.family).attention_of(spec).tokens(spec, res),
     }
     counters: dict = {}
     be = backend if isinstance(backend, Backend) else get_backend(backend or default_backend())

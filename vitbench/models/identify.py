@@ -131,8 +131,10 @@ def _looks_like(weights: Mapping[str, Any], ignore_head: bool) -> str:
         return "They look like " + " or ".join(
             f"{f.spec.name} ({f.resolution} px, {f.num_classes if f.num_classes is not None else 'no'} classes)"
             for f in fits)
-    return "They fit no model in the table; the closest by parameter names: " + ", ".join(
-        _closest(weights, ignore_head))
+    return ("They fit no model in the table; the closest by parameter names: " + ", ".join(
+        _closest(weights, ignore_head)) + ". Weights of a model outside the table (one an open-ended family names, "
+            "see `vitbench models --family`) do not say their model: name it beside the file (--model NAME; in a "
+            "study, the trial's model)")
 
 
 def _more(items: list[str], n: int = 6) -> str:

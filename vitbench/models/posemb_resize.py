@@ -147,6 +147,17 @@ def _resample_axis(table: Array, n_out: int, method: str) -> Array:
     return (m @ np.asarray(table, np.float64)).astype(np.asarray(table).dtype)
 
 
+def table_prefix_rows(rows: int, prefix: int) -> int | None:
+    """The leading rows of a 1-D position table of `rows` rows that belong to a model's `prefix` tokens: all of
+    them before a square grid, or none when the table is the grid alone (timm's no_embed_class: DeiT-III,
+    register models); None when it is neither."""
+    for p in (prefix, 0):
+        n = rows - p
+        if n > 0 and math.isqrt(n) ** 2 == n:
+            return p
+    return None
+
+
 def resize_table(leaf: str, table: Array, new_shape: tuple[int, ...], prefix: int, method: str = "bilinear",
                  source: str = "weights") -> Array:
     """One position-embedding array named `leaf` (its last name part) resized to `new_shape` (`prefix` leading
@@ -160,6 +171,12 @@ def resize_table(leaf: str, table: Array, new_shape: tuple[int, ...], prefix: in
                                   method=method)
         return flat.reshape(1, h1, w1, d)
     if leaf in ("pos_embed", "pos_embedding") and table.shape[-1] == new_shape[-1]:
+        rows = (table.shape[-2], new_shape[-2])
+        kept = {table_prefix_rows(r, prefix) for r in rows}
+        if len(kept) != 1 or None in kept:
+            raise ConfigError(f"{source}: {leaf} of {rows[0]} rows for a model of {rows[1]}: not {prefix} prefix "
+                              "token(s) + a square grid in both")
+        (prefix,) = kept
         return resample_pos_embed(table, math.isqrt(new_shape[-2] - prefix), num_prefix_tokens=prefix,
                                   method=method)
     if leaf in ("pos_embedding_x", "pos_embedding_y") and table.shape[-1] == new_shape[-1]:
@@ -189,7 +206,8 @@ def resize_pos_embeds(weights: dict, shapes: dict[str, tuple[int, ...]], spec: M
     """Flat weights (timm keys or '/'-joined Flax paths) whose position embeddings are resized to `shapes`
     (the target model's; other keys untouched)."""
     spec = get_spec(spec)
-    return {k: resize_table(_leaf(k), v, shapes[k], spec.num_prefix_tokens, method, source)
+    prefix = family_plugin(spec.family).attention_of(spec).prefix_tokens or 0  # the model's own (timm's)
+    return {k: resize_table(_leaf(k), v, shapes[k], prefix, method, source)
             if is_posemb_key(k) and k in shapes else v for k, v in weights.items()}
 
 

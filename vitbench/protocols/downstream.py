@@ -24,6 +24,7 @@ class DownstreamConfig(BaseModel):
 
     upstream: PretrainConfig | None = None
     checkpoint: str | None = None  # an explicit checkpoint file instead of `upstream` (any origin)
+    checkpoint_model: str | None = None  # its model (a timm: name for a timm state dict; None: inferred)
     checkpoint_images: int | None = Field(None, gt=0)  # its declared pre-training budget: images ...
     # ... x epochs (exaFLOPs of a checkpoint of another origin)
     checkpoint_epochs: float | None = Field(None, gt=0)
@@ -37,5 +38,11 @@ class DownstreamConfig(BaseModel):
         """(the upstream checkpoint: the file given, else cached or pre-trained here; the backend that runs)."""
         ckpt, _ = resolve_upstream(self.upstream, self.checkpoint, directory=directory, device=device,
                                    threads=threads, budget=(self.checkpoint_images, self.checkpoint_epochs),
-                                   objective=self.objective)
+                                   objective=self.objective, model=self.checkpoint_model)
         return ckpt, self.backend or ckpt.meta.get("backend") or default_backend()
+
+    def recorded(self) -> dict:
+        """The fields a record's config keeps of this config: `data` and the subclass's own. The upstream is
+        recorded as what it resolved to (protocols.pretrain.upstream_config), the model, backend and resolution
+        as the run used them."""
+        return self.model_dump(mode="json", exclude=set(DownstreamConfig.model_fields) - {"data"})

@@ -209,7 +209,6 @@ def fewshot(cfg: FewshotConfig, *, device: str = "cpu", threads: int | None = No
                     "skipped_files": len(splits.skipped), **splits.train.input.metrics()})
     splits.warn_skipped()
     config = {"model": spec.name, "backend": backend, "resolution": r, "device": device,
-              **cfg.model_dump(mode="json", exclude={"upstream", "checkpoint", "resolution", "backend",
-                                                     "checkpoint_images", "checkpoint_epochs", "objective"}),
+              **cfg.recorded(),
               **upstream_config(ckpt)}
     return Record.measured("fewshot", config, metrics=metrics, raw=raw, env=environment(info), started_at=started)

@@ -173,8 +173,7 @@ def finetune(cfg: FinetuneConfig, *, device: str = "cpu", threads: int | None = 
         **upstream_metrics(ckpt),
     }
     config = {"model": ckpt.spec.name, "backend": backend, "resolution": r, "device": device,
-              **cfg.model_dump(mode="json", exclude={"upstream", "checkpoint", "resolution", "backend",
-                                                     "checkpoint_images", "checkpoint_epochs", "objective"}),
+              **cfg.recorded(),
               **upstream_config(ckpt)}
     raw = {"val_accuracy_by_lr": {lr: float(np.mean(v)) for lr, v in val_acc.items()},
            "diverged_lrs": diverged_lrs,

@@ -27,12 +27,12 @@ class Inspection(BaseModel):
 
     @model_validator(mode="after")
     def _has_attention(self):
-        from vitbench.models.families import has_attention_layers
+        from vitbench.inspect.applies import not_inspectable
 
         spec = getattr(self, "spec", None)  # the trial's model, resolved by TaskParams before this runs
-        if spec is not None and not has_attention_layers(spec):
-            raise ValueError(f"{self.model} has no attention layers to inspect (none its family declares maps of): "
-                             "use a ViT, a hybrid or an axial model")
+        why = None if spec is None else not_inspectable(spec)
+        if why is not None:
+            raise ValueError(why)
         return self
 
 
@@ -61,7 +61,8 @@ class Inspect(Task):
 
         src = p.upstream_source(self.name)
         ckpt, _ = resolve_upstream(src.get("upstream"), src.get("checkpoint"), device=p.device, threads=p.threads,
-                                   budget=(src.get("checkpoint_images"), src.get("checkpoint_epochs")))
+                                   budget=(src.get("checkpoint_images"), src.get("checkpoint_epochs")),
+                                   model=src.get("checkpoint_model"))
         be = get_backend(p.backend)
         info = be.setup(p.device, p.threads)
         spec = ckpt.spec

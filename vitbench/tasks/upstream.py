@@ -186,10 +186,12 @@ class FromCheckpoint(BaseModel):
         return self
 
     def upstream_source(self, task: str) -> dict:
-        """The downstream config's start: {"checkpoint": ..., budget} when one is given, else {"upstream": ...}."""
+        """The downstream config's start: {"checkpoint": ..., its model (the trial's), budget} when one is given,
+        else {"upstream": ...}."""
         if self.checkpoint is None:
             return {"upstream": self.upstream_config(task)}
-        return {"checkpoint": self.checkpoint, "checkpoint_images": self.checkpoint_images,
+        return {"checkpoint": self.checkpoint, "checkpoint_model": getattr(self, "model", None),
+                "checkpoint_images": self.checkpoint_images,
                 "checkpoint_epochs": self.checkpoint_epochs, "objective": self.objective}
 
 

@@ -153,7 +153,7 @@ class JaxBackend(Backend):
         compile_s = lower_s + time.perf_counter() - t0  # trace + lower + XLA compile
         settings = step_numerics(step.precision, lowered.as_text())
         return JaxWorkload(executable, args, step.batch_size, step.mode, compile_s=compile_s, lower_s=lower_s,
-                           settings=settings, has_attention=family_plugin(spec.family).attention)
+                           settings=settings, has_attention=family_plugin(spec.family).attention_of(spec).layers)
 
     def lower(self, step: Step):
         """(lowered step, its device-resident arguments, the model spec, seconds spent tracing and lowering): the

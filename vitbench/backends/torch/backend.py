@@ -152,7 +152,7 @@ class TorchBackend(Backend):
         settings = set_matmul_precision(step.precision)
         torch.manual_seed(step.seed)
         model = build_torch_model(spec, res, k, device=self.device)
-        family = family_plugin(spec.family)  # its default memory format, whether it has attention layers
+        family = family_plugin(spec.family)  # its default memory format; whether this model has attention layers
         channels_last = step.channels_last if step.channels_last is not None else family.channels_last
         fmt = torch.channels_last if channels_last else torch.contiguous_format
         model = model.to(memory_format=fmt)
@@ -170,7 +170,7 @@ class TorchBackend(Backend):
             model = torch.compile(model, mode=mode)
         settings = {**settings, "compile_mode": mode}
         work = TorchWorkload(model, x, y, step.mode, step.precision, opt, self.device, settings,
-                             has_attention=family.attention,
+                             has_attention=family.attention_of(spec).layers,
                              cuda_graphs=mode == "reduce-overhead" and self.device.type == "cuda")
         work.batch_size = step.batch_size  # the group's global batch (this rank runs batch_size / devices)
         return work

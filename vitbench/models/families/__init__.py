@@ -50,6 +50,25 @@ class AxisLayer:
     where: str
 
 
+@dataclass(frozen=True)
+class ModelAttention:
+    """What one model's attention is, as its family answers for its spec (FamilyPlugin.attention_of).
+
+    layers: it has attention layers (bench reads the attention kernel torch ran only then); token_maps: its
+    attention maps are (tokens x tokens) over the whole image, what the family's torch_attention / flax_attention
+    give and inspection's attention distance reads; prefix_tokens: the tokens before the patches in its sequence
+    (class, distillation, register tokens), None when the model has no token sequence over the image (a CNN):
+    the flops record's `tokens` is then None."""
+
+    layers: bool
+    token_maps: bool = False
+    prefix_tokens: int | None = None
+
+    def tokens(self, spec, resolution: int) -> int | None:
+        """Sequence length at `resolution`: the patches of the spec's grid and the prefix tokens (None: none)."""
+        return None if self.prefix_tokens is None else spec.tokens(resolution) + self.prefix_tokens
+
+
 def norm_name(name: str) -> str:
     """Forgiving key of a model name: case-, separator- and suffix-insensitive ('vit-b/16' == 'ViT-B_16'); the
     model table's index (models.specs) and the registry's taken-name check use this one."""
@@ -118,6 +137,7 @@ class FamilyPlugin:
     validate: Callable[[Any, dict], None] = lambda spec, diff: None
     attention: bool = True
     token_attention_maps: bool = False
+    model_attention: Callable[[Any], ModelAttention] | None = None
     axis_layers: Callable[[Any, int], tuple[AxisLayer, ...]] | None = None
     torch_attention: str = ""
     flax_attention: str = ""
@@ -134,6 +154,14 @@ class FamilyPlugin:
     npz_origin: str = "vit_jax"
     posemb_tables: Callable[[Any, int], list] = lambda spec, resolution: []
     representation_size: bool = False
+
+    def attention_of(self, spec) -> ModelAttention:
+        """Whether `spec`'s model has attention layers, whole-image token maps, and its prefix tokens: the
+        family's per-spec answer (model_attention), else its family-wide flags with the spec's prefix tokens."""
+        if self.model_attention is not None:
+            return self.model_attention(spec)
+        return ModelAttention(self.attention, self.token_attention_maps,
+                              spec.num_prefix_tokens if self.attention else None)
 
     def build_torch(self, spec, resolution: int, num_classes: int):
         return _import(self.torch_builder)(spec, resolution, num_classes)
@@ -188,13 +216,6 @@ def family_if_registered(name: str) -> FamilyPlugin | None:
     """The plug-in of family `name` if it is registered already (loads nothing: safe while families load)."""
     found = registered(Kind.FAMILY).get(name)
     return None if found is None else found.obj
-
-
-def has_attention_layers(spec) -> bool:
-    """Whether inspection has attention layers to read: whole-image token attention maps, or per-axis attention
-    layers (families declare which)."""
-    plugin = family_plugin(spec.family)
-    return plugin.token_attention_maps or plugin.axis_layers is not None
 
 
 def resolve_open(name: str):

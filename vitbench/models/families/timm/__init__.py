@@ -53,7 +53,10 @@ TIMM_PLUGIN = FamilyPlugin(
     torch_builder=f"{_TORCH}:build", flax_builder="",
     counts=_lazy("counts"), param_table=_lazy("param_table"), stride=_lazy("stride"),
     feature_dim=_lazy("feature_dim"), describe=lambda spec: f"timm {spec.timm_id} (timm.create_model)",
-    attention=True, token_attention_maps=False, plot_style=("X", "Oranges", "timm"),
+    model_attention=_lazy("model_attention"),  # per model: a ViT's tokens, a ResNet's none
+    resolution_of=_lazy("resolution_of"),  # a ViT-like model's weights: from their position table
+    torch_attention="vitbench.models.families.vit.torch:attention_maps",  # timm's attention, hooked as for ViT
+    plot_style=("X", "Oranges", "timm"),
     resolve=resolve, catalogue=catalogue, backends=("torch",), head_prefixes=_lazy("head_prefixes"),
     origins={Origin.TIMM.value: FLAVOUR_TIMM},  # its builder reads no flavour; timm's own conventions
     counts_note="params: timm's model (sum of its parameters); MACs: torch FlopCounterMode on the model built on "

@@ -9,17 +9,20 @@ from __future__ import annotations
 
 import difflib
 import functools
+import math
 
 import timm
 import torch
 from timm.models import get_pretrained_cfg, split_model_name_tag
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from vitbench.errors import ConfigError, UnknownModelError, shorten
 from vitbench.models.analytic import Counts
+from vitbench.models.families import ModelAttention
 from vitbench.models.families.timm import PREFIX, TIMM
 from vitbench.models.param_table import _copy
 from vitbench.models.specs import ModelSpec
-from vitbench.models.torch import unfused_attention
+from vitbench.models.torch import attention_modules, unfused_attention
 
 
 def names(pattern: str = "") -> list[str]:
@@ -110,3 +113,55 @@ def head_prefixes(spec: ModelSpec) -> tuple[str, ...]:
     a distilled model's `head_dist` too): what transfer replaces; a ConvNeXt's `head.norm` stays with the body."""
     names = get_pretrained_cfg(spec.timm_id).classifier or "head"
     return tuple(f"{n}." for n in ((names,) if isinstance(names, str) else names))
+
+
+class _OpNames(TorchDispatchMode):
+    """The aten ops a forward runs (their overload packets' names), recorded as they are dispatched."""
+
+    def __init__(self):
+        super().__init__()
+        self.names: set[str] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.add(func.overloadpacket.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+def _self_attention(ops: set[str]) -> bool:
+    """Self-attention as the ops show it, whatever a timm module is called (Attention, EvaAttention,
+    WindowAttention, LeViT's and CoaT's own, BoTNet's BottleneckAttn): a softmax and a batched matmul (scores and
+    their weighted sum), or an SDPA op. Channel attention is not (SE, ECA, CBAM: sigmoid gates; selective kernel:
+    a softmax over branches, no batched matmul)."""
+    return {"_softmax", "bmm"} <= ops or any("scaled_dot_product" in op for op in ops)
+
+
+@functools.cache
+def model_attention(spec: ModelSpec) -> ModelAttention:
+    """Whether timm's model of `spec` has self-attention (from the ops of one forward on the meta device, attention
+    unfused: a softmax and a batched matmul, or SDPA), and whether it is ViT-like -- one token sequence over the
+    whole image (a patch embedding, timm's `num_prefix_tokens`, every attention module timm's kind with its
+    `attn_drop` after the softmax, one per block): then its maps are tokens x tokens and inspection reads them."""
+    model = _meta(spec, spec.resolution, spec.num_classes)
+    ops = _OpNames()
+    with torch.no_grad(), unfused_attention(model), ops:
+        model(torch.empty(1, 3, spec.resolution, spec.resolution, device="meta"))
+    layers = _self_attention(ops.names)
+    mods = attention_modules(model)
+    prefix = getattr(model, "num_prefix_tokens", None)
+    vit_like = (layers and hasattr(model, "patch_embed") and isinstance(prefix, int) and bool(mods)
+                and all(hasattr(m, "attn_drop") for m in mods) and len(mods) == len(getattr(model, "blocks", ())))
+    return ModelAttention(layers, token_maps=vit_like, prefix_tokens=prefix if vit_like else None)
+
+
+def resolution_of(spec: ModelSpec, shapes: dict) -> int | None:
+    """The input size a ViT-like timm model's weights were made for, from the rows of its position table
+    (`pos_embed`, (1, rows, D): timm's prefix tokens and a square grid of patches, or the grid alone with
+    `no_embed_class`); None when they say nothing (no such table: any input size; or no square grid)."""
+    shape = shapes.get("pos_embed")
+    att = model_attention(spec)
+    if shape is None or len(shape) != 3 or not att.token_maps:
+        return None
+    extra = 0 if getattr(_meta(spec, spec.resolution, spec.num_classes), "no_embed_class", False) else \
+        att.prefix_tokens
+    side = math.isqrt(max(shape[-2] - extra, 0))
+    return side * spec.stride if side and side * side == shape[-2] - extra else None

@@ -1,0 +1,169 @@
+"""A timm model's local `.safetensors` state dict as the upstream of fewshot and finetune, from the command line
+(`--checkpoint FILE --model timm:NAME`: the weights alone do not name their model) and from a study (the trial's
+`model` is the checkpoint's): the transfer starts from exactly these weights, classifier replaced. Nothing is
+downloaded."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import timm
+import torch
+from records import job
+
+from vitbench.trial import run_trial
+
+SHORT = ["-r", "32", "--threads", "1"]
+
+
+@pytest.fixture
+def resnet18_file(tmp_path):
+    torch.manual_seed(3)
+    model = timm.create_model("resnet18", pretrained=False, num_classes=7)
+    with torch.no_grad():
+        model.conv1.weight.normal_()  # not timm's init: weights only this file has
+    path = tmp_path / "resnet18.safetensors"
+    from safetensors.torch import save_file
+
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
+    return path, model.state_dict()
+
+
+@pytest.fixture
+def started(monkeypatch):
+    """The models transfer starts from (vitbench.transfer.ops.from_weights), as they were built."""
+    from vitbench.transfer import ops
+
+    models, build = [], ops.from_weights
+
+    def spy(*args, **kwargs):
+        m = build(*args, **kwargs)
+        models.append({k: v.detach().clone() for k, v in m.state_dict().items()})
+        return m
+
+    monkeypatch.setattr(ops, "from_weights", spy)
+    return models
+
+
+def _same_body(started_sd, saved):
+    """Every tensor but timm's classifier (fc.) is the file's, bit for bit; the classifier is a new zero one."""
+    body = [k for k in saved if not k.startswith("fc.")]
+    assert body and all(torch.equal(started_sd[k], saved[k]) for k in body)
+    assert started_sd["fc.weight"].abs().sum() == 0 and started_sd["fc.weight"].shape[0] != 7
+
+
+def test_fewshot_from_a_timm_state_dict_on_the_command_line(cli, resnet18_file, started, tmp_path):
+    path, saved = resnet18_file
+    r = cli("fewshot", "--checkpoint", str(path), "--model", "timm:resnet18", "--shots", "1", "--seeds", "1",
+            "--json", *SHORT)
+    assert r.exit_code == 0, r.output
+    assert len(started) == 1
+    _same_body(started[0], saved)
+
+
+def test_finetune_from_a_timm_state_dict_on_the_command_line(cli, resnet18_file, started):
+    path, saved = resnet18_file
+    r = cli("finetune", "--checkpoint", str(path), "--model", "timm:resnet18", "--steps", "1", "--warmup-steps",
+            "0", "--lr-grid", "0.01", "--seeds", "1", "--no-refit", "-b", "8", "--json", *SHORT)
+    assert r.exit_code == 0, r.output
+    assert started
+    _same_body(started[0], saved)
+
+
+def test_a_timm_state_dict_without_its_model_or_with_another_exits_2_naming_the_way_out(cli, resnet18_file):
+    path, _ = resnet18_file
+    r = cli("fewshot", "--checkpoint", str(path), "--shots", "1", "--seeds", "1", *SHORT)
+    out = " ".join(r.output.split())
+    assert r.exit_code == 2 and "Traceback" not in r.output and "--model NAME" in out
+    r = cli("fewshot", "--checkpoint", str(path), "--model", "timm:convnext_atto", "--shots", "1", *SHORT)
+    out = " ".join(r.output.split())
+    assert r.exit_code == 2 and "do not fit timm:convnext_atto" in out
+
+
+def test_a_study_trial_starts_from_a_timm_state_dict_as_its_model(resnet18_file, started, tmp_path, monkeypatch):
+    from vitbench.study import parse_study
+
+    monkeypatch.setenv("VITBENCH_CHECKPOINT_DIR", str(tmp_path / "ckpt"))
+    path, saved = resnet18_file
+    study = parse_study(f"name: t\ncalibration: false\naxes:\n  model: [timm:resnet18]\n  task: [fewshot]\n"
+                        f"defaults: {{resolution: 32, checkpoint: {path}, shots: 1, fewshot_seeds: 1, threads: 1}}\n",
+                        "t.yaml")
+    (trial,) = study.trials
+    rec = run_trial(job(trial.config, "x"))
+    assert rec.status == "ok", rec.error
+    assert rec.config["model"] == "timm:resnet18" and rec.metrics["accuracy"] > 0
+    _same_body(started[0], saved)
+    assert not list((tmp_path / "ckpt").glob("*.safetensors"))  # nothing pre-trained: the file was used
+
+
+def test_model_beside_a_vitbench_checkpoint_must_be_its_own(cli, tmp_path):
+    """A vitbench checkpoint says its model: --model naming another is refused naming what differs."""
+    from vitbench.backends.base import get_backend
+    from vitbench.models.specs import get_spec
+    from vitbench.transfer.checkpoint import save_checkpoint
+
+    spec = get_spec("ViT-Nano/4")
+    be = get_backend("torch")
+    be.setup("cpu", 1)
+    meta = {"model": spec.name, "spec": spec.with_classes(5).to_dict(), "resolution": 16, "num_classes": 5,
+            "backend": "torch", "config": None, "metrics": {}}
+    path = save_checkpoint(tmp_path / "nano.safetensors", be.weights(be.init_model(spec, 16, 5, 0)), meta)
+    for cmd in ("fewshot", "finetune"):
+        r = cli(cmd, "--checkpoint", str(path), "--model", "timm:resnet18", "--threads", "1")
+        out = " ".join(r.output.split())
+        assert r.exit_code == 2 and "Traceback" not in r.output
+        assert "--model timm:resnet18" in out and "checkpoint ViT-Nano/4" in out, out
+
+
+def test_inspect_a_timm_vit_state_dict_named_by_model(cli, tmp_path, monkeypatch):
+    """The file's weights are the ones inspected: its attention maps are the model's own on the same images."""
+    from safetensors.torch import save_file
+
+    from vitbench.backends.torch import attention as torch_attention
+
+    torch.manual_seed(0)
+    model = timm.create_model("deit_tiny_patch16_224", pretrained=False, num_classes=3)
+    path = tmp_path / "deit.safetensors"
+    saved = {k: v.contiguous() for k, v in model.state_dict().items()}
+    save_file(saved, str(path))
+    seen = []
+    real = torch_attention.attention_maps
+
+    def spy(weights, spec, resolution, images):
+        seen.append(weights)
+        return real(weights, spec, resolution, images)
+
+    monkeypatch.setattr(torch_attention, "attention_maps", spy)
+    r = cli("inspect", str(path), "--model", "timm:deit_tiny_patch16_224", "-r", "32", "-n", "1", "--rollout",
+            "0", "--threads", "1", "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["source"] == str(path) and doc["trained_resolution_px"] == 224 and doc["grid"] == [2, 2]
+    (weights,) = seen  # the file's, with the position table resampled from 14 x 14 to 2 x 2 (ViT Sec. 3.2)
+    differ = sorted(k for k in saved if not np.array_equal(weights[k], saved[k].numpy()))
+    assert differ == ["head.bias", "head.weight", "pos_embed"]  # the head: read as for transfer, zeroed
+    assert not weights["head.weight"].any()
+    assert weights["pos_embed"].shape == (1, 5, 192)
+    r = cli("inspect", str(path), "--model", "timm:resnet18", "--threads", "1")
+    assert r.exit_code == 2 and "do not fit timm:resnet18" in " ".join(r.output.split())
+
+
+@pytest.mark.parametrize("name, prefix_rows", [("deit_tiny_distilled_patch16_224", 2),  # class + distillation
+                                               ("deit3_small_patch16_224", 0)])  # no_embed_class: patches only
+def test_a_timm_vit_file_at_its_own_size_transfers_at_another(cli, tmp_path, started, name, prefix_rows):
+    """The file's size is read from its position table (2 x 2 grid: 32 px); at -r 64 the table is resampled to
+    4 x 4 as for fine-tuning (ViT Sec. 3.2), timm's prefix rows kept as they are."""
+    from safetensors.torch import save_file
+
+    model = timm.create_model(name, pretrained=False, img_size=32)
+    path = tmp_path / "vit.safetensors"
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
+    r = cli("fewshot", "--checkpoint", str(path), "--model", f"timm:{name}", "--shots", "1", "--seeds", "1",
+            "-r", "64", "--threads", "1", "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["config"]["upstream_resolution"] == 32
+    table, saved = started[0]["pos_embed"], model.pos_embed.detach()
+    assert table.shape == (1, prefix_rows + 16, saved.shape[-1])
+    assert torch.equal(table[:, :prefix_rows], saved[:, :prefix_rows])
