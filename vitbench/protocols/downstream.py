@@ -24,7 +24,8 @@ class DownstreamConfig(BaseModel):
 
     upstream: PretrainConfig | None = None
     checkpoint: str | None = None  # an explicit checkpoint file instead of `upstream` (any origin)
-    checkpoint_model: str | None = None  # its model (a timm: name for a timm state dict; None: inferred)
+    # its model (a timm: name for a timm state dict; None: inferred); left out of the dump when unset (dumps as before)
+    checkpoint_model: str | None = Field(None, exclude_if=lambda v: v is None)
     checkpoint_images: int | None = Field(None, gt=0)  # its declared pre-training budget: images ...
     # ... x epochs (exaFLOPs of a checkpoint of another origin)
     checkpoint_epochs: float | None = Field(None, gt=0)
