@@ -5,9 +5,10 @@ never leak from one probe into the next: a fork of a fork server that imported t
 nothing else (vitbench.forkservers; a trial's own server when the search runs in a trial, else one started for the
 search), so a probe pays neither the interpreter's start nor the framework's import. A probe fits when its steps
 complete without an out-of-memory error (CUDA: torch.cuda.OutOfMemoryError / XLA RESOURCE_EXHAUSTED) and, when a
-memory budget is set, its peak stays within it. On CPU there is no OOM before the kernel kills the process, so a budget is always
-in force there (default: half of the memory available when the search starts) and the parent watches the probe's
-resident memory, killing it the moment it passes the budget: a search never takes the machine down.
+memory budget is set, its peak stays within it. On CPU there is no OOM before the kernel kills the process, so a
+budget is always in force there (default: half of the memory available when the search starts) and the parent
+watches the probe's resident memory, killing it the moment it passes the budget: a search never takes the machine
+down.
 """
 
 from __future__ import annotations
