@@ -4,6 +4,7 @@ one-device step (JAX mesh, torch DDP/FSDP2 ranks on gloo), failing ranks, and th
 from __future__ import annotations
 
 import json
+import multiprocessing as mp
 import os
 import subprocess
 import sys
@@ -284,19 +285,12 @@ def test_max_batch_searches_the_per_device_batch(monkeypatch):
 
     payloads = []
 
-    class FakeProc:  # records what the probe process would have been asked to run
-        def __init__(self, argv, **kwargs):
-            payloads.append(json.loads(argv[-1]))
-            self.pid, self.returncode = os.getpid(), 1
-
-        def poll(self):
-            return 1
-
-        def wait(self):
-            return 1
+    def fake_process(req, result, log, requester):  # records what the probe process would have been asked to run
+        payloads.append(req)
+        return mp.get_context("spawn").Process(target=os.getpid)
 
     with monkeypatch.context() as m:
-        m.setattr(mb.subprocess, "Popen", FakeProc)
+        m.setattr(mb, "_probe_process", fake_process)
         mb.run_probe(Step(MODEL, mode="train", batch_size=2, devices=2), 5, "torch")
     assert payloads[-1]["step"]["batch_size"] == 10 and payloads[-1]["step"]["devices"] == 2
 

@@ -76,6 +76,18 @@ def test_every_trial_runs_in_its_own_process(tmp_path):
     assert len(set(pids)) == 3 and os.getpid() not in pids
 
 
+def test_each_backend_has_its_own_fork_server_and_inherits_no_other_framework(tmp_path):
+    pytest.importorskip("jax")
+    s = fake_study("axes: {model: [ViT-Nano/4, R-Nano], backend: [torch, jax], task: [sleep]}\n")
+    run_study(s, tmp_path)  # the default: fork servers, one per backend
+    df = load(tmp_path)
+    assert (df["runner.start_method"] == "forkserver").all() and df["pid"].nunique() == 4
+    by = df.groupby("backend")
+    assert by["frameworks"].agg(set).to_dict() == {"torch": {"torch timm"}, "jax": {"jax flax"}}
+    servers = by["parent_pid"].agg(set).to_dict()  # each backend's trials: forks of one server, not the other's
+    assert len(servers["torch"]) == len(servers["jax"]) == 1 and servers["torch"] != servers["jax"]
+
+
 def test_resume_force_and_retry_failed(tmp_path):
     s = fake_study("axes: {model: [ViT-Nano/4, R-Nano], task: [sleep], behaviour: [ok, crash]}\n")
     first = run_study(s, tmp_path, executor_options=SPAWN)

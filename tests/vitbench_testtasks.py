@@ -6,6 +6,7 @@ Use from a sweep subprocess with VITBENCH_PLUGINS=vitbench_testtasks and tests/ 
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 from pydantic import BaseModel
@@ -14,6 +15,7 @@ from vitbench.record import Record, now
 from vitbench.tasks import Task, register_task
 from vitbench.tasks.fields import params_model
 
+FRAMEWORKS = ("torch", "timm", "jax", "flax")
 FIELDS = ("model", "backend", "task", "device", "resolution", "batch_size", "seed")
 
 
@@ -54,7 +56,9 @@ def _sleep(config: dict) -> Record:
     el = time.perf_counter() - t0
     batch = config["batch_size"]
     metrics = {"img_per_s": 3 * batch / el, "step_ms_median": sorted(steps)[1] * 1e3,
-               "batch_size_achieved": batch, "pid": os.getpid()}
+               "batch_size_achieved": batch, "pid": os.getpid(), "parent_pid": os.getppid(),
+               # the frameworks this trial process has imported (what its fork server preloaded, among others)
+               "frameworks": " ".join(m for m in FRAMEWORKS if m in sys.modules)}
     return Record.measured("bench", dict(config), metrics=metrics, raw={"step_s": steps}, started_at=started)
 
 

@@ -223,7 +223,9 @@ def sweep_cmd(
     timeout: float = typer.Option(None, "--timeout", min=0.1, help="Per-trial timeout in seconds (overrides)."),
     calibration: bool = typer.Option(None, "--calibration/--no-calibration",
                                      help="Measure the device's matmul throughput first (default: the study's)."),
-    start_method: str = typer.Option(None, help="local: forkserver (default: frameworks preloaded) | spawn."),
+    start_method: str = typer.Option(None,
+                                    help="local: forkserver (default: one per backend, its framework "
+                                         "preloaded) | spawn."),
     keep_logs: bool = typer.Option(None, "--keep-logs/--no-keep-logs",
                                    help="Keep every trial's output under <results>/logs/ (not only failures')."),
     allow_failures: bool = cli_option("allow_failures", "--allow-failures",

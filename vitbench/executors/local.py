@@ -3,11 +3,12 @@
 Sequential on purpose: two timing trials sharing a machine would measure each other.
 
 Isolation. Every trial is a new process, so allocator state, CUDA contexts, XLA clients and leaked memory never
-reach the next trial. The default start method is multiprocessing's *forkserver* with the backends' preload
-modules imported once (importing torch does not initialise CUDA; a backend whose framework must start fresh in
-each trial preloads nothing), and each trial is a fresh fork of that clean server, so a trial starts in
-milliseconds instead of paying the framework import. `start_method="spawn"` gives a bare interpreter per trial
-(slower, nothing shared at all).
+reach the next trial. The default start method is a *fork server* per backend (vitbench.forkservers): each imports
+vitbench's trial modules and its backend's preload list (the spec's `preload`: the framework imported, no device
+touched, no client started) once, the first time a trial of that backend runs, and each trial is a fresh fork of
+its backend's clean server: it starts in milliseconds instead of paying the framework import, and a trial of one
+backend never inherits another's framework. `start_method="spawn"` gives a bare interpreter per trial (slower,
+nothing shared at all); the `preload` option gives every trial one server with that list instead.
 
 Failure handling. A per-trial timeout (SIGTERM, then SIGKILL after a grace period); a host-memory budget
 (vitbench.memory_budget: `memory_limit_gib`, else $VITBENCH_MEMORY_LIMIT_GIB, else half the memory available when
@@ -39,12 +40,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, PositiveFloat
 
-from vitbench import memory_budget
+from vitbench import forkservers, memory_budget
 from vitbench.executors import STOP_SIGNALS, Executor, Job, Outcome, failure, register_executor
 from vitbench.procmem import die_with_parent
 from vitbench.record import Record, Status, now
 
-# Imported once by the fork server besides every backend's own preload list (vitbench.backends.base.BackendSpec).
+# Imported once by every fork server besides its backend's own preload list (vitbench.backends.base.BackendSpec).
 PRELOAD = ("vitbench.trial", "vitbench.measure.throughput", "vitbench.measure.max_batch", "vitbench.measure.flops",
            "vitbench.measure.peak", "vitbench.env", "vitbench.executors.warm")
 
@@ -53,11 +54,13 @@ PRELOAD = ("vitbench.trial", "vitbench.measure.throughput", "vitbench.measure.ma
 STARTED = ".started"
 
 
-def default_preload() -> tuple[str, ...]:
+def backend_preload(job: Job) -> tuple[str, ...]:
+    """What the fork server of `job`'s backend imports: PRELOAD and the backend's own list (none for a job
+    without a backend, or one whose framework is missing here: the trial then fails with the backend's message)."""
     from vitbench.registry import Kind, entries
 
-    backends = [m for e in entries(Kind.BACKEND).values() if not e.missing() for m in e.obj.preload]
-    return (*PRELOAD, *backends)
+    e = entries(Kind.BACKEND).get(job.config.get("backend"))
+    return (*PRELOAD, *(e.obj.preload if e is not None and not e.missing() else ()))
 
 
 def _child_main(job: Job, result_path: str, log_path: str) -> None:
@@ -121,7 +124,7 @@ def _signal_name(code: int | None) -> str:
 class LocalOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
     start_method: Literal["forkserver", "spawn"] = "forkserver"
-    preload: tuple[str, ...] | None = None  # fork server imports (None: vitbench's and the backends')
+    preload: tuple[str, ...] | None = None  # one fork server's imports for all (None: one server per backend)
     keep_logs: bool = False  # keep every trial's output under <results>/logs/, not only failures'
     grace_s: PositiveFloat = 5.0  # after a trial's timeout: SIGTERM, then SIGKILL this much later
     memory_limit_gib: PositiveFloat | None = None  # a trial's host-memory budget (None: vitbench.memory_budget)
@@ -152,14 +155,9 @@ class LocalExecutor(Executor):
     def __init__(self, results_dir: str | Path | None = None, **options):
         super().__init__(results_dir, **options)
         method = self.opts.start_method
-        if method == "forkserver" and "forkserver" not in mp.get_all_start_methods():
+        if method == "forkserver" and not forkservers.available:
             method = "spawn"  # macOS/Windows: no fork server
         self.start_method = method
-        self.ctx = mp.get_context(method)
-        if method == "forkserver":
-            # '__main__' first: the server imports the main script once instead of every child doing it.
-            preload = default_preload() if self.opts.preload is None else self.opts.preload
-            self.ctx.set_forkserver_preload(["__main__", *preload])
         self.log_dir = self.results_dir / "logs" if self.results_dir is not None else None
         self._tmp = tempfile.TemporaryDirectory(prefix="vitbench-trials-")
 
@@ -178,8 +176,12 @@ class LocalExecutor(Executor):
         log = log_dir / f"{job.key}.log"
         for stale in (result, Path(str(result) + STARTED)):
             stale.unlink(missing_ok=True)
-        proc = self.ctx.Process(target=_child_main, name=f"vitbench-trial-{job.key}",
-                                args=(job, str(result), str(log)))
+        args, name = (job, str(result), str(log)), f"vitbench-trial-{job.key}"
+        if self.start_method == "spawn":
+            proc = mp.get_context("spawn").Process(target=_child_main, name=name, args=args)
+        else:
+            preload = backend_preload(job) if self.opts.preload is None else self.opts.preload
+            proc = forkservers.process(preload, _child_main, args, name)
         t0 = time.time()
         run = _Running(proc, result, log, now(), t0, t0 + (job.timeout_s or float("inf")),
                        memory_budget.budget_mib(self.opts.memory_limit_gib))

@@ -1,57 +1,38 @@
 """The largest batch that fits: exponential probe, then bisection to an exact boundary.
 
-Each probe runs in a fresh Python process (`python -m vitbench.measure.probe`), so allocator state, caches and
-fragmentation never leak from one probe into the next. A probe fits when its steps complete without an
-out-of-memory error (CUDA: torch.cuda.OutOfMemoryError / XLA RESOURCE_EXHAUSTED) and, when a memory budget is
-set, its peak stays within it. On CPU there is no OOM before the kernel kills the process, so a budget is always
-in force there (default: half of the memory available when the search starts) and the parent watches the probe's
-resident memory, killing it the moment it passes the budget: a search never takes the machine down.
+Each probe runs in a fresh process (vitbench.measure.probe.child), so allocator state, caches and fragmentation
+never leak from one probe into the next: a fork of a fork server that imported the backend's preload list and
+nothing else (vitbench.forkservers; a trial's own server when the search runs in a trial, else one started for the
+search), so a probe pays neither the interpreter's start nor the framework's import. A probe fits when its steps
+complete without an out-of-memory error (CUDA: torch.cuda.OutOfMemoryError / XLA RESOURCE_EXHAUSTED) and, when a
+memory budget is set, its peak stays within it. On CPU there is no OOM before the kernel kills the process, so a
+budget is always in force there (default: half of the memory available when the search starts) and the parent
+watches the probe's resident memory, killing it the moment it passes the budget: a search never takes the machine
+down.
 """
 
 from __future__ import annotations
 
-import enum
 import json
-import os
-import subprocess
-import sys
+import multiprocessing as mp
+import multiprocessing.connection
 import tempfile
 import time
+from pathlib import Path
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import psutil
 
-from vitbench import memory_budget
-from vitbench.backends.base import Step, default_backend
+from vitbench import forkservers, memory_budget
+from vitbench.backends.base import Step, backend_spec, default_backend
 from vitbench.env import environment
 from vitbench.errors import ConfigError
+from vitbench.measure.probe import ProbeStatus, child
 from vitbench.measure.throughput import resolve_step, step_config
-from vitbench.procmem import last_marked
 from vitbench.record import ErrorInfo, Record, Status, now
 
 KIND = "max_batch"
-
-PROBE_MARK = "VITBENCH_PROBE "
-
-
-class ProbeStatus(str, enum.Enum):
-    """How a probe ended; only OK fits."""
-
-    OK = "ok"
-    OVER_BUDGET = "over_budget"  # finished, but its process peak passed the budget
-    KILLED_OVER_BUDGET = "killed_over_budget"  # killed the moment its resident memory passed the budget
-    OOM = "oom"  # the framework's out-of-memory error, or the kernel's kill
-    TIMEOUT = "timeout"
-    ERROR = "error"  # crashed for another reason
-    UNAVAILABLE = "unavailable"  # the backend or device is not here: no probe can fit, the search is refused
-
-    def __str__(self) -> str:
-        return self.value
-
-    @property
-    def over_budget(self) -> bool:
-        return self in (ProbeStatus.OVER_BUDGET, ProbeStatus.KILLED_OVER_BUDGET)
 
 
 @dataclass
@@ -112,55 +93,81 @@ def _tree_rss_mib(proc: psutil.Process) -> float:
         return 0.0
 
 
+def _probe_process(req: dict, result: Path, log: Path, requester) -> mp.process.BaseProcess:
+    """The probe's process, not started: a fork of the server that forked this process (a trial's: its backend's
+    imports done) or of this process's server for the backend's preload list; spawned where there is no fork
+    server (macOS, Windows)."""
+    args = (req, str(result), str(log), requester)
+    if not forkservers.available:
+        return mp.get_context("spawn").Process(target=child, args=args)
+    preload = (*backend_spec(req["backend"]).preload, "vitbench.measure.probe")
+    return forkservers.process(preload, child, args, name=f"vitbench-probe-{req['step']['batch_size']}",
+                               reuse_parent=True)
+
+
 def run_probe(step: Step, batch: int, backend: str | None = None, device: str = "cpu", threads: int | None = None,
               budget_mib: float | None = None, timeout_s: float = 600.0, steps: int = 2,
               poll_s: float = 0.02) -> Probe:
     """Run one probe in a fresh process; kill it if its resident memory passes `budget_mib`."""
     # `batch` is per device: a probe of an N-device step runs the global batch N x batch
-    payload = json.dumps({"step": {**step.to_dict(), "batch_size": batch * step.devices}, "backend": backend or default_backend(),
-                          "device": device,
-                          "threads": threads, "steps": steps, "parent_pid": os.getpid()})
+    req = {"step": {**step.to_dict(), "batch_size": batch * step.devices}, "backend": backend or default_backend(),
+           "device": device, "threads": threads, "steps": steps}
     t0 = time.perf_counter()
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     killed = None
-    # Output goes to files, not pipes: a chatty child can never block on a full pipe while we poll it.
-    with tempfile.TemporaryFile("w+") as fout, tempfile.TemporaryFile("w+") as ferr:
-        proc = subprocess.Popen([sys.executable, "-m", "vitbench.measure.probe", payload],
-                                stdin=subprocess.DEVNULL, stdout=fout, stderr=ferr, text=True, env=env)
+    # Output goes to a file, not a pipe: a chatty child can never block on a full pipe while we poll it.
+    with tempfile.TemporaryDirectory(prefix="vitbench-probe-") as tmp:
+        result, log = Path(tmp) / "result.json", Path(tmp) / "probe.log"
+        requester, keep = mp.Pipe(duplex=False)  # the probe ends when `keep` closes (see probe.child)
+        proc = _probe_process(req, result, log, requester)
         try:
+            proc.start()
+            requester.close()
             ps = psutil.Process(proc.pid)
-            while proc.poll() is None:
+            while proc.exitcode is None:
                 if budget_mib is not None and device == "cpu" and _tree_rss_mib(ps) > budget_mib:
                     killed = ProbeStatus.KILLED_OVER_BUDGET
                 elif time.perf_counter() - t0 > timeout_s:
                     killed = ProbeStatus.TIMEOUT
                 if killed:
                     break
-                time.sleep(poll_s)
+                mp.connection.wait([proc.sentinel], timeout=poll_s)
         finally:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
-        fout.seek(0)
-        ferr.seek(0)
-        out, err = fout.read(), ferr.read()
+            if proc.pid is not None and proc.exitcode is None:
+                _kill_tree(proc)
+            keep.close()
+        out = json.loads(result.read_text()) if result.exists() else None
+        err = log.read_text(errors="replace") if log.exists() else ""
     seconds = time.perf_counter() - t0
     if killed:
         return Probe(batch, False, killed, seconds=seconds,
                      error=f"probe passed the {budget_mib:.0f} MiB budget" if killed.over_budget else
                      f"probe took longer than {timeout_s:.0f} s")
-    result = last_marked(out, PROBE_MARK)
-    if result is None:
+    if out is None:
         tail = "\n".join(err.strip().splitlines()[-5:])
-        oom = "out of memory" in err.lower() or proc.returncode in (-9, 137)
+        oom = "out of memory" in err.lower() or proc.exitcode in (-9, 137)
         return Probe(batch, False, ProbeStatus.OOM if oom else ProbeStatus.ERROR, seconds=seconds,
-                     error=tail or f"probe exited with code {proc.returncode}")
-    status = ProbeStatus(result["status"])
+                     error=tail or f"probe exited with code {proc.exitcode}")
+    status = ProbeStatus(out["status"])
     fits = status is ProbeStatus.OK
-    if fits and budget_mib is not None and result["process_peak_mib"] > budget_mib:
+    if fits and budget_mib is not None and out["process_peak_mib"] > budget_mib:
         fits, status = False, ProbeStatus.OVER_BUDGET
-    return Probe(batch, fits, status, result.get("peak_mem_mib"), result.get("process_peak_mib"), seconds,
-                 result.get("error"))
+    return Probe(batch, fits, status, out.get("peak_mem_mib"), out.get("process_peak_mib"), seconds,
+                 out.get("error"))
+
+
+def _kill_tree(proc) -> None:
+    """SIGKILL a probe and the processes it started (an N-device probe's ranks), then reap it."""
+    try:
+        tree = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.Error:
+        tree = []
+    proc.kill()
+    proc.join()
+    for p in tree:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
 
 
 def default_budget_mib(device: str) -> float | None:

@@ -1,24 +1,41 @@
-"""Child process of a max-batch probe: run `steps` steps at one batch size, print one JSON result line.
+"""The process of one max-batch probe: run `steps` steps at one batch size, write one JSON result.
 
-Input (argv[1], JSON): {"step": Step fields, "backend": name, "device": ..., "threads": ..., "steps": n}. Output:
-a line starting with PROBE_MARK carrying status ok|oom|error, the measurement's peak memory and the whole
-process's peak.
+Input (a dict): {"step": Step fields, "backend": name, "device": ..., "threads": ..., "steps": n}. Output, in
+the result file: status ok|oom|error, the measurement's peak memory and the whole process's peak. `child` is the
+probe process's entry point: vitbench.measure.max_batch.run_probe forks it from a fork server.
 """
 
 from __future__ import annotations
 
+import enum
 import json
 import os
 import sys
 
-from vitbench.procmem import die_with_parent
+
+class ProbeStatus(str, enum.Enum):
+    """How a probe ended; only OK fits."""
+
+    OK = "ok"
+    OVER_BUDGET = "over_budget"  # finished, but its process peak passed the budget
+    KILLED_OVER_BUDGET = "killed_over_budget"  # killed the moment its resident memory passed the budget
+    OOM = "oom"  # the framework's out-of-memory error, or the kernel's kill
+    TIMEOUT = "timeout"
+    ERROR = "error"  # crashed for another reason
+    UNAVAILABLE = "unavailable"  # the backend or device is not here: no probe can fit, the search is refused
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def over_budget(self) -> bool:
+        return self in (ProbeStatus.OVER_BUDGET, ProbeStatus.KILLED_OVER_BUDGET)
 
 
 def probe(req: dict) -> dict:
     """Run the request's steps here; the result line's fields."""
     from vitbench.backends.base import Step, get_backend
     from vitbench.errors import BackendUnavailable, ConfigError
-    from vitbench.measure.max_batch import ProbeStatus
 
     step = Step(**req["step"])
     try:
@@ -47,7 +64,6 @@ def _group_probe(req: dict) -> dict:
     """A probe of an N-device step on a process-per-device backend: N ranks (vitbench.measure.ranks), each a
     `probe`. The worst rank's status; peak_mem_mib: the largest rank's (memory of one device); process_peak_mib:
     the ranks' sum (they share the host, where the budget applies)."""
-    from vitbench.measure.max_batch import ProbeStatus
     from vitbench.measure.ranks import RankFailed, run_group
 
     try:
@@ -64,23 +80,41 @@ def _group_probe(req: dict) -> dict:
     return out
 
 
-def main() -> int:
-    from vitbench.measure.max_batch import PROBE_MARK
-
-    req = json.loads(sys.argv[1])
-    # A killed search leaves no probe behind: die with the parent (armed here, not in a preexec_fn, which is
-    # unsafe in a multithreaded parent), and give up if the parent is already gone.
-    die_with_parent()
-    if req.get("parent_pid") and os.getppid() != req["parent_pid"]:
-        return 1
+def _run(req: dict) -> dict:
     from vitbench.backends.base import Step
     from vitbench.measure import group
 
     step = Step(**req["step"])
-    result = _group_probe(req) if group.launches_ranks(step, req["backend"]) else probe(req)
-    print(PROBE_MARK + json.dumps(result), flush=True)
-    return 0
+    return _group_probe(req) if group.launches_ranks(step, req["backend"]) else probe(req)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def _die_with(requester) -> None:
+    """End this process the moment `requester` (the read end of a pipe whose only write end the requesting
+    process holds) reports EOF: the requester ended, whatever way (even SIGKILL), so no probe outlives its search
+    (this process's parent is a fork server, not the requester: the kernel's parent-death signal cannot say it)."""
+    import threading
+
+    def watch():
+        try:
+            requester.recv()
+        except (EOFError, OSError):
+            pass
+        os._exit(1)
+
+    threading.Thread(target=watch, name="vitbench-probe-requester", daemon=True).start()
+
+
+def child(req: dict, result_path: str, log_path: str, requester) -> None:
+    """Entry point of a probe process forked from a fork server: output to `log_path`, the result as JSON to
+    `result_path` (written whole: a temporary file, then renamed)."""
+    _die_with(requester)
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    result = _run(req)
+    with open(result_path + ".tmp", "w") as f:
+        json.dump(result, f)
+    os.replace(result_path + ".tmp", result_path)
+    sys.stdout.flush()
+    sys.stderr.flush()

@@ -46,7 +46,9 @@ SPEC = register_backend(BackendSpec(
     precisions=("fp32", "tf32", "bf16", "fp16"),
     devices="cpu | gpu|cuda[:N] | tpu[:N]",
     device_names=((DeviceKind.CPU, "cpu"), (DeviceKind.GPU, "gpu:{index}"), (DeviceKind.TPU, "tpu:{index}")),
-    preload=(),  # XLA's CPU client sizes its thread pools at start-up: each trial starts JAX itself
+    # Imported by this backend's fork server: importing jax starts no client (its thread pools, host device
+    # count and XLA_FLAGS are read when a trial's setup creates it: client.py), so each trial still sizes its own.
+    preload=("jax", "flax", "optax", "vitbench.backends.jax.backend"),
     distributions=("jax", "jaxlib", "flax", "optax"),
     check=_check,
     # one jitted step over a jax.sharding.Mesh of the local devices (mesh.py)

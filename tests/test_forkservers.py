@@ -1,0 +1,75 @@
+"""Fork servers (vitbench.forkservers): one per preload list, children that inherit only their server's imports,
+a trial's children forked by its own server, and a probe that ends with the process that asked for it."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import sys
+import time
+
+import pytest
+
+from vitbench import forkservers
+
+pytestmark = pytest.mark.skipif(not forkservers.available, reason="no fork server on this platform")
+
+# Two stdlib modules a bare interpreter does not import, one per server
+A, B = "wave", "imaplib"
+
+
+def _report(queue) -> None:
+    queue.put((os.getpid(), os.getppid(), A in sys.modules, B in sys.modules))
+
+
+def _ask_own_server_for_a_sibling(queue) -> None:
+    p = forkservers.process((B,), _report, (queue,), reuse_parent=True)
+    p.start()
+    p.join()
+    queue.put(("me", os.getppid(), p.exitcode))
+
+
+def _run(preload, target, queue, **kw):
+    p = forkservers.process(preload, target, (queue,), **kw)
+    p.start()
+    p.join(timeout=120)
+    assert p.exitcode == 0
+    return queue.get(timeout=10)
+
+
+def test_one_server_per_preload_list_and_each_child_inherits_only_its_own():
+    q = mp.get_context("spawn").Queue()
+    a1, a2, b = _run((A,), _report, q), _run((A,), _report, q), _run((B,), _report, q)
+    assert a1[2:] == a2[2:] == (True, False) and b[2:] == (False, True)
+    assert a1[1] == a2[1] != b[1] and os.getpid() not in (a1[1], b[1])  # forks of two servers, not of us
+    assert a1[0] != a2[0]  # a fresh process each time
+
+
+def test_a_child_asks_the_server_that_forked_it_for_its_own_children():
+    q = mp.get_context("spawn").Queue()
+    p = forkservers.process((A,), _ask_own_server_for_a_sibling, (q,))
+    p.start()
+    p.join(timeout=120)
+    sibling, me = q.get(timeout=10), q.get(timeout=10)
+    assert me[0] == "me" and me[2] == 0
+    assert sibling[1] == me[1]  # the sibling's parent is the server that forked the asking child
+    assert sibling[2:] == (True, False)  # so it inherits that server's imports, not those of the list it named
+
+
+def _wait_for_requester(requester) -> None:
+    from vitbench.measure.probe import _die_with
+
+    _die_with(requester)
+    time.sleep(120)
+
+
+def test_a_probe_ends_when_the_process_that_asked_for_it_is_gone():
+    requester, keep = mp.Pipe(duplex=False)
+    p = forkservers.process((), _wait_for_requester, (requester,))
+    p.start()
+    requester.close()
+    time.sleep(0.5)
+    assert p.is_alive()
+    keep.close()  # what the asking process's end does, however it ends (even SIGKILL)
+    p.join(timeout=30)
+    assert p.exitcode == 1

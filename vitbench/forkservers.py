@@ -1,0 +1,95 @@
+"""Fork servers: a process that imports a list of modules once, then forks a fresh child for each request.
+
+multiprocessing has one fork server per process (`set_forkserver_preload` is global). vitbench keeps one per
+preload list instead (`process(preload, ...)`), each started the first time a child of that list is asked for and
+kept for the rest of the process: the local executor gives each backend its own (its spec's `preload`: a JAX trial
+never inherits torch, nor the reverse, and neither pays its framework's import), and a max-batch search forks its
+probes from a server too. A child of a fork server (a trial) asks the server that forked it for its own children
+(`process(..., reuse_parent=True)`): a sibling, as warm as itself was when it started, with no server to start.
+
+The servers and children are multiprocessing's own (CPython's multiprocessing.forkserver: a clean server process,
+a fork per child, its exit code through the sentinel); only which server a child comes from is chosen here. A
+child is a `multiprocessing.Process` in every other respect (`start`, `sentinel`, `is_alive`, `terminate`, `kill`,
+`exitcode`). Nothing of vitbench above this module is imported: the lists are the callers' (backends declare
+theirs).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import multiprocessing.context
+import threading
+from multiprocessing import forkserver, popen_forkserver, resource_tracker
+
+available = "forkserver" in mp.get_all_start_methods()  # macOS/Windows: no fork server (callers use spawn)
+
+_SERVERS: dict[tuple[str, ...], forkserver.ForkServer] = {}
+_lock = threading.RLock()
+
+
+def server(preload: tuple[str, ...]) -> forkserver.ForkServer:
+    """This process's server for `preload` (started by its first child; '__main__' is imported first, so a
+    child never re-runs the main script)."""
+    with _lock:
+        s = _SERVERS.get(preload)
+        if s is None:
+            s = _SERVERS[preload] = forkserver.ForkServer()
+            s.set_forkserver_preload(["__main__", *preload])
+        return s
+
+
+class _Parent(forkserver.ForkServer):
+    """The server that forked this process, reached through what it handed down to its child (its address and
+    the write end of its 'alive' pipe, CPython's forkserver.main/_serve_one); never started from here."""
+
+    def __init__(self, address, alive_fd):
+        super().__init__()
+        self._forkserver_address, self._forkserver_alive_fd = address, alive_fd
+
+    def ensure_running(self):
+        resource_tracker.ensure_running()
+
+
+def parent_server() -> forkserver.ForkServer | None:
+    """The fork server this process is a child of, or None (not forked by one, or it is this process's own)."""
+    g = forkserver._forkserver  # the module's server: in a child of a server, what the server set for us
+    if g._forkserver_address is None or g._forkserver_alive_fd is None or g._forkserver_pid is not None:
+        return None
+    return _Parent(g._forkserver_address, g._forkserver_alive_fd)
+
+
+class _Popen(popen_forkserver.Popen):
+    def __init__(self, process_obj, srv: forkserver.ForkServer):
+        self._server = srv
+        super().__init__(process_obj)
+
+    def _launch(self, process_obj):
+        # CPython's _launch asks the module's one server (forkserver.connect_to_new_process): ask ours instead,
+        # for the length of this call (the caller's thread only launches; children are launched one at a time)
+        with _lock:
+            module_server = forkserver.connect_to_new_process
+            forkserver.connect_to_new_process = self._server.connect_to_new_process
+            try:
+                super()._launch(process_obj)
+            finally:
+                forkserver.connect_to_new_process = module_server
+
+
+class ServerProcess(mp.context.ForkServerProcess):
+    """A multiprocessing.Process forked by the server of its `preload` list, or with `reuse_parent` by the server
+    that forked this process where there is one."""
+
+    def __init__(self, *args, preload: tuple[str, ...] = (), reuse_parent: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._preload, self._reuse_parent = tuple(preload), reuse_parent
+
+    def _Popen(self, process_obj):  # noqa: N802 - multiprocessing's name
+        srv = (parent_server() if self._reuse_parent else None) or server(self._preload)
+        return _Popen(process_obj, srv)
+
+
+def process(preload: tuple[str, ...], target, args=(), name: str | None = None,
+            reuse_parent: bool = False) -> mp.Process:
+    """A child (not started) running `target(*args)`, forked by the server for `preload`; with `reuse_parent`,
+    by the server that forked this process if there is one (else the server for `preload`)."""
+    return ServerProcess(target=target, args=args, name=name, preload=preload, reuse_parent=reuse_parent)
