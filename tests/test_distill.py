@@ -147,7 +147,7 @@ def test_lambda_zero_is_plain_training(backend, kind, data):
 def test_distillation_matches_between_torch_and_jax_step_for_step(kind, data):
     """A distilled student (two heads), same weights, batches, schedule and teacher => the same run. SGD, as the
     lam = 0 equivalence: linear in the gradient, so the bound is the two programs' rounding (tests/tolerances.py);
-    Adam's own arithmetic across the frameworks is test_transfer_jax's test_adam_updates_match_torch_given_the_
+    Adam's own arithmetic across the frameworks is test_transfer_jax's test_adam_update_matches_torch_given_the_
     same_gradients (with this model: both heads, the distillation token)."""
     from tolerances import clipped_gradient_error, model_roundings, sgd_weight_bound
 

@@ -134,7 +134,7 @@ def test_torch_and_jax_take_the_same_steps(model, target):
     th.setup("cpu")
     mp = MaskedPatch(target=target)
     # SGD: linear in the gradient, so the bound is the two programs' rounding (tests/tolerances.py); Adam's own
-    # arithmetic across the frameworks is test_transfer_jax's test_adam_updates_match_torch_given_the_same_gradients
+    # arithmetic across the frameworks: test_transfer_jax's test_adam_update_matches_torch_given_the_same_gradients
     opt = OptimConfig(optimizer="sgd", lr=0.1, steps=3, warmup_steps=1, weight_decay=0.1, clip_norm=1.0)
     # the encoder's chain plus the head's: its forward sums over the width, its backward into the tokens over its
     # outputs, its weight gradient over the batch's corrupted tokens (fewer than model_roundings' batch x tokens)

@@ -51,7 +51,7 @@ def test_same_weights_same_logits_and_features(engines, data):
 def test_training_matches_torch_step_for_step(engines, data):
     """Same init, batches, schedule, decoupled decay on kernels, clipping and label smoothing => same run. SGD:
     its update is linear in the gradient, so the two programs' rounding stays rounding (tests/tolerances.py);
-    Adam's own arithmetic is test_adam_updates_match_torch_given_the_same_gradients'."""
+    Adam's own arithmetic is test_adam_update_matches_torch_given_the_same_gradients'."""
     from tolerances import EPS32, clipped_gradient_error, model_roundings, sgd_weight_bound
 
     jx, th = engines
@@ -71,7 +71,7 @@ def test_training_matches_torch_step_for_step(engines, data):
 
 
 @pytest.mark.parametrize("model", ["ViT-Nano/4", "DeiT-Nano/4-dist"])
-def test_adam_updates_match_torch_given_the_same_gradients(engines, model):
+def test_adam_update_matches_torch_given_the_same_gradients(engines, model):
     """Adam across frameworks (torch.optim.AdamW with vitbench's decoupled decay, optax's chain): betas, eps, bias
     correction, schedule and decay on the same parameters (the distillation token: not decayed), fed one
     gradient sequence in both, so no rounding noise reaches Adam's division: the bound is Adam's own rounding

@@ -43,7 +43,8 @@ def adam_ratio_bound(opt, step: int) -> float:
     """max |m_hat / sqrt(v_hat)| at 0-based `step` over every gradient history: Adam's normalisation (Kingma & Ba,
     "Adam", sec. 2.1: the effective step is bounded by about the learning rate). m_hat = sum_k a_k g_k and
     v_hat = sum_k b_k g_k^2 with a_k = (1 - b1) b1^(t-k) / (1 - b1^t), b_k = (1 - b2) b2^(t-k) / (1 - b2^t), so by
-    Cauchy-Schwarz |m_hat| <= sqrt(sum a_k^2 / b_k) sqrt(v_hat): 1 at the first step, ~1.003 after 4 (0.9/0.999)."""
+    Cauchy-Schwarz |m_hat| <= sqrt(sum a_k^2 / b_k) sqrt(v_hat): 1 at the first step, ~1.003 after 4 (betas
+    0.9 / 0.999)."""
     t = step + 1
     k = np.arange(1, t + 1)
     a = (1 - opt.b1) * opt.b1 ** (t - k) / (1 - opt.b1**t)
