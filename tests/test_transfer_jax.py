@@ -51,7 +51,7 @@ def test_same_weights_same_logits_and_features(engines, data):
 def test_training_matches_torch_step_for_step(engines, data):
     """Same init, batches, schedule, decoupled decay on kernels, clipping and label smoothing => same run. SGD:
     its update is linear in the gradient, so the two programs' rounding stays rounding (tests/tolerances.py);
-    Adam's own arithmetic is test_adam_update_matches_torch_given_the_same_gradients'."""
+    Adam's own arithmetic: test_adam_update_matches_torch_given_the_same_gradients."""
     from tolerances import EPS32, clipped_gradient_error, model_roundings, sgd_weight_bound
 
     jx, th = engines
