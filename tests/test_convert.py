@@ -27,9 +27,7 @@ from vitbench.models.posemb_resize import (  # noqa: E402
 from vitbench.models.flax import build_flax_model  # noqa: E402
 from vitbench.models.specs import get_spec  # noqa: E402
 from vitbench.models.torch import build_torch_model  # noqa: E402
-from tolerances import resample_bound  # noqa: E402
-
-TOL = 1e-4
+from tolerances import forward_parity, resample_bound  # noqa: E402
 
 
 def _torch(name: str, resolution: int = 32, seed: int = 1) -> torch.nn.Module:
@@ -108,7 +106,8 @@ def test_npz_in_vit_jax_layout_loads_and_matches_torch(tmp_path, name, variant):
     x = _x()
     with torch.no_grad():
         ref = tm(x).numpy()
-    assert rel_diff(ref, _flax_logits(name, params, x)) <= TOL
+    # max|torch - flax| / max|torch|: fp32 rounding along the forward (the file round trip is exact)
+    assert rel_diff(ref, _flax_logits(name, params, x)) <= forward_parity(get_spec(name), x.shape[-1])
 
 
 def test_fine_tuning_head_swap_drops_pre_logits_and_zero_inits_the_head(tmp_path):
@@ -236,7 +235,10 @@ def test_upsampled_models_agree_across_backends():
     x = _x(48)
     with torch.no_grad():
         ref = tm48(x).numpy()
-    assert rel_diff(ref, _flax_logits(name, p48, x)) <= TOL
+    # fp32 rounding along the forward, plus the two resamplings' difference (resample_bound, absolute) carried to
+    # the logits at gain ~1 (the assumption forward_parity makes: residuals and norms keep the scale)
+    pe_gap = resample_bound(sd32["pos_embed"].numpy(), 8) / float(np.abs(ref).max())
+    assert rel_diff(ref, _flax_logits(name, p48, x)) <= forward_parity(get_spec(name), 48) + pe_gap
 
 
 def test_distilled_position_embeddings_keep_both_prefix_tokens_when_resampled():

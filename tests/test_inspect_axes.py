@@ -14,7 +14,7 @@ from vitbench.inspect import InspectResult, inspect_model, to_markdown
 from vitbench.inspect.axes import axis_distance_per_image, uniform_axis_distance_px
 from vitbench.models.families import Axis, AxisLayer, family_plugin
 from vitbench.models.specs import get_spec
-from tolerances import EPS32
+from tolerances import EPS32, attention_distance_bound
 
 AXIAL = [("Axial-ViT-Nano/4", 16), ("Axial-R-Nano", 32)]
 
@@ -103,8 +103,13 @@ def test_torch_and_jax_give_the_same_distances_on_the_same_weights(name, resolut
     assert a[0].max(-1).mean() > 2 / a[0].shape[-1]  # not near-uniform maps, where agreement would say little
     ra = inspect_model(weights, spec, resolution, x, torch_maps)
     rb = inspect_model(weights, spec, resolution, x, jax_maps)
-    np.testing.assert_allclose(ra.attention_distance_px, rb.attention_distance_px, rtol=1e-4)
-    assert not np.allclose(ra.attention_distance_px, ra.uniform_distance_px[:, None], rtol=1e-3)
+    # float64 numpy after the maps: the distances differ by what the maps' difference carries
+    delta = max(float(np.abs(ma - mb).max()) for ma, mb in zip(a, b))
+    dist = attention_distance_bound(delta, max(m.shape[-1] for m in a), resolution,
+                                    min(float(m.sum(-1).min()) for m in a))  # every key a patch on an axis
+    assert np.abs(ra.attention_distance_px - rb.attention_distance_px).max() <= dist
+    # and far from uniform attention, where agreement would say little
+    assert np.abs(ra.attention_distance_px - ra.uniform_distance_px[:, None]).max() > 10 * dist
 
 
 def test_json_markdown_and_pictures_carry_the_axis(tmp_path):

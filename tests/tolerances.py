@@ -7,12 +7,15 @@ gamma_n). Two programs computing the same maths in another order (XLA's fusions,
 therefore agree to `n * EPS32` relative to the size of the terms, where n is the number of roundings along the
 longest chain (`model_roundings`). Adam is the exception, and why equivalence checks run SGD: Adam divides by
 sqrt(v) + 1e-8, so a gradient whose true value is near zero and whose two versions differ by rounding noise
-(~1e-7) moves its weight by up to +-lr in either run, whichever way the noise falls.
+(~1e-7) moves its weight by up to +-lr in either run, whichever way the noise falls. So an Adam path is checked
+apart, fed the same gradients in both programs (`adam_update_bound`): Adam's arithmetic, with nothing to amplify.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from vitbench.transfer.schedules import lr_table
 
 EPS32 = float(np.finfo(np.float32).eps)  # 2**-23 = 1.19e-7
 
@@ -31,11 +34,42 @@ def sgd_weight_bound(opt, gradient_error: float) -> float:
     lr_s * momentum**(s - k) for every later step s (decoupled weight decay only shrinks it). The second-order
     feedback (the next gradient seeing the weights' own difference, lr * |Hessian| << 1 on these tiny models) is
     covered by a factor 2."""
-    from vitbench.transfer.schedules import lr_table
-
     lrs = lr_table(opt)
     reach = sum(lrs[s] * opt.momentum ** (s - k) for s in range(len(lrs)) for k in range(s + 1))
     return 2 * reach * gradient_error
+
+
+def adam_ratio_bound(opt, step: int) -> float:
+    """max |m_hat / sqrt(v_hat)| at 0-based `step` over every gradient history: Adam's normalisation (Kingma & Ba,
+    "Adam", sec. 2.1: the effective step is bounded by about the learning rate). m_hat = sum_k a_k g_k and
+    v_hat = sum_k b_k g_k^2 with a_k = (1 - b1) b1^(t-k) / (1 - b1^t), b_k = (1 - b2) b2^(t-k) / (1 - b2^t), so by
+    Cauchy-Schwarz |m_hat| <= sqrt(sum a_k^2 / b_k) sqrt(v_hat): 1 at the first step, ~1.003 after 4 (betas
+    0.9 / 0.999)."""
+    t = step + 1
+    k = np.arange(1, t + 1)
+    a = (1 - opt.b1) * opt.b1 ** (t - k) / (1 - opt.b1**t)
+    b = (1 - opt.b2) * opt.b2 ** (t - k) / (1 - opt.b2**t)
+    return float(np.sqrt((a * a / b).sum()))
+
+
+def adam_update_bound(opt, weight_start: float) -> float:
+    """How far two fp32 implementations of the same AdamW (torch.optim.AdamW with vitbench's decoupled decay, and
+    optax's chain) can end apart when fed the *same* gradients, below the clipping norm (clipping then multiplies
+    by exactly 1 or is skipped). No noise reaches Adam's division, so only its own roundings count: at step s the
+    moments hold s + 1 terms of 3 roundings each (m's terms cross zero: error relative to sum_k a_k |g_k|, which
+    the same Cauchy-Schwarz bounds by adam_ratio_bound * sqrt(v_hat); v's are positive), the bias corrections,
+    square root, + eps and division ~6 more, so the ratio m_hat / (sqrt(v_hat) + eps) is off by at most
+    (6 (s + 1) + 6) EPS32 * adam_ratio_bound; the weight's update (decay multiply, lr multiply, subtract) rounds
+    3 times a value of at most the weight, which starts at most `weight_start` (max |w|) and moves by at most
+    lr * adam_ratio_bound a step (decay only shrinks it). Identical gradients make the weights' own difference
+    irrelevant to the ratio, and the decay factor (1 - lr wd) only shrinks it. Both programs round: x 2."""
+    lrs = lr_table(opt)
+    total, weight = 0.0, weight_start
+    for s, lr in enumerate(lrs):
+        c = adam_ratio_bound(opt, s)
+        weight += lr * c
+        total += lr * c * (6 * (s + 1) + 6) * EPS32 + 3 * EPS32 * weight
+    return 2 * total
 
 
 def clipped_gradient_error(opt, roundings: int) -> float:
@@ -80,3 +114,18 @@ def resample_bound(values, n_in: int, eps: float = EPS32) -> float:
     magnitudes sum to at most sum|w| max|values|, sum|w| <= 1.5 for the bicubic kernel (Keys, a = -0.75: 1.25 at
     worst) and 1 for bilinear."""
     return 2 * n_in * eps * 1.5 * float(np.abs(np.asarray(values, np.float64)).max())
+
+
+def attention_distance_bound(delta: float, keys: int, resolution: int, min_mass: float) -> float:
+    """|D_a - D_b| (px) of the mean attention distance of two attention maps `delta` apart entrywise (float64
+    arithmetic after: vitbench.inspect.distance): per query D = N / M with N = sum_k a_k d_k over `keys` patch
+    keys and M = sum_k a_k, so |dN| <= delta keys max d, |dM| <= delta keys and |d(N / M)| <= (|dN| + D |dM|) /
+    (M - |dM|) <= 2 delta keys max d / (min_mass - delta keys); max d <= the image's diagonal."""
+    return 2 * delta * keys * resolution * 2**0.5 / (min_mass - delta * keys)
+
+
+def rollout_bound(delta: float, layers: int, tokens: int) -> float:
+    """|R_a - R_b| entrywise of two attention rollouts (vitbench.inspect.rollout, float64) from maps `delta` apart:
+    each layer's row-normalised 0.5 mean_h A + 0.5 I moves by at most tokens * delta in row-sum norm (the entries
+    and the normaliser), and a product of row-stochastic matrices adds its factors' errors in that norm."""
+    return layers * tokens * delta
