@@ -70,3 +70,17 @@ def test_a_bench_trial_parses_nothing_after_its_params(monkeypatch, task):
     rec = t().run(p)
     assert rec.status.value == "ok", rec.error
     assert rec.config["model"] == "ViT-Nano/4" and rec.metrics["img_per_s"] > 0
+
+
+@pytest.mark.parametrize("task", ["pretrain", "fewshot"])
+def test_a_transfer_trial_parses_its_model_once(monkeypatch, task):
+    """The upstream PretrainConfig takes the spec the Params resolved (its validation context): one parse per
+    trial; a teacher, another model, is parsed for itself."""
+    params = get_task(task).Params
+    calls = _count_parses(monkeypatch)
+    p = params.model_validate({"model": "vit-nano/4", "task": task})
+    cfg = p.upstream_config(task)
+    assert calls == ["vit-nano/4"] and cfg.spec is p.spec
+    calls.clear()
+    p = params.model_validate({"model": "ViT-Nano/4", "task": task, "teacher": "R-Nano"})
+    assert p.upstream_config(task).spec is p.spec and calls.count("ViT-Nano/4") == 1 and "R-Nano" in calls

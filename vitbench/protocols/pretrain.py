@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
 from vitbench.backends.base import BackendName, default_backend
 from vitbench.errors import ConfigError
@@ -66,6 +66,9 @@ def default_warmup(steps: int) -> int:
     return min(30, steps // 10)
 
 
+SPEC_CONTEXT = "spec"  # validation-context key: a ModelSpec the caller resolved (used when it is `model`'s)
+
+
 class PretrainConfig(BaseModel):
     """Everything that determines an upstream model (its hash is the checkpoint cache key)."""
 
@@ -100,8 +103,10 @@ class PretrainConfig(BaseModel):
     _warmup = field_validator("warmup_steps")(check_warmup)  # warm-up < steps
 
     @model_validator(mode="after")
-    def _check(self):
-        spec = self._spec = get_spec(self.model)  # UnknownModelError lists close names
+    def _check(self, info: ValidationInfo):
+        given = (info.context or {}).get(SPEC_CONTEXT)  # the trial's model, already resolved by its Params
+        # else parsed here (UnknownModelError lists close names)
+        spec = self._spec = given if given is not None and given.name == self.model else get_spec(self.model)
         spec.check_resolution(spec.resolution if self.resolution is None else self.resolution)
         up = self.teacher.upstream if self.teacher is not None else None
         if self.objective is not None and self.teacher is not None:

@@ -28,7 +28,7 @@ from vitbench.transfer.config import DataConfig, DatasetName, Seed, default_of, 
 from vitbench.protocols.downstream import DOWNSTREAM_DATA
 from vitbench.transfer.distill import DEFAULT_LAMBDA, DEFAULT_TAU, Distillation, Lambda, Tau
 from vitbench.transfer.masked_patch import MaskedPatch, Objective, Scratch, Target
-from vitbench.protocols.pretrain import UPSTREAM_DATA, PretrainConfig
+from vitbench.protocols.pretrain import SPEC_CONTEXT, UPSTREAM_DATA, PretrainConfig
 
 SHARED = ("model", "backend", "task", "device", "seed", "threads")
 
@@ -149,7 +149,8 @@ class Upstream(TeacherFields):
                                  distillation=self.distillation, lam=self.distill_lambda, tau=self.distill_tau)
         return validated(PretrainConfig, {
             **recipe, "model": self.model, "resolution": self.pretrain_resolution, "steps": self.pretrain_steps,
-            "seed": self.seed, "teacher": teacher, "objective": self.masked_patch()}, f"task {task!r}")
+            "seed": self.seed, "teacher": teacher, "objective": self.masked_patch()}, f"task {task!r}",
+            context={SPEC_CONTEXT: self.spec})  # the model resolved once, by the Params
 
 
 def _absent(v) -> bool:

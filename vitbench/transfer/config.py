@@ -64,11 +64,13 @@ def field_range(cls: type[BaseModel], loc: tuple) -> str | None:
     return ", ".join(bounds) or None
 
 
-def validated(cls: type[M], data: dict, where: str, options: Mapping[str, str] | None = None) -> M:
+def validated(cls: type[M], data: dict, where: str, options: Mapping[str, str] | None = None,
+              context: Mapping | None = None) -> M:
     """`cls.model_validate(data)`; a ValidationError becomes a ConfigError naming each field and value, as the
-    user named it (`options`: field -> option, see `option_name`; a problem named twice is said once)."""
+    user named it (`options`: field -> option, see `option_name`; a problem named twice is said once).
+    `context`: pydantic's validation context (e.g. a model already resolved: PretrainConfig's `spec`)."""
     try:
-        return cls.model_validate(data)
+        return cls.model_validate(data, context=context)
     except ValidationError as e:
         # a union field fails once per alternative, tagged in its loc (`constrained-float`, `literal['auto']`):
         # one line per field, its alternatives joined by "or"
