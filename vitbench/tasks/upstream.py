@@ -74,6 +74,10 @@ class TeacherFields(BaseModel):
 TEACHER_FIELDS: tuple[str, ...] = tuple(TeacherFields.model_fields)
 
 
+def _absent(v) -> bool:
+    return v is None
+
+
 class Upstream(TeacherFields):
     """The upstream: identical names and defaults in all three tasks, so their caches line up. The defaults are
     PretrainConfig's (and its UPSTREAM_DATA's), read from there: the default trial pre-trains what `vitbench
@@ -82,7 +86,7 @@ class Upstream(TeacherFields):
     upstream_dataset: DatasetName = UPSTREAM_DATA.name
     upstream_path: PathField | None = None
     # tfds: the dataset in the upstream_path data_dir; left out of the key when unset (keys as before it existed)
-    upstream_tfds_name: str | None = Field(None, exclude_if=lambda v: v is None)
+    upstream_tfds_name: str | None = Field(None, exclude_if=_absent)
     upstream_classes: str | None = ints_text(UPSTREAM_DATA.classes)  # 'a-b' or 'a,b,c'; None: all classes
     upstream_train_per_class: int | None = None  # cap on upstream images per class (data-size axis)
     data_seed: Seed = default_of(DataConfig, "seed")  # split seed (up- and downstream), separate from the model's
@@ -151,10 +155,6 @@ class Upstream(TeacherFields):
             **recipe, "model": self.model, "resolution": self.pretrain_resolution, "steps": self.pretrain_steps,
             "seed": self.seed, "teacher": teacher, "objective": self.masked_patch()}, f"task {task!r}",
             context={SPEC_CONTEXT: self.spec})  # the model resolved once, by the Params
-
-
-def _absent(v) -> bool:
-    return v is None
 
 
 class FromCheckpoint(BaseModel):
