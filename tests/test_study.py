@@ -81,6 +81,47 @@ def test_key_is_stable_and_spelling_insensitive(monkeypatch):
     assert trial_key(a.config, 0) != a.key  # a method change invalidates old results
 
 
+# A value for every key-neutral field (vitbench.transfer.config.key_neutral) of a downstream trial, not its default.
+KEY_NEUTRAL_SET = {"upstream_tfds_name": "mnist", "checkpoint": ".", "checkpoint_images": 1000,
+                   "checkpoint_epochs": 2.5, "data_test_path": ".", "image_column": "img", "label_column": "lab",
+                   "tfds_name": "mnist", "skip_corrupt": True, "check_data": True, "data_workers": 2}
+
+
+def test_key_neutral_fields_enter_the_key_only_when_set():
+    """A key-neutral field at its default is left out of the config, so the key is the one the trial had before
+    the field existed; set to any other value, it is in the config and changes the key."""
+    from vitbench.registry import Kind, get
+
+    fields = get(Kind.TASK, "fewshot").Params.model_fields
+    neutral = {n for n, f in fields.items() if getattr(f, "exclude_if", None) is not None}
+    assert neutral == set(KEY_NEUTRAL_SET)  # every key-neutral field of the trial is checked below
+    head = "name: k\naxes: {model: [ViT-Nano/4], task: [fewshot]}\n"
+    plain = study(head).trials[0]
+    assert not neutral & set(plain.config)
+    for name, value in KEY_NEUTRAL_SET.items():
+        default = fields[name].get_default()
+        at_default = study(head + f"defaults: {{{name}: {json.dumps(default)}}}\n").trials[0]
+        assert at_default.key == plain.key and name not in at_default.config, name
+        given = study(head + f"defaults: {{{name}: {json.dumps(value)}}}\n").trials[0]
+        assert given.config[name] == value and given.key != plain.key, name
+
+
+def test_key_neutral_leaves_a_dump_only_at_its_default():
+    from pydantic import BaseModel, ValidationError
+
+    from vitbench.transfer.config import key_neutral
+
+    class M(BaseModel):
+        name: str | None = key_neutral()
+        flag: bool = key_neutral(False)
+        workers: int = key_neutral(0, ge=0)
+
+    assert M().model_dump() == {} and M(name=None, flag=False, workers=0).model_dump() == {}
+    assert M(name="", flag=True, workers=3).model_dump() == {"name": "", "flag": True, "workers": 3}
+    with pytest.raises(ValidationError):  # the constraints are the field's
+        M(workers=-1)
+
+
 def test_zip_include_exclude_and_selectors():
     s = study("""
         name: z

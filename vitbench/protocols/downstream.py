@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from vitbench.backends.base import BackendName, default_backend
 from vitbench.transfer.checkpoint import Checkpoint
-from vitbench.transfer.config import MAX_COUNT, DataConfig
+from vitbench.transfer.config import MAX_COUNT, DataConfig, key_neutral
 from vitbench.transfer.masked_patch import Objective
 from vitbench.protocols.pretrain import PretrainConfig, resolve_upstream
 
@@ -25,7 +25,7 @@ class DownstreamConfig(BaseModel):
     upstream: PretrainConfig | None = None
     checkpoint: str | None = None  # an explicit checkpoint file instead of `upstream` (any origin)
     # its model (a timm: name for a timm state dict; None: inferred); left out of the dump when unset (dumps as before)
-    checkpoint_model: str | None = Field(None, exclude_if=lambda v: v is None)
+    checkpoint_model: str | None = key_neutral()
     checkpoint_images: int | None = Field(None, gt=0)  # its declared pre-training budget: images ...
     # ... x epochs (exaFLOPs of a checkpoint of another origin)
     checkpoint_epochs: float | None = Field(None, gt=0)

@@ -24,7 +24,8 @@ from vitbench.backends.base import BackendName
 from vitbench.record import Record
 from vitbench.tasks import Metric
 from vitbench.tasks.fields import MAX_COUNT, PathField
-from vitbench.transfer.config import DataConfig, DatasetName, Seed, default_of, ints_text, validated
+from vitbench.transfer.config import (DataConfig, DatasetName, Seed, default_of, ints_text, key_neutral,
+                                      validated)
 from vitbench.protocols.downstream import DOWNSTREAM_DATA
 from vitbench.transfer.distill import DEFAULT_LAMBDA, DEFAULT_TAU, Distillation, Lambda, Tau
 from vitbench.transfer.masked_patch import MaskedPatch, Objective, Scratch, Target
@@ -74,10 +75,6 @@ class TeacherFields(BaseModel):
 TEACHER_FIELDS: tuple[str, ...] = tuple(TeacherFields.model_fields)
 
 
-def _absent(v) -> bool:
-    return v is None
-
-
 class Upstream(TeacherFields):
     """The upstream: identical names and defaults in all three tasks, so their caches line up. The defaults are
     PretrainConfig's (and its UPSTREAM_DATA's), read from there: the default trial pre-trains what `vitbench
@@ -86,7 +83,7 @@ class Upstream(TeacherFields):
     upstream_dataset: DatasetName = UPSTREAM_DATA.name
     upstream_path: PathField | None = None
     # tfds: the dataset in the upstream_path data_dir; left out of the key when unset (keys as before it existed)
-    upstream_tfds_name: str | None = Field(None, exclude_if=_absent)
+    upstream_tfds_name: str | None = key_neutral()
     upstream_classes: str | None = ints_text(UPSTREAM_DATA.classes)  # 'a-b' or 'a,b,c'; None: all classes
     upstream_train_per_class: int | None = None  # cap on upstream images per class (data-size axis)
     data_seed: Seed = default_of(DataConfig, "seed")  # split seed (up- and downstream), separate from the model's
@@ -163,9 +160,9 @@ class FromCheckpoint(BaseModel):
     pre-training budget, declared, makes its compute known (paper's exaFLOPs: 3 x forward FLOPs x images x
     epochs). Left out of a trial's key when unset, so studies without it keep their keys."""
 
-    checkpoint: PathField | None = Field(None, exclude_if=_absent)
-    checkpoint_images: int | None = Field(None, gt=0, exclude_if=_absent)  # images in its pre-training set
-    checkpoint_epochs: float | None = Field(None, gt=0, exclude_if=_absent)  # epochs it was pre-trained for
+    checkpoint: PathField | None = key_neutral()
+    checkpoint_images: int | None = key_neutral(gt=0)  # images in its pre-training set
+    checkpoint_epochs: float | None = key_neutral(gt=0)  # epochs it was pre-trained for
 
     @model_validator(mode="after")
     def _same_architecture(self):
@@ -196,10 +193,6 @@ class FromCheckpoint(BaseModel):
                 "checkpoint_epochs": self.checkpoint_epochs, "objective": self.objective}
 
 
-def _false_or_zero(v) -> bool:
-    return not v
-
-
 class Downstream(BaseModel):
     """The downstream data: DOWNSTREAM_DATA's defaults (vitbench.protocols.downstream), read from there."""
 
@@ -209,13 +202,13 @@ class Downstream(BaseModel):
     train_per_class: int | None = None
     val_fraction: float = DOWNSTREAM_DATA.val_fraction  # held out of train: the fine-tuning LR / few-shot L2 choice
     # the data source's other settings (vitbench.transfer.config.DataConfig), left out of the key when unset
-    data_test_path: PathField | None = Field(None, exclude_if=_absent)  # webdataset / hf: the test split's path
-    image_column: str | None = Field(None, exclude_if=_absent)  # hf
-    label_column: str | None = Field(None, exclude_if=_absent)  # hf
-    tfds_name: str | None = Field(None, exclude_if=_absent)  # tfds: the dataset in the data_dir data_path
-    skip_corrupt: bool = Field(False, exclude_if=_false_or_zero)  # skip (and count) files that do not decode
-    check_data: bool = Field(False, exclude_if=_false_or_zero)  # verify every image before any work
-    data_workers: int = Field(0, ge=0, le=256, exclude_if=_false_or_zero)  # decoding processes; same results
+    data_test_path: PathField | None = key_neutral()  # webdataset / hf: the test split's path
+    image_column: str | None = key_neutral()  # hf
+    label_column: str | None = key_neutral()  # hf
+    tfds_name: str | None = key_neutral()  # tfds: the dataset in the data_dir data_path
+    skip_corrupt: bool = key_neutral(False)  # skip (and count) files that do not decode
+    check_data: bool = key_neutral(False)  # verify every image before any work
+    data_workers: int = key_neutral(0, ge=0, le=256)  # decoding processes; same results
 
     def downstream_data(self) -> dict:
         return {"name": self.dataset, "path": self.data_path, "classes": self.classes, "seed": self.data_seed,

@@ -122,6 +122,14 @@ def ints_text(values: list[int]) -> str:
     return joined(values)
 
 
+def key_neutral(default: Any = None, **constraints: Any) -> Any:
+    """A field added after keys existed: left out of every dump (and so of trial keys, upstream cache keys and
+    records' configs) while it holds its default, so keys made before it stay as they were; any other value is
+    dumped and enters the key. `constraints` are pydantic Field's (ge, le, gt, ...). The one declaration of this
+    rule for pydantic models: `tfds_name: str | None = key_neutral()`, `workers: int = key_neutral(0, ge=0)`."""
+    return Field(default, exclude_if=lambda v: v == default, **constraints)
+
+
 def default_of(model: type[BaseModel], field: str) -> Any:
     """The default `model` declares for `field` (a factory's: None): for a second model whose field means the
     same (a task's parameter, a command's option), so the default is declared once."""
@@ -141,9 +149,9 @@ class DataConfig(BaseModel):
     # tfds_name, check_data: added after trial and upstream cache keys existed, so left out of the dump at their
     # defaults (those keys stay as they were). tfds: NAME[/CONFIG][:VERSION] in the data_dir `path` (default: the
     # only dataset there); check_data: verify every image before any work (vitbench.transfer.check), opt-in
-    tfds_name: str | None = Field(None, exclude_if=lambda v: v is None)
+    tfds_name: str | None = key_neutral()
     skip_corrupt: bool = False  # drop (and count) files that do not decode, instead of stopping (exit 2)
-    check_data: bool = Field(False, exclude_if=lambda v: not v)
+    check_data: bool = key_neutral(False)
     workers: int = Field(0, ge=0, le=256)  # decoding processes (0: in the calling process); same results
     classes: list[int] | None = None  # subset of source labels, relabelled 0..K-1 in this order; "0-4" ok
     seed: Seed = 0  # split seed
