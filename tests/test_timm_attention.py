@@ -52,6 +52,20 @@ def test_windowed_attention_has_layers_but_no_whole_image_maps():
     assert att.layers and not att.token_maps and att.prefix_tokens is None
 
 
+def test_a_model_handing_a_parameter_to_a_block_is_read_and_counted():
+    """CaiT hands its class token, a parameter, to its class-attention blocks: FlopCounterMode's module tracker
+    cannot hook such an input under no_grad, so the meta models hold no parameter that requires grad."""
+    from vitbench.models.analytic import analytic_counts
+
+    spec = get_spec("timm:cait_xxs24_224")
+    att = _attention(spec.name)
+    assert att.layers and not att.token_maps  # class attention: the class token over the patches, per block
+    with torch.device("meta"):
+        want = sum(p.numel() for p in timm.create_model(spec.timm_id, pretrained=False).parameters())
+    counts = analytic_counts(spec)
+    assert counts.params == want and counts.macs > 0
+
+
 def test_bench_reads_an_attention_kernel_only_where_the_model_has_attention(one_torch_thread):
     from vitbench.measure.throughput import bench
 

@@ -14,7 +14,6 @@ import math
 import timm
 import torch
 from timm.models import get_pretrained_cfg, split_model_name_tag
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from vitbench.errors import ConfigError, UnknownModelError, shorten
 from vitbench.models.analytic import Counts
@@ -66,8 +65,11 @@ def build(spec: ModelSpec, resolution: int, num_classes: int) -> torch.nn.Module
 
 @functools.lru_cache(maxsize=32)
 def _meta(spec: ModelSpec, resolution: int, num_classes: int) -> torch.nn.Module:
+    """The model on the meta device, for shapes and counts only: no parameter requires grad, since
+    FlopCounterMode's module tracker cannot hook a parameter a model hands a submodule as input under no_grad
+    (CaiT's class token, PiT's: "Expected gradient function to be set")."""
     with torch.device("meta"):
-        return build(spec, resolution, num_classes).eval()
+        return build(spec, resolution, num_classes).eval().requires_grad_(False)
 
 
 def stride(spec: ModelSpec) -> int:
@@ -115,16 +117,28 @@ def head_prefixes(spec: ModelSpec) -> tuple[str, ...]:
     return tuple(f"{n}." for n in ((names,) if isinstance(names, str) else names))
 
 
-class _OpNames(TorchDispatchMode):
-    """The aten ops a forward runs (their overload packets' names), recorded as they are dispatched."""
+# The aten ops attention shows itself by (their overload packets' names): a softmax, a batched matmul, and the
+# fused SDPA kernels (the forward ones this torch has; on the meta device SDPA runs its math, softmax and bmm).
+_ATTENTION_OPS = ("_softmax", "bmm", "_scaled_dot_product_flash_attention",
+                  "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_efficient_attention",
+                  "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_fused_attention_overrideable",
+                  "_scaled_dot_product_attention_math_for_mps")
 
-    def __init__(self):
-        super().__init__()
-        self.names: set[str] = set()
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.names.add(func.overloadpacket.__name__)
-        return func(*args, **(kwargs or {}))
+def _seen(*args, **kwargs) -> int:
+    return 1  # a count of 1 per call: whether the op ran, not its FLOPs
+
+
+def _ops_run(model: torch.nn.Module, resolution: int) -> set[str]:
+    """Which of _ATTENTION_OPS one forward of `model` (meta device, attention unfused) runs: torch's public
+    FlopCounterMode, each op given a formula that counts its calls (custom_mapping), read from its per-op counts."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    ops = [getattr(torch.ops.aten, n) for n in _ATTENTION_OPS if hasattr(torch.ops.aten, n)]
+    with torch.no_grad(), unfused_attention(model), \
+            FlopCounterMode(display=False, custom_mapping=dict.fromkeys(ops, _seen)) as fc:
+        model(torch.empty(1, 3, resolution, resolution, device="meta"))
+    return {op.__name__ for op, n in fc.get_flop_counts()["Global"].items() if n and op in ops}
 
 
 def _self_attention(ops: set[str]) -> bool:
@@ -142,10 +156,7 @@ def model_attention(spec: ModelSpec) -> ModelAttention:
     whole image (a patch embedding, timm's `num_prefix_tokens`, every attention module timm's kind with its
     `attn_drop` after the softmax, one per block): then its maps are tokens x tokens and inspection reads them."""
     model = _meta(spec, spec.resolution, spec.num_classes)
-    ops = _OpNames()
-    with torch.no_grad(), unfused_attention(model), ops:
-        model(torch.empty(1, 3, spec.resolution, spec.resolution, device="meta"))
-    layers = _self_attention(ops.names)
+    layers = _self_attention(_ops_run(model, spec.resolution))
     mods = attention_modules(model)
     prefix = getattr(model, "num_prefix_tokens", None)
     vit_like = (layers and hasattr(model, "patch_embed") and isinstance(prefix, int) and bool(mods)
