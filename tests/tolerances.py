@@ -153,9 +153,9 @@ def std_bound(values, eps: float = EPS64) -> float:
 
 
 def svd_perturbation(x, roundings: int) -> float:
-    """||E||_2 of the matrix whose exact SVD a float64 SVD of the m x n matrix `x` returns, `x` itself computed with
-    `roundings` roundings per entry: the entries' errors (Frobenius norm: sqrt(m n) gamma(roundings) max|x|) plus
-    LAPACK's backward error p(m, n) eps ||x||_2 (LAPACK Users' Guide, 3rd ed., sec. 4.9: p a modestly growing
+    """||E||_2 of the matrix whose exact SVD a float64 SVD of the m x n matrix `x` returns, `x` itself computed
+    with `roundings` roundings per entry: the entries' errors (Frobenius norm: sqrt(m n) gamma(roundings) max|x|)
+    plus LAPACK's backward error p(m, n) eps ||x||_2 (LAPACK Users' Guide, 3rd ed., sec. 4.9: p a modestly growing
     function of m and n; m n taken here, a bound on the ones it names). Wedin's theorem then moves a singular
     subspace by sin(theta) <= ||E|| / gap, and a singular value by at most ||E|| (Weyl)."""
     a = np.asarray(x, np.float64)
