@@ -142,16 +142,6 @@ def gamma(n: int, eps: float = EPS64) -> float:
     return n * eps
 
 
-def std_bound(values, eps: float = EPS64) -> float:
-    """|s - s'| for two computations of the sample standard deviation (ddof 1) of `values`, in any order: the mean
-    is off by gamma(n + 1) max|x|, so each deviation by gamma(n + 2) max|x|; s is 1-Lipschitz in the deviations'
-    2-norm over sqrt(n - 1) (<= sqrt(2) for n >= 2), and squares, sum, division and square root add gamma(n + 3)
-    of s <= max|x|. Both computations round: x 2."""
-    x = np.abs(np.asarray(values, np.float64))
-    n = len(x)
-    return 2 * (2**0.5 * gamma(n + 2, eps) + gamma(n + 3, eps)) * float(x.max())
-
-
 def svd_perturbation(x, roundings: int) -> float:
     """||E||_2 of the matrix whose exact SVD a float64 SVD of the m x n matrix `x` returns, `x` itself computed
     with `roundings` roundings per entry: the entries' errors (Frobenius norm: sqrt(m n) gamma(roundings) max|x|)
