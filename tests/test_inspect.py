@@ -26,7 +26,7 @@ from vitbench.inspect import (
 from vitbench.inspect.distance import uniform_attention_distance_px
 from vitbench.inspect.posemb import adjacent_similarity
 from vitbench.models.specs import get_spec
-from tolerances import EPS32, attention_distance_bound, forward_parity, rollout_bound
+from tolerances import EPS32, attention_distance_bound, forward_parity, gamma, rollout_bound, svd_perturbation
 
 
 def _mean_pairwise_px(h: int, w: int, s: float) -> float:
@@ -49,17 +49,32 @@ def _identity(layout: TokenLayout, layers=3, images=2, heads=2) -> np.ndarray:
     return np.broadcast_to(np.eye(t), (layers, images, heads, t, t)).copy()
 
 
+def _distance_rtol(layout: TokenLayout, images: int) -> float:
+    """Relative bound (float64) between the reference `_mean_pairwise_px` (N^2 positive terms: hypot, x stride,
+    the sum, / N^2: N^2 + 2 roundings) and vitbench's distance of `_uniform` maps: entries (1 - w) / N (2
+    roundings), each distance 5 (centre difference, square, sum of 2, sqrt), the weighted sum and the mass over N
+    keys, the division, the mean over N queries and over the images."""
+    n = layout.num_patches
+    return gamma(n * n + 2) + gamma(3 * n + 8 + images)
+
+
+def _share_atol(layout: TokenLayout, images: int) -> float:
+    """Absolute bound of the prefix share (values <= 1): w / p (1 rounding), a sum over p prefix keys, a mean over
+    images x N queries (one sum of that many terms, then a division)."""
+    return gamma(2 + layout.num_prefix_tokens + images * layout.num_patches)
+
+
 # ---- mean attention distance ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("layout", [TokenLayout(4, 4, 4), TokenLayout(3, 5, 8, 1), TokenLayout(2, 3, 16, 2)])
 def test_uniform_attention_gives_the_mean_pairwise_patch_distance(layout):
     want = _mean_pairwise_px(layout.grid_h, layout.grid_w, layout.stride_px)
-    assert uniform_attention_distance_px(layout) == pytest.approx(want, rel=1e-12)
+    assert uniform_attention_distance_px(layout) == pytest.approx(want, rel=_distance_rtol(layout, 0))
     for prefix_weight in (0.0, 0.3):  # the class token's share does not change where in the image a query looks
         d = mean_attention_distance(_uniform(layout, prefix_weight=prefix_weight), layout)
         assert d.shape == (2, 2)
-        np.testing.assert_allclose(d, want, rtol=1e-12)
+        np.testing.assert_allclose(d, want, rtol=_distance_rtol(layout, 3))
         np.testing.assert_allclose(prefix_attention_share(_uniform(layout, prefix_weight=prefix_weight), layout),
-                                   prefix_weight, atol=1e-12)
+                                   prefix_weight, rtol=0, atol=_share_atol(layout, 3))
 
 
 def test_identity_attention_gives_distance_zero():
@@ -76,7 +91,9 @@ def test_attention_to_the_right_neighbour_is_one_stride_where_there_is_one():
         for j in range(w):
             q = p + i * w + j
             a[..., q, q + 1 if j < w - 1 else q] = 1.0  # the last column attends to itself
-    np.testing.assert_allclose(mean_attention_distance(a, layout), 8 * (w - 1) / w)
+    # exact: 0/1 weights, distances 8 and 0 (hypot of small integers x 8), sums of multiples of 8 and a mean
+    # over 12 queries (72 / 12) are all exact in float64, as is 8 * 3 / 4
+    np.testing.assert_array_equal(mean_attention_distance(a, layout), 8 * (w - 1) / w)
 
 
 def test_attention_of_the_wrong_length_names_num_prefix_tokens():
@@ -88,8 +105,9 @@ def test_attention_of_the_wrong_length_names_num_prefix_tokens():
 def test_identity_attention_rolls_out_to_the_identity():
     layout = TokenLayout(3, 3, 4)
     r = attention_rollout(_identity(layout))
-    np.testing.assert_allclose(r, np.broadcast_to(np.eye(layout.num_tokens), r.shape), atol=1e-15)
-    np.testing.assert_allclose(rollout_maps(_identity(layout), layout), 0.0, atol=1e-15)  # class token stays put
+    # exact: 0.5 * mean(1, 1) + 0.5 * 1, a division by the row sum 1 and products of 0/1 matrices round nothing
+    np.testing.assert_array_equal(r, np.broadcast_to(np.eye(layout.num_tokens), r.shape))
+    np.testing.assert_array_equal(rollout_maps(_identity(layout), layout), 0.0)  # class token stays put
 
 
 def test_rollout_of_uniform_attention_mixes_residual_and_uniform_by_hand():
@@ -97,12 +115,18 @@ def test_rollout_of_uniform_attention_mixes_residual_and_uniform_by_hand():
     t = layout.num_tokens
     u, eye = np.full((t, t), 1 / t), np.eye(t)
     # one layer: 0.5 U + 0.5 I; two: (0.5 U + 0.5 I)^2 = 0.75 U + 0.25 I, as U @ U = U
+    # float64 bound: the maps' entries 1/t and (1 - 1/t) / 4 are off by <= 2 roundings (rollout_bound carries
+    # that); each layer rounds the mean over 2 heads, + 0.5 I, the row sum of t, the division and the t-term
+    # product (2 t + 4); the reference 1/t, 0.5 u + 0.5 I: 3
+    def atol(layers):
+        return rollout_bound(gamma(2), layers, t) + layers * gamma(2 * t + 4) + gamma(3)
+
     np.testing.assert_allclose(attention_rollout(_uniform(layout, layers=1, prefix_weight=1 / t))[0],
-                               0.5 * u + 0.5 * eye, atol=1e-15)
+                               0.5 * u + 0.5 * eye, rtol=0, atol=atol(1))
     np.testing.assert_allclose(attention_rollout(_uniform(layout, layers=2, prefix_weight=1 / t))[0],
-                               0.75 * u + 0.25 * eye, atol=1e-15)
+                               0.75 * u + 0.25 * eye, rtol=0, atol=atol(2))
     np.testing.assert_allclose(rollout_maps(_uniform(layout, layers=2, prefix_weight=1 / t), layout)[0],
-                               np.full((2, 2), 0.75 / t), atol=1e-15)
+                               np.full((2, 2), 0.75 / t), rtol=0, atol=atol(2))
 
 
 # ---- position embeddings -------------------------------------------------------------------------------------
@@ -117,19 +141,40 @@ def test_sinusoid_position_embeddings_give_the_cosine_pattern_by_hand():
             rows.append(rng.uniform(0.5, 2.0) * np.array([np.cos(a * r), np.sin(a * r), np.cos(b * c),
                                                           np.sin(b * c)]))
     sim = posemb_similarity(np.array(rows)[None], TokenLayout(h, w, 4))
+    # float64, values <= 1: each embedding entry rounds its argument a r (|d cos| <= eps a r <= 2.1 eps: 3), cos or
+    # sin (1) and the scale (1); the norm (4 squares, 3 adds, sqrt) and the division 9 more: each unit-vector entry
+    # within gamma(14), a 4-term dot of two of them gamma(2 x 14 + 4); the reference cos(a (r - r')) (argument 3,
+    # cos 1, sum 1): gamma(5)
+    atol = gamma(2 * 14 + 4 + 5)
     assert sim.shape == (h, w, h, w)
     for r in range(h):
         for c in range(w):
             for r2 in range(h):
                 for c2 in range(w):
                     want = (math.cos(a * (r - r2)) + math.cos(b * (c - c2))) / 2
-                    assert sim[r, c, r2, c2] == pytest.approx(want, abs=1e-12)
+                    assert sim[r, c, r2, c2] == pytest.approx(want, rel=0, abs=atol)
     horizontal, vertical = h * (w - 1), (h - 1) * w  # adjacent pairs: (1 + cos b) / 2 and (cos a + 1) / 2
     want = (horizontal * (1 + math.cos(b)) / 2 + vertical * (1 + math.cos(a)) / 2) / (horizontal + vertical)
-    assert adjacent_similarity(sim) == pytest.approx(want, abs=1e-12)
+    # the mean over the pairs adds one rounding per pair; the reference's cosines, products, sums, division ~10
+    assert adjacent_similarity(sim) == pytest.approx(want, rel=0, abs=atol + gamma(horizontal + vertical + 10))
 
 
 # ---- embedding filters ---------------------------------------------------------------------------------------
+def _svd_atols(x, roundings: int, planted, extra: float = 0.0) -> tuple[float, float]:
+    """Absolute bounds on the recovered components' entries and on the variance ratios, for a float64 SVD of the
+    centred (d, c p p) filters `x` whose exact rank-2 part has singular values `planted` (tests/tolerances.py
+    svd_perturbation, `extra`: a further ||E||). The planted basis and coefficients are orthonormal only to
+    Householder QR's gamma(m n) (Higham, thm 19.4), of the largest singular value. Wedin: a component moves by
+    sin(theta) <= e / gap (gap >= 1 here: 3 - 1 and 1 - 0; 2 - 1 and 1 - 0), its entries by <= 2 sin(theta);
+    Weyl: s_i by <= e, so s_i^2 by <= 3 s_i e and each ratio s_i^2 / sum s^2 by <= 6 e sum(s) / sum(s^2), plus e^2
+    per zero singular value."""
+    xc = x - x.mean(0)
+    s = np.asarray(planted, np.float64)
+    e = svd_perturbation(xc, roundings) + gamma(xc.size) * float(s.max()) + extra
+    v = float((s * s).sum())
+    return 2 * e / 1.0, 6 * e * float(s.sum()) / v + min(xc.shape) * e * e / v
+
+
 def test_filter_components_recover_planted_patterns_in_order():
     rng = np.random.default_rng(1)
     c, p, d = 3, 4, 64
@@ -138,13 +183,15 @@ def test_filter_components_recover_planted_patterns_in_order():
     coef = np.linalg.qr(z - z.mean(0))[0] * np.array([3.0, 1.0])  # zero-mean, uncorrelated; the first 3x wider
     kernel = (coef @ basis + rng.normal(size=c * p * p)).reshape(d, c, p, p)  # + a common mean filter
     f = embedding_filter_components(kernel, k=5)
+    # the kernel: a 2-term product, + noise (3 roundings), the mean over d = 64 filters and its subtraction (d + 1)
+    vec_atol, ratio_atol = _svd_atols(kernel.reshape(d, -1), d + 4, [3.0, 1.0])
     assert f.images.shape == (5, p, p, c)
     got = f.images.transpose(0, 3, 1, 2).reshape(len(f.images), -1)
     for i in range(2):
         want = basis[i] * np.sign(basis[i][np.abs(basis[i]).argmax()])
-        np.testing.assert_allclose(got[i], want, atol=1e-8)
-    np.testing.assert_allclose(f.variance_ratio[:2], [0.9, 0.1], atol=1e-12)  # 3^2 : 1^2
-    np.testing.assert_allclose(f.variance_ratio[2:], 0.0, atol=1e-12)
+        np.testing.assert_allclose(got[i], want, rtol=0, atol=vec_atol)
+    np.testing.assert_allclose(f.variance_ratio[:2], [0.9, 0.1], rtol=0, atol=ratio_atol)  # 3^2 : 1^2
+    np.testing.assert_allclose(f.variance_ratio[2:], 0.0, rtol=0, atol=ratio_atol)
 
 
 def test_filter_components_of_grey_inputs_ignore_untrained_colour_differences():
@@ -158,11 +205,17 @@ def test_filter_components_of_grey_inputs_ignore_untrained_colour_differences():
     noise -= noise.mean(1, keepdims=True)  # colour differences only: they sum to 0 over channels
     kernel = (grey[:, None, :] / 3 + noise).reshape(d, 3, p, p)
     f = embedding_filter_components(kernel, k=3, sum_channels=True)
+    # the channel sum: grey / 3 (1 rounding) and the centred noise (mean over 3, subtraction: 3) cancel to the grey
+    # pattern only up to the noise's roundings, ~6 of max|noise| per entry (a further sqrt(m n) gamma(6) max|noise|
+    # in norm), the sum over 3 channels 2, the mean over d filters and its subtraction d + 1
+    summed = kernel.reshape(d, 3, -1).sum(1)
+    vec_atol, ratio_atol = _svd_atols(summed, d + 3, [2.0, 1.0],
+                                      extra=summed.size ** 0.5 * gamma(6) * float(np.abs(noise).max()))
     assert f.channels_summed and f.images.shape == (3, p, p, 1)
     for i in range(2):
         want = basis[i] * np.sign(basis[i][np.abs(basis[i]).argmax()])
-        np.testing.assert_allclose(f.images[i].ravel(), want, atol=1e-8)
-    np.testing.assert_allclose(f.variance_ratio, [0.8, 0.2, 0.0], atol=1e-12)
+        np.testing.assert_allclose(f.images[i].ravel(), want, rtol=0, atol=vec_atol)
+    np.testing.assert_allclose(f.variance_ratio, [0.8, 0.2, 0.0], rtol=0, atol=ratio_atol)
     rgb = embedding_filter_components(kernel, k=3)  # the noise dominates the RGB components
     assert abs(rgb.images[0].transpose(2, 0, 1).reshape(3, -1).sum(0) @ basis[0]) < 0.5
 
@@ -194,9 +247,10 @@ def test_inspect_model_with_two_extra_tokens_and_resampled_position_embeddings()
     assert seen == [((1, 18, 8), 5, 16, 2), ((1, 18, 8), 5, 16, 2), ((1, 18, 8), 5, 16, 1)]
     assert r.posemb_grid_trained == (8, 8) and (r.layout.grid_h, r.layout.grid_w) == (4, 4)
     want = posemb_similarity(resample_pos_embed(weights["pos_embed"], 4, 8, num_prefix_tokens=2), layout)
-    np.testing.assert_allclose(r.posemb_similarity, want)
-    np.testing.assert_allclose(r.attention_distance_px, _mean_pairwise_px(4, 4, 4), rtol=1e-12)
-    np.testing.assert_allclose(r.prefix_attention_share, 0.2, atol=1e-12)
+    np.testing.assert_array_equal(r.posemb_similarity, want)  # the same functions on the same table: identical
+    want = _mean_pairwise_px(4, 4, 4)
+    np.testing.assert_allclose(r.attention_distance_px, want, rtol=_distance_rtol(layout, 5))
+    np.testing.assert_allclose(r.prefix_attention_share, 0.2, rtol=0, atol=_share_atol(layout, 5))
     assert r.rollout.shape == (3, 4, 4) and r.rollout_images.shape == (3, 16, 16, 3)
     assert r.filters.channels_summed and r.filters.images.shape == (7, 4, 4, 1)  # grey inputs; D - 1 = 7 of 28
     colour = np.random.default_rng(0).normal(size=(1, 16, 16, 3)).astype(np.float32)
@@ -205,7 +259,10 @@ def test_inspect_model_with_two_extra_tokens_and_resampled_position_embeddings()
     doc = json.loads(json.dumps(r.to_json()))
     assert np.array(doc["attention_distance_px"]).shape == (spec.depth, spec.heads)
     assert np.array(doc["posemb_similarity"]).shape == (4, 4, 4, 4)
-    assert doc["headline"]["attention_distance_first_layer_px"] == pytest.approx(_mean_pairwise_px(4, 4, 4))
+    # JSON keeps a float64 exactly (repr is the shortest string that reads back the same); the headline is the
+    # mean over the heads of the distances above: one more rounding per head
+    assert doc["headline"]["attention_distance_first_layer_px"] == pytest.approx(
+        _mean_pairwise_px(4, 4, 4), rel=_distance_rtol(layout, 5) + gamma(spec.heads))
 
 
 def test_inspect_model_refuses_a_resnet_and_wrong_images():
@@ -265,7 +322,8 @@ def test_torch_attention_maps_are_probabilities_of_the_model(name, one_torch_thr
     a = attention_maps(weights, spec, 32, x)
     t = (32 // spec.stride) ** 2 + 1
     assert a.shape == (spec.depth, 2, spec.heads, t, t) and a.dtype == np.float32
-    np.testing.assert_allclose(a.sum(-1), 1.0, atol=(t + 4) * EPS32)  # softmax (4 roundings) summed over t
+    # softmax (4 roundings) summed over t
+    np.testing.assert_allclose(a.sum(-1), 1.0, rtol=0, atol=(t + 4) * EPS32)
     model = build_torch_model(spec, 32).eval()
     model.load_state_dict({k: torch.from_numpy(v) for k, v in weights.items()})
     with torch.no_grad():  # the first block's attention output, fused path vs captured probabilities @ v

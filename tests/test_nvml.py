@@ -58,7 +58,8 @@ def test_energy_over_a_phase(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml([10_000, 25_000], reasons=0, others=0))
     with EnergyMeter(H100) as m:
         pass
-    assert m.why is None and m.energy_j == pytest.approx(15.0) and m.end.used_mib == 3 * 1024
+    # exact: the counter's mJ (integers) / 1000 are 10.0 and 25.0, and their difference 15.0, in float64
+    assert m.why is None and m.energy_j == 15.0 and m.end.used_mib == 3 * 1024
     assert ("shutdown", ()) in sys.modules["pynvml"].calls
 
 

@@ -5,7 +5,6 @@ MACs, timm's parameter counts where timm has the configuration, position-embeddi
 from __future__ import annotations
 
 import json
-import math
 from functools import partial
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from vitbench.errors import ConfigError
 from vitbench.models.analytic import analytic_counts
 from vitbench.models.specs import all_specs, get_spec
 from vitbench.models.torch import build_torch_model, feature_forward
+from tolerances import resample_bound
 
 # A grid over every override on the tiny rows: each head, each posemb kind at each place it allows, shapes, the
 # hybrid and BiT ResNet overrides, and a distilled model's shape overrides.
@@ -226,8 +226,11 @@ def test_flax_resize_agrees_with_torch_resize(name):
     via_torch = resize_state_dict_pos_embed(sd, spec, 48)
     via_flax = flax_to_torch(resize_params_pos_embed(torch_to_flax(sd, spec), spec, 48), spec)
     assert via_flax.keys() == via_torch.keys()
+    n_in = spec.resolution // spec.patch  # the source grid's side
     for k, v in via_torch.items():
-        assert math.isclose(float((via_flax[k] - v).abs().max()), 0.0, abs_tol=1e-6), k
+        # torch and numpy/JAX resample in fp32 in their own orders (tests/tolerances.py resample_bound: 2 n_in
+        # roundings of terms summing to <= 1.5 max|table|); every other tensor is carried unchanged (bound >= 0)
+        assert float((via_flax[k] - v).abs().max()) <= resample_bound(sd[k].numpy(), n_in), k
 
 
 def test_position_tables_of_every_kind_are_not_weight_decayed():

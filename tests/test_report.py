@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from records import record
+from tolerances import gamma
 
 from vitbench.models.analytic import analytic_counts
 from vitbench.models.specs import get_spec
@@ -109,7 +110,8 @@ def test_throughput_table_collapses_repeats(tmp_path):
     raw = rep.df[(rep.df["kind"] == "bench") & (rep.df["status"] == "ok")]
     one = raw[(raw["model"] == "R-Nano") & (raw["resolution"] == 64) & (raw["task"] == "infer")]["img_per_s"]
     row = t[(t["model"] == "R-Nano") & (t["resolution"] == 64) & (t["task"] == "infer")].iloc[0]
-    assert row["img_per_s"] == pytest.approx(one.median())
+    # the median of 2 repeats is their mean: 2 float64 roundings on each side (pandas' groupby and Series)
+    assert row["img_per_s"] == pytest.approx(one.median(), rel=gamma(2 + 2))
     assert row["img_per_s_min"] == one.min() and row["img_per_s_max"] == one.max()
     assert list(rep.tables["failures"]["status"]) == ["oom"]
     assert {p.suffix for p in rep.files} == {".csv"}

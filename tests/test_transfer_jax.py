@@ -120,19 +120,57 @@ def test_adam_update_matches_torch_given_the_same_gradients(engines, model):
     assert max(float(np.abs(wt[k] - w[k]).max()) for k in wt) > 100 * bound  # moved, by ~lr per step
 
 
+def _fewshot_inputs(name: str, ckpt, cfg: FewshotConfig) -> tuple:
+    """What the few-shot protocol gets from a backend (vitbench.protocols.fewshot.fewshot): the features of the
+    train rows its draws use, of the val and of the test split; the float64 regression after them is shared."""
+    from vitbench.protocols.fewshot import kshot_features
+    from vitbench.transfer import ops
+
+    be = get_backend(name)
+    be.setup("cpu")
+    splits = load_splits(cfg.data)
+    model = ops.from_weights(be, ckpt.spec, ckpt.weights, RES, ckpt.num_classes or 1, seed=0)
+    labels, rows, train = kshot_features(be, model, splits, RES, cfg.shots, cfg.seeds, ckpt.spec.name)
+    val, test = ops.embed(be, model, splits.val, RES), ops.embed(be, model, splits.test, RES)
+    return (train, labels), val, test, rows, splits.num_classes
+
+
 def test_torch_checkpoint_fewshot_and_finetune_in_jax(tmp_path):
+    from vitbench.protocols.fewshot import evaluate_features
+
     up = PretrainConfig(model="ViT-Nano/4", resolution=RES, steps=80, warmup_steps=8, batch_size=32, lr=3e-3)
     ckpt, _ = ensure_upstream(up, directory=tmp_path)  # trained with torch
     assert ckpt.meta["backend"] == "torch"
-    fs = {b: fewshot(FewshotConfig(checkpoint=str(ckpt.path), backend=b, shots=[5], seeds=2))
-          for b in ("torch", "jax")}
+    cfgs = {b: FewshotConfig(checkpoint=str(ckpt.path), backend=b, shots=[5], seeds=2) for b in ("torch", "jax")}
+    fs = {b: fewshot(cfg) for b, cfg in cfgs.items()}
     assert fs["jax"].config["backend"] == "jax"
-    assert fs["jax"].metrics["accuracy"] == pytest.approx(fs["torch"].metrics["accuracy"], abs=0.01)
+    # What the comparison means: JAX's few-shot differs from torch's only through the features (the regression
+    # after them is the same float64 code). So: the features of every image it reads agree to the forward's fp32
+    # bound (relative to the largest: tests/tolerances.py forward_parity) ...
+    inputs = {b: _fewshot_inputs(b, ckpt, cfg) for b, cfg in cfgs.items()}
+    tol = forward_parity(SPEC, RES)
+    for (a, ya), (b, yb) in zip(inputs["jax"][:3], inputs["torch"][:3]):
+        assert np.array_equal(ya, yb) and np.abs(a - b).max() <= tol * np.abs(b).max()
+    # ... and each record is exactly what the shared regression makes of its own backend's features (float64,
+    # deterministic). Its accuracy then differs only where a test image's two largest scores lie within what
+    # the features' rounding moves them, a prediction flipping there by 1 / (images x seeds): not a number to
+    # bound in advance (that margin is the data's), so the accuracies themselves are not compared.
+    cfg = cfgs["torch"]
+    for name, (train, val, test, rows, classes) in inputs.items():
+        metrics, raw = evaluate_features(train, val, test, classes, cfg.shots, cfg.seeds, cfg.l2_reg,
+                                         train_rows=rows)
+        assert fs[name].metrics["accuracy"] == metrics["accuracy"] and fs[name].raw["l2"] == raw["l2"]
     # resolution 24: an interpolated pos-embed
     ft = {b: finetune(FinetuneConfig(checkpoint=str(ckpt.path), backend=b, steps=60, warmup_steps=5,
                                      batch_size=32, lr_grid=[0.1], resolution=24, seeds=1))
           for b in ("torch", "jax")}
     m = ft["jax"].metrics
     assert ft["jax"].config["backend"] == "jax" and ft["jax"].config["upstream_backend"] == "torch"
+    # the zero head ties every logit, so both predict the first class everywhere: the same accuracy, exactly
+    assert m["initial_accuracy"] == ft["torch"].metrics["initial_accuracy"]
     assert m["accuracy"] > m["initial_accuracy"] + 0.25
-    assert m["accuracy"] == pytest.approx(ft["torch"].metrics["accuracy"], abs=0.02)
+    # Not derived: 60 SGD steps carry the two programs' rounding through the training's dynamics, beyond the
+    # linear bound of tests/tolerances.py sgd_weight_bound (test_training_matches_torch_step_for_step checks the
+    # same updates step for step); a test prediction flips by 1 / n. Allowed: 4 of the n test images.
+    n = len(inputs["torch"][2][1])
+    assert abs(m["accuracy"] - ft["torch"].metrics["accuracy"]) <= 4 / n

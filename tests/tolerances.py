@@ -129,3 +129,25 @@ def rollout_bound(delta: float, layers: int, tokens: int) -> float:
     each layer's row-normalised 0.5 mean_h A + 0.5 I moves by at most tokens * delta in row-sum norm (the entries
     and the normaliser), and a product of row-stochastic matrices adds its factors' errors in that norm."""
     return layers * tokens * delta
+
+
+# --- tol3b ---
+EPS64 = float(np.finfo(np.float64).eps)  # 2**-52 = 2.2e-16
+
+
+def gamma(n: int, eps: float = EPS64) -> float:
+    """Relative error of a float result after n roundings, each at most eps / 2 of its value (Higham, eq. 2.4):
+    n * eps covers Higham's gamma_n = n u / (1 - n u), u = eps / 2 (lemma 3.1), twice over. A chain of n
+    operations, or a sum of n + 1 terms of one sign (eq. 4.4; terms of both signs: relative to sum |terms|)."""
+    return n * eps
+
+
+def svd_perturbation(x, roundings: int) -> float:
+    """||E||_2 of the matrix whose exact SVD a float64 SVD of the m x n matrix `x` returns, `x` itself computed
+    with `roundings` roundings per entry: the entries' errors (Frobenius norm: sqrt(m n) gamma(roundings) max|x|)
+    plus LAPACK's backward error p(m, n) eps ||x||_2 (LAPACK Users' Guide, 3rd ed., sec. 4.9: p a modestly growing
+    function of m and n; m n taken here, a bound on the ones it names). Wedin's theorem then moves a singular
+    subspace by sin(theta) <= ||E|| / gap, and a singular value by at most ||E|| (Weyl)."""
+    a = np.asarray(x, np.float64)
+    m, n = a.shape
+    return (m * n) ** 0.5 * gamma(roundings) * float(np.abs(a).max()) + m * n * EPS64 * float(np.linalg.norm(a, 2))
