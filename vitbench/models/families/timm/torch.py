@@ -150,7 +150,9 @@ def model_attention(spec: ModelSpec) -> ModelAttention:
     prefix = getattr(model, "num_prefix_tokens", None)
     vit_like = (layers and hasattr(model, "patch_embed") and isinstance(prefix, int) and bool(mods)
                 and all(hasattr(m, "attn_drop") for m in mods) and len(mods) == len(getattr(model, "blocks", ())))
-    return ModelAttention(layers, token_maps=vit_like, prefix_tokens=prefix if vit_like else None)
+    width = int(getattr(model, "embed_dim", None) or model.num_features) if vit_like else None  # the tokens' D
+    return ModelAttention(layers, token_maps=vit_like, prefix_tokens=prefix if vit_like else None,
+                          token_width=width)
 
 
 def resolution_of(spec: ModelSpec, shapes: dict) -> int | None:
