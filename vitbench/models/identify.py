@@ -148,7 +148,10 @@ def check_weights(weights: Mapping[str, Any], spec: ModelSpec | str, *, source: 
     """The fit of timm-named `weights` to `spec` (resolution from the position embeddings, classes from the
     head), or a ConfigError naming the missing / unexpected / mis-shaped keys and what the weights look like."""
     spec = get_spec(spec)
-    missing, unexpected, shaped, fit = _mismatch(spec, weights, ignore_head)
+    try:
+        missing, unexpected, shaped, fit = _mismatch(spec, weights, ignore_head)
+    except ConfigError as e:  # what the model's family says of these weights (a grid it cannot read): their source
+        raise WeightsMismatchError(f"{source}: {e}") from None
     if missing or unexpected or shaped:
         parts = [f"missing {_more(missing)}" if missing else "", f"unexpected {_more(unexpected)}" if unexpected
                  else "", f"mis-shaped {_more(shaped, 4)}" if shaped else ""]
