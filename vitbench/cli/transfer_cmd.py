@@ -214,8 +214,8 @@ def _teacher_of(checkpoint: str) -> str:
         raise ConfigError(f"--teacher-checkpoint {clip(checkpoint, 200)!r} does not exist (or is not a file)")
     spec = checkpoint_spec(checkpoint)
     if spec is None:
-        raise ConfigError(f"--teacher-checkpoint {clip(checkpoint, 200)}: its weights do not say their model (not a "
-                          "vitbench checkpoint): name it with --teacher NAME (a timm state dict: --teacher "
+        raise ConfigError(f"--teacher-checkpoint {clip(checkpoint, 200)}: its weights do not say their model "
+                          "(not a vitbench checkpoint): name it with --teacher NAME (a timm state dict: --teacher "
                           "timm:NAME)")
     return spec.name
 

@@ -188,6 +188,7 @@ def resolution_of(spec: ModelSpec, shapes: dict) -> int | None:
     h, w = _grid(spec)
     raise ConfigError(f"{spec.name}: its position table pos_embed {tuple(shape)} holds {extra} prefix row(s) and "
                       f"{n} patch rows, not a square grid of patches (timm's grid of this model: {h} x {w} at "
-                      f"{spec.resolution} px; vitbench builds it for square inputs). A grid of another shape cannot "
-                      f"be told from its row count (h x w or w x h?): resample the table to a square grid "
-                      f"(timm.layers.resample_abs_pos_embed, from the grid it was made for) and save the file again")
+                      f"{spec.resolution} px; vitbench builds it for square inputs). A grid of another shape "
+                      f"cannot be told from its row count (h x w or w x h?): resample the table to a square grid "
+                      f"(timm.layers.resample_abs_pos_embed, from the grid it was made for) and save the file "
+                      f"again")
