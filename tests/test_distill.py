@@ -457,3 +457,16 @@ def test_a_timm_teacher_on_the_command_line(cli, timm_teacher, tmp_path, monkeyp
         out = " ".join(r.output.split())
         assert r.exit_code == 2 and "Traceback" not in r.output and says in out, out
     assert len(list((tmp_path / "cache").glob("*.safetensors"))) == 1  # the refused runs wrote nothing
+
+
+def test_a_vitbench_teacher_file_names_its_own_model(cli, tmp_path, monkeypatch):
+    """`--teacher-checkpoint FILE` without --teacher: a vitbench checkpoint's model comes from its header (before,
+    the file was ignored and the student trained without a teacher)."""
+    monkeypatch.setenv("VITBENCH_CHECKPOINT_DIR", str(tmp_path / "cache"))
+    t_ckpt, _ = ensure_upstream(PretrainConfig(model="R-Nano", resolution=32, steps=2, warmup_steps=0,
+                                               batch_size=8), directory=tmp_path)
+    r = cli("pretrain", "ViT-Nano/4", "-r", "16", "--steps", "2", "-b", "8", "--threads", "1",
+            "--teacher-checkpoint", str(t_ckpt.path), "--json")
+    assert r.exit_code == 0, r.output
+    m = json.loads(r.stdout)["metrics"]
+    assert m["teacher_model"] == "R-Nano" and m["teacher_resolution"] == 32
