@@ -84,20 +84,32 @@ def test_targets_ignore_uncorrupted_patches():
         np.testing.assert_array_equal(mpt.targets(x, pos, 4, t), mpt.targets(y, pos, 4, t))
 
 
+# ViT-like timm models (built by timm, no weights): test_vit (width 64, patch 16, a class token) and a distilled
+# DeiT (class and distillation tokens), at 64 px: a 4 x 4 grid, as ViT-Nano/4 at 16 px
+TIMM_VITS = [("timm:test_vit", 64, 1), ("timm:deit_tiny_distilled_patch16_224", 64, 2)]
+
+
 @pytest.mark.usefixtures("one_torch_thread")
-def test_only_corrupted_positions_reach_the_loss():
-    """The loss's gradient w.r.t. the encoder's output tokens is zero at every uncorrupted position and non-zero
-    at the corrupted ones (torch; the JAX step is the same maths, checked step for step below)."""
+@pytest.mark.parametrize("model, res, prefix", [("ViT-Nano/4", RES, 1), *TIMM_VITS])
+def test_only_corrupted_positions_reach_the_loss(model, res, prefix):
+    """The loss's gradient w.r.t. the encoder's output tokens is zero at every uncorrupted position (the prefix
+    tokens too) and non-zero at the corrupted ones (torch; the JAX step is the same maths, checked step for step
+    below). A timm model's prefix tokens are its own (DeiT distilled: 2)."""
     import torch
 
     from vitbench.backends.torch import masked_patch as tmp
     from vitbench.models.torch import build_torch_model
 
+    spec = get_spec(model)
+    assert mpt.sequence(spec).prefix_tokens == prefix
     mp = MaskedPatch(mask_rate=0.25)
-    model = build_torch_model(SPEC, RES, 1)
-    obj = tmp.Objective(mpt.init_head(SPEC, RES, mp, 0))
-    x = np.random.default_rng(0).uniform(-1, 1, (3, RES, RES, 3)).astype(np.float32)
-    c = mpt.draw(np.random.default_rng(0), 3, 16, mp)
+    torch.manual_seed(0)
+    model = build_torch_model(spec, res, 1)
+    obj = tmp.Objective(mpt.init_head(spec, res, mp, 0))
+    x = np.random.default_rng(0).uniform(-1, 1, (3, res, res, 3)).astype(np.float32)
+    n, patch = mpt.geometry(spec, res)
+    assert n == 16
+    c = mpt.draw(np.random.default_rng(0), 3, n, mp)
     kept = {}
     forward = model.forward_features
 
@@ -108,12 +120,70 @@ def test_only_corrupted_positions_reach_the_loss():
         return out
 
     model.forward_features = capture
-    out = tmp.predict(model, obj, torch.from_numpy(x).permute(0, 3, 1, 2), c, 1, "cpu")
-    tmp.loss(out, torch.from_numpy(mpt.targets(x, c.positions, 4, mp.target)), mp.target).backward()
-    g = kept["tokens"].grad[:, 1:].abs().sum(-1).numpy()  # patch tokens
+    out = tmp.predict(model, obj, torch.from_numpy(x).permute(0, 3, 1, 2), c, prefix, "cpu")
+    tmp.loss(out, torch.from_numpy(mpt.targets(x, c.positions, patch, mp.target)), mp.target).backward()
+    grad = kept["tokens"].grad.abs().sum(-1).numpy()
+    assert grad.shape == (3, prefix + n) and (grad[:, :prefix] == 0).all()  # prefix tokens: not predicted from
+    g = grad[:, prefix:]  # patch tokens
     corrupted = np.zeros_like(g, bool)
     corrupted[np.arange(3)[:, None], c.positions] = True
     assert (g[~corrupted] == 0).all() and (g[corrupted] > 0).all()
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+@pytest.mark.parametrize("model, res, prefix", TIMM_VITS[:1])
+def test_a_timm_vit_uses_the_mask_token_and_learns(model, res, prefix, tmp_path):
+    """A ViT-like timm model pre-trains by masked patch prediction on digits (torch): the [mask] embedding goes in
+    after timm's patch embedding (another one, another loss; its gradient non-zero), the loss is finite and
+    falls over a few steps, and the encoder it saves transfers (few-shot) with timm's own keys."""
+    import torch
+
+    from vitbench.backends.torch import masked_patch as tmp
+    from vitbench.models.torch import build_torch_model
+    from vitbench.protocols.fewshot import FewshotConfig, fewshot
+    from vitbench.protocols.pretrain import PretrainConfig, pretrain
+    from vitbench.transfer.data import load_splits
+
+    spec, mp = get_spec(model), MaskedPatch()
+    assert mpt.sequence(spec).token_width == 64  # test_vit's embed_dim: the head's input
+    torch.manual_seed(0)
+    enc = build_torch_model(spec, res, 1)
+    init = mpt.init_head(spec, res, mp, 0)
+    b = next(mpt.batches(load_splits({"classes": "0-4"}).train, res, 8, 1, 0, spec, mp))
+    assert (b.corruption.kind == mpt.MASK).any()
+    x, y = torch.from_numpy(b.images).permute(0, 3, 1, 2), torch.from_numpy(b.targets)
+
+    def loss(obj):
+        return tmp.loss(tmp.predict(enc, obj, x, b.corruption, prefix, "cpu"), y, mp.target)
+
+    obj = tmp.Objective(init)
+    value = loss(obj)
+    value.backward()
+    assert torch.isfinite(value) and obj.mask_token.grad.abs().sum() > 0
+    # another [mask] embedding (not a constant shift, which every LayerNorm on the residual stream removes)
+    shift = np.random.default_rng(1).standard_normal(init[mpt.MASK_KEY].shape).astype(np.float32)
+    other = tmp.Objective({**init, mpt.MASK_KEY: init[mpt.MASK_KEY] + shift})
+    assert loss(other).item() != value.item()
+
+    cfg = PretrainConfig(model=model, backend="torch", resolution=res, steps=8, warmup_steps=1, batch_size=16,
+                         objective={})
+    rec, ckpt = pretrain(cfg, out=tmp_path / "mp.safetensors", threads=1)
+    losses = rec.raw["loss"]
+    assert np.isfinite(losses).all() and np.mean(losses[-2:]) < losses[0]
+    assert set(ckpt.weights) == {k for k in enc.state_dict() if not k.startswith("head.")}
+    assert rec.metrics["exaflops"] == pytest.approx(mpt.train_flops_per_image(spec, res, mp) * 8 * 16 / 1e18)
+    down = FewshotConfig(checkpoint=rec.config["checkpoint"], objective="masked_patch", backend="torch",
+                         resolution=res, shots=[1], seeds=1, data={"classes": "5-9"})
+    assert 0 <= fewshot(down, threads=1).metrics["accuracy"] <= 1
+
+
+@pytest.mark.parametrize("model, why", [("timm:test_resnet", "no attention layers"),
+                                        ("timm:test_maxvit", "not over one sequence of patch tokens")])
+def test_a_timm_model_without_one_token_sequence_exits_2_naming_it(cli, model, why):
+    r = cli("pretrain", model, "--objective", "masked_patch", "-r", "64", "--steps", "1", "--threads", "1")
+    out = " ".join(r.output.split())
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    assert model in out and why in out and "masked_patch" in out, out
 
 
 @pytest.mark.jax

@@ -167,3 +167,29 @@ def test_a_timm_vit_file_at_its_own_size_transfers_at_another(cli, tmp_path, sta
     table, saved = started[0]["pos_embed"], model.pos_embed.detach()
     assert table.shape == (1, prefix_rows + 16, saved.shape[-1])
     assert torch.equal(table[:, :prefix_rows], saved[:, :prefix_rows])
+
+
+@pytest.mark.parametrize("name, prefix_rows", [("test_vit", 1), ("deit3_small_patch16_224", 0)])
+def test_a_timm_vit_file_with_a_rectangular_grid_exits_2_naming_model_and_grid(cli, tmp_path, name, prefix_rows):
+    """A file made for a 32 x 64 input holds a 2 x 4 grid: 8 patch rows, which could as well be 4 x 2 (or 1 x 8).
+    timm builds no such grid for the model (vitbench's inputs are square), so the file is refused naming the
+    model, the rows and timm's own grid, not read as some grid; the same model at a square size transfers."""
+    from safetensors.torch import save_file
+
+    for size, ok in (((32, 64), False), (48, True)):
+        model = timm.create_model(name, pretrained=False, img_size=size, num_classes=3)
+        path = tmp_path / f"vit-{ok}.safetensors"
+        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
+        r = cli("fewshot", "--checkpoint", str(path), "--model", f"timm:{name}", "--shots", "1", "--seeds", "1",
+                "-r", "32", "--threads", "1", "--json")
+        if ok:
+            assert r.exit_code == 0, r.output
+            assert json.loads(r.stdout)["config"]["upstream_resolution"] == 48
+            continue
+        out = " ".join(r.output.split())
+        assert r.exit_code == 2 and "Traceback" not in r.output, out
+        assert f"timm:{name}" in out and str(path) in out, out
+        assert f"holds {prefix_rows} prefix row(s) and 8 patch rows, not a square grid" in out, out
+        with torch.device("meta"):  # timm's native grid of the model, named
+            h, w = timm.create_model(name, pretrained=False).patch_embed.grid_size
+        assert f"{h} x {w}" in out, out

@@ -77,8 +77,10 @@ def _grid_resolution(spec: ModelSpec, weights: Mapping[str, Any]) -> int | None:
     return posemb.resolution_of({k: tuple(v.shape) for k, v in weights.items()}, spec, "torch_key")
 
 
-def _num_classes(weights: Mapping[str, Any]) -> int | None:
-    for k in ("head.weight", "head.fc.weight"):
+def _num_classes(weights: Mapping[str, Any], spec: ModelSpec | None = None) -> int | None:
+    """The classes of the classifier in `weights`: the rows of its weight under `spec`'s head prefixes (a timm
+    ResNet's `fc.`, a ConvNeXt's `head.fc.`), else timm's ViT / BiT names; None without one."""
+    for k in (*(p + "weight" for p in head_prefixes(spec)), "head.weight", "head.fc.weight"):
         if k in weights:
             return int(weights[k].shape[0])
     return None
@@ -89,7 +91,7 @@ def _mismatch(spec: ModelSpec, weights: Mapping[str, Any], ignore_head: bool) ->
     want = {k for k in _torch_keys(spec) if not (ignore_head and is_head(k, spec))}
     have = {k for k in weights if not (ignore_head and is_head(k, spec))}
     missing, unexpected = sorted(want - have, key=_key_order), sorted(have - want, key=_key_order)
-    k = _num_classes(weights)
+    k = _num_classes(weights, spec)
     res = _grid_resolution(spec, weights)
     fit = Fit(spec if k is None else spec.with_classes(k), res or spec.resolution, None if ignore_head else k)
     shaped: list[str] = []
@@ -146,7 +148,10 @@ def check_weights(weights: Mapping[str, Any], spec: ModelSpec | str, *, source: 
     """The fit of timm-named `weights` to `spec` (resolution from the position embeddings, classes from the
     head), or a ConfigError naming the missing / unexpected / mis-shaped keys and what the weights look like."""
     spec = get_spec(spec)
-    missing, unexpected, shaped, fit = _mismatch(spec, weights, ignore_head)
+    try:
+        missing, unexpected, shaped, fit = _mismatch(spec, weights, ignore_head)
+    except ConfigError as e:  # what the model's family says of these weights (a grid it cannot read): their source
+        raise WeightsMismatchError(f"{source}: {e}") from None
     if missing or unexpected or shaped:
         parts = [f"missing {_more(missing)}" if missing else "", f"unexpected {_more(unexpected)}" if unexpected
                  else "", f"mis-shaped {_more(shaped, 4)}" if shaped else ""]

@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
 from vitbench.choices import Choice
 from vitbench.errors import ConfigError
-from vitbench.models.families import family_plugin
+from vitbench.models.families import ModelAttention, family_plugin
 
 DEFAULT_MASK_RATE = 0.5  # ViT paper B.1.2: "corrupting 50 % of patch embeddings"
 KIND_P = (0.8, 0.1, 0.1)  # B.1.2 (as BERT): [mask] embedding, another random patch, unchanged
@@ -118,11 +118,23 @@ def is_objective_key(key: str) -> bool:
 # ---------------------------------------------------------------------------------------------
 # Geometry, head size, compute
 # ---------------------------------------------------------------------------------------------
+def sequence(spec) -> ModelAttention:
+    """The token sequence the objective corrupts, as `spec`'s family answers for this model (its prefix tokens,
+    the tokens' width): one sequence of patch tokens over the whole image, after a patch embedding. A ConfigError
+    naming the model and why for one without (a CNN; attention over windows, stages or axes)."""
+    att = family_plugin(spec.family).attention_of(spec)
+    if not att.token_maps or att.prefix_tokens is None or not att.token_width:
+        why = ("it has no attention layers" if not att.layers else
+               "its attention is not over one sequence of patch tokens (windows, stages or axes)")
+        raise ConfigError(f"objective masked_patch needs a transformer over one sequence of patch tokens (a patch "
+                          f"embedding, prefix tokens, blocks: a ViT, a hybrid, a ViT-like model); {spec.name} has "
+                          f"none: {why}")
+    return att
+
+
 def geometry(spec, resolution: int) -> tuple[int, int]:
-    """(tokens per image N, patch side in pixels) of a ViT or hybrid at `resolution`."""
-    if not family_plugin(spec.family).token_attention_maps:  # a sequence of patch tokens over the whole image
-        raise ConfigError(f"objective masked_patch needs a transformer over a sequence of patch tokens (family vit "
-                          f"or hybrid); {spec.name} is {spec.family}")
+    """(tokens per image N, patch side in pixels) of a ViT-like model at `resolution` (see `sequence`)."""
+    sequence(spec)
     side = resolution // spec.stride
     return side * side, spec.stride
 
@@ -144,7 +156,7 @@ def train_flops_per_image(spec, resolution: int, mp: MaskedPatch) -> float:
     from vitbench.models.analytic import analytic_counts
 
     n, p = geometry(spec, resolution)
-    head_macs = num_masked(mp, n) * spec.width * outputs(mp.target, p)
+    head_macs = num_masked(mp, n) * sequence(spec).token_width * outputs(mp.target, p)
     return 3 * 2 * (analytic_counts(spec, resolution, 0).macs + head_macs)
 
 
@@ -152,7 +164,7 @@ def init_head(spec, resolution: int, mp: MaskedPatch, seed: int) -> dict[str, np
     """The objective's parameters at step 0 (float32, torch layout: head.weight (out, D))."""
     rng = np.random.default_rng([seed, 0x6D50])
     _, p = geometry(spec, resolution)
-    d, o = spec.width, outputs(mp.target, p)
+    d, o = sequence(spec).token_width, outputs(mp.target, p)
     return {MASK_KEY: (rng.standard_normal(d) * INIT_STD).astype(np.float32),
             HEAD_W: (rng.standard_normal((o, d)) * INIT_STD).astype(np.float32),
             HEAD_B: np.zeros(o, np.float32)}
@@ -269,6 +281,6 @@ def pretrain_encoder(be, spec, splits, resolution: int, cfg) -> tuple:
     init = init_head(spec, resolution, mp, cfg.seed)
     model, head, losses = be.train_masked_patch(
         model, batches(splits.train, resolution, cfg.batch_size, cfg.steps, cfg.seed, spec, mp), cfg.optim(), mp,
-        init, spec.num_prefix_tokens)
-    weights = {k: v for k, v in be.weights(model).items() if not is_head(k)}
+        init, sequence(spec).prefix_tokens)
+    weights = {k: v for k, v in be.weights(model).items() if not is_head(k, spec)}
     return model, weights, head, losses, train_flops_per_image(spec, resolution, mp)

@@ -2,10 +2,12 @@
 vitbench.transfer.masked_patch).
 
 The corruption goes in through a forward hook on the model's `patch_embed` (a ViT's conv, a hybrid's
-ResNet + 1x1 projection): its output tokens (B, N, D) are replaced by the [mask] embedding or another patch's
-embedding before the class token and position embeddings are added, so every ViT/hybrid built by
-vitbench.models.torch (overrides included) trains without a model of its own. The head reads the encoder's
-output tokens (after the final LayerNorm) at the corrupted positions.
+ResNet + 1x1 projection, a ViT-like timm model's own patch embedding): its output tokens (B, N, D; or NHWC
+(B, h, w, D), raster order alike) are replaced by the [mask] embedding or another patch's embedding before the
+prefix tokens (class, distillation, register) and position embeddings are added, so every ViT/hybrid built by
+vitbench.models.torch (overrides included) and every ViT-like timm model (vit_*, deit_*, eva*: `patch_embed`,
+`forward_features` giving the prefix tokens then the patches' after the final norm) trains without a model of
+its own. The head reads the encoder's output tokens (after the final LayerNorm) at the corrupted positions.
 """
 
 from __future__ import annotations
@@ -51,10 +53,12 @@ def predict(model: torch.nn.Module, obj: Objective, x: torch.Tensor, c: mpt.Corr
     source = torch.from_numpy(c.source.astype(np.int64)).to(device)
     use_mask = torch.from_numpy(c.use_mask).to(device)[..., None]
 
-    def corrupt(_module, _inputs, tokens):
-        b, n, d = tokens.shape
+    def corrupt(_module, _inputs, out):
+        b, d = out.shape[0], out.shape[-1]  # (B, N, D) tokens, or (B, h, w, D) from an NHWC patch embedding
+        tokens = out.reshape(b, -1, d)
+        n = tokens.shape[1]
         taken = tokens.reshape(b * n, d)[source.reshape(-1)].reshape(b, n, d)
-        return use_mask * obj.mask_token + (1 - use_mask) * taken
+        return (use_mask * obj.mask_token + (1 - use_mask) * taken).reshape(out.shape)
 
     handle = model.patch_embed.register_forward_hook(corrupt)
     try:

@@ -58,11 +58,13 @@ class ModelAttention:
     attention maps are (tokens x tokens) over the whole image, what the family's torch_attention / flax_attention
     give and inspection's attention distance reads; prefix_tokens: the tokens before the patches in its sequence
     (class, distillation, register tokens), None when the model has no token sequence over the image (a CNN):
-    the flops record's `tokens` is then None."""
+    the flops record's `tokens` is then None; token_width: the width D of its tokens (what a head on single
+    tokens reads: masked patch prediction's), None when it has no token sequence."""
 
     layers: bool
     token_maps: bool = False
     prefix_tokens: int | None = None
+    token_width: int | None = None
 
     def tokens(self, spec, resolution: int) -> int | None:
         """Sequence length at `resolution`: the patches of the spec's grid and the prefix tokens (None: none)."""
@@ -161,7 +163,8 @@ class FamilyPlugin:
         if self.model_attention is not None:
             return self.model_attention(spec)
         return ModelAttention(self.attention, self.token_attention_maps,
-                              spec.num_prefix_tokens if self.attention else None)
+                              spec.num_prefix_tokens if self.attention else None,
+                              spec.width if self.attention else None)
 
     def build_torch(self, spec, resolution: int, num_classes: int):
         return _import(self.torch_builder)(spec, resolution, num_classes)

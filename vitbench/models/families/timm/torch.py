@@ -161,18 +161,45 @@ def model_attention(spec: ModelSpec) -> ModelAttention:
     prefix = getattr(model, "num_prefix_tokens", None)
     vit_like = (layers and hasattr(model, "patch_embed") and isinstance(prefix, int) and bool(mods)
                 and all(hasattr(m, "attn_drop") for m in mods) and len(mods) == len(getattr(model, "blocks", ())))
-    return ModelAttention(layers, token_maps=vit_like, prefix_tokens=prefix if vit_like else None)
+    width = int(getattr(model, "embed_dim", None) or model.num_features) if vit_like else None  # the tokens' D
+    return ModelAttention(layers, token_maps=vit_like, prefix_tokens=prefix if vit_like else None,
+                          token_width=width)
+
+
+def _grid(spec: ModelSpec) -> tuple[int, int]:
+    """(h, w) patch grid of timm's model at its native size (timm's `patch_embed.grid_size`)."""
+    grid = _meta(spec, spec.resolution, spec.num_classes).patch_embed.grid_size
+    return int(grid[0]), int(grid[-1])
+
+
+def _table_prefix(spec: ModelSpec) -> int:
+    """Rows of a ViT-like timm model's pos_embed before its patches: its prefix tokens, none with timm's
+    `no_embed_class` (DeiT-III, register models: the prefix tokens get no position embedding)."""
+    model = _meta(spec, spec.resolution, spec.num_classes)
+    return 0 if getattr(model, "no_embed_class", False) else model_attention(spec).prefix_tokens
 
 
 def resolution_of(spec: ModelSpec, shapes: dict) -> int | None:
     """The input size a ViT-like timm model's weights were made for, from the rows of its position table
-    (`pos_embed`, (1, rows, D): timm's prefix tokens and a square grid of patches, or the grid alone with
-    `no_embed_class`); None when they say nothing (no such table: any input size; or no square grid)."""
+    (`pos_embed`, (1, rows, D): timm's prefix rows and a square grid of patches, or the grid alone with
+    `no_embed_class`); None without such a table (any input size).
+
+    A table of another grid is a ConfigError naming the model and the rows: vitbench builds timm's models for
+    square inputs (img_size=r), and a rectangular grid cannot be told from a row count (2 x 4 or 4 x 2?). No timm
+    architecture builds a rectangular learned table at its native size (timm 1.0.31: the only non-square native
+    inputs, sapiens2's, have rotary embeddings and no table), so timm's model never says one."""
     shape = shapes.get("pos_embed")
-    att = model_attention(spec)
-    if shape is None or len(shape) != 3 or not att.token_maps:
+    if shape is None or len(shape) != 3 or not model_attention(spec).token_maps:
         return None
-    extra = 0 if getattr(_meta(spec, spec.resolution, spec.num_classes), "no_embed_class", False) else \
-        att.prefix_tokens
-    side = math.isqrt(max(shape[-2] - extra, 0))
-    return side * spec.stride if side and side * side == shape[-2] - extra else None
+    extra = _table_prefix(spec)
+    n = shape[-2] - extra
+    side = math.isqrt(max(n, 0))
+    if side and side * side == n:
+        return side * spec.stride
+    h, w = _grid(spec)
+    raise ConfigError(f"{spec.name}: its position table pos_embed {tuple(shape)} holds {extra} prefix row(s) and "
+                      f"{n} patch rows, not a square grid of patches (timm's grid of this model: {h} x {w} at "
+                      f"{spec.resolution} px; vitbench builds it for square inputs). A grid of another shape "
+                      f"cannot be told from its row count (h x w or w x h?): resample the table to a square grid "
+                      f"(timm.layers.resample_abs_pos_embed, from the grid it was made for) and save the file "
+                      f"again")
