@@ -5,7 +5,7 @@
     python benchmarks/bench_fit.py speed [--curves 72] [--points N (default 10-70)] [--workers N]
     python benchmarks/bench_fit.py csv FILE --compute COL (--error COL | --accuracy COL) --group COL [--reach 1]
                                   [--min-points 12] [--min-fit-decades 1]
-                                  [--where QUERY] [--split COL]
+                                  [--where QUERY] [--split COL] [--half dev|test|all]
 
 synthetic: curves drawn from each form (TRUTH, 5 decades, log-normal noise); every form is fitted on the first 4
 decades and predicts the last one, which no fit sees. Prints, per generating form, the RMSE of the log prediction
@@ -23,6 +23,11 @@ Alabdulmohsin et al. 2022's vision curves (google-research/google-research, revi
 benchmark.vision.csv; not in this repository):
     python benchmarks/bench_fit.py csv benchmark.vision.csv --compute "Seen Examples" --error Loss \
         --group Task --group Model --split Training
+--half (pre-registered before any change to the choice or the intervals of issue 33's third round, and never
+changed after): the groups' first --group column's values sorted by name, the first half (rounded down) is `dev`,
+the rest `test`. On the published vision curves: dev = bird_10, bird_25, bird_5, c_10, c_25, c_5 (36 curves),
+test = cal_10, cal_25, cal_5, inet_10, inet_25, inet_5 (36 curves). A rule may be developed looking at `dev`;
+`test` is scored once, at the end, with the final rule (docs/scaling-laws.md says how often each was scored).
 speed: `curves` curves of 10 to 70 points (or `--points` each) fitted with the default settings (1000 bootstrap
 replicates, 4 forms, the backtest).
 """
@@ -173,9 +178,20 @@ def _is_fit_row(values: pd.Series, column: str) -> np.ndarray:
     return fit.to_numpy()
 
 
+HALVES = ("dev", "test", "all")  # --half: the pre-registered split of a published file's curves (docstring)
+
+
+def half_of(values, half: str) -> set:
+    """The values of the first --group column in `half`: sorted by name, the first half (rounded down) `dev`, the
+    rest `test`; `all`: every value. Pre-registered (module docstring), never tuned."""
+    names = sorted({str(v) for v in values})
+    cut = len(names) // 2
+    return set(names if half == "all" else names[:cut] if half == "dev" else names[cut:])
+
+
 def published(path: str, compute: str, error: str | None, accuracy: str | None, group: list[str], reach: float,
               min_points: int, min_fit_decades: float, where: str | None, bootstrap: int = 0,
-              split: str | None = None) -> None:
+              split: str | None = None, half: str = "all") -> None:
     """Fit each group on all but its last `reach` decades, predict those (with `split`: fit on the rows whose
     `split` column is 1, predict the others, the file's own split); per curve and in summary."""
     df = pd.read_csv(path, low_memory=False)
@@ -183,6 +199,8 @@ def published(path: str, compute: str, error: str | None, accuracy: str | None, 
         df = df.query(where)  # a benchmark script over the user's own file, not a study string
     if (error is None) == (accuracy is None):
         raise SystemExit("csv: give exactly one of --error COL or --accuracy COL")
+    df = df[df[group[0]].astype(str).isin(half_of(df[group[0]], half))]
+    print(f"half {half}: {group[0]} in {sorted(set(df[group[0]].astype(str)))}")
     err = df[error] if error else 1 - df[accuracy]
     fit_rows = _is_fit_row(df[split], split) if split else np.zeros(len(df), bool)
     df = pd.concat([df[[compute, *group]], err.rename("_error"), pd.Series(fit_rows, df.index, name="_fit")],
@@ -281,6 +299,8 @@ if __name__ == "__main__":
     ap.add_argument("--where", help="csv: only the rows where this pandas query holds")
     ap.add_argument("--min-fit-decades", type=float, default=1.0, help="csv: skip curves whose fitted part is shorter")
     ap.add_argument("--reach", type=float, default=1.0)
+    ap.add_argument("--half", choices=HALVES, default="all",
+                    help="csv: the pre-registered half of the curves, by the first --group column (docstring)")
     ap.add_argument("--split", help="csv: fit on the rows where this column is 1, judge on the others (e.g. the "
                                     "published benchmark's `Training`); else the last --reach decades are judged")
     a = ap.parse_args()
@@ -292,4 +312,4 @@ if __name__ == "__main__":
         speed(a.curves or 72, a.points, a.workers)
     else:
         published(a.file, a.compute, a.error, a.accuracy, a.group, a.reach, a.min_points, a.min_fit_decades,
-                  a.where, a.bootstrap, a.split)
+                  a.where, a.bootstrap, a.split, a.half)
