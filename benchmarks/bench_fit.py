@@ -1,7 +1,7 @@
 """Scaling-law fits: does the backtest choose well, does it tell the truth, how fast is it (docs/scaling-laws.md).
 
     python benchmarks/bench_fit.py synthetic [--curves 6] [--noise 0.02]   # choice and calibration
-    python benchmarks/bench_fit.py families [--curves 20] [--seed 5000]     # random laws: choice and coverage
+    python benchmarks/bench_fit.py families [--curves 20] [--seed 5000] [--noise-kind iid|correlated]
     python benchmarks/bench_fit.py speed [--curves 72] [--points N (default 10-70)] [--workers N]
     python benchmarks/bench_fit.py csv FILE --compute COL (--error COL | --accuracy COL) --group COL [--reach 1]
                                   [--min-points 12] [--min-fit-decades 1]
@@ -12,7 +12,8 @@ decades and predicts the last one, which no fit sees. Prints, per generating for
 of the chosen law and of each single form on that last decade, how often the generating form was chosen, and the
 backtest's reported error against that real error.
 families: curves with random parameters from five families (m4, m4late: the floor reached late, saturating, offset,
-power), 10-70 points over 3-5 decades, 1-4 % noise; fitted on all but the last 0.5 or 1 decade, judged there:
+power), 10-70 points over 3-5 decades, 1-4 % noise (`--noise-kind correlated`: AR(1), a slow drift and a late
+change of slope, bench_fit.correlated_noise); fitted on all but the last 0.5 or 1 decade, judged there:
 median RMSE of the log prediction of the chosen law and of each single form, and how often the 95 % prediction
 intervals held the held-out points (beside the coverage the backtest reported). Seeds 0-39 tuned the choice
 (vitbench.fit.backtest cut-offs, RECENCY, RICHER); seeds 5000-5019 and 9000-9011 then compared two candidates;
@@ -37,6 +38,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from enum import Enum
 
 import numpy as np
 import pandas as pd
@@ -108,31 +110,61 @@ FAMILIES = {"m4": (FormName.M4, _m4), "m4late": (FormName.M4, _m4late),
             "power": (FormName.POWER, _power)}
 
 
-def family_curve(family: str, seed: int):
-    """(compute, error, reach): 10-70 points over 3-5 decades from a random law of `family`, 1-4 % noise."""
+class Noise(str, Enum):
+    """--noise-kind of `families`: independent log-normal noise, or noise whose neighbours miss together."""
+
+    IID = "iid"
+    CORRELATED = "correlated"
+
+
+def correlated_noise(rng: np.random.Generator, logc: np.ndarray, sigma: float) -> np.ndarray:
+    """Log-error residuals that miss together, as a learning curve's do (one run's evaluations share its
+    randomness, and a schedule bends the curve): AR(1) in the point order with lag-1 correlation phi in
+    [0.5, 0.95] and marginal sd `sigma`; a slow drift, one sinusoid over the log-compute range of amplitude
+    [0, 1.5] sigma; and a change of slope in log-log of delta in [-0.02, 0.02] from a point in the last 40 % of
+    the range (past the fit's end on some curves: a law change no fit can see)."""
+    n = len(logc)
+    phi = rng.uniform(0.5, 0.95)
+    ar = np.empty(n)
+    ar[0] = rng.normal(0, sigma)
+    for i in range(1, n):  # stationary: the innovation's sd keeps the marginal sd at sigma
+        ar[i] = phi * ar[i - 1] + rng.normal(0, sigma * np.sqrt(1 - phi**2))
+    span = logc[-1] - logc[0]
+    u = (logc - logc[0]) / span
+    drift = rng.uniform(0, 1.5) * sigma * np.sin(2 * np.pi * rng.uniform(0.5, 1.5) * u + rng.uniform(0, 2 * np.pi))
+    knee = logc[0] + rng.uniform(0.6, 1.0) * span
+    bend = -rng.uniform(-0.02, 0.02) * np.log(10) * np.maximum(logc - knee, 0.0)
+    return ar + drift + bend
+
+
+def family_curve(family: str, seed: int, noise: Noise = Noise.IID):
+    """(compute, error, reach): 10-70 points over 3-5 decades from a random law of `family`, 1-4 % noise
+    (independent, or `correlated_noise`)."""
     rng = np.random.default_rng(seed)
     span, n, lo = rng.uniform(3, 5), int(rng.integers(10, 71)), rng.uniform(-2, 6)
     form, params = FAMILIES[family]
     p = params(rng, lo, lo + span)
     c = np.geomspace(10**lo, 10 ** (lo + span), n)
     sigma = rng.uniform(0.01, 0.04)
-    e = FORMS[form].predict(p, c) * np.exp(rng.normal(0, sigma, n))
-    return c, e, float(rng.choice([0.5, 1.0]) if span > 3.5 else 0.5)
+    reach = float(rng.choice([0.5, 1.0]) if span > 3.5 else 0.5)
+    eps = rng.normal(0, sigma, n) if noise == Noise.IID else correlated_noise(rng, np.log10(c), sigma)
+    e = FORMS[form].predict(p, c) * np.exp(eps)
+    return c, e, reach
 
 
 def _family_job(args):
-    family, seed, bootstrap = args
-    c, e, reach = family_curve(family, seed)
+    family, seed, bootstrap, noise = args
+    c, e, reach = family_curve(family, seed, noise)
     return family, judge(c, e, reach, FitSpec(bootstrap=bootstrap, reach=reach))
 
 
-def families(curves: int, seed: int, bootstrap: int, workers: int | None) -> None:
+def families(curves: int, seed: int, bootstrap: int, workers: int | None, noise: Noise = Noise.IID) -> None:
     from concurrent.futures import ProcessPoolExecutor
 
-    jobs = [(f, seed + i, bootstrap) for i in range(curves) for f in FAMILIES]
+    jobs = [(f, seed + i, bootstrap, noise) for i in range(curves) for f in FAMILIES]
     with ProcessPoolExecutor(max_workers=workers) as pool:
         rows = list(pool.map(_family_job, jobs, chunksize=2))
-    print(f"{curves} curves per family, seeds {seed}-{seed + curves - 1}; median RMSE of the log prediction on "
+    print(f"{curves} curves per family, {noise.value} noise, seeds {seed}-{seed + curves - 1}; median RMSE of the log prediction on "
           f"the held-out decade(s); {bootstrap} bootstrap replicates for the intervals")
     print(f"{'family':11s} {'chosen':>8s} " + " ".join(f"{f.value:>10s}" for f in FORMS)
           + f" {'95% held':>9s} {'bt said':>8s}")
@@ -291,6 +323,8 @@ if __name__ == "__main__":
     ap.add_argument("--bootstrap", type=int, default=200,
                     help="families, csv: bootstrap replicates of the prediction intervals (0: none)")
     ap.add_argument("--workers", type=int, default=None)
+    ap.add_argument("--noise-kind", type=Noise, choices=list(Noise), default=Noise.IID,
+                    help="families: independent noise, or correlated (AR(1), a slow drift, a late bend)")
     ap.add_argument("--compute")
     ap.add_argument("--error")
     ap.add_argument("--accuracy", help="csv: an accuracy column, fitted as 1 - accuracy (instead of --error)")
@@ -307,7 +341,7 @@ if __name__ == "__main__":
     if a.what == "synthetic":
         synthetic(a.curves or 6, a.noise)
     elif a.what == "families":
-        families(a.curves or 20, a.seed, a.bootstrap, a.workers)
+        families(a.curves or 20, a.seed, a.bootstrap, a.workers, a.noise_kind)
     elif a.what == "speed":
         speed(a.curves or 72, a.points, a.workers)
     else:

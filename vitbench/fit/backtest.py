@@ -259,10 +259,11 @@ def mixture_log_var(fits: list[CurveFit], weights: dict[str, float], compute, lo
 def chosen_law_error(backtest: Backtest, fit: CurveFit) -> LawError:
     """The chosen law's error model for its prediction intervals, with their backtest coverage (fit.interval)."""
     noise = dof_noise(fit.rmse_log, fit.n_points, fit.form.n_params)
+    dof = float(fit.n_points - fit.form.n_params) if fit.n_points > fit.form.n_params else math.inf
     b = backtest.get(fit.form)
     if b is None or not b.predicted:
-        return LawError(noise, 0.0, fit.ci)
-    return law_error(np.asarray(b.cutoff), b.reach, b.log_err, b.noise, noise, fit.ci)
+        return LawError(noise, 0.0, fit.ci, noise_dof=dof)
+    return law_error(np.asarray(b.cutoff), b.reach, b.log_err, b.noise, noise, fit.ci, dof)
 
 
 def mixture_param(fits: list[CurveFit], weights: dict[str, float], name: str, ci: float
