@@ -131,11 +131,11 @@ def test_the_law_error_grows_with_reach_and_its_coverage_is_held_out():
     from vitbench.fit.interval import law_error
 
     reach = np.tile(np.linspace(0.1, 1.0, 10), 3)
-    cutoff = np.repeat([1.0, 2.0, 3.0], 10)
+    cutoff = np.repeat([1.0, 10.0, 100.0], 10)  # a decade apart: three disjoint one-decade windows
     k = 0.05
     le = law_error(cutoff, reach, k * reach, {}, 0.0, 0.95)
     assert le.slope == pytest.approx(k) and le.coverage == 1.0 and le.held_out and le.n_checked == 30
-    far = np.where(cutoff == 3.0, 10 * k * reach, k * reach)
+    far = np.where(cutoff == 100.0, 10 * k * reach, k * reach)
     out = law_error(cutoff, reach, far, {}, 0.0, 0.95)
     assert out.coverage == pytest.approx(2 / 3)  # the third cut-off's misses, 10x the others', are outside
     # the interval: t sd in log space, sd adding parameters, noise and the law's error at the reach in quadrature;
@@ -157,7 +157,7 @@ def test_the_law_error_counts_one_sample_per_cut_off():
 
     rng = np.random.default_rng(0)
     n, k, reach = 4000, 0.03, np.linspace(0.1, 1.0, 8)
-    cutoff = np.repeat([1.0, 2.0, 3.0], reach.size)
+    cutoff = np.repeat([1.0, 10.0, 100.0], reach.size)  # a decade apart: disjoint windows, 3 independent tails
     held = np.empty(n, dtype=bool)
     for i in range(n):
         d = rng.normal(0, k, 4)
@@ -197,3 +197,21 @@ def test_prediction_intervals_hold_on_curves_whose_noise_is_correlated():
     cov = np.array(per_curve)
     se = cov.std(ddof=1) / np.sqrt(cov.size)
     assert cov.mean() + 2 * se >= 0.95 and cov.mean() >= 0.90, cov
+
+
+def test_cut_offs_whose_held_out_windows_overlap_count_as_one_sample():
+    """independent_tails: the decades the cut-offs' held-out windows cover together over one window's. Three
+    windows a decade long, a decade apart: 3; the choice's cut-offs a quarter reach apart (windows ending together
+    at the last budget): 1; two of those plus one disjoint window: 2. The law's degrees of freedom are that count."""
+    from vitbench.fit.interval import independent_tails, law_error
+
+    r = np.linspace(0.1, 1.0, 10)
+    apart = np.repeat([1.0, 10.0, 100.0], r.size)
+    assert independent_tails(apart, np.tile(r, 3)) == pytest.approx(3.0)
+    ends = np.repeat(10.0 ** np.array([-1.0, -0.75, -0.5]), r.size)  # windows [cut, 0]: one shared tail
+    reach_end = -np.log10(ends) * np.tile(r, 3)
+    assert independent_tails(ends, reach_end) == pytest.approx(1.0)
+    mixed = np.concatenate([ends[:20], np.full(10, 1e-3)])
+    reach_mixed = np.concatenate([reach_end[:20], r])
+    assert independent_tails(mixed, reach_mixed) == pytest.approx(2.0)
+    assert law_error(ends, reach_end, 0.01 * reach_end, {}, 0.0, 0.95).law_dof == pytest.approx(1.0)

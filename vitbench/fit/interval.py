@@ -18,13 +18,16 @@ fit's extrapolation, and they miss together (a wrong exponent, a curve's slow wo
 way). Treating them as independent, a normal quantile over the pooled points stated 95 % and held 75 % of the
 published curves' held-out points (issue 33). So each cut-off gives ONE sample of the drift: d_c, the
 least-squares slope through the origin of its misses against reach (its points' mean miss per decade), and
-k^2 = mean(d_c^2) over the n_c cut-offs: an estimate of a variance (the drift's mean is 0 by symmetry: a law is
-as likely to overshoot as undershoot) with n_c degrees of freedom, not one per point.
+k^2 = mean(d_c^2) over the cut-offs: an estimate of a variance (the drift's mean is 0 by symmetry: a law is as
+likely to overshoot as undershoot) with n_c degrees of freedom, not one per point, where n_c counts the cut-offs'
+independent tails: cut-offs whose held-out windows overlap share their misses, so n_c is the decades the windows
+cover together over one window's (`independent_tails`: the choice's three cut-offs, a quarter reach apart, count
+1; the two spread ones (vitbench.fit.backtest, "Spread") a reach apart, 1 each; 3 in all).
 
 The interval is mid -+ t sd in log space, sd^2 = param_var + noise^2 + (k r)^2, t Student's quantile of the level
 with the Welch-Satterthwaite degrees of freedom of that sum (Satterthwaite 1946: nu = sd^4 / sum(v_i^2 / nu_i)),
 the noise term carrying the final fit's n - p, the law term n_c, the bootstrap term as many as it has replicates
-(none counted). Where the law term dominates, t is t(n_c): 3.18 for the default three cut-offs at 95 %, not 1.96.
+(none counted). Where the law term dominates, t is t(n_c): 3.18 for the default n_c = 3 at 95 %, not 1.96.
 Its coverage is measured on the backtest: each cut-off's held-out points against intervals from that cut-off's
 noise and a k fitted on the other cut-offs only, with their n_c - 1 degrees of freedom (leave-one-cut-off-out, so
 no point judges an interval built from it); with a single cut-off, k and its one degree of freedom come from that
@@ -128,6 +131,22 @@ def drifts(cutoff: np.ndarray, reach: np.ndarray, err: np.ndarray) -> np.ndarray
     return np.array(out)
 
 
+def independent_tails(cutoff: np.ndarray, reach: np.ndarray) -> float:
+    """How many independent samples of the drift the cut-offs hold: the decades of compute their held-out windows
+    ([cut-off, its furthest prediction]) cover together, over the longest window. Windows that overlap share their
+    points' misses (the choice's cut-offs, a quarter reach apart, count about 1 together); disjoint ones count 1
+    each (module docstring, "Counting the evidence")."""
+    windows = sorted((math.log10(c), math.log10(c) + float(reach[cutoff == c].max())) for c in np.unique(cutoff))
+    longest = max(hi - lo for lo, hi in windows)
+    if longest <= 0:
+        return float(len(windows))
+    covered, end = 0.0, -math.inf
+    for lo, hi in windows:
+        covered += max(0.0, hi - max(lo, end))
+        end = max(end, hi)
+    return covered / longest
+
+
 def law_error(cutoff: np.ndarray, reach: np.ndarray, err: np.ndarray, cut_noise: dict[float, float],
               noise: float, ci: float, noise_dof: float = math.inf) -> LawError:
     """The law's error model from its backtest points (per point: its cut-off, reach, log error; per cut-off: the
@@ -145,11 +164,12 @@ def law_error(cutoff: np.ndarray, reach: np.ndarray, err: np.ndarray, cut_noise:
         m = cutoff == c
         if len(cuts) > 1:
             rest = drifts(cutoff[~m], reach[~m], err[~m])
-            k_o, n_o = math.sqrt(float(np.mean(rest**2))), rest.size
+            k_o, n_o = math.sqrt(float(np.mean(rest**2))), independent_tails(cutoff[~m], reach[~m])
         else:
-            k_o, n_o = k, d.size
+            k_o, n_o = k, independent_tails(cutoff, reach)
         law_v, noise_v = (k_o * reach[m]) ** 2, pnoise[m] ** 2
         q = student(ci, satterthwaite([noise_v, law_v], [noise_dof, n_o]))
         inside[m] = np.abs(err[m]) <= q * np.sqrt(noise_v + law_v)
-    return LawError(noise, k, ci, float(inside.mean()), int(err.size), len(cuts) > 1, law_dof=float(d.size),
+    return LawError(noise, k, ci, float(inside.mean()), int(err.size), len(cuts) > 1,
+                    law_dof=independent_tails(cutoff, reach),
                     noise_dof=noise_dof)
