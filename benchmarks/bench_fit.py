@@ -17,7 +17,9 @@ change of slope, bench_fit.correlated_noise); fitted on all but the last 0.5 or 
 median RMSE of the log prediction of the chosen law and of each single form, and how often the 95 % prediction
 intervals held the held-out points (beside the coverage the backtest reported). Seeds 0-39 tuned the choice
 (vitbench.fit.backtest cut-offs, RECENCY, RICHER); seeds 5000-5019 and 9000-9011 then compared two candidates;
---seed 20000 (48 curves) and 13000 (16) draw curves none of that saw.
+--seed 20000 (48 curves) and 13000 (16) draw curves none of that saw. With --noise-kind correlated, seeds
+30000-30019 developed the intervals' evidence count (issue 33, third round: vitbench.fit.interval) and seeds 40000
+on validate it.
 csv: the same on published curves (fit on all but the last `reach` decades of each group's budgets; with --split
 COL on the rows whose COL is 1, judged on the others: the published benchmark's own `Training` split), e.g.
 Alabdulmohsin et al. 2022's vision curves (google-research/google-research, revisiting_neural_scaling_laws/data/
