@@ -215,3 +215,6 @@ def test_cut_offs_whose_held_out_windows_overlap_count_as_one_sample():
     reach_mixed = np.concatenate([reach_end[:20], r])
     assert independent_tails(mixed, reach_mixed) == pytest.approx(2.0)
     assert law_error(ends, reach_end, 0.01 * reach_end, {}, 0.0, 0.95).law_dof == pytest.approx(1.0)
+    # and the coverage line says from how many
+    held = law_error(apart, np.tile(r, 3), 0.01 * np.tile(r, 3), {}, 0.0, 0.95).coverage_text()
+    assert held.endswith("from 3 independent backtest windows")

@@ -94,7 +94,9 @@ class LawError:
             return None
         how = "" if self.held_out else " (one cut-off: in-sample, optimistic)"
         points = f"{self.n_checked} backtest point{'s' if self.n_checked != 1 else ''}"
-        return f"{self.ci:.0%} intervals held {self.coverage:.0%} of {points}{how}"
+        tails = (f"; the law's error from {self.law_dof:.2g} independent backtest window"
+                 f"{'s' if abs(self.law_dof - 1) > 1e-9 else ''}" if math.isfinite(self.law_dof) else "")
+        return f"{self.ci:.0%} intervals held {self.coverage:.0%} of {points}{how}{tails}"
 
 
 def student(ci: float, dof) -> np.ndarray:
