@@ -25,13 +25,14 @@ cover together over one window's (`independent_tails`: the choice's three cut-of
 1; the two spread ones (vitbench.fit.backtest, "Spread") a reach apart, 1 each; 3 in all).
 
 The interval is mid -+ t sd in log space, sd^2 = param_var + noise^2 + (k r)^2, t Student's quantile of the level
-with the Welch-Satterthwaite degrees of freedom of that sum (Satterthwaite 1946: nu = sd^4 / sum(v_i^2 / nu_i)),
-the noise term carrying the final fit's n - p, the law term n_c, the bootstrap term as many as it has replicates
-(none counted). Where the law term dominates, t is t(n_c): 3.18 for the default n_c = 3 at 95 %, not 1.96.
+with the Welch-Satterthwaite degrees of freedom (Satterthwaite 1946: nu = V^2 / sum(v_i^2 / nu_i)) of the two
+estimated terms, V = noise^2 + (k r)^2, the noise term carrying the final fit's n - p, the law term n_c (the
+bootstrap term is left out of the count: fewer degrees of freedom, a slightly wider interval). Where the law term
+dominates, t is t(n_c): 3.18 for n_c = 3 at 95 %, not 1.96.
 Its coverage is measured on the backtest: each cut-off's held-out points against intervals from that cut-off's
-noise and a k fitted on the other cut-offs only, with their n_c - 1 degrees of freedom (leave-one-cut-off-out, so
-no point judges an interval built from it); with a single cut-off, k and its one degree of freedom come from that
-cut-off itself (`held_out` False: in-sample). The parameter term is left out there (the backtest's fits have no
+noise and a k fitted on the other cut-offs only, with the other cut-offs' independent tails as its degrees of
+freedom (leave-one-cut-off-out, so no point judges an interval built from it); with a single cut-off, k and its
+degrees of freedom come from that cut-off itself (`held_out` False: in-sample). The parameter term is left out there (the backtest's fits have no
 bootstrap); the backtest's misses include the parameter error of its smaller fits, so k carries it.
 """
 
@@ -69,7 +70,7 @@ class LawError:
 
     def quantile(self, reach) -> np.ndarray:
         """Student's quantile of `ci` at the Welch-Satterthwaite degrees of freedom of noise^2 + (k r)^2 (the
-        bootstrap term counted as exact: it has as many replicates as it likes)."""
+        bootstrap term left out of the count: module docstring)."""
         r = np.maximum(np.asarray(reach, dtype=float), 0.0)
         return student(self.ci, satterthwaite([self.noise**2, (self.slope * r) ** 2],
                                               [self.noise_dof, self.law_dof]))
