@@ -166,7 +166,8 @@ def families(curves: int, seed: int, bootstrap: int, workers: int | None, noise:
     jobs = [(f, seed + i, bootstrap, noise) for i in range(curves) for f in FAMILIES]
     with ProcessPoolExecutor(max_workers=workers) as pool:
         rows = list(pool.map(_family_job, jobs, chunksize=2))
-    print(f"{curves} curves per family, {noise.value} noise, seeds {seed}-{seed + curves - 1}; median RMSE of the log prediction on "
+    print(f"{curves} curves per family, {noise.value} noise, seeds {seed}-{seed + curves - 1}; median RMSE of the "
+          f"log prediction on "
           f"the held-out decade(s); {bootstrap} bootstrap replicates for the intervals")
     print(f"{'family':11s} {'chosen':>8s} " + " ".join(f"{f.value:>10s}" for f in FORMS)
           + f" {'95% held':>9s} {'bt said':>8s}")

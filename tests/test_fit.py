@@ -338,7 +338,7 @@ def test_the_intervals_error_model_adds_cut_offs_spread_a_reach_apart():
     assert spread.form.name == g.chosen and spread.status == FitStatus.OK
     assert sorted(round(6 - float(np.log10(x)), 6) for x in spread.fits) == sorted(SPREAD)
     assert np.all(spread.reach <= 1.0 + 1e-9) and np.all(spread.reach > 0)
-    # the choice's cut-offs share one tail (windows ending at the last budget), each spread one is a tail of its own
+    # the choice's cut-offs share one tail (windows ending at the last budget), each spread one has its own
     assert g.law_error.law_dof == pytest.approx(1 + len(SPREAD))
     assert not set(spread.fits) & set(g.backtest.cutoffs)
     assert json.loads(json.dumps(g.backtest.to_dict()))["spread"]["form"] == g.chosen.value

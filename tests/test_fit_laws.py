@@ -148,9 +148,9 @@ def test_the_law_error_grows_with_reach_and_its_coverage_is_held_out():
 
 def test_the_law_error_counts_one_sample_per_cut_off():
     """A cut-off's held-out points miss together (one fit's drift d, err = d * reach); the drifts of different
-    cut-offs are independent N(0, k^2). From three cut-offs' misses, the interval for a fourth cut-off's points must
-    hold 95 % of them: it does with a t(3) quantile over one drift per cut-off (exactly 95 % in expectation), and
-    would hold P(|t_3| < 1.96) = 85.5 % with a normal quantile over the points as if independent. Over N = 4000
+    cut-offs are independent N(0, k^2). From three cut-offs' misses, the interval for a fourth cut-off's points
+    must hold 95 % of them: it does with a t(3) quantile over one drift per cut-off (exactly 95 % in expectation),
+    and would hold P(|t_3| < 1.96) = 85.5 % with a normal quantile over the points as if independent. Over N = 4000
     draws the binomial sd of a 95 % coverage is sqrt(0.95 * 0.05 / N) = 0.0034: 4 sd is 0.014, so the check
     separates the two (0.95 - 0.855 = 28 sd)."""
     from vitbench.fit.interval import law_error
@@ -202,7 +202,8 @@ def test_prediction_intervals_hold_on_curves_whose_noise_is_correlated():
 def test_cut_offs_whose_held_out_windows_overlap_count_as_one_sample():
     """independent_tails: the decades the cut-offs' held-out windows cover together over one window's. Three
     windows a decade long, a decade apart: 3; the choice's cut-offs a quarter reach apart (windows ending together
-    at the last budget): 1; two of those plus one disjoint window: 2. The law's degrees of freedom are that count."""
+    at the last budget): 1; two of those plus one disjoint window: 2. The law's degrees of freedom are that
+    count."""
     from vitbench.fit.interval import independent_tails, law_error
 
     r = np.linspace(0.1, 1.0, 10)

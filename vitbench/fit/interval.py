@@ -32,8 +32,9 @@ dominates, t is t(n_c): 3.18 for n_c = 3 at 95 %, not 1.96.
 Its coverage is measured on the backtest: each cut-off's held-out points against intervals from that cut-off's
 noise and a k fitted on the other cut-offs only, with the other cut-offs' independent tails as its degrees of
 freedom (leave-one-cut-off-out, so no point judges an interval built from it); with a single cut-off, k and its
-degrees of freedom come from that cut-off itself (`held_out` False: in-sample). The parameter term is left out there (the backtest's fits have no
-bootstrap); the backtest's misses include the parameter error of its smaller fits, so k carries it.
+degrees of freedom come from that cut-off itself (`held_out` False: in-sample). The parameter term is left out
+there (the backtest's fits have no bootstrap); the backtest's misses include the parameter error of its smaller
+fits, so k carries it.
 """
 
 from __future__ import annotations
