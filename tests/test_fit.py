@@ -323,3 +323,22 @@ def test_the_choice_scores_error_per_decade_of_reach():
         b.observed += [1.0] * 5
         b.predicted += list(np.exp(k * np.log10(c / cut)))  # log error = k x reach
     assert per_decade_score(b) == pytest.approx(k, rel=1e-9)
+
+
+def test_the_intervals_error_model_adds_cut_offs_spread_a_reach_apart():
+    """The chosen law is also backtested SPREAD reaches before the last budget (2 and 3: tails that do not overlap
+    the choice's cut-offs'), each predicting a reach ahead; those cut-offs enter the law's error model (one drift
+    independent tail each: the degrees of freedom count them) and the JSON, never the choice's scores."""
+    from vitbench.fit import fit_group
+    from vitbench.fit.backtest import SPREAD
+
+    c = np.geomspace(1, 1e6, 61)  # 0.1 decade apart
+    g = fit_group({}, c, noisy(3, compute=c), [""] * len(c), FitSpec(bootstrap=0, reach=1.0))
+    spread = g.backtest.spread
+    assert spread.form.name == g.chosen and spread.status == FitStatus.OK
+    assert sorted(round(6 - float(np.log10(x)), 6) for x in spread.fits) == sorted(SPREAD)
+    assert np.all(spread.reach <= 1.0 + 1e-9) and np.all(spread.reach > 0)
+    # the choice's cut-offs share one tail (windows ending at the last budget), each spread one has its own
+    assert g.law_error.law_dof == pytest.approx(1 + len(SPREAD))
+    assert not set(spread.fits) & set(g.backtest.cutoffs)
+    assert json.loads(json.dumps(g.backtest.to_dict()))["spread"]["form"] == g.chosen.value

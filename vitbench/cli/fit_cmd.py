@@ -80,7 +80,8 @@ def _show(report) -> None:
                   f"later cut-offs weighted more, richer forms preferred). Weight: the form's share in the "
                   f"intervals. Backtest miss: the typical factor a prediction at this reach was off by. "
                   f"Prediction intervals: parameters, one observation's noise and the law's backtest error at the "
-                  f"reach, with how often such intervals held the backtest's points.[/]")
+                  f"reach (Student's t over the backtest's independent windows: its points miss together), "
+                  f"with how often such intervals held the backtest's points.[/]")
     for note in report.dropped:
         console.print(f"[yellow]left out:[/] {escape(note)}")
 

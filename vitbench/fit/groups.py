@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from vitbench.errors import ConfigError, shorten
 from vitbench.fit import rows as rowsel
 from vitbench.fit.backtest import N_CUTOFFS, Backtest, choose, chosen_law_error, default_reach, mixture_log_var, \
-    mixture_param, run_backtest
+    mixture_param, run_backtest, spread_backtest
 from vitbench.fit.estimate import N_BOOT, CurveFit, ParamEstimate, fit_curve
 from vitbench.fit.forms import FORMS, FormName
 from vitbench.fit.interval import LawError
@@ -150,6 +150,7 @@ def fit_group(key: dict, c: np.ndarray, e: np.ndarray, labels: list[str], spec: 
     spread = any(f.n_replicates > 1 for f in g.fits if g.weights.get(f.form.name.value, 0) > 0)
     b = mixture_param(g.fits, g.weights, "b", spec.ci) if spread else None
     g.exponent = ParamEstimate(best.params["b"].value, *(b or (None, None)))
+    g.backtest.spread = spread_backtest(c, e, best.form, g.backtest)
     g.law_error = replace(chosen_law_error(g.backtest, best), ceiling=ceiling)
     if spec.predict:
         xs = np.asarray(spec.predict, dtype=float)
