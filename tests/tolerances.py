@@ -129,3 +129,33 @@ def rollout_bound(delta: float, layers: int, tokens: int) -> float:
     each layer's row-normalised 0.5 mean_h A + 0.5 I moves by at most tokens * delta in row-sum norm (the entries
     and the normaliser), and a product of row-stochastic matrices adds its factors' errors in that norm."""
     return layers * tokens * delta
+
+
+# --- tol3a ---
+EPS64 = float(np.finfo(np.float64).eps)  # 2**-52 = 2.2e-16
+
+
+def f64(expected, roundings: int, scale: float | None = None):
+    """pytest.approx for bookkeeping arithmetic in float64 (means, sums, ratios, unit conversions): each of the two
+    computations compared rounds at most `roundings` times along its chain (a decimal literal such as 0.89 counts
+    one: it is read as the nearest double), on terms of magnitude at most `scale`, so the two differ by at most
+    2 * roundings * EPS64 * scale (Higham's gamma_n on either side, x 2 for both). `scale` defaults to the largest
+    |expected|, right where no term exceeds the result (sums of positive terms, products, quotients); where terms
+    cancel (a difference of two means, an interquartile range) pass the terms' size. A wrong formula is off by
+    orders more than this ~1e-15 relative."""
+    import pytest
+
+    size = float(np.abs(np.asarray(expected, dtype=np.float64)).max()) if scale is None else scale
+    return pytest.approx(expected, rel=0, abs=2 * roundings * EPS64 * size)
+
+
+def f64_std(values):
+    """pytest.approx for the sample standard deviation (ddof 1) of `values`, computed by another float64 program
+    (pandas' or statistics' against numpy's): each deviation x - mean is off by the mean's n roundings plus its own
+    one, absolutely, of max |x| (gamma_{n+1}); sqrt(sum d^2 / (n - 1)) moves by at most sqrt(n / (n - 1)) <= 1.5
+    times that; the squares, the sum, the division and the square root add n + 3 roundings relative to the std,
+    which is at most 1.5 x 2 max |x|. Both programs: x 2 (inside f64)."""
+    x = np.asarray(values, dtype=np.float64)
+    n = len(x)
+    return f64(float(np.std(x, ddof=1)), roundings=int(np.ceil(1.5 * (n + 1) + 3 * (n + 3))),
+               scale=float(np.abs(x).max()))
