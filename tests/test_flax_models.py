@@ -208,6 +208,6 @@ def test_bf16_compute_stays_close_to_fp32():
     f32 = jax.jit(build_flax_model(spec).apply)(params, x)
     b16 = jax.jit(build_flax_model(spec, dtype=jnp.bfloat16).apply)(params, x)
     assert b16.dtype == jnp.float32  # logits always float32
-    # bf16 really computed: further apart than two fp32 programs can be (forward_parity), and close: within the bf16
-    # roundings along the chain (bf16_chain x 2**-8; 0.006 on this draw)
+    # bf16 really computed: further apart than two fp32 programs can be (forward_parity), and close: within the
+    # bf16 roundings along the chain (bf16_chain x 2**-8; 0.006 on this draw)
     assert forward_parity(spec, 32) < rel_diff(f32, b16) <= bf16_chain(spec) * BF16_U

@@ -198,8 +198,9 @@ def bf16_chain(spec) -> int:
     """bf16 roundings along a ViT's forward in mixed precision (Flax, dtype=bfloat16): the dots accumulate in fp32
     (XLA's CPU dots and oneDNN's bf16 kernels, AVX512-BF16's VDPBF16PS too, sum products in fp32), so a layer
     rounds its kernel (once) and its output (once) to bf16, not its n terms. Per block: LayerNorm 1, qkv 2, the
-    logits q.k 1, softmax 1, the weighted values 1, the projection 2, the residual add 1, LayerNorm 1, fc1 2, GELU 1,
-    fc2 2, the add 1 (16); the input 1, the patch embedding 2, + position 1, the final LayerNorm 1 and the head 2.
+    logits q.k 1, softmax 1, the weighted values 1, the projection 2, the residual add 1, LayerNorm 1, fc1 2,
+    GELU 1, fc2 2, the add 1 (16); the input 1, the patch embedding 2, + position 1, the final LayerNorm 1 and the
+    head 2.
     Each rounding's error is carried to the logits at gain ~1 (forward_parity's assumption), so two such forwards,
     one in fp32, differ by at most bf16_chain * BF16_U relative to the largest logit."""
     return 16 * spec.depth + 7
