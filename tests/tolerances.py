@@ -196,8 +196,9 @@ BF16_U = 2.0**-8  # bfloat16's unit roundoff: 8 significant bits (7 stored), one
 
 def bf16_chain(spec) -> int:
     """bf16 roundings along a ViT's forward in mixed precision (Flax, dtype=bfloat16): the dots accumulate in fp32
-    (XLA's CPU dots and oneDNN's bf16 kernels, AVX512-BF16's VDPBF16PS too, sum products in fp32), so a layer
-    rounds its kernel (once) and its output (once) to bf16, not its n terms. Per block: LayerNorm 1, qkv 2, the
+    (XLA's CPU backend computes bf16 dots in f32; x86's bf16 dot instructions, AVX512-BF16's VDPBF16PS and AMX,
+    accumulate in fp32), so a layer rounds its kernel (once) and its output (once) to bf16, not its n terms (an
+    fp32 accumulation is off by n EPS32, negligible here). Per block: LayerNorm 1, qkv 2, the
     logits q.k 1, softmax 1, the weighted values 1, the projection 2, the residual add 1, LayerNorm 1, fc1 2,
     GELU 1, fc2 2, the add 1 (16); the input 1, the patch embedding 2, + position 1, the final LayerNorm 1 and the
     head 2.
