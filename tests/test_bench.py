@@ -13,6 +13,7 @@ from vitbench.backends.base import Step, Workload
 from vitbench.backends.torch.backend import TorchBackend
 from vitbench.measure.throughput import bench
 from vitbench.measure.timing import summarize
+from tolerances import f64
 
 FAST = dict(warmup_steps=2, min_steps=5, min_seconds=0.05, max_seconds=120.0, threads=1)
 ATTENTION = {"vit": "flash", "bit": "none", "hybrid": "flash"}  # torch's CPU SDPA kernel for fp32 is flash
@@ -27,9 +28,11 @@ def test_bench_record(model, family, task, one_torch_thread):
     m, raw = rec.metrics, rec.raw
     assert len(raw["window_s"]) == len(raw["step_s"]) == m["windows"] >= 5 and len(raw["warmup_s"]) == 2
     assert m["steps"] == m["windows"] * m["window_steps"] >= 5
-    assert raw["step_s"] == pytest.approx([w / m["window_steps"] for w in raw["window_s"]])
-    assert m["img_per_s"] == pytest.approx(3 / (m["step_ms_median"] / 1000))
-    assert m["step_ms_mean"] == pytest.approx(1000 * sum(raw["window_s"]) / m["steps"])
+    # exact: bench computes step_s and img_per_s by these very operations (the same roundings)
+    assert raw["step_s"] == [w / m["window_steps"] for w in raw["window_s"]]
+    assert m["img_per_s"] == 3 / (m["step_ms_median"] / 1000)
+    # the same sum, then / steps * 1000 there and * 1000 / steps here: 2 roundings each
+    assert m["step_ms_mean"] == f64(1000 * sum(raw["window_s"]) / m["steps"], roundings=2)
     assert "step_ms_p99" not in m  # per-step latency percentiles do not exist when steps overlap
     assert m["batch_size_requested"] == m["batch_size_achieved"] == 3
     assert m["first_step_s"] > 0 and m["compile_s"] is None
@@ -50,7 +53,7 @@ def test_latency_timing_keeps_every_step(one_torch_thread):
     assert rec.config["timing"] == "latency" and "window_s" not in raw and "windows" not in m
     assert len(raw["step_s"]) == m["steps"] >= 5
     assert m["step_ms_p10"] <= m["step_ms_median"] <= m["step_ms_p90"] <= m["step_ms_p99"]
-    assert m["img_per_s"] == pytest.approx(2 / (m["step_ms_median"] / 1000))
+    assert m["img_per_s"] == 2 / (m["step_ms_median"] / 1000)  # exact: bench's own operations
 
 
 def test_steady_memory_excludes_what_the_build_used(one_torch_thread):
@@ -152,9 +155,10 @@ def test_timed_loop_needs_both_min_steps_and_min_seconds():
 
 def test_summary_statistics():
     s = summarize([0.001, 0.002, 0.003, 0.004, 0.100])
-    assert s["step_ms_median"] == pytest.approx(3.0)
-    assert s["step_ms_iqr"] == pytest.approx(2.0)
-    assert s["step_ms_min"] == pytest.approx(1.0) and s["steps"] == 5
+    # the literal read (1 rounding) and * 1000 (1); the IQR also subtracts two literals' values (4, of 4 ms)
+    assert s["step_ms_median"] == f64(3.0, roundings=2)
+    assert s["step_ms_iqr"] == f64(2.0, roundings=4, scale=4.0)
+    assert s["step_ms_min"] == f64(1.0, roundings=2) and s["steps"] == 5
     assert s["step_cv"] > 1  # one outlier dominates the spread
     with pytest.raises(ValueError):
         summarize([])
@@ -211,6 +215,7 @@ def test_window_sizing_and_stopping():
     assert window_done(5, 40, 10.0, 10, 1.0, 60.0, min_windows=5, max_steps=10**5)
     assert window_done(1, 4, 61.0, 10, 1.0, 60.0, min_windows=5, max_steps=10**5)  # max_seconds caps
     s = summarize_windows([0.4, 0.2, 0.3], window_steps=10)
-    assert s["steps"] == 30 and s["windows"] == 3 and s["step_ms_median"] == pytest.approx(30.0)
-    assert s["step_ms_mean"] == pytest.approx(30.0) and s["step_ms_min"] == pytest.approx(20.0)
+    # a window's literal, / 10, * 1000: 3 roundings; the mean: 3 literals, 2 sums, / 30, * 1000: 7
+    assert s["steps"] == 30 and s["windows"] == 3 and s["step_ms_median"] == f64(30.0, roundings=3)
+    assert s["step_ms_mean"] == f64(30.0, roundings=7) and s["step_ms_min"] == f64(20.0, roundings=3)
     assert "step_ms_p99" not in s

@@ -14,14 +14,16 @@ from vitbench.compare import compare, compare_paths, inject_slowdown, load_recor
 from vitbench.compare.decide import decide
 from vitbench.compare.match import match_key
 from vitbench.errors import ConfigError
+from tolerances import Z_STAT, f64, median_sd
 
 STEP_S = 0.010  # synthetic median step time of the baseline (s)
+STEPS, STEP_CV, SPIKE_P = 50, 0.03, 0.03  # a record's synthetic steps: how many, their jitter, the spikes' share
 
 
-def steps(rng: np.random.Generator, n: int = 50, scale: float = 1.0, cv: float = 0.03) -> list[float]:
+def steps(rng: np.random.Generator, n: int = STEPS, scale: float = 1.0, cv: float = STEP_CV) -> list[float]:
     """Per-step times like a real run: log-normal jitter plus ~3 % slow outlier steps (GC, a neighbour)."""
     x = STEP_S * scale * rng.lognormal(0.0, cv, n)
-    spikes = rng.random(n) < 0.03
+    spikes = rng.random(n) < SPIKE_P
     x[spikes] *= rng.uniform(1.2, 2.0, spikes.sum())
     return x.tolist()
 
@@ -80,7 +82,7 @@ def test_identical_sets_no_regression():
     assert cmp.exit_code == 0
     assert [r.decision for r in cmp.rows] == ["no change", "no change"]
     for r in cmp.rows:
-        assert r.ratio == pytest.approx(1.0)
+        assert r.ratio == 1.0  # exact: the same deterministic point estimate (medians, means) on the same data
         assert r.ci_low <= 1.0 <= r.ci_high
         assert r.repeats == (3, 3) and r.samples == (150, 150)
     assert not cmp.unmatched_baseline and not cmp.unmatched_current and not cmp.env_diff
@@ -89,13 +91,16 @@ def test_identical_sets_no_regression():
 def test_ten_percent_slowdown_in_raw_timings_is_a_regression():
     base = result_set(np.random.default_rng(0))
     slow = inject_slowdown(base, 1.10)  # every raw step 10 % longer; derived metrics follow
-    assert slow[0].raw["step_s"][0] == pytest.approx(base[0].raw["step_s"][0] * 1.1)
-    assert slow[0].metrics["img_per_s"] == pytest.approx(base[0].metrics["img_per_s"] / 1.1)
+    assert slow[0].raw["step_s"][0] == base[0].raw["step_s"][0] * 1.1  # exact: inject_slowdown's own operation
+    assert slow[0].metrics["img_per_s"] == base[0].metrics["img_per_s"] / 1.1
     cmp = compare(base, slow)
     assert cmp.exit_code == 1
     assert {r.decision for r in cmp.rows} == {"regression"}
     for r in cmp.rows:
-        assert r.ratio == pytest.approx(1 / 1.1, rel=1e-9)
+        # no sampling in the point (the same steps x 1.1, a monotone map: the same median steps): rounding only.
+        # Each side: a sample batch / (s x 1.1) 2 roundings, the median's average 2, the mean of 3 repeats 3; the
+        # ratio 1, the literal 1 / 1.1 2: 8 in all for a side (f64 doubles for both)
+        assert r.ratio == f64(1 / 1.1, roundings=8)
         assert r.ci_high < 0.95
     # and the other way round it is an improvement, which never fails the check
     back = compare(slow, base)
@@ -242,10 +247,15 @@ def test_normalize_divides_out_a_slower_machine():
     assert raw.exit_code == 1
     norm = compare(base, cur, normalize=True)
     assert norm.exit_code == 0, to_markdown(norm)
+    # the two sides sample independent steps: each point is the mean of 3 repeats' medians, the ratio's relative
+    # sd sqrt(2) median_sd / sqrt(3) (tests/tolerances.py); Z_STAT of those
+    sampling = Z_STAT * np.sqrt(2 / 3) * median_sd(STEP_CV, STEPS, SPIKE_P)
     for r in norm.rows:
-        assert r.ratio == pytest.approx(1.0, abs=0.03)
-        assert r.machine_ratio == pytest.approx(0.70, rel=0.01)
-        assert r.ratio_raw == pytest.approx(0.70, abs=0.03)
+        assert r.ratio == pytest.approx(1.0, rel=sampling)
+        # the calibrations' medians 0.70 / 1.00 exactly, divided out and back: no sampling, only roundings (the
+        # points / calibration 1, means 3 + 3 each side, two ratios 1 + 1, machine_ratio 1: 17; f64 doubles)
+        assert r.machine_ratio == f64(0.70, roundings=17)
+        assert r.ratio_raw == pytest.approx(0.70, rel=sampling)
     # a real 2x slowdown of the harness on that slower machine is still caught after normalising
     assert compare(base, inject_slowdown(cur, 2.0), normalize=True).exit_code == 1
 
@@ -274,8 +284,13 @@ def test_normalize_picks_the_calibration_nearest_in_time():
     cur_cals = copy.deepcopy(cals)
     cur_cals[1].raw["matmul_tflops_per_s"] = [0.5]  # ... and its calibration saw it
     cmp = compare(base + cals, cur + cur_cals, normalize=True)
-    assert cmp.rows[0].ratio == pytest.approx(1.0) and cmp.rows[0].decision == "no change"
-    assert compare(base + cals, cur + cur_cals).rows[0].ratio == pytest.approx(0.75, rel=0.05)
+    # round 2 slowed 2x and divided by its calibration 0.5: the same point, up to roundings (a side: sample 2,
+    # median 2, / calibration 1, mean of 2 repeats 2; the ratio 1: 8)
+    assert cmp.rows[0].ratio == f64(1.0, roundings=8) and cmp.rows[0].decision == "no change"
+    # unnormalised: (p1 + p2 / 2) / (p1 + p2) = 0.75 - d / 8 to first order, d = p2 / p1 - 1 the two repeats'
+    # sampling difference (sd sqrt(2) median_sd)
+    half = compare(base + cals, cur + cur_cals).rows[0].ratio
+    assert half == pytest.approx(0.75, abs=Z_STAT * np.sqrt(2) * median_sd(STEP_CV, STEPS, SPIKE_P) / 8)
 
 
 def test_normalize_without_calibration_is_bad_input():
@@ -421,7 +436,8 @@ def test_results_directories_pool_but_reruns_in_one_directory_supersede(tmp_path
     pooled = compare_paths(tmp_path / "cur", tmp_path / "cur")
     assert pooled.rows[0].repeats == (2, 2)
     rerun = compare_paths(tmp_path / "cur", tmp_path / "rerun")
-    assert rerun.rows[0].repeats == (2, 1) and rerun.rows[0].ratio == pytest.approx(0.5, rel=1e-6)
+    # the same steps x 2 against themselves: roundings only (a side: sample 2, median 2, mean 2; the ratio 1)
+    assert rerun.rows[0].repeats == (2, 1) and rerun.rows[0].ratio == f64(0.5, roundings=7)
 
 
 def test_compare_paths_directory(tmp_path):
@@ -457,7 +473,7 @@ def test_end_to_end_sweep_rounds_then_compare(tmp_path, cli):
     cmp = compare_paths(cur, cur, normalize=True)
     (row,) = cmp.rows
     assert row.repeats == (2, 2) and row.samples[0] >= 10 and row.decision == "no change"
-    assert row.machine_ratio == pytest.approx(1.0)
+    assert row.machine_ratio == 1.0  # exact: the same records on both sides, the same deterministic arithmetic
     r = cli(cur, cur, "--normalize", "--threshold", "0.25", "--inject-slowdown", "2", "--format", "json")
     (entry,) = json.loads(r.stdout)
     assert entry["name"] == "ViT-Nano/4 infer torch bs4 32px fp32 cpu - img_per_s" and entry["unit"] == "img/s"

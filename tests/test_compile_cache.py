@@ -16,6 +16,7 @@ import pytest
 from vitbench import paths
 from vitbench.measure.throughput import budget, from_cache
 from vitbench.report.budget import PARTS, row_budget, time_budget
+from tolerances import f64
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -45,14 +46,19 @@ def test_from_cache_reads_the_counters_honestly():
 
 def test_budget_parts_are_disjoint_and_add_up():
     # AOT (JAX): compile happened before the first step, inside to_first_step; lazy (torch.compile): in it
+    # warm-up: 0.5 + (0.1 + 0.1): the literal 0.1 and the addition round (0.1 + 0.1 doubles exactly), and so does
+    # the literal 0.7; the other parts are sums of small integers (exact). Lazy: 4.5 + 0.1 rounds at 4.6's size
+    # (the - 4.0 after it is exact, Sterbenz)
     aot = budget(10.0, 4.0, True, 0.5, [0.1, 0.1], [1.0, 1.0])
-    assert aot == {"setup": 6.0, "compile": 4.0, "warmup": pytest.approx(0.7), "timed": 2.0}
+    assert aot == {"setup": 6.0, "compile": 4.0, "warmup": f64(0.7, roundings=3), "timed": 2.0}
     lazy = budget(3.0, 4.0, False, 4.5, [0.1], [1.0])
-    assert lazy == {"setup": 3.0, "compile": 4.0, "warmup": pytest.approx(0.6), "timed": 1.0}
+    assert lazy == {"setup": 3.0, "compile": 4.0, "warmup": f64(0.6, roundings=3, scale=4.6), "timed": 1.0}
     row = pd.Series({"runner.wall_s": 15.0, "runner.startup_s": 1.0, "raw": {"budget_s": aot}})
     b = row_budget(row)
-    assert sum(b[p] for p in PARTS) == pytest.approx(15.0)  # other = what is left
-    assert b["startup_s"] == 7.0 and b["other_s"] == pytest.approx(15.0 - 7.0 - 4.0 - 0.7 - 2.0)
+    # other = what is left: the warm-up's 3 roundings, the parts' sum (3) and the subtraction (1), then the sum
+    # here (4); all of values up to the wall time (15 s)
+    assert sum(b[p] for p in PARTS) == f64(15.0, roundings=11, scale=15.0)
+    assert b["startup_s"] == 7.0 and b["other_s"] == f64(15.0 - 7.0 - 4.0 - 0.7 - 2.0, roundings=7, scale=15.0)
     flops = row_budget(pd.Series({"runner.wall_s": 3.0, "runner.startup_s": 0.5, "raw": {}}))
     assert flops["startup_s"] == 0.5 and flops["other_s"] == 2.5 and flops["compile_s"] == 0.0
 
@@ -68,7 +74,8 @@ def test_time_budget_table_has_a_total_line():
     assert t.loc[("all", "all"), "trials"] == 2 and t.loc[("all", "all"), "wall_s"] == 12.0
     assert t.loc[("all", "all"), "compile_cached"] == 1
     assert t.loc[("jax", "infer"), "other_s"] == 1.0
-    assert t.loc[("all", "all"), list(PARTS)].sum() == pytest.approx(12.0)
+    # exact: every part here is a multiple of 0.5, exact in binary, and so are their sums and differences
+    assert t.loc[("all", "all"), list(PARTS)].sum() == 12.0
 
 
 def _env(cache: Path, **extra) -> dict:

@@ -214,9 +214,11 @@ def test_bilinear_resampling_reproduces_a_linear_field_inside_the_grid():
 def test_resample_is_identity_at_the_same_grid_and_checks_shapes():
     pe = np.random.default_rng(0).standard_normal((1, 17, 8))
     assert resample_pos_embed(pe, 4) is pe
-    np.testing.assert_allclose(resample_pos_embed(pe[0], (4, 4)), pe[0])
+    np.testing.assert_array_equal(resample_pos_embed(pe[0], (4, 4)), pe[0])  # the same grid: returned as is
+    # exact: at scale 1 the source coordinate (i + 0.5) * 1 - 0.5 is i exactly, where bilinear's weights are 1 and
+    # 0 and Keys' cubic (a = -0.75, all its coefficients binary fractions) evaluates to exactly 0, 1, 0, 0
     for m in ("bilinear", "bicubic"):
-        np.testing.assert_allclose(interp_matrix(6, 6, m), np.eye(6), atol=1e-12)
+        np.testing.assert_array_equal(interp_matrix(6, 6, m), np.eye(6))
     with pytest.raises(ValueError, match="square"):
         resample_pos_embed(np.zeros((1, 1 + 15, 8)), 4)
     with pytest.raises(ConfigError, match="allowed"):

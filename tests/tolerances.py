@@ -131,7 +131,7 @@ def rollout_bound(delta: float, layers: int, tokens: int) -> float:
     return layers * tokens * delta
 
 
-# --- tol3b ---
+# --- float64 and bf16 rounding bounds, statistical checks ---
 EPS64 = float(np.finfo(np.float64).eps)  # 2**-52 = 2.2e-16
 
 
@@ -151,3 +151,75 @@ def svd_perturbation(x, roundings: int) -> float:
     a = np.asarray(x, np.float64)
     m, n = a.shape
     return (m * n) ** 0.5 * gamma(roundings) * float(np.abs(a).max()) + m * n * EPS64 * float(np.linalg.norm(a, 2))
+
+
+def f64(expected, roundings: int, scale: float | None = None):
+    """pytest.approx for bookkeeping arithmetic in float64 (means, sums, ratios, unit conversions): each of the two
+    computations compared rounds at most `roundings` times along its chain (a decimal literal such as 0.89 counts
+    one: it is read as the nearest double), on terms of magnitude at most `scale`, so the two differ by at most
+    2 * roundings * EPS64 * scale (Higham's gamma_n on either side, x 2 for both). `scale` defaults to the largest
+    |expected|, right where no term exceeds the result (sums of positive terms, products, quotients); where terms
+    cancel (a difference of two means, an interquartile range) pass the terms' size. A wrong formula is off by
+    orders more than this ~1e-15 relative."""
+    import pytest
+
+    size = float(np.abs(np.asarray(expected, dtype=np.float64)).max()) if scale is None else scale
+    return pytest.approx(expected, rel=0, abs=2 * gamma(roundings) * size)
+
+
+def f64_std(values):
+    """pytest.approx for the sample standard deviation (ddof 1) of `values`, computed by another float64 program
+    (pandas' or statistics' against numpy's): each deviation x - mean is off by the mean's n roundings plus its own
+    one, absolutely, of max |x| (gamma_{n+1}); sqrt(sum d^2 / (n - 1)) moves by at most sqrt(n / (n - 1)) <= 1.5
+    times that; the squares, the sum, the division and the square root add n + 3 roundings relative to the std,
+    which is at most 1.5 x 2 max |x|. Both programs: x 2 (inside f64)."""
+    x = np.asarray(values, dtype=np.float64)
+    n = len(x)
+    return f64(float(np.std(x, ddof=1)), roundings=int(np.ceil(1.5 * (n + 1) + 3 * (n + 3))),
+               scale=float(np.abs(x).max()))
+
+
+# Statistical checks (the compare tests' synthetic step times, tests/test_compare.steps: n steps lognormal(0, cv),
+# a fraction p of them x U(1.2, 2)): how far an estimate of a ratio falls from the truth by sampling alone. A check
+# allows Z_STAT standard deviations: a correct estimator fails it with probability < 1e-6 (normal tail), a wrong
+# one (a ratio inverted, a slowdown not applied, the mean of a spiky sample) is off by several times that.
+Z_STAT = 5.0
+
+
+def median_sd(cv: float, n: int, spike_p: float = 0.0) -> float:
+    """Relative standard deviation of the median of such n steps: the sample median's asymptotic sd
+    1 / (2 f(m) sqrt(n)), f(m) = 1 / (cv sqrt(2 pi)) the density of log-times at their median (Kendall's Advanced
+    Theory of Statistics, vol. 1, 10.10); plus the spikes: K ~ Binomial(n, p) of them, half from below the median
+    (a x1.2 spike is 6 cv up: always above it), move the median up K / (2 n) quantiles, cv sqrt(2 pi) K / (2 n) in
+    log-time (the two added, not in quadrature: an overstatement, 0.0062 against 0.0054 simulated at n = 50)."""
+    return cv * np.sqrt(2 * np.pi) * (0.5 / np.sqrt(n) + np.sqrt(n * spike_p * (1 - spike_p)) / (2 * n))
+
+
+def min_sd(cv: float, n: int) -> float:
+    """Relative standard deviation of the fastest of n such steps (spikes only slow a step): cv times the sd of
+    the minimum of n standard normal log-times, integrated from its density n phi(x) (1 - Phi(x))^(n - 1)
+    (David & Nagaraja, Order Statistics, eq. 2.1.4; 0.464 at n = 50)."""
+    from math import erf
+
+    x = np.linspace(-8.0, 8.0, 16001)
+    upper = 1 - 0.5 * (1 + np.vectorize(erf)(x / np.sqrt(2)))
+    f = n * np.exp(-x * x / 2) / np.sqrt(2 * np.pi) * upper ** (n - 1)
+    dx = x[1] - x[0]
+    mean = (x * f).sum() * dx
+    return float(cv * np.sqrt(((x - mean) ** 2 * f).sum() * dx))
+
+
+BF16_U = 2.0**-8  # bfloat16's unit roundoff: 8 significant bits (7 stored), one rounding costs <= 2**-8 of a value
+
+
+def bf16_chain(spec) -> int:
+    """bf16 roundings along a ViT's forward in mixed precision (Flax, dtype=bfloat16): the dots accumulate in fp32
+    (XLA's CPU backend computes bf16 dots in f32; x86's bf16 dot instructions, AVX512-BF16's VDPBF16PS and AMX,
+    accumulate in fp32), so a layer rounds its kernel (once) and its output (once) to bf16, not its n terms (an
+    fp32 accumulation is off by n EPS32, negligible here). Per block: LayerNorm 1, qkv 2, the
+    logits q.k 1, softmax 1, the weighted values 1, the projection 2, the residual add 1, LayerNorm 1, fc1 2,
+    GELU 1, fc2 2, the add 1 (16); the input 1, the patch embedding 2, + position 1, the final LayerNorm 1 and the
+    head 2.
+    Each rounding's error is carried to the logits at gain ~1 (forward_parity's assumption), so two such forwards,
+    one in fp32, differ by at most bf16_chain * BF16_U relative to the largest logit."""
+    return 16 * spec.depth + 7
