@@ -12,6 +12,8 @@ from vitbench.errors import ConfigError
 from vitbench.fit import FitSpec, FitStatus, FormName, fit_curve, fit_path, frontier_mask, run_backtest
 from vitbench.fit.forms import FORMS
 
+from tolerances import EPS64, f64, fit_residual_floor, noiseless_fit_bound, noiseless_prediction_bound, stopped_fit_bound
+
 TRUE = {"e_inf": 0.05, "a": 0.3, "b": 0.45, "c0": 0.02}  # in the units of the compute column below
 BUDGETS = np.geomspace(1e-3, 1e3, 12)
 
@@ -32,20 +34,33 @@ def test_noiseless_points_give_the_parameters_exactly():
                          (FormName.SATURATING, TRUE)):
         f = fit_curve(BUDGETS, law(BUDGETS, **params), form, bootstrap=0)
         assert f.status == FitStatus.OK and set(f.params) == set(params)
+        # noise-free points: the solver stops at the residuals' rounding floor, the parameters within its
+        # conditioning (tests/tolerances.py: noiseless_fit_bound, ~1e-11 relative here)
+        bound = noiseless_fit_bound(FORMS[form], params, BUDGETS)
         for k, v in params.items():
-            assert f.params[k].value == pytest.approx(v, rel=1e-4, abs=1e-7), (form, k)
-        assert f.rmse_log < 1e-6
+            assert f.params[k].value == pytest.approx(v, rel=0, abs=bound[k]), (form, k)
+        assert f.rmse_log <= fit_residual_floor(FORMS[form], params, BUDGETS)
 
 
 def test_parameters_do_not_depend_on_the_compute_unit():
     """Compute in FLOPs instead of exaFLOPs: b and e_inf unchanged, c0 scales by 1e18, a by 1e18^b."""
     e = noisy(3)
-    small = fit_curve(BUDGETS, e, bootstrap=0).values()
+    fit = fit_curve(BUDGETS, e, bootstrap=0)
+    small = fit.values()
     big = fit_curve(BUDGETS * 1e18, e, bootstrap=0).values()
-    assert big["b"] == pytest.approx(small["b"], rel=1e-4)
-    assert big["e_inf"] == pytest.approx(small["e_inf"], rel=1e-3)
-    assert big["c0"] == pytest.approx(small["c0"] * 1e18, rel=1e-3)
-    assert big["a"] == pytest.approx(small["a"] * 1e18 ** small["b"], rel=1e-3)
+    # both fit the same normalised problem (x = C / geometric mean) up to x's rounding: each is within the ftol
+    # stop of its minimiser (stopped_fit_bound), x 2 for the two; the minimisers themselves move by the rounding
+    # floor's share (noiseless_fit_bound, ~1e-11, added)
+    stop = stopped_fit_bound(fit.form, small, BUDGETS, fit.rmse_log)
+    floor = noiseless_fit_bound(fit.form, small, BUDGETS)
+    bound = {k: 2 * stop[k] + floor[k] for k in stop}
+    assert big["b"] == pytest.approx(small["b"], rel=0, abs=bound["b"])
+    assert big["e_inf"] == pytest.approx(small["e_inf"], rel=0, abs=bound["e_inf"])
+    assert big["c0"] == pytest.approx(small["c0"] * 1e18, rel=0, abs=bound["c0"] * 1e18)
+    # a in FLOPs is a (1e18)^b in exaFLOPs: its bound in exaFLOPs, carried by the same factor, plus b's error
+    # times log(1e18) relative
+    assert big["a"] == pytest.approx(small["a"] * 1e18 ** small["b"], rel=0,
+                                     abs=(bound["a"] / small["a"] + np.log(1e18) * bound["b"]) * big["a"])
 
 
 def test_fit_recovers_known_parameters_within_its_cis():
@@ -92,24 +107,34 @@ def test_backtest_predicts_points_its_fits_never_saw():
         ahead = ~seen & (BUDGETS <= cut * 10 * (1 + 1e-9))
         small = fit_curve(BUDGETS[seen], e[seen], FormName.SATURATING, bootstrap=0)
         mine = [p for a, p in zip(fb.cutoff, fb.predicted) if a == cut]
-        assert mine == pytest.approx(list(small.predict(BUDGETS[ahead])), rel=1e-9)
-        assert [c for a, c in zip(fb.cutoff, fb.compute) if a == cut] == pytest.approx(list(BUDGETS[ahead]))
+        # the backtest runs this very fit_curve call on the same (sorted) arrays: the same numbers, exactly
+        assert mine == list(small.predict(BUDGETS[ahead]))
+        assert [c for a, c in zip(fb.cutoff, fb.compute) if a == cut] == list(BUDGETS[ahead])  # read back
     err = np.log(np.asarray(fb.predicted) / np.asarray(fb.observed))
     # the reported error is the full-reach cut-offs' (a full reach of budgets ahead); the later ones predict the
     # rest of the curve, a shorter reach, for the choice and the intervals
     full = np.asarray(fb.cutoff) * 10 <= BUDGETS[-1] * (1 + 1e-9)
     assert full.any() and not full.all() and list(full) == fb.full
-    assert fb.rmse_log == pytest.approx(float(np.sqrt(np.mean(err[full] ** 2))))
+    # FormBacktest.log_err is log(p) - log(o) where err is log(p / o): 2 against 3 roundings of terms <= |log p| +
+    # |log o|; the mean of n squares, the square root: n + 2 more, relative to the rmse
+    terms = float(np.max(np.abs(np.log(fb.predicted)) + np.abs(np.log(fb.observed))))
+    assert fb.rmse_log == f64(float(np.sqrt(np.mean(err[full] ** 2))), roundings=3 + full.sum() + 2,
+                              scale=terms + float(np.sqrt(np.mean(err[full] ** 2))))
+    # reach = log10(compute / cut-off) <= the backtest's 1 decade, up to its own (1 + 1e-9) selection slack
+    # (vitbench/fit/backtest.py: cut * 10**reach * (1 + 1e-9)), log10(1 + 1e-9) < 1e-9
     assert np.all((fb.reach > 0) & (fb.reach <= 1 + 1e-9))
     # what the last points say cannot change the fits that predict them (the largest cut-off's prediction set)
     e2 = e.copy()
     e2[BUDGETS > max(bt.cutoffs)] *= 3.0
     fb2 = run_backtest(BUDGETS, e2, forms, reach=1.0).forms[0]
     last = [i for i, a in enumerate(fb.cutoff) if a == max(bt.cutoffs)]
-    assert [fb2.predicted[i] for i in last] == pytest.approx([fb.predicted[i] for i in last])
+    assert [fb2.predicted[i] for i in last] == [fb.predicted[i] for i in last]  # the same fit of the same points
     assert np.mean(fb2.log_err**2) > np.mean(fb.log_err**2)  # ... but the error of predicting them grows
     exact = run_backtest(BUDGETS, law(BUDGETS, **TRUE), forms, reach=1.0).forms[0]
-    assert exact.rmse_log < 1e-5
+    # noise-free points: each cut-off's fit is at its rounding floor, its predictions off by that through the
+    # Jacobian ahead (tests/tolerances.py: noiseless_prediction_bound)
+    assert exact.rmse_log <= max(noiseless_prediction_bound(forms[0], TRUE, BUDGETS[BUDGETS <= cut],
+                                                            BUDGETS[BUDGETS > cut]) for cut in bt.cutoffs)
 
 
 def test_too_few_points_is_a_message_not_a_crash():
@@ -212,8 +237,14 @@ def test_results_dir_is_split_by_benchmark_and_family(results_dir):
                             ("finetune", "vit", 8)]
     vit = next(g for g in report.groups if g.key == {**g.key, "kind": "finetune", "family": "vit"})
     f = vit.fit(FormName.SATURATING)  # noiseless rows: the law comes back (compute in exaFLOPs = 1e-9 x units)
-    assert f.params["b"].value == pytest.approx(FAMILIES["vit"]["b"], rel=1e-3)
-    assert f.params["c0"].value == pytest.approx(FAMILIES["vit"]["c0"] * 1e-9, rel=1e-2)
+    # in exaFLOPs: a (C / 1e-9 + c0)^-b = a 1e-9^b (C + 1e-9 c0)^-b; the error stored as 1 - accuracy rounds it
+    # once more, absolutely (2 EPS64 / the smallest error, relative)
+    truth = {**FAMILIES["vit"], "a": FAMILIES["vit"]["a"] * 1e-9 ** FAMILIES["vit"]["b"],
+             "c0": FAMILIES["vit"]["c0"] * 1e-9}
+    bound = noiseless_fit_bound(FORMS[FormName.SATURATING], truth, np.asarray(vit.compute),
+                                extra=2 * EPS64 / float(np.min(vit.error)))
+    assert f.params["b"].value == pytest.approx(truth["b"], rel=0, abs=bound["b"])
+    assert f.params["c0"].value == pytest.approx(truth["c0"], rel=0, abs=bound["c0"])
     images = fit_path(results_dir, FitSpec(compute="images_seen", group=["model"], bootstrap=0))
     assert {g.key["model"] for g in images.groups} == {"ViT-Nano/4", "ViT-Micro/4", "R-Nano"}
 

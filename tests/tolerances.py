@@ -223,3 +223,78 @@ def bf16_chain(spec) -> int:
     Each rounding's error is carried to the logits at gain ~1 (forward_parity's assumption), so two such forwards,
     one in fp32, differ by at most bf16_chain * BF16_U relative to the largest logit."""
     return 16 * spec.depth + 7
+
+
+# --- scaling-law fits (vitbench.fit): how close a stopped fit is to the parameters of its data ---
+FIT_ROUNDINGS = 32  # roundings of one log residual: the test's law (add, power, multiply, add, log: ~6) and the
+# form's log_predict (normalise x, log, multiply, subtract, exp, add, log; M4's Newton solve stopped at its own
+# rounding floor: ~10 more), each on terms of size fit_residual_floor's `size`; 32 covers both, twice over
+SCIPY_FTOL = 1e-8  # scipy.optimize.least_squares' default ftol, which vitbench.fit.solve.polish leaves as it is
+
+
+def _fit_jac(form, values: dict, compute):
+    """(internal z, x, J = d log E / d z at z, scale) of `form` at user-unit `values` on `compute`, as fit_curve
+    normalises them (x = C / geometric mean)."""
+    c = np.asarray(compute, dtype=np.float64)
+    scale = float(np.exp(np.mean(np.log(c))))
+    z = form.from_user(values, scale)
+    return z, c / scale, form.jac(z, c / scale), scale
+
+
+def fit_residual_floor(form, values: dict, compute) -> float:
+    """Largest |log residual| of the exact parameters on noise-free points: rounding only, FIT_ROUNDINGS of it on
+    terms of at most `size` (the log of the error, log a, b log x)."""
+    z, x, _, _ = _fit_jac(form, values, compute)
+    size = 1.0 + float(np.abs(form.log_predict(z, x)).max()) + float(np.abs(z).max()) * max(
+        1.0, float(np.abs(np.log(x)).max()))
+    return gamma(FIT_ROUNDINGS) * size
+
+
+def _to_user_error(form, z, dz: float, scale: float) -> dict:
+    """Bound on |user value - truth| of each parameter when ||z - z_true||_2 <= dz: a = exp(log a + b log s) moves
+    by (1 + |log s|) dz relative (x 2 for exp's curvature at dz << 1), c0 = z s by dz s, the others by dz."""
+    user = form.to_user(z, scale)
+    out = {}
+    for i, k in enumerate(form.params):
+        out[k] = (2 * (1 + abs(np.log(scale))) * dz * abs(user[i]) if k == "a"
+                  else dz * scale if k == "c0" else dz)
+    return out
+
+
+def noiseless_fit_bound(form, values: dict, compute, extra: float = 0.0) -> dict:
+    """|fitted - true| of each user-unit parameter of a fit to noise-free points of `form` at `values`. Their
+    residuals at the truth are rounding (fit_residual_floor, rho), so the loss's minimum is that floor, and the
+    solver reaches it: vitbench.fit.solve.lm is Gauss-Newton with Marquardt's damping (down to 1e-9), which on a
+    zero-residual problem converges quadratically, so its stop (a kept step gaining < 1e-10 of the loss) and the
+    polish's (scipy least_squares trf, ftol = xtol = gtol = 1e-8) come only once the residuals are rounding. A fit
+    whose residuals are at most rho (rmse_log <= rho) is then, linearised (r = J dz), within ||dz||_2 <=
+    sqrt(n) rho / sigma_min(J) of the truth in internal units (x 2: the truth's own residuals, and second order),
+    carried to the user's units by _to_user_error. `extra`: any further rounding of the points' log errors (an
+    error stored as 1 - accuracy: 2 EPS64 / min error)."""
+    z, x, jac, scale = _fit_jac(form, values, compute)
+    rho = fit_residual_floor(form, values, compute) + extra
+    dz = 2 * 2 * np.sqrt(len(x)) * rho / float(np.linalg.svd(jac, compute_uv=False).min())
+    return _to_user_error(form, z, dz, scale)
+
+
+def stopped_fit_bound(form, values: dict, compute, rmse_log: float) -> dict:
+    """|fitted - minimiser| of each user-unit parameter of a fit to noisy points (in-sample rmse_log) stopped by
+    scipy least_squares' ftol rule (vitbench.fit.solve.polish; lm's own stop, 1e-10, is tighter): it stops when a
+    step lowers the cost F = sum r^2 / 2 (Huber, quadratic below 0.1) by less than ftol F. Near the minimum a
+    Gauss-Newton step removes the cost's excess 0.5 dz^T J^T J dz, so at the stop that excess is <= ftol F and
+    ||dz|| <= sqrt(2 ftol F) / sigma_min(J) = sqrt(ftol n) rmse_log / sigma_min(J): the sqrt(ftol) law of a stopped
+    least-squares fit. J at `values` (the fit's own estimate)."""
+    z, x, jac, scale = _fit_jac(form, values, compute)
+    dz = np.sqrt(SCIPY_FTOL * len(x)) * rmse_log / float(np.linalg.svd(jac, compute_uv=False).min())
+    return _to_user_error(form, z, dz, scale)
+
+
+def noiseless_prediction_bound(form, values: dict, seen, ahead) -> float:
+    """|log predicted - log true| at the `ahead` budgets of a fit to noise-free points at `seen` (a backtest's
+    cut-off): the parameters' ||dz|| (noiseless_fit_bound's, internal units) through the largest row norm of the
+    Jacobian at `ahead` (r = J dz), plus the residual floor there."""
+    z, x, jac, scale = _fit_jac(form, values, seen)
+    rho = fit_residual_floor(form, values, seen)
+    dz = 2 * 2 * np.sqrt(len(x)) * rho / float(np.linalg.svd(jac, compute_uv=False).min())
+    far = form.jac(z, np.asarray(ahead, dtype=np.float64) / scale)
+    return float(np.linalg.norm(far, axis=-1).max()) * dz + rho
