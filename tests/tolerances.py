@@ -298,3 +298,15 @@ def noiseless_prediction_bound(form, values: dict, seen, ahead) -> float:
     dz = 2 * 2 * np.sqrt(len(x)) * rho / float(np.linalg.svd(jac, compute_uv=False).min())
     far = form.jac(z, np.asarray(ahead, dtype=np.float64) / scale)
     return float(np.linalg.norm(far, axis=-1).max()) * dz + rho
+
+
+def tails_f64(expected: float, cutoff, reach):
+    """f64 for vitbench.fit.interval.independent_tails (covered decades over the longest window): per window a
+    log10 (1 rounding), + reach (reach itself a log10 of a ratio: 2, and the add: 1), the covered piece's two
+    subtractions and the running sum's add (3): 7 a window, on terms of at most S = max |log10 cut-off| + max reach;
+    the division by the longest window L (>= its own 3 roundings' worth, relative) carries that error over L, and
+    adds one rounding of the result."""
+    cutoff, reach = np.asarray(cutoff, dtype=np.float64), np.asarray(reach, dtype=np.float64)
+    size = float(np.abs(np.log10(cutoff)).max() + np.abs(reach).max())
+    longest = min(float(reach[cutoff == c].max()) for c in np.unique(cutoff))  # a lower bound on L
+    return f64(expected, roundings=7 * len(np.unique(cutoff)) + 1, scale=size * (1 + expected) / longest)
