@@ -135,7 +135,12 @@ def test_predictions_carry_an_interval_over_the_forms():
     assert g.backtest.reach == f64(float(np.log10(1e6 / C[39])), roundings=1)  # one division, then libm's log10
     for p in g.predictions:
         assert p.ci_low <= p.value <= p.ci_high and p.form == g.chosen.value
-        assert p.value == pytest.approx(float(g.best().predict([p.compute])[0]))
+        # the same exp(log_predict) on a 2-element array against a 1-element one: numpy's SIMD and scalar loops
+        # for log/exp/pow may differ in their last bits, at most the chain's roundings (fit_residual_floor, on
+        # the fit's points and this one); the two estimates being the same z, nothing else differs
+        best = g.best()
+        floor = fit_residual_floor(best.form, best.values(), np.append(C[:40], p.compute))
+        assert p.value == pytest.approx(float(best.predict([p.compute])[0]), rel=2 * floor, abs=0)
     # weights w / w.sum(): one rounding each, k - 1 more in the sum
     assert sum(g.weights.values()) == f64(1.0, roundings=2 * len(g.weights))
     # the exponent's interval spans the forms' exponents in proportion to their weights
