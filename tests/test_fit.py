@@ -12,8 +12,8 @@ from vitbench.errors import ConfigError
 from vitbench.fit import FitSpec, FitStatus, FormName, fit_curve, fit_path, frontier_mask, run_backtest
 from vitbench.fit.forms import FORMS
 
-from tolerances import EPS64, f64, fit_residual_floor, noiseless_fit_bound, noiseless_prediction_bound, stopped_fit_bound, \
-    tails_f64
+from tolerances import (EPS64, f64, fit_residual_floor, noiseless_fit_bound, noiseless_prediction_bound,
+                        stopped_fit_bound, tails_f64)
 
 TRUE = {"e_inf": 0.05, "a": 0.3, "b": 0.45, "c0": 0.02}  # in the units of the compute column below
 BUDGETS = np.geomspace(1e-3, 1e3, 12)
@@ -376,7 +376,7 @@ def test_the_intervals_error_model_adds_cut_offs_spread_a_reach_apart():
     assert sorted(round(6 - float(np.log10(x)), 6) for x in spread.fits) == sorted(SPREAD)
     assert np.all(spread.reach <= 1.0 + 1e-9) and np.all(spread.reach > 0)
     # the choice's cut-offs share one tail (windows ending at the last budget), each spread one has its own
-    parts = [g.backtest.get(spread.form), spread]  # the cut-offs chosen_law_error counts (vitbench/fit/backtest.py)
+    parts = [g.backtest.get(spread.form), spread]  # the cut-offs chosen_law_error counts (fit/backtest.py)
     cutoff = np.concatenate([np.asarray(b.cutoff) for b in parts])
     assert g.law_error.law_dof == tails_f64(1 + len(SPREAD), cutoff, np.concatenate([b.reach for b in parts]))
     assert not set(spread.fits) & set(g.backtest.cutoffs)

@@ -43,7 +43,8 @@ def m4_root_bound(p: dict, e: np.ndarray) -> np.ndarray:
     """|E - root| of a float64 solve of M4's equation f(E) = log(E - e_inf) - alpha log(e0 - E) - log(a C^-b) = 0
     stopped at its rounding floor: f is evaluated to ~16 roundings of its largest term T (gamma(16) T), which moves
     the root by that over f'(E) = 1 / (E - e_inf) + alpha / (e0 - E); both programs (x 2)."""
-    t = np.abs(np.log(e - p["e_inf"])) + p["alpha"] * np.abs(np.log(p["e0"] - e)) + np.abs(np.log(p["a"] * C ** -p["b"]))
+    t = (np.abs(np.log(e - p["e_inf"])) + p["alpha"] * np.abs(np.log(p["e0"] - e))
+         + np.abs(np.log(p["a"] * C ** -p["b"])))
     slope = 1 / (e - p["e_inf"]) + p["alpha"] / (p["e0"] - e)
     return 2 * gamma(16) * t / slope
 
@@ -163,7 +164,9 @@ def test_the_law_error_grows_with_reach_and_its_coverage_is_held_out():
     assert le.slope == f64(k, roundings=30) and le.coverage == 1.0 and le.held_out and le.n_checked == 30
     far = np.where(cutoff == 100.0, 10 * k * reach, k * reach)
     out = law_error(cutoff, reach, far, {}, 0.0, 0.95)
-    assert out.coverage == 2 / 3  # 20 / 30 and 2 / 3: one correctly rounded division of the same real  # the third cut-off's misses, 10x the others', are outside
+    # the third cut-off's misses, 10x the others', are outside; 20 / 30 and 2 / 3: one correctly rounded division
+    # of the same real, so ==
+    assert out.coverage == 2 / 3
     # the interval: t sd in log space, sd adding parameters, noise and the law's error at the reach in quadrature;
     # without noise the law term alone sets the degrees of freedom: its three cut-offs
     lo, hi = le.band(np.zeros(1), np.array([2.0]), np.array([0.01**2]))

@@ -303,7 +303,8 @@ def noiseless_prediction_bound(form, values: dict, seen, ahead) -> float:
 def tails_f64(expected: float, cutoff, reach):
     """f64 for vitbench.fit.interval.independent_tails (covered decades over the longest window): per window a
     log10 (1 rounding), + reach (reach itself a log10 of a ratio: 2, and the add: 1), the covered piece's two
-    subtractions and the running sum's add (3): 7 a window, on terms of at most S = max |log10 cut-off| + max reach;
+    subtractions and the running sum's add (3): 7 a window, on terms of at most S = max |log10 cut-off| + max
+    reach;
     the division by the longest window L (>= its own 3 roundings' worth, relative) carries that error over L, and
     adds one rounding of the result."""
     cutoff, reach = np.asarray(cutoff, dtype=np.float64), np.asarray(reach, dtype=np.float64)
