@@ -298,6 +298,32 @@ def test_study_with_an_unknown_teacher_fails_when_parsed():
         parse_study(STUDY.replace("R-Nano]", "R-Nan]"), "s.yaml")
 
 
+def test_study_teacher_checkpoint_without_a_teacher_is_never_dropped(cli, tmp_path, monkeypatch):
+    """A study's teacher_checkpoint without a teacher: a vitbench checkpoint's model is the teacher (the same
+    trial as naming it); any other file exits 2 naming the file and the fields (before, the checkpoint was
+    dropped and the student trained without a teacher)."""
+    from vitbench.study import parse_study
+
+    t_ckpt, _ = ensure_upstream(PretrainConfig(model="R-Nano", resolution=32, steps=2, warmup_steps=0,
+                                               batch_size=8), directory=tmp_path)
+    body = STUDY.replace("  teacher: [null, R-Nano]\n", "  seed: [0]\n")
+    (trial,) = parse_study(body + f"  teacher_checkpoint: ['{t_ckpt.path}']\n", "s.yaml").trials
+    assert trial.config["teacher"] == "R-Nano" and trial.config["teacher_checkpoint"] == str(t_ckpt.path)
+    (named,) = parse_study(body + f"  teacher_checkpoint: ['{t_ckpt.path}']\n  teacher: [R-Nano]\n",
+                           "s.yaml").trials
+    assert named.key == trial.key
+    odd = tmp_path / "odd.safetensors"
+    from safetensors.numpy import save_file
+
+    save_file({"w": np.zeros(2, np.float32)}, str(odd))  # weights that do not say their model
+    study = tmp_path / "s.yaml"
+    study.write_text(body + f"  teacher_checkpoint: ['{odd}']\n")
+    r = cli("sweep", str(study), "--dry-run")
+    out = " ".join(r.output.split())
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert f"teacher_checkpoint {odd}" in out and "name it with teacher NAME" in out, out
+
+
 def test_shipped_distillation_study_compares_teachers_at_equal_student_compute():
     from vitbench.study import load_study
 
