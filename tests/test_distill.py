@@ -16,7 +16,8 @@ from vitbench.transfer.data import load_splits
 from vitbench.transfer.distill import Distill, Distillation
 from vitbench.protocols.pretrain import PretrainConfig, ensure_upstream
 from vitbench.transfer.schedules import OptimConfig
-from tolerances import EPS32, f64, f64_std
+from tolerances_fp import EPS32
+from tolerances_stat import f64, f64_std
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 RES = 16
@@ -115,7 +116,7 @@ def _table_teacher(n: int, k: int, seed: int = 3):
 
 OPT = OptimConfig(optimizer="adam", lr=3e-3, steps=4, warmup_steps=1, weight_decay=0.3, label_smoothing=0.1)
 # The equivalences run SGD (lr as the paper's fine-tuning grid's top, App. B.1.1): its update is linear in
-# the gradient, so the two programs' rounding stays rounding (tests/tolerances.py: why not Adam).
+# the gradient, so the two programs' rounding stays rounding (tests/tolerances_fp.py: why not Adam).
 SGD = OPT.model_copy(update={"optimizer": "sgd", "lr": 0.1})
 
 
@@ -125,7 +126,7 @@ def test_lambda_zero_is_plain_training(backend, kind, data):
     """A student without a distillation token, lam = 0: the same updates as plain cross-entropy training, to
     within the rounding of two fp32 programs (XLA fuses the distillation graph otherwise: issue 30, 2.2e-5 apart
     after 4 Adam steps on one CPU, 0 on another)."""
-    from tolerances import clipped_gradient_error, model_roundings, sgd_weight_bound
+    from tolerances_fp import clipped_gradient_error, model_roundings, sgd_weight_bound
 
     be = _engine(backend)
     spec = get_spec("ViT-Nano/4")
@@ -149,10 +150,11 @@ def test_lambda_zero_is_plain_training(backend, kind, data):
 @pytest.mark.parametrize("kind", list(Distillation))
 def test_distillation_matches_between_torch_and_jax_step_for_step(kind, data):
     """A distilled student (two heads), same weights, batches, schedule and teacher => the same run. SGD, as the
-    lam = 0 equivalence: linear in the gradient, so the bound is the two programs' rounding (tests/tolerances.py);
-    Adam's own arithmetic across the frameworks is test_transfer_jax's test_adam_update_matches_torch_given_the_
-    same_gradients (with this model: both heads, the distillation token)."""
-    from tolerances import clipped_gradient_error, model_roundings, sgd_weight_bound
+    lam = 0 equivalence: linear in the gradient, so the bound is the two programs' rounding
+    (tests/tolerances_fp.py); Adam's own arithmetic across the frameworks is test_transfer_jax's
+    test_adam_update_matches_torch_given_the_same_gradients (with this model: both heads, the distillation
+    token)."""
+    from tolerances_fp import clipped_gradient_error, model_roundings, sgd_weight_bound
 
     jx, th = _engine("jax"), _engine("torch")
     spec = get_spec("DeiT-Nano/4-dist")

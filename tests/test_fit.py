@@ -12,8 +12,8 @@ from vitbench.errors import ConfigError
 from vitbench.fit import FitSpec, FitStatus, FormName, fit_curve, fit_path, frontier_mask, run_backtest
 from vitbench.fit.forms import FORMS
 
-from tolerances import (EPS64, f64, fit_residual_floor, noiseless_fit_bound, noiseless_prediction_bound,
-                        stopped_fit_bound, tails_f64)
+from tolerances_stat import (EPS64, f64, fit_residual_floor, noiseless_fit_bound, noiseless_prediction_bound,
+                             stopped_fit_bound, tails_f64)
 
 TRUE = {"e_inf": 0.05, "a": 0.3, "b": 0.45, "c0": 0.02}  # in the units of the compute column below
 BUDGETS = np.geomspace(1e-3, 1e3, 12)
@@ -36,7 +36,7 @@ def test_noiseless_points_give_the_parameters_exactly():
         f = fit_curve(BUDGETS, law(BUDGETS, **params), form, bootstrap=0)
         assert f.status == FitStatus.OK and set(f.params) == set(params)
         # noise-free points: the solver stops at the residuals' rounding floor, the parameters within its
-        # conditioning (tests/tolerances.py: noiseless_fit_bound, ~1e-11 relative here)
+        # conditioning (tests/tolerances_stat.py: noiseless_fit_bound, ~1e-11 relative here)
         bound = noiseless_fit_bound(FORMS[form], params, BUDGETS)
         for k, v in params.items():
             assert f.params[k].value == pytest.approx(v, rel=0, abs=bound[k]), (form, k)
@@ -134,7 +134,7 @@ def test_backtest_predicts_points_its_fits_never_saw():
     assert np.mean(fb2.log_err**2) > np.mean(fb.log_err**2)  # ... but the error of predicting them grows
     exact = run_backtest(BUDGETS, law(BUDGETS, **TRUE), forms, reach=1.0).forms[0]
     # noise-free points: each cut-off's fit is at its rounding floor, its predictions off by that through the
-    # Jacobian ahead (tests/tolerances.py: noiseless_prediction_bound)
+    # Jacobian ahead (tests/tolerances_stat.py: noiseless_prediction_bound)
     assert exact.rmse_log <= max(noiseless_prediction_bound(forms[0], TRUE, BUDGETS[BUDGETS <= cut],
                                                             BUDGETS[BUDGETS > cut]) for cut in bt.cutoffs)
 
