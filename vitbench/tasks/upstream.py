@@ -10,8 +10,10 @@ pre-training compute (paper Figure 5) and tabulates them (Table 6).
 
 Distillation (DeiT; docs/distillation.md): `teacher` names a teacher model; it is pre-trained first with this
 same upstream recipe (its own resolution, steps and seed), or read from `teacher_checkpoint`, and supervises the
-student through its distillation token (else its class token). Without a teacher the teacher_* / distill_*
-fields mean nothing and are left out of the trial's config, so trials without a teacher keep their keys.
+student through its distillation token (else its class token); a `teacher_checkpoint` alone names its teacher
+(a vitbench checkpoint's model, read from the file; any other file is refused). Without a teacher the
+teacher_* / distill_* fields mean nothing and are left out of the trial's config, so trials without a teacher
+keep their keys.
 """
 
 from __future__ import annotations
