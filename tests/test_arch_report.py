@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from vitbench.report import arch
-from tolerances import f64, f64_std
+from tolerances_stat import f64, f64_std
 
 
 def _rows(models_acc: dict[str, list[float]], kind="fewshot", **extra) -> pd.DataFrame:

@@ -10,7 +10,7 @@ from vitbench.errors import ConfigError
 from vitbench.models.analytic import analytic_counts
 from vitbench.models.families import Axis
 from vitbench.models.specs import all_specs, get_spec
-from tolerances import forward_parity
+from tolerances_fp import forward_parity
 
 TINY = ["Axial-ViT-Nano/4", "Axial-R-Nano"]
 

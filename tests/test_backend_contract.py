@@ -15,7 +15,7 @@ from vitbench.backends.base import Backend, Capability, DeviceKind, MemoryKind, 
 from vitbench.models.analytic import analytic_counts
 from vitbench.models.specs import get_spec
 from vitbench.registry import Kind, entries
-from tolerances import EPS32, forward_parity
+from tolerances_fp import EPS32, forward_parity
 
 MODEL = "ViT-Nano/4"
 AVAILABLE = [name for name, e in entries(Kind.BACKEND).items() if not e.missing()]

@@ -13,7 +13,7 @@ from vitbench.backends.base import Step, Workload
 from vitbench.backends.torch.backend import TorchBackend
 from vitbench.measure.throughput import bench
 from vitbench.measure.timing import summarize
-from tolerances import f64
+from tolerances_stat import f64
 
 FAST = dict(warmup_steps=2, min_steps=5, min_seconds=0.05, max_seconds=120.0, threads=1)
 ATTENTION = {"vit": "flash", "bit": "none", "hybrid": "flash"}  # torch's CPU SDPA kernel for fp32 is flash

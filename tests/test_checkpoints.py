@@ -34,12 +34,12 @@ from vitbench.models.flavours import Gelu, Origin, WeightStd  # noqa: E402
 from vitbench.models.flax import build_flax_model, init_params  # noqa: E402
 from vitbench.models.specs import get_spec  # noqa: E402
 from vitbench.models.torch import build_torch_model, feature_forward, forward_heads  # noqa: E402
-from tolerances import EPS32, forward_parity, forward_roundings  # noqa: E402
+from tolerances_fp import EPS32, forward_parity, forward_roundings  # noqa: E402
 
 
 def tol(spec, resolution: int = 32) -> float:
     """max|logits - reference| / max|reference| of vitbench's Flax model (fp32) against the reference (issue 10
-    section 5): fp32 rounding along the model's forward (tests/tolerances.py forward_parity; a float64 reference
+    section 5): fp32 rounding along the model's forward (tests/tolerances_fp.py forward_parity; a float64 reference
     adds nothing, timm's fp32 forward is the other of the two fp32 programs the bound counts). ~1e-4 for the tiny
     rows: a wrong mapping moves the logits by O(1), a wrong convention (tanh GELU for erf: 1.3e-4) only just
     past it, which the torch side, in float64, resolves by orders of magnitude (tol64)."""

@@ -14,7 +14,7 @@ from vitbench.compare import compare, compare_paths, inject_slowdown, load_recor
 from vitbench.compare.decide import decide
 from vitbench.compare.match import match_key
 from vitbench.errors import ConfigError
-from tolerances import Z_STAT, f64, median_sd
+from tolerances_stat import Z_STAT, f64, median_sd
 
 STEP_S = 0.010  # synthetic median step time of the baseline (s)
 STEPS, STEP_CV, SPIKE_P = 50, 0.03, 0.03  # a record's synthetic steps: how many, their jitter, the spikes' share
@@ -248,7 +248,7 @@ def test_normalize_divides_out_a_slower_machine():
     norm = compare(base, cur, normalize=True)
     assert norm.exit_code == 0, to_markdown(norm)
     # the two sides sample independent steps: each point is the mean of 3 repeats' medians, the ratio's relative
-    # sd sqrt(2) median_sd / sqrt(3) (tests/tolerances.py); Z_STAT of those
+    # sd sqrt(2) median_sd / sqrt(3) (tests/tolerances_stat.py); Z_STAT of those
     sampling = Z_STAT * np.sqrt(2 / 3) * median_sd(STEP_CV, STEPS, SPIKE_P)
     for r in norm.rows:
         assert r.ratio == pytest.approx(1.0, rel=sampling)

@@ -19,7 +19,7 @@ from vitbench.compare import ab as ab_mod
 from vitbench.compare.decide import Decision
 from vitbench.compare.paired import Paired, Rule, t_quantile, verdict
 from vitbench.errors import ConfigError
-from tolerances import Z_STAT, median_sd, min_sd
+from tolerances_stat import Z_STAT, median_sd, min_sd
 
 runner = CliRunner()
 

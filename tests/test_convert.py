@@ -27,7 +27,7 @@ from vitbench.models.posemb_resize import (  # noqa: E402
 from vitbench.models.flax import build_flax_model  # noqa: E402
 from vitbench.models.specs import get_spec  # noqa: E402
 from vitbench.models.torch import build_torch_model  # noqa: E402
-from tolerances import forward_parity, resample_bound  # noqa: E402
+from tolerances_fp import forward_parity, resample_bound  # noqa: E402
 
 
 def _torch(name: str, resolution: int = 32, seed: int = 1) -> torch.nn.Module:

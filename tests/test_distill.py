@@ -16,7 +16,8 @@ from vitbench.transfer.data import load_splits
 from vitbench.transfer.distill import Distill, Distillation
 from vitbench.protocols.pretrain import PretrainConfig, ensure_upstream
 from vitbench.transfer.schedules import OptimConfig
-from tolerances import EPS32, f64, f64_std
+from tolerances_fp import EPS32
+from tolerances_stat import f64, f64_std
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 RES = 16
@@ -115,7 +116,7 @@ def _table_teacher(n: int, k: int, seed: int = 3):
 
 OPT = OptimConfig(optimizer="adam", lr=3e-3, steps=4, warmup_steps=1, weight_decay=0.3, label_smoothing=0.1)
 # The equivalences run SGD (lr as the paper's fine-tuning grid's top, App. B.1.1): its update is linear in
-# the gradient, so the two programs' rounding stays rounding (tests/tolerances.py: why not Adam).
+# the gradient, so the two programs' rounding stays rounding (tests/tolerances_fp.py: why not Adam).
 SGD = OPT.model_copy(update={"optimizer": "sgd", "lr": 0.1})
 
 
@@ -125,7 +126,7 @@ def test_lambda_zero_is_plain_training(backend, kind, data):
     """A student without a distillation token, lam = 0: the same updates as plain cross-entropy training, to
     within the rounding of two fp32 programs (XLA fuses the distillation graph otherwise: issue 30, 2.2e-5 apart
     after 4 Adam steps on one CPU, 0 on another)."""
-    from tolerances import clipped_gradient_error, model_roundings, sgd_weight_bound
+    from tolerances_fp import clipped_gradient_error, model_roundings, sgd_weight_bound
 
     be = _engine(backend)
     spec = get_spec("ViT-Nano/4")
@@ -149,10 +150,11 @@ def test_lambda_zero_is_plain_training(backend, kind, data):
 @pytest.mark.parametrize("kind", list(Distillation))
 def test_distillation_matches_between_torch_and_jax_step_for_step(kind, data):
     """A distilled student (two heads), same weights, batches, schedule and teacher => the same run. SGD, as the
-    lam = 0 equivalence: linear in the gradient, so the bound is the two programs' rounding (tests/tolerances.py);
-    Adam's own arithmetic across the frameworks is test_transfer_jax's test_adam_update_matches_torch_given_the_
-    same_gradients (with this model: both heads, the distillation token)."""
-    from tolerances import clipped_gradient_error, model_roundings, sgd_weight_bound
+    lam = 0 equivalence: linear in the gradient, so the bound is the two programs' rounding
+    (tests/tolerances_fp.py); Adam's own arithmetic across the frameworks is test_transfer_jax's
+    test_adam_update_matches_torch_given_the_same_gradients (with this model: both heads, the distillation
+    token)."""
+    from tolerances_fp import clipped_gradient_error, model_roundings, sgd_weight_bound
 
     jx, th = _engine("jax"), _engine("torch")
     spec = get_spec("DeiT-Nano/4-dist")
@@ -296,6 +298,32 @@ def test_study_with_an_unknown_teacher_fails_when_parsed():
 
     with pytest.raises(ConfigError, match="R-Nan.*R-Nano"):
         parse_study(STUDY.replace("R-Nano]", "R-Nan]"), "s.yaml")
+
+
+def test_study_teacher_checkpoint_without_a_teacher_is_never_dropped(cli, tmp_path, monkeypatch):
+    """A study's teacher_checkpoint without a teacher: a vitbench checkpoint's model is the teacher (the same
+    trial as naming it); any other file exits 2 naming the file and the fields (before, the checkpoint was
+    dropped and the student trained without a teacher)."""
+    from vitbench.study import parse_study
+
+    t_ckpt, _ = ensure_upstream(PretrainConfig(model="R-Nano", resolution=32, steps=2, warmup_steps=0,
+                                               batch_size=8), directory=tmp_path)
+    body = STUDY.replace("  teacher: [null, R-Nano]\n", "  seed: [0]\n")
+    (trial,) = parse_study(body + f"  teacher_checkpoint: ['{t_ckpt.path}']\n", "s.yaml").trials
+    assert trial.config["teacher"] == "R-Nano" and trial.config["teacher_checkpoint"] == str(t_ckpt.path)
+    (named,) = parse_study(body + f"  teacher_checkpoint: ['{t_ckpt.path}']\n  teacher: [R-Nano]\n",
+                           "s.yaml").trials
+    assert named.key == trial.key
+    odd = tmp_path / "odd.safetensors"
+    from safetensors.numpy import save_file
+
+    save_file({"w": np.zeros(2, np.float32)}, str(odd))  # weights that do not say their model
+    study = tmp_path / "s.yaml"
+    study.write_text(body + f"  teacher_checkpoint: ['{odd}']\n")
+    r = cli("sweep", str(study), "--dry-run")
+    out = " ".join(r.output.split())
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert f"teacher_checkpoint {odd}" in out and "name it with teacher NAME" in out, out
 
 
 def test_shipped_distillation_study_compares_teachers_at_equal_student_compute():

@@ -12,8 +12,8 @@ from vitbench.errors import ConfigError
 from vitbench.fit import FitSpec, FitStatus, FormName, fit_curve, fit_path, frontier_mask, run_backtest
 from vitbench.fit.forms import FORMS
 
-from tolerances import (EPS64, f64, fit_residual_floor, noiseless_fit_bound, noiseless_prediction_bound,
-                        stopped_fit_bound, tails_f64)
+from tolerances_stat import (EPS64, f64, fit_residual_floor, noiseless_fit_bound, noiseless_prediction_bound,
+                             stopped_fit_bound, tails_f64)
 
 TRUE = {"e_inf": 0.05, "a": 0.3, "b": 0.45, "c0": 0.02}  # in the units of the compute column below
 BUDGETS = np.geomspace(1e-3, 1e3, 12)
@@ -36,7 +36,7 @@ def test_noiseless_points_give_the_parameters_exactly():
         f = fit_curve(BUDGETS, law(BUDGETS, **params), form, bootstrap=0)
         assert f.status == FitStatus.OK and set(f.params) == set(params)
         # noise-free points: the solver stops at the residuals' rounding floor, the parameters within its
-        # conditioning (tests/tolerances.py: noiseless_fit_bound, ~1e-11 relative here)
+        # conditioning (tests/tolerances_stat.py: noiseless_fit_bound, ~1e-11 relative here)
         bound = noiseless_fit_bound(FORMS[form], params, BUDGETS)
         for k, v in params.items():
             assert f.params[k].value == pytest.approx(v, rel=0, abs=bound[k]), (form, k)
@@ -102,23 +102,24 @@ def test_backtest_predicts_points_its_fits_never_saw():
     forms = [FORMS[FormName.SATURATING]]
     bt = run_backtest(BUDGETS, e, forms, reach=1.0)
     fb = bt.forms[0]
-    assert fb.status == FitStatus.OK and len(bt.cutoffs) >= 2 and fb.predicted
+    assert fb.status == FitStatus.OK and len(bt.cutoffs) >= 2 and fb.points
     for cut in bt.cutoffs:
         seen = BUDGETS <= cut
         ahead = ~seen & (BUDGETS <= cut * 10 * (1 + 1e-9))
         small = fit_curve(BUDGETS[seen], e[seen], FormName.SATURATING, bootstrap=0)
-        mine = [p for a, p in zip(fb.cutoff, fb.predicted) if a == cut]
+        mine = [p.predicted for p in fb.points if p.cutoff == cut]
         # the backtest runs this very fit_curve call on the same (sorted) arrays: the same numbers, exactly
         assert mine == list(small.predict(BUDGETS[ahead]))
-        assert [c for a, c in zip(fb.cutoff, fb.compute) if a == cut] == list(BUDGETS[ahead])  # read back
-    err = np.log(np.asarray(fb.predicted) / np.asarray(fb.observed))
+        assert [p.compute for p in fb.points if p.cutoff == cut] == list(BUDGETS[ahead])  # read back
+    predicted, observed = (np.array([p.predicted for p in fb.points]), np.array([p.observed for p in fb.points]))
+    err = np.log(predicted / observed)
     # the reported error is the full-reach cut-offs' (a full reach of budgets ahead); the later ones predict the
     # rest of the curve, a shorter reach, for the choice and the intervals
-    full = np.asarray(fb.cutoff) * 10 <= BUDGETS[-1] * (1 + 1e-9)
-    assert full.any() and not full.all() and list(full) == fb.full
+    full = fb.cutoff * 10 <= BUDGETS[-1] * (1 + 1e-9)
+    assert full.any() and not full.all() and list(full) == [p.full for p in fb.points]
     # FormBacktest.log_err is log(p) - log(o) where err is log(p / o): 2 against 3 roundings of terms <= |log p| +
     # |log o|; the mean of n squares, the square root: n + 2 more, relative to the rmse
-    terms = float(np.max(np.abs(np.log(fb.predicted)) + np.abs(np.log(fb.observed))))
+    terms = float(np.max(np.abs(np.log(predicted)) + np.abs(np.log(observed))))
     assert fb.rmse_log == f64(float(np.sqrt(np.mean(err[full] ** 2))), roundings=3 + full.sum() + 2,
                               scale=terms + float(np.sqrt(np.mean(err[full] ** 2))))
     # reach = log10(compute / cut-off) <= the backtest's 1 decade, up to its own (1 + 1e-9) selection slack
@@ -129,11 +130,11 @@ def test_backtest_predicts_points_its_fits_never_saw():
     e2[BUDGETS > max(bt.cutoffs)] *= 3.0
     fb2 = run_backtest(BUDGETS, e2, forms, reach=1.0).forms[0]
     last = [i for i, a in enumerate(fb.cutoff) if a == max(bt.cutoffs)]
-    assert [fb2.predicted[i] for i in last] == [fb.predicted[i] for i in last]  # the same fit of the same points
+    assert [fb2.points[i].predicted for i in last] == [fb.points[i].predicted for i in last]  # the same fit
     assert np.mean(fb2.log_err**2) > np.mean(fb.log_err**2)  # ... but the error of predicting them grows
     exact = run_backtest(BUDGETS, law(BUDGETS, **TRUE), forms, reach=1.0).forms[0]
     # noise-free points: each cut-off's fit is at its rounding floor, its predictions off by that through the
-    # Jacobian ahead (tests/tolerances.py: noiseless_prediction_bound)
+    # Jacobian ahead (tests/tolerances_stat.py: noiseless_prediction_bound)
     assert exact.rmse_log <= max(noiseless_prediction_bound(forms[0], TRUE, BUDGETS[BUDGETS <= cut],
                                                             BUDGETS[BUDGETS > cut]) for cut in bt.cutoffs)
 
@@ -346,15 +347,13 @@ def test_backtest_cutoffs_full_reach_first_then_later_then_earlier():
 def test_the_choice_scores_error_per_decade_of_reach():
     """A cut-off predicting a shorter reach with proportionally smaller misses scores the same as one predicting
     the full reach: both miss k per decade, and the score is k whatever the recency weights."""
-    from vitbench.fit.backtest import FormBacktest, per_decade_score
+    from vitbench.fit.backtest import FormBacktest, Prediction, per_decade_score
 
     k, b = 0.04, FormBacktest(FORMS[FormName.POWER])
     for cut in (10.0, 31.6):
         c = np.geomspace(cut * 1.5, 100.0, 5)
-        b.cutoff += [cut] * 5
-        b.compute += list(c)
-        b.observed += [1.0] * 5
-        b.predicted += list(np.exp(k * np.log10(c / cut)))  # log error = k x reach
+        predicted = np.exp(k * np.log10(c / cut))  # log error = k x reach
+        b.points += [Prediction(cut, x, 1.0, p, True) for x, p in zip(c.tolist(), predicted.tolist())]
     # reach r is the same log10 on both sides (read back); a log error log(exp(k r)) - log(1) is k r (1 + d),
     # |d| <= EPS64 (2 + 1 / (k r)) (exp's rounding is EPS64 absolute in the log); per cut-off the ratio of mean
     # squares: 2 d + 13 roundings, the recency-weighted mean 5 more, the sqrt halves and adds 1, all relative
@@ -378,7 +377,7 @@ def test_the_intervals_error_model_adds_cut_offs_spread_a_reach_apart():
     assert np.all(spread.reach <= 1.0 + 1e-9) and np.all(spread.reach > 0)
     # the choice's cut-offs share one tail (windows ending at the last budget), each spread one has its own
     parts = [g.backtest.get(spread.form), spread]  # the cut-offs chosen_law_error counts (fit/backtest.py)
-    cutoff = np.concatenate([np.asarray(b.cutoff) for b in parts])
+    cutoff = np.concatenate([b.cutoff for b in parts])
     assert g.law_error.law_dof == tails_f64(1 + len(SPREAD), cutoff, np.concatenate([b.reach for b in parts]))
     assert not set(spread.fits) & set(g.backtest.cutoffs)
     assert json.loads(json.dumps(g.backtest.to_dict()))["spread"]["form"] == g.chosen.value

@@ -11,7 +11,7 @@ import pytest
 
 from vitbench.fit import FORMS, FitSpec, FormName, fit_path
 
-from tolerances import f64
+from tolerances_stat import f64
 
 C = np.geomspace(1, 1e4, 12)
 

@@ -8,7 +8,7 @@ from scipy import stats
 
 from vitbench.fit import FORMS, FitSpec, FormName, fit_curve, fit_group
 
-from tolerances import f64, fit_residual_floor, gamma, noiseless_fit_bound, tails_f64
+from tolerances_stat import f64, fit_residual_floor, gamma, noiseless_fit_bound, tails_f64
 
 C = np.geomspace(1, 1e5, 50)  # five decades of compute
 # one truth per form, where the forms differ over the last decade (as benchmarks/bench_fit.py)
@@ -59,7 +59,8 @@ def test_m4_prediction_solves_its_implicit_equation():
 def test_each_form_recovers_its_own_truth(form):
     f = fit_curve(C, law(form, C), form, bootstrap=0)
     # noise-free points: the solver stops at the residuals' rounding floor, the parameters within its
-    # conditioning (tests/tolerances.py: noiseless_fit_bound; M4's bisection is at its floor too, m4_root_bound)
+    # conditioning (tests/tolerances_stat.py: noiseless_fit_bound; M4's bisection is at its floor too,
+    # m4_root_bound)
     extra = float(np.max(m4_root_bound(TRUTH[form], law(form, C)) / law(form, C))) if form == FormName.M4 else 0.0
     assert f.ok and f.rmse_log <= fit_residual_floor(FORMS[form], TRUTH[form], C) + extra and not f.degenerate
     bound = noiseless_fit_bound(FORMS[form], TRUTH[form], C, extra=extra)

@@ -22,7 +22,7 @@ from vitbench.models.flax import build_flax_model  # noqa: E402
 from vitbench.models.flax.vit import MlpBlock  # noqa: E402
 from vitbench.models.specs import get_spec  # noqa: E402
 from vitbench.models.torch import build_torch_model, feature_forward  # noqa: E402
-from tolerances import BF16_U, EPS32, bf16_chain, forward_parity  # noqa: E402
+from tolerances_fp import BF16_U, EPS32, bf16_chain, forward_parity  # noqa: E402
 
 TINY = ["ViT-Nano/4", "R-Nano", "R-Nano+ViT-Micro/8", "DeiT-Nano/4-dist"]
 
@@ -154,7 +154,7 @@ def _parity(name: str, resolution: int, batch: int = 2) -> tuple[float, float]:
 
 @pytest.mark.parametrize("name", TINY)
 def test_torch_and_flax_compute_the_same_function(name):
-    from tolerances import forward_parity
+    from tolerances_fp import forward_parity
 
     logits, feats = _parity(name, 32)
     tol = forward_parity(get_spec(name), 32)  # max|torch - jax| / max|torch|: fp32 rounding along the forward
@@ -164,7 +164,7 @@ def test_torch_and_flax_compute_the_same_function(name):
 
 @pytest.mark.slow
 def test_vit_b16_parity_at_224():
-    from tolerances import forward_parity
+    from tolerances_fp import forward_parity
 
     logits, _ = _parity("ViT-B/16", 224, batch=2)
     assert logits <= forward_parity(get_spec("ViT-B/16"), 224)

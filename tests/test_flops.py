@@ -7,7 +7,7 @@ import pytest
 from vitbench.measure.flops import flops, pretrain_exaflops
 from vitbench.models.analytic import analytic_counts
 from vitbench.models.specs import get_spec
-from tolerances import f64
+from tolerances_stat import f64
 
 
 @pytest.mark.parametrize("name", ["ViT-Nano/4", "R-Nano", "R-Nano+ViT-Micro/8"])

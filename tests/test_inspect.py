@@ -26,7 +26,8 @@ from vitbench.inspect import (
 from vitbench.inspect.distance import uniform_attention_distance_px
 from vitbench.inspect.posemb import adjacent_similarity
 from vitbench.models.specs import get_spec
-from tolerances import EPS32, attention_distance_bound, forward_parity, gamma, rollout_bound, svd_perturbation
+from tolerances_fp import EPS32, attention_distance_bound, forward_parity, rollout_bound
+from tolerances_stat import gamma, svd_perturbation
 
 
 def _mean_pairwise_px(h: int, w: int, s: float) -> float:
@@ -162,7 +163,7 @@ def test_sinusoid_position_embeddings_give_the_cosine_pattern_by_hand():
 # ---- embedding filters ---------------------------------------------------------------------------------------
 def _svd_atols(x, roundings: int, planted, extra: float = 0.0) -> tuple[float, float]:
     """Absolute bounds on the recovered components' entries and on the variance ratios, for a float64 SVD of the
-    centred (d, c p p) filters `x` whose exact rank-2 part has singular values `planted` (tests/tolerances.py
+    centred (d, c p p) filters `x` whose exact rank-2 part has singular values `planted` (tests/tolerances_stat.py
     svd_perturbation, `extra`: a further ||E||). The planted basis and coefficients are orthonormal only to
     Householder QR's gamma(m n) (Higham, thm 19.4), of the largest singular value. Wedin: a component moves by
     sin(theta) <= e / gap (gap >= 1 here: 3 - 1 and 1 - 0; 2 - 1 and 1 - 0), its entries by <= 2 sin(theta);

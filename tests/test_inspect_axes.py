@@ -14,7 +14,7 @@ from vitbench.inspect import InspectResult, inspect_model, to_markdown
 from vitbench.inspect.axes import axis_distance_per_image, uniform_axis_distance_px
 from vitbench.models.families import Axis, AxisLayer, family_plugin
 from vitbench.models.specs import get_spec
-from tolerances import EPS32, attention_distance_bound
+from tolerances_fp import EPS32, attention_distance_bound
 
 AXIAL = [("Axial-ViT-Nano/4", 16), ("Axial-R-Nano", 32)]
 

@@ -20,7 +20,7 @@ from vitbench.backends.jax.backend import JaxBackend, JaxWorkload  # noqa: E402
 from vitbench.errors import BackendUnavailable, ConfigError, VitbenchWarning  # noqa: E402
 from vitbench.models.analytic import analytic_counts  # noqa: E402
 from vitbench.models.specs import get_spec  # noqa: E402
-from tolerances import gamma  # noqa: E402
+from tolerances_stat import gamma  # noqa: E402
 
 TINY = "ViT-Nano/4"
 

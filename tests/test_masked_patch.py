@@ -10,7 +10,8 @@ from vitbench.errors import ConfigError
 from vitbench.models.specs import get_spec
 from vitbench.transfer import masked_patch as mpt
 from vitbench.transfer.masked_patch import MaskedPatch, Objective, Target
-from tolerances import EPS32, clipped_gradient_error, gamma, model_roundings, sgd_weight_bound
+from tolerances_fp import EPS32, clipped_gradient_error, model_roundings, sgd_weight_bound
+from tolerances_stat import gamma
 
 SPEC = get_spec("ViT-Nano/4")
 RES = 16
@@ -203,7 +204,7 @@ def test_torch_and_jax_take_the_same_steps(model, target):
     jx.setup("cpu")
     th.setup("cpu")
     mp = MaskedPatch(target=target)
-    # SGD: linear in the gradient, so the bound is the two programs' rounding (tests/tolerances.py); Adam's own
+    # SGD: linear in the gradient, so the bound is the two programs' rounding (tests/tolerances_fp.py); Adam's own
     # arithmetic across the frameworks: test_transfer_jax's test_adam_update_matches_torch_given_the_same_gradients
     opt = OptimConfig(optimizer="sgd", lr=0.1, steps=3, warmup_steps=1, weight_decay=0.1, clip_norm=1.0)
     # the encoder's chain plus the head's: its forward sums over the width, its backward into the tokens over its

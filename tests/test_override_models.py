@@ -16,7 +16,7 @@ from vitbench.errors import ConfigError
 from vitbench.models.analytic import analytic_counts
 from vitbench.models.specs import all_specs, get_spec
 from vitbench.models.torch import build_torch_model, feature_forward
-from tolerances import resample_bound
+from tolerances_fp import resample_bound
 
 # A grid over every override on the tiny rows: each head, each posemb kind at each place it allows, shapes, the
 # hybrid and BiT ResNet overrides, and a distilled model's shape overrides.
@@ -189,7 +189,7 @@ def test_flax_matches_torch_and_weights_convert_both_ways(name):
     xj = jnp.asarray(x.numpy().transpose(0, 2, 3, 1))
     logits_j = np.asarray(fm.apply({"params": params}, xj))
     feats_j = np.asarray(fm.apply({"params": params}, xj, pre_logits=True))
-    from tolerances import forward_parity
+    from tolerances_fp import forward_parity
 
     tol = forward_parity(spec, 32)  # max|torch - jax| / max|torch|: fp32 rounding along the forward
     assert np.abs(logits_t - logits_j).max() <= tol * np.abs(logits_t).max()
@@ -228,7 +228,7 @@ def test_flax_resize_agrees_with_torch_resize(name):
     assert via_flax.keys() == via_torch.keys()
     n_in = spec.resolution // spec.patch  # the source grid's side
     for k, v in via_torch.items():
-        # torch and numpy/JAX resample in fp32 in their own orders (tests/tolerances.py resample_bound: 2 n_in
+        # torch and numpy/JAX resample in fp32 in their own orders (tests/tolerances_fp.py resample_bound: 2 n_in
         # roundings of terms summing to <= 1.5 max|table|); every other tensor is carried unchanged (bound >= 0)
         assert float((via_flax[k] - v).abs().max()) <= resample_bound(sd[k].numpy(), n_in), k
 

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from records import record
-from tolerances import gamma
+from tolerances_stat import gamma
 
 from vitbench.models.analytic import analytic_counts
 from vitbench.models.specs import get_spec

@@ -106,6 +106,34 @@ def test_key_neutral_fields_enter_the_key_only_when_set():
         assert given.config[name] == value and given.key != plain.key, name
 
 
+# A value for every key-neutral field of every built-in task's trial, not its default: the shared ones
+# (vitbench.tasks.fields.SHARED) and the tasks' own.
+KEY_NEUTRAL_ANY_TASK = {**KEY_NEUTRAL_SET, "devices": 2, "parallelism": "fsdp"}
+
+
+def test_every_key_neutral_field_of_every_task_leaves_the_config_only_at_its_default():
+    """The one mechanism for 'left out of the key at its default' (key_neutral) serves the shared fields
+    (devices, parallelism: declared in SHARED) and the tasks' own alike: at its default (given or not) a field
+    is out of the trial config, any other value is in it."""
+    from vitbench.registry import BUILTIN_MODULES, Kind, get, names
+
+    seen: set[str] = set()
+    for task in names(Kind.TASK):
+        if get(Kind.TASK, task).__module__ not in BUILTIN_MODULES[Kind.TASK]:
+            continue  # a plug-in's own fields are its business
+        params = get(Kind.TASK, task).Params
+        neutral = {n for n, f in params.model_fields.items() if getattr(f, "exclude_if", None) is not None}
+        seen |= neutral
+        base = {k: v for k, v in (("task", task), ("model", "ViT-Nano/4")) if k in params.model_fields}
+        plain = params(**base).config()
+        for name in neutral:
+            default = params.model_fields[name].get_default(call_default_factory=True)
+            assert name not in plain and params(**base, **{name: default}).config() == plain, (task, name)
+            value = KEY_NEUTRAL_ANY_TASK[name]
+            assert params(**base, **{name: value}).config() == {**plain, name: value}, (task, name)
+    assert seen == set(KEY_NEUTRAL_ANY_TASK)  # devices and parallelism among them: the shared fields' too
+
+
 def test_key_neutral_leaves_a_dump_only_at_its_default():
     from pydantic import BaseModel, ValidationError
 

@@ -14,7 +14,7 @@ import torch
 from vitbench.backends.base import Step
 from vitbench.models.families import family_plugin
 from vitbench.models.specs import get_spec
-from tolerances import EPS32
+from tolerances_fp import EPS32
 
 FAST = dict(warmup_steps=1, min_steps=2, min_seconds=0.01, max_seconds=60.0, threads=1)
 VIT = "timm:deit_tiny_distilled_patch16_224"  # class and distillation tokens: 2 before the patches

@@ -12,7 +12,7 @@ from vitbench.errors import ConfigError, UnknownModelError
 from vitbench.models.analytic import analytic_counts
 from vitbench.models.specs import get_spec
 from vitbench.models.torch import build_torch_model
-from tolerances import EPS32
+from tolerances_fp import EPS32
 
 SMALL = ("timm:resnet18", "timm:convnext_atto", "timm:vit_tiny_patch16_224")
 FAST = dict(warmup_steps=1, min_steps=2, min_seconds=0.01, max_seconds=60.0, threads=1)
@@ -92,7 +92,7 @@ def test_features_are_timms_pre_logits(one_torch_thread):
     want = model.forward_head(model.forward_features(torch.from_numpy(x).permute(0, 3, 1, 2)), pre_logits=True)
     assert feats.shape == (2, spec.feature_dim)
     # two fp32 forwards (the backend's path and timm's own): n EPS32 relative to the largest feature (Higham's
-    # gamma_n, tests/tolerances.py), n the roundings along convnext_atto's chain at 32 px: the 4x4x3 stem, per
+    # gamma_n, tests/tolerances_fp.py), n the roundings along convnext_atto's chain at 32 px: the 4x4x3 stem, per
     # block a 7x7 depthwise conv, a LayerNorm and an MLP over C and 4 C (2, 2, 6, 2 blocks of C = 40, 80, 160,
     # 320), the 2x2 downsamples (4 C), the head's norm (~1.3e4: 1.5e-3); another layer's output is off by O(1)
     n = 4 * 4 * 3 + sum(d * (49 + 6 * c) + 4 * c for d, c in zip((2, 2, 6, 2), (40, 80, 160, 320))) + 320

@@ -16,7 +16,8 @@ from vitbench.transfer.data import batch_indices, load_splits
 from vitbench.transfer.preprocess import preprocess, resize_weights
 from vitbench.transfer.safe_pickle import safe_load
 from vitbench.transfer.schedules import OptimConfig, lr_table
-from tolerances import EPS32, gamma
+from tolerances_fp import EPS32
+from tolerances_stat import gamma
 
 
 # ---------------------------------------------------------------------------------------------

@@ -15,7 +15,8 @@ from vitbench.transfer import ops
 from vitbench.transfer.checkpoint import load_checkpoint, save_checkpoint
 from vitbench.protocols.finetune import FinetuneConfig, finetune
 from vitbench.protocols.pretrain import PretrainConfig, ensure_upstream, pretrain
-from tolerances import gamma, resample_bound
+from tolerances_fp import resample_bound
+from tolerances_stat import gamma
 
 # ViT-Nano/4 at 16 px (16 tokens) keeps every run here to a second or two.
 UP = PretrainConfig(model="ViT-Nano/4", resolution=16, steps=80, warmup_steps=8, batch_size=32, lr=3e-3)

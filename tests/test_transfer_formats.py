@@ -12,7 +12,7 @@ import pytest
 
 from data_formats import (digits_images, write_folder, write_hf_arrow, write_hf_parquet, write_npz, write_shards,
                           write_tfds)
-from tolerances import gamma
+from tolerances_stat import gamma
 from vitbench.transfer.data import load_splits
 
 PER_CLASS, TEST_PER_CLASS = 12, 4  # 10 classes: 120 train images, 40 test

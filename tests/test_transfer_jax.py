@@ -15,7 +15,7 @@ from vitbench.protocols.fewshot import FewshotConfig, fewshot  # noqa: E402
 from vitbench.protocols.finetune import FinetuneConfig, finetune  # noqa: E402
 from vitbench.protocols.pretrain import PretrainConfig, ensure_upstream  # noqa: E402
 from vitbench.transfer.schedules import OptimConfig  # noqa: E402
-from tolerances import forward_parity  # noqa: E402
+from tolerances_fp import forward_parity  # noqa: E402
 
 pytestmark = [pytest.mark.jax, pytest.mark.usefixtures("one_torch_thread")]
 SPEC = get_spec("ViT-Nano/4")
@@ -50,9 +50,9 @@ def test_same_weights_same_logits_and_features(engines, data):
 
 def test_training_matches_torch_step_for_step(engines, data):
     """Same init, batches, schedule, decoupled decay on kernels, clipping and label smoothing => same run. SGD:
-    its update is linear in the gradient, so the two programs' rounding stays rounding (tests/tolerances.py);
+    its update is linear in the gradient, so the two programs' rounding stays rounding (tests/tolerances_fp.py);
     Adam's own arithmetic: test_adam_update_matches_torch_given_the_same_gradients."""
-    from tolerances import EPS32, clipped_gradient_error, model_roundings, sgd_weight_bound
+    from tolerances_fp import EPS32, clipped_gradient_error, model_roundings, sgd_weight_bound
 
     jx, th = engines
     w = th.weights(th.init_model(SPEC, RES, 5, seed=0))
@@ -75,7 +75,7 @@ def test_adam_update_matches_torch_given_the_same_gradients(engines, model):
     """Adam across frameworks (torch.optim.AdamW with vitbench's decoupled decay, optax's chain): betas, eps, bias
     correction, schedule and decay on the same parameters (the distillation token: not decayed), fed one
     gradient sequence in both, so no rounding noise reaches Adam's division: the bound is Adam's own rounding
-    (tests/tolerances.py adam_update_bound, ~3e-6 here; a wrong beta, eps or decay set moves weights by ~lr)."""
+    (tests/tolerances_fp.py adam_update_bound, ~3e-6 here; a wrong beta, eps or decay set moves weights by ~lr)."""
     import jax
     import torch
 
@@ -83,7 +83,7 @@ def test_adam_update_matches_torch_given_the_same_gradients(engines, model):
     from vitbench.backends.torch.training import make_optimizer, update
     from vitbench.models.convert import torch_to_flax
     from vitbench.transfer.schedules import lr_table
-    from tolerances import adam_update_bound
+    from tolerances_fp import adam_update_bound
 
     jx, th = engines
     spec = get_spec(model)
@@ -146,7 +146,7 @@ def test_torch_checkpoint_fewshot_and_finetune_in_jax(tmp_path):
     assert fs["jax"].config["backend"] == "jax"
     # What the comparison means: JAX's few-shot differs from torch's only through the features (the regression
     # after them is the same float64 code). So: the features of every image it reads agree to the forward's fp32
-    # bound (relative to the largest: tests/tolerances.py forward_parity) ...
+    # bound (relative to the largest: tests/tolerances_fp.py forward_parity) ...
     inputs = {b: _fewshot_inputs(b, ckpt, cfg) for b, cfg in cfgs.items()}
     tol = forward_parity(SPEC, RES)
     for (a, ya), (b, yb) in zip(inputs["jax"][:3], inputs["torch"][:3]):
@@ -170,7 +170,7 @@ def test_torch_checkpoint_fewshot_and_finetune_in_jax(tmp_path):
     assert m["initial_accuracy"] == ft["torch"].metrics["initial_accuracy"]
     assert m["accuracy"] > m["initial_accuracy"] + 0.25
     # Not derived: 60 SGD steps carry the two programs' rounding through the training's dynamics, beyond the
-    # linear bound of tests/tolerances.py sgd_weight_bound (test_training_matches_torch_step_for_step checks the
+    # linear bound of tests/tolerances_fp.py sgd_weight_bound (test_training_matches_torch_step_for_step checks the
     # same updates step for step); a test prediction flips by 1 / n. Allowed: 4 of the n test images.
     n = len(inputs["torch"][2][1])
     assert abs(m["accuracy"] - ft["torch"].metrics["accuracy"]) <= 4 / n

@@ -14,7 +14,7 @@ from vitbench.models.specs import get_spec
 from vitbench.study import load_study, parse_study
 from vitbench.tasks import tasks
 from vitbench.trial import run_trial
-from tolerances import gamma
+from tolerances_stat import gamma
 
 STUDY = """
 name: transfer-test

@@ -161,10 +161,10 @@ def pretrain_cmd(
     """
     from vitbench.transfer.checkpoint import checkpoint_path
     from vitbench.transfer.config import validated
-    from vitbench.protocols.pretrain import cache_path, ensure_upstream, pretrain, teacher_fields
+    from vitbench.protocols.pretrain import cache_path, ensure_upstream, pretrain, teacher_fields, teacher_model
 
-    if teacher_checkpoint and teacher is None:  # the file's model: a vitbench checkpoint says it, no other does
-        teacher = _teacher_of(teacher_checkpoint)
+    # without --teacher, the file's model: a vitbench checkpoint says it, no other does (exit 2)
+    teacher = teacher_model(teacher, teacher_checkpoint, ("--teacher", "--teacher-checkpoint"))
     if teacher is not None:  # an unknown teacher is named by its option (the student's by its own message)
         from vitbench.errors import ConfigError, VitbenchError
         from vitbench.models.specs import get_spec
@@ -200,24 +200,6 @@ def pretrain_cmd(
           ["accuracy", "val_accuracy", "images_seen", "epochs", "exaflops", "train_gflops_per_image", "params_m",
            "train_s", "train_img_per_s", "final_loss", "teacher_accuracy", "teacher_agreement",
            "teacher_exaflops"], run.as_json)
-
-
-def _teacher_of(checkpoint: str) -> str:
-    """The model of a teacher's file given without --teacher: a vitbench checkpoint's, from its header; any other
-    file (a timm state dict) does not say it, so it is asked for (exit 2), never guessed nor the file ignored."""
-    from pathlib import Path
-
-    from vitbench.errors import ConfigError, clip
-    from vitbench.transfer.checkpoint import checkpoint_spec
-
-    if not Path(checkpoint).expanduser().is_file():
-        raise ConfigError(f"--teacher-checkpoint {clip(checkpoint, 200)!r} does not exist (or is not a file)")
-    spec = checkpoint_spec(checkpoint)
-    if spec is None:
-        raise ConfigError(f"--teacher-checkpoint {clip(checkpoint, 200)}: its weights do not say their model "
-                          "(not a vitbench checkpoint): name it with --teacher NAME (a timm state dict: --teacher "
-                          "timm:NAME)")
-    return spec.name
 
 
 def _objective_opts(objective: str, mask_rate: float | None = None, mask_target: str | None = None) -> dict | None:

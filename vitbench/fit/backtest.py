@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -60,46 +61,67 @@ MAX_LISTED = 500  # predictions listed one by one in the JSON at most (the summa
 DEFAULT_REACH_SHARE = 1 / 3  # without --predict or --reach: predict the last third of the measured decades
 
 
+@dataclass(frozen=True)
+class Prediction:
+    """One point of a backtest: a fit on the budgets up to `cutoff` predicting the point at `compute`."""
+
+    cutoff: float  # the largest compute the fit saw
+    compute: float
+    observed: float
+    predicted: float
+    full: bool  # its cut-off left a full reach ahead
+
+    def to_dict(self) -> dict:
+        return {"cutoff": self.cutoff, "compute": self.compute,
+                "reach_decades": float(math.log10(self.compute / self.cutoff)), "observed": self.observed,
+                "predicted": self.predicted, "full_reach": self.full}
+
+
 @dataclass
 class FormBacktest:
     form: Form
     status: FitStatus = FitStatus.OK
     message: str | None = None
-    cutoff: list[float] = field(default_factory=list)  # per prediction: the largest compute the fit saw
-    compute: list[float] = field(default_factory=list)
-    observed: list[float] = field(default_factory=list)
-    predicted: list[float] = field(default_factory=list)
-    full: list[bool] = field(default_factory=list)  # per prediction: its cut-off left a full reach ahead
+    points: list[Prediction] = field(default_factory=list)  # in the order predicted: by cut-off, then compute
     fits: dict[float, dict[str, float]] = field(default_factory=dict)  # cut-off -> parameters (user units)
     noise: dict[float, float] = field(default_factory=dict)  # cut-off -> that fit's dof-corrected RMSE of log
 
+    def _column(self, of: Callable[[Prediction], float]) -> np.ndarray:
+        return np.array([of(p) for p in self.points], dtype=float)
+
+    @property
+    def cutoff(self) -> np.ndarray:
+        """Per prediction: the largest compute its fit saw."""
+        return self._column(lambda p: p.cutoff)
+
     @property
     def reach(self) -> np.ndarray:
-        return np.log10(np.asarray(self.compute) / np.asarray(self.cutoff))
+        return np.log10(self._column(lambda p: p.compute) / self.cutoff)
 
     @property
     def log_err(self) -> np.ndarray:
-        return np.log(np.asarray(self.predicted)) - np.log(np.asarray(self.observed))
+        return np.log(self._column(lambda p: p.predicted)) - np.log(self._column(lambda p: p.observed))
 
     @property
     def at_reach(self) -> np.ndarray:
         """Which predictions measure the error at the reach: those of the cut-offs that left a full reach of
         budgets ahead (all of them where no cut-off did); the later cut-offs' shorter predictions serve the choice
         and the intervals' growth with reach."""
-        full = np.asarray(self.full, dtype=bool)
-        return full if full.any() else np.ones(len(self.predicted), dtype=bool)
+        full = np.array([p.full for p in self.points], dtype=bool)
+        return full if full.any() else np.ones(len(self.points), dtype=bool)
 
     @property
     def rmse_log(self) -> float | None:
         """RMSE of log(predicted / observed) at the reach (Alabdulmohsin et al. 2022's metric; `at_reach`)."""
-        return float(np.sqrt(np.mean(self.log_err[self.at_reach] ** 2))) if self.predicted else None
+        return float(np.sqrt(np.mean(self.log_err[self.at_reach] ** 2))) if self.points else None
 
     @property
     def abs_err_mean(self) -> float | None:
         """Mean |predicted - observed| at the reach, in the error's units (0.03 = 3 points of accuracy)."""
-        if not self.predicted:
+        if not self.points:
             return None
-        return float(np.mean(np.abs(np.subtract(self.predicted, self.observed))[self.at_reach]))
+        miss = self._column(lambda p: p.predicted) - self._column(lambda p: p.observed)
+        return float(np.mean(np.abs(miss)[self.at_reach]))
 
     def by_reach(self, reach: float, bins: int = 3) -> list[dict]:
         """RMSE of log predictions in `bins` equal bins of reach over (0, reach] decades."""
@@ -113,13 +135,10 @@ class FormBacktest:
 
     def to_dict(self, reach: float) -> dict:
         return {"form": self.form.name.value, "status": self.status.value, "message": self.message,
-                "rmse_log": self.rmse_log, "abs_err_mean": self.abs_err_mean, "n_predictions": len(self.predicted),
-                "n_at_reach": int(self.at_reach.sum()) if self.predicted else 0,
+                "rmse_log": self.rmse_log, "abs_err_mean": self.abs_err_mean, "n_predictions": len(self.points),
+                "n_at_reach": int(self.at_reach.sum()) if self.points else 0,
                 "by_reach": self.by_reach(reach),
-                "points": [{"cutoff": a, "compute": c, "reach_decades": float(math.log10(c / a)), "observed": o,
-                            "predicted": p, "full_reach": f}
-                           for a, c, o, p, f in zip(self.cutoff, self.compute, self.observed, self.predicted,
-                                                    self.full)][:MAX_LISTED],
+                "points": [p.to_dict() for p in self.points[:MAX_LISTED]],
                 "fits": [{"cutoff": k, "params": v} for k, v in self.fits.items()]}
 
 
@@ -132,6 +151,9 @@ class Backtest:
     message: str | None = None
     subsample: int | None = None  # the points used, where the curve had more than MAX_POINTS
     spread: FormBacktest | None = None  # the chosen form at the SPREAD cut-offs: the intervals' error model only
+    # the points the fits drew from (the curve, or its even subsample): spread_backtest fits the same ones
+    compute: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False, compare=False)
+    error: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False, compare=False)
 
     def get(self, form: Form) -> FormBacktest | None:
         return next((f for f in self.forms if f.form.name == form.name), None)
@@ -170,11 +192,9 @@ def _predict_from(fb: FormBacktest, c: np.ndarray, e: np.ndarray, cut: float, re
         return False
     fb.fits[cut] = small.values()
     fb.noise[cut] = dof_noise(small.rmse_log, small.n_points, fb.form.n_params)
-    fb.cutoff += [cut] * int(ahead.sum())
-    fb.full += [bool(cut * 10**reach <= top * (1 + 1e-9))] * int(ahead.sum())
-    fb.compute += c[ahead].tolist()
-    fb.observed += e[ahead].tolist()
-    fb.predicted += small.predict(c[ahead]).tolist()
+    full = bool(cut * 10**reach <= top * (1 + 1e-9))
+    fb.points += [Prediction(cut, x, o, p, full) for x, o, p in
+                  zip(c[ahead].tolist(), e[ahead].tolist(), small.predict(c[ahead]).tolist())]
     return True
 
 
@@ -191,6 +211,7 @@ def run_backtest(compute: np.ndarray, error: np.ndarray, forms: list[Form], reac
     """Fit every form on the budgets up to each cut-off and predict the points up to `reach` decades past it."""
     out = Backtest(reach=float(reach))
     c, e, out.subsample = _subsample(np.asarray(compute, float), np.asarray(error, float))
+    out.compute, out.error = c, e
     budgets = np.unique(c)
     candidates = sorted(forms, key=lambda f: f.n_params)
     idx: list[int] = []
@@ -213,7 +234,7 @@ def run_backtest(compute: np.ndarray, error: np.ndarray, forms: list[Form], reac
                 break
         out.forms.append(fb)
     out.forms.sort(key=lambda f: [g.name for g in forms].index(f.form.name))
-    reaches = [float(f.reach.max()) for f in out.forms if f.predicted]
+    reaches = [float(f.reach.max()) for f in out.forms if f.points]
     out.achieved = max(reaches, default=0.0)
     if out.achieved < reach * (1 - 1e-6):
         out.message = (f"the measured range allows a backtest reach of {out.achieved:.2g} decades of the "
@@ -224,9 +245,9 @@ def run_backtest(compute: np.ndarray, error: np.ndarray, forms: list[Form], reac
 def per_decade_score(b: FormBacktest) -> float | None:
     """The backtest's error per decade of reach: each cut-off's mean square log error over its mean square reach,
     weighted RECENCY x the next lower cut-off's, square-rooted (module docstring, "Choice")."""
-    if not b.predicted:
+    if not b.points:
         return None
-    cut, err, reach = np.asarray(b.cutoff), b.log_err, b.reach
+    cut, err, reach = b.cutoff, b.log_err, b.reach
     levels = np.unique(cut)  # ascending
     w = RECENCY ** np.arange(len(levels), dtype=float)
     per = np.array([np.mean(err[cut == c] ** 2) / max(float(np.mean(reach[cut == c] ** 2)), 1e-12)
@@ -247,7 +268,7 @@ def choose(backtest: Backtest, fits: list[CurveFit]
     fewest = min(f.n_params for _, f in scored)
     scored = [(s * RICHER ** -(f.n_params - fewest), f) for s, f in scored]
     ranked = sorted(scored, key=lambda sf: (sf[0], sf[1].n_params))
-    m = len({c for b in backtest.forms for c in b.compute})  # distinct budgets predicted
+    m = len({p.compute for b in backtest.forms for p in b.points})  # distinct budgets predicted
     logw = np.array([-m / 2 * math.log(max(s, 1e-12) ** 2) for s, _ in scored])
     w = np.exp(logw - logw.max())
     w /= w.sum()
@@ -276,11 +297,12 @@ def mixture_log_var(fits: list[CurveFit], weights: dict[str, float], compute, lo
     return acc / total if total > 0 else acc
 
 
-def spread_backtest(compute: np.ndarray, error: np.ndarray, form: Form, backtest: Backtest) -> FormBacktest:
+def spread_backtest(form: Form, backtest: Backtest) -> FormBacktest:
     """`form` fitted at the SPREAD cut-offs (SPREAD x the reach before the last budget, each predicting a reach
-    ahead), for the law's error model only (module docstring, "Spread"); cut-offs that leave `form` no more budgets
-    than parameters, or that the choice's cut-offs already hold, are skipped."""
-    c, e, _ = _subsample(np.asarray(compute, float), np.asarray(error, float))
+    ahead) on the backtest's own points (its subsample, where it took one), for the law's error model only (module
+    docstring, "Spread"); cut-offs that leave `form` no more budgets than parameters, or that the choice's cut-offs
+    already hold, are skipped."""
+    c, e = backtest.compute, backtest.error
     budgets, reach = np.unique(c), backtest.reach
     fb = FormBacktest(form)
     allowed = budgets[form.n_params:-1]  # fits on at least n_params + 1 budgets, something ahead
@@ -296,7 +318,7 @@ def chosen_law_error(backtest: Backtest, fit: CurveFit) -> LawError:
     the SPREAD ones (backtest.spread), with their backtest coverage (fit.interval)."""
     noise = dof_noise(fit.rmse_log, fit.n_points, fit.form.n_params)
     dof = float(fit.n_points - fit.form.n_params) if fit.n_points > fit.form.n_params else math.inf
-    parts = [b for b in (backtest.get(fit.form), backtest.spread) if b is not None and b.predicted
+    parts = [b for b in (backtest.get(fit.form), backtest.spread) if b is not None and b.points
              and b.form.name == fit.form.name]
     if not parts:
         return LawError(noise, 0.0, fit.ci, noise_dof=dof)

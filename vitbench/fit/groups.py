@@ -150,7 +150,7 @@ def fit_group(key: dict, c: np.ndarray, e: np.ndarray, labels: list[str], spec: 
     spread = any(f.n_replicates > 1 for f in g.fits if g.weights.get(f.form.name.value, 0) > 0)
     b = mixture_param(g.fits, g.weights, "b", spec.ci) if spread else None
     g.exponent = ParamEstimate(best.params["b"].value, *(b or (None, None)))
-    g.backtest.spread = spread_backtest(c, e, best.form, g.backtest)
+    g.backtest.spread = spread_backtest(best.form, g.backtest)
     g.law_error = replace(chosen_law_error(g.backtest, best), ceiling=ceiling)
     if spec.predict:
         xs = np.asarray(spec.predict, dtype=float)

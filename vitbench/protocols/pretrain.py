@@ -221,6 +221,28 @@ def teacher_fields(recipe: dict, teacher: str | None, *, checkpoint: str | None 
                                  "seed": seed}}
 
 
+def teacher_model(teacher: str | None, checkpoint: str | None,
+                  names: tuple[str, str] = ("teacher", "teacher_checkpoint")) -> str | None:
+    """The teacher's model: `teacher` when given; else, beside a teacher `checkpoint`, the model a vitbench
+    checkpoint's header names; any other file (a timm state dict) does not say it, so it is asked for (a
+    ConfigError naming the file and both fields, exit 2), never guessed nor the file dropped. None without
+    either (no teacher). `names`: how the caller spells (teacher, checkpoint): study fields or CLI options."""
+    if teacher is not None or not checkpoint:
+        return teacher
+    from vitbench.errors import clip
+    from vitbench.transfer.checkpoint import checkpoint_spec
+
+    teacher_name, checkpoint_name = names
+    if not Path(checkpoint).expanduser().is_file():
+        raise ConfigError(f"{checkpoint_name} {clip(checkpoint, 200)!r} does not exist (or is not a file)")
+    spec = checkpoint_spec(checkpoint)
+    if spec is None:
+        raise ConfigError(f"{checkpoint_name} {clip(checkpoint, 200)}: its weights do not say their model (not a "
+                          f"vitbench checkpoint): name it with {teacher_name} NAME (a timm state dict: "
+                          f"{teacher_name} timm:NAME)")
+    return spec.name
+
+
 def load_teacher(cfg: TeacherConfig, backend, class_names: list[str], *, directory: str | Path | None = None,
                  device: str = "cpu", threads: int | None = None) -> Teacher:
     """The teacher of `cfg` on the student's `backend`: pre-trained first (cached) or read from its file."""

@@ -128,7 +128,7 @@ def _loglog(ax, report: FitReport) -> None:
 def _backtest_view(g: GroupFit, f):
     """(mask of the points the chosen form's last backtest cut-off predicted, that fit's parameters) or None."""
     bt = g.backtest.get(f.form) if g.backtest is not None else None
-    if bt is None or not bt.fits or not bt.predicted:
+    if bt is None or not bt.fits or not bt.points:
         return None
     cut = max(bt.fits)
     ahead = (g.compute > cut) & (g.compute <= cut * 10**g.backtest.reach * (1 + 1e-9))

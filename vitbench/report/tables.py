@@ -12,12 +12,12 @@ import pandas as pd
 
 from vitbench.models.families import family_names
 from vitbench.models.specs import get_spec
-from vitbench.tasks.fields import SHARED
+from vitbench.tasks.fields import shared_default
 from vitbench.tasks.upstream import TEACHER_FIELDS  # what tells a distilled upstream apart (absent without one)
 
-# Trial fields left out of the config at their defaults (tasks.fields.OmittedAtDefault): a row without them ran
-# with the default.
-GROUP_DEFAULTS = {f: SHARED[f][1] for f in ("devices", "parallelism")}
+# Trial fields left out of the config at their defaults (key_neutral in tasks.fields.SHARED): a row without them
+# ran with the default.
+GROUP_DEFAULTS = {f: shared_default(f) for f in ("devices", "parallelism")}
 
 
 def family_of(model: str) -> str:

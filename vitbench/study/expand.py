@@ -29,7 +29,7 @@ from vitbench.registry import Kind, entry
 from vitbench.study.schema import StudyModel
 from vitbench.study.source import Problems, dotted
 from vitbench.tasks import tasks
-from vitbench.tasks.fields import SHARED, LocalPath, path_fields
+from vitbench.tasks.fields import SHARED, LocalPath, path_fields, shared_default
 
 # Combinations one study may expand to (per repeat): a sweep of 10,000 trials is already days of measuring; a
 # grid of millions would take minutes and gigabytes just to expand.
@@ -48,7 +48,7 @@ def field_adapters() -> dict[str, list[TypeAdapter]]:
 
 def shared_defaults() -> dict[str, Any]:
     """Defaults of the shared fields (before a task's own Params fill the rest)."""
-    return {f: (d() if callable(d) else d) for f, (_t, d, _doc) in SHARED.items() if d is not ...}
+    return {f: (d() if callable(d) else d) for f in SHARED if (d := shared_default(f)) is not ...}
 
 
 SELECTORS = ("family", "tiny")  # family:<f> (its paper variants), tiny:<f|all> (tiny variants)

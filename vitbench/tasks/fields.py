@@ -12,11 +12,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, Strict, create_model, field_validator,
                       model_validator)
+from pydantic.fields import FieldInfo
 
 from vitbench.backends.base import OPTIMIZERS, PRECISIONS, BackendName, default_backend
 from vitbench.backends.kinds import DEFAULT_DEVICES, DEFAULT_PARALLELISM, Parallelism
 from vitbench.errors import VitbenchError
-from vitbench.transfer.config import MAX_COUNT, Seed
+from vitbench.transfer.config import MAX_COUNT, Seed, key_neutral
 
 if TYPE_CHECKING:
     from vitbench.models.specs import ModelSpec
@@ -43,14 +44,6 @@ class LocalPath:
 PathField = Annotated[str, LocalPath()]
 
 
-class OmittedAtDefault:
-    """Marks a field added after trials were keyed: at its default it is left out of the trial config, so every
-    trial that existed before the field keeps its key (and its rows' config) unchanged."""
-
-    def __repr__(self) -> str:
-        return "OmittedAtDefault()"
-
-
 def _marked(params: type[BaseModel], marker: type) -> tuple[str, ...]:
     return tuple(n for n, f in params.model_fields.items() if any(isinstance(m, marker) for m in f.metadata)
                  or any(isinstance(m, marker) for a in getattr(f.annotation, "__args__", ())
@@ -74,7 +67,9 @@ def literal_of(values: tuple[str, ...]) -> Any:
     return Literal[values]  # type: ignore[valid-type]
 
 
-# name: (type, default, description). A default of ... means required; a callable default is a factory.
+# name: (type, default, description). A default of ... means required; a callable default is a factory; a
+# key_neutral(default) (vitbench.transfer.config) is a field added after trials were keyed: left out of the trial
+# config at its default, so every trial that existed before it keeps its key (and its rows' config).
 SHARED: dict[str, tuple[Any, Any, str]] = {
     "model": (_StrictStr, ..., "model variant: a name, alias or selector (family:<f>, tiny:<f|all>)"),
     "backend": (BackendName, default_backend, "framework the trial runs on (see `vitbench plugins`)"),
@@ -91,10 +86,10 @@ SHARED: dict[str, tuple[Any, Any, str]] = {
     "threads": (_PosInt | None, None, "intra-op CPU threads (null: the framework's default; recorded)"),
     "num_classes": (_PosInt | None, None, "classifier outputs (null: the variant's default)"),
     "optimizer": (literal_of(OPTIMIZERS), "adam", "training optimiser: adam (pre-training) or sgd (momentum 0.9)"),
-    "devices": (Annotated[int, Strict(), Field(gt=0, le=MAX_COUNT), OmittedAtDefault()], DEFAULT_DEVICES,
+    "devices": (Annotated[int, Strict(), Field(gt=0, le=MAX_COUNT)], key_neutral(DEFAULT_DEVICES),
                 "local devices one step runs on (batch_size is the global batch, split evenly over them); the "
                 "trial launches one process per device where its backend needs that (docs/devices.md)"),
-    "parallelism": (Annotated[literal_of(Parallelism.values()), OmittedAtDefault()], DEFAULT_PARALLELISM.value,
+    "parallelism": (literal_of(Parallelism.values()), key_neutral(DEFAULT_PARALLELISM.value),
                     "with devices > 1: dp (parameters replicated, gradients all-reduced) or fsdp (parameters, "
                     "gradients and optimizer state sharded); the backend lists what it runs"),
     "channels_last": (_StrictBool | None, None, "NHWC memory format (null: on for conv families, off for ViT)"),
@@ -192,14 +187,15 @@ class TaskParams(BaseModel):
         return self
 
     def config(self) -> dict:
-        """The normalised trial config: JSON-able, the input of the trial key (fields marked OmittedAtDefault
-        left out at their default)."""
-        out = self.model_dump(mode="json")
-        fields = type(self).model_fields
-        for name in _marked(type(self), OmittedAtDefault):
-            if out.get(name) == fields[name].get_default(call_default_factory=True):
-                del out[name]
-        return out
+        """The normalised trial config: JSON-able, the input of the trial key (key_neutral fields left out at
+        their default)."""
+        return self.model_dump(mode="json")
+
+
+def shared_default(name: str) -> Any:
+    """The default SHARED declares for `name` (a key_neutral field's too; a factory is returned, not called)."""
+    default = SHARED[name][1]
+    return default.get_default() if isinstance(default, FieldInfo) else default
 
 
 def params_model(name: str, shared: tuple[str, ...], *own: type[BaseModel]) -> type[TaskParams]:
@@ -212,7 +208,9 @@ def params_model(name: str, shared: tuple[str, ...], *own: type[BaseModel]) -> t
     definitions: dict[str, Any] = {}
     for f in shared:
         typ, default, description = SHARED[f]
-        if callable(default) and default is not ...:
+        if isinstance(default, FieldInfo):  # key_neutral(...): its default and its dump rule, with the description
+            definitions[f] = (typ, FieldInfo.merge_field_infos(default, description=description))
+        elif callable(default) and default is not ...:
             definitions[f] = (typ, Field(default_factory=default, description=description))
         else:
             definitions[f] = (typ, Field(default, description=description))

@@ -10,8 +10,10 @@ pre-training compute (paper Figure 5) and tabulates them (Table 6).
 
 Distillation (DeiT; docs/distillation.md): `teacher` names a teacher model; it is pre-trained first with this
 same upstream recipe (its own resolution, steps and seed), or read from `teacher_checkpoint`, and supervises the
-student through its distillation token (else its class token). Without a teacher the teacher_* / distill_*
-fields mean nothing and are left out of the trial's config, so trials without a teacher keep their keys.
+student through its distillation token (else its class token); a `teacher_checkpoint` alone names its teacher
+(a vitbench checkpoint's model, read from the file; any other file is refused). Without a teacher the
+teacher_* / distill_* fields mean nothing and are left out of the trial's config, so trials without a teacher
+keep their keys.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from vitbench.transfer.config import (DataConfig, DatasetName, Seed, default_of,
 from vitbench.protocols.downstream import DOWNSTREAM_DATA
 from vitbench.transfer.distill import DEFAULT_LAMBDA, DEFAULT_TAU, Distillation, Lambda, Tau
 from vitbench.transfer.masked_patch import MaskedPatch, Objective, Scratch, Target
-from vitbench.protocols.pretrain import SPEC_CONTEXT, UPSTREAM_DATA, PretrainConfig
+from vitbench.protocols.pretrain import SPEC_CONTEXT, UPSTREAM_DATA, PretrainConfig, teacher_model
 
 SHARED = ("model", "backend", "task", "device", "seed", "threads")
 
@@ -50,9 +52,17 @@ class TeacherFields(BaseModel):
     @model_validator(mode="after")
     def _known_teacher(self):
         """A teacher that is not in the model table, or a resolution it cannot take, fails when the study is
-        parsed (close names listed), not when its trial runs."""
+        parsed (close names listed), not when its trial runs. A `teacher_checkpoint` without a `teacher` takes
+        its model from the file (a vitbench checkpoint's header; protocols.pretrain.teacher_model), so the
+        trial's config names it; any other file is refused naming the file and both fields."""
+        from vitbench.errors import VitbenchError
+
+        try:
+            teacher = teacher_model(self.teacher, self.teacher_checkpoint)
+        except VitbenchError as e:
+            raise ValueError(str(e)) from None
+        object.__setattr__(self, "teacher", teacher)  # frozen params: the model read from the file, once
         if self.teacher is not None:
-            from vitbench.errors import VitbenchError
             from vitbench.models.specs import get_spec
 
             try:
