@@ -139,7 +139,7 @@ def ab_cmd(
     repo: str = cli_option("repo", "--repo", help="The git checkout whose working tree is current."),
     allow_same: bool = cli_option("allow_same", "--allow-same", help="Allow REF to be the checked-out commit with no "
                                                                      "change (an A/A noise check)."),
-    schedule: str = from_constant("vitbench.compare.ab", "DEFAULT_SCHEDULE",
+    schedule: str = from_constant("vitbench.compare.schedule", "DEFAULT_SCHEDULE",
                                   help="alternate: a pair's two rounds one after the other, the first side "
                                        "alternating; together: both at once (same load)."),
     statistic: str = from_constant("vitbench.compare.ab", "DEFAULT_STATISTIC",
@@ -161,7 +161,8 @@ def ab_cmd(
     3 = inconclusive: the budget ended with a trial undecided (said plainly; a gate must not pass it silently).
     """
     from vitbench.cli.common import choice
-    from vitbench.compare.ab import Schedule, Statistic, run_ab
+    from vitbench.compare.ab import Statistic, run_ab
+    from vitbench.compare.schedule import Schedule
     from vitbench.compare.paired import Rule
 
     choice(fmt, _FORMATS, "--format")

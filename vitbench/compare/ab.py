@@ -30,6 +30,7 @@ from vitbench.compare import Comparison, env_differences, load_records
 from vitbench.compare.decide import Decision, Row, metric_samples
 from vitbench.compare.match import DEFAULT_IGNORE, Trial, group, labels, why_unmatched
 from vitbench.compare.paired import Rule, verdict
+from vitbench.compare.schedule import DEFAULT_SCHEDULE, Schedule
 from vitbench.errors import ConfigError
 from vitbench.measure.extra_work import ENV as EXTRA_WORK_ENV
 from vitbench.record import Record
@@ -175,28 +176,6 @@ class Running:
                 self.proc.wait()
 
 
-class Schedule(Choice):
-    """How the two rounds of a pair share the machine."""
-
-    ALTERNATE = "alternate"  # one after the other, the first side alternating: A B, B A, ...
-    TOGETHER = "together"  # both at once (each single-threaded trial on its own core): they see the same load
-
-    def run(self, order: tuple[Side, Side], paths: dict[str, Path]) -> None:
-        """Both sides' rounds of one pair; on an interrupt or error no sweep is left running."""
-        running: list[Running] = []
-        try:
-            for side in order:
-                running.append(side.start_round(paths[side.name]))
-                if self is Schedule.ALTERNATE:
-                    running[-1].wait()
-            for r in running:
-                r.wait()
-        finally:
-            for r in running:
-                r.stop()
-
-
-DEFAULT_SCHEDULE = Schedule.TOGETHER  # twice the pairs in a budget, the same load on both sides (docs/compare.md)
 
 
 def _environment(root: Path, sha: str, base: Path) -> tuple[str, str]:
@@ -254,6 +233,7 @@ class Pairs:
     statistic: Statistic = DEFAULT_STATISTIC
     order: list[str] = field(default_factory=list)  # "baseline first" / "current first", per pair
     seconds: list[float] = field(default_factory=list)
+    filled: list[float] = field(default_factory=list)  # seconds a filler held a finished side's core (together)
     samples: dict[str, list[tuple[list[float], list[float]]]] = field(default_factory=dict)  # key -> (b, c)
     trials: dict[str, tuple] = field(default_factory=dict)  # key -> (baseline Trial, current Trial)
     records: tuple[list[Record], list[Record]] = field(default_factory=lambda: ([], []))
@@ -379,7 +359,10 @@ def run_ab(ref: str, *, repo: str | Path = ".", study: str = DEFAULT_STUDY, base
                ("study", f"baseline {baseline_study or study}, current {study} (each side's own copy)"),
                ("rounds", f"{len(pairs.order)} pairs, {schedule.value} (the side started first alternated: "
                           f"{pairs.order.count('baseline first')} baseline first); a pair's value: each side's "
-                          f"{pairs.statistic.value} step; {elapsed:.0f} s in all, budget {budget_s:.0f} s"),
+                          f"{pairs.statistic.value} step; {elapsed:.0f} s in all, budget {budget_s:.0f} s" +
+                          (f"; a filler held the core of the side that ended first for "
+                           f"{statistics.median(pairs.filled):.1f} s a pair (median)"
+                           if schedule is Schedule.TOGETHER and pairs.filled else "")),
                ("rule", f"paired t-interval ({rule.confidence:.0%}) on the mean log-ratio; threshold "
                         f"{rule.threshold:.0%}; at least {rule.min_pairs} pairs" +
                         (f", at most {rule.max_pairs}" if rule.max_pairs else "")),
@@ -407,7 +390,7 @@ def _loop(sides: tuple[Side, Side], rule: Rule, budget_s: float, t_start: float,
         order = sides if n % 2 == 0 else sides[::-1]
         t0 = time.monotonic()
         paths = {side.name: out_root / side.name / f"pair{n + 1:02d}" for side in sides}
-        schedule.run(order, paths)
+        pairs.filled.append(schedule.run(order, paths))
         pairs.add(paths["baseline"], paths["current"])
         pairs.order.append(f"{order[0].name} first")
         pairs.seconds.append(time.monotonic() - t0)
