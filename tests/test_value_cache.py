@@ -18,8 +18,6 @@ REQUEST = {"model": "ViT-Nano/4", "resolution": 16, "num_classes": 10, "precisio
 def cache(monkeypatch, tmp_path):
     monkeypatch.setenv(paths.CACHE_ENV, str(tmp_path / "cache"))
     monkeypatch.delenv(paths.COMPILE_CACHE_ENV, raising=False)
-    for k in [k for k in os.environ if k.startswith(value_cache.COMPILER_ENV_PREFIXES)]:
-        monkeypatch.delenv(k)
     return tmp_path / "cache" / value_cache.SUBDIR
 
 
@@ -50,9 +48,13 @@ def _changes(monkeypatch):
     """One change per key component: each must make the cache miss."""
     yield "source", lambda: monkeypatch.setattr(value_cache, "source_hash", lambda: "another source")
     yield "framework version", lambda: monkeypatch.setattr(value_cache, "distribution_version", lambda d: "0.0")
-    yield "XLA_FLAGS", lambda: monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
-    yield "JAX config", lambda: monkeypatch.setenv("JAX_ENABLE_X64", "1")
-    yield "inductor config", lambda: monkeypatch.setenv("TORCHINDUCTOR_MAX_AUTOTUNE", "1")
+    # each appended to, or flipped from, what this process has (a JAX backend's set-up sets XLA_FLAGS)
+    flags = os.environ.get("XLA_FLAGS", "")
+    yield "XLA_FLAGS", lambda: monkeypatch.setenv("XLA_FLAGS", f"{flags} --xla_cpu_enable_fast_math=false".strip())
+    x64 = "0" if os.environ.get("JAX_ENABLE_X64") == "1" else "1"
+    yield "JAX config", lambda: monkeypatch.setenv("JAX_ENABLE_X64", x64)
+    tune = "0" if os.environ.get("TORCHINDUCTOR_MAX_AUTOTUNE") == "1" else "1"
+    yield "inductor config", lambda: monkeypatch.setenv("TORCHINDUCTOR_MAX_AUTOTUNE", tune)
     yield "CPU model", lambda: monkeypatch.setattr(value_cache, "cpu_model", lambda: "another CPU")
     yield "architecture", lambda: monkeypatch.setattr(value_cache.platform, "machine", lambda: "riscv64")
 
