@@ -2,11 +2,13 @@
 
 Runs `vitbench sweep STUDY` three times in one go, each into its own results directory, with a private cache
 directory ($VITBENCH_CACHE_DIR, empty at the start):
-  1. cold: empty cache (no compiled executables, no measured matmul peak);
-  2. warm: the same again with --force (every executable from the cache, the peak cached);
-  3. compile-cold: the compile cache removed, the peak kept, --force: what the compile cache alone saves.
+  1. cold: empty cache (no compiled executables, no cached values, no measured matmul peak);
+  2. warm: the same again with --force (every executable from the compile cache, the FLOP counts and JAX's
+     parameter shapes from the value cache, the peak cached);
+  3. compile-cold: the compile and value caches removed, the peak kept, --force: what they save.
 and prints, for each, the sweep's wall time and its trials' time budget (vitbench.report.budget: start-up,
-compile, warm-up, timed, other) with how many rows' compiled code came from the cache. Target (issue 34, on 2 CPU
+compile, warm-up, timed, other) with how many rows' compiled code came from the compile cache, and how many flops
+rows' counts from the value cache (`counted_cached`). Target (issue 34, on 2 CPU
 cores): cold <= 120 s, warm <= 0.5 x cold. Timings on a shared machine are noisy: the load average is printed
 before and after each sweep; run it on a quiet machine for figures worth quoting.
 
@@ -48,6 +50,7 @@ def sweep(study: str, results: Path, env: dict, force: bool) -> float:
 
 
 def budget(results: Path):
+    """(the time budget table, how many rows' FLOP counts came from the value cache)."""
     from vitbench.report.budget import time_budget
     from vitbench.store import load
 
@@ -55,7 +58,8 @@ def budget(results: Path):
     cal = load(results, kinds=("calibration",))
     import pandas as pd
 
-    return time_budget(pd.concat([df, cal], ignore_index=True) if not cal.empty else df)
+    counted = int(df["counted_cached"].eq(True).sum()) if "counted_cached" in df else 0
+    return time_budget(pd.concat([df, cal], ignore_index=True) if not cal.empty else df), counted
 
 
 def main() -> None:
@@ -71,22 +75,26 @@ def main() -> None:
     cache = root / "cache"
     env = {**os.environ, "VITBENCH_CACHE_DIR": str(cache)}
     env.pop("VITBENCH_COMPILE_CACHE", None)
-    runs = (("cold", False, None), ("warm", True, None), ("compile-cold", True, cache / "compile"))
-    walls = {}
     from vitbench.env import usable_cpus
+    from vitbench.value_cache import SUBDIR
+
+    runs = (("cold", False, ()), ("warm", True, ()), ("compile-cold", True, (cache / "compile", cache / SUBDIR)))
+    walls = {}
 
     print(f"study {a.study}, {usable_cpus()} usable CPU(s), cache {cache}")
     for name, force, wipe in runs:
-        if wipe is not None:
-            shutil.rmtree(wipe, ignore_errors=True)
+        for d in wipe:
+            shutil.rmtree(d, ignore_errors=True)
         before = load_average()
         walls[name] = sweep(a.study, root / name, env, force)
         print(f"\n== {name}: sweep wall {walls[name]:.1f} s (load average before {before}, "
               f"after {load_average()})")
-        print(budget(root / name).to_string(index=False))
+        table, counted = budget(root / name)
+        print(table.to_string(index=False))
+        print(f"flops rows counted from the value cache: {counted}")
     cold, warm = walls["cold"], walls["warm"]
     print(f"\ncold {cold:.1f} s, warm {warm:.1f} s: warm/cold {warm / cold:.2f} (target <= 0.5; cold <= 120 s); "
-          f"compile-cold (peak cached) {walls['compile-cold']:.1f} s")
+          f"compile-cold (compile and value caches removed, peak cached) {walls['compile-cold']:.1f} s")
     if a.keep is None:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -41,6 +41,8 @@ class BackendSpec:
     devices: str  # human description of the device names it takes, for messages and `vitbench plugins`
     preload: tuple[str, ...] = ()  # modules a fork server may import once ahead of trials (no device touched)
     distributions: tuple[str, ...] = ()  # packages whose versions every row of this backend records
+    # packages its FLOP counters use beyond `distributions`: their versions key its cached counts (value_cache)
+    counter_distributions: tuple[str, ...] = ()
     check: Check | None = None
     install: str = ""  # how to get what `requires` names, e.g. "pip install 'vitbench[jax]'"
     description: str = ""

@@ -6,12 +6,16 @@ accounting: forward + backward for every image seen, backward ~ 2x forward, so 3
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
 from vitbench.backends.base import Backend, default_backend, get_backend
 from vitbench.env import environment
 from vitbench.models.analytic import analytic_counts, pretrain_exaflops
 from vitbench.models.families import family_plugin
 from vitbench.models.specs import ModelSpec, get_spec
 from vitbench.record import Record, now
+from vitbench.value_cache import remembered
 
 KIND = "flops"
 
@@ -44,8 +48,11 @@ def flops(model: str | ModelSpec, resolution: int | None = None, backend: str | 
 
         info = be.setup("cpu")
         before = be.compile_cache_counts()
-        counters = be.count_flops(spec, res, k)
-        metrics["compile_cached"] = from_cache(before, be.compile_cache_counts())  # XLA's count compiles
+        counted = counts(be, spec, res, k, info)
+        counters = counted.value
+        # XLA's count compiles; None when the counts came from the value cache (nothing compiled)
+        metrics["compile_cached"] = from_cache(before, be.compile_cache_counts())
+        metrics["counted_cached"], metrics["counted_at"] = counted.cached, counted.at
         for name, c in counters.items():
             metrics[f"gmacs_{name}"] = c["macs"] / 1e9
             metrics[f"gflops_{name}"] = 2 * c["macs"] / 1e9
@@ -60,3 +67,27 @@ def flops(model: str | ModelSpec, resolution: int | None = None, backend: str | 
     excludes = {"analytic": note, **{n: c["excludes"] for n, c in counters.items()}}
     return Record.measured(KIND, config, metrics=metrics, raw={"excludes": excludes}, env=environment(info),
                            started_at=started)
+
+
+def counts(be: Backend, spec: ModelSpec, resolution: int, num_classes: int, info: dict):
+    """The backend's counters (`Backend.count_flops`), from the value cache (vitbench.value_cache) when they were
+    counted before with the same code, framework and counter versions, compiler settings, host, device and
+    request; a Remembered (value, cached, at)."""
+    request = {"backend": be.name, "spec": dataclasses.asdict(spec), "resolution": resolution,
+               "num_classes": num_classes, "device": info.get("device"), "device_name": info.get("device_name")}
+    return remembered("flops", request, (*be.spec.distributions, *be.spec.counter_distributions),
+                      lambda: be.count_flops(spec, resolution, num_classes), decode=_counters, code=(type(be),))
+
+
+def _counters(value) -> dict[str, dict]:
+    """count_flops' answer, checked (a cached copy is read back through here): {counter: {"macs": finite >= 0,
+    "excludes": str, ...}}."""
+    if not isinstance(value, dict):
+        raise TypeError("FLOP counts: not a mapping")
+    for c in value.values():
+        macs = c["macs"]
+        if isinstance(macs, bool) or not isinstance(macs, (int, float)) or not math.isfinite(macs) or macs < 0:
+            raise ValueError(f"FLOP counts: macs {macs!r}")
+        if not isinstance(c["excludes"], str):
+            raise TypeError("FLOP counts: excludes")
+    return value

@@ -24,7 +24,12 @@ class Flops(Task):
     description = "params, analytic and counted GMACs/GFLOPs per image"
     needs = frozenset({Capability.FLOPS})
     metrics = (Metric("gflops", "GFLOPs", False, "analytic forward FLOPs per image (1 MAC = 2 FLOPs)"),
-               COMPILE_CACHED)
+               COMPILE_CACHED,
+               Metric("counted_cached", "bool", True, "the counters' counts came from vitbench's value cache "
+                      "(vitbench.value_cache: same code, versions, compiler settings, host and model) instead of "
+                      "being counted in this trial; absent: nothing counted (count: false)"),
+               Metric("counted_at", "ISO 8601 UTC", False, "when the counters' counts were counted (earlier than "
+                      "the row when they came from the value cache)"))
     headline = "gflops"
     repeat = False
 

@@ -27,6 +27,7 @@
 
 from __future__ import annotations
 
+import dataclasses  # noqa: E402
 import gc  # noqa: E402
 import time  # noqa: E402
 
@@ -57,27 +58,63 @@ from vitbench.models.families import family_plugin  # noqa: E402
 from vitbench.models.specs import ModelSpec  # noqa: E402
 from vitbench.procmem import PeakRSS, peak_rss_mib  # noqa: E402
 from vitbench.transfer.schedules import OptimConfig  # noqa: E402
+from vitbench import value_cache  # noqa: E402
 
 _PLATFORM_KINDS = {"cpu": DeviceKind.CPU, "gpu": DeviceKind.GPU, "tpu": DeviceKind.TPU}
 
 
-def random_params(model, resolution: int, seed: int = 0) -> dict:
-    """Random float32 weights with the model's shapes, drawn on the host (numpy), for measurements.
+def param_shapes(model, resolution: int) -> list[tuple[str, tuple[int, ...]]]:
+    """The model's parameters as (path, shape) in `param_table.flatten`'s order, traced (jax.eval_shape of the
+    model's init: no compile, nothing allocated)."""
+    from vitbench.models.param_table import flatten
+
+    x = jax.ShapeDtypeStruct((1, resolution, resolution, 3), jnp.float32)
+    # the key made inside the traced function: a concrete PRNGKey(0) would be one more compile
+    shapes = flatten(dict(jax.eval_shape(lambda xb: model.init(jax.random.PRNGKey(0), xb), x)["params"]))
+    return [(path, tuple(int(d) for d in leaf.shape)) for path, leaf in shapes.items()]
+
+
+def _shapes(value) -> list[tuple[str, tuple[int, ...]]]:
+    """Shapes read back from the value cache (JSON lists), checked: [[path, [dims]], ...]."""
+    out = []
+    for path, shape in value:
+        if not isinstance(path, str) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
+                                                for d in shape):
+            raise ValueError(f"parameter shapes: {path!r} {shape!r}")
+        out.append((path, tuple(shape)))
+    if not out:
+        raise ValueError("parameter shapes: none")
+    return out
+
+
+def cached_param_shapes(model, spec: ModelSpec, resolution: int, num_classes: int, dtype,
+                        device: str) -> list[tuple[str, tuple[int, ...]]]:
+    """`param_shapes`, from the value cache (vitbench.value_cache) when they were traced before for the same
+    model, resolution, classes, compute dtype and device with the same code, jax/jaxlib/flax and settings: the
+    trace of the model's init is a large part of a warm trial's set-up, and JAX caches only compiled modules."""
+    request = {"spec": dataclasses.asdict(spec), "resolution": resolution, "num_classes": num_classes,
+               "dtype": jnp.dtype(dtype).name, "device": device, "x64": bool(jax.config.jax_enable_x64)}
+    return value_cache.remembered("jax_param_shapes", request, SPEC.distributions,
+                                  lambda: [[p, list(s)] for p, s in param_shapes(model, resolution)],
+                                  decode=_shapes).value
+
+
+def random_params(model, resolution: int, seed: int = 0,
+                  shapes: list[tuple[str, tuple[int, ...]]] | None = None) -> dict:
+    """Random float32 weights with the model's shapes (`shapes`, else traced: `param_shapes`), drawn on the host
+    (numpy), for measurements.
 
     Kernels N(0, 1/fan_in), norm scales 1, biases 0, class token 0, position embeddings N(0, 0.02^2), head
     included (non-zero, so a training step's gradients reach every layer from the first step on). Unlike
     `init_params` (the model's own initialisers) this compiles nothing: a jitted init costs seconds of XLA
     compile per model, which is pure overhead for a throughput or memory probe.
     """
-    from vitbench.models.param_table import flatten, unflatten
+    from vitbench.models.param_table import unflatten
 
-    x = jax.ShapeDtypeStruct((1, resolution, resolution, 3), jnp.float32)
-    # the key made inside the traced function: a concrete PRNGKey(0) would be one more compile
-    shapes = flatten(dict(jax.eval_shape(lambda xb: model.init(jax.random.PRNGKey(0), xb), x)["params"]))
     rng = np.random.default_rng(seed)
     out = {}
-    for path, leaf in shapes.items():
-        shape, name = tuple(leaf.shape), path.split("/")
+    for path, shape in (param_shapes(model, resolution) if shapes is None else shapes):
+        name = path.split("/")
         if name[-1] == "kernel":
             # DenseGeneral q/k/v kernels are (D, heads, head_dim): their fan-in is D
             fan_in = shape[0] if name[-2] in ("query", "key", "value") else int(np.prod(shape[:-1]))
@@ -182,7 +219,8 @@ class JaxBackend(Backend):
         with jax.default_device(dev):
             x, y = jax.jit(inputs)(step.seed)
             jax.block_until_ready(x)  # dispatch is async: surface an allocation failure here
-        params = jax.device_put(random_params(model, res, step.seed), dev)
+        shapes = cached_param_shapes(model, spec, res, k, dtype, dev.platform)
+        params = jax.device_put(random_params(model, res, step.seed, shapes), dev)
         group = None
         if step.devices > 1:
             from vitbench.backends.jax.mesh import Group

@@ -41,6 +41,7 @@ SPEC = register_backend(BackendSpec(
     compile_modes=("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
     preload=("torch", "timm", "vitbench.backends.torch.backend"),
     distributions=("torch", "timm"),
+    counter_distributions=("fvcore",),  # count_flops: fvcore's FlopCountAnalysis beside torch's FlopCounterMode
     check=_check,
     # DDP / FSDP2 (fully_shard), one process per device (gloo on CPU, NCCL on CUDA): distributed.py, launch in
     # vitbench.measure.ranks
