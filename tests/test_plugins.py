@@ -107,6 +107,23 @@ def test_unimportable_plugin_fails_only_commands_that_need_plugins(tmp_path):
 
 
 
+def test_a_plugin_that_failed_to_import_fails_again_on_the_next_load(monkeypatch):
+    """Not marked loaded after a failure: a fork server's children (which inherit its registry) and any later
+    caller get the same error, not a registry silently missing the plug-in."""
+    from vitbench import registry
+    from vitbench.errors import PluginError
+
+    monkeypatch.setattr(registry, "_STATE", registry._State())
+    monkeypatch.setenv(registry.ENV_PLUGINS, "no_such_module")
+    for _ in range(2):
+        with pytest.raises(PluginError, match="no_such_module"):
+            registry.load_plugins(registry.Kind.TASK)
+    assert registry._STATE.loaded == {registry.Kind.TASK} and not registry._STATE.outside_loaded
+    monkeypatch.delenv(registry.ENV_PLUGINS)
+    registry.load_plugins(registry.Kind.TASK)  # the cause gone: it loads
+    assert registry._STATE.outside_loaded
+
+
 def _imports(path: Path, strings: bool = False) -> set[str]:
     """Every module `path` imports, at the top or inside a function; with `strings`, also every string constant
     that names a vitbench module (an import by name: importlib, a "module:function" target)."""

@@ -88,6 +88,34 @@ def test_each_backend_has_its_own_fork_server_and_inherits_no_other_framework(tm
     assert len(servers["torch"]) == len(servers["jax"]) == 1 and servers["torch"] != servers["jax"]
 
 
+def _registry_at_start(queue) -> None:
+    from vitbench.registry import _STATE
+
+    queue.put((sorted(k.value for k in _STATE.loaded), _STATE.outside_loaded))
+
+
+def test_a_trial_forked_from_a_server_finds_the_plugins_registered():
+    """The servers register vitbench's plug-ins once (executors/warm.py); a server without that module does not,
+    and its children would each do it again."""
+    import multiprocessing as mp
+
+    from vitbench import forkservers
+    from vitbench.executors.local import PRELOAD
+    from vitbench.registry import Kind
+
+    q = mp.get_context("spawn").Queue()
+    found = {}
+    for preload in (PRELOAD, tuple(m for m in PRELOAD if m != "vitbench.executors.warm")):
+        p = forkservers.process(preload, _registry_at_start, (q,))
+        p.start()
+        p.join(timeout=120)
+        assert p.exitcode == 0
+        found[preload] = q.get(timeout=10)
+    with_warm, without = found.values()
+    assert with_warm == (sorted(k.value for k in Kind), True)
+    assert without[1] is False and len(without[0]) < len(Kind)
+
+
 def test_resume_force_and_retry_failed(tmp_path):
     s = fake_study("axes: {model: [ViT-Nano/4, R-Nano], task: [sleep], behaviour: [ok, crash]}\n")
     first = run_study(s, tmp_path, executor_options=SPAWN)

@@ -116,12 +116,25 @@ def load_plugins(kind: Kind | None = None) -> None:
     entry points and of $VITBENCH_PLUGINS (which may register any kind)."""
     for k in [kind] if kind is not None else list(Kind):
         if k not in _STATE.loaded:
-            _STATE.loaded.add(k)
-            for mod in BUILTIN_MODULES[k]:
-                _import(mod, "vitbench")
+            _STATE.loaded.add(k)  # first: a module being imported may ask for its own kind
+            try:
+                for mod in BUILTIN_MODULES[k]:
+                    _import(mod, "vitbench")
+            except BaseException:
+                _STATE.loaded.discard(k)  # not loaded: the next call tries again (and says why again)
+                raise
     if _STATE.outside_loaded:
         return
     _STATE.outside_loaded = True
+    try:
+        _load_outside()
+    except BaseException:
+        _STATE.outside_loaded = False
+        raise
+
+
+def _load_outside() -> None:
+    """Import the modules of entry points and of $VITBENCH_PLUGINS; a broken one is a PluginError saying why."""
     from importlib.metadata import entry_points
 
     outside = [(ep.value.split(":", 1)[0], f"entry point {ep.name}")
