@@ -7,6 +7,7 @@ import multiprocessing as mp
 import os
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -73,3 +74,39 @@ def test_a_probe_ends_when_the_process_that_asked_for_it_is_gone():
     keep.close()  # what the asking process's end does, however it ends (even SIGKILL)
     p.join(timeout=30)
     assert p.exitcode == 1
+
+
+SCRIPT = """
+import os, sys
+with open(sys.argv[1] if __name__ == "__main__" else os.environ["RUNS_FILE"], "a") as f:
+    f.write(__name__ + "\\n")  # every run of this script's top level
+
+
+def child():
+    pass
+
+
+if __name__ == "__main__":
+    os.environ["RUNS_FILE"] = sys.argv[1]
+    from vitbench import forkservers
+
+    for _ in range(3):
+        p = forkservers.process(("wave",), child)
+        p.start()
+        p.join()
+        assert p.exitcode == 0
+"""
+
+
+def test_the_server_runs_the_main_script_once_not_each_child(tmp_path):
+    """Its children find `__main__` imported (CPython 3.11-3.13.7 never passed the script to its server:
+    gh-126631); so 1 run in the parent and 1 in the server, however many children."""
+    import subprocess
+
+    script, runs = tmp_path / "main_script.py", tmp_path / "runs.txt"
+    script.write_text(SCRIPT)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(forkservers.__file__).parents[1]),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    r = subprocess.run([sys.executable, str(script), str(runs)], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert runs.read_text().split() == ["__main__", "__mp_main__"]

@@ -19,12 +19,36 @@ from __future__ import annotations
 import multiprocessing as mp
 import multiprocessing.context
 import threading
-from multiprocessing import forkserver, popen_forkserver, resource_tracker
+from multiprocessing import forkserver, popen_forkserver, resource_tracker, spawn
 
 available = "forkserver" in mp.get_all_start_methods()  # macOS/Windows: no fork server (callers use spawn)
 
 _SERVERS: dict[tuple[str, ...], forkserver.ForkServer] = {}
 _lock = threading.RLock()
+
+
+class _Server(forkserver.ForkServer):
+    """CPython's fork server, told where the main script is so that it imports it once (its '__main__' preload).
+    CPython up to 3.13.7 reads the path under a key spawn.get_preparation_data no longer writes ('main_path' for
+    'init_main_from_path'; python/cpython gh-126631, gh-137996), so the server never imported it and every child
+    ran the main script again (a `vitbench` console script: the command line's imports, 0.25-0.45 s per trial).
+    Later versions read the right key and ignore the added one."""
+
+    def ensure_running(self):
+        with _lock:
+            prepared = spawn.get_preparation_data
+
+            def with_main_path(name):
+                data = prepared(name)
+                if "init_main_from_path" in data:
+                    data.setdefault("main_path", data["init_main_from_path"])
+                return data
+
+            spawn.get_preparation_data = with_main_path
+            try:
+                super().ensure_running()
+            finally:
+                spawn.get_preparation_data = prepared
 
 
 def server(preload: tuple[str, ...]) -> forkserver.ForkServer:
@@ -33,7 +57,7 @@ def server(preload: tuple[str, ...]) -> forkserver.ForkServer:
     with _lock:
         s = _SERVERS.get(preload)
         if s is None:
-            s = _SERVERS[preload] = forkserver.ForkServer()
+            s = _SERVERS[preload] = _Server()
             s.set_forkserver_preload(["__main__", *preload])
         return s
 
