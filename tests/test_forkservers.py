@@ -13,7 +13,7 @@ import pytest
 
 from vitbench import forkservers
 
-pytestmark = pytest.mark.skipif(not forkservers.available, reason="no fork server on this platform")
+needs_servers = pytest.mark.skipif(forkservers.unavailable is not None, reason=str(forkservers.unavailable))
 
 # Two stdlib modules a bare interpreter does not import, one per server
 A, B = "wave", "imaplib"
@@ -38,6 +38,7 @@ def _run(preload, target, queue, **kw):
     return queue.get(timeout=10)
 
 
+@needs_servers
 def test_one_server_per_preload_list_and_each_child_inherits_only_its_own():
     q = mp.get_context("spawn").Queue()
     a1, a2, b = _run((A,), _report, q), _run((A,), _report, q), _run((B,), _report, q)
@@ -46,6 +47,7 @@ def test_one_server_per_preload_list_and_each_child_inherits_only_its_own():
     assert a1[0] != a2[0]  # a fresh process each time
 
 
+@needs_servers
 def test_a_child_asks_the_server_that_forked_it_for_its_own_children():
     q = mp.get_context("spawn").Queue()
     p = forkservers.process((A,), _ask_own_server_for_a_sibling, (q,))
@@ -64,6 +66,7 @@ def _wait_for_requester(requester) -> None:
     time.sleep(120)
 
 
+@needs_servers
 def test_a_probe_ends_when_the_process_that_asked_for_it_is_gone():
     requester, keep = mp.Pipe(duplex=False)
     p = forkservers.process((), _wait_for_requester, (requester,))
@@ -98,6 +101,7 @@ if __name__ == "__main__":
 """
 
 
+@needs_servers
 def test_the_server_runs_the_main_script_once_not_each_child(tmp_path):
     """Its children find `__main__` imported (CPython 3.11-3.13.7 never passed the script to its server:
     gh-126631); so 1 run in the parent and 1 in the server, however many children."""
@@ -110,3 +114,39 @@ def test_the_server_runs_the_main_script_once_not_each_child(tmp_path):
     r = subprocess.run([sys.executable, str(script), str(runs)], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert runs.read_text().split() == ["__main__", "__mp_main__"]
+
+
+# ---- another Python: what the module relies on is checked once, by structure ----------------------------------
+def _owner(module: str, path: str):
+    import importlib
+
+    obj = importlib.import_module(module)
+    for name in path.split(".")[:-1]:
+        obj = getattr(obj, name)
+    return obj, path.split(".")[-1]
+
+
+@pytest.mark.parametrize("module, path", [(m, p) for m, p, _ in forkservers.INTERNALS])
+def test_each_internal_missing_is_named(monkeypatch, module, path):
+    assert forkservers.why_unavailable() is None  # this Python has them all
+    monkeypatch.delattr(*_owner(module, path))
+    assert forkservers.why_unavailable() == f"{module}.{path} is missing (another Python?)"
+
+
+@pytest.mark.parametrize("module, path", [(m, p) for m, p, n in forkservers.INTERNALS if n is not None])
+def test_each_internal_not_callable_or_with_other_parameters_is_named(monkeypatch, module, path):
+    owner, name = _owner(module, path)
+    monkeypatch.setattr(owner, name, 42)
+    assert forkservers.why_unavailable() == f"{module}.{path} is not callable (another Python?)"
+    n = dict((p, n) for _, p, n in forkservers.INTERNALS)[path]
+    if not any(p.startswith(path + ".") for _, p, _ in forkservers.INTERNALS):  # (not one whose parts are read)
+        monkeypatch.setattr(owner, name, lambda *a: None)
+        assert forkservers.why_unavailable() is None  # any callable taking its arguments will do
+    monkeypatch.setattr(owner, name, lambda a, b, c: None)  # takes 3 (none takes 3)
+    assert forkservers.why_unavailable() == \
+        f"{module}.{path} cannot be called with {n} positional argument(s) (another Python?)"
+
+
+def test_a_platform_without_a_fork_server_is_named(monkeypatch):
+    monkeypatch.setattr(mp, "get_all_start_methods", lambda: ["fork", "spawn"])
+    assert forkservers.why_unavailable() == "this platform has no fork server"

@@ -116,6 +116,31 @@ def test_a_trial_forked_from_a_server_finds_the_plugins_registered():
     assert without[1] is False and len(without[0]) < len(Kind)
 
 
+@pytest.mark.parametrize("module, path, how", [
+    ("multiprocessing.popen_forkserver", "Popen", "_launch"),
+    ("multiprocessing.forkserver", "_forkserver", "_forkserver_alive_fd"),
+    ("multiprocessing.forkserver", "ForkServer", "connect_to_new_process"),
+])
+def test_without_what_the_fork_servers_use_a_sweep_spawns_its_trials_and_says_why(tmp_path, monkeypatch, module,
+                                                                                    path, how):
+    """Another Python: the check (once, at import; run again here) finds the internal gone, and the sweep runs
+    every trial spawned, each row naming the reason."""
+    import importlib
+
+    from vitbench import forkservers
+
+    monkeypatch.delattr(getattr(importlib.import_module(module), path), how)
+    monkeypatch.setattr(forkservers, "unavailable", forkservers.why_unavailable())
+    s = fake_study("axes: {model: [ViT-Nano/4, R-Nano], task: [sleep]}\n")
+    summary = run_study(s, tmp_path)  # the default start method: forkserver
+    assert summary.statuses == {"ok": 2}
+    df = load(tmp_path)
+    assert (df["runner.start_method"] == "spawn").all()
+    assert (df["runner.start_method_note"] == f"no fork server: {module}.{path}.{how} is missing (another "
+                                              "Python?)").all()
+    assert (df["parent_pid"] == os.getpid()).all()  # children of the sweep itself, not of a server
+
+
 def test_resume_force_and_retry_failed(tmp_path):
     s = fake_study("axes: {model: [ViT-Nano/4, R-Nano], task: [sleep], behaviour: [ok, crash]}\n")
     first = run_study(s, tmp_path, executor_options=SPAWN)

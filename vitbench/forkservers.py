@@ -12,16 +12,66 @@ a fork per child, its exit code through the sentinel); only which server a child
 child is a `multiprocessing.Process` in every other respect (`start`, `sentinel`, `is_alive`, `terminate`, `kill`,
 `exitcode`). Nothing of vitbench above this module is imported: the lists are the callers' (backends declare
 theirs).
+
+Choosing the server means using some of CPython's multiprocessing that is not its public API (INTERNALS). They are
+checked once, at import, by structure (present, callable with the arguments used here); where one is absent
+(another Python) or the platform has no fork server, `unavailable` says why and callers spawn their children.
 """
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import multiprocessing as mp
 import multiprocessing.context
 import threading
 from multiprocessing import forkserver, popen_forkserver, resource_tracker, spawn
 
-available = "forkserver" in mp.get_all_start_methods()  # macOS/Windows: no fork server (callers use spawn)
+# What this module uses of CPython's multiprocessing beyond its public API: (module, attribute path, how many
+# positional arguments it is called with, None for a value that is read). Another Python may lack any of them.
+INTERNALS = (
+    ("multiprocessing.forkserver", "ForkServer", 0),
+    ("multiprocessing.forkserver", "ForkServer.ensure_running", 1),  # (self)
+    ("multiprocessing.forkserver", "ForkServer.connect_to_new_process", 2),  # (self, fds)
+    ("multiprocessing.forkserver", "ForkServer.set_forkserver_preload", 2),  # (self, modules_names)
+    ("multiprocessing.forkserver", "connect_to_new_process", 1),  # the module's server's, swapped in _launch
+    ("multiprocessing.forkserver", "_forkserver._forkserver_address", None),  # what a server hands its child
+    ("multiprocessing.forkserver", "_forkserver._forkserver_alive_fd", None),
+    ("multiprocessing.forkserver", "_forkserver._forkserver_pid", None),
+    ("multiprocessing.popen_forkserver", "Popen._launch", 2),  # (self, process_obj)
+    ("multiprocessing.spawn", "get_preparation_data", 1),  # (name)
+    ("multiprocessing.resource_tracker", "ensure_running", 0),
+    ("multiprocessing.context", "ForkServerProcess._Popen", 1),  # (process_obj)
+)
+
+
+def why_unavailable() -> str | None:
+    """Why this interpreter cannot run the fork servers (None: it can): no fork server on the platform (macOS,
+    Windows), or one of INTERNALS missing (not defined by its owner itself), not callable, or not callable with its
+    arguments. Checked by structure, nothing started."""
+    if "forkserver" not in mp.get_all_start_methods():
+        return "this platform has no fork server"
+    for module, path, nargs in INTERNALS:
+        obj = importlib.import_module(module)
+        for i, name in enumerate(path.split(".")):
+            if name not in vars(obj):  # its own, not inherited: e.g. popen_fork.Popen's _launch forks from here
+                return f"{module}.{'.'.join(path.split('.')[:i + 1])} is missing (another Python?)"
+            obj = getattr(obj, name)
+        if nargs is None:
+            continue
+        where = f"{module}.{path}"
+        if not callable(obj):
+            return f"{where} is not callable (another Python?)"
+        try:
+            inspect.signature(obj).bind(*range(nargs))
+        except (TypeError, ValueError):  # ValueError: no signature to read
+            return f"{where} cannot be called with {nargs} positional argument(s) (another Python?)"
+    return None
+
+
+# Checked once: None, or why callers start their children with spawn instead (the local executor records it in
+# each row: runner.start_method_note)
+unavailable = why_unavailable()
 
 _SERVERS: dict[tuple[str, ...], forkserver.ForkServer] = {}
 _lock = threading.RLock()

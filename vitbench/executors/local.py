@@ -8,7 +8,9 @@ vitbench's trial modules and its backend's preload list (the spec's `preload`: t
 touched, no client started) once, the first time a trial of that backend runs, and each trial is a fresh fork of
 its backend's clean server: it starts in milliseconds instead of paying the framework import, and a trial of one
 backend never inherits another's framework. `start_method="spawn"` gives a bare interpreter per trial (slower,
-nothing shared at all); the `preload` option gives every trial one server with that list instead.
+nothing shared at all); the `preload` option gives every trial one server with that list instead. Where there is no
+fork server (macOS, Windows, a Python without what vitbench.forkservers uses) trials are spawned, and each row
+says why (`runner.start_method_note`).
 
 Failure handling. A per-trial timeout (SIGTERM, then SIGKILL after a grace period); a host-memory budget
 (vitbench.memory_budget: `memory_limit_gib`, else $VITBENCH_MEMORY_LIMIT_GIB, else half the memory available when
@@ -154,10 +156,9 @@ class LocalExecutor(Executor):
 
     def __init__(self, results_dir: str | Path | None = None, **options):
         super().__init__(results_dir, **options)
-        method = self.opts.start_method
-        if method == "forkserver" and not forkservers.available:
-            method = "spawn"  # macOS/Windows: no fork server
-        self.start_method = method
+        self.start_method, self.start_method_note = self.opts.start_method, None
+        if self.start_method == "forkserver" and forkservers.unavailable:
+            self.start_method, self.start_method_note = "spawn", f"no fork server: {forkservers.unavailable}"
         self.log_dir = self.results_dir / "logs" if self.results_dir is not None else None
         self._tmp = tempfile.TemporaryDirectory(prefix="vitbench-trials-")
 
@@ -242,7 +243,7 @@ class LocalExecutor(Executor):
             first_step = rec.runner.pop("first_step_at_unix", None)
             # startup_s: process start -> the trial's code; to_first_step_s: -> its first measured step
             # (vitbench.phases), None for a trial that times no step
-            rec.runner.update(wall_s=wall_s, start_method=self.start_method, exitcode=h.proc.exitcode,
+            rec.runner.update(wall_s=wall_s, **self._how(), exitcode=h.proc.exitcode,
                               startup_s=(entered - h.t0) if entered else None,
                               to_first_step_s=(first_step - h.t0) if first_step else None)
             if rec.status is Status.OK and not self.opts.keep_logs:
@@ -284,7 +285,13 @@ class LocalExecutor(Executor):
             with contextlib.suppress(psutil.Error):
                 child.kill()
 
+    def _how(self) -> dict:
+        """How the trial process was started, for its row: runner.start_method, and runner.start_method_note
+        where it is not the method asked for (why)."""
+        return {"start_method": self.start_method,
+                **({"start_method_note": self.start_method_note} if self.start_method_note else {})}
+
     def _failure(self, job: Job, h: _Running, status: Status, etype: str, message: str) -> Record:
         return failure(job, status, etype, message, tail=tail_file(h.log), started_at=h.started_at,
-                       wall_s=time.time() - h.t0, start_method=self.start_method, exitcode=h.proc.exitcode,
+                       wall_s=time.time() - h.t0, **self._how(), exitcode=h.proc.exitcode,
                        log=str(h.log) if self.log_dir else None)

@@ -98,7 +98,7 @@ def _probe_process(req: dict, result: Path, log: Path, requester) -> mp.process.
     imports done) or of this process's server for the backend's preload list; spawned where there is no fork
     server (macOS, Windows)."""
     args = (req, str(result), str(log), requester)
-    if not forkservers.available:
+    if forkservers.unavailable:
         return mp.get_context("spawn").Process(target=child, args=args)
     preload = (*backend_spec(req["backend"]).preload, "vitbench.measure.probe")
     return forkservers.process(preload, child, args, name=f"vitbench-probe-{req['step']['batch_size']}",
