@@ -68,14 +68,19 @@ def test_time_budget_table_has_a_total_line():
         {"backend": "jax", "task": "infer", "runner.wall_s": 10.0, "runner.startup_s": 1.0,
          "compile_cached": True, "raw": {"budget_s": {"setup": 2.0, "compile": 3.0, "warmup": 1.0, "timed": 2.0}}},
         {"backend": "torch", "task": "flops", "runner.wall_s": 2.0, "runner.startup_s": 0.5, "compile_cached": None,
-         "raw": {}},
+         "counted_cached": True, "raw": {}},
+        {"backend": "torch", "task": "flops", "runner.wall_s": 2.0, "runner.startup_s": 0.5, "compile_cached": None,
+         "counted_cached": False, "raw": {}},
     ])
     t = time_budget(df).set_index(["backend", "task"])
-    assert t.loc[("all", "all"), "trials"] == 2 and t.loc[("all", "all"), "wall_s"] == 12.0
-    assert t.loc[("all", "all"), "compile_cached"] == 1
+    assert t.loc[("all", "all"), "trials"] == 3 and t.loc[("all", "all"), "wall_s"] == 14.0
+    # each cache's own rows: the compiled step of the JAX row, the counts of one flops row (not the other)
+    assert t.loc[("all", "all"), "compile_cached"] == 1 and t.loc[("jax", "infer"), "compile_cached"] == 1
+    assert t.loc[("all", "all"), "counted_cached"] == 1 and t.loc[("torch", "flops"), "counted_cached"] == 1
+    assert t.loc[("jax", "infer"), "counted_cached"] == 0
     assert t.loc[("jax", "infer"), "other_s"] == 1.0
     # exact: every part here is a multiple of 0.5, exact in binary, and so are their sums and differences
-    assert t.loc[("all", "all"), list(PARTS)].sum() == 12.0
+    assert t.loc[("all", "all"), list(PARTS)].sum() == 14.0
 
 
 def _env(cache: Path, **extra) -> dict:

@@ -9,7 +9,8 @@ Per row (seconds, from the row's own fields):
 - warm-up: the first step and the warm-up steps (a lazy compile excluded); timed: the timed steps or windows;
 - other: the rest of the wall time (memory and kernel read-outs, the MFU peak, a task that times no step: flops,
   max_batch, calibration spend their whole time there after start-up).
-`compile_cached` counts the rows whose compiled code came from the persistent compile cache (metrics).
+CACHED counts, per flag, the rows that took it from a cache rather than making it (metrics): `compile_cached`
+the compiled code (persistent compile cache), `counted_cached` a flops row's counts (vitbench.value_cache).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import math
 import pandas as pd
 
 PARTS = ("startup_s", "compile_s", "warmup_s", "timed_s", "other_s")
+CACHED = ("compile_cached", "counted_cached")  # the rows' own bool metrics (tasks COMPILE_CACHED, tasks/flops.py)
+COLUMNS = ("backend", "task", "trials", "wall_s", *PARTS, *CACHED)
 
 
 def _num(v) -> float:
@@ -41,17 +44,19 @@ def row_budget(row: pd.Series) -> dict[str, float]:
 
 
 def time_budget(df: pd.DataFrame) -> pd.DataFrame:
-    """Seconds per (backend, task) and a total line: trials, wall, PARTS, and rows whose compile was cached."""
+    """Seconds per (backend, task) and a total line: trials, wall, PARTS, and per CACHED flag the rows that took
+    it from a cache."""
     if df.empty or "runner.wall_s" not in df:
-        return pd.DataFrame(columns=["backend", "task", "trials", "wall_s", *PARTS, "compile_cached"])
+        return pd.DataFrame(columns=list(COLUMNS))
     parts = pd.DataFrame([row_budget(r) for _, r in df.iterrows()], index=df.index)
     keys = pd.DataFrame({"backend": df["backend"] if "backend" in df else None,
                          "task": df["task"] if "task" in df else df["kind"]}, index=df.index)
     keys = keys.fillna("-").astype(str)
-    cached = df["compile_cached"] if "compile_cached" in df else pd.Series([None] * len(df), index=df.index)
-    parts["compile_cached"] = cached.map(lambda v: v is True or v == 1.0).astype(int)
+    for flag in CACHED:
+        cached = df[flag] if flag in df else pd.Series([None] * len(df), index=df.index)
+        parts[flag] = cached.map(lambda v: v is True or v == 1.0).astype(int)
     parts["trials"] = 1
     table = pd.concat([keys, parts], axis=1).groupby(["backend", "task"], as_index=False).sum(numeric_only=True)
     total = {"backend": "all", "task": "all", **table.drop(columns=["backend", "task"]).sum().to_dict()}
     table = pd.concat([table, pd.DataFrame([total])], ignore_index=True)
-    return table[["backend", "task", "trials", "wall_s", *PARTS, "compile_cached"]].round(2)
+    return table[list(COLUMNS)].round(2)
