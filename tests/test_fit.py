@@ -362,22 +362,27 @@ def test_the_choice_scores_error_per_decade_of_reach():
 
 
 def test_the_intervals_error_model_adds_cut_offs_spread_a_reach_apart():
-    """The chosen law is also backtested SPREAD reaches before the last budget (2 and 3: tails that do not overlap
-    the choice's cut-offs'), each predicting a reach ahead; those cut-offs enter the law's error model (one drift
-    independent tail each: the degrees of freedom count them) and the JSON, never the choice's scores."""
+    """Every form the combined law weighs is also backtested SPREAD reaches before the last budget (2 and 3: tails
+    that do not overlap the choice's cut-offs'), each predicting a reach ahead; those cut-offs enter the law's
+    error model (one drift independent tail each: the degrees of freedom count them) and the JSON, never the
+    choice's scores."""
     from vitbench.fit import fit_group
     from vitbench.fit.backtest import SPREAD
 
     c = np.geomspace(1, 1e6, 61)  # 0.1 decade apart
     g = fit_group({}, c, noisy(3, compute=c), [""] * len(c), FitSpec(bootstrap=0, reach=1.0))
-    spread = g.backtest.spread
-    assert spread.form.name == g.chosen and spread.status == FitStatus.OK
-    assert sorted(round(6 - float(np.log10(x)), 6) for x in spread.fits) == sorted(SPREAD)
-    # up to the backtest's own (1 + 1e-9) selection slack (vitbench/fit/backtest.py), as above
-    assert np.all(spread.reach <= 1.0 + 1e-9) and np.all(spread.reach > 0)
+    law = g.law()
+    assert [b.form.name for b in g.backtest.spread] == [f.form.name for f in law.fits] and len(law.fits) > 1
+    for spread in g.backtest.spread:
+        assert spread.status == FitStatus.OK
+        assert sorted(round(6 - float(np.log10(x)), 6) for x in spread.fits) == sorted(SPREAD)
+        # up to the backtest's own (1 + 1e-9) selection slack (vitbench/fit/backtest.py), as above
+        assert np.all(spread.reach <= 1.0 + 1e-9) and np.all(spread.reach > 0)
+        assert not set(spread.fits) & set(g.backtest.cutoffs)
     # the choice's cut-offs share one tail (windows ending at the last budget), each spread one has its own
-    parts = [g.backtest.get(spread.form), spread]  # the cut-offs chosen_law_error counts (fit/backtest.py)
+    spread = g.backtest.spread[0]
+    parts = [g.backtest.get(spread.form), spread]  # the cut-offs the combined law's misses have
     cutoff = np.concatenate([b.cutoff for b in parts])
     assert g.law_error.law_dof == tails_f64(1 + len(SPREAD), cutoff, np.concatenate([b.reach for b in parts]))
-    assert not set(spread.fits) & set(g.backtest.cutoffs)
-    assert json.loads(json.dumps(g.backtest.to_dict()))["spread"]["form"] == g.chosen.value
+    listed = json.loads(json.dumps(g.backtest.to_dict()))["spread"]
+    assert [s["form"] for s in listed] == [f.form.name.value for f in law.fits]

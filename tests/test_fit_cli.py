@@ -77,7 +77,11 @@ def test_predict_prints_and_stores_predictions_with_intervals(cli, two_models, t
     for g in doc["groups"]:
         assert [p["compute"] for p in g["predictions"]] == [1e5, 1e6]
         for p in g["predictions"]:
-            assert p["ci_low"] <= p["error"] <= p["ci_high"] and p["form"] == g["best_form"]
+            assert p["ci_low"] <= p["error"] <= p["ci_high"]
+            # the combined law's forms, the largest weight (the chosen form) first
+            assert p["form"].split(" ")[0] == g["best_form"]
+            named = {t.split(" ")[0] for t in p["form"].split(" (+ ")[0].split(" + ")}
+            assert named == {k for k, w in g["weights"].items() if w >= 0.005}  # Combined.label
         # as far as the furthest prediction: log10(1e6 / top), top's own rounding, the division, the log10
         assert g["backtest"]["reach_decades"] == f64(2.0, roundings=3)
     assert (out / "fit_curves.png").stat().st_size > 1000

@@ -63,8 +63,8 @@ def _show(report) -> None:
             console.print(f"  [yellow]warning:[/] {escape(note)}", highlight=False)
         if g.predictions:
             held = g.law_error.coverage_text() if g.law_error else None
-            p = Table(title=f"predictions ({g.chosen.value}; {ci} prediction interval: parameters, noise and the "
-                            f"law's backtest error at the reach"
+            p = Table(title=f"predictions (the forms combined by weight: {g.law().label}; {ci} prediction interval: "
+                            f"parameters, noise and the combined law's backtest error at the reach"
                             + (f"; {held}" if held else "; no backtest") + ")",
                       title_justify="left")
             for col in (report.spec.compute, "reach [decades]", "error", f"{ci} interval", "backtest miss"):
@@ -76,9 +76,10 @@ def _show(report) -> None:
             console.print(p)
     console.print(f"[dim]{ci} bootstrap CIs ({report.spec.bootstrap} replicates). Backtest: each form fitted on "
                   f"the budgets up to a cut-off predicts the points up to the reach beyond it (RMSE of the log "
-                  f"prediction; docs/scaling-laws.md). * = the form to extrapolate with (lowest backtest error, "
-                  f"later cut-offs weighted more, richer forms preferred). Weight: the form's share in the "
-                  f"intervals. Backtest miss: the typical factor a prediction at this reach was off by. "
+                  f"prediction; docs/scaling-laws.md). * = the chosen form (lowest backtest error, later cut-offs "
+                  f"weighted more, richer forms preferred). Weight: the form's share in the predictions, which "
+                  f"combine the forms' log predictions (weight ~ backtest score^-4), and in the intervals. "
+                  f"Backtest miss: the typical factor a prediction at this reach was off by. "
                   f"Prediction intervals: parameters, one observation's noise and the law's backtest error at the "
                   f"reach (Student's t over the backtest's independent windows: its points miss together), "
                   f"with how often such intervals held the backtest's points.[/]")

@@ -23,19 +23,19 @@ error over its mean square reach (the law's error grows about linearly with reac
 cut-off's counts RECENCY x the one below it (the latest sees most of what the final fit sees), and each parameter
 beyond the fewest divides the score by RICHER (a prior toward the richer, nesting forms: a richer form whose extra
 parameter is not needed collapses onto the simpler one, at a bound, and predicts what it predicts).
-score = per_decade_score x RICHER^-(p - p_min); the lowest score is chosen, the next is the runner-up. Tuned on
-200 synthetic curves of five families (benchmarks/bench_fit.py families, seeds 0-39; every setting of cut-offs
-at 1, 3/4 and 1/2 of the reach, RECENCY 1-3 and RICHER 1-1.5 was at or below M4's median there), judged on 240
-curves drawn after it was fixed and on 72 published curves (docs/scaling-laws.md, "Measured on ...").
+score = per_decade_score x RICHER^-(p - p_min). Each form's weight is score^-WEIGHT_POWER, normalised (the square
+of Bates & Granger's inverse error variance: vitbench.fit.combine says why), and predictions combine the forms by
+these weights (vitbench.fit.combine); the lowest score, the largest weight, is the chosen form (the table's `*`, `best_form`),
+the next the runner-up. The score was tuned for choosing one form on 200 synthetic curves of five families
+(benchmarks/bench_fit.py families, seeds 0-39; every setting of cut-offs at 1, 3/4 and 1/2 of the reach, RECENCY
+1-3 and RICHER 1-1.5 was at or below M4's median there); the combination uses it unchanged (docs/scaling-laws.md,
+"Measured on ...", says on which curves it was compared and judged).
 Spread. The choice's cut-offs sit a quarter reach apart, so their held-out tails overlap and their errors are
 nearly one sample of the law's drift: an error model built on them alone is optimistic (on the published curves
-the backtest said 95-99 % coverage where 68-80 % held, issue 33). The chosen law is therefore also fitted at
-SPREAD cut-offs, 2 and 3 reaches before the last budget, each predicting a reach ahead (tails that do not overlap
-the others'), used only for the prediction interval's error model (vitbench.fit.interval): more, and more nearly
-independent, samples of the drift, from fits that saw less.
-Weights for the intervals: pseudo-Bayesian model averaging on the backtest (Geisser & Eddy 1979; Yao et al. 2018,
-"Using stacking to average Bayesian predictive distributions", Sec. 3.2), w ~ exp(-m/2 log score^2) over m
-predicted budgets: forms that disagree with the chosen one widen its prediction interval (mixture_log_var).
+the backtest said 95-99 % coverage where 68-80 % held, issue 33). The forms with a weight are therefore also
+fitted at SPREAD cut-offs, 2 and 3 reaches before the last budget, each predicting a reach ahead (tails that do
+not overlap the others'), used only for the prediction interval's error model (vitbench.fit.interval): more, and
+more nearly independent, samples of the drift, from fits that saw less.
 """
 
 from __future__ import annotations
@@ -48,14 +48,15 @@ import numpy as np
 
 from vitbench.fit.estimate import CurveFit, FitStatus, fit_curve
 from vitbench.fit.forms import Form
-from vitbench.fit.interval import LawError, dof_noise, law_error
+from vitbench.fit.interval import dof_noise
 
 N_CUTOFFS = 3  # cut-offs per backtest: the full-reach one, then LATER later ones, then earlier ones
 CUTOFF_STEP = 0.25  # of the reach, between neighbouring cut-offs (module docstring, "Cut-offs")
 LATER = 2  # cut-offs after the full-reach one (3/4 and 1/2 of the reach before the end), predicting the rest
 RECENCY = 2.0  # weight of a cut-off's error per decade relative to the next lower one's (docstring, "Choice")
 RICHER = 1.25  # the backtest score is divided by this per parameter beyond the fewest (module docstring)
-SPREAD = (2.0, 3.0)  # reaches before the last budget: the chosen law's extra cut-offs, intervals only ("Spread")
+WEIGHT_POWER = 4.0  # a form's weight is score^-WEIGHT_POWER (vitbench.fit.combine: measured, 2 was too flat)
+SPREAD = (2.0, 3.0)  # reaches before the last budget: the weighted forms' extra cut-offs, intervals only ("Spread")
 MAX_POINTS = 4096  # a curve with more points is backtested on an even subsample of this many (said in the JSON)
 MAX_LISTED = 500  # predictions listed one by one in the JSON at most (the summaries cover all)
 DEFAULT_REACH_SHARE = 1 / 3  # without --predict or --reach: predict the last third of the measured decades
@@ -150,7 +151,8 @@ class Backtest:
     forms: list[FormBacktest] = field(default_factory=list)
     message: str | None = None
     subsample: int | None = None  # the points used, where the curve had more than MAX_POINTS
-    spread: FormBacktest | None = None  # the chosen form at the SPREAD cut-offs: the intervals' error model only
+    spread: list[FormBacktest] = field(default_factory=list)  # the weighted forms at the SPREAD cut-offs: the
+    # intervals' error model only
     # the points the fits drew from (the curve, or its even subsample): spread_backtest fits the same ones
     compute: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False, compare=False)
     error: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False, compare=False)
@@ -162,7 +164,7 @@ class Backtest:
         return {"reach_decades": self.reach, "achieved_reach_decades": self.achieved, "cutoffs": self.cutoffs,
                 "message": self.message, "subsample": self.subsample,
                 "forms": [f.to_dict(self.reach) for f in self.forms],
-                "spread": self.spread.to_dict(self.reach) if self.spread else None}
+                "spread": [b.to_dict(self.reach) for b in self.spread]}
 
 
 def _cutoffs(budgets: np.ndarray, reach: float, min_fit: int, n_cutoffs: int) -> list[int]:
@@ -257,8 +259,8 @@ def per_decade_score(b: FormBacktest) -> float | None:
 
 def choose(backtest: Backtest, fits: list[CurveFit]
            ) -> tuple[CurveFit | None, dict[str, float], CurveFit | None]:
-    """(the form to extrapolate with, weights by form name, the runner-up); module docstring. Without a backtest:
-    the fitted form with the fewest parameters, weight 1, no runner-up."""
+    """(the chosen form, weights by form name (the combination's, vitbench.fit.combine), the runner-up); module
+    docstring, "Choice". Without a backtest: the fitted form with the fewest parameters, weight 1, no runner-up."""
     ok = {f.form.name: f for f in fits if f.ok}
     scored = [(per_decade_score(b), b.form) for b in backtest.forms
               if b.rmse_log is not None and b.status == FitStatus.OK and b.form.name in ok]
@@ -268,9 +270,7 @@ def choose(backtest: Backtest, fits: list[CurveFit]
     fewest = min(f.n_params for _, f in scored)
     scored = [(s * RICHER ** -(f.n_params - fewest), f) for s, f in scored]
     ranked = sorted(scored, key=lambda sf: (sf[0], sf[1].n_params))
-    m = len({p.compute for b in backtest.forms for p in b.points})  # distinct budgets predicted
-    logw = np.array([-m / 2 * math.log(max(s, 1e-12) ** 2) for s, _ in scored])
-    w = np.exp(logw - logw.max())
+    w = np.array([max(sc, 1e-12) ** -WEIGHT_POWER for sc, _ in scored])  # module docstring, "Choice"
     w /= w.sum()
     second = ok[ranked[1][1].name] if len(ranked) > 1 else None
     return ok[ranked[0][1].name], {f.name.value: float(x) for (_, f), x in zip(scored, w)}, second
@@ -286,8 +286,8 @@ def _weighted_quantiles(values: np.ndarray, weights: np.ndarray, qs) -> np.ndarr
 
 
 def mixture_log_var(fits: list[CurveFit], weights: dict[str, float], compute, log_mid: np.ndarray) -> np.ndarray:
-    """Weighted mean square of every form's bootstrap log curves about `log_mid` (the chosen law's prediction):
-    the parameter term of a prediction interval, forms that disagree with the chosen one widening it."""
+    """Weighted mean square of every form's bootstrap log curves about `log_mid` (the combined prediction):
+    the parameter term of a prediction interval, forms that disagree with it widening it."""
     total, acc = 0.0, np.zeros(len(log_mid))
     for f in fits:
         w = weights.get(f.form.name.value, 0.0)
@@ -311,20 +311,6 @@ def spread_backtest(form: Form, backtest: Backtest) -> FormBacktest:
         if ok.size and float(ok[-1]) not in backtest.cutoffs and float(ok[-1]) not in fb.fits:
             _predict_from(fb, c, e, float(ok[-1]), reach, float(budgets[-1]))
     return fb
-
-
-def chosen_law_error(backtest: Backtest, fit: CurveFit) -> LawError:
-    """The chosen law's error model for its prediction intervals, from its backtest at the choice's cut-offs and at
-    the SPREAD ones (backtest.spread), with their backtest coverage (fit.interval)."""
-    noise = dof_noise(fit.rmse_log, fit.n_points, fit.form.n_params)
-    dof = float(fit.n_points - fit.form.n_params) if fit.n_points > fit.form.n_params else math.inf
-    parts = [b for b in (backtest.get(fit.form), backtest.spread) if b is not None and b.points
-             and b.form.name == fit.form.name]
-    if not parts:
-        return LawError(noise, 0.0, fit.ci, noise_dof=dof)
-    return law_error(np.concatenate([b.cutoff for b in parts]), np.concatenate([b.reach for b in parts]),
-                     np.concatenate([b.log_err for b in parts]), {k: v for b in parts for k, v in b.noise.items()},
-                     noise, fit.ci, dof)
 
 
 def mixture_param(fits: list[CurveFit], weights: dict[str, float], name: str, ci: float

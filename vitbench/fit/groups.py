@@ -27,8 +27,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from vitbench.errors import ConfigError, shorten
 from vitbench.fit import rows as rowsel
-from vitbench.fit.backtest import N_CUTOFFS, Backtest, choose, chosen_law_error, default_reach, mixture_log_var, \
-    mixture_param, run_backtest, spread_backtest
+from vitbench.fit.backtest import N_CUTOFFS, Backtest, choose, default_reach, mixture_log_var, mixture_param, \
+    run_backtest, spread_backtest
+from vitbench.fit.combine import Combined, combined_law_error, misses
 from vitbench.fit.estimate import N_BOOT, CurveFit, ParamEstimate, fit_curve
 from vitbench.fit.forms import FORMS, FormName
 from vitbench.fit.interval import LawError
@@ -72,11 +73,11 @@ class FitSpec(BaseModel):
 class Prediction:
     compute: float
     reach: float  # decades past the largest measured compute (negative: inside the range)
-    value: float  # the chosen form's prediction
+    value: float  # the combined law's prediction (vitbench.fit.combine)
     ci_low: float  # the prediction interval (vitbench.fit.interval): parameters (the forms' weighted bootstrap
     ci_high: float  # mixture, where there are replicates), one observation's noise, the law's error at this reach
-    form: str
-    backtest_rmse_log: float | None  # the chosen form's backtest error: the typical miss at this reach
+    form: str  # the combined law's forms and weights (Combined.label)
+    backtest_rmse_log: float | None  # the combined law's backtest error: the typical miss at this reach
 
     def to_dict(self) -> dict:
         return {"compute": self.compute, "reach_decades": self.reach, "error": self.value, "ci_low": self.ci_low,
@@ -96,7 +97,7 @@ class GroupFit:
     weights: dict[str, float] = field(default_factory=dict)  # form -> weight from the backtest
     exponent: ParamEstimate | None = None  # b of the chosen form, CI over the forms' mixture
     predictions: list[Prediction] = field(default_factory=list)
-    law_error: LawError | None = None  # the chosen law's error model: the intervals and their backtest coverage
+    law_error: LawError | None = None  # the combined law's error model: the intervals and their backtest coverage
     notes: list[str] = field(default_factory=list)  # warnings about this group (pooled curves)
 
     @property
@@ -108,8 +109,20 @@ class GroupFit:
         return next((f for f in self.fits if f.form.name == form), None)
 
     def best(self) -> CurveFit | None:
-        """The form to extrapolate with (vitbench.fit.backtest.choose)."""
+        """The chosen form: the largest weight (vitbench.fit.backtest.choose)."""
         return self.fit(self.chosen) if self.chosen is not None else None
+
+    def law(self) -> Combined | None:
+        """The law predictions are made with: the forms combined by their weights (vitbench.fit.combine)."""
+        return Combined.of(self.fits, self.weights)
+
+    def backtest_parts(self, spread: bool = True) -> dict[str, list]:
+        """Form name -> its backtests (the choice's cut-offs, and with `spread` the spread ones): what the
+        combination's misses are made of (vitbench.fit.combine.misses)."""
+        if self.backtest is None:
+            return {}
+        return {f.form.name.value: [b for b in (self.backtest.get(f.form), *(self.backtest.spread if spread else []))
+                                    if b is not None and b.form.name == f.form.name] for f in self.fits}
 
     def to_dict(self) -> dict:
         return {"group": dict(self.key),
@@ -150,18 +163,19 @@ def fit_group(key: dict, c: np.ndarray, e: np.ndarray, labels: list[str], spec: 
     spread = any(f.n_replicates > 1 for f in g.fits if g.weights.get(f.form.name.value, 0) > 0)
     b = mixture_param(g.fits, g.weights, "b", spec.ci) if spread else None
     g.exponent = ParamEstimate(best.params["b"].value, *(b or (None, None)))
-    g.backtest.spread = spread_backtest(best.form, g.backtest)
-    g.law_error = replace(chosen_law_error(g.backtest, best), ceiling=ceiling)
+    law = g.law()
+    g.backtest.spread = [spread_backtest(f.form, g.backtest) for f in law.fits]
+    g.law_error = replace(combined_law_error(law, misses(law, g.backtest_parts()), c, e, spec.ci), ceiling=ceiling)
     if spec.predict:
         xs = np.asarray(spec.predict, dtype=float)
-        mid = best.log_predict(xs)
+        mid = law.log_predict(xs)
         reach = np.log10(xs / c.max())
         var = mixture_log_var(g.fits, g.weights, xs, mid) if spread else np.zeros(len(xs))
         lo, hi = g.law_error.band(mid, reach, var)
-        bt = g.backtest.get(best.form)
+        at_reach = misses(law, g.backtest_parts(spread=False)).rmse_log
         for i, (x, m) in enumerate(zip(xs, mid)):
             g.predictions.append(Prediction(float(x), float(reach[i]), float(np.exp(m)), float(lo[i]),
-                                            float(hi[i]), best.form.name.value, bt.rmse_log if bt else None))
+                                            float(hi[i]), law.label, at_reach))
     return g
 
 

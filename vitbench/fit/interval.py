@@ -4,11 +4,12 @@ A prediction of one future measurement at compute C, `reach` r = log10(C / large
 for three reasons, independent to first order, so their variances (of the log error) add:
 
 - the parameters: the fit's bootstrap spread at C (the weighted mixture of the forms' replicates about the
-  chosen law's prediction, so forms that disagree widen it; vitbench.fit.backtest.mixture_log_var);
-- the noise of one observation: the chosen law's in-sample RMSE of log residuals, `noise`, stretched by
-  sqrt(n / (n - p)) for the p parameters fitted (the degrees of freedom the residuals lost);
+  combined law's prediction, so forms that disagree widen it; vitbench.fit.backtest.mixture_log_var);
+- the noise of one observation: the combined law's in-sample RMSE of log residuals, `noise`, stretched by
+  sqrt(n / (n - p)) for the p parameters of its richest form (the degrees of freedom the residuals lost);
 - the law itself: a law that is not the truth drifts from the curve as it extrapolates. Its error is measured by
-  the backtest (fits on the smaller budgets against the points they never saw) and modelled as growing linearly
+  the backtest (fits on the smaller budgets against the points they never saw; the combined law's misses there,
+  vitbench.fit.combine) and modelled as growing linearly
   in reach, a drift of k per decade (Alabdulmohsin et al. 2022 report extrapolation error growing with the reach;
   linear growth in log error is what a wrong exponent gives). Beyond the backtest's reach the line is extended:
   an assumption, said.

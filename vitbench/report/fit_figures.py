@@ -2,7 +2,8 @@
 
 - fitted_curves: error vs compute per group with the fitted law and its bootstrap band (Figure 5 with fits),
   the runner-up law dash-dotted; the backtest drawn as the small-budget fit's extrapolation against the points
-  it never saw; predictions (--predict) as a dashed extrapolation inside their shaded prediction interval.
+  it never saw; predictions (--predict) as a dashed extrapolation of the combined law (vitbench.fit.combine)
+  inside their shaded prediction interval.
 - compute_frontier: which model is best at each budget (the measured frontier), and which group's fitted
   law is lowest across the compute range (the family to buy at a budget).
 - throughput_vs_accuracy: inference speed against transfer accuracy (DeiT, Touvron et al. 2021, Figure 1:
@@ -140,7 +141,8 @@ def fitted_curves(df: pd.DataFrame, *, fits: FitReport | None = None, spec: FitS
     """Error vs compute (log-log), one panel per benchmark, one curve per group: the points, the fitted law
     with its bootstrap band (dashed where there is no CI); dotted, the backtest's fit at its largest cut-off
     extrapolated over the points it never saw (hollow markers); dashed beyond the data, the extrapolation to the
-    --predict values inside its shaded prediction interval (error bars at the values); dash-dotted, the runner-up
+    --predict values (the forms combined by weight, vitbench.fit.combine) inside its shaded prediction interval
+    (error bars at the values); dash-dotted, the runner-up
     law. `form`: which law; None: each group's chosen one (vitbench.fit.backtest.choose, named in the legend)."""
     report = _report(df, fits, spec)
     if report is None or not report.groups:
@@ -180,11 +182,12 @@ def fitted_curves(df: pd.DataFrame, *, fits: FitReport | None = None, spec: FitS
             if second is not None and second.ok:  # the runner-up over the same range, thin dash-dot
                 xr = np.geomspace(g.compute.min(), max(top, g.compute.max()), 160)
                 ax.plot(xr, second.predict(xr), color=color, linewidth=0.9, linestyle="-.", alpha=0.8, zorder=2)
-            if chosen and top > g.compute.max():
+            law = g.law() if chosen else None  # predictions combine the forms (vitbench.fit.combine)
+            if law is not None and top > g.compute.max():
                 xe = np.geomspace(g.compute.max(), top, 60)
-                ax.plot(xe, f.predict(xe), color=color, linewidth=1.6, linestyle="--", zorder=2)
+                mid = law.log_predict(xe)
+                ax.plot(xe, np.exp(mid), color=color, linewidth=1.6, linestyle="--", zorder=2)
                 if g.law_error is not None:  # the prediction interval, widening with the reach
-                    mid = f.log_predict(xe)
                     var = mixture_log_var(g.fits, g.weights, xe, mid)
                     ax.fill_between(xe, *g.law_error.band(mid, np.log10(xe / g.compute.max()), var), color=color,
                                     alpha=0.10, linewidth=0, zorder=1)
@@ -206,7 +209,8 @@ def fitted_curves(df: pd.DataFrame, *, fits: FitReport | None = None, spec: FitS
             held = [g.law_error.coverage_text() for g in groups if g.predictions and g.law_error is not None]
             held = [h for h in held if h]
             ax.plot([], [], color="0.4", linestyle="--", marker="D",
-                    label="prediction, shaded: its interval" + (f" ({held[0]})" if len(held) == 1 else ""))
+                    label="prediction (the forms combined by weight), shaded: its interval"
+                    + (f" ({held[0]})" if len(held) == 1 else ""))
             n += 1
         _legend(fig, ax, n + 1)
     return fig

@@ -1,0 +1,133 @@
+"""The law a fit extrapolates with: every fitted form's prediction, combined in log space by its backtest weight.
+
+Why combine instead of choosing. Choosing the one form with the lowest backtest score throws away what the other
+forms know, and the backtest that ranks them rests on a few cut-offs whose held-out windows overlap: between two
+forms that score alike, a pick is a coin toss, and a wrong pick on a curve that bends is a large miss. Per curve,
+the combination's error is lower than the chosen form's on every set of curves measured (geometric mean over
+curves; docs/scaling-laws.md, issue 33), and its large misses are fewer.
+
+Weights. Bates & Granger (1969, "The combination of forecasts") combine forecasts with weights inversely
+proportional to their error variance, their covariance left out (estimated covariances cost more than they gain
+on short records, as a backtest's is). A form's error variance at the reach is its backtest score squared
+(vitbench.fit.backtest.per_decade_score, with its prior toward the richer forms), so their weight is score^-2. It
+is too flat here: a backtest's reach is short, and a wrong law drifts further than it shows there (on textbook
+curves of one law, a wrong form whose backtest score was 2-3x the right one's missed by 10-25x on the decade
+beyond, and its score^-2 weight of 0.1-0.2 made the combination's error up to 4.4x the right law's; geometric mean
+over 24 curves 1.20x). The weight is therefore score^-WEIGHT_POWER with WEIGHT_POWER = 4 (backtest.py), measured
+against 2, 3, 6, 8 and the choice alone on 7 sets of curves (docs/scaling-laws.md): 1.05x the right law on those
+textbook curves (at most 1.5x), and per curve a lower error than the choice alone on all 7 sets. The combination is
+Sum_f w_f log E_f(C): a weighted geometric mean of the forms' predictions (the log is where the errors are
+measured, and where the laws are linear in their exponents).
+
+What it is judged by. The combination's own backtest error at each cut-off is the same weighted sum of the forms'
+misses at that cut-off's points (a log prediction minus a log observation, the weights summing to 1), so the
+prediction intervals (vitbench.fit.interval) are built from the combination's misses, not the chosen form's. The
+noise of one observation is the combination's in-sample RMSE of log residuals, stretched for the largest form's
+parameters (the combination has no more freedom than its richest member); a backtest fit's noise is taken as the
+weighted sum of its forms' (an upper bound on the combination's RMSE, by Minkowski's inequality).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from vitbench.fit.estimate import CurveFit
+from vitbench.fit.interval import LawError, dof_noise, law_error
+
+
+@dataclass(frozen=True)
+class Combined:
+    """Forms fitted to one curve and their weights (summing to 1, each > 0): the law predictions are made with."""
+
+    fits: tuple[CurveFit, ...]
+    weights: tuple[float, ...]
+
+    @classmethod
+    def of(cls, fits: list[CurveFit], weights: dict[str, float]) -> Combined | None:
+        """The fitted forms with a positive weight in `weights` (form name -> weight), renormalised; None if none."""
+        used = [(f, weights[f.form.name.value]) for f in fits if f.ok and weights.get(f.form.name.value, 0.0) > 0]
+        if not used:
+            return None
+        total = sum(w for _, w in used)
+        return cls(tuple(f for f, _ in used), tuple(w / total for _, w in used))
+
+    def log_predict(self, compute) -> np.ndarray:
+        return sum(w * f.log_predict(compute) for f, w in zip(self.fits, self.weights))
+
+    def predict(self, compute) -> np.ndarray:
+        return np.exp(self.log_predict(compute))
+
+    @property
+    def n_params(self) -> int:
+        """The richest member's: the combination has no more freedom than it (module docstring)."""
+        return max(f.form.n_params for f in self.fits)
+
+    @property
+    def label(self) -> str:
+        """E.g. "m4 0.71 + saturating 0.22 + offset 0.07": the forms by weight, largest first, to 2 decimals;
+        those that round to 0.00 are counted, not named (the JSON's `weights` has every one)."""
+        ranked = sorted(zip(self.weights, self.fits), key=lambda wf: -wf[0])
+        shown = [f"{f.form.name.value} {w:.2f}" for w, f in ranked if w >= 0.005]
+        rest = len(ranked) - len(shown)
+        return " + ".join(shown) + (f" (+ {rest} below 0.005)" if rest else "")
+
+    def rmse_log(self, compute: np.ndarray, error: np.ndarray) -> float:
+        """In-sample RMSE of log(combined prediction / observed) over the fitted points."""
+        return float(np.sqrt(np.mean((self.log_predict(compute) - np.log(error)) ** 2)))
+
+
+@dataclass(frozen=True)
+class Misses:
+    """The combination's backtest: per point its cut-off, reach (decades) and log miss; per cut-off that fit's
+    noise; and which points measure the error at the full reach (FormBacktest.at_reach)."""
+
+    cutoff: np.ndarray
+    reach: np.ndarray
+    err: np.ndarray
+    full: np.ndarray
+    noise: dict[float, float]
+
+    @property
+    def rmse_log(self) -> float | None:
+        """The combination's RMSE of log at the reach (as FormBacktest.rmse_log)."""
+        if not self.err.size:
+            return None
+        at = self.full if self.full.any() else np.ones(self.err.size, dtype=bool)
+        return float(np.sqrt(np.mean(self.err[at] ** 2)))
+
+
+def misses(law: Combined, parts: dict[str, list]) -> Misses:
+    """The combination's misses at the backtest points every member predicted: `parts` maps a form name to its
+    FormBacktests (the choice's cut-offs, the spread ones); a point one member lacks (a cut-off too short for its
+    parameters) is left out, never filled from the others (that would be a different combination)."""
+    table: list[dict[tuple[float, float], tuple[float, float, bool]]] = []
+    noise: list[dict[float, float]] = []
+    for f in law.fits:
+        rows, cut_noise = {}, {}
+        for b in parts.get(f.form.name.value, []):
+            for p, e in zip(b.points, b.log_err):
+                rows[(p.cutoff, p.compute)] = (float(e), math.log10(p.compute / p.cutoff), p.full)
+            cut_noise.update(b.noise)
+        table.append(rows)
+        noise.append(cut_noise)
+    keys = sorted(set.intersection(*(set(t) for t in table))) if table else []
+    err = np.array([sum(w * t[k][0] for w, t in zip(law.weights, table)) for k in keys], dtype=float)
+    cuts = {k[0] for k in keys}
+    return Misses(np.array([k[0] for k in keys], dtype=float), np.array([table[0][k][1] for k in keys], dtype=float),
+                  err, np.array([table[0][k][2] for k in keys], dtype=bool),
+                  {c: sum(w * n.get(c, 0.0) for w, n in zip(law.weights, noise)) for c in cuts})
+
+
+def combined_law_error(law: Combined, m: Misses, compute: np.ndarray, error: np.ndarray, ci: float) -> LawError:
+    """The combination's error model for its prediction intervals (vitbench.fit.interval) from its misses `m` at
+    the backtest's cut-offs and the spread ones, its in-sample noise on the fitted points (`compute`, `error`) and
+    their backtest coverage (module docstring, "What it is judged by")."""
+    n, p = len(compute), law.n_params
+    noise = dof_noise(law.rmse_log(compute, error), n, p)
+    dof = float(n - p) if n > p else math.inf
+    if not m.err.size:
+        return LawError(noise, 0.0, ci, noise_dof=dof)
+    return law_error(m.cutoff, m.reach, m.err, m.noise, noise, ci, dof)
