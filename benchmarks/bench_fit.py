@@ -6,16 +6,18 @@
     python benchmarks/bench_fit.py csv FILE --compute COL (--error COL | --accuracy COL) --group COL [--reach 1]
                                   [--min-points 12] [--min-fit-decades 1]
                                   [--where QUERY] [--split COL] [--half dev|test|all]
+    (synthetic, families, csv: --weight-power P scores the combination with weights score^-P instead of
+    vitbench.fit.backtest.WEIGHT_POWER, as docs/scaling-laws.md compares them)
 
 synthetic: curves drawn from each form (TRUTH, 5 decades, log-normal noise); every form is fitted on the first 4
 decades and predicts the last one, which no fit sees. Prints, per generating form, the RMSE of the log prediction
-of the chosen law and of each single form on that last decade, how often the generating form was chosen, and the
-backtest's reported error against that real error.
+of the combined law (what predictions are made with, vitbench.fit.combine) and of each single form on that last
+decade, how often the generating form was chosen, and the backtest's reported error against that real error.
 families: curves with random parameters from five families (m4, m4late: the floor reached late, saturating, offset,
 power), 10-70 points over 3-5 decades, 1-4 % noise (`--noise-kind correlated`: AR(1), a slow drift and a late
 change of slope, bench_fit.correlated_noise); fitted on all but the last 0.5 or 1 decade, judged there:
-median RMSE of the log prediction of the chosen law and of each single form, and how often the 95 % prediction
-intervals held the held-out points (beside the coverage the backtest reported). Seeds 0-39 tuned the choice
+median RMSE of the log prediction of the combined law, of the chosen form and of each single form, and how often
+the 95 % prediction intervals held the held-out points (beside the coverage the backtest reported). Seeds 0-39 tuned the choice
 (vitbench.fit.backtest cut-offs, RECENCY, RICHER); seeds 5000-5019 and 9000-9011 then compared two candidates;
 --seed 20000 (48 curves) and 13000 (16) draw curves none of that saw. With --noise-kind correlated, seeds
 30000-30019 developed the intervals' evidence count (issue 33, third round: vitbench.fit.interval) and seeds 40000
@@ -61,19 +63,23 @@ def curve(form: FormName, seed: int, noise: float, n: int = 50, decades: float =
 
 
 def judge(c: np.ndarray, e: np.ndarray, reach: float, spec: FitSpec, seen: np.ndarray | None = None) -> dict:
-    """Fit on C <= max / 10^reach (or on the points `seen` marks), return the chosen form, its backtest error and
-    every form's real error on the other points; with spec.bootstrap > 0 also whether each held-out point fell in
-    its prediction interval, and the coverage the backtest reported."""
+    """Fit on C <= max / 10^reach (or on the points `seen` marks), return the chosen form, its backtest error,
+    every form's real error on the other points and the combined law's (`law`: what predictions are made with,
+    vitbench.fit.combine); with spec.bootstrap > 0 also whether each held-out point fell in its prediction
+    interval, and the coverage the backtest reported."""
     if seen is None:
         seen = c <= c.max() / 10**reach * (1 + 1e-9)
     if spec.bootstrap > 0:
         spec = spec.model_copy(update={"predict": list(c[~seen])})
     g = fit_group({}, c[seen], e[seen], [""] * int(seen.sum()), spec)
-    real = {f.form.name: float(np.sqrt(np.mean((f.log_predict(c[~seen]) - np.log(e[~seen])) ** 2)))
-            for f in g.fits if f.ok}
+    def rmse(law) -> float:
+        return float(np.sqrt(np.mean((law.log_predict(c[~seen]) - np.log(e[~seen])) ** 2)))
+
+    real = {f.form.name: rmse(f) for f in g.fits if f.ok}
     bt = g.backtest.get(FORMS[g.chosen])
     held = [p.ci_low <= y <= p.ci_high for p, y in zip(g.predictions, e[~seen])]
-    return {"chosen": g.chosen, "reported": bt.rmse_log if bt else None, "real": real, "held": held,
+    return {"chosen": g.chosen, "reported": bt.rmse_log if bt else None, "real": real, "law": rmse(g.law()),
+            "held": held,
             "bt_coverage": g.law_error.coverage if g.law_error else None}
 
 
@@ -169,13 +175,13 @@ def families(curves: int, seed: int, bootstrap: int, workers: int | None, noise:
     print(f"{curves} curves per family, {noise.value} noise, seeds {seed}-{seed + curves - 1}; median RMSE of the "
           f"log prediction on "
           f"the held-out decade(s); {bootstrap} bootstrap replicates for the intervals")
-    print(f"{'family':11s} {'chosen':>8s} " + " ".join(f"{f.value:>10s}" for f in FORMS)
+    print(f"{'family':11s} {'law':>8s} {'chosen':>8s} " + " ".join(f"{f.value:>10s}" for f in FORMS)
           + f" {'95% held':>9s} {'bt said':>8s}")
     for fam in [*FAMILIES, "all"]:
         rs = [r for f, r in rows if f == fam or fam == "all"]
         held = [h for r in rs for h in r["held"]]
         said = [r["bt_coverage"] for r in rs if r["bt_coverage"] is not None]
-        print(f"{fam:11s} {np.median([r['real'][r['chosen']] for r in rs]):8.4f} "
+        print(f"{fam:11s} {np.median([r['law'] for r in rs]):8.4f} {np.median([r['real'][r['chosen']] for r in rs]):8.4f} "
               + " ".join(f"{np.median([r['real'][f] for r in rs if f in r['real']]):10.4f}" for f in FORMS)
               + (f" {np.mean(held):9.1%}" if held else f" {'-':>9s}")
               + (f" {np.mean(said):8.1%}" if said else f" {'-':>8s}"))
@@ -185,14 +191,14 @@ def families(curves: int, seed: int, bootstrap: int, workers: int | None, noise:
 def synthetic(curves: int, noise: float) -> None:
     spec = FitSpec(bootstrap=0, reach=1.0)
     print(f"{curves} curves per form, 50 points over 5 decades, {noise:.0%} noise; fit on 4 decades, predict the "
-          f"5th. RMSE of log prediction on the 5th decade (real), backtest's reported error for the chosen law")
-    print(f"{'truth':11s} {'chosen':>8s} " + " ".join(f"{f.value:>10s}" for f in FORMS) +
+          f"5th. RMSE of log prediction on the 5th decade (real), the chosen form's backtest error (reported)")
+    print(f"{'truth':11s} {'law':>8s} " + " ".join(f"{f.value:>10s}" for f in FORMS) +
           f" {'truth chosen':>13s} {'reported':>9s} {'real':>7s}")
     all_rep, all_real = [], []
     for truth in FORMS:
         rows = [judge(*curve(truth, s, noise), 1.0, spec) for s in range(curves)]
         rms = {f: np.sqrt(np.mean([r["real"][f] ** 2 for r in rows if f in r["real"]])) for f in FORMS}
-        chosen = np.sqrt(np.mean([r["real"][r["chosen"]] ** 2 for r in rows]))
+        chosen = np.sqrt(np.mean([r["law"] ** 2 for r in rows]))
         rep = np.sqrt(np.mean([r["reported"] ** 2 for r in rows]))
         hits = sum(r["chosen"] == truth for r in rows)
         all_rep.append(rep)
@@ -270,7 +276,9 @@ def published(path: str, compute: str, error: str | None, accuracy: str | None, 
         return
     print(f"{len(rows)} curves; median over curves of the RMSE of the log prediction "
           + (f"on the rows whose {split} is 0" if split else f"over the last {reach} decade(s)"))
-    print("chosen law", f"{np.median([r['real'][r['chosen']] for r in rows]):.4f}")
+    print("combined law", f"{np.median([r['law'] for r in rows]):.4f}",
+          f"(mean, each curve capped at 3: {np.mean(np.minimum([r['law'] for r in rows], 3)):.4f})")
+    print("chosen form", f"{np.median([r['real'][r['chosen']] for r in rows]):.4f}")
     for f in FORMS:
         vals = [r["real"][f] for r in rows if f in r["real"]]
         wins = sum(min(r["real"], key=r["real"].get) == f for r in rows)
@@ -338,9 +346,15 @@ if __name__ == "__main__":
     ap.add_argument("--reach", type=float, default=1.0)
     ap.add_argument("--half", choices=HALVES, default="all",
                     help="csv: the pre-registered half of the curves, by the first --group column (docstring)")
+    ap.add_argument("--weight-power", type=float, default=None,
+                    help="a form's weight is score^-P (default: vitbench.fit.backtest.WEIGHT_POWER); to compare P")
     ap.add_argument("--split", help="csv: fit on the rows where this column is 1, judge on the others (e.g. the "
                                     "published benchmark's `Training`); else the last --reach decades are judged")
     a = ap.parse_args()
+    if a.weight_power is not None:  # read by backtest.choose at each call; forked workers inherit it
+        from vitbench.fit import backtest
+
+        backtest.WEIGHT_POWER = a.weight_power
     if a.what == "synthetic":
         synthetic(a.curves or 6, a.noise)
     elif a.what == "families":
