@@ -88,5 +88,5 @@ def test_the_filler_runs_until_it_is_stopped():
         with pytest.raises(subprocess.TimeoutExpired):  # it does not end on its own
             proc.wait(timeout=1.0)
     finally:
-        sched.stop_filler(proc)
+        sched.stop_process(proc, sched.FILLER_GRACE_S)
     assert proc.returncode == -signal.SIGTERM
