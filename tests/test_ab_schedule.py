@@ -70,9 +70,11 @@ def test_alternate_needs_no_filler(fillers):
 def test_an_interrupt_leaves_no_round_nor_filler_running(fillers, monkeypatch):
     fast, slow = _Side("current", 0.05), _Side("baseline", 60.0)
     real_sleep = sched.time.sleep
+    pressed = []
 
-    def sleep(s):
-        if fillers:  # the filler is running: the user presses Ctrl-C
+    def sleep(s):  # time.sleep itself: Popen.wait(timeout) sleeps too, so the key is pressed once, not at each sleep
+        if fillers and not pressed:  # the filler is running: the user presses Ctrl-C
+            pressed.append(True)
             raise KeyboardInterrupt
         real_sleep(s)
 
@@ -88,5 +90,5 @@ def test_the_filler_runs_until_it_is_stopped():
         with pytest.raises(subprocess.TimeoutExpired):  # it does not end on its own
             proc.wait(timeout=1.0)
     finally:
-        sched.stop_filler(proc)
+        sched.stop_process(proc, sched.FILLER_GRACE_S)
     assert proc.returncode == -signal.SIGTERM

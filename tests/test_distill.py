@@ -449,7 +449,8 @@ def test_a_timm_teacher_from_its_file_gives_the_timm_models_logits(timm_teacher,
     the logits of timm's model loaded from the file, bit for bit (the same model, weights and images)."""
     import torch
 
-    from vitbench.protocols.pretrain import TeacherConfig, load_teacher
+    from vitbench.protocols.pretrain import TeacherConfig
+    from vitbench.protocols.teacher import load_teacher
     from vitbench.transfer import ops
 
     path, timm_model = timm_teacher

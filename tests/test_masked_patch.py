@@ -259,7 +259,8 @@ def test_supervised_keys_unchanged_and_objective_in_the_key():
 def test_checkpoint_says_its_objective_and_refuses_mixups(tmp_path):
     from vitbench.transfer.checkpoint import load_checkpoint, read_meta
     from vitbench.protocols.fewshot import FewshotConfig, fewshot
-    from vitbench.protocols.pretrain import PretrainConfig, TeacherConfig, load_teacher, pretrain
+    from vitbench.protocols.pretrain import PretrainConfig, TeacherConfig, pretrain
+    from vitbench.protocols.teacher import load_teacher
 
     cfg = PretrainConfig(model="ViT-Nano/4", backend="torch", resolution=RES, steps=2, batch_size=8,
                          objective={"target": "pixels_l2"})

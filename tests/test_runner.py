@@ -90,13 +90,14 @@ def test_each_backend_has_its_own_fork_server_and_inherits_no_other_framework(tm
 
 def _registry_at_start(queue) -> None:
     from vitbench.registry import _STATE
+    from vitbench.value_cache import source_hash
 
-    queue.put((sorted(k.value for k in _STATE.loaded), _STATE.outside_loaded))
+    queue.put((sorted(k.value for k in _STATE.loaded), _STATE.outside_loaded, source_hash.cache_info().currsize))
 
 
-def test_a_trial_forked_from_a_server_finds_the_plugins_registered():
-    """The servers register vitbench's plug-ins once (executors/warm.py); a server without that module does not,
-    and its children would each do it again."""
+def test_a_trial_forked_from_a_server_finds_the_plugins_registered_and_the_source_hashed():
+    """The servers register vitbench's plug-ins and hash its source for the value cache once (executors/warm.py);
+    a server without that module does not, and its children would each do it again."""
     import multiprocessing as mp
 
     from vitbench import forkservers
@@ -112,8 +113,8 @@ def test_a_trial_forked_from_a_server_finds_the_plugins_registered():
         assert p.exitcode == 0
         found[preload] = q.get(timeout=10)
     with_warm, without = found.values()
-    assert with_warm == (sorted(k.value for k in Kind), True)
-    assert without[1] is False and len(without[0]) < len(Kind)
+    assert with_warm == (sorted(k.value for k in Kind), True, 1)
+    assert without[1] is False and len(without[0]) < len(Kind) and without[2] == 0
 
 
 @pytest.mark.parametrize("module, path, how", [

@@ -161,7 +161,8 @@ def pretrain_cmd(
     """
     from vitbench.transfer.checkpoint import checkpoint_path
     from vitbench.transfer.config import validated
-    from vitbench.protocols.pretrain import cache_path, ensure_upstream, pretrain, teacher_fields, teacher_model
+    from vitbench.protocols.pretrain import cache_path, ensure_upstream, pretrain
+    from vitbench.protocols.teacher import teacher_fields, teacher_model
 
     # without --teacher, the file's model: a vitbench checkpoint says it, no other does (exit 2)
     teacher = teacher_model(teacher, teacher_checkpoint, ("--teacher", "--teacher-checkpoint"))

@@ -30,7 +30,7 @@ from vitbench.compare import Comparison, env_differences, load_records
 from vitbench.compare.decide import Decision, Row, metric_samples
 from vitbench.compare.match import DEFAULT_IGNORE, Trial, group, labels, why_unmatched
 from vitbench.compare.paired import Rule, verdict
-from vitbench.compare.schedule import DEFAULT_SCHEDULE, Schedule
+from vitbench.compare.schedule import DEFAULT_SCHEDULE, Schedule, stop_process
 from vitbench.errors import ConfigError
 from vitbench.measure.extra_work import ENV as EXTRA_WORK_ENV
 from vitbench.record import Record
@@ -40,6 +40,9 @@ DEFAULT_STUDY = "studies/ci.yaml"
 DEFAULT_BUDGET_S = 480.0  # fits .ci/run's speed check in ~10 min on a 2-core machine (docs/compare.md)
 METRIC = "img_per_s"  # the gate decides on throughput (the bench task's declared headline metric)
 _TAIL = 1500  # characters of a failed sweep's log shown in the error
+# How long a stopped round's sweep has after SIGTERM before SIGKILL: it stops its running trial the same way, with the
+# local executor's grace (vitbench.executors.local.LocalOptions.grace_s, 5 s by default), and records it interrupted.
+ROUND_GRACE_S = 30.0
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -167,15 +170,7 @@ class Running:
 
     def stop(self) -> None:
         """End the sweep if it still runs (an interrupted gate leaves no round behind)."""
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
+        stop_process(self.proc, ROUND_GRACE_S)
 
 
 def _environment(root: Path, sha: str, base: Path) -> tuple[str, str]:

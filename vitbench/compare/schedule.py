@@ -31,6 +31,7 @@ FILLER_CODE = ("import numpy as np\n"
                "    b /= np.abs(b).max() + 1\n")
 FILLER_THREADS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")  # numpy's BLAS: one thread
 POLL_S = 0.05  # how often the rounds are looked at while both may run (a filler starts within this of a round's end)
+FILLER_GRACE_S = 10.0  # a filler has no SIGTERM handler (Python's default: it dies at once); 10 s is a hung one
 
 
 class Round(Protocol):
@@ -50,11 +51,12 @@ def start_filler() -> subprocess.Popen:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def stop_filler(proc: subprocess.Popen) -> None:
+def stop_process(proc: subprocess.Popen, grace_s: float) -> None:
+    """End `proc` if it still runs: SIGTERM, then SIGKILL if it has not exited `grace_s` seconds later; reaped."""
     if proc.poll() is None:
         proc.terminate()
         try:
-            proc.wait(timeout=10)
+            proc.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
@@ -73,7 +75,7 @@ def fill_until_done(rounds: Sequence[Round]) -> float:
     finally:
         ended = time.monotonic()
         for proc, _ in fillers.values():
-            stop_filler(proc)
+            stop_process(proc, FILLER_GRACE_S)
     return sum(ended - t0 for _, t0 in fillers.values())
 
 

@@ -13,7 +13,9 @@ Distillation (DeiT, Touvron et al. 2021; vitbench.transfer.distill): `teacher` n
 PretrainConfig, pre-trained first through the same cache, or a checkpoint file) and the loss. The teacher's
 forward on every image seen counts in the row's compute: exaflops = (3 x student forward + teacher forward)
 FLOPs per image x images seen; the teacher's own pre-training is reported apart (`teacher_pretrain_exaflops`).
-A config without a teacher hashes as before (no `teacher` key), so existing checkpoints keep their keys.
+A config without a teacher hashes as before (no `teacher` key), so existing checkpoints keep their keys. The
+teacher's rules other than its config (its fields from flat options, its model, its weights, its metrics):
+vitbench.protocols.teacher.
 """
 
 from __future__ import annotations
@@ -34,17 +36,12 @@ from vitbench.errors import ConfigError
 from vitbench.models.analytic import analytic_counts, train_flops_per_image
 from vitbench.models.specs import ModelSpec, get_spec
 from vitbench.paths import locked
+from vitbench.protocols.teacher import load_teacher, teacher_metrics
 from vitbench.record import Record, now
-from vitbench.transfer.checkpoint import (
-    Checkpoint,
-    checkpoint_path,
-    load_checkpoint,
-    read_meta,
-    save_checkpoint,
-)
+from vitbench.transfer.checkpoint import Checkpoint, checkpoint_path, load_checkpoint, save_checkpoint
 from vitbench.transfer.config import MAX_COUNT, DataConfig, Seed
 from vitbench.transfer.data import load_splits, warn_oversized_batch
-from vitbench.transfer.distill import DEFAULT_LAMBDA, DEFAULT_TAU, Distill, Distillation, Lambda, Tau, Teacher
+from vitbench.transfer.distill import DEFAULT_LAMBDA, DEFAULT_TAU, Distill, Distillation, Lambda, Tau
 from vitbench.transfer.masked_patch import (
     MaskedPatch,
     Objective,
@@ -205,72 +202,6 @@ def _file_sha256(path: Path) -> str:
 PretrainConfig.model_rebuild()
 
 
-def teacher_fields(recipe: dict, teacher: str | None, *, checkpoint: str | None = None,
-                   resolution: int | None = None, steps: int | None = None, seed: int = 0,
-                   distillation: Distillation | str = Distillation.HARD, lam: float = DEFAULT_LAMBDA,
-                   tau: float = DEFAULT_TAU) -> dict | None:
-    """A TeacherConfig's fields from flat options (study fields, CLI options): the teacher's weights (its
-    `checkpoint`, else its pre-training with the student's `recipe`: PretrainConfig fields other than model,
-    resolution, steps, seed, teacher) and the loss. None without a teacher."""
-    if teacher is None:
-        return None
-    loss = {"distillation": distillation, "lam": lam, "tau": tau}
-    if checkpoint:
-        return {**loss, "checkpoint": checkpoint, "model": teacher}
-    return {**loss, "upstream": {**recipe, "model": teacher, "resolution": resolution, "steps": steps,
-                                 "seed": seed}}
-
-
-def teacher_model(teacher: str | None, checkpoint: str | None,
-                  names: tuple[str, str] = ("teacher", "teacher_checkpoint")) -> str | None:
-    """The teacher's model: `teacher` when given; else, beside a teacher `checkpoint`, the model a vitbench
-    checkpoint's header names; any other file (a timm state dict) does not say it, so it is asked for (a
-    ConfigError naming the file and both fields, exit 2), never guessed nor the file dropped. None without
-    either (no teacher). `names`: how the caller spells (teacher, checkpoint): study fields or CLI options."""
-    if teacher is not None or not checkpoint:
-        return teacher
-    from vitbench.errors import clip
-    from vitbench.transfer.checkpoint import checkpoint_spec
-
-    teacher_name, checkpoint_name = names
-    if not Path(checkpoint).expanduser().is_file():
-        raise ConfigError(f"{checkpoint_name} {clip(checkpoint, 200)!r} does not exist (or is not a file)")
-    spec = checkpoint_spec(checkpoint)
-    if spec is None:
-        raise ConfigError(f"{checkpoint_name} {clip(checkpoint, 200)}: its weights do not say their model (not a "
-                          f"vitbench checkpoint): name it with {teacher_name} NAME (a timm state dict: "
-                          f"{teacher_name} timm:NAME)")
-    return spec.name
-
-
-def load_teacher(cfg: TeacherConfig, backend, class_names: list[str], *, directory: str | Path | None = None,
-                 device: str = "cpu", threads: int | None = None) -> Teacher:
-    """The teacher of `cfg` on the student's `backend`: pre-trained first (cached) or read from its file."""
-    from vitbench.transfer import distill
-
-    if cfg.upstream is not None:
-        ckpt, _ = ensure_upstream(cfg.upstream, directory=directory, device=device, threads=threads)
-        return distill.load_teacher(backend, ckpt.weights, ckpt.spec, ckpt.resolution, ckpt.num_classes,
-                                    ckpt.meta.get("class_names"), class_names,
-                                    pretrain_exaflops=ckpt.meta.get("metrics", {}).get("exaflops"),
-                                    source=str(ckpt.path))
-    from vitbench.models.checkpoints import load_pretrained
-
-    p = load_pretrained(cfg.checkpoint, cfg.model)
-    from vitbench.transfer.checkpoint import check_finite_weights
-
-    check_finite_weights(p.weights, f"the teacher's checkpoint {cfg.checkpoint!r}")
-    if p.num_classes is None:
-        raise ConfigError(f"the teacher's checkpoint {cfg.checkpoint!r} has no classification head")
-    from vitbench.models.flavours import Origin
-
-    meta = (read_meta(p.path) or {}) if p.origin is Origin.VITBENCH else {}  # its header: weights read once
-    require_objective(meta, Objective.SUPERVISED, f"teacher.checkpoint {cfg.checkpoint!r}")
-    return distill.load_teacher(backend, p.weights, p.spec, p.resolution, p.num_classes, meta.get("class_names"),
-                                class_names, pretrain_exaflops=meta.get("metrics", {}).get("exaflops"),
-                                source=str(p.path))
-
-
 def pretrain(cfg: PretrainConfig, *, device: str = "cpu", threads: int | None = None,
              out: str | Path | None = None, directory: str | Path | None = None,
              batch_option: str = "batch_size") -> tuple[Record, Checkpoint]:
@@ -294,8 +225,9 @@ def pretrain(cfg: PretrainConfig, *, device: str = "cpu", threads: int | None = 
     teacher = distill = teacher_table = None
     teacher_s = 0.0
     if cfg.teacher is not None:
-        teacher = load_teacher(cfg.teacher, be, splits.train.class_names, directory=directory, device=device,
-                               threads=threads)
+        up = cfg.teacher.upstream  # pre-trained first, through the cache in `directory`
+        upstream = ensure_upstream(up, directory=directory, device=device, threads=threads)[0] if up else None
+        teacher = load_teacher(cfg.teacher, be, splits.train.class_names, upstream=upstream)
         # no augmentation and deterministic batches: the teacher's logits per training image never change, so
         # one pass over the training set serves every batch (its time apart from train_s: teacher_s)
         t0 = time.perf_counter()
@@ -330,7 +262,7 @@ def pretrain(cfg: PretrainConfig, *, device: str = "cpu", threads: int | None = 
     if test_logits is not None:  # upstream test: a classifier only (supervised)
         ops.check_finite(test_logits, f"{spec.name}'s test logits")
     metrics = {
-        "accuracy": _accuracy(test_logits, test_labels) if test_logits is not None else None,
+        "accuracy": ops.top1(test_logits, test_labels) if test_logits is not None else None,
         "val_accuracy": ops.accuracy(be, model, splits.val, r) if test_logits is not None else None,
         "images_seen": images_seen,
         "epochs": images_seen / len(splits.train),
@@ -366,34 +298,6 @@ def pretrain(cfg: PretrainConfig, *, device: str = "cpu", threads: int | None = 
     record = Record.measured("pretrain", config, metrics=metrics, raw={"loss": losses},
                              env=environment(info), started_at=started)
     return record, ckpt
-
-
-def _accuracy(logits: np.ndarray, labels: np.ndarray) -> float:
-    """Top-1 accuracy (0..1) of `logits` (N, K) against `labels` (nan on no images)."""
-    return float(np.mean(logits.argmax(1) == labels)) if len(labels) else float("nan")
-
-
-def teacher_metrics(teacher: Teacher, be, student_test_logits: np.ndarray, train_logits: np.ndarray, splits,
-                    images_seen: int) -> dict:
-    """What a distilled row says about its teacher: its cost in this run, its own cost and how good it is
-    (`train_logits`: the teacher's on the training set, as the student was taught; `student_test_logits`: the
-    student's on the test split)."""
-    from vitbench.transfer import ops
-    from vitbench.transfer.distill import agreement
-
-    test = splits.test
-    t_logits = ops.predict_all(be, teacher.model, test, teacher.resolution, "the teacher's agreement")
-    return {
-        "teacher_gflops_per_image": teacher.forward_flops() / 1e9,  # forward, per image seen
-        "teacher_exaflops": teacher.forward_flops() * images_seen / 1e18,  # included in `exaflops`
-        "teacher_pretrain_exaflops": teacher.pretrain_exaflops,  # not included: the teacher is given
-        "teacher_accuracy": _accuracy(t_logits, test.labels),
-        # on the images the student trains on: the share of hard-distillation targets that are the true labels
-        "teacher_train_accuracy": _accuracy(train_logits, splits.train.labels),
-        "teacher_agreement": agreement(student_test_logits, t_logits),  # test split
-        "teacher_model": teacher.spec.name,
-        "teacher_resolution": teacher.resolution,
-    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -435,7 +339,6 @@ def resolve_upstream(upstream: PretrainConfig | None, checkpoint: str | None, *,
     pre-training budget: images, epochs; refused unless made by `objective`; `model`: the architecture of a file
     of another origin, checked against its weights -- a timm state dict names none -- None: inferred), else the
     cached/trained upstream."""
-    from vitbench.errors import ConfigError
     from vitbench.transfer.checkpoint import with_budget
 
     if checkpoint:

@@ -31,7 +31,8 @@ from vitbench.transfer.config import (DataConfig, DatasetName, Seed, default_of,
 from vitbench.protocols.downstream import DOWNSTREAM_DATA
 from vitbench.transfer.distill import DEFAULT_LAMBDA, DEFAULT_TAU, Distillation, Lambda, Tau
 from vitbench.transfer.masked_patch import MaskedPatch, Objective, Scratch, Target
-from vitbench.protocols.pretrain import SPEC_CONTEXT, UPSTREAM_DATA, PretrainConfig, teacher_model
+from vitbench.protocols.pretrain import SPEC_CONTEXT, UPSTREAM_DATA, PretrainConfig
+from vitbench.protocols.teacher import teacher_model
 
 SHARED = ("model", "backend", "task", "device", "seed", "threads")
 
@@ -53,7 +54,7 @@ class TeacherFields(BaseModel):
     def _known_teacher(self):
         """A teacher that is not in the model table, or a resolution it cannot take, fails when the study is
         parsed (close names listed), not when its trial runs. A `teacher_checkpoint` without a `teacher` takes
-        its model from the file (a vitbench checkpoint's header; protocols.pretrain.teacher_model), so the
+        its model from the file (a vitbench checkpoint's header; protocols.teacher.teacher_model), so the
         trial's config names it; any other file is refused naming the file and both fields."""
         from vitbench.errors import VitbenchError
 
@@ -145,7 +146,8 @@ class Upstream(TeacherFields):
 
     def upstream_config(self, task: str):
         """The PretrainConfig these parameters describe (a ConfigError names the bad field)."""
-        from vitbench.protocols.pretrain import PretrainConfig, teacher_fields
+        from vitbench.protocols.pretrain import PretrainConfig
+        from vitbench.protocols.teacher import teacher_fields
 
         data = {"name": self.upstream_dataset, "path": self.upstream_path, "classes": self.upstream_classes,
                 "seed": self.data_seed, "train_per_class": self.upstream_train_per_class,

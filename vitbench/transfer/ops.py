@@ -75,12 +75,16 @@ def predict_all(backend, model: Any, data: ImageSet, resolution: int, what: str)
     return logits
 
 
+def top1(logits: np.ndarray, labels: np.ndarray) -> float:
+    """Top-1 accuracy (0..1) of `logits` (N, K) against `labels` (nan on no images)."""
+    return float(np.mean(logits.argmax(1) == labels)) if len(labels) else float("nan")
+
+
 def accuracy(backend, model: Any, data: ImageSet, resolution: int, batch_size: int = 256) -> float:
     """Top-1 accuracy (0..1) on `data`."""
     if len(data) == 0:
         return float("nan")
-    logits, labels = predict(backend, model, data, resolution, batch_size)
-    return float(np.mean(logits.argmax(1) == labels)) if len(labels) else float("nan")
+    return top1(*predict(backend, model, data, resolution, batch_size))
 
 
 def embed(backend, model: Any, data: ImageSet, resolution: int, batch_size: int = 256,

@@ -27,15 +27,16 @@
 
 from __future__ import annotations
 
-import dataclasses  # noqa: E402
-import gc  # noqa: E402
-import time  # noqa: E402
+import dataclasses
+import gc
+import time
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
+import jax
+import jax.numpy as jnp
+import numpy as np
 
-from vitbench.backends.base import (  # noqa: E402
+from vitbench import value_cache
+from vitbench.backends.base import (
     AttentionKernel,
     Backend,
     Device,
@@ -46,19 +47,18 @@ from vitbench.backends.base import (  # noqa: E402
     Workload,
 )
 from vitbench.backends.jax import (
-    SPEC,  # noqa: E402
-    cache,  # noqa: E402
-    client,  # noqa: F401 - first: sets the GPU allocator before jax starts
-    training,  # noqa: E402
+    SPEC,
+    cache,
+    client,  # sets XLA_PYTHON_CLIENT_PREALLOCATE on import; JAX reads it when setup creates the client
+    training,
 )
-from vitbench.backends.jax.numerics import MATMUL_PRECISION, compute_dtype, step_numerics  # noqa: E402
-from vitbench.backends.jax.workload import JaxWorkload, Matmul  # noqa: E402
-from vitbench.env import capped_threads  # noqa: E402
-from vitbench.models.families import family_plugin  # noqa: E402
-from vitbench.models.specs import ModelSpec  # noqa: E402
-from vitbench.procmem import PeakRSS, peak_rss_mib  # noqa: E402
-from vitbench.transfer.schedules import OptimConfig  # noqa: E402
-from vitbench import value_cache  # noqa: E402
+from vitbench.backends.jax.numerics import MATMUL_PRECISION, compute_dtype, step_numerics
+from vitbench.backends.jax.workload import JaxWorkload, Matmul
+from vitbench.env import capped_threads
+from vitbench.models.families import family_plugin
+from vitbench.models.specs import ModelSpec
+from vitbench.procmem import PeakRSS, peak_rss_mib
+from vitbench.transfer.schedules import OptimConfig
 
 _PLATFORM_KINDS = {"cpu": DeviceKind.CPU, "gpu": DeviceKind.GPU, "tpu": DeviceKind.TPU}
 
