@@ -248,7 +248,7 @@ def published(path: str, compute: str, error: str | None, accuracy: str | None, 
                    axis=1)
     spec = FitSpec(bootstrap=bootstrap, reach=reach)
     rows = []
-    print(f"{'curve':28s} {'pts':>4s} {'chosen':>10s} " + " ".join(f"{f.value:>10s}" for f in FORMS)
+    print(f"{'curve':28s} {'pts':>4s} {'chosen':>10s} {'combined':>10s} " + " ".join(f"{f.value:>10s}" for f in FORMS)
           + f" {'reported':>9s}")
     for key, part in df.groupby(group, dropna=False):
         part = part.sort_values(compute)
@@ -269,7 +269,7 @@ def published(path: str, compute: str, error: str | None, accuracy: str | None, 
         else:
             r = judge(c, e, reach, spec)
         rows.append(r)
-        print(f"{str(key):28s} {len(c):4d} {r['chosen'].value:>10s} "
+        print(f"{str(key):28s} {len(c):4d} {r['chosen'].value:>10s} {r['law']:10.4f} "
               + " ".join(f"{r['real'][f]:10.4f}" if f in r["real"] else f"{'-':>10s}" for f in FORMS)
               + (f" {r['reported']:9.4f}" if r["reported"] is not None else f" {'-':>9s}"))
     if not rows:
