@@ -17,7 +17,8 @@ families: curves with random parameters from five families (m4, m4late: the floo
 power), 10-70 points over 3-5 decades, 1-4 % noise (`--noise-kind correlated`: AR(1), a slow drift and a late
 change of slope, bench_fit.correlated_noise); fitted on all but the last 0.5 or 1 decade, judged there:
 median RMSE of the log prediction of the combined law, of the chosen form and of each single form, and how often
-the 95 % prediction intervals held the held-out points (beside the coverage the backtest reported). Seeds 0-39 tuned the choice
+the 95 % prediction intervals held the held-out points (beside the coverage the backtest reported). Seeds 0-39
+tuned the choice
 (vitbench.fit.backtest cut-offs, RECENCY, RICHER); seeds 5000-5019 and 9000-9011 then compared two candidates;
 --seed 20000 (48 curves) and 13000 (16) draw curves none of that saw. With --noise-kind correlated, seeds
 30000-30019 developed the intervals' evidence count (issue 33, third round: vitbench.fit.interval) and seeds 40000
@@ -181,7 +182,8 @@ def families(curves: int, seed: int, bootstrap: int, workers: int | None, noise:
         rs = [r for f, r in rows if f == fam or fam == "all"]
         held = [h for r in rs for h in r["held"]]
         said = [r["bt_coverage"] for r in rs if r["bt_coverage"] is not None]
-        print(f"{fam:11s} {np.median([r['law'] for r in rs]):8.4f} {np.median([r['real'][r['chosen']] for r in rs]):8.4f} "
+        law, chosen = np.median([r["law"] for r in rs]), np.median([r["real"][r["chosen"]] for r in rs])
+        print(f"{fam:11s} {law:8.4f} {chosen:8.4f} "
               + " ".join(f"{np.median([r['real'][f] for r in rs if f in r['real']]):10.4f}" for f in FORMS)
               + (f" {np.mean(held):9.1%}" if held else f" {'-':>9s}")
               + (f" {np.mean(said):8.1%}" if said else f" {'-':>8s}"))
@@ -248,7 +250,8 @@ def published(path: str, compute: str, error: str | None, accuracy: str | None, 
                    axis=1)
     spec = FitSpec(bootstrap=bootstrap, reach=reach)
     rows = []
-    print(f"{'curve':28s} {'pts':>4s} {'chosen':>10s} {'combined':>10s} " + " ".join(f"{f.value:>10s}" for f in FORMS)
+    print(f"{'curve':28s} {'pts':>4s} {'chosen':>10s} {'combined':>10s} "
+          + " ".join(f"{f.value:>10s}" for f in FORMS)
           + f" {'reported':>9s}")
     for key, part in df.groupby(group, dropna=False):
         part = part.sort_values(compute)

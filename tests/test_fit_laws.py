@@ -105,8 +105,9 @@ def judged():
 
 def test_the_combined_law_extrapolates_as_well_as_the_generating_form(judged):
     """Whatever weights the backtest gives the forms (a richer one that nests the truth may weigh most: it
-    collapses onto it), the combined law's error on the decade nothing saw is the generating form's, up to the sampling error of an RMSE over that
-    decade's m = 10 points of noise sigma = 0.02: sd ~ sigma / sqrt(2 m); 3 of them."""
+    collapses onto it), the combined law's error on the decade nothing saw is the generating form's, up to the
+    sampling error of an RMSE over that decade's m = 10 points of noise sigma = 0.02: sd ~ sigma / sqrt(2 m); 3 of
+    them."""
     m = int((C > 1e4 * (1 + 1e-9)).sum())
     tol = 3 * 0.02 / np.sqrt(2 * m)
     for form, runs in judged.items():
@@ -116,8 +117,8 @@ def test_the_combined_law_extrapolates_as_well_as_the_generating_form(judged):
 
 def test_the_backtest_error_is_not_optimistic_about_the_reach(judged):
     """The reported error (fits cut a reach before the end, predicting a reach ahead) against the error the
-    combined law, fitted on everything, makes on the decade beyond: never much lower (the old 25 % hold-out reported
-    half the real error); higher where the final fit sees more of the curve than the backtest's fits
+    combined law, fitted on everything, makes on the decade beyond: never much lower (the old 25 % hold-out
+    reported half the real error); higher where the final fit sees more of the curve than the backtest's fits
     (docs/scaling-laws.md)."""
     reported = np.array([r for runs in judged.values() for _, r, _, _, _ in runs])
     real = np.array([x for runs in judged.values() for _, _, x, _, _ in runs])

@@ -63,8 +63,8 @@ def _show(report) -> None:
             console.print(f"  [yellow]warning:[/] {escape(note)}", highlight=False)
         if g.predictions:
             held = g.law_error.coverage_text() if g.law_error else None
-            p = Table(title=f"predictions (the forms combined by weight: {g.law().label}; {ci} prediction interval: "
-                            f"parameters, noise and the combined law's backtest error at the reach"
+            p = Table(title=f"predictions (the forms combined by weight: {g.law().label}; {ci} prediction "
+                            f"interval: parameters, noise and the combined law's backtest error at the reach"
                             + (f"; {held}" if held else "; no backtest") + ")",
                       title_justify="left")
             for col in (report.spec.compute, "reach [decades]", "error", f"{ci} interval", "backtest miss"):

@@ -15,7 +15,8 @@ from vitbench.fit.groups import FitReport, FitSpec, GroupFit, Points, Prediction
 from vitbench.fit.source import BENCHMARK_COLUMNS, Source, SourceKind, load_source, results_frame
 from vitbench.stats import frontier_mask
 
-__all__ = ["BENCHMARK_COLUMNS", "FORMS", "Backtest", "Combined", "CurveFit", "FitReport", "FitSpec", "FitStatus", "Form",
+__all__ = ["BENCHMARK_COLUMNS", "FORMS", "Backtest", "Combined", "CurveFit", "FitReport", "FitSpec", "FitStatus",
+           "Form",
            "FormBacktest", "FormName", "GroupFit", "ParamEstimate", "Points", "Prediction", "Source", "SourceKind",
            "choose", "fit_curve", "fit_group", "fit_path", "fit_source", "frontier_mask", "load_source",
            "results_frame", "run_backtest"]

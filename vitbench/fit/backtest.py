@@ -25,11 +25,11 @@ beyond the fewest divides the score by RICHER (a prior toward the richer, nestin
 parameter is not needed collapses onto the simpler one, at a bound, and predicts what it predicts).
 score = per_decade_score x RICHER^-(p - p_min). Each form's weight is score^-WEIGHT_POWER, normalised (the square
 of Bates & Granger's inverse error variance: vitbench.fit.combine says why), and predictions combine the forms by
-these weights (vitbench.fit.combine); the lowest score, the largest weight, is the chosen form (the table's `*`, `best_form`),
-the next the runner-up. The score was tuned for choosing one form on 200 synthetic curves of five families
-(benchmarks/bench_fit.py families, seeds 0-39; every setting of cut-offs at 1, 3/4 and 1/2 of the reach, RECENCY
-1-3 and RICHER 1-1.5 was at or below M4's median there); the combination uses it unchanged (docs/scaling-laws.md,
-"Measured on ...", says on which curves it was compared and judged).
+these weights (vitbench.fit.combine); the lowest score, the largest weight, is the chosen form (the table's `*`,
+`best_form`), the next the runner-up. The score was tuned for choosing one form on 200 synthetic curves of five
+families (benchmarks/bench_fit.py families, seeds 0-39; every setting of cut-offs at 1, 3/4 and 1/2 of the reach,
+RECENCY 1-3 and RICHER 1-1.5 was at or below M4's median there); the combination uses it unchanged
+(docs/scaling-laws.md, "Measured on ...", says on which curves it was compared and judged).
 Spread. The choice's cut-offs sit a quarter reach apart, so their held-out tails overlap and their errors are
 nearly one sample of the law's drift: an error model built on them alone is optimistic (on the published curves
 the backtest said 95-99 % coverage where 68-80 % held, issue 33). The forms with a weight are therefore also
@@ -56,7 +56,7 @@ LATER = 2  # cut-offs after the full-reach one (3/4 and 1/2 of the reach before 
 RECENCY = 2.0  # weight of a cut-off's error per decade relative to the next lower one's (docstring, "Choice")
 RICHER = 1.25  # the backtest score is divided by this per parameter beyond the fewest (module docstring)
 WEIGHT_POWER = 4.0  # a form's weight is score^-WEIGHT_POWER (vitbench.fit.combine: measured, 2 was too flat)
-SPREAD = (2.0, 3.0)  # reaches before the last budget: the weighted forms' extra cut-offs, intervals only ("Spread")
+SPREAD = (2.0, 3.0)  # reaches before the last budget: weighted forms' extra cut-offs, intervals only ("Spread")
 MAX_POINTS = 4096  # a curve with more points is backtested on an even subsample of this many (said in the JSON)
 MAX_LISTED = 500  # predictions listed one by one in the JSON at most (the summaries cover all)
 DEFAULT_REACH_SHARE = 1 / 3  # without --predict or --reach: predict the last third of the measured decades

@@ -47,7 +47,7 @@ class Combined:
 
     @classmethod
     def of(cls, fits: list[CurveFit], weights: dict[str, float]) -> Combined | None:
-        """The fitted forms with a positive weight in `weights` (form name -> weight), renormalised; None if none."""
+        """The fitted forms with a positive weight in `weights` (form name -> weight), renormalised; None: none."""
         used = [(f, weights[f.form.name.value]) for f in fits if f.ok and weights.get(f.form.name.value, 0.0) > 0]
         if not used:
             return None
@@ -116,8 +116,9 @@ def misses(law: Combined, parts: dict[str, list]) -> Misses:
     keys = sorted(set.intersection(*(set(t) for t in table))) if table else []
     err = np.array([sum(w * t[k][0] for w, t in zip(law.weights, table)) for k in keys], dtype=float)
     cuts = {k[0] for k in keys}
-    return Misses(np.array([k[0] for k in keys], dtype=float), np.array([table[0][k][1] for k in keys], dtype=float),
-                  err, np.array([table[0][k][2] for k in keys], dtype=bool),
+    return Misses(np.array([k[0] for k in keys], dtype=float),
+                  np.array([table[0][k][1] for k in keys], dtype=float), err,
+                  np.array([table[0][k][2] for k in keys], dtype=bool),
                   {c: sum(w * n.get(c, 0.0) for w, n in zip(law.weights, noise)) for c in cuts})
 
 

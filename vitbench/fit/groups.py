@@ -121,7 +121,8 @@ class GroupFit:
         combination's misses are made of (vitbench.fit.combine.misses)."""
         if self.backtest is None:
             return {}
-        return {f.form.name.value: [b for b in (self.backtest.get(f.form), *(self.backtest.spread if spread else []))
+        extra = self.backtest.spread if spread else []
+        return {f.form.name.value: [b for b in (self.backtest.get(f.form), *extra)
                                     if b is not None and b.form.name == f.form.name] for f in self.fits}
 
     def to_dict(self) -> dict:
