@@ -23,6 +23,7 @@ def _num(v: float | None) -> str:
 
 def _show(report) -> None:
     from vitbench.errors import clip
+    from vitbench.fit.backtest import WEIGHT_POWER
 
     ci = f"{report.spec.ci:.0%}"
     for g in report.groups:
@@ -78,7 +79,8 @@ def _show(report) -> None:
                   f"the budgets up to a cut-off predicts the points up to the reach beyond it (RMSE of the log "
                   f"prediction; docs/scaling-laws.md). * = the chosen form (lowest backtest error, later cut-offs "
                   f"weighted more, richer forms preferred). Weight: the form's share in the predictions, which "
-                  f"combine the forms' log predictions (weight ~ backtest score^-4), and in the intervals. "
+                  f"combine the forms' log predictions (weight ~ backtest score^-{WEIGHT_POWER:g}), and in the "
+                  f"intervals. "
                   f"Backtest miss: the typical factor a prediction at this reach was off by. "
                   f"Prediction intervals: parameters, one observation's noise and the law's backtest error at the "
                   f"reach (Student's t over the backtest's independent windows: its points miss together), "

@@ -90,6 +90,12 @@ class Misses:
     full: np.ndarray
     noise: dict[float, float]
 
+    def among(self, cutoffs) -> Misses:
+        """The misses of the fits at `cutoffs` only (e.g. the choice's, without the spread ones)."""
+        keep = np.isin(self.cutoff, np.asarray(cutoffs, dtype=float))
+        return Misses(self.cutoff[keep], self.reach[keep], self.err[keep], self.full[keep],
+                      {c: n for c, n in self.noise.items() if c in set(np.asarray(cutoffs, dtype=float).tolist())})
+
     @property
     def rmse_log(self) -> float | None:
         """The combination's RMSE of log at the reach (as FormBacktest.rmse_log)."""

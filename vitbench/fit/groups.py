@@ -116,13 +116,12 @@ class GroupFit:
         """The law predictions are made with: the forms combined by their weights (vitbench.fit.combine)."""
         return Combined.of(self.fits, self.weights)
 
-    def backtest_parts(self, spread: bool = True) -> dict[str, list]:
-        """Form name -> its backtests (the choice's cut-offs, and with `spread` the spread ones): what the
-        combination's misses are made of (vitbench.fit.combine.misses)."""
+    def backtest_parts(self) -> dict[str, list]:
+        """Form name -> its backtests (the choice's cut-offs, the spread ones): what the combination's misses are
+        made of (vitbench.fit.combine.misses)."""
         if self.backtest is None:
             return {}
-        extra = self.backtest.spread if spread else []
-        return {f.form.name.value: [b for b in (self.backtest.get(f.form), *extra)
+        return {f.form.name.value: [b for b in (self.backtest.get(f.form), *self.backtest.spread)
                                     if b is not None and b.form.name == f.form.name] for f in self.fits}
 
     def to_dict(self) -> dict:
@@ -166,14 +165,15 @@ def fit_group(key: dict, c: np.ndarray, e: np.ndarray, labels: list[str], spec: 
     g.exponent = ParamEstimate(best.params["b"].value, *(b or (None, None)))
     law = g.law()
     g.backtest.spread = [spread_backtest(f.form, g.backtest) for f in law.fits]
-    g.law_error = replace(combined_law_error(law, misses(law, g.backtest_parts()), c, e, spec.ci), ceiling=ceiling)
+    missed = misses(law, g.backtest_parts())
+    g.law_error = replace(combined_law_error(law, missed, c, e, spec.ci), ceiling=ceiling)
     if spec.predict:
         xs = np.asarray(spec.predict, dtype=float)
         mid = law.log_predict(xs)
         reach = np.log10(xs / c.max())
         var = mixture_log_var(g.fits, g.weights, xs, mid) if spread else np.zeros(len(xs))
         lo, hi = g.law_error.band(mid, reach, var)
-        at_reach = misses(law, g.backtest_parts(spread=False)).rmse_log
+        at_reach = missed.among(g.backtest.cutoffs).rmse_log  # the choice's cut-offs, as FormBacktest.rmse_log
         for i, (x, m) in enumerate(zip(xs, mid)):
             g.predictions.append(Prediction(float(x), float(reach[i]), float(np.exp(m)), float(lo[i]),
                                             float(hi[i]), law.label, at_reach))
