@@ -170,6 +170,69 @@ def test_the_source_hash_is_the_packages_python_files():
     assert Path(value_cache.__file__).parent == Path(vitbench.__file__).parent  # it hashes this package
 
 
+def _plugin_package(root, name: str, body: str):
+    (root / name).mkdir(exist_ok=True)
+    (root / name / "__init__.py").write_text("")
+    (root / name / "sub.py").write_text(body)
+
+
+def test_the_source_of_an_outside_package_it_is_told_of_is_in_the_key(cache, tmp_path, monkeypatch):
+    """A module named in `modules` (a family plug-in outside vitbench) keys the value by its whole top-level
+    package's source: an edit anywhere in it misses; vitbench's own modules are left to the source hash."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    _plugin_package(tmp_path, "vbplug_a", "WIDTH = 8\n")
+    c = Counter()
+
+    def get(modules):
+        return value_cache.remembered("test", REQUEST, ("numpy",), c, modules=modules)
+
+    assert not get(()).cached and get(("vitbench.models.families",)).cached and c.calls == 1
+    assert not get(("vbplug_a.sub",)).cached and get(("vbplug_a",)).cached and c.calls == 2
+    (tmp_path / "vbplug_a" / "sub.py").write_text("WIDTH = 16\n")
+    value_cache._tree_hash.cache_clear()  # a new process: it hashes once per process
+    assert not get(("vbplug_a.sub",)).cached and c.calls == 3
+    (tmp_path / "vbplug_a" / "extra.py").write_text("\n")  # a file the named module does not import, same package
+    value_cache._tree_hash.cache_clear()
+    assert not get(("vbplug_a.sub",)).cached and c.calls == 4
+
+
+def test_flop_counts_miss_when_an_outside_familys_source_changes(cache, tmp_path, monkeypatch):
+    """The FLOP counts of a model of a family plug-in written outside the package (examples/family) are counted
+    afresh after its source changes: its registering module and builders are in the key."""
+    import shutil
+    import sys
+    from pathlib import Path
+
+    from vitbench import registry
+    from vitbench.backends.base import get_backend
+    from vitbench.measure.flops import counts
+    from vitbench.models.families import family_modules
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "family" / "vitbench_pooled.py"
+    shutil.copy(example, tmp_path / "vbplug_pooled.py")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry.load_plugins(registry.Kind.FAMILY)
+    monkeypatch.setitem(registry._STATE.entries, registry.Kind.FAMILY,
+                        dict(registry._STATE.entries[registry.Kind.FAMILY]))  # the registration is undone after
+    try:
+        import vbplug_pooled
+
+        spec = vbplug_pooled.ROWS[0]
+        assert "vbplug_pooled" in family_modules(spec.family)
+        be = get_backend("torch")
+        info = be.setup("cpu")
+        first = counts(be, spec, 16, 10, info)
+        assert not first.cached and counts(be, spec, 16, 10, info).cached
+        with open(tmp_path / "vbplug_pooled.py", "a") as f:
+            f.write("# edited\n")
+        value_cache._tree_hash.cache_clear()
+        again = counts(be, spec, 16, 10, info)
+        assert not again.cached and again.value == first.value
+    finally:
+        sys.modules.pop("vbplug_pooled", None)
+        value_cache._tree_hash.cache_clear()
+
+
 # -- the values it keeps ---------------------------------------------------------------------------------------
 
 def test_torch_flop_counts_from_the_cache_equal_fresh_ones(cache):

@@ -9,8 +9,9 @@ switch and directory (compare/ab.py::same_cache).
 
 The key is everything a value may depend on, so that a change never reuses a wrong value:
 - `source`: a hash of vitbench's own source (every .py file of the package: the modules that compute a value
-  and everything they import), and of the files that define the objects the caller names in `code` (a
-  plug-in's backend lives outside the package);
+  and everything they import), of the files that define the objects the caller names in `code` (a plug-in's
+  backend lives outside the package), and of every .py file of the top-level packages of the modules it names in
+  `modules` (a model family's plug-in outside the package: vitbench.models.families.family_modules);
 - `frameworks`: the versions of the distributions the caller names (torch, timm, fvcore; jax, jaxlib, flax);
 - `compiler_env`: the environment variables that change what XLA, JAX, inductor, Dynamo or torch.jit do
   (COMPILER_ENV_PREFIXES);
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.util
 import inspect
 import json
 import os
@@ -83,6 +85,36 @@ def code_hash(objs: Iterable[Any]) -> str:
     return h.hexdigest()
 
 
+@functools.lru_cache(maxsize=64)
+def _tree_hash(top: str) -> str:
+    """sha256 of the .py files of top-level module or package `top` (located, not imported), by relative path and
+    content; "" where it has no source files (a built-in or extension module, or none found)."""
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return ""
+    if spec is None:
+        return ""
+    roots = [Path(p) for p in spec.submodule_search_locations or ()]  # a package (namespace ones too)
+    files = [(r, p) for r in roots for p in sorted(r.rglob("*.py"))]
+    if not roots and spec.origin and spec.origin.endswith(".py"):
+        files = [(Path(spec.origin).parent, Path(spec.origin))]
+    h = hashlib.sha256()
+    for root, p in files:
+        h.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest() if files else ""
+
+
+def module_sources_hash(modules: Iterable[str]) -> str:
+    """sha256 of the source of the top-level packages that hold `modules` (names), vitbench's own left to
+    source_hash: once per process, like source_hash (a trial's process sees the plug-in as it is when it starts)."""
+    own = __name__.partition(".")[0]
+    h = hashlib.sha256()
+    for top in sorted({m.partition(".")[0] for m in modules} - {own}):
+        h.update(top.encode() + b"\0" + _tree_hash(top).encode() + b"\0")
+    return h.hexdigest()
+
+
 def compiler_env() -> dict[str, str]:
     return {k: v for k, v in sorted(os.environ.items()) if k.startswith(COMPILER_ENV_PREFIXES)}
 
@@ -91,9 +123,10 @@ def _canonical(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, default=str, allow_nan=False, separators=(",", ":"))
 
 
-def key(what: str, request: dict, frameworks: Iterable[str], code: Iterable[Any] = ()) -> dict:
+def key(what: str, request: dict, frameworks: Iterable[str], code: Iterable[Any] = (),
+        modules: Iterable[str] = ()) -> dict:
     """The whole key of a value (see the module docstring), as JSON would give it back."""
-    k = {"what": what, "source": source_hash(), "code": code_hash(code),
+    k = {"what": what, "source": source_hash(), "code": code_hash(code), "modules": module_sources_hash(modules),
          "frameworks": {d: distribution_version(d) for d in sorted(set(frameworks))},
          "compiler_env": compiler_env(), "host": {"cpu": cpu_model(), "machine": platform.machine()},
          "request": request}
@@ -119,7 +152,8 @@ def _read(path: Path, k: dict, decode: Callable[[Any], T]) -> Remembered[T] | No
 
 
 def remembered(what: str, request: dict, frameworks: Iterable[str], compute: Callable[[], Any],
-               decode: Callable[[Any], T] = lambda v: v, code: Iterable[Any] = ()) -> Remembered[T]:
+               decode: Callable[[Any], T] = lambda v: v, code: Iterable[Any] = (),
+               modules: Iterable[str] = ()) -> Remembered[T]:
     """The value of `compute()` for this key: read from the cache when an entry with exactly this key is there,
     else computed now and written (a value JSON cannot hold, or a cache that cannot be written, is not kept; the
     value is returned either way). `compute` returns JSON data (dicts, lists, str, int, finite float: JSON keeps
@@ -127,7 +161,7 @@ def remembered(what: str, request: dict, frameworks: Iterable[str], compute: Cal
     type: a tuple comes back from JSON as a list) and raises ValueError, TypeError or KeyError on anything
     malformed."""
     root = values_dir()
-    k = key(what, request, frameworks, code) if root is not None else None
+    k = key(what, request, frameworks, code, modules) if root is not None else None
     if root is not None:
         hit = _read(entry_path(root, k), k, decode)
         if hit is not None:

@@ -12,7 +12,7 @@ import math
 from vitbench.backends.base import Backend, default_backend, get_backend
 from vitbench.env import environment
 from vitbench.models.analytic import analytic_counts, pretrain_exaflops
-from vitbench.models.families import family_plugin
+from vitbench.models.families import family_modules, family_plugin
 from vitbench.models.specs import ModelSpec, get_spec
 from vitbench.record import Record, now
 from vitbench.value_cache import remembered
@@ -71,12 +71,13 @@ def flops(model: str | ModelSpec, resolution: int | None = None, backend: str | 
 
 def counts(be: Backend, spec: ModelSpec, resolution: int, num_classes: int, info: dict):
     """The backend's counters (`Backend.count_flops`), from the value cache (vitbench.value_cache) when they were
-    counted before with the same code, framework and counter versions, compiler settings, host, device and
-    request; a Remembered (value, cached, at)."""
+    counted before with the same code (the family's plug-in's included), framework and counter versions,
+    compiler settings, host, device and request; a Remembered (value, cached, at)."""
     request = {"backend": be.name, "spec": dataclasses.asdict(spec), "resolution": resolution,
                "num_classes": num_classes, "device": info.get("device"), "device_name": info.get("device_name")}
     return remembered("flops", request, (*be.spec.distributions, *be.spec.counter_distributions),
-                      lambda: be.count_flops(spec, resolution, num_classes), decode=_counters, code=(type(be),))
+                      lambda: be.count_flops(spec, resolution, num_classes), decode=_counters, code=(type(be),),
+                      modules=family_modules(spec.family))
 
 
 def _counters(value) -> dict[str, dict]:

@@ -55,7 +55,7 @@ from vitbench.backends.jax import (
 from vitbench.backends.jax.numerics import MATMUL_PRECISION, compute_dtype, step_numerics
 from vitbench.backends.jax.workload import JaxWorkload, Matmul
 from vitbench.env import capped_threads
-from vitbench.models.families import family_plugin
+from vitbench.models.families import family_modules, family_plugin
 from vitbench.models.specs import ModelSpec
 from vitbench.procmem import PeakRSS, peak_rss_mib
 from vitbench.transfer.schedules import OptimConfig
@@ -96,7 +96,7 @@ def cached_param_shapes(model, spec: ModelSpec, resolution: int, num_classes: in
                "dtype": jnp.dtype(dtype).name, "device": device, "x64": bool(jax.config.jax_enable_x64)}
     return value_cache.remembered("jax_param_shapes", request, SPEC.distributions,
                                   lambda: [[p, list(s)] for p, s in param_shapes(model, resolution)],
-                                  decode=_shapes).value
+                                  decode=_shapes, modules=family_modules(spec.family)).value
 
 
 def random_params(model, resolution: int, seed: int = 0,

@@ -20,7 +20,7 @@ import importlib
 import re
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any, NewType
 
@@ -213,6 +213,21 @@ def family_plugin(name: str) -> FamilyPlugin:
     if found is None:
         raise ConfigError(f"unknown model family {str(name)[:40]!r}; allowed: {', '.join(family_names())}")
     return found.obj
+
+
+def family_modules(name: str) -> tuple[str, ...]:
+    """The modules that define family `name`, by name (none imported): the one that registered it, those its
+    'module:function' targets name and those that define its functions (counts, param_table, ...). What the value
+    cache hashes beside vitbench's own source, so that a family plug-in outside the package that changes is
+    counted afresh (vitbench.value_cache.module_sources_hash)."""
+    found = lookup(Kind.FAMILY, name)
+    if found is None:
+        family_plugin(name)  # raises, naming the families
+    plugin = found.obj
+    targets = (plugin.torch_builder, plugin.flax_builder, plugin.torch_attention, plugin.flax_attention)
+    functions = (getattr(plugin, f.name) for f in fields(plugin))
+    return tuple(sorted({found.module, *(t.partition(":")[0] for t in targets if t),
+                         *(getattr(f, "__module__", None) or "" for f in functions if callable(f))} - {""}))
 
 
 def family_if_registered(name: str) -> FamilyPlugin | None:
