@@ -78,10 +78,15 @@ def test_predict_prints_and_stores_predictions_with_intervals(cli, two_models, t
         assert [p["compute"] for p in g["predictions"]] == [1e5, 1e6]
         for p in g["predictions"]:
             assert p["ci_low"] <= p["error"] <= p["ci_high"]
-            # the combined law's forms, the largest weight (the chosen form) first
-            assert p["form"].split(" ")[0] == g["best_form"]
-            named = {t.split(" ")[0] for t in p["form"].split(" (+ ")[0].split(" + ")}
-            assert named == {k for k, w in g["weights"].items() if w >= 0.005}  # Combined.label
+            # the combined law's forms and weights, the largest (the chosen form) first: the group's weights of
+            # the forms that fitted, renormalised (Combined.of)
+            assert next(iter(p["law"])) == g["best_form"] and list(p["law"].values()) == sorted(p["law"].values(),
+                                                                                               reverse=True)
+            fitted = {f["form"] for f in g["fits"] if f["status"] == "ok"}
+            used = {k: w for k, w in g["weights"].items() if w > 0 and k in fitted}
+            assert p["law"].keys() == used.keys()
+            total = sum(used.values())  # a sum of <= 4 weights and one division: 4 roundings
+            assert all(p["law"][k] == f64(w / total, roundings=4) for k, w in used.items())
         # as far as the furthest prediction: log10(1e6 / top), top's own rounding, the division, the log10
         assert g["backtest"]["reach_decades"] == f64(2.0, roundings=3)
     assert (out / "fit_curves.png").stat().st_size > 1000

@@ -52,7 +52,7 @@ def test_predictions_are_the_weighted_geometric_mean_of_the_forms(group):
         assert np.log(p.value) == f64(float(np.dot(law.weights, logs)), roundings=2 * len(logs) + 2,
                                       scale=float(np.abs(logs).max()) + 1.0)
         assert np.ptp(logs) > 1e-3  # the forms disagree: a combination differs from any one of them
-    assert g.predictions[0].form.startswith(g.chosen.value + " ")
+    assert next(iter(g.predictions[0].law)) == g.chosen.value and g.predictions[0].law == law.named_weights
 
 
 def _bt(name: FormName, cut: float, pts: list[tuple[float, float, float]], noise: float) -> FormBacktest:

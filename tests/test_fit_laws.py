@@ -138,7 +138,7 @@ def test_predictions_carry_an_interval_over_the_forms():
     assert g.backtest.reach == f64(float(np.log10(1e6 / C[39])), roundings=1)  # one division, then libm's log10
     law = g.law()
     for p in g.predictions:
-        assert p.ci_low <= p.value <= p.ci_high and p.form == law.label
+        assert p.ci_low <= p.value <= p.ci_high and p.law == law.named_weights
         # the combined law is exp(sum w_f log E_f): the same sum on a 2-element array against a 1-element one;
         # numpy's SIMD and scalar loops for log/exp/pow may differ in their last bits, each form's log at most its
         # chain's roundings (fit_residual_floor, on the fit's points and this one); the weights sum to 1, so the

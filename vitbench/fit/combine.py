@@ -66,11 +66,16 @@ class Combined:
         return max(f.form.n_params for f in self.fits)
 
     @property
+    def named_weights(self) -> dict[str, float]:
+        """Form name -> weight, largest first: what a prediction says it was made with."""
+        return {f.form.name.value: w for w, f in sorted(zip(self.weights, self.fits), key=lambda wf: -wf[0])}
+
+    @property
     def label(self) -> str:
         """E.g. "m4 0.71 + saturating 0.22 + offset 0.07": the forms by weight, largest first, to 2 decimals;
         those that round to 0.00 are counted, not named (the JSON's `weights` has every one)."""
-        ranked = sorted(zip(self.weights, self.fits), key=lambda wf: -wf[0])
-        shown = [f"{f.form.name.value} {w:.2f}" for w, f in ranked if w >= 0.005]
+        ranked = self.named_weights
+        shown = [f"{name} {w:.2f}" for name, w in ranked.items() if w >= 0.005]
         rest = len(ranked) - len(shown)
         return " + ".join(shown) + (f" (+ {rest} below 0.005)" if rest else "")
 

@@ -76,12 +76,12 @@ class Prediction:
     value: float  # the combined law's prediction (vitbench.fit.combine)
     ci_low: float  # the prediction interval (vitbench.fit.interval): parameters (the forms' weighted bootstrap
     ci_high: float  # mixture, where there are replicates), one observation's noise, the law's error at this reach
-    form: str  # the combined law's forms and weights (Combined.label)
+    law: dict[str, float]  # the combined law it comes from: form name -> weight (Combined.named_weights)
     backtest_rmse_log: float | None  # the combined law's backtest error: the typical miss at this reach
 
     def to_dict(self) -> dict:
         return {"compute": self.compute, "reach_decades": self.reach, "error": self.value, "ci_low": self.ci_low,
-                "ci_high": self.ci_high, "form": self.form, "backtest_rmse_log": self.backtest_rmse_log}
+                "ci_high": self.ci_high, "law": self.law, "backtest_rmse_log": self.backtest_rmse_log}
 
 
 @dataclass
@@ -176,7 +176,7 @@ def fit_group(key: dict, c: np.ndarray, e: np.ndarray, labels: list[str], spec: 
         at_reach = missed.among(g.backtest.cutoffs).rmse_log  # the choice's cut-offs, as FormBacktest.rmse_log
         for i, (x, m) in enumerate(zip(xs, mid)):
             g.predictions.append(Prediction(float(x), float(reach[i]), float(np.exp(m)), float(lo[i]),
-                                            float(hi[i]), law.label, at_reach))
+                                            float(hi[i]), law.named_weights, at_reach))
     return g
 
 
