@@ -29,6 +29,9 @@ Alabdulmohsin et al. 2022's vision curves (google-research/google-research, revi
 benchmark.vision.csv; not in this repository):
     python benchmarks/bench_fit.py csv benchmark.vision.csv --compute "Seen Examples" --error Loss \
         --group Task --group Model --split Training
+ColPret's 192 pre-training curves (NSL-PFN's data/colpret.npz, turned into a csv by benchmarks/colpret_csv.py),
+the set the combined law was judged on once, by a protocol committed before (docs/scaling-laws.md):
+    python benchmarks/bench_fit.py csv colpret.csv --compute tokens --error loss --group model --split context
 --half (pre-registered before any change to the choice or the intervals of issue 33's third round, and never
 changed after): the groups' first --group column's values sorted by name, the first half (rounded down) is `dev`,
 the rest `test`. On the published vision curves: dev = bird_10, bird_25, bird_5, c_10, c_25, c_5 (36 curves),
