@@ -84,6 +84,9 @@ CASES = {
     "doctor threads huge": case("doctor", "--threads", HUGE, "--quick", says="--threads"),
     "doctor precision": case("doctor", "--precision", "fp64", says="--precision"),
     "doctor backend unknown": case("doctor", "--backend", "nope", "--quick", says="--backend"),
+    "cache prune negative": case("cache", "--prune", "-3", says="--prune"),
+    "cache prune nan": case("cache", "--prune", "nan", says="--prune"),
+    "cache prune long": case("cache", "--prune", LONG, says="--prune"),
     # ---- sweep / report / compare ------------------------------------------------------------------------------
     "sweep missing study": case("sweep", "{dir}/nope.yaml", "--dry-run", says="nope.yaml"),
     "sweep study is a directory": case("sweep", "{dir}", "--dry-run", says="is not a file"),

@@ -48,8 +48,13 @@ def compile_cache_dir(subdir: str | None = None) -> Path | None:
     caches are off. Not created here."""
     if not compile_cache_on():
         return None
-    root = cache_dir() / "compile"
+    root = compile_root(cache_dir())
     return root / subdir if subdir else root
+
+
+def compile_root(cache: Path) -> Path:
+    """The directory of the compile caches in cache directory `cache`: <cache>/compile."""
+    return cache / "compile"
 
 
 def _reason(e: OSError) -> str:

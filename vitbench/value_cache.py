@@ -146,9 +146,14 @@ def _read(path: Path, k: dict, decode: Callable[[Any], T]) -> Remembered[T] | No
         d = json.loads(path.read_text(encoding="utf-8"), parse_constant=_no_constant)
         if not isinstance(d, dict) or d.get("key") != k or not isinstance(d.get("at"), str):
             return None
-        return Remembered(decode(d["value"]), True, d["at"])
+        hit = Remembered(decode(d["value"]), True, d["at"])
     except (OSError, UnicodeDecodeError, *_DECODE_ERRORS):  # json.JSONDecodeError is a ValueError
         return None
+    try:
+        os.utime(path)  # read now: what `vitbench cache --prune` goes by (vitbench.caches)
+    except OSError:  # a read-only cache still gives its values
+        pass
+    return hit
 
 
 def remembered(what: str, request: dict, frameworks: Iterable[str], compute: Callable[[], Any],

@@ -80,6 +80,7 @@ _COMMAND_MODULES = [
     "vitbench.cli.fit_cmd",
     "vitbench.cli.inspect_cmd",
     "vitbench.cli.doctor_cmd",
+    "vitbench.cli.cache_cmd",
 ]
 for _mod in _COMMAND_MODULES:
     importlib.import_module(_mod)

@@ -1,0 +1,99 @@
+"""The cache directory's listing and pruning (vitbench.caches, `vitbench cache`): what has gone unused goes, what is
+in use or a measurement stays, a dry run removes nothing, and reading a cached value counts as use."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+from vitbench import caches, paths, value_cache
+
+DAY = caches.DAY_S
+
+
+@pytest.fixture
+def root(monkeypatch, tmp_path):
+    """A cache directory with two compile caches (one written 40 days ago, one today), two value entries (40 days
+    old, today) and a measurement file (40 days old)."""
+    root = tmp_path / "cache"
+    monkeypatch.setenv(paths.CACHE_ENV, str(root))
+    monkeypatch.delenv(paths.COMPILE_CACHE_ENV, raising=False)
+    old, new = paths.compile_root(root) / "fw-1.0-host", paths.compile_root(root) / "fw-2.0-host"
+    for d in (old, new):
+        (d / "sub").mkdir(parents=True)
+        (d / "sub" / "entry").write_bytes(b"x" * 1000)
+        (d / "top").write_bytes(b"y" * 24)
+    values = root / value_cache.SUBDIR / "flops"
+    values.mkdir(parents=True)
+    (values / "old.json").write_text("{}")
+    (values / "new.json").write_text("{}")
+    (root / "peaks.json").write_text("{}")
+    past = time.time() - 40 * DAY
+    for p in (old / "sub" / "entry", old / "top", old / "sub", old, values / "old.json", root / "peaks.json"):
+        os.utime(p, (past, past))
+    return root
+
+
+def test_the_listing_has_each_compile_cache_each_kind_of_value_and_each_file(root):
+    listed = {str(p.path.relative_to(root)): p for p in caches.parts(root)}
+    assert set(listed) == {"compile/fw-1.0-host", "compile/fw-2.0-host", "values/flops", "peaks.json"}
+    assert listed["compile/fw-1.0-host"].files == 2 and listed["compile/fw-1.0-host"].bytes == 1024
+    assert listed["values/flops"].files == 2 and listed["peaks.json"].kind is caches.PartKind.FILE
+    assert listed["compile/fw-1.0-host"].newest < time.time() - 39 * DAY < listed["compile/fw-2.0-host"].newest
+
+
+def test_prune_removes_what_went_unused_and_keeps_the_rest(root):
+    dry = caches.prune(30, root, dry_run=True)
+    assert {str(p.relative_to(root)) for p in dry.removed} == {"compile/fw-1.0-host", "values/flops/old.json"}
+    assert dry.bytes == 1024 + 2 and (paths.compile_root(root) / "fw-1.0-host").exists()  # nothing removed
+    done = caches.prune(30, root)
+    assert done == dry
+    left = {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
+    assert left == {"compile/fw-2.0-host/sub/entry", "compile/fw-2.0-host/top", "values/flops/new.json",
+                    "peaks.json"}  # the measurement stays, however old
+    assert caches.prune(30, root).removed == ()
+    assert {str(p.relative_to(root)) for p in caches.prune(0, root, now=time.time() + 1).removed} == {
+        "compile/fw-2.0-host", "values/flops/new.json"}
+
+
+def test_a_compile_cache_written_to_recently_in_any_file_stays_whole(root):
+    d = paths.compile_root(root) / "fw-1.0-host"
+    os.utime(d / "sub" / "entry")  # one file written now
+    assert caches.prune(30, root).removed == (root / value_cache.SUBDIR / "flops" / "old.json",)
+    assert (d / "top").exists()
+
+
+def test_reading_a_cached_value_counts_as_use(root):
+    def compute():
+        return {"n": 1}
+
+    value_cache.remembered("flops", {"m": 1}, ("numpy",), compute)
+    (entry,) = [p for p in (root / value_cache.SUBDIR / "flops").iterdir() if p.name not in ("old.json", "new.json")]
+    past = time.time() - 40 * DAY
+    os.utime(entry, (past, past))
+    assert value_cache.remembered("flops", {"m": 1}, ("numpy",), compute).cached
+    assert entry not in caches.prune(30, root).removed and entry.exists()
+
+
+def test_a_negative_age_is_refused():
+    with pytest.raises(ValueError, match="days"):
+        caches.prune(-1)
+
+
+def test_the_command_lists_prunes_and_refuses_bad_input(cli, root):
+    r = cli("cache", "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["cache_dir"] == str(root) and len(doc["parts"]) == 4 and "pruned" not in doc
+    r = cli("cache", "--prune", "30", "--dry-run", "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["pruned"]["bytes"] == 1026
+    assert (paths.compile_root(root) / "fw-1.0-host").exists()
+    r = cli("cache", "--prune", "30")
+    assert r.exit_code == 0 and "removed 2" in r.stdout and "compile/fw-1.0-host" in r.stdout
+    assert not (paths.compile_root(root) / "fw-1.0-host").exists()
+    for bad in ("-1", "abc"):
+        r = cli("cache", "--prune", bad)
+        assert r.exit_code == 2 and "--prune" in r.output

@@ -1,0 +1,107 @@
+"""What the machine's cache directory holds (vitbench.paths.cache_dir), and removing what has gone unused.
+
+The persistent caches grow without bound on their own: each framework version, compiler setting and host gets its
+own compile-cache directory (paths.compile_cache_dir; a backend names its subdirectory), and the value cache keeps
+one entry per key (vitbench.value_cache), a new one for every change of vitbench's source. `vitbench cache` lists
+them; `vitbench cache --prune DAYS` removes
+
+- a compile-cache directory in which nothing was written for DAYS days (a framework version, a host or a
+  compiler setting no longer used: its caches stop being written), whole;
+- a value-cache entry neither written nor read for DAYS days (value_cache sets an entry's modification time
+  when it reads it).
+
+Files directly in the cache directory (the measured matmul peaks, peaks.json, and its lock) are measurements,
+not caches: listed, never removed. Removing a cache costs only a recompile or a recount on the next run; run it
+while no sweep is running (a directory being read by a running sweep goes with the rest).
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+from vitbench.paths import cache_dir, compile_root
+from vitbench.value_cache import SUBDIR as VALUES
+
+DAY_S = 86400.0
+
+
+class PartKind(str, Enum):
+    COMPILE = "compile"  # one compile-cache directory: removed whole
+    VALUES = "values"  # one kind of value: its entries removed one by one
+    FILE = "file"  # a file directly in the cache directory: kept
+
+
+@dataclass(frozen=True)
+class Part:
+    """One thing in the cache directory: files under it, their bytes, and the newest modification (epoch s)."""
+
+    kind: PartKind
+    path: Path
+    files: int
+    bytes: int
+    newest: float | None  # None: nothing in it, nothing to date it by
+
+    def to_dict(self, root: Path) -> dict:
+        return {"kind": self.kind.value, "path": str(self.path.relative_to(root)), "files": self.files,
+                "bytes": self.bytes, "newest": self.newest}
+
+
+def _files(d: Path) -> list[Path]:
+    return [p for p in d.rglob("*") if p.is_file() and not p.is_symlink()] if d.is_dir() else []
+
+
+def _part(kind: PartKind, path: Path) -> Part:
+    """`newest`: of its files and, for a directory, of the directory itself (an empty one was made when)."""
+    files = [path] if kind is PartKind.FILE else _files(path)
+    stats = [p.stat() for p in files]
+    times = [s.st_mtime for s in stats] + ([] if kind is PartKind.FILE else [path.stat().st_mtime])
+    return Part(kind, path, len(stats), sum(s.st_size for s in stats), max(times, default=None))
+
+
+def parts(root: Path | None = None) -> list[Part]:
+    """Everything in the cache directory, by path: each compile-cache directory, each kind of value, each file."""
+    root = root or cache_dir()
+    if not root.is_dir():
+        return []
+    out = [_part(PartKind.FILE, p) for p in sorted(root.iterdir()) if p.is_file()]
+    for kind, d in ((PartKind.COMPILE, compile_root(root)), (PartKind.VALUES, root / VALUES)):
+        if d.is_dir():
+            out += [_part(kind, p) for p in sorted(d.iterdir()) if p.is_dir()]
+    return sorted(out, key=lambda p: str(p.path))
+
+
+@dataclass(frozen=True)
+class Pruned:
+    """What a prune removed (or, dry, would remove): paths and their bytes."""
+
+    removed: tuple[Path, ...]
+    bytes: int
+
+
+def prune(days: float, root: Path | None = None, dry_run: bool = False, now: float | None = None) -> Pruned:
+    """Remove the compile-cache directories written to no later than `days` ago, whole, and the value-cache
+    entries neither written nor read since then (module docstring). `dry_run`: say what, remove nothing."""
+    if not days >= 0:
+        raise ValueError(f"days must be a number >= 0, got {days!r}")
+    root = root or cache_dir()
+    cutoff = (time.time() if now is None else now) - days * DAY_S
+    removed, size = [], 0
+    for part in parts(root):
+        if part.kind is PartKind.COMPILE and (part.newest is None or part.newest < cutoff):
+            removed.append(part.path)
+            size += part.bytes
+            if not dry_run:
+                shutil.rmtree(part.path, ignore_errors=True)
+        elif part.kind is PartKind.VALUES:
+            for f in _files(part.path):
+                st = f.stat()
+                if st.st_mtime < cutoff:
+                    removed.append(f)
+                    size += st.st_size
+                    if not dry_run:
+                        f.unlink(missing_ok=True)
+    return Pruned(tuple(removed), size)
