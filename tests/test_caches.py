@@ -1,5 +1,5 @@
-"""The cache directory's listing and pruning (vitbench.caches, `vitbench cache`): what has gone unused goes, what is
-in use or a measurement stays, a dry run removes nothing, and reading a cached value counts as use."""
+"""The cache directory's listing and pruning (vitbench.caches, `vitbench cache`): what has gone unused goes, what
+is in use or a measurement stays, a dry run removes nothing, and reading a cached value counts as use."""
 
 from __future__ import annotations
 
@@ -66,12 +66,20 @@ def test_a_compile_cache_written_to_recently_in_any_file_stays_whole(root):
     assert (d / "top").exists()
 
 
+def test_opening_a_compile_cache_counts_as_use(root):
+    d = paths.compile_root(root) / "fw-1.0-host"
+    assert paths.open_compile_cache(d) == d  # what a backend's cache.enable does with its directory
+    assert caches.prune(30, root).removed == (root / value_cache.SUBDIR / "flops" / "old.json",)
+    assert (d / "sub" / "entry").exists()
+
+
 def test_reading_a_cached_value_counts_as_use(root):
     def compute():
         return {"n": 1}
 
     value_cache.remembered("flops", {"m": 1}, ("numpy",), compute)
-    (entry,) = [p for p in (root / value_cache.SUBDIR / "flops").iterdir() if p.name not in ("old.json", "new.json")]
+    listed = (root / value_cache.SUBDIR / "flops").iterdir()
+    (entry,) = [p for p in listed if p.name not in ("old.json", "new.json")]
     past = time.time() - 40 * DAY
     os.utime(entry, (past, past))
     assert value_cache.remembered("flops", {"m": 1}, ("numpy",), compute).cached

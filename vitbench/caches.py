@@ -5,8 +5,9 @@ own compile-cache directory (paths.compile_cache_dir; a backend names its subdir
 one entry per key (vitbench.value_cache), a new one for every change of vitbench's source. `vitbench cache` lists
 them; `vitbench cache --prune DAYS` removes
 
-- a compile-cache directory in which nothing was written for DAYS days (a framework version, a host or a
-  compiler setting no longer used: its caches stop being written), whole;
+- a compile-cache directory neither opened nor written to for DAYS days (a framework version, a host or a
+  compiler setting no longer used; a backend marks its directory when it opens it, paths.open_compile_cache,
+  since reading a compiled program writes nothing), whole;
 - a value-cache entry neither written nor read for DAYS days (value_cache sets an entry's modification time
   when it reads it).
 
@@ -83,8 +84,9 @@ class Pruned:
 
 
 def prune(days: float, root: Path | None = None, dry_run: bool = False, now: float | None = None) -> Pruned:
-    """Remove the compile-cache directories written to no later than `days` ago, whole, and the value-cache
-    entries neither written nor read since then (module docstring). `dry_run`: say what, remove nothing."""
+    """Remove the compile-cache directories neither opened nor written to since `days` ago, whole, and the
+    value-cache entries neither written nor read since then (module docstring). `dry_run`: say what, remove
+    nothing."""
     if not days >= 0:
         raise ValueError(f"days must be a number >= 0, got {days!r}")
     root = root or cache_dir()

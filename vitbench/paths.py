@@ -52,6 +52,18 @@ def compile_cache_dir(subdir: str | None = None) -> Path | None:
     return root / subdir if subdir else root
 
 
+def open_compile_cache(path: Path) -> Path:
+    """Create compile-cache directory `path` if needed and mark it used now (its modification time: reads from a
+    compile cache write nothing, and `vitbench cache --prune` removes the ones unused for days:
+    vitbench.caches)."""
+    path.mkdir(parents=True, exist_ok=True)
+    try:
+        os.utime(path)
+    except OSError:  # a read-only cache is still read
+        pass
+    return path
+
+
 def compile_root(cache: Path) -> Path:
     """The directory of the compile caches in cache directory `cache`: <cache>/compile."""
     return cache / "compile"

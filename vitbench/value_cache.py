@@ -107,7 +107,8 @@ def _tree_hash(top: str) -> str:
 
 def module_sources_hash(modules: Iterable[str]) -> str:
     """sha256 of the source of the top-level packages that hold `modules` (names), vitbench's own left to
-    source_hash: once per process, like source_hash (a trial's process sees the plug-in as it is when it starts)."""
+    source_hash: once per process, like source_hash (a trial's process sees the plug-in as it is when it
+    starts)."""
     own = __name__.partition(".")[0]
     h = hashlib.sha256()
     for top in sorted({m.partition(".")[0] for m in modules} - {own}):

@@ -26,13 +26,13 @@ def _when(epoch: float | None) -> str:
 @app.command("cache")
 def cache_cmd(
     prune: float = cli_option("prune_days", "--prune", min=0.0, metavar="DAYS",
-                              help="Remove the compile caches not written to, and the cached values not read or "
-                                   "written, in DAYS days (docs/measurement.md)."),
+                              help="Remove the compile caches not opened or written to, and the cached values not "
+                                   "read or written, in DAYS days (docs/measurement.md)."),
     dry_run: bool = cli_option("dry_run", "--dry-run", help="With --prune: list what would go, remove nothing."),
     as_json: bool = cli_option("json", "--json", help="The listing (and what was pruned) as JSON."),
 ) -> None:
     """List the cache directory ($VITBENCH_CACHE_DIR): each compile cache, each kind of cached value, their files,
-    size and last write; with --prune DAYS remove what has gone unused that long (files of measurements, such as
+    size and last use; with --prune DAYS remove what has gone unused that long (files of measurements, such as
     the matmul peaks, are never removed)."""
     from vitbench.caches import parts
     from vitbench.caches import prune as prune_caches
@@ -57,8 +57,9 @@ def cache_cmd(
         if len(pruned.removed) > 20:
             console.print(f"  ... and {len(pruned.removed) - 20} more", highlight=False)
     t = Table(title=f"cache directory {escape(str(root))}", title_justify="left")
-    for col in ("what", "kind", "files", "MiB", "last written or read"):
+    for col in ("what", "kind", "files", "MiB", "last used"):
         t.add_column(col, justify="left" if col in ("what", "kind") else "right")
     for p in listed:
-        t.add_row(escape(str(p.path.relative_to(root))), p.kind.value, str(p.files), _mib(p.bytes), _when(p.newest))
+        t.add_row(escape(str(p.path.relative_to(root))), p.kind.value, str(p.files), _mib(p.bytes),
+                  _when(p.newest))
     console.print(t if listed else f"cache directory {escape(str(root))}: empty")

@@ -26,7 +26,7 @@ import jax
 from jax import monitoring
 
 from vitbench.env import cpu_model, distribution_version
-from vitbench.paths import compile_cache_dir
+from vitbench.paths import compile_cache_dir, open_compile_cache
 
 HIT = "/jax/compilation_cache/cache_hits"
 MISS = "/jax/compilation_cache/cache_misses"
@@ -52,7 +52,7 @@ def enable() -> Path | None:
     path = compile_cache_dir(subdir())
     if path is None or _state["dir"] == path:
         return path
-    path.mkdir(parents=True, exist_ok=True)
+    open_compile_cache(path)
     if _state["dir"] is not None:  # another directory in this process (tests): JAX opens its cache once
         from jax.experimental.compilation_cache import compilation_cache
 

@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 
 from vitbench.env import cpu_model, distribution_version
-from vitbench.paths import compile_cache_dir
+from vitbench.paths import compile_cache_dir, open_compile_cache
 
 _OFF = {"TORCHINDUCTOR_FX_GRAPH_CACHE": "0", "TORCHINDUCTOR_AUTOGRAD_CACHE": "0"}
 
@@ -47,7 +47,7 @@ def enable() -> Path | None:
         if "torch._functorch.config" in sys.modules:
             sys.modules["torch._functorch.config"].enable_autograd_cache = False
         return None
-    path.mkdir(parents=True, exist_ok=True)
+    open_compile_cache(path)
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(path)
     return path
 
