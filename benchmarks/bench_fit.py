@@ -290,6 +290,7 @@ def published(path: str, compute: str, error: str | None, accuracy: str | None, 
         wins = sum(min(r["real"], key=r["real"].get) == f for r in rows)
         print(f"{f.value:10s}", f"{np.median(vals):.4f}" if vals else "-", f"best in {wins}")
     print("chosen: " + ", ".join(f"{f.value} {sum(r['chosen'] == f for r in rows)}" for f in FORMS))
+    print("per curve, the combined law's error over each's: " + paired(rows))
     reported = [r["reported"] for r in rows if r["reported"] is not None]
     if reported:
         print(f"backtest reported (median) {np.median(reported):.4f}")
@@ -298,6 +299,24 @@ def published(path: str, compute: str, error: str | None, accuracy: str | None, 
         said = [r["bt_coverage"] for r in rows if r["bt_coverage"] is not None]
         print(f"{spec.ci:.0%} prediction intervals held {np.mean(held):.1%} of {len(held)} held-out points"
               + (f" (the backtest said {np.mean(said):.1%})" if said else ""))
+
+
+SAME = 1e-3  # |log ratio| counted as no difference: 0.1 %, far above the float rounding of a weight-1 combination
+
+
+def paired(rows: list[dict]) -> str:
+    """The paired comparison beside the medians (design.md: they can disagree): per curve, the combined law's error
+    over the chosen form's and over each form's; the geometric mean of that ratio and on how many curves it is
+    below / above 1 by more than SAME (the rest: the same law, e.g. a form with all the weight)."""
+    def ratio(name: str, of) -> str:
+        r = np.log([row["law"] / of(row) for row in rows if of(row) is not None and of(row) > 0])
+        if not len(r):
+            return f"{name} -"
+        return (f"{name} {np.exp(np.mean(r)):.3f} ({(r < -SAME).sum()} below / {(r > SAME).sum()} above / "
+                f"{(abs(r) <= SAME).sum()} same)")
+
+    return ", ".join([ratio("chosen", lambda row: row["real"][row["chosen"]]),
+                      *(ratio(f.value, lambda row, f=f: row["real"].get(f)) for f in FORMS)])
 
 
 def speed(curves: int, points: int, workers: int | None) -> None:
