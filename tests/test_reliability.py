@@ -121,7 +121,10 @@ def test_kill_9_at_random_moments_then_resume_records_every_trial_exactly_once(e
 @pytest.mark.parametrize("executor", ["local", "slurm", "ray"])
 def test_overallocation_segfault_and_hang_become_rows_timeout_honoured_sweep_goes_on(
         executor, tmp_path, request, worker_env):
-    timeout, grace = 3.0, 1.0
+    # The timeout must outlast every trial that ends on its own, and the hang must outlast the timeout. The local
+    # executor runs one trial at a time: 3 s. SLURM's local cluster and Ray run the five at once on two cores:
+    # measured 1.2-2.1 s each at load average 3, and over 3 s at a higher load (all five timed out), so 8 s (4x).
+    timeout, grace = (3.0 if executor == "local" else 8.0), 1.0
     opts = {"local": {"start_method": "spawn"}, "slurm": {"cluster": "local", "poll_s": 0.2},
             "ray": {"poll_s": 0.2}}[executor]
     if executor == "slurm":
