@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ import pandas as pd
 import pytest
 
 from vitbench import paths
+from vitbench.measure.peak import cache_path
 from vitbench.measure.throughput import budget, from_cache
 from vitbench.report.budget import PARTS, row_budget, time_budget
 from tolerances_stat import f64
@@ -83,6 +85,26 @@ def test_time_budget_table_has_a_total_line():
     assert t.loc[("all", "all"), list(PARTS)].sum() == 14.0
 
 
+@pytest.fixture(scope="module")
+def _peaks(tmp_path_factory) -> Path:
+    """The module's one peaks.json: the fresh caches below share the device's matmul peak (a bench row's MFU asks
+    every backend for it, the other one in a probe process: torch's imports alone take ~8 s), measured once
+    instead of once per cache; what these tests check is the compile cache beside it."""
+    return tmp_path_factory.mktemp("peaks") / cache_path().name
+
+
+@pytest.fixture
+def cache(tmp_path, _peaks) -> Path:
+    """A fresh vitbench cache directory (empty compile caches), holding the module's peaks so far."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    if _peaks.exists():
+        shutil.copy(_peaks, cache / _peaks.name)
+    yield cache
+    if (cache / _peaks.name).exists():
+        shutil.copy(cache / _peaks.name, _peaks)
+
+
 def _env(cache: Path, **extra) -> dict:
     env = {**os.environ, "PYTHONPATH": str(REPO), paths.CACHE_ENV: str(cache), **extra}
     env.pop(paths.COMPILE_CACHE_ENV, None)
@@ -103,9 +125,8 @@ def _bench(backend: str, env: dict, *extra: str) -> dict:
 
 @pytest.mark.jax
 @pytest.mark.timeout(600)
-def test_a_second_jax_process_loads_what_the_first_compiled(tmp_path):
+def test_a_second_jax_process_loads_what_the_first_compiled(cache):
     pytest.importorskip("jax")
-    cache = tmp_path / "cache"
     first = _bench("jax", _env(cache))
     second = _bench("jax", _env(cache))
     assert first["metrics"]["compile_cached"] is False and second["metrics"]["compile_cached"] is True
@@ -117,8 +138,8 @@ def test_a_second_jax_process_loads_what_the_first_compiled(tmp_path):
     assert off["metrics"]["compile_cached"] is None and off["env"]["compile_cache"] is None
 
 
-def test_an_eager_torch_step_compiles_nothing_through_the_cache(tmp_path):
-    rec = _bench("torch", _env(tmp_path / "cache"))
+def test_an_eager_torch_step_compiles_nothing_through_the_cache(cache):
+    rec = _bench("torch", _env(cache))
     assert rec["metrics"]["compile_cached"] is None and rec["metrics"]["compile_s"] is None
     assert Path(rec["env"]["compile_cache"]).name.startswith("torch-")
 
@@ -146,9 +167,9 @@ print(json.dumps({"status": rec.status.value, "modules": sorted(m for m in ("tor
 @pytest.mark.parametrize("backend,task", [("torch", "infer"), ("torch", "flops"),
                                           pytest.param("jax", "infer", marks=pytest.mark.jax),
                                           pytest.param("jax", "flops", marks=pytest.mark.jax)])
-def test_a_trial_imports_only_its_own_framework(tmp_path, backend, task):
+def test_a_trial_imports_only_its_own_framework(cache, backend, task):
     pytest.importorskip(backend)
-    p = subprocess.run([sys.executable, "-c", _TRIAL, backend, task], env=_env(tmp_path / "cache"),
+    p = subprocess.run([sys.executable, "-c", _TRIAL, backend, task], env=_env(cache),
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     out = json.loads(p.stdout.strip().splitlines()[-1])

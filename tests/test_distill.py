@@ -427,63 +427,61 @@ def test_report_without_teachers_or_speed_has_no_distillation_parts(tmp_path):
 
 
 # ---- a timm teacher from its file -----------------------------------------------------------------------------
-@pytest.fixture
-def timm_teacher(tmp_path):
+TIMM_RESOLUTION = 160  # timm's native size for test_resnet, which a CNN's state dict does not state
+
+
+@pytest.fixture(scope="module")
+def timm_teacher(tmp_path_factory, data):
     """A timm model's state dict on disk (timm's tiny test_resnet, 5 classes: the student's upstream), with
-    weights only this file has, and the timm model itself."""
+    weights only this file has, the timm model itself, and its own logits and labels of the test images at
+    TIMM_RESOLUTION (computed once for the tests below; nothing writes to the file or the model)."""
     import timm
     import torch
     from safetensors.torch import save_file
+
+    from vitbench.transfer import ops
 
     torch.manual_seed(3)
     model = timm.create_model("test_resnet", pretrained=False, num_classes=5)
     with torch.no_grad():
         model.fc.weight.normal_()
-    path = tmp_path / "teacher.safetensors"
+    path = tmp_path_factory.mktemp("timm-teacher") / "teacher.safetensors"
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
-    return path, model.eval()
+    model.eval()
+    with torch.inference_mode():
+        logits, labels = ops.outputs(lambda x: model(torch.from_numpy(x).permute(0, 3, 1, 2).contiguous()).numpy(),
+                                     data.test, TIMM_RESOLUTION)
+    return path, logits, labels
 
 
 def test_a_timm_teacher_from_its_file_gives_the_timm_models_logits(timm_teacher, data):
     """The teacher read from a timm state dict named by its model (as --checkpoint FILE --model timm:NAME) gives
     the logits of timm's model loaded from the file, bit for bit (the same model, weights and images)."""
-    import torch
-
     from vitbench.protocols.pretrain import TeacherConfig
     from vitbench.protocols.teacher import load_teacher
     from vitbench.transfer import ops
 
-    path, timm_model = timm_teacher
+    path, want, _ = timm_teacher
     be = _engine("torch")
     teacher = load_teacher(TeacherConfig(checkpoint=str(path), model="timm:test_resnet"), be,
                            data.train.class_names)
     assert teacher.spec.name == "timm:test_resnet" and teacher.num_classes == 5
-    assert teacher.resolution == 160  # a CNN's file says no size: timm's native one
+    assert teacher.resolution == TIMM_RESOLUTION  # a CNN's file says no size: timm's native one
     got = ops.predict_all(be, teacher.model, data.test, teacher.resolution, "the teacher")
-    with torch.inference_mode():
-        want, _ = ops.outputs(lambda x: timm_model(torch.from_numpy(x).permute(0, 3, 1, 2).contiguous()).numpy(),
-                              data.test, teacher.resolution)
     assert got.shape == (len(data.test), 5) and np.array_equal(got, want)
 
 
 def test_a_timm_teacher_on_the_command_line(cli, timm_teacher, tmp_path, monkeypatch):
     """`--teacher timm:NAME --teacher-checkpoint FILE` distils from the file; without --teacher (a timm state
     dict does not say its model) or with another model: exit 2 naming the way out, nothing trained."""
-    import torch
-
     monkeypatch.setenv("VITBENCH_CHECKPOINT_DIR", str(tmp_path / "cache"))
-    path, timm_model = timm_teacher
+    path, logits, labels = timm_teacher  # the timm model's own logits of the test images (classes 0-4)
     student = ("pretrain", "ViT-Nano/4", "-r", "16", "--steps", "2", "-b", "8", "--threads", "1")
     r = cli(*student, "--teacher", "timm:test_resnet", "--teacher-checkpoint", str(path), "--json")
     assert r.exit_code == 0, r.output
     m = json.loads(r.stdout)["metrics"]
-    assert m["teacher_model"] == "timm:test_resnet" and m["teacher_resolution"] == 160
-    from vitbench.transfer import ops
-
-    test = load_splits({"classes": "0-4"}).test
-    with torch.inference_mode():  # the teacher's test accuracy is the timm model's own
-        logits, labels = ops.outputs(
-            lambda x: timm_model(torch.from_numpy(x).permute(0, 3, 1, 2).contiguous()).numpy(), test, 160)
+    assert m["teacher_model"] == "timm:test_resnet" and m["teacher_resolution"] == TIMM_RESOLUTION
+    # the teacher's test accuracy is the timm model's own
     assert m["teacher_accuracy"] == float(np.mean(logits.argmax(1) == labels))
     for extra, says in ((("--teacher-checkpoint", str(path)), "--teacher timm:NAME"),
                         (("--teacher", "timm:test_convnext", "--teacher-checkpoint", str(path)),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import shutil
 
 import numpy as np
 import pandas as pd
@@ -75,10 +76,20 @@ def _valid_png(path) -> None:
     assert float(np.std(img[..., :3])) > 0.01  # not a blank canvas
 
 
-def test_report_writes_every_promised_file(tmp_path):
-    make_results(tmp_path / "res")
-    rep = build_report(tmp_path / "res", tmp_path / "out")
-    out = tmp_path / "out"
+@pytest.fixture(scope="module")
+def first_report(tmp_path_factory):
+    """(results, report folder, Report) of one full report (every format, the figures) of make_results, built
+    into a folder that already held a file of the user's (notes.txt), once for the tests that read it."""
+    base = tmp_path_factory.mktemp("first-report")
+    make_results(base / "res")
+    out = base / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")  # not the report's: never touched
+    return base / "res", out, build_report(base / "res", out)
+
+
+def test_report_writes_every_promised_file(first_report):
+    _, out, rep = first_report
     names = {p.name for p in rep.files}
     for fig in ("throughput_vs_resolution", "max_batch_vs_resolution", "gflops_vs_throughput"):
         assert {f"{fig}.png", f"{fig}.svg"} <= names
@@ -148,14 +159,13 @@ def test_cli_report(tmp_path, cli):
 # ----------------------------------------------------------------------------------------------------------
 # Where a report goes, what it leaves behind, how its numbers read
 # ----------------------------------------------------------------------------------------------------------
-def test_a_report_into_a_folder_with_an_older_report_leaves_no_stale_file(tmp_path):
-    make_results(tmp_path / "res")
+def test_a_report_into_a_folder_with_an_older_report_leaves_no_stale_file(first_report, tmp_path):
+    res, built, first = first_report  # a full report built into a folder holding notes.txt
     out = tmp_path / "out"
-    out.mkdir()
-    (out / "notes.txt").write_text("mine")  # not the report's: never touched
-    first = build_report(tmp_path / "res", out)
+    shutil.copytree(built, out)  # the folder as that report left it (the module's copy stays as it was)
     assert (out / "throughput.csv").is_file() and (out / "throughput_vs_resolution.png").is_file()
-    second = build_report(tmp_path / "res", out, formats=("md",), plots=False)
+    assert (out / "notes.txt").read_text() == "mine"
+    second = build_report(res, out, formats=("md",), plots=False)
     assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == ["notes.txt", "report.md"]
     assert [p.name for p in second.files] == ["report.md"] and len(first.files) > 10
     assert (out / "notes.txt").read_text() == "mine"
