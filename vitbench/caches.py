@@ -63,16 +63,21 @@ def _part(kind: PartKind, path: Path) -> Part:
     return Part(kind, path, len(stats), sum(s.st_size for s in stats), max(times, default=None))
 
 
-def parts(root: Path | None = None) -> list[Part]:
-    """Everything in the cache directory, by path: each compile-cache directory, each kind of value, each file."""
-    root = root or cache_dir()
+def _places(root: Path) -> list[tuple[PartKind, Path]]:
+    """(kind, path) of everything in cache directory `root`, unread: its files, the compile-cache directories,
+    the value kinds' directories."""
     if not root.is_dir():
         return []
-    out = [_part(PartKind.FILE, p) for p in sorted(root.iterdir()) if p.is_file()]
+    out = [(PartKind.FILE, p) for p in root.iterdir() if p.is_file()]
     for kind, d in ((PartKind.COMPILE, compile_root(root)), (PartKind.VALUES, root / VALUES)):
         if d.is_dir():
-            out += [_part(kind, p) for p in sorted(d.iterdir()) if p.is_dir()]
-    return sorted(out, key=lambda p: str(p.path))
+            out += [(kind, p) for p in d.iterdir() if p.is_dir()]
+    return sorted(out, key=lambda kp: str(kp[1]))
+
+
+def parts(root: Path | None = None) -> list[Part]:
+    """Everything in the cache directory, by path: each compile-cache directory, each kind of value, each file."""
+    return [_part(kind, p) for kind, p in _places(root or cache_dir())]
 
 
 @dataclass(frozen=True)
@@ -92,14 +97,16 @@ def prune(days: float, root: Path | None = None, dry_run: bool = False, now: flo
     root = root or cache_dir()
     cutoff = (time.time() if now is None else now) - days * DAY_S
     removed, size = [], 0
-    for part in parts(root):
-        if part.kind is PartKind.COMPILE and (part.newest is None or part.newest < cutoff):
-            removed.append(part.path)
-            size += part.bytes
-            if not dry_run:
-                shutil.rmtree(part.path, ignore_errors=True)
-        elif part.kind is PartKind.VALUES:
-            for f in _files(part.path):
+    for kind, path in _places(root):
+        if kind is PartKind.COMPILE:
+            part = _part(kind, path)
+            if part.newest is None or part.newest < cutoff:
+                removed.append(path)
+                size += part.bytes
+                if not dry_run:
+                    shutil.rmtree(path, ignore_errors=True)
+        elif kind is PartKind.VALUES:  # entry by entry: each read of one sets its time
+            for f in _files(path):
                 st = f.stat()
                 if st.st_mtime < cutoff:
                     removed.append(f)

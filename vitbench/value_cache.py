@@ -70,8 +70,13 @@ def values_dir() -> Path | None:
 def source_hash() -> str:
     """sha256 of vitbench's Python source: every .py file of the package, by relative path and content."""
     root = Path(__file__).resolve().parent  # the package's directory
+    return _py_files_hash([(root, p) for p in sorted(root.rglob("*.py"))])
+
+
+def _py_files_hash(files: list[tuple[Path, Path]]) -> str:
+    """sha256 of (root, file) pairs, each by its path relative to its root and its content."""
     h = hashlib.sha256()
-    for p in sorted(root.rglob("*.py")):
+    for root, p in files:
         h.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes() + b"\0")
     return h.hexdigest()
 
@@ -99,10 +104,7 @@ def _tree_hash(top: str) -> str:
     files = [(r, p) for r in roots for p in sorted(r.rglob("*.py"))]
     if not roots and spec.origin and spec.origin.endswith(".py"):
         files = [(Path(spec.origin).parent, Path(spec.origin))]
-    h = hashlib.sha256()
-    for root, p in files:
-        h.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes() + b"\0")
-    return h.hexdigest() if files else ""
+    return _py_files_hash(files) if files else ""
 
 
 def module_sources_hash(modules: Iterable[str]) -> str:

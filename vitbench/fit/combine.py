@@ -97,9 +97,10 @@ class Misses:
 
     def among(self, cutoffs) -> Misses:
         """The misses of the fits at `cutoffs` only (e.g. the choice's, without the spread ones)."""
-        keep = np.isin(self.cutoff, np.asarray(cutoffs, dtype=float))
+        cuts = np.asarray(cutoffs, dtype=float)
+        keep, named = np.isin(self.cutoff, cuts), set(cuts.tolist())
         return Misses(self.cutoff[keep], self.reach[keep], self.err[keep], self.full[keep],
-                      {c: n for c, n in self.noise.items() if c in set(np.asarray(cutoffs, dtype=float).tolist())})
+                      {c: n for c, n in self.noise.items() if c in named})
 
     @property
     def rmse_log(self) -> float | None:

@@ -174,9 +174,10 @@ def fit_group(key: dict, c: np.ndarray, e: np.ndarray, labels: list[str], spec: 
         var = mixture_log_var(g.fits, g.weights, xs, mid) if spread else np.zeros(len(xs))
         lo, hi = g.law_error.band(mid, reach, var)
         at_reach = missed.among(g.backtest.cutoffs).rmse_log  # the choice's cut-offs, as FormBacktest.rmse_log
+        named = law.named_weights
         for i, (x, m) in enumerate(zip(xs, mid)):
             g.predictions.append(Prediction(float(x), float(reach[i]), float(np.exp(m)), float(lo[i]),
-                                            float(hi[i]), law.named_weights, at_reach))
+                                            float(hi[i]), named, at_reach))
     return g
 
 
