@@ -26,19 +26,42 @@ def group():
     return fit_group({}, C[:41], e[:41], [""] * 41, FitSpec(bootstrap=0, reach=1.0, predict=[1e5, 1e6]))
 
 
-def test_weights_are_the_backtest_scores_to_the_minus_weight_power(group):
-    """w_f ~ (per-decade score x RICHER^-(p - p_min))^-WEIGHT_POWER, normalised; the chosen form has the largest
-    (module docstrings of fit.backtest and fit.combine). Each weight: a power, a product and a division per form
-    (about 6 roundings of the score's chain, x WEIGHT_POWER through the power), the sum k - 1 more."""
-    g = group
+def _assert_weights_are_scores_to_the_minus(g, power: float) -> None:
+    """w_f ~ (per-decade score x RICHER^-(p - p_min))^-power, normalised; the chosen form has the largest. Each
+    weight: a power, a product and a division per form (about 6 roundings of the score's chain, x WEIGHT_POWER
+    through the power), the sum k - 1 more."""
     scores = {b.form.name.value: per_decade_score(b) * RICHER ** -(b.form.n_params - 2) for b in g.backtest.forms}
-    raw = {k: s ** -WEIGHT_POWER for k, s in scores.items()}
+    raw = {k: s ** -power for k, s in scores.items()}
     total = sum(raw.values())
     assert set(g.weights) == set(raw)
     for k, w in g.weights.items():
         assert w == f64(raw[k] / total, roundings=int(8 * WEIGHT_POWER) + len(raw))
     assert g.chosen.value == max(g.weights, key=g.weights.get)
     assert sum(g.weights.values()) == f64(1.0, roundings=2 * len(g.weights))
+
+
+def test_weights_are_the_backtest_scores_to_the_minus_weight_power(group):
+    """A backtest that reached the reach asked weighs the forms by score^-WEIGHT_POWER (module docstrings of
+    fit.backtest and fit.combine)."""
+    assert group.backtest.achieved >= group.backtest.reach * (1 - 1e-9)
+    assert group.backtest.weight_power == WEIGHT_POWER
+    _assert_weights_are_scores_to_the_minus(group, WEIGHT_POWER)
+
+
+def test_a_backtest_short_of_the_reach_flattens_the_weights_by_its_share():
+    """Asked for 2 decades on a 2-decade curve, the backtest reaches less (the forms need points to fit): the
+    power is WEIGHT_POWER x achieved / reach, so the weights are flatter than the full power's, and the JSON says
+    the power used."""
+    e = _curve(1)[:21]  # 1 .. 1e2
+    g = fit_group({}, C[:21], e, [""] * 21, FitSpec(bootstrap=0, reach=2.0))
+    share = g.backtest.achieved / g.backtest.reach
+    assert 0 < share < 1
+    assert g.backtest.weight_power == f64(WEIGHT_POWER * share, roundings=2)
+    _assert_weights_are_scores_to_the_minus(g, WEIGHT_POWER * share)
+    assert g.to_dict()["backtest"]["weight_power"] == g.backtest.weight_power
+    full = {b.form.name.value: (per_decade_score(b) * RICHER ** -(b.form.n_params - 2)) ** -WEIGHT_POWER
+            for b in g.backtest.forms}
+    assert max(g.weights.values()) < max(full.values()) / sum(full.values())
 
 
 def test_predictions_are_the_weighted_geometric_mean_of_the_forms(group):
