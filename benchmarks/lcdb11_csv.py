@@ -1,8 +1,8 @@
 """LCDB 1.1's sample-wise learning curves (validation error rate vs training-set size) as a csv that
 `bench_fit.py csv` reads, held out from every fitting choice (docs/scaling-laws.md, "Judged on curves no choice saw").
 
-    python benchmarks/lcdb11_csv.py /work/data/lcdb11 > /work/data/lcdb11.csv
-    python benchmarks/bench_fit.py csv /work/data/lcdb11.csv --compute n_train --error error --group curve ...
+    python benchmarks/lcdb11_csv.py lcdb11 > lcdb11.csv
+    python benchmarks/bench_fit.py csv lcdb11.csv --compute n_train --error error --group curve ...
 
 Source: Yan, Mohr and Viering, "LCDB 1.1: A Database Illustrating Learning Curves Are More
 Ill-Behaved Than Previously Thought" (NeurIPS 2025, arXiv:2505.15657; CC BY 4.0), the per-dataset arrays its
@@ -10,12 +10,11 @@ interactive explorer serves: repository learning-curve-research/LCDB-1.1, folder
 37c3d9a381f8ec55902c485637a7508ba0f95667 (docs/data last changed in 3ecfde3c781581d84f82d8177a7caee76ae2c8b3).
 Getting the files (not in this repository):
 
-    fetch github:learning-curve-research/LCDB-1.1       # -> /work/.mirror/learning-curve-research+LCDB-1.1/repo
-    G=/work/.mirror/learning-curve-research+LCDB-1.1/repo; C=37c3d9a381f8ec55902c485637a7508ba0f95667
-    mkdir -p /work/data/lcdb11/er
-    git -C $G show $C:docs/data/meta.json > /work/data/lcdb11/meta.json
-    for f in $(git -C $G ls-tree --name-only $C docs/data/er/); do
-        git -C $G show $C:$f > /work/data/lcdb11/er/$(basename $f); done
+    git clone https://github.com/learning-curve-research/LCDB-1.1 && G=LCDB-1.1
+    C=37c3d9a381f8ec55902c485637a7508ba0f95667
+    mkdir -p lcdb11/er
+    git -C $G show $C:docs/data/meta.json > lcdb11/meta.json
+    for f in $(git -C $G ls-tree --name-only $C docs/data/er/); do git -C $G show $C:$f > lcdb11/er/$(basename $f); done
 
 meta.json names the 28 learners, the 265 OpenML dataset ids and the 137 anchors (training-set sizes 16 * 2^(k/8),
 rounded up, k = 0..136); er/<dataset id>.json holds, per learner, [stat][anchor][split] with stat 0 the mean over
