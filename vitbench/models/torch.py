@@ -9,7 +9,6 @@ import contextlib
 from collections.abc import Iterator
 
 import torch
-from timm.models.deit import VisionTransformerDistilled
 
 from vitbench.models.families import family_plugin
 from vitbench.models.specs import ModelSpec
@@ -59,6 +58,10 @@ def forward_heads(model: torch.nn.Module, x: torch.Tensor) -> tuple[torch.Tensor
     without a distillation token returns its logits twice (the same tensor), so a distillation loss then goes
     through the class token, DeiT's baseline without the token.
     """
+    from timm.models.deit import VisionTransformerDistilled  # here: importing timm costs ~1.7 s, and what imports
+    # this module (the torch backend, `vitbench env`, a peak probe) need not build a model; the backend's fork
+    # server preloads timm for the trials that do
+
     if isinstance(model, VisionTransformerDistilled):
         tokens = model.forward_features(x)
         return model.head(model.head_drop(tokens[:, 0])), model.head_dist(model.head_drop(tokens[:, 1]))
