@@ -32,6 +32,12 @@ benchmark.vision.csv; not in this repository):
 ColPret's 192 pre-training curves (NSL-PFN's data/colpret.npz, turned into a csv by benchmarks/colpret_csv.py),
 the set the combined law was judged on once, by a protocol committed before (docs/scaling-laws.md):
     python benchmarks/bench_fit.py csv colpret.csv --compute tokens --error loss --group model --split context
+LCDB 1.1's learning curves of tabular learners (benchmarks/lcdb11_csv.py), the second pre-registered set (its
+`test` half scored once; its `dev` half not yet fitted):
+    python benchmarks/bench_fit.py csv lcdb11.csv --compute n_train --error error --group curve --half test \
+        --reach 0.5
+Each csv run ends with the paired per-curve ratios (`paired`) and the criterion's ratio against the best single
+law with bootstrap intervals over curves (`against_best`).
 --half (pre-registered before any change to the choice or the intervals of issue 33's third round, and never
 changed after): the groups' first --group column's values sorted by name, the first half (rounded down) is `dev`,
 the rest `test`. On the published vision curves: dev = bird_10, bird_25, bird_5, c_10, c_25, c_5 (36 curves),
