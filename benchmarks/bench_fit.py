@@ -346,7 +346,8 @@ def against_best(rows: list[dict], seed: int = 0) -> str:
     med = np.median(law[idx], axis=1) / np.median(one[idx], axis=1)
     geo = np.exp((logs[idx] * both[idx]).sum(axis=1) / np.maximum(both[idx].sum(axis=1), 1))
     return (f"against the best single law ({best.value}, {len(law)} curves): ratio of medians "
-            f"{np.median(law) / np.median(one):.3f} [{np.quantile(med, 0.025):.3f}, {np.quantile(med, 0.975):.3f}], "
+            f"{np.median(law) / np.median(one):.3f} [{np.quantile(med, 0.025):.3f}, "
+            f"{np.quantile(med, 0.975):.3f}], "
             f"paired geometric mean {np.exp(logs[both].mean()):.3f} [{np.quantile(geo, 0.025):.3f}, "
             f"{np.quantile(geo, 0.975):.3f}] (95 % bootstrap over curves)")
 

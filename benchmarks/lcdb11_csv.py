@@ -1,5 +1,6 @@
 """LCDB 1.1's sample-wise learning curves (validation error rate vs training-set size) as a csv that
-`bench_fit.py csv` reads, held out from every fitting choice (docs/scaling-laws.md, "Judged on curves no choice saw").
+`bench_fit.py csv` reads, held out from every fitting choice (docs/scaling-laws.md, "Judged on a second set no
+choice saw").
 
     python benchmarks/lcdb11_csv.py lcdb11 > lcdb11.csv
     python benchmarks/bench_fit.py csv lcdb11.csv --compute n_train --error error --group curve ...
@@ -14,7 +15,8 @@ Getting the files (not in this repository):
     C=37c3d9a381f8ec55902c485637a7508ba0f95667
     mkdir -p lcdb11/er
     git -C $G show $C:docs/data/meta.json > lcdb11/meta.json
-    for f in $(git -C $G ls-tree --name-only $C docs/data/er/); do git -C $G show $C:$f > lcdb11/er/$(basename $f); done
+    for f in $(git -C $G ls-tree --name-only $C docs/data/er/); do
+        git -C $G show $C:$f > lcdb11/er/$(basename $f); done
 
 meta.json names the 28 learners, the 265 OpenML dataset ids and the 137 anchors (training-set sizes 16 * 2^(k/8),
 rounded up, k = 0..136); er/<dataset id>.json holds, per learner, [stat][anchor][split] with stat 0 the mean over

@@ -31,10 +31,12 @@ forms at a share of the reach asked (achieved / reach) and says less about the r
 the power is WEIGHT_POWER x that share (Backtest.weight_power; at no reach measured the weights are equal). On
 ColPret's pre-training curves judged a decade out (a fitted part of 1-2 decades: a median share of 0.72), the full
 power put the combination 13 % above the best single law (0.1076 against 0.0948), and the scaled one 5 % below it
-(0.0904); on curves with a full reach nothing changes (docs/scaling-laws.md, issue 33's fifth round). The score was tuned for choosing one form on 200 synthetic curves of five
-families (benchmarks/bench_fit.py families, seeds 0-39; every setting of cut-offs at 1, 3/4 and 1/2 of the reach,
-RECENCY 1-3 and RICHER 1-1.5 was at or below M4's median there); the combination uses it unchanged
-(docs/scaling-laws.md, "Measured on ...", says on which curves it was compared and judged).
+(0.0904); on LCDB 1.1's curves, which it was not developed on, a decade out 0.0596 -> 0.0576 (the best single law
+0.0539); on curves with a full reach nothing changes (docs/scaling-laws.md, issue 33's fifth round).
+The score was tuned for choosing one form on 200 synthetic curves of five families (benchmarks/bench_fit.py
+families, seeds 0-39; every setting of cut-offs at 1, 3/4 and 1/2 of the reach, RECENCY 1-3 and RICHER 1-1.5 was
+at or below M4's median there); the combination uses it unchanged (docs/scaling-laws.md, "Measured on ...", says
+on which curves it was compared and judged).
 Spread. The choice's cut-offs sit a quarter reach apart, so their held-out tails overlap and their errors are
 nearly one sample of the law's drift: an error model built on them alone is optimistic (on the published curves
 the backtest said 95-99 % coverage where 68-80 % held, issue 33). The forms with a weight are therefore also

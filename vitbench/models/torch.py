@@ -58,9 +58,9 @@ def forward_heads(model: torch.nn.Module, x: torch.Tensor) -> tuple[torch.Tensor
     without a distillation token returns its logits twice (the same tensor), so a distillation loss then goes
     through the class token, DeiT's baseline without the token.
     """
-    from timm.models.deit import VisionTransformerDistilled  # here: importing timm costs ~1.7 s, and what imports
-    # this module (the torch backend, `vitbench env`, a peak probe) need not build a model; the backend's fork
-    # server preloads timm for the trials that do
+    # imported here, not with the module: timm's import costs ~1.7 s, and what imports this module (the torch
+    # backend, `vitbench env`, a peak probe) need not build a model; the backend's fork server preloads timm
+    from timm.models.deit import VisionTransformerDistilled
 
     if isinstance(model, VisionTransformerDistilled):
         tokens = model.forward_features(x)
