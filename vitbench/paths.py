@@ -57,11 +57,17 @@ def open_compile_cache(path: Path) -> Path:
     compile cache write nothing, and `vitbench cache --prune` removes the ones unused for days:
     vitbench.caches)."""
     path.mkdir(parents=True, exist_ok=True)
+    mark_used(path)
+    return path
+
+
+def mark_used(path: Path) -> None:
+    """Set `path`'s modification time to now: a cache entry's last use, what `vitbench cache --prune` goes by
+    (vitbench.caches); a cache that cannot be written (read-only) is still read, so a failure is ignored."""
     try:
         os.utime(path)
-    except OSError:  # a read-only cache is still read
+    except OSError:
         pass
-    return path
 
 
 def compile_root(cache: Path) -> Path:

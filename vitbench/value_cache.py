@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from vitbench.env import cpu_model, distribution_version
-from vitbench.paths import cache_dir, compile_cache_on, write_atomic
+from vitbench.paths import cache_dir, compile_cache_on, mark_used, write_atomic
 from vitbench.record import now
 
 T = TypeVar("T")
@@ -152,10 +152,7 @@ def _read(path: Path, k: dict, decode: Callable[[Any], T]) -> Remembered[T] | No
         hit = Remembered(decode(d["value"]), True, d["at"])
     except (OSError, UnicodeDecodeError, *_DECODE_ERRORS):  # json.JSONDecodeError is a ValueError
         return None
-    try:
-        os.utime(path)  # read now: what `vitbench cache --prune` goes by (vitbench.caches)
-    except OSError:  # a read-only cache still gives its values
-        pass
+    mark_used(path)
     return hit
 
 

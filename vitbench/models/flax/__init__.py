@@ -64,12 +64,12 @@ def _jitted_init(model: nn.Module):
     """`jax.jit(model.init)`, shared by equal models: linen modules compare and hash by their fields, so the same
     model built again (another seed, the transfer start of each run of a learning-rate grid) reuses the jitted
     function and its compiled executable instead of tracing and compiling its init again (~2.5 s for a tiny ViT
-    on a CPU, each time). A module that cannot be hashed (a field that is not) is jitted afresh."""
+    on a CPU, each time). A module that cannot be hashed (a field that is not) is jitted afresh: lru_cache raises
+    TypeError before calling."""
     try:
-        hash(model)
+        return _shared_init(model)
     except TypeError:
         return jax.jit(model.init)
-    return _shared_init(model)
 
 
 @functools.lru_cache(maxsize=16)
