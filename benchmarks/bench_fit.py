@@ -57,7 +57,7 @@ from enum import Enum
 import numpy as np
 import pandas as pd
 
-from vitbench.fit import FORMS, FitSpec, FormName, fit_group
+from vitbench.fit import FORMS, FitSpec, FormName, Job, Prior, fit_group, fit_groups
 
 # One truth per form, chosen so that the forms differ over the decade predicted (compute 1 .. 1e5)
 TRUTH = {FormName.POWER: {"a": 0.6, "b": 0.25},
@@ -72,22 +72,31 @@ def curve(form: FormName, seed: int, noise: float, n: int = 50, decades: float =
     return c, e
 
 
-def judge(c: np.ndarray, e: np.ndarray, reach: float, spec: FitSpec, seen: np.ndarray | None = None) -> dict:
-    """Fit on C <= max / 10^reach (or on the points `seen` marks), return the chosen form, its backtest error,
-    every form's real error on the other points and the combined law's (`law`: what predictions are made with,
-    vitbench.fit.combine); with spec.bootstrap > 0 also whether each held-out point fell in its prediction
-    interval, and the coverage the backtest reported."""
-    if seen is None:
-        seen = c <= c.max() / 10**reach * (1 + 1e-9)
-    if spec.bootstrap > 0:
-        spec = spec.model_copy(update={"predict": list(c[~seen])})
-    g = fit_group({}, c[seen], e[seen], [""] * int(seen.sum()), spec)
+def judge(curves: list[tuple], spec: FitSpec, workers: int | None = None) -> list[dict]:
+    """Each curve (c, e, reach[, seen]) fitted on C <= max / 10^reach (or on the points `seen` marks), all in one
+    fit (vitbench.fit.fit_groups: with spec.prior, each curve's choice also weighs the others' backtests); per
+    curve the chosen form, its backtest error, every form's real error on the other points and the combined law's
+    (`law`: what predictions are made with, vitbench.fit.combine); with spec.bootstrap > 0 also whether each
+    held-out point fell in its prediction interval, and the coverage the backtest reported."""
+    jobs, held_out = [], []
+    for c, e, reach, *seen in curves:
+        seen = seen[0] if seen else c <= c.max() / 10**reach * (1 + 1e-9)
+        held = {"predict": list(c[~seen])} if spec.bootstrap > 0 else {}
+        one = spec.model_copy(update={"reach": reach} | held)
+        jobs.append(Job({}, c[seen], e[seen], [""] * int(seen.sum()), one))
+        held_out.append((c[~seen], e[~seen]))
+    groups, _ = fit_groups(jobs, workers, spec.prior)
+    return [_judged(g, c, e) for g, (c, e) in zip(groups, held_out)]
+
+
+def _judged(g, c: np.ndarray, e: np.ndarray) -> dict:
+    """judge's row for one fitted group `g` and its held-out points (c, e)."""
     def rmse(law) -> float:
-        return float(np.sqrt(np.mean((law.log_predict(c[~seen]) - np.log(e[~seen])) ** 2)))
+        return float(np.sqrt(np.mean((law.log_predict(c) - np.log(e)) ** 2)))
 
     real = {f.form.name: rmse(f) for f in g.fits if f.ok}
     bt = g.backtest.get(FORMS[g.chosen])
-    held = [p.ci_low <= y <= p.ci_high for p, y in zip(g.predictions, e[~seen])]
+    held = [p.ci_low <= y <= p.ci_high for p, y in zip(g.predictions, e)]
     return {"chosen": g.chosen, "reported": bt.rmse_log if bt else None, "real": real, "law": rmse(g.law()),
             "held": held,
             "bt_coverage": g.law_error.coverage if g.law_error else None}
@@ -170,20 +179,14 @@ def family_curve(family: str, seed: int, noise: Noise = Noise.IID):
     return c, e, reach
 
 
-def _family_job(args):
-    family, seed, bootstrap, noise = args
-    c, e, reach = family_curve(family, seed, noise)
-    return family, judge(c, e, reach, FitSpec(bootstrap=bootstrap, reach=reach))
-
-
-def families(curves: int, seed: int, bootstrap: int, workers: int | None, noise: Noise = Noise.IID) -> None:
-    from concurrent.futures import ProcessPoolExecutor
-
-    jobs = [(f, seed + i, bootstrap, noise) for i in range(curves) for f in FAMILIES]
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        rows = list(pool.map(_family_job, jobs, chunksize=2))
-    print(f"{curves} curves per family, {noise.value} noise, seeds {seed}-{seed + curves - 1}; median RMSE of the "
-          f"log prediction on "
+def families(curves: int, seed: int, bootstrap: int, workers: int | None, noise: Noise = Noise.IID,
+             prior: Prior = Prior.GROUPS) -> None:
+    drawn = [(f, seed + i) for i in range(curves) for f in FAMILIES]
+    judged = judge([family_curve(f, s, noise) for f, s in drawn], FitSpec(bootstrap=bootstrap, prior=prior),
+                   workers)
+    rows = [(f, r) for (f, _), r in zip(drawn, judged)]
+    print(f"{curves} curves per family, {noise.value} noise, seeds {seed}-{seed + curves - 1}, prior "
+          f"{prior.value}; median RMSE of the log prediction on "
           f"the held-out decade(s); {bootstrap} bootstrap replicates for the intervals")
     print(f"{'family':11s} {'law':>8s} {'chosen':>8s} " + " ".join(f"{f.value:>10s}" for f in FORMS)
           + f" {'95% held':>9s} {'bt said':>8s}")
@@ -199,15 +202,16 @@ def families(curves: int, seed: int, bootstrap: int, workers: int | None, noise:
     print("chosen: " + ", ".join(f"{f.value} {sum(r['chosen'] == f for _, r in rows)}" for f in FORMS))
 
 
-def synthetic(curves: int, noise: float) -> None:
-    spec = FitSpec(bootstrap=0, reach=1.0)
+def synthetic(curves: int, noise: float, prior: Prior = Prior.GROUPS) -> None:
+    spec = FitSpec(bootstrap=0, reach=1.0, prior=prior)
     print(f"{curves} curves per form, 50 points over 5 decades, {noise:.0%} noise; fit on 4 decades, predict the "
           f"5th. RMSE of log prediction on the 5th decade (real), the chosen form's backtest error (reported)")
     print(f"{'truth':11s} {'law':>8s} " + " ".join(f"{f.value:>10s}" for f in FORMS) +
           f" {'truth chosen':>13s} {'reported':>9s} {'real':>7s}")
     all_rep, all_real = [], []
-    for truth in FORMS:
-        rows = [judge(*curve(truth, s, noise), 1.0, spec) for s in range(curves)]
+    judged = judge([(*curve(truth, s, noise), 1.0) for truth in FORMS for s in range(curves)], spec)
+    for i, truth in enumerate(FORMS):
+        rows = judged[i * curves:(i + 1) * curves]
         rms = {f: np.sqrt(np.mean([r["real"][f] ** 2 for r in rows if f in r["real"]])) for f in FORMS}
         chosen = np.sqrt(np.mean([r["law"] ** 2 for r in rows]))
         rep = np.sqrt(np.mean([r["reported"] ** 2 for r in rows]))
@@ -243,7 +247,8 @@ def half_of(values, half: str) -> set:
 
 def published(path: str, compute: str, error: str | None, accuracy: str | None, group: list[str], reach: float,
               min_points: int, min_fit_decades: float, where: str | None, bootstrap: int = 0,
-              split: str | None = None, half: str = "all") -> None:
+              split: str | None = None, half: str = "all", workers: int | None = None,
+              prior: Prior = Prior.GROUPS) -> None:
     """Fit each group on all but its last `reach` decades, predict those (with `split`: fit on the rows whose
     `split` column is 1, predict the others, the file's own split); per curve and in summary."""
     df = pd.read_csv(path, low_memory=False)
@@ -257,11 +262,11 @@ def published(path: str, compute: str, error: str | None, accuracy: str | None, 
     fit_rows = _is_fit_row(df[split], split) if split else np.zeros(len(df), bool)
     df = pd.concat([df[[compute, *group]], err.rename("_error"), pd.Series(fit_rows, df.index, name="_fit")],
                    axis=1)
-    spec = FitSpec(bootstrap=bootstrap, reach=reach)
-    rows = []
+    spec = FitSpec(bootstrap=bootstrap, reach=reach, prior=prior)
     print(f"{'curve':28s} {'pts':>4s} {'chosen':>10s} {'combined':>10s} "
           + " ".join(f"{f.value:>10s}" for f in FORMS)
           + f" {'reported':>9s}")
+    curves, names = [], []
     for key, part in df.groupby(group, dropna=False):
         part = part.sort_values(compute)
         c, e = part[compute].to_numpy(float), part["_error"].to_numpy(float)
@@ -273,20 +278,22 @@ def published(path: str, compute: str, error: str | None, accuracy: str | None, 
                       "budgets to fit")
                 continue
             far = float(np.log10(c[~seen].max() / c[seen].max()))
-            r = judge(c, e, far, spec.model_copy(update={"reach": max(far, 0.1)}), seen)
+            curves.append((c, e, max(far, 0.1), seen))
         elif len(np.unique(c)) < min_points or np.log10(c.max() / c.min()) < reach + min_fit_decades:
             print(f"{str(key):28s} {len(c):4d} skipped: fewer than {min_points} budgets or under "
                   f"{reach + min_fit_decades:g} decades")
             continue
         else:
-            r = judge(c, e, reach, spec)
-        rows.append(r)
-        print(f"{str(key):28s} {len(c):4d} {r['chosen'].value:>10s} {r['law']:10.4f} "
+            curves.append((c, e, reach))
+        names.append(str(key))
+    rows = judge(curves, spec, workers)
+    for name, (c, *_), r in zip(names, curves, rows):
+        print(f"{name:28s} {len(c):4d} {r['chosen'].value:>10s} {r['law']:10.4f} "
               + " ".join(f"{r['real'][f]:10.4f}" if f in r["real"] else f"{'-':>10s}" for f in FORMS)
               + (f" {r['reported']:9.4f}" if r["reported"] is not None else f" {'-':>9s}"))
     if not rows:
         return
-    print(f"{len(rows)} curves; median over curves of the RMSE of the log prediction "
+    print(f"{len(rows)} curves, prior {prior.value}; median over curves of the RMSE of the log prediction "
           + (f"on the rows whose {split} is 0" if split else f"over the last {reach} decade(s)"))
     print("combined law", f"{np.median([r['law'] for r in rows]):.4f}",
           f"(mean, each curve capped at 3: {np.mean(np.minimum([r['law'] for r in rows], 3)):.4f})")
@@ -406,6 +413,9 @@ if __name__ == "__main__":
                     help="csv: the pre-registered half of the curves, by the first --group column (docstring)")
     ap.add_argument("--weight-power", type=float, default=None,
                     help="a form's weight is score^-P (default: vitbench.fit.backtest.WEIGHT_POWER); to compare P")
+    ap.add_argument("--prior", type=Prior, choices=list(Prior), default=Prior.GROUPS,
+                    help="synthetic, families, csv: each curve's choice also weighs the other curves' backtests "
+                         "(groups), or not (none): vitbench fit --prior")
     ap.add_argument("--split", help="csv: fit on the rows where this column is 1, judge on the others (e.g. the "
                                     "published benchmark's `Training`); else the last --reach decades are judged")
     a = ap.parse_args()
@@ -414,11 +424,11 @@ if __name__ == "__main__":
 
         backtest.WEIGHT_POWER = a.weight_power
     if a.what == "synthetic":
-        synthetic(a.curves or 6, a.noise)
+        synthetic(a.curves or 6, a.noise, a.prior)
     elif a.what == "families":
-        families(a.curves or 20, a.seed, a.bootstrap, a.workers, a.noise_kind)
+        families(a.curves or 20, a.seed, a.bootstrap, a.workers, a.noise_kind, a.prior)
     elif a.what == "speed":
         speed(a.curves or 72, a.points, a.workers)
     else:
         published(a.file, a.compute, a.error, a.accuracy, a.group, a.reach, a.min_points, a.min_fit_decades,
-                  a.where, a.bootstrap, a.split, a.half)
+                  a.where, a.bootstrap, a.split, a.half, a.workers, a.prior)

@@ -163,10 +163,11 @@ def test_progress_is_reported_per_group(two_models):
     fit_path(two_models, FitSpec(compute="compute", error="error", group=["model"], bootstrap=0), workers=1,
              progress=lambda done, total, title: seen.append((done, total, title)))
     done = [s for s in seen if s[2] in ("model=large", "model=small")]
-    assert done == [(1, 2, "model=large"), (2, 2, "model=small")]
-    steps = [s for s in seen if s not in done]  # within a group: after each form and after the backtest
-    assert steps[:5] == [(0, 2, f"model=large: {w}") for w in ("power fitted", "offset fitted", "saturating fitted",
-                                                                "m4 fitted", "backtest done")]
+    # two steps per group: every group backtested, then every group chosen (with the groups' prior) and predicted
+    assert done == [(1, 4, "model=large"), (2, 4, "model=small"), (3, 4, "model=large"), (4, 4, "model=small")]
+    steps = [s for s in seen if s not in done]  # within a backtest: after each form and after the backtest
+    assert steps[:5] == [(0, 4, f"model=large: {w}")
+                         for w in ("power fitted", "offset fitted", "saturating fitted", "m4 fitted", "backtest done")]
 
 
 def test_a_fraction_s_prediction_interval_stops_at_1_a_loss_s_does_not(tmp_path):

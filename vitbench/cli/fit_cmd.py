@@ -23,7 +23,7 @@ def _num(v: float | None) -> str:
 
 def _show(report) -> None:
     from vitbench.errors import clip
-    from vitbench.fit.backtest import WEIGHT_POWER
+    from vitbench.fit.backtest import PRIOR_SHARE, WEIGHT_POWER
 
     ci = f"{report.spec.ci:.0%}"
     for g in report.groups:
@@ -79,8 +79,10 @@ def _show(report) -> None:
                   f"the budgets up to a cut-off predicts the points up to the reach beyond it (RMSE of the log "
                   f"prediction; docs/scaling-laws.md). * = the chosen form (lowest backtest error, later cut-offs "
                   f"weighted more, richer forms preferred). Weight: the form's share in the predictions, which "
-                  f"combine the forms' log predictions (weight ~ backtest score^-{WEIGHT_POWER:g}), and in the "
-                  f"intervals. "
+                  f"combine the forms' log predictions (weight ~ backtest score^-{WEIGHT_POWER:g}"
+                  + (f", the score {PRIOR_SHARE:.0%} the form's over all {len(report.groups)} groups (--prior "
+                     f"groups)" if report.prior else "")
+                  + "), and in the intervals. "
                   f"Backtest miss: the typical factor a prediction at this reach was off by. "
                   f"Prediction intervals: parameters, one observation's noise and the law's backtest error at the "
                   f"reach (Student's t over the backtest's independent windows: its points miss together), "
@@ -99,7 +101,7 @@ def _progress(start: float):
             last[0] = now
             from vitbench.errors import clip
 
-            line = f"fit: {done}/{total} groups ({now - start:.0f} s) {clip(title, 80)}"
+            line = f"fit: {done}/{total} steps, 2 per group ({now - start:.0f} s) {clip(title, 80)}"
             err_console.print(f"[dim]{escape(line)}[/]",
                               highlight=False)
     return report
@@ -141,6 +143,9 @@ def fit_cmd(
     bootstrap: int = from_field(_FIT, "bootstrap", "--bootstrap", help="Bootstrap replicates for the CIs (0: none)."),
     ci: float = from_field(_FIT, "ci", "--ci", help="Confidence level of the intervals and bands."),
     seed: int = from_field(_FIT, "seed", "--seed", help="Bootstrap seed."),
+    prior: str = from_field(_FIT, "prior", "--prior",
+                            help="groups | none: each group's choice of form also weighs the forms' backtest "
+                                 "scores over all the fit's groups, or its own backtest alone."),
     workers: int = typer.Option(None, "--workers", min=1,
                                 help="Processes fitting groups in parallel (default: every core)."),
     as_json: bool = cli_option("json", "--json", help="Print one JSON document on stdout, nothing else."),
@@ -163,7 +168,7 @@ def fit_cmd(
     spec = validated(FitSpec, {"compute": compute, "error": error, "accuracy": accuracy, "percent": percent,
                                "group": group or None, "where": where, "forms": form or FitSpec().forms,
                                "points": points, "predict": points_at, "reach": reach, "cutoffs": cutoffs,
-                               "bootstrap": bootstrap, "ci": ci, "seed": seed}, "vitbench fit",
+                               "bootstrap": bootstrap, "ci": ci, "seed": seed, "prior": prior}, "vitbench fit",
                      {f: "--form" if f == "forms" else "--" + f.replace("_", "-") for f in FitSpec.model_fields})
     if out:
         check_dir(out, "--out")  # before minutes of bootstrap

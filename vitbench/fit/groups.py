@@ -6,8 +6,11 @@ that column, else one group). Error is `error` (any lower-is-better value >= 0: 
 cross-entropy, a perplexity), or 1 - `accuracy` (a fraction); `percent` says the column is 0-100. `where`
 filters the rows first (vitbench.fit.rows). `points`: `all` fits every row; `frontier` only the rows no cheaper
 row beats (the compute-optimal envelope, what Zhai et al. 2022 fit when a group holds several
-model sizes). Groups are fitted in worker processes (`workers`); each group's result depends only on its points
-and the spec (fixed seeds), never on the number of workers.
+model sizes). `prior`: each group's choice of form also weighs the forms' backtest scores over every group of the
+fit (vitbench.fit.backtest, "Prior"), or (`none`) its own backtest alone. Groups are fitted in worker processes
+(`workers`), all backtested first, then chosen and predicted; a group's result depends on its points, the spec
+and (with the prior) the other groups' backtest scores (fixed seeds), never on the number of workers or the
+groups' order.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -27,8 +30,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from vitbench.errors import ConfigError, shorten
 from vitbench.fit import rows as rowsel
-from vitbench.fit.backtest import N_CUTOFFS, Backtest, choose, default_reach, mixture_log_var, mixture_param, \
-    run_backtest, spread_backtest
+from vitbench.fit.backtest import N_CUTOFFS, PRIOR_SHARE, Backtest, choose, default_reach, mixture_log_var, \
+    mixture_param, prior_scores, run_backtest, scores, spread_backtest
 from vitbench.fit.combine import Combined, combined_law_error, misses
 from vitbench.fit.estimate import N_BOOT, CurveFit, ParamEstimate, fit_curve
 from vitbench.fit.forms import FORMS, FormName
@@ -46,6 +49,13 @@ Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 class Points(str, Enum):
     ALL = "all"
     FRONTIER = "frontier"
+
+
+class Prior(str, Enum):
+    """Where a group's choice of form looks besides its own backtest (vitbench.fit.backtest, "Prior")."""
+
+    GROUPS = "groups"  # also the forms' scores over every group of the fit
+    NONE = "none"  # its own backtest alone
 
 
 class FitSpec(BaseModel):
@@ -67,6 +77,7 @@ class FitSpec(BaseModel):
     bootstrap: int = Field(N_BOOT, ge=0, le=100_000)
     ci: float = Field(0.95, gt=0, lt=1)
     seed: int = Field(0, ge=0, le=2**32 - 1)  # numpy SeedSequence: a non-negative integer (was a traceback)
+    prior: Prior = Prior.GROUPS  # the groups' prior in each group's choice of form, or none
 
 
 @dataclass
@@ -131,6 +142,8 @@ class GroupFit:
                 "error_range": [float(self.error.min()), float(self.error.max())],
                 "best_form": self.chosen.value if self.chosen else None,
                 "runner_up": self.runner_up.value if self.runner_up else None,
+                "backtest_scores": ({n.value: v for n, v in scores(self.backtest, self.fits).items()}
+                                    if self.backtest else {}),
                 "weights": self.weights,
                 "exponent": self.exponent.to_dict() if self.exponent else None,
                 "predictions": [p.to_dict() for p in self.predictions],
@@ -140,12 +153,11 @@ class GroupFit:
                 "fits": [f.to_dict() for f in self.fits]}
 
 
-def fit_group(key: dict, c: np.ndarray, e: np.ndarray, labels: list[str], spec: FitSpec,
-              notes: list[str] | None = None, ceiling: float | None = None,
-              step: Callable[[str], None] | None = None) -> GroupFit:
-    """Every form of `spec` fitted to one group's points, backtested at the reach, chosen, and predicted;
-    `ceiling`: the largest value the error can take (1 for a fraction; None: unbounded), where prediction
-    intervals stop; `step(what)` is told after each form and after the backtest (progress on a long fit)."""
+def backtest_group(key: dict, c: np.ndarray, e: np.ndarray, labels: list[str], spec: FitSpec,
+                   notes: list[str] | None = None, step: Callable[[str], None] | None = None) -> GroupFit:
+    """Every form of `spec` fitted to one group's points and backtested at the reach: the first half of
+    fit_group, all that the groups' prior needs (vitbench.fit.backtest, "Prior"); `step(what)` is told after each
+    form and after the backtest (progress on a long fit)."""
     g = GroupFit(key, c, e, labels, notes=list(notes or []))
     forms = [FORMS[f] for f in spec.forms]
     for f in forms:
@@ -155,7 +167,16 @@ def fit_group(key: dict, c: np.ndarray, e: np.ndarray, labels: list[str], spec: 
     g.backtest = run_backtest(c, e, forms, default_reach(c, spec.predict, spec.reach), spec.cutoffs)
     if step:
         step("backtest done")
-    best, g.weights, second = choose(g.backtest, g.fits)
+    return g
+
+
+def finish_group(g: GroupFit, spec: FitSpec, ceiling: float | None = None,
+                 prior: dict[FormName, float] | None = None) -> GroupFit:
+    """The second half of fit_group, on a backtest_group: choose (with the groups' `prior`, None: the group's own
+    backtest alone), the combined law, its error model and the predictions; `ceiling`: the largest value the
+    error can take (1 for a fraction; None: unbounded), where prediction intervals stop."""
+    c, e = g.compute, g.error
+    best, g.weights, second = choose(g.backtest, g.fits, prior)
     if best is None:
         return g
     g.chosen = best.form.name
@@ -181,34 +202,79 @@ def fit_group(key: dict, c: np.ndarray, e: np.ndarray, labels: list[str], spec: 
     return g
 
 
-def _job(args) -> GroupFit:
-    return fit_group(*args)
+def fit_group(key: dict, c: np.ndarray, e: np.ndarray, labels: list[str], spec: FitSpec,
+              notes: list[str] | None = None, ceiling: float | None = None,
+              step: Callable[[str], None] | None = None) -> GroupFit:
+    """One group alone: every form of `spec` fitted to its points, backtested at the reach, chosen by its own
+    backtest, and predicted (backtest_group, then finish_group without a prior); fit_groups fits several."""
+    return finish_group(backtest_group(key, c, e, labels, spec, notes, step), spec, ceiling)
 
 
-def _run(jobs: list[tuple], workers: int | None, progress: Callable[[int, int, str], None] | None
-         ) -> list[GroupFit]:
-    """fit_group over `jobs`, in `workers` processes (None: every core), in the jobs' order."""
+class Job(NamedTuple):
+    """One group to fit: fit_group's arguments."""
+
+    key: dict
+    compute: np.ndarray
+    error: np.ndarray
+    labels: list[str]
+    spec: FitSpec
+    notes: list[str] | None = None
+    ceiling: float | None = None
+
+
+def _backtest_job(job: Job, step: Callable[[str], None] | None = None) -> GroupFit:
+    return backtest_group(job.key, job.compute, job.error, job.labels, job.spec, job.notes, step)
+
+
+def _finish_job(args: tuple[Job, GroupFit, dict | None], step=None) -> GroupFit:
+    job, g, prior = args
+    return finish_group(g, job.spec, job.ceiling, prior)
+
+
+def fit_groups(jobs: list[Job], workers: int | None = None, prior: Prior = Prior.GROUPS,
+               progress: Callable[[int, int, str], None] | None = None
+               ) -> tuple[list[GroupFit], dict[FormName, float]]:
+    """(the groups, the prior's scores ({}: none)): every job's group fitted, in `workers` processes (None: every
+    core), in the jobs' order: all backtested first, then each chosen with the groups' prior (`prior`;
+    vitbench.fit.backtest, "Prior") and predicted. `progress(done, total, what)` counts both passes (2 steps per
+    group)."""
     if workers is None:
         workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     n = len(jobs)
+    tell = (lambda offset: (lambda done, what: progress(offset + done, 2 * n, what))) if progress else None
+    groups = _map(_backtest_job, jobs, workers, tell(0) if tell else None)
+    consensus = prior_scores([scores(g.backtest, g.fits) for g in groups]) if prior == Prior.GROUPS else {}
+    done = _map(_finish_job, [(j, g, consensus or None) for j, g in zip(jobs, groups)], workers,
+                tell(n) if tell else None)
+    return done, consensus
+
+
+def _title(item) -> str:
+    return GroupFit(*(item if isinstance(item, Job) else item[0])[:4]).title
+
+
+def _map(fn: Callable, items: list, workers: int, progress: Callable[[int, str], None] | None) -> list:
+    """fn over `items` in `workers` processes, in the items' order; `progress(done, what)` after each item, and
+    (in one process) after each step fn reports."""
+    n = len(items)
     if workers <= 1 or n <= 1:
         out = []
-        for i, job in enumerate(jobs):
-            title = GroupFit(job[0], job[1], job[2], job[3]).title
-            step = (lambda what, i=i, title=title: progress(i, n, f"{title}: {what}")) if progress else None
-            out.append(fit_group(*job, step=step))
+        for i, item in enumerate(items):
+            title = _title(item)
+            step = (lambda what, i=i, title=title: progress(i, f"{title}: {what}")) if progress else None
+            out.append(fn(item, step))
             if progress:
-                progress(i + 1, n, out[-1].title)
+                progress(i + 1, title)
         return out
     methods = multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
     with ProcessPoolExecutor(max_workers=min(workers, n), mp_context=ctx) as pool:
-        futures = {pool.submit(_job, job): i for i, job in enumerate(jobs)}
-        results: list[GroupFit | None] = [None] * n
+        futures = {pool.submit(fn, item): i for i, item in enumerate(items)}
+        results: list = [None] * n
         for done, fut in enumerate(as_completed(futures), 1):
             results[futures[fut]] = fut.result()
             if progress:
-                progress(done, n, results[futures[fut]].title)
+                progress(done, _title(items[futures[fut]]))
     return results
 
 
@@ -221,6 +287,7 @@ class FitReport:
     split_by: list[str]  # benchmark columns + group columns
     groups: list[GroupFit]
     dropped: list[str] = field(default_factory=list)  # notes on rows left out, with the reason
+    prior: dict[str, float] = field(default_factory=dict)  # form -> its score over the groups ({}: no prior)
 
     def to_dict(self) -> dict:
         """One JSON document (NaN-free) with everything the CLI prints."""
@@ -229,6 +296,8 @@ class FitReport:
             "error": self.error_label, "split_by": self.split_by, "points": self.spec.points.value,
             "where": self.spec.where, "predict": self.spec.predict, "ci": self.spec.ci,
             "bootstrap": self.spec.bootstrap, "dropped": self.dropped,
+            "prior": {"kind": self.spec.prior.value, "share": PRIOR_SHARE if self.prior else 0.0,
+                      "scores": self.prior},
             "groups": [g.to_dict() for g in self.groups]})
 
 
@@ -337,9 +406,10 @@ def fit_source(source: Source, spec: FitSpec = FitSpec(), *, workers: int | None
         title = GroupFit(gkey, c, e, lab).title
         pools = rowsel.pooled(part, skip)
         notes = [rowsel.pooled_note(title, pools)] if pools else []
-        jobs.append((gkey, c[order], e[order], [lab[i] for i in order], spec, notes, ceiling))
-    groups = _run(jobs, workers, progress)
-    return FitReport(where, source.kind, spec, error_label, split_by, groups, dropped)
+        jobs.append(Job(gkey, c[order], e[order], [lab[i] for i in order], spec, notes, ceiling))
+    groups, prior = fit_groups(jobs, workers, spec.prior, progress)
+    return FitReport(where, source.kind, spec, error_label, split_by, groups, dropped,
+                     {n.value: v for n, v in prior.items()})
 
 
 def fit_path(path: str | Path, spec: FitSpec = FitSpec(), **kw) -> FitReport:
