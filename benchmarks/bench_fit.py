@@ -32,8 +32,9 @@ benchmark.vision.csv; not in this repository):
 ColPret's 192 pre-training curves (NSL-PFN's data/colpret.npz, turned into a csv by benchmarks/colpret_csv.py),
 the set the combined law was judged on once, by a protocol committed before (docs/scaling-laws.md):
     python benchmarks/bench_fit.py csv colpret.csv --compute tokens --error loss --group model --split context
-LCDB 1.1's learning curves of tabular learners (benchmarks/lcdb11_csv.py), the second pre-registered set (its
-`test` half scored once; its `dev` half not yet fitted):
+LCDB 1.1's learning curves of tabular learners (benchmarks/lcdb11_csv.py), the second and third pre-registered
+sets (its `test` half scored once in issue 33's fifth round, its `dev` half once in the sixth; both development
+sets since):
     python benchmarks/bench_fit.py csv lcdb11.csv --compute n_train --error error --group curve --half test \
         --reach 0.5
 Each csv run ends with the paired per-curve ratios (`paired`) and the criterion's ratio against the best single
