@@ -77,11 +77,11 @@ def _show(report) -> None:
             console.print(p)
     console.print(f"[dim]{ci} bootstrap CIs ({report.spec.bootstrap} replicates). Backtest: each form fitted on "
                   f"the budgets up to a cut-off predicts the points up to the reach beyond it (RMSE of the log "
-                  f"prediction; docs/scaling-laws.md). * = the chosen form (lowest backtest error, later cut-offs "
+                  f"prediction; docs/scaling-laws.md). * = the chosen form (lowest backtest score: later cut-offs "
                   f"weighted more, richer forms preferred). Weight: the form's share in the predictions, which "
                   f"combine the forms' log predictions (weight ~ backtest score^-{WEIGHT_POWER:g}"
-                  + (f", the score {PRIOR_SHARE:.0%} the form's over all {len(report.groups)} groups (--prior "
-                     f"groups)" if report.prior else "")
+                  + (f"; --prior groups: the score is the group's own^{1 - PRIOR_SHARE:g} x the form's over all "
+                     f"{len(report.groups)} groups^{PRIOR_SHARE:g}" if report.prior else "")
                   + "), and in the intervals. "
                   f"Backtest miss: the typical factor a prediction at this reach was off by. "
                   f"Prediction intervals: parameters, one observation's noise and the law's backtest error at the "
