@@ -37,6 +37,7 @@ import numpy as np
 
 from vitbench import value_cache
 from vitbench.backends.base import (
+    RESET_COLLECTION,
     AttentionKernel,
     Backend,
     Device,
@@ -287,7 +288,7 @@ class JaxBackend(Backend):
             return None
 
     def reset_peak_memory(self) -> None:
-        gc.collect()
+        gc.collect(RESET_COLLECTION)
         self._phase = {}
         self._state_mib = 0.0
         self._rss.reset()  # CPU; the device allocator's peak cannot be reset from JAX

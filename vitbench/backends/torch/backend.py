@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from vitbench.backends.base import (
+    RESET_COLLECTION,
     AttentionKernel,
     Backend,
     Device,
@@ -250,7 +251,7 @@ class TorchBackend(Backend):
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
-        gc.collect()
+        gc.collect(RESET_COLLECTION)
         self._state_mib = 0.0  # in the steady phase: the step's state, counted from its tensors
         self._rss.reset()
 
