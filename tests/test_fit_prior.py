@@ -125,6 +125,3 @@ def test_the_json_says_the_prior_and_each_group_s_own_scores(cli, csv):
     assert [g["backtest_scores"] for g in doc_none["groups"]] == own
     spec = FitSpec(compute="compute", error="error", group=["model"], bootstrap=0, prior=Prior.NONE)
     assert [g["weights"] for g in doc_none["groups"]] == [g.weights for g in fit_path(csv, spec, workers=1).groups]
-    r = cli(*args, "--prior", "others")
-    assert r.exit_code == 2 and "--prior" in r.output and "groups" in r.output and "none" in r.output
-    assert "Traceback" not in r.output

@@ -252,6 +252,7 @@ CASES = {
     "fit where garbage": case("fit", "{fit_csv}", "--compute", "compute", "--where", "import os", says="--where"),
     "fit form unknown": case("fit", "{fit_csv}", "--compute", "compute", "--form", "cübic", says="--form"),
     "fit points unknown": case("fit", "{fit_csv}", "--compute", "compute", "--points", "somé", says="--points"),
+    "fit prior unknown": case("fit", "{fit_csv}", "--compute", "compute", "--prior", "somé", says="--prior"),
     "fit predict nan": case("fit", "{fit_csv}", "--compute", "compute", "--predict", "nan", says="--predict"),
     "fit reach negative": case("fit", "{fit_csv}", "--compute", "compute", "--reach", "-1", says="--reach"),
     "fit cutoffs negative": case("fit", "{fit_csv}", "--compute", "compute", "--cutoffs", "-1", says="--cutoffs"),
