@@ -42,13 +42,6 @@ from vitbench.backends.workload import MatmulWorkload, Step, Workload, window_do
 from vitbench.errors import ConfigError, looks_like_oom
 
 MATMUL_WINDOWS = 5  # windows per matmul measurement: enough for a median that one slow window cannot move
-# The garbage collection reset_peak_memory runs before a measurement's set-up: the young generations (0, 1), not
-# a full one. A full collection walks every object the process holds and writes into each one's header: in a
-# trial forked from its server (torch's ~400k imported objects) that copies 100 MiB of the server's pages, 0.21-0.26
-# s per torch trial (0.07 s JAX; a full one in a plain process 0.13-0.18 s), measured at a load of 0.4-0.7. What
-# only a full one would free at a trial's start is 6-30 objects the server left; restart_peak_memory's full
-# collection frees it before the steady phase, and leaves the timed steps' collector as in a plain process.
-RESET_COLLECTION = 1
 
 
 class Backend(ABC):

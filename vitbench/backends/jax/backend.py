@@ -37,7 +37,6 @@ import numpy as np
 
 from vitbench import value_cache
 from vitbench.backends.base import (
-    RESET_COLLECTION,
     AttentionKernel,
     Backend,
     Device,
@@ -288,7 +287,7 @@ class JaxBackend(Backend):
             return None
 
     def reset_peak_memory(self) -> None:
-        gc.collect(RESET_COLLECTION)
+        gc.collect()
         self._phase = {}
         self._state_mib = 0.0
         self._rss.reset()  # CPU; the device allocator's peak cannot be reset from JAX

@@ -22,7 +22,6 @@ import numpy as np
 import torch
 
 from vitbench.backends.base import (
-    RESET_COLLECTION,
     AttentionKernel,
     Backend,
     Device,
@@ -251,7 +250,7 @@ class TorchBackend(Backend):
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
-        gc.collect(RESET_COLLECTION)
+        gc.collect()
         self._state_mib = 0.0  # in the steady phase: the step's state, counted from its tensors
         self._rss.reset()
 
