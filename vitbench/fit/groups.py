@@ -95,6 +95,11 @@ class Prediction:
                 "ci_high": self.ci_high, "law": self.law, "backtest_rmse_log": self.backtest_rmse_log}
 
 
+def group_title(key: dict[str, object]) -> str:
+    """A group's name in tables and progress lines: its key's non-missing values."""
+    return ", ".join(f"{k}={shorten(v, 40).strip(chr(39))}" for k, v in key.items() if v is not None) or "all rows"
+
+
 @dataclass
 class GroupFit:
     key: dict[str, object]  # column -> value for this group (benchmark columns first; None: missing)
@@ -113,8 +118,7 @@ class GroupFit:
 
     @property
     def title(self) -> str:
-        return ", ".join(f"{k}={shorten(v, 40).strip(chr(39))}" for k, v in self.key.items() if v is not None) \
-            or "all rows"
+        return group_title(self.key)
 
     def fit(self, form: FormName) -> CurveFit | None:
         return next((f for f in self.fits if f.form.name == form), None)
@@ -242,25 +246,22 @@ def fit_groups(jobs: list[Job], workers: int | None = None, prior: Prior = Prior
         workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     n = len(jobs)
     tell = (lambda offset: (lambda done, what: progress(offset + done, 2 * n, what))) if progress else None
-    groups = _map(_backtest_job, jobs, workers, tell(0) if tell else None)
+    titles = [group_title(j.key) for j in jobs]
+    groups = _map(_backtest_job, jobs, titles, workers, tell(0) if tell else None)
     consensus = prior_scores([scores(g.backtest, g.fits) for g in groups]) if prior == Prior.GROUPS else {}
-    done = _map(_finish_job, [(j, g, consensus or None) for j, g in zip(jobs, groups)], workers,
+    done = _map(_finish_job, [(j, g, consensus or None) for j, g in zip(jobs, groups)], titles, workers,
                 tell(n) if tell else None)
     return done, consensus
 
 
-def _title(item) -> str:
-    return GroupFit(*(item if isinstance(item, Job) else item[0])[:4]).title
-
-
-def _map(fn: Callable, items: list, workers: int, progress: Callable[[int, str], None] | None) -> list:
-    """fn over `items` in `workers` processes, in the items' order; `progress(done, what)` after each item, and
+def _map(fn: Callable, items: list, titles: list[str], workers: int,
+         progress: Callable[[int, str], None] | None) -> list:
+    """fn over `items` in `workers` processes, in the items' order; `progress(done, title)` after each item, and
     (in one process) after each step fn reports."""
     n = len(items)
     if workers <= 1 or n <= 1:
         out = []
-        for i, item in enumerate(items):
-            title = _title(item)
+        for i, (item, title) in enumerate(zip(items, titles)):
             step = (lambda what, i=i, title=title: progress(i, f"{title}: {what}")) if progress else None
             out.append(fn(item, step))
             if progress:
@@ -274,7 +275,7 @@ def _map(fn: Callable, items: list, workers: int, progress: Callable[[int, str],
         for done, fut in enumerate(as_completed(futures), 1):
             results[futures[fut]] = fut.result()
             if progress:
-                progress(done, _title(items[futures[fut]]))
+                progress(done, titles[futures[fut]])
     return results
 
 
@@ -403,7 +404,7 @@ def fit_source(source: Source, spec: FitSpec = FitSpec(), *, workers: int | None
             c, e, lab = c[keep], e[keep], [x for x, k in zip(lab, keep) if k]
         order = np.argsort(c, kind="stable")
         gkey = {col: _fmt(v) if pd.notna(v) else None for col, v in zip(split_by, key)}
-        title = GroupFit(gkey, c, e, lab).title
+        title = group_title(gkey)
         pools = rowsel.pooled(part, skip)
         notes = [rowsel.pooled_note(title, pools)] if pools else []
         jobs.append(Job(gkey, c[order], e[order], [lab[i] for i in order], spec, notes, ceiling))
