@@ -1,0 +1,141 @@
+"""Learning curves generated on this machine, offline: scikit-learn learners on generated classification tasks and
+on load_digits, held-out error rate against training-set size, as a csv that `bench_fit.py csv` reads. A set of
+real learners' curves that no choice of `vitbench fit`'s rule saw (docs/scaling-laws.md, issue 33's seventh
+round); nothing is downloaded.
+
+    python benchmarks/learner_curves.py --workers 2 > learner_curves.csv
+    python benchmarks/bench_fit.py csv learner_curves.csv --compute n_train --error error --group curve ...
+
+Tasks (TASKS): eight `make_classification` variants (informative features, class separation, label noise and
+classes varied), `make_hastie_10_2`, `make_gaussian_quantiles`, `make_moons`, `make_circles`, and load_digits.
+Each generated task draws TEST + max(ANCHORS) rows with its own seed; the last TEST rows are the held-out set.
+load_digits: 1797 rows, a fixed held-out set of DIGITS_TEST, anchors up to the rest.
+Learners (LEARNERS): twelve, default settings except where the row says (n_jobs 1, one BLAS/OpenMP thread).
+Anchors: 16 * 2^(k/2), k = 0..20 (16 to 16384, three decades, 21 points); SVC (kernel, O(n^2)) stops at 8192.
+Each point is the mean error rate over REPEATS training subsets, drawn without replacement from the task's training
+rows with seed (repeat, anchor): the same subsets for every learner.
+
+Rows: one per (curve, anchor): `curve` ("<task>:<learner>"), `task`, `learner`, `n_train`, `error` (the mean
+held-out error rate), `error_sd` (over the repeats). A curve whose error reaches 0 at any anchor is dropped (the
+laws are fitted in log error), and said on stderr with the counts. A learner that fails at an anchor (e.g. QDA on
+fewer rows than features) leaves that anchor out of its curve.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from concurrent.futures import ProcessPoolExecutor
+from functools import partial
+
+import numpy as np
+import pandas as pd
+from sklearn import datasets as ds
+from sklearn.discriminant_analysis import LinearDiscriminantAnalysis, QuadraticDiscriminantAnalysis
+from sklearn.ensemble import ExtraTreesClassifier, HistGradientBoostingClassifier, RandomForestClassifier
+from sklearn.linear_model import LogisticRegression, RidgeClassifier
+from sklearn.naive_bayes import GaussianNB
+from sklearn.neighbors import KNeighborsClassifier
+from sklearn.neural_network import MLPClassifier
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+from sklearn.svm import SVC
+from sklearn.tree import DecisionTreeClassifier
+
+ANCHORS = np.round(16 * 2 ** (np.arange(21) / 2)).astype(int)  # 16 .. 16384
+TEST = 5000  # held-out rows of a generated task
+DIGITS_TEST = 500
+REPEATS = 3
+SVC_MAX = 8192
+
+TASKS = {  # name: (generator, keyword arguments); seeds are the task's index in this table
+    "cls-easy": (ds.make_classification, dict(n_features=20, n_informative=10, class_sep=1.0, flip_y=0.01)),
+    "cls-hard": (ds.make_classification, dict(n_features=20, n_informative=10, class_sep=0.5, flip_y=0.01)),
+    "cls-noisy": (ds.make_classification, dict(n_features=20, n_informative=10, class_sep=1.0, flip_y=0.1)),
+    "cls-sparse": (ds.make_classification, dict(n_features=50, n_informative=5, class_sep=1.0, flip_y=0.02)),
+    "cls-5class": (ds.make_classification, dict(n_features=20, n_informative=10, n_classes=5, class_sep=1.0,
+                                                flip_y=0.02)),
+    "cls-10class": (ds.make_classification, dict(n_features=30, n_informative=15, n_classes=10, class_sep=1.5,
+                                                 flip_y=0.02)),
+    "cls-clusters": (ds.make_classification, dict(n_features=10, n_informative=6, n_clusters_per_class=4,
+                                                  class_sep=1.0, flip_y=0.02)),
+    "cls-wide": (ds.make_classification, dict(n_features=100, n_informative=20, class_sep=1.0, flip_y=0.02)),
+    "hastie": (ds.make_hastie_10_2, {}),
+    "quantiles": (ds.make_gaussian_quantiles, dict(n_features=6, n_classes=3)),
+    "moons": (ds.make_moons, dict(noise=0.35)),
+    "circles": (ds.make_circles, dict(noise=0.25, factor=0.6)),
+}
+
+LEARNERS = {
+    "logreg": lambda: make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000)),
+    "ridge": lambda: make_pipeline(StandardScaler(), RidgeClassifier()),
+    "lda": LinearDiscriminantAnalysis,
+    "qda": lambda: QuadraticDiscriminantAnalysis(reg_param=0.1),
+    "gnb": GaussianNB,
+    "knn": lambda: make_pipeline(StandardScaler(), KNeighborsClassifier(n_neighbors=5)),
+    "tree": lambda: DecisionTreeClassifier(random_state=0),
+    "forest": lambda: RandomForestClassifier(n_estimators=50, random_state=0, n_jobs=1),
+    "extra": lambda: ExtraTreesClassifier(n_estimators=50, random_state=0, n_jobs=1),
+    "hgb": lambda: HistGradientBoostingClassifier(random_state=0),
+    "mlp": lambda: make_pipeline(StandardScaler(), MLPClassifier((64,), max_iter=200, random_state=0)),
+    "svc": lambda: make_pipeline(StandardScaler(), SVC()),
+}
+
+
+def task_data(name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(x_train, y_train, x_test, y_test) of a task, the same on every call."""
+    if name == "digits":
+        x, y = ds.load_digits(return_X_y=True)
+        order = np.random.default_rng(len(TASKS)).permutation(len(y))
+        x, y = x[order], y[order]
+        return x[DIGITS_TEST:], y[DIGITS_TEST:], x[:DIGITS_TEST], y[:DIGITS_TEST]
+    make, kwargs = TASKS[name]
+    x, y = make(n_samples=TEST + ANCHORS[-1], random_state=list(TASKS).index(name), **kwargs)
+    return x[:-TEST], y[:-TEST], x[-TEST:], y[-TEST:]
+
+
+def curve(task: str, learner: str) -> list[dict]:
+    from threadpoolctl import threadpool_limits
+    x, y, xt, yt = task_data(task)
+    rows = []
+    with threadpool_limits(1), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # convergence and collinearity warnings: the error rate says it
+        for k, n in enumerate(ANCHORS):
+            if n > len(y) or (learner == "svc" and n > SVC_MAX):
+                break
+            errs = []
+            for r in range(REPEATS):
+                pick = np.random.default_rng([r, k]).choice(len(y), n, replace=False)
+                try:
+                    model = LEARNERS[learner]().fit(x[pick], y[pick])
+                except ValueError:  # e.g. a subset holding one class only, or too few rows for QDA
+                    continue
+                errs.append(float(np.mean(model.predict(xt) != yt)))
+            if errs:
+                rows.append(dict(curve=f"{task}:{learner}", task=task, learner=learner, n_train=int(n),
+                                 error=float(np.mean(errs)), error_sd=float(np.std(errs))))
+    return rows
+
+
+def _run(pair: tuple[str, str]) -> list[dict]:
+    return curve(*pair)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--tasks", nargs="*", default=[*TASKS, "digits"], choices=[*TASKS, "digits"])
+    ap.add_argument("--learners", nargs="*", default=list(LEARNERS), choices=list(LEARNERS))
+    args = ap.parse_args(argv)
+    pairs = [(t, lrn) for t in args.tasks for lrn in args.learners]
+    with ProcessPoolExecutor(args.workers) as pool:
+        curves = [pd.DataFrame(rows) for rows in pool.map(partial(_run), pairs) if rows]
+    kept = [c for c in curves if (c["error"] > 0).all()]
+    print(f"learner_curves: {len(pairs)} curves, {len(pairs) - len(curves)} empty, "
+          f"{len(curves) - len(kept)} dropped (an error of 0), {len(kept)} written", file=sys.stderr)
+    pd.concat(kept).to_csv(sys.stdout, index=False, float_format="%.6g")
+
+
+if __name__ == "__main__":
+    main()
