@@ -27,7 +27,6 @@ import argparse
 import sys
 import warnings
 from concurrent.futures import ProcessPoolExecutor
-from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -130,7 +129,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     pairs = [(t, lrn) for t in args.tasks for lrn in args.learners]
     with ProcessPoolExecutor(args.workers) as pool:
-        curves = [pd.DataFrame(rows) for rows in pool.map(partial(_run), pairs) if rows]
+        curves = [pd.DataFrame(rows) for rows in pool.map(_run, pairs) if rows]
     kept = [c for c in curves if (c["error"] > 0).all()]
     print(f"learner_curves: {len(pairs)} curves, {len(pairs) - len(curves)} empty, "
           f"{len(curves) - len(kept)} dropped (an error of 0), {len(kept)} written", file=sys.stderr)
