@@ -8,8 +8,11 @@ round); nothing is downloaded.
 
 Tasks (TASKS): eight `make_classification` variants (informative features, class separation, label noise and
 classes varied), `make_hastie_10_2`, `make_gaussian_quantiles`, `make_moons`, `make_circles`, and load_digits.
-Each generated task draws TEST + max(ANCHORS) rows with its own seed; the last TEST rows are the held-out set.
-load_digits: 1797 rows, a fixed held-out set of DIGITS_TEST, anchors up to the rest.
+Each generated task draws TEST + max(ANCHORS) rows with its own seed, its index in TASKS + SEED_STRIDE x
+`--seed` (default 0, the seventh round's set); the last TEST rows are the held-out set. Another `--seed` draws
+every task's data afresh: a new set of curves no rule has seen.
+load_digits: 1797 rows, shuffled with seed len(TASKS) + SEED_STRIDE x `--seed`, the first DIGITS_TEST held out,
+anchors up to the rest.
 Learners (LEARNERS): twelve, default settings except where the row says (n_jobs 1, one BLAS/OpenMP thread).
 Anchors: 16 * 2^(k/2), k = 0..20 (16 to 16384, three decades, 21 points); SVC (kernel, O(n^2)) stops at 8192.
 Each point is the mean error rate over REPEATS training subsets, drawn without replacement from the task's training
@@ -47,6 +50,7 @@ TEST = 5000  # held-out rows of a generated task
 DIGITS_TEST = 500
 REPEATS = 3
 SVC_MAX = 8192
+SEED_STRIDE = 1000  # --seed k draws task i's data with seed i + 1000 k
 
 TASKS = {  # name: (generator, keyword arguments); seeds are the task's index in this table
     "cls-easy": (ds.make_classification, dict(n_features=20, n_informative=10, class_sep=1.0, flip_y=0.01)),
@@ -82,21 +86,21 @@ LEARNERS = {
 }
 
 
-def task_data(name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def task_data(name: str, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(x_train, y_train, x_test, y_test) of a task, the same on every call."""
     if name == "digits":
         x, y = ds.load_digits(return_X_y=True)
-        order = np.random.default_rng(len(TASKS)).permutation(len(y))
+        order = np.random.default_rng(len(TASKS) + SEED_STRIDE * seed).permutation(len(y))
         x, y = x[order], y[order]
         return x[DIGITS_TEST:], y[DIGITS_TEST:], x[:DIGITS_TEST], y[:DIGITS_TEST]
     make, kwargs = TASKS[name]
-    x, y = make(n_samples=TEST + ANCHORS[-1], random_state=list(TASKS).index(name), **kwargs)
+    x, y = make(n_samples=TEST + ANCHORS[-1], random_state=list(TASKS).index(name) + SEED_STRIDE * seed, **kwargs)
     return x[:-TEST], y[:-TEST], x[-TEST:], y[-TEST:]
 
 
-def curve(task: str, learner: str) -> list[dict]:
+def curve(task: str, learner: str, seed: int = 0) -> list[dict]:
     from threadpoolctl import threadpool_limits
-    x, y, xt, yt = task_data(task)
+    x, y, xt, yt = task_data(task, seed)
     rows = []
     with threadpool_limits(1), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # convergence and collinearity warnings: the error rate says it
@@ -117,17 +121,18 @@ def curve(task: str, learner: str) -> list[dict]:
     return rows
 
 
-def _run(pair: tuple[str, str]) -> list[dict]:
-    return curve(*pair)
+def _run(job: tuple[str, str, int]) -> list[dict]:
+    return curve(*job)
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0, help="another draw of every task's data (module docstring)")
     ap.add_argument("--tasks", nargs="*", default=[*TASKS, "digits"], choices=[*TASKS, "digits"])
     ap.add_argument("--learners", nargs="*", default=list(LEARNERS), choices=list(LEARNERS))
     args = ap.parse_args(argv)
-    pairs = [(t, lrn) for t in args.tasks for lrn in args.learners]
+    pairs = [(t, lrn, args.seed) for t in args.tasks for lrn in args.learners]
     with ProcessPoolExecutor(args.workers) as pool:
         curves = [pd.DataFrame(rows) for rows in pool.map(_run, pairs) if rows]
     kept = [c for c in curves if (c["error"] > 0).all()]
