@@ -20,8 +20,9 @@ rows with seed (repeat, anchor): the same subsets for every learner.
 
 Rows: one per (curve, anchor): `curve` ("<task>:<learner>"), `task`, `learner`, `n_train`, `error` (the mean
 held-out error rate), `error_sd` (over the repeats). A curve whose error reaches 0 at any anchor is dropped (the
-laws are fitted in log error), and said on stderr with the counts. A learner that fails at an anchor (e.g. QDA on
-fewer rows than features) leaves that anchor out of its curve.
+laws are fitted in log error), and said on stderr with the counts. A fit that fails (e.g. QDA on fewer rows of
+a class than it needs, a subset holding one class) leaves that repeat out of its point's mean, and an anchor where
+every repeat failed out of the curve.
 """
 
 from __future__ import annotations
@@ -136,6 +137,8 @@ def main(argv: list[str] | None = None) -> None:
     with ProcessPoolExecutor(args.workers) as pool:
         curves = [pd.DataFrame(rows) for rows in pool.map(_run, pairs) if rows]
     kept = [c for c in curves if (c["error"] > 0).all()]
+    if not kept:
+        raise SystemExit("learner_curves: no curve left to write (every one empty or reaching an error of 0)")
     print(f"learner_curves: {len(pairs)} curves, {len(pairs) - len(curves)} empty, "
           f"{len(curves) - len(kept)} dropped (an error of 0), {len(kept)} written", file=sys.stderr)
     pd.concat(kept).to_csv(sys.stdout, index=False, float_format="%.6g")
