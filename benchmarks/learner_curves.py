@@ -34,6 +34,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 import pandas as pd
+from threadpoolctl import threadpool_limits
 from sklearn import datasets as ds
 from sklearn.discriminant_analysis import LinearDiscriminantAnalysis, QuadraticDiscriminantAnalysis
 from sklearn.ensemble import ExtraTreesClassifier, HistGradientBoostingClassifier, RandomForestClassifier
@@ -100,7 +101,6 @@ def task_data(name: str, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndar
 
 
 def curve(task: str, learner: str, seed: int = 0) -> list[dict]:
-    from threadpoolctl import threadpool_limits
     x, y, xt, yt = task_data(task, seed)
     rows = []
     with threadpool_limits(1), warnings.catch_warnings():
@@ -122,10 +122,6 @@ def curve(task: str, learner: str, seed: int = 0) -> list[dict]:
     return rows
 
 
-def _run(job: tuple[str, str, int]) -> list[dict]:
-    return curve(*job)
-
-
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workers", type=int, default=1)
@@ -133,9 +129,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tasks", nargs="*", default=[*TASKS, "digits"], choices=[*TASKS, "digits"])
     ap.add_argument("--learners", nargs="*", default=list(LEARNERS), choices=list(LEARNERS))
     args = ap.parse_args(argv)
-    pairs = [(t, lrn, args.seed) for t in args.tasks for lrn in args.learners]
+    pairs = [(t, lrn) for t in args.tasks for lrn in args.learners]
     with ProcessPoolExecutor(args.workers) as pool:
-        curves = [pd.DataFrame(rows) for rows in pool.map(_run, pairs) if rows]
+        curves = [pd.DataFrame(rows) for rows in pool.map(curve, *zip(*pairs), [args.seed] * len(pairs)) if rows]
     kept = [c for c in curves if (c["error"] > 0).all()]
     if not kept:
         raise SystemExit("learner_curves: no curve left to write (every one empty or reaching an error of 0)")
