@@ -234,6 +234,40 @@ def test_torch_group_row():
     assert m["steps"] >= 2 and rec.config["devices"] == 2
 
 
+# ---- every command that takes --parallelism, on torch ranks (issue 50: fsdp failed in every bench) ------------------
+def test_torch_parallelisms_through_bench_max_batch_and_a_study(cli, tmp_path):
+    """bench (train: parameters, gradients and optimizer state, all sharded under fsdp), max-batch (one probe) and
+    a study trial, each on 2 gloo ranks, dp and fsdp. A rank's state_mib counts what it holds: its shard of
+    every sharded tensor (FSDP2's DTensors have no storage of their own), so fsdp's lies below dp's and above half
+    of it (the input, the global batch drawn on every rank, is not sharded)."""
+    from vitbench.store import read_records
+
+    quick = ("-b", str(BATCH), "--threads", "1", "--min-steps", "2", "--min-seconds", "0", "--warmup", "0")
+    state = {}
+    for par in ("dp", "fsdp"):
+        r = cli("bench", MODEL, "--backend", "torch", "--task", "train", "--devices", "2", "--parallelism", par,
+                *quick, "--json")
+        assert r.exit_code == 0, r.output[-3000:]
+        row = json.loads(r.stdout[r.stdout.index("{"):])
+        assert row["status"] == "ok" and row["config"].get("parallelism", "dp") == par
+        assert row["metrics"]["img_per_s"] > 0 and len(row["metrics"]["rank_img_per_s"]) == 2
+        state[par] = row["metrics"]["state_mib"]
+        r = cli("max-batch", MODEL, "--backend", "torch", "--devices", "2", "--parallelism", par, "--threads", "1",
+                "--start", "2", "--max-batch-size", "2")
+        assert r.exit_code == 0 and "max_batch_size = 2 per device (x 2 devices)" in r.output, r.output[-3000:]
+        study = tmp_path / f"{par}.yaml"
+        study.write_text(f"name: {par}\nrepeats: 1\ntimeout_s: 300\ncalibration: false\n"
+                         f"defaults: {{device: cpu, threads: 1, warmup_steps: 0, min_steps: 2, min_seconds: 0}}\n"
+                         f"axes: {{model: [{MODEL}], backend: [torch], task: [train], batch_size: [{BATCH}], "
+                         f"devices: [2], parallelism: [{par}]}}\n")
+        r = cli("sweep", study, "--results", tmp_path / par)
+        assert r.exit_code == 0, r.output[-3000:]
+        (rec,) = read_records(tmp_path / par)
+        assert rec.status.value == "ok" and rec.config["devices"] == 2, rec.error
+        assert rec.config.get("parallelism", "dp") == par and rec.metrics["collective_backend"] == "gloo"
+    assert state["dp"] / 2 < state["fsdp"] < state["dp"], state
+
+
 # ---- the report: efficiency against the same study's 1-device trial ---------------------------------------------
 def test_report_scaling_efficiency_and_figures(tmp_path):
     from records import record

@@ -20,6 +20,7 @@ from __future__ import annotations
 import atexit
 import datetime
 import os
+import sys
 
 import numpy as np
 import torch
@@ -89,6 +90,13 @@ def wrap(model: torch.nn.Module, parallelism: str, device: torch.device) -> torc
     from torch.nn.parallel import DistributedDataParallel
 
     return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+
+
+def local_tensor(t: torch.Tensor) -> torch.Tensor:
+    """The part of `t` this rank holds: a DTensor's local shard (FSDP2), any other tensor itself. No DTensor
+    exists before its module is imported, so a one-device step imports nothing here (its memory is measured)."""
+    dtensor = sys.modules.get("torch.distributed.tensor")
+    return t.to_local() if dtensor is not None and isinstance(t, dtensor.DTensor) else t
 
 
 def host_weights(model: torch.nn.Module) -> dict[str, np.ndarray]:

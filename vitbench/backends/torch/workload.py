@@ -46,12 +46,17 @@ class TorchWorkload(Workload):
         self.sync(None)  # one stream, in order: the device is done with all of them
 
     def state_bytes(self) -> int | None:
+        """Bytes of this process's step state: input, parameters, buffers, gradients, optimizer state. A sharded
+        tensor (FSDP2's DTensor parameters, their gradients and optimizer state) counts its local shard, the part
+        this rank holds: a DTensor is a wrapper without a storage of its own (`untyped_storage()` raises)."""
+        from vitbench.backends.torch.distributed import local_tensor
+
         tensors = [self.x, self.y, *self.model.parameters(), *self.model.buffers()]
         tensors += [p.grad for p in self.model.parameters() if p.grad is not None]
         if self.mode == "train":
             tensors += [v for st in self.optim.state.values() for v in st.values() if isinstance(v, torch.Tensor)]
         seen, total = set(), 0
-        for t in tensors:
+        for t in map(local_tensor, tensors):
             key = (t.untyped_storage().data_ptr(), t.device)
             if key not in seen:  # tied or viewed tensors share a storage: count it once
                 seen.add(key)
