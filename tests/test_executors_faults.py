@@ -58,21 +58,43 @@ def test_presence_sees_live_trials_tells_them_and_ignores_dead_ones(registry):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     try:
-        (registry / f"{live.pid}.trial").write_text(json.dumps({"id": "s/other", "pid": live.pid}) + "\n")
+        other = {"id": "s/k1", "pid": live.pid, "run_id": "their-run", "launcher_pid": live.pid,
+                 "cmd": "vitbench sweep s.yaml", "cwd": "/their/dir"}
+        (registry / f"{live.pid}.trial").write_text(json.dumps(other) + "\n")
         (registry / f"{dead.pid}.trial").write_text(json.dumps({"id": "s/gone", "pid": dead.pid}) + "\n")
-        with Presence("s/me") as p:
+        with Presence("s/k1", run_id="my-run") as p:  # the same key as the other sweep's trial
             mine = registry / f"{os.getpid()}.trial"
-            assert mine.exists()
-            # a trial that starts after us appends itself to our entry
+            head = json.loads(mine.read_text().splitlines()[0])
+            assert head["pid"] == os.getpid() and head["run_id"] == "my-run" and head["cwd"] == os.getcwd()
+            assert head["launcher_pid"] == os.getpid() and "pytest" in head["cmd"]  # no multiprocessing helper
+            # a trial of this sweep that starts after us appends itself to our entry; so did an older vitbench's
             with open(mine, "a") as f:
-                f.write(json.dumps({"id": "s/later"}) + "\n")
-        assert p.overlapped == ["s/later", "s/other"]
+                f.write(json.dumps({"id": "s/k2", "pid": 12345, "run_id": "my-run", "launcher_pid": 1,
+                                    "cmd": "vitbench sweep s.yaml", "cwd": "/my/dir"}) + "\n")
+                f.write(json.dumps({"id": "s/old"}) + "\n")
+        assert [(o["trial"], o["own"]) for o in p.overlapped] == [("s/k2", True), ("s/k1", False), ("s/old", False)]
+        theirs = p.overlapped[1]
+        assert theirs == {"trial": "s/k1", "run_id": "their-run", "own": False, "pid": live.pid,
+                          "launcher_pid": live.pid, "cmd": "vitbench sweep s.yaml", "cwd": "/their/dir"}
         assert not mine.exists() and not (registry / f"{dead.pid}.trial").exists()  # stale entry removed
-        told = (registry / f"{live.pid}.trial").read_text().splitlines()
-        assert json.loads(told[-1]) == {"id": "s/me"}  # the live one learns that we overlapped it
+        told = json.loads((registry / f"{live.pid}.trial").read_text().splitlines()[-1])
+        assert (told["id"], told["pid"], told["run_id"]) == ("s/k1", os.getpid(), "my-run")  # the live one learns
     finally:
         live.kill()
         live.wait()
+
+
+def test_a_trial_started_by_a_fork_server_names_the_sweep_that_started_the_server(registry):
+    """The local executor's trials are children of a fork server (itself a child of the sweep): the launcher is
+    the first process up the tree that is not a multiprocessing helper."""
+    import multiprocessing as mp
+
+    from vitbench.executors.overlap import launcher
+
+    ctx = mp.get_context("forkserver")
+    with ctx.Pool(1) as pool:
+        got = pool.apply(launcher)
+    assert got["launcher_pid"] == os.getpid() and got["cwd"] == os.getcwd()
 
 
 def test_alone_on_the_host_a_row_says_so(tmp_path):
@@ -102,7 +124,8 @@ def test_parallel_jobs_record_each_other_and_the_report_flags_them(tmp_path, wor
     assert summary.statuses == {"ok": 2}
     over = {r.key: r.runner["overlapped"] for r in read_records(res)}
     a, b = sorted(over)
-    assert over == {a: [f"ov/{b}"], b: [f"ov/{a}"]}
+    assert {k: [(o["trial"], o["own"]) for o in v] for k, v in over.items()} == {a: [(f"ov/{b}", True)],
+                                                                                  b: [(f"ov/{a}", True)]}
     rep = build_report(res, tmp_path / "rep", formats=("md", "csv"), plots=False)
     assert len(rep.tables["shared_host"]) == 2 and any("same host" in w for w in rep.warnings)
     assert "Rows measured while other trials ran on the same host" in (tmp_path / "rep/report.md").read_text()

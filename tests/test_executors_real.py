@@ -166,12 +166,13 @@ def test_a_small_real_study_runs_once_through_the_engine(engine, tmp_path, reque
     over = {r.key: r.runner.get("overlapped") for r in read_records(res) if r.key}
     assert all(isinstance(v, list) for v in over.values()), over
     if engine == "slurm":
-        assert not [o for v in over.values() for o in v if o.startswith(f"small-{engine}/")], over
+        assert not [o for v in over.values() for o in v if o["own"]], over
     else:
-        for key, others in over.items():  # symmetric: if A saw B, B saw A
+        for key, others in over.items():  # symmetric: if A saw B, B saw A (both this sweep's own trials)
             for o in others:
-                if o.startswith(f"small-{engine}/"):
-                    assert f"small-{engine}/{key}" in over[o.split("/", 1)[1]], over
+                if o["own"]:
+                    assert o["trial"].startswith(f"small-{engine}/"), over
+                    assert f"small-{engine}/{key}" in [x["trial"] for x in over[o["trial"].split("/", 1)[1]]], over
     rc, out = finish(sweep(study, res, engine))
     assert rc == 0 and "ran 0 trial" in " ".join(out.split()), out
 

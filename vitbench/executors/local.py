@@ -82,7 +82,7 @@ def _child_main(job: Job, result_path: str, log_path: str) -> None:
     from vitbench.executors.overlap import Presence
     from vitbench.trial import run_trial
 
-    with Presence(f"{job.study}/{job.key}") as presence:
+    with Presence(f"{job.study}/{job.key}", job.run_id) as presence:
         rec = run_trial(job)
     rec.runner["overlapped"] = presence.overlapped
     # measured: a stop signal now waits until the record is whole in its place (the sweep then keeps it), then
