@@ -128,6 +128,7 @@ def test_parallel_jobs_record_each_other_and_the_report_flags_them(tmp_path, wor
                                                                                   b: [(f"ov/{a}", True)]}
     rep = build_report(res, tmp_path / "rep", formats=("md", "csv"), plots=False)
     assert len(rep.tables["shared_host"]) == 2 and any("same host" in w for w in rep.warnings)
+    assert list(rep.tables["shared_host"]["own_sweep"]) == [1, 1]
     assert "Rows measured while other trials ran on the same host" in (tmp_path / "rep/report.md").read_text()
 
 

@@ -102,6 +102,18 @@ CASES = {
     "report out /dev/null": case("report", "{results}", "--out", "/dev/null", says="--out"),
     "report format unknown": case("report", "{results}", "--format", "pdf✓", says="--format"),
     "report non-finite row": case("report", "{nonfinite}", says="non-finite"),
+    # --out holding what no report wrote (vitbench.report.outdir): refused, never overwritten, whatever is allowed
+    "report out holds a user's report.md": case("report", "{results}", "--out", "{out_users_report}", "--no-plots",
+                                                "--allow-other-files", says="report.md"),
+    "report out holds other files": case("report", "{results}", "--out", "{out_other_files}", "--no-plots",
+                                         says="--allow-other-files"),
+    "report out is the store": case("report", "{results}", "--out", "{results}", "--no-plots", says="results.jsonl"),
+    "report out forged manifest": case("report", "{results}", "--out", "{out_forged_manifest}", "--no-plots",
+                                       "--allow-other-files", says="status.csv"),
+    "report out link named report.md": case("report", "{results}", "--out", "{out_link}", "--no-plots",
+                                            "--allow-other-files", says="report.md"),
+    "report out older manifest": case("report", "{results}", "--out", "{out_older_manifest}", "--no-plots",
+                                      says="report.md"),
     "compare non-finite row": case("compare", "{results}", "{nonfinite}", says="non-finite"),
     "compare missing": case("compare", "{dir}/a", "{dir}/b", says="a"),
     "compare threshold inf": case("compare", "{results}", "{results}", "--threshold", "inf", says="--threshold"),
@@ -382,9 +394,36 @@ def places(tmp_path_factory):
             row = json.dumps(bench_record(repeat=rep).to_dict())
             rows.append(row.replace('"img_per_s": ', '"img_per_s": Infinity, "was": ') if bad else row)
         (d / name / "results.jsonl").write_text("\n".join(rows) + "\n")
-    return {"dir": d / "empty", "empty": d / "empty.yaml", "garbage": d / "garbage.yaml",
+    return {**_report_outs(d / "outs"), "dir": d / "empty", "empty": d / "empty.yaml", "garbage": d / "garbage.yaml",
             "garbage_ckpt": d / "garbage.safetensors", "odd_ckpt": d / "odd.safetensors", "nan_ckpt": d / "nan.safetensors",
             "results": d / "results", "nonfinite": d / "nonfinite", "fit_csv": d / "fit.csv"}
+
+
+def _report_outs(root) -> dict:
+    """One --out per way a report folder can hold what no report wrote, by `out_<what>`: a user's report.md, a
+    user's other file, a manifest whose hash does not match the file it names, a link named like a report file,
+    an older vitbench's manifest (names, no hashes)."""
+    import json
+
+    def forged(d):
+        (d / "status.csv").write_text("the user's")
+        (d / ".vitbench-report.json").write_text(json.dumps({"format": "vitbench report manifest 1", "files": {
+            "status.csv": {"size": 10, "sha256": "0" * 64}}}))
+
+    makers = {"users_report": lambda d: (d / "report.md").write_text("my notes"),
+              "other_files": lambda d: (d / "notes.txt").write_text("mine"),
+              "forged_manifest": forged,
+              "link": lambda d: (d / "report.md").symlink_to(root / "precious.md"),
+              "older_manifest": lambda d: ((d / "report.md").write_text("whose?"),
+                                           (d / ".vitbench-report.json").write_text('["report.md"]'))}
+    root.mkdir(parents=True)
+    (root / "precious.md").write_text("precious")
+    out = {}
+    for what, make in makers.items():
+        (root / what).mkdir()
+        make(root / what)
+        out[f"out_{what}"] = root / what
+    return out
 
 
 def check(args: tuple[str, ...], code: int, output: str, exc, c: Case) -> None:

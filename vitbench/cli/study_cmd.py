@@ -339,19 +339,26 @@ def report_cmd(
     formats: str = cli_option("report_formats", "--format",
                               help="Comma-separated: md, html, csv, parquet."),
     plots: bool = cli_option("plots", "--plots/--no-plots", help="Write the PNG and SVG figures."),
+    allow_other_files: bool = cli_option("allow_other_files", "--allow-other-files",
+                                         help="Write into an --out holding files no report wrote: the report goes "
+                                              "beside them and never touches them (a report file name one of them "
+                                              "takes still stops it)."),
 ) -> None:
     """Summarise a results store: tables in the terminal; Markdown, HTML, CSV, Parquet files; PNG + SVG plots.
 
     Throughput is the median over repeats (min/max kept); plots: throughput and largest batch vs input size
     (paper Figure 12), GFLOPs vs measured speed, and accuracy vs pre-training compute with its Pareto front
-    (Figure 5) when transfer results exist.
+    (Figure 5) when transfer results exist. Rows flagged unstable or measured beside other trials are marked
+    (column caveat, red rings), never pooled with clean repeats. The report writes only files it wrote
+    itself (listed with their hashes in --out's .vitbench-report.json): a file of anyone else's is never
+    overwritten, and an --out holding such files is refused unless --allow-other-files.
     """
     from vitbench.paths import check_dir
     from vitbench.report import build_report, parse_formats
 
     if out is not None:
         check_dir(out, "--out")  # named as typed, before the results are read
-    rep = build_report(results, out, parse_formats(formats), plots=plots)
+    rep = build_report(results, out, parse_formats(formats), plots=plots, allow_other_files=allow_other_files)
     for w in rep.warnings:
         warn(w)
     console.print(f"[bold]{rep.title}[/]")
@@ -362,5 +369,9 @@ def report_cmd(
             cols = rep.columns.get(name)
             console.print(_df_table(df, rep.titles[name], list(cols) if cols else None,
                                     collapse=name in rep.collapse))
+            for note in rep.notes.get(name, ()):
+                console.print(f"[dim]{escape(note)}[/]", highlight=False)
+    for name, why in rep.not_drawn.items():
+        console.print(f"[dim]figure {escape(name)} not drawn: {escape(why)}[/]", highlight=False)
     console.print(f"wrote {len(rep.files)} files to {rep.files[0].parent if rep.files else out}:")
     console.print("  " + "  ".join(p.name for p in rep.files), highlight=False)

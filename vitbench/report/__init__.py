@@ -7,6 +7,8 @@ Files written in `out` (default: <results>/report/):
     trials.csv / trials.parquet (every trial, tidy; raw timings as JSON text) and one file per non-empty
     summary table (status, one per report section, failures)        formats csv, parquet
     <figure>.png and <figure>.svg for each figure that has data
+    .vitbench-report.json: what the report wrote, with hashes: the only files a later report overwrites or
+    removes (vitbench.report.outdir: a folder holding files of anyone else's is refused unless allowed)
 
 The sections (a summary table and its figures per record kind) are registered by the report itself
 (vitbench.report.views; plug-ins add theirs through vitbench.report.parts): the report iterates them and names no
@@ -16,10 +18,6 @@ task. Status and failures are its own.
 from __future__ import annotations
 
 import datetime as _dt
-import json
-import os
-import shutil
-import tempfile
 import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -28,11 +26,9 @@ from pathlib import Path
 import pandas as pd
 
 from vitbench.errors import ConfigError
-from vitbench.paths import make_dir, write_atomic
+from vitbench.paths import make_dir
 
 FORMATS = ("md", "html", "csv", "parquet")
-MANIFEST = ".vitbench-report.json"  # the files the last report wrote into its folder (a new report removes the
-# ones it does not write again; nothing else in the folder is touched)
 
 
 STATUS = ("status", "Trials by task and status")
@@ -46,7 +42,9 @@ class Report:
     """What `build_report` produced: the tidy trials, summary tables, figure files and every file written.
 
     tables: name -> table (status, the sections', failures); titles: name -> heading; columns: name -> the
-    columns to show in a terminal (None: all); collapse: names whose equal-in-every-row columns may fold."""
+    columns to show in a terminal (None: all); collapse: names whose equal-in-every-row columns may fold;
+    notes: table name -> lines shown under it (a legend); not_drawn: figure name -> why it was not drawn (too
+    few points), shown in its place."""
 
     df: pd.DataFrame
     tables: dict[str, pd.DataFrame]
@@ -59,6 +57,8 @@ class Report:
     meta: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     calibration: pd.DataFrame | None = None
+    notes: dict[str, list[str]] = field(default_factory=dict)
+    not_drawn: dict[str, str] = field(default_factory=dict)
 
 
 def parse_formats(spec: str | Iterable[str]) -> tuple[str, ...]:
@@ -84,18 +84,21 @@ def _meta(df: pd.DataFrame, cal: pd.DataFrame) -> tuple[str, list[str]]:
                        ("env.git_sha", "vitbench git")):
         if col in df and df[col].notna().any():
             meta.append(f"{label}: {', '.join(sorted(str(v) for v in df[col].dropna().unique())[:4])}")
-    if cal is not None and not cal.empty and "matmul_tflops_per_s" in cal:
-        vals = cal["matmul_tflops_per_s"].dropna()
-        if len(vals):
-            meta.append(f"calibration (dense matmul, {len(vals)} run(s)): median {vals.median():.4g} TFLOP/s, "
-                        f"range {vals.min():.4g} to {vals.max():.4g}")
+    from vitbench.report.caveats import calibration_line
+
+    line = calibration_line(cal)
+    if line:
+        meta.append(line)
     meta.append(f"generated {_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')}")
     return title, meta
 
 
 def build_report(results: str | Path, out: str | Path | None = None, formats: Iterable[str] = FORMATS,
-                 plots: bool = True) -> Report:
-    """Load `results` (a store directory or .jsonl file) and write the report files into `out`."""
+                 plots: bool = True, allow_other_files: bool = False) -> Report:
+    """Load `results` (a store directory or .jsonl file) and write the report files into `out`: only files a
+    report wrote there (vitbench.report.outdir); a folder holding anyone else's files is refused unless
+    `allow_other_files` (the report is then written beside them, none touched)."""
+    from vitbench.report.outdir import OutputFolder
     from vitbench.store import load
 
     formats = parse_formats(formats)
@@ -108,15 +111,11 @@ def build_report(results: str | Path, out: str | Path | None = None, formats: It
         raise ConfigError(f"{results}: no trial records to report on (run `vitbench sweep` first)")
     out = Path(out) if out else (results if results.is_dir() else results.parent) / "report"
     make_dir(out, "report directory")
-    try:
-        stage = Path(tempfile.mkdtemp(dir=out, prefix=".staging-"))
-    except OSError as e:
-        raise ConfigError(f"report directory {str(out)!r} is not writable: {e.strerror or e}") from None
-    try:
+    folder = OutputFolder(out, allow_other=allow_other_files)
+    folder.check()
+    with folder.staging() as stage:
         rep = _write(df, cal, stage, formats, plots, warnings_=list(dict.fromkeys(str(w.message) for w in caught)))
-        _publish(stage, out, [p.name for p in rep.files])
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
+        folder.publish(stage, [p.name for p in rep.files])
     rep.files = [out / p.name for p in rep.files]
     rep.figures = {k: out / p.name for k, p in rep.figures.items()}
     return rep
@@ -124,14 +123,15 @@ def build_report(results: str | Path, out: str | Path | None = None, formats: It
 
 def figure(name: str, df: pd.DataFrame):
     """One registered report figure drawn from the rows of `df` as the report draws it (the ok rows of its
-    kinds), or None when it has nothing to draw; `name` must be a registered figure's."""
+    kinds): a matplotlib Figure, NotDrawn (too little to draw it) or None (nothing to draw); `name` must be a
+    registered figure's."""
     from vitbench.report import tables as tablemod
     from vitbench.report.views import report_parts
 
     for part in report_parts():
         for fig in part.figures:
             if fig.name == name:
-                return fig.make(tablemod.ok_rows(df, fig.kinds or part.kinds))
+                return fig.make(tablemod.ok_rows(df, fig.kinds or part.kinds))  # a Figure, NotDrawn or None
     raise KeyError(f"no registered report figure {name!r}")
 
 
@@ -139,6 +139,8 @@ def _write(df: pd.DataFrame, cal: pd.DataFrame, out: Path, formats: tuple[str, .
            warnings_: list[str]) -> Report:
     """Build the report's tables and figures from `df` and write its files into `out` (a staging folder)."""
     from vitbench.report import tables as tablemod
+    from vitbench.report.caveats import CAVEAT, LEGEND, marked_rows
+    from vitbench.report.parts import NotDrawn
     from vitbench.report.render import arrow_safe, write_html, write_markdown
     from vitbench.report.views import report_parts
 
@@ -148,6 +150,11 @@ def _write(df: pd.DataFrame, cal: pd.DataFrame, out: Path, formats: tuple[str, .
     if not shared.empty:
         warnings_ = [*warnings_, f"{len(shared)} ok row(s) were measured while other trials ran on the same host: "
                                  f"see the table '{SHARED[0]}' (column shared_host in the trials)"]
+    n_marked = marked_rows(df)
+    if n_marked:
+        warnings_ = [*warnings_, f"{n_marked} ok timed row(s) are flagged unstable or were measured beside other "
+                                 f"trials: marked in the tables' {CAVEAT} column and ringed in the figures, never "
+                                 "pooled with clean repeats"]
     rep = Report(df=df, tables={STATUS[0]: tablemod.status_counts(df)}, titles={STATUS[0]: STATUS[1]},
                  title=title, meta=meta, calibration=cal,
                  warnings=warnings_)
@@ -176,6 +183,10 @@ def _write(df: pd.DataFrame, cal: pd.DataFrame, out: Path, formats: tuple[str, .
         for part in parts:
             for figure in part.figures:
                 fig = figure.make(tablemod.ok_rows(df, figure.kinds or part.kinds))
+                if isinstance(fig, NotDrawn):  # a note in the figure's place
+                    rep.not_drawn[figure.name] = fig.reason
+                    figure_titles[figure.name] = figure.title
+                    continue
                 if fig is None:
                     continue
                 for ext in ("png", "svg"):
@@ -186,6 +197,9 @@ def _write(df: pd.DataFrame, cal: pd.DataFrame, out: Path, formats: tuple[str, .
                 figure_titles[figure.name] = figure.title
 
     shown = {k: v for k, v in rep.tables.items() if not v.empty}
+    for name, table in shown.items():
+        if CAVEAT in table and (table[CAVEAT].fillna("") != "").any():
+            rep.notes[name] = [LEGEND]
     if "csv" in formats or "parquet" in formats:
         tidy = arrow_safe(df)
         named = {"trials": tidy, **{k: arrow_safe(v) for k, v in shown.items() if not v.empty}}
@@ -199,29 +213,13 @@ def _write(df: pd.DataFrame, cal: pd.DataFrame, out: Path, formats: tuple[str, .
                 table.to_parquet(p, index=False)
                 rep.files.append(p)
     titled = {k: (rep.titles[k], v) for k, v in shown.items()}
-    figs = {k: (figure_titles[k], v) for k, v in rep.figures.items()}
+    figs = {k: (t, rep.figures.get(k) or NotDrawn(rep.not_drawn[k])) for k, t in figure_titles.items()}
     if "md" in formats:
         p = out / "report.md"
-        write_markdown(p, title, meta, titled, figs)
+        write_markdown(p, title, meta, titled, figs, rep.notes)
         rep.files.append(p)
     if "html" in formats:
         p = out / "report.html"
-        write_html(p, title, meta, titled, figs)
+        write_html(p, title, meta, titled, figs, rep.notes)
         rep.files.append(p)
     return rep
-
-
-def _publish(stage: Path, out: Path, names: list[str]) -> None:
-    """Move the staged files into `out` (one rename each), then remove the files the previous report wrote there
-    and this one did not (its manifest says which), and record this report's files."""
-    manifest = out / MANIFEST
-    try:
-        before = set(json.loads(manifest.read_text()))
-    except (OSError, ValueError, TypeError):
-        before = set()
-    for name in names:
-        os.replace(stage / name, out / name)
-    for name in before - set(names):
-        if "/" not in name and name not in (MANIFEST, ""):
-            (out / name).unlink(missing_ok=True)
-    write_atomic(manifest, json.dumps(sorted(names)))

@@ -7,7 +7,9 @@ Computed here, from stored rows, never by a task (a trial does not know its stud
 - strong scaling (the global batch fixed): speedup_same_global_batch = img/s at N / img/s at 1 device with the
   same global batch (ideal: N).
 Both match the 1-device row on everything else (study, model, backend, task, device kind, precision, compile,
-timing, resolution); a row without its 1-device partner has no efficiency (blank), never a guessed one.
+timing, resolution); a row without its 1-device partner has no efficiency (blank), never a guessed one, and the
+1-device rows themselves have none either (1 by definition, not a measurement). A ratio whose 1-device partner
+is marked (vitbench.report.caveats) is marked in the row's caveat.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.figure import Figure
 
-from vitbench.report import tables
+from vitbench.report import caveats, tables
+from vitbench.report.caveats import CAVEAT
 
 _MATCH = ["study", "model", "family", "backend", "task", "device", "precision", "compile", "compile_mode", "timing",
           "resolution"]
@@ -34,18 +37,32 @@ def scaling(ok: pd.DataFrame) -> pd.DataFrame:
     t["img_per_s_per_device"] = t["img_per_s"] / t["devices"]
     match = [k for k in _MATCH if k in t.columns]
     one = t[t["devices"] == 1]
-    weak = one[[*match, "batch_size", "img_per_s"]].rename(
-        columns={"batch_size": "batch_per_device", "img_per_s": "_one_weak"})
-    strong = one[[*match, "batch_size", "img_per_s"]].rename(columns={"img_per_s": "_one_strong"})
-    weak = weak.groupby([*match, "batch_per_device"], dropna=False, as_index=False)["_one_weak"].median()
-    strong = strong.groupby([*match, "batch_size"], dropna=False, as_index=False)["_one_strong"].median()
+    cav = CAVEAT in t
+    one = one.assign(_cav=one[CAVEAT].fillna("") if cav else "")
+    agg = {"img_per_s": "median", "_cav": _worst}  # 1-device rows of the same batch and other parallelisms
+    weak = one.groupby([*match, "batch_size"], dropna=False, as_index=False).agg(agg).rename(
+        columns={"batch_size": "batch_per_device", "img_per_s": "_one_weak", "_cav": "_cav_weak"})
+    strong = one.groupby([*match, "batch_size"], dropna=False, as_index=False).agg(agg).rename(
+        columns={"img_per_s": "_one_strong", "_cav": "_cav_strong"})
     t = t.merge(weak, on=[*match, "batch_per_device"], how="left").merge(strong, on=[*match, "batch_size"],
                                                                          how="left")
-    t["scaling_efficiency"] = t["img_per_s"] / (t["devices"] * t["_one_weak"])
-    t["speedup_same_global_batch"] = t["img_per_s"] / t["_one_strong"]
-    t = t.drop(columns=["_one_weak", "_one_strong"])
+    many = t["devices"] > 1
+    t["scaling_efficiency"] = (t["img_per_s"] / (t["devices"] * t["_one_weak"])).where(many)
+    t["speedup_same_global_batch"] = (t["img_per_s"] / t["_one_strong"]).where(many)
+    if cav:
+        t[CAVEAT] = [caveats.combine(c if isinstance(c, str) else "", **({"1-device row (weak)": w,
+                                                                          "1-device row (same batch)": s}
+                                                                         if m else {}))
+                     for c, w, s, m in zip(t[CAVEAT], t["_cav_weak"], t["_cav_strong"], many)]
+    t = t.drop(columns=[c for c in ("_one_weak", "_one_strong", "_cav_weak", "_cav_strong") if c in t])
     return t.sort_values([k for k in (*match, "parallelism", "batch_per_device", "devices") if k in t.columns],
                          kind="stable").reset_index(drop=True)
+
+
+def _worst(cav: pd.Series) -> str:
+    """The caveat of a value taken from several rows: a marked one if any is, else the first non-empty one."""
+    marked = cav[caveats.marked(cav)]
+    return str(marked.iloc[0]) if len(marked) else next((c for c in cav if c), "")
 
 
 def _series(t: pd.DataFrame):
@@ -102,8 +119,9 @@ def efficiency_vs_devices(ok: pd.DataFrame) -> Figure | None:
     fig, ax = _axes("Scaling efficiency vs devices (img/s at N / (N x img/s at 1 device), same per-device batch)",
                     "scaling efficiency [fraction]")
     for _, g in _series(t):
+        g = g.assign(scaling_efficiency=g["scaling_efficiency"].where(g["devices"] > 1, 1.0))  # 1: the definition
         g = g.dropna(subset=["scaling_efficiency"]).sort_values("devices")
-        if not g.empty:
+        if (g["devices"] > 1).any():
             ax.plot(g["devices"], g["scaling_efficiency"], marker="o", label=_label(g.iloc[0]))
     ax.axhline(1.0, color="grey", linestyle=":", linewidth=1)
     ax.set_xticks(sorted(t["devices"].unique()))

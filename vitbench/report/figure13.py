@@ -2,10 +2,17 @@
 do theoretical FLOPs predict measured speed, and what accuracy does each family buy with compute and with speed?
 
 Reads the ok rows of a study that has transfer rows (accuracy, pre-training exaFLOPs) and inference rows (img/s,
-per backend); forward GFLOPs come from the flops rows, else from the model table's analytic count. The table: one
-row per model and backend; the figure: (a) accuracy vs pre-training compute, (b) accuracy at the largest budget vs
-measured inference speed, (c) GFLOPs per image vs measured img/s, one series per backend, with the line of
-constant achieved FLOP/s through each backend's median model (FLOPs predict speed where the points lie on it).
+per backend). Every number is one the report shows elsewhere or a division of two of them:
+- accuracy: per model and benchmark (kind, shots), the mean over the rows at the model's largest pre-training
+  budget (its seeds), with how many;
+- speed: the throughput table's peak (median over repeats, then the best batch size, as the throughput figure
+  draws it; vitbench.report.tables.peak_throughput) at the resolution the benchmark was evaluated at (where the
+  transfer rows do not say, the largest input size measured), with its batch size and caveat;
+- forward GFLOPs per image at that resolution: the flops rows' count, else the model table's analytic one.
+The table: one row per model, benchmark and backend; the figure: (a) accuracy vs pre-training compute, (b)
+accuracy at the largest budget vs measured inference speed, (c) GFLOPs per image vs measured img/s, one series
+per backend, with the line of constant achieved FLOP/s through each backend's median model (FLOPs predict speed
+where the points lie on it).
 """
 
 from __future__ import annotations
@@ -16,120 +23,155 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from vitbench.report import tables
+from vitbench.report import caveats, plots, tables
+from vitbench.report.caveats import CAVEAT
 
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 _FILLS = ("full", "none")  # first backend filled, the others hollow
+_SPEED_KEYS = ("backend", "precision", "compile", "resolution", "batch_size", "img_per_s", "repeats", CAVEAT)
 
 
 def _num(df: pd.DataFrame, col: str) -> pd.Series:
     return pd.to_numeric(df[col], errors="coerce") if col in df.columns else pd.Series(np.nan, index=df.index)
 
 
-def _gflops(df: pd.DataFrame) -> dict[str, float]:
-    """Forward GFLOPs per image per model: the flops rows' analytic number, else the model table's."""
+def _gflops(df: pd.DataFrame, model: str, resolution) -> float:
+    """Forward GFLOPs per image of `model` at `resolution`: the flops rows' count, else the model table's."""
     from vitbench.models.analytic import analytic_counts
     from vitbench.models.specs import get_spec
 
-    out: dict[str, float] = {}
-    fl = df[(df.get("kind") == "flops")] if "kind" in df.columns else df.iloc[0:0]
-    for model, g in fl.groupby("model"):
-        v = _num(g, "gflops").dropna()
+    if "kind" in df.columns and "gflops" in df.columns:
+        fl = df[(df["kind"] == "flops") & (df["model"] == model) & (_num(df, "resolution") == resolution)]
+        v = _num(fl, "gflops").dropna()
         if len(v):
-            out[model] = float(v.iloc[0])
-    for model, g in df.groupby("model"):
-        if model not in out:
-            try:
-                res = int(_num(g, "resolution").dropna().iloc[0])
-                out[model] = analytic_counts(get_spec(model), res).gflops
-            except Exception:  # a model no longer in the table: no GFLOPs, the row still shows its speed
-                out[model] = math.nan
-    return out
+            return float(v.iloc[0])
+    try:
+        return analytic_counts(get_spec(model), int(resolution)).gflops
+    except Exception:  # a model no longer in the table: no GFLOPs, the row still shows its speed
+        return math.nan
 
 
-def _speed(df: pd.DataFrame) -> pd.DataFrame:
-    """Median inference img/s per (model, backend)."""
-    if "kind" not in df.columns:
-        return pd.DataFrame()
-    b = df[(df["kind"] == "bench") & (df.get("task", "infer") == "infer")]
-    if b.empty:
-        return pd.DataFrame()
-    return (b.assign(img_per_s=_num(b, "img_per_s")).groupby(["model", "backend"], as_index=False)["img_per_s"]
-            .median())
+def _benchmark(row) -> str:
+    shots = row.get("shots")
+    return f"{row['kind']} {int(shots)}-shot" if pd.notna(shots) else str(row["kind"])
 
 
 def _accuracy(df: pd.DataFrame) -> pd.DataFrame:
-    """Mean accuracy per (model, kind, shots, pre-training exaFLOPs)."""
-    if "accuracy" not in df.columns or "pretrain_exaflops" not in df.columns:
+    """Per model and benchmark: mean accuracy over the rows at the model's largest pre-training budget, how many
+    rows (`seeds`), that budget, and their resolution (NaN where the rows do not say)."""
+    if "accuracy" not in df.columns or "pretrain_exaflops" not in df.columns or "kind" not in df.columns:
         return pd.DataFrame()
-    a = df.assign(accuracy=_num(df, "accuracy"), pretrain_exaflops=_num(df, "pretrain_exaflops"))
+    a = df.assign(accuracy=_num(df, "accuracy"), pretrain_exaflops=_num(df, "pretrain_exaflops"),
+                  resolution=_num(df, "resolution"))
     a = a.dropna(subset=["accuracy", "pretrain_exaflops"])
-    keys = ["model", *[k for k in ("kind", "shots") if k in a.columns], "pretrain_exaflops"]
-    return a.groupby(keys, as_index=False, dropna=False)["accuracy"].mean()
+    if a.empty:
+        return pd.DataFrame()
+    a["benchmark"] = [_benchmark(r) for _, r in a.iterrows()]
+    top = a[a["pretrain_exaflops"] == a.groupby(["model", "benchmark"])["pretrain_exaflops"].transform("max")]
+    g = top.groupby(["model", "benchmark"], sort=True)
+    return pd.DataFrame({"accuracy": g["accuracy"].mean(), "seeds": g.size(),
+                         "pretrain_exaflops": g["pretrain_exaflops"].first(),
+                         "resolution": g["resolution"].max()}).reset_index()
+
+
+def _speeds(df: pd.DataFrame) -> pd.DataFrame:
+    """The throughput table's peak inference rows (median over repeats, best batch), per model and backend."""
+    pt = plots._infer_speed(df)
+    return pt if pt.empty else pt[[c for c in ("model", *_SPEED_KEYS) if c in pt.columns]]
 
 
 def table(ok: pd.DataFrame) -> pd.DataFrame:
-    """One row per model and backend: family, GFLOPs/img, img/s, achieved GFLOP/s, accuracy at the largest
-    pre-training budget and that budget's exaFLOPs. Empty unless there are both accuracy and speed rows."""
-    speed, acc = _speed(ok), _accuracy(ok)
+    """One row per model, benchmark and backend with both an accuracy and a measured speed (module docstring).
+    Empty unless some model has both."""
+    speed, acc = _speeds(ok), _accuracy(ok)
     if speed.empty or acc.empty:
         return pd.DataFrame()
-    gf = _gflops(ok)
-    top = acc.sort_values("pretrain_exaflops").groupby("model").tail(1).set_index("model")
     rows = []
-    for _, s in speed.iterrows():
-        m = s["model"]
-        rows.append({"model": m, "family": tables.family_of(m), "backend": s["backend"], "gflops": gf.get(m),
-                     "img_per_s": s["img_per_s"], "achieved_gflop_per_s": gf.get(m, math.nan) * s["img_per_s"],
-                     "accuracy": top["accuracy"].get(m), "pretrain_exaflops": top["pretrain_exaflops"].get(m)})
-    return pd.DataFrame(rows).sort_values(["backend", "family", "model"], ignore_index=True)
+    for _, a in acc.iterrows():
+        sp = speed[speed["model"] == a["model"]]
+        if sp.empty:
+            continue
+        at = a["resolution"] if pd.notna(a["resolution"]) and (sp["resolution"] == a["resolution"]).any() \
+            else (None if pd.notna(a["resolution"]) else sp["resolution"].max())
+        if at is None:  # the benchmark's resolution was not measured: no speed for it, none guessed
+            continue
+        for _, s in sp[sp["resolution"] == at].iterrows():
+            gf = _gflops(ok, a["model"], at)
+            rows.append({"model": a["model"], "family": tables.family_of(a["model"]), "benchmark": a["benchmark"],
+                         "accuracy": a["accuracy"], "seeds": int(a["seeds"]),
+                         "pretrain_exaflops": a["pretrain_exaflops"],
+                         **{k: s[k] for k in _SPEED_KEYS if k in s.index},
+                         "gflops": gf, "achieved_gflop_per_s": gf * s["img_per_s"]})
+    if not rows:
+        return pd.DataFrame()
+    out = pd.DataFrame(rows).rename(columns={"repeats": "speed_repeats"})
+    if CAVEAT in out and not (out[CAVEAT].fillna("") != "").any():
+        out = out.drop(columns=[CAVEAT])
+    return out.sort_values(["benchmark", "backend", "family", "model"], ignore_index=True)
 
 
 def figure(ok: pd.DataFrame) -> Figure | None:
-    speed, acc = _speed(ok), _accuracy(ok)
-    if speed.empty or acc.empty:
+    t = table(ok)
+    if t.empty:
         return None
-    gf = _gflops(ok)
-    models = sorted(set(acc["model"]) | set(speed["model"]), key=lambda m: (tables.family_of(m), m))
+    acc = _accuracy(ok)
+    bench = t["benchmark"].value_counts().index[0]  # the benchmark most models have: (a) and (b) show it
+    t = t[t["benchmark"] == bench]
+    acc = acc[acc["benchmark"] == bench] if not acc.empty else acc
+    curves = ok.assign(accuracy=_num(ok, "accuracy"), pretrain_exaflops=_num(ok, "pretrain_exaflops"))
+    curves = curves.dropna(subset=["accuracy", "pretrain_exaflops"])
+    curves = curves[[_benchmark(r) == bench for _, r in curves.iterrows()]]
+    models = sorted(set(t["model"]), key=lambda m: (tables.family_of(m), m))
     families = sorted({tables.family_of(m) for m in models})
     cmap = {f: f"C{i}" for i, f in enumerate(families)}
     style = {m: dict(color=cmap[tables.family_of(m)], marker=_MARKERS[i % len(_MARKERS)])
              for i, m in enumerate(models)}
-    backends = list(dict.fromkeys(speed["backend"]))
+    backends = list(dict.fromkeys(t["backend"]))
     fig = Figure(figsize=(16, 4.8), layout="constrained")
     ax_c, ax_s, ax_f = fig.subplots(1, 3)
-    for m, g in acc.groupby("model"):
-        g = g.sort_values("pretrain_exaflops")
-        ax_c.plot(g["pretrain_exaflops"], 100 * g["accuracy"], linestyle="-", label=m, **style[m])
-    top = acc.sort_values("pretrain_exaflops").groupby("model").tail(1).set_index("model")["accuracy"]
+    for m in models:
+        g = curves[curves["model"] == m].groupby("pretrain_exaflops")["accuracy"].mean()
+        ax_c.plot(g.index, 100 * g.to_numpy(), linestyle="-", label=m, **style[m])
+    rings = False
     for i, b in enumerate(backends):
-        sp = speed[speed["backend"] == b].set_index("model")["img_per_s"]
+        sp = t[t["backend"] == b]
         fill = _FILLS[min(i, 1)]
-        for m, v in sp.items():
-            st = style[m]
+        for _, r in sp.iterrows():
+            st = style[r["model"]]
             face = st["color"] if fill == "full" else "none"
-            if m in top:
-                ax_s.scatter(v, 100 * top[m], marker=st["marker"], facecolors=face, edgecolors=st["color"], s=60,
-                             label=f"{m} ({b})")
-            ax_f.scatter(gf.get(m, math.nan), v, marker=st["marker"], facecolors=face, edgecolors=st["color"],
-                         s=60, label=f"{m} ({b})")
-        pts = np.array([(gf.get(m, math.nan), v) for m, v in sp.items()], dtype=float)
-        pts = pts[np.isfinite(pts).all(axis=1)] if len(pts) else pts
+            ax_s.scatter(r["img_per_s"], 100 * r["accuracy"], marker=st["marker"], facecolors=face,
+                         edgecolors=st["color"], s=60, label=f"{r['model']} ({b})")
+            ax_f.scatter(r["gflops"], r["img_per_s"], marker=st["marker"], facecolors=face, edgecolors=st["color"],
+                         s=60, label=f"{r['model']} ({b})")
+        if CAVEAT in sp:
+            m = caveats.marked(sp[CAVEAT])
+            rings |= plots.mark_caveats(ax_s, sp["img_per_s"][m], 100 * sp["accuracy"][m])
+            rings |= plots.mark_caveats(ax_f, sp["gflops"][m], sp["img_per_s"][m])
+        pts = sp[["gflops", "img_per_s"]].to_numpy(dtype=float)
+        pts = pts[np.isfinite(pts).all(axis=1)]
         if len(pts):
             achieved = float(np.median(pts[:, 0] * pts[:, 1]))
             xs = np.geomspace(pts[:, 0].min() / 1.5, pts[:, 0].max() * 1.5, 20)
             ax_f.plot(xs, achieved / xs, linestyle=(":", "--")[min(i, 1)], color="0.5",
-                      label=f"{b}: constant {achieved:.3g} GFLOP/s")
-    what = ", ".join(sorted({f"{k} {int(n)}-shot" if pd.notna(n) else str(k) for k, n in
-                            zip(acc.get("kind", pd.Series(["transfer"] * len(acc))),
-                                acc.get("shots", pd.Series([np.nan] * len(acc))))}))
-    ax_c.set(xscale="log", xlabel="Pre-training compute [exaFLOPs]", ylabel=f"Transfer accuracy [%] ({what})",
+                      label=f"{b}: constant {achieved:.3g} GFLOP/s (median model)")
+    if rings:
+        for ax in (ax_s, ax_f):
+            plots.caveat_legend_entry(ax)
+    res = sorted({int(r) for r in t["resolution"].dropna()})
+    at = f"{res[0]} px" if len(res) == 1 else "each benchmark's input size"
+    ax_c.set(xscale="log", xlabel="Pre-training compute [exaFLOPs]",
+             ylabel=f"Transfer accuracy [%]\n({bench}; mean over seeds)",
              title="(a) accuracy vs pre-training compute")
-    ax_s.set(xscale="log", xlabel="Measured inference speed [img/s] (filled: " + backends[0]
-             + (", hollow: " + ", ".join(backends[1:]) if len(backends) > 1 else "") + ")",
-             ylabel="Accuracy at the largest budget [%]", title="(b) accuracy vs measured speed")
-    ax_f.set(xscale="log", yscale="log", xlabel="Forward cost [GFLOPs per image] (1 MAC = 2 FLOPs)",
-             ylabel="Measured inference speed [img/s]", title="(c) do FLOPs predict speed? (on the line: yes)")
+    ax_s.set(xscale="log", xlabel=f"Peak inference speed [img/s] ({at})\n(median over repeats, best batch; "
+             "filled: " + backends[0] + (", hollow: " + ", ".join(backends[1:]) if len(backends) > 1 else "")
+             + ")",
+             ylabel=f"Accuracy at the largest budget [%]\n({bench}; mean over seeds)",
+             title="(b) accuracy vs measured speed")
+    ax_f.set(xscale="log", yscale="log", xlabel=f"Forward cost [GFLOPs per image] ({at})\n(1 MAC = 2 FLOPs)",
+             ylabel="Peak inference speed [img/s]\n(median over repeats, best batch)",
+             title="(c) do FLOPs predict speed? (on the line: yes)")
+    for axis in (ax_c.xaxis, ax_s.xaxis, ax_f.xaxis, ax_f.yaxis):
+        plots._log_axis(axis)
     for ax in (ax_c, ax_s, ax_f):
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=6, loc="best")

@@ -39,6 +39,8 @@ from vitbench.fit import (
 )
 from vitbench.fit.backtest import mixture_log_var
 from vitbench.fit.groups import DEFAULT_COMPUTE, DEFAULT_GROUP
+from vitbench.report import caveats
+from vitbench.report.caveats import caveat_legend_entry, mark_caveats
 from vitbench.report.plots import FAMILY_STYLE, _infer_speed, _legend, _log_axis, backend_line, model_colors
 
 _OTHER_COLORS = colormaps["tab10"]
@@ -145,8 +147,8 @@ def fitted_curves(df: pd.DataFrame, *, fits: FitReport | None = None, spec: FitS
     (error bars at the values); dash-dotted, the runner-up
     law. `form`: which law; None: each group's chosen one (vitbench.fit.backtest.choose, named in the legend)."""
     report = _report(df, fits, spec)
-    if report is None or not report.groups:
-        return None
+    if report is None or not report.groups or all(_chosen(g, form) is None for g in report.groups):
+        return None  # no law to draw (too few points: unfit_reason says so)
     panels = _panels(report)[:6]
     fig, axes, _ = _axes(len(panels))
     for ax, (key, groups) in zip(axes, panels):
@@ -199,7 +201,9 @@ def fitted_curves(df: pd.DataFrame, *, fits: FitReport | None = None, spec: FitS
                 ax.errorbar(px, py, yerr=[py - lo, hi - py], fmt="D", color=color, markersize=5, capsize=3, zorder=3)
         _loglog(ax, report)
         law = f"{form.value} law" if form else "law chosen by the backtest per group"
-        ax.set_title(f"{_panel_title(report, key)}: {law}, {report.spec.ci:.0%} band", fontsize=10)
+        banded = any(f is not None and f.n_replicates >= 2 for f in (_chosen(g, form) for g in groups))
+        ax.set_title(f"{_panel_title(report, key)}: {law}\n" + (f"{report.spec.ci:.0%} band" if banded else
+                     "no band: too few points for an interval"), fontsize=10)
         ax.plot([], [], color="0.4", linestyle=":", label="backtest: fit without the hollow points")
         if form is None and any(g.runner_up is not None for g in groups):
             seconds = sorted({g.runner_up.value for g in groups if g.runner_up is not None})
@@ -214,6 +218,18 @@ def fitted_curves(df: pd.DataFrame, *, fits: FitReport | None = None, spec: FitS
             n += 1
         _legend(fig, ax, n + 1)
     return fig
+
+
+def unfit_reason(df: pd.DataFrame, spec: FitSpec | None = None) -> str | None:
+    """Why `df`'s rows give no law to draw (every group too small for any form), or None (some group has a law,
+    or there is nothing to fit at all)."""
+    report = _report(df, None, spec)
+    if report is None or not report.groups or any(_chosen(g, None) is not None for g in report.groups):
+        return None
+    most = max(len(g.compute) for g in report.groups)
+    why = next((f.message for g in report.groups for f in g.fits if f.message), "")
+    return f"{len(report.groups)} group(s) of at most {most} point(s): too few to fit a law" + (
+        f" ({why})" if why else "")
 
 
 def _winner_spans(groups: list[GroupFit], form: FormName | None, lo: float, hi: float):
@@ -303,7 +319,9 @@ def _peak_speed(df: pd.DataFrame, speed_task: str) -> pd.DataFrame:
         return pd.DataFrame()
     b["img_per_s"] = pd.to_numeric(b["img_per_s"], errors="coerce")
     keys = [k for k in ("model", "backend", "precision", "resolution") if k in b.columns]
-    return b.groupby(keys, dropna=False)["img_per_s"].max().reset_index()
+    b = b.assign(marked=caveats.marked(b[caveats.CAVEAT]) if caveats.CAVEAT in b else False)  # the fastest clean
+    b = b.sort_values(["marked", "img_per_s"], ascending=[True, False])  # speed where there is one
+    return b.groupby(keys, dropna=False, sort=True).head(1)[[*keys, "img_per_s", "marked"]].reset_index(drop=True)
 
 
 def throughput_vs_accuracy(df: pd.DataFrame, *, speed_task: str, compute: str = DEFAULT_COMPUTE) -> Figure | None:
@@ -330,7 +348,7 @@ def throughput_vs_accuracy(df: pd.DataFrame, *, speed_task: str, compute: str = 
     colors = model_colors(acc["model"])
     drawn = 0
     for ax, (key, part) in zip(axes, panels):
-        n = 0
+        n, rings = 0, False
         for skey, sp in series:
             skey = skey if isinstance(skey, tuple) else (skey,)
             pts = []
@@ -340,7 +358,7 @@ def throughput_vs_accuracy(df: pd.DataFrame, *, speed_task: str, compute: str = 
                 s = sp[(sp["model"] == model) & (sp["resolution"] == res)]
                 if not s.empty:
                     pts.append((model, float(s["img_per_s"].max()), float(top["accuracy"].mean()),
-                                top["family"].iloc[0]))
+                                top["family"].iloc[0], bool(s["marked"].iloc[0])))
             if not pts:
                 continue
             line = backend_line(str(skey[0])) if skey else "-"
@@ -351,14 +369,18 @@ def throughput_vs_accuracy(df: pd.DataFrame, *, speed_task: str, compute: str = 
                 ax.plot([p[1] for p in fp], [100 * p[2] for p in fp], linestyle=line, color=colormaps[cmap](0.6),
                         marker=marker, markersize=6, linewidth=1.2, zorder=2,
                         label=f"{name} ({tag})" if tag else name)
-                for model, x, y, _ in fp:
+                for model, x, y, _, ringed in fp:
                     ax.scatter([x], [100 * y], marker=marker, color=colors[model], s=45, zorder=3)
                     ax.annotate(model, (x, 100 * y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+                    rings = mark_caveats(ax, [x], [100 * y]) if ringed else rings
                 n += 1
         key = key if isinstance(key, tuple) else (key,)
         ax.set_xscale("log")
         _log_axis(ax.xaxis)
-        ax.set_xlabel("Peak inference throughput [img/s] (best batch size)")
+        if rings:
+            caveat_legend_entry(ax)
+            n += 1
+        ax.set_xlabel("Peak inference throughput [img/s] (median over repeats, best batch size)")
         ax.set_ylabel("Accuracy [%] at the largest pre-training budget")
         where = " / ".join(f"{c}={numfmt.fmt(v)}" for c, v in zip(bench, key) if pd.notna(v))
         ax.set_title(f"{where}: what accuracy a speed buys", fontsize=10)

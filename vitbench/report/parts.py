@@ -15,8 +15,17 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
+class NotDrawn:
+    """What a figure's `make` returns when its rows are too few to draw it honestly (a fit from one point): the
+    report shows `reason` in the figure's place."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
 class Figure:
-    """A report figure: tidy ok rows of `kinds` -> a matplotlib Figure, or None when there is nothing to draw."""
+    """A report figure: tidy ok rows of `kinds` -> a matplotlib Figure, None when there is nothing to draw, or
+    NotDrawn when there is something but too little to draw."""
 
     name: str
     title: str

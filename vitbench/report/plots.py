@@ -3,12 +3,11 @@
 - throughput vs input size per model and backend (the paper's Figure 12, left; best batch per point)
 - largest batch vs input size (Figure 12, right)
 - forward GFLOPs per image vs measured throughput (theoretical cost does not predict speed well)
-- transfer accuracy vs pre-training compute with the Pareto front (Figure 5), when accuracy rows exist;
-  upstreams pre-trained with a teacher (DeiT distillation) drawn apart and marked
-- transfer accuracy vs inference throughput of distilled and plain models (DeiT Figure 1), when some upstream
-  had a teacher and bench rows measured the models' speed
+(the accuracy figures: vitbench.report.accuracy_plots, on this module's styles)
 
 Each function gets the ok rows of the record kinds its report section declares (vitbench.tasks.ReportPart).
+A speed whose value rests on unstable or co-scheduled rows only (vitbench.report.caveats) is ringed red
+(`mark_caveats`), with a legend entry saying so.
 Style: colour by model within a family palette (ViT blues, BiT oranges, hybrids greens), marker by family,
 line style by backend (in registration order: solid, dashed, dotted, ...); log axes where the paper uses them;
 every axis has its unit.
@@ -24,10 +23,9 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter, NullLocator, ScalarFormatter
 
-from vitbench import numfmt
 from vitbench.models.specs import all_specs
-from vitbench.report import tables
-from vitbench.stats import frontier_mask
+from vitbench.report import caveats, tables
+from vitbench.report.caveats import CAVEAT, caveat_legend_entry, mark_caveats
 
 FAMILY_STYLE = {"other": ("D", "Greys", "other")}
 _LINES = ("-", "--", ":", "-.")
@@ -136,6 +134,11 @@ def _shared_legend(fig: Figure, axes) -> None:
         fig.legend(list(seen.values()), list(seen), loc="outside right upper", fontsize=7.5, frameon=False)
 
 
+def _marked(g: pd.DataFrame) -> pd.Series:
+    """Which of a summary's rows carry a marked value (all False where the summary has no caveat column)."""
+    return caveats.marked(g[CAVEAT]) if CAVEAT in g else pd.Series(False, index=g.index)
+
+
 def _device(df: pd.DataFrame) -> str:
     if "device" in df and df["device"].notna().any():
         return ", ".join(sorted(str(d) for d in df["device"].dropna().unique()))
@@ -167,11 +170,15 @@ def throughput_vs_resolution(df: pd.DataFrame) -> Figure | None:
                     linestyle=backend_line(row["backend"]), markersize=6, linewidth=1.6,
                     label=_series_label(row, multi))
             n += 1
+        m = _marked(sub)
+        if mark_caveats(ax, sub["resolution"][m], sub["img_per_s"][m]):
+            caveat_legend_entry(ax)
+            n += 1
         ax.set_yscale("log")
         _log_axis(ax.yaxis)
         _size_axis(ax, sub["resolution"])
         what = "inference" if task == "infer" else ("training" if task == "train" else task)
-        ax.set_ylabel(f"Peak {what} speed [img/s]")
+        ax.set_ylabel(f"Peak {what} speed [img/s] (median over repeats)")
         ax.set_title(f"{what.capitalize()} throughput vs input size ({_device(sub)}; best batch per point)",
                      fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
@@ -188,7 +195,7 @@ def max_batch_vs_resolution(df: pd.DataFrame) -> Figure | None:
     ax = fig.subplots()
     colors = model_colors(mb["model"])
     multi = mb["backend"].nunique() > 1
-    n = 0
+    n, any_capped = 0, 0.0  # the largest capped value (0: none capped)
     for _, g in _groups(mb, ["model", "backend", "mode", "precision", "compile", "device"]):
         g = g.sort_values("resolution")
         row = g.iloc[0]
@@ -197,21 +204,38 @@ def max_batch_vs_resolution(df: pd.DataFrame) -> Figure | None:
         line, = ax.plot(g["resolution"], g["max_batch_size"], marker=_marker(row["model"]),
                         color=colors[row["model"]], linestyle=backend_line(row["backend"]),
                         markersize=6, linewidth=1.6, label=label)
-        if "capped" in g and g["capped"].fillna(False).astype(bool).any():
-            capped = g[g["capped"].fillna(False).astype(bool)]
+        capped = g[_capped(g)]
+        if not capped.empty:  # a lower bound: the search stopped at its cap, the batch that fails is not known
             ax.plot(capped["resolution"], capped["max_batch_size"], marker=_marker(row["model"]),
                     linestyle="none", markersize=10, markerfacecolor="white", color=line.get_color())
+            for x, y in zip(capped["resolution"], capped["max_batch_size"]):  # an arrow up: "or more"
+                ax.annotate("", xy=(x, y * 1.5), xytext=(x, y * 1.08), arrowprops={
+                    "arrowstyle": "->", "color": line.get_color(), "linewidth": 1.2})
+                ax.annotate(f"\u2265{int(y)}", (x, y), textcoords="offset points", xytext=(7, -3), fontsize=7,
+                            color=line.get_color())
+            any_capped = max(any_capped, float(capped["max_batch_size"].max()))
         n += 1
     ax.set_yscale("log", base=2)
     ax.yaxis.set_major_formatter(ScalarFormatter())
+    if any_capped:  # room for the arrows above the capped points
+        ax.set_ylim(top=max(ax.get_ylim()[1], any_capped * 1.8))
     _size_axis(ax, mb["resolution"])
-    ax.set_ylabel("Largest batch size [images]")
+    ax.set_ylabel("Largest batch size [images]" + (" (median over repeats)" if mb["repeats"].max() > 1 else ""))
     limit = mb["memory_limit_mib"].dropna() if "memory_limit_mib" in mb else pd.Series(dtype=float)
     budget = f"; budget {limit.iloc[0] / 1024:.1f} GiB" if len(limit) and limit.nunique() == 1 else ""
-    ax.set_title(f"Largest batch that fits vs input size ({_device(mb)}{budget}; hollow = capped)", fontsize=10)
+    if any_capped:
+        ax.plot([], [], marker="o", linestyle="none", markersize=8, markerfacecolor="white", color="0.3",
+                label="\u2265 N (hollow, arrow up): the search stopped at its cap N; N or more fit")
+        n += 1
+    ax.set_title(f"Largest batch that fits vs input size ({_device(mb)}{budget})", fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     _legend(fig, ax, n)
     return fig
+
+
+def _capped(mb: pd.DataFrame) -> pd.Series:
+    """Which max-batch summary rows reached the search's cap (a lower bound, not the largest batch)."""
+    return mb["capped"].map(caveats.true).astype(bool) if "capped" in mb else pd.Series(False, index=mb.index)
 
 
 def _throughput_rows(df: pd.DataFrame) -> pd.DataFrame:
@@ -261,8 +285,13 @@ def gflops_vs_throughput(df: pd.DataFrame) -> Figure | None:
                     ax.annotate(f"{int(r)}", (x, y), textcoords="offset points", xytext=(4, 3), fontsize=6,
                                 color="0.3")
             n += 1
+        m = _marked(sub)
+        if mark_caveats(ax, sub["gflops"][m], sub["img_per_s"][m], size=120):
+            caveat_legend_entry(ax)
+            n += 1
         # Reference: constant achieved FLOP/s through the median point (speed ~ 1/FLOPs if FLOPs predicted it).
-        achieved = (sub["gflops"] * sub["img_per_s"]).median()
+        clean = sub[~m] if (~m).any() else sub  # the reference line is drawn through clean points where any
+        achieved = (clean["gflops"] * clean["img_per_s"]).median()
         if achieved and math.isfinite(achieved):
             xs = np.geomspace(sub["gflops"].min() / 1.5, sub["gflops"].max() * 1.5, 50)
             ax.plot(xs, achieved / xs, color="0.6", linestyle=":", linewidth=1,
@@ -274,109 +303,11 @@ def gflops_vs_throughput(df: pd.DataFrame) -> Figure | None:
         _log_axis(ax.yaxis)
         ax.set_xlabel("Forward cost [GFLOPs per image] (1 MAC = 2 FLOPs)")
         what = "inference" if task == "infer" else ("training" if task == "train" else task)
-        ax.set_ylabel(f"Measured peak {what} speed [img/s]")
+        ax.set_ylabel(f"Measured peak {what} speed [img/s]\n(median over repeats, best batch)")
         ax.set_title(f"Theoretical cost vs measured {what} speed ({_device(sub)}"
                      + ("; labels: input px)" if label_points else ")"), fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
         _legend(fig, ax, n)
-    return fig
-
-
-def _fmt_key(v) -> str:
-    return numfmt.fmt(v)
-
-
-def pareto_front(x, y) -> np.ndarray:
-    """Indices of points no other point beats on both axes (less compute and higher accuracy), by x."""
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    front = np.flatnonzero(frontier_mask(x, -y))
-    return front[np.argsort(x[front], kind="stable")]
-
-
-DISTILLED_MARKER = "*"  # DeiT marks its distilled models with an alembic; its stand-in among markers
-DODGE = 1.06  # factor between side-by-side points of one model on a log speed axis (legibility only)
-
-
-def _upstream_keys(df: pd.DataFrame) -> list[str]:
-    """What makes an upstream: the model, and its teacher's fields where some row had one."""
-    return ["model", *(k for k in tables.TEACHER_FIELDS if k in df.columns and df[k].notna().any())]
-
-
-def upstream_label(row) -> str:
-    """'DeiT-Micro/4-dist ⚗ R-Nano (hard)' for a distilled upstream, else the model's name."""
-    teacher = row.get("teacher")
-    if not isinstance(teacher, str):
-        return str(row["model"])
-    return f"{row['model']} \u2697 {teacher} ({row.get('distillation', '?')})"
-
-
-def upstream_style(row, colors: dict) -> dict:
-    """Scatter style of an upstream: the model's family marker and colour; distilled: a star in the teacher's
-    family colours, filled for hard distillation, hollow for soft."""
-    teacher = row.get("teacher")
-    if not isinstance(teacher, str):
-        return {"marker": _marker(row["model"]), "color": colors[row["model"]]}
-    cmap = colormaps[FAMILY_STYLE.get(tables.family_of(teacher), FAMILY_STYLE["other"])[1]]
-    edge = cmap(0.8)
-    soft = row.get("distillation") == "soft"
-    return {"marker": DISTILLED_MARKER, "color": "white" if soft else cmap(0.55), "edgecolors": edge,
-            "linewidths": 1.2}
-
-
-def _panel_id(key) -> tuple[str, ...]:
-    """A groupby key as comparable text (NaN, e.g. fine-tuning's shots, included)."""
-    return tuple(str(v) for v in (key if isinstance(key, tuple) else (key,)))
-
-
-def accuracy_vs_compute(df: pd.DataFrame) -> Figure | None:
-    """Transfer accuracy vs pre-training compute (exaFLOPs, log), Pareto front marked; panel per benchmark.
-    One marker per upstream (median over seeds; each seed a faint dot of the same style when there are several).
-    Upstreams pre-trained with a teacher are their own series (stars, labelled with the teacher); their
-    compute includes the teacher's forward passes."""
-    acc = tables.accuracy(df)
-    xcol = next((c for c in ("pretrain_exaflops", "exaflops") if c in acc.columns and acc[c].notna().any()), None)
-    if acc.empty or xcol is None:
-        return None
-    acc = acc.dropna(subset=[xcol, "accuracy"])
-    if acc.empty:
-        return None
-    panel_keys = [k for k in ("kind", "dataset", "shots") if k in acc.columns]
-    panels = list(acc.groupby(panel_keys, dropna=False, sort=True))[:6]
-    raw = df.assign(accuracy=pd.to_numeric(df["accuracy"], errors="coerce"),
-                    **{xcol: pd.to_numeric(df[xcol], errors="coerce")}).dropna(subset=[xcol, "accuracy"])
-    raw_panels = {_panel_id(k): r for k, r in raw.groupby(panel_keys, dropna=False)}
-    fig = Figure(figsize=(5.2 * len(panels) + 3.2, 4.6), layout="constrained")  # legend on the right
-    axes = fig.subplots(1, len(panels), squeeze=False)[0]
-    colors = model_colors(acc["model"])
-    series = _upstream_keys(acc)
-    for ax, (pkey, sub) in zip(axes, panels):
-        for _, g in _groups(raw_panels.get(_panel_id(pkey), raw.iloc[0:0]), series):
-            if len(g) > 1:  # the seeds apart: the spread behind the median
-                style = upstream_style(g.iloc[0], colors)
-                ax.scatter(g[xcol], 100 * g["accuracy"], s=14, alpha=0.45, zorder=2,
-                           **{**style, "linewidths": 0.6 if "edgecolors" in style else None})
-        for _, g in _groups(sub, series):
-            row = g.iloc[0]
-            style = upstream_style(row, colors)
-            ax.scatter(g[xcol], 100 * g["accuracy"], label=upstream_label(row), zorder=3,
-                       s=90 if style["marker"] == DISTILLED_MARKER else 45, **style)
-        idx = pareto_front(sub[xcol].to_numpy(), sub["accuracy"].to_numpy())
-        if len(idx):
-            fx, fy = sub[xcol].to_numpy()[idx], 100 * sub["accuracy"].to_numpy()[idx]
-            ax.step(fx, fy, where="post", color="black", linewidth=1.2, alpha=0.7, zorder=2)
-            ax.scatter(fx, fy, s=140, facecolors="none", edgecolors="black", linewidths=1.0, zorder=4,
-                       label="Pareto front (not beaten on compute and accuracy)")
-        ax.set_xscale("log")
-        _log_axis(ax.xaxis)
-        ax.set_xlabel("Pre-training compute [exaFLOPs]" + (" (\u2697: incl. teacher forward)"
-                                                            if tables.distilled(sub).any() else ""))
-        ax.set_ylabel("Accuracy [%]" + (" (median over seeds; dots: seeds)" if sub.get("repeats", pd.Series(
-            [1])).max() > 1 else ""))
-        pkey = pkey if isinstance(pkey, tuple) else (pkey,)
-        ax.set_title(" / ".join(f"{k}={_fmt_key(v)}" for k, v in zip(panel_keys, pkey) if pd.notna(v)),
-                     fontsize=10)
-        ax.grid(True, which="both", alpha=0.3)
-    _shared_legend(fig, axes)
     return fig
 
 
@@ -387,53 +318,3 @@ def _infer_speed(df: pd.DataFrame, speed_task: str = "infer") -> pd.DataFrame:
         return pd.DataFrame()
     bench = df[(df["task"] == speed_task) & df["img_per_s"].notna()]
     return tables.peak_throughput(bench) if not bench.empty else pd.DataFrame()
-
-
-def distilled_accuracy_vs_throughput(df: pd.DataFrame) -> Figure | None:
-    """Transfer accuracy (mean over seeds, bar: min..max) vs peak inference throughput (img/s, log), one panel
-    per benchmark: plain and distilled upstreams of each model at the model's measured speed (DeiT Figure 1:
-    distillation buys accuracy at no inference cost). Distilled arms of one model share its speed and are drawn
-    side by side, a few percent apart. None unless some upstream had a teacher and its model's speed was
-    measured at the transfer resolution (task `infer`)."""
-    rows = df[df["kind"].isin(("fewshot", "finetune"))] if "kind" in df.columns else df.iloc[0:0]
-    speed = _infer_speed(df)
-    if rows.empty or speed.empty or "accuracy" not in rows.columns or not tables.distilled(rows).any():
-        return None
-    rows = rows.assign(accuracy=pd.to_numeric(rows["accuracy"], errors="coerce")).dropna(subset=["accuracy"])
-    join = [k for k in ("model", "resolution", "backend", "device") if k in rows.columns and k in speed.columns]
-    best = speed.groupby(join, dropna=False)["img_per_s"].max().rename("infer_img_per_s").reset_index()
-    rows = rows.merge(best, on=join, how="inner")
-    if rows.empty or not tables.distilled(rows).any():
-        return None
-    panel_keys = [k for k in ("kind", "dataset", "shots") if k in rows.columns]
-    panels = list(rows.groupby(panel_keys, dropna=False, sort=True))[:6]
-    fig = Figure(figsize=(5.6 * len(panels) + 3.2, 4.8), layout="constrained")  # legend on the right
-    axes = fig.subplots(1, len(panels), squeeze=False)[0]
-    colors = model_colors(rows["model"])
-    series = _upstream_keys(rows)
-    for ax, (pkey, sub) in zip(axes, panels):
-        pkey = pkey if isinstance(pkey, tuple) else (pkey,)
-        groups = sorted(_groups(sub, series), key=lambda kv: (_ORDER.get(kv[1].iloc[0]["model"], 10_000),
-                                                             tables.distilled(kv[1].iloc[:1]).iloc[0]))
-        arms: dict[str, int] = {}  # upstreams per model: dodged around the model's speed
-        for _, g in groups:
-            row = g.iloc[0]
-            i, k = arms.get(row["model"], 0), sum(1 for _, h in groups if h.iloc[0]["model"] == row["model"])
-            arms[row["model"]] = i + 1
-            x = float(row["infer_img_per_s"]) * DODGE ** (i - (k - 1) / 2)
-            acc = 100 * g["accuracy"]
-            style = upstream_style(row, colors)
-            ax.errorbar([x], [acc.mean()], yerr=[[acc.mean() - acc.min()], [acc.max() - acc.mean()]],
-                        fmt="none", ecolor="0.4", elinewidth=1, capsize=2, zorder=2)
-            ax.scatter([x], [acc.mean()], s=110 if style["marker"] == DISTILLED_MARKER else 50, zorder=3,
-                       label=f"{upstream_label(row)} (n={len(g)})", **style)
-        ax.set_xscale("log")
-        _log_axis(ax.xaxis)
-        ax.set_xlabel(f"Peak inference throughput [img/s] ({_device(sub)}; best batch)\n"
-                      f"(upstreams of one model drawn {DODGE:g}x apart)", fontsize=9)
-        ax.set_ylabel("Accuracy [%] (mean over seeds; bar: min..max)")
-        ax.set_title(" / ".join(f"{k}={_fmt_key(v)}" for k, v in zip(panel_keys, pkey) if pd.notna(v))
-                     + ": distilled (\u2697) and plain", fontsize=10)
-        ax.grid(True, which="both", alpha=0.3)
-    _shared_legend(fig, axes)
-    return fig

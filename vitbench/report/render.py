@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from vitbench.numfmt import fmt
+from vitbench.report.parts import NotDrawn
 
 
 def markdown_table(df: pd.DataFrame) -> str:
@@ -25,13 +26,17 @@ def markdown_table(df: pd.DataFrame) -> str:
 
 
 def write_markdown(path: Path, title: str, meta: list[str], tables: dict[str, tuple[str, pd.DataFrame]],
-                   figures: dict[str, tuple[str, Path]]) -> None:
-    """`tables` and `figures`: name -> (title, table / PNG path), in the order shown."""
+                   figures: dict[str, tuple[str, Path | NotDrawn]],
+                   notes: dict[str, list[str]] | None = None) -> None:
+    """`tables` and `figures`: name -> (title, table / PNG path, or NotDrawn: its reason in the figure's place),
+    in the order shown; `notes`: table name -> lines shown under it (a legend)."""
+    notes = notes or {}
     parts = [f"# {title}\n", *(f"- {m}" for m in meta), ""]
     for name, (heading, png) in figures.items():
-        parts += [f"## {heading}\n", f"![{name}]({Path(png).name})\n"]
-    for heading, df in tables.values():
-        parts += [f"## {heading}\n", markdown_table(df)]
+        parts += [f"## {heading}\n", f"_Not drawn: {png.reason}._\n" if isinstance(png, NotDrawn)
+                  else f"![{name}]({Path(png).name})\n"]
+    for name, (heading, df) in tables.items():
+        parts += [f"## {heading}\n", markdown_table(df), *(f"_{n}_\n" for n in notes.get(name, ()))]
     path.write_text("\n".join(parts))
 
 
@@ -42,7 +47,7 @@ table{border-collapse:collapse;font-size:.82rem;margin:.5rem 0}
 th,td{padding:.25rem .5rem;border-bottom:1px solid #eee}
 th{background:#f6f6f6;text-align:left} td.num{text-align:right;font-variant-numeric:tabular-nums}
 img{max-width:100%;height:auto;border:1px solid #eee} .meta{color:#555;font-size:.85rem}
-.none{color:#888;font-style:italic}
+.none{color:#888;font-style:italic} .note{color:#555;font-size:.82rem;font-style:italic;max-width:1100px}
 """
 
 
@@ -60,16 +65,21 @@ def html_table(df: pd.DataFrame) -> str:
 
 
 def write_html(path: Path, title: str, meta: list[str], tables: dict[str, tuple[str, pd.DataFrame]],
-               figures: dict[str, tuple[str, Path]]) -> None:
-    """One file, no external resources: images are inlined as data: URIs."""
+               figures: dict[str, tuple[str, Path | NotDrawn]], notes: dict[str, list[str]] | None = None) -> None:
+    """One file, no external resources: images are inlined as data: URIs (arguments as write_markdown's)."""
+    notes = notes or {}
     body = [f"<h1>{html.escape(title)}</h1>", '<ul class="meta">',
             *(f"<li>{html.escape(m)}</li>" for m in meta), "</ul>"]
     for name, (heading, png) in figures.items():
-        data = base64.b64encode(Path(png).read_bytes()).decode()
-        body += [f"<h2>{html.escape(heading)}</h2>",
-                 f'<img alt="{html.escape(name)}" src="data:image/png;base64,{data}">']
-    for heading, df in tables.values():
-        body += [f"<h2>{html.escape(heading)}</h2>", html_table(df)]
+        body.append(f"<h2>{html.escape(heading)}</h2>")
+        if isinstance(png, NotDrawn):
+            body.append(f'<p class="note">Not drawn: {html.escape(png.reason)}.</p>')
+        else:
+            data = base64.b64encode(Path(png).read_bytes()).decode()
+            body.append(f'<img alt="{html.escape(name)}" src="data:image/png;base64,{data}">')
+    for name, (heading, df) in tables.items():
+        body += [f"<h2>{html.escape(heading)}</h2>", html_table(df),
+                 *(f'<p class="note">{html.escape(n)}</p>' for n in notes.get(name, ()))]
     page = (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
             f"<style>{_CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
     path.write_text(page)

@@ -3,7 +3,8 @@
 Each function gets the ok rows of the record kinds its report section declares (`ok_rows`; the sections are
 registered beside the tasks, vitbench.tasks.ReportPart). Repeats of a trial collapse into one row: the median
 over repeats of each metric, with `repeats` the count and, for throughput, the min and max over repeats so the
-spread stays visible.
+spread stays visible. Timed rows flagged unstable or co-scheduled are never pooled with clean ones
+(vitbench.report.caveats: a `caveat` column says what each summary row rests on).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import pandas as pd
 
 from vitbench.models.families import family_names
 from vitbench.models.specs import get_spec
+from vitbench.report import caveats
+from vitbench.report.caveats import CAVEAT, OVERLAPPED
 from vitbench.tasks.fields import shared_default
 from vitbench.tasks.upstream import TEACHER_FIELDS  # what tells a distilled upstream apart (absent without one)
 
@@ -28,10 +31,11 @@ def family_of(model: str) -> str:
 
 
 def ok_rows(df: pd.DataFrame, kinds: tuple[str, ...]) -> pd.DataFrame:
-    """The ok rows of `kinds`, with the model's family beside its name."""
+    """The ok rows of `kinds`, with the model's family beside its name and, where some timed row is unstable or
+    co-scheduled, each row's `caveat` (vitbench.report.caveats)."""
     if df.empty or "kind" not in df:
         return df.iloc[0:0]
-    out = df[df["kind"].isin(kinds) & (df["status"] == "ok")].copy()
+    out = caveats.with_caveats(df[df["kind"].isin(kinds) & (df["status"] == "ok")].copy())
     if any(col in out for col in GROUP_DEFAULTS):  # left out of 1-device rows' config (vitbench.tasks.fields)
         for col, default in GROUP_DEFAULTS.items():
             out[col] = out[col].astype(object).where(out[col].notna(), default) if col in out else default
@@ -45,12 +49,14 @@ def _present(df: pd.DataFrame, cols) -> list[str]:
 
 
 def _collapse(df: pd.DataFrame, keys: list[str], metrics: list[str], spread: str | None = None) -> pd.DataFrame:
-    """Median of each metric over repeats per `keys` group; `repeats` = rows in the group."""
+    """Median of each metric over repeats per `keys` group; `repeats` = rows the median is over. Where some row is
+    marked (a `caveat`), a group's clean rows only, else its marked ones, and the group's `caveat` says which."""
     keys = [k for k in keys if k in df.columns]
     metrics = [m for m in metrics if m in df.columns]
     if df.empty or not metrics:
         return pd.DataFrame(columns=[*keys, "repeats", *metrics])
-    df = df.copy()
+    flagged = CAVEAT in df.columns and caveats.marked(df[CAVEAT]).any()
+    df = caveats.split(df, keys) if flagged else df.copy()
     for m in metrics:  # metrics may arrive as object columns (None where a row lacks them)
         if df[m].map(lambda v: isinstance(v, bool)).any():
             df[m] = df[m].map(lambda v: None if v is None else bool(v)).astype("boolean")
@@ -62,6 +68,8 @@ def _collapse(df: pd.DataFrame, keys: list[str], metrics: list[str], spread: str
     if spread and spread in df.columns:
         out[f"{spread}_min"] = g[spread].min()
         out[f"{spread}_max"] = g[spread].max()
+    if flagged:
+        out[CAVEAT] = g[CAVEAT].first()
     out = out.reset_index()
     fam_rank = {f: i for i, f in enumerate(family_names())}  # the registry's order: vit, bit, hybrid, ...
     if "family" in out:
@@ -83,20 +91,32 @@ def throughput(ok: pd.DataFrame) -> pd.DataFrame:
 
 def peak_throughput(ok: pd.DataFrame) -> pd.DataFrame:
     """The best batch size per (model, backend, task, precision, compile, resolution): the paper's 'peak
-    inference speed' (Figure 12, left) picks the fastest batch for each input size."""
+    inference speed' (Figure 12, left) picks the fastest batch for each input size; the fastest of the batches
+    whose value is not marked (vitbench.report.caveats) where there is one."""
     t = throughput(ok)
     if t.empty:
         return t
     keys = [k for k in THROUGHPUT_KEYS if k in t.columns and k != "batch_size"]
-    idx = t.groupby(keys, dropna=False)["img_per_s"].idxmax()
-    return t.loc[idx.dropna().astype(int)].reset_index(drop=True)
+    t = t[t["img_per_s"].notna()]
+    rank = t.assign(_marked=caveats.marked(t[CAVEAT]) if CAVEAT in t else False)
+    rank = rank.sort_values(["_marked", "img_per_s"], ascending=[True, False], kind="stable")
+    best = rank.groupby(keys, dropna=False, sort=False).head(1).index
+    return t.loc[sorted(best)].reset_index(drop=True)
 
 
 def max_batch(ok: pd.DataFrame) -> pd.DataFrame:
+    """The largest batch per configuration (median over repeats); `max_batch` as it reads: '\u2265 N' where the
+    search reached its cap N (`capped` in any repeat: a lower bound, not the largest batch), else N."""
     keys = ["model", "family", "backend", "mode", "device", "devices", "parallelism", "precision", "compile",
             "resolution"]
-    return _collapse(ok, keys, _present(ok, ["max_batch_size", "capped", "peak_mem_mib", "memory_limit_mib",
-                                              "probes", "search_s"]))
+    out = _collapse(ok, keys, _present(ok, ["max_batch_size", "capped", "peak_mem_mib", "memory_limit_mib",
+                                             "probes", "search_s"]))
+    if not out.empty and "max_batch_size" in out:
+        capped = out["capped"].map(caveats.true) if "capped" in out else pd.Series(False, index=out.index)
+        out.insert(out.columns.get_loc("max_batch_size"), "max_batch",
+                   ["" if pd.isna(v) else f"\u2265 {v:g}" if c else f"{v:g}"
+                    for v, c in zip(out["max_batch_size"], capped)])
+    return out
 
 
 def flops(ok: pd.DataFrame) -> pd.DataFrame:
@@ -176,7 +196,8 @@ def backend_pivot(ok: pd.DataFrame) -> pd.DataFrame:
     if t.empty or t["backend"].nunique() < 2:
         return pd.DataFrame()
     keys = [k for k in THROUGHPUT_KEYS if k in t.columns and k != "backend"]
-    p = t.pivot_table(index=keys, columns="backend", values="img_per_s", aggfunc="median", dropna=False)
+    # one value per configuration and backend (the throughput table's): no aggregation happens here
+    p = t.pivot_table(index=keys, columns="backend", values="img_per_s", aggfunc="first", dropna=False)
     p = p.dropna(thresh=2)
     if p.empty:
         return pd.DataFrame()
@@ -187,6 +208,11 @@ def backend_pivot(ok: pd.DataFrame) -> pd.DataFrame:
         for b in backends:
             if b != ref:
                 p[f"{b}_vs_{ref}"] = p[f"img_per_s_{b}"] / p[f"img_per_s_{ref}"]
+    if CAVEAT in t:  # each backend's caveat; a ratio with a marked side is marked (vitbench.report.caveats)
+        c = t.assign(**{CAVEAT: t[CAVEAT].fillna("")}).pivot_table(index=keys, columns="backend", values=CAVEAT,
+                                                                   aggfunc="first", dropna=False)
+        c = c.reindex(index=p.index, columns=backends).fillna("")
+        p[CAVEAT] = [caveats.combine("", **dict(zip(backends, row))) for row in c.itertuples(index=False)]
     return p.reset_index()
 
 
@@ -203,33 +229,40 @@ def failures(df: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
-OVERLAPPED = "runner.overlapped"  # the store's column: other trials that ran on the row's host at the same time
-
-
 def flag_shared_host(df: pd.DataFrame) -> pd.DataFrame:
     """`df` with a `shared_host` column: how many other trials ran on the row's host while it ran
     (vitbench.executors.overlap); a speed measured with company may be shared. 0 where the row says none."""
     out = df.copy()
     col = out[OVERLAPPED] if OVERLAPPED in out else pd.Series([None] * len(out), index=out.index, dtype=object)
-    out["shared_host"] = col.map(_count).astype(int)
+    out["shared_host"] = col.map(lambda v: len(caveats.overlaps(v))).astype(int)
     return out
 
 
-def _count(v) -> int:
-    """Length of a list cell (a list, tuple or array read back from parquet); 0 for a missing one."""
-    return 0 if v is None or isinstance(v, (str, float)) else len(v)
+def _who(o) -> str:
+    """One overlap as the report prints it: this sweep's own trial, or another process's (pid, command, cwd)."""
+    if not isinstance(o, dict):  # a row written before overlaps named their process
+        return f"{o} (origin not recorded)"
+    if o.get("own"):
+        return f"own sweep: {o.get('trial')}"
+    cmd = o.get("cmd") or "?"
+    return (f"another process: {o.get('trial')} (run {o.get('run_id') or '?'}, "
+            f"pid {o.get('launcher_pid') or '?'}: {cmd[:80]}{' ...' if len(cmd) > 80 else ''}; "
+            f"cwd {o.get('cwd') or '?'})")
 
 
 def shared_host(df: pd.DataFrame) -> pd.DataFrame:
-    """ok rows measured while other trials ran on the same host (flagged in the report)."""
+    """ok rows measured while other trials ran on the same host (flagged in the report): how many of this sweep's
+    own trials and of other processes' overlapped each, and which (the first three)."""
     if df.empty or "shared_host" not in df or "status" not in df or OVERLAPPED not in df:
         return pd.DataFrame(columns=["key", "shared_host"])
     rows = df[(df["status"] == "ok") & (df["shared_host"] > 0)]
     cols = [c for c in ("key", "model", "backend", "task", "resolution", "batch_size", "repeat", "runner.host",
                         "shared_host") if c in rows.columns]
     out = rows[cols].copy()
-    out["overlapped"] = rows[OVERLAPPED].map(lambda v: ", ".join(str(x) for x in list(v)[:3])
-                                             + (" ..." if len(v) > 3 else ""))
+    over = rows[OVERLAPPED].map(caveats.overlaps)
+    out["own_sweep"] = over.map(lambda v: sum(1 for o in v if isinstance(o, dict) and o.get("own"))).astype(int)
+    out["other_process"] = (out["shared_host"] - out["own_sweep"]).astype(int)
+    out["overlapped"] = over.map(lambda v: "; ".join(_who(o) for o in v[:3]) + (" ..." if len(v) > 3 else ""))
     return out.reset_index(drop=True)
 
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 from functools import partial
 
 from vitbench.inspect import report as inspect_report
-from vitbench.report import arch, devices, figure13, fit_figures, objectives, plots, tables
-from vitbench.report.parts import Figure, ReportPart, register_report, report_parts
+from vitbench.report import accuracy_plots, arch, devices, figure13, fit_figures, objectives, plots, tables
+from vitbench.report.caveats import CAVEAT
+from vitbench.report.parts import Figure, NotDrawn, ReportPart, register_report, report_parts
 from vitbench.tasks import bench, flops, inspection, max_batch
 from vitbench.tasks.fewshot import Fewshot
 from vitbench.tasks.finetune import Finetune
@@ -17,28 +18,41 @@ DOWNSTREAM = (Fewshot.kind, Finetune.kind)
 PRETRAIN = Pretrain.kind
 __all__ = ["report_parts"]  # every section, the built-in ones registered below included
 
+
+def _fit_figure(make):
+    """A scaling-law figure, or NotDrawn where the rows are too few to fit a law (vitbench.report.fit_figures)."""
+    def draw(df):
+        why = fit_figures.unfit_reason(df)
+        return NotDrawn(why) if why else make(df)
+
+    return draw
+
+
 register_report(ReportPart(
-    "throughput", "Throughput (median over repeats)", (bench.KIND,), tables.throughput,
+    "throughput", "Throughput (median over repeats; min and max over the same repeats)", (bench.KIND,),
+    tables.throughput,
     columns=("model", "backend", "task", "device", "devices", "parallelism", "precision", "compile", "timing",
              "resolution", "batch_size", "repeats", "img_per_s", "img_per_s_min", "img_per_s_max", "step_ms_median",
-             "step_cv", "mfu"),
+             "step_cv", "mfu", CAVEAT),
     figures=(Figure("throughput_vs_resolution", "Throughput vs input size (cf. paper Figure 12, left)",
                     plots.throughput_vs_resolution),),
     order=10))
-register_report(ReportPart("backends", "Backends side by side (img/s)", (bench.KIND,), tables.backend_pivot,
+register_report(ReportPart("backends", "Backends side by side (img/s as in the throughput table: median over "
+                           "repeats; ratio to the default backend)", (bench.KIND,), tables.backend_pivot,
                            order=11))
 register_report(ReportPart(
     "devices", "Throughput across devices (scaling efficiency against the study's 1-device trial)", (bench.KIND,),
     devices.scaling,
     columns=("model", "backend", "task", "device", "devices", "parallelism", "precision", "batch_size",
              "batch_per_device", "repeats", "img_per_s", "img_per_s_per_device", "scaling_efficiency",
-             "speedup_same_global_batch", "mfu"),
+             "speedup_same_global_batch", "mfu", CAVEAT),
     figures=(Figure("throughput_vs_devices", "Throughput vs devices", devices.throughput_vs_devices),
              Figure("efficiency_vs_devices", "Scaling efficiency vs devices", devices.efficiency_vs_devices)),
     order=12))
 register_report(ReportPart(
-    "max_batch", "Largest batch that fits", (max_batch.KIND,), tables.max_batch,
-    columns=("model", "backend", "mode", "precision", "resolution", "max_batch_size", "capped", "peak_mem_mib",
+    "max_batch", "Largest batch that fits (median over repeats; \u2265 N: the search reached its cap N, the "
+    "largest batch is N or more)", (max_batch.KIND,), tables.max_batch,
+    columns=("model", "backend", "mode", "precision", "resolution", "max_batch", "peak_mem_mib",
              "memory_limit_mib"),
     figures=(Figure("max_batch_vs_resolution", "Largest batch vs input size (cf. paper Figure 12, right)",
                     plots.max_batch_vs_resolution),),
@@ -51,20 +65,22 @@ register_report(ReportPart(
                     plots.gflops_vs_throughput, kinds=(bench.KIND, flops.KIND)),),
     order=30))
 register_report(ReportPart(
-    "accuracy", "Transfer accuracy", DOWNSTREAM, tables.accuracy,
+    "accuracy", "Transfer accuracy (median over repeats)", DOWNSTREAM, tables.accuracy,
     figures=(Figure("accuracy_vs_compute", "Accuracy vs pre-training compute, Pareto front (cf. paper Figure 5)",
-                    plots.accuracy_vs_compute),
+                    accuracy_plots.accuracy_vs_compute),
              Figure("fit_curves", "Error vs pre-training compute with fitted scaling laws and their 95 % bands "
-                    "(docs/scaling-laws.md)", fit_figures.fitted_curves),
+                    "(docs/scaling-laws.md)", _fit_figure(fit_figures.fitted_curves)),
              Figure("compute_frontier", "Which model and family is best at each compute budget",
-                    fit_figures.compute_frontier),
+                    _fit_figure(fit_figures.compute_frontier)),
              Figure("throughput_vs_accuracy", "Inference throughput vs accuracy: what accuracy a speed buys "
                     "(cf. DeiT Figure 1)",
                     partial(fit_figures.throughput_vs_accuracy, speed_task=bench.Infer.name),
                     kinds=(bench.KIND, *DOWNSTREAM))),
     order=40))
 register_report(ReportPart(  # accuracy and measured speed side by side (vitbench.report.figure13)
-    "figure13", "Accuracy, compute and measured speed per family (cf. paper Figure 13)",
+    "figure13", "Accuracy, compute and measured speed per family (cf. paper Figure 13): accuracy at each model's "
+    "largest pre-training budget (mean over seeds), peak inference img/s (median over repeats, best batch) at the "
+    "benchmark's input size",
     (bench.KIND, flops.KIND, *DOWNSTREAM), figure13.table,
     figures=(Figure("figure13", "Accuracy vs pre-training compute and vs measured speed; GFLOPs vs measured img/s "
                     "per family and backend (cf. paper Figure 13)", figure13.figure),),
@@ -77,7 +93,7 @@ register_report(ReportPart(
              "teacher_train_accuracy", "teacher_agreement"),
     figures=(Figure("distilled_accuracy_vs_throughput",
                     "Accuracy vs inference throughput, distilled and plain (cf. DeiT Figure 1)",
-                    plots.distilled_accuracy_vs_throughput, kinds=(*DOWNSTREAM, bench.KIND)),),
+                    accuracy_plots.distilled_accuracy_vs_throughput, kinds=(*DOWNSTREAM, bench.KIND)),),
     order=41))
 register_report(ReportPart(
     "objective", "Pre-training objective: transfer accuracy against pre-training compute (cf. paper Sec. 4.6)",

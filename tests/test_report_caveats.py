@@ -1,0 +1,172 @@
+"""The report marks what it cannot vouch for (issue 49): unstable or co-scheduled speeds in every table, ratio and
+figure, never pooled with clean repeats; overlaps that name what overlapped; figures drawn only from enough points
+and numbers that were measured (a 1-device row's own "efficiency", a capped max batch, Figure 13's speeds)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from records import record
+
+from vitbench.report import build_report, figure
+from vitbench.report.caveats import CAVEAT, CAVEAT_LABEL, LEGEND, MARK, calibration_line
+from vitbench.report.parts import NotDrawn
+from vitbench.report.tables import ok_rows, peak_throughput
+from vitbench.store import Store, load
+
+BASE = {"backend": "torch", "task": "infer", "device": "cpu", "precision": "fp32", "compile": False,
+        "resolution": 32, "batch_size": 8}
+OTHER = {"trial": "s/k9", "run_id": "their-run", "own": False, "pid": 4242, "launcher_pid": 4240,
+         "cmd": "vitbench sweep smoke --results /elsewhere", "cwd": "/home/someone"}
+
+
+def _bench(st: Store, model: str, ips: float, unstable: bool = False, repeat: int = 0, overlapped=None, **cfg):
+    cfg = {"model": model, **BASE, **cfg}
+    st.append(record("bench", cfg, metrics={"img_per_s": ips, "unstable": unstable,
+                                            "noise": "CV 0.90 >= 0.10" if unstable else None},
+                     key=f"{model}-{cfg['backend']}-{cfg['resolution']}-{cfg['batch_size']}-{repeat}",
+                     study="s", run_id="r", repeat=repeat, trial=cfg,
+                     runner={"overlapped": overlapped or []}))
+
+
+@pytest.fixture()
+def store(tmp_path):
+    """ViT-Nano/4: two clean repeats (100, 102) and an unstable 900; R-Nano: unstable only; R-Micro: measured
+    while another process's trial ran; Axial: clean on torch, unstable on jax."""
+    with Store(tmp_path / "res") as st:
+        for rep, (ips, bad) in enumerate(((100.0, False), (102.0, False), (900.0, True))):
+            _bench(st, "ViT-Nano/4", ips, bad, rep)
+        for rep in range(2):
+            _bench(st, "R-Nano", 50.0 + rep, True, rep)
+        _bench(st, "R-Micro", 70.0, overlapped=[OTHER, "s/legacy-key"])
+        _bench(st, "ViT-Nano/4", 200.0, backend="jax")
+        _bench(st, "ViT-Nano/4", 999.0, True, batch_size=16)  # faster, but unstable: not the peak
+    return tmp_path / "res"
+
+
+def test_tables_mark_unstable_and_shared_rows_and_never_pool_them_with_clean_ones(store):
+    rep = build_report(store, formats=("md",), plots=False)
+    t = rep.tables["throughput"].set_index(["model", "backend", "batch_size"])
+    nano = t.loc[("ViT-Nano/4", "torch", 8)]
+    # exact: the median of 100 and 102 is their mean, 101, an integer (the unstable 900 is not in it)
+    assert nano["img_per_s"] == 101 and nano["repeats"] == 2 and nano[CAVEAT] == "1 unstable left out"
+    assert nano["img_per_s_max"] == 102  # the spread is the clean repeats' too
+    rnano = t.loc[("R-Nano", "torch", 8)]
+    assert rnano["img_per_s"] == 50.5 and rnano[CAVEAT] == f"{MARK} unstable (2 of 2 rows)"
+    assert t.loc[("R-Micro", "torch", 8)][CAVEAT] == f"{MARK} shared host (1 of 1 rows)"
+    assert t.loc[("ViT-Nano/4", "jax", 8)][CAVEAT] == ""
+    md = (store / "report" / "report.md").read_text()
+    assert f"_{LEGEND}_" in md and md.count(MARK) >= 4
+    assert any("5 ok timed row(s) are flagged" in w for w in rep.warnings)  # 900, 999, R-Nano x2, R-Micro
+
+
+def test_the_peak_is_the_fastest_clean_batch_and_a_ratio_with_a_marked_side_is_marked(store):
+    ok = ok_rows(load(store), ("bench",))
+    peak = peak_throughput(ok).set_index(["model", "backend"])
+    assert peak.loc[("ViT-Nano/4", "torch"), "batch_size"] == 8  # not the unstable 999 img/s at batch 16
+    assert peak.loc[("R-Nano", "torch"), CAVEAT].startswith(MARK)  # no clean batch: the marked one, marked
+    rep = build_report(store, formats=("csv",), plots=False)
+    piv = rep.tables["backends"].set_index(["model", "batch_size"])
+    row = piv.loc[("ViT-Nano/4", 8)]
+    assert row["jax_vs_torch"] == 200 / 101 and row[CAVEAT] == "torch: 1 unstable left out"  # clean both sides
+    with Store(store) as st:  # the jax side measured while unstable only: the ratio is marked, naming the side
+        _bench(st, "R-Nano", 40.0, True, backend="jax")
+    piv = build_report(store, formats=("csv",), plots=False).tables["backends"].set_index("model")
+    assert piv.loc["R-Nano", CAVEAT] == f"{MARK} jax: unstable (1 of 1 rows); torch: unstable (2 of 2 rows)"
+
+
+def test_figures_ring_marked_speeds_and_say_so_in_the_legend(store):
+    df = load(store)
+    fig = figure("throughput_vs_resolution", df)
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert CAVEAT_LABEL in labels
+    rings = [c for c in fig.axes[0].collections if c.get_label() != CAVEAT_LABEL
+             and len(c.get_offsets()) and np.allclose(c.get_edgecolor()[0][:3], (1, 0, 0))]
+    ringed = sorted(float(y) for c in rings for _, y in c.get_offsets())
+    assert ringed == [50.5, 70.0]  # R-Nano (unstable) and R-Micro (shared host); ViT-Nano/4's clean peak not
+    clean = df[(df["model"] == "ViT-Nano/4") & ~df["unstable"].astype(bool)]
+    fig = figure("throughput_vs_resolution", clean)
+    assert CAVEAT_LABEL not in [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+
+
+def test_the_shared_host_table_names_own_trials_and_other_processes(store, tmp_path):
+    with Store(store) as st:
+        _bench(st, "R-Micro", 70.0, repeat=1, overlapped=[{**OTHER, "own": True, "trial": "s/mine"}])
+    rep = build_report(store, formats=("md",), plots=False)
+    t = rep.tables["shared_host"].set_index("repeat")
+    assert list(t.loc[0, ["shared_host", "own_sweep", "other_process"]]) == [2, 0, 2]
+    assert t.loc[0, "overlapped"] == ("another process: s/k9 (run their-run, pid 4240: vitbench sweep smoke "
+                                      "--results /elsewhere; cwd /home/someone); "
+                                      "s/legacy-key (origin not recorded)")
+    assert list(t.loc[1, ["own_sweep", "other_process"]]) == [1, 0]
+    assert t.loc[1, "overlapped"] == "own sweep: s/mine"
+
+
+def test_calibration_line_leaves_busy_runs_out_and_marks_an_all_busy_one():
+    cal = pd.DataFrame({"matmul_tflops_per_s": [1.0, 3.0, 0.2], "other_load_cores": [0.1, 0.2, 1.5]})
+    assert calibration_line(cal) == ("calibration (dense matmul, 2 run(s)): median 2 TFLOP/s, range 1 to 3; "
+                                     "1 run(s) measured while other processes used >= 0.5 cores left out")
+    assert calibration_line(cal.iloc[2:]).startswith(f"{MARK} calibration (dense matmul, 1 run(s)): median 0.2")
+    assert "left out" not in calibration_line(cal.iloc[:2]) and MARK not in calibration_line(cal.iloc[:2])
+
+
+# ---- figures from enough points, numbers that were measured ----------------------------------------------------
+def test_a_fit_figure_from_one_point_is_a_note_not_a_fit(tmp_path):
+    with Store(tmp_path) as st:
+        cfg = {"model": "ViT-Nano/4", "backend": "torch", "task": "fewshot", "dataset": "digits", "shots": 10}
+        st.append(record("fewshot", cfg, metrics={"accuracy": 0.6, "pretrain_exaflops": 1e-6}, key="k",
+                         study="s", run_id="r", trial=cfg))
+    drawn = figure("fit_curves", load(tmp_path))
+    assert isinstance(drawn, NotDrawn) and "1 point(s): too few to fit a law" in drawn.reason
+    rep = build_report(tmp_path, tmp_path / "out", formats=("md",))
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "fit_curves" not in rep.figures and not (tmp_path / "out" / "fit_curves.png").exists()
+    assert rep.not_drawn["fit_curves"] == drawn.reason
+    assert "_Not drawn: 1 group(s) of at most 1 point(s): too few to fit a law" in md
+
+
+def test_figure13_shows_the_peak_speed_at_the_benchmark_resolution_and_the_accuracy():
+    from vitbench.report import figure13
+
+    rows = [dict(kind="fewshot", model="ViT-Nano/4", resolution=32, accuracy=acc, pretrain_exaflops=1e-6,
+                 shots=10, backend="torch", seed=seed) for seed, acc in ((0, 0.5), (1, 0.7))]
+    for batch, ips in ((4, 100.0), (16, 300.0)):  # best batch 16: 300, never their mean 200
+        rows.append(dict(kind="bench", task="infer", model="ViT-Nano/4", resolution=32, backend="torch",
+                         batch_size=batch, img_per_s=ips))
+    rows.append(dict(kind="bench", task="infer", model="ViT-Nano/4", resolution=64, backend="torch", batch_size=4,
+                     img_per_s=50.0))  # another input size than the benchmark's: not its speed
+    t = figure13.table(pd.DataFrame(rows))
+    assert len(t) == 1
+    r = t.iloc[0]
+    # exact: 300 is a stored value; the mean of 0.5 and 0.7 is one addition and one halving
+    assert r["img_per_s"] == 300.0 and r["batch_size"] == 16 and r["resolution"] == 32
+    assert r["accuracy"] == (0.5 + 0.7) / 2 and r["seeds"] == 2 and r["benchmark"] == "fewshot 10-shot"
+    other = pd.DataFrame([{**x, "resolution": 128} if x["kind"] == "fewshot" else x for x in rows])
+    assert figure13.table(other).empty  # the benchmark's input size was never timed: no speed is guessed
+
+
+def test_a_capped_max_batch_reads_as_a_lower_bound(tmp_path):
+    with Store(tmp_path) as st:
+        for res, size, capped in ((32, 4096, True), (64, 1024, False)):
+            cfg = {"model": "ViT-Nano/4", "backend": "torch", "task": "max_batch", "device": "cpu",
+                   "resolution": res, "precision": "fp32", "mode": "infer"}
+            st.append(record("max_batch", cfg, metrics={"max_batch_size": size, "capped": capped}, key=f"k{res}",
+                             study="s", run_id="r", trial=cfg))
+    rep = build_report(tmp_path, tmp_path / "out", formats=("md",))
+    assert list(rep.tables["max_batch"]["max_batch"]) == ["\u2265 4096", "1024"]
+    fig = figure("max_batch_vs_resolution", load(tmp_path))
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert "\u22654096" in texts and not any("1024" in t for t in texts)
+    assert any(t.get_text().startswith("\u2265 N") for t in fig.axes[0].get_legend().get_texts())
+
+
+def test_overlaps_round_trip_through_the_store_as_the_report_reads_them(tmp_path):
+    """A row's overlaps are JSON in the store; the report's trials files keep them whole."""
+    with Store(tmp_path) as st:
+        _bench(st, "R-Micro", 70.0, overlapped=[OTHER])
+    build_report(tmp_path, tmp_path / "out", formats=("csv",), plots=False)
+    trials = pd.read_csv(tmp_path / "out" / "trials.csv")
+    assert json.loads(trials.loc[0, "runner.overlapped"]) == [OTHER] and trials.loc[0, "shared_host"] == 1

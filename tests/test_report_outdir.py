@@ -1,0 +1,150 @@
+"""The report writes only files it wrote itself and can prove it (issue 50): the folder's manifest holds each
+file's hash; a file of anyone else's is never overwritten, moved or removed, a folder holding such files is refused
+unless allowed, and a dead report's staging folder is cleaned up (vitbench.report.outdir)."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import subprocess
+import sys
+
+import pytest
+from test_report import make_results
+
+from vitbench.errors import ConfigError
+from vitbench.report import build_report
+from vitbench.report.outdir import LOCK, MANIFEST, STAGING
+
+
+@pytest.fixture(scope="module")
+def res(tmp_path_factory):
+    path = tmp_path_factory.mktemp("outdir") / "res"
+    make_results(path)
+    return path
+
+
+def _report(res, out, **kw):
+    return build_report(res, out, formats=("md", "csv"), plots=False, **kw)
+
+
+def _snapshot(d):
+    return {p.name: p.read_bytes() for p in d.iterdir() if p.is_file()}
+
+
+def test_a_users_report_md_is_never_overwritten_even_when_other_files_are_allowed(res, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "report.md").write_text("my notes")
+    (out / "trials.csv").write_text("my,table\n")
+    for allow in (False, True):
+        with pytest.raises(ConfigError, match="report.md") as e:
+            _report(res, out, allow_other_files=allow)
+        assert "nothing was written" in str(e.value)
+        assert _snapshot(out) == {"report.md": b"my notes", "trials.csv": b"my,table\n"}
+        assert sorted(p.name for p in out.iterdir()) == ["report.md", "trials.csv"]  # no manifest, no staging
+
+
+def test_other_files_refuse_the_folder_unless_allowed_and_are_left_alone(res, tmp_path, cli):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    r = cli("report", res, "--out", out, "--format", "md", "--no-plots")
+    assert r.exit_code == 2 and "notes.txt" in r.output and "--allow-other-files" in r.output, r.output
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+    r = cli("report", res, "--out", out, "--format", "md", "--no-plots", "--allow-other-files")
+    assert r.exit_code == 0, r.output
+    assert (out / "notes.txt").read_text() == "mine" and (out / "report.md").is_file()
+    manifest = json.loads((out / MANIFEST).read_text())
+    assert set(manifest["files"]) == {"report.md"} and len(manifest["files"]["report.md"]["sha256"]) == 64
+
+
+def test_a_report_file_changed_since_becomes_the_users(res, tmp_path):
+    out = tmp_path / "out"
+    _report(res, out)
+    _report(res, out)  # its own files: rewritten without a word
+    (out / "throughput.csv").write_text("edited by hand\n")
+    with pytest.raises(ConfigError, match="throughput.csv"):
+        _report(res, out)
+    assert (out / "throughput.csv").read_text() == "edited by hand\n"
+    with pytest.raises(ConfigError, match="throughput.csv"):
+        _report(res, out, allow_other_files=True)
+    (out / "throughput.csv").unlink()
+    build_report(res, out, formats=("md",), plots=False)  # no csv now: its earlier csv files go, proven ones only
+    assert sorted(p.name for p in out.iterdir()) == [MANIFEST, "report.md"]
+
+
+def test_a_forged_manifest_proves_nothing(res, tmp_path):
+    """A manifest naming a store file, a path outside, or a file with another hash removes nothing."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "results.jsonl").write_text("{}\n")
+    (tmp_path / "outside.md").write_text("outside")
+    (out / "status.csv").write_text("user's")
+    files = {n: {"size": 1, "sha256": "0" * 64} for n in ("results.jsonl", "../outside.md", "status.csv")}
+    (out / MANIFEST).write_text(json.dumps({"format": "vitbench report manifest 1", "files": files}))
+    with pytest.raises(ConfigError, match="results.jsonl"):
+        _report(res, out)
+    with pytest.raises(ConfigError, match="status.csv"):  # its name is the report's, its bytes are not
+        _report(res, out, allow_other_files=True)
+    (out / "status.csv").unlink()
+    _report(res, out, allow_other_files=True)
+    assert (out / "results.jsonl").read_text() == "{}\n" and (tmp_path / "outside.md").read_text() == "outside"
+
+
+def test_an_older_vitbench_manifest_of_names_proves_nothing(res, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "report.md").write_text("from an older vitbench, or the user's: nothing says which")
+    (out / MANIFEST).write_text(json.dumps(["report.md"]))
+    with pytest.raises(ConfigError, match="report.md"):
+        _report(res, out)
+    assert (out / "report.md").read_text().startswith("from an older")
+
+
+def test_a_link_named_like_a_report_file_is_not_followed(res, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    target = tmp_path / "precious.md"
+    target.write_text("precious")
+    (out / "report.md").symlink_to(target)
+    with pytest.raises(ConfigError, match="report.md"):
+        _report(res, out, allow_other_files=True)
+    assert target.read_text() == "precious" and (out / "report.md").is_symlink()
+
+
+def test_the_store_folder_as_out_is_refused_unless_allowed_and_its_files_are_kept(tmp_path):
+    make_results(tmp_path / "res")
+    before = (tmp_path / "res" / "results.jsonl").read_bytes()
+    with pytest.raises(ConfigError, match="results.jsonl"):
+        _report(tmp_path / "res", tmp_path / "res")
+    _report(tmp_path / "res", tmp_path / "res", allow_other_files=True)
+    _report(tmp_path / "res", tmp_path / "res", allow_other_files=True)
+    assert (tmp_path / "res" / "results.jsonl").read_bytes() == before
+
+
+def test_a_dead_reports_staging_folder_is_removed_a_live_ones_kept(res, tmp_path):
+    out = tmp_path / "out"
+    _report(res, out)
+    dead = out / f"{STAGING}dead"
+    dead.mkdir()
+    (dead / LOCK).touch()
+    (dead / "report.md").write_text("half")
+    live = out / f"{STAGING}live"
+    live.mkdir()
+    (live / LOCK).touch()
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1]); "
+                               "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(120)",
+                               str(live / LOCK)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        _report(res, out)
+        assert not dead.exists() and live.is_dir()  # another report still running there
+        with open(live / LOCK) as f:  # (the test's own check that the holder kept it)
+            with pytest.raises(OSError):
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    finally:
+        holder.kill()
+        holder.wait()
+    _report(res, out)
+    assert not live.exists() and not [p for p in out.iterdir() if p.name.startswith(STAGING)]

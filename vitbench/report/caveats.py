@@ -1,0 +1,149 @@
+"""Which measurements the report marks, and how marked rows enter its summaries (tables, plots, ratios).
+
+A timed row (one that carries the `unstable` flag, vitbench.measure.throughput) is *marked* when
+- its own noise flags say it may be unstable (`unstable`; `noise` says why: the samples' CV, other processes'
+  CPU load during the timed steps, few or short samples, the GPU slowing down), or
+- other trials ran on its host while it ran (`runner.overlapped`, vitbench.executors.overlap): co-scheduled,
+  its speed may be shared.
+
+A summary never mixes marked and clean rows silently: a group (one configuration's repeats) that has a clean row
+is summarised from its clean rows only and says how many marked rows it left out; a group of marked rows only is
+summarised from them, and its value is marked. The `caveat` column says which, in every table whose rows have
+one (empty where nothing is marked); MARK starts the caveat of a marked value; plots ring marked values red
+(`mark_caveats`, with `caveat_legend_entry`) and LEGEND is the line under a table that explains its caveats.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+CAVEAT = "caveat"  # the column: per trial row, and per summary row
+MARK = "\u26a0"  # starts a marked value's caveat: the value rests on unstable or co-scheduled rows only
+UNSTABLE = "unstable"
+SHARED = "shared host"
+OVERLAPPED = "runner.overlapped"  # the store's column: other trials that ran on the row's host at the same time
+LEGEND = (f"{MARK} in caveat: the value rests only on rows flagged unstable (their `noise`: CV >= 0.10, other "
+          "processes' load, few or short samples, the GPU slowing down) or measured while other trials ran on "
+          "the same host (shared host): read it as a rough figure, not a measurement to compare; 'N ... left "
+          "out': the value is the clean repeats' and N flagged ones were not used. A ratio is marked when "
+          "either side is.")
+
+
+def overlaps(v) -> list:
+    """A row's `runner.overlapped` cell as a list (a list, tuple or array from parquet; [] if missing)."""
+    return [] if v is None or isinstance(v, (str, float)) else list(v)
+
+
+CAVEAT_STYLE = {"marker": "o", "facecolors": "none", "edgecolors": "red", "linewidths": 1.4}
+CAVEAT_LABEL = "red ring: unstable or shared-host speed (tables: caveat)"
+
+
+def mark_caveats(ax, x, y, size: float = 170) -> bool:
+    """Ring the points (x, y) red: speeds whose value rests on unstable or co-scheduled rows only. True when some
+    point was ringed (the panel's legend then needs `caveat_legend_entry`)."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    if x.size == 0:
+        return False
+    ax.scatter(x, y, s=size, zorder=5, **CAVEAT_STYLE)
+    return True
+
+
+def caveat_legend_entry(ax) -> None:
+    ax.scatter([], [], s=90, label=CAVEAT_LABEL, **CAVEAT_STYLE)
+
+
+def true(v) -> bool:
+    """A flag cell read back from JSON or parquet (bool, numpy bool, 0/1, missing) as a bool."""
+    return isinstance(v, (bool, np.bool_, int, float, np.integer, np.floating)) and v == v and bool(v)
+
+
+def row_caveats(df: pd.DataFrame) -> pd.Series:
+    """Per row: '' (clean, or not a timed row), or the reasons it is marked ('unstable', 'shared host', both)."""
+    timed = df["unstable"].notna() if "unstable" in df else pd.Series(False, index=df.index)
+    unstable = df["unstable"].map(true) if "unstable" in df else pd.Series(False, index=df.index)
+    shared = df[OVERLAPPED].map(lambda v: len(overlaps(v)) > 0) if OVERLAPPED in df \
+        else pd.Series(False, index=df.index)
+    reasons = [", ".join(r for r, on in ((UNSTABLE, u), (SHARED, s)) if on) if t else ""
+               for t, u, s in zip(timed, unstable, shared)]
+    return pd.Series(reasons, index=df.index, dtype=object)
+
+
+def with_caveats(df: pd.DataFrame) -> pd.DataFrame:
+    """`df` with the per-row `caveat` column (MARK and the reasons, or '') when some row is marked."""
+    reasons = row_caveats(df)
+    if not (reasons != "").any():
+        return df
+    return df.assign(**{CAVEAT: reasons.map(lambda r: f"{MARK} {r}" if r else "")})
+
+
+def marked(caveat: pd.Series) -> pd.Series:
+    """Whether each caveat marks its value (MARK first), as a boolean Series."""
+    return caveat.fillna("").astype(str).str.startswith(MARK)
+
+
+def split(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """The rows a summary by `keys` uses, their `caveat` now their group's: a group with a clean row uses its
+    clean rows ('' or 'N unstable left out'); a group of marked rows only uses them all and is marked."""
+    flagged = marked(df[CAVEAT])
+    gid = df.groupby(keys, dropna=False, sort=False).ngroup() if keys else pd.Series(0, index=df.index)
+    has_clean = (~flagged).groupby(gid).transform("any")
+    text = {}
+    for g, rows in df.groupby(gid, sort=False):
+        out = flagged[rows.index]
+        reasons = _reasons(rows.loc[out, CAVEAT])
+        if not has_clean[rows.index].iloc[0]:
+            text[g] = f"{MARK} {reasons} ({len(rows)} of {len(rows)} rows)"
+        else:
+            text[g] = f"{int(out.sum())} {reasons} left out" if out.any() else ""
+    return df[~flagged | ~has_clean].assign(**{CAVEAT: gid.map(text)})
+
+
+def _reasons(caveats: pd.Series) -> str:
+    """The distinct reasons in marked caveats ('unstable', 'shared host' or both), in that order."""
+    seen = {r.strip() for c in caveats for r in str(c).removeprefix(MARK).split(",") if r.strip()}
+    return ", ".join(r for r in (UNSTABLE, SHARED) if r in seen) or UNSTABLE
+
+
+def combine(own: str, **others: str) -> str:
+    """One caveat for a value computed from several summaries (a ratio): marked when any part is, naming the
+    other parts (`others`: name -> that part's caveat)."""
+    def bare(c: str) -> str:
+        return c.removeprefix(MARK).strip()
+
+    parts = [bare(own)] if own else []
+    parts += [f"{name}: {bare(c)}" for name, c in others.items() if isinstance(c, str) and c]
+    any_marked = any(isinstance(c, str) and c.startswith(MARK) for c in (own, *others.values()))
+    return f"{MARK} {'; '.join(parts)}" if any_marked else "; ".join(parts)
+
+
+def marked_rows(df: pd.DataFrame) -> int:
+    """How many ok rows of `df` (the trials) are marked."""
+    ok = df[df["status"] == "ok"] if "status" in df else df.iloc[0:0]
+    return int((row_caveats(ok) != "").sum())
+
+
+def calibration_line(cal: pd.DataFrame | None) -> str | None:
+    """The report's line on the run's calibration rows (dense matmul TFLOP/s): their median and range, over the
+    runs measured while other processes left the machine alone where there are such runs (vitbench.measure.load:
+    BUSY_CORES), saying how many busy runs were left out; marked when every run was busy."""
+    from vitbench.measure.load import BUSY_CORES
+
+    if cal is None or cal.empty or "matmul_tflops_per_s" not in cal:
+        return None
+    c = cal.assign(v=pd.to_numeric(cal["matmul_tflops_per_s"], errors="coerce")).dropna(subset=["v"])
+    if c.empty:
+        return None
+    load = pd.to_numeric(c["other_load_cores"], errors="coerce") if "other_load_cores" in c else None
+    busy = (load >= BUSY_CORES) if load is not None else pd.Series(False, index=c.index)
+    used = c[~busy] if (~busy).any() else c
+    vals = used["v"]
+    line = (f"calibration (dense matmul, {len(vals)} run(s)): median {vals.median():.4g} TFLOP/s, "
+            f"range {vals.min():.4g} to {vals.max():.4g}")
+    if busy.all():
+        return (f"{MARK} {line}; every run shared the machine (other processes used >= {BUSY_CORES:g} cores "
+                "meanwhile)")
+    if busy.any():
+        return (f"{line}; {int(busy.sum())} run(s) measured while other processes used >= {BUSY_CORES:g} cores "
+                "left out")
+    return line

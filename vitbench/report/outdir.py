@@ -1,0 +1,195 @@
+"""Where `vitbench report` writes: only files it wrote itself and can prove it did.
+
+The proof is the folder's manifest (MANIFEST, written last by every report): each file the report wrote there,
+with its size and SHA-256. A file is the report's own when the manifest names it, it is a plain file (not a link)
+with one of the report's suffixes (SUFFIXES: never a store's .jsonl) and its bytes still hash to what the report
+wrote. Anything else in the folder is another's: a file of the user's, a report file changed since (then it is
+the user's), a file listed by an older vitbench's manifest (a bare list of names, no hashes: nothing proves it),
+a store file, a folder. Then:
+- a file of another's is never overwritten, moved or removed; a report file name taken by one stops the report
+  before anything is written (ConfigError, exit 2, naming it);
+- a folder holding files of another's is refused, unless the caller allows them (`allow_other`, the command's
+  `--allow-other-files`): the report is then written beside them;
+- the files the previous report wrote and this one does not are removed, those it can prove only.
+
+Staging: the files are rendered into a staging folder inside the output folder (STAGING + a random part), then
+moved into place one rename each (a new name with a link that fails if the name was taken meanwhile). The
+staging folder holds LOCK, which its report keeps locked (flock) until it ends; the kernel drops the lock when a
+report dies, so a staging folder whose LOCK nobody holds is a dead report's leftover, and the next report into
+the folder removes it (a live one, another report still running, is left alone).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import stat
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from vitbench.errors import ConfigError
+
+MANIFEST = ".vitbench-report.json"
+STAGING = ".vitbench-report-staging-"  # prefix of a report's staging folder in the output folder
+LOCK = ".lock"  # in a staging folder: held (flock) by its report while it runs
+SUFFIXES = (".md", ".html", ".csv", ".parquet", ".png", ".svg")  # every file a report writes ends so
+_MANIFEST_FORMAT = "vitbench report manifest 1"
+_SHOWN = 5  # other files named in a refusal
+
+
+def digest(path: Path) -> tuple[int, str] | None:
+    """(size, SHA-256) of the plain file at `path`, read without following a link; None for anything else."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        h, size = hashlib.sha256(), 0
+        while chunk := os.read(fd, 1 << 20):
+            h.update(chunk)
+            size += len(chunk)
+        return size, h.hexdigest()
+    finally:
+        os.close(fd)
+
+
+def _read_manifest(out: Path) -> tuple[dict[str, dict], bool]:
+    """(name -> {size, sha256} of the files the last report wrote, whether MANIFEST is a report's own: this format
+    or an older vitbench's list of names). A manifest that is neither is another's file."""
+    p = out / MANIFEST
+    if not p.exists() and not p.is_symlink():
+        return {}, True
+    if p.is_symlink() or not p.is_file():
+        return {}, False
+    try:
+        doc = json.loads(p.read_text())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return {}, False
+    if isinstance(doc, list) and all(isinstance(n, str) for n in doc):
+        return {}, True  # an older vitbench's: it names its files but proves none of them
+    if not isinstance(doc, dict) or doc.get("format") != _MANIFEST_FORMAT \
+            or not isinstance(doc.get("files"), dict):
+        return {}, False
+    files = {n: e for n, e in doc["files"].items()
+             if _plain_name(n) and isinstance(e, dict) and isinstance(e.get("sha256"), str)}
+    return files, True
+
+
+def _plain_name(name: str) -> bool:
+    return name == Path(name).name and name not in ("", ".", "..") and name.endswith(SUFFIXES)
+
+
+class OutputFolder:
+    """The report's output folder, read once before the report is rendered (`check`), then written (`publish`)."""
+
+    def __init__(self, out: Path, allow_other: bool = False):
+        self.out = out
+        self.allow_other = allow_other
+        self.written, manifest_ours = _read_manifest(out)
+        self.own: set[str] = {MANIFEST} if manifest_ours else set()
+        self.own |= {n for n, e in self.written.items() if digest(out / n) == (e.get("size"), e["sha256"])}
+        self.others: list[str] = []
+
+    def check(self) -> None:
+        """Remove dead reports' staging folders; refuse a folder holding other files unless they are allowed."""
+        self.others = []
+        for entry in sorted(self.out.iterdir(), key=lambda p: p.name):
+            if entry.name.startswith(STAGING) and _staging(entry):
+                if not _in_use(entry):
+                    shutil.rmtree(entry, ignore_errors=True)  # a dead report's leftover
+                continue
+            if entry.name not in self.own:
+                self.others.append(entry.name)
+        if self.others and not self.allow_other:
+            raise ConfigError(
+                f"report directory {str(self.out)!r} holds {len(self.others)} file(s) no report can prove it "
+                f"wrote ({_names(self.others)}): nothing was written; give an empty or new --out, or pass "
+                "--allow-other-files to write the report beside them (they are never touched)")
+
+    @contextlib.contextmanager
+    def staging(self) -> Iterator[Path]:
+        """A staging folder inside the output folder, locked while the block runs, removed after it."""
+        try:
+            stage = Path(tempfile.mkdtemp(dir=self.out, prefix=STAGING))
+        except OSError as e:
+            raise ConfigError(f"report directory {str(self.out)!r} is not writable: {e.strerror or e}") from None
+        try:
+            with open(stage / LOCK, "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                yield stage
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
+
+    def publish(self, stage: Path, names: list[str]) -> None:
+        """Move the staged files `names` into the folder, remove the previous report's files this one does not
+        write (those it can prove), and record what was written in MANIFEST (moved in last)."""
+        taken = [n for n in names if n not in self.own and (os.path.lexists(self.out / n))]
+        if taken:
+            raise ConfigError(f"report directory {str(self.out)!r}: {_names(taken)} not written by a report (or "
+                              "changed since): nothing was written; move it away or give another --out")
+        bad = [n for n in names if not _plain_name(n)]
+        if bad:  # a section's name that would not read back as the report's (vitbench.report.parts)
+            raise ConfigError(f"report file name(s) {_names(bad)}: a report writes only "
+                              f"{', '.join(SUFFIXES)} files")
+        files = {}
+        for n in names:
+            size, sha = digest(stage / n)
+            files[n] = {"size": size, "sha256": sha}
+        (stage / MANIFEST).write_text(json.dumps({"format": _MANIFEST_FORMAT, "files": files}, indent=1,
+                                                 sort_keys=True) + "\n")
+        for n in names:
+            _move(stage / n, self.out / n, replace=n in self.own)
+        for n in set(self.written) - set(names):
+            if n in self.own:  # proven: still the bytes a report wrote
+                (self.out / n).unlink(missing_ok=True)
+        _move(stage / MANIFEST, self.out / MANIFEST, replace=MANIFEST in self.own)
+        self.written, self.own = files, {MANIFEST, *names}
+
+
+def _move(src: Path, dst: Path, replace: bool) -> None:
+    """Rename `src` to `dst`: over the report's own file (`replace`), else only if the name is still free."""
+    if replace:
+        os.replace(src, dst)
+        return
+    try:
+        os.link(src, dst)  # fails if the name was taken since the check: never over another's file
+    except FileExistsError:
+        raise ConfigError(f"report file {str(dst)!r} appeared while the report was written: left as it is; "
+                          "run the report again") from None
+    except OSError:  # a file system without hard links
+        if os.path.lexists(dst):
+            raise ConfigError(f"report file {str(dst)!r} appeared while the report was written: left as it is; "
+                              "run the report again") from None
+        os.rename(src, dst)
+        return
+    src.unlink()
+
+
+def _staging(entry: Path) -> bool:
+    """Whether `entry` is a report's staging folder (its LOCK inside), not a folder someone named alike."""
+    return entry.is_dir() and not entry.is_symlink() and (entry / LOCK).is_file()
+
+
+def _in_use(stage: Path) -> bool:
+    """Whether a report still holds the staging folder's lock (a running report, here or on another host)."""
+    try:
+        with open(stage / LOCK) as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                return True
+            fcntl.flock(f, fcntl.LOCK_UN)
+            return False
+    except OSError:
+        return True  # cannot tell: leave it
+
+
+def _names(names: list[str]) -> str:
+    return ", ".join(names[:_SHOWN]) + (f" and {len(names) - _SHOWN} more" if len(names) > _SHOWN else "")
