@@ -68,24 +68,83 @@ class ArrayPool:
         return f"image {i}"
 
 
+def regular_file(p: Path) -> bool:
+    """Whether `p` is a regular file (links followed): not a directory, FIFO, socket or device, which a reader
+    opening it could block on for ever (a FIFO without a writer), nor missing or past the name-length limit."""
+    import stat
+
+    try:
+        return stat.S_ISREG(p.stat().st_mode)
+    except OSError:
+        return False
+
+
 def _opened(data: bytes | Path):
     import io
 
     from PIL import Image
 
+    if isinstance(data, Path) and not regular_file(data) and data.exists():  # (a missing one: PIL's own error)
+        raise OSError("not a regular file (a directory, FIFO, socket or device): not opened")
     return Image.open(data if isinstance(data, Path) else io.BytesIO(data))
 
 
-def decode_bytes(data: bytes | Path, origin: str) -> np.ndarray:
-    """An encoded image (PNG, JPEG: a file path or its bytes) as uint8 RGB (H, W, 3); CorruptImage naming
-    `origin` when it does not decode whole (PIL raises on a truncated file once the pixels are loaded)."""
-    from PIL import UnidentifiedImageError
+def _refusal(e: Exception) -> str:
+    """Why PIL would not decode a file, for CorruptImage. Its pixel-count guard (DecompressionBombError: more
+    than 2 x Image.MAX_IMAGE_PIXELS, ~179 M pixels, refused by `Image.open` before any pixel is read) says so."""
+    from PIL import Image
 
+    if isinstance(e, Image.DecompressionBombError):
+        return f"{str(e).rstrip('.')}: refused by PIL's decompression-bomb guard (Image.MAX_IMAGE_PIXELS)"
+    return str(e) or type(e).__name__
+
+
+# Modes whose samples do not fit uint8 (PIL's `convert("RGB")` would clip them to 0..255, not scale them): decoded
+# to float32 in [0, 1] from their own range instead (Pillow's modes: pillow.readthedocs.io, "Concepts: Modes").
+SIXTEEN_BIT_MODES = ("I;16", "I;16L", "I;16B", "I;16N")  # unsigned 16-bit: 0..65535
+INT32_MODE, FLOAT_MODE = "I", "F"  # 32-bit signed integer; 32-bit float
+
+
+def _deep_values(a: np.ndarray, mode: str, fmt: str | None, origin: str) -> np.ndarray:
+    """A 16-bit, 32-bit integer or float image's samples as float32 (H, W, 1) in [0, 1]: 16-bit over 65535 (a PNG
+    opened in mode I is 16-bit grey too: PNG has no deeper samples); a float image as it is, when its values lie
+    in [0, 1]. Anything else has no known scale: CorruptImage naming the file and its range."""
+    if mode in SIXTEEN_BIT_MODES or (mode == INT32_MODE and fmt == "PNG"):
+        if a.size and (a.min() < 0 or a.max() > 65535):
+            raise CorruptImage(origin, f"16-bit samples outside 0..65535 ({a.min()}..{a.max()})")
+        return (a.astype(np.float32) / 65535.0)[..., None]
+    if mode == FLOAT_MODE:
+        finite = bool(np.isfinite(a).all())
+        if not finite or a.size and (a.min() < 0 or a.max() > 1):
+            got = "non-finite values" if not finite else f"values {a.min():g}..{a.max():g}"
+            raise CorruptImage(origin, f"a float image ({mode}) with {got}; float images are read as values in "
+                               "[0, 1]: store 8- or 16-bit integers instead")
+        return a.astype(np.float32)[..., None]
+    raise CorruptImage(origin, f"{fmt or 'an'} image of 32-bit integer samples (mode {mode}): their scale is not "
+                       "known; store 8- or 16-bit samples instead")
+
+
+def decode_bytes(data: bytes | Path, origin: str) -> np.ndarray:
+    """An encoded image (PNG, JPEG, any format PIL opens: a file path or its bytes) at the values it holds: uint8
+    RGB (H, W, 3) for 8-bit modes (grey, palette, CMYK, YCbCr, LAB, HSV converted by PIL; alpha dropped, as the
+    paper's `decode_image(channels=3)`), float32 (H, W, 1) in [0, 1] for 16-bit grey and [0, 1] float images
+    (`_deep_values`). CorruptImage naming `origin` when it does not decode whole (PIL raises on a truncated file
+    once the pixels are loaded), when PIL's pixel-count guard refuses it, or when its values have no known scale.
+    (Pillow reads a 16-bit RGB PNG as 8-bit RGB: each sample's high byte, within one 8-bit level of its value.)"""
     try:
         with _opened(data) as im:
-            return np.asarray(im.convert("RGB"), dtype=np.uint8)
-    except (OSError, UnidentifiedImageError, ValueError, SyntaxError) as e:  # PIL's decode errors
-        raise CorruptImage(origin, str(e) or type(e).__name__) from None
+            im.load()
+            mode, fmt = im.mode, im.format
+            if mode in (*SIXTEEN_BIT_MODES, INT32_MODE, FLOAT_MODE):
+                deep = np.asarray(im)
+            else:
+                return np.asarray(im.convert("RGB"), dtype=np.uint8)
+    except MemoryError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a hostile file makes PIL raise OSError, ValueError, SyntaxError,
+        # EOFError, struct.error, IndexError, DecompressionBombError...: each is this file's refusal, named
+        raise CorruptImage(origin, _refusal(e)) from None
+    return _deep_values(deep, mode, fmt, origin)
 
 
 JPEG_CHECK_SCALE = 8  # JPEG's DCT decodes at 1/8 scale (PIL's draft mode): every byte read, ~1/64 of the pixels
@@ -94,9 +153,9 @@ JPEG_CHECK_SCALE = 8  # JPEG's DCT decodes at 1/8 scale (PIL's draft mode): ever
 def check_image(data: bytes | Path, origin: str) -> None:
     """CorruptImage naming `origin` unless `data` is a whole image, checked cheaper than a decode: a PNG's chunks
     and their CRCs read to the end (PIL's verify), a JPEG decoded in draft mode at 1/8 scale (a truncated or
-    damaged entropy-coded stream still fails), any other format decoded."""
-    from PIL import UnidentifiedImageError
-
+    damaged entropy-coded stream still fails), any other format decoded. PIL's pixel-count guard refuses as in
+    `decode_bytes`, and so do the values of a deep image (`_deep_values`) decoded here whole."""
+    deep = None
     try:
         with _opened(data) as im:
             if im.format == "PNG":
@@ -106,8 +165,14 @@ def check_image(data: bytes | Path, origin: str) -> None:
                 im.load()
             else:
                 im.load()
-    except (OSError, UnidentifiedImageError, ValueError, SyntaxError) as e:  # PIL's decode errors
-        raise CorruptImage(origin, str(e) or type(e).__name__) from None
+                if im.mode in (*SIXTEEN_BIT_MODES, INT32_MODE, FLOAT_MODE):
+                    deep = (np.asarray(im), im.mode, im.format)
+    except MemoryError:
+        raise
+    except Exception as e:  # noqa: BLE001 - PIL's many decode errors, as in decode_bytes
+        raise CorruptImage(origin, _refusal(e)) from None
+    if deep is not None:
+        _deep_values(*deep, origin)
 
 
 @dataclass
