@@ -16,6 +16,10 @@ M = TypeVar("M", bound=BaseModel)
 MAX_COUNT = 2**24
 # A seed: numpy's legacy RandomState and a JAX PRNGKey take 32-bit unsigned seeds.
 Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
+# Classes of one dataset (labels 0..K-1): the ViT paper's largest label sets are ImageNet-21k's 21k classes and
+# JFT-300M's 18k (Sec. 4.1); 2**16 leaves room for any real one, while a label of 10**9 (a typo, a hash used as a
+# label) would make a classifier head and a class list of 10**9 entries. Refused where labels are read.
+MAX_CLASSES = 2**16
 # A duration in seconds: a week is beyond any measurement here; inf or 1e300 would time for ever.
 MAX_SECONDS = 7 * 86400
 # The image sources vitbench reads (vitbench.transfer.sources: the loaders, one per name).
@@ -194,20 +198,31 @@ class DataConfig(BaseModel):
     @field_validator("classes", mode="before")
     @classmethod
     def _parse_classes(cls, v):
-        """Accept a list, 'a-b' (inclusive range), or 'a,b,c'."""
+        """Accept a list, 'a-b' (inclusive range), or 'a,b,c'; a range is bounded (MAX_CLASSES) before it is
+        expanded."""
         if isinstance(v, str):
             try:
                 if "-" in v:
                     a, b = (int(t) for t in v.split("-"))
+                    if not 0 <= a <= b < MAX_CLASSES:
+                        raise ValueError(f"classes {shorten(v)}: a range a-b needs 0 <= a <= b <= "
+                                         f"{MAX_CLASSES - 1} (class indices of one dataset)")
                     return list(range(a, b + 1))
                 return [int(t) for t in v.split(",") if t.strip()]
-            except ValueError:
+            except ValueError as e:
+                if str(e).startswith("classes "):
+                    raise
                 raise ValueError(f"classes {shorten(v)}: expected a list of ints, 'a-b' or 'a,b,c'") from None
         return v
 
     @field_validator("classes")
     @classmethod
     def _unique(cls, v):
-        if v is not None and (len(set(v)) != len(v) or len(v) < 2):
+        if v is None:
+            return v
+        if len(v) > MAX_CLASSES or any(not 0 <= c < MAX_CLASSES for c in v):
+            raise ValueError(f"classes {shorten(v)}: class indices are 0..{MAX_CLASSES - 1}, at most "
+                             f"{MAX_CLASSES} of them")
+        if len(set(v)) != len(v) or len(v) < 2:
             raise ValueError(f"classes {shorten(v)}: need at least 2 distinct labels")
         return v

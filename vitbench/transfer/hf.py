@@ -19,8 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-from vitbench.errors import ConfigError
-from vitbench.transfer.pools import CorruptImage, decode_bytes
+from vitbench.errors import ConfigError, shorten
+from vitbench.transfer.config import MAX_CLASSES
+from vitbench.transfer.pools import CorruptImage, decode_bytes, regular_file
 
 LAYOUT = ("a Hugging Face datasets directory: parquet files (data/train-*.parquet + data/test-*.parquet, or "
           "train/*.parquet) or a save_to_disk directory (data-*.arrow + state.json, or dataset_dict.json + one "
@@ -32,20 +33,54 @@ def _parquet_split(files: list[Path], split: str) -> list[Path]:
     return [f for f in files if f.name.startswith(split) or f.parent.name == split]
 
 
+def read_json(source: Path | str, want: type, what: str):
+    """The JSON document of a metadata file or text (`datasets`' dataset_dict.json, dataset_info.json, a schema's
+    metadata) as `want` (dict or list); ConfigError naming it (`what`) and what is wrong with it otherwise."""
+    try:
+        doc = json.loads(source.read_text(encoding="utf-8") if isinstance(source, Path) else source)
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:  # JSONDecodeError is a ValueError
+        raise ConfigError(f"{what}: not readable JSON ({type(e).__name__}: {str(e)[:120]}); expected {LAYOUT}") \
+            from None
+    if not isinstance(doc, want):
+        raise ConfigError(f"{what}: expected a JSON {want.__name__}, got {type(doc).__name__}; expected {LAYOUT}")
+    return doc
+
+
+def _regular(files: list[Path]) -> list[Path]:
+    """`files`, each a regular file; ConfigError naming one that is not (a FIFO would block pyarrow's read)."""
+    odd = [f for f in files if not regular_file(f)]
+    if odd:
+        raise ConfigError(f"{odd[0]}: not a regular file (a directory, FIFO, socket or device); expected {LAYOUT}")
+    return files
+
+
 def split_files(path: Path) -> dict[str, list[Path]]:
-    """{'train': files, 'test': files} (or {'pool': files}) of a dataset directory or file."""
+    """{'train': files, 'test': files} (or {'pool': files}) of a dataset directory or file. A split that a
+    dataset_dict.json declares and whose directory holds no .arrow file, a malformed dataset_dict.json, and test
+    parquet files without train ones are ConfigErrors naming the file: never another split in its place."""
     if path.is_file():
         return {"pool": [path]}
     if (path / "dataset_dict.json").is_file():
-        splits = json.loads((path / "dataset_dict.json").read_text()).get("splits", [])
-        return {s: sorted((path / s).glob("*.arrow")) for s in splits if s in ("train", "test")}
-    arrow = sorted(path.glob("*.arrow"))
+        meta = path / "dataset_dict.json"
+        splits = read_json(meta, dict, str(meta)).get("splits", [])
+        if not isinstance(splits, list) or not all(isinstance(s, str) for s in splits):
+            raise ConfigError(f"{meta}: 'splits' must be a list of split names, got {shorten(splits)}; expected "
+                              f"{LAYOUT}")
+        out = {s: _regular(sorted((path / s).glob("*.arrow"))) for s in splits if s in ("train", "test")}
+        empty = [s for s, files in out.items() if not files]
+        if empty:
+            raise ConfigError(f"{path / empty[0]}: split {empty[0]!r} is declared in {meta.name} but has no "
+                              f".arrow files; expected {LAYOUT}")
+        return out
+    arrow = _regular(sorted(path.glob("*.arrow")))
     if arrow:
         return {"pool": arrow}
-    parquet = sorted(path.rglob("*.parquet"))
+    parquet = _regular(sorted(path.rglob("*.parquet")))
     if not parquet:
         raise ConfigError(f"{path}: no .parquet or .arrow files; expected {LAYOUT}")
     train, test = _parquet_split(parquet, "train"), _parquet_split(parquet, "test")
+    if test and not train:  # the test files would join the pool and be trained on
+        raise ConfigError(f"{test[0]}: test parquet files but no train ones in {path}; expected {LAYOUT}")
     return {"train": train, "test": test} if train and test else {"pool": parquet}
 
 
@@ -67,9 +102,22 @@ def _features(f: Path, schema) -> dict:
     dataset_info.json; {} when neither says."""
     meta = (schema.metadata or {}).get(b"huggingface")
     if meta:
-        return json.loads(meta).get("info", {}).get("features", {}) or {}
-    info = f.parent / "dataset_info.json"
-    return json.loads(info.read_text()).get("features", {}) if info.is_file() else {}
+        try:
+            text = meta.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ConfigError(f"{f}: its 'huggingface' schema metadata is not UTF-8; expected {LAYOUT}") from None
+        info = read_json(text, dict, f"{f} (its 'huggingface' schema metadata)").get("info", {})
+        feats, where = (info.get("features") if isinstance(info, dict) else None), f"{f} 'huggingface' metadata"
+    else:
+        path = f.parent / "dataset_info.json"
+        if not path.is_file():
+            return {}
+        feats, where = read_json(path, dict, str(path)).get("features"), str(path)
+    feats = feats or {}
+    if not isinstance(feats, dict) or not all(isinstance(v, dict) for v in feats.values()):
+        raise ConfigError(f"{where}: 'features' must map column names to feature objects, got {shorten(feats)}; "
+                          f"expected {LAYOUT}")
+    return feats
 
 
 def columns(f: Path, image_column: str | None, label_column: str | None) -> tuple[str, str, list[str] | None]:
@@ -97,7 +145,12 @@ def columns(f: Path, image_column: str | None, label_column: str | None) -> tupl
         raise ConfigError(f"{f}: cannot tell the label column ({labels or 'none'} of {names}); name it with "
                           "--label-column (study field data.label_column); a dataset without labels cannot "
                           "train or evaluate a classifier")
-    return image, label, feats.get(label, {}).get("names")
+    names = feats.get(label, {}).get("names")
+    if names is not None and (not isinstance(names, list) or not all(isinstance(n, str) for n in names)
+                              or not 0 < len(names) <= MAX_CLASSES):
+        raise ConfigError(f"{f}: the ClassLabel names of {label!r} must be a list of 1..{MAX_CLASSES} strings, "
+                          f"got {shorten(names)}; expected {LAYOUT}")
+    return image, label, names
 
 
 def _chunks(f: Path) -> list[int]:

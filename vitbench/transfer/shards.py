@@ -5,7 +5,8 @@ run of consecutive tar members that share a key, the member's path up to the fir
 (`train/000123.jpg` + `train/000123.cls` -> key `train/000123`); the image is the `.png` / `.jpg` / `.jpeg`
 member, the label the `.cls` member (an integer, as text). Shards are named by a brace pattern
 (`train-{000..099}.tar`, `{a,b}`), a single file, or a directory holding `train-*.tar` and `test-*.tar` (or just
-`*.tar`: one pool, split here).
+`*.tar`: one pool, split here); beside a pattern or file, the `test-*.tar` of its directory are the test split
+(`split_shards`).
 
 Listing reads the tar headers and the small `.cls` members only: an index of (shard, byte offset, size) per
 sample, so `decode(i)` seeks to one image and decodes it; no image is decoded to learn the labels.
@@ -15,50 +16,126 @@ from __future__ import annotations
 
 import re
 import tarfile
+from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 
 import numpy as np
 
-from vitbench.errors import ConfigError
-from vitbench.transfer.pools import CorruptImage, decode_bytes
+from vitbench.errors import ConfigError, clip
+from vitbench.transfer.config import MAX_CLASSES
+from vitbench.transfer.pools import CorruptImage, decode_bytes, regular_file
 
 IMAGE_EXTENSIONS = ("png", "jpg", "jpeg")  # as the folder source (vitbench.transfer.sources.IMAGE_SUFFIXES)
 LABEL_EXTENSION = "cls"  # webdataset's class-index member
 LAYOUT = ("webdataset tar shards: a brace pattern (train-{000..099}.tar), one .tar, or a directory of "
           "train-*.tar [+ test-*.tar]; each sample = KEY.png|jpg|jpeg + KEY.cls (the integer label)")
 _BRACE = re.compile(r"\{([^{}]*)\}")
+# Shards one pattern may name. A shard is "often ~1GB" (huggingface.co/docs/hub/datasets-webdataset; OpenImages:
+# 554 shards of ~1 GB, webdataset.github.io/webdataset/sharding), ~10,000 images of ~100 KB, and the index keeps
+# 36 bytes per sample (ShardPool's shard, offset, size, header and the label), so 2**20 shards are ~10**10 samples
+# and ~360 GB of index: beyond any listing held in memory. A pattern past it (a typo, `{0..999999999}`) is refused
+# before any path is made, instead of expanding into gigabytes of names.
+MAX_SHARDS = 2**20
 
 
-def expand_braces(pattern: str) -> list[str]:
-    """`a-{000..002}.tar` -> a-000.tar, a-001.tar, a-002.tar (zero padding kept); `{x,y}` -> both; nested in order."""
-    m = _BRACE.search(pattern)
-    if m is None:
-        return [pattern]
-    body, head, tail = m.group(1), pattern[:m.start()], pattern[m.end():]
+def _items(body: str) -> Iterator[str]:
+    """The words one brace group stands for, lazily: `000..002` (zero padding kept; descending too, as bash)
+    or `x,y`."""
     rng = re.fullmatch(r"(\d+)\.\.(\d+)", body)
-    if rng:
-        a, b = rng.groups()
-        width = len(a) if a.startswith("0") else 0
-        items = [str(i).zfill(width) for i in range(int(a), int(b) + 1)]
+    if not rng:
+        return iter(body.split(","))
+    a, b = rng.groups()
+    width = len(a) if a.startswith("0") else 0
+    step = 1 if int(b) >= int(a) else -1
+    return (str(i).zfill(width) for i in range(int(a), int(b) + step, step))
+
+
+def _substituted(head: str, items: Iterator[str], tail: str) -> Iterator[str]:
+    return (head + item + tail for item in items)
+
+
+def _expanded(pattern: str) -> Iterator[str]:
+    """The names `pattern` stands for, in order, made one at a time (a stack of iterators, no recursion: a
+    pattern of a thousand groups is no deeper than one)."""
+    stack = [iter([pattern])]
+    while stack:
+        p = next(stack[-1], None)
+        if p is None:
+            stack.pop()
+            continue
+        m = _BRACE.search(p)
+        if m is None:
+            yield p
+        else:
+            stack.append(_substituted(p[:m.start()], _items(m.group(1)), p[m.end():]))
+
+
+def expand_braces(pattern: str, limit: int = MAX_SHARDS) -> list[str]:
+    """`a-{000..002}.tar` -> a-000.tar, a-001.tar, a-002.tar (zero padding kept); `{x,y}` -> both; nested in
+    order. ConfigError naming the pattern when it stands for more than `limit` names (counted as they are made:
+    at most `limit` + 1 ever exist)."""
+    names = list(islice(_expanded(pattern), limit + 1))
+    if len(names) > limit:
+        raise ConfigError(f"{clip(pattern, 200)}: the brace pattern names more than {limit:,} shards (at most "
+                          f"{limit:,}: vitbench.transfer.shards.MAX_SHARDS); check its ranges")
+    return names
+
+
+def _is(p: Path, kind: str) -> bool:
+    """`p.is_dir()` / `p.is_file()` (`kind`), False for a name the file system cannot even look up (too long)."""
+    try:
+        return p.is_dir() if kind == "dir" else p.is_file()
+    except OSError:
+        return False
+
+
+def split_shards(path: str, test_path: str | None) -> tuple[list[Path], list[Path]]:
+    """(train shards, test shards; [] when none): the test shards are `test_path`'s, else the `test-*.tar` beside
+    the train shards (in a directory `path`, or in the directories of the files a pattern or file `path` names),
+    never one of the train shards; a directory of neither `train-*` nor `test-*` names is one pool. ConfigError
+    for a directory of `test-*.tar` without `train-*.tar` (the test shards would be trained on) and for a test
+    shard that is also a train shard."""
+    p = Path(path).expanduser()
+    if _is(p, "dir"):
+        train, test = shard_files(path, "train"), shard_files(path, "test")
+        if not train:
+            if test:
+                raise ConfigError(f"{p}: holds test-*.tar shards but no train-*.tar: name the train shards "
+                                  f"train-*.tar (or give a pattern of them); expected {LAYOUT}")
+            train = shard_files(path)  # no train-*/test-* names: every shard is the pool
     else:
-        items = body.split(",")
-    return [p for item in items for p in expand_braces(head + item + tail)]
+        train = shard_files(path)
+        names = {f.resolve() for f in train}
+        test = sorted({t for d in dict.fromkeys(f.parent for f in train) for t in shard_files(str(d), "test")
+                       if t.resolve() not in names})
+    if test_path:
+        test = shard_files(test_path)
+    both = sorted({f.resolve() for f in train} & {f.resolve() for f in test})
+    if both:
+        raise ConfigError(f"{both[0]}: both a train and a test shard ({len(both)} such); the test split must be "
+                          f"other shards; expected {LAYOUT}")
+    return train, test
 
 
 def shard_files(path: str, prefix: str | None = None) -> list[Path]:
     """The shards a path names: a brace pattern / a .tar file (each must exist), or a directory's
     `prefix-*.tar` (all `*.tar` when `prefix` is None). ConfigError naming the path when none is found."""
     p = Path(path).expanduser()
-    if p.is_dir():
+    if _is(p, "dir"):
         found = sorted(p.glob(f"{prefix}-*.tar" if prefix else "*.tar"))
+        odd = [f for f in found if not regular_file(f)]
+        if odd:  # a FIFO named x.tar would block the listing for ever
+            raise ConfigError(f"{odd[0]}: not a regular file (a directory, FIFO, socket or device); expected "
+                              f"{LAYOUT}")
         if not found and prefix is None:
             raise ConfigError(f"{p}: no .tar shards in this directory; expected {LAYOUT}")
         return found
     files = [Path(f) for f in expand_braces(str(p))]
-    missing = [str(f) for f in files if not f.is_file()]
+    missing = [str(f) for f in files if not _is(f, "file")]
     if missing:
-        raise ConfigError(f"{missing[0]}: shard does not exist" + (f" (and {len(missing) - 1} more of "
+        raise ConfigError(f"{clip(missing[0], 200)}: shard does not exist" + (f" (and {len(missing) - 1} more of "
                           f"{len(files)})" if len(missing) > 1 else "") + f"; expected {LAYOUT}")
     return files
 
@@ -112,8 +189,9 @@ def _read_label(tf: tarfile.TarFile, m: tarfile.TarInfo, where: str) -> int:
         label = int(data.decode("ascii").strip())
     except (UnicodeDecodeError, ValueError):
         raise ConfigError(f"{where}: .cls must hold an integer class index, got {data[:20]!r}") from None
-    if label < 0:
-        raise ConfigError(f"{where}: label {label} is negative; class indices are 0..K-1")
+    if not 0 <= label < MAX_CLASSES:
+        raise ConfigError(f"{where}: label {label} out of range; class indices are 0..K-1 with K at most "
+                          f"{MAX_CLASSES}")
     return label
 
 

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-from vitbench.errors import ConfigError, UnsafeFileError
-from vitbench.transfer.config import DataConfig
-from vitbench.transfer.pools import ArrayPool, FilePool, Pool
+from vitbench.errors import ConfigError, UnsafeFileError, clip, shorten
+from vitbench.transfer.config import MAX_CLASSES, DataConfig
+from vitbench.transfer.pools import ArrayPool, FilePool, Pool, regular_file
 from vitbench.transfer.preprocess import resize_weights
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
@@ -39,6 +39,20 @@ class Raw:
     class_names: list[str]
     test_pool: Pool | None = None
     test_labels: np.ndarray | None = None
+
+
+def label_names(labels: np.ndarray, where: str, layout: str) -> list[str]:
+    """Class names "0".."K-1" of integer labels that name no class (shards, npz, an hf integer column), K =
+    the largest label + 1. ConfigError naming `where` for a negative label or one past MAX_CLASSES (a label of
+    10**9 would be a class list of 10**9 names), before any list is made."""
+    if not len(labels):
+        raise ConfigError(f"{where}: no labelled images; expected {layout}")
+    lo, hi = int(labels.min()), int(labels.max())
+    if lo < 0 or hi >= MAX_CLASSES:
+        bad = lo if lo < 0 else hi
+        raise ConfigError(f"{where}: label {bad} out of range: class indices are 0..K-1 with K at most "
+                          f"{MAX_CLASSES}; expected {layout}")
+    return [str(c) for c in range(hi + 1)]
 
 
 def in_memory(images: np.ndarray, labels: np.ndarray, names: list[str], test_images: np.ndarray | None = None,
@@ -69,31 +83,52 @@ def _synthetic(cfg: DataConfig) -> Raw:
     return in_memory(images, labels.astype(np.int64), [f"class{i}" for i in range(k)])
 
 
+def exists(p: Path, field: str) -> bool:
+    """Whether a path the user gave exists; ConfigError naming it (clipped) when it cannot even be looked up (a
+    name past the file system's length limit, a component that is no directory it can search)."""
+    try:
+        return p.exists()
+    except OSError as e:
+        raise ConfigError(f"data.{field} {clip(str(p), 200)!r} cannot be looked up ({e.strerror or e})") from None
+
+
 def _require_path(cfg: DataConfig, layout: str) -> Path:
     if not cfg.path:
         raise ConfigError(f"data.path is required for dataset {cfg.name!r}; expected {layout}")
     p = Path(cfg.path).expanduser()
-    if not p.exists():
-        raise ConfigError(f"data.path {str(p)!r} does not exist; dataset {cfg.name!r} expects {layout}")
+    if not exists(p, "path"):
+        raise ConfigError(f"data.path {clip(str(p), 200)!r} does not exist; dataset {cfg.name!r} expects {layout}")
     return p
 
 
 _FOLDER_LAYOUT = "a directory root/<class>/*.png|jpg (or root/train/<class>/..., root/test/<class>/...)"
 
 
+def _entries(d: Path) -> list[Path]:
+    """The entries of directory `d`; ConfigError naming it when it cannot be listed (permissions, I/O)."""
+    try:
+        return list(d.iterdir())
+    except OSError as e:
+        raise ConfigError(f"{d}: directory cannot be read ({e.strerror or type(e).__name__}); expected "
+                          f"{_FOLDER_LAYOUT}") from None
+
+
 def _class_dirs(root: Path) -> list[Path]:
-    return sorted(d for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
+    return sorted(d for d in _entries(root) if d.is_dir() and not d.name.startswith("."))
 
 
 def _list_folder(root: Path) -> tuple[list[str], np.ndarray, list[str]]:
-    """(image files, labels, class names) of `root/<class>/*`: listed, not decoded. An empty class folder is
-    an error (a class no image can teach), named with its path."""
+    """(image files, labels, class names) of `root/<class>/*`: listed, not decoded. An empty or unreadable
+    class folder is an error (a class no image can teach), named with its path."""
     dirs = _class_dirs(root)
     if not dirs:
         raise ConfigError(f"{root}: no class sub-directories found; expected {_FOLDER_LAYOUT}")
+    if len(dirs) > MAX_CLASSES:
+        raise ConfigError(f"{root}: {len(dirs)} class sub-directories, more than {MAX_CLASSES} classes; expected "
+                          f"{_FOLDER_LAYOUT}")
     files, labels = [], []
     for c, d in enumerate(dirs):
-        found = sorted(str(f) for f in d.iterdir() if f.suffix.lower() in IMAGE_SUFFIXES and not f.is_dir())
+        found = sorted(str(f) for f in _entries(d) if f.suffix.lower() in IMAGE_SUFFIXES and not f.is_dir())
         if not found:
             raise ConfigError(f"{d}: class folder has no .png/.jpg/.jpeg images; add images or remove the "
                               f"folder; expected {_FOLDER_LAYOUT}")
@@ -116,6 +151,11 @@ def _folder(cfg: DataConfig) -> Raw:
     if not root.is_dir():
         raise ConfigError(f"data.path {str(root)!r} is not a directory; expected {_FOLDER_LAYOUT}")
     has_split = (root / "train").is_dir() and (root / "test").is_dir()
+    one = [s for s in ("train", "test") if (root / s).is_dir() and not has_split]
+    if one:  # root/train without root/test (or the reverse): a split layout with a split missing, not 2 classes
+        other = "test" if one[0] == "train" else "train"
+        raise ConfigError(f"{root / other}: missing: {root / one[0]} makes {root} a split layout, which needs "
+                          f"both; expected {_FOLDER_LAYOUT}")
     files, labels, names = _list_folder(root / "train" if has_split else root)
     if not has_split:
         return Raw(FilePool(files), labels, names)
@@ -125,21 +165,13 @@ def _folder(cfg: DataConfig) -> Raw:
 
 
 def _webdataset(cfg: DataConfig) -> Raw:
-    from vitbench.transfer.shards import LAYOUT, check_test_labels, index_shards, shard_files
+    from vitbench.transfer.shards import LAYOUT, check_test_labels, index_shards, split_shards
 
     if not cfg.path:
         raise ConfigError(f"data.path is required for dataset 'webdataset'; expected {LAYOUT}")
-    root = Path(cfg.path).expanduser()
-    if root.is_dir():
-        train, test = shard_files(cfg.path, "train"), shard_files(cfg.path, "test")
-        if not train:  # no train-*/test-* names: every shard is the pool
-            train, test = shard_files(cfg.path), []
-    else:
-        train, test = shard_files(cfg.path), []
-    if cfg.test_path:
-        test = shard_files(cfg.test_path)
+    train, test = split_shards(cfg.path, cfg.test_path)
     pool, labels = index_shards(train)
-    names = [str(c) for c in range(int(labels.max()) + 1)]
+    names = label_names(labels, f"{cfg.path} (the train shards)", LAYOUT)
     if not test:
         return Raw(pool, labels, names)
     t_pool, t_labels = index_shards(test)
@@ -154,17 +186,20 @@ def _hf(cfg: DataConfig) -> Raw:
     parts = split_files(root)
     if cfg.test_path:
         test_root = Path(cfg.test_path).expanduser()
-        if not test_root.exists():
-            raise ConfigError(f"data.test_path {str(test_root)!r} does not exist; expected {LAYOUT}")
+        if not exists(test_root, "test_path"):
+            raise ConfigError(f"data.test_path {clip(str(test_root), 200)!r} does not exist; expected {LAYOUT}")
         test_parts = split_files(test_root)
-        parts = {"train": parts.get("train") or parts.get("pool"),
-                 "test": test_parts.get("test") or test_parts.get("pool")}
+        test = test_parts.get("test") or test_parts.get("pool")
+        if not test:  # a train split alone there: not a test split
+            raise ConfigError(f"data.test_path {str(test_root)!r} holds no test split (splits there: "
+                              f"{', '.join(test_parts) or 'none'}); expected {LAYOUT}")
+        parts = {"train": parts.get("train") or parts.get("pool"), "test": test}
     train = parts.get("train") or parts.get("pool")
     if not train:
         raise ConfigError(f"{root}: no train split found; expected {LAYOUT}")
     pool, labels, names = index_table(train, cfg.image_column, cfg.label_column)
     if names is None:
-        names = [str(c) for c in range(int(labels.max()) + 1)]
+        names = label_names(labels, f"{train[0]} (the train split's label column)", LAYOUT)
     if not parts.get("test"):
         return Raw(pool, labels, names)
     t_pool, t_labels, t_names = index_table(parts["test"], cfg.image_column, cfg.label_column)
@@ -276,12 +311,13 @@ def _npz(cfg: DataConfig) -> Raw:
         raise ConfigError(f"{path}: not a readable .npz ({e}); expected {_NPZ_LAYOUT}") from e
     except (OSError, EOFError) as e:
         raise ConfigError(f"{path}: not a readable .npz ({e}); expected {_NPZ_LAYOUT}") from e
-    if {"x_train", "y_train", "x_test", "y_test"} <= arrays.keys():
+    split = {"x_train", "y_train", "x_test", "y_test"}
+    if split <= arrays.keys():
         names = ("x_train", "y_train", "x_test", "y_test")
-    elif {"x", "y"} <= arrays.keys():
+    elif {"x", "y"} <= arrays.keys() and not split & arrays.keys():
         names = ("x", "y", None, None)
-    else:
-        raise ConfigError(f"{path}: has arrays {sorted(arrays)}; expected {_NPZ_LAYOUT}")
+    else:  # a test (or train) split half given is not silently left out
+        raise ConfigError(f"{path}: has arrays {shorten(sorted(arrays))}; expected {_NPZ_LAYOUT}")
     out = []
     for xi, yi in (names[:2], names[2:]):
         if xi is None:
@@ -291,14 +327,27 @@ def _npz(cfg: DataConfig) -> Raw:
         if y.ndim != 1 or len(y) != len(x) or not np.issubdtype(y.dtype, np.integer):
             raise ConfigError(f"{path}: {yi!r} must be integer labels of length {len(x)}; got {y.dtype} {y.shape}")
         out += [x, y.astype(np.int64)]
-    k = int(max(out[1].max(), out[3].max() if out[3] is not None else 0)) + 1
-    if out[1].min() < 0:
-        raise ConfigError(f"{path}: negative labels; expected {_NPZ_LAYOUT}")
-    return in_memory(out[0], out[1], [str(i) for i in range(k)], out[2], out[3])
+    names = label_names(np.concatenate([out[1], out[3] if out[3] is not None else out[1][:0]]),
+                        f"{path} ({names[1]}{', ' + names[3] if names[3] else ''})", _NPZ_LAYOUT)
+    return in_memory(out[0], out[1], names, out[2], out[3])
+
+
+def _not_special(cfg: DataConfig) -> None:
+    """ConfigError for a data path that exists and is neither a directory nor a regular file (a FIFO, socket or
+    device: reading it could block for ever); a brace pattern is checked shard by shard."""
+    for field in ("path", "test_path"):
+        value = getattr(cfg, field)
+        if not value or "{" in value:
+            continue
+        p = Path(value).expanduser()
+        if exists(p, field) and not p.is_dir() and not regular_file(p):
+            raise ConfigError(f"data.{field} {clip(str(p), 200)!r} is not a regular file or a directory (a FIFO, "
+                              "socket or device)")
 
 
 def read_source(cfg: DataConfig) -> Raw:
     """The images and labels of `cfg`'s source (`cfg.name`), with its own test split where it has one."""
+    _not_special(cfg)
     if cfg.name == "digits":
         return _digits()
     if cfg.name == "synthetic":

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from vitbench.errors import ConfigError
+from vitbench.transfer.config import MAX_CLASSES
 from vitbench.transfer.pools import CorruptImage, decode_bytes
 
 LAYOUT = ("a prepared TFDS dataset: DATA_DIR/NAME[/CONFIG]/VERSION/ with dataset_info.json and "
@@ -91,6 +92,9 @@ def feature_keys(b) -> tuple[str, str, list[str]]:
         raise ConfigError(f"{b.data_dir}: cannot tell the image and label features (Image: {images or 'none'}, "
                           f"ClassLabel: {labels or 'none'} of {list(kinds)}); vitbench reads one Image and one "
                           "ClassLabel feature (a dataset without labels cannot train or evaluate a classifier)")
+    k = feats[label].num_classes
+    if not 0 < k <= MAX_CLASSES:  # checked before its names are listed (a ClassLabel of 10**9 would list them all)
+        raise ConfigError(f"{b.data_dir}: ClassLabel {label!r} has {k} classes; vitbench reads 1..{MAX_CLASSES}")
     return image, label, list(feats[label].names)
 
 
@@ -167,7 +171,7 @@ def index_tfds(data_dir: Path, name: str | None):
     image, label, names = feature_keys(b)
     splits = list(b.info.splits)
     train = "train" if "train" in splits else (splits[0] if len(splits) == 1 else None)
-    if train is None:
+    if train is None or train == "test":  # a test split alone is not trained on in place of a train split
         raise ConfigError(f"{b.data_dir}: no 'train' split (splits: {splits}); expected {LAYOUT}")
     pool, labels = _split(b, data_dir, name, train, image, label, len(names))
     if "test" not in splits or train == "test":
