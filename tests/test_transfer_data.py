@@ -143,6 +143,8 @@ def test_image_folder_errors_name_path_and_layout(tmp_path):
     (tmp_path / "bad" / "x").mkdir(parents=True)
     (tmp_path / "bad" / "x" / "a.png").write_bytes(b"not a png")
     _write_png(tmp_path / "bad" / "x" / "b.png", 3)
+    (tmp_path / "bad" / "y").mkdir()  # a second class: one class alone is refused (a classifier needs two)
+    _write_png(tmp_path / "bad" / "y" / "c.png", 3)
     s = load_splits({"name": "folder", "path": str(tmp_path / "bad"), "test_fraction": 0.5})  # listed: no decode
     with pytest.raises(ConfigError, match=r"a\.png: cannot be read as an image"):  # named when decoded
         for part in (s.train, s.test):

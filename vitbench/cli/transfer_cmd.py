@@ -78,6 +78,13 @@ def _data(source: dict, classes: str | None, seed: int, val_fraction: float | No
             **({} if val_fraction is None else {"val_fraction": val_fraction})}
 
 
+def _on(data: dict) -> str:
+    """The dataset a record measured, as its table's title says it: 'digits classes 5-9', 'folder:/data (all
+    classes)'."""
+    where = data["name"] + (f":{data['path']}" if data.get("path") else "")
+    return f"{where} classes {ints_text(data['classes'])}" if data.get("classes") else f"{where} (all classes)"
+
+
 def _show(rec, title: str, keys: list[str], as_json: bool) -> None:
     if as_json:
         print_json(rec.to_dict())
@@ -197,10 +204,10 @@ def pretrain_cmd(
             rec = Record.measured("pretrain", {**ckpt.meta["config"], "checkpoint": str(ckpt.path)},
                                   metrics=ckpt.meta["metrics"])
     c = rec.config
-    _show(rec, f"pretrain {c['model']} on {c['data']['name']} | {c.get('checkpoint', '')}",
+    _show(rec, f"pretrain {c['model']} on {_on(c['data'])} | {c.get('checkpoint', '')}",
           ["accuracy", "val_accuracy", "images_seen", "epochs", "exaflops", "train_gflops_per_image", "params_m",
            "train_s", "train_img_per_s", "final_loss", "teacher_accuracy", "teacher_agreement",
-           "teacher_exaflops"], run.as_json)
+           "teacher_exaflops", "skipped_files"], run.as_json)
 
 
 def _objective_opts(objective: str, mask_rate: float | None = None, mask_target: str | None = None) -> dict | None:
@@ -316,7 +323,7 @@ def fewshot_cmd(
     rec = fewshot(cfg, device=run.device, threads=_check_where(cfg.backend, run.device, run.threads))
     keys = [k for s in cfg.shots for k in (f"accuracy_{s}shot", f"accuracy_{s}shot_std")]
     c = rec.config
-    _show(rec, f"fewshot {c['model']} ({c['backend']}) on {c['data']['name']} {c['data']['classes']} @ "
+    _show(rec, f"fewshot {c['model']} ({c['backend']}) on {_on(c['data'])} @ "
                f"{c['resolution']}px", [*keys, "chance_accuracy", "exaflops", "upstream_accuracy",
                                        "skipped_files", "input_img_per_s", "input_bound_fraction"], run.as_json)
 
@@ -355,8 +362,8 @@ def finetune_cmd(
     rec = finetune(cfg, device=run.device, threads=_check_where(cfg.backend, run.device, run.threads),
                    batch_option="--batch-size")
     c = rec.config
-    _show(rec, f"finetune {c['model']} ({c['backend']}) on {c['data']['name']} {c['data']['classes']} @ "
+    _show(rec, f"finetune {c['model']} ({c['backend']}) on {_on(c['data'])} @ "
                f"{c['resolution']}px",
           ["accuracy", "accuracy_std", "selection_accuracy", "initial_accuracy", "val_accuracy", "best_lr",
            "chance_accuracy", "finetune_images_seen",
-           "finetune_exaflops", "finetune_s", "exaflops", "upstream_accuracy"], run.as_json)
+           "finetune_exaflops", "finetune_s", "exaflops", "upstream_accuracy", "skipped_files"], run.as_json)

@@ -148,11 +148,14 @@ def kshot_features(be, model, splits, r: int, shots: list[int], seeds: int, name
     done: dict[int, np.ndarray] = {}
     while True:
         counts = np.bincount(labels[labels >= 0], minlength=splits.num_classes)
-        if counts.min() < max(shots):
-            c = int(counts.argmin())
+        if counts.min() < max(shots):  # counts are of images not yet found corrupt: the class's rest is read
+            c = int(counts.argmin())  # to say how many are readable, not how many might be
+            rest = np.asarray([i for i in np.flatnonzero(labels == c) if i not in done], np.int64)
+            read = splits.train.batches(r, 256, rest)
+            readable = int(counts[c]) - len(rest) + sum(len(kept) for *_, kept in read)
             raise ConfigError(f"{max(shots)}-shot needs {max(shots)} training images per class; the train split "
-                              f"of {splits.source} has {counts[c]} readable ones for class {c} "
-                              f"({len(splits.skipped)} corrupt files skipped)")
+                              f"of {splits.source} has {readable} readable ones for class {c} "
+                              f"({splits.train.class_names[c]!r}; {len(splits.skipped)} corrupt files skipped)")
         need = np.unique(np.concatenate(list(draws(labels, splits.num_classes, shots, seeds).values())))
         todo = np.asarray([i for i in need if i not in done], np.int64)
         if not len(todo):

@@ -81,7 +81,9 @@ def real_input_training(model: str, backend: str, splits: Splits, resolution: in
     """(metrics, raw) of training `model` (random init) on `splits.train` (vitbench.transfer.data.load_splits:
     listed before any timing, so bad data exits first), timed as the module docstring says. metrics:
     real_input_img_per_s (batch / median step), real_input_step_ms_median / _iqr / _cv, real_input_windows,
-    real_input_window_steps, real_input_steps, input_img_per_s, input_bound_fraction, real_input_source; raw:
+    real_input_window_steps, real_input_steps, input_img_per_s, input_bound_fraction, real_input_source,
+    skipped_files (corrupt files skipped under data.skip_corrupt; a run that reads no image exits 2 naming the
+    split); raw:
     real_input_window_s, real_input_warmup_s (seconds per warm-up step)."""
     from vitbench.backends.base import transfer_backend
     from vitbench.models.specs import get_spec
@@ -119,5 +121,6 @@ def real_input_training(model: str, backend: str, splits: Splits, resolution: in
                **{f"real_input_{k}": stats[k] for k in ("step_ms_median", "step_ms_iqr", "step_cv", "windows",
                                                         "window_steps", "steps")},
                "input_img_per_s": got["input_img_per_s"], "input_bound_fraction": got["input_bound_fraction"],
-               "real_input_source": splits.source}
+               "real_input_source": splits.source, "skipped_files": len(splits.skipped)}
+    splits.warn_skipped()
     return metrics, {"real_input_window_s": window_s, "real_input_warmup_s": warmup_s}

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from vitbench.errors import ConfigError
-from vitbench.transfer.config import DataConfig
+from vitbench.errors import ConfigError, shorten
+from vitbench.transfer.config import DataConfig, ints_text
 from vitbench.transfer.loader import InputStats, stream
 from vitbench.transfer.pools import Pool, Skipped, images_at
 from vitbench.transfer.preprocess import preprocess
@@ -32,7 +32,8 @@ _CACHE_LIMIT_BYTES = 256 * 2**20  # keep a preprocessed copy of a resident split
 class ImageSet:
     """A split: indices into a pool of images (vitbench.transfer.pools, decoded on demand) and their int64
     labels in 0..num_classes-1. Only a resident pool's images are ever all in memory; `skipped` counts the
-    corrupt files dropped (shared by the splits of a source), `input` what streaming them cost."""
+    corrupt files dropped (shared by the splits of a source), `input` what streaming them cost; `split` and
+    `source` name it in messages ("the test split of folder:/data")."""
 
     pool: Pool
     index: np.ndarray
@@ -42,6 +43,8 @@ class ImageSet:
     workers: int = 0
     skipped: Skipped = field(default_factory=Skipped)
     input: InputStats = field(default_factory=InputStats)
+    split: str = "data"
+    source: str = "the dataset"
     _cache: dict = field(default_factory=dict, repr=False)
 
     def __len__(self) -> int:
@@ -56,7 +59,7 @@ class ImageSet:
 
     def subset(self, idx: np.ndarray) -> ImageSet:
         return ImageSet(self.pool, self.index[idx], self.labels[idx], self.num_classes, self.class_names,
-                        self.workers, self.skipped, self.input)
+                        self.workers, self.skipped, self.input, self.split, self.source)
 
     def join(self, other: ImageSet) -> ImageSet:
         """This split followed by `other` (of the same pool, e.g. train + val for a final fine-tuning run)."""
@@ -64,7 +67,15 @@ class ImageSet:
             raise ValueError("ImageSet.join: the two splits come from different pools")
         return ImageSet(self.pool, np.concatenate([self.index, other.index]),
                         np.concatenate([self.labels, other.labels]), self.num_classes, self.class_names,
-                        self.workers, self.skipped, self.input)
+                        self.workers, self.skipped, self.input, f"{self.split} + {other.split}", self.source)
+
+    def unreadable(self, listed: int) -> ConfigError:
+        """The error of a pass that read none of the `listed` images it was asked for (all skipped as corrupt
+        under data.skip_corrupt): zero usable images is no measurement, named with the split."""
+        first = ", ".join(list(self.skipped.files)[:2])
+        return ConfigError(f"no readable image in the {self.split} split of {self.source}: all {listed} images "
+                           f"read were skipped as corrupt (--skip-corrupt; {len(self.skipped)} skipped in all, "
+                           f"e.g. {first}); fix or remove them")
 
     def array(self, resolution: int) -> np.ndarray:
         """The whole (resident) set preprocessed at `resolution` (cached while small)."""
@@ -107,20 +118,35 @@ class ImageSet:
     def steps(self, order: np.ndarray, resolution: int):
         """Each training step's (images, labels) for `order` (steps, batch) of split indices (batch_indices),
         decoded ahead by `workers` processes. Batches stay full: a corrupt file skipped under data.skip_corrupt
-        leaves its row to a repeat of the batch's other images (a compiled step keeps its shape)."""
+        leaves its row to a repeat of the batch's other images (a compiled step keeps its shape), and a batch whose
+        every file is corrupt to the nearest batch that has one (the one before; the first readable one for the
+        steps before it). No readable image in any step: a ConfigError naming the split, never a step on
+        nothing."""
         if self.pool.resident:
             for idx in order:
                 yield self.batch(idx, resolution)
             return
+        last, waiting = None, 0  # the last full batch; steps owed one (every file of theirs corrupt)
         for idx, b in zip(order, stream(self.pool, [self.index[i] for i in order], resolution,
                                         workers=self.workers, skip_corrupt=self.skipped.allowed,
                                         stats=self.input)):
             self.skipped.files.update(b.failed)
             x, y = b.images, self.labels[idx][b.kept]
-            if 0 < len(y) < len(idx):
+            if not len(y):
+                if last is None:
+                    waiting += 1
+                    continue
+                x, y = last
+            elif len(y) < len(idx):
                 fill = np.resize(np.arange(len(y)), len(idx))
                 x, y = x[fill], y[fill]
+            last = (x, y)
+            for _ in range(waiting):
+                yield x, y
+            waiting = 0
             yield x, y
+        if waiting:
+            raise self.unreadable(int(np.asarray(order).size))
 
     def per_class_counts(self) -> list[int]:
         return np.bincount(self.labels, minlength=self.num_classes).tolist()
@@ -190,7 +216,8 @@ def _select_classes(y: np.ndarray, classes: list[int] | None, k: int, source: st
         return np.arange(len(y)), y
     bad = [c for c in classes if not 0 <= c < k]
     if bad:
-        raise ConfigError(f"data.classes {bad} out of range for {source} (labels 0..{k - 1})")
+        raise ConfigError(f"data.classes {shorten(bad)} out of range for {source} "
+                          f"(labels 0..{k - 1}); --classes '' (study field data.classes: null) takes every class")
     remap = np.full(k, -1, np.int64)
     remap[classes] = np.arange(len(classes))
     keep = np.flatnonzero(remap[y] >= 0)
@@ -210,6 +237,12 @@ def load_splits(cfg: DataConfig | dict | None = None) -> Splits:
     source = cfg.name + (f":{cfg.path}" if cfg.path else "") + (f" {cfg.tfds_name}" if cfg.tfds_name else "")
     x, y = _select_classes(raw.labels, cfg.classes, k_src, source)
     names = [raw.class_names[c] for c in cfg.classes] if cfg.classes else list(raw.class_names)
+    present = np.unique(y)
+    if len(present) < 2:  # every prediction would be right: an accuracy of 1.0 that measures nothing
+        one = f"of one class ({names[int(present[0])]!r})" if len(present) else "of no class"
+        chosen = f" classes={ints_text(cfg.classes)}" if cfg.classes else ""
+        raise ConfigError(f"{source}{chosen}: its training images are all {one}; a classifier needs images of at "
+                          "least 2 classes")
     if raw.test_pool is None:
         tr, te = stratified_split(y, cfg.test_fraction, cfg.seed)
         test_pool, x_te, y_te, x, y = raw.pool, x[te], y[te], x[tr], y[tr]
@@ -222,11 +255,12 @@ def load_splits(cfg: DataConfig | dict | None = None) -> Splits:
         tr = np.sort(np.concatenate([rng.permutation(tr[y[tr] == c])[: cfg.train_per_class]
                                      for c in range(len(names))]))
     k = len(names)
-    shared = {"workers": cfg.workers, "skipped": Skipped(cfg.skip_corrupt), "input": InputStats()}
-    splits = Splits(ImageSet(raw.pool, x[tr], y[tr], k, names, **shared),
-                    ImageSet(raw.pool, x[va], y[va], k, names, **shared),
-                    ImageSet(test_pool, x_te, y_te, k, names, **shared),
-                    source + (f" classes={cfg.classes}" if cfg.classes else ""))
+    described = source + (f" classes={ints_text(cfg.classes)}" if cfg.classes else "")
+    shared = {"workers": cfg.workers, "skipped": Skipped(cfg.skip_corrupt), "input": InputStats(),
+              "source": described}
+    splits = Splits(ImageSet(raw.pool, x[tr], y[tr], k, names, split="train", **shared),
+                    ImageSet(raw.pool, x[va], y[va], k, names, split="val", **shared),
+                    ImageSet(test_pool, x_te, y_te, k, names, split="test", **shared), described)
     if len(splits.train) == 0 or len(splits.test) == 0:
         raise ConfigError(f"{splits.source}: empty train or test split ({len(splits.train)} train, "
                           f"{len(splits.test)} test images)")

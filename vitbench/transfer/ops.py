@@ -48,13 +48,17 @@ def outputs(fn, data: ImageSet, resolution: int, batch_size: int = 256, rows: np
             width: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(fn(x) of `rows` of `data` (default all), stacked; the labels of the rows computed). The images stream
     in batches (vitbench.transfer.data.ImageSet.batches): corrupt files skipped under data.skip_corrupt are
-    absent from both, so outputs and labels stay aligned."""
+    absent from both, so outputs and labels stay aligned. Rows asked for and none readable: a ConfigError naming
+    the split (an evaluation of no image is no number)."""
     out, labels = [], []
     for x, y, _ in data.batches(resolution, batch_size, rows):
         if len(x):
             out.append(np.asarray(fn(x)))
             labels.append(y)
     if not out:
+        asked = len(data) if rows is None else len(rows)
+        if asked:
+            raise data.unreadable(asked)
         return np.zeros((0, width or 0), np.float32), np.zeros(0, np.int64)
     return np.concatenate(out), np.concatenate(labels)
 
