@@ -156,7 +156,8 @@ def bench_cmd(
                                        f"{m['real_input_window_steps']} steps, warm-up and compile apart)"),
                                 [(k, m[k]) for k in ("real_input_img_per_s", "real_input_step_ms_median",
                                                      "real_input_step_ms_iqr", "real_input_step_cv",
-                                                     "input_img_per_s", "input_bound_fraction")]))
+                                                     "input_img_per_s", "input_bound_fraction",
+                                                     "skipped_files")]))
     _print_warnings(rec)
 
 
