@@ -173,6 +173,12 @@ class Record:
                    repeat=d.get("repeat"), trial=d.get("trial") if isinstance(d.get("trial"), dict) else None,
                    runner=d.get("runner") or {})
 
+    def unmeasured(self, names) -> list[str]:
+        """Those of `names` (the metrics a task promises: its headline) this record lacks: absent, null, or not a
+        finite number. An `ok` row has none of them lacking (vitbench.trial turns such a record into an error)."""
+        return [n for n in names if isinstance(self.metrics.get(n), bool)
+                or not isinstance(self.metrics.get(n), (int, float)) or not math.isfinite(self.metrics[n])]
+
     @property
     def measured_config(self) -> dict:
         """What was measured: the sweep's normalised trial config when there is one, else the record's config."""

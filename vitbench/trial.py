@@ -4,7 +4,8 @@ Executors (vitbench.executors) call `run_trial(job)` in a fresh process per tria
 registry (its module imported first when it is a plug-in registered outside vitbench's own modules); its Params
 validate the job's config; whatever it returns or raises becomes the record, with the job's identity attached
 (`Record.for_job`): an exception is an 'oom' or 'error' row with the traceback's last lines, a training
-divergence a 'diverged' row with its step.
+divergence a 'diverged' row with its step, and an 'ok' record without its task's headline metric (null, not a
+finite number) an 'error' row: no row is ok without its measure.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import traceback
 from typing import TYPE_CHECKING
 
 from vitbench import phases
-from vitbench.errors import TrainingDiverged, looks_like_oom
+from vitbench.errors import NonFiniteResult, TrainingDiverged, looks_like_oom
 from vitbench.record import ErrorInfo, Record, Status, now
 
 if TYPE_CHECKING:
@@ -46,6 +47,10 @@ def run_trial(job: Job) -> Record:
         rec = task().run(task.Params.model_validate(job.config))
         if not isinstance(rec, Record):
             raise TypeError(f"task {job.task!r} returned {type(rec).__name__}, not a vitbench.record.Record")
+        lacking = rec.unmeasured([task.headline]) if rec.status is Status.OK and task.headline else []
+        if lacking:  # a row is ok only with what its task promises
+            raise NonFiniteResult(f"task {job.task!r} measured no {lacking[0]} (got "
+                                  f"{rec.metrics.get(lacking[0])!r}); a row without its measure is not ok")
     except TrainingDiverged as e:  # divergence is reported as divergence, with its step
         rec = Record.measured(kind, job.config, status=Status.DIVERGED, error=ErrorInfo.of(e),
                               metrics={"diverged_step": e.step}, started_at=started)
