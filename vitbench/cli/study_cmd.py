@@ -191,19 +191,13 @@ def _parse_executor_options(items: list[str]) -> dict:
 
 
 def _study_sets(sets: list[str] | None) -> dict:
-    """`--set FIELD=VALUE` -> {FIELD: VALUE read as YAML (safe_load: 3 -> int, true -> bool, text -> str)}."""
-    import yaml
-
+    """`--set FIELD=VALUE` -> {FIELD: VALUE read as YAML (3 -> int, true -> bool, text -> str), bounded as a study
+    file is (vitbench.study.source.load_value: aliases, depth, number lengths)}."""
     from vitbench.cli.common import parse_sets
-    from vitbench.errors import ConfigError, shorten
+    from vitbench.errors import clip
+    from vitbench.study.source import load_value
 
-    out = {}
-    for key, text in parse_sets(sets, "--set").items():
-        try:
-            out[key] = yaml.safe_load(text)
-        except yaml.YAMLError:
-            raise ConfigError(f"--set {shorten(key)}: value {shorten(text)} is not valid YAML") from None
-    return out
+    return {key: load_value(text, f"--set {clip(key, 80)}") for key, text in parse_sets(sets, "--set").items()}
 
 
 @app.command("sweep")

@@ -79,11 +79,13 @@ def canonical_key(key: Any, family: str, name: str) -> str:
     k = str(key).strip().lower().replace("-", "_")
     k = KEY_ALIASES.get(k, k)
     allowed = FAMILY_KEYS[family]
+    none = f"a {family} model takes no architecture field (name another model for another architecture)"
     if k not in OVERRIDE_ORDER:
-        raise ConfigError(f"{name}: unknown architecture field {_short(key)!r}; allowed for {family}: "
-                          f"{', '.join(allowed)}")
+        raise ConfigError(f"{name}: unknown architecture field {_short(key)!r}; "
+                          + (f"allowed for {family}: {', '.join(allowed)}" if allowed else none))
     if k not in allowed:
-        raise ConfigError(f"{name}: field {k!r} does not apply to a {family} model; allowed: {', '.join(allowed)}")
+        raise ConfigError(f"{name}: field {k!r} does not apply to a {family} model; "
+                          + (f"allowed: {', '.join(allowed)}" if allowed else none))
     return k
 
 

@@ -206,9 +206,18 @@ class BoundedLoader(yaml.SafeLoader):
             raise _Refused(f"{clip(node.value, 40)} is not a finite number", node.start_mark)
         return value
 
+    def construct_yaml_timestamp(self, node):
+        """A date-like scalar (`2020-13-45`) is built by datetime, whose ValueError is no YAMLError: refused here,
+        with its line."""
+        try:
+            return super().construct_yaml_timestamp(node)
+        except (ValueError, OverflowError) as e:
+            raise _Refused(f"{clip(node.value, 40)} is not a date ({e})", node.start_mark) from None
+
 
 BoundedLoader.add_constructor("tag:yaml.org,2002:int", BoundedLoader.construct_yaml_int)
 BoundedLoader.add_constructor("tag:yaml.org,2002:float", BoundedLoader.construct_yaml_float)
+BoundedLoader.add_constructor("tag:yaml.org,2002:timestamp", BoundedLoader.construct_yaml_timestamp)
 
 
 def load_bounded(text: str) -> tuple[Any, yaml.Node | None]:
@@ -221,6 +230,18 @@ def load_bounded(text: str) -> tuple[Any, yaml.Node | None]:
         return (loader.construct_document(node) if node is not None else None), node
     finally:
         loader.dispose()
+
+
+def load_value(text: str, what: str) -> Any:
+    """One value given on the command line (`--set FIELD=VALUE`), read as YAML through the study's own limits
+    (BoundedLoader: aliases, depth, number lengths), so a value cannot do what a study file may not; ConfigError
+    naming `what` otherwise."""
+    try:
+        return load_bounded(text)[0]
+    except yaml.YAMLError as e:
+        problem = getattr(e, "problem", None) or str(e)
+        kind = "refused" if isinstance(e, _Refused) else "not valid YAML"
+        raise ConfigError(f"{what}: value {shorten(text)} {kind}: {clip(str(problem), 300)}") from None
 
 
 def compose(text: str, source: str) -> tuple[Any, yaml.Node | None]:
