@@ -361,6 +361,144 @@ CASES = {
            ("tfds-name for digits", ("--tfds-name", "cifar10"), "--tfds-name"))},
 }
 
+# ---- issue 50: the data sources under hostile input (files made by tests/hostile_data.py) -------------------------
+# Item 2: a row is ok only with its measure (zero usable images: exit 2 naming the split; skipped files counted);
+# item 3: a declared split that cannot be read is an error, never another split; item 4: every image decoded to
+# its values or refused naming the file (PIL's pixel guard too); item 6: sizes and expressions bounded first.
+FEW = ("fewshot", "-m", NANO, "--objective", "none", "-r", "8", "--classes", "", "--shots", "1", "--seeds", "1",
+       "--l2-reg", "1")
+FEW_SHOTS = ("fewshot", "-m", NANO, "--objective", "none", "-r", "8", "--classes", "", "--seeds", "1", "--l2-reg",
+             "1", "--shots")  # followed by the shots
+FINE = ("finetune", "-m", NANO, "--objective", "none", "-r", "8", "--steps", "2", "--warmup-steps", "0",
+        "--lr-grid", "0.01", "--seeds", "1", "-b", "4", "--classes")  # followed by the classes
+BENCH_DATA = ("bench", NANO, "--task", "train", "-b", "2", "-r", "8", "--min-steps", "1", "--min-seconds", "0",
+              "--warmup", "0", "--data-steps", "1")
+
+
+def source(kind: str, name: str) -> tuple[str, ...]:
+    """The data options of the source `{name}` (a path of the places fixture) read as `kind`."""
+    return ("--data", kind, "--data-path", f"{{{name}}}")
+
+
+def folder(name: str) -> tuple[str, ...]:
+    return source("folder", name)
+
+
+LAUGHS = "[&a [a,a,a,a,a,a,a,a,a]," + ",".join(f"&{c} [{','.join(['*' + p] * 9)}]"
+                                               for p, c in zip("abcdefg", "bcdefgh")) + "]"  # 9**8 once expanded
+DATA_CASES = {
+    # item 2: no ok row without its measure; skipped files counted in every row that read data
+    "finetune test split all corrupt": case(*FINE, "", *folder("corrupt_test"), "--skip-corrupt",
+                                            says="no readable image in the test split"),
+    "fewshot test split all corrupt": case(*FEW, *folder("corrupt_test"), "--skip-corrupt",
+                                           says="no readable image in the test split"),
+    "finetune train split all corrupt": case(*FINE, "", *folder("corrupt_train"), "--skip-corrupt",
+                                             says="no readable image in the train + val split"),
+    "fewshot train split all corrupt": case(*FEW, *folder("corrupt_train"), "--skip-corrupt",
+                                            says="has 0 readable ones for class"),
+    # class 0 has 3 training images (1 of its 4 is val), all corrupt: 2 drawn and found so, the 3rd read before a
+    # count is said (it said "1 readable")
+    "fewshot a class all corrupt": case(*FEW_SHOTS, "2", *folder("corrupt_class"), "--skip-corrupt",
+                                        says="has 0 readable ones for class 0 ('0'; 3 corrupt files skipped)"),
+    "fewshot skipped files counted": case(*FEW, *folder("one_bad_test"), "--skip-corrupt", "--json",
+                                          says='"skipped_files": 1', exit=0),
+    "finetune skipped files counted": case(*FINE, "", *folder("one_bad_test"), "--skip-corrupt", "--json",
+                                           says='"skipped_files": 1', exit=0),
+    "bench data nothing readable": case(*BENCH_DATA, *folder("all_corrupt"), "--skip-corrupt",
+                                        says="no readable image in the train split"),
+    "bench data skipped files counted": case(*BENCH_DATA, *folder("corrupt_class"), "--skip-corrupt", "--json",
+                                             says='"skipped_files": ', exit=0),
+    "finetune one class": case(*FINE, "", *folder("one_class"), says="images of at least 2 classes"),
+    "fewshot one class": case(*FEW, *folder("one_class"), says="images of at least 2 classes"),
+    "pretrain one class": case("pretrain", NANO, "--steps", "2", "-r", "8", "--classes", "", *folder("one_class"),
+                               says="images of at least 2 classes"),
+    "finetune classes of one present label": case(*FINE, "0,1", *source("npz", "npz_sparse_labels"),
+                                                  says="all of one class ('0')"),
+    # item 3: a declared split is the one read, or an error naming it
+    "fewshot folder train without test": case(*FEW, *folder("train_only"), says="test: missing"),
+    "fewshot folder test without train": case(*FEW, *folder("test_only"), says="train: missing"),
+    "fewshot shards test without train": case(*FEW, *source("webdataset", "test_shards_only"),
+                                              says="no train-*.tar"),
+    "fewshot shards test path is train": case(*FEW, "--data", "webdataset", "--data-path",
+                                              "{shards}/train-{{000000..000002}}.tar", "--data-test-path",
+                                              "{shards}/train-000001.tar", says="both a train and a test shard"),
+    "fewshot hf declared split empty": case(*FEW, *source("hf", "hf_missing_split"),
+                                            says="split 'test' is declared in dataset_dict.json"),
+    "fewshot hf test path without test": case(*FEW, *source("hf", "hf_split"), "--data-test-path",
+                                              "{hf_train_only}", says="holds no test split"),
+    "fewshot hf test parquet only": case(*FEW, *source("hf", "hf_test_parquet"),
+                                         says="test parquet files but no train"),
+    "fewshot npz test beside x, y": case(*FEW, *source("npz", "npz_mixed_names"), says="has arrays"),
+    # item 4: decoded to its values, or refused naming the file; PIL's pixel guard a named refusal
+    "fewshot decompression bomb": case(*FEW, *folder("bomb_test"), says="decompression-bomb guard"),
+    "fewshot decompression bomb checked": case(*FEW, *folder("bomb_test"), "--check-data",
+                                               says="decompression-bomb guard"),
+    "fewshot decompression bomb skipped and checked": case(*FEW, *folder("bomb_test"), "--skip-corrupt",
+                                                           "--check-data", "--json", says='"skipped_files": 1',
+                                                           exit=0),
+    "fewshot decompression bomb in a worker": case(*FEW, *folder("bomb_test"), "--data-workers", "1",
+                                                   says="decompression-bomb guard"),
+    "fewshot decompression bomb skipped in a worker": case(*FEW, *folder("bomb_test"), "--data-workers", "1",
+                                                           "--skip-corrupt", "--json", says='"skipped_files": 1',
+                                                           exit=0),
+    "fewshot float image out of range": case(*FEW, *folder("float_out_of_range"), says="a float image (F)"),
+    "fewshot image a FIFO": case(*FEW, *folder("fifo_image"), says="not a regular file"),
+    "fewshot image a FIFO skipped": case(*FEW, *folder("fifo_image"), "--skip-corrupt", "--json",
+                                         says='"skipped_files": 1', exit=0),
+    "fewshot shard a FIFO": case(*FEW, *source("webdataset", "fifo_shards"), says="not a regular file"),
+    "fewshot npz a FIFO": case(*FEW, *source("npz", "fifo_npz"), says="not a regular file"),
+    "fewshot images of every mode": case(*FEW_SHOTS, "3", *folder("deep_modes"), "--json",
+                                         says='"skipped_files": 0', exit=0),
+    "fewshot hf dataset_dict.json cut short": case(*FEW, *source("hf", "hf_bad_dict"),
+                                                   says="dataset_dict.json: not readable JSON"),
+    "fewshot hf dataset_dict.json a list": case(*FEW, *source("hf", "hf_dict_list"),
+                                                says="expected a JSON dict, got list"),
+    "fewshot hf dataset_dict.json splits text": case(*FEW, *source("hf", "hf_dict_splits"),
+                                                     says="'splits' must be a list"),
+    "fewshot hf dataset_info.json not JSON": case(*FEW, *source("hf", "hf_bad_info"),
+                                                  says="dataset_info.json: not readable JSON"),
+    "fewshot hf dataset_info.json features a list": case(*FEW, *source("hf", "hf_info_list"),
+                                                         says="'features' must map column names"),
+    "fewshot hf ClassLabel names a number": case(*FEW, *source("hf", "hf_bad_names"),
+                                                 says="ClassLabel names of 'fine_label' must be a list"),
+    # item 6: sizes and expressions bounded before use
+    "fewshot brace range of 10**9 shards": case(*FEW, "--data", "webdataset", "--data-path",
+                                                "{dir}/train-{{0..999999999}}.tar",
+                                                says="names more than 1,048,576"),
+    "fewshot nested brace ranges": case(*FEW, "--data", "webdataset", "--data-path",
+                                        "{dir}/t-{{0..9999}}-{{0..9999}}.tar", says="names more than 1,048,576"),
+    "fewshot a thousand brace groups": case(*FEW, "--data", "webdataset", "--data-path",
+                                            "{dir}/" + "{{a}}" * 1000 + ".tar", says="shard does not exist"),
+    "fewshot data path too long": case(*FEW, *("--data", "folder", "--data-path", "{dir}/" + "a" * 300),
+                                       says="cannot be looked up"),
+    "fewshot npz label 10**9": case(*FEW, *source("npz", "npz_huge_label"), says="label 1000000000 out of range"),
+    "fewshot npz label negative": case(*FEW, *source("npz", "npz_negative_label"), says="label -1 out of range"),
+    "fewshot shard label 10**9": case(*FEW, *source("webdataset", "huge_label_shards"),
+                                      says="label 1000000000 out of range"),
+    "fewshot hf label 10**9": case(*FEW, *source("hf", "hf_huge_label"), says="label 1000000000 out of range"),
+    "fewshot classes 0-1000000": case("fewshot", "-m", NANO, "--classes", "0-1000000", says="--classes"),
+    "fewshot classes range of 10**20": case("fewshot", "-m", NANO, "--classes", "0-" + "9" * 20,
+                                            says="a range a-b needs"),
+    "fewshot classes past the bound": case("fewshot", "-m", NANO, "--classes", "0,70000",
+                                           says="class indices are 0..65535"),
+    "fewshot default classes on 5 classes": case("fewshot", "-m", NANO, "--objective", "none",
+                                                 *folder("five_classes"), says="--classes ''"),
+    "finetune classes out of range is short": case(*FINE, "0-60000", *folder("five_classes"),
+                                                   says="out of range for folder"),
+    "bench timm set depth": case("bench", "timm:resnet18", "--set", "depth=2",
+                                 says="a timm model takes no architecture field"),
+    "bench timm set unknown": case("bench", "timm:resnet18", "--set", "nökey=2",
+                                   says="a timm model takes no architecture field"),
+    "sweep set aliases expanding": case("sweep", "smoke", "--dry-run", "--set", "model=" + LAUGHS,
+                                        says="--set model: value"),
+    "sweep set integer of 5000 digits": case("sweep", "smoke", "--dry-run", "--set", "seed=" + "9" * 5000,
+                                             says="--set seed"),
+    "sweep set impossible date": case("sweep", "smoke", "--dry-run", "--set", "seed=2020-13-45",
+                                      says="is not a date"),
+    "sweep study impossible date": case("sweep", "{study_bad_date}", "--dry-run", says="is not a date"),
+}
+CASES.update(DATA_CASES)
+
 # Options with no value to get wrong (on/off flags are exempt by their kind; these take a value but any value is
 # a valid one): the walk in test_every_option_has_a_row skips them. Give the reason.
 NO_HOSTILE_VALUE: dict[tuple[str, str], str] = {
@@ -394,7 +532,10 @@ def places(tmp_path_factory):
             row = json.dumps(bench_record(repeat=rep).to_dict())
             rows.append(row.replace('"img_per_s": ', '"img_per_s": Infinity, "was": ') if bad else row)
         (d / name / "results.jsonl").write_text("\n".join(rows) + "\n")
-    return {**_report_outs(d / "outs"), "dir": d / "empty", "empty": d / "empty.yaml", "garbage": d / "garbage.yaml",
+    from hostile_data import hostile_data  # the data sources of DATA_CASES
+
+    return {**_report_outs(d / "outs"), **hostile_data(d / "data"), "dir": d / "empty", "empty": d / "empty.yaml",
+            "garbage": d / "garbage.yaml",
             "garbage_ckpt": d / "garbage.safetensors", "odd_ckpt": d / "odd.safetensors", "nan_ckpt": d / "nan.safetensors",
             "results": d / "results", "nonfinite": d / "nonfinite", "fit_csv": d / "fit.csv"}
 
@@ -507,3 +648,168 @@ def test_every_option_has_a_row():
                 missing.append(f"{' '.join(prefix)} {'/'.join(sorted(p.opts))}")
     assert commands > 10  # the walk found the commands
     assert not missing, "options without a hostile-value row in CASES: " + ", ".join(missing)
+
+# ---- issue 50: what a row cannot show (values, the split read, a record's guard), checked directly -------------
+def _decoded(image, fmt="PNG"):
+    from hostile_data import encoded
+
+    from vitbench.transfer.pools import decode_bytes
+
+    return decode_bytes(encoded(image, fmt), "x")
+
+
+def test_every_mode_decodes_to_the_values_it_holds():
+    """Item 4: 16-bit grey, float, palette, grey + alpha, RGBA, bilevel and CMYK images decode to their values
+    (PIL's `convert("RGB")` clipped 16-bit samples to 255 and floats to 0 or 1); 16-bit RGB, which Pillow reads
+    as 8-bit, within one 8-bit level."""
+    from PIL import Image
+
+    from hostile_data import png16_rgb
+
+    from vitbench.transfer.pools import decode_bytes
+
+    deep = np.arange(0, 65536, 4369, dtype=np.uint16).reshape(4, 4)  # 0, 4369, ..., 65535
+    got = _decoded(Image.fromarray(deep))
+    # one float32 division of the same two numbers on both sides: exact
+    assert got.dtype == np.float32 and (got[..., 0] == deep.astype(np.float32) / np.float32(65535)).all()
+    floats = np.array([[0.0, 0.25], [0.5, 1.0]], np.float32)
+    assert (_decoded(Image.fromarray(floats), "TIFF")[..., 0] == floats).all()  # stored float32, read back
+    palette = np.array([[0, 1], [2, 1]], np.uint8)
+    colours = np.array([[10, 20, 30], [200, 100, 0], [0, 255, 7]], np.uint8)
+    p = Image.fromarray(palette, "P")
+    p.putpalette(colours.ravel().tolist())
+    assert (_decoded(p) == colours[palette]).all()
+    grey, alpha = np.array([[0, 90], [180, 255]], np.uint8), np.array([[255, 0], [7, 128]], np.uint8)
+    assert (_decoded(Image.fromarray(np.stack([grey, alpha], -1), "LA")) == grey[..., None]).all()
+    rgba = np.stack([grey, alpha, grey[::-1], alpha], -1)
+    assert (_decoded(Image.fromarray(rgba, "RGBA")) == rgba[..., :3]).all()
+    bits = np.array([[True, False], [False, True]])
+    assert (_decoded(Image.fromarray(bits))[..., 0] == bits * 255).all()
+    cmyk = Image.fromarray(np.array([[[0, 0, 0, 0], [255, 0, 0, 0], [0, 0, 0, 255]]], np.uint8), "CMYK")
+    assert (_decoded(cmyk, "TIFF") == [[[255, 255, 255], [0, 255, 255], [0, 0, 0]]]).all()  # white, cyan, black
+    rgb16 = np.array([[[0, 0x1280, 0xFFFF], [0x8000, 0x00FF, 0x0100]]], np.uint16)
+    levels = decode_bytes(png16_rgb(rgb16), "x").astype(float)
+    assert np.abs(levels - rgb16 / 257.0).max() <= 1.0  # an 8-bit level is 257 16-bit steps
+
+
+@pytest.mark.parametrize("what", ["float above 1", "float NaN", "32-bit integers", "decompression bomb"])
+def test_an_image_without_known_values_is_refused_naming_it(what):
+    """Item 4: an image whose values have no known scale, or over PIL's pixel limit, is a CorruptImage (exit 2, or
+    skipped and counted under --skip-corrupt) naming the file, on decode and on --check-data's check alike."""
+    from PIL import Image
+
+    from hostile_data import bomb_png, encoded
+
+    from vitbench.transfer.pools import CorruptImage, check_image, decode_bytes
+
+    data = {"float above 1": lambda: encoded(Image.fromarray(np.full((2, 2), 1.5, np.float32)), "TIFF"),
+            "float NaN": lambda: encoded(Image.fromarray(np.full((2, 2), np.nan, np.float32)), "TIFF"),
+            "32-bit integers": lambda: encoded(Image.fromarray(np.array([[0, 70000]], np.int32)), "TIFF"),
+            "decompression bomb": bomb_png}[what]()
+    for read in (decode_bytes, check_image):
+        with pytest.raises(CorruptImage, match="^the-file.png: cannot be read as an image"):
+            read(data, "the-file.png")
+
+
+def test_an_unreadable_class_directory_is_named(cli, places, monkeypatch):
+    """Item 4: a class directory that cannot be listed (permissions: simulated, the suite may run as root) exits 2
+    naming it, not with a PermissionError's traceback."""
+    from pathlib import Path
+
+    target = places["one_bad_test"] / "train" / "1"
+    listing = Path.iterdir
+
+    def iterdir(self):
+        if self == target:
+            raise PermissionError(13, "Permission denied", str(self))
+        return listing(self)
+
+    monkeypatch.setattr(Path, "iterdir", iterdir)
+    args = (*FEW, "--data", "folder", "--data-path", str(places["one_bad_test"]))
+    r = cli(*args)
+    check(args, r.exit_code, r.output, r.exception, Case(args, f"{target}: directory cannot be read"))
+
+
+def test_a_declared_split_is_the_one_read(places):
+    """Item 3: beside a brace pattern of train shards, or in their directory, the test-*.tar shards are the test
+    split (the pattern carved 25 % of train instead); an hf --data-test-path directory is the test split."""
+    from vitbench.transfer.data import load_splits
+
+    shards = places["shards"]
+    for path in (f"{shards}/train-{{000000..000002}}.tar", f"{shards}/train-00000{{0..2}}.tar", str(shards)):
+        s = load_splits({"name": "webdataset", "path": path, "classes": None})
+        assert s.test.pool.shards == [str(shards / "test-000000.tar")], path
+        assert (len(s.train) + len(s.val), len(s.test)) == (12, 6), path  # 4 + 2 images of each of 3 classes
+    hf = places["hf_split"]
+    s = load_splits({"name": "hf", "path": str(hf / "train"), "test_path": str(hf / "test"), "classes": None})
+    assert (len(s.train) + len(s.val), len(s.test)) == (12, 6)
+
+
+@pytest.mark.parametrize("value", [None, float("nan"), "n/a", True, "absent"])
+def test_an_ok_record_without_its_headline_is_an_error_row(value, monkeypatch):
+    """Item 2, the general guard: a task that returns `ok` without its headline metric (null, NaN, text, a bool,
+    absent) gets an error row, not an ok one that a report then cannot read; a finite number stays ok."""
+    from records import job
+
+    import vitbench.tasks
+    from vitbench.record import Record, Status
+    from vitbench.trial import run_trial
+
+    j = job({"task": "finetune", "model": NANO})
+
+    def hollow(metric):
+        class Hollow:
+            kind, headline = "finetune", "accuracy"
+
+            class Params:
+                model_validate = staticmethod(lambda config: config)
+
+            def run(self, p):
+                metrics = {} if metric == "absent" else {"accuracy": metric}
+                return Record.measured("finetune", dict(p), metrics=metrics)
+
+        return Hollow
+
+    monkeypatch.setattr(vitbench.tasks, "get_task", lambda name: hollow(value))
+    rec = run_trial(j)
+    assert rec.status is Status.ERROR and rec.error.type == "NonFiniteResult"
+    assert "measured no accuracy" in rec.error.message
+    monkeypatch.setattr(vitbench.tasks, "get_task", lambda name: hollow(0.5))
+    assert run_trial(j).status is Status.OK
+
+
+def test_brace_patterns_expand_in_order_within_their_bound():
+    """Item 6: ranges keep their zero padding and may descend (as bash's); a pattern is counted while it is
+    expanded, so one past the bound is refused having made at most bound + 1 names."""
+    from vitbench.errors import ConfigError
+    from vitbench.transfer.shards import expand_braces
+
+    assert expand_braces("s-{08..11}.tar") == ["s-08.tar", "s-09.tar", "s-10.tar", "s-11.tar"]
+    assert expand_braces("{a,b}{2..1}") == ["a2", "a1", "b2", "b1"]
+    assert len(expand_braces("{0..9}{0..9}", limit=100)) == 100
+    with pytest.raises(ConfigError, match="names more than 99 shards"):
+        expand_braces("{0..9}{0..9}", limit=99)
+    assert expand_braces("{x}" * 2000) == ["x" * 2000]  # no recursion: a group is a stack entry
+
+
+def test_transfer_titles_name_the_data():
+    """Item 6 (smaller): a table's title says the dataset and its classes ("folder / None" before)."""
+    from vitbench.cli.transfer_cmd import _on
+
+    assert _on({"name": "folder", "path": "/d", "classes": None}) == "folder:/d (all classes)"
+    assert _on({"name": "digits", "path": None, "classes": [5, 6, 7, 8, 9]}) == "digits classes 5-9"
+
+
+def test_a_tfds_test_split_alone_is_not_trained_on(tmp_path):
+    """Item 3, tfds: a dataset whose one split is `test` exits 2 (it was read as the pool, its images trained on
+    and 25 % of them tested on)."""
+    pytest.importorskip("tensorflow_datasets", reason="the [tfds] extra is not installed")
+    from data_formats import digits_images, write_tfds
+
+    from vitbench.errors import ConfigError
+    from vitbench.transfer.data import load_splits
+
+    x, y = digits_images(2, classes=3)
+    write_tfds(tmp_path, "only_test", {"test": (x, y)}, ["0", "1", "2"])
+    with pytest.raises(ConfigError, match=r"no 'train' split \(splits: \['test'\]\)"):
+        load_splits({"name": "tfds", "path": str(tmp_path), "classes": None})
