@@ -38,6 +38,11 @@ def compare_cmd(
                                                            "(repeatable), e.g. threads."),
     confidence: float = from_constant("vitbench.compare.decide", "DEFAULT_CONFIDENCE",
                                       help="Confidence of the bootstrap interval on current / baseline."),
+    run_noise: float = typer.Option(None, "--run-noise", metavar="SD",
+                                    help="Between-run sd of log throughput on your host (e.g. 0.05), assumed "
+                                         "where a side has one run. Default: vitbench's measured floor for the "
+                                         "host state the rows recorded (quiet or busy); with several runs per "
+                                         "side the runs' own spread is used and this is ignored."),
     allow_missing: bool = cli_option("allow_missing", "--allow-missing",
                                      help="Do not fail when trials that were ok in the baseline are missing "
                                           "from current (they are still listed)."),
@@ -45,15 +50,19 @@ def compare_cmd(
                                           help="Self-test: make every timed step of CURRENT this many times "
                                                "slower before comparing (the check must then fail)."),
 ) -> None:
-    """Compare two result sets trial by trial; exit 1 on a regression, 2 on bad input.
+    """Compare two result sets trial by trial; exit 1 on a regression, 3 when the noise leaves it undecided.
 
     Trials are matched by their measured configuration (model, backend, task, resolution, precision, batch,
-    compile, device, ...), not by environment; differing environments are listed. Throughput is decided on the
-    raw per-step times with a bootstrap confidence interval on current / baseline (repeats pooled): a regression
-    is called only when the whole interval is worse than --threshold. Unmatched trials are listed.
+    compile, device, ...), not by environment; differing environments are listed. Throughput is decided on an
+    interval of current / baseline that holds the noise between runs: with several runs per side (repeats, or
+    sweeps into several directories) the runs are the units; with one run on a side its between-run noise is
+    assumed (--run-noise, else the measured floor for a quiet or busy host) on top of the steps' own spread.
+    Regression: the whole interval worse than --threshold; no change: the whole interval on the good side of it;
+    else inconclusive. Unmatched trials are listed.
 
     Exit code: 0 = no regression; 1 = a regression, a trial ok in the baseline failed now, or one is missing
-    from current (unless --allow-missing); 2 = bad input, including nothing compared at all.
+    from current (unless --allow-missing); 2 = bad input, including nothing compared at all; 3 = inconclusive
+    (as `vitbench ab`): a trial the noise leaves undecided, e.g. one sweep per side on a busy host.
     """
     from vitbench.compare import compare_paths
 
@@ -61,7 +70,8 @@ def compare_cmd(
         raise ConfigError(f"--format {fmt!r} is not allowed; allowed: {', '.join(_FORMATS)}")
     cmp = compare_paths(baseline, current, threshold=threshold, normalize=normalize,
                         metrics=tuple(metric) if metric else None, ignore=tuple(ignore or ()),
-                        confidence=confidence, slowdown=inject_slowdown, allow_missing=allow_missing)
+                        confidence=confidence, slowdown=inject_slowdown, allow_missing=allow_missing,
+                        run_noise=run_noise)
     _show(cmp, fmt, f"current / baseline: {current} vs {baseline}")
 
 

@@ -30,12 +30,15 @@ import numpy as np
 from vitbench.compare.decide import (DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD, REGRESSING, Calibrations, Decision,
                                      Row, compare_trial, number)
 from vitbench.compare.match import DEFAULT_IGNORE, group, labels, why_unmatched
+from vitbench.compare.runs import RUN_NOISE_MAX
 from vitbench.compare.render import COLUMNS, row_cells, summary_line, to_benchmark_json, to_markdown
 from vitbench.errors import ConfigError
 from vitbench.record import Record, Status
 from vitbench.stats import N_BOOT
 
-EXIT_INCONCLUSIVE = 3  # `vitbench ab`: the budget ended before every trial was decided (1 = regression, 2 = input)
+# compare and ab alike: a trial whose interval reaches past the threshold on the bad side (one run per side on a
+# noisy host; ab's budget ended first). 0 = no regression, 1 = regression / failed / missing, 2 = bad input.
+EXIT_INCONCLUSIVE = 3
 
 __all__ = ["COLUMNS", "Comparison", "DEFAULT_CONFIDENCE", "DEFAULT_THRESHOLD", "Decision", "EXIT_INCONCLUSIVE",
            "Row", "compare",
@@ -59,7 +62,8 @@ def default_metrics() -> tuple[str, ...]:
 @dataclass
 class Comparison:
     """Everything `vitbench compare` prints; `exit_code` is 1 when any row regressed or failed, or when a trial
-    that was ok in the baseline is missing from current (a sweep that died halfway), unless `allow_missing`."""
+    that was ok in the baseline is missing from current (a sweep that died halfway), unless `allow_missing`;
+    else EXIT_INCONCLUSIVE when a row is undecided; else 0."""
 
     rows: list[Row]
     unmatched_baseline: list[tuple[str, str]]  # (trial label, why)
@@ -74,7 +78,6 @@ class Comparison:
     missing: list[tuple[str, str]] = field(default_factory=list)  # ok in the baseline, absent from current
     allow_missing: bool = False
     context: list[tuple[str, str]] = field(default_factory=list)  # how it was measured (vitbench ab), shown
-    inconclusive_fails: bool = False  # a gate that must decide: an inconclusive row gives EXIT_INCONCLUSIVE
 
     @property
     def regressions(self) -> list[Row]:
@@ -82,9 +85,8 @@ class Comparison:
 
     @property
     def inconclusive(self) -> bool:
-        """No regression, but a row the gate could not decide, where that must not pass."""
-        return self.inconclusive_fails and not self.regressions and any(
-            r.decision is Decision.INCONCLUSIVE for r in self.rows)
+        """No regression, but a row the noise left undecided: a gate must not pass that silently."""
+        return not self.regressions and any(r.decision is Decision.INCONCLUSIVE for r in self.rows)
 
     @property
     def fails_on_missing(self) -> bool:
@@ -142,12 +144,15 @@ def env_differences(baseline: Sequence[Record], current: Sequence[Record]) -> li
 def compare(baseline: Sequence[Record], current: Sequence[Record], *, threshold: float = DEFAULT_THRESHOLD,
             normalize: bool = False, metrics: Sequence[str] | None = None, ignore: Iterable[str] = (),
             confidence: float = DEFAULT_CONFIDENCE, n_boot: int = N_BOOT, seed: int = 0,
-            names: tuple[str, str] = ("baseline", "current"), allow_missing: bool = False) -> Comparison:
+            names: tuple[str, str] = ("baseline", "current"), allow_missing: bool = False,
+            run_noise: float | None = None) -> Comparison:
     """Compare two lists of records (see the module docstring). Deterministic for a given `seed`.
 
     threshold: relative change that matters (0.05 = 5 %), in the metric's own direction.
     ignore: extra trial-config fields left out of matching (e.g. 'threads' to compare across thread counts).
     allow_missing: baseline trials absent from current are listed but do not fail the comparison.
+    run_noise: the between-run sd of log throughput to assume where a side has one run (None: the floor of the
+    host state the rows recorded; vitbench.compare.runs).
     Raises ConfigError for bad arguments, no trials on a side, no matched trial, nothing to compare (no matched
     trial carries a selected metric), or --normalize without a calibration record.
     """
@@ -160,6 +165,9 @@ def compare(baseline: Sequence[Record], current: Sequence[Record], *, threshold:
         raise ConfigError(f"--threshold must be a fraction in [0, 1), e.g. 0.05 for 5 %; got {threshold}")
     if not 0 < confidence < 1:
         raise ConfigError(f"--confidence must be in (0, 1), got {confidence}")
+    if run_noise is not None and not (math.isfinite(run_noise) and 0 <= run_noise <= RUN_NOISE_MAX):
+        raise ConfigError(f"--run-noise must be the sd of log throughput between runs, in [0, {RUN_NOISE_MAX:g}] "
+                          f"(e.g. 0.05 for 5 %); got {run_noise}")
     unknown = [m for m in metrics if m not in known]
     if unknown or not metrics:
         raise ConfigError(f"--metric {', '.join(unknown) or '(none)'}: unknown; allowed: {', '.join(known)}")
@@ -187,7 +195,8 @@ def compare(baseline: Sequence[Record], current: Sequence[Record], *, threshold:
     selected = [known[m] for m in metrics]
     rows, not_compared = [], []
     for k in matched:
-        trial_rows = compare_trial(label[k], bt[k], ct[k], selected, threshold, confidence, calibs, n_boot, rng)
+        trial_rows = compare_trial(label[k], bt[k], ct[k], selected, threshold, confidence, calibs, n_boot, rng,
+                                   run_noise)
         if not trial_rows:
             not_compared.append((label[k], f"{bt[k].kind} records carry none of: {', '.join(metrics)}"))
         rows += trial_rows

@@ -369,7 +369,7 @@ def run_ab(ref: str, *, repo: str | Path = ".", study: str = DEFAULT_STUDY, base
                      env_diff=env_differences(b_recs, c_recs), threshold=rule.threshold,
                      confidence=rule.confidence, normalized=False, metrics=(METRIC,),
                      warnings=[f"not compared (on one side only): {t.config.get('model')} {t.config.get('task')}"
-                               for t in unmatched], context=context, inconclusive_fails=True)
+                               for t in unmatched], context=context)
     return ABResult(cmp, v, len(pairs.order), elapsed, stopped)
 
 

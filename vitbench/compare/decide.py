@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from vitbench.compare.match import Trial
+from vitbench.compare.runs import assumed_noise, between_runs, same_runs, widened
 from vitbench.errors import ConfigError
 from vitbench.record import Record
 from vitbench.stats import boot_medians, combine_repeats, percentile_interval
@@ -26,7 +27,7 @@ DEFAULT_CONFIDENCE = 0.95
 class Decision(str, enum.Enum):
     REGRESSION = "regression"  # the whole CI is worse than the threshold
     IMPROVEMENT = "improvement"  # the whole CI is better than the threshold
-    INCONCLUSIVE = "inconclusive"  # the point estimate is past the threshold, the CI reaches back inside it
+    INCONCLUSIVE = "inconclusive"  # the CI reaches past the threshold on the bad side: not decided
     NO_CHANGE = "no change"
     FAILED = "failed"  # ok in the baseline, not in current (oom, error, timeout, interrupted)
     NO_DATA = "no data"  # neither side has a value to compare
@@ -123,21 +124,28 @@ class Calibrations:
         return self._cache[ident]
 
 
-def decide(ratio: float, ci_low: float, ci_high: float, threshold: float, higher_is_better: bool) -> Decision:
-    """regression / improvement only when the whole CI of current/baseline is past the threshold."""
-    worse_ci, better_ci = (ci_high < 1 - threshold, ci_low > 1 + threshold) if higher_is_better else \
-        (ci_low > 1 + threshold, ci_high < 1 - threshold)
-    if worse_ci:
-        return Decision.REGRESSION
-    if better_ci:
-        return Decision.IMPROVEMENT
-    if ratio < 1 - threshold or ratio > 1 + threshold:
+def decide(ci_low: float | None, ci_high: float | None, threshold: float, higher_is_better: bool) -> Decision:
+    """The gates' one rule (`vitbench compare` and `vitbench ab` alike), on the interval of current / baseline:
+    regression when the whole interval is worse than the threshold; no change when the whole interval is on the
+    good side of it (confident: not worse by the threshold), improvement when it is wholly better than
+    1 + threshold; inconclusive when the interval reaches past the threshold on the bad side (or there is none)."""
+    if ci_low is None or ci_high is None:
         return Decision.INCONCLUSIVE
-    return Decision.NO_CHANGE
+    # in the metric's direction: `worse` beyond 1 -/+ t is a regression, `better` beyond 1 +/- t an improvement
+    if higher_is_better:
+        regression, improvement, cleared = ci_high < 1 - threshold, ci_low > 1 + threshold, ci_low > 1 - threshold
+    else:
+        regression, improvement, cleared = ci_low > 1 + threshold, ci_high < 1 - threshold, ci_high < 1 + threshold
+    if regression:
+        return Decision.REGRESSION
+    if improvement:
+        return Decision.IMPROVEMENT
+    return Decision.NO_CHANGE if cleared else Decision.INCONCLUSIVE
 
 
 def _side(trial: Trial, metric: Metric, calib: Calibrations | None, n_boot: int, rng: np.random.Generator):
-    """(point, replicates, repeats, samples, unnormalised point) of one side, or None when no record has it."""
+    """(point, replicates, repeats, samples, unnormalised point, per-run points, their unnormalised values) of one
+    side, or None when no record has it."""
     points, reps, raw_points, n = [], [], [], 0
     for rec in trial.ok:
         xs = metric_samples(rec, metric)
@@ -154,7 +162,7 @@ def _side(trial: Trial, metric: Metric, calib: Calibrations | None, n_boot: int,
     if not points:
         return None
     point, replicates = combine_repeats(points, reps, rng)
-    return point, replicates, len(points), n, float(np.mean(raw_points))
+    return point, replicates, len(points), n, float(np.mean(raw_points)), points, raw_points
 
 
 def status_note(recs: list[Record]) -> str:
@@ -165,8 +173,11 @@ def status_note(recs: list[Record]) -> str:
 
 def compare_trial(label: str, b: Trial, c: Trial, metrics: Sequence[Metric], threshold: float,
                   confidence: float, calibs: tuple[Calibrations, Calibrations] | None, n_boot: int,
-                  rng: np.random.Generator) -> list[Row]:
-    """The rows of one matched trial: a status row when a side has no ok record, else one per metric it has."""
+                  rng: np.random.Generator, run_noise: float | None = None) -> list[Row]:
+    """The rows of one matched trial: a status row when a side has no ok record, else one per metric it has.
+
+    `run_noise`: the between-run sd (log) to assume where a side has one run (None: the host-state floor;
+    vitbench.compare.runs)."""
     if not c.ok or not b.ok:
         if b.ok:
             decision, note = Decision.FAILED, f"current: {status_note(c.failed)}"
@@ -194,7 +205,7 @@ def compare_trial(label: str, b: Trial, c: Trial, metrics: Sequence[Metric], thr
             row.note = "; ".join([*notes, f"not in {'baseline' if bs is None else 'current'}"])
             rows.append(row)
             continue
-        (bp, br, bn_rep, bn, b_raw), (cp, cr, cn_rep, cn, c_raw) = bs, cs
+        (bp, br, bn_rep, bn, b_raw, b_pts, b_raws), (cp, cr, cn_rep, cn, c_raw, c_pts, c_raws) = bs, cs
         row.baseline, row.current = b_raw, c_raw
         row.repeats, row.samples = (bn_rep, cn_rep), (bn, cn)
         if bp <= 0:
@@ -205,17 +216,30 @@ def compare_trial(label: str, b: Trial, c: Trial, metrics: Sequence[Metric], thr
             continue
         ratio = cp / bp
         lo, hi = percentile_interval(cr / br, confidence)
+        stepwise = max(bn, cn) > max(bn_rep, cn_rep)
+        single = not stepwise and bn_rep == 1 and cn_rep == 1
+        row.method = "single value" if single else (
+            "bootstrap: steps" + (" + repeats" if max(bn_rep, cn_rep) > 1 else "") if stepwise
+            else "bootstrap: repeats")
+        one_run, row.ratio_raw = False, c_raw / b_raw if b_raw else None
+        if same_runs(b.ok, c.ok):  # one measurement on both sides (a self-test may have scaled one copy)
+            lo = hi = ratio
+            row.method = "the same runs on both sides"
+        elif min(bn_rep, cn_rep) >= 2 and min(*b_pts, *c_pts, *b_raws, *c_raws) > 0:  # runs are the units
+            iv = between_runs(b_pts, c_pts, confidence)
+            ratio, lo, hi, row.method = iv.ratio, iv.low, iv.high, iv.method
+            row.ratio_raw = between_runs(b_raws, c_raws, confidence).ratio  # the same (geometric) mean, raw
+        elif md.samples is not None and lo > 0:  # a speed measured on a side once: its run noise is assumed
+            one_run = True
+            iv = widened(ratio, lo, hi, assumed_noise([*b.ok, *c.ok], run_noise), (bn_rep, cn_rep), confidence)
+            lo, hi, row.method = iv.low, iv.high, iv.method
         row.ratio, row.ci_low, row.ci_high = ratio, lo, hi
-        row.ratio_raw = c_raw / b_raw if b_raw else None
         if norm and row.ratio_raw:
             row.machine_ratio = row.ratio_raw / ratio
-        single = bn == bn_rep and cn == cn_rep and bn_rep == 1 and cn_rep == 1
-        row.method = "single value" if single else (
-            "bootstrap: steps" + (" + repeats" if max(bn_rep, cn_rep) > 1 else "")
-            if max(bn, cn) > max(bn_rep, cn_rep) else "bootstrap: repeats")
-        row.decision = decide(ratio, lo, hi, threshold, md.higher_is_better)
+        row.decision = decide(lo, hi, threshold, md.higher_is_better)
         if row.decision is Decision.INCONCLUSIVE:
-            notes.append("past the threshold but within noise: add repeats or steps")
+            notes.append("more sweeps per side (each into its own directory), or `vitbench ab`" if one_run else
+                         "the interval reaches past the threshold: add runs")
         row.note = "; ".join(notes)
         rows.append(row)
     return rows

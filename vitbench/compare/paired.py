@@ -22,28 +22,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from statistics import NormalDist
 
-from vitbench.compare.decide import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD, Decision
+from vitbench.compare.decide import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD, Decision, decide
 from vitbench.errors import ConfigError
+from vitbench.stats import t_quantile
+
+__all__ = ["DEFAULT_MIN_PAIRS", "Paired", "Rule", "t_quantile", "verdict"]
 
 # Defaults chosen from the measured power (docs/compare.md, "A/B gate: power").
 DEFAULT_MIN_PAIRS = 4
-
-
-def t_quantile(p: float, df: int) -> float:
-    """Student-t quantile, from the normal one by the Cornish-Fisher expansion (Abramowitz & Stegun 26.7.5);
-    within 0.2 % of the exact value for df >= 3, 2 % at df = 2; exact at df = 1 (Cauchy)."""
-    if df < 1:
-        raise ValueError(f"degrees of freedom must be >= 1, got {df}")
-    if df == 1:
-        return math.tan(math.pi * (p - 0.5))
-    z = NormalDist().inv_cdf(p)
-    g1 = (z**3 + z) / 4
-    g2 = (5 * z**5 + 16 * z**3 + 3 * z) / 96
-    g3 = (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384
-    g4 = (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / 92160
-    return z + g1 / df + g2 / df**2 + g3 / df**3 + g4 / df**4
 
 
 @dataclass(frozen=True)
@@ -72,16 +59,8 @@ class Paired:
         return cls(ratios, math.exp(mean), math.exp(mean - half), math.exp(mean + half))
 
     def decision(self, threshold: float) -> Decision:
-        """See the module docstring; fewer than two pairs is inconclusive (no interval)."""
-        if self.ci_low is None:
-            return Decision.INCONCLUSIVE
-        if self.ci_high < 1 - threshold:
-            return Decision.REGRESSION
-        if self.ci_low > 1 + threshold:
-            return Decision.IMPROVEMENT
-        if self.ci_low > 1 - threshold:
-            return Decision.NO_CHANGE
-        return Decision.INCONCLUSIVE
+        """The gates' one rule (decide.decide); fewer than two pairs is inconclusive (no interval)."""
+        return decide(self.ci_low, self.ci_high, threshold, higher_is_better=True)
 
 
 @dataclass(frozen=True)

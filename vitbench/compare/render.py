@@ -39,7 +39,7 @@ def summary_line(cmp) -> str:
         counts[r.decision.value] += 1
     parts = ", ".join(f"{n} {d}" for d, n in sorted(counts.items()))
     verdict = "REGRESSION" if cmp.regressions else ("INCOMPLETE" if cmp.fails_on_missing else (
-        "INCONCLUSIVE (not decided within the budget: exit 3)" if cmp.inconclusive else "no regression"))
+        "INCONCLUSIVE (not decided within the noise: exit 3)" if cmp.inconclusive else "no regression"))
     how = f"threshold {cmp.threshold:.0%}, {cmp.confidence:.0%} CI" + (", normalised by calibration"
                                                                         if cmp.normalized else "")
     how += ", paired rounds of both sides in one job" if cmp.context else ""
@@ -58,9 +58,9 @@ def to_markdown(cmp) -> str:
     """A Markdown report: summary, metric table, environment differences, unmatched trials, warnings."""
     def esc(s: str) -> str:
         return s.replace("|", "\\|")
-    how = ("Ratios are current / baseline, paired round by round; regression: the whole interval below 1 - "
-           "threshold; no change: the whole interval above it." if cmp.context else
-           "Ratios are current / baseline; decisions need the whole confidence interval past the threshold.")
+    how = ("Ratios are current / baseline" + (", paired round by round" if cmp.context else "") +
+           "; regression: the whole interval below 1 - threshold; no change: the whole interval above it; "
+           "inconclusive: the interval contains it.")
     lines = [f"## vitbench {'ab' if cmp.context else 'compare'}", "", f"**{summary_line(cmp)}**", "", how, "",
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     if cmp.context:

@@ -1,0 +1,111 @@
+"""The noise between runs: what a verdict on throughput must hold besides the steps' own spread.
+
+Two sweeps of the same code a minute apart on a busy host differ by 10-30 %; the steps inside one sweep never show
+that (docs/compare.md, "One run per side"). So a throughput interval is built on the runs, not the steps:
+
+- **Several runs per side** (records of a trial: repeats of a sweep, or sweeps in several directories): the runs
+  are the units. Each run's value is the median of its steps (normalised by its calibration under
+  --normalize); the interval is Welch's t-interval on the difference of the sides' mean log values (Welch 1947,
+  "The generalization of 'Student's' problem when several different population variances are involved",
+  Biometrika 34), so the run-to-run spread measured here, with its few degrees of freedom, sets the width.
+- **One run on a side**: the run-to-run spread cannot be seen from inside the data, so an assumed spread is added
+  to the steps' interval: `--run-noise SD` (the user's host, measured with several runs), else the floor this
+  project measured for the host's state the rows recorded (quiet or busy: `other_load_cores`, vitbench.measure.
+  load). The verdict says which it assumed; at the busy floor only a change of about half or more can be
+  decided, so identical code on a busy host comes out inconclusive (exit 3), not a regression.
+- **The same runs on both sides** (a results directory compared with itself): no run-to-run noise between them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from statistics import NormalDist
+
+from vitbench.measure.load import BUSY_CORES
+from vitbench.record import Record
+from vitbench.stats import t_quantile
+
+# The sd of log(a run's median img/s) between back-to-back sweeps of identical code, largest over the CI study's
+# four trials, measured on this project's 2-core machine (docs/compare.md, "One run per side": the development set
+# of benchmarks/bench_compare_aa.py; the verification pairs are apart).
+RUN_NOISE_QUIET = 0.063  # quiet host: the `alternate` pool of docs/compare.md, 28 pairs, worst trial 0.089 / sqrt 2
+RUN_NOISE_BUSY = 0.25  # busy host (4 busy-loop processes on 2 cores): the A/A development set
+RUN_NOISE_MAX = 2.0  # --run-noise above this (a factor of e^2 = 7.4 between runs) is a typo, not a host
+
+
+@dataclass(frozen=True)
+class RunNoise:
+    """The sd of a run's log value assumed between runs, and why (shown in the verdict)."""
+
+    sd: float
+    why: str
+
+
+def assumed_noise(records: Sequence[Record], user_sd: float | None) -> RunNoise:
+    """The spread between runs to assume for a trial with one run on a side: the user's, or the floor of the host
+    state its rows recorded (busy when other processes used BUSY_CORES or more during any of its timed steps, or
+    when a row did not record it)."""
+    if user_sd is not None:
+        return RunNoise(user_sd, f"--run-noise {user_sd:g}")
+    loads = [r.metrics.get("other_load_cores") for r in records]
+    known = [x for x in loads if isinstance(x, (int, float)) and math.isfinite(x)]
+    if len(known) < len(loads):
+        return RunNoise(RUN_NOISE_BUSY, "busy-host floor (a row did not record the other load)")
+    if max(known) >= BUSY_CORES:
+        return RunNoise(RUN_NOISE_BUSY, f"busy-host floor (other processes used up to {max(known):.1f} cores)")
+    return RunNoise(RUN_NOISE_QUIET, "quiet-host floor")
+
+
+def same_runs(baseline: Sequence[Record], current: Sequence[Record]) -> bool:
+    """Both sides hold the very same runs (one results directory compared with itself): the same sweep run ids,
+    trial keys, repeats and start times. Records without a run id (not written by a sweep) are never the same."""
+    def ident(recs):
+        return sorted((str(r.run_id), str(r.started_at), str(r.key), str(r.repeat)) for r in recs)
+    return all(r.run_id for r in (*baseline, *current)) and ident(baseline) == ident(current)
+
+
+@dataclass(frozen=True)
+class Interval:
+    ratio: float
+    low: float
+    high: float
+    method: str
+
+
+def between_runs(base: Sequence[float], cur: Sequence[float], confidence: float) -> Interval:
+    """Welch's t-interval on mean log(current) - mean log(baseline), runs as the units (two or more a side)."""
+    lb, lc = [math.log(x) for x in base], [math.log(x) for x in cur]
+    nb, nc = len(lb), len(lc)
+    mb, mc = sum(lb) / nb, sum(lc) / nc
+    vb = sum((x - mb) ** 2 for x in lb) / (nb - 1) / nb
+    vc = sum((x - mc) ** 2 for x in lc) / (nc - 1) / nc
+    se = math.sqrt(vb + vc)
+    # Welch-Satterthwaite degrees of freedom, rounded down (the wider interval); no spread at all: nb + nc - 2
+    df = (vb + vc) ** 2 / (vb ** 2 / (nb - 1) + vc ** 2 / (nc - 1)) if se > 0 else nb + nc - 2
+    half = t_quantile(0.5 + confidence / 2, max(1, math.floor(df))) * se
+    d = mc - mb
+    return Interval(math.exp(d), math.exp(d - half), math.exp(d + half),
+                    f"runs: {nb}/{nc}, Welch t (between-run sd {math.sqrt(vb * nb):.3f}/{math.sqrt(vc * nc):.3f})")
+
+
+def widened(ratio: float, low: float, high: float, noise: RunNoise, runs: tuple[int, int],
+            confidence: float) -> Interval:
+    """The steps' interval (low, high around ratio) with the assumed between-run spread added in quadrature."""
+    z = NormalDist().inv_cdf(0.5 + confidence / 2)
+    se_steps = (math.log(high) - math.log(low)) / (2 * z)
+    se = math.sqrt(se_steps ** 2 + noise.sd ** 2 * (1 / runs[0] + 1 / runs[1]))
+    d = math.log(ratio)
+    return Interval(ratio, math.exp(d - z * se), math.exp(d + z * se),
+                    f"one run on a side: steps + assumed between-run sd {noise.sd:g}, {noise.why}")
+
+
+def runs_needed(sd: float, change: float, confidence: float = 0.95, power: float = 0.8) -> int:
+    """Runs per side for a slowdown of `change` (0.1 = 10 %) to be called a regression `power` of the time by a
+    gate whose threshold is half the change, at a between-run sd of `sd` (log): the normal-approximation sample
+    size n = 2 ((z_conf + z_power) sd / (log(1 - change / 2) - log(1 - change)))^2, rounded up (Welch's t with
+    few runs needs somewhat more)."""
+    z = NormalDist().inv_cdf(0.5 + confidence / 2) + NormalDist().inv_cdf(power)
+    gap = math.log(1 - change / 2) - math.log(1 - change)
+    return max(2, math.ceil(2 * (z * sd / gap) ** 2))
