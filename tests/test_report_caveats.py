@@ -44,20 +44,21 @@ def store(tmp_path):
         _bench(st, "R-Micro", 70.0, overlapped=[OTHER, "s/legacy-key"])
         _bench(st, "ViT-Nano/4", 200.0, backend="jax")
         _bench(st, "ViT-Nano/4", 999.0, True, batch_size=16)  # faster, but unstable: not the peak
+        _bench(st, "ViT-Nano/4", 30.0, resolution=64)  # a second input size: the figure has a line to draw
     return tmp_path / "res"
 
 
 def test_tables_mark_unstable_and_shared_rows_and_never_pool_them_with_clean_ones(store):
     rep = build_report(store, formats=("md",), plots=False)
-    t = rep.tables["throughput"].set_index(["model", "backend", "batch_size"])
-    nano = t.loc[("ViT-Nano/4", "torch", 8)]
+    t = rep.tables["throughput"].set_index(["model", "backend", "resolution", "batch_size"])
+    nano = t.loc[("ViT-Nano/4", "torch", 32, 8)]
     # exact: the median of 100 and 102 is their mean, 101, an integer (the unstable 900 is not in it)
     assert nano["img_per_s"] == 101 and nano["repeats"] == 2 and nano[CAVEAT] == "1 unstable left out"
     assert nano["img_per_s_max"] == 102  # the spread is the clean repeats' too
-    rnano = t.loc[("R-Nano", "torch", 8)]
+    rnano = t.loc[("R-Nano", "torch", 32, 8)]
     assert rnano["img_per_s"] == 50.5 and rnano[CAVEAT] == f"{MARK} unstable (2 of 2 rows)"
-    assert t.loc[("R-Micro", "torch", 8)][CAVEAT] == f"{MARK} shared host (1 of 1 rows)"
-    assert t.loc[("ViT-Nano/4", "jax", 8)][CAVEAT] == ""
+    assert t.loc[("R-Micro", "torch", 32, 8)][CAVEAT] == f"{MARK} shared host (1 of 1 rows)"
+    assert t.loc[("ViT-Nano/4", "jax", 32, 8)][CAVEAT] == ""
     md = (store / "report" / "report.md").read_text()
     assert f"_{LEGEND}_" in md and md.count(MARK) >= 4
     assert any("5 ok timed row(s) are flagged" in w for w in rep.warnings)  # 900, 999, R-Nano x2, R-Micro
@@ -65,9 +66,9 @@ def test_tables_mark_unstable_and_shared_rows_and_never_pool_them_with_clean_one
 
 def test_the_peak_is_the_fastest_clean_batch_and_a_ratio_with_a_marked_side_is_marked(store):
     ok = ok_rows(load(store), ("bench",))
-    peak = peak_throughput(ok).set_index(["model", "backend"])
-    assert peak.loc[("ViT-Nano/4", "torch"), "batch_size"] == 8  # not the unstable 999 img/s at batch 16
-    assert peak.loc[("R-Nano", "torch"), CAVEAT].startswith(MARK)  # no clean batch: the marked one, marked
+    peak = peak_throughput(ok).set_index(["model", "backend", "resolution"])
+    assert peak.loc[("ViT-Nano/4", "torch", 32), "batch_size"] == 8  # not the unstable 999 img/s at batch 16
+    assert peak.loc[("R-Nano", "torch", 32), CAVEAT].startswith(MARK)  # no clean batch: the marked one, marked
     rep = build_report(store, formats=("csv",), plots=False)
     piv = rep.tables["backends"].set_index(["model", "batch_size"])
     row = piv.loc[("ViT-Nano/4", 8)]
@@ -90,6 +91,8 @@ def test_figures_ring_marked_speeds_and_say_so_in_the_legend(store):
     clean = df[(df["model"] == "ViT-Nano/4") & ~df["unstable"].astype(bool)]
     fig = figure("throughput_vs_resolution", clean)
     assert CAVEAT_LABEL not in [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    one_size = figure("throughput_vs_resolution", df[df["resolution"] == 32])  # a figure of one point per line
+    assert isinstance(one_size, NotDrawn) and "one input size measured (32 px)" in one_size.reason
 
 
 def test_the_shared_host_table_names_own_trials_and_other_processes(store, tmp_path):

@@ -26,6 +26,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullForma
 from vitbench.models.specs import all_specs
 from vitbench.report import caveats, tables
 from vitbench.report.caveats import CAVEAT, caveat_legend_entry, mark_caveats
+from vitbench.report.parts import NotDrawn
 
 FAMILY_STYLE = {"other": ("D", "Greys", "other")}
 _LINES = ("-", "--", ":", "-.")
@@ -153,11 +154,22 @@ def _task_panels(pt: pd.DataFrame, width: float, height: float):
     return fig, [(ax, task, pt[pt["task"] == task]) for ax, task in zip(axes, task_list)]
 
 
-def throughput_vs_resolution(df: pd.DataFrame) -> Figure | None:
+def _one_size(values, table: str) -> NotDrawn | None:
+    """NotDrawn when a figure against input size would have one size only (the table holds its values)."""
+    sizes = sorted({int(v) for v in values if pd.notna(v)})
+    if len(sizes) == 1:
+        return NotDrawn(f"one input size measured ({sizes[0]} px): nothing to draw against input size; the "
+                        f"values are in the table '{table}'")
+    return None
+
+
+def throughput_vs_resolution(df: pd.DataFrame) -> Figure | NotDrawn | None:
     """Peak throughput (best batch size) vs input size; one panel per task (infer, train)."""
     pt = tables.peak_throughput(df)
     if pt.empty:
         return None
+    if (note := _one_size(pt["resolution"], "throughput")) is not None:
+        return note
     fig, panels = _task_panels(pt, 6.4, 4.6)
     colors = model_colors(pt["model"])
     multi = pt["backend"].nunique() > 1
@@ -186,11 +198,13 @@ def throughput_vs_resolution(df: pd.DataFrame) -> Figure | None:
     return fig
 
 
-def max_batch_vs_resolution(df: pd.DataFrame) -> Figure | None:
+def max_batch_vs_resolution(df: pd.DataFrame) -> Figure | NotDrawn | None:
     """Largest batch that fits vs input size (hollow markers: the search cap was reached, a lower bound)."""
     mb = tables.max_batch(df)
     if mb.empty:
         return None
+    if (note := _one_size(mb["resolution"], "max_batch")) is not None:
+        return note
     fig = Figure(figsize=(8.0, 4.6), layout="constrained")
     ax = fig.subplots()
     colors = model_colors(mb["model"])
@@ -261,7 +275,7 @@ def _gflops_per_image(df: pd.DataFrame, pt: pd.DataFrame) -> pd.Series:
     return out
 
 
-def gflops_vs_throughput(df: pd.DataFrame) -> Figure | None:
+def gflops_vs_throughput(df: pd.DataFrame) -> Figure | NotDrawn | None:
     """Forward GFLOPs per image (x) vs measured peak throughput (y), log-log; one panel per task."""
     pt = tables.peak_throughput(_throughput_rows(df))
     if pt.empty:
@@ -269,6 +283,9 @@ def gflops_vs_throughput(df: pd.DataFrame) -> Figure | None:
     pt = pt.assign(gflops=_gflops_per_image(df, pt)).dropna(subset=["gflops"])
     if pt.empty:
         return None
+    if pt["gflops"].nunique() < 2:
+        return NotDrawn("one forward cost measured (one model at one input size): nothing to compare speed "
+                        "against; the values are in the table 'throughput'")
     fig, panels = _task_panels(pt, 6.0, 4.8)
     colors = model_colors(pt["model"])
     multi = pt["backend"].nunique() > 1
