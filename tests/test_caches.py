@@ -105,3 +105,33 @@ def test_the_command_lists_prunes_and_refuses_bad_input(cli, root):
     for bad in ("-1", "abc"):
         r = cli("cache", "--prune", bad)
         assert r.exit_code == 2 and "--prune" in r.output
+
+
+def test_a_cache_or_lock_that_is_not_of_its_kind_is_refused_naming_it(monkeypatch, tmp_path):
+    """Issue 50: a cache directory that is a file (or inside one), a file where vitbench writes a directory or
+    the reverse: refused naming the path (PathError: bad input, exit 2), never FileExistsError or
+    NotADirectoryError. PathError is an OSError too, so what goes on without a cache (the matmul peaks) still
+    does."""
+    from vitbench.errors import ConfigError
+    from vitbench.measure import peak
+
+    a_file = tmp_path / "a-file"
+    a_file.write_text("mine")
+    for where in (a_file, a_file / "cache"):
+        monkeypatch.setenv(paths.CACHE_ENV, str(where))
+        with pytest.raises(paths.PathError, match=f"cache directory \\(\\${paths.CACHE_ENV}\\) '{where}'"):
+            paths.open_compile_cache(paths.compile_cache_dir("fw"))
+        with pytest.raises(paths.PathError, match="a-file"):
+            paths.write_atomic(where / "peaks.json", "{}")
+        with pytest.raises(paths.PathError, match="a-file"), paths.locked(where / "peaks.json"):
+            pass
+    assert issubclass(paths.PathError, ConfigError) and issubclass(paths.PathError, OSError)
+    assert a_file.read_text() == "mine"  # nothing written over it
+    reading = peak.Reading(tflops=1.0, by="torch", at="now", how="matmul", backend="torch")
+    assert peak.offer("k", reading)["readings"]  # no cache to keep it in: the reading still counts
+    (tmp_path / "d.lock").mkdir()  # a lock that is a directory
+    with pytest.raises(paths.PathError, match=r"d\.lock' is a directory"), paths.locked(tmp_path / "d.json"):
+        pass
+    (tmp_path / "out.json").mkdir()  # a directory where a file is written
+    with pytest.raises(paths.PathError, match=r"out\.json' is a directory"):
+        paths.write_atomic(tmp_path / "out.json", "{}")

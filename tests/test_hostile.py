@@ -27,10 +27,11 @@ class Case(NamedTuple):
     args: tuple[str, ...]
     says: str  # text the message must contain: the option as typed, or what is wrong
     exit: int = 2
+    env: tuple[tuple[str, str], ...] = ()  # environment variables set for the row (a cache directory)
 
 
-def case(*args: str, says: str, exit: int = 2) -> Case:
-    return Case(tuple(args), says, exit)
+def case(*args: str, says: str, exit: int = 2, env: dict[str, str] | None = None) -> Case:
+    return Case(tuple(args), says, exit, tuple((env or {}).items()))
 
 
 NANO = "ViT-Nano/4"
@@ -359,6 +360,27 @@ CASES = {
            ("image-column for digits", ("--image-column", "img"), "--image-column"),
            ("label-column for digits", ("--label-column", "y"), "--label-column"),
            ("tfds-name for digits", ("--tfds-name", "cifar10"), "--tfds-name"))},
+    # ---- issue 50: a store, cache or checkpoint path that is not what vitbench writes there: refused before
+    # anything runs, naming it (the sweep ran its first trial, then lost it to an IsADirectoryError) ----------
+    **{f"sweep {what}": case("sweep", "smoke", "--results", f"{{store_{what.replace(' ', '_')}}}", says=says)
+       for what, says in (("results file a directory", "results.jsonl' is a directory"),
+                          ("results file a device", "results.jsonl' is not a regular file"),
+                          ("study copy a directory", "study.yaml' is a directory"),
+                          ("old study copy a directory", "study.0123456789ab.yaml' is a directory"),
+                          ("worker shard a directory", "results.w-node1.jsonl' is a directory"),
+                          ("claims a file", "claims' is a file"), ("logs a file", "logs' is a file"),
+                          ("claim a directory", ".lock' is a directory"),
+                          ("log a directory", ".log' is a directory"))},
+    "sweep dry run results file a directory": case("sweep", "smoke", "--dry-run", "--results",
+                                                   "{store_results_file_a_directory}", says="results.jsonl"),
+    **{f"{cmd} cache dir {what}": case(*args, says=says, env={"VITBENCH_CACHE_DIR": where})
+       for cmd, args in (("cache", ("cache",)), ("sweep", ("sweep", "smoke", "--results", "{dir}/r")),
+                         ("bench", ("bench", NANO, "-b", "1")))
+       for what, where, says in (("a file", "{garbage}", "garbage.yaml' is a file"),
+                                 ("inside a file", "{garbage}/cache", "garbage.yaml', which is a file"),
+                                 ("in /proc", "/proc/vitbench-cache", "'/proc/vitbench-cache' is not writable"))},
+    "fewshot checkpoint dir a file": case("fewshot", "-m", NANO, says="garbage.yaml' is a file",
+                                          env={"VITBENCH_CHECKPOINT_DIR": "{garbage}"}),
 }
 
 # ---- issue 50: the data sources under hostile input (files made by tests/hostile_data.py) -------------------------
@@ -532,12 +554,37 @@ def places(tmp_path_factory):
             row = json.dumps(bench_record(repeat=rep).to_dict())
             rows.append(row.replace('"img_per_s": ', '"img_per_s": Infinity, "was": ') if bad else row)
         (d / name / "results.jsonl").write_text("\n".join(rows) + "\n")
+    stores = {**_hostile_stores(d / "stores"), **_report_outs(d / "outs")}
     from hostile_data import hostile_data  # the data sources of DATA_CASES
 
-    return {**_report_outs(d / "outs"), **hostile_data(d / "data"), "dir": d / "empty", "empty": d / "empty.yaml",
+    return {**stores, **hostile_data(d / "data"), "dir": d / "empty", "empty": d / "empty.yaml",
             "garbage": d / "garbage.yaml",
             "garbage_ckpt": d / "garbage.safetensors", "odd_ckpt": d / "odd.safetensors", "nan_ckpt": d / "nan.safetensors",
             "results": d / "results", "nonfinite": d / "nonfinite", "fit_csv": d / "fit.csv"}
+
+
+def _hostile_stores(root) -> dict:
+    """One results directory per store path that is not what a sweep writes there (issue 50), by `store_<what>`:
+    a directory or a device where a file goes, a file where a directory goes; a claim and a log of the smoke
+    study's first trial."""
+    from vitbench.study import load_study
+
+    key = load_study("smoke").trials[0].key
+    makers = {"results_file_a_directory": lambda d: (d / "results.jsonl").mkdir(),
+              "results_file_a_device": lambda d: (d / "results.jsonl").symlink_to(os.devnull),
+              "study_copy_a_directory": lambda d: (d / "study.yaml").mkdir(),
+              "old_study_copy_a_directory": lambda d: (d / "study.0123456789ab.yaml").mkdir(),
+              "worker_shard_a_directory": lambda d: (d / "results.w-node1.jsonl").mkdir(),
+              "claims_a_file": lambda d: (d / "claims").write_text(""),
+              "logs_a_file": lambda d: (d / "logs").write_text(""),
+              "claim_a_directory": lambda d: (d / "claims" / f"{key}.lock").mkdir(parents=True),
+              "log_a_directory": lambda d: (d / "logs" / f"{key}.log").mkdir(parents=True)}
+    out = {}
+    for what, make in makers.items():
+        (root / what).mkdir(parents=True)
+        make(root / what)
+        out[f"store_{what}"] = root / what
+    return out
 
 
 def _report_outs(root) -> dict:
@@ -578,8 +625,10 @@ def check(args: tuple[str, ...], code: int, output: str, exc, c: Case) -> None:
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_hostile_value(name, cli, places, one_torch_thread):
+def test_hostile_value(name, cli, places, one_torch_thread, monkeypatch):
     c = CASES[name]
+    for var, value in c.env:
+        monkeypatch.setenv(var, value.format(**places))
     args = tuple(a.format(**places) if "{" in a else a for a in c.args)
     r = cli(*args)
     check(args, r.exit_code, r.output, r.exception, c)

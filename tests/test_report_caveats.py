@@ -173,3 +173,17 @@ def test_overlaps_round_trip_through_the_store_as_the_report_reads_them(tmp_path
     build_report(tmp_path, tmp_path / "out", formats=("csv",), plots=False)
     trials = pd.read_csv(tmp_path / "out" / "trials.csv")
     assert json.loads(trials.loc[0, "runner.overlapped"]) == [OTHER] and trials.loc[0, "shared_host"] == 1
+
+
+def test_scaling_with_an_unstable_one_device_partner_is_marked_and_ringed(tmp_path):
+    with Store(tmp_path) as st:
+        for devices, ips, bad in ((1, 100.0, True), (2, 160.0, False)):
+            cfg = {"devices": devices} if devices > 1 else {}
+            _bench(st, "ViT-Nano/4", ips, bad, batch_size=2 * devices, task="train", **cfg)
+    df = load(tmp_path)
+    rep = build_report(tmp_path, tmp_path / "out", formats=("csv",), plots=False)
+    two = rep.tables["devices"].set_index("devices").loc[2]
+    assert two["scaling_efficiency"] == 0.8  # exact: 160 / (2 x 100), one rounding as the literal's
+    assert two[CAVEAT] == f"{MARK} 1-device row (weak): unstable (1 of 1 rows)"
+    fig = figure("efficiency_vs_devices", df)
+    assert CAVEAT_LABEL in [t.get_text() for t in fig.axes[0].get_legend().get_texts()]

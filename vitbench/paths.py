@@ -1,13 +1,17 @@
 """Output locations a user names (a results directory, a report folder, a checkpoint file): checked before any
 work starts and created with errors that name the path, never a traceback (FileExistsError, OSError 30).
 
-`check_dir` / `check_file` create nothing (a dry run, or a check before minutes of training); `make_dir` creates
-the directory; `write_atomic` writes a file whole or not at all, with a new file's usual mode; `locked` holds an
-exclusive lock beside a file while a process reads, computes and writes it. `what` is how the message names the
-location: the option (`--results`) or its role.
+`check_dir` / `check_file` create nothing (a dry run, or a check before minutes of training); `check_entry` says
+whether what already lies at a path vitbench writes (a store's files and directories, a lock) is of the kind it
+must be; `make_dir` creates the directory; `write_atomic` writes a file whole or not at all, with a new file's
+usual mode; `locked` holds an exclusive lock beside a file while a process reads, computes and writes it. `what`
+is how the message names the location: the option (`--results`) or its role. Every refusal is a `PathError`: bad
+input (exit 2, one line naming the path) and an OSError, so code that goes on without an optional file (the
+matmul peaks in a read-only home) still does.
 
 The machine's cache directory (`cache_dir`: the measured matmul peaks, the persistent compile caches) is declared
-here too, with the switch that turns the compile caches off (`compile_cache_dir`).
+here too, with the switch that turns the compile caches off (`compile_cache_dir`), and its check
+(`check_cache_dir`: a file there, or a directory that cannot be made or written, is refused naming it).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from vitbench.errors import ConfigError, shorten
+from vitbench.errors import ConfigError, clip
 
 # One cache directory per machine: $VITBENCH_CACHE_DIR, else $XDG_CACHE_HOME/vitbench, else ~/.cache/vitbench.
 CACHE_ENV = "VITBENCH_CACHE_DIR"
@@ -28,6 +32,11 @@ CACHE_ENV = "VITBENCH_CACHE_DIR"
 # this variable set to 0/false/off/no turns them off (each compile then starts from nothing, as before).
 COMPILE_CACHE_ENV = "VITBENCH_COMPILE_CACHE"
 _OFF = ("0", "false", "off", "no")
+
+
+class PathError(ConfigError, OSError):
+    """A path vitbench must read or write that cannot be (a file where a directory must be, a directory where a
+    file must be, a read-only place): bad input, naming the path (exit 2); an OSError too (see the docstring)."""
 
 
 def cache_dir() -> Path:
@@ -52,11 +61,34 @@ def compile_cache_dir(subdir: str | None = None) -> Path | None:
     return root / subdir if subdir else root
 
 
+def _cache_what() -> str:
+    return f"cache directory ({'$' + CACHE_ENV if os.environ.get(CACHE_ENV) else 'choose one with $' + CACHE_ENV})"
+
+
+def check_cache_dir(compiling: bool = True) -> Path:
+    """The cache directory, refused (PathError naming it and the ways out) when something other than a directory
+    lies there or above it, when it is absent and cannot be made, or when it cannot be read. One that exists but
+    is read-only is used as it is: read, never written (`mark_used`). `compiling`: the message also names the
+    switch that turns the compile caches off."""
+    root = cache_dir()
+    q = _existing_ancestor(root)
+    try:
+        if q != root or not q.is_dir():
+            return check_dir(root, _cache_what())  # a file there or above it; or absent: can it be made?
+        if not os.access(root, os.R_OK | os.X_OK):
+            raise PathError(f"{_cache_what()} {_quote(root)} cannot be read: permission denied")
+    except PathError as e:
+        raise PathError(f"{e}{f' (or ${COMPILE_CACHE_ENV}=0: no compile caches)' if compiling else ''}") from None
+    return root
+
+
 def open_compile_cache(path: Path) -> Path:
     """Create compile-cache directory `path` if needed and mark it used now (its modification time: reads from a
     compile cache write nothing, and `vitbench cache --prune` removes the ones unused for days:
-    vitbench.caches)."""
-    path.mkdir(parents=True, exist_ok=True)
+    vitbench.caches). A cache directory that cannot hold it is refused naming it (`check_cache_dir`)."""
+    check_cache_dir()
+    if not path.is_dir():
+        make_dir(path, "compile cache")
     mark_used(path)
     return path
 
@@ -73,6 +105,15 @@ def mark_used(path: Path) -> None:
 def compile_root(cache: Path) -> Path:
     """The directory of the compile caches in cache directory `cache`: <cache>/compile."""
     return cache / "compile"
+
+
+MAX_PATH_CHARS = 200  # a path in a message is quoted whole up to here; beyond, its end (where its name is)
+
+
+def _quote(p: str | os.PathLike) -> str:
+    """A path for a message: quoted whole, or its last MAX_PATH_CHARS characters (the name that matters)."""
+    text = str(p)
+    return repr(text) if len(text) <= MAX_PATH_CHARS else f"'...{text[-MAX_PATH_CHARS:]}' ({len(text)} characters)"
 
 
 def _reason(e: OSError) -> str:
@@ -99,13 +140,13 @@ def check_dir(path: str | os.PathLike, what: str) -> Path:
     p = Path(path).expanduser()
     q = _existing_ancestor(p)
     if not q.is_dir():
-        where = "is a file" if q == p else f"is inside {shorten(str(q))}, which is a file"
-        raise ConfigError(f"{what} {shorten(str(p))} {where}; give a directory")
+        where = "is a file" if q == p else f"is inside {_quote(q)}, which is a file"
+        raise PathError(f"{what} {_quote(p)} {where}; give a directory")
     reason = ("the file system is read-only" if _read_only(q) else "permission denied") if not _writable(q) \
         else _cannot_create_in(q)
     if reason:
-        where = "" if q == p else f" (cannot create it in {shorten(str(q))})"
-        raise ConfigError(f"{what} {shorten(str(p))} is not writable{where}: {reason}")
+        where = "" if q == p else f" (cannot create it in {_quote(q)})"
+        raise PathError(f"{what} {_quote(p)} is not writable{where}: {reason}")
     return p
 
 
@@ -125,12 +166,33 @@ def check_file(path: str | os.PathLike, what: str) -> Path:
     """`path` can be written as a file: not a directory, its directory exists or can be made, and is writable."""
     p = Path(path).expanduser()
     if p.is_dir():
-        raise ConfigError(f"{what} {shorten(str(p))} is a directory; give a file name")
+        raise PathError(f"{what} {_quote(p)} is a directory; give a file name")
     if p.exists() and not p.is_file():  # /dev/null, a pipe: written through a temporary file, it would be replaced
-        raise ConfigError(f"{what} {shorten(str(p))} is not a regular file (a device or a pipe); give a file name")
-    check_dir(p.parent, f"{what} {shorten(str(p))}: its directory")
+        raise PathError(f"{what} {_quote(p)} is not a regular file (a device or a pipe); give a file name")
+    check_dir(p.parent, f"{what} {_quote(p)}: its directory")
     if p.exists() and not _writable(p.parent):
-        raise ConfigError(f"{what} {shorten(str(p))} cannot be replaced: its directory is not writable")
+        raise PathError(f"{what} {_quote(p)} cannot be replaced: its directory is not writable")
+    return p
+
+
+def check_entry(path: str | os.PathLike, what: str, directory: bool = False) -> Path:
+    """What lies at `path`, which vitbench reads and writes, is of the kind it must be: a directory it can create
+    files in (`directory`), else a regular file it can read and write; absent, it can be created. Nothing is
+    created. A store's files, its claims and logs, a lock beside a file are checked this way before any work."""
+    p = Path(path).expanduser()
+    if directory:
+        return check_dir(p, what)
+    if p.is_dir():
+        raise PathError(f"{what} {_quote(p)} is a directory, where vitbench keeps a file; move it away")
+    if p.exists() or p.is_symlink():
+        if not p.is_file():
+            raise PathError(f"{what} {_quote(p)} is not a regular file (a device, a pipe or a broken link); "
+                            "move it away")
+        if not os.access(p, os.R_OK | os.W_OK):
+            raise PathError(f"{what} {_quote(p)} cannot be read and written: "
+                            f"{'the file system is read-only' if _read_only(p.parent) else 'permission denied'}")
+        return p
+    check_dir(p.parent, f"{what} {_quote(p)}: its directory")
     return p
 
 
@@ -140,7 +202,7 @@ def make_dir(path: str | os.PathLike, what: str) -> Path:
     try:
         p.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise ConfigError(f"{what} {shorten(str(p))} cannot be created: {_reason(e)}") from None
+        raise PathError(f"{what} {_quote(p)} cannot be created: {_reason(e)}") from None
     return p
 
 
@@ -170,8 +232,14 @@ def write_atomic(path: str | os.PathLike, data: bytes | str) -> Path:
     the new one, never half of one. The file gets a new file's usual mode (mkstemp would leave it 0600: a
     checkpoint or result others on the machine could not read). Text is written as UTF-8."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    if not path.parent.is_dir():
+        make_dir(path.parent, f"{clip(path.name, 80)}'s directory")
+    if path.is_dir():
+        raise PathError(f"{_quote(path)} is a directory, where vitbench writes a file; move it away")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:
+        raise PathError(f"{_quote(path)} cannot be written: {_reason(e)}") from None
     try:
         os.fchmod(fd, file_mode())
         with os.fdopen(fd, "wb") as f:
@@ -187,9 +255,17 @@ def write_atomic(path: str | os.PathLike, data: bytes | str) -> Path:
 def locked(path: Path) -> Iterator[None]:
     """An exclusive lock on `<path>.lock` (beside `path`, created with its directory) while the block runs:
     concurrent processes that read-modify-write `path` (the peak cache) or create it once (a checkpoint that
-    several trials need) take turns. Released when the block ends or the process dies."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_suffix(".lock"), "a") as lock:
+    several trials need) take turns. Released when the block ends or the process dies. A directory that cannot
+    hold the lock, or a lock that is not a file, is refused naming it (PathError)."""
+    lock_path = path.with_suffix(".lock")
+    if not path.parent.is_dir():
+        make_dir(path.parent, f"{clip(path.name, 80)}'s directory")
+    try:
+        lock = open(lock_path, "a")  # noqa: SIM115 - closed below, after the lock is released
+    except OSError as e:
+        check_entry(lock_path, f"lock of {_quote(path)}")  # names what lies there
+        raise PathError(f"lock {_quote(lock_path)} cannot be written: {_reason(e)}") from None
+    with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield

@@ -32,9 +32,9 @@ from pathlib import Path
 
 from vitbench.errors import ConfigError, shorten
 from vitbench.executors import Executor, Job, Outcome, Role, Stored, executor_class
-from vitbench.paths import check_dir, make_dir
+from vitbench.paths import check_cache_dir, check_dir, check_entry, compile_cache_on, make_dir
 from vitbench.record import Status
-from vitbench.store import STUDY_FILE, Store, select
+from vitbench.store import CLAIMS_DIR, LOGS_DIR, RESULTS_FILE, STUDY_FILE, Store, claim_path, log_path, select
 from vitbench.study import Study, Trial, trial_key
 
 RESULTS_ROOT = "results"
@@ -173,6 +173,7 @@ def check_results_dir(study: Study, results_dir: str | os.PathLike, what: str = 
     path = check_dir(results_dir, what)
     if not path.is_dir():
         return path
+    check_store_paths(study, path)
     others: set[str] = set()
     copy = path / STUDY_FILE
     if copy.is_file():
@@ -192,6 +193,24 @@ def check_results_dir(study: Study, results_dir: str | os.PathLike, what: str = 
     return path
 
 
+def check_store_paths(study: Study, root: Path) -> None:
+    """Everything a sweep of `study` reads or writes in store `root` is of its kind, or absent (paths.check_entry):
+    the results file and every worker shard, the study copy and its older copies, the claims and logs
+    directories, each trial's claim and log. A directory where the results file goes used to end the sweep after
+    its first trial, the trial lost: refused here, before anything runs (exit 2 naming the path)."""
+    name = "the store's"
+    check_entry(root / RESULTS_FILE, f"{name} results file")
+    check_entry(root / STUDY_FILE, f"{name} study copy")
+    stem, suffix = os.path.splitext(STUDY_FILE)
+    for p in sorted({*root.glob(f"{os.path.splitext(RESULTS_FILE)[0]}*.jsonl"), *root.glob(f"{stem}.*{suffix}")}):
+        check_entry(p, f"{name} store file")
+    for d in (CLAIMS_DIR, LOGS_DIR):
+        check_entry(root / d, f"{name} {d} directory", directory=True)
+    for key in {t.key for t in (*study.trials, *calibration_trials(study))}:
+        check_entry(claim_path(root, key), f"{name} claim of trial {key}")
+        check_entry(log_path(root, key), f"{name} log of trial {key}")
+
+
 def run_study(study: Study, results_dir: str | os.PathLike | None = None, *,
               executor: Executor | str | None = None,
               force: bool = False, retry_failed: bool = False, calibration: bool | None = None,
@@ -207,6 +226,8 @@ def run_study(study: Study, results_dir: str | os.PathLike | None = None, *,
     results_dir = check_results_dir(study, results_dir, store=store)
     if not isinstance(executor, Executor):  # before anything is shown or written
         check_executor(study, executor, executor_options)
+    if compile_cache_on():  # every trial opens the compile cache: one that cannot be is refused now, not per trial
+        check_cache_dir()
     run_id = new_run_id()
     summary = SweepSummary(run_id=run_id, results_dir=results_dir, planned=len(study.trials))
     t_start = time.perf_counter()

@@ -42,6 +42,8 @@ from vitbench.record import Record, Status
 
 RESULTS_FILE = "results.jsonl"
 STUDY_FILE = "study.yaml"
+CLAIMS_DIR = "claims"  # claims/<key>.lock
+LOGS_DIR = "logs"  # logs/<key>.log, written by the executors
 TRIAL_ID_COLUMNS = ("key", "study", "run_id", "repeat", "kind", "status")
 
 
@@ -144,6 +146,17 @@ def _parse_one(raw: bytes, path: Path, lineno: int, torn: bool) -> Record | None
         return None
     rec.source = str(path.parent.resolve())
     return rec
+
+
+
+def claim_path(root: Path, key: str) -> Path:
+    """The lock file by which a sweep claims trial `key` in store `root` (Store.claim)."""
+    return root / CLAIMS_DIR / f"{key}.lock"
+
+
+def log_path(root: Path, key: str) -> Path:
+    """Where an executor keeps the output of trial `key` in store `root`."""
+    return root / LOGS_DIR / f"{key}.log"
 
 
 def read_records(path: str | os.PathLike) -> list[Record]:
@@ -258,9 +271,9 @@ class Store:
         Lock files are never deleted (deleting a lock file races with a process about to lock it)."""
         if key in self._claims:
             return True
-        d = self.root / "claims"
-        d.mkdir(parents=True, exist_ok=True)
-        fd = os.open(d / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        lock = claim_path(self.root, key)
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

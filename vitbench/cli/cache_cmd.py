@@ -36,9 +36,11 @@ def cache_cmd(
     the matmul peaks, are never removed)."""
     from vitbench.caches import parts
     from vitbench.caches import prune as prune_caches
-    from vitbench.paths import cache_dir
+    from vitbench.paths import check_cache_dir, check_dir
 
-    root = cache_dir()
+    root = check_cache_dir(compiling=False)  # a file there, or one that cannot be made or read: exit 2 naming it
+    if prune is not None and not dry_run:
+        check_dir(root, "cache directory")  # removing from it needs it writable (a read-only one: named, exit 2)
     pruned = prune_caches(prune, root, dry_run=dry_run) if prune is not None else None
     listed = parts(root)
     if as_json:

@@ -46,6 +46,7 @@ from vitbench import forkservers, memory_budget
 from vitbench.executors import STOP_SIGNALS, Executor, Job, Outcome, failure, register_executor
 from vitbench.procmem import die_with_parent
 from vitbench.record import Record, Status, now
+from vitbench.store import LOGS_DIR, log_path
 
 # Imported once by every fork server besides its backend's own preload list (vitbench.backends.base.BackendSpec).
 PRELOAD = ("vitbench.trial", "vitbench.measure.throughput", "vitbench.measure.max_batch", "vitbench.measure.flops",
@@ -159,7 +160,7 @@ class LocalExecutor(Executor):
         self.start_method, self.start_method_note = self.opts.start_method, None
         if self.start_method == "forkserver" and forkservers.unavailable:
             self.start_method, self.start_method_note = "spawn", f"no fork server: {forkservers.unavailable}"
-        self.log_dir = self.results_dir / "logs" if self.results_dir is not None else None
+        self.log_dir = self.results_dir / LOGS_DIR if self.results_dir is not None else None
         self._tmp = tempfile.TemporaryDirectory(prefix="vitbench-trials-")
 
     @property
@@ -172,9 +173,8 @@ class LocalExecutor(Executor):
     # ---------------------------------------------------------------------------------------------------
     def submit_one(self, job: Job) -> _Running:
         result = Path(self._tmp.name) / f"{job.key}.json"
-        log_dir = self.log_dir or Path(self._tmp.name)
-        log_dir.mkdir(parents=True, exist_ok=True)
-        log = log_dir / f"{job.key}.log"
+        log = log_path(self.results_dir if self.log_dir else Path(self._tmp.name), job.key)
+        log.parent.mkdir(parents=True, exist_ok=True)
         for stale in (result, Path(str(result) + STARTED)):
             stale.unlink(missing_ok=True)
         args, name = (job, str(result), str(log)), f"vitbench-trial-{job.key}"

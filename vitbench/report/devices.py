@@ -98,7 +98,9 @@ def throughput_vs_devices(ok: pd.DataFrame) -> Figure | None:
     t = scaling(ok)
     if t.empty:
         return None
-    fig, ax = _axes("Throughput vs devices (dotted: ideal linear scaling)", "throughput of the group [img/s]")
+    fig, ax = _axes("Throughput vs devices (dotted: ideal linear scaling)",
+                    "throughput of the group [img/s] (median over repeats)")
+    rings = False
     for _, g in _series(t):
         g = g.sort_values("devices")
         line, = ax.plot(g["devices"], g["img_per_s"], marker="o", label=_label(g.iloc[0]))
@@ -106,6 +108,11 @@ def throughput_vs_devices(ok: pd.DataFrame) -> Figure | None:
         if not one.empty:
             ax.plot(g["devices"], g["devices"] * float(one["img_per_s"].iloc[0]), linestyle=":",
                     color=line.get_color())
+        if CAVEAT in g:  # marked: its own value, or (its ideal line's) 1-device partner
+            m = caveats.marked(g[CAVEAT])
+            rings |= caveats.mark_caveats(ax, g["devices"][m], g["img_per_s"][m])
+    if rings:
+        caveats.caveat_legend_entry(ax)
     ax.set_xticks(sorted(t["devices"].unique()))
     ax.legend(fontsize=7, frameon=False)
     return fig
@@ -117,12 +124,18 @@ def efficiency_vs_devices(ok: pd.DataFrame) -> Figure | None:
     if t.empty or t["scaling_efficiency"].notna().sum() == 0:
         return None
     fig, ax = _axes("Scaling efficiency vs devices (img/s at N / (N x img/s at 1 device), same per-device batch)",
-                    "scaling efficiency [fraction]")
+                    "scaling efficiency [fraction] (of medians over repeats)")
+    rings = False
     for _, g in _series(t):
         g = g.assign(scaling_efficiency=g["scaling_efficiency"].where(g["devices"] > 1, 1.0))  # 1: the definition
         g = g.dropna(subset=["scaling_efficiency"]).sort_values("devices")
         if (g["devices"] > 1).any():
             ax.plot(g["devices"], g["scaling_efficiency"], marker="o", label=_label(g.iloc[0]))
+            if CAVEAT in g:  # a ratio with a marked side
+                m = caveats.marked(g[CAVEAT]) & (g["devices"] > 1)
+                rings |= caveats.mark_caveats(ax, g["devices"][m], g["scaling_efficiency"][m])
+    if rings:
+        caveats.caveat_legend_entry(ax)
     ax.axhline(1.0, color="grey", linestyle=":", linewidth=1)
     ax.set_xticks(sorted(t["devices"].unique()))
     ax.set_ylim(bottom=0)
