@@ -381,6 +381,12 @@ CASES = {
                                  ("in /proc", "/proc/vitbench-cache", "'/proc/vitbench-cache' is not writable"))},
     "fewshot checkpoint dir a file": case("fewshot", "-m", NANO, says="garbage.yaml' is a file",
                                           env={"VITBENCH_CHECKPOINT_DIR": "{garbage}"}),
+    # issue 50, item 7: a rank that dies is a failed run (exit 1), not bad input; named, without a traceback
+    **{f"{cmd} a rank dies": case(cmd, NANO, "--devices", "2", "--threads", "1", *more,
+                                  says="rank 1 of 2 failed (exit status 3)", exit=1,
+                                  env={"VITBENCH_TEST_KILL_RANK": "1"})
+       for cmd, more in (("bench", ("-b", "2", "--min-steps", "1", "--min-seconds", "0", "--warmup", "0")),
+                         ("max-batch", ("--max-batch-size", "2")))},
 }
 
 # ---- issue 50: the data sources under hostile input (files made by tests/hostile_data.py) -------------------------
@@ -665,6 +671,40 @@ def test_broken_plugin(tmp_path, kind, command):
     check(command, r.returncode, r.stdout + r.stderr, None,
           Case(command, says=f"plug-in 'vb_plugin_{kind}' ($VITBENCH_PLUGINS) failed to import"))
     assert says in r.stderr
+
+
+@pytest.mark.timeout(240)
+def test_a_sweep_started_with_sigint_ignored_still_stops_on_sigint(tmp_path):
+    """Issue 50, item 7: a sweep started in the background from a script inherits SIGINT ignored (POSIX shells
+    do that; Python keeps it). `kill -INT` stops it as Ctrl-C does: exit 130, the running trial recorded as
+    interrupted, no traceback."""
+    import signal
+    import time
+
+    study = tmp_path / "slow.yaml"
+    study.write_text("name: slow\ncalibration: false\ntimeout_s: 200\n"
+                     "axes: {model: [ViT-Nano/4], task: [hog], behaviour: [ok], seconds: [120]}\n")
+    tests = os.path.dirname(os.path.abspath(__file__))
+    env = {**os.environ, "VITBENCH_PLUGINS": "vitbench_hogtasks",
+           "PYTHONPATH": os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-c", "from vitbench.cli import main; main()", "sweep", str(study),
+                             "--results", str(tmp_path / "r")], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        deadline = time.monotonic() + 180
+        while not list((tmp_path / "r").glob("logs/*.log")):  # the trial is running
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)  # ignored, it would run its 120 s trial to the end
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, err[-2000:]
+    assert "interrupted" in err and "Traceback" not in err + out, err[-2000:]
+    assert '"status":"interrupted"' in (tmp_path / "r" / "results.jsonl").read_text()
 
 
 def _commands(command, prefix: tuple[str, ...] = ()):

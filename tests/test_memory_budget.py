@@ -12,6 +12,7 @@ import resource
 import subprocess
 import sys
 import textwrap
+import time
 from types import SimpleNamespace
 
 import psutil
@@ -81,6 +82,7 @@ def test_a_command_past_its_budget_stops_with_one_line(tmp_path):
                        preexec_fn=_capped(psutil.Process().memory_info().vms + (6 << 30)), check=False)
     assert r.returncode == 1, r.stderr[-2000:]
     assert "passed its memory budget of 1024 MiB ($VITBENCH_MEMORY_LIMIT_GIB)" in r.stderr, r.stderr[-2000:]
+    assert "a smaller batch, resolution or model fits" in r.stderr  # a model's step was set up: that is the cause
     assert "Traceback" not in r.stderr
 
 
@@ -96,3 +98,52 @@ def test_an_allocation_that_fails_is_one_oom_line_not_a_traceback(tmp_path):
     assert r.returncode == 1, r.stderr[-2000:]
     assert r.stderr.startswith("oom: out of memory (") and "can't allocate memory" in r.stderr, r.stderr[-2000:]
     assert "Traceback" not in r.stderr and len(r.stderr.splitlines()) == 1
+
+
+# ---- the budget holds for the process tree (issue 50: `bench --devices 8`'s ranks used 6 GiB under 1 GiB) ----
+@pytest.mark.timeout(120)
+def test_a_trials_ranks_count_against_its_budget(tmp_path):
+    """A trial that stays small itself (~100-200 MiB, spawned) launches 2 ranks holding 300 MiB each: neither the
+    trial nor a rank passes the 512 MiB budget alone, their tree does, and is stopped whole: an oom row at once
+    (the ranks would hold for 60 s), no rank left behind."""
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    s = parse_study(textwrap.dedent("""
+        name: hungry-ranks
+        calibration: false
+        timeout_s: 90
+        defaults: {budget_mib: 300, seconds: 60}
+        axes: {model: [ViT-Nano/4], task: [hog], behaviour: [ranks]}
+    """), "hungry-ranks.yaml")
+    summary = run_study(s, tmp_path, executor_options={"start_method": "spawn", "memory_limit_gib": 0.5})
+    assert summary.statuses == {"oom": 1}, summary.statuses
+    row = load(tmp_path).iloc[0]
+    assert row["error_type"] == "MemoryBudgetExceeded" and "process(es): the trial and what it started" in \
+        row["error_message"], row["error_message"]
+    assert int(row["error_message"].split(" MiB resident (")[1].split()[0]) >= 3  # the trial and both ranks
+    assert row["runner.wall_s"] < 45
+    assert {p.pid for p in psutil.Process().children(recursive=True)} <= before
+
+
+@pytest.mark.timeout(120)
+def test_a_commands_ranks_count_against_its_budget(tmp_path):
+    """A command (its guard started as the CLI starts it) whose 2 ranks hold 300 MiB each under a 512 MiB budget:
+    stopped with one line saying so, exit 1, its ranks gone with it. Nothing had set up a model's step, so the
+    line names no batch as the cause."""
+    tests = os.path.dirname(os.path.abspath(__file__))
+    code = ("from vitbench.memory_budget import guard_this_process as g; g(); "
+            "from vitbench.measure.ranks import run_group; "
+            f"run_group('rank_targets:hold', {{'mib': 300, 'seconds': 60, 'pid_dir': {str(tmp_path)!r}}}, 2, "
+            f"env={{'PYTHONPATH': {tests!r}}})")
+    r = subprocess.run([sys.executable, "-c", code], env={**os.environ, ENV: "0.5"}, capture_output=True,
+                       text=True, timeout=100, check=False)
+    assert r.returncode == 1, r.stderr[-2000:]
+    line = r.stderr.strip()
+    assert line.startswith("oom: vitbench stopped: this command (") and \
+        "processes) passed its memory budget of 512 MiB ($VITBENCH_MEMORY_LIMIT_GIB)" in line, line
+    assert "smaller batch" not in line and "before any model step ran" in line
+    pids = [int(p.read_text()) for p in tmp_path.glob("rank*.pid")]
+    assert pids
+    deadline = time.monotonic() + 10  # the kernel's parent-death signal reaches them (procmem.die_with_parent)
+    while any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids):
+        assert time.monotonic() < deadline, pids
+        time.sleep(0.1)

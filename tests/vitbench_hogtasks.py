@@ -9,6 +9,8 @@ behaviour:
   stubborn_hang  ignores SIGTERM and sleeps forever: the timeout must escalate to SIGKILL
   grow    touches memory in 32 MiB steps up to 4 x budget_mib (never more: RLIMIT_AS caps it there), as a batch
           too large for the host does: a memory budget below that must stop it first
+  ranks   launches 2 ranks (vitbench.measure.ranks) that each hold budget_mib MiB for `seconds`: the trial process
+          itself stays small, its tree does not
 
 Sweep subprocesses need tests/ on PYTHONPATH and VITBENCH_PLUGINS=vitbench_hogtasks.
 """
@@ -88,6 +90,12 @@ def _hog(config: dict) -> Record:
         os.kill(os.getpid(), signal.SIGKILL)
     elif b == "grow":
         _grow(config["budget_mib"])
+    elif b == "ranks":
+        from vitbench.measure.ranks import run_group
+
+        tests = os.path.dirname(os.path.abspath(__file__))
+        run_group("rank_targets:hold", {"mib": int(config["budget_mib"]), "seconds": config["seconds"]}, 2,
+                  env={"PYTHONPATH": os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")])})
     elif b == "stubborn_hang":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         time.sleep(3600)

@@ -6,10 +6,23 @@ they run out the kernel kills a process, not necessarily ours, after the machine
 probes have always run against a budget (vitbench.measure.max_batch); this module gives the same rule to the rest:
 
 - every `vitbench` command runs under `guard_this_process()` (started by the CLI): a watchdog thread reads the
-  process's resident memory every WATCH_S and, past the budget, ends the process at once with one line saying so
-  and exit code EXIT_OVER_BUDGET (a bench of batch 1,000,000, a FLOP count at 8192 px);
-- the local executor watches every trial process the same way (`resident_mib`) and stops one that passes its
-  budget: its row says `oom`, and the sweep goes on.
+  resident memory of the command's process tree every WATCH_S and, past the budget, ends the process at once
+  with one line saying so and exit code EXIT_OVER_BUDGET (a bench of batch 1,000,000, a FLOP count at 8192 px,
+  `bench --devices 8` whose ranks together pass it); its ranks, workers and probes die with it;
+- the local executor watches every trial's process tree the same way (`TreeMemory`) and stops one that passes
+  its budget, with everything it started: its row says `oom`, and the sweep goes on.
+
+A budget holds for the whole process tree of a command or a trial (its ranks, data workers, peak probes):
+`TreeMemory` sums the resident sets of a process and of every process below it. The sum is an upper bound: pages
+that several processes share (the framework's libraries, a forked child's copy-on-write pages) count in each,
+as max-batch's probes count their ranks (vitbench.measure.probe). The processes below are looked up every
+TREE_SCAN_S (one pass over /proc, milliseconds), their memory read every WATCH_S (microseconds each); a command's
+own guard looks them up only while it has children at all, so a one-process measurement pays nothing for it.
+
+Each process is watched once, by whoever can act on it: a trial process (and its tree) by the executor, which
+stops that trial alone; a max-batch probe by its search, which records it as over budget and goes on. So a tree
+stops at the processes a watcher in this process keeps apart (`watch_apart`) and at fork servers
+(vitbench.forkservers: idle after their imports, their children the trials and probes of the line before).
 
 The budget is `VITBENCH_MEMORY_LIMIT_GIB` when set, else half the memory available when it is computed (the rule
 max-batch uses): the other half stays for the rest of the machine. It bounds host memory on any device; on an
@@ -22,12 +35,17 @@ import math
 import os
 import sys
 import threading
+import time
 
 from vitbench.errors import ConfigError
 
 ENV = "VITBENCH_MEMORY_LIMIT_GIB"
 AVAILABLE_FRACTION = 0.5  # of the memory available now (max-batch on CPU uses this budget too)
 WATCH_S = 0.05  # how often resident memory is read; an allocation of 20 GB takes seconds to touch its pages
+# how often the processes below a watched one are looked up: a rank or worker starts in about a second (a Python
+# interpreter and its framework), and one pass over /proc took 3-14 ms on the 2-core CI machine (146 processes,
+# load 2-8), so about 1 % of a core at most
+TREE_SCAN_S = 1.0
 EXIT_OVER_BUDGET = 1  # as an out-of-memory error (vitbench.cli.EXIT_OOM)
 
 
@@ -60,14 +78,65 @@ def describe(budget: float, limit_gib: float | None = None) -> str:
     return f"{budget:.0f} MiB (half the memory available at the start; set ${ENV} to change it)"
 
 
-def resident_mib(pid: int) -> float | None:
-    """Resident memory of process `pid` in MiB (None when it is gone)."""
-    import psutil
+_apart: set[int] = set()  # processes this process watches against a budget of their own (and what they start)
 
+
+def watch_apart(pid: int) -> None:
+    """Process `pid`, started by this process, is watched on its own (a trial, a probe): no tree this process
+    watches counts it or what it starts, until `end_apart(pid)`."""
+    _apart.add(pid)
+
+
+def end_apart(pid: int) -> None:
+    _apart.discard(pid)
+
+
+def _kept_apart(pid: int) -> bool:
+    from vitbench.procmem import is_fork_server
+
+    return pid in _apart or is_fork_server(pid)
+
+
+class TreeMemory:
+    """Resident memory of process `pid` and every process below it, in MiB (see the module docstring); `own`:
+    `pid` is this process, whose children a cheap system call can rule out before any look-up."""
+
+    def __init__(self, pid: int, own: bool = False):
+        self.pid, self.own = pid, own
+        self.below: set[int] = set()
+        self.processes = 1  # how many processes the last reading summed
+        self._next_scan = 0.0
+
+    def mib(self) -> float | None:
+        """The tree's resident MiB now; None when `pid` itself is gone."""
+        from vitbench.procmem import descendants, resident_kib
+
+        total = resident_kib(self.pid)
+        if total is None:
+            return None
+        now = time.monotonic()
+        if now >= self._next_scan:
+            self._next_scan = now + TREE_SCAN_S
+            self.below = descendants(self.pid, _kept_apart) if not self.own or _has_children() else set()
+        for p in list(self.below):
+            kib = resident_kib(p)
+            if kib is None:
+                self.below.discard(p)  # ended
+            else:
+                total += kib
+        self.processes = 1 + len(self.below)
+        return total / 1024
+
+
+def _has_children() -> bool:
+    """Has this process any child (running or not yet reaped)? One waitid(2) that reaps nothing."""
     try:
-        return psutil.Process(pid).memory_info().rss / 2**20
-    except psutil.Error:  # NoSuchProcess, AccessDenied, ZombieProcess
-        return None
+        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return False
+    except OSError:  # no waitid here: assume there may be
+        return True
+    return True
 
 
 class _Guard(threading.Thread):
@@ -77,21 +146,36 @@ class _Guard(threading.Thread):
         self.stopped = threading.Event()
 
     def run(self) -> None:
-        pid = os.getpid()
+        tree = TreeMemory(os.getpid(), own=True)
         while not self.stopped.wait(WATCH_S):
-            rss = resident_mib(pid)
+            rss = tree.mib()
             if rss is not None and rss > self.budget:
-                _over_budget(rss, self.about)
+                _over_budget(rss, self.about, tree.processes)
 
 
-def _over_budget(rss: float, about: str) -> None:
-    """End this process now: the main thread may be inside one native allocation that never returns."""
+_model_steps = threading.Event()  # set once this process sets up a model's step (note_model_steps)
+
+
+def note_model_steps() -> None:
+    """This process sets up or runs a model's steps from now on (vitbench.measure.group marks it, for itself or for
+    the ranks it launches): past the budget, the message then says that a smaller batch, resolution or model
+    fits. Before, it names no cause: what passed the budget was not a model (issue 50: a brace range expanded to
+    10^9 paths before any model was built was reported as a batch too large)."""
+    _model_steps.set()
+
+
+def _over_budget(rss: float, about: str, processes: int = 1) -> None:
+    """End this process now: the main thread may be inside one native allocation that never returns. The
+    processes it started die with it (ranks and probes watch their parent: vitbench.procmem.die_with_parent)."""
     try:
         sys.stdout.flush()
     except Exception:  # noqa: BLE001 - a closed pipe must not keep us alive
         pass
-    os.write(2, (f"\noom: vitbench stopped: this process passed its memory budget of {about} with {rss:.0f} MiB "
-                 "resident; a smaller batch, resolution or model fits\n").encode())
+    who = "this process" if processes == 1 else f"this command ({processes} processes)"
+    way = ("a smaller batch, resolution or model fits" if _model_steps.is_set() else
+           f"it needs more memory than that before any model step ran (${ENV} sets the budget)")
+    os.write(2, f"\noom: vitbench stopped: {who} passed its memory budget of {about} with {rss:.0f} MiB "
+                f"resident; {way}\n".encode())
     os._exit(EXIT_OVER_BUDGET)
 
 

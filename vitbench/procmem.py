@@ -1,4 +1,5 @@
-"""Process facts on Linux: current RSS and a resettable peak (VmHWM) in MiB; dying with the parent.
+"""Process facts on Linux: current RSS and a resettable peak (VmHWM) in MiB; a process's descendants and their
+resident memory; dying with the parent.
 
 On CPU there is no allocator peak, so a measurement's peak memory is the growth of the process's peak resident
 set over its RSS at the start. Writing "5" to /proc/self/clear_refs resets VmHWM (Linux >= 4.0), so repeated
@@ -7,6 +8,7 @@ measurements in one process do not see each other's peaks. Elsewhere we fall bac
 
 from __future__ import annotations
 
+import os
 import resource
 import signal
 import sys
@@ -88,6 +90,78 @@ class PeakRSS:
 
     def peak_mib(self) -> float:
         return peak_rss_mib()
+
+
+def resident_kib(pid: int) -> int | None:
+    """Resident memory (VmRSS) of process `pid` in KiB; None when it is gone (or is a zombie, whose memory is
+    freed). Read from /proc/PID/status (a few microseconds); psutil elsewhere."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmRSS:"):
+                    return int(line.split()[1])
+        return None  # a zombie has no VmRSS line
+    except FileNotFoundError:
+        return None
+    except OSError:
+        pass
+    import psutil
+
+    try:
+        return psutil.Process(pid).memory_info().rss // 1024
+    except psutil.Error:
+        return None
+
+
+# How CPython starts a fork server (Lib/multiprocessing/forkserver.py, ForkServer.ensure_running: `cmd`)
+FORK_SERVER_CMD = b"from multiprocessing.forkserver import main"
+
+
+def is_fork_server(pid: int) -> bool:
+    """Is process `pid` a multiprocessing fork server (by its command line)?"""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return FORK_SERVER_CMD in f.read()
+    except OSError:
+        return False
+
+
+def descendants(pid: int, stop=lambda pid: False) -> set[int]:
+    """Every process below `pid` (children, theirs, ...) but those for which `stop(pid)` is true and what is below
+    them, from one pass over /proc/*/stat (parent ids): a few milliseconds for a few hundred processes, a tenth of
+    what psutil's `children(recursive=True)` takes. psutil where there is no /proc."""
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        import psutil
+
+        try:
+            tree = psutil.Process(pid).children(recursive=True)
+            cut = {c.pid for c in tree if stop(c.pid)}
+            return {c.pid for c in tree if c.pid not in cut and not any(a.pid in cut for a in c.parents())}
+        except psutil.Error:
+            return set()
+    children: dict[int, list[int]] = {}
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:  # gone meanwhile
+            continue
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split after its last ')'
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if len(fields) > 1:
+            children.setdefault(int(fields[1]), []).append(int(name))
+    out: set[int] = set()
+    todo = [pid]
+    while todo:
+        for c in children.get(todo.pop(), ()):
+            if c not in out and not stop(c):
+                out.add(c)
+                todo.append(c)
+    return out
 
 
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h

@@ -20,7 +20,8 @@ kernel's OOM killer would pick a process; a child that dies without a result (se
 SIGHUP, SLURM's preemption warning SIGUSR2) is 'interrupted', and so is the running child when the sweep gets
 Ctrl-C or one of those signals itself (`vitbench sweep`; the child is stopped). A record a child has measured is
 written whole before a stop signal can end it (the signal is held while it is written). The budget
-watches the trial process itself: processes a task starts (max-batch probes) are watched by that task. Children
+holds for the trial's process tree (its ranks and data workers: vitbench.memory_budget.TreeMemory), stopped whole;
+max-batch probes, forked by a fork server rather than by the trial, are watched by their search. Children
 ignore SIGINT (the parent owns it) and ask the kernel to kill them if their parent dies (PR_SET_PDEATHSIG), so a
 `kill -9` of the sweep leaves no orphan still measuring while a resumed sweep runs.
 """
@@ -73,7 +74,10 @@ def _child_main(job: Job, result_path: str, log_path: str) -> None:
     die_with_parent()
     if os.getppid() == 1:
         os._exit(1)  # our parent died before the death signal was armed
-    Path(result_path + STARTED).touch()  # reached: a crash from here on is not a start-up failure
+    try:
+        Path(result_path + STARTED).touch()  # reached: a crash from here on is not a start-up failure
+    except OSError:  # the sweep's temporary directory is gone: it ended (Ctrl-C while this trial was forked)
+        os._exit(1)
     sys.stdout.flush()
     sys.stderr.flush()
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -142,6 +146,7 @@ class _Running:
     t0: float
     deadline: float  # time.time() after which the trial is stopped as timed out
     budget_mib: float  # resident memory past which the trial is stopped as out of memory
+    memory: memory_budget.TreeMemory | None = None  # the trial's process tree, read against budget_mib
     timed_out: bool = False
     over_budget_mib: float | None = None  # the resident memory it was stopped at
 
@@ -186,7 +191,14 @@ class LocalExecutor(Executor):
         t0 = time.time()
         run = _Running(proc, result, log, now(), t0, t0 + (job.timeout_s or float("inf")),
                        memory_budget.budget_mib(self.opts.memory_limit_gib))
-        proc.start()
+        try:
+            proc.start()
+        except BaseException:  # Ctrl-C while the trial was being started: stop it if it came to exist
+            if proc.pid is not None:
+                self._stop(proc, grace_s=0.0)
+            raise
+        run.memory = memory_budget.TreeMemory(proc.pid)
+        memory_budget.watch_apart(proc.pid)  # the sweep's own guard leaves it to us (a spawned trial is our child)
         return run
 
     def poll(self, handles: list[_Running]) -> list[_Running]:
@@ -200,7 +212,7 @@ class LocalExecutor(Executor):
             if not h.proc.is_alive():
                 h.proc.join()
                 done.append(h)
-            elif (rss := memory_budget.resident_mib(h.proc.pid)) is not None and rss > h.budget_mib:
+            elif (rss := h.memory.mib()) is not None and rss > h.budget_mib:
                 h.over_budget_mib = rss
                 self._stop(h.proc, grace_s=0.0)  # growing by the second: no time for a polite SIGTERM
                 done.append(h)
@@ -214,11 +226,13 @@ class LocalExecutor(Executor):
         out = []
         for job, h in running:
             self._stop(h.proc)
+            memory_budget.end_apart(h.proc.pid)
             out.append(Outcome(self._failure(job, h, Status.INTERRUPTED, "KeyboardInterrupt",
                                              "the sweep was interrupted (Ctrl-C or a stop signal) while this trial ran")))
         return out
 
     def collect(self, job: Job, h: _Running) -> Outcome:
+        memory_budget.end_apart(h.proc.pid)
         marker = Path(str(h.result) + STARTED)
         started = marker.exists()
         marker.unlink(missing_ok=True)
@@ -227,7 +241,8 @@ class LocalExecutor(Executor):
                 "memory_limit_gib", "executor option memory_limit_gib")
             return Outcome(self._failure(job, h, Status.OOM, "MemoryBudgetExceeded",
                                          f"trial passed its host-memory budget of {about} with "
-                                         f"{h.over_budget_mib:.0f} MiB resident and was stopped"))
+                                         f"{h.over_budget_mib:.0f} MiB resident ({h.memory.processes} "
+                                         "process(es): the trial and what it started) and was stopped"))
         if h.timed_out:
             return Outcome(self._failure(job, h, Status.TIMEOUT, "Timeout",
                                          f"trial exceeded its timeout of {job.timeout_s:g} s and was killed"))

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from vitbench import memory_budget
 from vitbench.backends.base import Step, backend_spec
 from vitbench.measure import ranks
 from vitbench.measure.timing import TARGET_WINDOWS
@@ -34,7 +35,9 @@ def launches_ranks(step: Step, backend: str) -> bool:
 
 def setup(be, device: str, threads: int | None, step: Step) -> dict:
     """`be.setup` for `step`: `devices` passed only when > 1, so a plug-in backend written before the field
-    (whose setup takes device and threads) keeps running one-device steps."""
+    (whose setup takes device and threads) keeps running one-device steps. From here on the process runs a
+    model's steps (what the memory budget's message says past it)."""
+    memory_budget.note_model_steps()
     return be.setup(device, threads, devices=step.devices) if step.devices > 1 else be.setup(device, threads)
 
 
@@ -55,6 +58,7 @@ def group_metrics(step: Step, info: dict, img_per_s: float) -> dict[str, Any]:
 def bench_group(step: Step, backend: str, **kwargs) -> Record:
     """`bench` of an N-device `step` on a process-per-device backend: N ranks, rank 0's record, each rank's
     img/s in `metrics['rank_img_per_s']`. A failed rank raises RankFailed (the trial's error row names it)."""
+    memory_budget.note_model_steps()  # the ranks' steps: this command's tree
     results = ranks.run_group("vitbench.measure.throughput:rank_bench",  # by name: no import cycle
                               {"step": step.to_dict(), "backend": backend, **kwargs}, step.devices)
     rec = Record.from_dict(results[0])
@@ -69,6 +73,7 @@ def trained_weights(step: Step, backend: str, device: str = "cpu", threads: int 
     import numpy as np
 
     if launches_ranks(step, backend):
+        memory_budget.note_model_steps()
         results = ranks.run_group("vitbench.measure.group:_rank_weights",
                                   {"step": step.to_dict(), "backend": backend, "device": device,
                                    "threads": threads, "steps": steps}, step.devices)

@@ -85,14 +85,6 @@ def search(fits: Callable[[int], Probe], start: int = 1, limit: int = 4096,
     return lo, probes
 
 
-def _tree_rss_mib(proc: psutil.Process) -> float:
-    try:
-        procs = [proc, *proc.children(recursive=True)]
-        return sum(p.memory_info().rss for p in procs) / 2**20
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return 0.0
-
-
 def _probe_process(req: dict, result: Path, log: Path, requester) -> mp.process.BaseProcess:
     """The probe's process, not started: a fork of the server that forked this process (a trial's: its backend's
     imports done) or of this process's server for the backend's preload list; spawned where there is no fork
@@ -121,10 +113,11 @@ def run_probe(step: Step, batch: int, backend: str | None = None, device: str = 
         proc = _probe_process(req, result, log, requester)
         try:
             proc.start()
+            memory_budget.watch_apart(proc.pid)  # watched here, against the budget: not by this command's guard
             requester.close()
-            ps = psutil.Process(proc.pid)
+            tree = memory_budget.TreeMemory(proc.pid)  # the probe and its ranks
             while proc.exitcode is None:
-                if budget_mib is not None and device == "cpu" and _tree_rss_mib(ps) > budget_mib:
+                if budget_mib is not None and device == "cpu" and (tree.mib() or 0.0) > budget_mib:
                     killed = ProbeStatus.KILLED_OVER_BUDGET
                 elif time.perf_counter() - t0 > timeout_s:
                     killed = ProbeStatus.TIMEOUT
@@ -135,6 +128,8 @@ def run_probe(step: Step, batch: int, backend: str | None = None, device: str = 
             if proc.pid is not None and proc.exitcode is None:
                 _kill_tree(proc)
             keep.close()
+            if proc.pid is not None:
+                memory_budget.end_apart(proc.pid)
         out = json.loads(result.read_text()) if result.exists() else None
         err = log.read_text(errors="replace") if log.exists() else ""
     seconds = time.perf_counter() - t0
