@@ -205,9 +205,15 @@ def test_a_raising_rank_stops_the_group_and_a_stuck_group_times_out():
 
     env = {"PYTHONPATH": os.pathsep.join([str(TESTS), str(REPO), os.environ.get("PYTHONPATH", "")])}
     before = _descendants()
-    with pytest.raises(RankFailed, match=r"rank 1 of 2 failed \(exit status 1\)[\s\S]*broke on purpose") as e:
+    # what a rank raised, in one line (its traceback stays in its stderr); a failed run: exit code 1
+    with pytest.raises(RankFailed, match=r"^rank 1 of 2 failed \(exit status 1\); the other ranks were stopped: "
+                                         r"RuntimeError: rank 1 broke on purpose$") as e:
         run_group("rank_targets:fail_on_rank_1", {}, 2, timeout_s=120, env=env)
-    assert e.value.rank == 1
+    assert e.value.rank == 1 and e.value.exit_code == 1
+    # a rank that refused bad input keeps bad input's exit code (2)
+    with pytest.raises(RankFailed, match=r"\(exit status 2\).*ConfigError: field 'x': refused on purpose") as e:
+        run_group("rank_targets:refuse", {}, 2, timeout_s=120, env=env)
+    assert e.value.exit_code == 2
     with pytest.raises(RankFailed, match="ran past 1 s") as e:
         run_group("rank_targets:sleep", {"seconds": 60}, 2, timeout_s=1, env=env)
     assert e.value.rank is None

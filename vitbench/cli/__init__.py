@@ -88,11 +88,17 @@ for _mod in _COMMAND_MODULES:
 
 def main() -> None:
     """Console entry point. The process runs under the host-memory budget (vitbench.memory_budget): past it, one
-    line and exit code 1 instead of the kernel's OOM killer (not in `app` itself, which tests invoke
-    in-process)."""
+    line and exit code 1 instead of the kernel's OOM killer; SIGINT interrupts it even where it was inherited
+    ignored (not in `app` itself, which tests invoke in-process)."""
+    import signal
+
     from vitbench.errors import VitbenchError
     from vitbench.memory_budget import guard_this_process
 
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        # started in the background from a script: POSIX shells start such a command with SIGINT ignored, and
+        # Python keeps an inherited SIG_IGN; Ctrl-C or `kill -INT` must still stop it cleanly (exit 130)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         guard_this_process()
     except VitbenchError as e:  # a bad $VITBENCH_MEMORY_LIMIT_GIB

@@ -9,8 +9,13 @@ returns (JSON) there.
 
 Failure: the first rank that exits non-zero (or is killed) ends the group. The others, which would wait in a
 collective for it, are killed with their whole process group, and `RankFailed` names the rank, its exit status
-and its last stderr lines: the trial's `error` row says which rank died. A group past `timeout_s` is killed the
-same way. A rank dies with the trial process (PR_SET_PDEATHSIG), so a killed trial leaves no rank behind.
+and what failed: the exception a rank raised, in one line (its traceback stays in the rank's stderr, not in the
+message), else the rank's last stderr lines (a crash, a signal): the trial's `error` row says which rank died. A
+group past `timeout_s` is killed the same way. A rank dies with the trial process (PR_SET_PDEATHSIG), so a killed
+trial leaves no rank behind.
+
+Exit code (`RankFailed.exit_code`): 1, a failure of a valid run (a rank killed, crashed or out of time), unless
+the rank refused bad input (a VitbenchError of exit code 2, such as a ConfigError), which stays 2.
 """
 
 from __future__ import annotations
@@ -37,12 +42,19 @@ GROUP_TIMEOUT_S = 1800.0  # a whole group (start-up, compile, warm-up, timed ste
 _POLL_S = 0.05
 
 
-class RankFailed(VitbenchError):
-    """A rank of a group exited non-zero, was killed, or the group ran past its time."""
+EXIT_FAILED = 1  # a rank that crashed, was killed or ran past its time: the run failed, its input was not bad
+ERROR_SUFFIX = ".error"  # beside a rank's result file: what it raised, as JSON {type, message, exit_code}
 
-    def __init__(self, rank: int | None, message: str):
+
+class RankFailed(VitbenchError):
+    """A rank of a group exited non-zero, was killed, or the group ran past its time (exit code: module docstring).
+    """
+
+    exit_code = EXIT_FAILED
+
+    def __init__(self, rank: int | None, message: str, exit_code: int = EXIT_FAILED):
         super().__init__(message)
-        self.rank = rank
+        self.rank, self.exit_code = rank, exit_code
 
 
 def in_group() -> bool:
@@ -117,9 +129,7 @@ def run_group(target: str, kwargs: dict[str, Any], devices: int, timeout_s: floa
                 if failed:
                     r, c = min(failed, key=lambda rc: _order(d, rc[0]))
                     _kill(procs)
-                    tail = _tail(d / f"rank{r}.err")
-                    raise RankFailed(r, f"rank {r} of {devices} failed ({_describe(c)}); the other ranks were "
-                                        f"stopped" + (f":\n{tail}" if tail else ""))
+                    raise _failure(d, r, c, devices)
                 if all(c == 0 for c in codes):
                     break
                 if time.monotonic() - t0 > timeout_s:
@@ -136,6 +146,17 @@ def run_group(target: str, kwargs: dict[str, Any], devices: int, timeout_s: floa
                 raise RankFailed(r, f"rank {r} of {devices} exited without a result:\n{_tail(d / f'rank{r}.err')}")
             results.append(json.loads(path.read_text()))
         return results
+
+
+def _failure(d: Path, r: int, code: int, devices: int) -> RankFailed:
+    """RankFailed for rank `r`, ended with `code`: what it raised (its error file), else its stderr's tail."""
+    head = f"rank {r} of {devices} failed ({_describe(code)}); the other ranks were stopped"
+    try:
+        err = json.loads((d / f"rank{r}.json{ERROR_SUFFIX}").read_text())
+        return RankFailed(r, f"{head}: {err['type']}: {err['message']}", int(err["exit_code"]))
+    except (OSError, ValueError, KeyError, TypeError):  # no error file: killed, crashed, os._exit
+        tail = _tail(d / f"rank{r}.err")
+        return RankFailed(r, head + (f":\n{tail}" if tail else ""))
 
 
 def _order(d: Path, r: int) -> float:
@@ -156,7 +177,17 @@ def _main() -> int:
         print(f"rank {os.environ.get('RANK')}: dying on purpose (${DIE_ENV})", file=sys.stderr, flush=True)
         os._exit(3)
     module, _, name = req["target"].partition(":")
-    result = getattr(importlib.import_module(module), name)(**req["kwargs"])
+    try:
+        result = getattr(importlib.import_module(module), name)(**req["kwargs"])
+    except Exception as e:  # noqa: BLE001 - said to the group's launcher in one line, the traceback kept in stderr
+        import traceback
+
+        traceback.print_exc()
+        code = e.exit_code if isinstance(e, VitbenchError) else EXIT_FAILED
+        first = (str(e).strip().splitlines() or [""])[0]
+        Path(os.environ[RESULT_ENV] + ERROR_SUFFIX).write_text(json.dumps(
+            {"type": type(e).__name__, "message": first[:1000], "exit_code": code}))
+        return code
     tmp = Path(os.environ[RESULT_ENV] + ".tmp")
     tmp.write_text(json.dumps(result))
     tmp.replace(os.environ[RESULT_ENV])  # whole or absent
