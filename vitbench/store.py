@@ -32,7 +32,7 @@ import math
 import os
 import socket
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +92,7 @@ def _parse_lines(data: bytes, path: Path, first_line: int = 1, final: bool = Tru
 
     With final=False an unterminated last chunk is left unconsumed (a writer may still be appending it)."""
     records: list[Record] = []
+    source = str(path.parent.resolve())  # once per file, not per line
     lines = data.split(b"\n")
     tail = lines.pop()  # b"" when data ends with a newline
     consumed = len(data) - len(tail)
@@ -100,10 +101,12 @@ def _parse_lines(data: bytes, path: Path, first_line: int = 1, final: bool = Tru
             continue
         rec = _parse_one(raw, path, first_line + i, torn=False)
         if rec is not None:
+            rec.source = source
             records.append(rec)
     if tail.strip() and final:
         rec = _parse_one(tail, path, first_line + len(lines), torn=True)
         if rec is not None:
+            rec.source = source
             records.append(rec)
         consumed = len(data)
     return records, consumed
@@ -144,9 +147,7 @@ def _parse_one(raw: bytes, path: Path, lineno: int, torn: bool) -> Record | None
         warnings.warn(f"{path}:{lineno}: skipped line that is not a vitbench record: {str(e)[:160]}",
                       CorruptLineWarning, stacklevel=4)
         return None
-    rec.source = str(path.parent.resolve())
     return rec
-
 
 
 def claim_path(root: Path, key: str) -> Path:
@@ -159,14 +160,25 @@ def log_path(root: Path, key: str) -> Path:
     return root / LOGS_DIR / f"{key}.log"
 
 
-def read_records(path: str | os.PathLike) -> list[Record]:
+def iter_records(path: str | os.PathLike) -> Iterator[Record]:
     """Every record of a results path (a directory with its shards and the runs below it, or one .jsonl file),
-    in file order; each knows the directory it came from (`Record.source`)."""
-    out: list[Record] = []
+    in file order, read one line at a time; each knows the directory it came from (`Record.source`). Bad lines
+    are skipped with a warning, as `_parse_lines` does."""
     for f in result_files(path):
-        recs, _ = _parse_lines(f.read_bytes(), f)
-        out.extend(recs)
-    return out
+        source = str(f.parent.resolve())
+        with open(f, "rb") as fh:
+            for lineno, raw in enumerate(fh, 1):
+                if not raw.strip():
+                    continue
+                rec = _parse_one(raw, f, lineno, torn=not raw.endswith(b"\n"))  # only a last line lacks one
+                if rec is not None:
+                    rec.source = source
+                    yield rec
+
+
+def read_records(path: str | os.PathLike) -> list[Record]:
+    """Every record of a results path (iter_records), as a list."""
+    return list(iter_records(path))
 
 
 def rows_for_key(results_dir: str | os.PathLike, key: str) -> list[Record]:
@@ -363,24 +375,47 @@ def load(path: str | os.PathLike, kinds: Iterable[str] | str | None = None, late
     directory the row came from) and `raw` (the raw per-step timings etc., a dict per row). `kinds`: None =
     trials only (no calibration rows), 'all', or an iterable such as ('calibration',). `latest`: one row per key
     and directory (the last one finished).
+
+    The records are read one line at a time and go straight into columns (vitbench.frames), each record dropped once
+    flattened: memory holds the rows' values once (equal strings shared), never every parsed record. The frame
+    is the one `pd.DataFrame(rows)` makes of the rows `select` keeps (the same columns, order and dtypes).
     """
     import pandas as pd
 
-    rows = [_flatten(r) for r in select(read_records(path), kinds, latest)]
-    df = pd.DataFrame(rows)
+    from vitbench.frames import Columns  # pandas: imported by the readers of frames, never by a sweep's workers
+
+    keep = _kind_filter(kinds)
+    cols = Columns()
+    last: dict[tuple, tuple[int, str]] = {}  # (source, key) -> (row, finished_at) of the latest row so far
+    superseded: set[int] = set()
+    for rec in iter_records(path):
+        if not keep(rec.kind):
+            continue
+        if latest and rec.key:
+            ident, done = (rec.source, rec.key), rec.finished_at or ""
+            if ident in last:
+                if done < last[ident][1]:
+                    continue  # an older row than the one kept
+                superseded.add(last[ident][0])
+            last[ident] = (cols.n, done)
+        cols.add(_flatten(rec))
+    df = cols.frame([i for i in range(cols.n) if i not in superseded] if superseded else None)
     if df.empty:
         return pd.DataFrame(columns=[*TRIAL_ID_COLUMNS, "raw"])
-    for col in _integer_columns(rows):  # a batch size stays 8 where other rows lack it, not 8.0
+    for col in cols.integer_columns:  # a batch size stays 8 where other rows lack it, not 8.0
         with contextlib.suppress(TypeError, ValueError, OverflowError):  # past int64: left as it is
             df[col] = df[col].astype("Int64")
     return df
 
 
-def _integer_columns(rows: list[dict[str, Any]]) -> list[str]:
-    """Columns whose values are all integers (bools are not) where present, and missing in some row."""
-    kinds: dict[str, set[type]] = {}
-    for row in rows:
-        for k, v in row.items():
-            if v is not None:
-                kinds.setdefault(k, set()).add(type(v))
-    return [k for k, types in kinds.items() if types == {int} and any(row.get(k) is None for row in rows)]
+def _kind_filter(kinds: Iterable[str] | str | None):
+    """select's rule for `kinds` as a test of one record kind."""
+    from vitbench.tasks import Role, kinds_with_role
+
+    if kinds is None:
+        calibration = kinds_with_role(Role.CALIBRATION)
+        return lambda kind: kind not in calibration
+    if kinds == "all":
+        return lambda kind: True
+    wanted = {kinds} if isinstance(kinds, str) else set(kinds)
+    return lambda kind: kind in wanted
