@@ -120,6 +120,9 @@ CASES = {
     "compare threshold inf": case("compare", "{results}", "{results}", "--threshold", "inf", says="--threshold"),
     "compare threshold negative": case("compare", "{results}", "{results}", "--threshold", "-1",
                                        says="--threshold"),
+    "compare run noise negative": case("compare", "{results}", "{results}", "--run-noise", "-0.1", says="--run-noise"),
+    "compare run noise nan": case("compare", "{results}", "{results}", "--run-noise", "nan", says="--run-noise"),
+    "compare run noise huge": case("compare", "{results}", "{results}", "--run-noise", "1e300", says="--run-noise"),
     "compare confidence 2": case("compare", "{results}", "{results}", "--confidence", "2", says="--confidence"),
     "compare format": case("compare", "{results}", "{results}", "--format", "ünï", says="--format"),
     # ---- pretrain / fewshot / finetune ---------------------------------------------------------------------------
