@@ -390,6 +390,12 @@ CASES = {
                                   env={"VITBENCH_TEST_KILL_RANK": "1"})
        for cmd, more in (("bench", ("-b", "2", "--min-steps", "1", "--min-seconds", "0", "--warmup", "0")),
                          ("max-batch", ("--max-batch-size", "2")))},
+    # issue 50, item 7: pretraining on no readable image is an error naming the split (exit 2), never 'diverged'
+    **{f"pretrain{' masked patch' if obj else ''} {split} split all corrupt": case(
+        "pretrain", NANO, *obj, "--steps", "2", "-r", "8", "--classes", "", "--data", "folder", "--data-path",
+        f"{{corrupt_{split}}}", "--skip-corrupt", says=f"no readable image in the {split} split")
+       for obj, splits in (((), ("train", "test")), (("--objective", "masked_patch"), ("train",)))
+       for split in splits},  # masked patch prediction reads no test split (no classifier to test)
 }
 
 # ---- issue 50: the data sources under hostile input (files made by tests/hostile_data.py) -------------------------
