@@ -199,8 +199,8 @@ def parse_study(text: str, source: str = "<study>", path: Path | None = None, ch
     problems.raise_if_any()
     # Repeat index outermost (A B A B): slow drift of the machine spreads over all trials alike (issue 6).
     # Deterministic tasks (FLOP counts) are measured once whatever `repeats` says.
-    trials = [Trial(trial_key(cfg, r, ver), cfg, r, origin)
-              for r in range(m.repeats) for cfg, origin, ver in unique.values()
+    trials = [Trial(key if r == 0 else trial_key(cfg, r, ver), cfg, r, origin)
+              for r in range(m.repeats) for key, (cfg, origin, ver) in unique.items()
               if r == 0 or ex.tasks[cfg["task"]].repeat]
     if not trials:
         raise ConfigError(f"invalid study {source}: every combination was excluded; nothing to run")
