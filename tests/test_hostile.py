@@ -278,6 +278,24 @@ CASES = {
     "fit seed negative": case("fit", "{fit_csv}", "--compute", "compute", "--seed", "-1", says="--seed"),
     "fit workers 0": case("fit", "{fit_csv}", "--compute", "compute", "--workers", "0", says="--workers"),
     "fit out /dev/null": case("fit", "{fit_csv}", "--compute", "compute", "--out", "/dev/null", says="--out"),
+    # issue 50: --where and --predict bounded before use (exit 2 naming them); --predict that cannot be met by a
+    # valid file (no law fits it, or nothing measures the interval) is a failed run: exit 1, saying why
+    "fit where 3000 minus signs": case("fit", "{fit_csv}", "--compute", "compute", "--where",
+                                       "-" * 3000 + "compute > 0", says="nested more than 100 levels"),
+    "fit where 1000 parentheses": case("fit", "{fit_csv}", "--compute", "compute", "--where",
+                                       "(" * 1000 + "compute > 0" + ")" * 1000, says="--where"),
+    "fit where long and-chain": case("fit", "{fit_csv}", "--compute", "compute", "--where",
+                                     " and ".join(["compute > 0"] * 600), says="nested more than 100 levels"),
+    "fit where huge": case("fit", "{fit_csv}", "--compute", "compute", "--where", "compute in [" + "1," * 20000
+                           + "1]", says="at most 10000"),
+    "fit predict 1e200": case("fit", "{fit_csv}", "--compute", "compute", "--predict", "1e200",
+                              says="--predict 1e+200: 200 decades past"),
+    "fit predict 1e-200": case("fit", "{fit_csv}", "--compute", "compute", "--predict", "1e-200",
+                               says="--predict 1e-200: 197 decades before"),
+    "fit predict one budget": case("fit", "{fit_one_budget}", "--compute", "compute", "--predict", "100",
+                                   says="no law could be fitted", exit=1),
+    "fit predict two budgets": case("fit", "{fit_two_budgets}", "--compute", "compute", "--predict", "100",
+                                    says="nothing measures how far its predictions miss", exit=1),
     # pretrain
     "pretrain set malformed": case("pretrain", NANO, "--set", "depth", says="--set"),
     "pretrain backend unknown": case("pretrain", NANO, "--backend", "nope", says="--backend"),
@@ -560,6 +578,8 @@ def places(tmp_path_factory):
     from safetensors.numpy import save
 
     (d / "fit.csv").write_text("compute,error\n1e-3,0.6\n1e-2,0.4\n1e-1,0.3\n1,0.25\n")
+    (d / "fit_one.csv").write_text("compute,error\n1,0.5\n1,0.4\n1,0.45\n")  # one budget: no law fits
+    (d / "fit_two.csv").write_text("compute,error\n1,0.5\n10,0.4\n")  # as many budgets as power's parameters
     (d / "odd.safetensors").write_bytes(save({"pos_embed": np.zeros((1, 5, 8), np.float32)}))
     write_vitbench_checkpoint(d / "nan.safetensors", nan=True)
     for name, bad in (("results", False), ("nonfinite", True)):
@@ -575,7 +595,8 @@ def places(tmp_path_factory):
     return {**stores, **hostile_data(d / "data"), "dir": d / "empty", "empty": d / "empty.yaml",
             "garbage": d / "garbage.yaml",
             "garbage_ckpt": d / "garbage.safetensors", "odd_ckpt": d / "odd.safetensors", "nan_ckpt": d / "nan.safetensors",
-            "results": d / "results", "nonfinite": d / "nonfinite", "fit_csv": d / "fit.csv"}
+            "results": d / "results", "nonfinite": d / "nonfinite", "fit_csv": d / "fit.csv",
+            "fit_one_budget": d / "fit_one.csv", "fit_two_budgets": d / "fit_two.csv"}
 
 
 def _hostile_stores(root) -> dict:

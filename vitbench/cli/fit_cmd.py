@@ -14,6 +14,7 @@ from vitbench.cli import app
 from vitbench.cli.common import console, err_console, print_json, warn
 from vitbench.cli.options import cli_option, from_field
 from vitbench.errors import ConfigError, shorten
+from vitbench.fit.spec import FitSpec
 from vitbench.paths import check_dir, make_dir, write_atomic
 
 
@@ -21,43 +22,57 @@ def _num(v: float | None) -> str:
     return "" if v is None else f"{v:.4g}"
 
 
+def _laws(g, report, ci: str) -> tuple[Table, Table, list[str]]:
+    """A group's two tables, each narrow enough for an 80-column terminal: the laws (the score that chose and
+    weighted each, its weight, its backtest error at the reach, its in-sample error) and their parameters with
+    CIs; and the notes under them."""
+    from vitbench.errors import clip
+
+    bt, best = g.backtest, g.best()
+    reach = f"; backtest {bt.reach:.2g} decades out" if bt is not None else ""
+    power = f", weight ~ score^-{bt.weight_power:.2g}" if bt is not None and g.scores else ""
+    laws = Table(title=escape(clip(f"{g.title}: {len(g.compute)} points; error = {report.error_label}, C = "
+                                   f"{shorten(report.spec.compute, 40).strip(chr(39))}{reach}{power}", 300)),
+                 title_justify="left")
+    for col in ("law", "score", "weight", "backtest rmse_log", "at points", "fit rmse_log"):
+        laws.add_column(col, justify="left" if col == "law" else "right")
+    params = Table(title=escape(clip(f"{g.title}: parameters, {ci} bootstrap CIs", 300)), title_justify="left")
+    for col in ("law", "param", "value", f"{ci} CI"):
+        params.add_column(col, justify="left" if col in ("law", "param") else "right")
+    notes = []
+    for f in g.fits:
+        name = f.form.name.value
+        b = bt.get(f.form) if bt is not None else None
+        scored = b is not None and b.rmse_log is not None
+        score, w = g.scores.get(name), g.weights.get(name)
+        laws.add_row(name + (" *" if f is best else ""), _num(score), f"{w:.2f}" if w is not None else "",
+                     f"{b.rmse_log:.3f}" if scored else "-", str(int(b.at_reach.sum())) if scored else "",
+                     _num(f.rmse_log))
+        for i, (k, p) in enumerate(f.params.items()):
+            params.add_row(name if i == 0 else "", k, _num(p.value),
+                           f"[{p.ci_low:.4g}, {p.ci_high:.4g}]" if p.ci_low is not None else "-")
+        if not f.params:
+            params.add_row(name, "-", "", "")
+        params.add_section()
+        bt_note = b.message if b is not None and f.params else None  # unfitted: one note is enough
+        notes += [f"{name}: {m}" for m in (f.message, bt_note) if m]
+    if bt is not None and bt.message:
+        notes.append(f"backtest: {bt.message}")
+    if g.exponent is not None and g.exponent.ci_low is not None:
+        notes.append(f"exponent b = {g.exponent.value:.3g} ({g.chosen.value}), {ci} interval over the forms "
+                     f"weighted by the backtest: [{g.exponent.ci_low:.3g}, {g.exponent.ci_high:.3g}]")
+    return laws, params, notes
+
+
 def _show(report) -> None:
     from vitbench.errors import clip
-    from vitbench.fit.backtest import PRIOR_SHARE, WEIGHT_POWER
+    from vitbench.fit.backtest import PRIOR_SHARE, RECENCY, RICHER
 
     ci = f"{report.spec.ci:.0%}"
     for g in report.groups:
-        best = g.best()
-        bt = g.backtest
-        reach = f"{bt.reach:.2g} dec" if bt is not None else ""
-        t = Table(title=escape(clip(f"{g.title}: {len(g.compute)} points; error = {report.error_label}, "
-                                    f"C = {report.spec.compute}", 300)), title_justify="left")
-        for col in ("form", "param", "value", f"{ci} CI", "fit rmse_log", f"backtest rmse_log ({reach})",
-                    "weight"):
-            t.add_column(col, justify="left" if col in ("form", "param") else "right")
-        notes = []
-        for f in g.fits:
-            b = bt.get(f.form) if bt is not None else None
-            held = ""
-            if b is not None and b.rmse_log is not None:
-                held = f"{b.rmse_log:.3f} on {int(b.at_reach.sum())} pts"
-            w = g.weights.get(f.form.name.value)
-            name = f.form.name.value + (" *" if f is best else "")
-            for i, (k, p) in enumerate(f.params.items()):
-                ci_text = f"[{p.ci_low:.4g}, {p.ci_high:.4g}]" if p.ci_low is not None else "-"
-                t.add_row(name if i == 0 else "", k, _num(p.value), ci_text, _num(f.rmse_log) if i == 0 else "",
-                          held if i == 0 else "", f"{w:.2f}" if i == 0 and w is not None else "")
-            if not f.params:
-                t.add_row(name, "-", "", "", "", "", "")
-            bt_note = b.message if b is not None and f.params else None  # unfitted: one note is enough
-            notes += [f"{f.form.name.value}: {m}" for m in (f.message, bt_note) if m]
-            t.add_section()
-        console.print(t)
-        if bt is not None and bt.message:
-            notes.append(f"backtest: {bt.message}")
-        if g.exponent is not None and g.exponent.ci_low is not None:
-            notes.append(f"exponent b = {g.exponent.value:.3g} ({g.chosen.value}), {ci} interval over the forms "
-                         f"weighted by the backtest: [{g.exponent.ci_low:.3g}, {g.exponent.ci_high:.3g}]")
+        laws, params, notes = _laws(g, report, ci)
+        console.print(laws)
+        console.print(params)
         for note in notes:
             console.print(f"  [dim]{escape(clip(note, 600))}[/]", highlight=False)
         for note in g.notes:
@@ -65,28 +80,31 @@ def _show(report) -> None:
         if g.predictions:
             held = g.law_error.coverage_text() if g.law_error else None
             p = Table(title=f"predictions (the forms combined by weight: {g.law().label}; {ci} prediction "
-                            f"interval: parameters, noise and the combined law's backtest error at the reach"
+                            f"interval: parameters, noise and the combined law's backtest error at the reach, "
+                            f"within what a decreasing law allows"
                             + (f"; {held}" if held else "; no backtest") + ")",
                       title_justify="left")
-            for col in (report.spec.compute, "reach [decades]", "error", f"{ci} interval", "backtest miss"):
-                p.add_column(escape(clip(col, 40)), justify="right")
+            for col in (shorten(report.spec.compute, 40).strip("'"), "reach [decades]", "error", f"{ci} interval",
+                        "backtest miss"):
+                p.add_column(escape(col), justify="right")
             for x in g.predictions:
                 miss = f"x{math.exp(x.backtest_rmse_log):.3g}" if x.backtest_rmse_log is not None else "-"
-                band = f"[{x.ci_low:.4g}, {x.ci_high:.4g}]" if x.ci_low is not None else "-"
+                band = f"[{x.ci_low:.4g}, {x.ci_high:.4g}]" if x.ci_low is not None else "- (not measured)"
                 p.add_row(f"{x.compute:.4g}", f"{x.reach:+.2f}", f"{x.value:.4g}", band, miss)
             console.print(p)
-    console.print(f"[dim]{ci} bootstrap CIs ({report.spec.bootstrap} replicates). Backtest: each form fitted on "
-                  f"the budgets up to a cut-off predicts the points up to the reach beyond it (RMSE of the log "
-                  f"prediction; docs/scaling-laws.md). * = the chosen form (lowest backtest score: later cut-offs "
-                  f"weighted more, richer forms preferred). Weight: the form's share in the predictions, which "
-                  f"combine the forms' log predictions (weight ~ backtest score^-{WEIGHT_POWER:g}"
-                  + (f"; --prior groups: the score is the group's own^{1 - PRIOR_SHARE:g} x the form's over all "
-                     f"{len(report.groups)} groups^{PRIOR_SHARE:g}" if report.prior else "")
-                  + "), and in the intervals. "
-                  f"Backtest miss: the typical factor a prediction at this reach was off by. "
+    console.print(f"[dim]{ci} bootstrap CIs ({report.spec.bootstrap} replicates). Backtest: each law fitted on "
+                  f"the budgets up to a cut-off predicts the points up to the reach beyond it; its rmse_log is at "
+                  f"the reach (docs/scaling-laws.md). Score: what chose (*) and weighted the laws, lower is "
+                  f"better: the backtest's error per decade of reach, each later cut-off counting {RECENCY:g}x, "
+                  f"divided by {RICHER:g} per parameter beyond the fewest"
+                  + (f", then the group's own^{1 - PRIOR_SHARE:g} x the law's over all {len(report.groups)} "
+                     f"groups^{PRIOR_SHARE:g} (--prior groups)" if report.prior else "")
+                  + ". Weight: the law's share in the predictions, which combine the laws' log predictions, and "
+                  f"in the intervals. Backtest miss: the typical factor a prediction at this reach was off by. "
                   f"Prediction intervals: parameters, one observation's noise and the law's backtest error at the "
                   f"reach (Student's t over the backtest's independent windows: its points miss together), "
-                  f"with how often such intervals held the backtest's points.[/]")
+                  f"never above the interval at a measured budget below, never below the laws' floor; with how "
+                  f"often such intervals held the backtest's points.[/]")
     for note in report.dropped:
         console.print(f"[yellow]left out:[/] {escape(note)}")
 
@@ -107,9 +125,8 @@ def _progress(start: float):
     return report
 
 
-# the fit's settings (vitbench.fit.groups.FitSpec), read when `fit` runs: importing the fit (scipy) costs every
-# command's start-up seconds
-_FIT = "vitbench.fit.groups:FitSpec"
+# the fit's settings: vitbench.fit.spec imports no fitting code (scipy), so --help shows their values at no cost
+_FIT = FitSpec
 
 
 @app.command("fit")
@@ -159,7 +176,7 @@ def fit_cmd(
     from many starts; bootstrap confidence intervals; a backtest that fits the smaller budgets and predicts the
     larger ones chooses the form and weights the intervals. See docs/scaling-laws.md.
     """
-    from vitbench.fit import FitSpec, fit_source, load_source
+    from vitbench.fit import fit_source, load_source
     from vitbench.transfer.config import parse_floats, validated
 
     points_at = parse_floats(predict, "--predict", "1e-5,1e-4") if predict is not None else None
@@ -183,10 +200,29 @@ def fit_cmd(
             for note in g.notes:
                 warn(note)
         print_json(doc)
-        return
-    _show(report)
-    for p in written:
-        console.print(f"wrote {p}")
+    else:
+        if not all(g.no_prediction for g in report.groups):  # else nothing asked for can be shown: the error alone
+            _show(report)
+        for p in written:
+            console.print(f"wrote {p}")
+    _exit_if_unpredicted(report)
+
+
+EXIT_UNPREDICTED = 1  # --predict asked and some group has no prediction (or no interval): the input was valid
+# (a file of few budgets is one), the run could not give what it was asked, as a failed measurement exits 1
+
+
+def _exit_if_unpredicted(report) -> None:
+    """After the output (the fits that were made are results): one line naming every group whose predictions
+    --predict asked for are missing or have no interval, and why; exit EXIT_UNPREDICTED."""
+    from vitbench.errors import clip
+
+    missing = [g.no_prediction for g in report.groups if g.no_prediction]
+    if missing:
+        head = f"--predict: {len(missing)} of {len(report.groups)} groups not predicted: "
+        err_console.print(f"[bold red]error:[/] {escape(clip(head + '; '.join(missing), 1000))}", highlight=False,
+                          soft_wrap=True)
+        raise typer.Exit(EXIT_UNPREDICTED)
 
 
 def _write(src, report, doc: dict, out: Path) -> list[Path]:

@@ -5,18 +5,41 @@ See docs/scaling-laws.md.
     from vitbench.fit import FitSpec, fit_path
     report = fit_path("results/transfer-digits", FitSpec(compute="pretrain_exaflops", predict=[1e-5]))
     report.to_dict()           # the JSON `vitbench fit --json` prints
+
+The names below are imported from their modules when first used (PEP 562): the settings (vitbench.fit.spec)
+cost no scipy, so the command line reads their defaults without the fitting code's imports.
 """
 
-from vitbench.fit.backtest import Backtest, FormBacktest, choose, run_backtest
-from vitbench.fit.combine import Combined
-from vitbench.fit.estimate import CurveFit, FitStatus, ParamEstimate, fit_curve
-from vitbench.fit.forms import FORMS, Form, FormName
-from vitbench.fit.groups import FitReport, FitSpec, GroupFit, Job, Points, Prediction, Prior, fit_group, \
-    fit_groups, fit_path, fit_source
-from vitbench.fit.source import BENCHMARK_COLUMNS, Source, SourceKind, load_source, results_frame
-from vitbench.stats import frontier_mask
+from __future__ import annotations
 
-__all__ = ["BENCHMARK_COLUMNS", "FORMS", "Backtest", "Combined", "CurveFit", "FitReport", "FitSpec", "FitStatus",
-           "Form", "FormBacktest", "FormName", "GroupFit", "Job", "ParamEstimate", "Points", "Prediction", "Prior",
-           "Source", "SourceKind", "choose", "fit_curve", "fit_group", "fit_groups", "fit_path", "fit_source",
-           "frontier_mask", "load_source", "results_frame", "run_backtest"]
+import importlib
+
+_EXPORTS = {  # name -> the module that declares it
+    "backtest": ("Backtest", "FormBacktest", "choose", "run_backtest"),
+    "combine": ("Combined",),
+    "estimate": ("CurveFit", "FitStatus", "ParamEstimate", "fit_curve"),
+    "forms": ("FORMS", "Form", "FormName"),
+    "groups": ("FitReport", "GroupFit", "Job", "Prediction", "fit_group", "fit_groups", "fit_path", "fit_source"),
+    "source": ("BENCHMARK_COLUMNS", "Source", "SourceKind", "load_source", "results_frame"),
+    "spec": ("FitSpec", "Points", "Prior"),
+}
+_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
+
+__all__ = sorted([*_WHERE, "frontier_mask"])
+
+
+def __getattr__(name: str):
+    if name == "frontier_mask":
+        from vitbench.stats import frontier_mask
+
+        return frontier_mask
+    module = _WHERE.get(name)
+    if module is None:  # not ours: Python then looks for a submodule of that name (`from vitbench.fit import x`)
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

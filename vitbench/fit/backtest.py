@@ -68,8 +68,8 @@ import numpy as np
 from vitbench.fit.estimate import CurveFit, FitStatus, fit_curve
 from vitbench.fit.forms import Form, FormName
 from vitbench.fit.interval import dof_noise
+from vitbench.fit.spec import N_CUTOFFS
 
-N_CUTOFFS = 3  # cut-offs per backtest: the full-reach one, then LATER later ones, then earlier ones
 CUTOFF_STEP = 0.25  # of the reach, between neighbouring cut-offs (module docstring, "Cut-offs")
 LATER = 2  # cut-offs after the full-reach one (3/4 and 1/2 of the reach before the end), predicting the rest
 RECENCY = 2.0  # weight of a cut-off's error per decade relative to the next lower one's (docstring, "Choice")
@@ -308,18 +308,26 @@ def prior_scores(per_group: list[dict[FormName, float]]) -> dict[FormName, float
     return {n: math.exp(math.fsum(v) / len(v)) for n, v in logs.items()}  # fsum: the groups' order cannot matter
 
 
+def blended_scores(backtest: Backtest, fits: list[CurveFit], prior: dict[FormName, float] | None = None
+                   ) -> dict[FormName, float]:
+    """The score each form is chosen and weighted by: its own backtest score (`scores`) blended with the groups'
+    `prior` where that has the form, own^(1 - PRIOR_SHARE) x prior^PRIOR_SHARE (module docstring, "Prior");
+    {} where no form was backtested."""
+    prior = prior or {}
+    return {n: s ** (1 - PRIOR_SHARE) * prior[n] ** PRIOR_SHARE if n in prior else s
+            for n, s in scores(backtest, fits).items()}
+
+
 def choose(backtest: Backtest, fits: list[CurveFit], prior: dict[FormName, float] | None = None
            ) -> tuple[CurveFit | None, dict[str, float], CurveFit | None]:
     """(the chosen form, weights by form name (the combination's, vitbench.fit.combine), the runner-up); module
     docstring, "Choice" and "Prior" (`prior`: prior_scores over the fit's groups). Without a backtest: the fitted
     form with the fewest parameters, weight 1, no runner-up."""
     ok = {f.form.name: f for f in fits if f.ok}
-    own = scores(backtest, fits)
-    if not own:
+    blend = blended_scores(backtest, fits, prior)
+    if not blend:
         best = min(ok.values(), key=lambda f: f.form.n_params, default=None)
         return best, ({best.form.name.value: 1.0} if best else {}), None
-    prior = prior or {}
-    blend = {n: s ** (1 - PRIOR_SHARE) * prior[n] ** PRIOR_SHARE if n in prior else s for n, s in own.items()}
     ranked = sorted(blend, key=lambda n: (blend[n], ok[n].form.n_params))
     w = np.array([blend[n] ** -backtest.weight_power for n in blend])  # module docstring, "Choice"
     w /= w.sum()

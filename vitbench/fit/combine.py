@@ -34,8 +34,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from vitbench.fit.backtest import mixture_log_var
 from vitbench.fit.estimate import CurveFit
-from vitbench.fit.interval import LawError, dof_noise, law_error
+from vitbench.fit.interval import LawError, dof_noise, law_error, student
+
+CAP_BUDGETS = 64  # measured budgets the upper bound is taken over at most (evenly chosen, the largest always):
+# each costs a bootstrap prediction per replicate and form, and the bound at any of them is a valid one
 
 
 @dataclass(frozen=True)
@@ -86,21 +90,24 @@ class Combined:
 
 @dataclass(frozen=True)
 class Misses:
-    """The combination's backtest: per point its cut-off, reach (decades) and log miss; per cut-off that fit's
-    noise; and which points measure the error at the full reach (FormBacktest.at_reach)."""
+    """The combination's backtest: per point its cut-off, reach (decades), log miss and fall (the log of the
+    combination's prediction at the cut-off over its prediction at the point: >= 0, the law decreases); per
+    cut-off that fit's noise; and which points measure the error at the full reach (FormBacktest.at_reach)."""
 
     cutoff: np.ndarray
     reach: np.ndarray
     err: np.ndarray
     full: np.ndarray
     noise: dict[float, float]
+    fall: np.ndarray | None = None
 
     def among(self, cutoffs) -> Misses:
         """The misses of the fits at `cutoffs` only (e.g. the choice's, without the spread ones)."""
         cuts = np.asarray(cutoffs, dtype=float)
         keep, named = np.isin(self.cutoff, cuts), set(cuts.tolist())
         return Misses(self.cutoff[keep], self.reach[keep], self.err[keep], self.full[keep],
-                      {c: n for c, n in self.noise.items() if c in named})
+                      {c: n for c, n in self.noise.items() if c in named},
+                      None if self.fall is None else self.fall[keep])
 
     @property
     def rmse_log(self) -> float | None:
@@ -115,23 +122,30 @@ def misses(law: Combined, parts: dict[str, list]) -> Misses:
     """The combination's misses at the backtest points every member predicted: `parts` maps a form name to its
     FormBacktests (the choice's cut-offs, the spread ones); a point one member lacks (a cut-off too short for its
     parameters) is left out, never filled from the others (that would be a different combination)."""
-    table: list[dict[tuple[float, float], tuple[float, float, bool]]] = []
+    table: list[dict[tuple[float, float], tuple[float, float, bool, float]]] = []
     noise: list[dict[float, float]] = []
     for f in law.fits:
         rows, cut_noise = {}, {}
         for b in parts.get(f.form.name.value, []):
+            # the fit's prediction at its own cut-off (unknown without its parameters: the fall is unbounded)
+            at_cut = {c: float(np.log(b.form.predict(v, np.array([c]))[0])) for c, v in b.fits.items()}
             for p, e in zip(b.points, b.log_err):
-                rows[(p.cutoff, p.compute)] = (float(e), math.log10(p.compute / p.cutoff), p.full)
+                rows[(p.cutoff, p.compute)] = (float(e), math.log10(p.compute / p.cutoff), p.full,
+                                               at_cut.get(p.cutoff, math.inf) - math.log(p.predicted))
             cut_noise.update(b.noise)
         table.append(rows)
         noise.append(cut_noise)
     keys = sorted(set.intersection(*(set(t) for t in table))) if table else []
-    err = np.array([sum(w * t[k][0] for w, t in zip(law.weights, table)) for k in keys], dtype=float)
+
+    def mix(i: int) -> np.ndarray:  # the weighted sum of the members' column i: the combination's, in logs
+        return np.array([sum(w * t[k][i] for w, t in zip(law.weights, table)) for k in keys], dtype=float)
+
     cuts = {k[0] for k in keys}
     return Misses(np.array([k[0] for k in keys], dtype=float),
-                  np.array([table[0][k][1] for k in keys], dtype=float), err,
+                  np.array([table[0][k][1] for k in keys], dtype=float), mix(0),
                   np.array([table[0][k][2] for k in keys], dtype=bool),
-                  {c: sum(w * n.get(c, 0.0) for w, n in zip(law.weights, noise)) for c in cuts})
+                  {c: sum(w * n.get(c, 0.0) for w, n in zip(law.weights, noise)) for c in cuts},
+                  np.maximum(mix(3), 0.0))
 
 
 def combined_law_error(law: Combined, m: Misses, compute: np.ndarray, error: np.ndarray, ci: float) -> LawError:
@@ -143,4 +157,34 @@ def combined_law_error(law: Combined, m: Misses, compute: np.ndarray, error: np.
     dof = float(n - p) if n > p else math.inf
     if not m.err.size:
         return LawError(noise, 0.0, ci, noise_dof=dof)
-    return law_error(m.cutoff, m.reach, m.err, m.noise, noise, ci, dof)
+    return law_error(m.cutoff, m.reach, m.err, m.noise, noise, ci, dof, m.fall)
+
+
+def upper_cap(law: Combined, le: LawError, budgets: np.ndarray, compute, with_params: bool) -> np.ndarray:
+    """Per compute value, the largest upper bound a decreasing law allows there: the smallest upper bound of the
+    interval of one new measurement at a measured budget at or below it (reach 0 there: the parameters and the
+    noise, no law term; up to CAP_BUDGETS budgets); inf below the smallest budget (vitbench.fit.interval,
+    "Bounds"). `with_params`: the parameter term from the forms' bootstrap replicates (where they have some)."""
+    b = np.unique(np.asarray(budgets, dtype=float))
+    if b.size > CAP_BUDGETS:
+        b = b[np.unique(np.linspace(0, b.size - 1, CAP_BUDGETS).round().astype(int))]
+    mid = law.log_predict(b)
+    var = mixture_log_var(list(law.fits), law.named_weights, b, mid) if with_params else np.zeros(b.size)
+    _, hi = le.band(mid, np.zeros(b.size), var)
+    lowest = np.minimum.accumulate(hi)  # at each budget: the smallest bound at it or below
+    at = np.searchsorted(b, np.asarray(compute, dtype=float), side="right") - 1
+    return np.where(at >= 0, lowest[np.maximum(at, 0)], np.inf)
+
+
+def floor_bound(law: Combined, le: LawError) -> float:
+    """The lowest value a new measurement can take under the combination's floors (vitbench.fit.interval,
+    "Bounds"): the weighted geometric mean of each form's floor e_inf at the lower end of its bootstrap interval,
+    times the noise's lower quantile; 0 where a form has no floor (power) or no replicates to bound it by."""
+    log_floor = 0.0
+    for f, w in zip(law.fits, law.weights):
+        reps = f.user_replicates("e_inf")
+        low = float(np.quantile(reps, (1 - le.ci) / 2)) if reps is not None else 0.0
+        if low <= 0:
+            return 0.0
+        log_floor += w * math.log(low)
+    return math.exp(log_floor - float(student(le.ci, le.noise_dof)) * le.noise)

@@ -31,8 +31,8 @@ from scipy import stats
 
 from vitbench.fit import solve
 from vitbench.fit.forms import FORMS, Collapse, Form, FormName, Side
+from vitbench.fit.spec import N_BOOT
 
-N_BOOT = 1000  # bootstrap replicates: >= 1000 for percentile intervals (Efron & Tibshirani 1993, ch. 13)
 _REFINE = 8  # starts refined by the optimiser: the ones with the lowest loss on the grid
 _SUBSAMPLE = 4096  # points the start search uses at most
 _ONE_STEP = 20_000  # points above which a bootstrap replicate is one Gauss-Newton step (linearised bootstrap)

@@ -15,69 +15,31 @@ groups' order.
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import os
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
-from enum import Enum
 from pathlib import Path
-from typing import Annotated, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field
 
 from vitbench.errors import ConfigError, shorten
 from vitbench.fit import rows as rowsel
-from vitbench.fit.backtest import N_CUTOFFS, PRIOR_SHARE, Backtest, choose, default_reach, mixture_log_var, \
+from vitbench.fit.backtest import PRIOR_SHARE, Backtest, blended_scores, choose, default_reach, mixture_log_var, \
     mixture_param, prior_scores, run_backtest, scores, spread_backtest
-from vitbench.fit.combine import Combined, combined_law_error, misses
-from vitbench.fit.estimate import N_BOOT, CurveFit, ParamEstimate, fit_curve
+from vitbench.fit.combine import Combined, combined_law_error, floor_bound, misses, upper_cap
+from vitbench.fit.estimate import CurveFit, ParamEstimate, fit_curve
 from vitbench.fit.forms import FORMS, FormName
-from vitbench.fit.interval import LawError
+from vitbench.fit.interval import LawError, windows_note
 from vitbench.fit.source import Source, SourceKind, columns_text, load_source, numeric_column
+from vitbench.fit.spec import DEFAULT_ACCURACY, DEFAULT_COMPUTE, DEFAULT_GROUP, MAX_REACH, FitSpec, Points, \
+    Prior  # noqa: F401
 from vitbench.record import clean
 from vitbench.stats import frontier_mask
-
-DEFAULT_COMPUTE = "pretrain_exaflops"  # the paper's x-axis (Figure 5, Table 6): pre-training exaFLOPs
-DEFAULT_ACCURACY = "accuracy"
-DEFAULT_GROUP = "family"
-Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-
-
-class Points(str, Enum):
-    ALL = "all"
-    FRONTIER = "frontier"
-
-
-class Prior(str, Enum):
-    """Where a group's choice of form looks besides its own backtest (vitbench.fit.backtest, "Prior")."""
-
-    GROUPS = "groups"  # also the forms' scores over every group of the fit
-    NONE = "none"  # its own backtest alone
-
-
-class FitSpec(BaseModel):
-    """What to fit: rows, columns, grouping, forms, the backtest and the estimator's settings (CLI options 1:1)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    compute: str = DEFAULT_COMPUTE
-    error: str | None = None  # an error column (lower is better) ...
-    accuracy: str | None = None  # ... or an accuracy column (error = 1 - accuracy); neither: `accuracy`
-    percent: bool = False  # the error/accuracy column is in percent (0-100)
-    group: list[str] | None = None  # None: `family` where that column exists
-    where: str | None = None  # a row filter (vitbench.fit.rows.where)
-    forms: list[FormName] = list(FORMS)
-    points: Points = Points.ALL
-    predict: list[Positive] | None = None  # compute values to predict the error at
-    reach: Annotated[float, Field(gt=0, le=10, allow_inf_nan=False)] | None = None  # backtest reach, decades
-    cutoffs: int = Field(N_CUTOFFS, ge=1, le=10)
-    bootstrap: int = Field(N_BOOT, ge=0, le=100_000)
-    ci: float = Field(0.95, gt=0, lt=1)
-    seed: int = Field(0, ge=0, le=2**32 - 1)  # numpy SeedSequence: a non-negative integer (was a traceback)
-    prior: Prior = Prior.GROUPS  # the groups' prior in each group's choice of form, or none
 
 
 @dataclass
@@ -85,8 +47,9 @@ class Prediction:
     compute: float
     reach: float  # decades past the largest measured compute (negative: inside the range)
     value: float  # the combined law's prediction (vitbench.fit.combine)
-    ci_low: float  # the prediction interval (vitbench.fit.interval): parameters (the forms' weighted bootstrap
-    ci_high: float  # mixture, where there are replicates), one observation's noise, the law's error at this reach
+    ci_low: float | None  # the prediction interval (vitbench.fit.interval): parameters (the forms' weighted
+    ci_high: float | None  # bootstrap mixture), one observation's noise, the law's error at this reach, within
+    # what a decreasing law allows; None: no more budgets than parameters, nothing measures it (no_prediction)
     law: dict[str, float]  # the combined law it comes from: form name -> weight (Combined.named_weights)
     backtest_rmse_log: float | None  # the combined law's backtest error: the typical miss at this reach
 
@@ -114,7 +77,9 @@ class GroupFit:
     exponent: ParamEstimate | None = None  # b of the chosen form, CI over the forms' mixture
     predictions: list[Prediction] = field(default_factory=list)
     law_error: LawError | None = None  # the combined law's error model: the intervals and their backtest coverage
-    notes: list[str] = field(default_factory=list)  # warnings about this group (pooled curves)
+    notes: list[str] = field(default_factory=list)  # warnings about this group (pooled curves, few windows)
+    scores: dict[str, float] = field(default_factory=dict)  # form -> the score that chose and weighted it
+    no_prediction: str | None = None  # why predictions asked for are missing or have no interval (None: fine)
 
     @property
     def title(self) -> str:
@@ -130,6 +95,23 @@ class GroupFit:
     def law(self) -> Combined | None:
         """The law predictions are made with: the forms combined by their weights (vitbench.fit.combine)."""
         return Combined.of(self.fits, self.weights)
+
+    @property
+    def replicated(self) -> bool:
+        """Whether a form with a weight has bootstrap replicates (a parameter term for the intervals)."""
+        return any(f.n_replicates > 1 for f in self.fits if self.weights.get(f.form.name.value, 0) > 0)
+
+    def band(self, compute, ci: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(prediction, low, high) at `compute`: the combined law and its prediction interval at level `ci` (None:
+        the fit's), within what a decreasing law allows (vitbench.fit.interval, "Bounds")."""
+        law = self.law()
+        le = self.law_error if ci is None else replace(self.law_error, ci=ci)
+        xs = np.asarray(compute, dtype=float)
+        mid = law.log_predict(xs)
+        var = mixture_log_var(self.fits, self.weights, xs, mid) if self.replicated else np.zeros(len(xs))
+        lo, hi = le.band(mid, np.log10(xs / self.compute.max()), var,
+                         upper_cap(law, le, self.backtest.compute, xs, self.replicated), floor_bound(law, le))
+        return np.exp(mid), lo, hi
 
     def backtest_parts(self) -> dict[str, list]:
         """Form name -> its backtests (the choice's cut-offs, the spread ones): what the combination's misses are
@@ -148,13 +130,28 @@ class GroupFit:
                 "runner_up": self.runner_up.value if self.runner_up else None,
                 "backtest_scores": ({n.value: v for n, v in scores(self.backtest, self.fits).items()}
                                     if self.backtest else {}),
+                "scores": self.scores,
                 "weights": self.weights,
                 "exponent": self.exponent.to_dict() if self.exponent else None,
                 "predictions": [p.to_dict() for p in self.predictions],
                 "prediction_interval": self.law_error.to_dict() if self.law_error else None,
                 "notes": self.notes,
+                "no_prediction": self.no_prediction,
                 "backtest": self.backtest.to_dict() if self.backtest else None,
                 "fits": [f.to_dict() for f in self.fits]}
+
+
+def check_predict(compute: np.ndarray, predict: list[float] | None, title: str) -> None:
+    """A ConfigError naming --predict for a value more than MAX_REACH decades from the group's measured budgets
+    (no backtest, law or float reaches there: 10^(3 x 200) overflowed in the spread cut-offs)."""
+    lo, hi = float(np.min(compute)), float(np.max(compute))
+    for x in predict or []:
+        if not lo * 10**-MAX_REACH <= x <= hi * 10**MAX_REACH:
+            far = math.log10(x / hi) if x > hi else math.log10(lo / x)
+            raise ConfigError(f"--predict {x:g}: {far:.3g} decades {'past' if x > hi else 'before'} the measured "
+                              f"budgets of {shorten(title, 80)} ({lo:.4g} to {hi:.4g}); allowed: within "
+                              f"{MAX_REACH:g} decades of them, {lo * 10**-MAX_REACH:.3g} to "
+                              f"{hi * 10**MAX_REACH:.3g}")
 
 
 def backtest_group(key: dict, c: np.ndarray, e: np.ndarray, labels: list[str], spec: FitSpec,
@@ -162,6 +159,7 @@ def backtest_group(key: dict, c: np.ndarray, e: np.ndarray, labels: list[str], s
     """Every form of `spec` fitted to one group's points and backtested at the reach: the first half of
     fit_group, all that the groups' prior needs (vitbench.fit.backtest, "Prior"); `step(what)` is told after each
     form and after the backtest (progress on a long fit)."""
+    check_predict(c, spec.predict, group_title(key))
     g = GroupFit(key, c, e, labels, notes=list(notes or []))
     forms = [FORMS[f] for f in spec.forms]
     for f in forms:
@@ -181,12 +179,14 @@ def finish_group(g: GroupFit, spec: FitSpec, ceiling: float | None = None,
     error can take (1 for a fraction; None: unbounded), where prediction intervals stop."""
     c, e = g.compute, g.error
     best, g.weights, second = choose(g.backtest, g.fits, prior)
+    g.scores = {n.value: v for n, v in blended_scores(g.backtest, g.fits, prior).items()}
     if best is None:
+        if spec.predict:
+            g.no_prediction = no_law(g)
         return g
     g.chosen = best.form.name
     g.runner_up = second.form.name if second is not None else None
-    spread = any(f.n_replicates > 1 for f in g.fits if g.weights.get(f.form.name.value, 0) > 0)
-    b = mixture_param(g.fits, g.weights, "b", spec.ci) if spread else None
+    b = mixture_param(g.fits, g.weights, "b", spec.ci) if g.replicated else None
     g.exponent = ParamEstimate(best.params["b"].value, *(b or (None, None)))
     law = g.law()
     g.backtest.spread = [spread_backtest(f.form, g.backtest) for f in law.fits]
@@ -194,16 +194,30 @@ def finish_group(g: GroupFit, spec: FitSpec, ceiling: float | None = None,
     g.law_error = replace(combined_law_error(law, missed, c, e, spec.ci), ceiling=ceiling)
     if spec.predict:
         xs = np.asarray(spec.predict, dtype=float)
-        mid = law.log_predict(xs)
+        mid, lo, hi = g.band(xs)
         reach = np.log10(xs / c.max())
-        var = mixture_log_var(g.fits, g.weights, xs, mid) if spread else np.zeros(len(xs))
-        lo, hi = g.law_error.band(mid, reach, var)
+        known = len(np.unique(c)) > law.n_params  # else nothing measures the noise, the law or the parameters
+        if not known:
+            g.no_prediction = (f"{g.title}: {len(np.unique(c))} distinct budgets for a law of {law.n_params} "
+                               "parameters: nothing measures how far its predictions miss, so they have no "
+                               "interval; measure more budgets")
         at_reach = missed.among(g.backtest.cutoffs).rmse_log  # the choice's cut-offs, as FormBacktest.rmse_log
         named = law.named_weights
         for i, (x, m) in enumerate(zip(xs, mid)):
-            g.predictions.append(Prediction(float(x), float(reach[i]), float(np.exp(m)), float(lo[i]),
-                                            float(hi[i]), named, at_reach))
+            g.predictions.append(Prediction(float(x), float(reach[i]), float(m),
+                                            float(lo[i]) if known else None, float(hi[i]) if known else None,
+                                            named, at_reach))
+        note = windows_note(g.law_error, np.unique(g.backtest.compute), law.n_params, g.backtest.reach)
+        if note and g.no_prediction is None:
+            g.notes.append(f"{g.title}: {note}")
     return g
+
+
+def no_law(g: GroupFit) -> str:
+    """Why a group asked for predictions has none: no form could be fitted (the simplest form's reason)."""
+    simplest = min(g.fits, key=lambda f: f.form.n_params, default=None)
+    why = simplest.message if simplest is not None and simplest.message else "no form could be fitted"
+    return f"{g.title}: no law could be fitted, so nothing is predicted: {why}"
 
 
 def fit_group(key: dict, c: np.ndarray, e: np.ndarray, labels: list[str], spec: FitSpec,
@@ -407,6 +421,7 @@ def fit_source(source: Source, spec: FitSpec = FitSpec(), *, workers: int | None
         title = group_title(gkey)
         pools = rowsel.pooled(part, skip)
         notes = [rowsel.pooled_note(title, pools)] if pools else []
+        check_predict(c, spec.predict, title)  # before any group is fitted (backtest_group checks it again)
         jobs.append(Job(gkey, c[order], e[order], [lab[i] for i in order], spec, notes, ceiling))
     groups, prior = fit_groups(jobs, workers, spec.prior, progress)
     return FitReport(where, source.kind, spec, error_label, split_by, groups, dropped,

@@ -30,6 +30,17 @@ with the Welch-Satterthwaite degrees of freedom (Satterthwaite 1946: nu = V^2 / 
 estimated terms, V = noise^2 + (k r)^2, the noise term carrying the final fit's n - p, the law term n_c (the
 bootstrap term is left out of the count: fewer degrees of freedom, a slightly wider interval). Where the law term
 dominates, t is t(n_c): 3.18 for n_c = 3 at 95 %, not 1.96.
+Bounds. Every form is a decreasing law, so the error at a compute C is at most the error at any smaller compute:
+an interval is never wider than that allows. Its top at C is at most the top of the interval of one new
+measurement at a measured budget at or below C (reach 0 there: the parameters and the noise, no law term), the
+smallest such (vitbench.fit.combine.upper_cap): a decreasing law's value at C is at most its value there, and the
+measurement's noise is the same. Not the lowest error observed below C: that value is itself one noisy draw, the
+lowest of several, so on a flat curve a new measurement lies above it most of the time. Its bottom is at least
+the laws' floor (e_inf; 0 for the power law or without bootstrap replicates to bound it by), at the lower end of
+its bootstrap interval, times the noise's lower quantile (combine.floor_bound). Neither bound moves past the
+prediction itself (the combined law decreases, so it lies below every such top). The backtest's coverage bounds its
+intervals the same way: at most the interval at the cut-off, the last budget its fit saw (no replicates there:
+no floor).
 Its coverage is measured on the backtest: each cut-off's held-out points against intervals from that cut-off's
 noise and a k fitted on the other cut-offs only, with the other cut-offs' independent tails as its degrees of
 freedom (leave-one-cut-off-out, so no point judges an interval built from it); with a single cut-off, k and its
@@ -77,13 +88,18 @@ class LawError:
         return student(self.ci, satterthwaite([self.noise**2, (self.slope * r) ** 2],
                                               [self.noise_dof, self.law_dof]))
 
-    def band(self, log_mid, reach, param_var=0.0) -> tuple[np.ndarray, np.ndarray]:
-        """(low, high) of E, the `ci` prediction interval about exp(log_mid)."""
+    def band(self, log_mid, reach, param_var=0.0, cap=None, floor: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+        """(low, high) of E, the `ci` prediction interval about exp(log_mid), within what a decreasing law allows
+        (module docstring, "Bounds"): high at most `cap` (per point; vitbench.fit.combine.upper_cap), low at least
+        `floor` (combine.floor_bound); neither moves past the prediction itself."""
         half = self.quantile(reach) * self.sd(reach, param_var)
+        mid = np.exp(log_mid)
         lo, hi = np.exp(log_mid - half), np.exp(log_mid + half)
         if self.ceiling is not None:  # a fraction's interval stops at 1 (its prediction never exceeds it)
-            hi = np.maximum(np.minimum(hi, self.ceiling), np.exp(log_mid))
-        return lo, hi
+            hi = np.minimum(hi, self.ceiling)
+        if cap is not None:
+            hi = np.minimum(hi, cap)
+        return np.minimum(np.maximum(lo, floor), mid), np.maximum(hi, mid)
 
     def to_dict(self) -> dict:
         return {"noise_log": self.noise, "law_error_per_decade": self.slope, "ci": self.ci,
@@ -153,11 +169,14 @@ def independent_tails(cutoff: np.ndarray, reach: np.ndarray) -> float:
 
 
 def law_error(cutoff: np.ndarray, reach: np.ndarray, err: np.ndarray, cut_noise: dict[float, float],
-              noise: float, ci: float, noise_dof: float = math.inf) -> LawError:
-    """The law's error model from its backtest points (per point: its cut-off, reach, log error; per cut-off: the
-    noise of that fit) and the final fit's `noise` (with its `noise_dof`); coverage leave-one-cut-off-out (module
-    docstring)."""
+              noise: float, ci: float, noise_dof: float = math.inf, fall: np.ndarray | None = None) -> LawError:
+    """The law's error model from its backtest points (per point: its cut-off, reach, log error and `fall`, the
+    log of its fit's prediction at the cut-off over the one at the point; per cut-off: the noise of that fit) and
+    the final fit's `noise` (with its `noise_dof`); coverage leave-one-cut-off-out, of intervals bounded as the
+    predictions' are (module docstring, "Bounds": at most the interval at the cut-off, the last budget that fit
+    saw; without `fall`, unbounded)."""
     cutoff, reach, err = (np.asarray(a, dtype=float) for a in (cutoff, reach, err))
+    fall = np.full(err.size, np.inf) if fall is None else np.asarray(fall, dtype=float)
     d = drifts(cutoff, reach, err)
     if d.size == 0:
         return LawError(noise, 0.0, ci, noise_dof=noise_dof)
@@ -173,8 +192,40 @@ def law_error(cutoff: np.ndarray, reach: np.ndarray, err: np.ndarray, cut_noise:
         else:
             k_o, n_o = k, independent_tails(cutoff, reach)
         law_v, noise_v = (k_o * reach[m]) ** 2, pnoise[m] ** 2
-        q = student(ci, satterthwaite([noise_v, law_v], [noise_dof, n_o]))
-        inside[m] = np.abs(err[m]) <= q * np.sqrt(noise_v + law_v)
+        half = student(ci, satterthwaite([noise_v, law_v], [noise_dof, n_o])) * np.sqrt(noise_v + law_v)
+        up = np.minimum(half, fall[m] + student(ci, noise_dof) * pnoise[m])  # at most the cut-off's interval
+        inside[m] = (err[m] <= half) & (-err[m] <= up)
     return LawError(noise, k, ci, float(inside.mean()), int(err.size), len(cuts) > 1,
                     law_dof=independent_tails(cutoff, reach),
                     noise_dof=noise_dof)
+
+
+FULL_WINDOWS = 3  # independent backtest windows on a long curve: the choice's cut-offs (1) and the two spread
+# ones (vitbench.fit.backtest.SPREAD, 2 and 3 reaches before the last budget); fewer get a note with the remedy
+
+
+def windows_note(le: LawError, budgets: np.ndarray, n_params: int, reach: float) -> str | None:
+    """A note with its remedy where the law term of the intervals rests on fewer than FULL_WINDOWS independent
+    backtest windows (wide: Student's t of so few) or on none (no backtest: the law's own error unmeasured); None
+    otherwise. The remedy: the reach at which the spread cut-off 3 reaches back still leaves the richest weighted
+    form (`n_params`) more budgets than parameters, and how many more decades of budgets the asked `reach`
+    needs."""
+    if math.isfinite(le.law_dof) and le.law_dof >= FULL_WINDOWS - 1e-9:
+        return None
+    b = np.unique(np.asarray(budgets, dtype=float))
+    span = math.log10(b[-1] / b[n_params]) if b.size > n_params else 0.0  # decades past the smallest fittable set
+    fixes = []
+    if span / FULL_WINDOWS >= 0.01:
+        most = span / FULL_WINDOWS
+        fixes.append(f"predict at most {most:.2g} decades past the largest budget (compute <= "
+                     f"{b[-1] * 10**most:.3g}; --reach {most:.2g})")
+    fixes.append(f"measure budgets over {max(FULL_WINDOWS * reach - span, 0.01):.2g} more decades of compute")
+    remedy = f"for {FULL_WINDOWS} windows, " + " or ".join(fixes)
+    if not math.isfinite(le.law_dof):
+        return (f"no backtest: the law's own error at this reach is not measured and the {le.ci:.0%} prediction "
+                f"intervals hold only the parameters and the noise (too narrow); {remedy}")
+    n = le.law_dof
+    t = float(student(le.ci, n))
+    return (f"the {le.ci:.0%} prediction intervals' law term rests on {n:.2g} independent backtest window"
+            f"{'s' if abs(n - 1) > 1e-9 else ''}: Student's t is {t:.3g} instead of {le.z:.3g}, so they are "
+            f"wide; {remedy}")

@@ -3,7 +3,9 @@
 `--where EXPR` is `DataFrame.query(EXPR, engine="python")` after the expression has been parsed and found to hold
 only column names, constants, comparisons, arithmetic and boolean operators (`and`, `or`, `not`, `&`, `|`, `~`,
 `in`): no calls, attributes, subscripts, `@` variables or lambdas, so nothing beyond a row filter is evaluated.
-Backticks quote a column name with spaces, as in pandas (`` `Seen Examples` > 1e6 ``).
+Backticks quote a column name with spaces, as in pandas (`` `Seen Examples` > 1e6 ``). The expression is bounded
+before it is parsed or evaluated (MAX_WHERE_CHARS, MAX_WHERE_DEPTH): a deep one would overflow the parser's or
+pandas' stack.
 
 Pooling: a group that holds rows of several curves (two models, two benchmarks, two tasks at the same compute)
 is fitted as one curve, which is rarely what was meant (a forgotten `--group`). A column pools curves in a group
@@ -27,6 +29,10 @@ _OK_NODES = (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, 
              ast.Compare, ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.In, ast.NotIn, ast.Name,
              ast.Load, ast.Constant, ast.List, ast.Tuple)
 _BACKTICK = re.compile(r"`([^`]*)`")
+MAX_WHERE_DEPTH = 100  # nesting levels of a --where expression: a filter a person writes nests a few; pandas'
+# python-engine evaluator recurses several frames a level and overflows Python's stack (1000 frames) between 300
+# and 500 levels of unary minus (measured, pandas 2), ast.parse near 1000
+MAX_WHERE_CHARS = 10_000  # a --where expression's length: room for an `in [...]` list of several hundred names
 # columns that name a curve whatever their dtype (a results row's benchmark, model and recipe)
 _IDENTITY = ("model", "kind", "dataset", "shots", "task", "backend", "precision", "teacher", "distillation")
 
@@ -42,11 +48,19 @@ def where(frame: pd.DataFrame, expr: str, where_text: str) -> pd.DataFrame:
         names[key] = m.group(1)
         return key
 
+    if len(expr) > MAX_WHERE_CHARS:
+        raise ConfigError(f"--where {shown}: {len(expr)} characters; at most {MAX_WHERE_CHARS} (a row filter)")
     try:
         tree = ast.parse(_BACKTICK.sub(hold, expr).strip(), mode="eval")
     except SyntaxError as e:
         raise ConfigError(f"--where {shown}: not an expression ({clip(e.msg, 100)}); e.g. "
                           "--where \"model == 'ViT-B/16' and steps >= 100\"") from None
+    except (RecursionError, MemoryError):  # the parser's own stack: nested far past MAX_WHERE_DEPTH
+        tree = None
+    if tree is None or _depth(tree) > MAX_WHERE_DEPTH:
+        raise ConfigError(f"--where {shown}: nested more than {MAX_WHERE_DEPTH} levels deep (each operator and "
+                          "parenthesis is a level, and each operand past the second of a chained and/or or "
+                          "comparison); write a shorter filter, e.g. `col in [...]` for many values")
     for node in ast.walk(tree):
         if not isinstance(node, _OK_NODES):
             raise ConfigError(f"--where {shown}: {type(node).__name__.lower()} is not allowed; use column names, "
@@ -64,6 +78,20 @@ def where(frame: pd.DataFrame, expr: str, where_text: str) -> pd.DataFrame:
     if not isinstance(out, pd.DataFrame):
         raise ConfigError(f"--where {shown}: does not select rows (it must be true or false per row)")
     return out
+
+
+def _depth(tree: ast.AST) -> int:
+    """The nesting depth of `tree` as pandas evaluates it, walked without recursion (the expression may be deep):
+    `a and b and c` (one node in Python's tree) is nested pairwise there, as is a chained comparison, so a boolean
+    operator or a comparison of k operands counts k - 1 levels."""
+    deepest, stack = 0, [(tree, 1)]
+    while stack:
+        node, d = stack.pop()
+        d += (len(node.values) - 2 if isinstance(node, ast.BoolOp) else
+              len(node.ops) - 1 if isinstance(node, ast.Compare) else 0)
+        deepest = max(deepest, d)
+        stack += [(child, d + 1) for child in ast.iter_child_nodes(node)]
+    return deepest
 
 
 def _label_like(s: pd.Series) -> bool:
