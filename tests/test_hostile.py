@@ -551,6 +551,12 @@ DATA_CASES = {
     "sweep set impossible date": case("sweep", "smoke", "--dry-run", "--set", "seed=2020-13-45",
                                       says="is not a date"),
     "sweep study impossible date": case("sweep", "{study_bad_date}", "--dry-run", says="is not a date"),
+    "sweep set data path of 10**9 shards": case("sweep", "transfer-digits", "--dry-run", "--set",
+                                                "dataset=webdataset", "--set",
+                                                "data_path={dir}/t-{{0..999999999}}.tar",
+                                                says="defaults.data_path: "),
+    "sweep set data path too long": case("sweep", "transfer-digits", "--set", "dataset=folder", "--set",
+                                         "data_path={dir}/" + "a" * 300, says="cannot be looked up"),
 }
 CASES.update(DATA_CASES)
 

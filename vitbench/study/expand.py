@@ -67,6 +67,17 @@ def models_for(value: str) -> list[str]:
     return [get_spec(value).name]
 
 
+def _look_up(path: str) -> tuple[bool, str | None]:
+    """(whether the local path or brace pattern `path` exists, the problem that keeps it from being looked up: a
+    name too long, a pattern past its bound (vitbench.transfer.shards.MAX_SHARDS))."""
+    try:
+        return LocalPath.exists(path), None
+    except ConfigError as e:
+        return False, str(e)
+    except OSError as e:
+        return False, f"cannot be looked up ({e.strerror or e})"
+
+
 class Expander:
     def __init__(self, m: StudyModel, problems: Problems):
         self.m, self.err = m, problems
@@ -345,7 +356,12 @@ class Expander:
             return None
         config = params.config()
         for f in self.once("paths", task.name, lambda _: path_fields(task.Params)):
-            if config.get(f) is not None and not LocalPath.exists(config[f]):
+            if config.get(f) is None:
+                continue
+            found, problem = self.once("path", config[f], _look_up)
+            if problem:
+                self.err.add(org.get(f) or (f,), problem, config[f])
+            elif not found:
                 self.missing.add(org.get(f) or (f,), "no such file or directory on this machine", config[f])
         bspec = self.once("backend", config["backend"], backend_spec) if "backend" in config else None
         for f, problem in (bspec.problems(config, task.needs) if bspec else []):
