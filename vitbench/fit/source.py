@@ -76,7 +76,9 @@ def results_frame(df: pd.DataFrame) -> pd.DataFrame:
         return df.copy()
     out = df[df["status"] == "ok"].copy()
     if "model" in out.columns:
-        out["family"] = out["model"].map(_family)
+        families: dict = {}  # once per model name, not per row (a sweep's 100,000 rows name a few models)
+        out["family"] = out["model"].map(lambda m: families[m] if m in families else
+                                         families.setdefault(m, _family(m)))
         if "resolution" in out.columns:
             res = [r if pd.notna(r) else None for r in out["resolution"]]  # NaN: a row without one
             lut = {(m, r): _inference_gflops(m, r) for m, r in set(zip(out["model"], res))}
