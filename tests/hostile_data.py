@@ -132,10 +132,30 @@ def hostile_data(root: Path) -> dict[str, object]:
     for name, arrays in npz.items():
         np.savez(root / f"{name}.npz", **arrays)
         out[f"npz_{name}"] = root / f"{name}.npz"
+    np.save(root / "one_array.npy", x)  # an .npy renamed: one array, no names
+    (root / "one_array.npy").rename(root / "one_array.npz")
+    out["npz_one_array"] = root / "one_array.npz"
+    out["npz_lying_header"] = _lying_npz(root / "lying_header.npz")
     _hf(root, x, y, train, test, out)
     (root / "bad_date.yaml").write_text("name: bad-date\ndefaults:\n  seed: 2020-13-45\n")
     out["study_bad_date"] = root / "bad_date.yaml"
     return out
+
+
+def _lying_npz(path: Path) -> Path:
+    """An .npz whose `x` header declares (10**12, 8, 8, 3) uint8 (192 TB) over 100 bytes of data: numpy would
+    allocate the declared array before finding the data short."""
+    import zipfile
+
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "|u1", "fortran_order": False,
+                                                  "shape": (10**12, 8, 8, 3)})
+    labels = io.BytesIO()
+    np.save(labels, np.zeros(10, np.int64))
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("x.npy", header.getvalue() + b"\0" * 100)
+        z.writestr("y.npy", labels.getvalue())
+    return path
 
 
 def _hf(root: Path, x, y, train, test, out: dict) -> None:

@@ -484,6 +484,9 @@ DATA_CASES = {
     "fewshot hf test parquet only": case(*FEW, *source("hf", "hf_test_parquet"),
                                          says="test parquet files but no train"),
     "fewshot npz test beside x, y": case(*FEW, *source("npz", "npz_mixed_names"), says="has arrays"),
+    "fewshot npz one .npy array": case(*FEW, *source("npz", "npz_one_array"), says="not an .npz of named arrays"),
+    "fewshot npz header larger than its data": case(*FEW, *source("npz", "npz_lying_header"),
+                                                    says="array 'x' declares shape (1000000000000, 8, 8, 3)"),
     # item 4: decoded to its values, or refused naming the file; PIL's pixel guard a named refusal
     "fewshot decompression bomb": case(*FEW, *folder("bomb_test"), says="decompression-bomb guard"),
     "fewshot decompression bomb checked": case(*FEW, *folder("bomb_test"), "--check-data",

@@ -299,10 +299,36 @@ def _npz_images(x: np.ndarray, name: str, path: Path) -> np.ndarray:
     return x.astype(np.float32)
 
 
+def _stored_as_declared(zf, path: Path) -> None:
+    """ConfigError naming the array of an .npz whose header declares more bytes than the member holds (a
+    header of shape (10**12, ...) would otherwise be allocated before the short data is found: an 'out of
+    memory' for a bad file). Headers of .npy versions 1 and 2 (numpy.lib.format's public readers)."""
+    from numpy.lib import format as npy
+
+    readers = {(1, 0): npy.read_array_header_1_0, (2, 0): npy.read_array_header_2_0}
+    for info in zf.infolist():
+        if not info.filename.endswith(".npy"):
+            continue
+        with zf.open(info) as f:
+            reader = readers.get(npy.read_magic(f))
+            if reader is None:
+                continue
+            shape, _, dtype = reader(f)
+            declared, held = int(np.prod(shape, dtype=object)) * dtype.itemsize, info.file_size - f.tell()
+        if declared > held:
+            raise ConfigError(f"{path}: array {info.filename[:-4]!r} declares shape {shorten(shape)} ({declared:,} "
+                              f"bytes) but holds {held:,}; expected {_NPZ_LAYOUT}")
+
+
 def _npz(cfg: DataConfig) -> Raw:
     path = _require_path(cfg, _NPZ_LAYOUT)
     try:
-        with np.load(path, allow_pickle=False) as z:
+        loaded = np.load(path, allow_pickle=False)
+        if isinstance(loaded, np.ndarray):  # an .npy file: one array, no names
+            raise ConfigError(f"{path}: one .npy array {shorten(loaded.shape)}, not an .npz of named arrays; "
+                              f"expected {_NPZ_LAYOUT}")
+        with loaded as z:
+            _stored_as_declared(z.zip, path)
             arrays = {k: z[k] for k in z.files}
     except ValueError as e:
         if "allow_pickle" in str(e):
