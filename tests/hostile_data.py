@@ -11,12 +11,14 @@ import json
 import os
 import shutil
 import struct
+import tarfile
 import zlib
 from pathlib import Path
 
 import numpy as np
 
-from data_formats import digits_images, write_folder, write_hf_arrow, write_hf_parquet, write_shards
+from data_formats import (_add, digits_images, png_bytes, write_folder, write_hf_arrow, write_hf_parquet,
+                          write_shards)
 
 CLASSES = 3
 
@@ -125,6 +127,13 @@ def hostile_data(root: Path) -> dict[str, object]:
     write_shards(root / "huge_label_shards", "train", x[train], np.where(np.arange(len(train)) == 1, 10**9,
                                                                           y[train]), per_shard=100)
     out["huge_label_shards"] = root / "huge_label_shards"
+    big = root / "big_label_shards"
+    big.mkdir()
+    with tarfile.open(big / "train-000000.tar", "w") as tf:  # a .cls member of a megabyte: no label, not read
+        for i in range(len(train)):
+            _add(tf, f"{i:05d}.png", png_bytes(x[train[i]]))
+            _add(tf, f"{i:05d}.cls", b" " * 10**6 + b"1" if i == 2 else str(int(y[train[i]])).encode())
+    out["big_label_shards"] = big
     npz = {"huge_label": dict(x=x, y=np.where(np.arange(len(y)) == 3, 10**9, y)),
            "negative_label": dict(x=x, y=np.where(np.arange(len(y)) == 3, -1, y)),
            "mixed_names": dict(x=x[train], y=y[train], x_test=x[test], y_test=y[test]),  # test beside x, y
@@ -191,8 +200,6 @@ def _hf_plain_labels(path: Path, x, y) -> None:
     """A parquet of an image column and an integer `label` column, no `datasets` features (no ClassLabel)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-
-    from data_formats import png_bytes
 
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.table({"image": pa.array([{"bytes": png_bytes(im), "path": None} for im in x]),

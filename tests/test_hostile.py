@@ -533,6 +533,8 @@ DATA_CASES = {
     "fewshot npz label negative": case(*FEW, *source("npz", "npz_negative_label"), says="label -1 out of range"),
     "fewshot shard label 10**9": case(*FEW, *source("webdataset", "huge_label_shards"),
                                       says="label 1000000000 out of range"),
+    "fewshot shard label of a megabyte": case(*FEW, *source("webdataset", "big_label_shards"),
+                                              says=".cls member of 1,000,001 bytes"),
     "fewshot hf label 10**9": case(*FEW, *source("hf", "hf_huge_label"), says="label 1000000000 out of range"),
     "fewshot classes 0-1000000": case("fewshot", "-m", NANO, "--classes", "0-1000000", says="--classes"),
     "fewshot classes range of 10**20": case("fewshot", "-m", NANO, "--classes", "0-" + "9" * 20,

@@ -183,7 +183,13 @@ class ShardPool:
             return f"{path} (member at byte {int(self.header[i])})"
 
 
+LABEL_BYTES = 32  # a class index below MAX_CLASSES is 5 digits; a longer .cls member is no label (not read whole)
+
+
 def _read_label(tf: tarfile.TarFile, m: tarfile.TarInfo, where: str) -> int:
+    if m.size > LABEL_BYTES:
+        raise ConfigError(f"{where}: .cls member of {m.size:,} bytes; it must hold an integer class index (at most "
+                          f"{LABEL_BYTES} bytes)")
     data = tf.extractfile(m).read()
     try:
         label = int(data.decode("ascii").strip())
