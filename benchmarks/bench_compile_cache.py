@@ -74,7 +74,7 @@ def main() -> None:
     cache = root / "cache"
     env = {**os.environ, "VITBENCH_CACHE_DIR": str(cache)}
     env.pop("VITBENCH_COMPILE_CACHE", None)
-    from vitbench.env import usable_cpus
+    from vitbench.cpus import usable_cpus
     from vitbench.value_cache import SUBDIR
 
     runs = (("cold", False, ()), ("warm", True, ()), ("compile-cold", True, (cache / "compile", cache / SUBDIR)))

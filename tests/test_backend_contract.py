@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from vitbench.backends.base import Backend, Capability, DeviceKind, MemoryKind, Step, backend_spec, get_backend
+from vitbench.cpus import ThreadsChosen
 from vitbench.models.analytic import analytic_counts
 from vitbench.models.specs import get_spec
 from vitbench.registry import Kind, entries
@@ -50,6 +51,7 @@ def test_setup_names_what_it_resolved_and_versions_come_from_metadata(name, back
     be = backends[name]
     info = be.setup("cpu")
     assert info["backend"] == name and info["device"] == "cpu" and info["threads"] >= 1
+    assert info["threads_chosen"] in ThreadsChosen.values()  # every row says how its thread count was chosen
     versions = be.versions()
     assert set(be.spec.distributions) <= set(versions) and all(versions[d] for d in be.spec.distributions)
     assert all("+" not in str(v) for v in versions.values() if v)  # package metadata, not local build tags

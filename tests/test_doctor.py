@@ -133,6 +133,46 @@ def test_threads_above_the_usable_cores_warn():
     assert host_checks.check_threads({"a": 1}).status is Status.OK
 
 
+def test_threads_above_the_cores_others_leave_free_warn_with_the_remedy(monkeypatch):
+    """The issue's host: 2 cores, others using 1.5 of them, a backend on 2 threads (doctor said `ok`)."""
+    monkeypatch.setattr(host_checks, "cpu_limit", lambda: 2)
+    busy = host_checks.check_threads({"a": 2, "b": 1}, other_cores=1.5, chosen={"a": "default", "b": "free_cores"})
+    assert busy.status is Status.WARN and busy.data["over_free_cores"] == ["a"] and busy.data["free_cores"] == 1
+    assert "--threads 1" in busy.why and "leave threads unset" in busy.why
+    assert "a 2 (default)" in busy.found and "b 1 (free_cores)" in busy.found and "others used 1.50" in busy.found
+    assert host_checks.check_threads({"a": 1}, other_cores=1.5).status is Status.OK  # one thread meets no one
+    assert host_checks.check_threads({"a": 2}, other_cores=0.2).status is Status.OK  # quiet: both cores free
+
+
+class _Setup:
+    """A backend that set itself up on 2 threads, chosen from the free cores."""
+
+    def numerics_in_force(self):
+        return None
+
+    def setup(self, device, threads):
+        return {"threads": 2, "threads_chosen": "free_cores"}
+
+
+def test_doctor_passes_the_load_it_saw_to_the_threads_check(monkeypatch):
+    seen = {}
+
+    def check_threads(threads, other_cores=None, chosen=None):
+        seen.update(threads=threads, other_cores=other_cores, chosen=chosen)
+        return host_checks.Check("threads", Status.OK, "", "")
+
+    monkeypatch.setattr(doctor, "check_load", lambda seconds: host_checks.Check(
+        "other load", Status.WARN, "", "", {"other_cores": 1.5}))
+    monkeypatch.setattr(doctor, "check_threads", check_threads)
+    for name in ("check_timing", "check_precision", "check_peak", "check_gpu", "check_cpu_frequency", "check_smt",
+                 "check_thermal", "check_memory"):
+        monkeypatch.setattr(doctor, name, lambda *a, **k: host_checks.Check("x", Status.OK, "", "", {"tflops": 1}))
+    monkeypatch.setattr("vitbench.backends.base.get_backend", lambda name: _Setup())
+    checks = doctor.run(backends=["torch"], quick=True)
+    assert checks[1].name == "threads" and seen == {"threads": {"torch": 2}, "other_cores": 1.5,
+                                                     "chosen": {"torch": "free_cores"}}
+
+
 def test_device_names():
     assert doctor.parse_device("cuda:1") == (DeviceKind.GPU, 1)
     assert doctor.parse_device("cpu") == (DeviceKind.CPU, 0)

@@ -14,37 +14,6 @@ from pathlib import Path
 LOCK_FILE = "requirements.lock"  # inside the package: exact versions of vitbench[all] (scripts/lock.sh)
 
 
-def usable_cpus() -> int:
-    """CPUs this process may run on (its affinity; cgroup quotas aside), at least 1."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-def capped_threads(threads: int | None) -> tuple[int | None, dict]:
-    """The intra-op thread count a backend may set for `threads` (None: the framework's default), and what a row
-    records about it: more threads than usable CPUs are capped at the CPUs, with a warning, and the row keeps
-    the request (`threads_requested`). Thread pools far beyond the cores crash OpenMP runtimes (a segfault at
-    100,000) and, below that, only oversubscribe: nothing a measurement wants."""
-    from vitbench.errors import ConfigError
-
-    if threads is None:
-        return None, {}
-    if threads < 1:
-        raise ConfigError(f"threads must be >= 1, got {threads}")
-    n = usable_cpus()
-    if threads <= n:
-        return threads, {}
-    import warnings
-
-    from vitbench.errors import VitbenchWarning, clip
-
-    warnings.warn(VitbenchWarning(f"threads {clip(str(threads), 30)} is more than the {n} CPU(s) this process "
-                                  f"may use: capped at {n} (the row records threads_requested)"), stacklevel=2)
-    return n, {"threads_requested": threads}
-
-
 def distribution_version(pkg: str) -> str | None:
     """The installed version of a distribution, as its metadata says (the one source for every row)."""
     try:

@@ -19,7 +19,7 @@ _STYLE = {"ok": "green", "info": "cyan", "warn": "yellow", "fail": "bold red", "
 def doctor_cmd(
     device: str = from_field(Infer.Params, "device", help="cpu | gpu[:N] (or cuda[:N]) | tpu[:N]: checked on "
                                                           "every backend that runs there."),
-    threads: int = typer.Option(None, help="Intra-op threads to check with (default: each framework's)."),
+    threads: int = typer.Option(None, help="Intra-op threads to check with (default: chosen as a trial would)."),
     precision: str = from_field(Infer.Params, "precision", help="Precision of the timing check and the peak."),
     backend: list[str] = typer.Option(None, "--backend", help="Only these registered backends "
                                                               "(`vitbench plugins` lists them); repeatable."),

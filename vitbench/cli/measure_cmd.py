@@ -64,7 +64,8 @@ def bench_cmd(
                                            "(`vitbench plugins` lists them; default: the first registered)."),
     device: str = from_field(Infer.Params, "device",
                              help="cpu | cuda | cuda:N (torch); cpu | gpu | tpu (jax)."),
-    threads: int = typer.Option(None, help="Intra-op threads (default: the framework's; recorded either way)."),
+    threads: int = typer.Option(None, help="Intra-op threads (default: the cores others leave free where a "
+                                           "backend's pool stalls under load, else the framework's; recorded)."),
     devices: int = typer.Option(None, min=1, help="Local devices (default 1): data parallel over N devices, the "
                                                  "batch split evenly (docs/devices.md)."),
     parallelism: str = typer.Option(None, help="With --devices N: dp (replicated parameters) | fsdp (sharded)."),

@@ -290,6 +290,7 @@ def run(
         n *= 4  # a GPU needs a large matmul to be busy for longer than the timer's resolution
     checks = [check_load(0.5 if quick else 1.0)]
     threads_used: dict[str, int | None] = {}
+    threads_chosen: dict[str, str | None] = {}
     measured: dict[str, float] = {}
     first: tuple[Backend, int | None] | None = None
     failed: list[str] = []  # backends that could not start on the device, and why
@@ -315,7 +316,7 @@ def run(
                                 "Only backends that can start on the device are checked."))
             failed.append(f"{name}: {clip(str(e), 300)}")
             continue
-        threads_used[name] = info.get("threads")
+        threads_used[name], threads_chosen[name] = info.get("threads"), info.get("threads_chosen")
         first = first or (be, info.get("threads"))
         try:
             t = check_timing(be, precision, n, steps=3 if quick else 5)
@@ -340,7 +341,7 @@ def run(
         raise BackendUnavailable(f"--device {device}: no backend can run there"
                                  + (f" ({'; '.join(failed)})" if failed else
                                     f" (none of {', '.join(names)} runs on a {kind.value})"))
-    checks.insert(1, check_threads(threads_used))
+    checks.insert(1, check_threads(threads_used, checks[0].data.get("other_cores"), threads_chosen))
     if first is not None:
         checks.append(check_peak(first[0], precision, first[1], measured))
         checks.append(check_gpu(first[0]))

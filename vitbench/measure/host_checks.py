@@ -12,7 +12,8 @@ from dataclasses import asdict, dataclass, field
 
 import psutil
 
-from vitbench.measure.load import BUSY_CORES, LoadMeter, cpu_quota_cores
+from vitbench.cpus import cpu_limit, cpu_quota_cores, free_cores, usable_cpus
+from vitbench.measure.load import BUSY_CORES, LoadMeter
 
 
 class Status(str, enum.Enum):
@@ -51,32 +52,45 @@ def _read(path: str) -> str | None:
 
 def usable_cores() -> tuple[int, float | None]:
     """(CPUs this process may run on, the cgroup CPU quota in cores or None)."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return cpus, cpu_quota_cores()
+    return usable_cpus(), cpu_quota_cores()
 
 
-def check_threads(threads: dict[str, int | None]) -> Check:
+def check_threads(threads: dict[str, int | None], other_cores: float | None = None,
+                  chosen: dict[str, str | None] | None = None) -> Check:
+    """Each backend's thread count against the cores: above the usable CPUs (affinity, quota), or above the cores
+    other processes leave free (`other_cores`, as the load check saw them: vitbench.cpus.free_cores) where more
+    than one thread would have to meet at barriers."""
     cpus, quota = usable_cores()
-    limit = min(cpus, quota) if quota else cpus
+    limit = cpu_limit()
+    free = free_cores(other_cores or 0.0, limit)
     over = {b: t for b, t in threads.items() if t and t > limit}
+    crowded = {b: t for b, t in threads.items() if t and t > free and b not in over}
     env = {k: os.environ[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "XLA_FLAGS") if k in os.environ}
+    how = chosen or {}
     found = (
         f"{cpus} usable CPU(s)"
         + (f", cgroup quota {quota:g} cores" if quota else "")
+        + (f"; others used {other_cores:.2f} cores, leaving {free} free" if other_cores is not None else "")
         + "; threads: "
-        + ", ".join(f"{b} {t}" for b, t in threads.items())
+        + ", ".join(f"{b} {t}" + (f" ({how[b]})" if how.get(b) else "") for b, t in threads.items())
         + (f"; {env}" if env else "")
     )
     why = (
-        "More compute threads than cores time-slice: OpenMP/Eigen workers spin and wait for each other, and one "
-        "preempted thread stalls a whole matmul; use --threads <= cores (1 on a shared machine)."
+        "More compute threads than free cores time-slice with each other or with other work: a pool whose "
+        "workers meet after every operation (OpenMP's) waits for its descheduled worker each time, and on a "
+        "2-core machine with others using 1.5 cores a tiny model trained 20-40x slower on 2 threads than on 1 "
+        "(docs/measurement.md). Use --threads 1 (a study's `threads: 1`), or leave threads unset: then a backend "
+        "whose pool stalls this way takes only the cores others leave free, per trial (the row's env says "
+        "`threads_chosen`); or measure on a quiet machine."
     )
     return Check(
         "threads",
-        Status.WARN if over else Status.OK,
+        Status.WARN if over or crowded else Status.OK,
         found,
         why,
-        {"usable_cpus": cpus, "cgroup_quota_cores": quota, "threads": threads, "env": env},
+        {"usable_cpus": cpus, "cgroup_quota_cores": quota, "cpu_limit": limit, "other_cores": other_cores,
+         "free_cores": free, "threads": threads, "threads_chosen": how, "over_cpus": sorted(over),
+         "over_free_cores": sorted(crowded), "env": env},
     )
 
 

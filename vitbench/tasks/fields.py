@@ -83,7 +83,9 @@ SHARED: dict[str, tuple[Any, Any, str]] = {
     "compile_mode": (_StrictStr | None, None, "mode of the optional compiler (null: its default; the backend "
                      "lists its modes), e.g. max-autotune, reduce-overhead"),
     "seed": (Annotated[Seed, Strict()], 0, "model init and data seed"),
-    "threads": (_PosInt | None, None, "intra-op CPU threads (null: the framework's default; recorded)"),
+    "threads": (_PosInt | None, None, "intra-op CPU threads (null: chosen per trial: a backend whose pool stalls "
+                "under other load takes the cores others leave free, the others their default); the row's env "
+                "records the count used (threads) and how it was chosen (threads_chosen)"),
     "num_classes": (_PosInt | None, None, "classifier outputs (null: the variant's default)"),
     "optimizer": (literal_of(OPTIMIZERS), "adam", "training optimiser: adam (pre-training) or sgd (momentum 0.9)"),
     "devices": (Annotated[int, Strict(), Field(gt=0, le=MAX_COUNT)], key_neutral(DEFAULT_DEVICES),

@@ -54,7 +54,7 @@ from vitbench.backends.jax import (
 )
 from vitbench.backends.jax.numerics import MATMUL_PRECISION, compute_dtype, step_numerics
 from vitbench.backends.jax.workload import JaxWorkload, Matmul
-from vitbench.env import capped_threads
+from vitbench.cpus import capped_threads
 from vitbench.models.families import family_modules, family_plugin
 from vitbench.models.specs import ModelSpec
 from vitbench.procmem import PeakRSS, peak_rss_mib

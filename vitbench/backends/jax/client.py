@@ -7,7 +7,9 @@
   initialises; there is no runtime setting. `threads=N` therefore restricts the process's CPU affinity to N CPUs
   while the client is created (plus --xla_cpu_multi_thread_eigen=false for N=1) and then gives every thread its
   CPUs back, so the pools have N threads that the OS schedules freely. Once JAX is initialised the count is
-  fixed: asking for another raises ConfigError. threads=None leaves JAX's default (all allowed CPUs).
+  fixed: asking for another raises ConfigError. threads=None leaves JAX's default (all allowed CPUs): XLA's pools
+  were measured not to stall under other load as torch's OpenMP pool does (docs/measurement.md, "Threads on a
+  busy machine"), so an unset count is not lowered to the free cores.
 - CPU devices: `devices=N` > 1 on the CPU platform adds --xla_force_host_platform_device_count=N to XLA_FLAGS
   before the client starts (N host devices sharing the process's cores); after start the count is fixed too.
 """

@@ -6,6 +6,8 @@ and one after its last step, the end event synchronised: device time, never the 
 synchronous and the host clock is exact.
 Memory: on CUDA the allocator's peak (allocated) and, apart, its reserved peak; on CPU the growth of the process's
 peak resident set (vitbench.procmem).
+Threads: a trial's count, capped at the usable CPUs; none asked for on the CPU: the count in force, lowered to the
+cores other processes leave free (vitbench.cpus.free_threads), unless OMP_NUM_THREADS is set.
 Steps: workload.py. Transfer: models in timm naming, trained by `training.py` (masked patch prediction:
 `masked_patch.py`), fp32.
 """
@@ -37,7 +39,7 @@ from vitbench.backends.torch import SPEC, cache
 from vitbench.backends.torch.numerics import DTYPES, numerics, set_matmul_precision
 from vitbench.backends.torch import training
 from vitbench.backends.torch.workload import Matmul, TorchWorkload
-from vitbench.env import capped_threads
+from vitbench.cpus import capped_threads, free_threads
 from vitbench.errors import BackendUnavailable, ConfigError
 from vitbench.models.families import family_plugin
 from vitbench.models.specs import ModelSpec
@@ -102,7 +104,12 @@ class TorchBackend(Backend):
             self.device = distributed.init(dev, devices)
             group = {"collective_backend": distributed.collective_backend(dev.type),
                      "rank": distributed.rank_and_world()[0]}
-        threads, capped = capped_threads(threads)
+        if threads is None and dev.type == "cpu" and "OMP_NUM_THREADS" not in os.environ:
+            # OpenMP's workers spin at a barrier after every operation: under other load a descheduled one stalls
+            # the rest (docs/measurement.md, "Threads on a busy machine"), so an unset count fits the free cores
+            threads, chosen = free_threads(torch.get_num_threads(), devices)
+        else:
+            threads, chosen = capped_threads(threads)
         if threads is not None:
             torch.set_num_threads(threads)
         cache_path = cache.enable()  # before anything is compiled
@@ -114,7 +121,7 @@ class TorchBackend(Backend):
             "threads": torch.get_num_threads(),
             "interop_threads": torch.get_num_interop_threads(),
             "compile_cache": str(cache_path) if cache_path else None,
-            **capped,
+            **chosen,
             **self.versions(),
         }
 

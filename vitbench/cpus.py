@@ -1,0 +1,163 @@
+"""The CPUs this process may use, how much of them other processes take, and the CPU thread count that follows.
+
+- `usable_cpus` (the CPUs of this process's affinity), `cpu_quota_cores` (its cgroup's CPU quota) and `cpu_limit`
+  (the whole cores it may keep busy at once: the smaller of the two).
+- Other processes' CPU use: the CPU time every process used (psutil.cpu_times: user, nice, system, irq, softirq,
+  steal) minus this process's own (its threads and waited-for children included), over the wall time between two
+  readings, is the number of cores others kept busy. Steal counts as others': a hypervisor giving the core to
+  another guest takes it from us just the same. `mark` and `others_since` measure it around anything
+  (vitbench.measure.load.LoadMeter wraps them around a measurement), `others_now` over a short sample.
+- A backend's intra-op thread count (`capped_threads`, `free_threads`) and what its row records of how it was
+  chosen (`threads_chosen`: `ThreadsChosen`). A pool whose workers meet at a barrier after every operation
+  (OpenMP's, as torch's) collapses when one worker is descheduled by other load: the others spin, then sleep,
+  until it runs again. Measured on a 2-core machine with 1.4-1.7 cores of other load (docs/measurement.md,
+  "Threads on a busy machine"): ViT-Nano/4 training at 32 px, batch 32, 22 img/s on 2 threads against 810 on 1.
+  Such a backend lowers its count to the cores others leave free when the trial asks for none (`free_threads`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+import warnings
+from dataclasses import dataclass
+
+import psutil
+
+from vitbench.choices import Choice
+from vitbench.errors import ConfigError, VitbenchWarning, clip
+
+BUSY_CORES = 0.5  # others using half a core or more on average: the measurement shared the machine
+SAMPLE_S = 0.1  # others' load before a trial: /proc/stat counts in 10 ms ticks, so 0.1 s on n CPUs is 10 n ticks
+
+
+class ThreadsChosen(Choice):
+    """How a row's thread count (its env's `threads`) was chosen: the row's env keeps it as `threads_chosen`."""
+
+    REQUESTED = "requested"  # the trial's `threads`
+    CAPPED = "capped"  # the trial's `threads` was more than the usable CPUs (the request is `threads_requested`)
+    FREE_CORES = "free_cores"  # none requested: the count in force, lowered to the cores others left free
+    DEFAULT = "default"  # none requested: the framework's own count (it honours OMP_NUM_THREADS and the like)
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity; cgroup quotas aside), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def cpu_quota_cores() -> float | None:
+    """The CPU quota of this process's cgroup (v2 cpu.max or v1 cfs quota/period), in cores; None if unlimited."""
+    v1 = "/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "/sys/fs/cgroup/cpu/cpu.cfs_period_us"
+    for quota_file, period_file in (("/sys/fs/cgroup/cpu.max", None), v1):
+        try:
+            text = open(quota_file).read().split()
+            if period_file is None:
+                quota, period = text[0], text[1] if len(text) > 1 else "100000"
+            else:
+                quota, period = text[0], open(period_file).read().strip()
+        except (OSError, IndexError):
+            continue
+        if quota in ("max", "-1"):
+            return None
+        try:
+            return int(quota) / int(period)
+        except ValueError:
+            return None
+    return None
+
+
+def cpu_limit() -> int:
+    """Whole cores this process may keep busy at once: its usable CPUs, fewer under a cgroup quota (rounded down:
+    threads beyond a quota run until it is spent, then all wait out the period), at least 1."""
+    quota = cpu_quota_cores()
+    n = usable_cpus()
+    return max(1, min(n, int(quota)) if quota else n)
+
+
+def free_cores(other_cores: float, limit: int) -> int:
+    """The cores of `limit` that others leave free: their load rounded to whole cores, a core counted as taken from
+    BUSY_CORES of it on (the busy threshold of every row), at least 1."""
+    taken = math.floor(other_cores + 1 - BUSY_CORES)
+    return max(1, limit - taken)
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# Other processes' CPU use
+# -----------------------------------------------------------------------------------------------------------------
+def _busy_s() -> float:
+    t = psutil.cpu_times()
+    return sum(getattr(t, f, 0.0) for f in ("user", "nice", "system", "irq", "softirq", "steal"))
+
+
+def _own_s(proc: psutil.Process) -> float:
+    t = proc.cpu_times()
+    return t.user + t.system + getattr(t, "children_user", 0.0) + getattr(t, "children_system", 0.0)
+
+
+@dataclass(frozen=True)
+class Mark:
+    """The clocks at one moment: wall time, every process's CPU time, this process's."""
+
+    wall: float
+    busy_s: float
+    own_s: float
+
+    @classmethod
+    def now(cls) -> Mark:
+        return cls(time.perf_counter(), _busy_s(), _own_s(psutil.Process()))
+
+
+def others_since(mark: Mark) -> tuple[float, float | None]:
+    """(wall seconds since `mark`, average cores other processes kept busy meanwhile; None over no time)."""
+    now = Mark.now()
+    wall = now.wall - mark.wall
+    if wall <= 0:
+        return wall, None
+    return wall, max(0.0, ((now.busy_s - mark.busy_s) - (now.own_s - mark.own_s)) / wall)
+
+
+def others_now(seconds: float = SAMPLE_S) -> float:
+    """Average cores other processes keep busy over the next `seconds` (this process sleeping)."""
+    mark = Mark.now()
+    time.sleep(seconds)
+    return others_since(mark)[1] or 0.0
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# A backend's thread count
+# -----------------------------------------------------------------------------------------------------------------
+def capped_threads(threads: int | None) -> tuple[int | None, dict]:
+    """The intra-op thread count a backend may set for `threads` (None: the framework's default), and what a row
+    records about it (`threads_chosen`): more threads than usable CPUs are capped at the CPUs, with a warning,
+    and the row keeps the request (`threads_requested`). Thread pools far beyond the cores crash OpenMP runtimes
+    (a segfault at 100,000) and, below that, only oversubscribe: nothing a measurement wants."""
+    if threads is None:
+        return None, {"threads_chosen": ThreadsChosen.DEFAULT.value}
+    if threads < 1:
+        raise ConfigError(f"threads must be >= 1, got {threads}")
+    n = usable_cpus()
+    if threads <= n:
+        return threads, {"threads_chosen": ThreadsChosen.REQUESTED.value}
+    warnings.warn(VitbenchWarning(f"threads {clip(str(threads), 30)} is more than the {n} CPU(s) this process "
+                                  f"may use: capped at {n} (the row records threads_requested)"), stacklevel=2)
+    return n, {"threads_chosen": ThreadsChosen.CAPPED.value, "threads_requested": threads}
+
+
+def free_threads(in_force: int, devices: int = 1, sample_s: float = SAMPLE_S) -> tuple[int, dict]:
+    """For a trial that asks for no thread count, on a backend whose pool stalls when a worker is descheduled:
+    `in_force` (the framework's count in this process: its default in a fresh one, or what this process set),
+    lowered to `cpu_limit()` and to the cores other processes leave free over a `sample_s` sample
+    (`free_cores`), at least 1; with `devices` processes of one group on the CPUs (each a rank calling this), a
+    1/devices share of the limit, without a sample (the other ranks, starting, are not other load). Returns it
+    and what the row records (`threads_chosen`, `threads_other_cores`: the sample, None without one)."""
+    limit = cpu_limit()
+    if devices > 1:
+        n, others = max(1, min(in_force, limit // devices)), None
+    else:
+        others = others_now(sample_s)
+        n = max(1, min(in_force, free_cores(others, limit)))
+    return n, {"threads_chosen": ThreadsChosen.FREE_CORES.value, "threads_other_cores": others}
