@@ -127,6 +127,7 @@ def isolated(tmp_path, monkeypatch):
     monkeypatch.setenv("VITBENCH_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(peak_mod, "LoadMeter", _Load)
     monkeypatch.setattr(peak_mod, "_measurers", lambda device, precision: [])
+    monkeypatch.setattr(peak_mod, "others_now", lambda seconds: _Load.cores)  # the host's load now: scripted too
     _Load.cores = 0.0
     return tmp_path
 
@@ -136,12 +137,14 @@ def test_a_busy_first_measurement_is_not_the_peak_forever(isolated):
     _Load.cores = 1.5  # the first measurement shares the machine
     p = device_peak(be, "fp32", 1, policy=ONE_SIZE)
     assert p.tflops == 1.0 and p.provisional and p.source is PeakSource.MEASURED
-    assert device_peak(be, "fp32", 1, policy=ONE_SIZE).tflops == 1.0 and be.calls == 1  # rows never re-measure
+    assert device_peak(be, "fp32", 1, policy=ONE_SIZE).tflops == 1.0 and be.calls == 1  # nor on a busy row
+    assert p.metrics()["peak_basis"] == "measured_busy"
     p = device_peak(be, "fp32", 1, remeasure_provisional=True, policy=ONE_SIZE)  # a calibration, env, doctor
     assert p.tflops == 1.0 and p.provisional and be.calls == 2  # still busy: 0.8 does not lower it
     _Load.cores = 0.0
     p = device_peak(be, "fp32", 1, remeasure_provisional=True, policy=ONE_SIZE)
     assert p.tflops == 2.0 and not p.provisional and be.calls == 3  # a quiet reading settles it, higher
+    assert p.metrics()["peak_basis"] == "measured_quiet"
     p = device_peak(be, "fp32", 1, remeasure_provisional=True, policy=ONE_SIZE)
     assert p.tflops == 2.0 and be.calls == 3  # settled: not measured again
     p = device_peak(be, "fp32", 1, refresh=True, policy=ONE_SIZE)
@@ -164,6 +167,48 @@ def test_re_measuring_while_busy_gives_up_after_the_retries(isolated):
         device_peak(be, "fp32", 1, remeasure_provisional=True, policy=ONE_SIZE)
     assert be.calls == 1 + ONE_SIZE.busy_retries  # then the provisional peak stands (and says so)
     assert read_entry(peak_key(be.device_info(), "fp32", 1))["busy_readings"] == be.calls
+
+
+def test_a_busy_peak_is_measured_again_by_its_first_quiet_user_after_the_retries(isolated):
+    """Another process measured the peak while the host was busy and gave up re-measuring: it is not the divisor
+    for good. A row whose steps were quiet measures it again, so do env and doctor when their sample is quiet."""
+    be = _Scripted([1.0] * (1 + ONE_SIZE.busy_retries) + [3.0, 4.0])
+    _Load.cores = 2.0
+    for _ in range(1 + ONE_SIZE.busy_retries):
+        device_peak(be, "fp32", 1, remeasure_provisional=True, policy=ONE_SIZE)
+    calls = be.calls
+    assert device_peak(be, "fp32", 1, remeasure_provisional=True, policy=ONE_SIZE).provisional  # retries spent
+    assert device_peak(be, "fp32", 1, quiet_now=False, policy=ONE_SIZE).provisional and be.calls == calls
+    _Load.cores = 0.0  # quiet now, while measuring too
+    p = device_peak(be, "fp32", 1, quiet_now=True, policy=ONE_SIZE)  # a bench row whose timed steps were quiet
+    assert p.tflops == 3.0 and p.metrics()["peak_basis"] == "measured_quiet" and be.calls == calls + 1
+    assert device_peak(be, "fp32", 1, quiet_now=True, policy=ONE_SIZE).tflops == 3.0 and be.calls == calls + 1
+
+
+def test_env_and_doctor_sample_the_host_before_measuring_a_busy_peak_again(isolated):
+    be = _Scripted([1.0] * (1 + ONE_SIZE.busy_retries) + [3.0])
+    _Load.cores = 2.0
+    for _ in range(2 + ONE_SIZE.busy_retries):
+        device_peak(be, "fp32", 1, remeasure_provisional=True, policy=ONE_SIZE)
+    assert be.calls == 1 + ONE_SIZE.busy_retries
+    _Load.cores = 0.0
+    p = device_peak(be, "fp32", 1, remeasure_provisional=True, policy=ONE_SIZE)
+    assert p.tflops == 3.0 and not p.provisional and be.calls == 2 + ONE_SIZE.busy_retries
+
+
+def test_a_quiet_row_measures_a_busy_peak_again_before_dividing_by_it(isolated):
+    from vitbench.measure.throughput import mfu_metrics
+
+    sizes = len(peak_mod.current_policy().cpu_sizes)  # a row measures with the policy in force
+    be = _Scripted([0.5] + [2.0] * sizes)
+    _Load.cores = 2.0
+    device_peak(be, "fp32", 1, policy=ONE_SIZE)  # someone's busy measurement
+    busy_row = mfu_metrics(be, Step("ViT-Nano/4"), 1, 0.25, _Load())
+    assert busy_row["peak_basis"] == "measured_busy" and busy_row["mfu"] == 0.5 and be.calls == 1  # 0.25 / 0.5
+    _Load.cores = 0.0
+    quiet_row = mfu_metrics(be, Step("ViT-Nano/4"), 1, 0.25, _Load())
+    assert quiet_row["peak_basis"] == "measured_quiet" and quiet_row["mfu"] == 0.125  # 0.25 / 2.0: exact
+    assert be.calls == 1 + sizes
 
 
 def test_the_peak_is_the_best_any_backend_showed_and_is_keyed_by_device_not_backend(isolated, monkeypatch):
@@ -197,7 +242,7 @@ def test_datasheet_devices_are_never_measured(isolated):
     be = _Scripted([], device=Device(DeviceKind.GPU, "NVIDIA H100 PCIe"))
     p = device_peak(be, "bf16", None, refresh=True)
     assert p.source is PeakSource.DATASHEET and p.tflops == 756.5 and be.calls == 0  # 1513 / 2: exact
-    assert "H100 datasheet" in p.by and p.metrics()["peak_source"] == "datasheet"
+    assert "H100 datasheet" in p.by and p.metrics()["peak_source"] == p.metrics()["peak_basis"] == "datasheet"
 
 
 def test_mfu_is_capped_and_flagged_when_a_step_beats_the_datasheet(isolated):

@@ -12,12 +12,16 @@
   first time it asks (the entry records which backends have measured).
 - $VITBENCH_PEAK_POLICY (JSON of PeakPolicy fields, e.g. '{"cpu_sizes": [256, 512], "seconds": 0.1}') changes
   how a peak is measured, for quick looks and tests; it is inherited by trial processes.
-- A busy first measurement is not the peak forever: a reading taken while other processes used the CPU
-  (vitbench.measure.load) leaves the peak *provisional* (every row says so), and while it is, the calibration at
-  the start of every sweep run, `vitbench env` and `vitbench doctor` re-measure it (at most `busy_retries` times;
-  the rows of one run then share one peak); every calibration also offers its own reading, and a model step whose
-  model FLOP/s beat the peak raises it (the step showed the device can do that much: its analytic FLOPs are
-  matmul FLOPs), so its MFU is 1, flagged, never above.
+- A busy measurement is never silently the divisor: a reading taken while other processes used the CPU
+  (vitbench.cpus, BUSY_CORES) leaves the peak *provisional* until a full measurement is quiet, whichever process
+  took the busy ones (the cache is the user's, keyed by machine; $VITBENCH_CACHE_DIR can share one between
+  users). Every row says which peak divided its MFU (`peak_basis`: datasheet, measured_quiet or measured_busy).
+  A provisional peak is measured again by the first user of it that finds the host quiet: a bench row whose
+  timed steps were quiet, a calibration that was, `vitbench env` and `vitbench doctor` after a QUIET_SAMPLE_S
+  sample; the calibration at the start of every sweep run, `vitbench env` and `vitbench doctor` also while busy,
+  at most `busy_retries` times. Every calibration offers its own reading too, and a model step whose model
+  FLOP/s beat the peak raises it (the step showed the device can do that much: its analytic FLOPs are matmul
+  FLOPs), so its MFU is 1, flagged, never above.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from pathlib import Path
 
 from vitbench.backends.base import Backend, Capability, Device, DeviceKind, backend_names, backend_spec
 from vitbench.choices import Choice
+from vitbench.cpus import BUSY_CORES, others_now
 from vitbench.env import machine_id
 from vitbench.errors import ConfigError
 from vitbench.measure.datasheet import datasheet_tflops
@@ -40,11 +45,21 @@ from vitbench.paths import cache_dir, locked, write_atomic
 from vitbench.procmem import last_marked
 
 PEAK_MARK = "VITBENCH_PEAK "
+QUIET_SAMPLE_S = 0.5  # is the host quiet enough to settle a provisional peak: others' load over this long
 
 
 class PeakSource(Choice):
     DATASHEET = "datasheet"
     MEASURED = "measured"
+
+
+class PeakBasis(Choice):
+    """What a row's MFU divided by (its `peak_basis`): a datasheet figure, a measured peak with at least one full
+    measurement taken while other processes left the CPU alone, or one every measurement of which was busy."""
+
+    DATASHEET = "datasheet"
+    MEASURED_QUIET = "measured_quiet"
+    MEASURED_BUSY = "measured_busy"
 
 
 @dataclass(frozen=True)
@@ -110,9 +125,15 @@ class Peak:
     at: str | None = None  # when the best reading was taken (measured peaks)
     provisional: bool = False  # every reading so far was taken while other processes loaded the CPU
 
+    @property
+    def basis(self) -> PeakBasis:
+        if self.source is PeakSource.DATASHEET:
+            return PeakBasis.DATASHEET
+        return PeakBasis.MEASURED_BUSY if self.provisional else PeakBasis.MEASURED_QUIET
+
     def metrics(self) -> dict:
-        return {"peak_tflops": self.tflops, "peak_source": self.source.value, "peak_by": self.by,
-                "peak_measured_at": self.at, "peak_provisional": self.provisional}
+        return {"peak_tflops": self.tflops, "peak_source": self.source.value, "peak_basis": self.basis.value,
+                "peak_by": self.by, "peak_measured_at": self.at, "peak_provisional": self.provisional}
 
 
 # -----------------------------------------------------------------------------------------------------------------
@@ -264,10 +285,14 @@ def establish(be: Backend, precision: str, threads: int | None, only: set[str] |
 
 
 def device_peak(be: Backend, precision: str, threads: int | None, refresh: bool = False,
-                remeasure_provisional: bool = False, policy: PeakPolicy | None = None) -> Peak | None:
+                remeasure_provisional: bool = False, quiet_now: bool | None = None,
+                policy: PeakPolicy | None = None) -> Peak | None:
     """The peak of `be`'s device (set up) in `precision`: datasheet, else the measured one (measured now by every
-    backend here that has not measured it yet; by `be` again while provisional if `remeasure_provisional`; by
-    every backend when `refresh`). None when no backend here can measure it."""
+    backend here that has not measured it yet; by every backend when `refresh`). A provisional one (every full
+    measurement busy, whoever took it) is measured again by `be` when the host is quiet now (`quiet_now`: the
+    caller saw it so, e.g. over a row's timed steps; None with `remeasure_provisional`: a QUIET_SAMPLE_S sample
+    says), and, with `remeasure_provisional`, while busy too until `busy_retries` busy readings. None when no
+    backend here can measure it."""
     policy = policy or current_policy()
     device = be.device_info()
     sheet = _datasheet_peak(device, precision)
@@ -278,9 +303,11 @@ def device_peak(be: Backend, precision: str, threads: int | None, refresh: bool 
     missing = {*_measurers(device, precision), be.name} - set((entry or {}).get("measured_by") or [])
     if refresh or entry is None or missing:
         entry = establish(be, precision, threads, None if (refresh or entry is None) else missing, policy, entry)
-    elif (remeasure_provisional and _provisional(entry) and _can_measure(be.spec, device, precision)
-          and int(entry.get("busy_readings", 0)) <= policy.busy_retries):
-        entry = offer(key, measure_reading(be, precision, policy), policy, base=entry)
+    elif _provisional(entry) and _can_measure(be.spec, device, precision):
+        if quiet_now is None and remeasure_provisional:
+            quiet_now = others_now(QUIET_SAMPLE_S) < BUSY_CORES
+        if quiet_now or (remeasure_provisional and int(entry.get("busy_readings", 0)) <= policy.busy_retries):
+            entry = offer(key, measure_reading(be, precision, policy), policy, base=entry)
     return _peak(entry) if entry and entry.get("peak_tflops") else None
 
 

@@ -229,7 +229,8 @@ def mfu_metrics(be: Backend, step: Step, threads: int | None, model_tflops: floa
     wrong precision, a wrong row): mfu is capped at 1 and `mfu_over_peak` keeps the quotient."""
     from vitbench.measure.peak import PeakSource, device_peak, offer_observation
 
-    peak = device_peak(be, step.precision, threads)
+    # a provisional peak (measured while busy) is measured again here when this row's timed steps were quiet
+    peak = device_peak(be, step.precision, threads, quiet_now=load.other_cores is not None and not load.busy)
     if peak is None or not peak.tflops:
         return {"peak_tflops": None, "mfu": None}
     ratio = model_tflops / peak.tflops

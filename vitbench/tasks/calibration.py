@@ -66,7 +66,8 @@ class Calibration(Task):
         offer_observation(be, p.precision, info.get("threads"), s[-1], by=f"calibration ({be.name})",
                           how=f"{p.precision} matmul n={p.matmul_n}, best of {p.reps} x {p.seconds:g} s",
                           other_cores=load.other_cores, busy=load.busy)
-        # before the run's trials: a missing peak is measured, a provisional one (measured while busy) again
-        device_peak(be, p.precision, info.get("threads"), remeasure_provisional=True)
+        # before the run's trials: a missing peak is measured, a provisional one (measured while busy) again when
+        # this calibration saw the host quiet (else within the policy's busy retries)
+        device_peak(be, p.precision, info.get("threads"), remeasure_provisional=True, quiet_now=not load.busy)
         return Record.measured(self.kind, p.config(), metrics=metrics, raw={METRIC: vals}, env=environment(info),
                                started_at=started)
