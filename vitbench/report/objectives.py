@@ -27,7 +27,8 @@ def _with_objective(df: pd.DataFrame) -> pd.DataFrame:
     mp = df["objective"] == "masked_patch"
     df["arm"] = df["objective"].where(~mp, "masked_patch " + target + " @" + rate.map(lambda r: f"{r:g}"))
     df["accuracy"] = pd.to_numeric(df["accuracy"], errors="coerce")
-    x = df["pretrain_exaflops"] if "pretrain_exaflops" in df.columns else df.get("exaflops")
+    x = df["pretrain_exaflops"] if "pretrain_exaflops" in df.columns else df.get(
+        "exaflops", pd.Series(float("nan"), index=df.index))  # neither column: rows that never recorded it
     df["pretrain_exaflops"] = pd.to_numeric(x, errors="coerce").fillna(0.0)
     return df
 
