@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from records import record
 
-from vitbench.store import Store, _flatten, load, read_records, select
+from vitbench.store import Store, _flatten, load, load_each, read_records, select
 
 VALUES = [None, 1, 2, 1.5, True, False, "a", "b", [1, 2], {"x": 1}, 2**70]
 
@@ -70,3 +70,42 @@ def test_load_gives_the_frame_of_the_selected_rows(tmp_path, seed):
             pd.testing.assert_frame_equal(got, want, check_exact=True)
             for col in got.columns[got.dtypes == object]:  # 1, 1.0 and True are equal, but not the same value
                 assert [type(v) for v in got[col]] == [type(v) for v in want[col]], col
+
+
+def test_load_each_reads_once_what_load_gives_for_each_kind(tmp_path):
+    store(tmp_path, 7)
+    kinds = (None, ("calibration",), "all")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for latest in (True, False):
+            for got, k in zip(load_each(tmp_path, kinds, latest), kinds):
+                pd.testing.assert_frame_equal(got, load(tmp_path, k, latest), check_exact=True)
+
+
+def test_raw_json_is_the_text_of_the_raw_dicts(tmp_path):
+    """load_each(raw_json=True): each raw cell is json.dumps(raw, default=str) of load's dict; the rest equal."""
+    import json
+
+    store(tmp_path, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        as_text, = load_each(tmp_path, (None,), raw_json=True)
+        as_dicts = load(tmp_path)
+    assert list(as_text["raw"]) == [json.dumps(r, default=str) for r in as_dicts["raw"]]
+    pd.testing.assert_frame_equal(as_text.drop(columns="raw"), as_dicts.drop(columns="raw"), check_exact=True)
+
+
+def test_the_reports_time_budget_reads_raw_as_text_or_dicts(tmp_path):
+    """The report loads raw as JSON text (report.build_report): its time budget is the one the dicts give."""
+    from vitbench.report.budget import time_budget
+
+    rows = [record("bench", {"model": "ViT-Nano/4", "task": "infer", "backend": b}, key=f"k{i}", study="t",
+                   run_id="r", repeat=0, raw={"budget_s": {"setup": 0.5 * i, "compile": 0.25, "timed": 1.0}},
+                   runner={"wall_s": 3.0 + i, "startup_s": 0.75}) for i, b in enumerate(["torch", "jax", "torch"])]
+    with Store(tmp_path) as st:
+        for r in rows:
+            st.append(r)
+    as_text, = load_each(tmp_path, (None,), raw_json=True)
+    table = time_budget(as_text)
+    pd.testing.assert_frame_equal(table, time_budget(load(tmp_path)), check_exact=True)
+    assert table["compile_s"].iloc[-1] == 0.75 and table["startup_s"].iloc[-1] == 3 * 0.75 + 1.5  # exact sums

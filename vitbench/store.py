@@ -32,7 +32,7 @@ import math
 import os
 import socket
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -380,32 +380,47 @@ def load(path: str | os.PathLike, kinds: Iterable[str] | str | None = None, late
     flattened: memory holds the rows' values once (equal strings shared), never every parsed record. The frame
     is the one `pd.DataFrame(rows)` makes of the rows `select` keeps (the same columns, order and dtypes).
     """
+    return load_each(path, (kinds,), latest)[0]
+
+
+def load_each(path: str | os.PathLike, kinds: Sequence[Iterable[str] | str | None], latest: bool = True,
+              raw_json: bool = False) -> list:
+    """[load(path, k, latest) for k in kinds], the results read once (the report's trials and calibration).
+
+    raw_json: each row's `raw` as JSON text, json.dumps(raw, default=str) (what the report's trials files hold),
+    not a dict: at 100,000 rows some 90 MB of text instead of some 320 MB of Python lists and dicts."""
     import pandas as pd
 
     from vitbench.frames import Columns  # pandas: imported by the readers of frames, never by a sweep's workers
 
-    keep = _kind_filter(kinds)
-    cols = Columns()
-    last: dict[tuple, tuple[int, str]] = {}  # (source, key) -> (row, finished_at) of the latest row so far
-    superseded: set[int] = set()
+    wanted = [(_kind_filter(k), Columns(), {}, set()) for k in kinds]
     for rec in iter_records(path):
-        if not keep(rec.kind):
-            continue
-        if latest and rec.key:
-            ident, done = (rec.source, rec.key), rec.finished_at or ""
-            if ident in last:
-                if done < last[ident][1]:
-                    continue  # an older row than the one kept
-                superseded.add(last[ident][0])
-            last[ident] = (cols.n, done)
-        cols.add(_flatten(rec))
-    df = cols.frame([i for i in range(cols.n) if i not in superseded] if superseded else None)
-    if df.empty:
-        return pd.DataFrame(columns=[*TRIAL_ID_COLUMNS, "raw"])
-    for col in cols.integer_columns:  # a batch size stays 8 where other rows lack it, not 8.0
-        with contextlib.suppress(TypeError, ValueError, OverflowError):  # past int64: left as it is
-            df[col] = df[col].astype("Int64")
-    return df
+        row = None
+        for keep, cols, last, superseded in wanted:  # last: (source, key) -> (row, finished_at) of the latest
+            if not keep(rec.kind):
+                continue
+            if latest and rec.key:
+                ident, done = (rec.source, rec.key), rec.finished_at or ""
+                if ident in last:
+                    if done < last[ident][1]:
+                        continue  # an older row than the one kept
+                    superseded.add(last[ident][0])
+                last[ident] = (cols.n, done)
+            if row is None:
+                row = _flatten(rec)
+                if raw_json:
+                    row["raw"] = json.dumps(row["raw"], default=str)
+            cols.add(row)
+    out = []
+    for _, cols, _, superseded in wanted:
+        df = cols.frame([i for i in range(cols.n) if i not in superseded] if superseded else None)
+        if df.empty:
+            df = pd.DataFrame(columns=[*TRIAL_ID_COLUMNS, "raw"])
+        for col in cols.integer_columns if len(df) else ():  # a batch size stays 8 where others lack it, not 8.0
+            with contextlib.suppress(TypeError, ValueError, OverflowError):  # past int64: left as it is
+                df[col] = df[col].astype("Int64")
+        out.append(df)
+    return out
 
 
 def _kind_filter(kinds: Iterable[str] | str | None):

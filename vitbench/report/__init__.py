@@ -99,14 +99,14 @@ def build_report(results: str | Path, out: str | Path | None = None, formats: It
     report wrote there (vitbench.report.outdir); a folder holding anyone else's files is refused unless
     `allow_other_files` (the report is then written beside them, none touched)."""
     from vitbench.report.outdir import OutputFolder
-    from vitbench.store import load
+    from vitbench.store import load_each
 
     formats = parse_formats(formats)
     results = Path(results)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        df = load(results)
-        cal = load(results, kinds=("calibration",))
+        # the trials and the calibration in one read, raw timings as the JSON text the trials files hold
+        df, cal = load_each(results, (None, ("calibration",)), raw_json=True)
     if df.empty:
         raise ConfigError(f"{results}: no trial records to report on (run `vitbench sweep` first)")
     out = Path(out) if out else (results if results.is_dir() else results.parent) / "report"

@@ -15,6 +15,7 @@ the compiled code (persistent compile cache), `counted_cached` a flops row's cou
 
 from __future__ import annotations
 
+import json
 import math
 
 import pandas as pd
@@ -35,6 +36,7 @@ def _num(v) -> float:
 def row_budget(row: pd.Series) -> dict[str, float]:
     """One row's wall time in PARTS (see the module docstring); all 0 where the row has no wall time."""
     raw = row.get("raw")
+    raw = json.loads(raw) if isinstance(raw, str) else raw  # the report loads raw as JSON text (store.load_each)
     b = raw.get("budget_s") if isinstance(raw, dict) and isinstance(raw.get("budget_s"), dict) else {}
     wall = _num(row.get("runner.wall_s"))
     out = {"wall_s": wall, "startup_s": _num(row.get("runner.startup_s")) + _num(b.get("setup")),
