@@ -200,7 +200,7 @@ def test_a_family_registered_from_outside_the_package_builds_counts_and_converts
     model = build_torch_model(spec)
     assert sum(p.numel() for p in model.parameters()) == 40
     assert set(torch_to_flax(model.state_dict(), spec)["head"]) == {"kernel", "bias"}
-    from vitbench.inspect.run import inspect_model  # a family that declares no attention maps: refused, saying so
+    from vitbench.insight.run import inspect_model  # a family that declares no attention maps: refused, saying so
 
     with pytest.raises(ConfigError, match="inspect does not apply to Toy-Linear/8 .family toy_linear.: its attention is "
                                           "not one tokens x tokens map"):

@@ -121,8 +121,8 @@ def test_no_import_cycle():
 def test_the_graph_sees_lazy_imports_and_skips_type_checking_ones():
     g = import_graph()
     assert "vitbench.registry" in g["vitbench.models.families"]  # a module-level import
-    assert "vitbench.inspect.pictures" in g["vitbench.inspect.result"]  # inside InspectResult.write_pictures
-    assert "vitbench.inspect.result" not in g["vitbench.inspect.pictures"]  # under `if TYPE_CHECKING:` only
+    assert "vitbench.insight.pictures" in g["vitbench.insight.result"]  # inside InspectResult.write_pictures
+    assert "vitbench.insight.result" not in g["vitbench.insight.pictures"]  # under `if TYPE_CHECKING:` only
 
 
 def test_a_cycle_is_found():

@@ -1,4 +1,4 @@
-"""vitbench.inspect: attention distance, position-embedding similarity, filter components and rollout on inputs
+"""vitbench.insight: attention distance, position-embedding similarity, filter components and rollout on inputs
 with known answers; torch and JAX attention maps on the same weights; the `vitbench inspect` command."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from vitbench.errors import ConfigError
-from vitbench.inspect import (
+from vitbench.insight import (
     InspectResult,
     Picture,
     TokenLayout,
@@ -23,8 +23,8 @@ from vitbench.inspect import (
     rollout_maps,
     to_markdown,
 )
-from vitbench.inspect.distance import uniform_attention_distance_px
-from vitbench.inspect.posemb import adjacent_similarity
+from vitbench.insight.distance import uniform_attention_distance_px
+from vitbench.insight.posemb import adjacent_similarity
 from vitbench.models.specs import get_spec
 from tolerances_fp import EPS32, attention_distance_bound, forward_parity, rollout_bound
 from tolerances_stat import gamma, svd_perturbation
@@ -463,7 +463,7 @@ zip:
             store.append(rec)
     rep = build_report(tmp_path / "res", formats=("md",))
     assert len(rep.tables["inspect"]) == 4 and "attention_distance" in rep.figures
-    from vitbench.inspect.report import distance_comparison
+    from vitbench.insight.report import distance_comparison
     from vitbench.report.tables import ok_rows
 
     fig = distance_comparison(ok_rows(rep.df, ("inspect",)))  # a panel per model, a line per budget in each

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from vitbench.errors import ConfigError
-from vitbench.inspect import InspectResult, inspect_model, to_markdown
-from vitbench.inspect.axes import axis_distance_per_image, uniform_axis_distance_px
+from vitbench.insight import InspectResult, inspect_model, to_markdown
+from vitbench.insight.axes import axis_distance_per_image, uniform_axis_distance_px
 from vitbench.models.families import Axis, AxisLayer, family_plugin
 from vitbench.models.specs import get_spec
 from tolerances_fp import EPS32, attention_distance_bound

@@ -120,14 +120,14 @@ def resample_bound(values, n_in: int, eps: float = EPS32) -> float:
 
 def attention_distance_bound(delta: float, keys: int, resolution: int, min_mass: float) -> float:
     """|D_a - D_b| (px) of the mean attention distance of two attention maps `delta` apart entrywise (float64
-    arithmetic after: vitbench.inspect.distance): per query D = N / M with N = sum_k a_k d_k over `keys` patch
+    arithmetic after: vitbench.insight.distance): per query D = N / M with N = sum_k a_k d_k over `keys` patch
     keys and M = sum_k a_k, so |dN| <= delta keys max d, |dM| <= delta keys and |d(N / M)| <= (|dN| + D |dM|) /
     (M - |dM|) <= 2 delta keys max d / (min_mass - delta keys); max d <= the image's diagonal."""
     return 2 * delta * keys * resolution * 2**0.5 / (min_mass - delta * keys)
 
 
 def rollout_bound(delta: float, layers: int, tokens: int) -> float:
-    """|R_a - R_b| entrywise of two attention rollouts (vitbench.inspect.rollout, float64) from maps `delta` apart:
+    """|R_a - R_b| entrywise of two attention rollouts (vitbench.insight.rollout, float64) from maps `delta` apart:
     each layer's row-normalised 0.5 mean_h A + 0.5 I moves by at most tokens * delta in row-sum norm (the entries
     and the normaliser), and a product of row-stochastic matrices adds its factors' errors in that norm."""
     return layers * tokens * delta

@@ -89,4 +89,4 @@ class Capability(Choice):
     MATMUL_PEAK = "matmul_peak"  # a dense-matmul throughput measurement (MFU denominator, calibration)
     COMPILE = "compile"  # an optional graph compiler for eager models (the `compile` field)
     TRANSFER = "transfer"  # pre-training, features, fine-tuning (vitbench.transfer protocols)
-    ATTENTION = "attention"  # attention probabilities of a ViT/hybrid, for inspection (vitbench.inspect)
+    ATTENTION = "attention"  # attention probabilities of a ViT/hybrid, for inspection (vitbench.insight)

@@ -1,5 +1,5 @@
 """`vitbench inspect`: what a ViT learned (attention distance, position embeddings, filters, rollout), thin over
-vitbench.inspect."""
+vitbench.insight."""
 
 from __future__ import annotations
 
@@ -43,8 +43,8 @@ def inspect_cmd(
     similarity, embedding-filter principal components and attention rollout (paper Sec. 4.5, Fig. 6, 7, 11)."""
     from vitbench.backends.base import Capability, backend_spec, default_backend, get_backend
     from vitbench.errors import ConfigError
-    from vitbench.inspect.run import inspect_model
-    from vitbench.inspect.source import inspection_images, load_source
+    from vitbench.insight.run import inspect_model
+    from vitbench.insight.source import inspection_images, load_source
     from vitbench.paths import check_dir
 
     out_dir = check_dir(out, "--out") if out else None  # before the model runs

@@ -8,7 +8,7 @@ from vitbench.errors import ConfigError
 from vitbench.models.families import family_plugin
 from vitbench.models.specs import ModelSpec
 
-# inspect's views and what each reads (vitbench.inspect.run.inspect_model, vitbench.inspect.per_axis)
+# inspect's views and what each reads (vitbench.insight.run.inspect_model, vitbench.insight.per_axis)
 MAP_VIEWS = ("mean attention distance per layer and head", "prefix-token attention share", "attention rollout")
 TOKEN_VIEWS = ("position-embedding similarity", "patch-embedding filters")
 

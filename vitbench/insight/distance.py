@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from vitbench.errors import ConfigError
-from vitbench.inspect.layout import TokenLayout
+from vitbench.insight.layout import TokenLayout
 
 
 def check_attention(attn: np.ndarray, layout: TokenLayout) -> None:

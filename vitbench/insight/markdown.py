@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from vitbench.inspect.pictures import Picture
-from vitbench.inspect.result import InspectResult
+from vitbench.insight.pictures import Picture
+from vitbench.insight.result import InspectResult
 
 _CAPTIONS = {  # paper figure each picture reproduces
     Picture.FILTERS: "RGB embedding filters, top principal components (paper Fig. 7 left)",

@@ -1,17 +1,17 @@
 """`inspect_axes`: inspection of a model whose attention runs along one axis at a time (its family plug-in lists
 the layers, vitbench.models.families.FamilyPlugin.axis_layers): mean attention distance per layer, head and
-axis (vitbench.inspect.axes), and what else of the paper's Sec. 4.5 applies to it, the rest said so."""
+axis (vitbench.insight.axes), and what else of the paper's Sec. 4.5 applies to it, the rest said so."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from vitbench.errors import ConfigError
-from vitbench.inspect.axes import axis_distance_per_image
-from vitbench.inspect.filters import acts_on_pixels, embedding_filter_components, is_grey
-from vitbench.inspect.layout import TokenLayout
-from vitbench.inspect.posemb import posemb_similarity
-from vitbench.inspect.result import HEAD_WEIGHT, PATCH_KERNEL, POS_EMBED, AttentionFn, InspectResult
+from vitbench.insight.axes import axis_distance_per_image
+from vitbench.insight.filters import acts_on_pixels, embedding_filter_components, is_grey
+from vitbench.insight.layout import TokenLayout
+from vitbench.insight.posemb import posemb_similarity
+from vitbench.insight.result import HEAD_WEIGHT, PATCH_KERNEL, POS_EMBED, AttentionFn, InspectResult
 from vitbench.models.families import FamilyPlugin
 from vitbench.models.specs import ModelSpec
 

@@ -23,7 +23,7 @@ from vitbench.models.families import Axis
 from vitbench.paths import write_atomic
 
 if TYPE_CHECKING:
-    from vitbench.inspect.result import InspectResult
+    from vitbench.insight.result import InspectResult
 
 
 class Picture(Enum):

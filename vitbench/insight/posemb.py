@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from vitbench.errors import ConfigError
-from vitbench.inspect.layout import TokenLayout
+from vitbench.insight.layout import TokenLayout
 
 
 def posemb_similarity(pos_embed: np.ndarray, layout: TokenLayout) -> np.ndarray:
@@ -63,7 +63,7 @@ def position_table(weights: dict[str, np.ndarray], spec, layout: TokenLayout,
         y = np.asarray(weights[TABLE_Y.format(i=0)])
         if (len(y), len(x)) != (h, w):
             raise ConfigError(f"learned 2-D position tables of {len(y)}x{len(x)} for a {h}x{w} grid: resize them "
-                              "first (vitbench.inspect.run.fit_pos_embed)")
+                              "first (vitbench.insight.run.fit_pos_embed)")
         grid = np.concatenate([np.broadcast_to(x[None], (h, w, x.shape[-1])),
                                np.broadcast_to(y[:, None], (h, w, y.shape[-1]))], axis=-1)
         return grid.reshape(h * w, -1), f"learned 2-D (x and y tables concatenated), {where}"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from vitbench.inspect.pictures import distance_panels
-from vitbench.inspect.result import InspectResult
+from vitbench.insight.pictures import distance_panels
+from vitbench.insight.result import InspectResult
 
 _HEADLINE = ("attention_distance_first_layer_px", "attention_distance_first_layer_min_px",
              "attention_distance_first_layer_max_px", "attention_distance_last_layer_px",

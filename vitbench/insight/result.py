@@ -9,11 +9,11 @@ from typing import Protocol
 
 import numpy as np
 
-from vitbench.inspect.axes import uniform_axis_distance_px
-from vitbench.inspect.distance import uniform_attention_distance_px
-from vitbench.inspect.filters import FilterComponents
-from vitbench.inspect.layout import TokenLayout
-from vitbench.inspect.posemb import adjacent_similarity
+from vitbench.insight.axes import uniform_axis_distance_px
+from vitbench.insight.distance import uniform_attention_distance_px
+from vitbench.insight.filters import FilterComponents
+from vitbench.insight.layout import TokenLayout
+from vitbench.insight.posemb import adjacent_similarity
 from vitbench.models.families import Axis, AxisLayer
 from vitbench.models.specs import ModelSpec
 
@@ -129,7 +129,7 @@ class InspectResult:
                               for a in d.get("axis_layers") or ()))
 
     def write_pictures(self, out_dir, *, label: str | None = None) -> dict:
-        """Write the PNGs into `out_dir`; returns {Picture: path}. See vitbench.inspect.pictures."""
-        from vitbench.inspect.pictures import write_pictures
+        """Write the PNGs into `out_dir`; returns {Picture: path}. See vitbench.insight.pictures."""
+        from vitbench.insight.pictures import write_pictures
 
         return write_pictures(self, out_dir, label=label)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from vitbench.inspect.distance import check_attention
-from vitbench.inspect.layout import TokenLayout
+from vitbench.insight.distance import check_attention
+from vitbench.insight.layout import TokenLayout
 
 
 def attention_rollout(attn: np.ndarray) -> np.ndarray:

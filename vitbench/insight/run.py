@@ -8,17 +8,17 @@ import math
 import numpy as np
 
 from vitbench.errors import ConfigError
-from vitbench.inspect.applies import require_inspectable
-from vitbench.inspect.distance import (
+from vitbench.insight.applies import require_inspectable
+from vitbench.insight.distance import (
     attention_distance_per_image,
     check_attention,
     prefix_attention_share,
 )
-from vitbench.inspect.filters import acts_on_pixels, embedding_filter_components, is_grey
-from vitbench.inspect.layout import TokenLayout
-from vitbench.inspect.posemb import position_table, posemb_similarity, table_grid
-from vitbench.inspect.result import HEAD_WEIGHT, PATCH_KERNEL, POS_EMBED, AttentionFn, InspectResult
-from vitbench.inspect.rollout import rollout_maps
+from vitbench.insight.filters import acts_on_pixels, embedding_filter_components, is_grey
+from vitbench.insight.layout import TokenLayout
+from vitbench.insight.posemb import position_table, posemb_similarity, table_grid
+from vitbench.insight.result import HEAD_WEIGHT, PATCH_KERNEL, POS_EMBED, AttentionFn, InspectResult
+from vitbench.insight.rollout import rollout_maps
 from vitbench.models.families import family_plugin
 from vitbench.models.posemb_resize import resample_pos_embed, table_prefix_rows
 from vitbench.models.specs import ModelSpec
@@ -59,7 +59,7 @@ def inspect_model(weights: dict[str, np.ndarray], spec: ModelSpec, resolution: i
     Attention maps come from `attention_fn` in chunks of `batch_size` images (memory: layers x heads x tokens^2
     per image); rollout maps for the first `num_rollout` images. `num_prefix_tokens`: extra tokens before the
     patches (1: class token; DeiT's distillation token makes 2; None: the model's, as its family says). On grey images (R = G = B) the
-    filter components are of the channel-summed filters (see vitbench.inspect.filters).
+    filter components are of the channel-summed filters (see vitbench.insight.filters).
     """
     require_inspectable(spec)
     plugin = family_plugin(spec.family)
@@ -67,7 +67,7 @@ def inspect_model(weights: dict[str, np.ndarray], spec: ModelSpec, resolution: i
     if images.ndim != 4 or images.shape[1:3] != (resolution, resolution) or len(images) == 0:
         raise ConfigError(f"images of shape {images.shape}; expected (N >= 1, {resolution}, {resolution}, C)")
     if plugin.axis_layers is not None:
-        from vitbench.inspect.per_axis import inspect_axes
+        from vitbench.insight.per_axis import inspect_axes
 
         return inspect_axes(plugin, weights, spec, resolution, images, attention_fn, batch_size=batch_size)
     if num_prefix_tokens is None:  # the model's own (a timm model's: its num_prefix_tokens)

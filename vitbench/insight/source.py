@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from vitbench.errors import ConfigError, VitbenchError, shorten
-from vitbench.inspect.applies import require_inspectable
+from vitbench.insight.applies import require_inspectable
 from vitbench.models.families import family_plugin
 from vitbench.models.specs import ModelSpec, get_spec
 from vitbench.transfer.checkpoint import load_checkpoint

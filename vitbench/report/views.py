@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from vitbench.inspect import report as inspect_report
+from vitbench.insight import report as inspect_report
 from vitbench.report import accuracy_plots, arch, devices, figure13, fit_figures, objectives, plots, tables
 from vitbench.report.caveats import CAVEAT
 from vitbench.report.parts import Figure, NotDrawn, ReportPart, register_report, report_parts

@@ -4,7 +4,7 @@ rows.
 It inspects the same upstream the transfer tasks use (the shared `pretrain_*` parameters: the cached checkpoint,
 pre-trained first if needed), so a study's inspect rows line up with its fewshot/finetune rows: attention
 distance of ViTs pre-trained longer and shorter, of a ViT and the hybrid. The record keeps the headline numbers
-as metrics and everything the pictures need as raw data (vitbench.inspect.InspectResult.to_json); the report
+as metrics and everything the pictures need as raw data (vitbench.insight.InspectResult.to_json); the report
 draws the attention-distance comparison from it.
 """
 
@@ -27,7 +27,7 @@ class Inspection(BaseModel):
 
     @model_validator(mode="after")
     def _has_attention(self):
-        from vitbench.inspect.applies import not_inspectable
+        from vitbench.insight.applies import not_inspectable
 
         spec = getattr(self, "spec", None)  # the trial's model, resolved by TaskParams before this runs
         why = None if spec is None else not_inspectable(spec)
@@ -51,8 +51,8 @@ class Inspect(Task):
     def run(self, p) -> Record:
         from vitbench.backends.base import get_backend
         from vitbench.env import environment
-        from vitbench.inspect.run import inspect_model
-        from vitbench.inspect.source import inspection_images
+        from vitbench.insight.run import inspect_model
+        from vitbench.insight.source import inspection_images
         from vitbench.record import now
         from vitbench.protocols.pretrain import upstream_config, upstream_metrics
 

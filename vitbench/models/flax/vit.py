@@ -85,7 +85,7 @@ class MultiHeadDotProductAttention(nn.Module):
             bias = rel[:, :, np.arange(t)[:, None], posemb.relative_index(t)] * hd**-0.5  # (B, H, T, T)
         # jax.nn.dot_product_attention == softmax(q k^T * hd**-0.5 + bias) v; XLA on CPU/TPU, cuDNN where it fits
         o = jax.nn.dot_product_attention(q, k, v, bias=bias, scale=hd**-0.5)
-        if self.is_mutable_collection("intermediates"):  # inspection only (vitbench.inspect): the probabilities
+        if self.is_mutable_collection("intermediates"):  # inspection only (vitbench.insight): the probabilities
             logits = jnp.einsum("bqhd,bkhd->bhqk", q, k, precision=jax.lax.Precision.HIGHEST) * hd**-0.5
             logits = logits if bias is None else logits + bias
             self.sow("intermediates", "attention_weights", jax.nn.softmax(logits.astype(jnp.float32), axis=-1))
