@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from vitbench.errors import ConfigError, shorten
+from vitbench.transfer.formats import format_names, format_options, readers_of, with_path, with_test_path
 
 M = TypeVar("M", bound=BaseModel)
 # Counts (steps, images in a batch, pixels, seeds, threads) above 2**24 are typos, not settings: the paper's longest
@@ -22,10 +23,10 @@ Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
 MAX_CLASSES = 2**16
 # A duration in seconds: a week is beyond any measurement here; inf or 1e300 would time for ever.
 MAX_SECONDS = 7 * 86400
-# The image sources vitbench reads (vitbench.transfer.sources: the loaders, one per name).
-DatasetName = Literal["digits", "synthetic", "folder", "webdataset", "hf", "tfds", "cifar10", "cifar100", "npz"]
-PATH_DATASETS = ("folder", "webdataset", "hf", "tfds", "cifar10", "cifar100", "npz")  # read from a local path
-TEST_PATH_DATASETS = ("webdataset", "hf")  # may take a separate test path (test_path)
+# The image sources vitbench reads: vitbench.transfer.formats, one row per format (its reader, which fields it reads)
+DatasetName = Literal[format_names()]
+PATH_DATASETS = with_path()  # read from a local path
+TEST_PATH_DATASETS = with_test_path()  # may take a separate test path (test_path)
 # path field -> (the datasets that take it, why the others do not)
 _PATH_RULES = {"path": (PATH_DATASETS, "it ships with the code"),
                "test_path": (TEST_PATH_DATASETS, "its test split is read from path")}
@@ -149,6 +150,7 @@ class DataConfig(BaseModel):
     name: DatasetName = "digits"  # vitbench.transfer.config.DatasetName
     path: str | None = None  # folder / webdataset / hf / tfds / cifar / npz: a local path (a shard pattern)
     test_path: str | None = None  # webdataset / hf: the test split's own path (pattern); default: in `path`
+    # the formats' own options (vitbench.transfer.formats: which format reads which; refused for any other)
     image_column: str | None = None  # hf: the image column (default: the one Image feature)
     label_column: str | None = None  # hf: the label column (default: the one ClassLabel / integer column)
     # tfds_name, check_data: added after trial and upstream cache keys existed, so left out of the dump at their
@@ -163,7 +165,7 @@ class DataConfig(BaseModel):
     val_fraction: float = Field(0.1, ge=0.0, lt=1.0)  # of train, held out (fine-tuning LR choice, few-shot L2)
     test_fraction: float = Field(0.25, gt=0.0, lt=1.0)  # used only when the source has no test split
     train_per_class: int | None = Field(None, ge=1, le=MAX_COUNT)  # cap train images per class (data-size scaling)
-    # synthetic only
+    # synthetic (a format's own options)
     synthetic_images: int = Field(600, ge=10)
     synthetic_classes: int = Field(10, ge=2)
     synthetic_size: int = Field(16, ge=2)
@@ -180,19 +182,15 @@ class DataConfig(BaseModel):
                              f"{', '.join(allowed)}")
         return v
 
-    @field_validator("image_column", "label_column")
+    @field_validator(*format_options())
     @classmethod
-    def _columns_fit_dataset(cls, v, info):
-        if info.data.get("name") not in (None, "hf") and v is not None:
-            raise ValueError(f"dataset {info.data.get('name')!r} has no columns; image_column and label_column "
-                             "are for hf")
-        return v
-
-    @field_validator("tfds_name")
-    @classmethod
-    def _tfds_name_fits_dataset(cls, v, info):
-        if info.data.get("name") not in (None, "tfds") and v is not None:
-            raise ValueError(f"dataset {info.data.get('name')!r} takes no tfds_name; tfds_name is for tfds")
+    def _option_fits_dataset(cls, v, info):
+        """A format's own option (vitbench.transfer.formats: `Format.options`) set for a format that does not
+        read it is refused, naming the formats that do (never silently ignored)."""
+        name, readers = info.data.get("name"), readers_of(info.field_name)
+        if name is not None and name not in readers and v != cls.model_fields[info.field_name].default:
+            raise ValueError(f"dataset {name!r} takes no {info.field_name}; {info.field_name} is for "
+                             f"{', '.join(readers)}")
         return v
 
     @field_validator("classes", mode="before")

@@ -16,12 +16,17 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from vitbench.errors import ConfigError, shorten
+from vitbench.errors import ConfigError, clip, shorten
 from vitbench.transfer.config import MAX_CLASSES
 from vitbench.transfer.pools import CorruptImage, decode_bytes, regular_file
+from vitbench.transfer.raw import Raw, exists, label_names, require_path, same_classes
+
+if TYPE_CHECKING:
+    from vitbench.transfer.config import DataConfig
 
 LAYOUT = ("a Hugging Face datasets directory: parquet files (data/train-*.parquet + data/test-*.parquet, or "
           "train/*.parquet) or a save_to_disk directory (data-*.arrow + state.json, or dataset_dict.json + one "
@@ -252,3 +257,35 @@ def index_table(files: list[Path], image_column: str | None, label_column: str |
                           + (f" for the {len(names)} ClassLabel names" if names else " (negative)")
                           + f" ({len(bad)} rows)")
     return pool, y, names
+
+
+def read(cfg: DataConfig) -> Raw:
+    """The `hf` format (vitbench.transfer.formats): its train split, and its test split (or test_path's) if any."""
+    root = require_path(cfg, LAYOUT)
+    parts = split_files(root)
+    if cfg.test_path:
+        test_root = Path(cfg.test_path).expanduser()
+        if not exists(test_root, "test_path"):
+            raise ConfigError(f"data.test_path {clip(str(test_root), 200)!r} does not exist; expected {LAYOUT}")
+        test_parts = split_files(test_root)
+        test = test_parts.get("test") or test_parts.get("pool")
+        if not test:  # a train split alone there: not a test split
+            raise ConfigError(f"data.test_path {str(test_root)!r} holds no test split (splits there: "
+                              f"{', '.join(test_parts) or 'none'}); expected {LAYOUT}")
+        parts = {"train": parts.get("train") or parts.get("pool"), "test": test}
+    train = parts.get("train") or parts.get("pool")
+    if not train:
+        raise ConfigError(f"{root}: no train split found; expected {LAYOUT}")
+    pool, labels, names = index_table(train, cfg.image_column, cfg.label_column)
+    if names is None:
+        names = label_names(labels, f"{train[0]} (the train split's label column)", LAYOUT)
+    if not parts.get("test"):
+        return Raw(pool, labels, names)
+    t_pool, t_labels, t_names = index_table(parts["test"], cfg.image_column, cfg.label_column)
+    if t_names is not None:
+        same_classes(names, t_names, str(root))
+    bad = np.flatnonzero(t_labels >= len(names))
+    if len(bad):
+        raise ConfigError(f"{t_pool.origin(int(bad[0]))}: label {int(t_labels[bad[0]])} out of range: the train "
+                          f"split has classes 0..{len(names) - 1}")
+    return Raw(pool, labels, names, t_pool, t_labels)

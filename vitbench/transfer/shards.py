@@ -20,12 +20,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from vitbench.errors import ConfigError, clip
 from vitbench.transfer.config import MAX_CLASSES
 from vitbench.transfer.pools import CorruptImage, decode_bytes, regular_file
+from vitbench.transfer.raw import Raw, label_names
+
+if TYPE_CHECKING:
+    from vitbench.transfer.config import DataConfig
 
 IMAGE_EXTENSIONS = ("png", "jpg", "jpeg")  # as the folder source (vitbench.transfer.sources.IMAGE_SUFFIXES)
 LABEL_EXTENSION = "cls"  # webdataset's class-index member
@@ -244,3 +249,17 @@ def check_test_labels(labels: np.ndarray, pool: ShardPool, k: int) -> None:
     if len(bad):
         raise ConfigError(f"{pool.origin(int(bad[0]))}: label {int(labels[bad[0]])} out of range: the train "
                           f"shards have classes 0..{k - 1} ({len(bad)} test samples outside them)")
+
+
+def read(cfg: DataConfig) -> Raw:
+    """The `webdataset` format (vitbench.transfer.formats): the train shards, and the test shards if any."""
+    if not cfg.path:
+        raise ConfigError(f"data.path is required for dataset 'webdataset'; expected {LAYOUT}")
+    train, test = split_shards(cfg.path, cfg.test_path)
+    pool, labels = index_shards(train)
+    names = label_names(labels, f"{cfg.path} (the train shards)", LAYOUT)
+    if not test:
+        return Raw(pool, labels, names)
+    t_pool, t_labels = index_shards(test)
+    check_test_labels(t_labels, t_pool, len(names))
+    return Raw(pool, labels, names, t_pool, t_labels)

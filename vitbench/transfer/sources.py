@@ -1,68 +1,37 @@
-"""The image sources of the transfer protocols, all from local files (nothing is downloaded): one loader per
-`DataConfig.name` (vitbench.transfer.config.DatasetName), each giving the images at their stored size (uint8 in
-[0, 255] or float32 in [0, 1], NHWC), int64 labels and class names (`Raw`); vitbench.transfer.data splits them.
+"""The image sources that need no module of their own (vitbench.transfer.formats lists every format), all from
+local files (nothing is downloaded), and `read_source`, which reads any format by looking it up there. Each gives
+the images at their stored size (uint8 in [0, 255] or float32 in [0, 1], NHWC), int64 labels and class names
+(vitbench.transfer.raw.Raw); vitbench.transfer.data splits them.
 
 - `digits`   scikit-learn's bundled 8x8 handwritten digits (1797 images, 10 classes): the offline default.
 - `synthetic` class-conditional noisy patterns, for speed runs and tests only (no real-world meaning).
 - `folder`   `root/<class>/*.png|jpg|jpeg`, or `root/train/<class>/...` + `root/test/<class>/...`.
-- `webdataset` tar shards (`KEY.png|jpg` + `KEY.cls`), read with the standard library: vitbench.transfer.shards.
-- `hf`       a Hugging Face datasets directory (parquet or save_to_disk), read with pyarrow: vitbench.transfer.hf.
-- `tfds`     a prepared TFDS dataset (array_record) in a local data_dir, read with tensorflow-datasets' data source
-             (the optional extra `vitbench[tfds]`): vitbench.transfer.tfds.
 - `cifar10` / `cifar100`  the CIFAR python-pickle layout (`data_batch_1..5` + `test_batch`, or `train` +
              `test`), read with a restricted unpickler (vitbench.transfer.safe_pickle).
 - `npz`      `x_train, y_train, x_test, y_test` or `x, y` arrays, read with `allow_pickle=False`.
+
+In their own modules: `webdataset` (tar shards, vitbench.transfer.shards), `hf` (a Hugging Face datasets
+directory, vitbench.transfer.hf), `tfds` (a prepared TFDS dataset, vitbench.transfer.tfds).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import importlib
 from pathlib import Path
 
 import numpy as np
 
-from vitbench.errors import ConfigError, UnsafeFileError, clip, shorten
+from vitbench.errors import ConfigError, UnsafeFileError, shorten
 from vitbench.transfer.config import MAX_CLASSES, DataConfig
-from vitbench.transfer.pools import ArrayPool, FilePool, Pool, regular_file
+from vitbench.transfer.formats import FORMATS
+from vitbench.transfer.pools import FilePool
 from vitbench.transfer.preprocess import resize_weights
+from vitbench.transfer.raw import Raw, in_memory, label_names, not_special, require_path, same_classes
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 
 
-@dataclass
-class Raw:
-    """A source as listed: the pool (or train) images (vitbench.transfer.pools: decoded on demand), their labels,
-    the class names, and the source's own test split if any. Labels are read without decoding an image."""
-
-    pool: Pool
-    labels: np.ndarray
-    class_names: list[str]
-    test_pool: Pool | None = None
-    test_labels: np.ndarray | None = None
-
-
-def label_names(labels: np.ndarray, where: str, layout: str) -> list[str]:
-    """Class names "0".."K-1" of integer labels that name no class (shards, npz, an hf integer column), K =
-    the largest label + 1. ConfigError naming `where` for a negative label or one past MAX_CLASSES (a label of
-    10**9 would be a class list of 10**9 names), before any list is made."""
-    if not len(labels):
-        raise ConfigError(f"{where}: no labelled images; expected {layout}")
-    lo, hi = int(labels.min()), int(labels.max())
-    if lo < 0 or hi >= MAX_CLASSES:
-        bad = lo if lo < 0 else hi
-        raise ConfigError(f"{where}: label {bad} out of range: class indices are 0..K-1 with K at most "
-                          f"{MAX_CLASSES}; expected {layout}")
-    return [str(c) for c in range(hi + 1)]
-
-
-def in_memory(images: np.ndarray, labels: np.ndarray, names: list[str], test_images: np.ndarray | None = None,
-           test_labels: np.ndarray | None = None) -> Raw:
-    """A Raw of in-memory arrays (the bundled and array formats)."""
-    return Raw(ArrayPool(images), labels, names, None if test_images is None else ArrayPool(test_images),
-               test_labels)
-
-
-def _digits() -> Raw:
+def read_digits(cfg: DataConfig) -> Raw:
     from sklearn.datasets import load_digits
 
     d = load_digits()
@@ -70,7 +39,7 @@ def _digits() -> Raw:
     return in_memory(images, d.target.astype(np.int64), [str(t) for t in d.target_names])
 
 
-def _synthetic(cfg: DataConfig) -> Raw:
+def read_synthetic(cfg: DataConfig) -> Raw:
     """Each class: a fixed random low-frequency pattern; images = pattern + noise. Learnable, meaningless."""
     rng = np.random.default_rng(12345)  # the classes' patterns do not depend on the split seed
     k, s, n = cfg.synthetic_classes, cfg.synthetic_size, cfg.synthetic_images
@@ -81,24 +50,6 @@ def _synthetic(cfg: DataConfig) -> Raw:
     noise = np.random.default_rng(54321).normal(0, 0.15, size=(n, s, s, 3)).astype(np.float32)
     images = np.clip(patterns[labels] + noise, 0, 1).astype(np.float32)
     return in_memory(images, labels.astype(np.int64), [f"class{i}" for i in range(k)])
-
-
-def exists(p: Path, field: str) -> bool:
-    """Whether a path the user gave exists; ConfigError naming it (clipped) when it cannot even be looked up (a
-    name past the file system's length limit, a component that is no directory it can search)."""
-    try:
-        return p.exists()
-    except OSError as e:
-        raise ConfigError(f"data.{field} {clip(str(p), 200)!r} cannot be looked up ({e.strerror or e})") from None
-
-
-def _require_path(cfg: DataConfig, layout: str) -> Path:
-    if not cfg.path:
-        raise ConfigError(f"data.path is required for dataset {cfg.name!r}; expected {layout}")
-    p = Path(cfg.path).expanduser()
-    if not exists(p, "path"):
-        raise ConfigError(f"data.path {clip(str(p), 200)!r} does not exist; dataset {cfg.name!r} expects {layout}")
-    return p
 
 
 _FOLDER_LAYOUT = "a directory root/<class>/*.png|jpg (or root/train/<class>/..., root/test/<class>/...)"
@@ -137,17 +88,8 @@ def _list_folder(root: Path) -> tuple[list[str], np.ndarray, list[str]]:
     return files, np.asarray(labels, np.int64), [d.name for d in dirs]
 
 
-def same_classes(train: list[str], test: list[str], where: str) -> None:
-    """ConfigError unless the test split has exactly the train split's classes (in the same order)."""
-    if train != test:
-        only_train = [c for c in train if c not in test]
-        only_test = [c for c in test if c not in train]
-        raise ConfigError(f"{where}: train and test classes differ (only in train: {only_train[:10]}, only in "
-                          f"test: {only_test[:10]}); both splits need the same classes")
-
-
-def _folder(cfg: DataConfig) -> Raw:
-    root = _require_path(cfg, _FOLDER_LAYOUT)
+def read_folder(cfg: DataConfig) -> Raw:
+    root = require_path(cfg, _FOLDER_LAYOUT)
     if not root.is_dir():
         raise ConfigError(f"data.path {str(root)!r} is not a directory; expected {_FOLDER_LAYOUT}")
     has_split = (root / "train").is_dir() and (root / "test").is_dir()
@@ -162,64 +104,6 @@ def _folder(cfg: DataConfig) -> Raw:
     t_files, t_labels, t_names = _list_folder(root / "test")
     same_classes(names, t_names, str(root))
     return Raw(FilePool(files), labels, names, FilePool(t_files), t_labels)
-
-
-def _webdataset(cfg: DataConfig) -> Raw:
-    from vitbench.transfer.shards import LAYOUT, check_test_labels, index_shards, split_shards
-
-    if not cfg.path:
-        raise ConfigError(f"data.path is required for dataset 'webdataset'; expected {LAYOUT}")
-    train, test = split_shards(cfg.path, cfg.test_path)
-    pool, labels = index_shards(train)
-    names = label_names(labels, f"{cfg.path} (the train shards)", LAYOUT)
-    if not test:
-        return Raw(pool, labels, names)
-    t_pool, t_labels = index_shards(test)
-    check_test_labels(t_labels, t_pool, len(names))
-    return Raw(pool, labels, names, t_pool, t_labels)
-
-
-def _hf(cfg: DataConfig) -> Raw:
-    from vitbench.transfer.hf import LAYOUT, index_table, split_files
-
-    root = _require_path(cfg, LAYOUT)
-    parts = split_files(root)
-    if cfg.test_path:
-        test_root = Path(cfg.test_path).expanduser()
-        if not exists(test_root, "test_path"):
-            raise ConfigError(f"data.test_path {clip(str(test_root), 200)!r} does not exist; expected {LAYOUT}")
-        test_parts = split_files(test_root)
-        test = test_parts.get("test") or test_parts.get("pool")
-        if not test:  # a train split alone there: not a test split
-            raise ConfigError(f"data.test_path {str(test_root)!r} holds no test split (splits there: "
-                              f"{', '.join(test_parts) or 'none'}); expected {LAYOUT}")
-        parts = {"train": parts.get("train") or parts.get("pool"), "test": test}
-    train = parts.get("train") or parts.get("pool")
-    if not train:
-        raise ConfigError(f"{root}: no train split found; expected {LAYOUT}")
-    pool, labels, names = index_table(train, cfg.image_column, cfg.label_column)
-    if names is None:
-        names = label_names(labels, f"{train[0]} (the train split's label column)", LAYOUT)
-    if not parts.get("test"):
-        return Raw(pool, labels, names)
-    t_pool, t_labels, t_names = index_table(parts["test"], cfg.image_column, cfg.label_column)
-    if t_names is not None:
-        same_classes(names, t_names, str(root))
-    bad = np.flatnonzero(t_labels >= len(names))
-    if len(bad):
-        raise ConfigError(f"{t_pool.origin(int(bad[0]))}: label {int(t_labels[bad[0]])} out of range: the train "
-                          f"split has classes 0..{len(names) - 1}")
-    return Raw(pool, labels, names, t_pool, t_labels)
-
-
-def _tfds(cfg: DataConfig) -> Raw:
-    from vitbench.transfer.tfds import LAYOUT, index_tfds
-
-    root = _require_path(cfg, LAYOUT)
-    if not root.is_dir():
-        raise ConfigError(f"data.path {str(root)!r} is not a directory; expected {LAYOUT}")
-    pool, labels, names, t_pool, t_labels = index_tfds(root, cfg.tfds_name)
-    return Raw(pool, labels, names, t_pool, t_labels)
 
 
 _CIFAR_LAYOUT = {
@@ -251,9 +135,9 @@ def _cifar_batch(path: Path, label_key: str, layout: str) -> tuple[np.ndarray, n
     return data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1), np.asarray(labels, np.int64)
 
 
-def _cifar(cfg: DataConfig) -> Raw:
+def read_cifar(cfg: DataConfig) -> Raw:
     layout = _CIFAR_LAYOUT[cfg.name]
-    root = _require_path(cfg, layout)
+    root = require_path(cfg, layout)
     sub = "cifar-10-batches-py" if cfg.name == "cifar10" else "cifar-100-python"
     if (root / sub).is_dir():
         root = root / sub
@@ -320,8 +204,8 @@ def _stored_as_declared(zf, path: Path) -> None:
                               f"bytes) but holds {held:,}; expected {_NPZ_LAYOUT}")
 
 
-def _npz(cfg: DataConfig) -> Raw:
-    path = _require_path(cfg, _NPZ_LAYOUT)
+def read_npz(cfg: DataConfig) -> Raw:
+    path = require_path(cfg, _NPZ_LAYOUT)
     try:
         loaded = np.load(path, allow_pickle=False)
         if isinstance(loaded, np.ndarray):  # an .npy file: one array, no names
@@ -358,34 +242,9 @@ def _npz(cfg: DataConfig) -> Raw:
     return in_memory(out[0], out[1], names, out[2], out[3])
 
 
-def _not_special(cfg: DataConfig) -> None:
-    """ConfigError for a data path that exists and is neither a directory nor a regular file (a FIFO, socket or
-    device: reading it could block for ever); a brace pattern is checked shard by shard."""
-    for field in ("path", "test_path"):
-        value = getattr(cfg, field)
-        if not value or "{" in value:
-            continue
-        p = Path(value).expanduser()
-        if exists(p, field) and not p.is_dir() and not regular_file(p):
-            raise ConfigError(f"data.{field} {clip(str(p), 200)!r} is not a regular file or a directory (a FIFO, "
-                              "socket or device)")
-
-
 def read_source(cfg: DataConfig) -> Raw:
-    """The images and labels of `cfg`'s source (`cfg.name`), with its own test split where it has one."""
-    _not_special(cfg)
-    if cfg.name == "digits":
-        return _digits()
-    if cfg.name == "synthetic":
-        return _synthetic(cfg)
-    if cfg.name == "folder":
-        return _folder(cfg)
-    if cfg.name == "webdataset":
-        return _webdataset(cfg)
-    if cfg.name == "hf":
-        return _hf(cfg)
-    if cfg.name == "tfds":
-        return _tfds(cfg)
-    if cfg.name in ("cifar10", "cifar100"):
-        return _cifar(cfg)
-    return _npz(cfg)
+    """The images and labels of `cfg`'s source, with its own test split where it has one: the reader
+    vitbench.transfer.formats names for `cfg.name`."""
+    not_special(cfg)
+    module, _, function = FORMATS[cfg.name].reader.partition(":")
+    return getattr(importlib.import_module(module), function)(cfg)

@@ -19,12 +19,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from vitbench.errors import ConfigError
 from vitbench.transfer.config import MAX_CLASSES
 from vitbench.transfer.pools import CorruptImage, decode_bytes
+from vitbench.transfer.raw import Raw, require_path
+
+if TYPE_CHECKING:
+    from vitbench.transfer.config import DataConfig
 
 LAYOUT = ("a prepared TFDS dataset: DATA_DIR/NAME[/CONFIG]/VERSION/ with dataset_info.json and "
           "NAME-SPLIT.array_record-* files (tfds build NAME --data_dir DATA_DIR --file_format array_record)")
@@ -178,3 +183,12 @@ def index_tfds(data_dir: Path, name: str | None):
         return pool, labels, names, None, None
     t_pool, t_labels = _split(b, data_dir, name, "test", image, label, len(names))
     return pool, labels, names, t_pool, t_labels
+
+
+def read(cfg: DataConfig) -> Raw:
+    """The `tfds` format (vitbench.transfer.formats): dataset `tfds_name` of the data_dir `path`."""
+    root = require_path(cfg, LAYOUT)
+    if not root.is_dir():
+        raise ConfigError(f"data.path {str(root)!r} is not a directory; expected {LAYOUT}")
+    pool, labels, names, t_pool, t_labels = index_tfds(root, cfg.tfds_name)
+    return Raw(pool, labels, names, t_pool, t_labels)

@@ -1,0 +1,91 @@
+"""What every dataset format's reader gives and the checks they share: `Raw` (a source as listed), class names
+of bare integer labels, a required path, the same classes in both splits, and the refusal of a path that is no
+file or directory. The formats themselves: vitbench.transfer.formats (the table) and their modules."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from vitbench.errors import ConfigError, clip
+from vitbench.transfer.config import MAX_CLASSES
+from vitbench.transfer.pools import ArrayPool, Pool, regular_file
+
+if TYPE_CHECKING:
+    from vitbench.transfer.config import DataConfig
+
+
+@dataclass
+class Raw:
+    """A source as listed: the pool (or train) images (vitbench.transfer.pools: decoded on demand), their labels,
+    the class names, and the source's own test split if any. Labels are read without decoding an image."""
+
+    pool: Pool
+    labels: np.ndarray
+    class_names: list[str]
+    test_pool: Pool | None = None
+    test_labels: np.ndarray | None = None
+
+
+def label_names(labels: np.ndarray, where: str, layout: str) -> list[str]:
+    """Class names "0".."K-1" of integer labels that name no class (shards, npz, an hf integer column), K =
+    the largest label + 1. ConfigError naming `where` for a negative label or one past MAX_CLASSES (a label of
+    10**9 would be a class list of 10**9 names), before any list is made."""
+    if not len(labels):
+        raise ConfigError(f"{where}: no labelled images; expected {layout}")
+    lo, hi = int(labels.min()), int(labels.max())
+    if lo < 0 or hi >= MAX_CLASSES:
+        bad = lo if lo < 0 else hi
+        raise ConfigError(f"{where}: label {bad} out of range: class indices are 0..K-1 with K at most "
+                          f"{MAX_CLASSES}; expected {layout}")
+    return [str(c) for c in range(hi + 1)]
+
+
+def in_memory(images: np.ndarray, labels: np.ndarray, names: list[str], test_images: np.ndarray | None = None,
+           test_labels: np.ndarray | None = None) -> Raw:
+    """A Raw of in-memory arrays (the bundled and array formats)."""
+    return Raw(ArrayPool(images), labels, names, None if test_images is None else ArrayPool(test_images),
+               test_labels)
+
+
+def exists(p: Path, field: str) -> bool:
+    """Whether a path the user gave exists; ConfigError naming it (clipped) when it cannot even be looked up (a
+    name past the file system's length limit, a component that is no directory it can search)."""
+    try:
+        return p.exists()
+    except OSError as e:
+        raise ConfigError(f"data.{field} {clip(str(p), 200)!r} cannot be looked up ({e.strerror or e})") from None
+
+
+def require_path(cfg: DataConfig, layout: str) -> Path:
+    if not cfg.path:
+        raise ConfigError(f"data.path is required for dataset {cfg.name!r}; expected {layout}")
+    p = Path(cfg.path).expanduser()
+    if not exists(p, "path"):
+        raise ConfigError(f"data.path {clip(str(p), 200)!r} does not exist; dataset {cfg.name!r} expects {layout}")
+    return p
+
+
+def same_classes(train: list[str], test: list[str], where: str) -> None:
+    """ConfigError unless the test split has exactly the train split's classes (in the same order)."""
+    if train != test:
+        only_train = [c for c in train if c not in test]
+        only_test = [c for c in test if c not in train]
+        raise ConfigError(f"{where}: train and test classes differ (only in train: {only_train[:10]}, only in "
+                          f"test: {only_test[:10]}); both splits need the same classes")
+
+
+def not_special(cfg: DataConfig) -> None:
+    """ConfigError for a data path that exists and is neither a directory nor a regular file (a FIFO, socket or
+    device: reading it could block for ever); a brace pattern is checked shard by shard."""
+    for field in ("path", "test_path"):
+        value = getattr(cfg, field)
+        if not value or "{" in value:
+            continue
+        p = Path(value).expanduser()
+        if exists(p, field) and not p.is_dir() and not regular_file(p):
+            raise ConfigError(f"data.{field} {clip(str(p), 200)!r} is not a regular file or a directory (a FIFO, "
+                              "socket or device)")
