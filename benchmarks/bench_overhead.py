@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from vitbench.backends.base import Step
+from vitbench.backends.base import Step, StopRule
 from vitbench.measure.throughput import bench
 from vitbench.models.specs import get_spec
 from vitbench.models.torch import build_torch_model
@@ -49,8 +49,8 @@ def main() -> None:
     bare, harness = [], []
     for r in range(a.rounds):
         bare.append(bare_loop(model, x, a.steps))
-        rec = bench(step, threads=a.threads, warmup_steps=3, min_steps=a.steps, min_seconds=0.0, max_seconds=600,
-                    with_mfu=False)
+        rec = bench(step, threads=a.threads, warmup_steps=3,
+                    stop=StopRule(min_steps=a.steps, min_seconds=0.0, max_seconds=600), with_mfu=False)
         harness.append(rec.metrics["img_per_s"])
         print(f"round {r}: bare {bare[-1]:.2f} img/s   harness {harness[-1]:.2f} img/s", flush=True)
     b, h = statistics.median(bare), statistics.median(harness)

@@ -11,7 +11,8 @@ import math
 import numpy as np
 import pytest
 
-from vitbench.backends.base import Backend, Capability, DeviceKind, MemoryKind, Step, backend_spec, get_backend
+from vitbench.backends.base import (Backend, Capability, DeviceKind, MemoryKind, Step, StopRule, backend_spec,
+                                   get_backend)
 from vitbench.cpus import ThreadsChosen
 from vitbench.models.analytic import analytic_counts
 from vitbench.models.specs import get_spec
@@ -65,7 +66,7 @@ def test_infer_steps_are_timed_after_a_sync(name, backends):
         out = work.step()
         work.sync(out)
         assert work.batch_size == 2
-        times = be.time_steps(work, min_steps=3, min_seconds=0.0, max_seconds=30)
+        times = be.time_steps(work, StopRule(min_steps=3, min_seconds=0.0, max_seconds=30))
         assert len(times) >= 3 and all(t > 0 and math.isfinite(t) for t in times)
     finally:
         work.close()
@@ -78,8 +79,7 @@ def test_throughput_windows_queue_steps_and_the_device_is_named(name, backends):
     work = be.prepare(Step(MODEL, mode="infer", batch_size=2))
     try:
         work.sync(work.step())
-        windows = be.time_windows(work, window_steps=3, min_steps=6, min_seconds=0.0, max_seconds=30,
-                                  min_windows=2)
+        windows = be.time_windows(work, 3, StopRule(min_steps=6, min_seconds=0.0, max_seconds=30, min_windows=2))
         assert len(windows) >= 2 and all(w > 0 and math.isfinite(w) for w in windows)
     finally:
         work.close()

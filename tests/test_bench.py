@@ -9,13 +9,13 @@ import time
 import pytest
 import torch
 
-from vitbench.backends.base import Step, Workload
+from vitbench.backends.base import Step, StopRule, Workload
 from vitbench.backends.torch.backend import TorchBackend
 from vitbench.measure.throughput import bench
 from vitbench.measure.timing import summarize
 from tolerances_stat import f64
 
-FAST = dict(warmup_steps=2, min_steps=5, min_seconds=0.05, max_seconds=120.0, threads=1)
+FAST = dict(warmup_steps=2, stop=StopRule(min_steps=5, min_seconds=0.05, max_seconds=120.0), threads=1)
 ATTENTION = {"vit": "flash", "bit": "none", "hybrid": "flash"}  # torch's CPU SDPA kernel for fp32 is flash
 
 
@@ -145,11 +145,11 @@ class _Sleepy(Workload):
 
 def test_timed_loop_needs_both_min_steps_and_min_seconds():
     be = TorchBackend()
-    times = be.time_steps(_Sleepy(0.001), min_steps=3, min_seconds=0.05, max_seconds=5)
+    times = be.time_steps(_Sleepy(0.001), StopRule(min_steps=3, min_seconds=0.05, max_seconds=5))
     assert len(times) > 3 and sum(times) >= 0.04  # seconds were the binding constraint
-    times = be.time_steps(_Sleepy(0.01), min_steps=8, min_seconds=0.0, max_seconds=5)
+    times = be.time_steps(_Sleepy(0.01), StopRule(min_steps=8, min_seconds=0.0, max_seconds=5))
     assert len(times) == 8  # steps were
-    times = be.time_steps(_Sleepy(0.02), min_steps=1000, min_seconds=0.0, max_seconds=0.1)
+    times = be.time_steps(_Sleepy(0.02), StopRule(min_steps=1000, min_seconds=0.0, max_seconds=0.1))
     assert len(times) < 10  # max_seconds caps a slow model
 
 
@@ -193,8 +193,8 @@ def test_latency_adds_launch_and_device_time_throughput_overlaps_them():
     series (30 ms per step); a queued window lets launches overlap the device (20 ms per step + one launch)."""
     be = TorchBackend()
     work = _AsyncDevice(host_s=0.010, device_s=0.020)
-    latency = be.time_steps(work, min_steps=8, min_seconds=0, max_seconds=30)
-    windows = be.time_windows(work, window_steps=8, min_steps=32, min_seconds=0, max_seconds=30, min_windows=4)
+    latency = be.time_steps(work, StopRule(min_steps=8, min_seconds=0, max_seconds=30))
+    windows = be.time_windows(work, 8, StopRule(min_steps=32, min_seconds=0, max_seconds=30, min_windows=4))
     assert len(latency) == 8 and len(windows) == 4
     per_step_latency = statistics.median(latency)
     per_step_throughput = statistics.median(windows) / 8
@@ -203,7 +203,6 @@ def test_latency_adds_launch_and_device_time_throughput_overlaps_them():
 
 
 def test_window_sizing_and_stopping():
-    from vitbench.backends.base import window_done
     from vitbench.measure.timing import summarize_windows, window_steps_for
 
     # 50 windows cover min_steps=500 (10 each) and min_seconds=1 at 10 ms a step (2 each): the larger wins
@@ -211,9 +210,11 @@ def test_window_sizing_and_stopping():
     assert window_steps_for(0.001, min_steps=100, min_seconds=1.0, max_seconds=60) == 20  # seconds bind
     assert window_steps_for(0.5, min_steps=10, min_seconds=1.0, max_seconds=60) == 2  # never one step (latency)
     assert window_steps_for(0.01, min_steps=10, min_seconds=100, max_seconds=1.0) == 20  # 5 windows fit in 1 s
-    assert not window_done(4, 40, 10.0, 10, 1.0, 60.0, min_windows=5, max_steps=10**5)  # too few windows
-    assert window_done(5, 40, 10.0, 10, 1.0, 60.0, min_windows=5, max_steps=10**5)
-    assert window_done(1, 4, 61.0, 10, 1.0, 60.0, min_windows=5, max_steps=10**5)  # max_seconds caps
+    rule = StopRule(min_steps=10, min_seconds=1.0, max_seconds=60.0, min_windows=5, max_steps=10**5)
+    assert not rule.done(4, 40, 10.0)  # too few windows
+    assert rule.done(5, 40, 10.0)
+    assert rule.done(1, 4, 61.0)  # max_seconds caps
+    assert not rule.done(5, 9, 10.0) and rule.done(1, 10**5, 0.0)  # too few steps; max_steps caps
     s = summarize_windows([0.4, 0.2, 0.3], window_steps=10)
     # a window's literal, / 10, * 1000: 3 roundings; the mean: 3 literals, 2 sums, / 30, * 1000: 7
     assert s["steps"] == 30 and s["windows"] == 3 and s["step_ms_median"] == f64(30.0, roundings=3)

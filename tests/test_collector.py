@@ -46,7 +46,7 @@ def _count_full_collections() -> int:
 
 def _measure(queue, freeze_at_restart: bool) -> None:
     """A tiny bench through vitbench's own path; the counted loop runs where the timed steps start."""
-    from vitbench.backends.base import Step, get_backend
+    from vitbench.backends.base import Step, StopRule, get_backend
     from vitbench.measure.throughput import bench
 
     be = get_backend(BACKEND)
@@ -64,7 +64,7 @@ def _measure(queue, freeze_at_restart: bool) -> None:
 
     be.restart_peak_memory, be.time_windows = restart_peak_memory, time_windows
     rec = bench(Step("ViT-Nano/4", "infer", batch_size=2, resolution=16), be, threads=1, warmup_steps=1,
-                min_steps=1, min_seconds=0.01, max_seconds=1, with_mfu=False)
+                stop=StopRule(min_steps=1, min_seconds=0.01, max_seconds=1), with_mfu=False)
     assert rec.status == "ok", rec.error
     queue.put(counted[0])
 

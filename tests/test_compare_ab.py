@@ -208,7 +208,7 @@ def test_ab_loop_budget_spent_is_inconclusive_exit_3(repo, monkeypatch):
 
 # ---------------------------------------------------------------------------------- the test-only slowdown
 def test_extra_work_is_switched_by_its_variable_and_marks_the_record(monkeypatch):
-    from vitbench.backends.base import Step
+    from vitbench.backends.base import Step, StopRule
     from vitbench.measure import extra_work
     from vitbench.measure.throughput import bench
 
@@ -219,15 +219,15 @@ def test_extra_work_is_switched_by_its_variable_and_marks_the_record(monkeypatch
         with pytest.raises(ConfigError, match=extra_work.ENV):
             extra_work.requested()
     monkeypatch.setenv(extra_work.ENV, "0.2")
-    rec = bench(Step("ViT-Nano/4", batch_size=2), threads=1, warmup_steps=1, min_steps=3, min_seconds=0.0,
-                max_seconds=2.0)
+    rec = bench(Step("ViT-Nano/4", batch_size=2), threads=1, warmup_steps=1,
+                stop=StopRule(min_steps=3, min_seconds=0.0, max_seconds=2.0))
     info = rec.raw["test_extra_work"]
     assert info["fraction"] == 0.2 and info["units"] >= 1
     # the work is sized to the fraction of the sizing step (whole units, at least one)
     assert info["units"] * info["unit_s"] == pytest.approx(0.2 * info["sized_on_step_s"], abs=info["unit_s"])
     monkeypatch.delenv(extra_work.ENV)
     assert "test_extra_work" not in bench(Step("ViT-Nano/4", batch_size=2), threads=1, warmup_steps=1,
-                                          min_steps=3, min_seconds=0.0, max_seconds=2.0).raw
+                                          stop=StopRule(min_steps=3, min_seconds=0.0, max_seconds=2.0)).raw
 
 
 # ------------------------------------------------------------------------------------------------ end to end

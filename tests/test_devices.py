@@ -121,7 +121,7 @@ def test_study_axis_expands_devices(tmp_path):
 # ---- the same training step on N devices as on one --------------------------------------------------------------
 _JAX_SCRIPT = """
 import json, sys, numpy as np
-from vitbench.backends.base import Step
+from vitbench.backends.base import Step, StopRule
 from vitbench.measure.group import trained_weights
 from vitbench.measure.throughput import bench
 out = {}
@@ -132,7 +132,7 @@ for n, par, steps in ((2, "dp", %(steps)d), (2, "fsdp", %(steps)d), (1, "dp", %(
     np.savez(sys.argv[1] + f"/{n}-{par}-{steps}.npz", **{k.replace("/", "|"): v for k, v in w.items()})
 # the 2-device fsdp SGD step trained above: its executable comes from the persistent compile cache
 rec = bench(Step("%(model)s", mode="train", batch_size=%(batch)d, optimizer="sgd", devices=2, parallelism="fsdp"),
-            "jax", threads=1, warmup_steps=1, min_steps=2, min_seconds=0.0)
+            "jax", threads=1, warmup_steps=1, stop=StopRule(min_steps=2, min_seconds=0.0, max_seconds=60.0))
 print("ROW" + json.dumps({"status": rec.status.value, "metrics": rec.metrics, "env": rec.env, "config": rec.config}))
 """
 

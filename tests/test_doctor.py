@@ -30,7 +30,7 @@ def test_noise_flags_have_known_triggers():
 
 
 def test_a_noisy_bench_row_says_so(monkeypatch, one_torch_thread):
-    from vitbench.backends.base import Step
+    from vitbench.backends.base import Step, StopRule
     from vitbench.measure import throughput
 
     class Busy:
@@ -43,8 +43,8 @@ def test_a_noisy_bench_row_says_so(monkeypatch, one_torch_thread):
             pass
 
     monkeypatch.setattr(throughput, "LoadMeter", Busy)
-    rec = throughput.bench(Step("ViT-Nano/4", batch_size=2), threads=1, min_steps=3, min_seconds=0.01,
-                           with_mfu=False)
+    rec = throughput.bench(Step("ViT-Nano/4", batch_size=2), threads=1, warmup_steps=3,
+                           stop=StopRule(min_steps=3, min_seconds=0.01, max_seconds=60.0), with_mfu=False)
     m = rec.metrics
     assert m["unstable"] is True and "1.7 CPU cores" in m["noise"] and m["other_load_cores"] == 1.7
     assert {"flag": "other_load", "detail": "other processes used 1.7 CPU cores meanwhile"} in rec.raw["noise"]
@@ -95,7 +95,7 @@ class _Fake:
     def matmul_workload(self, precision="fp32", n=512):
         return _Slow(self.bits, 16) if self.slow else _Matmul(self.bits, min(n, 256))
 
-    def time_windows(self, work, window_steps, **kw):
+    def time_windows(self, work, window_steps, stop):
         import time
 
         t0 = time.perf_counter()

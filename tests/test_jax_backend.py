@@ -15,7 +15,7 @@ pytestmark = pytest.mark.jax
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from vitbench.backends.base import Step, get_backend  # noqa: E402
+from vitbench.backends.base import Step, StopRule, get_backend  # noqa: E402
 from vitbench.backends.jax.backend import JaxBackend, JaxWorkload  # noqa: E402
 from vitbench.errors import BackendUnavailable, ConfigError, VitbenchWarning  # noqa: E402
 from vitbench.models.analytic import analytic_counts  # noqa: E402
@@ -186,7 +186,8 @@ def test_bench_runs_on_jax(task):
     from vitbench.measure.throughput import bench
 
     settings = Step(TINY, mode=task, batch_size=4, optimizer="sgd")  # sgd here, adam above
-    rec = bench(settings, backend="jax", warmup_steps=2, min_steps=5, min_seconds=0.05, with_mfu=False)
+    rec = bench(settings, backend="jax", warmup_steps=2,
+                stop=StopRule(min_steps=5, min_seconds=0.05, max_seconds=60.0), with_mfu=False)
     m = rec.metrics
     assert rec.status == "ok" and rec.config["backend"] == "jax" and rec.env["backend"] == "jax"
     assert m["img_per_s"] > 0 and m["batch_size_achieved"] == 4 and len(rec.raw["step_s"]) >= 5
@@ -198,7 +199,8 @@ def test_bench_runs_on_jax(task):
 def test_bench_reports_an_impossible_batch_as_oom_not_a_crash():
     from vitbench.measure.throughput import bench
 
-    rec = bench(Step(TINY, batch_size=2**27), backend="jax", min_steps=1, min_seconds=0, with_mfu=False)
+    rec = bench(Step(TINY, batch_size=2**27), backend="jax", warmup_steps=3,
+                stop=StopRule(min_steps=1, min_seconds=0, max_seconds=60.0), with_mfu=False)
     assert rec.status == "oom" and "out of memory" in rec.error.message.lower()
 
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from vitbench.backends.base import Backend, Device, DeviceKind, Step
+from vitbench.backends.base import Backend, Device, DeviceKind, Step, StopRule
 from vitbench.backends.torch import SPEC as TORCH_SPEC
 from vitbench.errors import ConfigError
 from vitbench.measure import peak as peak_mod
@@ -17,7 +17,7 @@ from vitbench.measure.datasheet import TABLE, datasheet_tflops, lookup
 from vitbench.measure.peak import PeakPolicy, PeakSource, Reading, device_peak, offer, peak_key, read_entry
 from vitbench.measure.throughput import bench
 
-FAST = dict(warmup_steps=1, min_steps=3, min_seconds=0.02, max_seconds=60.0, threads=1)
+FAST = dict(warmup_steps=1, stop=StopRule(min_steps=3, min_seconds=0.02, max_seconds=60.0), threads=1)
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -11,12 +11,12 @@ import pytest
 import timm
 import torch
 
-from vitbench.backends.base import Step
+from vitbench.backends.base import Step, StopRule
 from vitbench.models.families import family_plugin
 from vitbench.models.specs import get_spec
 from tolerances_fp import EPS32
 
-FAST = dict(warmup_steps=1, min_steps=2, min_seconds=0.01, max_seconds=60.0, threads=1)
+FAST = dict(warmup_steps=1, stop=StopRule(min_steps=2, min_seconds=0.01, max_seconds=60.0), threads=1)
 VIT = "timm:deit_tiny_distilled_patch16_224"  # class and distillation tokens: 2 before the patches
 
 

@@ -7,7 +7,7 @@ import pytest
 import timm
 import torch
 
-from vitbench.backends.base import Step
+from vitbench.backends.base import Step, StopRule
 from vitbench.errors import ConfigError, UnknownModelError
 from vitbench.models.analytic import analytic_counts
 from vitbench.models.specs import get_spec
@@ -15,7 +15,7 @@ from vitbench.models.torch import build_torch_model
 from tolerances_fp import EPS32
 
 SMALL = ("timm:resnet18", "timm:convnext_atto", "timm:vit_tiny_patch16_224")
-FAST = dict(warmup_steps=1, min_steps=2, min_seconds=0.01, max_seconds=60.0, threads=1)
+FAST = dict(warmup_steps=1, stop=StopRule(min_steps=2, min_seconds=0.01, max_seconds=60.0), threads=1)
 
 
 def _timm_params(name: str, **kwargs) -> int:

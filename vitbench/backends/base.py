@@ -38,7 +38,7 @@ from vitbench.backends.spec import (
     register_backend,
     transfer_backend,
 )
-from vitbench.backends.workload import MatmulWorkload, Step, Workload, window_done
+from vitbench.backends.workload import MatmulWorkload, Step, StopRule, Workload
 from vitbench.errors import ConfigError, looks_like_oom
 
 MATMUL_WINDOWS = 5  # windows per matmul measurement: enough for a median that one slow window cannot move
@@ -91,10 +91,9 @@ class Backend(ABC):
         """What `time_steps` / `time_windows` measure with on the current device."""
         return TimerKind.HOST_CLOCK
 
-    def time_steps(self, work: Workload, min_steps: int, min_seconds: float, max_seconds: float,
-                   max_steps: int = 100_000) -> list[float]:
-        """Latency: run steps one at a time, each synchronised, until both `min_steps` and `min_seconds` are
-        reached (or `max_seconds`/`max_steps`). Returns seconds per step, raw.
+    def time_steps(self, work: Workload, stop: StopRule) -> list[float]:
+        """Latency: run steps one at a time, each synchronised, until `stop` is done (each step a window of
+        one). Returns seconds per step, raw.
 
         Default: host wall clock around step + sync. Backends with device timers (CUDA events) override.
         """
@@ -105,16 +104,12 @@ class Backend(ABC):
             work.sync(work.step())
             t1 = time.perf_counter()
             times.append(t1 - t0)
-            # time_windows' rule, each step a window of one
-            if window_done(len(times), len(times), t1 - start, min_steps, min_seconds, max_seconds,
-                           min_windows=1, max_steps=max_steps):
+            if stop.done(len(times), len(times), t1 - start):  # each step a window of one
                 return times
 
-    def time_windows(self, work: Workload, window_steps: int, min_steps: int, min_seconds: float,
-                     max_seconds: float, min_windows: int = 1, max_steps: int = 100_000) -> list[float]:
+    def time_windows(self, work: Workload, window_steps: int, stop: StopRule) -> list[float]:
         """Throughput: windows of `window_steps` steps queued back to back with no sync between them, timed
-        between two points at which the device is idle, until `min_steps` steps, `min_seconds` and `min_windows`
-        windows are reached (or `max_seconds`/`max_steps`). Returns seconds per window, raw.
+        between two points at which the device is idle, until `stop` is done. Returns seconds per window, raw.
 
         Default: host wall clock from an idle device to the sync after the window's last step (a device that
         runs ahead of the host is kept busy; exact for synchronous devices). Backends with device timers
@@ -129,8 +124,7 @@ class Backend(ABC):
             t1 = time.perf_counter()
             times.append(t1 - t0)
             steps += window_steps
-            if window_done(len(times), steps, t1 - start, min_steps, min_seconds, max_seconds, min_windows,
-                           max_steps):
+            if stop.done(len(times), steps, t1 - start):
                 return times
 
     # ---- memory (MEMORY, MAX_BATCH) -----------------------------------------------------------------------------
@@ -195,8 +189,9 @@ class Backend(ABC):
             work.sync(work.step())
             one = max(time.perf_counter() - t0, 1e-9)
             per_window = max(1, min(256, int(seconds / MATMUL_WINDOWS / one)))
-            windows = self.time_windows(work, per_window, min_steps=MATMUL_WINDOWS, min_seconds=seconds,
-                                        max_seconds=10 * seconds, min_windows=MATMUL_WINDOWS)
+            windows = self.time_windows(work, per_window, StopRule(min_steps=MATMUL_WINDOWS, min_seconds=seconds,
+                                                                   max_seconds=10 * seconds,
+                                                                   min_windows=MATMUL_WINDOWS))
         finally:
             work.close()
         per_step = sorted(w / per_window for w in windows)
@@ -263,6 +258,6 @@ class Backend(ABC):
 
 
 __all__ = ["AttentionKernel", "Backend", "BackendName", "BackendSpec", "Capability", "Check", "Device",
-           "DeviceKind", "MatmulWorkload", "MemoryKind", "Mode", "OPTIMIZERS", "PRECISIONS", "Step", "TimerKind",
-           "Workload", "backend_names", "backend_spec", "default_backend", "get_backend",
-           "register_backend", "transfer_backend", "window_done"]
+           "DeviceKind", "MatmulWorkload", "MemoryKind", "Mode", "OPTIMIZERS", "PRECISIONS", "Step", "StopRule",
+           "TimerKind", "Workload", "backend_names", "backend_spec", "default_backend", "get_backend",
+           "register_backend", "transfer_backend"]

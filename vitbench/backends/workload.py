@@ -1,5 +1,5 @@
 """What a backend times: the `Step` a trial describes, the prepared `Workload` on the device (and the matmul one of
-the peak measurement), and the stopping rule of every timer (`window_done`)."""
+the peak measurement), and the stopping rule of every timer (`StopRule`)."""
 
 from __future__ import annotations
 
@@ -132,9 +132,27 @@ class MatmulWorkload(Workload):
         """A step's result as a float32 numpy array."""
 
 
-def window_done(windows: int, steps: int, elapsed_s: float, min_steps: int, min_seconds: float,
-                max_seconds: float, min_windows: int, max_steps: int) -> bool:
-    """The stopping rule of `time_windows` (shared by every backend's timer)."""
-    if steps >= max_steps or elapsed_s >= max_seconds:
-        return True
-    return steps >= min_steps and elapsed_s >= min_seconds and windows >= min_windows
+# A timer's hard cap on steps, whatever the rule's seconds: a step too fast for the clock to move cannot loop for
+# ever (no measurement in vitbench times this many).
+MAX_STEPS = 100_000
+
+
+@dataclass(frozen=True)
+class StopRule:
+    """When a timer stops (shared by every backend's `time_steps` and `time_windows`, and by a loop that plans
+    its length from it, vitbench.protocols.input_bench): after `min_steps` steps, `min_seconds` and `min_windows`
+    windows are all reached, or at once at `max_seconds` or `max_steps`. Latency timing is windows of one step.
+    A task's timing fields declare the defaults (vitbench.tasks.bench.Timing, `stop_rule()`); the rule has none
+    of its own."""
+
+    min_steps: int
+    min_seconds: float
+    max_seconds: float
+    min_windows: int = 1
+    max_steps: int = MAX_STEPS
+
+    def done(self, windows: int, steps: int, elapsed_s: float) -> bool:
+        """Whether a timer that has run `windows` windows of `steps` steps in all, in `elapsed_s`, stops."""
+        if steps >= self.max_steps or elapsed_s >= self.max_seconds:
+            return True
+        return steps >= self.min_steps and elapsed_s >= self.min_seconds and windows >= self.min_windows

@@ -23,7 +23,8 @@ from dataclasses import asdict
 
 import numpy as np
 
-from vitbench.backends.base import Backend, Capability, DeviceKind, TimerKind, backend_names, backend_spec
+from vitbench.backends.base import (Backend, Capability, DeviceKind, StopRule, TimerKind, backend_names,
+                                   backend_spec)
 from vitbench.errors import BackendUnavailable, ConfigError, VitbenchError, clip
 from vitbench.measure.host_checks import (
     Check,
@@ -73,7 +74,7 @@ def check_timing(be: Backend, precision: str, n: int, steps: int, rounds: int = 
             work.sync(work.step())
         with LoadMeter() as load:
             for _ in range(rounds):
-                timer += be.time_windows(work, steps, min_steps=steps, min_seconds=0.0, max_seconds=60.0)
+                timer += be.time_windows(work, steps, StopRule(min_steps=steps, min_seconds=0.0, max_seconds=60.0))
                 t0 = time.perf_counter()
                 outs = [work.step() for _ in range(steps)]
                 t1 = time.perf_counter()

@@ -19,10 +19,11 @@
 from __future__ import annotations
 
 import math
+from dataclasses import asdict, replace
 from typing import Any
 
 from vitbench import memory_budget
-from vitbench.backends.base import Step, backend_spec
+from vitbench.backends.base import Step, StopRule, backend_spec
 from vitbench.measure import ranks
 from vitbench.measure.timing import TARGET_WINDOWS
 from vitbench.record import Record
@@ -41,10 +42,10 @@ def setup(be, device: str, threads: int | None, step: Step) -> dict:
     return be.setup(device, threads, devices=step.devices) if step.devices > 1 else be.setup(device, threads)
 
 
-def agreed_timing(min_steps: int, window_steps: int | None) -> tuple[int, float, float]:
-    """(window_steps, min_seconds, max_seconds) of a rank: a fixed step count every rank reaches (see above)."""
-    windows = window_steps or max(2, math.ceil(min_steps / TARGET_WINDOWS))
-    return windows, 0.0, math.inf
+def agreed_timing(stop: StopRule, window_steps: int | None) -> tuple[int, StopRule]:
+    """(window_steps, stop rule) of a rank: a fixed step count every rank reaches (see above)."""
+    windows = window_steps or max(2, math.ceil(stop.min_steps / TARGET_WINDOWS))
+    return windows, replace(stop, min_seconds=0.0, max_seconds=math.inf)
 
 
 def group_metrics(step: Step, info: dict, img_per_s: float) -> dict[str, Any]:
@@ -55,12 +56,13 @@ def group_metrics(step: Step, info: dict, img_per_s: float) -> dict[str, Any]:
             "img_per_s_per_device": img_per_s / step.devices}
 
 
-def bench_group(step: Step, backend: str, **kwargs) -> Record:
+def bench_group(step: Step, backend: str, stop: StopRule, **kwargs) -> Record:
     """`bench` of an N-device `step` on a process-per-device backend: N ranks, rank 0's record, each rank's
     img/s in `metrics['rank_img_per_s']`. A failed rank raises RankFailed (the trial's error row names it)."""
     memory_budget.note_model_steps()  # the ranks' steps: this command's tree
     results = ranks.run_group("vitbench.measure.throughput:rank_bench",  # by name: no import cycle
-                              {"step": step.to_dict(), "backend": backend, **kwargs}, step.devices)
+                              {"step": step.to_dict(), "backend": backend, "stop": asdict(stop), **kwargs},
+                              step.devices)
     rec = Record.from_dict(results[0])
     rec.metrics["rank_img_per_s"] = [r.get("metrics", {}).get("img_per_s") for r in results]
     return rec

@@ -3,7 +3,8 @@
 Method (METHOD_VERSION in vitbench.record):
   build -> one first step (timed apart: compile/jit and allocator warm-up) -> `warmup_steps` steps (kept raw, not
   counted) -> [memory phase restarts] -> timed steps in the chosen timing mode (vitbench.measure.timing):
-  - latency: one step at a time, synchronised, until `min_steps` and `min_seconds` (or `max_seconds`);
+  - latency: one step at a time, synchronised, until the stop rule is done (`stop`: min_steps and min_seconds,
+    or max_seconds; vitbench.backends.workload.StopRule);
     step_ms_median/p90/p99 are per-step latencies;
   - throughput (default): windows of `window_steps` steps queued between two device-idle points (CUDA events
     on GPU), at least MIN_WINDOWS of them; step_ms_* are per-step times of whole windows (a window is one sample).
@@ -26,7 +27,7 @@ import time
 from dataclasses import replace
 
 from vitbench import phases
-from vitbench.backends.base import Backend, Step, default_backend, get_backend
+from vitbench.backends.base import Backend, Step, StopRule, default_backend, get_backend
 from vitbench.env import environment
 from vitbench.errors import ConfigError
 from vitbench.measure import extra_work, group, ranks
@@ -63,11 +64,12 @@ def step_config(backend: str, step: Step, device: str, threads: int | None) -> d
             "threads": threads}
 
 
-def bench(step: Step, backend: str | Backend | None = None, device: str = "cpu", threads: int | None = None,
-          warmup_steps: int = 3, min_steps: int = 10, min_seconds: float = 1.0, max_seconds: float = 60.0,
-          timing: TimingMode | str = DEFAULT_TIMING, window_steps: int | None = None,
-          with_mfu: bool = True) -> Record:
-    """Measure steps/s of `step` and return a record of kind 'bench' (status 'oom' if it does not fit)."""
+def bench(step: Step, backend: str | Backend | None = None, device: str = "cpu", threads: int | None = None, *,
+          warmup_steps: int, stop: StopRule, timing: TimingMode | str = DEFAULT_TIMING,
+          window_steps: int | None = None, with_mfu: bool = True) -> Record:
+    """Measure steps/s of `step` and return a record of kind 'bench' (status 'oom' if it does not fit): timed
+    until `stop` is done (its min_windows and max_steps this function's: 1 for latency, MIN_WINDOWS for
+    throughput). The defaults of `warmup_steps` and `stop` are the task's (vitbench.tasks.bench.Timing)."""
     started = now()
     t_start = time.perf_counter()
     step = resolve_step(step)
@@ -77,15 +79,14 @@ def bench(step: Step, backend: str | Backend | None = None, device: str = "cpu",
     name = backend.name if isinstance(backend, Backend) else (backend or default_backend())
     if group.launches_ranks(step, name):  # one rank per device, each running this function (measure/group.py)
         return group.bench_group(step, name, device=device, threads=threads, warmup_steps=warmup_steps,
-                                 min_steps=min_steps, min_seconds=min_seconds, max_seconds=max_seconds,
-                                 timing=timing.value, window_steps=window_steps, with_mfu=with_mfu)
+                                 stop=stop, timing=timing.value, window_steps=window_steps, with_mfu=with_mfu)
     be = get_backend(name) if not isinstance(backend, Backend) else backend
     info = group.setup(be, device, threads, step)
     config = {**step_config(be.name, step, device, threads), "warmup_steps": warmup_steps,
-              "min_steps": min_steps, "min_seconds": min_seconds, "timing": timing.value,
+              "min_steps": stop.min_steps, "min_seconds": stop.min_seconds, "timing": timing.value,
               "window_steps": window_steps}
     if ranks.in_group():  # ranks run the same fixed number of steps (measure/group.py)
-        window_steps, min_seconds, max_seconds = group.agreed_timing(min_steps, window_steps)
+        window_steps, stop = group.agreed_timing(stop, window_steps)
     env = environment(info)
     dev = be.device_info()
     extra = extra_work.requested()  # test-only known slowdown (vitbench.measure.extra_work)
@@ -118,10 +119,11 @@ def bench(step: Step, backend: str | Backend | None = None, device: str = "cpu",
         with LoadMeter() as load, EnergyMeter(dev) as energy:
             if timing is TimingMode.LATENCY:
                 per_window = 1
-                samples = be.time_steps(timed, min_steps, min_seconds, max_seconds)
+                samples = be.time_steps(timed, replace(stop, min_windows=1))
             else:
-                per_window = window_steps or window_steps_for(estimate, min_steps, min_seconds, max_seconds)
-                samples = be.time_windows(timed, per_window, min_steps, min_seconds, max_seconds, MIN_WINDOWS)
+                per_window = window_steps or window_steps_for(estimate, stop.min_steps, stop.min_seconds,
+                                                              stop.max_seconds)
+                samples = be.time_windows(timed, per_window, replace(stop, min_windows=MIN_WINDOWS))
         peak_mem, memory_kind, reserved = be.peak_memory_mib(), be.memory_kind(), be.reserved_peak_mib()
         attention = be.attention_kernel(work)  # one more step, after everything above was measured
     except Exception as e:  # noqa: BLE001 - OOM is a result, anything else propagates
@@ -246,7 +248,7 @@ def mfu_metrics(be: Backend, step: Step, threads: int | None, model_tflops: floa
     return {**peak.metrics(), "mfu": ratio, "mfu_over_peak": over}
 
 
-def rank_bench(step: dict, **kwargs) -> dict:
+def rank_bench(step: dict, stop: dict, **kwargs) -> dict:
     """One rank of a group's `bench` (measure/group.py's bench_group; run by vitbench.measure.ranks in the
     rank's process)."""
-    return bench(Step(**step), **kwargs).to_dict()
+    return bench(Step(**step), stop=StopRule(**stop), **kwargs).to_dict()

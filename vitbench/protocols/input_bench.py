@@ -7,7 +7,7 @@ loop `vitbench pretrain` uses: Adam, one host batch per step) on a real dataset 
 method (vitbench.measure.throughput): the first step (compilation) and `warmup_steps` apart, then throughput
 windows of steps (one `train` call each, timed from its first batch request, so its set-up is left out), each
 ended by a device sync (the loop's losses read back), sized by `window_steps_for` from the
-warm-up's median step and run until the shared stopping rule (`window_done`: min_steps, min_seconds, MIN_WINDOWS,
+warm-up's median step and run until the shared stopping rule (`StopRule`: min_steps, min_seconds, MIN_WINDOWS,
 max_seconds) would stop at that step time; summarised by `summarize_windows` (median and spread of the windows'
 per-step times), raw window times kept. One input stream feeds every window, its loader started and its first
 batch ready before the clock starts, so a window never pays the loader's start-up. It reports images/s, the input
@@ -23,7 +23,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from vitbench.backends.workload import window_done
+from vitbench.backends.workload import StopRule
 from vitbench.measure.timing import MIN_WINDOWS, summarize_windows, window_steps_for
 from vitbench.transfer.data import ImageSet, Splits, batch_indices
 
@@ -66,11 +66,11 @@ def _primed(data: ImageSet, order: np.ndarray, resolution: int) -> Iterator:
 
 def planned_windows(step_s: float, window_steps: int, min_steps: int, min_seconds: float, max_seconds: float
                     ) -> int:
-    """How many windows the timers' stopping rule (`window_done`) runs at a steady `step_s` per step: the count
+    """How many windows the timers' stopping rule (`StopRule`) runs at a steady `step_s` per step: the count
     a loop that must know its length up front (a training loop over a fixed batch order) runs."""
     windows = 0
-    while not window_done(windows, windows * window_steps, windows * window_steps * step_s, min_steps,
-                          min_seconds, max_seconds, MIN_WINDOWS, max_steps=100_000):
+    stop = StopRule(min_steps, min_seconds, max_seconds, min_windows=MIN_WINDOWS)
+    while not stop.done(windows, windows * window_steps, windows * window_steps * step_s):
         windows += 1
     return windows
 

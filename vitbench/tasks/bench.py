@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from vitbench.backends.base import Capability, Step
+from vitbench.backends.base import Capability, Step, StopRule
 from vitbench.measure.timing import DEFAULT_TIMING, MIN_WINDOWS, TARGET_WINDOWS, TimingMode
 from vitbench.record import Record
 from vitbench.tasks import COMPILE_CACHED, Metric, Task, register_task
@@ -34,6 +34,11 @@ class Timing(BaseModel):
     min_steps: int = Field(10, gt=0, le=MAX_COUNT, description="timed steps at least")
     min_seconds: float = Field(1.0, ge=0, le=MAX_SECONDS, description="timed seconds at least")
     max_seconds: float = Field(60.0, gt=0, le=MAX_SECONDS, description="stop timing after this long even before min_steps")
+
+    def stop_rule(self) -> StopRule:
+        """When the timer stops (vitbench.backends.workload.StopRule), from these fields: the one declaration of
+        its defaults."""
+        return StopRule(min_steps=self.min_steps, min_seconds=self.min_seconds, max_seconds=self.max_seconds)
 
 
 def step_samples(rec: Record) -> list[float] | None:
@@ -80,8 +85,8 @@ class _Bench(Task):
 
         step = Step.of(p.config(), mode=self.name, spec=p.spec)  # the model resolved with the params
         return bench(step, backend=p.backend, device=p.device, threads=p.threads,
-                     warmup_steps=p.warmup_steps, min_steps=p.min_steps, min_seconds=p.min_seconds,
-                     max_seconds=p.max_seconds, timing=p.timing, window_steps=p.window_steps)
+                     warmup_steps=p.warmup_steps, stop=p.stop_rule(), timing=p.timing,
+                     window_steps=p.window_steps)
 
 
 @register_task

@@ -31,9 +31,9 @@ from vitbench.backends.base import (
     MatmulWorkload,
     MemoryKind,
     Step,
+    StopRule,
     TimerKind,
     Workload,
-    window_done,
 )
 from vitbench.backends.torch import SPEC, cache
 from vitbench.backends.torch.numerics import DTYPES, numerics, set_matmul_precision
@@ -189,10 +189,9 @@ class TorchBackend(Backend):
     def timer(self) -> TimerKind:
         return TimerKind.DEVICE_EVENTS if self.device.type == "cuda" else TimerKind.HOST_CLOCK
 
-    def time_steps(self, work: Workload, min_steps: int, min_seconds: float, max_seconds: float,
-                   max_steps: int = 100_000) -> list[float]:
+    def time_steps(self, work: Workload, stop: StopRule) -> list[float]:
         if self.device.type != "cuda":
-            return super().time_steps(work, min_steps, min_seconds, max_seconds, max_steps)
+            return super().time_steps(work, stop)
         times: list[float] = []
         start = time.perf_counter()
         while True:
@@ -202,16 +201,12 @@ class TorchBackend(Backend):
             e.record()
             e.synchronize()
             times.append(s.elapsed_time(e) / 1000.0)  # ms -> s, device time
-            # time_windows' rule, each step a window of one
-            if window_done(len(times), len(times), time.perf_counter() - start, min_steps, min_seconds,
-                           max_seconds, min_windows=1, max_steps=max_steps):
+            if stop.done(len(times), len(times), time.perf_counter() - start):  # each step a window of one
                 return times
 
-    def time_windows(self, work: Workload, window_steps: int, min_steps: int, min_seconds: float,
-                     max_seconds: float, min_windows: int = 1, max_steps: int = 100_000) -> list[float]:
+    def time_windows(self, work: Workload, window_steps: int, stop: StopRule) -> list[float]:
         if self.device.type != "cuda":
-            return super().time_windows(work, window_steps, min_steps, min_seconds, max_seconds, min_windows,
-                                        max_steps)
+            return super().time_windows(work, window_steps, stop)
         times: list[float] = []
         start = time.perf_counter()
         steps = 0
@@ -225,8 +220,7 @@ class TorchBackend(Backend):
             e.synchronize()
             times.append(s.elapsed_time(e) / 1000.0)  # ms -> s, device time of the whole window
             steps += window_steps
-            if window_done(len(times), steps, time.perf_counter() - start, min_steps, min_seconds, max_seconds,
-                           min_windows, max_steps):
+            if stop.done(len(times), steps, time.perf_counter() - start):
                 return times
 
     def attention_kernel(self, work: Workload) -> AttentionKernel | None:
