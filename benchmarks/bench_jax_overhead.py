@@ -66,8 +66,8 @@ def main() -> None:
     x = jax.random.normal(jax.random.PRNGKey(0), (a.batch_size, res, res, 3), jnp.float32)
     apply = jax.jit(lambda p, xb: model.apply({"params": p}, xb))
 
-    kw = dict(threads=a.threads, warmup_steps=3, stop=StopRule(min_steps=a.steps, min_seconds=0.0, max_seconds=3600),
-              with_mfu=False)
+    kw = dict(threads=a.threads, warmup_steps=3,
+              stop=StopRule(min_steps=a.steps, min_seconds=0.0, max_seconds=3600), with_mfu=False)
     bare, harness, torch_ips = [], [], []
     for r in range(a.rounds):
         bare.append(bare_loop(apply, params, x, a.steps))

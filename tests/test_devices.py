@@ -132,7 +132,8 @@ for n, par, steps in ((2, "dp", %(steps)d), (2, "fsdp", %(steps)d), (1, "dp", %(
     np.savez(sys.argv[1] + f"/{n}-{par}-{steps}.npz", **{k.replace("/", "|"): v for k, v in w.items()})
 # the 2-device fsdp SGD step trained above: its executable comes from the persistent compile cache
 rec = bench(Step("%(model)s", mode="train", batch_size=%(batch)d, optimizer="sgd", devices=2, parallelism="fsdp"),
-            "jax", threads=1, warmup_steps=1, stop=StopRule(min_steps=2, min_seconds=0.0, max_seconds=60.0))
+            "jax", threads=1, warmup_steps=1,
+            stop=StopRule(min_steps=2, min_seconds=0.0, max_seconds=60.0))
 print("ROW" + json.dumps({"status": rec.status.value, "metrics": rec.metrics, "env": rec.env, "config": rec.config}))
 """
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vitbench.choices import Choice
-from vitbench.compare import Comparison, env_differences, load_records
+from vitbench.compare.comparison import Comparison, env_differences, load_records
 from vitbench.compare.decide import Decision, Row, metric_samples
 from vitbench.compare.match import DEFAULT_IGNORE, Trial, group, labels, why_unmatched
 from vitbench.compare.paired import Rule, verdict
@@ -210,7 +210,7 @@ DEFAULT_STATISTIC = Statistic.BEST  # fewer A/A runs inconclusive than the media
 
 def round_values(path: Path) -> tuple[dict[str, tuple[Trial, list[float]]], list[Record]]:
     """One round's trials: match key -> (trial, per-step img/s samples of its ok record; [] if not ok)."""
-    from vitbench.compare import metrics
+    from vitbench.compare.comparison import metrics
     from vitbench.store import select
 
     metric = metrics()[METRIC]
@@ -264,7 +264,7 @@ class Pairs:
 
 def rows(pairs: Pairs, rule: Rule) -> list[Row]:
     """One Row per matched trial: the paired ratio, its interval and the decision (failed beats all)."""
-    from vitbench.compare import metrics
+    from vitbench.compare.comparison import metrics
 
     md = metrics()[METRIC]
     keys = [k for k in pairs.trials if pairs.matched(k)]
