@@ -8,7 +8,8 @@ from vitbench.backends.base import Capability
 from vitbench.record import Record
 from vitbench.tasks import Task, register_task
 from vitbench.tasks.fields import params_model
-from vitbench.tasks.upstream import ACCURACY, SHARED, Downstream, FromCheckpoint, Upstream, with_compute_aliases
+from vitbench.tasks.upstream import (ACCURACY, SHARED, Downstream, FromCheckpoint, Upstream, downstream_names,
+                                    with_compute_aliases)
 from vitbench.transfer.config import default_of, validated
 from vitbench.protocols.fewshot import FewshotConfig
 
@@ -36,7 +37,8 @@ class Fewshot(Task):
         cfg = validated(FewshotConfig, {
             **p.upstream_source(self.name), "backend": p.backend, "data": p.downstream_data(),
             "resolution": p.resolution, "shots": [p.shots], "seeds": p.fewshot_seeds,
-            "l2_reg": "auto" if p.l2_reg is None else p.l2_reg}, f"task {self.name!r}")
+            "l2_reg": "auto" if p.l2_reg is None else p.l2_reg}, f"task {self.name!r}",
+            {**downstream_names(), "seeds": "fewshot_seeds"})
         rec = with_compute_aliases(fewshot(cfg, device=p.device, threads=p.threads))
         rec.metrics.pop("shots", None)  # the trial's `shots` parameter already says it
         return rec

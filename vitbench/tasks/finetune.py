@@ -8,7 +8,8 @@ from vitbench.backends.base import Capability
 from vitbench.record import Record
 from vitbench.tasks import Task, register_task
 from vitbench.tasks.fields import MAX_COUNT, params_model
-from vitbench.tasks.upstream import ACCURACY, SHARED, Downstream, FromCheckpoint, Upstream, with_compute_aliases
+from vitbench.tasks.upstream import (ACCURACY, SHARED, Downstream, FromCheckpoint, Upstream, downstream_names,
+                                    with_compute_aliases)
 from vitbench.transfer.config import default_of, joined, parse_floats, validated
 from vitbench.protocols.finetune import FinetuneConfig
 
@@ -43,5 +44,7 @@ class Finetune(Task):
             **p.upstream_source(self.name), "backend": p.backend, "data": p.downstream_data(),
             "resolution": p.resolution, "steps": p.finetune_steps, "batch_size": p.batch_size, "lr_grid": grid,
             "warmup_steps": p.finetune_warmup_steps, "refit": p.refit, "seed": p.seed,
-            "seeds": p.finetune_seeds}, f"task {self.name!r}")
+            "seeds": p.finetune_seeds}, f"task {self.name!r}",
+            {**downstream_names(), "steps": "finetune_steps", "warmup_steps": "finetune_warmup_steps",
+             "seeds": "finetune_seeds"})
         return with_compute_aliases(finetune(cfg, device=p.device, threads=p.threads))

@@ -36,6 +36,56 @@ from vitbench.protocols.teacher import teacher_model
 
 SHARED = ("model", "backend", "task", "device", "seed", "threads")
 
+# A study field -> the config path it sets, declared once: the study's names (those trial keys are made of, so
+# kept) are aliases of the nested configs' paths. The configs are built from these tables (`nest`), and a bad
+# value is reported under the field the study wrote (`study_names`). Paths of PretrainConfig (the upstream):
+UPSTREAM_PATHS = {
+    "upstream_dataset": "data.name", "upstream_path": "data.path", "upstream_classes": "data.classes",
+    "data_seed": "data.seed", "upstream_train_per_class": "data.train_per_class",
+    "upstream_tfds_name": "data.tfds_name", "pretrain_batch_size": "batch_size", "pretrain_lr": "lr",
+    "pretrain_weight_decay": "weight_decay", "pretrain_warmup_steps": "warmup_steps", "pretrain_decay": "decay",
+    "label_smoothing": "label_smoothing", "pretrain_resolution": "resolution", "pretrain_steps": "steps",
+}
+# set through protocols.teacher.teacher_fields and Upstream.masked_patch (named here for errors only)
+_UPSTREAM_NAMED = {
+    "pretrain_backend": "backend", "model": "model", "seed": "seed", "teacher": "teacher.upstream.model",
+    "teacher_checkpoint": "teacher.checkpoint", "teacher_resolution": "teacher.upstream.resolution",
+    "teacher_steps": "teacher.upstream.steps", "teacher_seed": "teacher.upstream.seed",
+    "distillation": "teacher.distillation", "distill_lambda": "teacher.lam", "distill_tau": "teacher.tau",
+    "mask_rate": "objective.masked_patch.mask_rate", "mask_target": "objective.masked_patch.target",
+}
+# Paths of the downstream's DataConfig:
+DOWNSTREAM_PATHS = {
+    "dataset": "name", "data_path": "path", "classes": "classes", "data_seed": "seed",
+    "train_per_class": "train_per_class", "val_fraction": "val_fraction", "data_test_path": "test_path",
+    "image_column": "image_column", "label_column": "label_column", "tfds_name": "tfds_name",
+    "skip_corrupt": "skip_corrupt", "check_data": "check_data", "data_workers": "workers",
+}
+
+
+def nest(params: BaseModel, paths: dict[str, str]) -> dict:
+    """The nested config fields `paths` (study field -> dotted path) set from the study fields of `params`."""
+    out: dict = {}
+    for field, path in paths.items():
+        *parents, last = path.split(".")
+        node = out
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = getattr(params, field)
+    return out
+
+
+def study_names(prefix: str, *tables: dict[str, str]) -> dict[str, str]:
+    """Config path (under `prefix`) -> the study field that sets it: `validated`'s error names."""
+    return {prefix + path: field for table in tables for field, path in table.items()}
+
+
+def upstream_names(prefix: str = "") -> dict[str, str]:
+    """study_names of the upstream (`prefix`: where PretrainConfig sits, 'upstream.' in a downstream config);
+    the teacher's pre-training recipe is the student's, so its paths are named by the student's fields."""
+    return {**study_names(prefix, UPSTREAM_PATHS, _UPSTREAM_NAMED), f"{prefix}teacher.upstream.": prefix,
+            f"{prefix}teacher": "teacher", f"{prefix}objective": "objective"}
+
 
 class TeacherFields(BaseModel):
     """Distillation (DeiT): a teacher supervises the student's pre-training. Without a `teacher` these fields
@@ -149,21 +199,17 @@ class Upstream(TeacherFields):
         from vitbench.protocols.pretrain import PretrainConfig
         from vitbench.protocols.teacher import teacher_fields
 
-        data = {"name": self.upstream_dataset, "path": self.upstream_path, "classes": self.upstream_classes,
-                "seed": self.data_seed, "train_per_class": self.upstream_train_per_class,
-                "tfds_name": self.upstream_tfds_name}
-        recipe = {"backend": self.pretrain_backend or self.backend, "data": data,
-                  "batch_size": self.pretrain_batch_size, "lr": self.pretrain_lr,
-                  "weight_decay": self.pretrain_weight_decay, "warmup_steps": self.pretrain_warmup_steps,
-                  "decay": self.pretrain_decay, "label_smoothing": self.label_smoothing}
+        nested = nest(self, UPSTREAM_PATHS)
+        recipe = {"backend": self.pretrain_backend or self.backend,
+                  **{k: v for k, v in nested.items() if k not in ("resolution", "steps")}}
         teacher = teacher_fields(recipe, self.teacher, checkpoint=self.teacher_checkpoint,
                                  resolution=self.teacher_resolution,
                                  steps=self.teacher_steps or self.pretrain_steps, seed=self.teacher_seed,
                                  distillation=self.distillation, lam=self.distill_lambda, tau=self.distill_tau)
         return validated(PretrainConfig, {
-            **recipe, "model": self.model, "resolution": self.pretrain_resolution, "steps": self.pretrain_steps,
+            **recipe, "model": self.model, "resolution": nested["resolution"], "steps": nested["steps"],
             "seed": self.seed, "teacher": teacher, "objective": self.masked_patch()}, f"task {task!r}",
-            context={SPEC_CONTEXT: self.spec})  # the model resolved once, by the Params
+            upstream_names(), context={SPEC_CONTEXT: self.spec})  # the model resolved once, by the Params
 
 
 class FromCheckpoint(BaseModel):
@@ -223,11 +269,13 @@ class Downstream(BaseModel):
     data_workers: int = key_neutral(0, ge=0, le=256)  # decoding processes; same results
 
     def downstream_data(self) -> dict:
-        return {"name": self.dataset, "path": self.data_path, "classes": self.classes, "seed": self.data_seed,
-                "train_per_class": self.train_per_class, "val_fraction": self.val_fraction,
-                "test_path": self.data_test_path, "image_column": self.image_column,
-                "label_column": self.label_column, "tfds_name": self.tfds_name, "skip_corrupt": self.skip_corrupt,
-                "check_data": self.check_data, "workers": self.data_workers}
+        """The downstream DataConfig's fields (DOWNSTREAM_PATHS)."""
+        return nest(self, DOWNSTREAM_PATHS)
+
+
+def downstream_names() -> dict[str, str]:
+    """Config path -> study field, for a downstream config's errors (its upstream's and its data's)."""
+    return {**upstream_names("upstream."), **study_names("data.", DOWNSTREAM_PATHS)}
 
 
 ACCURACY = Metric("accuracy", "fraction", True, "transfer accuracy (0..1) on the test split", comparable=True)
