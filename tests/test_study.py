@@ -77,7 +77,7 @@ def test_key_is_stable_and_spelling_insensitive(monkeypatch):
     c = study("name: c\naxes: {model: [ViT-B/16], task: [infer], batch_size: [16]}\n").trials[0]
     assert c.key != a.key
     assert trial_key(a.config, 1) != trial_key(a.config, 0)
-    monkeypatch.setattr("vitbench.study.METHOD_VERSION", 999)
+    monkeypatch.setattr("vitbench.study.trials.METHOD_VERSION", 999)  # trial_key reads it there
     assert trial_key(a.config, 0) != a.key  # a method change invalidates old results
 
 

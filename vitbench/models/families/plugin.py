@@ -1,0 +1,252 @@
+"""The family plug-in record (`FamilyPlugin` and its parts: `Axis`, `AxisLayer`, `ModelAttention`) and the family
+registry over vitbench.registry (`register_family`, `family_plugin`, ...). The package vitbench.models.families
+re-exports every name; its docstring says how families plug in. Imports no model module."""
+
+from __future__ import annotations
+
+import importlib
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from enum import Enum
+from typing import Any, NewType
+
+from vitbench.errors import ConfigError
+from vitbench.registry import Kind, entries, lookup, register, registered
+
+# The typed key of the family registry: ModelSpec.family holds one of these.
+FamilyName = NewType("FamilyName", str)
+
+
+class Axis(Enum):
+    """The one axis of the token grid an axial attention layer mixes along."""
+
+    ROW = "row"  # within each row: along x (the grid's width)
+    COLUMN = "column"  # within each column: along y (the grid's height)
+
+
+@dataclass(frozen=True)
+class AxisLayer:
+    """One per-axis attention layer as inspection reads it: its axis, its sequence length (tokens along the axis),
+    the input pixels between two adjacent tokens (the stride of the feature map it attends over) and where it
+    sits ("block 1", "stage 2 block 1")."""
+
+    axis: Axis
+    length: int
+    step_px: int
+    where: str
+
+
+@dataclass(frozen=True)
+class ModelAttention:
+    """What one model's attention is, as its family answers for its spec (FamilyPlugin.attention_of).
+
+    layers: it has attention layers (bench reads the attention kernel torch ran only then); token_maps: its
+    attention maps are (tokens x tokens) over the whole image, what the family's torch_attention / flax_attention
+    give and inspection's attention distance reads; prefix_tokens: the tokens before the patches in its sequence
+    (class, distillation, register tokens), None when the model has no token sequence over the image (a CNN):
+    the flops record's `tokens` is then None; token_width: the width D of its tokens (what a head on single
+    tokens reads: masked patch prediction's), None when it has no token sequence."""
+
+    layers: bool
+    token_maps: bool = False
+    prefix_tokens: int | None = None
+    token_width: int | None = None
+
+    def tokens(self, spec, resolution: int) -> int | None:
+        """Sequence length at `resolution`: the patches of the spec's grid and the prefix tokens (None: none)."""
+        return None if self.prefix_tokens is None else spec.tokens(resolution) + self.prefix_tokens
+
+
+def norm_name(name: str) -> str:
+    """Forgiving key of a model name: case-, separator- and suffix-insensitive ('vit-b/16' == 'ViT-B_16'); the
+    model table's index (models.specs) and the registry's taken-name check use this one."""
+    s = name.strip().lower()
+    s = re.sub(r"\.[a-z0-9_]+$", "", s)  # timm pretrained tag, e.g. '.augreg_in21k'
+    return re.sub(r"[^a-z0-9+]", "", s)
+
+
+def _import(target: str) -> Callable:
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+@dataclass(frozen=True)
+class FamilyPlugin:
+    """Everything shared code needs of a family.
+
+    rows: its model-table rows (ModelSpec with family == name); fields: the ModelSpec fields it reads (the rest
+    are carried with their defaults); override_keys: the `Row[key=value]` keys that mean something for it;
+    torch_builder / flax_builder: 'module:function' with signatures (spec, resolution, num_classes) -> nn.Module
+    and (spec, num_classes, dtype) -> flax module; counts(spec, resolution, num_classes) -> analytic.Counts;
+    param_table(spec, resolution) -> param_table entries (timm-style key <-> Flax path); stride(spec) pixels per
+    output cell; feature_dim(spec); describe(spec) one line; validate(spec, diff) raises ConfigError;
+    attention: whether the model has attention layers; token_attention_maps: whether its attention maps are
+    (tokens x tokens) over the whole image (what inspection's attention distance reads); axis_layers(spec,
+    resolution) -> tuple[AxisLayer, ...]: a family whose attention runs along one axis at a time (axial) lists
+    its attention layers in forward order; torch_attention / flax_attention ('module:function', signatures
+    (model, x_nchw) -> [tensor] and (module, params, x_nhwc) -> [array]) give the attention probabilities, one
+    array per layer in forward order: (images, heads, tokens, tokens) with token_attention_maps, (images,
+    sequences, heads, length, length) with axis_layers (inspection's attention distance, per axis);
+    resolution_of(spec, shapes) -> int | None: the input size a set of weights was made for, from the shapes
+    of its grid-sized tables ({timm key or Flax path: shape}; None: they say nothing, the row's native size),
+    what loading a checkpoint checks the weights against; plot_style: the report's (marker, matplotlib
+    colormap, name) for the family.
+
+    Added with the vit, bit and hybrid packages (defaults keep a family that does not set them as before):
+    channels_last: the torch backends' default memory format (NHWC for convolution-heavy families);
+    origins: {Origin value: Flavour} -- the numerical conventions of checkpoints from each code base that has
+    this family's models (vitbench.models.flavours; an origin not listed has none); npz_origin: the origin an
+    `.npz` of this family comes from unless told; posemb_tables(spec, resolution) -> [posemb.Table]: its learned
+    position-embedding tables (what resizing, identification and the grid check read; resolution_of is asked
+    only when it has none); representation_size: whether its Flax builder takes `representation_size=` (a tanh
+    pre-logits layer, vit_jax's pre-training head).
+
+    An open-ended family (models named, not listed as rows: `timm:<any timm name>`) gives `resolve(name)` -> the
+    spec of a name it owns (None: not its name; UnknownModelError: its name, but no such model) and
+    `catalogue(pattern)` -> the names it offers matching a glob (what `vitbench models --filter` lists).
+    backends: the backends that can build it (empty: every backend; a trial on another is refused naming them).
+    counts_note: how `counts` is made when it is no formula (the flops record says it beside the analytic count).
+    head_prefixes(spec): the parameter-name prefixes of its classifier, what transfer replaces (default: timm ViT's
+    `head.`, `head_dist.`; vitbench.models.identify.is_head).
+    """
+
+    name: FamilyName
+    description: str
+    rows: tuple[Any, ...]
+    fields: tuple[str, ...]
+    override_keys: tuple[str, ...]
+    torch_builder: str
+    flax_builder: str
+    counts: Callable[..., Any]
+    param_table: Callable[..., list]
+    stride: Callable[[Any], int]
+    feature_dim: Callable[[Any], int]
+    describe: Callable[[Any], str]
+    validate: Callable[[Any, dict], None] = lambda spec, diff: None
+    attention: bool = True
+    token_attention_maps: bool = False
+    model_attention: Callable[[Any], ModelAttention] | None = None
+    axis_layers: Callable[[Any, int], tuple[AxisLayer, ...]] | None = None
+    torch_attention: str = ""
+    flax_attention: str = ""
+    resolution_of: Callable[[Any, dict], int | None] = lambda spec, shapes: None
+    plot_style: tuple[str, str, str] = ("D", "Greys", "")  # report marker, colormap, legend name
+    resolve: Callable[[str], Any] | None = None
+    catalogue: Callable[[str], list[str]] | None = None
+    backends: tuple[str, ...] = ()
+    counts_note: str = ""
+    head_prefixes: Callable[[Any], tuple[str, ...]] | None = None
+    extra: dict = field(default_factory=dict)
+    channels_last: bool = True
+    origins: dict[str, Any] = field(default_factory=dict)
+    npz_origin: str = "vit_jax"
+    posemb_tables: Callable[[Any, int], list] = lambda spec, resolution: []
+    representation_size: bool = False
+
+    def attention_of(self, spec) -> ModelAttention:
+        """Whether `spec`'s model has attention layers, whole-image token maps, and its prefix tokens: the
+        family's per-spec answer (model_attention), else its family-wide flags with the spec's prefix tokens."""
+        if self.model_attention is not None:
+            return self.model_attention(spec)
+        return ModelAttention(self.attention, self.token_attention_maps,
+                              spec.num_prefix_tokens if self.attention else None,
+                              spec.width if self.attention else None)
+
+    def build_torch(self, spec, resolution: int, num_classes: int):
+        return _import(self.torch_builder)(spec, resolution, num_classes)
+
+    def build_flax(self, spec, num_classes: int, dtype, **kw):
+        """The Flax module; `kw` only `representation_size=` for a family that declares it."""
+        if not self.flax_builder:
+            raise ConfigError(f"{spec.name} (family {self.name}) has no Flax builder; backends that build it: "
+                              f"{', '.join(self.backends) or '(none)'}")
+        return _import(self.flax_builder)(spec, num_classes, dtype, **kw)
+
+    def torch_attention_maps(self, model, x) -> list:
+        """Attention probabilities of a built torch `model` on NCHW `x`, one per layer (see `torch_attention`)."""
+        return _import(self.torch_attention)(model, x)
+
+    def flax_attention_maps(self, module, params, x) -> list:
+        """Attention probabilities of a Flax `module` with `params` on NHWC `x`, one per layer (traceable: jit
+        it; see `flax_attention`)."""
+        return _import(self.flax_attention)(module, params, x)
+
+
+def register_family(plugin: FamilyPlugin, *, replace: bool = False) -> FamilyPlugin:
+    """Add a family: its registry entry (its rows, override keys and rules with it; the model table and the
+    override parser read them from here). A row name taken by another family is a ConfigError."""
+    bad = [r.name for r in plugin.rows if r.family != plugin.name]
+    if bad:
+        raise ConfigError(f"family {plugin.name!r}: rows {bad[:3]} have another family")
+    distilled = [r.name for r in plugin.rows if getattr(r, "distilled", False) and "distilled" not in plugin.fields]
+    if distilled:
+        raise ConfigError(f"family {plugin.name!r}: rows {distilled[:3]} have a distillation token, a field the "
+                          "family does not read")
+    taken = {norm_name(n): r.name for e in registered(Kind.FAMILY).values() if e.obj.name != plugin.name
+             for r in e.obj.rows for n in (r.name, r.timm_id, *r.aliases) if n}
+    for r in plugin.rows:
+        for n in (r.name, r.timm_id, *r.aliases):
+            if n and norm_name(n) in taken:
+                raise ConfigError(f"model {r.name}: the name {n!r} is taken by {taken[norm_name(n)]}")
+    register(Kind.FAMILY, plugin.name, plugin, provides=plugin.override_keys, description=plugin.description,
+             replace=replace, module=sys._getframe(1).f_globals.get("__name__", plugin.torch_builder))
+    return plugin
+
+
+def family_plugin(name: str) -> FamilyPlugin:
+    """The registered plug-in of family `name` (ConfigError naming the families if there is none)."""
+    found = lookup(Kind.FAMILY, name)  # (hot: every spec.stride asks)
+    if found is None:
+        raise ConfigError(f"unknown model family {str(name)[:40]!r}; allowed: {', '.join(family_names())}")
+    return found.obj
+
+
+def family_modules(name: str) -> tuple[str, ...]:
+    """The modules that define family `name`, by name (none imported): the one that registered it, those its
+    'module:function' targets name and those that define its functions (counts, param_table, ...). What the value
+    cache hashes beside vitbench's own source, so that a family plug-in outside the package that changes is
+    counted afresh (vitbench.value_cache.module_sources_hash)."""
+    found = lookup(Kind.FAMILY, name)
+    if found is None:
+        family_plugin(name)  # raises, naming the families
+    plugin = found.obj
+    targets = (plugin.torch_builder, plugin.flax_builder, plugin.torch_attention, plugin.flax_attention)
+    functions = (getattr(plugin, f.name) for f in fields(plugin))
+    return tuple(sorted({found.module, *(t.partition(":")[0] for t in targets if t),
+                         *(getattr(f, "__module__", None) or "" for f in functions if callable(f))} - {""}))
+
+
+def family_if_registered(name: str) -> FamilyPlugin | None:
+    """The plug-in of family `name` if it is registered already (loads nothing: safe while families load)."""
+    found = registered(Kind.FAMILY).get(name)
+    return None if found is None else found.obj
+
+
+def resolve_open(name: str):
+    """The spec of `name` from the open-ended families (FamilyPlugin.resolve), or None when none owns it."""
+    for e in entries(Kind.FAMILY).values():
+        if e.obj.resolve is not None:
+            spec = e.obj.resolve(name)
+            if spec is not None:
+                return spec
+    return None
+
+
+def backend_problem(spec, backend: str) -> str | None:
+    """Why `backend` cannot build `spec` (its family lists the backends that can), or None when it can."""
+    plugin = family_plugin(spec.family)
+    if not plugin.backends or backend in plugin.backends:
+        return None
+    return (f"{spec.name} (family {plugin.name}) is built by backend {', '.join(plugin.backends)} only, "
+            f"not {backend!r}")
+
+
+def family_names() -> tuple[str, ...]:
+    return tuple(entries(Kind.FAMILY))
+
+
+def all_families() -> tuple[FamilyPlugin, ...]:
+    """Every registered family, vitbench's own first (in registry.BUILTIN_MODULES order)."""
+    return tuple(e.obj for e in entries(Kind.FAMILY).values())
