@@ -1,0 +1,212 @@
+"""The report built from a results store and written (`build_report`, its result `Report`, the formats it writes,
+`figure` for one figure alone); the package docstring, vitbench.report, lists the files. Re-exported by
+vitbench.report."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import warnings
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from vitbench.errors import ConfigError
+from vitbench.paths import make_dir
+
+FORMATS = ("md", "html", "csv", "parquet")
+
+
+STATUS = ("status", "Trials by task and status")
+FAILURES = ("failures", "Failed trials")
+BUDGET = ("time_budget", "Time budget (s): start-up, compile, warm-up, timed steps, other (calibration included)")
+SHARED = ("shared_host", "Rows measured while other trials ran on the same host (their speeds may be shared)")
+
+
+@dataclass
+class Report:
+    """What `build_report` produced: the tidy trials, summary tables, figure files and every file written.
+
+    tables: name -> table (status, the sections', failures); titles: name -> heading; columns: name -> the
+    columns to show in a terminal (None: all); collapse: names whose equal-in-every-row columns may fold;
+    notes: table name -> lines shown under it (a legend); not_drawn: figure name -> why it was not drawn (too
+    few points), shown in its place."""
+
+    df: pd.DataFrame
+    tables: dict[str, pd.DataFrame]
+    titles: dict[str, str] = field(default_factory=dict)
+    columns: dict[str, tuple[str, ...] | None] = field(default_factory=dict)
+    collapse: set[str] = field(default_factory=set)
+    figures: dict[str, Path] = field(default_factory=dict)
+    files: list[Path] = field(default_factory=list)
+    title: str = ""
+    meta: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    calibration: pd.DataFrame | None = None
+    notes: dict[str, list[str]] = field(default_factory=dict)
+    not_drawn: dict[str, str] = field(default_factory=dict)
+
+
+def parse_formats(spec: str | Iterable[str]) -> tuple[str, ...]:
+    items = [s.strip().lower() for s in (spec.split(",") if isinstance(spec, str) else spec) if s.strip()]
+    bad = [s for s in items if s not in FORMATS]
+    if bad or not items:
+        raise ConfigError(f"--format {','.join(items) or '(empty)'!s}: unknown {', '.join(bad) or 'value'}; "
+                          f"allowed: {', '.join(FORMATS)} (comma separated)")
+    return tuple(dict.fromkeys(items))
+
+
+def _meta(df: pd.DataFrame, cal: pd.DataFrame) -> tuple[str, list[str]]:
+    studies = sorted(str(s) for s in df["study"].dropna().unique()) if "study" in df else []
+    title = f"vitbench report: {', '.join(studies)}" if studies else "vitbench report"
+    meta = []
+    n_ok = int((df["status"] == "ok").sum()) if "status" in df else 0
+    runs = df["run_id"].nunique() if "run_id" in df else 0
+    meta.append(f"{len(df)} trials ({n_ok} ok, {len(df) - n_ok} not ok) from {runs} sweep run(s)")
+    from vitbench.env import backend_distributions
+
+    versions = [(f"env.{d}", d) for d in backend_distributions()]
+    for col, label in (("env.cpu_model", "CPU"), ("env.device_name", "device"), *versions,
+                       ("env.git_sha", "vitbench git")):
+        if col in df and df[col].notna().any():
+            meta.append(f"{label}: {', '.join(sorted(str(v) for v in df[col].dropna().unique())[:4])}")
+    from vitbench.report.caveats import calibration_line
+
+    line = calibration_line(cal)
+    if line:
+        meta.append(line)
+    meta.append(f"generated {_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')}")
+    return title, meta
+
+
+def build_report(results: str | Path, out: str | Path | None = None, formats: Iterable[str] = FORMATS,
+                 plots: bool = True, allow_other_files: bool = False) -> Report:
+    """Load `results` (a store directory or .jsonl file) and write the report files into `out`: only files a
+    report wrote there (vitbench.report.outdir); a folder holding anyone else's files is refused unless
+    `allow_other_files` (the report is then written beside them, none touched)."""
+    from vitbench.report.outdir import OutputFolder
+    from vitbench.store import load_each
+
+    formats = parse_formats(formats)
+    results = Path(results)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        # the trials and the calibration in one read, raw timings as the JSON text the trials files hold
+        df, cal = load_each(results, (None, ("calibration",)), raw_json=True)
+    if df.empty:
+        raise ConfigError(f"{results}: no trial records to report on (run `vitbench sweep` first)")
+    out = Path(out) if out else (results if results.is_dir() else results.parent) / "report"
+    make_dir(out, "report directory")
+    folder = OutputFolder(out, allow_other=allow_other_files)
+    folder.check()
+    with folder.staging() as stage:
+        rep = _write(df, cal, stage, formats, plots, warnings_=list(dict.fromkeys(str(w.message) for w in caught)))
+        folder.publish(stage, [p.name for p in rep.files])
+    rep.files = [out / p.name for p in rep.files]
+    rep.figures = {k: out / p.name for k, p in rep.figures.items()}
+    return rep
+
+
+def figure(name: str, df: pd.DataFrame):
+    """One registered report figure drawn from the rows of `df` as the report draws it (the ok rows of its
+    kinds): a matplotlib Figure, NotDrawn (too little to draw it) or None (nothing to draw); `name` must be a
+    registered figure's."""
+    from vitbench.report import tables as tablemod
+    from vitbench.report.views import report_parts
+
+    for part in report_parts():
+        for fig in part.figures:
+            if fig.name == name:
+                return fig.make(tablemod.ok_rows(df, fig.kinds or part.kinds))  # a Figure, NotDrawn or None
+    raise KeyError(f"no registered report figure {name!r}")
+
+
+def _write(df: pd.DataFrame, cal: pd.DataFrame, out: Path, formats: tuple[str, ...], plots: bool,
+           warnings_: list[str]) -> Report:
+    """Build the report's tables and figures from `df` and write its files into `out` (a staging folder)."""
+    from vitbench.report import tables as tablemod
+    from vitbench.report.caveats import CAVEAT, LEGEND, marked_rows
+    from vitbench.report.parts import NotDrawn
+    from vitbench.report.render import arrow_safe, write_html, write_markdown
+    from vitbench.report.views import report_parts
+
+    title, meta = _meta(df, cal)
+    df = tablemod.flag_shared_host(df)
+    shared = tablemod.shared_host(df)
+    if not shared.empty:
+        warnings_ = [*warnings_, f"{len(shared)} ok row(s) were measured while other trials ran on the same host: "
+                                 f"see the table '{SHARED[0]}' (column shared_host in the trials)"]
+    n_marked = marked_rows(df)
+    if n_marked:
+        warnings_ = [*warnings_, f"{n_marked} ok timed row(s) are flagged unstable or were measured beside other "
+                                 f"trials: marked in the tables' {CAVEAT} column and ringed in the figures, never "
+                                 "pooled with clean repeats"]
+    rep = Report(df=df, tables={STATUS[0]: tablemod.status_counts(df)}, titles={STATUS[0]: STATUS[1]},
+                 title=title, meta=meta, calibration=cal,
+                 warnings=warnings_)
+    figure_titles: dict[str, str] = {}
+    parts = report_parts()
+    for part in parts:
+        if part.table is not None:
+            rep.tables[part.name] = part.table(tablemod.ok_rows(df, part.kinds))
+            rep.titles[part.name] = part.title
+            rep.columns[part.name] = part.columns
+            if part.collapse:
+                rep.collapse.add(part.name)
+    rep.tables[FAILURES[0]] = tablemod.failures(df)
+    rep.titles[FAILURES[0]] = FAILURES[1]
+    rep.columns[FAILURES[0]] = ("model", "task", "resolution", "batch_size", "repeat", "status", "error_message")
+    rep.collapse.add(FAILURES[0])
+    rep.tables[SHARED[0]] = shared
+    rep.titles[SHARED[0]] = SHARED[1]
+    from vitbench.report.budget import time_budget
+
+    rep.tables[BUDGET[0]] = time_budget(pd.concat([df, cal], ignore_index=True) if cal is not None and not cal.empty
+                                        else df)
+    rep.titles[BUDGET[0]] = BUDGET[1]
+
+    if plots:
+        for part in parts:
+            for figure in part.figures:
+                fig = figure.make(tablemod.ok_rows(df, figure.kinds or part.kinds))
+                if isinstance(fig, NotDrawn):  # a note in the figure's place
+                    rep.not_drawn[figure.name] = fig.reason
+                    figure_titles[figure.name] = figure.title
+                    continue
+                if fig is None:
+                    continue
+                for ext in ("png", "svg"):
+                    p = out / f"{figure.name}.{ext}"
+                    fig.savefig(p, dpi=130 if ext == "png" else None, bbox_inches="tight")
+                    rep.files.append(p)
+                rep.figures[figure.name] = out / f"{figure.name}.png"
+                figure_titles[figure.name] = figure.title
+
+    shown = {k: v for k, v in rep.tables.items() if not v.empty}
+    for name, table in shown.items():
+        if CAVEAT in table and (table[CAVEAT].fillna("") != "").any():
+            rep.notes[name] = [LEGEND]
+    if "csv" in formats or "parquet" in formats:
+        tidy = arrow_safe(df)
+        named = {"trials": tidy, **{k: arrow_safe(v) for k, v in shown.items() if not v.empty}}
+        for name, table in named.items():
+            if "csv" in formats:
+                p = out / f"{name}.csv"
+                table.to_csv(p, index=False)
+                rep.files.append(p)
+            if "parquet" in formats:
+                p = out / f"{name}.parquet"
+                table.to_parquet(p, index=False)
+                rep.files.append(p)
+    titled = {k: (rep.titles[k], v) for k, v in shown.items()}
+    figs = {k: (t, rep.figures.get(k) or NotDrawn(rep.not_drawn[k])) for k, t in figure_titles.items()}
+    if "md" in formats:
+        p = out / "report.md"
+        write_markdown(p, title, meta, titled, figs, rep.notes)
+        rep.files.append(p)
+    if "html" in formats:
+        p = out / "report.html"
+        write_html(p, title, meta, titled, figs, rep.notes)
+        rep.files.append(p)
+    return rep
