@@ -4,6 +4,8 @@ one, the configs are built from the tables, and a bad value is reported under th
 
 from __future__ import annotations
 
+from typing import get_args
+
 import pytest
 from pydantic import BaseModel
 
@@ -17,15 +19,20 @@ from vitbench.transfer.config import DataConfig
 BASE = {"model": "ViT-Nano/4", "task": "infer"}
 
 
+def _models_in(annotation) -> list[type[BaseModel]]:
+    """The pydantic models an annotation may hold (through Optional, unions and Annotated)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for a in get_args(annotation) for m in _models_in(a)]
+
+
 def _has_path(model: type[BaseModel], path: str) -> bool:
-    *parents, last = path.split(".")
-    for part in parents:
-        info = model.model_fields.get(part)
-        model = next((a for a in (info.annotation, *getattr(info.annotation, "__args__", ()))
-                      if isinstance(a, type) and issubclass(a, BaseModel)), None) if info else None
-        if model is None:
-            return False
-    return last in model.model_fields
+    """Whether dotted `path` names a field of `model` (through nested models, any alternative of a union)."""
+    head, _, rest = path.partition(".")
+    info = model.model_fields.get(head)
+    if info is None or not rest:
+        return info is not None
+    return any(_has_path(m, rest) for m in _models_in(info.annotation))
 
 
 @pytest.mark.parametrize("table,config,params", [(UPSTREAM_PATHS, PretrainConfig, Upstream),

@@ -7,7 +7,7 @@ from typing import get_args
 
 import typer
 
-from vitbench.cli.options import from_field
+from vitbench.cli.options import from_field, source_of
 from vitbench.transfer.config import DataConfig, DatasetName
 
 
@@ -22,9 +22,9 @@ def data_option(more: str = ""):
 
 # the transfer commands' --data: DataConfig's default dataset
 DATA = from_field(DataConfig, "name", "--data", help=f"{_dataset_names()} (docs/datasets.md).")
-DATA_PATH = typer.Option(None, "--data-path", help="Local path: a class folder, a shard pattern "
+DATA_PATH = from_field(DataConfig, "path", "--data-path", help="Local path: a class folder, a shard pattern "
                          "(train-{000..099}.tar) or directory, an hf dataset directory, a cifar directory, an .npz.")
-DATA_TEST_PATH = typer.Option(None, "--data-test-path", help="webdataset / hf: the test split's own path or "
+DATA_TEST_PATH = from_field(DataConfig, "test_path", "--data-test-path", help="webdataset / hf: the test split's own path or "
                               "pattern (default: test-*.tar or the test split beside --data-path).")
 SKIP_CORRUPT = from_field(DataConfig, "skip_corrupt", "--skip-corrupt", help="Skip files that do not decode, counted "
                           "in the row (skipped_files) and on the terminal; default: stop (exit 2) naming the file.")
@@ -33,17 +33,17 @@ DATA_WORKERS = from_field(DataConfig, "workers", "--data-workers", min=0, help="
 CHECK_DATA = from_field(DataConfig, "check_data", "--check-data", help="Verify every image of the dataset before "
                         "any work (a PNG's CRCs, a JPEG at 1/8 scale): a corrupt file exits 2 at once, not partway "
                         "(or, with --skip-corrupt, is counted from the start). Reads the whole dataset.")
-IMAGE_COLUMN = typer.Option(None, "--image-column", help="hf: the image column (default: inferred).")
-LABEL_COLUMN = typer.Option(None, "--label-column", help="hf: the label column (default: inferred).")
-TFDS_NAME = typer.Option(None, "--tfds-name", help="tfds: the dataset in the --data-path data_dir, NAME[/CONFIG]"
+IMAGE_COLUMN = from_field(DataConfig, "image_column", "--image-column", help="hf: the image column (default: inferred).")
+LABEL_COLUMN = from_field(DataConfig, "label_column", "--label-column", help="hf: the label column (default: inferred).")
+TFDS_NAME = from_field(DataConfig, "tfds_name", "--tfds-name", help="tfds: the dataset in the --data-path data_dir, NAME[/CONFIG]"
                          "[:VERSION], e.g. cifar10 (default: the only one there).")
 
 
-# DataConfig source field -> the option that sets it (a bad value is reported under the name the user typed)
-SOURCE_OPTIONS = {"name": "--data", "path": "--data-path", "test_path": "--data-test-path",
-                  "skip_corrupt": "--skip-corrupt", "workers": "--data-workers", "image_column": "--image-column",
-                  "label_column": "--label-column", "tfds_name": "--tfds-name",
-                  "check_data": "--check-data"}
+# DataConfig source field -> the option that sets it (a bad value is reported under the name the user typed),
+# read from the options' own declarations (`from_field`)
+SOURCE_OPTIONS = {source_of(o).path: o.param_decls[0] for o in (DATA, DATA_PATH, DATA_TEST_PATH, SKIP_CORRUPT,
+                                                                 DATA_WORKERS, IMAGE_COLUMN, LABEL_COLUMN,
+                                                                 TFDS_NAME, CHECK_DATA)}
 
 
 def source(data, data_path, data_test_path, skip_corrupt, data_workers, image_column, label_column,

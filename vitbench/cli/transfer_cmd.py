@@ -17,7 +17,6 @@ from vitbench.cli.data_options import (
     IMAGE_COLUMN,
     LABEL_COLUMN,
     SKIP_CORRUPT,
-    SOURCE_OPTIONS,
     TFDS_NAME,
     CHECK_DATA,
 )
@@ -50,26 +49,34 @@ def _check_where(backend: str | None, device: str, threads: int | None) -> int |
     return threads
 
 
-# Config field -> the option that sets it, per command: a bad value is reported under the name the user typed.
-_DATA_OPTIONS = {**{f"data.{k}": v for k, v in SOURCE_OPTIONS.items()}, "data.classes": "--classes",
-                 "data.seed": "--data-seed", "data.val_fraction": "--val-fraction", "resolution": "--resolution",
-                 "backend": "--backend", "checkpoint": "--checkpoint", "seed": "--seed", "seeds": "--seeds"}
-_PRETRAIN_OPTIONS = {**_DATA_OPTIONS, "model": "MODEL", "steps": "--steps", "batch_size": "--batch-size",
-                     "lr": "--lr", "weight_decay": "--weight-decay", "warmup_steps": "--warmup-steps",
-                     "decay": "--decay", "label_smoothing": "--label-smoothing",
-                     "teacher.checkpoint": "--teacher-checkpoint", "teacher.model": "--teacher",
-                     "teacher.distillation": "--distillation", "teacher.lam": "--distill-lambda",
-                     "teacher.tau": "--distill-tau", "teacher.upstream.model": "--teacher",
-                     "teacher.upstream.resolution": "--teacher-resolution",
-                     "teacher.upstream.steps": "--teacher-steps", "teacher.upstream.seed": "--teacher-seed",
-                     "teacher": "--teacher", "teacher.upstream.": "",
-                     "objective.masked_patch.mask_rate": "--mask-rate", "objective.masked_patch.target": "--mask-target",
-                     "objective": "--objective"}  # the teacher's recipe: the student's
-_DOWNSTREAM_OPTIONS = {**_DATA_OPTIONS, "upstream.model": "--model", "upstream.steps": "--pretrain-steps",
-                       "upstream.warmup_steps": "--pretrain-warmup-steps", "upstream.seed": "--seed",
-                       "upstream.backend": "--backend", "upstream": "--model", "shots": "--shots",
-                       "l2_reg": "--l2-reg", "steps": "--steps", "batch_size": "--batch-size",
-                       "lr_grid": "--lr-grid", "warmup_steps": "--warmup-steps"}
+def _option_names(command, prefixes: dict[type, str], more: dict[str, str]) -> dict[str, str]:
+    """Config path -> the option that sets it, for `validated`'s errors (a bad value is reported under the name
+    the user typed): read from `command`'s options declared with `from_field` (their config class and path;
+    `prefixes`: where each class sits in the command's config), then `more` for the options that set a config
+    field without declaring it (their default is not the field's) and the prefix rules of `option_name`."""
+    import inspect
+
+    from vitbench.cli.options import FieldDefault, source_of
+
+    out = {}
+    for p in inspect.signature(command).parameters.values():
+        src = source_of(p.default)
+        if isinstance(src, FieldDefault) and src.model_class() in prefixes:
+            flag = (p.default.param_decls or (f"--{p.name.replace('_', '-')}",))[0].split("/")[0]
+            out[prefixes[src.model_class()] + src.path] = flag
+    return {**out, **more}
+
+
+# the options that set a config field without declaring it, per command
+_RUN_NAMED = {"resolution": "--resolution", "backend": "--backend"}
+_PRETRAIN_NAMED = {**_RUN_NAMED, "model": "MODEL", "warmup_steps": "--warmup-steps",
+                   "teacher.checkpoint": "--teacher-checkpoint", "teacher.model": "--teacher",
+                   "teacher.upstream.model": "--teacher", "teacher.upstream.resolution": "--teacher-resolution",
+                   "teacher.upstream.steps": "--teacher-steps", "teacher": "--teacher",
+                   "teacher.upstream.": ""}  # the teacher's recipe: the student's
+_DOWNSTREAM_NAMED = {**_RUN_NAMED, "checkpoint": "--checkpoint", "upstream.model": "--model", "upstream.steps": "--pretrain-steps",
+                     "upstream.warmup_steps": "--pretrain-warmup-steps", "upstream.seed": "--seed",
+                     "upstream.backend": "--backend", "upstream": "--model"}
 
 
 def _data(source: dict, classes: str | None, seed: int, val_fraction: float | None = None) -> dict:
@@ -190,7 +197,7 @@ def pretrain_cmd(
                                      steps=teacher_steps or steps, seed=teacher_seed, distillation=distillation,
                                      lam=distill_lambda, tau=distill_tau)
     opts["objective"] = _objective_opts(objective, mask_rate, mask_target)
-    cfg = validated(PretrainConfig, opts, "pretrain", _PRETRAIN_OPTIONS)
+    cfg = validated(PretrainConfig, opts, "pretrain", _pretrain_names())
     device, threads = run.device, _check_where(cfg.backend, run.device, run.threads)
     if out is not None:
         out = checkpoint_path(out, cache_path(cfg).name, "--out")  # named as typed, before any training
@@ -319,7 +326,8 @@ def fewshot_cmd(
 
     cfg = validated(FewshotConfig, {
         **_downstream(downstream, seed), "shots": parse_ints(shots, "--shots", "1,5,10,25"), "seeds": seeds,
-        **({} if l2_reg is None else {"l2_reg": l2_reg})}, "fewshot", _DOWNSTREAM_OPTIONS)
+        **({} if l2_reg is None else {"l2_reg": l2_reg})}, "fewshot",
+        _downstream_names(fewshot_cmd, FewshotConfig, {"l2_reg": "--l2-reg"}))
     rec = fewshot(cfg, device=run.device, threads=_check_where(cfg.backend, run.device, run.threads))
     keys = [k for s in cfg.shots for k in (f"accuracy_{s}shot", f"accuracy_{s}shot_std")]
     c = rec.config
@@ -358,7 +366,7 @@ def finetune_cmd(
     cfg = validated(FinetuneConfig, {
         **_downstream(downstream, seed, val_fraction), "steps": steps, "batch_size": batch_size,
         "lr_grid": parse_floats(lr_grid, "--lr-grid", "0.01,0.03"), "warmup_steps": warmup_steps, "refit": refit,
-        "seed": seed, "seeds": seeds}, "finetune", _DOWNSTREAM_OPTIONS)
+        "seed": seed, "seeds": seeds}, "finetune", _downstream_names(finetune_cmd, FinetuneConfig))
     rec = finetune(cfg, device=run.device, threads=_check_where(cfg.backend, run.device, run.threads),
                    batch_option="--batch-size")
     c = rec.config
@@ -367,3 +375,18 @@ def finetune_cmd(
           ["accuracy", "accuracy_std", "selection_accuracy", "initial_accuracy", "val_accuracy", "best_lr",
            "chance_accuracy", "finetune_images_seen",
            "finetune_exaflops", "finetune_s", "exaflops", "upstream_accuracy", "skipped_files"], run.as_json)
+
+
+def _pretrain_names() -> dict[str, str]:
+    from vitbench.protocols.pretrain import TeacherConfig
+    from vitbench.transfer.config import DataConfig
+
+    return _option_names(pretrain_cmd, {DataConfig: "data.", PretrainConfig: "", TeacherConfig: "teacher.",
+                                        MaskedPatch: "objective.masked_patch.", Upstream: ""}, _PRETRAIN_NAMED)
+
+
+def _downstream_names(command, config, more: dict[str, str] | None = None) -> dict[str, str]:
+    from vitbench.transfer.config import DataConfig
+
+    return _option_names(command, {DataConfig: "data.", DownstreamConfig: "", config: "",
+                                   PretrainConfig: "upstream."}, {**_DOWNSTREAM_NAMED, **(more or {})})
