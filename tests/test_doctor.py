@@ -12,8 +12,9 @@ import pytest
 
 from vitbench.backends.base import DeviceKind, MatmulWorkload, TimerKind
 from vitbench.errors import ConfigError
-from vitbench.measure import doctor, host_checks
-from vitbench.measure.doctor import Status
+from vitbench.doctor import checks as doctor
+from vitbench.doctor import host_checks
+from vitbench.doctor.checks import Status
 from vitbench.measure.noise import NoiseFlag, assess
 
 

@@ -34,7 +34,7 @@ def doctor_cmd(
     cores, other load, CPU governor and clocks, SMT, temperatures, memory; GPU clocks, power, slowdowns (NVML).
     Exit code 1 when a check fails (timing or precision not what it claims), else 0.
     """
-    from vitbench.measure.doctor import Status, run
+    from vitbench.doctor import Status, run
 
     checks = run(device=device, threads=shared_option("threads", threads), precision=choice(precision, PRECISIONS, "--precision"),
                  backends=backend or None, quick=quick)

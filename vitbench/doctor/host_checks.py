@@ -1,6 +1,6 @@
 """The host's checks for `vitbench doctor` (threads against usable cores, other load, CPU clocks and governor, SMT,
 temperatures, memory and swap), and the `Check` every doctor check returns: a status, what was found, and why it
-matters, so the output explains itself. The per-backend checks are in vitbench.measure.doctor."""
+matters, so the output explains itself. The per-backend checks are in vitbench.doctor.checks."""
 
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ import numpy as np
 from vitbench.backends.base import (Backend, Capability, DeviceKind, StopRule, TimerKind, backend_names,
                                    backend_spec)
 from vitbench.errors import BackendUnavailable, ConfigError, VitbenchError, clip
-from vitbench.measure.host_checks import (
+from vitbench.doctor.host_checks import (
     Check,
     Status,
     check_cpu_frequency,
