@@ -106,15 +106,6 @@ def _show(rec, title: str, keys: list[str], as_json: bool) -> None:
     console.print(t)
 
 
-def _upstream_opts(model, backend, source, classes, data_seed, resolution, steps, batch_size, lr,
-                   weight_decay, warmup_steps, decay, label_smoothing, seed) -> dict:
-    return {"model": model, **({"backend": backend} if backend else {}),
-            "data": _data(source, classes, data_seed), "resolution": resolution, "steps": steps,
-            "batch_size": batch_size, "lr": lr,
-            "weight_decay": weight_decay, "warmup_steps": warmup_steps, "decay": decay,
-            "label_smoothing": label_smoothing, "seed": seed}
-
-
 # The run's settings every transfer command takes, after its own options
 RUN = OptionGroup("run", {
     "device": (str, from_field(Pretrain.Params, "device")),
@@ -190,8 +181,10 @@ def pretrain_cmd(
             raise ConfigError(f"--teacher: {e}") from None
     source = _source(data, data_path, data_test_path, skip_corrupt, data_workers, image_column, label_column,
                      tfds_name, check_data)
-    opts = _upstream_opts(with_sets(model, sets), backend, source, classes, data_seed, resolution, steps,
-                          batch_size, lr, weight_decay, warmup_steps, decay, label_smoothing, seed)
+    opts = {"model": with_sets(model, sets), **({"backend": backend} if backend else {}),
+            "data": _data(source, classes, data_seed), "resolution": resolution, "steps": steps,
+            "batch_size": batch_size, "lr": lr, "weight_decay": weight_decay, "warmup_steps": warmup_steps,
+            "decay": decay, "label_smoothing": label_smoothing, "seed": seed}
     recipe = {k: v for k, v in opts.items() if k not in ("model", "resolution", "steps", "seed")}
     opts["teacher"] = teacher_fields(recipe, teacher, checkpoint=teacher_checkpoint, resolution=teacher_resolution,
                                      steps=teacher_steps or steps, seed=teacher_seed, distillation=distillation,
