@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 
 from vitbench.insight.pictures import distance_panels
@@ -30,8 +32,10 @@ def distance_comparison(ok: pd.DataFrame):
     series_keys = [k for k in _KEYS if k in ok.columns and k not in panel_keys and within[k].nunique().max() > 1]
     panels: dict[str, dict[str, InspectResult]] = {}
     for _, row in ok.sort_values(panel_keys + series_keys).iterrows():
-        if isinstance(row["raw"], dict) and row["raw"].get("attention_distance_px"):
+        # the report loads raw as JSON text (store.load_each's raw_json); a caller's frame may hold dicts
+        raw = json.loads(row["raw"]) if isinstance(row["raw"], str) else row["raw"]
+        if isinstance(raw, dict) and raw.get("attention_distance_px"):
             title = " ".join(str(row[k]) for k in panel_keys if k != "resolution" and pd.notna(row[k]))
             label = ", ".join(f"{k}={row[k]}" for k in series_keys) or str(row["model"])
-            panels.setdefault(title, {})[label] = InspectResult.from_json(row["raw"])
+            panels.setdefault(title, {})[label] = InspectResult.from_json(raw)
     return distance_panels(panels) if panels else None
