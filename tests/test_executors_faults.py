@@ -183,9 +183,19 @@ from vitbench.executors.remote import run_on_worker, since_now
 job = Job(key="k1", config={{"model": "ViT-Nano/4", "backend": "torch", "task": "sleep", "device": "cpu",
           "resolution": 32, "batch_size": 2, "seed": 0, "seconds": 0.01, "behaviour": "gate", "gate": {gate!r}}},
           repeat=0, study="g", study_sha={sha!r}, run_id="r", timeout_s=60, task_module="vitbench_testtasks")
-out = run_on_worker(job, {root!r}, since=since_now())
+out = run_on_worker(job, {root!r}, since=since_now(), follow={follow!r})
 print("OUTCOME", out.record.status, out.stored.name)
 """
+
+
+def _worker_store(tmp_path: Path) -> tuple[Path, str]:
+    """A results directory a worker sees as its driver's store (its study copy has the job's SHA-256)."""
+    import hashlib
+
+    root = tmp_path / "res"
+    root.mkdir()
+    Store(root).save_study("name: g\n")
+    return root, hashlib.sha256(b"name: g\n").hexdigest()
 
 
 @pytest.mark.timeout(240)
@@ -194,14 +204,9 @@ def test_a_preempted_worker_records_interrupted_and_its_requeue_measures_once(tm
     """What a SLURM job's worker does on the preemption warning (SIGUSR2), without SLURM: the trial stops, its row
     is 'interrupted' in the store, the worker exits without a result (status 128 + 12); the same job run again
     (a requeue) measures it; run once more (requeued after it measured) it returns the stored row."""
-    import hashlib
-
-    root = tmp_path / "res"
-    root.mkdir()
-    Store(root).save_study("name: g\n")
-    sha = hashlib.sha256(b"name: g\n").hexdigest()
+    root, sha = _worker_store(tmp_path)
     gate = tmp_path / "gate"
-    code = _WORKER.format(gate=str(gate), sha=sha, root=str(root))
+    code = _WORKER.format(gate=str(gate), sha=sha, root=str(root), follow=False)
 
     def worker() -> subprocess.Popen:
         return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -226,6 +231,36 @@ def test_a_preempted_worker_records_interrupted_and_its_requeue_measures_once(tm
     assert [str(r.status) for r in read_records(root)] == ["interrupted", "ok"]
 
 
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("follow", [True, False])  # a SLURM job (followed through a requeue) / a Ray task
+def test_a_trial_stopped_by_sigterm_in_a_followed_job_ends_the_worker_without_a_result(
+        tmp_path, registry, worker_env, follow):
+    """SLURM's SIGTERM to the processes of a job it cancels, preempts or requeues (`scontrol requeue` with no
+    warning first), here to the trial only: the trial's row is 'interrupted' in the store either way. A SLURM
+    worker (`follow`) then exits without a result (128 + SIGTERM), so its driver follows the job through a
+    requeue, whose run measures the trial; a Ray worker (no requeue) returns the row."""
+    root, sha = _worker_store(tmp_path)
+    gate = tmp_path / "gate"
+    p = subprocess.Popen([sys.executable, "-c", _WORKER.format(gate=str(gate), sha=sha, root=str(root),
+                                                               follow=follow)],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    os.kill(_trial_pid(registry), signal.SIGTERM)
+    out, _ = p.communicate(timeout=60)
+    (row,) = read_records(root)
+    assert row.status == "interrupted" and row.error.type == "TrialCancelled" and "SIGTERM" in row.error.message
+    if not follow:
+        assert p.returncode == 0 and "OUTCOME interrupted WORKER" in out, out
+        return
+    assert p.returncode == 128 + signal.SIGTERM and "OUTCOME" not in out, out
+    gate.touch()  # the requeued job's run
+    p = subprocess.Popen([sys.executable, "-c", _WORKER.format(gate=str(gate), sha=sha, root=str(root),
+                                                               follow=follow)],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out, _ = p.communicate(timeout=120)
+    assert p.returncode == 0 and "OUTCOME ok WORKER" in out, out
+    assert [str(r.status) for r in read_records(root)] == ["interrupted", "ok"]
+
+
 def test_a_silent_crash_after_the_start_is_an_error_without_the_start_up_hint(tmp_path):
     rec = _run_local(tmp_path, _job(behaviour="silent_abort"))
     assert rec.status == "error" and rec.error.type == "TrialCrashed" and "SIGABRT" in rec.error.message
@@ -236,7 +271,7 @@ def test_a_crash_before_the_start_marker_keeps_the_start_up_hint(tmp_path, monke
     import vitbench.executors.local as local
 
     h = SimpleNamespace(result=tmp_path / "k.json", log=tmp_path / "k.log", over_budget_mib=None, timed_out=False,
-                        started_at="", t0=0.0, proc=SimpleNamespace(exitcode=1))
+                        started_at="", t0=0.0, proc=SimpleNamespace(exitcode=1, pid=0))
     rec = local.LocalExecutor(tmp_path, start_method="spawn", preload=()).collect(_job(), h).record
     assert rec.status == "error" and "before the trial started" in rec.error.message  # no marker: never started
 
@@ -282,6 +317,35 @@ def test_slurm_job_gone_from_the_queue_becomes_an_interrupted_row_after_vanish_s
     assert "runs again" in rec.error.message
 
 
+class _DoneSjob(_FakeSjob):
+    """A job accounting (sacct) already calls ended, without a result file."""
+
+    def done(self):
+        return True
+
+
+@pytest.mark.parametrize("states", [["COMPLETING"], ["REQUEUED", "PENDING", "RUNNING"]])
+def test_slurm_a_job_squeue_shows_active_is_followed_whatever_accounting_says(tmp_path, monkeypatch, states):
+    """sacct calls a cancelled job CANCELLED while its worker still writes the row (squeue: COMPLETING), and a
+    requeued job's earlier run ended (squeue: REQUEUED, PENDING, RUNNING again): the driver waits for the end
+    squeue shows, then collects (the worker's row, else one made from the state)."""
+    pytest.importorskip("submitit")
+    import vitbench.executors.slurm as slurm
+
+    monkeypatch.setattr(shutil, "which", lambda name: f"/usr/bin/{name}")
+    ex = slurm.SlurmExecutor(tmp_path, vanish_s=60, poll_s=0.01)
+    h = slurm._Submitted(_DoneSjob("9", tmp_path), 0.0)
+    queue: dict[str, str] = {}
+    monkeypatch.setattr(slurm, "squeue_states", lambda: dict(queue))
+    for state in states:
+        queue["9"] = state
+        assert ex.poll([h]) == [], state
+    queue["9"] = "CANCELLED"
+    assert ex.poll([h]) == [h]  # (no vanish_s wait: accounting has said how it ended)
+    monkeypatch.setattr(slurm, "squeue_states", lambda: None)  # squeue not answering: accounting decides
+    assert ex.poll([h]) == [h]
+
+
 def test_slurm_squeue_not_answering_decides_nothing(tmp_path, monkeypatch):
     pytest.importorskip("submitit")
     import vitbench.executors.slurm as slurm
@@ -310,6 +374,27 @@ def test_timing_trials_get_a_whole_node_by_default(tmp_path, monkeypatch):
     assert not SlurmExecutor(tmp_path, exclusive=False)._exclusive(timing)
 
 
+# ---- the paths a cluster's workers write, checked before anything runs --------------------------------------
+@pytest.mark.parametrize("executor,entry", [("slurm", "claims/{key}.worker.lock"),
+                                            ("ray", "claims/{key}.worker.lock"), ("ray", "logs/ray.log")])
+@pytest.mark.parametrize("kind", ["directory", "fifo"])
+def test_a_worker_path_not_of_its_kind_is_refused_before_anything_runs(tmp_path, executor, entry, kind):
+    """A worker's trial lock or Ray's log that is a directory or a pipe would end a job (or lose the cluster's
+    broadcasts) mid-sweep: refused up front naming it (PathError: exit 2), nothing written, nothing submitted."""
+    pytest.importorskip({"slurm": "submitit", "ray": "ray"}[executor])
+    from vitbench.paths import PathError
+
+    s = parse_study("name: wp\ncalibration: false\naxes: {model: [ViT-Nano/4], task: [sleep]}\n", "wp.yaml")
+    res = tmp_path / "res"
+    bad = res / entry.format(key=s.trials[0].key)
+    bad.parent.mkdir(parents=True)
+    bad.mkdir() if kind == "directory" else os.mkfifo(bad)
+    opts = {"cluster": "local"} if executor == "slurm" else {}
+    with pytest.raises(PathError, match=bad.name.replace(".", r"\.")):
+        run_study(s, res, executor=executor, executor_options=opts)
+    assert sorted(p.name for p in res.iterdir()) == [bad.parent.name]  # nothing else written
+
+
 # ---- Ray: a task lost with its node -----------------------------------------------------------------------
 def test_ray_task_lost_with_its_node_is_interrupted_and_carries_its_task_id(tmp_path, monkeypatch):
     ray = pytest.importorskip("ray")
@@ -329,3 +414,52 @@ def test_ray_task_lost_with_its_node_is_interrupted_and_carries_its_task_id(tmp_
         monkeypatch.setattr(ex, "_ray", lambda get=get: SimpleNamespace(get=get))
         rec = ex.collect(_job(), Ref()).record
         assert rec.status == status and rec.runner["task_id"] == "abc123", (err, rec)
+
+
+def test_ray_head_silent_for_head_lost_s_turns_every_trial_in_flight_into_a_row(tmp_path, monkeypatch):
+    """The head (GCS) stops answering: nothing is decided before head_lost_s of silence (an answer starts the
+    count again); after it, every task in flight and every job drawn later is an 'interrupted' row naming the
+    head (the worker's own row where it wrote one), Ray is asked for nothing more, and its shutdown is not
+    waited for."""
+    pytest.importorskip("ray")
+    from vitbench.errors import VitbenchWarning
+    from vitbench.executors.ray import RayExecutor
+
+    class Ref:
+        def __init__(self, tid):
+            self.tid = tid
+
+        def task_id(self):
+            return SimpleNamespace(hex=lambda: self.tid)
+
+    asked = []
+    fake = SimpleNamespace(wait=lambda refs, num_returns, timeout: ([], refs),
+                           cancel=lambda ref, force: asked.append(("cancel", ref.tid)),
+                           get=lambda ref: asked.append("get"))
+    ex = RayExecutor(tmp_path, head_lost_s=0.3, poll_s=0.01)
+    monkeypatch.setattr(ex, "_ray", lambda: fake)
+    monkeypatch.setattr(ex, "_head_address", lambda: "GCS at 127.0.0.1:6379")
+    silence = ["RpcError: Timed out while waiting for GCS to become available."]
+    monkeypatch.setattr(RayExecutor, "_head_silence", staticmethod(lambda: silence[0]))
+    refs = [Ref("t1"), Ref("t2")]
+    assert ex.poll(refs) == []
+    silence[0] = None  # it answers again: the silence starts over
+    wait_for(lambda: ex.poll(refs) == [] and ex._silent_since is None, 5, "the answer")
+    silence[0] = "RpcError: Timed out while waiting for GCS to become available."
+    with pytest.warns(VitbenchWarning, match="has not answered for 0.3 s"):
+        wait_for(lambda: ex.poll(refs) == refs, 10, "head_lost_s")
+    with Store(tmp_path) as st:  # one trial's worker wrote its row before the head went
+        st.append(record("sleep", _job("k1").config, key="k1", run_id="r", runner={"executor": "ray"}))
+    rows = [ex.collect(_job(k), ref).record for k, ref in zip(("k1", "k2"), refs)]
+    assert rows[0].status == "ok"
+    assert rows[1].status == "interrupted" and rows[1].error.type == "RayHeadLost"
+    assert "GCS at 127.0.0.1:6379" in rows[1].error.message and "runs again" in rows[1].error.message
+    assert rows[1].runner["task_id"] == "t2" and "get" not in asked
+    later = ex.submit([_job("k3")])  # drawn after: never submitted
+    assert ex.poll(later) == later
+    rec = ex.collect(_job("k3"), later[0]).record
+    assert rec.status == "interrupted" and rec.error.type == "RayHeadLost" and "task_id" not in rec.runner
+    ex._started = True
+    monkeypatch.setattr("ray.shutdown", lambda: asked.append("shutdown"))
+    ex.close()
+    assert "shutdown" not in asked

@@ -243,9 +243,12 @@ def test_slurm_preemption_warning_then_requeue_interrupts_the_trial_and_measures
     wait_for(lambda: len(running("preempt")) == 2, 120, "two trials running")
     ids = slurm_job_ids(res)
     victim = sorted(running("preempt"))[0]
-    subprocess.run(["scancel", "--signal=USR2", ids[victim]], check=True)  # to every process of the job's step
-    wait_for(lambda: any(r.key == victim for r in read_records(res)), 60, "the preempted trial's row")
+    # the warning to every process of the job's step, then the preemption's requeue at once (a GraceTime of 0):
+    # requeued while its worker still stops the trial. (A requeue after the worker has ended the job comes too late
+    # to be followed: the sweep may already have taken the job's end, as SLURM's own preemption never does.)
+    subprocess.run(["scancel", "--signal=USR2", ids[victim]], check=True)
     subprocess.run(["scontrol", "requeue", ids[victim]], check=True)
+    wait_for(lambda: any(r.key == victim for r in read_records(res)), 60, "the preempted trial's row")
     # SLURM holds a requeued job for 120 s (its BeginTime, set once the job is pending again); release it now
     wait_for(lambda: f"{ids[victim]} PENDING" in slurm_active(), 60, "the requeued job to be pending")
     subprocess.run(["scontrol", "update", f"JobId={ids[victim]}", "StartTime=now"], check=True)
@@ -265,9 +268,13 @@ def test_slurm_preemption_warning_then_requeue_interrupts_the_trial_and_measures
 
 
 # ---- Ray: a worker node dies mid-trial ------------------------------------------------------------------------
+def _started(name: str) -> int:
+    """The pid of what scripts/cluster/up.sh started as `name` (its process group's leader)."""
+    return int(dict(line.split()[::-1] for line in (CLUSTER_DIR / "pids").read_text().splitlines())[name])
+
+
 def _worker_raylet() -> psutil.Process:
-    pids = dict(line.split()[::-1] for line in (CLUSTER_DIR / "pids").read_text().splitlines())
-    starter = psutil.Process(int(pids["ray-worker"]))
+    starter = psutil.Process(_started("ray-worker"))
     (raylet,) = [c for c in starter.children(recursive=True) if c.name() == "raylet"]
     return raylet
 
@@ -296,6 +303,40 @@ def test_ray_a_killed_worker_node_interrupts_its_trial_which_runs_again(tmp_path
     rc, out = finish(sweep(study, res, "ray"))
     assert rc == 0 and "ran 1 trial" in " ".join(out.split()), out
     ok_once(res, 2)
+
+
+# ---- Ray: the cluster's head stops mid-sweep ----------------------------------------------------------------
+@pytest.mark.timeout(420)
+def test_ray_head_stopped_mid_sweep_ends_in_the_summary_with_a_row_per_trial(tmp_path, ray_cluster):
+    """The head (GCS and its raylet) stopped while one trial runs on each raylet and a third waits in Ray's queue:
+    after head_lost_s without an answer every trial in flight is an 'interrupted' row, the sweep ends with its
+    own summary and exit 1 (not Ray's raw 'Failed to connect to GCS' line 60 s later), and once the cluster is
+    back the same command measures each trial once."""
+    study, gate = gated(tmp_path, "headlost", ["ViT-Nano/4", "R-Nano", "R-Micro"])
+    res = tmp_path / "res"
+    p = sweep(study, res, "ray", "-o", "head_lost_s=5")
+    try:
+        wait_for(lambda: len(running("headlost")) == 2, 120, "one trial on each raylet (the third queued)")
+        os.killpg(_started("ray-head"), signal.SIGTERM)  # `ray start --head` and everything it started
+        t0 = time.time()
+        rc, out = finish(p, timeout=120)
+        took = time.time() - t0
+    finally:
+        subprocess.run([str(REPO / "scripts/cluster/up.sh"), "--ray"], check=True, env=cluster_env(),
+                       capture_output=True)  # a fresh head and second raylet; the old ones' trials are gone
+    flat = " ".join(out.split())
+    assert rc == 1 and "Failed to connect to GCS" not in out, out
+    assert took < 60, (took, out)  # vitbench's head_lost_s decided, not Ray's own timeout
+    assert "has not answered for 5 s" in flat and "sweep headlost: ran 3 trial(s)" in flat, out
+    assert "3 trial(s) interrupted" in flat, out
+    rows = {r.key: r for r in read_records(res)}
+    assert len(rows) == 3 and {str(r.status) for r in rows.values()} == {"interrupted"}, rows
+    assert {r.error.type for r in rows.values()} <= {"RayHeadLost", "NodeDiedError", "WorkerCrashedError"}, rows
+    no_trials_left("headlost")
+    gate.touch()
+    rc, out = finish(sweep(study, res, "ray"))
+    assert rc == 0 and "ran 3 trial" in " ".join(out.split()), out
+    ok_once(res, 3)
 
 
 # ---- the sweep itself stopped: SIGINT, SIGTERM, kill -9 -------------------------------------------------------
@@ -346,3 +387,34 @@ def test_a_sweep_killed_9_and_restarted_while_its_jobs_run_records_each_trial_on
     ok_once(res, 2)
     assert {s for _, s in statuses(res)} <= {"ok", "interrupted"}
     no_trials_left(name)
+
+
+@pytest.mark.timeout(420)
+def test_slurm_a_bare_requeue_is_followed_to_the_requeued_jobs_row(tmp_path, slurm):
+    """`scontrol requeue` of a running job without the preemption warning first (an admin, or PreemptMode=REQUEUE
+    without a user signal): SLURM stops the job with SIGTERM and queues it again. The sweep follows the requeued
+    job to its row; the trial is measured once, by the requeued job, while the sweep still runs."""
+    study, gate = gated(tmp_path, "requeue", ["ViT-Nano/4", "R-Nano"])
+    res = tmp_path / "res"
+    p = sweep(study, res, "slurm")
+    wait_for(lambda: len(running("requeue")) == 2, 120, "two trials running")
+    ids = slurm_job_ids(res)
+    victim = sorted(running("requeue"))[0]
+    subprocess.run(["scontrol", "requeue", ids[victim]], check=True)
+    wait_for(lambda: f"{ids[victim]} PENDING" in slurm_active(), 60, "the requeued job to be pending")
+    wait_for(lambda: victim not in running("requeue"), 60, "the stopped trial to be gone")
+    assert p.poll() is None, finish(p)  # the sweep follows the job, it did not end on the stopped trial
+    subprocess.run(["scontrol", "update", f"JobId={ids[victim]}", "StartTime=now"], check=True)  # (see above)
+    gate.touch()
+    rc, out = finish(p, timeout=360)
+    assert rc == 0, out
+    wait_for(lambda: not slurm_active(), 60, "the queue to empty")
+    rows = [(r.key, str(r.status)) for r in read_records(res)]
+    # the stopped trial's own row ('interrupted', SIGTERM: when its worker wrote it within SLURM's KillWait) comes
+    # before the requeued job's ok row
+    stopped = [i for i, row in enumerate(rows) if row == (victim, "interrupted")]
+    assert len(stopped) <= 1 and all(i < rows.index((victim, "ok")) for i in stopped), rows
+    assert {s for _, s in rows} <= {"ok", "interrupted"}, rows
+    ok_once(res, 2)
+    rc, out = finish(sweep(study, res, "slurm"))
+    assert rc == 0 and "ran 0 trial" in " ".join(out.split()), out

@@ -3,6 +3,8 @@
 # Ray on loopback, for the real-engine tests (tests/test_executors_real.py). Debian 12, run as root, no systemd.
 # Usage: scripts/cluster/up.sh [--install]   (state, logs and pids under $CLUSTER_DIR, default /tmp/vitbench-cluster)
 #        scripts/cluster/up.sh --ray-worker  (start the second raylet again, e.g. after a test killed it)
+#        scripts/cluster/up.sh --ray         (stop what is left of both raylets, start them again: after a test stopped
+#                                             the head; a raylet without its head exits, its agents may linger)
 # Ray's raylets and Slurm's jobs inherit this shell's environment (PYTHONPATH, VITBENCH_PLUGINS): set it first.
 # Stop everything with scripts/cluster/down.sh (it reads $CLUSTER_DIR/pids).
 set -euo pipefail
@@ -17,10 +19,19 @@ C=${CLUSTER_DIR:-/tmp/vitbench-cluster}
 # timing trial a node to itself)
 export RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0
 RAY_ARGS=(--node-ip-address=127.0.0.1 --num-cpus=1 --object-store-memory=200000000 --resources='{"vitbench_node": 1}' --block)
-start() {  # start NAME CMD...: a daemon in the foreground under setsid, its pid kept for down.sh
-  local name=$1; shift
+start() {  # start NAME CMD...: a daemon in the foreground under setsid, its pid kept for down.sh (in place of an
+  local name=$1; shift  # earlier one of that name, stopped first (stop_named): down.sh never signals a stale pid)
+  stop_named "$name"
   setsid "$@" > "$C/logs/$name.out" 2>&1 < /dev/null &
   echo "$! $name" >> "$C/pids"
+}
+stop_named() {  # stop_named NAME: SIGTERM, then SIGKILL after 10 s, to the process group up.sh started as NAME
+  local pid; pid=$(awk -v n="$1" '$2 == n {print $1}' "$C/pids" 2>/dev/null) || true
+  [[ -n $pid ]] || return 0
+  sed -i "/ $1\$/d" "$C/pids"
+  kill -TERM -- "-$pid" 2>/dev/null || return 0
+  for _ in $(seq 50); do kill -0 -- "-$pid" 2>/dev/null || return 0; sleep 0.2; done
+  kill -KILL -- "-$pid" 2>/dev/null || true
 }
 wait_for() {  # wait_for WHAT SECONDS CMD...
   local what=$1 n=$2; shift 2
@@ -31,7 +42,13 @@ ray_worker() {
   start ray-worker env -u RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER python "$HERE/ray_loopback.py" start --address=127.0.0.1:6379 "${RAY_ARGS[@]}"
   wait_for "second raylet" 90 python -c "import ray,sys; ray.init(address='127.0.0.1:6379', logging_level='ERROR'); sys.exit(len([n for n in ray.nodes() if n['Alive']]) != 2)"
 }
+ray_head() {
+  start ray-head python "$HERE/ray_loopback.py" start --head --port=6379 --include-dashboard=false \
+    --dashboard-host=127.0.0.1 --ray-client-server-port=10001 --temp-dir="$C/ray" "${RAY_ARGS[@]}"
+  wait_for "ray head" 90 ray status --address=127.0.0.1:6379
+}
 if [[ ${1:-} == --ray-worker ]]; then ray_worker; exit 0; fi
+if [[ ${1:-} == --ray ]]; then stop_named ray-worker; ray_head; ray_worker; exit 0; fi
 if [[ ${1:-} == --install ]]; then
   apt-get update -q >/dev/null
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
@@ -62,8 +79,6 @@ start slurmctld /usr/sbin/slurmctld -D -i
 wait_for slurmctld 60 scontrol ping
 start slurmd /usr/sbin/slurmd -D
 wait_for "slurmd (node idle)" 60 bash -c 'sinfo -h -o %t | grep -qx idle'
-start ray-head python "$HERE/ray_loopback.py" start --head --port=6379 --include-dashboard=false \
-  --dashboard-host=127.0.0.1 --ray-client-server-port=10001 --temp-dir="$C/ray" "${RAY_ARGS[@]}"
-wait_for "ray head" 90 ray status --address=127.0.0.1:6379
+ray_head
 ray_worker
 echo "cluster up: slurm ($(sinfo -h -o '%P %D %t %c')) and ray (2 raylets) at 127.0.0.1:6379; state in $C"

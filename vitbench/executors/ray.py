@@ -13,6 +13,13 @@ through Ray and this driver appends it. A task Ray's memory monitor killed becom
 worker an 'error' row; Ctrl-C cancels (force-kills) every task still queued or running and records them as
 interrupted. Tasks are never retried by Ray (max_retries=0): a failure is a row, a re-run is the user's call.
 
+The cluster's head. Every poll that brings no result asks the head (its GCS) one key lookup; a head that answers
+none for `head_lost_s` is lost: each trial still in flight (running, queued in Ray, or drawn after) becomes an
+'interrupted' row saying so (its worker's own row if it wrote one), the sweep ends with its summary, and the same
+command runs those trials again once the cluster is back. (Ray's core would end the driver itself, with one raw
+line and no summary, after its own `gcs_rpc_server_reconnect_timeout_s`: for the session this executor opens
+that is set to HEAD_LOST_MARGIN_S more than `head_lost_s`, so vitbench decides first.)
+
 Resources: `num_gpus` per trial (default: 1 for a cuda trial, else 0), `num_cpus` (default 1: for CPU timing
 trials set it to a whole node's cores, or two trials will share cores and measure each other).
 """
@@ -22,17 +29,23 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import logging
+import math
+import os
 import signal
 import threading
+import time
+import warnings
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt
 
-from vitbench.errors import BackendUnavailable
+from vitbench.errors import BackendUnavailable, VitbenchWarning
 from vitbench.executors import Executor, Job, Outcome, failure, is_timing, register_executor
-from vitbench.executors.remote import run_on_worker, since_now, stored_row
+from vitbench.executors.remote import check_worker_paths, run_on_worker, since_now, stored_row
+from vitbench.paths import check_entry
 from vitbench.record import Status
+from vitbench.store import LOGS_DIR
 
 
 class RayOptions(BaseModel):
@@ -52,6 +65,21 @@ class RayOptions(BaseModel):
     grace_s: PositiveFloat = 5.0  # after a trial's timeout: SIGTERM, then SIGKILL this much later
     poll_s: PositiveFloat = 1.0
     keep_logs: bool = False
+    # how long the cluster's head (GCS) may answer nothing before the trials in flight become rows and the sweep
+    # ends; default: Ray's own gcs_rpc_server_reconnect_timeout_s (60 s, src/ray/common/ray_config_def.h)
+    head_lost_s: PositiveFloat = 60.0
+
+
+# Ray's own give-up time for an unreachable GCS, set for the driver session this executor opens (its core ends the
+# process after it): head_lost_s plus this margin, Ray's default period (60 s) once more, so that vitbench's own
+# check (every poll, HEAD_PROBE_S at most) decides first even on a loaded host.
+RECONNECT_ENV = "RAY_gcs_rpc_server_reconnect_timeout_s"
+HEAD_LOST_MARGIN_S = 60.0
+# How long one question to the head may take: a key lookup in the GCS answers in milliseconds; a miss alone
+# decides nothing (only `head_lost_s` without any answer does).
+HEAD_PROBE_S = 2.0
+# The file in the store's logs directory that holds the cluster's broadcasts (_quiet).
+RAY_LOG = "ray.log"
 
 
 def _gpus(opts_gpus: float | None, job: Job) -> float:
@@ -67,6 +95,10 @@ NODE_RESOURCE = "vitbench_node"
 # 'interrupted', run again next time, as SLURM requeues a NODE_FAIL job.
 _LOST = ("NodeDiedError", "LocalRayletDiedError", "WorkerCrashedError", "RaySystemError", "ObjectLostError",
          "OwnerDiedError", "ActorDiedError")
+
+
+class _Unsent:
+    """The handle of a job drawn after the head was lost: never submitted, its row says so."""
 
 
 def ray_task_id() -> dict:
@@ -91,9 +123,15 @@ class RayExecutor(Executor):
         if importlib.util.find_spec("ray") is None:  # before anything is written
             raise BackendUnavailable("executor 'ray' needs ray: pip install 'vitbench[cluster]'")
         self.results = str(self.results_dir.resolve()) if self.results_dir is not None else None
+        if self.results is not None:  # what its workers and the cluster's broadcasts write, checked before any run
+            check_worker_paths(Path(self.results))
+            check_entry(self._log_path(), "the store's Ray log")
         self._started = False
         self._task = None
         self._printer = None  # Ray's own printer of cluster errors, while _quiet has replaced it
+        self._whole: dict[str, Any] | None = None  # task options for a node to itself (asked of the head once)
+        self._silent_since: float | None = None  # when the head last stopped answering
+        self._lost: str | None = None  # why the head is lost (then nothing more is asked of Ray)
 
     def _ray(self):
         import ray
@@ -105,12 +143,18 @@ class RayExecutor(Executor):
             if o.runtime_env:
                 kw["runtime_env"] = o.runtime_env
             on_term = signal.getsignal(signal.SIGTERM)
+            reconnect = os.environ.get(RECONNECT_ENV)  # read by Ray's core when the session starts
+            os.environ[RECONNECT_ENV] = str(math.ceil(o.head_lost_s + HEAD_LOST_MARGIN_S))
             try:
                 ray.init(address=o.address, **kw)
             except (ConnectionError, RuntimeError, ValueError) as e:
                 raise BackendUnavailable(f"executor 'ray': cannot connect to or start Ray "
                                          f"(address={o.address!r}): {e}") from e
             finally:
+                if reconnect is None:
+                    os.environ.pop(RECONNECT_ENV, None)
+                else:
+                    os.environ[RECONNECT_ENV] = reconnect
                 # Ray's core worker installs its own SIGTERM handler (it logs and exits 1); the sweep's own
                 # (`kill` stops as cleanly as Ctrl-C: jobs cancelled, rows interrupted, exit 130) comes back
                 if on_term is not None and threading.current_thread() is threading.main_thread():
@@ -128,7 +172,7 @@ class RayExecutor(Executor):
             from ray._private import worker as ray_worker
         except ImportError:
             return
-        log = Path(self.results) / "logs" / "ray.log" if self.results else None
+        log = self._log_path() if self.results else None
 
         def to_log(data, *args, **kwargs) -> None:
             if log is None:
@@ -142,11 +186,16 @@ class RayExecutor(Executor):
             self._printer = ray_worker.print_to_stdstream
             ray_worker.print_to_stdstream = to_log
 
+    def _log_path(self) -> Path:
+        """Where the cluster's broadcasts go (_quiet)."""
+        return Path(self.results) / LOGS_DIR / RAY_LOG
+
     def close(self) -> None:
         if self._started:
             import ray
 
-            ray.shutdown()
+            if self._lost is None:  # (without its head, Ray's shutdown would wait for it)
+                ray.shutdown()
             self._started = False
             if self._printer is not None:
                 from ray._private import worker as ray_worker
@@ -155,6 +204,8 @@ class RayExecutor(Executor):
 
     # ---- the queue primitives ----------------------------------------------------------------------------
     def submit_one(self, job: Job) -> Any:
+        if self._lost is not None:
+            return _Unsent()
         ray = self._ray()
         if self._task is None:
             self._task = ray.remote(run_on_worker)
@@ -172,22 +223,81 @@ class RayExecutor(Executor):
                                                  identify=ray_task_id)
 
     def _whole_node(self, ray) -> dict[str, Any]:
-        """Task options that give it a node to itself: all of NODE_RESOURCE, else all CPUs of the smallest node."""
-        total = ray.cluster_resources()
-        if total.get(NODE_RESOURCE):
-            return {"resources": {**dict(self.opts.resources), NODE_RESOURCE: 1}}
-        cpus = [n["Resources"].get("CPU", 0) for n in ray.nodes() if n.get("Alive") and n["Resources"].get("CPU")]
-        return {"num_cpus": max(self.opts.num_cpus, min(cpus))} if cpus else {}
+        """Task options that give it a node to itself: all of NODE_RESOURCE, else all CPUs of the smallest node
+        (asked of the head once, at the first such task: a head that stops answering is not asked again)."""
+        if self._whole is None:
+            if ray.cluster_resources().get(NODE_RESOURCE):
+                self._whole = {"resources": {**dict(self.opts.resources), NODE_RESOURCE: 1}}
+            else:
+                cpus = [n["Resources"].get("CPU", 0) for n in ray.nodes()
+                        if n.get("Alive") and n["Resources"].get("CPU")]
+                self._whole = {"num_cpus": max(self.opts.num_cpus, min(cpus))} if cpus else {}
+        return self._whole
 
     def poll(self, handles: list[Any]) -> list[Any]:
-        ready, _ = self._ray().wait(list(handles), num_returns=1, timeout=self.poll_s)
-        return ready
+        unsent = [h for h in handles if isinstance(h, _Unsent)]
+        refs = [h for h in handles if not isinstance(h, _Unsent)]
+        if self._lost is None and refs:
+            ready, _ = self._ray().wait(refs, num_returns=1, timeout=self.poll_s)
+            if ready:
+                return ready + unsent
+            self._check_head()
+        if self._lost is not None:
+            return handles  # every task in flight is lost with the head
+        return unsent
+
+    def _check_head(self) -> None:
+        """After `head_lost_s` without an answer from the head, it is lost (`_lost` says why)."""
+        silence = self._head_silence()
+        if silence is None:
+            self._silent_since = None
+            return
+        now_s = time.monotonic()
+        self._silent_since = self._silent_since or now_s
+        if now_s - self._silent_since >= self.opts.head_lost_s:
+            self._lost = (f"the Ray cluster's head ({self._head_address()}) has not answered for "
+                          f"{self.opts.head_lost_s:g} s (head_lost_s; {silence})")
+            warnings.warn(f"executor 'ray': {self._lost}: the trials still queued or running are recorded as "
+                          "interrupted; once the cluster is back, the same command runs them", VitbenchWarning,
+                          stacklevel=2)
+
+    @staticmethod
+    def _head_silence() -> str | None:
+        """Ask the head one question (a key lookup in its GCS, HEAD_PROBE_S at most): None if it answered, else
+        why not. (A Ray without this client: None, and Ray's own timeout decides.)"""
+        from ray._private import worker as ray_worker
+
+        gcs = getattr(ray_worker.global_worker, "gcs_client", None)
+        if gcs is None or not hasattr(gcs, "internal_kv_get"):
+            return None
+        try:
+            gcs.internal_kv_get(b"vitbench-probe", b"vitbench", timeout=HEAD_PROBE_S)
+        except Exception as e:  # noqa: BLE001 - any failure to answer is silence
+            return f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:200]}"
+        return None
+
+    def _head_address(self) -> str:
+        from ray._private import worker as ray_worker
+
+        address = getattr(getattr(ray_worker.global_worker, "node", None), "gcs_address", None)
+        return f"GCS at {address}" if address else f"address {self.opts.address!r}"
+
+    def _lost_row(self, job: Job, **info) -> Outcome:
+        return stored_row(self.results, job) or Outcome(failure(
+            job, Status.INTERRUPTED, "RayHeadLost", f"{self._lost}: the trial's task is lost with it; the trial "
+            "runs again next time", **info))
 
     def collect(self, job: Job, ref: Any) -> Outcome:
+        if isinstance(ref, _Unsent):
+            return self._lost_row(job, executor=self.name)
+        info = {"executor": self.name, "task_id": ref.task_id().hex()}
+        if self._lost is not None:
+            with contextlib.suppress(Exception):  # (no head needed: the driver owns the task) stop it if it runs
+                self._ray().cancel(ref, force=True)
+            return self._lost_row(job, **info)
         ray = self._ray()
         from ray import exceptions as rx
 
-        info = {"executor": self.name, "task_id": ref.task_id().hex()}
         try:
             outcome = ray.get(ref)
         except Exception as e:  # noqa: BLE001 - every way a task can die becomes a row
@@ -213,13 +323,15 @@ class RayExecutor(Executor):
         return outcome
 
     def cancel(self, running: list[tuple[Job, Any]]) -> list[Outcome]:
-        ray = self._ray()
-        refs = [ref for _, ref in running]
-        for ref in refs:
-            with contextlib.suppress(Exception):
-                ray.cancel(ref, force=True)
-        with contextlib.suppress(Exception):  # let the killed workers go (and release their trial locks)
-            ray.wait(refs, num_returns=len(refs), timeout=self.opts.grace_s + 10)
+        refs = [ref for _, ref in running if not isinstance(ref, _Unsent)]
+        if refs:
+            ray = self._ray()
+            for ref in refs:
+                with contextlib.suppress(Exception):
+                    ray.cancel(ref, force=True)
+            with contextlib.suppress(Exception):  # let the killed workers go (and release their trial locks)
+                ray.wait(refs, num_returns=len(refs), timeout=self.opts.grace_s + 10)
         return [stored_row(self.results, job) or Outcome(failure(
             job, Status.INTERRUPTED, "KeyboardInterrupt", "the sweep was interrupted; its Ray task was cancelled",
-            executor=self.name, task_id=ref.task_id().hex())) for job, ref in running]
+            executor=self.name, **({} if isinstance(ref, _Unsent) else {"task_id": ref.task_id().hex()})))
+            for job, ref in running]

@@ -21,12 +21,14 @@ Worker side (`run_on_worker`, executed inside a SLURM job or a Ray task):
   Without a visible store, the worker just returns the record and the driver appends it (e.g. a Ray cluster
   without a shared file system); then a killed driver loses the results of trials still running.
 
-  4. Preemption. SLURM's warning before it preempts or ends a job (PREEMPT_SIGNAL, SIGUSR2: `--signal=USR2@N`,
-     which submitit asks for on every job) stops the running trial; its row, 'interrupted', goes into the store
-     and the worker exits without a result, so the driver follows the job: requeued (by the scheduler's
-     preemption or `scontrol requeue`), it runs the trial again and the driver gets that row; ended, the driver
-     finds the interrupted row and the trial runs again next time. A job requeued after it measured returns the
-     row it stored instead of measuring again: one final row per trial.
+  4. Preemption and requeue. SLURM's warning before it preempts or ends a job (PREEMPT_SIGNAL, SIGUSR2:
+     `--signal=USR2@N`, which submitit asks for on every job) stops the running trial; so does SLURM's SIGTERM to
+     every process of a job it cancels, preempts or requeues (`scontrol requeue`, `PreemptMode=REQUEUE` without
+     a user signal: no warning first). Either way the trial's row, 'interrupted', goes into the store and the
+     worker exits without a result (SIGUSR2 always; SIGTERM where the driver follows its jobs, `follow`: SLURM),
+     so the driver follows the job: requeued, whatever requeued it, it runs the trial again and the driver gets
+     that row; ended (cancelled), the driver finds the interrupted row and the trial runs again next time. A job
+     requeued after it measured returns the row it stored instead of measuring again: one final row per trial.
 
 Driver side: `vitbench.executors.failure` builds the row for a job that died without returning one (node failure,
 SLURM time limit or memory limit, cancelled), after `stored_row` checked that its worker has not already written
@@ -40,14 +42,16 @@ import fcntl
 import hashlib
 import os
 import re
+import signal
 import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from vitbench.executors import PREEMPT_SIGNAL, Job, Outcome, Stopped, Stored, failure, stopped_by
+from vitbench.paths import check_entry
 from vitbench.record import ErrorInfo, Record, Status, now
-from vitbench.store import STUDY_FILE, Store, rows_for_key
+from vitbench.store import CLAIMS_DIR, STUDY_FILE, Store, rows_for_key
 
 # A row another sweep stored less than this before the driver drew a job may have been missed by the driver's
 # own re-check (it was being written); the worker treats it as a duplicate. Also absorbs small clock skew.
@@ -55,6 +59,8 @@ DUPLICATE_WINDOW_S = 5.0
 # How long a worker waits for another holder of its trial's lock before leaving the trial to it: long enough for
 # a cancelled job of an interrupted sweep to die, short against a trial's run time.
 LOCK_WAIT_S = 30.0
+# Suffix of a worker's trial lock in the store's claims directory (beside the sweep's own claim, `<key>.lock`).
+WORKER_LOCK = ".worker.lock"
 
 
 def since_now(window_s: float = DUPLICATE_WINDOW_S) -> str:
@@ -107,11 +113,26 @@ def _done_before(root: Path, job: Job) -> Record | None:
     return rows[-1] if rows else None
 
 
+def worker_lock_path(root: Path, key: str) -> Path:
+    """The lock a worker holds while it measures trial `key` of store `root` (point 3)."""
+    return root / CLAIMS_DIR / f"{key}{WORKER_LOCK}"
+
+
+def check_worker_paths(root: Path | None) -> None:
+    """Before anything runs (the executor's start): every worker lock already in store `root` is a file a worker
+    can lock (paths.check_entry; absent ones can be created: the runner checked the claims directory), so that no
+    job dies on one later (a directory or a pipe there: a PathError naming it, exit 2)."""
+    if root is None or not (root / CLAIMS_DIR).is_dir():
+        return
+    for p in sorted((root / CLAIMS_DIR).glob(f"*{WORKER_LOCK}")):
+        check_entry(p, "the store's worker lock")
+
+
 def _lock(root: Path, key: str, wait_s: float) -> int | None:
     """Take the trial's worker lock, waiting up to `wait_s` for a holder that is only dying (a cancelled job)."""
-    d = root / "claims"
-    d.mkdir(parents=True, exist_ok=True)
-    fd = os.open(d / f"{key}.worker.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    path = worker_lock_path(root, key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     deadline = time.monotonic() + wait_s
     while True:
         try:
@@ -136,14 +157,15 @@ def _unlock(fd: int | None) -> None:
 def run_on_worker(job: Job, results_dir: str | None = None, start_method: str = "spawn",
                   since: str | None = None, runner_info: dict | None = None, keep_logs: bool = False,
                   grace_s: float = 5.0, lock_wait_s: float = LOCK_WAIT_S,
-                  identify: Callable[[], dict] | None = None) -> Outcome:
+                  identify: Callable[[], dict] | None = None, follow: bool = False) -> Outcome:
     """Run one trial job on this machine (see the module docstring); never raises for a failing trial.
 
     `since` (ISO time, from `since_now()` when the driver drew the job): a row another sweep stored after it
     makes this job a duplicate. `runner_info`: extra fields for the record's `runner` block (executor name; the
     job's cluster id comes from `identify`, a function of the executor's module run here). `grace_s`: after the
     trial's timeout, SIGTERM, then SIGKILL this much later. `lock_wait_s`: how long to wait for another job
-    holding this trial before leaving it to that job."""
+    holding this trial before leaving it to that job. `follow`: the driver follows this job to its end, through
+    any requeue (SLURM), so a trial stopped from outside ends the worker without a result (point 4)."""
     from vitbench.executors.local import LocalExecutor
 
     info = {"host": socket.gethostname(), "worker_pid": os.getpid(), **(runner_info or {})}
@@ -185,15 +207,16 @@ def run_on_worker(job: Job, results_dir: str | None = None, start_method: str = 
                                   "runs again (when the job is requeued, else next time)",
                                   rec.error.tail if rec.error else None)
         # (a calibration is a per-run row: the driver writes it)
-        if store is not None and (rec.status.done or rec.status is Status.INTERRUPTED) and job.row_key is not None:
+        stored = store is not None and (rec.status.done or rec.status is Status.INTERRUPTED) \
+            and job.row_key is not None
+        if stored:
             rec.runner["stored_at"] = now()
             store.append(rec)  # durable on the shared file system before the driver even hears of it
-            if stop is not None and rec.status is Status.INTERRUPTED:
-                # no result for the driver: it follows the job, which either ends (the driver then finds this
-                # row) or is requeued by the scheduler and runs the trial again
-                raise _Preempted(128 + stop.signal)
-            return Outcome(rec, Stored.WORKER)
-        return Outcome(rec)
+        if rec.status is Status.INTERRUPTED and (follow or (stop is not None and stored)):
+            # no result for the driver: it follows the job, which either ends (the driver then finds this row, or
+            # makes one from the job's state) or is requeued by the scheduler and runs the trial again
+            raise _Preempted(128 + (stop.signal if stop is not None else signal.SIGTERM))
+        return Outcome(rec, Stored.WORKER) if stored else Outcome(rec)
     finally:
         _unlock(fd)
         if store is not None:
@@ -201,9 +224,8 @@ def run_on_worker(job: Job, results_dir: str | None = None, start_method: str = 
 
 
 class _Preempted(SystemExit):
-    """Ends a worker whose trial a preemption warning stopped, without a result (its row is in the store):
-    exit status 128 + the signal, as a shell reports a process ended by it."""
-
+    """Ends a worker whose trial a preemption warning, or a stop from outside in a followed job, stopped, without a
+    result (its row is in the store): exit status 128 + the signal, as a shell reports a process ended by it."""
 
 
 

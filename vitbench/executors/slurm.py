@@ -11,7 +11,10 @@ submits them as job arrays, polls them, and turns a job that died without a reco
 limit -> 'timeout', its memory limit (OUT_OF_MEMORY) -> 'oom', a node failure or a crash -> 'error',
 cancellation -> 'interrupted' (runs again next time). A job warned of its preemption (SIGUSR2, submitit's
 `--signal=USR2@90`) stores its trial as interrupted and ends without a result: the driver keeps following it
-through a requeue (remote.py, point 4). Ctrl-C (or another stop signal) cancels every job still queued or running
+through a requeue (remote.py, point 4); so does a job whose trial SLURM stopped with SIGTERM (a cancel, a
+preemption, `scontrol requeue` without the warning first): a job squeue shows queued or running again is
+followed whatever requeued it, and its end is the end squeue shows, not accounting's (which calls a job CANCELLED
+while its worker still writes the row). Ctrl-C (or another stop signal) cancels every job still queued or running
 and records them as interrupted.
 
 `cluster: local` runs the same jobs as local processes through submitit's LocalExecutor (what the tests use;
@@ -35,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat
 
 from vitbench.errors import BackendUnavailable, ConfigError
 from vitbench.executors import Executor, Job, Outcome, failure, is_timing, register_executor, wait_until
-from vitbench.executors.remote import run_on_worker, since_now, stored_row
+from vitbench.executors.remote import check_worker_paths, run_on_worker, since_now, stored_row
 from vitbench.record import Status
 
 # SLURM job states (sacct, squeue) -> record status for a job that returned no record. One meaning per fault on
@@ -144,6 +147,7 @@ class SlurmExecutor(Executor):
             raise ConfigError("executor 'slurm' needs a results directory (or option folder=...) on a file system "
                               "the nodes share")
         self.folder = folder
+        check_worker_paths(self.results)
         self._ex: dict[bool, Any] = {}  # a submitit executor for whole-node jobs, one for the others
 
     # ---------------------------------------------------------------------------------------------------
@@ -207,28 +211,35 @@ class SlurmExecutor(Executor):
             with ex.batch():
                 handles = [ex.submit(run_on_worker, jobs[i], results, self.opts.start_method, since,
                                            {"executor": self.name}, self.opts.keep_logs, self.opts.grace_s,
-                                           identify=slurm_job_id) for i in idx]
+                                           identify=slurm_job_id, follow=True) for i in idx]
             t = time.time()
             for i, h in zip(idx, handles):
                 out[i] = _Submitted(h, t)
         return out  # type: ignore[return-value]
 
     def poll(self, handles: list[_Submitted]) -> list[_Submitted]:
-        """Finished jobs: those submitit sees done (a result file, or sacct), and those the queue lost: ended in
-        squeue, or gone from it, for vanish_s without a result (accounting off or not answering, an array task
-        cancelled before it started)."""
+        """Finished jobs: those submitit sees done (a result file, or sacct) and squeue no longer shows active,
+        and those the queue lost: ended in squeue, or gone from it, for vanish_s without a result (accounting off
+        or not answering, an array task cancelled before it started). A job squeue shows active is followed,
+        whatever sacct says: sacct calls a job CANCELLED while its worker still writes the trial's row
+        (COMPLETING), and a requeued job (REQUEUED, PENDING) runs the trial again."""
         done = [h for h in handles if h.sjob.done()]
         if self.opts.cluster == "slurm":
-            done += self._lost([h for h in handles if not any(h is d for d in done)])
+            queue = squeue_states()
+            done = [h for h in done if not self._active(h, queue)]
+            done += self._lost([h for h in handles if not any(h is d for d in done)], queue)
         if not done:
             time.sleep(self.poll_s)
         return done
 
-    def _lost(self, handles: list[_Submitted]) -> list[_Submitted]:
-        if not handles:
-            return []
-        queue = squeue_states()
-        if queue is None:  # squeue not answering: nothing can be said
+    @staticmethod
+    def _active(h: _Submitted, queue: dict[str, str] | None) -> bool:
+        """Still queued or running, by squeue (its result file says it has ended; squeue not answering: not)."""
+        return queue is not None and queue.get(str(h.sjob.job_id)) in _ACTIVE \
+            and not h.sjob.paths.result_pickle.exists()
+
+    def _lost(self, handles: list[_Submitted], queue: dict[str, str] | None) -> list[_Submitted]:
+        if not handles or queue is None:  # squeue not answering: nothing can be said
             return []
         t, lost = time.time(), []
         for h in handles:
@@ -285,8 +296,13 @@ class SlurmExecutor(Executor):
         for _, h in running:
             with contextlib.suppress(Exception):
                 h.sjob.cancel(check=False)
-        # let the jobs end (and release their trial locks)
-        wait_until(lambda: all(self._safe(h.sjob.done) for _, h in running), self.opts.grace_s + 10)
+        # let the jobs end (and their workers write the rows and release their trial locks): accounting calls a
+        # job CANCELLED at once, squeue shows it COMPLETING until its processes have ended
+        def ended() -> bool:
+            queue = squeue_states() if self.opts.cluster == "slurm" else None
+            return all(self._safe(h.sjob.done) and not self._active(h, queue) for _, h in running)
+
+        wait_until(ended, self.opts.grace_s + 10, step=0.5)
         return [stored_row(self.results, job)  # finished just before the cancel: keep its real row
                 or Outcome(failure(job, Status.INTERRUPTED, "KeyboardInterrupt",
                                    "the sweep was interrupted; its SLURM job was cancelled",
