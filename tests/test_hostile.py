@@ -400,8 +400,12 @@ CASES = {
        for what, where, says in (("a file", "{garbage}", "garbage.yaml' is a file"),
                                  ("inside a file", "{garbage}/cache", "garbage.yaml', which is a file"),
                                  ("in /proc", "/proc/vitbench-cache", "'/proc/vitbench-cache' is not writable"))},
-    "fewshot checkpoint dir a file": case("fewshot", "-m", NANO, says="garbage.yaml' is a file",
-                                          env={"VITBENCH_CHECKPOINT_DIR": "{garbage}"}),
+    # the checkpoint cache named with the variable that sets it
+    **{f"fewshot checkpoint dir {what}": case("fewshot", "-m", NANO, says=says,
+                                              env={"VITBENCH_CHECKPOINT_DIR": where})
+       for what, where, says in (("a file", "{garbage}", "the checkpoint cache ($VITBENCH_CHECKPOINT_DIR) '"),
+                                 ("inside a file", "{garbage}/ckpt", "garbage.yaml', which is a file"),
+                                 ("in /proc", "/proc/vitbench-ckpt", "'/proc/vitbench-ckpt' is not writable"))},
     # issue 50, item 7: a rank that dies is a failed run (exit 1), not bad input; named, without a traceback
     **{f"{cmd} a rank dies": case(cmd, NANO, "--devices", "2", "--threads", "1", *more,
                                   says="rank 1 of 2 failed (exit status 3)", exit=1,

@@ -252,19 +252,21 @@ def write_atomic(path: str | os.PathLike, data: bytes | str) -> Path:
 
 
 @contextlib.contextmanager
-def locked(path: Path) -> Iterator[None]:
+def locked(path: Path, what: str | None = None) -> Iterator[None]:
     """An exclusive lock on `<path>.lock` (beside `path`, created with its directory) while the block runs:
     concurrent processes that read-modify-write `path` (the peak cache) or create it once (a checkpoint that
     several trials need) take turns. Released when the block ends or the process dies. A directory that cannot
-    hold the lock, or a lock that is not a file, is refused naming it (PathError)."""
+    hold the lock, or a lock that is not a file, is refused naming it (PathError) and `what` it is (say where
+    the user sets it: an option, an environment variable; default: `path`'s directory)."""
     lock_path = path.with_suffix(".lock")
+    within = f" in {what}" if what else ""
     if not path.parent.is_dir():
-        make_dir(path.parent, f"{clip(path.name, 80)}'s directory")
+        make_dir(path.parent, what or f"{clip(path.name, 80)}'s directory")
     try:
         lock = open(lock_path, "a")  # noqa: SIM115 - closed below, after the lock is released
     except OSError as e:
-        check_entry(lock_path, f"lock of {_quote(path)}")  # names what lies there
-        raise PathError(f"lock {_quote(lock_path)} cannot be written: {_reason(e)}") from None
+        check_entry(lock_path, f"lock of {_quote(path)}{within}")  # names what lies there
+        raise PathError(f"lock {_quote(lock_path)}{within} cannot be written: {_reason(e)}") from None
     with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:

@@ -322,7 +322,7 @@ def ensure_upstream(cfg: PretrainConfig, *, directory: str | Path | None = None,
     Returns (checkpoint, the pretrain record if it was trained now else None).
     """
     path = cache_path(cfg, directory)
-    with locked(path):
+    with locked(path, what="the checkpoint cache" + ("" if directory else f" (${CACHE_ENV})")):
         if path.is_file():
             return load_checkpoint(path), None
         record, ckpt = pretrain(cfg, device=device, threads=threads, out=path, directory=directory,
