@@ -84,7 +84,8 @@ def test_key_is_stable_and_spelling_insensitive(monkeypatch):
 # A value for every key-neutral field (vitbench.transfer.config.key_neutral) of a downstream trial, not its default.
 KEY_NEUTRAL_SET = {"upstream_tfds_name": "mnist", "checkpoint": ".", "checkpoint_images": 1000,
                    "checkpoint_epochs": 2.5, "data_test_path": ".", "image_column": "img", "label_column": "lab",
-                   "tfds_name": "mnist", "skip_corrupt": True, "check_data": True, "data_workers": 2}
+                   "tfds_name": "mnist", "skip_corrupt": True, "check_data": True, "data_workers": 2,
+                   "synthetic_images": 20, "synthetic_classes": 3, "synthetic_size": 8}
 
 
 def test_key_neutral_fields_enter_the_key_only_when_set():

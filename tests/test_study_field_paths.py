@@ -63,3 +63,17 @@ def test_a_bad_value_is_named_by_the_study_field(task, fields, says):
     p = task.Params.model_validate({**BASE, **fields})
     with pytest.raises(ConfigError, match=f"task '{task.name}': invalid settings: {says}"):
         task().run(p)
+
+
+def test_every_format_option_is_a_downstream_study_field_of_its_own_name():
+    """A format's own option (vitbench.transfer.formats) is a study field with no line written for it, bounded as
+    DataConfig bounds it and out of the key at its default."""
+    from vitbench.transfer.formats import format_options
+
+    for f in format_options():
+        assert f in Downstream.model_fields and DOWNSTREAM_PATHS[f] == f, f
+    p = Fewshot.Params.model_validate({**BASE, "dataset": "synthetic", "classes": None, "synthetic_images": 40})
+    assert p.downstream_data()["synthetic_images"] == 40 and p.model_dump()["synthetic_images"] == 40
+    assert "synthetic_images" not in Fewshot.Params.model_validate(BASE).model_dump()
+    with pytest.raises(ValueError, match="synthetic_images"):
+        Fewshot.Params.model_validate({**BASE, "synthetic_images": 3})  # DataConfig's bound: >= 10

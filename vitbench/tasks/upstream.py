@@ -18,9 +18,9 @@ keep their keys.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, model_serializer, model_validator
+from pydantic import BaseModel, Field, create_model, model_serializer, model_validator
 
 from vitbench.backends.base import BackendName
 from vitbench.record import Record
@@ -29,6 +29,7 @@ from vitbench.tasks.fields import MAX_COUNT, PathField
 from vitbench.transfer.config import (DataConfig, DatasetName, Seed, default_of, ints_text, key_neutral,
                                       validated)
 from vitbench.protocols.downstream import DOWNSTREAM_DATA
+from vitbench.transfer.formats import format_options
 from vitbench.transfer.distill import DEFAULT_LAMBDA, DEFAULT_TAU, Distillation, Lambda, Tau
 from vitbench.transfer.masked_patch import MaskedPatch, Objective, Scratch, Target
 from vitbench.protocols.pretrain import SPEC_CONTEXT, UPSTREAM_DATA, PretrainConfig
@@ -58,8 +59,8 @@ _UPSTREAM_NAMED = {
 DOWNSTREAM_PATHS = {
     "dataset": "name", "data_path": "path", "classes": "classes", "data_seed": "seed",
     "train_per_class": "train_per_class", "val_fraction": "val_fraction", "data_test_path": "test_path",
-    "image_column": "image_column", "label_column": "label_column", "tfds_name": "tfds_name",
     "skip_corrupt": "skip_corrupt", "check_data": "check_data", "data_workers": "workers",
+    **{f: f for f in format_options()},  # each format's own options, under their own names (Downstream)
 }
 
 
@@ -251,7 +252,7 @@ class FromCheckpoint(BaseModel):
                 "checkpoint_epochs": self.checkpoint_epochs, "objective": self.objective}
 
 
-class Downstream(BaseModel):
+class _DownstreamData(BaseModel):
     """The downstream data: DOWNSTREAM_DATA's defaults (vitbench.protocols.downstream), read from there."""
 
     dataset: DatasetName = DOWNSTREAM_DATA.name
@@ -261,9 +262,6 @@ class Downstream(BaseModel):
     val_fraction: float = DOWNSTREAM_DATA.val_fraction  # held out of train: the fine-tuning LR / few-shot L2 choice
     # the data source's other settings (vitbench.transfer.config.DataConfig), left out of the key when unset
     data_test_path: PathField | None = key_neutral()  # webdataset / hf: the test split's path
-    image_column: str | None = key_neutral()  # hf
-    label_column: str | None = key_neutral()  # hf
-    tfds_name: str | None = key_neutral()  # tfds: the dataset in the data_dir data_path
     skip_corrupt: bool = key_neutral(False)  # skip (and count) files that do not decode
     check_data: bool = key_neutral(False)  # verify every image before any work
     data_workers: int = key_neutral(0, ge=0, le=256)  # decoding processes; same results
@@ -271,6 +269,21 @@ class Downstream(BaseModel):
     def downstream_data(self) -> dict:
         """The downstream DataConfig's fields (DOWNSTREAM_PATHS)."""
         return nest(self, DOWNSTREAM_PATHS)
+
+
+def _format_option_fields() -> dict:
+    """Each dataset format's own options (vitbench.transfer.formats: image_column, tfds_name, ...) as study fields
+    of the same name, typed and bounded as DataConfig declares them and left out of the key at their default:
+    a format added to the table needs no study field written here."""
+    fields = {}
+    for name in format_options():
+        info = DataConfig.model_fields[name]
+        typ = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+        fields[name] = (typ, key_neutral(info.get_default(call_default_factory=False)))
+    return fields
+
+
+Downstream = create_model("Downstream", __base__=_DownstreamData, __module__=__name__, **_format_option_fields())
 
 
 def downstream_names() -> dict[str, str]:
