@@ -23,9 +23,9 @@ def data_option(more: str = ""):
 # the transfer commands' --data: DataConfig's default dataset
 DATA = from_field(DataConfig, "name", "--data", help=f"{_dataset_names()} (docs/datasets.md).")
 DATA_PATH = from_field(DataConfig, "path", "--data-path", help="Local path: a class folder, a shard pattern "
-                         "(train-{000..099}.tar) or directory, an hf dataset directory, a cifar directory, an .npz.")
-DATA_TEST_PATH = from_field(DataConfig, "test_path", "--data-test-path", help="webdataset / hf: the test split's own path or "
-                              "pattern (default: test-*.tar or the test split beside --data-path).")
+                       "(train-{000..099}.tar) or directory, an hf dataset directory, a cifar directory, an .npz.")
+DATA_TEST_PATH = from_field(DataConfig, "test_path", "--data-test-path", help="webdataset / hf: the test split's "
+                            "own path or pattern (default: test-*.tar or the test split beside --data-path).")
 SKIP_CORRUPT = from_field(DataConfig, "skip_corrupt", "--skip-corrupt", help="Skip files that do not decode, counted "
                           "in the row (skipped_files) and on the terminal; default: stop (exit 2) naming the file.")
 DATA_WORKERS = from_field(DataConfig, "workers", "--data-workers", min=0, help="Processes decoding and "
@@ -33,10 +33,12 @@ DATA_WORKERS = from_field(DataConfig, "workers", "--data-workers", min=0, help="
 CHECK_DATA = from_field(DataConfig, "check_data", "--check-data", help="Verify every image of the dataset before "
                         "any work (a PNG's CRCs, a JPEG at 1/8 scale): a corrupt file exits 2 at once, not partway "
                         "(or, with --skip-corrupt, is counted from the start). Reads the whole dataset.")
-IMAGE_COLUMN = from_field(DataConfig, "image_column", "--image-column", help="hf: the image column (default: inferred).")
-LABEL_COLUMN = from_field(DataConfig, "label_column", "--label-column", help="hf: the label column (default: inferred).")
-TFDS_NAME = from_field(DataConfig, "tfds_name", "--tfds-name", help="tfds: the dataset in the --data-path data_dir, NAME[/CONFIG]"
-                         "[:VERSION], e.g. cifar10 (default: the only one there).")
+IMAGE_COLUMN = from_field(DataConfig, "image_column", "--image-column",
+                          help="hf: the image column (default: inferred).")
+LABEL_COLUMN = from_field(DataConfig, "label_column", "--label-column",
+                          help="hf: the label column (default: inferred).")
+TFDS_NAME = from_field(DataConfig, "tfds_name", "--tfds-name", help="tfds: the dataset in the --data-path "
+                       "data_dir, NAME[/CONFIG][:VERSION], e.g. cifar10 (default: the only one there).")
 
 
 # DataConfig source field -> the option that sets it (a bad value is reported under the name the user typed),

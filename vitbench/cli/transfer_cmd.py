@@ -74,7 +74,8 @@ _PRETRAIN_NAMED = {**_RUN_NAMED, "model": "MODEL", "warmup_steps": "--warmup-ste
                    "teacher.upstream.model": "--teacher", "teacher.upstream.resolution": "--teacher-resolution",
                    "teacher.upstream.steps": "--teacher-steps", "teacher": "--teacher",
                    "teacher.upstream.": ""}  # the teacher's recipe: the student's
-_DOWNSTREAM_NAMED = {**_RUN_NAMED, "checkpoint": "--checkpoint", "upstream.model": "--model", "upstream.steps": "--pretrain-steps",
+_DOWNSTREAM_NAMED = {**_RUN_NAMED, "checkpoint": "--checkpoint", "upstream.model": "--model",
+                     "upstream.steps": "--pretrain-steps",
                      "upstream.warmup_steps": "--pretrain-warmup-steps", "upstream.seed": "--seed",
                      "upstream.backend": "--backend", "upstream": "--model"}
 

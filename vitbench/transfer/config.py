@@ -23,7 +23,8 @@ Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
 MAX_CLASSES = 2**16
 # A duration in seconds: a week is beyond any measurement here; inf or 1e300 would time for ever.
 MAX_SECONDS = 7 * 86400
-# The image sources vitbench reads: vitbench.transfer.formats, one row per format (its reader, which fields it reads)
+# The image sources vitbench reads: vitbench.transfer.formats, one row per format (its reader, the fields it
+# reads)
 DatasetName = Literal[format_names()]
 PATH_DATASETS = with_path()  # read from a local path
 TEST_PATH_DATASETS = with_test_path()  # may take a separate test path (test_path)

@@ -1,10 +1,11 @@
 """The dataset formats vitbench reads: one declaration each, the only list of them.
 
 A format is a reader, `read(cfg: DataConfig) -> Raw` (vitbench.transfer.raw.Raw: its pool, labels, class names
-and its own test split, if any) in its own module, and one `Format` row here saying which of DataConfig's fields it reads.
-Everything else is derived from this table: `config.DatasetName` (the names a config, a study field and `--data`
-accept), which formats take `path` / `test_path`, the error for an option given to a format that does not read
-it, and `sources.read_source` (a lookup, not a branch per format). The reader is named by a string and imported
+and its own test split, if any) in its own module, and one `Format` row here saying which of DataConfig's fields
+it reads. Everything else is derived from this table: `config.DatasetName` (the names a config, a study field and
+`--data` accept), which formats take `path` / `test_path`, the error for an option given to a format that does
+not read it, the downstream study fields of its options (vitbench.tasks.upstream.Downstream), and
+`sources.read_source` (a lookup, not a branch per format). The reader is named by a string and imported
 only when the format is read, so listing the formats never imports pyarrow or tensorflow-datasets.
 
 Adding a format with its own option touches three files: its module (`read`), its row here, and its option's
