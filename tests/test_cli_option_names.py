@@ -37,3 +37,11 @@ def test_source_options_come_from_the_option_declarations():
 def test_a_bad_value_is_named_by_its_option(cli):
     r = cli("finetune", "--model", "ViT-Nano/4", "--lr-grid", "0.01,-1", "--steps", "1")
     assert r.exit_code == 2 and "--lr-grid value 2" in r.output, r.output
+
+
+@pytest.mark.parametrize("cmd", [["pretrain", "ViT-Nano/4"], ["fewshot", "--model", "ViT-Nano/4"]])
+def test_a_formats_own_option_is_a_flag_of_every_transfer_command(cli, cmd):
+    """Made from vitbench.transfer.formats (cli/data_options.FORMAT_OPTIONS): named in errors by its flag."""
+    r = cli(*cmd, "--synthetic-images", "40")  # the default dataset is digits
+    says = "--synthetic-images: dataset 'digits' takes no synthetic_images"
+    assert r.exit_code == 2 and says in r.output, r.output

@@ -9,6 +9,7 @@ import typer
 
 from vitbench.cli.options import from_field, source_of
 from vitbench.transfer.config import DataConfig, DatasetName
+from vitbench.transfer.formats import format_options
 
 
 def _dataset_names() -> str:
@@ -33,25 +34,28 @@ DATA_WORKERS = from_field(DataConfig, "workers", "--data-workers", min=0, help="
 CHECK_DATA = from_field(DataConfig, "check_data", "--check-data", help="Verify every image of the dataset before "
                         "any work (a PNG's CRCs, a JPEG at 1/8 scale): a corrupt file exits 2 at once, not partway "
                         "(or, with --skip-corrupt, is counted from the start). Reads the whole dataset.")
-IMAGE_COLUMN = from_field(DataConfig, "image_column", "--image-column",
-                          help="hf: the image column (default: inferred).")
-LABEL_COLUMN = from_field(DataConfig, "label_column", "--label-column",
-                          help="hf: the label column (default: inferred).")
-TFDS_NAME = from_field(DataConfig, "tfds_name", "--tfds-name", help="tfds: the dataset in the --data-path "
-                       "data_dir, NAME[/CONFIG][:VERSION], e.g. cifar10 (default: the only one there).")
+# each dataset format's own options (vitbench.transfer.formats), a flag each, named after its DataConfig field,
+# its help the field's description: a format added there needs no line here. Parameter -> (type, option)
+FORMAT_OPTIONS = {f: (DataConfig.model_fields[f].annotation,
+                      from_field(DataConfig, f, f"--{f.replace('_', '-')}",
+                                 help=DataConfig.model_fields[f].description))
+                  for f in format_options()}
+IMAGE_COLUMN, LABEL_COLUMN, TFDS_NAME = (FORMAT_OPTIONS[f][1]
+                                         for f in ("image_column", "label_column", "tfds_name"))
 
 
 # DataConfig source field -> the option that sets it (a bad value is reported under the name the user typed),
 # read from the options' own declarations (`from_field`)
-SOURCE_OPTIONS = {source_of(o).path: o.param_decls[0] for o in (DATA, DATA_PATH, DATA_TEST_PATH, SKIP_CORRUPT,
-                                                                 DATA_WORKERS, IMAGE_COLUMN, LABEL_COLUMN,
-                                                                 TFDS_NAME, CHECK_DATA)}
+SOURCE_OPTIONS = {source_of(o).path: o.param_decls[0] for o in (
+    DATA, DATA_PATH, DATA_TEST_PATH, SKIP_CORRUPT, DATA_WORKERS, *(o for _, o in FORMAT_OPTIONS.values()),
+    CHECK_DATA)}
 
 
-def source(data, data_path, data_test_path, skip_corrupt, data_workers, image_column, label_column,
-           tfds_name=None, check_data=False) -> dict:
-    """DataConfig's source fields from the shared data options (unset ones left to the config's defaults)."""
+def source(data, data_path, data_test_path, skip_corrupt, data_workers, image_column=None, label_column=None,
+           tfds_name=None, check_data=False, **own) -> dict:
+    """DataConfig's source fields from the shared data options (unset ones left to the config's defaults); `own`:
+    the formats' other options (FORMAT_OPTIONS)."""
     out = {"name": data, "path": data_path, "test_path": data_test_path, "skip_corrupt": skip_corrupt,
            "workers": data_workers, "image_column": image_column, "label_column": label_column,
-           "tfds_name": tfds_name, "check_data": check_data or None}
+           "tfds_name": tfds_name, "check_data": check_data or None, **own}
     return {k: v for k, v in out.items() if v is not None}

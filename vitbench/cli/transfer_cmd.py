@@ -14,10 +14,8 @@ from vitbench.cli.data_options import (
     DATA_PATH,
     DATA_TEST_PATH,
     DATA_WORKERS,
-    IMAGE_COLUMN,
-    LABEL_COLUMN,
+    FORMAT_OPTIONS,
     SKIP_CORRUPT,
-    TFDS_NAME,
     CHECK_DATA,
 )
 from vitbench.cli.data_options import source as _source
@@ -115,16 +113,20 @@ RUN = OptionGroup("run", {
 })
 
 
+# each dataset format's own options (cli/data_options.py: FORMAT_OPTIONS, from vitbench.transfer.formats)
+FORMATS = OptionGroup("formats", FORMAT_OPTIONS)
+
+
 @app.command("pretrain")
 @RUN
+@FORMATS
 def pretrain_cmd(
     model: str = typer.Argument(..., help="Variant name, e.g. ViT-Nano/4, R-Nano, R-Nano+ViT-Micro/8."),
     sets: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
     backend: str = typer.Option(None, help="A registered backend "
                                            "(`vitbench plugins` lists them; default: the first registered)."),
     data: str = DATA, data_path: str = DATA_PATH, data_test_path: str = DATA_TEST_PATH,
-    skip_corrupt: bool = SKIP_CORRUPT, data_workers: int = DATA_WORKERS, image_column: str = IMAGE_COLUMN,
-    label_column: str = LABEL_COLUMN, tfds_name: str = TFDS_NAME,
+    skip_corrupt: bool = SKIP_CORRUPT, data_workers: int = DATA_WORKERS, formats=None,
     check_data: bool = CHECK_DATA,
     classes: str = from_field(PretrainConfig, "data.classes", shown=ints_text,
                               help="Upstream classes: 'a-b' or 'a,b,c'; '' for all."),
@@ -180,8 +182,8 @@ def pretrain_cmd(
             get_spec(teacher)
         except VitbenchError as e:
             raise ConfigError(f"--teacher: {e}") from None
-    source = _source(data, data_path, data_test_path, skip_corrupt, data_workers, image_column, label_column,
-                     tfds_name, check_data)
+    source = _source(data, data_path, data_test_path, skip_corrupt, data_workers, check_data=check_data,
+                     **vars(formats))
     opts = {"model": with_sets(model, sets), **({"backend": backend} if backend else {}),
             "data": _data(source, classes, data_seed), "resolution": resolution, "steps": steps,
             "batch_size": batch_size, "lr": lr, "weight_decay": weight_decay, "warmup_steps": warmup_steps,
@@ -280,8 +282,7 @@ DOWNSTREAM = OptionGroup("downstream", {
                                              "(`vitbench plugins` lists them; default: the upstream's).")),
     "data": (str, DATA), "data_path": (str, DATA_PATH), "data_test_path": (str, DATA_TEST_PATH),
     "skip_corrupt": (bool, SKIP_CORRUPT), "data_workers": (int, DATA_WORKERS),
-    "image_column": (str, IMAGE_COLUMN), "label_column": (str, LABEL_COLUMN),
-    "tfds_name": (str, TFDS_NAME), "check_data": (bool, CHECK_DATA),
+    **FORMAT_OPTIONS, "check_data": (bool, CHECK_DATA),
     "classes": (str, from_field(DownstreamConfig, "data.classes", shown=ints_text,
                                 help="Downstream classes ('' for all).")),
     "data_seed": (int, from_field(DownstreamConfig, "data.seed")),
@@ -296,8 +297,8 @@ def _downstream(o, seed: int, val_fraction: float | None = None) -> dict:
                                     o.pretrain_warmup_steps, seed, o.objective),
             "backend": o.backend, "resolution": o.resolution,
             "data": _data(_source(o.data, o.data_path, o.data_test_path, o.skip_corrupt, o.data_workers,
-                                  o.image_column, o.label_column, o.tfds_name, o.check_data), o.classes,
-                          o.data_seed, val_fraction)}
+                                  check_data=o.check_data, **{f: getattr(o, f) for f in FORMAT_OPTIONS}),
+                          o.classes, o.data_seed, val_fraction)}
 
 
 @app.command("fewshot")

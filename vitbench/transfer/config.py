@@ -152,12 +152,14 @@ class DataConfig(BaseModel):
     path: str | None = None  # folder / webdataset / hf / tfds / cifar / npz: a local path (a shard pattern)
     test_path: str | None = None  # webdataset / hf: the test split's own path (pattern); default: in `path`
     # the formats' own options (vitbench.transfer.formats: which format reads which; refused for any other)
-    image_column: str | None = None  # hf: the image column (default: the one Image feature)
-    label_column: str | None = None  # hf: the label column (default: the one ClassLabel / integer column)
+    # (a description: the help of the flag each gets, vitbench.cli.data_options.FORMAT_OPTIONS)
+    image_column: str | None = Field(None, description="hf: the image column (default: inferred).")
+    label_column: str | None = Field(None, description="hf: the label column (default: inferred).")
     # tfds_name, check_data: added after trial and upstream cache keys existed, so left out of the dump at their
     # defaults (those keys stay as they were). tfds: NAME[/CONFIG][:VERSION] in the data_dir `path` (default: the
     # only dataset there); check_data: verify every image before any work (vitbench.transfer.check), opt-in
-    tfds_name: str | None = key_neutral()
+    tfds_name: str | None = key_neutral(description="tfds: the dataset in the --data-path data_dir, "
+                                        "NAME[/CONFIG][:VERSION], e.g. cifar10 (default: the only one there).")
     skip_corrupt: bool = False  # drop (and count) files that do not decode, instead of stopping (exit 2)
     check_data: bool = key_neutral(False)
     workers: int = Field(0, ge=0, le=256)  # decoding processes (0: in the calling process); same results
@@ -167,9 +169,9 @@ class DataConfig(BaseModel):
     test_fraction: float = Field(0.25, gt=0.0, lt=1.0)  # used only when the source has no test split
     train_per_class: int | None = Field(None, ge=1, le=MAX_COUNT)  # cap train images per class (data-size scaling)
     # synthetic (a format's own options)
-    synthetic_images: int = Field(600, ge=10)
-    synthetic_classes: int = Field(10, ge=2)
-    synthetic_size: int = Field(16, ge=2)
+    synthetic_images: int = Field(600, ge=10, description="synthetic: images generated.")
+    synthetic_classes: int = Field(10, ge=2, description="synthetic: classes (one pattern each).")
+    synthetic_size: int = Field(16, ge=2, description="synthetic: image side in pixels.")
 
     @field_validator("path", "test_path")
     @classmethod
