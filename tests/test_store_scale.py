@@ -50,6 +50,8 @@ def store(tmp_path, seed: int):
                 metrics = {f"m{j}": rng.choice(VALUES) for j in range(4) if rng.random() < 0.6}
                 if rng.random() < 0.2:
                     metrics["model"] = "clash"  # a metric named like a config field: metric.model
+                if rng.random() < 0.5:
+                    metrics["f"] = rng.random()  # a column of floats only, with gaps: kept as doubles
                 st.append(record(kind, cfg, metrics=metrics, raw={"step_s": [0.1] * rng.randint(0, 3)},
                                  env={"torch": rng.choice(["x", "y"]), "list": [1]},
                                  status=rng.choice(["ok", "ok", "error"]),

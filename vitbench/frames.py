@@ -7,16 +7,20 @@ which reads a results file one line at a time.
 
 from __future__ import annotations
 
+from array import array
 from typing import Any
 
 import numpy as np
 import pandas as pd
 from pandas.core.internals.construction import convert_object_array
 
+_NANS = array("d", [np.nan])  # a missing cell of a float column
+
 
 class Columns:
     """Flat rows gathered as columns: a list of values per column (np.nan where a row lacks the column, as
-    pandas fills a list of dicts), equal strings held once, each row's column names as one shared tuple."""
+    pandas fills a list of dicts) or, while a column holds only floats, an array of doubles; equal strings held
+    once; each row's column names as one shared tuple."""
 
     def __init__(self):
         self.columns: dict[str, list] = {}
@@ -30,10 +34,15 @@ class Columns:
         n, strings = self.n, self.strings
         for k, v in row.items():
             col = self.columns.get(k)
-            if col is None:
-                col = self.columns[k] = [np.nan] * n
+            if col is None:  # a column of floats only is kept as machine floats (8 bytes, not a 32-byte object)
+                col = self.columns[k] = _NANS * n if type(v) is float else [np.nan] * n
             elif len(col) < n:
-                col.extend([np.nan] * (n - len(col)))
+                col.extend(_NANS * (n - len(col)) if type(col) is array else [np.nan] * (n - len(col)))
+            if type(col) is array:
+                if type(v) is float:
+                    col.append(v)
+                    continue
+                col = self.columns[k] = [np.nan if x != x else x for x in col]  # a value of another type
             col.append(strings.setdefault(v, v) if type(v) is str else v)
         names = tuple(row)
         self.row_names.append(self.shapes.setdefault(names, names))
@@ -48,19 +57,24 @@ class Columns:
             order += [k for k in shape if k not in seen]
             seen.update(shape)
         m = self.n if rows is None else len(rows)
-        arrays = []
-        for k in order:
+        arrays, self.integer_columns = [], []
+        for k in order:  # one column at a time, each list freed once converted
             col = self.columns.pop(k)
+            if type(col) is array:  # floats and gaps: what pandas makes of them, float64
+                col.extend(_NANS * (self.n - len(col)))
+                values = np.frombuffer(col, dtype=np.float64)
+                arrays.append(values.copy() if rows is None else values[rows])
+                del values, col
+                continue
             col.extend([np.nan] * (self.n - len(col)))
             # fromiter: each value one cell (a list value is not spread over cells, as slice assignment would)
-            arrays.append(np.fromiter(col if rows is None else (col[i] for i in rows), dtype=object, count=m))
+            cells = np.fromiter(col if rows is None else (col[i] for i in rows), dtype=object, count=m)
             del col
-        converted = convert_object_array(arrays, dtype=None) if arrays else []
-        # integers with gaps convert to float64 (or object past int64): only those columns are looked at
-        self.integer_columns = [k for k, arr, conv in zip(order, arrays, converted)
-                                if conv.dtype in (np.float64, object) and _integers_with_gaps(arr)]
-        del arrays
-        return pd.DataFrame(dict(zip(order, converted)), columns=order, copy=False)
+            arrays.append(convert_object_array([cells], dtype=None)[0])
+            # integers with gaps convert to float64 (or object past int64): only those columns are looked at
+            if arrays[-1].dtype in (np.float64, object) and _integers_with_gaps(cells):
+                self.integer_columns.append(k)
+        return pd.DataFrame(dict(zip(order, arrays)), columns=order, copy=False)
 
 
 def _integers_with_gaps(arr) -> bool:
