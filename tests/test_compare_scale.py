@@ -24,7 +24,8 @@ def labels_direct(configs):
     for c in configs:
         parts = [{"batch_size": f"bs{v}", "resolution": f"{v}px", "compile": "compile"}.get(k, str(v))
                  for k in LABEL_FIELDS if (v := c.get(k)) is not None and v is not False]
-        out.append(" ".join(parts + [f"{k}={c[k]}" for k in varying_in[str(c.get("task"))] if c.get(k) is not None]))
+        varying = varying_in[str(c.get("task"))]
+        out.append(" ".join(parts + [f"{k}={c[k]}" for k in varying if c.get(k) is not None]))
     return out
 
 

@@ -376,9 +376,9 @@ def load(path: str | os.PathLike, kinds: Iterable[str] | str | None = None, late
     trials only (no calibration rows), 'all', or an iterable such as ('calibration',). `latest`: one row per key
     and directory (the last one finished).
 
-    The records are read one line at a time and go straight into columns (vitbench.frames), each record dropped once
-    flattened: memory holds the rows' values once (equal strings shared), never every parsed record. The frame
-    is the one `pd.DataFrame(rows)` makes of the rows `select` keeps (the same columns, order and dtypes).
+    The records are read one line at a time and go straight into columns (vitbench.frames), each record dropped
+    once flattened: memory holds the rows' values once (equal strings shared), never every parsed record. The
+    frame is the one `pd.DataFrame(rows)` makes of the rows `select` keeps (the same columns, order and dtypes).
     """
     return load_each(path, (kinds,), latest)[0]
 
