@@ -84,18 +84,22 @@ def marked(caveat: pd.Series) -> pd.Series:
 
 def split(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """The rows a summary by `keys` uses, their `caveat` now their group's: a group with a clean row uses its
-    clean rows ('' or 'N unstable left out'); a group of marked rows only uses them all and is marked."""
+    clean rows ('' or 'N unstable left out'); a group of marked rows only uses them all and is marked. Linear in
+    the rows: one pass over the marked rows' reasons, the counts from groupby."""
     flagged = marked(df[CAVEAT])
     gid = df.groupby(keys, dropna=False, sort=False).ngroup() if keys else pd.Series(0, index=df.index)
     has_clean = (~flagged).groupby(gid).transform("any")
+    size, n_out, clean = gid.groupby(gid).size(), flagged.groupby(gid).sum(), (~flagged).groupby(gid).any()
+    seen: dict = {}  # group -> the reasons its marked rows give
+    for g, c in zip(gid[flagged], df.loc[flagged, CAVEAT]):
+        seen.setdefault(g, set()).update(r.strip() for r in str(c).removeprefix(MARK).split(",") if r.strip())
     text = {}
-    for g, rows in df.groupby(gid, sort=False):
-        out = flagged[rows.index]
-        reasons = _reasons(rows.loc[out, CAVEAT])
-        if not has_clean[rows.index].iloc[0]:
-            text[g] = f"{MARK} {reasons} ({len(rows)} of {len(rows)} rows)"
+    for g in size.index:
+        reasons = ", ".join(r for r in (UNSTABLE, SHARED) if r in seen.get(g, ())) or UNSTABLE
+        if not clean[g]:
+            text[g] = f"{MARK} {reasons} ({size[g]} of {size[g]} rows)"
         else:
-            text[g] = f"{int(out.sum())} {reasons} left out" if out.any() else ""
+            text[g] = f"{int(n_out[g])} {reasons} left out" if n_out[g] else ""
     return df[~flagged | ~has_clean].assign(**{CAVEAT: gid.map(text)})
 
 

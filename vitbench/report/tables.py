@@ -40,7 +40,9 @@ def ok_rows(df: pd.DataFrame, kinds: tuple[str, ...]) -> pd.DataFrame:
         for col, default in GROUP_DEFAULTS.items():
             out[col] = out[col].astype(object).where(out[col].notna(), default) if col in out else default
     if not out.empty and "model" in out and "family" not in out:
-        out.insert(out.columns.get_loc("model") + 1, "family", out["model"].map(family_of))
+        families: dict = {}  # once per model name, not per row
+        out.insert(out.columns.get_loc("model") + 1, "family", out["model"].map(
+            lambda m: families[m] if m in families else families.setdefault(m, family_of(m))))
     return out
 
 
