@@ -95,7 +95,7 @@ def split(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
         seen.setdefault(g, set()).update(r.strip() for r in str(c).removeprefix(MARK).split(",") if r.strip())
     text = {}
     for g in size.index:
-        reasons = ", ".join(r for r in (UNSTABLE, SHARED) if r in seen.get(g, ())) or UNSTABLE
+        reasons = _reasons(seen.get(g, ()))
         if not clean[g]:
             text[g] = f"{MARK} {reasons} ({size[g]} of {size[g]} rows)"
         else:
@@ -103,9 +103,8 @@ def split(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     return df[~flagged | ~has_clean].assign(**{CAVEAT: gid.map(text)})
 
 
-def _reasons(caveats: pd.Series) -> str:
-    """The distinct reasons in marked caveats ('unstable', 'shared host' or both), in that order."""
-    seen = {r.strip() for c in caveats for r in str(c).removeprefix(MARK).split(",") if r.strip()}
+def _reasons(seen) -> str:
+    """The distinct reasons `seen` in marked caveats ('unstable', 'shared host' or both), in that order."""
     return ", ".join(r for r in (UNSTABLE, SHARED) if r in seen) or UNSTABLE
 
 
