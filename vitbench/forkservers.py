@@ -24,6 +24,7 @@ import importlib
 import inspect
 import multiprocessing as mp
 import multiprocessing.context
+import os
 import threading
 from multiprocessing import forkserver, popen_forkserver, resource_tracker, spawn
 
@@ -162,8 +163,19 @@ class ServerProcess(mp.context.ForkServerProcess):
         return _Popen(process_obj, srv)
 
 
+def _in_environment(env: dict[str, str], target, args) -> None:
+    """The child's side of `process`: the caller's environment as it was when the child was made, then the target.
+    (A server forked from its own start-up environment; what was imported there keeps what it read then.)"""
+    os.environ.clear()
+    os.environ.update(env)
+    target(*args)
+
+
 def process(preload: tuple[str, ...], target, args=(), name: str | None = None,
             reuse_parent: bool = False) -> mp.Process:
     """A child (not started) running `target(*args)`, forked by the server for `preload`; with `reuse_parent`,
-    by the server that forked this process if there is one (else the server for `preload`)."""
-    return ServerProcess(target=target, args=args, name=name, preload=preload, reuse_parent=reuse_parent)
+    by the server that forked this process if there is one (else the server for `preload`). The child runs with
+    the caller's environment of now, not the server's of its start: a variable set since (a test's, a library
+    user's) reaches it."""
+    return ServerProcess(target=_in_environment, args=(dict(os.environ), target, tuple(args)), name=name,
+                         preload=preload, reuse_parent=reuse_parent)
