@@ -173,10 +173,12 @@ def test_the_law_error_grows_with_reach_and_its_coverage_is_held_out():
     # of the same real, so ==
     assert out.coverage == 2 / 3
     # the interval: t sd in log space, sd adding parameters, noise and the law's error at the reach in quadrature;
-    # without noise the law term alone sets the degrees of freedom: its three cut-offs
+    # without noise and parameters the law term alone sets the degrees of freedom: its three cut-offs; the
+    # bootstrap's term counts exact in Welch-Satterthwaite's sum, V^2 / (law^2 / 3)
     lo, hi = le.band(np.zeros(1), np.array([2.0]), np.array([0.01**2]))
     assert le.law_dof == 3 and le.quantile(2.0) == pytest.approx(stats.t.ppf(0.975, 3))
-    assert np.log(hi[0]) == pytest.approx(stats.t.ppf(0.975, 3) * np.sqrt(0.01**2 + (2 * k) ** 2))
+    law, v = (2 * k) ** 2, 0.01**2 + (2 * k) ** 2
+    assert np.log(hi[0]) == pytest.approx(stats.t.ppf(0.975, v**2 / (law**2 / 3)) * np.sqrt(v))
     # exp(-h) and exp(h) round once each (eps absolute in log), the logs once more (eps |h|): both sides
     assert np.log(lo[0]) == f64(-np.log(hi[0]), roundings=1, scale=1 + float(np.log(hi[0])))
 

@@ -19,7 +19,8 @@ _EXPORTS = {  # name -> the module that declares it
     "combine": ("Combined",),
     "estimate": ("CurveFit", "FitStatus", "ParamEstimate", "fit_curve"),
     "forms": ("FORMS", "Form", "FormName"),
-    "groups": ("FitReport", "GroupFit", "Job", "Prediction", "fit_group", "fit_groups", "fit_path", "fit_source"),
+    "groups": ("FitReport", "GroupFit", "Job", "fit_group", "fit_groups", "fit_path", "fit_source"),
+    "predict": ("Prediction",),
     "source": ("BENCHMARK_COLUMNS", "Source", "SourceKind", "load_source", "results_frame"),
     "spec": ("FitSpec", "Points", "Prior"),
 }

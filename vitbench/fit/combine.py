@@ -34,12 +34,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vitbench.fit.backtest import mixture_log_var
+from vitbench.fit.backtest import param_log_var
 from vitbench.fit.estimate import CurveFit
 from vitbench.fit.interval import LawError, dof_noise, law_error, student
 
-CAP_BUDGETS = 64  # measured budgets the upper bound is taken over at most (evenly chosen, the largest always):
-# each costs a bootstrap prediction per replicate and form, and the bound at any of them is a valid one
+CAP_BUDGETS = 64  # measured budgets the upper bound is taken over at most (evenly chosen, the largest always),
+# and points of its grid past the largest: each costs a bootstrap prediction per replicate and form, and the bound
+# at any of them is a valid one
 
 
 @dataclass(frozen=True)
@@ -148,32 +149,37 @@ def misses(law: Combined, parts: dict[str, list]) -> Misses:
                   np.maximum(mix(3), 0.0))
 
 
-def combined_law_error(law: Combined, m: Misses, compute: np.ndarray, error: np.ndarray, ci: float) -> LawError:
+def combined_law_error(law: Combined, m: Misses, compute: np.ndarray, error: np.ndarray, ci: float,
+                       prior: float | None = None) -> LawError:
     """The combination's error model for its prediction intervals (vitbench.fit.interval) from its misses `m` at
     the backtest's cut-offs and the spread ones, its in-sample noise on the fitted points (`compute`, `error`) and
-    their backtest coverage (module docstring, "What it is judged by")."""
+    their backtest coverage (module docstring, "What it is judged by"); `prior`: the groups' prior k^2 on its drift
+    (interval.prior_k2; None: its own)."""
     n, p = len(compute), law.n_params
     noise = dof_noise(law.rmse_log(compute, error), n, p)
     dof = float(n - p) if n > p else math.inf
     if not m.err.size:
         return LawError(noise, 0.0, ci, noise_dof=dof)
-    return law_error(m.cutoff, m.reach, m.err, m.noise, noise, ci, dof, m.fall)
+    return law_error(m.cutoff, m.reach, m.err, m.noise, noise, ci, dof, m.fall,
+                     (float(np.min(compute)), float(np.max(compute))), prior)
 
 
 def upper_cap(law: Combined, le: LawError, budgets: np.ndarray, compute, with_params: bool) -> np.ndarray:
-    """Per compute value, the largest upper bound a decreasing law allows there: the smallest upper bound of the
-    interval of one new measurement at a measured budget at or below it (reach 0 there: the parameters and the
-    noise, no law term; up to CAP_BUDGETS budgets); inf below the smallest budget (vitbench.fit.interval,
-    "Bounds"). `with_params`: the parameter term from the forms' bootstrap replicates (where they have some)."""
+    """Per compute value, the highest top a decreasing law allows its interval there: the lowest top of the
+    interval at any compute from the smallest budget up to it, the running minimum of the tops over the measured
+    budgets (up to CAP_BUDGETS of them; reach 0 there: the parameters and the noise, no law term), a grid of
+    CAP_BUDGETS past the largest and the values asked (vitbench.fit.interval, "Bounds"). `with_params`: the
+    parameter term from the forms' bootstrap replicates (where they have some)."""
     b = np.unique(np.asarray(budgets, dtype=float))
     if b.size > CAP_BUDGETS:
         b = b[np.unique(np.linspace(0, b.size - 1, CAP_BUDGETS).round().astype(int))]
-    mid = law.log_predict(b)
-    var = mixture_log_var(list(law.fits), law.named_weights, b, mid) if with_params else np.zeros(b.size)
-    _, hi = le.band(mid, np.zeros(b.size), var)
-    lowest = np.minimum.accumulate(hi)  # at each budget: the smallest bound at it or below
-    at = np.searchsorted(b, np.asarray(compute, dtype=float), side="right") - 1
-    return np.where(at >= 0, lowest[np.maximum(at, 0)], np.inf)
+    xs = np.asarray(compute, dtype=float)
+    far = max(float(xs.max()), float(b[-1]))
+    at = np.unique(np.concatenate([b, xs, np.geomspace(b[-1], far, CAP_BUDGETS) if far > b[-1] else []]))
+    mid = law.log_predict(at)
+    var = param_log_var(list(law.fits), law.named_weights, at) if with_params else np.zeros(at.size)
+    _, hi = le.band(mid, np.log10(at / b[-1]), var)
+    return np.minimum.accumulate(hi)[np.searchsorted(at, xs)]
 
 
 def floor_bound(law: Combined, le: LawError) -> float:

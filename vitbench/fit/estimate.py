@@ -97,9 +97,9 @@ class CurveFit:
     def predict(self, compute) -> np.ndarray:
         return np.exp(self.log_predict(compute))
 
-    def log_draws(self, compute) -> np.ndarray:
-        """(R, m) log predictions of the bootstrap replicates, stretched by `widen` about the estimate; the
-        estimate alone (1, m) without replicates."""
+    def log_draws(self, compute, stretched: bool = True) -> np.ndarray:
+        """(R, m) log predictions of the bootstrap replicates, stretched by `widen` about the estimate (unless
+        `stretched` is False: as drawn); the estimate alone (1, m) without replicates."""
         mid = self.log_predict(compute)[None, :]
         if self.n_replicates < 2:
             return mid
@@ -107,7 +107,7 @@ class CurveFit:
         with np.errstate(all="ignore"):
             reps = self.form.log_predict(self.z_reps, x)
         reps = np.where(np.isfinite(reps), reps, mid)
-        return mid + self.widen * (reps - mid)
+        return mid + (self.widen if stretched else 1.0) * (reps - mid)
 
     def band(self, compute) -> tuple[np.ndarray, np.ndarray] | None:
         """Pointwise `ci` band of the fitted curve over the bootstrap replicates (None without replicates)."""

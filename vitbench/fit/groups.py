@@ -15,7 +15,6 @@ groups' order.
 
 from __future__ import annotations
 
-import math
 import multiprocessing
 import os
 from collections.abc import Callable
@@ -29,33 +28,18 @@ import pandas as pd
 
 from vitbench.errors import ConfigError, shorten
 from vitbench.fit import rows as rowsel
-from vitbench.fit.backtest import PRIOR_SHARE, Backtest, blended_scores, choose, default_reach, mixture_log_var, \
-    mixture_param, prior_scores, run_backtest, scores, spread_backtest
-from vitbench.fit.combine import Combined, combined_law_error, floor_bound, misses, upper_cap
+from vitbench.fit.backtest import PRIOR_SHARE, Backtest, blended_scores, choose, default_reach, mixture_param, \
+    param_log_var, prior_scores, run_backtest, scores, spread_backtest
+from vitbench.fit.combine import Combined, Misses, combined_law_error, floor_bound, misses, upper_cap
 from vitbench.fit.estimate import CurveFit, ParamEstimate, fit_curve
 from vitbench.fit.forms import FORMS, FormName
-from vitbench.fit.interval import LawError, windows_note
+from vitbench.fit.interval import LawError, prior_k2
+from vitbench.fit.predict import Prediction, check_predict, no_law, predict_group
 from vitbench.fit.source import Source, SourceKind, columns_text, load_source, numeric_column
-from vitbench.fit.spec import DEFAULT_ACCURACY, DEFAULT_COMPUTE, DEFAULT_GROUP, MAX_REACH, FitSpec, Points, \
+from vitbench.fit.spec import DEFAULT_ACCURACY, DEFAULT_COMPUTE, DEFAULT_GROUP, FitSpec, Points, \
     Prior  # noqa: F401
 from vitbench.record import clean
 from vitbench.stats import frontier_mask
-
-
-@dataclass
-class Prediction:
-    compute: float
-    reach: float  # decades past the largest measured compute (negative: inside the range)
-    value: float  # the combined law's prediction (vitbench.fit.combine)
-    ci_low: float | None  # the prediction interval (vitbench.fit.interval): parameters (the forms' weighted
-    ci_high: float | None  # bootstrap mixture), one observation's noise, the law's error at this reach, within
-    # what a decreasing law allows; None: no more budgets than parameters, nothing measures it (no_prediction)
-    law: dict[str, float]  # the combined law it comes from: form name -> weight (Combined.named_weights)
-    backtest_rmse_log: float | None  # the combined law's backtest error: the typical miss at this reach
-
-    def to_dict(self) -> dict:
-        return {"compute": self.compute, "reach_decades": self.reach, "error": self.value, "ci_low": self.ci_low,
-                "ci_high": self.ci_high, "law": self.law, "backtest_rmse_log": self.backtest_rmse_log}
 
 
 def group_title(key: dict[str, object]) -> str:
@@ -80,6 +64,7 @@ class GroupFit:
     notes: list[str] = field(default_factory=list)  # warnings about this group (pooled curves, few windows)
     scores: dict[str, float] = field(default_factory=dict)  # form -> the score that chose and weighted it
     no_prediction: str | None = None  # why predictions asked for are missing or have no interval (None: fine)
+    misses: Misses | None = field(default=None, repr=False)  # the combined law's backtest misses (its error model)
 
     @property
     def title(self) -> str:
@@ -108,7 +93,7 @@ class GroupFit:
         le = self.law_error if ci is None else replace(self.law_error, ci=ci)
         xs = np.asarray(compute, dtype=float)
         mid = law.log_predict(xs)
-        var = mixture_log_var(self.fits, self.weights, xs, mid) if self.replicated else np.zeros(len(xs))
+        var = param_log_var(self.fits, self.weights, xs) if self.replicated else np.zeros(len(xs))
         lo, hi = le.band(mid, np.log10(xs / self.compute.max()), var,
                          upper_cap(law, le, self.backtest.compute, xs, self.replicated), floor_bound(law, le))
         return np.exp(mid), lo, hi
@@ -141,19 +126,6 @@ class GroupFit:
                 "fits": [f.to_dict() for f in self.fits]}
 
 
-def check_predict(compute: np.ndarray, predict: list[float] | None, title: str) -> None:
-    """A ConfigError naming --predict for a value more than MAX_REACH decades from the group's measured budgets
-    (no backtest, law or float reaches there: 10^(3 x 200) overflowed in the spread cut-offs)."""
-    lo, hi = float(np.min(compute)), float(np.max(compute))
-    for x in predict or []:
-        if not lo * 10**-MAX_REACH <= x <= hi * 10**MAX_REACH:
-            far = math.log10(x / hi) if x > hi else math.log10(lo / x)
-            raise ConfigError(f"--predict {x:g}: {far:.3g} decades {'past' if x > hi else 'before'} the measured "
-                              f"budgets of {shorten(title, 80)} ({lo:.4g} to {hi:.4g}); allowed: within "
-                              f"{MAX_REACH:g} decades of them, {lo * 10**-MAX_REACH:.3g} to "
-                              f"{hi * 10**MAX_REACH:.3g}")
-
-
 def backtest_group(key: dict, c: np.ndarray, e: np.ndarray, labels: list[str], spec: FitSpec,
                    notes: list[str] | None = None, step: Callable[[str], None] | None = None) -> GroupFit:
     """Every form of `spec` fitted to one group's points and backtested at the reach: the first half of
@@ -174,9 +146,9 @@ def backtest_group(key: dict, c: np.ndarray, e: np.ndarray, labels: list[str], s
 
 def finish_group(g: GroupFit, spec: FitSpec, ceiling: float | None = None,
                  prior: dict[FormName, float] | None = None) -> GroupFit:
-    """The second half of fit_group, on a backtest_group: choose (with the groups' `prior`, None: the group's own
-    backtest alone), the combined law, its error model and the predictions; `ceiling`: the largest value the
-    error can take (1 for a fraction; None: unbounded), where prediction intervals stop."""
+    """The second part of fit_group, on a backtest_group: choose (with the groups' `prior`, None: the group's own
+    backtest alone), the combined law and its own error model (predict_group predicts); `ceiling`: the largest
+    value the error can take (1 for a fraction; None: unbounded), where prediction intervals stop."""
     c, e = g.compute, g.error
     best, g.weights, second = choose(g.backtest, g.fits, prior)
     g.scores = {n.value: v for n, v in blended_scores(g.backtest, g.fits, prior).items()}
@@ -190,42 +162,18 @@ def finish_group(g: GroupFit, spec: FitSpec, ceiling: float | None = None,
     g.exponent = ParamEstimate(best.params["b"].value, *(b or (None, None)))
     law = g.law()
     g.backtest.spread = [spread_backtest(f.form, g.backtest) for f in law.fits]
-    missed = misses(law, g.backtest_parts())
-    g.law_error = replace(combined_law_error(law, missed, c, e, spec.ci), ceiling=ceiling)
-    if spec.predict:
-        xs = np.asarray(spec.predict, dtype=float)
-        mid, lo, hi = g.band(xs)
-        reach = np.log10(xs / c.max())
-        known = len(np.unique(c)) > law.n_params  # else nothing measures the noise, the law or the parameters
-        if not known:
-            g.no_prediction = (f"{g.title}: {len(np.unique(c))} distinct budgets for a law of {law.n_params} "
-                               "parameters: nothing measures how far its predictions miss, so they have no "
-                               "interval; measure more budgets")
-        at_reach = missed.among(g.backtest.cutoffs).rmse_log  # the choice's cut-offs, as FormBacktest.rmse_log
-        named = law.named_weights
-        for i, (x, m) in enumerate(zip(xs, mid)):
-            g.predictions.append(Prediction(float(x), float(reach[i]), float(m),
-                                            float(lo[i]) if known else None, float(hi[i]) if known else None,
-                                            named, at_reach))
-        note = windows_note(g.law_error, np.unique(g.backtest.compute), law.n_params, g.backtest.reach)
-        if note and g.no_prediction is None:
-            g.notes.append(f"{g.title}: {note}")
+    g.misses = misses(law, g.backtest_parts())
+    g.law_error = replace(combined_law_error(law, g.misses, c, e, spec.ci), ceiling=ceiling)
     return g
-
-
-def no_law(g: GroupFit) -> str:
-    """Why a group asked for predictions has none: no form could be fitted (the simplest form's reason)."""
-    simplest = min(g.fits, key=lambda f: f.form.n_params, default=None)
-    why = simplest.message if simplest is not None and simplest.message else "no form could be fitted"
-    return f"{g.title}: no law could be fitted, so nothing is predicted: {why}"
 
 
 def fit_group(key: dict, c: np.ndarray, e: np.ndarray, labels: list[str], spec: FitSpec,
               notes: list[str] | None = None, ceiling: float | None = None,
               step: Callable[[str], None] | None = None) -> GroupFit:
     """One group alone: every form of `spec` fitted to its points, backtested at the reach, chosen by its own
-    backtest, and predicted (backtest_group, then finish_group without a prior); fit_groups fits several."""
-    return finish_group(backtest_group(key, c, e, labels, spec, notes, step), spec, ceiling)
+    backtest, and predicted (backtest_group, finish_group and predict_group, without a prior); fit_groups fits
+    several."""
+    return predict_group(finish_group(backtest_group(key, c, e, labels, spec, notes, step), spec, ceiling), spec)
 
 
 class Job(NamedTuple):
@@ -249,13 +197,19 @@ def _finish_job(args: tuple[Job, GroupFit, dict | None], step=None) -> GroupFit:
     return finish_group(g, job.spec, job.ceiling, prior)
 
 
+def _predict_job(args: tuple[Job, GroupFit, float | None], step=None) -> GroupFit:
+    job, g, law_prior = args
+    return predict_group(g, job.spec, law_prior)
+
+
 def fit_groups(jobs: list[Job], workers: int | None = None, prior: Prior = Prior.GROUPS,
                progress: Callable[[int, int, str], None] | None = None
                ) -> tuple[list[GroupFit], dict[FormName, float]]:
     """(the groups, the prior's scores ({}: none)): every job's group fitted, in `workers` processes (None: every
     core), in the jobs' order: all backtested first, then each chosen with the groups' prior (`prior`;
-    vitbench.fit.backtest, "Prior") and predicted. `progress(done, total, what)` counts both passes (2 steps per
-    group)."""
+    vitbench.fit.backtest, "Prior"), then predicted with the groups' prior on the law's drift
+    (vitbench.fit.interval, "Prior"). `progress(done, total, what)` counts the first two passes (2 steps per
+    group; the third is short)."""
     if workers is None:
         workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     n = len(jobs)
@@ -265,7 +219,10 @@ def fit_groups(jobs: list[Job], workers: int | None = None, prior: Prior = Prior
     consensus = prior_scores([scores(g.backtest, g.fits) for g in groups]) if prior == Prior.GROUPS else {}
     done = _map(_finish_job, [(j, g, consensus or None) for j, g in zip(jobs, groups)], titles, workers,
                 tell(n) if tell else None)
-    return done, consensus
+    own = [(g.law_error.slope**2, g.law_error.law_dof) if g.law_error is not None and g.misses is not None
+           and g.misses.err.size else None for g in done]
+    law_prior = prior_k2(own) if prior == Prior.GROUPS else None
+    return _map(_predict_job, [(j, g, law_prior) for j, g in zip(jobs, done)], titles, workers, None), consensus
 
 
 def _map(fn: Callable, items: list, titles: list[str], workers: int,

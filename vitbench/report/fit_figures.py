@@ -37,7 +37,6 @@ from vitbench.fit import (
     frontier_mask,
     results_frame,
 )
-from vitbench.fit.backtest import mixture_log_var
 from vitbench.fit.groups import DEFAULT_COMPUTE, DEFAULT_GROUP
 from vitbench.report import caveats
 from vitbench.report.caveats import caveat_legend_entry, mark_caveats
@@ -189,10 +188,8 @@ def fitted_curves(df: pd.DataFrame, *, fits: FitReport | None = None, spec: FitS
                 xe = np.geomspace(g.compute.max(), top, 60)
                 mid = law.log_predict(xe)
                 ax.plot(xe, np.exp(mid), color=color, linewidth=1.6, linestyle="--", zorder=2)
-                if g.law_error is not None:  # the prediction interval, widening with the reach
-                    var = mixture_log_var(g.fits, g.weights, xe, mid)
-                    ax.fill_between(xe, *g.law_error.band(mid, np.log10(xe / g.compute.max()), var), color=color,
-                                    alpha=0.10, linewidth=0, zorder=1)
+                if g.law_error is not None:  # the prediction interval, widening with the reach (the predictions')
+                    ax.fill_between(xe, *g.band(xe)[1:], color=color, alpha=0.10, linewidth=0, zorder=1)
             if g.predictions and chosen:
                 px = np.array([p.compute for p in g.predictions])
                 py = np.array([p.value for p in g.predictions])
