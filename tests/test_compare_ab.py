@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import random
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -253,3 +254,24 @@ def test_ab_head_against_itself_end_to_end(tmp_path):
     assert res.exit_code in (0, 1, 3), res.output
     assert "ViT-Nano/4 infer" in res.output and "paired: 2 round pairs" in res.output
     assert len(list((tmp_path / "r").glob("*/pair0*/results.jsonl"))) == 4
+
+
+def test_refs_environment_is_this_one_when_its_pins_are_a_subset(tmp_path, monkeypatch):
+    """REF's side shares this interpreter when every pin of its lock is this lock's (identical, or packages added
+    since); a pin that differs means a virtualenv from REF's own lock (its build stubbed here to fail: exit-2 path)."""
+    root, base = tmp_path / "root", tmp_path / "base"
+    (root / "vitbench").mkdir(parents=True)
+    (base / "src" / "vitbench").mkdir(parents=True)
+    lock = "# c\nnumpy==2.0\ntorch==2.15.0\n"
+    (root / ab_mod.LOCK).write_text(lock)
+    (base / "src" / ab_mod.LOCK).write_text(lock)
+    exe, why = ab_mod._environment(root, "a" * 40, base)
+    assert exe == sys.executable and "identical" in why
+    (root / ab_mod.LOCK).write_text(lock + "onnxruntime==1.32.0\n")
+    exe, why = ab_mod._environment(root, "a" * 40, base)
+    assert exe == sys.executable and "subset" in why and "1 packages added" in why
+    (root / ab_mod.LOCK).write_text(lock.replace("2.0", "2.1"))
+    monkeypatch.setattr(ab_mod.subprocess, "run",
+                        lambda cmd, **kw: subprocess.CompletedProcess(cmd, 1, "", "no network"))
+    with pytest.raises(ConfigError, match="differs from the working tree's"):
+        ab_mod._environment(root, "a" * 40, base)

@@ -2,9 +2,10 @@
 by its own code in its own environment, decided on paired ratios (vitbench.compare.paired).
 
 The baseline's code is REF's tree (`git archive`, into a temporary directory removed afterwards, Ctrl-C and
-SIGTERM included). Each side's environment is built from its own code: where REF's vitbench/requirements.lock is
-byte-identical to the working tree's, the interpreter running this command *is* that environment and both sides
-use it with PYTHONPATH set to their own checkout; otherwise REF gets a virtualenv installed from its own lock
+SIGTERM included). Each side's environment is built from its own code: where every pin of REF's
+vitbench/requirements.lock is also the working tree's (identical, or packages added since, which REF's code never
+imports), the interpreter running this command *is* that environment and both sides use it with PYTHONPATH set to
+their own checkout; otherwise REF gets a virtualenv installed from its own lock
 (`pip install -c LOCK -e REF`), and if that cannot be built the command stops (exit 2) rather than measure REF's
 code with the wrong libraries. A round is one `vitbench sweep STUDY --results DIR` run by a side's own code on its
 own copy of the study file; rounds alternate A B, B A, A B, ... so that drift cancels over pairs.
@@ -32,6 +33,7 @@ from vitbench.compare.match import DEFAULT_IGNORE, Trial, group, labels, why_unm
 from vitbench.compare.paired import Rule, verdict
 from vitbench.compare.schedule import DEFAULT_SCHEDULE, Schedule, stop_process
 from vitbench.errors import ConfigError
+from vitbench.env import parse_lock
 from vitbench.measure.extra_work import ENV as EXTRA_WORK_ENV
 from vitbench.record import Record
 
@@ -174,12 +176,18 @@ class Running:
 
 
 def _environment(root: Path, sha: str, base: Path) -> tuple[str, str]:
-    """(interpreter, sentence) for REF's side: this one when the locks are identical, else a venv from REF's."""
-    mine = (root / LOCK).read_bytes() if (root / LOCK).exists() else None
-    theirs = (base / "src" / LOCK).read_bytes() if (base / "src" / LOCK).exists() else None
-    if mine is not None and mine == theirs:
-        return sys.executable, (f"the same environment for both sides: {LOCK} is identical, so the interpreter "
-                                f"{sys.executable} is each side's environment (PYTHONPATH = that side's code)")
+    """(interpreter, sentence) for REF's side: this one when every pin of REF's lock is this environment's lock's
+    pin too (identical, or REF's a subset: packages added since are ones REF's code never imports), else a venv
+    from REF's lock."""
+    mine = (root / LOCK).read_text() if (root / LOCK).exists() else None
+    theirs = (base / "src" / LOCK).read_text() if (base / "src" / LOCK).exists() else None
+    if mine is not None and theirs is not None:
+        pins, ref_pins = parse_lock(mine), parse_lock(theirs)
+        if ref_pins and all(pins.get(name) == version for name, version in ref_pins.items()):
+            same = "identical" if pins == ref_pins else (f"REF's pins a subset of it ({len(pins) - len(ref_pins)} "
+                                                        "packages added since, which REF's code does not import)")
+            return sys.executable, (f"the same environment for both sides: {LOCK} is {same}, so the interpreter "
+                                    f"{sys.executable} is each side's environment (PYTHONPATH = that side's code)")
     if theirs is None:
         raise ConfigError(f"REF {sha[:12]} has no {LOCK}: its environment cannot be rebuilt from its own code")
     venv = base / "venv"
