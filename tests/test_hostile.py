@@ -271,6 +271,34 @@ CASES = {
     "ab statistic unknown": case("ab", "HEAD", "--statistic", "mean✓", says="--statistic"),
     "ab extra work negative": case("ab", "HEAD", "--test-extra-work", "-1", says="--test-extra-work"),
     "ab unknown ref": case("ab", "nö-such-ref", says="nö-such-ref"),
+    # history (issue 55): the history file, its options, what append records
+    "history db missing": case("history", "--db", "{dir}/nö.sqlite", says="--db"),
+    "history db garbage": case("history", "--db", "{garbage}", says="not a readable history file"),
+    "history db a directory": case("history", "--db", "{dir}", says="--db"),
+    "history db a device": case("history", "--db", "/dev/null", says="--db"),
+    "history metric unknown": case("history", "--metric", "img_pér_s", says="--metric"),
+    "history confidence 1": case("history", "--confidence", "1", says="--confidence"),
+    "history confidence nan": case("history", "--confidence", "nan", says="--confidence"),
+    "history format": case("history", "--format", "ünï", says="--format"),
+    "history html a file": case("history", "--html", "{empty}", says="--html"),
+    "history html in proc": case("history", "--html", "/proc/nö", says="--html"),
+    "history append missing": case("history", "append", "{dir}/nope", "--db", "{dir}/h.sqlite", says="nope"),
+    "history append empty": case("history", "append", "{dir}", "--db", "{dir}/h.sqlite", says="no records"),
+    "history append non-finite": case("history", "append", "{nonfinite}", "--commit", "abc", "--db",
+                                      "{dir}/h.sqlite", says="nonfinite"),
+    "history append no commit": case("history", "append", "{results}", "--db", "{dir}/h.sqlite", says="--commit"),
+    "history append commit empty": case("history", "append", "{results}", "--commit", " ", "--db",
+                                        "{dir}/h.sqlite", says="--commit"),
+    "history append commit long": case("history", "append", "{results}", "--commit", LONG, "--db",
+                                       "{dir}/h.sqlite", says="--commit"),
+    "history append db a directory": case("history", "append", "{results}", "--commit", "abc", "--db", "{dir}",
+                                          says="--db"),
+    "history append db garbage": case("history", "append", "{results}", "--commit", "abc", "--db", "{garbage}",
+                                      says="not a readable history file"),
+    "history append repo missing": case("history", "append", "{results}", "--commit", "abc", "--repo", "{dir}/nö",
+                                        "--db", "{dir}/h.sqlite", says="--repo"),
+    "history append options before append": case("history", "--db", "{dir}/h.sqlite", "append", "{results}",
+                                                 says="after the word append"),
     # sweep / report
     "sweep executor unknown": case("sweep", "smoke", "--dry-run", "--executor", "kubernëtes", says="--executor"),
     "sweep executor option malformed": case("sweep", "smoke", "--dry-run", "-o", "novalue",
@@ -772,8 +800,11 @@ def test_a_sweep_started_with_sigint_ignored_still_stops_on_sigint(tmp_path):
 
 
 def _commands(command, prefix: tuple[str, ...] = ()):
-    """(command words, click command) for every leaf command of the CLI."""
+    """(command words, click command) for every leaf command of the CLI and every group with options of its
+    own."""
     if hasattr(command, "commands"):  # a group
+        if prefix and any(p.param_type_name == "option" and p.name != "help" for p in command.params):
+            yield prefix, command  # a group's own options (`vitbench history --db ...` beside `history append`)
         for name, sub in command.commands.items():
             yield from _commands(sub, (*prefix, name))
     else:

@@ -1,0 +1,284 @@
+"""The history store and `vitbench history` (issue 55, items 1, 2 and 5; docs/history.md): append-only SQLite that
+survives a writer killed mid-append and concurrent writers, results directories recorded with commit, machine
+and calibration, series normalised where the machine changed, change points, and the exit code for CI."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tolerances_stat import f64
+
+from vitbench.history import store
+from vitbench.history.store import Point, Run
+
+TESTS = Path(__file__).resolve().parent
+
+
+def _run(commit: str, i: int, machine: str = "m1", date: str | None = None) -> Run:
+    date = date or f"2026-01-01T00:{i // 60:02d}:{i % 60:02d}+00:00"
+    return Run(source="sweep", commit=commit, commit_date=date,
+               run_date="2026-01-02T00:00:00+00:00", machine=machine, path="/results", info={"i": i})
+
+
+def _point(value: float, cal: float | None = None, trial: str = "t1", metric: str = "img_per_s") -> Point:
+    return Point(trial=trial, label=f"ViT-Nano/4 infer {trial}", model="ViT-Nano/4", backend="torch", task="infer",
+                 metric=metric, unit="img/s", higher_is_better=True, value=value, calibration=cal,
+                 raw={"rounds": [value]})
+
+
+def _history(db: Path, values, machines=None, cals=None) -> None:
+    for i, v in enumerate(values):
+        store.append(db, _run(f"c{i:03d}", i, machines[i] if machines else "m1"),
+                     [_point(v, cals[i] if cals else None)])
+
+
+# ---- the store -----------------------------------------------------------------------------------------------
+def test_append_reads_back_and_refuses_rewrites(tmp_path):
+    db = tmp_path / "h" / "history.sqlite"  # its directory is made
+    store.append(db, _run("abc", 0), [_point(100.0, 0.05), _point(3.0, trial="t2")])
+    store.append(db, _run("def", 1), [_point(101.5)])
+    rows = list(store.read(db))
+    assert [(r.commit, p.trial, p.value, p.calibration) for r, p in rows] == [
+        ("abc", "t1", 100.0, 0.05), ("abc", "t2", 3.0, None), ("def", "t1", 101.5, None)]  # floats read back
+    assert rows[0][0].info == {"i": 0} and rows[0][1].raw == {"rounds": [100.0]}
+    con = sqlite3.connect(db)
+    for sql in ("UPDATE points SET value = 1", "DELETE FROM runs", "DELETE FROM points",
+                "UPDATE runs SET commit_sha = 'x'"):
+        with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+            con.execute(sql)
+    con.close()
+    assert len(list(store.read(db))) == 3
+
+
+def test_a_bad_point_writes_nothing(tmp_path):
+    from vitbench.errors import ConfigError
+
+    db = tmp_path / "history.sqlite"
+    store.append(db, _run("abc", 0), [_point(100.0)])
+    for bad in (float("nan"), float("inf"), 0.0, -1.0):
+        with pytest.raises(ConfigError, match="not a finite positive number"):
+            store.append(db, _run("def", 1), [_point(100.0), _point(bad, trial="t2")])
+    assert [r.commit for r, _ in store.read(db)] == ["abc"]  # neither the run nor its good point
+
+
+_WRITER = """
+import os, sys, time
+sys.path[:0] = [{root!r}]
+
+from vitbench.history import store
+from test_history import _run, _point
+db, marker = sys.argv[1], sys.argv[2]
+for i in range(5):
+    store.append(db, _run(f"c{{i}}", i), [_point(100.0 + i), _point(50.0 + i, trial="t2")])
+def points():  # the sixth append: two points written, then the writer hangs inside its transaction
+    yield _point(1.0)
+    yield _point(2.0, trial="t2")
+    open(marker, "w").close()
+    time.sleep(600)
+    yield _point(3.0, trial="t3")
+store.append(db, _run("c5", 5), points())
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_writer_killed_mid_append_leaves_every_earlier_record(tmp_path):
+    """Issue 55 "done when": kill -9 of a real writer process inside its append's transaction; every earlier run
+    reads back whole, the torn one not at all, and the next append works."""
+    db, marker = tmp_path / "history.sqlite", tmp_path / "inside"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(TESTS.parent)])}
+    proc = subprocess.Popen([sys.executable, "-c", _WRITER.format(root=str(TESTS.parent)), str(db), str(marker)],
+                            env=env, cwd=TESTS, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 100
+    while not marker.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read().decode()[-2000:]
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    rows = list(store.read(db))
+    assert [(r.commit, p.trial, p.value) for r, p in rows] == [
+        (f"c{i}", t, v + i) for i in range(5) for t, v in (("t1", 100.0), ("t2", 50.0))]
+    store.append(db, _run("c6", 6), [_point(7.0)])
+    assert [r.commit for r, _ in store.read(db)][-1] == "c6" and len(list(store.read(db))) == 11
+
+
+_APPENDER = """
+import sys
+sys.path[:0] = [{root!r}]
+
+from vitbench.history import store
+from test_history import _run, _point
+db, who = sys.argv[1], int(sys.argv[2])
+for i in range(15):
+    store.append(db, _run(f"w{{who}}-{{i}}", i), [_point(100.0 + who, trial=f"t{{j}}") for j in range(3)])
+"""
+
+
+@pytest.mark.timeout(120)
+def test_concurrent_appends_all_land_whole(tmp_path):
+    db = tmp_path / "history.sqlite"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(TESTS.parent)])}
+    procs = [subprocess.Popen([sys.executable, "-c", _APPENDER.format(root=str(TESTS.parent)), str(db), str(w)],
+                              env=env, cwd=TESTS, stderr=subprocess.PIPE) for w in range(3)]
+    for p in procs:
+        assert p.wait(timeout=100) == 0, p.stderr.read().decode()[-2000:]
+    rows = list(store.read(db))
+    by_run: dict[int, list] = {}
+    for r, p in rows:
+        by_run.setdefault(r.id, []).append((r.commit, p.trial, p.value))
+    assert len(by_run) == 45
+    for pts in by_run.values():  # each run's three points together, none of another writer's
+        who = int(pts[0][0][1:].split("-")[0])
+        assert pts == [(pts[0][0], f"t{j}", 100.0 + who) for j in range(3)]
+
+
+def test_bad_history_files_exit_2_naming_the_file(cli, tmp_path):
+    garbage = tmp_path / "garbage.sqlite"
+    garbage.write_bytes(b"not a database \x00\xff" * 100)
+    foreign = tmp_path / "foreign.sqlite"
+    con = sqlite3.connect(foreign)
+    con.execute("CREATE TABLE t (x)")
+    con.commit()
+    con.close()
+    for path, says in ((garbage, "not a readable history file"), (foreign, "not a vitbench history"),
+                       (tmp_path / "absent.sqlite", "no such file"), (tmp_path, "is a directory")):
+        for args in (("history", "--db", path), ("history", "append", str(tmp_path), "--db", path)):
+            if args[1] == "append" and says == "no such file":
+                continue  # append makes a new history
+            r = cli(*args)
+            assert r.exit_code == 2 and str(path) in r.output and "Traceback" not in r.output, r.output
+            if args[1] != "append":
+                assert says in r.output, r.output
+    assert garbage.read_bytes() == b"not a database \x00\xff" * 100  # never written over
+
+
+# ---- recording results directories --------------------------------------------------------------------------
+def _results(d: Path, sha: str, speed: float, tflops: float, host: str = "vm") -> Path:
+    from test_compare import bench_record, calibration_record, write_jsonl
+
+    env = {"torch": "2.15.0", "git_sha": sha, "hostname": host, "cpu_model": "AMD EPYC", "cpu_count": 2,
+           "device_name": "cpu"}
+    d.mkdir(parents=True)
+    recs = [calibration_record([tflops] * 3, env=env), bench_record(step_s=[8 / speed] * 10, env=env),
+            bench_record("R-Nano", step_s=[8 / speed / 2] * 10, env=env)]
+    write_jsonl(d / "results.jsonl", recs)
+    return d
+
+
+def test_append_records_a_sweep_with_commit_machine_and_calibration(cli, tmp_path):
+    db = tmp_path / "h.sqlite"
+    r = cli("history", "append", _results(tmp_path / "r1", "a" * 40, 100.0, 0.05), "--db", db, "--repo", tmp_path)
+    assert r.exit_code == 0, r.output
+    rows = list(store.read(db))
+    assert {(p.model, p.metric) for _, p in rows} >= {("ViT-Nano/4", "img_per_s"), ("R-Nano", "img_per_s")}
+    run, pt = next((r, p) for r, p in rows if p.model == "ViT-Nano/4" and p.metric == "img_per_s")
+    assert run.commit == "a" * 40 and run.machine == "vm|AMD EPYC|2|cpu" and run.source == "sweep"
+    assert pt.calibration == 0.05 and pt.value == f64(100.0, 3)  # 8 / median(8 / 100) x 8 / 8: the record's img/s
+    assert run.commit_date is None  # not a commit of --repo: no date, ordered by the run's
+    r = cli("history", "append", _results(tmp_path / "r2", "b" * 40 + "-dirty", 100.0, 0.05), "--db", db)
+    assert r.exit_code == 2 and "uncommitted" in r.output and "r2" in r.output
+    r = cli("history", "append", tmp_path / "r2", "--db", db, "--commit", "c" * 40)
+    assert r.exit_code == 0, r.output
+    assert len({run.id for run, _ in store.read(db)}) == 2
+
+
+def test_append_records_an_ab_run_current_side_with_its_verdict(cli, tmp_path):
+    """`vitbench ab --results DIR` keeps DIR/{baseline,current}/pairNN: the current side is the run (its commit),
+    the verdict and pair ratios of the kept rounds go with it."""
+    ab = tmp_path / "ab"
+    for n, (b, c) in enumerate(((100.0, 90.0), (110.0, 99.0), (95.0, 85.5), (105.0, 94.5)), start=1):
+        _results(ab / "baseline" / f"pair{n:02d}", "", b, 0.05)
+        _results(ab / "current" / f"pair{n:02d}", "c" * 40, c, 0.05)
+    db = tmp_path / "h.sqlite"
+    r = cli("history", "append", ab, "--db", db)
+    assert r.exit_code == 0, r.output
+    rows = list(store.read(db))
+    run = rows[0][0]
+    assert run.source == "ab" and run.commit == "c" * 40 and run.info["rounds"] == 4
+    verdict = run.info["ab"]
+    assert verdict["pairs"] == 4 and verdict["verdict"] == "regression"  # every pair 0.9: the gate's rule says so
+    vit = next(v for k, v in verdict["trials"].items() if k.startswith("ViT-Nano/4"))
+    assert vit["ratio"] == f64(0.9, 8)
+    vals = sorted(p.value for _, p in rows if p.model == "ViT-Nano/4" and p.metric == "img_per_s")
+    assert vals == [f64(92.25, 8)]  # the median of the current side's rounds 90, 99, 85.5, 94.5
+
+
+def test_append_refuses_what_is_no_measurement(cli, tmp_path):
+    from test_compare import bench_record, write_jsonl
+
+    (tmp_path / "failed").mkdir()
+    env = {"git_sha": "a" * 40}
+    write_jsonl(tmp_path / "failed" / "results.jsonl", [bench_record(status="oom", env=env)])
+    (tmp_path / "empty").mkdir()
+    for d, says in ((tmp_path / "failed", "no ok row"), (tmp_path / "empty", "empty"),
+                    (tmp_path / "nope", "no such directory")):
+        r = cli("history", "append", d, "--db", tmp_path / "h.sqlite")
+        assert r.exit_code == 2 and str(d) in r.output and "Traceback" not in r.output, r.output
+    assert not (tmp_path / "h.sqlite").exists() or not list(store.read(tmp_path / "h.sqlite"))
+
+
+# ---- series, change points, the exit code -------------------------------------------------------------------
+def test_a_step_is_found_with_its_size_confidence_and_commits():
+    from vitbench.history.changes import changes
+
+    rng = np.random.default_rng(1)
+    sd = 0.02
+    y = np.exp(np.r_[np.zeros(60), np.full(60, np.log(0.9))] + rng.normal(0, sd, 120))
+    (c,) = changes(y)
+    assert c.first <= 60 <= c.last and c.last - c.first < 10
+    # the size: the segments' geometric means, each of 60 points with sd 0.02: 5 sd of the difference
+    assert abs(np.log(c.size) - np.log(0.9)) < 5 * sd * np.sqrt(2 / 60)
+    assert c.confidence >= 0.99
+    assert changes(np.exp(rng.normal(0, sd, 120))) == []  # seeded: noise alone, no change
+
+
+def test_a_machine_change_is_divided_out_by_its_calibration(tmp_path):
+    from vitbench.history import series as hs
+
+    db = tmp_path / "h.sqlite"
+    rng = np.random.default_rng(2)
+    noise = np.exp(rng.normal(0, 0.01, 40))
+    # the second machine is twice as fast at matmuls and at the model: no change of the code
+    _history(db, list(100 * noise[:20]) + list(200 * noise[20:]), machines=["m1"] * 20 + ["m2"] * 20,
+             cals=[0.05] * 20 + [0.10] * 20)
+    (s,) = hs.detect(hs.build(list(store.read(db))))
+    assert s.basis == "normalized" and s.changes == []
+    # in the newest machine's units: (100 x) x 0.10 / 0.05 against 200 x, each literal and operation one rounding
+    assert s.normalized[0] == f64(200 * noise[0], 5)
+    db2 = tmp_path / "h2.sqlite"  # the same without calibrations: the step is seen, raw
+    _history(db2, list(100 * noise[:20]) + list(200 * noise[20:]), machines=["m1"] * 20 + ["m2"] * 20)
+    (s2,) = hs.detect(hs.build(list(store.read(db2))))
+    assert s2.basis == "raw" and [c.index for c in s2.changes] == [20]
+    page = hs.to_page([s2])[0]
+    assert page["changes"][0]["commits"] == [s2.commits[s2.changes[0].first - 1], s2.commits[s2.changes[0].last]]
+    assert set(page) == {"metric", "unit", "trial", "model", "backend", "task", "points", "changes"}
+    assert set(page["points"][0]) == {"commit", "date", "value", "normalized"}
+    assert page["points"][0]["normalized"] is None
+
+
+def test_exit_1_on_a_new_regression_only(cli, tmp_path):
+    """A regression change point the newest commit brings to light fails (exit 1); once the history without
+    the newest commit shows it too, it is no longer new (exit 0), and the series still lists it."""
+    db = tmp_path / "h.sqlite"
+    rng = np.random.default_rng(3)
+    base = list(100 * np.exp(rng.normal(0, 0.01, 30)))
+    _history(db, base + [80.0, 80.5])
+    r = cli("history", "--db", db, "--format", "json")
+    assert r.exit_code == 1, r.output
+    doc = json.loads(r.stdout)["series"][0]
+    assert doc["new_regressions"] == [30] and doc["changes"][0]["commits"] == ["c029", "c030"]
+    store.append(db, _run("c032", 32), [_point(79.8)])
+    r = cli("history", "--db", db)
+    assert r.exit_code == 0 and "c029" in r.output, r.output
+    db2 = tmp_path / "h2.sqlite"  # an improvement is no regression
+    _history(db2, base + [120.0, 120.5])
+    assert cli("history", "--db", db2).exit_code == 0

@@ -1,0 +1,176 @@
+"""What `vitbench history append RESULTS_DIR` records: a results directory read into one history run and its
+points (vitbench.history.store).
+
+Two layouts: a sweep's results (one directory, or rounds in subdirectories: each directory a round), and the
+rounds `vitbench ab --results DIR` keeps (DIR/baseline/pairNN and DIR/current/pairNN): of those, the current
+side's rounds are the run (the working tree's commit), and the verdict with its pair ratios, worked out again
+from the rounds by the gate's default rule (vitbench.compare.paired), goes into the run's info.
+
+A point is one trial's metric in the run: the median of its rounds' values (a finite number from an ok record;
+failed, skipped and non-finite rows are never recorded) with the machine's calibration beside it, the
+calibration compare --normalize would divide by (vitbench.compare.decide.Calibrations: same run, backend,
+device, precision, threads, nearest in time), the median over the rounds.
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+from collections import defaultdict
+from pathlib import Path
+
+from vitbench.errors import ConfigError
+from vitbench.history.store import Point, Run, _finite
+
+AB_SIDES = ("baseline", "current")  # vitbench ab --results DIR: one subdirectory per side (vitbench.compare.ab)
+# The environment fields that name the machine (vitbench.env.machine_id's, read from the rows)
+MACHINE_FIELDS = ("hostname", "cpu_model", "cpu_count")
+
+
+def is_ab(path: Path) -> bool:
+    return all((path / side).is_dir() for side in AB_SIDES)
+
+
+def machine_of(records) -> str:
+    """hostname|cpu model|cpu count|device names: a run on other hardware is another machine."""
+    env = records[0].env
+    devices = sorted({str(r.env.get("device_name") or r.env.get("device") or "") for r in records} - {""})
+    return "|".join([*(str(env.get(k, "")) for k in MACHINE_FIELDS), ",".join(devices)])
+
+
+def _commit(records, commit: str | None, path: Path) -> str:
+    if commit:
+        return commit
+    shas = sorted({str(r.env.get("git_sha")) for r in records if r.env.get("git_sha")})
+    if not shas:
+        raise ConfigError(f"RESULTS_DIR {path}: the rows record no git commit (vitbench ran outside a git "
+                          "checkout); give it with --commit SHA")
+    if len(shas) > 1:
+        named = ", ".join(s[:14] for s in shas[:4])
+        raise ConfigError(f"RESULTS_DIR {path}: rows of {len(shas)} commits ({named}); "
+                          "append each commit's results apart, or name one with --commit SHA")
+    if shas[0].endswith("-dirty"):
+        raise ConfigError(f"RESULTS_DIR {path}: measured from uncommitted changes ({shas[0][:14]}...-dirty), "
+                          "which no commit holds; give --commit SHA to record it as a commit's anyway")
+    return shas[0]
+
+
+def commit_date(sha: str, repo: Path) -> str | None:
+    """The commit's committer date (ISO 8601) from the git checkout at `repo`; None where it is not known."""
+    try:
+        p = subprocess.run(["git", "-C", str(repo), "show", "-s", "--format=%cI", f"{sha}^{{commit}}"],
+                           capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return p.stdout.strip() or None if p.returncode == 0 else None
+
+
+def _rounds(path: Path) -> list[list]:
+    """The records of each round (results directory) under `path`, in directory order; selected as the store
+    selects them (the latest row per trial and directory)."""
+    from vitbench.compare.comparison import load_records
+    from vitbench.store import select
+
+    records = select(load_records(path), "all")  # the calibrations too
+    by_dir: dict[str, list] = defaultdict(list)
+    for r in records:
+        by_dir[str(r.source)].append(r)
+    return [by_dir[k] for k in sorted(by_dir)]
+
+
+def points_of(rounds: list[list]) -> list[Point]:
+    """One point per trial and comparable metric: the median over the rounds of its ok records' finite values,
+    and the median calibration beside them."""
+    from vitbench.compare.comparison import metrics
+    from vitbench.compare.decide import Calibrations
+    from vitbench.compare.match import DEFAULT_IGNORE, labels, match_key
+    from vitbench.record import Status
+    from vitbench.tasks import Role, tasks
+
+    known = metrics()
+    cal_task = next((t for t in tasks(include_hidden=True).values() if t.role is Role.CALIBRATION), None)
+    values: dict[tuple[str, str], list[float]] = defaultdict(list)
+    cals: dict[tuple[str, str], list[float]] = defaultdict(list)
+    first: dict[str, object] = {}
+    for recs in rounds:
+        calib = None
+        if cal_task is not None:
+            cal_recs = [r for r in recs if r.kind == cal_task.kind and r.status is Status.OK]
+            calib = Calibrations(cal_recs, cal_task.metrics[0], "history") if cal_recs else None
+        for r in recs:
+            if r.status is not Status.OK or (cal_task is not None and r.kind == cal_task.kind):
+                continue
+            key = match_key(r, DEFAULT_IGNORE)
+            first.setdefault(key, r)
+            cal = None
+            if calib is not None:
+                try:
+                    cal = calib.for_record(r)
+                except ConfigError:  # no calibration for this backend/device: the point has none
+                    cal = None
+            for name, md in known.items():
+                v = r.metrics.get(name)
+                if _finite(v) and v > 0:
+                    values[key, name].append(float(v))
+                    if cal is not None and _finite(cal) and cal > 0:
+                        cals[key, name].append(cal)
+    keys = list(first)
+    names = dict(zip(keys, labels([first[k].measured_config for k in keys])))
+    out = []
+    for (key, name), xs in values.items():
+        cfg, md = first[key].measured_config, known[name]
+        cs = cals.get((key, name), [])
+        out.append(Point(trial=key, label=names[key], model=cfg.get("model"), backend=cfg.get("backend"),
+                         task=cfg.get("task"), metric=name, unit=md.unit, higher_is_better=md.higher_is_better,
+                         value=statistics.median(xs), calibration=statistics.median(cs) if cs else None,
+                         raw={"rounds": xs, "calibrations": cs}))
+    return out
+
+
+def _ab_info(path: Path) -> dict:
+    """The gate's verdict and pair ratios, worked out again from the kept rounds by the default rule."""
+    from vitbench.compare.ab import Pairs, rows
+    from vitbench.compare.paired import Rule, verdict
+
+    base, cur = (sorted(p.name for p in (path / side).iterdir() if p.is_dir()) for side in AB_SIDES)
+    both = [n for n in base if n in cur]
+    if not both:
+        raise ConfigError(f"RESULTS_DIR {path}: a `vitbench ab --results` directory without a round pair "
+                          "(baseline/pairNN beside current/pairNN)")
+    pairs, rule = Pairs(), Rule()
+    for n in both:
+        pairs.add(path / "baseline" / n, path / "current" / n)
+    table = rows(pairs, rule)
+    return {"verdict": verdict([r.decision for r in table]).value, "pairs": len(both),
+            "rule": {"threshold": rule.threshold, "confidence": rule.confidence,
+                     "statistic": pairs.statistic.value},
+            "trials": {r.trial: {"decision": r.decision.value, "ratio": r.ratio, "ci": [r.ci_low, r.ci_high],
+                                 "note": r.note} for r in table}}
+
+
+def collect(path: str | Path, commit: str | None = None, repo: str | Path = ".") -> tuple[Run, list[Point]]:
+    """The run and points of a results directory (either layout). ConfigError naming RESULTS_DIR for a missing
+    or empty directory, rows of several commits, or nothing measured."""
+    p = Path(path).expanduser()
+    if not p.is_dir():
+        raise ConfigError(f"RESULTS_DIR {p}: {'no such directory' if not p.exists() else 'not a directory'} "
+                          "(a `vitbench sweep --results` or `vitbench ab --results` directory)")
+    ab = is_ab(p)
+    rounds = _rounds(p / "current" if ab else p)
+    records = [r for recs in rounds for r in recs]
+    if not records:
+        raise ConfigError(f"RESULTS_DIR {p}: no records")
+    sha = _commit(records, commit, p)
+    points = points_of(rounds)
+    if not points:
+        raise ConfigError(f"RESULTS_DIR {p}: no ok row with a finite metric to record (failed, skipped or "
+                          "non-finite rows are not measurements)")
+    env = next((r.env for r in records if r.env), {})
+    info = {"env": env, "rounds": len(rounds)}  # the first row's environment: the versions measured with
+    if ab:
+        info["ab"] = _ab_info(p)
+    started = sorted(r.started_at for r in records if r.started_at)
+    run = Run(source="ab" if ab else "sweep", commit=sha, commit_date=commit_date(sha, Path(repo)),
+              run_date=started[0] if started else "", machine=machine_of(records), path=str(p.resolve()),
+              info=info)
+    return run, points

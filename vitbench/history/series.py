@@ -1,0 +1,127 @@
+"""The history as series: per metric and trial, one value per commit in commit order, normalised where the
+machine changed, with its change points (vitbench.history.changes); `to_page` writes the shape the history
+page reads (vitbench.history.page.render).
+
+Order: by the commit's date (the committer date recorded at append), then by the order appended; a commit
+measured several times is one point, the median of its runs. Normalisation follows compare --normalize
+(docs/compare.md): a speed divided by the machine's calibration (matmul TFLOP/s), here the median calibration of
+each machine over the series (one run's calibration varies 3x on a busy host; a machine's median does not jump),
+scaled to the newest point's machine: `normalized` reads in the newest machine's units. The change points are
+found on the normalised values where the series spans more than one machine and every point has them, else on
+the raw values (and the series says so in `basis`).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from vitbench.history.changes import Change, changes
+from vitbench.history.store import Point, Run
+
+
+@dataclass
+class Series:
+    metric: str
+    unit: str
+    higher_is_better: bool
+    trial: str  # the label (compare's)
+    key: str  # the match key
+    model: str | None
+    backend: str | None
+    task: str | None
+    commits: list[str] = field(default_factory=list)
+    dates: list[str] = field(default_factory=list)
+    values: list[float] = field(default_factory=list)
+    normalized: list[float | None] = field(default_factory=list)
+    machines: list[str] = field(default_factory=list)
+    basis: str = "raw"  # what the change points were found on: 'raw' | 'normalized'
+    changes: list[Change] = field(default_factory=list)
+
+    def detected_on(self) -> list[float]:
+        return self.normalized if self.basis == "normalized" else self.values  # type: ignore[return-value]
+
+    def regression(self, c: Change) -> bool:
+        return c.size < 1 if self.higher_is_better else c.size > 1
+
+    def commit_range(self, c: Change) -> tuple[str, str]:
+        """The last commit before the change's earliest position and the commit at its latest."""
+        return self.commits[max(c.first - 1, 0)], self.commits[c.last]
+
+
+def _when(run: Run) -> float:
+    """The commit's date (else the run's) as a UTC timestamp: ISO texts with other offsets do not sort as text."""
+    import datetime as dt
+
+    for text in (run.commit_date, run.run_date):
+        try:
+            t = dt.datetime.fromisoformat(str(text))
+        except ValueError:
+            continue
+        return (t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)).timestamp()
+    return float("inf")  # no date at all: after the dated ones, in the order appended
+
+
+def build(rows: list[tuple[Run, Point]], metrics: tuple[str, ...] = ()) -> list[Series]:
+    """The series of the stored (run, point) rows, for `metrics` (all when empty), without change points."""
+    groups: dict[tuple[str, str], list[tuple[Run, Point]]] = defaultdict(list)
+    for run, pt in rows:
+        if not metrics or pt.metric in metrics:
+            groups[pt.metric, pt.trial].append((run, pt))
+    out = []
+    for (metric, key), items in groups.items():
+        items.sort(key=lambda rp: (_when(rp[0]), rp[0].id or 0))
+        first = items[-1][1]
+        s = Series(metric, first.unit, first.higher_is_better, first.label, key, first.model, first.backend,
+                   first.task)
+        cal_by_machine: dict[str, list[float]] = defaultdict(list)
+        for run, pt in items:
+            if pt.calibration:
+                cal_by_machine[run.machine].append(pt.calibration)
+        machine_cal = {m: statistics.median(c) for m, c in cal_by_machine.items()}
+        ref = machine_cal.get(items[-1][0].machine)
+        by_commit: dict[str, list[tuple[Run, Point]]] = {}
+        for run, pt in items:
+            by_commit.setdefault(run.commit, []).append((run, pt))
+        for commit, rps in by_commit.items():
+            s.commits.append(commit)
+            s.dates.append(rps[0][0].commit_date or rps[0][0].run_date)
+            s.values.append(statistics.median(pt.value for _, pt in rps))
+            norm = [pt.value * ref / machine_cal[run.machine] for run, pt in rps
+                    if ref and run.machine in machine_cal]
+            s.normalized.append(statistics.median(norm) if len(norm) == len(rps) else None)
+            s.machines.append(rps[-1][0].machine)
+        if len(set(s.machines)) > 1 and all(v is not None for v in s.normalized):
+            s.basis = "normalized"
+        out.append(s)
+    out.sort(key=lambda s: (s.metric, s.trial))
+    return out
+
+
+def detect(series: list[Series]) -> list[Series]:
+    """Each series with its change points (in place; returned for chaining)."""
+    for s in series:
+        s.changes = changes(s.detected_on())
+    return series
+
+
+def new_regressions(s: Series, confidence: float) -> list[Change]:
+    """Regression change points at `confidence` or more that the series without its newest commit does not
+    show (no change of the same direction whose commit range overlaps): what the newest commit brought to
+    light. Recomputed from the stored history, so no state is kept between checks."""
+    found = [c for c in s.changes if s.regression(c) and c.confidence >= confidence]
+    if not found:
+        return []
+    before = [c for c in changes(s.detected_on()[:-1]) if s.regression(c) and c.confidence >= confidence]
+    return [c for c in found if not any(b.first <= c.last and c.first <= b.last for b in before)]
+
+
+def to_page(series: list[Series]) -> list[dict]:
+    """The shape the history page reads (vitbench.history.page.render's `series`)."""
+    return [{"metric": s.metric, "unit": s.unit, "trial": s.trial, "model": s.model, "backend": s.backend,
+             "task": s.task,
+             "points": [{"commit": c, "date": d, "value": v, "normalized": n}
+                        for c, d, v, n in zip(s.commits, s.dates, s.values, s.normalized)],
+             "changes": [{"index": c.index, "commits": list(s.commit_range(c)), "size": c.size,
+                          "confidence": c.confidence} for c in s.changes]} for s in series]

@@ -1,0 +1,236 @@
+"""The history store: every measured run appended to one SQLite file, never rewritten (docs/history.md).
+
+Why SQLite and not the results' JSON lines or Parquet: the history is appended to by many CI jobs over months,
+possibly at once, and read by metric, trial and commit. SQLite (Python's standard library, no new dependency)
+gives an append that is one transaction (all of a run's measurements or none, whatever kills the writer:
+its journal is rolled back on the next open), concurrent writers serialised by its lock (WAL mode: readers never
+block the writer), and queries by column; a Parquet file cannot be appended to in place, and JSON lines would
+need this project's own locking and torn-line recovery again. Records are never changed: triggers refuse every
+UPDATE and DELETE, so nothing vitbench (or a careless query through it) does rewrites what was recorded.
+
+Tables: `runs` (one row per appended run: commit, its date, the machine's identity, what was appended, when,
+the run's own JSON: an `ab` verdict with its pair ratios), `points` (one row per run, trial and metric: the
+value, its unit, the machine's calibration for that trial, the raw per-round values as JSON).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from vitbench.errors import ConfigError
+
+FORMAT = "vitbench history 1"  # the `meta` row that says a file is ours, and which layout it has
+BUSY_TIMEOUT_S = 60.0  # how long an append waits for another writer's transaction (each holds it < 1 s)
+HISTORY_ENV = "VITBENCH_HISTORY"  # the history file, where --db is not given
+DEFAULT_PATH = "../vitbench-history/history.sqlite"  # else: beside the repository (relative to where one runs)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    appended_at TEXT NOT NULL,       -- ISO 8601 UTC, when it was appended
+    source TEXT NOT NULL,            -- 'sweep' | 'ab'
+    commit_sha TEXT NOT NULL,
+    commit_date TEXT,                -- ISO 8601 committer date (None: not known where it was appended)
+    run_date TEXT NOT NULL,          -- ISO 8601, the run's first record's start
+    machine TEXT NOT NULL,           -- hostname|cpu model|cpu count|device name (vitbench.history.collect)
+    path TEXT NOT NULL,              -- the results directory it was read from
+    info TEXT NOT NULL               -- JSON: the environment's versions, an ab verdict and its pairs
+);
+CREATE TABLE IF NOT EXISTS points (
+    run_id INTEGER NOT NULL REFERENCES runs(id),
+    trial TEXT NOT NULL,             -- compare's match key: kind, method version, measured config
+    label TEXT NOT NULL,
+    model TEXT, backend TEXT, task TEXT,
+    metric TEXT NOT NULL,
+    unit TEXT NOT NULL,
+    higher_is_better INTEGER NOT NULL,
+    value REAL NOT NULL,             -- the run's value (the median of its rounds)
+    calibration REAL,                -- the machine's calibration (matmul TFLOP/s) beside it, None if not measured
+    raw TEXT NOT NULL                -- JSON: the rounds' values and calibrations
+);
+CREATE INDEX IF NOT EXISTS points_by_series ON points (metric, trial);
+CREATE TRIGGER IF NOT EXISTS runs_append_only_u BEFORE UPDATE ON runs
+    BEGIN SELECT RAISE(ABORT, 'the history is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS runs_append_only_d BEFORE DELETE ON runs
+    BEGIN SELECT RAISE(ABORT, 'the history is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS points_append_only_u BEFORE UPDATE ON points
+    BEGIN SELECT RAISE(ABORT, 'the history is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS points_append_only_d BEFORE DELETE ON points
+    BEGIN SELECT RAISE(ABORT, 'the history is append-only'); END;
+"""
+
+
+@dataclass
+class Point:
+    """One trial's value of one metric in one run."""
+
+    trial: str
+    label: str
+    model: str | None
+    backend: str | None
+    task: str | None
+    metric: str
+    unit: str
+    higher_is_better: bool
+    value: float
+    calibration: float | None = None
+    raw: dict = field(default_factory=dict)
+
+
+@dataclass
+class Run:
+    """One appended run and its points (`id` set once stored)."""
+
+    source: str
+    commit: str
+    commit_date: str | None
+    run_date: str
+    machine: str
+    path: str
+    info: dict = field(default_factory=dict)
+    appended_at: str = ""
+    id: int | None = None
+
+
+def _finite(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    con = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S, isolation_level=None)  # transactions by hand
+    con.execute("PRAGMA foreign_keys = ON")
+    return con
+
+
+def _bad(path: Path, why: str) -> ConfigError:
+    return ConfigError(f"--db {path}: {why} (a history file is made by `vitbench history append`; give another "
+                       "path, or move this file away)")
+
+
+def default_path(db: str | None) -> Path:
+    """--db, else $VITBENCH_HISTORY, else DEFAULT_PATH."""
+    import os
+
+    return Path(db if db is not None else os.environ.get(HISTORY_ENV) or DEFAULT_PATH).expanduser()
+
+
+def check_db(path: str | Path) -> Path:
+    """`path` can be appended to: a history of ours, or absent (and creatable). Nothing is created; ConfigError
+    naming the file otherwise. Called before a run is read, so bad --db fails first."""
+    from vitbench.paths import check_entry
+
+    p = Path(path).expanduser()
+    check_entry(p, "--db")
+    if p.is_file() and p.stat().st_size > 0:
+        open_db(p, create=False).close()
+    return p
+
+
+def open_db(path: str | Path, create: bool) -> sqlite3.Connection:
+    """An open history file: made (with its tables) when `create` and absent; else it must be one of ours.
+    ConfigError naming the file for a missing one, a directory, a file that is not SQLite, or another layout."""
+    from vitbench.paths import check_entry
+
+    p = Path(path).expanduser()
+    if not create and not p.exists():
+        raise _bad(p, "no such file")
+    check_entry(p, "--db")  # a directory, a device, an unwritable place: named, before SQLite sees it
+    if create:
+        from vitbench.paths import make_dir
+
+        make_dir(p.parent, f"--db {p}: its directory")
+    con = None
+    try:
+        con = _connect(p)
+        if create and not con.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:  # new, or a racer's
+            con.execute("PRAGMA journal_mode = WAL")
+            con.execute("BEGIN IMMEDIATE")  # two first writers at once: one makes the tables, the other finds them
+            for stmt in _SCHEMA.split(";\n"):
+                if stmt.strip():
+                    con.execute(stmt)
+            con.execute("INSERT OR IGNORE INTO meta VALUES ('format', ?)", (FORMAT,))
+            con.execute("COMMIT")
+        _check(con, p)
+    except (sqlite3.DatabaseError, ConfigError) as e:
+        if con is not None:
+            con.close()
+        if isinstance(e, ConfigError):
+            raise
+        raise _bad(p, f"not a readable history file ({e})") from None
+    return con
+
+
+def _check(con: sqlite3.Connection, p: Path) -> None:
+    tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if not {"meta", "runs", "points"} <= tables:
+        names = ", ".join(sorted(tables)) or "none"
+        raise _bad(p, f"an SQLite file, but not a vitbench history (tables: {names})")
+    fmt = con.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
+    if not fmt or fmt[0] != FORMAT:
+        raise _bad(p, f"history format {fmt[0] if fmt else None!r}; this vitbench reads {FORMAT!r}")
+
+
+def append(path: str | Path, run: Run, points: Iterable[Point]) -> int:
+    """Append `run` and its points in one transaction (all or nothing, whatever stops the writer); the run's id.
+    Safe beside other writers (SQLite's lock; each waits up to BUSY_TIMEOUT_S). A point whose value is not a
+    finite positive number is refused (ConfigError) before anything is written."""
+    from vitbench.record import now
+
+    con = open_db(path, create=True)
+    try:
+        con.execute("BEGIN IMMEDIATE")
+        try:
+            cur = con.execute(
+                "INSERT INTO runs (appended_at, source, commit_sha, commit_date, run_date, machine, path, info) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (run.appended_at or now(), run.source, run.commit, run.commit_date, run.run_date, run.machine,
+                 run.path, json.dumps(run.info, sort_keys=True)))
+            run_id = cur.lastrowid
+            n = 0
+            for pt in points:
+                if not (_finite(pt.value) and pt.value > 0):
+                    raise ConfigError(f"{run.path}: {pt.label} {pt.metric} = {pt.value!r} is not a finite "
+                                      "positive "
+                                      "number; nothing was appended")
+                cal = pt.calibration if _finite(pt.calibration) and pt.calibration > 0 else None
+                con.execute("INSERT INTO points VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            (run_id, pt.trial, pt.label, pt.model, pt.backend, pt.task, pt.metric, pt.unit,
+                             int(pt.higher_is_better), float(pt.value), cal, json.dumps(pt.raw, sort_keys=True)))
+                n += 1
+            if not n:
+                raise ConfigError(f"{run.path}: no measurement to append (no ok record with a finite metric)")
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+    finally:
+        con.close()
+    run.id = run_id
+    return run_id
+
+
+def read(path: str | Path) -> Iterator[tuple[Run, Point]]:
+    """Every stored point with its run, in the order appended."""
+    con = open_db(path, create=False)
+    try:
+        runs = {}
+        for row in con.execute("SELECT id, appended_at, source, commit_sha, commit_date, run_date, machine, path, "
+                               "info FROM runs ORDER BY id"):
+            runs[row[0]] = Run(id=row[0], appended_at=row[1], source=row[2], commit=row[3], commit_date=row[4],
+                               run_date=row[5], machine=row[6], path=row[7], info=json.loads(row[8]))
+        rows = con.execute("SELECT run_id, trial, label, model, backend, task, metric, unit, higher_is_better, "
+                           "value, calibration, raw FROM points ORDER BY run_id, rowid").fetchall()
+    except sqlite3.DatabaseError as e:
+        raise _bad(Path(path), f"not a readable history file ({e})") from None
+    finally:
+        con.close()
+    for r in rows:
+        yield runs[r[0]], Point(trial=r[1], label=r[2], model=r[3], backend=r[4], task=r[5], metric=r[6],
+                                unit=r[7], higher_is_better=bool(r[8]), value=r[9], calibration=r[10],
+                                raw=json.loads(r[11]))
