@@ -81,6 +81,7 @@ _COMMAND_MODULES = [
     "vitbench.cli.inspect_cmd",
     "vitbench.cli.doctor_cmd",
     "vitbench.cli.cache_cmd",
+    "vitbench.cli.bisect_cmd",
     "vitbench.cli.history_cmd",
 ]
 for _mod in _COMMAND_MODULES:

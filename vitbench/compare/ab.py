@@ -321,8 +321,7 @@ def run_ab(ref: str, *, repo: str | Path = ".", study: str = DEFAULT_STUDY, base
     `extra_work`: test only, current's steps get that fraction of extra work (vitbench.measure.extra_work).
     Raises ConfigError for bad input (exit 2)."""
     t_start = time.monotonic()
-    if not (budget_s > 0) or budget_s != budget_s or budget_s == float("inf"):
-        raise ConfigError(f"--budget-s must be a positive number of seconds, got {budget_s}")
+    check_budget(budget_s)
     root = repo_root(repo)
     sha = resolve_ref(root, ref)
     head = _git(root, "rev-parse", "HEAD")
@@ -333,33 +332,60 @@ def run_ab(ref: str, *, repo: str | Path = ".", study: str = DEFAULT_STUDY, base
     cur_study = (root / study) if not Path(study).is_absolute() else Path(study)
     if not cur_study.is_file():
         raise ConfigError(f"--study {study}: no such file in the working tree {root}")
-    subject = _git(root, "log", "-1", "--format=%s", sha)[:80]
     out_root = Path(results) if results is not None else None
     if out_root is not None and out_root.exists() and any(out_root.iterdir()):
         raise ConfigError(f"--results {out_root}: exists and is not empty (rounds are never mixed with others)")
-    with checkout(root, sha) as base, contextlib.ExitStack() as stack:
+    with checkout(root, sha) as base:
+        baseline = commit_side("baseline", ref, root, sha, base, baseline_study or study,
+                               "give its own study file with --baseline-study PATH (relative to REF's tree, or "
+                               "absolute)")
+        current = Side("current", f"working tree {root} at {head[:12]}{' + uncommitted changes' if dirty else ''}",
+                       root, cur_study, sys.executable, "this interpreter",
+                       {EXTRA_WORK_ENV: f"{extra_work:g}"} if extra_work else {})
+        return measure((baseline, current), baseline.environment,
+                       f"baseline {baseline_study or study}, current {study} (each side's own copy)", rule=rule,
+                       budget_s=budget_s, t_start=t_start, results=out_root, schedule=schedule,
+                       statistic=statistic, progress=progress, extra_work=extra_work)
+
+
+def check_budget(budget_s: float) -> None:
+    """ConfigError unless `budget_s` is a positive, finite number of seconds (--budget-s)."""
+    if not (budget_s > 0) or budget_s != budget_s or budget_s == float("inf"):
+        raise ConfigError(f"--budget-s must be a positive number of seconds, got {budget_s}")
+
+
+def commit_side(name: str, ref: str, root: Path, sha: str, base: Path, study: str | Path, hint: str) -> Side:
+    """A side that runs commit `sha`'s code: its tree (`base`/src, from `checkout`), its own copy of `study`
+    (relative to that tree, or absolute) and its own environment (`_environment`). `hint`: what to do when the
+    commit has no such study file (said in the ConfigError)."""
+    subject = _git(root, "log", "-1", "--format=%s", sha)[:80]
+    path = Path(study) if Path(study).is_absolute() else base / "src" / study
+    if not path.is_file():
+        raise ConfigError(f"REF {sha[:12]} has no {study}: {hint}")
+    python, sentence = _environment(root, sha, base)
+    return Side(name, f"{ref} = {sha[:12]} ({subject})", base / "src", path, python, sentence)
+
+
+def measure(sides: tuple[Side, Side], environment: str, study_line: str, *, rule: Rule, budget_s: float,
+            t_start: float, results: Path | None = None, schedule: Schedule = DEFAULT_SCHEDULE,
+            statistic: Statistic = DEFAULT_STATISTIC, progress: Callable[[str], None] = lambda s: None,
+            extra_work: float | None = None) -> ABResult:
+    """The A/B of two prepared sides (baseline, current): round pairs until `rule` stops or `budget_s` (counted
+    from `t_start`, time.monotonic) is spent, into `results` (default: a temporary directory, removed), and the
+    Comparison with its context lines (`environment`, `study_line`: how each side got them)."""
+    with contextlib.ExitStack() as stack:
+        out_root = results
         if out_root is None:
             out_root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="vitbench-ab-rounds-")))
-        bstudy = Path(baseline_study or study)
-        bstudy = bstudy if bstudy.is_absolute() else base / "src" / bstudy
-        if not bstudy.is_file():
-            raise ConfigError(f"REF {sha[:12]} has no {baseline_study or study}: give its own study file with "
-                              "--baseline-study PATH (relative to REF's tree, or absolute)")
-        python, env_sentence = _environment(root, sha, base)
-        sides = (Side("baseline", f"{ref} = {sha[:12]} ({subject})", base / "src", bstudy, python, env_sentence),
-                 Side("current", f"working tree {root} at {head[:12]}{' + uncommitted changes' if dirty else ''}",
-                      root, cur_study, sys.executable, "this interpreter",
-                      {EXTRA_WORK_ENV: f"{extra_work:g}"} if extra_work else {}))
-        pairs, stopped = _loop(sides, rule, budget_s, t_start, out_root, schedule, statistic,
-                               progress)
+        pairs, stopped = _loop(sides, rule, budget_s, t_start, out_root, schedule, statistic, progress)
     elapsed = time.monotonic() - t_start
     table = rows(pairs, rule)
     if not table:
         raise ConfigError(_unmatched(pairs))
     v = verdict([r.decision for r in table])
     b_recs, c_recs = pairs.records
-    context = [("baseline", sides[0].describe), ("current", sides[1].describe), ("environment", env_sentence),
-               ("study", f"baseline {baseline_study or study}, current {study} (each side's own copy)"),
+    context = [("baseline", sides[0].describe), ("current", sides[1].describe), ("environment", environment),
+               ("study", study_line),
                ("rounds", f"{len(pairs.order)} pairs, {schedule.value} (the side started first alternated: "
                           f"{pairs.order.count('baseline first')} baseline first); a pair's value: each side's "
                           f"{pairs.statistic.value} step; {elapsed:.0f} s in all, budget {budget_s:.0f} s" +

@@ -1,0 +1,58 @@
+"""`vitbench bisect GOOD BAD`: the commit where the speed regressed, thin over vitbench.compare.bisection."""
+
+from __future__ import annotations
+
+import typer
+from rich.markup import escape
+
+from vitbench.cli import app
+from vitbench.cli.common import console, err_console
+from vitbench.cli.options import cli_option, from_constant
+
+
+@app.command("bisect")
+def bisect_cmd(
+    good: str = typer.Argument(..., help="A commit (branch, tag, SHA) whose speed is the reference."),
+    bad: str = typer.Argument(..., help="A later commit, on GOOD's first-parent line, that is slower."),
+    study: str = from_constant("vitbench.compare.ab", "DEFAULT_STUDY",
+                               help="Study file, relative to each commit's tree (each side runs its own copy)."),
+    threshold: float = from_constant("vitbench.compare.decide", "DEFAULT_THRESHOLD",
+                                     help="Slowdown that matters: 0.05 = 5 %. A step's commit is bad when the "
+                                          "whole interval of commit / GOOD is below 1 - threshold."),
+    budget_s: float = from_constant("vitbench.compare.ab", "DEFAULT_BUDGET_S", "--budget-s",
+                                    help="Wall-clock budget of each step's `ab` run, in seconds."),
+    repo: str = cli_option("repo", "--repo", help="The git checkout whose commits are bisected."),
+) -> None:
+    """Find the first commit between GOOD and BAD whose speed regressed against GOOD, each step a `vitbench ab`
+    run of GOOD against one commit (paired rounds, each side its own checkout and environment).
+
+    The first step checks BAD against GOOD; then a binary search over BAD's first-parent line, about log2(N)
+    steps for N commits. An inconclusive step is never read as good or bad: the bisection stops and names the
+    range it had narrowed to (rerun on it with a larger --budget-s).
+
+    Exit code: 1 = a regression, its first bad commit found; 0 = BAD did not regress against GOOD; 2 = bad input
+    (unknown commit, GOOD not an ancestor of BAD, no study, bad option); 3 = a step was inconclusive.
+    """
+    from vitbench.compare.bisection import run_bisect
+    from vitbench.compare.paired import Rule
+
+    rule = Rule(threshold)
+    res = run_bisect(good, bad, repo=repo, study=study, rule=rule, budget_s=budget_s,
+                     progress=lambda s: err_console.print(escape(s), highlight=False, soft_wrap=True))
+    for i, s in enumerate(res.steps, 1):
+        console.print(escape(f"step {i}: {s.commit[:12]} {s.verdict.value:<12} {s.elapsed_s:5.0f} s  "
+                             f"{s.subject}"), highlight=False, soft_wrap=True)
+    n = len(res.commits)
+    if res.first_bad is not None:
+        subject = next((s.subject for s in res.steps if s.commit == res.first_bad), "")
+        line = (f"first bad commit: {res.first_bad} ({subject}), {len(res.steps)} ab steps over {n} commits, "
+                f"{res.elapsed_s:.0f} s")
+    elif res.range is not None:
+        lo, hi = res.range
+        line = (f"inconclusive: a step could not tell; the first bad commit is after {lo[:12]} and at or before "
+                f"{hi[:12]} (rerun: vitbench bisect {lo[:12]} {hi[:12]} with a larger --budget-s)")
+    else:
+        line = f"no regression: BAD {res.bad[:12]} is not slower than GOOD {res.good[:12]} beyond {threshold:.0%}"
+    console.print(("[bold red]" if res.exit_code else "[bold green]") + escape(line) + "[/]", highlight=False,
+                  soft_wrap=True)
+    raise typer.Exit(res.exit_code)

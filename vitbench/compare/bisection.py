@@ -1,0 +1,186 @@
+"""`vitbench bisect GOOD BAD`: the first commit between GOOD and BAD whose speed regressed against GOOD, each
+step a `vitbench ab` run (vitbench.compare.ab: paired rounds, each side its own checkout and environment).
+
+The commits are BAD's first-parent line back to GOOD (`git rev-list --first-parent GOOD..BAD`: a merge is
+one step, as `git bisect --first-parent`). Every step measures GOOD (baseline) against one commit (current), so
+each verdict is against the same reference:
+
+1. GOOD against BAD: a regression confirms there is something to find (no change: exit 0, nothing to bisect);
+2. binary search: a commit that regressed against GOOD is bad (the first bad one is it or before it), one with
+   no change is good (the first bad one is after it): ceil(log2(N)) steps for N commits after GOOD.
+
+An inconclusive step (the interval straddles 1 - threshold when the step's budget ends) is never read as good or
+bad: the bisection stops there, names the range it had narrowed the first bad commit to, and exits 3, as an
+inconclusive `ab` does; rerun on that range (`vitbench bisect LO HI`) with a larger --budget-s. Exit codes as
+`ab`'s: 1 = a regression, located (the first bad commit); 0 = BAD did not regress against GOOD; 2 = bad input;
+3 = a step was inconclusive.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from vitbench.compare.ab import DEFAULT_BUDGET_S, DEFAULT_STUDY, checkout, check_budget, commit_side, measure, \
+    repo_root, resolve_ref
+from vitbench.compare.decide import Decision
+from vitbench.compare.paired import Rule
+from vitbench.errors import ConfigError
+
+EXIT_NO_CHANGE, EXIT_FOUND, EXIT_INCONCLUSIVE = 0, 1, 3  # as `vitbench ab`'s 0, 1 and 3 (cli/compare_cmd.py)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One `ab` run: GOOD (baseline) against `commit` (current)."""
+
+    commit: str  # full SHA
+    subject: str
+    verdict: Decision  # regression | no change | inconclusive (ab's verdict over the study's trials)
+    detail: str  # the trials' ratios and intervals, one line
+    elapsed_s: float
+
+
+# A step: (GOOD's SHA, the commit's SHA) -> (verdict, one line of detail). The real one runs `ab`; tests pass
+# their own (fast, from a marker in the commit).
+Measure = Callable[[str, str], tuple[Decision, str]]
+
+
+@dataclass
+class BisectResult:
+    good: str
+    bad: str
+    commits: list[str]  # GOOD's descendants on BAD's first-parent line, oldest first, BAD last
+    steps: list[Step] = field(default_factory=list)
+    first_bad: str | None = None
+    range: tuple[str, str] | None = None  # (last known good, first known bad) where a step was inconclusive
+    elapsed_s: float = 0.0
+
+    @property
+    def exit_code(self) -> int:
+        if self.first_bad is not None:
+            return EXIT_FOUND
+        return EXIT_INCONCLUSIVE if self.range is not None else EXIT_NO_CHANGE
+
+    @property
+    def max_steps(self) -> int:
+        """The steps a bisection of these commits takes at most: the check of BAD, then ceil(log2(N))."""
+        return 1 + math.ceil(math.log2(len(self.commits))) if len(self.commits) > 1 else 1
+
+
+def _git(root: Path, *args: str) -> str:
+    p = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=60)
+    if p.returncode:
+        raise ConfigError(f"git {' '.join(args)} in {root}: {p.stderr.strip()[:300] or 'failed'}")
+    return p.stdout.strip()
+
+
+def _resolve(root: Path, name: str, ref: str) -> str:
+    try:
+        return resolve_ref(root, ref)
+    except ConfigError as e:
+        raise ConfigError(str(e).replace("REF ", f"{name} ", 1)) from None
+
+
+def commits_between(root: Path, good: str, bad: str) -> list[str]:
+    """GOOD's descendants on BAD's first-parent line, oldest first (BAD last); ConfigError unless GOOD is an
+    ancestor of BAD on that line."""
+    if good == bad:
+        raise ConfigError(f"GOOD and BAD are the same commit {good[:12]}: nothing to bisect")
+    first = _git(root, "rev-list", "--first-parent", "--reverse", f"{good}..{bad}").split()
+    parent = subprocess.run(["git", "-C", str(root), "rev-parse", "--verify", "--quiet", f"{first[0]}^"],
+                            capture_output=True, text=True, timeout=60).stdout.strip() if first else ""
+    if parent != good:
+        raise ConfigError(f"GOOD {good[:12]} is not an ancestor of BAD {bad[:12]} on BAD's first-parent line "
+                          "(give GOOD older than BAD, e.g. GOOD = the last release, BAD = HEAD)")
+    return first
+
+
+def search(good: str, commits: list[str], step: Measure, subject: Callable[[str], str] = lambda c: "",
+           progress: Callable[[str], None] = lambda s: None) -> BisectResult:
+    """The bisection over `commits` (oldest first, BAD last) with `step` measuring GOOD against one commit."""
+    t0 = time.monotonic()
+    res = BisectResult(good, commits[-1], commits)
+
+    def run(i: int) -> Decision:
+        t = time.monotonic()
+        verdict, detail = step(good, commits[i])
+        res.steps.append(Step(commits[i], subject(commits[i]), verdict, detail, time.monotonic() - t))
+        progress(f"step {len(res.steps)}: {commits[i][:12]} ({i + 1} of {len(commits)} after GOOD) "
+                 f"{verdict.value}: {detail}")
+        return verdict
+
+    lo, hi = -1, len(commits) - 1  # commits[lo] good (-1: GOOD itself), commits[hi] bad
+    first = run(hi)
+    if first is Decision.INCONCLUSIVE:
+        res.range = (good, commits[hi])
+    while first is Decision.REGRESSION and hi - lo > 1:
+        mid = (lo + hi) // 2
+        v = run(mid)
+        if v is Decision.REGRESSION:
+            hi = mid
+        elif v is Decision.NO_CHANGE:
+            lo = mid
+        else:
+            res.range = (commits[lo] if lo >= 0 else good, commits[hi])
+            break
+    else:
+        if first is Decision.REGRESSION:
+            res.first_bad = commits[hi]
+    res.elapsed_s = time.monotonic() - t0
+    return res
+
+
+def ab_step(root: Path, study: str, rule: Rule, budget_s: float, stack: contextlib.ExitStack,
+            progress: Callable[[str], None]) -> Measure:
+    """The real step: `vitbench ab` of GOOD against a commit, each from its own checkout (GOOD's made once and
+    kept for the whole bisection), in its own environment, for at most `budget_s` seconds."""
+    bases: dict[str, Path] = {}
+
+    def step(good: str, sha: str) -> tuple[Decision, str]:
+        t_start = time.monotonic()
+        if good not in bases:
+            bases[good] = stack.enter_context(checkout(root, good))
+        hint = ("each commit runs its own copy of --study: give a study file every commit of the range has, or "
+                "an absolute path")
+        with checkout(root, sha) as base:
+            sides = (commit_side("baseline", "GOOD", root, good, bases[good], study, hint),
+                     commit_side("current", "step", root, sha, base, study, hint))
+            env = (sides[0].environment if sides[0].environment == sides[1].environment else
+                   f"baseline: {sides[0].environment}; current: {sides[1].environment}")
+            res = measure(sides, env, f"{study}, each side's own copy", rule=rule, budget_s=budget_s,
+                          t_start=t_start, progress=lambda s: progress(f"  {s}"))
+        detail = "; ".join(f"{r.trial} {r.ratio:.3f} [{r.ci_low:.3f}, {r.ci_high:.3f}] {r.decision.value}"
+                           if r.ci_low is not None and r.ratio is not None else f"{r.trial} {r.decision.value}"
+                           for r in res.comparison.rows)
+        return res.verdict, f"{res.pairs} pairs, {res.elapsed_s:.0f} s: {detail}"
+
+    return step
+
+
+def run_bisect(good: str, bad: str, *, repo: str | Path = ".", study: str = DEFAULT_STUDY, rule: Rule = Rule(),
+               budget_s: float = DEFAULT_BUDGET_S, step: Measure | None = None,
+               progress: Callable[[str], None] = lambda s: None) -> BisectResult:
+    """Bisect GOOD..BAD in `repo` (module docstring); `budget_s`: each step's `ab` budget; `step`: a stand-in
+    for the `ab` step (tests). ConfigError (exit 2) for bad input, before anything is measured."""
+    check_budget(budget_s)
+    root = repo_root(repo)
+    g, b = (_resolve(root, name, ref) for name, ref in (("GOOD", good), ("BAD", bad)))
+    if not Path(study).is_absolute():
+        for name, sha in (("GOOD", g), ("BAD", b)):
+            if subprocess.run(["git", "-C", str(root), "cat-file", "-e", f"{sha}:{study}"],
+                              capture_output=True).returncode:
+                raise ConfigError(f"--study {study}: not in {name}'s tree ({sha[:12]}); each commit runs its own "
+                                  "copy: give a study file the whole range has, or an absolute path")
+    elif not Path(study).is_file():
+        raise ConfigError(f"--study {study}: no such file")
+    commits = commits_between(root, g, b)
+    with contextlib.ExitStack() as stack:
+        measure_step = step or ab_step(root, study, rule, budget_s, stack, progress)
+        return search(g, commits, measure_step, lambda c: _git(root, "log", "-1", "--format=%s", c)[:80],
+                      progress)
