@@ -1,5 +1,6 @@
-"""compare's matching at scale (issue 51): labels and why_unmatched give what the direct, quadratic definitions
-give (written out here as they were before), on random trial sets with few and with many varying fields."""
+"""compare at scale (issue 51): labels and why_unmatched give what the direct, quadratic definitions give (written
+out here as they were before), on random trial sets with few and with many varying fields; the bootstrap's
+counting medians give np.median's, bit for bit."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ import json
 import random
 from collections import defaultdict
 
+import numpy as np
 import pytest
 
+from vitbench import stats
 from vitbench.compare.match import LABEL_FIELDS, MAX_SUBSETS, Trial, labels, why_unmatched
 
 
@@ -88,3 +91,40 @@ def test_why_unmatched_names_the_one_differing_field_among_many_trials():
                                                 "would match them")
     moved = {k: Trial("bench", 2, dict(t.config)) for k, t in grid.items()}
     assert why_unmatched(grid["B3"], moved).startswith("method_version 1 vs 2")
+
+
+def boot_medians_direct(x, n_boot, rng):
+    """The definition (boot_medians as it was): np.median of each resample, drawn in chunks of rows."""
+    a = np.asarray(x, dtype=float)
+    a = a[np.isfinite(a)]
+    n = a.size
+    out = np.empty(n_boot)
+    rows = max(1, stats._CHUNK_ELEMENTS // n)
+    for start in range(0, n_boot, rows):
+        stop = min(n_boot, start + rows)
+        out[start:stop] = np.median(a[rng.integers(0, n, size=(stop - start, n))], axis=1)
+    return float(np.median(a)), out
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 6, 7, 40, 41, 2500])  # 2500: more than one chunk of rows
+def test_boot_medians_are_the_direct_definitions_bit_for_bit(n):
+    """The counting medians (issue 51) give np.median's replicates exactly, from the same draws: a comparison's
+    decisions for a fixed seed are unchanged. Samples with ties, zeros and a non-finite value; with a -0.0 beside
+    0.0 (no time or speed is one) the same values, a zero's sign aside (np.median's partition picks either)."""
+    gen = np.random.default_rng(n)
+    for trial in range(5):
+        x = gen.lognormal(0, 0.3, n)
+        if trial % 2:
+            x = np.round(x, 1)  # ties
+        if trial >= 3:
+            x[: n // 2 + 1] = 0.0
+            x[-1] = np.nan
+        if trial == 4:
+            x[0] = -0.0
+        got = stats.boot_medians(x, 2000, np.random.default_rng(trial))
+        want = boot_medians_direct(x, 2000, np.random.default_rng(trial))
+        assert got[0] == want[0]
+        if trial == 4:
+            assert np.array_equal(got[1], want[1])
+        else:
+            assert got[1].tobytes() == want[1].tobytes()  # bit for bit
