@@ -109,3 +109,39 @@ def test_brackets_in_data_are_printed_not_taken_for_markup(tmp_path, cli):
     r = cli("report", tmp_path / "res", "--out", tmp_path / "rep", "--no-plots", "--format", "md")
     assert r.exit_code == 0, r.output
     assert "[enforce fail at alloc_cpu.cpp:127]" in r.output
+
+
+def test_a_long_table_is_laid_out_in_one_pass_with_the_same_rules(monkeypatch):
+    """More than LONG_ROWS rows (compare of two large sweeps, a large dry run): vitbench.cli.long_table lays it out
+    (issue 51), with the short tables' rules: every cell whole, a long cell wrapped between words within the
+    width, numbers right-aligned, the title, header and caption kept."""
+    from vitbench.cli.long_table import LONG_ROWS
+
+    monkeypatch.setenv("COLUMNS", "60")
+    t = Table(title="long", caption="every row: x=1")
+    t.add_column("model", no_wrap=True)
+    t.add_column("img_per_s", justify="right")
+    t.add_column("note")
+    note = "one run on a side: steps + assumed between-run sd 0.9, busy-host floor"
+    for i in range(LONG_ROWS + 1):
+        t.add_row(f"ViT-Nano/{i}", str(10 ** (i % 5)), note if i % 2 else "[green]ok[/]", style="red" if i else "")
+    out = io.StringIO()
+    _Console(file=out).print(t)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "long" and lines[-1] == "every row: x=1"
+    assert lines[1].split() == ["model", "img_per_s", "note"] and set(lines[2]) == {"─"}
+    assert max(map(len, lines)) <= 60
+    body = lines[3:-1]
+    # columns: model 13 wide (its longest name, no wrap), img_per_s 9 (its header), note the rest of 60 - 2 x 2
+    assert body[0].split() == ["ViT-Nano/0", "1", "ok"]  # markup rendered, not printed
+    for ln, number in ((body[0], "1"), (body[1], "10")):
+        assert ln.index(number, 13) + len(number) == 13 + 2 + 9  # right-aligned
+    assert " ".join(ln[26:].strip() for ln in body[1:4]) == note  # wrapped between words, within the width
+    assert all(not ln[:26].strip() for ln in body[2:4]) and body[4].startswith("ViT-Nano/2 ")
+    assert sum(w == "ViT-Nano/1000" for w in cells_of(out.getvalue())) == 1
+    # on a terminal with colours the same lines go through rich, styled: the row's colour, the cell's markup
+    out = io.StringIO()
+    _Console(file=out, force_terminal=True, color_system="standard", width=60).print(t)
+    text = out.getvalue()
+    assert "\x1b[31m" in text and "\x1b[32mok" in text and "[green]" not in text
+    assert re.sub(r"\x1b\[[0-9;]*m", "", text).splitlines()[3:6] == body[:3]

@@ -57,9 +57,9 @@ def boot_medians(x: Sequence[float], n_boot: int = N_BOOT, rng: np.random.Genera
 def _resample_medians(ordered: np.ndarray, ranks: np.ndarray) -> np.ndarray:
     """Per row of `ranks` (resamples as ranks into `ordered`, a sorted sample), the median of the values it draws:
     np.median(ordered[ranks], axis=1), bit for bit (np.median takes the middle value, or the mean (x + y) / 2 of
-    the two middle ones; only a zero's sign may differ, where -0.0 and 0.0 tie), by counting: the k-th smallest value of a row is ordered[j] for the first rank j whose
-    running count of draws exceeds k. Linear in the draws, without np.median's partition of every short row
-    (issue 51: 0.9 ms a trial in `vitbench compare`)."""
+    the two middle ones; only a zero's sign may differ, where -0.0 and 0.0 tie), by counting: the k-th smallest
+    value of a row is ordered[j] for the first rank j whose running count of draws exceeds k. Linear in the draws,
+    without np.median's partition of every short row (issue 51: 0.9 ms a trial in `vitbench compare`)."""
     m, n = ranks.shape
     counts = np.bincount((ranks * m + np.arange(m)[:, None]).ravel(), minlength=n * m).reshape(n, m)
     below = np.cumsum(counts, axis=0)  # below[j, r]: draws of row r with a rank <= j

@@ -4,7 +4,8 @@ Output width. A terminal's width is used as rich finds it; `COLUMNS` sets it for
 print, not once at start). Output that reaches no terminal at all (a CI log, a file) gets LOG_WIDTH columns
 instead of rich's 80. Whatever the width, a table never breaks a word or a number inside a cell: its columns
 shrink no further than their longest word (`fit_table`), and a table that cannot fit is printed wider than
-the width rather than folded.
+the width rather than folded. A table of more than LONG_ROWS rows is laid out by vitbench.cli.long_table (one
+pass, the same widths) instead of rich.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from rich.console import Console, ConsoleDimensions
 from rich.table import Table
 
 from vitbench.choices import not_allowed
+from vitbench.cli.long_table import LONG_ROWS, column_widths, lines
 from vitbench.errors import ConfigError, VitbenchWarning, clip, shorten
 
 LOG_WIDTH = 160  # columns when no terminal is attached (CI logs, files): wide tables stay on one line
@@ -65,11 +67,8 @@ def fit_table(console: Console, table: Table) -> int:
         if sum(maxs) + extra >= title:
             return console.width
         widths = list(maxs)
-    elif sum(mins) >= avail:
-        widths = mins
     else:
-        spare, slack = avail - sum(mins), [hi - lo for lo, hi in zip(mins, maxs)]
-        widths = [lo + spare * s // sum(slack) for lo, s in zip(mins, slack)]
+        widths = column_widths(mins, maxs, avail)
     widths[-1] += max(0, title - sum(widths) - extra)  # a title's long word (a path) fits on one line
     for i, (col, w) in enumerate(zip(table.columns, widths)):
         col.width = max(1, w - table._get_padding_width(i))
@@ -91,6 +90,18 @@ class _Console(Console):
         return dims
 
     def print(self, *objects, **kwargs) -> None:
+        def long(o) -> bool:
+            return isinstance(o, Table) and o.row_count > LONG_ROWS
+
+        if any(map(long, objects)):  # laid out by long_table; written as it is where no style would show
+            for o in objects:
+                if long(o) and self.color_system is None and not self.record:
+                    self.file.write("".join(f"{line}\n" for line in lines(o, self.width, styled=False)))
+                elif long(o):
+                    super().print("\n".join(lines(o, self.width)), highlight=False, soft_wrap=True)
+                else:
+                    self.print(o, **kwargs)
+            return
         need = max([self.width, *(fit_table(self, o) for o in objects if isinstance(o, Table))])
         if need <= self.width:
             return super().print(*objects, **kwargs)
@@ -217,11 +228,13 @@ def task_params(task_name: str, names: dict[str, str] | None = None, **values):
     from pydantic import ValidationError
 
     from vitbench.tasks import get_task
+    from vitbench.tasks.fields import FIELD_NAMES
 
     task = get_task(task_name)
-    try:
+    try:  # a check across fields names each by its option too (FIELD_NAMES)
         params = task.Params.model_validate({"task": task.name, **{k: v for k, v in values.items()
-                                                                   if v is not None}})
+                                                                   if v is not None}},
+                                            context={FIELD_NAMES: lambda f: option(f, names)})
     except ValidationError as e:
         problems = []
         for x in e.errors():
