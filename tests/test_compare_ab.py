@@ -257,8 +257,8 @@ def test_ab_head_against_itself_end_to_end(tmp_path):
 
 
 def test_refs_environment_is_this_one_when_its_pins_are_a_subset(tmp_path, monkeypatch):
-    """REF's side shares this interpreter when every pin of its lock is this lock's (identical, or packages added
-    since); a pin that differs means a virtualenv from REF's own lock (its build stubbed here to fail: exit-2 path)."""
+    """REF's side shares this interpreter when every pin of its lock is this lock's (identical, or packages
+    added since); a pin that differs means a virtualenv from REF's own lock (its build stubbed to fail here)."""
     root, base = tmp_path / "root", tmp_path / "base"
     (root / "vitbench").mkdir(parents=True)
     (base / "src" / "vitbench").mkdir(parents=True)
@@ -275,3 +275,14 @@ def test_refs_environment_is_this_one_when_its_pins_are_a_subset(tmp_path, monke
                         lambda cmd, **kw: subprocess.CompletedProcess(cmd, 1, "", "no network"))
     with pytest.raises(ConfigError, match="differs from the working tree's"):
         ab_mod._environment(root, "a" * 40, base)
+
+
+def test_fewer_pairs_than_min_pairs_decide_nothing():
+    """A budget that ends before `min_pairs` leaves every trial inconclusive, however narrow its interval (an
+    A/A run at load 22 ended after 3 pairs with R-Micro infer 1.20 [1.06, 1.36]: identical code 'improved')."""
+    rule = Rule(threshold=0.05, min_pairs=4)
+    tight = [1.20, 1.21, 1.22]
+    (p, d), = rule.decisions({"t": tight}).values()
+    assert p.ci_low > 1.05 and d is Decision.INCONCLUSIVE
+    (p, d), = rule.decisions({"t": tight + [1.2]}).values()
+    assert d is not Decision.INCONCLUSIVE  # from min_pairs on, the interval decides

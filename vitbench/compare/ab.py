@@ -288,6 +288,8 @@ def rows(pairs: Pairs, rule: Rule) -> list[Row]:
         if pairs.failed(k):
             d = Decision.FAILED
             note = f"current not ok in {sum(1 for b, c in vals if b and not c)} round(s); " + note
+        elif d is Decision.INCONCLUSIVE and len(p.ratios) < rule.min_pairs:
+            note = f"{len(p.ratios)} of the {rule.min_pairs} pairs a decision needs (--min-pairs); " + note
         elif d is Decision.INCONCLUSIVE:
             note = f"interval contains {1 - rule.threshold:.2f}: more pairs needed; " + note
         out.append(Row(names[k], md.name, md.unit, md.higher_is_better, d,
