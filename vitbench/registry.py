@@ -38,7 +38,7 @@ BUILTIN_MODULES: dict[Kind, tuple[str, ...]] = {
     Kind.BACKEND: ("vitbench.backends.torch", "vitbench.backends.jax"),
     Kind.TASK: ("vitbench.tasks.bench", "vitbench.tasks.max_batch", "vitbench.tasks.flops",
                 "vitbench.tasks.calibration", "vitbench.tasks.pretrain", "vitbench.tasks.fewshot",
-                "vitbench.tasks.finetune", "vitbench.tasks.inspection"),
+                "vitbench.tasks.finetune", "vitbench.tasks.inspection", "vitbench.tasks.serve"),
     Kind.EXECUTOR: ("vitbench.executors.local", "vitbench.executors.slurm", "vitbench.executors.ray"),
     Kind.FAMILY: ("vitbench.models.families.vit", "vitbench.models.families.bit", "vitbench.models.families.hybrid",
                   "vitbench.models.families.axial", "vitbench.models.families.timm"),

@@ -107,6 +107,14 @@ class Workload(ABC):
         for out in outs:
             self.sync(out)
 
+    def infer_host(self, images: Any) -> Any:
+        """A forward step on the host's `images` (float32 NHWC numpy in [-1, 1], exactly `batch_size` of them, the
+        transfer primitives' layout): their outputs copied back to the host (float32 numpy, (batch_size,
+        classes)), the device synchronised. What a server answers a batch of queries with (the `serve` task,
+        vitbench.measure.loadgen); an infer workload only. Default: NotImplementedError, a workload that runs on
+        its own device-resident input only (the task then says so and feeds no host images)."""
+        raise NotImplementedError(f"{type(self).__name__} takes no host images")
+
     def weights_host(self) -> dict:
         """The model's parameters now (after the steps run so far), whole, float32 numpy by the framework's own
         names: what the multi-device equivalence check compares (vitbench.measure.group_check)."""

@@ -79,6 +79,7 @@ _COMMAND_MODULES = [
     "vitbench.cli.plugins_cmd",
     "vitbench.cli.fit_cmd",
     "vitbench.cli.inspect_cmd",
+    "vitbench.cli.serve_cmd",
     "vitbench.cli.doctor_cmd",
     "vitbench.cli.cache_cmd",
     "vitbench.cli.bisect_cmd",

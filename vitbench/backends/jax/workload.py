@@ -39,6 +39,17 @@ class JaxWorkload(Workload):
         else:
             jax.block_until_ready(outs)  # independent executions: wait for each
 
+    def infer_host(self, images):
+        """The compiled forward on host images (NHWC float32 numpy): put where the workload's own input lives, cast
+        to its compute dtype; outputs back on the host as float32 numpy (device_get waits for them)."""
+        if self.mode != "infer":
+            raise NotImplementedError("a training workload answers no queries")
+        params, x = self.args
+        xb = jax.device_put(images, x.sharding)
+        if xb.dtype != x.dtype:
+            xb = xb.astype(x.dtype)
+        return np.asarray(jax.device_get(self.executable(params, xb)), dtype=np.float32)
+
     def state_bytes(self) -> int | None:
         return sum(int(leaf.nbytes) for leaf in jax.tree_util.tree_leaves(self.args)
                    if isinstance(leaf, jax.Array) and not leaf.is_deleted())

@@ -63,6 +63,20 @@ class TorchWorkload(Workload):
                 total += t.untyped_storage().nbytes()
         return total
 
+    def infer_host(self, images):
+        """The forward on host images (NHWC float32 numpy): laid out as the workload's own input (NCHW, its
+        memory format), outputs back on the host as float32 numpy."""
+        if self.mode != "infer":
+            raise NotImplementedError("a training workload answers no queries")
+        x = torch.from_numpy(images).permute(0, 3, 1, 2)  # NHWC -> NCHW view
+        fmt = torch.channels_last if self.x.stride(1) == 1 else torch.contiguous_format  # C stride 1: NHWC
+        x = x.to(self.device).contiguous(memory_format=fmt)
+        if self.cuda_graphs:
+            torch.compiler.cudagraph_mark_step_begin()
+        with torch.inference_mode(), autocast(self.device, self.precision):
+            out = self.model(x)
+        return out.float().cpu().numpy()  # .cpu() waits for the device
+
     def weights_host(self) -> dict:
         from vitbench.backends.torch.distributed import host_weights
 

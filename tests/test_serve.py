@@ -1,0 +1,173 @@
+"""The `serve` task (issue 54): MLPerf's LoadGen, its real library, driving ViT-Nano/4 through the backend
+interface; its verdicts and reasons, the logs kept with each row, and the Offline figure beside the throughput
+mode. Each LoadGen run is short (min_duration_s a fraction of a second, few queries): seconds per test."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from vitbench.measure import loadgen
+from vitbench.record import Record, Status
+from vitbench.tasks.serve import Serve
+
+pytest.importorskip("mlperf_loadgen")
+
+NANO = "ViT-Nano/4"
+# short runs: LoadGen's minimums set low (a CPU under other load answers slowly, so the bounds are wide: these
+# tests check what vitbench does with LoadGen's verdicts, not how fast a model is)
+SHORT = {"min_duration_s": 0.3, "min_query_count": 32, "threads": 1, "warmup_steps": 1, "batch_size": 4,
+         "qsl_images": 64}
+
+
+def serve(**fields) -> Record:
+    p = Serve.Params.model_validate({"task": "serve", "model": NANO, **SHORT, **fields})
+    return Serve().run(p)
+
+
+def logs_of(rec: Record) -> list[dict]:
+    return [r["logs"] for r in rec.raw["runs"]]
+
+
+def test_server_search_finds_a_valid_qps_with_its_percentiles_and_logs(one_torch_thread):
+    # p90: LoadGen's early stopping proves a p90 from tens of queries (a p99 needs ~460 within the bound)
+    rec = serve(scenario="Server", latency_bound_ms=2000.0, latency_percentile=90.0, max_probes=2,
+                qps_tolerance=0.5, dataset="digits")
+    assert rec.status is Status.OK, rec.error
+    m = rec.metrics
+    assert m["loadgen_valid"] is True and m["loadgen_invalid_reason"] is None
+    runs = rec.raw["runs"]
+    assert 1 <= len(runs) <= 2 and m["probes"] == len(runs)
+    valid = [r for r in runs if r["valid"]]
+    # the headline is the highest target QPS LoadGen judged VALID, one of the probes
+    assert m["samples_per_s"] == max(r["target_qps"] for r in valid)
+    best = next(r for r in valid if r["target_qps"] == m["samples_per_s"])
+    assert m["latency_ms_p90"] == best["latency_ms"]["p90"] <= 2000.0
+    assert m["latency_ms_p50"] <= m["latency_ms_p90"] <= m["latency_ms_p99"]
+    assert m["host_input"] is True and m["qsl_images_loaded"] == 64
+    for run, logs in zip(runs, logs_of(rec)):  # LoadGen's own two logs, whole, for every probe
+        assert set(logs) == set(loadgen.LOG_FILES)
+        assert ("Result is : VALID" in logs["mlperf_log_summary.txt"]) == run["valid"]
+        assert '"key": "result_validity"' in logs["mlperf_log_detail.txt"]
+    assert all(r["batch_sizes"] and max(r["batch_sizes"]) <= 4 for r in runs)  # the SUT's max batch held
+    json.dumps(rec.to_dict())  # the row, logs and all, is JSON
+
+
+def test_an_invalid_server_run_is_an_error_row_that_says_why(one_torch_thread):
+    """A bound no model meets: LoadGen's INVALID becomes an error row naming the percentile and the bound, with
+    the numbers and logs kept; never an ok row."""
+    rec = serve(scenario="Server", target_qps=200.0, latency_bound_ms=1e-3)
+    assert rec.status is Status.ERROR
+    assert rec.metrics["samples_per_s"] is None and rec.metrics["loadgen_valid"] is False
+    reason = rec.metrics["loadgen_invalid_reason"]
+    assert "over the bound 0.001 ms" in reason and reason in rec.error.message
+    assert rec.metrics["latency_ms_p99"] > 1e-3
+    assert "INVALID" in logs_of(rec)[0]["mlperf_log_summary.txt"]
+
+
+def test_min_duration_not_met_says_so(one_torch_thread):
+    """Offline told to expect 1 sample/s generates a query a model answers at once: the run ends before its
+    minimum duration, and the row says so rather than give a number alone."""
+    rec = serve(scenario="Offline", target_qps=1.0, min_duration_s=1.0, min_query_count=1)
+    assert rec.status is Status.ERROR
+    assert "minimum duration not met (1 s)" in rec.metrics["loadgen_invalid_reason"]
+
+
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_single_stream_percentiles_on_each_backend(backend, one_torch_thread):
+    # 64 queries at least: LoadGen's early stopping proves a p90 from no fewer
+    rec = serve(backend=backend, scenario="SingleStream", dataset="synthetic", min_query_count=64)
+    assert rec.status is Status.OK, rec.error
+    m = rec.metrics
+    assert m["latency_percentile_judged"] == 90.0  # mlperf.conf's SingleStream default
+    assert 0 < m["latency_ms_p50"] <= m["latency_ms_p90"] <= m["latency_ms_p99"]
+    assert set(rec.raw["runs"][0]["batch_sizes"]) == {1}  # one query at a time, one sample each
+    assert rec.config["backend"] == backend
+
+
+def test_offline_beside_the_throughput_mode(one_torch_thread):
+    rec = serve(scenario="Offline", min_query_count=64)
+    assert rec.status is Status.OK, rec.error
+    m, raw = rec.metrics, rec.raw
+    windows = raw["throughput"]["before"]["img_per_s_windows"] + raw["throughput"]["after"]["img_per_s_windows"]
+    assert m["throughput_img_per_s_min"] == min(windows) and m["throughput_img_per_s_max"] == max(windows)
+    assert m["offline_over_throughput"] == m["samples_per_s"] / m["throughput_img_per_s"]
+    assert m["offline_within_throughput_spread"] == (min(windows) <= m["samples_per_s"] <= max(windows))
+    assert max(raw["runs"][0]["batch_sizes"]) == 4
+
+
+def test_multistream_queries_are_batched_whole(one_torch_thread):
+    # p90 and 64 queries: LoadGen's early stopping proves a p90 from no fewer (its p99 default needs 662)
+    rec = serve(scenario="MultiStream", samples_per_query=4, max_wait_ms=50.0, min_query_count=64,
+                latency_percentile=90.0)
+    assert rec.status is Status.OK, rec.error
+    assert set(rec.raw["runs"][0]["batch_sizes"]) == {4}  # a query's 4 samples arrive together: one batch
+
+
+DETAIL = "\n".join(":::MLLOG " + json.dumps({"key": k, "value": v}) for k, v in {
+    "result_validity": "INVALID", "result_min_duration_met": False, "result_min_queries_met": True,
+    "early_stopping_met": False, "early_stopping_result": " * Run unsuccessful.\n * Processed 3 queries.",
+    "result_perf_constraints_met": False, "result_99.00_percentile_latency_ns": 25_000_000,
+    "result_50.00_percentile_latency_ns": 5_000_000, "result_completed_samples_per_sec": 123.0}.items())
+
+
+def test_judge_names_every_unmet_condition():
+    s = loadgen.Settings("Server", 100.0, 15.0, 99.0, 2.0, 100, 8, 1.0)
+    r = loadgen.judge(loadgen.mllog("noise line\n" + DETAIL + "\n:::MLLOG {broken"), s)
+    assert not r.valid
+    assert r.reason == ("minimum duration not met (2 s); early stopping not met: Run unsuccessful. Processed 3 "
+                        "queries; p99 latency 25 ms over the bound 15 ms")
+    assert r.latency_ms["p99"] == 25.0 and r.latency_ms["p50"] == 5.0  # ns / 1e6, one rounding each: exact here
+    assert r.samples_per_s == 123.0
+
+
+def test_a_detail_log_without_a_verdict_is_never_valid():
+    s = loadgen.Settings("Offline", 100.0, 15.0, 90.0, 2.0, 100, 8, 1.0)
+    r = loadgen.judge(loadgen.mllog(':::MLLOG {"key": "result_samples_per_second", "value": 50.0}'), s)
+    assert not r.valid and "no result_validity" in r.reason
+
+
+def test_batch_sizes_cover_the_max_batch():
+    from vitbench.measure.serve import batch_sizes
+
+    assert batch_sizes(6, "Server") == [1, 2, 4, 6]
+    assert batch_sizes(8, "Offline") == [1, 2, 4, 8]
+    assert batch_sizes(8, "SingleStream") == [1]
+
+
+def test_a_workload_without_host_input_serves_only_synthetic_images(monkeypatch, one_torch_thread):
+    """A backend whose workload takes no host images (an inference runtime without infer_host) is served its own
+    batch on a synthetic QSL, said in the row; asked for real images, the trial says why it cannot."""
+    from vitbench.backends.workload import Workload
+    from vitbench.backends.torch.workload import TorchWorkload
+
+    monkeypatch.setattr(TorchWorkload, "infer_host", Workload.infer_host)
+    rec = serve(scenario="SingleStream", dataset="synthetic")
+    assert rec.status is Status.OK and rec.metrics["host_input"] is False
+    from vitbench.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="dataset: synthetic"):
+        serve(scenario="SingleStream", dataset="digits")
+
+
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_infer_host_is_the_steps_forward_on_the_given_images(backend, one_torch_thread):
+    """infer_host on the workload's own input, brought to the host as NHWC, returns exactly what the workload's
+    step computes: the same program on the same numbers (so a QSL image is what the step would have run)."""
+    from vitbench.backends.base import Step, get_backend
+
+    be = get_backend(backend)
+    be.setup("cpu", 1)
+    work = be.prepare(Step(NANO, batch_size=2))
+    try:
+        if backend == "torch":
+            own, x = work.step().float().numpy(), work.x.permute(0, 2, 3, 1).numpy()
+        else:
+            own, x = np.asarray(work.step(), np.float32), np.asarray(work.args[1], np.float32)
+        got = work.infer_host(np.ascontiguousarray(x))
+    finally:
+        work.close()
+    assert got.dtype == np.float32 and got.shape == own.shape
+    np.testing.assert_array_equal(got, own)

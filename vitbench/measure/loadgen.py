@@ -1,0 +1,338 @@
+"""One run of MLPerf's LoadGen (pip `mlcommons-loadgen`, module `mlperf_loadgen`) against a model on a backend.
+
+LoadGen generates the queries of an MLPerf Inference scenario, times every sample from issue to completion and
+judges the run VALID or INVALID; vitbench supplies the two objects it drives:
+
+- the QSL (query sample library): `images`, preprocessed host arrays (float32 NHWC in [-1, 1]) held in memory,
+  all of them the performance set (load/unload are no-ops: nothing is read while LoadGen times);
+- the SUT (system under test, `BatchingSUT`): a queue and one worker thread with a batching policy. The worker
+  takes the oldest waiting sample, then waits at most `max_wait_ms` for more until it holds `max_batch`, pads the
+  batch to the smallest prepared batch size that holds it (a compiled step has a fixed shape; the padding is
+  counted), runs it through `Workload.infer_host` (the backend interface: host images in, host outputs out, the
+  device synchronised) and reports the samples complete with their predicted class.
+
+Nothing here names a framework or a backend: every backend whose workloads implement `infer_host` is served the
+same way; one that does not is served its own device-resident input (`Served.host_input` False, said in the row).
+
+LoadGen writes mlperf_log_summary.txt and mlperf_log_detail.txt; `run` reads both back whole (the row keeps them
+beside its raw data) and parses the detail log's MLLOG lines for the result (`Result`). Settings nobody gave take
+MLPerf's defaults (`SCENARIOS`, cited there).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import queue
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vitbench.errors import ConfigError, VitbenchError
+
+LOG_FILES = ("mlperf_log_summary.txt", "mlperf_log_detail.txt")
+
+
+@dataclass(frozen=True)
+class ScenarioDefaults:
+    """What MLPerf Inference sets for a scenario when the submitter does not."""
+
+    percentile: float  # the latency percentile the scenario is judged (Server) or reported (the others) at
+    min_query_count: int
+
+
+# Sources: mlperf.conf as embedded in LoadGen 6.0.17 (`*.SingleStream.target_latency_percentile = 90`,
+# `*.MultiStream.target_latency_percentile = 99`, `*.MultiStream.min_query_count = 662`,
+# `*.Server.target_latency_percentile = 99`, `*.Offline.target_latency_percentile = 90`) and LoadGen's
+# test_settings.h (`min_query_count = 100`, the count where mlperf.conf sets none).
+SCENARIOS: dict[str, ScenarioDefaults] = {
+    "SingleStream": ScenarioDefaults(90.0, 100),
+    "MultiStream": ScenarioDefaults(99.0, 662),
+    "Server": ScenarioDefaults(99.0, 100),
+    "Offline": ScenarioDefaults(90.0, 100),
+}
+# mlperf.conf: `*.*.min_duration = 600000` (ms) for every scenario; `*.MultiStream.samples_per_query = 8`;
+# `resnet50.Server.target_latency = 15` (ms), the image-classification benchmark's bound.
+MLPERF_MIN_DURATION_S = 600.0
+MLPERF_SAMPLES_PER_QUERY = 8
+MLPERF_VISION_BOUND_MS = 15.0
+# mlperf.conf: `*.*.qsl_rng_seed`, `*.*.sample_index_rng_seed`, `*.*.schedule_rng_seed`.
+MLPERF_SEEDS = {"qsl": 2085463073848966840, "sample_index": 2747215439041700203,
+                "schedule": 16159082839903944936}
+# The latency percentiles every row reports (LoadGen's detail log has these among others).
+REPORTED_PERCENTILES = (50.0, 90.0, 99.0)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """One LoadGen run's settings (the `serve` task's fields, defaults resolved)."""
+
+    scenario: str
+    target_qps: float  # Server: the Poisson arrivals' mean rate; Offline: the expected rate (sizes the query)
+    latency_bound_ms: float  # Server: the bound the percentile is judged at
+    percentile: float  # in (0, 100)
+    min_duration_s: float
+    min_query_count: int
+    samples_per_query: int  # MultiStream
+    expected_latency_ms: float  # SingleStream/MultiStream: LoadGen's hint for how many queries to generate
+    seeds: dict = field(default_factory=lambda: dict(MLPERF_SEEDS))
+
+    def test_settings(self, lg) -> Any:
+        ts = lg.TestSettings()
+        ts.scenario = getattr(lg.TestScenario, self.scenario)
+        ts.mode = lg.TestMode.PerformanceOnly
+        ts.min_duration_ms = max(1, round(self.min_duration_s * 1000))
+        ts.min_query_count = self.min_query_count
+        ts.qsl_rng_seed = self.seeds["qsl"]
+        ts.sample_index_rng_seed = self.seeds["sample_index"]
+        ts.schedule_rng_seed = self.seeds["schedule"]
+        ns = round(self.expected_latency_ms * 1e6)
+        if self.scenario == "Server":
+            ts.server_target_qps = self.target_qps
+            ts.server_target_latency_ns = round(self.latency_bound_ms * 1e6)
+            ts.server_target_latency_percentile = self.percentile / 100
+        elif self.scenario == "Offline":
+            ts.offline_expected_qps = self.target_qps
+        elif self.scenario == "SingleStream":
+            ts.single_stream_expected_latency_ns = ns
+            ts.single_stream_target_latency_percentile = self.percentile / 100
+        else:
+            ts.multi_stream_expected_latency_ns = ns
+            ts.multi_stream_target_latency_percentile = self.percentile / 100
+            ts.multi_stream_samples_per_query = self.samples_per_query
+        return ts
+
+
+class BatchingSUT:
+    """The system under test: a queue of issued samples and one worker thread that batches them (see the module
+    docstring). `steps` maps each prepared batch size to a callable that answers a full batch of host images
+    with their outputs (`Workload.infer_host`), or, without host input, ignores them and runs the workload's own
+    batch."""
+
+    def __init__(self, lg, images: np.ndarray, steps: dict[int, Any], max_batch: int, max_wait_s: float,
+                 host_input: bool):
+        self.lg, self.images, self.steps = lg, images, steps
+        self.sizes = sorted(steps)
+        self.max_batch, self.max_wait_s, self.host_input = max_batch, max_wait_s, host_input
+        self.pending: queue.SimpleQueue = queue.SimpleQueue()
+        self.batches: list[int] = []  # samples per batch run, in order
+        self.padded = 0  # padding samples run (a batch filled up to a prepared size)
+        self.failure: BaseException | None = None
+        self._stop = threading.Event()
+        self._worker = threading.Thread(target=self._serve, name="vitbench-sut", daemon=True)
+
+    def issue(self, samples) -> None:  # LoadGen's thread: never blocks
+        for s in samples:
+            self.pending.put((s.id, s.index))
+
+    def flush(self) -> None:
+        pass
+
+    def start(self) -> None:
+        self._worker.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.pending.put(None)
+        self._worker.join()
+
+    def _take(self) -> list | None:
+        """The next batch: the oldest sample, then whatever arrives within max_wait, up to max_batch."""
+        first = self.pending.get()
+        if first is None:
+            return None
+        batch = [first]
+        deadline = time.perf_counter() + self.max_wait_s
+        while len(batch) < self.max_batch:
+            try:
+                item = self.pending.get_nowait()
+            except queue.Empty:
+                left = deadline - time.perf_counter()
+                if left <= 0:
+                    break
+                try:
+                    item = self.pending.get(timeout=left)
+                except queue.Empty:
+                    break
+            if item is None:
+                self.pending.put(None)  # stop after this batch
+                break
+            batch.append(item)
+        return batch
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            batch = self._take()
+            if batch is None:
+                return
+            try:
+                self._run(batch)
+            except BaseException as e:  # noqa: BLE001 - reported by `run`; LoadGen must still see completions
+                self.failure = self.failure or e
+                self.lg.QuerySamplesComplete([self.lg.QuerySampleResponse(i, 0, 0) for i, _ in batch])
+
+    def _run(self, batch: list) -> None:
+        n = len(batch)
+        size = next(s for s in self.sizes if s >= n)
+        index = np.fromiter((j for _, j in batch), np.int64, n)
+        if size > n:
+            index = np.concatenate([index, np.full(size - n, index[0])])
+            self.padded += size - n
+        self.batches.append(n)
+        out = self.steps[size](self.images[index])
+        if self.host_input:
+            classes = np.ascontiguousarray(np.argmax(out[:n], axis=1).astype(np.int32))
+        else:  # the workload ran its own batch: no prediction of these samples to report
+            classes = np.zeros(n, np.int32)
+        address = classes.ctypes.data
+        self.lg.QuerySamplesComplete([self.lg.QuerySampleResponse(i, address + 4 * k, 4)
+                                      for k, (i, _) in enumerate(batch)])
+
+
+@dataclass
+class Result:
+    """What LoadGen's detail log says of one run."""
+
+    valid: bool
+    reason: str | None  # why INVALID (every unmet condition), None when VALID
+    samples_per_s: float | None  # LoadGen's result for the scenario (Server: completed; Offline: samples/s)
+    latency_ms: dict[str, float | None]  # 'p50', 'p90', 'p99', 'mean', 'max': per-sample latencies
+    log: dict  # every MLLOG key of the detail log -> its value (settings and results)
+
+
+def mllog(text: str) -> dict:
+    """key -> value of the `:::MLLOG {json}` lines of a LoadGen detail log (the last value of a key wins)."""
+    out: dict = {}
+    for line in text.splitlines():
+        _, sep, payload = line.partition(":::MLLOG")
+        if not sep:
+            continue
+        try:
+            entry = json.loads(payload)
+        except ValueError:
+            continue
+        if isinstance(entry, dict) and "key" in entry:
+            out[entry["key"]] = entry.get("value")
+    return out
+
+
+def _ms(log: dict, key: str) -> float | None:
+    v = log.get(key)
+    return v / 1e6 if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def _met(log: dict, key: str) -> bool | None:
+    v = log.get(key)
+    return v if isinstance(v, bool) else None
+
+
+def judge(log: dict, settings: Settings) -> Result:
+    """The run's verdict from its detail log: LoadGen's own `result_validity`, and in words every condition it
+    found unmet (minimum duration, minimum query count, early stopping, the latency bound)."""
+    missing = "result_validity" not in log
+    valid = log.get("result_validity") == "VALID"
+    why = []
+    if missing:
+        why.append("LoadGen's detail log has no result_validity (the run did not finish)")
+    if _met(log, "result_min_duration_met") is False:
+        why.append(f"minimum duration not met ({settings.min_duration_s:g} s)")
+    if _met(log, "result_min_queries_met") is False:
+        why.append(f"minimum query count not met ({settings.min_query_count})")
+    if _met(log, "early_stopping_met") is False:
+        said = " ".join(str(log.get("early_stopping_result") or "too few queries").replace("*", " ").split()).rstrip(".")
+        why.append(f"early stopping not met: {said}")  # LoadGen's own words, on one line
+    if _met(log, "result_perf_constraints_met") is False:
+        p = settings.percentile
+        got = _ms(log, f"result_{p:.2f}_percentile_latency_ns")
+        over = f"p{p:g} latency {got:.3g} ms" if got is not None else f"p{p:g} latency"
+        why.append(f"{over} over the bound {settings.latency_bound_ms:g} ms")
+    if not valid and not why:
+        why.append(f"LoadGen judged it {log.get('result_validity')!r}")
+    lat = {f"p{q:g}": _ms(log, f"result_{q:.2f}_percentile_latency_ns") for q in REPORTED_PERCENTILES}
+    lat.update(mean=_ms(log, "result_mean_latency_ns"), max=_ms(log, "result_max_latency_ns"))
+    if settings.scenario == "Offline":
+        rate = log.get("result_samples_per_second")
+    elif settings.scenario == "Server":
+        rate = log.get("result_completed_samples_per_sec")
+    else:
+        rate = log.get("result_qps_with_loadgen_overhead")
+    if settings.scenario == "MultiStream" and isinstance(rate, (int, float)):
+        rate = rate * settings.samples_per_query
+    rate = float(rate) if isinstance(rate, (int, float)) and not isinstance(rate, bool) and math.isfinite(rate) \
+        and rate > 0 else None
+    return Result(valid and not missing, None if valid and not missing else "; ".join(why), rate, lat, log)
+
+
+@dataclass
+class Served:
+    """One LoadGen run: its settings, verdict, the SUT's batches and LoadGen's logs (text, whole)."""
+
+    settings: Settings
+    result: Result
+    logs: dict[str, str]
+    wall_s: float
+    batches: list[int]
+    padded: int
+    host_input: bool
+
+    def raw(self) -> dict:
+        """What a row keeps of the run: settings, verdict, the batch sizes run, both logs."""
+        s = self.settings
+        return {"scenario": s.scenario, "target_qps": s.target_qps, "latency_bound_ms": s.latency_bound_ms,
+                "percentile": s.percentile, "min_duration_s": s.min_duration_s,
+                "min_query_count": s.min_query_count, "valid": self.result.valid, "reason": self.result.reason,
+                "samples_per_s": self.result.samples_per_s, "latency_ms": self.result.latency_ms,
+                "wall_s": self.wall_s, "batch_sizes": self.batches, "padded_samples": self.padded,
+                "logs": self.logs}
+
+
+def loadgen():
+    """The LoadGen module, or a ConfigError saying how to install it."""
+    try:
+        import mlperf_loadgen
+    except ImportError as e:
+        raise ConfigError(f"the serve task needs MLPerf's LoadGen: pip install 'vitbench[serve]' ({e})") from e
+    return mlperf_loadgen
+
+
+def run(images: np.ndarray, steps: dict[int, Any], settings: Settings, max_batch: int, max_wait_ms: float,
+        host_input: bool) -> Served:
+    """One LoadGen run of `settings` against a BatchingSUT over `steps` (prepared batch size -> step), with
+    `images` as the QSL; its logs written to a fresh temporary directory and read back whole."""
+    lg = loadgen()
+    sut_obj = BatchingSUT(lg, images, steps, max_batch, max_wait_ms / 1000, host_input)
+    n = len(images)
+    with tempfile.TemporaryDirectory(prefix="vitbench-loadgen-") as tmp:
+        log_settings = lg.LogSettings()
+        log_settings.log_output.outdir = tmp
+        log_settings.log_output.copy_summary_to_stdout = False
+        log_settings.enable_trace = False
+        sut = lg.ConstructSUT(sut_obj.issue, sut_obj.flush)
+        qsl = lg.ConstructQSL(n, n, lambda _: None, lambda _: None)
+        sut_obj.start()
+        t0 = time.perf_counter()
+        try:
+            # an audit.config in the working directory would change the settings (LoadGen's compliance tests):
+            # a path that does not exist keeps them ours
+            lg.StartTestWithLogSettings(sut, qsl, settings.test_settings(lg), log_settings,
+                                        str(Path(tmp) / "no-audit.config"))
+        finally:
+            wall = time.perf_counter() - t0
+            sut_obj.stop()
+            lg.DestroyQSL(qsl)
+            lg.DestroySUT(sut)
+        if sut_obj.failure is not None:
+            raise sut_obj.failure
+        logs = {}
+        for name in LOG_FILES:
+            p = Path(tmp) / name
+            logs[name] = p.read_text(errors="replace") if p.is_file() else ""
+    if not logs["mlperf_log_detail.txt"]:
+        raise VitbenchError(f"LoadGen wrote no {LOG_FILES[1]} ({settings.scenario}, {settings.target_qps:g} QPS)")
+    result = judge(mllog(logs["mlperf_log_detail.txt"]), settings)
+    return Served(settings, result, logs, wall, sut_obj.batches, sut_obj.padded, host_input)

@@ -1,0 +1,228 @@
+"""Serving scenarios of one (model, backend, settings) under MLPerf's LoadGen (records of kind 'serve').
+
+Method (one LoadGen run each: vitbench.measure.loadgen):
+  build one inference workload per batch size the SUT may run (powers of two up to the max batch, and the max
+  batch; SingleStream: 1), each timed apart through its first step (compilation) and `warmup_steps` more on the
+  host images (never inside a LoadGen run), then
+  - SingleStream / MultiStream: one run; LoadGen's latency percentiles (per sample) are the result;
+  - Offline: one run (LoadGen's samples/s), bracketed by vitbench's own throughput mode on the max-batch workload
+    (`Backend.time_windows`, the windows `bench --timing throughput` times), before and after, so the two figures
+    for the same model and batch sit side by side with the windows' spread;
+  - Server with a `target_qps`: one run at it; without: a search for the highest target QPS that LoadGen judges
+    VALID at the latency bound: the first probe at half the max batch's throughput (no server completes more),
+    halved while INVALID, then bisection between the highest VALID and the lowest INVALID until they are within
+    `qps_tolerance` of each other or `max_probes` runs were made. Each probe is a full LoadGen run, kept.
+A row is ok only when LoadGen judged its run VALID (Server: at least one probe); otherwise it is an error row
+that keeps its numbers, LoadGen's reasons (minimum duration, query count, early stopping, the bound) and logs.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from vitbench.backends.base import Step, StopRule, get_backend
+from vitbench.env import environment
+from vitbench.errors import ConfigError
+from vitbench.measure import loadgen
+from vitbench.measure.load import LoadMeter
+from vitbench.measure.noise import NoiseFlag, assess, summary
+from vitbench.measure.throughput import resolve_step, step_config
+from vitbench.measure.timing import MIN_WINDOWS, summarize_windows, window_steps_for
+from vitbench.record import ErrorInfo, Record, Status, now
+
+KIND = "serve"
+MAX_QUERIES = 1_000_000  # stream queries LoadGen is asked to make at most (MLPerf's 600 s at 0.6 ms each)
+
+
+@dataclass(frozen=True)
+class Search:
+    """The Server scenario's search for the highest VALID target QPS."""
+
+    tolerance: float  # stop when (lowest INVALID - highest VALID) <= tolerance x highest VALID
+    max_probes: int
+
+
+def batch_sizes(max_batch: int, scenario: str) -> list[int]:
+    """The batch sizes the SUT runs (a batch of n samples runs at the smallest of them >= n, padded)."""
+    if scenario == "SingleStream":
+        return [1]
+    sizes, s = [], 1
+    while s < max_batch:
+        sizes.append(s)
+        s *= 2
+    return [*sizes, max_batch]
+
+
+def serve(step: Step, backend: str, device: str, threads: int | None, images: np.ndarray, real_images: bool,
+          settings: loadgen.Settings, max_wait_ms: float, warmup_steps: int, search: Search,
+          given_qps: bool) -> Record:
+    """The scenario of `settings` on `step`'s model with `images` as the QSL (see the module docstring);
+    `step.batch_size` is the SUT's max batch. `given_qps`: Server runs once at settings.target_qps, Offline takes
+    it as its expected rate; otherwise the search's start and the expected rate come from the warm-up."""
+    started = now()
+    loadgen.loadgen()  # before any work: a missing LoadGen is a ConfigError, not a failed measurement
+    step = resolve_step(replace(step, mode="infer"))
+    be = get_backend(backend)
+    info = be.setup(device, threads)
+    env = environment(info)
+    config = {**step_config(be.name, step, device, threads), "task": "serve"}
+    sizes = batch_sizes(step.batch_size, settings.scenario)
+    works, run_steps, prep = {}, {}, {}
+    host_input = True
+    try:
+        for size in sizes:
+            t0 = time.perf_counter()
+            work = works[size] = be.prepare(replace(step, batch_size=size))
+            build_s = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            work.sync(work.step())  # compilation (JAX ahead of time, torch.compile lazily) and allocator warm-up
+            first_s = time.perf_counter() - t0
+            batch = np.resize(images, (size, *images.shape[1:]))  # the QSL's first images, repeated if few
+            if host_input:
+                try:
+                    work.infer_host(batch)  # the host path's own first call (a transfer, a cast) timed apart
+                except NotImplementedError:
+                    host_input = False
+            if not host_input and real_images:
+                raise ConfigError(f"backend {be.name!r} runs inference on its own input only (its workload has no "
+                                  "infer_host): serve it `dataset: synthetic`")
+            fn = (lambda b, w=work: w.infer_host(b)) if host_input else (lambda b, w=work: w.sync(w.step()))
+            warm = []
+            for _ in range(warmup_steps):
+                t0 = time.perf_counter()
+                fn(batch)
+                warm.append(time.perf_counter() - t0)
+            run_steps[size] = fn
+            prep[size] = {"build_s": build_s, "first_step_s": first_s, "compile_s": work.compile_s,
+                          "warmup_s": warm}
+        step_s = {s: statistics.median(p["warmup_s"]) if p["warmup_s"] else p["first_step_s"]
+                  for s, p in prep.items()}
+        capacity = sizes[-1] / step_s[sizes[-1]]  # samples/s of back-to-back batches of the largest size
+        # LoadGen's hint for how many stream queries to make: a run that runs out of queries before its minimum
+        # duration is INVALID, so a tenth of the fastest warm-up step (a quieter moment may run faster), but no
+        # more than MAX_QUERIES queries in the minimum duration (each query is memory LoadGen holds)
+        fastest = min(min(p["warmup_s"] or [p["first_step_s"]]) for p in prep.values())
+        hint_s = max(fastest / 10, settings.min_duration_s / MAX_QUERIES)
+        settings = replace(settings, expected_latency_ms=1000 * hint_s)
+        if not given_qps and settings.scenario == "Offline":
+            # LoadGen makes expected rate x min duration samples: twice the warm-up's rate, so that a run faster
+            # than the warm-up still lasts its minimum duration
+            settings = replace(settings, target_qps=2 * capacity)
+
+        def one(s: loadgen.Settings) -> loadgen.Served:
+            return loadgen.run(images, run_steps, s, step.batch_size, max_wait_ms, host_input)
+
+        with LoadMeter() as load:
+            extra: dict = {}
+            if settings.scenario == "Server" and not given_qps:
+                runs, best = search_qps(one, settings, capacity, search)
+            else:
+                if settings.scenario == "Offline":
+                    extra["before"] = throughput(be, works[sizes[-1]], settings.min_duration_s)
+                runs = [one(settings)]
+                best = runs[0] if runs[0].result.valid else None
+                if settings.scenario == "Offline":
+                    extra["after"] = throughput(be, works[sizes[-1]], settings.min_duration_s)
+    finally:
+        for w in works.values():
+            w.close()
+    # LoadGen's latencies are not step samples: of the noise checks only other processes' load applies
+    noise = [n for n in assess([], be.timer, load.other_cores) if n.flag is NoiseFlag.OTHER_LOAD]
+    shown = best or runs[-1]
+    res = shown.result
+    metrics = {
+        "loadgen_valid": best is not None,
+        "loadgen_invalid_reason": None if best is not None else res.reason,
+        "samples_per_s": (best.settings.target_qps if settings.scenario == "Server" else res.samples_per_s)
+        if best is not None else None,
+        "completed_samples_per_s": res.samples_per_s,
+        **{f"latency_ms_{k}": v for k, v in res.latency_ms.items()},
+        "latency_percentile_judged": settings.percentile,  # the config's, or the scenario's MLPerf default
+        "mean_batch": statistics.fmean(shown.batches) if shown.batches else None,
+        "padded_samples": shown.padded,
+        "host_input": host_input,
+        "qsl_images_loaded": len(images),
+        "probes": len(runs),
+        "capacity_samples_per_s": capacity,
+        "compile_s": sum(p["compile_s"] or 0.0 for p in prep.values()) if any(
+            p["compile_s"] is not None for p in prep.values()) else None,
+        "first_step_s": sum(p["first_step_s"] for p in prep.values()),
+        "timer": be.timer.value,
+        "other_load_cores": load.other_cores,
+        "unstable": bool(noise),
+        "noise": summary(noise),
+    }
+    if settings.scenario == "Server" and not given_qps:
+        metrics["qps_search_bracket"] = _bracket(runs)
+    if "before" in extra:
+        metrics.update(offline_beside_throughput(res.samples_per_s, extra["before"], extra["after"]))
+    raw = {"runs": [r.raw() for r in runs], "prepare": {str(k): v for k, v in prep.items()},
+           "throughput": extra, "seeds": settings.seeds}
+    if best is None:
+        what = ("no target QPS probed was VALID" if settings.scenario == "Server" and not given_qps
+                else "LoadGen judged the run INVALID")
+        return Record.measured(KIND, config, metrics=metrics, raw=raw, env=env, started_at=started,
+                               status=Status.ERROR, error=ErrorInfo("LoadGenInvalid", f"{what}: {res.reason}"))
+    return Record.measured(KIND, config, metrics=metrics, raw=raw, env=env, started_at=started)
+
+
+def search_qps(one, settings: loadgen.Settings, capacity: float, search: Search
+               ) -> tuple[list[loadgen.Served], loadgen.Served | None]:
+    """Probes of the Server search (see the module docstring): every run made, and the VALID one at the highest
+    target QPS (None: none was VALID)."""
+    runs: list[loadgen.Served] = []
+    best: loadgen.Served | None = None
+    lo, hi = 0.0, capacity  # highest VALID so far, lowest INVALID so far (capacity: assumed, never probed)
+    qps = capacity / 2
+    while len(runs) < search.max_probes:
+        r = one(replace(settings, target_qps=qps))
+        runs.append(r)
+        if r.result.valid:
+            best, lo = r, qps
+        else:
+            hi = qps
+        if best is not None and hi - lo <= search.tolerance * lo:
+            break
+        qps = (lo + hi) / 2 if best is not None else qps / 2
+    return runs, best
+
+
+def _bracket(runs: list[loadgen.Served]) -> str:
+    """'VALID at A, INVALID at B QPS': the search's final bracket in words."""
+    valid = [r.settings.target_qps for r in runs if r.result.valid]
+    invalid = [r.settings.target_qps for r in runs if not r.result.valid]
+    a = f"VALID up to {max(valid):.4g}" if valid else "none VALID"
+    b = f"INVALID from {min(invalid):.4g}" if invalid else "no INVALID probe (capacity not probed)"
+    return f"{a}, {b} QPS"
+
+
+def throughput(be, work, seconds: float) -> dict:
+    """vitbench's throughput mode on `work` (as `bench --timing throughput`): windows of queued steps, at least
+    MIN_WINDOWS of them and `seconds` long; raw window times and img/s per window."""
+    t0 = time.perf_counter()
+    work.sync(work.step())
+    one = max(time.perf_counter() - t0, 1e-9)
+    per = window_steps_for(one, MIN_WINDOWS, seconds, max(60.0, 4 * seconds))
+    windows = be.time_windows(work, per, StopRule(min_steps=MIN_WINDOWS, min_seconds=seconds,
+                                                  max_seconds=max(60.0, 4 * seconds), min_windows=MIN_WINDOWS))
+    stats = summarize_windows(windows, per)
+    rates = [work.batch_size * per / w for w in windows]
+    return {"img_per_s": work.batch_size / (stats["step_ms_median"] / 1000), "window_steps": per,
+            "window_s": windows, "img_per_s_windows": rates}
+
+
+def offline_beside_throughput(offline: float | None, before: dict, after: dict) -> dict:
+    """Offline samples/s beside the throughput mode's img/s (median over both brackets' windows) and the
+    windows' range: whether LoadGen's figure lies within the throughput mode's own spread."""
+    rates = sorted(before["img_per_s_windows"] + after["img_per_s_windows"])
+    median = statistics.median(rates)
+    out = {"throughput_img_per_s": median, "throughput_img_per_s_min": rates[0],
+           "throughput_img_per_s_max": rates[-1]}
+    if offline is not None:
+        out["offline_over_throughput"] = offline / median
+        out["offline_within_throughput_spread"] = rates[0] <= offline <= rates[-1]
+    return out

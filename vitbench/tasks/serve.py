@@ -1,0 +1,134 @@
+"""Task `serve`: MLPerf Inference's scenarios through LoadGen (records of kind 'serve'; docs/serving.md).
+
+A model served on any backend that can infer, through the backend interface only (`Workload.infer_host`): a
+SUT that batches waiting queries (`batch_size` is its max batch, `max_wait_ms` how long it waits to fill one),
+a QSL of real images (`dataset`: any of vitbench's data sources, their test split preprocessed at the model's
+resolution) or synthetic ones (`dataset: synthetic`), and LoadGen's settings as the fields below, each with
+MLPerf's default where MLPerf has one (vitbench.measure.loadgen cites them). The measurement itself:
+vitbench.measure.serve.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field, field_validator
+
+from vitbench.backends.base import Capability, Step
+from vitbench.measure.loadgen import (MLPERF_MIN_DURATION_S, MLPERF_SAMPLES_PER_QUERY, MLPERF_SEEDS,
+                                      MLPERF_VISION_BOUND_MS, SCENARIOS)
+from vitbench.record import Record
+from vitbench.tasks import Metric, Task, register_task
+from vitbench.tasks.bench import Timing
+from vitbench.tasks.fields import MAX_COUNT, PathField, literal_of, params_model
+from vitbench.transfer.config import MAX_SECONDS, DataConfig, DatasetName, Seed, default_of
+
+KIND = "serve"
+_SHARED = ("model", "backend", "task", "device", "resolution", "batch_size", "precision", "compile",
+           "compile_mode", "seed", "threads", "num_classes", "channels_last")
+MAX_QPS = 1e7  # a target rate above ten million queries/s is a typo (LoadGen schedules every query up front)
+
+
+class LoadGenFields(BaseModel):
+    """The SUT's batching policy, the QSL and LoadGen's settings (vitbench.measure.loadgen)."""
+
+    scenario: literal_of(tuple(SCENARIOS)) = Field(
+        "Server", description="MLPerf scenario: SingleStream (one query at a time: latency percentile), "
+        "MultiStream (queries of samples_per_query samples), Server (Poisson arrivals: the highest target QPS "
+        "judged VALID at the bound), Offline (every sample in one query: samples/s)")
+    max_wait_ms: float = Field(0.0, ge=0, le=60_000, description="the SUT waits at most this long after a batch's "
+                               "first query for more, up to batch_size (0: batches what is already waiting, "
+                               "Triton's dynamic-batching default max_queue_delay_microseconds: 0)")
+    target_qps: float | None = Field(None, gt=0, le=MAX_QPS, description="Server: one run at this mean arrival "
+                                     "rate (null: search for the highest VALID one); Offline: the expected rate "
+                                     "that sizes LoadGen's query (null: the max batch's throughput at warm-up)")
+    latency_bound_ms: float = Field(MLPERF_VISION_BOUND_MS, gt=0, le=MAX_SECONDS * 1000, description="Server: the "
+                                    "latency bound the percentile is judged at (MLPerf's ResNet-50 image "
+                                    "classification bound, mlperf.conf: 15 ms)")
+    latency_percentile: float | None = Field(None, gt=0, lt=100, description="the latency percentile judged "
+                                             "(Server) or reported (null: the scenario's MLPerf default, "
+                                             "mlperf.conf: Server 99, MultiStream 99, SingleStream 90, Offline "
+                                             "90)")
+    min_duration_s: float = Field(MLPERF_MIN_DURATION_S, gt=0, le=MAX_SECONDS, description="LoadGen's minimum "
+                                  "run duration (mlperf.conf: 600 s; a CPU study sets a few seconds and says so)")
+    min_query_count: int | None = Field(None, gt=0, le=MAX_COUNT, description="LoadGen's minimum query count "
+                                        "(null: mlperf.conf's MultiStream 662, else LoadGen's default 100)")
+    samples_per_query: int = Field(MLPERF_SAMPLES_PER_QUERY, gt=0, le=MAX_COUNT, description="MultiStream: "
+                                   "samples per query (mlperf.conf: 8)")
+    loadgen_seed: Seed | None = Field(None, description="LoadGen's sample and schedule seeds, all three made from "
+                                      "this one (null: mlperf.conf's qsl, sample_index and schedule seeds)")
+    qps_tolerance: float = Field(0.05, gt=0, lt=1, description="Server search: stop when the lowest INVALID "
+                                 "target QPS is within this fraction of the highest VALID one")
+    max_probes: int = Field(12, gt=0, le=100, description="Server search: LoadGen runs at most")
+    warmup_steps: int = Field(default_of(Timing, "warmup_steps"), ge=0, le=MAX_COUNT, description="steps per "
+                              "prepared batch size after the first, before any LoadGen run")
+    dataset: DatasetName = Field(default_of(DataConfig, "name"), description="the QSL's images: a data source's "
+                                 "test split at the model's resolution (synthetic: vitbench's synthetic patterns)")
+    data_path: PathField | None = Field(None, description="the data source's local path (folder, npz, ...)")
+    qsl_images: int = Field(1024, gt=0, le=MAX_COUNT, description="the QSL's size at most (mlperf.conf's "
+                            "ResNet-50 performance_sample_count: 1024)")
+
+    @field_validator("data_path")
+    @classmethod
+    def _path_fits_dataset(cls, v, info):
+        """A path only for a data source read from one (as vitbench.transfer.config.DataConfig checks it), an
+        error on this field so that a message names it as the user did."""
+        from pydantic import ValidationError
+
+        dataset = info.data.get("dataset")
+        if dataset is None or v is None:
+            return v
+        try:
+            DataConfig(name=dataset, path=v)
+        except ValidationError as e:
+            raise ValueError(e.errors()[0]["msg"].removeprefix("Value error, ")) from None
+        return v
+
+    def percentile(self) -> float:
+        return self.latency_percentile or SCENARIOS[self.scenario].percentile
+
+    def loadgen_settings(self):
+        from vitbench.measure.loadgen import Settings
+
+        seeds = dict(MLPERF_SEEDS) if self.loadgen_seed is None else {
+            k: self.loadgen_seed + i for i, k in enumerate(MLPERF_SEEDS)}
+        return Settings(scenario=self.scenario, target_qps=self.target_qps or 1.0,
+                        latency_bound_ms=self.latency_bound_ms, percentile=self.percentile(),
+                        min_duration_s=self.min_duration_s,
+                        min_query_count=self.min_query_count or SCENARIOS[self.scenario].min_query_count,
+                        samples_per_query=self.samples_per_query, expected_latency_ms=1.0, seeds=seeds)
+
+
+METRICS = (
+    Metric("samples_per_s", "samples/s", True, "Server: the highest target QPS LoadGen judged VALID at the "
+           "bound; Offline: LoadGen's samples/s; SingleStream/MultiStream: samples completed per second",
+           comparable=True, default_compare=True, speed=True),
+    Metric("latency_ms_p50", "ms", False, "median per-sample latency, issue to completion (LoadGen)"),
+    Metric("latency_ms_p90", "ms", False, "90th percentile per-sample latency (LoadGen)"),
+    Metric("latency_ms_p99", "ms", False, "99th percentile per-sample latency (LoadGen)", comparable=True),
+    Metric("throughput_img_per_s", "img/s", True, "Offline: vitbench's throughput mode on the max-batch workload "
+           "(median window, bracketing the LoadGen run)"),
+)
+
+
+@register_task
+class Serve(Task):
+    name = "serve"
+    kind = KIND
+    Params = params_model("ServeParams", _SHARED, LoadGenFields)
+    description = "MLPerf scenarios under LoadGen: Server QPS at a latency bound, stream percentiles, Offline"
+    needs = frozenset({Capability.INFER})
+    metrics = METRICS
+    headline = "samples_per_s"
+
+    def run(self, p) -> Record:
+        from vitbench.measure.serve import Search, serve
+        from vitbench.transfer.data import load_splits
+
+        test = load_splits(DataConfig(name=p.dataset, path=p.data_path, seed=p.seed)).test
+        images = test.array(p.resolution)[:p.qsl_images] if test.pool.resident else \
+            next(test.batches(p.resolution, p.qsl_images))[0]
+        step = Step.of(p.config(), mode="infer", spec=p.spec)
+        rec = serve(step, p.backend, p.device, p.threads, images, p.dataset != "synthetic", p.loadgen_settings(),
+                    p.max_wait_ms, p.warmup_steps, Search(p.qps_tolerance, p.max_probes),
+                    given_qps=p.target_qps is not None)
+        rec.config = {**rec.config, **{k: getattr(p, k) for k in LoadGenFields.model_fields}}
+        return rec
