@@ -171,3 +171,42 @@ def test_infer_host_is_the_steps_forward_on_the_given_images(backend, one_torch_
         work.close()
     assert got.dtype == np.float32 and got.shape == own.shape
     np.testing.assert_array_equal(got, own)
+
+
+def _row(backend: str, qps_valid: list[float], qps_invalid: list[float], bound: float = 15.0) -> Record:
+    """A serve row as the task writes it (no LoadGen run): Server probes at these target rates."""
+    runs = [{"target_qps": q, "valid": v, "percentile": 99.0, "latency_bound_ms": bound,
+             "latency_ms": {"p50": q / 100, "p90": q / 50, "p99": q / 20}}
+            for qs, v in ((qps_valid, True), (qps_invalid, False)) for q in qs]
+    best = max(qps_valid)
+    return Record.measured("serve", {"model": NANO, "backend": backend, "task": "serve", "device": "cpu",
+                                     "precision": "fp32", "scenario": "Server", "batch_size": 8, "max_wait_ms": 0.0,
+                                     "latency_bound_ms": bound, "min_duration_s": 3.0},
+                           metrics={"samples_per_s": best, "latency_ms_p50": best / 100, "latency_ms_p90": best / 50,
+                                    "latency_ms_p99": best / 20, "loadgen_valid": True, "probes": len(runs),
+                                    "qps_search_bracket": "VALID up to x, INVALID from y QPS"},
+                           raw={"runs": runs})
+
+
+def test_the_report_draws_latency_against_qps_with_the_bound(tmp_path):
+    """Every probe of every Server row is a point (VALID filled, INVALID hollow), per model and backend, and the
+    bound is a dashed line; the section's table has one row per configuration."""
+    from vitbench.report.build import build_report, figure
+    from vitbench.store import Store, load_each
+
+    rows = [_row("torch", [100.0, 150.0], [200.0, 175.0]), _row("jax", [80.0], [160.0, 120.0])]
+    with Store(tmp_path / "r") as store:
+        for r in rows:
+            store.append(r)
+    df = load_each(tmp_path / "r", (None,), raw_json=True)[0]
+    fig = figure("latency_vs_qps", df)
+    ax = fig.axes[0]
+    bound = [ln for ln in ax.lines if list(ln.get_ydata()) == [15.0, 15.0]]
+    assert len(bound) == 1 and bound[0].get_linestyle() == "--"
+    hollow = [ln for ln in ax.lines if ln.get_marker() == "o" and ln.get_markerfacecolor() == "white"
+              and len(ln.get_xdata())]
+    assert sorted(x for ln in hollow for x in ln.get_xdata()) == [120.0, 160.0, 175.0, 200.0]
+    rep = build_report(tmp_path / "r", tmp_path / "out", formats="md", plots=True)
+    assert "latency_vs_qps" in rep.figures
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "Serving under MLPerf's LoadGen" in md and "VALID up to x" in md

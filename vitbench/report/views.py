@@ -6,10 +6,11 @@ from __future__ import annotations
 from functools import partial
 
 from vitbench.insight import report as inspect_report
-from vitbench.report import accuracy_plots, arch, devices, figure13, fit_figures, objectives, plots, tables
+from vitbench.report import (accuracy_plots, arch, devices, figure13, fit_figures, objectives, plots, serving,
+                             tables)
 from vitbench.report.caveats import CAVEAT
 from vitbench.report.parts import Figure, NotDrawn, ReportPart, register_report, report_parts
-from vitbench.tasks import bench, flops, inspection, max_batch
+from vitbench.tasks import bench, flops, inspection, max_batch, serve
 from vitbench.tasks.fewshot import Fewshot
 from vitbench.tasks.finetune import Finetune
 from vitbench.tasks.pretrain import Pretrain
@@ -133,3 +134,10 @@ register_report(ReportPart(
     figures=(Figure("posemb_accuracy", "Accuracy per position-embedding kind and place, each seed a dot (cf. "
                     "paper Table 8)", arch.posemb_figure),),
     order=46))
+register_report(ReportPart(
+    "serve", "Serving under MLPerf's LoadGen (docs/serving.md): Server, the highest target QPS judged VALID at "
+    "the latency bound; SingleStream/MultiStream, latency percentiles; Offline, samples/s beside the throughput "
+    "mode (median over repeats)", (serve.KIND,), serving.table, columns=serving.COLUMNS,
+    figures=(Figure("latency_vs_qps", "Latency vs target QPS per model and backend, every LoadGen Server run "
+                    "(filled: VALID, hollow: INVALID; dashed: the latency bound)", serving.latency_vs_qps),),
+    order=25))

@@ -1,0 +1,91 @@
+"""The report's section of 'serve' rows (vitbench.tasks.serve, docs/serving.md): a table per scenario and
+configuration, and latency against target QPS from every LoadGen run a row keeps (the Server search's probes),
+with the latency bound drawn. Generic: series are whatever models and backends the rows hold."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from vitbench.report import tables
+from vitbench.report.caveats import CAVEAT
+from vitbench.report.parts import NotDrawn
+from vitbench.report.plots import backend_line, model_colors
+
+KEYS = ["model", "backend", "device", "precision", "scenario", "batch_size", "max_wait_ms", "latency_bound_ms",
+        "min_duration_s"]
+VALUES = ["samples_per_s", "latency_ms_p50", "latency_ms_p90", "latency_ms_p99", "latency_percentile_judged",
+          "probes", "mean_batch", "throughput_img_per_s", "offline_over_throughput", "other_load_cores"]
+COLUMNS = (*KEYS, "repeats", *VALUES, "qps_search_bracket", CAVEAT)
+
+
+def table(ok: pd.DataFrame) -> pd.DataFrame:
+    """Median over repeats per configuration; the Server search's last bracket (of the first repeat) beside it."""
+    out = tables._collapse(ok, KEYS, tables._present(ok, VALUES))
+    if not out.empty and "qps_search_bracket" in ok.columns:
+        keys = [k for k in KEYS if k in ok.columns]
+        first = ok.groupby(keys, dropna=False, sort=True)["qps_search_bracket"].first().reset_index()
+        out = out.merge(first, on=keys, how="left")
+    return out
+
+
+def _runs(raw) -> list[dict]:
+    """The LoadGen runs a row keeps (raw['runs']), from the raw dict or its JSON text."""
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            return []
+    runs = raw.get("runs") if isinstance(raw, dict) else None
+    return [r for r in runs if isinstance(r, dict)] if isinstance(runs, list) else []
+
+
+def probes(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per LoadGen run of the Server rows: model, backend, target QPS, the judged percentile's latency,
+    p50, validity and the bound."""
+    rows = []
+    server = df[df["scenario"] == "Server"] if "scenario" in df.columns else df.iloc[0:0]
+    for _, r in server.iterrows():
+        for run in _runs(r.get("raw")):
+            lat = run.get("latency_ms") or {}
+            p = run.get("percentile")
+            judged = lat.get(f"p{p:g}") if isinstance(p, (int, float)) else None
+            rows.append({"model": r["model"], "backend": r["backend"], "target_qps": run.get("target_qps"),
+                         "latency_ms": judged, "latency_ms_p50": lat.get("p50"), "valid": bool(run.get("valid")),
+                         "bound_ms": run.get("latency_bound_ms"), "percentile": p})
+    return pd.DataFrame(rows, columns=["model", "backend", "target_qps", "latency_ms", "latency_ms_p50", "valid",
+                                       "bound_ms", "percentile"])
+
+
+def latency_vs_qps(df: pd.DataFrame) -> Figure | NotDrawn | None:
+    """Per model and backend, the judged latency percentile (solid) and the median (thin) of every Server run
+    against its target QPS; filled markers VALID, hollow INVALID; the latency bound a dashed line."""
+    pr = probes(df).dropna(subset=["target_qps", "latency_ms"])
+    if pr.empty:
+        return None
+    fig = Figure(figsize=(8.0, 4.8), layout="constrained")
+    ax = fig.subplots()
+    colors = model_colors(pr["model"])
+    for (model, backend), g in pr.groupby(["model", "backend"], sort=True):
+        g = g.sort_values("target_qps")
+        color, style = colors[model], backend_line(backend)
+        p = g["percentile"].dropna()
+        label = f"{model} ({backend})" + (f" p{p.iloc[0]:g}" if len(p) else "")
+        ax.plot(g["target_qps"], g["latency_ms"], linestyle=style, color=color, linewidth=1.6, label=label)
+        ax.plot(g["target_qps"], g["latency_ms_p50"], linestyle=style, color=color, linewidth=0.8, alpha=0.6)
+        for valid, part in g.groupby("valid"):
+            ax.plot(part["target_qps"], part["latency_ms"], linestyle="none", marker="o", markersize=6,
+                    color=color, markerfacecolor=color if valid else "white")
+    for bound in sorted(pr["bound_ms"].dropna().unique()):
+        ax.axhline(bound, color="0.3", linestyle="--", linewidth=1.0)
+        ax.annotate(f"bound {bound:g} ms", (0.01, bound), xycoords=("axes fraction", "data"),
+                    textcoords="offset points", xytext=(0, 3), fontsize=8, color="0.3")
+    ax.set_yscale("log")
+    ax.set_xlabel("Target QPS (LoadGen Server, Poisson arrivals) [queries/s]")
+    ax.set_ylabel("Latency per sample [ms] (thick: judged percentile; thin: p50)")
+    ax.plot([], [], linestyle="none", marker="o", color="0.3", label="VALID")
+    ax.plot([], [], linestyle="none", marker="o", color="0.3", markerfacecolor="white", label="INVALID")
+    ax.legend(fontsize=8, loc="best")
+    return fig
