@@ -282,3 +282,17 @@ def test_exit_1_on_a_new_regression_only(cli, tmp_path):
     db2 = tmp_path / "h2.sqlite"  # an improvement is no regression
     _history(db2, base + [120.0, 120.5])
     assert cli("history", "--db", db2).exit_code == 0
+
+
+def test_the_page_gets_the_series_and_never_replaces_a_users_file(cli, tmp_path):
+    """--html OUT hands to_page's series to the history page (vitbench.history.page, written apart)."""
+    pytest.importorskip("vitbench.history.page")
+    db = tmp_path / "h.sqlite"
+    _history(db, [100.0, 101.0, 99.5, 80.0, 80.5, 79.0])
+    mine = tmp_path / "notes.html"
+    mine.write_text("my notes")
+    r = cli("history", "--db", db, "--html", mine)
+    assert r.exit_code == 2 and str(mine) in r.output and mine.read_text() == "my notes", r.output
+    r = cli("history", "--db", db, "--html", tmp_path / "page.html")
+    assert r.exit_code in (0, 1), r.output  # 1: the step at c003 is new (the newest commit shows it)
+    assert "c003" in (tmp_path / "page.html").read_text()

@@ -38,7 +38,9 @@ def history_cmd(
                                            "(exit 1)."),
     fmt: str = cli_option("format", "--format", help="table | json (the series and their change points)."),
     html: str = typer.Option(None, "--html", metavar="OUT",
-                             help="Also write the history page (one chart per metric and trial) into OUT."),
+                             help="Also write the history page to OUT (one self-contained .html file: a chart "
+                                  "per metric, change points marked); a file vitbench did not write is never "
+                                  "replaced."),
 ) -> None:
     """Per metric and trial, the series over commits and its change points (size, confidence, commit range).
 
@@ -66,9 +68,9 @@ def history_cmd(
         raise ConfigError(f"--metric {', '.join(unknown)}: unknown; allowed: {', '.join(known)}")
     out = None
     if html is not None:
-        from vitbench.paths import check_dir
+        from vitbench.paths import check_file
 
-        out = check_dir(html, "--html")
+        out = check_file(html, "--html")  # a file name; the page never replaces a file it did not write
     path = store.default_path(db)
     series = hs.detect(hs.build(list(store.read(path)), tuple(metric or ())))
     if not series:

@@ -80,9 +80,15 @@ def write_html(path: Path, title: str, meta: list[str], tables: dict[str, tuple[
     for name, (heading, df) in tables.items():
         body += [f"<h2>{html.escape(heading)}</h2>", html_table(df),
                  *(f'<p class="note">{html.escape(n)}</p>' for n in notes.get(name, ()))]
-    page = (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
-            f"<style>{_CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
-    path.write_text(page)
+    path.write_text(html_page(title, body))
+
+
+def html_page(title: str, body: list[str], css: str = "", script: str = "") -> str:
+    """A whole self-contained HTML document: the report's style (plus `css`), `body`'s lines, and `script`
+    inline at the end (no external resource: it opens offline, from file://)."""
+    tail = f"<script>{script}</script>\n" if script else ""
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+            f"<style>{_CSS}{css}</style></head><body>\n" + "\n".join(body) + f"\n{tail}</body></html>\n")
 
 
 def arrow_safe(df: pd.DataFrame) -> pd.DataFrame:
