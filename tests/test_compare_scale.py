@@ -128,3 +128,65 @@ def test_boot_medians_are_the_direct_definitions_bit_for_bit(n):
             assert np.array_equal(got[1], want[1])
         else:
             assert got[1].tobytes() == want[1].tobytes()  # bit for bit
+
+
+def test_a_median_batch_draws_and_gives_what_boot_medians_gives_one_sample_at_a_time():
+    """stats.MedianBatch (compare's bootstrap, BLOCK trials at a time): samples of several sizes interleaved, one
+    value, one of more than a chunk of draws, the repeats' picks drawn between them: every result and the rng's
+    state after them are those of the calls made one at a time."""
+    gen = np.random.default_rng(1)
+    samples = [gen.lognormal(0, 0.2, n) for n in (5, 7, 5, 1, 6, 2500, 7, 5)]
+    one, batch = np.random.default_rng(9), stats.MedianBatch(np.random.default_rng(9), 2000)
+    want, handles = [], []
+    for i, x in enumerate(samples):
+        want.append(stats.boot_medians(x, 2000, one))
+        handles.append(batch.draw(x))
+        if i == 2:  # combine_repeats' draw between two samples
+            assert stats.repeat_picks(3, 2000, one).tobytes() == stats.repeat_picks(3, 2000, batch.rng).tobytes()
+    batch.run()
+    for h, (point, reps) in zip(handles, want):
+        got = batch.result(h)
+        assert got[0] == point and got[1].tobytes() == reps.tobytes()
+    assert one.integers(0, 2**62) == batch.rng.integers(0, 2**62)
+
+
+def test_compare_rows_do_not_depend_on_how_many_trials_are_batched(monkeypatch):
+    """compare_trials in blocks of BLOCK trials gives, bit for bit, the rows of one trial at a time (BLOCK = 1):
+    one run a side, several (the repeats' picks drawn between the samples), a failed side, samples of 1-3 steps."""
+    from records import record
+
+    from vitbench.compare import decide
+    from vitbench.compare.comparison import metrics
+    from vitbench.compare.match import DEFAULT_IGNORE, group
+
+    gen = np.random.default_rng(2)
+
+    def recs(run, trials=40):
+        out = []
+        for i in range(trials):
+            cfg = {"model": "ViT-Nano/4", "backend": "torch", "task": "infer", "batch_size": i + 1}
+            steps = (gen.lognormal(0, 0.2, 1 + i % 3) if i % 5 == 0 else gen.lognormal(0, 0.2, 5 + i % 4)) / 100
+            failed = (i % 7 == 3 and run <= 1) or (i % 11 == 4 and run == 3)
+            out.append(record("bench", cfg, status="error" if failed else "ok",
+                              error={"type": "E", "message": "x"} if failed else None,
+                              metrics=None if failed else {"img_per_s": float(8 / np.median(steps))},
+                              raw=None if failed else {"step_s": steps.tolist()}, key=f"k{i}-{run}",
+                              run_id=f"run{run}", repeat=run, trial=cfg,
+                              started_at=f"2026-01-0{run + 1}T00:00:00"))
+        return out
+
+    base = group(recs(0) + recs(1), DEFAULT_IGNORE)
+    cur = group(recs(2) + [r for r in recs(3) if r.trial["batch_size"] % 2], DEFAULT_IGNORE)
+    pairs = [(k, base[k], cur[k]) for k in base if k in cur]
+
+    def rows(block):
+        monkeypatch.setattr(decide, "BLOCK", block)
+        got = decide.compare_trials(pairs, [metrics()["img_per_s"]], 0.05, 0.95, None, 2000,
+                                    np.random.default_rng(4))
+        return [[(r.decision, repr(r.ratio), repr(r.ci_low), repr(r.ci_high), r.method, r.note) for r in t]
+                for t in got]
+
+    batched = rows(decide.BLOCK)
+    assert batched == rows(1) == rows(7)
+    methods = {r[4].split(":")[0] for t in batched for r in t}
+    assert {"runs", "one run on a side", "status"} <= methods, methods

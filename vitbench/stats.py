@@ -50,23 +50,25 @@ def boot_medians(x: Sequence[float], n_boot: int = N_BOOT, rng: np.random.Genera
     ordered = a[order]
     for start in range(0, n_boot, rows):  # the draws as before: the same replicates for the same rng
         stop = min(n_boot, start + rows)
-        out[start:stop] = _resample_medians(ordered, rank[rng.integers(0, n, size=(stop - start, n))])
+        out[start:stop] = _resample_medians(ordered, rank[rng.integers(0, n, size=(stop - start, n))], n)
     return float(np.median(a)), out
 
 
-def _resample_medians(ordered: np.ndarray, ranks: np.ndarray) -> np.ndarray:
-    """Per row of `ranks` (resamples as ranks into `ordered`, a sorted sample), the median of the values it draws:
-    np.median(ordered[ranks], axis=1), bit for bit (np.median takes the middle value, or the mean (x + y) / 2 of
-    the two middle ones; only a zero's sign may differ, where -0.0 and 0.0 tie), by counting: the k-th smallest
-    value of a row is ordered[j] for the first rank j whose running count of draws exceeds k. Linear in the draws,
-    without np.median's partition of every short row (issue 51: 0.9 ms a trial in `vitbench compare`)."""
-    m, n = ranks.shape
-    counts = np.bincount((ranks * m + np.arange(m)[:, None]).ravel(), minlength=n * m).reshape(n, m)
-    below = np.cumsum(counts, axis=0)  # below[j, r]: draws of row r with a rank <= j
-    lo = ordered[(below <= (n - 1) // 2).sum(axis=0)]
+def _resample_medians(ordered: np.ndarray, ranks: np.ndarray, n: int) -> np.ndarray:
+    """Per row of `ranks` (n draws, as indices into `ordered`, sorted samples of n values laid end to end), the
+    median of the values it draws: np.median(ordered[ranks], axis=1), bit for bit (np.median takes the middle
+    value, or the mean (x + y) / 2 of the two middle ones; only a zero's sign may differ, where -0.0 and 0.0 tie),
+    by counting: the k-th smallest value of a row is ordered[j] for the first j whose running count of draws
+    exceeds k. Linear in the draws, without np.median's partition of every short row (issue 51: 0.9 ms a trial in
+    `vitbench compare`)."""
+    m = ranks.shape[0]
+    base = ranks[:, 0] - ranks[:, 0] % n  # where each row's sample starts in `ordered`
+    counts = np.bincount(((ranks - base[:, None]) * m + np.arange(m)[:, None]).ravel(), minlength=n * m)
+    below = np.cumsum(counts.reshape(n, m), axis=0)  # below[j, r]: draws of row r among its sample's j+1 smallest
+    lo = ordered[base + (below <= (n - 1) // 2).sum(axis=0)]
     if n % 2:
         return lo
-    return (lo + ordered[(below <= n // 2).sum(axis=0)]) / 2
+    return (lo + ordered[base + (below <= n // 2).sum(axis=0)]) / 2
 
 
 def combine_repeats(points: Sequence[float], replicates: Sequence[np.ndarray],
@@ -84,9 +86,64 @@ def combine_repeats(points: Sequence[float], replicates: Sequence[np.ndarray],
     point = float(np.mean(points))
     if len(points) == 1:
         return point, reps[0]
-    n_boot = reps.shape[1]
-    pick = rng.integers(0, len(points), size=(n_boot, len(points)))
-    return point, reps[pick, np.arange(n_boot)[:, None]].mean(axis=1)
+    return point, picked(reps, repeat_picks(len(points), reps.shape[1], rng))
+
+
+def repeat_picks(repeats: int, n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    """The repeats each of `n_boot` replicates of combine_repeats draws (with replacement)."""
+    return rng.integers(0, repeats, size=(n_boot, repeats))
+
+
+def picked(reps: np.ndarray, pick: np.ndarray) -> np.ndarray:
+    """Replicate i: the mean of the picked repeats' replicate i (reps: repeats x n_boot)."""
+    return reps[pick, np.arange(reps.shape[1])[:, None]].mean(axis=1)
+
+
+class MedianBatch:
+    """boot_medians over many samples, computed together (issue 51: `vitbench compare` of 10,000 trials). `draw`
+    draws from `rng` at once exactly what boot_medians would (so a seed gives the same replicates, bit for bit),
+    `run` computes every drawn sample's medians, one counting pass per sample size, `result` hands them out."""
+
+    def __init__(self, rng: np.random.Generator, n_boot: int = N_BOOT):
+        self.rng, self.n_boot = rng, n_boot
+        self._out: list[tuple[float, np.ndarray] | None] = []
+        self._todo: dict[int, list[tuple[int, np.ndarray, np.ndarray]]] = {}  # n -> (handle, ordered, ranks)
+
+    def draw(self, x: Sequence[float]) -> int:
+        a = np.asarray(x, dtype=float)
+        a = a[np.isfinite(a)]
+        n = a.size
+        if n <= 1 or _CHUNK_ELEMENTS // n < self.n_boot:  # one value, or several chunks of draws: boot_medians
+            self._out.append(boot_medians(a, self.n_boot, self.rng))
+            return len(self._out) - 1
+        order = np.argsort(a, kind="stable")
+        rank = np.empty(n, dtype=np.int32)
+        rank[order] = np.arange(n)
+        self._out.append(None)
+        self._todo.setdefault(n, []).append((len(self._out) - 1, a[order],
+                                             rank[self.rng.integers(0, n, size=(self.n_boot, n))]))
+        return len(self._out) - 1
+
+    def run(self) -> None:
+        for n, todo in self._todo.items():
+            step = max(1, _CHUNK_ELEMENTS // (self.n_boot * n))
+            for i in range(0, len(todo), step):
+                part = todo[i:i + step]
+                ordered = np.stack([o for _, o, _ in part])  # samples x n
+                ranks = np.concatenate([r for _, _, r in part]) + np.repeat(np.arange(len(part)) * n, self.n_boot)[
+                    :, None]  # every sample's ranks into ordered's flat array
+                meds = _resample_medians(ordered.ravel(), ranks, n).reshape(len(part), self.n_boot)
+                for (h, o, _), m in zip(part, meds):
+                    mid = o[(n - 1) // 2] if n % 2 else (o[n // 2 - 1] + o[n // 2]) / 2  # np.median's
+                    self._out[h] = (float(mid), m)
+        self._todo.clear()
+
+    def result(self, handle: int) -> tuple[float, np.ndarray]:
+        """(median, replicates) of the sample `draw` returned `handle` for, as boot_medians gives them."""
+        out = self._out[handle]
+        if out is None:
+            raise RuntimeError("MedianBatch.result before run")
+        return out
 
 
 def percentile_interval(replicates: np.ndarray, confidence: float = 0.95) -> tuple[float, float]:
@@ -96,6 +153,17 @@ def percentile_interval(replicates: np.ndarray, confidence: float = 0.95) -> tup
     alpha = (1 - confidence) / 2
     lo, hi = np.quantile(replicates, [alpha, 1 - alpha])
     return float(lo), float(hi)
+
+
+def percentile_intervals(replicates: np.ndarray, confidence: float = 0.95) -> list[tuple[float, float]]:
+    """percentile_interval of each row of `replicates` (rows x n_boot), in one call: the same numbers."""
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    if not len(replicates):
+        return []
+    alpha = (1 - confidence) / 2
+    lo, hi = np.quantile(replicates, [alpha, 1 - alpha], axis=1)
+    return [(float(a), float(b)) for a, b in zip(lo, hi)]
 
 def t_quantile(p: float, df: int) -> float:
     """Student-t quantile, from the normal one by the Cornish-Fisher expansion (Abramowitz & Stegun 26.7.5);

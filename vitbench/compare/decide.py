@@ -15,7 +15,7 @@ from vitbench.compare.match import Trial
 from vitbench.compare.runs import assumed_noise, between_runs, same_runs, widened
 from vitbench.errors import ConfigError
 from vitbench.record import Record
-from vitbench.stats import boot_medians, combine_repeats, percentile_interval
+from vitbench.stats import MedianBatch, percentile_intervals, picked, repeat_picks
 from vitbench.tasks import Metric
 
 # The one declaration of the gates' defaults (`vitbench compare` and `vitbench ab`): a 5 % change matters, decided
@@ -143,17 +143,21 @@ def decide(ci_low: float | None, ci_high: float | None, threshold: float, higher
     return Decision.NO_CHANGE if cleared else Decision.INCONCLUSIVE
 
 
-def _side(trial: Trial, metric: Metric, calib: Calibrations | None, n_boot: int, rng: np.random.Generator):
+def _draw(trial: Trial, metric: Metric, boot: MedianBatch) -> tuple[list[tuple[Record, int, int]], object]:
+    """The bootstrap draws of one side, in the order one trial at a time drew them: each record's resamples, then
+    (several records) the repeats' picks. ([(record, handle, samples)], picks or None)."""
+    drawn = [(rec, boot.draw(xs), len(xs)) for rec in trial.ok if (xs := metric_samples(rec, metric))]
+    return drawn, (repeat_picks(len(drawn), boot.n_boot, boot.rng) if len(drawn) > 1 else None)
+
+
+def _side(drawn, calib: Calibrations | None, boot: MedianBatch):
     """(point, replicates, repeats, samples, unnormalised point, per-run points, their unnormalised values) of one
     side, or None when no record has it."""
-    points, reps, raw_points, n = [], [], [], 0
-    for rec in trial.ok:
-        xs = metric_samples(rec, metric)
-        if not xs:
-            continue
-        p, r = boot_medians(xs, n_boot, rng)
+    (recs, picks), points, reps, raw_points, n = drawn, [], [], [], 0
+    for rec, handle, size in recs:
+        p, r = boot.result(handle)
         raw_points.append(p)
-        n += len(xs)
+        n += size
         if calib is not None:
             cal = calib.for_record(rec)
             p, r = p / cal, r / cal
@@ -161,7 +165,7 @@ def _side(trial: Trial, metric: Metric, calib: Calibrations | None, n_boot: int,
         reps.append(r)
     if not points:
         return None
-    point, replicates = combine_repeats(points, reps, rng)
+    point, replicates = float(np.mean(points)), reps[0] if picks is None else picked(np.stack(reps), picks)
     return point, replicates, len(points), n, float(np.mean(raw_points)), points, raw_points
 
 
@@ -178,6 +182,39 @@ def compare_trial(label: str, b: Trial, c: Trial, metrics: Sequence[Metric], thr
 
     `run_noise`: the between-run sd (log) to assume where a side has one run (None: the host-state floor;
     vitbench.compare.runs)."""
+    return compare_trials([(label, b, c)], metrics, threshold, confidence, calibs, n_boot, rng, run_noise)[0]
+
+
+BLOCK = 256  # trials whose bootstrap is computed together: some 25-50 MB of draws at the CI study's 5-7 steps
+
+
+def compare_trials(pairs: Sequence[tuple[str, Trial, Trial]], metrics: Sequence[Metric], threshold: float,
+                   confidence: float, calibs: tuple[Calibrations, Calibrations] | None, n_boot: int,
+                   rng: np.random.Generator, run_noise: float | None = None) -> list[list[Row]]:
+    """compare_trial of each (label, baseline, current), the bootstrap of BLOCK trials at a time computed together
+    (stats.MedianBatch, stats.percentile_intervals; issue 51): the draws are made in the order one trial at a time
+    made them, so the rows are the same, bit for bit, for the same `rng`."""
+    out = []
+    for start in range(0, len(pairs), BLOCK):
+        block, boot = pairs[start:start + BLOCK], MedianBatch(rng, n_boot)
+        drawn = [[(_draw(b, md, boot), _draw(c, md, boot)) for md in metrics] if b.ok and c.ok else None
+                 for _, b, c in block]
+        boot.run()
+        sides = [None if d is None else [
+            (_side(db, calibs[0] if calibs is not None and md.speed else None, boot),
+             _side(dc, calibs[1] if calibs is not None and md.speed else None, boot))
+            for md, (db, dc) in zip(metrics, d)] for d in drawn]
+        ratios = [cs[1] / bs[1] for s in sides if s for bs, cs in s if bs and cs and bs[0] > 0]
+        intervals = iter(percentile_intervals(np.stack(ratios) if ratios else np.empty((0, n_boot)), confidence))
+        out += [_rows(label, b, c, metrics, threshold, confidence, calibs is not None, s, intervals, run_noise)
+                for (label, b, c), s in zip(block, sides)]
+    return out
+
+
+def _rows(label: str, b: Trial, c: Trial, metrics: Sequence[Metric], threshold: float, confidence: float,
+          normalize: bool, sides, intervals, run_noise: float | None) -> list[Row]:
+    """The rows of one trial from its sides' values (`sides`: per metric, (baseline, current) as _side gives them)
+    and, in order, the percentile intervals of its ratios' replicates."""
     if not c.ok or not b.ok:
         if b.ok:
             decision, note = Decision.FAILED, f"current: {status_note(c.failed)}"
@@ -189,10 +226,8 @@ def compare_trial(label: str, b: Trial, c: Trial, metrics: Sequence[Metric], thr
         return [Row(label, "status", "", True, decision, repeats=(len(b.ok), len(c.ok)), method="status",
                     note=note)]
     rows = []
-    for md in metrics:
-        norm = calibs is not None and md.speed
-        bs = _side(b, md, calibs[0] if norm else None, n_boot, rng)
-        cs = _side(c, md, calibs[1] if norm else None, n_boot, rng)
+    for md, (bs, cs) in zip(metrics, sides):
+        norm = normalize and md.speed
         if bs is None and cs is None:
             continue  # this kind of record does not carry the metric
         row = Row(label, md.name, md.unit, md.higher_is_better, Decision.NO_DATA)
@@ -215,7 +250,7 @@ def compare_trial(label: str, b: Trial, c: Trial, metrics: Sequence[Metric], thr
             rows.append(row)
             continue
         ratio = cp / bp
-        lo, hi = percentile_interval(cr / br, confidence)
+        lo, hi = next(intervals)  # of cr / br
         stepwise = max(bn, cn) > max(bn_rep, cn_rep)
         single = not stepwise and bn_rep == 1 and cn_rep == 1
         row.method = "single value" if single else (
