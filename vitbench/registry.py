@@ -35,7 +35,8 @@ class Kind(enum.Enum):
 # The package's own plug-in modules by kind, in the order their entries are listed (the first backend is the
 # default). Only the kind asked for is imported: a trial process needs the backends and its own task, not the rest.
 BUILTIN_MODULES: dict[Kind, tuple[str, ...]] = {
-    Kind.BACKEND: ("vitbench.backends.torch", "vitbench.backends.jax"),
+    Kind.BACKEND: ("vitbench.backends.torch", "vitbench.backends.jax", "vitbench.backends.onnxruntime",
+                   "vitbench.backends.openvino"),
     Kind.TASK: ("vitbench.tasks.bench", "vitbench.tasks.max_batch", "vitbench.tasks.flops",
                 "vitbench.tasks.calibration", "vitbench.tasks.pretrain", "vitbench.tasks.fewshot",
                 "vitbench.tasks.finetune", "vitbench.tasks.inspection", "vitbench.tasks.serve"),

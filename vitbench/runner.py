@@ -124,7 +124,8 @@ def _job(study: Study, run_id: str, trial: Trial, timeout_s: float, role: Role =
 
 def calibration_trials(study: Study) -> list[Trial]:
     """One calibration per set of the calibration task's fields among the study's calibrated trials (those whose
-    task says a sweep should measure the device for them): backend, device, precision, threads."""
+    task says a sweep should measure the device for them, on a backend that can): backend, device, precision,
+    threads."""
     from vitbench.tasks import Role as TaskRole
     from vitbench.tasks import get_task, tasks
 
@@ -138,6 +139,8 @@ def calibration_trials(study: Study) -> list[Trial]:
             continue
         fields = {k: v for k, v in t.config.items() if k in cal.Params.model_fields and k != "task"}
         cfg = cal.Params.model_validate({**fields, "task": cal.name}).config()
+        if not cal.runs_on(cfg["backend"]):
+            continue  # a backend without a matmul of its own (an inference runtime): the others measure the CPU
         key = trial_key(cfg, 0, cal.version)
         seen.setdefault(key, Trial(key, cfg, 0, "calibration"))
     return list(seen.values())

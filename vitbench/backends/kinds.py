@@ -11,8 +11,9 @@ from vitbench.choices import Choice
 
 Mode = Literal["infer", "train"]
 # Compute precisions a study may ask for. fp32 = full IEEE fp32 matmuls and convolutions on every backend; tf32 =
-# fp32 storage with TF32 tensor-core matmuls (NVIDIA Ampere and later); bf16/fp16 = mixed precision (autocast).
-PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16")
+# fp32 storage with TF32 tensor-core matmuls (NVIDIA Ampere and later); bf16/fp16 = mixed precision (autocast);
+# int8 = int8 weights with activations quantised at run time (a runtime's dynamic quantization), inference only.
+PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16", "int8")
 OPTIMIZERS: tuple[str, ...] = ("adam", "sgd")  # adam: the paper's pre-training; sgd: momentum 0.9, fine-tuning
 
 

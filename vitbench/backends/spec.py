@@ -68,7 +68,8 @@ class BackendSpec:
         command line's --compile from the CLI."""
         setting = setting or study_setting
         out = [("task", f"backend {self.name!r} cannot {c.value} (it provides: "
-                        f"{', '.join(sorted(c.value for c in self.capabilities))})")
+                        f"{', '.join(sorted(c.value for c in self.capabilities))}); backends that can "
+                        f"{c.value}: {', '.join(backends_that(c)) or '(none registered)'}")
                for c in sorted(needs - self.capabilities, key=str)]
         if "precision" in fields and fields["precision"] not in self.precisions:
             out.append(("precision", f"backend {self.name!r} runs {', '.join(self.precisions)}"))
@@ -136,6 +137,11 @@ def backend_names() -> tuple[str, ...]:
     from vitbench.registry import Kind, names
 
     return names(Kind.BACKEND)
+
+
+def backends_that(capability: Capability) -> tuple[str, ...]:
+    """The registered backends whose spec provides `capability`, in registration order."""
+    return tuple(n for n in backend_names() if capability in backend_spec(n).capabilities)
 
 
 def default_backend() -> str:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from vitbench.backends.base import Capability
+from vitbench.backends.base import Capability, backend_spec
 from vitbench.registry import Kind, entries, get, register
 from vitbench.tasks.fields import TaskParams
 
@@ -80,6 +80,11 @@ class Task(ABC):
     @classmethod
     def fields(cls) -> tuple[str, ...]:
         return tuple(cls.Params.model_fields)
+
+    @classmethod
+    def runs_on(cls, backend: str) -> bool:
+        """Whether backend `backend` (registered) provides everything this task needs."""
+        return cls.needs <= backend_spec(backend).capabilities
 
 
 def register_task(cls: type[Task], *, replace: bool = False) -> type[Task]:

@@ -78,7 +78,8 @@ SHARED: dict[str, tuple[Any, Any, str]] = {
     "resolution": (_PosInt | None, None, "input size in pixels (null: the variant's native one)"),
     "batch_size": (_PosInt, 8, "images per step (requested; records keep the achieved batch apart)"),
     "precision": (literal_of(PRECISIONS), "fp32", "compute precision: fp32 = full IEEE fp32 matmuls on every "
-                  "backend, tf32 = TF32 tensor cores (GPU), bf16/fp16 = autocast or mixed"),
+                  "backend, tf32 = TF32 tensor cores (GPU), bf16/fp16 = autocast or mixed, int8 = dynamic "
+                  "quantization (inference runtimes)"),
     "compile": (_StrictBool, False, "compile the eager model (torch.compile)"),
     "compile_mode": (_StrictStr | None, None, "mode of the optional compiler (null: its default; the backend "
                      "lists its modes), e.g. max-autotune, reduce-overhead"),

@@ -1,0 +1,158 @@
+"""The inference-runtime backends (vitbench.backends.runtime: ONNX Runtime, OpenVINO): the graph each runs computes
+the torch model's function on the same weights (the seed the torch backend builds them from), for the paper's
+three families and a timm model; the exported graph is cached by its key; int8 is really quantised; training is
+refused when a study is parsed. Tiny models, one thread."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from vitbench.backends.base import Step, backend_spec, get_backend
+from vitbench.models.specs import get_spec
+from vitbench.models.torch import build_torch_model
+from vitbench.registry import Kind, entries
+from tolerances_fp import EPS32, forward_parity
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+RUNTIMES = [n for n, e in entries(Kind.BACKEND).items()
+            if not e.missing() and n in ("onnxruntime", "openvino")]
+# (model, resolution): a ViT, a BiT, a hybrid, and a ViT from timm (built by timm, pretrained=False)
+MODELS = [("ViT-Nano/4", 16), ("R-Nano", 32), ("R-Nano+ViT-Micro/8", 32), ("timm:test_vit", 32)]
+
+
+def _bound(name: str, res: int) -> float:
+    """forward_parity's n EPS32 (tests/tolerances_fp.py: two fp32 programs of one model, relative to the largest
+    logit); timm's test_vit (patch 16, width 64, depth 6, MLP 192; 4 patches + the class token at 32 px) counted
+    the way forward_roundings counts a ViT: the patch's 3 p^2, per block the tokens, 3 x the width and the MLP,
+    the head's width."""
+    if name == "timm:test_vit":
+        return (3 * 16**2 + 6 * (5 + 3 * 64 + 192) + 64) * EPS32
+    return forward_parity(get_spec(name), res)
+
+
+@pytest.fixture(scope="module")
+def runtimes():
+    out = {}
+    for name in RUNTIMES:
+        be = get_backend(name)
+        be.setup("cpu", threads=1)
+        out[name] = be
+    return out
+
+
+@pytest.mark.parametrize("model,res", MODELS, ids=[m for m, _ in MODELS])
+@pytest.mark.parametrize("name", RUNTIMES)
+def test_runtime_logits_are_the_torch_models(name, model, res, runtimes):
+    be = runtimes[name]
+    work = be.prepare(Step(model, batch_size=3, resolution=res, seed=1))
+    try:
+        got = np.array(work.step(), dtype=np.float64)
+        x = work.x
+    finally:
+        work.close()
+    spec = get_spec(model)
+    torch.manual_seed(1)  # the torch backend's weights for seed 1
+    ref = build_torch_model(spec, res, spec.num_classes).eval()
+    with torch.no_grad():
+        want = ref(torch.from_numpy(x)).double().numpy()
+    assert got.shape == want.shape == (3, spec.num_classes)
+    assert np.abs(want).max() > 0
+    np.testing.assert_allclose(got, want, rtol=0, atol=_bound(model, res) * np.abs(want).max())
+
+
+@pytest.mark.parametrize("name", RUNTIMES)
+def test_the_graph_is_cached_by_its_key_and_the_row_names_it(name, runtimes):
+    be = runtimes[name]
+    hits, misses = be.compile_cache_counts()
+    a = be.prepare(Step("ViT-Nano/4", batch_size=2, resolution=16, seed=5))
+    b = be.prepare(Step("ViT-Nano/4", batch_size=4, resolution=16, seed=5))  # another batch: the same graph
+    c = be.prepare(Step("ViT-Nano/4", batch_size=2, resolution=16, seed=6))  # other weights: another graph
+    try:
+        assert be.compile_cache_counts() == (hits + 1, misses + 2)
+        assert a.settings["graph"] == b.settings["graph"] != c.settings["graph"]
+        assert a.settings["graph_cached"] is False and b.settings["graph_cached"] is True
+        assert b.settings["graph_export_s"] == a.settings["graph_export_s"] > 0  # the export's, kept
+        assert a.compile_s > 0 and a.settings["intra_op_threads"] == 1 and a.settings["inter_op_threads"] == 1
+        assert np.array(b.step()).shape[0] == 4
+    finally:
+        for w in (a, b, c):
+            w.close()
+
+
+def test_int8_is_quantised_and_close_to_fp32(runtimes):
+    """int8 (ONNX Runtime's dynamic quantization) computes another function than fp32: not within fp32's rounding
+    of it. How far it moves accuracy is measured, not bounded here (docs/runtimes.md)."""
+    if "onnxruntime" not in runtimes:
+        pytest.skip("onnxruntime not installed")
+    be = runtimes["onnxruntime"]
+    out = {}
+    for precision in ("fp32", "int8"):
+        work = be.prepare(Step("ViT-Nano/4", batch_size=3, resolution=16, precision=precision))
+        try:
+            out[precision] = np.array(work.step(), dtype=np.float64)
+            if precision == "int8":
+                assert "int8" in work.settings["matmul_precision"]
+        finally:
+            work.close()
+    scale = np.abs(out["fp32"]).max()
+    assert np.isfinite(out["int8"]).all()
+    assert np.abs(out["int8"] - out["fp32"]).max() > forward_parity(get_spec("ViT-Nano/4"), 16) * scale
+
+
+@pytest.mark.parametrize("name", RUNTIMES)
+def test_a_runtime_refuses_training_naming_the_backends_that_train(name):
+    spec = backend_spec(name)
+    from vitbench.tasks import get_task
+
+    problems = dict(spec.problems({"task": "train"}, get_task("train").needs))
+    assert "cannot train" in problems["task"] and "backends that can train: torch, jax" in problems["task"]
+    assert "backends that train: torch, jax" in dict(spec.problems({"mode": "train"}))["mode"]
+    assert dict(spec.problems({"device": "cuda"}))["device"].endswith("runs on cpu only")
+
+
+def test_the_shipped_study_runs_every_backend_side_by_side_and_refuses_training_on_a_runtime(tmp_path):
+    from vitbench.errors import ConfigError
+    from vitbench.study import load_study
+
+    study = load_study(Path(__file__).resolve().parents[1] / "studies" / "runtimes.yaml")
+    infer = [t.config for t in study.trials if t.config["task"] == "infer" and t.config["precision"] == "fp32"]
+    by_model = {}
+    for c in infer:
+        by_model.setdefault((c["model"], c["timing"]), set()).add(c["backend"])
+    assert by_model and all(b == {"torch", "jax", "onnxruntime", "openvino"} for b in by_model.values())
+    assert any(t.config["precision"] == "int8" for t in study.trials)
+    bad = tmp_path / "s.yaml"
+    bad.write_text("name: s\naxes:\n  model: [ViT-Nano/4]\n  task: [train]\n  backend: [onnxruntime]\n")
+    with pytest.raises(ConfigError, match="backends that can train: torch, jax"):
+        load_study(str(bad))
+
+
+def test_the_report_puts_every_backend_beside_the_default_one(tmp_path):
+    """The report's 'backends' table is generic: a column of img/s per backend and each one's ratio to the
+    default backend (the first registered: torch), for the same model and settings (compile off: eager)."""
+    from test_report import make_results
+
+    from vitbench.report import build_report
+
+    make_results(tmp_path, backends=("torch", "jax", "onnxruntime", "openvino"))
+    piv = build_report(tmp_path, formats="csv", plots=False).tables["backends"]
+    for b in ("jax", "onnxruntime", "openvino"):
+        assert {f"img_per_s_{b}", f"{b}_vs_torch"} <= set(piv.columns)
+        ratio = piv[f"img_per_s_{b}"] / piv["img_per_s_torch"]
+        assert (piv[f"{b}_vs_torch"] == ratio).all()  # the same one division of the same two numbers
+
+
+def test_a_sweep_calibrates_only_backends_with_a_matmul_of_their_own(tmp_path):
+    from vitbench.runner import calibration_trials
+    from vitbench.study import load_study
+
+    s = tmp_path / "s.yaml"
+    s.write_text("name: s\ncalibration: true\naxes:\n  model: [ViT-Nano/4]\n  task: [infer]\n"
+                 "  backend: [torch, onnxruntime, openvino]\n")
+    cal = calibration_trials(load_study(str(s)))
+    assert [t.config["backend"] for t in cal] == ["torch"]  # the runtimes' MFU uses the CPU peak torch measures

@@ -1,0 +1,130 @@
+"""OpenVINO backend: the eager torch model (built and seeded as the torch backend builds it) converted by
+openvino.convert_model from the torch module (batch axis dynamic: one IR serves every batch size), saved as IR
+with fp32 weights (save_model's default compresses them to fp16: turned off), cached (vitbench.backends.graphs),
+reshaped to the step's static batch and compiled for the CPU plug-in.
+
+fp32 means no reduced precision: INFERENCE_PRECISION_HINT f32 and EXECUTION_MODE_HINT ACCURACY, set explicitly
+(the CPU plug-in picks bf16 by itself on CPUs with AMX or avx512_bf16: OpenVINO's CPU device docs, "Inference
+precision") and read back from the compiled model into the row. Threads: INFERENCE_NUM_THREADS = intra-op;
+NUM_STREAMS = 1 (one inference at a time: the inter-op count), hyper-threading off, no core pinning.
+Everything else: vitbench.backends.runtime.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import openvino as ov
+import torch
+
+from vitbench.backends.base import Step
+from vitbench.backends.graphs import Graph
+from vitbench.backends.openvino import SPEC
+from vitbench.backends.runtime import RuntimeBackend, RuntimeWorkload
+from vitbench.env import distribution_version
+from vitbench.models.torch import build_torch_model
+
+IR_FILE = "model.xml"  # its weights beside it: model.bin
+DEVICE = "CPU"
+PRECISION_HINT = {"fp32": "f32"}  # vitbench's precision -> INFERENCE_PRECISION_HINT
+# What the compiled model is asked for besides threads, and read back into the row (CPU plug-in properties).
+FIXED = {"EXECUTION_MODE_HINT": "ACCURACY", "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": "1",
+         "ENABLE_HYPER_THREADING": "NO", "ENABLE_CPU_PINNING": "NO"}
+READ_BACK = ("INFERENCE_PRECISION_HINT", "EXECUTION_MODE_HINT", "INFERENCE_NUM_THREADS", "NUM_STREAMS",
+             "PERFORMANCE_HINT")
+
+
+class OpenVinoBackend(RuntimeBackend):
+    spec = SPEC
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.core = ov.Core()
+
+    def cache_subdir(self) -> str:
+        return f"openvino-{distribution_version('openvino')}-torch-{distribution_version('torch')}"
+
+    def graph_request(self, step: Step) -> dict:
+        # the IR is fp32 whatever the precision asked: the inference precision is a compile-time property
+        return {"converter": "openvino.convert_model(torch.nn.Module)", "dynamic_axes": {"images": [0]},
+                "compress_to_fp16": False}
+
+    def export(self, step: Step, directory: Path) -> None:
+        ov.save_model(convert(step), str(directory / IR_FILE), compress_to_fp16=False)
+
+    def config(self, precision: str) -> dict:
+        return {"INFERENCE_PRECISION_HINT": PRECISION_HINT[precision], "INFERENCE_NUM_THREADS": str(self.threads),
+                **FIXED}
+
+    def compiled(self, graph: Graph, step: Step, batch: int) -> ov.CompiledModel:
+        spec = step.spec
+        res = spec.resolution if step.resolution is None else step.resolution
+        model = self.core.read_model(str(graph.path / IR_FILE))
+        model.reshape({0: [batch, 3, res, res]})
+        return self.core.compile_model(model, DEVICE, self.config(step.precision))
+
+    def load(self, graph: Graph, step: Step, x: np.ndarray) -> RuntimeWorkload:
+        compiled = self.compiled(graph, step, x.shape[0])
+        request = compiled.create_infer_request()
+        request.set_input_tensor(ov.Tensor(x))  # shares x's memory
+        props = {k: str(compiled.get_property(k)) for k in READ_BACK}
+        settings = {"matmul_precision": props["INFERENCE_PRECISION_HINT"],
+                    "framework": f"openvino {ov.get_version()} {DEVICE} "
+                                 + " ".join(f"{k}={v}" for k, v in props.items()),
+                    **{f"openvino_{k.lower()}": v for k, v in props.items()}}
+
+        def run():
+            request.infer()
+            return request.get_output_tensor(0).data
+
+        return RuntimeWorkload(run, x, graph, settings)
+
+    def count_flops(self, spec, resolution: int, num_classes: int) -> dict[str, dict]:
+        """MACs of the converted model's MatMul and (group) convolution operations at batch 1, from the shapes
+        OpenVINO's model carries (before the CPU plug-in's own transformations): what the runtime is given."""
+        step = Step(spec.name, batch_size=1, resolution=resolution, num_classes=num_classes, spec=spec)
+        model = convert(step)
+        model.reshape({0: [1, 3, resolution, resolution]})
+        return {"openvino_model": {"macs": float(model_macs(model)), "excludes": "everything but MatMul, "
+                                   "attention and (group) convolution operations (norms, softmax, activations, "
+                                   "adds)"}}
+
+    def numerics_in_force(self) -> str | None:
+        return (f"INFERENCE_PRECISION_HINT={PRECISION_HINT['fp32']} "
+                f"EXECUTION_MODE_HINT={FIXED['EXECUTION_MODE_HINT']}")
+
+
+def convert(step: Step) -> ov.Model:
+    """The eager model of `step` (seeded as the torch backend seeds it) converted from the torch module."""
+    spec = step.spec
+    res = spec.resolution if step.resolution is None else step.resolution
+    torch.manual_seed(step.seed)
+    model = build_torch_model(spec, res, step.num_classes or spec.num_classes).eval()
+    x = torch.zeros(2, 3, res, res)
+    with torch.no_grad():
+        return ov.convert_model(model, example_input=x, input=[ov.PartialShape([-1, 3, res, res])])
+
+
+def model_macs(model: ov.Model) -> int:
+    """Multiply-accumulates of `model` (static shapes): MatMul (output elements x the reduced dimension, by its
+    transpose_a flag), ScaledDotProductAttention (its two products: L x S x d and L x S x dv per head),
+    Convolution (output elements x the weight's C_in x kernel), GroupConvolution (output elements x the group
+    weight's C_in / group x kernel)."""
+    total = 0
+    for op in model.get_ordered_ops():
+        kind = op.get_type_name()
+        if kind not in ("MatMul", "Convolution", "GroupConvolution", "ScaledDotProductAttention"):
+            continue
+        out = math.prod(op.get_output_shape(0))
+        a, w = list(op.get_input_shape(0)), list(op.get_input_shape(1))
+        if kind == "MatMul":
+            total += out * (a[-2] if op.get_attributes().get("transpose_a") else a[-1])
+        elif kind == "ScaledDotProductAttention":  # q (..., L, d) k^T (..., d, S), then (..., L, S) v (..., S, dv)
+            total += (math.prod(a) + out) * w[-2]  # w: k, (..., S, d)
+        elif kind == "Convolution":
+            total += out * math.prod(w[1:])  # (C_out, C_in, kH, kW)
+        else:
+            total += out * math.prod(w[2:])  # (groups, C_out / groups, C_in / groups, kH, kW)
+    return total
