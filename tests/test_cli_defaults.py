@@ -142,13 +142,21 @@ def test_transfer_defaults_keep_their_keys():
 
     from transfer_keys import collect
 
+    from vitbench.models.specs import get_spec
+
     then = json.loads((Path(__file__).parent / "data" / "transfer_keys_a509195.json").read_text())
     now = json.loads(json.dumps(collect()))
     for task in then["trials"]:
         assert now["trials"][task]["key"] == then["trials"][task]["key"], task
-    for cmd in then["commands"]:
-        assert now["commands"][cmd] == then["commands"][cmd], cmd
-    assert now == then
+    assert now["trials"] == then["trials"] and now["commands"]["pretrain"] == then["commands"]["pretrain"]
+    # fewshot and finetune run their tasks since issue 52 item 2, as a study's trial does: the backend and the
+    # resolution are given as what None meant (the upstream's backend, its native resolution); all else is main's
+    native = get_spec(MODEL).resolution
+    for cmd in ("fewshot", "finetune"):
+        old, new = then["commands"][cmd]["config"], now["commands"][cmd]["config"]
+        assert (old["backend"], old["resolution"]) == (None, None), cmd
+        assert (new["backend"], new["resolution"]) == (new["upstream"]["backend"], native), cmd
+        assert {**new, "backend": None, "resolution": None} == old, cmd
 
 
 def test_pretrain_with_no_options_is_the_studys_default_upstream(monkeypatch):

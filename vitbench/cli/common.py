@@ -204,6 +204,15 @@ def parse_sets(sets: list[str] | None, option: str = "--set") -> dict[str, str]:
     return out
 
 
+def model_asked(model: str | None, sets: list[str] | None, default: str) -> str:
+    """How the user asked for a model beside a checkpoint, for messages: '--model X', '--set K=V --set ...', or
+    `default` (neither)."""
+    if model:
+        return f"--model {model}"
+    wanted = parse_sets(sets)
+    return " ".join(f"--set {k}={v}" for k, v in wanted.items()) if wanted else default
+
+
 def with_sets(model: str, sets: list[str] | None, option: str = "--set") -> str:
     """The canonical name of `model` with the `--set KEY=VALUE` overrides applied (vitbench.models.overrides),
     e.g. ("ViT-B/16", ["depth=6"]) -> "ViT-B/16[depth=6]"; `model` unchanged without overrides. A bad key,
@@ -229,6 +238,7 @@ def task_params(task_name: str, names: dict[str, str] | None = None, **values):
 
     from vitbench.tasks import get_task
     from vitbench.tasks.fields import FIELD_NAMES
+    from vitbench.transfer.config import field_range
 
     task = get_task(task_name)
     try:  # a check across fields names each by its option too (FIELD_NAMES)
@@ -243,7 +253,8 @@ def task_params(task_name: str, names: dict[str, str] | None = None, **values):
                 problems.append(msg)
                 continue
             got = f" (got {shorten(x['input'])})" if "input" in x and x["type"] != "missing" else ""
-            problems.append(f"{option(str(x['loc'][0]), names)}: {msg}{got}")
+            allowed = field_range(task.Params, x["loc"][:1]) if x["type"] == "finite_number" else None
+            problems.append(f"{option(str(x['loc'][0]), names)}: {msg}{f', {allowed}' if allowed else ''}{got}")
         raise ConfigError("; ".join(problems)) from None
     config = params.config()
     if "backend" in config:  # what the backend cannot do fails here, not in the middle of a measurement

@@ -1,4 +1,4 @@
-"""The data source options of every command that reads a dataset (pretrain, fewshot, finetune, bench),
+"""The data source options of every command that reads a dataset (pretrain, fewshot, finetune, bench --data),
 declared once: each command names them in its signature, and `source` turns them into DataConfig fields."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from typing import get_args
 
 import typer
 
-from vitbench.cli.options import from_field, source_of
+from vitbench.cli.options import OptionGroup, from_field, source_of
 from vitbench.transfer.config import DataConfig, DatasetName
 from vitbench.transfer.formats import format_options
 
@@ -40,8 +40,9 @@ FORMAT_OPTIONS = {f: (DataConfig.model_fields[f].annotation,
                       from_field(DataConfig, f, f"--{f.replace('_', '-')}",
                                  help=DataConfig.model_fields[f].description))
                   for f in format_options()}
-IMAGE_COLUMN, LABEL_COLUMN, TFDS_NAME = (FORMAT_OPTIONS[f][1]
-                                         for f in ("image_column", "label_column", "tfds_name"))
+# ... as one group of a command's parameters (`formats`: a namespace, an attribute per option): every command
+# that reads a dataset (pretrain, fewshot, finetune, bench --data)
+FORMATS = OptionGroup("formats", FORMAT_OPTIONS)
 
 
 # DataConfig source field -> the option that sets it (a bad value is reported under the name the user typed),

@@ -4,18 +4,43 @@ vitbench.insight."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
 from vitbench.cli import app
-from vitbench.cli.common import SET_HELP, console, err_console, parse_sets, print_json, shared_option, with_sets
+from vitbench.cli.common import SET_HELP, console, err_console, model_asked, print_json, task_params, with_sets
 from vitbench.cli.options import cli_option, from_field
+from vitbench.errors import ConfigError, shorten
 from vitbench.tasks.inspection import Inspect
 
 JSON_NAME = "inspect.json"
+# Inspect's fields -> the options that set them where the option is named otherwise
+_NAMES = {"model": "SOURCE", "checkpoint": "SOURCE", "inspect_images": "--images", "inspect_rollout": "--rollout",
+          "inspect_weights": "SOURCE"}
+
+
+def _fields(source: str, sets: list[str] | None, model: str | None) -> dict:
+    """The Params fields SOURCE (a checkpoint file or a variant name), --set and --model give: a variant's random
+    initialisation; or the checkpoint, its model (--model, else the file's: a vitbench checkpoint's header, or
+    inferred from weights of another origin) and its trained resolution as the default one."""
+    from vitbench.insight.source import checkpoint_file
+    from vitbench.transfer.checkpoint import checkpoint_spec, load_checkpoint, read_meta
+
+    path = checkpoint_file(source)
+    if path is None:
+        if model:
+            raise ConfigError(f"--model {shorten(model)} names a checkpoint's model; SOURCE {shorten(source)} is "
+                              "no checkpoint file (a model name goes in SOURCE alone)")
+        return {"model": with_sets(source, sets), "inspect_weights": "random"}
+    meta = read_meta(path) if path.suffix == ".safetensors" and path.is_file() else None
+    if meta is None:  # weights of another origin (or no file: the loader says so): their model and size
+        ckpt = load_checkpoint(path, with_sets(model, sets) if model else None)
+        name, trained = ckpt.spec.name, ckpt.resolution
+    else:
+        name, trained = checkpoint_spec(path).name, int(meta["resolution"])
+    return {"model": with_sets(model or name, sets), "checkpoint": source, "resolution": trained}
 
 
 @app.command("inspect")
@@ -41,40 +66,21 @@ def inspect_cmd(
 ) -> None:
     """Mean attention distance per layer and head (px; per axis for axial models), position-embedding
     similarity, embedding-filter principal components and attention rollout (paper Sec. 4.5, Fig. 6, 7, 11)."""
-    from vitbench.backends.base import Capability, backend_spec, default_backend, get_backend
-    from vitbench.errors import ConfigError
-    from vitbench.insight.run import inspect_model
-    from vitbench.insight.source import inspection_images, load_source
+    from vitbench.insight.result import InspectResult
+    from vitbench.insight.source import RANDOM_INIT
     from vitbench.paths import check_dir
 
     out_dir = check_dir(out, "--out") if out else None  # before the model runs
-    backend = shared_option("backend", backend) or default_backend()
-    threads, seed = shared_option("threads", threads), shared_option("seed", seed)
-    needs = {Capability.ATTENTION, Capability.TRANSFER} - backend_spec(backend).capabilities
-    if needs:
-        raise ConfigError(f"--backend {backend!r} cannot inspect (missing {', '.join(sorted(needs))})")
-    is_file = Path(source).expanduser().exists() or source.endswith(".safetensors")  # as load_source decides
-    if not is_file:
-        source = with_sets(source, sets)
-    be = get_backend(backend)
-    be.setup("cpu", threads)
-    src = load_source(source, lambda spec, r: be.weights(be.init_model(spec, r, spec.num_classes, seed)),
-                      resolution, with_sets(model, sets) if model else None)
-    if is_file and model:  # a vitbench checkpoint says its model: --model must be it
-        from vitbench.models.specs import get_spec
-        from vitbench.transfer.checkpoint import refuse_other_architecture
-
-        refuse_other_architecture(src.spec, get_spec(with_sets(model, sets)), f"--model {model}")
-    elif is_file and sets:
-        from vitbench.transfer.checkpoint import refuse_other_architecture
-
-        wanted = parse_sets(sets)
-        refuse_other_architecture(src.spec, src.spec.with_overrides(**wanted),
-                                  " ".join(f"--set {k}={v}" for k, v in wanted.items()))
-    x = inspection_images(images, src.resolution)
-    result = inspect_model(src.weights, src.spec, src.resolution, x, be.attention_maps, num_rollout=rollout)
-    doc = {"source": src.origin, "backend": backend, "trained_resolution_px": src.trained_resolution,
-           **result.to_json()}
+    # the task's Params (what a study's inspect trial with these fields is), then the task: one path
+    fields = {**_fields(source, sets, model), **({} if resolution is None else {"resolution": resolution})}
+    names = {**_NAMES, "model": model_asked(model, sets, "SOURCE")}
+    task, params = task_params("inspect", names, **fields, backend=backend, inspect_images=images,
+                               inspect_rollout=rollout, seed=seed, threads=threads)
+    rec = task().run(params)
+    result = InspectResult.from_json(rec.raw)
+    origin = rec.config.get("upstream_checkpoint") or RANDOM_INIT
+    doc = {"source": origin, "backend": rec.config["backend"],
+           "trained_resolution_px": rec.config.get("upstream_resolution", result.resolution_px), **rec.raw}
     if out_dir is not None:
         from vitbench.paths import write_atomic
 
@@ -85,7 +91,7 @@ def inspect_cmd(
     if as_json:
         print_json(doc)
         return
-    t = Table(title=escape(f"{result.model} @ {result.resolution_px}px ({src.origin}, {backend}, "
+    t = Table(title=escape(f"{result.model} @ {result.resolution_px}px ({origin}, {doc['backend']}, "
                            f"{result.num_images} images): mean attention distance (px)"))
     axes = result.axis_layers  # per-axis layers (axial families): the axis, where it sits, its pixel step
     for name, justify in (("layer", "right"), *((("axis", "left"), ("where", "left"), ("step px", "right"))

@@ -1,28 +1,24 @@
-"""`vitbench bench | max-batch | flops | env`: one measurement each, thin over vitbench.measure."""
+"""`vitbench bench | max-batch | flops | env`: one measurement each; bench, max-batch and flops build their task's
+Params (what a study's trial with those fields is) and run the task (vitbench.tasks), env reads the machine."""
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import typer
-from pydantic import Field
 from rich.markup import escape
 from rich.table import Table
 
 from vitbench.backends.base import PRECISIONS
 from vitbench.backends.kinds import DEFAULT_PARALLELISM
 from vitbench.cli import app
-from vitbench.cli.common import (SET_HELP, checked, choice, console, print_json, refuse_unsupported, shared_option,
+from vitbench.cli.common import (SET_HELP, choice, console, print_json, refuse_unsupported, shared_option,
                                  task_params, with_sets)
 from vitbench.cli.data_options import (
     DATA_PATH,
     DATA_TEST_PATH,
     DATA_WORKERS,
-    IMAGE_COLUMN,
-    LABEL_COLUMN,
+    FORMATS,
     SKIP_CORRUPT,
     SOURCE_OPTIONS,
-    TFDS_NAME,
     CHECK_DATA,
     data_option,
     source,
@@ -34,10 +30,9 @@ from vitbench.numfmt import fmt
 from vitbench.tasks.bench import Infer, Train
 from vitbench.tasks.flops import Flops
 from vitbench.tasks.max_batch import MaxBatch
+from vitbench.tasks.real_input import REAL_INPUT_PATHS
 
 _MODES = ("infer", "train")
-_Images = Annotated[int, Field(gt=0)]  # flops --images: pre-training images per epoch
-_Epochs = Annotated[float, Field(gt=0, allow_inf_nan=False)]  # flops --epochs
 
 
 def _kv_table(title: str, rows: list[tuple[str, object]]) -> Table:
@@ -50,6 +45,7 @@ def _kv_table(title: str, rows: list[tuple[str, object]]) -> Table:
 
 
 @app.command("bench")
+@FORMATS
 def bench_cmd(
     model: str = typer.Argument(..., help="Variant name, e.g. ViT-B/16, R50x1, R50+ViT-B/16, ViT-Nano/4."),
     sets: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
@@ -94,11 +90,10 @@ def bench_cmd(
     data: str = data_option(" With --task train: also train on this dataset's images for --data-steps "
                             "and report real-input img/s beside the synthetic figure."),
     data_path: str = DATA_PATH, data_test_path: str = DATA_TEST_PATH, skip_corrupt: bool = SKIP_CORRUPT,
-    data_workers: int = DATA_WORKERS, image_column: str = IMAGE_COLUMN, label_column: str = LABEL_COLUMN,
-    tfds_name: str = TFDS_NAME,
-    check_data: bool = CHECK_DATA,
-    data_steps: int = cli_option("data_steps", min=1, help="With --data: timed training steps on the real images at "
-                                 "least (windows, warm-up, --min-seconds and --max-seconds as the synthetic run)."),
+    data_workers: int = DATA_WORKERS, formats=None, check_data: bool = CHECK_DATA,
+    data_steps: int = from_field(Train.Params, "real_input_steps", "--data-steps", min=1,
+                                 help="With --data: timed training steps on the real images at least (windows, "
+                                      "warm-up, --min-seconds and --max-seconds as the synthetic run)."),
     as_json: bool = cli_option("json", "--json", help="Print the whole record (with raw step times) as JSON."),
 ) -> None:
     """Throughput of one model: img/s, step time, spread, first-step/compile time, memory, energy, MFU.
@@ -116,33 +111,17 @@ def bench_cmd(
                   channels_last=channels_last, seed=seed, warmup_steps=warmup, min_steps=min_steps,
                   min_seconds=min_seconds, max_seconds=max_seconds, timing=timing, window_steps=window_steps,
                   devices=devices, parallelism=parallelism)
+    # the real-input run (train's real_input_* fields, vitbench.tasks.real_input), named by these options
+    given = source(data, data_path, data_test_path, skip_corrupt, data_workers, check_data=check_data,
+                   **vars(formats))
+    real = {field: given[path] for field, path in REAL_INPUT_PATHS.items() if path in given}
     if choice(task, _MODES, "--task") == "train":
-        values["optimizer"] = optimizer
-    t, params = task_params(task, {"model": "MODEL", "warmup_steps": "--warmup"}, **values)
-    real = None
-    if data is not None:  # checked before the synthetic run: bad data exits 2 before any timing
-        from vitbench.transfer.config import DataConfig, validated
-
-        if values.get("optimizer") is None:
-            raise ConfigError("--data measures training with real input: use it with --task train")
-        from vitbench.transfer.data import load_splits
-
-        real = load_splits(validated(DataConfig, {
-            **source(data, data_path, data_test_path, skip_corrupt, data_workers, image_column, label_column,
-                     tfds_name, check_data),
-            "classes": None, "val_fraction": 0.0},
-            "bench --data", SOURCE_OPTIONS))
-    rec = t().run(params)
-    if real is not None and rec.status is Status.OK:
-        from vitbench.protocols.input_bench import real_input_training
-
-        c = rec.config  # timed with the synthetic run's settings: both figures are timed alike
-        got, raw = real_input_training(c["model"], c["backend"], real, c["resolution"], batch_size,
-                                       min_steps=data_steps, min_seconds=params.min_seconds,
-                                       max_seconds=params.max_seconds, warmup_steps=params.warmup_steps,
-                                       device=device, threads=threads, seed=seed)
-        rec.metrics.update(got)
-        rec.raw.update(raw)
+        values.update(optimizer=optimizer, real_input_steps=data_steps, **real)
+    elif data is not None:
+        raise ConfigError("--data measures training with real input: use it with --task train")
+    t, params = task_params(task, {"model": "MODEL", "warmup_steps": "--warmup", **_REAL_INPUT_OPTIONS},
+                            **values)
+    rec = t().run(params)  # with --data: the synthetic run, then the real images timed alike (one row)
     if as_json:
         print_json(rec.to_dict())
         return
@@ -160,6 +139,11 @@ def bench_cmd(
                                                      "input_img_per_s", "input_bound_fraction",
                                                      "skipped_files")]))
     _print_warnings(rec)
+
+
+# train's real-input fields -> the bench options that set them (read from the data options' declarations)
+_REAL_INPUT_OPTIONS = {**{field: SOURCE_OPTIONS[path] for field, path in REAL_INPUT_PATHS.items()
+                          if path in SOURCE_OPTIONS}, "real_input_steps": "--data-steps"}
 
 
 def _bench_title(rec) -> str:
@@ -255,21 +239,15 @@ def max_batch_cmd(
     On CPU the probe's resident memory is watched and the probe is killed the moment it passes the budget, so a
     search cannot take the machine down. Every probe is reported.
     """
-    from vitbench.backends.base import OPTIMIZERS, Step
-    from vitbench.measure.max_batch import max_batch
     from vitbench.record import Status
 
-    _, p = task_params("max_batch", {"model": "MODEL", "mode": "--task"}, model=with_sets(model, sets), backend=backend,
+    t, p = task_params("max_batch", {"model": "MODEL", "mode": "--task"}, model=with_sets(model, sets), backend=backend,
                        mode=choice(task, _MODES, "--task"),
                        resolution=resolution, precision=precision, device=device, threads=threads,
                        memory_limit_gib=memory_limit_gib, max_batch_size=max_batch_size, start=start,
                        granularity=granularity, probe_timeout_s=probe_timeout_s, devices=devices,
-                       parallelism=parallelism)
-    step = Step.of(p.config(), mode=p.mode, batch_size=p.devices, spec=p.spec,
-                   optimizer=choice(optimizer, OPTIMIZERS, "--optimizer"))
-    rec = max_batch(step, backend=p.backend, device=p.device, threads=p.threads,
-                    memory_limit_gib=p.memory_limit_gib, max_batch_size=p.max_batch_size, start=p.start,
-                    granularity=p.granularity, probe_timeout_s=p.probe_timeout_s)
+                       parallelism=parallelism, optimizer=optimizer)
+    rec = t().run(p)
     if as_json:
         print_json(rec.to_dict())
         return
@@ -317,16 +295,10 @@ def flops_cmd(
     convention: forward + backward for every image seen, backward = 2 x forward, so
     exaFLOPs = 3 x forward GFLOPs x N x E / 1e9.
     """
-    from vitbench.measure.flops import flops
-
-    if (images is None) != (epochs is None):
-        raise ConfigError("--images and --epochs go together (pre-training compute needs both)")
-    images, epochs = checked(images, _Images, "--images"), checked(epochs, _Epochs, "--epochs")
-    _, p = task_params("flops", {"model": "MODEL"}, model=with_sets(model, sets), resolution=resolution, backend=backend,
-                       num_classes=num_classes,
-                       count=count)
-    rec = flops(p.model, p.resolution, backend=p.backend, num_classes=p.num_classes, images=images, epochs=epochs,
-                count=p.count)
+    t, p = task_params("flops", {"model": "MODEL", "exaflops_images": "--images", "exaflops_epochs": "--epochs"},
+                       model=with_sets(model, sets), resolution=resolution, backend=backend,
+                       num_classes=num_classes, count=count, exaflops_images=images, exaflops_epochs=epochs)
+    rec = t().run(p)
     if as_json:
         print_json(rec.to_dict())
         return

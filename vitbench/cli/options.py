@@ -51,7 +51,6 @@ CLI_DEFAULTS: dict[str, tuple[Any, str]] = {
     "allow_failures": (False, "sweep: exit 0 although trials failed"),
     "refresh": (False, "env: re-measure the peak instead of reading the cached one"),
     "quick": (False, "doctor: smaller checks"),
-    "data_steps": (20, "bench --data: training steps timed on real images, beside the trial's own numbers"),
     "version": (False, "print the version and exit"),
 }
 

@@ -1,4 +1,6 @@
-"""`vitbench pretrain | fewshot | finetune`: transfer accuracy, thin over vitbench.transfer."""
+"""`vitbench pretrain | fewshot | finetune`: transfer accuracy. Each command parses its options into its task's
+Params (vitbench.tasks.pretrain, fewshot, finetune: what a study's trial with those fields is) and runs the task,
+then prints its record; errors name the options (the Params' FIELD_NAMES)."""
 
 from __future__ import annotations
 
@@ -7,18 +9,17 @@ from rich.markup import escape
 from rich.table import Table
 
 from vitbench.cli import app
-from vitbench.cli.common import (SET_HELP, console, parse_sets, print_json, refuse_unsupported, shared_option,
-                                 with_sets)
+from vitbench.cli.common import SET_HELP, console, model_asked, print_json, task_params, with_sets
 from vitbench.cli.data_options import (
     DATA,
     DATA_PATH,
     DATA_TEST_PATH,
     DATA_WORKERS,
     FORMAT_OPTIONS,
+    FORMATS,
     SKIP_CORRUPT,
     CHECK_DATA,
 )
-from vitbench.cli.data_options import source as _source
 from vitbench.cli.options import OptionGroup, cli_option, from_field
 from vitbench.numfmt import fmt
 from vitbench.tasks.pretrain import Pretrain
@@ -29,22 +30,6 @@ from vitbench.protocols.fewshot import FewshotConfig
 from vitbench.protocols.finetune import FinetuneConfig
 from vitbench.transfer.masked_patch import MaskedPatch
 from vitbench.protocols.pretrain import PretrainConfig, TeacherConfig
-
-
-def _check_where(backend: str | None, device: str, threads: int | None) -> int | None:
-    """--device and --threads checked before any training, named as typed (as `bench` checks them); `backend`
-    None (the upstream's, known once it is loaded): a device that no registered backend runs on. Returns the
-    threads."""
-    from vitbench.backends.base import backend_names, backend_spec
-    from vitbench.errors import ConfigError, clip
-
-    threads = shared_option("threads", threads)
-    if backend is not None:
-        refuse_unsupported(backend, {"device": device})
-    elif all(backend_spec(b).problems({"device": device}) for b in backend_names()):
-        runs = "; ".join(f"{b}: {backend_spec(b).devices}" for b in backend_names())
-        raise ConfigError(f"--device {clip(device, 40)!r}: no backend runs on it ({runs})")
-    return threads
 
 
 def _option_names(command, prefixes: dict[type, str], more: dict[str, str]) -> dict[str, str]:
@@ -72,16 +57,6 @@ _PRETRAIN_NAMED = {**_RUN_NAMED, "model": "MODEL", "warmup_steps": "--warmup-ste
                    "teacher.upstream.model": "--teacher", "teacher.upstream.resolution": "--teacher-resolution",
                    "teacher.upstream.steps": "--teacher-steps", "teacher": "--teacher",
                    "teacher.upstream.": ""}  # the teacher's recipe: the student's
-_DOWNSTREAM_NAMED = {**_RUN_NAMED, "checkpoint": "--checkpoint", "upstream.model": "--model",
-                     "upstream.steps": "--pretrain-steps",
-                     "upstream.warmup_steps": "--pretrain-warmup-steps", "upstream.seed": "--seed",
-                     "upstream.backend": "--backend", "upstream": "--model"}
-
-
-def _data(source: dict, classes: str | None, seed: int, val_fraction: float | None = None) -> dict:
-    """DataConfig's fields from the options ('' classes: all of them; no val_fraction: DataConfig's)."""
-    return {**source, "classes": classes or None, "seed": seed,
-            **({} if val_fraction is None else {"val_fraction": val_fraction})}
 
 
 def _on(data: dict) -> str:
@@ -113,8 +88,6 @@ RUN = OptionGroup("run", {
 })
 
 
-# each dataset format's own options (cli/data_options.py: FORMAT_OPTIONS, from vitbench.transfer.formats)
-FORMATS = OptionGroup("formats", FORMAT_OPTIONS)
 
 
 @app.command("pretrain")
@@ -142,7 +115,8 @@ def pretrain_cmd(
     label_smoothing: float = from_field(PretrainConfig, "label_smoothing"),
     seed: int = from_field(PretrainConfig, "seed", help="Model init / batch order seed."),
     out: str = typer.Option(None, "--out", "-o",
-                            help="Checkpoint path (.safetensors; default: the cache, results/checkpoints)."),
+                            help="Also copy the checkpoint here (.safetensors; it is kept in the cache, "
+                                 "results/checkpoints, either way)."),
     teacher: str = typer.Option(None, help="Distil from this teacher model (DeiT), e.g. R-Nano; with "
                                 "--teacher-checkpoint: its model (a timm state dict's timm:NAME)."),
     teacher_checkpoint: str = typer.Option(None, help="The teacher's weights (default: pre-trained, cached); "
@@ -164,48 +138,42 @@ def pretrain_cmd(
     """Pre-train upstream (Adam, warm-up + decay) and save a safetensors checkpoint with its config.
 
     Reports upstream test accuracy, images seen and pre-training compute in exaFLOPs (3 x forward FLOPs per
-    image x images seen, plus the teacher's forward per image when distilling). Without --out the checkpoint
-    goes to the cache that fewshot/finetune and studies reuse (an identical config is not trained twice).
+    image x images seen, plus the teacher's forward per image when distilling). Runs the `pretrain` task a
+    study's trial with these fields runs: the checkpoint goes to the cache that fewshot/finetune and studies
+    reuse (an identical config is not trained twice); --out writes a copy of it there as well.
     """
+    from vitbench.protocols.pretrain import cache_path
+    from vitbench.tasks.upstream import UPSTREAM_PATHS, _UPSTREAM_NAMED
     from vitbench.transfer.checkpoint import checkpoint_path
-    from vitbench.transfer.config import validated
-    from vitbench.protocols.pretrain import cache_path, ensure_upstream, pretrain
-    from vitbench.protocols.teacher import teacher_fields, teacher_model
 
-    # without --teacher, the file's model: a vitbench checkpoint says it, no other does (exit 2)
-    teacher = teacher_model(teacher, teacher_checkpoint, ("--teacher", "--teacher-checkpoint"))
-    if teacher is not None:  # an unknown teacher is named by its option (the student's by its own message)
-        from vitbench.errors import ConfigError, VitbenchError
-        from vitbench.models.specs import get_spec
+    values = dict(
+        model=with_sets(model, sets), backend=backend, upstream_dataset=data, upstream_path=data_path,
+        upstream_test_path=data_test_path, upstream_skip_corrupt=skip_corrupt, upstream_workers=data_workers,
+        upstream_check_data=check_data, **{f"upstream_{f}": v for f, v in vars(formats).items()},
+        upstream_classes=classes, data_seed=data_seed, pretrain_resolution=resolution, pretrain_steps=steps,
+        pretrain_batch_size=batch_size, pretrain_lr=lr, pretrain_weight_decay=weight_decay,
+        pretrain_warmup_steps=warmup_steps, pretrain_decay=decay, label_smoothing=label_smoothing, seed=seed,
+        teacher=teacher, teacher_checkpoint=teacher_checkpoint, teacher_resolution=teacher_resolution,
+        teacher_steps=teacher_steps, teacher_seed=teacher_seed, distillation=distillation,
+        distill_lambda=distill_lambda, distill_tau=distill_tau, objective=objective, mask_rate=mask_rate,
+        mask_target=mask_target, device=run.device, threads=run.threads)
+    flags = _pretrain_names()  # config path -> option; the task's fields -> config paths: field -> option
+    names = {field: flags[path] for field, path in {**UPSTREAM_PATHS, **_UPSTREAM_NAMED}.items() if path in flags}
+    task, params = task_params(Pretrain.name, names, **values)
+    if out is not None:  # named as typed, before any training
+        out = checkpoint_path(out, cache_path(params.upstream_config(task.name)).name, "--out")
+    rec = task().run(params)  # the study's path: cached, else pre-trained into the cache
+    if rec.metrics.get("cached"):
+        console.print(f"cached upstream: {escape(str(rec.config['checkpoint']))}")
+    if out is not None:  # the cache's file (and its metadata) copied where asked
+        from pathlib import Path
 
-        try:
-            get_spec(teacher)
-        except VitbenchError as e:
-            raise ConfigError(f"--teacher: {e}") from None
-    source = _source(data, data_path, data_test_path, skip_corrupt, data_workers, check_data=check_data,
-                     **vars(formats))
-    opts = {"model": with_sets(model, sets), **({"backend": backend} if backend else {}),
-            "data": _data(source, classes, data_seed), "resolution": resolution, "steps": steps,
-            "batch_size": batch_size, "lr": lr, "weight_decay": weight_decay, "warmup_steps": warmup_steps,
-            "decay": decay, "label_smoothing": label_smoothing, "seed": seed}
-    recipe = {k: v for k, v in opts.items() if k not in ("model", "resolution", "steps", "seed")}
-    opts["teacher"] = teacher_fields(recipe, teacher, checkpoint=teacher_checkpoint, resolution=teacher_resolution,
-                                     steps=teacher_steps or steps, seed=teacher_seed, distillation=distillation,
-                                     lam=distill_lambda, tau=distill_tau)
-    opts["objective"] = _objective_opts(objective, mask_rate, mask_target)
-    cfg = validated(PretrainConfig, opts, "pretrain", _pretrain_names())
-    device, threads = run.device, _check_where(cfg.backend, run.device, run.threads)
-    if out is not None:
-        out = checkpoint_path(out, cache_path(cfg).name, "--out")  # named as typed, before any training
-        rec, _ = pretrain(cfg, device=device, threads=threads, out=out, batch_option="--batch-size")
-    else:
-        ckpt, rec = ensure_upstream(cfg, device=device, threads=threads, batch_option="--batch-size")
-        if rec is None:
-            console.print(f"cached upstream: {escape(str(ckpt.path))}")
-            from vitbench.record import Record
+        from vitbench.paths import write_atomic
 
-            rec = Record.measured("pretrain", {**ckpt.meta["config"], "checkpoint": str(ckpt.path)},
-                                  metrics=ckpt.meta["metrics"])
+        cached = Path(rec.config["checkpoint"])
+        write_atomic(out, cached.read_bytes())
+        write_atomic(out.with_suffix(".json"), cached.with_suffix(".json").read_bytes())
+        rec.config["checkpoint"] = str(out)
     c = rec.config
     _show(rec, f"pretrain {c['model']} on {_on(c['data'])} | {c.get('checkpoint', '')}",
           ["accuracy", "val_accuracy", "images_seen", "epochs", "exaflops", "train_gflops_per_image", "params_m",
@@ -213,57 +181,41 @@ def pretrain_cmd(
            "teacher_exaflops", "skipped_files"], run.as_json)
 
 
-def _objective_opts(objective: str, mask_rate: float | None = None, mask_target: str | None = None) -> dict | None:
-    """PretrainConfig's `objective` from the options (None: supervised); a bad value exits 2 naming it."""
-    from vitbench.transfer.masked_patch import Objective
+def _upstream_values(o) -> dict:
+    """The downstream task's fields for its start from the DOWNSTREAM options `o`: a checkpoint file (its model:
+    --model, else the file's; its resolution and backend the defaults of --resolution and --backend: a vitbench
+    checkpoint's header says them, weights of another origin are read for theirs), or --model, pre-trained here
+    (with --pretrain-steps, --pretrain-warmup-steps). Options that only shape a pre-training are refused beside a
+    checkpoint (they would be ignored). A vitbench checkpoint of another architecture than --model / --set is
+    refused by the task's Params (FromCheckpoint)."""
+    from pathlib import Path
 
-    obj = Objective.parse(objective, "--objective")
-    if obj is Objective.SUPERVISED:
-        return None
-    if obj is Objective.NONE:
-        return {"objective": obj.value}
-    return {k: v for k, v in (("mask_rate", mask_rate), ("target", mask_target)) if v is not None}
-
-
-def _resolve_upstream_arg(checkpoint, model, sets, backend, pretrain_steps, pretrain_warmup_steps, seed,
-                          objective: str) -> dict:
-    """The downstream command's upstream: a checkpoint file, or a model pre-trained here with the default
-    recipe. Options that only shape a pre-training are refused beside a checkpoint (they would be ignored);
-    `--model` (and `--set`) beside a checkpoint name its architecture: a timm state dict's (`timm:resnet18`,
-    which its weights alone do not say), checked against the weights when they are read; a vitbench
-    checkpoint's must be its own."""
     from vitbench.errors import ConfigError
 
-    if checkpoint:
-        ignored = [opt for opt, v in (("--pretrain-steps", pretrain_steps),
-                                      ("--pretrain-warmup-steps", pretrain_warmup_steps)) if v is not None]
-        if ignored:
-            raise ConfigError(f"--checkpoint gives the upstream; {', '.join(ignored)} would be ignored: give "
-                              "either --checkpoint PATH (--model NAME: its architecture), or --model NAME with "
-                              "its pre-training options")
-        named = with_sets(model, sets) if model else None  # the checkpoint's architecture, as told
-        if named or sets:
-            from vitbench.models.specs import get_spec
-            from vitbench.transfer.checkpoint import checkpoint_spec, load_checkpoint, refuse_other_architecture
+    if not o.checkpoint:
+        if not o.model:
+            raise ConfigError("give --checkpoint PATH (from `vitbench pretrain`) or --model NAME (pre-trained on "
+                              "digits 0-4 with the default recipe, cached)")
+        return {"model": with_sets(o.model, o.sets), "pretrain_steps": o.pretrain_steps,
+                "pretrain_warmup_steps": o.pretrain_warmup_steps}
+    ignored = [opt for opt, v in (("--pretrain-steps", o.pretrain_steps),
+                                  ("--pretrain-warmup-steps", o.pretrain_warmup_steps)) if v is not None]
+    if ignored:
+        raise ConfigError(f"--checkpoint gives the upstream; {', '.join(ignored)} would be ignored: give "
+                          "either --checkpoint PATH (--model NAME: its architecture), or --model NAME with "
+                          "its pre-training options")
+    from vitbench.transfer.checkpoint import checkpoint_spec, load_checkpoint, read_meta
 
-            have = checkpoint_spec(checkpoint)  # a vitbench checkpoint's, from its header
-            if have is None and named is None:
-                have = load_checkpoint(checkpoint).spec
-            wanted = parse_sets(sets)
-            if have is not None:  # (a file of another origin with --model: checked as it is read, as that model)
-                refuse_other_architecture(have, get_spec(named) if named else have.with_overrides(**wanted),
-                                          f"--model {named}" if named else
-                                          " ".join(f"--set {k}={v}" for k, v in wanted.items()))
-        _objective_opts(objective)
-        return {"checkpoint": checkpoint, "objective": objective,
-                **({"checkpoint_model": named} if named else {})}
-    if not model:
-        raise ConfigError("give --checkpoint PATH (from `vitbench pretrain`) or --model NAME (pre-trained on "
-                          "digits 0-4 with the default recipe, cached)")
-    recipe = {k: v for k, v in (("steps", pretrain_steps), ("warmup_steps", pretrain_warmup_steps))
-              if v is not None}
-    return {"upstream": {"model": with_sets(model, sets), **recipe, "seed": seed,
-                         **({"backend": backend} if backend else {}), "objective": _objective_opts(objective)}}
+    path = Path(o.checkpoint).expanduser()
+    meta = read_meta(path) if path.suffix == ".safetensors" and path.is_file() else None
+    named = with_sets(o.model, o.sets) if o.model else None  # the checkpoint's architecture, as told
+    if meta is not None:
+        name, backend, trained = checkpoint_spec(path).name, meta.get("backend"), int(meta["resolution"])
+    else:  # weights of another origin (or no file: the loader says so)
+        ckpt = load_checkpoint(path, named)
+        name, backend, trained = ckpt.spec.name, None, ckpt.resolution
+    return {"checkpoint": o.checkpoint, "model": named or with_sets(name, o.sets),
+            "resolution": trained if o.resolution is None else o.resolution, "backend": o.backend or backend}
 
 
 # The options fewshot and finetune share, declared once (their configs share DownstreamConfig's fields).
@@ -291,14 +243,24 @@ DOWNSTREAM = OptionGroup("downstream", {
 })
 
 
-def _downstream(o, seed: int, val_fraction: float | None = None) -> dict:
-    """DownstreamConfig's fields from the DOWNSTREAM options `o` (`seed`: the upstream's, with --model)."""
-    return {**_resolve_upstream_arg(o.checkpoint, o.model, o.sets, o.backend, o.pretrain_steps,
-                                    o.pretrain_warmup_steps, seed, o.objective),
-            "backend": o.backend, "resolution": o.resolution,
-            "data": _data(_source(o.data, o.data_path, o.data_test_path, o.skip_corrupt, o.data_workers,
-                                  check_data=o.check_data, **{f: getattr(o, f) for f in FORMAT_OPTIONS}),
-                          o.classes, o.data_seed, val_fraction)}
+def _downstream(o, seed: int, **own) -> dict:
+    """The downstream task's fields from the DOWNSTREAM options `o` (`seed`: the upstream's with --model) and
+    the command's `own` fields."""
+    return {"backend": o.backend, "resolution": o.resolution, "objective": o.objective, "dataset": o.data,
+            "data_path": o.data_path, "data_test_path": o.data_test_path, "skip_corrupt": o.skip_corrupt,
+            "data_workers": o.data_workers, "check_data": o.check_data,
+            **{f: getattr(o, f) for f in FORMAT_OPTIONS}, "classes": o.classes, "data_seed": o.data_seed,
+            "seed": seed, **_upstream_values(o), **own}
+
+
+# the downstream tasks' fields whose option is named otherwise than --field-name
+_DOWNSTREAM_FLAGS = {"model": "--model", "dataset": "--data", "fewshot_seeds": "--seeds", "finetune_seeds": "--seeds",
+                     "finetune_steps": "--steps", "finetune_warmup_steps": "--warmup-steps"}
+
+
+def _flags(o) -> dict[str, str]:
+    """_DOWNSTREAM_FLAGS, the model named as asked for beside a checkpoint (--model X, --set K=V)."""
+    return {**_DOWNSTREAM_FLAGS, "model": model_asked(o.model, o.sets, "--model") if o.checkpoint else "--model"}
 
 
 @app.command("fewshot")
@@ -316,15 +278,10 @@ def fewshot_cmd(
 
     Mean and standard deviation over --seeds draws of k images per class, for every k in --shots.
     """
-    from vitbench.transfer.config import parse_ints, validated
-    from vitbench.protocols.fewshot import fewshot
-
-    cfg = validated(FewshotConfig, {
-        **_downstream(downstream, seed), "shots": parse_ints(shots, "--shots", "1,5,10,25"), "seeds": seeds,
-        **({} if l2_reg is None else {"l2_reg": l2_reg})}, "fewshot",
-        _downstream_names(fewshot_cmd, FewshotConfig, {"l2_reg": "--l2-reg"}))
-    rec = fewshot(cfg, device=run.device, threads=_check_where(cfg.backend, run.device, run.threads))
-    keys = [k for s in cfg.shots for k in (f"accuracy_{s}shot", f"accuracy_{s}shot_std")]
+    task, params = task_params("fewshot", _flags(downstream), **_downstream(
+        downstream, seed, shots=shots, fewshot_seeds=seeds, l2_reg=l2_reg, device=run.device, threads=run.threads))
+    rec = task().run(params)  # the study's path: a trial of these fields
+    keys = [k for s in params.shot_list() for k in (f"accuracy_{s}shot", f"accuracy_{s}shot_std")]
     c = rec.config
     _show(rec, f"fewshot {c['model']} ({c['backend']}) on {_on(c['data'])} @ "
                f"{c['resolution']}px", [*keys, "chance_accuracy", "exaflops", "upstream_accuracy",
@@ -355,15 +312,11 @@ def finetune_cmd(
     The LR is chosen by the mean accuracy over --seeds runs on a held-out split of train; the reported accuracy
     is the mean (and standard deviation) over the final runs' accuracies on the test split.
     """
-    from vitbench.transfer.config import parse_floats, validated
-    from vitbench.protocols.finetune import finetune
-
-    cfg = validated(FinetuneConfig, {
-        **_downstream(downstream, seed, val_fraction), "steps": steps, "batch_size": batch_size,
-        "lr_grid": parse_floats(lr_grid, "--lr-grid", "0.01,0.03"), "warmup_steps": warmup_steps, "refit": refit,
-        "seed": seed, "seeds": seeds}, "finetune", _downstream_names(finetune_cmd, FinetuneConfig))
-    rec = finetune(cfg, device=run.device, threads=_check_where(cfg.backend, run.device, run.threads),
-                   batch_option="--batch-size")
+    task, params = task_params("finetune", _flags(downstream), **_downstream(
+        downstream, seed, val_fraction=val_fraction, finetune_steps=steps, batch_size=batch_size, lr_grid=lr_grid,
+        finetune_warmup_steps=warmup_steps, refit=refit, finetune_seeds=seeds, device=run.device,
+        threads=run.threads))
+    rec = task().run(params)  # the study's path: a trial of these fields
     c = rec.config
     _show(rec, f"finetune {c['model']} ({c['backend']}) on {_on(c['data'])} @ "
                f"{c['resolution']}px",
@@ -378,10 +331,3 @@ def _pretrain_names() -> dict[str, str]:
 
     return _option_names(pretrain_cmd, {DataConfig: "data.", PretrainConfig: "", TeacherConfig: "teacher.",
                                         MaskedPatch: "objective.masked_patch.", Upstream: ""}, _PRETRAIN_NAMED)
-
-
-def _downstream_names(command, config, more: dict[str, str] | None = None) -> dict[str, str]:
-    from vitbench.transfer.config import DataConfig
-
-    return _option_names(command, {DataConfig: "data.", DownstreamConfig: "", config: "",
-                                   PretrainConfig: "upstream."}, {**_DOWNSTREAM_NAMED, **(more or {})})

@@ -11,10 +11,11 @@ import numpy as np
 from vitbench.errors import ConfigError, VitbenchError, shorten
 from vitbench.insight.applies import require_inspectable
 from vitbench.models.families import family_plugin
-from vitbench.models.specs import ModelSpec, get_spec
-from vitbench.transfer.checkpoint import load_checkpoint
+from vitbench.models.specs import ModelSpec
+from vitbench.transfer.checkpoint import Checkpoint
 from vitbench.transfer.data import DataConfig, load_splits
 
+RANDOM_INIT = "random init"  # the origin of weights no checkpoint gave
 InitWeights = Callable[[ModelSpec, int], dict[str, np.ndarray]]  # (spec, resolution) -> random timm weights
 
 
@@ -24,41 +25,48 @@ class ModelSource:
     weights: dict[str, np.ndarray]  # timm naming
     resolution: int  # the input size to inspect at
     trained_resolution: int  # the size the weights were made for (position embeddings resampled when different)
-    origin: str  # checkpoint path, or "random init"
+    origin: str  # checkpoint path, or RANDOM_INIT
 
 
-def load_source(arg: str, init_weights: InitWeights, resolution: int | None = None,
-                model: str | None = None) -> ModelSource:
-    """`arg` names an existing file or ends in .safetensors or .npz: a checkpoint of any origin, read by the
-    loader every command uses (vitbench.transfer.checkpoint; never unpickled; `model`: its model, which a timm
-    state dict does not say, checked against its weights); else a variant name, with `init_weights` giving
-    random weights at the requested (or native) resolution."""
+def checkpoint_file(arg: str) -> Path | None:
+    """The checkpoint file `arg` names (an existing file, or a name ending in .safetensors or .npz: read by the
+    loader every command uses, vitbench.transfer.checkpoint, never unpickled), None for a variant name; an empty
+    argument or a directory is a ConfigError."""
     if not arg.strip():
         raise ConfigError("SOURCE is empty; give a checkpoint file or a model name (see `vitbench models`)")
     path = Path(arg).expanduser()
     if path.is_dir():
         raise ConfigError(f"SOURCE {shorten(arg)} is a directory; give a checkpoint file (.safetensors, .npz) "
                           "or a model name")
-    ckpt = load_checkpoint(arg, model) if path.exists() or arg.endswith((".safetensors", ".npz")) else None
-    if model and ckpt is None:
-        raise ConfigError(f"--model {shorten(model)} names a checkpoint's model; SOURCE {shorten(arg)} is no "
-                          "checkpoint file (a model name goes in SOURCE alone)")
-    spec = ckpt.spec if ckpt else get_spec(arg)  # a checkpoint's spec carries its flavour (GELU, std-conv form)
+    return path if path.exists() or arg.endswith((".safetensors", ".npz")) else None
+
+
+def _at(spec: ModelSpec, resolution: int) -> int:
     require_inspectable(spec)
-    trained = ckpt.resolution if ckpt else spec.resolution if resolution is None else resolution
-    res = trained if resolution is None else resolution
     try:
-        spec.check_resolution(res)
+        spec.check_resolution(resolution)
     except VitbenchError as e:
         raise ConfigError(f"--resolution: {e}") from None
-    plugin = family_plugin(spec.family)
-    if ckpt and res != trained and plugin.axis_layers is not None:
+    return resolution
+
+
+def checkpoint_source(ckpt: Checkpoint, resolution: int | None, init_weights: InitWeights) -> ModelSource:
+    """What to inspect of a loaded checkpoint of any origin (its spec carries its flavour: GELU, std-conv form),
+    at `resolution` (None: the one it was trained at; another: position embeddings resampled as for
+    fine-tuning, except where a family sizes its weights by the grid), its head zeroed where the loader dropped
+    it."""
+    spec, trained = ckpt.spec, ckpt.resolution
+    res = _at(spec, trained if resolution is None else resolution)
+    if res != trained and family_plugin(spec.family).axis_layers is not None:
         raise ConfigError(f"--resolution {res}: {spec.name}'s weights are sized by its grid (position and "
                           f"relative tables); inspect this checkpoint at its trained resolution, -r {trained}")
-    if ckpt:
-        weights = with_head(ckpt.weights, spec, trained, init_weights)
-        return ModelSource(spec, weights, res, trained, str(ckpt.path))
-    return ModelSource(spec, init_weights(spec, res), res, res, "random init")
+    return ModelSource(spec, with_head(ckpt.weights, spec, trained, init_weights), res, trained, str(ckpt.path))
+
+
+def random_source(spec: ModelSpec, resolution: int, init_weights: InitWeights) -> ModelSource:
+    """A variant's random initialisation (`init_weights`) at `resolution`."""
+    res = _at(spec, resolution)
+    return ModelSource(spec, init_weights(spec, res), res, res, RANDOM_INIT)
 
 
 def inspection_images(num_images: int, resolution: int, data: DataConfig | None = None) -> np.ndarray:

@@ -9,6 +9,7 @@ from vitbench.measure.timing import DEFAULT_TIMING, MIN_WINDOWS, TARGET_WINDOWS,
 from vitbench.record import Record
 from vitbench.tasks import COMPILE_CACHED, Metric, Task, register_task
 from vitbench.tasks.fields import MAX_COUNT, literal_of, params_model
+from vitbench.tasks.real_input import RealInput
 from vitbench.transfer.config import MAX_SECONDS
 
 KIND = "bench"
@@ -100,6 +101,28 @@ class Infer(_Bench):
 @register_task
 class Train(_Bench):
     name = "train"
-    Params = params_model("TrainParams", (*_SHARED, "optimizer"), Timing)
-    description = "training-step throughput (forward + backward + optimizer)"
+    Params = params_model("TrainParams", (*_SHARED, "optimizer"), Timing, RealInput)
+    description = ("training-step throughput (forward + backward + optimizer); with real_input_dataset also "
+                   "on real images, timed alike")
     needs = frozenset({Capability.TRAIN, Capability.MEMORY})
+
+    def run(self, p) -> Record:
+        """The synthetic run; with `real_input_dataset`, then the transfer training loop on those images, timed
+        with the same settings (vitbench.protocols.input_bench), its figures added to the row. The data is
+        listed before any timing, so bad data fails first."""
+        from vitbench.record import Status
+        from vitbench.transfer.data import load_splits
+
+        data = p.real_input_data()
+        real = None if data is None else load_splits(data)
+        rec = super().run(p)
+        if real is not None and rec.status is Status.OK:
+            from vitbench.protocols.input_bench import real_input_training
+
+            got, raw = real_input_training(p.model, p.backend, real, p.resolution, p.batch_size,
+                                           min_steps=p.real_input_steps, min_seconds=p.min_seconds,
+                                           max_seconds=p.max_seconds, warmup_steps=p.warmup_steps,
+                                           device=p.device, threads=p.threads, seed=p.seed)
+            rec.metrics.update(got)
+            rec.raw.update(raw)
+        return rec

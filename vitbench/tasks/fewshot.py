@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, PositiveFloat
+from pydantic import BaseModel, PositiveFloat, field_validator
 
 from vitbench.backends.base import Capability
 from vitbench.record import Record
@@ -10,14 +10,32 @@ from vitbench.tasks import Task, register_task
 from vitbench.tasks.fields import params_model
 from vitbench.tasks.upstream import (ACCURACY, SHARED, Downstream, FromCheckpoint, Upstream, downstream_names,
                                     with_compute_aliases)
-from vitbench.transfer.config import default_of, validated
+from vitbench.transfer.config import default_of, joined, validated
 from vitbench.protocols.fewshot import FewshotConfig
 
 
 class Shots(BaseModel):
-    shots: int = 10  # one k per trial (an axis; paper: 1, 5, 10, 25, `vitbench fewshot`'s default: all four)
+    # one k per trial (an axis; paper: 1, 5, 10, 25), or several in one row, comma-separated text ('1,5,10,25':
+    # `vitbench fewshot`'s default, FewshotConfig's), normalised: '10' is 10, ' 1, 5' is '1,5'
+    shots: int | str = 10
     fewshot_seeds: int = default_of(FewshotConfig, "seeds")
     l2_reg: PositiveFloat | None = None  # None: chosen on the val split
+
+    @field_validator("shots", mode="before")
+    @classmethod
+    def _shots(cls, v):
+        if not isinstance(v, str):
+            return v
+        try:
+            ks = [int(x) for x in v.split(",") if x.strip()]
+        except ValueError:
+            ks = []
+        if not ks:
+            raise ValueError(f"{v!r}: expected an integer or comma-separated integers, e.g. '1,5,10,25'")
+        return ks[0] if len(ks) == 1 else joined(ks)
+
+    def shot_list(self) -> list[int]:
+        return [self.shots] if isinstance(self.shots, int) else [int(k) for k in self.shots.split(",")]
 
 
 @register_task
@@ -36,9 +54,10 @@ class Fewshot(Task):
 
         cfg = validated(FewshotConfig, {
             **p.upstream_source(self.name), "backend": p.backend, "data": p.downstream_data(),
-            "resolution": p.resolution, "shots": [p.shots], "seeds": p.fewshot_seeds,
+            "resolution": p.resolution, "shots": p.shot_list(), "seeds": p.fewshot_seeds,
             "l2_reg": "auto" if p.l2_reg is None else p.l2_reg}, f"task {self.name!r}",
-            {**downstream_names(), "seeds": "fewshot_seeds"})
+            p.named_paths({**downstream_names(), "seeds": "fewshot_seeds", "shots": "shots", "l2_reg": "l2_reg"}))
         rec = with_compute_aliases(fewshot(cfg, device=p.device, threads=p.threads))
-        rec.metrics.pop("shots", None)  # the trial's `shots` parameter already says it
+        if isinstance(p.shots, int):
+            rec.metrics.pop("shots", None)  # the trial's `shots` parameter already says it
         return rec

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, Strict, create_model, field_validator,
-                      model_validator)
+from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, Strict, ValidationInfo, create_model,
+                      field_validator, model_validator)
 from pydantic.fields import FieldInfo
 
 from vitbench.backends.base import OPTIMIZERS, PRECISIONS, BackendName, default_backend
 from vitbench.backends.kinds import DEFAULT_DEVICES, DEFAULT_PARALLELISM, Parallelism
 from vitbench.errors import VitbenchError
-from vitbench.transfer.config import MAX_COUNT, Seed, key_neutral
+from vitbench.transfer.config import MAX_COUNT, DataConfig, Seed, key_neutral
 
 if TYPE_CHECKING:
     from vitbench.models.specs import ModelSpec
@@ -42,6 +42,35 @@ class LocalPath:
 
 
 PathField = Annotated[str, LocalPath()]
+
+# The validation context's key under which a caller says how its user names each field (a callable field ->
+# name; a command: its options, `--data` for real_input_dataset); a check across fields names them through
+# `named`. Without it (a study) a field is named as the study writes it.
+FIELD_NAMES = "field_names"
+
+
+def named(info, field: str) -> str:
+    """How a message names `field`: as the validation context's FIELD_NAMES says, else the field itself."""
+    names = ((info.context if info is not None else None) or {}).get(FIELD_NAMES)
+    return names(field) if names else field
+
+
+def data_twins(paths: dict[str, str], defaults: dict | None = None) -> dict:
+    """Study fields for DataConfig fields (`paths`: study field -> DataConfig field), as pydantic field
+    definitions: typed and bounded as DataConfig declares them, local paths marked (checked when a study is
+    parsed), left out of the key at DataConfig's default (`defaults`: another one, None making the field
+    optional), so trials keyed before a field existed keep their keys."""
+    fields = {}
+    for field, path in paths.items():
+        info = DataConfig.model_fields[path]
+        typ = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+        default = (defaults or {}).get(field, info.get_default(call_default_factory=False))
+        if path in ("path", "test_path"):
+            typ = PathField | None
+        elif default is None:
+            typ = typ | None
+        fields[field] = (typ, key_neutral(default))
+    return fields
 
 
 def _marked(params: type[BaseModel], marker: type) -> tuple[str, ...]:
@@ -111,11 +140,18 @@ class TaskParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # inf seconds: a loop forever
     _spec: ModelSpec | None = PrivateAttr(None)
+    _names: Any = PrivateAttr(None)  # the validation context's FIELD_NAMES: how this value's user names a field
 
     @property
     def spec(self) -> ModelSpec | None:
         """The trial's model, resolved when these params were validated (None for a task without a model)."""
         return self._spec
+
+    def name_of(self, field: str) -> str:
+        """How a message about these params names `field` when the task runs: as the caller that validated them
+        named it (a command: its option; FIELD_NAMES), else the field itself (a study's trial). Not part of the
+        config, the key or equality of values."""
+        return self._names(field) if self._names else field
 
     @field_validator("model", check_fields=False)
     @classmethod
@@ -167,7 +203,8 @@ class TaskParams(BaseModel):
         return v
 
     @model_validator(mode="after")
-    def _native(self):
+    def _native(self, info: ValidationInfo):
+        self._names = ((info.context if info is not None else None) or {}).get(FIELD_NAMES)
         fields = type(self).model_fields
         if "model" not in fields:
             return self
@@ -201,14 +238,22 @@ def shared_default(name: str) -> Any:
     return default.get_default() if isinstance(default, FieldInfo) else default
 
 
-def params_model(name: str, shared: tuple[str, ...], *own: type[BaseModel]) -> type[TaskParams]:
-    """A task's Params: the shared fields named in `shared` (from SHARED) plus the fields of the `own` classes."""
-    unknown = [f for f in shared if f not in SHARED]
+def params_model(name: str, shared: tuple[str, ...], *own: type[BaseModel],
+                 neutral: tuple[str, ...] = ()) -> type[TaskParams]:
+    """A task's Params: the shared fields named in `shared` (from SHARED) plus the fields of the `own` classes;
+    `neutral`: shared fields the task took up after its trials were keyed, left out of its trial config at their
+    default (key_neutral), so those keys stay as they were."""
+    unknown = [f for f in (*shared, *neutral) if f not in SHARED]
     if unknown:
         raise ValueError(f"{name}: unknown shared fields {unknown}; shared fields: {', '.join(SHARED)}")
     if "task" not in shared:
         raise ValueError(f"{name}: every task's params include 'task'")
     definitions: dict[str, Any] = {}
+    for f in neutral:
+        typ, default, description = SHARED[f]
+        if callable(default) or isinstance(default, FieldInfo) or default is ...:
+            raise ValueError(f"{name}: shared field {f!r} has no plain default to be key-neutral at")
+        definitions[f] = (typ, key_neutral(default, description=description))
     for f in shared:
         typ, default, description = SHARED[f]
         if isinstance(default, FieldInfo):  # key_neutral(...): its default and its dump rule, with the description

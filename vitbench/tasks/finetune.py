@@ -39,12 +39,14 @@ class Finetune(Task):
     def run(self, p) -> Record:
         from vitbench.protocols.finetune import finetune
 
-        grid = parse_floats(p.lr_grid, f"task {self.name!r}: lr_grid", "0.001,0.003,0.01,0.03")
+        grid = parse_floats(p.lr_grid, p.name_of("lr_grid"), "0.001,0.003,0.01,0.03")
         cfg = validated(FinetuneConfig, {
             **p.upstream_source(self.name), "backend": p.backend, "data": p.downstream_data(),
             "resolution": p.resolution, "steps": p.finetune_steps, "batch_size": p.batch_size, "lr_grid": grid,
             "warmup_steps": p.finetune_warmup_steps, "refit": p.refit, "seed": p.seed,
             "seeds": p.finetune_seeds}, f"task {self.name!r}",
-            {**downstream_names(), "steps": "finetune_steps", "warmup_steps": "finetune_warmup_steps",
-             "seeds": "finetune_seeds"})
-        return with_compute_aliases(finetune(cfg, device=p.device, threads=p.threads))
+            p.named_paths({**downstream_names(), "steps": "finetune_steps", "warmup_steps": "finetune_warmup_steps",
+                           "seeds": "finetune_seeds", "batch_size": "batch_size", "lr_grid": "lr_grid",
+                           "refit": "refit"}))
+        return with_compute_aliases(finetune(cfg, device=p.device, threads=p.threads,
+                                             batch_option=p.name_of("batch_size")))

@@ -2,18 +2,31 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationInfo, model_validator
 
 from vitbench.backends.base import Capability
 from vitbench.record import Record
 from vitbench.tasks import COMPILE_CACHED, Metric, Task, register_task
-from vitbench.tasks.fields import params_model
+from vitbench.tasks.fields import MAX_COUNT, named, params_model
+from vitbench.transfer.config import key_neutral
 
 KIND = "flops"
 
 
 class Counting(BaseModel):
     count: bool = Field(True, description="also run the framework's own counters (builds the model)")
+    # pre-training compute (the paper's convention: 3 x forward FLOPs x images x epochs), added to the row as
+    # pretrain_exaflops when both are given; left out of the key unset (keys as before they existed)
+    exaflops_images: int | None = key_neutral(gt=0, le=MAX_COUNT,
+                                              description="pre-training images per epoch (with exaflops_epochs)")
+    exaflops_epochs: float | None = key_neutral(gt=0, description="pre-training epochs (with exaflops_images)")
+
+    @model_validator(mode="after")
+    def _both(self, info: ValidationInfo):
+        if (self.exaflops_images is None) != (self.exaflops_epochs is None):
+            raise ValueError(f"{named(info, 'exaflops_images')} and {named(info, 'exaflops_epochs')} go together "
+                             "(pre-training compute needs both)")
+        return self
 
 
 @register_task
@@ -36,4 +49,5 @@ class Flops(Task):
     def run(self, p) -> Record:
         from vitbench.measure.flops import flops
 
-        return flops(p.spec, resolution=p.resolution, backend=p.backend, num_classes=p.num_classes, count=p.count)
+        return flops(p.spec, resolution=p.resolution, backend=p.backend, num_classes=p.num_classes,
+                     images=p.exaflops_images, epochs=p.exaflops_epochs, count=p.count)

@@ -10,12 +10,15 @@ draws the attention-distance comparison from it.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field, model_validator
+from typing import Literal
+
+from pydantic import BaseModel, Field, ValidationInfo, model_validator
 
 from vitbench.backends.base import Capability
 from vitbench.record import Record
 from vitbench.tasks import Metric, Task, register_task
-from vitbench.tasks.fields import MAX_COUNT, params_model
+from vitbench.tasks.fields import MAX_COUNT, named, params_model
+from vitbench.transfer.config import key_neutral
 from vitbench.tasks.upstream import SHARED, FromCheckpoint, Upstream
 
 KIND = "inspect"
@@ -24,15 +27,22 @@ KIND = "inspect"
 class Inspection(BaseModel):
     inspect_images: int = Field(32, ge=1, le=MAX_COUNT, description="digits test images averaged over")
     inspect_rollout: int = Field(4, ge=0, le=MAX_COUNT, description="images with attention-rollout maps")
+    # which weights: the upstream (pre-trained here and cached, or `checkpoint`), or the variant's random
+    # initialisation by `seed` (`vitbench inspect NAME`; nothing trained or written); left out of the key at its
+    # default, so trials keyed before it existed keep their keys
+    inspect_weights: Literal["upstream", "random"] = key_neutral("upstream")
 
     @model_validator(mode="after")
-    def _has_attention(self):
+    def _has_attention(self, info: ValidationInfo):
         from vitbench.insight.applies import not_inspectable
 
         spec = getattr(self, "spec", None)  # the trial's model, resolved by TaskParams before this runs
         why = None if spec is None else not_inspectable(spec)
         if why is not None:
             raise ValueError(why)
+        if self.inspect_weights == "random" and getattr(self, "checkpoint", None) is not None:
+            raise ValueError(f"{named(info, 'inspect_weights')} random inspects no checkpoint; "
+                             f"{named(info, 'checkpoint')} gives one")
         return self
 
 
@@ -49,26 +59,38 @@ class Inspect(Task):
     repeat = False
 
     def run(self, p) -> Record:
+        """The one path of every inspection (a study's trial, `vitbench inspect`): the weights (the upstream, a
+        checkpoint or a random init: vitbench.insight.source), the first `inspect_images` digits test images,
+        then vitbench.insight.run.inspect_model on the backend's attention maps."""
         from vitbench.backends.base import get_backend
         from vitbench.env import environment
         from vitbench.insight.run import inspect_model
-        from vitbench.insight.source import inspection_images
+        from vitbench.insight.source import checkpoint_source, inspection_images, random_source
+        from vitbench.protocols.pretrain import resolve_upstream, upstream_config, upstream_metrics
         from vitbench.record import now
-        from vitbench.protocols.pretrain import upstream_config, upstream_metrics
 
         started = now()
-        from vitbench.protocols.pretrain import resolve_upstream
-
-        src = p.upstream_source(self.name)
-        ckpt, _ = resolve_upstream(src.get("upstream"), src.get("checkpoint"), device=p.device, threads=p.threads,
-                                   budget=(src.get("checkpoint_images"), src.get("checkpoint_epochs")),
-                                   model=src.get("checkpoint_model"))
+        ckpt = None
+        if p.inspect_weights == "upstream":  # pre-trained first if not cached (its own backend set-up)
+            src = p.upstream_source(self.name)
+            ckpt, _ = resolve_upstream(src.get("upstream"), src.get("checkpoint"), device=p.device,
+                                       threads=p.threads,
+                                       budget=(src.get("checkpoint_images"), src.get("checkpoint_epochs")),
+                                       model=src.get("checkpoint_model"))
         be = get_backend(p.backend)
         info = be.setup(p.device, p.threads)
-        spec = ckpt.spec
-        result = inspect_model(ckpt.weights, spec, p.resolution, inspection_images(p.inspect_images, p.resolution),
-                               be.attention_maps, num_rollout=p.inspect_rollout)
-        metrics = {**result.headline(), **upstream_metrics(ckpt)}
-        metrics["pretrain_exaflops"] = metrics.get("exaflops")
-        return Record.measured(self.kind, {**p.config(), **upstream_config(ckpt)}, metrics=metrics,
-                               raw=result.to_json(), env=environment(info), started_at=started)
+
+        def init(spec, r):
+            return be.weights(be.init_model(spec, r, spec.num_classes, p.seed))
+
+        source = random_source(p.spec, p.resolution, init) if ckpt is None else \
+            checkpoint_source(ckpt, p.resolution, init)
+        result = inspect_model(source.weights, source.spec, source.resolution,
+                               inspection_images(p.inspect_images, source.resolution), be.attention_maps,
+                               num_rollout=p.inspect_rollout)
+        metrics, config = result.headline(), p.config()
+        if ckpt is not None:
+            metrics.update(upstream_metrics(ckpt), pretrain_exaflops=upstream_metrics(ckpt).get("exaflops"))
+            config.update(upstream_config(ckpt))
+        return Record.measured(self.kind, config, metrics=metrics, raw=result.to_json(), env=environment(info),
+                               started_at=started)

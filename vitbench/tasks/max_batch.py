@@ -32,7 +32,7 @@ class MaxBatch(Task):
     kind = KIND
     Params = params_model("MaxBatchParams", ("model", "backend", "task", "device", "resolution", "precision",
                                              "compile", "threads", "num_classes", "channels_last", "devices",
-                                             "parallelism"), Search)
+                                             "parallelism"), Search, neutral=("optimizer",))
     description = "largest batch that fits (fresh process per probe)"
     needs = frozenset({Capability.MAX_BATCH})
     metrics = (Metric("max_batch_size", "images", True, "largest batch that fits", comparable=True,
@@ -43,7 +43,8 @@ class MaxBatch(Task):
     def run(self, p) -> Record:
         from vitbench.measure.max_batch import max_batch
 
-        step = Step.of(p.config(), mode=p.mode, batch_size=p.devices, spec=p.spec)  # resolved with the params
+        # the model resolved with the params; the optimizer (its state counts toward memory) in training
+        step = Step.of(p.config(), mode=p.mode, batch_size=p.devices, spec=p.spec, optimizer=p.optimizer)
         return max_batch(step, backend=p.backend, device=p.device,
                          threads=p.threads, memory_limit_gib=p.memory_limit_gib, max_batch_size=p.max_batch_size,
                          start=p.start, granularity=p.granularity, probe_timeout_s=p.probe_timeout_s)

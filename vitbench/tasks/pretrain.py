@@ -26,7 +26,8 @@ class Pretrain(Task):
         from vitbench.protocols.pretrain import ensure_upstream
 
         cfg = p.upstream_config(self.name)
-        ckpt, record = ensure_upstream(cfg, device=p.device, threads=p.threads)
+        ckpt, record = ensure_upstream(cfg, device=p.device, threads=p.threads,
+                                       batch_option=p.name_of("pretrain_batch_size"))
         if record is not None:
             record.metrics["cached"] = False
             return record

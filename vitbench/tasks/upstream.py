@@ -18,14 +18,15 @@ keep their keys.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Literal
 
-from pydantic import BaseModel, Field, create_model, model_serializer, model_validator
+from pydantic import (BaseModel, Field, ValidationInfo, create_model, field_validator, model_serializer,
+                      model_validator)
 
 from vitbench.backends.base import BackendName
 from vitbench.record import Record
 from vitbench.tasks import Metric
-from vitbench.tasks.fields import MAX_COUNT, PathField
+from vitbench.tasks.fields import MAX_COUNT, PathField, data_twins, named
 from vitbench.transfer.config import (DataConfig, DatasetName, Seed, default_of, ints_text, key_neutral,
                                       validated)
 from vitbench.protocols.downstream import DOWNSTREAM_DATA
@@ -43,10 +44,15 @@ SHARED = ("model", "backend", "task", "device", "seed", "threads")
 UPSTREAM_PATHS = {
     "upstream_dataset": "data.name", "upstream_path": "data.path", "upstream_classes": "data.classes",
     "data_seed": "data.seed", "upstream_train_per_class": "data.train_per_class",
-    "upstream_tfds_name": "data.tfds_name", "pretrain_batch_size": "batch_size", "pretrain_lr": "lr",
+    "pretrain_batch_size": "batch_size", "pretrain_lr": "lr",
     "pretrain_weight_decay": "weight_decay", "pretrain_warmup_steps": "warmup_steps", "pretrain_decay": "decay",
     "label_smoothing": "label_smoothing", "pretrain_resolution": "resolution", "pretrain_steps": "steps",
 }
+# the upstream data's other settings, each `upstream_<DataConfig field>` (a format's own options among them, from
+# the formats table: a format added there needs no line here); generated as study fields (Upstream)
+UPSTREAM_TWINS = {f"upstream_{f}": f for f in ("test_path", "skip_corrupt", "check_data", "workers",
+                                                *format_options())}
+UPSTREAM_PATHS.update({field: f"data.{path}" for field, path in UPSTREAM_TWINS.items()})
 # set through protocols.teacher.teacher_fields and Upstream.masked_patch (named here for errors only)
 _UPSTREAM_NAMED = {
     "pretrain_backend": "backend", "model": "model", "seed": "seed", "teacher": "teacher.upstream.model",
@@ -102,7 +108,7 @@ class TeacherFields(BaseModel):
     distill_tau: Tau = DEFAULT_TAU  # temperature (soft only)
 
     @model_validator(mode="after")
-    def _known_teacher(self):
+    def _known_teacher(self, info: ValidationInfo):
         """A teacher that is not in the model table, or a resolution it cannot take, fails when the study is
         parsed (close names listed), not when its trial runs. A `teacher_checkpoint` without a `teacher` takes
         its model from the file (a vitbench checkpoint's header; protocols.teacher.teacher_model), so the
@@ -110,7 +116,8 @@ class TeacherFields(BaseModel):
         from vitbench.errors import VitbenchError
 
         try:
-            teacher = teacher_model(self.teacher, self.teacher_checkpoint)
+            teacher = teacher_model(self.teacher, self.teacher_checkpoint,
+                                    (named(info, "teacher"), named(info, "teacher_checkpoint")))
         except VitbenchError as e:
             raise ValueError(str(e)) from None
         object.__setattr__(self, "teacher", teacher)  # frozen params: the model read from the file, once
@@ -122,7 +129,7 @@ class TeacherFields(BaseModel):
                 if self.teacher_resolution is not None:
                     spec.check_resolution(self.teacher_resolution)
             except VitbenchError as e:
-                raise ValueError(f"teacher: {e}") from None
+                raise ValueError(f"{named(info, 'teacher')}: {e}") from None
         return self
 
     def unused_teacher_fields(self) -> set[str]:
@@ -137,16 +144,14 @@ class TeacherFields(BaseModel):
 TEACHER_FIELDS: tuple[str, ...] = tuple(TeacherFields.model_fields)
 
 
-class Upstream(TeacherFields):
+class _Upstream(TeacherFields):
     """The upstream: identical names and defaults in all three tasks, so their caches line up. The defaults are
     PretrainConfig's (and its UPSTREAM_DATA's), read from there: the default trial pre-trains what `vitbench
     pretrain MODEL` does."""
 
     upstream_dataset: DatasetName = UPSTREAM_DATA.name
     upstream_path: PathField | None = None
-    # tfds: the dataset in the upstream_path data_dir; left out of the key when unset (keys as before it existed)
-    upstream_tfds_name: str | None = key_neutral()
-    upstream_classes: str | None = ints_text(UPSTREAM_DATA.classes)  # 'a-b' or 'a,b,c'; None: all classes
+    upstream_classes: str | None = ints_text(UPSTREAM_DATA.classes)  # 'a-b' or 'a,b,c'; None or '': all classes
     upstream_train_per_class: int | None = None  # cap on upstream images per class (data-size axis)
     data_seed: Seed = default_of(DataConfig, "seed")  # split seed (up- and downstream), separate from the model's
     pretrain_backend: BackendName | None = None  # None: the trial's backend
@@ -163,6 +168,11 @@ class Upstream(TeacherFields):
     objective: Objective = Objective.SUPERVISED
     mask_rate: float = MaskedPatch.model_fields["mask_rate"].default
     mask_target: Target = MaskedPatch.model_fields["target"].default
+
+    @field_validator("upstream_classes", mode="before")
+    @classmethod
+    def _all_upstream_classes(cls, v):
+        return None if v == "" else v  # '' (a command's way to say it): all classes
 
     @model_validator(mode="after")
     def _objective(self):
@@ -183,7 +193,7 @@ class Upstream(TeacherFields):
         try:
             return MaskedPatch(mask_rate=self.mask_rate, target=self.mask_target)
         except ValidationError as e:
-            raise ValueError(f"mask_rate: {e.errors()[0]['msg']}") from None
+            raise ValueError(f"{self.name_of('mask_rate')}: {e.errors()[0]['msg']}") from None
 
     @model_serializer(mode="wrap")
     def _without_unused(self, handler):
@@ -210,7 +220,16 @@ class Upstream(TeacherFields):
         return validated(PretrainConfig, {
             **recipe, "model": self.model, "resolution": nested["resolution"], "steps": nested["steps"],
             "seed": self.seed, "teacher": teacher, "objective": self.masked_patch()}, f"task {task!r}",
-            upstream_names(), context={SPEC_CONTEXT: self.spec})  # the model resolved once, by the Params
+            self.named_paths(upstream_names()),
+            context={SPEC_CONTEXT: self.spec})  # the model resolved once, by the Params
+
+    def named_paths(self, names: dict[str, str]) -> dict[str, str]:
+        """`names` (config path -> study field, and prefix rules) with each field as these params' user names it
+        (TaskParams.name_of: a command's option), for `validated`'s errors."""
+        return {path: field if path.endswith(".") else self.name_of(field) for path, field in names.items()}
+
+
+Upstream = create_model("Upstream", __base__=_Upstream, __module__=__name__, **data_twins(UPSTREAM_TWINS))
 
 
 class FromCheckpoint(BaseModel):
@@ -224,10 +243,11 @@ class FromCheckpoint(BaseModel):
     checkpoint_epochs: float | None = key_neutral(gt=0)  # epochs it was pre-trained for
 
     @model_validator(mode="after")
-    def _same_architecture(self):
+    def _same_architecture(self, info: ValidationInfo):
         """A vitbench checkpoint whose architecture is not the trial's model is refused (when the study is
         parsed and again in the trial), naming the fields that differ: its rows would carry the wrong model.
-        A checkpoint of another origin is checked against its model when it is read."""
+        A checkpoint of another origin is checked against its model when it is read. The message starts with
+        how the model was asked for (a command's `--model X` or `--set K=V`: FIELD_NAMES), else the checkpoint."""
         spec = getattr(self, "spec", None)  # the trial's model, resolved by TaskParams before this runs
         if self.checkpoint is None or spec is None:
             return self
@@ -237,7 +257,8 @@ class FromCheckpoint(BaseModel):
         try:
             have = checkpoint_spec(self.checkpoint)
             if have is not None:
-                refuse_other_architecture(have, spec, f"checkpoint {self.checkpoint}")
+                asked = named(info, "model")
+                refuse_other_architecture(have, spec, f"checkpoint {self.checkpoint}" if asked == "model" else asked)
         except VitbenchError as e:
             raise ValueError(str(e)) from None
         return self
@@ -266,29 +287,26 @@ class _DownstreamData(BaseModel):
     check_data: bool = key_neutral(False)  # verify every image before any work
     data_workers: int = key_neutral(0, ge=0, le=256)  # decoding processes; same results
 
+    @field_validator("classes", mode="before")
+    @classmethod
+    def _all_downstream_classes(cls, v):
+        return None if v == "" else v  # '' (a command's way to say it): all classes
+
     def downstream_data(self) -> dict:
         """The downstream DataConfig's fields (DOWNSTREAM_PATHS)."""
         return nest(self, DOWNSTREAM_PATHS)
 
 
-def _format_option_fields() -> dict:
-    """Each dataset format's own options (vitbench.transfer.formats: image_column, tfds_name, ...) as study fields
-    of the same name, typed and bounded as DataConfig declares them and left out of the key at their default:
-    a format added to the table needs no study field written here."""
-    fields = {}
-    for name in format_options():
-        info = DataConfig.model_fields[name]
-        typ = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
-        fields[name] = (typ, key_neutral(info.get_default(call_default_factory=False)))
-    return fields
-
-
-Downstream = create_model("Downstream", __base__=_DownstreamData, __module__=__name__, **_format_option_fields())
+# each dataset format's own options (vitbench.transfer.formats: image_column, tfds_name, ...) as downstream study
+# fields of the same name: a format added to the table needs no study field written here
+Downstream = create_model("Downstream", __base__=_DownstreamData, __module__=__name__,
+                          **data_twins({f: f for f in format_options()}))
 
 
 def downstream_names() -> dict[str, str]:
-    """Config path -> study field, for a downstream config's errors (its upstream's and its data's)."""
-    return {**upstream_names("upstream."), **study_names("data.", DOWNSTREAM_PATHS)}
+    """Config path -> study field, for a downstream config's errors (its upstream's, its data's, the start's)."""
+    return {**upstream_names("upstream."), **study_names("data.", DOWNSTREAM_PATHS),
+            **{f: f for f in ("resolution", "backend", "checkpoint", "objective")}, "upstream": "model"}
 
 
 ACCURACY = Metric("accuracy", "fraction", True, "transfer accuracy (0..1) on the test split", comparable=True)
