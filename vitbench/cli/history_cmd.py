@@ -44,8 +44,9 @@ def history_cmd(
 ) -> None:
     """Per metric and trial, the series over commits and its change points (size, confidence, commit range).
 
-    Change points: PELT on the log values with a penalty from the series' own noise (docs/history.md, chosen by
-    benchmarks/bench_history.py); normalised by each machine's calibration where the machine changed.
+    Change points: binary segmentation on the log values with a penalty from the series' own noise
+    (docs/history.md, chosen by benchmarks/bench_history.py); normalised by each machine's calibration where the
+    machine changed.
 
     Exit code: 0 = no new regression; 1 = a regression change point (at --confidence) that the history without
     its newest commit does not show; 2 = bad input (a missing or foreign --db, an unknown metric, bad option).
