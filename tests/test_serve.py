@@ -24,7 +24,9 @@ SHORT = {"min_duration_s": 0.3, "min_query_count": 32, "threads": 1, "warmup_ste
 
 def serve(**fields) -> Record:
     p = Serve.Params.model_validate({"task": "serve", "model": NANO, **SHORT, **fields})
-    return Serve().run(p)
+    rec = Serve().run(p)
+    assert rec.status is not Status.OK or not rec.unmeasured([Serve.headline])  # an ok row has its measure
+    return rec
 
 
 def logs_of(rec: Record) -> list[dict]:
@@ -83,6 +85,8 @@ def test_single_stream_percentiles_on_each_backend(backend, one_torch_thread):
     m = rec.metrics
     assert m["latency_percentile_judged"] == 90.0  # mlperf.conf's SingleStream default
     assert 0 < m["latency_ms_p50"] <= m["latency_ms_p90"] <= m["latency_ms_p99"]
+    log = loadgen.mllog(logs_of(rec)[0]["mlperf_log_detail.txt"])
+    assert m["samples_per_s"] == log["result_qps_with_loadgen_overhead"] > 0  # LoadGen's figure, read back
     assert set(rec.raw["runs"][0]["batch_sizes"]) == {1}  # one query at a time, one sample each
     assert rec.config["backend"] == backend
 
@@ -103,6 +107,8 @@ def test_multistream_queries_are_batched_whole(one_torch_thread):
     rec = serve(scenario="MultiStream", samples_per_query=4, max_wait_ms=50.0, min_query_count=64,
                 latency_percentile=90.0)
     assert rec.status is Status.OK, rec.error
+    log = loadgen.mllog(logs_of(rec)[0]["mlperf_log_detail.txt"])  # one query outstanding: 4 samples per query
+    assert rec.metrics["samples_per_s"] == 4 * 1e9 / log["result_mean_query_latency_ns"]
     assert set(rec.raw["runs"][0]["batch_sizes"]) == {4}  # a query's 4 samples arrive together: one batch
 
 

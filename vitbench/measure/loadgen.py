@@ -259,10 +259,12 @@ def judge(log: dict, settings: Settings) -> Result:
         rate = log.get("result_samples_per_second")
     elif settings.scenario == "Server":
         rate = log.get("result_completed_samples_per_sec")
-    else:
+    elif settings.scenario == "SingleStream":
         rate = log.get("result_qps_with_loadgen_overhead")
-    if settings.scenario == "MultiStream" and isinstance(rate, (int, float)):
-        rate = rate * settings.samples_per_query
+    else:  # MultiStream reports no rate: one query outstanding at a time, samples_per_query per mean query latency
+        mean_ns = log.get("result_mean_query_latency_ns")
+        rate = settings.samples_per_query * 1e9 / mean_ns if isinstance(mean_ns, (int, float)) and mean_ns > 0 \
+            else None
     rate = float(rate) if isinstance(rate, (int, float)) and not isinstance(rate, bool) and math.isfinite(rate) \
         and rate > 0 else None
     return Result(valid and not missing, None if valid and not missing else "; ".join(why), rate, lat, log)
