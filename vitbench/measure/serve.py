@@ -9,9 +9,10 @@ Method (one LoadGen run each: vitbench.measure.loadgen):
     (`Backend.time_windows`, the windows `bench --timing throughput` times), before and after, so the two figures
     for the same model and batch sit side by side with the windows' spread;
   - Server with a `target_qps`: one run at it; without: a search for the highest target QPS that LoadGen judges
-    VALID at the latency bound: the first probe at half the max batch's throughput (no server completes more),
-    halved while INVALID, then bisection between the highest VALID and the lowest INVALID until they are within
-    `qps_tolerance` of each other or `max_probes` runs were made. Each probe is a full LoadGen run, kept.
+    VALID at the latency bound: the first probe at half the max batch's rate in the throughput mode (measured
+    first, up to 2 s; no server completes more), halved while INVALID, then bisection between the highest VALID
+    and the lowest INVALID until they are within `qps_tolerance` of each other or `max_probes` runs were made.
+    Each probe is a full LoadGen run, kept.
 A row is ok only when LoadGen judged its run VALID (Server: at least one probe); otherwise it is an error row
 that keeps its numbers, LoadGen's reasons (minimum duration, query count, early stopping, the bound) and logs.
 """
@@ -35,6 +36,7 @@ from vitbench.measure.timing import MIN_WINDOWS, summarize_windows, window_steps
 from vitbench.record import ErrorInfo, Record, Status, now
 
 KIND = "serve"
+OFFLINE_MARGIN = 1.5  # Offline's expected rate over the throughput mode's (see `serve`)
 MAX_QUERIES = 1_000_000  # stream queries LoadGen is asked to make at most (MLPerf's 600 s at 0.6 ms each)
 
 
@@ -62,7 +64,8 @@ def serve(step: Step, backend: str, device: str, threads: int | None, images: np
           given_qps: bool) -> Record:
     """The scenario of `settings` on `step`'s model with `images` as the QSL (see the module docstring);
     `step.batch_size` is the SUT's max batch. `given_qps`: Server runs once at settings.target_qps, Offline takes
-    it as its expected rate; otherwise the search's start and the expected rate come from the warm-up."""
+    it as its expected rate; otherwise the search starts from the warm-up's rate and Offline expects
+    OFFLINE_MARGIN x the throughput mode's."""
     started = now()
     loadgen.loadgen()  # before any work: a missing LoadGen is a ConfigError, not a failed measurement
     step = resolve_step(replace(step, mode="infer"))
@@ -101,17 +104,13 @@ def serve(step: Step, backend: str, device: str, threads: int | None, images: np
                           "warmup_s": warm}
         step_s = {s: statistics.median(p["warmup_s"]) if p["warmup_s"] else p["first_step_s"]
                   for s, p in prep.items()}
-        capacity = sizes[-1] / step_s[sizes[-1]]  # samples/s of back-to-back batches of the largest size
+        capacity = sizes[-1] / step_s[sizes[-1]]  # samples/s of back-to-back largest batches, at warm-up
         # LoadGen's hint for how many stream queries to make: a run that runs out of queries before its minimum
         # duration is INVALID, so a tenth of the fastest warm-up step (a quieter moment may run faster), but no
         # more than MAX_QUERIES queries in the minimum duration (each query is memory LoadGen holds)
         fastest = min(min(p["warmup_s"] or [p["first_step_s"]]) for p in prep.values())
         hint_s = max(fastest / 10, settings.min_duration_s / MAX_QUERIES)
         settings = replace(settings, expected_latency_ms=1000 * hint_s)
-        if not given_qps and settings.scenario == "Offline":
-            # LoadGen makes expected rate x min duration samples: twice the warm-up's rate, so that a run faster
-            # than the warm-up still lasts its minimum duration
-            settings = replace(settings, target_qps=2 * capacity)
 
         def one(s: loadgen.Settings) -> loadgen.Served:
             return loadgen.run(images, run_steps, s, step.batch_size, max_wait_ms, host_input)
@@ -119,10 +118,19 @@ def serve(step: Step, backend: str, device: str, threads: int | None, images: np
         with LoadMeter() as load:
             extra: dict = {}
             if settings.scenario == "Server" and not given_qps:
+                # the search's ceiling: the throughput mode's rate at the max batch (a warm-up of a few steps can
+                # be several times too fast on a busy host); no server completes more samples than that
+                extra["capacity"] = throughput(be, works[sizes[-1]], min(settings.min_duration_s, 2.0))
+                capacity = extra["capacity"]["img_per_s"]
                 runs, best = search_qps(one, settings, capacity, search)
             else:
                 if settings.scenario == "Offline":
                     extra["before"] = throughput(be, works[sizes[-1]], settings.min_duration_s)
+                    if not given_qps:
+                        # LoadGen makes 1.1 x expected rate x min duration samples: 1.5 x the throughput mode's
+                        # rate just measured, so that a run up to that much faster still lasts its minimum
+                        # duration (a warm-up rate, measured in a few steps, can be several times too high)
+                        settings = replace(settings, target_qps=OFFLINE_MARGIN * extra["before"]["img_per_s"])
                 runs = [one(settings)]
                 best = runs[0] if runs[0].result.valid else None
                 if settings.scenario == "Offline":
