@@ -15,6 +15,7 @@ Also the compute-optimal envelope (`frontier_mask`) that the scaling fits and th
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from statistics import NormalDist
@@ -26,6 +27,9 @@ import numpy as np
 N_BOOT = 2000
 # Largest index matrix resampled at once (elements), to bound memory for runs with many thousand steps.
 _CHUNK_ELEMENTS = 4_000_000
+# Draws whose medians MedianBatch computes in one pass: some 1 MB of each working array, which stays in a core's
+# cache (the whole 4,000,000 made compare of 10,000 trials 3x slower, measured with cProfile, issue 51).
+_BATCH_ELEMENTS = 1 << 17
 
 
 def boot_medians(x: Sequence[float], n_boot: int = N_BOOT, rng: np.random.Generator | None = None
@@ -50,25 +54,47 @@ def boot_medians(x: Sequence[float], n_boot: int = N_BOOT, rng: np.random.Genera
     ordered = a[order]
     for start in range(0, n_boot, rows):  # the draws as before: the same replicates for the same rng
         stop = min(n_boot, start + rows)
-        out[start:stop] = _resample_medians(ordered, rank[rng.integers(0, n, size=(stop - start, n))], n)
+        out[start:stop] = _middle(ordered, *_median_ranks(rank[rng.integers(0, n, size=(stop - start, n))]), n)
     return float(np.median(a)), out
 
 
-def _resample_medians(ordered: np.ndarray, ranks: np.ndarray, n: int) -> np.ndarray:
-    """Per row of `ranks` (n draws, as indices into `ordered`, sorted samples of n values laid end to end), the
-    median of the values it draws: np.median(ordered[ranks], axis=1), bit for bit (np.median takes the middle
-    value, or the mean (x + y) / 2 of the two middle ones; only a zero's sign may differ, where -0.0 and 0.0 tie),
-    by counting: the k-th smallest value of a row is ordered[j] for the first j whose running count of draws
-    exceeds k. Linear in the draws, without np.median's partition of every short row (issue 51: 0.9 ms a trial in
-    `vitbench compare`)."""
-    m = ranks.shape[0]
-    base = ranks[:, 0] - ranks[:, 0] % n  # where each row's sample starts in `ordered`
-    counts = np.bincount(((ranks - base[:, None]) * m + np.arange(m)[:, None]).ravel(), minlength=n * m)
-    below = np.cumsum(counts.reshape(n, m), axis=0)  # below[j, r]: draws of row r among its sample's j+1 smallest
-    lo = ordered[base + (below <= (n - 1) // 2).sum(axis=0)]
-    if n % 2:
-        return lo
-    return (lo + ordered[base + (below <= n // 2).sum(axis=0)]) / 2
+def _median_ranks(ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of `ranks` (n draws, each the rank of the value it draws in its sorted sample), the ranks of the
+    row's lower and upper middle draws (the same for odd n): np.median of the values drawn is the value of that
+    rank, or the mean (x + y) / 2 of the two, bit for bit as np.median gives it (only a zero's sign may differ,
+    where -0.0 and 0.0 tie). By counting: the k-th smallest draw of a row is rank j for the first j whose running
+    count of the row's draws exceeds k. Linear in the draws, a few passes over them, without np.median's
+    partition of every short row (issue 51: 0.9 ms a trial in `vitbench compare`)."""
+    m, n = ranks.shape
+    key = ranks * np.int64(m)
+    key += _rows(m, n)  # (written out, not broadcast: numpy's loops over rows of n are several times slower)
+    below = np.bincount(key.ravel(), minlength=n * m).reshape(n, m)
+    for j in range(1, n):  # below[j, r]: draws of row r of rank <= j (np.cumsum along axis 0 is 5x slower)
+        below[j] += below[j - 1]
+    return _rank_of(below, (n - 1) // 2), (_rank_of(below, n // 2) if n % 2 == 0 else None)
+
+
+def _rows(m: int, n: int) -> np.ndarray:
+    """Each element's row number, in an m x n array (kept when it is a batch's: some 1 MB)."""
+    return _batch_rows(m, n) if m * n <= _BATCH_ELEMENTS else np.repeat(np.arange(m), n).reshape(m, n)
+
+
+@functools.lru_cache(maxsize=8)
+def _batch_rows(m: int, n: int) -> np.ndarray:
+    return np.repeat(np.arange(m), n).reshape(m, n)
+
+
+def _rank_of(below: np.ndarray, k: int) -> np.ndarray:
+    """Per column r, the first j with below[j, r] > k: how many j have below[j, r] <= k (below rises along j)."""
+    out = (below[0] <= k).astype(np.int64)
+    for row in below[1:]:
+        out += row <= k
+    return out
+
+
+def _middle(values: np.ndarray, lo, hi, n: int) -> np.ndarray:
+    """np.median's middle of sorted values: values[lo], or (values[lo] + values[hi]) / 2 for even n."""
+    return values[lo] if n % 2 else (values[lo] + values[hi]) / 2
 
 
 def combine_repeats(points: Sequence[float], replicates: Sequence[np.ndarray],
@@ -126,16 +152,15 @@ class MedianBatch:
 
     def run(self) -> None:
         for n, todo in self._todo.items():
-            step = max(1, _CHUNK_ELEMENTS // (self.n_boot * n))
+            step = max(1, _BATCH_ELEMENTS // (self.n_boot * n))
             for i in range(0, len(todo), step):
                 part = todo[i:i + step]
-                ordered = np.stack([o for _, o, _ in part])  # samples x n
-                ranks = np.concatenate([r for _, _, r in part]) + np.repeat(np.arange(len(part)) * n, self.n_boot)[
-                    :, None]  # every sample's ranks into ordered's flat array
-                meds = _resample_medians(ordered.ravel(), ranks, n).reshape(len(part), self.n_boot)
+                lo, hi = _median_ranks(np.concatenate([r for _, _, r in part]))
+                start = np.repeat(np.arange(len(part)) * n, self.n_boot)  # each row's sample in `flat`
+                flat = np.concatenate([o for _, o, _ in part])
+                meds = _middle(flat, start + lo, None if hi is None else start + hi, n).reshape(len(part), -1)
                 for (h, o, _), m in zip(part, meds):
-                    mid = o[(n - 1) // 2] if n % 2 else (o[n // 2 - 1] + o[n // 2]) / 2  # np.median's
-                    self._out[h] = (float(mid), m)
+                    self._out[h] = (float(_middle(o, (n - 1) // 2, n // 2, n)), m)  # np.median(o)
         self._todo.clear()
 
     def result(self, handle: int) -> tuple[float, np.ndarray]:

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from vitbench.compare.decide import (DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD, REGRESSING, Calibrations, Decision,
-                                     Row, compare_trial, number)
+                                     Row, compare_trials, number)
 from vitbench.compare.match import DEFAULT_IGNORE, group, labels, why_unmatched
 from vitbench.compare.runs import RUN_NOISE_MAX
 from vitbench.errors import ConfigError
@@ -174,9 +174,9 @@ def compare(baseline: Sequence[Record], current: Sequence[Record], *, threshold:
                                     cal_metric, side) for recs, side in zip((baseline, current), names))
     selected = [known[m] for m in metrics]
     rows, not_compared = [], []
-    for k in matched:
-        trial_rows = compare_trial(label[k], bt[k], ct[k], selected, threshold, confidence, calibs, n_boot, rng,
-                                   run_noise)
+    per_trial = compare_trials([(label[k], bt[k], ct[k]) for k in matched], selected, threshold, confidence,
+                               calibs, n_boot, rng, run_noise)
+    for k, trial_rows in zip(matched, per_trial):
         if not trial_rows:
             not_compared.append((label[k], f"{bt[k].kind} records carry none of: {', '.join(metrics)}"))
         rows += trial_rows

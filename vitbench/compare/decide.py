@@ -165,8 +165,13 @@ def _side(drawn, calib: Calibrations | None, boot: MedianBatch):
         reps.append(r)
     if not points:
         return None
-    point, replicates = float(np.mean(points)), reps[0] if picks is None else picked(np.stack(reps), picks)
-    return point, replicates, len(points), n, float(np.mean(raw_points)), points, raw_points
+    replicates = reps[0] if picks is None else picked(np.stack(reps), picks)
+    return _mean(points), replicates, len(points), n, _mean(raw_points), points, raw_points
+
+
+def _mean(xs: list[float]) -> float:
+    """float(np.mean(xs)), without numpy's overhead for the one value of a single run (x / 1 is x)."""
+    return float(xs[0]) if len(xs) == 1 else float(np.mean(xs))
 
 
 def status_note(recs: list[Record]) -> str:
