@@ -49,9 +49,9 @@ NOT_MEASURING = {
 # what measures, by module: each is replaced by a tripwire while a command runs
 MEASURING = (("vitbench.measure.throughput", "bench"), ("vitbench.measure.max_batch", "max_batch"),
              ("vitbench.measure.flops", "flops"), ("vitbench.insight.run", "inspect_model"),
-             ("vitbench.protocols.input_bench", "real_input_training"), ("vitbench.protocols.pretrain", "pretrain"),
-             ("vitbench.protocols.pretrain", "ensure_upstream"), ("vitbench.protocols.fewshot", "fewshot"),
-             ("vitbench.protocols.finetune", "finetune"))
+             ("vitbench.protocols.input_bench", "real_input_training"),
+             ("vitbench.protocols.pretrain", "pretrain"), ("vitbench.protocols.pretrain", "ensure_upstream"),
+             ("vitbench.protocols.fewshot", "fewshot"), ("vitbench.protocols.finetune", "finetune"))
 
 
 class _Ran(Exception):

@@ -53,3 +53,26 @@ def test_read_source_reads_a_format_added_to_the_table(tmp_path, monkeypatch):
     finally:
         sys.modules.pop("toy_format", None)
     assert raw.class_names == ["a", "b"] and np.array_equal(raw.labels, [0, 1, 0, 1]) and len(raw.pool) == 4
+
+
+def test_a_formats_own_option_is_generated_everywhere_it_is_set():
+    """docs/architecture.md's row for a dataset format: its option, declared in DataConfig and named in its row,
+    is a downstream study field, an upstream one (upstream_<option>), a field of train's real-input run
+    (real_input_<option>) and a flag of every command that reads a dataset, with no line written for it there."""
+    import typer.main
+
+    from vitbench.cli import app
+    from vitbench.cli.data_options import FORMAT_OPTIONS
+    from vitbench.tasks.bench import Train
+    from vitbench.tasks.fewshot import Fewshot
+    from vitbench.tasks.upstream import DOWNSTREAM_PATHS, UPSTREAM_PATHS
+
+    commands = {c.name: c for c in typer.main.get_command(app).commands.values()}
+    for f in formats.format_options():
+        assert DOWNSTREAM_PATHS[f] == f and UPSTREAM_PATHS[f"upstream_{f}"] == f"data.{f}", f
+        assert {f, f"upstream_{f}"} <= set(Fewshot.Params.model_fields), f
+        assert f"real_input_{f}" in Train.Params.model_fields, f
+        flag = f"--{f.replace('_', '-')}"
+        assert f in FORMAT_OPTIONS, f
+        for name in ("pretrain", "fewshot", "finetune", "bench"):
+            assert any(flag in p.opts for p in commands[name].params), (name, flag)

@@ -254,8 +254,9 @@ def _downstream(o, seed: int, **own) -> dict:
 
 
 # the downstream tasks' fields whose option is named otherwise than --field-name
-_DOWNSTREAM_FLAGS = {"model": "--model", "dataset": "--data", "fewshot_seeds": "--seeds", "finetune_seeds": "--seeds",
-                     "finetune_steps": "--steps", "finetune_warmup_steps": "--warmup-steps"}
+_DOWNSTREAM_FLAGS = {"model": "--model", "dataset": "--data", "fewshot_seeds": "--seeds",
+                     "finetune_seeds": "--seeds", "finetune_steps": "--steps",
+                     "finetune_warmup_steps": "--warmup-steps"}
 
 
 def _flags(o) -> dict[str, str]:

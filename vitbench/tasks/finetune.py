@@ -45,8 +45,8 @@ class Finetune(Task):
             "resolution": p.resolution, "steps": p.finetune_steps, "batch_size": p.batch_size, "lr_grid": grid,
             "warmup_steps": p.finetune_warmup_steps, "refit": p.refit, "seed": p.seed,
             "seeds": p.finetune_seeds}, f"task {self.name!r}",
-            p.named_paths({**downstream_names(), "steps": "finetune_steps", "warmup_steps": "finetune_warmup_steps",
-                           "seeds": "finetune_seeds", "batch_size": "batch_size", "lr_grid": "lr_grid",
-                           "refit": "refit"}))
+            p.named_paths({**downstream_names(), "steps": "finetune_steps",
+                           "warmup_steps": "finetune_warmup_steps", "seeds": "finetune_seeds",
+                           "batch_size": "batch_size", "lr_grid": "lr_grid", "refit": "refit"}))
         return with_compute_aliases(finetune(cfg, device=p.device, threads=p.threads,
                                              batch_option=p.name_of("batch_size")))

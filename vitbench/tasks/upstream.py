@@ -258,7 +258,8 @@ class FromCheckpoint(BaseModel):
             have = checkpoint_spec(self.checkpoint)
             if have is not None:
                 asked = named(info, "model")
-                refuse_other_architecture(have, spec, f"checkpoint {self.checkpoint}" if asked == "model" else asked)
+                refuse_other_architecture(have, spec,
+                                          f"checkpoint {self.checkpoint}" if asked == "model" else asked)
         except VitbenchError as e:
             raise ValueError(str(e)) from None
         return self
