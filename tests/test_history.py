@@ -296,3 +296,26 @@ def test_the_page_gets_the_series_and_never_replaces_a_users_file(cli, tmp_path)
     r = cli("history", "--db", db, "--html", tmp_path / "page.html")
     assert r.exit_code in (0, 1), r.output  # 1: the step at c003 is new (the newest commit shows it)
     assert "c003" in (tmp_path / "page.html").read_text()
+
+
+def test_the_benchmarks_figures_hold_on_a_small_draw():
+    """benchmarks/bench_history.py's history (200 commits, sd 0.063, steps of 3 % and 10 %), 40 draws of another
+    seed: the 10 % steps found and the false changes of noise alone stay where the benchmark put them (95 % and
+    0.03-0.07 per history). Bounds: 10 % recall 0.95 over 40 steps, below 30 has binomial probability < 1e-5; false
+    changes Poisson with mean 40 x 0.07 = 2.8, 10 or more has probability < 1e-3. A penalty off by a factor (sigma
+    for sigma^2) or a noise estimate that counts the steps fails one of them."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_history", TESTS.parent / "benchmarks" / "bench_history.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    from vitbench.history.changes import changes
+
+    rng = np.random.default_rng(11)
+    found_10 = false = 0
+    for _ in range(40):
+        y, steps = bench.history(rng, 0.063, with_steps=True)
+        at = next(a for a, s in steps.items() if abs(s) == 0.10)
+        found_10 += any(abs(c.index - at) <= bench.TOLERANCE for c in changes(np.exp(y)))
+        false += len(changes(np.exp(bench.history(rng, 0.063, with_steps=False)[0])))
+    assert found_10 >= 30 and false < 10, (found_10, false)
