@@ -29,8 +29,8 @@ _DB_HELP = ("The history file (SQLite). Default: $VITBENCH_HISTORY, else ../vitb
 @history_app.callback()
 def history_cmd(
     ctx: typer.Context,
-    db: str = typer.Option(None, "--db", help=_DB_HELP),
-    metric: list[str] = typer.Option(None, "--metric", "-m",
+    db: str = typer.Option(None, "--db", metavar="PATH", help=_DB_HELP),
+    metric: list[str] = typer.Option(None, "--metric", "-m", metavar="METRIC",
                                      help="Metric to show (repeatable): any metric a task declares comparable "
                                           "(default: every recorded one)."),
     confidence: float = from_constant("vitbench.compare.decide", "DEFAULT_CONFIDENCE",
@@ -130,9 +130,11 @@ def _table(series, new, path) -> None:
 def append_cmd(
     results_dir: str = typer.Argument(..., help="A `vitbench sweep --results` or `vitbench ab --results` "
                                                 "directory."),
-    db: str = typer.Option(None, "--db", help=_DB_HELP),
-    commit: str = typer.Option(None, "--commit", help="The commit measured (default: the rows' git_sha)."),
-    repo: str = cli_option("repo", "--repo", help="The git checkout the commit's date is read from."),
+    db: str = typer.Option(None, "--db", metavar="PATH", help=_DB_HELP),
+    commit: str = typer.Option(None, "--commit", metavar="SHA",
+                               help="The commit measured (default: the rows' git_sha)."),
+    repo: str = cli_option("repo", "--repo", metavar="DIR",
+                           help="The git checkout the commit's date is read from."),
 ) -> None:
     """Append one run (a sweep's rows, or an ab run's current side with its verdict and pair ratios) to the
     history, with its commit, date, machine and calibration. Never rewrites what is there; exit 2 on bad input
