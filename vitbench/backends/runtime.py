@@ -38,11 +38,12 @@ INTEROP_THREADS = 1
 
 
 class RuntimeWorkload(Workload):
-    """One forward of the exported graph on one host input: `run()` returns the logits (host numpy)."""
+    """One forward of the exported graph on one host input: `run()` returns the logits (host numpy);
+    `run_on(x)` the same forward on another NCHW float32 input of the same shape."""
 
     def __init__(self, run: Callable[[], Any], x: np.ndarray, graph: Graph, settings: dict,
-                 close: Callable | None = None):
-        self._run, self.x, self.graph, self.settings = run, x, graph, settings
+                 run_on: Callable[[np.ndarray], Any], close: Callable | None = None):
+        self._run, self._run_on, self.x, self.graph, self.settings = run, run_on, x, graph, settings
         self.batch_size = x.shape[0]
         self._close = close
 
@@ -52,6 +53,14 @@ class RuntimeWorkload(Workload):
     def sync(self, out: Any) -> None:  # the runtime returned with its outputs on the host
         pass
 
+    def infer_host(self, images: Any) -> Any:
+        """The forward on host images (NHWC float32, `batch_size` of them), laid out as the graph takes them
+        (NCHW); the logits as float32 numpy, a copy the next step cannot overwrite."""
+        x = np.ascontiguousarray(np.asarray(images, np.float32).transpose(0, 3, 1, 2))
+        if x.shape != self.x.shape:
+            raise ValueError(f"infer_host: images of shape {x.shape} (NCHW), the graph takes {self.x.shape}")
+        return np.array(self._run_on(x), np.float32)
+
     def state_bytes(self) -> int | None:
         """The graph's files (weights, constants) and the input."""
         return sum(p.stat().st_size for p in self.graph.path.iterdir() if p.is_file()) + self.x.nbytes
@@ -59,7 +68,7 @@ class RuntimeWorkload(Workload):
     def close(self) -> None:
         if self._close is not None:
             self._close()
-        self._run = self._close = None
+        self._run = self._run_on = self._close = None
 
 
 def images(batch: int, resolution: int, seed: int) -> np.ndarray:

@@ -79,10 +79,12 @@ class OrtBackend(RuntimeBackend):
                                  + " ".join(f"{k}={v}" for k, v in SESSION_CONFIG.items()),
                     "graph_optimization_level": GRAPH_OPTIMIZATION.name, "opset": OPSET}
 
+        name = sess.get_inputs()[0].name
+
         def run():
             return sess.run(None, feed)[0]
 
-        return RuntimeWorkload(run, x, graph, settings)
+        return RuntimeWorkload(run, x, graph, settings, run_on=lambda images: sess.run(None, {name: images})[0])
 
     def numerics_in_force(self) -> str | None:
         return f"graph_optimization_level={GRAPH_OPTIMIZATION.name} " + " ".join(
