@@ -213,6 +213,32 @@ def model_asked(model: str | None, sets: list[str] | None, default: str) -> str:
     return " ".join(f"--set {k}={v}" for k, v in wanted.items()) if wanted else default
 
 
+def checkpoint_fields(path, model: str | None, sets: list[str] | None) -> dict:
+    """A task's fields for a checkpoint file a command was given: its `model` (--model and --set, else the file's:
+    a vitbench checkpoint's header says it, weights of another origin are read for theirs), its trained
+    `resolution` and `backend` (None: unknown), as the defaults of the command's options. A vitbench checkpoint
+    of another architecture than asked is refused here, naming --model / --set (the task's Params refuse it too,
+    after checking the resolution against the model asked for)."""
+    from pathlib import Path
+
+    from vitbench.transfer.checkpoint import checkpoint_spec, load_checkpoint, read_meta, refuse_other_architecture
+
+    path = Path(path).expanduser()
+    meta = read_meta(path) if path.suffix == ".safetensors" and path.is_file() else None
+    asked = with_sets(model, sets) if model else None
+    if meta is None:  # weights of another origin (or no file: the loader says so)
+        ckpt = load_checkpoint(path, asked)
+        return {"model": asked or with_sets(ckpt.spec.name, sets), "resolution": ckpt.resolution, "backend": None}
+    have = checkpoint_spec(path)
+    if model or sets:
+        from vitbench.models.specs import get_spec
+
+        refuse_other_architecture(have, get_spec(asked) if asked else have.with_overrides(**parse_sets(sets)),
+                                  model_asked(model, sets, "--model"))
+    return {"model": asked or with_sets(have.name, sets), "resolution": int(meta["resolution"]),
+            "backend": meta.get("backend")}
+
+
 def with_sets(model: str, sets: list[str] | None, option: str = "--set") -> str:
     """The canonical name of `model` with the `--set KEY=VALUE` overrides applied (vitbench.models.overrides),
     e.g. ("ViT-B/16", ["depth=6"]) -> "ViT-B/16[depth=6]"; `model` unchanged without overrides. A bad key,

@@ -10,7 +10,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from vitbench.cli import app
-from vitbench.cli.common import SET_HELP, console, err_console, model_asked, print_json, task_params, with_sets
+from vitbench.cli.common import (SET_HELP, checkpoint_fields, console, err_console, model_asked, print_json,
+                                 task_params, with_sets)
 from vitbench.cli.options import cli_option, from_field
 from vitbench.errors import ConfigError, shorten
 from vitbench.tasks.inspection import Inspect
@@ -26,7 +27,6 @@ def _fields(source: str, sets: list[str] | None, model: str | None) -> dict:
     initialisation; or the checkpoint, its model (--model, else the file's: a vitbench checkpoint's header, or
     inferred from weights of another origin) and its trained resolution as the default one."""
     from vitbench.insight.source import checkpoint_file
-    from vitbench.transfer.checkpoint import checkpoint_spec, load_checkpoint, read_meta
 
     path = checkpoint_file(source)
     if path is None:
@@ -34,13 +34,8 @@ def _fields(source: str, sets: list[str] | None, model: str | None) -> dict:
             raise ConfigError(f"--model {shorten(model)} names a checkpoint's model; SOURCE {shorten(source)} is "
                               "no checkpoint file (a model name goes in SOURCE alone)")
         return {"model": with_sets(source, sets), "inspect_weights": "random"}
-    meta = read_meta(path) if path.suffix == ".safetensors" and path.is_file() else None
-    if meta is None:  # weights of another origin (or no file: the loader says so): their model and size
-        ckpt = load_checkpoint(path, with_sets(model, sets) if model else None)
-        name, trained = ckpt.spec.name, ckpt.resolution
-    else:
-        name, trained = checkpoint_spec(path).name, int(meta["resolution"])
-    return {"model": with_sets(model or name, sets), "checkpoint": source, "resolution": trained}
+    found = checkpoint_fields(path, model, sets)
+    return {"model": found["model"], "checkpoint": source, "resolution": found["resolution"]}
 
 
 @app.command("inspect")

@@ -9,7 +9,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from vitbench.cli import app
-from vitbench.cli.common import SET_HELP, console, model_asked, print_json, task_params, with_sets
+from vitbench.cli.common import (SET_HELP, checkpoint_fields, console, model_asked, print_json, task_params,
+                                 with_sets)
 from vitbench.cli.data_options import (
     DATA,
     DATA_PATH,
@@ -186,10 +187,8 @@ def _upstream_values(o) -> dict:
     --model, else the file's; its resolution and backend the defaults of --resolution and --backend: a vitbench
     checkpoint's header says them, weights of another origin are read for theirs), or --model, pre-trained here
     (with --pretrain-steps, --pretrain-warmup-steps). Options that only shape a pre-training are refused beside a
-    checkpoint (they would be ignored). A vitbench checkpoint of another architecture than --model / --set is
-    refused by the task's Params (FromCheckpoint)."""
-    from pathlib import Path
-
+    checkpoint (they would be ignored); a vitbench checkpoint of another architecture than --model / --set is
+    refused naming them (cli.common.checkpoint_fields)."""
     from vitbench.errors import ConfigError
 
     if not o.checkpoint:
@@ -204,18 +203,10 @@ def _upstream_values(o) -> dict:
         raise ConfigError(f"--checkpoint gives the upstream; {', '.join(ignored)} would be ignored: give "
                           "either --checkpoint PATH (--model NAME: its architecture), or --model NAME with "
                           "its pre-training options")
-    from vitbench.transfer.checkpoint import checkpoint_spec, load_checkpoint, read_meta
-
-    path = Path(o.checkpoint).expanduser()
-    meta = read_meta(path) if path.suffix == ".safetensors" and path.is_file() else None
-    named = with_sets(o.model, o.sets) if o.model else None  # the checkpoint's architecture, as told
-    if meta is not None:
-        name, backend, trained = checkpoint_spec(path).name, meta.get("backend"), int(meta["resolution"])
-    else:  # weights of another origin (or no file: the loader says so)
-        ckpt = load_checkpoint(path, named)
-        name, backend, trained = ckpt.spec.name, None, ckpt.resolution
-    return {"checkpoint": o.checkpoint, "model": named or with_sets(name, o.sets),
-            "resolution": trained if o.resolution is None else o.resolution, "backend": o.backend or backend}
+    found = checkpoint_fields(o.checkpoint, o.model, o.sets)
+    return {"checkpoint": o.checkpoint, "model": found["model"],
+            "resolution": found["resolution"] if o.resolution is None else o.resolution,
+            "backend": o.backend or found["backend"]}
 
 
 # The options fewshot and finetune share, declared once (their configs share DownstreamConfig's fields).
