@@ -15,7 +15,8 @@ vitbench.history.changes.noise_sd, so no constant is read off the draw):
   binseg-2           ruptures binary segmentation, the same penalty as pelt-2
   e-divisive         MongoDB's signal-processing-algorithms (E-divisive means, Matteson and James 2014, as Apache
                      Otava and MongoDB's CI use it), its defaults (pvalue 0.05, 100 permutations); skipped when the
-                     package is not importable (it is not in the lock: pip install signal-processing-algorithms)
+                     package is not importable (it is not in the lock: pip install
+                     signal-processing-algorithms, which needs more-itertools and structlog)
 Confidence (`+conf`): the same changes kept only at vitbench's permutation confidence >= 0.95, the ones that fail
 CI. Two draws: a development draw (seed 0) on which the method is chosen, and a verification draw (seed 1),
 reported apart. `--sd` sets other noise (e.g. 0.063 / sqrt(k): the median of k runs per commit).
@@ -129,7 +130,7 @@ def main(argv=None) -> int:
     for m in a.methods.split(","):
         if m == "e-divisive":
             try:
-                import signal_processing_algorithms  # noqa: F401
+                from signal_processing_algorithms.energy_statistics import energy_statistics  # noqa: F401
             except ImportError:
                 print("e-divisive: signal-processing-algorithms is not installed; skipped", file=sys.stderr)
                 continue
