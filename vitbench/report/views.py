@@ -39,8 +39,9 @@ register_report(ReportPart(
                     plots.throughput_vs_resolution),),
     order=10))
 register_report(ReportPart("backends", "Backends side by side (img/s as in the throughput table: median over "
-                           "repeats; ratio to the default backend)", (bench.KIND,), tables.backend_pivot,
-                           order=11))
+                           "repeats; each backend's ratio to the default backend at the same settings, so with "
+                           "compile off its speed-up over the default's eager step)", (bench.KIND,),
+                           tables.backend_pivot, order=11))
 register_report(ReportPart(
     "devices", "Throughput across devices (scaling efficiency against the study's 1-device trial)", (bench.KIND,),
     devices.scaling,
