@@ -38,6 +38,7 @@ from vitbench.record import ErrorInfo, Record, Status, now
 KIND = "serve"
 OFFLINE_MARGIN = 1.5  # Offline's expected rate over the throughput mode's (see `serve`)
 MAX_QUERIES = 1_000_000  # stream queries LoadGen is asked to make at most (MLPerf's 600 s at 0.6 ms each)
+HINT_S = 1e-4  # the expected stream latency LoadGen is told at most: 10,000 queries per second of minimum duration
 
 
 @dataclass(frozen=True)
@@ -106,10 +107,11 @@ def serve(step: Step, backend: str, device: str, threads: int | None, images: np
                   for s, p in prep.items()}
         capacity = sizes[-1] / step_s[sizes[-1]]  # samples/s of back-to-back largest batches, at warm-up
         # LoadGen's hint for how many stream queries to make: a run that runs out of queries before its minimum
-        # duration is INVALID, so a tenth of the fastest warm-up step (a quieter moment may run faster), but no
-        # more than MAX_QUERIES queries in the minimum duration (each query is memory LoadGen holds)
+        # duration is INVALID, so a tenth of the fastest warm-up step and at most HINT_S (a warm-up on a busy host
+        # can be 10x slower than the run: a JAX SingleStream test ran out so), but no more than MAX_QUERIES
+        # queries in the minimum duration (each query is memory LoadGen holds)
         fastest = min(min(p["warmup_s"] or [p["first_step_s"]]) for p in prep.values())
-        hint_s = max(fastest / 10, settings.min_duration_s / MAX_QUERIES)
+        hint_s = max(min(fastest / 10, HINT_S), settings.min_duration_s / MAX_QUERIES)
         settings = replace(settings, expected_latency_ms=1000 * hint_s)
 
         def one(s: loadgen.Settings) -> loadgen.Served:
