@@ -13,6 +13,8 @@ import math
 
 def fmt(v) -> str:
     """`v` as a person should read it (see the module docstring); booleans as yes/no, anything else as str."""
+    if type(v) is str:  # most cells of a report's tables: at once (issue 51: 480,000 calls at 10,000 rows)
+        return v
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return ""
     if type(v).__name__ == "NAType":  # pandas.NA, without importing pandas
