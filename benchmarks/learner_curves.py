@@ -18,6 +18,10 @@ Anchors: 16 * 2^(k/2), k = 0..20 (16 to 16384, three decades, 21 points); SVC (k
 Each point is the mean error rate over REPEATS training subsets, drawn without replacement from the task's training
 rows with seed (repeat, anchor): the same subsets for every learner.
 
+Subsets: `--tasks` and `--learners` draw only those tasks' and learners' curves (default: every one). A curve
+depends only on its task, learner and `--seed`, so a subset's curves are exactly those of the full draw (rows in
+the same order within a curve): a draw too slow for a busy machine can be made a few learners at a time.
+
 Rows: one per (curve, anchor): `curve` ("<task>:<learner>"), `task`, `learner`, `n_train`, `error` (the mean
 held-out error rate), `error_sd` (over the repeats). A curve whose error reaches 0 at any anchor is dropped (the
 laws are fitted in log error), and said on stderr with the counts. A fit that fails (e.g. QDA on fewer rows of
@@ -126,8 +130,10 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0, help="another draw of every task's data (module docstring)")
-    ap.add_argument("--tasks", nargs="*", default=[*TASKS, "digits"], choices=[*TASKS, "digits"])
-    ap.add_argument("--learners", nargs="*", default=list(LEARNERS), choices=list(LEARNERS))
+    ap.add_argument("--tasks", nargs="*", default=[*TASKS, "digits"], choices=[*TASKS, "digits"],
+                    help="only these tasks' curves (module docstring, \"Subsets\")")
+    ap.add_argument("--learners", nargs="*", default=list(LEARNERS), choices=list(LEARNERS),
+                    help="only these learners' curves (module docstring, \"Subsets\")")
     args = ap.parse_args(argv)
     pairs = [(t, lrn) for t in args.tasks for lrn in args.learners]
     with ProcessPoolExecutor(args.workers) as pool:
