@@ -216,3 +216,36 @@ def test_the_report_draws_latency_against_qps_with_the_bound(tmp_path):
     assert "latency_vs_qps" in rep.figures
     md = (tmp_path / "out" / "report.md").read_text()
     assert "Serving under MLPerf's LoadGen" in md and "VALID up to x" in md
+
+
+def _fake_run(valid_below: float):
+    """A stand-in for one LoadGen run (no LoadGen): VALID at target rates below `valid_below`."""
+    from types import SimpleNamespace
+
+    def one(s):
+        ok = s.target_qps < valid_below
+        return SimpleNamespace(settings=s, result=SimpleNamespace(valid=ok, reason=None if ok else "over"))
+
+    return one
+
+
+def test_the_server_search_halves_then_bisects_to_its_tolerance():
+    from vitbench.measure.serve import Search, search_qps
+
+    s = loadgen.Settings("Server", 1.0, 15.0, 99.0, 1.0, 100, 8, 1.0)
+    runs, best = search_qps(_fake_run(300.0), s, 1000.0, Search(0.05, 20))
+    rates = [r.settings.target_qps for r in runs]
+    assert rates[:2] == [500.0, 250.0]  # halved from half the ceiling until VALID, then bisected
+    assert best.settings.target_qps < 300.0 <= min(q for q in rates if q >= 300.0)
+    assert min(q for q in rates if q >= 300.0) - best.settings.target_qps <= 0.05 * best.settings.target_qps
+
+
+def test_the_server_search_stops_halving_where_a_probe_would_last_too_long():
+    from vitbench.measure.serve import MAX_PROBE_S, Search, _bracket, search_qps
+
+    s = loadgen.Settings("Server", 1.0, 15.0, 99.0, 1.0, 1000, 8, 1.0)  # 1000 queries: 10 s at 100 QPS
+    runs, best = search_qps(_fake_run(0.0), s, 800.0, Search(0.05, 50))  # never VALID
+    rates = [r.settings.target_qps for r in runs]
+    assert best is None and all(1000 / q <= MAX_PROBE_S for q in rates)
+    assert 1000 / (rates[-1] / 2) > MAX_PROBE_S  # the next halving would have run too long
+    assert "stopped: a probe at" in _bracket(runs)

@@ -11,8 +11,8 @@ Method (one LoadGen run each: vitbench.measure.loadgen):
   - Server with a `target_qps`: one run at it; without: a search for the highest target QPS that LoadGen judges
     VALID at the latency bound: the first probe at half the max batch's rate in the throughput mode (measured
     first, up to 2 s; no server completes more), halved while INVALID, then bisection between the highest VALID
-    and the lowest INVALID until they are within `qps_tolerance` of each other or `max_probes` runs were made.
-    Each probe is a full LoadGen run, kept.
+    and the lowest INVALID until they are within `qps_tolerance` of each other or `max_probes` runs were made,
+    and never halved to a rate whose run would last over MAX_PROBE_S. Each probe is a full LoadGen run, kept.
 A row is ok only when LoadGen judged its run VALID (Server: at least one probe); otherwise it is an error row
 that keeps its numbers, LoadGen's reasons (minimum duration, query count, early stopping, the bound) and logs.
 """
@@ -38,6 +38,10 @@ from vitbench.record import ErrorInfo, Record, Status, now
 KIND = "serve"
 OFFLINE_MARGIN = 1.5  # Offline's expected rate over the throughput mode's (see `serve`)
 MAX_QUERIES = 1_000_000  # stream queries LoadGen is asked to make at most (MLPerf's 600 s at 0.6 ms each)
+# The Server search halves no further once a probe's schedule would last longer than this: at a rate where
+# min_query_count queries take minutes, a busy host's tail, not the model, decides the verdict (a torch search at
+# load ~15 was still halving 10 min into a trial); the row's bracket then says where it stopped.
+MAX_PROBE_S = 120.0
 HINT_S = 1e-4  # the expected stream latency LoadGen is told at most: 10,000 queries per second of minimum duration
 
 
@@ -189,6 +193,8 @@ def search_qps(one, settings: loadgen.Settings, capacity: float, search: Search
     lo, hi = 0.0, capacity  # highest VALID so far, lowest INVALID so far (capacity: assumed, never probed)
     qps = capacity / 2
     while len(runs) < search.max_probes:
+        if runs and probe_s(settings, qps) > MAX_PROBE_S:  # halving further: each probe twice as long
+            break
         r = one(replace(settings, target_qps=qps))
         runs.append(r)
         if r.result.valid:
@@ -201,13 +207,22 @@ def search_qps(one, settings: loadgen.Settings, capacity: float, search: Search
     return runs, best
 
 
+def probe_s(settings: loadgen.Settings, qps: float) -> float:
+    """How long LoadGen's schedule of a Server run at `qps` lasts: until both its minimum duration and its
+    minimum query count are reached."""
+    return max(settings.min_duration_s, settings.min_query_count / qps)
+
+
 def _bracket(runs: list[loadgen.Served]) -> str:
     """'VALID at A, INVALID at B QPS': the search's final bracket in words."""
     valid = [r.settings.target_qps for r in runs if r.result.valid]
     invalid = [r.settings.target_qps for r in runs if not r.result.valid]
     a = f"VALID up to {max(valid):.4g}" if valid else "none VALID"
     b = f"INVALID from {min(invalid):.4g}" if invalid else "no INVALID probe (capacity not probed)"
-    return f"{a}, {b} QPS"
+    stop = ""
+    if not valid and invalid and probe_s(runs[-1].settings, min(invalid) / 2) > MAX_PROBE_S:
+        stop = f" (stopped: a probe at {min(invalid) / 2:.4g} QPS would last over {MAX_PROBE_S:g} s)"
+    return f"{a}, {b} QPS{stop}"
 
 
 def throughput(be, work, seconds: float) -> dict:
