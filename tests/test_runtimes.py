@@ -83,6 +83,9 @@ def test_the_graph_is_cached_by_its_key_and_the_row_names_it(name, runtimes):
         assert b.settings["graph_cached"] is True and c.settings["graph_cached"] is False
         assert b.settings["graph_export_s"] == a.settings["graph_export_s"] > 0  # the export's, kept
         assert a.compile_s > 0 and a.settings["intra_op_threads"] == 1 and a.settings["inter_op_threads"] == 1
+        # explicit fp32, as the runtime reports it back (OpenVINO's CPU plug-in would pick bf16 on AMX by itself)
+        assert {"onnxruntime": ("graph_optimization_level", "ORT_ENABLE_ALL"),
+                "openvino": ("openvino_inference_precision_hint", "f32")}[name] in a.settings.items()
         assert np.array(b.step()).shape[0] == 4
     finally:
         for w in (a, b, c):

@@ -7,7 +7,7 @@ and `vitbench cache --prune` removes it when unused (vitbench.caches); $VITBENCH
 afresh into a temporary directory that lives as long as the process.
 
 The key is vitbench.value_cache.key's (vitbench's source and the model family's, framework versions, compiler
-environment, host) with the backend's request: model spec, seed (the weights: the eager model is built from it),
+environment as the process had it before its first export, host) with the backend's request: model spec, seed (the weights: the eager model is built from it),
 resolution, classes, dynamic axes, opset, precision and whatever else the export reads. A directory is written
 under a temporary name and renamed into place whole, so a reader sees a whole graph or none; a directory whose
 `key.json` does not hold exactly the key is exported again (never trusted by its name alone). Nothing here is
@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vitbench.paths import compile_cache_dir, mark_used, open_compile_cache
+from vitbench.value_cache import compiler_env
 from vitbench.value_cache import key as value_key
 
 KEY_FILE = "key.json"
@@ -56,6 +57,9 @@ class GraphCache:
         self.subdir = subdir
         self.hits = self.misses = 0
         self._scratch: tempfile.TemporaryDirectory | None = None
+        # the compiler environment as the process had it before any export: torch's exporter sets
+        # TORCHINDUCTOR_CACHE_DIR itself, which would give the same graph another key after the first export
+        self._env = compiler_env()
 
     def root(self) -> Path | None:
         """The cache's directory, opened (None: the compile caches are off)."""
@@ -66,7 +70,7 @@ class GraphCache:
             export: Callable[[Path], None]) -> Graph:
         """The graph of `request`: read from the cache when a directory holds exactly its key, else `export(dir)`
         writes the runtime's files into an empty directory, timed, and the directory is kept."""
-        k = value_key("graph", request, frameworks, modules=modules)
+        k = {**value_key("graph", request, frameworks, modules=modules), "compiler_env": self._env}
         digest = hashlib.sha256(json.dumps(k, sort_keys=True).encode()).hexdigest()[:32]
         root = self.root()
         if root is None:

@@ -69,7 +69,7 @@ class OpenVinoBackend(RuntimeBackend):
         compiled = self.compiled(graph, step, x.shape[0])
         request = compiled.create_infer_request()
         request.set_input_tensor(ov.Tensor(x))  # shares x's memory
-        props = {k: str(compiled.get_property(k)) for k in READ_BACK}
+        props = {k: _word(compiled.get_property(k)) for k in READ_BACK}
         settings = {"matmul_precision": props["INFERENCE_PRECISION_HINT"],
                     "framework": f"openvino {ov.get_version()} {DEVICE} "
                                  + " ".join(f"{k}={v}" for k, v in props.items()),
@@ -99,6 +99,14 @@ class OpenVinoBackend(RuntimeBackend):
     def numerics_in_force(self) -> str | None:
         return (f"INFERENCE_PRECISION_HINT={PRECISION_HINT['fp32']} "
                 f"EXECUTION_MODE_HINT={FIXED['EXECUTION_MODE_HINT']}")
+
+
+def _word(value) -> str:
+    """A property as OpenVINO spells it in a config: an element type's name (f32), an enum member's (ACCURACY)."""
+    if hasattr(value, "to_string"):
+        return value.to_string()
+    name = getattr(value, "name", None)
+    return name if isinstance(name, str) else str(value)
 
 
 def convert(step: Step) -> ov.Model:
