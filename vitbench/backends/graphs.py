@@ -7,8 +7,9 @@ and `vitbench cache --prune` removes it when unused (vitbench.caches); $VITBENCH
 afresh into a temporary directory that lives as long as the process.
 
 The key is vitbench.value_cache.key's (vitbench's source and the model family's, framework versions, compiler
-environment as the process had it before its first export, host) with the backend's request: model spec, seed (the weights: the eager model is built from it),
-resolution, classes, dynamic axes, opset, precision and whatever else the export reads. A directory is written
+environment as the process had it before its first export, host) with the backend's request: model spec, seed
+(the weights: the eager model is built from it), resolution, classes, dynamic axes, opset, precision and whatever
+else the export reads. A directory is written
 under a temporary name and renamed into place whole, so a reader sees a whole graph or none; a directory whose
 `key.json` does not hold exactly the key is exported again (never trusted by its name alone). Nothing here is
 unpickled: a graph is read by its runtime's own parser.
