@@ -146,39 +146,3 @@ def test_an_interval_without_a_backtest_or_residuals_is_said():
     one = fit_group({}, c[:1], e[:1], [""], FitSpec(bootstrap=0, predict=[100.0]))
     assert not one.predictions and "no law could be fitted" in one.no_prediction
     assert LawError(0.1, 0.0, 0.95).band(np.log([0.5]), [1.0], cap=np.array([0.4]))[1][0] == 0.5  # never below mid
-
-
-def test_the_drift_leaves_out_what_its_points_own_noise_puts_in_it():
-    """Misses that are pure noise (no drift): each cut-off's slope through them is noise, whose sampling variance
-    sigma^2 / sum(r^2) drift_squares takes out (vitbench.fit.interval, "Noise in the drift"), so k comes out near 0,
-    where the raw samples gave sqrt(mean(d^2)); a real drift far above the noise is kept."""
-    rng = np.random.default_rng(0)
-    cut = np.repeat([10.0, 30.0, 100.0, 300.0], 40)
-    reach = np.tile(np.linspace(0.05, 1.0, 40), 4)
-    sigma = 0.05
-    noise = {c: sigma for c in np.unique(cut)}
-    err = rng.normal(0, sigma, cut.size)
-    raw = law_error(cut, reach, err, {}, sigma, 0.95, noise_dof=50)
-    cleaned = law_error(cut, reach, err, noise, sigma, 0.95, noise_dof=50)
-    one_sd = sigma / math.sqrt(float(np.sum(np.linspace(0.05, 1.0, 40) ** 2)))  # a slope's sd from the noise
-    assert raw.slope > 0.5 * one_sd and cleaned.slope < raw.slope
-    # E[d^2 - v] = 0: mean of 4 such terms is within a few sd of 0 (sd of d^2 - v: sqrt(2) v; Z_STAT-like margin)
-    assert cleaned.slope**2 <= 5 * math.sqrt(2) * one_sd**2 / 2
-    drifting = law_error(cut, reach, err + 0.5 * reach, noise, sigma, 0.95, noise_dof=50)
-    assert drifting.slope == pytest.approx(0.5, abs=5 * one_sd)  # the drift's estimate, within 5 sd of its noise
-
-
-def test_a_measured_law_term_carries_the_parameter_error():
-    """Where the backtest measured the law's error, the interval is t sqrt(noise^2 + (k r)^2): the backtest's misses
-    already hold its fits' parameter error, so the bootstrap spread is not added again (vitbench.fit.interval,
-    "Parameters"); the bounds still use it. Narrower than with it, never narrower than its own law term."""
-    g = fit_group({}, C, _error(4), [""] * len(C), FitSpec(bootstrap=100, predict=[3e3], reach=0.5))
-    assert g.misses is not None and g.misses.err.size
-    law, le = g.law(), g.law_error
-    x = np.array([3e3])
-    mid, r = law.log_predict(x), np.log10(x / C.max())
-    _, lo, hi = g.band(x)
-    bare_lo, bare_hi = le.band(mid, r)  # no parameter term
-    with_lo, _ = le.band(mid, r, param_log_var(list(law.fits), law.named_weights, x))
-    assert lo[0] == max(bare_lo[0], floor_bound(law, le))
-    assert hi[0] <= bare_hi[0] and with_lo[0] <= lo[0] <= g.predictions[0].value

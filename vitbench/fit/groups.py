@@ -93,10 +93,7 @@ class GroupFit:
         le = self.law_error if ci is None else replace(self.law_error, ci=ci)
         xs = np.asarray(compute, dtype=float)
         mid = law.log_predict(xs)
-        # the parameter term only where no backtest measured the law's error: its misses carry the parameter error
-        # of its fits (vitbench.fit.interval, "Parameters"); the bounds keep it (upper_cap)
-        measured = self.misses is not None and bool(self.misses.err.size)
-        var = param_log_var(self.fits, self.weights, xs) if self.replicated and not measured else np.zeros(len(xs))
+        var = param_log_var(self.fits, self.weights, xs) if self.replicated else np.zeros(len(xs))
         lo, hi = le.band(mid, np.log10(xs / self.compute.max()), var,
                          upper_cap(law, le, self.backtest.compute, xs, self.replicated), floor_bound(law, le))
         return np.exp(mid), lo, hi

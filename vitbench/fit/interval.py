@@ -4,8 +4,8 @@ A prediction of one future measurement at compute C, `reach` r = log10(C / large
 for three reasons, independent to first order, so their variances (of the log error) add:
 
 - the parameters: the fit's bootstrap spread at C (each weighted form's replicates about its own estimate, the
-  weighted mean of their variances; vitbench.fit.backtest.param_log_var), counted only where no backtest measured
-  the law's error ("Parameters" below);
+  weighted mean of their variances; vitbench.fit.backtest.param_log_var). How far the forms disagree is the law's
+  error, which the third term measures: counted in both, it was counted twice;
 - the noise of one observation: the combined law's in-sample RMSE of log residuals, `noise`, stretched by
   sqrt(n / (n - p)) for the p parameters of its richest form (the degrees of freedom the residuals lost);
 - the law itself: a law that is not the truth drifts from the curve as it extrapolates. Its error is measured by
@@ -31,18 +31,6 @@ with the Welch-Satterthwaite degrees of freedom (Satterthwaite 1946: nu = V^2 / 
 V = param_var + noise^2 + (k r)^2, the noise term carrying the final fit's n - p, the law term n_c, the bootstrap
 term counted exact (its replicates are many). Where the law term dominates, t is t(n_c): 3.18 for n_c = 3 at 95 %,
 not 1.96.
-Parameters. A backtest fit's misses are its law's drift and its own parameter error together (a fit on fewer
-budgets than the final fit, so a larger one): k carries the parameter error already, and adding the final fit's
-bootstrap spread counted it twice (on the learner curves of seed 0 the parameter term was the largest of the
-three in the median point, and 95 % intervals held 97.6 %; docs/scaling-laws.md, issue 49). So where the backtest
-measured k (vitbench.fit.groups.GroupFit.band) the interval is t sqrt(noise^2 + (k r)^2), as the backtest's own
-coverage below has always been computed; without a backtest the parameter term stands in for the unmeasured law
-term. The bounds (upper_cap, at reach 0: no law term) keep it.
-Noise in the drift. A cut-off's drift sample d_c is a slope through its held-out points, each a noisy
-observation: its sampling variance sigma_c^2 / sum(r^2) (sigma_c that fit's noise) is in d_c^2, largest for the
-later cut-offs' short reaches, and the interval counts that noise again as its own term. So each sample enters k^2
-as d_c^2 - sigma_c^2 / sum(r^2) (a method-of-moments estimate of the drift's own variance), k^2 at least 0
-(drift_squares).
 Prior. One group's law drift rests on its few windows (one, on a curve short for its reach: t(1) = 12.7 at
 95 %), while the other groups of the same fit (the other models, tasks or runs of a study) measured how such
 curves drift. With two or more groups (`--prior groups`, the choice's prior too), a group's k^2 is blended with
@@ -71,8 +59,9 @@ no floor).
 Its coverage is measured on the backtest: each cut-off's held-out points against intervals from that cut-off's
 noise and a k fitted on the other cut-offs only, with the other cut-offs' independent tails as its degrees of
 freedom (leave-one-cut-off-out, so no point judges an interval built from it); with a single cut-off, k and its
-degrees of freedom come from that cut-off itself (`held_out` False: in-sample). No parameter term there either
-("Parameters").
+degrees of freedom come from that cut-off itself (`held_out` False: in-sample). The parameter term is left out
+there (the backtest's fits have no bootstrap); the backtest's misses include the parameter error of its smaller
+fits, so k carries it.
 """
 
 from __future__ import annotations
@@ -181,24 +170,21 @@ def dof_noise(rmse_log: float, n: int, p: int) -> float:
     return float(rmse_log * math.sqrt(n / (n - p))) if n > p else float(rmse_log)
 
 
-def drift_squares(cutoff: np.ndarray, reach: np.ndarray, err: np.ndarray, cut_noise: dict[float, float] | None,
-                  smallest: float | None = None, to: float | None = None) -> np.ndarray:
-    """Per cut-off, its drift sample squared: d_c = sum(r e) / sum(r^2), the least-squares slope through the origin
-    of its misses against reach (module docstring, "Counting the evidence"), less what its points' own noise puts
-    in d_c^2, sigma_c^2 / sum(r^2), sigma_c that cut-off's fit noise (`cut_noise`; None: nothing taken out; "Noise
-    in the drift"); with `smallest` (the smallest budget the fits saw) and `to` (a fit's largest budget), taken to
-    a fit that saw up to `to`: x ((decades its fit saw / decades up to `to`)^SPAN_POWER)^2 ("Span")."""
+def drifts(cutoff: np.ndarray, reach: np.ndarray, err: np.ndarray, smallest: float | None = None,
+           to: float | None = None) -> np.ndarray:
+    """One sample of the law's drift per cut-off: the least-squares slope through the origin of its misses against
+    reach, sum(r e) / sum(r^2) (module docstring, "Counting the evidence"); with `smallest` (the smallest budget
+    the fits saw) and `to` (a fit's largest budget), each taken to the drift of a fit that saw up to `to`:
+    x (decades its fit saw / decades up to `to`)^SPAN_POWER (module docstring, "Span")."""
     out = []
     for c in np.unique(cutoff):
         m = cutoff == c
         den = float(np.sum(reach[m] ** 2))
         if den > 0:
             d = float(np.sum(reach[m] * err[m])) / den
-            v = cut_noise.get(float(c), 0.0) ** 2 / den if cut_noise else 0.0
-            f = 1.0
             if smallest is not None and to is not None and to > smallest:
-                f = (math.log10(c / smallest) / math.log10(to / smallest)) ** SPAN_POWER
-            out.append((d * d - v) * f * f)
+                d *= (math.log10(c / smallest) / math.log10(to / smallest)) ** SPAN_POWER
+            out.append(d)
     return np.array(out)
 
 
@@ -248,10 +234,10 @@ def law_error(cutoff: np.ndarray, reach: np.ndarray, err: np.ndarray, cut_noise:
     cutoff, reach, err = (np.asarray(a, dtype=float) for a in (cutoff, reach, err))
     fall = np.full(err.size, np.inf) if fall is None else np.asarray(fall, dtype=float)
     smallest, largest = span if span is not None else (None, None)
-    d = drift_squares(cutoff, reach, err, cut_noise, smallest, largest)
+    d = drifts(cutoff, reach, err, smallest, largest)
     if d.size == 0:
         return LawError(noise, 0.0, ci, noise_dof=noise_dof)
-    own2, own_n = max(float(np.mean(d)), 0.0), independent_tails(cutoff, reach)
+    own2, own_n = float(np.mean(d**2)), independent_tails(cutoff, reach)
     k2, dof = with_prior(own2, own_n, prior)
     cuts = np.unique(cutoff)
     pnoise = np.array([cut_noise.get(float(c), noise) for c in cutoff])
@@ -259,12 +245,10 @@ def law_error(cutoff: np.ndarray, reach: np.ndarray, err: np.ndarray, cut_noise:
     for c in cuts:
         m = cutoff == c
         if len(cuts) > 1:  # the other cut-offs' drifts, taken to this cut-off's fit
-            rest = drift_squares(cutoff[~m], reach[~m], err[~m], cut_noise, smallest,
-                                 float(c) if span is not None else None)
-            k2_o, n_o = with_prior(max(float(np.mean(rest)), 0.0), independent_tails(cutoff[~m], reach[~m]), prior)
+            rest = drifts(cutoff[~m], reach[~m], err[~m], smallest, float(c) if span is not None else None)
+            k2_o, n_o = with_prior(float(np.mean(rest**2)), independent_tails(cutoff[~m], reach[~m]), prior)
         else:
-            k2_o, n_o = with_prior(max(float(np.mean(drift_squares(cutoff, reach, err, cut_noise))), 0.0), own_n,
-                                   prior)
+            k2_o, n_o = with_prior(float(np.mean(drifts(cutoff, reach, err) ** 2)), own_n, prior)
         law_v, noise_v = k2_o * reach[m] ** 2, pnoise[m] ** 2
         half = student(ci, satterthwaite([noise_v, law_v], [noise_dof, n_o])) * np.sqrt(noise_v + law_v)
         up = np.minimum(half, fall[m] + student(ci, noise_dof) * pnoise[m])  # at most the cut-off's interval
