@@ -207,8 +207,11 @@ def test_matched_trials_without_a_selected_metric_are_listed():
     fl = record("flops", dict(trial), metrics={"gflops": 0.1, "params_m": 0.05}, key="fl", repeat=0, trial=trial)
     cmp = compare([bench_record("A"), fl], [bench_record("A"), fl])
     assert [r.metric for r in cmp.rows] == ["img_per_s"]
+    from vitbench.compare.comparison import default_metrics  # every task's speed metric (serve's too)
+
+    assert {"img_per_s", "max_batch_size"} <= set(default_metrics())
     assert cmp.not_compared == [("A flops torch 32px",
-                                 "flops records carry none of: img_per_s, max_batch_size")]
+                                 f"flops records carry none of: {', '.join(default_metrics())}")]
     assert "Matched, no metric to compare" in to_markdown(cmp)
 
 
