@@ -937,8 +937,27 @@ def test_every_mode_decodes_to_the_values_it_holds():
     cmyk = Image.fromarray(np.array([[[0, 0, 0, 0], [255, 0, 0, 0], [0, 0, 0, 255]]], np.uint8), "CMYK")
     assert (_decoded(cmyk, "TIFF") == [[[255, 255, 255], [0, 255, 255], [0, 0, 0]]]).all()  # white, cyan, black
     rgb16 = np.array([[[0, 0x1280, 0xFFFF], [0x8000, 0x00FF, 0x0100]]], np.uint16)
-    levels = decode_bytes(png16_rgb(rgb16), "x").astype(float)
-    assert np.abs(levels - rgb16 / 257.0).max() <= 1.0  # an 8-bit level is 257 16-bit steps
+    got = decode_bytes(png16_rgb(rgb16), "x")  # Pillow alone: 8-bit, each sample's high byte
+    assert got.dtype == np.float32 and (got == rgb16.astype(np.float32) / np.float32(65535)).all()
+
+
+@pytest.mark.parametrize("interlace", [False, True])
+@pytest.mark.parametrize("channels", [3, 4])
+def test_a_16_bit_colour_png_decodes_to_its_values_whatever_its_filters(channels, interlace):
+    """Item 4: 16-bit RGB and RGBA PNGs (Pillow reads them as 8-bit) decode to every sample's own value, through
+    each of PNG's five row filters and Adam7 interlacing; alpha is dropped as for 8-bit images; a truncated or
+    inflated-past-its-header stream is a CorruptImage naming the file."""
+    from hostile_data import png16_rgb
+
+    from vitbench.transfer.pools import CorruptImage, decode_bytes
+
+    rng = np.random.default_rng(channels + 2 * interlace)
+    samples = rng.integers(0, 65536, size=(11, 13, channels), dtype=np.uint16)
+    png = png16_rgb(samples, filters=(0, 1, 2, 3, 4, 4, 3, 2, 1), interlace=interlace)
+    got = decode_bytes(png, "x.png")
+    assert got.shape == (11, 13, 3) and (got == samples[..., :3].astype(np.float32) / np.float32(65535)).all()
+    with pytest.raises(CorruptImage, match="x.png"):
+        decode_bytes(png[:len(png) // 2], "x.png")
 
 
 @pytest.mark.parametrize("what", ["float above 1", "float NaN", "32-bit integers", "decompression bomb"])

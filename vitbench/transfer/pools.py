@@ -21,6 +21,7 @@ from typing import Protocol
 import numpy as np
 
 from vitbench.errors import ConfigError
+from vitbench.transfer import png16
 from vitbench.transfer.preprocess import preprocess
 
 
@@ -89,6 +90,13 @@ def _opened(data: bytes | Path):
     return Image.open(data if isinstance(data, Path) else io.BytesIO(data))
 
 
+def _head(data: bytes | Path, n: int) -> bytes:
+    if isinstance(data, Path):
+        with data.open("rb") as f:
+            return f.read(n)
+    return data[:n]
+
+
 def _refusal(e: Exception) -> str:
     """Why PIL would not decode a file, for CorruptImage. Its pixel-count guard (DecompressionBombError: more
     than 2 x Image.MAX_IMAGE_PIXELS, ~179 M pixels, refused by `Image.open` before any pixel is read) says so."""
@@ -128,13 +136,16 @@ def decode_bytes(data: bytes | Path, origin: str) -> np.ndarray:
     """An encoded image (PNG, JPEG, any format PIL opens: a file path or its bytes) at the values it holds: uint8
     RGB (H, W, 3) for 8-bit modes (grey, palette, CMYK, YCbCr, LAB, HSV converted by PIL; alpha dropped, as the
     paper's `decode_image(channels=3)`), float32 (H, W, 1) in [0, 1] for 16-bit grey and [0, 1] float images
-    (`_deep_values`). CorruptImage naming `origin` when it does not decode whole (PIL raises on a truncated file
-    once the pixels are loaded), when PIL's pixel-count guard refuses it, or when its values have no known scale.
-    (Pillow reads a 16-bit RGB PNG as 8-bit RGB: each sample's high byte, within one 8-bit level of its value.)"""
+    (`_deep_values`), float32 (H, W, 3) in [0, 1] for 16-bit RGB/RGBA PNGs (which Pillow reads as 8-bit:
+    decoded by `png16` instead). CorruptImage naming `origin` when it does not decode whole (PIL raises on a
+    truncated file once the pixels are loaded), when PIL's pixel-count guard refuses it, or when its values have
+    no known scale."""
     try:
         with _opened(data) as im:
             im.load()
             mode, fmt = im.mode, im.format
+            if fmt == "PNG" and mode in ("RGB", "RGBA") and png16.is_deep_colour(_head(data, 26)):
+                return png16.decode(data.read_bytes() if isinstance(data, Path) else data)
             if mode in (*SIXTEEN_BIT_MODES, INT32_MODE, FLOAT_MODE):
                 deep = np.asarray(im)
             else:
