@@ -1081,3 +1081,29 @@ def test_a_tfds_test_split_alone_is_not_trained_on(tmp_path):
     write_tfds(tmp_path, "only_test", {"test": (x, y)}, ["0", "1", "2"])
     with pytest.raises(ConfigError, match=r"no 'train' split \(splits: \['test'\]\)"):
         load_splits({"name": "tfds", "path": str(tmp_path), "classes": None})
+
+
+def test_check_data_in_worker_processes_finds_what_one_process_finds(tmp_path):
+    """Item 4, through the worker pool: `--check-data` with workers (check_pool in spawned processes, chunks of
+    CHUNK images) names the same bad files, in the same order, as the check in this process: a truncated PNG, a
+    decompression bomb and a 16-bit RGB PNG (whole: not a failure) among more images than one chunk holds."""
+    from PIL import Image
+
+    from hostile_data import bomb_png, encoded, png16_rgb
+
+    from vitbench.transfer.check import CHUNK, check_pool
+    from vitbench.transfer.pools import FilePool
+
+    good = encoded(Image.fromarray(np.zeros((4, 4, 3), np.uint8)))
+    n = CHUNK + 40
+    bad = {7: good[:len(good) // 2], CHUNK + 3: bomb_png()}
+    files = []
+    for i in range(n):
+        f = tmp_path / f"{i:04d}.png"
+        f.write_bytes(bad.get(i, png16_rgb(np.full((2, 2, 3), 300, np.uint16)) if i == 11 else good))
+        files.append(str(f))
+    pool, idx = FilePool(files), np.arange(n)
+    here = check_pool(pool, idx, workers=0)
+    assert list(here) == [files[7], files[CHUNK + 3]] and "decompression-bomb guard" in here[files[CHUNK + 3]]
+    there = check_pool(pool, idx, workers=2)
+    assert there == here and list(there) == list(here)
