@@ -329,3 +329,17 @@ def test_cli_dry_run_table(tmp_path, cli):
     assert r.exit_code == 0, r.output
     assert "6 trials" in r.output and "R-Nano" in r.output and "flops" in r.output
     assert not (tmp_path / "res").exists()
+
+
+def test_the_allowed_fields_in_an_error_stay_bounded_however_many_the_tasks_declare():
+    """An unknown `--set` field's error lists the allowed fields up to LISTED_CHARS, then how many more: every
+    task's fields (plug-ins' too) passed the CLI's 2 KiB message bound once the serve and runtime tasks landed."""
+    from vitbench.study.load import LISTED_CHARS, _listed
+
+    few = ["model", "backend"]
+    assert _listed(few) == "model, backend"
+    many = [f"field_{i}" for i in range(1000)]
+    text = _listed(many)
+    assert len(text) <= LISTED_CHARS + 80 and text.startswith("field_0, field_1,")
+    shown = text.split(" and ")[0].count(",") + 1
+    assert f"and {1000 - shown} more" in text

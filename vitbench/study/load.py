@@ -65,7 +65,7 @@ def apply_sets(m: StudyModel, ex: Expander, sets: dict[str, Any], option: str = 
 
             close = difflib.get_close_matches(key, ex.allowed, n=3)
             raise ConfigError(f"{option} {shorten(key)}: not a study field." + (f" Did you mean "
-                              f"{', '.join(close)}?" if close else "") + f" Allowed: {', '.join(ex.allowed)}")
+                              f"{', '.join(close)}?" if close else "") + f" Allowed: {_listed(ex.allowed)}")
         m.defaults[key] = value
         m.axes.pop(key, None)
         for group in m.zip:
@@ -74,6 +74,22 @@ def apply_sets(m: StudyModel, ex: Expander, sets: dict[str, Any], option: str = 
         for entry in m.include:
             if key in entry:
                 entry[key] = value
+
+
+LISTED_CHARS = 1200  # of the allowed fields in an error: the message stays within the CLI's bound (2 KiB)
+
+
+def _listed(names) -> str:
+    """`names` joined, those that fit in LISTED_CHARS, then how many more (every task's fields together, plug-ins'
+    included, pass any bound as the tasks grow)."""
+    shown, size = [], 0
+    for n in names:
+        if size + len(n) + 2 > LISTED_CHARS:
+            more = len(names) - len(shown)
+            return f"{', '.join(shown)} and {more} more (each task's fields: README.md, \"Studies\")"
+        shown.append(n)
+        size += len(n) + 2
+    return ", ".join(shown)
 
 
 def parse_study(text: str, source: str = "<study>", path: Path | None = None, check_paths: bool = True,
