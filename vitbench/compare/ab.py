@@ -179,15 +179,13 @@ def _environment(root: Path, sha: str, base: Path) -> tuple[str, str]:
     """(interpreter, sentence) for REF's side: this one when every pin of REF's lock is this environment's lock's
     pin too (identical, or REF's a subset: packages added since are ones REF's code never imports), else a venv
     from REF's lock."""
-    mine = (root / LOCK).read_text() if (root / LOCK).exists() else None
-    theirs = (base / "src" / LOCK).read_text() if (base / "src" / LOCK).exists() else None
-    if mine is not None and theirs is not None:
-        pins, ref_pins = parse_lock(mine), parse_lock(theirs)
-        if ref_pins and all(pins.get(name) == version for name, version in ref_pins.items()):
-            same = "identical" if pins == ref_pins else (f"REF's pins a subset of it ({len(pins) - len(ref_pins)} "
-                                                        "packages added since, which REF's code does not import)")
-            return sys.executable, (f"the same environment for both sides: {LOCK} is {same}, so the interpreter "
-                                    f"{sys.executable} is each side's environment (PYTHONPATH = that side's code)")
+    mine, theirs = ((d / LOCK).read_text() if (d / LOCK).exists() else None for d in (root, base / "src"))
+    pins, ref_pins = parse_lock(mine or ""), parse_lock(theirs or "")
+    if mine is not None and ref_pins and all(pins.get(name) == v for name, v in ref_pins.items()):
+        same = "identical" if pins == ref_pins else (f"REF's pins a subset of it ({len(pins) - len(ref_pins)} "
+                                                    "packages added since, which REF's code does not import)")
+        return sys.executable, (f"the same environment for both sides: {LOCK} is {same}, so the interpreter "
+                                f"{sys.executable} is each side's environment (PYTHONPATH = that side's code)")
     if theirs is None:
         raise ConfigError(f"REF {sha[:12]} has no {LOCK}: its environment cannot be rebuilt from its own code")
     venv = base / "venv"
