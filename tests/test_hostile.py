@@ -483,6 +483,10 @@ CASES = {
     "sweep set unknown field": case("sweep", "smoke", "--dry-run", "--set", "nöfield=1", says="nöfield"),
     "sweep set malformed": case("sweep", "smoke", "--dry-run", "--set", "batch_size", says="--set"),
     "sweep set bad value": case("sweep", "smoke", "--dry-run", "--set", "batch_size=-1", says="batch_size"),
+    # a config path (issue 52): an unknown one named, with the allowed paths (bounded: one line, within 2 KiB)
+    "sweep set unknown path": case("sweep", "smoke", "--dry-run", "--set", "upstream.nöpe=1", says="upstream.lr"),
+    "sweep set path bad value": case("sweep", "smoke", "--dry-run", "--set", "upstream.data.workers=-1",
+                                     says="upstream_workers"),
     **{f"{cmd} {what}": case(cmd, *pre, *args, says=says) for cmd, pre in (("pretrain", (NANO,)),
                                                                            ("fewshot", ("-m", NANO)),
                                                                            ("finetune", ("-m", NANO)))

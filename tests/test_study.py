@@ -334,7 +334,7 @@ def test_cli_dry_run_table(tmp_path, cli):
 def test_the_allowed_fields_in_an_error_stay_bounded_however_many_the_tasks_declare():
     """An unknown `--set` field's error lists the allowed fields up to LISTED_CHARS, then how many more: every
     task's fields (plug-ins' too) passed the CLI's 2 KiB message bound once the serve and runtime tasks landed."""
-    from vitbench.study.load import LISTED_CHARS, _listed
+    from vitbench.study.paths import LISTED_CHARS, listed as _listed
 
     few = ["model", "backend"]
     assert _listed(few) == "model, backend"

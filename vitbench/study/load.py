@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from vitbench.errors import ConfigError, VitbenchError, shorten
 from vitbench.study.expand import Expander
+from vitbench.study.paths import listed, read_paths, set_field
 from vitbench.study.schema import ExecutorSpec, StudyModel
 from vitbench.study.source import Problems, compose, resolve_study
 from vitbench.study.trials import Study, Trial, trial_key
@@ -58,14 +59,16 @@ def apply_sets(m: StudyModel, ex: Expander, sets: dict[str, Any], option: str = 
     """Set study fields from the command line (`vitbench sweep STUDY --set FIELD=VALUE`): FIELD takes VALUE in
     every trial (its default, and in place of an axis, a zip column or an include entry's value), so a shipped
     study runs on a user's data without editing it; the trial keys follow from the configs. An unknown field is
-    a ConfigError naming the option and the allowed fields."""
+    a ConfigError naming the option and the allowed fields; FIELD may be the config path it sets
+    (vitbench.study.paths)."""
     for key, value in sets.items():
+        key = set_field(key, option)  # a path (`upstream.lr`) sets its field (`pretrain_lr`)
         if key not in ex.allowed:
             import difflib
 
             close = difflib.get_close_matches(key, ex.allowed, n=3)
             raise ConfigError(f"{option} {shorten(key)}: not a study field." + (f" Did you mean "
-                              f"{', '.join(close)}?" if close else "") + f" Allowed: {_listed(ex.allowed)}")
+                              f"{', '.join(close)}?" if close else "") + f" Allowed: {listed(ex.allowed)}")
         m.defaults[key] = value
         m.axes.pop(key, None)
         for group in m.zip:
@@ -74,22 +77,6 @@ def apply_sets(m: StudyModel, ex: Expander, sets: dict[str, Any], option: str = 
         for entry in m.include:
             if key in entry:
                 entry[key] = value
-
-
-LISTED_CHARS = 1200  # of the allowed fields in an error: the message stays within the CLI's bound (2 KiB)
-
-
-def _listed(names) -> str:
-    """`names` joined, those that fit in LISTED_CHARS, then how many more (every task's fields together, plug-ins'
-    included, pass any bound as the tasks grow)."""
-    shown, size = [], 0
-    for n in names:
-        if size + len(n) + 2 > LISTED_CHARS:
-            more = len(names) - len(shown)
-            return f"{', '.join(shown)} and {more} more (each task's fields: README.md, \"Studies\")"
-        shown.append(n)
-        size += len(n) + 2
-    return ", ".join(shown)
 
 
 def parse_study(text: str, source: str = "<study>", path: Path | None = None, check_paths: bool = True,
@@ -106,6 +93,7 @@ def parse_study(text: str, source: str = "<study>", path: Path | None = None, ch
                           f"(got {type(data).__name__})")
     m = _top_level(data, problems)
     _check_executor(m.executor, problems)
+    read_paths(m, problems)  # `upstream.lr: ...` read as `pretrain_lr: ...`
     ex = Expander(m, problems)
     if sets:
         apply_sets(m, ex, sets)

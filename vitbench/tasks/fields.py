@@ -8,7 +8,7 @@ fields, so an axis a task ignores (flops and batch_size) never multiplies its tr
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, Strict, ValidationInfo, create_model,
                       field_validator, model_validator)
@@ -146,6 +146,20 @@ class TaskParams(BaseModel):
     def spec(self) -> ModelSpec | None:
         """The trial's model, resolved when these params were validated (None for a task without a model)."""
         return self._spec
+
+    # nested config path -> the field that sets it, declared by each part these params are made of (a class
+    # variable of its own: `upstream.lr` -> `pretrain_lr`, vitbench.tasks.upstream); read through field_paths
+    PATHS: ClassVar[dict[str, str]] = {}
+
+    @classmethod
+    def field_paths(cls) -> dict[str, str]:
+        """Every nested config path these params' fields set -> the field (`upstream.lr` -> `pretrain_lr`): what a
+        study or `--set` may write in place of the field's name, read as it (the trial's config and key keep the
+        field's name). Gathered from the PATHS of every base class, none written here."""
+        out: dict[str, str] = {}
+        for c in reversed(cls.__mro__):
+            out.update(vars(c).get("PATHS", {}))
+        return out
 
     def name_of(self, field: str) -> str:
         """How a message about these params names `field` when the task runs: as the caller that validated them

@@ -10,6 +10,8 @@ be unset too (never silently ignored).
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import BaseModel, ValidationInfo, create_model, model_validator
 
 from vitbench.tasks.fields import MAX_COUNT, data_twins, named
@@ -26,6 +28,8 @@ _SPLIT = {"classes": None, "val_fraction": 0.0}
 
 
 class _Steps(BaseModel):
+    # the paths a study or --set may write for these fields: `real_input.<DataConfig field>`
+    PATHS: ClassVar[dict[str, str]] = {f"real_input.{path}": field for field, path in REAL_INPUT_PATHS.items()}
     # the real-input run's own length; its windows, warm-up and seconds are the synthetic run's (Timing)
     real_input_steps: int = key_neutral(20, gt=0, le=MAX_COUNT,
                                         description="with real_input_dataset: timed training steps on the real "

@@ -18,7 +18,7 @@ keep their keys.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import (BaseModel, Field, ValidationInfo, create_model, field_validator, model_serializer,
                       model_validator)
@@ -149,6 +149,12 @@ class _Upstream(TeacherFields):
     PretrainConfig's (and its UPSTREAM_DATA's), read from there: the default trial pre-trains what `vitbench
     pretrain MODEL` does."""
 
+    # the paths a study or --set may write for these fields: PretrainConfig's, under `upstream.` in every task
+    # (`upstream.lr` -> pretrain_lr, `upstream.teacher.lam` -> distill_lambda); the trial's own model and seed
+    # are set by their own names
+    PATHS: ClassVar[dict[str, str]] = study_names("upstream.", UPSTREAM_PATHS, {
+        f: p for f, p in _UPSTREAM_NAMED.items() if f not in SHARED})
+
     upstream_dataset: DatasetName = UPSTREAM_DATA.name
     upstream_path: PathField | None = None
     upstream_classes: str | None = ints_text(UPSTREAM_DATA.classes)  # 'a-b' or 'a,b,c'; None or '': all classes
@@ -276,6 +282,8 @@ class FromCheckpoint(BaseModel):
 
 class _DownstreamData(BaseModel):
     """The downstream data: DOWNSTREAM_DATA's defaults (vitbench.protocols.downstream), read from there."""
+
+    PATHS: ClassVar[dict[str, str]] = study_names("data.", DOWNSTREAM_PATHS)  # `data.workers` -> data_workers
 
     dataset: DatasetName = DOWNSTREAM_DATA.name
     data_path: PathField | None = None

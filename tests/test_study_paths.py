@@ -1,0 +1,64 @@
+"""A study field may be written as the nested config path it sets (issue 52, item 1): `upstream.lr` for
+`pretrain_lr`, `data.workers` for `data_workers`, in a study file and in `sweep --set`. The paths are generated
+from the tasks' tables (TaskParams.field_paths), read as the field's name, so a trial's key does not depend on
+the spelling; an unknown path is named with the close ones and the allowed paths (bounded)."""
+
+from __future__ import annotations
+
+import pytest
+
+from vitbench.errors import ConfigError
+from vitbench.study import load_study, parse_study
+from vitbench.study.paths import LISTED_CHARS, field_paths
+from vitbench.tasks import tasks
+
+BASE = ("name: s\ndefaults: {model: ViT-Nano/4, backend: torch, device: cpu, threads: 1, pretrain_steps: 2}\n"
+        "axes:\n  task: [pretrain, fewshot, finetune]\n")
+
+
+def test_every_path_names_a_field_of_its_task_and_no_field_has_a_dot():
+    paths = field_paths()
+    assert paths["upstream.lr"] == "pretrain_lr" and paths["data.workers"] == "data_workers"
+    assert paths["upstream.teacher.lam"] == "distill_lambda" and paths["upstream.data.tfds_name"] == \
+        "upstream_tfds_name" and paths["real_input.name"] == "real_input_dataset"
+    for name, task in tasks().items():
+        fields = task.Params.model_fields
+        assert not [f for f in fields if "." in f], name  # a path is told from a field by its dot
+        for path, field in task.Params.field_paths().items():
+            assert "." in path and field in fields, (name, path, field)
+
+
+def test_a_study_written_with_paths_has_the_keys_of_the_one_written_with_fields():
+    by_field = parse_study(BASE + "  pretrain_lr: [0.01, 0.02]\n  data_workers: [2]\n  upstream_workers: [1]\n")
+    by_path = parse_study(BASE + "  upstream.lr: [0.01, 0.02]\n  data.workers: [2]\n  upstream.data.workers: [1]\n")
+    assert [t.key for t in by_path.trials] == [t.key for t in by_field.trials]
+    assert len(by_path.trials) == 6 and {t.config["pretrain_lr"] for t in by_path.trials} == {0.01, 0.02}
+    # the other blocks too: defaults, include, exclude
+    mixed = parse_study(BASE.replace("pretrain_steps: 2}", "pretrain_steps: 2, upstream.lr: 0.01}")
+                        + "  data.workers: [2]\n  upstream.data.workers: [1]\n"
+                        "include: [{task: fewshot, upstream.lr: 0.02}]\nexclude: [{task: finetune, data.workers: 2}]\n")
+    assert {(t.config["task"], t.config["pretrain_lr"]) for t in mixed.trials} == {
+        ("pretrain", 0.01), ("fewshot", 0.01), ("fewshot", 0.02)}
+
+
+def test_sweep_set_takes_a_path():
+    by_field = load_study("smoke", check_paths=False, sets={"pretrain_lr": 0.5, "data_workers": 2})
+    by_path = load_study("smoke", check_paths=False, sets={"upstream.lr": 0.5, "data.workers": 2})
+    assert [t.key for t in by_path.trials] == [t.key for t in by_field.trials]
+
+
+def test_an_unknown_path_is_named_with_the_close_ones_and_the_allowed_paths_bounded():
+    with pytest.raises(ConfigError) as e:
+        parse_study(BASE + "  upstream.lrr: [0.01]\n")
+    msg = str(e.value)
+    assert "axes.upstream.lrr: unknown path 'upstream.lrr'. Did you mean upstream.lr" in msg
+    assert "Allowed paths: " in msg and "more (each task's paths" in msg
+    assert len(msg) < LISTED_CHARS + 400  # the CLI's one-line bound is 2 KiB
+    with pytest.raises(ConfigError, match=r"--set unknown path 'data\.wrokers'\. Did you mean data\.workers"):
+        load_study("smoke", check_paths=False, sets={"data.wrokers": 2})
+
+
+def test_a_field_given_by_its_name_and_its_path_in_one_block_is_refused():
+    with pytest.raises(ConfigError, match=r"axes\.pretrain_lr: pretrain_lr is set twice here \(also as "
+                                          r"upstream\.lr\): keep one"):
+        parse_study(BASE + "  upstream.lr: [0.01]\n  pretrain_lr: [0.02]\n")
