@@ -1,0 +1,226 @@
+"""docs/architecture.md's "Where an addition goes" table, checked by making the additions (issue 52, item 6): a
+toy dataset format with its own option, a toy model family and a toy parallelism mode, each written in a
+temporary place, each run through a tiny trial, and the files each needed counted against the table's row.
+
+- The format is written the way the table says a format is added to vitbench (its module, its row in
+  transfer/formats.py, its option's field in transfer/config.py), in a copy of the package under tmp_path, and
+  run there in a fresh interpreter (DataConfig, the study fields and the flags are made when the package is
+  imported): the copy differs from the package in exactly the files the row names.
+- The family and the parallelism mode are registered from outside vitbench (a module in tmp_path on sys.path,
+  through the registries' register functions), so each is one file and vitbench is untouched.
+"""
+
+from __future__ import annotations
+
+import filecmp
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+ARCH = REPO / "docs" / "architecture.md"
+
+
+def table_row(first_cell: str) -> str:
+    """The row of the "Where an addition goes" table whose first cell starts with `first_cell`."""
+    for line in ARCH.read_text().splitlines():
+        if line.startswith(f"| {first_cell}"):
+            return line
+    raise AssertionError(f"docs/architecture.md has no row for {first_cell!r}")
+
+
+def files_in_row(row: str) -> int:
+    """The number of files a row says its addition touches: its `files to touch: N` note."""
+    found = re.findall(r"files to touch: (\d+)", row)
+    assert len(found) == 1, f"the row should say 'files to touch: N' once: {row[:120]}"
+    return int(found[0])
+
+
+def changed_files(original: Path, copy: Path) -> list[str]:
+    """Files added or changed in `copy` against `original` (bytecode caches left out)."""
+    out = []
+
+    def walk(cmp: filecmp.dircmp, rel: str) -> None:
+        out.extend(f"{rel}{n}" for n in (*cmp.right_only, *cmp.diff_files) if n != "__pycache__")
+        for name, sub in cmp.subdirs.items():
+            if name != "__pycache__":
+                walk(sub, f"{rel}{name}/")
+
+    walk(filecmp.dircmp(original, copy, ignore=["__pycache__"]), "")
+    return sorted(out)
+
+
+def _insert_after(text: str, anchor: str, addition: str) -> str:
+    assert text.count(anchor) == 1, f"anchor not found once: {anchor!r}"
+    return text.replace(anchor, anchor + addition)
+
+
+# The toy format: images of vertical or horizontal stripes (two classes), `toy_stripes` images of each.
+TOY_READER = '''
+"""toy_stripes: two classes of 8 x 8 stripes (vertical, horizontal), `toy_stripes` images of each."""
+
+import numpy as np
+
+from vitbench.transfer.raw import in_memory
+
+
+def read(cfg):
+    n = cfg.toy_stripes
+    rows = (np.arange(8) % 2).astype(np.float32)
+    vertical, horizontal = np.tile(rows, (8, 1)), np.tile(rows[:, None], (1, 8))
+    images = np.stack([vertical, horizontal] * n)[..., None] * np.linspace(0.5, 1, 2 * n)[:, None, None, None]
+    return in_memory(images.astype(np.float32), np.array([0, 1] * n), ["vertical", "horizontal"])
+'''
+
+RUN_FORMAT = '''
+import json, sys
+import typer.main
+from vitbench.cli import app
+from vitbench.errors import ConfigError
+from vitbench.study import parse_study
+from vitbench.tasks import get_task
+from vitbench.tasks.fewshot import Fewshot
+from vitbench.transfer.config import DataConfig, validated
+from vitbench.transfer.sources import read_source
+
+study = parse_study("name: s\\ndefaults: {model: ViT-Nano/4, backend: torch, device: cpu, threads: 1, "
+                    "pretrain_steps: 2, pretrain_batch_size: 8, upstream_classes: ''}\\n"
+                    "axes:\\n  task: [pretrain]\\n  upstream_dataset: [toy_stripes]\\n  upstream.data.toy_stripes: [12]\\n")
+config = study.trials[0].config
+task = get_task("pretrain")
+record = task().run(task.Params.model_validate(config))
+try:
+    validated(DataConfig, {"name": "digits", "toy_stripes": 3}, "t")
+    refused = ""
+except ConfigError as e:
+    refused = str(e)
+commands = {c.name: c for c in typer.main.get_command(app).commands.values()}
+json.dump({"config": config, "status": str(record.status.value), "images": len(read_source(
+              DataConfig(name="toy_stripes", toy_stripes=5)).pool),
+           "refused": refused, "downstream_field": "toy_stripes" in Fewshot.Params.model_fields,
+           "flags": {n: any("--toy-stripes" in p.opts for p in commands[n].params)
+                     for n in ("pretrain", "fewshot", "finetune", "bench")}}, sys.stdout)
+'''
+
+
+@pytest.mark.timeout(300)
+def test_a_dataset_format_with_its_own_option_touches_the_files_its_row_names(tmp_path):
+    tree = tmp_path / "tree"
+    shutil.copytree(REPO / "vitbench", tree / "vitbench", ignore=shutil.ignore_patterns("__pycache__"))
+    transfer = tree / "vitbench" / "transfer"
+    # the addition, as the row says: its module, its row in formats.py, its option's field in config.py
+    (transfer / "toy_stripes.py").write_text(TOY_READER)
+    formats = (transfer / "formats.py").read_text()
+    (transfer / "formats.py").write_text(_insert_after(
+        formats, '    Format("npz", _SOURCES + "npz"),\n',
+        '    Format("toy_stripes", "vitbench.transfer.toy_stripes:read", path=False, options=("toy_stripes",)),\n'))
+    config = (transfer / "config.py").read_text()
+    (transfer / "config.py").write_text(_insert_after(
+        config, '    synthetic_size: int = Field(16, ge=2, description="synthetic: image side in pixels.")\n',
+        '    toy_stripes: int = key_neutral(6, ge=2, le=1000, description="toy_stripes: images of each class.")\n'))
+
+    changed = changed_files(REPO / "vitbench", tree / "vitbench")
+    assert changed == ["transfer/config.py", "transfer/formats.py", "transfer/toy_stripes.py"]
+    assert len(changed) == files_in_row(table_row("a dataset format"))
+
+    env = {**os.environ, "PYTHONPATH": str(tree), "VITBENCH_CHECKPOINT_DIR": str(tmp_path / "checkpoints"),
+           "OMP_NUM_THREADS": "1"}
+    r = subprocess.run([sys.executable, "-c", RUN_FORMAT], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=280)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout)
+    # the study field (written as its path), the trial, the reader reading the option, the refusal for another
+    # format, the downstream study field and every data command's flag: none written outside the three files
+    assert out["config"]["upstream_dataset"] == "toy_stripes" and out["config"]["upstream_toy_stripes"] == 12
+    assert out["status"] == "ok" and out["images"] == 10
+    assert "toy_stripes: dataset 'digits' takes no toy_stripes; toy_stripes is for toy_stripes" in out["refused"]
+    assert out["downstream_field"] and out["flags"] == dict.fromkeys(("pretrain", "fewshot", "finetune", "bench"),
+                                                                        True)
+
+
+@pytest.fixture
+def scratch_registry():
+    """The registry's entries as they are, restored after the test (a toy plug-in leaves nothing behind)."""
+    from vitbench.registry import _STATE, Kind, load_plugins
+
+    load_plugins()
+    saved = {k: dict(v) for k, v in _STATE.entries.items()}
+    yield
+    for kind in Kind:
+        _STATE.entries[kind].clear()
+        _STATE.entries[kind].update(saved.get(kind, {}))
+
+
+def outside_module(tmp_path: Path, monkeypatch, name: str, source: str):
+    """`source` as the module `name` in tmp_path (on sys.path for this test), imported: its registrations run."""
+    import importlib
+
+    (tmp_path / f"{name}.py").write_text(textwrap.dedent(source))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    return importlib.import_module(name)
+
+
+TOY_FAMILY = '''
+    """A toy family: the mean colour of each p x p patch, averaged, then a linear head (3 k + k parameters)."""
+
+    from vitbench.models.analytic import Counts
+    from vitbench.models.families import FamilyName, FamilyPlugin, register_family
+    from vitbench.models.param_table import _linear
+    from vitbench.models.specs import ModelSpec
+
+    TOY = FamilyName("toy_pooled")
+
+
+    def build_torch(spec, resolution, num_classes):
+        import torch
+
+        class Toy(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.head = torch.nn.Linear(3, num_classes)
+
+            def forward(self, x):
+                return self.head(x.mean(dim=(2, 3)))
+
+        return Toy()
+
+
+    def build_flax(spec, num_classes, dtype):
+        raise NotImplementedError("torch only")
+
+
+    register_family(FamilyPlugin(
+        name=TOY, description="pooled colour -> linear", fields=("patch",), override_keys=("patch",),
+        rows=(ModelSpec(name="Toy-Pooled/8", family=TOY, tiny=True, resolution=16, num_classes=10, patch=8),),
+        torch_builder=f"{__name__}:build_torch", flax_builder=f"{__name__}:build_flax",
+        counts=lambda s, r, k: Counts(3 * k + k, 3 * k), param_table=lambda s, r: _linear("head", "head"),
+        stride=lambda s: s.patch, feature_dim=lambda s: 3, describe=lambda s: "toy", attention=False))
+'''
+
+
+def test_a_model_family_from_outside_is_one_module(tmp_path, monkeypatch, scratch_registry):
+    outside_module(tmp_path, monkeypatch, "toy_family", TOY_FAMILY)
+    assert [p.name for p in tmp_path.iterdir() if p.suffix == ".py"] == ["toy_family.py"]
+    assert files_in_row(table_row("a model family")) == 1
+    from vitbench.study import parse_study
+
+    study = parse_study("name: s\ndefaults: {backend: torch, device: cpu, threads: 1, batch_size: 2, "
+                        "warmup_steps: 1, min_steps: 2, min_seconds: 0, window_steps: 1}\n"
+                        "axes:\n  model: [Toy-Pooled/8]\n  task: [infer, flops]\n")
+    from vitbench.tasks import get_task
+
+    rows = {}
+    for trial in study.trials:
+        task = get_task(trial.config["task"])
+        rows[trial.config["task"]] = task().run(task.Params.model_validate(trial.config))
+    assert {t: r.status.value for t, r in rows.items()} == {"infer": "ok", "flops": "ok"}
+    assert rows["infer"].metrics["img_per_s"] > 0
+    assert rows["flops"].metrics["params_m"] == pytest.approx(40 / 1e6)  # 3 k + k, k = 10: the family's count
