@@ -132,7 +132,7 @@ class Record:
         return cls.measured(kind, config, status=status, error=error, started_at=started_at, env=env)
 
     def for_job(self, job) -> Record:
-        """This record as the row of a sweep's job (vitbench.executors.Job): its identity and trial config."""
+        """This record as the row of a sweep's job (vitbench.job.Job): its identity and trial config."""
         return dataclasses.replace(self, key=job.row_key, study=job.study, study_sha=job.study_sha,
                                    run_id=job.run_id, repeat=job.repeat, trial=dict(job.config),
                                    runner=dict(self.runner))

@@ -21,7 +21,7 @@ from vitbench.errors import NonFiniteResult, TrainingDiverged, looks_like_oom
 from vitbench.record import ErrorInfo, Record, Status, now
 
 if TYPE_CHECKING:
-    from vitbench.executors import Job
+    from vitbench.job import Job
 
 
 def _tail(text: str, lines: int = 15) -> str:

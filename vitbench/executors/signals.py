@@ -1,0 +1,46 @@
+"""The signals that stop a sweep, a worker or a trial from outside (a scheduler's cancel, requeue or preemption,
+Ctrl-C, a closed terminal), and `stopped_by`, which turns them into `Stopped` where the code was waiting."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterable, Iterator
+
+
+# The warning a scheduler sends before it preempts a job or ends it at its time limit: SLURM's `--signal=USR2@N`
+# (`B:USR2@N` for the batch shell only); submitit asks for it on every job (its SUBMITIT_PREEMPT_SIGNAL default).
+PREEMPT_SIGNAL = signal.SIGUSR2
+# Signals by which a trial, a worker or a sweep is stopped from outside, not by its own fault: a cancelled, requeued
+# or preempted job (SLURM sends SIGTERM to every process of the job), Ctrl-C, a closed terminal, the preemption
+# warning. A trial stopped by one is 'interrupted' and runs again next time (on every executor).
+STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, PREEMPT_SIGNAL)
+
+
+class Stopped(KeyboardInterrupt):
+    """A stop signal (STOP_SIGNALS) received by a sweep or a worker, raised where it was waiting as Ctrl-C raises
+    KeyboardInterrupt: the executor loop cancels what runs and records it as interrupted."""
+
+    def __init__(self, sig: signal.Signals):
+        super().__init__(sig.name)
+        self.signal = sig
+
+
+def _raise_stopped(signum, frame):
+    raise Stopped(signal.Signals(signum))
+
+
+@contextlib.contextmanager
+def stopped_by(signals: Iterable[signal.Signals]) -> Iterator[None]:
+    """While inside, each of `signals` raises Stopped (only the main thread can take signals: elsewhere a no-op);
+    the previous handlers come back after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {sig: signal.signal(sig, _raise_stopped) for sig in signals}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
