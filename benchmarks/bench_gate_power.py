@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 from vitbench.compare.ab import (DEFAULT_BUDGET_S, DEFAULT_SCHEDULE, DEFAULT_STATISTIC, DEFAULT_STUDY, Pairs,
-                                 Schedule, Side, Statistic, repo_root)
+                                 Schedule, Side, Statistic, repo_root, side_value)
 from vitbench.compare.decide import Decision
 from vitbench.compare.decide import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD
 from vitbench.compare.paired import DEFAULT_MIN_PAIRS, Rule
@@ -62,7 +62,7 @@ def collect(pool: Path, blocks: int, study: str, schedules: list[Schedule]) -> N
             pairs.add(Path(tmp) / "baseline", Path(tmp) / "current")
             secs = time.monotonic() - t0
         trials = {f"{pairs.trials[k][0].config['model']} {pairs.trials[k][0].config['task']}": v[0]
-                  for k, v in pairs.samples.items() if pairs.matched(k)}  # per-step img/s, both sides
+                  for k, v in pairs.samples.items() if pairs.matched(k)}  # per leg, per-step img/s, both sides
         row = {"block": b, "size": size, "first": order[0].name, "schedule": schedule.value, "seconds": secs,
                "trials": trials, "at": time.time(), "load1": os.getloadavg()[0]}
         done.append(row)
@@ -141,7 +141,15 @@ def simulate(rule: Rule, max_pairs: int, sds: list[float], runs: int, seed: int,
 
 
 def _ratios(row: dict, statistic: Statistic) -> dict[str, float]:
-    return {t: statistic.of(c) / statistic.of(b) for t, (b, c) in row["trials"].items() if b and c}
+    """Per trial, current / baseline of one pooled pair: each side's legs (a pool written before legs: one list of
+    steps a side, its single leg)."""
+    out = {}
+    for t, (b, c) in row["trials"].items():
+        b, c = ([x] if x and not isinstance(x[0], list) else x for x in (b, c))
+        vb, vc = side_value(statistic, b), side_value(statistic, c)
+        if vb and vc:
+            out[t] = vc / vb
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_compare import bench_record, steps, write_jsonl
+from ab_fakes import fake_sweeps, git, make_repo
 from typer.testing import CliRunner
 
 from vitbench.cli import app
@@ -23,33 +23,11 @@ runner = CliRunner()
 N = 16  # commits after GOOD, as the issue's end-to-end check (docs/compare.md, "Bisect")
 
 
-def _git(cwd: Path, *args: str) -> str:
-    p = subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True, text=True)
-    return p.stdout.strip()
-
-
 def _repo(tmp_path: Path, bad_at: int | None, noisy: set[int] = frozenset()) -> Path:
     """GOOD (commit 0) and N commits after it; from commit `bad_at` on the tree says SLOW (None: never), commits
     in `noisy` say NOISY. Every commit has the study file and the lock."""
-    r = tmp_path / "repo"
-    (r / "studies").mkdir(parents=True)
-    (r / "vitbench").mkdir()
-    _git(tmp_path, "init", "-q", str(r))
-    _git(r, "config", "user.email", "t@example.com")
-    _git(r, "config", "user.name", "t")
-    (r / "studies" / "ci.yaml").write_text("name: ci\n")
-    (r / "vitbench" / "requirements.lock").write_text("numpy==1\n")
-    for i in range(N + 1):
-        (r / "n").write_text(f"{i}\n")
-        (r / "SLOW").unlink(missing_ok=True)
-        (r / "NOISY").unlink(missing_ok=True)
-        if bad_at is not None and i >= bad_at:
-            (r / "SLOW").write_text("")
-        if i in noisy:
-            (r / "NOISY").write_text("")
-        _git(r, "add", "-A")
-        _git(r, "commit", "-qm", f"commit {i}")
-    return r
+    return make_repo(tmp_path, [{"n": f"{i}\n", "SLOW": "" if bad_at is not None and i >= bad_at else None,
+                                 "NOISY": "" if i in noisy else None} for i in range(N + 1)])
 
 
 def _fake_step(repo: Path, calls: list[str]):
@@ -57,7 +35,7 @@ def _fake_step(repo: Path, calls: list[str]):
 
     def step(good: str, sha: str) -> tuple[Decision, str]:
         calls.append(sha)
-        files = _git(repo, "ls-tree", "--name-only", sha).split()
+        files = git(repo, "ls-tree", "--name-only", sha).split()
         v = (Decision.INCONCLUSIVE if "NOISY" in files else
              Decision.REGRESSION if "SLOW" in files else Decision.NO_CHANGE)
         return v, "fake"
@@ -66,7 +44,7 @@ def _fake_step(repo: Path, calls: list[str]):
 
 
 def _sha(repo: Path, i: int) -> str:
-    return _git(repo, "rev-parse", f"HEAD~{N - i}")
+    return git(repo, "rev-parse", f"HEAD~{N - i}")
 
 
 def test_finds_the_first_bad_commit_at_every_position_in_log2_steps(tmp_path):
@@ -128,31 +106,18 @@ def test_bad_input_is_refused_before_any_step(tmp_path):
         assert says in str(e.value), (args, kw, str(e.value))
     assert calls == []
     # GOOD off BAD's first-parent line (a side branch) is refused too
-    main = _git(repo, "branch", "--show-current")
-    _git(repo, "checkout", "-qb", "side", "HEAD~10")
+    main = git(repo, "branch", "--show-current")
+    git(repo, "checkout", "-qb", "side", "HEAD~10")
     (repo / "side").write_text("x")
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-qm", "side")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "side")
     with pytest.raises(ConfigError, match="not an ancestor"):
         bisection.run_bisect("side", main, repo=repo, step=step)
 
 
 def _fake_sweeps(monkeypatch, slowdown: float):
-    """Side.start_round writes a synthetic round instead of running a sweep; a side whose code has SLOW in its
-    tree is `slowdown` times as slow (test_compare_ab's synthetic sweeps, keyed by the tree)."""
-    rng = np.random.default_rng(0)
-    rounds: list[tuple[str, Path]] = []
-
-    def start_round(self, out: Path):
-        out.mkdir(parents=True)
-        rounds.append((self.name, self.root))
-        scale = (slowdown if (self.root / "SLOW").exists() else 1.0) * float(rng.lognormal(0, 0.01))
-        write_jsonl(out / "results.jsonl", [bench_record("ViT-Nano/4", steps(rng, scale=scale),
-                                                         run_id=f"{self.name}{len(rounds)}")])
-        return ab_mod.Running(self, subprocess.Popen(["true"]), out / "log")
-
-    monkeypatch.setattr(ab_mod.Side, "start_round", start_round)
-    return rounds
+    """Synthetic sweeps (tests/ab_fakes.py): a side whose code has SLOW in its tree is `slowdown` times as slow."""
+    return fake_sweeps(monkeypatch, lambda side: slowdown if (side.root / "SLOW").exists() else 1.0, noise=0.01)
 
 
 def test_the_ab_step_measures_each_commit_from_its_own_checkout(tmp_path, monkeypatch):

@@ -12,13 +12,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 from test_compare import SPIKE_P, STEP_CV, STEPS, bench_record, steps, write_jsonl
+from ab_fakes import fake_sweeps, git, make_repo
 from typer.testing import CliRunner
 
 from vitbench.cli import app
 from vitbench.compare import EXIT_INCONCLUSIVE, to_benchmark_json, to_markdown
 from vitbench.compare import ab as ab_mod
+from vitbench.compare import sides as sides_mod
 from vitbench.compare.decide import Decision
 from vitbench.compare.paired import Paired, Rule, t_quantile, verdict
+from vitbench.compare.schedule import core_halves
 from vitbench.errors import ConfigError
 from tolerances_stat import Z_STAT, median_sd, min_sd
 
@@ -83,27 +86,10 @@ def test_rule_refuses_bad_settings(kw):
 
 
 # -------------------------------------------------------------------------------------------- git and checkout
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
-
-
 @pytest.fixture()
 def repo(tmp_path) -> Path:
     """A tiny git repository with two commits, a study file and a lock."""
-    r = tmp_path / "repo"
-    (r / "studies").mkdir(parents=True)
-    (r / "vitbench").mkdir()
-    _git(tmp_path, "init", "-q", str(r))
-    _git(r, "config", "user.email", "t@example.com")
-    _git(r, "config", "user.name", "t")
-    (r / "studies" / "ci.yaml").write_text("name: ci\n")
-    (r / "vitbench" / "requirements.lock").write_text("numpy==1\n")
-    _git(r, "add", "-A")
-    _git(r, "commit", "-qm", "one")
-    (r / "NEW").write_text("2\n")
-    _git(r, "add", "-A")
-    _git(r, "commit", "-qm", "two")
-    return r
+    return make_repo(tmp_path, [{}, {"NEW": "2\n"}])
 
 
 def test_checkout_is_the_refs_tree_and_is_removed(repo):
@@ -115,7 +101,7 @@ def test_checkout_is_the_refs_tree_and_is_removed(repo):
     with pytest.raises(KeyboardInterrupt), ab_mod.checkout(repo, sha) as tmp2:
         raise KeyboardInterrupt
     assert not tmp2.exists()  # removed on Ctrl-C too
-    assert _git(repo, "worktree", "list").count("\n") == 1  # the repository is untouched
+    assert len(git(repo, "worktree", "list").splitlines()) == 1  # the repository is untouched
 
 
 def test_bad_input_exits_2(repo, tmp_path):
@@ -148,37 +134,27 @@ def test_a_ref_without_the_study_names_the_way_out(repo):
 ROUND_NOISE = 0.01  # _fake_sweeps: each round's speed x lognormal(0, this) (a machine state)
 
 
-def _fake_sweeps(monkeypatch, slowdown: float, noise: float = ROUND_NOISE):
-    """Side.start_round writes a synthetic round (two trials) instead of running a sweep; current's steps are
-    `slowdown` times as long. Returns the order in which sides ran."""
-    calls: list[str] = []
-    rng = np.random.default_rng(0)
-
-    def start_round(self, out: Path):
-        out.mkdir(parents=True)
-        calls.append(self.name)
-        scale = (slowdown if self.name == "current" else 1.0) * float(rng.lognormal(0, noise))
-        recs = [bench_record(m, steps(rng, scale=scale), run_id=f"{self.name}{len(calls)}")
-                for m in ("ViT-Nano/4", "R-Nano")]
-        write_jsonl(out / "results.jsonl", recs)
-        return ab_mod.Running(self, subprocess.Popen(["true"]), out / "log")
-
-    monkeypatch.setattr(ab_mod.Side, "start_round", start_round)
-    return calls
+def _fake_sweeps(monkeypatch, slowdown: float, noise: float = ROUND_NOISE) -> list[tuple[str, Path]]:
+    """Synthetic sweeps (tests/ab_fakes.py) of two trials; current's steps are `slowdown` times as long. Returns
+    (side, root) of every leg's round in the order they ran."""
+    return fake_sweeps(monkeypatch, lambda side: slowdown if side.name == "current" else 1.0, noise,
+                       models=("ViT-Nano/4", "R-Nano"))
 
 
 def test_ab_loop_no_change_alternates_and_reports(repo, monkeypatch, tmp_path):
     calls = _fake_sweeps(monkeypatch, 1.0)
     res = ab_mod.run_ab("HEAD~1", repo=repo, rule=Rule(min_pairs=4), results=tmp_path / "rounds")
     assert res.verdict is Decision.NO_CHANGE and res.exit_code == 0 and res.pairs == 4
-    assert calls[:4] == ["baseline", "current", "current", "baseline"]  # A B, B A: drift cancels
+    legs = len(ab_mod.DEFAULT_SCHEDULE.legs(core_halves()))  # 2 where this machine can pin, else 1
+    # pairs A B, B A: drift cancels (a pair's legs start the sides in the same order)
+    assert [name for name, _ in calls[:4 * legs]] == ["baseline", "current"] * legs + ["current", "baseline"] * legs
     assert {r.decision for r in res.comparison.rows} == {Decision.NO_CHANGE}
     assert all(r.method.startswith("paired: 4 round pairs") and r.ci_low < 1 < r.ci_high
                for r in res.comparison.rows)
     md = to_markdown(res.comparison)
     assert "the same environment for both sides" in md and "HEAD~1 = " in md and "4 pairs" in md
     assert all("decision: no change" in e["extra"] for e in to_benchmark_json(res.comparison))
-    assert (tmp_path / "rounds" / "baseline" / "pair04" / "results.jsonl").exists()
+    assert (tmp_path / "rounds" / "baseline" / "pair04" / f"leg{legs}" / "results.jsonl").exists()
 
 
 @pytest.mark.parametrize("schedule", list(ab_mod.Schedule))
@@ -204,7 +180,8 @@ def test_ab_loop_budget_spent_is_inconclusive_exit_3(repo, monkeypatch):
     assert "INCONCLUSIVE" in to_markdown(res.comparison) and "--max-pairs 3 reached" in res.stopped
     calls = _fake_sweeps(monkeypatch, 1.05, noise=0.03)
     res = ab_mod.run_ab("HEAD~1", repo=repo, budget_s=1e-3)  # one pair, then no room for another
-    assert res.pairs == 1 and len(calls) == 2 and "time budget" in res.stopped and res.exit_code == 3
+    legs = len(ab_mod.DEFAULT_SCHEDULE.legs(core_halves()))
+    assert res.pairs == 1 and len(calls) == 2 * legs and "time budget" in res.stopped and res.exit_code == 3
 
 
 # ---------------------------------------------------------------------------------- the test-only slowdown
@@ -263,18 +240,18 @@ def test_refs_environment_is_this_one_when_its_pins_are_a_subset(tmp_path, monke
     (root / "vitbench").mkdir(parents=True)
     (base / "src" / "vitbench").mkdir(parents=True)
     lock = "# c\nnumpy==2.0\ntorch==2.15.0\n"
-    (root / ab_mod.LOCK).write_text(lock)
-    (base / "src" / ab_mod.LOCK).write_text(lock)
-    exe, why = ab_mod._environment(root, "a" * 40, base)
+    (root / sides_mod.LOCK).write_text(lock)
+    (base / "src" / sides_mod.LOCK).write_text(lock)
+    exe, why = sides_mod._environment(root, "a" * 40, base)
     assert exe == sys.executable and "identical" in why
-    (root / ab_mod.LOCK).write_text(lock + "onnxruntime==1.32.0\n")
-    exe, why = ab_mod._environment(root, "a" * 40, base)
+    (root / sides_mod.LOCK).write_text(lock + "onnxruntime==1.32.0\n")
+    exe, why = sides_mod._environment(root, "a" * 40, base)
     assert exe == sys.executable and "subset" in why and "1 packages added" in why
-    (root / ab_mod.LOCK).write_text(lock.replace("2.0", "2.1"))
-    monkeypatch.setattr(ab_mod.subprocess, "run",
+    (root / sides_mod.LOCK).write_text(lock.replace("2.0", "2.1"))
+    monkeypatch.setattr(sides_mod.subprocess, "run",
                         lambda cmd, **kw: subprocess.CompletedProcess(cmd, 1, "", "no network"))
     with pytest.raises(ConfigError, match="differs from the working tree's"):
-        ab_mod._environment(root, "a" * 40, base)
+        sides_mod._environment(root, "a" * 40, base)
 
 
 def test_fewer_pairs_than_min_pairs_decide_nothing():

@@ -1,28 +1,24 @@
 """`vitbench ab REF`: a baseline git ref and the working tree measured in the same job, interleaved, each side
-by its own code in its own environment, decided on paired ratios (vitbench.compare.paired).
+by its own code in its own environment (vitbench.compare.sides), decided on paired ratios
+(vitbench.compare.paired).
 
-The baseline's code is REF's tree (`git archive`, into a temporary directory removed afterwards, Ctrl-C and
-SIGTERM included). Each side's environment is built from its own code: where every pin of REF's
-vitbench/requirements.lock is also the working tree's (identical, or packages added since, which REF's code never
-imports), the interpreter running this command *is* that environment and both sides use it with PYTHONPATH set to
-their own checkout; otherwise REF gets a virtualenv installed from its own lock
-(`pip install -c LOCK -e REF`), and if that cannot be built the command stops (exit 2) rather than measure REF's
-code with the wrong libraries. A round is one `vitbench sweep STUDY --results DIR` run by a side's own code on its
-own copy of the study file; rounds alternate A B, B A, A B, ... so that drift cancels over pairs.
+A pair is what the schedule runs (vitbench.compare.schedule): under `together` two legs, both sides at once, each
+pinned to its own half of the CPUs and the halves swapped in the second leg, so that neither the moment nor the
+core favours a side; the side started first alternates from pair to pair, so that drift cancels over pairs. A
+side's value in a pair is the geometric mean over its legs of its statistic (the best or median step) in each
+leg: the ratio of two sides' values is then the geometric mean of the legs' ratios, in which a core's own speed
+cancels (docs/compare.md, "Cores that differ").
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
+import math
 import statistics
-import subprocess
 import sys
-import tarfile
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,174 +27,16 @@ from vitbench.compare.comparison import Comparison, env_differences, load_record
 from vitbench.compare.decide import Decision, Row, metric_samples
 from vitbench.compare.match import DEFAULT_IGNORE, Trial, group, labels, why_unmatched
 from vitbench.compare.paired import Rule, verdict
-from vitbench.compare.schedule import DEFAULT_SCHEDULE, Schedule, stop_process
+from vitbench.compare.schedule import DEFAULT_SCHEDULE, Schedule, legs_of
+from vitbench.compare.sides import (LOCK, Running, Side, _environment, _git, checkout, commit_side,  # noqa: F401
+                                    repo_root, resolve_ref)
 from vitbench.errors import ConfigError
-from vitbench.env import parse_lock
 from vitbench.measure.extra_work import ENV as EXTRA_WORK_ENV
 from vitbench.record import Record
 
-LOCK = "vitbench/requirements.lock"
 DEFAULT_STUDY = "studies/ci.yaml"
 DEFAULT_BUDGET_S = 480.0  # fits .ci/run's speed check in ~10 min on a 2-core machine (docs/compare.md)
 METRIC = "img_per_s"  # the gate decides on throughput (the bench task's declared headline metric)
-_TAIL = 1500  # characters of a failed sweep's log shown in the error
-# How long a stopped round's sweep has after SIGTERM before SIGKILL: it stops its running trial the same way, with the
-# local executor's grace (vitbench.executors.local.LocalOptions.grace_s, 5 s by default), and records it interrupted.
-ROUND_GRACE_S = 30.0
-
-
-def _git(repo: Path, *args: str) -> str:
-    p = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=60)
-    if p.returncode:
-        raise ConfigError(f"git {' '.join(args)} in {repo}: {p.stderr.strip()[:300] or 'failed'}")
-    return p.stdout.strip()
-
-
-def repo_root(repo: str | Path) -> Path:
-    """The top of the git checkout containing `repo`; ConfigError if there is none."""
-    path = Path(repo)
-    if not path.is_dir():
-        raise ConfigError(f"--repo {repo}: not a directory")
-    p = subprocess.run(["git", "-C", str(path), "rev-parse", "--show-toplevel"], capture_output=True, text=True,
-                       timeout=60)
-    if p.returncode:
-        raise ConfigError(f"--repo {repo}: not inside a git checkout (vitbench ab measures a git ref against "
-                          "the working tree; use `vitbench compare BASELINE CURRENT` for two result sets)")
-    return Path(p.stdout.strip())
-
-
-def resolve_ref(root: Path, ref: str) -> str:
-    """REF's full commit SHA; ConfigError naming the ref when it is unknown (e.g. a shallow clone)."""
-    p = subprocess.run(["git", "-C", str(root), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
-                       capture_output=True, text=True, timeout=60)
-    if p.returncode or not p.stdout.strip():
-        raise ConfigError(f"REF {ref!r}: no such commit in {root} (a branch, tag or SHA; a shallow clone may "
-                          "lack it: git fetch --unshallow)")
-    return p.stdout.strip()
-
-
-@contextlib.contextmanager
-def checkout(root: Path, sha: str) -> Iterator[Path]:
-    """REF's tree in a temporary directory (no .git, so the repository is untouched), removed on exit, including
-    Ctrl-C and SIGTERM (turned into KeyboardInterrupt while it is held)."""
-    tmp = Path(tempfile.mkdtemp(prefix="vitbench-ab-"))
-    old = None
-    if threading_main():
-        old = signal.signal(signal.SIGTERM, _raise_interrupt)
-    try:
-        src = tmp / "src"
-        src.mkdir()
-        proc = subprocess.Popen(["git", "-C", str(root), "archive", "--format=tar", sha], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE)
-        with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
-            tar.extractall(src, filter="data")
-        if proc.wait():
-            raise ConfigError(f"git archive {sha[:12]}: {proc.stderr.read().decode(errors='replace')[:300]}")
-        yield tmp
-    finally:
-        import shutil
-
-        shutil.rmtree(tmp, ignore_errors=True)
-        if old is not None:
-            signal.signal(signal.SIGTERM, old)
-
-
-def threading_main() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()
-
-
-def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
-@dataclass
-class Side:
-    """One side of the A/B: its code, its study file, its interpreter and extra environment."""
-
-    name: str  # "baseline" | "current"
-    describe: str  # the code: "REF = sha (subject)" or "working tree at sha"
-    root: Path
-    study: Path
-    python: str
-    environment: str  # how the environment was obtained, one sentence
-    extra_env: dict[str, str] = field(default_factory=dict)
-
-    def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k != EXTRA_WORK_ENV}
-        env["PYTHONPATH"] = str(self.root)  # this side's vitbench, ahead of any installed copy
-        env.update(same_cache())
-        env.update(self.extra_env)
-        return env
-
-    def start_round(self, out: Path) -> Running:
-        """Start one `vitbench sweep` by this side's code into `out`."""
-        out.mkdir(parents=True)
-        log = out.parent / f"{out.name}.log"
-        with open(log, "w") as fh:
-            proc = subprocess.Popen([self.python, "-c", "from vitbench.cli import main; main()", "sweep",
-                                     str(self.study), "--results", str(out)], env=self.env(), cwd=self.root,
-                                    stdout=fh, stderr=subprocess.STDOUT)
-        return Running(self, proc, log)
-
-
-def same_cache() -> dict[str, str]:
-    """Both sides' cache settings, the same for both: one cache directory (this machine's, resolved here once)
-    and the compile caches on or off as this process sees them. Each side's sweeps read and write the
-    persistent compile caches between rounds: the first pair compiles, later pairs load; an executable is
-    keyed by its program (vitbench.paths.compile_cache_dir), so a side never runs the other's code, and an
-    identical program is shared. Compile time is never inside the throughput the gate decides on."""
-    from vitbench.paths import CACHE_ENV, COMPILE_CACHE_ENV, cache_dir, compile_cache_on
-
-    return {CACHE_ENV: str(cache_dir()), COMPILE_CACHE_ENV: "1" if compile_cache_on() else "0"}
-
-
-@dataclass
-class Running:
-    """A side's round in progress."""
-
-    side: Side
-    proc: subprocess.Popen
-    log: Path
-
-    def wait(self) -> None:
-        """Wait for the sweep; ConfigError unless it exits 0 or 1 (a trial not ok is a result)."""
-        rc = self.proc.wait()
-        if rc not in (0, 1):
-            tail = self.log.read_text(errors="replace")[-_TAIL:]
-            raise ConfigError(f"{self.side.name} ({self.side.describe}): `vitbench sweep {self.side.study}` "
-                              f"exited {rc}:\n{tail}")
-
-    def stop(self) -> None:
-        """End the sweep if it still runs (an interrupted gate leaves no round behind)."""
-        stop_process(self.proc, ROUND_GRACE_S)
-
-
-def _environment(root: Path, sha: str, base: Path) -> tuple[str, str]:
-    """(interpreter, sentence) for REF's side: this one when every pin of REF's lock is this environment's lock's
-    pin too (identical, or REF's a subset: packages added since are ones REF's code never imports), else a venv
-    from REF's lock."""
-    mine, theirs = ((d / LOCK).read_text() if (d / LOCK).exists() else None for d in (root, base / "src"))
-    pins, ref_pins = parse_lock(mine or ""), parse_lock(theirs or "")
-    if mine is not None and ref_pins and all(pins.get(name) == v for name, v in ref_pins.items()):
-        same = "identical" if pins == ref_pins else (f"REF's pins a subset of it ({len(pins) - len(ref_pins)} "
-                                                    "packages added since, which REF's code does not import)")
-        return sys.executable, (f"the same environment for both sides: {LOCK} is {same}, so the interpreter "
-                                f"{sys.executable} is each side's environment (PYTHONPATH = that side's code)")
-    if theirs is None:
-        raise ConfigError(f"REF {sha[:12]} has no {LOCK}: its environment cannot be rebuilt from its own code")
-    venv = base / "venv"
-    steps = [[sys.executable, "-m", "venv", str(venv)],
-             [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "-c", str(base / "src" / LOCK), "-e",
-              str(base / "src")]]
-    for cmd in steps:
-        p = subprocess.run(cmd, capture_output=True, text=True)
-        if p.returncode:
-            raise ConfigError(f"REF {sha[:12]}'s {LOCK} differs from the working tree's and its environment "
-                              f"could not be built ({' '.join(cmd[:4])} ...): {(p.stderr or p.stdout)[-_TAIL:]}")
-    return str(venv / "bin" / "python"), (f"REF's own environment: {LOCK} differs, so a virtualenv was installed "
-                                          f"from REF's lock ({venv / 'bin' / 'python'})")
 
 
 class Statistic(Choice):
@@ -227,6 +65,14 @@ def round_values(path: Path) -> tuple[dict[str, tuple[Trial, list[float]]], list
     return out, records
 
 
+def side_value(statistic: Statistic, legs: list[list[float]]) -> float | None:
+    """A side's value in one pair: the geometric mean over its legs of `statistic` of each leg's steps (so the
+    ratio of two sides' values is the geometric mean of the legs' ratios); None where a leg was not ok."""
+    if not legs or not all(legs):
+        return None
+    return math.exp(statistics.fmean(math.log(statistic.of(xs)) for xs in legs))
+
+
 @dataclass
 class Pairs:
     """The rounds so far, reduced to what the decision needs."""
@@ -235,25 +81,29 @@ class Pairs:
     order: list[str] = field(default_factory=list)  # "baseline first" / "current first", per pair
     seconds: list[float] = field(default_factory=list)
     filled: list[float] = field(default_factory=list)  # seconds a filler held a finished side's core (together)
-    samples: dict[str, list[tuple[list[float], list[float]]]] = field(default_factory=dict)  # key -> (b, c)
+    # key -> per pair (baseline, current), each a list over the pair's legs of per-step img/s samples
+    samples: dict[str, list[tuple[list[list[float]], list[list[float]]]]] = field(default_factory=dict)
     trials: dict[str, tuple] = field(default_factory=dict)  # key -> (baseline Trial, current Trial)
     records: tuple[list[Record], list[Record]] = field(default_factory=lambda: ([], []))
 
-    def add(self, b_path: Path, c_path: Path) -> None:
-        (b, b_recs), (c, c_recs) = round_values(b_path), round_values(c_path)
-        self.records[0].extend(b_recs)
-        self.records[1].extend(c_recs)
-        for key in {*b, *c}:
-            bt, bx = b.get(key, (None, []))
-            ct, cx = c.get(key, (None, []))
-            self.samples.setdefault(key, []).append((bx, cx))
+    def add(self, b_pair: Path, c_pair: Path) -> None:
+        """One pair: each side's pair directory, its legs inside (vitbench.compare.schedule.legs_of)."""
+        sides = []
+        for pair, recs in ((b_pair, self.records[0]), (c_pair, self.records[1])):
+            legs = [round_values(leg) for leg in legs_of(pair)]
+            for _, leg_records in legs:
+                recs.extend(leg_records)
+            sides.append([values for values, _ in legs])
+        for key in {k for legs in sides for values in legs for k in values}:
+            b, c = ([values.get(key, (None, []))[1] for values in legs] for legs in sides)
+            self.samples.setdefault(key, []).append((b, c))
+            bt, ct = (next((values[key][0] for values in legs if key in values), None) for legs in sides)
             old = self.trials.get(key, (None, None))
             self.trials[key] = (old[0] or bt, old[1] or ct)
 
     def values(self, key: str) -> list[tuple[float | None, float | None]]:
-        """(baseline, current) value of each pair (None where a side was not ok)."""
-        return [(self.statistic.of(bx) if bx else None, self.statistic.of(cx) if cx else None)
-                for bx, cx in self.samples[key]]
+        """(baseline, current) value of each pair (None where a side was not ok in a leg)."""
+        return [(side_value(self.statistic, b), side_value(self.statistic, c)) for b, c in self.samples[key]]
 
     def ratios(self) -> dict[str, list[float]]:
         """Per matched trial, current / baseline of every pair where both sides were ok."""
@@ -265,7 +115,11 @@ class Pairs:
 
     def failed(self, key: str) -> bool:
         """Ok on the baseline side in some pair where current was not."""
-        return any(b and not c for b, c in self.samples[key])
+        return any(b and not c for b, c in self.values(key))
+
+    def steps(self, key: str) -> tuple[int, int]:
+        """The timed steps behind each side's values, over every pair and leg."""
+        return tuple(sum(len(xs) for pair in self.samples[key] for xs in pair[i]) for i in (0, 1))
 
 
 def rows(pairs: Pairs, rule: Rule) -> list[Row]:
@@ -281,7 +135,6 @@ def rows(pairs: Pairs, rule: Rule) -> list[Row]:
         p, d = decided[k]
         vals = pairs.values(k)
         bs, cs = [b for b, _ in vals if b], [c for _, c in vals if c]
-        steps = [sum(len(x[i]) for x in pairs.samples[k]) for i in (0, 1)]
         note = "pairs " + " ".join(f"{r:.3f}" for r in p.ratios)
         if pairs.failed(k):
             d = Decision.FAILED
@@ -293,7 +146,7 @@ def rows(pairs: Pairs, rule: Rule) -> list[Row]:
         out.append(Row(names[k], md.name, md.unit, md.higher_is_better, d,
                        baseline=statistics.fmean(bs) if bs else None, current=statistics.fmean(cs) if cs else None,
                        ratio=p.ratio, ci_low=p.ci_low, ci_high=p.ci_high, repeats=(len(bs), len(cs)),
-                       samples=tuple(steps), note=note,
+                       samples=pairs.steps(k), note=note,
                        method=f"paired: {len(p.ratios)} round pairs, {pairs.statistic.value} step"))
     return out
 
@@ -354,17 +207,6 @@ def check_budget(budget_s: float) -> None:
         raise ConfigError(f"--budget-s must be a positive number of seconds, got {budget_s}")
 
 
-def commit_side(name: str, ref: str, root: Path, sha: str, base: Path, study: str | Path, hint: str) -> Side:
-    """A side that runs commit `sha`'s code: its tree (`base`/src, from `checkout`), its own copy of `study`
-    (relative to that tree, or absolute) and its own environment (`_environment`). `hint`: what to do when the
-    commit has no such study file (said in the ConfigError)."""
-    subject = _git(root, "log", "-1", "--format=%s", sha)[:80]
-    path = Path(study) if Path(study).is_absolute() else base / "src" / study
-    if not path.is_file():
-        raise ConfigError(f"REF {sha[:12]} has no {study}: {hint}")
-    python, sentence = _environment(root, sha, base)
-    return Side(name, f"{ref} = {sha[:12]} ({subject})", base / "src", path, python, sentence)
-
 
 def measure(sides: tuple[Side, Side], environment: str, study_line: str, *, rule: Rule, budget_s: float,
             t_start: float, results: Path | None = None, schedule: Schedule = DEFAULT_SCHEDULE,
@@ -386,9 +228,9 @@ def measure(sides: tuple[Side, Side], environment: str, study_line: str, *, rule
     b_recs, c_recs = pairs.records
     context = [("baseline", sides[0].describe), ("current", sides[1].describe), ("environment", environment),
                ("study", study_line),
-               ("rounds", f"{len(pairs.order)} pairs, {schedule.value} (the side started first alternated: "
+               ("rounds", f"{len(pairs.order)} pairs, {schedule.describe()} (the side started first alternated: "
                           f"{pairs.order.count('baseline first')} baseline first); a pair's value: each side's "
-                          f"{pairs.statistic.value} step; {elapsed:.0f} s in all, budget {budget_s:.0f} s" +
+                          f"{pairs.statistic.value} step in each leg; {elapsed:.0f} s in all, budget {budget_s:.0f} s" +
                           (f"; a filler held the core of the side that ended first for "
                            f"{statistics.median(pairs.filled):.1f} s a pair (median)"
                            if schedule is Schedule.TOGETHER and pairs.filled else "")),

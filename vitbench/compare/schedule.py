@@ -8,6 +8,15 @@ study's last trial, at 0.82-0.86 for a change that shortened only set-up; the ne
 "regression" over when a trial was appended; docs/compare.md, "Rounds and pairs"). So the core of a side that
 has finished is kept busy by a *filler*: one single-threaded process of matrix products, the kind of work the
 other side's timed steps do, until the other side ends too.
+
+Cores are not equally fast: on this project's 2-core VM, one single-threaded process ran matrix products 1.45x
+slower on CPU 0 than on CPU 1, the same in three runs (docs/compare.md, "Cores that differ"), as much as the
+slowdowns the gate must find. Left to the OS, which side got the slower core was chance, and the pair ratios
+carried it. So under `together` a pair is two legs: each side pinned to its own half of the CPUs this process may
+use, the halves swapped in the second leg; each side ran once on each half, at the same moments as the other, and
+a side's value over the legs (vitbench.compare.ab) cancels a core's speed. Where fewer than two CPUs are usable,
+or the OS cannot pin (not Linux), a pair is one unpinned leg, as before. `alternate` runs both sides on the same
+CPUs (the lower half), one after the other.
 """
 
 from __future__ import annotations
@@ -16,7 +25,8 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
+from pathlib import Path
 from typing import Protocol
 
 from vitbench.choices import Choice
@@ -38,17 +48,46 @@ class Round(Protocol):
     """A side's round in progress (vitbench.compare.ab.Running)."""
 
     proc: subprocess.Popen
+    cpus: Collection[int] | None  # the CPUs it was pinned to (None: not pinned)
 
     def wait(self) -> None: ...
 
     def stop(self) -> None: ...
 
 
-def start_filler() -> subprocess.Popen:
-    """One filler process (single-threaded matrix products) until it is terminated."""
+LEG = "leg"  # a pair's directory per side holds one results directory per leg: leg1, leg2
+
+
+def core_halves() -> tuple[frozenset[int], frozenset[int]] | None:
+    """The CPUs this process may use split in two (lower, upper), or None where fewer than two are usable or the
+    OS cannot pin a process (sched_setaffinity is Linux's)."""
+    if not (hasattr(os, "sched_getaffinity") and hasattr(os, "sched_setaffinity")):
+        return None
+    cpus = sorted(os.sched_getaffinity(0))
+    half = len(cpus) // 2
+    return (frozenset(cpus[:half]), frozenset(cpus[half:])) if half else None
+
+
+def pinned_to(cpus: Collection[int] | None) -> Callable[[], None] | None:
+    """A Popen preexec_fn that pins the child (and what it starts) to `cpus`; None for no pinning."""
+    if cpus is None:
+        return None
+    mask = set(cpus)
+    return lambda: os.sched_setaffinity(0, mask)
+
+
+def legs_of(pair: Path) -> list[Path]:
+    """The legs' results directories of one side's pair directory, in order; a directory without legs (an older
+    `vitbench ab --results`, or one round given directly) is its own single leg."""
+    legs = sorted(p for p in pair.iterdir() if p.is_dir() and p.name.startswith(LEG) and p.name[len(LEG):].isdigit())
+    return legs or [pair]
+
+
+def start_filler(cpus: Collection[int] | None = None) -> subprocess.Popen:
+    """One filler process (single-threaded matrix products, pinned to `cpus` if given) until it is terminated."""
     env = {**os.environ, **{k: "1" for k in FILLER_THREADS}}
     return subprocess.Popen([sys.executable, "-c", FILLER_CODE], env=env, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=pinned_to(cpus))
 
 
 def stop_process(proc: subprocess.Popen, grace_s: float) -> None:
@@ -63,14 +102,14 @@ def stop_process(proc: subprocess.Popen, grace_s: float) -> None:
 
 
 def fill_until_done(rounds: Sequence[Round]) -> float:
-    """Wait for every round; from the moment one ends while another still runs, a filler takes its core. The
-    seconds filled, summed over the fillers (0.0 where the rounds ended together)."""
+    """Wait for every round; from the moment one ends while another still runs, a filler takes its core (its CPUs,
+    where it was pinned). The seconds filled, summed over the fillers (0.0 where the rounds ended together)."""
     fillers: dict[int, tuple[subprocess.Popen, float]] = {}
     try:
         while any(r.proc.poll() is None for r in rounds):
             for i, r in enumerate(rounds):
                 if i not in fillers and r.proc.poll() is not None:
-                    fillers[i] = (start_filler(), time.monotonic())
+                    fillers[i] = (start_filler(getattr(r, "cpus", None)), time.monotonic())
             time.sleep(POLL_S)
     finally:
         ended = time.monotonic()
@@ -85,24 +124,45 @@ class Schedule(Choice):
     ALTERNATE = "alternate"  # one after the other, the first side alternating: A B, B A, ...
     TOGETHER = "together"  # both at once (each single-threaded trial on its own core): they see the same load
 
+    def legs(self, halves: tuple[frozenset[int], frozenset[int]] | None) -> list[tuple]:
+        """Per leg of a pair, the CPUs of the side started first and of the other (None: not pinned)."""
+        if halves is None:
+            return [(None, None)]
+        if self is Schedule.ALTERNATE:
+            return [(halves[0], halves[0])]
+        return [halves, halves[::-1]]
+
     def run(self, order: Sequence, paths: dict) -> float:
-        """Both sides' rounds of one pair (`side.start_round(paths[side.name])`); on an interrupt or error no
-        sweep nor filler is left running. The seconds a filler kept a finished side's core busy (together)."""
-        running: list[Round] = []
+        """Both sides' rounds of one pair, each leg into `paths[side.name]`/legN (`side.start_round(path,
+        cpus)`); on an interrupt or error no sweep nor filler is left running. The seconds a filler kept a
+        finished side's core busy (together), summed over the legs."""
         filled = 0.0
-        try:
-            for side in order:
-                running.append(side.start_round(paths[side.name]))
-                if self is Schedule.ALTERNATE:
-                    running[-1].wait()
-            if self is Schedule.TOGETHER:
-                filled = fill_until_done(running)
-            for r in running:
-                r.wait()
-        finally:
-            for r in running:
-                r.stop()
+        for n, cpus in enumerate(self.legs(core_halves()), 1):
+            running: list[Round] = []
+            try:
+                for side, c in zip(order, cpus):
+                    running.append(side.start_round(Path(paths[side.name]) / f"{LEG}{n}", c))
+                    if self is Schedule.ALTERNATE:
+                        running[-1].wait()
+                if self is Schedule.TOGETHER:
+                    filled += fill_until_done(running)
+                for r in running:
+                    r.wait()
+            finally:
+                for r in running:
+                    r.stop()
         return filled
+
+    def describe(self) -> str:
+        """How a pair ran on this machine, for the verdict's context."""
+        halves = core_halves()
+        if halves is None:
+            return f"{self.value}, not pinned (fewer than 2 usable CPUs, or no CPU affinity on this OS)"
+        a, b = (",".join(map(str, sorted(h))) for h in halves)
+        if self is Schedule.ALTERNATE:
+            return f"{self.value}, both sides on CPU(s) {a}"
+        return (f"{self.value}, two legs a pair: the side started first on CPU(s) {a} and the other on {b}, then "
+                f"swapped; a side's value the geometric mean over its legs")
 
 
 DEFAULT_SCHEDULE = Schedule.TOGETHER  # twice the pairs in a budget, the same load on both sides (docs/compare.md)
