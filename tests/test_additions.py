@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from vitbench.errors import ConfigError
+
 REPO = Path(__file__).resolve().parents[1]
 ARCH = REPO / "docs" / "architecture.md"
 
@@ -92,7 +94,8 @@ from vitbench.transfer.sources import read_source
 
 study = parse_study("name: s\\ndefaults: {model: ViT-Nano/4, backend: torch, device: cpu, threads: 1, "
                     "pretrain_steps: 2, pretrain_batch_size: 8, upstream_classes: ''}\\n"
-                    "axes:\\n  task: [pretrain]\\n  upstream_dataset: [toy_stripes]\\n  upstream.data.toy_stripes: [12]\\n")
+                    "axes:\\n  task: [pretrain]\\n  upstream_dataset: [toy_stripes]\\n"
+                    "  upstream.data.toy_stripes: [12]\\n")
 config = study.trials[0].config
 task = get_task("pretrain")
 record = task().run(task.Params.model_validate(config))
@@ -120,11 +123,13 @@ def test_a_dataset_format_with_its_own_option_touches_the_files_its_row_names(tm
     formats = (transfer / "formats.py").read_text()
     (transfer / "formats.py").write_text(_insert_after(
         formats, '    Format("npz", _SOURCES + "npz"),\n',
-        '    Format("toy_stripes", "vitbench.transfer.toy_stripes:read", path=False, options=("toy_stripes",)),\n'))
+        '    Format("toy_stripes", "vitbench.transfer.toy_stripes:read", path=False,\n'
+        '           options=("toy_stripes",)),\n'))
     config = (transfer / "config.py").read_text()
     (transfer / "config.py").write_text(_insert_after(
         config, '    synthetic_size: int = Field(16, ge=2, description="synthetic: image side in pixels.")\n',
-        '    toy_stripes: int = key_neutral(6, ge=2, le=1000, description="toy_stripes: images of each class.")\n'))
+        '    toy_stripes: int = key_neutral(6, ge=2, le=1000,\n'
+        '                                   description="toy_stripes: images of each class.")\n'))
 
     changed = changed_files(REPO / "vitbench", tree / "vitbench")
     assert changed == ["transfer/config.py", "transfer/formats.py", "transfer/toy_stripes.py"]
@@ -224,3 +229,79 @@ def test_a_model_family_from_outside_is_one_module(tmp_path, monkeypatch, scratc
     assert {t: r.status.value for t, r in rows.items()} == {"infer": "ok", "flops": "ok"}
     assert rows["infer"].metrics["img_per_s"] > 0
     assert rows["flops"].metrics["params_m"] == pytest.approx(40 / 1e6)  # 3 k + k, k = 10: the family's count
+
+
+TOY_PARALLEL = '''
+    """A toy parallelism mode: every parameter replicated (as dp), placed by its own functions (counted)."""
+
+    from vitbench.backends.parallel import ParallelMode, register_parallelism
+
+    PLACED = []
+
+
+    def jax_place(mesh, shape):
+        from jax.sharding import NamedSharding, PartitionSpec
+
+        PLACED.append(shape)
+        return NamedSharding(mesh, PartitionSpec())
+
+
+    def torch_place(model, device):
+        from torch.nn.parallel import DistributedDataParallel
+
+        return DistributedDataParallel(model)
+
+
+    register_parallelism(ParallelMode("toy_replicated", "every parameter replicated (a toy)",
+                                      {"jax": f"{__name__}:jax_place", "torch": f"{__name__}:torch_place"}))
+'''
+
+RUN_PARALLEL = '''
+import json, sys
+from vitbench.study import parse_study
+from vitbench.tasks import get_task
+import toy_parallel
+
+study = parse_study("name: s\\ndefaults: {model: ViT-Nano/4, backend: jax, device: cpu, threads: 1, "
+                    "batch_size: 4, "
+                    "devices: 2, parallelism: toy_replicated, warmup_steps: 1, min_steps: 2, min_seconds: 0, "
+                    "window_steps: 1}\\naxes:\\n  task: [infer]\\n")
+config = study.trials[0].config
+task = get_task("infer")
+record = task().run(task.Params.model_validate(config))
+json.dump({"config": config, "status": record.status.value, "placed": len(toy_parallel.PLACED),
+           "error": str(record.error)}, sys.stdout)
+'''
+
+
+@pytest.mark.timeout(300)
+def test_a_parallelism_mode_from_outside_is_one_module(tmp_path, monkeypatch, scratch_registry):
+    from vitbench.backends.parallel import mode_names
+    from vitbench.study import parse_study
+
+    outside_module(tmp_path, monkeypatch, "toy_parallel", TOY_PARALLEL)
+    assert [p.name for p in tmp_path.iterdir() if p.suffix == ".py"] == ["toy_parallel.py"]
+    assert files_in_row(table_row("a parallelism mode")) == 1
+    assert mode_names() == ("dp", "fsdp", "toy_replicated")
+    # the study field takes it; a backend it names no placement for refuses it when the study is parsed
+    head = ("name: s\ndefaults: {model: ViT-Nano/4, device: cpu, batch_size: 4, devices: 2}\n"
+            "axes:\n  task: [infer]\n")
+    assert parse_study(head + "  backend: [torch]\n  parallelism: [toy_replicated]\n").trials
+    with pytest.raises(ConfigError, match="parallelism.0.: unknown parallelism 'tp'; allowed: dp, fsdp, "
+                                          "toy_replicated"):
+        parse_study(head + "  backend: [torch]\n  parallelism: [tp]\n")
+    with pytest.raises(ConfigError, match="backend 'onnxruntime'"):
+        parse_study(head + "  backend: [onnxruntime]\n  parallelism: [toy_replicated]\n")
+
+    # a trial through it, in a fresh interpreter (JAX starts with 2 host devices there), registered as an outside
+    # plug-in is: through $VITBENCH_PLUGINS
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)]), "OMP_NUM_THREADS": "1",
+           "VITBENCH_PLUGINS": "toy_parallel"}
+    env.pop("XLA_FLAGS", None)
+    r = subprocess.run([sys.executable, "-c", RUN_PARALLEL], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=280)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout)
+    assert out["status"] == "ok", out["error"]
+    assert (out["config"]["devices"], out["config"]["parallelism"]) == (2, "toy_replicated")
+    assert out["placed"] > 0  # the mode's own placement placed the parameters

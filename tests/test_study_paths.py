@@ -30,13 +30,15 @@ def test_every_path_names_a_field_of_its_task_and_no_field_has_a_dot():
 
 def test_a_study_written_with_paths_has_the_keys_of_the_one_written_with_fields():
     by_field = parse_study(BASE + "  pretrain_lr: [0.01, 0.02]\n  data_workers: [2]\n  upstream_workers: [1]\n")
-    by_path = parse_study(BASE + "  upstream.lr: [0.01, 0.02]\n  data.workers: [2]\n  upstream.data.workers: [1]\n")
+    by_path = parse_study(BASE + "  upstream.lr: [0.01, 0.02]\n  data.workers: [2]\n"
+                                 "  upstream.data.workers: [1]\n")
     assert [t.key for t in by_path.trials] == [t.key for t in by_field.trials]
     assert len(by_path.trials) == 6 and {t.config["pretrain_lr"] for t in by_path.trials} == {0.01, 0.02}
     # the other blocks too: defaults, include, exclude
     mixed = parse_study(BASE.replace("pretrain_steps: 2}", "pretrain_steps: 2, upstream.lr: 0.01}")
                         + "  data.workers: [2]\n  upstream.data.workers: [1]\n"
-                        "include: [{task: fewshot, upstream.lr: 0.02}]\nexclude: [{task: finetune, data.workers: 2}]\n")
+                        "include: [{task: fewshot, upstream.lr: 0.02}]\n"
+                        "exclude: [{task: finetune, data.workers: 2}]\n")
     assert {(t.config["task"], t.config["pretrain_lr"]) for t in mixed.trials} == {
         ("pretrain", 0.01), ("fewshot", 0.01), ("fewshot", 0.02)}
 

@@ -30,6 +30,7 @@ class Kind(enum.Enum):
     TASK = "task"
     EXECUTOR = "executor"
     FAMILY = "family"  # a model family (vitbench.models.families)
+    PARALLELISM = "parallelism"  # how a step spreads over devices (vitbench.backends.parallel)
 
 
 # The package's own plug-in modules by kind, in the order their entries are listed (the first backend is the
@@ -43,6 +44,7 @@ BUILTIN_MODULES: dict[Kind, tuple[str, ...]] = {
     Kind.EXECUTOR: ("vitbench.executors.local", "vitbench.executors.slurm", "vitbench.executors.ray"),
     Kind.FAMILY: ("vitbench.models.families.vit", "vitbench.models.families.bit", "vitbench.models.families.hybrid",
                   "vitbench.models.families.axial", "vitbench.models.families.timm"),
+    Kind.PARALLELISM: ("vitbench.backends.parallel",),
 }
 
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from pydantic import AfterValidator
 
 from vitbench.backends.kinds import DEFAULT_DEVICES, DEFAULT_PARALLELISM, Capability, DeviceKind, Parallelism
+from vitbench.backends.parallel import runs_on
 from vitbench.errors import BackendUnavailable, ConfigError
 
 if TYPE_CHECKING:
@@ -96,9 +97,10 @@ class BackendSpec:
             return []
         if not self.parallelisms:
             return [("devices", f"backend {self.name!r} runs a step on one device only")]
-        if parallelism not in self.parallelisms:
+        if not runs_on(parallelism, self.name, tuple(p.value for p in self.parallelisms)):
             return [("parallelism", f"backend {self.name!r} runs parallelisms "
-                                    f"{', '.join(p.value for p in self.parallelisms)}")]
+                                    f"{', '.join(p.value for p in self.parallelisms)} (and any registered one "
+                                    "with a placement for it)")]
         batch = fields.get("batch_size")
         if isinstance(batch, int) and isinstance(devices, int) and batch % devices:
             return [("batch_size", f"the global batch {batch} does not split evenly over {devices} devices: "

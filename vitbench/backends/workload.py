@@ -9,7 +9,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from vitbench.backends.kinds import DEFAULT_DEVICES, DEFAULT_PARALLELISM, OPTIMIZERS, PRECISIONS, Mode, Parallelism
+from vitbench.backends.kinds import DEFAULT_DEVICES, DEFAULT_PARALLELISM, OPTIMIZERS, PRECISIONS, Mode
+from vitbench.backends.parallel import mode_names
 from vitbench.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ class Step:
         for name, value, allowed in (("mode", self.mode, ("infer", "train")),
                                      ("precision", self.precision, PRECISIONS),
                                      ("optimizer", self.optimizer, OPTIMIZERS),
-                                     ("parallelism", self.parallelism, Parallelism.values())):
+                                     ("parallelism", self.parallelism, mode_names())):
             if value not in allowed:
                 raise ConfigError(f"unknown {name} {value!r}; allowed: {', '.join(allowed)}")
         if self.batch_size < 1:

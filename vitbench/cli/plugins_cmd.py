@@ -30,6 +30,8 @@ def plugin_rows() -> list[dict]:
                                for n, f in t.Params.model_fields.items()})
         elif e.kind is Kind.FAMILY:
             row.update(override_keys=list(e.provides), models=[r.name for r in e.obj.rows])
+        elif e.kind is Kind.PARALLELISM:
+            row.update(placements=dict(e.obj.placements))  # none: each backend places it (a built-in mode)
         else:
             row.update(options={n: None if f.is_required() else f.get_default(call_default_factory=True)
                                 for n, f in e.obj.Options.model_fields.items()})
@@ -41,7 +43,8 @@ def plugin_rows() -> list[dict]:
 def plugins_cmd(
     as_json: bool = cli_option("json", "--json", help="Everything, machine-readable (fields with defaults)."),
 ) -> None:
-    """List the registered backends, tasks, executors and model families: capabilities, where each comes from, availability.
+    """List the registered backends, tasks, executors, model families and parallelism modes: capabilities, where
+    each comes from, availability.
 
     Plug-ins come from vitbench itself, from installed packages (entry-point group `vitbench.plugins`) and from
     $VITBENCH_PLUGINS (comma-separated modules); see docs/plugins.md.
@@ -51,8 +54,9 @@ def plugins_cmd(
         print_json(rows)
         return
     for kind, what in (("backend", "capabilities"), ("task", "needs"), ("executor", "options"),
-                       ("family", "override_keys")):
-        t = Table(title="families" if kind == "family" else f"{kind}s", title_justify="left")
+                       ("family", "override_keys"), ("parallelism", "placements")):
+        t = Table(title={"family": "families", "parallelism": "parallelism modes"}.get(kind, f"{kind}s"),
+                  title_justify="left")
         for col in ("name", what, "from", "available"):
             t.add_column(col, overflow="fold")
         for r in (r for r in rows if r["kind"] == kind):

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
-from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, Strict, ValidationInfo, create_model,
-                      field_validator, model_validator)
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, Strict, ValidationInfo,
+                      create_model, field_validator, model_validator)
 from pydantic.fields import FieldInfo
 
 from vitbench.backends.base import OPTIMIZERS, PRECISIONS, BackendName, default_backend
-from vitbench.backends.kinds import DEFAULT_DEVICES, DEFAULT_PARALLELISM, Parallelism
+from vitbench.backends.kinds import DEFAULT_DEVICES, DEFAULT_PARALLELISM
+from vitbench.backends.parallel import known_mode
 from vitbench.errors import VitbenchError
 from vitbench.transfer.config import MAX_COUNT, DataConfig, Seed, key_neutral
 
@@ -121,9 +122,10 @@ SHARED: dict[str, tuple[Any, Any, str]] = {
     "devices": (Annotated[int, Strict(), Field(gt=0, le=MAX_COUNT)], key_neutral(DEFAULT_DEVICES),
                 "local devices one step runs on (batch_size is the global batch, split evenly over them); the "
                 "trial launches one process per device where its backend needs that (docs/devices.md)"),
-    "parallelism": (literal_of(Parallelism.values()), key_neutral(DEFAULT_PARALLELISM.value),
-                    "with devices > 1: dp (parameters replicated, gradients all-reduced) or fsdp (parameters, "
-                    "gradients and optimizer state sharded); the backend lists what it runs"),
+    "parallelism": (Annotated[str, Strict(), AfterValidator(known_mode)], key_neutral(DEFAULT_PARALLELISM.value),
+                    "with devices > 1: dp (parameters replicated, gradients all-reduced), fsdp (parameters, "
+                    "gradients and optimizer state sharded) or a registered mode (vitbench.backends.parallel); "
+                    "the backend lists what it runs"),
     "channels_last": (_StrictBool | None, None, "NHWC memory format (null: on for conv families, off for ViT)"),
 }
 

@@ -18,6 +18,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from vitbench.backends.kinds import Parallelism
+from vitbench.backends.parallel import placement
 
 AXIS = "data"
 # What XLA's collectives run on, per platform: in-process copies on a CPU, NCCL between NVIDIA GPUs (XLA's GPU
@@ -45,7 +46,11 @@ def replicated(mesh: Mesh) -> NamedSharding:
 
 
 def param_sharding(mesh: Mesh, shape: tuple[int, ...], parallelism: str) -> NamedSharding:
-    """dp: replicated; fsdp: split on the largest axis the mesh size divides (ties: the first), else replicated."""
+    """dp: replicated; fsdp: split on the largest axis the mesh size divides (ties: the first), else replicated;
+    a mode registered from outside vitbench: its JAX placement, `(mesh, shape) -> NamedSharding`
+    (vitbench.backends.parallel)."""
+    if parallelism not in Parallelism.values():
+        return placement(parallelism, "jax")(mesh, shape)
     n = mesh.devices.size
     if Parallelism(parallelism) is not Parallelism.FSDP:
         return replicated(mesh)

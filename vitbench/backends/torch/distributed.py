@@ -27,6 +27,7 @@ import torch
 import torch.distributed as dist
 
 from vitbench.backends.kinds import Parallelism
+from vitbench.backends.parallel import placement
 from vitbench.errors import BackendUnavailable, ConfigError
 
 # A rank stuck in a collective (its peer died) gives up after this long; the group's launcher kills it sooner.
@@ -71,7 +72,10 @@ def local_slice(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.T
 
 
 def wrap(model: torch.nn.Module, parallelism: str, device: torch.device) -> torch.nn.Module:
-    """`model` spread over the group: DDP (dp) or FSDP2 (fsdp)."""
+    """`model` spread over the group: DDP (dp) or FSDP2 (fsdp); a mode registered from outside vitbench: its torch
+    placement, `(model, device) -> model` (vitbench.backends.parallel)."""
+    if parallelism not in Parallelism.values():
+        return placement(parallelism, "torch")(model, device)
     if Parallelism(parallelism) is Parallelism.FSDP:
         from torch.distributed.fsdp import fully_shard
 
