@@ -487,6 +487,9 @@ CASES = {
     "sweep set unknown path": case("sweep", "smoke", "--dry-run", "--set", "upstream.nöpe=1", says="upstream.lr"),
     "sweep set path bad value": case("sweep", "smoke", "--dry-run", "--set", "upstream.data.workers=-1",
                                      says="upstream_workers"),
+    "pretrain set unknown path": case("pretrain", NANO, "--set", "upstream.nöpe=1", says="upstream.lr"),
+    "fewshot set path bad value": case("fewshot", "--model", NANO, "--set", "data.workers=-1",
+                                       says="--set data.workers"),
     **{f"{cmd} {what}": case(cmd, *pre, *args, says=says) for cmd, pre in (("pretrain", (NANO,)),
                                                                            ("fewshot", ("-m", NANO)),
                                                                            ("finetune", ("-m", NANO)))

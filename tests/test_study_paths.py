@@ -64,3 +64,38 @@ def test_a_field_given_by_its_name_and_its_path_in_one_block_is_refused():
     with pytest.raises(ConfigError, match=r"axes\.pretrain_lr: pretrain_lr is set twice here \(also as "
                                           r"upstream\.lr\): keep one"):
         parse_study(BASE + "  upstream.lr: [0.01]\n  pretrain_lr: [0.02]\n")
+
+
+NANO = "ViT-Nano/4"
+
+
+@pytest.mark.parametrize("by_path,by_flag", [
+    (["pretrain", NANO, "--set", "upstream.lr=0.002", "--set", "upstream.steps=3", "--set", "depth=2"],
+     ["pretrain", NANO, "--lr", "0.002", "--steps", "3", "--set", "depth=2"]),
+    (["fewshot", "--model", NANO, "--set", "upstream.steps=3", "--set", "data.workers=1",
+      "--set", "data.classes=5-9"],
+     ["fewshot", "--model", NANO, "--pretrain-steps", "3", "--data-workers", "1", "--classes", "5-9"]),
+    (["finetune", "--model", NANO, "--pretrain-steps", "3", "--set", "upstream.data.workers=1"],
+     ["finetune", "--model", NANO, "--pretrain-steps", "3"]),
+], ids=["pretrain", "fewshot", "finetune"])
+def test_a_transfer_commands_set_takes_a_path(monkeypatch, by_path, by_flag):
+    """`--set PATH=VALUE` on pretrain, fewshot and finetune sets the field of that path (a dotted key; any other
+    is an architecture override, as before): the task runs with the Params the flags give."""
+    from tests.test_commands_are_tasks import _caught
+
+    task, params = _caught(monkeypatch, by_path)
+    want_task, want = _caught(monkeypatch, by_flag)
+    if by_path[0] == "finetune":  # no flag sets the upstream's data workers: the field itself
+        want = want.model_copy(update={"upstream_workers": 1})
+    assert task == want_task and params.config() == want.config()
+
+
+def test_a_transfer_commands_bad_path_or_value_is_named_by_its_path():
+    from typer.testing import CliRunner
+
+    from vitbench.cli import app
+
+    r = CliRunner().invoke(app, ["pretrain", NANO, "--set", "upstream.lrr=0.1"])
+    assert r.exit_code == 2 and "--set unknown path 'upstream.lrr'. Did you mean upstream.lr" in r.output
+    r = CliRunner().invoke(app, ["fewshot", "--model", NANO, "--set", "data.workers=-1"])
+    assert r.exit_code == 2 and "--set data.workers: " in r.output, r.output

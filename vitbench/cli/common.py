@@ -204,6 +204,30 @@ def parse_sets(sets: list[str] | None, option: str = "--set") -> dict[str, str]:
     return out
 
 
+def path_sets(task_name: str, sets: list[str] | None) -> tuple[list[str], dict, dict[str, str]]:
+    """`--set` items split: a dotted KEY is a config path of the task's fields (`upstream.lr=3e-3` sets
+    pretrain_lr; TaskParams.field_paths, what a study may write too) and its VALUE is read as YAML, as `sweep
+    --set` reads it; any other KEY is an architecture override, as before. Returns (the overrides as given,
+    {field: value}, {field: '--set PATH'}: how an error names it). A set path wins over the field's flag. An
+    unknown path is a ConfigError naming it with the allowed ones."""
+    from vitbench.study.paths import unknown_path
+    from vitbench.study.source import load_value
+    from vitbench.tasks import get_task
+
+    given = parse_sets(sets)
+    if not any("." in k for k in given):
+        return list(sets or ()), {}, {}
+    paths = get_task(task_name).Params.field_paths()
+    fields, names = {}, {}
+    for key, text in given.items():
+        if "." in key:
+            if key not in paths:
+                raise ConfigError(f"--set {unknown_path(key, paths)}")
+            fields[paths[key]] = load_value(text, f"--set {clip(key, 80)}")
+            names[paths[key]] = f"--set {key}"
+    return [f"{k}={v}" for k, v in given.items() if "." not in k], fields, names
+
+
 def model_asked(model: str | None, sets: list[str] | None, default: str) -> str:
     """How the user asked for a model beside a checkpoint, for messages: '--model X', '--set K=V --set ...', or
     `default` (neither)."""

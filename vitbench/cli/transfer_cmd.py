@@ -9,8 +9,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from vitbench.cli import app
-from vitbench.cli.common import (SET_HELP, checkpoint_fields, console, model_asked, print_json, task_params,
-                                 with_sets)
+from vitbench.cli.common import (SET_HELP, checkpoint_fields, console, model_asked, path_sets, print_json,
+                                 task_params, with_sets)
 from vitbench.cli.data_options import (
     DATA,
     DATA_PATH,
@@ -81,6 +81,10 @@ def _show(rec, title: str, keys: list[str], as_json: bool) -> None:
     console.print(t)
 
 
+# --set of the transfer commands: an architecture override, or a config path of the task's fields
+SET_PATH_HELP = SET_HELP + (" A dotted KEY sets that config path, as a study may: --set upstream.lr=3e-3 "
+                            "--set data.workers=4 (`vitbench sweep --set` takes the same paths).")
+
 # The run's settings every transfer command takes, after its own options
 RUN = OptionGroup("run", {
     "device": (str, from_field(Pretrain.Params, "device")),
@@ -96,7 +100,7 @@ RUN = OptionGroup("run", {
 @FORMATS
 def pretrain_cmd(
     model: str = typer.Argument(..., help="Variant name, e.g. ViT-Nano/4, R-Nano, R-Nano+ViT-Micro/8."),
-    sets: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
+    sets: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_PATH_HELP),
     backend: str = typer.Option(None, help="A registered backend "
                                            "(`vitbench plugins` lists them; default: the first registered)."),
     data: str = DATA, data_path: str = DATA_PATH, data_test_path: str = DATA_TEST_PATH,
@@ -147,6 +151,7 @@ def pretrain_cmd(
     from vitbench.tasks.upstream import UPSTREAM_PATHS, _UPSTREAM_NAMED
     from vitbench.transfer.checkpoint import checkpoint_path
 
+    sets, set_fields, set_names = path_sets(Pretrain.name, sets)  # `--set upstream.lr=...`: a field by its path
     values = dict(
         model=with_sets(model, sets), backend=backend, upstream_dataset=data, upstream_path=data_path,
         upstream_test_path=data_test_path, upstream_skip_corrupt=skip_corrupt, upstream_workers=data_workers,
@@ -158,8 +163,10 @@ def pretrain_cmd(
         teacher_steps=teacher_steps, teacher_seed=teacher_seed, distillation=distillation,
         distill_lambda=distill_lambda, distill_tau=distill_tau, objective=objective, mask_rate=mask_rate,
         mask_target=mask_target, device=run.device, threads=run.threads)
+    values.update(set_fields)  # a path set wins over its flag
     flags = _pretrain_names()  # config path -> option; the task's fields -> config paths: field -> option
-    names = {field: flags[path] for field, path in {**UPSTREAM_PATHS, **_UPSTREAM_NAMED}.items() if path in flags}
+    names = {**{field: flags[path] for field, path in {**UPSTREAM_PATHS, **_UPSTREAM_NAMED}.items()
+                if path in flags}, **set_names}
     task, params = task_params(Pretrain.name, names, **values)
     if out is not None:  # named as typed, before any training
         out = checkpoint_path(out, cache_path(params.upstream_config(task.name)).name, "--out")
@@ -216,7 +223,7 @@ DOWNSTREAM = OptionGroup("downstream", {
                                   "supervised | masked_patch (a --checkpoint made by another is refused).")),
     "model": (str, typer.Option(None, "--model", "-m", help="Or: a variant, pre-trained here (default recipe); "
                                 "with --checkpoint: its model (a timm state dict's timm:NAME).")),
-    "sets": (list[str], typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP)),
+    "sets": (list[str], typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_PATH_HELP)),
     "pretrain_steps": (int, typer.Option(None, min=1, help="With --model: upstream steps "
                                          "(default: as `vitbench pretrain`).")),
     "pretrain_warmup_steps": (int, typer.Option(None, min=0, help="With --model: upstream warm-up steps "
@@ -234,14 +241,16 @@ DOWNSTREAM = OptionGroup("downstream", {
 })
 
 
-def _downstream(o, seed: int, **own) -> dict:
-    """The downstream task's fields from the DOWNSTREAM options `o` (`seed`: the upstream's with --model) and
-    the command's `own` fields."""
+def _downstream(o, task: str, seed: int, **own) -> dict:
+    """The downstream task's fields from the DOWNSTREAM options `o` (`seed`: the upstream's with --model), the
+    command's `own` fields and the fields `--set PATH=VALUE` sets (`o.sets` keeps the architecture overrides,
+    `o.set_names` how an error names a field set by its path)."""
+    o.sets, set_fields, o.set_names = path_sets(task, o.sets)
     return {"backend": o.backend, "resolution": o.resolution, "objective": o.objective, "dataset": o.data,
             "data_path": o.data_path, "data_test_path": o.data_test_path, "skip_corrupt": o.skip_corrupt,
             "data_workers": o.data_workers, "check_data": o.check_data,
             **{f: getattr(o, f) for f in FORMAT_OPTIONS}, "classes": o.classes, "data_seed": o.data_seed,
-            "seed": seed, **_upstream_values(o), **own}
+            "seed": seed, **_upstream_values(o), **own, **set_fields}
 
 
 # the downstream tasks' fields whose option is named otherwise than --field-name
@@ -252,7 +261,8 @@ _DOWNSTREAM_FLAGS = {"model": "--model", "dataset": "--data", "fewshot_seeds": "
 
 def _flags(o) -> dict[str, str]:
     """_DOWNSTREAM_FLAGS, the model named as asked for beside a checkpoint (--model X, --set K=V)."""
-    return {**_DOWNSTREAM_FLAGS, "model": model_asked(o.model, o.sets, "--model") if o.checkpoint else "--model"}
+    return {**_DOWNSTREAM_FLAGS, "model": model_asked(o.model, o.sets, "--model") if o.checkpoint else "--model",
+            **o.set_names}
 
 
 @app.command("fewshot")
@@ -270,8 +280,9 @@ def fewshot_cmd(
 
     Mean and standard deviation over --seeds draws of k images per class, for every k in --shots.
     """
-    task, params = task_params("fewshot", _flags(downstream), **_downstream(
-        downstream, seed, shots=shots, fewshot_seeds=seeds, l2_reg=l2_reg, device=run.device, threads=run.threads))
+    values = _downstream(downstream, "fewshot", seed, shots=shots, fewshot_seeds=seeds, l2_reg=l2_reg,
+                         device=run.device, threads=run.threads)
+    task, params = task_params("fewshot", _flags(downstream), **values)
     rec = task().run(params)  # the study's path: a trial of these fields
     keys = [k for s in params.shot_list() for k in (f"accuracy_{s}shot", f"accuracy_{s}shot_std")]
     c = rec.config
@@ -304,10 +315,10 @@ def finetune_cmd(
     The LR is chosen by the mean accuracy over --seeds runs on a held-out split of train; the reported accuracy
     is the mean (and standard deviation) over the final runs' accuracies on the test split.
     """
-    task, params = task_params("finetune", _flags(downstream), **_downstream(
-        downstream, seed, val_fraction=val_fraction, finetune_steps=steps, batch_size=batch_size, lr_grid=lr_grid,
-        finetune_warmup_steps=warmup_steps, refit=refit, finetune_seeds=seeds, device=run.device,
-        threads=run.threads))
+    values = _downstream(downstream, "finetune", seed, val_fraction=val_fraction, finetune_steps=steps,
+                         batch_size=batch_size, lr_grid=lr_grid, finetune_warmup_steps=warmup_steps, refit=refit,
+                         finetune_seeds=seeds, device=run.device, threads=run.threads)
+    task, params = task_params("finetune", _flags(downstream), **values)
     rec = task().run(params)  # the study's path: a trial of these fields
     c = rec.config
     _show(rec, f"finetune {c['model']} ({c['backend']}) on {_on(c['data'])} @ "
