@@ -1,9 +1,11 @@
 """compare at scale (issue 51): labels and why_unmatched give what the direct, quadratic definitions give (written
 out here as they were before), on random trial sets with few and with many varying fields; the bootstrap's
-counting medians give np.median's, bit for bit."""
+counting medians give np.median's, bit for bit; compare's batch draws each replicate's median from its exact
+distribution."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 from collections import defaultdict
@@ -130,16 +132,53 @@ def test_boot_medians_are_the_direct_definitions_bit_for_bit(n):
             assert got[1].tobytes() == want[1].tobytes()  # bit for bit
 
 
-def test_a_median_batch_draws_and_gives_what_boot_medians_gives_one_sample_at_a_time():
-    """stats.MedianBatch (compare's bootstrap, BLOCK trials at a time): samples of several sizes interleaved, one
-    value, one of more than a chunk of draws, the repeats' picks drawn between them: every result and the rng's
-    state after them are those of the calls made one at a time."""
+@pytest.mark.parametrize("n", [2, 3, 4, 5, 6, 7])
+def test_median_table_is_the_count_over_every_resample(n):
+    """stats.median_table(n), the bootstrap distribution of the median MedianBatch draws from (issue 51), is the
+    count over all n**n resamples of the sorted positions np.median takes: the same pairs in the same order, and
+    each cdf value == its running count / n**n (both sides divide the same two integers, one correct rounding)."""
+    counts = defaultdict(int)
+    for draw in itertools.product(range(n), repeat=n):
+        s = sorted(draw)
+        counts[(s[(n - 1) // 2], s[n // 2])] += 1
+    pairs = sorted(counts)
+    running = list(itertools.accumulate(counts[p] for p in pairs))
+    cdf, lo, hi = stats.median_table(n)
+    assert list(zip(lo.tolist(), hi.tolist())) == pairs
+    assert cdf.tolist() == [c / n**n for c in running]
+    with pytest.raises(ValueError):
+        stats.median_table(stats.EXACT_MAX + 1)
+
+
+def test_the_grid_lookup_finds_searchsorteds_bins():
+    """_searchsorted_grid gives np.searchsorted's bin for uniforms anywhere, on a cdf step and just below one."""
+    gen = np.random.default_rng(5)
+    for n in (2, 5, 6, 7, 40, stats.EXACT_MAX):
+        cdf = stats.median_table(n)[0]
+        steps = cdf[cdf < 1]
+        u = np.concatenate([gen.random(20_000), [0.0, np.nextafter(1.0, 0.0)], steps, np.nextafter(steps, 0.0)])
+        assert np.array_equal(stats._searchsorted_grid(n, u[None, :]), np.searchsorted(cdf, u[None, :], "right"))
+
+
+def test_a_median_batch_draws_each_replicate_from_the_exact_table():
+    """stats.MedianBatch (compare's bootstrap, BLOCK trials at a time): samples of several sizes interleaved (ties,
+    a non-finite value, one value, more than EXACT_MAX), the repeats' picks drawn between them. A sample of 2 to
+    EXACT_MAX values: per replicate one uniform from the rng, its median_table pair's median of the sorted sample,
+    bit for bit; the others boot_medians' replicates; the rng's state after them that of the calls in order."""
     gen = np.random.default_rng(1)
-    samples = [gen.lognormal(0, 0.2, n) for n in (5, 7, 5, 1, 6, 2500, 7, 5)]
+    samples = [gen.lognormal(0, 0.2, n) for n in (5, 7, 5, 1, 6, 2500, 7, 2, stats.EXACT_MAX, stats.EXACT_MAX + 1)]
+    samples[2] = np.round(samples[2], 1)  # ties
+    samples[4][0] = np.nan
     one, batch = np.random.default_rng(9), stats.MedianBatch(np.random.default_rng(9), 2000)
     want, handles = [], []
     for i, x in enumerate(samples):
-        want.append(stats.boot_medians(x, 2000, one))
+        a = np.sort(x[np.isfinite(x)])
+        if 2 <= a.size <= stats.EXACT_MAX:
+            cdf, lo, hi = stats.median_table(a.size)
+            pick = np.searchsorted(cdf, one.random(2000), side="right")
+            want.append((float(np.median(a)), np.median(np.stack([a[lo[pick]], a[hi[pick]]]), axis=0)))
+        else:
+            want.append(stats.boot_medians(x, 2000, one))
         handles.append(batch.draw(x))
         if i == 2:  # combine_repeats' draw between two samples
             assert stats.repeat_picks(3, 2000, one).tobytes() == stats.repeat_picks(3, 2000, batch.rng).tobytes()
