@@ -486,7 +486,7 @@ CASES = {
     # a config path (issue 52): an unknown one named, with the allowed paths (bounded: one line, within 2 KiB)
     "sweep set unknown path": case("sweep", "smoke", "--dry-run", "--set", "upstream.nöpe=1", says="upstream.lr"),
     "sweep set path bad value": case("sweep", "smoke", "--dry-run", "--set", "upstream.data.workers=-1",
-                                     says="upstream_workers"),
+                                     says="upstream.data.workers"),
     "pretrain set unknown path": case("pretrain", NANO, "--set", "upstream.nöpe=1", says="upstream.lr"),
     "fewshot set path bad value": case("fewshot", "--model", NANO, "--set", "data.workers=-1",
                                        says="--set data.workers"),

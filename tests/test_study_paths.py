@@ -60,9 +60,17 @@ def test_an_unknown_path_is_named_with_the_close_ones_and_the_allowed_paths_boun
         load_study("smoke", check_paths=False, sets={"data.wrokers": 2})
 
 
+def test_a_bad_value_written_at_a_path_is_reported_there():
+    with pytest.raises(ConfigError, match=r"s\.yaml:6: zip\[0\]\.upstream\.lr\[1\]: Input should be a valid "
+                                          r"number"):
+        parse_study(BASE + "zip:\n  - {upstream.lr: [0.1, x], data.workers: [1, 2]}\n", "s.yaml")
+    with pytest.raises(ConfigError, match=r"defaults\.upstream\.data\.workers: Input should be greater than or "):
+        load_study("smoke", check_paths=False, sets={"upstream.data.workers": -1})
+
+
 def test_a_field_given_by_its_name_and_its_path_in_one_block_is_refused():
-    with pytest.raises(ConfigError, match=r"axes\.pretrain_lr: pretrain_lr is set twice here \(also as "
-                                          r"upstream\.lr\): keep one"):
+    with pytest.raises(ConfigError, match=r"axes\.upstream\.lr: pretrain_lr is set twice here \(as upstream\.lr "
+                                          r"and as pretrain_lr\): keep one"):
         parse_study(BASE + "  upstream.lr: [0.01]\n  pretrain_lr: [0.02]\n")
 
 

@@ -62,7 +62,10 @@ def apply_sets(m: StudyModel, ex: Expander, sets: dict[str, Any], option: str = 
     a ConfigError naming the option and the allowed fields; FIELD may be the config path it sets
     (vitbench.study.paths)."""
     for key, value in sets.items():
-        key = set_field(key, option)  # a path (`upstream.lr`) sets its field (`pretrain_lr`)
+        field = set_field(key, option)  # a path (`upstream.lr`) sets its field (`pretrain_lr`)
+        if field != key:
+            ex.err.spelled[("defaults", field)] = ("defaults", key)  # its problems named by the path
+        key = field
         if key not in ex.allowed:
             import difflib
 

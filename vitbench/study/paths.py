@@ -70,9 +70,11 @@ def _renamed(block: dict[str, Any], loc: tuple, paths: dict[str, str], problems:
         else:
             name = paths[key]
         if name in out:
-            problems.add((*loc, key), f"{name} is set twice here (also as {spelled[name]}): keep one")
+            problems.add((*loc, key), f"{name} is set twice here (as {spelled[name]} and as {key}): keep one")
             continue
         out[name], spelled[name] = value, key
+        if name != key:
+            problems.spelled[(*loc, name)] = (*loc, key)  # its problems reported at the path, as written
     return out
 
 

@@ -92,12 +92,20 @@ class Problems:
     def __init__(self, source: str, root: yaml.Node | None):
         self.source, self.root = source, root
         self._items: dict[tuple, tuple] = {}
+        # a key's location as read -> as written, where a study wrote a field as its config path
+        # (vitbench.study.paths): a problem is reported where and as the user wrote it
+        self.spelled: dict[tuple, tuple] = {}
 
     @property
     def items(self) -> list[tuple]:
         return list(self._items.values())
 
     def add(self, loc: tuple, msg: str, value: Any = ..., line_loc: tuple | None = None) -> None:
+        loc = tuple(loc)
+        for n in (2, 3):  # (block, key) or (block, index, key): the key as written
+            if loc[:n] in self.spelled:
+                loc = self.spelled[loc[:n]] + loc[n:]
+                break
         got = "" if value is ... else shorten(value)
         msg = clip(msg, 1200)  # a message may quote the value itself (an unknown model's name)
         ident = (tuple(loc), got, msg, line_loc)  # the same problem met by several combinations is reported once
