@@ -19,7 +19,7 @@ from vitbench.errors import VitbenchError  # noqa: E402
 from vitbench.models.analytic import analytic_counts  # noqa: E402
 from vitbench.models.convert import torch_to_flax  # noqa: E402
 from vitbench.models.flax import build_flax_model  # noqa: E402
-from vitbench.models.flax.vit import MlpBlock  # noqa: E402
+from vitbench.models.families.vit.flax_model import MlpBlock  # noqa: E402
 from vitbench.models.specs import get_spec  # noqa: E402
 from vitbench.models.torch import build_torch_model, feature_forward  # noqa: E402
 from tolerances_fp import BF16_U, EPS32, bf16_chain, forward_parity  # noqa: E402

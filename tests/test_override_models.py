@@ -161,7 +161,7 @@ def test_named_rows_are_unchanged():
 def test_rows_build_plain_timm_models():
     from timm.models.vision_transformer import VisionTransformer
 
-    from vitbench.models.torch_vit import VariantViT
+    from vitbench.models.families.vit.torch_variants import VariantViT
 
     assert type(build_torch_model(get_spec("ViT-Nano/4"))) is VisionTransformer
     assert isinstance(build_torch_model(get_spec("ViT-Nano/4[posemb=none]")), VariantViT)

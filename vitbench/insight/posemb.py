@@ -33,7 +33,8 @@ def adjacent_similarity(sim: np.ndarray) -> float:
     return float(np.mean(pairs)) if pairs else float("nan")
 
 
-# timm-style names of the variant tables (vitbench.models.torch_vit; the same in every backend's weights)
+# timm-style names of the variant tables (vitbench.models.families.vit.torch_variants; the same in every
+# backend's weights)
 TABLE_1D = "pos_embeds.{i}.pos_embedding"
 TABLE_X, TABLE_Y = "pos_embeds.{i}.pos_embedding_x", "pos_embeds.{i}.pos_embedding_y"
 

@@ -33,7 +33,8 @@ from vitbench.protocols.fewshot import spread
 from vitbench.protocols.pretrain import upstream_config, upstream_metrics
 from vitbench.transfer.schedules import LearningRate, OptimConfig, check_warmup
 
-PRE_LOGITS = "pre_logits."  # the tanh pre-logits layer of a model with rep_size (vitbench.models.torch_vit)
+# the tanh pre-logits layer of a model with rep_size (vitbench.models.families.vit.torch_variants)
+PRE_LOGITS = "pre_logits."
 
 PAPER_LR_GRID = (0.001, 0.003, 0.01, 0.03)  # App. B.1.1
 

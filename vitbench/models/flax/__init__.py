@@ -6,7 +6,7 @@ with no object graph in between, and `jax.jit` takes the params as a plain pytre
 
 Images are NHWC float arrays (PyTorch's are NCHW); outputs are float32 logits, or the pre-logits representation
 with ``model.apply(..., pre_logits=True)``; a distilled DeiT's two heads apart with
-``model.apply(..., separate_heads=True)`` (see vit.py). `dtype` is the compute dtype (bf16 for mixed
+``model.apply(..., separate_heads=True)`` (vitbench.models.families.vit.flax_model). `dtype` is the compute dtype (bf16 for mixed
 precision); parameters are always created in float32, as PyTorch autocast keeps them.
 """
 
@@ -26,11 +26,9 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from vitbench.models.families import family_plugin  # noqa: E402
-from vitbench.models.flax.resnet import BiTResNet  # noqa: E402
-from vitbench.models.flax.vit import VisionTransformer  # noqa: E402
 from vitbench.models.specs import ModelSpec, get_spec  # noqa: E402
 
-__all__ = ["build_flax_model", "init_params", "BiTResNet", "VisionTransformer"]
+__all__ = ["build_flax_model", "init_params"]
 
 
 def build_flax_model(spec: ModelSpec | str, resolution: int | None = None, num_classes: int | None = None,

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 from vitbench.models.families import Axis
 from vitbench.models.families.axial import resnet_plan
 from vitbench.models.flavours import Gelu
+from vitbench.models.layers.flax import layer_norm
 from vitbench.models.posemb import relative_index
 from vitbench.models.specs import ModelSpec
 
@@ -55,9 +56,9 @@ class AxialBlock(nn.Module):
     @nn.compact
     def __call__(self, x):
         s = self.spec
-        y = nn.LayerNorm(epsilon=s.ln_eps, use_fast_variance=False, dtype=self.dtype, name="norm1")(x)
+        y = layer_norm(s.ln_eps, "norm1", self.dtype)(x)
         x = x + AxialAttention(s.heads, self.along, dtype=self.dtype, name="attn")(y)
-        y = nn.LayerNorm(epsilon=s.ln_eps, use_fast_variance=False, dtype=self.dtype, name="norm2")(x)
+        y = layer_norm(s.ln_eps, "norm2", self.dtype)(x)
         mlp = _Mlp(s.width, s.mlp_dim, s.flavour.gelu == Gelu.TANH, self.dtype, name="mlp")
         return x + mlp(y)
 
@@ -87,7 +88,7 @@ class AxialViT(nn.Module):
         x = x + pos.astype(x.dtype)
         for k in range(2 * s.depth):
             x = AxialBlock(s, (Axis.ROW, Axis.COLUMN)[k % 2], self.dtype, name=f"blocks_{k}")(x)
-        x = nn.LayerNorm(epsilon=s.ln_eps, use_fast_variance=False, dtype=self.dtype, name="norm")(x)
+        x = layer_norm(s.ln_eps, "norm", self.dtype)(x)
         x = x.mean(axis=(1, 2))
         if pre_logits:
             return x.astype(jnp.float32)

@@ -7,14 +7,12 @@ counters see every product. `AxialAttention.keep` set: the last attention probab
 
 from __future__ import annotations
 
-from functools import partial
-
 import torch
 from torch import nn
 
 from vitbench.models.families import Axis
 from vitbench.models.families.axial import grid, resnet_plan
-from vitbench.models.flavours import Gelu
+from vitbench.models.layers.torch import GELUS
 from vitbench.models.specs import ModelSpec
 
 
@@ -86,7 +84,7 @@ class AxialViT(nn.Module):
     def __init__(self, spec: ModelSpec, resolution: int, num_classes: int) -> None:
         super().__init__()
         d, g = spec.width, grid(spec, resolution)
-        act = partial(nn.GELU, approximate="tanh") if spec.flavour.gelu == Gelu.TANH else nn.GELU
+        act = GELUS[spec.flavour.gelu]
         self.patch_embed = nn.Module()
         self.patch_embed.proj = nn.Conv2d(3, d, spec.patch, spec.patch)
         self.pos_embed = nn.Parameter(torch.randn(1, g, g, d) * 0.02)  # std 0.02 (ViT's position embeddings)

@@ -1,10 +1,10 @@
-"""BiT's ResNet in Flax: vitbench.models.flax.resnet.BiTResNet (the big_transfer parameter layout)."""
+"""BiT's ResNet in Flax: flax_model.BiTResNet (the big_transfer parameter layout)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from vitbench.models.flax.resnet import BiTResNet
+from vitbench.models.families.bit.flax_model import BiTResNet
 from vitbench.models.specs import ModelSpec
 
 

@@ -1,11 +1,11 @@
-"""ViT and DeiT in Flax: vitbench.models.flax.vit.VisionTransformer (the vit_jax parameter layout), and the
+"""ViT and DeiT in Flax: flax_model.VisionTransformer (the vit_jax parameter layout), and the
 attention maps inspection reads of them and of hybrids."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from vitbench.models.flax.vit import VisionTransformer
+from vitbench.models.families.vit.flax_model import VisionTransformer
 from vitbench.models.specs import ModelSpec
 
 

@@ -1,8 +1,8 @@
 """The ResNet half of the hybrid (R50+ViT): vit_jax models_resnet.py layout and computation.
 
-Same function as the timm ResNetV2(preact=False, stem_type='same') that feeds HybridEmbed in
-vitbench/models/torch.py: every conv is a weight-standardised conv (in the spec's flavour) with TF 'SAME'
-padding (timm StdConv2dSame; asymmetric for strided convs), root = conv 7x7/2 -> GroupNorm+ReLU -> max-pool
+Same function as the timm ResNetV2(preact=False, stem_type='same') that feeds HybridEmbed in torch.py: every
+conv is a weight-standardised conv (in the spec's flavour) with TF 'SAME' padding (timm StdConv2dSame;
+asymmetric for strided convs), root = conv 7x7/2 -> GroupNorm+ReLU -> max-pool
 3x3/2 'SAME' (-inf padding, timm MaxPool2dSame); v1.5 bottleneck units (stride on the 3x3 conv) with GroupNorm
 after every conv, ReLU after gn1, gn2 and after the residual add; the first unit of each stage has a 1x1
 projection + GroupNorm shortcut.
@@ -19,7 +19,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from vitbench.models.flax.resnet import Stage, group_norm, mid_channels, std_conv
+from vitbench.models.families.bit.flax_model import Stage, group_norm, mid_channels, std_conv
 from vitbench.models.specs import ModelSpec
 
 

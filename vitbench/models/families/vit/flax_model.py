@@ -1,12 +1,13 @@
 """Flax (linen) Vision Transformer, also the transformer half of the hybrid; vit_jax parameter names.
 
-Same function as timm's VisionTransformer built in vitbench/models/torch.py (checked by the parity tests):
-patch embedding = PxP/P conv; class token prepended; learned position embeddings added; L pre-LN blocks
+Same function as timm's VisionTransformer built in vitbench/models/families/vit/torch.py (checked by the parity
+tests): patch embedding = PxP/P conv; class token prepended; learned position embeddings added; L pre-LN blocks
 (LayerNorm eps spec.ln_eps, multi-head attention with scale head_dim**-0.5 and biases on q, k, v and out,
 MLP with the GELU of the spec's flavour: exact erf as timm's nn.GELU, or the tanh approximation, flax's
 nn.gelu default, which vit_jax and big_vision use); final LayerNorm; the class token's output -> (optional
 pre_logits Dense+tanh) -> head. Head and position-embedding variants (classifier gap, rep_size, posemb kinds
-and places, relative attention) as vitbench/models/torch_vit.py builds them; see vitbench.models.posemb. No dropout: vitbench measures with dropout off (timm's default rates are 0 too).
+and places, relative attention) as torch_variants.py builds them; see vitbench.models.posemb. No dropout:
+vitbench measures with dropout off (timm's default rates are 0 too).
 
 Distilled (DeiT, spec.distilled): a distillation token `dist` after `cls` (position embeddings for N+2 tokens)
 and a second head `head_dist` on it. ``apply(..., separate_heads=True)`` returns (cls_logits, dist_logits) for
@@ -22,7 +23,7 @@ Parameter tree (names as in the original vit_jax .npz checkpoints, pre-linen aut
                                  LayerNorm_2, MlpBlock_3/{Dense_0,Dense_1}
     Transformer/encoder_norm    [pre_logits]    head
     distilled only: dist (1,1,D), head_dist
-    hybrid only: conv_root, gn_root, block{k}/unit{j}/...  (see hybrid.py)
+    hybrid only: conv_root, gn_root, block{k}/unit{j}/...  (see vitbench/models/families/hybrid/flax_model.py)
 """
 
 from __future__ import annotations
@@ -36,12 +37,8 @@ import numpy as np
 
 from vitbench.models import posemb
 from vitbench.models.flavours import Gelu
+from vitbench.models.layers.flax import layer_norm
 from vitbench.models.specs import ModelSpec
-
-
-def layer_norm(eps: float, name: str, dtype: Any) -> nn.LayerNorm:
-    """LayerNorm with the exact two-pass variance (torch's layer_norm), statistics in float32."""
-    return nn.LayerNorm(epsilon=eps, use_fast_variance=False, dtype=dtype, name=name)
 
 
 class MlpBlock(nn.Module):
