@@ -229,3 +229,24 @@ def test_compare_rows_do_not_depend_on_how_many_trials_are_batched(monkeypatch):
     assert batched == rows(1) == rows(7)
     methods = {r[4].split(":")[0] for t in batched for r in t}
     assert {"runs", "one run on a side", "status"} <= methods, methods
+
+
+def test_compare_pauses_the_cyclic_garbage_collector_and_restores_it():
+    """compare_paths reads and compares with gc paused (issue 51: its collections walked every parsed row): inside
+    it is off, after it is as it was (on, or off when the caller had turned it off), an error included."""
+    import gc
+
+    from vitbench.compare.comparison import _cyclic_gc_paused
+
+    assert gc.isenabled()
+    try:
+        with pytest.raises(KeyError), _cyclic_gc_paused():
+            assert not gc.isenabled()
+            raise KeyError("x")
+        assert gc.isenabled()
+        gc.disable()
+        with _cyclic_gc_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

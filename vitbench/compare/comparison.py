@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import gc
 import json
 import math
 from collections import defaultdict
@@ -201,16 +203,32 @@ def compare(baseline: Sequence[Record], current: Sequence[Record], *, threshold:
         warnings=warnings)
 
 
+@contextlib.contextmanager
+def _cyclic_gc_paused():
+    """Python's cyclic garbage collector paused (as it was after): a parsed row is some 1,000 objects (JSON's dicts,
+    lists and floats, in no cycle), and each collection of the oldest generation walks every one of them: 1.2-1.4
+    s of the 6.6-7.8 s of CPU `vitbench compare` took for two 10,000-trial stores at load 11 (measured, issue 51).
+    Reference counting still frees what is dropped; a cycle made meanwhile waits for the next collection."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def compare_paths(baseline: str | Path, current: str | Path, *, slowdown: float | None = None,
                   **kw) -> Comparison:
     """`compare` on two results paths (file or directory). `slowdown`: see `inject_slowdown()`."""
     warnings: list[str] = []
-    b = load_records(baseline, warnings)
-    c = load_records(current, warnings)
-    if slowdown is not None:
-        c = inject_slowdown(c, slowdown)
-        warnings.append(f"self-test: every timed step of CURRENT made {slowdown:g}x slower before comparing")
-    cmp = compare(b, c, names=(f"baseline {baseline}", f"current {current}"), **kw)
+    with _cyclic_gc_paused():
+        b = load_records(baseline, warnings)
+        c = load_records(current, warnings)
+        if slowdown is not None:
+            c = inject_slowdown(c, slowdown)
+            warnings.append(f"self-test: every timed step of CURRENT made {slowdown:g}x slower before comparing")
+        cmp = compare(b, c, names=(f"baseline {baseline}", f"current {current}"), **kw)
     cmp.warnings[:0] = warnings
     return cmp
 
