@@ -3,7 +3,7 @@ toy dataset format with its own option, a toy model family and a toy parallelism
 temporary place, each run through a tiny trial, and the files each needed counted against the table's row.
 
 - The format is written the way the table says a format is added to vitbench (its module, its row in
-  transfer/formats.py, its option's field in transfer/config.py), in a copy of the package under tmp_path, and
+  transfer/formats.py with its options model), in a copy of the package under tmp_path, and
   run there in a fresh interpreter (DataConfig, the study fields and the flags are made when the package is
   imported): the copy differs from the package in exactly the files the row names.
 - The family and the parallelism mode are registered from outside vitbench (a module in tmp_path on sys.path,
@@ -118,21 +118,19 @@ def test_a_dataset_format_with_its_own_option_touches_the_files_its_row_names(tm
     tree = tmp_path / "tree"
     shutil.copytree(REPO / "vitbench", tree / "vitbench", ignore=shutil.ignore_patterns("__pycache__"))
     transfer = tree / "vitbench" / "transfer"
-    # the addition, as the row says: its module, its row in formats.py, its option's field in config.py
+    # the addition, as the row says: its module, its row in formats.py with its options model
     (transfer / "toy_stripes.py").write_text(TOY_READER)
     formats = (transfer / "formats.py").read_text()
-    (transfer / "formats.py").write_text(_insert_after(
-        formats, '    Format("npz", _SOURCES + "npz"),\n',
-        '    Format("toy_stripes", "vitbench.transfer.toy_stripes:read", path=False,\n'
-        '           options=("toy_stripes",)),\n'))
-    config = (transfer / "config.py").read_text()
-    (transfer / "config.py").write_text(_insert_after(
-        config, '    synthetic_size: int = Field(16, ge=2, description="synthetic: image side in pixels.")\n',
-        '    toy_stripes: int = key_neutral(6, ge=2, le=1000,\n'
-        '                                   description="toy_stripes: images of each class.")\n'))
+    formats = _insert_after(formats, '    Format("npz", _SOURCES + "npz"),\n',
+                            '    Format("toy_stripes", "vitbench.transfer.toy_stripes:read", path=False,\n'
+                            '           own=ToyStripesOptions),\n')
+    (transfer / "formats.py").write_text(_insert_after(formats, "\n\n_SOURCES = ", "").replace(
+        "\n\n_SOURCES = ", '\n\nclass ToyStripesOptions(BaseModel):\n'
+        '    toy_stripes: int = key_neutral(6, ge=2, le=1000, description="toy_stripes: images of each class.")\n'
+        '\n\n_SOURCES = ', 1))
 
     changed = changed_files(REPO / "vitbench", tree / "vitbench")
-    assert changed == ["transfer/config.py", "transfer/formats.py", "transfer/toy_stripes.py"]
+    assert changed == ["transfer/formats.py", "transfer/toy_stripes.py"]
     assert len(changed) == files_in_row(table_row("a dataset format"))
 
     env = {**os.environ, "PYTHONPATH": str(tree), "VITBENCH_CHECKPOINT_DIR": str(tmp_path / "checkpoints"),
@@ -142,7 +140,7 @@ def test_a_dataset_format_with_its_own_option_touches_the_files_its_row_names(tm
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout)
     # the study field (written as its path), the trial, the reader reading the option, the refusal for another
-    # format, the downstream study field and every data command's flag: none written outside the three files
+    # format, the downstream study field and every data command's flag: none written outside the two files
     assert out["config"]["upstream_dataset"] == "toy_stripes" and out["config"]["upstream_toy_stripes"] == 12
     assert out["status"] == "ok" and out["images"] == 10
     assert "toy_stripes: dataset 'digits' takes no toy_stripes; toy_stripes is for toy_stripes" in out["refused"]

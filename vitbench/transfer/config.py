@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
 from vitbench.errors import ConfigError, shorten
-from vitbench.transfer.formats import format_names, format_options, readers_of, with_path, with_test_path
+from vitbench.transfer.formats import (format_names, format_options, options_fields, readers_of, with_path,
+                                      with_test_path)
+from vitbench.transfer.neutral import key_neutral  # re-exported: its users import it from here
 
 M = TypeVar("M", bound=BaseModel)
 # Counts (steps, images in a batch, pixels, seeds, threads) above 2**24 are typos, not settings: the paper's longest
@@ -128,39 +130,24 @@ def ints_text(values: list[int]) -> str:
     return joined(values)
 
 
-def key_neutral(default: Any = None, **constraints: Any) -> Any:
-    """A field added after keys existed: left out of every dump (and so of trial keys, upstream cache keys and
-    records' configs) while it holds its default, so keys made before it stay as they were; any other value is
-    dumped and enters the key. `constraints` are pydantic Field's (ge, le, gt, ...). The one declaration of this
-    rule for pydantic models: `tfds_name: str | None = key_neutral()`, `workers: int = key_neutral(0, ge=0)`; a
-    shared trial field's default slot in vitbench.tasks.fields.SHARED takes it as well (devices, parallelism)."""
-    return Field(default, exclude_if=lambda v: v == default, **constraints)
-
-
 def default_of(model: type[BaseModel], field: str) -> Any:
     """The default `model` declares for `field` (a factory's: None): for a second model whose field means the
     same (a task's parameter, a command's option), so the default is declared once."""
     return model.model_fields[field].get_default(call_default_factory=False)
 
 
-class DataConfig(BaseModel):
-    """Which images, which classes, how to split. JSON-able; part of a trial's key."""
+class _Data(BaseModel):
+    """DataConfig's fields every format reads (DataConfig adds each format's own options)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     name: DatasetName = "digits"  # vitbench.transfer.config.DatasetName
     path: str | None = None  # folder / webdataset / hf / tfds / cifar / npz: a local path (a shard pattern)
     test_path: str | None = None  # webdataset / hf: the test split's own path (pattern); default: in `path`
-    # the formats' own options (vitbench.transfer.formats: which format reads which; refused for any other)
-    # (a description: the help of the flag each gets, vitbench.cli.data_options.FORMAT_OPTIONS)
-    image_column: str | None = Field(None, description="hf: the image column (default: inferred).")
-    label_column: str | None = Field(None, description="hf: the label column (default: inferred).")
-    # tfds_name, check_data: added after trial and upstream cache keys existed, so left out of the dump at their
-    # defaults (those keys stay as they were). tfds: NAME[/CONFIG][:VERSION] in the data_dir `path` (default: the
-    # only dataset there); check_data: verify every image before any work (vitbench.transfer.check), opt-in
-    tfds_name: str | None = key_neutral(description="tfds: the dataset in the --data-path data_dir, "
-                                        "NAME[/CONFIG][:VERSION], e.g. cifar10 (default: the only one there).")
+    # (the formats' own options are each format's declaration, vitbench.transfer.formats: added below)
     skip_corrupt: bool = False  # drop (and count) files that do not decode, instead of stopping (exit 2)
+    # added after trial and upstream cache keys existed, so left out of the dump at its default (those keys stay
+    # as they were): verify every image before any work (vitbench.transfer.check), opt-in
     check_data: bool = key_neutral(False)
     workers: int = Field(0, ge=0, le=256)  # decoding processes (0: in the calling process); same results
     classes: list[int] | None = None  # subset of source labels, relabelled 0..K-1 in this order; "0-4" ok
@@ -168,10 +155,6 @@ class DataConfig(BaseModel):
     val_fraction: float = Field(0.1, ge=0.0, lt=1.0)  # of train, held out (fine-tuning LR choice, few-shot L2)
     test_fraction: float = Field(0.25, gt=0.0, lt=1.0)  # used only when the source has no test split
     train_per_class: int | None = Field(None, ge=1, le=MAX_COUNT)  # cap train images per class (data-size scaling)
-    # synthetic (a format's own options)
-    synthetic_images: int = Field(600, ge=10, description="synthetic: images generated.")
-    synthetic_classes: int = Field(10, ge=2, description="synthetic: classes (one pattern each).")
-    synthetic_size: int = Field(16, ge=2, description="synthetic: image side in pixels.")
 
     @field_validator("path", "test_path")
     @classmethod
@@ -185,7 +168,7 @@ class DataConfig(BaseModel):
                              f"{', '.join(allowed)}")
         return v
 
-    @field_validator(*format_options())
+    @field_validator(*format_options(), check_fields=False)
     @classmethod
     def _option_fits_dataset(cls, v, info):
         """A format's own option (vitbench.transfer.formats: `Format.options`) set for a format that does not
@@ -227,3 +210,10 @@ class DataConfig(BaseModel):
         if len(set(v)) != len(v) or len(v) < 2:
             raise ValueError(f"classes {shorten(v)}: need at least 2 distinct labels")
         return v
+
+
+# Which images, which classes, how to split. JSON-able; part of a trial's key. The fields every format reads and
+# each format's own options, declared with its format (vitbench.transfer.formats: `Format.own`) and dumped flat
+# beside them, as they were when they were declared here (keys are hashes of sorted dumps: unchanged)
+DataConfig = create_model("DataConfig", __base__=_Data, __module__=__name__, __doc__=(
+    "Which images, which classes, how to split. JSON-able; part of a trial's key."), **options_fields())

@@ -8,15 +8,23 @@ not read it, the downstream study fields of its options (vitbench.tasks.upstream
 `sources.read_source` (a lookup, not a branch per format). The reader is named by a string and imported
 only when the format is read, so listing the formats never imports pyarrow or tensorflow-datasets.
 
-Adding a format with its own option touches three files: its module (`read`), its row here, and its option's
-field in `transfer/config.py::DataConfig` (docs/architecture.md, "Where an addition goes").
+A format's own options are its own small model, declared here beside its row (`Format.own`: `HfOptions`,
+`TfdsOptions`, `SyntheticOptions`); DataConfig takes their fields (dumped flat, as every other data setting),
+so adding a format with its own option touches two files: its module (`read`) and its row here with its options
+model (docs/architecture.md, "Where an addition goes").
 
-This module imports nothing from vitbench: config.py reads it when it is imported.
+This module imports nothing from vitbench but the leaf `neutral` (key_neutral): config.py reads it when it is
+imported.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from vitbench.transfer.neutral import key_neutral
 
 
 @dataclass(frozen=True)
@@ -27,26 +35,48 @@ class Format:
     reader: 'module:function' of its reader, imported when it is read.
     path: read from a local path (`DataConfig.path`); False: it ships with the code.
     test_path: may take its test split from a separate path (`DataConfig.test_path`).
-    options: DataConfig fields only this format (and any other format listing them) reads; a value other than
-        the field's default given to another format is refused, naming the formats that read it.
+    own: its own options, a pydantic model whose fields DataConfig takes (named after the format, typed, bounded
+        and described: a description is its flag's help); a value other than a field's default given to another
+        format is refused, naming the formats that read it.
     """
 
     name: str
     reader: str
     path: bool = True
     test_path: bool = False
-    options: tuple[str, ...] = ()
+    own: type[BaseModel] | None = None
+
+    @property
+    def options(self) -> tuple[str, ...]:
+        """The names of its own options (DataConfig fields)."""
+        return tuple(self.own.model_fields) if self.own is not None else ()
+
+
+class SyntheticOptions(BaseModel):
+    synthetic_images: int = Field(600, ge=10, description="synthetic: images generated.")
+    synthetic_classes: int = Field(10, ge=2, description="synthetic: classes (one pattern each).")
+    synthetic_size: int = Field(16, ge=2, description="synthetic: image side in pixels.")
+
+
+class HfOptions(BaseModel):
+    image_column: str | None = Field(None, description="hf: the image column (default: inferred).")
+    label_column: str | None = Field(None, description="hf: the label column (default: inferred).")
+
+
+class TfdsOptions(BaseModel):
+    # added after trial and upstream cache keys existed, so left out of the dump at its default (key_neutral)
+    tfds_name: str | None = key_neutral(description="tfds: the dataset in the --data-path data_dir, "
+                                        "NAME[/CONFIG][:VERSION], e.g. cifar10 (default: the only one there).")
 
 
 _SOURCES = "vitbench.transfer.sources:read_"  # the formats that need no module of their own
 FORMATS: dict[str, Format] = {f.name: f for f in (
     Format("digits", _SOURCES + "digits", path=False),  # the first: DataConfig's default
-    Format("synthetic", _SOURCES + "synthetic", path=False,
-           options=("synthetic_images", "synthetic_classes", "synthetic_size")),
+    Format("synthetic", _SOURCES + "synthetic", path=False, own=SyntheticOptions),
     Format("folder", _SOURCES + "folder"),
     Format("webdataset", "vitbench.transfer.shards:read", test_path=True),
-    Format("hf", "vitbench.transfer.hf:read", test_path=True, options=("image_column", "label_column")),
-    Format("tfds", "vitbench.transfer.tfds:read", options=("tfds_name",)),
+    Format("hf", "vitbench.transfer.hf:read", test_path=True, own=HfOptions),
+    Format("tfds", "vitbench.transfer.tfds:read", own=TfdsOptions),
     Format("cifar10", _SOURCES + "cifar"),
     Format("cifar100", _SOURCES + "cifar"),
     Format("npz", _SOURCES + "npz"),
@@ -75,3 +105,12 @@ def readers_of(option: str) -> tuple[str, ...]:
 def format_options() -> tuple[str, ...]:
     """Every field some format declares as its own (each once, in table order)."""
     return tuple(dict.fromkeys(o for f in FORMATS.values() for o in f.options))
+
+
+def options_fields() -> dict[str, Any]:
+    """Every format's own options as DataConfig field definitions (create_model's (type, FieldInfo)), each once."""
+    out: dict[str, Any] = {}
+    for f in FORMATS.values():
+        for name, info in (f.own.model_fields.items() if f.own is not None else ()):
+            out.setdefault(name, (info.annotation, info))
+    return out
