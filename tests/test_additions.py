@@ -303,3 +303,59 @@ def test_a_parallelism_mode_from_outside_is_one_module(tmp_path, monkeypatch, sc
     assert out["status"] == "ok", out["error"]
     assert (out["config"]["devices"], out["config"]["parallelism"]) == (2, "toy_replicated")
     assert out["placed"] > 0  # the mode's own placement placed the parameters
+
+
+TOY_FORMAT_MODULE = '''
+    """A dataset format written outside vitbench: its row, its options model and its reader, in one module. It is
+    imported while vitbench's formats table is (before DataConfig is made from it), so vitbench's data modules
+    are imported inside `read`."""
+
+    from pydantic import BaseModel
+
+    from vitbench.transfer.formats import Format
+    from vitbench.transfer.neutral import key_neutral
+
+
+    class ToyStripesOptions(BaseModel):
+        toy_stripes: int = key_neutral(6, ge=2, le=1000, description="toy_stripes: images of each class.")
+
+
+    FORMAT = Format("toy_stripes", f"{__name__}:read", path=False, own=ToyStripesOptions)
+
+
+    def read(cfg):
+        import numpy as np
+
+        from vitbench.transfer.raw import in_memory
+
+        n = cfg.toy_stripes
+        rows = (np.arange(8) % 2).astype(np.float32)
+        vertical, horizontal = np.tile(rows, (8, 1)), np.tile(rows[:, None], (1, 8))
+        images = np.stack([vertical, horizontal] * n)[..., None] * np.linspace(0.5, 1, 2 * n)[:, None, None, None]
+        return in_memory(images.astype(np.float32), np.array([0, 1] * n), ["vertical", "horizontal"])
+'''
+
+
+@pytest.mark.timeout(300)
+def test_a_dataset_format_from_outside_is_one_module(tmp_path):
+    """The same format as one module outside vitbench, named by an entry point of the group `vitbench.formats`
+    (the package's metadata, as an installed plug-in has it): vitbench untouched."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "toy_format.py").write_text(textwrap.dedent(TOY_FORMAT_MODULE))
+    meta = outside / "toy_format-0.1.dist-info"
+    meta.mkdir()
+    (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-format\nVersion: 0.1\n")
+    (meta / "entry_points.txt").write_text("[vitbench.formats]\ntoy_stripes = toy_format:FORMAT\n")
+    assert [p.name for p in outside.iterdir() if p.suffix == ".py"] == ["toy_format.py"]
+    assert "outside vitbench: 1" in table_row("a dataset format")
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(outside), str(REPO)]), "OMP_NUM_THREADS": "1",
+           "VITBENCH_CHECKPOINT_DIR": str(tmp_path / "checkpoints")}
+    r = subprocess.run([sys.executable, "-c", RUN_FORMAT], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=280)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout)
+    assert out["config"]["upstream_toy_stripes"] == 12 and out["status"] == "ok" and out["images"] == 10
+    assert "toy_stripes is for toy_stripes" in out["refused"] and out["downstream_field"]
+    assert all(out["flags"].values())

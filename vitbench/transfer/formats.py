@@ -13,8 +13,12 @@ A format's own options are its own small model, declared here beside its row (`F
 so adding a format with its own option touches two files: its module (`read`) and its row here with its options
 model (docs/architecture.md, "Where an addition goes").
 
-This module imports nothing from vitbench but the leaf `neutral` (key_neutral): config.py reads it when it is
-imported.
+A format written outside vitbench is one module holding its row, its options model and its reader, named by an
+entry point of the group `vitbench.formats` (ENTRY_POINT_GROUP): read when this module is imported, so that
+module imports vitbench's data modules (raw, config) inside its reader, not at its top.
+
+This module imports nothing from vitbench but the leaves `neutral` (key_neutral) and `errors`: config.py reads
+it when it is imported.
 """
 
 from __future__ import annotations
@@ -83,6 +87,30 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
 )}
 
 
+# Formats written outside vitbench: each entry point of this group names a Format row ('module:ROW'), added to the
+# table when it is first imported (DataConfig, the study fields and the flags are made from the table then)
+ENTRY_POINT_GROUP = "vitbench.formats"
+
+
+def _add_outside_formats() -> None:
+    from importlib.metadata import entry_points
+
+    from vitbench.errors import PluginError
+
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            row = ep.load()
+        except Exception as e:  # noqa: BLE001 - a broken plug-in: say which and why
+            raise PluginError(f"dataset format {ep.name} (entry point {ep.value}) failed to import: "
+                              f"{type(e).__name__}: {str(e)[:300]}") from None
+        if not isinstance(row, Format) or row.name in FORMATS:
+            raise PluginError(f"dataset format {ep.name} (entry point {ep.value}): "
+                              + ("not a Format row" if not isinstance(row, Format) else
+                                 f"the name {row.name!r} is taken"))
+        FORMATS[row.name] = row
+
+
+
 def format_names() -> tuple[str, ...]:
     return tuple(FORMATS)
 
@@ -114,3 +142,6 @@ def options_fields() -> dict[str, Any]:
         for name, info in (f.own.model_fields.items() if f.own is not None else ()):
             out.setdefault(name, (info.annotation, info))
     return out
+
+
+_add_outside_formats()  # last: an outside row may use this module's names
