@@ -52,7 +52,7 @@ def test_row_and_column_layers_each_measure_along_their_own_axis_in_the_model():
     """A fake attention function: row layers attend 1 token away along x, column layers 2 along y (each map
     holds only its own axis, so nothing of the other axis can enter); Axial-ViT's tokens are 4 px apart."""
     spec = get_spec("Axial-ViT-Nano/4")
-    layers = family_plugin(spec.family).axis_layers(spec, 16)
+    layers = family_plugin(spec.family).attention_maps.axis_layers(spec, 16)
     assert [a.axis for a in layers] == [Axis.ROW, Axis.COLUMN] * spec.depth
 
     def fake(weights, s, r, x):
@@ -68,7 +68,7 @@ def test_an_axial_resnet_layer_steps_by_its_stages_stride():
     """Every layer attends to its neighbour: the distance is the pixel pitch of the map it attends over, 4 px in
     stages 1 and 2 (a block's stride comes after its attention), 8 in stage 3, 16 in stage 4."""
     spec = get_spec("Axial-R-Nano")
-    layers = family_plugin(spec.family).axis_layers(spec, 32)
+    layers = family_plugin(spec.family).attention_maps.axis_layers(spec, 32)
     assert [(a.axis, a.length, a.step_px) for a in layers[::2]] == [(Axis.COLUMN, 8, 4), (Axis.COLUMN, 8, 4),
                                                                     (Axis.COLUMN, 4, 8), (Axis.COLUMN, 2, 16)]
     r = inspect_model({}, spec, 32, np.zeros((2, 32, 32, 3), np.float32),
@@ -99,7 +99,7 @@ def test_torch_and_jax_give_the_same_distances_on_the_same_weights(name, resolut
     x = np.random.default_rng(1).normal(size=(3, resolution, resolution, 3)).astype(np.float32)
     torch_maps, jax_maps = get_backend("torch").attention_maps, get_backend("jax").attention_maps
     a, b = torch_maps(weights, spec, resolution, x), jax_maps(weights, spec, resolution, x)
-    layers = family_plugin(spec.family).axis_layers(spec, resolution)
+    layers = family_plugin(spec.family).attention_maps.axis_layers(spec, resolution)
     assert [m.shape for m in a] == [m.shape for m in b] == [(3, n.length, spec.heads, n.length, n.length)
                                                              for n in layers]
     # softmax (4 roundings) summed over the keys
@@ -118,7 +118,7 @@ def test_torch_and_jax_give_the_same_distances_on_the_same_weights(name, resolut
 
 def test_json_markdown_and_pictures_carry_the_axis(tmp_path):
     spec = get_spec("Axial-ViT-Nano/4")
-    layers = family_plugin(spec.family).axis_layers(spec, 16)
+    layers = family_plugin(spec.family).attention_maps.axis_layers(spec, 16)
     weights = _sharp_weights("Axial-ViT-Nano/4", 16)
     r = inspect_model(weights, spec, 16, np.zeros((2, 16, 16, 3), np.float32),
                       lambda w, s, res, x: [_maps(a, (1, 2), len(x)) for a in layers])

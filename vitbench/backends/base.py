@@ -252,7 +252,7 @@ class Backend(ABC):
     def attention_maps(self, weights: dict, spec, resolution: int, images) -> Any:
         """(layers, images, heads, tokens, tokens) float32 attention probabilities of `spec` at `resolution` with
         timm-named `weights` on NHWC float32 `images` (vitbench.insight.run.AttentionFn); for a plug-in family
-        with per-axis layers (`FamilyPlugin.axis_layers`), a list of (images, sequences, heads, length, length)
+        with per-axis layers (`AttentionMaps.axis_layers`), a list of (images, sequences, heads, length, length)
         arrays, one per layer, from the plug-in's own reader."""
         raise NotImplementedError(f"backend {self.name!r} does not give attention maps")
 

@@ -1,5 +1,5 @@
 """Whether inspection applies to a model, and if not, which of its views do not and why: asked of the model's
-family per spec (vitbench.models.families: `attention_of`, `axis_layers`), so a family whose models differ (a
+family per spec (vitbench.models.families: `attention_of`, `attention_maps`), so a family whose models differ (a
 ViT-like timm model and a timm ResNet) answers per model."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ def not_inspectable(spec: ModelSpec) -> str | None:
     its family lists per-axis attention layers, or says that this model's attention maps are tokens x tokens over
     the whole image."""
     plugin = family_plugin(spec.family)
-    if plugin.axis_layers is not None:
+    if plugin.attention_maps.axis_layers is not None:
         return None
     att = plugin.attention_of(spec)
     if att.token_maps:

@@ -1,5 +1,5 @@
 """`inspect_axes`: inspection of a model whose attention runs along one axis at a time (its family plug-in lists
-the layers, vitbench.models.families.FamilyPlugin.axis_layers): mean attention distance per layer, head and
+the layers, vitbench.models.families.AttentionMaps.axis_layers): mean attention distance per layer, head and
 axis (vitbench.insight.axes), and what else of the paper's Sec. 4.5 applies to it, the rest said so."""
 
 from __future__ import annotations
@@ -23,13 +23,14 @@ def inspect_axes(plugin: FamilyPlugin, weights: dict[str, np.ndarray], spec: Mod
                  images: np.ndarray, attention_fn: AttentionFn, *, batch_size: int = 32) -> InspectResult:
     """Inspect `spec` (timm-named `weights` made for `resolution`: per-axis models are inspected at the
     resolution they were built for) on NHWC float32 `images` at `resolution`. `attention_fn` gives one
-    (images, sequences, heads, length, length) array per layer of `plugin.axis_layers(spec, resolution)`.
+    (images, sequences, heads, length, length) array per layer of
+    `plugin.attention_maps.axis_layers(spec, resolution)`.
 
     `layout` of the result: the grid of the first attention layer (its tokens, their pitch), no extra tokens.
     Position-embedding similarity where the weights hold an absolute grid table (`pos_embed`, (1, h, w, D)),
     embedding filters where a patch projection acts on one token's pixels; no rollout (no class token)."""
     spec.check_resolution(resolution)
-    layers = plugin.axis_layers(spec, resolution)
+    layers = plugin.attention_maps.axis_layers(spec, resolution)
     if not layers:
         raise ConfigError(f"{spec.name} has no attention layers at {resolution} px to inspect")
     first = layers[0]

@@ -25,7 +25,7 @@ class AttentionFn(Protocol):
     """One framework's attention probabilities: (layers, images, heads, tokens, tokens) float32, for a model of
     `spec` at `resolution` with `weights` (timm naming, position embeddings already fitting `resolution`) on
     NHWC float32 `images`; for a family with per-axis layers, one (images, sequences, heads, length, length)
-    array per layer (vitbench.models.families.FamilyPlugin.axis_layers)."""
+    array per layer (vitbench.models.families.AttentionMaps.axis_layers)."""
 
     def __call__(self, weights: dict[str, np.ndarray], spec: ModelSpec, resolution: int,
                  images: np.ndarray) -> np.ndarray | list[np.ndarray]: ...

@@ -66,7 +66,7 @@ def inspect_model(weights: dict[str, np.ndarray], spec: ModelSpec, resolution: i
     images = np.asarray(images, np.float32)
     if images.ndim != 4 or images.shape[1:3] != (resolution, resolution) or len(images) == 0:
         raise ConfigError(f"images of shape {images.shape}; expected (N >= 1, {resolution}, {resolution}, C)")
-    if plugin.axis_layers is not None:
+    if plugin.attention_maps.axis_layers is not None:
         from vitbench.insight.per_axis import inspect_axes
 
         return inspect_axes(plugin, weights, spec, resolution, images, attention_fn, batch_size=batch_size)

@@ -57,7 +57,7 @@ def checkpoint_source(ckpt: Checkpoint, resolution: int | None, init_weights: In
     it."""
     spec, trained = ckpt.spec, ckpt.resolution
     res = _at(spec, trained if resolution is None else resolution)
-    if res != trained and family_plugin(spec.family).axis_layers is not None:
+    if res != trained and family_plugin(spec.family).attention_maps.axis_layers is not None:
         raise ConfigError(f"--resolution {res}: {spec.name}'s weights are sized by its grid (position and "
                           f"relative tables); inspect this checkpoint at its trained resolution, -r {trained}")
     return ModelSource(spec, with_head(ckpt.weights, spec, trained, init_weights), res, trained, str(ckpt.path))

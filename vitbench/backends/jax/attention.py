@@ -1,6 +1,6 @@
-"""Attention probabilities of a Flax model, read by its family (vitbench.models.families: `flax_attention`, e.g.
-the vit family's sown 'intermediates' of every MultiHeadDotProductAttention, the axial families' per-axis maps),
-jit-compiled per spec and resolution. The backend's `attention_maps` (vitbench.backends.base.Backend).
+"""Attention probabilities of a Flax model, read by its family (vitbench.models.families: `AttentionMaps.flax`,
+e.g. the vit family's sown 'intermediates' of every MultiHeadDotProductAttention, the axial families' per-axis
+maps), jit-compiled per spec and resolution. The backend's `attention_maps` (vitbench.backends.base.Backend).
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ def attention_maps(weights: dict[str, np.ndarray], spec: ModelSpec, resolution: 
     """(layers, images, heads, tokens, tokens) float32 attention probabilities of `spec` at `resolution` with
     timm-named `weights` (converted to Flax) on NHWC float32 `images` (fp32, JAX's default device); for a family
     with per-axis layers, a list of (images, sequences, heads, length, length), one per layer."""
-    if not family_plugin(spec.family).flax_attention:
+    if not family_plugin(spec.family).attention_maps.flax:
         raise ConfigError(f"{spec.name}: family {spec.family} declares no attention maps to read")
     params = torch_to_flax(weights, spec)
     maps = _compiled(spec, resolution)(params, np.asarray(images, np.float32))
-    if family_plugin(spec.family).axis_layers is not None:
+    if family_plugin(spec.family).attention_maps.axis_layers is not None:
         return [np.asarray(m, np.float32) for m in maps]
     return np.stack([np.asarray(m, np.float32) for m in maps])

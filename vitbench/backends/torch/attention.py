@@ -1,6 +1,6 @@
-"""Attention probabilities of a model (PyTorch), read by its family (vitbench.models.families: `torch_attention`,
-e.g. the vit family's hooks on timm's attention, the axial families' kept per-axis maps), without changing the
-model. The backend's `attention_maps` (vitbench.backends.base.Backend).
+"""Attention probabilities of a model (PyTorch), read by its family (vitbench.models.families:
+`AttentionMaps.torch`, e.g. the vit family's hooks on timm's attention, the axial families' kept per-axis maps),
+without changing the model. The backend's `attention_maps` (vitbench.backends.base.Backend).
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ def attention_maps(weights: dict[str, np.ndarray], spec: ModelSpec, resolution: 
     timm-named `weights` on NHWC float32 `images` (fp32, eval mode, CPU); for a family with per-axis layers, a
     list of (images, sequences, heads, length, length), one per layer."""
     plugin = family_plugin(spec.family)
-    if not plugin.torch_attention:
+    if not plugin.attention_maps.torch:
         raise ConfigError(f"{spec.name}: family {spec.family} declares no attention maps to read")
     model = build_torch_model(spec, resolution, spec.num_classes).eval()
     model.load_state_dict({k: torch.from_numpy(np.array(v, np.float32)) for k, v in weights.items()}, strict=True)
     x = torch.from_numpy(np.ascontiguousarray(images.transpose(0, 3, 1, 2), np.float32))
     maps = plugin.torch_attention_maps(model, x)
-    if plugin.axis_layers is not None:
+    if plugin.attention_maps.axis_layers is not None:
         return [m.numpy().astype(np.float32) for m in maps]
     return torch.stack(maps).numpy()

@@ -16,6 +16,7 @@ registered plug-ins (rows, override keys, validators) from here.
 """
 
 from vitbench.models.families.plugin import (
+    AttentionMaps,
     Axis,
     AxisLayer,
     FamilyName,
@@ -32,6 +33,6 @@ from vitbench.models.families.plugin import (
     resolve_open,
 )
 
-__all__ = ["Axis", "AxisLayer", "FamilyName", "FamilyPlugin", "ModelAttention", "all_families", "backend_problem",
-           "family_if_registered", "family_modules", "family_names", "family_plugin", "norm_name",
+__all__ = ["AttentionMaps", "Axis", "AxisLayer", "FamilyName", "FamilyPlugin", "ModelAttention", "all_families",
+           "backend_problem", "family_if_registered", "family_modules", "family_names", "family_plugin", "norm_name",
            "register_family", "resolve_open"]

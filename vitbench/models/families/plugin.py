@@ -43,7 +43,7 @@ class ModelAttention:
     """What one model's attention is, as its family answers for its spec (FamilyPlugin.attention_of).
 
     layers: it has attention layers (bench reads the attention kernel torch ran only then); token_maps: its
-    attention maps are (tokens x tokens) over the whole image, what the family's torch_attention / flax_attention
+    attention maps are (tokens x tokens) over the whole image, what the family's AttentionMaps readers
     give and inspection's attention distance reads; prefix_tokens: the tokens before the patches in its sequence
     (class, distillation, register tokens), None when the model has no token sequence over the image (a CNN):
     the flops record's `tokens` is then None; token_width: the width D of its tokens (what a head on single
@@ -57,6 +57,23 @@ class ModelAttention:
     def tokens(self, spec, resolution: int) -> int | None:
         """Sequence length at `resolution`: the patches of the spec's grid and the prefix tokens (None: none)."""
         return None if self.prefix_tokens is None else spec.tokens(resolution) + self.prefix_tokens
+
+
+@dataclass(frozen=True)
+class AttentionMaps:
+    """How inspection reads a family's attention maps (FamilyPlugin.attention_maps); the default: it reads none.
+
+    token_maps: its maps are (tokens x tokens) over the whole image (what inspection's attention distance reads,
+    what masked patch prediction needs); axis_layers(spec, resolution) -> tuple[AxisLayer, ...]: a family whose
+    attention runs along one axis at a time (axial) lists its attention layers in forward order; torch / flax:
+    'module:function' readers, signatures (model, x_nchw) -> [tensor] and (module, params, x_nhwc) -> [array],
+    giving the attention probabilities, one array per layer in forward order: (images, heads, tokens, tokens)
+    with token_maps, (images, sequences, heads, length, length) with axis_layers."""
+
+    token_maps: bool = False
+    axis_layers: Callable[[Any, int], tuple[AxisLayer, ...]] | None = None
+    torch: str = ""
+    flax: str = ""
 
 
 def norm_name(name: str) -> str:
@@ -82,17 +99,13 @@ class FamilyPlugin:
     and (spec, num_classes, dtype) -> flax module; counts(spec, resolution, num_classes) -> analytic.Counts;
     param_table(spec, resolution) -> param_table entries (timm-style key <-> Flax path); stride(spec) pixels per
     output cell; feature_dim(spec); describe(spec) one line; validate(spec, diff) raises ConfigError;
-    attention: whether the model has attention layers; token_attention_maps: whether its attention maps are
-    (tokens x tokens) over the whole image (what inspection's attention distance reads); axis_layers(spec,
-    resolution) -> tuple[AxisLayer, ...]: a family whose attention runs along one axis at a time (axial) lists
-    its attention layers in forward order; torch_attention / flax_attention ('module:function', signatures
-    (model, x_nchw) -> [tensor] and (module, params, x_nhwc) -> [array]) give the attention probabilities, one
-    array per layer in forward order: (images, heads, tokens, tokens) with token_attention_maps, (images,
-    sequences, heads, length, length) with axis_layers (inspection's attention distance, per axis);
-    resolution_of(spec, shapes) -> int | None: the input size a set of weights was made for, from the shapes
-    of its grid-sized tables ({timm key or Flax path: shape}; None: they say nothing, the row's native size),
-    what loading a checkpoint checks the weights against; plot_style: the report's (marker, matplotlib
-    colormap, name) for the family.
+    attention: whether the model has attention layers; model_attention(spec) -> ModelAttention: the per-model
+    answer of a family whose models differ (timm), instead of `attention` and `attention_maps.token_maps`;
+    attention_maps: how inspection reads them (AttentionMaps: whole-image token maps, per-axis layers, the
+    torch and Flax readers); resolution_of(spec, shapes) -> int | None: the input size a set of weights was made
+    for, from the shapes of its grid-sized tables ({timm key or Flax path: shape}; None: they say nothing, the
+    row's native size), what loading a checkpoint checks the weights against; plot_style: the report's (marker,
+    matplotlib colormap, name) for the family.
 
     Added with the vit, bit and hybrid packages (defaults keep a family that does not set them as before):
     channels_last: the torch backends' default memory format (NHWC for convolution-heavy families);
@@ -126,11 +139,8 @@ class FamilyPlugin:
     describe: Callable[[Any], str]
     validate: Callable[[Any, dict], None] = lambda spec, diff: None
     attention: bool = True
-    token_attention_maps: bool = False
     model_attention: Callable[[Any], ModelAttention] | None = None
-    axis_layers: Callable[[Any, int], tuple[AxisLayer, ...]] | None = None
-    torch_attention: str = ""
-    flax_attention: str = ""
+    attention_maps: AttentionMaps = AttentionMaps()
     resolution_of: Callable[[Any, dict], int | None] = lambda spec, shapes: None
     plot_style: tuple[str, str, str] = ("D", "Greys", "")  # report marker, colormap, legend name
     resolve: Callable[[str], Any] | None = None
@@ -138,7 +148,6 @@ class FamilyPlugin:
     backends: tuple[str, ...] = ()
     counts_note: str = ""
     head_prefixes: Callable[[Any], tuple[str, ...]] | None = None
-    extra: dict = field(default_factory=dict)
     channels_last: bool = True
     origins: dict[str, Any] = field(default_factory=dict)
     npz_origin: str = "vit_jax"
@@ -150,7 +159,7 @@ class FamilyPlugin:
         family's per-spec answer (model_attention), else its family-wide flags with the spec's prefix tokens."""
         if self.model_attention is not None:
             return self.model_attention(spec)
-        return ModelAttention(self.attention, self.token_attention_maps,
+        return ModelAttention(self.attention, self.attention_maps.token_maps,
                               spec.num_prefix_tokens if self.attention else None,
                               spec.width if self.attention else None)
 
@@ -165,13 +174,13 @@ class FamilyPlugin:
         return _import(self.flax_builder)(spec, num_classes, dtype, **kw)
 
     def torch_attention_maps(self, model, x) -> list:
-        """Attention probabilities of a built torch `model` on NCHW `x`, one per layer (see `torch_attention`)."""
-        return _import(self.torch_attention)(model, x)
+        """Attention probabilities of a built torch `model` on NCHW `x`, one per layer (AttentionMaps.torch)."""
+        return _import(self.attention_maps.torch)(model, x)
 
     def flax_attention_maps(self, module, params, x) -> list:
         """Attention probabilities of a Flax `module` with `params` on NHWC `x`, one per layer (traceable: jit
-        it; see `flax_attention`)."""
-        return _import(self.flax_attention)(module, params, x)
+        it; AttentionMaps.flax)."""
+        return _import(self.attention_maps.flax)(module, params, x)
 
 
 def register_family(plugin: FamilyPlugin, *, replace: bool = False) -> FamilyPlugin:
@@ -212,8 +221,9 @@ def family_modules(name: str) -> tuple[str, ...]:
     if found is None:
         family_plugin(name)  # raises, naming the families
     plugin = found.obj
-    targets = (plugin.torch_builder, plugin.flax_builder, plugin.torch_attention, plugin.flax_attention)
-    functions = (getattr(plugin, f.name) for f in fields(plugin))
+    maps = plugin.attention_maps
+    targets = (plugin.torch_builder, plugin.flax_builder, maps.torch, maps.flax)
+    functions = [getattr(obj, f.name) for obj in (plugin, maps) for f in fields(obj)]
     return tuple(sorted({found.module, *(t.partition(":")[0] for t in targets if t),
                          *(getattr(f, "__module__", None) or "" for f in functions if callable(f))} - {""}))
 

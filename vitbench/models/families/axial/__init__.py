@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from vitbench.errors import ConfigError
 from vitbench.models.analytic import Counts
-from vitbench.models.families import Axis, AxisLayer, FamilyName, FamilyPlugin, register_family
+from vitbench.models.families import AttentionMaps, Axis, AxisLayer, FamilyName, FamilyPlugin, register_family
 from vitbench.models.param_table import _conv, _copy, _linear
 from vitbench.models.param_table import _norm as _norm_entry
 from vitbench.models.specs import RESNET_DEPTHS, ModelSpec
@@ -108,6 +108,9 @@ def vit_describe(spec: ModelSpec) -> str:
     return (f"axial L={spec.depth}x(row+col) D={spec.width} MLP={spec.mlp_dim} H={spec.heads} P={spec.patch} gap")
 
 
+_FLAX = "vitbench.models.families.axial.flax"
+_TORCH_MAPS = "vitbench.models.families.axial.torch:attention_maps"  # both axial families' torch reader
+
 AXIAL_VIT_PLUGIN = FamilyPlugin(
     name=AXIAL_VIT, description="Axial-ViT (ViT paper D.6): row + column attention blocks on the 2-D patch grid",
     rows=VIT_ROWS, fields=("patch", "width", "depth", "mlp_dim", "heads", "ln_eps", "flavour", "classifier"),
@@ -116,8 +119,9 @@ AXIAL_VIT_PLUGIN = FamilyPlugin(
     flax_builder="vitbench.models.families.axial.flax:build_axial_vit",
     counts=vit_counts, param_table=vit_table, stride=lambda s: s.patch, feature_dim=lambda s: s.width,
     describe=vit_describe, validate=vit_validate, plot_style=("h", "Purples", "Axial-ViT"),
-    axis_layers=vit_axis_layers, torch_attention="vitbench.models.families.axial.torch:attention_maps",
-    flax_attention="vitbench.models.families.axial.flax:vit_attention_maps", resolution_of=vit_resolution_of,
+    attention_maps=AttentionMaps(axis_layers=vit_axis_layers, torch=_TORCH_MAPS,
+                                 flax=f"{_FLAX}:vit_attention_maps"),
+    resolution_of=vit_resolution_of,
 )
 
 
@@ -235,9 +239,9 @@ AXIAL_RESNET_PLUGIN = FamilyPlugin(
     flax_builder="vitbench.models.families.axial.flax:build_axial_resnet",
     counts=resnet_counts, param_table=resnet_table, stride=lambda s: 4 * 2 ** (len(s.layers) - 1),
     feature_dim=lambda s: s.stage_channels[-1], describe=resnet_describe, validate=resnet_validate,
-    plot_style=("P", "RdPu", "Axial-ResNet"), axis_layers=resnet_axis_layers,
-    torch_attention="vitbench.models.families.axial.torch:attention_maps",
-    flax_attention="vitbench.models.families.axial.flax:resnet_attention_maps",
+    plot_style=("P", "RdPu", "Axial-ResNet"),
+    attention_maps=AttentionMaps(axis_layers=resnet_axis_layers, torch=_TORCH_MAPS,
+                                 flax=f"{_FLAX}:resnet_attention_maps"),
     resolution_of=resnet_resolution_of,
 )
 

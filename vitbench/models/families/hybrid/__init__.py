@@ -15,6 +15,7 @@ from vitbench.models.families import FamilyName, FamilyPlugin, register_family
 from vitbench.models.families.bit import RESNET_FIELDS, check_stages, describe_resnet, resnet_counts, resnet_stride
 from vitbench.models.families.vit import (
     ORIGINS,
+    TOKEN_MAPS,
     TRANSFORMER_FIELDS,
     VIT_SIZES,
     head_and_position,
@@ -95,9 +96,7 @@ PLUGIN = register_family(FamilyPlugin(
     torch_builder="vitbench.models.families.hybrid.torch:build",
     flax_builder="vitbench.models.families.hybrid.flax:build",
     counts=counts, param_table=table, stride=stride, feature_dim=lambda s: s.width, describe=describe,
-    validate=validate, token_attention_maps=True,
-    torch_attention="vitbench.models.families.vit.torch:attention_maps",
-    flax_attention="vitbench.models.families.vit.flax:attention_maps", plot_style=("^", "Greens", "Hybrid"),
+    validate=validate, attention_maps=TOKEN_MAPS, plot_style=("^", "Greens", "Hybrid"),
     origins=ORIGINS,
     npz_origin=Origin.VIT_JAX.value, posemb_tables=posemb.transformer_tables, representation_size=True,
 ))

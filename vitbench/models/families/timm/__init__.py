@@ -15,7 +15,7 @@ Registering imports nothing of timm or torch; resolving a `timm:` name imports t
 
 from __future__ import annotations
 
-from vitbench.models.families import FamilyName, FamilyPlugin, register_family
+from vitbench.models.families import AttentionMaps, FamilyName, FamilyPlugin, register_family
 from vitbench.models.flavours import FLAVOUR_TIMM, Origin
 
 TIMM = FamilyName("timm")
@@ -55,7 +55,8 @@ TIMM_PLUGIN = FamilyPlugin(
     feature_dim=_lazy("feature_dim"), describe=lambda spec: f"timm {spec.timm_id} (timm.create_model)",
     model_attention=_lazy("model_attention"),  # per model: a ViT's tokens, a ResNet's none
     resolution_of=_lazy("resolution_of"),  # a ViT-like model's weights: from their position table
-    torch_attention="vitbench.models.families.vit.torch:attention_maps",  # timm's attention, hooked as for ViT
+    # timm's attention, hooked as for ViT (whole-image token maps or none: model_attention says, per model)
+    attention_maps=AttentionMaps(torch="vitbench.models.families.vit.torch:attention_maps"),
     plot_style=("X", "Oranges", "timm"),
     resolve=resolve, catalogue=catalogue, backends=("torch",), head_prefixes=_lazy("head_prefixes"),
     origins={Origin.TIMM.value: FLAVOUR_TIMM},  # its builder reads no flavour; timm's own conventions

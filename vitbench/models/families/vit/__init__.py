@@ -14,7 +14,7 @@ from dataclasses import replace
 from vitbench.errors import ConfigError
 from vitbench.models import posemb
 from vitbench.models.analytic import Counts
-from vitbench.models.families import FamilyName, FamilyPlugin, register_family
+from vitbench.models.families import AttentionMaps, FamilyName, FamilyPlugin, register_family
 from vitbench.models.flavours import FLAVOUR_TIMM, FLAVOUR_VIT_JAX, Origin
 from vitbench.models.overrides import TRANSFORMER_KEYS
 from vitbench.models.param_table import _attention, _conv, _copy, _linear, _norm
@@ -189,15 +189,17 @@ def describe(spec: ModelSpec) -> str:
 ORIGINS = {Origin.TIMM.value: FLAVOUR_TIMM, Origin.VIT_JAX.value: FLAVOUR_VIT_JAX,
            Origin.BIG_VISION.value: FLAVOUR_VIT_JAX}
 
+# whole-image token maps, read by hooks on timm's attention (torch) and sown by the Flax attention (hybrid's too)
+TOKEN_MAPS = AttentionMaps(token_maps=True, torch="vitbench.models.families.vit.torch:attention_maps",
+                           flax="vitbench.models.families.vit.flax:attention_maps")
+
 PLUGIN = register_family(FamilyPlugin(
     name=VIT, description="ViT (Dosovitskiy et al. 2021) and DeiT (Touvron et al. 2021): patch embedding, class "
     "token (+ distillation token), pre-LN transformer encoder", rows=ROWS, fields=TRANSFORMER_FIELDS,
     override_keys=TRANSFORMER_KEYS,
     torch_builder="vitbench.models.families.vit.torch:build", flax_builder="vitbench.models.families.vit.flax:build",
     counts=counts, param_table=table, stride=lambda s: s.patch, feature_dim=lambda s: s.width, describe=describe,
-    validate=validate_transformer, token_attention_maps=True,
-    torch_attention="vitbench.models.families.vit.torch:attention_maps",
-    flax_attention="vitbench.models.families.vit.flax:attention_maps", plot_style=("o", "Blues", "ViT"),
+    validate=validate_transformer, attention_maps=TOKEN_MAPS, plot_style=("o", "Blues", "ViT"),
     channels_last=False, origins=ORIGINS, npz_origin=Origin.VIT_JAX.value,
     posemb_tables=posemb.transformer_tables, representation_size=True,
 ))
