@@ -359,3 +359,19 @@ def test_a_dataset_format_from_outside_is_one_module(tmp_path):
     assert out["config"]["upstream_toy_stripes"] == 12 and out["status"] == "ok" and out["images"] == 10
     assert "toy_stripes is for toy_stripes" in out["refused"] and out["downstream_field"]
     assert all(out["flags"].values())
+
+
+def test_an_outside_format_that_does_not_import_is_one_line_and_exit_2(tmp_path):
+    """A broken plug-in (its module raises on import) named by a `vitbench.formats` entry point: every command says
+    which entry point and why, exit 2, no traceback."""
+    outside = tmp_path / "outside"
+    meta = outside / "broken_format-0.1.dist-info"
+    meta.mkdir(parents=True)
+    (outside / "broken_format.py").write_text("raise RuntimeError('half-installed')\n")
+    (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-format\nVersion: 0.1\n")
+    (meta / "entry_points.txt").write_text("[vitbench.formats]\nbroken = broken_format:FORMAT\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(outside), str(REPO)])}
+    r = subprocess.run([sys.executable, "-c", "from vitbench.cli import main; main()", "models"], cwd=tmp_path,
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr and "broken_format:FORMAT" in r.stderr and "half-installed" in r.stderr

@@ -67,6 +67,8 @@ app = typer.Typer(
 def _root(version: bool = cli_option("version", "--version", callback=_version, is_eager=True,
                                      help="Print vitbench's version and exit.")) -> None:
     """Benchmark ViT, BiT and hybrid models on PyTorch and JAX: throughput, max batch, FLOPs, accuracy."""
+    if _import_error is not None:  # every command: said as an error (exit 2), never a traceback
+        raise _import_error
 
 
 # Each module registers its commands on `app` when imported.
@@ -85,8 +87,16 @@ _COMMAND_MODULES = [
     "vitbench.cli.bisect_cmd",
     "vitbench.cli.history_cmd",
 ]
+# A plug-in that fails while the commands are made (a dataset format's entry point that does not import, say:
+# vitbench.transfer.formats) is kept here and said by the first command run, one line and its exit code, not a
+# traceback from the import of this module.
+_import_error: VitbenchError | None = None
 for _mod in _COMMAND_MODULES:
-    importlib.import_module(_mod)
+    try:
+        importlib.import_module(_mod)
+    except VitbenchError as _e:
+        _import_error = _e
+        break
 
 
 def main() -> None:
