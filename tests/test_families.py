@@ -47,9 +47,10 @@ def test_declared_properties_decide_what_used_to_be_name_checks():
     vit, bit, hybrid = (family_plugin(f) for f in ("vit", "bit", "hybrid"))
     assert (vit.attention, bit.attention, hybrid.attention) == (True, False, True)
     assert (vit.channels_last, bit.channels_last, hybrid.channels_last) == (False, True, True)
-    assert (vit.npz_origin, bit.npz_origin, hybrid.npz_origin) == ("vit_jax", "big_transfer", "vit_jax")
-    assert bit.posemb_tables(get_spec("R50x1"), 224) == []
-    assert [t.torch_key for t in vit.posemb_tables(get_spec("ViT-B/16"), 224)] == ["pos_embed"]
+    npz_origins = (vit.weights.npz_origin, bit.weights.npz_origin, hybrid.weights.npz_origin)
+    assert npz_origins == ("vit_jax", "big_transfer", "vit_jax")
+    assert bit.weights.posemb_tables(get_spec("R50x1"), 224) == []
+    assert [t.torch_key for t in vit.weights.posemb_tables(get_spec("ViT-B/16"), 224)] == ["pos_embed"]
 
 
 def test_an_origin_without_the_family_names_the_families_it_has():

@@ -220,7 +220,7 @@ def load_pretrained(path: str | Path, model: str | ModelSpec | None = None, *, o
         raise ConfigError(f"checkpoint {source!r} does not exist (or is not a file)")
     if path.suffix.lower() == ".npz":
         row, weights = _npz_to_timm(load_npz(path), source, new_head, model)
-        found = Origin(family_plugin(row.family).npz_origin)  # big_transfer for BiT, vit_jax for the others
+        found = Origin(family_plugin(row.family).weights.npz_origin)  # big_transfer for BiT, vit_jax for the others
         return pretrained_from_weights(weights, model, origin=origin or found, new_head=new_head, source=source,
                                        path=path)
     weights, header = _read_safetensors(path)

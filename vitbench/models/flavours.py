@@ -87,7 +87,7 @@ class Origin(Choice):
     VITBENCH = "vitbench"  # vitbench's own checkpoints: the flavour is stored with the spec
 
 
-# The flavours of the code bases; each family says which origins have its models (FamilyPlugin.origins).
+# The flavours of the code bases; each family says which origins have its models (FamilyWeights.origins).
 FLAVOUR_TIMM = Flavour(Gelu.ERF, WeightStd.SQRT_VAR, 1e-8, 1e-5)  # timm vision_transformer*.py, resnetv2.py
 # vit_jax models_vit.MlpBlock: nn.gelu (approximate=True default); models_resnet.StdConv: std + 1e-5;
 # nn.GroupNorm default epsilon 1e-6
@@ -104,8 +104,8 @@ def flavour_for(origin: Origin | str, family: str) -> Flavour:
     origin = Origin.parse(origin, "origin")
     if origin is Origin.VITBENCH:
         raise ConfigError("a vitbench checkpoint stores its flavour with its spec (Flavour.from_dict)")
-    flavour = family_plugin(family).origins.get(origin.value)
+    flavour = family_plugin(family).weights.origins.get(origin.value)
     if flavour is None:
-        has = [f.name for f in all_families() if origin.value in f.origins]
+        has = [f.name for f in all_families() if origin.value in f.weights.origins]
         raise ConfigError(f"origin {origin.value!r} has no {family!r} models (it has: {', '.join(has)})")
     return flavour

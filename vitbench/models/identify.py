@@ -58,7 +58,7 @@ def _key_order(key: str) -> tuple[int, str]:
 
 def is_head(key: str, spec: ModelSpec | None = None) -> bool:
     """Whether a timm parameter name is a classification head's (both of a distilled DeiT's): what the paper's
-    fine-tuning swap drops. A family that names its own classifier (FamilyPlugin.head_prefixes, e.g. timm's
+    fine-tuning swap drops. A family that names its own classifier (FamilyWeights.head_prefixes, e.g. timm's
     `fc.` of a ResNet, `head.fc.` of a ConvNeXt, whose `head.norm` is part of the features) decides for `spec`."""
     return key.startswith(head_prefixes(spec))
 
@@ -67,7 +67,7 @@ def head_prefixes(spec: ModelSpec | None = None) -> tuple[str, ...]:
     """The parameter-name prefixes of `spec`'s classifier (HEAD_PREFIXES unless its family names its own)."""
     from vitbench.models.families import family_plugin
 
-    declared = None if spec is None else family_plugin(spec.family).head_prefixes
+    declared = None if spec is None else family_plugin(spec.family).weights.head_prefixes
     return HEAD_PREFIXES if declared is None else declared(spec)
 
 

@@ -55,8 +55,8 @@ def num_tables(spec: ModelSpec) -> int:
 
 def tables(spec: ModelSpec, resolution: int) -> list[Table]:
     """Every learned position-embedding table of `spec` at `resolution` that resizing, identification and the
-    grid check read: its family's (`FamilyPlugin.posemb_tables`; none for a ResNet)."""
-    return family_plugin(spec.family).posemb_tables(spec, resolution)
+    grid check read: its family's (`FamilyWeights.posemb_tables`; none for a ResNet)."""
+    return family_plugin(spec.family).weights.posemb_tables(spec, resolution)
 
 
 def transformer_tables(spec: ModelSpec, resolution: int) -> list[Table]:
@@ -83,10 +83,10 @@ def transformer_tables(spec: ModelSpec, resolution: int) -> list[Table]:
 def resolution_of(shapes: dict[str, tuple[int, ...]], spec: ModelSpec, key: str = "torch_key") -> int | None:
     """The resolution whose learned tables have the given shapes ({timm key or Flax path: shape}, `key` says
     which); None when the shapes give no square grid. A family without such tables reads its own grid-sized
-    tables (`FamilyPlugin.resolution_of`; the native resolution when they say nothing)."""
+    tables (`FamilyWeights.resolution_of`; the native resolution when they say nothing)."""
     ref = tables(spec, spec.resolution)
     if not ref:
-        found = family_plugin(spec.family).resolution_of(spec, shapes)
+        found = family_plugin(spec.family).weights.resolution_of(spec, shapes)
         return spec.resolution if found is None else found
     for t in ref:
         have = shapes.get(getattr(t, key))

@@ -21,6 +21,7 @@ from vitbench.models.families.plugin import (
     AxisLayer,
     FamilyName,
     FamilyPlugin,
+    FamilyWeights,
     ModelAttention,
     all_families,
     backend_problem,
@@ -33,6 +34,6 @@ from vitbench.models.families.plugin import (
     resolve_open,
 )
 
-__all__ = ["AttentionMaps", "Axis", "AxisLayer", "FamilyName", "FamilyPlugin", "ModelAttention", "all_families",
+__all__ = ["AttentionMaps", "Axis", "AxisLayer", "FamilyName", "FamilyPlugin", "FamilyWeights", "ModelAttention", "all_families",
            "backend_problem", "family_if_registered", "family_modules", "family_names", "family_plugin", "norm_name",
            "register_family", "resolve_open"]

@@ -76,6 +76,27 @@ class AttentionMaps:
     flax: str = ""
 
 
+@dataclass(frozen=True)
+class FamilyWeights:
+    """What a family's weights are (FamilyPlugin.weights): where checkpoints come from and how they are read.
+
+    origins: {Origin value: Flavour} -- the numerical conventions of checkpoints from each code base that has this
+    family's models (vitbench.models.flavours; an origin not listed has none); npz_origin: the origin an `.npz`
+    of this family comes from unless told; posemb_tables(spec, resolution) -> [posemb.Table]: its learned
+    position-embedding tables (what resizing, identification and the grid check read; resolution_of is asked
+    only when it has none); resolution_of(spec, shapes) -> int | None: the input size a set of weights was made
+    for, from the shapes of its grid-sized tables ({timm key or Flax path: shape}; None: they say nothing, the
+    row's native size), what loading a checkpoint checks the weights against; head_prefixes(spec): the
+    parameter-name prefixes of its classifier, what transfer replaces (None: timm ViT's `head.`, `head_dist.`;
+    vitbench.models.identify.is_head)."""
+
+    origins: dict[str, Any] = field(default_factory=dict)
+    npz_origin: str = "vit_jax"
+    posemb_tables: Callable[[Any, int], list] = lambda spec, resolution: []
+    resolution_of: Callable[[Any, dict], int | None] = lambda spec, shapes: None
+    head_prefixes: Callable[[Any], tuple[str, ...]] | None = None
+
+
 def norm_name(name: str) -> str:
     """Forgiving key of a model name: case-, separator- and suffix-insensitive ('vit-b/16' == 'ViT-B_16'); the
     model table's index (models.specs) and the registry's taken-name check use this one."""
@@ -102,18 +123,13 @@ class FamilyPlugin:
     attention: whether the model has attention layers; model_attention(spec) -> ModelAttention: the per-model
     answer of a family whose models differ (timm), instead of `attention` and `attention_maps.token_maps`;
     attention_maps: how inspection reads them (AttentionMaps: whole-image token maps, per-axis layers, the
-    torch and Flax readers); resolution_of(spec, shapes) -> int | None: the input size a set of weights was made
-    for, from the shapes of its grid-sized tables ({timm key or Flax path: shape}; None: they say nothing, the
-    row's native size), what loading a checkpoint checks the weights against; plot_style: the report's (marker,
-    matplotlib colormap, name) for the family.
+    torch and Flax readers); weights: what its checkpoints are (FamilyWeights: origins and their flavours, the
+    `.npz` origin, position-embedding tables, the resolution its weights were made for, its classifier's
+    parameter prefixes); plot_style: the report's (marker, matplotlib colormap, name) for the family.
 
     Added with the vit, bit and hybrid packages (defaults keep a family that does not set them as before):
     channels_last: the torch backends' default memory format (NHWC for convolution-heavy families);
-    origins: {Origin value: Flavour} -- the numerical conventions of checkpoints from each code base that has
-    this family's models (vitbench.models.flavours; an origin not listed has none); npz_origin: the origin an
-    `.npz` of this family comes from unless told; posemb_tables(spec, resolution) -> [posemb.Table]: its learned
-    position-embedding tables (what resizing, identification and the grid check read; resolution_of is asked
-    only when it has none); representation_size: whether its Flax builder takes `representation_size=` (a tanh
+    representation_size: whether its Flax builder takes `representation_size=` (a tanh
     pre-logits layer, vit_jax's pre-training head).
 
     An open-ended family (models named, not listed as rows: `timm:<any timm name>`) gives `resolve(name)` -> the
@@ -121,8 +137,6 @@ class FamilyPlugin:
     `catalogue(pattern)` -> the names it offers matching a glob (what `vitbench models --filter` lists).
     backends: the backends that can build it (empty: every backend; a trial on another is refused naming them).
     counts_note: how `counts` is made when it is no formula (the flops record says it beside the analytic count).
-    head_prefixes(spec): the parameter-name prefixes of its classifier, what transfer replaces (default: timm ViT's
-    `head.`, `head_dist.`; vitbench.models.identify.is_head).
     """
 
     name: FamilyName
@@ -141,17 +155,13 @@ class FamilyPlugin:
     attention: bool = True
     model_attention: Callable[[Any], ModelAttention] | None = None
     attention_maps: AttentionMaps = AttentionMaps()
-    resolution_of: Callable[[Any, dict], int | None] = lambda spec, shapes: None
+    weights: FamilyWeights = field(default_factory=FamilyWeights)
     plot_style: tuple[str, str, str] = ("D", "Greys", "")  # report marker, colormap, legend name
     resolve: Callable[[str], Any] | None = None
     catalogue: Callable[[str], list[str]] | None = None
     backends: tuple[str, ...] = ()
     counts_note: str = ""
-    head_prefixes: Callable[[Any], tuple[str, ...]] | None = None
     channels_last: bool = True
-    origins: dict[str, Any] = field(default_factory=dict)
-    npz_origin: str = "vit_jax"
-    posemb_tables: Callable[[Any, int], list] = lambda spec, resolution: []
     representation_size: bool = False
 
     def attention_of(self, spec) -> ModelAttention:
@@ -223,7 +233,7 @@ def family_modules(name: str) -> tuple[str, ...]:
     plugin = found.obj
     maps = plugin.attention_maps
     targets = (plugin.torch_builder, plugin.flax_builder, maps.torch, maps.flax)
-    functions = [getattr(obj, f.name) for obj in (plugin, maps) for f in fields(obj)]
+    functions = [getattr(obj, f.name) for obj in (plugin, maps, plugin.weights) for f in fields(obj)]
     return tuple(sorted({found.module, *(t.partition(":")[0] for t in targets if t),
                          *(getattr(f, "__module__", None) or "" for f in functions if callable(f))} - {""}))
 

@@ -27,7 +27,15 @@ from dataclasses import dataclass
 
 from vitbench.errors import ConfigError
 from vitbench.models.analytic import Counts
-from vitbench.models.families import AttentionMaps, Axis, AxisLayer, FamilyName, FamilyPlugin, register_family
+from vitbench.models.families import (
+    AttentionMaps,
+    Axis,
+    AxisLayer,
+    FamilyName,
+    FamilyPlugin,
+    FamilyWeights,
+    register_family,
+)
 from vitbench.models.param_table import _conv, _copy, _linear
 from vitbench.models.param_table import _norm as _norm_entry
 from vitbench.models.specs import RESNET_DEPTHS, ModelSpec
@@ -121,7 +129,7 @@ AXIAL_VIT_PLUGIN = FamilyPlugin(
     describe=vit_describe, validate=vit_validate, plot_style=("h", "Purples", "Axial-ViT"),
     attention_maps=AttentionMaps(axis_layers=vit_axis_layers, torch=_TORCH_MAPS,
                                  flax=f"{_FLAX}:vit_attention_maps"),
-    resolution_of=vit_resolution_of,
+    weights=FamilyWeights(resolution_of=vit_resolution_of),
 )
 
 
@@ -242,7 +250,7 @@ AXIAL_RESNET_PLUGIN = FamilyPlugin(
     plot_style=("P", "RdPu", "Axial-ResNet"),
     attention_maps=AttentionMaps(axis_layers=resnet_axis_layers, torch=_TORCH_MAPS,
                                  flax=f"{_FLAX}:resnet_attention_maps"),
-    resolution_of=resnet_resolution_of,
+    weights=FamilyWeights(resolution_of=resnet_resolution_of),
 )
 
 register_family(AXIAL_VIT_PLUGIN)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from vitbench.errors import ConfigError
 from vitbench.models.analytic import Counts
-from vitbench.models.families import FamilyName, FamilyPlugin, register_family
+from vitbench.models.families import FamilyName, FamilyPlugin, FamilyWeights, register_family
 from vitbench.models.flavours import FLAVOUR_BIT, FLAVOUR_TIMM, Origin
 from vitbench.models.overrides import RESNET_KEYS
 from vitbench.models.param_table import _conv, _conv1x1_dense, _copy, _norm
@@ -114,5 +114,6 @@ PLUGIN = register_family(FamilyPlugin(
     torch_builder="vitbench.models.families.bit.torch:build", flax_builder="vitbench.models.families.bit.flax:build",
     counts=counts, param_table=table, stride=resnet_stride, feature_dim=lambda s: s.stage_channels[-1],
     describe=lambda s: f"stages {describe_resnet(s)}", validate=check_stages, attention=False,
-    plot_style=("s", "Oranges", "BiT ResNet"), origins=ORIGINS, npz_origin=Origin.BIG_TRANSFER.value,
+    plot_style=("s", "Oranges", "BiT ResNet"),
+    weights=FamilyWeights(origins=ORIGINS, npz_origin=Origin.BIG_TRANSFER.value),
 ))

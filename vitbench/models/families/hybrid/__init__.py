@@ -9,21 +9,20 @@ transformer is the vit family's.
 
 from __future__ import annotations
 
-from vitbench.models import posemb
 from vitbench.models.analytic import Counts
 from vitbench.models.families import FamilyName, FamilyPlugin, register_family
 from vitbench.models.families.bit import RESNET_FIELDS, check_stages, describe_resnet, resnet_counts, resnet_stride
 from vitbench.models.families.vit import (
-    ORIGINS,
     TOKEN_MAPS,
     TRANSFORMER_FIELDS,
     VIT_SIZES,
+    WEIGHTS,
     head_and_position,
     transformer_counts,
     transformer_table,
     validate_transformer,
 )
-from vitbench.models.flavours import HYBRID_DEFAULT, Origin
+from vitbench.models.flavours import HYBRID_DEFAULT
 from vitbench.models.overrides import OVERRIDE_ORDER
 from vitbench.models.param_table import _conv, _norm
 from vitbench.models.specs import ModelSpec
@@ -97,6 +96,5 @@ PLUGIN = register_family(FamilyPlugin(
     flax_builder="vitbench.models.families.hybrid.flax:build",
     counts=counts, param_table=table, stride=stride, feature_dim=lambda s: s.width, describe=describe,
     validate=validate, attention_maps=TOKEN_MAPS, plot_style=("^", "Greens", "Hybrid"),
-    origins=ORIGINS,
-    npz_origin=Origin.VIT_JAX.value, posemb_tables=posemb.transformer_tables, representation_size=True,
+    weights=WEIGHTS, representation_size=True,
 ))

@@ -15,7 +15,7 @@ Registering imports nothing of timm or torch; resolving a `timm:` name imports t
 
 from __future__ import annotations
 
-from vitbench.models.families import AttentionMaps, FamilyName, FamilyPlugin, register_family
+from vitbench.models.families import AttentionMaps, FamilyName, FamilyPlugin, FamilyWeights, register_family
 from vitbench.models.flavours import FLAVOUR_TIMM, Origin
 
 TIMM = FamilyName("timm")
@@ -54,12 +54,13 @@ TIMM_PLUGIN = FamilyPlugin(
     counts=_lazy("counts"), param_table=_lazy("param_table"), stride=_lazy("stride"),
     feature_dim=_lazy("feature_dim"), describe=lambda spec: f"timm {spec.timm_id} (timm.create_model)",
     model_attention=_lazy("model_attention"),  # per model: a ViT's tokens, a ResNet's none
-    resolution_of=_lazy("resolution_of"),  # a ViT-like model's weights: from their position table
     # timm's attention, hooked as for ViT (whole-image token maps or none: model_attention says, per model)
     attention_maps=AttentionMaps(torch="vitbench.models.families.vit.torch:attention_maps"),
     plot_style=("X", "Oranges", "timm"),
-    resolve=resolve, catalogue=catalogue, backends=("torch",), head_prefixes=_lazy("head_prefixes"),
-    origins={Origin.TIMM.value: FLAVOUR_TIMM},  # its builder reads no flavour; timm's own conventions
+    resolve=resolve, catalogue=catalogue, backends=("torch",),
+    # its builder reads no flavour (timm's own conventions); a ViT-like model's resolution from its position table
+    weights=FamilyWeights(origins={Origin.TIMM.value: FLAVOUR_TIMM}, resolution_of=_lazy("resolution_of"),
+                          head_prefixes=_lazy("head_prefixes")),
     counts_note="params: timm's model (sum of its parameters); MACs: torch FlopCounterMode on the model built on "
                 "the meta device (matmul/conv/attention only; no formula per timm architecture)",
 )

@@ -14,7 +14,7 @@ from dataclasses import replace
 from vitbench.errors import ConfigError
 from vitbench.models import posemb
 from vitbench.models.analytic import Counts
-from vitbench.models.families import AttentionMaps, FamilyName, FamilyPlugin, register_family
+from vitbench.models.families import AttentionMaps, FamilyName, FamilyPlugin, FamilyWeights, register_family
 from vitbench.models.flavours import FLAVOUR_TIMM, FLAVOUR_VIT_JAX, Origin
 from vitbench.models.overrides import TRANSFORMER_KEYS
 from vitbench.models.param_table import _attention, _conv, _copy, _linear, _norm
@@ -193,6 +193,9 @@ ORIGINS = {Origin.TIMM.value: FLAVOUR_TIMM, Origin.VIT_JAX.value: FLAVOUR_VIT_JA
 TOKEN_MAPS = AttentionMaps(token_maps=True, torch="vitbench.models.families.vit.torch:attention_maps",
                            flax="vitbench.models.families.vit.flax:attention_maps")
 
+# checkpoints of every origin in ORIGINS, .npz from vit_jax; the transformer's position tables (the hybrid's too)
+WEIGHTS = FamilyWeights(origins=ORIGINS, npz_origin=Origin.VIT_JAX.value, posemb_tables=posemb.transformer_tables)
+
 PLUGIN = register_family(FamilyPlugin(
     name=VIT, description="ViT (Dosovitskiy et al. 2021) and DeiT (Touvron et al. 2021): patch embedding, class "
     "token (+ distillation token), pre-LN transformer encoder", rows=ROWS, fields=TRANSFORMER_FIELDS,
@@ -200,6 +203,5 @@ PLUGIN = register_family(FamilyPlugin(
     torch_builder="vitbench.models.families.vit.torch:build", flax_builder="vitbench.models.families.vit.flax:build",
     counts=counts, param_table=table, stride=lambda s: s.patch, feature_dim=lambda s: s.width, describe=describe,
     validate=validate_transformer, attention_maps=TOKEN_MAPS, plot_style=("o", "Blues", "ViT"),
-    channels_last=False, origins=ORIGINS, npz_origin=Origin.VIT_JAX.value,
-    posemb_tables=posemb.transformer_tables, representation_size=True,
+    channels_last=False, weights=WEIGHTS, representation_size=True,
 ))
