@@ -58,6 +58,13 @@ def known_mode(value: str) -> str:
     return value
 
 
+def modes_help() -> str:
+    """`--parallelism`'s help: the modes registered when the command line is made, and where to see any added
+    later."""
+    return ("With --devices N: " + " | ".join(mode_names())
+            + " (`vitbench plugins` lists every mode and what it does).")
+
+
 def runs_on(mode: str, backend: str, built_in: tuple[str, ...]) -> bool:
     """Whether backend `backend`, whose spec lists the built-in modes `built_in`, runs `mode`: one of those, or a
     registered mode that names a placement for it."""

@@ -9,6 +9,7 @@ from rich.table import Table
 
 from vitbench.backends.base import PRECISIONS
 from vitbench.backends.kinds import DEFAULT_PARALLELISM
+from vitbench.backends.parallel import modes_help
 from vitbench.cli import app
 from vitbench.cli.common import (SET_HELP, choice, console, print_json, refuse_unsupported, shared_option,
                                  task_params, with_sets)
@@ -64,7 +65,7 @@ def bench_cmd(
                                            "backend's pool stalls under load, else the framework's; recorded)."),
     devices: int = typer.Option(None, min=1, help="Local devices (default 1): data parallel over N devices, the "
                                                  "batch split evenly (docs/devices.md)."),
-    parallelism: str = typer.Option(None, help="With --devices N: dp (replicated parameters) | fsdp (sharded)."),
+    parallelism: str = typer.Option(None, help=modes_help()),
     compile: bool = from_field(Infer.Params, "compile",
                                "--compile/--no-compile", help="torch.compile the model (torch)."),
     compile_mode: str = typer.Option(None, "--compile-mode",
@@ -217,7 +218,7 @@ def max_batch_cmd(
     threads: int = typer.Option(None),
     devices: int = typer.Option(None, min=1, help="Local devices (default 1): the batch searched is per device, "
                                                  "each probe runs the N-device step (docs/devices.md)."),
-    parallelism: str = typer.Option(None, help="With --devices N: dp (replicated parameters) | fsdp (sharded)."),
+    parallelism: str = typer.Option(None, help=modes_help()),
     optimizer: str = from_field(Train.Params, "optimizer",
                                 help="train: adam | sgd (optimizer state counts toward memory)."),
     memory_limit_gib: float = typer.Option(
