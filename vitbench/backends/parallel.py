@@ -59,10 +59,10 @@ def known_mode(value: str) -> str:
 
 
 def modes_help() -> str:
-    """`--parallelism`'s help: the modes registered when the command line is made, and where to see any added
-    later."""
-    return ("With --devices N: " + " | ".join(mode_names())
-            + " (`vitbench plugins` lists every mode and what it does).")
+    """`--parallelism`'s help: the built-in modes and where to see every mode (reading the registry here would
+    import the plug-ins as the command line is made, and a broken one would stop every command)."""
+    return ("With --devices N: " + " | ".join(p.value for p in Parallelism)
+            + " or a mode from a plug-in (`vitbench plugins` lists every mode and what it does).")
 
 
 def runs_on(mode: str, backend: str, built_in: tuple[str, ...]) -> bool:

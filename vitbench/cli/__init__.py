@@ -28,6 +28,8 @@ class _Group(typer.core.TyperGroup):
             warnings.showwarning = print_warning
             warnings.simplefilter("always", VitbenchWarning)  # print_warning says each message once
             try:
+                if _import_error is not None:  # a plug-in broke the making of the commands: any command says so
+                    raise _import_error
                 return super().invoke(ctx)
             except VitbenchError as e:
                 err_console.print(f"[bold red]error:[/] {escape(clip(str(e), MAX_ERROR_CHARS))}",
@@ -67,8 +69,6 @@ app = typer.Typer(
 def _root(version: bool = cli_option("version", "--version", callback=_version, is_eager=True,
                                      help="Print vitbench's version and exit.")) -> None:
     """Benchmark ViT, BiT and hybrid models on PyTorch and JAX: throughput, max batch, FLOPs, accuracy."""
-    if _import_error is not None:  # every command: said as an error (exit 2), never a traceback
-        raise _import_error
 
 
 # Each module registers its commands on `app` when imported.
