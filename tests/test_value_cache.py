@@ -176,6 +176,27 @@ def _plugin_package(root, name: str, body: str):
     (root / name / "sub.py").write_text(body)
 
 
+def test_a_part_of_the_source_changes_with_its_own_files_and_the_top_level_only(tmp_path):
+    """source_hash_of (an exported graph's key: vitbench.backends.graphs.GRAPH_SOURCE): a change in a named
+    subpackage or a top-level module gives a new hash, a change in another subpackage does not."""
+    for f, text in {"a.py": "x = 1\n", "models/m.py": "m = 1\n", "report/r.py": "r = 1\n"}.items():
+        (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / f).write_text(text)
+
+    def h():
+        value_cache.source_hash_of.cache_clear()
+        return value_cache.source_hash_of(("models",), tmp_path)
+
+    first = h()
+    (tmp_path / "report" / "r.py").write_text("r = 2\n")
+    assert h() == first
+    (tmp_path / "models" / "m.py").write_text("m = 2\n")
+    second = h()
+    assert second != first
+    (tmp_path / "a.py").write_text("x = 2\n")
+    assert h() != second
+
+
 def test_the_source_of_an_outside_package_it_is_told_of_is_in_the_key(cache, tmp_path, monkeypatch):
     """A module named in `modules` (a family plug-in outside vitbench) keys the value by its whole top-level
     package's source: an edit anywhere in it misses; vitbench's own modules are left to the source hash."""

@@ -73,6 +73,17 @@ def source_hash() -> str:
     return _py_files_hash([(root, p) for p in sorted(root.rglob("*.py"))])
 
 
+@functools.lru_cache(maxsize=8)
+def source_hash_of(subpackages: tuple[str, ...], root: Path | None = None) -> str:
+    """sha256 of part of vitbench's source: the package's own top-level .py files and every .py file of the named
+    subpackages, by relative path and content. For a value known to be made by that code only (an exported graph:
+    the model and backend code; vitbench.backends.graphs), so that a change elsewhere (the report, say) keeps it.
+    `root`: the package's directory (tests)."""
+    root = root or Path(__file__).resolve().parent
+    files = sorted(root.glob("*.py")) + [p for sub in sorted(subpackages) for p in sorted((root / sub).rglob("*.py"))]
+    return _py_files_hash([(root, p) for p in files])
+
+
 def _py_files_hash(files: list[tuple[Path, Path]]) -> str:
     """sha256 of (root, file) pairs, each by its path relative to its root and its content."""
     h = hashlib.sha256()

@@ -6,11 +6,12 @@ files, whatever they are, and `key.json`), under vitbench.paths.compile_cache_di
 and `vitbench cache --prune` removes it when unused (vitbench.caches); $VITBENCH_COMPILE_CACHE off: exported
 afresh into a temporary directory that lives as long as the process.
 
-The key is vitbench.value_cache.key's (vitbench's source and the model family's, framework versions, compiler
-environment as the process had it before its first export, host) with the backend's request: model spec, seed
-(the weights: the eager model is built from it), resolution, classes, dynamic axes, opset, precision and whatever
-else the export reads. A directory is written
-under a temporary name and renamed into place whole, so a reader sees a whole graph or none; a directory whose
+The key is vitbench.value_cache.key's (the model family's source, framework versions, compiler environment as the
+process had it before its first export, host) with the backend's request, and of vitbench's own source only the
+code that makes a graph (GRAPH_SOURCE: the models and the backends, with the package's top-level modules), so that
+a commit touching the report or the CLI does not export every graph again. The request is the backend's: model
+spec, seed (the weights: the eager model is built from it), resolution, classes, dynamic axes, opset, precision and
+whatever else the export reads. A directory is written under a temporary name and renamed into place whole, so a reader sees a whole graph or none; a directory whose
 `key.json` does not hold exactly the key is exported again (never trusted by its name alone). Nothing here is
 unpickled: a graph is read by its runtime's own parser.
 """
@@ -30,8 +31,12 @@ from pathlib import Path
 from vitbench.paths import compile_cache_dir, mark_used, open_compile_cache
 from vitbench.value_cache import compiler_env
 from vitbench.value_cache import key as value_key
+from vitbench.value_cache import source_hash_of
 
 KEY_FILE = "key.json"
+# vitbench's subpackages whose code makes a graph: the eager model (its spec, weights and layers) and each backend's
+# export; with vitbench's top-level modules (precision, seeds, ...) always in (value_cache.source_hash_of)
+GRAPH_SOURCE = ("models", "backends")
 
 
 @dataclass(frozen=True)
@@ -71,7 +76,8 @@ class GraphCache:
             export: Callable[[Path], None]) -> Graph:
         """The graph of `request`: read from the cache when a directory holds exactly its key, else `export(dir)`
         writes the runtime's files into an empty directory, timed, and the directory is kept."""
-        k = {**value_key("graph", request, frameworks, modules=modules), "compiler_env": self._env}
+        k = {**value_key("graph", request, frameworks, modules=modules), "compiler_env": self._env,
+             "source": source_hash_of(GRAPH_SOURCE)}
         digest = hashlib.sha256(json.dumps(k, sort_keys=True).encode()).hexdigest()[:32]
         root = self.root()
         if root is None:
