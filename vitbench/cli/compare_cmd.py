@@ -150,8 +150,9 @@ def ab_cmd(
     allow_same: bool = cli_option("allow_same", "--allow-same", help="Allow REF to be the checked-out commit with no "
                                                                      "change (an A/A noise check)."),
     schedule: str = from_constant("vitbench.compare.schedule", "DEFAULT_SCHEDULE",
-                                  help="alternate: a pair's two rounds one after the other, the first side "
-                                       "alternating; together: both at once (same load)."),
+                                  help="alternate: a pair's two rounds one after the other on the same CPUs, the "
+                                       "first side alternating; together: both at once (same load), in two legs "
+                                       "with each side pinned to its half of the CPUs, swapped."),
     statistic: str = from_constant("vitbench.compare.ab", "DEFAULT_STATISTIC",
                                    help="A trial's value in a round: best (fastest step: least moved by other "
                                         "load) | median."),
