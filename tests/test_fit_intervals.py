@@ -149,11 +149,11 @@ def test_an_interval_without_a_backtest_or_residuals_is_said():
 
 
 def test_the_parameter_error_is_counted_once_the_larger_of_its_two_estimates():
-    """The backtest's drift k r already holds its fits' parameter error, and the bootstrap spread estimates the same
-    error given the law (vitbench.fit.interval, "Parameters"): the interval takes the larger of the two, not their
-    sum. A bootstrap spread below (k r)^2 leaves the interval as wide as without it, and a law term below the
-    spread leaves it as wide as the spread alone; equal terms are counted once. (Their sum, the first round's rule,
-    held 97.6-99.0 % of the learner curves' points for 95 %.)"""
+    """The backtest's drift k r already holds its fits' parameter error, and the bootstrap spread estimates the
+    same error given the law (vitbench.fit.interval, "Parameters"): the interval takes the larger of the two, not
+    their sum. A bootstrap spread below (k r)^2 leaves the interval as wide as without it, and a law term below the
+    spread leaves it as wide as the spread alone; equal terms are counted once. (Their sum, the first round's
+    rule, held 97.6-99.0 % of the learner curves' points for 95 %.)"""
     le = LawError(0.02, 0.1, 0.95, law_dof=3.0, noise_dof=10.0)
     r, law_v = np.array([0.5, 1.0, 2.0]), (0.1 * np.array([0.5, 1.0, 2.0])) ** 2
     for pv in (0.2 * law_v, law_v, 5.0 * law_v):
@@ -195,7 +195,7 @@ def test_where_the_law_is_right_the_interval_is_never_narrower_than_its_paramete
     low = np.log([p.ci_low for p in g.predictions])
     free = np.array([p.ci_low > floor_bound(g.law(), le) for p in g.predictions])
     assert free.any()
-    v = [pv, np.full(pv.size, le.noise**2)]  # the law being right: the bootstrap term (exact) and the noise's n - p
+    v = [pv, np.full(pv.size, le.noise**2)]  # the law being right: the bootstrap term (exact), the noise's n - p
     want = student(0.95, satterthwaite(v, [math.inf, le.noise_dof])) * np.sqrt(v[0] + v[1])
     slack = 2 * gamma(8) * np.abs(mid)  # the logs, exp and their difference in float64 (tolerances_stat)
     assert np.all((mid - low)[free] >= (want - slack)[free])

@@ -113,8 +113,8 @@ class LawError:
         return float(stats.norm.ppf(0.5 + self.ci / 2))
 
     def terms(self, reach, param_var=0.0) -> tuple[np.ndarray, np.ndarray]:
-        """Per point, (the bootstrap term where it is the larger, else 0; the law term (k r)^2 where it is, else 0):
-        max(param_var, (k r)^2) split by which estimate it took (module docstring, "Parameters")."""
+        """Per point, (the bootstrap term where it is the larger, else 0; the law term (k r)^2 where it is, else
+        0): max(param_var, (k r)^2) split by which estimate it took (module docstring, "Parameters")."""
         r = np.maximum(np.asarray(reach, dtype=float), 0.0)
         pv, law = np.broadcast_arrays(np.asarray(param_var, dtype=float), (self.slope * r) ** 2)
         boot = pv > law
@@ -128,7 +128,8 @@ class LawError:
         """Student's quantile of `ci` at the Welch-Satterthwaite degrees of freedom of noise^2 + max(param_var,
         (k r)^2), the bootstrap term counted exact (its replicates are many; module docstring)."""
         boot, law = self.terms(reach, param_var)
-        return student(self.ci, satterthwaite([boot, self.noise**2, law], [math.inf, self.noise_dof, self.law_dof]))
+        v = [boot, self.noise**2, law]
+        return student(self.ci, satterthwaite(v, [math.inf, self.noise_dof, self.law_dof]))
 
     def band(self, log_mid, reach, param_var=0.0, cap=None, floor: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
         """(low, high) of E, the `ci` prediction interval about exp(log_mid), within what a decreasing law allows
