@@ -41,9 +41,11 @@ def make_repo(tmp_path: Path, commits: Sequence[dict[str, str | None]]) -> Path:
 
 
 def fake_sweeps(monkeypatch, scale: Callable[[ab_mod.Side], float], noise: float,
-                models: Sequence[str] = ("ViT-Nano/4",)) -> list[tuple[str, Path]]:
+                models: Sequence[str] = ("ViT-Nano/4",), others: float = 0.0,
+                own: float = ab_mod.DEFAULT_SCHEDULE.own_load) -> list[tuple[str, Path]]:
     """Side.start_round writes a synthetic round (one bench record per model) instead of running a sweep: every
-    step `scale(side)` times as long, times the round's own lognormal(0, `noise`) speed (a machine state).
+    step `scale(side)` times as long, times the round's own lognormal(0, `noise`) speed (a machine state); each row
+    says other processes used the gate's own other side (`own`: one core under `together`) plus `others` cores.
     Returns (side name, side root) of every round, in the order they ran."""
     rng = np.random.default_rng(0)
     rounds: list[tuple[str, Path]] = []
@@ -52,8 +54,10 @@ def fake_sweeps(monkeypatch, scale: Callable[[ab_mod.Side], float], noise: float
         out.mkdir(parents=True)
         rounds.append((self.name, self.root))
         s = scale(self) * float(rng.lognormal(0, noise))
-        write_jsonl(out / "results.jsonl", [bench_record(m, steps(rng, scale=s), run_id=f"{self.name}{len(rounds)}")
-                                            for m in models])
+        recs = [bench_record(m, steps(rng, scale=s), run_id=f"{self.name}{len(rounds)}") for m in models]
+        for r in recs:
+            r.metrics["other_load_cores"] = own + others
+        write_jsonl(out / "results.jsonl", recs)
         return ab_mod.Running(self, subprocess.Popen(["true"]), out / "log", cpus)
 
     monkeypatch.setattr(ab_mod.Side, "start_round", start_round)

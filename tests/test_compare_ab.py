@@ -134,11 +134,11 @@ def test_a_ref_without_the_study_names_the_way_out(repo):
 ROUND_NOISE = 0.01  # _fake_sweeps: each round's speed x lognormal(0, this) (a machine state)
 
 
-def _fake_sweeps(monkeypatch, slowdown: float, noise: float = ROUND_NOISE) -> list[tuple[str, Path]]:
+def _fake_sweeps(monkeypatch, slowdown: float, noise: float = ROUND_NOISE, **kw) -> list[tuple[str, Path]]:
     """Synthetic sweeps (tests/ab_fakes.py) of two trials; current's steps are `slowdown` times as long. Returns
     (side, root) of every leg's round in the order they ran."""
     return fake_sweeps(monkeypatch, lambda side: slowdown if side.name == "current" else 1.0, noise,
-                       models=("ViT-Nano/4", "R-Nano"))
+                       models=("ViT-Nano/4", "R-Nano"), **kw)
 
 
 def test_ab_loop_no_change_alternates_and_reports(repo, monkeypatch, tmp_path):
@@ -160,7 +160,7 @@ def test_ab_loop_no_change_alternates_and_reports(repo, monkeypatch, tmp_path):
 @pytest.mark.parametrize("schedule", list(ab_mod.Schedule))
 @pytest.mark.parametrize("statistic", list(ab_mod.Statistic))
 def test_ab_loop_catches_a_ten_percent_slowdown(repo, monkeypatch, schedule, statistic):
-    _fake_sweeps(monkeypatch, 1.1)
+    _fake_sweeps(monkeypatch, 1.1, own=schedule.own_load)
     res = ab_mod.run_ab("HEAD~1", repo=repo, schedule=schedule, statistic=statistic)
     assert res.verdict is Decision.REGRESSION and res.exit_code == 1
     # sampling: a round's value is its best or median step (min_sd / median_sd) times its round's speed; a pair's
@@ -171,6 +171,27 @@ def test_ab_loop_catches_a_ten_percent_slowdown(repo, monkeypatch, schedule, sta
     assert any(r.decision is Decision.REGRESSION and r.ci_high < 0.95 for r in res.comparison.rows)
     # the first regression ends it
     assert 4 <= res.pairs < 10 and res.stopped == f"decided after {res.pairs} pairs"
+
+
+@pytest.mark.parametrize("others", [ab_mod.BUSY_CORES, 1.0])
+def test_ab_on_a_busy_host_leaves_the_busy_pairs_out_and_says_so(repo, monkeypatch, others):
+    # a 2x slowdown, plain in every pair: but every pair shared the machine with others (BUSY_CORES or more
+    # beyond the gate's own): no decision rests on them, and the verdict says why
+    _fake_sweeps(monkeypatch, 2.0, others=others)
+    res = ab_mod.run_ab("HEAD~1", repo=repo, rule=Rule(min_pairs=2, max_pairs=3))
+    assert res.verdict is Decision.INCONCLUSIVE and res.exit_code == 3
+    host = dict(res.comparison.context)["host"]
+    assert "3 of 3 pairs busy" in host and "left out of every decision" in host
+    assert all("0 of the 2 pairs a decision needs" in r.note and "3 busy pair(s) left out" in r.note
+               for r in res.comparison.rows)
+    _fake_sweeps(monkeypatch, 2.0, others=ab_mod.BUSY_CORES / 2)  # below the line: decided
+    res = ab_mod.run_ab("HEAD~1", repo=repo, rule=Rule(min_pairs=2, max_pairs=3))
+    assert res.verdict is Decision.REGRESSION and "every pair quiet" in dict(res.comparison.context)["host"]
+
+
+def test_a_pair_whose_rows_do_not_say_the_load_counts_as_busy():
+    pairs = ab_mod.Pairs(others=[0.1, None, ab_mod.BUSY_CORES, 0.49])
+    assert pairs.busy() == [False, True, True, False]
 
 
 def test_ab_loop_budget_spent_is_inconclusive_exit_3(repo, monkeypatch):

@@ -162,7 +162,8 @@ def test_bad_history_files_exit_2_naming_the_file(cli, tmp_path):
 
 
 # ---- recording results directories --------------------------------------------------------------------------
-def _results(d: Path, sha: str, speed: float, tflops: float, host: str = "vm") -> Path:
+def _results(d: Path, sha: str, speed: float, tflops: float, host: str = "vm", others: float | None = None) -> Path:
+    """A results directory of a calibration and two bench rows; `others`: the rows' other_load_cores."""
     from test_compare import bench_record, calibration_record, write_jsonl
 
     env = {"torch": "2.15.0", "git_sha": sha, "hostname": host, "cpu_model": "AMD EPYC", "cpu_count": 2,
@@ -170,6 +171,9 @@ def _results(d: Path, sha: str, speed: float, tflops: float, host: str = "vm") -
     d.mkdir(parents=True)
     recs = [calibration_record([tflops] * 3, env=env), bench_record(step_s=[8 / speed] * 10, env=env),
             bench_record("R-Nano", step_s=[8 / speed / 2] * 10, env=env)]
+    if others is not None:
+        for r in recs[1:]:
+            r.metrics["other_load_cores"] = others
     write_jsonl(d / "results.jsonl", recs)
     return d
 
@@ -196,8 +200,9 @@ def test_append_records_an_ab_run_current_side_with_its_verdict(cli, tmp_path):
     the verdict and pair ratios of the kept rounds go with it."""
     ab = tmp_path / "ab"
     for n, (b, c) in enumerate(((100.0, 90.0), (110.0, 99.0), (95.0, 85.5), (105.0, 94.5)), start=1):
-        _results(ab / "baseline" / f"pair{n:02d}", "", b, 0.05)
-        _results(ab / "current" / f"pair{n:02d}", "c" * 40, c, 0.05)
+        # a quiet host under `together`: each row saw the other side's core busy, nothing else
+        _results(ab / "baseline" / f"pair{n:02d}", "", b, 0.05, others=1.0)
+        _results(ab / "current" / f"pair{n:02d}", "c" * 40, c, 0.05, others=1.0)
     db = tmp_path / "h.sqlite"
     r = cli("history", "append", ab, "--db", db)
     assert r.exit_code == 0, r.output

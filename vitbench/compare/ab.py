@@ -32,7 +32,8 @@ from vitbench.compare.sides import (LOCK, Running, Side, _environment, _git, che
                                     repo_root, resolve_ref)
 from vitbench.errors import ConfigError
 from vitbench.measure.extra_work import ENV as EXTRA_WORK_ENV
-from vitbench.record import Record
+from vitbench.measure.load import BUSY_CORES
+from vitbench.record import Record, Status
 
 DEFAULT_STUDY = "studies/ci.yaml"
 DEFAULT_BUDGET_S = 480.0  # fits .ci/run's speed check in ~10 min on a 2-core machine (docs/compare.md)
@@ -78,6 +79,7 @@ class Pairs:
     """The rounds so far, reduced to what the decision needs."""
 
     statistic: Statistic = DEFAULT_STATISTIC
+    own_load: float = DEFAULT_SCHEDULE.own_load  # cores of the gate's own in every row's other_load_cores
     order: list[str] = field(default_factory=list)  # "baseline first" / "current first", per pair
     seconds: list[float] = field(default_factory=list)
     filled: list[float] = field(default_factory=list)  # seconds a filler held a finished side's core (together)
@@ -85,15 +87,21 @@ class Pairs:
     samples: dict[str, list[tuple[list[list[float]], list[list[float]]]]] = field(default_factory=dict)
     trials: dict[str, tuple] = field(default_factory=dict)  # key -> (baseline Trial, current Trial)
     records: tuple[list[Record], list[Record]] = field(default_factory=lambda: ([], []))
+    # per pair, the cores other processes used beyond the gate's own (the median over the pair's ok rows of
+    # other_load_cores less own_load); None where no row recorded it
+    others: list[float | None] = field(default_factory=list)
 
     def add(self, b_pair: Path, c_pair: Path) -> None:
         """One pair: each side's pair directory, its legs inside (vitbench.compare.schedule.legs_of)."""
-        sides = []
+        sides, loads = [], []
         for pair, recs in ((b_pair, self.records[0]), (c_pair, self.records[1])):
             legs = [round_values(leg) for leg in legs_of(pair)]
             for _, leg_records in legs:
                 recs.extend(leg_records)
+                loads += [r.metrics.get("other_load_cores") for r in leg_records if r.status is Status.OK]
             sides.append([values for values, _ in legs])
+        known = [x for x in loads if isinstance(x, (int, float)) and math.isfinite(x)]
+        self.others.append(statistics.median(known) - self.own_load if known else None)
         for key in {k for legs in sides for values in legs for k in values}:
             b, c = ([values.get(key, (None, []))[1] for values in legs] for legs in sides)
             self.samples.setdefault(key, []).append((b, c))
@@ -105,9 +113,19 @@ class Pairs:
         """(baseline, current) value of each pair (None where a side was not ok in a leg)."""
         return [(side_value(self.statistic, b), side_value(self.statistic, c)) for b, c in self.samples[key]]
 
+    def busy(self) -> list[bool]:
+        """Per pair, whether other processes shared the machine: they used BUSY_CORES or more beyond the gate's
+        own, or no row said (as `compare` assumes of a row without it)."""
+        return [x is None or x >= BUSY_CORES for x in self.others]
+
     def ratios(self) -> dict[str, list[float]]:
-        """Per matched trial, current / baseline of every pair where both sides were ok."""
-        return {k: [c / b for b, c in self.values(k) if b and c] for k in self.samples if self.matched(k)}
+        """Per matched trial, current / baseline of every quiet pair where both sides were ok. A busy pair is left
+        out of every decision: on a shared machine the pairs of one run are not independent draws (five A/A runs
+        at load 6-11: one trial's ratios 0.55 0.40 0.58 0.58, a false regression; docs/compare.md, "A busy
+        host"), so a run on a busy host ends inconclusive, saying why, instead of deciding on them."""
+        busy = self.busy()
+        return {k: [c / b for (b, c), x in zip(self.values(k), busy) if b and c and not x]
+                for k in self.samples if self.matched(k)}
 
     def matched(self, key: str) -> bool:
         b, c = self.trials[key]
@@ -140,7 +158,9 @@ def rows(pairs: Pairs, rule: Rule) -> list[Row]:
             d = Decision.FAILED
             note = f"current not ok in {sum(1 for b, c in vals if b and not c)} round(s); " + note
         elif d is Decision.INCONCLUSIVE and len(p.ratios) < rule.min_pairs:
-            note = f"{len(p.ratios)} of the {rule.min_pairs} pairs a decision needs (--min-pairs); " + note
+            busy = sum(pairs.busy())
+            note = (f"{len(p.ratios)} of the {rule.min_pairs} pairs a decision needs (--min-pairs)"
+                    + (f", {busy} busy pair(s) left out" if busy else "") + "; " + note)
         elif d is Decision.INCONCLUSIVE:
             note = f"interval contains {1 - rule.threshold:.2f}: more pairs needed; " + note
         out.append(Row(names[k], md.name, md.unit, md.higher_is_better, d,
@@ -237,6 +257,7 @@ def measure(sides: tuple[Side, Side], environment: str, study_line: str, *, rule
                ("rule", f"paired t-interval ({rule.confidence:.0%}) on the mean log-ratio; threshold "
                         f"{rule.threshold:.0%}; at least {rule.min_pairs} pairs" +
                         (f", at most {rule.max_pairs}" if rule.max_pairs else "")),
+               ("host", _host_line(pairs)),
                ("stopped", stopped)]
     if extra_work:
         context.append(("self-test", f"current's steps carry {extra_work:.0%} extra work (${EXTRA_WORK_ENV})"))
@@ -249,9 +270,19 @@ def measure(sides: tuple[Side, Side], environment: str, study_line: str, *, rule
     return ABResult(cmp, v, len(pairs.order), elapsed, stopped)
 
 
+def _host_line(pairs: Pairs) -> str:
+    """How busy the machine was beyond the gate's own processes, and which pairs the decision left out."""
+    known = [x for x in pairs.others if x is not None]
+    busy = sum(pairs.busy())
+    load = f"other processes used a median {statistics.median(known):.2f} cores beyond the gate's own" if known \
+        else "no row recorded the other load"
+    return (f"{load}; {busy} of {len(pairs.others)} pairs busy (>= {BUSY_CORES:g} cores, or not recorded) and left "
+            "out of every decision" if busy else f"{load}; every pair quiet (< {BUSY_CORES:g} cores)")
+
+
 def _loop(sides: tuple[Side, Side], rule: Rule, budget_s: float, t_start: float, out_root: Path,
           schedule: Schedule, statistic: Statistic, progress: Callable[[str], None]) -> tuple[Pairs, str]:
-    pairs = Pairs(statistic)
+    pairs = Pairs(statistic, own_load=schedule.own_load)
     n = 0
     while True:
         spent = time.monotonic() - t_start

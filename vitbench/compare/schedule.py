@@ -124,6 +124,12 @@ class Schedule(Choice):
     ALTERNATE = "alternate"  # one after the other, the first side alternating: A B, B A, ...
     TOGETHER = "together"  # both at once (each single-threaded trial on its own core): they see the same load
 
+    @property
+    def own_load(self) -> float:
+        """Cores the gate's own other side keeps busy while a trial runs (its single-threaded trial, or the filler
+        that takes its core): part of every row's `other_load_cores` under `together`, none under `alternate`."""
+        return 1.0 if self is Schedule.TOGETHER else 0.0
+
     def legs(self, halves: tuple[frozenset[int], frozenset[int]] | None) -> list[tuple]:
         """Per leg of a pair, the CPUs of the side started first and of the other (None: not pinned)."""
         if halves is None:
