@@ -123,12 +123,13 @@ class Schedule(Choice):
 
     ALTERNATE = "alternate"  # one after the other, the first side alternating: A B, B A, ...
     TOGETHER = "together"  # both at once (each single-threaded trial on its own core): they see the same load
+    SHARED = "shared"  # both at once on the same CPU(s), time-sliced by the OS: the same CPU at the same moments
 
     @property
     def own_load(self) -> float:
         """Cores the gate's own other side keeps busy while a trial runs (its single-threaded trial, or the filler
         that takes its core): part of every row's `other_load_cores` under `together`, none under `alternate`."""
-        return 1.0 if self is Schedule.TOGETHER else 0.0
+        return {Schedule.TOGETHER: 1.0, Schedule.SHARED: 0.5}.get(self, 0.0)  # SHARED: half of the one CPU
 
     def legs(self, halves: tuple[frozenset[int], frozenset[int]] | None) -> list[tuple]:
         """Per leg of a pair, the CPUs of the side started first and of the other (None: not pinned)."""
@@ -136,6 +137,8 @@ class Schedule(Choice):
             return [(None, None)]
         if self is Schedule.ALTERNATE:
             return [(halves[0], halves[0])]
+        if self is Schedule.SHARED:
+            return [(halves[0], halves[0]), (halves[1], halves[1])]
         return [halves, halves[::-1]]
 
     def run(self, order: Sequence, paths: dict) -> float:
@@ -150,7 +153,7 @@ class Schedule(Choice):
                     running.append(side.start_round(Path(paths[side.name]) / f"{LEG}{n}", c))
                     if self is Schedule.ALTERNATE:
                         running[-1].wait()
-                if self is Schedule.TOGETHER:
+                if self is not Schedule.ALTERNATE:
                     filled += fill_until_done(running)
                 for r in running:
                     r.wait()
@@ -167,6 +170,9 @@ class Schedule(Choice):
         a, b = (",".join(map(str, sorted(h))) for h in halves)
         if self is Schedule.ALTERNATE:
             return f"{self.value}, both sides on CPU(s) {a}"
+        if self is Schedule.SHARED:
+            return (f"{self.value}, two legs a pair: both sides at once on CPU(s) {a}, then both on {b}; a side's "
+                    f"value the geometric mean over its legs")
         return (f"{self.value}, two legs a pair: the side started first on CPU(s) {a} and the other on {b}, then "
                 f"swapped; a side's value the geometric mean over its legs")
 
