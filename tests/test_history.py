@@ -5,6 +5,7 @@ and calibration, series normalised where the machine changed, change points, and
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import sqlite3
@@ -215,6 +216,23 @@ def test_append_records_an_ab_run_current_side_with_its_verdict(cli, tmp_path):
     assert vit["ratio"] == f64(0.9, 8)
     vals = sorted(p.value for _, p in rows if p.model == "ViT-Nano/4" and p.metric == "img_per_s")
     assert vals == [f64(92.25, 8)]  # the median of the current side's rounds 90, 99, 85.5, 94.5
+
+
+def test_append_reads_an_ab_run_whose_pairs_have_legs(cli, tmp_path):
+    """`together` keeps each pair as two legs (DIR/side/pairNN/leg1, leg2): the verdict is the gate's (a side's
+    value the geometric mean over its legs, not its best step over both), and every leg is a round."""
+    ab = tmp_path / "ab"
+    for n, (b, c) in enumerate(((100.0, 90.0), (110.0, 99.0), (95.0, 85.5), (105.0, 94.5)), start=1):
+        for leg, (fb, fc) in enumerate(((1.45, 1.0), (1.0, 1.2)), start=1):
+            _results(ab / "baseline" / f"pair{n:02d}" / f"leg{leg}", "", b * fb, 0.05, others=1.0)
+            _results(ab / "current" / f"pair{n:02d}" / f"leg{leg}", "c" * 40, c * fc, 0.05, others=1.0)
+    db = tmp_path / "h.sqlite"
+    r = cli("history", "append", ab, "--db", db)
+    assert r.exit_code == 0, r.output
+    run = list(store.read(db))[0][0]
+    assert run.info["rounds"] == 8 and run.info["ab"]["pairs"] == 4 and run.info["ab"]["verdict"] == "regression"
+    vit = next(v for k, v in run.info["ab"]["trials"].items() if k.startswith("ViT-Nano/4"))
+    assert vit["ratio"] == f64(0.9 * math.sqrt(1.2 / 1.45), 8)  # the best over both legs would give 0.9 x 1.2 / 1.45
 
 
 def test_append_refuses_what_is_no_measurement(cli, tmp_path):
