@@ -4,8 +4,16 @@
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
+
+# A test run started in the background from a script inherits SIGINT ignored (POSIX shells do that; Python keeps
+# it), and so would every process the tests start: a local SLURM job cancelled by SIGINT (submitit's local
+# cancel) then keeps running. `vitbench` itself restores the default at start (vitbench.cli.main); the tests call
+# the library in-process, so they do the same here.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Small matrices, short timing: a measured peak in tests costs a fraction of a second per backend.
 QUICK_PEAK = '{"cpu_sizes": [128, 256], "seconds": 0.05}'
