@@ -109,7 +109,7 @@ def fill_until_done(rounds: Sequence[Round]) -> float:
         while any(r.proc.poll() is None for r in rounds):
             for i, r in enumerate(rounds):
                 if i not in fillers and r.proc.poll() is not None:
-                    fillers[i] = (start_filler(getattr(r, "cpus", None)), time.monotonic())
+                    fillers[i] = (start_filler(r.cpus), time.monotonic())
             time.sleep(POLL_S)
     finally:
         ended = time.monotonic()
@@ -128,8 +128,9 @@ class Schedule(Choice):
     @property
     def own_load(self) -> float:
         """Cores the gate's own other side keeps busy while a trial runs (its single-threaded trial, or the filler
-        that takes its core): part of every row's `other_load_cores` under `together`, none under `alternate`."""
-        return {Schedule.TOGETHER: 1.0, Schedule.SHARED: 0.5}.get(self, 0.0)  # SHARED: half of the one CPU
+        that takes its core): part of every row's `other_load_cores`, a core under `together`, half of the one
+        CPU under `shared`, none under `alternate`."""
+        return {Schedule.TOGETHER: 1.0, Schedule.SHARED: 0.5}.get(self, 0.0)
 
     def legs(self, halves: tuple[frozenset[int], frozenset[int]] | None) -> list[tuple]:
         """Per leg of a pair, the CPUs of the side started first and of the other (None: not pinned)."""
