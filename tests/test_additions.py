@@ -69,8 +69,14 @@ TOY_READER = '''
 """toy_stripes: two classes of 8 x 8 stripes (vertical, horizontal), `toy_stripes` images of each."""
 
 import numpy as np
+from pydantic import BaseModel
 
+from vitbench.transfer.neutral import key_neutral
 from vitbench.transfer.raw import in_memory
+
+
+class ToyStripesOptions(BaseModel):
+    toy_stripes: int = key_neutral(6, ge=2, le=1000, description="toy_stripes: images of each class.")
 
 
 def read(cfg):
@@ -118,16 +124,13 @@ def test_a_dataset_format_with_its_own_option_touches_the_files_its_row_names(tm
     tree = tmp_path / "tree"
     shutil.copytree(REPO / "vitbench", tree / "vitbench", ignore=shutil.ignore_patterns("__pycache__"))
     transfer = tree / "vitbench" / "transfer"
-    # the addition, as the row says: its module, its row in formats.py with its options model
+    # the addition, as the row says: its module (its options model and its reader), its row in formats.py
     (transfer / "toy_stripes.py").write_text(TOY_READER)
     formats = (transfer / "formats.py").read_text()
-    formats = _insert_after(formats, '    Format("npz", _SOURCES + "npz"),\n',
-                            '    Format("toy_stripes", "vitbench.transfer.toy_stripes:read", path=False,\n'
-                            '           own=ToyStripesOptions),\n')
-    (transfer / "formats.py").write_text(_insert_after(formats, "\n\n_SOURCES = ", "").replace(
-        "\n\n_SOURCES = ", '\n\nclass ToyStripesOptions(BaseModel):\n'
-        '    toy_stripes: int = key_neutral(6, ge=2, le=1000, description="toy_stripes: images of each class.")\n'
-        '\n\n_SOURCES = ', 1))
+    (transfer / "formats.py").write_text(_insert_after(
+        formats, '    Format("npz", _SOURCES + "npz"),\n',
+        '    Format("toy_stripes", "vitbench.transfer.toy_stripes:read", path=False,\n'
+        '           own="vitbench.transfer.toy_stripes:ToyStripesOptions"),\n'))
 
     changed = changed_files(REPO / "vitbench", tree / "vitbench")
     assert changed == ["transfer/formats.py", "transfer/toy_stripes.py"]

@@ -27,6 +27,27 @@ def test_every_format_has_a_reader_and_declares_only_config_fields():
         assert set(f.options) <= set(DataConfig.model_fields), f.name
 
 
+def test_a_formats_options_model_is_in_its_readers_module_and_any_reader_imports_first():
+    """A format's own options live beside its reader (the row names them 'module:Class'), and config.py is made
+    from them: a reader's module imported first, in a fresh interpreter, must not reach config.py half-made (the
+    cycle that kept the models in formats.py). One interpreter per module, each importing it first."""
+    import subprocess
+
+    owners = {f.name: f.own for f in formats.FORMATS.values() if f.own is not None}
+    assert owners == {"synthetic": "vitbench.transfer.sources:SyntheticOptions",
+                      "hf": "vitbench.transfer.hf:HfOptions", "tfds": "vitbench.transfer.tfds:TfdsOptions"}
+    for f in formats.FORMATS.values():
+        if f.own is not None:
+            assert f.own_model().__module__ == f.reader.partition(":")[0], f.name
+    readers = sorted({f.reader.partition(":")[0] for f in formats.FORMATS.values()} | {"vitbench.transfer.raw"})
+    for module in readers:
+        r = subprocess.run([sys.executable, "-c", f"import {module}; import vitbench.transfer.config as c; "
+                                                  "print(len(c.DataConfig.model_fields))"],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, (module, r.stderr[-2000:])
+        assert int(r.stdout) == len(DataConfig.model_fields), module
+
+
 @pytest.mark.parametrize("field,value,fmt", [("tfds_name", "x", "tfds"), ("image_column", "img", "hf"),
                                              ("synthetic_images", 20, "synthetic")])
 def test_a_formats_own_option_is_refused_for_another_format(field, value, fmt):

@@ -10,19 +10,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from vitbench.errors import ConfigError, shorten
 from vitbench.transfer.formats import (format_names, format_options, options_fields, readers_of, with_path,
                                       with_test_path)
+from vitbench.transfer.limits import MAX_CLASSES, MAX_COUNT  # re-exported: declared in the leaf, for the readers
 from vitbench.transfer.neutral import key_neutral  # re-exported: its users import it from here
 
 M = TypeVar("M", bound=BaseModel)
-# Counts (steps, images in a batch, pixels, seeds, threads) above 2**24 are typos, not settings: the paper's longest
-# pre-training is 1M steps, and 2**24 images of 32 px are 200 GB of fp32 input. Refused where parsed, instead of
-# failing deep inside a framework or running for ever.
-MAX_COUNT = 2**24
 # A seed: numpy's legacy RandomState and a JAX PRNGKey take 32-bit unsigned seeds.
 Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
-# Classes of one dataset (labels 0..K-1): the ViT paper's largest label sets are ImageNet-21k's 21k classes and
-# JFT-300M's 18k (Sec. 4.1); 2**16 leaves room for any real one, while a label of 10**9 (a typo, a hash used as a
-# label) would make a classifier head and a class list of 10**9 entries. Refused where labels are read.
-MAX_CLASSES = 2**16
 # A duration in seconds: a week is beyond any measurement here; inf or 1e300 would time for ever.
 MAX_SECONDS = 7 * 86400
 # The image sources vitbench reads: vitbench.transfer.formats, one row per format (its reader, the fields it

@@ -8,17 +8,21 @@ not read it, the downstream study fields of its options (vitbench.tasks.upstream
 `sources.read_source` (a lookup, not a branch per format). The reader is named by a string and imported
 only when the format is read, so listing the formats never imports pyarrow or tensorflow-datasets.
 
-A format's own options are its own small model, declared here beside its row (`Format.own`: `HfOptions`,
-`TfdsOptions`, `SyntheticOptions`); DataConfig takes their fields (dumped flat, as every other data setting),
-so adding a format with its own option touches two files: its module (`read`) and its row here with its options
-model (docs/architecture.md, "Where an addition goes").
+A format's own options are its own small model, declared in its reader's module beside its reader
+(`HfOptions` in transfer/hf.py, `TfdsOptions` in transfer/tfds.py, `SyntheticOptions` in transfer/sources.py) and
+named by its row here as `"module:Class"` (`Format.own`), imported when the table's options are first asked for
+(config.py does, to make DataConfig); DataConfig takes their fields (dumped flat, as every other data setting),
+so adding a format with its own option touches two files: its module (its options model and `read`) and its row
+here (docs/architecture.md, "Where an addition goes"). A reader's module imports no vitbench.transfer.config at
+its top (DataConfig is made from its options model: the bounds it needs are in the leaf transfer/limits.py, the
+config type only under TYPE_CHECKING), so importing any of them first makes no cycle.
 
 A format written outside vitbench is one module holding its row, its options model and its reader, named by an
 entry point of the group `vitbench.formats` (ENTRY_POINT_GROUP): read when this module is imported, so that
 module imports vitbench's data modules (raw, config) inside its reader, not at its top.
 
-This module imports nothing from vitbench but the leaves `neutral` (key_neutral) and `errors`: config.py reads
-it when it is imported.
+This module imports nothing from vitbench at its top (the leaf `errors` inside a function): config.py reads it
+when it is imported.
 """
 
 from __future__ import annotations
@@ -26,9 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, Field
-
-from vitbench.transfer.neutral import key_neutral
+from pydantic import BaseModel
 
 
 @dataclass(frozen=True)
@@ -40,47 +42,41 @@ class Format:
     path: read from a local path (`DataConfig.path`); False: it ships with the code.
     test_path: may take its test split from a separate path (`DataConfig.test_path`).
     own: its own options, a pydantic model whose fields DataConfig takes (named after the format, typed, bounded
-        and described: a description is its flag's help); a value other than a field's default given to another
-        format is refused, naming the formats that read it.
+        and described: a description is its flag's help), or 'module:Class' of one (imported when first asked
+        for: a reader's module declares its format's model); a value other than a field's default given to
+        another format is refused, naming the formats that read it.
     """
 
     name: str
     reader: str
     path: bool = True
     test_path: bool = False
-    own: type[BaseModel] | None = None
+    own: type[BaseModel] | str | None = None
+
+    def own_model(self) -> type[BaseModel] | None:
+        """Its options model (`own` imported where it names one by 'module:Class')."""
+        if not isinstance(self.own, str):
+            return self.own
+        import importlib
+
+        module, _, name = self.own.partition(":")
+        return getattr(importlib.import_module(module), name)
 
     @property
     def options(self) -> tuple[str, ...]:
         """The names of its own options (DataConfig fields)."""
-        return tuple(self.own.model_fields) if self.own is not None else ()
-
-
-class SyntheticOptions(BaseModel):
-    synthetic_images: int = Field(600, ge=10, description="synthetic: images generated.")
-    synthetic_classes: int = Field(10, ge=2, description="synthetic: classes (one pattern each).")
-    synthetic_size: int = Field(16, ge=2, description="synthetic: image side in pixels.")
-
-
-class HfOptions(BaseModel):
-    image_column: str | None = Field(None, description="hf: the image column (default: inferred).")
-    label_column: str | None = Field(None, description="hf: the label column (default: inferred).")
-
-
-class TfdsOptions(BaseModel):
-    # added after trial and upstream cache keys existed, so left out of the dump at its default (key_neutral)
-    tfds_name: str | None = key_neutral(description="tfds: the dataset in the --data-path data_dir, "
-                                        "NAME[/CONFIG][:VERSION], e.g. cifar10 (default: the only one there).")
+        own = self.own_model()
+        return tuple(own.model_fields) if own is not None else ()
 
 
 _SOURCES = "vitbench.transfer.sources:read_"  # the formats that need no module of their own
 FORMATS: dict[str, Format] = {f.name: f for f in (
     Format("digits", _SOURCES + "digits", path=False),  # the first: DataConfig's default
-    Format("synthetic", _SOURCES + "synthetic", path=False, own=SyntheticOptions),
+    Format("synthetic", _SOURCES + "synthetic", path=False, own="vitbench.transfer.sources:SyntheticOptions"),
     Format("folder", _SOURCES + "folder"),
     Format("webdataset", "vitbench.transfer.shards:read", test_path=True),
-    Format("hf", "vitbench.transfer.hf:read", test_path=True, own=HfOptions),
-    Format("tfds", "vitbench.transfer.tfds:read", own=TfdsOptions),
+    Format("hf", "vitbench.transfer.hf:read", test_path=True, own="vitbench.transfer.hf:HfOptions"),
+    Format("tfds", "vitbench.transfer.tfds:read", own="vitbench.transfer.tfds:TfdsOptions"),
     Format("cifar10", _SOURCES + "cifar"),
     Format("cifar100", _SOURCES + "cifar"),
     Format("npz", _SOURCES + "npz"),
@@ -139,7 +135,8 @@ def options_fields() -> dict[str, Any]:
     """Every format's own options as DataConfig field definitions (create_model's (type, FieldInfo)), each once."""
     out: dict[str, Any] = {}
     for f in FORMATS.values():
-        for name, info in (f.own.model_fields.items() if f.own is not None else ()):
+        own = f.own_model()
+        for name, info in (own.model_fields.items() if own is not None else ()):
             out.setdefault(name, (info.annotation, info))
     return out
 

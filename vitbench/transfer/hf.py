@@ -19,14 +19,23 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+from pydantic import BaseModel, Field
 
 from vitbench.errors import ConfigError, clip, shorten
-from vitbench.transfer.config import MAX_CLASSES
+from vitbench.transfer.limits import MAX_CLASSES
 from vitbench.transfer.pools import CorruptImage, decode_bytes, regular_file
 from vitbench.transfer.raw import Raw, exists, label_names, require_path, same_classes
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # config is made from the formats' options (HfOptions below): not imported here
     from vitbench.transfer.config import DataConfig
+
+
+class HfOptions(BaseModel):
+    """hf's own options (its row in vitbench.transfer.formats names this model)."""
+
+    image_column: str | None = Field(None, description="hf: the image column (default: inferred).")
+    label_column: str | None = Field(None, description="hf: the label column (default: inferred).")
+
 
 LAYOUT = ("a Hugging Face datasets directory: parquet files (data/train-*.parquet + data/test-*.parquet, or "
           "train/*.parquet) or a save_to_disk directory (data-*.arrow + state.json, or dataset_dict.json + one "

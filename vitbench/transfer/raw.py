@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from vitbench.errors import ConfigError, clip
-from vitbench.transfer.config import MAX_CLASSES
+from vitbench.transfer.limits import MAX_CLASSES
 from vitbench.transfer.pools import ArrayPool, Pool, regular_file
 
 if TYPE_CHECKING:

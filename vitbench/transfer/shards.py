@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from vitbench.errors import ConfigError, clip
-from vitbench.transfer.config import MAX_CLASSES
+from vitbench.transfer.limits import MAX_CLASSES
 from vitbench.transfer.pools import CorruptImage, decode_bytes, regular_file
 from vitbench.transfer.raw import Raw, label_names
 

@@ -18,15 +18,19 @@ from __future__ import annotations
 
 import importlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+from pydantic import BaseModel, Field
 
 from vitbench.errors import ConfigError, UnsafeFileError, shorten
-from vitbench.transfer.config import MAX_CLASSES, DataConfig
-from vitbench.transfer.formats import FORMATS
+from vitbench.transfer.limits import MAX_CLASSES
 from vitbench.transfer.pools import FilePool
 from vitbench.transfer.preprocess import resize_weights
 from vitbench.transfer.raw import Raw, in_memory, label_names, not_special, require_path, same_classes
+
+if TYPE_CHECKING:  # config is made from the formats' options (SyntheticOptions below): not imported here
+    from vitbench.transfer.config import DataConfig
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 
@@ -37,6 +41,14 @@ def read_digits(cfg: DataConfig) -> Raw:
     d = load_digits()
     images = (d.images.astype(np.float32) / 16.0)[..., None]  # 0..16 grey levels -> [0, 1], (N, 8, 8, 1)
     return in_memory(images, d.target.astype(np.int64), [str(t) for t in d.target_names])
+
+
+class SyntheticOptions(BaseModel):
+    """synthetic's own options (its row in vitbench.transfer.formats names this model)."""
+
+    synthetic_images: int = Field(600, ge=10, description="synthetic: images generated.")
+    synthetic_classes: int = Field(10, ge=2, description="synthetic: classes (one pattern each).")
+    synthetic_size: int = Field(16, ge=2, description="synthetic: image side in pixels.")
 
 
 def read_synthetic(cfg: DataConfig) -> Raw:
@@ -245,6 +257,8 @@ def read_npz(cfg: DataConfig) -> Raw:
 def read_source(cfg: DataConfig) -> Raw:
     """The images and labels of `cfg`'s source, with its own test split where it has one: the reader
     vitbench.transfer.formats names for `cfg.name`."""
+    from vitbench.transfer.formats import FORMATS  # here: the table names this module's options model
+
     not_special(cfg)
     module, _, function = FORMATS[cfg.name].reader.partition(":")
     return getattr(importlib.import_module(module), function)(cfg)

@@ -22,14 +22,25 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+from pydantic import BaseModel
 
 from vitbench.errors import ConfigError
-from vitbench.transfer.config import MAX_CLASSES
+from vitbench.transfer.limits import MAX_CLASSES
+from vitbench.transfer.neutral import key_neutral
 from vitbench.transfer.pools import CorruptImage, decode_bytes
 from vitbench.transfer.raw import Raw, require_path
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # config is made from the formats' options (TfdsOptions below): not imported here
     from vitbench.transfer.config import DataConfig
+
+
+class TfdsOptions(BaseModel):
+    """tfds's own options (its row in vitbench.transfer.formats names this model)."""
+
+    # added after trial and upstream cache keys existed, so left out of the dump at its default (key_neutral)
+    tfds_name: str | None = key_neutral(description="tfds: the dataset in the --data-path data_dir, "
+                                        "NAME[/CONFIG][:VERSION], e.g. cifar10 (default: the only one there).")
+
 
 LAYOUT = ("a prepared TFDS dataset: DATA_DIR/NAME[/CONFIG]/VERSION/ with dataset_info.json and "
           "NAME-SPLIT.array_record-* files (tfds build NAME --data_dir DATA_DIR --file_format array_record)")

@@ -1,0 +1,15 @@
+"""The bounds a count or a class label read from user input must respect, declared once in a leaf module: the
+readers (raw, hf, tfds, shards, sources) import them from here, not from vitbench.transfer.config, so a reader's
+module (which declares its format's own options) never imports config, which is made from those options
+(vitbench.transfer.formats). config.py re-exports them."""
+
+from __future__ import annotations
+
+# Counts (steps, images in a batch, pixels, seeds, threads) above 2**24 are typos, not settings: the paper's longest
+# pre-training is 1M steps, and 2**24 images of 32 px are 200 GB of fp32 input. Refused where parsed, instead of
+# failing deep inside a framework or running for ever.
+MAX_COUNT = 2**24
+# Classes of one dataset (labels 0..K-1): the ViT paper's largest label sets are ImageNet-21k's 21k classes and
+# JFT-300M's 18k (Sec. 4.1); 2**16 leaves room for any real one, while a label of 10**9 (a typo, a hash used as a
+# label) would make a classifier head and a class list of 10**9 entries. Refused where labels are read.
+MAX_CLASSES = 2**16
