@@ -19,8 +19,9 @@ def git(cwd: Path, *args: str) -> str:
 
 
 def make_repo(tmp_path: Path, commits: Sequence[dict[str, str | None]]) -> Path:
-    """A git repository at tmp_path/repo whose every commit has studies/ci.yaml and a lock; commit i writes the
-    files of `commits[i]` (name -> text; None removes the file)."""
+    """A git repository at tmp_path/repo whose every commit has studies/ci.yaml, a lock and vitbench/turns.py (its
+    code takes turns: `--schedule turns`); commit i writes the files of `commits[i]` (name -> text; None removes
+    the file)."""
     r = tmp_path / "repo"
     (r / "studies").mkdir(parents=True)
     (r / "vitbench").mkdir()
@@ -29,6 +30,7 @@ def make_repo(tmp_path: Path, commits: Sequence[dict[str, str | None]]) -> Path:
     git(r, "config", "user.name", "t")
     (r / "studies" / "ci.yaml").write_text("name: ci\n")
     (r / "vitbench" / "requirements.lock").write_text("numpy==1\n")
+    (r / "vitbench" / "turns.py").write_text("# takes turns (vitbench ab --schedule turns)\n")
     for i, files in enumerate(commits):
         for name, text in files.items():
             if text is None:
@@ -50,7 +52,7 @@ def fake_sweeps(monkeypatch, scale: Callable[[ab_mod.Side], float], noise: float
     rng = np.random.default_rng(0)
     rounds: list[tuple[str, Path]] = []
 
-    def start_round(self, out: Path, cpus=None):
+    def start_round(self, out: Path, cpus=None, env=None):
         out.mkdir(parents=True)
         rounds.append((self.name, self.root))
         s = scale(self) * float(rng.lognormal(0, noise))

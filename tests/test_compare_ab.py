@@ -21,7 +21,7 @@ from vitbench.compare import ab as ab_mod
 from vitbench.compare import sides as sides_mod
 from vitbench.compare.decide import Decision
 from vitbench.compare.paired import Paired, Rule, t_quantile, verdict
-from vitbench.compare.schedule import core_halves
+from vitbench.compare.schedule import Schedule, core_halves
 from vitbench.errors import ConfigError
 from tolerances_stat import Z_STAT, median_sd, min_sd
 
@@ -171,6 +171,17 @@ def test_ab_loop_catches_a_ten_percent_slowdown(repo, monkeypatch, schedule, sta
     assert any(r.decision is Decision.REGRESSION and r.ci_high < 0.95 for r in res.comparison.rows)
     # the first regression ends it
     assert 4 <= res.pairs < 10 and res.stopped == f"decided after {res.pairs} pairs"
+
+
+def test_turns_with_a_baseline_that_cannot_take_turns_runs_together_and_says_so(tmp_path, monkeypatch):
+    repo = make_repo(tmp_path, [{"vitbench/turns.py": None}, {"vitbench/turns.py": "# takes turns\n"}])
+    _fake_sweeps(monkeypatch, 1.0, own=Schedule.TOGETHER.own_load)
+    said: list[str] = []
+    res = ab_mod.run_ab("HEAD~1", repo=repo, schedule=Schedule.TURNS, rule=Rule(min_pairs=2, max_pairs=2),
+                        progress=said.append)
+    context = dict(res.comparison.context)
+    assert "baseline side's code cannot take turns" in context["schedule"] and said[0] == context["schedule"]
+    assert context["rounds"].startswith("2 pairs, together")
 
 
 @pytest.mark.parametrize("others", [ab_mod.BUSY_CORES, 1.0])

@@ -16,7 +16,7 @@ import time
 import traceback
 from typing import TYPE_CHECKING
 
-from vitbench import phases
+from vitbench import phases, turns
 from vitbench.errors import NonFiniteResult, TrainingDiverged, looks_like_oom
 from vitbench.record import ErrorInfo, Record, Status, now
 
@@ -44,7 +44,8 @@ def run_trial(job: Job) -> Record:
             importlib.import_module(job.task_module)
             task = get_task(job.task)
         kind = task.kind
-        rec = task().run(task.Params.model_validate(job.config))
+        with turns.held():  # only while it holds the turn, where `vitbench ab --schedule turns` shares a CPU
+            rec = task().run(task.Params.model_validate(job.config))
         if not isinstance(rec, Record):
             raise TypeError(f"task {job.task!r} returned {type(rec).__name__}, not a vitbench.record.Record")
         lacking = rec.unmeasured([task.headline]) if rec.status is Status.OK and task.headline else []

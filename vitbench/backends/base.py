@@ -16,6 +16,7 @@ import time
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
+from vitbench import turns
 from vitbench.backends.kinds import (
     OPTIMIZERS,
     PRECISIONS,
@@ -106,6 +107,7 @@ class Backend(ABC):
             times.append(t1 - t0)
             if stop.done(len(times), len(times), t1 - start):  # each step a window of one
                 return times
+            start += turns.between_windows()  # a wait for the turn is not timed work (vitbench.turns)
 
     def time_windows(self, work: Workload, window_steps: int, stop: StopRule) -> list[float]:
         """Throughput: windows of `window_steps` steps queued back to back with no sync between them, timed
@@ -126,6 +128,7 @@ class Backend(ABC):
             steps += window_steps
             if stop.done(len(times), steps, t1 - start):
                 return times
+            start += turns.between_windows()
 
     # ---- memory (MEMORY, MAX_BATCH) -----------------------------------------------------------------------------
     @abstractmethod

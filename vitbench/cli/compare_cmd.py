@@ -152,7 +152,9 @@ def ab_cmd(
     schedule: str = from_constant("vitbench.compare.schedule", "DEFAULT_SCHEDULE",
                                   help="alternate: a pair's two rounds one after the other on the same CPUs, the "
                                        "first side alternating; together: both at once (same load), in two legs "
-                                       "with each side pinned to its half of the CPUs, swapped."),
+                                       "with each side pinned to its half of the CPUs, swapped; shared: both at once "
+                                       "on the same CPU, time-sliced by the OS; turns: both on the same CPU, taking "
+                                       "turns window by window, a leg on each half of the CPUs at once."),
     statistic: str = from_constant("vitbench.compare.ab", "DEFAULT_STATISTIC",
                                    help="A trial's value in a round: best (fastest step: least moved by other "
                                         "load) | median."),

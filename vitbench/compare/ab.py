@@ -235,6 +235,9 @@ def measure(sides: tuple[Side, Side], environment: str, study_line: str, *, rule
     """The A/B of two prepared sides (baseline, current): round pairs until `rule` stops or `budget_s` (counted
     from `t_start`, time.monotonic) is spent, into `results` (default: a temporary directory, removed), and the
     Comparison with its context lines (`environment`, `study_line`: how each side got them)."""
+    schedule, fallback = schedule.for_sides(sides)
+    if fallback:
+        progress(fallback)
     with contextlib.ExitStack() as stack:
         out_root = results
         if out_root is None:
@@ -257,6 +260,7 @@ def measure(sides: tuple[Side, Side], environment: str, study_line: str, *, rule
                ("rule", f"paired t-interval ({rule.confidence:.0%}) on the mean log-ratio; threshold "
                         f"{rule.threshold:.0%}; at least {rule.min_pairs} pairs" +
                         (f", at most {rule.max_pairs}" if rule.max_pairs else "")),
+               *([("schedule", fallback)] if fallback else []),
                ("host", _host_line(pairs)),
                ("stopped", stopped)]
     if extra_work:

@@ -124,12 +124,16 @@ class Schedule(Choice):
     ALTERNATE = "alternate"  # one after the other, the first side alternating: A B, B A, ...
     TOGETHER = "together"  # both at once (each single-threaded trial on its own core): they see the same load
     SHARED = "shared"  # both at once on the same CPU(s), time-sliced by the OS: the same CPU at the same moments
+    TURNS = "turns"  # both on the same CPU(s), taking turns window by window (vitbench.turns); a leg per CPU half
 
     @property
     def own_load(self) -> float:
         """Cores the gate's own other side keeps busy while a trial runs (its single-threaded trial, or the filler
         that takes its core): part of every row's `other_load_cores`, a core under `together`, half of the one
-        CPU under `shared`, none under `alternate`."""
+        CPU under `shared`, none under `alternate`; under `turns` the other leg's side and the other side's turns
+        on its own CPU."""
+        if self is Schedule.TURNS:  # the other leg's running side (a core), and half its own CPU's time: the
+            return 1.5 if core_halves() else 0.5  # other side's turns (one leg where there are no halves)
         return {Schedule.TOGETHER: 1.0, Schedule.SHARED: 0.5}.get(self, 0.0)
 
     def legs(self, halves: tuple[frozenset[int], frozenset[int]] | None) -> list[tuple]:
@@ -138,14 +142,25 @@ class Schedule(Choice):
             return [(None, None)]
         if self is Schedule.ALTERNATE:
             return [(halves[0], halves[0])]
-        if self is Schedule.SHARED:
+        if self in (Schedule.SHARED, Schedule.TURNS):
             return [(halves[0], halves[0]), (halves[1], halves[1])]
         return [halves, halves[::-1]]
+
+    def for_sides(self, sides: Sequence) -> tuple[Schedule, str]:
+        """The schedule these sides can run, and why it is not this one ('' where it is): a side whose code
+        predates `turns` (no vitbench/turns.py: Side.takes_turns) runs `together` instead."""
+        old = [s.name for s in sides if not s.takes_turns]
+        if self is Schedule.TURNS and old:
+            return Schedule.TOGETHER, (f"--schedule turns asked, but the {' and '.join(old)} side's code cannot "
+                                       "take turns (it predates vitbench/turns.py): ran `together` instead")
+        return self, ""
 
     def run(self, order: Sequence, paths: dict) -> float:
         """Both sides' rounds of one pair, each leg into `paths[side.name]`/legN (`side.start_round(path,
         cpus)`); on an interrupt or error no sweep nor filler is left running. The seconds a filler kept a
         finished side's core busy (together), summed over the legs."""
+        if self is Schedule.TURNS:
+            return self._run_turns(order, paths)
         filled = 0.0
         for n, cpus in enumerate(self.legs(core_halves()), 1):
             running: list[Round] = []
@@ -163,6 +178,35 @@ class Schedule(Choice):
                     r.stop()
         return filled
 
+    def _run_turns(self, order: Sequence, paths: dict) -> float:
+        """Every leg at once, each on its own CPU half with its own referee (vitbench.compare.turns): both sides'
+        rounds of a leg take turns on its CPUs. No filler: a side alone on its CPU once the other has ended runs as
+        it ran beside it, one at a time."""
+        from vitbench.compare.turns import Referee
+
+        referees: list[Referee] = []
+        running: list[tuple[Referee, str, Round]] = []
+        try:
+            for n, cpus in enumerate(self.legs(core_halves()), 1):
+                referees.append(Referee(tuple(side.name for side in order)))
+                for side, c in zip(order, cpus):
+                    r = side.start_round(Path(paths[side.name]) / f"{LEG}{n}", c, referees[-1].env(side.name))
+                    running.append((referees[-1], side.name, r))
+            pending = list(running)
+            while pending:
+                for item in [x for x in pending if x[2].proc.poll() is not None]:
+                    item[0].finished(item[1])
+                    pending.remove(item)
+                time.sleep(POLL_S)
+            for _, _, r in running:
+                r.wait()
+        finally:
+            for _, _, r in running:
+                r.stop()
+            for ref in referees:
+                ref.close()
+        return 0.0
+
     def describe(self) -> str:
         """How a pair ran on this machine, for the verdict's context."""
         halves = core_halves()
@@ -171,6 +215,9 @@ class Schedule(Choice):
         a, b = (",".join(map(str, sorted(h))) for h in halves)
         if self is Schedule.ALTERNATE:
             return f"{self.value}, both sides on CPU(s) {a}"
+        if self is Schedule.TURNS:
+            return (f"{self.value}, two legs a pair at once: both sides on CPU(s) {a} in one and both on {b} in the "
+                    f"other, taking turns window by window; a side's value the geometric mean over its legs")
         if self is Schedule.SHARED:
             return (f"{self.value}, two legs a pair: both sides at once on CPU(s) {a}, then both on {b}; a side's "
                     f"value the geometric mean over its legs")

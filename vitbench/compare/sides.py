@@ -113,6 +113,12 @@ class Side:
     environment: str  # how the environment was obtained, one sentence
     extra_env: dict[str, str] = field(default_factory=dict)
 
+    @property
+    def takes_turns(self) -> bool:
+        """Whether this side's code takes turns on a shared CPU (vitbench/turns.py, `--schedule turns`): a commit
+        from before it cannot."""
+        return (self.root / "vitbench" / "turns.py").is_file()
+
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k != EXTRA_WORK_ENV}
         env["PYTHONPATH"] = str(self.root)  # this side's vitbench, ahead of any installed copy
@@ -120,14 +126,15 @@ class Side:
         env.update(self.extra_env)
         return env
 
-    def start_round(self, out: Path, cpus: Collection[int] | None = None) -> Running:
+    def start_round(self, out: Path, cpus: Collection[int] | None = None, env: dict[str, str] | None = None
+                    ) -> Running:
         """Start one `vitbench sweep` by this side's code into `out`, pinned to `cpus` (with every trial it
-        starts) if given."""
+        starts) if given, `env` added to its environment."""
         out.mkdir(parents=True)
         log = out.parent / f"{out.name}.log"
         with open(log, "w") as fh:
             proc = subprocess.Popen([self.python, "-c", "from vitbench.cli import main; main()", "sweep",
-                                     str(self.study), "--results", str(out)], env=self.env(), cwd=self.root,
+                                     str(self.study), "--results", str(out)], env={**self.env(), **(env or {})}, cwd=self.root,
                                     stdout=fh, stderr=subprocess.STDOUT, preexec_fn=pinned_to(cpus))
         return Running(self, proc, log, cpus)
 

@@ -23,6 +23,7 @@ import warnings
 import numpy as np
 import torch
 
+from vitbench import turns
 from vitbench.backends.base import (
     AttentionKernel,
     Backend,
@@ -160,7 +161,7 @@ class TorchBackend(Backend):
         torch.manual_seed(step.seed)
         model = build_torch_model(spec, res, k, device=self.device)
         family = family_plugin(spec.family)  # its default memory format; whether this model has attention layers
-        channels_last = step.channels_last if step.channels_last is not None else family.channels_last
+        channels_last = step.channels_last if step.channels_last is not None else family.build.channels_last
         fmt = torch.channels_last if channels_last else torch.contiguous_format
         model = model.to(memory_format=fmt)
         model.train(step.mode == "train")
@@ -203,6 +204,7 @@ class TorchBackend(Backend):
             times.append(s.elapsed_time(e) / 1000.0)  # ms -> s, device time
             if stop.done(len(times), len(times), time.perf_counter() - start):  # each step a window of one
                 return times
+            start += turns.between_windows()  # vitbench.turns
 
     def time_windows(self, work: Workload, window_steps: int, stop: StopRule) -> list[float]:
         if self.device.type != "cuda":
@@ -222,6 +224,7 @@ class TorchBackend(Backend):
             steps += window_steps
             if stop.done(len(times), steps, time.perf_counter() - start):
                 return times
+            start += turns.between_windows()
 
     def attention_kernel(self, work: Workload) -> AttentionKernel | None:
         """The SDPA kernel torch ran in one more step, from the profiler's op names (eager and compiled: Inductor

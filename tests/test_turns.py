@@ -1,0 +1,172 @@
+"""`vitbench ab --schedule turns`: the referee (vitbench.compare.turns) gives the turn to one side at a time and
+makes the sides' timed windows alternate; a timing loop's waits are not timed (vitbench.turns); the schedule runs
+both legs at once, each on its own CPU half, and falls back to `together` for a side whose code cannot take turns."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from vitbench import turns
+from vitbench.backends.base import Backend
+from vitbench.backends.workload import StopRule
+from vitbench.compare import schedule as sched
+from vitbench.compare.schedule import Schedule
+from vitbench.compare.turns import Referee
+
+
+@pytest.fixture
+def referee():
+    ref = Referee(("a", "b"))
+    yield ref
+    ref.close()
+
+
+def _side(ref: Referee, name: str, windows: int, log: list, hold_s: float = 0.0) -> threading.Thread:
+    def run():
+        t = turns.Turn(ref.paths[name])
+        t.take()
+        for _ in range(windows):
+            log.append(name)
+            time.sleep(hold_s)
+            t.pass_over()
+        t.give_back()
+
+    th = threading.Thread(target=run)
+    th.start()
+    return th
+
+
+def test_two_sides_windows_alternate_one_for_one(referee):
+    log: list[str] = []
+    threads = [_side(referee, "a", 5, log), _side(referee, "b", 5, log)]
+    for th in threads:
+        th.join(timeout=10)
+    assert sorted(log) == ["a"] * 5 + ["b"] * 5
+    assert all(x != y for x, y in zip(log, log[1:])), log  # never the same side twice in a row
+
+
+def test_a_side_that_passed_waits_for_the_other_until_its_round_ends(referee):
+    t = turns.Turn(referee.paths["a"])
+    t.take()
+    waited: list[float] = []
+    th = threading.Thread(target=lambda: waited.append(t.pass_over()))
+    th.start()
+    th.join(timeout=0.3)
+    assert th.is_alive()  # b has not had the turn since a passed: a waits (b is between two trials)
+    referee.finished("b")  # b's round ended: nothing to wait for
+    th.join(timeout=5)
+    assert not th.is_alive() and waited[0] >= 0.3
+    t.give_back()
+
+
+def test_a_process_that_dies_holding_the_turn_frees_it(referee):
+    code = ("import os, sys; from vitbench import turns\n"
+            "t = turns.Turn(sys.argv[1]); t.take(); os._exit(0)\n")
+    subprocess.run([sys.executable, "-c", code, referee.paths["a"]], check=True, timeout=60)
+    t = turns.Turn(referee.paths["b"])
+    got = threading.Thread(target=t.take)
+    got.start()
+    got.join(timeout=5)
+    assert not got.is_alive() and t.held
+    t.give_back()
+
+
+def test_without_turns_everything_is_a_no_op(monkeypatch):
+    monkeypatch.delenv(turns.ENV, raising=False)
+    with turns.held():
+        assert turns.between_windows() == 0.0
+
+
+class _Work:
+    def step(self):
+        time.sleep(0.005)
+
+    def sync_window(self, outs):
+        return outs
+
+
+def test_a_timing_loop_never_times_the_other_sides_turn(referee, monkeypatch):
+    monkeypatch.setenv(turns.ENV, referee.paths["a"])
+    monkeypatch.setattr(turns, "_turn", None)
+    hold = 0.15
+    other = _side(referee, "b", 100, [], hold_s=hold)
+    stop = StopRule(min_steps=1, min_seconds=0.05, max_seconds=30.0)
+    with turns.held():
+        times = Backend.time_windows(None, _Work(), 2, stop)
+    referee.finished("a")
+    other.join(timeout=60)
+    # each window is 2 steps of 5 ms, never the other side's 150 ms turn; and the stop rule's 50 ms are timed work
+    # only (counting the waits, one window would have been enough)
+    assert all(w < hold for w in times) and len(times) >= 5 and sum(times) >= stop.min_seconds
+
+
+ROUND_CODE = (
+    "import json, os, sys, time\n"
+    "from vitbench import turns\n"
+    "log = []\n"
+    "with turns.held():\n"
+    "    for _ in range(4):\n"
+    "        log.append(time.monotonic())\n"
+    "        time.sleep(0.01)\n"
+    "        turns.between_windows()\n"
+    "open(os.path.join(sys.argv[1], 'turns.json'), 'w').write(json.dumps(\n"
+    "    {'cpus': sorted(os.sched_getaffinity(0)), 't': log}))\n")
+
+
+class _Side:
+    takes_turns = True
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def start_round(self, path: Path, cpus=None, env=None):
+        path.mkdir(parents=True)
+        proc = subprocess.Popen([sys.executable, "-c", ROUND_CODE, str(path)], env={**os.environ, **(env or {})},
+                                preexec_fn=sched.pinned_to(cpus))
+        return _Round(proc, cpus)
+
+
+class _Round:
+    def __init__(self, proc, cpus):
+        self.proc, self.cpus = proc, cpus
+
+    def wait(self):
+        assert self.proc.wait() == 0
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def test_turns_runs_both_legs_at_once_each_on_one_half_the_sides_alternating(tmp_path):
+    a, b = _Side("baseline"), _Side("current")
+    assert Schedule.TURNS.run((a, b), {s.name: tmp_path / s.name for s in (a, b)}) == 0.0  # no filler
+    legs = Schedule.TURNS.legs(sched.core_halves())
+    for n, (cpus, _) in enumerate(legs, 1):
+        got = {s.name: json.loads((tmp_path / s.name / f"leg{n}" / "turns.json").read_text()) for s in (a, b)}
+        if cpus is not None:  # both sides of a leg on the same half
+            assert got["baseline"]["cpus"] == got["current"]["cpus"] == sorted(cpus)
+        order = [name for _, name in sorted((t, name) for name in got for t in got[name]["t"])]
+        assert all(x != y for x, y in zip(order, order[1:])), order
+
+
+def test_a_side_that_cannot_take_turns_runs_together_and_says_so():
+    class Old:
+        name, takes_turns = "baseline", False
+
+    class New:
+        name, takes_turns = "current", True
+
+    assert Schedule.TURNS.for_sides((New(), New())) == (Schedule.TURNS, "")
+    got, why = Schedule.TURNS.for_sides((Old(), New()))
+    assert got is Schedule.TOGETHER and "baseline side's code cannot take turns" in why
+    assert Schedule.TOGETHER.for_sides((Old(), New())) == (Schedule.TOGETHER, "")

@@ -1,0 +1,100 @@
+"""Taking turns on one CPU with another measurement (`vitbench ab --schedule turns`; the referee: vitbench.compare.turns).
+
+Where VITBENCH_TURNS names a Unix socket (`vitbench ab` sets it for each side's rounds), a trial computes only
+while it holds the turn: `held()` (vitbench.trial.run_trial, around the task) takes it before the task runs and
+gives it back after, and a timing loop calls `between_windows()` after each window (a latency step is a window of
+one), which hands the turn to the other side and waits until it comes back. The two sides' timed windows then
+alternate on the same CPU tens of milliseconds apart, so a slowdown of that CPU lasting longer than a window (this
+VM's vCPUs slow 2-4x for seconds at a time: docs/compare.md, "Cores that differ") lands on both sides alike.
+
+Waiting is never inside a time: each window is timed while the turn is held, and `between_windows` returns the
+seconds it waited, which the loop leaves out of its stop rule's elapsed time (so the rule sees as much timed work
+as without turns). Without VITBENCH_TURNS every call here does nothing.
+
+Protocol, one connection per trial process (the process that took the turn; a forked child connects anew), single
+bytes: TAKE (answered GRANTED when the turn is this process's), PASS (hand it over; answered GRANTED when it is
+back), GIVE_BACK (no answer). A referee that has gone is an OSError: never a measurement that claims turns it did
+not take.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import time
+from collections.abc import Iterator
+
+ENV = "VITBENCH_TURNS"
+TAKE, PASS, GIVE_BACK, GRANTED = b"T", b"P", b"R", b"G"
+
+
+class Turn:
+    """This process's connection to the referee at `path`."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.sock: socket.socket | None = None
+        self.pid = 0
+        self.held = False
+
+    def _send(self, msg: bytes, answer: bool) -> None:
+        if self.sock is None or self.pid != os.getpid():  # first use, or a forked child: its own connection
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.connect(self.path)
+            self.pid, self.held = os.getpid(), False
+        self.sock.sendall(msg)
+        if answer and self.sock.recv(1) != GRANTED:
+            raise OSError(f"{ENV}={self.path}: the turns referee closed the connection")
+
+    def take(self) -> None:
+        self._send(TAKE, answer=True)
+        self.held = True
+
+    def pass_over(self) -> float:
+        """Hand the turn over and wait for it back; the seconds waited (0.0 when this process does not hold it)."""
+        if not self.held or self.pid != os.getpid():
+            return 0.0
+        t0 = time.perf_counter()
+        self._send(PASS, answer=True)
+        return time.perf_counter() - t0
+
+    def give_back(self) -> None:
+        if self.held and self.pid == os.getpid():
+            self.held = False
+            self._send(GIVE_BACK, answer=False)
+
+
+_turn: Turn | None = None
+
+
+def current() -> Turn | None:
+    """This process's Turn where VITBENCH_TURNS is set, else None."""
+    global _turn
+    path = os.environ.get(ENV)
+    if not path:
+        return None
+    if _turn is None or _turn.path != path:
+        _turn = Turn(path)
+    return _turn
+
+
+@contextlib.contextmanager
+def held() -> Iterator[None]:
+    """Hold the turn for the block (nothing without VITBENCH_TURNS, or when this process holds it already)."""
+    turn = current()
+    if turn is None or (turn.held and turn.pid == os.getpid()):
+        yield
+        return
+    turn.take()
+    try:
+        yield
+    finally:
+        turn.give_back()
+
+
+def between_windows() -> float:
+    """After a timed window: hand the turn over and wait for it back. The seconds waited, for the loop to leave out
+    of its elapsed time (0.0 without turns)."""
+    turn = current()
+    return turn.pass_over() if turn is not None else 0.0
