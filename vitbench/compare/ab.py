@@ -256,7 +256,7 @@ def measure(sides: tuple[Side, Side], environment: str, study_line: str, *, rule
                           f"{pairs.statistic.value} step in each leg; {elapsed:.0f} s in all, budget {budget_s:.0f} s" +
                           (f"; a filler held the core of the side that ended first for "
                            f"{statistics.median(pairs.filled):.1f} s a pair (median)"
-                           if schedule is not Schedule.ALTERNATE and pairs.filled else "")),
+                           if schedule is not Schedule.ALTERNATE and any(pairs.filled) else "")),
                ("rule", f"paired t-interval ({rule.confidence:.0%}) on the mean log-ratio; threshold "
                         f"{rule.threshold:.0%}; at least {rule.min_pairs} pairs" +
                         (f", at most {rule.max_pairs}" if rule.max_pairs else "")),
