@@ -178,7 +178,7 @@ TOY_FAMILY = '''
     """A toy family: the mean colour of each p x p patch, averaged, then a linear head (3 k + k parameters)."""
 
     from vitbench.models.analytic import Counts
-    from vitbench.models.families import FamilyName, FamilyPlugin, register_family
+    from vitbench.models.families import FamilyBuild, FamilyComputation, FamilyName, FamilyPlugin, register_family
     from vitbench.models.param_table import _linear
     from vitbench.models.specs import ModelSpec
 
@@ -206,9 +206,11 @@ TOY_FAMILY = '''
     register_family(FamilyPlugin(
         name=TOY, description="pooled colour -> linear", fields=("patch",), override_keys=("patch",),
         rows=(ModelSpec(name="Toy-Pooled/8", family=TOY, tiny=True, resolution=16, num_classes=10, patch=8),),
-        torch_builder=f"{__name__}:build_torch", flax_builder=f"{__name__}:build_flax",
-        counts=lambda s, r, k: Counts(3 * k + k, 3 * k), param_table=lambda s, r: _linear("head", "head"),
-        stride=lambda s: s.patch, feature_dim=lambda s: 3, describe=lambda s: "toy", attention=False))
+        build=FamilyBuild(torch=f"{__name__}:build_torch", flax=f"{__name__}:build_flax"),
+        computation=FamilyComputation(counts=lambda s, r, k: Counts(3 * k + k, 3 * k),
+                                      param_table=lambda s, r: _linear("head", "head"), stride=lambda s: s.patch,
+                                      feature_dim=lambda s: 3, describe=lambda s: "toy"),
+        attention=False))
 '''
 
 

@@ -180,7 +180,14 @@ def test_a_family_registered_from_outside_the_package_builds_counts_and_converts
     point (table, name lookup, overrides, analytic counts, both builders, conversion) goes through the registry."""
     from vitbench.models.analytic import Counts
     from vitbench.models.convert import torch_to_flax
-    from vitbench.models.families import FamilyName, FamilyPlugin, family_names, register_family
+    from vitbench.models.families import (
+        FamilyBuild,
+        FamilyComputation,
+        FamilyName,
+        FamilyPlugin,
+        family_names,
+        register_family,
+    )
     from vitbench.models.param_table import _linear
     from vitbench.models.specs import ModelSpec
     from vitbench.models.torch import build_torch_model
@@ -189,9 +196,10 @@ def test_a_family_registered_from_outside_the_package_builds_counts_and_converts
                     num_classes=10, patch=8)
     plugin = FamilyPlugin(
         name=FamilyName("toy_linear"), description="pooled pixels -> linear", rows=(row,), fields=("patch",),
-        override_keys=("patch",), torch_builder=f"{__name__}:_toy_torch", flax_builder=f"{__name__}:_toy_flax",
-        counts=lambda s, r, k: Counts(3 * k + k, 3 * k), param_table=lambda s, r: _linear("head", "head"),
-        stride=lambda s: s.patch, feature_dim=lambda s: 3, describe=lambda s: "toy")
+        override_keys=("patch",), build=FamilyBuild(torch=f"{__name__}:_toy_torch", flax=f"{__name__}:_toy_flax"),
+        computation=FamilyComputation(counts=lambda s, r, k: Counts(3 * k + k, 3 * k),
+                                      param_table=lambda s, r: _linear("head", "head"), stride=lambda s: s.patch,
+                                      feature_dim=lambda s: 3, describe=lambda s: "toy"))
     register_family(plugin)
     register_family(plugin)  # the same object twice: harmless
     assert "toy_linear" in family_names()

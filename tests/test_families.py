@@ -46,7 +46,7 @@ def test_the_paper_families_are_registered_plugins_with_their_rows():
 def test_declared_properties_decide_what_used_to_be_name_checks():
     vit, bit, hybrid = (family_plugin(f) for f in ("vit", "bit", "hybrid"))
     assert (vit.attention, bit.attention, hybrid.attention) == (True, False, True)
-    assert (vit.channels_last, bit.channels_last, hybrid.channels_last) == (False, True, True)
+    assert (vit.build.channels_last, bit.build.channels_last, hybrid.build.channels_last) == (False, True, True)
     npz_origins = (vit.weights.npz_origin, bit.weights.npz_origin, hybrid.weights.npz_origin)
     assert npz_origins == ("vit_jax", "big_transfer", "vit_jax")
     assert bit.weights.posemb_tables(get_spec("R50x1"), 224) == []
@@ -61,15 +61,56 @@ def test_an_origin_without_the_family_names_the_families_it_has():
 
 
 def test_a_family_cannot_take_a_row_name_of_another_or_register_a_distilled_row_it_cannot_read():
-    from vitbench.models.families import FamilyName, FamilyPlugin
+    from vitbench.models.families import FamilyBuild, FamilyComputation, FamilyName, FamilyPlugin
 
     def plugin(row):
         return FamilyPlugin(name=FamilyName("copycat"), description="", rows=(row,), fields=("patch",),
-                            override_keys=(), torch_builder="", flax_builder="", counts=None, param_table=None,
-                            stride=lambda s: s.patch, feature_dim=lambda s: 3, describe=lambda s: "")
+                            override_keys=(), build=FamilyBuild(torch=""),
+                            computation=FamilyComputation(counts=None, param_table=None, stride=lambda s: s.patch,
+                                                          feature_dim=lambda s: 3, describe=lambda s: ""))
 
     with pytest.raises(ConfigError, match="the name 'ViT-B_16' is taken by ViT-B/16"):
         register_family(plugin(ModelSpec(name="Copy", family=FamilyName("copycat"), aliases=("ViT-B_16",), patch=8)))
     with pytest.raises(ConfigError, match="distillation token"):
         register_family(plugin(ModelSpec(name="Copy", family=FamilyName("copycat"), patch=8, distilled=True)))
     assert "copycat" not in family_names()
+
+
+def test_a_family_written_with_the_flat_fields_of_the_old_record_still_registers_the_same_record():
+    """docs/plugins.md, 'Moved fields': a plug-in written against the flat record (before issue 52 grouped it)
+    gets the grouped record it means, and a DeprecationWarning naming where each flat field went."""
+    from vitbench.models.families import (
+        MOVED,
+        AttentionMaps,
+        Catalogue,
+        FamilyBuild,
+        FamilyComputation,
+        FamilyName,
+        FamilyPlugin,
+        FamilyWeights,
+        PlotStyle,
+    )
+
+    def fn(*a):  # one function object for every callable field: the records compare equal field by field
+        return None
+
+    common = dict(name=FamilyName("flat"), description="", rows=(), fields=("patch",), override_keys=())
+    flat = {k: fn for k in MOVED}
+    flat.update(torch_builder="m:t", flax_builder="m:f", representation_size=True, channels_last=False,
+                backends=("torch",), counts_note="by hand", token_attention_maps=True, torch_attention="m:a",
+                flax_attention="m:b", origins={"timm": None}, npz_origin="timm", catalogue=fn,
+                plot_style=("o", "Blues", "Flat"), extra={})
+    with pytest.warns(DeprecationWarning, match=r"torch_builder -> build\.torch, .*catalogue -> catalogue\.names"):
+        old = FamilyPlugin(**common, **flat)
+    grouped = FamilyPlugin(
+        **common,
+        build=FamilyBuild(torch="m:t", flax="m:f", representation_size=True, channels_last=False, backends=("torch",)),
+        computation=FamilyComputation(counts=fn, param_table=fn, stride=fn, feature_dim=fn, describe=fn,
+                                      counts_note="by hand"),
+        attention_maps=AttentionMaps(token_maps=True, axis_layers=fn, torch="m:a", flax="m:b"),
+        weights=FamilyWeights(origins={"timm": None}, npz_origin="timm", posemb_tables=fn, resolution_of=fn,
+                              head_prefixes=fn),
+        catalogue=Catalogue(resolve=fn, names=fn), plot_style=PlotStyle("o", "Blues", "Flat"))
+    assert old == grouped
+    with pytest.raises(TypeError, match="no_such_field"):  # anything else is still refused
+        FamilyPlugin(**common, build=FamilyBuild(torch="m:t"), computation=grouped.computation, no_such_field=1)

@@ -12,7 +12,7 @@ framework when a model is built.
 from __future__ import annotations
 
 from vitbench.models.analytic import Counts
-from vitbench.models.families import FamilyName, FamilyPlugin, register_family
+from vitbench.models.families import FamilyBuild, FamilyComputation, FamilyName, FamilyPlugin, register_family
 from vitbench.models.param_table import _conv, _copy, _linear
 from vitbench.models.specs import ModelSpec
 
@@ -74,7 +74,9 @@ def build_flax(spec: ModelSpec, num_classes: int, dtype):
 register_family(FamilyPlugin(
     name=POOLED, description="patch conv -> mean over the grid -> linear head (an outside example)", rows=ROWS,
     fields=("patch", "width"), override_keys=("patch", "width"),
-    torch_builder=f"{__name__}:build_torch", flax_builder=f"{__name__}:build_flax",
-    counts=counts, param_table=param_table, stride=lambda spec: spec.patch, feature_dim=lambda spec: spec.width,
-    describe=lambda spec: f"patch conv P={spec.patch} D={spec.width}, mean, linear", attention=False,
+    build=FamilyBuild(torch=f"{__name__}:build_torch", flax=f"{__name__}:build_flax"),
+    computation=FamilyComputation(counts=counts, param_table=param_table, stride=lambda spec: spec.patch,
+                                  feature_dim=lambda spec: spec.width,
+                                  describe=lambda spec: f"patch conv P={spec.patch} D={spec.width}, mean, linear"),
+    attention=False,
 ))

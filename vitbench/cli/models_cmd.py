@@ -19,8 +19,9 @@ from vitbench.registry import Kind, entries
 
 def model_rows(family: str | None = None, include_tiny: bool = True, pattern: str = "") -> list[dict]:
     """The table's rows (names matching the glob `pattern`, case-insensitive), then the names an open-ended
-    family offers for it (FamilyPlugin.catalogue, e.g. timm's list_models): those are listed by name only, not
-    counted (building hundreds of models to count them would take minutes; `vitbench flops NAME` counts one)."""
+    family offers for it (FamilyPlugin.catalogue's names, e.g. timm's list_models): those are listed by name
+    only, not counted (building hundreds of models to count them would take minutes; `vitbench flops NAME`
+    counts one)."""
     rows = []
     for s in all_specs(family, include_tiny):
         if pattern and not fnmatch.fnmatch(s.name.lower(), pattern.lower()):
@@ -41,7 +42,7 @@ def model_rows(family: str | None = None, include_tiny: bool = True, pattern: st
         rows += [{"name": n, "family": plugin.name, "timm_id": None, "aliases": [],
                   "architecture": f"{plugin.name} catalogue (not counted here: `vitbench flops {n}`)",
                   "resolution": None, "stride": None, "num_classes": None, "params_m": None, "gmacs": None,
-                  "gflops": None, "tiny": False} for n in plugin.catalogue(pattern)]
+                  "gflops": None, "tiny": False} for n in plugin.catalogue.names(pattern)]
     return rows
 
 

@@ -63,7 +63,7 @@ def flops(model: str | ModelSpec, resolution: int | None = None, backend: str | 
         metrics["pretrain_exaflops"] = pretrain_exaflops(spec, images or 0, epochs or 1.0, res, k)
     config = {"backend": be.name, "model": spec.name, "family": spec.family, "resolution": res, "num_classes": k}
     plugin = family_plugin(spec.family)  # a family without a formula says how its counts are made
-    note = plugin.counts_note or ANALYTIC_EXCLUDES
+    note = plugin.computation.counts_note or ANALYTIC_EXCLUDES
     excludes = {"analytic": note, **{n: c["excludes"] for n, c in counters.items()}}
     return Record.measured(KIND, config, metrics=metrics, raw={"excludes": excludes}, env=environment(info),
                            started_at=started)

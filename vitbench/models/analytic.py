@@ -35,7 +35,7 @@ def analytic_counts(spec: ModelSpec, resolution: int | None = None, num_classes:
     r = spec.resolution if resolution is None else resolution
     k = spec.num_classes if num_classes is None else num_classes
     spec.check_resolution(r)
-    return family_plugin(spec.family).counts(spec, r, k)  # each family counts its own (vitbench.models.families)
+    return family_plugin(spec.family).computation.counts(spec, r, k)  # each family counts its own
 
 
 def train_flops_per_image(spec: ModelSpec, resolution: int | None = None, num_classes: int | None = None) -> float:

@@ -77,7 +77,7 @@ def param_table(spec: ModelSpec | str, resolution: int | None = None) -> list[_E
     resolution only matters for which position-embedding tables exist (the names do not depend on it)."""
     spec = get_spec(spec)
     r = spec.resolution if resolution is None else resolution
-    return family_plugin(spec.family).param_table(spec, r)  # each family declares its own
+    return family_plugin(spec.family).computation.param_table(spec, r)  # each family declares its own
 
 
 def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:

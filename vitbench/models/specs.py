@@ -81,7 +81,7 @@ class ModelSpec:
     @property
     def stride(self) -> int:
         """Total downsampling from pixels to tokens (vit: the patch; ResNets: root 4 x 2 per later stage)."""
-        return family_plugin(self.family).stride(self)
+        return family_plugin(self.family).computation.stride(self)
 
     @property
     def stage_channels(self) -> tuple[int, ...]:
@@ -94,7 +94,7 @@ class ModelSpec:
     @property
     def feature_dim(self) -> int:
         """Size of the representation fed to the head (pre-logits)."""
-        return family_plugin(self.family).feature_dim(self)
+        return family_plugin(self.family).computation.feature_dim(self)
 
     @property
     def num_prefix_tokens(self) -> int:
@@ -141,7 +141,7 @@ class ModelSpec:
             )
 
     def describe(self) -> str:
-        return family_plugin(self.family).describe(self)
+        return family_plugin(self.family).computation.describe(self)
 
     def to_dict(self) -> dict:
         """Every field (the flavour as plain strings and numbers) plus the derived stride: JSON-ready."""

@@ -33,11 +33,11 @@ _LINES = ("-", "--", ":", "-.")
 
 
 def _plugin_family_styles() -> dict[str, tuple[str, str, str]]:
-    """Model families' own styles (vitbench.models.families: FamilyPlugin.plot_style)."""
+    """Model families' own styles (vitbench.models.families: FamilyPlugin.plot_style, a PlotStyle)."""
     from vitbench.registry import Kind, entries
 
-    return {name: (*e.obj.plot_style[:2], e.obj.plot_style[2] or name)
-            for name, e in entries(Kind.FAMILY).items()}
+    return {name: (s.marker, s.colormap, s.legend or name)
+            for name, e in entries(Kind.FAMILY).items() for s in (e.obj.plot_style,)}
 
 
 FAMILY_STYLE.update(_plugin_family_styles())

@@ -161,7 +161,7 @@ class TorchBackend(Backend):
         torch.manual_seed(step.seed)
         model = build_torch_model(spec, res, k, device=self.device)
         family = family_plugin(spec.family)  # its default memory format; whether this model has attention layers
-        channels_last = step.channels_last if step.channels_last is not None else family.channels_last
+        channels_last = step.channels_last if step.channels_last is not None else family.build.channels_last
         fmt = torch.channels_last if channels_last else torch.contiguous_format
         model = model.to(memory_format=fmt)
         model.train(step.mode == "train")

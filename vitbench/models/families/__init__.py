@@ -5,7 +5,9 @@ Shared code (models.specs, models.torch, models.flax, models.analytic, models.pa
 the backends, inspection, reports) looks a family up here by the spec's `family` value and never names one. Every
 family is written this way: vit (ViT and DeiT), bit, hybrid and the axial ones, one package each under
 vitbench/models/families/. Outside code registers a family exactly as vitbench's own packages do (see
-docs/plugins.md): a module on $VITBENCH_PLUGINS or an entry point that calls `register_family(FamilyPlugin(...))`.
+docs/plugins.md): a module on $VITBENCH_PLUGINS or an entry point that calls `register_family(FamilyPlugin(...))`;
+the record's parts (FamilyBuild, FamilyComputation, AttentionMaps, FamilyWeights, Catalogue, PlotStyle) are one
+idea each.
 
 Registering is cheap: the builders are named as 'module:function' strings and imported only when a model is
 built, so listing models or parsing a study never imports torch or jax.
@@ -16,13 +18,18 @@ registered plug-ins (rows, override keys, validators) from here.
 """
 
 from vitbench.models.families.plugin import (
+    MOVED,
     AttentionMaps,
     Axis,
     AxisLayer,
+    Catalogue,
+    FamilyBuild,
+    FamilyComputation,
     FamilyName,
     FamilyPlugin,
     FamilyWeights,
     ModelAttention,
+    PlotStyle,
     all_families,
     backend_problem,
     family_if_registered,
@@ -34,6 +41,7 @@ from vitbench.models.families.plugin import (
     resolve_open,
 )
 
-__all__ = ["AttentionMaps", "Axis", "AxisLayer", "FamilyName", "FamilyPlugin", "FamilyWeights", "ModelAttention", "all_families",
+__all__ = ["MOVED", "AttentionMaps", "Axis", "AxisLayer", "Catalogue", "FamilyBuild", "FamilyComputation",
+           "FamilyName", "FamilyPlugin", "FamilyWeights", "ModelAttention", "PlotStyle", "all_families",
            "backend_problem", "family_if_registered", "family_modules", "family_names", "family_plugin", "norm_name",
            "register_family", "resolve_open"]

@@ -1,14 +1,18 @@
-"""The family plug-in record (`FamilyPlugin` and its parts: `Axis`, `AxisLayer`, `ModelAttention`) and the family
-registry over vitbench.registry (`register_family`, `family_plugin`, ...). The package vitbench.models.families
-re-exports every name; its docstring says how families plug in. Imports no model module."""
+"""The family plug-in record (`FamilyPlugin` and its parts: `FamilyBuild`, `FamilyComputation`, `AttentionMaps`,
+`FamilyWeights`, `Catalogue`, `PlotStyle`; `Axis`, `AxisLayer`, `ModelAttention`) and the family registry over
+vitbench.registry (`register_family`, `family_plugin`, ...). The package vitbench.models.families re-exports every
+name; its docstring says how families plug in. Imports no model module."""
 
 from __future__ import annotations
 
+import functools
 import importlib
 import re
 import sys
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
+from dataclasses import replace as with_fields
 from enum import Enum
 from typing import Any, NewType
 
@@ -97,6 +101,65 @@ class FamilyWeights:
     head_prefixes: Callable[[Any], tuple[str, ...]] | None = None
 
 
+@dataclass(frozen=True)
+class FamilyBuild:
+    """How a family's models are built (FamilyPlugin.build).
+
+    torch / flax: 'module:function', imported only when a model is built, signatures (spec, resolution,
+    num_classes) -> torch nn.Module and (spec, num_classes, dtype) -> Flax module ("": no Flax builder; list the
+    `backends` that build it); representation_size: whether the Flax builder takes `representation_size=` (a tanh
+    pre-logits layer, vit_jax's pre-training head); channels_last: the torch backends' default memory format
+    (NHWC for convolution-heavy families); backends: the backends that can build it (empty: every backend; a trial
+    on another is refused naming them)."""
+
+    torch: str
+    flax: str = ""
+    representation_size: bool = False
+    channels_last: bool = True
+    backends: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class FamilyComputation:
+    """What a spec's model computes, answered from the spec without building it (FamilyPlugin.computation).
+
+    counts(spec, resolution, num_classes) -> analytic.Counts (params and MACs; 1 MAC = 2 FLOPs, norms not
+    counted); param_table(spec, resolution) -> param_table entries (timm-style key <-> Flax path, with their
+    layout transforms); stride(spec): input pixels per output cell (every resolution is a multiple of it);
+    feature_dim(spec): the width of the pre-logits features; describe(spec): the architecture in one line
+    (`vitbench models`); counts_note: how `counts` is made when it is no formula (the flops record says it beside
+    the count)."""
+
+    counts: Callable[[Any, int, int], Any]
+    param_table: Callable[[Any, int], list]
+    stride: Callable[[Any], int]
+    feature_dim: Callable[[Any], int]
+    describe: Callable[[Any], str]
+    counts_note: str = ""
+
+
+@dataclass(frozen=True)
+class Catalogue:
+    """The models of an open-ended family, named rather than listed as rows (FamilyPlugin.catalogue; timm's
+    `timm:<any timm name>`): resolve(name) -> the spec of a name it owns (None: not its name;
+    UnknownModelError: its name, but no such model); names(pattern) -> the names it offers matching a glob (what
+    `vitbench models --filter` lists)."""
+
+    resolve: Callable[[str], Any]
+    names: Callable[[str], list[str]]
+
+
+@dataclass(frozen=True)
+class PlotStyle:
+    """How the report draws a family's models (FamilyPlugin.plot_style): a matplotlib marker, a matplotlib
+    colormap (its shades tell the family's models apart, small to large) and the legend's name ("": the family's
+    name)."""
+
+    marker: str = "D"
+    colormap: str = "Greys"
+    legend: str = ""
+
+
 def norm_name(name: str) -> str:
     """Forgiving key of a model name: case-, separator- and suffix-insensitive ('vit-b/16' == 'ViT-B_16'); the
     model table's index (models.specs) and the registry's taken-name check use this one."""
@@ -112,31 +175,28 @@ def _import(target: str) -> Callable:
 
 @dataclass(frozen=True)
 class FamilyPlugin:
-    """Everything shared code needs of a family.
+    """Everything shared code needs of a family, one idea per part.
 
-    rows: its model-table rows (ModelSpec with family == name); fields: the ModelSpec fields it reads (the rest
-    are carried with their defaults); override_keys: the `Row[key=value]` keys that mean something for it;
-    torch_builder / flax_builder: 'module:function' with signatures (spec, resolution, num_classes) -> nn.Module
-    and (spec, num_classes, dtype) -> flax module; counts(spec, resolution, num_classes) -> analytic.Counts;
-    param_table(spec, resolution) -> param_table entries (timm-style key <-> Flax path); stride(spec) pixels per
-    output cell; feature_dim(spec); describe(spec) one line; validate(spec, diff) raises ConfigError;
-    attention: whether the model has attention layers; model_attention(spec) -> ModelAttention: the per-model
+    Its table and overrides: name and description (one line for `vitbench plugins`); rows: its model-table rows
+    (ModelSpec with family == name); fields: the ModelSpec fields it reads (the rest are carried with their
+    defaults); override_keys: the `Row[key=value]` keys that mean something for it; validate(spec, diff): its
+    cross-field rules (raises ConfigError).
+    build: how its models are built (FamilyBuild: the torch and Flax builders, `representation_size=`, the
+    default memory format, the backends that can build it).
+    computation: what a spec's model computes, from the spec (FamilyComputation: counts, conversion table,
+    stride, feature width, one-line description, how the counts are made).
+    attention: whether its models have attention layers; model_attention(spec) -> ModelAttention: the per-model
     answer of a family whose models differ (timm), instead of `attention` and `attention_maps.token_maps`;
     attention_maps: how inspection reads them (AttentionMaps: whole-image token maps, per-axis layers, the
-    torch and Flax readers); weights: what its checkpoints are (FamilyWeights: origins and their flavours, the
-    `.npz` origin, position-embedding tables, the resolution its weights were made for, its classifier's
-    parameter prefixes); plot_style: the report's (marker, matplotlib colormap, name) for the family.
+    torch and Flax readers).
+    weights: what its checkpoints are (FamilyWeights: origins and their flavours, the `.npz` origin,
+    position-embedding tables, the resolution its weights were made for, its classifier's parameter prefixes).
+    catalogue: the models of an open-ended family, named rather than listed as rows (Catalogue: resolve, names;
+    None: its rows are all its models).
+    plot_style: how the report draws its models (PlotStyle: marker, colormap, legend name).
 
-    Added with the vit, bit and hybrid packages (defaults keep a family that does not set them as before):
-    channels_last: the torch backends' default memory format (NHWC for convolution-heavy families);
-    representation_size: whether its Flax builder takes `representation_size=` (a tanh
-    pre-logits layer, vit_jax's pre-training head).
-
-    An open-ended family (models named, not listed as rows: `timm:<any timm name>`) gives `resolve(name)` -> the
-    spec of a name it owns (None: not its name; UnknownModelError: its name, but no such model) and
-    `catalogue(pattern)` -> the names it offers matching a glob (what `vitbench models --filter` lists).
-    backends: the backends that can build it (empty: every backend; a trial on another is refused naming them).
-    counts_note: how `counts` is made when it is no formula (the flops record says it beside the analytic count).
+    The flat fields of the record before issue 52 grouped it (`torch_builder=`, `counts=`, `plot_style=(...)`,
+    ...) are still accepted, with a DeprecationWarning: `MOVED` says where each went (docs/plugins.md).
     """
 
     name: FamilyName
@@ -144,25 +204,15 @@ class FamilyPlugin:
     rows: tuple[Any, ...]
     fields: tuple[str, ...]
     override_keys: tuple[str, ...]
-    torch_builder: str
-    flax_builder: str
-    counts: Callable[..., Any]
-    param_table: Callable[..., list]
-    stride: Callable[[Any], int]
-    feature_dim: Callable[[Any], int]
-    describe: Callable[[Any], str]
+    build: FamilyBuild
+    computation: FamilyComputation
     validate: Callable[[Any, dict], None] = lambda spec, diff: None
     attention: bool = True
     model_attention: Callable[[Any], ModelAttention] | None = None
     attention_maps: AttentionMaps = AttentionMaps()
     weights: FamilyWeights = field(default_factory=FamilyWeights)
-    plot_style: tuple[str, str, str] = ("D", "Greys", "")  # report marker, colormap, legend name
-    resolve: Callable[[str], Any] | None = None
-    catalogue: Callable[[str], list[str]] | None = None
-    backends: tuple[str, ...] = ()
-    counts_note: str = ""
-    channels_last: bool = True
-    representation_size: bool = False
+    catalogue: Catalogue | None = None
+    plot_style: PlotStyle = PlotStyle()
 
     def attention_of(self, spec) -> ModelAttention:
         """Whether `spec`'s model has attention layers, whole-image token maps, and its prefix tokens: the
@@ -174,14 +224,14 @@ class FamilyPlugin:
                               spec.width if self.attention else None)
 
     def build_torch(self, spec, resolution: int, num_classes: int):
-        return _import(self.torch_builder)(spec, resolution, num_classes)
+        return _import(self.build.torch)(spec, resolution, num_classes)
 
     def build_flax(self, spec, num_classes: int, dtype, **kw):
         """The Flax module; `kw` only `representation_size=` for a family that declares it."""
-        if not self.flax_builder:
+        if not self.build.flax:
             raise ConfigError(f"{spec.name} (family {self.name}) has no Flax builder; backends that build it: "
-                              f"{', '.join(self.backends) or '(none)'}")
-        return _import(self.flax_builder)(spec, num_classes, dtype, **kw)
+                              f"{', '.join(self.build.backends) or '(none)'}")
+        return _import(self.build.flax)(spec, num_classes, dtype, **kw)
 
     def torch_attention_maps(self, model, x) -> list:
         """Attention probabilities of a built torch `model` on NCHW `x`, one per layer (AttentionMaps.torch)."""
@@ -191,6 +241,56 @@ class FamilyPlugin:
         """Attention probabilities of a Flax `module` with `params` on NHWC `x`, one per layer (traceable: jit
         it; AttentionMaps.flax)."""
         return _import(self.attention_maps.flax)(module, params, x)
+
+
+# Compatibility for a family written against the flat record (before issue 52 grouped it; docs/plugins.md, "Moved
+# fields"): where each flat field lives now, (part, its field). Two kept their names and changed their form:
+# `catalogue=` a function (now Catalogue.names) and `plot_style=` a (marker, colormap, legend) tuple (PlotStyle).
+MOVED: dict[str, tuple[str, str]] = {
+    "torch_builder": ("build", "torch"), "flax_builder": ("build", "flax"),
+    **{k: ("build", k) for k in ("representation_size", "channels_last", "backends")},
+    **{k: ("computation", k) for k in ("counts", "param_table", "stride", "feature_dim", "describe",
+                                       "counts_note")},
+    "resolve": ("catalogue", "resolve"),
+    "token_attention_maps": ("attention_maps", "token_maps"), "axis_layers": ("attention_maps", "axis_layers"),
+    "torch_attention": ("attention_maps", "torch"), "flax_attention": ("attention_maps", "flax"),
+    **{k: ("weights", k) for k in ("origins", "npz_origin", "posemb_tables", "resolution_of", "head_prefixes")},
+}
+_PARTS = {"build": FamilyBuild, "computation": FamilyComputation, "catalogue": Catalogue,
+          "attention_maps": AttentionMaps, "weights": FamilyWeights}
+
+
+def _regroup(kw: dict) -> dict:
+    """`kw` with the flat record's fields moved into their parts (MOVED), a DeprecationWarning naming them."""
+    flat = [k for k, v in kw.items() if k in MOVED or k == "extra" or (k == "catalogue" and callable(v))
+            or (k == "plot_style" and isinstance(v, tuple))]
+    if not flat:
+        return kw
+    warnings.warn("FamilyPlugin: flat fields of the record before issue 52: " + ", ".join(
+        f"{k} -> {'.'.join(MOVED.get(k, ('catalogue', 'names') if k == 'catalogue' else (k,)))}"
+        for k in flat if k != "extra") + " (docs/plugins.md, 'Moved fields')", DeprecationWarning, stacklevel=3)
+    kw, parts = dict(kw), {}
+    for k in flat:
+        value = kw.pop(k)
+        if k == "plot_style":
+            kw[k] = PlotStyle(*value)
+        elif k != "extra":  # (`extra` was never read)
+            part, name = MOVED.get(k, ("catalogue", "names"))
+            parts.setdefault(part, {})[name] = value
+    for part, values in parts.items():
+        kw[part] = _PARTS[part](**values) if kw.get(part) is None else with_fields(kw[part], **values)
+    return kw
+
+
+_grouped_init = FamilyPlugin.__init__
+
+
+@functools.wraps(_grouped_init)
+def _init_accepting_flat_fields(self, *args, **kw):
+    _grouped_init(self, *args, **_regroup(kw))
+
+
+FamilyPlugin.__init__ = _init_accepting_flat_fields
 
 
 def register_family(plugin: FamilyPlugin, *, replace: bool = False) -> FamilyPlugin:
@@ -210,7 +310,7 @@ def register_family(plugin: FamilyPlugin, *, replace: bool = False) -> FamilyPlu
             if n and norm_name(n) in taken:
                 raise ConfigError(f"model {r.name}: the name {n!r} is taken by {taken[norm_name(n)]}")
     register(Kind.FAMILY, plugin.name, plugin, provides=plugin.override_keys, description=plugin.description,
-             replace=replace, module=sys._getframe(1).f_globals.get("__name__", plugin.torch_builder))
+             replace=replace, module=sys._getframe(1).f_globals.get("__name__", plugin.build.torch))
     return plugin
 
 
@@ -232,8 +332,9 @@ def family_modules(name: str) -> tuple[str, ...]:
         family_plugin(name)  # raises, naming the families
     plugin = found.obj
     maps = plugin.attention_maps
-    targets = (plugin.torch_builder, plugin.flax_builder, maps.torch, maps.flax)
-    functions = [getattr(obj, f.name) for obj in (plugin, maps, plugin.weights) for f in fields(obj)]
+    targets = (plugin.build.torch, plugin.build.flax, maps.torch, maps.flax)
+    parts = (plugin, maps, plugin.weights, plugin.computation, *([plugin.catalogue] if plugin.catalogue else []))
+    functions = [getattr(obj, f.name) for obj in parts for f in fields(obj)]
     return tuple(sorted({found.module, *(t.partition(":")[0] for t in targets if t),
                          *(getattr(f, "__module__", None) or "" for f in functions if callable(f))} - {""}))
 
@@ -245,10 +346,10 @@ def family_if_registered(name: str) -> FamilyPlugin | None:
 
 
 def resolve_open(name: str):
-    """The spec of `name` from the open-ended families (FamilyPlugin.resolve), or None when none owns it."""
+    """The spec of `name` from the open-ended families (FamilyPlugin.catalogue), or None when none owns it."""
     for e in entries(Kind.FAMILY).values():
-        if e.obj.resolve is not None:
-            spec = e.obj.resolve(name)
+        if e.obj.catalogue is not None:
+            spec = e.obj.catalogue.resolve(name)
             if spec is not None:
                 return spec
     return None
@@ -257,9 +358,10 @@ def resolve_open(name: str):
 def backend_problem(spec, backend: str) -> str | None:
     """Why `backend` cannot build `spec` (its family lists the backends that can), or None when it can."""
     plugin = family_plugin(spec.family)
-    if not plugin.backends or backend in plugin.backends:
+    backends = plugin.build.backends
+    if not backends or backend in backends:
         return None
-    return (f"{spec.name} (family {plugin.name}) is built by backend {', '.join(plugin.backends)} only, "
+    return (f"{spec.name} (family {plugin.name}) is built by backend {', '.join(backends)} only, "
             f"not {backend!r}")
 
 

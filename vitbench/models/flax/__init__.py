@@ -44,7 +44,7 @@ def build_flax_model(spec: ModelSpec | str, resolution: int | None = None, num_c
     plugin = family_plugin(spec.family)  # each family builds its own (vitbench.models.families)
     if representation_size is None:
         return plugin.build_flax(spec, num_classes, dtype)
-    if not plugin.representation_size or spec.distilled:
+    if not plugin.build.representation_size or spec.distilled:
         raise ValueError(f"representation_size (pre_logits) does not apply to a {spec.family} model"
                          f"{' with a distillation token' if spec.distilled else ''}")
     return plugin.build_flax(spec, num_classes, dtype, representation_size=representation_size)

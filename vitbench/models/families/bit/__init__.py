@@ -9,7 +9,15 @@ from __future__ import annotations
 
 from vitbench.errors import ConfigError
 from vitbench.models.analytic import Counts
-from vitbench.models.families import FamilyName, FamilyPlugin, FamilyWeights, register_family
+from vitbench.models.families import (
+    FamilyBuild,
+    FamilyComputation,
+    FamilyName,
+    FamilyPlugin,
+    FamilyWeights,
+    PlotStyle,
+    register_family,
+)
 from vitbench.models.flavours import FLAVOUR_BIT, FLAVOUR_TIMM, Origin
 from vitbench.models.overrides import RESNET_KEYS
 from vitbench.models.param_table import _conv, _conv1x1_dense, _copy, _norm
@@ -111,9 +119,12 @@ ORIGINS = {Origin.TIMM.value: FLAVOUR_TIMM, Origin.BIG_VISION.value: FLAVOUR_BIT
 PLUGIN = register_family(FamilyPlugin(
     name=BIT, description="BiT ResNet v2 (Kolesnikov et al. 2020): pre-activation bottlenecks, GroupNorm, "
     "weight-standardised convolutions", rows=ROWS, fields=RESNET_FIELDS, override_keys=RESNET_KEYS,
-    torch_builder="vitbench.models.families.bit.torch:build", flax_builder="vitbench.models.families.bit.flax:build",
-    counts=counts, param_table=table, stride=resnet_stride, feature_dim=lambda s: s.stage_channels[-1],
-    describe=lambda s: f"stages {describe_resnet(s)}", validate=check_stages, attention=False,
-    plot_style=("s", "Oranges", "BiT ResNet"),
-    weights=FamilyWeights(origins=ORIGINS, npz_origin=Origin.BIG_TRANSFER.value),
+    validate=check_stages,
+    build=FamilyBuild(torch="vitbench.models.families.bit.torch:build",
+                      flax="vitbench.models.families.bit.flax:build"),
+    computation=FamilyComputation(counts=counts, param_table=table, stride=resnet_stride,
+                                  feature_dim=lambda s: s.stage_channels[-1],
+                                  describe=lambda s: f"stages {describe_resnet(s)}"),
+    attention=False, weights=FamilyWeights(origins=ORIGINS, npz_origin=Origin.BIG_TRANSFER.value),
+    plot_style=PlotStyle("s", "Oranges", "BiT ResNet"),
 ))

@@ -10,7 +10,14 @@ transformer is the vit family's.
 from __future__ import annotations
 
 from vitbench.models.analytic import Counts
-from vitbench.models.families import FamilyName, FamilyPlugin, register_family
+from vitbench.models.families import (
+    FamilyBuild,
+    FamilyComputation,
+    FamilyName,
+    FamilyPlugin,
+    PlotStyle,
+    register_family,
+)
 from vitbench.models.families.bit import RESNET_FIELDS, check_stages, describe_resnet, resnet_counts, resnet_stride
 from vitbench.models.families.vit import (
     TOKEN_MAPS,
@@ -91,10 +98,10 @@ def describe(spec: ModelSpec) -> str:
 PLUGIN = register_family(FamilyPlugin(
     name=HYBRID, description="R50+ViT hybrids (ViT paper 3.1, D.4): a ResNet root, 1x1 patches of its feature "
     "map, the ViT encoder", rows=ROWS, fields=tuple(dict.fromkeys(TRANSFORMER_FIELDS + RESNET_FIELDS)),
-    override_keys=OVERRIDE_ORDER,
-    torch_builder="vitbench.models.families.hybrid.torch:build",
-    flax_builder="vitbench.models.families.hybrid.flax:build",
-    counts=counts, param_table=table, stride=stride, feature_dim=lambda s: s.width, describe=describe,
-    validate=validate, attention_maps=TOKEN_MAPS, plot_style=("^", "Greens", "Hybrid"),
-    weights=WEIGHTS, representation_size=True,
+    override_keys=OVERRIDE_ORDER, validate=validate,
+    build=FamilyBuild(torch="vitbench.models.families.hybrid.torch:build",
+                      flax="vitbench.models.families.hybrid.flax:build", representation_size=True),
+    computation=FamilyComputation(counts=counts, param_table=table, stride=stride, feature_dim=lambda s: s.width,
+                                  describe=describe),
+    attention_maps=TOKEN_MAPS, weights=WEIGHTS, plot_style=PlotStyle("^", "Greens", "Hybrid"),
 ))

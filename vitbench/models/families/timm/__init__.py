@@ -15,7 +15,17 @@ Registering imports nothing of timm or torch; resolving a `timm:` name imports t
 
 from __future__ import annotations
 
-from vitbench.models.families import AttentionMaps, FamilyName, FamilyPlugin, FamilyWeights, register_family
+from vitbench.models.families import (
+    AttentionMaps,
+    Catalogue,
+    FamilyBuild,
+    FamilyComputation,
+    FamilyName,
+    FamilyPlugin,
+    FamilyWeights,
+    PlotStyle,
+    register_family,
+)
 from vitbench.models.flavours import FLAVOUR_TIMM, Origin
 
 TIMM = FamilyName("timm")
@@ -50,19 +60,19 @@ def catalogue(pattern: str) -> list[str]:
 TIMM_PLUGIN = FamilyPlugin(
     name=TIMM, description="any timm architecture by name: timm:<name> (timm.create_model, pretrained=False)",
     rows=(), fields=("timm_id", "resolution", "num_classes"), override_keys=(),
-    torch_builder=f"{_TORCH}:build", flax_builder="",
-    counts=_lazy("counts"), param_table=_lazy("param_table"), stride=_lazy("stride"),
-    feature_dim=_lazy("feature_dim"), describe=lambda spec: f"timm {spec.timm_id} (timm.create_model)",
+    build=FamilyBuild(torch=f"{_TORCH}:build", backends=("torch",)),
+    computation=FamilyComputation(
+        counts=_lazy("counts"), param_table=_lazy("param_table"), stride=_lazy("stride"),
+        feature_dim=_lazy("feature_dim"), describe=lambda spec: f"timm {spec.timm_id} (timm.create_model)",
+        counts_note="params: timm's model (sum of its parameters); MACs: torch FlopCounterMode on the model built "
+                    "on the meta device (matmul/conv/attention only; no formula per timm architecture)"),
     model_attention=_lazy("model_attention"),  # per model: a ViT's tokens, a ResNet's none
     # timm's attention, hooked as for ViT (whole-image token maps or none: model_attention says, per model)
     attention_maps=AttentionMaps(torch="vitbench.models.families.vit.torch:attention_maps"),
-    plot_style=("X", "Oranges", "timm"),
-    resolve=resolve, catalogue=catalogue, backends=("torch",),
+    plot_style=PlotStyle("X", "Oranges", "timm"), catalogue=Catalogue(resolve=resolve, names=catalogue),
     # its builder reads no flavour (timm's own conventions); a ViT-like model's resolution from its position table
     weights=FamilyWeights(origins={Origin.TIMM.value: FLAVOUR_TIMM}, resolution_of=_lazy("resolution_of"),
                           head_prefixes=_lazy("head_prefixes")),
-    counts_note="params: timm's model (sum of its parameters); MACs: torch FlopCounterMode on the model built on "
-                "the meta device (matmul/conv/attention only; no formula per timm architecture)",
 )
 
 register_family(TIMM_PLUGIN)

@@ -14,7 +14,16 @@ from dataclasses import replace
 from vitbench.errors import ConfigError
 from vitbench.models import posemb
 from vitbench.models.analytic import Counts
-from vitbench.models.families import AttentionMaps, FamilyName, FamilyPlugin, FamilyWeights, register_family
+from vitbench.models.families import (
+    AttentionMaps,
+    FamilyBuild,
+    FamilyComputation,
+    FamilyName,
+    FamilyPlugin,
+    FamilyWeights,
+    PlotStyle,
+    register_family,
+)
 from vitbench.models.flavours import FLAVOUR_TIMM, FLAVOUR_VIT_JAX, Origin
 from vitbench.models.overrides import TRANSFORMER_KEYS
 from vitbench.models.param_table import _attention, _conv, _copy, _linear, _norm
@@ -199,9 +208,11 @@ WEIGHTS = FamilyWeights(origins=ORIGINS, npz_origin=Origin.VIT_JAX.value, posemb
 PLUGIN = register_family(FamilyPlugin(
     name=VIT, description="ViT (Dosovitskiy et al. 2021) and DeiT (Touvron et al. 2021): patch embedding, class "
     "token (+ distillation token), pre-LN transformer encoder", rows=ROWS, fields=TRANSFORMER_FIELDS,
-    override_keys=TRANSFORMER_KEYS,
-    torch_builder="vitbench.models.families.vit.torch:build", flax_builder="vitbench.models.families.vit.flax:build",
-    counts=counts, param_table=table, stride=lambda s: s.patch, feature_dim=lambda s: s.width, describe=describe,
-    validate=validate_transformer, attention_maps=TOKEN_MAPS, plot_style=("o", "Blues", "ViT"),
-    channels_last=False, weights=WEIGHTS, representation_size=True,
+    override_keys=TRANSFORMER_KEYS, validate=validate_transformer,
+    build=FamilyBuild(torch="vitbench.models.families.vit.torch:build",
+                      flax="vitbench.models.families.vit.flax:build", representation_size=True,
+                      channels_last=False),
+    computation=FamilyComputation(counts=counts, param_table=table, stride=lambda s: s.patch,
+                                  feature_dim=lambda s: s.width, describe=describe),
+    attention_maps=TOKEN_MAPS, weights=WEIGHTS, plot_style=PlotStyle("o", "Blues", "ViT"),
 ))
