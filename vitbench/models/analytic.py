@@ -1,5 +1,5 @@
 """Analytic parameter and MAC counts from the architecture alone (no framework, no allocation); each family
-counts its own (`FamilyPlugin.counts`, vitbench.models.families) in this convention.
+counts its own (`FamilyPlugin.computation.counts`, vitbench.models.families) in this convention.
 
 Convention: 1 MAC = 2 FLOPs. Counted: every matmul/conv MAC (patch embedding, qkv, attention scores and
 weighted sum, projections, MLP, head; ResNet convs incl. projection shortcuts). Not counted: LayerNorm,

@@ -1,14 +1,14 @@
 """The `timm` family: any of timm's architectures by name, `timm:<timm model name>` (`timm:convnext_tiny`,
 `timm:resnet50`, `timm:eva02_small_patch14_224`, a pretrained tag too: `timm:convnext_tiny.fb_in1k`).
 
-An open-ended family: its models are not rows of the table but names it resolves (`FamilyPlugin.resolve`) and
-lists (`catalogue`: timm's `list_models(pattern)`). A spec carries the timm name in `timm_id`, the native input
+An open-ended family: its models are not rows of the table but names its `Catalogue` resolves (`resolve`) and
+lists (`names`: timm's `list_models(pattern)`). A spec carries the timm name in `timm_id`, the native input
 size and classes of timm's pretrained config (`input_size`, `num_classes`); the model is
 `timm.create_model(name, pretrained=False, num_classes=k[, img_size=r])` -- nothing is downloaded (local weights:
 `--checkpoint` or timm's `pretrained_cfg_overlay=dict(file=...)`, see docs/models.md). Parameter counts are
 timm's own (the built model's parameters); the MACs "analytic" count is torch's FlopCounterMode on the model built
-on the meta device (no allocation, nothing computed): timm has no formula per architecture (`counts_note`).
-Torch only (timm is a PyTorch library): other backends are refused at parse time, naming the torch backend.
+on the meta device (no allocation, nothing computed): timm has no formula per architecture
+(`computation.counts_note`). Torch only (timm is a PyTorch library): other backends are refused at parse time, naming the torch backend.
 
 Registering imports nothing of timm or torch; resolving a `timm:` name imports timm (and torch).
 """
