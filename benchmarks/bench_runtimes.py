@@ -9,9 +9,12 @@ the same round:
   (found by the row's graph key in the compile cache), with the same threads, one stream, f32, the same batch
   (`-shape`), synchronous API;
 - for ONNX Runtime, `onnxruntime_perf_test` is not in the pip wheel (it is built from source with
-  `--build_perf_test`...), so the comparison is an independent loop: an InferenceSession on the very ONNX file
-  vitbench's row ran, the same session options, `run` timed with perf_counter, nothing of vitbench imported
-  (ORT_LOOP below). optimum-benchmark would also do, but is not installed here.
+  `--build_perf_test`...), so the comparison is the loop that tool runs, made as it makes it
+  (benchmarks/ort_perf_loop.py: its session options, one warm-up run, each run timed alone, nothing of vitbench
+  imported) on the very ONNX file vitbench's row ran. optimum-benchmark would also do, but is not installed here.
+
+Each tool runs after vitbench's rows of its batch, not in alternation with them: for vitbench against a runtime's
+own loop, alternated on one pinned CPU, run benchmarks/bench_runtimes_parity.py.
 
 Prints one JSON line per measurement and a table of medians over rounds: img/s per backend and batch, each
 backend's ratio to torch eager, and vitbench's number over the runtime tool's for the same runtime.
@@ -33,26 +36,10 @@ import sys
 import time
 from pathlib import Path
 
-BACKENDS = ("torch", "jax", "onnxruntime", "openvino")
+from bench_runtimes_parity import latency_ms  # benchmarks/: the directory of this script is on sys.path
 
-# An independent ONNX Runtime timing loop (imports onnxruntime and numpy only): warm-up, then `steps` timed runs;
-# prints the median seconds per run.
-ORT_LOOP = r"""
-import json, sys, time, numpy as np, onnxruntime as ort
-path, batch, res, threads, warmup, steps = sys.argv[1], *map(int, sys.argv[2:7])
-so = ort.SessionOptions()
-so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
-so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-s = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-x = {s.get_inputs()[0].name: np.random.default_rng(0).standard_normal((batch, 3, res, res), dtype=np.float32)}
-for _ in range(warmup):
-    s.run(None, x)
-t = []
-for _ in range(steps):
-    t0 = time.perf_counter(); s.run(None, x); t.append(time.perf_counter() - t0)
-print(json.dumps({"median_s": sorted(t)[len(t) // 2], "steps": steps}))
-"""
+HERE = Path(__file__).resolve().parent
+BACKENDS = ("torch", "jax", "onnxruntime", "openvino")
 
 
 def uptime() -> str:
@@ -92,20 +79,20 @@ def benchmark_app(xml: Path, batch: int, res: int, threads: int, seconds: int) -
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds * 10 + 300)
     out = p.stdout + p.stderr
     fps = re.search(r"Throughput:\s+([\d.]+)\s+FPS", out)
-    med = re.search(r"Median:\s+([\d.]+)\s+ms", out)
     if not fps:
         return {"error": out.strip().splitlines()[-3:]}
-    return {"img_per_s": float(fps.group(1)), "latency_ms_median": float(med.group(1)) if med else None}
+    return {"img_per_s": float(fps.group(1)), "latency_ms_median": latency_ms(out, "Median")}
 
 
 def ort_loop(onnx: Path, batch: int, res: int, threads: int, args) -> dict:
-    p = subprocess.run([sys.executable, "-c", ORT_LOOP, str(onnx), str(batch), str(res), str(threads),
-                        str(args.warmup), str(max(args.min_steps, 5))], capture_output=True, text=True,
-                       timeout=args.timeout)
+    p = subprocess.run([sys.executable, str(HERE / "ort_perf_loop.py"), str(onnx), "--batch", str(batch),
+                        "--resolution", str(res), "--threads", str(threads), "--warmup", str(args.warmup),
+                        "--runs", str(max(args.min_steps, 5))],
+                       capture_output=True, text=True, timeout=args.timeout)
     if p.returncode != 0:
         return {"error": p.stderr.strip().splitlines()[-1:]}
     d = json.loads(p.stdout)
-    return {"img_per_s": batch / d["median_s"]}
+    return {"img_per_s": batch / (d["step_ms_median"] / 1e3)}
 
 
 def main() -> None:

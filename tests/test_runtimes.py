@@ -164,3 +164,33 @@ def test_a_sweep_calibrates_only_backends_with_a_matmul_of_their_own(tmp_path):
                  "  backend: [torch, onnxruntime, openvino]\n")
     cal = calibration_trials(load_study(str(s)))
     assert [t.config["backend"] for t in cal] == ["torch"]  # the runtimes' MFU uses the CPU peak torch measures
+
+
+@pytest.mark.skipif("onnxruntime" not in RUNTIMES, reason="onnxruntime is not installed")
+def test_the_onnxruntime_row_times_the_session_and_input_of_its_perf_tools_loop():
+    """What an onnxruntime row times is what onnxruntime_perf_test's loop times (docs/runtimes.md, "vitbench
+    against the runtimes' own loops"): the session options benchmarks/ort_perf_loop.py takes from the tool's
+    source, and the input that loop feeds. A backend that set another option (memory pattern or arena off,
+    parallel execution, a lower optimisation level) would time something its row and the docs do not say."""
+    import importlib.util
+
+    import onnxruntime as ort
+
+    from vitbench.backends.onnxruntime.backend import SESSION_CONFIG
+    from vitbench.backends.runtime import images
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "ort_perf_loop.py"
+    spec = importlib.util.spec_from_file_location("ort_perf_loop", path)
+    loop = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loop)
+    be = get_backend("onnxruntime")
+    be.setup("cpu", threads=1)
+    ours, tool = be.session_options(), loop.session_options(be.threads)
+    for option in ("enable_cpu_mem_arena", "enable_mem_pattern", "execution_mode", "graph_optimization_level",
+                   "intra_op_num_threads"):
+        assert getattr(ours, option) == getattr(tool, option), option
+    # vitbench's own additions: inter-op threads (no inter-op pool runs in sequential mode: the tool sets them in
+    # parallel mode only) and GELU's tanh approximation written out as off, ONNX Runtime's default
+    assert ours.execution_mode == ort.ExecutionMode.ORT_SEQUENTIAL
+    assert SESSION_CONFIG == {"optimization.enable_gelu_approximation": "0"}
+    assert np.array_equal(images(2, 8, 3), loop.images(2, 8, 3))

@@ -1,0 +1,253 @@
+"""vitbench's number for an inference runtime against the runtime's own timing loop, alternated on one pinned CPU
+(issue 53: "vitbench within 5 % of the runtime's own tool").
+
+For each round, batch size and runtime, two legs run one after the other, each in a process of its own, both
+pinned to the same CPU(s) (`--cpus`; default: the last CPU this process may use), their order swapped every round
+(vitbench first in even rounds, the tool first in odd ones), so that a CPU that speeds up or slows down between
+moments (this VM's two CPUs differ by up to 1.45x and which is slow changes: docs/compare.md, "Cores that
+differ") weighs on both sides alike:
+
+- vitbench: `vitbench bench MODEL --backend RUNTIME -b B --precision fp32 --threads T --timing latency
+  --warmup W --min-steps N --min-seconds 0`: its first step and W warm-up steps untimed, then exactly N timed
+  steps; its number is batch / the median step;
+- the runtime's own loop, on the very graph file vitbench's row ran (found by the row's graph key in its compile
+  cache; every vitbench leg's key is checked to be the one the reference ran), the same threads, 1 + W untimed
+  runs and N timed ones:
+  - onnxruntime: benchmarks/ort_perf_loop.py, the loop onnxruntime_perf_test runs, its session options (its
+    docstring says which, from the tool's source); the tool itself is not in the pip wheel;
+  - openvino: OpenVINO's `benchmark_app` (shipped in the wheel) on the IR, `-niter N -api sync -nstreams 1
+    -nthreads T -infer_precision f32 -hint none -shape [B,3,R,R]`, its median latency (it runs one untimed first
+    inference: with W > 0 its legs still run one, said in the output);
+  their number is batch / the median run.
+
+Per round the ratio vitbench img/s / reference img/s (> 1: vitbench reads faster); per runtime and batch size the
+rounds' ratios, their median and their range. With `--cpu-time` each leg also records the process CPU time of
+every timed step (vitbench's CLI run through a wrapper that reads it around each timed step; the ONNX Runtime loop
+reads it itself; benchmark_app gives none) and the ratio of the medians of CPU time: on a CPU shared with others
+it leaves out the waits, though not the slowdown of sharing caches and the core. Say the load with the figures
+(uptime is printed before and after; each vitbench leg records `other_load_cores`).
+
+    python benchmarks/bench_runtimes_parity.py                                    # ViT-B/16, batch 1 and 8
+    python benchmarks/bench_runtimes_parity.py --model ViT-Nano/4 --resolution 32 --rounds 2 --cpu-time
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+RUNTIMES = ("onnxruntime", "openvino")
+GRAPH_FILE = {"onnxruntime": "model.onnx", "openvino": "model.xml"}  # the backends' FP32_FILE and IR_FILE
+
+# vitbench's CLI, each timed step's process CPU time recorded around it (`--cpu-time`) and printed to stderr at
+# exit; the timed steps are Backend.time_steps' (latency timing), whose wall times the record keeps.
+CPU_TIMED_CLI = r"""
+import atexit, json, sys, time
+from vitbench.backends import base
+cpu_s = []
+time_steps = base.Backend.time_steps
+def cpu_timed(self, work, stop):
+    step = work.step
+    def counted():
+        c0 = time.process_time()
+        out = step()
+        cpu_s.append(time.process_time() - c0)
+        return out
+    work.step = counted
+    return time_steps(self, work, stop)
+base.Backend.time_steps = cpu_timed
+atexit.register(lambda: print("CPU_S " + json.dumps(cpu_s), file=sys.stderr))
+from vitbench.cli import main
+main()
+"""
+PLAIN_CLI = "from vitbench.cli import main; main()"
+
+
+def uptime() -> str:
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+
+
+def run_pinned(cmd: list[str], cpus: set[int], timeout: int) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                          preexec_fn=lambda: os.sched_setaffinity(0, cpus))
+
+
+def last_line(p: subprocess.CompletedProcess) -> str:
+    lines = [x for x in (p.stderr or p.stdout).strip().splitlines() if not x.startswith("CPU_S ")]
+    return lines[-1] if lines else f"exit {p.returncode}"
+
+
+def vitbench_leg(runtime: str, batch: int, steps: int, args) -> dict:
+    cmd = [sys.executable, "-c", CPU_TIMED_CLI if args.cpu_time else PLAIN_CLI, "bench", args.model, "--backend",
+           runtime, "-b", str(batch), "--precision", "fp32", "--threads", str(args.threads), "--timing", "latency",
+           "--warmup", str(args.warmup), "--min-steps", str(steps), "--min-seconds", "0", "--max-seconds",
+           str(args.timeout), "--seed", str(args.seed), "--json"]
+    if args.resolution:
+        cmd += ["-r", str(args.resolution)]
+    p = run_pinned(cmd, args.cpu_set, args.timeout)
+    if p.returncode != 0:
+        return {"error": last_line(p)}
+    rec = json.loads(p.stdout[p.stdout.index("{"):])
+    if rec.get("status") != "ok":
+        return {"error": f"status {rec.get('status')}: {rec.get('error')}"}
+    m, settings = rec["metrics"], rec["raw"].get("settings", {})
+    out = {"img_per_s": m["img_per_s"], "step_ms_median": m["step_ms_median"], "step_s": rec["raw"]["step_s"],
+           "other_load_cores": m.get("other_load_cores"), "threads": rec["env"].get("threads"),
+           "graph": settings.get("graph"), "compile_cache": rec["env"].get("compile_cache")}
+    cpu = [ln for ln in p.stderr.splitlines() if ln.startswith("CPU_S ")]
+    if cpu:
+        out["cpu_s"] = json.loads(cpu[-1][len("CPU_S "):])
+    return out
+
+
+def ort_leg(graph: Path, batch: int, res: int, steps: int, args) -> dict:
+    cmd = [sys.executable, str(HERE / "ort_perf_loop.py"), str(graph), "--batch", str(batch), "--resolution",
+           str(res), "--threads", str(args.threads), "--warmup", str(1 + args.warmup), "--runs", str(steps),
+           "--seed", str(args.seed)]
+    p = run_pinned(cmd, args.cpu_set, args.timeout)
+    if p.returncode != 0:
+        return {"error": last_line(p)}
+    d = json.loads(p.stdout)
+    return {"img_per_s": batch / (d["step_ms_median"] / 1e3), "step_ms_median": d["step_ms_median"],
+            "step_ms_mean": d["step_ms_mean"], "step_s": d["step_s"],
+            **({"cpu_s": d["cpu_s"]} if args.cpu_time else {})}
+
+
+def openvino_leg(graph: Path, batch: int, res: int, steps: int, args) -> dict:
+    exe = Path(sys.executable).with_name("benchmark_app")
+    cmd = [str(exe), "-m", str(graph), "-d", "CPU", "-shape", f"[{batch},3,{res},{res}]", "-api", "sync",
+           "-nstreams", "1", "-nthreads", str(args.threads), "-infer_precision", "f32", "-hint", "none",
+           "-niter", str(steps)]
+    p = run_pinned(cmd, args.cpu_set, args.timeout)
+    out = p.stdout + p.stderr
+    med, count = latency_ms(out, "Median"), re.search(r"Count:\s+(\d+)\s+iterations", out)
+    if p.returncode != 0 or med is None:
+        return {"error": out.strip().splitlines()[-1] if out.strip() else f"exit {p.returncode}"}
+    return {"img_per_s": batch / (med / 1e3), "step_ms_median": med, "step_ms_mean": latency_ms(out, "Average"),
+            "iterations": int(count.group(1)) if count else None}
+
+
+def latency_ms(out: str, which: str) -> float | None:
+    """A latency line of benchmark_app's report ("Median:  143.83 us", "Average:  2.01 ms") in ms."""
+    m = re.search(rf"{which}:\s+([\d.]+)\s+(ms|us)\b", out)
+    return None if m is None else float(m.group(1)) * (1e-3 if m.group(2) == "us" else 1.0)
+
+
+def reference_leg(runtime: str, graph: Path, batch: int, res: int, steps: int, args) -> dict:
+    leg = ort_leg if runtime == "onnxruntime" else openvino_leg
+    return leg(graph, batch, res, steps, args)
+
+
+def graph_of(row: dict, runtime: str) -> Path | None:
+    if not row.get("graph") or not row.get("compile_cache"):
+        return None
+    path = Path(row["compile_cache"]) / row["graph"] / GRAPH_FILE[runtime]
+    return path if path.exists() else None
+
+
+def spread(xs: list[float]) -> str:
+    """Median, range and the geometric standard deviation of the rounds' ratios."""
+    if not xs:
+        return "no rounds"
+    sd = statistics.stdev(math.log(x) for x in xs) if len(xs) > 1 else float("nan")
+    return (f"median {statistics.median(xs):.3f}  range [{min(xs):.3f}, {max(xs):.3f}]  "
+            f"sd(log) {sd:.3f}  rounds {len(xs)}  ({', '.join(f'{x:.3f}' for x in xs)})")
+
+
+def options() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="ViT-B/16")
+    ap.add_argument("--resolution", type=int, default=None, help="pixels (default: the model's)")
+    ap.add_argument("--batches", default="1,8")
+    ap.add_argument("--runtimes", default=",".join(RUNTIMES), help=f"among {', '.join(RUNTIMES)}")
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=10, help="timed steps of each leg")
+    ap.add_argument("--warmup", type=int, default=0,
+                    help="vitbench's warm-up steps after its first; the loop runs 1 + this untimed")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--cpus", default=None, help="CPUs every leg is pinned to, e.g. 1 or 0,1 (default: the last "
+                                                 "CPU this process may use)")
+    ap.add_argument("--cpu-time", action="store_true", help="record each timed step's process CPU time too")
+    ap.add_argument("--timeout", type=int, default=1800, help="seconds, per leg")
+    a = ap.parse_args()
+    allowed = os.sched_getaffinity(0)
+    try:
+        a.cpu_set = {int(c) for c in a.cpus.split(",")} if a.cpus else {max(allowed)}
+        a.batch_sizes = [int(b) for b in a.batches.split(",")]
+    except ValueError:
+        ap.error(f"--cpus and --batches take comma-separated integers, got {a.cpus!r} and {a.batches!r}")
+    if not a.cpu_set <= allowed:
+        ap.error(f"--cpus {a.cpus}: this process may use CPUs {sorted(allowed)} only")
+    a.runtime_list = a.runtimes.split(",")
+    if bad := [r for r in a.runtime_list if r not in RUNTIMES]:
+        ap.error(f"--runtimes: {', '.join(bad)} not among {', '.join(RUNTIMES)}")
+    for name in ("rounds", "steps", "threads"):
+        if getattr(a, name) < 1:
+            ap.error(f"--{name} must be >= 1, got {getattr(a, name)}")
+    if a.warmup < 0 or min(a.batch_sizes) < 1:
+        ap.error("--warmup must be >= 0 and every batch size >= 1")
+    return a
+
+
+def main() -> None:
+    args = options()
+    from vitbench.models.specs import get_spec
+
+    res = args.resolution or get_spec(args.model).resolution
+    print(json.dumps({"uptime_start": uptime(), "cpus": sorted(args.cpu_set), "model": args.model,
+                      "resolution": res, "threads": args.threads, "steps": args.steps, "warmup": args.warmup}),
+          flush=True)
+    graphs = {}
+    for runtime in args.runtime_list:  # each graph exported (or found) once, before every leg: one for all batches
+        row = vitbench_leg(runtime, 1, 1, args)
+        graphs[runtime] = graph_of(row, runtime)
+        print(json.dumps({"prepare": runtime, "graph": str(graphs[runtime]), "error": row.get("error")}),
+              flush=True)
+        if graphs[runtime] is None:
+            sys.exit(f"{runtime}: no graph file from vitbench's row ({row.get('error', 'no graph in the row')})")
+    ratios: dict[tuple, list[float]] = {}
+    cpu_ratios: dict[tuple, list[float]] = {}
+    for r in range(args.rounds):
+        for batch in args.batch_sizes:
+            for runtime in args.runtime_list:
+                legs = {}
+                for who in (("vitbench", "reference") if r % 2 == 0 else ("reference", "vitbench")):
+                    if who == "vitbench":
+                        leg = vitbench_leg(runtime, batch, args.steps, args)
+                        if "graph" in leg and graph_of(leg, runtime) != graphs[runtime]:
+                            leg = {"error": f"ran graph {leg['graph']}, not the reference's {graphs[runtime]}"}
+                    else:
+                        leg = reference_leg(runtime, graphs[runtime], batch, res, args.steps, args)
+                    legs[who] = leg
+                    print(json.dumps({"round": r, "batch": batch, "runtime": runtime, "who": who, **leg}),
+                          flush=True)
+                ours, theirs = legs["vitbench"], legs["reference"]
+                if "img_per_s" in ours and "img_per_s" in theirs:
+                    ratios.setdefault((runtime, batch), []).append(ours["img_per_s"] / theirs["img_per_s"])
+                    if ours.get("cpu_s") and theirs.get("cpu_s"):
+                        cpu_ratios.setdefault((runtime, batch), []).append(
+                            statistics.median(theirs["cpu_s"]) / statistics.median(ours["cpu_s"]))
+    print(json.dumps({"uptime_end": uptime()}), flush=True)
+    print(f"\n{args.model} @ {res}px, fp32, {args.threads} thread(s), CPUs {sorted(args.cpu_set)}, {args.steps} "
+          f"timed steps a leg, vitbench img/s over the runtime's own loop's (batch / median step), per round:")
+    for runtime in args.runtime_list:
+        tool = "ort_perf_loop.py" if runtime == "onnxruntime" else "benchmark_app"
+        for batch in args.batch_sizes:
+            print(f"  {runtime:11} / {tool:16} batch {batch:>3}: {spread(ratios.get((runtime, batch), []))}")
+            if (runtime, batch) in cpu_ratios:
+                print(f"  {'':11}   {'(CPU time)':16} batch {batch:>3}: {spread(cpu_ratios[(runtime, batch)])}")
+    if args.warmup and "openvino" in args.runtime_list:
+        print(f"  (benchmark_app ran 1 untimed inference, vitbench 1 + {args.warmup})")
+
+
+if __name__ == "__main__":
+    main()
