@@ -38,6 +38,7 @@ from vitbench.compare.ab import (DEFAULT_BUDGET_S, DEFAULT_SCHEDULE, DEFAULT_STA
 from vitbench.compare.decide import Decision
 from vitbench.compare.decide import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD
 from vitbench.compare.paired import DEFAULT_MIN_PAIRS, Rule
+from vitbench.cpus import TreeMeter
 from vitbench.measure.extra_work import ENV
 
 SIZES = (0.0, 0.10, 0.05, 0.0, 0.10, 0.20)  # one cycle of blocks: 0 % and 10 % (the goal's sizes) twice
@@ -57,18 +58,20 @@ def collect(pool: Path, blocks: int, study: str, schedules: list[Schedule]) -> N
         order = (base, cur) if seen % 2 == 0 else (cur, base)
         with tempfile.TemporaryDirectory(prefix="vitbench-power-") as tmp:
             t0 = time.monotonic()
-            schedule.run(order, {s.name: Path(tmp) / s.name for s in order})
+            with TreeMeter() as gate:  # others' load beside the gate's processes, as `vitbench ab` reads it
+                schedule.run(order, {s.name: Path(tmp) / s.name for s in order})
             pairs = Pairs()
-            pairs.add(Path(tmp) / "baseline", Path(tmp) / "current")
+            pairs.add(Path(tmp) / "baseline", Path(tmp) / "current", gate.other_cores)
             secs = time.monotonic() - t0
         trials = {f"{pairs.trials[k][0].config['model']} {pairs.trials[k][0].config['task']}": v[0]
                   for k, v in pairs.samples.items() if pairs.matched(k)}  # per leg, per-step img/s, both sides
         row = {"block": b, "size": size, "first": order[0].name, "schedule": schedule.value, "seconds": secs,
-               "trials": trials, "at": time.time(), "load1": os.getloadavg()[0]}
+               "trials": trials, "at": time.time(), "load1": os.getloadavg()[0], "others": gate.other_cores}
         done.append(row)
         with pool.open("a") as fh:
             fh.write(json.dumps(row) + "\n")
-        print(f"block {b} size {size:.0%} {schedule.value} {order[0].name} first {secs:.0f} s: " + ", ".join(
+        print(f"block {b} size {size:.0%} {schedule.value} {order[0].name} first {secs:.0f} s, others "
+              f"{gate.other_cores:.2f} cores: " + ", ".join(
             f"{t} {t_r:.3f}" for t, t_r in _ratios(row, DEFAULT_STATISTIC).items()), flush=True)
 
 

@@ -200,6 +200,18 @@ def test_ab_on_a_busy_host_leaves_the_busy_pairs_out_and_says_so(repo, monkeypat
     assert res.verdict is Decision.REGRESSION and "every pair quiet" in dict(res.comparison.context)["host"]
 
 
+def test_the_gates_own_reading_of_the_load_decides_not_the_rows(repo, monkeypatch, tmp_path):
+    # under `turns` a row's own meter counts the other side and the other leg as others (1.5 cores of the gate's
+    # own), and on a saturated machine it cannot see more: the gate measures around the pair instead (TreeMeter)
+    _fake_sweeps(monkeypatch, 2.0, others=1.0)  # the rows say busy
+    monkeypatch.setattr(ab_mod.TreeMeter, "other_cores", 0.1)  # the gate saw the machine quiet
+    res = ab_mod.run_ab("HEAD~1", repo=repo, rule=Rule(min_pairs=2, max_pairs=3), results=tmp_path / "r")
+    assert res.verdict is Decision.REGRESSION and "every pair quiet" in dict(res.comparison.context)["host"]
+    pairs = ab_mod.Pairs(own_load=1.0)  # a pair read back from its directories: the rows' reading less own_load
+    pairs.add(tmp_path / "r" / "baseline" / "pair01", tmp_path / "r" / "current" / "pair01")
+    assert pairs.others == [pytest.approx(1.0 + ab_mod.DEFAULT_SCHEDULE.own_load - 1.0)] and pairs.busy() == [True]
+
+
 def test_a_pair_whose_rows_do_not_say_the_load_counts_as_busy():
     pairs = ab_mod.Pairs(others=[0.1, None, ab_mod.BUSY_CORES, 0.49])
     assert pairs.busy() == [False, True, True, False]

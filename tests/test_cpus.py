@@ -115,3 +115,21 @@ def test_torch_keeps_a_requested_count_and_omp_num_threads(host, torch_threads, 
     monkeypatch.setenv("OMP_NUM_THREADS", "2")  # the user's own setting: the framework's default honours it
     info = TorchBackend().setup("cpu")
     assert info["threads"] == 2 and info["threads_chosen"] == "default" and host["samples"] == 0
+
+
+GRANDCHILD = ("import subprocess, sys\n"
+              "code = 'import time\\nt = time.process_time()\\nwhile time.process_time() - t < 0.6: pass'\n"
+              "subprocess.run([sys.executable, '-c', code], check=True)\n")
+
+
+def test_the_tree_meter_counts_every_descendant_as_its_own():
+    # a child whose own child spends 0.6 s of CPU (process time: as long on a busy machine as on a quiet one):
+    # the tree's CPU time holds it, less at most one sampling interval lost when it exited (and 50 ms for the
+    # kernel's CPU-time accounting, in 10 ms ticks, read by two clocks)
+    import subprocess
+    import sys
+
+    every = 0.05
+    with cpus.TreeMeter(every_s=every) as m:
+        subprocess.run([sys.executable, "-c", GRANDCHILD], check=True, timeout=120)
+    assert m.tree_s >= 0.6 - every - 0.05 and m.other_cores is not None and m.other_cores >= 0.0

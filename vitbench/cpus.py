@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 import time
 import warnings
 from dataclasses import dataclass
@@ -118,6 +119,53 @@ def others_since(mark: Mark) -> tuple[float, float | None]:
     if wall <= 0:
         return wall, None
     return wall, max(0.0, ((now.busy_s - mark.busy_s) - (now.own_s - mark.own_s)) / wall)
+
+
+class TreeMeter:
+    """`with TreeMeter() as m: ...` then `m.other_cores`: the cores processes other than this one *and its
+    descendants* kept busy meanwhile (the machine's busy time less this process's own CPU time and each
+    descendant's, over the wall time). Where a run is several processes at once (`vitbench ab`: the sides' sweeps,
+    their trials, their fork servers), a single process's `others_since` counts its siblings as others; this one
+    does not. Descendants are found and their CPU times read every `every_s` seconds from a thread, so a
+    descendant's CPU time in its last `every_s` before it exits is missed (counted as others'), as is a fork
+    server's once its sweep has exited (it is then no descendant)."""
+
+    def __init__(self, every_s: float = 0.25) -> None:
+        self.every_s = every_s
+        self.other_cores: float | None = None
+        self.tree_s = 0.0  # CPU seconds this process and its descendants used meanwhile
+        self._seen: dict[tuple[int, float], float] = {}  # (pid, create time) -> its CPU seconds, last read
+        self._stop = threading.Event()
+
+    def _sample(self) -> None:
+        for child in psutil.Process().children(recursive=True):
+            try:
+                t = child.cpu_times()
+                self._seen[(child.pid, child.create_time())] = t.user + t.system
+            except psutil.Error:  # it exited meanwhile
+                pass
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self._sample()
+
+    def __enter__(self) -> TreeMeter:
+        t = psutil.Process().cpu_times()
+        self._wall, self._busy, self._own = time.perf_counter(), _busy_s(), t.user + t.system
+        self._sample()
+        self._before = dict(self._seen)  # what descendants alive at the start had used already
+        self._thread = threading.Thread(target=self._run, name="vitbench-tree-meter", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+        t = psutil.Process().cpu_times()
+        wall = time.perf_counter() - self._wall
+        self.tree_s = (t.user + t.system - self._own) + sum(v - self._before.get(k, 0.0) for k, v in self._seen.items())
+        self.other_cores = max(0.0, (_busy_s() - self._busy - self.tree_s) / wall) if wall > 0 else None
 
 
 def others_now(seconds: float = SAMPLE_S) -> float:

@@ -30,6 +30,7 @@ from vitbench.compare.paired import Rule, verdict
 from vitbench.compare.schedule import DEFAULT_SCHEDULE, Schedule, legs_of
 from vitbench.compare.sides import (LOCK, Running, Side, _environment, _git, checkout, commit_side,  # noqa: F401
                                     repo_root, resolve_ref)
+from vitbench.cpus import TreeMeter
 from vitbench.errors import ConfigError
 from vitbench.measure.extra_work import ENV as EXTRA_WORK_ENV
 from vitbench.measure.load import BUSY_CORES
@@ -87,12 +88,15 @@ class Pairs:
     samples: dict[str, list[tuple[list[list[float]], list[list[float]]]]] = field(default_factory=dict)
     trials: dict[str, tuple] = field(default_factory=dict)  # key -> (baseline Trial, current Trial)
     records: tuple[list[Record], list[Record]] = field(default_factory=lambda: ([], []))
-    # per pair, the cores other processes used beyond the gate's own (the median over the pair's ok rows of
-    # other_load_cores less own_load); None where no row recorded it
+    # per pair, the cores other processes used beside the gate's: measured around the pair by the gate
+    # (vitbench.cpus.TreeMeter), or for a pair read back from its directories the median over its ok rows of
+    # other_load_cores less own_load; None where nothing recorded it
     others: list[float | None] = field(default_factory=list)
 
-    def add(self, b_pair: Path, c_pair: Path) -> None:
-        """One pair: each side's pair directory, its legs inside (vitbench.compare.schedule.legs_of)."""
+    def add(self, b_pair: Path, c_pair: Path, others: float | None = None) -> None:
+        """One pair: each side's pair directory, its legs inside (vitbench.compare.schedule.legs_of); `others`:
+        the cores other processes used while the gate ran it (vitbench.cpus.TreeMeter), else the rows' own
+        reading less the schedule's own load."""
         sides, loads = [], []
         for pair, recs in ((b_pair, self.records[0]), (c_pair, self.records[1])):
             legs = [round_values(leg) for leg in legs_of(pair)]
@@ -101,7 +105,9 @@ class Pairs:
                 loads += [r.metrics.get("other_load_cores") for r in leg_records if r.status is Status.OK]
             sides.append([values for values, _ in legs])
         known = [x for x in loads if isinstance(x, (int, float)) and math.isfinite(x)]
-        self.others.append(statistics.median(known) - self.own_load if known else None)
+        if others is None:
+            others = statistics.median(known) - self.own_load if known else None
+        self.others.append(others)
         for key in {k for legs in sides for values in legs for k in values}:
             b, c = ([values.get(key, (None, []))[1] for values in legs] for legs in sides)
             self.samples.setdefault(key, []).append((b, c))
@@ -278,7 +284,7 @@ def _host_line(pairs: Pairs) -> str:
     """How busy the machine was beyond the gate's own processes, and which pairs the decision left out."""
     known = [x for x in pairs.others if x is not None]
     busy = sum(pairs.busy())
-    load = f"other processes used a median {statistics.median(known):.2f} cores beyond the gate's own" if known \
+    load = f"other processes used a median {statistics.median(known):.2f} cores beside the gate's" if known \
         else "no row recorded the other load"
     return (f"{load}; {busy} of {len(pairs.others)} pairs busy (>= {BUSY_CORES:g} cores, or not recorded) and left "
             "out of every decision" if busy else f"{load}; every pair quiet (< {BUSY_CORES:g} cores)")
@@ -296,8 +302,9 @@ def _loop(sides: tuple[Side, Side], rule: Rule, budget_s: float, t_start: float,
         order = sides if n % 2 == 0 else sides[::-1]
         t0 = time.monotonic()
         paths = {side.name: out_root / side.name / f"pair{n + 1:02d}" for side in sides}
-        pairs.filled.append(schedule.run(order, paths))
-        pairs.add(paths["baseline"], paths["current"])
+        with TreeMeter() as gate:  # others' load beside every process of the gate's (a row sees its own only)
+            pairs.filled.append(schedule.run(order, paths))
+        pairs.add(paths["baseline"], paths["current"], gate.other_cores)
         pairs.order.append(f"{order[0].name} first")
         pairs.seconds.append(time.monotonic() - t0)
         n += 1
