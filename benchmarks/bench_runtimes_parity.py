@@ -11,8 +11,9 @@ differ") weighs on both sides alike:
   --warmup W --min-steps N --min-seconds 0`: its first step and W warm-up steps untimed, then exactly N timed
   steps; its number is batch / the median step;
 - the runtime's own loop, on the very graph file vitbench's row ran (found by the row's graph key in its compile
-  cache; every vitbench leg's key is checked to be the one the reference ran), the same threads, 1 + W untimed
-  runs and N timed ones:
+  cache; every vitbench leg's key is checked to be the one the reference ran: the key holds vitbench's source, so
+  an edit to it during the run exports a new graph and leaves that pair out; run it on a frozen checkout, e.g. a
+  `git worktree` of HEAD with PYTHONPATH set to it), the same threads, 1 + W untimed runs and N timed ones:
   - onnxruntime: benchmarks/ort_perf_loop.py, the loop onnxruntime_perf_test runs, its session options (its
     docstring says which, from the tool's source); the tool itself is not in the pip wheel;
   - openvino: OpenVINO's `benchmark_app` (shipped in the wheel) on the IR, `-niter N -api sync -nstreams 1
@@ -24,8 +25,11 @@ Per round the ratio vitbench img/s / reference img/s (> 1: vitbench reads faster
 rounds' ratios, their median and their range. With `--cpu-time` each leg also records the process CPU time of
 every timed step (vitbench's CLI run through a wrapper that reads it around each timed step; the ONNX Runtime loop
 reads it itself; benchmark_app gives none) and the ratio of the medians of CPU time: on a CPU shared with others
-it leaves out the waits, though not the slowdown of sharing caches and the core. Say the load with the figures
-(uptime is printed before and after; each vitbench leg records `other_load_cores`).
+it leaves out the waits, though not the slowdown of sharing caches and the core (at a load of 9 on this 2-core VM
+a ViT-B/16 step's CPU time still moved by 1.6x between processes: not a substitute for a quiet host).
+`--loop-import MODULE` has the ONNX Runtime loop import a module first (torch, vitbench...): a gap that closes with
+it comes from what vitbench's process has loaded, not from what it asks of the runtime. Say the load with the
+figures (uptime is printed before and after; each vitbench leg records `other_load_cores`).
 
     python benchmarks/bench_runtimes_parity.py                                    # ViT-B/16, batch 1 and 8
     python benchmarks/bench_runtimes_parity.py --model ViT-Nano/4 --resolution 32 --rounds 2 --cpu-time
@@ -111,7 +115,7 @@ def vitbench_leg(runtime: str, batch: int, steps: int, args) -> dict:
 def ort_leg(graph: Path, batch: int, res: int, steps: int, args) -> dict:
     cmd = [sys.executable, str(HERE / "ort_perf_loop.py"), str(graph), "--batch", str(batch), "--resolution",
            str(res), "--threads", str(args.threads), "--warmup", str(1 + args.warmup), "--runs", str(steps),
-           "--seed", str(args.seed)]
+           "--seed", str(args.seed), *(x for m in args.loop_import for x in ("--import", m))]
     p = run_pinned(cmd, args.cpu_set, args.timeout)
     if p.returncode != 0:
         return {"error": last_line(p)}
@@ -177,6 +181,9 @@ def options() -> argparse.Namespace:
     ap.add_argument("--cpus", default=None, help="CPUs every leg is pinned to, e.g. 1 or 0,1 (default: the last "
                                                  "CPU this process may use)")
     ap.add_argument("--cpu-time", action="store_true", help="record each timed step's process CPU time too")
+    ap.add_argument("--loop-import", action="append", default=[], metavar="MODULE",
+                    help="onnxruntime: a module the loop imports first, repeatable (e.g. torch, "
+                         "vitbench.backends.onnxruntime.backend: whether vitbench's process makes the gap)")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds, per leg")
     a = ap.parse_args()
     allowed = os.sched_getaffinity(0)
@@ -223,8 +230,11 @@ def main() -> None:
                 for who in (("vitbench", "reference") if r % 2 == 0 else ("reference", "vitbench")):
                     if who == "vitbench":
                         leg = vitbench_leg(runtime, batch, args.steps, args)
-                        if "graph" in leg and graph_of(leg, runtime) != graphs[runtime]:
-                            leg = {"error": f"ran graph {leg['graph']}, not the reference's {graphs[runtime]}"}
+                        ran = graph_of(leg, runtime) if "graph" in leg else graphs[runtime]
+                        if ran != graphs[runtime]:  # vitbench's source changed under the run: the graph's key too
+                            leg = {"error": f"ran graph {ran}, not the reference's {graphs[runtime]}: pair left "
+                                            f"out, the next rounds use the new graph"}
+                            graphs[runtime] = ran or graphs[runtime]
                     else:
                         leg = reference_leg(runtime, graphs[runtime], batch, res, args.steps, args)
                     legs[who] = leg

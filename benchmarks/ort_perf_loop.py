@@ -22,7 +22,8 @@ One difference, so that both sides run the same numbers: the input is the seeded
 vitbench's runtime backends feed (vitbench.backends.runtime.images: numpy's default_rng(seed), NCHW float32),
 written out here; the tool feeds its test data files or, with `-I`, zeros. The free batch axis is set by
 `--batch` (the tool's `-f`). The process CPU time of each run is printed beside its wall time: on a CPU that
-others share, it leaves out the time this process waited for the CPU.
+others share, it leaves out the time this process waited for the CPU. `--import MODULE` (repeatable) loads a
+module before onnxruntime, to tell whether what vitbench's process has loaded (torch, vitbench) changes the loop.
 
     python benchmarks/ort_perf_loop.py MODEL.onnx --batch 8 --resolution 224 --threads 1 --runs 10
 """
@@ -30,12 +31,19 @@ others share, it leaves out the time this process waited for the CPU.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import statistics
+import sys
 import time
 
-import numpy as np
-import onnxruntime as ort
+if __name__ == "__main__":  # --import MODULE: loaded before onnxruntime (does what vitbench loads matter?)
+    for i, arg in enumerate(sys.argv[:-1]):
+        if arg == "--import":
+            importlib.import_module(sys.argv[i + 1])
+
+import numpy as np  # noqa: E402
+import onnxruntime as ort  # noqa: E402
 
 
 def session_options(threads: int) -> ort.SessionOptions:
@@ -87,13 +95,17 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=1, help="untimed runs first (the tool: 1)")
     ap.add_argument("--runs", type=int, default=10, help="timed runs (the tool's -r)")
     ap.add_argument("--seed", type=int, default=0, help="the input's seed (vitbench's --seed)")
+    ap.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                    help="a module imported before onnxruntime, repeatable (a diagnosis: e.g. torch, "
+                         "vitbench.backends.onnxruntime.backend, as in vitbench's process)")
     a = ap.parse_args()
     for name in ("batch", "resolution", "runs"):
         if getattr(a, name) < 1:
             ap.error(f"--{name} must be >= 1, got {getattr(a, name)}")
     if a.threads < 0 or a.warmup < 0:
         ap.error("--threads and --warmup must be >= 0")
-    print(json.dumps(run(a.model, a.batch, a.resolution, a.threads, a.warmup, a.runs, a.seed)))
+    print(json.dumps({**run(a.model, a.batch, a.resolution, a.threads, a.warmup, a.runs, a.seed),
+                      "imported_first": a.imports}))
 
 
 if __name__ == "__main__":
