@@ -1,35 +1,54 @@
-"""The transfer commands name a bad config value by the option that set it, from one declaration: the map
-(config path -> option) is read from each option's `from_field` declaration plus a short list of the options
-that declare no field; every path in it is a real field of the command's config, so a renamed field cannot leave
-a stale name behind."""
+"""The transfer commands' options of their tasks' fields are generated from the fields' config paths
+(vitbench.cli.path_options): each option's parameter is a real field of its task, its spellings the ones users
+have plus the path's own, its type, default and help the field's; a bad value is named by the option that set
+it, from that one declaration, so a renamed field cannot leave a stale name behind."""
 
 from __future__ import annotations
 
 import pytest
 
-from test_study_field_paths import _has_path
 from vitbench.cli import transfer_cmd as t
 from vitbench.cli.data_options import SOURCE_OPTIONS
+from vitbench.cli.options import source_of
+from vitbench.cli.path_options import cli_type, option_names, path_spelling
 from vitbench.tasks.fewshot import Fewshot
 from vitbench.tasks.finetune import Finetune
-from vitbench.protocols.pretrain import PretrainConfig
+from vitbench.tasks.pretrain import Pretrain
 from vitbench.transfer.config import DataConfig
 
-
-@pytest.mark.parametrize("names,config", [(t._pretrain_names, PretrainConfig)])
-def test_every_named_path_is_a_config_field(names, config):
-    m = names()
-    # a key ending in '.' is a prefix rule; `masked_patch` is the objective union's tag in pydantic's locations
-    paths = [p.replace(".masked_patch.", ".") for p in m if not p.endswith(".")]
-    assert [p for p in paths if not _has_path(config, p)] == []
-    assert all(m[f"data.{f}"] == flag for f, flag in SOURCE_OPTIONS.items())  # the data options, declared once
-    assert all(flag.startswith("--") or flag in ("MODEL", "") for flag in m.values())
+GROUPS = [(t.UPSTREAM, Pretrain.Params), (t.DATA, Fewshot.Params), (t.DATA, Finetune.Params),
+          (t.FEWSHOT, Fewshot.Params), (t.FINETUNE, Finetune.Params)]
 
 
-def test_every_downstream_flag_names_a_task_field():
-    """fewshot and finetune name their tasks' fields by these options (the rest as --field-name): no stale name."""
-    fields = {*Fewshot.Params.model_fields, *Finetune.Params.model_fields}
-    assert [f for f in t._DOWNSTREAM_FLAGS if f not in fields] == []
+@pytest.mark.parametrize("group,params", GROUPS)
+def test_every_generated_option_is_its_fields_path_type_default_and_help(group, params):
+    paths: dict[str, set[str]] = {}  # a field may have two (data_seed: data.seed, upstream.data.seed)
+    for path, field in params.field_paths().items():
+        paths.setdefault(field, set()).add(path)
+    for field, (typ, info) in group.options.items():
+        declared = params.model_fields[field]  # a KeyError: an option of no field
+        spelled = {path_spelling(p) for p in paths.get(field, {field})}
+        assert any(spelled & set(d.split("/")) for d in info.param_decls), (field, info.param_decls)
+        assert typ is cli_type(declared.annotation), field
+        assert info.help and info.help == declared.description, field
+        src = source_of(info)
+        if src.model_class() is params:  # else another config's default, named in the table (fewshot's shots)
+            assert src.path == field and info.default == src.default(), field
+
+
+def test_the_data_options_are_spelled_as_benchs():
+    """The downstream data options and the upstream's take the spellings bench's data options have."""
+    down, up = option_names(t.DATA), option_names(t.UPSTREAM)
+    for path, flag in SOURCE_OPTIONS.items():
+        assert down[Fewshot.Params.field_paths()[f"data.{path}"]] == flag
+        assert up[Pretrain.Params.field_paths()[f"upstream.data.{path}"]] == flag
+
+
+def test_a_path_spelling_sets_the_field_and_is_named_as_users_know_it(cli):
+    r = cli("pretrain", "ViT-Nano/4", "--upstream.lr", "-1")
+    assert r.exit_code == 2 and "--lr:" in r.output and "Traceback" not in r.output, r.output
+    r = cli("fewshot", "--model", "ViT-Nano/4", "--data.workers", "-1")
+    assert r.exit_code == 2 and "--data-workers" in r.output, r.output
 
 
 def test_source_options_come_from_the_option_declarations():

@@ -1,47 +1,37 @@
-"""The data source options of every command that reads a dataset (pretrain, fewshot, finetune, bench --data),
-declared once: each command names them in its signature, and `source` turns them into DataConfig fields."""
+"""The data source options of `bench --data`, declared once: bench names them in its signature, and `source`
+turns them into DataConfig fields. The transfer commands (pretrain, fewshot, finetune) generate the same options,
+spelled alike, from their tasks' fields by config path (vitbench.cli.path_options.data_options)."""
 
 from __future__ import annotations
-
-from typing import get_args
 
 import typer
 
 from vitbench.cli.options import OptionGroup, from_field, source_of
-from vitbench.transfer.config import DataConfig, DatasetName
+from vitbench.transfer.config import DataConfig, description_of
 from vitbench.transfer.formats import format_options
-
-
-def _dataset_names() -> str:
-    return " | ".join(get_args(DatasetName))
 
 
 def data_option(more: str = ""):
     """bench's --data option: no default (synthetic input unless given)."""
-    return typer.Option(None, "--data", help=f"{_dataset_names()} (docs/datasets.md).{more}")
+    return typer.Option(None, "--data", help=f"{description_of(DataConfig, 'name')}{more}")
 
 
-# the transfer commands' --data: DataConfig's default dataset
-DATA = from_field(DataConfig, "name", "--data", help=f"{_dataset_names()} (docs/datasets.md).")
-DATA_PATH = from_field(DataConfig, "path", "--data-path", help="Local path: a class folder, a shard pattern "
-                       "(train-{000..099}.tar) or directory, an hf dataset directory, a cifar directory, an .npz.")
-DATA_TEST_PATH = from_field(DataConfig, "test_path", "--data-test-path", help="webdataset / hf: the test split's "
-                            "own path or pattern (default: test-*.tar or the test split beside --data-path).")
-SKIP_CORRUPT = from_field(DataConfig, "skip_corrupt", "--skip-corrupt", help="Skip files that do not decode, counted "
-                          "in the row (skipped_files) and on the terminal; default: stop (exit 2) naming the file.")
-DATA_WORKERS = from_field(DataConfig, "workers", "--data-workers", min=0, help="Processes decoding and "
-                          "preprocessing ahead (0: in this process). Results do not depend on it.")
-CHECK_DATA = from_field(DataConfig, "check_data", "--check-data", help="Verify every image of the dataset before "
-                        "any work (a PNG's CRCs, a JPEG at 1/8 scale): a corrupt file exits 2 at once, not partway "
-                        "(or, with --skip-corrupt, is counted from the start). Reads the whole dataset.")
+# the data options of `bench --data` (the transfer commands generate theirs from their tasks' fields by config path,
+# vitbench.cli.path_options, with these spellings); a help is its DataConfig field's description
+DATA = from_field(DataConfig, "name", "--data", help=description_of(DataConfig, "name"))
+DATA_PATH = from_field(DataConfig, "path", "--data-path", help=description_of(DataConfig, "path"))
+DATA_TEST_PATH = from_field(DataConfig, "test_path", "--data-test-path", help=description_of(DataConfig, "test_path"))
+SKIP_CORRUPT = from_field(DataConfig, "skip_corrupt", "--skip-corrupt",
+                          help=description_of(DataConfig, "skip_corrupt"))
+DATA_WORKERS = from_field(DataConfig, "workers", "--data-workers", min=0, help=description_of(DataConfig, "workers"))
+CHECK_DATA = from_field(DataConfig, "check_data", "--check-data", help=description_of(DataConfig, "check_data"))
 # each dataset format's own options (vitbench.transfer.formats), a flag each, named after its DataConfig field,
 # its help the field's description: a format added there needs no line here. Parameter -> (type, option)
 FORMAT_OPTIONS = {f: (DataConfig.model_fields[f].annotation,
                       from_field(DataConfig, f, f"--{f.replace('_', '-')}",
                                  help=DataConfig.model_fields[f].description))
                   for f in format_options()}
-# ... as one group of a command's parameters (`formats`: a namespace, an attribute per option): every command
-# that reads a dataset (pretrain, fewshot, finetune, bench --data)
+# ... as one group of a command's parameters (`formats`: a namespace, an attribute per option): bench --data
 FORMATS = OptionGroup("formats", FORMAT_OPTIONS)
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, PositiveFloat, field_validator
+from pydantic import BaseModel, Field, PositiveFloat, field_validator
 
 from vitbench.backends.base import Capability
 from vitbench.record import Record
@@ -17,9 +17,11 @@ from vitbench.protocols.fewshot import FewshotConfig
 class Shots(BaseModel):
     # one k per trial (an axis; paper: 1, 5, 10, 25), or several in one row, comma-separated text ('1,5,10,25':
     # `vitbench fewshot`'s default, FewshotConfig's), normalised: '10' is 10, ' 1, 5' is '1,5'
-    shots: int | str = 10
-    fewshot_seeds: int = default_of(FewshotConfig, "seeds")
-    l2_reg: PositiveFloat | None = None  # None: chosen on the val split
+    # a field's description is the help of the command-line option that sets it (vitbench.cli.path_options)
+    shots: int | str = Field(10, description="Shots per class, comma-separated.")
+    fewshot_seeds: int = Field(default_of(FewshotConfig, "seeds"), description="k-shot draws per k.")
+    l2_reg: PositiveFloat | None = Field(None, description="Fixed ridge regulariser (default: chosen on the val "
+                                         "split).")
 
     @field_validator("shots", mode="before")
     @classmethod

@@ -60,7 +60,7 @@ def data_twins(paths: dict[str, str], defaults: dict | None = None) -> dict:
     """Study fields for DataConfig fields (`paths`: study field -> DataConfig field), as pydantic field
     definitions: typed and bounded as DataConfig declares them, local paths marked (checked when a study is
     parsed), left out of the key at DataConfig's default (`defaults`: another one, None making the field
-    optional), so trials keyed before a field existed keep their keys."""
+    optional), so trials keyed before a field existed keep their keys; described as DataConfig describes them."""
     fields = {}
     for field, path in paths.items():
         info = DataConfig.model_fields[path]
@@ -70,7 +70,7 @@ def data_twins(paths: dict[str, str], defaults: dict | None = None) -> dict:
             typ = PathField | None
         elif default is None:
             typ = typ | None
-        fields[field] = (typ, key_neutral(default))
+        fields[field] = (typ, key_neutral(default, description=info.description))  # its help: DataConfig's
     return fields
 
 

@@ -17,12 +17,19 @@ from vitbench.protocols.finetune import FinetuneConfig
 class Recipe(BaseModel):
     """FinetuneConfig's recipe under the trial's names, its defaults read from there."""
 
-    finetune_steps: int = default_of(FinetuneConfig, "steps")
-    lr_grid: str = joined(default_of(FinetuneConfig, "lr_grid"))  # comma-separated; paper App. B.1.1
-    finetune_warmup_steps: int = default_of(FinetuneConfig, "warmup_steps")
-    refit: bool = default_of(FinetuneConfig, "refit")
+    # a field's description is the help of the command-line option that sets it (vitbench.cli.path_options)
+    finetune_steps: int = Field(default_of(FinetuneConfig, "steps"), description="Fine-tuning steps.")
+    # comma-separated; paper App. B.1.1
+    lr_grid: str = Field(joined(default_of(FinetuneConfig, "lr_grid")),
+                         description="Comma-separated SGD learning rates (paper grid).")
+    finetune_warmup_steps: int = Field(default_of(FinetuneConfig, "warmup_steps"),
+                                       description="Fine-tuning warm-up steps.")
+    refit: bool = Field(default_of(FinetuneConfig, "refit"), description="Final run on train+val with the chosen "
+                        "LR (paper), or reuse the LR run.")
     # runs per LR and final runs: LR by mean val accuracy, accuracy +- std
-    finetune_seeds: int = Field(default_of(FinetuneConfig, "seeds"), ge=1, le=MAX_COUNT)
+    finetune_seeds: int = Field(default_of(FinetuneConfig, "seeds"), ge=1, le=MAX_COUNT,
+                                description="Runs per learning rate and final runs: accuracy is their mean, with "
+                                            "the standard deviation.")
 
 
 @register_task

@@ -27,8 +27,8 @@ from vitbench.backends.base import BackendName
 from vitbench.record import Record
 from vitbench.tasks import Metric
 from vitbench.tasks.fields import MAX_COUNT, PathField, data_twins, named
-from vitbench.transfer.config import (DataConfig, DatasetName, Seed, default_of, ints_text, key_neutral,
-                                      validated)
+from vitbench.transfer.config import (DataConfig, DatasetName, Seed, default_of, description_of, ints_text,
+                                      key_neutral, validated)
 from vitbench.protocols.downstream import DOWNSTREAM_DATA
 from vitbench.transfer.formats import format_options
 from vitbench.transfer.distill import DEFAULT_LAMBDA, DEFAULT_TAU, Distillation, Lambda, Tau
@@ -98,14 +98,23 @@ class TeacherFields(BaseModel):
     """Distillation (DeiT): a teacher supervises the student's pre-training. Without a `teacher` these fields
     mean nothing and are left out of the trial config (so trials without a teacher keep their keys)."""
 
-    teacher: str | None = None  # teacher model (a table row), e.g. R-Nano; None: no teacher
-    teacher_checkpoint: PathField | None = None  # its weights (any origin); None: pre-trained here (cached)
-    teacher_resolution: int | None = Field(None, ge=1, le=MAX_COUNT)  # pre-trained teacher's resolution (None: its native one)
-    teacher_steps: int | None = Field(None, ge=1, le=MAX_COUNT)  # pre-trained teacher's steps (None: pretrain_steps)
-    teacher_seed: Seed = 0  # pre-trained teacher's seed: one teacher for every student seed
-    distillation: Distillation = Distillation.HARD  # hard: teacher's argmax (DeiT eq. 3); soft: KL (eq. 2)
-    distill_lambda: Lambda = DEFAULT_LAMBDA  # weight of the teacher's term
-    distill_tau: Tau = DEFAULT_TAU  # temperature (soft only)
+    # a field's description is the help of the command-line option that sets it (vitbench.cli.path_options)
+    teacher: str | None = Field(None, description="Distil from this teacher model (DeiT), e.g. R-Nano; with a "
+                                "teacher checkpoint: its model (a timm state dict's timm:NAME).")  # None: no teacher
+    teacher_checkpoint: PathField | None = Field(None, description="The teacher's weights (default: pre-trained, "
+                                                 "cached); a vitbench checkpoint names its model, other files need "
+                                                 "the teacher's model.")
+    teacher_resolution: int | None = Field(None, ge=1, le=MAX_COUNT,
+                                           description="Pre-trained teacher's resolution (default native).")
+    teacher_steps: int | None = Field(None, ge=1, le=MAX_COUNT, description="Pre-trained teacher's steps "
+                                      "(default: the student's).")
+    # one teacher for every student seed
+    teacher_seed: Seed = Field(0, description="Pre-trained teacher's seed.")
+    # hard: teacher's argmax (DeiT eq. 3); soft: KL (eq. 2)
+    distillation: Distillation = Field(Distillation.HARD, description="hard (teacher's argmax) | soft (KL at the "
+                                       "distillation temperature).")
+    distill_lambda: Lambda = Field(DEFAULT_LAMBDA, description="Weight of the teacher's term.")
+    distill_tau: Tau = Field(DEFAULT_TAU, description="Soft distillation temperature.")
 
     @model_validator(mode="after")
     def _known_teacher(self, info: ValidationInfo):
@@ -155,25 +164,38 @@ class _Upstream(TeacherFields):
     PATHS: ClassVar[dict[str, str]] = study_names("upstream.", UPSTREAM_PATHS, {
         f: p for f, p in _UPSTREAM_NAMED.items() if f not in SHARED})
 
-    upstream_dataset: DatasetName = UPSTREAM_DATA.name
-    upstream_path: PathField | None = None
-    upstream_classes: str | None = ints_text(UPSTREAM_DATA.classes)  # 'a-b' or 'a,b,c'; None or '': all classes
+    # the data fields are described as DataConfig describes them (the help of their options)
+    upstream_dataset: DatasetName = Field(UPSTREAM_DATA.name, description=description_of(DataConfig, "name"))
+    upstream_path: PathField | None = Field(None, description=description_of(DataConfig, "path"))
+    # 'a-b' or 'a,b,c'; None or '': all classes
+    upstream_classes: str | None = Field(ints_text(UPSTREAM_DATA.classes), description="Upstream classes: 'a-b' "
+                                         "or 'a,b,c'; '' for all.")
     upstream_train_per_class: int | None = None  # cap on upstream images per class (data-size axis)
-    data_seed: Seed = default_of(DataConfig, "seed")  # split seed (up- and downstream), separate from the model's
+    # split seed (up- and downstream), separate from the model's
+    data_seed: Seed = Field(default_of(DataConfig, "seed"), description=description_of(DataConfig, "seed"))
     pretrain_backend: BackendName | None = None  # None: the trial's backend
-    pretrain_resolution: int | None = None  # None: the variant's native resolution
-    pretrain_steps: int = default_of(PretrainConfig, "steps")
-    pretrain_batch_size: int = default_of(PretrainConfig, "batch_size")
-    pretrain_lr: float = default_of(PretrainConfig, "lr")
-    pretrain_weight_decay: float = default_of(PretrainConfig, "weight_decay")
-    pretrain_warmup_steps: int | None = None  # None: the pre-training default (protocols.pretrain.default_warmup)
-    pretrain_decay: Literal["linear", "cosine"] = default_of(PretrainConfig, "decay")
-    label_smoothing: float = default_of(PretrainConfig, "label_smoothing")
+    pretrain_resolution: int | None = Field(None, description="Pre-training resolution (default native).")
+    pretrain_steps: int = Field(default_of(PretrainConfig, "steps"), description="Pre-training steps.")
+    pretrain_batch_size: int = Field(default_of(PretrainConfig, "batch_size"),
+                                     description="Pre-training batch (images per step).")
+    pretrain_lr: float = Field(default_of(PretrainConfig, "lr"), description="Peak Adam learning rate.")
+    pretrain_weight_decay: float = Field(default_of(PretrainConfig, "weight_decay"),
+                                         description="Decoupled weight decay on kernels (paper: 0.1 JFT).")
+    # None: the pre-training default (protocols.pretrain.default_warmup)
+    pretrain_warmup_steps: int | None = Field(None, description="Default: 10 % of the steps, at most 30.")
+    pretrain_decay: Literal["linear", "cosine"] = Field(default_of(PretrainConfig, "decay"),
+                                                        description="linear | cosine")
+    label_smoothing: float = Field(default_of(PretrainConfig, "label_smoothing"),
+                                   description="Label smoothing of the pre-training loss.")
     # pre-training objective (vitbench.transfer.masked_patch): the mask_* fields apply to masked_patch only and,
     # like `objective` itself when supervised, are left out of the trial config (existing keys unchanged)
-    objective: Objective = Objective.SUPERVISED
-    mask_rate: float = MaskedPatch.model_fields["mask_rate"].default
-    mask_target: Target = MaskedPatch.model_fields["target"].default
+    objective: Objective = Field(Objective.SUPERVISED, description="supervised (the labels) | masked_patch (no "
+                                 "labels: masked patch prediction, ViT paper Sec. 4.6) | none (the random init).")
+    mask_rate: float = Field(default_of(MaskedPatch, "mask_rate"), description="masked_patch: share of patches "
+                             "corrupted.")
+    mask_target: Target = Field(default_of(MaskedPatch, "target"), description="masked_patch: mean_color (3-bit "
+                                "mean colour, 512 classes) | color_grid (4x4 of them) | pixels_l2 (regress the "
+                                "patch).")
 
     @field_validator("upstream_classes", mode="before")
     @classmethod
@@ -285,16 +307,18 @@ class _DownstreamData(BaseModel):
 
     PATHS: ClassVar[dict[str, str]] = study_names("data.", DOWNSTREAM_PATHS)  # `data.workers` -> data_workers
 
-    dataset: DatasetName = DOWNSTREAM_DATA.name
-    data_path: PathField | None = None
-    classes: str | None = ints_text(DOWNSTREAM_DATA.classes)
+    # described as DataConfig describes them (the help of their options)
+    dataset: DatasetName = Field(DOWNSTREAM_DATA.name, description=description_of(DataConfig, "name"))
+    data_path: PathField | None = Field(None, description=description_of(DataConfig, "path"))
+    classes: str | None = Field(ints_text(DOWNSTREAM_DATA.classes), description="Downstream classes ('' for all).")
     train_per_class: int | None = None
-    val_fraction: float = DOWNSTREAM_DATA.val_fraction  # held out of train: the fine-tuning LR / few-shot L2 choice
+    # held out of train: the fine-tuning LR / few-shot L2 choice
+    val_fraction: float = Field(DOWNSTREAM_DATA.val_fraction, description=description_of(DataConfig, "val_fraction"))
     # the data source's other settings (vitbench.transfer.config.DataConfig), left out of the key when unset
-    data_test_path: PathField | None = key_neutral()  # webdataset / hf: the test split's path
-    skip_corrupt: bool = key_neutral(False)  # skip (and count) files that do not decode
-    check_data: bool = key_neutral(False)  # verify every image before any work
-    data_workers: int = key_neutral(0, ge=0, le=256)  # decoding processes; same results
+    data_test_path: PathField | None = key_neutral(description=description_of(DataConfig, "test_path"))
+    skip_corrupt: bool = key_neutral(False, description=description_of(DataConfig, "skip_corrupt"))
+    check_data: bool = key_neutral(False, description=description_of(DataConfig, "check_data"))
+    data_workers: int = key_neutral(0, ge=0, le=256, description=description_of(DataConfig, "workers"))
 
     @field_validator("classes", mode="before")
     @classmethod

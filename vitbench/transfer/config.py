@@ -123,6 +123,12 @@ def ints_text(values: list[int]) -> str:
     return joined(values)
 
 
+def description_of(model: type[BaseModel], field: str) -> str | None:
+    """The description `model` declares for `field`: the help of an option that sets a twin of it (a task's
+    study field), declared once."""
+    return model.model_fields[field].description
+
+
 def default_of(model: type[BaseModel], field: str) -> Any:
     """The default `model` declares for `field` (a factory's: None): for a second model whose field means the
     same (a task's parameter, a command's option), so the default is declared once."""
@@ -134,18 +140,27 @@ class _Data(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    name: DatasetName = "digits"  # vitbench.transfer.config.DatasetName
-    path: str | None = None  # folder / webdataset / hf / tfds / cifar / npz: a local path (a shard pattern)
-    test_path: str | None = None  # webdataset / hf: the test split's own path (pattern); default: in `path`
+    # a field's description is the help of every option that sets it (vitbench.cli.path_options, cli/data_options)
+    name: DatasetName = Field("digits", description=f"{' | '.join(format_names())} (docs/datasets.md).")
+    path: str | None = Field(None, description="Local path: a class folder, a shard pattern (train-{000..099}.tar) "
+                             "or directory, an hf dataset directory, a cifar directory, an .npz.")
+    test_path: str | None = Field(None, description="webdataset / hf: the test split's own path or pattern "
+                                  "(default: test-*.tar or the test split beside the path).")
     # (the formats' own options are each format's declaration, vitbench.transfer.formats: added below)
-    skip_corrupt: bool = False  # drop (and count) files that do not decode, instead of stopping (exit 2)
+    skip_corrupt: bool = Field(False, description="Skip files that do not decode, counted in the row "
+                               "(skipped_files) and on the terminal; default: stop (exit 2) naming the file.")
     # added after trial and upstream cache keys existed, so left out of the dump at its default (those keys stay
     # as they were): verify every image before any work (vitbench.transfer.check), opt-in
-    check_data: bool = key_neutral(False)
-    workers: int = Field(0, ge=0, le=256)  # decoding processes (0: in the calling process); same results
-    classes: list[int] | None = None  # subset of source labels, relabelled 0..K-1 in this order; "0-4" ok
-    seed: Seed = 0  # split seed
-    val_fraction: float = Field(0.1, ge=0.0, lt=1.0)  # of train, held out (fine-tuning LR choice, few-shot L2)
+    check_data: bool = key_neutral(False, description="Verify every image of the dataset before any work (a PNG's "
+                                   "CRCs, a JPEG at 1/8 scale): a corrupt file exits 2 at once, not partway (or, "
+                                   "skipping corrupt files, is counted from the start). Reads the whole dataset.")
+    workers: int = Field(0, ge=0, le=256, description="Processes decoding and preprocessing ahead (0: in this "
+                         "process). Results do not depend on it.")
+    # subset of source labels, relabelled 0..K-1 in this order
+    classes: list[int] | None = Field(None, description="Classes: 'a-b' or 'a,b,c'; '' for all.")
+    seed: Seed = Field(0, description="Split seed.")
+    val_fraction: float = Field(0.1, ge=0.0, lt=1.0, description="Share of train held out to choose the "
+                                "fine-tuning LR (few-shot: the L2 regulariser).")
     test_fraction: float = Field(0.25, gt=0.0, lt=1.0)  # used only when the source has no test split
     train_per_class: int | None = Field(None, ge=1, le=MAX_COUNT)  # cap train images per class (data-size scaling)
 
