@@ -49,7 +49,6 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 RUNTIMES = ("onnxruntime", "openvino")
-GRAPH_FILE = {"onnxruntime": "model.onnx", "openvino": "model.xml"}  # the backends' FP32_FILE and IR_FILE
 
 # vitbench's CLI, each timed step's process CPU time recorded around it (`--cpu-time`) and printed to stderr at
 # exit; the timed steps are Backend.time_steps' (latency timing), whose wall times the record keeps.
@@ -153,7 +152,11 @@ def reference_leg(runtime: str, graph: Path, batch: int, res: int, steps: int, a
 def graph_of(row: dict, runtime: str) -> Path | None:
     if not row.get("graph") or not row.get("compile_cache"):
         return None
-    path = Path(row["compile_cache"]) / row["graph"] / GRAPH_FILE[runtime]
+    if runtime == "onnxruntime":  # the file each backend writes (imported here: both load their runtime)
+        from vitbench.backends.onnxruntime.backend import FP32_FILE as name
+    else:
+        from vitbench.backends.openvino.backend import IR_FILE as name
+    path = Path(row["compile_cache"]) / row["graph"] / name
     return path if path.exists() else None
 
 
