@@ -160,13 +160,18 @@ def graph_of(row: dict, runtime: str) -> Path | None:
     return path if path.exists() else None
 
 
+ISSUE_BOUND = 0.05  # issue 53's "Done when": vitbench within 5 % of the runtime's own tool
+
+
 def spread(xs: list[float]) -> str:
-    """Median, range and the geometric standard deviation of the rounds' ratios."""
+    """Median, range and the geometric standard deviation of the rounds' ratios, and how many rounds lie within
+    the issue's 5 %."""
     if not xs:
         return "no rounds"
     sd = statistics.stdev(math.log(x) for x in xs) if len(xs) > 1 else float("nan")
+    within = sum(abs(x - 1) <= ISSUE_BOUND for x in xs)
     return (f"median {statistics.median(xs):.3f}  range [{min(xs):.3f}, {max(xs):.3f}]  "
-            f"sd(log) {sd:.3f}  rounds {len(xs)}  ({', '.join(f'{x:.3f}' for x in xs)})")
+            f"sd(log) {sd:.3f}  within 5 %: {within} of {len(xs)} rounds  ({', '.join(f'{x:.3f}' for x in xs)})")
 
 
 def options() -> argparse.Namespace:
