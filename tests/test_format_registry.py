@@ -48,6 +48,29 @@ def test_a_formats_options_model_is_in_its_readers_module_and_any_reader_imports
         assert int(r.stdout) == len(DataConfig.model_fields), module
 
 
+def test_the_entry_point_scan_runs_only_where_a_distribution_names_the_group(tmp_path):
+    """formats.group_declared: the cheap look before the full entry-point scan (the scan is skipped where it says
+    no, so it must say yes for every distribution that declares a format). A dist-info or egg-info whose
+    entry_points.txt names the group: yes; other groups, no entry points, a missing or unreadable path entry: no.
+    The outside format's whole path (found, scanned, run) is tests/test_additions.py's."""
+    other, ours, egg, plain = (tmp_path / n for n in ("other", "ours", "egg", "plain"))
+    (other / "tool-1.0.dist-info").mkdir(parents=True)
+    (other / "tool-1.0.dist-info" / "entry_points.txt").write_text("[console_scripts]\ntool = tool:main\n")
+    (other / "lib-1.0.dist-info").mkdir()  # no entry points at all
+    (other / "vitbench.formats.txt").write_text("[vitbench.formats]\n")  # not a metadata directory
+    (ours / "toy-0.1.dist-info").mkdir(parents=True)
+    (ours / "toy-0.1.dist-info" / "entry_points.txt").write_text("[vitbench.formats]\ntoy = toy:FORMAT\n")
+    (egg / "toy.egg-info").mkdir(parents=True)
+    (egg / "toy.egg-info" / "entry_points.txt").write_text("[vitbench.formats]\ntoy = toy:FORMAT\n")
+    plain.mkdir()
+    missing, a_zip = str(tmp_path / "nope"), str(tmp_path / "x.zip")
+    assert not formats.group_declared([str(other), str(plain), missing, a_zip])
+    assert formats.group_declared([str(other), str(ours)])
+    assert formats.group_declared([missing, str(egg)])
+    # this interpreter's own path: vitbench's tests install no outside format
+    assert formats.group_declared() is False
+
+
 @pytest.mark.parametrize("field,value,fmt", [("tfds_name", "x", "tfds"), ("image_column", "img", "hf"),
                                              ("synthetic_images", 20, "synthetic")])
 def test_a_formats_own_option_is_refused_for_another_format(field, value, fmt):
