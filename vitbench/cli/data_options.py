@@ -16,14 +16,16 @@ def data_option(more: str = ""):
     return typer.Option(None, "--data", help=f"{description_of(DataConfig, 'name')}{more}")
 
 
-# the data options of `bench --data` (the transfer commands generate theirs from their tasks' fields by config path,
-# vitbench.cli.path_options, with these spellings); a help is its DataConfig field's description
+# the data options of `bench --data` (the transfer commands generate theirs from their tasks' fields by config
+# path, vitbench.cli.path_options, with these spellings); a help is its DataConfig field's description
 DATA = from_field(DataConfig, "name", "--data", help=description_of(DataConfig, "name"))
 DATA_PATH = from_field(DataConfig, "path", "--data-path", help=description_of(DataConfig, "path"))
-DATA_TEST_PATH = from_field(DataConfig, "test_path", "--data-test-path", help=description_of(DataConfig, "test_path"))
+DATA_TEST_PATH = from_field(DataConfig, "test_path", "--data-test-path",
+                            help=description_of(DataConfig, "test_path"))
 SKIP_CORRUPT = from_field(DataConfig, "skip_corrupt", "--skip-corrupt",
                           help=description_of(DataConfig, "skip_corrupt"))
-DATA_WORKERS = from_field(DataConfig, "workers", "--data-workers", min=0, help=description_of(DataConfig, "workers"))
+DATA_WORKERS = from_field(DataConfig, "workers", "--data-workers", min=0,
+                          help=description_of(DataConfig, "workers"))
 CHECK_DATA = from_field(DataConfig, "check_data", "--check-data", help=description_of(DataConfig, "check_data"))
 # each dataset format's own options (vitbench.transfer.formats), a flag each, named after its DataConfig field,
 # its help the field's description: a format added there needs no line here. Parameter -> (type, option)

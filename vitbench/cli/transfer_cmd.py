@@ -71,7 +71,8 @@ UPSTREAM = path_group(
     PathOption("upstream.teacher.upstream.steps", ("--teacher-steps",)),
     PathOption("upstream.teacher.upstream.seed", ("--teacher-seed",)),
     PathOption("upstream.teacher.distillation", ("--distillation",)),
-    PathOption("upstream.teacher.lam", ("--distill-lambda",)), PathOption("upstream.teacher.tau", ("--distill-tau",)),
+    PathOption("upstream.teacher.lam", ("--distill-lambda",)),
+    PathOption("upstream.teacher.tau", ("--distill-tau",)),
     PathOption("objective"),  # no path of its own: the PretrainConfig field is made from it and the mask_* fields
     PathOption("upstream.objective.masked_patch.mask_rate", ("--mask-rate",)),
     PathOption("upstream.objective.masked_patch.target", ("--mask-target",)),
@@ -234,7 +235,8 @@ def fewshot_cmd(
 FINETUNE = path_group(
     "finetune", Finetune.Params, PathOption("data.val_fraction", ("--val-fraction",)),
     PathOption("finetune_steps", ("--steps",), click={"min": 1}),
-    PathOption("batch_size", ("--batch-size", "-b"), default=(FinetuneConfig, "batch_size", None), click={"min": 1}),
+    PathOption("batch_size", ("--batch-size", "-b"), default=(FinetuneConfig, "batch_size", None),
+               click={"min": 1}),
     PathOption("lr_grid"), PathOption("finetune_warmup_steps", ("--warmup-steps",), click={"min": 0}),
     PathOption("refit", ("--refit/--no-refit",)), PathOption("finetune_seeds", ("--seeds",), click={"min": 1}))
 

@@ -99,11 +99,12 @@ class TeacherFields(BaseModel):
     mean nothing and are left out of the trial config (so trials without a teacher keep their keys)."""
 
     # a field's description is the help of the command-line option that sets it (vitbench.cli.path_options)
+    # None: no teacher
     teacher: str | None = Field(None, description="Distil from this teacher model (DeiT), e.g. R-Nano; with a "
-                                "teacher checkpoint: its model (a timm state dict's timm:NAME).")  # None: no teacher
-    teacher_checkpoint: PathField | None = Field(None, description="The teacher's weights (default: pre-trained, "
-                                                 "cached); a vitbench checkpoint names its model, other files need "
-                                                 "the teacher's model.")
+                                "teacher checkpoint: its model (a timm state dict's timm:NAME).")
+    teacher_checkpoint: PathField | None = Field(None, description="The teacher's weights (default: "
+                                                 "pre-trained, cached); a vitbench checkpoint names its model, "
+                                                 "other files need the teacher's model.")
     teacher_resolution: int | None = Field(None, ge=1, le=MAX_COUNT,
                                            description="Pre-trained teacher's resolution (default native).")
     teacher_steps: int | None = Field(None, ge=1, le=MAX_COUNT, description="Pre-trained teacher's steps "
@@ -313,7 +314,8 @@ class _DownstreamData(BaseModel):
     classes: str | None = Field(ints_text(DOWNSTREAM_DATA.classes), description="Downstream classes ('' for all).")
     train_per_class: int | None = None
     # held out of train: the fine-tuning LR / few-shot L2 choice
-    val_fraction: float = Field(DOWNSTREAM_DATA.val_fraction, description=description_of(DataConfig, "val_fraction"))
+    val_fraction: float = Field(DOWNSTREAM_DATA.val_fraction,
+                                description=description_of(DataConfig, "val_fraction"))
     # the data source's other settings (vitbench.transfer.config.DataConfig), left out of the key when unset
     data_test_path: PathField | None = key_neutral(description=description_of(DataConfig, "test_path"))
     skip_corrupt: bool = key_neutral(False, description=description_of(DataConfig, "skip_corrupt"))

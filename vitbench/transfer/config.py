@@ -142,8 +142,9 @@ class _Data(BaseModel):
 
     # a field's description is the help of every option that sets it (vitbench.cli.path_options, cli/data_options)
     name: DatasetName = Field("digits", description=f"{' | '.join(format_names())} (docs/datasets.md).")
-    path: str | None = Field(None, description="Local path: a class folder, a shard pattern (train-{000..099}.tar) "
-                             "or directory, an hf dataset directory, a cifar directory, an .npz.")
+    path: str | None = Field(None, description="Local path: a class folder, a shard pattern "
+                             "(train-{000..099}.tar) or directory, an hf dataset directory, a cifar directory, "
+                             "an .npz.")
     test_path: str | None = Field(None, description="webdataset / hf: the test split's own path or pattern "
                                   "(default: test-*.tar or the test split beside the path).")
     # (the formats' own options are each format's declaration, vitbench.transfer.formats: added below)

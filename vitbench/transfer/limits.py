@@ -5,9 +5,9 @@ module (which declares its format's own options) never imports config, which is 
 
 from __future__ import annotations
 
-# Counts (steps, images in a batch, pixels, seeds, threads) above 2**24 are typos, not settings: the paper's longest
-# pre-training is 1M steps, and 2**24 images of 32 px are 200 GB of fp32 input. Refused where parsed, instead of
-# failing deep inside a framework or running for ever.
+# Counts (steps, images in a batch, pixels, seeds, threads) above 2**24 are typos, not settings: the paper's
+# longest pre-training is 1M steps, and 2**24 images of 32 px are 200 GB of fp32 input. Refused where parsed,
+# instead of failing deep inside a framework or running for ever.
 MAX_COUNT = 2**24
 # Classes of one dataset (labels 0..K-1): the ViT paper's largest label sets are ImageNet-21k's 21k classes and
 # JFT-300M's 18k (Sec. 4.1); 2**16 leaves room for any real one, while a label of 10**9 (a typo, a hash used as a
