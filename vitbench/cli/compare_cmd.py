@@ -154,7 +154,8 @@ def ab_cmd(
                                        "first side alternating; together: both at once (same load), in two legs "
                                        "with each side pinned to its half of the CPUs, swapped; shared: both at once "
                                        "on the same CPU, time-sliced by the OS; turns: both on the same CPU, taking "
-                                       "turns window by window, a leg on each half of the CPUs at once."),
+                                       "turns window by window, a leg on each half of the CPUs at once (a commit "
+                                       "from before turns runs together)."),
     statistic: str = from_constant("vitbench.compare.ab", "DEFAULT_STATISTIC",
                                    help="A trial's value in a round: best (fastest step: least moved by other "
                                         "load) | median."),

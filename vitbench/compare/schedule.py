@@ -1,5 +1,9 @@
 """How the two rounds of an A/B pair share the machine (`vitbench ab --schedule`).
 
+`turns` (the default) runs both sides' sweeps on the same CPU, taking turns window by window (a referee,
+vitbench.compare.turns, hands the turn; vitbench.turns takes it), one such leg on each half of the CPUs at once: a
+CPU's slow spell lands on both sides alike and neither side ever runs beside the other.
+
 `together` runs both sides' sweeps at once, one single-threaded trial per core, so that whatever else the
 machine runs lands on both sides at the same moments. That holds only while both run: the side whose round ends
 first (its set-up was shorter) would leave the other's last trials alone on the machine, faster than any of its
@@ -225,4 +229,7 @@ class Schedule(Choice):
                 f"swapped; a side's value the geometric mean over its legs")
 
 
-DEFAULT_SCHEDULE = Schedule.TOGETHER  # twice the pairs in a budget, the same load on both sides (docs/compare.md)
+# Quiet, 12 pairs each, interleaved (docs/compare.md, "Which schedule on this host"): the sd of a trial's log pair
+# ratio 0.093 under `turns` against 0.191 under `together` (median deviation 0.028 against 0.102), 28 s a pair
+# against 32 s; a side whose code predates turns runs `together` (Schedule.for_sides)
+DEFAULT_SCHEDULE = Schedule.TURNS
