@@ -3,6 +3,9 @@ the backend's pool stalls under other load, the cores other processes leave free
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from vitbench import cpus
@@ -117,19 +120,34 @@ def test_torch_keeps_a_requested_count_and_omp_num_threads(host, torch_threads, 
     assert info["threads"] == 2 and info["threads_chosen"] == "default" and host["samples"] == 0
 
 
-GRANDCHILD = ("import subprocess, sys\n"
-              "code = 'import time\\nt = time.process_time()\\nwhile time.process_time() - t < 0.6: pass'\n"
-              "subprocess.run([sys.executable, '-c', code], check=True)\n")
+BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.6: pass\n"
+GRANDCHILD = f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', {BURN!r}], check=True)\n"
 
 
 def test_the_tree_meter_counts_every_descendant_as_its_own():
-    # a child whose own child spends 0.6 s of CPU (process time: as long on a busy machine as on a quiet one):
-    # the tree's CPU time holds it, less at most one sampling interval lost when it exited (and 50 ms for the
-    # kernel's CPU-time accounting, in 10 ms ticks, read by two clocks)
-    import subprocess
-    import sys
-
-    every = 0.05
-    with cpus.TreeMeter(every_s=every) as m:
+    # a child whose own child spends 0.6 s of CPU (process time: as long on a busy machine as on a quiet one)
+    with cpus.TreeMeter(every_s=0.05) as m:
         subprocess.run([sys.executable, "-c", GRANDCHILD], check=True, timeout=120)
-    assert m.tree_s >= 0.6 - every - 0.05 and m.other_cores is not None and m.other_cores >= 0.0
+    # less 50 ms for the kernel's CPU-time accounting (10 ms ticks, read by two clocks)
+    assert m.tree_s >= 0.55 and m.other_cores is not None and m.other_cores >= 0.0
+
+
+# a "sweep" that starts a "fork server" and exits before it; the fork server runs a "trial" (BURN), reaps it, says
+# so, and outlives the sweep a while; the sweep exits a second after hearing it
+SERVER = ("import subprocess, sys, time\n"
+          f"subprocess.run([sys.executable, '-c', {BURN!r}], check=True)\n"
+          "print('reaped', flush=True)\n"
+          "time.sleep(2.0)\n")
+SWEEP = ("import subprocess, sys, time\n"
+         f"server = subprocess.Popen([sys.executable, '-c', {SERVER!r}], stdout=subprocess.PIPE, text=True)\n"
+         "server.stdout.readline()\n"
+         "time.sleep(1.0)\n")
+
+
+def test_the_tree_meter_counts_a_trial_reaped_by_a_fork_server_its_sweep_left_behind():
+    # the trial's CPU time is in the fork server's once reaped, and the fork server, orphaned when the sweep exits,
+    # is no descendant any more: the meter counts the fork server's total as last read (read every 0.25 s over
+    # the second between the reaping and the sweep's exit), nothing of the trial lost to the sampling interval
+    with cpus.TreeMeter(every_s=0.25) as m:
+        subprocess.run([sys.executable, "-c", SWEEP], check=True, timeout=120)
+    assert m.tree_s >= 0.55 and m.other_cores is not None

@@ -123,25 +123,37 @@ def others_since(mark: Mark) -> tuple[float, float | None]:
 
 class TreeMeter:
     """`with TreeMeter() as m: ...` then `m.other_cores`: the cores processes other than this one *and its
-    descendants* kept busy meanwhile (the machine's busy time less this process's own CPU time and each
-    descendant's, over the wall time). Where a run is several processes at once (`vitbench ab`: the sides' sweeps,
-    their trials, their fork servers), a single process's `others_since` counts its siblings as others; this one
-    does not. Descendants are found and their CPU times read every `every_s` seconds from a thread, so a
-    descendant's CPU time in its last `every_s` before it exits is missed (counted as others'), as is a fork
-    server's once its sweep has exited (it is then no descendant)."""
+    descendants* kept busy meanwhile (the machine's busy time less the CPU time of this process tree, over the wall
+    time). Where a run is several processes at once (`vitbench ab`: the sides' sweeps, their trials, their fork
+    servers), a single process's `others_since` counts its siblings as others; this one does not.
+
+    A process's CPU time is its own plus that of the children it has waited for (the kernel adds a reaped child's
+    total to its parent's). So the tree's time is this process's (its reaped children's included) plus, for every
+    descendant whose total no live ancestor of it took in, that descendant's total when last read. Descendants are
+    read every `every_s` seconds from a thread: one that vanished while its parent was still seen afterwards was
+    reaped by that parent (counted there); one whose parent had died first (a fork server left behind by its sweep,
+    which keeps reaping its trials) counts itself, as last read (a last `every_s` of its CPU time can be missed)."""
 
     def __init__(self, every_s: float = 0.25) -> None:
         self.every_s = every_s
         self.other_cores: float | None = None
         self.tree_s = 0.0  # CPU seconds this process and its descendants used meanwhile
-        self._seen: dict[tuple[int, float], float] = {}  # (pid, create time) -> its CPU seconds, last read
+        # (pid, create time) -> (parent pid, own + reaped children's CPU seconds, index of the last reading seen in)
+        self._seen: dict[tuple[int, float], tuple[int, float, int]] = {}
+        self._readings = 0
+        self._alive: dict[int, int] = {}  # pid -> index of the last reading it was seen alive in (not a zombie)
         self._stop = threading.Event()
 
     def _sample(self) -> None:
+        self._readings += 1
         for child in psutil.Process().children(recursive=True):
             try:
-                t = child.cpu_times()
-                self._seen[(child.pid, child.create_time())] = t.user + t.system
+                with child.oneshot():
+                    t, ppid, key = child.cpu_times(), child.ppid(), (child.pid, child.create_time())
+                    alive = child.status() != psutil.STATUS_ZOMBIE
+                self._seen[key] = (ppid, t.user + t.system + t.children_user + t.children_system, self._readings)
+                if alive:
+                    self._alive[child.pid] = self._readings
             except psutil.Error:  # it exited meanwhile
                 pass
 
@@ -149,11 +161,24 @@ class TreeMeter:
         while not self._stop.wait(self.every_s):
             self._sample()
 
+    def _descendants_s(self) -> float:
+        """The descendants' CPU seconds that no process of the tree took in by reaping them (class docstring)."""
+        me, total = os.getpid(), 0.0
+        for key, (ppid, cpu, seen) in self._seen.items():
+            still_there = seen == self._readings
+            # gone while its parent still ran: reaped by it (a parent that died first, even if not yet reaped
+            # itself, left it to init: an orphan, which counts itself)
+            reaped_by_parent = ppid == me or self._alive.get(ppid, 0) > seen
+            if still_there or not reaped_by_parent:
+                total += cpu - self._before.get(key, 0.0)
+        return total
+
     def __enter__(self) -> TreeMeter:
         t = psutil.Process().cpu_times()
-        self._wall, self._busy, self._own = time.perf_counter(), _busy_s(), t.user + t.system
+        self._wall, self._busy = time.perf_counter(), _busy_s()
+        self._own = t.user + t.system + t.children_user + t.children_system
         self._sample()
-        self._before = dict(self._seen)  # what descendants alive at the start had used already
+        self._before = {k: cpu for k, (_, cpu, _) in self._seen.items()}  # used before the block
         self._thread = threading.Thread(target=self._run, name="vitbench-tree-meter", daemon=True)
         self._thread.start()
         return self
@@ -164,7 +189,8 @@ class TreeMeter:
         self._sample()
         t = psutil.Process().cpu_times()
         wall = time.perf_counter() - self._wall
-        self.tree_s = (t.user + t.system - self._own) + sum(v - self._before.get(k, 0.0) for k, v in self._seen.items())
+        own = t.user + t.system + t.children_user + t.children_system - self._own
+        self.tree_s = own + self._descendants_s()
         self.other_cores = max(0.0, (_busy_s() - self._busy - self.tree_s) / wall) if wall > 0 else None
 
 
