@@ -1,6 +1,7 @@
 """`vitbench ab --schedule turns`: the referee (vitbench.compare.turns) gives the turn to one side at a time and
 makes the sides' timed windows alternate; a timing loop's waits are not timed (vitbench.turns); the schedule runs
-both legs at once, each on its own CPU half, and falls back to `together` for a side whose code cannot take turns."""
+both legs at once, each on its own CPU half, and falls back to `together` for a side whose code cannot take
+turns."""
 
 from __future__ import annotations
 

@@ -132,13 +132,14 @@ class TreeMeter:
     descendant whose total no live ancestor of it took in, that descendant's total when last read. Descendants are
     read every `every_s` seconds from a thread: one that vanished while its parent was still seen afterwards was
     reaped by that parent (counted there); one whose parent had died first (a fork server left behind by its sweep,
-    which keeps reaping its trials) counts itself, as last read (a last `every_s` of its CPU time can be missed)."""
+    which keeps reaping its trials) counts itself, as last read (a last `every_s` of its CPU time can be
+    missed)."""
 
     def __init__(self, every_s: float = 0.25) -> None:
         self.every_s = every_s
         self.other_cores: float | None = None
         self.tree_s = 0.0  # CPU seconds this process and its descendants used meanwhile
-        # (pid, create time) -> (parent pid, own + reaped children's CPU seconds, index of the last reading seen in)
+        # (pid, create time) -> (parent pid, own + reaped children's CPU seconds, the last reading it was in)
         self._seen: dict[tuple[int, float], tuple[int, float, int]] = {}
         self._readings = 0
         self._alive: dict[int, int] = {}  # pid -> index of the last reading it was seen alive in (not a zombie)

@@ -1,4 +1,5 @@
-"""Taking turns on one CPU with another measurement (`vitbench ab --schedule turns`; the referee: vitbench.compare.turns).
+"""Taking turns on one CPU with another measurement (`vitbench ab --schedule turns`; the referee:
+vitbench.compare.turns).
 
 Where VITBENCH_TURNS names a Unix socket (`vitbench ab` sets it for each side's rounds), a trial computes only
 while it holds the turn: `held()` (vitbench.trial.run_trial, around the task) takes it before the task runs and

@@ -5,10 +5,10 @@ by its own code in its own environment (vitbench.compare.sides), decided on pair
 A pair is what the schedule runs (vitbench.compare.schedule): under `turns` (the default) two legs at once, one on
 each half of the CPUs, in each of which both sides take turns window by window on the same CPU; under `together`
 two legs, both sides at once, each pinned to its own half of the CPUs and the halves swapped in the second leg, so
-that neither the moment nor the core favours a side; the side started first alternates from pair to pair, so that drift cancels over pairs. A
-side's value in a pair is the geometric mean over its legs of its statistic (the best or median step) in each
-leg: the ratio of two sides' values is then the geometric mean of the legs' ratios, in which a core's own speed
-cancels (docs/compare.md, "Cores that differ").
+that neither the moment nor the core favours a side; the side started first alternates from pair to pair, so that
+drift cancels over pairs. A side's value in a pair is the geometric mean over its legs of its statistic (the best
+or median step) in each leg: the ratio of two sides' values is then the geometric mean of the legs' ratios, in
+which a core's own speed cancels (docs/compare.md, "Cores that differ").
 """
 
 from __future__ import annotations

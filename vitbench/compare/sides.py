@@ -134,8 +134,8 @@ class Side:
         log = out.parent / f"{out.name}.log"
         with open(log, "w") as fh:
             proc = subprocess.Popen([self.python, "-c", "from vitbench.cli import main; main()", "sweep",
-                                     str(self.study), "--results", str(out)], env={**self.env(), **(env or {})}, cwd=self.root,
-                                    stdout=fh, stderr=subprocess.STDOUT, preexec_fn=pinned_to(cpus))
+                                     str(self.study), "--results", str(out)], env={**self.env(), **(env or {})},
+                                    cwd=self.root, stdout=fh, stderr=subprocess.STDOUT, preexec_fn=pinned_to(cpus))
         return Running(self, proc, log, cpus)
 
 
