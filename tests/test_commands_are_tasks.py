@@ -23,7 +23,7 @@ COMMANDS: dict[tuple[str, ...], list[tuple[list[str], str]]] = {
     ("bench",): [([NANO], "infer"), ([NANO, "--task", "train", "--optimizer", "sgd"], "train"),
                  ([NANO, "--task", "train", "--data", "synthetic", "--synthetic-images", "40", "--data-steps", "3",
                    "--data-workers", "1"], "train")],
-    ("max-batch",): [([NANO, "--task", "train", "--optimizer", "sgd", "--max-batch-size", "64"], "max_batch")],
+    ("max-batch",): [([NANO, "--mode", "train", "--optimizer", "sgd", "--max-batch-size", "64"], "max_batch")],
     ("flops",): [([NANO, "--no-count", "--images", "1000", "--epochs", "2"], "flops")],
     ("inspect",): [([NANO, "-n", "3", "--rollout", "1", "--seed", "2"], "inspect")],
     ("serve",): [([NANO], "serve")],

@@ -3,12 +3,14 @@ Params (what a study's trial with those fields is) and run the task (vitbench.ta
 
 from __future__ import annotations
 
+from typing import get_args
+
 import typer
 from rich.markup import escape
 from rich.table import Table
 
 from vitbench.backends.base import PRECISIONS
-from vitbench.backends.kinds import DEFAULT_PARALLELISM
+from vitbench.backends.kinds import DEFAULT_PARALLELISM, Mode
 from vitbench.backends.parallel import modes_help
 from vitbench.cli import app
 from vitbench.cli.common import (SET_HELP, choice, console, print_json, refuse_unsupported, shared_option,
@@ -33,7 +35,11 @@ from vitbench.tasks.flops import Flops
 from vitbench.tasks.max_batch import MaxBatch
 from vitbench.tasks.real_input import REAL_INPUT_PATHS
 
-_MODES = ("infer", "train")
+# Two names, two meanings (issue 52 item 5): a task is what runs (bench runs task infer or train, a study's
+# `task`); a mode is the step a task times or probes, forward or a training update (kinds.Mode, Step.mode,
+# max_batch's field `mode`). bench's tasks are named for their steps, so `bench --task` picks a task.
+_BENCH_TASKS = (Infer.name, Train.name)
+_MODES = get_args(Mode)
 
 
 def _kv_table(title: str, rows: list[tuple[str, object]]) -> Table:
@@ -50,8 +56,8 @@ def _kv_table(title: str, rows: list[tuple[str, object]]) -> Table:
 def bench_cmd(
     model: str = typer.Argument(..., help="Variant name, e.g. ViT-B/16, R50x1, R50+ViT-B/16, ViT-Nano/4."),
     sets: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
-    task: str = cli_option("task_mode", help="infer (forward) | train (forward + loss + backward + optimizer "
-                                             "step)."),
+    task: str = cli_option("bench_task", help="infer (forward) | train (forward + loss + backward + optimizer "
+                                              "step)."),
     batch_size: int = from_field(Infer.Params, "batch_size", "--batch-size", "-b", min=1),
     resolution: int = typer.Option(None, "--resolution", "-r", help="Input size in pixels (default: native)."),
     precision: str = from_field(Infer.Params, "precision",
@@ -116,7 +122,7 @@ def bench_cmd(
     given = source(data, data_path, data_test_path, skip_corrupt, data_workers, check_data=check_data,
                    **vars(formats))
     real = {field: given[path] for field, path in REAL_INPUT_PATHS.items() if path in given}
-    if choice(task, _MODES, "--task") == "train":
+    if choice(task, _BENCH_TASKS, "--task") == Train.name:
         values.update(optimizer=optimizer, real_input_steps=data_steps, **real)
     elif data is not None:
         raise ConfigError("--data measures training with real input: use it with --task train")
@@ -209,7 +215,8 @@ def _print_warnings(rec) -> None:
 def max_batch_cmd(
     model: str = typer.Argument(..., help="Variant name."),
     sets: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
-    task: str = from_field(MaxBatch.Params, "mode", help="infer | train"),
+    mode: str = from_field(MaxBatch.Params, "mode", "--mode", "--task",
+                           help="infer | train: the step probed (--task: its older spelling, kept)."),
     resolution: int = typer.Option(None, "--resolution", "-r"),
     precision: str = from_field(MaxBatch.Params, "precision", help="fp32 | bf16 | fp16"),
     backend: str = typer.Option(None, help="A registered backend "
@@ -242,8 +249,8 @@ def max_batch_cmd(
     """
     from vitbench.record import Status
 
-    t, p = task_params("max_batch", {"model": "MODEL", "mode": "--task"}, model=with_sets(model, sets), backend=backend,
-                       mode=choice(task, _MODES, "--task"),
+    t, p = task_params("max_batch", {"model": "MODEL", "mode": "--mode"}, model=with_sets(model, sets), backend=backend,
+                       mode=choice(mode, _MODES, "--mode"),
                        resolution=resolution, precision=precision, device=device, threads=threads,
                        memory_limit_gib=memory_limit_gib, max_batch_size=max_batch_size, start=start,
                        granularity=granularity, probe_timeout_s=probe_timeout_s, devices=devices,
@@ -252,7 +259,7 @@ def max_batch_cmd(
     if as_json:
         print_json(rec.to_dict())
         return
-    t = Table(title=escape(f"probes: {rec.config['model']} {rec.config['task']} @ {rec.config['resolution']}px"))
+    t = Table(title=escape(f"probes: {rec.config['model']} {p.mode} @ {rec.config['resolution']}px"))
     for col in ("batch", "fits", "status", "peak_mem_mib", "process_peak_mib", "seconds"):
         t.add_column(col, justify="right")
     for pr in rec.raw["probes"]:

@@ -39,7 +39,7 @@ CLI_DEFAULTS: dict[str, tuple[Any, str]] = {
     "allow_other_files": (False, "report: whether --out may hold files no report wrote (never touched)"),
     "tiny": (True, "whether `models` lists the tiny variants"),
     "filter": ("", "which names `models` lists (a glob; empty: all)"),
-    "task_mode": ("infer", "which of bench's two tasks runs (infer | train); the task is not a field default"),
+    "bench_task": ("infer", "which of bench's two tasks runs (infer | train); the task is not a field default"),
     "normalize": (False, "compare: divide speeds by the calibration workload before deciding"),
     "allow_missing": (False, "compare: whether a trial missing from current fails the check"),
     "allow_same": (False, "ab: whether REF may be the checked-out commit (an A/A check)"),

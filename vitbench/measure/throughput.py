@@ -58,7 +58,10 @@ def resolve_step(step: Step) -> Step:
 
 
 def step_config(backend: str, step: Step, device: str, threads: int | None) -> dict:
-    """What a step measurement records as its config (the trial fields it depends on)."""
+    """What a step measurement records as its config (the trial fields it depends on). The step's mode is
+    recorded as `task`: for bench it is the task's name (infer, train); a max_batch record's `task` is the mode it
+    probed (its trial's `mode`). Kept so: rows stored by every earlier version say so, and compare matches
+    rows without a trial (a command's) by this config."""
     d = step.to_dict()
     return {"backend": backend, "model": d.pop("model"), "task": d.pop("mode"), **d, "device": device,
             "threads": threads}
