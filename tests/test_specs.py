@@ -226,3 +226,50 @@ def test_spec_from_dict_refuses_another_architecture_and_bad_flavours():
         spec_from_dict({**d, "flavour": {**d["flavour"], "gelu": "relu"}})
     old = {k: v for k, v in d.items() if k != "flavour"}  # stored before flavours existed
     assert spec_from_dict(old) == get_spec("ViT-Nano/4")
+
+
+# The view of a spec the value and graph caches hash (ModelSpec.flat) and checkpoint metadata stores (to_dict), as
+# it was when ModelSpec held every family's fields flat (issue 52, item 3). Derived specs of each family too.
+_PINNED = PAPER_NAMES + DEIT_DISTILLED + [
+    "ViT-Nano/4", "ViT-Micro/4", "ViT-Mini/4", "DeiT-Nano/4-dist", "DeiT-Micro/4-dist", "R-Nano", "R-Micro",
+    "R-Nano+ViT-Micro/8", "Axial-ViT-Nano/4", "Axial-ViT-Micro/4", "Axial-R-Nano",
+    "ViT-Nano/4[depth=3,posemb=sincos2d]", "R-Nano[width_factor=2,blocks=1x2]",
+    "R-Nano+ViT-Micro/8[heads=2,blocks=2x1]", "Axial-ViT-Nano/4[depth=1]"]
+_HYBRID_FLAT = (  # R-Nano+ViT-Micro/8: every field of the transformer and of the ResNet
+    '{"aliases":[],"channels":[32,64,128,256],"classifier":"token","depth":2,"distilled":false,"family":"hybrid",'
+    '"flavour":{"gelu":"erf","gn_eps":1e-06,"weight_std":"sqrt_var","weight_std_eps":1e-05},"gn_groups":8,'
+    '"heads":4,"layers":[1,1],"ln_eps":1e-06,"mlp_dim":256,"name":"R-Nano+ViT-Micro/8","num_classes":10,"patch":1,'
+    '"posemb":"learned","posemb_at":"input","rep_size":0,"resolution":32,"stem_chs":16,"timm_id":null,"tiny":true,'
+    '"width":64,"width_factor":1}')
+# R-Nano's metadata as a checkpoint of this version writes it: a ResNet's spec carries the transformer's defaults
+_BIT_META = {
+    "name": "R-Nano", "family": "bit", "aliases": [], "timm_id": None, "resolution": 32, "num_classes": 10,
+    "tiny": True, "patch": 0, "width": 0, "depth": 0, "mlp_dim": 0, "heads": 0, "ln_eps": 1e-06, "distilled": False,
+    "layers": [1, 1, 1, 1], "width_factor": 1, "channels": [32, 64, 128, 256], "stem_chs": 16, "gn_groups": 8,
+    "flavour": {"gelu": "erf", "weight_std": "sqrt_var", "weight_std_eps": 1e-08, "gn_eps": 1e-05},
+    "classifier": "token", "rep_size": 0, "posemb": "learned", "posemb_at": "input", "stride": 32}
+
+
+def test_the_view_the_caches_hash_is_pinned():
+    """A change in what ModelSpec.flat gives (its keys or values) changes the flops, jax parameter-shape and graph
+    cache keys: every cached entry is rebuilt. Pinned so that a restructuring of ModelSpec keeps it (or says so)."""
+    import hashlib
+
+    from vitbench.value_cache import _canonical
+
+    assert _canonical(get_spec("R-Nano+ViT-Micro/8").flat()) == _HYBRID_FLAT
+    h = hashlib.sha256()
+    for name in _PINNED:
+        h.update(_canonical(get_spec(name).flat()).encode() + b"\n")
+    assert h.hexdigest() == "cc00acfd76153196bda0e07942336bbf41e654bd1f86302a84917dba01485ce4"
+
+
+def test_flat_metadata_of_this_version_reads_back_and_is_what_to_dict_writes():
+    import json
+
+    from vitbench.models.specs import spec_from_dict
+
+    assert json.loads(json.dumps(get_spec("R-Nano").to_dict())) == _BIT_META
+    assert spec_from_dict(_BIT_META) == get_spec("R-Nano")
+    with pytest.raises(ConfigError, match="layers=.*table"):
+        spec_from_dict({**_BIT_META, "layers": [2, 2, 2, 2]})

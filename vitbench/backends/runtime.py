@@ -15,7 +15,6 @@ before.
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import time
 from abc import abstractmethod
@@ -131,7 +130,7 @@ class RuntimeBackend(Backend):
         spec = step.spec
         res = spec.resolution if step.resolution is None else step.resolution
         k = step.num_classes or spec.num_classes
-        request = {"spec": dataclasses.asdict(spec), "seed": step.seed, "resolution": res,
+        request = {"spec": spec.flat(), "seed": step.seed, "resolution": res,
                    "num_classes": k, **self.graph_request(step)}
         t0 = time.perf_counter()
         graph = self.graphs.get(request, self.spec.distributions, family_modules(spec.family),

@@ -6,7 +6,6 @@ accounting: forward + backward for every image seen, backward ~ 2x forward, so 3
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 from vitbench.backends.base import Backend, default_backend, get_backend
@@ -73,7 +72,7 @@ def counts(be: Backend, spec: ModelSpec, resolution: int, num_classes: int, info
     """The backend's counters (`Backend.count_flops`), from the value cache (vitbench.value_cache) when they were
     counted before with the same code (the family's plug-in's included), framework and counter versions,
     compiler settings, host, device and request; a Remembered (value, cached, at)."""
-    request = {"backend": be.name, "spec": dataclasses.asdict(spec), "resolution": resolution,
+    request = {"backend": be.name, "spec": spec.flat(), "resolution": resolution,
                "num_classes": num_classes, "device": info.get("device"), "device_name": info.get("device_name")}
     return remembered("flops", request, (*be.spec.distributions, *be.spec.counter_distributions),
                       lambda: be.count_flops(spec, resolution, num_classes), decode=_counters, code=(type(be),),

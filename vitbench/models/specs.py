@@ -143,9 +143,17 @@ class ModelSpec:
     def describe(self) -> str:
         return family_plugin(self.family).computation.describe(self)
 
+    def flat(self) -> dict:
+        """Every field by its name, one level (the flavour a dict of its fields): the one view of a spec that the
+        value and graph caches hash into their keys (the flops, jax parameter-shape and runtime graph caches) and
+        that `to_dict` writes into checkpoint metadata. tests/test_specs.py pins it: a change of how ModelSpec holds
+        its fields (issue 52: a common core plus the family's own part) must keep this view, or the caches'
+        entries are rebuilt and old checkpoints' metadata no longer reads back."""
+        return asdict(self)
+
     def to_dict(self) -> dict:
-        """Every field (the flavour as plain strings and numbers) plus the derived stride: JSON-ready."""
-        d = asdict(self)
+        """`flat()` with the flavour as plain strings and numbers, plus the derived stride: JSON-ready."""
+        d = self.flat()
         d["flavour"] = self.flavour.to_dict()
         d["stride"] = self.stride
         return d

@@ -27,7 +27,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import time
 
@@ -92,7 +91,7 @@ def cached_param_shapes(model, spec: ModelSpec, resolution: int, num_classes: in
     """`param_shapes`, from the value cache (vitbench.value_cache) when they were traced before for the same
     model, resolution, classes, compute dtype and device with the same code, jax/jaxlib/flax and settings: the
     trace of the model's init is a large part of a warm trial's set-up, and JAX caches only compiled modules."""
-    request = {"spec": dataclasses.asdict(spec), "resolution": resolution, "num_classes": num_classes,
+    request = {"spec": spec.flat(), "resolution": resolution, "num_classes": num_classes,
                "dtype": jnp.dtype(dtype).name, "device": device, "x64": bool(jax.config.jax_enable_x64)}
     return value_cache.remembered("jax_param_shapes", request, SPEC.distributions,
                                   lambda: [[p, list(s)] for p, s in param_shapes(model, resolution)],
