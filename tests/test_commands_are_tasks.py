@@ -29,7 +29,8 @@ COMMANDS: dict[tuple[str, ...], list[tuple[list[str], str]]] = {
     ("serve",): [([NANO], "serve")],
     ("pretrain",): [([NANO, "--steps", "3", "--lr", "0.002"], "pretrain")],
     ("fewshot",): [(["--model", NANO, "--pretrain-steps", "3"], "fewshot")],
-    ("finetune",): [(["--model", NANO, "--pretrain-steps", "3", "--steps", "4"], "finetune")],
+    ("finetune",): [(["--model", NANO, "--pretrain-steps", "3", "--steps", "4"], "finetune"),
+                    (["--model", NANO, "--pretrain-steps", "3", "--seed", "3", "--finetune-seed", "5"], "finetune")],
 }
 # measuring commands that still build their protocol's config themselves: each row of theirs is expected to
 # fail, strictly, so converting one without moving it out of here fails too (none left)

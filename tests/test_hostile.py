@@ -219,6 +219,7 @@ CASES = {
     "finetune lr grid nan": case("finetune", "-m", NANO, "--lr-grid", "0.01,nan", says="--lr-grid"),
     "finetune lr grid 1e300": case("finetune", "-m", NANO, "--lr-grid", "1e300", says="--lr-grid"),
     "finetune lr grid empty": case("finetune", "-m", NANO, "--lr-grid", "", says="--lr-grid"),
+    "finetune finetune-seed negative": case("finetune", "-m", NANO, "--finetune-seed", "-1", says="--finetune-seed"),
     "finetune val fraction": case("finetune", "-m", NANO, "--val-fraction", "1.5", says="--val-fraction"),
     "finetune steps vs warmup": case("finetune", "-m", NANO, "--steps", "1", says="--warmup-steps"),
     "finetune checkpoint nan": case("finetune", "-c", "{nan_ckpt}", "--steps", "2", "--warmup-steps", "0",

@@ -88,8 +88,8 @@ def pretrain_cmd(
     backend: str = typer.Option(None, help="A registered backend "
                                            "(`vitbench plugins` lists them; default: the first registered)."),
     upstream=None,
-    # the shared field `seed` means the model's seed here, the upstream's in fewshot, the fine-tuning's in
-    # finetune (issue 52, item 5): its help is the command's
+    # --seed is the trial's `seed`, the upstream's, in every transfer command (issue 52 item 5): here the model
+    # pre-trained is the upstream; finetune's own first seed is --finetune-seed
     seed: int = from_field(PretrainConfig, "seed", help="Model init / batch order seed."),
     out: str = typer.Option(None, "--out", "-o",
                             help="Also copy the checkpoint here (.safetensors; it is kept in the cache, "
@@ -185,7 +185,7 @@ DATA = path_group("data", Fewshot.Params, *data_options("data."))
 
 def _downstream(o, data, task: str, seed: int, **own) -> dict:
     """The downstream task's fields from the DOWNSTREAM options `o`, the DATA options `data` (`seed`: the
-    upstream's with --model), the command's `own` fields and the fields `--set PATH=VALUE` sets (`o.sets` keeps the
+    trial's, the upstream's with --model; finetune's own is its --finetune-seed), the command's `own` fields and the fields `--set PATH=VALUE` sets (`o.sets` keeps the
     architecture overrides, `o.set_names` how an error names a field set by its path)."""
     o.sets, set_fields, o.set_names = path_sets(task, o.sets)
     return {"backend": o.backend, "resolution": o.resolution, "objective": o.objective, **vars(data),
@@ -238,7 +238,8 @@ FINETUNE = path_group(
     PathOption("batch_size", ("--batch-size", "-b"), default=(FinetuneConfig, "batch_size", None),
                click={"min": 1}),
     PathOption("lr_grid"), PathOption("finetune_warmup_steps", ("--warmup-steps",), click={"min": 0}),
-    PathOption("refit", ("--refit/--no-refit",)), PathOption("finetune_seeds", ("--seeds",), click={"min": 1}))
+    PathOption("refit", ("--refit/--no-refit",)), PathOption("finetune_seeds", ("--seeds",), click={"min": 1}),
+    PathOption("finetune_seed"))
 
 
 @app.command("finetune")
@@ -250,7 +251,8 @@ def finetune_cmd(
     downstream=None,
     data=None,
     finetune=None,
-    seed: int = from_field(FinetuneConfig, "seed", help="First fine-tuning seed (runs use seed, seed+1, ...)."),
+    seed: int = from_field(PretrainConfig, "seed", help="With --model: upstream seed; also the first fine-tuning "
+                                                        "seed unless --finetune-seed is given (as before it)."),
     run=None,
 ) -> None:
     """Fine-tune with the paper's recipe: zero-init head, SGD momentum 0.9, cosine, warm-up, clip 1, no wd.

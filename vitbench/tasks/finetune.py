@@ -10,7 +10,7 @@ from vitbench.tasks import Task, register_task
 from vitbench.tasks.fields import MAX_COUNT, params_model
 from vitbench.tasks.upstream import (ACCURACY, SHARED, Downstream, FromCheckpoint, Upstream, downstream_names,
                                     with_compute_aliases)
-from vitbench.transfer.config import default_of, joined, parse_floats, validated
+from vitbench.transfer.config import Seed, default_of, joined, key_neutral, parse_floats, validated
 from vitbench.protocols.finetune import FinetuneConfig
 
 
@@ -30,6 +30,14 @@ class Recipe(BaseModel):
     finetune_seeds: int = Field(default_of(FinetuneConfig, "seeds"), ge=1, le=MAX_COUNT,
                                 description="Runs per learning rate and final runs: accuracy is their mean, with "
                                             "the standard deviation.")
+    # The trial's `seed` is the upstream's (as in pretrain and fewshot); the fine-tuning's own first seed was the
+    # same number before this field (issue 52 item 5), so it defaults to it and its trials keep their keys.
+    finetune_seed: Seed | None = key_neutral(None, description="First fine-tuning seed (batch order; runs use it, "
+                                             "+1, ...). Default: the upstream's seed.")
+
+    def first_finetune_seed(self) -> int:
+        """The fine-tuning's first seed: its own, else the trial's `seed` (the upstream's)."""
+        return self.seed if self.finetune_seed is None else self.finetune_seed  # type: ignore[attr-defined]
 
 
 @register_task
@@ -50,7 +58,8 @@ class Finetune(Task):
         cfg = validated(FinetuneConfig, {
             **p.upstream_source(self.name), "backend": p.backend, "data": p.downstream_data(),
             "resolution": p.resolution, "steps": p.finetune_steps, "batch_size": p.batch_size, "lr_grid": grid,
-            "warmup_steps": p.finetune_warmup_steps, "refit": p.refit, "seed": p.seed,
+            "warmup_steps": p.finetune_warmup_steps, "refit": p.refit,
+            "seed": p.first_finetune_seed(),
             "seeds": p.finetune_seeds}, f"task {self.name!r}",
             p.named_paths({**downstream_names(), "steps": "finetune_steps",
                            "warmup_steps": "finetune_warmup_steps", "seeds": "finetune_seeds",
