@@ -66,7 +66,7 @@ def test_bad_study_exits_2_naming_file_and_field_and_runs_nothing(path, tmp_path
 @pytest.mark.parametrize("case", ["long_value", "long_key", "oversized"])
 def test_huge_input_gives_a_short_message(case, tmp_path, cli):
     """Values quoted in messages are shortened; a file past the size limit is not even parsed."""
-    from vitbench.study.source import MAX_STUDY_BYTES
+    from vitbench.study.reader import MAX_STUDY_BYTES
 
     big = "x" * 500_000
     text = {"long_value": f"name: v\naxes:\n  model: ['{big}']\n  task: [infer]\n",

@@ -180,7 +180,7 @@ def check_results_dir(study: Study, results_dir: str | os.PathLike, what: str = 
     others: set[str] = set()
     copy = path / STUDY_FILE
     if copy.is_file():
-        from vitbench.study.source import load_bounded
+        from vitbench.study.reader import load_bounded
 
         with contextlib.suppress(Exception):  # an unreadable copy says nothing about its study
             data, _ = load_bounded(copy.read_text(errors="replace"))

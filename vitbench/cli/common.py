@@ -211,7 +211,7 @@ def path_sets(task_name: str, sets: list[str] | None) -> tuple[list[str], dict, 
     {field: value}, {field: '--set PATH'}: how an error names it). A set path wins over the field's flag. An
     unknown path is a ConfigError naming it with the allowed ones."""
     from vitbench.study.paths import unknown_path
-    from vitbench.study.source import load_value
+    from vitbench.study.reader import load_value
     from vitbench.tasks import get_task
 
     given = parse_sets(sets)

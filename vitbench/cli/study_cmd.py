@@ -175,7 +175,7 @@ def _parse_executor_options(items: list[str]) -> dict:
     import yaml
 
     from vitbench.errors import ConfigError, clip, shorten
-    from vitbench.study.source import load_bounded
+    from vitbench.study.reader import load_bounded
 
     out = {}
     for item in items:
@@ -192,10 +192,10 @@ def _parse_executor_options(items: list[str]) -> dict:
 
 def _study_sets(sets: list[str] | None) -> dict:
     """`--set FIELD=VALUE` -> {FIELD: VALUE read as YAML (3 -> int, true -> bool, text -> str), bounded as a study
-    file is (vitbench.study.source.load_value: aliases, depth, number lengths)}."""
+    file is (vitbench.study.reader.load_value: aliases, depth, number lengths)}."""
     from vitbench.cli.common import parse_sets
     from vitbench.errors import clip
-    from vitbench.study.source import load_value
+    from vitbench.study.reader import load_value
 
     return {key: load_value(text, f"--set {clip(key, 80)}") for key, text in parse_sets(sets, "--set").items()}
 

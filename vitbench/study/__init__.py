@@ -32,7 +32,7 @@ as a ConfigError (the CLI exits 2).
 """
 
 from vitbench.study.load import apply_sets, load_study, parse_study
-from vitbench.study.source import embedded_studies, resolve_study
+from vitbench.study.reader import embedded_studies, resolve_study
 from vitbench.study.trials import Study, Trial, trial_key
 
 __all__ = ["Study", "Trial", "apply_sets", "embedded_studies", "load_study", "parse_study", "resolve_study",

@@ -27,7 +27,7 @@ from vitbench.models.overrides import OVERRIDE_ORDER, parse_value
 from vitbench.models.specs import all_specs, get_spec
 from vitbench.registry import Kind, entry
 from vitbench.study.schema import StudyModel
-from vitbench.study.source import Problems, dotted
+from vitbench.study.reader import Problems, dotted
 from vitbench.tasks import tasks
 from vitbench.tasks.fields import SHARED, LocalPath, path_fields, shared_default
 

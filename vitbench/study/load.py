@@ -15,7 +15,7 @@ from vitbench.errors import ConfigError, VitbenchError, shorten
 from vitbench.study.expand import Expander
 from vitbench.study.paths import listed, read_paths, set_field
 from vitbench.study.schema import ExecutorSpec, StudyModel
-from vitbench.study.source import Problems, compose, resolve_study
+from vitbench.study.reader import Problems, compose, resolve_study
 from vitbench.study.trials import Study, Trial, trial_key
 
 

@@ -15,11 +15,11 @@ from typing import Any
 
 from vitbench.errors import ConfigError, shorten
 from vitbench.study.schema import StudyModel
-from vitbench.study.source import Problems
+from vitbench.study.reader import Problems
 from vitbench.tasks import tasks
 
 LISTED_CHARS = 1200  # of the allowed fields in an error: the message stays within the CLI's bound (2 KiB)
-# of the allowed paths: a study's problem is clipped at 1,200 characters (vitbench.study.source.Problems), so the
+# of the allowed paths: a study's problem is clipped at 1,200 characters (vitbench.study.reader.Problems), so the
 # list leaves room for the key (shortened to ~60), three close paths and the words around them
 PATHS_LISTED_CHARS = 800
 
