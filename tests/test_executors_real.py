@@ -327,11 +327,16 @@ def test_ray_head_stopped_mid_sweep_ends_in_the_summary_with_a_row_per_trial(tmp
     flat = " ".join(out.split())
     assert rc == 1 and "Failed to connect to GCS" not in out, out
     assert took < 60, (took, out)  # vitbench's head_lost_s decided, not Ray's own timeout
-    assert "has not answered for 5 s" in flat and "sweep headlost: ran 3 trial(s)" in flat, out
-    assert "3 trial(s) interrupted" in flat, out
+    assert "sweep headlost: ran 3 trial(s)" in flat and "3 trial(s) interrupted" in flat, out
     rows = {r.key: r for r in read_records(res)}
     assert len(rows) == 3 and {str(r.status) for r in rows.values()} == {"interrupted"}, rows
-    assert {r.error.type for r in rows.values()} <= {"RayHeadLost", "NodeDiedError", "WorkerCrashedError"}, rows
+    # Two ways are both right and race each other: Ray itself reports every task lost (its raylets die with the
+    # head, seen in CI at stop 60: all three rows ended 2.3 s after the kill), or Ray stays silent and vitbench's
+    # head_lost_s decides. The line naming head_lost_s is printed exactly when one of the rows is vitbench's.
+    ray_own = {"NodeDiedError", "WorkerCrashedError", "LocalRayletDiedError"}
+    types = {r.error.type for r in rows.values()}
+    assert types <= ray_own | {"RayHeadLost"}, rows
+    assert ("has not answered for 5 s" in flat) == ("RayHeadLost" in types), (types, out)
     no_trials_left("headlost")
     gate.touch()
     rc, out = finish(sweep(study, res, "ray"))
