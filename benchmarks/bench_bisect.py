@@ -5,10 +5,12 @@ The branch lives in a clone in a temporary directory (this repository is never t
 commit i (1..16) writes BISECT_STEP; commit --bad-at and every later one also make every timed step carry 10 %
 more real work: vitbench.measure.extra_work's fraction defaults to 0.10 instead of none (the same work the gate's
 power test injects, sized once to 10 % of a step, img/s x 1/1.1 = 0.909; its rows say so in raw).
-GOOD is the clone's HEAD (this repository's HEAD), BAD the branch's tip. The study: ViT-Mini/4 inference at
-batch 16 on one CPU thread, as in studies/ci.yaml (a step of tens of ms, so that it follows the machine's
-matmul speed; with ViT-Nano/4, ~3 ms a step, the first run read the slowed commit 1.18-1.28x *faster* than GOOD
-in all of 4 pairs at load 22-30), a few seconds a round (--study to change). Printed and written to --out
+GOOD is the clone's HEAD (this repository's HEAD), BAD the branch's tip. The study: R-Micro inference at batch
+16 on one CPU thread, one of studies/ci.yaml's trials, a few seconds a round (--study to change). Of the gate's
+trials it had the smallest pair sd under `turns` on a quiet host, 0.032 against ViT-Mini/4 infer's 0.10
+(docs/compare.md, "And with R-Micro infer as the trial"; the injected work slows it by about 7 %). With
+ViT-Nano/4, ~3 ms a step, the first run read the slowed commit 1.18-1.28x *faster* than GOOD in all of 4 pairs
+at load 22-30. Printed and written to --out
 (JSON): each step's commit, verdict, pairs and seconds, the first bad commit found, whether it is the injected
 one, the wall time, and the load average before, during (sampled every 10 s) and after.
 
@@ -34,12 +36,12 @@ N = 16  # commits on the branch (the issue's check: found in at most 6 ab steps)
 SLOW_FILE = "vitbench/measure/extra_work.py"
 SLOW_FROM = 'v = os.environ.get(ENV, "").strip()\n'
 SLOW_TO = 'v = os.environ.get(ENV, "").strip() or "0.10"  # bench_bisect.py: the injected slowdown\n'
-STUDY = """name: bisect-nano
+STUDY = """name: bisect-rmicro
 repeats: 1
 calibration: false
 defaults: {device: cpu, threads: 1, batch_size: 16, precision: fp32, warmup_steps: 2, min_steps: 8,
            min_seconds: 0.5, max_seconds: 3}
-axes: {model: [ViT-Mini/4], task: [infer]}
+axes: {model: [R-Micro], task: [infer]}
 """
 
 
@@ -77,7 +79,7 @@ def main() -> None:
     ap.add_argument("--bad-at", type=int, default=11, help="the commit (1..16) that injects the slowdown")
     ap.add_argument("--budget-s", type=float, default=150.0, help="each ab step's budget in seconds")
     ap.add_argument("--threshold", type=float, default=0.05)
-    ap.add_argument("--study", default=None, help="a study file (default: ViT-Mini/4 infer, above)")
+    ap.add_argument("--study", default=None, help="a study file (default: R-Micro infer, above)")
     ap.add_argument("--out", type=Path, default=None, help="write the run's summary here (JSON)")
     a = ap.parse_args()
     if not 1 <= a.bad_at <= N:
@@ -110,7 +112,7 @@ def main() -> None:
         "commits": N, "bad_at": a.bad_at, "injected": injected, "first_bad": res.first_bad,
         "found": res.first_bad == injected, "exit_code": res.exit_code,
         "range": list(res.range) if res.range else None, "steps": [
-            {"commit": s.commit, "subject": s.subject, "verdict": s.verdict.value, "seconds": round(s.elapsed_s),
+            {"commit": s.commit, "subject": s.subject, "verdict": s.reading, "seconds": round(s.elapsed_s),
              "detail": s.detail} for s in res.steps],
         "n_steps": len(res.steps), "max_steps": res.max_steps, "wall_s": round(wall), "budget_s": a.budget_s,
         "threshold": a.threshold, "load_before": load_before,

@@ -16,7 +16,7 @@ from vitbench.cli import app
 from vitbench.compare import ab as ab_mod
 from vitbench.compare import bisection
 from vitbench.compare.decide import Decision
-from vitbench.compare.paired import Rule
+from vitbench.compare.paired import Paired, Rule, TwoPoint, between
 from vitbench.errors import ConfigError
 
 runner = CliRunner()
@@ -30,15 +30,21 @@ def _repo(tmp_path: Path, bad_at: int | None, noisy: set[int] = frozenset()) -> 
                                  "NOISY": "" if i in noisy else None} for i in range(N + 1)])
 
 
-def _fake_step(repo: Path, calls: list[str]):
-    """A step that reads the verdict off the commit's tree: SLOW -> regression, NOISY -> inconclusive."""
+# pair ratios commit / GOOD as a step would measure them: as fast as GOOD, 10 % slower, and too noisy to tell
+FAST, SLOW, NOISY = [1.0, 1.01, 0.99, 1.0], [0.9, 0.91, 0.89, 0.9], [0.7, 1.2, 0.8, 1.1]
 
-    def step(good: str, sha: str) -> tuple[Decision, str]:
+
+def _measured(ratios: list[float], **others: list[float]) -> bisection.Measured:
+    return bisection.Measured({"t": ratios, **others}, names={"t": "ViT-Nano/4 infer"}, how="fake")
+
+
+def _fake_step(repo: Path, calls: list[str]):
+    """A step that reads the ratios off the commit's tree: SLOW -> 10 % slower, NOISY -> too noisy to tell."""
+
+    def step(good: str, sha: str, rule: Rule) -> bisection.Measured:
         calls.append(sha)
         files = git(repo, "ls-tree", "--name-only", sha).split()
-        v = (Decision.INCONCLUSIVE if "NOISY" in files else
-             Decision.REGRESSION if "SLOW" in files else Decision.NO_CHANGE)
-        return v, "fake"
+        return _measured(NOISY if "NOISY" in files else SLOW if "SLOW" in files else FAST)
 
     return step
 
@@ -53,9 +59,9 @@ def test_finds_the_first_bad_commit_at_every_position_in_log2_steps(tmp_path):
     for bad_at in range(1, N + 1):
         calls: list[str] = []
 
-        def step(good: str, sha: str) -> tuple[Decision, str]:
+        def step(good: str, sha: str, rule: Rule) -> bisection.Measured:
             calls.append(sha)
-            return (Decision.REGRESSION if index[sha] >= bad_at else Decision.NO_CHANGE), "fake"
+            return _measured(SLOW if index[sha] >= bad_at else FAST)
 
         res = bisection.run_bisect("HEAD~16", "HEAD", repo=repo, step=step)
         assert res.first_bad == _sha(repo, bad_at) and res.exit_code == 1 == bisection.EXIT_FOUND
@@ -150,3 +156,76 @@ def test_the_command_line_prints_the_steps_and_exits_like_ab(tmp_path, monkeypat
     assert res.exit_code == 0 and "no regression" in res.output
     res = runner.invoke(app, ["bisect", "HEAD~16", "HEAD", "--repo", str(repo2), "--threshold", "2"])
     assert res.exit_code == 2 and "--threshold" in res.output and "Traceback" not in res.output
+
+
+# ---- after step 1, a commit is held between GOOD's speed and BAD's (vitbench.compare.paired.TwoPoint) ----------
+def _p(ratio: float, lo: float, hi: float) -> Paired:
+    return Paired((ratio,) * 4, ratio, lo, hi)
+
+
+def test_between_decides_for_the_measured_point_the_interval_leaves_standing():
+    a = 0.921  # R-Micro infer on BAD in docs/compare.md's bisection
+    # step 3 of that run: inconclusive under the threshold rule (its interval holds 0.95), bad between the points
+    assert _p(0.937, 0.898, 0.977).ratio and Paired.of([0.92, 0.95, 0.93, 0.95], 0.95).decision(0.05) \
+        is Decision.INCONCLUSIVE
+    assert between(_p(0.937, 0.898, 0.977), a) is Decision.REGRESSION
+    assert between(_p(0.99, 0.93, 1.05), a) is Decision.NO_CHANGE  # above BAD, holds 1: as fast as GOOD
+    assert between(_p(0.95, 0.90, 1.01), a) is Decision.INCONCLUSIVE  # holds both points
+    # both excluded (the speed changed in two commits): the nearer point in log, the midpoint sqrt(a) = 0.9597
+    assert between(_p(0.950, 0.93, 0.97), a) is Decision.REGRESSION
+    assert between(_p(0.970, 0.93, 0.99), a) is Decision.NO_CHANGE
+    assert between(Paired((0.9,), 0.9, None, None), a) is Decision.INCONCLUSIVE
+
+
+def test_two_point_counts_only_the_trials_that_regressed_on_bad():
+    rule = TwoPoint(min_pairs=4, against=(("t", 0.9),))
+    noisy_other = {"t": SLOW, "u": NOISY}
+    assert rule.decisions(noisy_other)["t"][1] is Decision.REGRESSION
+    assert rule.decisions(noisy_other)["u"][1] is Decision.INCONCLUSIVE  # shown, under the threshold rule
+    fast_other = {"t": FAST, "u": NOISY}  # t decided (good), u not: only t counts
+    assert rule.done(fast_other, 4) and not Rule(min_pairs=4).done(fast_other, 4)
+    assert not rule.done({"t": NOISY, "u": FAST}, 4) and not rule.done({"t": SLOW}, 3)  # below min_pairs
+    assert rule.replay([{"t": r, "u": n} for r, n in zip(FAST, NOISY)]) == (Decision.NO_CHANGE, 4)
+
+
+def test_a_commit_with_a_smaller_slowdown_is_found_where_the_threshold_rule_stopped(tmp_path):
+    """BAD 7 % slower (a real R-Micro bisection's size): the threshold rule cannot call a commit 'regression'
+    until its interval is under 0.95; the two points decide it, and a trial that did not regress on BAD and is
+    noisy in every step neither stops nor decides a step."""
+    repo = _repo(tmp_path, 11)
+    seven = [0.92, 0.95, 0.93, 0.95]  # 0.937, interval about [0.91, 0.96]: holds 0.95
+    calls: list[str] = []
+
+    def step(good: str, sha: str, rule: Rule) -> bisection.Measured:
+        calls.append(sha)
+        slow = "SLOW" in git(repo, "ls-tree", "--name-only", sha).split()
+        return _measured(seven if slow else FAST, u=NOISY)
+
+    lines: list[str] = []
+    res = bisection.run_bisect("HEAD~16", "HEAD", repo=repo, step=step, rule=Rule(min_pairs=4),
+                               progress=lines.append)
+    assert res.first_bad is None and res.exit_code == 3  # step 1 under the threshold rule: not a regression yet
+    bad_first = [0.90, 0.92, 0.91, 0.92]  # BAD measured well: 0.912 [0.90, 0.93]
+
+    def step2(good: str, sha: str, rule: Rule) -> bisection.Measured:
+        slow = "SLOW" in git(repo, "ls-tree", "--name-only", sha).split()
+        return _measured(bad_first if sha == _sha(repo, N) else seven if slow else FAST, u=NOISY)
+
+    res = bisection.run_bisect("HEAD~16", "HEAD", repo=repo, step=step2, rule=Rule(min_pairs=4),
+                               progress=lines.append)
+    assert res.first_bad == _sha(repo, 11) and res.exit_code == 1 and len(res.steps) <= 5, lines
+    assert [s.verdict for s in res.steps[1:]].count(Decision.INCONCLUSIVE) == 0
+    assert "(not counted: it did not regress on BAD)" in res.steps[1].detail
+    assert any(" bad: " in ln for ln in lines) and any(" good: " in ln for ln in lines)
+
+
+def test_a_trial_that_failed_on_bad_makes_a_commit_bad_where_it_fails(tmp_path):
+    repo = _repo(tmp_path, 5)
+
+    def step(good: str, sha: str, rule: Rule) -> bisection.Measured:
+        slow = "SLOW" in git(repo, "ls-tree", "--name-only", sha).split()
+        return bisection.Measured({"t": [] if slow else FAST}, frozenset({"t"}) if slow else frozenset())
+
+    res = bisection.run_bisect("HEAD~16", "HEAD", repo=repo, step=step)
+    assert res.first_bad == _sha(repo, 5) and res.exit_code == 1
+    assert res.steps[0].verdict is Decision.REGRESSION and "failed" in res.steps[0].detail

@@ -17,8 +17,9 @@ def bisect_cmd(
     study: str = from_constant("vitbench.compare.ab", "DEFAULT_STUDY",
                                help="Study file, relative to each commit's tree (each side runs its own copy)."),
     threshold: float = from_constant("vitbench.compare.decide", "DEFAULT_THRESHOLD",
-                                     help="Slowdown that matters: 0.05 = 5 %. A step's commit is bad when the "
-                                          "whole interval of commit / GOOD is below 1 - threshold."),
+                                     help="Slowdown that matters: 0.05 = 5 %. BAD is bisected when the whole "
+                                          "interval of BAD / GOOD is below 1 - threshold; each later commit is "
+                                          "held between GOOD's speed and BAD's."),
     budget_s: float = from_constant("vitbench.compare.ab", "DEFAULT_BUDGET_S", "--budget-s",
                                     help="Wall-clock budget of each step's `ab` run, in seconds."),
     repo: str = cli_option("repo", "--repo", help="The git checkout whose commits are bisected."),
@@ -26,9 +27,10 @@ def bisect_cmd(
     """Find the first commit between GOOD and BAD whose speed regressed against GOOD, each step a `vitbench ab`
     run of GOOD against one commit (paired rounds, each side its own checkout and environment).
 
-    The first step checks BAD against GOOD; then a binary search over BAD's first-parent line, about log2(N)
-    steps for N commits. An inconclusive step is never read as good or bad: the bisection stops and names the
-    range it had narrowed to (rerun on it with a larger --budget-s).
+    The first step checks BAD against GOOD and measures how much slower it is; then a binary search over BAD's
+    first-parent line, about log2(N) steps for N commits, each commit decided as fast as GOOD (good) or as slow
+    as BAD (bad). An inconclusive step is never read as good or bad: the bisection stops and names the range it
+    had narrowed to (rerun on it with a larger --budget-s).
 
     Exit code: 1 = a regression, its first bad commit found; 0 = BAD did not regress against GOOD; 2 = bad input
     (unknown commit, GOOD not an ancestor of BAD, no study, bad option); 3 = a step was inconclusive.
@@ -40,7 +42,7 @@ def bisect_cmd(
     res = run_bisect(good, bad, repo=repo, study=study, rule=rule, budget_s=budget_s,
                      progress=lambda s: err_console.print(escape(s), highlight=False, soft_wrap=True))
     for i, s in enumerate(res.steps, 1):
-        console.print(escape(f"step {i}: {s.commit[:12]} {s.verdict.value:<12} {s.elapsed_s:5.0f} s  "
+        console.print(escape(f"step {i}: {s.commit[:12]} {s.reading:<12} {s.elapsed_s:5.0f} s  "
                              f"{s.subject}"), highlight=False, soft_wrap=True)
     n = len(res.commits)
     if res.first_bad is not None:

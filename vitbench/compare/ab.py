@@ -138,6 +138,11 @@ class Pairs:
         b, c = self.trials[key]
         return b is not None and c is not None
 
+    def names(self) -> dict[str, str]:
+        """Each matched trial's key -> its label in the table (model, task, and what tells them apart)."""
+        keys = [k for k in self.trials if self.matched(k)]
+        return dict(zip(keys, labels([self.trials[k][0].config for k in keys])))
+
     def failed(self, key: str) -> bool:
         """Ok on the baseline side in some pair where current was not."""
         return any(b and not c for b, c in self.values(key))
@@ -152,11 +157,10 @@ def rows(pairs: Pairs, rule: Rule) -> list[Row]:
     from vitbench.compare.comparison import metrics
 
     md = metrics()[METRIC]
-    keys = [k for k in pairs.trials if pairs.matched(k)]
-    names = dict(zip(keys, labels([pairs.trials[k][0].config for k in keys])))
+    names = pairs.names()
     decided = rule.decisions(pairs.ratios())
     out = []
-    for k in keys:
+    for k in names:
         p, d = decided[k]
         vals = pairs.values(k)
         bs, cs = [b for b, _ in vals if b], [c for _, c in vals if c]
@@ -185,6 +189,7 @@ class ABResult:
     pairs: int
     elapsed_s: float
     stopped: str
+    rounds: Pairs | None = None  # the pairs behind it (bisect reads each trial's ratios by key)
 
     @property
     def exit_code(self) -> int:
@@ -254,7 +259,7 @@ def measure(sides: tuple[Side, Side], environment: str, study_line: str, *, rule
     table = rows(pairs, rule)
     if not table:
         raise ConfigError(_unmatched(pairs))
-    v = verdict([r.decision for r in table])
+    v = verdict([r.decision for k, r in zip(pairs.names(), table) if rule.counts(k)])
     b_recs, c_recs = pairs.records
     context = [("baseline", sides[0].describe), ("current", sides[1].describe), ("environment", environment),
                ("study", study_line),
@@ -278,7 +283,7 @@ def measure(sides: tuple[Side, Side], environment: str, study_line: str, *, rule
                      confidence=rule.confidence, normalized=False, metrics=(METRIC,),
                      warnings=[f"not compared (on one side only): {t.config.get('model')} {t.config.get('task')}"
                                for t in unmatched], context=context)
-    return ABResult(cmp, v, len(pairs.order), elapsed, stopped)
+    return ABResult(cmp, v, len(pairs.order), elapsed, stopped, pairs)
 
 
 def _host_line(pairs: Pairs) -> str:

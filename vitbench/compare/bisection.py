@@ -5,11 +5,14 @@ The commits are BAD's first-parent line back to GOOD (`git rev-list --first-pare
 one step, as `git bisect --first-parent`). Every step measures GOOD (baseline) against one commit (current), so
 each verdict is against the same reference:
 
-1. GOOD against BAD: a regression confirms there is something to find (no change: exit 0, nothing to bisect);
-2. binary search: a commit that regressed against GOOD is bad (the first bad one is it or before it), one with
-   no change is good (the first bad one is after it): ceil(log2(N)) steps for N commits after GOOD.
+1. GOOD against BAD, under the gate's threshold rule: a regression confirms there is something to find, and
+   measures how slow BAD is, per trial that regressed (no change: exit 0, nothing to bisect);
+2. binary search: each commit is decided between the two measured points, GOOD's speed and BAD's
+   (vitbench.compare.paired.TwoPoint): a commit as slow as BAD is bad (the first bad one is it or before it), one
+   as fast as GOOD is good (the first bad one is after it): ceil(log2(N)) steps for N commits after GOOD. Only
+   the trials that regressed in step 1 count.
 
-An inconclusive step (the interval straddles 1 - threshold when the step's budget ends) is never read as good or
+An inconclusive step (its interval holds both points when the step's budget ends) is never read as good or
 bad: the bisection stops there, names the range it had narrowed the first bad commit to, and exits 3, as an
 inconclusive `ab` does; rerun on that range (`vitbench bisect LO HI`) with a larger --budget-s. Exit codes as
 `ab`'s: 1 = a regression, located (the first bad commit); 0 = BAD did not regress against GOOD; 2 = bad input;
@@ -29,7 +32,7 @@ from pathlib import Path
 from vitbench.compare.ab import DEFAULT_BUDGET_S, DEFAULT_STUDY, checkout, check_budget, commit_side, measure, \
     repo_root, resolve_ref
 from vitbench.compare.decide import Decision
-from vitbench.compare.paired import Rule
+from vitbench.compare.paired import Rule, TwoPoint, verdict
 from vitbench.errors import ConfigError
 
 EXIT_NO_CHANGE, EXIT_FOUND, EXIT_INCONCLUSIVE = 0, 1, 3  # as `vitbench ab`'s 0, 1 and 3 (cli/compare_cmd.py)
@@ -41,14 +44,26 @@ class Step:
 
     commit: str  # full SHA
     subject: str
-    verdict: Decision  # regression | no change | inconclusive (ab's verdict over the study's trials)
+    verdict: Decision  # regression (bad) | no change (good) | inconclusive, over the trials that count
     detail: str  # the trials' ratios and intervals, one line
     elapsed_s: float
+    reading: str = ""  # the verdict as the search reads it: BAD's as the gate words it, later ones good / bad
 
 
-# A step: (GOOD's SHA, the commit's SHA) -> (verdict, one line of detail). The real one runs `ab`; tests pass
-# their own (fast, from a marker in the commit).
-Measure = Callable[[str, str], tuple[Decision, str]]
+@dataclass(frozen=True)
+class Measured:
+    """What one step measured: per trial (its key) the pair ratios commit / GOOD, the trials not ok on the
+    commit's side, each trial's label, and how it went (pairs, seconds)."""
+
+    ratios: dict[str, list[float]]
+    failed: frozenset[str] = frozenset()
+    names: dict[str, str] = field(default_factory=dict)
+    how: str = ""
+
+
+# A step: (GOOD's SHA, the commit's SHA, the rule that stops it) -> what it measured. The real one runs `ab`
+# under that rule; tests pass their own (fast, from a marker in the commit).
+Measure = Callable[[str, str, Rule], Measured]
 
 
 @dataclass
@@ -101,27 +116,42 @@ def commits_between(root: Path, good: str, bad: str) -> list[str]:
     return first
 
 
-def search(good: str, commits: list[str], step: Measure, subject: Callable[[str], str] = lambda c: "",
-           progress: Callable[[str], None] = lambda s: None) -> BisectResult:
-    """The bisection over `commits` (oldest first, BAD last) with `step` measuring GOOD against one commit."""
+def search(good: str, commits: list[str], step: Measure, rule: Rule = Rule(),
+           subject: Callable[[str], str] = lambda c: "", progress: Callable[[str], None] = lambda s: None
+           ) -> BisectResult:
+    """The bisection over `commits` (oldest first, BAD last) with `step` measuring GOOD against one commit: BAD
+    under `rule`, every later commit under the TwoPoint rule that BAD's measurement makes (module docstring)."""
     t0 = time.monotonic()
     res = BisectResult(good, commits[-1], commits)
 
-    def run(i: int) -> Decision:
+    def run(i: int, rule: Rule) -> tuple[Decision, dict]:
         t = time.monotonic()
-        verdict, detail = step(good, commits[i])
-        res.steps.append(Step(commits[i], subject(commits[i]), verdict, detail, time.monotonic() - t))
+        m = step(good, commits[i], rule)
+        decided = rule.decisions(m.ratios)
+        for k in m.failed & decided.keys():
+            decided[k] = (decided[k][0], Decision.FAILED)
+        v = verdict([d for k, (_, d) in decided.items() if rule.counts(k)] or [Decision.INCONCLUSIVE])
+        detail = "; ".join(_trial_line(m.names.get(k, k[:12]), p, d, rule.counts(k))
+                           for k, (p, d) in decided.items())
+        detail = f"{m.how}: {detail}" if m.how else detail
+        res.steps.append(Step(commits[i], subject(commits[i]), v, detail, time.monotonic() - t,
+                              _word(v, i == len(commits) - 1)))
         progress(f"step {len(res.steps)}: {commits[i][:12]} ({i + 1} of {len(commits)} after GOOD) "
-                 f"{verdict.value}: {detail}")
-        return verdict
+                 f"{res.steps[-1].reading}: {detail}")
+        return v, decided
 
     lo, hi = -1, len(commits) - 1  # commits[lo] good (-1: GOOD itself), commits[hi] bad
-    first = run(hi)
+    first, decided = run(hi, rule)
     if first is Decision.INCONCLUSIVE:
         res.range = (good, commits[hi])
+    # BAD's slowdown per trial that regressed: the point each later commit is held against. A trial that failed
+    # on BAD's side with no ok pair is held against 0: a commit where it fails is bad, one where it runs good.
+    two = TwoPoint(rule.threshold, rule.confidence, rule.min_pairs, rule.max_pairs,
+                   against=tuple((k, p.ratio or 0.0) for k, (p, d) in decided.items()
+                                 if d in (Decision.REGRESSION, Decision.FAILED)))
     while first is Decision.REGRESSION and hi - lo > 1:
         mid = (lo + hi) // 2
-        v = run(mid)
+        v, _ = run(mid, two)
         if v is Decision.REGRESSION:
             hi = mid
         elif v is Decision.NO_CHANGE:
@@ -136,13 +166,25 @@ def search(good: str, commits: list[str], step: Measure, subject: Callable[[str]
     return res
 
 
-def ab_step(root: Path, study: str, rule: Rule, budget_s: float, stack: contextlib.ExitStack,
+def _word(v: Decision, is_bad: bool) -> str:
+    """A step's verdict as the search reads it (BAD's own step: as the gate words it)."""
+    if is_bad:
+        return v.value
+    return {Decision.REGRESSION: "bad", Decision.NO_CHANGE: "good"}.get(v, v.value)
+
+
+def _trial_line(name: str, p, d: Decision, counts: bool) -> str:
+    interval = f" {p.ratio:.3f} [{p.ci_low:.3f}, {p.ci_high:.3f}]" if p.ci_low is not None else ""
+    return f"{name}{interval} {d.value}" + ("" if counts else " (not counted: it did not regress on BAD)")
+
+
+def ab_step(root: Path, study: str, budget_s: float, stack: contextlib.ExitStack,
             progress: Callable[[str], None]) -> Measure:
     """The real step: `vitbench ab` of GOOD against a commit, each from its own checkout (GOOD's made once and
     kept for the whole bisection), in its own environment, for at most `budget_s` seconds."""
     bases: dict[str, Path] = {}
 
-    def step(good: str, sha: str) -> tuple[Decision, str]:
+    def step(good: str, sha: str, rule: Rule) -> Measured:
         t_start = time.monotonic()
         if good not in bases:
             bases[good] = stack.enter_context(checkout(root, good))
@@ -155,10 +197,9 @@ def ab_step(root: Path, study: str, rule: Rule, budget_s: float, stack: contextl
                    f"baseline: {sides[0].environment}; current: {sides[1].environment}")
             res = measure(sides, env, f"{study}, each side's own copy", rule=rule, budget_s=budget_s,
                           t_start=t_start, progress=lambda s: progress(f"  {s}"))
-        detail = "; ".join(f"{r.trial} {r.ratio:.3f} [{r.ci_low:.3f}, {r.ci_high:.3f}] {r.decision.value}"
-                           if r.ci_low is not None and r.ratio is not None else f"{r.trial} {r.decision.value}"
-                           for r in res.comparison.rows)
-        return res.verdict, f"{res.pairs} pairs, {res.elapsed_s:.0f} s: {detail}"
+        pairs = res.rounds
+        return Measured(pairs.ratios(), frozenset(k for k in pairs.names() if pairs.failed(k)), pairs.names(),
+                        f"{res.pairs} pairs, {res.elapsed_s:.0f} s")
 
     return step
 
@@ -181,6 +222,6 @@ def run_bisect(good: str, bad: str, *, repo: str | Path = ".", study: str = DEFA
         raise ConfigError(f"--study {study}: no such file")
     commits = commits_between(root, g, b)
     with contextlib.ExitStack() as stack:
-        measure_step = step or ab_step(root, study, rule, budget_s, stack, progress)
-        return search(g, commits, measure_step, lambda c: _git(root, "log", "-1", "--format=%s", c)[:80],
+        measure_step = step or ab_step(root, study, budget_s, stack, progress)
+        return search(g, commits, measure_step, rule, lambda c: _git(root, "log", "-1", "--format=%s", c)[:80],
                       progress)

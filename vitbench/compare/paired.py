@@ -28,7 +28,7 @@ from vitbench.compare.decide import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD, Decis
 from vitbench.errors import ConfigError
 from vitbench.stats import t_quantile
 
-__all__ = ["DEFAULT_MIN_PAIRS", "Paired", "Rule", "t_quantile", "verdict"]
+__all__ = ["DEFAULT_MIN_PAIRS", "Paired", "Rule", "TwoPoint", "between", "t_quantile", "verdict"]
 
 # Defaults chosen from the measured power (docs/compare.md, "A/B gate: power").
 DEFAULT_MIN_PAIRS = 4
@@ -96,13 +96,17 @@ class Rule:
 
     def done(self, per_trial: dict[str, Sequence[float]], pairs: int) -> bool:
         """Whether to stop after `pairs` pairs: at `max_pairs`, or from `min_pairs` on at the first regression
-        or when no trial is left inconclusive."""
+        or when no trial that counts (`counts`) is left inconclusive."""
         if self.max_pairs is not None and pairs >= self.max_pairs:
             return True
         if pairs < self.min_pairs:
             return False
-        ds = [d for _, d in self.decisions(per_trial).values()]
+        ds = [d for k, (_, d) in self.decisions(per_trial).items() if self.counts(k)]
         return Decision.REGRESSION in ds or Decision.INCONCLUSIVE not in ds
+
+    def counts(self, trial: str) -> bool:
+        """Whether `trial`'s decision bears on stopping and on the verdict (every trial's, for the gate)."""
+        return True
 
     def replay(self, per_trial_pairs: Sequence[dict[str, float]]) -> tuple[Decision, int]:
         """The gate's verdict on a given sequence of pairs (each: trial -> ratio), as the live gate would reach
@@ -115,7 +119,52 @@ class Rule:
                 acc.setdefault(trial, []).append(r)
             if self.done(acc, n):
                 break
-        return verdict([d for _, d in self.decisions(acc).values()]), n
+        return verdict([d for k, (_, d) in self.decisions(acc).items() if self.counts(k)]), n
+
+
+@dataclass(frozen=True)
+class TwoPoint(Rule):
+    """Bisect's rule after its first step: GOOD against BAD measured each trial's slowdown `a` (the pair ratio's
+    geometric mean); a commit between them is either as fast as GOOD (ratio 1) or as slow as BAD (ratio `a`), so
+    each later step decides between these two measured points instead of against the threshold:
+
+      bad (REGRESSION)   the interval excludes 1 from below (slower than GOOD) and does not lie wholly above `a`
+      good (NO_CHANGE)   the interval lies wholly above `a` (faster than BAD) and does not exclude 1
+      both excluded      the commit is neither: the speed changed in more than one commit; the nearer point in
+                         log decides (below sqrt(a): bad) and the step's line shows the interval
+      neither            inconclusive (more pairs)
+
+    A commit as slow as BAD (a = 0.92, say) is decided as soon as its interval leaves 1, one as fast as GOOD as
+    soon as it leaves 0.92, where the threshold rule needed a whole interval above 0.95 (a 7 % slowdown is
+    decided "regression" only once its interval is under 0.95): on the R-Micro bisection of docs/compare.md that
+    rule ended inconclusive at the budget with 0.937 [0.898, 0.977], which this one reads bad. The errors per look
+    are the interval's one-sided 2.5 % (at 95 %); `a` is taken as measured (its own interval is not carried).
+    Only the trials that regressed from GOOD to BAD (`against`) count; the others keep the threshold rule and are
+    shown, but neither stop a step nor decide it."""
+
+    against: tuple[tuple[str, float], ...] = ()  # (trial, BAD's ratio) for each trial that regressed
+
+    def decisions(self, per_trial: dict[str, Sequence[float]]) -> dict[str, tuple[Paired, Decision]]:
+        out = super().decisions(per_trial)
+        for trial, a in self.against:
+            if trial in out and len(out[trial][0].ratios) >= self.min_pairs:
+                out[trial] = (out[trial][0], between(out[trial][0], a))
+        return out
+
+    def counts(self, trial: str) -> bool:
+        return trial in dict(self.against)
+
+
+def between(p: Paired, a: float) -> Decision:
+    """TwoPoint's decision for one trial's interval between GOOD (1) and BAD (`a` < 1)."""
+    if p.ci_low is None or p.ci_high is None or p.ratio is None:
+        return Decision.INCONCLUSIVE
+    slower_than_good, faster_than_bad = p.ci_high < 1.0, p.ci_low > a
+    if slower_than_good and faster_than_bad:
+        return Decision.REGRESSION if p.ratio < math.sqrt(a) else Decision.NO_CHANGE
+    if slower_than_good:
+        return Decision.REGRESSION
+    return Decision.NO_CHANGE if faster_than_bad else Decision.INCONCLUSIVE
 
 
 def verdict(decisions: Sequence[Decision]) -> Decision:
