@@ -26,7 +26,7 @@ def _fields(source: str, sets: list[str] | None, model: str | None) -> dict:
     """The Params fields SOURCE (a checkpoint file or a variant name), --set and --model give: a variant's random
     initialisation; or the checkpoint, its model (--model, else the file's: a vitbench checkpoint's header, or
     inferred from weights of another origin) and its trained resolution as the default one."""
-    from vitbench.insight.source import checkpoint_file
+    from vitbench.insight.subject import checkpoint_file
 
     path = checkpoint_file(source)
     if path is None:
@@ -62,7 +62,7 @@ def inspect_cmd(
     """Mean attention distance per layer and head (px; per axis for axial models), position-embedding
     similarity, embedding-filter principal components and attention rollout (paper Sec. 4.5, Fig. 6, 7, 11)."""
     from vitbench.insight.result import InspectResult
-    from vitbench.insight.source import RANDOM_INIT
+    from vitbench.insight.subject import RANDOM_INIT
     from vitbench.paths import check_dir
 
     out_dir = check_dir(out, "--out") if out else None  # before the model runs

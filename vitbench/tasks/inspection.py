@@ -60,12 +60,12 @@ class Inspect(Task):
 
     def run(self, p) -> Record:
         """The one path of every inspection (a study's trial, `vitbench inspect`): the weights (the upstream, a
-        checkpoint or a random init: vitbench.insight.source), the first `inspect_images` digits test images,
+        checkpoint or a random init: vitbench.insight.subject), the first `inspect_images` digits test images,
         then vitbench.insight.run.inspect_model on the backend's attention maps."""
         from vitbench.backends.base import get_backend
         from vitbench.env import environment
         from vitbench.insight.run import inspect_model
-        from vitbench.insight.source import checkpoint_source, inspection_images, random_source
+        from vitbench.insight.subject import checkpoint_source, inspection_images, random_source
         from vitbench.protocols.pretrain import resolve_upstream, upstream_config, upstream_metrics
         from vitbench.record import now
 
