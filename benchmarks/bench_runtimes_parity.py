@@ -45,13 +45,18 @@ import re
 import statistics
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 RUNTIMES = ("onnxruntime", "openvino")
+LOOPS = {"onnxruntime": "ort_perf_loop.py", "openvino": "ov_perf_loop.py"}  # each runtime's own loop
+SCHEDULES = ("turns", "alternate")
 
-# vitbench's CLI, each timed step's process CPU time recorded around it (`--cpu-time`) and printed to stderr at
-# exit; the timed steps are Backend.time_steps' (latency timing), whose wall times the record keeps.
+# vitbench's CLI (PLAIN_CLI below), each timed step's process CPU time recorded around it (`--cpu-time`) and
+# printed to stderr at exit; the timed steps are Backend.time_steps' (latency timing), whose wall times the record
+# keeps.
 CPU_TIMED_CLI = r"""
 import atexit, json, sys, time
 from vitbench.backends import base
@@ -68,10 +73,16 @@ def cpu_timed(self, work, stop):
     return time_steps(self, work, stop)
 base.Backend.time_steps = cpu_timed
 atexit.register(lambda: print("CPU_S " + json.dumps(cpu_s), file=sys.stderr))
-from vitbench.cli import main
-main()
 """
-PLAIN_CLI = "from vitbench.cli import main; main()"
+# vitbench's CLI, holding the turn (vitbench.turns; nothing without VITBENCH_TURNS) while it runs: `vitbench bench`
+# runs its task in its own process, not through vitbench.trial.run_trial, which takes the turn for `vitbench ab`.
+PLAIN_CLI = """
+from vitbench import turns
+from vitbench.cli import main
+with turns.held():
+    main()
+"""
+CPU_TIMED_CLI += PLAIN_CLI
 
 
 def uptime() -> str:
@@ -88,14 +99,20 @@ def last_line(p: subprocess.CompletedProcess) -> str:
     return lines[-1] if lines else f"exit {p.returncode}"
 
 
-def vitbench_leg(runtime: str, batch: int, steps: int, args) -> dict:
+def vitbench_cmd(runtime: str, batch: int, steps: int, args) -> list[str]:
     cmd = [sys.executable, "-c", CPU_TIMED_CLI if args.cpu_time else PLAIN_CLI, "bench", args.model, "--backend",
            runtime, "-b", str(batch), "--precision", "fp32", "--threads", str(args.threads), "--timing", "latency",
            "--warmup", str(args.warmup), "--min-steps", str(steps), "--min-seconds", "0", "--max-seconds",
            str(args.timeout), "--seed", str(args.seed), "--json"]
-    if args.resolution:
-        cmd += ["-r", str(args.resolution)]
-    p = run_pinned(cmd, args.cpu_set, args.timeout)
+    return cmd + (["-r", str(args.resolution)] if args.resolution else [])
+
+
+def vitbench_leg(runtime: str, batch: int, steps: int, args) -> dict:
+    return vitbench_result(run_pinned(vitbench_cmd(runtime, batch, steps, args), args.cpu_set, args.timeout))
+
+
+def vitbench_result(p) -> dict:
+    """vitbench's row (its `--json` output) from a finished process, or the error it ended with."""
     if p.returncode != 0:
         return {"error": last_line(p)}
     rec = json.loads(p.stdout[p.stdout.index("{"):])
@@ -111,17 +128,29 @@ def vitbench_leg(runtime: str, batch: int, steps: int, args) -> dict:
     return out
 
 
-def ort_leg(graph: Path, batch: int, res: int, steps: int, args) -> dict:
-    cmd = [sys.executable, str(HERE / "ort_perf_loop.py"), str(graph), "--batch", str(batch), "--resolution",
-           str(res), "--threads", str(args.threads), "--warmup", str(1 + args.warmup), "--runs", str(steps),
-           "--seed", str(args.seed), *(x for m in args.loop_import for x in ("--import", m))]
-    p = run_pinned(cmd, args.cpu_set, args.timeout)
+def loop_cmd(runtime: str, graph: Path, batch: int, res: int, steps: int, args) -> list[str]:
+    """The runtime's own loop in a process that can take turns: ort_perf_loop.py or ov_perf_loop.py."""
+    cmd = [sys.executable, str(HERE / LOOPS[runtime]), str(graph), "--batch", str(batch), "--resolution", str(res),
+           "--threads", str(args.threads), "--warmup", str(1 + args.warmup), "--runs", str(steps), "--seed",
+           str(args.seed)]
+    return cmd + [x for m in args.loop_import for x in ("--import", m)] if runtime == "onnxruntime" else cmd
+
+
+def loop_result(runtime: str, batch: int, p) -> dict:
+    """A loop's output: its per-run times (seconds; openvino's are its `request.latency`, benchmark_app's
+    measure) and its statistic (ort: the median; openvino: benchmark_app's percentile 50)."""
     if p.returncode != 0:
         return {"error": last_line(p)}
     d = json.loads(p.stdout)
+    windows = d["step_s"] if runtime == "onnxruntime" else [ms / 1e3 for ms in d["step_ms"]]
     return {"img_per_s": batch / (d["step_ms_median"] / 1e3), "step_ms_median": d["step_ms_median"],
-            "step_ms_mean": d["step_ms_mean"], "step_s": d["step_s"],
-            **({"cpu_s": d["cpu_s"]} if args.cpu_time else {})}
+            "step_ms_mean": d["step_ms_mean"], "window_s": windows, "wall_s": d["step_s"], "cpu_s": d["cpu_s"],
+            "turn_wait_s": d["turn_wait_s"]}
+
+
+def ort_leg(graph: Path, batch: int, res: int, steps: int, args) -> dict:
+    p = run_pinned(loop_cmd("onnxruntime", graph, batch, res, steps, args), args.cpu_set, args.timeout)
+    return loop_result("onnxruntime", batch, p)
 
 
 def openvino_leg(graph: Path, batch: int, res: int, steps: int, args) -> dict:
@@ -147,6 +176,58 @@ def latency_ms(out: str, which: str) -> float | None:
 def reference_leg(runtime: str, graph: Path, batch: int, res: int, steps: int, args) -> dict:
     leg = ort_leg if runtime == "onnxruntime" else openvino_leg
     return leg(graph, batch, res, steps, args)
+
+
+def turns_pair(runtime: str, graph: Path, batch: int, res: int, steps: int, args) -> dict:
+    """One round of the `turns` schedule: the runtime's own loop and vitbench's bench run at the same time on the
+    same CPU(s), taking turns through one referee (vitbench.compare.turns.Referee), window by window (a window: one
+    timed inference on each side). The loop starts first and holds the turn while it loads the graph and makes its
+    untimed runs; vitbench starts once the loop holds the turn, and its first timed step follows its own untimed
+    ones. The loop runs `steps` timed runs and vitbench `steps` + 1 timed steps, so the timed windows go
+    vitbench, loop, vitbench, ..., loop, vitbench, each while the other process waits for the turn (neither
+    process's start or exit lies beside the other's timed window). The referee's log says who held the turn when.
+    """
+    from vitbench.compare.turns import Referee
+
+    ref = Referee(("reference", "vitbench"))
+    procs, outs = {}, {}
+
+    def start(side: str, cmd: list[str]) -> None:
+        procs[side] = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                       env={**os.environ, **ref.env(side)},
+                                       preexec_fn=lambda: os.sched_setaffinity(0, args.cpu_set))
+
+        def wait() -> None:  # the side's output; once it has ended, the other no longer waits for it
+            try:
+                out, err = procs[side].communicate(timeout=args.timeout)
+            except subprocess.TimeoutExpired:
+                procs[side].kill()
+                out, err = procs[side].communicate()
+            outs[side] = subprocess.CompletedProcess(cmd, procs[side].returncode, out, err)
+            ref.finished(side)
+        waiters.append(threading.Thread(target=wait, daemon=True))
+        waiters[-1].start()
+
+    waiters: list[threading.Thread] = []
+    t0 = time.perf_counter()
+    try:
+        start("reference", loop_cmd(runtime, graph, batch, res, steps, args))
+        while ref.turns["reference"] < 1 and "reference" not in outs and time.perf_counter() - t0 < args.timeout:
+            time.sleep(0.01)
+        start("vitbench", vitbench_cmd(runtime, batch, steps + 1, args))
+        for w in waiters:
+            w.join()
+        log = [(side, round(t - t0, 6)) for side, t in ref.log]
+    finally:
+        ref.close()
+    ours = vitbench_result(outs["vitbench"])
+    theirs = loop_result(runtime, batch, outs["reference"])
+    sides = "".join("v" if side == "vitbench" else "r" for side, _ in log)
+    pair = {"vitbench": ours, "reference": theirs, "turns": sides, "turn_log": log,
+            "repeats": sum(a == b for a, b in zip(sides, sides[1:]))}
+    if "step_s" in ours and "window_s" in theirs:  # window i of each side, next to each other in time
+        pair["window_ratios"] = [r / v for v, r in zip(ours["step_s"], theirs["window_s"])]
+    return pair
 
 
 def graph_of(row: dict, runtime: str) -> Path | None:
@@ -180,6 +261,9 @@ def options() -> argparse.Namespace:
     ap.add_argument("--resolution", type=int, default=None, help="pixels (default: the model's)")
     ap.add_argument("--batches", default="1,8")
     ap.add_argument("--runtimes", default=",".join(RUNTIMES), help=f"among {', '.join(RUNTIMES)}")
+    ap.add_argument("--schedule", default="turns", choices=SCHEDULES,
+                    help="turns: both at once on the same CPU(s), taking turns window by window (default); "
+                         "alternate: one after the other, their order swapped every round")
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--steps", type=int, default=10, help="timed steps of each leg")
     ap.add_argument("--warmup", type=int, default=0,
@@ -231,24 +315,33 @@ def main() -> None:
             sys.exit(f"{runtime}: no graph file from vitbench's row ({row.get('error', 'no graph in the row')})")
     ratios: dict[tuple, list[float]] = {}
     cpu_ratios: dict[tuple, list[float]] = {}
+
+    def checked(leg: dict, runtime: str) -> dict:
+        ran = graph_of(leg, runtime) if "graph" in leg else graphs[runtime]
+        if ran != graphs[runtime]:  # vitbench's source changed under the run: the graph's key too
+            graphs[runtime] = ran or graphs[runtime]
+            return {"error": f"ran graph {ran}, not the reference's: pair left out, the next rounds use the new "
+                             "graph"}
+        return leg
+
     for r in range(args.rounds):
         for batch in args.batch_sizes:
             for runtime in args.runtime_list:
-                legs = {}
-                for who in (("vitbench", "reference") if r % 2 == 0 else ("reference", "vitbench")):
-                    if who == "vitbench":
-                        leg = vitbench_leg(runtime, batch, args.steps, args)
-                        ran = graph_of(leg, runtime) if "graph" in leg else graphs[runtime]
-                        if ran != graphs[runtime]:  # vitbench's source changed under the run: the graph's key too
-                            leg = {"error": f"ran graph {ran}, not the reference's {graphs[runtime]}: pair left "
-                                            f"out, the next rounds use the new graph"}
-                            graphs[runtime] = ran or graphs[runtime]
-                    else:
-                        leg = reference_leg(runtime, graphs[runtime], batch, res, args.steps, args)
-                    legs[who] = leg
-                    print(json.dumps({"round": r, "batch": batch, "runtime": runtime, "who": who, **leg}),
-                          flush=True)
-                ours, theirs = legs["vitbench"], legs["reference"]
+                if args.schedule == "turns":
+                    pair = turns_pair(runtime, graphs[runtime], batch, res, args.steps, args)
+                    pair["vitbench"] = checked(pair["vitbench"], runtime)
+                    print(json.dumps({"round": r, "batch": batch, "runtime": runtime, "schedule": "turns",
+                                      **pair}), flush=True)
+                    ours, theirs = pair["vitbench"], pair["reference"]
+                else:
+                    legs = {}
+                    for who in (("vitbench", "reference") if r % 2 == 0 else ("reference", "vitbench")):
+                        legs[who] = (checked(vitbench_leg(runtime, batch, args.steps, args), runtime)
+                                     if who == "vitbench" else
+                                     reference_leg(runtime, graphs[runtime], batch, res, args.steps, args))
+                        print(json.dumps({"round": r, "batch": batch, "runtime": runtime, "who": who,
+                                          **legs[who]}), flush=True)
+                    ours, theirs = legs["vitbench"], legs["reference"]
                 if "img_per_s" in ours and "img_per_s" in theirs:
                     ratios.setdefault((runtime, batch), []).append(ours["img_per_s"] / theirs["img_per_s"])
                     if ours.get("cpu_s") and theirs.get("cpu_s"):
@@ -258,12 +351,12 @@ def main() -> None:
     print(f"\n{args.model} @ {res}px, fp32, {args.threads} thread(s), CPUs {sorted(args.cpu_set)}, {args.steps} "
           f"timed steps a leg, vitbench img/s over the runtime's own loop's (batch / median step), per round:")
     for runtime in args.runtime_list:
-        tool = "ort_perf_loop.py" if runtime == "onnxruntime" else "benchmark_app"
+        tool = LOOPS[runtime] if args.schedule == "turns" or runtime == "onnxruntime" else "benchmark_app"
         for batch in args.batch_sizes:
             print(f"  {runtime:11} / {tool:16} batch {batch:>3}: {spread(ratios.get((runtime, batch), []))}")
             if (runtime, batch) in cpu_ratios:
                 print(f"  {'':11}   {'(CPU time)':16} batch {batch:>3}: {spread(cpu_ratios[(runtime, batch)])}")
-    if args.warmup and "openvino" in args.runtime_list:
+    if args.warmup and "openvino" in args.runtime_list and args.schedule == "alternate":
         print(f"  (benchmark_app ran 1 untimed inference, vitbench 1 + {args.warmup})")
 
 

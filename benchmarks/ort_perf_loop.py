@@ -1,7 +1,8 @@
 """ONNX Runtime's own timing loop on an ONNX file, made as its perf tool `onnxruntime_perf_test` makes it; imports
-onnxruntime and numpy only (nothing of vitbench). The pip wheel has no onnxruntime_perf_test (it is built from
-ONNX Runtime's source with `--build_perf_test`), so benchmarks/bench_runtimes.py and
-benchmarks/bench_runtimes_parity.py run this instead, each in a process of its own.
+onnxruntime and numpy only (and vitbench.turns where VITBENCH_TURNS is set). The pip wheel has no
+onnxruntime_perf_test (it is built from ONNX Runtime's source with `--build_perf_test`), so
+benchmarks/bench_runtimes.py and benchmarks/bench_runtimes_parity.py run this instead, each in a process of its
+own.
 
 What the perf tool does (onnxruntime/test/perftest/: test_configuration.h for the defaults, ort_test_session.cc
 for the session and the timed call, performance_runner.cc for the loop), and what this loop does the same way:
@@ -25,14 +26,22 @@ written out here; the tool feeds its test data files or, with `-I`, zeros. The f
 others share, it leaves out the time this process waited for the CPU. `--import MODULE` (repeatable) loads a
 module before onnxruntime, to tell whether what vitbench's process has loaded (torch, vitbench) changes the loop.
 
+With VITBENCH_TURNS set (vitbench.turns; benchmarks/bench_runtimes_parity.py's default schedule), the loop takes
+turns on one CPU with vitbench's process: it holds the turn from before the session is made, hands it over once
+after the untimed runs and once after every timed run (vitbench's latency loop does the same after each step), so
+the two processes' timed runs alternate; a wait for the turn is never inside a time, nor in `runs_per_s`. Then it
+imports vitbench.turns too (the client of the protocol, which imports nothing else of vitbench).
+
     python benchmarks/ort_perf_loop.py MODEL.onnx --batch 8 --resolution 224 --threads 1 --runs 10
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
+import os
 import statistics
 import sys
 import time
@@ -64,26 +73,40 @@ def images(batch: int, resolution: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal((batch, 3, resolution, resolution), dtype=np.float32)
 
 
+def _turns():
+    """vitbench.turns where VITBENCH_TURNS is set (imported only then), else None."""
+    if not os.environ.get("VITBENCH_TURNS"):
+        return None
+    from vitbench import turns
+    return turns
+
+
 def run(path: str, batch: int, resolution: int, threads: int, warmup: int, runs: int, seed: int) -> dict:
-    s = ort.InferenceSession(path, session_options(threads), providers=["CPUExecutionProvider"])
-    feed = {s.get_inputs()[0].name: images(batch, resolution, seed)}
-    outputs = [o.name for o in s.get_outputs()]
-    warmup_s = []
-    for _ in range(warmup):
-        t0 = time.perf_counter()
-        s.run(outputs, feed)
-        warmup_s.append(time.perf_counter() - t0)
-    step_s, cpu_s = [], []
-    loop0 = time.perf_counter()
-    for _ in range(runs):
-        c0, t0 = time.process_time(), time.perf_counter()
-        s.run(outputs, feed)
-        step_s.append(time.perf_counter() - t0)
-        cpu_s.append(time.process_time() - c0)
-    loop_s = time.perf_counter() - loop0
+    turns = _turns()
+    with turns.held() if turns else contextlib.nullcontext():
+        s = ort.InferenceSession(path, session_options(threads), providers=["CPUExecutionProvider"])
+        feed = {s.get_inputs()[0].name: images(batch, resolution, seed)}
+        outputs = [o.name for o in s.get_outputs()]
+        warmup_s = []
+        for _ in range(warmup):
+            t0 = time.perf_counter()
+            s.run(outputs, feed)
+            warmup_s.append(time.perf_counter() - t0)
+        waited_s = turns.between_windows() if turns else 0.0  # the first timed run follows the other side's turn
+        step_s, cpu_s = [], []
+        loop0 = time.perf_counter()
+        for _ in range(runs):
+            c0, t0 = time.process_time(), time.perf_counter()
+            s.run(outputs, feed)
+            step_s.append(time.perf_counter() - t0)
+            cpu_s.append(time.process_time() - c0)
+            if turns:  # after every timed run, the last too: this process never runs beside the other's window
+                waited_s += turns.between_windows()
+        loop_s = time.perf_counter() - loop0 - waited_s
     return {"step_s": step_s, "cpu_s": cpu_s, "warmup_s": warmup_s,
             "step_ms_median": statistics.median(step_s) * 1e3, "step_ms_mean": statistics.fmean(step_s) * 1e3,
-            "runs_per_s": runs / loop_s, "onnxruntime": ort.__version__, "intra_op_threads": threads}
+            "runs_per_s": runs / loop_s, "turn_wait_s": waited_s, "onnxruntime": ort.__version__,
+            "intra_op_threads": threads}
 
 
 def main() -> None:

@@ -18,6 +18,7 @@ import selectors
 import socket
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,6 +52,7 @@ class Referee:
         self.holder: socket.socket | None = None
         self.last: str | None = None
         self.turns = dict.fromkeys(names, 0)  # turns given per side
+        self.log: list[tuple[str, float]] = []  # every turn given, in order: (side, perf_counter when given)
         self.done: set[str] = set()
         self.waiting: list[_Waiter] = []
         self._closing = False
@@ -100,6 +102,7 @@ class Referee:
             return
         self.holder, self.last = w.conn, w.side
         self.turns[w.side] += 1
+        self.log.append((w.side, time.perf_counter()))
 
     def _drop(self, conn: socket.socket) -> None:
         self.waiting = [w for w in self.waiting if w.conn is not conn]
