@@ -21,8 +21,8 @@ _EXPORTS = {  # name -> the module that declares it
     "forms": ("FORMS", "Form", "FormName"),
     "groups": ("FitReport", "GroupFit", "Job", "fit_group", "fit_groups", "fit_path", "fit_source"),
     "predict": ("Prediction",),
-    "source": ("BENCHMARK_COLUMNS", "Source", "SourceKind", "load_source", "results_frame"),
     "spec": ("FitSpec", "Points", "Prior"),
+    "table": ("BENCHMARK_COLUMNS", "Source", "SourceKind", "load_source", "results_frame"),
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 

@@ -35,7 +35,7 @@ from vitbench.fit.estimate import CurveFit, ParamEstimate, fit_curve
 from vitbench.fit.forms import FORMS, FormName
 from vitbench.fit.interval import LawError, prior_k2
 from vitbench.fit.predict import Prediction, check_predict, no_law, predict_group
-from vitbench.fit.source import Source, SourceKind, columns_text, load_source, numeric_column
+from vitbench.fit.table import Source, SourceKind, columns_text, load_source, numeric_column
 from vitbench.fit.spec import DEFAULT_ACCURACY, DEFAULT_COMPUTE, DEFAULT_GROUP, FitSpec, Points, \
     Prior  # noqa: F401
 from vitbench.record import clean

@@ -22,7 +22,7 @@ import shlex
 import pandas as pd
 
 from vitbench.errors import ConfigError, clip, shorten
-from vitbench.fit.source import columns_text
+from vitbench.fit.table import columns_text
 
 _OK_NODES = (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub, ast.UAdd, ast.Invert,
              ast.BinOp, ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow, ast.BitAnd, ast.BitOr,
