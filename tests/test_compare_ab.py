@@ -3,6 +3,8 @@ with synthetic sweeps (no measurement), bad input; one slow end-to-end run of HE
 
 from __future__ import annotations
 
+import json
+
 import math
 import random
 import subprocess
@@ -155,6 +157,11 @@ def test_ab_loop_no_change_alternates_and_reports(repo, monkeypatch, tmp_path):
     assert "the same environment for both sides" in md and "HEAD~1 = " in md and "4 pairs" in md
     assert all("decision: no change" in e["extra"] for e in to_benchmark_json(res.comparison))
     assert (tmp_path / "rounds" / "baseline" / "pair04" / f"leg{legs}" / "results.jsonl").exists()
+    # which commit each side ran, for `history append`'s paired points (a git-archive side records none itself)
+    sides = json.loads((tmp_path / "rounds" / ab_mod.SIDES_FILE).read_text())
+    head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD", "HEAD~1"], capture_output=True,
+                          text=True, check=True).stdout.split()
+    assert sides["baseline"]["commit"] == head[1] and sides["current"]["commit"] in (head[0], head[0] + "-dirty")
 
 
 @pytest.mark.parametrize("schedule", list(ab_mod.Schedule))

@@ -218,6 +218,46 @@ def test_append_records_an_ab_run_current_side_with_its_verdict(cli, tmp_path):
     assert vals == [f64(92.25, 8)]  # the median of the current side's rounds 90, 99, 85.5, 94.5
 
 
+def _ab_dir(d: Path, ratio: float, base: str | None, cur: str = "c" * 40) -> Path:
+    """An `ab --results` directory of 4 quiet pairs at `ratio`; `base`: the commit its sides.json names (None: no
+    sides.json, as `ab` wrote before it named them)."""
+    from vitbench.compare.ab import SIDES_FILE
+
+    for n, b in enumerate((100.0, 110.0, 95.0, 105.0), start=1):
+        _results(d / "baseline" / f"pair{n:02d}", "", b, 0.05, others=1.0)
+        _results(d / "current" / f"pair{n:02d}", cur, b * ratio * (1.01 if n % 2 else 1 / 1.01), 0.05, others=1.0)
+    if base is not None:
+        (d / SIDES_FILE).write_text(json.dumps({"baseline": {"commit": base}, "current": {"commit": cur}}))
+    return d
+
+
+def test_an_ab_run_records_paired_points_against_its_baseline_commit(cli, tmp_path):
+    """Each trial's quiet pair ratios, their geometric mean, and the baseline's commit: one series per trial and
+    baseline, never mixed with ratios against another commit nor with absolute speeds."""
+    from vitbench.history import series as hs
+    from vitbench.history.collect import PAIRED_SUFFIX
+
+    db, paired = tmp_path / "h.sqlite", "img_per_s" + PAIRED_SUFFIX
+    for i, (ratio, base) in enumerate(((0.9, "a" * 40), (0.95, "a" * 40), (1.2, "b" * 40))):
+        r = cli("history", "append", _ab_dir(tmp_path / f"ab{i}", ratio, base, cur=f"{i}" * 40), "--db", db)
+        assert r.exit_code == 0, r.output
+    rows = [(run, p) for run, p in store.read(db) if p.metric == paired and p.model == "ViT-Nano/4"]
+    assert [p.value for _, p in rows] == [f64(0.9, 8), f64(0.95, 8), f64(1.2, 8)]  # 1.01 and 1/1.01 cancel
+    assert rows[0][1].raw["baseline"] == "a" * 40 and len(rows[0][1].raw["pairs"]) == 4 and rows[0][1].unit == "x"
+    vit = [s for s in hs.build(list(store.read(db)), (paired,)) if s.model == "ViT-Nano/4"]
+    assert sorted((s.baseline, len(s.values), s.basis) for s in vit) == [("a" * 40, 2, "paired"),
+                                                                        ("b" * 40, 1, "paired")]
+    assert all(s.trial.endswith(f" vs {s.baseline[:12]}") for s in vit)
+    r = cli("history", "--db", db, "--metric", paired, "--format", "json")
+    assert r.exit_code == 0 and {d["basis"] for d in json.loads(r.stdout)["series"]} == {"paired"}, r.output
+    # an ab directory that does not name its baseline's commit: the run and its absolute points, no paired one
+    r = cli("history", "append", _ab_dir(tmp_path / "old", 0.9, None, cur="d" * 40), "--db", db)
+    assert r.exit_code == 0, r.output
+    run = next(run for run, _ in store.read(db) if run.commit == "d" * 40)
+    assert "names no baseline commit" in run.info["ab"]["paired"]
+    assert not [p for run, p in store.read(db) if run.commit == "d" * 40 and p.metric == paired]
+
+
 def test_append_reads_an_ab_run_whose_pairs_have_legs(cli, tmp_path):
     """`together` keeps each pair as two legs (DIR/side/pairNN/leg1, leg2): the verdict is the gate's (a side's
     value the geometric mean over its legs, not its best step over both), and every leg is a round."""

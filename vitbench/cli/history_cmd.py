@@ -31,8 +31,9 @@ def history_cmd(
     ctx: typer.Context,
     db: str = typer.Option(None, "--db", metavar="PATH", help=_DB_HELP),
     metric: list[str] = typer.Option(None, "--metric", "-m", metavar="METRIC",
-                                     help="Metric to show (repeatable): any metric a task declares comparable "
-                                          "(default: every recorded one)."),
+                                     help="Metric to show (repeatable): any metric a task declares comparable, "
+                                          "or the paired ratio an `ab` run records against its baseline "
+                                          "commit (default: every recorded one)."),
     confidence: float = from_constant("vitbench.compare.decide", "DEFAULT_CONFIDENCE",
                                       help="Confidence a change point needs to count as a new regression "
                                            "(exit 1)."),
@@ -96,8 +97,10 @@ def history_cmd(
 
 def _metrics() -> tuple[str, ...]:
     from vitbench.compare import metrics
+    from vitbench.compare.ab import METRIC
+    from vitbench.history.collect import PAIRED_SUFFIX
 
-    return tuple(metrics())
+    return (*metrics(), METRIC + PAIRED_SUFFIX)
 
 
 def _page(doc: list[dict], out) -> None:

@@ -14,6 +14,7 @@ which a core's own speed cancels (docs/compare.md, "Cores that differ").
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import statistics
 import sys
@@ -40,6 +41,7 @@ from vitbench.record import Record, Status
 DEFAULT_STUDY = "studies/ci.yaml"
 DEFAULT_BUDGET_S = 480.0  # fits .ci/run's speed check in ~10 min on a 2-core machine (docs/compare.md)
 METRIC = "img_per_s"  # the gate decides on throughput (the bench task's declared headline metric)
+SIDES_FILE = "sides.json"  # in --results DIR: each side's commit and description (read by `history append`)
 
 
 class Statistic(Choice):
@@ -226,7 +228,8 @@ def run_ab(ref: str, *, repo: str | Path = ".", study: str = DEFAULT_STUDY, base
                                "absolute)")
         current = Side("current", f"working tree {root} at {head[:12]}{' + uncommitted changes' if dirty else ''}",
                        root, cur_study, sys.executable, "this interpreter",
-                       {EXTRA_WORK_ENV: f"{extra_work:g}"} if extra_work else {})
+                       {EXTRA_WORK_ENV: f"{extra_work:g}"} if extra_work else {},
+                       commit=head + ("-dirty" if dirty else ""))
         return measure((baseline, current), baseline.environment,
                        f"baseline {baseline_study or study}, current {study} (each side's own copy)", rule=rule,
                        budget_s=budget_s, t_start=t_start, results=out_root, schedule=schedule,
@@ -254,6 +257,10 @@ def measure(sides: tuple[Side, Side], environment: str, study_line: str, *, rule
         out_root = results
         if out_root is None:
             out_root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="vitbench-ab-rounds-")))
+        if results is not None:  # which commit each side ran (a side from `git archive` records none itself)
+            (out_root / SIDES_FILE).parent.mkdir(parents=True, exist_ok=True)
+            (out_root / SIDES_FILE).write_text(json.dumps({s.name: {"commit": s.commit, "describe": s.describe}
+                                                           for s in sides}, indent=1) + "\n")
         pairs, stopped = _loop(sides, rule, budget_s, t_start, out_root, schedule, statistic, progress)
     elapsed = time.monotonic() - t_start
     table = rows(pairs, rule)

@@ -112,6 +112,7 @@ class Side:
     python: str
     environment: str  # how the environment was obtained, one sentence
     extra_env: dict[str, str] = field(default_factory=dict)
+    commit: str = ""  # the SHA its code is ("-dirty" added for uncommitted changes); "" where not known
 
     @property
     def takes_turns(self) -> bool:
@@ -208,4 +209,4 @@ def commit_side(name: str, ref: str, root: Path, sha: str, base: Path, study: st
     if not path.is_file():
         raise ConfigError(f"REF {sha[:12]} has no {study}: {hint}")
     python, sentence = _environment(root, sha, base)
-    return Side(name, f"{ref} = {sha[:12]} ({subject})", base / "src", path, python, sentence)
+    return Side(name, f"{ref} = {sha[:12]} ({subject})", base / "src", path, python, sentence, commit=sha)

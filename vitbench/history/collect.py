@@ -4,7 +4,11 @@ points (vitbench.history.store).
 Two layouts: a sweep's results (one directory, or rounds in subdirectories: each directory a round), and the
 rounds `vitbench ab --results DIR` keeps (DIR/baseline/pairNN and DIR/current/pairNN): of those, the current
 side's rounds are the run (the working tree's commit), and the verdict with its pair ratios, worked out again
-from the rounds by the gate's default rule (vitbench.compare.paired), goes into the run's info.
+from the rounds by the gate's default rule (vitbench.compare.paired), goes into the run's info. Where the
+directory names the baseline's commit (DIR/sides.json, written by `ab`), each trial also gets a *paired* point:
+metric `<ab's metric>` + PAIRED_SUFFIX, the geometric mean of its quiet pairs' ratios current / baseline, the
+baseline's commit in its raw (docs/history.md, "Paired points": against a fixed baseline they are the
+least noisy series this machine gives).
 
 A point is one trial's metric in the run: the median of its rounds' values (a finite number from an ok record;
 failed, skipped and non-finite rows are never recorded) with the machine's calibration beside it, the
@@ -23,6 +27,7 @@ from vitbench.errors import ConfigError
 from vitbench.history.store import Point, Run, _finite
 
 AB_SIDES = ("baseline", "current")  # vitbench ab --results DIR: one subdirectory per side (vitbench.compare.ab)
+PAIRED_SUFFIX = "_paired"  # a paired point's metric: ab's metric + this (img_per_s_paired: current / baseline)
 # The environment fields that name the machine (vitbench.env.machine_id's, read from the rows)
 MACHINE_FIELDS = ("hostname", "cpu_model", "cpu_count")
 
@@ -127,9 +132,14 @@ def points_of(rounds: list[list]) -> list[Point]:
     return out
 
 
-def _ab_info(path: Path) -> dict:
-    """The gate's verdict and pair ratios, worked out again from the kept rounds by the default rule."""
-    from vitbench.compare.ab import Pairs, rows
+def _ab_info(path: Path) -> tuple[dict, list[Point]]:
+    """The gate's verdict and pair ratios, worked out again from the kept rounds by the default rule; and the
+    paired points, where DIR/sides.json names the baseline's commit (else none, and the info says why)."""
+    import json
+    import math
+
+    from vitbench.compare.ab import METRIC, SIDES_FILE, Pairs, rows
+    from vitbench.compare.comparison import metrics
     from vitbench.compare.paired import Rule, verdict
 
     base, cur = (sorted(p.name for p in (path / side).iterdir() if p.is_dir()) for side in AB_SIDES)
@@ -141,11 +151,30 @@ def _ab_info(path: Path) -> dict:
     for n in both:
         pairs.add(path / "baseline" / n, path / "current" / n)
     table = rows(pairs, rule)
-    return {"verdict": verdict([r.decision for r in table]).value, "pairs": len(both),
+    info = {"verdict": verdict([r.decision for r in table]).value, "pairs": len(both),
             "rule": {"threshold": rule.threshold, "confidence": rule.confidence,
                      "statistic": pairs.statistic.value},
             "trials": {r.trial: {"decision": r.decision.value, "ratio": r.ratio, "ci": [r.ci_low, r.ci_high],
                                  "note": r.note} for r in table}}
+    try:
+        base = str(json.loads((path / SIDES_FILE).read_text())["baseline"]["commit"] or "")
+    except (OSError, ValueError, KeyError, TypeError):
+        base = ""
+    if not base or base.endswith("-dirty"):
+        info["paired"] = (f"not recorded: {SIDES_FILE} names no baseline commit" if not base else
+                          "not recorded: the baseline ran uncommitted changes")
+        return info, []
+    md, names, out = metrics()[METRIC], pairs.names(), []
+    for key, ratios in pairs.ratios().items():
+        if not ratios:
+            continue  # every pair busy or a side not ok: nothing paired to record
+        cfg = pairs.trials[key][1].config
+        out.append(Point(trial=key, label=names[key], model=cfg.get("model"), backend=cfg.get("backend"),
+                         task=cfg.get("task"), metric=METRIC + PAIRED_SUFFIX, unit="x",
+                         higher_is_better=md.higher_is_better,
+                         value=math.exp(statistics.fmean(math.log(r) for r in ratios)),
+                         raw={"pairs": ratios, "baseline": base}))
+    return info, out
 
 
 def collect(path: str | Path, commit: str | None = None, repo: str | Path = ".") -> tuple[Run, list[Point]]:
@@ -168,7 +197,8 @@ def collect(path: str | Path, commit: str | None = None, repo: str | Path = ".")
     env = next((r.env for r in records if r.env), {})
     info = {"env": env, "rounds": len(rounds)}  # the first row's environment: the versions measured with
     if ab:
-        info["ab"] = _ab_info(p)
+        info["ab"], paired = _ab_info(p)
+        points += paired
     started = sorted(r.started_at for r in records if r.started_at)
     run = Run(source="ab" if ab else "sweep", commit=sha, commit_date=commit_date(sha, Path(repo)),
               run_date=started[0] if started else "", machine=machine_of(records), path=str(p.resolve()),

@@ -9,6 +9,11 @@ each machine over the series (one run's calibration varies 3x on a busy host; a 
 scaled to the newest point's machine: `normalized` reads in the newest machine's units. The change points are
 found on the normalised values where the series spans more than one machine and every point has them, else on
 the raw values (and the series says so in `basis`).
+
+A paired point (vitbench.history.collect.PAIRED_SUFFIX: current / baseline from one `ab` run) is a series per
+trial *and baseline commit*: ratios against one fixed commit are comparable with each other, ratios against
+different ones are not (chaining them would add every link's noise to every later point). Its basis is
+'paired': the machine is divided out within each pair, so nothing is normalised.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from vitbench.history.changes import Change, changes
+from vitbench.history.collect import PAIRED_SUFFIX
 from vitbench.history.store import Point, Run
 
 
@@ -36,7 +42,8 @@ class Series:
     values: list[float] = field(default_factory=list)
     normalized: list[float | None] = field(default_factory=list)
     machines: list[str] = field(default_factory=list)
-    basis: str = "raw"  # what the change points were found on: 'raw' | 'normalized'
+    basis: str = "raw"  # what the change points were found on: 'raw' | 'normalized' | 'paired'
+    baseline: str | None = None  # a paired series: the commit every ratio is against
     changes: list[Change] = field(default_factory=list)
 
     def detected_on(self) -> list[float]:
@@ -65,16 +72,18 @@ def _when(run: Run) -> float:
 
 def build(rows: list[tuple[Run, Point]], metrics: tuple[str, ...] = ()) -> list[Series]:
     """The series of the stored (run, point) rows, for `metrics` (all when empty), without change points."""
-    groups: dict[tuple[str, str], list[tuple[Run, Point]]] = defaultdict(list)
+    groups: dict[tuple[str, str, str | None], list[tuple[Run, Point]]] = defaultdict(list)
     for run, pt in rows:
         if not metrics or pt.metric in metrics:
-            groups[pt.metric, pt.trial].append((run, pt))
+            paired = pt.metric.endswith(PAIRED_SUFFIX)
+            groups[pt.metric, pt.trial, str(pt.raw.get("baseline")) if paired else None].append((run, pt))
     out = []
-    for (metric, key), items in groups.items():
+    for (metric, key, baseline), items in groups.items():
         items.sort(key=lambda rp: (_when(rp[0]), rp[0].id or 0))
         first = items[-1][1]
-        s = Series(metric, first.unit, first.higher_is_better, first.label, key, first.model, first.backend,
-                   first.task)
+        s = Series(metric, first.unit, first.higher_is_better,
+                   first.label + (f" vs {baseline[:12]}" if baseline else ""), key, first.model, first.backend,
+                   first.task, baseline=baseline)
         cal_by_machine: dict[str, list[float]] = defaultdict(list)
         for run, pt in items:
             if pt.calibration:
@@ -92,7 +101,9 @@ def build(rows: list[tuple[Run, Point]], metrics: tuple[str, ...] = ()) -> list[
                     if ref and run.machine in machine_cal]
             s.normalized.append(statistics.median(norm) if len(norm) == len(rps) else None)
             s.machines.append(rps[-1][0].machine)
-        if len(set(s.machines)) > 1 and all(v is not None for v in s.normalized):
+        if baseline is not None:
+            s.basis = "paired"
+        elif len(set(s.machines)) > 1 and all(v is not None for v in s.normalized):
             s.basis = "normalized"
         out.append(s)
     out.sort(key=lambda s: (s.metric, s.trial))
