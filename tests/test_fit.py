@@ -386,3 +386,15 @@ def test_the_intervals_error_model_adds_cut_offs_spread_a_reach_apart():
     assert g.law_error.law_dof == tails_f64(1 + len(SPREAD), cutoff, np.concatenate([b.reach for b in parts]))
     listed = json.loads(json.dumps(g.backtest.to_dict()))["spread"]
     assert [s["form"] for s in listed] == [f.form.name.value for f in law.fits]
+
+
+def test_a_sources_kind_is_not_its_rows_record_kind(tmp_path):
+    """Issue 52 item 5: Source.source_kind (results or CSV) and a row's `kind` column (the record kind) are two
+    names: a CSV with a `kind` column stays a CSV, not split by that column."""
+    from vitbench.fit import SourceKind, load_source
+
+    path = tmp_path / "points.csv"
+    path.write_text("kind,compute,error\nfewshot,1,0.5\nfinetune,2,0.4\n")
+    src = load_source(path)
+    assert src.source_kind is SourceKind.CSV and "kind" in src.frame.columns
+    assert src.benchmark_columns == []

@@ -236,7 +236,7 @@ def _write(src, report, doc: dict, out: Path) -> list[Path]:
 
     figures = {"fit_curves": fit_figures.fitted_curves(src.frame, fits=report),
                "compute_frontier": fit_figures.compute_frontier(src.frame, fits=report)}
-    if src.kind == SourceKind.RESULTS:
+    if src.source_kind == SourceKind.RESULTS:
         figures["throughput_vs_accuracy"] = report_figure("throughput_vs_accuracy", src.frame)  # speed rows too
     files: dict[str, bytes | str] = {"fit.json": json.dumps(doc, indent=2) + "\n"}
     for name, fig in figures.items():

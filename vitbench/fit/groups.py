@@ -293,7 +293,7 @@ def _error(source: Source, frame: pd.DataFrame, spec: FitSpec, where: str
         raise ConfigError("give --error COL or --accuracy COL, not both")
     scale = 100.0 if spec.percent else 1.0
     is_error = bool(spec.error or (spec.accuracy is None and "error" in frame.columns
-                                   and source.kind == SourceKind.CSV))
+                                   and source.source_kind == SourceKind.CSV))
     if is_error:
         col = spec.error or "error"
         values, label, option = numeric_column(frame, col, "--error", where) / scale, col, "--error"
@@ -343,7 +343,7 @@ def fit_source(source: Source, spec: FitSpec = FitSpec(), *, workers: int | None
     if not usable.any():
         raise ConfigError(f"{where}: no row has numbers in both {shorten(spec.compute, 60)} and {error_label!r}"
                           + (" (no fewshot/finetune rows with pre-training compute?)"
-                             if source.kind == SourceKind.RESULTS else ""))
+                             if source.source_kind == SourceKind.RESULTS else ""))
     dropped = []
     half = compute.notna() ^ error.notna()  # rows with one of the two: worth a note (bench rows have neither)
     if half.any():
@@ -381,7 +381,7 @@ def fit_source(source: Source, spec: FitSpec = FitSpec(), *, workers: int | None
         check_predict(c, spec.predict, title)  # before any group is fitted (backtest_group checks it again)
         jobs.append(Job(gkey, c[order], e[order], [lab[i] for i in order], spec, notes, ceiling))
     groups, prior = fit_groups(jobs, workers, spec.prior, progress)
-    return FitReport(where, source.kind, spec, error_label, split_by, groups, dropped,
+    return FitReport(where, source.source_kind, spec, error_label, split_by, groups, dropped,
                      {n.value: v for n, v in prior.items()})
 
 

@@ -33,14 +33,16 @@ class SourceKind(str, Enum):
 
 @dataclass
 class Source:
-    kind: SourceKind
+    # source_kind, not kind: a results table's `kind` column is the record kind (BENCHMARK_COLUMNS); the name is
+    # the fit report's field `source_kind` (issue 52 item 5)
+    source_kind: SourceKind
     path: Path
     frame: pd.DataFrame
 
     @property
     def benchmark_columns(self) -> list[str]:
         """Columns a results source is always split by (none for a CSV: its rows are what the user gave)."""
-        if self.kind != SourceKind.RESULTS:
+        if self.source_kind != SourceKind.RESULTS:
             return []
         return [c for c in (*BENCHMARK_COLUMNS, *RECIPE_COLUMNS)
                 if c in self.frame.columns and self.frame[c].notna().any()]
