@@ -49,8 +49,8 @@ def filters_figure(result: InspectResult, cols: int = 7) -> Figure | None:
     k = len(f.images)
     rows = -(-k // cols)
     fig = Figure(figsize=(1.1 * cols, 1.1 * rows + 0.6), layout="constrained")
-    kind = "embedding filters summed over R, G, B (grey inputs)" if f.channels_summed else "RGB embedding filters"
-    fig.suptitle(f"{result.model}: {kind}, top {k} principal components", fontsize=9)
+    what = "embedding filters summed over R, G, B (grey inputs)" if f.channels_summed else "RGB embedding filters"
+    fig.suptitle(f"{result.model}: {what}, top {k} principal components", fontsize=9)
     for i, ax in enumerate(fig.subplots(rows, cols, squeeze=False).ravel()):
         ax.set_axis_off()
         if i < k:
