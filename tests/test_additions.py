@@ -279,13 +279,13 @@ json.dump({"config": config, "status": record.status.value, "placed": len(toy_pa
 
 @pytest.mark.timeout(300)
 def test_a_parallelism_mode_from_outside_is_one_module(tmp_path, monkeypatch, scratch_registry):
-    from vitbench.backends.parallel import mode_names
+    from vitbench.backends.parallel import parallelism_names
     from vitbench.study import parse_study
 
     outside_module(tmp_path, monkeypatch, "toy_parallel", TOY_PARALLEL)
     assert [p.name for p in tmp_path.iterdir() if p.suffix == ".py"] == ["toy_parallel.py"]
     assert files_in_row(table_row("a parallelism mode")) == 1
-    assert mode_names() == ("dp", "fsdp", "toy_replicated")
+    assert parallelism_names() == ("dp", "fsdp", "toy_replicated")
     # the study field takes it; a backend it names no placement for refuses it when the study is parsed
     head = ("name: s\ndefaults: {model: ViT-Nano/4, device: cpu, batch_size: 4, devices: 2}\n"
             "axes:\n  task: [infer]\n")

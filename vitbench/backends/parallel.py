@@ -46,19 +46,19 @@ def register_parallelism(mode: ParallelMode, replace: bool = False) -> ParallelM
     return mode
 
 
-def mode_names() -> tuple[str, ...]:
+def parallelism_names() -> tuple[str, ...]:
     """Every registered mode's name: the built-in ones first."""
     return tuple(entries(Kind.PARALLELISM))
 
 
-def known_mode(value: str) -> str:
+def known_parallelism(value: str) -> str:
     """`value` if it names a registered mode, else a ValueError listing them (a pydantic validator)."""
-    if value not in mode_names():
-        raise ValueError(f"unknown parallelism {value!r}; allowed: {', '.join(mode_names())}")
+    if value not in parallelism_names():
+        raise ValueError(f"unknown parallelism {value!r}; allowed: {', '.join(parallelism_names())}")
     return value
 
 
-def modes_help() -> str:
+def parallelism_help() -> str:
     """`--parallelism`'s help: the built-in modes and where to see every mode (reading the registry here would
     import the plug-ins as the command line is made, and a broken one would stop every command)."""
     return ("With --devices N: " + " | ".join(p.value for p in Parallelism)

@@ -7,10 +7,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
 
 from vitbench.backends.kinds import DEFAULT_DEVICES, DEFAULT_PARALLELISM, OPTIMIZERS, PRECISIONS, Mode
-from vitbench.backends.parallel import mode_names
+from vitbench.backends.parallel import parallelism_names
 from vitbench.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -40,10 +40,10 @@ class Step:
     spec: ModelSpec | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        for name, value, allowed in (("mode", self.mode, ("infer", "train")),
+        for name, value, allowed in (("mode", self.mode, get_args(Mode)),
                                      ("precision", self.precision, PRECISIONS),
                                      ("optimizer", self.optimizer, OPTIMIZERS),
-                                     ("parallelism", self.parallelism, mode_names())):
+                                     ("parallelism", self.parallelism, parallelism_names())):
             if value not in allowed:
                 raise ConfigError(f"unknown {name} {value!r}; allowed: {', '.join(allowed)}")
         if self.batch_size < 1:

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from vitbench.backends.base import PRECISIONS
 from vitbench.backends.kinds import DEFAULT_PARALLELISM, Mode
-from vitbench.backends.parallel import modes_help
+from vitbench.backends.parallel import parallelism_help
 from vitbench.cli import app
 from vitbench.cli.common import (SET_HELP, choice, console, print_json, refuse_unsupported, shared_option,
                                  task_params, with_sets)
@@ -71,7 +71,7 @@ def bench_cmd(
                                            "backend's pool stalls under load, else the framework's; recorded)."),
     devices: int = typer.Option(None, min=1, help="Local devices (default 1): data parallel over N devices, the "
                                                  "batch split evenly (docs/devices.md)."),
-    parallelism: str = typer.Option(None, help=modes_help()),
+    parallelism: str = typer.Option(None, help=parallelism_help()),
     compile: bool = from_field(Infer.Params, "compile",
                                "--compile/--no-compile", help="torch.compile the model (torch)."),
     compile_mode: str = typer.Option(None, "--compile-mode",
@@ -225,7 +225,7 @@ def max_batch_cmd(
     threads: int = typer.Option(None),
     devices: int = typer.Option(None, min=1, help="Local devices (default 1): the batch searched is per device, "
                                                  "each probe runs the N-device step (docs/devices.md)."),
-    parallelism: str = typer.Option(None, help=modes_help()),
+    parallelism: str = typer.Option(None, help=parallelism_help()),
     optimizer: str = from_field(Train.Params, "optimizer",
                                 help="train: adam | sgd (optimizer state counts toward memory)."),
     memory_limit_gib: float = typer.Option(

@@ -16,7 +16,7 @@ from pydantic.fields import FieldInfo
 
 from vitbench.backends.base import OPTIMIZERS, PRECISIONS, BackendName, default_backend
 from vitbench.backends.kinds import DEFAULT_DEVICES, DEFAULT_PARALLELISM
-from vitbench.backends.parallel import known_mode
+from vitbench.backends.parallel import known_parallelism
 from vitbench.errors import VitbenchError
 from vitbench.transfer.config import MAX_COUNT, DataConfig, Seed, key_neutral
 
@@ -122,7 +122,8 @@ SHARED: dict[str, tuple[Any, Any, str]] = {
     "devices": (Annotated[int, Strict(), Field(gt=0, le=MAX_COUNT)], key_neutral(DEFAULT_DEVICES),
                 "local devices one step runs on (batch_size is the global batch, split evenly over them); the "
                 "trial launches one process per device where its backend needs that (docs/devices.md)"),
-    "parallelism": (Annotated[str, Strict(), AfterValidator(known_mode)], key_neutral(DEFAULT_PARALLELISM.value),
+    "parallelism": (Annotated[str, Strict(), AfterValidator(known_parallelism)],
+                    key_neutral(DEFAULT_PARALLELISM.value),
                     "with devices > 1: dp (parameters replicated, gradients all-reduced), fsdp (parameters, "
                     "gradients and optimizer state sharded) or a registered mode (vitbench.backends.parallel); "
                     "the backend lists what it runs"),
