@@ -119,9 +119,10 @@ def test_cli_pretrain_fewshot_finetune(tmp_path, monkeypatch):
     assert r.exit_code == 0, r.output
     assert "accuracy_5shot" in r.stdout
     r = runner.invoke(app, ["finetune", "-c", str(ckpt), "--steps", "10", "--warmup-steps", "1", "-b", "16",
-                            "--lr-grid", "0.1", "--json"])
+                            "--lr-grid", "0.1", "--seed", "9", "--finetune-seed", "4", "--json"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["metrics"]["finetune_images_seen"] == 3 * 160  # 3 fine-tuning seeds (default)
+    assert json.loads(r.stdout)["raw"]["per_seed"]["seed"] == [4, 5, 6]  # its own seed, not --seed (issue 52)
     # bad input: exit code 2 and a message naming the problem, no traceback
     r = runner.invoke(app, ["finetune", "-c", str(tmp_path / "missing.safetensors")])
     assert r.exit_code == 2 and "does not exist" in r.output
