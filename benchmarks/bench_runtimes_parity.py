@@ -1,38 +1,58 @@
-"""vitbench's number for an inference runtime against the runtime's own timing loop, alternated on one pinned CPU
-(issue 53: "vitbench within 5 % of the runtime's own tool").
+"""vitbench's number for an inference runtime against the runtime's own timing loop, on one pinned CPU (issue 53:
+"vitbench within 5 % of the runtime's own tool").
 
-For each round, batch size and runtime, two legs run one after the other, each in a process of its own, both
-pinned to the same CPU(s) (`--cpus`; default: the last CPU this process may use), their order swapped every round
-(vitbench first in even rounds, the tool first in odd ones), so that a CPU that speeds up or slows down between
-moments (this VM's two CPUs differ by up to 1.45x and which is slow changes: docs/compare.md, "Cores that
-differ") weighs on both sides alike:
+For each round, batch size and runtime, vitbench's leg and the runtime's own loop each run in a process of their
+own, both pinned to the same CPU(s) (`--cpus`; default: the last CPU this process may use), scheduled one of two
+ways (`--schedule`):
+
+- `turns` (the default): both processes at once, taking turns through one referee (vitbench.compare.turns.Referee,
+  used as a library; the protocol: vitbench.turns), one timed inference a turn on each side, so the two sides'
+  timed windows alternate tens of milliseconds apart and a slowdown of the CPU lasting longer than a window (this
+  VM's vCPU slows for about a second at a time: docs/compare.md, "Cores that differ") lands on both. The loop
+  starts first and holds the turn while it loads the graph and makes its untimed runs; vitbench's process starts
+  once the loop holds it, and takes it for its whole run (`vitbench.turns.held()` around the CLI: `vitbench bench`
+  runs its task in its own process), handing it over after each timed step (its latency loop). The loop makes N
+  timed runs, vitbench N + 1 timed steps: the windows go vitbench, loop, vitbench, ..., loop, vitbench, each while
+  the other process waits, and neither process's start or exit lies beside the other's timed window. A wait for
+  the turn is never inside a time. Each round's JSON line keeps both sides' raw window times, the referee's log
+  (who held the turn, when) and the ratio of each window pair;
+- `alternate`: the two legs one after the other, their order swapped every round (vitbench first in even rounds,
+  the loop first in odd ones), so a CPU that speeds up or slows down between moments weighs on both sides alike
+  over rounds, though not within one.
+
+The legs:
 
 - vitbench: `vitbench bench MODEL --backend RUNTIME -b B --precision fp32 --threads T --timing latency
   --warmup W --min-steps N --min-seconds 0`: its first step and W warm-up steps untimed, then exactly N timed
-  steps; its number is batch / the median step;
+  steps (N + 1 with `turns`); its number is batch / the median step;
 - the runtime's own loop, on the very graph file vitbench's row ran (found by the row's graph key in its compile
   cache; every vitbench leg's key is checked to be the one the reference ran: the key holds vitbench's source, so
   an edit to it during the run exports a new graph and leaves that pair out; run it on a frozen checkout, e.g. a
   `git worktree` of HEAD with PYTHONPATH set to it), the same threads, 1 + W untimed runs and N timed ones:
   - onnxruntime: benchmarks/ort_perf_loop.py, the loop onnxruntime_perf_test runs, its session options (its
     docstring says which, from the tool's source); the tool itself is not in the pip wheel;
-  - openvino: OpenVINO's `benchmark_app` (shipped in the wheel) on the IR, `-niter N -api sync -nstreams 1
-    -nthreads T -infer_precision f32 -hint none -shape [B,3,R,R]`, its median latency (it runs one untimed first
-    inference: with W > 0 its legs still run one, said in the output);
-  their number is batch / the median run.
+  - openvino, `turns`: benchmarks/ov_perf_loop.py, benchmark_app's configuration, compiled model and sync loop
+    and its statistic written out from the tool's source (benchmark_app cannot take turns; a test holds the two
+    compiled models' properties equal), 1 + W untimed runs;
+  - openvino, `alternate`: OpenVINO's `benchmark_app` (shipped in the wheel) on the IR, `-niter N -api sync
+    -nstreams 1 -nthreads T -infer_precision f32 -hint none -shape [B,3,R,R]`, its median latency (it runs one
+    untimed first inference: with W > 0 its legs still run one, said in the output);
+  their number is batch / the median run (openvino: benchmark_app's median, of OpenVINO's own `latency`).
 
-Per round the ratio vitbench img/s / reference img/s (> 1: vitbench reads faster); per runtime and batch size the
-rounds' ratios, their median and their range. With `--cpu-time` each leg also records the process CPU time of
-every timed step (vitbench's CLI run through a wrapper that reads it around each timed step; the ONNX Runtime loop
-reads it itself; benchmark_app gives none) and the ratio of the medians of CPU time: on a CPU shared with others
-it leaves out the waits, though not the slowdown of sharing caches and the core (at a load of 9 on this 2-core VM
-a ViT-B/16 step's CPU time still moved by 1.6x between processes: not a substitute for a quiet host).
+Per round the ratio vitbench img/s / reference img/s (> 1: vitbench reads faster), each side's number from all its
+timed windows; per runtime and batch size the rounds' ratios, their median and their range. With `--cpu-time`
+each leg also records the process CPU time of every timed step (vitbench's CLI run through a wrapper that reads it
+around each timed step; the loops read it themselves; benchmark_app gives none) and the ratio of the medians of
+CPU time: on a CPU shared with others it leaves out the waits, though not the slowdown of sharing caches and the
+core (at a load of 9 on this 2-core VM a ViT-B/16 step's CPU time still moved by 1.6x between processes: not a
+substitute for a quiet host).
 `--loop-import MODULE` has the ONNX Runtime loop import a module first (torch, vitbench...): a gap that closes with
 it comes from what vitbench's process has loaded, not from what it asks of the runtime. Say the load with the
 figures (uptime is printed before and after; each vitbench leg records `other_load_cores`).
 
     python benchmarks/bench_runtimes_parity.py                                    # ViT-B/16, batch 1 and 8
     python benchmarks/bench_runtimes_parity.py --model ViT-Nano/4 --resolution 32 --rounds 2 --cpu-time
+    python benchmarks/bench_runtimes_parity.py --schedule alternate               # the legs one after the other
 """
 
 from __future__ import annotations
@@ -315,6 +335,7 @@ def main() -> None:
             sys.exit(f"{runtime}: no graph file from vitbench's row ({row.get('error', 'no graph in the row')})")
     ratios: dict[tuple, list[float]] = {}
     cpu_ratios: dict[tuple, list[float]] = {}
+    wall_ratios: dict[tuple, list[float]] = {}  # openvino's loop: its wall time around infer(), as vitbench times
 
     def checked(leg: dict, runtime: str) -> dict:
         ran = graph_of(leg, runtime) if "graph" in leg else graphs[runtime]
@@ -347,15 +368,23 @@ def main() -> None:
                     if ours.get("cpu_s") and theirs.get("cpu_s"):
                         cpu_ratios.setdefault((runtime, batch), []).append(
                             statistics.median(theirs["cpu_s"]) / statistics.median(ours["cpu_s"]))
+                    if runtime == "openvino" and theirs.get("wall_s"):
+                        wall_ratios.setdefault((runtime, batch), []).append(
+                            statistics.median(theirs["wall_s"]) / statistics.median(ours["step_s"]))
     print(json.dumps({"uptime_end": uptime()}), flush=True)
+    more = " (vitbench's one more)" if args.schedule == "turns" else ""
     print(f"\n{args.model} @ {res}px, fp32, {args.threads} thread(s), CPUs {sorted(args.cpu_set)}, {args.steps} "
-          f"timed steps a leg, vitbench img/s over the runtime's own loop's (batch / median step), per round:")
+          f"timed steps a leg{more}, schedule {args.schedule}, vitbench img/s over the runtime's own loop's "
+          f"(batch / median step), per round:")
     for runtime in args.runtime_list:
         tool = LOOPS[runtime] if args.schedule == "turns" or runtime == "onnxruntime" else "benchmark_app"
         for batch in args.batch_sizes:
             print(f"  {runtime:11} / {tool:16} batch {batch:>3}: {spread(ratios.get((runtime, batch), []))}")
             if (runtime, batch) in cpu_ratios:
                 print(f"  {'':11}   {'(CPU time)':16} batch {batch:>3}: {spread(cpu_ratios[(runtime, batch)])}")
+            if (runtime, batch) in wall_ratios:  # OpenVINO's `latency` leaves out the Python call around infer()
+                print(f"  {'':11}   {'(its wall time)':16} batch {batch:>3}: "
+                      f"{spread(wall_ratios[(runtime, batch)])}")
     if args.warmup and "openvino" in args.runtime_list and args.schedule == "alternate":
         print(f"  (benchmark_app ran 1 untimed inference, vitbench 1 + {args.warmup})")
 
