@@ -8,6 +8,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -65,13 +66,59 @@ def test_the_openvino_loop_compiles_what_benchmark_app_compiles(tmp_path):
     assert loop.percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.0  # benchmark.py's median: the lower middle value
 
 
+def test_the_openvino_loop_takes_turns_and_never_times_a_wait(tmp_path):
+    """ov_perf_loop.py under a referee, against a side that holds the turn for 0.2 s each time: the loop holds the
+    turn while it compiles and warms up, hands it over, then makes one timed run per turn (the log: r o r o ...
+    o r). Its times are OpenVINO's latencies of a tiny model (well under the other side's 0.2 s), the waits apart."""
+    import threading
+    import time
+
+    from vitbench.compare.turns import Referee
+    from vitbench.turns import Turn
+
+    runs, hold_s = 3, 0.2
+    ir = _tiny_ir(tmp_path / "tiny.xml")
+    ref = Referee(("reference", "other"))
+    try:
+        p = subprocess.Popen([sys.executable, str(BENCHMARKS / "ov_perf_loop.py"), str(ir), "--batch", "2",
+                              "--resolution", "8", "--runs", str(runs)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env={**os.environ, **ref.env("reference"),
+                                                                     "PYTHONPATH": str(ROOT)})
+        out: list[str] = []
+        reader = threading.Thread(target=lambda: out.extend(p.communicate(timeout=120)))
+        reader.start()
+        deadline = time.monotonic() + 120
+        while ref.turns["reference"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        other = Turn(ref.paths["other"])
+        other.take()  # then runs + 1 windows of hold_s, as vitbench's N + 1 steps, handing over between them
+        time.sleep(hold_s)
+        for _ in range(runs):
+            other.pass_over()
+            time.sleep(hold_s)
+        other.give_back()
+        ref.finished("other")
+        reader.join()
+        sides = "".join("r" if side == "reference" else "o" for side, _ in ref.log)
+    finally:
+        ref.close()
+    assert p.returncode == 0, out
+    d = json.loads(out[0])
+    assert sides == "ro" * (runs + 1) + "r"
+    assert len(d["step_ms"]) == runs and max(d["step_s"]) < hold_s
+    assert d["turn_wait_s"] >= runs * hold_s
+
+
 def test_vitbench_and_the_runtimes_loop_take_turns_and_each_round_has_its_ratio(tmp_path):
     """End to end on ViT-Nano/4 at 32 px, one round, 3 timed runs: the loop takes the turn first (loading and
     warming up), then vitbench's bench and the loop alternate one timed window each, vitbench's first and last
     (the referee's log: r v r v ... v r, the final r the loop's last hand-over); vitbench times 3 + 1 steps, the
     loop 3 runs, both kept raw, and the round's ratio and its windows' ratios are in the output."""
     steps = 3
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    # a copy of vitbench's source, as the script's docstring asks (a graph's key holds the source: an edit to the
+    # working tree between the script's two vitbench processes would leave the pair out)
+    shutil.copytree(ROOT / "vitbench", tmp_path / "src" / "vitbench")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(tmp_path / "src")}
     p = subprocess.run([sys.executable, str(BENCHMARKS / "bench_runtimes_parity.py"), "--model", "ViT-Nano/4",
                         "--resolution", "32", "--batches", "1", "--runtimes", "onnxruntime", "--rounds", "1",
                         "--steps", str(steps)], capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
@@ -79,7 +126,7 @@ def test_vitbench_and_the_runtimes_loop_take_turns_and_each_round_has_its_ratio(
     lines = [json.loads(ln) for ln in p.stdout.splitlines() if ln.startswith("{")]
     (pair,) = [d for d in lines if "round" in d]
     assert pair["schedule"] == "turns" and "error" not in pair["vitbench"], pair["vitbench"]
-    assert pair["turns"] == "rv" * (steps + 1) + "r" and pair["repeats"] == 0
+    assert pair["turns"] == "rv" * (steps + 1) + "r" and pair["repeats"] == 0, pair["turn_log"]
     assert [t for _, t in pair["turn_log"]] == sorted(t for _, t in pair["turn_log"])
     assert len(pair["vitbench"]["step_s"]) == steps + 1 and len(pair["reference"]["window_s"]) == steps
     assert len(pair["window_ratios"]) == steps and all(r > 0 for r in pair["window_ratios"])
