@@ -177,12 +177,19 @@ def outside_module(tmp_path: Path, monkeypatch, name: str, source: str):
 TOY_FAMILY = '''
     """A toy family: the mean colour of each p x p patch, averaged, then a linear head (3 k + k parameters)."""
 
+    from dataclasses import dataclass
+
     from vitbench.models.analytic import Counts
     from vitbench.models.families import FamilyBuild, FamilyComputation, FamilyName, FamilyPlugin, register_family
     from vitbench.models.param_table import _linear
     from vitbench.models.specs import ModelSpec
 
     TOY = FamilyName("toy_pooled")
+
+
+    @dataclass(frozen=True)
+    class ToyArch:  # the family's own part of its specs (ModelSpec.arch)
+        patch: int = 8
 
 
     def build_torch(spec, resolution, num_classes):
@@ -205,10 +212,13 @@ TOY_FAMILY = '''
 
     register_family(FamilyPlugin(
         name=TOY, description="pooled colour -> linear", fields=("patch",), override_keys=("patch",),
-        rows=(ModelSpec(name="Toy-Pooled/8", family=TOY, tiny=True, resolution=16, num_classes=10, patch=8),),
+        arch=ToyArch,
+        rows=(ModelSpec(name="Toy-Pooled/8", family=TOY, tiny=True, resolution=16, num_classes=10,
+                        arch=ToyArch(patch=8)),),
         build=FamilyBuild(torch=f"{__name__}:build_torch", flax=f"{__name__}:build_flax"),
         computation=FamilyComputation(counts=lambda s, r, k: Counts(3 * k + k, 3 * k),
-                                      param_table=lambda s, r: _linear("head", "head"), stride=lambda s: s.patch,
+                                      param_table=lambda s, r: _linear("head", "head"),
+                                      stride=lambda s: s.arch.patch,
                                       feature_dim=lambda s: 3, describe=lambda s: "toy"),
         attention=False))
 '''

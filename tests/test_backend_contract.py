@@ -197,5 +197,5 @@ def test_attention_maps_are_probabilities_over_every_token(name, backends):
     x = np.random.default_rng(0).standard_normal((2, 32, 32, 3)).astype(np.float32)
     a = np.asarray(backends[name].attention_maps(weights, spec, 32, x))
     t = spec.tokens(32) + spec.num_prefix_tokens
-    assert a.shape == (spec.depth, 2, spec.heads, t, t)
+    assert a.shape == (spec.arch.depth, 2, spec.arch.heads, t, t)
     np.testing.assert_allclose(a.sum(-1), 1.0, rtol=0, atol=(t + 4) * EPS32)  # softmax (4 roundings) summed over t

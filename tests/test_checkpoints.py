@@ -313,7 +313,7 @@ def test_npz_with_pre_logits_loads_into_a_model_with_that_rep_size(tmp_path):
     with pytest.raises(ConfigError, match=r"rep_size=32"):
         load_pretrained(path)
     p = load_pretrained(path, "ViT-Nano/4[rep_size=32]")
-    assert p.spec.name == "ViT-Nano/4[rep_size=32]" and p.spec.rep_size == 32
+    assert p.spec.name == "ViT-Nano/4[rep_size=32]" and p.spec.arch.rep_size == 32
     np.testing.assert_array_equal(p.weights["pre_logits.weight"], arrays["pre_logits/kernel"].T.astype(np.float32))
     model = build_torch_model(p.spec, p.resolution)
     model.load_state_dict(p.state_dict(), strict=True)
@@ -479,7 +479,7 @@ def test_distilled_heads_apart_match_timms_distilled_training_outputs():
     assert rel(want_cls, want_dist) > 0.1
     # inference: the mean of the two heads; the heads' matmuls (over the width) may run as other kernels here
     np.testing.assert_allclose(avg, (cls + dist) / 2,
-                               atol=(p.spec.width + 2) * EPS32 * np.abs(np.concatenate([cls, dist])).max())
+                               atol=(p.spec.arch.width + 2) * EPS32 * np.abs(np.concatenate([cls, dist])).max())
     fm = build_flax_model(p.spec, 32, 10)
     apply = jax.jit(partial(fm.apply, separate_heads=True))
     jcls, jdist = apply({"params": p.flax_params()}, jnp.asarray(x.transpose(0, 2, 3, 1)))

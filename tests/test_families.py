@@ -61,18 +61,27 @@ def test_an_origin_without_the_family_names_the_families_it_has():
 
 
 def test_a_family_cannot_take_a_row_name_of_another_or_register_a_distilled_row_it_cannot_read():
+    from dataclasses import replace as with_fields
+
+    from vitbench.models.arch import ResNetArch, TransformerArch
     from vitbench.models.families import FamilyBuild, FamilyComputation, FamilyName, FamilyPlugin
 
     def plugin(row):
         return FamilyPlugin(name=FamilyName("copycat"), description="", rows=(row,), fields=("patch",),
                             override_keys=(), build=FamilyBuild(torch=""),
-                            computation=FamilyComputation(counts=None, param_table=None, stride=lambda s: s.patch,
+                            computation=FamilyComputation(counts=None, param_table=None,
+                                                          stride=lambda s: s.arch.patch,
                                                           feature_dim=lambda s: 3, describe=lambda s: ""))
 
     with pytest.raises(ConfigError, match="the name 'ViT-B_16' is taken by ViT-B/16"):
-        register_family(plugin(ModelSpec(name="Copy", family=FamilyName("copycat"), aliases=("ViT-B_16",), patch=8)))
+        register_family(plugin(ModelSpec(name="Copy", family=FamilyName("copycat"), aliases=("ViT-B_16",),
+                                         arch=TransformerArch(patch=8))))
     with pytest.raises(ConfigError, match="distillation token"):
-        register_family(plugin(ModelSpec(name="Copy", family=FamilyName("copycat"), patch=8, distilled=True)))
+        register_family(plugin(ModelSpec(name="Copy", family=FamilyName("copycat"),
+                                         arch=TransformerArch(patch=8, distilled=True))))
+    with pytest.raises(ConfigError, match=r"rows \['Copy'\] have no ResNetArch in `arch`"):
+        register_family(with_fields(plugin(ModelSpec(name="Copy", family=FamilyName("copycat"),
+                                                     arch=TransformerArch(patch=8))), arch=ResNetArch))
     assert "copycat" not in family_names()
 
 

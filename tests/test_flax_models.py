@@ -72,12 +72,12 @@ def tiny_params():
 # ---- names: the original checkpoint layouts ------------------------------------------------------------
 def test_vit_parameter_tree_is_the_vit_jax_checkpoint_layout(tiny_params):
     spec = get_spec("ViT-Nano/4")
-    d, h, m, p = spec.width, spec.heads, spec.mlp_dim, spec.patch
+    d, h, m, p = spec.arch.width, spec.arch.heads, spec.arch.mlp_dim, spec.arch.patch
     want = {"cls": (1, 1, d), "embedding/kernel": (p, p, 3, d), "embedding/bias": (d,),
             "Transformer/posembed_input/pos_embedding": (1, (32 // p) ** 2 + 1, d),
             "Transformer/encoder_norm/scale": (d,), "Transformer/encoder_norm/bias": (d,),
             "head/kernel": (d, 10), "head/bias": (10,)}
-    for i in range(spec.depth):
+    for i in range(spec.arch.depth):
         b = f"Transformer/encoderblock_{i}"
         for ln in ("LayerNorm_0", "LayerNorm_2"):
             want |= {f"{b}/{ln}/scale": (d,), f"{b}/{ln}/bias": (d,)}

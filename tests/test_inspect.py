@@ -238,7 +238,8 @@ def test_inspect_model_with_two_extra_tokens_and_resampled_position_embeddings()
 
     def uniform_fn(weights, spec_, resolution, images):
         seen.append((weights["pos_embed"].shape, spec_.num_classes, resolution, len(images)))
-        return _uniform(layout, layers=spec_.depth, images=len(images), heads=spec_.heads, prefix_weight=0.2)
+        return _uniform(layout, layers=spec_.arch.depth, images=len(images), heads=spec_.arch.heads,
+                        prefix_weight=0.2)
 
     from vitbench.models.posemb_resize import resample_pos_embed
 
@@ -258,12 +259,12 @@ def test_inspect_model_with_two_extra_tokens_and_resampled_position_embeddings()
     rc = inspect_model(weights, spec, 16, colour, uniform_fn, num_prefix_tokens=2)
     assert not rc.filters.channels_summed and rc.filters.images.shape == (7, 4, 4, 3)
     doc = json.loads(json.dumps(r.to_json()))
-    assert np.array(doc["attention_distance_px"]).shape == (spec.depth, spec.heads)
+    assert np.array(doc["attention_distance_px"]).shape == (spec.arch.depth, spec.arch.heads)
     assert np.array(doc["posemb_similarity"]).shape == (4, 4, 4, 4)
     # JSON keeps a float64 exactly (repr is the shortest string that reads back the same); the headline is the
     # mean over the heads of the distances above: one more rounding per head
     assert doc["headline"]["attention_distance_first_layer_px"] == pytest.approx(
-        _mean_pairwise_px(4, 4, 4), rel=_distance_rtol(layout, 5) + gamma(spec.heads))
+        _mean_pairwise_px(4, 4, 4), rel=_distance_rtol(layout, 5) + gamma(spec.arch.heads))
 
 
 def test_inspect_model_refuses_a_resnet_and_wrong_images():
@@ -279,7 +280,8 @@ def test_pictures_and_markdown(tmp_path):
     layout = TokenLayout.of(spec, 16)
 
     def fn(weights, spec_, resolution, images):
-        return _uniform(layout, layers=spec_.depth, images=len(images), heads=spec_.heads, prefix_weight=0.1)
+        return _uniform(layout, layers=spec_.arch.depth, images=len(images), heads=spec_.arch.heads,
+                        prefix_weight=0.1)
 
     r = inspect_model(_fake_weights(layout), spec, 16, np.zeros((3, 16, 16, 3), np.float32), fn, num_rollout=2)
     paths = r.write_pictures(tmp_path, label="vit")
@@ -288,7 +290,7 @@ def test_pictures_and_markdown(tmp_path):
         assert path.name == f"vit_{kind.value}.png" and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not list(tmp_path.glob(".*"))  # no temporary files left
     md = to_markdown(r, {k: p.name for k, p in paths.items()})
-    for layer in range(1, spec.depth + 1):
+    for layer in range(1, spec.arch.depth + 1):
         assert f"\n| {layer} | " in md
     for p in paths.values():
         assert f"]({p.name})" in md
@@ -322,7 +324,7 @@ def test_torch_attention_maps_are_probabilities_of_the_model(name, one_torch_thr
     x = np.random.default_rng(0).normal(size=(2, 32, 32, 3)).astype(np.float32)
     a = attention_maps(weights, spec, 32, x)
     t = (32 // spec.stride) ** 2 + 1
-    assert a.shape == (spec.depth, 2, spec.heads, t, t) and a.dtype == np.float32
+    assert a.shape == (spec.arch.depth, 2, spec.arch.heads, t, t) and a.dtype == np.float32
     # softmax (4 roundings) summed over t
     np.testing.assert_allclose(a.sum(-1), 1.0, rtol=0, atol=(t + 4) * EPS32)
     model = build_torch_model(spec, 32).eval()
@@ -331,7 +333,7 @@ def test_torch_attention_maps_are_probabilities_of_the_model(name, one_torch_thr
         h = model.norm_pre(model._pos_embed(model.patch_embed(torch.from_numpy(x.transpose(0, 3, 1, 2)))))
         attn = model.blocks[0].attn
         y = attn(model.blocks[0].norm1(h))
-        qkv = attn.qkv(model.blocks[0].norm1(h)).reshape(2, t, 3, spec.heads, -1).permute(2, 0, 3, 1, 4)
+        qkv = attn.qkv(model.blocks[0].norm1(h)).reshape(2, t, 3, spec.arch.heads, -1).permute(2, 0, 3, 1, 4)
         o = (torch.from_numpy(a[0]) @ qkv[2]).transpose(1, 2).reshape(2, t, -1)
         # fp32 rounding, both paths: the qkv matmul (width terms), the scores (head_dim terms, whose error moves
         # a probability by its relative amount times the scores' term magnitudes s), the softmax (t + 4), a @ v
@@ -339,7 +341,7 @@ def test_torch_attention_maps_are_probabilities_of_the_model(name, one_torch_thr
         # combination of v's rows); a wrong map (another head's, no scale) is off by O(max|v|)
         q, k, v = qkv[0].numpy(), qkv[1].numpy(), qkv[2].numpy()
         s = float((np.abs(q) @ np.abs(k).swapaxes(-1, -2)).max()) * attn.scale
-        n = 2 * spec.width + 2 * t + 4 + (q.shape[-1] + spec.width) * s
+        n = 2 * spec.arch.width + 2 * t + 4 + (q.shape[-1] + spec.arch.width) * s
         w, b = attn.proj.weight.abs(), attn.proj.bias.abs()
         scale = float(w.sum(1).max()) * float(np.abs(v).max()) + float(b.max())
         np.testing.assert_allclose(attn.proj(o).numpy(), y.numpy(), rtol=0, atol=n * EPS32 * scale)
@@ -367,7 +369,7 @@ def test_torch_and_jax_agree_on_the_same_weights(name, one_torch_thread):
     mass = float(a[..., p:, p:].sum(-1).min())  # the least weight a query puts on patch keys
     dist = attention_distance_bound(delta, a.shape[-1] - p, 32, mass)
     assert np.abs(ra.attention_distance_px - rb.attention_distance_px).max() <= dist
-    assert np.abs(ra.rollout - rb.rollout).max() <= rollout_bound(delta, spec.depth, a.shape[-1])
+    assert np.abs(ra.rollout - rb.rollout).max() <= rollout_bound(delta, spec.arch.depth, a.shape[-1])
 
 
 @pytest.mark.jax
@@ -383,7 +385,7 @@ def test_flax_model_output_is_unchanged_by_inspection():
     plain = model.apply({"params": params}, x)
     sown, state = model.apply({"params": params}, x, mutable=["intermediates"])
     np.testing.assert_array_equal(np.asarray(plain), np.asarray(sown))
-    assert len(state["intermediates"]["Transformer"]) == spec.depth
+    assert len(state["intermediates"]["Transformer"]) == spec.arch.depth
 
 
 # ---- the command ----------------------------------------------------------------------------------------------
@@ -392,7 +394,7 @@ def test_cli_json_from_a_variant_name(cli, one_torch_thread):
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)  # one JSON document, nothing else on stdout
     spec = get_spec("ViT-Nano/4")
-    assert np.array(doc["attention_distance_px"]).shape == (spec.depth, spec.heads)
+    assert np.array(doc["attention_distance_px"]).shape == (spec.arch.depth, spec.arch.heads)
     assert np.array(doc["posemb_similarity"]).shape == (4, 4, 4, 4)
     assert doc["num_images"] == 3 and doc["source"] == "random init"
     d = np.array(doc["attention_distance_px"])

@@ -53,14 +53,14 @@ def test_row_and_column_layers_each_measure_along_their_own_axis_in_the_model():
     holds only its own axis, so nothing of the other axis can enter); Axial-ViT's tokens are 4 px apart."""
     spec = get_spec("Axial-ViT-Nano/4")
     layers = family_plugin(spec.family).attention_maps.axis_layers(spec, 16)
-    assert [a.axis for a in layers] == [Axis.ROW, Axis.COLUMN] * spec.depth
+    assert [a.axis for a in layers] == [Axis.ROW, Axis.COLUMN] * spec.arch.depth
 
     def fake(weights, s, r, x):
         return [_maps(a, (1, 1) if a.axis is Axis.ROW else (2, 2), len(x)) for a in layers]
 
     r = inspect_model({}, spec, 16, np.zeros((3, 16, 16, 3), np.float32), fake)
     # one-hot maps x integer offsets, means of equal values: exact in float64
-    np.testing.assert_array_equal(r.attention_distance_px, [[4, 4], [8, 8]] * spec.depth)
+    np.testing.assert_array_equal(r.attention_distance_px, [[4, 4], [8, 8]] * spec.arch.depth)
     assert r.num_images == 3 and r.layout.num_prefix_tokens == 0 and r.axis_layers == layers
 
 
@@ -100,7 +100,7 @@ def test_torch_and_jax_give_the_same_distances_on_the_same_weights(name, resolut
     torch_maps, jax_maps = get_backend("torch").attention_maps, get_backend("jax").attention_maps
     a, b = torch_maps(weights, spec, resolution, x), jax_maps(weights, spec, resolution, x)
     layers = family_plugin(spec.family).attention_maps.axis_layers(spec, resolution)
-    assert [m.shape for m in a] == [m.shape for m in b] == [(3, n.length, spec.heads, n.length, n.length)
+    assert [m.shape for m in a] == [m.shape for m in b] == [(3, n.length, spec.arch.heads, n.length, n.length)
                                                              for n in layers]
     # softmax (4 roundings) summed over the keys
     assert all(np.allclose(m.sum(-1), 1, rtol=0, atol=(m.shape[-1] + 4) * EPS32) for m in a)

@@ -209,7 +209,7 @@ def test_torch_and_jax_take_the_same_steps(model, target):
     opt = OptimConfig(optimizer="sgd", lr=0.1, steps=3, warmup_steps=1, weight_decay=0.1, clip_norm=1.0)
     # the encoder's chain plus the head's: its forward sums over the width, its backward into the tokens over its
     # outputs, its weight gradient over the batch's corrupted tokens (fewer than model_roundings' batch x tokens)
-    roundings = model_roundings(spec, RES, 8) + spec.width + mpt.outputs(target, spec.patch)
+    roundings = model_roundings(spec, RES, 8) + spec.arch.width + mpt.outputs(target, spec.arch.patch)
     bound = sgd_weight_bound(opt, clipped_gradient_error(opt, roundings))
     w = th.weights(th.init_model(spec, RES, 1, 0))
     init = mpt.init_head(spec, RES, mp, 0)
@@ -232,7 +232,7 @@ def test_flops_count_encoder_and_head():
 
     mp = MaskedPatch(target=Target.COLOR_GRID, mask_rate=0.5)
     enc = analytic_counts(SPEC, RES, 0).macs
-    assert mpt.train_flops_per_image(SPEC, RES, mp) == 6 * (enc + 8 * SPEC.width * 16 * 512)
+    assert mpt.train_flops_per_image(SPEC, RES, mp) == 6 * (enc + 8 * SPEC.arch.width * 16 * 512)
     with pytest.raises(ConfigError, match="transformer"):
         mpt.geometry(get_spec("R-Nano"), 32)
 

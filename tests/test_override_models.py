@@ -83,9 +83,9 @@ def test_overrides_change_the_counts_as_the_architecture_says():
 def _timm_vit(spec, **kw):
     from timm.models.vision_transformer import VisionTransformer
 
-    return VisionTransformer(img_size=spec.resolution, patch_size=spec.patch, num_classes=spec.num_classes,
-                             embed_dim=spec.width, depth=spec.depth, num_heads=spec.heads,
-                             mlp_ratio=spec.mlp_dim / spec.width, **kw)
+    return VisionTransformer(img_size=spec.resolution, patch_size=spec.arch.patch, num_classes=spec.num_classes,
+                             embed_dim=spec.arch.width, depth=spec.arch.depth, num_heads=spec.arch.heads,
+                             mlp_ratio=spec.arch.mlp_dim / spec.arch.width, **kw)
 
 
 @pytest.mark.parametrize("name, timm_kwargs", [
@@ -109,10 +109,11 @@ def test_bit_parameter_count_equals_timms_resnetv2(name):
 
     spec = get_spec(name)
     with torch.device("meta"):
-        timm_model = ResNetV2(layers=list(spec.layers), channels=spec.channels[: len(spec.layers)],
-                              num_classes=spec.num_classes, width_factor=spec.width_factor, stem_chs=spec.stem_chs,
+        timm_model = ResNetV2(layers=list(spec.arch.layers), channels=spec.arch.channels[: len(spec.arch.layers)],
+                              num_classes=spec.num_classes, width_factor=spec.arch.width_factor,
+                              stem_chs=spec.arch.stem_chs,
                               stem_type="fixed", conv_layer=partial(StdConv2d, eps=1e-8),
-                              norm_layer=partial(GroupNormAct, num_groups=spec.gn_groups))
+                              norm_layer=partial(GroupNormAct, num_groups=spec.arch.gn_groups))
     assert sum(p.numel() for p in timm_model.parameters()) == analytic_counts(spec).params
 
 
@@ -226,7 +227,7 @@ def test_flax_resize_agrees_with_torch_resize(name):
     via_torch = resize_state_dict_pos_embed(sd, spec, 48)
     via_flax = flax_to_torch(resize_params_pos_embed(torch_to_flax(sd, spec), spec, 48), spec)
     assert via_flax.keys() == via_torch.keys()
-    n_in = spec.resolution // spec.patch  # the source grid's side
+    n_in = spec.resolution // spec.arch.patch  # the source grid's side
     for k, v in via_torch.items():
         # torch and numpy/JAX resample in fp32 in their own orders (tests/tolerances_fp.py resample_bound: 2 n_in
         # roundings of terms summing to <= 1.5 max|table|); every other tensor is carried unchanged (bound >= 0)

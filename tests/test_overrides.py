@@ -32,7 +32,7 @@ def test_with_overrides_and_apply_overrides_agree():
     row = get_spec("ViT-Nano/4")
     a = row.with_overrides(depth=3, posemb="learned_2d")
     b = apply_overrides(row, {"depth": "3", "posemb": "LEARNED_2D"})
-    assert a == b and a.depth == 3 and a.posemb == "learned_2d" and a.timm_id is None
+    assert a == b and a.arch.depth == 3 and a.arch.posemb == "learned_2d" and a.timm_id is None
     assert a.overrides == {"depth": 3, "posemb": "learned_2d"}
     # overriding a derived spec works from its row: back to the row's value drops the field
     assert a.with_overrides(depth=2).name == "ViT-Nano/4[posemb=learned_2d]"

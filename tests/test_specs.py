@@ -45,8 +45,8 @@ def test_unknown_name_lists_close_matches():
 
 def test_hybrid_stage_layout_follows_total_stride():
     # Paper D.4: /16 drops stage 4 and moves its blocks into stage 3; /32 keeps all four R50 stages.
-    assert get_spec("R50+ViT-B/16").layers == (3, 4, 9) and get_spec("R50+ViT-B/16").stride == 16
-    assert get_spec("R50+ViT-B/32").layers == (3, 4, 6, 3) and get_spec("R50+ViT-B/32").stride == 32
+    assert get_spec("R50+ViT-B/16").arch.layers == (3, 4, 9) and get_spec("R50+ViT-B/16").stride == 16
+    assert get_spec("R50+ViT-B/32").arch.layers == (3, 4, 6, 3) and get_spec("R50+ViT-B/32").stride == 32
     assert get_spec("R50x1").stride == 32 and get_spec("ViT-H/14").stride == 14
 
 
@@ -150,19 +150,19 @@ def test_distilled_parameter_count_equals_timms(size):
     with torch.device("meta"):
         ref = timm.create_model(f"deit_{size}_distilled_patch16_224", pretrained=False)
     spec = get_spec(f"deit_{size}_distilled_patch16_224")
-    assert spec.distilled and spec.num_prefix_tokens == 2
+    assert spec.arch.distilled and spec.num_prefix_tokens == 2
     assert analytic_counts(spec).params == sum(p.numel() for p in ref.parameters())
 
 
 def test_distilled_twin_adds_exactly_a_token_an_embedding_a_head_and_their_macs():
     plain, dist = get_spec("ViT-Nano/4"), get_spec("DeiT-Nano/4-dist")
-    d, k, n = plain.width, plain.num_classes, plain.tokens(32)
+    d, k, n = plain.arch.width, plain.num_classes, plain.tokens(32)
     a, b = analytic_counts(plain), analytic_counts(dist)
     assert b.params - a.params == d + d + (d * k + k)  # dist token, its position embedding, head_dist
     # one more token through every block (T = N + 2 instead of N + 1), and one more head
     t0, t1 = n + 1, n + 2
-    per_token_block = 4 * d * d + 2 * d * plain.mlp_dim
-    want = plain.depth * ((t1 - t0) * per_token_block + 2 * (t1 * t1 - t0 * t0) * d) + d * k
+    per_token_block = 4 * d * d + 2 * d * plain.arch.mlp_dim
+    want = plain.arch.depth * ((t1 - t0) * per_token_block + 2 * (t1 * t1 - t0 * t0) * d) + d * k
     assert b.macs - a.macs == want
 
 
@@ -184,8 +184,11 @@ def test_distilled_macs_equal_torchs_flop_counter(name):
 def test_only_transformers_can_be_distilled():
     from dataclasses import replace
 
+    with pytest.raises(TypeError, match="distilled"):
+        replace(get_spec("R-Nano").arch, distilled=True)  # a ResNet's arch has no such field
+    axial = get_spec("Axial-ViT-Nano/4")  # a TransformerArch, of a family that does not read `distilled`
     with pytest.raises(ValueError, match="distillation token"):
-        replace(get_spec("R-Nano"), distilled=True)
+        replace(axial, arch=replace(axial.arch, distilled=True))
 
 
 # ---- flavours ---------------------------------------------------------------------------------------------
@@ -273,3 +276,25 @@ def test_flat_metadata_of_this_version_reads_back_and_is_what_to_dict_writes():
     assert spec_from_dict(_BIT_META) == get_spec("R-Nano")
     with pytest.raises(ConfigError, match="layers=.*table"):
         spec_from_dict({**_BIT_META, "layers": [2, 2, 2, 2]})
+
+
+def test_the_flat_fields_of_before_the_split_still_build_and_read_with_a_warning():
+    """docs/plugins.md, 'Moved fields': ModelSpec(width=...) and spec.width, for code written before issue 52 split
+    ModelSpec into its core and `arch`; the spec is the same for the caches (its flat view)."""
+    from dataclasses import replace
+
+    from vitbench.models.specs import ModelSpec
+
+    row = get_spec("R-Nano+ViT-Micro/8")
+    flat = {k: v for k, v in row.flat().items() if k != "flavour"}
+    with pytest.warns(DeprecationWarning, match=r"flat fields of before issue 52 \(patch, width, .*\) go in `arch=`"):
+        old = ModelSpec(**flat, flavour=row.flavour)
+    assert old == row and old.flat() == row.flat()
+    with pytest.warns(DeprecationWarning, match=r"ModelSpec.width moved to ModelSpec.arch.width"):
+        assert row.width == 64
+    with pytest.warns(DeprecationWarning, match="moved to ModelSpec.arch.stage_channels"):
+        assert row.stage_channels == (32, 64)
+    with pytest.warns(DeprecationWarning):  # dataclasses.replace with a flat field: that field of the arch
+        assert replace(row, depth=3).arch == replace(row.arch, depth=3)
+    with pytest.raises(AttributeError, match="no attribute 'width'"):
+        get_spec("R-Nano").width  # noqa: B018 (a ResNet's arch has none)

@@ -26,8 +26,8 @@ def model_roundings(spec, resolution: int, batch: int) -> int:
     """Roundings along the longest chain of a ViT's forward + backward, a bound on n above: every block has a
     reduction over the batch's tokens (weight gradients: batch x tokens terms), over the width and over the MLP
     (matmuls), forward and backward (x 2), for `depth` blocks plus embedding and head (+ 2)."""
-    tokens = (resolution // spec.patch) ** 2 + 1 + int(spec.distilled)
-    return (batch * tokens + spec.width + spec.mlp_dim) * 2 * (spec.depth + 2)
+    tokens = (resolution // spec.arch.patch) ** 2 + 1 + int(spec.arch.distilled)
+    return (batch * tokens + spec.arch.width + spec.arch.mlp_dim) * 2 * (spec.arch.depth + 2)
 
 
 def sgd_weight_bound(opt, gradient_error: float) -> float:
@@ -88,9 +88,9 @@ def forward_roundings(spec, resolution: int) -> int:
     stem's 7x7x3 conv (ViT: the patch's 3 p^2); a hybrid runs its stages, then its ViT blocks on their tokens."""
     n, side = 0, resolution
     if spec.family in ("bit", "hybrid"):
-        n, side, c_in = 7 * 7 * 3, resolution // 4, spec.stem_chs * spec.width_factor
-        for stage, blocks in enumerate(spec.layers):
-            c = spec.channels[stage] * spec.width_factor
+        n, side, c_in = 7 * 7 * 3, resolution // 4, spec.arch.stem_chs * spec.arch.width_factor
+        for stage, blocks in enumerate(spec.arch.layers):
+            c = spec.arch.channels[stage] * spec.arch.width_factor
             side = side if stage == 0 else max(1, side // 2)
             n += blocks * (c_in + 10 * c // 4 + 3 * side * side * c // 32)
             c_in = c
@@ -98,9 +98,9 @@ def forward_roundings(spec, resolution: int) -> int:
             return n + c_in  # the head over the pooled features
         n += c_in  # the hybrid's 1x1 patch projection
     else:
-        n, side = 3 * spec.patch**2, resolution // spec.patch
-    tokens = side * side + 1 + int(spec.distilled)
-    return n + spec.depth * (tokens + 3 * spec.width + spec.mlp_dim) + spec.width
+        n, side = 3 * spec.arch.patch**2, resolution // spec.arch.patch
+    tokens = side * side + 1 + int(spec.arch.distilled)
+    return n + spec.arch.depth * (tokens + 3 * spec.arch.width + spec.arch.mlp_dim) + spec.arch.width
 
 
 def forward_parity(spec, resolution: int) -> float:
@@ -146,4 +146,4 @@ def bf16_chain(spec) -> int:
     head 2.
     Each rounding's error is carried to the logits at gain ~1 (forward_parity's assumption), so two such forwards,
     one in fp32, differ by at most bf16_chain * BF16_U relative to the largest logit."""
-    return 16 * spec.depth + 7
+    return 16 * spec.arch.depth + 7

@@ -73,7 +73,7 @@ def _gelu(x: np.ndarray) -> np.ndarray:  # tanh approximation (Hendrycks & Gimpe
 
 class _Forward(Workload):
     def __init__(self, spec, x: np.ndarray, num_classes: int, rng: np.random.Generator):
-        d, m, p = spec.width, spec.mlp_dim, spec.patch
+        d, m, p = spec.arch.width, spec.arch.mlp_dim, spec.arch.patch
 
         def w(*shape):
             return (rng.standard_normal(shape) / np.sqrt(shape[0])).astype(np.float32)
@@ -81,7 +81,7 @@ class _Forward(Workload):
         self.spec, self.x, self.batch_size = spec, x, x.shape[0]
         self.embed, self.cls = w(p * p * 3, d), np.zeros((1, 1, d), np.float32)
         self.pos = (0.02 * rng.standard_normal((1, spec.tokens(x.shape[1]) + 1, d))).astype(np.float32)
-        self.blocks = [(w(d, 3 * d), w(d, d), w(d, m), w(m, d)) for _ in range(spec.depth)]
+        self.blocks = [(w(d, 3 * d), w(d, d), w(d, m), w(m, d)) for _ in range(spec.arch.depth)]
         self.head = w(d, num_classes)
 
     def step(self) -> np.ndarray:

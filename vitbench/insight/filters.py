@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from vitbench.models.arch import arch_value
 from vitbench.models.specs import ModelSpec
 
 NUM_COMPONENTS = 28  # the paper's Fig. 7 (left) shows the top 28 components
@@ -30,7 +31,7 @@ class FilterComponents:
 
 def acts_on_pixels(spec: ModelSpec) -> bool:
     """True when the patch projection's kernel covers exactly one token's pixels (ViT), False for a hybrid."""
-    return spec.patch == spec.stride
+    return arch_value(spec, "patch") == spec.stride
 
 
 def is_grey(images: np.ndarray) -> bool:

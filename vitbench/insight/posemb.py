@@ -7,6 +7,7 @@ import numpy as np
 
 from vitbench.errors import ConfigError
 from vitbench.insight.layout import TokenLayout
+from vitbench.models.arch import arch_value
 
 
 def posemb_similarity(pos_embed: np.ndarray, layout: TokenLayout) -> np.ndarray:
@@ -47,7 +48,7 @@ def position_table(weights: dict[str, np.ndarray], spec, layout: TokenLayout,
     learned at the input: the one table (`pos_embed`); learned in every layer: the first block's table (each block
     has its own); shared in every layer: the one table; learned_2d: the concatenation [x_j, y_i] of the two tables
     per patch (row i, column j); sincos2d: the fixed table (its similarity is the formula's, not learned)."""
-    kind, at = spec.posemb, spec.posemb_at
+    kind, at = arch_value(spec, "posemb"), arch_value(spec, "posemb_at")
     if kind == "none":
         return None, "posemb=none: the model has no position embeddings (a bag of patches) to compare"
     if kind == "relative":
@@ -70,17 +71,17 @@ def position_table(weights: dict[str, np.ndarray], spec, layout: TokenLayout,
         return grid.reshape(h * w, -1), f"learned 2-D (x and y tables concatenated), {where}"
     from vitbench.models.posemb import sincos2d
 
-    return sincos2d(h, w, spec.width), f"fixed 2-D sin-cos (not learned), {where}"
+    return sincos2d(h, w, spec.arch.width), f"fixed 2-D sin-cos (not learned), {where}"
 
 
 def table_grid(weights: dict[str, np.ndarray], spec, layout: TokenLayout) -> tuple[int, int] | None:
     """The grid a variant's learned position tables were made for (None: nothing learned per position, or the
     1-D input table, which `fit_pos_embed` resamples)."""
-    if spec.posemb == "learned_2d":
+    if arch_value(spec, "posemb") == "learned_2d":
         return len(weights[TABLE_Y.format(i=0)]), len(weights[TABLE_X.format(i=0)])
-    if spec.posemb == "learned" and spec.posemb_at != "input":
+    if arch_value(spec, "posemb") == "learned" and arch_value(spec, "posemb_at") != "input":
         n = np.asarray(weights[TABLE_1D.format(i=0)]).shape[-2] - layout.num_prefix_tokens
-    elif spec.posemb == "relative":
+    elif arch_value(spec, "posemb") == "relative":
         key = next(k for k in weights if k.endswith("attn.rel_embedding"))
         n = (np.asarray(weights[key]).shape[0] + 1) // 2 - layout.num_prefix_tokens
     else:

@@ -43,6 +43,7 @@ from vitbench.models.identify import (
 )
 from vitbench.models.npz import _canonical_keys, load_npz
 from vitbench.models.param_table import _np, param_table, unflatten
+from vitbench.models.arch import arch_value
 from vitbench.models.specs import ModelSpec, all_specs, get_spec, spec_from_dict
 
 __all__ = ["Fit", "Pretrained", "check_weights", "identify", "is_head", "load_pretrained", "pretrained_from_weights"]
@@ -117,7 +118,7 @@ def _npz_to_timm(flat: dict[str, np.ndarray], source: str, new_head: bool,
     flat = _canonical_keys(flat)
     if any(k.startswith("pre_logits/") for k in flat):
         width = flat.get("pre_logits/bias", np.zeros(0)).shape[-1]
-        if model is not None and get_spec(model).rep_size == width:
+        if model is not None and arch_value(get_spec(model), "rep_size") == width:
             pass  # the model asked for has this tanh pre-logits layer: kept
         elif not new_head:
             raise ConfigError(f"{source} has a pre_logits layer (the pre-training representation head, {width} "

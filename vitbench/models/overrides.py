@@ -60,7 +60,7 @@ FAMILY_KEYS: Mapping[str, tuple[str, ...]] = _FamilyKeys()
 # A distilled DeiT keeps its two tokens, two heads and 1-D input position embeddings: shape overrides only.
 DISTILLED_KEYS = ("depth", "width", "mlp_dim", "heads", "patch")
 KEY_ALIASES = {"layers": "blocks", "mlp": "mlp_dim", "pos_embed": "posemb", "posemb_place": "posemb_at"}
-FIELD_OF = {"blocks": "layers"}  # override key -> ModelSpec field (BiT's blocks per stage live in `layers`)
+FIELD_OF = {"blocks": "layers"}  # override key -> arch field (BiT's blocks per stage live in `layers`)
 
 _MAX = 40  # characters of a user value repeated in a message
 
@@ -165,8 +165,8 @@ def split_name(name: str) -> tuple[str, str | None]:
 
 def overrides_of(spec: Any, base: Any) -> dict[str, Any]:
     """{key: value} of the override fields where `spec` differs from its row `base`, in canonical order."""
-    return {k: getattr(spec, field_of(k)) for k in FAMILY_KEYS[base.family]
-            if getattr(spec, field_of(k)) != getattr(base, field_of(k))}
+    return {k: getattr(spec.arch, field_of(k)) for k in FAMILY_KEYS[base.family]
+            if getattr(spec.arch, field_of(k)) != getattr(base.arch, field_of(k))}
 
 
 def canonical_name(base_name: str, diff: dict[str, Any]) -> str:
@@ -186,7 +186,7 @@ def apply_overrides(spec: Any, overrides: dict[str, Any]) -> Any:
         if k in parsed:
             raise ConfigError(f"{name}: field {k!r} is set twice")
         parsed[k] = parse_value(k, value, name)
-    new = replace(spec, **{field_of(k): v for k, v in parsed.items()})
+    new = replace(spec, arch=replace(spec.arch, **{field_of(k): v for k, v in parsed.items()}))
     diff = overrides_of(new, base)
     if diff:
         new = replace(new, name=canonical_name(base.name, diff), aliases=(), timm_id=None)
@@ -199,7 +199,7 @@ def apply_overrides(spec: Any, overrides: dict[str, Any]) -> Any:
 def validate(spec: Any, diff: dict[str, Any]) -> None:
     """Cross-field rules of a derived spec; ConfigError naming the field and what is allowed."""
     n = spec.name
-    if spec.distilled:
+    if getattr(spec.arch, "distilled", False):
         bad = [k for k in diff if k not in DISTILLED_KEYS]
         if bad:
             raise ConfigError(f"{n}: {bad[0]} cannot be changed on a distilled model (class + distillation tokens, "

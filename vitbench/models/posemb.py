@@ -1,6 +1,6 @@
 """Position embeddings beyond the paper's default, backend-free (ViT appendix D.4, Table 8).
 
-Kinds (`ModelSpec.posemb`):
+Kinds (`TransformerArch.posemb`, vitbench.models.arch):
 - learned: one learned table per token, (1, prefix + h*w, D), raster order (the paper's default, timm's pos_embed);
 - none: nothing (a bag of patches);
 - learned_2d: two learned tables, x (w, D/2) and y (h, D/2); the patch at row i, column j gets the
@@ -12,7 +12,7 @@ Kinds (`ModelSpec.posemb`):
   attends to these embeddings as keys, and those logits, scaled like the content logits, are added to the
   content logits before the softmax: softmax(q (k_k + r_{q-k})^T / sqrt(d_head)) -- Shaw et al. 2018 eq. 4 without
   their value term, the form the ViT paper's description gives.
-Places (`ModelSpec.posemb_at`): input (once, after the stem), every_layer (a table per block, added at its
+Places (`TransformerArch.posemb_at`): input (once, after the stem), every_layer (a table per block, added at its
 start), every_layer_shared (one table added at the start of every block). Parameter initialisation: normal
 std 0.02, as the paper's 1-D table.
 """
@@ -48,9 +48,9 @@ class Table:
 
 def num_tables(spec: ModelSpec) -> int:
     """How many absolute position-embedding tables the model holds (0 for none, sincos2d and relative)."""
-    if spec.posemb not in ("learned", "learned_2d"):
+    if spec.arch.posemb not in ("learned", "learned_2d"):
         return 0
-    return spec.depth if spec.posemb_at == "every_layer" else 1
+    return spec.arch.depth if spec.arch.posemb_at == "every_layer" else 1
 
 
 def tables(spec: ModelSpec, resolution: int) -> list[Table]:
@@ -63,18 +63,18 @@ def transformer_tables(spec: ModelSpec, resolution: int) -> list[Table]:
     """Every learned position-embedding parameter of a ViT-style transformer `spec` at `resolution` (names in
     both frameworks: the one declaration the weight conversion, the resizing and the analytic count use)."""
     h, w = grid(spec, resolution)
-    d, t = spec.width, h * w + spec.num_prefix_tokens
-    if spec.posemb == "relative":  # one offset table per block, inside its attention
+    d, t = spec.arch.width, h * w + spec.num_prefix_tokens
+    if spec.arch.posemb == "relative":  # one offset table per block, inside its attention
         return [Table(f"blocks.{i}.attn.rel_embedding",
                       f"Transformer/encoderblock_{i}/MultiHeadDotProductAttention_1/rel_embedding",
-                      (relative_offsets(t), d)) for i in range(spec.depth)]
-    if (spec.posemb, spec.posemb_at) == ("learned", "input"):  # timm's own table: the rows' layout
+                      (relative_offsets(t), d)) for i in range(spec.arch.depth)]
+    if (spec.arch.posemb, spec.arch.posemb_at) == ("learned", "input"):  # timm's own table: the rows' layout
         return [Table("pos_embed", "Transformer/posembed_input/pos_embedding", (1, t, d))]
     out = []
     for i in range(num_tables(spec)):
-        place = {"input": "posembed_input", "every_layer_shared": "posembed_shared"}.get(spec.posemb_at,
+        place = {"input": "posembed_input", "every_layer_shared": "posembed_shared"}.get(spec.arch.posemb_at,
                                                                                          f"posembed_{i}")
-        leaves = {"pos_embedding": (1, t, d)} if spec.posemb == "learned" else \
+        leaves = {"pos_embedding": (1, t, d)} if spec.arch.posemb == "learned" else \
             {"pos_embedding_x": (w, d // 2), "pos_embedding_y": (h, d // 2)}
         out += [Table(f"pos_embeds.{i}.{leaf}", f"Transformer/{place}/{leaf}", shape) for leaf, shape in leaves.items()]
     return out

@@ -8,8 +8,11 @@ and alias. A spec's family-dependent properties (stride, feature size, descripti
 from __future__ import annotations
 
 import difflib
+import functools
 import operator
-from dataclasses import asdict, dataclass, replace
+import warnings
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
 
 from vitbench.errors import ConfigError, UnknownModelError, shorten
 from vitbench.models.families import (
@@ -20,27 +23,26 @@ from vitbench.models.families import (
     family_plugin,
     norm_name,
 )
+from vitbench.models.arch import FLAT_DEFAULTS, HybridArch, arch_value, prefix_tokens
 from vitbench.models.flavours import DEFAULT, Flavour, Origin, flavour_for
 from vitbench.models.overrides import (
     FAMILY_KEYS,
-    Classifier,
-    Posemb,
-    PosembAt,
     apply_overrides,
     overrides_of,
     parse_override_text,
     split_name,
 )
 
-# ResNet output channels per stage at width factor 1 (bottleneck expansion 4), He et al. 2016.
-RESNET_CHANNELS = (256, 512, 1024, 2048)
-RESNET_DEPTHS = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3), 152: (3, 8, 36, 3), 200: (3, 24, 36, 3)}
+RESNET_DEPTHS = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3), 152: (3, 8, 36, 3), 200: (3, 24, 36, 3)}  # He et al. 2016
 
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """One architecture. Transformer fields apply to the families that read them (vit, hybrid, axial_vit), ResNet
-    fields to bit, hybrid and axial_resnet (each family declares its `fields`)."""
+    """One architecture: a common core (what shared code reads) and `arch`, the family's own part (a frozen
+    dataclass of the class its FamilyPlugin names: vitbench.models.arch's TransformerArch, ResNetArch, HybridArch,
+    or the family's own; None for a family whose models have none, timm's). The fields of before issue 52 split
+    it (`ModelSpec(width=...)`, `spec.width`) still work, with a DeprecationWarning (docs/plugins.md, "Moved
+    fields")."""
 
     name: str
     family: FamilyName
@@ -49,33 +51,23 @@ class ModelSpec:
     resolution: int = 224  # native/pre-training resolution
     num_classes: int = 1000
     tiny: bool = False  # a test/CPU-study variant, not from the paper
-    # --- transformer (vit, hybrid) ---
-    patch: int = 0  # patch size in pixels (vit) or in feature-map cells (hybrid: always 1)
-    width: int = 0  # hidden size D
-    depth: int = 0  # number of encoder blocks L
-    mlp_dim: int = 0
-    heads: int = 0
-    ln_eps: float = 1e-6  # LayerNorm epsilon (vit_jax and timm both use 1e-6)
-    distilled: bool = False  # DeiT: a distillation token beside the class token, its own head (Touvron et al.)
-    # --- ResNet (bit, hybrid) ---
-    layers: tuple[int, ...] = ()  # blocks per stage
-    width_factor: int = 1
-    channels: tuple[int, ...] = RESNET_CHANNELS  # stage output channels at width factor 1
-    stem_chs: int = 64  # root conv channels at width factor 1
-    gn_groups: int = 32
-    # --- numerical conventions (GELU form, weight standardisation, GroupNorm eps), set from a checkpoint's origin
+    # numerical conventions (GELU form, weight standardisation, GroupNorm eps), set from a checkpoint's origin
     flavour: Flavour = DEFAULT
-    # --- transformer head and position embeddings (ViT appendix D.3, D.4); the defaults are every row's
-    classifier: Classifier = "token"  # 'token': class token -> head; 'gap': mean of the patch tokens -> head
-    rep_size: int = 0  # width of the tanh pre-logits layer before the head (0: none; the rows have none)
-    posemb: Posemb = "learned"  # learned 1-D (the paper's default), none, learned_2d, sincos2d, relative
-    posemb_at: PosembAt = "input"  # added once after the stem, or at the start of every block (own/shared table)
+    arch: Any = None  # the family's own part (its FamilyPlugin.arch)
 
     def __post_init__(self) -> None:
-        plugin = family_if_registered(self.family) if self.distilled else None  # (rows: checked at registration)
-        if plugin is not None and "distilled" not in plugin.fields:
+        plugin = family_if_registered(self.family) if getattr(self.arch, "distilled", False) else None
+        if plugin is not None and "distilled" not in plugin.fields:  # (rows: checked at registration)
             raise ValueError(f"{self.name}: a distillation token needs a transformer family that reads `distilled` "
                              f"(family {self.family} does not)")
+
+    def __getattr__(self, name: str):
+        """The flat fields of before issue 52 (`spec.width`): read from `arch`, with a DeprecationWarning."""
+        if name in _FLAT_READS and "arch" in self.__dict__ and hasattr(self.arch, name):
+            warnings.warn(f"ModelSpec.{name} moved to ModelSpec.arch.{name} (issue 52; docs/plugins.md, 'Moved "
+                          "fields')", DeprecationWarning, stacklevel=2)
+            return getattr(self.arch, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     # ---- derived -----------------------------------------------------------------------------
     @property
@@ -84,25 +76,15 @@ class ModelSpec:
         return family_plugin(self.family).computation.stride(self)
 
     @property
-    def stage_channels(self) -> tuple[int, ...]:
-        return tuple(c * self.width_factor for c in self.channels[: len(self.layers)])
-
-    @property
-    def root_channels(self) -> int:
-        return self.stem_chs * self.width_factor
-
-    @property
     def feature_dim(self) -> int:
         """Size of the representation fed to the head (pre-logits)."""
         return family_plugin(self.family).computation.feature_dim(self)
 
     @property
     def num_prefix_tokens(self) -> int:
-        """Tokens before the patches: the class token, and the distillation token of a distilled model
-        (none with classifier 'gap')."""
-        if self.classifier == "gap":
-            return 0
-        return 2 if self.distilled else 1
+        """Tokens before the patches (class, distillation; arch.prefix_tokens) from its arch's classifier and
+        distillation token, their flat defaults for an arch without them (a ResNet's 1, as before issue 52)."""
+        return prefix_tokens(arch_value(self, "classifier"), arch_value(self, "distilled"))
 
     # ---- overrides (vitbench.models.overrides) ----------------------------------------------------
     def base_row(self) -> ModelSpec:
@@ -149,7 +131,9 @@ class ModelSpec:
         that `to_dict` writes into checkpoint metadata. tests/test_specs.py pins it: a change of how ModelSpec holds
         its fields (issue 52: a common core plus the family's own part) must keep this view, or the caches'
         entries are rebuilt and old checkpoints' metadata no longer reads back."""
-        return asdict(self)
+        core = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("arch", "flavour")}
+        arch = {} if self.arch is None else asdict(self.arch)
+        return {**core, **FLAT_DEFAULTS, **arch, "flavour": asdict(self.flavour)}
 
     def to_dict(self) -> dict:
         """`flat()` with the flavour as plain strings and numbers, plus the derived stride: JSON-ready."""
@@ -167,6 +151,28 @@ class ModelSpec:
 
     def with_flavour(self, flavour: Flavour) -> ModelSpec:
         return replace(self, flavour=flavour)
+
+
+# Compatibility for code written against the flat fields (before issue 52 split ModelSpec; docs/plugins.md, "Moved
+# fields"): `ModelSpec(width=...)` builds a HybridArch (every field of both parts; the flat view is the same), or
+# replaces those fields of the `arch` given; `spec.width` reads `spec.arch.width` (ModelSpec.__getattr__).
+_FLAT_READS = frozenset(FLAT_DEFAULTS) | {"stage_channels", "root_channels"}
+_core_init = ModelSpec.__init__
+
+
+@functools.wraps(_core_init)
+def _init_accepting_flat_fields(self, *args, **kw):
+    flat = {k: kw.pop(k) for k in [k for k in kw if k in FLAT_DEFAULTS]}
+    if flat:
+        warnings.warn(f"ModelSpec: flat fields of before issue 52 ({', '.join(flat)}) go in `arch=` (e.g. "
+                      "vitbench.models.arch.TransformerArch(...); docs/plugins.md, 'Moved fields')",
+                      DeprecationWarning, stacklevel=2)
+        arch = kw.get("arch")
+        kw["arch"] = HybridArch(**flat) if arch is None else replace(arch, **flat)
+    _core_init(self, *args, **kw)
+
+
+ModelSpec.__init__ = _init_accepting_flat_fields
 
 
 # ---------------------------------------------------------------------------------------------
@@ -241,11 +247,6 @@ def get_spec(name: str | ModelSpec, num_classes: int | None = None) -> ModelSpec
     return spec if num_classes is None else spec.with_classes(num_classes)
 
 
-_ARCHITECTURE_FIELDS = ("family", "patch", "width", "depth", "mlp_dim", "heads", "ln_eps", "distilled", "layers",
-                        "width_factor", "channels", "stem_chs", "gn_groups", "classifier", "rep_size", "posemb",
-                        "posemb_at")
-
-
 def spec_from_dict(d: dict, source: str = "spec") -> ModelSpec:
     """Inverse of `ModelSpec.to_dict` (e.g. a checkpoint's metadata): the table's row of that name (a derived
     name's overrides applied) with the stored classes and flavour (specs stored before flavours existed get the row's default flavour).
@@ -254,7 +255,9 @@ def spec_from_dict(d: dict, source: str = "spec") -> ModelSpec:
         raise ConfigError(f"{source}: expected a model spec with a 'name', got {str(d)[:60]!r}")
     spec = get_spec(d["name"], num_classes=d.get("num_classes"))
     row = spec.to_dict()
-    differ = [f for f in _ARCHITECTURE_FIELDS if f in d and _same(d[f]) != _same(row[f])]
+    # the architecture: the family and the flat view's arch fields (not the name, classes, flavour, stride, ...)
+    kept = {f.name for f in fields(ModelSpec)} - {"family"} | {"stride"}
+    differ = [f for f in row if f not in kept and f in d and _same(d[f]) != _same(row[f])]
     if differ:
         detail = ", ".join(f"{f}={str(d[f])[:20]} (table: {row[f]})" for f in differ[:6])
         raise ConfigError(f"{source}: the stored architecture of {spec.name} differs from the model table: "

@@ -25,6 +25,7 @@ from pydantic import Field, field_validator
 
 from vitbench.errors import ConfigError, TrainingDiverged
 from vitbench.models.analytic import train_flops_per_image
+from vitbench.models.arch import arch_value
 from vitbench.record import Record, now
 from vitbench.transfer.config import MAX_COUNT, Seed
 from vitbench.transfer.data import ImageSet, load_splits, warn_oversized_batch
@@ -88,7 +89,7 @@ def finetune(cfg: FinetuneConfig, *, device: str = "cpu", threads: int | None = 
                           "or give a single lr_grid value")
     ckpt, backend = cfg.start(directory=cache, device=device, threads=threads)
     spec, body = ckpt.spec, ckpt.weights
-    if spec.rep_size:  # the whole pre-training head goes, its tanh pre-logits layer too (ViT Sec. 3.1, D.3)
+    if arch_value(spec, "rep_size"):  # the whole pre-training head goes, its tanh pre-logits layer (ViT 3.1, D.3)
         spec = spec.with_overrides(rep_size=0)
         body = {n: w for n, w in body.items() if not n.startswith(PRE_LOGITS)}
     r = ckpt.resolution if cfg.resolution is None else cfg.resolution

@@ -178,8 +178,10 @@ class FamilyPlugin:
     """Everything shared code needs of a family, one idea per part.
 
     Its table and overrides: name and description (one line for `vitbench plugins`); rows: its model-table rows
-    (ModelSpec with family == name); fields: the ModelSpec fields it reads (the rest are carried with their
-    defaults); override_keys: the `Row[key=value]` keys that mean something for it; validate(spec, diff): its
+    (ModelSpec with family == name); arch: the class of its specs' own part, `ModelSpec.arch` (a frozen dataclass:
+    vitbench.models.arch's TransformerArch, ResNetArch, HybridArch, or its own; None: its specs have none, or any);
+    fields: the fields it reads (of its arch and the spec's flavour; the rest are carried with their defaults);
+    override_keys: the `Row[key=value]` keys that mean something for it; validate(spec, diff): its
     cross-field rules (raises ConfigError).
     build: how its models are built (FamilyBuild: the torch and Flax builders, `representation_size=`, the
     default memory format, the backends that can build it).
@@ -213,6 +215,7 @@ class FamilyPlugin:
     weights: FamilyWeights = field(default_factory=FamilyWeights)
     catalogue: Catalogue | None = None
     plot_style: PlotStyle = PlotStyle()
+    arch: type | None = None
 
     def attention_of(self, spec) -> ModelAttention:
         """Whether `spec`'s model has attention layers, whole-image token maps, and its prefix tokens: the
@@ -221,7 +224,7 @@ class FamilyPlugin:
             return self.model_attention(spec)
         return ModelAttention(self.attention, self.attention_maps.token_maps,
                               spec.num_prefix_tokens if self.attention else None,
-                              spec.width if self.attention else None)
+                              self.computation.feature_dim(spec) if self.attention else None)
 
     def build_torch(self, spec, resolution: int, num_classes: int):
         return _import(self.build.torch)(spec, resolution, num_classes)
@@ -299,7 +302,12 @@ def register_family(plugin: FamilyPlugin, *, replace: bool = False) -> FamilyPlu
     bad = [r.name for r in plugin.rows if r.family != plugin.name]
     if bad:
         raise ConfigError(f"family {plugin.name!r}: rows {bad[:3]} have another family")
-    distilled = [r.name for r in plugin.rows if getattr(r, "distilled", False) and "distilled" not in plugin.fields]
+    if plugin.arch is not None:
+        bad = [r.name for r in plugin.rows if not isinstance(r.arch, plugin.arch)]
+        if bad:
+            raise ConfigError(f"family {plugin.name!r}: rows {bad[:3]} have no {plugin.arch.__name__} in `arch`")
+    distilled = [r.name for r in plugin.rows
+                 if getattr(r.arch, "distilled", False) and "distilled" not in plugin.fields]
     if distilled:
         raise ConfigError(f"family {plugin.name!r}: rows {distilled[:3]} have a distillation token, a field the "
                           "family does not read")

@@ -25,6 +25,7 @@ import flax.linen as nn  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
+from vitbench.models.arch import arch_value  # noqa: E402
 from vitbench.models.families import family_plugin  # noqa: E402
 from vitbench.models.specs import ModelSpec, get_spec  # noqa: E402
 
@@ -44,9 +45,10 @@ def build_flax_model(spec: ModelSpec | str, resolution: int | None = None, num_c
     plugin = family_plugin(spec.family)  # each family builds its own (vitbench.models.families)
     if representation_size is None:
         return plugin.build_flax(spec, num_classes, dtype)
-    if not plugin.build.representation_size or spec.distilled:
+    distilled = arch_value(spec, "distilled")
+    if not plugin.build.representation_size or distilled:
         raise ValueError(f"representation_size (pre_logits) does not apply to a {spec.family} model"
-                         f"{' with a distillation token' if spec.distilled else ''}")
+                         f"{' with a distillation token' if distilled else ''}")
     return plugin.build_flax(spec, num_classes, dtype, representation_size=representation_size)
 
 

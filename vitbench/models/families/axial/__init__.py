@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from vitbench.errors import ConfigError
 from vitbench.models.analytic import Counts
+from vitbench.models.arch import ResNetArch, TransformerArch
 from vitbench.models.families import (
     AttentionMaps,
     Axis,
@@ -39,6 +40,7 @@ from vitbench.models.families import (
     PlotStyle,
     register_family,
 )
+from vitbench.models.overrides import Classifier
 from vitbench.models.param_table import _conv, _copy, _linear
 from vitbench.models.param_table import _norm as _norm_entry
 from vitbench.models.specs import RESNET_DEPTHS, ModelSpec
@@ -51,7 +53,8 @@ _TINY = dict(tiny=True, resolution=32, num_classes=10)
 # ---- Axial-ViT -------------------------------------------------------------------------------------------------
 def _axial_vit(size: str, patch: int, depth: int, width: int, mlp: int, heads: int, **kw) -> ModelSpec:
     return ModelSpec(name=f"Axial-ViT-{size}/{patch}", family=AXIAL_VIT, aliases=(f"Axial-ViT-{size}_{patch}",),
-                     patch=patch, width=width, depth=depth, mlp_dim=mlp, heads=heads, classifier="gap", **kw)
+                     arch=TransformerArch(patch=patch, width=width, depth=depth, mlp_dim=mlp, heads=heads,
+                                          classifier="gap"), **kw)
 
 
 VIT_ROWS = (
@@ -64,26 +67,27 @@ VIT_ROWS = (
 
 def grid(spec: ModelSpec, resolution: int) -> int:
     """Patches per side."""
-    return resolution // spec.patch
+    return resolution // spec.arch.patch
 
 
 def vit_counts(spec: ModelSpec, resolution: int, num_classes: int) -> Counts:
     """Patch embedding, 2 axial blocks per layer (row, column: each attention + MLP), final LN, GAP head.
     Per axial block on T = g*g tokens in g sequences of g: qkv + proj 4TD^2, scores and weighted sum 2*T*g*D,
     MLP 2*T*D*M (ViT eq. 2-3 per axis; Ho et al. 2019 axial attention)."""
-    d, m, g, p = spec.width, spec.mlp_dim, grid(spec, resolution), spec.patch
+    d, m, g, p = spec.arch.width, spec.arch.mlp_dim, grid(spec, resolution), spec.arch.patch
     t = g * g
     block_params = (3 * d * d + 3 * d) + (d * d + d) + (d * m + m) + (m * d + d) + 4 * d
     block_macs = 4 * t * d * d + 2 * t * g * d + 2 * t * d * m
-    params = (p * p * 3 * d + d) + t * d + 2 * spec.depth * block_params + 2 * d + (d * num_classes + num_classes)
-    macs = t * p * p * 3 * d + 2 * spec.depth * block_macs + d * num_classes
+    params = ((p * p * 3 * d + d) + t * d + 2 * spec.arch.depth * block_params + 2 * d
+              + (d * num_classes + num_classes))
+    macs = t * p * p * 3 * d + 2 * spec.arch.depth * block_macs + d * num_classes
     return Counts(params, macs)
 
 
 def vit_table(spec: ModelSpec, resolution: int) -> list:
     out = [_conv("patch_embed.proj.weight", "patch_embed/proj/kernel"),
            _copy("patch_embed.proj.bias", "patch_embed/proj/bias"), _copy("pos_embed", "pos_embed")]
-    for k in range(2 * spec.depth):
+    for k in range(2 * spec.arch.depth):
         t, f = f"blocks.{k}", f"blocks_{k}"
         out += _norm_entry(f"{t}.norm1", f"{f}/norm1") + _linear(f"{t}.attn.qkv", f"{f}/attn/qkv")
         out += _linear(f"{t}.attn.proj", f"{f}/attn/proj") + _norm_entry(f"{t}.norm2", f"{f}/norm2")
@@ -92,31 +96,32 @@ def vit_table(spec: ModelSpec, resolution: int) -> list:
 
 
 def _heads_divide(spec: ModelSpec, channels: int, what: str) -> None:
-    if channels % spec.heads:
+    if channels % spec.arch.heads:
         ok = [h for h in range(1, min(channels, 64) + 1) if channels % h == 0]
-        raise ConfigError(f"{spec.name}: heads={spec.heads} must divide {what}={channels}; allowed heads: "
+        raise ConfigError(f"{spec.name}: heads={spec.arch.heads} must divide {what}={channels}; allowed heads: "
                           f"{', '.join(map(str, ok[:12]))}")
 
 
 def vit_validate(spec: ModelSpec, diff: dict) -> None:
-    _heads_divide(spec, spec.width, "width")
+    _heads_divide(spec, spec.arch.width, "width")
 
 
 def vit_axis_layers(spec: ModelSpec, resolution: int) -> tuple[AxisLayer, ...]:
     """Block k's row layer, then its column layer, on the g x g patch grid (tokens `patch` px apart)."""
     g = grid(spec, resolution)
-    return tuple(AxisLayer(axis, g, spec.patch, f"block {k + 1}") for k in range(spec.depth)
+    return tuple(AxisLayer(axis, g, spec.arch.patch, f"block {k + 1}") for k in range(spec.arch.depth)
                  for axis in (Axis.ROW, Axis.COLUMN))
 
 
 def vit_resolution_of(spec: ModelSpec, shapes: dict) -> int | None:
     """The (1, h, w, D) position table (named `pos_embed` in both frameworks) gives the grid: h x patch px."""
     have = shapes.get("pos_embed")
-    return have[1] * spec.patch if have is not None and len(have) == 4 else None
+    return have[1] * spec.arch.patch if have is not None and len(have) == 4 else None
 
 
 def vit_describe(spec: ModelSpec) -> str:
-    return (f"axial L={spec.depth}x(row+col) D={spec.width} MLP={spec.mlp_dim} H={spec.heads} P={spec.patch} gap")
+    a = spec.arch
+    return f"axial L={a.depth}x(row+col) D={a.width} MLP={a.mlp_dim} H={a.heads} P={a.patch} gap"
 
 
 _FLAX = "vitbench.models.families.axial.flax"
@@ -128,12 +133,12 @@ AXIAL_VIT_PLUGIN = FamilyPlugin(
     override_keys=("depth", "width", "mlp_dim", "heads", "patch"), validate=vit_validate,
     build=FamilyBuild(torch="vitbench.models.families.axial.torch:build_axial_vit",
                       flax="vitbench.models.families.axial.flax:build_axial_vit"),
-    computation=FamilyComputation(counts=vit_counts, param_table=vit_table, stride=lambda s: s.patch,
-                                  feature_dim=lambda s: s.width, describe=vit_describe),
+    computation=FamilyComputation(counts=vit_counts, param_table=vit_table, stride=lambda s: s.arch.patch,
+                                  feature_dim=lambda s: s.arch.width, describe=vit_describe),
     plot_style=PlotStyle("h", "Purples", "Axial-ViT"),
     attention_maps=AttentionMaps(axis_layers=vit_axis_layers, torch=_TORCH_MAPS,
                                  flax=f"{_FLAX}:vit_attention_maps"),
-    weights=FamilyWeights(resolution_of=vit_resolution_of),
+    weights=FamilyWeights(resolution_of=vit_resolution_of), arch=TransformerArch,
 )
 
 
@@ -153,8 +158,8 @@ class Block:
 
 def resnet_plan(spec: ModelSpec, resolution: int) -> tuple[list[Block], int]:
     """The bottlenecks in order and the side of the final feature map (root: /2 conv, /2 max-pool)."""
-    h, cin, out = resolution // 4, spec.root_channels, []
-    for s, (blocks, cout) in enumerate(zip(spec.layers, spec.stage_channels)):
+    h, cin, out = resolution // 4, spec.arch.root_channels, []
+    for s, (blocks, cout) in enumerate(zip(spec.arch.layers, spec.arch.stage_channels)):
         for j in range(blocks):
             stride = 2 if (j == 0 and s > 0) else 1
             out.append(Block(s, j, cin, cout // 4, cout, stride, h))
@@ -162,16 +167,26 @@ def resnet_plan(spec: ModelSpec, resolution: int) -> tuple[list[Block], int]:
     return out, h
 
 
-def _axial_resnet(name: str, layers: tuple[int, ...], heads: int, **kw) -> ModelSpec:
-    return ModelSpec(name=name, family=AXIAL_RESNET, layers=layers, heads=heads, classifier="gap",  # GAP head
-                     **kw)
+@dataclass(frozen=True)
+class AxialResNetArch(ResNetArch):
+    """A ResNet whose 3x3 convolutions are axial attention layers: the ResNet's fields, the heads of each axial
+    layer, and the head's pooling (always a global average: the flat view of before issue 52 recorded it)."""
+
+    heads: int = 0
+    classifier: Classifier = "gap"
+
+
+def _axial_resnet(name: str, layers: tuple[int, ...], heads: int, arch: dict | None = None, **kw) -> ModelSpec:
+    return ModelSpec(name=name, family=AXIAL_RESNET,
+                     arch=AxialResNetArch(layers=layers, heads=heads, **(arch or {})), **kw)
 
 
 RESNET_ROWS = (
     # ResNet-50 stages (He et al. 2016); 8 heads per axial layer (Axial-DeepLab Section 4)
     _axial_resnet("Axial-ResNet-50", RESNET_DEPTHS[50], 8, aliases=("Axial-R50", "AxialResNet50")),
     # R-Nano's twin (not from the paper)
-    _axial_resnet("Axial-R-Nano", (1, 1, 1, 1), 2, channels=(32, 64, 128, 256), stem_chs=16, gn_groups=8, **_TINY),
+    _axial_resnet("Axial-R-Nano", (1, 1, 1, 1), 2, dict(channels=(32, 64, 128, 256), stem_chs=16, gn_groups=8),
+                  **_TINY),
 )
 
 
@@ -179,11 +194,11 @@ def resnet_counts(spec: ModelSpec, resolution: int, num_classes: int) -> Counts:
     """Stem conv, per bottleneck: 1x1 convs, two axial layers (qkv 3*h^2*mid^2; per layer h sequences of h:
     scores, relative logits, weighted sum 3*h^3*mid), projection shortcut; GAP + linear head. GroupNorm: 2 per
     channel (not counted in MACs, with pooling and softmax)."""
-    c0, h0 = spec.root_channels, resolution // 2
+    c0, h0 = spec.arch.root_channels, resolution // 2
     params, macs = 49 * 3 * c0 + 2 * c0, h0 * h0 * 49 * 3 * c0
     blocks, _ = resnet_plan(spec, resolution)
     for b in blocks:
-        dh, ho = b.mid // spec.heads, b.h // b.stride
+        dh, ho = b.mid // spec.arch.heads, b.h // b.stride
         params += b.cin * b.mid + 2 * b.mid  # conv1 + GN
         params += 2 * (3 * b.mid * b.mid + (2 * b.h - 1) * dh) + 2 * b.mid  # two axial layers + GN
         params += b.mid * b.cout + 2 * b.cout  # conv3 + GN
@@ -192,7 +207,7 @@ def resnet_counts(spec: ModelSpec, resolution: int, num_classes: int) -> Counts:
         if b.j == 0:
             params += b.cin * b.cout + 2 * b.cout
             macs += ho * ho * b.cin * b.cout
-    c = spec.stage_channels[-1]
+    c = spec.arch.stage_channels[-1]
     return Counts(params + c * num_classes + num_classes, macs + c * num_classes)
 
 
@@ -217,9 +232,10 @@ def _dense_nobias(t: str, f: str):
 
 
 def resnet_validate(spec: ModelSpec, diff: dict) -> None:
-    if len(spec.layers) > len(spec.channels):
-        raise ConfigError(f"{spec.name}: blocks has {len(spec.layers)} stages; allowed: 1 to {len(spec.channels)}")
-    for c in spec.stage_channels:
+    if len(spec.arch.layers) > len(spec.arch.channels):
+        raise ConfigError(f"{spec.name}: blocks has {len(spec.arch.layers)} stages; allowed: 1 to "
+                          f"{len(spec.arch.channels)}")
+    for c in spec.arch.stage_channels:
         _heads_divide(spec, c // 4, "the bottleneck width")
 
 
@@ -238,8 +254,9 @@ def resnet_resolution_of(spec: ModelSpec, shapes: dict) -> int | None:
 
 
 def resnet_describe(spec: ModelSpec) -> str:
-    return (f"stages {'x'.join(map(str, spec.layers))} w={spec.width_factor}, 3x3 -> axial h+w attention "
-            f"H={spec.heads}, relative q-logits (Axial-DeepLab)")
+    return (f"stages {'x'.join(map(str, spec.arch.layers))} w={spec.arch.width_factor}, 3x3 -> axial h+w "
+            "attention "
+            f"H={spec.arch.heads}, relative q-logits (Axial-DeepLab)")
 
 
 AXIAL_RESNET_PLUGIN = FamilyPlugin(
@@ -250,12 +267,12 @@ AXIAL_RESNET_PLUGIN = FamilyPlugin(
     build=FamilyBuild(torch="vitbench.models.families.axial.torch:build_axial_resnet",
                       flax="vitbench.models.families.axial.flax:build_axial_resnet"),
     computation=FamilyComputation(counts=resnet_counts, param_table=resnet_table,
-                                  stride=lambda s: 4 * 2 ** (len(s.layers) - 1),
-                                  feature_dim=lambda s: s.stage_channels[-1], describe=resnet_describe),
+                                  stride=lambda s: 4 * 2 ** (len(s.arch.layers) - 1),
+                                  feature_dim=lambda s: s.arch.stage_channels[-1], describe=resnet_describe),
     plot_style=PlotStyle("P", "RdPu", "Axial-ResNet"),
     attention_maps=AttentionMaps(axis_layers=resnet_axis_layers, torch=_TORCH_MAPS,
                                  flax=f"{_FLAX}:resnet_attention_maps"),
-    weights=FamilyWeights(resolution_of=resnet_resolution_of),
+    weights=FamilyWeights(resolution_of=resnet_resolution_of), arch=AxialResNetArch,
 )
 
 register_family(AXIAL_VIT_PLUGIN)

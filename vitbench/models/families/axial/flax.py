@@ -56,10 +56,10 @@ class AxialBlock(nn.Module):
     @nn.compact
     def __call__(self, x):
         s = self.spec
-        y = layer_norm(s.ln_eps, "norm1", self.dtype)(x)
-        x = x + AxialAttention(s.heads, self.along, dtype=self.dtype, name="attn")(y)
-        y = layer_norm(s.ln_eps, "norm2", self.dtype)(x)
-        mlp = _Mlp(s.width, s.mlp_dim, s.flavour.gelu == Gelu.TANH, self.dtype, name="mlp")
+        y = layer_norm(s.arch.ln_eps, "norm1", self.dtype)(x)
+        x = x + AxialAttention(s.arch.heads, self.along, dtype=self.dtype, name="attn")(y)
+        y = layer_norm(s.arch.ln_eps, "norm2", self.dtype)(x)
+        mlp = _Mlp(s.arch.width, s.arch.mlp_dim, s.flavour.gelu == Gelu.TANH, self.dtype, name="mlp")
         return x + mlp(y)
 
 
@@ -86,9 +86,9 @@ class AxialViT(nn.Module):
         x = _Patch(s, self.dtype, name="patch_embed")(x)
         pos = self.param("pos_embed", nn.initializers.normal(0.02), (1, *x.shape[1:]))
         x = x + pos.astype(x.dtype)
-        for k in range(2 * s.depth):
+        for k in range(2 * s.arch.depth):
             x = AxialBlock(s, (Axis.ROW, Axis.COLUMN)[k % 2], self.dtype, name=f"blocks_{k}")(x)
-        x = layer_norm(s.ln_eps, "norm", self.dtype)(x)
+        x = layer_norm(s.arch.ln_eps, "norm", self.dtype)(x)
         x = x.mean(axis=(1, 2))
         if pre_logits:
             return x.astype(jnp.float32)
@@ -102,8 +102,8 @@ class _Patch(nn.Module):
 
     @nn.compact
     def __call__(self, x):
-        p = self.spec.patch
-        return nn.Conv(self.spec.width, (p, p), strides=p, padding="VALID", dtype=self.dtype,
+        p = self.spec.arch.patch
+        return nn.Conv(self.spec.arch.width, (p, p), strides=p, padding="VALID", dtype=self.dtype,
                        name="proj")(x.astype(self.dtype))
 
 
@@ -117,15 +117,15 @@ class Bottleneck(nn.Module):
 
     @nn.compact
     def __call__(self, x):
-        s, g, eps = self.spec, self.spec.gn_groups, self.spec.flavour.gn_eps
+        s, g, eps = self.spec, self.spec.arch.gn_groups, self.spec.flavour.gn_eps
         gn = lambda name: nn.GroupNorm(num_groups=g, epsilon=eps, use_fast_variance=False,  # noqa: E731
                                        dtype=self.dtype, name=name)
         conv = lambda c, name, stride=1: nn.Conv(c, (1, 1), strides=stride, padding="VALID",  # noqa: E731
                                                  use_bias=False, dtype=self.dtype, name=name)
         y = nn.relu(gn("norm1")(conv(self.mid, "conv1")(x)))
         axial = dict(bias=False, proj=False, relative=True, dtype=self.dtype)
-        y = AxialAttention(s.heads, Axis.COLUMN, name="attn_h", **axial)(y)
-        y = AxialAttention(s.heads, Axis.ROW, name="attn_w", **axial)(y)
+        y = AxialAttention(s.arch.heads, Axis.COLUMN, name="attn_h", **axial)(y)
+        y = AxialAttention(s.arch.heads, Axis.ROW, name="attn_w", **axial)(y)
         if self.stride == 2:
             y = nn.avg_pool(y, (2, 2), strides=(2, 2))
         y = gn("norm3")(conv(self.cout, "conv3")(nn.relu(gn("norm2")(y))))
@@ -157,8 +157,8 @@ class _Stage(nn.Module):
     @nn.compact
     def __call__(self, x):
         s, i = self.spec, self.index
-        cout = s.stage_channels[i]
-        for j in range(s.layers[i]):
+        cout = s.arch.stage_channels[i]
+        for j in range(s.arch.layers[i]):
             x = Bottleneck(s, cout // 4, cout, 2 if (j == 0 and i > 0) else 1, j == 0, self.dtype,
                            name=f"blocks_{j}")(x)
         return x
@@ -171,9 +171,10 @@ class _Stem(nn.Module):
     @nn.compact
     def __call__(self, x):
         s = self.spec
-        x = nn.Conv(s.root_channels, (7, 7), strides=2, padding=((3, 3), (3, 3)), use_bias=False, dtype=self.dtype,
+        x = nn.Conv(s.arch.root_channels, (7, 7), strides=2, padding=((3, 3), (3, 3)), use_bias=False,
+                    dtype=self.dtype,
                     name="conv")(x.astype(self.dtype))
-        x = nn.relu(nn.GroupNorm(num_groups=s.gn_groups, epsilon=s.flavour.gn_eps, use_fast_variance=False,
+        x = nn.relu(nn.GroupNorm(num_groups=s.arch.gn_groups, epsilon=s.flavour.gn_eps, use_fast_variance=False,
                                          dtype=self.dtype, name="norm")(x))
         return nn.max_pool(x, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))
 
@@ -186,7 +187,7 @@ class AxialResNet(nn.Module):
     @nn.compact
     def __call__(self, x, train: bool = False, pre_logits: bool = False, separate_heads: bool = False):
         x = _Stem(self.spec, self.dtype, name="stem")(x)
-        for i in range(len(self.spec.layers)):
+        for i in range(len(self.spec.arch.layers)):
             x = _Stage(self.spec, i, self.dtype, name=f"stages_{i}")(x)
         x = x.mean(axis=(1, 2))
         if pre_logits:
@@ -212,7 +213,7 @@ def vit_attention_maps(module: AxialViT, params, x) -> list:
     """Every axial block's attention probabilities (the row layer of block k, then its column layer), each
     (images, sequences, heads, length, length): the family's `axis_layers` order. Traceable (jit it)."""
     sown = _sown(module, params, x)
-    return [sown[f"blocks_{k}"]["attn"]["attention"][0] for k in range(2 * module.spec.depth)]
+    return [sown[f"blocks_{k}"]["attn"]["attention"][0] for k in range(2 * module.spec.arch.depth)]
 
 
 def resnet_attention_maps(module: AxialResNet, params, x) -> list:

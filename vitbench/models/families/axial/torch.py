@@ -69,11 +69,11 @@ class AxialBlock(nn.Module):
 
     def __init__(self, spec: ModelSpec, along: Axis, act) -> None:
         super().__init__()
-        d = spec.width
-        self.norm1 = nn.LayerNorm(d, eps=spec.ln_eps)
-        self.attn = AxialAttention(d, spec.heads, along)
-        self.norm2 = nn.LayerNorm(d, eps=spec.ln_eps)
-        self.mlp = Mlp(d, spec.mlp_dim, act)
+        d = spec.arch.width
+        self.norm1 = nn.LayerNorm(d, eps=spec.arch.ln_eps)
+        self.attn = AxialAttention(d, spec.arch.heads, along)
+        self.norm2 = nn.LayerNorm(d, eps=spec.arch.ln_eps)
+        self.mlp = Mlp(d, spec.arch.mlp_dim, act)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.norm1(x))
@@ -83,14 +83,14 @@ class AxialBlock(nn.Module):
 class AxialViT(nn.Module):
     def __init__(self, spec: ModelSpec, resolution: int, num_classes: int) -> None:
         super().__init__()
-        d, g = spec.width, grid(spec, resolution)
+        d, g = spec.arch.width, grid(spec, resolution)
         act = GELUS[spec.flavour.gelu]
         self.patch_embed = nn.Module()
-        self.patch_embed.proj = nn.Conv2d(3, d, spec.patch, spec.patch)
+        self.patch_embed.proj = nn.Conv2d(3, d, spec.arch.patch, spec.arch.patch)
         self.pos_embed = nn.Parameter(torch.randn(1, g, g, d) * 0.02)  # std 0.02 (ViT's position embeddings)
         self.blocks = nn.ModuleList(AxialBlock(spec, along, act)
-                                    for _ in range(spec.depth) for along in (Axis.ROW, Axis.COLUMN))
-        self.norm = nn.LayerNorm(d, eps=spec.ln_eps)
+                                    for _ in range(spec.arch.depth) for along in (Axis.ROW, Axis.COLUMN))
+        self.norm = nn.LayerNorm(d, eps=spec.arch.ln_eps)
         self.num_features = d
         self.head = nn.Linear(d, num_classes)
 
@@ -114,10 +114,10 @@ class Bottleneck(nn.Module):
 
     def __init__(self, spec: ModelSpec, cin: int, mid: int, cout: int, stride: int, h: int, project: bool) -> None:
         super().__init__()
-        g, eps = spec.gn_groups, spec.flavour.gn_eps
+        g, eps = spec.arch.gn_groups, spec.flavour.gn_eps
         self.conv1, self.norm1 = nn.Conv2d(cin, mid, 1, bias=False), nn.GroupNorm(g, mid, eps=eps)
-        self.attn_h = AxialAttention(mid, spec.heads, Axis.COLUMN, bias=False, proj=False, length=h)
-        self.attn_w = AxialAttention(mid, spec.heads, Axis.ROW, bias=False, proj=False, length=h)
+        self.attn_h = AxialAttention(mid, spec.arch.heads, Axis.COLUMN, bias=False, proj=False, length=h)
+        self.attn_w = AxialAttention(mid, spec.arch.heads, Axis.ROW, bias=False, proj=False, length=h)
         self.pool = nn.AvgPool2d(2) if stride == 2 else nn.Identity()
         self.norm2 = nn.GroupNorm(g, mid, eps=eps)
         self.conv3, self.norm3 = nn.Conv2d(mid, cout, 1, bias=False), nn.GroupNorm(g, cout, eps=eps)
@@ -140,17 +140,17 @@ class Bottleneck(nn.Module):
 class AxialResNet(nn.Module):
     def __init__(self, spec: ModelSpec, resolution: int, num_classes: int) -> None:
         super().__init__()
-        c0 = spec.root_channels
+        c0 = spec.arch.root_channels
         self.stem = nn.Module()
         self.stem.conv = nn.Conv2d(3, c0, 7, stride=2, padding=3, bias=False)
-        self.stem.norm = nn.GroupNorm(spec.gn_groups, c0, eps=spec.flavour.gn_eps)
+        self.stem.norm = nn.GroupNorm(spec.arch.gn_groups, c0, eps=spec.flavour.gn_eps)
         self.pool = nn.MaxPool2d(3, stride=2, padding=1)
-        self.stages = nn.ModuleList(nn.Module() for _ in spec.layers)
+        self.stages = nn.ModuleList(nn.Module() for _ in spec.arch.layers)
         for s in self.stages:
             s.blocks = nn.ModuleList()
         for b in resnet_plan(spec, resolution)[0]:
             self.stages[b.s].blocks.append(Bottleneck(spec, b.cin, b.mid, b.cout, b.stride, b.h, b.j == 0))
-        self.num_features = spec.stage_channels[-1]
+        self.num_features = spec.arch.stage_channels[-1]
         self.head = nn.Linear(self.num_features, num_classes)
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:

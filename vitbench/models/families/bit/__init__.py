@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from vitbench.errors import ConfigError
 from vitbench.models.analytic import Counts
+from vitbench.models.arch import ResNetArch
 from vitbench.models.families import (
     FamilyBuild,
     FamilyComputation,
@@ -32,14 +33,14 @@ def _bit(depth: int, wf: int) -> ModelSpec:
     return ModelSpec(
         name=f"R{depth}x{wf}", family=BIT, timm_id=f"resnetv2_{depth}x{wf}_bit",
         aliases=(f"BiT-R{depth}x{wf}", f"BiT-M-R{depth}x{wf}", f"ResNet{depth}x{wf}"),
-        layers=RESNET_DEPTHS[depth], width_factor=wf,
+        arch=ResNetArch(layers=RESNET_DEPTHS[depth], width_factor=wf),
     )
 
 
 def _tiny_bit(name: str, layers: tuple[int, ...], wf: int = 1) -> ModelSpec:
     return ModelSpec(
-        name=name, family=BIT, tiny=True, resolution=32, num_classes=10, layers=layers,
-        width_factor=wf, channels=(32, 64, 128, 256), stem_chs=16, gn_groups=8,
+        name=name, family=BIT, tiny=True, resolution=32, num_classes=10,
+        arch=ResNetArch(layers=layers, width_factor=wf, channels=(32, 64, 128, 256), stem_chs=16, gn_groups=8),
     )
 
 
@@ -54,18 +55,18 @@ ROWS = (
 
 def resnet_stride(spec: ModelSpec) -> int:
     """Root 4 (7x7/2 conv, 3x3/2 max-pool) x 2 per later stage."""
-    return 4 * 2 ** (len(spec.layers) - 1)
+    return 4 * 2 ** (len(spec.arch.layers) - 1)
 
 
 def resnet_counts(spec: ModelSpec, resolution: int, *, preact: bool) -> tuple[Counts, int]:
     """Bottleneck ResNet (v2 pre-activation for BiT, v1.5 for hybrid stems). Returns counts and final H."""
-    c0 = spec.root_channels
+    c0 = spec.arch.root_channels
     h = resolution // 2  # 7x7/2 root conv
     params = 49 * 3 * c0 + (0 if preact else 2 * c0)  # root GN only in the non-preact (vit_jax) root
     macs = h * h * 49 * 3 * c0
     h //= 2  # 3x3/2 max-pool
     cin = c0
-    for s, (blocks, cout) in enumerate(zip(spec.layers, spec.stage_channels)):
+    for s, (blocks, cout) in enumerate(zip(spec.arch.layers, spec.arch.stage_channels)):
         mid = cout // 4
         for b in range(blocks):
             stride = 2 if (b == 0 and s > 0) else 1
@@ -84,14 +85,14 @@ def resnet_counts(spec: ModelSpec, resolution: int, *, preact: bool) -> tuple[Co
 
 def counts(spec: ModelSpec, resolution: int, num_classes: int) -> Counts:
     body, _ = resnet_counts(spec, resolution, preact=True)
-    c = spec.stage_channels[-1]
+    c = spec.arch.stage_channels[-1]
     return Counts(body.params + c * num_classes + num_classes, body.macs + c * num_classes)
 
 
 def table(spec: ModelSpec, resolution: int) -> list:
     """timm resnetv2 <-> big_transfer names; the head is a 1x1 conv after the pool in timm, a dense in BiT."""
     out = [_conv("stem.conv.weight", "root_block/conv_root/kernel")]
-    for s, blocks in enumerate(spec.layers):
+    for s, blocks in enumerate(spec.arch.layers):
         for j in range(blocks):
             t, f = f"stages.{s}.blocks.{j}", f"block{s + 1}/unit{j + 1:02d}"
             for n in (1, 2, 3):
@@ -104,12 +105,13 @@ def table(spec: ModelSpec, resolution: int) -> list:
 
 
 def check_stages(spec: ModelSpec, diff: dict) -> None:
-    if len(spec.layers) > len(spec.channels):
-        raise ConfigError(f"{spec.name}: blocks has {len(spec.layers)} stages; allowed: 1 to {len(spec.channels)}")
+    if len(spec.arch.layers) > len(spec.arch.channels):
+        raise ConfigError(f"{spec.name}: blocks has {len(spec.arch.layers)} stages; allowed: 1 to "
+                          f"{len(spec.arch.channels)}")
 
 
 def describe_resnet(spec: ModelSpec) -> str:
-    return f"{'x'.join(map(str, spec.layers))} w={spec.width_factor}"
+    return f"{'x'.join(map(str, spec.arch.layers))} w={spec.arch.width_factor}"
 
 
 # BiT's origins: timm's code, big_transfer and big_vision's bit_paper.py (vitbench.models.flavours)
@@ -123,8 +125,8 @@ PLUGIN = register_family(FamilyPlugin(
     build=FamilyBuild(torch="vitbench.models.families.bit.torch:build",
                       flax="vitbench.models.families.bit.flax:build"),
     computation=FamilyComputation(counts=counts, param_table=table, stride=resnet_stride,
-                                  feature_dim=lambda s: s.stage_channels[-1],
+                                  feature_dim=lambda s: s.arch.stage_channels[-1],
                                   describe=lambda s: f"stages {describe_resnet(s)}"),
     attention=False, weights=FamilyWeights(origins=ORIGINS, npz_origin=Origin.BIG_TRANSFER.value),
-    plot_style=PlotStyle("s", "Oranges", "BiT ResNet"),
+    plot_style=PlotStyle("s", "Oranges", "BiT ResNet"), arch=ResNetArch,
 ))

@@ -82,8 +82,8 @@ def std_conv(spec: ModelSpec, features: int, kernel: int, stride: int, padding: 
 
 
 def group_norm(spec: ModelSpec, name: str, dtype: Any) -> nn.GroupNorm:
-    """GroupNorm(spec.gn_groups, eps from the flavour) with the exact two-pass variance, like torch's."""
-    return nn.GroupNorm(num_groups=spec.gn_groups, epsilon=spec.flavour.gn_eps, use_fast_variance=False,
+    """GroupNorm(spec.arch.gn_groups, eps from the flavour) with the exact two-pass variance, like torch's."""
+    return nn.GroupNorm(num_groups=spec.arch.gn_groups, epsilon=spec.flavour.gn_eps, use_fast_variance=False,
                         dtype=dtype, name=name)
 
 
@@ -153,7 +153,7 @@ class RootBlock(nn.Module):
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         s = self.spec
-        x = std_conv(s, s.root_channels, 7, 2, ((3, 3), (3, 3)), "conv_root", self.dtype)(x)
+        x = std_conv(s, s.arch.root_channels, 7, 2, ((3, 3), (3, 3)), "conv_root", self.dtype)(x)
         x = jnp.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)))  # timm nn.ConstantPad2d(1, 0.)
         return nn.max_pool(x, (3, 3), strides=(2, 2), padding="VALID")
 
@@ -171,7 +171,7 @@ class BiTResNet(nn.Module):
         """`separate_heads`: (logits, logits), as a ViT without a distillation token (see vit.py)."""
         s = self.spec
         x = RootBlock(s, self.dtype, name="root_block")(x.astype(self.dtype))
-        for k, (blocks, cout) in enumerate(zip(s.layers, s.stage_channels), start=1):
+        for k, (blocks, cout) in enumerate(zip(s.arch.layers, s.arch.stage_channels), start=1):
             x = Stage(s, cout, blocks, 1 if k == 1 else 2, self.dtype, name=f"block{k}")(x)
         x = nn.relu(group_norm(s, "norm-pre-head", self.dtype)(x))
         x = jnp.mean(x.astype(jnp.float32), axis=(1, 2))  # global average pool (timm ClassifierHead 'avg')

@@ -52,10 +52,11 @@ def resnet(spec: ModelSpec, *, hybrid: bool, num_classes: int) -> ResNetV2:
     vit_jax models_resnet.py (no pre-activation, 'same'-padded root, no pooling or head)."""
     fl = spec.flavour
     conv = partial(_STD_CONVS[fl.weight_std, hybrid], eps=fl.weight_std_eps)
-    norm = partial(GroupNormAct, num_groups=spec.gn_groups, eps=fl.gn_eps)
+    norm = partial(GroupNormAct, num_groups=spec.arch.gn_groups, eps=fl.gn_eps)
     return ResNetV2(
-        layers=list(spec.layers), channels=spec.channels[: len(spec.layers)], num_classes=num_classes,
-        global_pool="" if hybrid else "avg", width_factor=spec.width_factor, stem_chs=spec.stem_chs,
+        layers=list(spec.arch.layers), channels=spec.arch.channels[: len(spec.arch.layers)],
+        num_classes=num_classes,
+        global_pool="" if hybrid else "avg", width_factor=spec.arch.width_factor, stem_chs=spec.arch.stem_chs,
         stem_type="same" if hybrid else "fixed", preact=not hybrid, conv_layer=conv, norm_layer=norm,
     )
 

@@ -10,6 +10,7 @@ transformer is the vit family's.
 from __future__ import annotations
 
 from vitbench.models.analytic import Counts
+from vitbench.models.arch import HybridArch
 from vitbench.models.families import (
     FamilyBuild,
     FamilyComputation,
@@ -44,7 +45,8 @@ def _hybrid(size: str, total_stride: int) -> ModelSpec:
     return ModelSpec(
         name=f"R50+ViT-{size}/{total_stride}", family=HYBRID,
         timm_id=f"vit_{word}_r50_s{total_stride}_224", aliases=(f"R50+ViT-{size}_{total_stride}",),
-        patch=1, width=width, depth=depth, mlp_dim=mlp, heads=heads, layers=layers, flavour=HYBRID_DEFAULT,
+        arch=HybridArch(patch=1, width=width, depth=depth, mlp_dim=mlp, heads=heads, layers=layers),
+        flavour=HYBRID_DEFAULT,
     )
 
 
@@ -53,20 +55,20 @@ ROWS = (
     # A tiny variant for tests and CPU studies (32 px, 10 classes). Not from the paper.
     ModelSpec(
         name="R-Nano+ViT-Micro/8", family=HYBRID, tiny=True, resolution=32, num_classes=10,
-        patch=1, width=64, depth=2, mlp_dim=256, heads=4, layers=(1, 1),
-        channels=(32, 64, 128, 256), stem_chs=16, gn_groups=8, flavour=HYBRID_DEFAULT,
+        arch=HybridArch(patch=1, width=64, depth=2, mlp_dim=256, heads=4, layers=(1, 1),
+                        channels=(32, 64, 128, 256), stem_chs=16, gn_groups=8), flavour=HYBRID_DEFAULT,
     ),
 )
 
 
 def stride(spec: ModelSpec) -> int:
-    return resnet_stride(spec) * spec.patch
+    return resnet_stride(spec) * spec.arch.patch
 
 
 def counts(spec: ModelSpec, resolution: int, num_classes: int) -> Counts:
     """The ResNet root (v1, no pre-activation), a 1x1 "patch" projection, then the transformer."""
     body, _ = resnet_counts(spec, resolution, preact=False)
-    c, d, n = spec.stage_channels[-1], spec.width, spec.tokens(resolution)
+    c, d, n = spec.arch.stage_channels[-1], spec.arch.width, spec.tokens(resolution)
     return transformer_counts(spec, resolution, num_classes, Counts(body.params + c * d + d, body.macs + n * c * d))
 
 
@@ -74,7 +76,7 @@ def table(spec: ModelSpec, resolution: int) -> list:
     """timm's HybridEmbed backbone <-> vit_jax's root names, then the transformer's."""
     b = "patch_embed.backbone"
     out = [_conv(f"{b}.stem.conv.weight", "conv_root/kernel")] + _norm(f"{b}.stem.norm", "gn_root")
-    for s, blocks in enumerate(spec.layers):
+    for s, blocks in enumerate(spec.arch.layers):
         for j in range(blocks):
             t, f = f"{b}.stages.{s}.blocks.{j}", f"block{s + 1}/unit{j + 1}"
             for n in (1, 2, 3):
@@ -92,7 +94,8 @@ def validate(spec: ModelSpec, diff: dict) -> None:
 
 def describe(spec: ModelSpec) -> str:
     head, pos = head_and_position(spec)
-    return f"R[{describe_resnet(spec)}] + L={spec.depth} D={spec.width} H={spec.heads} /{spec.stride}{head}{pos}"
+    a = spec.arch
+    return f"R[{describe_resnet(spec)}] + L={a.depth} D={a.width} H={a.heads} /{spec.stride}{head}{pos}"
 
 
 PLUGIN = register_family(FamilyPlugin(
@@ -101,7 +104,8 @@ PLUGIN = register_family(FamilyPlugin(
     override_keys=OVERRIDE_ORDER, validate=validate,
     build=FamilyBuild(torch="vitbench.models.families.hybrid.torch:build",
                       flax="vitbench.models.families.hybrid.flax:build", representation_size=True),
-    computation=FamilyComputation(counts=counts, param_table=table, stride=stride, feature_dim=lambda s: s.width,
+    computation=FamilyComputation(counts=counts, param_table=table, stride=stride,
+                                  feature_dim=lambda s: s.arch.width,
                                   describe=describe),
-    attention_maps=TOKEN_MAPS, weights=WEIGHTS, plot_style=PlotStyle("^", "Greens", "Hybrid"),
+    attention_maps=TOKEN_MAPS, weights=WEIGHTS, plot_style=PlotStyle("^", "Greens", "Hybrid"), arch=HybridArch,
 ))

@@ -52,10 +52,10 @@ class ResidualUnit(nn.Module):
 def hybrid_root(x: jax.Array, spec: ModelSpec, dtype: Any) -> jax.Array:
     """Run the hybrid's ResNet on NHWC `x`. Call inside the parent's @nn.compact method: the layers created here
     become the parent's direct children, so their names sit at the top of the tree as in vit_jax."""
-    x = std_conv(spec, spec.root_channels, 7, 2, "SAME", "conv_root", dtype)(x)
+    x = std_conv(spec, spec.arch.root_channels, 7, 2, "SAME", "conv_root", dtype)(x)
     x = nn.relu(group_norm(spec, "gn_root", dtype)(x))
     x = nn.max_pool(x, (3, 3), strides=(2, 2), padding="SAME")  # pads with -inf, like timm MaxPool2dSame
-    for k, (blocks, cout) in enumerate(zip(spec.layers, spec.stage_channels), start=1):
+    for k, (blocks, cout) in enumerate(zip(spec.arch.layers, spec.arch.stage_channels), start=1):
         x = Stage(spec, cout, blocks, 1 if k == 1 else 2, dtype, unit=ResidualUnit, unit_name="unit{}",
                   name=f"block{k}")(x)
     return x

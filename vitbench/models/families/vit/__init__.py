@@ -14,6 +14,7 @@ from dataclasses import replace
 from vitbench.errors import ConfigError
 from vitbench.models import posemb
 from vitbench.models.analytic import Counts
+from vitbench.models.arch import TransformerArch
 from vitbench.models.families import (
     AttentionMaps,
     FamilyBuild,
@@ -51,21 +52,23 @@ def _vit(size: str, patch: int) -> ModelSpec:
         if size in _DEIT_SIZES and patch == 16 else ()
     return ModelSpec(
         name=f"ViT-{size}/{patch}", family=VIT, timm_id=f"vit_{word}_patch{patch}_224",
-        aliases=(f"ViT-{size}_{patch}", *deit), patch=patch, width=width, depth=depth, mlp_dim=mlp, heads=heads,
+        aliases=(f"ViT-{size}_{patch}", *deit),
+        arch=TransformerArch(patch=patch, width=width, depth=depth, mlp_dim=mlp, heads=heads),
     )
 
 
 def _distilled(base: ModelSpec, size: str, timm_id: str | None = None) -> ModelSpec:
     """DeiT's distilled twin of `base` (Touvron et al. 2021, Section 4): + distillation token, pos-embed, head."""
-    name = f"DeiT-{size}/{base.patch}-dist"
-    return replace(base, name=name, timm_id=timm_id, distilled=True,
-                   aliases=(f"ViT-{size}/{base.patch}-dist", f"DeiT-{size}-distilled", f"DeiT-{size}-dist"))
+    name = f"DeiT-{size}/{base.arch.patch}-dist"
+    return replace(base, name=name, timm_id=timm_id, arch=replace(base.arch, distilled=True),
+                   aliases=(f"ViT-{size}/{base.arch.patch}-dist", f"DeiT-{size}-distilled", f"DeiT-{size}-dist"))
 
 
 def _tiny_vit(size: str, width: int, depth: int, heads: int, patch: int = 4) -> ModelSpec:
     return ModelSpec(
-        name=f"ViT-{size}/{patch}", family=VIT, tiny=True, resolution=32, num_classes=10, patch=patch,
-        width=width, depth=depth, mlp_dim=4 * width, heads=heads, aliases=(f"DeiT-{size}/{patch}",),
+        name=f"ViT-{size}/{patch}", family=VIT, tiny=True, resolution=32, num_classes=10,
+        arch=TransformerArch(patch=patch, width=width, depth=depth, mlp_dim=4 * width, heads=heads),
+        aliases=(f"DeiT-{size}/{patch}",),
     )
 
 
@@ -88,7 +91,7 @@ ROWS = (
 def encoder_counts(spec: ModelSpec, tokens: int) -> Counts:
     """Transformer encoder (Vaswani et al.; ViT eq. 2-3): L pre-LN blocks on T = tokens + the class token
     (+ the distillation token of a distilled DeiT)."""
-    d, m, t, layers = spec.width, spec.mlp_dim, tokens + spec.num_prefix_tokens, spec.depth
+    d, m, t, layers = spec.arch.width, spec.arch.mlp_dim, tokens + spec.num_prefix_tokens, spec.arch.depth
     block_params = (3 * d * d + 3 * d) + (d * d + d) + (d * m + m) + (m * d + d) + 4 * d  # qkv, proj, mlp, 2 LN
     block_macs = 4 * t * d * d + 2 * t * t * d + 2 * t * d * m  # qkv+proj, QK^T and AV, MLP
     return Counts(layers * block_params + 2 * d, layers * block_macs)  # + final LN
@@ -98,16 +101,16 @@ def position_counts(spec: ModelSpec, resolution: int, n: int) -> Counts:
     """Position embeddings (vitbench.models.posemb): absolute tables (adds not counted); relative: a table of
     2T-1 offsets per layer and the query against every offset, T(2T-1)D MACs per layer."""
     params = sum(math.prod(t.shape) for t in posemb.transformer_tables(spec, resolution))
-    if spec.posemb == "relative":
+    if spec.arch.posemb == "relative":
         t = n + spec.num_prefix_tokens
-        return Counts(params, spec.depth * t * posemb.relative_offsets(t) * spec.width)
+        return Counts(params, spec.arch.depth * t * posemb.relative_offsets(t) * spec.arch.width)
     return Counts(params, 0)
 
 
 def head_counts(spec: ModelSpec, k: int) -> Counts:
     """Head(s): one per prefix token (DeiT: class and distillation heads), one after GAP; rep_size adds the
     pre-logits Dense (+ tanh) before it (vit_jax's pre-training head)."""
-    d, rep = spec.width, spec.rep_size
+    d, rep = spec.arch.width, spec.arch.rep_size
     heads = max(spec.num_prefix_tokens, 1)
     pre = Counts(d * rep + rep, d * rep) if rep else Counts(0, 0)
     into = rep or d
@@ -119,35 +122,35 @@ def transformer_counts(spec: ModelSpec, resolution: int, num_classes: int, embed
     n = spec.tokens(resolution)
     enc, pos, head = encoder_counts(spec, n), position_counts(spec, resolution, n), head_counts(spec, num_classes)
     prefix = spec.num_prefix_tokens  # class token (+ distillation token); none with GAP
-    return Counts(embed.params + prefix * spec.width + pos.params + enc.params + head.params,
+    return Counts(embed.params + prefix * spec.arch.width + pos.params + enc.params + head.params,
                   embed.macs + pos.macs + enc.macs + head.macs)
 
 
 def counts(spec: ModelSpec, resolution: int, num_classes: int) -> Counts:
     """Patch embedding (a PxP conv with stride P) + the transformer."""
-    n, p, d = spec.tokens(resolution), spec.patch, spec.width
+    n, p, d = spec.tokens(resolution), spec.arch.patch, spec.arch.width
     return transformer_counts(spec, resolution, num_classes, Counts(p * p * 3 * d + d, n * p * p * 3 * d))
 
 
 # ---- conversion table ------------------------------------------------------------------------------------------
 def transformer_table(spec: ModelSpec, embed: str, resolution: int) -> list:
     """timm <-> vit_jax names of the patch embedding `embed`, tokens, position embeddings, encoder and head(s)."""
-    d = spec.width
+    d = spec.arch.width
     out = [_copy("cls_token", "cls")] if spec.num_prefix_tokens else []  # GAP: no class token
     out += [_conv(f"{embed}.weight", "embedding/kernel"), _copy(f"{embed}.bias", "embedding/bias")]
     # position embeddings of every kind and place, named once in vitbench.models.posemb
     out += [_copy(t.torch_key, t.flax_path) for t in posemb.transformer_tables(spec, resolution)]
-    if spec.distilled:  # DeiT: timm VisionTransformerDistilled's dist_token and head_dist
+    if spec.arch.distilled:  # DeiT: timm VisionTransformerDistilled's dist_token and head_dist
         out += [_copy("dist_token", "dist"), *_linear("head_dist", "head_dist")]
-    for i in range(spec.depth):
+    for i in range(spec.arch.depth):
         t, f = f"blocks.{i}", f"Transformer/encoderblock_{i}"
         out += _norm(f"{t}.norm1", f"{f}/LayerNorm_0")
-        out += _attention(f"{t}.attn", f"{f}/MultiHeadDotProductAttention_1", d, spec.heads)
+        out += _attention(f"{t}.attn", f"{f}/MultiHeadDotProductAttention_1", d, spec.arch.heads)
         out += _norm(f"{t}.norm2", f"{f}/LayerNorm_2")
         out += _linear(f"{t}.mlp.fc1", f"{f}/MlpBlock_3/Dense_0")
         out += _linear(f"{t}.mlp.fc2", f"{f}/MlpBlock_3/Dense_1")
     out += _norm("norm", "Transformer/encoder_norm")
-    if spec.rep_size:  # the tanh pre-logits layer (vit_jax's pre-training head)
+    if spec.arch.rep_size:  # the tanh pre-logits layer (vit_jax's pre-training head)
         out += _linear("pre_logits", "pre_logits")
     return out + _linear("head", "head")
 
@@ -160,38 +163,43 @@ def table(spec: ModelSpec, resolution: int) -> list:
 def validate_transformer(spec: ModelSpec, diff: dict) -> None:
     """Cross-field rules of a transformer's head and position embeddings (ViT appendix D.3, D.4)."""
     n = spec.name
-    if spec.width % spec.heads:
-        ok = [h for h in range(1, min(spec.width, 64) + 1) if spec.width % h == 0]
-        raise ConfigError(f"{n}: heads={spec.heads} must divide width={spec.width}; allowed heads: "
+    if spec.arch.width % spec.arch.heads:
+        ok = [h for h in range(1, min(spec.arch.width, 64) + 1) if spec.arch.width % h == 0]
+        raise ConfigError(f"{n}: heads={spec.arch.heads} must divide width={spec.arch.width}; allowed heads: "
                           f"{', '.join(map(str, ok[:12]))}{' ...' if len(ok) > 12 else ''}")
-    if spec.posemb == "learned_2d" and spec.width % 2:
-        raise ConfigError(f"{n}: posemb=learned_2d concatenates x and y tables of width/2: width={spec.width} "
+    if spec.arch.posemb == "learned_2d" and spec.arch.width % 2:
+        raise ConfigError(f"{n}: posemb=learned_2d concatenates x and y tables of width/2: "
+                          f"width={spec.arch.width} "
                           "must be even")
-    if spec.posemb == "sincos2d" and spec.width % 4:
-        raise ConfigError(f"{n}: posemb=sincos2d uses sin and cos of x and y, width/4 each: width={spec.width} "
+    if spec.arch.posemb == "sincos2d" and spec.arch.width % 4:
+        raise ConfigError(f"{n}: posemb=sincos2d uses sin and cos of x and y, width/4 each: "
+                          f"width={spec.arch.width} "
                           "must be a multiple of 4")
-    if spec.posemb in ("none", "relative") and spec.posemb_at != "input":
-        raise ConfigError(f"{n}: posemb_at={spec.posemb_at} does not apply to posemb={spec.posemb} (Table 8: "
+    if spec.arch.posemb in ("none", "relative") and spec.arch.posemb_at != "input":
+        raise ConfigError(f"{n}: posemb_at={spec.arch.posemb_at} does not apply to posemb={spec.arch.posemb} "
+                          "(Table 8: "
                           "N/A); allowed: posemb_at=input")
-    if spec.posemb == "sincos2d" and spec.posemb_at == "every_layer":
+    if spec.arch.posemb == "sincos2d" and spec.arch.posemb_at == "every_layer":
         raise ConfigError(f"{n}: posemb_at=every_layer gives each layer its own learned table; sincos2d is "
                           "fixed: allowed posemb_at: input, every_layer_shared")
-    if spec.classifier == "gap" and spec.rep_size:
-        raise ConfigError(f"{n}: rep_size={spec.rep_size} (the tanh pre-logits layer) goes with "
+    if spec.arch.classifier == "gap" and spec.arch.rep_size:
+        raise ConfigError(f"{n}: rep_size={spec.arch.rep_size} (the tanh pre-logits layer) goes with "
                           "classifier=token; with classifier=gap the head is linear: allowed rep_size: 0")
 
 
 def head_and_position(spec: ModelSpec) -> tuple[str, str]:
     """The description's tails: (distillation token, head kind, pre-logits; position embeddings if not default)."""
-    out = " +dist token" if spec.distilled else ""
-    out += "" if spec.classifier == "token" else f" {spec.classifier}"
-    out += f" rep={spec.rep_size}" if spec.rep_size else ""
-    return out, "" if (spec.posemb, spec.posemb_at) == ("learned", "input") else f" pos={spec.posemb}@{spec.posemb_at}"
+    out = " +dist token" if spec.arch.distilled else ""
+    out += "" if spec.arch.classifier == "token" else f" {spec.arch.classifier}"
+    out += f" rep={spec.arch.rep_size}" if spec.arch.rep_size else ""
+    kind, at = spec.arch.posemb, spec.arch.posemb_at
+    return out, "" if (kind, at) == ("learned", "input") else f" pos={kind}@{at}"
 
 
 def describe(spec: ModelSpec) -> str:
     head, pos = head_and_position(spec)
-    return f"L={spec.depth} D={spec.width} MLP={spec.mlp_dim} H={spec.heads} P={spec.patch}{head}{pos}"
+    a = spec.arch
+    return f"L={a.depth} D={a.width} MLP={a.mlp_dim} H={a.heads} P={a.patch}{head}{pos}"
 
 
 # ViT's origins: timm's code and vit_jax / big_vision (vitbench.models.flavours)
@@ -212,7 +220,7 @@ PLUGIN = register_family(FamilyPlugin(
     build=FamilyBuild(torch="vitbench.models.families.vit.torch:build",
                       flax="vitbench.models.families.vit.flax:build", representation_size=True,
                       channels_last=False),
-    computation=FamilyComputation(counts=counts, param_table=table, stride=lambda s: s.patch,
-                                  feature_dim=lambda s: s.width, describe=describe),
-    attention_maps=TOKEN_MAPS, weights=WEIGHTS, plot_style=PlotStyle("o", "Blues", "ViT"),
+    computation=FamilyComputation(counts=counts, param_table=table, stride=lambda s: s.arch.patch,
+                                  feature_dim=lambda s: s.arch.width, describe=describe),
+    attention_maps=TOKEN_MAPS, weights=WEIGHTS, plot_style=PlotStyle("o", "Blues", "ViT"), arch=TransformerArch,
 ))

@@ -23,4 +23,4 @@ def attention_maps(module, params, x) -> list:
     _, state = module.apply({"params": params}, x, mutable=["intermediates"])
     blocks = state["intermediates"]["Transformer"]
     return [blocks[f"encoderblock_{i}"]["MultiHeadDotProductAttention_1"][_SOWN][0]
-            for i in range(module.spec.depth)]
+            for i in range(module.spec.arch.depth)]

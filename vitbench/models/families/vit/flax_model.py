@@ -2,14 +2,14 @@
 
 Same function as timm's VisionTransformer built in vitbench/models/families/vit/torch.py (checked by the parity
 tests): patch embedding = PxP/P conv; class token prepended; learned position embeddings added; L pre-LN blocks
-(LayerNorm eps spec.ln_eps, multi-head attention with scale head_dim**-0.5 and biases on q, k, v and out,
+(LayerNorm eps spec.arch.ln_eps, multi-head attention with scale head_dim**-0.5 and biases on q, k, v and out,
 MLP with the GELU of the spec's flavour: exact erf as timm's nn.GELU, or the tanh approximation, flax's
 nn.gelu default, which vit_jax and big_vision use); final LayerNorm; the class token's output -> (optional
 pre_logits Dense+tanh) -> head. Head and position-embedding variants (classifier gap, rep_size, posemb kinds
 and places, relative attention) as torch_variants.py builds them; see vitbench.models.posemb. No dropout:
 vitbench measures with dropout off (timm's default rates are 0 too).
 
-Distilled (DeiT, spec.distilled): a distillation token `dist` after `cls` (position embeddings for N+2 tokens)
+Distilled (DeiT, spec.arch.distilled): a distillation token `dist` after `cls` (position embeddings for N+2 tokens)
 and a second head `head_dist` on it. ``apply(..., separate_heads=True)`` returns (cls_logits, dist_logits) for
 training with distillation; the default output is their mean (timm VisionTransformerDistilled at inference),
 and the pre-logits representation is the mean of the two tokens after the final norm (timm's forward_head
@@ -98,11 +98,12 @@ class Encoder1DBlock(nn.Module):
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         s = self.spec
-        rel = x.shape[1] if s.posemb == "relative" else 0
-        y = layer_norm(s.ln_eps, "LayerNorm_0", self.dtype)(x)
-        x = x + MultiHeadDotProductAttention(s.heads, self.dtype, rel, name="MultiHeadDotProductAttention_1")(y)
-        y = layer_norm(s.ln_eps, "LayerNorm_2", self.dtype)(x)
-        return x + MlpBlock(s.mlp_dim, self.dtype, s.flavour.gelu, name="MlpBlock_3")(y)
+        rel = x.shape[1] if s.arch.posemb == "relative" else 0
+        y = layer_norm(s.arch.ln_eps, "LayerNorm_0", self.dtype)(x)
+        x = x + MultiHeadDotProductAttention(s.arch.heads, self.dtype, rel,
+                                             name="MultiHeadDotProductAttention_1")(y)
+        y = layer_norm(s.arch.ln_eps, "LayerNorm_2", self.dtype)(x)
+        return x + MlpBlock(s.arch.mlp_dim, self.dtype, s.flavour.gelu, name="MlpBlock_3")(y)
 
 
 class Encoder(nn.Module):
@@ -118,18 +119,19 @@ class Encoder(nn.Module):
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         s = self.spec
-        table = lambda name: AddPositionEmbs(s.posemb, self.grid, s.num_prefix_tokens, name=name)  # noqa: E731
-        absolute = posemb.num_tables(s) > 0 or s.posemb == "sincos2d"
-        if absolute and s.posemb_at == "input":
+        table = lambda name: AddPositionEmbs(s.arch.posemb, self.grid, s.num_prefix_tokens,  # noqa: E731
+                                             name=name)
+        absolute = posemb.num_tables(s) > 0 or s.arch.posemb == "sincos2d"
+        if absolute and s.arch.posemb_at == "input":
             x = table("posembed_input")(x)
-        shared = table("posembed_shared") if absolute and s.posemb_at == "every_layer_shared" else None
-        for i in range(s.depth):
-            if absolute and s.posemb_at == "every_layer":
+        shared = table("posembed_shared") if absolute and s.arch.posemb_at == "every_layer_shared" else None
+        for i in range(s.arch.depth):
+            if absolute and s.arch.posemb_at == "every_layer":
                 x = table(f"posembed_{i}")(x)
             elif shared is not None:
                 x = shared(x)  # one module called at every block: one table
             x = Encoder1DBlock(s, self.dtype, name=f"encoderblock_{i}")(x)
-        return layer_norm(s.ln_eps, "encoder_norm", self.dtype)(x)
+        return layer_norm(s.arch.ln_eps, "encoder_norm", self.dtype)(x)
 
 
 class AddPositionEmbs(nn.Module):
@@ -163,7 +165,7 @@ class VisionTransformer(nn.Module):
     hybrid family's ResNet) R50+ViT. NHWC images in; float32 logits out.
 
     `representation_size` adds the pre-training `pre_logits` Dense+tanh (the paper's pre-training head); by
-    default spec.rep_size decides (0: none), as in the PyTorch model.
+    default spec.arch.rep_size decides (0: none), as in the PyTorch model.
     """
 
     spec: ModelSpec
@@ -182,18 +184,19 @@ class VisionTransformer(nn.Module):
         x = x.astype(self.dtype)
         if self.root is not None:
             x = self.root(x, s, self.dtype)
-        x = nn.Conv(s.width, (s.patch, s.patch), strides=(s.patch, s.patch), padding="VALID", dtype=self.dtype,
+        p = s.arch.patch
+        x = nn.Conv(s.arch.width, (p, p), strides=(p, p), padding="VALID", dtype=self.dtype,
                     name="embedding")(x)
         n, h, w, c = x.shape
         x = x.reshape(n, h * w, c)  # row-major over (h, w): the same token order as timm's flatten(2)
         prefix = [self.param("cls", nn.initializers.zeros, (1, 1, c), jnp.float32)] if s.num_prefix_tokens else []
-        if s.distilled:  # DeiT: trunc-normal(0.02) init in timm; normal(0.02) here, as the position embeddings
+        if s.arch.distilled:  # DeiT: trunc-normal(0.02) init in timm; normal(0.02) here, as the position embeddings
             prefix.append(self.param("dist", nn.initializers.normal(0.02), (1, 1, c), jnp.float32))
         x = jnp.concatenate([jnp.broadcast_to(t.astype(x.dtype), (n, 1, c)) for t in prefix] + [x], axis=1)
         x = Encoder(s, (h, w), self.dtype, name="Transformer")(x)
         # class token (, distillation token); GAP: the mean of the patch tokens after the final norm (vit_jax)
         tokens = [x[:, i] for i in range(len(prefix))] if prefix else [jnp.mean(x, axis=1)]
-        rep = self.representation_size if self.representation_size is not None else (s.rep_size or None)
+        rep = self.representation_size if self.representation_size is not None else (s.arch.rep_size or None)
         if rep is not None:  # (build_flax_model refuses it for distilled models)
             tokens = [jnp.tanh(nn.Dense(rep, dtype=self.dtype, name="pre_logits")(tokens[0]))]
         if pre_logits:  # distilled: the mean of the two tokens (timm forward_head(pre_logits=True))

@@ -23,12 +23,13 @@ from vitbench.models.torch import attention_modules, unfused_attention
 
 def vit(spec: ModelSpec, resolution: int, num_classes: int, embed_layer=None) -> VisionTransformer:
     kwargs = {} if embed_layer is None else {"embed_layer": embed_layer}
-    kwargs.update(patch_size=spec.patch, in_chans=3, embed_dim=spec.width, depth=spec.depth, num_heads=spec.heads,
-                  mlp_ratio=spec.mlp_dim / spec.width, qkv_bias=True,
-                  norm_layer=partial(torch.nn.LayerNorm, eps=spec.ln_eps), act_layer=GELUS[spec.flavour.gelu])
+    a = spec.arch
+    kwargs.update(patch_size=a.patch, in_chans=3, embed_dim=a.width, depth=a.depth, num_heads=a.heads,
+                  mlp_ratio=a.mlp_dim / a.width, qkv_bias=True,
+                  norm_layer=partial(torch.nn.LayerNorm, eps=a.ln_eps), act_layer=GELUS[spec.flavour.gelu])
     if not is_plain(spec):  # another head or position embedding (ViT appendix D.3, D.4)
         return VariantViT(spec, resolution, num_classes, **kwargs)
-    cls = VisionTransformerDistilled if spec.distilled else VisionTransformer
+    cls = VisionTransformerDistilled if spec.arch.distilled else VisionTransformer
     return cls(img_size=resolution, num_classes=num_classes, global_pool="token", class_token=True, **kwargs)
 
 

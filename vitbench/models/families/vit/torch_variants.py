@@ -25,7 +25,8 @@ from vitbench.models.specs import ModelSpec
 
 def is_plain(spec: ModelSpec) -> bool:
     """True when timm's own VisionTransformer builds `spec` (the rows: class token, 1-D learned input table)."""
-    return (spec.classifier, spec.rep_size, spec.posemb, spec.posemb_at) == ("token", 0, "learned", "input")
+    a = spec.arch
+    return (a.classifier, a.rep_size, a.posemb, a.posemb_at) == ("token", 0, "learned", "input")
 
 
 class PosEmbed(torch.nn.Module):
@@ -90,24 +91,25 @@ class VariantViT(VisionTransformer):
     """timm VisionTransformer for a spec with a non-default head or position embedding."""
 
     def __init__(self, spec: ModelSpec, resolution: int, num_classes: int, **kwargs):
-        token = spec.classifier == "token"
+        token = spec.arch.classifier == "token"
         super().__init__(img_size=resolution, num_classes=num_classes, class_token=token,
                          global_pool="token" if token else "avg", fc_norm=False,
-                         pos_embed="learn" if (spec.posemb, spec.posemb_at) == ("learned", "input") else "none",
+                         pos_embed="learn" if (spec.arch.posemb, spec.arch.posemb_at) == ("learned", "input")
+                         else "none",
                          **kwargs)
-        grid, d = posemb.grid(spec, resolution), spec.width
-        self.posemb_at = spec.posemb_at
+        grid, d = posemb.grid(spec, resolution), spec.arch.width
+        self.posemb_at = spec.arch.posemb_at
         self.pos_embeds = torch.nn.ModuleList(
-            PosEmbed(spec.posemb, grid, d, spec.num_prefix_tokens)
-            for _ in range(spec.depth if spec.posemb_at == "every_layer" else 1)
-        ) if spec.posemb in ("learned", "learned_2d", "sincos2d") and self.pos_embed is None else None
-        if spec.posemb == "relative":
+            PosEmbed(spec.arch.posemb, grid, d, spec.num_prefix_tokens)
+            for _ in range(spec.arch.depth if spec.arch.posemb_at == "every_layer" else 1)
+        ) if spec.arch.posemb in ("learned", "learned_2d", "sincos2d") and self.pos_embed is None else None
+        if spec.arch.posemb == "relative":
             t = grid[0] * grid[1] + spec.num_prefix_tokens
             for blk in self.blocks:
-                blk.attn = RelativeAttention(d, spec.heads, t, qkv_bias=True)
-        self.pre_logits = torch.nn.Linear(d, spec.rep_size) if spec.rep_size else None
-        if spec.rep_size and num_classes:
-            self.head = torch.nn.Linear(spec.rep_size, num_classes)
+                blk.attn = RelativeAttention(d, spec.arch.heads, t, qkv_bias=True)
+        self.pre_logits = torch.nn.Linear(d, spec.arch.rep_size) if spec.arch.rep_size else None
+        if spec.arch.rep_size and num_classes:
+            self.head = torch.nn.Linear(spec.arch.rep_size, num_classes)
 
     def forward_features(self, x: torch.Tensor, attn_mask=None, is_causal: bool = False) -> torch.Tensor:
         x = self._pos_embed(self.patch_embed(x))  # class token (+ timm's own table: learned at input)
