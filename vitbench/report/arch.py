@@ -69,7 +69,7 @@ def _frame(ok: pd.DataFrame) -> pd.DataFrame:
         return df
     specs = specs[df.index]
     for f in ARCH_FIELDS:
-        df[f"arch_{f}"] = specs.map(lambda s, f=f: getattr(s, f))
+        df[f"arch_{f}"] = specs.map(lambda s, f=f: getattr(s.arch, f))  # an override key: a field of the arch
     df["arch_row"] = specs.map(lambda s: s.base_row().name)
     df["accuracy"] = pd.to_numeric(df["accuracy"], errors="coerce")
     df["series"] = df.apply(_series, axis=1)

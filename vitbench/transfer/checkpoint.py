@@ -216,9 +216,9 @@ def architecture_differences(have, want) -> list[str]:
     if have.base_row().name != want.base_row().name:
         return [f"model: checkpoint {have.base_row().name}, requested {want.base_row().name}"]
     keys = dict.fromkeys([*have.overrides, *want.overrides])
-    return [f"{k}: checkpoint {render_value(getattr(have, field_of(k)))}, requested "
-            f"{render_value(getattr(want, field_of(k)))}" for k in keys
-            if getattr(have, field_of(k)) != getattr(want, field_of(k))]
+    return [f"{k}: checkpoint {render_value(getattr(have.arch, field_of(k)))}, requested "
+            f"{render_value(getattr(want.arch, field_of(k)))}" for k in keys
+            if getattr(have.arch, field_of(k)) != getattr(want.arch, field_of(k))]
 
 
 def refuse_other_architecture(have, want, source: str) -> None:
