@@ -118,7 +118,9 @@ def test_vitbench_and_the_runtimes_loop_take_turns_and_each_round_has_its_ratio(
     # a copy of vitbench's source, as the script's docstring asks (a graph's key holds the source: an edit to the
     # working tree between the script's two vitbench processes would leave the pair out)
     shutil.copytree(ROOT / "vitbench", tmp_path / "src" / "vitbench")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(tmp_path / "src")}
+    # only the copy on the path: a plug-in another test named in $VITBENCH_PLUGINS is not importable from it
+    env = {**{k: v for k, v in os.environ.items() if k != "VITBENCH_PLUGINS"}, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": str(tmp_path / "src")}
     p = subprocess.run([sys.executable, str(BENCHMARKS / "bench_runtimes_parity.py"), "--model", "ViT-Nano/4",
                         "--resolution", "32", "--batches", "1", "--runtimes", "onnxruntime", "--rounds", "1",
                         "--steps", str(steps)], capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)

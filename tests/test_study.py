@@ -116,7 +116,7 @@ def test_key_neutral_fields_enter_the_key_only_when_set():
 KEY_NEUTRAL_ANY_TASK = {**KEY_NEUTRAL_SET, "devices": 2, "parallelism": "fsdp",
                         # what only a command could ask for before issue 52 (item 2): now the tasks' own fields
                         "exaflops_images": 1000, "exaflops_epochs": 2.5, "inspect_weights": "random",
-                        "optimizer": "sgd", **{f"real_input_{k}": v for k, v in {
+                        "optimizer": "sgd", "finetune_seed": 4, **{f"real_input_{k}": v for k, v in {
                             "dataset": "digits", "path": ".", "test_path": ".", "image_column": "img",
                             "label_column": "lab", "tfds_name": "mnist", "skip_corrupt": True, "check_data": True,
                             "workers": 2, "steps": 5, "synthetic_images": 20, "synthetic_classes": 3,
