@@ -149,6 +149,10 @@ class Pairs:
         """Ok on the baseline side in some pair where current was not."""
         return any(b and not c for b, c in self.values(key))
 
+    def failed_keys(self) -> frozenset[str]:
+        """The matched trials that `failed`: a decision's FAILED (vitbench.compare.paired.Rule.decisions)."""
+        return frozenset(k for k in self.trials if self.matched(k) and self.failed(k))
+
     def steps(self, key: str) -> tuple[int, int]:
         """The timed steps behind each side's values, over every pair and leg."""
         return tuple(sum(len(xs) for pair in self.samples[key] for xs in pair[i]) for i in (0, 1))
@@ -160,15 +164,14 @@ def rows(pairs: Pairs, rule: Rule) -> list[Row]:
 
     md = metrics()[METRIC]
     names = pairs.names()
-    decided = rule.decisions(pairs.ratios())
+    decided = rule.decisions(pairs.ratios(), pairs.failed_keys())
     out = []
     for k in names:
         p, d = decided[k]
         vals = pairs.values(k)
         bs, cs = [b for b, _ in vals if b], [c for _, c in vals if c]
         note = "pairs " + " ".join(f"{r:.3f}" for r in p.ratios)
-        if pairs.failed(k):
-            d = Decision.FAILED
+        if d is Decision.FAILED:
             note = f"current not ok in {sum(1 for b, c in vals if b and not c)} round(s); " + note
         elif d is Decision.INCONCLUSIVE and len(p.ratios) < rule.min_pairs:
             busy = sum(pairs.busy())

@@ -127,9 +127,7 @@ def search(good: str, commits: list[str], step: Measure, rule: Rule = Rule(),
     def run(i: int, rule: Rule) -> tuple[Decision, dict]:
         t = time.monotonic()
         m = step(good, commits[i], rule)
-        decided = rule.decisions(m.ratios)
-        for k in m.failed & decided.keys():
-            decided[k] = (decided[k][0], Decision.FAILED)
+        decided = rule.decisions(m.ratios, m.failed)
         v = verdict([d for k, (_, d) in decided.items() if rule.counts(k)] or [Decision.INCONCLUSIVE])
         detail = "; ".join(_trial_line(m.names.get(k, k[:12]), p, d, rule.counts(k))
                            for k, (p, d) in decided.items())
@@ -198,7 +196,7 @@ def ab_step(root: Path, study: str, budget_s: float, stack: contextlib.ExitStack
             res = measure(sides, env, f"{study}, each side's own copy", rule=rule, budget_s=budget_s,
                           t_start=t_start, progress=lambda s: progress(f"  {s}"))
         pairs = res.rounds
-        return Measured(pairs.ratios(), frozenset(k for k in pairs.names() if pairs.failed(k)), pairs.names(),
+        return Measured(pairs.ratios(), pairs.failed_keys(), pairs.names(),
                         f"{res.pairs} pairs, {res.elapsed_s:.0f} s")
 
     return step

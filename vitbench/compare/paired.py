@@ -21,7 +21,7 @@ rounds (benchmarks/bench_gate_power.py, docs/compare.md), and the defaults are t
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from vitbench.compare.decide import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD, Decision, decide
@@ -83,16 +83,23 @@ class Rule:
         if self.max_pairs is not None and self.max_pairs < self.min_pairs:
             raise ConfigError(f"--max-pairs ({self.max_pairs}) must be >= --min-pairs ({self.min_pairs})")
 
-    def decisions(self, per_trial: dict[str, Sequence[float]]) -> dict[str, tuple[Paired, Decision]]:
-        """Each trial's interval and decision; fewer than `min_pairs` pairs (a budget that ended early) is
-        inconclusive whatever its interval: the rule's rates were measured from `min_pairs` on, and three pairs
-        at a busy host's noise gave an A/A "improvement" of 1.20 [1.06, 1.36] (docs/compare.md)."""
+    def decisions(self, per_trial: dict[str, Sequence[float]], failed: Collection[str] = frozenset()
+                  ) -> dict[str, tuple[Paired, Decision]]:
+        """Each trial's interval and decision; a trial in `failed` (not ok on current's side in some pair) is
+        FAILED whatever its interval; fewer than `min_pairs` pairs (a budget that ended early) is inconclusive
+        whatever its interval: the rule's rates were measured from `min_pairs` on, and three pairs at a busy
+        host's noise gave an A/A "improvement" of 1.20 [1.06, 1.36] (docs/compare.md)."""
         out = {}
         for trial, ratios in per_trial.items():
             p = Paired.of(ratios, self.confidence)
             enough = len(p.ratios) >= self.min_pairs
-            out[trial] = (p, p.decision(self.threshold) if enough else Decision.INCONCLUSIVE)
+            out[trial] = (p, Decision.FAILED if trial in failed else
+                          self.decide(trial, p) if enough else Decision.INCONCLUSIVE)
         return out
+
+    def decide(self, trial: str, p: Paired) -> Decision:
+        """One trial's decision from enough pairs: against the threshold."""
+        return p.decision(self.threshold)
 
     def done(self, per_trial: dict[str, Sequence[float]], pairs: int) -> bool:
         """Whether to stop after `pairs` pairs: at `max_pairs`, or from `min_pairs` on at the first regression
@@ -144,12 +151,9 @@ class TwoPoint(Rule):
 
     against: tuple[tuple[str, float], ...] = ()  # (trial, BAD's ratio) for each trial that regressed
 
-    def decisions(self, per_trial: dict[str, Sequence[float]]) -> dict[str, tuple[Paired, Decision]]:
-        out = super().decisions(per_trial)
-        for trial, a in self.against:
-            if trial in out and len(out[trial][0].ratios) >= self.min_pairs:
-                out[trial] = (out[trial][0], between(out[trial][0], a))
-        return out
+    def decide(self, trial: str, p: Paired) -> Decision:
+        a = dict(self.against).get(trial)
+        return super().decide(trial, p) if a is None else between(p, a)
 
     def counts(self, trial: str) -> bool:
         return trial in dict(self.against)
