@@ -80,6 +80,95 @@ def test_a_process_that_dies_holding_the_turn_frees_it(referee):
     t.give_back()
 
 
+def _trials(ref: Referee, name: str, trials: list[tuple[str, int]], log: list, gap_s: float = 0.0):
+    """A side's round: each trial a new connection that takes the turn under its label, times `windows` windows
+    (logged as (side, label), or (side, its index) without a label) and gives it back; `gap_s` between two trials (the sweep starting the next)."""
+    def run():
+        for n, (label, windows) in enumerate(trials):
+            t = turns.Turn(ref.paths[name])
+            t.take(label)
+            for _ in range(windows):
+                log.append((name, label or n))
+                time.sleep(0.002)
+                t.pass_over()
+            t.give_back()
+            t.sock.close()
+            time.sleep(gap_s)
+        ref.finished(name)
+
+    th = threading.Thread(target=run)
+    th.start()
+    return th
+
+
+def _run(referee, *sides) -> list[tuple[str, str]]:
+    log: list[tuple[str, str]] = []
+    threads = [_trials(referee, name, trials, log, gap) for name, trials, gap in sides]
+    for th in threads:
+        th.join(timeout=20)
+    assert not any(th.is_alive() for th in threads), log
+    return log
+
+
+def test_labelled_takes_start_the_sides_same_trial_together(referee):
+    # a needs 1 window of x, b 4: a's y waits for b's x to end (and for b's 0.2 s between two trials) instead of
+    # alternating with b's last windows of x; then the two sides' y windows alternate
+    log = _run(referee, ("a", [("x", 1), ("y", 4)], 0.0), ("b", [("x", 4), ("y", 4)], 0.2))
+    last_bx = max(i for i, e in enumerate(log) if e == ("b", "x"))
+    first_ay = log.index(("a", "y"))
+    assert first_ay > last_bx, log
+    ys = [side for side, label in log if label == "y"]
+    assert all(u != v for u, v in zip(ys, ys[1:])), log
+
+
+def test_without_labels_a_side_starts_its_next_trial_beside_the_others_last(referee):
+    # the behaviour labels replace (a take without a label): a's second trial alternates with b's first
+    log = _run(referee, ("a", [(None, 1), (None, 4)], 0.0), ("b", [(None, 4), (None, 4)], 0.2))
+    assert log.index(("a", 1)) < max(i for i, e in enumerate(log) if e == ("b", 0)), log
+
+
+def test_sides_whose_trials_differ_run_them_one_after_the_other_then_together_again(referee):
+    # a's x and b's y are not the same trial: neither waits forever for the other; they never alternate (one runs
+    # while the other waits to start), and the shared z alternates
+    log = _run(referee, ("a", [("x", 3), ("z", 3)], 0.0), ("b", [("y", 3), ("z", 3)], 0.0))
+    xy = [label for _, label in log if label in ("x", "y")]
+    assert xy in (["x"] * 3 + ["y"] * 3, ["y"] * 3 + ["x"] * 3), log
+    zs = [side for side, label in log if label == "z"]
+    assert sorted(zs) == ["a"] * 3 + ["b"] * 3 and all(u != v for u, v in zip(zs, zs[1:])), log
+
+
+def test_a_labelled_take_waits_while_the_other_side_is_between_trials(referee):
+    t = turns.Turn(referee.paths["a"])
+    th = threading.Thread(target=t.take, args=("x",))
+    th.start()
+    th.join(timeout=0.3)
+    assert th.is_alive()  # b has not started a trial: its first may be x
+    u = turns.Turn(referee.paths["b"])
+    other = threading.Thread(target=u.take, args=("x",))
+    other.start()
+    th.join(timeout=5)
+    assert not th.is_alive() and t.held
+    t.give_back()
+    other.join(timeout=5)  # then b's x has it
+    assert u.held
+    u.give_back()
+
+
+def test_an_overlong_label_is_refused_and_frees_nothing_it_did_not_hold(referee):
+    t = turns.Turn(referee.paths["a"])
+    t._send(b"", answer=False)  # connect
+    t.sock.sendall(turns.TAKE_AS + b"x" * (turns.LABEL_MAX + 10) + b"\n")
+    try:
+        got = t.sock.recv(1)
+    except ConnectionResetError:
+        got = b""
+    assert got == b""  # dropped, never granted
+    u = turns.Turn(referee.paths["b"])
+    u.take()  # the turn is free
+    assert u.held
+    u.give_back()
+
+
 def test_without_turns_everything_is_a_no_op(monkeypatch):
     monkeypatch.delenv(turns.ENV, raising=False)
     with turns.held():

@@ -44,7 +44,9 @@ def run_trial(job: Job) -> Record:
             importlib.import_module(job.task_module)
             task = get_task(job.task)
         kind = task.kind
-        with turns.held():  # only while it holds the turn, where `vitbench ab --schedule turns` shares a CPU
+        # only while it holds the turn, where `vitbench ab --schedule turns` shares a CPU; the label is the same on
+        # both sides, so the referee starts their same trial together
+        with turns.held(f"{job.role.value} {job.key}"):
             rec = task().run(task.Params.model_validate(job.config))
         if not isinstance(rec, Record):
             raise TypeError(f"task {job.task!r} returned {type(rec).__name__}, not a vitbench.record.Record")

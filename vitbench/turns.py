@@ -12,10 +12,15 @@ Waiting is never inside a time: each window is timed while the turn is held, and
 seconds it waited, which the loop leaves out of its stop rule's elapsed time (so the rule sees as much timed work
 as without turns). Without VITBENCH_TURNS every call here does nothing.
 
+A trial takes the turn under its label (`held(label)`: run_trial gives the trial's role and key, which both sides of
+a pair share), so the referee can start the two sides' same trial together: their windows then alternate on the
+same CPU at the same time, and a slowdown of seconds lands on both sides of that trial, not on one side's trial and
+the other side's next one.
+
 Protocol, one connection per trial process (the process that took the turn; a forked child connects anew), single
-bytes: TAKE (answered GRANTED when the turn is this process's), PASS (hand it over; answered GRANTED when it is
-back), GIVE_BACK (no answer). A referee that has gone is an OSError: never a measurement that claims turns it did
-not take.
+bytes: TAKE (answered GRANTED when the turn is this process's), TAKE_AS followed by the label and a newline (the
+same, labelled), PASS (hand it over; answered GRANTED when it is back), GIVE_BACK (no answer). A referee that has
+gone is an OSError: never a measurement that claims turns it did not take.
 """
 
 from __future__ import annotations
@@ -28,6 +33,9 @@ from collections.abc import Iterator
 
 ENV = "VITBENCH_TURNS"
 TAKE, PASS, GIVE_BACK, GRANTED = b"T", b"P", b"R", b"G"
+TAKE_AS = b"L"  # a labelled take: TAKE_AS + label + b"\n". The referee is the code running `ab`; an older one (from
+# before labels, run against a newer commit) drops the connection at TAKE_AS, and that side's trial fails loudly
+LABEL_MAX = 400  # bytes of a label sent; a trial's role and key are far shorter
 
 
 class Turn:
@@ -48,8 +56,10 @@ class Turn:
         if answer and self.sock.recv(1) != GRANTED:
             raise OSError(f"{ENV}={self.path}: the turns referee closed the connection")
 
-    def take(self) -> None:
-        self._send(TAKE, answer=True)
+    def take(self, label: str | None = None) -> None:
+        """Wait for the turn; `label` names the trial (see the module docstring), None for a take without one."""
+        msg = TAKE if label is None else TAKE_AS + label.encode()[:LABEL_MAX].replace(b"\n", b" ") + b"\n"
+        self._send(msg, answer=True)
         self.held = True
 
     def pass_over(self) -> float:
@@ -81,13 +91,14 @@ def current() -> Turn | None:
 
 
 @contextlib.contextmanager
-def held() -> Iterator[None]:
-    """Hold the turn for the block (nothing without VITBENCH_TURNS, or when this process holds it already)."""
+def held(label: str | None = None) -> Iterator[None]:
+    """Hold the turn for the block (nothing without VITBENCH_TURNS, or when this process holds it already); `label`
+    names the trial, the same on both sides."""
     turn = current()
     if turn is None or (turn.held and turn.pid == os.getpid()):
         yield
         return
-    turn.take()
+    turn.take(label)
     try:
         yield
     finally:

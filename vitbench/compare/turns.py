@@ -2,14 +2,25 @@
 
 Each side's trials connect to their own Unix socket here (VITBENCH_TURNS; the client is vitbench.turns) and
 compute only while they hold the turn. The referee gives it to one side at a time:
-- a side that asks to take it (a trial starting) gets it as soon as no one holds it;
+- a side that asks to take it (a trial starting) gets it as soon as no one holds it and the other side is at the same
+  trial (its take names the same label), so the two sides measure each trial at the same time; it waits while the
+  other side is between two trials (its next may be this one) or inside another trial, unless that side in turn
+  waits to start a different one (the sides' trials differ: they then run one after the other, never beside each
+  other);
 - a side that passes it (after a timed window) gets it back only after the other side has had it once since, or
-  when the other side's round has ended (`finished`), so the two sides' timed windows alternate one for one;
+  when the other side's round has ended (`finished`), or when the other side waits to start a different trial (it
+  waits for this one to end), so the two sides' timed windows alternate one for one;
 - a side's trial that gives it back (its task is done) or whose connection closes (it exited, or died) frees it.
+
+Without the label (a side's code from before labels), a take waits only for the turn to be free, as before.
 
 A side between two trials (its sweep writing a row, starting the next trial's process) holds nothing, and the other
 side, having passed, waits for it: such a stretch is never beside the other side's timed window, at the cost of
 its wait. Where both wait, the turn goes to the side that did not have it last.
+
+Why the label: without it a side that finished a trial early started its next one against the other side's last
+windows, the two sides' same trial drifted apart by seconds, and this VM's slowdowns of seconds landed on one side
+of a trial only (docs/compare.md, "Trials in step").
 """
 
 from __future__ import annotations
@@ -22,7 +33,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from vitbench.turns import ENV, GIVE_BACK, GRANTED, PASS, TAKE
+from vitbench.turns import ENV, GIVE_BACK, GRANTED, LABEL_MAX, PASS, TAKE, TAKE_AS
+
+ANY = object()  # the label of a take without one: it matches every trial
 
 
 @dataclass
@@ -30,6 +43,7 @@ class _Waiter:
     conn: socket.socket
     side: str
     after: int | None  # the other side's turns when this one passed (it waits for one more); None: a first take
+    label: object = ANY  # a take's trial label (ANY: a take without one)
 
 
 class Referee:
@@ -55,6 +69,9 @@ class Referee:
         self.log: list[tuple[str, float]] = []  # every turn given, in order: (side, perf_counter when given)
         self.done: set[str] = set()
         self.waiting: list[_Waiter] = []
+        self.trial: dict[socket.socket, tuple[str, object]] = {}  # a connection's side and label, from its take
+        # until it gives the turn back
+        self.ended: dict[str, object] = {}  # per side, the label of the last trial it gave back
         self._closing = False
         self._thread = threading.Thread(target=self._serve, name="vitbench-turns", daemon=True)
         self._thread.start()
@@ -81,9 +98,28 @@ class Referee:
     def _other(self, name: str) -> str:
         return self.names[1] if name == self.names[0] else self.names[0]
 
+    def _label(self, side: str) -> object | None:
+        """The label of the trial `side` is in (since its take), None between two trials."""
+        return next((label for s, label in self.trial.values() if s == side), None)
+
+    def _taking(self, side: str, other_than: object) -> bool:
+        """Whether `side` waits to start a trial labelled other than `other_than`."""
+        return any(w.side == side and w.after is None and w.label != other_than for w in self.waiting)
+
     def _ready(self, w: _Waiter) -> bool:
         other = self._other(w.side)
-        return w.after is None or self.turns[other] > w.after or other in self.done
+        if other in self.done:
+            return True
+        theirs = self._label(other)
+        if w.after is None:  # a take
+            if w.label is ANY or theirs is ANY or w.label in (theirs, self.ended.get(other)):
+                return True  # the other side at this trial, or done with it (this side's then runs alone)
+            # the other side between two trials: wait for its take; inside another trial: wait for its end, unless it
+            # waits to start another one too (the sides' trials differ)
+            return self._taking(other, w.label)
+        mine = self._label(w.side)
+        return (self.turns[other] > w.after
+                or (mine is not None and mine is not ANY and theirs is not ANY and self._taking(other, mine)))
 
     def _grant(self) -> None:
         """Give the free turn to a waiter that may have it (the side that did not have it last first)."""
@@ -104,8 +140,15 @@ class Referee:
         self.turns[w.side] += 1
         self.log.append((w.side, time.perf_counter()))
 
+    def _end(self, conn: socket.socket) -> None:
+        """`conn`'s trial is over (it gave the turn back, or its connection closed)."""
+        if conn in self.trial:
+            side, label = self.trial.pop(conn)
+            self.ended[side] = label
+
     def _drop(self, conn: socket.socket) -> None:
         self.waiting = [w for w in self.waiting if w.conn is not conn]
+        self._end(conn)
         if self.holder is conn:
             self.holder = None
         try:
@@ -131,12 +174,32 @@ class Referee:
                     if not msg:  # the trial's process ended (or died): whatever it held is free
                         self._drop(conn)
                     elif msg == TAKE:
+                        self.trial[conn] = (name, ANY)
                         self.waiting.append(_Waiter(conn, name, None))
+                    elif msg == TAKE_AS and (label := _line(conn)) is not None:
+                        self.trial[conn] = (name, label)
+                        self.waiting.append(_Waiter(conn, name, None, label))
                     elif msg == PASS and self.holder is conn:
                         self.holder = None
                         self.waiting.append(_Waiter(conn, name, self.turns[self._other(name)]))
                     elif msg == GIVE_BACK and self.holder is conn:
                         self.holder = None
+                        self._end(conn)
                     else:  # out of protocol: answer nothing, free what it held
                         self._drop(conn)
                     self._grant()
+
+
+def _line(conn: socket.socket) -> str | None:
+    """A take's label: the bytes up to a newline (the client sends the message whole); None if the connection
+    closes first or the label is longer than any client sends."""
+    buf = b""
+    while not buf.endswith(b"\n"):
+        try:
+            got = conn.recv(LABEL_MAX + 1 - len(buf))
+        except OSError:
+            return None
+        if not got or len(buf) + len(got) > LABEL_MAX + 1:
+            return None
+        buf += got
+    return buf[:-1].decode(errors="replace")
