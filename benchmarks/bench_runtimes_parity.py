@@ -209,7 +209,7 @@ def turns_pair(runtime: str, graph: Path, batch: int, res: int, steps: int, args
     """
     from vitbench.compare.turns import Referee
 
-    ref = Referee(("reference", "vitbench"))
+    ref = Referee(("reference", "vitbench"), in_step=False)  # vitbench starts once the loop holds the turn
     procs, outs = {}, {}
 
     def start(side: str, cmd: list[str]) -> None:

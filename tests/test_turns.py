@@ -54,9 +54,25 @@ def test_two_sides_windows_alternate_one_for_one(referee):
     assert all(x != y for x, y in zip(log, log[1:])), log  # never the same side twice in a row
 
 
+def _wait_for(cond, timeout=5.0):
+    end = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.01)
+
+
 def test_a_side_that_passed_waits_for_the_other_until_its_round_ends(referee):
     t = turns.Turn(referee.paths["a"])
-    t.take()
+    th = threading.Thread(target=t.take)
+    th.start()
+    _wait_for(lambda: referee.takes["a"] == 1)
+    u = turns.Turn(referee.paths["b"])
+    b = threading.Thread(target=lambda: (u.take(), u.give_back()))  # b's first trial, the same as a's
+    b.start()
+    th.join(timeout=5)
+    assert t.held  # a asked first
+    t.pass_over()  # b has its turn, gives it back (its trial is over), and a has it again
+    b.join(timeout=5)
     waited: list[float] = []
     th = threading.Thread(target=lambda: waited.append(t.pass_over()))
     th.start()
@@ -71,10 +87,12 @@ def test_a_side_that_passed_waits_for_the_other_until_its_round_ends(referee):
 def test_a_process_that_dies_holding_the_turn_frees_it(referee):
     code = ("import os, sys; from vitbench import turns\n"
             "t = turns.Turn(sys.argv[1]); t.take(); os._exit(0)\n")
-    subprocess.run([sys.executable, "-c", code, referee.paths["a"]], check=True, timeout=60)
+    proc = subprocess.Popen([sys.executable, "-c", code, referee.paths["a"]])
+    _wait_for(lambda: referee.takes["a"] == 1, timeout=60)  # a waits first: it gets the turn when b asks
     t = turns.Turn(referee.paths["b"])
     got = threading.Thread(target=t.take)
     got.start()
+    assert proc.wait(timeout=60) == 0
     got.join(timeout=5)
     assert not got.is_alive() and t.held
     t.give_back()
@@ -121,10 +139,14 @@ def test_labelled_takes_start_the_sides_same_trial_together(referee):
     assert all(u != v for u, v in zip(ys, ys[1:])), log
 
 
-def test_without_labels_a_side_starts_its_next_trial_beside_the_others_last(referee):
-    # the behaviour labels replace (a take without a label): a's second trial alternates with b's first
-    log = _run(referee, ("a", [(None, 1), (None, 4)], 0.0), ("b", [(None, 4), (None, 4)], 0.2))
-    assert log.index(("a", 1)) < max(i for i, e in enumerate(log) if e == ("b", 0)), log
+@pytest.mark.parametrize("labels", [(None, None), ("x", None)], ids=["no labels", "one side labelled"])
+def test_without_both_labels_the_sides_trials_are_matched_by_place(referee, labels):
+    # a side's code from before labels: its n-th take is the other side's n-th (one study, run in its order)
+    a1, b1 = labels
+    log = _run(referee, ("a", [(a1, 1), (None, 4)], 0.0), ("b", [(b1, 4), (None, 4)], 0.2))
+    assert log.index(("a", 1)) > max(i for i, e in enumerate(log) if e[0] == "b" and e[1] in (0, "x")), log
+    seconds = [side for side, n in log if n == 1]
+    assert all(u != v for u, v in zip(seconds, seconds[1:])), log
 
 
 def test_sides_whose_trials_differ_run_them_one_after_the_other_then_together_again(referee):
@@ -163,8 +185,9 @@ def test_an_overlong_label_is_refused_and_frees_nothing_it_did_not_hold(referee)
     except ConnectionResetError:
         got = b""
     assert got == b""  # dropped, never granted
+    referee.finished("a")  # b does not wait for a's next trial
     u = turns.Turn(referee.paths["b"])
-    u.take()  # the turn is free
+    u.take()  # the turn is free: the refused take holds nothing
     assert u.held
     u.give_back()
 
@@ -260,3 +283,37 @@ def test_a_side_that_cannot_take_turns_runs_together_and_says_so():
     got, why = Schedule.TURNS.for_sides((Old(), New()))
     assert got is Schedule.TOGETHER and "baseline side's code cannot take turns" in why
     assert Schedule.TOGETHER.for_sides((Old(), New())) == (Schedule.TOGETHER, "")
+
+
+def test_a_trial_takes_the_turn_under_its_role_and_key(monkeypatch):
+    """vitbench.trial.run_trial names its trial when it takes the turn: the role and the trial key, which both sides
+    of an `ab` pair share (the same study's trial), so the referee can keep their trials in step."""
+    import contextlib
+
+    import vitbench.tasks
+    from vitbench.job import Job, Role
+    from vitbench.record import Record
+    from vitbench.trial import run_trial
+
+    taken: list[str | None] = []
+
+    @contextlib.contextmanager
+    def held(label=None):
+        taken.append(label)
+        yield
+
+    class Task:
+        kind, headline, __module__ = "bench", None, __name__
+
+        class Params:
+            model_validate = staticmethod(lambda config: config)
+
+        def run(self, p):
+            return Record.measured("bench", dict(p), metrics={})
+
+    monkeypatch.setattr(turns, "held", held)
+    monkeypatch.setattr(vitbench.tasks, "get_task", lambda name: Task)
+    for role in Role:
+        run_trial(Job(key="k1", config={"task": "t"}, repeat=0, study="s", study_sha="x", run_id="r",
+                      timeout_s=60, task_module=__name__, role=role))
+    assert taken == ["trial k1", "calibration k1"]

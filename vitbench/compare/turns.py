@@ -2,23 +2,23 @@
 
 Each side's trials connect to their own Unix socket here (VITBENCH_TURNS; the client is vitbench.turns) and
 compute only while they hold the turn. The referee gives it to one side at a time:
-- a side that asks to take it (a trial starting) gets it as soon as no one holds it and the other side is at the same
-  trial (its take names the same label), so the two sides measure each trial at the same time; it waits while the
-  other side is between two trials (its next may be this one) or inside another trial, unless that side in turn
-  waits to start a different one (the sides' trials differ: they then run one after the other, never beside each
-  other);
+- a side that asks to take it (a trial starting) gets it as soon as no one holds it and the other side is at the
+  same trial, so the two sides measure each trial at the same time. It waits while the other side is between two
+  trials (its next may be this one) or inside another trial, unless that side in turn waits to start a different
+  one (the sides' trials differ: they then run one after the other, never beside each other). The same trial: the
+  same label where both takes name one (vitbench.trial.run_trial sends the trial's role and key), else the same
+  place among the side's takes in this round (a side's code from before labels; both sides run one study in its
+  order);
 - a side that passes it (after a timed window) gets it back only after the other side has had it once since, or
   when the other side's round has ended (`finished`), or when the other side waits to start a different trial (it
   waits for this one to end), so the two sides' timed windows alternate one for one;
 - a side's trial that gives it back (its task is done) or whose connection closes (it exited, or died) frees it.
 
-Without the label (a side's code from before labels), a take waits only for the turn to be free, as before.
-
 A side between two trials (its sweep writing a row, starting the next trial's process) holds nothing, and the other
 side, having passed, waits for it: such a stretch is never beside the other side's timed window, at the cost of
 its wait. Where both wait, the turn goes to the side that did not have it last.
 
-Why the label: without it a side that finished a trial early started its next one against the other side's last
+Why trials in step: before, a side that finished a trial early started its next one against the other side's last
 windows, the two sides' same trial drifted apart by seconds, and this VM's slowdowns of seconds landed on one side
 of a trial only (docs/compare.md, "Trials in step").
 """
@@ -35,23 +35,41 @@ from pathlib import Path
 
 from vitbench.turns import ENV, GIVE_BACK, GRANTED, LABEL_MAX, PASS, TAKE, TAKE_AS
 
-ANY = object()  # the label of a take without one: it matches every trial
+
+@dataclass(frozen=True)
+class _Trial:
+    """A take's trial: its place among its side's takes in this round (from 1), and its label where the client
+    sent one."""
+
+    ordinal: int
+    label: str | None = None
+
+    def same(self, other: _Trial | None) -> bool:
+        """The same trial: by label where both have one, else by place (both sides run one study in its order)."""
+        if other is None:
+            return False
+        if self.label is not None and other.label is not None:
+            return self.label == other.label
+        return self.ordinal == other.ordinal
 
 
 @dataclass
 class _Waiter:
     conn: socket.socket
     side: str
-    after: int | None  # the other side's turns when this one passed (it waits for one more); None: a first take
-    label: object = ANY  # a take's trial label (ANY: a take without one)
+    after: int | None  # the other side's turns when this one passed (it waits for one more); None: a take
+    trial: _Trial | None = None  # a take's trial
 
 
 class Referee:
     """Turns between two sides (names), each on its own socket in a temporary directory; serves from a thread
-    until `close()`."""
+    until `close()`. `in_step=False`: a take waits only for the turn to be free and a pass only for the other
+    side's turn, trials not kept in step (a harness that starts one side once the other holds the turn:
+    benchmarks/bench_runtimes_parity.py)."""
 
-    def __init__(self, names: tuple[str, str]) -> None:
+    def __init__(self, names: tuple[str, str], in_step: bool = True) -> None:
         self.names = names
+        self.in_step = in_step
         self._dir = tempfile.TemporaryDirectory(prefix="vitbench-turns-")
         self._sel = selectors.DefaultSelector()
         self._lock = threading.Lock()
@@ -69,9 +87,10 @@ class Referee:
         self.log: list[tuple[str, float]] = []  # every turn given, in order: (side, perf_counter when given)
         self.done: set[str] = set()
         self.waiting: list[_Waiter] = []
-        self.trial: dict[socket.socket, tuple[str, object]] = {}  # a connection's side and label, from its take
+        self.takes = dict.fromkeys(names, 0)  # takes asked per side
+        self.trial: dict[socket.socket, tuple[str, _Trial]] = {}  # a connection's side and trial, from its take
         # until it gives the turn back
-        self.ended: dict[str, object] = {}  # per side, the label of the last trial it gave back
+        self.ended: dict[str, _Trial] = {}  # per side, the last trial it gave back
         self._closing = False
         self._thread = threading.Thread(target=self._serve, name="vitbench-turns", daemon=True)
         self._thread.start()
@@ -98,28 +117,26 @@ class Referee:
     def _other(self, name: str) -> str:
         return self.names[1] if name == self.names[0] else self.names[0]
 
-    def _label(self, side: str) -> object | None:
-        """The label of the trial `side` is in (since its take), None between two trials."""
-        return next((label for s, label in self.trial.values() if s == side), None)
+    def _trial_of(self, side: str) -> _Trial | None:
+        """The trial `side` is in (since its take), None between two trials."""
+        return next((t for s, t in self.trial.values() if s == side), None)
 
-    def _taking(self, side: str, other_than: object) -> bool:
-        """Whether `side` waits to start a trial labelled other than `other_than`."""
-        return any(w.side == side and w.after is None and w.label != other_than for w in self.waiting)
+    def _taking(self, side: str, other_than: _Trial) -> bool:
+        """Whether `side` waits to start a trial other than `other_than`."""
+        return any(w.side == side and w.trial is not None and not w.trial.same(other_than) for w in self.waiting)
 
     def _ready(self, w: _Waiter) -> bool:
         other = self._other(w.side)
-        if other in self.done:
+        if other in self.done or (w.trial is not None and not self.in_step):
             return True
-        theirs = self._label(other)
-        if w.after is None:  # a take
-            if w.label is ANY or theirs is ANY or w.label in (theirs, self.ended.get(other)):
+        if w.trial is not None:  # a take
+            if w.trial.same(self._trial_of(other)) or w.trial.same(self.ended.get(other)):
                 return True  # the other side at this trial, or done with it (this side's then runs alone)
             # the other side between two trials: wait for its take; inside another trial: wait for its end, unless it
             # waits to start another one too (the sides' trials differ)
-            return self._taking(other, w.label)
-        mine = self._label(w.side)
-        return (self.turns[other] > w.after
-                or (mine is not None and mine is not ANY and theirs is not ANY and self._taking(other, mine)))
+            return self._taking(other, w.trial)
+        mine = self._trial_of(w.side)
+        return self.turns[other] > w.after or (self.in_step and mine is not None and self._taking(other, mine))
 
     def _grant(self) -> None:
         """Give the free turn to a waiter that may have it (the side that did not have it last first)."""
@@ -143,8 +160,8 @@ class Referee:
     def _end(self, conn: socket.socket) -> None:
         """`conn`'s trial is over (it gave the turn back, or its connection closed)."""
         if conn in self.trial:
-            side, label = self.trial.pop(conn)
-            self.ended[side] = label
+            side, trial = self.trial.pop(conn)
+            self.ended[side] = trial
 
     def _drop(self, conn: socket.socket) -> None:
         self.waiting = [w for w in self.waiting if w.conn is not conn]
@@ -173,12 +190,11 @@ class Referee:
                         msg = b""
                     if not msg:  # the trial's process ended (or died): whatever it held is free
                         self._drop(conn)
-                    elif msg == TAKE:
-                        self.trial[conn] = (name, ANY)
-                        self.waiting.append(_Waiter(conn, name, None))
-                    elif msg == TAKE_AS and (label := _line(conn)) is not None:
-                        self.trial[conn] = (name, label)
-                        self.waiting.append(_Waiter(conn, name, None, label))
+                    elif msg == TAKE or (msg == TAKE_AS and (label := _line(conn)) is not None):
+                        self.takes[name] += 1
+                        trial = _Trial(self.takes[name], label if msg == TAKE_AS else None)
+                        self.trial[conn] = (name, trial)
+                        self.waiting.append(_Waiter(conn, name, None, trial))
                     elif msg == PASS and self.holder is conn:
                         self.holder = None
                         self.waiting.append(_Waiter(conn, name, self.turns[self._other(name)]))
