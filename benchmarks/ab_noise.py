@@ -1,0 +1,76 @@
+"""The noise of `vitbench ab` runs kept with `--results DIR`: per trial, the sd of the pair log-ratios (read the way
+`ab` reads them: vitbench.compare.ab.Pairs, best step per leg, geometric mean over the legs, busy pairs left out),
+their mean, and how many legs had less than half of the trial's time in common between the two sides (the
+two sides' runs of the trial, from their rows' started_at and finished_at).
+
+An A/A run (`vitbench ab HEAD --allow-same ... --results DIR`) gives the gate's noise on this host; docs/compare.md,
+"Trials in step", has the figures this printed.
+
+    python benchmarks/ab_noise.py DIR [DIR ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+from datetime import datetime
+from pathlib import Path
+
+from vitbench.compare.ab import Pairs
+from vitbench.compare.match import DEFAULT_IGNORE, group
+from vitbench.compare.schedule import legs_of
+from vitbench.compare.comparison import load_records
+from vitbench.store import select
+
+
+def _spans(leg: Path) -> dict[str, tuple[float, float]]:
+    """Match key -> (start, end) in epoch seconds of the leg's ok row of that trial."""
+    out = {}
+    for key, trial in group(select(load_records(leg)), DEFAULT_IGNORE).items():
+        for r in trial.ok:
+            if r.started_at and r.finished_at:
+                out[key] = tuple(datetime.fromisoformat(t).timestamp() for t in (r.started_at, r.finished_at))
+    return out
+
+
+def in_common(a: tuple[float, float], b: tuple[float, float]) -> float:
+    """The time two runs share, as a fraction of the longer one."""
+    return max(0.0, min(a[1], b[1]) - max(a[0], b[0])) / max(a[1] - a[0], b[1] - b[0], 1e-9)
+
+
+def noise(results: Path) -> list[dict]:
+    pairs = Pairs()
+    apart: dict[str, list[bool]] = {}
+    for b_pair in sorted((results / "baseline").glob("pair*")):
+        c_pair = results / "current" / b_pair.name
+        if not c_pair.is_dir():
+            continue
+        pairs.add(b_pair, c_pair)
+        for b_leg, c_leg in zip(legs_of(b_pair), legs_of(c_pair)):
+            bs, cs = _spans(b_leg), _spans(c_leg)
+            for key in bs.keys() & cs.keys():
+                apart.setdefault(key, []).append(in_common(bs[key], cs[key]) < 0.5)
+    names = pairs.names()
+    out = []
+    for key, ratios in pairs.ratios().items():
+        logs = [math.log(r) for r in ratios]
+        out.append({"trial": names.get(key, key), "pairs": len(logs),
+                    "sd_log": statistics.stdev(logs) if len(logs) > 1 else float("nan"),
+                    "mean_log": statistics.fmean(logs) if logs else float("nan"),
+                    "legs_apart": sum(apart.get(key, [])), "legs": len(apart.get(key, []))})
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("results", nargs="+", type=Path, help="`vitbench ab --results` directories")
+    for d in ap.parse_args().results:
+        print(d)
+        for row in noise(d):
+            print(f"  {row['trial'][:40]:40s} pairs {row['pairs']:2d}  sd(log) {row['sd_log']:.3f}  "
+                  f"mean(log) {row['mean_log']:+.3f}  legs < half in common {row['legs_apart']}/{row['legs']}")
+
+
+if __name__ == "__main__":
+    main()
