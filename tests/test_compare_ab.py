@@ -281,7 +281,10 @@ def test_ab_head_against_itself_end_to_end(tmp_path):
                               "--results", str(tmp_path / "r")])
     assert res.exit_code in (0, 1, 3), res.output
     assert "ViT-Nano/4 infer" in res.output and "paired: 2 round pairs" in res.output
-    assert len(list((tmp_path / "r").glob("*/pair0*/results.jsonl"))) == 4
+    from vitbench.compare.schedule import legs_of
+
+    pairs = sorted((tmp_path / "r").glob("*/pair0*"))  # 2 sides x 2 pairs, each leg with its rows
+    assert len(pairs) == 4 and all((leg / "results.jsonl").is_file() for p in pairs for leg in legs_of(p)), pairs
 
 
 def test_refs_environment_is_this_one_when_its_pins_are_a_subset(tmp_path, monkeypatch):
