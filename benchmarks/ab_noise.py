@@ -18,9 +18,9 @@ from datetime import datetime
 from pathlib import Path
 
 from vitbench.compare.ab import Pairs
+from vitbench.compare.comparison import load_records
 from vitbench.compare.match import DEFAULT_IGNORE, group
 from vitbench.compare.schedule import legs_of
-from vitbench.compare.comparison import load_records
 from vitbench.store import select
 
 

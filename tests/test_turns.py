@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from cluster_fixtures import wait_for
 
 from vitbench import turns
 from vitbench.backends.base import Backend
@@ -54,18 +55,11 @@ def test_two_sides_windows_alternate_one_for_one(referee):
     assert all(x != y for x, y in zip(log, log[1:])), log  # never the same side twice in a row
 
 
-def _wait_for(cond, timeout=5.0):
-    end = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < end, "timed out"
-        time.sleep(0.01)
-
-
 def test_a_side_that_passed_waits_for_the_other_until_its_round_ends(referee):
     t = turns.Turn(referee.paths["a"])
     th = threading.Thread(target=t.take)
     th.start()
-    _wait_for(lambda: referee.takes["a"] == 1)
+    wait_for(lambda: referee.takes["a"] == 1, 5, "a's take")
     u = turns.Turn(referee.paths["b"])
     b = threading.Thread(target=lambda: (u.take(), u.give_back()))  # b's first trial, the same as a's
     b.start()
@@ -88,7 +82,7 @@ def test_a_process_that_dies_holding_the_turn_frees_it(referee):
     code = ("import os, sys; from vitbench import turns\n"
             "t = turns.Turn(sys.argv[1]); t.take(); os._exit(0)\n")
     proc = subprocess.Popen([sys.executable, "-c", code, referee.paths["a"]])
-    _wait_for(lambda: referee.takes["a"] == 1, timeout=60)  # a waits first: it gets the turn when b asks
+    wait_for(lambda: referee.takes["a"] == 1, 60, "a's take")  # a waits first: it gets the turn when b asks
     t = turns.Turn(referee.paths["b"])
     got = threading.Thread(target=t.take)
     got.start()
