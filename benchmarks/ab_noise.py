@@ -1,5 +1,7 @@
 """The noise of `vitbench ab` runs kept with `--results DIR`: per trial, the sd of the pair log-ratios (read the way
-`ab` reads them: vitbench.compare.ab.Pairs, best step per leg, geometric mean over the legs, busy pairs left out),
+`ab` reads them: vitbench.compare.ab.Pairs, best step per leg, geometric mean over the legs; busy pairs left out
+as the rows read the load, which under-reads it where the gate's own processes fill the machine: `ab` itself
+measured the load around each pair and may have left out more),
 their mean, and how many legs had less than half of the trial's time in common between the two sides (the
 two sides' runs of the trial, from their rows' started_at and finished_at).
 
