@@ -1,5 +1,5 @@
 """Shared test setup: a private cache dir (matmul peak) so tests never touch ~/.cache, a quick peak measurement
-(inherited by trial processes), and a CLI runner."""
+(inherited by trial processes), no inherited output width, and a CLI runner."""
 
 from __future__ import annotations
 
@@ -21,9 +21,13 @@ QUICK_PEAK = '{"cpu_sizes": [128, 256], "seconds": 0.05}'
 
 @pytest.fixture(autouse=True, scope="session")
 def _private_cache(tmp_path_factory):
-    saved = {k: os.environ.get(k) for k in ("VITBENCH_CACHE_DIR", "VITBENCH_PEAK_POLICY")}
+    saved = {k: os.environ.get(k) for k in ("VITBENCH_CACHE_DIR", "VITBENCH_PEAK_POLICY", "COLUMNS", "LINES")}
     os.environ["VITBENCH_CACHE_DIR"] = str(tmp_path_factory.mktemp("vitbench-cache"))
     os.environ["VITBENCH_PEAK_POLICY"] = QUICK_PEAK
+    # output width as where no terminal is attached (vitbench.cli.common): pytest-xdist's workers get COLUMNS=80
+    # from xdist, a developer's shell may export its own; a test that wants a width sets COLUMNS itself
+    for k in ("COLUMNS", "LINES"):
+        os.environ.pop(k, None)
     yield
     for k, old in saved.items():
         if old is None:

@@ -29,7 +29,7 @@ from records import record
 
 from vitbench.executors import Job, Role
 from vitbench.executors.local import LocalExecutor
-from vitbench.executors.overlap import ENV, Presence
+from vitbench.executors.overlap import CMD_CHARS, ENV, Presence
 from vitbench.report import build_report
 from vitbench.runner import run_study
 from vitbench.store import Store, read_records
@@ -66,7 +66,9 @@ def test_presence_sees_live_trials_tells_them_and_ignores_dead_ones(registry):
             mine = registry / f"{os.getpid()}.trial"
             head = json.loads(mine.read_text().splitlines()[0])
             assert head["pid"] == os.getpid() and head["run_id"] == "my-run" and head["cwd"] == os.getcwd()
-            assert head["launcher_pid"] == os.getpid() and "pytest" in head["cmd"]  # no multiprocessing helper
+            # no multiprocessing helper: this process's own command line (pytest's, or an xdist worker's)
+            own_cmd = " ".join(psutil.Process().cmdline())[:CMD_CHARS]
+            assert head["launcher_pid"] == os.getpid() and head["cmd"] == own_cmd
             # a trial of this sweep that starts after us appends itself to our entry; so did an older vitbench's
             with open(mine, "a") as f:
                 f.write(json.dumps({"id": "s/k2", "pid": 12345, "run_id": "my-run", "launcher_pid": 1,
