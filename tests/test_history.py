@@ -4,6 +4,7 @@ and calibration, series normalised where the machine changed, change points, and
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -234,6 +235,7 @@ def _ab_dir(d: Path, ratio: float, base: str | None, cur: str = "c" * 40) -> Pat
 def test_an_ab_run_records_paired_points_against_its_baseline_commit(cli, tmp_path):
     """Each trial's quiet pair ratios, their geometric mean, and the baseline's commit: one series per trial and
     baseline, never mixed with ratios against another commit nor with absolute speeds."""
+    from vitbench.compare.ab import DEFAULT_STATISTIC
     from vitbench.history import series as hs
     from vitbench.history.collect import PAIRED_SUFFIX
 
@@ -247,7 +249,15 @@ def test_an_ab_run_records_paired_points_against_its_baseline_commit(cli, tmp_pa
     vit = [s for s in hs.build(list(store.read(db)), (paired,)) if s.model == "ViT-Nano/4"]
     assert sorted((s.baseline, len(s.values), s.basis) for s in vit) == [("a" * 40, 2, "paired"),
                                                                         ("b" * 40, 1, "paired")]
-    assert all(s.trial.endswith(f" vs {s.baseline[:12]}") for s in vit)
+    assert all(s.trial.endswith(f" vs {s.baseline[:12]}, {DEFAULT_STATISTIC.value} step") for s in vit)
+    # ratios of another step statistic are another series: one that names its own, and one from before points
+    # named theirs (then ab's best step)
+    first = rows[0][1].raw
+    other = [(rows[0][0], dataclasses.replace(rows[0][1], raw={**first, "statistic": "median"})),
+             (rows[0][0], dataclasses.replace(rows[0][1], raw={k: v for k, v in first.items() if k != "statistic"}))]
+    split = [s for s in hs.build(rows + other, (paired,)) if s.baseline == "a" * 40]
+    assert sorted((s.trial.rsplit(", ", 1)[1], len(s.values)) for s in split) == sorted(
+        [(f"{DEFAULT_STATISTIC.value} step", 2), ("median step", 1), (f"{hs.PAIRED_BEFORE_STATISTIC} step", 1)])
     r = cli("history", "--db", db, "--metric", paired, "--format", "json")
     assert r.exit_code == 0 and {d["basis"] for d in json.loads(r.stdout)["series"]} == {"paired"}, r.output
     # an ab directory that does not name its baseline's commit: the run and its absolute points, no paired one

@@ -62,13 +62,23 @@ def f64_std(values):
 Z_STAT = 5.0
 
 
+def quantile_sd(cv: float, n: int, q: float, spike_p: float = 0.0) -> float:
+    """Relative standard deviation of the q-quantile of such n step times: the sample quantile's asymptotic sd
+    sqrt(q (1 - q) / n) / f(x_q), f(x_q) = phi(z_q) / cv the density of log-times there (Kendall's Advanced Theory
+    of Statistics, vol. 1, 10.10); plus the spikes: K ~ Binomial(n, p) of them, all from below x_q (a x1.2 spike is
+    6 cv up: always above it), leave (n - K) steps of which q n lie below it: the quantile moves up q K / n
+    quantiles, (cv / phi(z_q)) q K / n in log-time (the two added, not in quadrature: an overstatement; at n = 50,
+    cv 0.03, p 0.03: 0.0062 against 0.0054 simulated for the median, 0.0077 against 0.0070 for q = 0.1)."""
+    from statistics import NormalDist
+
+    z = NormalDist()
+    density = np.exp(-z.inv_cdf(q) ** 2 / 2) / np.sqrt(2 * np.pi)
+    return cv / density * (np.sqrt(q * (1 - q) / n) + q * np.sqrt(n * spike_p * (1 - spike_p)) / n)
+
+
 def median_sd(cv: float, n: int, spike_p: float = 0.0) -> float:
-    """Relative standard deviation of the median of such n steps: the sample median's asymptotic sd
-    1 / (2 f(m) sqrt(n)), f(m) = 1 / (cv sqrt(2 pi)) the density of log-times at their median (Kendall's Advanced
-    Theory of Statistics, vol. 1, 10.10); plus the spikes: K ~ Binomial(n, p) of them, half from below the median
-    (a x1.2 spike is 6 cv up: always above it), move the median up K / (2 n) quantiles, cv sqrt(2 pi) K / (2 n) in
-    log-time (the two added, not in quadrature: an overstatement, 0.0062 against 0.0054 simulated at n = 50)."""
-    return cv * np.sqrt(2 * np.pi) * (0.5 / np.sqrt(n) + np.sqrt(n * spike_p * (1 - spike_p)) / (2 * n))
+    """Relative standard deviation of the median of such n steps (quantile_sd at q = 1/2)."""
+    return quantile_sd(cv, n, 0.5, spike_p)
 
 
 def min_sd(cv: float, n: int) -> float:

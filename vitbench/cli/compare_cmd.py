@@ -158,7 +158,8 @@ def ab_cmd(
                                        "from before turns runs together)."),
     statistic: str = from_constant("vitbench.compare.ab", "DEFAULT_STATISTIC",
                                    help="A trial's value in a round: best (fastest step: least moved by other "
-                                        "load) | median."),
+                                        "load) | p90 (the 90th percentile of its steps' img/s: the fast end, not "
+                                        "one lucky step) | median."),
     extra_work: float = typer.Option(None, "--test-extra-work", hidden=True,
                                      help="Test only: current's timed steps carry this fraction of extra real "
                                           "work (the gate's power test)."),
@@ -167,8 +168,9 @@ def ab_cmd(
 
     REF's code (git archive, removed afterwards) and the working tree each run `vitbench sweep STUDY` in their own
     environment (the same interpreter when vitbench/requirements.lock is identical, else a virtualenv from REF's
-    lock), in interleaved rounds A B, B A, ... Per trial, the ratio current / baseline of each pair's median img/s
-    gives a t-interval on the mean log-ratio; pairs are added until every trial is decided or the budget is spent.
+    lock), in interleaved rounds A B, B A, ... Per trial, the ratio current / baseline of each pair's img/s (the
+    --statistic of its steps) gives a t-interval on the mean log-ratio; pairs are added until every trial is
+    decided or the budget is spent.
 
     Exit code: 0 = no regression (every interval above 1 - threshold); 1 = a regression (an interval wholly below)
     or a trial ok on REF failed; 2 = bad input (unknown ref, not a git checkout, no study, bad option);

@@ -173,7 +173,7 @@ def _ab_info(path: Path) -> tuple[dict, list[Point]]:
                          task=cfg.get("task"), metric=METRIC + PAIRED_SUFFIX, unit="x",
                          higher_is_better=md.higher_is_better,
                          value=math.exp(statistics.fmean(math.log(r) for r in ratios)),
-                         raw={"pairs": ratios, "baseline": base}))
+                         raw={"pairs": ratios, "baseline": base, "statistic": pairs.statistic.value}))
     return info, out
 
 

@@ -12,8 +12,10 @@ the raw values (and the series says so in `basis`).
 
 A paired point (vitbench.history.collect.PAIRED_SUFFIX: current / baseline from one `ab` run) is a series per
 trial *and baseline commit*: ratios against one fixed commit are comparable with each other, ratios against
-different ones are not (chaining them would add every link's noise to every later point). Its basis is
-'paired': the machine is divided out within each pair, so nothing is normalised.
+different ones are not (chaining them would add every link's noise to every later point); and per step
+statistic (vitbench.compare.ab.Statistic, in the point's raw; 'best' where a point from before says none), as
+ratios of best steps and of 90th-percentile steps differ by design. Its basis is 'paired': the machine is divided
+out within each pair, so nothing is normalised.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from dataclasses import dataclass, field
 
 from vitbench.history.changes import Change, changes
 from vitbench.history.collect import PAIRED_SUFFIX
+
+PAIRED_BEFORE_STATISTIC = "best"  # the step statistic of paired points recorded before they named theirs (ab's then)
 from vitbench.history.store import Point, Run
 
 
@@ -72,18 +76,19 @@ def _when(run: Run) -> float:
 
 def build(rows: list[tuple[Run, Point]], metrics: tuple[str, ...] = ()) -> list[Series]:
     """The series of the stored (run, point) rows, for `metrics` (all when empty), without change points."""
-    groups: dict[tuple[str, str, str | None], list[tuple[Run, Point]]] = defaultdict(list)
+    groups: dict[tuple[str, str, str | None, str | None], list[tuple[Run, Point]]] = defaultdict(list)
     for run, pt in rows:
         if not metrics or pt.metric in metrics:
             paired = pt.metric.endswith(PAIRED_SUFFIX)
-            groups[pt.metric, pt.trial, str(pt.raw.get("baseline")) if paired else None].append((run, pt))
+            groups[pt.metric, pt.trial, str(pt.raw.get("baseline")) if paired else None,
+                   str(pt.raw.get("statistic", PAIRED_BEFORE_STATISTIC)) if paired else None].append((run, pt))
     out = []
-    for (metric, key, baseline), items in groups.items():
+    for (metric, key, baseline, stat), items in groups.items():
         items.sort(key=lambda rp: (_when(rp[0]), rp[0].id or 0))
         first = items[-1][1]
         s = Series(metric, first.unit, first.higher_is_better,
-                   first.label + (f" vs {baseline[:12]}" if baseline else ""), key, first.model, first.backend,
-                   first.task, baseline=baseline)
+                   first.label + (f" vs {baseline[:12]}, {stat} step" if baseline else ""), key, first.model,
+                   first.backend, first.task, baseline=baseline)
         cal_by_machine: dict[str, list[float]] = defaultdict(list)
         for run, pt in items:
             if pt.calibration:

@@ -35,7 +35,7 @@ MIN_WINDOWS = 5  # throughput windows at least: a median and a spread need sever
 TARGET_WINDOWS = 50
 
 
-def _quantile(sorted_xs: list[float], q: float) -> float:
+def quantile(sorted_xs: list[float], q: float) -> float:
     """Linear-interpolated quantile (numpy's default 'linear' method), q in [0, 1]."""
     if len(sorted_xs) == 1:
         return sorted_xs[0]
@@ -49,9 +49,9 @@ def _spread(xs: list[float]) -> dict[str, float]:
     ms = 1000.0
     mean = statistics.fmean(xs)
     return {
-        "step_ms_median": _quantile(xs, 0.5) * ms,
+        "step_ms_median": quantile(xs, 0.5) * ms,
         "step_ms_min": xs[0] * ms,
-        "step_ms_iqr": (_quantile(xs, 0.75) - _quantile(xs, 0.25)) * ms,
+        "step_ms_iqr": (quantile(xs, 0.75) - quantile(xs, 0.25)) * ms,
         "step_cv": (statistics.stdev(xs) / mean) if len(xs) > 1 and mean > 0 else 0.0,
     }
 
@@ -66,9 +66,9 @@ def summarize(step_s: list[float]) -> dict[str, float]:
         "steps": len(xs),
         **_spread(xs),
         "step_ms_mean": statistics.fmean(xs) * ms,
-        "step_ms_p10": _quantile(xs, 0.10) * ms,
-        "step_ms_p90": _quantile(xs, 0.90) * ms,
-        "step_ms_p99": _quantile(xs, 0.99) * ms,
+        "step_ms_p10": quantile(xs, 0.10) * ms,
+        "step_ms_p90": quantile(xs, 0.90) * ms,
+        "step_ms_p99": quantile(xs, 0.99) * ms,
         "timed_s": sum(xs),
     }
 
