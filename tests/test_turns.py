@@ -186,6 +186,45 @@ def test_an_overlong_label_is_refused_and_frees_nothing_it_did_not_hold(referee)
     u.give_back()
 
 
+def test_a_referee_from_before_labels_gets_plain_takes(tmp_path):
+    """`ab` run from a checkout older than labels (a bisect started there) measures a newer side: its referee drops
+    the connection at a labelled take, so the trial takes plainly on a new connection, and later takes go plainly
+    at once. A referee that is gone stays an OSError."""
+    import socket
+
+    path = str(tmp_path / "old.sock")
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(path)
+    srv.listen()
+    seen: list[bytes] = []
+
+    def old_referee():  # its protocol: TAKE is granted, GIVE_BACK answered by nothing, anything else dropped
+        for _ in range(2):
+            conn, _ = srv.accept()
+            while msg := conn.recv(1):
+                seen.append(msg)
+                if msg == turns.TAKE:
+                    conn.sendall(turns.GRANTED)
+                elif msg != turns.GIVE_BACK:
+                    break
+            conn.close()
+
+    th = threading.Thread(target=old_referee, daemon=True)
+    th.start()
+    t = turns.Turn(path)
+    t.take("measure ViT-Nano/4")
+    assert t.held and not t.labels
+    t.give_back()
+    t.take("measure R-Nano")
+    t.give_back()
+    t.sock.close()
+    th.join(timeout=10)
+    srv.close()
+    assert seen == [turns.TAKE_AS, turns.TAKE, turns.GIVE_BACK, turns.TAKE, turns.GIVE_BACK]
+    with pytest.raises(OSError):
+        turns.Turn(str(tmp_path / "gone.sock")).take("measure ViT-Nano/4")
+
+
 def test_without_turns_everything_is_a_no_op(monkeypatch):
     monkeypatch.delenv(turns.ENV, raising=False)
     with turns.held():

@@ -19,8 +19,9 @@ the other side's next one.
 
 Protocol, one connection per trial process (the process that took the turn; a forked child connects anew), single
 bytes: TAKE (answered GRANTED when the turn is this process's), TAKE_AS followed by the label and a newline (the
-same, labelled), PASS (hand it over; answered GRANTED when it is back), GIVE_BACK (no answer). A referee that has
-gone is an OSError: never a measurement that claims turns it did not take.
+same, labelled; a referee from before labels closes the connection at it, and the trial takes plainly instead), PASS
+(hand it over; answered GRANTED when it is back), GIVE_BACK (no answer). A referee that has gone is an OSError:
+never a measurement that claims turns it did not take.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ from collections.abc import Iterator
 ENV = "VITBENCH_TURNS"
 TAKE, PASS, GIVE_BACK, GRANTED = b"T", b"P", b"R", b"G"
 TAKE_AS = b"L"  # a labelled take: TAKE_AS + label + b"\n". The referee is the code running `ab`; an older one (from
-# before labels, run against a newer commit) drops the connection at TAKE_AS, and that side's trial fails loudly
+# before labels, run against a newer commit: a bisect started from an old checkout) drops the connection at TAKE_AS:
+# the trial then takes plainly on a new connection (matched by place, as that referee matches every take)
 LABEL_MAX = 400  # bytes of a label sent; a trial's role and key are far shorter
 
 
@@ -46,6 +48,7 @@ class Turn:
         self.sock: socket.socket | None = None
         self.pid = 0
         self.held = False
+        self.labels = True  # False once the referee closed on a labelled take: one from before labels
 
     def _send(self, msg: bytes, answer: bool) -> None:
         if self.sock is None or self.pid != os.getpid():  # first use, or a forked child: its own connection
@@ -57,9 +60,20 @@ class Turn:
             raise OSError(f"{ENV}={self.path}: the turns referee closed the connection")
 
     def take(self, label: str | None = None) -> None:
-        """Wait for the turn; `label` names the trial (see the module docstring), None for a take without one."""
-        msg = TAKE if label is None else TAKE_AS + label.encode()[:LABEL_MAX].replace(b"\n", b" ") + b"\n"
-        self._send(msg, answer=True)
+        """Wait for the turn; `label` names the trial (see the module docstring), None for a take without one. A
+        referee that closes the connection at a labelled take is one from before labels: the take is made again
+        plainly, on a new connection (one that is gone fails that too: an OSError, as before)."""
+        if label is not None and self.labels:
+            try:
+                self._send(TAKE_AS + label.encode()[:LABEL_MAX].replace(b"\n", b" ") + b"\n", answer=True)
+                self.held = True
+                return
+            except OSError:
+                self.labels = False
+                if self.sock is not None:
+                    self.sock.close()
+                self.sock = None
+        self._send(TAKE, answer=True)
         self.held = True
 
     def pass_over(self) -> float:
