@@ -89,7 +89,7 @@ NANO = "ViT-Nano/4"
 def test_a_transfer_commands_set_takes_a_path(monkeypatch, by_path, by_flag):
     """`--set PATH=VALUE` on pretrain, fewshot and finetune sets the field of that path (a dotted key; any other
     is an architecture override, as before): the task runs with the Params the flags give."""
-    from tests.test_commands_are_tasks import _caught
+    from test_commands_are_tasks import _caught
 
     task, params = _caught(monkeypatch, by_path)
     want_task, want = _caught(monkeypatch, by_flag)
