@@ -1,17 +1,19 @@
 """Give a checkout of vitbench from before `turns` the turn-taking harness, so that `vitbench ab` can measure it
 against a newer commit with `--schedule turns` (trials in step) instead of falling back to `together`.
 
-`ab` runs a side whose tree has no vitbench/turns.py `together`, whose pair noise on this 2-core VM is 2-6x that of
-`turns` (docs/compare.md, "Trials in step"), too much to decide a 5 % threshold. This script changes nothing that is
-measured: it copies this checkout's vitbench/turns.py (the client, standard library only) into TREE, hands the turn
-over after each timed window in the two timing loops (`start += turns.between_windows()`, the line the timers carry
-since turns: the wait is never timed) and holds it around the task in trial.py under the trial's role and key (the
-label the referee keeps the sides in step by). Commit the result on a throwaway branch and use it as `ab`'s REF.
+`ab` runs a side whose tree has no vitbench/turns.py `together`, whose pair noise on this 2-core VM is 2-6x that
+of `turns` (docs/compare.md, "Trials in step"), too much to decide a 5 % threshold. This script changes nothing
+that is measured: it copies this checkout's vitbench/turns.py (the client, standard library only) into TREE,
+hands the turn over after each timed window in the two timing loops (`start += turns.between_windows()`, the line
+the timers carry since turns: the wait is never timed) and holds it around the task in trial.py under the trial's
+role and key (the label the referee keeps the sides in step by). Commit the result on a throwaway branch and use
+it as `ab`'s REF.
 
 Used for issue 52's gate (docs/compare.md, "Issue 52 against its predecessor"):
 
     git worktree add -b pre52-turns /tmp/pre52 cf6ef75
-    python benchmarks/backport_turns.py /tmp/pre52 && git -C /tmp/pre52 commit -qam "turns backported"
+    python benchmarks/backport_turns.py /tmp/pre52
+    git -C /tmp/pre52 add -A && git -C /tmp/pre52 commit -qm "turns backported"
     vitbench ab pre52-turns --budget-s 600
 
 Fits the timers of commits whose loops stop on `window_done(...)` followed by `return times` (before a0fb3bc);
@@ -54,7 +56,8 @@ def backport(tree: Path) -> None:
         text, n = _loops((tree / rel).read_text())
         if n != 2:
             raise SystemExit(f"{tree / rel}: found {n} timing loops ending on window_done, expected 2")
-        head = "from vitbench.backends.workload import" if rel.endswith("base.py") else "from vitbench.backends.base import"
+        head = ("from vitbench.backends.workload import" if rel.endswith("base.py")
+                else "from vitbench.backends.base import")
         if head not in text:
             raise SystemExit(f"{tree / rel}: no '{head}' line to import turns before")
         edits[rel] = text.replace(head, f"from vitbench import turns{MARK}\n{head}", 1)
@@ -63,7 +66,8 @@ def backport(tree: Path) -> None:
     if run not in trial or "from vitbench import phases\n" not in trial:
         raise SystemExit(f"{tree / 'vitbench/trial.py'}: the task's run line or the phases import not found")
     trial = trial.replace(run, f'        with turns.held(f"{{job.role.value}} {{job.key}}"):{MARK}\n    {run}', 1)
-    edits["vitbench/trial.py"] = trial.replace("from vitbench import phases\n", "from vitbench import phases, turns\n", 1)
+    phases = "from vitbench import phases\n"
+    edits["vitbench/trial.py"] = trial.replace(phases, "from vitbench import phases, turns\n", 1)
     for rel, text in edits.items():
         (tree / rel).write_text(text)
     shutil.copyfile(HERE / "vitbench" / "turns.py", tree / "vitbench" / "turns.py")

@@ -253,8 +253,9 @@ def test_an_ab_run_records_paired_points_against_its_baseline_commit(cli, tmp_pa
     # ratios of another step statistic are another series: one that names its own, and one from before points
     # named theirs (then ab's best step)
     first = rows[0][1].raw
+    unnamed = {k: v for k, v in first.items() if k != "statistic"}
     other = [(rows[0][0], dataclasses.replace(rows[0][1], raw={**first, "statistic": "median"})),
-             (rows[0][0], dataclasses.replace(rows[0][1], raw={k: v for k, v in first.items() if k != "statistic"}))]
+             (rows[0][0], dataclasses.replace(rows[0][1], raw=unnamed))]
     split = [s for s in hs.build(rows + other, (paired,)) if s.baseline == "a" * 40]
     assert sorted((s.trial.rsplit(", ", 1)[1], len(s.values)) for s in split) == sorted(
         [(f"{DEFAULT_STATISTIC.value} step", 2), ("median step", 1), (f"{hs.PAIRED_BEFORE_STATISTIC} step", 1)])

@@ -20,9 +20,9 @@ NANO = "ViT-Nano/4"
 # tests check what vitbench does with LoadGen's verdicts, not how fast a model is)
 SHORT = {"min_duration_s": 0.3, "min_query_count": 32, "threads": 1, "warmup_steps": 1, "batch_size": 4,
          "qsl_images": 64}
-# LoadGen's early stopping proves a p90 from no fewer queries ("Only processed 32 queries. Need to process at least
-# 64 queries for early stopping"): a SingleStream or MultiStream run judged at p90 must ask for them, or it is VALID
-# only where SHORT's 0.3 s held 64 quick queries (not on a loaded machine: test_a_workload_without_host_input...)
+# LoadGen's early stopping proves a p90 from no fewer queries ("Only processed 32 queries. Need to process at
+# least 64 queries for early stopping"): a SingleStream or MultiStream run judged at p90 must ask for them, or it
+# is VALID only where SHORT's 0.3 s held 64 quick queries (not on a loaded machine)
 EARLY_STOP_QUERIES = 64
 
 

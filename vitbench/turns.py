@@ -19,9 +19,9 @@ the other side's next one.
 
 Protocol, one connection per trial process (the process that took the turn; a forked child connects anew), single
 bytes: TAKE (answered GRANTED when the turn is this process's), TAKE_AS followed by the label and a newline (the
-same, labelled; a referee from before labels closes the connection at it, and the trial takes plainly instead), PASS
-(hand it over; answered GRANTED when it is back), GIVE_BACK (no answer). A referee that has gone is an OSError:
-never a measurement that claims turns it did not take.
+same, labelled; a referee from before labels closes the connection at it, and the trial takes plainly instead),
+PASS (hand it over; answered GRANTED when it is back), GIVE_BACK (no answer). A referee that has gone is an
+OSError: never a measurement that claims turns it did not take.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from collections.abc import Iterator
 ENV = "VITBENCH_TURNS"
 TAKE, PASS, GIVE_BACK, GRANTED = b"T", b"P", b"R", b"G"
 TAKE_AS = b"L"  # a labelled take: TAKE_AS + label + b"\n". The referee is the code running `ab`; an older one (from
-# before labels, run against a newer commit: a bisect started from an old checkout) drops the connection at TAKE_AS:
-# the trial then takes plainly on a new connection (matched by place, as that referee matches every take)
+# before labels, run against a newer commit: a bisect started from an old checkout) drops the connection at
+# TAKE_AS: the trial then takes plainly on a new connection (matched by place, as that referee matches every take)
 LABEL_MAX = 400  # bytes of a label sent; a trial's role and key are far shorter
 
 

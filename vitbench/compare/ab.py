@@ -7,8 +7,8 @@ each half of the CPUs, in each of which both sides take turns window by window o
 two legs, both sides at once, each pinned to its own half of the CPUs and the halves swapped in the second leg, so
 that neither the moment nor the core favours a side; the side started first alternates from pair to pair, so that
 drift cancels over pairs. A side's value in a pair is the geometric mean over its legs of its statistic (the best,
-the 90th-percentile or the median step) in each leg: the ratio of two sides' values is then the geometric mean of the legs' ratios, in
-which a core's own speed cancels (docs/compare.md, "Cores that differ").
+the 90th-percentile or the median step) in each leg: the ratio of two sides' values is then the geometric mean of
+the legs' ratios, in which a core's own speed cancels (docs/compare.md, "Cores that differ").
 """
 
 from __future__ import annotations
@@ -60,9 +60,9 @@ class Statistic(Choice):
         return statistics.median(xs)
 
 
-# p90: 10 quiet A/A runs with trials in step (70 pairs) read again: the pair noise within a run at or below the best
-# step's on every trial; between runs R-Micro infer's 3-6x lower (a slow spell over most of a short trial leaves a
-# side one lone fast step), the others' within 0.008 of it (docs/compare.md, "Which step statistic")
+# p90: 10 quiet A/A runs with trials in step (70 pairs) read again: the pair noise within a run at or below the
+# best step's on every trial; between runs R-Micro infer's 3-6x lower (a slow spell over most of a short trial
+# leaves a side one lone fast step), the others' within 0.008 of it (docs/compare.md, "Which step statistic")
 DEFAULT_STATISTIC = Statistic.P90
 
 

@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from vitbench.history.changes import Change, changes
 from vitbench.history.collect import PAIRED_SUFFIX
 
-PAIRED_BEFORE_STATISTIC = "best"  # the step statistic of paired points recorded before they named theirs (ab's then)
+# the step statistic of paired points recorded before they named theirs (ab's default then)
+PAIRED_BEFORE_STATISTIC = "best"
 from vitbench.history.store import Point, Run
 
 
