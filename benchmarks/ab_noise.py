@@ -1,15 +1,16 @@
-"""The noise of `vitbench ab` runs kept with `--results DIR`: per trial, the sd of the pair log-ratios (read the way
-`ab` reads them: vitbench.compare.ab.Pairs, best step per leg, geometric mean over the legs; busy pairs left out
-as the rows read the load, which under-reads it where the gate's own processes fill the machine: `ab` itself
-measured the load around each pair and may have left out more),
-their mean, and how many legs had less than half of the trial's time in common between the two sides (the
-two sides' runs of the trial, from their rows' started_at and finished_at).
+"""The noise of `vitbench ab` runs kept with `--results DIR`: per trial, the sd of the pair log-ratios (read the
+way `ab` reads them: vitbench.compare.ab.Pairs, ab's step statistic per leg, geometric mean over the legs; busy
+pairs left out as the rows read the load, which under-reads it where the gate's own processes fill the machine:
+`ab` itself measured the load around each pair and may have left out more), their mean, and how many legs had
+less than half of the trial's time in common between the two sides (the two sides' runs of the trial, from their
+rows' started_at and finished_at).
 
-An A/A run (`vitbench ab HEAD --allow-same ... --results DIR`) gives the gate's noise on this host; docs/compare.md,
-"Trials in step", has the figures this printed. `--statistic` reads the same rounds by another step statistic
-(vitbench.compare.ab.Statistic). `--between`, over several A/A runs of one setting: per trial and statistic, the
-sd between the runs of each run's mean log ratio (what a history of anchored paired points sees, docs/history.md)
-beside the pooled within-run pair sd / sqrt(pairs) (what that would be if the runs shared nothing):
+An A/A run (`vitbench ab HEAD --allow-same ... --results DIR`) gives the gate's noise on this host;
+docs/compare.md, "Trials in step", has the figures this printed. `--statistic` reads the same rounds by another
+step statistic (vitbench.compare.ab.Statistic). `--between`, over several A/A runs of one setting: per trial and
+statistic, the sd between the runs of each run's mean log ratio (what a history of anchored paired points sees,
+docs/history.md) beside the pooled within-run pair sd / sqrt(pairs) (what that would be if the runs shared
+nothing):
 docs/compare.md, "Which step statistic".
 
     python benchmarks/ab_noise.py DIR [DIR ...] [--statistic p90]
@@ -46,8 +47,16 @@ def in_common(a: tuple[float, float], b: tuple[float, float]) -> float:
     return max(0.0, min(a[1], b[1]) - max(a[0], b[0])) / max(a[1] - a[0], b[1] - b[0], 1e-9)
 
 
+Read = tuple[Pairs, dict[str, list[bool]]]  # a run's pairs and which legs were apart (_read)
+
+
 def noise(results: Path, statistic: Statistic = DEFAULT_STATISTIC) -> list[dict]:
-    pairs = Pairs(statistic)
+    return _rows(*_read(results), statistic)
+
+
+def _read(results: Path) -> Read:
+    """The run's pairs as `ab` reads them, and per trial whether each leg's two sides were apart."""
+    pairs = Pairs()
     apart: dict[str, list[bool]] = {}
     for b_pair in sorted((results / "baseline").glob("pair*")):
         c_pair = results / "current" / b_pair.name
@@ -58,6 +67,11 @@ def noise(results: Path, statistic: Statistic = DEFAULT_STATISTIC) -> list[dict]
             bs, cs = _spans(b_leg), _spans(c_leg)
             for key in bs.keys() & cs.keys():
                 apart.setdefault(key, []).append(in_common(bs[key], cs[key]) < 0.5)
+    return pairs, apart
+
+
+def _rows(pairs: Pairs, apart: dict[str, list[bool]], statistic: Statistic) -> list[dict]:
+    pairs.statistic = statistic  # the ratios are worked out from the kept steps by this statistic
     names = pairs.names()
     out = []
     for key, ratios in pairs.ratios().items():
@@ -69,11 +83,11 @@ def noise(results: Path, statistic: Statistic = DEFAULT_STATISTIC) -> list[dict]
     return out
 
 
-def between(runs: list[Path], statistic: Statistic) -> dict[str, tuple[float, float]]:
+def between(runs: list[Read], statistic: Statistic) -> dict[str, tuple[float, float]]:
     """Trial -> (sd between the runs of their mean log ratios, pooled within-run pair sd / sqrt(mean pairs))."""
     per: dict[str, list[list[float]]] = {}
-    for d in runs:
-        for row in noise(d, statistic):
+    for read in runs:
+        for row in _rows(*read, statistic):
             if len(row["logs"]) > 1:
                 per.setdefault(row["trial"], []).append(row["logs"])
     out = {}
@@ -94,7 +108,8 @@ def main() -> None:
     if a.between:
         print(f"{len(a.results)} runs: per trial, sd between the runs' mean log ratios / within-run pair sd / "
               "sqrt(pairs)")
-        by = {st: between(a.results, st) for st in Statistic}
+        read = [_read(d) for d in a.results]  # each run read once, its ratios worked out by every statistic
+        by = {st: between(read, st) for st in Statistic}
         for trial in sorted(by[DEFAULT_STATISTIC]):
             print(f"  {trial[:40]:40s} " + "  ".join(f"{st.value} {by[st][trial][0]:.3f}/{by[st][trial][1]:.3f}"
                                                      for st in Statistic if trial in by[st]))

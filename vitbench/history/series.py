@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 
 from vitbench.history.changes import Change, changes
 from vitbench.history.collect import PAIRED_SUFFIX
+from vitbench.history.store import Point, Run
 
 # the step statistic of paired points recorded before they named theirs (ab's default then)
 PAIRED_BEFORE_STATISTIC = "best"
-from vitbench.history.store import Point, Run
 
 
 @dataclass
