@@ -13,7 +13,7 @@ import pytest
 from vitbench.fit import FitSpec, FormName, fit_group
 from vitbench.fit.backtest import RICHER, param_log_var, per_decade_score
 from vitbench.fit.combine import floor_bound, upper_cap
-from vitbench.fit.interval import END_MIN_POINTS, FULL_WINDOWS, LawError, dof_noise, end_noise, law_error
+from vitbench.fit.interval import FULL_WINDOWS, LawError, law_error
 
 from tolerances_stat import f64, gamma
 
@@ -199,50 +199,3 @@ def test_where_the_law_is_right_the_interval_is_never_narrower_than_its_paramete
     want = student(0.95, satterthwaite(v, [math.inf, le.noise_dof])) * np.sqrt(v[0] + v[1])
     slack = 2 * gamma(8) * np.abs(mid)  # the logs, exp and their difference in float64 (tolerances_stat)
     assert np.all((mid - low)[free] >= (want - slack)[free])
-
-
-def test_the_noise_is_the_whole_range_s_scaled_by_how_rough_its_last_half_is():
-    """end_noise on residuals alternating -+0.04 over the first half of the budgets and -+0.01 over the last (given
-    out of compute order: it sorts them): successive differences of 0.08 and 0.02, so the last half is a quarter as
-    rough as the whole range's mix, and the noise is the whole range's RMSE (dof-stretched for p = 3) times that
-    ratio, on the last half's points less one. Rising scatter gets a larger noise, never capped at the whole
-    range's; a curve of fewer than 2 x END_MIN_POINTS points keeps the whole range's noise and n - p."""
-    n, p = 16, 3
-    c = np.geomspace(1, 1e3, n)
-    r = np.r_[0.04 * (-1.0) ** np.arange(n // 2), 0.01 * (-1.0) ** np.arange(n // 2)]
-    order = np.random.default_rng(0).permutation(n)
-    noise, dof = end_noise(c[order], r[order], p)
-    d = np.diff(r)
-    whole, end = np.sqrt(np.mean(d**2) / 2), np.sqrt(np.mean(d[n // 2:] ** 2) / 2)
-    assert noise == f64(dof_noise(float(np.sqrt(np.mean(r**2))), n, p) * end / whole, roundings=24)
-    assert dof == n // 2 - 1
-    rising, _ = end_noise(c, r[::-1], p)
-    assert rising > dof_noise(float(np.sqrt(np.mean(r**2))), n, p)
-    short = 2 * END_MIN_POINTS - 1
-    assert end_noise(c[:short], r[:short], p) == (dof_noise(float(np.sqrt(np.mean(r[:short] ** 2))), short, p),
-                                                   float(short - p))
-
-
-def test_a_curve_whose_scatter_falls_is_predicted_with_the_scatter_of_its_last_budgets():
-    """An offset law measured at 40 budgets over four decades, its log noise falling 16x along them (sd 0.16 at the
-    smallest compute to 0.01 at the largest, as real learners' averaged curves fall: vitbench.fit.interval, "Noise
-    at the end of the range"): the noise the intervals use is the last half's, within the 99 % sampling range of a
-    variance estimate on ~13 degrees of freedom (20 successive differences, neighbours sharing a point: about 2/3
-    of them independent) of the last half's true rms, sqrt(chi2(13) quantiles / 13) = 0.52-1.51 (the whole range's
-    RMSE it is scaled from has 36 residual dof and is taken at its 99 % range too: 0.72-1.27 more either way); and
-    below the whole range's noise, which is 3x the last half's here."""
-    from scipy import stats
-
-    c = np.geomspace(1, 1e4, 40)
-    sd = 0.16 * (1 / 16) ** (np.log10(c) / 4)
-    last = np.sqrt(np.mean(sd[20:] ** 2))
-    lo13, hi13 = np.sqrt(stats.chi2.ppf([0.005, 0.995], 13) / 13)
-    lo36, hi36 = np.sqrt(stats.chi2.ppf([0.005, 0.995], 36) / 36)
-    for seed in range(3):
-        e = (0.1 + 3.0 * c**-0.4) * np.exp(np.random.default_rng(seed).normal(0, sd))
-        g = fit_group({}, c, e, [""] * len(c), FitSpec(bootstrap=0, reach=1.0, forms=[FormName.OFFSET]))
-        r = g.law().log_predict(c) - np.log(e)
-        whole = dof_noise(float(np.sqrt(np.mean(r**2))), len(c), 3)
-        le = g.law_error
-        assert lo13 * lo36 * last <= le.noise <= hi13 * hi36 * last and le.noise < whole, (seed, le.noise, last)
-        assert le.noise_dof == 19

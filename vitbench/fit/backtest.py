@@ -67,7 +67,7 @@ import numpy as np
 
 from vitbench.fit.estimate import CurveFit, FitStatus, fit_curve
 from vitbench.fit.forms import Form, FormName
-from vitbench.fit.interval import end_noise
+from vitbench.fit.interval import dof_noise
 from vitbench.fit.spec import N_CUTOFFS
 
 CUTOFF_STEP = 0.25  # of the reach, between neighbouring cut-offs (module docstring, "Cut-offs")
@@ -221,7 +221,7 @@ def _predict_from(fb: FormBacktest, c: np.ndarray, e: np.ndarray, cut: float, re
         fb.status, fb.message = small.status, small.message
         return False
     fb.fits[cut] = small.values()
-    fb.noise[cut] = end_noise(c[seen], np.log(small.predict(c[seen]) / e[seen]), fb.form.n_params)[0]
+    fb.noise[cut] = dof_noise(small.rmse_log, small.n_points, fb.form.n_params)
     full = bool(cut * 10**reach <= top * (1 + 1e-9))
     fb.points += [Prediction(cut, x, o, p, full) for x, o, p in
                   zip(c[ahead].tolist(), e[ahead].tolist(), small.predict(c[ahead]).tolist())]

@@ -23,8 +23,7 @@ What it is judged by. The combination's own backtest error at each cut-off is th
 misses at that cut-off's points (a log prediction minus a log observation, the weights summing to 1), so the
 prediction intervals (vitbench.fit.interval) are built from the combination's misses, not the chosen form's. The
 noise of one observation is the combination's in-sample RMSE of log residuals, stretched for the largest form's
-parameters (the combination has no more freedom than its richest member) and taken to the end of the measured
-range (vitbench.fit.interval.end_noise); a backtest fit's noise (the same, of its own residuals) is taken as the
+parameters (the combination has no more freedom than its richest member); a backtest fit's noise is taken as the
 weighted sum of its forms' (an upper bound on the combination's RMSE, by Minkowski's inequality).
 """
 
@@ -37,7 +36,7 @@ import numpy as np
 
 from vitbench.fit.backtest import param_log_var
 from vitbench.fit.estimate import CurveFit
-from vitbench.fit.interval import LawError, end_noise, law_error, student
+from vitbench.fit.interval import LawError, dof_noise, law_error, student
 
 CAP_BUDGETS = 64  # measured budgets the upper bound is taken over at most (evenly chosen, the largest always),
 # and points of its grid past the largest: each costs a bootstrap prediction per replicate and form, and the bound
@@ -156,7 +155,9 @@ def combined_law_error(law: Combined, m: Misses, compute: np.ndarray, error: np.
     the backtest's cut-offs and the spread ones, its in-sample noise on the fitted points (`compute`, `error`) and
     their backtest coverage (module docstring, "What it is judged by"); `prior`: the groups' prior k^2 on its drift
     (interval.prior_k2; None: its own)."""
-    noise, dof = end_noise(compute, law.log_predict(compute) - np.log(error), law.n_params)
+    n, p = len(compute), law.n_params
+    noise = dof_noise(law.rmse_log(compute, error), n, p)
+    dof = float(n - p) if n > p else math.inf
     if not m.err.size:
         return LawError(noise, 0.0, ci, noise_dof=dof)
     return law_error(m.cutoff, m.reach, m.err, m.noise, noise, ci, dof, m.fall,

@@ -7,9 +7,8 @@ for three reasons, independent to first order, so their variances (of the log er
   weighted mean of their variances; vitbench.fit.backtest.param_log_var). How far the forms disagree is the law's
   error, which the third term measures: counted in both, it was counted twice; and the third term's measure holds
   the parameter error too ("Parameters" below);
-- the noise of one observation where predictions are made: the combined law's in-sample RMSE of log residuals,
-  stretched by sqrt(n / (n - p)) for the p parameters of its richest form (the degrees of freedom the residuals
-  lost), taken to the end of the measured range ("Noise at the end of the range" below): `noise`;
+- the noise of one observation: the combined law's in-sample RMSE of log residuals, `noise`, stretched by
+  sqrt(n / (n - p)) for the p parameters of its richest form (the degrees of freedom the residuals lost);
 - the law itself: a law that is not the truth drifts from the curve as it extrapolates. Its error is measured by
   the backtest (fits on the smaller budgets against the points they never saw; the combined law's misses there,
   vitbench.fit.combine) and modelled as growing linearly
@@ -54,22 +53,6 @@ measured (docs/scaling-laws.md), too wide to use. So each sample is taken to the
 fit saw / decades the final fit saw)^SPAN_POWER, before k is formed; the backtest's own coverage takes the other
 cut-offs' samples to the span of the cut-off it judges.
 
-Noise at the end of the range. A prediction lies past the largest budget, and a curve's scatter need not be the
-same along it: on real learners' curves (the mean error of several training subsets) it falls as the training set
-grows, and the point-to-point roughness of the held-out budgets was 0.18-0.31 of the fitted range's (medians over
-the curves of four draws), 1.2-1.3x in its first half and 0.56-0.73x in its last; on synthetic curves of constant
-noise 0.9-1.1x throughout (docs/scaling-laws.md, issue 49's fourth round). The whole range's RMSE counted the early
-budgets' scatter into every prediction: 95 % intervals held 97.6 % of the learner curves' points half a decade
-out. So the noise is scaled by how rough the last half of the budgets is against all of them, each measured by
-the successive differences of the residuals in compute order (von Neumann 1941; Rice 1984, "Bandwidth choice for
-nonparametric regression": sd^2 ~ mean((r_i+1 - r_i)^2) / 2, blind to a smooth misfit, which the law term counts)
-and resting on the last half's points: its degrees of freedom are theirs less one (at most n - p). A curve of
-fewer than 2 x END_MIN_POINTS budgets keeps the whole range's noise. Not the last half's own RMSE: there the
-law's smooth misfit dominates the residuals (their RMSE was 0.97-0.99x the whole range's). Not a roughness itself
-as the noise: differences are blind to the slow part of correlated noise, which a new measurement carries (the
-synthetic curves with AR(1) noise held 88.5 %); a ratio of two roughnesses cancels it. Not extrapolated past
-the largest budget: the last half's level is taken as it is. The upper bound's tops (below) use it too: the
-measurement they bound is one at the predicted compute.
 Bounds. Every form is a decreasing law, so the error at a compute C is at most the error at any smaller compute:
 an interval is never wider than that allows. Its top at C is never above its top at a smaller compute: the running
 minimum of the tops from the smallest budget up to C (vitbench.fit.combine.upper_cap), so at most the top of the
@@ -100,9 +83,6 @@ from scipy import stats
 
 PRIOR_WINDOWS = 3.0  # the groups' prior on a group's law drift counts as 3x its own windows: the share of the
 # choice's prior (vitbench.fit.backtest.PRIOR_SHARE, 3/4), so both priors weigh the other groups alike
-END_MIN_POINTS = 4  # budgets the last half of a curve needs (3 successive differences) for its noise to be
-# measured apart from the whole range's (module docstring, "Noise at the end of the range"): fewer, and the ratio
-# of two roughnesses rests on 1-2 differences (Student's t(2) = 4.3 at 95 %)
 SPAN_POWER = 1.0  # a drift sample of a fit that saw S_c decades counts as (S_c / S)^SPAN_POWER of it for a fit
 # that saw S (module docstring, "Span"): between 0 (a law's wrong shape drifts alike whatever it saw) and 1.5 (a
 # fitted exponent's error, ~ S^-1.5 over budgets evenly spaced in log); measured 0.96 on synthetic curves with
@@ -205,29 +185,6 @@ def satterthwaite(variances: list, dofs: list[float]) -> np.ndarray:
 def dof_noise(rmse_log: float, n: int, p: int) -> float:
     """In-sample RMSE of log residuals stretched by sqrt(n / (n - p)) (0 residual dof: returned as is)."""
     return float(rmse_log * math.sqrt(n / (n - p))) if n > p else float(rmse_log)
-
-
-def roughness(log_resid: np.ndarray) -> float:
-    """The residuals' sd from their successive differences (in compute order): sqrt(mean(diff^2) / 2) (von
-    Neumann 1941; Rice 1984)."""
-    d = np.diff(np.asarray(log_resid, dtype=float))
-    return math.sqrt(float(np.mean(d**2)) / 2) if d.size else 0.0
-
-
-def end_noise(compute: np.ndarray, log_resid: np.ndarray, p: int) -> tuple[float, float]:
-    """(noise, degrees of freedom) of one observation's log at the end of the measured range: dof_noise of the
-    residuals' RMSE, times the last half's roughness over the whole range's, on the last half's points less one
-    (at most n - p); a curve of fewer than 2 x END_MIN_POINTS points, or one without roughness, keeps the whole
-    range's noise at n - p (module docstring, "Noise at the end of the range")."""
-    c, r = np.asarray(compute, dtype=float), np.asarray(log_resid, dtype=float)
-    n = r.size
-    noise = dof_noise(float(np.sqrt(np.mean(r**2))), n, p)
-    dof = float(n - p) if n > p else math.inf
-    r = r[np.argsort(c, kind="stable")]
-    end, whole = r[n // 2:], roughness(r)
-    if n < 2 * END_MIN_POINTS or whole <= 0:
-        return noise, dof
-    return noise * roughness(end) / whole, min(dof, float(end.size - 1))
 
 
 def drifts(cutoff: np.ndarray, reach: np.ndarray, err: np.ndarray, smallest: float | None = None,
