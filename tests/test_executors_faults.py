@@ -465,3 +465,36 @@ def test_ray_head_silent_for_head_lost_s_turns_every_trial_in_flight_into_a_row(
     monkeypatch.setattr("ray.shutdown", lambda: asked.append("shutdown"))
     ex.close()
     assert "shutdown" not in asked
+
+
+def test_ray_ctrl_c_cancels_again_until_every_task_has_ended(tmp_path, monkeypatch):
+    """One force-cancel is not always enough: a task cancelled right after it was submitted ran on to its end (the
+    Ctrl-C test, 2 runs of 13 on 2 cores) and wrote an `ok` row after its `interrupted` one. RayExecutor.cancel
+    asks again each CANCEL_RETRY_S while a task has not ended: here t1 ignores the first cancel and ends at the
+    second, t2 ends at the first; both jobs become `interrupted` rows."""
+    pytest.importorskip("ray")
+    from vitbench.executors import ray as ray_executor
+    from vitbench.executors.ray import RayExecutor
+
+    class Ref:
+        def __init__(self, tid):
+            self.tid = tid
+
+        def task_id(self):
+            return SimpleNamespace(hex=lambda: self.tid)
+
+    cancels: list[str] = []
+    ends_after = {"t1": 2, "t2": 1}  # the cancel at which each task ends
+
+    def wait(refs, num_returns, timeout):
+        ended = [r for r in refs if cancels.count(r.tid) >= ends_after[r.tid]]
+        return ended, [r for r in refs if r not in ended]
+
+    fake = SimpleNamespace(wait=wait, cancel=lambda ref, force: cancels.append(ref.tid))
+    monkeypatch.setattr(ray_executor, "CANCEL_RETRY_S", 0.01)
+    ex = RayExecutor(tmp_path)
+    monkeypatch.setattr(ex, "_ray", lambda: fake)
+    outcomes = ex.cancel([(_job("k1"), Ref("t1")), (_job("k2"), Ref("t2"))])
+    assert cancels == ["t1", "t2", "t1"]
+    assert [o.record.status for o in outcomes] == ["interrupted", "interrupted"]
+    assert [o.record.runner["task_id"] for o in outcomes] == ["t1", "t2"]
