@@ -397,14 +397,20 @@ def test_a_worker_path_not_of_its_kind_is_refused_before_anything_runs(tmp_path,
     assert sorted(p.name for p in res.iterdir()) == [bad.parent.name]  # nothing else written
 
 
+class _Ref:
+    """A fake Ray ObjectRef: what the executor asks of one, its task id."""
+
+    def __init__(self, tid: str):
+        self.tid = tid
+
+    def task_id(self):
+        return SimpleNamespace(hex=lambda: self.tid)
+
+
 # ---- Ray: a task lost with its node -----------------------------------------------------------------------
 def test_ray_task_lost_with_its_node_is_interrupted_and_carries_its_task_id(tmp_path, monkeypatch):
     ray = pytest.importorskip("ray")
     from vitbench.executors.ray import RayExecutor
-
-    class Ref:
-        def task_id(self):
-            return SimpleNamespace(hex=lambda: "abc123")
 
     ex = RayExecutor(tmp_path)
     for err, status in [(ray.exceptions.NodeDiedError("node 1 died"), "interrupted"),
@@ -414,7 +420,7 @@ def test_ray_task_lost_with_its_node_is_interrupted_and_carries_its_task_id(tmp_
             raise err
 
         monkeypatch.setattr(ex, "_ray", lambda get=get: SimpleNamespace(get=get))
-        rec = ex.collect(_job(), Ref()).record
+        rec = ex.collect(_job(), _Ref("abc123")).record
         assert rec.status == status and rec.runner["task_id"] == "abc123", (err, rec)
 
 
@@ -427,13 +433,6 @@ def test_ray_head_silent_for_head_lost_s_turns_every_trial_in_flight_into_a_row(
     from vitbench.errors import VitbenchWarning
     from vitbench.executors.ray import RayExecutor
 
-    class Ref:
-        def __init__(self, tid):
-            self.tid = tid
-
-        def task_id(self):
-            return SimpleNamespace(hex=lambda: self.tid)
-
     asked = []
     fake = SimpleNamespace(wait=lambda refs, num_returns, timeout: ([], refs),
                            cancel=lambda ref, force: asked.append(("cancel", ref.tid)),
@@ -443,7 +442,7 @@ def test_ray_head_silent_for_head_lost_s_turns_every_trial_in_flight_into_a_row(
     monkeypatch.setattr(ex, "_head_address", lambda: "GCS at 127.0.0.1:6379")
     silence = ["RpcError: Timed out while waiting for GCS to become available."]
     monkeypatch.setattr(RayExecutor, "_head_silence", staticmethod(lambda: silence[0]))
-    refs = [Ref("t1"), Ref("t2")]
+    refs = [_Ref("t1"), _Ref("t2")]
     assert ex.poll(refs) == []
     silence[0] = None  # it answers again: the silence starts over
     wait_for(lambda: ex.poll(refs) == [] and ex._silent_since is None, 5, "the answer")
@@ -476,13 +475,6 @@ def test_ray_ctrl_c_cancels_again_until_every_task_has_ended(tmp_path, monkeypat
     from vitbench.executors import ray as ray_executor
     from vitbench.executors.ray import RayExecutor
 
-    class Ref:
-        def __init__(self, tid):
-            self.tid = tid
-
-        def task_id(self):
-            return SimpleNamespace(hex=lambda: self.tid)
-
     cancels: list[str] = []
     ends_after = {"t1": 2, "t2": 1}  # the cancel at which each task ends
 
@@ -494,7 +486,7 @@ def test_ray_ctrl_c_cancels_again_until_every_task_has_ended(tmp_path, monkeypat
     monkeypatch.setattr(ray_executor, "CANCEL_RETRY_S", 0.01)
     ex = RayExecutor(tmp_path)
     monkeypatch.setattr(ex, "_ray", lambda: fake)
-    outcomes = ex.cancel([(_job("k1"), Ref("t1")), (_job("k2"), Ref("t2"))])
+    outcomes = ex.cancel([(_job("k1"), _Ref("t1")), (_job("k2"), _Ref("t2"))])
     assert cancels == ["t1", "t2", "t1"]
     assert [o.record.status for o in outcomes] == ["interrupted", "interrupted"]
     assert [o.record.runner["task_id"] for o in outcomes] == ["t1", "t2"]
