@@ -38,9 +38,14 @@ wait_for() {  # wait_for WHAT SECONDS CMD...
   for _ in $(seq "$n"); do "$@" >/dev/null 2>&1 && return 0; sleep 1; done
   echo "cluster up: $what did not come up; logs in $C/logs" >&2; tail -n 20 "$C"/logs/*.out >&2; exit 1
 }
-ray_worker() {
+alive_is() {  # alive_is N: exactly N raylets are alive in the head's view
+  python -c "import ray,sys; ray.init(address='127.0.0.1:6379', logging_level='ERROR'); sys.exit(len([n for n in ray.nodes() if n['Alive']]) != $1)"
+}
+ray_worker() {  # after a test killed the second raylet, the head may still count it alive for a while: wait until it
+  stop_named ray-worker  # does, or "2 alive" below would be the old one, and the new one would make 3 a moment later
+  wait_for "the head to let the old second raylet go" 90 alive_is 1
   start ray-worker env -u RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER python "$HERE/ray_loopback.py" start --address=127.0.0.1:6379 "${RAY_ARGS[@]}"
-  wait_for "second raylet" 90 python -c "import ray,sys; ray.init(address='127.0.0.1:6379', logging_level='ERROR'); sys.exit(len([n for n in ray.nodes() if n['Alive']]) != 2)"
+  wait_for "second raylet" 90 alive_is 2
 }
 ray_head() {
   start ray-head python "$HERE/ray_loopback.py" start --head --port=6379 --include-dashboard=false \
