@@ -490,3 +490,27 @@ def test_ray_ctrl_c_cancels_again_until_every_task_has_ended(tmp_path, monkeypat
     assert cancels == ["t1", "t2", "t1"]
     assert [o.record.status for o in outcomes] == ["interrupted", "interrupted"]
     assert [o.record.runner["task_id"] for o in outcomes] == ["t1", "t2"]
+    assert not [o for o in outcomes if "may still be running" in o.record.error.message]
+
+
+def test_ray_ctrl_c_says_which_cancelled_task_had_not_ended_by_the_deadline(tmp_path, monkeypatch):
+    """A task that ignores every cancel until grace_s + 10 s have passed: a warning, and its row (not the other
+    task's) says it may still be running."""
+    pytest.importorskip("ray")
+    from vitbench.errors import VitbenchWarning
+    from vitbench.executors import ray as ray_executor
+    from vitbench.executors.ray import RayExecutor
+
+    def wait(refs, num_returns, timeout):
+        ended = [r for r in refs if r.tid == "t2"]
+        return ended, [r for r in refs if r not in ended]
+
+    fake = SimpleNamespace(wait=wait, cancel=lambda ref, force: None)
+    monkeypatch.setattr(ray_executor, "CANCEL_RETRY_S", 0.01)
+    clock = iter(range(0, 10**6, 4))  # each look at the clock 4 s later: the deadline passes after a few asks
+    monkeypatch.setattr(ray_executor, "time", SimpleNamespace(monotonic=lambda: next(clock)))
+    ex = RayExecutor(tmp_path)
+    monkeypatch.setattr(ex, "_ray", lambda: fake)
+    with pytest.warns(VitbenchWarning, match="1 cancelled task.*had not ended"):
+        outcomes = ex.cancel([(_job("k1"), _Ref("t1")), (_job("k2"), _Ref("t2"))])
+    assert ["may still be running" in o.record.error.message for o in outcomes] == [True, False]

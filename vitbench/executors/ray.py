@@ -331,11 +331,13 @@ class RayExecutor(Executor):
         a task cancelled right after it was submitted ran on to its end in 2 of 13 runs of
         tests/test_executors.py's Ctrl-C test (ray 2.60, 2 cores; and once in a full suite): still running
         grace_s + 10 s later, it then measured beside the resumed sweep and wrote an `ok` row after its
-        `interrupted` one. Cancelling an ended task does nothing (Ray's docs), so asking again is safe."""
+        `interrupted` one. Cancelling an ended task does nothing (Ray's docs), so asking again is safe. A task
+        still not ended at the deadline is said, in a warning and in its row: it may still measure."""
         refs = [ref for _, ref in running if not isinstance(ref, _Unsent)]
         if refs:
             ray = self._ray()
-            deadline = time.monotonic() + self.opts.grace_s + 10
+            wait_s = self.opts.grace_s + 10
+            deadline = time.monotonic() + wait_s
             while refs:
                 for ref in refs:
                     with contextlib.suppress(Exception):
@@ -347,7 +349,13 @@ class RayExecutor(Executor):
                     _, refs = ray.wait(refs, num_returns=len(refs), timeout=min(CANCEL_RETRY_S, left))
                 except Exception:  # noqa: BLE001 - the head is gone: nothing more to ask
                     break
+        alive = {id(ref) for ref in refs}
+        if alive:
+            warnings.warn(f"executor 'ray': {len(alive)} cancelled task(s) had not ended {wait_s:g} s later and may "
+                          "still be measuring (`ray list tasks --filter state=RUNNING`); a sweep resumed now may "
+                          "measure beside them", VitbenchWarning, stacklevel=2)
         return [stored_row(self.results, job) or Outcome(failure(
-            job, Status.INTERRUPTED, "KeyboardInterrupt", "the sweep was interrupted; its Ray task was cancelled",
+            job, Status.INTERRUPTED, "KeyboardInterrupt", "the sweep was interrupted; its Ray task was cancelled"
+            + (f", but had not ended {wait_s:g} s later: it may still be running" if id(ref) in alive else ""),
             executor=self.name, **({} if isinstance(ref, _Unsent) else {"task_id": ref.task_id().hex()})))
             for job, ref in running]
