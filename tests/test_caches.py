@@ -105,6 +105,44 @@ def test_the_command_lists_prunes_and_refuses_bad_input(cli, root):
     for bad in ("-1", "abc"):
         r = cli("cache", "--prune", bad)
         assert r.exit_code == 2 and "--prune" in r.output
+    r = cli("cache", "--dry-run")  # alone it would look like a listing of what a prune removes
+    assert r.exit_code == 2 and "only with --prune" in r.output
+
+
+def test_prune_never_follows_a_link_to_a_user_s_files(root, tmp_path, cli):
+    """A link in the cache directory (a value kind or a compile cache that is a link to the user's directory, a
+    link inside a compile cache, a link among the files) is never followed: the user's files, however old, stay;
+    a compile cache that goes takes its inner link with it as a link, not what it points to."""
+    user = tmp_path / "userdata"
+    (user / "sub").mkdir(parents=True)
+    mine = [user / "thesis.tex", user / "sub" / "data.csv"]
+    for f in mine:
+        f.write_text("mine")
+    past = time.time() - 40 * DAY
+    for f in mine:
+        os.utime(f, (past, past))
+    (root / value_cache.SUBDIR / "kindX").symlink_to(user)
+    (paths.compile_root(root) / "torch-link").symlink_to(user)
+    (paths.compile_root(root) / "fw-1.0-host" / "inner").symlink_to(user)
+    os.utime(paths.compile_root(root) / "fw-1.0-host", (past, past))  # (the link made it new)
+    (root / "linked.json").symlink_to(mine[0])
+    assert {p.path.name for p in caches.parts(root)} == {"fw-1.0-host", "fw-2.0-host", "flops", "peaks.json"}
+    r = cli("cache", "--prune", "30", "--json")
+    assert r.exit_code == 0, r.output
+    assert sorted(json.loads(r.stdout)["pruned"]["paths"]) == ["compile/fw-1.0-host", "values/flops/old.json"]
+    assert all(f.read_text() == "mine" for f in mine)
+    assert (paths.compile_root(root) / "torch-link").is_symlink() and (root / "linked.json").is_symlink()
+
+
+def test_what_prune_could_not_remove_is_said_not_counted(root, monkeypatch):
+    def refuse(path):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(caches.shutil, "rmtree", refuse)
+    pruned = caches.prune(30, root)
+    assert [p.name for p in pruned.removed] == ["old.json"]
+    assert [(p.name, why) for p, why in pruned.failed] == [("fw-1.0-host", "Permission denied")]
+    assert pruned.bytes == 2
 
 
 def test_a_cache_or_lock_that_is_not_of_its_kind_is_refused_naming_it(monkeypatch, tmp_path):

@@ -12,12 +12,16 @@ them; `vitbench cache --prune DAYS` removes
   when it reads it).
 
 Files directly in the cache directory (the measured matmul peaks, peaks.json, and its lock) are measurements,
-not caches: listed, never removed. Removing a cache costs only a recompile or a recount on the next run; run it
-while no sweep is running (a directory being read by a running sweep goes with the rest).
+not caches: listed, never removed. Symbolic links are never followed, counted or removed: a link in the cache
+directory may lead to a user's own files (a link under a compile-cache directory goes with that directory as a
+link; what it points to stays). Removing a cache costs only a recompile or a recount on the next run; run it
+while no sweep is running (a directory being read by a running sweep goes with the rest). What could not be
+removed is said (`Pruned.failed`), not counted as removed.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from dataclasses import dataclass
@@ -51,8 +55,16 @@ class Part:
                 "bytes": self.bytes, "newest": self.newest}
 
 
+def _real_dir(p: Path) -> bool:
+    return p.is_dir() and not p.is_symlink()
+
+
 def _files(d: Path) -> list[Path]:
-    return [p for p in d.rglob("*") if p.is_file() and not p.is_symlink()] if d.is_dir() else []
+    """The regular files under `d`, links to files or directories neither followed nor listed."""
+    if not _real_dir(d):
+        return []
+    return [f for top, _, names in os.walk(d, followlinks=False) for f in (Path(top) / n for n in names)
+            if f.is_file() and not f.is_symlink()]
 
 
 def _part(kind: PartKind, path: Path) -> Part:
@@ -68,10 +80,10 @@ def _places(root: Path) -> list[tuple[PartKind, Path]]:
     the value kinds' directories."""
     if not root.is_dir():
         return []
-    out = [(PartKind.FILE, p) for p in root.iterdir() if p.is_file()]
+    out = [(PartKind.FILE, p) for p in root.iterdir() if p.is_file() and not p.is_symlink()]
     for kind, d in ((PartKind.COMPILE, compile_root(root)), (PartKind.VALUES, root / VALUES)):
-        if d.is_dir():
-            out += [(kind, p) for p in d.iterdir() if p.is_dir()]
+        if _real_dir(d):
+            out += [(kind, p) for p in d.iterdir() if _real_dir(p)]
     return sorted(out, key=lambda kp: str(kp[1]))
 
 
@@ -82,10 +94,12 @@ def parts(root: Path | None = None) -> list[Part]:
 
 @dataclass(frozen=True)
 class Pruned:
-    """What a prune removed (or, dry, would remove): paths and their bytes."""
+    """What a prune removed (or, dry, would remove): paths and their bytes; and what it could not remove, with
+    why."""
 
     removed: tuple[Path, ...]
     bytes: int
+    failed: tuple[tuple[Path, str], ...] = ()
 
 
 def prune(days: float, root: Path | None = None, dry_run: bool = False, now: float | None = None) -> Pruned:
@@ -96,21 +110,27 @@ def prune(days: float, root: Path | None = None, dry_run: bool = False, now: flo
         raise ValueError(f"days must be a number >= 0, got {days!r}")
     root = root or cache_dir()
     cutoff = (time.time() if now is None else now) - days * DAY_S
-    removed, size = [], 0
+    removed, size, failed = [], 0, []
+
+    def remove(path: Path, nbytes: int, rm) -> None:
+        nonlocal size
+        try:
+            if not dry_run:
+                rm(path)
+        except OSError as e:
+            failed.append((path, e.strerror or type(e).__name__))
+        else:
+            removed.append(path)
+            size += nbytes
+
     for kind, path in _places(root):
         if kind is PartKind.COMPILE:
             part = _part(kind, path)
             if part.newest is None or part.newest < cutoff:
-                removed.append(path)
-                size += part.bytes
-                if not dry_run:
-                    shutil.rmtree(path, ignore_errors=True)
+                remove(path, part.bytes, shutil.rmtree)  # rmtree removes links inside as links
         elif kind is PartKind.VALUES:  # entry by entry: each read of one sets its time
             for f in _files(path):
                 st = f.stat()
                 if st.st_mtime < cutoff:
-                    removed.append(f)
-                    size += st.st_size
-                    if not dry_run:
-                        f.unlink(missing_ok=True)
-    return Pruned(tuple(removed), size)
+                    remove(f, st.st_size, lambda f: f.unlink(missing_ok=True))
+    return Pruned(tuple(removed), size, tuple(failed))

@@ -11,6 +11,7 @@ from rich.table import Table
 from vitbench.cli import app
 from vitbench.cli.common import console, print_json
 from vitbench.cli.options import cli_option
+from vitbench.errors import ConfigError
 from vitbench.numfmt import fmt
 
 
@@ -38,6 +39,8 @@ def cache_cmd(
     from vitbench.caches import prune as prune_caches
     from vitbench.paths import check_cache_dir, check_dir
 
+    if dry_run and prune is None:
+        raise ConfigError("--dry-run: only with --prune DAYS (it says what that prune would remove)")
     root = check_cache_dir(compiling=False)  # a file there, or one that cannot be made or read: exit 2 naming it
     if prune is not None and not dry_run:
         check_dir(root, "cache directory")  # removing from it needs it writable (a read-only one: named, exit 2)
@@ -47,7 +50,8 @@ def cache_cmd(
         doc = {"cache_dir": str(root), "parts": [p.to_dict(root) for p in listed]}
         if pruned is not None:
             doc["pruned"] = {"days": prune, "dry_run": dry_run, "bytes": pruned.bytes,
-                             "paths": [str(p.relative_to(root)) for p in pruned.removed]}
+                             "paths": [str(p.relative_to(root)) for p in pruned.removed],
+                             "failed": [{"path": str(p.relative_to(root)), "why": why} for p, why in pruned.failed]}
         print_json(doc)
         return
     if pruned is not None:
@@ -58,6 +62,8 @@ def cache_cmd(
             console.print(f"  {escape(str(p.relative_to(root)))}", highlight=False)
         if len(pruned.removed) > 20:
             console.print(f"  ... and {len(pruned.removed) - 20} more", highlight=False)
+        for p, why in pruned.failed[:20]:
+            console.print(f"could not remove {escape(str(p.relative_to(root)))}: {escape(why)}", highlight=False)
     t = Table(title=f"cache directory {escape(str(root))}", title_justify="left")
     for col in ("what", "kind", "files", "MiB", "last used"):
         t.add_column(col, justify="left" if col in ("what", "kind") else "right")
