@@ -333,6 +333,34 @@ def test_cli_fit_out_naming_a_file_is_exit_2_before_fitting(cli, csv_path, tmp_p
     assert taken.read_text() == "x"
 
 
+def test_cli_fit_out_writes_only_its_own_files(cli, csv_path, tmp_path):
+    """--out holds a file of the user's: refused before fitting, nothing written, the file untouched; with
+    --allow-other-files the fit's files go beside it. A fit's own files are replaced by the next fit, but not once
+    the user edited one; a name taken by a folder stops it with nothing written (before: fit.json and two figures
+    were written, then it failed)."""
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "fit.json").write_text("mine")
+    args = ("fit", csv_path, "--compute", "exaflops", "--accuracy", "acc", "--bootstrap", "5", "--out", out)
+    r = cli(*args)
+    assert r.exit_code == 2 and "no fit can prove it wrote (fit.json)" in r.output and "Traceback" not in r.output
+    assert sorted(p.name for p in out.iterdir()) == ["fit.json"] and (out / "fit.json").read_text() == "mine"
+    (out / "fit.json").rename(out / "notes.txt")
+    r = cli(*args, "--allow-other-files")
+    assert r.exit_code == 0, r.output
+    assert (out / "notes.txt").read_text() == "mine" and json.loads((out / "fit.json").read_text())["groups"]
+    assert cli(*args, "--allow-other-files").exit_code == 0  # its own files: replaced
+    (out / "fit_curves.svg").write_text("edited")
+    r = cli(*args, "--allow-other-files")
+    assert r.exit_code == 2 and "fit_curves.svg not written by a fit" in " ".join(r.output.split())
+    assert (out / "fit_curves.svg").read_text() == "edited"
+    fresh = tmp_path / "fresh"
+    (fresh / "compute_frontier.png").mkdir(parents=True)
+    r = cli("fit", csv_path, "--compute", "exaflops", "--accuracy", "acc", "--bootstrap", "5", "--out", fresh,
+            "--allow-other-files")
+    assert r.exit_code == 2 and sorted(p.name for p in fresh.iterdir()) == ["compute_frontier.png"], r.output
+
+
 def test_backtest_cutoffs_full_reach_first_then_later_then_earlier():
     """--cutoffs 1: the full-reach cut-off alone; 3: it and the two later ones (3/4 and 1/2 of the reach before
     the last budget, predicting the rest); 4: one a quarter-reach earlier than the full-reach one too."""

@@ -14,10 +14,12 @@ from tolerances_stat import gamma
 from vitbench.models.analytic import analytic_counts
 from vitbench.models.specs import get_spec
 from vitbench.report import build_report
-from vitbench.report.outdir import MANIFEST
 from vitbench.report.accuracy_plots import pareto_front
+from vitbench.report.outdir import REPORT
 from vitbench.store import Store
 from vitbench.study import trial_key
+
+MANIFEST = REPORT.manifest
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

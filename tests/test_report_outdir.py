@@ -14,7 +14,9 @@ from test_report import make_results
 
 from vitbench.errors import ConfigError
 from vitbench.report import build_report
-from vitbench.report.outdir import LOCK, MANIFEST, STAGING
+from vitbench.report.outdir import LOCK, REPORT, STAGING
+
+MANIFEST = REPORT.manifest
 
 
 @pytest.fixture(scope="module")

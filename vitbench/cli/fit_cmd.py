@@ -15,7 +15,7 @@ from vitbench.cli.common import console, err_console, print_json, warn
 from vitbench.cli.options import cli_option, from_field
 from vitbench.errors import ConfigError, shorten
 from vitbench.fit.spec import FitSpec
-from vitbench.paths import check_dir, make_dir, write_atomic
+from vitbench.paths import check_dir, make_dir
 
 
 def _num(v: float | None) -> str:
@@ -167,6 +167,9 @@ def fit_cmd(
                                 help="Processes fitting groups in parallel (default: every core)."),
     as_json: bool = cli_option("json", "--json", help="Print one JSON document on stdout, nothing else."),
     out: str = typer.Option(None, "--out", "-o", help="Write fit.json and the plots (PNG + SVG) here."),
+    allow_other_files: bool = cli_option("allow_other_files", "--allow-other-files",
+                                         help="Write into an --out holding files no fit wrote: the fit's files go "
+                                              "beside them and never touch them."),
 ) -> None:
     """Fit scaling laws of error against compute per group, judge them by a backtest at the reach you need,
     predict: parameters with CIs, the backtest error, predictions with intervals, plots.
@@ -189,12 +192,14 @@ def fit_cmd(
                      {f: "--form" if f == "forms" else "--" + f.replace("_", "-") for f in FitSpec.model_fields})
     if out:
         check_dir(out, "--out")  # before minutes of bootstrap
+        if Path(out).is_dir():
+            _folder(Path(out), allow_other_files)  # files of another's there: refused now, not after the fit
     src = load_source(source)
     report = fit_source(src, spec, workers=workers, progress=_progress(time.monotonic()))
     doc = report.to_dict()
     written = []
     if out:
-        written = _write(src, report, doc, Path(out))
+        written = _write(src, report, doc, Path(out), allow_other_files)
     if as_json:
         for g in report.groups:
             for note in g.notes:
@@ -225,8 +230,19 @@ def _exit_if_unpredicted(report) -> None:
         raise typer.Exit(EXIT_UNPREDICTED)
 
 
-def _write(src, report, doc: dict, out: Path) -> list[Path]:
-    """Render fit.json and every figure first, then write each file whole (nothing half-written)."""
+def _folder(out: Path, allow_other: bool):
+    """--out as the fit's output folder (vitbench.report.outdir): only files a fit wrote there are replaced; a
+    folder holding anyone else's is refused unless `allow_other`."""
+    from vitbench.report.outdir import FIT, OutputFolder
+
+    folder = OutputFolder(out, allow_other=allow_other, writer=FIT)
+    folder.check()
+    return folder
+
+
+def _write(src, report, doc: dict, out: Path, allow_other: bool) -> list[Path]:
+    """Render fit.json and every figure first, then move them into --out (vitbench.report.outdir: nothing
+    half-written, no file of anyone else's overwritten)."""
     import io
     import json
 
@@ -247,4 +263,9 @@ def _write(src, report, doc: dict, out: Path) -> list[Path]:
             fig.savefig(buf, format=ext, dpi=130 if ext == "png" else None)
             files[f"{name}.{ext}"] = buf.getvalue()
     make_dir(out, "--out")
-    return [write_atomic(out / name, data) for name, data in files.items()]
+    folder = _folder(out, allow_other)
+    with folder.staging() as stage:
+        for name, data in files.items():
+            (stage / name).write_bytes(data if isinstance(data, bytes) else data.encode())
+        folder.publish(stage, list(files))
+    return [out / name for name in files]

@@ -36,7 +36,7 @@ CLI_DEFAULTS: dict[str, tuple[Any, str]] = {
     "format": ("table", "how a comparison is printed: table | md | json"),
     "report_formats": ("md,html,csv,parquet", "which report files are written"),
     "plots": (True, "whether the report writes its figures"),
-    "allow_other_files": (False, "report: whether --out may hold files no report wrote (never touched)"),
+    "allow_other_files": (False, "report, fit: whether --out may hold files they did not write (never touched)"),
     "tiny": (True, "whether `models` lists the tiny variants"),
     "filter": ("", "which names `models` lists (a glob; empty: all)"),
     "bench_task": ("infer", "which of bench's two tasks runs (infer | train); the task is not a field default"),

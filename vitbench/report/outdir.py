@@ -1,8 +1,8 @@
-"""Where `vitbench report` writes: only files it wrote itself and can prove it did.
+"""Where `vitbench report` (and `vitbench fit --out`) writes: only files it wrote itself and can prove it did.
 
-The proof is the folder's manifest (MANIFEST, written last by every report): each file the report wrote there,
+The proof is the folder's manifest (Writer.manifest, written last by every report): each file the report wrote there,
 with its size and SHA-256. A file is the report's own when the manifest names it, it is a plain file (not a link)
-with one of the report's suffixes (SUFFIXES: never a store's .jsonl) and its bytes still hash to what the report
+with one of the report's suffixes (Writer.suffixes: never a store's .jsonl) and its bytes still hash to what the report
 wrote. Anything else in the folder is another's: a file of the user's, a report file changed since (then it is
 the user's), a file listed by an older vitbench's manifest (a bare list of names, no hashes: nothing proves it),
 a store file, a folder. Then:
@@ -11,6 +11,9 @@ a store file, a folder. Then:
 - a folder holding files of another's is refused, unless the caller allows them (`allow_other`, the command's
   `--allow-other-files`): the report is then written beside them;
 - the files the previous report wrote and this one does not are removed, those it can prove only.
+
+Each writer (`Writer`: REPORT, FIT) has its manifest and suffixes: in one folder, a fit's files are another's to
+the report and the reverse, so neither removes nor replaces the other's.
 
 Staging: the files are rendered into a staging folder inside the output folder (STAGING + a random part), then
 moved into place one rename each (a new name with a link that fails if the name was taken meanwhile). The
@@ -30,16 +33,35 @@ import shutil
 import stat
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from vitbench.errors import ConfigError
 
-MANIFEST = ".vitbench-report.json"
-STAGING = ".vitbench-report-staging-"  # prefix of a report's staging folder in the output folder
-LOCK = ".lock"  # in a staging folder: held (flock) by its report while it runs
-SUFFIXES = (".md", ".html", ".csv", ".parquet", ".png", ".svg")  # every file a report writes ends so
-_MANIFEST_FORMAT = "vitbench report manifest 1"
+STAGING = ".vitbench-report-staging-"  # prefix of a writer's staging folder in the output folder
+LOCK = ".lock"  # in a staging folder: held (flock) by its writer while it runs
 _SHOWN = 5  # other files named in a refusal
+
+
+@dataclass(frozen=True)
+class Writer:
+    """What writes into an output folder: its name in messages, its manifest, the suffixes of its files."""
+
+    what: str
+    manifest: str
+    suffixes: tuple[str, ...]  # every file it writes ends so (never a store's .jsonl)
+    option: str = "--out"
+
+    @property
+    def format(self) -> str:
+        return f"vitbench {self.what} manifest 1"
+
+    def plain_name(self, name: str) -> bool:
+        return name == Path(name).name and name not in ("", ".", "..") and name.endswith(self.suffixes)
+
+
+REPORT = Writer("report", ".vitbench-report.json", (".md", ".html", ".csv", ".parquet", ".png", ".svg"))
+FIT = Writer("fit", ".vitbench-fit.json", (".json", ".png", ".svg"))
 
 
 def digest(path: Path) -> tuple[int, str] | None:
@@ -60,10 +82,10 @@ def digest(path: Path) -> tuple[int, str] | None:
         os.close(fd)
 
 
-def _read_manifest(out: Path) -> tuple[dict[str, dict], bool]:
-    """(name -> {size, sha256} of the files the last report wrote, whether MANIFEST is a report's own: this format
+def _read_manifest(out: Path, writer: Writer) -> tuple[dict[str, dict], bool]:
+    """(name -> {size, sha256} of the files the writer last wrote, whether its manifest is its own: this format
     or an older vitbench's list of names). A manifest that is neither is another's file."""
-    p = out / MANIFEST
+    p = out / writer.manifest
     if not p.exists() and not p.is_symlink():
         return {}, True
     if p.is_symlink() or not p.is_file():
@@ -74,26 +96,23 @@ def _read_manifest(out: Path) -> tuple[dict[str, dict], bool]:
         return {}, False
     if isinstance(doc, list) and all(isinstance(n, str) for n in doc):
         return {}, True  # an older vitbench's: it names its files but proves none of them
-    if not isinstance(doc, dict) or doc.get("format") != _MANIFEST_FORMAT \
+    if not isinstance(doc, dict) or doc.get("format") != writer.format \
             or not isinstance(doc.get("files"), dict):
         return {}, False
     files = {n: e for n, e in doc["files"].items()
-             if _plain_name(n) and isinstance(e, dict) and isinstance(e.get("sha256"), str)}
+             if writer.plain_name(n) and isinstance(e, dict) and isinstance(e.get("sha256"), str)}
     return files, True
 
 
-def _plain_name(name: str) -> bool:
-    return name == Path(name).name and name not in ("", ".", "..") and name.endswith(SUFFIXES)
-
-
 class OutputFolder:
-    """The report's output folder, read once before the report is rendered (`check`), then written (`publish`)."""
+    """A writer's output folder, read once before the files are rendered (`check`), then written (`publish`)."""
 
-    def __init__(self, out: Path, allow_other: bool = False):
+    def __init__(self, out: Path, allow_other: bool = False, writer: Writer = REPORT):
         self.out = out
         self.allow_other = allow_other
-        self.written, manifest_ours = _read_manifest(out)
-        self.own: set[str] = {MANIFEST} if manifest_ours else set()
+        self.writer = w = writer
+        self.written, manifest_ours = _read_manifest(out, w)
+        self.own: set[str] = {w.manifest} if manifest_ours else set()
         self.own |= {n for n, e in self.written.items() if digest(out / n) == (e.get("size"), e["sha256"])}
         self.others: list[str] = []
 
@@ -108,10 +127,11 @@ class OutputFolder:
             if entry.name not in self.own:
                 self.others.append(entry.name)
         if self.others and not self.allow_other:
+            w = self.writer
             raise ConfigError(
-                f"report directory {str(self.out)!r} holds {len(self.others)} file(s) no report can prove it "
-                f"wrote ({_names(self.others)}): nothing was written; give an empty or new --out, or pass "
-                "--allow-other-files to write the report beside them (they are never touched)")
+                f"{w.what} directory {str(self.out)!r} holds {len(self.others)} file(s) no {w.what} can prove it "
+                f"wrote ({_names(self.others)}): nothing was written; give an empty or new {w.option}, or pass "
+                f"--allow-other-files to write the {w.what}'s files beside them (they are never touched)")
 
     @contextlib.contextmanager
     def staging(self) -> Iterator[Path]:
@@ -119,7 +139,8 @@ class OutputFolder:
         try:
             stage = Path(tempfile.mkdtemp(dir=self.out, prefix=STAGING))
         except OSError as e:
-            raise ConfigError(f"report directory {str(self.out)!r} is not writable: {e.strerror or e}") from None
+            raise ConfigError(f"{self.writer.what} directory {str(self.out)!r} is not writable: "
+                              f"{e.strerror or e}") from None
         try:
             with open(stage / LOCK, "w") as lock:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -129,28 +150,29 @@ class OutputFolder:
 
     def publish(self, stage: Path, names: list[str]) -> None:
         """Move the staged files `names` into the folder, remove the previous report's files this one does not
-        write (those it can prove), and record what was written in MANIFEST (moved in last)."""
+        write (those it can prove), and record what was written in the manifest (moved in last)."""
+        w = self.writer
         taken = [n for n in names if n not in self.own and (os.path.lexists(self.out / n))]
         if taken:
-            raise ConfigError(f"report directory {str(self.out)!r}: {_names(taken)} not written by a report (or "
-                              "changed since): nothing was written; move it away or give another --out")
-        bad = [n for n in names if not _plain_name(n)]
+            raise ConfigError(f"{w.what} directory {str(self.out)!r}: {_names(taken)} not written by a {w.what} "
+                              f"(or changed since): nothing was written; move it away or give another {w.option}")
+        bad = [n for n in names if not w.plain_name(n)]
         if bad:  # a section's name that would not read back as the report's (vitbench.report.parts)
-            raise ConfigError(f"report file name(s) {_names(bad)}: a report writes only "
-                              f"{', '.join(SUFFIXES)} files")
+            raise ConfigError(f"{w.what} file name(s) {_names(bad)}: a {w.what} writes only "
+                              f"{', '.join(w.suffixes)} files")
         files = {}
         for n in names:
             size, sha = digest(stage / n)
             files[n] = {"size": size, "sha256": sha}
-        (stage / MANIFEST).write_text(json.dumps({"format": _MANIFEST_FORMAT, "files": files}, indent=1,
-                                                 sort_keys=True) + "\n")
+        (stage / w.manifest).write_text(json.dumps({"format": w.format, "files": files}, indent=1,
+                                                   sort_keys=True) + "\n")
         for n in names:
             _move(stage / n, self.out / n, replace=n in self.own)
         for n in set(self.written) - set(names):
             if n in self.own:  # proven: still the bytes a report wrote
                 (self.out / n).unlink(missing_ok=True)
-        _move(stage / MANIFEST, self.out / MANIFEST, replace=MANIFEST in self.own)
-        self.written, self.own = files, {MANIFEST, *names}
+        _move(stage / w.manifest, self.out / w.manifest, replace=w.manifest in self.own)
+        self.written, self.own = files, {w.manifest, *names}
 
 
 def _move(src: Path, dst: Path, replace: bool) -> None:
@@ -161,12 +183,12 @@ def _move(src: Path, dst: Path, replace: bool) -> None:
     try:
         os.link(src, dst)  # fails if the name was taken since the check: never over another's file
     except FileExistsError:
-        raise ConfigError(f"report file {str(dst)!r} appeared while the report was written: left as it is; "
-                          "run the report again") from None
+        raise ConfigError(f"file {str(dst)!r} appeared while vitbench wrote into its folder: left as it is; "
+                          "run the command again") from None
     except OSError:  # a file system without hard links
         if os.path.lexists(dst):
-            raise ConfigError(f"report file {str(dst)!r} appeared while the report was written: left as it is; "
-                              "run the report again") from None
+            raise ConfigError(f"file {str(dst)!r} appeared while vitbench wrote into its folder: left as it is; "
+                              "run the command again") from None
         os.rename(src, dst)
         return
     src.unlink()
