@@ -251,6 +251,30 @@ def test_max_batch_size_compared_without_step_samples():
     assert compare([mb(64)], [mb(63)]).exit_code == 0  # 1.6 % is under the 5 % threshold
 
 
+def test_an_ok_row_without_its_measure_or_with_an_impossible_one_is_never_a_pass():
+    """Rows vitbench never writes (edited, or another tool's): a current ok row without the img/s the baseline
+    has fails the check (before: 'no data', exit 0); a negative or overflowing speed, a step time <= 0, a negative
+    size is refused naming the row (before: a verdict on a ratio of -1), and so is a calibration of 0 under
+    --normalize (before: ZeroDivisionError)."""
+    base = bench_record("A")
+    bare = dataclasses.replace(base, metrics={k: v for k, v in base.metrics.items() if k != "img_per_s"},
+                               raw={}, run_id="run2")
+    cmp = compare([base], [bare])
+    assert [(r.metric, str(r.decision)) for r in cmp.rows] == [("img_per_s", "failed")] and cmp.exit_code == 1
+    assert "carry no img_per_s" in cmp.rows[0].note
+    assert compare([bare], [base]).exit_code == 0  # the baseline lacking it: nothing to judge against
+    for bad_step in (-0.01, 0.0, 1e-320):
+        odd = dataclasses.replace(base, raw={"step_s": [*base.raw["step_s"][:-1], bad_step]}, run_id="run2")
+        with pytest.raises(ConfigError, match="img_per_s (nan|inf) is not a finite number >= 0.*edited"):
+            compare([base], [odd])
+    negative = dataclasses.replace(base, metrics={**base.metrics, "batch_size_achieved": -8}, run_id="run2")
+    with pytest.raises(ConfigError, match="trial A-.*img_per_s -.* is not a finite number >= 0"):
+        compare([base], [negative])
+    zero_cal = [base, calibration_record([0.0, 0.0, 0.0])]
+    with pytest.raises(ConfigError, match="calibration .* is 0: nothing to divide by"):
+        compare(zero_cal, zero_cal, normalize=True)
+
+
 # -------------------------------------------------------------------------------------------------------------
 # Normalisation by the calibration workload
 # -------------------------------------------------------------------------------------------------------------

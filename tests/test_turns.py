@@ -250,8 +250,9 @@ def test_a_timing_loop_never_times_the_other_sides_turn(referee, monkeypatch):
     referee.finished("a")
     other.join(timeout=60)
     # each window is 2 steps of 5 ms, never the other side's 150 ms turn; and the stop rule's 50 ms are timed work
-    # only (counting the waits, one window would have been enough)
-    assert all(w < hold for w in times) and len(times) >= 5 and sum(times) >= stop.min_seconds
+    # only (counting the waits, one window would have been enough, its timed part under 50 ms). How many windows
+    # that takes depends on the load (4 of 10-15 ms at load average 5), so it is not asserted.
+    assert all(w < hold for w in times) and sum(times) >= stop.min_seconds
 
 
 ROUND_CODE = (

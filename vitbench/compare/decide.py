@@ -13,7 +13,7 @@ import numpy as np
 
 from vitbench.compare.match import Trial
 from vitbench.compare.runs import assumed_noise, between_runs, same_runs, widened
-from vitbench.errors import ConfigError
+from vitbench.errors import ConfigError, clip
 from vitbench.record import Record
 from vitbench.stats import MedianBatch, percentile_intervals, picked, repeat_picks
 from vitbench.tasks import Metric
@@ -66,13 +66,22 @@ def number(x) -> bool:
 
 
 def metric_samples(rec: Record, metric: Metric) -> list[float] | None:
-    """The samples a record offers for `metric`: its declared sampler (e.g. per-step img/s), else its value."""
-    if metric.samples is not None:
-        xs = metric.samples(rec)
-        if xs:
-            return xs
-    v = rec.metrics.get(metric.name)
-    return [float(v)] if number(v) else None
+    """The samples a record offers for `metric`: its declared sampler (e.g. per-step img/s), else its value. The
+    metrics compared (speeds, sizes, accuracies) are never negative, and vitbench writes no non-finite number: a
+    sample that is either (a row edited or written by another tool; steps so short a speed overflows) is refused
+    naming the row, never decided on (ConfigError)."""
+    xs = metric.samples(rec) if metric.samples is not None else None
+    if not xs:
+        v = rec.metrics.get(metric.name)
+        if v is None:
+            return None
+        xs = [float(v)] if number(v) else [v]
+    bad = next((x for x in xs if not number(x) or x < 0), None)
+    if bad is not None:
+        where = f"{rec.source or 'results'}: trial {clip(str(rec.key or rec.measured_config), 120)}"
+        raise ConfigError(f"{where}: {metric.name} {clip(repr(bad), 40)} is not a finite number >= 0, which "
+                          "vitbench never records: the row was edited or written by another tool; fix or remove it")
+    return xs
 
 
 def _timestamp(s) -> float | None:
@@ -121,6 +130,10 @@ class Calibrations:
         ident = tuple(sorted(id(c) for c in pool))
         if ident not in self._cache:
             self._cache[ident] = float(np.median([x for c in pool for x in metric_samples(c, self.metric)]))
+            if not self._cache[ident] > 0:
+                raise ConfigError(f"--normalize: the {self.side} results' calibration ({self.metric.name}) for "
+                                  f"backend {cfg.get('backend')!r} is {self._cache[ident]:g}: nothing to divide by "
+                                  f"({pool[0].source or 'results'}); compare without --normalize")
         return self._cache[ident]
 
 
@@ -242,6 +255,9 @@ def _rows(label: str, b: Trial, c: Trial, metrics: Sequence[Metric], threshold: 
         if bs is None or cs is None:
             row.baseline = bs[4] if bs else None
             row.current = cs[4] if cs else None
+            if cs is None:  # an ok row without the measure the baseline has: vitbench never writes one
+                row.decision = Decision.FAILED
+                notes.append(f"current's ok row(s) carry no {md.name}: edited or written by another tool?")
             row.note = "; ".join([*notes, f"not in {'baseline' if bs is None else 'current'}"])
             rows.append(row)
             continue

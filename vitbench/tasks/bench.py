@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from pydantic import BaseModel, Field
 
 from vitbench.backends.base import Capability, Step, StopRule
@@ -44,12 +46,14 @@ class Timing(BaseModel):
 
 def step_samples(rec: Record) -> list[float] | None:
     """Per-sample throughput (img/s): the achieved batch over each raw step time (latency timing: one per step;
-    throughput timing: one per window, its mean step time)."""
+    throughput timing: one per window, its mean step time). A step time that is not a number > 0 gives NaN, which
+    the comparison refuses naming the row (vitbench.compare.decide.metric_samples), never drops."""
     steps = rec.raw.get("step_s")
     batch = rec.metrics.get("batch_size_achieved") or rec.measured_config.get("batch_size")
     if not isinstance(steps, list) or not isinstance(batch, (int, float)) or isinstance(batch, bool):
         return None
-    xs = [batch / s for s in steps if isinstance(s, (int, float)) and s > 0]
+    xs = [batch / s if isinstance(s, (int, float)) and not isinstance(s, bool) and s > 0 else math.nan
+          for s in steps]
     return xs or None
 
 
