@@ -73,6 +73,34 @@ def test_garbage_in_the_middle_keeps_every_good_row(tmp_path):
     assert len(w) == 2
 
 
+def test_rows_of_another_shape_are_skipped_with_a_warning_not_a_traceback(tmp_path):
+    """Envelope fields of the wrong type (a list key, a list env, a number timestamp, a string raw...) and JSON
+    nested past Python's recursion limit: each such line is skipped with a warning naming it; the rest read."""
+    good = json.loads(json.dumps(rec(0).to_dict()))
+    odd = [{**good, "key": [1, 2]}, {**good, "env": [1, 2]}, {**good, "runner": ["x"]}, {**good, "raw": "abc"},
+           {**good, "finished_at": 12345}, {**good, "repeat": "0"}, {**good, "repeat": True}]
+    lines = [json.dumps(good), *map(json.dumps, odd), '{"a":' * 100000]
+    (tmp_path / "results.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.warns(CorruptLineWarning) as w:
+        recs = read_records(tmp_path)
+    assert [r.key for r in recs] == ["k0"] and len(w) == len(odd) + 1
+    assert "key (list, not a string)" in str(w[0].message) and "results.jsonl:2" in str(w[0].message)
+
+
+def test_a_shard_that_cannot_be_read_stops_the_reader_naming_it(tmp_path):
+    from vitbench.errors import ConfigError
+
+    with Store(tmp_path) as st:
+        st.append(rec(0))
+    (tmp_path / "results.w1.jsonl").symlink_to(tmp_path / "gone.jsonl")
+    with pytest.raises(ConfigError, match="results.w1.jsonl' is a link to nothing"):
+        read_records(tmp_path)
+    (tmp_path / "results.w1.jsonl").unlink()
+    (tmp_path / "results.w1.jsonl").mkdir()
+    with pytest.raises(ConfigError, match="results.w1.jsonl' is not a file"):
+        load(tmp_path)
+
+
 def test_latest_row_per_key_wins_and_calibration_rows_are_separate(tmp_path):
     with Store(tmp_path) as st:
         st.append(rec(0, status="interrupted", key="a"))

@@ -88,6 +88,11 @@ class ErrorInfo:
 
 # Envelope fields that identify a trial of a sweep (absent on a standalone measurement such as `vitbench bench`).
 JOB_FIELDS = ("key", "study", "study_sha", "run_id", "repeat")
+# The envelope's optional fields and their JSON types (absent or null: the default), checked when a row is read: a
+# row of another shape (edited, another tool's) is skipped with a warning, never a traceback in a reader.
+_ENVELOPE = (*((k, str, "a string") for k in ("key", "study", "study_sha", "run_id", "started_at", "finished_at")),
+             *((k, int, "an integer") for k in ("repeat", "method_version", "schema")),
+             *((k, dict, "an object") for k in ("raw", "env", "runner", "trial", "error")))
 
 
 @dataclass
@@ -162,6 +167,10 @@ class Record:
             status = Status(d["status"])
         except ValueError:
             raise ValueError(f"unknown status {d['status']!r}; allowed: {', '.join(STATUSES)}") from None
+        bad = [f"{k} ({type(d[k]).__name__}, not {want})" for k, types, want in _ENVELOPE
+               if d.get(k) is not None and (not isinstance(d[k], types) or isinstance(d[k], bool))]
+        if bad:
+            raise ValueError(f"field(s) of the wrong type: {'; '.join(bad)}")
         err = d.get("error")
         error = ErrorInfo(str(err.get("type")), str(err.get("message", "")), err.get("tail")) \
             if isinstance(err, dict) else None

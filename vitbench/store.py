@@ -82,9 +82,16 @@ def result_files(path: str | os.PathLike, recursive: bool = True) -> list[Path]:
         from vitbench.errors import ConfigError
 
         raise ConfigError(f"results path {str(p)!r} does not exist (expected a results directory or .jsonl file)")
-    files = p.rglob("results*.jsonl") if recursive else p.glob("results*.jsonl")
-    return sorted((f for f in files if f.is_file()),
-                  key=lambda f: (f.parent != p, str(f.parent), f.name != RESULTS_FILE, f.name))
+    files = list(p.rglob("results*.jsonl") if recursive else p.glob("results*.jsonl"))
+    unread = [f for f in files if not f.is_file()]
+    if unread:  # a shard that cannot be read would leave its rows out of every table and verdict, unsaid
+        from vitbench.errors import ConfigError
+
+        f = unread[0]
+        what = "a link to nothing" if f.is_symlink() and not f.exists() else "not a file"
+        raise ConfigError(f"results file {str(f)!r} is {what}: its rows cannot be read; restore or remove it"
+                          + (f" (and {len(unread) - 1} more like it)" if len(unread) > 1 else ""))
+    return sorted(files, key=lambda f: (f.parent != p, str(f.parent), f.name != RESULTS_FILE, f.name))
 
 
 def _parse_lines(data: bytes, path: Path, first_line: int = 1, final: bool = True) -> tuple[list[Record], int]:
@@ -134,8 +141,8 @@ def _parse_one(raw: bytes, path: Path, lineno: int, torn: bool) -> Record | None
         raise ConfigError(f"{path}:{lineno}: the row holds {e} (a non-finite number), which vitbench never "
                           "writes (it records null): the file was edited or written by another tool; fix or "
                           "remove that line") from None
-    except ValueError as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        what = ("torn last line (a write interrupted by a kill?)" if torn else "unparseable line")
+    except (ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors; nesting
+        what = ("torn last line (a write interrupted by a kill?)" if torn else "unparseable line")  # too deep
         warnings.warn(f"{path}:{lineno}: skipped {what}, {len(raw)} bytes: {str(e)[:120]}",
                       CorruptLineWarning, stacklevel=4)
         return None
