@@ -300,6 +300,40 @@ def test_append_refuses_what_is_no_measurement(cli, tmp_path):
     assert not (tmp_path / "h.sqlite").exists() or not list(store.read(tmp_path / "h.sqlite"))
 
 
+def test_append_refuses_damaged_or_already_appended_rows(cli, tmp_path):
+    """What is appended stays for good: a results directory with a line that cannot be read is refused naming
+    it (before: appended without a word), and the same rows appended again are refused naming the run they are
+    (before: a second run of the same data)."""
+    db = tmp_path / "h.sqlite"
+    res = _results(tmp_path / "r1", "a" * 40, 100.0, 0.05)
+    (res / "results.w1.jsonl").write_text("GARBAGE LINE\n")
+    r = cli("history", "append", res, "--db", db)
+    assert r.exit_code == 2 and "1 line(s) could not be read" in " ".join(r.output.split()), r.output
+    assert "results.w1.jsonl:1" in r.output and not db.exists()
+    (res / "results.w1.jsonl").unlink()
+    assert cli("history", "append", res, "--db", db).exit_code == 0
+    r = cli("history", "append", res, "--db", db, "--commit", "b" * 40)
+    assert r.exit_code == 2 and "appended already, as run 1" in " ".join(r.output.split()), r.output
+    assert len({run.id for run, _ in store.read(db)}) == 1
+
+
+def test_an_edited_history_is_refused_naming_what_was_edited(cli, tmp_path):
+    """Values `history append` never writes (a value <= 0 or not finite, info or raw that is not a JSON object),
+    put there by hand past the append-only triggers: exit 2 naming the run, not a series or a traceback."""
+    for column, value, says in (("value", -5.0, "holds value -5.0"), ("value", float("inf"), "holds value inf"),
+                                ("calibration", -1.0, "calibration -1.0"), ("raw", "{bad", "is not the JSON")):
+        db = tmp_path / f"{column}{value}.sqlite"
+        _history(db, [100.0, 101.0])
+        con = sqlite3.connect(db)
+        con.execute("DROP TRIGGER IF EXISTS points_append_only_u")
+        con.execute(f"UPDATE points SET {column} = ? WHERE run_id = 2", (value,))
+        con.commit()
+        con.close()
+        r = cli("history", "--db", db)
+        assert r.exit_code == 2 and "run 2" in r.output and says in r.output and "Traceback" not in r.output, (
+            column, r.output)
+
+
 # ---- series, change points, the exit code -------------------------------------------------------------------
 def test_a_step_is_found_with_its_size_confidence_and_commits():
     from vitbench.history.changes import changes

@@ -23,13 +23,22 @@ import subprocess
 from collections import defaultdict
 from pathlib import Path
 
-from vitbench.errors import ConfigError
-from vitbench.history.store import Point, Run, _finite
+from vitbench.errors import ConfigError, clip
+from vitbench.history.store import ROWS_KEY, Point, Run, _finite
 
 AB_SIDES = ("baseline", "current")  # vitbench ab --results DIR: one subdirectory per side (vitbench.compare.ab)
 PAIRED_SUFFIX = "_paired"  # a paired point's metric: ab's metric + this (img_per_s_paired: current / baseline)
 # The environment fields that name the machine (vitbench.env.machine_id's, read from the rows)
 MACHINE_FIELDS = ("hostname", "cpu_model", "cpu_count")
+
+
+def rows_sha256(records) -> str:
+    """The rows a run is made from, as one hash: each row's directory, trial, sweep run, status and end time
+    (the same results appended twice have the same hash; a sweep run again has new run ids and times)."""
+    import hashlib
+
+    lines = sorted(f"{r.source}|{r.key}|{r.run_id}|{r.status.value}|{r.finished_at}|{r.kind}" for r in records)
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
 
 
 def is_ab(path: Path) -> bool:
@@ -76,7 +85,12 @@ def _rounds(path: Path) -> list[list]:
     from vitbench.compare.comparison import load_records
     from vitbench.store import select
 
-    records = select(load_records(path), "all")  # the calibrations too
+    skipped: list[str] = []
+    records = select(load_records(path, skipped), "all")  # the calibrations too
+    if skipped:  # what is appended stays for good: never from a store that could not be read whole
+        raise ConfigError(f"RESULTS_DIR {path}: {len(skipped)} line(s) could not be read (first: "
+                          f"{clip(skipped[0], 300)}); nothing was appended: the history keeps what it is given "
+                          "for good, so fix or remove those lines first")
     by_dir: dict[str, list] = defaultdict(list)
     for r in records:
         by_dir[str(r.source)].append(r)
@@ -195,7 +209,8 @@ def collect(path: str | Path, commit: str | None = None, repo: str | Path = ".")
         raise ConfigError(f"RESULTS_DIR {p}: no ok row with a finite metric to record (failed, skipped or "
                           "non-finite rows are not measurements)")
     env = next((r.env for r in records if r.env), {})
-    info = {"env": env, "rounds": len(rounds)}  # the first row's environment: the versions measured with
+    info = {"env": env, "rounds": len(rounds),  # the first row's environment: the versions measured with
+            ROWS_KEY: rows_sha256(records)}
     if ab:
         info["ab"], paired = _ab_info(p)
         points += paired

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from vitbench.errors import ConfigError
 
+ROWS_KEY = "rows_sha256"  # in a run's info: the hash of the rows it was made from (the same rows append once)
 FORMAT = "vitbench history 1"  # the `meta` row that says a file is ours, and which layout it has
 BUSY_TIMEOUT_S = 60.0  # how long an append waits for another writer's transaction (each holds it < 1 s)
 HISTORY_ENV = "VITBENCH_HISTORY"  # the history file, where --db is not given
@@ -186,6 +187,12 @@ def append(path: str | Path, run: Run, points: Iterable[Point]) -> int:
     try:
         con.execute("BEGIN IMMEDIATE")
         try:
+            rows = run.info.get(ROWS_KEY)
+            same = rows and con.execute("SELECT id FROM runs WHERE json_extract(info, ?) = ?",
+                                        (f"$.{ROWS_KEY}", rows)).fetchone()
+            if same:
+                raise ConfigError(f"{run.path}: these rows were appended already, as run {same[0]}: nothing was "
+                                  "appended (a run is recorded once; measure again for another point)")
             cur = con.execute(
                 "INSERT INTO runs (appended_at, source, commit_sha, commit_date, run_date, machine, path, info) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -223,7 +230,8 @@ def read(path: str | Path) -> Iterator[tuple[Run, Point]]:
         for row in con.execute("SELECT id, appended_at, source, commit_sha, commit_date, run_date, machine, path, "
                                "info FROM runs ORDER BY id"):
             runs[row[0]] = Run(id=row[0], appended_at=row[1], source=row[2], commit=row[3], commit_date=row[4],
-                               run_date=row[5], machine=row[6], path=row[7], info=json.loads(row[8]))
+                               run_date=row[5], machine=row[6], path=row[7],
+                               info=_json_object(row[8], path, f"run {row[0]}'s info"))
         rows = con.execute("SELECT run_id, trial, label, model, backend, task, metric, unit, higher_is_better, "
                            "value, calibration, raw FROM points ORDER BY run_id, rowid").fetchall()
     except sqlite3.DatabaseError as e:
@@ -231,6 +239,24 @@ def read(path: str | Path) -> Iterator[tuple[Run, Point]]:
     finally:
         con.close()
     for r in rows:
+        if not (_finite(r[9]) and r[9] > 0) or not (r[10] is None or (_finite(r[10]) and r[10] > 0)) \
+                or r[0] not in runs:
+            raise _bad(Path(path), f"run {r[0]}'s point {str(r[2])[:80]} {str(r[6])[:40]} holds value {r[9]!r}, "
+                                   f"calibration {r[10]!r}, which `vitbench history append` never writes (a finite "
+                                   "number > 0 of a stored run): the file was edited")
         yield runs[r[0]], Point(trial=r[1], label=r[2], model=r[3], backend=r[4], task=r[5], metric=r[6],
                                 unit=r[7], higher_is_better=bool(r[8]), value=r[9], calibration=r[10],
-                                raw=json.loads(r[11]))
+                                raw=_json_object(r[11], path, f"run {r[0]}'s point {str(r[2])[:80]}"))
+
+
+def _json_object(text, path, what: str) -> dict:
+    """A stored JSON object (a run's info, a point's raw); the history refused (exit 2, naming what) if it is
+    not one: the file was edited."""
+    try:
+        doc = json.loads(text)
+    except (TypeError, ValueError, RecursionError):
+        doc = None
+    if not isinstance(doc, dict):
+        raise _bad(Path(path), f"{what} is not the JSON object `vitbench history append` writes: the file was "
+                               "edited")
+    return doc
