@@ -56,13 +56,19 @@ def test_where_selects_rows_and_refuses_anything_else(cli, two_models):
     assert [g["n_points"] for g in doc["groups"]] == [12] and not doc["groups"][0]["notes"]
     r = _fit(cli, two_models, "--where", "`model` in ['large']", "--json")
     assert r.exit_code == 0 and json.loads(r.stdout)["groups"][0]["n_points"] == 12
+    r = _fit(cli, two_models, "--where", "compute >= 2 ** -3 and compute < 10 ** 300", "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["groups"][0]["n_points"] == 24  # a literal exponent: allowed
     for expr, says in (("__import__('os').system('echo hi')", "call is not allowed"),
                        ("model.str.len() > 3", "not allowed"),
                        ("model[0] == 's'", "subscript is not allowed"),
                        ("@x > 1", "not an expression"),
                        ("size > 3", "no column 'size'"),
                        ("model ==", "not an expression"),
-                       ("model == 'nothing'", "kept none")):
+                       ("model == 'nothing'", "kept none"),
+                       ("10 ** 10 ** 10 > 1", "a power whose exponent"),  # would never end
+                       ("compute > 2 ** 99999", "a power whose exponent"),
+                       ("model == 'a' * 1000000000", "arithmetic on text"),  # gigabytes
+                       ("compute in [1] * 1000000000", "arithmetic on text or lists")):
         r = _fit(cli, two_models, "--where", expr)
         assert r.exit_code == 2 and "--where" in r.output and says in r.output, (expr, r.output)
         assert "Traceback" not in r.output and len(r.output) < 2048

@@ -37,6 +37,24 @@ MAX_WHERE_CHARS = 10_000  # a --where expression's length: room for an `in [...]
 _IDENTITY = ("model", "kind", "dataset", "shots", "task", "backend", "precision", "teacher", "distillation")
 
 
+MAX_WHERE_EXPONENT = 1000  # a power's exponent in --where: a literal up to this (10 ** 10 ** 10 would never end)
+
+
+def _cheap(node: ast.BinOp) -> bool:
+    """Arithmetic whose cost is bounded: no text or list operand (`'a' * 10**9` would take gigabytes), and a
+    power only to a literal exponent of at most MAX_WHERE_EXPONENT."""
+    def literal(n):
+        return isinstance(n, (ast.List, ast.Tuple)) or (isinstance(n, ast.Constant) and isinstance(n.value, str))
+
+    if literal(node.left) or literal(node.right):
+        return False
+    if isinstance(node.op, ast.Pow):
+        exp = node.right.operand if isinstance(node.right, ast.UnaryOp) else node.right
+        return isinstance(exp, ast.Constant) and isinstance(exp.value, (int, float)) \
+            and not isinstance(exp.value, bool) and abs(exp.value) <= MAX_WHERE_EXPONENT
+    return True
+
+
 def where(frame: pd.DataFrame, expr: str, where_text: str) -> pd.DataFrame:
     """The rows of `frame` for which `expr` holds; anything else than a row filter over its columns is a
     ConfigError naming --where."""
@@ -65,6 +83,10 @@ def where(frame: pd.DataFrame, expr: str, where_text: str) -> pd.DataFrame:
         if not isinstance(node, _OK_NODES):
             raise ConfigError(f"--where {shown}: {type(node).__name__.lower()} is not allowed; use column names, "
                               "constants, comparisons, arithmetic, and/or/not and `in [...]`")
+        if isinstance(node, ast.BinOp) and not _cheap(node):
+            raise ConfigError(f"--where {shown}: arithmetic on text or lists, or a power whose exponent is not a "
+                              f"number of at most {MAX_WHERE_EXPONENT} (it could run for hours); e.g. "
+                              "`compute >= 1e12`")
         if isinstance(node, ast.Name):
             col = names.get(node.id, node.id)
             if col not in frame.columns and col != "index":
