@@ -192,3 +192,20 @@ def test_a_fraction_s_prediction_interval_stops_at_1_a_loss_s_does_not(tmp_path)
     lo, hi = wide.band(np.log([0.5]), np.zeros(1))
     clo, chi = replace(wide, ceiling=1.0).band(np.log([0.5]), np.zeros(1))
     assert hi[0] > 1 and chi[0] == 1.0 and clo[0] == lo[0]  # the ceiling clips hi alone: lo, the same sum
+
+
+def test_no_law_anywhere_exits_1_and_a_compute_past_floating_point_exits_2(cli, tmp_path):
+    """One budget, or every row at one compute: no law in any group is no result (exit 1 naming why; before:
+    exit 0 with empty tables). Compute of 1e-300 or 1e299: the laws' coefficients in that unit are not finite
+    numbers, refused naming the row and the remedy (before: a math domain error traceback, or a CI of nan)."""
+    for name, rows in (("one", [(1.0, 0.5)]), ("same", [(100.0, 0.5), (100.0, 0.4), (100.0, 0.45)])):
+        p = tmp_path / f"{name}.csv"
+        pd.DataFrame(rows, columns=["compute", "error"]).to_csv(p, index=False)
+        r = _fit(cli, p)
+        assert r.exit_code == 1 and "no law could be fitted in any of the 1 group(s)" in r.output, r.output
+        assert "1 distinct compute value" in " ".join(r.output.split()) and "Traceback" not in r.output
+    for scale in (1e-300, 1e299):
+        p = tmp_path / "far.csv"
+        pd.DataFrame({"compute": C * scale, "error": _curve(0.5, 0.3, 0)}).to_csv(p, index=False)
+        r = _fit(cli, p)
+        assert r.exit_code == 2 and "must lie within 2e-56..4e+55" in r.output and "rescale" in r.output, r.output

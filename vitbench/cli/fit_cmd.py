@@ -213,18 +213,23 @@ def fit_cmd(
     _exit_if_unpredicted(report)
 
 
-EXIT_UNPREDICTED = 1  # --predict asked and some group has no prediction (or no interval): the input was valid
-# (a file of few budgets is one), the run could not give what it was asked, as a failed measurement exits 1
+EXIT_UNPREDICTED = 1  # --predict asked and some group has no prediction (or no interval), or no group has a law:
+# the input was valid (a file of few budgets is one), the run could not give a result, as a failed measurement
 
 
 def _exit_if_unpredicted(report) -> None:
     """After the output (the fits that were made are results): one line naming every group whose predictions
-    --predict asked for are missing or have no interval, and why; exit EXIT_UNPREDICTED."""
+    --predict asked for are missing or have no interval, or, where no group got a law at all, every group and
+    why; exit EXIT_UNPREDICTED."""
     from vitbench.errors import clip
+    from vitbench.fit.predict import no_law
 
     missing = [g.no_prediction for g in report.groups if g.no_prediction]
+    head = f"--predict: {len(missing)} of {len(report.groups)} groups not predicted: "
+    if not missing and report.groups and all(g.chosen is None for g in report.groups):
+        missing = [no_law(g) for g in report.groups]  # nothing fitted anywhere: no result, never exit 0
+        head = f"no law could be fitted in any of the {len(missing)} group(s): "
     if missing:
-        head = f"--predict: {len(missing)} of {len(report.groups)} groups not predicted: "
         err_console.print(f"[bold red]error:[/] {escape(clip(head + '; '.join(missing), 1000))}", highlight=False,
                           soft_wrap=True)
         raise typer.Exit(EXIT_UNPREDICTED)

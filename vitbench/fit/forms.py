@@ -28,6 +28,9 @@ import numpy as np
 B_MAX = 5.0  # exponent bound: published vision/language exponents are ~0.05-0.7 (Zhai 2022; Kaplan 2020)
 ALPHA_MAX = 10.0  # M4's alpha: beyond ~10 the exit from the plateau is a step; a fit there is flagged (Collapse)
 LOG_A = (math.log(1e-30), math.log(1e30))  # bounds on log(a) in normalised compute units
+# The compute values a fit takes: a's user-unit value a' s^b (s the compute's geometric mean, b up to B_MAX) must
+# be a finite double (~1e+-308) for every a within LOG_A: |log10 s| at most (308 - 30) / B_MAX, some 55 decades.
+COMPUTE_LIMIT = 10.0 ** ((math.log10(np.finfo(float).max) - LOG_A[1] / math.log(10)) / B_MAX)
 E0_HEADROOM = 1.5  # M4's e0 lies in [largest error, max(1, 1.5 x largest error)] (M4Form.bounds)
 _U_MAX = 60.0  # M4 solves for s = (E - e_inf) / (e0 - e_inf) no closer than e^-60 (~1e-26) to 0 or 1
 

@@ -32,7 +32,7 @@ from vitbench.fit.backtest import PRIOR_SHARE, Backtest, blended_scores, choose,
     param_log_var, prior_scores, run_backtest, scores, spread_backtest
 from vitbench.fit.combine import Combined, Misses, combined_law_error, floor_bound, misses, upper_cap
 from vitbench.fit.estimate import CurveFit, ParamEstimate, fit_curve
-from vitbench.fit.forms import FORMS, FormName
+from vitbench.fit.forms import COMPUTE_LIMIT, FORMS, FormName
 from vitbench.fit.interval import LawError, prior_k2
 from vitbench.fit.predict import Prediction, check_predict, no_law, predict_group
 from vitbench.fit.table import Source, SourceKind, columns_text, load_source, numeric_column
@@ -352,6 +352,11 @@ def fit_source(source: Source, spec: FitSpec = FitSpec(), *, workers: int | None
     if bad.any():
         raise ConfigError(f"{where}: column {shorten(spec.compute, 60)} (--compute) must be > 0 for a log-scale "
                           f"fit: {_row(compute, bad)}")
+    bad = usable & ((compute < 1 / COMPUTE_LIMIT) | (compute > COMPUTE_LIMIT))
+    if bad.any():
+        raise ConfigError(f"{where}: column {shorten(spec.compute, 60)} (--compute) must lie within "
+                          f"{1 / COMPUTE_LIMIT:.0e}..{COMPUTE_LIMIT:.0e} (the laws' coefficients in its unit must be "
+                          f"finite numbers): {_row(compute, bad)}; rescale it, e.g. FLOPs / 1e18 = exaFLOPs")
     zero = usable & (error == 0)
     if zero.all() or (usable & ~zero).sum() == 0:
         raise ConfigError(f"{where}: {error_label} ({option}) is 0 in every row: a log-space fit needs error > 0")
