@@ -534,3 +534,14 @@ def test_end_to_end_sweep_rounds_then_compare(tmp_path, cli):
         assert r.exit_code == 1, r.output
     else:
         assert "decision: inconclusive" in entry["extra"] and r.exit_code == 0, r.output
+
+
+def test_control_characters_from_a_results_file_never_reach_the_terminal(tmp_path, cli):
+    """A model name holding ESC [2J (clear the screen) and an OSC title sequence: printed as visible \\x1b
+    escapes, never as the bytes (before: written raw by compare and report)."""
+    evil = "ViT\x1b[2J\x1b]0;PWN\x07"
+    b = write_jsonl(tmp_path / "base.jsonl", [bench_record(evil)])
+    c = write_jsonl(tmp_path / "cur.jsonl", [bench_record(evil, run_id="run2")])
+    r = cli(b, c)
+    assert r.exit_code in (0, 3), r.output  # one run a side: no change or undecided, as the noise falls
+    assert "\x1b" not in r.output and "ViT\\x1b[2J\\x1b]0;PWN" in r.output

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import warnings
 
 from rich.console import Console, ConsoleDimensions
+from rich.segment import Segment
 from rich.table import Table
 
 from vitbench.choices import not_allowed
@@ -75,8 +77,23 @@ def fit_table(console: Console, table: Table) -> int:
     return max(console.width, sum(widths) + extra)
 
 
+# Control characters in text a user or a results file supplied (a model name with ESC [2J clears a terminal, an
+# OSC sequence retitles it): written as visible escapes, never to the terminal as they are. Tab and newline stay;
+# rich's own styles and cursor controls are not text and are untouched.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def visible(text: str) -> str:
+    """`text` with its control characters (tab and newline apart) written as \\xNN escapes."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 class _Console(Console):
-    """rich's Console with vitbench's width rules (see the module docstring)."""
+    """rich's Console with vitbench's width rules (see the module docstring) and no control characters from text
+    (`visible`)."""
+
+    def _render_buffer(self, buffer) -> str:
+        return super()._render_buffer(s if s.control else Segment(visible(s.text), s.style) for s in buffer)
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
@@ -96,7 +113,7 @@ class _Console(Console):
         if any(map(long, objects)):  # laid out by long_table; written as it is where no style would show
             for o in objects:
                 if long(o) and self.color_system is None and not self.record:
-                    self.file.write("".join(f"{line}\n" for line in lines(o, self.width, styled=False)))
+                    self.file.write("".join(f"{visible(line)}\n" for line in lines(o, self.width, styled=False)))
                 elif long(o):
                     super().print("\n".join(lines(o, self.width)), highlight=False, soft_wrap=True)
                 else:
