@@ -236,6 +236,8 @@ def test_config_difference_and_method_version_do_not_match():
     # --ignore lets a field differ on purpose
     c = bench_record("A", threads=4)
     assert len(compare([a], [c], ignore=("threads",)).rows) == 1
+    with pytest.raises(ConfigError, match="--ignore thread: no trial has this field; fields: .*threads"):
+        compare([a], [c], ignore=("thread",))  # misspelt: it would have matched nothing more, silently
 
 
 def test_max_batch_size_compared_without_step_samples():
@@ -425,10 +427,11 @@ def test_cli_exit_codes_and_formats(tmp_path, cli):
     assert cli(b, slow, "--threshold", "0.2").exit_code == 0  # a 9 % drop is within a 20 % threshold
     assert cli(b, same, "--normalize", "--inject-slowdown", "2.0").exit_code == 1  # the self-test fires
     for args in ([b, str(tmp_path / "missing.jsonl")], [b, str(garbage)], [b, same, "--format", "xml"],
-                 [b, same, "--threshold", "-1"], [b, same, "--metric", "nope"]):
+                 [b, same, "--threshold", "-1"], [b, same, "--metric", "nope"], [b, same, "--metric", "x" * 10**5]):
         r = cli(*args)
         assert r.exit_code == 2, (args, r.output)
-        assert "error:" in r.output and "Traceback" not in r.output
+        assert "error:" in r.output and "Traceback" not in r.output and len(r.output) < 4000
+        assert "allowed:" in r.output or "--metric" not in args
 
 
 def test_missing_baseline_trials_fail_unless_allowed(tmp_path, cli):

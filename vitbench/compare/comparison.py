@@ -19,7 +19,7 @@ from vitbench.compare.decide import (DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD, REGR
                                      Row, compare_trials, number)
 from vitbench.compare.match import DEFAULT_IGNORE, group, labels, why_unmatched
 from vitbench.compare.runs import RUN_NOISE_MAX
-from vitbench.errors import ConfigError
+from vitbench.errors import ConfigError, clip
 from vitbench.record import Record, Status
 from vitbench.stats import N_BOOT
 
@@ -92,11 +92,14 @@ def load_records(path: str | Path, warnings: list[str] | None = None) -> list[Re
     with _w.catch_warnings(record=True) as caught:
         _w.simplefilter("always", CorruptLineWarning)
         records = read_records(path)
+    skipped = [str(w.message) for w in caught if issubclass(w.category, CorruptLineWarning)]
     if warnings is not None:
-        warnings.extend(str(w.message) for w in caught if issubclass(w.category, CorruptLineWarning))
+        warnings.extend(skipped)
     if not records:
-        raise ConfigError(f"{path}: no records (empty results; expected a results .jsonl file or a directory of "
-                          "them, as `vitbench sweep` writes)")
+        raise ConfigError(f"{path}: no records ("
+                          + (f"{len(skipped)} line(s) skipped, none a record; first: {clip(skipped[0], 200)}"
+                             if skipped else "empty results")
+                          + "; expected a results .jsonl file or a directory of them, as `vitbench sweep` writes)")
     return records
 
 
@@ -152,7 +155,13 @@ def compare(baseline: Sequence[Record], current: Sequence[Record], *, threshold:
                           f"(e.g. 0.05 for 5 %); got {run_noise}")
     unknown = [m for m in metrics if m not in known]
     if unknown or not metrics:
-        raise ConfigError(f"--metric {', '.join(unknown) or '(none)'}: unknown; allowed: {', '.join(known)}")
+        raise ConfigError(f"--metric {clip(', '.join(unknown), 200) or '(none)'}: unknown; allowed: "
+                          f"{', '.join(known)}")
+    fields = {k for r in (*baseline, *current) for k in r.measured_config}
+    stray = [f for f in ignore if f not in fields]
+    if stray:  # a misspelt field would silently match nothing more
+        raise ConfigError(f"--ignore {clip(', '.join(stray), 200)}: no trial has this field; fields: "
+                          f"{clip(', '.join(sorted(fields)), 600)}")
     ignore = (*DEFAULT_IGNORE, *ignore)
     rng = np.random.default_rng(seed)
     bt, ct = group(select(baseline), ignore), group(select(current), ignore)

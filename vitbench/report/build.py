@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from vitbench.errors import ConfigError
+from vitbench.errors import ConfigError, clip
 from vitbench.paths import make_dir
 
 FORMATS = ("md", "html", "csv", "parquet")
@@ -86,7 +86,7 @@ def build_report(results: str | Path, out: str | Path | None = None, formats: It
     report wrote there (vitbench.report.outdir); a folder holding anyone else's files is refused unless
     `allow_other_files` (the report is then written beside them, none touched)."""
     from vitbench.report.outdir import OutputFolder
-    from vitbench.store import load_each
+    from vitbench.store import CorruptLineWarning, load_each
 
     formats = parse_formats(formats)
     results = Path(results)
@@ -95,7 +95,10 @@ def build_report(results: str | Path, out: str | Path | None = None, formats: It
         # the trials and the calibration in one read, raw timings as the JSON text the trials files hold
         df, cal = load_each(results, (None, ("calibration",)), raw_json=True)
     if df.empty:
-        raise ConfigError(f"{results}: no trial records to report on (run `vitbench sweep` first)")
+        skipped = [str(w.message) for w in caught if issubclass(w.category, CorruptLineWarning)]
+        raise ConfigError(f"{results}: no trial records to report on ("
+                          + (f"{len(skipped)} line(s) skipped, none a record; first: {clip(skipped[0], 200)}"
+                             if skipped else "run `vitbench sweep` first") + ")")
     out = Path(out) if out else (results if results.is_dir() else results.parent) / "report"
     make_dir(out, "report directory")
     folder = OutputFolder(out, allow_other=allow_other_files)
