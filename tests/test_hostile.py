@@ -137,7 +137,7 @@ CASES = {
     "report out /dev/null": case("report", "{results}", "--out", "/dev/null", says="--out"),
     "report format unknown": case("report", "{results}", "--format", "pdf✓", says="--format"),
     "report non-finite row": case("report", "{nonfinite}", says="non-finite"),
-    # --out holding what no report wrote (vitbench.report.outdir): refused, never overwritten, whatever is allowed
+    # --out holding what no report wrote (vitbench.outdir): refused, never overwritten, whatever is allowed
     "report out holds a user's report.md": case("report", "{results}", "--out", "{out_users_report}", "--no-plots",
                                                 "--allow-other-files", says="report.md"),
     "report out holds other files": case("report", "{results}", "--out", "{out_other_files}", "--no-plots",

@@ -412,8 +412,19 @@ def test_cli_checkpoint_at_another_resolution_writes_json_and_pictures(cli, tmp_
     doc = json.loads((out / "inspect.json").read_text())
     assert doc["grid"] == [8, 8] and doc["posemb_grid_trained"] == [4, 4] and doc["token_stride_px"] == 8
     assert doc["embedding_filter_components"] is None  # a hybrid's projection is 1x1 on CNN features
-    assert sorted(p.name for p in out.iterdir()) == sorted(["inspect.json", *doc["pictures"].values()])
+    assert sorted(p.name for p in out.iterdir()) == sorted([".vitbench-inspect.json", "inspect.json",
+                                                             *doc["pictures"].values()])
     assert set(doc["pictures"]) == {"posemb_similarity", "attention_distance", "attention_rollout"}
+    # its own files are replaced by the next run; a file of the user's in --out never is (refused before the
+    # model runs, nothing written; before: overwritten), unless --allow-other-files puts them beside it
+    args = ("inspect", ckpt, "-r", "64", "--images", "2", "--threads", "1", "--out", out)
+    assert cli(*args).exit_code == 0
+    (out / "attention_distance.png").write_text("mine")
+    r = cli(*args)
+    assert r.exit_code == 2 and "no inspect can prove it wrote (attention_distance.png)" in r.output, r.output
+    assert (out / "attention_distance.png").read_text() == "mine"
+    (out / "attention_distance.png").rename(out / "notes.png")
+    assert cli(*args, "--allow-other-files").exit_code == 0 and (out / "notes.png").read_text() == "mine"
 
 
 @pytest.mark.parametrize("args, match", [

@@ -15,7 +15,7 @@ from vitbench.models.analytic import analytic_counts
 from vitbench.models.specs import get_spec
 from vitbench.report import build_report
 from vitbench.report.accuracy_plots import pareto_front
-from vitbench.report.outdir import REPORT
+from vitbench.report.build import REPORT
 from vitbench.store import Store
 from vitbench.study import trial_key
 

@@ -1,6 +1,6 @@
 """The report writes only files it wrote itself and can prove it (issue 50): the folder's manifest holds each
 file's hash; a file of anyone else's is never overwritten, moved or removed, a folder holding such files is refused
-unless allowed, and a dead report's staging folder is cleaned up (vitbench.report.outdir)."""
+unless allowed, and a dead report's staging folder is cleaned up (vitbench.outdir)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from test_report import make_results
 
 from vitbench.errors import ConfigError
 from vitbench.report import build_report
-from vitbench.report.outdir import LOCK, REPORT, STAGING
+from vitbench.outdir import LOCK, STAGING
+from vitbench.report.build import REPORT
 
 MANIFEST = REPORT.manifest
 

@@ -51,6 +51,15 @@ def test_pretrain_with_few_steps_and_out_a_directory(run, tmp_path):
     for p in out.iterdir():  # a new file's usual mode, not mkstemp's 0600
         assert p.stat().st_mode & 0o777 == 0o666 & ~umask, oct(p.stat().st_mode)
     assert load_checkpoint(written).meta["config"]["warmup_steps"] == 2
+    # the same --out again: its own checkpoint replaced; a file of the user's there (the checkpoint's name, or
+    # the .json beside it) is refused before anything runs and never overwritten (before: replaced silently)
+    assert run("pretrain", *TINY, "--steps", "20", "--out", out).exit_code == 0
+    for mine in (written.with_suffix(".json"), written):
+        mine.write_text('{"my": "precious config"}')
+        r = run("pretrain", *TINY, "--steps", "20", "--out", out)
+        assert r.exit_code == 2 and "is not a vitbench checkpoint file" in " ".join(r.output.split()), r.output
+        assert mine.read_text() == '{"my": "precious config"}'
+        mine.unlink()
 
 
 @pytest.mark.parametrize("name,expected", [("x.pt", "name it 'x.pt.safetensors' or 'x.safetensors'"),

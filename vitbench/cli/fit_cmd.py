@@ -15,7 +15,8 @@ from vitbench.cli.common import console, err_console, print_json, warn
 from vitbench.cli.options import cli_option, from_field
 from vitbench.errors import ConfigError, shorten
 from vitbench.fit.spec import FitSpec
-from vitbench.paths import check_dir, make_dir
+from vitbench.paths import check_dir
+from vitbench.outdir import Writer
 
 
 def _num(v: float | None) -> str:
@@ -193,7 +194,7 @@ def fit_cmd(
     if out:
         check_dir(out, "--out")  # before minutes of bootstrap
         if Path(out).is_dir():
-            _folder(Path(out), allow_other_files)  # files of another's there: refused now, not after the fit
+            _check_out(Path(out), allow_other_files)  # files of another's there: refused now, not after the fit
     src = load_source(source)
     report = fit_source(src, spec, workers=workers, progress=_progress(time.monotonic()))
     doc = report.to_dict()
@@ -213,6 +214,7 @@ def fit_cmd(
     _exit_if_unpredicted(report)
 
 
+FIT_FILES = Writer("fit", ".vitbench-fit.json", (".json", ".png", ".svg"))  # what `fit --out` writes (outdir)
 EXIT_UNPREDICTED = 1  # --predict asked and some group has no prediction (or no interval), or no group has a law:
 # the input was valid (a file of few budgets is one), the run could not give a result, as a failed measurement
 
@@ -235,18 +237,16 @@ def _exit_if_unpredicted(report) -> None:
         raise typer.Exit(EXIT_UNPREDICTED)
 
 
-def _folder(out: Path, allow_other: bool):
-    """--out as the fit's output folder (vitbench.report.outdir): only files a fit wrote there are replaced; a
+def _check_out(out: Path, allow_other: bool) -> None:
+    """--out as the fit's output folder (vitbench.outdir): only files a fit wrote there are replaced; a
     folder holding anyone else's is refused unless `allow_other`."""
-    from vitbench.report.outdir import FIT, OutputFolder
+    from vitbench.outdir import OutputFolder
 
-    folder = OutputFolder(out, allow_other=allow_other, writer=FIT)
-    folder.check()
-    return folder
+    OutputFolder(out, FIT_FILES, allow_other=allow_other).check()
 
 
 def _write(src, report, doc: dict, out: Path, allow_other: bool) -> list[Path]:
-    """Render fit.json and every figure first, then move them into --out (vitbench.report.outdir: nothing
+    """Render fit.json and every figure first, then move them into --out (vitbench.outdir: nothing
     half-written, no file of anyone else's overwritten)."""
     import io
     import json
@@ -254,6 +254,7 @@ def _write(src, report, doc: dict, out: Path, allow_other: bool) -> list[Path]:
     from vitbench.fit import SourceKind
     from vitbench.report import figure as report_figure
     from vitbench.report import fit_figures
+    from vitbench.outdir import write_files
 
     figures = {"fit_curves": fit_figures.fitted_curves(src.frame, fits=report),
                "compute_frontier": fit_figures.compute_frontier(src.frame, fits=report)}
@@ -267,10 +268,5 @@ def _write(src, report, doc: dict, out: Path, allow_other: bool) -> list[Path]:
             buf = io.BytesIO()
             fig.savefig(buf, format=ext, dpi=130 if ext == "png" else None)
             files[f"{name}.{ext}"] = buf.getvalue()
-    make_dir(out, "--out")
-    folder = _folder(out, allow_other)
-    with folder.staging() as stage:
-        for name, data in files.items():
-            (stage / name).write_bytes(data if isinstance(data, bytes) else data.encode())
-        folder.publish(stage, list(files))
-    return [out / name for name in files]
+    return write_files(out, {n: d if isinstance(d, bytes) else d.encode() for n, d in files.items()}, FIT_FILES,
+                       allow_other)

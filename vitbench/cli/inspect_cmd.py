@@ -14,9 +14,11 @@ from vitbench.cli.common import (SET_HELP, checkpoint_fields, console, err_conso
                                  task_params, with_sets)
 from vitbench.cli.options import cli_option, from_field
 from vitbench.errors import ConfigError, shorten
+from vitbench.outdir import OutputFolder, Writer, write_files
 from vitbench.tasks.inspection import Inspect
 
 JSON_NAME = "inspect.json"
+INSPECT_FILES = Writer("inspect", ".vitbench-inspect.json", (".json", ".png"))  # what --out holds (vitbench.outdir)
 # Inspect's fields -> the options that set them where the option is named otherwise
 _NAMES = {"model": "SOURCE", "checkpoint": "SOURCE", "inspect_images": "--images", "inspect_rollout": "--rollout",
           "inspect_weights": "SOURCE"}
@@ -58,6 +60,9 @@ def inspect_cmd(
     threads: int = typer.Option(None, help="Intra-op threads."),
     as_json: bool = cli_option("json", "--json", help="One JSON document on stdout (nothing else)."),
     out: str = typer.Option(None, "--out", "-o", help=f"Directory for {JSON_NAME} and the PNG pictures."),
+    allow_other_files: bool = cli_option("allow_other_files", "--allow-other-files",
+                                         help="Write into an --out holding files inspect did not write: its files "
+                                              "go beside them and never touch them."),
 ) -> None:
     """Mean attention distance per layer and head (px; per axis for axial models), position-embedding
     similarity, embedding-filter principal components and attention rollout (paper Sec. 4.5, Fig. 6, 7, 11)."""
@@ -66,6 +71,8 @@ def inspect_cmd(
     from vitbench.paths import check_dir
 
     out_dir = check_dir(out, "--out") if out else None  # before the model runs
+    if out_dir is not None and out_dir.is_dir():  # files of another's there: refused now, not after the model ran
+        OutputFolder(out_dir, INSPECT_FILES, allow_other=allow_other_files).check()
     # the task's Params (what a study's inspect trial with these fields is), then the task: one path
     fields = {**_fields(source, sets, model), **({} if resolution is None else {"resolution": resolution})}
     names = {**_NAMES, "model": model_asked(model, sets, "SOURCE")}
@@ -77,11 +84,12 @@ def inspect_cmd(
     doc = {"source": origin, "backend": rec.config["backend"],
            "trained_resolution_px": rec.config.get("upstream_resolution", result.resolution_px), **rec.raw}
     if out_dir is not None:
-        from vitbench.paths import write_atomic
+        from vitbench.insight.pictures import render_pictures
 
-        pics = result.write_pictures(out_dir)
-        doc["pictures"] = {k.value: p.name for k, p in pics.items()}
-        write_atomic(out_dir / JSON_NAME, json.dumps(doc, indent=1).encode())
+        pics = render_pictures(result)
+        doc["pictures"] = {k.value: name for k, (name, _) in pics.items()}
+        write_files(out_dir, {JSON_NAME: json.dumps(doc, indent=1).encode(), **dict(pics.values())},
+                    INSPECT_FILES, allow_other_files)
         err_console.print(f"wrote {out_dir / JSON_NAME} and {len(pics)} pictures")
     if as_json:
         print_json(doc)

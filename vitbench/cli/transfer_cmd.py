@@ -104,7 +104,7 @@ def pretrain_cmd(
     reuse (an identical config is not trained twice); --out writes a copy of it there as well.
     """
     from vitbench.protocols.pretrain import cache_path
-    from vitbench.transfer.checkpoint import checkpoint_path
+    from vitbench.transfer.checkpoint import check_replaceable, checkpoint_path
 
     sets, set_fields, set_names = path_sets(Pretrain.name, sets)  # `--set upstream.lr=...`: a field by its path
     values = {**vars(upstream), "model": with_sets(model, sets), "backend": backend, "seed": seed,
@@ -113,6 +113,7 @@ def pretrain_cmd(
     task, params = task_params(Pretrain.name, names, **values)
     if out is not None:  # named as typed, before any training
         out = checkpoint_path(out, cache_path(params.upstream_config(task.name)).name, "--out")
+        check_replaceable(out, "--out")  # a file of the user's there (or its .json) is never overwritten
     rec = task().run(params)  # the study's path: cached, else pre-trained into the cache
     if rec.metrics.get("cached"):
         console.print(f"cached upstream: {escape(str(rec.config['checkpoint']))}")

@@ -8,7 +8,7 @@ Files written in `out` (default: <results>/report/):
     summary table (status, one per report section, failures)        formats csv, parquet
     <figure>.png and <figure>.svg for each figure that has data
     .vitbench-report.json: what the report wrote, with hashes: the only files a later report overwrites or
-    removes (vitbench.report.outdir: a folder holding files of anyone else's is refused unless allowed)
+    removes (vitbench.outdir: a folder holding files of anyone else's is refused unless allowed)
 
 The sections (a summary table and its figures per record kind) are registered by the report itself
 (vitbench.report.views; plug-ins add theirs through vitbench.report.parts): the report iterates them and names no

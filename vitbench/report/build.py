@@ -13,9 +13,12 @@ from pathlib import Path
 import pandas as pd
 
 from vitbench.errors import ConfigError, clip
+from vitbench.outdir import Writer
 from vitbench.paths import make_dir
 
 FORMATS = ("md", "html", "csv", "parquet")
+# what a report writes into its folder (vitbench.outdir: its manifest, the suffixes of its files)
+REPORT = Writer("report", ".vitbench-report.json", (".md", ".html", ".csv", ".parquet", ".png", ".svg"))
 
 
 STATUS = ("status", "Trials by task and status")
@@ -83,9 +86,9 @@ def _meta(df: pd.DataFrame, cal: pd.DataFrame) -> tuple[str, list[str]]:
 def build_report(results: str | Path, out: str | Path | None = None, formats: Iterable[str] = FORMATS,
                  plots: bool = True, allow_other_files: bool = False) -> Report:
     """Load `results` (a store directory or .jsonl file) and write the report files into `out`: only files a
-    report wrote there (vitbench.report.outdir); a folder holding anyone else's files is refused unless
+    report wrote there (vitbench.outdir); a folder holding anyone else's files is refused unless
     `allow_other_files` (the report is then written beside them, none touched)."""
-    from vitbench.report.outdir import OutputFolder
+    from vitbench.outdir import OutputFolder
     from vitbench.store import CorruptLineWarning, load_each
 
     formats = parse_formats(formats)
@@ -101,7 +104,7 @@ def build_report(results: str | Path, out: str | Path | None = None, formats: It
                              if skipped else "run `vitbench sweep` first") + ")")
     out = Path(out) if out else (results if results.is_dir() else results.parent) / "report"
     make_dir(out, "report directory")
-    folder = OutputFolder(out, allow_other=allow_other_files)
+    folder = OutputFolder(out, REPORT, allow_other=allow_other_files)
     folder.check()
     with folder.staging() as stage:
         rep = _write(df, cal, stage, formats, plots, warnings_=list(dict.fromkeys(str(w.message) for w in caught)))

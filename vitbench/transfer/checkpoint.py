@@ -77,6 +77,38 @@ def checkpoint_path(out: str | Path, default_name: str, what: str = "checkpoint"
     return p
 
 
+def check_replaceable(path: Path, what: str) -> None:
+    """A checkpoint is written at `path` and its metadata beside it only over vitbench checkpoint files (an earlier
+    run's, replaced by the new one): any other file there, a user's config.json say, is refused naming it
+    (ConfigError) before anything runs, never overwritten."""
+    for f, ours in ((path, _our_weights), (path.with_suffix(".json"), _our_meta)):
+        if os.path.lexists(f) and not ours(f):
+            raise ConfigError(f"{what} {str(path)!r}: {str(f)!r} exists and is not a vitbench checkpoint file; "
+                              "nothing is written over a file vitbench did not write: move it, or name another "
+                              f"{what}")
+
+
+def _our_meta(f: Path) -> bool:
+    try:
+        doc = json.loads(f.read_text()) if f.is_file() and not f.is_symlink() else None
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(doc, dict) and doc.get("format") == FORMAT
+
+
+def _our_weights(f: Path) -> bool:
+    from safetensors import safe_open
+
+    if not f.is_file() or f.is_symlink():
+        return False
+    try:
+        with safe_open(str(f), framework="numpy") as st:
+            doc = json.loads((st.metadata() or {}).get("vitbench", "null"))
+    except Exception:  # noqa: BLE001 - not a safetensors file, or not ours: either way not replaceable
+        return False
+    return isinstance(doc, dict) and doc.get("format") == FORMAT
+
+
 def save_checkpoint(path: str | Path, weights: dict[str, np.ndarray], meta: dict) -> Path:
     """Write `<path>` (.safetensors; see `checkpoint_path`) and `<path minus suffix>.json` atomically (never
     half-written). Returns the path written."""

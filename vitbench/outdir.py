@@ -1,25 +1,24 @@
-"""Where `vitbench report` (and `vitbench fit --out`) writes: only files it wrote itself and can prove it did.
+"""An output folder that vitbench writes into (`report`, `fit --out`, `inspect --out`): only files the writer wrote
+itself and can prove it did.
 
-The proof is the folder's manifest (Writer.manifest, written last by every report): each file the report wrote there,
-with its size and SHA-256. A file is the report's own when the manifest names it, it is a plain file (not a link)
-with one of the report's suffixes (Writer.suffixes: never a store's .jsonl) and its bytes still hash to what the report
-wrote. Anything else in the folder is another's: a file of the user's, a report file changed since (then it is
-the user's), a file listed by an older vitbench's manifest (a bare list of names, no hashes: nothing proves it),
-a store file, a folder. Then:
-- a file of another's is never overwritten, moved or removed; a report file name taken by one stops the report
-  before anything is written (ConfigError, exit 2, naming it);
+Each writer is a `Writer`, declared beside its command (report: vitbench.report.build.REPORT): its name in
+messages, its manifest, the suffixes of its files. The proof is the folder's manifest (written last every time):
+each file the writer wrote there, with its size and SHA-256. A file is the writer's own when the manifest names
+it, it is a plain file (not a link) with one of its suffixes (never a store's .jsonl) and its bytes still hash to
+what was written. Anything else in the folder is another's: a file of the user's, a file changed since (then it
+is the user's), a file listed by an older vitbench's report manifest (a bare list of names, no hashes: nothing
+proves it), another writer's file, a store file, a folder. Then:
+- a file of another's is never overwritten, moved or removed; a file name taken by one stops the writer before
+  anything is written (ConfigError, exit 2, naming it);
 - a folder holding files of another's is refused, unless the caller allows them (`allow_other`, the command's
-  `--allow-other-files`): the report is then written beside them;
-- the files the previous report wrote and this one does not are removed, those it can prove only.
-
-Each writer (`Writer`: REPORT, FIT) has its manifest and suffixes: in one folder, a fit's files are another's to
-the report and the reverse, so neither removes nor replaces the other's.
+  `--allow-other-files`): the files are then written beside them;
+- the files the writer's previous run wrote and this one does not are removed, those it can prove only.
 
 Staging: the files are rendered into a staging folder inside the output folder (STAGING + a random part), then
 moved into place one rename each (a new name with a link that fails if the name was taken meanwhile). The
-staging folder holds LOCK, which its report keeps locked (flock) until it ends; the kernel drops the lock when a
-report dies, so a staging folder whose LOCK nobody holds is a dead report's leftover, and the next report into
-the folder removes it (a live one, another report still running, is left alone).
+staging folder holds LOCK, kept locked (flock) until the writer ends; the kernel drops the lock when a writer
+dies, so a staging folder whose LOCK nobody holds is a dead writer's leftover, and the next writer into the folder
+removes it (a live one, another still running, is left alone).
 """
 
 from __future__ import annotations
@@ -60,8 +59,6 @@ class Writer:
         return name == Path(name).name and name not in ("", ".", "..") and name.endswith(self.suffixes)
 
 
-REPORT = Writer("report", ".vitbench-report.json", (".md", ".html", ".csv", ".parquet", ".png", ".svg"))
-FIT = Writer("fit", ".vitbench-fit.json", (".json", ".png", ".svg"))
 
 
 def digest(path: Path) -> tuple[int, str] | None:
@@ -107,7 +104,7 @@ def _read_manifest(out: Path, writer: Writer) -> tuple[dict[str, dict], bool]:
 class OutputFolder:
     """A writer's output folder, read once before the files are rendered (`check`), then written (`publish`)."""
 
-    def __init__(self, out: Path, allow_other: bool = False, writer: Writer = REPORT):
+    def __init__(self, out: Path, writer: Writer, allow_other: bool = False):
         self.out = out
         self.allow_other = allow_other
         self.writer = w = writer
@@ -173,6 +170,21 @@ class OutputFolder:
                 (self.out / n).unlink(missing_ok=True)
         _move(stage / w.manifest, self.out / w.manifest, replace=w.manifest in self.own)
         self.written, self.own = files, {w.manifest, *names}
+
+
+def write_files(out: Path, files: dict[str, bytes], writer: Writer, allow_other: bool = False) -> list[Path]:
+    """Write `files` (name -> bytes, rendered already) into folder `out` (made if need be) as `writer`: checked,
+    staged, then published (above); the paths written."""
+    from vitbench.paths import make_dir
+
+    make_dir(out, writer.option)
+    folder = OutputFolder(out, writer, allow_other=allow_other)
+    folder.check()
+    with folder.staging() as stage:
+        for name, data in files.items():
+            (stage / name).write_bytes(data)
+        folder.publish(stage, list(files))
+    return [out / name for name in files]
 
 
 def _move(src: Path, dst: Path, replace: bool) -> None:
