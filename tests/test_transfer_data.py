@@ -253,6 +253,24 @@ def test_npz_layouts_and_refusals(tmp_path):
     np.savez(rng255, x=np.full((4, 4, 4), 200.0), y=np.arange(4) % 2)
     with pytest.raises(ConfigError, match=r"outside \[0, 1\]"):
         load_splits({"name": "npz", "path": str(rng255)})
+    for fill in (np.nan, np.inf):  # one bad pixel (NaN passed the range check: min/max compare false)
+        x = rng.uniform(0, 1, (8, 4, 4)).astype(np.float32)
+        x[3, 0, 0] = fill
+        nan = tmp_path / "nan.npz"
+        np.savez(nan, x_train=x, y_train=np.arange(8) % 2, x_test=x, y_test=np.arange(8) % 2)
+        with pytest.raises(ConfigError, match=r"nan.npz: array 'x_train' is float32 with 1 value\(s\) NaN or infinite"):
+            load_splits({"name": "npz", "path": str(nan)})
+
+
+def test_an_accuracy_over_nan_logits_is_refused_not_scored(monkeypatch):
+    """argmax over a NaN row still picks a class: finetune scored a NaN test image as one (an ok row)."""
+    from vitbench.transfer import ops
+
+    logits = np.eye(3)[[0, 1, 2, 0]]
+    logits[2, 1] = np.nan
+    monkeypatch.setattr(ops, "predict", lambda *a, **k: (logits, np.array([0, 1, 2, 0])))
+    with pytest.raises(ops.NonFiniteResult, match="logits of 4 images: 1 of 12 values are NaN"):
+        ops.accuracy(None, None, [0] * 4, 8)
 
 
 def test_data_config_rejects_unknown_fields_and_names():

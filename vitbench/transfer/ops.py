@@ -85,10 +85,12 @@ def top1(logits: np.ndarray, labels: np.ndarray) -> float:
 
 
 def accuracy(backend, model: Any, data: ImageSet, resolution: int, batch_size: int = 256) -> float:
-    """Top-1 accuracy (0..1) on `data`."""
+    """Top-1 accuracy (0..1) on `data`; NonFiniteResult where a logit is NaN or infinite (argmax would still
+    pick a class: a NaN image scored as if it were one)."""
     if len(data) == 0:
         return float("nan")
-    return top1(*predict(backend, model, data, resolution, batch_size))
+    logits, labels = predict(backend, model, data, resolution, batch_size)
+    return top1(check_finite(logits, f"logits of {len(labels)} images"), labels)
 
 
 def embed(backend, model: Any, data: ImageSet, resolution: int, batch_size: int = 256,

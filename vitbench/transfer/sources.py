@@ -190,8 +190,11 @@ def _npz_images(x: np.ndarray, name: str, path: Path) -> np.ndarray:
         raise ConfigError(f"{path}: array {name!r} has shape {x.shape}; expected {_NPZ_LAYOUT}")
     if x.dtype == np.uint8:
         return x
-    if not np.issubdtype(x.dtype, np.floating) or x.size and (x.min() < 0 or x.max() > 1):
-        raise ConfigError(f"{path}: array {name!r} is {x.dtype} with range outside [0, 1]; expected {_NPZ_LAYOUT}")
+    if not np.issubdtype(x.dtype, np.floating) or x.size and not (x.min() >= 0 and x.max() <= 1):  # NaN: false
+        bad = int(np.size(x) - np.isfinite(x).sum()) if np.issubdtype(x.dtype, np.floating) else 0
+        raise ConfigError(f"{path}: array {name!r} is {x.dtype} with "
+                          + (f"{bad} value(s) NaN or infinite" if bad else "range outside [0, 1]")
+                          + f"; expected {_NPZ_LAYOUT}")
     return x.astype(np.float32)
 
 
