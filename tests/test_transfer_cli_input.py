@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -132,3 +134,32 @@ def test_choice_parse_names_the_option_and_the_allowed_values():
         with pytest.raises(ConfigError, match=r"^--colour .* is not allowed; allowed: red, blue$") as e:
             Colour.parse(bad, "--colour")
         assert len(str(e.value)) < 200  # user input is quoted short
+
+
+@pytest.mark.parametrize("change, says", [
+    ({"resolution": None}, "resolution is None; expected an integer in 1.."),
+    ({"resolution": "abc"}, "resolution is 'abc'"),
+    ({"num_classes": 10**9}, "num_classes is 1000000000; expected an integer in 0..65536"),
+    ({"metrics": {"exaflops": -5.0}}, "metrics.exaflops is -5.0; expected a finite number >= 0"),
+    ({"metrics": {"images_seen": "NaN"}}, "metrics.images_seen is 'NaN'"),
+    ({"metrics": {"accuracy": float("inf")}}, "metrics.accuracy is inf; expected a finite number"),
+    ({"metrics": "x"}, "metrics is 'x'; expected an object"),
+    ({"objective": {"objective": "bogus"}}, "objective is 'bogus'; allowed: supervised"),
+])
+def test_a_checkpoint_header_vitbench_never_writes_is_refused_naming_the_field(tmp_path, change, says):
+    """An edited (or another tool's) vitbench header: each field commands read is checked where the header is read
+    (read_meta), a ConfigError naming the file and field (before: KeyError/AttributeError tracebacks, or a
+    negative pre-training compute copied into an ok fewshot row)."""
+    from safetensors.numpy import save_file
+
+    from vitbench.transfer.checkpoint import FORMAT, read_meta
+
+    meta = {"format": FORMAT, "model": "ViT-Nano/4", "resolution": 16, "num_classes": 10, "metrics": {}, **change}
+    path = tmp_path / "ck.safetensors"
+    save_file({"w": np.zeros(2, np.float32)}, str(path), metadata={"vitbench": json.dumps(meta)})
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        read_meta(path)
+    for header in ("[1, 2]", "null"):
+        save_file({"w": np.zeros(2, np.float32)}, str(path), metadata={"vitbench": header})
+        with pytest.raises(ConfigError, match="its vitbench metadata is a JSON .*, not an object"):
+            read_meta(path)

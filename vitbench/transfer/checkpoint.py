@@ -9,16 +9,19 @@ The metadata lives both inside the .safetensors header (so the file is self-desc
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from vitbench.errors import ConfigError, UnsafeFileError
+from vitbench.errors import ConfigError, UnsafeFileError, clip
 from vitbench.paths import write_atomic
 
 FORMAT = "vitbench-checkpoint-1"
+# the header's metrics a downstream row carries as its pre-training budget (protocols.pretrain.upstream_metrics)
+BUDGET_METRICS = ("exaflops", "images_seen", "epochs", "student_exaflops", "teacher_exaflops")
 
 
 @dataclass
@@ -153,11 +156,51 @@ def read_meta(path: str | Path) -> dict | None:
         return None
     try:
         meta = json.loads(header["vitbench"])
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{path}: unreadable vitbench metadata ({e})") from e
+    except (json.JSONDecodeError, RecursionError) as e:
+        raise ConfigError(f"{path}: unreadable vitbench metadata ({str(e)[:200]})") from None
+    if not isinstance(meta, dict):
+        raise ConfigError(f"{path}: its vitbench metadata is a JSON {type(meta).__name__}, not an object")
     if meta.get("format") != FORMAT:
-        raise ConfigError(f"{path}: checkpoint format {meta.get('format')!r}; this vitbench reads {FORMAT!r}")
+        raise ConfigError(f"{path}: checkpoint format {clip(repr(meta.get('format')), 60)}; this vitbench reads "
+                          f"{FORMAT!r}")
+    _check_meta(meta, path)
     return meta
+
+
+def _check_meta(meta: dict, path: Path) -> None:
+    """The header's fields that commands read, as `save_checkpoint` writes them; anything else (an edited or
+    another tool's header) is a ConfigError naming the file and field, never a KeyError or a negative compute
+    in an ok row."""
+    from vitbench.transfer.limits import MAX_CLASSES, MAX_COUNT
+    from vitbench.transfer.masked_patch import Objective
+
+    def bad(field: str, want: str):
+        return ConfigError(f"{path}: its vitbench metadata's {field} is {clip(repr(meta.get(field)), 60)}; "
+                           f"expected {want} (the header `vitbench pretrain` writes)")
+
+    def count(v, lo: int, hi: int) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
+
+    if not isinstance(meta.get("model"), str):
+        raise bad("model", "a model name")
+    if not count(meta.get("resolution"), 1, MAX_COUNT):
+        raise bad("resolution", f"an integer in 1..{MAX_COUNT}")
+    if not count(meta.get("num_classes"), 0, MAX_CLASSES):  # 0: an encoder without a classifier (objective none)
+        raise bad("num_classes", f"an integer in 0..{MAX_CLASSES}")
+    for field in ("metrics", "objective", "spec"):
+        if meta.get(field) is not None and not isinstance(meta[field], dict):
+            raise bad(field, "an object")
+    metrics = meta.get("metrics") or {}
+    for k, v in metrics.items():  # json reads NaN and Infinity; vitbench writes null for them
+        if isinstance(v, float) and not math.isfinite(v) or k in BUDGET_METRICS and v is not None and (
+                isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0):
+            raise ConfigError(f"{path}: its vitbench metadata's metrics.{clip(str(k), 60)} is {clip(repr(v), 60)}; "
+                              "expected a finite number" + (" >= 0 (the pre-training budget)"
+                                                           if k in BUDGET_METRICS else ""))
+    objective = (meta.get("objective") or {}).get("objective", Objective.SUPERVISED.value)
+    if objective not in {o.value for o in Objective}:
+        raise ConfigError(f"{path}: its vitbench metadata's objective is {clip(repr(objective), 60)}; allowed: "
+                          f"{', '.join(o.value for o in Objective)}")
 
 
 def load_checkpoint(path: str | Path, model: str | None = None) -> Checkpoint:
