@@ -14,7 +14,7 @@ number of real ones) with batch size 16 + i // T, so every row is a distinct tri
 calibration row at its start and increasing timestamps. Store b holds the same trials from other runs, every
 per-step time multiplied by a log-normal factor (sigma NOISE): an A/A pair for `compare`. WORK/N/study.yaml is a
 study of N trials (the real study's two models x two tasks x N/4 batch sizes; N <= 10,000, the study limit
-vitbench.study.expand.MAX_COMBINATIONS) for `sweep --dry-run`.
+vitbench.study.schema.MAX_COMBINATIONS) for `sweep --dry-run`.
 
 time: each command in its own process, one after the other (never two at once), with its wall time, CPU time
 (user + sys, from os.wait4: what the process itself used, which a busy machine does not inflate as it does the
@@ -46,7 +46,7 @@ from pathlib import Path
 RUN_TRIALS = 1000  # trials per synthetic sweep run (one calibration row each): a large study's run
 NOISE = 0.02  # log-normal sigma of store b's per-step times against a's: a quiet machine's run-to-run noise
 SIZES = (1000, 10_000, 100_000)
-DRY_RUN_MAX = 10_000  # vitbench.study.expand.MAX_COMBINATIONS: the largest study there is
+DRY_RUN_MAX = 10_000  # vitbench.study.schema.MAX_COMBINATIONS: the largest study there is
 COMMANDS = ("load", "compare", "report", "fit", "dry-run")
 STUDY = "studies/ci.yaml"
 VITBENCH = [sys.executable, "-c", "from vitbench.cli import main; main()"]  # the CLI in this interpreter

@@ -26,14 +26,11 @@ from vitbench.errors import ConfigError, VitbenchError, shorten
 from vitbench.models.overrides import OVERRIDE_ORDER, parse_value
 from vitbench.models.specs import all_specs, get_spec
 from vitbench.registry import Kind, entry
-from vitbench.study.schema import StudyModel
+from vitbench.study.schema import MAX_COMBINATIONS, StudyModel
 from vitbench.study.reader import Problems, dotted
 from vitbench.tasks import tasks
 from vitbench.tasks.fields import SHARED, LocalPath, path_fields, shared_default
 
-# Combinations one study may expand to (per repeat): a sweep of 10,000 trials is already days of measuring; a
-# grid of millions would take minutes and gigabytes just to expand.
-MAX_COMBINATIONS = 10_000
 
 
 def field_adapters() -> dict[str, list[TypeAdapter]]:

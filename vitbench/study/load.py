@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from vitbench.errors import ConfigError, VitbenchError, shorten
 from vitbench.study.expand import Expander
 from vitbench.study.paths import listed, read_paths, set_field
-from vitbench.study.schema import ExecutorSpec, StudyModel
+from vitbench.study.schema import MAX_TRIALS, ExecutorSpec, StudyModel
 from vitbench.study.reader import Problems, compose, resolve_study
 from vitbench.study.trials import Study, Trial, trial_key
 
@@ -114,6 +114,10 @@ def parse_study(text: str, source: str = "<study>", path: Path | None = None, ch
     if check_paths:
         problems.merge(ex.missing)
     problems.raise_if_any()
+    if len(unique) * m.repeats > MAX_TRIALS:
+        raise ConfigError(f"invalid study {source}: repeats: {m.repeats} x {len(unique):,} trial(s) is "
+                          f"{len(unique) * m.repeats:,} trials, more than {MAX_TRIALS:,}: fewer repeats, or split "
+                          "it into several studies")
     # Repeat index outermost (A B A B): slow drift of the machine spreads over all trials alike (issue 6).
     # Deterministic tasks (FLOP counts) are measured once whatever `repeats` says.
     trials = [Trial(key if r == 0 else trial_key(cfg, r, ver), cfg, r, origin)

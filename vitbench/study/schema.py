@@ -16,11 +16,18 @@ class ExecutorSpec(BaseModel):
     options: dict[str, Any] = {}
 
 
+# Combinations one study may expand to (per repeat): a sweep of 10,000 trials is already days of measuring; a
+# grid of millions would take minutes and gigabytes just to expand. Trials in all, repeats counted: ten repeats of
+# the largest grid (repeats of 100 million took minutes and gigabytes to expand before anything complained).
+MAX_COMBINATIONS = 10_000
+MAX_TRIALS = 10 * MAX_COMBINATIONS
+
+
 class StudyModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=100)]
     description: str = ""
-    repeats: Annotated[int, Strict(), Field(ge=1)] = 1
+    repeats: Annotated[int, Strict(), Field(ge=1, le=MAX_TRIALS)] = 1
     timeout_s: Annotated[float, Field(gt=0)] = 1800.0
     calibration: Annotated[bool, Strict()] = True
     executor: ExecutorSpec = ExecutorSpec()
