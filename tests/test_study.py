@@ -82,7 +82,7 @@ def test_key_is_stable_and_spelling_insensitive(monkeypatch):
 
 
 # A value for every key-neutral field (vitbench.transfer.config.key_neutral) of a downstream trial, not its default.
-KEY_NEUTRAL_SET = {"upstream_tfds_name": "mnist", "checkpoint": ".", "checkpoint_images": 1000,
+KEY_NEUTRAL_SET = {"upstream_tfds_name": "mnist", "checkpoint": "ck.npz", "checkpoint_images": 1000,
                    "checkpoint_epochs": 2.5, "data_test_path": ".", "image_column": "img", "label_column": "lab",
                    "tfds_name": "mnist", "skip_corrupt": True, "check_data": True, "data_workers": 2,
                    "synthetic_images": 20, "synthetic_classes": 3, "synthetic_size": 8,
@@ -92,9 +92,11 @@ KEY_NEUTRAL_SET = {"upstream_tfds_name": "mnist", "checkpoint": ".", "checkpoint
                    "upstream_synthetic_images": 20, "upstream_synthetic_classes": 3, "upstream_synthetic_size": 8}
 
 
-def test_key_neutral_fields_enter_the_key_only_when_set():
+def test_key_neutral_fields_enter_the_key_only_when_set(tmp_path, monkeypatch):
     """A key-neutral field at its default is left out of the config, so the key is the one the trial had before
     the field existed; set to any other value, it is in the config and changes the key."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ck.npz").write_bytes(b"")  # a checkpoint's name that exists (never read at parse)
     from vitbench.registry import Kind, get
 
     fields = get(Kind.TASK, "fewshot").Params.model_fields
@@ -136,10 +138,12 @@ def _needs(name: str) -> dict:
     return {"real_input_dataset": next((d for k, d in own.items() if k in name), "folder")}
 
 
-def test_every_key_neutral_field_of_every_task_leaves_the_config_only_at_its_default():
+def test_every_key_neutral_field_of_every_task_leaves_the_config_only_at_its_default(tmp_path, monkeypatch):
     """The one mechanism for 'left out of the key at its default' (key_neutral) serves the shared fields
     (devices, parallelism: declared in SHARED) and the tasks' own alike: at its default (given or not) a field
     is out of the trial config, any other value is in it."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ck.npz").write_bytes(b"")  # a checkpoint's name that exists (never read at parse)
     from vitbench.registry import BUILTIN_MODULES, Kind, get, names
 
     seen: set[str] = set()

@@ -44,6 +44,25 @@ class LocalPath:
 
 PathField = Annotated[str, LocalPath()]
 
+
+def _checkpoint_file(value: str) -> str:
+    """A checkpoint's name as the loaders read it (vitbench.models.checkpoints: safetensors or .npz; pickles never),
+    refused where a study or a command is parsed, not when its trial runs."""
+    from pathlib import Path
+
+    from vitbench.models.checkpoints import PICKLE_SUFFIXES, SUFFIXES
+
+    suffix = Path(value).suffix.lower()
+    if suffix in PICKLE_SUFFIXES:
+        raise ValueError(f"{suffix} checkpoints are pickles, which can run code: never loaded; give a "
+                         f"{' or '.join(SUFFIXES)} file")
+    if suffix not in SUFFIXES:
+        raise ValueError(f"a checkpoint is a {' or '.join(SUFFIXES)} file, not {suffix or 'a name without one'}")
+    return value
+
+
+CheckpointField = Annotated[str, LocalPath(), AfterValidator(_checkpoint_file)]
+
 # The validation context's key under which a caller says how its user names each field (a callable field ->
 # name; a command: its options, `--data` for real_input_dataset); a check across fields names them through
 # `named`. Without it (a study) a field is named as the study writes it.

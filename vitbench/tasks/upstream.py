@@ -26,7 +26,7 @@ from pydantic import (BaseModel, Field, ValidationInfo, create_model, field_vali
 from vitbench.backends.base import BackendName
 from vitbench.record import Record
 from vitbench.tasks import Metric
-from vitbench.tasks.fields import MAX_COUNT, PathField, data_twins, named
+from vitbench.tasks.fields import MAX_COUNT, CheckpointField, PathField, data_twins, named
 from vitbench.transfer.config import (DataConfig, DatasetName, Seed, default_of, description_of, ints_text,
                                       key_neutral, validated)
 from vitbench.protocols.downstream import DOWNSTREAM_DATA
@@ -102,7 +102,7 @@ class TeacherFields(BaseModel):
     # None: no teacher
     teacher: str | None = Field(None, description="Distil from this teacher model (DeiT), e.g. R-Nano; with a "
                                 "teacher checkpoint: its model (a timm state dict's timm:NAME).")
-    teacher_checkpoint: PathField | None = Field(None, description="The teacher's weights (default: "
+    teacher_checkpoint: CheckpointField | None = Field(None, description="The teacher's weights (default: "
                                                  "pre-trained, cached); a vitbench checkpoint names its model, "
                                                  "other files need the teacher's model.")
     teacher_resolution: int | None = Field(None, ge=1, le=MAX_COUNT,
@@ -267,7 +267,7 @@ class FromCheckpoint(BaseModel):
     pre-training budget, declared, makes its compute known (paper's exaFLOPs: 3 x forward FLOPs x images x
     epochs). Left out of a trial's key when unset, so studies without it keep their keys."""
 
-    checkpoint: PathField | None = key_neutral()
+    checkpoint: CheckpointField | None = key_neutral()
     checkpoint_images: int | None = key_neutral(gt=0)  # images in its pre-training set
     checkpoint_epochs: float | None = key_neutral(gt=0)  # epochs it was pre-trained for
 
