@@ -85,3 +85,16 @@ def test_another_study_is_not_run_into_existing_results(tmp_path, cli):
         assert "holds the results of study 'first', not 'second'" in flat(r.output)
     assert {p.name: p.read_bytes() for p in res.iterdir() if p.is_file()} == before
     assert {r.study for r in read_records(res)} == {"first"}
+
+
+def test_a_directory_of_files_no_sweep_wrote_is_refused_and_left_as_it_is(tmp_path, cli):
+    """A results.jsonl of another tool's (lines, none a vitbench record), or a study.yaml that is no study copy:
+    refused, exit 2, the files unchanged (before: a row appended to the user's file; the study.yaml renamed)."""
+    for name, text in (("results.jsonl", '{"my": "data"}\n{"more": 1}\n'), ("study.yaml", "my notes: [1, 2]\n")):
+        res = tmp_path / name.split(".")[0]
+        res.mkdir()
+        (res / name).write_text(text)
+        for extra in ([], ["--dry-run"]):
+            r = cli("sweep", study(tmp_path), "--results", res, *extra, *SPAWN)
+            assert r.exit_code == 2 and "give the sweep a directory of its own" in flat(r.output), r.output
+        assert [p.name for p in res.iterdir()] == [name] and (res / name).read_text() == text

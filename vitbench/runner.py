@@ -182,18 +182,33 @@ def check_results_dir(study: Study, results_dir: str | os.PathLike, what: str = 
     if copy.is_file():
         from vitbench.study.reader import load_bounded
 
-        with contextlib.suppress(Exception):  # an unreadable copy says nothing about its study
+        data = None
+        with contextlib.suppress(Exception):
             data, _ = load_bounded(copy.read_text(errors="replace"))
-            if isinstance(data, dict) and isinstance(data.get("name"), str):
-                others.add(data["name"])
+        if not (isinstance(data, dict) and isinstance(data.get("name"), str)):  # a file of the user's: kept as is
+            raise ConfigError(f"{what} {shorten(str(path))} holds {STUDY_FILE}, which is not a study a sweep "
+                              "copied there (no study name in it): give the sweep a directory of its own")
+        others.add(data["name"])
     with contextlib.nullcontext(store) if store is not None else Store(path) as s:
-        others |= {r.study for r in s.refresh() if r.study}
+        records = s.refresh()
+    others |= {r.study for r in records if r.study}
+    if not records and any(_whole_lines(f) for f in path.glob("results*.jsonl") if f.is_file()):
+        raise ConfigError(f"{what} {shorten(str(path))} holds results files with no vitbench record in them (a "
+                          "file of another tool's?): nothing is appended to them; give the sweep a directory of "
+                          "its own")
     others.discard(study.name)
     if others:
         raise ConfigError(f"{what} {shorten(str(path))} holds the results of study "
                           f"{', '.join(shorten(o) for o in sorted(others))}, not {shorten(study.name)}; give this "
                           "study its own directory (`vitbench report` reads several runs below one parent)")
     return path
+
+
+def _whole_lines(f: Path) -> bool:
+    """Whether results file `f` holds a complete (newline-ended) line that is not blank: a sweep killed in its first
+    write leaves only a torn line, which is no sign of another tool's file."""
+    with open(f, "rb") as fh:
+        return any(line.strip() and line.endswith(b"\n") for line in fh)
 
 
 def check_store_paths(study: Study, root: Path) -> None:
