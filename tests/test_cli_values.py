@@ -26,3 +26,32 @@ def test_values_below_any_sense_exit_2_naming_the_option(args, option, cli):
     named = re.findall(r"(--[a-z][a-z0-9-]*)", r.output)
     usage = cli(args[0], "--help").output
     assert all(re.search(rf"{o}\b(?!-)", usage) for o in named), (named, usage)  # options that exist
+
+
+@pytest.mark.parametrize("args, says", [
+    (["bench", "ViT-Nano/4", "--min-seconds", "5", "--max-seconds", "0.1"],
+     "--min-seconds (5) is more than --max-seconds (0.1)"),
+    (["max-batch", "ViT-Nano/4", "--start", "8", "--max-batch-size", "4"],
+     "--start (8) is more than --max-batch-size (4)"),
+    (["flops", "ViT-Nano/4", "--images", "-1", "--epochs", "7"], "--images"),
+])
+def test_options_that_contradict_each_other_are_named(args, says):
+    """Before: min_seconds past max_seconds was taken silently (max_seconds won), and max-batch named neither
+    option ('need 1 <= start (8) <= limit (4)')."""
+    from typer.testing import CliRunner
+
+    from vitbench.cli import app
+
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 2 and says in " ".join(r.output.split()) and "Traceback" not in r.output, r.output
+
+
+def test_a_declared_pretraining_set_as_large_as_jft_300m_is_counted():
+    """The paper's own budget (JFT-300M: 303M images, Sec. 4.1) was refused by the 2**24 cap on counts that are
+    loaded; a declared dataset size is counted, never loaded (transfer.limits.MAX_DATASET_IMAGES)."""
+    from typer.testing import CliRunner
+
+    from vitbench.cli import app
+
+    r = CliRunner().invoke(app, ["flops", "ViT-B/16", "--images", "303000000", "--epochs", "7", "--no-count"])
+    assert r.exit_code == 0 and "303000000 images x 7.0 epochs" in r.output, r.output

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import math
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationInfo, model_validator
 
 from vitbench.backends.base import Capability, Step, StopRule
 from vitbench.measure.timing import DEFAULT_TIMING, MIN_WINDOWS, TARGET_WINDOWS, TimingMode
 from vitbench.record import Record
 from vitbench.tasks import COMPILE_CACHED, Metric, Task, register_task
-from vitbench.tasks.fields import MAX_COUNT, literal_of, params_model
+from vitbench.tasks.fields import MAX_COUNT, literal_of, named, params_model
 from vitbench.tasks.real_input import RealInput
 from vitbench.transfer.config import MAX_SECONDS
 
@@ -37,6 +37,13 @@ class Timing(BaseModel):
     min_steps: int = Field(10, gt=0, le=MAX_COUNT, description="timed steps at least")
     min_seconds: float = Field(1.0, ge=0, le=MAX_SECONDS, description="timed seconds at least")
     max_seconds: float = Field(60.0, gt=0, le=MAX_SECONDS, description="stop timing after this long even before min_steps")
+
+    @model_validator(mode="after")
+    def _min_within_max(self, info: ValidationInfo):
+        if self.min_seconds > self.max_seconds:  # max_seconds would silently win
+            raise ValueError(f"{named(info, 'min_seconds')} ({self.min_seconds:g}) is more than "
+                             f"{named(info, 'max_seconds')} ({self.max_seconds:g}): timing stops at the latter")
+        return self
 
     def stop_rule(self) -> StopRule:
         """When the timer stops (vitbench.backends.workload.StopRule), from these fields: the one declaration of

@@ -7,8 +7,9 @@ from pydantic import BaseModel, Field, ValidationInfo, model_validator
 from vitbench.backends.base import Capability
 from vitbench.record import Record
 from vitbench.tasks import COMPILE_CACHED, Metric, Task, register_task
-from vitbench.tasks.fields import MAX_COUNT, named, params_model
+from vitbench.tasks.fields import named, params_model
 from vitbench.transfer.config import key_neutral
+from vitbench.transfer.limits import MAX_DATASET_IMAGES
 
 KIND = "flops"
 
@@ -17,7 +18,7 @@ class Counting(BaseModel):
     count: bool = Field(True, description="also run the framework's own counters (builds the model)")
     # pre-training compute (the paper's convention: 3 x forward FLOPs x images x epochs), added to the row as
     # pretrain_exaflops when both are given; left out of the key unset (keys as before they existed)
-    exaflops_images: int | None = key_neutral(gt=0, le=MAX_COUNT,
+    exaflops_images: int | None = key_neutral(gt=0, le=MAX_DATASET_IMAGES,
                                               description="pre-training images per epoch (with exaflops_epochs)")
     exaflops_epochs: float | None = key_neutral(gt=0, description="pre-training epochs (with exaflops_images)")
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationInfo, model_validator
 
 from vitbench.backends.base import Capability, Mode, Step
 from vitbench.record import Record
 from vitbench.tasks import Metric, Task, register_task
-from vitbench.tasks.fields import MAX_COUNT, params_model
+from vitbench.tasks.fields import MAX_COUNT, named, params_model
 from vitbench.transfer.config import MAX_SECONDS
 
 KIND = "max_batch"
@@ -24,6 +24,13 @@ class Search(BaseModel):
     start: int = Field(1, gt=0, le=MAX_COUNT, description="first batch size probed")
     granularity: int = Field(1, gt=0, le=MAX_COUNT, description="bisect until fitting and failing batches are this close")
     probe_timeout_s: float = Field(600.0, gt=0, le=MAX_SECONDS, description="seconds before a probe is killed (counts as failing)")
+
+    @model_validator(mode="after")
+    def _start_within_limit(self, info: ValidationInfo):
+        if self.start > self.max_batch_size:  # measure.max_batch.search's rule, named as the user wrote it
+            raise ValueError(f"{named(info, 'start')} ({self.start}) is more than {named(info, 'max_batch_size')} "
+                             f"({self.max_batch_size}): the search starts at or below its limit")
+        return self
 
 
 @register_task

@@ -27,6 +27,7 @@ from vitbench.backends.base import BackendName
 from vitbench.record import Record
 from vitbench.tasks import Metric
 from vitbench.tasks.fields import MAX_COUNT, CheckpointField, PathField, data_twins, named
+from vitbench.transfer.limits import MAX_DATASET_IMAGES
 from vitbench.transfer.config import (DataConfig, DatasetName, Seed, default_of, description_of, ints_text,
                                       key_neutral, validated)
 from vitbench.protocols.downstream import DOWNSTREAM_DATA
@@ -268,7 +269,7 @@ class FromCheckpoint(BaseModel):
     epochs). Left out of a trial's key when unset, so studies without it keep their keys."""
 
     checkpoint: CheckpointField | None = key_neutral()
-    checkpoint_images: int | None = key_neutral(gt=0)  # images in its pre-training set
+    checkpoint_images: int | None = key_neutral(gt=0, le=MAX_DATASET_IMAGES)  # images in its pre-training set
     checkpoint_epochs: float | None = key_neutral(gt=0)  # epochs it was pre-trained for
 
     @model_validator(mode="after")

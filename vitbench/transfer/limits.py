@@ -9,6 +9,9 @@ from __future__ import annotations
 # longest pre-training is 1M steps, and 2**24 images of 32 px are 200 GB of fp32 input. Refused where parsed,
 # instead of failing deep inside a framework or running for ever.
 MAX_COUNT = 2**24
+# Images of a pre-training set declared for its compute (counted, never loaded): JFT-300M's 303M (the paper, Sec.
+# 4.1) is far past MAX_COUNT; JFT-3B (Zhai et al. 2022) and LAION-5B (5.85B) fit within 10**11.
+MAX_DATASET_IMAGES = 10**11
 # Classes of one dataset (labels 0..K-1): the ViT paper's largest label sets are ImageNet-21k's 21k classes and
 # JFT-300M's 18k (Sec. 4.1); 2**16 leaves room for any real one, while a label of 10**9 (a typo, a hash used as a
 # label) would make a classifier head and a class list of 10**9 entries. Refused where labels are read.
