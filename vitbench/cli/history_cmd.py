@@ -13,7 +13,7 @@ from rich.table import Table
 from vitbench.cli import app
 from vitbench.cli.common import console, err_console, print_json
 from vitbench.cli.options import cli_option, from_constant
-from vitbench.errors import ConfigError
+from vitbench.errors import ConfigError, clip
 
 _FORMATS = ("table", "json")
 EXIT_NEW_REGRESSION = 1  # a regression change point the newest commit brought to light (docs/history.md)
@@ -67,7 +67,7 @@ def history_cmd(
     known = _metrics()
     unknown = [m for m in metric or () if m not in known]
     if unknown:
-        raise ConfigError(f"--metric {', '.join(unknown)}: unknown; allowed: {', '.join(known)}")
+        raise ConfigError(f"--metric {clip(', '.join(unknown), 200)}: unknown; allowed: {', '.join(known)}")
     out = None
     if html is not None:
         from vitbench.paths import check_file

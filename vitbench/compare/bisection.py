@@ -33,7 +33,7 @@ from vitbench.compare.ab import DEFAULT_BUDGET_S, DEFAULT_STUDY, checkout, check
     repo_root, resolve_ref
 from vitbench.compare.decide import Decision
 from vitbench.compare.paired import Rule, TwoPoint, verdict
-from vitbench.errors import ConfigError
+from vitbench.errors import ConfigError, clip
 
 EXIT_NO_CHANGE, EXIT_FOUND, EXIT_INCONCLUSIVE = 0, 1, 3  # as `vitbench ab`'s 0, 1 and 3 (cli/compare_cmd.py)
 
@@ -214,10 +214,10 @@ def run_bisect(good: str, bad: str, *, repo: str | Path = ".", study: str = DEFA
         for name, sha in (("GOOD", g), ("BAD", b)):
             if subprocess.run(["git", "-C", str(root), "cat-file", "-e", f"{sha}:{study}"],
                               capture_output=True).returncode:
-                raise ConfigError(f"--study {study}: not in {name}'s tree ({sha[:12]}); each commit runs its own "
+                raise ConfigError(f"--study {clip(study, 200)}: not in {name}'s tree ({sha[:12]}); each commit runs its own "
                                   "copy: give a study file the whole range has, or an absolute path")
     elif not Path(study).is_file():
-        raise ConfigError(f"--study {study}: no such file")
+        raise ConfigError(f"--study {clip(study, 200)}: no such file")
     commits = commits_between(root, g, b)
     with contextlib.ExitStack() as stack:
         measure_step = step or ab_step(root, study, budget_s, stack, progress)

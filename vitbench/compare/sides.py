@@ -25,7 +25,7 @@ from pathlib import Path
 
 from vitbench.compare.schedule import pinned_to, stop_process
 from vitbench.env import parse_lock
-from vitbench.errors import ConfigError
+from vitbench.errors import ConfigError, clip
 from vitbench.measure.extra_work import ENV as EXTRA_WORK_ENV
 
 LOCK = "vitbench/requirements.lock"
@@ -60,7 +60,7 @@ def resolve_ref(root: Path, ref: str) -> str:
     p = subprocess.run(["git", "-C", str(root), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
                        capture_output=True, text=True, timeout=60)
     if p.returncode or not p.stdout.strip():
-        raise ConfigError(f"REF {ref!r}: no such commit in {root} (a branch, tag or SHA; a shallow clone may "
+        raise ConfigError(f"REF {clip(repr(ref), 200)}: no such commit in {root} (a branch, tag or SHA; a shallow clone may "
                           "lack it: git fetch --unshallow)")
     return p.stdout.strip()
 
