@@ -403,7 +403,12 @@ def test_the_page_gets_the_series_and_never_replaces_a_users_file(cli, tmp_path)
     assert r.exit_code == 2 and str(mine) in r.output and mine.read_text() == "my notes", r.output
     r = cli("history", "--db", db, "--html", tmp_path / "page.html")
     assert r.exit_code in (0, 1), r.output  # 1: the step at c003 is new (the newest commit shows it)
-    assert "c003" in (tmp_path / "page.html").read_text()
+    page = tmp_path / "page.html"
+    assert "c003" in page.read_text()
+    assert cli("history", "--db", db, "--html", page).exit_code in (0, 1)  # its own page: replaced
+    page.write_text(page.read_text().replace("<h1>", "<p>my note on c003</p><h1>"))  # annotated: the user's now
+    r = cli("history", "--db", db, "--html", page)
+    assert r.exit_code == 2 and "was edited since" in " ".join(r.output.split()) and "my note" in page.read_text()
 
 
 def test_the_benchmarks_figures_hold_on_a_small_draw():

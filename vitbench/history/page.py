@@ -21,9 +21,11 @@ many were left out).
 
 from __future__ import annotations
 
+import hashlib
 import html
 import math
 import os
+import re
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
@@ -31,7 +33,11 @@ from pathlib import Path
 from vitbench.errors import ConfigError
 from vitbench.numfmt import fmt
 
-GENERATOR = "vitbench history page"  # the <meta name="generator"> that says a file is ours (may be replaced)
+GENERATOR = "vitbench history page"  # the <meta name="generator"> that names the page's maker
+# The page's seal: the SHA-256 of its text with the seal emptied. A page whose seal still holds is vitbench's, and
+# replaced by the next render; one edited since (a note of the user's in it) is the user's, never replaced.
+_SEAL = '<meta name="vitbench-sha256" content="{}">'
+_SEAL_RE = re.compile(r'<meta name="vitbench-sha256" content="([0-9a-f]{64})">')
 FILTERS = ("model", "backend", "task")
 W, H = 880, 300  # the chart's SVG size in px
 LEFT, RIGHT, TOP, BOTTOM = 72, 24, 28, 72  # margins in px: y labels, -, change labels, rotated commit labels
@@ -83,9 +89,9 @@ def render(series: list[dict], out: Path) -> Path:
     at all (a temporary file renamed over it)."""
     out = Path(out)
     _check(series)
-    if out.is_dir() or (out.exists() and GENERATOR not in out.read_text(errors="replace")[:2000]):
-        raise ConfigError(f"{out}: exists and is not a history page written by vitbench (never replaced: give "
-                          "another path)")
+    if out.is_dir() or (os.path.lexists(out) and not _ours(out)):
+        raise ConfigError(f"{out}: exists and is not a history page written by vitbench, or was edited since "
+                          "(never replaced: give another path)")
     if not out.parent.is_dir():
         raise ConfigError(f"{out}: its directory {out.parent} does not exist")
     from vitbench.report.render import html_page
@@ -94,7 +100,8 @@ def render(series: list[dict], out: Path) -> Path:
     for s in series:
         charts.setdefault((str(s["metric"]), str(s["unit"])), []).append(s)
     commits = {p["commit"] for s in series for p in s["points"]}
-    body = [f'<meta name="generator" content="{GENERATOR}">', "<h1>Speed over the project's history</h1>",
+    body = [f'<meta name="generator" content="{GENERATOR}">', _SEAL.format(""),
+            "<h1>Speed over the project's history</h1>",
             '<ul class="meta">', f"<li>{len(series)} series of {len(charts)} metric(s) over {len(commits)} "
             "commit(s); change points marked in red: the commit range each lies in, its size (after / before) "
             "and confidence</li>", "<li>hover a point for its commit, date and value</li>", "</ul>",
@@ -105,6 +112,7 @@ def render(series: list[dict], out: Path) -> Path:
     if not series:
         body.append('<p class="none">No history recorded yet.</p>')
     page = html_page("vitbench history", body, _CSS, _SCRIPT)
+    page = page.replace(_SEAL.format(""), _SEAL.format(hashlib.sha256(page.encode()).hexdigest()), 1)
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
     try:
         with os.fdopen(fd, "w") as fh:
@@ -114,6 +122,19 @@ def render(series: list[dict], out: Path) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return out
+
+
+def _ours(path: Path) -> bool:
+    """Whether the file at `path` is a page `render` wrote and nobody changed since: a plain file whose seal is the
+    SHA-256 of its text with the seal emptied (an earlier vitbench's page, without one, is the user's now)."""
+    if path.is_symlink() or not path.is_file():
+        return False
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError):
+        return False
+    m = _SEAL_RE.search(text)
+    return bool(m) and hashlib.sha256(text.replace(m.group(0), _SEAL.format(""), 1).encode()).hexdigest() == m[1]
 
 
 def _check(series: list[dict]) -> None:
