@@ -85,6 +85,7 @@ class Expander:
         self.arch = tuple(k for k in OVERRIDE_ORDER if k not in self.adapters)
         self.allowed = [*self.adapters, *self.arch]
         self.counted = 0  # combinations counted so far (MAX_COMBINATIONS)
+        self.listed_allowed = False  # whether a message has listed the allowed fields (check_key)
         self.looked_up: dict[tuple, Any] = {}  # (what, name) -> its model spec, backend spec, path fields
 
     def once(self, what: str, name: str, find):
@@ -99,7 +100,9 @@ class Expander:
             return True
         close = difflib.get_close_matches(key, self.allowed, n=3) if len(key) < 100 else []
         hint = f" Did you mean {', '.join(close)}?" if close else ""
-        self.err.add(loc, f"unknown field {shorten(key)}.{hint} Allowed: {', '.join(self.allowed)}")
+        allowed = "the fields listed above" if self.listed_allowed else ", ".join(self.allowed)
+        self.listed_allowed = True  # the list once (1-2 kB): a study of many unknown fields shows them all
+        self.err.add(loc, f"unknown field {shorten(key)}.{hint} Allowed: {allowed}")
         return False
 
     def value(self, key: str, v: Any, loc: tuple) -> list[Any] | None:
