@@ -478,12 +478,18 @@ def test_a_torn_line_is_skipped_with_one_clean_warning(tmp_path, cli):
 
 
 def test_results_directories_pool_but_reruns_in_one_directory_supersede(tmp_path):
-    """Rounds swept into round1/, round2/ add up as repeats; a --force re-run inside one directory replaces."""
+    """Rounds swept into round1/, round2/ add up as repeats (two sweeps: two run ids); a --force re-run inside one
+    directory replaces; one run copied into two directories is one run (before: two repeats, and with no spread
+    between them a zero-width interval)."""
     rng = np.random.default_rng(0)
     one = result_set(rng, models=("A",), repeats=1)
     for r in (1, 2):
         (tmp_path / "cur" / f"round{r}").mkdir(parents=True)
-        write_jsonl(tmp_path / "cur" / f"round{r}" / "results.jsonl", one)
+        write_jsonl(tmp_path / "cur" / f"round{r}" / "results.jsonl",
+                    [dataclasses.replace(x, run_id=f"round{r}") for x in one])
+        (tmp_path / "copied" / f"round{r}").mkdir(parents=True)
+        write_jsonl(tmp_path / "copied" / f"round{r}" / "results.jsonl", one)
+    assert compare_paths(tmp_path / "copied", tmp_path / "copied").rows[0].repeats == (1, 1)
     (tmp_path / "rerun").mkdir()
     write_jsonl(tmp_path / "rerun" / "results.jsonl", one + inject_slowdown(one, 2.0))  # same key, re-run
     pooled = compare_paths(tmp_path / "cur", tmp_path / "cur")
@@ -548,3 +554,39 @@ def test_control_characters_from_a_results_file_never_reach_the_terminal(tmp_pat
     r = cli(b, c)
     assert r.exit_code in (0, 3), r.output  # one run a side: no change or undecided, as the noise falls
     assert "\x1b" not in r.output and "ViT\\x1b[2J\\x1b]0;PWN" in r.output
+
+
+def test_verdicts_that_passed_without_a_decision_now_do_not():
+    """Found by a review of the verdicts: a repeat failing now where every baseline repeat was ok fails the check
+    (was 'no change', exit 0); every matched trial failed on both sides is nothing compared (was exit 0); two
+    runs a side without any spread between them give no between-run sd, so the assumed floor decides (was a
+    zero-width interval: 6 % called a regression at [0.943, 0.943])."""
+    base = [bench_record("A", repeat=r, run_id=f"b{r}") for r in range(3)]
+    cur = [bench_record("A", repeat=r, run_id=f"c{r}") for r in range(2)] + [bench_record("A", status="oom",
+                                                                                          repeat=2, run_id="c2")]
+    cmp = compare(base, cur)
+    assert str(cmp.rows[0].decision) == "failed" and "1 current repeat(s) oom" in cmp.rows[0].note
+    assert cmp.exit_code == 1
+    with pytest.raises(ConfigError, match="every one of the 1 matched trial.* failed on both sides"):
+        compare([bench_record("A", status="oom")], [bench_record("A", status="oom", run_id="run2")])
+    flat_steps = [0.01] * 20
+    same = [bench_record("A", step_s=flat_steps, repeat=r, run_id=f"b{r}") for r in range(2)]
+    slower = [bench_record("A", step_s=[x * 1.06 for x in flat_steps], repeat=r, run_id=f"c{r}") for r in range(2)]
+    row = compare(same, slower).rows[0]
+    assert row.ci_low < row.ci_high and "assumed between-run sd" in row.method, row
+
+
+def test_normalize_never_divides_by_another_precision_s_or_thread_count_s_calibration():
+    """A bf16 trial whose baseline run has only an fp32 calibration (its bf16 one failed): dividing one side by an
+    fp32 peak and the other by a bf16 one called identical code a 4x regression. Refused, naming what is there."""
+    def cal(tflops, precision, run_id):
+        rec = calibration_record([tflops] * 3, run_id=run_id)
+        rec.trial["precision"] = rec.config["precision"] = precision
+        return rec
+
+    base = [bench_record("A", precision="bf16"), cal(1.0, "fp32", "run1")]
+    cur = [bench_record("A", precision="bf16", run_id="run2"), cal(1.0, "fp32", "run2"), cal(4.0, "bf16", "run2")]
+    with pytest.raises(ConfigError, match="baseline results have no calibration for backend 'torch', precision "
+                                          "'bf16'.*only \\[\\('fp32', None\\)\\]"):
+        compare(base, cur, normalize=True)
+    assert compare(cur, cur, normalize=True).rows[0].decision == "no change"

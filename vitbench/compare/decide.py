@@ -114,9 +114,17 @@ class Calibrations:
         if not same_run:
             self.fallbacks += 1
         pool = same_run or cands
-        same_prec = [c for c in pool if c.measured_config.get("precision") == cfg.get("precision")]
-        pool = same_prec or [c for c in pool if c.measured_config.get("precision") in (None, "fp32")] or pool
-        pool = [c for c in pool if c.measured_config.get("threads") == cfg.get("threads")] or pool
+        # The same precision and threads, never another's: a bf16 trial divided by an fp32 peak on one side and a
+        # bf16 one on the other, or 1 thread by 4, invents a change of the peaks' ratio (a sweep measures one
+        # calibration per backend, device, precision and threads; a missing one failed or was removed).
+        same = [c for c in pool if all(c.measured_config.get(k) == cfg.get(k) for k in ("precision", "threads"))]
+        if not same:
+            raise ConfigError(
+                f"--normalize: the {self.side} results have no calibration for backend {cfg.get('backend')!r}, "
+                f"precision {cfg.get('precision')!r}, threads {cfg.get('threads')!r} (only "
+                f"{sorted({(c.measured_config.get('precision'), c.measured_config.get('threads')) for c in pool})}"
+                "): dividing by another's would invent a change; re-run the sweep, or compare without --normalize")
+        pool = same
         # several calibrations in the run (one per repeat round): the one measured nearest in time tracks the
         # machine's state (other load, clocks) at the trial best
         t = _timestamp(rec.started_at)
@@ -281,7 +289,8 @@ def _rows(label: str, b: Trial, c: Trial, metrics: Sequence[Metric], threshold: 
         if same_runs(b.ok, c.ok):  # one measurement on both sides (a self-test may have scaled one copy)
             lo = hi = ratio
             row.method = "the same runs on both sides"
-        elif min(bn_rep, cn_rep) >= 2 and min(*b_pts, *c_pts, *b_raws, *c_raws) > 0:  # runs are the units
+        elif min(bn_rep, cn_rep) >= 2 and min(*b_pts, *c_pts, *b_raws, *c_raws) > 0 \
+                and len({*b_pts}) + len({*c_pts}) > 2:  # runs are the units (runs without any spread: no sd)
             iv = between_runs(b_pts, c_pts, confidence)
             ratio, lo, hi, row.method = iv.ratio, iv.low, iv.high, iv.method
             row.ratio_raw = between_runs(b_raws, c_raws, confidence).ratio  # the same (geometric) mean, raw
@@ -293,6 +302,8 @@ def _rows(label: str, b: Trial, c: Trial, metrics: Sequence[Metric], threshold: 
         if norm and row.ratio_raw:
             row.machine_ratio = row.ratio_raw / ratio
         row.decision = decide(lo, hi, threshold, md.higher_is_better)
+        if c.failed and not b.failed:  # ok in every baseline repeat, failing in some now: not a pass
+            row.decision = Decision.FAILED
         if row.decision is Decision.INCONCLUSIVE:
             notes.append("more sweeps per side (each into its own directory), or `vitbench ab`" if one_run else
                          "the interval reaches past the threshold: add runs")
