@@ -52,8 +52,10 @@ def _gflops(df: pd.DataFrame, model: str, resolution) -> float:
 
 
 def _benchmark(row) -> str:
-    shots = row.get("shots")
-    return f"{row['kind']} {int(shots)}-shot" if pd.notna(shots) else str(row["kind"])
+    """The downstream task a row measured: its kind, shots and dataset (two datasets are two benchmarks)."""
+    shots, dataset = row.get("shots"), row.get("dataset")
+    return (f"{row['kind']} {int(shots)}-shot" if pd.notna(shots) else str(row["kind"])) + (
+        f" {dataset}" if isinstance(dataset, str) and dataset else "")
 
 
 def _accuracy(df: pd.DataFrame) -> pd.DataFrame:

@@ -50,10 +50,24 @@ def _present(df: pd.DataFrame, cols) -> list[str]:
     return [c for c in cols if c in df.columns and df[c].notna().any()]
 
 
+# Settings a table's keys leave out because most sweeps hold them fixed; where one varies among the rows it joins
+# the keys, so that a median never crosses settings (1 thread's 100 img/s and 4 threads' 350 read 225 before;
+# method versions are incomparable by definition, vitbench.record.METHOD_VERSION).
+SPLIT_IF_VARYING = ("method_version", "threads", "optimizer", "channels_last", "num_classes", "window_steps",
+                    "upstream_dataset", "objective")
+
+
+def split_keys(df: pd.DataFrame, keys: list[str]) -> list[str]:
+    """`keys` (those `df` has) and every SPLIT_IF_VARYING column of `df` that takes more than one value."""
+    return [*(k for k in keys if k in df.columns),
+            *(k for k in SPLIT_IF_VARYING if k in df.columns and k not in keys and df[k].nunique(dropna=False) > 1)]
+
+
 def _collapse(df: pd.DataFrame, keys: list[str], metrics: list[str], spread: str | None = None) -> pd.DataFrame:
-    """Median of each metric over repeats per `keys` group; `repeats` = rows the median is over. Where some row is
-    marked (a `caveat`), a group's clean rows only, else its marked ones, and the group's `caveat` says which."""
-    keys = [k for k in keys if k in df.columns]
+    """Median of each metric over repeats per `keys` group (and per any setting of SPLIT_IF_VARYING that varies);
+    `repeats` = rows the median is over. Where some row is marked (a `caveat`), a group's clean rows only, else its
+    marked ones, and the group's `caveat` says which."""
+    keys = split_keys(df, keys)
     metrics = [m for m in metrics if m in df.columns]
     if df.empty or not metrics:
         return pd.DataFrame(columns=[*keys, "repeats", *metrics])
@@ -98,7 +112,7 @@ def peak_throughput(ok: pd.DataFrame) -> pd.DataFrame:
     t = throughput(ok)
     if t.empty:
         return t
-    keys = [k for k in THROUGHPUT_KEYS if k in t.columns and k != "batch_size"]
+    keys = [k for k in split_keys(t, THROUGHPUT_KEYS) if k != "batch_size"]
     t = t[t["img_per_s"].notna()]
     rank = t.assign(_marked=caveats.marked(t[CAVEAT]) if CAVEAT in t else False)
     rank = rank.sort_values(["_marked", "img_per_s"], ascending=[True, False], kind="stable")
@@ -197,7 +211,7 @@ def backend_pivot(ok: pd.DataFrame) -> pd.DataFrame:
     t = throughput(ok)
     if t.empty or t["backend"].nunique() < 2:
         return pd.DataFrame()
-    keys = [k for k in THROUGHPUT_KEYS if k in t.columns and k != "backend"]
+    keys = [k for k in split_keys(t, THROUGHPUT_KEYS) if k != "backend"]
     # one value per configuration and backend (the throughput table's): no aggregation happens here
     p = t.pivot_table(index=keys, columns="backend", values="img_per_s", aggfunc="first", dropna=False)
     p = p.dropna(thresh=2)
