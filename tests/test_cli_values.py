@@ -55,3 +55,16 @@ def test_a_declared_pretraining_set_as_large_as_jft_300m_is_counted():
 
     r = CliRunner().invoke(app, ["flops", "ViT-B/16", "--images", "303000000", "--epochs", "7", "--no-count"])
     assert r.exit_code == 0 and "303000000 images x 7.0 epochs" in r.output, r.output
+
+
+def test_an_oom_row_exits_1_with_json_too():
+    """`bench --json` printed an oom row and exited 0 (without --json: 1); an oom or error row is no measurement
+    whichever way it is printed. Found by a hostile-input audit."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from vitbench.cli import app
+
+    r = CliRunner().invoke(app, ["bench", "ViT-Nano/4", "-r", "16", "-b", "16777216", "--threads", "1", "--json"])
+    assert r.exit_code == 1 and json.loads(r.stdout)["status"] == "oom", r.output

@@ -590,3 +590,14 @@ def test_normalize_never_divides_by_another_precision_s_or_thread_count_s_calibr
                                           "'bf16'.*only \\[\\('fp32', None\\)\\]"):
         compare(base, cur, normalize=True)
     assert compare(cur, cur, normalize=True).rows[0].decision == "no change"
+
+
+def test_a_path_that_reads_as_markup_is_printed_as_text(tmp_path, cli):
+    """A results path holding '[/]' (rich's closing tag) raised MarkupError after comparing: exit 1, which compare
+    and ab use for a regression. Found by a hostile-input audit."""
+    d = tmp_path / "r[" / "]a"  # the path .../r[/]a
+    d.mkdir(parents=True)
+    b = write_jsonl(d / "base.jsonl", [bench_record("A")])
+    for fmt in ("table", "json"):
+        r = cli(b, b, "--format", fmt)
+        assert r.exit_code == 0 and "Traceback" not in r.output and "MarkupError" not in repr(r.exception), r.output

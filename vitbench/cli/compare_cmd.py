@@ -84,18 +84,18 @@ def _show(cmp, fmt: str, title: str) -> None:
     if fmt == "json":
         print_json(to_benchmark_json(cmp))
         for k, v in cmp.context:
-            err_console.print(f"{k}: {v}", highlight=False, soft_wrap=True)
-        err_console.print(summary_line(cmp), highlight=False, soft_wrap=True)
+            err_console.print(escape(f"{k}: {v}"), highlight=False, soft_wrap=True)
+        err_console.print(escape(summary_line(cmp)), highlight=False, soft_wrap=True)
         for lbl, why in cmp.unmatched_baseline + cmp.unmatched_current:
-            err_console.print(f"unmatched: {lbl} ({why})", highlight=False, soft_wrap=True)
+            err_console.print(escape(f"unmatched: {lbl} ({why})"), highlight=False, soft_wrap=True)
         for lbl, why in cmp.not_compared:
-            err_console.print(f"not compared: {lbl} ({why})", highlight=False, soft_wrap=True)
+            err_console.print(escape(f"not compared: {lbl} ({why})"), highlight=False, soft_wrap=True)
     elif fmt == "md":
         sys.stdout.write(to_markdown(cmp))
     else:
         for k, v in cmp.context:
             console.print(f"[bold]{escape(k)}:[/] {escape(v)}", highlight=False, soft_wrap=True)
-        t = Table(title=title, title_justify="left")
+        t = Table(title=escape(title), title_justify="left")
         for c in COLUMNS:
             t.add_column(c, justify="right" if c in ("baseline", "current", "ratio", "CI") else "left",
                          overflow="fold")
@@ -120,7 +120,7 @@ def _show(cmp, fmt: str, title: str) -> None:
                 console.print(f"[bold]{title}:[/]")
                 for lbl, why in items:
                     console.print(f"  {escape(lbl)}: {escape(why)}", highlight=False)
-        console.print(("[bold red]" if cmp.exit_code else "[bold green]") + summary_line(cmp) + "[/]",
+        console.print(("[bold red]" if cmp.exit_code else "[bold green]") + escape(summary_line(cmp)) + "[/]",
                       highlight=False)
     raise typer.Exit(cmp.exit_code)
 

@@ -51,6 +51,15 @@ def _kv_table(title: str, rows: list[tuple[str, object]]) -> Table:
     return t
 
 
+def _print_record(rec) -> None:
+    """The record as JSON; exit 1 where it is not ok (an oom or error row is no measurement, with --json too)."""
+    from vitbench.record import Status
+
+    print_json(rec.to_dict())
+    if rec.status is not Status.OK:
+        raise typer.Exit(1)
+
+
 @app.command("bench")
 @FORMATS
 def bench_cmd(
@@ -130,7 +139,7 @@ def bench_cmd(
                             **values)
     rec = t().run(params)  # with --data: the synthetic run, then the real images timed alike (one row)
     if as_json:
-        print_json(rec.to_dict())
+        _print_record(rec)
         return
     if rec.status is not Status.OK:
         console.print(f"[red]{rec.status}[/]: {escape(rec.error.message) if rec.error else ''}")
@@ -257,7 +266,7 @@ def max_batch_cmd(
                        parallelism=parallelism, optimizer=optimizer)
     rec = t().run(p)
     if as_json:
-        print_json(rec.to_dict())
+        _print_record(rec)
         return
     t = Table(title=escape(f"probes: {rec.config['model']} {p.mode} @ {rec.config['resolution']}px"))
     for col in ("batch", "fits", "status", "peak_mem_mib", "process_peak_mib", "seconds"):
@@ -308,7 +317,7 @@ def flops_cmd(
                        num_classes=num_classes, count=count, exaflops_images=images, exaflops_epochs=epochs)
     rec = t().run(p)
     if as_json:
-        print_json(rec.to_dict())
+        _print_record(rec)
         return
     m, c = rec.metrics, rec.config
     t = Table(title=escape(f"{c['model']} @ {c['resolution']}px, {c['num_classes']} classes, "
