@@ -86,6 +86,25 @@ def test_presence_sees_live_trials_tells_them_and_ignores_dead_ones(registry):
         live.wait()
 
 
+def test_the_registry_is_made_shared_only_where_it_was_made_never_through_a_link(tmp_path, monkeypatch):
+    """A registry directory this process makes is sticky and writable by all (1777, like /tmp); one that was
+    there, or a link to one ($VITBENCH_HOST_REGISTRY naming a directory of the user's), keeps its mode (before:
+    chmod 1777 through the link made the user's 0700 directory world-writable; found by an audit)."""
+    fresh = tmp_path / "fresh" / "reg"
+    monkeypatch.setenv(ENV, str(fresh))
+    with Presence("s/k1", run_id="r"):
+        pass
+    assert fresh.stat().st_mode & 0o7777 == 0o1777
+    victim = tmp_path / "victim"
+    victim.mkdir(mode=0o700)
+    (tmp_path / "reglink").symlink_to(victim)
+    for named in (victim, tmp_path / "reglink"):
+        monkeypatch.setenv(ENV, str(named))
+        with Presence("s/k1", run_id="r"):
+            pass
+        assert victim.stat().st_mode & 0o7777 == 0o700
+
+
 def test_a_trial_started_by_a_fork_server_names_the_sweep_that_started_the_server(registry):
     """The local executor's trials are children of a fork server (itself a child of the sweep): the launcher is
     the first process up the tree that is not a multiprocessing helper."""

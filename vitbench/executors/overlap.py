@@ -39,6 +39,23 @@ def registry_dir() -> Path:
     return Path(os.environ.get(ENV) or Path(tempfile.gettempdir()) / "vitbench-running")
 
 
+def _make_shared(root: Path) -> None:
+    """Make the registry directory, sticky and writable by all (every user's trials on this host register there,
+    like /tmp): only one this call made, never through a link, never one that was there (a directory of the
+    user's named by $VITBENCH_HOST_REGISTRY, or a link to one, kept its mode: it was made 1777 before)."""
+    root.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        root.mkdir()
+    except FileExistsError:
+        return
+    with contextlib.suppress(OSError):
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_NOFOLLOW", 0))
+        try:
+            os.fchmod(fd, 0o1777)
+        finally:
+            os.close(fd)
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -91,9 +108,7 @@ class Presence:
 
     def __enter__(self) -> Presence:
         try:
-            self.root.mkdir(parents=True, exist_ok=True)
-            with contextlib.suppress(OSError):
-                os.chmod(self.root, 0o1777)  # every user's trials on this host register here (sticky, like /tmp)
+            _make_shared(self.root)
             me = json.dumps(self._me()) + "\n"
             self.path = self.root / f"{os.getpid()}{SUFFIX}"
             self.path.write_text(me)
