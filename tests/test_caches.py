@@ -12,6 +12,7 @@ import pytest
 from vitbench import caches, paths, value_cache
 
 DAY = caches.DAY_S
+OLD, NEW = "0" * 32 + ".json", "1" * 32 + ".json"  # value entries' names as value_cache makes them
 
 
 @pytest.fixture
@@ -26,13 +27,15 @@ def root(monkeypatch, tmp_path):
         (d / "sub").mkdir(parents=True)
         (d / "sub" / "entry").write_bytes(b"x" * 1000)
         (d / "top").write_bytes(b"y" * 24)
+        (d / paths.COMPILE_MARK).touch()  # what paths.open_compile_cache writes
     values = root / value_cache.SUBDIR / "flops"
     values.mkdir(parents=True)
-    (values / "old.json").write_text("{}")
-    (values / "new.json").write_text("{}")
+    (values / OLD).write_text("{}")
+    (values / NEW).write_text("{}")
     (root / "peaks.json").write_text("{}")
     past = time.time() - 40 * DAY
-    for p in (old / "sub" / "entry", old / "top", old / "sub", old, values / "old.json", root / "peaks.json"):
+    for p in (old / "sub" / "entry", old / "top", old / paths.COMPILE_MARK, old / "sub", old, values / OLD,
+              root / "peaks.json"):
         os.utime(p, (past, past))
     return root
 
@@ -40,36 +43,37 @@ def root(monkeypatch, tmp_path):
 def test_the_listing_has_each_compile_cache_each_kind_of_value_and_each_file(root):
     listed = {str(p.path.relative_to(root)): p for p in caches.parts(root)}
     assert set(listed) == {"compile/fw-1.0-host", "compile/fw-2.0-host", "values/flops", "peaks.json"}
-    assert listed["compile/fw-1.0-host"].files == 2 and listed["compile/fw-1.0-host"].bytes == 1024
+    assert listed["compile/fw-1.0-host"].files == 3 and listed["compile/fw-1.0-host"].bytes == 1024  # + the mark
     assert listed["values/flops"].files == 2 and listed["peaks.json"].kind is caches.PartKind.FILE
     assert listed["compile/fw-1.0-host"].newest < time.time() - 39 * DAY < listed["compile/fw-2.0-host"].newest
 
 
 def test_prune_removes_what_went_unused_and_keeps_the_rest(root):
     dry = caches.prune(30, root, dry_run=True)
-    assert {str(p.relative_to(root)) for p in dry.removed} == {"compile/fw-1.0-host", "values/flops/old.json"}
+    assert {str(p.relative_to(root)) for p in dry.removed} == {"compile/fw-1.0-host", f"values/flops/{OLD}"}
     assert dry.bytes == 1024 + 2 and (paths.compile_root(root) / "fw-1.0-host").exists()  # nothing removed
     done = caches.prune(30, root)
     assert done == dry
     left = {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
-    assert left == {"compile/fw-2.0-host/sub/entry", "compile/fw-2.0-host/top", "values/flops/new.json",
+    assert left == {"compile/fw-2.0-host/sub/entry", "compile/fw-2.0-host/top", f"values/flops/{NEW}",
+                    f"compile/fw-2.0-host/{paths.COMPILE_MARK}",
                     "peaks.json"}  # the measurement stays, however old
     assert caches.prune(30, root).removed == ()
     assert {str(p.relative_to(root)) for p in caches.prune(0, root, now=time.time() + 1).removed} == {
-        "compile/fw-2.0-host", "values/flops/new.json"}
+        "compile/fw-2.0-host", f"values/flops/{NEW}"}
 
 
 def test_a_compile_cache_written_to_recently_in_any_file_stays_whole(root):
     d = paths.compile_root(root) / "fw-1.0-host"
     os.utime(d / "sub" / "entry")  # one file written now
-    assert caches.prune(30, root).removed == (root / value_cache.SUBDIR / "flops" / "old.json",)
+    assert caches.prune(30, root).removed == (root / value_cache.SUBDIR / "flops" / OLD,)
     assert (d / "top").exists()
 
 
 def test_opening_a_compile_cache_counts_as_use(root):
     d = paths.compile_root(root) / "fw-1.0-host"
     assert paths.open_compile_cache(d) == d  # what a backend's cache.enable does with its directory
-    assert caches.prune(30, root).removed == (root / value_cache.SUBDIR / "flops" / "old.json",)
+    assert caches.prune(30, root).removed == (root / value_cache.SUBDIR / "flops" / OLD,)
     assert (d / "sub" / "entry").exists()
 
 
@@ -79,7 +83,7 @@ def test_reading_a_cached_value_counts_as_use(root):
 
     value_cache.remembered("flops", {"m": 1}, ("numpy",), compute)
     listed = (root / value_cache.SUBDIR / "flops").iterdir()
-    (entry,) = [p for p in listed if p.name not in ("old.json", "new.json")]
+    (entry,) = [p for p in listed if p.name not in (OLD, NEW)]
     past = time.time() - 40 * DAY
     os.utime(entry, (past, past))
     assert value_cache.remembered("flops", {"m": 1}, ("numpy",), compute).cached
@@ -129,9 +133,31 @@ def test_prune_never_follows_a_link_to_a_user_s_files(root, tmp_path, cli):
     assert {p.path.name for p in caches.parts(root)} == {"fw-1.0-host", "fw-2.0-host", "flops", "peaks.json"}
     r = cli("cache", "--prune", "30", "--json")
     assert r.exit_code == 0, r.output
-    assert sorted(json.loads(r.stdout)["pruned"]["paths"]) == ["compile/fw-1.0-host", "values/flops/old.json"]
+    assert sorted(json.loads(r.stdout)["pruned"]["paths"]) == ["compile/fw-1.0-host", f"values/flops/{OLD}"]
     assert all(f.read_text() == "mine" for f in mine)
     assert (paths.compile_root(root) / "torch-link").is_symlink() and (root / "linked.json").is_symlink()
+
+
+def test_prune_removes_only_what_is_provably_vitbench_s(tmp_path, monkeypatch, cli):
+    """$VITBENCH_CACHE_DIR naming a folder of the user's with compile/ and values/ of their own: their old folders
+    and files are kept and said, never removed (before: both went). A compile cache vitbench opens is marked."""
+    user = tmp_path / "thesis"
+    (user / "compile" / "my-thesis").mkdir(parents=True)
+    (user / "compile" / "my-thesis" / "chapter1.tex").write_text("mine")
+    (user / "values" / "notes").mkdir(parents=True)
+    (user / "values" / "notes" / "n.txt").write_text("mine")
+    past = time.time() - 10 * DAY
+    for f in [*user.rglob("*")]:
+        os.utime(f, (past, past))
+    monkeypatch.setenv(paths.CACHE_ENV, str(user))
+    r = cli("cache", "--prune", "1", "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)["pruned"]
+    assert doc["paths"] == [] and sorted(doc["kept"]) == ["compile/my-thesis", "values/notes/n.txt"]
+    assert (user / "compile" / "my-thesis" / "chapter1.tex").read_text() == "mine"
+    assert (user / "values" / "notes" / "n.txt").read_text() == "mine"
+    opened = paths.open_compile_cache(paths.compile_root(user) / "fw-3.0-host")
+    assert (opened / paths.COMPILE_MARK).is_file()
 
 
 def test_what_prune_could_not_remove_is_said_not_counted(root, monkeypatch):
@@ -140,7 +166,7 @@ def test_what_prune_could_not_remove_is_said_not_counted(root, monkeypatch):
 
     monkeypatch.setattr(caches.shutil, "rmtree", refuse)
     pruned = caches.prune(30, root)
-    assert [p.name for p in pruned.removed] == ["old.json"]
+    assert [p.name for p in pruned.removed] == [OLD]
     assert [(p.name, why) for p, why in pruned.failed] == [("fw-1.0-host", "Permission denied")]
     assert pruned.bytes == 2
 

@@ -16,22 +16,29 @@ not caches: listed, never removed. Symbolic links are never followed, counted or
 directory may lead to a user's own files (a link under a compile-cache directory goes with that directory as a
 link; what it points to stays). Removing a cache costs only a recompile or a recount on the next run; run it
 while no sweep is running (a directory being read by a running sweep goes with the rest). What could not be
-removed is said (`Pruned.failed`), not counted as removed.
+removed is said (`Pruned.failed`), not counted as removed. Only what is provably vitbench's goes: a compile-cache
+directory holding paths.COMPILE_MARK (written when a backend opens it), a value file named as value_cache names
+them; anything else old is kept and said (`Pruned.kept`).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import time
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from vitbench.paths import cache_dir, compile_root
+from vitbench.paths import COMPILE_MARK, cache_dir, compile_root
 from vitbench.value_cache import SUBDIR as VALUES
 
 DAY_S = 86400.0
+# A value entry's file name as vitbench.value_cache makes it (32 hex digits of its key's hash): nothing else under
+# values/ is removed, nor a compile-cache directory without paths.COMPILE_MARK ($VITBENCH_CACHE_DIR naming a folder
+# of the user's had its old files and folders removed)
+_VALUE_ENTRY = re.compile(r"[0-9a-f]{32}\.json")
 
 
 class PartKind(str, Enum):
@@ -100,6 +107,7 @@ class Pruned:
     removed: tuple[Path, ...]
     bytes: int
     failed: tuple[tuple[Path, str], ...] = ()
+    kept: tuple[Path, ...] = ()  # old, but not provably vitbench's (no COMPILE_MARK; not a value entry's name)
 
 
 def prune(days: float, root: Path | None = None, dry_run: bool = False, now: float | None = None) -> Pruned:
@@ -123,14 +131,23 @@ def prune(days: float, root: Path | None = None, dry_run: bool = False, now: flo
             removed.append(path)
             size += nbytes
 
+    kept = []
     for kind, path in _places(root):
         if kind is PartKind.COMPILE:
             part = _part(kind, path)
             if part.newest is None or part.newest < cutoff:
-                remove(path, part.bytes, shutil.rmtree)  # rmtree removes links inside as links
+                mark = path / COMPILE_MARK
+                if mark.is_file() and not mark.is_symlink():
+                    remove(path, part.bytes, shutil.rmtree)  # rmtree removes links inside as links
+                else:
+                    kept.append(path)
         elif kind is PartKind.VALUES:  # entry by entry: each read of one sets its time
             for f in _files(path):
                 st = f.stat()
-                if st.st_mtime < cutoff:
+                if st.st_mtime >= cutoff:
+                    continue
+                if _VALUE_ENTRY.fullmatch(f.name):
                     remove(f, st.st_size, lambda f: f.unlink(missing_ok=True))
-    return Pruned(tuple(removed), size, tuple(failed))
+                else:
+                    kept.append(f)
+    return Pruned(tuple(removed), size, tuple(failed), tuple(kept))

@@ -89,8 +89,17 @@ def open_compile_cache(path: Path) -> Path:
     check_cache_dir()
     if not path.is_dir():
         make_dir(path, "compile cache")
+    mark = path / COMPILE_MARK
+    if not os.path.lexists(mark):
+        with contextlib.suppress(OSError):  # a read-only cache is still read
+            mark.touch()
     mark_used(path)
     return path
+
+
+# In each compile-cache directory vitbench opened: what `vitbench cache --prune` asks before removing one whole (a
+# directory under <cache>/compile without it, a user's own when $VITBENCH_CACHE_DIR names their folder, is kept)
+COMPILE_MARK = ".vitbench-compile-cache"
 
 
 def mark_used(path: Path) -> None:
