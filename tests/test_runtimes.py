@@ -194,3 +194,27 @@ def test_the_onnxruntime_row_times_the_session_and_input_of_its_perf_tools_loop(
     assert ours.execution_mode == ort.ExecutionMode.ORT_SEQUENTIAL
     assert SESSION_CONFIG == {"optimization.enable_gelu_approximation": "0"}
     assert np.array_equal(images(2, 8, 3), loop.images(2, 8, 3))
+
+
+def test_a_cached_graph_replaced_or_damaged_since_is_exported_again(tmp_path, monkeypatch):
+    """A graph file under the right key that is not what the export wrote (a foreign graph copied over it, a
+    truncated file): before, it was read as the model, measured at 17x the real speed, and set the device's peak;
+    now the entry's hashes do not hold and the graph is exported again. No runtime needed: a fake export."""
+    from vitbench import paths
+    from vitbench.backends.graphs import GraphCache
+
+    monkeypatch.setenv(paths.CACHE_ENV, str(tmp_path / "cache"))
+    exports = []
+
+    def export(d):
+        exports.append(d)
+        (d / "model.onnx").write_bytes(b"the real graph")
+
+    cache = GraphCache("fake-runtime")
+    first = cache.get({"model": "ViT-Nano/4"}, (), (), export)
+    assert not first.cached and cache.get({"model": "ViT-Nano/4"}, (), (), export).cached
+    for damage in (b"a foreign graph", b""):
+        (first.path / "model.onnx").write_bytes(damage)
+        again = cache.get({"model": "ViT-Nano/4"}, (), (), export)
+        assert not again.cached and (again.path / "model.onnx").read_bytes() == b"the real graph"
+    assert len(exports) == 3 and cache.counts() == (1, 3)

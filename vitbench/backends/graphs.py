@@ -96,7 +96,8 @@ class GraphCache:
             export(tmp)
             export_s = time.perf_counter() - t0
             at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-            (tmp / KEY_FILE).write_text(json.dumps({"key": k, "export_s": export_s, "at": at}, sort_keys=True))
+            (tmp / KEY_FILE).write_text(json.dumps({"key": k, "export_s": export_s, "at": at,
+                                                    "files": _hashes(tmp)}, sort_keys=True))
             if final.exists():  # another process exported it meanwhile (or a stale one): replaced by ours
                 shutil.rmtree(final, ignore_errors=True)
             os.replace(tmp, final)
@@ -117,4 +118,25 @@ def _read(path: Path, k: dict) -> dict | None:
         return None
     if not isinstance(d, dict) or d.get("key") != k or not isinstance(d.get("export_s"), (int, float)):
         return None
+    if not d.get("files") or d.get("files") != _hashes(path):  # a graph file replaced or damaged since: re-export
+        return None
     return {"export_s": float(d["export_s"]), "at": str(d.get("at"))}
+
+
+def _hashes(path: Path) -> dict[str, str]:
+    """SHA-256 of every file an export wrote into `path` (its key file apart), by relative name: the entry is used
+    only while they all still hold what was written (a foreign or damaged graph under the right key was measured
+    as the model, and set the device's peak). Links are not followed: a link is not what was written."""
+    out = {}
+    for f in sorted(path.rglob("*")):
+        if f.name == KEY_FILE and f.parent == path:
+            continue
+        if f.is_symlink():
+            out[str(f.relative_to(path))] = "link"
+        elif f.is_file():
+            h = hashlib.sha256()
+            with open(f, "rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(chunk)
+            out[str(f.relative_to(path))] = h.hexdigest()
+    return out
