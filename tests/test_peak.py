@@ -160,6 +160,25 @@ def test_an_unwritable_cache_still_gives_the_peak_just_measured(isolated, monkey
     assert p is not None and p.tflops == 1.0 and be.calls == 1
 
 
+def test_a_peak_cache_vitbench_never_wrote_is_neither_trusted_nor_overwritten(isolated):
+    """An edited entry (a peak of -1, NaN or text) is as if unmeasured: measured again, never an MFU divided by it
+    (before: an ok row with MFU -0.004, or a traceback); a peaks.json that is not a JSON object (a user's file)
+    is left as it is, the reading counting for this run only (before: replaced). Found by an audit."""
+    from vitbench.errors import VitbenchWarning
+
+    be = _Scripted([1.0] * 6)
+    key = peak_key(be.device_info(), "fp32", 1)
+    for bad in (-1.0, "NaN", "abc", True):
+        (isolated / "peaks.json").write_text(json.dumps({key: {"peak_tflops": bad, "quiet_readings": 1}}))
+        assert read_entry(key) is None
+        p = device_peak(be, "fp32", 1, policy=ONE_SIZE)
+        assert p is not None and p.tflops == 1.0
+    (isolated / "peaks.json").write_text('["my", "own", "peaks"]')
+    with pytest.warns(VitbenchWarning, match="not vitbench's peak cache"):
+        p = device_peak(be, "fp32", 1, policy=ONE_SIZE)
+    assert p.tflops == 1.0 and (isolated / "peaks.json").read_text() == '["my", "own", "peaks"]'
+
+
 def test_re_measuring_while_busy_gives_up_after_the_retries(isolated):
     be = _Scripted([1.0] * 10)
     _Load.cores = 2.0

@@ -27,10 +27,12 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
 import time
+import warnings
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
@@ -38,7 +40,7 @@ from vitbench.backends.base import Backend, Capability, Device, DeviceKind, back
 from vitbench.choices import Choice
 from vitbench.cpus import BUSY_CORES, others_now
 from vitbench.env import machine_id
-from vitbench.errors import ConfigError
+from vitbench.errors import ConfigError, VitbenchWarning, clip
 from vitbench.measure.datasheet import datasheet_tflops
 from vitbench.measure.load import LoadMeter
 from vitbench.paths import cache_dir, locked, write_atomic
@@ -96,10 +98,33 @@ def current_policy() -> PeakPolicy:
         data = json.loads(text)
         if not isinstance(data, dict) or set(data) - names:
             raise ValueError
-        return POLICY.updated(data)
-    except (ValueError, TypeError):
+        policy = POLICY.updated(data)
+    except (ValueError, TypeError, RecursionError):
         raise ConfigError(f"${POLICY_ENV} must be a JSON object with fields among {', '.join(sorted(names))}; "
-                          f"got {text!r}") from None
+                          f"got {clip(text, 200)!r}") from None
+    bad = [f"{f.name} must be {_WANT[_kind(f.type)]}" for f in fields(PeakPolicy)
+           if not _policy_value_ok(getattr(policy, f.name), _kind(f.type))]
+    if bad:
+        raise ConfigError(f"${POLICY_ENV}: {'; '.join(bad)} (got {clip(text, 200)!r})")
+    return policy
+
+
+_WANT = {"sizes": "a non-empty list of integers > 0", "int": "an integer > 0", "float": "a number > 0"}
+
+
+def _kind(declared) -> str:
+    """A PeakPolicy field's declared type as one of _WANT's kinds (its annotation is a string here)."""
+    text = str(declared)
+    return "sizes" if "tuple" in text else "int" if text.startswith("int") else "float"
+
+
+def _policy_value_ok(v, kind: str) -> bool:
+    def positive(x) -> bool:
+        return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+
+    if kind == "sizes":
+        return isinstance(v, tuple) and bool(v) and all(isinstance(x, int) and positive(x) for x in v)
+    return positive(v) and (kind == "float" or isinstance(v, int))
 
 
 @dataclass(frozen=True)
@@ -151,17 +176,27 @@ def peak_key(device: Device, precision: str, threads: int | None) -> str:
     return "|".join(parts)
 
 
-def _load(path: Path) -> dict:
+def _load(path: Path) -> dict | None:
+    """The peak cache's entries ({} where there is no file yet); None where the file is not a JSON object (a file of
+    someone else's: never written over)."""
+    if not os.path.lexists(path):
+        return {}
     try:
         data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+    except (OSError, ValueError, RecursionError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _valid_peak(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
 
 
 def read_entry(key: str) -> dict | None:
-    entry = _load(cache_path()).get(key)
-    return entry if isinstance(entry, dict) and entry.get("peak_tflops") else None
+    """The device's entry where its peak is a finite number > 0 (an edited -1, NaN or text is as if unmeasured:
+    measured again, never an MFU divided by it)."""
+    entry = (_load(cache_path()) or {}).get(key)
+    return entry if isinstance(entry, dict) and _valid_peak(entry.get("peak_tflops")) else None
 
 
 def offer(key: str, reading: Reading, policy: PeakPolicy | None = None, base: dict | None = None) -> dict:
@@ -172,6 +207,10 @@ def offer(key: str, reading: Reading, policy: PeakPolicy | None = None, base: di
     try:
         with locked(path):
             cache = _load(path)
+            if cache is None:
+                warnings.warn(f"{path} is not vitbench's peak cache (not a JSON object): left as it is; this "
+                              "reading counts for this run only", VitbenchWarning, stacklevel=2)
+                raise OSError("not vitbench's peak cache")
             entry = _merge(cache.get(key), reading, policy)
             cache[key] = entry
             write_atomic(path, json.dumps(cache, indent=1))  # a reader never sees a half-written cache
@@ -187,7 +226,7 @@ def _merge(entry: dict | None, reading: Reading, policy: PeakPolicy) -> dict:
         e["quiet_readings"] = int(e.get("quiet_readings", 0)) + (not reading.busy)
         e["busy_readings"] = int(e.get("busy_readings", 0)) + bool(reading.busy)
         e["measured_by"] = sorted({*(e.get("measured_by") or []), reading.backend})
-    if reading.tflops > float(e.get("peak_tflops") or 0.0):
+    if reading.tflops > (e["peak_tflops"] if _valid_peak(e.get("peak_tflops")) else 0.0):
         e.update(peak_tflops=reading.tflops, by=reading.by, measured_at=reading.at, how=reading.how)
     return e
 
