@@ -107,6 +107,15 @@ def test_unimportable_plugin_fails_only_commands_that_need_plugins(tmp_path):
 
 
 
+def test_a_plugin_that_exits_while_imported_is_an_error_not_a_silent_success(tmp_path):
+    """sys.exit(0) in a plug-in's import ended `bench` with exit 0 and nothing measured (found by an audit)."""
+    (tmp_path / "bad_exit0.py").write_text("import sys\nsys.exit(0)\n")
+    env = {**_env(), "VITBENCH_PLUGINS": "bad_exit0", "PYTHONPATH": f"{tmp_path}:{_env().get('PYTHONPATH', '')}"}
+    r = subprocess.run([sys.executable, "-c", "from vitbench.cli import main; main()", "plugins"], cwd=tmp_path,
+                       env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2 and "called sys.exit(0) while being imported" in r.stderr, r.stderr
+
+
 def test_a_plugin_that_failed_to_import_fails_again_on_the_next_load(monkeypatch):
     """Not marked loaded after a failure: a fork server's children (which inherit its registry) and any later
     caller get the same error, not a registry silently missing the plug-in."""

@@ -155,6 +155,9 @@ def _load_outside() -> None:
                                   "on PYTHONPATH?)") from None
             raise PluginError(f"plug-in {shorten(mod)} ({source}) failed to import: it needs the module "
                               f"{shorten(e.name)}, which is not installed") from None
+        except SystemExit as e:  # sys.exit() in a plug-in's import ended every command silently, with its code
+            raise PluginError(f"plug-in {shorten(mod)} ({source}) called sys.exit({clip(repr(e.code), 60)}) while "
+                              "being imported: a plug-in registers, it never ends the process") from None
         except Exception as e:  # noqa: BLE001 - a broken plug-in: say which and why, no traceback
             raise PluginError(f"plug-in {shorten(mod)} ({source}) failed to import: {type(e).__name__}: "
                               f"{clip(str(e), 300)}") from None
