@@ -219,6 +219,16 @@ def _stored_as_declared(zf, path: Path) -> None:
                               f"bytes) but holds {held:,}; expected {_NPZ_LAYOUT}")
 
 
+def _npz_or_npy(path) -> bool:
+    """Whether the file starts as a zip archive (an .npz) or an .npy array does."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(6)
+    except OSError:
+        return False
+    return head.startswith((b"PK\x03\x04", b"\x93NUMPY"))
+
+
 def read_npz(cfg: DataConfig) -> Raw:
     path = require_path(cfg, _NPZ_LAYOUT)
     try:
@@ -230,6 +240,9 @@ def read_npz(cfg: DataConfig) -> Raw:
             _stored_as_declared(z.zip, path)
             arrays = {k: z[k] for k in z.files}
     except ValueError as e:
+        if "allow_pickle" in str(e) and not _npz_or_npy(path):  # numpy reads anything else as a pickle
+            raise ConfigError(f"{path}: not an .npz (neither a zip archive of arrays nor an .npy array); "
+                              f"expected {_NPZ_LAYOUT}") from None
         if "allow_pickle" in str(e):
             raise UnsafeFileError(f"{path}: contains object arrays that need unpickling; refused. "
                                   f"Expected {_NPZ_LAYOUT}") from e
