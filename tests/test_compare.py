@@ -427,7 +427,8 @@ def test_cli_exit_codes_and_formats(tmp_path, cli):
     assert cli(b, slow, "--threshold", "0.2").exit_code == 0  # a 9 % drop is within a 20 % threshold
     assert cli(b, same, "--normalize", "--inject-slowdown", "2.0").exit_code == 1  # the self-test fires
     for args in ([b, str(tmp_path / "missing.jsonl")], [b, str(garbage)], [b, same, "--format", "xml"],
-                 [b, same, "--threshold", "-1"], [b, same, "--metric", "nope"], [b, same, "--metric", "x" * 10**5]):
+                 [b, same, "--threshold", "-1"], [b, same, "--metric", "nope"],
+                 [b, same, "--metric", "x" * 10**5]):
         r = cli(*args)
         assert r.exit_code == 2, (args, r.output)
         assert "error:" in r.output and "Traceback" not in r.output and len(r.output) < 4000
@@ -600,4 +601,21 @@ def test_a_path_that_reads_as_markup_is_printed_as_text(tmp_path, cli):
     b = write_jsonl(d / "base.jsonl", [bench_record("A")])
     for fmt in ("table", "json"):
         r = cli(b, b, "--format", fmt)
-        assert r.exit_code == 0 and "Traceback" not in r.output and "MarkupError" not in repr(r.exception), r.output
+        assert r.exit_code == 0 and "Traceback" not in r.output, r.output
+        assert "MarkupError" not in repr(r.exception)
+
+
+def test_a_largest_batch_is_not_decided_across_memory_budgets():
+    """max_batch_size follows the memory budget (a CPU's default: half the RAM free then): 8192 MiB then 4096 MiB
+    halved the largest batch of unchanged code, and compare called it a regression (found by a review of the
+    verdicts). Where the budgets differ the row is undecided and says why; where they match it is decided."""
+    def mb(v, budget, run_id):
+        trial = {"model": "A", "backend": "torch", "task": "max_batch", "device": "cpu", "resolution": 32,
+                 "precision": "fp32", "mode": "infer"}
+        return record("max_batch", dict(trial), metrics={"max_batch_size": v, "memory_limit_mib": budget},
+                      key="mb", repeat=0, trial=trial, run_id=run_id)
+
+    cmp = compare([mb(256, 8192, "a")], [mb(128, 4096, "b")])
+    row = cmp.rows[0]
+    assert str(row.decision) == "inconclusive" and "memory_limit_mib differs (8192 vs 4096)" in row.note
+    assert str(compare([mb(256, 8192, "a")], [mb(128, 8192, "b")]).rows[0].decision) == "regression"

@@ -142,7 +142,8 @@ def ray_cluster():
     try:
         wait_for(lambda: ray_nodes_alive() == 2, 60, "two alive raylets", every=1)
     except AssertionError:
-        pytest.fail(f"VITBENCH_REAL_CLUSTER=1 but the two-raylet Ray cluster is not up ({ray_nodes_alive()} raylets "
+        pytest.fail(f"VITBENCH_REAL_CLUSTER=1 but the two-raylet Ray cluster is not up ({ray_nodes_alive()} "
+                    "raylets "
                     "alive; scripts/cluster/up.sh)")
     yield
 

@@ -258,7 +258,8 @@ def test_npz_layouts_and_refusals(tmp_path):
         x[3, 0, 0] = fill
         nan = tmp_path / "nan.npz"
         np.savez(nan, x_train=x, y_train=np.arange(8) % 2, x_test=x, y_test=np.arange(8) % 2)
-        with pytest.raises(ConfigError, match=r"nan.npz: array 'x_train' is float32 with 1 value\(s\) NaN or infinite"):
+        with pytest.raises(ConfigError,
+                           match=r"nan.npz: array 'x_train' is float32 with 1 value\(s\) NaN or infinite"):
             load_splits({"name": "npz", "path": str(nan)})
 
 

@@ -205,8 +205,8 @@ def check_results_dir(study: Study, results_dir: str | os.PathLike, what: str = 
 
 
 def _whole_lines(f: Path) -> bool:
-    """Whether results file `f` holds a complete (newline-ended) line that is not blank: a sweep killed in its first
-    write leaves only a torn line, which is no sign of another tool's file."""
+    """Whether results file `f` holds a complete (newline-ended) line that is not blank: a sweep killed in its
+    first write leaves only a torn line, which is no sign of another tool's file."""
     with open(f, "rb") as fh:
         return any(line.strip() and line.endswith(b"\n") for line in fh)
 

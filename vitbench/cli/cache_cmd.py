@@ -51,7 +51,8 @@ def cache_cmd(
         if pruned is not None:
             doc["pruned"] = {"days": prune, "dry_run": dry_run, "bytes": pruned.bytes,
                              "paths": [str(p.relative_to(root)) for p in pruned.removed],
-                             "failed": [{"path": str(p.relative_to(root)), "why": why} for p, why in pruned.failed],
+                             "failed": [{"path": str(p.relative_to(root)), "why": why}
+                                        for p, why in pruned.failed],
                              "kept": [str(p.relative_to(root)) for p in pruned.kept]}
         print_json(doc)
         return
@@ -66,9 +67,11 @@ def cache_cmd(
         for p, why in pruned.failed[:20]:
             console.print(f"could not remove {escape(str(p.relative_to(root)))}: {escape(why)}", highlight=False)
         if pruned.kept:
+            shown = ", ".join(str(p.relative_to(root)) for p in pruned.kept[:5])
             console.print(f"kept {len(pruned.kept)} old entries not marked as vitbench's (not made by it, or by a "
-                          f"vitbench before 2026-11-29): {escape(', '.join(str(p.relative_to(root)) for p in pruned.kept[:5]))}"
-                          + (" ..." if len(pruned.kept) > 5 else ""), highlight=False)
+                          f"vitbench before 2026-11-29): {escape(shown)}"
+                          + (" ..." if len(pruned.kept) > 5 else ""),
+                          highlight=False)
     t = Table(title=f"cache directory {escape(str(root))}", title_justify="left")
     for col in ("what", "kind", "files", "MiB", "last used"):
         t.add_column(col, justify="left" if col in ("what", "kind") else "right")

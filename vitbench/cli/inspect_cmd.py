@@ -18,7 +18,8 @@ from vitbench.outdir import OutputFolder, Writer, write_files
 from vitbench.tasks.inspection import Inspect
 
 JSON_NAME = "inspect.json"
-INSPECT_FILES = Writer("inspect", ".vitbench-inspect.json", (".json", ".png"))  # what --out holds (vitbench.outdir)
+# what --out holds (vitbench.outdir: its manifest, the suffixes of its files)
+INSPECT_FILES = Writer("inspect", ".vitbench-inspect.json", (".json", ".png"))
 # Inspect's fields -> the options that set them where the option is named otherwise
 _NAMES = {"model": "SOURCE", "checkpoint": "SOURCE", "inspect_images": "--images", "inspect_rollout": "--rollout",
           "inspect_weights": "SOURCE"}

@@ -80,7 +80,8 @@ def metric_samples(rec: Record, metric: Metric) -> list[float] | None:
     if bad is not None:
         where = f"{rec.source or 'results'}: trial {clip(str(rec.key or rec.measured_config), 120)}"
         raise ConfigError(f"{where}: {metric.name} {clip(repr(bad), 40)} is not a finite number >= 0, which "
-                          "vitbench never records: the row was edited or written by another tool; fix or remove it")
+                          "vitbench never records: the row was edited or written by another tool; fix or remove "
+                          "it")
     return xs
 
 
@@ -140,8 +141,8 @@ class Calibrations:
             self._cache[ident] = float(np.median([x for c in pool for x in metric_samples(c, self.metric)]))
             if not self._cache[ident] > 0:
                 raise ConfigError(f"--normalize: the {self.side} results' calibration ({self.metric.name}) for "
-                                  f"backend {cfg.get('backend')!r} is {self._cache[ident]:g}: nothing to divide by "
-                                  f"({pool[0].source or 'results'}); compare without --normalize")
+                                  f"backend {cfg.get('backend')!r} is {self._cache[ident]:g}: nothing to divide "
+                                  f"by ({pool[0].source or 'results'}); compare without --normalize")
         return self._cache[ident]
 
 
@@ -193,6 +194,18 @@ def _side(drawn, calib: Calibrations | None, boot: MedianBatch):
 def _mean(xs: list[float]) -> float:
     """float(np.mean(xs)), without numpy's overhead for the one value of a single run (x / 1 is x)."""
     return float(xs[0]) if len(xs) == 1 else float(np.mean(xs))
+
+
+def _bounds_moved(md: Metric, base: list[Record], cur: list[Record]) -> str:
+    """Why `md` cannot be decided between the sides: a metric bounding it (Metric.bounded_by) differs; '' if none
+    does."""
+    out = []
+    for name in md.bounded_by:
+        bv, cv = ({r.metrics.get(name) for r in recs} for recs in (base, cur))
+        if bv != cv:
+            shown = ["/".join(sorted(map(str, v))) for v in (bv, cv)]
+            out.append(f"{name} differs ({shown[0]} vs {shown[1]}): {md.name} follows it")
+    return "; ".join(out)
 
 
 def status_note(recs: list[Record]) -> str:
@@ -302,9 +315,13 @@ def _rows(label: str, b: Trial, c: Trial, metrics: Sequence[Metric], threshold: 
         if norm and row.ratio_raw:
             row.machine_ratio = row.ratio_raw / ratio
         row.decision = decide(lo, hi, threshold, md.higher_is_better)
+        moved = _bounds_moved(md, b.ok, c.ok)
+        if moved and row.decision is not Decision.NO_CHANGE:  # the bound's change, not the code's
+            row.decision = Decision.INCONCLUSIVE
+            notes.append(moved)
         if c.failed and not b.failed:  # ok in every baseline repeat, failing in some now: not a pass
             row.decision = Decision.FAILED
-        if row.decision is Decision.INCONCLUSIVE:
+        if row.decision is Decision.INCONCLUSIVE and not moved:
             notes.append("more sweeps per side (each into its own directory), or `vitbench ab`" if one_run else
                          "the interval reaches past the threshold: add runs")
         row.note = "; ".join(notes)

@@ -60,7 +60,8 @@ def resolve_ref(root: Path, ref: str) -> str:
     p = subprocess.run(["git", "-C", str(root), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
                        capture_output=True, text=True, timeout=60)
     if p.returncode or not p.stdout.strip():
-        raise ConfigError(f"REF {clip(repr(ref), 200)}: no such commit in {root} (a branch, tag or SHA; a shallow clone may "
+        raise ConfigError(f"REF {clip(repr(ref), 200)}: no such commit in {root} (a branch, tag or SHA; a shallow "
+                          "clone may "
                           "lack it: git fetch --unshallow)")
     return p.stdout.strip()
 

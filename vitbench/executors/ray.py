@@ -351,7 +351,8 @@ class RayExecutor(Executor):
                     break
         alive = {id(ref) for ref in refs}
         if alive:
-            warnings.warn(f"executor 'ray': {len(alive)} cancelled task(s) had not ended {wait_s:g} s later and may "
+            warnings.warn(f"executor 'ray': {len(alive)} cancelled task(s) had not ended {wait_s:g} s later and "
+                          "may "
                           "still be measuring (`ray list tasks --filter state=RUNNING`); a sweep resumed now may "
                           "measure beside them", VitbenchWarning, stacklevel=2)
         return [stored_row(self.results, job) or Outcome(failure(

@@ -242,7 +242,8 @@ def read(path: str | Path) -> Iterator[tuple[Run, Point]]:
         if not (_finite(r[9]) and r[9] > 0) or not (r[10] is None or (_finite(r[10]) and r[10] > 0)) \
                 or r[0] not in runs:
             raise _bad(Path(path), f"run {r[0]}'s point {str(r[2])[:80]} {str(r[6])[:40]} holds value {r[9]!r}, "
-                                   f"calibration {r[10]!r}, which `vitbench history append` never writes (a finite "
+                                   f"calibration {r[10]!r}, which `vitbench history append` never writes (a "
+                                   "finite "
                                    "number > 0 of a stored run): the file was edited")
         yield runs[r[0]], Point(trial=r[1], label=r[2], model=r[3], backend=r[4], task=r[5], metric=r[6],
                                 unit=r[7], higher_is_better=bool(r[8]), value=r[9], calibration=r[10],

@@ -219,10 +219,12 @@ def png_bytes(fig: Figure, dpi: int = 150) -> bytes:
 
 def render_pictures(result: InspectResult, *, label: str | None = None) -> dict[Picture, tuple[str, bytes]]:
     """Every picture as (file name `<label>_<stem>.png` or `<stem>.png`, PNG bytes)."""
-    return {k: (f"{label + '_' if label else ''}{k.value}.png", png_bytes(fig)) for k, fig in figures(result).items()}
+    return {k: (f"{label + '_' if label else ''}{k.value}.png", png_bytes(fig))
+            for k, fig in figures(result).items()}
 
 
 def write_pictures(result: InspectResult, out_dir: str | Path, *, label: str | None = None) -> dict[Picture, Path]:
     """Render every picture first, then write each into `out_dir` (render_pictures' names)."""
     out_dir = Path(out_dir)
-    return {k: write_atomic(out_dir / name, data) for k, (name, data) in render_pictures(result, label=label).items()}
+    return {k: write_atomic(out_dir / name, data)
+            for k, (name, data) in render_pictures(result, label=label).items()}

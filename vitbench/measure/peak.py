@@ -177,8 +177,8 @@ def peak_key(device: Device, precision: str, threads: int | None) -> str:
 
 
 def _load(path: Path) -> dict | None:
-    """The peak cache's entries ({} where there is no file yet); None where the file is not a JSON object (a file of
-    someone else's: never written over)."""
+    """The peak cache's entries ({} where there is no file yet); None where the file is not a JSON object (a file
+    of someone else's: never written over)."""
     if not os.path.lexists(path):
         return {}
     try:

@@ -60,7 +60,8 @@ SPLIT_IF_VARYING = ("method_version", "threads", "optimizer", "channels_last", "
 def split_keys(df: pd.DataFrame, keys: list[str]) -> list[str]:
     """`keys` (those `df` has) and every SPLIT_IF_VARYING column of `df` that takes more than one value."""
     return [*(k for k in keys if k in df.columns),
-            *(k for k in SPLIT_IF_VARYING if k in df.columns and k not in keys and df[k].nunique(dropna=False) > 1)]
+            *(k for k in SPLIT_IF_VARYING
+              if k in df.columns and k not in keys and df[k].nunique(dropna=False) > 1)]
 
 
 def _collapse(df: pd.DataFrame, keys: list[str], metrics: list[str], spread: str | None = None) -> pd.DataFrame:

@@ -41,6 +41,8 @@ class Metric:
     speed: it scales with the machine's speed (divided by the calibration under --normalize).
     samples: where per-sample values come from for the decision (e.g. per-step img/s from raw step times);
     None: the metric's single value per record.
+    bounded_by: metrics of the same record that bound this one (the largest batch by the memory budget): where
+    they differ between two sides, a change of this one is theirs, not the code's, and is not decided.
     """
 
     name: str
@@ -51,6 +53,7 @@ class Metric:
     default_compare: bool = False
     speed: bool = False
     samples: Callable[[Record], list[float] | None] | None = None
+    bounded_by: tuple[str, ...] = ()
 
 
 # Declared once for every record kind whose measurement compiles (bench steps, XLA's FLOP count).

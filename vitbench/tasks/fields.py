@@ -46,8 +46,8 @@ PathField = Annotated[str, LocalPath()]
 
 
 def _checkpoint_file(value: str) -> str:
-    """A checkpoint's name as the loaders read it (vitbench.models.checkpoints: safetensors or .npz; pickles never),
-    refused where a study or a command is parsed, not when its trial runs."""
+    """A checkpoint's name as the loaders read it (vitbench.models.checkpoints: safetensors or .npz; pickles
+    never), refused where a study or a command is parsed, not when its trial runs."""
     from pathlib import Path
 
     from vitbench.models.checkpoints import PICKLE_SUFFIXES, SUFFIXES

@@ -43,7 +43,7 @@ class MaxBatch(Task):
     description = "largest batch that fits (fresh process per probe)"
     needs = frozenset({Capability.MAX_BATCH})
     metrics = (Metric("max_batch_size", "images", True, "largest batch that fits", comparable=True,
-                      default_compare=True),)
+                      default_compare=True, bounded_by=("memory_limit_mib",)),)  # a CPU's default: free RAM / 2
     headline = "max_batch_size"
     repeat = False
 

@@ -194,7 +194,8 @@ def _check_meta(meta: dict, path: Path) -> None:
     for k, v in metrics.items():  # json reads NaN and Infinity; vitbench writes null for them
         if isinstance(v, float) and not math.isfinite(v) or k in BUDGET_METRICS and v is not None and (
                 isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0):
-            raise ConfigError(f"{path}: its vitbench metadata's metrics.{clip(str(k), 60)} is {clip(repr(v), 60)}; "
+            raise ConfigError(f"{path}: its vitbench metadata's metrics.{clip(str(k), 60)} is "
+                              f"{clip(repr(v), 60)}; "
                               "expected a finite number" + (" >= 0 (the pre-training budget)"
                                                            if k in BUDGET_METRICS else ""))
     objective = (meta.get("objective") or {}).get("objective", Objective.SUPERVISED.value)
