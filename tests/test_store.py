@@ -73,6 +73,21 @@ def test_garbage_in_the_middle_keeps_every_good_row(tmp_path):
     assert len(w) == 2
 
 
+def test_a_newer_row_without_an_end_time_is_placed_by_file_order(tmp_path):
+    """An edited newer row whose finished_at is empty was taken as the oldest, so the older row won (a 2x
+    'regression' in compare, an old value in report); without an end time, file order decides."""
+    from vitbench.store import select
+
+    old, new = rec(0), rec(0)
+    new.metrics = {**new.metrics, "img_per_s": 300.0}
+    new.finished_at = ""
+    with Store(tmp_path) as st:
+        st.append(old)
+        st.append(new)
+    (latest,) = select(read_records(tmp_path))
+    assert latest.metrics["img_per_s"] == 300.0
+
+
 def test_rows_of_another_shape_are_skipped_with_a_warning_not_a_traceback(tmp_path):
     """Envelope fields of the wrong type (a list key, a list env, a number timestamp, a string raw...) and JSON
     nested past Python's recursion limit: each such line is skipped with a warning naming it; the rest read."""

@@ -367,7 +367,9 @@ def select(records: Iterable[Record], kinds: Iterable[str] | str | None = None,
         for i, r in enumerate(recs):
             if r.key:
                 ident = (r.source, r.key)
-                if ident not in last or (r.finished_at or "") >= (recs[last[ident]].finished_at or ""):
+                prev = recs[last[ident]].finished_at if ident in last else None
+                # a row without an end time (edited, another tool's) is placed by file order, never as the oldest
+                if not prev or not r.finished_at or r.finished_at >= prev:
                     last[ident] = i
         recs = [r for i, r in enumerate(recs) if not r.key or last[(r.source, r.key)] == i]
     return recs
