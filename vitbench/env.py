@@ -106,7 +106,9 @@ def backend_distributions() -> tuple[str, ...]:
     vitbench.backends.BackendSpec, lists its `distributions`), so this module imports nothing above it."""
     from vitbench.registry import Kind, entries
 
-    return tuple(d for e in entries(Kind.BACKEND).values() for d in e.obj.distributions)
+    # once each: the runtimes' backends list torch too (their graphs are exported from it), and a list of
+    # torch three times printed it three times in a report's header
+    return tuple(dict.fromkeys(d for e in entries(Kind.BACKEND).values() for d in e.obj.distributions))
 
 
 def environment(backend_info: dict | None = None) -> dict:
