@@ -242,3 +242,16 @@ def test_a_median_never_crosses_a_setting_that_varies(tmp_path):
     t = throughput(load(tmp_path))
     assert sorted(t["img_per_s"]) == [30.0, 60.0, 100.0, 350.0] and set(t["repeats"]) == {1}
     assert {"threads", "optimizer", "method_version"} <= set(t.columns) and "channels_last" not in t.columns
+
+
+def test_a_figure_of_more_benchmarks_than_panels_says_how_many_it_left_out():
+    """Figure 5's panels stop at plots.MAX_PANELS; the 7th and 8th benchmarks were dropped without a word."""
+    from vitbench.report.accuracy_plots import accuracy_vs_compute
+    from vitbench.report.plots import MAX_PANELS
+
+    rows = [{"model": m, "family": "vit", "kind": "fewshot", "dataset": f"d{i}", "shots": 5, "accuracy": a,
+             "pretrain_exaflops": x, "backend": "torch", "resolution": 32, "status": "ok"}
+            for i in range(MAX_PANELS + 2) for m, a, x in (("ViT-Nano/4", 0.5, 1.0), ("ViT-Micro/4", 0.6, 2.0))]
+    fig = accuracy_vs_compute(pd.DataFrame(rows))
+    assert len(fig.axes) >= MAX_PANELS and fig._suptitle is not None
+    assert fig._suptitle.get_text().startswith(f"the first {MAX_PANELS} of {MAX_PANELS + 2} benchmarks shown")

@@ -29,6 +29,7 @@ from vitbench.report.plots import (
     _marked,
     _marker,
     _shared_legend,
+    first_panels,
     model_colors,
 )
 from vitbench.stats import frontier_mask
@@ -93,11 +94,12 @@ def accuracy_vs_compute(df: pd.DataFrame) -> Figure | None:
     if acc.empty:
         return None
     panel_keys = [k for k in ("kind", "dataset", "shots") if k in acc.columns]
-    panels = list(acc.groupby(panel_keys, dropna=False, sort=True))[:6]
+    panels, note = first_panels(list(acc.groupby(panel_keys, dropna=False, sort=True)), "benchmarks")
     raw = df.assign(accuracy=pd.to_numeric(df["accuracy"], errors="coerce"),
                     **{xcol: pd.to_numeric(df[xcol], errors="coerce")}).dropna(subset=[xcol, "accuracy"])
     raw_panels = {_panel_id(k): r for k, r in raw.groupby(panel_keys, dropna=False)}
     fig = Figure(figsize=(5.2 * len(panels) + 3.2, 4.6), layout="constrained")  # legend on the right
+    note(fig)
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
     colors = model_colors(acc["model"])
     series = _upstream_keys(acc)
@@ -151,8 +153,9 @@ def distilled_accuracy_vs_throughput(df: pd.DataFrame) -> Figure | None:
     if rows.empty or not tables.distilled(rows).any():
         return None
     panel_keys = [k for k in ("kind", "dataset", "shots") if k in rows.columns]
-    panels = list(rows.groupby(panel_keys, dropna=False, sort=True))[:6]
+    panels, note = first_panels(list(rows.groupby(panel_keys, dropna=False, sort=True)), "benchmarks")
     fig = Figure(figsize=(5.6 * len(panels) + 3.2, 4.8), layout="constrained")  # legend on the right
+    note(fig)
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
     colors = model_colors(rows["model"])
     series = _upstream_keys(rows)

@@ -40,7 +40,8 @@ from vitbench.fit import (
 from vitbench.fit.groups import DEFAULT_COMPUTE, DEFAULT_GROUP
 from vitbench.report import caveats
 from vitbench.report.caveats import caveat_legend_entry, mark_caveats
-from vitbench.report.plots import FAMILY_STYLE, _infer_speed, _legend, _log_axis, backend_line, model_colors
+from vitbench.report.plots import (FAMILY_STYLE, _infer_speed, _legend, _log_axis, backend_line, first_panels,
+                                   model_colors)
 
 _OTHER_COLORS = colormaps["tab10"]
 # Axis titles for the compute columns results rows carry (any other column is shown by its name).
@@ -148,8 +149,9 @@ def fitted_curves(df: pd.DataFrame, *, fits: FitReport | None = None, spec: FitS
     report = _report(df, fits, spec)
     if report is None or not report.groups or all(_chosen(g, form) is None for g in report.groups):
         return None  # no law to draw (too few points: unfit_reason says so)
-    panels = _panels(report)[:6]
+    panels, note = first_panels(_panels(report), "groups")
     fig, axes, _ = _axes(len(panels))
+    note(fig)
     for ax, (key, groups) in zip(axes, panels):
         n = 0
         for i, g in enumerate(groups):
@@ -261,8 +263,9 @@ def compute_frontier(df: pd.DataFrame, *, fits: FitReport | None = None, spec: F
     report = _report(df, fits, spec)
     if report is None or not report.groups:
         return None
-    panels = _panels(report)[:6]
+    panels, note = first_panels(_panels(report), "groups")
     fig, axes, strips = _axes(len(panels), extra_rows=True)
+    note(fig)
     for ax, strip, (key, groups) in zip(axes, strips, panels):
         c = np.concatenate([g.compute for g in groups])
         e = np.concatenate([g.error for g in groups])
@@ -338,10 +341,11 @@ def throughput_vs_accuracy(df: pd.DataFrame, *, speed_task: str, compute: str = 
     if acc.empty:
         return None
     bench = [c for c in BENCHMARK_COLUMNS if c in acc.columns and acc[c].notna().any()]
-    panels = list(acc.groupby(bench, dropna=False, sort=True))[:6]
+    panels, note = first_panels(list(acc.groupby(bench, dropna=False, sort=True)), "benchmarks")
     skeys = [k for k in ("backend", "precision") if k in speed.columns]
     series = list(speed.groupby(skeys, dropna=False)) if skeys else [((), speed)]
     fig, axes, _ = _axes(len(panels), height=4.6)
+    note(fig)
     colors = model_colors(acc["model"])
     drawn = 0
     for ax, (key, part) in zip(axes, panels):

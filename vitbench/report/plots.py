@@ -16,6 +16,7 @@ every axis has its unit.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -41,6 +42,19 @@ def _plugin_family_styles() -> dict[str, tuple[str, str, str]]:
 
 
 FAMILY_STYLE.update(_plugin_family_styles())
+
+
+MAX_PANELS = 6  # panels in one figure, a row: six are some 34 inches wide already
+
+
+def first_panels(panels: list, fig_of) -> tuple[list, Callable[[Figure], None]]:
+    """The first MAX_PANELS of `panels`, and what to do to the figure once made: say how many were left out (the
+    tables hold them all), never drop them silently. `fig_of` names what a panel is (benchmarks, groups)."""
+    def note(fig: Figure) -> None:
+        if len(panels) > MAX_PANELS:
+            fig.suptitle(f"the first {MAX_PANELS} of {len(panels)} {fig_of} shown; the tables hold them all",
+                         fontsize=8)
+    return panels[:MAX_PANELS], note
 
 
 def backend_index(backend: str) -> int:
