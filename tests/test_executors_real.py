@@ -143,8 +143,7 @@ def ray_cluster():
         wait_for(lambda: ray_nodes_alive() == 2, 60, "two alive raylets", every=1)
     except AssertionError:
         pytest.fail(f"VITBENCH_REAL_CLUSTER=1 but the two-raylet Ray cluster is not up ({ray_nodes_alive()} "
-                    "raylets "
-                    "alive; scripts/cluster/up.sh)")
+                    "raylets alive; scripts/cluster/up.sh)")
     yield
 
 

@@ -25,17 +25,16 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import os
 import shutil
-import stat
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from vitbench.errors import ConfigError
+from vitbench.paths import file_digest
 
 STAGING = ".vitbench-report-staging-"  # prefix of a writer's staging folder in the output folder
 LOCK = ".lock"  # in a staging folder: held (flock) by its writer while it runs
@@ -57,26 +56,6 @@ class Writer:
 
     def plain_name(self, name: str) -> bool:
         return name == Path(name).name and name not in ("", ".", "..") and name.endswith(self.suffixes)
-
-
-
-
-def digest(path: Path) -> tuple[int, str] | None:
-    """(size, SHA-256) of the plain file at `path`, read without following a link; None for anything else."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        h, size = hashlib.sha256(), 0
-        while chunk := os.read(fd, 1 << 20):
-            h.update(chunk)
-            size += len(chunk)
-        return size, h.hexdigest()
-    finally:
-        os.close(fd)
 
 
 def _read_manifest(out: Path, writer: Writer) -> tuple[dict[str, dict], bool]:
@@ -110,7 +89,7 @@ class OutputFolder:
         self.writer = w = writer
         self.written, manifest_ours = _read_manifest(out, w)
         self.own: set[str] = {w.manifest} if manifest_ours else set()
-        self.own |= {n for n, e in self.written.items() if digest(out / n) == (e.get("size"), e["sha256"])}
+        self.own |= {n for n, e in self.written.items() if file_digest(out / n) == (e.get("size"), e["sha256"])}
         self.others: list[str] = []
 
     def check(self) -> None:
@@ -159,7 +138,7 @@ class OutputFolder:
                               f"{', '.join(w.suffixes)} files")
         files = {}
         for n in names:
-            size, sha = digest(stage / n)
+            size, sha = file_digest(stage / n)
             files[n] = {"size": size, "sha256": sha}
         (stage / w.manifest).write_text(json.dumps({"format": w.format, "files": files}, indent=1,
                                                    sort_keys=True) + "\n")

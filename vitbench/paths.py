@@ -19,7 +19,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -109,6 +111,25 @@ def mark_used(path: Path) -> None:
         os.utime(path)
     except OSError:
         pass
+
+
+def file_digest(path: Path) -> tuple[int, str] | None:
+    """(size, SHA-256) of the plain file at `path`, read without following a link; None for anything else (a link,
+    a directory, a device, a file that cannot be read)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        h, size = hashlib.sha256(), 0
+        while chunk := os.read(fd, 1 << 20):
+            h.update(chunk)
+            size += len(chunk)
+        return size, h.hexdigest()
+    finally:
+        os.close(fd)
 
 
 def compile_root(cache: Path) -> Path:

@@ -172,14 +172,14 @@ class Record:
         if bad:
             raise ValueError(f"field(s) of the wrong type: {'; '.join(bad)}")
         err = d.get("error")
-        error = ErrorInfo(str(err.get("type")), str(err.get("message", "")), err.get("tail")) \
-            if isinstance(err, dict) else None
+        error = None if err is None else ErrorInfo(str(err.get("type")), str(err.get("message", "")),
+                                                   err.get("tail"))
         return cls(kind=str(d["kind"]), status=status, config=d["config"], metrics=d["metrics"],
                    raw=d.get("raw") or {}, env=d.get("env") or {}, error=error,
                    started_at=d.get("started_at") or "", finished_at=d.get("finished_at") or "",
                    method_version=d.get("method_version"), schema=d.get("schema", SCHEMA),
                    key=d.get("key"), study=d.get("study"), study_sha=d.get("study_sha"), run_id=d.get("run_id"),
-                   repeat=d.get("repeat"), trial=d.get("trial") if isinstance(d.get("trial"), dict) else None,
+                   repeat=d.get("repeat"), trial=d.get("trial"),
                    runner=d.get("runner") or {})
 
     def unmeasured(self, names) -> list[str]:

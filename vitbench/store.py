@@ -79,15 +79,11 @@ def result_files(path: str | os.PathLike, recursive: bool = True) -> list[Path]:
     if p.is_file():
         return [p]
     if not p.is_dir():
-        from vitbench.errors import ConfigError
-
         why = "is neither a file nor a directory (a device or a pipe)" if p.exists() else "does not exist"
         raise ConfigError(f"results path {str(p)!r} {why} (expected a results directory or .jsonl file)")
     files = list(p.rglob("results*.jsonl") if recursive else p.glob("results*.jsonl"))
     unread = [f for f in files if not f.is_file()]
     if unread:  # a shard that cannot be read would leave its rows out of every table and verdict, unsaid
-        from vitbench.errors import ConfigError
-
         f = unread[0]
         what = "a link to nothing" if f.is_symlink() and not f.exists() else "not a file"
         raise ConfigError(f"results file {str(f)!r} is {what}: its rows cannot be read; restore or remove it"

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from vitbench.paths import compile_cache_dir, mark_used, open_compile_cache
+from vitbench.paths import compile_cache_dir, file_digest, mark_used, open_compile_cache
 from vitbench.value_cache import compiler_env
 from vitbench.value_cache import key as value_key
 from vitbench.value_cache import source_hash_of
@@ -129,14 +129,8 @@ def _hashes(path: Path) -> dict[str, str]:
     as the model, and set the device's peak). Links are not followed: a link is not what was written."""
     out = {}
     for f in sorted(path.rglob("*")):
-        if f.name == KEY_FILE and f.parent == path:
+        if f == path / KEY_FILE or (f.is_dir() and not f.is_symlink()):
             continue
-        if f.is_symlink():
-            out[str(f.relative_to(path))] = "link"
-        elif f.is_file():
-            h = hashlib.sha256()
-            with open(f, "rb") as fh:
-                for chunk in iter(lambda: fh.read(1 << 20), b""):
-                    h.update(chunk)
-            out[str(f.relative_to(path))] = h.hexdigest()
+        got = None if f.is_symlink() else file_digest(f)
+        out[str(f.relative_to(path))] = got[1] if got else "not a plain file"
     return out

@@ -15,8 +15,8 @@ from vitbench.cli.common import console, err_console, print_json, warn
 from vitbench.cli.options import cli_option, from_field
 from vitbench.errors import ConfigError, shorten
 from vitbench.fit.spec import FitSpec
-from vitbench.paths import check_dir
 from vitbench.outdir import Writer
+from vitbench.paths import check_dir
 
 
 def _num(v: float | None) -> str:
@@ -252,9 +252,9 @@ def _write(src, report, doc: dict, out: Path, allow_other: bool) -> list[Path]:
     import json
 
     from vitbench.fit import SourceKind
+    from vitbench.outdir import write_files
     from vitbench.report import figure as report_figure
     from vitbench.report import fit_figures
-    from vitbench.outdir import write_files
 
     figures = {"fit_curves": fit_figures.fitted_curves(src.frame, fits=report),
                "compute_frontier": fit_figures.compute_frontier(src.frame, fits=report)}

@@ -215,8 +215,7 @@ def run_bisect(good: str, bad: str, *, repo: str | Path = ".", study: str = DEFA
             if subprocess.run(["git", "-C", str(root), "cat-file", "-e", f"{sha}:{study}"],
                               capture_output=True).returncode:
                 raise ConfigError(f"--study {clip(study, 200)}: not in {name}'s tree ({sha[:12]}); each commit "
-                                  "runs its own "
-                                  "copy: give a study file the whole range has, or an absolute path")
+                                  "runs its own copy: give a study file the whole range has, or an absolute path")
     elif not Path(study).is_file():
         raise ConfigError(f"--study {clip(study, 200)}: no such file")
     commits = commits_between(root, g, b)

@@ -198,8 +198,7 @@ def compare(baseline: Sequence[Record], current: Sequence[Record], *, threshold:
                           "(choose with --metric)")
     if all(r.decision == Decision.NO_DATA and r.method == "status" for r in rows):
         raise ConfigError(f"nothing compared: every one of the {len(matched)} matched trial(s) failed on both "
-                          "sides "
-                          f"({rows[0].note.split(': ', 1)[-1][:200]}); no speed was measured to decide on")
+                          f"sides ({rows[0].note.split(': ', 1)[-1][:200]}); no speed was measured to decide on")
     warnings = [f"--normalize: {cal.fallbacks} {cal.side} record(s) have no calibration from their own run; used "
                 "the calibration of other runs on the same device" for cal in (calibs or ()) if cal.fallbacks]
     unmatched_baseline = [(label[k], why_unmatched(bt[k], ct)) for k in bt if k not in ct]

@@ -61,8 +61,7 @@ def resolve_ref(root: Path, ref: str) -> str:
                        capture_output=True, text=True, timeout=60)
     if p.returncode or not p.stdout.strip():
         raise ConfigError(f"REF {clip(repr(ref), 200)}: no such commit in {root} (a branch, tag or SHA; a shallow "
-                          "clone may "
-                          "lack it: git fetch --unshallow)")
+                          "clone may lack it: git fetch --unshallow)")
     return p.stdout.strip()
 
 

@@ -352,9 +352,8 @@ class RayExecutor(Executor):
         alive = {id(ref) for ref in refs}
         if alive:
             warnings.warn(f"executor 'ray': {len(alive)} cancelled task(s) had not ended {wait_s:g} s later and "
-                          "may "
-                          "still be measuring (`ray list tasks --filter state=RUNNING`); a sweep resumed now may "
-                          "measure beside them", VitbenchWarning, stacklevel=2)
+                          "may still be measuring (`ray list tasks --filter state=RUNNING`); a sweep resumed now "
+                          "may measure beside them", VitbenchWarning, stacklevel=2)
         return [stored_row(self.results, job) or Outcome(failure(
             job, Status.INTERRUPTED, "KeyboardInterrupt", "the sweep was interrupted; its Ray task was cancelled"
             + (f", but had not ended {wait_s:g} s later: it may still be running" if id(ref) in alive else ""),

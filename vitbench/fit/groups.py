@@ -356,8 +356,8 @@ def fit_source(source: Source, spec: FitSpec = FitSpec(), *, workers: int | None
     if bad.any():
         raise ConfigError(f"{where}: column {shorten(spec.compute, 60)} (--compute) must lie within "
                           f"{1 / COMPUTE_LIMIT:.0e}..{COMPUTE_LIMIT:.0e} (the laws' coefficients in its unit "
-                          "must be "
-                          f"finite numbers): {_row(compute, bad)}; rescale it, e.g. FLOPs / 1e18 = exaFLOPs")
+                          f"must be finite numbers): {_row(compute, bad)}; rescale it, e.g. FLOPs / 1e18 = "
+                          "exaFLOPs")
     zero = usable & (error == 0)
     if zero.all() or (usable & ~zero).sum() == 0:
         raise ConfigError(f"{where}: {error_label} ({option}) is 0 in every row: a log-space fit needs error > 0")

@@ -243,8 +243,7 @@ def read(path: str | Path) -> Iterator[tuple[Run, Point]]:
                 or r[0] not in runs:
             raise _bad(Path(path), f"run {r[0]}'s point {str(r[2])[:80]} {str(r[6])[:40]} holds value {r[9]!r}, "
                                    f"calibration {r[10]!r}, which `vitbench history append` never writes (a "
-                                   "finite "
-                                   "number > 0 of a stored run): the file was edited")
+                                   "finite number > 0 of a stored run): the file was edited")
         yield runs[r[0]], Point(trial=r[1], label=r[2], model=r[3], backend=r[4], task=r[5], metric=r[6],
                                 unit=r[7], higher_is_better=bool(r[8]), value=r[9], calibration=r[10],
                                 raw=_json_object(r[11], path, f"run {r[0]}'s point {str(r[2])[:80]}"))

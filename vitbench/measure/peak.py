@@ -102,8 +102,8 @@ def current_policy() -> PeakPolicy:
     except (ValueError, TypeError, RecursionError):
         raise ConfigError(f"${POLICY_ENV} must be a JSON object with fields among {', '.join(sorted(names))}; "
                           f"got {clip(text, 200)!r}") from None
-    bad = [f"{f.name} must be {_WANT[_kind(f.type)]}" for f in fields(PeakPolicy)
-           if not _policy_value_ok(getattr(policy, f.name), _kind(f.type))]
+    bad = [f"{f.name} must be {_WANT[_kind(f.default)]}" for f in fields(PeakPolicy)
+           if not _policy_value_ok(getattr(policy, f.name), _kind(f.default))]
     if bad:
         raise ConfigError(f"${POLICY_ENV}: {'; '.join(bad)} (got {clip(text, 200)!r})")
     return policy
@@ -112,10 +112,9 @@ def current_policy() -> PeakPolicy:
 _WANT = {"sizes": "a non-empty list of integers > 0", "int": "an integer > 0", "float": "a number > 0"}
 
 
-def _kind(declared) -> str:
-    """A PeakPolicy field's declared type as one of _WANT's kinds (its annotation is a string here)."""
-    text = str(declared)
-    return "sizes" if "tuple" in text else "int" if text.startswith("int") else "float"
+def _kind(default) -> str:
+    """A PeakPolicy field's kind (_WANT), from its default's type."""
+    return "sizes" if isinstance(default, tuple) else "int" if isinstance(default, int) else "float"
 
 
 def _policy_value_ok(v, kind: str) -> bool:

@@ -35,7 +35,7 @@ from vitbench.backends.base import BackendName, default_backend
 from vitbench.errors import ConfigError
 from vitbench.models.analytic import analytic_counts, train_flops_per_image
 from vitbench.models.specs import ModelSpec, get_spec
-from vitbench.paths import locked
+from vitbench.paths import file_digest, locked
 from vitbench.protocols.teacher import load_teacher, teacher_metrics
 from vitbench.record import Record, now
 from vitbench.transfer.checkpoint import Checkpoint, checkpoint_path, load_checkpoint, save_checkpoint
@@ -191,11 +191,10 @@ def _file_sha256(path: Path) -> str:
     st = path.stat()
     ident = (str(path.resolve()), st.st_size, st.st_mtime_ns)
     if ident not in _SHA_CACHE:
-        h = hashlib.sha256()
-        with open(path, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
-        _SHA_CACHE[ident] = h.hexdigest()
+        got = file_digest(path.resolve())
+        if got is None:
+            raise ConfigError(f"{path}: not a readable file (its SHA-256 names the checkpoint in the row)")
+        _SHA_CACHE[ident] = got[1]
     return _SHA_CACHE[ident]
 
 

@@ -100,16 +100,12 @@ def _our_meta(f: Path) -> bool:
 
 
 def _our_weights(f: Path) -> bool:
-    from safetensors import safe_open
-
     if not f.is_file() or f.is_symlink():
         return False
     try:
-        with safe_open(str(f), framework="numpy") as st:
-            doc = json.loads((st.metadata() or {}).get("vitbench", "null"))
-    except Exception:  # noqa: BLE001 - not a safetensors file, or not ours: either way not replaceable
+        return read_meta(f) is not None  # a vitbench header of this format (read_meta checks it)
+    except ConfigError:  # not a safetensors file, or a header not ours: either way not replaceable
         return False
-    return isinstance(doc, dict) and doc.get("format") == FORMAT
 
 
 def save_checkpoint(path: str | Path, weights: dict[str, np.ndarray], meta: dict) -> Path:
@@ -192,12 +188,11 @@ def _check_meta(meta: dict, path: Path) -> None:
             raise bad(field, "an object")
     metrics = meta.get("metrics") or {}
     for k, v in metrics.items():  # json reads NaN and Infinity; vitbench writes null for them
-        if isinstance(v, float) and not math.isfinite(v) or k in BUDGET_METRICS and v is not None and (
-                isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0):
-            raise ConfigError(f"{path}: its vitbench metadata's metrics.{clip(str(k), 60)} is "
-                              f"{clip(repr(v), 60)}; "
-                              "expected a finite number" + (" >= 0 (the pre-training budget)"
-                                                           if k in BUDGET_METRICS else ""))
+        budget = k in BUDGET_METRICS and v is not None
+        if (isinstance(v, float) and not math.isfinite(v)) or (
+                budget and (isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0)):
+            raise ConfigError(f"{path}: its vitbench metadata's metrics.{clip(str(k), 60)} is {clip(repr(v), 60)};"
+                              " expected a finite number" + (" >= 0 (the pre-training budget)" if budget else ""))
     objective = (meta.get("objective") or {}).get("objective", Objective.SUPERVISED.value)
     if objective not in {o.value for o in Objective}:
         raise ConfigError(f"{path}: its vitbench metadata's objective is {clip(repr(objective), 60)}; allowed: "
