@@ -254,3 +254,12 @@ def test_the_server_search_stops_halving_where_a_probe_would_last_too_long():
     assert best is None and all(1000 / q <= MAX_PROBE_S for q in rates)
     assert 1000 / (rates[-1] / 2) > MAX_PROBE_S  # the next halving would have run too long
     assert "stopped: a probe at" in _bracket(runs)
+
+
+def test_an_option_for_another_scenario_is_refused_not_ignored(cli):
+    r = cli("serve", NANO, "--scenario", "SingleStream", "--target-qps", "5", "--max-probes", "3")
+    assert r.exit_code == 2, r.output
+    assert "--target-qps applies only with --scenario Server or Offline" in r.output
+    assert "--max-probes applies only with --scenario Server (here --scenario SingleStream)" in r.output
+    p = Serve.Params.model_validate({"task": "serve", "model": NANO, "scenario": "SingleStream", "max_probes": 12})
+    assert "max_probes" not in p.config() and "target_qps" not in p.config()  # at its default: left out

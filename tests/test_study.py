@@ -69,6 +69,29 @@ def test_fields_a_task_ignores_do_not_split_trials_and_flops_is_not_repeated():
     assert s.combinations == 8 and s.unique_trials == 5
 
 
+def test_defaults_that_apply_to_some_scenarios_only_leave_the_others_configs():
+    s = study("""
+        name: f
+        defaults: {target_qps: 50, max_probes: 3, samples_per_query: 4}
+        axes: {model: [ViT-Nano/4], task: [serve], scenario: [Server, SingleStream, MultiStream, Offline]}
+    """)
+    by = {t.config["scenario"]: t.config for t in s.trials}
+    assert by["Server"]["target_qps"] == 50 and by["Server"]["max_probes"] == 3
+    assert "samples_per_query" not in by["Server"] and by["MultiStream"]["samples_per_query"] == 4
+    assert by["Offline"]["target_qps"] == 50 and "max_probes" not in by["Offline"]
+    for f in ("target_qps", "max_probes", "latency_bound_ms", "qps_tolerance"):
+        assert f not in by["SingleStream"], f  # not recorded where LoadGen does not read it
+    assert len({t.key for t in s.trials}) == 4
+
+
+def test_an_axis_value_for_a_scenario_it_does_not_apply_to_is_refused():
+    msg = bad("""
+        name: f
+        axes: {model: [ViT-Nano/4], task: [serve], scenario: [Server, SingleStream], max_probes: [3]}
+    """)
+    assert "max_probes applies only with scenario Server (here scenario SingleStream)" in msg, msg
+
+
 def test_key_is_stable_and_spelling_insensitive(monkeypatch):
     a = study("name: a\naxes: {model: [ViT-B/16], task: [infer]}\n").trials[0]
     b = study("name: b\ndefaults: {resolution: 224}\naxes: {model: [vit_base_patch16_224], task: [infer]}\n"

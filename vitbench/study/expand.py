@@ -320,8 +320,9 @@ class Expander:
             return False
 
     def normalise(self, cfg: dict, org: dict, origin: str) -> dict | None:
-        """The trial config of one combination: its task's Params (fields the task does not use dropped, its
-        defaults filled, native resolution/classes resolved), checked against what the backend can do."""
+        """The trial config of one combination: its task's Params (fields the task does not use dropped, and those
+        the study's defaults set that do not apply to it, `TaskParams.moot`; its defaults filled, native
+        resolution/classes resolved), checked against what the backend can do."""
         if cfg.get("task") is None:
             if not self.err.about("task"):  # an invalid task value was reported already
                 self.err.add(("axes",), "no task given: set axes.task (or defaults.task)")
@@ -345,6 +346,9 @@ class Expander:
                 self.err.add(where, f"{e} (model {spec.name} from {dotted(org.get('model') or ())}, {origin})",
                              res)
                 return None
+        for f in task.Params.moot(cfg):  # set for every trial by `defaults`, it does not apply to this one
+            if f in cfg and (org.get(f) or ("defaults",))[0] == "defaults":
+                del cfg[f]
         try:
             params = task.Params.model_validate({f: cfg[f] for f in fields if f in cfg})
         except ValidationError as e:

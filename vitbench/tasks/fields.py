@@ -8,6 +8,7 @@ fields, so an axis a task ignores (flops and batch_size) never multiplies its tr
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, Strict, ValidationInfo,
@@ -91,6 +92,19 @@ def data_twins(paths: dict[str, str], defaults: dict | None = None) -> dict:
             typ = typ | None
         fields[field] = (typ, key_neutral(default, description=info.description))  # its help: DataConfig's
     return fields
+
+
+def applies_when(**allowed: tuple) -> dict:
+    """A field's `json_schema_extra` that makes it apply only where each named field holds one of its allowed
+    values (`applies_when(scenario=("Server",))`); elsewhere it is left out of the trial config and may hold only
+    its default (TaskParams.moot)."""
+    return {"applies_when": {k: tuple(v) for k, v in allowed.items()}}
+
+
+def conditions(info: FieldInfo) -> dict[str, tuple]:
+    """The field's `applies_when` conditions (empty: it always applies)."""
+    extra = info.json_schema_extra
+    return extra.get("applies_when", {}) if isinstance(extra, dict) else {}
 
 
 def _marked(params: type[BaseModel], marker: type) -> tuple[str, ...]:
@@ -262,10 +276,42 @@ class TaskParams(BaseModel):
         self._spec = spec
         return self
 
+    @classmethod
+    def moot(cls, values: Mapping[str, Any]) -> dict[str, dict[str, tuple]]:
+        """The fields that do not apply given the others' `values` (their `applies_when`, declared on the field:
+        `target_qps` applies to the Server and Offline scenarios only) -> that condition; a field not in
+        `values` is read at its default."""
+        out = {}
+        for name, f in cls.model_fields.items():
+            when = conditions(f)
+            if any(values.get(k, cls.model_fields[k].default) not in allowed for k, allowed in when.items()):
+                out[name] = when
+        return out
+
+    @model_validator(mode="after")
+    def _applies(self):
+        """A field that does not apply to these params (`applies_when`) may only hold its default: a value given
+        for another scenario is refused, not silently ignored. A study drops such a field where its `defaults`
+        set it for every scenario (vitbench.study.expand)."""
+        fields = type(self).model_fields
+        given = {n: w for n, w in self.moot(self.__dict__).items() if getattr(self, n) != fields[n].default}
+        if given:
+            def where(w: dict) -> str:
+                return " and ".join(f"{self.name_of(k)} {' or '.join(map(str, v))}" for k, v in w.items())
+
+            here = dict.fromkeys(k for w in given.values() for k in w)
+            raise ValueError("; ".join(f"{self.name_of(n)} applies only with {where(w)}" for n, w in given.items())
+                             + f" (here {', '.join(f'{self.name_of(k)} {getattr(self, k)}' for k in here)}): "
+                             f"leave {'it' if len(given) == 1 else 'them'} unset")
+        return self
+
     def config(self) -> dict:
         """The normalised trial config: JSON-able, the input of the trial key (key_neutral fields left out at
-        their default)."""
-        return self.model_dump(mode="json")
+        their default, fields that do not apply to it left out: `moot`)."""
+        config = self.model_dump(mode="json")
+        for name in self.moot(config):
+            config.pop(name, None)
+        return config
 
 
 def shared_default(name: str) -> Any:

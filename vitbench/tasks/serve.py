@@ -18,13 +18,15 @@ from vitbench.measure.loadgen import (MLPERF_MIN_DURATION_S, MLPERF_SAMPLES_PER_
 from vitbench.record import Record
 from vitbench.tasks import Metric, Task, register_task
 from vitbench.tasks.bench import Timing
-from vitbench.tasks.fields import MAX_COUNT, PathField, literal_of, params_model
+from vitbench.tasks.fields import MAX_COUNT, PathField, applies_when, literal_of, params_model
 from vitbench.transfer.config import MAX_SECONDS, DataConfig, DatasetName, Seed, default_of
 
 KIND = "serve"
 _SHARED = ("model", "backend", "task", "device", "resolution", "batch_size", "precision", "compile",
            "compile_mode", "seed", "threads", "num_classes", "channels_last")
 MAX_QPS = 1e7  # a target rate above ten million queries/s is a typo (LoadGen schedules every query up front)
+# the fields that apply to some scenarios only (LoadGen's TestSettings reads them there: measure.loadgen.Settings)
+_SERVER = applies_when(scenario=("Server",))
 
 
 class LoadGenFields(BaseModel):
@@ -37,12 +39,13 @@ class LoadGenFields(BaseModel):
     max_wait_ms: float = Field(0.0, ge=0, le=60_000, description="the SUT waits at most this long after a batch's "
                                "first query for more, up to batch_size (0: batches what is already waiting, "
                                "Triton's dynamic-batching default max_queue_delay_microseconds: 0)")
-    target_qps: float | None = Field(None, gt=0, le=MAX_QPS, description="Server: one run at this mean arrival "
-                                     "rate (null: search for the highest VALID one); Offline: the expected rate "
-                                     "that sizes LoadGen's query (null: the max batch's throughput at warm-up)")
-    latency_bound_ms: float = Field(MLPERF_VISION_BOUND_MS, gt=0, le=MAX_SECONDS * 1000, description="Server: the "
-                                    "latency bound the percentile is judged at (MLPerf's ResNet-50 image "
-                                    "classification bound, mlperf.conf: 15 ms)")
+    target_qps: float | None = Field(None, gt=0, le=MAX_QPS, json_schema_extra=applies_when(
+        scenario=("Server", "Offline")), description="Server: one run at this mean arrival rate (null: search for "
+        "the highest VALID one); Offline: the expected rate that sizes LoadGen's query (null: the max batch's "
+        "throughput at warm-up)")
+    latency_bound_ms: float = Field(MLPERF_VISION_BOUND_MS, gt=0, le=MAX_SECONDS * 1000, json_schema_extra=_SERVER,
+                                    description="Server: the latency bound the percentile is judged at (MLPerf's "
+                                    "ResNet-50 image classification bound, mlperf.conf: 15 ms)")
     latency_percentile: float | None = Field(None, gt=0, lt=100, description="the latency percentile judged "
                                              "(Server) or reported (null: the scenario's MLPerf default, "
                                              "mlperf.conf: Server 99, MultiStream 99, SingleStream 90, Offline "
@@ -51,13 +54,15 @@ class LoadGenFields(BaseModel):
                                   "run duration (mlperf.conf: 600 s; a CPU study sets a few seconds and says so)")
     min_query_count: int | None = Field(None, gt=0, le=MAX_COUNT, description="LoadGen's minimum query count "
                                         "(null: mlperf.conf's MultiStream 662, else LoadGen's default 100)")
-    samples_per_query: int = Field(MLPERF_SAMPLES_PER_QUERY, gt=0, le=MAX_COUNT, description="MultiStream: "
-                                   "samples per query (mlperf.conf: 8)")
+    samples_per_query: int = Field(MLPERF_SAMPLES_PER_QUERY, gt=0, le=MAX_COUNT, json_schema_extra=applies_when(
+        scenario=("MultiStream",)), description="MultiStream: samples per query (mlperf.conf: 8)")
     loadgen_seed: Seed | None = Field(None, description="LoadGen's sample and schedule seeds, all three made from "
                                       "this one (null: mlperf.conf's qsl, sample_index and schedule seeds)")
-    qps_tolerance: float = Field(0.05, gt=0, lt=1, description="Server search: stop when the lowest INVALID "
-                                 "target QPS is within this fraction of the highest VALID one")
-    max_probes: int = Field(12, gt=0, le=100, description="Server search: LoadGen runs at most")
+    qps_tolerance: float = Field(0.05, gt=0, lt=1, json_schema_extra=_SERVER, description="Server search: stop "
+                                 "when the lowest INVALID target QPS is within this fraction of the highest VALID "
+                                 "one")
+    max_probes: int = Field(12, gt=0, le=100, json_schema_extra=_SERVER,
+                            description="Server search: LoadGen runs at most")
     warmup_steps: int = Field(default_of(Timing, "warmup_steps"), ge=0, le=MAX_COUNT, description="steps per "
                               "prepared batch size after the first, before any LoadGen run")
     dataset: DatasetName = Field(default_of(DataConfig, "name"), description="the QSL's images: a data source's "
@@ -130,5 +135,5 @@ class Serve(Task):
         rec = serve(step, p.backend, p.device, p.threads, images, p.dataset != "synthetic", p.loadgen_settings(),
                     p.max_wait_ms, p.warmup_steps, Search(p.qps_tolerance, p.max_probes),
                     given_qps=p.target_qps is not None)
-        rec.config = {**rec.config, **{k: getattr(p, k) for k in LoadGenFields.model_fields}}
+        rec.config = {**rec.config, **{k: v for k, v in p.config().items() if k in LoadGenFields.model_fields}}
         return rec
