@@ -263,3 +263,19 @@ def test_an_option_for_another_scenario_is_refused_not_ignored(cli):
     assert "--max-probes applies only with --scenario Server (here --scenario SingleStream)" in r.output
     p = Serve.Params.model_validate({"task": "serve", "model": NANO, "scenario": "SingleStream", "max_probes": 12})
     assert "max_probes" not in p.config() and "target_qps" not in p.config()  # at its default: left out
+
+
+def test_a_server_rate_whose_query_count_stretches_the_run_is_said_or_refused(cli, monkeypatch, one_torch_thread):
+    from vitbench.errors import VitbenchWarning
+
+    r = cli("serve", NANO, "--target-qps", "0.0001")  # 100 queries at 1e-4 QPS: 11.6 days
+    assert r.exit_code == 2 and "--target-qps 0.0001 schedules 100 queries over" in r.output, r.output
+    assert "lower --min-query-count" in r.output
+
+    def stop(*a, **k):
+        raise RuntimeError("no LoadGen run in this test")
+
+    monkeypatch.setattr(loadgen, "run", stop)
+    with pytest.warns(VitbenchWarning, match=r"schedule at 0.5 QPS lasts 200 s, not the minimum duration's 0.3 s"), \
+            pytest.raises(RuntimeError, match="no LoadGen run"):
+        serve(target_qps=0.5, min_query_count=100)

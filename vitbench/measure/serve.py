@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import statistics
 import time
+import warnings
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from vitbench.backends.base import Step, StopRule, get_backend
 from vitbench.env import environment
-from vitbench.errors import ConfigError
+from vitbench.errors import ConfigError, VitbenchWarning
 from vitbench.measure import loadgen
 from vitbench.measure.load import LoadMeter
 from vitbench.measure.noise import NoiseFlag, assess, summary
@@ -132,6 +133,12 @@ def serve(step: Step, backend: str, device: str, threads: int | None, images: np
                 capacity = extra["capacity"]["img_per_s"]
                 runs, best = search_qps(one, settings, capacity, search)
             else:
+                long_s = probe_s(settings, settings.target_qps) if settings.scenario == "Server" else 0.0
+                if long_s > max(settings.min_duration_s, MAX_PROBE_S):  # the user's rate: said, not changed
+                    warnings.warn(f"LoadGen's schedule at {settings.target_qps:g} QPS lasts {long_s:.4g} s, not "
+                                  f"the minimum duration's {settings.min_duration_s:g} s: its minimum query count "
+                                  f"({settings.min_query_count}) arrives only then; lower min_query_count for a "
+                                  "shorter run", VitbenchWarning, stacklevel=2)
                 if settings.scenario == "Offline":
                     extra["before"] = throughput(be, works[sizes[-1]], settings.min_duration_s)
                     if not given_qps:

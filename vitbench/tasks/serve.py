@@ -10,7 +10,7 @@ vitbench.measure.serve.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
 
 from vitbench.backends.base import Capability, Step
 from vitbench.measure.loadgen import (MLPERF_MIN_DURATION_S, MLPERF_SAMPLES_PER_QUERY, MLPERF_SEEDS,
@@ -18,7 +18,7 @@ from vitbench.measure.loadgen import (MLPERF_MIN_DURATION_S, MLPERF_SAMPLES_PER_
 from vitbench.record import Record
 from vitbench.tasks import Metric, Task, register_task
 from vitbench.tasks.bench import Timing
-from vitbench.tasks.fields import MAX_COUNT, PathField, applies_when, literal_of, params_model
+from vitbench.tasks.fields import MAX_COUNT, PathField, applies_when, literal_of, named, params_model
 from vitbench.transfer.config import MAX_SECONDS, DataConfig, DatasetName, Seed, default_of
 
 KIND = "serve"
@@ -87,6 +87,23 @@ class LoadGenFields(BaseModel):
             raise ValueError(e.errors()[0]["msg"].removeprefix("Value error, ")) from None
         return v
 
+    @model_validator(mode="after")
+    def _schedule_ends(self, info: ValidationInfo):
+        """A Server run at a given rate lasts until its minimum query count has arrived too: refused when that is
+        beyond any duration a field may ask for (MAX_SECONDS: 0.0001 QPS, a typo, would schedule for months)."""
+        if self.scenario == "Server" and self.target_qps is not None and self.scheduled_s() > MAX_SECONDS:
+            raise ValueError(f"{named(info, 'target_qps')} {self.target_qps:g} schedules "
+                             f"{self.query_count()} queries over {self.scheduled_s():.3g} s, more than "
+                             f"{MAX_SECONDS:g} s: raise it or lower {named(info, 'min_query_count')}")
+        return self
+
+    def query_count(self) -> int:
+        return self.min_query_count or SCENARIOS[self.scenario].min_query_count
+
+    def scheduled_s(self) -> float:
+        """Server at a given target_qps: how long LoadGen's schedule lasts (both minimums met)."""
+        return max(self.min_duration_s, self.query_count() / self.target_qps)
+
     def percentile(self) -> float:
         return self.latency_percentile or SCENARIOS[self.scenario].percentile
 
@@ -98,7 +115,7 @@ class LoadGenFields(BaseModel):
         return Settings(scenario=self.scenario, target_qps=self.target_qps or 1.0,
                         latency_bound_ms=self.latency_bound_ms, percentile=self.percentile(),
                         min_duration_s=self.min_duration_s,
-                        min_query_count=self.min_query_count or SCENARIOS[self.scenario].min_query_count,
+                        min_query_count=self.query_count(),
                         samples_per_query=self.samples_per_query, expected_latency_ms=1.0, seeds=seeds)
 
 
