@@ -199,3 +199,29 @@ def test_a_cache_or_lock_that_is_not_of_its_kind_is_refused_naming_it(monkeypatc
     (tmp_path / "out.json").mkdir()  # a directory where a file is written
     with pytest.raises(paths.PathError, match=r"out\.json' is a directory"):
         paths.write_atomic(tmp_path / "out.json", "{}")
+
+
+def test_a_compile_cache_other_users_can_write_is_never_loaded(root, cli):
+    """The backends load a compile cache's files as code (torch's inductor unpickles its FX graphs): a cache
+    directory another user can write to, or owns, is refused naming it (exit 2), before any trial of a sweep."""
+    fw = paths.compile_root(root) / "fw-2.0-host"
+    assert paths.open_compile_cache(fw) == fw  # the user's own, 0755: used
+    os.chmod(fw, 0o775)  # group-writable: the user's choice (a team's cache)
+    assert paths.open_compile_cache(fw) == fw
+    for d in (fw, paths.compile_root(root)):
+        os.chmod(d, 0o777)
+        with pytest.raises(paths.PathError, match=f"compile cache '{d}' is writable by every user, mode 777"):
+            paths.open_compile_cache(fw)
+        os.chmod(d, 0o755)
+    os.chmod(paths.compile_root(root), 0o1777)  # sticky: others still add their own directories in it
+    with pytest.raises(paths.PathError, match="writable by every user"):
+        paths.check_cache_dir()
+    paths.check_cache_dir(compiling=False)  # `vitbench cache` still lists it and prunes vitbench's own
+    r = cli("bench", "ViT-Nano/4", "--backend", "torch")
+    assert r.exit_code == 2 and "is writable by every user" in r.output, r.output
+    os.chmod(paths.compile_root(root), 0o755)
+    if os.geteuid() == 0:  # only root can give a directory to another user
+        os.chown(fw, 4321, -1)
+        with pytest.raises(paths.PathError, match=r"owned by another user \(uid 4321\)"):
+            paths.open_compile_cache(fw)
+        os.chown(fw, 0, -1)

@@ -81,6 +81,8 @@ def check_cache_dir(compiling: bool = True) -> Path:
             raise PathError(f"{_cache_what()} {_quote(root)} cannot be read: permission denied")
     except PathError as e:
         raise PathError(f"{e}{f' (or ${COMPILE_CACHE_ENV}=0: no compile caches)' if compiling else ''}") from None
+    if compiling:
+        check_trusted(root, compile_root(root))
     return root
 
 
@@ -88,15 +90,37 @@ def open_compile_cache(path: Path) -> Path:
     """Create compile-cache directory `path` if needed and mark it used now (its modification time: reads from a
     compile cache write nothing, and `vitbench cache --prune` removes the ones unused for days:
     vitbench.caches). A cache directory that cannot hold it is refused naming it (`check_cache_dir`)."""
-    check_cache_dir()
+    root = check_cache_dir()
     if not path.is_dir():
         make_dir(path, "compile cache")
+    check_trusted(root, path)
     mark = path / COMPILE_MARK
     if not os.path.lexists(mark):
         with contextlib.suppress(OSError):  # a read-only cache is still read
             mark.touch()
     mark_used(path)
     return path
+
+
+def check_trusted(root: Path, path: Path) -> None:
+    """Refuse (PathError) compile-cache directory `path` when it, or a directory between it and cache directory
+    `root`, is writable by other users or owned by another user (root excepted): the backends load what lies
+    there as compiled code (torch's inductor unpickles its FX graphs, JAX runs its executables), so another user's
+    file there would run as this user (design: never unpickle untrusted files). Group-writable is the user's
+    choice (a team's cache) and allowed."""
+    chain = [path, *path.parents]
+    for d in chain[:chain.index(root) + 1] if root in chain else chain[:1]:  # the compile cache up to the cache
+        try:
+            st = os.stat(d)
+        except OSError:
+            continue
+        other = bool(st.st_mode & stat.S_IWOTH)
+        if other or st.st_uid not in (os.geteuid(), 0):
+            who = "writable by every user" if other else f"owned by another user (uid {st.st_uid})"
+            raise PathError(f"compile cache {_quote(d)} is {who}, mode {stat.S_IMODE(st.st_mode):o}: what lies "
+                            "there is loaded as compiled code, so vitbench does not use it; `chmod o-w` it if it "
+                            f"is yours, choose another cache with ${CACHE_ENV}, or turn the compile caches off "
+                            f"with ${COMPILE_CACHE_ENV}=0")
 
 
 # In each compile-cache directory vitbench opened: what `vitbench cache --prune` asks before removing one whole (a
