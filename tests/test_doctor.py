@@ -204,3 +204,9 @@ def test_doctor_bad_options_exit_2(cli):
     assert r.exit_code == 2 and "cpu, gpu, tpu" in r.stderr
     r = cli("doctor", "--backend", "tensorflow")
     assert r.exit_code == 2 and "torch" in r.stderr
+    # a precision no backend here times a matmul in: refused with the ones that do (int8 was listed as allowed,
+    # then refused by the framework in other words); one the device cannot run: each backend says why
+    r = cli("doctor", "--precision", "int8", "--quick")
+    assert r.exit_code == 2 and "--precision 'int8': allowed: fp32, tf32, bf16, fp16" in r.stderr, r.stderr
+    r = cli("doctor", "--precision", "tf32", "--quick", "--backend", "torch")
+    assert r.exit_code == 2 and "no backend can run there (torch: tf32 is a GPU tensor-core format" in r.stderr

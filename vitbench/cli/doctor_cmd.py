@@ -6,9 +6,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from vitbench.backends.base import PRECISIONS
 from vitbench.cli import app
-from vitbench.cli.common import choice, console, print_json, shared_option
+from vitbench.cli.common import console, print_json, shared_option
 from vitbench.cli.options import cli_option, from_field
 from vitbench.tasks.bench import Infer
 
@@ -36,8 +35,8 @@ def doctor_cmd(
     """
     from vitbench.doctor import Status, run
 
-    checks = run(device=device, threads=shared_option("threads", threads), precision=choice(precision, PRECISIONS, "--precision"),
-                 backends=backend or None, quick=quick)
+    checks = run(device=device, threads=shared_option("threads", threads), precision=precision,
+                 backends=backend or None, quick=quick)  # run() refuses a precision no backend there times
     if as_json:
         print_json({"device": device, "checks": [c.to_dict() for c in checks]})
     else:

@@ -286,6 +286,11 @@ def run(
     unknown = [n for n in names if n not in backend_names()]
     if unknown:
         raise ConfigError(f"--backend {unknown[0]!r}: allowed: {', '.join(backend_names())}")
+    matmul = [n for n in names if Capability.MATMUL_PEAK in backend_spec(n).capabilities]
+    allowed = tuple(dict.fromkeys(p for n in matmul for p in backend_spec(n).precisions))
+    if precision not in allowed:  # int8 is a runtime's quantised inference, not a matmul any backend here times
+        raise ConfigError(f"--precision {precision!r}: allowed: {', '.join(allowed)} (the precisions of "
+                          f"{', '.join(matmul) or 'no backend'} that time a matmul)")
     n = 1024 if quick else 2048
     if kind is not DeviceKind.CPU:
         n *= 4  # a GPU needs a large matmul to be busy for longer than the timer's resolution
@@ -307,6 +312,13 @@ def run(
                     "Only backends that run on the device are checked.",
                 )
             )
+            continue
+        problems = spec.problems({"precision": precision, "device": dev})
+        if problems:  # tf32 on a CPU, a precision this backend does not run
+            why = "; ".join(msg for _, msg in problems)
+            checks.append(Check(f"backend [{name}]", Status.SKIP, f"cannot run {precision} on {dev}: {why}",
+                                "Only backends that run the precision asked for on the device are checked."))
+            failed.append(f"{name}: {clip(why, 300)}")
             continue
         try:
             be = get_backend(name)
