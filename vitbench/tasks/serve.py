@@ -19,7 +19,7 @@ from vitbench.record import Record
 from vitbench.tasks import Metric, Task, register_task
 from vitbench.tasks.bench import Timing
 from vitbench.tasks.fields import MAX_COUNT, PathField, applies_when, literal_of, named, params_model
-from vitbench.transfer.config import MAX_SECONDS, DataConfig, DatasetName, Seed, default_of
+from vitbench.transfer.config import MAX_SECONDS, DataConfig, DatasetName, Seed, default_of, validated
 
 KIND = "serve"
 _SHARED = ("model", "backend", "task", "device", "resolution", "batch_size", "precision", "compile",
@@ -145,7 +145,9 @@ class Serve(Task):
         from vitbench.measure.serve import Search, serve
         from vitbench.transfer.data import load_splits
 
-        test = load_splits(DataConfig(name=p.dataset, path=p.data_path, seed=p.seed)).test
+        data = {"name": p.dataset, "path": p.data_path, "seed": p.seed}  # DataConfig's fields <- these params'
+        test = load_splits(validated(DataConfig, data, f"task {self.name!r}", {
+            "name": p.name_of("dataset"), "path": p.name_of("data_path"), "seed": p.name_of("seed")})).test
         images = test.array(p.resolution)[:p.qsl_images] if test.pool.resident else \
             next(test.batches(p.resolution, p.qsl_images))[0]
         step = Step.of(p.config(), mode="infer", spec=p.spec)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, create_model, field_validator
 
 from vitbench.errors import ConfigError, shorten
 from vitbench.transfer.formats import (format_names, format_options, options_fields, readers_of, with_path,
@@ -71,7 +71,7 @@ def validated(cls: type[M], data: dict, where: str, options: Mapping[str, str] |
     user named it (`options`: field -> option, see `option_name`; a problem named twice is said once).
     `context`: pydantic's validation context (e.g. a model already resolved: PretrainConfig's `spec`)."""
     try:
-        return cls.model_validate(data, context=context)
+        out = cls.model_validate(data, context=context)
     except ValidationError as e:
         # a union field fails once per alternative, tagged in its loc (`constrained-float`, `literal['auto']`):
         # one line per field, its alternatives joined by "or"
@@ -86,6 +86,20 @@ def validated(cls: type[M], data: dict, where: str, options: Mapping[str, str] |
                           + ("" if name == "(config)" else f" (got {shorten(got)})")  # not the whole config
                           for name, (msgs, got) in fields.items())
         raise ConfigError(f"{where}: invalid settings: {probs}") from None
+    if options:  # the data sources' messages (at run time) name the data settings as the user did, too
+        _name_data(out, "", options)
+    return out
+
+
+def _name_data(model: BaseModel, prefix: str, options: Mapping[str, str]) -> None:
+    """Name every DataConfig in `model` (at config path `prefix`) by `options` (DataConfig.named)."""
+    if isinstance(model, _Data):
+        model.named(lambda f: option_name(prefix + f, options))
+        return
+    for field in type(model).model_fields:
+        value = getattr(model, field)
+        if isinstance(value, BaseModel):
+            _name_data(value, f"{prefix}{field}.", options)
 
 
 def parse_floats(text: str, what: str, example: str) -> list[float]:
@@ -164,6 +178,24 @@ class _Data(BaseModel):
                                 "fine-tuning LR (few-shot: the L2 regulariser).")
     test_fraction: float = Field(0.25, gt=0.0, lt=1.0)  # used only when the source has no test split
     train_per_class: int | None = Field(None, ge=1, le=MAX_COUNT)  # cap train images per class (data-size scaling)
+    # how a message names a field of this config: set by the task that built it (`named`), else `data.<field>`
+    _names: Any = PrivateAttr(None)
+
+    def name_of(self, field: str) -> str:
+        """How a data source's message names this config's `field`: as the user named it (the task's option or
+        study field, `named`), else its config path `data.<field>`."""
+        return self._names(field) if self._names else f"data.{field}"
+
+    def __eq__(self, other: object) -> bool:  # the fields only: how messages name them is not the config
+        return type(other) is type(self) and self.__dict__ == other.__dict__
+
+    __hash__ = BaseModel.__hash__
+
+    def named(self, names) -> _Data:
+        """This config, its fields named in messages by `names(field)` (a copy keeps it: pydantic copies private
+        attributes). Not part of the config, the key or equality."""
+        self._names = names
+        return self
 
     @field_validator("path", "test_path")
     @classmethod

@@ -274,12 +274,13 @@ def read(cfg: DataConfig) -> Raw:
     parts = split_files(root)
     if cfg.test_path:
         test_root = Path(cfg.test_path).expanduser()
-        if not exists(test_root, "test_path"):
-            raise ConfigError(f"data.test_path {clip(str(test_root), 200)!r} does not exist; expected {LAYOUT}")
+        if not exists(test_root, cfg.name_of("test_path")):
+            raise ConfigError(f"{cfg.name_of('test_path')} {clip(str(test_root), 200)!r} does not exist; expected "
+                              f"{LAYOUT}")
         test_parts = split_files(test_root)
         test = test_parts.get("test") or test_parts.get("pool")
         if not test:  # a train split alone there: not a test split
-            raise ConfigError(f"data.test_path {str(test_root)!r} holds no test split (splits there: "
+            raise ConfigError(f"{cfg.name_of('test_path')} {str(test_root)!r} holds no test split (splits there: "
                               f"{', '.join(test_parts) or 'none'}); expected {LAYOUT}")
         parts = {"train": parts.get("train") or parts.get("pool"), "test": test}
     train = parts.get("train") or parts.get("pool")

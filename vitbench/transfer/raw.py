@@ -51,21 +51,22 @@ def in_memory(images: np.ndarray, labels: np.ndarray, names: list[str], test_ima
                test_labels)
 
 
-def exists(p: Path, field: str) -> bool:
+def exists(p: Path, field: str) -> bool:  # field: as the message names it (DataConfig.name_of)
     """Whether a path the user gave exists; ConfigError naming it (clipped) when it cannot even be looked up (a
     name past the file system's length limit, a component that is no directory it can search)."""
     try:
         return p.exists()
     except OSError as e:
-        raise ConfigError(f"data.{field} {clip(str(p), 200)!r} cannot be looked up ({e.strerror or e})") from None
+        raise ConfigError(f"{field} {clip(str(p), 200)!r} cannot be looked up ({e.strerror or e})") from None
 
 
 def require_path(cfg: DataConfig, layout: str) -> Path:
     if not cfg.path:
-        raise ConfigError(f"data.path is required for dataset {cfg.name!r}; expected {layout}")
+        raise ConfigError(f"{cfg.name_of('path')} is required for dataset {cfg.name!r}; expected {layout}")
     p = Path(cfg.path).expanduser()
-    if not exists(p, "path"):
-        raise ConfigError(f"data.path {clip(str(p), 200)!r} does not exist; dataset {cfg.name!r} expects {layout}")
+    if not exists(p, cfg.name_of("path")):
+        raise ConfigError(f"{cfg.name_of('path')} {clip(str(p), 200)!r} does not exist; dataset {cfg.name!r} "
+                          f"expects {layout}")
     return p
 
 
@@ -86,6 +87,6 @@ def not_special(cfg: DataConfig) -> None:
         if not value or "{" in value:
             continue
         p = Path(value).expanduser()
-        if exists(p, field) and not p.is_dir() and not regular_file(p):
-            raise ConfigError(f"data.{field} {clip(str(p), 200)!r} is not a regular file or a directory (a FIFO, "
-                              "socket or device)")
+        if exists(p, cfg.name_of(field)) and not p.is_dir() and not regular_file(p):
+            raise ConfigError(f"{cfg.name_of(field)} {clip(str(p), 200)!r} is not a regular file or a directory "
+                              "(a FIFO, socket or device)")

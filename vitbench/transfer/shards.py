@@ -254,7 +254,7 @@ def check_test_labels(labels: np.ndarray, pool: ShardPool, k: int) -> None:
 def read(cfg: DataConfig) -> Raw:
     """The `webdataset` format (vitbench.transfer.formats): the train shards, and the test shards if any."""
     if not cfg.path:
-        raise ConfigError(f"data.path is required for dataset 'webdataset'; expected {LAYOUT}")
+        raise ConfigError(f"{cfg.name_of('path')} is required for dataset 'webdataset'; expected {LAYOUT}")
     train, test = split_shards(cfg.path, cfg.test_path)
     pool, labels = index_shards(train)
     names = label_names(labels, f"{cfg.path} (the train shards)", LAYOUT)

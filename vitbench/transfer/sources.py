@@ -103,7 +103,7 @@ def _list_folder(root: Path) -> tuple[list[str], np.ndarray, list[str]]:
 def read_folder(cfg: DataConfig) -> Raw:
     root = require_path(cfg, _FOLDER_LAYOUT)
     if not root.is_dir():
-        raise ConfigError(f"data.path {str(root)!r} is not a directory; expected {_FOLDER_LAYOUT}")
+        raise ConfigError(f"{cfg.name_of('path')} {str(root)!r} is not a directory; expected {_FOLDER_LAYOUT}")
     has_split = (root / "train").is_dir() and (root / "test").is_dir()
     one = [s for s in ("train", "test") if (root / s).is_dir() and not has_split]
     if one:  # root/train without root/test (or the reverse): a split layout with a split missing, not 2 classes

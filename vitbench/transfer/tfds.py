@@ -200,6 +200,6 @@ def read(cfg: DataConfig) -> Raw:
     """The `tfds` format (vitbench.transfer.formats): dataset `tfds_name` of the data_dir `path`."""
     root = require_path(cfg, LAYOUT)
     if not root.is_dir():
-        raise ConfigError(f"data.path {str(root)!r} is not a directory; expected {LAYOUT}")
+        raise ConfigError(f"{cfg.name_of('path')} {str(root)!r} is not a directory; expected {LAYOUT}")
     pool, labels, names, t_pool, t_labels = index_tfds(root, cfg.tfds_name)
     return Raw(pool, labels, names, t_pool, t_labels)
