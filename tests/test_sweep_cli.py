@@ -60,7 +60,8 @@ def test_results_path_that_cannot_be_a_directory_is_refused(tmp_path, cli):
     afile = tmp_path / "afile"
     afile.write_text("not a directory")
     for target, expected in ((afile, "is a file; give a directory"),
-                             (afile / "sub", "which is a file; give a directory")):
+                             (afile / "sub", "which is a file; give a directory"),
+                             ("/dev/null", "is not a directory (a device or a pipe); give a directory")):
         for extra in ([], ["--dry-run"]):
             r = cli("sweep", s, "--results", target, *extra, *SPAWN)
             assert r.exit_code == 2 and expected in flat(r.output), r.output

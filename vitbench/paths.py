@@ -194,7 +194,8 @@ def check_dir(path: str | os.PathLike, what: str) -> Path:
     p = Path(path).expanduser()
     q = _existing_ancestor(p)
     if not q.is_dir():
-        where = "is a file" if q == p else f"is inside {_quote(q)}, which is a file"
+        kind = "a file" if q.is_file() else "not a directory (a device or a pipe)"
+        where = f"is {kind}" if q == p else f"is inside {_quote(q)}, which is {kind}"
         raise PathError(f"{what} {_quote(p)} {where}; give a directory")
     reason = ("the file system is read-only" if _read_only(q) else "permission denied") if not _writable(q) \
         else _cannot_create_in(q)
