@@ -151,3 +151,42 @@ def test_a_dead_reports_staging_folder_is_removed_a_live_ones_kept(res, tmp_path
         holder.wait()
     _report(res, out)
     assert not live.exists() and not [p for p in out.iterdir() if p.name.startswith(STAGING)]
+
+
+def test_a_report_killed_while_it_moves_its_files_in_leaves_a_folder_the_next_one_replaces(res, tmp_path,
+                                                                                          monkeypatch):
+    """A kill between the first file moved in and the manifest left a mix of two reports whose new files no
+    manifest proved: every later report into the folder was refused, --allow-other-files too (found by killing
+    `vitbench report` at each move). The manifest moved in first proves both."""
+    import shutil
+
+    from vitbench import outdir
+    from vitbench.errors import VitbenchWarning
+
+    out, other = tmp_path / "out", tmp_path / "res2"
+    _report(res, out)
+    before = _snapshot(out)
+    shutil.copytree(res, other)
+    rows = (other / "results.jsonl").read_text().splitlines(keepends=True)
+    (other / "results.jsonl").write_text("".join(rows[:-1]))  # another report: other bytes in every table
+    moved, real = [], outdir._move
+
+    def killed_after_two(src, dst, replace):
+        if len(moved) == 3:  # the manifest, then two report files: then the process is gone
+            raise KeyboardInterrupt
+        moved.append(dst.name)
+        real(src, dst, replace)
+
+    monkeypatch.setattr(outdir, "_move", killed_after_two)
+    with pytest.raises(KeyboardInterrupt):
+        _report(other, out)
+    monkeypatch.setattr(outdir, "_move", real)
+    now = _snapshot(out)
+    assert moved[0] == MANIFEST and any(now[n] != before[n] for n in moved[1:])  # a mix of two reports
+    with pytest.warns(VitbenchWarning, match="stopped while it moved its files in"):
+        _report(other, out)  # not refused: every file there is provably the report's
+    again = tmp_path / "again"
+    _report(other, again)
+    assert {n: b for n, b in _snapshot(out).items() if n != MANIFEST} == \
+        {n: b for n, b in _snapshot(again).items() if n != MANIFEST}  # wholly the new report
+    assert "pending" not in json.loads((out / MANIFEST).read_text())

@@ -15,10 +15,12 @@ proves it), another writer's file, a store file, a folder. Then:
 - the files the writer's previous run wrote and this one does not are removed, those it can prove only.
 
 Staging: the files are rendered into a staging folder inside the output folder (STAGING + a random part), then
-moved into place one rename each (a new name with a link that fails if the name was taken meanwhile). The
-staging folder holds LOCK, kept locked (flock) until the writer ends; the kernel drops the lock when a writer
-dies, so a staging folder whose LOCK nobody holds is a dead writer's leftover, and the next writer into the folder
-removes it (a live one, another still running, is left alone).
+moved into place one rename each (a new name with a link that fails if the name was taken meanwhile), after a
+manifest that proves both the old and the new files (its `pending` part: a writer killed while it moves its
+files in leaves them all provable, and the next one replaces them). The staging folder holds LOCK, kept locked
+(flock) until the writer ends; the kernel drops the lock when a writer dies, so a staging folder whose LOCK nobody
+holds is a dead writer's leftover, and the next writer into the folder removes it (a live one, another still
+running, is left alone).
 """
 
 from __future__ import annotations
@@ -29,11 +31,12 @@ import json
 import os
 import shutil
 import tempfile
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from vitbench.errors import ConfigError
+from vitbench.errors import ConfigError, VitbenchWarning
 from vitbench.paths import file_digest
 
 STAGING = ".vitbench-report-staging-"  # prefix of a writer's staging folder in the output folder
@@ -58,26 +61,35 @@ class Writer:
         return name == Path(name).name and name not in ("", ".", "..") and name.endswith(self.suffixes)
 
 
-def _read_manifest(out: Path, writer: Writer) -> tuple[dict[str, dict], bool]:
-    """(name -> {size, sha256} of the files the writer last wrote, whether its manifest is its own: this format
-    or an older vitbench's list of names). A manifest that is neither is another's file."""
+def _read_manifest(out: Path, writer: Writer) -> tuple[dict[str, list[tuple]], bool, bool]:
+    """(name -> the (size, SHA-256) pairs the writer's files there may hold, whether its manifest is its own: this
+    format or an older vitbench's list of names, whether a writer was stopped while it moved its files in: its
+    `pending` files may hold either the old or the new bytes). A manifest that is neither is another's file."""
     p = out / writer.manifest
     if not p.exists() and not p.is_symlink():
-        return {}, True
+        return {}, True, False
     if p.is_symlink() or not p.is_file():
-        return {}, False
+        return {}, False, False
     try:
         doc = json.loads(p.read_text())
     except (OSError, ValueError, UnicodeDecodeError):
-        return {}, False
+        return {}, False, False
     if isinstance(doc, list) and all(isinstance(n, str) for n in doc):
-        return {}, True  # an older vitbench's: it names its files but proves none of them
+        return {}, True, False  # an older vitbench's: it names its files but proves none of them
     if not isinstance(doc, dict) or doc.get("format") != writer.format \
-            or not isinstance(doc.get("files"), dict):
-        return {}, False
-    files = {n: e for n, e in doc["files"].items()
-             if writer.plain_name(n) and isinstance(e, dict) and isinstance(e.get("sha256"), str)}
-    return files, True
+            or not isinstance(doc.get("files"), dict) or not isinstance(doc.get("pending", {}), dict):
+        return {}, False, False
+    files: dict[str, list[tuple]] = {}
+    for part in (doc["files"], doc.get("pending", {})):
+        for n, e in part.items():
+            if writer.plain_name(n) and isinstance(e, dict) and isinstance(e.get("sha256"), str):
+                files.setdefault(n, []).append((e.get("size"), e["sha256"]))
+    return files, True, bool(doc.get("pending"))
+
+
+def _manifest(writer: Writer, files: dict[str, dict], pending: dict[str, dict] | None = None) -> str:
+    doc = {"format": writer.format, "files": files, **({"pending": pending} if pending else {})}
+    return json.dumps(doc, indent=1, sort_keys=True) + "\n"
 
 
 class OutputFolder:
@@ -87,9 +99,9 @@ class OutputFolder:
         self.out = out
         self.allow_other = allow_other
         self.writer = w = writer
-        self.written, manifest_ours = _read_manifest(out, w)
+        self.written, manifest_ours, self.interrupted = _read_manifest(out, w)
         self.own: set[str] = {w.manifest} if manifest_ours else set()
-        self.own |= {n for n, e in self.written.items() if file_digest(out / n) == (e.get("size"), e["sha256"])}
+        self.own |= {n for n, ok in self.written.items() if file_digest(out / n) in ok}
         self.others: list[str] = []
 
     def check(self) -> None:
@@ -102,6 +114,10 @@ class OutputFolder:
                 continue
             if entry.name not in self.own:
                 self.others.append(entry.name)
+        if self.interrupted:
+            warnings.warn(f"{self.writer.what} directory {str(self.out)!r}: the last {self.writer.what} written "
+                          "there was stopped while it moved its files in, so they may be a mix of two runs; this "
+                          "one replaces them", VitbenchWarning, stacklevel=2)
         if self.others and not self.allow_other:
             w = self.writer
             raise ConfigError(
@@ -140,15 +156,21 @@ class OutputFolder:
         for n in names:
             size, sha = file_digest(stage / n)
             files[n] = {"size": size, "sha256": sha}
-        (stage / w.manifest).write_text(json.dumps({"format": w.format, "files": files}, indent=1,
-                                                   sort_keys=True) + "\n")
+        # first a manifest that proves both the old and the new files (`pending`): a writer killed while it moves
+        # them in leaves a folder whose files are all still provably its own, and the next run replaces them all
+        old = {n: {"size": d[0], "sha256": d[1]} for n in self.own - {w.manifest}
+               if (d := file_digest(self.out / n)) is not None}
+        (stage / w.manifest).write_text(_manifest(w, old, files))
+        _move(stage / w.manifest, self.out / w.manifest, replace=w.manifest in self.own)
         for n in names:
             _move(stage / n, self.out / n, replace=n in self.own)
         for n in set(self.written) - set(names):
             if n in self.own:  # proven: still the bytes a report wrote
                 (self.out / n).unlink(missing_ok=True)
-        _move(stage / w.manifest, self.out / w.manifest, replace=w.manifest in self.own)
-        self.written, self.own = files, {w.manifest, *names}
+        (stage / w.manifest).write_text(_manifest(w, files))
+        os.replace(stage / w.manifest, self.out / w.manifest)
+        self.written = {n: [(e["size"], e["sha256"])] for n, e in files.items()}
+        self.own, self.interrupted = {w.manifest, *names}, False
 
 
 def write_files(out: Path, files: dict[str, bytes], writer: Writer, allow_other: bool = False) -> list[Path]:
