@@ -471,8 +471,7 @@ CASES = {
                                    "{dir}/nope.npz", says="--data-path '"),
     "pretrain npz path missing": case("pretrain", NANO, "--data", "npz", "--data-path", "{dir}/nope.npz",
                                       says="--data-path '"),
-    "fewshot hf test path missing": case("fewshot", "-m", NANO, "--data", "hf", "--data-path", "{dir}",
-                                         "--data-test-path", "{dir}/nope", says="--data-test-path '"),
+
     "bench data-workers negative": case("bench", NANO, "--task", "train", "--data", "digits", "--data-workers",
                                         "-1", says="--data-workers"),
     "bench image-column for digits": case("bench", NANO, "--task", "train", "--data", "digits",
@@ -613,6 +612,8 @@ DATA_CASES = {
                                               "{shards}/train-000001.tar", says="both a train and a test shard"),
     "fewshot hf declared split empty": case(*FEW, *source("hf", "hf_missing_split"),
                                             says="split 'test' is declared in dataset_dict.json"),
+    "fewshot hf test path missing": case(*FEW, *source("hf", "hf_split"), "--data-test-path", "{dir}/nope",
+                                         says="--data-test-path '"),  # as the option is named, not data.test_path
     "fewshot hf test path without test": case(*FEW, *source("hf", "hf_split"), "--data-test-path",
                                               "{hf_train_only}", says="holds no test split"),
     "fewshot hf test parquet only": case(*FEW, *source("hf", "hf_test_parquet"),
