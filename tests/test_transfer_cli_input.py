@@ -64,6 +64,38 @@ def test_pretrain_with_few_steps_and_out_a_directory(run, tmp_path):
         mine.unlink()
 
 
+def test_a_checkpoint_pair_is_written_whole_or_not_at_all_and_out_needs_only_the_weights(run, tmp_path,
+                                                                                           monkeypatch):
+    """A full disk left a cache's weights without their .json: the weights counted as cached, and every later
+    `pretrain --out` of that config failed on the missing .json (FileNotFoundError). Now the weights are written
+    last and removed with their metadata when they cannot be; `--out` writes the .json from the weights' own
+    header; a cached run's --json prints JSON alone (a 'cached upstream' line went before it)."""
+    from vitbench import paths
+    from vitbench.transfer import checkpoint
+
+    real = checkpoint.write_atomic
+
+    def weights_full(path, data):
+        if str(path).endswith(".safetensors"):
+            raise paths.PathError(f"{str(path)!r} cannot be written: the disk is full")
+        return real(path, data)
+
+    cache = tmp_path / "cache"
+    monkeypatch.setattr(checkpoint, "write_atomic", weights_full)
+    r = run("pretrain", *TINY, "--steps", "4")
+    assert r.exit_code == 2 and "cannot be written: the disk is full" in r.output, r.output
+    assert not cache.exists() or not [p for p in cache.iterdir() if p.suffix in (".json", ".safetensors")]
+    monkeypatch.setattr(checkpoint, "write_atomic", real)
+    assert run("pretrain", *TINY, "--steps", "4").exit_code == 0
+    (weights,) = cache.glob("*.safetensors")
+    weights.with_suffix(".json").unlink()  # a cache of an older vitbench, left so by a full disk
+    out = tmp_path / "mine.safetensors"
+    r = run("pretrain", *TINY, "--steps", "4", "--out", out, "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["metrics"]["cached"] is True  # stdout: the JSON alone
+    assert json.loads(out.with_suffix(".json").read_text()) == checkpoint.read_meta(weights)
+
+
 @pytest.mark.parametrize("name,expected", [("x.pt", "name it 'x.pt.safetensors' or 'x.safetensors'"),
                                            ("afile/x.safetensors", "its directory")])
 def test_a_checkpoint_path_that_cannot_be_is_refused_before_training(name, expected, tmp_path, monkeypatch, run):

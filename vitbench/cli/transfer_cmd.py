@@ -115,16 +115,15 @@ def pretrain_cmd(
         out = checkpoint_path(out, cache_path(params.upstream_config(task.name)).name, "--out")
         check_replaceable(out, "--out")  # a file of the user's there (or its .json) is never overwritten
     rec = task().run(params)  # the study's path: cached, else pre-trained into the cache
-    if rec.metrics.get("cached"):
+    if rec.metrics.get("cached") and not run.as_json:  # (the JSON says `cached`; its stdout holds JSON only)
         console.print(f"cached upstream: {escape(str(rec.config['checkpoint']))}")
-    if out is not None:  # the cache's file (and its metadata) copied where asked
+    if out is not None:  # the cache's file copied where asked, its metadata written from the file's own header
         from pathlib import Path
 
-        from vitbench.paths import write_atomic
+        from vitbench.transfer.checkpoint import read_meta, write_pair
 
         cached = Path(rec.config["checkpoint"])
-        write_atomic(out, cached.read_bytes())
-        write_atomic(out.with_suffix(".json"), cached.with_suffix(".json").read_bytes())
+        write_pair(out, cached.read_bytes(), read_meta(cached))
         rec.config["checkpoint"] = str(out)
     c = rec.config
     _show(rec, f"pretrain {c['model']} on {_on(c['data'])} | {c.get('checkpoint', '')}",

@@ -118,12 +118,20 @@ def save_checkpoint(path: str | Path, weights: dict[str, np.ndarray], meta: dict
     meta = {"format": FORMAT, **meta}
     text = json.dumps(meta, sort_keys=True, default=str)
     arrays = {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in weights.items()}
+    return write_pair(path, save(arrays, metadata={"vitbench": text}), meta)
+
+
+def write_pair(path: Path, weights: bytes, meta: dict) -> Path:
+    """Write a checkpoint's metadata `<path minus suffix>.json`, then its weights `<path>` (each atomically):
+    the weights file, what a cache looks for, is there only once the pair is whole; a write that fails (a full
+    disk) leaves neither new file, the error naming the file (paths.PathError)."""
+    side = path.with_suffix(".json")
+    write_atomic(side, json.dumps(meta, indent=2, sort_keys=True, default=str).encode())  # PathError names it
     try:
-        write_atomic(path, save(arrays, metadata={"vitbench": text}))
-        write_atomic(path.with_suffix(".json"), json.dumps(meta, indent=2, sort_keys=True,
-                                                                   default=str).encode())
-    except OSError as e:
-        raise ConfigError(f"checkpoint {str(path)!r} could not be written: {e.strerror or e}") from None
+        write_atomic(path, weights)
+    except BaseException:
+        side.unlink(missing_ok=True)
+        raise
     return path
 
 
