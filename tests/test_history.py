@@ -62,6 +62,40 @@ def test_append_reads_back_and_refuses_rewrites(tmp_path):
     assert len(list(store.read(db))) == 3
 
 
+def test_a_full_disk_is_said_as_such_and_leaves_the_history_whole(tmp_path, monkeypatch):
+    """On a full disk `history append` said the history file was unreadable and to move it away (opening), or
+    ended in a traceback whose last line was 'cannot rollback - no transaction is active' (a failed COMMIT
+    SQLite had rolled back already)."""
+    from vitbench.errors import ConfigError
+
+    db = tmp_path / "history.sqlite"
+    store.append(db, _run("abc", 0), [_point(100.0)])
+    real = store._connect
+
+    class Full:  # SQLite's own errors on a full disk, at the statement named
+        def __init__(self, con, at):
+            self.con, self.at = con, at
+
+        def execute(self, sql, *a):
+            if sql.startswith(self.at):
+                self.con.execute("ROLLBACK") if self.con.in_transaction else None
+                raise sqlite3.OperationalError("database or disk is full" if self.at == "COMMIT" else
+                                               "disk I/O error")
+            return self.con.execute(sql, *a)
+
+        def __getattr__(self, name):
+            return getattr(self.con, name)
+
+    for at in ("COMMIT", "SELECT count(*)"):
+        monkeypatch.setattr(store, "_connect", lambda p, at=at: Full(real(p), at))
+        with pytest.raises(ConfigError, match=r"cannot be written now: .*(full|disk I/O).*the history file was "
+                                              r"left as it was") as e:
+            store.append(db, _run("def", 1), [_point(101.0)])
+        assert "move this file away" not in str(e.value)
+    monkeypatch.setattr(store, "_connect", real)
+    assert [r.commit for r, _ in store.read(db)] == ["abc"]
+
+
 def test_a_bad_point_writes_nothing(tmp_path):
     from vitbench.errors import ConfigError
 

@@ -207,3 +207,50 @@ def test_each_record_is_fsynced(tmp_path, monkeypatch):
         st.append(rec(0))
         st.append(rec(1))
     assert len(calls) >= 2
+
+
+def test_a_full_disk_leaves_no_torn_line_and_says_which_row_was_lost(tmp_path, monkeypatch, cli):
+    """A write that fails half way (ENOSPC) was a traceback, exit 1 (a failed trial's code), with a torn line
+    left in the file; now the file is as it was, and the error names it, the row lost, exit 2."""
+    import errno
+
+    from vitbench import paths, store
+    from vitbench.paths import PathError
+
+    with Store(tmp_path) as s:
+        s.append(rec(1))
+        size = s.path.stat().st_size
+        real = store._write_all
+
+        def half_then_full(fd, data):
+            real(fd, data[: len(data) // 2])
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(store, "_write_all", half_then_full)
+        with pytest.raises(PathError, match=r"results.jsonl' cannot be written: the disk is full .*: trial k2's "
+                                            r"row was not recorded"):
+            s.append(rec(2, key="k2"))
+        monkeypatch.setattr(store, "_write_all", real)
+        assert s.path.stat().st_size == size
+        s.append(rec(3))
+    assert [r.key for r in read_records(tmp_path)] == ["k1", "k3"]
+
+    def full(*a, **k):  # a file written whole or not at all: the old one kept, the error naming it
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    (tmp_path / "kept.txt").write_text("old")
+    monkeypatch.setattr(paths.os, "fchmod", full)
+    with pytest.raises(PathError, match=r"kept.txt' cannot be written: the disk is full"):
+        paths.write_atomic(tmp_path / "kept.txt", "new")
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".kept")] == []
+    assert (tmp_path / "kept.txt").read_text() == "old"
+    monkeypatch.undo()
+
+    def full_write(self, data):  # any other write of a command: one line naming the disk, exit 2
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    (tmp_path / "law.csv").write_text("c,e\n" + "".join(f"{10 ** (i / 4)},{1 / (1 + i)}\n" for i in range(12)))
+    monkeypatch.setattr(paths.Path, "write_bytes", full_write)
+    r = cli("fit", tmp_path / "law.csv", "--compute", "c", "--error", "e", "--out", tmp_path / "fit")
+    assert r.exit_code == 2 and "cannot be written: the disk is full" in r.output, r.output
+    assert "Traceback" not in r.output

@@ -170,9 +170,15 @@ def _quote(p: str | os.PathLike) -> str:
     return repr(text) if len(text) <= MAX_PATH_CHARS else f"'...{text[-MAX_PATH_CHARS:]}' ({len(text)} characters)"
 
 
+# errors of the disk, not of the input: what a file could not be written for, said in one line naming it
+DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG)
+
+
 def _reason(e: OSError) -> str:
     if e.errno == errno.EROFS:
         return "the file system is read-only"
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"the disk is full ({e.strerror or e})"
     if e.errno in (errno.EACCES, errno.EPERM):
         return "permission denied"
     return e.strerror or str(e)
@@ -300,10 +306,17 @@ def write_atomic(path: str | os.PathLike, data: bytes | str) -> Path:
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode() if isinstance(data, str) else data)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(e, OSError):  # a full disk while writing: the old file is still there, whole
+            raise PathError(f"{_quote(path)} cannot be written: {_reason(e)}") from None
         raise
     return path
+
+
+def reason(e: OSError) -> str:
+    """Why a file could not be written, in words (the disk is full, read-only, permission denied)."""
+    return _reason(e)
 
 
 @contextlib.contextmanager

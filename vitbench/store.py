@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from vitbench.errors import ConfigError, VitbenchWarning
-from vitbench.paths import write_atomic
+from vitbench.paths import PathError, reason, write_atomic
 from vitbench.record import Record, Status
 
 RESULTS_FILE = "results.jsonl"
@@ -241,8 +241,15 @@ class Store:
                     f.seek(size - 1)
                     if f.read(1) != b"\n":
                         data = b"\n" + data
-            _write_all(fd, data)
-            os.fsync(fd)
+            try:
+                _write_all(fd, data)
+                os.fsync(fd)
+            except OSError as e:  # a full disk: no torn line left behind, and the row's loss said
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, size)
+                what = f"trial {record.key}'s row" if record.key else "a row"
+                raise PathError(f"results file {str(self.path)!r} cannot be written: {reason(e)}: {what} was not "
+                                "recorded (a sweep run again runs what has no row)") from None
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
 

@@ -15,8 +15,9 @@ EXIT_OOM = 1  # a command that ran out of memory (the measurement's outcome, as 
 
 
 class _Group(typer.core.TyperGroup):
-    """Turns VitbenchError into a short message and exit code 2, and out-of-memory into one line and exit code 1
-    (also under CliRunner); vitbench's warnings are printed once each, as `warning: ...`."""
+    """Turns VitbenchError, and a file a full or read-only disk would not take, into a short message and exit code
+    2, and out-of-memory into one line and exit code 1 (also under CliRunner); vitbench's warnings are printed
+    once each, as `warning: ...`."""
 
     def invoke(self, ctx):
         from rich.markup import escape
@@ -36,6 +37,13 @@ class _Group(typer.core.TyperGroup):
                                   highlight=False, soft_wrap=True)
                 raise typer.Exit(e.exit_code) from None
             except Exception as e:
+                from vitbench.paths import DISK_ERRNOS, reason
+
+                if isinstance(e, OSError) and e.errno in DISK_ERRNOS:  # a full disk: one line, not a traceback
+                    where = f"{e.filename!r} " if e.filename else "a file "  # a write to an open file names none
+                    err_console.print(f"[bold red]error:[/] {escape(clip(where, 300))}cannot be written: "
+                                      f"{escape(reason(e))}", highlight=False, soft_wrap=True)
+                    raise typer.Exit(2) from None
                 if not looks_like_oom(e):
                     raise
                 first = (str(e).strip().splitlines() or [type(e).__name__])[0]

@@ -140,7 +140,7 @@ def open_db(path: str | Path, create: bool) -> sqlite3.Connection:
 
     p = Path(path).expanduser()
     if not create and not p.exists():
-        raise _bad(p, "no such file")
+        raise ConfigError(f"--db {p}: no such file (a history file is made by `vitbench history append`)")
     check_entry(p, "--db")  # a directory, a device, an unwritable place: named, before SQLite sees it
     if create:
         from vitbench.paths import make_dir
@@ -163,8 +163,21 @@ def open_db(path: str | Path, create: bool) -> sqlite3.Connection:
             con.close()
         if isinstance(e, ConfigError):
             raise
+        if _disk(e):
+            raise _disk_error(p, e) from None
         raise _bad(p, f"not a readable history file ({e})") from None
     return con
+
+
+def _disk(e: BaseException) -> bool:
+    """Whether SQLite's error is the disk's (full, read-only, failing), not the file's content."""
+    return isinstance(e, sqlite3.OperationalError) and any(
+        w in str(e) for w in ("disk", "full", "readonly", "unable to open"))
+
+
+def _disk_error(p: Path, e: BaseException) -> ConfigError:
+    return ConfigError(f"--db {p} cannot be written now: {e} (a full or read-only disk); the history file was "
+                       "left as it was")
 
 
 def _check(con: sqlite3.Connection, p: Path) -> None:
@@ -213,8 +226,11 @@ def append(path: str | Path, run: Run, points: Iterable[Point]) -> int:
             if not n:
                 raise ConfigError(f"{run.path}: no measurement to append (no ok record with a finite metric)")
             con.execute("COMMIT")
-        except BaseException:
-            con.execute("ROLLBACK")
+        except BaseException as e:
+            if con.in_transaction:  # a failed COMMIT (a full disk) has rolled back already
+                con.execute("ROLLBACK")
+            if _disk(e):
+                raise _disk_error(Path(path).expanduser(), e) from None
             raise
     finally:
         con.close()
