@@ -198,6 +198,23 @@ def test_ctrl_c_cancels_running_trials_records_them_interrupted_and_resume_runs_
     assert sorted(ok_keys) == sorted(t.key for t in s.trials)  # each trial measured exactly once
 
 
+def test_ctrl_c_just_as_a_trial_finished_keeps_its_record(tmp_path):
+    """The executor's contract: a cancelled trial's outcome is its row if it wrote one just before. The local
+    executor discarded a record already whole in its place and stored 'interrupted' (the trial ran again)."""
+    from vitbench.executors.local import LocalExecutor
+
+    job = _job(_store_with_study(tmp_path / "res"))
+    ex = LocalExecutor(tmp_path / "res", start_method="spawn")
+    try:
+        h = ex.submit_one(job)
+        h.proc.join(60)  # finished: its record is whole, the sweep has not collected it yet
+        assert h.result.exists()
+        (out,) = ex.cancel([(job, h)])  # Ctrl-C now
+    finally:
+        ex.close()
+    assert out.record.status.value == "ok" and out.record.key == job.key, out.record.error
+
+
 # ----------------------------------------------------------------------------------------------------------
 # The worker's duplicate guard and the shards (vitbench.executors.remote), without a cluster
 # ----------------------------------------------------------------------------------------------------------

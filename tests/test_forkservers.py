@@ -60,9 +60,9 @@ def test_a_child_asks_the_server_that_forked_it_for_its_own_children():
 
 
 def _wait_for_requester(requester) -> None:
-    from vitbench.measure.probe import _die_with
+    from vitbench.procmem import die_with_requester
 
-    _die_with(requester)
+    die_with_requester(requester)
     time.sleep(120)
 
 

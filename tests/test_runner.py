@@ -238,6 +238,36 @@ def test_resume_after_kill_9_records_every_trial_exactly_once(tmp_path):
 
 
 @pytest.mark.timeout(120)
+def test_a_trial_never_outlives_its_sweep_killed_9(tmp_path):
+    """A forked trial's parent is its fork server, not the sweep: the kernel's parent-death signal never came, and
+    the trial held the server alive, so after `kill -9` of the sweep both ran on (past the trial's timeout,
+    beside the resumed sweep's trials) until the trial ended by itself. This trial would never end by itself."""
+    gate = tmp_path / "gate"  # never made
+    study_path = _write_study(tmp_path, f"""
+        defaults: {{seconds: 0.1, gate: {str(gate)!r}, behaviour: gate}}
+        axes: {{model: [ViT-Nano/4], task: [sleep]}}
+    """)
+    results = tmp_path / "res"
+    forked = [a for a in _sweep_cmd(study_path, results) if a not in ("--start-method", "spawn")]  # the default
+    p = subprocess.Popen(forked, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        _wait_for(lambda: any("behaviour=gate" in f.read_text() for f in (results / "logs").glob("*.log"))
+                  or p.poll() is not None, what="the trial to start")
+        assert p.poll() is None, p.stderr.read().decode()[-2000:]
+        children = psutil.Process(p.pid).children(recursive=True)
+        assert len(children) >= 2  # its fork server and the trial, at least
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait(10)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    _, alive = psutil.wait_procs(children, timeout=15)
+    for c in alive:
+        c.kill()
+    assert not alive, [(c.pid, c.cmdline()[:3]) for c in alive]
+
+
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize("sig,group", [
     (signal.SIGINT, False),  # Ctrl-C
     (signal.SIGTERM, False),  # kill
@@ -278,6 +308,32 @@ def test_ctrl_c_or_a_stop_signal_records_the_running_trial_as_interrupted_and_it
     df = load(results)
     assert len(df) == 4 and set(df["status"]) == {"ok"}
     assert sts[1][0] in set(df["key"])  # the interrupted trial ran again
+
+
+@pytest.mark.timeout(120)
+def test_a_second_ctrl_c_does_not_cut_short_the_interrupted_row(tmp_path):
+    """A second Ctrl-C while the sweep stopped its running trial (SIGTERM, then SIGKILL after the grace) cut the
+    cancelling short: no row was written, while the sweep said the trial 'is recorded as interrupted'."""
+    study_path = _write_study(tmp_path, """
+        executor: {name: local, options: {grace_s: 3}}
+        defaults: {behaviour: stubborn_hang}
+        axes: {model: [ViT-Nano/4], task: [hog]}
+    """)
+    results = tmp_path / "res"
+    env = {**_env(), "VITBENCH_PLUGINS": "vitbench_testtasks,vitbench_hogtasks"}
+    p = subprocess.Popen(_sweep_cmd(study_path, results), env=env, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE)
+    try:
+        _wait_for(lambda: any("behaviour=stubborn_hang" in f.read_text() for f in (results / "logs").glob("*.log"))
+                  or p.poll() is not None, what="the trial to start")
+        p.send_signal(signal.SIGINT)
+        time.sleep(0.5)  # within the grace: the trial ignores SIGTERM
+        p.send_signal(signal.SIGINT)
+        assert p.wait(30) == 130, p.stderr.read().decode()[-2000:]
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert [s for _, s in statuses(results)] == ["interrupted"]
 
 
 @pytest.mark.timeout(180)

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from vitbench.errors import ConfigError
+from vitbench.executors.signals import STOP_SIGNALS, deferred
 from vitbench.job import Job, Role
 from vitbench.record import ErrorInfo, Record, Status
 
@@ -149,8 +150,9 @@ class Executor(ABC):
                     running.remove(item)
                     on_result(item[0], self.collect(*item))
         except KeyboardInterrupt:
-            for (job, _), outcome in zip(running, self.cancel(running)):
-                on_result(job, outcome)
+            with deferred(STOP_SIGNALS):  # the running trials' rows are written whole, whatever comes next
+                for (job, _), outcome in zip(running, self.cancel(running)):
+                    on_result(job, outcome)
             raise
 
 

@@ -44,3 +44,20 @@ def stopped_by(signals: Iterable[signal.Signals]) -> Iterator[None]:
     finally:
         for sig, handler in old.items():
             signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+
+
+@contextlib.contextmanager
+def deferred(signals: Iterable[signal.Signals]) -> Iterator[list[int]]:
+    """While inside, each of `signals` is noted (the list yielded), not acted on: the few seconds in which an
+    interrupted sweep records its running trials as interrupted are not cut short by a second Ctrl-C (which left
+    no row while the sweep said it had written one). Main thread only (elsewhere a no-op)."""
+    got: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield got
+        return
+    old = {sig: signal.signal(sig, lambda signum, frame: got.append(signum)) for sig in signals}
+    try:
+        yield got
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)

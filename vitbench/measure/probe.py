@@ -12,6 +12,8 @@ import json
 import os
 import sys
 
+from vitbench.procmem import die_with_requester
+
 
 class ProbeStatus(str, enum.Enum):
     """How a probe ended; only OK fits."""
@@ -88,26 +90,10 @@ def _run(req: dict) -> dict:
     return _group_probe(req) if group.launches_ranks(step, req["backend"]) else probe(req)
 
 
-def _die_with(requester) -> None:
-    """End this process the moment `requester` (the read end of a pipe whose only write end the requesting
-    process holds) reports EOF: the requester ended, whatever way (even SIGKILL), so no probe outlives its search
-    (this process's parent is a fork server, not the requester: the kernel's parent-death signal cannot say it)."""
-    import threading
-
-    def watch():
-        try:
-            requester.recv()
-        except (EOFError, OSError):
-            pass
-        os._exit(1)
-
-    threading.Thread(target=watch, name="vitbench-probe-requester", daemon=True).start()
-
-
 def child(req: dict, result_path: str, log_path: str, requester) -> None:
     """Entry point of a probe process forked from a fork server: output to `log_path`, the result as JSON to
     `result_path` (written whole: a temporary file, then renamed)."""
-    _die_with(requester)
+    die_with_requester(requester)  # no probe outlives its search
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
