@@ -225,3 +225,22 @@ def test_a_compile_cache_other_users_can_write_is_never_loaded(root, cli):
         with pytest.raises(paths.PathError, match=r"owned by another user \(uid 4321\)"):
             paths.open_compile_cache(fw)
         os.chown(fw, 0, -1)
+
+
+def test_what_a_killed_writer_left_beside_a_file_is_removed_by_the_next_write(tmp_path):
+    """A kill -9 in the middle of write_atomic left its hidden temporary (a 23 MB partial checkpoint) for ever;
+    the next write of the same file removes such leftovers, never a live writer's, a link or another file's."""
+    target = tmp_path / "ck.safetensors"
+    names = (".ck.safetensors.dead1234.tmp", ".ck.safetensors.live5678.tmp", ".ck.safetensors.link0000.tmp",
+             ".other.safetensors.dead.tmp")
+    old, young, link, other = (tmp_path / n for n in names)
+    for p in (old, young, other):
+        p.write_bytes(b"partial")
+    link.symlink_to(other)
+    past = time.time() - paths.STALE_TEMP_S - 60
+    for p in (old, other):
+        os.utime(p, (past, past))
+    os.utime(link, (past, past), follow_symlinks=False)
+    paths.write_atomic(target, b"whole")
+    assert target.read_bytes() == b"whole"
+    assert not old.exists() and young.exists() and link.is_symlink() and other.exists()

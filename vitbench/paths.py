@@ -297,6 +297,7 @@ def write_atomic(path: str | os.PathLike, data: bytes | str) -> Path:
         make_dir(path.parent, f"{clip(path.name, 80)}'s directory")
     if path.is_dir():
         raise PathError(f"{_quote(path)} is a directory, where vitbench writes a file; move it away")
+    _remove_stale_temps(path)
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as e:
@@ -312,6 +313,24 @@ def write_atomic(path: str | os.PathLike, data: bytes | str) -> Path:
             raise PathError(f"{_quote(path)} cannot be written: {_reason(e)}") from None
         raise
     return path
+
+
+# A temporary file of write_atomic's not written to for this long is a killed writer's: a live one writes its data
+# in one go (a ViT-H checkpoint, 2.5 GB, in well under a minute on any disk), then renames it at once.
+STALE_TEMP_S = 3600.0
+
+
+def _remove_stale_temps(path: Path) -> None:
+    """Remove what killed writers of `path` left (its `.<name>.*.tmp` temporaries untouched for STALE_TEMP_S:
+    a kill -9 mid-write left a checkpoint's partial copy, hidden, for ever). Plain files only, never a link."""
+    import glob
+    import time
+
+    for tmp in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+        with contextlib.suppress(OSError):
+            st = os.lstat(tmp)
+            if stat.S_ISREG(st.st_mode) and time.time() - st.st_mtime > STALE_TEMP_S:
+                tmp.unlink()
 
 
 def reason(e: OSError) -> str:
