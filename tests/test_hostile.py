@@ -694,7 +694,7 @@ DATA_CASES = {
     "sweep set data path of 10**9 shards": case("sweep", "transfer-digits", "--dry-run", "--set",
                                                 "dataset=webdataset", "--set",
                                                 "data_path={dir}/t-{{0..999999999}}.tar",
-                                                says="defaults.data_path: "),
+                                                says="the command line: --set data_path: "),
     "sweep set data path too long": case("sweep", "transfer-digits", "--set", "dataset=folder", "--set",
                                          "data_path={dir}/" + "a" * 300, says="cannot be looked up"),
 }

@@ -64,8 +64,18 @@ def test_a_bad_value_written_at_a_path_is_reported_there():
     with pytest.raises(ConfigError, match=r"s\.yaml:6: zip\[0\]\.upstream\.lr\[1\]: Input should be a valid "
                                           r"number"):
         parse_study(BASE + "zip:\n  - {upstream.lr: [0.1, x], data.workers: [1, 2]}\n", "s.yaml")
-    with pytest.raises(ConfigError, match=r"defaults\.upstream\.data\.workers: Input should be greater than or "):
+    with pytest.raises(ConfigError, match=r"the command line: --set upstream\.data\.workers: Input should be "
+                                          r"greater than or "):
         load_study("smoke", check_paths=False, sets={"upstream.data.workers": -1})
+
+
+def test_a_bad_value_set_on_the_command_line_is_reported_there_not_at_a_line_of_the_file():
+    """`sweep studies/ci.yaml --set batch_size=0` was reported at `ci.yaml:17: defaults.batch_size`, a line that
+    says 16; a path that does not exist at a line of a study that names no path at all."""
+    with pytest.raises(ConfigError) as e:
+        load_study("smoke", check_paths=False, sets={"batch_size": 0})
+    assert "the command line: --set batch_size: Input should be greater than 0 (got 0)" in str(e.value)
+    assert ".yaml:" not in str(e.value).split("\n", 1)[1]
 
 
 def test_a_field_given_by_its_name_and_its_path_in_one_block_is_refused():

@@ -79,6 +79,7 @@ class Expander:
     def __init__(self, m: StudyModel, problems: Problems):
         self.m, self.err = m, problems
         self.missing = Problems(problems.source, problems.root)  # paths that do not exist (reported apart)
+        self.missing.spelled = problems.spelled  # (the same locations: a field set by --set is named so there too)
         self.tasks = tasks()
         self.adapters = field_adapters()
         # architecture fields, folded into the model (a task field of the same name would take precedence)

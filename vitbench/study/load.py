@@ -15,7 +15,7 @@ from vitbench.errors import ConfigError, VitbenchError, shorten
 from vitbench.study.expand import Expander
 from vitbench.study.paths import listed, read_paths, set_field
 from vitbench.study.schema import MAX_TRIALS, ExecutorSpec, StudyModel
-from vitbench.study.reader import Problems, compose, resolve_study
+from vitbench.study.reader import SET_ORIGIN, Problems, compose, resolve_study
 from vitbench.study.trials import Study, Trial, trial_key
 
 
@@ -63,8 +63,7 @@ def apply_sets(m: StudyModel, ex: Expander, sets: dict[str, Any], option: str = 
     (vitbench.study.paths)."""
     for key, value in sets.items():
         field = set_field(key, option)  # a path (`upstream.lr`) sets its field (`pretrain_lr`)
-        if field != key:
-            ex.err.spelled[("defaults", field)] = ("defaults", key)  # its problems named by the path
+        ex.err.spelled[("defaults", field)] = (SET_ORIGIN, f"{option} {key}")  # its problems named as set
         key = field
         if key not in ex.allowed:
             import difflib

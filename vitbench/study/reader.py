@@ -79,6 +79,11 @@ def read_text(path: Path) -> str:
                           f"{e.start}); a study is a YAML text file") from None
 
 
+# A problem's location when the command line set the field (`--set batch_size=0`): (SET_ORIGIN, "--set batch_size"),
+# reported as that, not at a line of the study file (vitbench.study.load.apply_sets)
+SET_ORIGIN = "<command line>"
+
+
 def dotted(loc: tuple) -> str:
     out = ""
     for p in loc:
@@ -145,9 +150,12 @@ class Problems:
         lines = []
         items = self.items
         for loc, got, msg, line_loc in items[:MAX_PROBLEMS_SHOWN]:
-            ln = self.line(line_loc or loc)
-            where = f"{self.source}:{ln}" if ln else self.source
-            field_ = clip(dotted(loc), 120) or "(top level)"
+            if loc[:1] == (SET_ORIGIN,):  # set on the command line: no line of the file to point at
+                where, field_ = "the command line", clip(" ".join(map(str, loc[1:])), 120)
+            else:
+                ln = self.line(line_loc or loc)
+                where = f"{self.source}:{ln}" if ln else self.source
+                field_ = clip(dotted(loc), 120) or "(top level)"
             lines.append(f"{where}: {field_}: {msg}" + (f" (got {got})" if got else ""))
         if len(items) > MAX_PROBLEMS_SHOWN:
             lines.append(f"... and {len(items) - MAX_PROBLEMS_SHOWN} more problems")
