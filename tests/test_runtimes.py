@@ -112,6 +112,23 @@ def test_int8_is_quantised_and_close_to_fp32(runtimes):
     assert np.abs(out["int8"] - out["fp32"]).max() > forward_parity(get_spec("ViT-Nano/4"), 16) * scale
 
 
+def test_quantising_prints_no_advice_of_onnxruntimes_on_the_terminal(runtimes, tmp_path, caplog):
+    """quantize_dynamic's root-logger warning ('Please consider to run pre-processing before quantization')
+    reached the user's terminal as if vitbench asked for it; logging is as it was afterwards."""
+    import logging
+
+    if "onnxruntime" not in runtimes:
+        pytest.skip("onnxruntime not installed")
+    from vitbench.backends.onnxruntime.backend import export_onnx, quantize
+
+    export_onnx(Step("ViT-Nano/4", batch_size=1, resolution=16), tmp_path / "m.onnx")
+    with caplog.at_level(logging.WARNING):  # (a terminal's last-resort handler prints what is logged here)
+        quantize(tmp_path / "m.onnx", tmp_path / "q.onnx")
+    assert (tmp_path / "q.onnx").stat().st_size > 0
+    assert not [r for r in caplog.records if "pre-processing" in r.getMessage()]
+    assert logging.root.manager.disable == logging.NOTSET
+
+
 @pytest.mark.parametrize("name", RUNTIMES)
 def test_a_runtime_refuses_training_naming_the_backends_that_train(name):
     spec = backend_spec(name)

@@ -71,7 +71,7 @@ def bench_cmd(
     resolution: int = typer.Option(None, "--resolution", "-r", help="Input size in pixels (default: native)."),
     precision: str = from_field(Infer.Params, "precision",
                                 help="fp32 (full fp32 on every backend) | tf32 (GPU) | bf16 | fp16 "
-                                     "(autocast)."),
+                                     "(autocast) | int8 (a runtime's dynamic quantization, inference)."),
     backend: str = typer.Option(None, help="A registered backend "
                                            "(`vitbench plugins` lists them; default: the first registered)."),
     device: str = from_field(Infer.Params, "device",
