@@ -5,7 +5,7 @@ Where: <cache>/values/<what>/<hash of the key>.json, under the machine's cache d
 (vitbench.paths.cache_dir). The switch of the persistent compile caches ($VITBENCH_COMPILE_CACHE,
 vitbench.paths.compile_cache_on) turns this cache off too: its values are what tracing and compiling produce, a
 run that asks for cold compiles asks for them recomputed, and `vitbench ab` already gives both sides the same
-switch and directory (compare/ab.py::same_cache).
+switch and directory (compare/sides.py::same_cache).
 
 The key is everything a value may depend on, so that a change never reuses a wrong value:
 - `source`: a hash of vitbench's own source (every .py file of the package: the modules that compute a value
