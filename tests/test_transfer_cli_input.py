@@ -195,3 +195,14 @@ def test_a_checkpoint_header_vitbench_never_writes_is_refused_naming_the_field(t
         save_file({"w": np.zeros(2, np.float32)}, str(path), metadata={"vitbench": header})
         with pytest.raises(ConfigError, match="its vitbench metadata is a JSON .*, not an object"):
             read_meta(path)
+
+
+def test_a_data_config_named_as_a_command_names_it_leaves_the_shared_defaults_alone():
+    """A command's names for the data settings (`--data-path`) ride on its own copy of the config: the shared
+    default (a module's DataConfig constant) keeps its config path, and neither key nor equality changes."""
+    from vitbench.protocols.pretrain import UPSTREAM_DATA
+    from vitbench.transfer.config import validated
+
+    c = validated(PretrainConfig, {"model": "ViT-Nano/4"}, "x", {"data.path": "--data-path"})
+    assert c.data.name_of("path") == "--data-path" and UPSTREAM_DATA.name_of("path") == "data.path"
+    assert c.data == UPSTREAM_DATA and c.key() == PretrainConfig(model="ViT-Nano/4").key()

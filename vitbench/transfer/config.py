@@ -92,13 +92,17 @@ def validated(cls: type[M], data: dict, where: str, options: Mapping[str, str] |
 
 
 def _name_data(model: BaseModel, prefix: str, options: Mapping[str, str]) -> None:
-    """Name every DataConfig in `model` (at config path `prefix`) by `options` (DataConfig.named)."""
+    """Name every DataConfig in `model` (at config path `prefix`, `model` itself fresh from validation) by
+    `options` (DataConfig.named). A nested model is named in a copy put in its place: a field's default is one
+    object every config shares (a module's DataConfig constant), which must not keep one command's names."""
     if isinstance(model, _Data):
         model.named(lambda f: option_name(prefix + f, options))
         return
     for field in type(model).model_fields:
         value = getattr(model, field)
         if isinstance(value, BaseModel):
+            value = value.model_copy()
+            object.__setattr__(model, field, value)
             _name_data(value, f"{prefix}{field}.", options)
 
 
