@@ -146,8 +146,8 @@ def test_inspect_a_timm_vit_state_dict_named_by_model(cli, tmp_path, monkeypatch
     assert differ == ["head.bias", "head.weight", "pos_embed"]  # the head: read as for transfer, zeroed
     assert not weights["head.weight"].any()
     assert weights["pos_embed"].shape == (1, 5, 192)
-    r = cli("inspect", str(path), "--model", "timm:resnet18", "--threads", "1")
-    assert r.exit_code == 2 and "do not fit timm:resnet18" in " ".join(r.output.split())
+    r = cli("inspect", str(path), "--model", "timm:resnet18", "--threads", "1")  # (a model inspect refuses first)
+    assert r.exit_code == 2 and "inspect does not apply to timm:resnet18" in " ".join(r.output.split())
 
 
 @pytest.mark.parametrize("name, prefix_rows", [("deit_tiny_distilled_patch16_224", 2),  # class + distillation

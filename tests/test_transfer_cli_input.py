@@ -206,3 +206,28 @@ def test_a_data_config_named_as_a_command_names_it_leaves_the_shared_defaults_al
     c = validated(PretrainConfig, {"model": "ViT-Nano/4"}, "x", {"data.path": "--data-path"})
     assert c.data.name_of("path") == "--data-path" and UPSTREAM_DATA.name_of("path") == "data.path"
     assert c.data == UPSTREAM_DATA and c.key() == PretrainConfig(model="ViT-Nano/4").key()
+
+
+def test_a_checkpoint_trial_takes_the_resolution_it_was_trained_at_in_a_study_as_on_the_command_line(run,
+                                                                                                    tmp_path):
+    """`fewshot -c` took the resolution from the checkpoint, a study trial with the same settings the model's
+    native one: the same settings measured two things (0.702 against 0.738; inspect's distance 8 px against
+    16.5). The task's Params now take it from the file, for both; given, it is kept."""
+    from vitbench.study import parse_study
+    from vitbench.tasks import get_task
+
+    ck = tmp_path / "ck16.safetensors"
+    assert run("pretrain", *TINY, "--steps", "2", "--out", ck).exit_code == 0  # ViT-Nano/4 (native 32) at 16
+    for task in ("fewshot", "finetune", "inspect"):
+        p = get_task(task).Params.model_validate({"task": task, "model": "ViT-Nano/4", "checkpoint": str(ck)})
+        assert p.resolution == 16, task
+        p = get_task(task).Params.model_validate({"task": task, "model": "ViT-Nano/4", "checkpoint": str(ck),
+                                                  "resolution": 32})
+        assert p.resolution == 32, task
+    study = parse_study(f"name: c\naxes: {{model: [ViT-Nano/4], task: [fewshot], checkpoint: ['{ck}']}}\n")
+    (trial,) = study.trials
+    r = run("fewshot", "-c", ck, "--shots", "10", "--seeds", "1", "--threads", "1", "--json")
+    assert r.exit_code == 0, r.output
+    cli_config = json.loads(r.stdout)["config"]
+    assert trial.config["resolution"] == cli_config["resolution"] == 16
+    assert trial.config["backend"] == cli_config["backend"]  # the task's default, not the file's

@@ -254,12 +254,11 @@ def model_asked(model: str | None, sets: list[str] | None, default: str) -> str:
     return " ".join(f"--set {k}={v}" for k, v in wanted.items()) if wanted else default
 
 
-def checkpoint_fields(path, model: str | None, sets: list[str] | None) -> dict:
-    """A task's fields for a checkpoint file a command was given: its `model` (--model and --set, else the file's:
-    a vitbench checkpoint's header says it, weights of another origin are read for theirs), its trained
-    `resolution` and `backend` (None: unknown), as the defaults of the command's options. A vitbench checkpoint
-    of another architecture than asked is refused here, naming --model / --set (the task's Params refuse it too,
-    after checking the resolution against the model asked for)."""
+def checkpoint_model(path, model: str | None, sets: list[str] | None) -> str:
+    """The model of a checkpoint file a command was given: --model and --set, else the file's (a vitbench
+    checkpoint's header says it, weights of another origin are read for theirs). A vitbench checkpoint of another
+    architecture than asked is refused here, naming --model / --set (the task's Params refuse it too, and take
+    the resolution it was trained at: FromCheckpoint)."""
     from pathlib import Path
 
     from vitbench.transfer.checkpoint import checkpoint_spec, load_checkpoint, read_meta, refuse_other_architecture
@@ -268,16 +267,14 @@ def checkpoint_fields(path, model: str | None, sets: list[str] | None) -> dict:
     meta = read_meta(path) if path.suffix == ".safetensors" and path.is_file() else None
     asked = with_sets(model, sets) if model else None
     if meta is None:  # weights of another origin (or no file: the loader says so)
-        ckpt = load_checkpoint(path, asked)
-        return {"model": asked or with_sets(ckpt.spec.name, sets), "resolution": ckpt.resolution, "backend": None}
+        return asked or with_sets(load_checkpoint(path, asked).spec.name, sets)
     have = checkpoint_spec(path)
     if model or sets:
         from vitbench.models.specs import get_spec
 
         refuse_other_architecture(have, get_spec(asked) if asked else have.with_overrides(**parse_sets(sets)),
                                   model_asked(model, sets, "--model"))
-    return {"model": asked or with_sets(have.name, sets), "resolution": int(meta["resolution"]),
-            "backend": meta.get("backend")}
+    return asked or with_sets(have.name, sets)
 
 
 def with_sets(model: str, sets: list[str] | None, option: str = "--set") -> str:

@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from vitbench.cli import app
-from vitbench.cli.common import (SET_HELP, checkpoint_fields, console, err_console, model_asked, print_json,
+from vitbench.cli.common import (SET_HELP, checkpoint_model, console, err_console, model_asked, print_json,
                                  task_params, with_sets)
 from vitbench.cli.options import cli_option, from_field
 from vitbench.errors import ConfigError, shorten
@@ -37,8 +37,7 @@ def _fields(source: str, sets: list[str] | None, model: str | None) -> dict:
             raise ConfigError(f"--model {shorten(model)} names a checkpoint's model; SOURCE {shorten(source)} is "
                               "no checkpoint file (a model name goes in SOURCE alone)")
         return {"model": with_sets(source, sets), "inspect_weights": "random"}
-    found = checkpoint_fields(path, model, sets)
-    return {"model": found["model"], "checkpoint": source, "resolution": found["resolution"]}
+    return {"model": checkpoint_model(path, model, sets), "checkpoint": source}  # its resolution: the task's
 
 
 @app.command("inspect")
@@ -51,8 +50,9 @@ def inspect_cmd(
     backend: str = typer.Option(None, help="A registered backend "
                                            "(`vitbench plugins` lists them; default: the first registered)."),
     resolution: int = typer.Option(None, "--resolution", "-r",
-                                   help="Input size (default: the checkpoint's; position embeddings are "
-                                        "resampled as for fine-tuning)."),
+                                   help="Input size (default: the one the checkpoint was trained at, else the "
+                                        "model's native one; position embeddings are resampled as for "
+                                        "fine-tuning)."),
     images: int = from_field(Inspect.Params, "inspect_images", "--images", "-n", min=1,
                              help="Digits test images to average over."),
     rollout: int = from_field(Inspect.Params, "inspect_rollout", "--rollout", min=0,

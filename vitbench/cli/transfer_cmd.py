@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from vitbench.cli import app
-from vitbench.cli.common import (SET_HELP, checkpoint_fields, console, model_asked, path_sets, print_json,
+from vitbench.cli.common import (SET_HELP, checkpoint_model, console, model_asked, path_sets, print_json,
                                  task_params, with_sets)
 from vitbench.cli.options import OptionGroup, cli_option, from_field
 from vitbench.cli.path_options import PathOption, data_options, option_names, path_group, path_options
@@ -138,7 +138,7 @@ def _upstream_values(o) -> dict:
     checkpoint's header says them, weights of another origin are read for theirs), or --model, pre-trained here
     (with --pretrain-steps, --pretrain-warmup-steps). Options that only shape a pre-training are refused beside a
     checkpoint (they would be ignored); a vitbench checkpoint of another architecture than --model / --set is
-    refused naming them (cli.common.checkpoint_fields)."""
+    refused naming them (cli.common.checkpoint_model)."""
     from vitbench.errors import ConfigError
 
     if not o.checkpoint:
@@ -153,10 +153,8 @@ def _upstream_values(o) -> dict:
         raise ConfigError(f"--checkpoint gives the upstream; {', '.join(ignored)} would be ignored: give "
                           "either --checkpoint PATH (--model NAME: its architecture), or --model NAME with "
                           "its pre-training options")
-    found = checkpoint_fields(o.checkpoint, o.model, o.sets)
-    return {"checkpoint": o.checkpoint, "model": found["model"],
-            "resolution": found["resolution"] if o.resolution is None else o.resolution,
-            "backend": o.backend or found["backend"]}
+    # its resolution and backend, not given, are the task's defaults as in a study (FromCheckpoint: trained one)
+    return {"checkpoint": o.checkpoint, "model": checkpoint_model(o.checkpoint, o.model, o.sets)}
 
 
 # The options fewshot and finetune share, declared once (their configs share DownstreamConfig's fields).
@@ -172,9 +170,10 @@ DOWNSTREAM = OptionGroup("downstream", {
     "pretrain_warmup_steps": (int, typer.Option(None, min=0, help="With --model: upstream warm-up steps "
                                                 "(default: as `vitbench pretrain`).")),
     "backend": (str, typer.Option(None, help="A registered backend "
-                                             "(`vitbench plugins` lists them; default: the upstream's).")),
+                                             "(`vitbench plugins` lists them; default: the first registered).")),
     "resolution": (int, typer.Option(None, "--resolution", "-r",
-                                     help="Default: the upstream's; higher => position embeddings interpolated.")),
+                                     help="Default: the one --checkpoint was trained at, else the model's native "
+                                          "one; higher => position embeddings interpolated.")),
 })
 
 
@@ -185,8 +184,9 @@ DATA = path_group("data", Fewshot.Params, *data_options("data."))
 
 def _downstream(o, data, task: str, seed: int, **own) -> dict:
     """The downstream task's fields from the DOWNSTREAM options `o`, the DATA options `data` (`seed`: the
-    trial's, the upstream's with --model; finetune's own is its --finetune-seed), the command's `own` fields and the fields `--set PATH=VALUE` sets (`o.sets` keeps the
-    architecture overrides, `o.set_names` how an error names a field set by its path)."""
+    trial's, the upstream's with --model; finetune's own is its --finetune-seed), the command's `own` fields and
+    the fields `--set PATH=VALUE` sets (`o.sets` keeps the architecture overrides, `o.set_names` how an error
+    names a field set by its path)."""
     o.sets, set_fields, o.set_names = path_sets(task, o.sets)
     return {"backend": o.backend, "resolution": o.resolution, "objective": o.objective, **vars(data),
             "seed": seed, **_upstream_values(o), **own, **set_fields}

@@ -177,6 +177,7 @@ class TaskParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # inf seconds: a loop forever
     _spec: ModelSpec | None = PrivateAttr(None)
     _names: Any = PrivateAttr(None)  # the validation context's FIELD_NAMES: how this value's user names a field
+    _filled: frozenset = PrivateAttr(frozenset())  # fields `_native` filled because they were not given
 
     @property
     def spec(self) -> ModelSpec | None:
@@ -271,6 +272,8 @@ class TaskParams(BaseModel):
             updates["resolution"] = spec.resolution if self.resolution is None else self.resolution
         if "num_classes" in fields and self.num_classes is None:
             updates["num_classes"] = spec.num_classes
+        self._filled = frozenset(k for k in ("resolution", "num_classes")
+                                 if k in fields and getattr(self, k) is None)  # a checkpoint's own may replace it
         for k, v in updates.items():
             object.__setattr__(self, k, v)
         self._spec = spec

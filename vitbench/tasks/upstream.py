@@ -277,12 +277,14 @@ class FromCheckpoint(BaseModel):
         """A vitbench checkpoint whose architecture is not the trial's model is refused (when the study is
         parsed and again in the trial), naming the fields that differ: its rows would carry the wrong model.
         A checkpoint of another origin is checked against its model when it is read. The message starts with
-        how the model was asked for (a command's `--model X` or `--set K=V`: FIELD_NAMES), else the checkpoint."""
+        how the model was asked for (a command's `--model X` or `--set K=V`: FIELD_NAMES), else the checkpoint.
+        A resolution not given is the one the checkpoint was trained at (its header, or its weights), not the
+        model's native one: a command and a study trial with the same settings measure the same thing."""
         spec = getattr(self, "spec", None)  # the trial's model, resolved by TaskParams before this runs
         if self.checkpoint is None or spec is None:
             return self
         from vitbench.errors import VitbenchError
-        from vitbench.transfer.checkpoint import checkpoint_spec, refuse_other_architecture
+        from vitbench.transfer.checkpoint import checkpoint_spec, refuse_other_architecture, trained_resolution
 
         try:
             have = checkpoint_spec(self.checkpoint)
@@ -290,6 +292,10 @@ class FromCheckpoint(BaseModel):
                 asked = named(info, "model")
                 refuse_other_architecture(have, spec,
                                           f"checkpoint {self.checkpoint}" if asked == "model" else asked)
+            if "resolution" in getattr(self, "_filled", ()):  # not given: the one it was trained at, not native
+                trained = trained_resolution(self.checkpoint, spec.name)
+                if trained is not None:
+                    object.__setattr__(self, "resolution", trained)
         except VitbenchError as e:
             raise ValueError(str(e)) from None
         return self

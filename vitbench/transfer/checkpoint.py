@@ -8,6 +8,7 @@ The metadata lives both inside the .safetensors header (so the file is self-desc
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -285,6 +286,24 @@ def checkpoint_spec(path: str | Path):
     from vitbench.models.specs import get_spec, spec_from_dict
 
     return spec_from_dict(meta["spec"], str(path)) if meta.get("spec") else get_spec(meta["model"])
+
+
+def trained_resolution(path: str | Path, model: str | None = None) -> int | None:
+    """The resolution a checkpoint was trained at: a vitbench checkpoint's header says it; weights of another
+    origin are read for it (their position embedding), once per file and model while the file is unchanged.
+    None: no such file (its own check names it)."""
+    path = Path(path).expanduser()
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return _trained_resolution(str(path), st.st_size, st.st_mtime_ns, model)
+
+
+@functools.lru_cache(maxsize=32)
+def _trained_resolution(path: str, size: int, mtime_ns: int, model: str | None) -> int:
+    meta = read_meta(path) if path.lower().endswith(SUFFIX) else None
+    return int(meta["resolution"]) if meta is not None else load_checkpoint(path, model).resolution
 
 
 def architecture_differences(have, want) -> list[str]:
