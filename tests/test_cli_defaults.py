@@ -150,13 +150,40 @@ def test_transfer_defaults_keep_their_keys():
         assert now["trials"][task]["key"] == then["trials"][task]["key"], task
     assert now["trials"] == then["trials"] and now["commands"]["pretrain"] == then["commands"]["pretrain"]
     # fewshot and finetune run their tasks since issue 52 item 2, as a study's trial does: the backend and the
-    # resolution are given as what None meant (the upstream's backend, its native resolution); all else is main's
+    # resolution are given as what None meant (the upstream's backend, its native resolution); since 2026-11-29
+    # their defaults are the trial's too (test_fewshot_and_finetune_with_no_options_are_the_studys_default_trial):
+    # fewshot's shots 10 (it showed the protocol's 1,5,10,25), finetune's batch 8 (64); all else is main's
     native = get_spec(MODEL).resolution
+    changed = {"fewshot": ("shots", [10]), "finetune": ("batch_size", 8)}
     for cmd in ("fewshot", "finetune"):
         old, new = then["commands"][cmd]["config"], now["commands"][cmd]["config"]
         assert (old["backend"], old["resolution"]) == (None, None), cmd
         assert (new["backend"], new["resolution"]) == (new["upstream"]["backend"], native), cmd
-        assert {**new, "backend": None, "resolution": None} == old, cmd
+        field, value = changed[cmd]
+        assert new[field] == value != old[field], cmd
+        assert {**new, "backend": None, "resolution": None, field: old[field]} == old, cmd
+
+
+@pytest.mark.parametrize("task", ["fewshot", "finetune"])
+def test_fewshot_and_finetune_with_no_options_are_the_studys_default_trial(monkeypatch, task):
+    """`vitbench fewshot --model M` measured 1, 5, 10 and 25 shots (headline: 25-shot) and `finetune --model M`
+    a batch of 64, where a study's default trial measures 10 shots and a batch of 8: the options now take the
+    fields' defaults (found by auditing every option against its field)."""
+    from vitbench.cli import transfer_cmd
+
+    seen = {}
+    real = common.task_params
+
+    def capture(task_name, names=None, **values):
+        seen["params"] = real(task_name, names, **values)[1]
+        raise _Captured
+
+    monkeypatch.setattr(transfer_cmd, "task_params", capture)
+    res = CliRunner().invoke(app, [task, "--model", MODEL])
+    assert isinstance(res.exception, _Captured), res.output
+    study = parse_study(f"name: defaults\naxes:\n  model: [{MODEL}]\n  task: [{task}]\n", "defaults.yaml")
+    (trial,) = study.trials
+    assert trial.config == seen["params"].config()
 
 
 def test_pretrain_with_no_options_is_the_studys_default_upstream(monkeypatch):

@@ -62,7 +62,6 @@ class FieldDefault:
 
     model: type[BaseModel] | str
     path: str
-    shown: Callable[[Any], Any] | None = None  # the field's default as the option writes it
 
     @property
     def lazy(self) -> bool:
@@ -99,8 +98,6 @@ class FieldDefault:
 
     def default(self) -> Any:
         v = self.value()
-        if self.shown is not None and v is not None:
-            return self.shown(v)
         return v.value if isinstance(v, Enum) else v
 
     def __str__(self) -> str:
@@ -160,11 +157,10 @@ def _declared(source: Source, *param_decls: str, **kwargs):
     return info
 
 
-def from_field(model: type[BaseModel] | str, path: str, *param_decls: str,
-               shown: Callable[[Any], Any] | None = None, **kwargs):
-    """typer.Option whose default is `model`'s field `path` (dotted), shown by `shown` (an Enum: its value).
-    `model` "module:Class": read when the command runs (its help says so instead of the value)."""
-    return _declared(FieldDefault(model, path, shown), *param_decls, **kwargs)
+def from_field(model: type[BaseModel] | str, path: str, *param_decls: str, **kwargs):
+    """typer.Option whose default is `model`'s field `path` (dotted; an Enum: its value). `model` "module:Class":
+    read when the command runs (its help says so instead of the value)."""
+    return _declared(FieldDefault(model, path), *param_decls, **kwargs)
 
 
 def from_constant(module: str, name: str, *param_decls: str, **kwargs):

@@ -16,7 +16,6 @@ from __future__ import annotations
 import enum
 import types
 import typing
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,13 +27,11 @@ from vitbench.cli.options import OptionGroup, from_field
 @dataclass(frozen=True)
 class PathOption:
     """One option of a task field: `path` its config path (or its name when it has none), `names` the spellings
-    users have (first: the one messages name), `default` another config's field whose default the command shows
-    instead of the trial's (fewshot's shots: FewshotConfig's list, where a trial takes one k): (model, path,
-    shown), `click` click's extras (min=1)."""
+    users have (first: the one messages name), `click` click's extras (min=1). Its default is the field's: a
+    command runs the trial a study runs with the same settings."""
 
     path: str
     names: tuple[str, ...] = ()
-    default: tuple[type[BaseModel], str, Callable[[Any], Any] | None] | None = None
     click: dict[str, Any] = field(default_factory=dict)
 
 
@@ -72,9 +69,7 @@ def path_options(params: type[BaseModel], options: tuple[PathOption, ...]) -> di
         info = params.model_fields[name]
         spelled = path_spelling(o.path)
         decls = [*o.names, *(() if any(spelled in n.split("/") for n in o.names) else (spelled,))]
-        model, path, shown = o.default or (params, name, None)
-        out[name] = (cli_type(info.annotation),
-                     from_field(model, path, *decls, shown=shown, help=info.description, **o.click))
+        out[name] = (cli_type(info.annotation), from_field(params, name, *decls, help=info.description, **o.click))
     return out
 
 

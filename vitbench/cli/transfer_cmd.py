@@ -17,10 +17,8 @@ from vitbench.numfmt import fmt
 from vitbench.tasks.fewshot import Fewshot
 from vitbench.tasks.finetune import Finetune
 from vitbench.tasks.pretrain import Pretrain
-from vitbench.transfer.config import ints_text, joined
+from vitbench.transfer.config import ints_text
 from vitbench.protocols.downstream import DownstreamConfig
-from vitbench.protocols.fewshot import FewshotConfig
-from vitbench.protocols.finetune import FinetuneConfig
 from vitbench.protocols.pretrain import PretrainConfig
 
 def _on(data: dict) -> str:
@@ -199,8 +197,9 @@ def _flags(o, *groups: OptionGroup) -> dict[str, str]:
             "model": model_asked(o.model, o.sets, "--model") if o.checkpoint else "--model", **o.set_names}
 
 
-# fewshot's own options, generated from its fields (FewshotConfig's shots shown: a trial takes one k)
-FEWSHOT = path_group("fewshot", Fewshot.Params, PathOption("shots", default=(FewshotConfig, "shots", joined)),
+# fewshot's own options, generated from its fields (their defaults the trial's: one k, 10; the paper's four with
+# --shots 1,5,10,25)
+FEWSHOT = path_group("fewshot", Fewshot.Params, PathOption("shots"),
                      PathOption("fewshot_seeds", ("--seeds",), click={"min": 1}), PathOption("l2_reg"))
 
 
@@ -231,12 +230,11 @@ def fewshot_cmd(
                                        "skipped_files", "input_img_per_s", "input_bound_fraction"], run.as_json)
 
 
-# finetune's own options, generated from its fields (FinetuneConfig's batch shown: the trial's default is bench's)
+# finetune's own options, generated from its fields (their defaults the trial's: the batch is the shared field's)
 FINETUNE = path_group(
     "finetune", Finetune.Params, PathOption("data.val_fraction", ("--val-fraction",)),
     PathOption("finetune_steps", ("--steps",), click={"min": 1}),
-    PathOption("batch_size", ("--batch-size", "-b"), default=(FinetuneConfig, "batch_size", None),
-               click={"min": 1}),
+    PathOption("batch_size", ("--batch-size", "-b"), click={"min": 1}),
     PathOption("lr_grid"), PathOption("finetune_warmup_steps", ("--warmup-steps",), click={"min": 0}),
     PathOption("refit", ("--refit/--no-refit",)), PathOption("finetune_seeds", ("--seeds",), click={"min": 1}),
     PathOption("finetune_seed"))

@@ -15,8 +15,8 @@ from vitbench.protocols.fewshot import FewshotConfig
 
 
 class Shots(BaseModel):
-    # one k per trial (an axis; paper: 1, 5, 10, 25), or several in one row, comma-separated text ('1,5,10,25':
-    # `vitbench fewshot`'s default, FewshotConfig's), normalised: '10' is 10, ' 1, 5' is '1,5'
+    # one k per trial (an axis; paper: 1, 5, 10, 25), or several in one row, comma-separated text ('1,5,10,25',
+    # the paper's four), normalised: '10' is 10, ' 1, 5' is '1,5'
     # a field's description is the help of the command-line option that sets it (vitbench.cli.path_options)
     shots: int | str = Field(10, description="Shots per class, comma-separated.")
     fewshot_seeds: int = Field(default_of(FewshotConfig, "seeds"), description="k-shot draws per k.")
