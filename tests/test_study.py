@@ -119,13 +119,13 @@ def test_key_neutral_fields_enter_the_key_only_when_set(tmp_path, monkeypatch):
     """A key-neutral field at its default is left out of the config, so the key is the one the trial had before
     the field existed; set to any other value, it is in the config and changes the key."""
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "ck.npz").write_bytes(b"")  # a checkpoint's name that exists (never read at parse)
+    (tmp_path / "ck.npz").write_bytes(b"")  # a checkpoint's name that exists (not read: a resolution is given)
     from vitbench.registry import Kind, get
 
     fields = get(Kind.TASK, "fewshot").Params.model_fields
     neutral = {n for n, f in fields.items() if getattr(f, "exclude_if", None) is not None}
     assert neutral == set(KEY_NEUTRAL_SET)  # every key-neutral field of the trial is checked below
-    head = "name: k\naxes: {model: [ViT-Nano/4], task: [fewshot]}\n"
+    head = "name: k\naxes: {model: [ViT-Nano/4], task: [fewshot], resolution: [32]}\n"
     plain = study(head).trials[0]
     assert not neutral & set(plain.config)
     for name, value in KEY_NEUTRAL_SET.items():
@@ -166,7 +166,7 @@ def test_every_key_neutral_field_of_every_task_leaves_the_config_only_at_its_def
     (devices, parallelism: declared in SHARED) and the tasks' own alike: at its default (given or not) a field
     is out of the trial config, any other value is in it."""
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "ck.npz").write_bytes(b"")  # a checkpoint's name that exists (never read at parse)
+    (tmp_path / "ck.npz").write_bytes(b"")  # a checkpoint's name that exists (not read: a resolution is given)
     from vitbench.registry import BUILTIN_MODULES, Kind, get, names
 
     seen: set[str] = set()
@@ -176,7 +176,8 @@ def test_every_key_neutral_field_of_every_task_leaves_the_config_only_at_its_def
         params = get(Kind.TASK, task).Params
         neutral = {n for n, f in params.model_fields.items() if getattr(f, "exclude_if", None) is not None}
         seen |= neutral
-        base = {k: v for k, v in (("task", task), ("model", "ViT-Nano/4")) if k in params.model_fields}
+        base = {k: v for k, v in (("task", task), ("model", "ViT-Nano/4"), ("resolution", 32))
+                if k in params.model_fields}
         plain = params(**base).config()
         for name in neutral:
             default = params.model_fields[name].get_default(call_default_factory=True)
@@ -243,6 +244,23 @@ def test_task_parameters_are_typed_and_defaulted():
 # ----------------------------------------------------------------------------------------------------------
 # Bad input: one test per kind; the message names file, line, field and value
 # ----------------------------------------------------------------------------------------------------------
+def test_a_study_refuses_what_the_config_a_field_sets_would_refuse():
+    """`pretrain_steps: 0` (and a batch of 0, no few-shot draws, label smoothing 1) passed a dry run and failed
+    in the trial: the study fields now carry the bounds of the config fields they set (field_like)."""
+    msg = bad("""
+        name: b
+        axes: {model: [ViT-Nano/4], task: [fewshot, finetune]}
+        defaults: {pretrain_steps: 0, pretrain_batch_size: 0, fewshot_seeds: 0, label_smoothing: 1.0,
+                   finetune_steps: 0, finetune_warmup_steps: -1, pretrain_lr: 0}
+    """)
+    at_least = "greater than or equal to"
+    for field, says in (("pretrain_steps", f"{at_least} 1"), ("pretrain_batch_size", f"{at_least} 1"),
+                        ("fewshot_seeds", f"{at_least} 1"), ("label_smoothing", "less than 1"),
+                        ("finetune_steps", f"{at_least} 1"), ("finetune_warmup_steps", f"{at_least} 0"),
+                        ("pretrain_lr", "greater than 0")):
+        assert f"defaults.{field}: Input should be {says}" in msg, (field, msg)
+
+
 def test_unknown_top_level_key():
     msg = bad("name: x\nrepeat: 2\naxes: {model: [ViT-Nano/4], task: [infer]}\n")
     assert "s.yaml:2: repeat: unknown key" in msg and "repeats" in msg

@@ -16,7 +16,7 @@ from __future__ import annotations
 import enum
 import types
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel
@@ -27,12 +27,11 @@ from vitbench.cli.options import OptionGroup, from_field
 @dataclass(frozen=True)
 class PathOption:
     """One option of a task field: `path` its config path (or its name when it has none), `names` the spellings
-    users have (first: the one messages name), `click` click's extras (min=1). Its default is the field's: a
-    command runs the trial a study runs with the same settings."""
+    users have (first: the one messages name). Its default and bounds are the field's: a command runs the trial
+    a study runs with the same settings, and refuses what a study refuses."""
 
     path: str
     names: tuple[str, ...] = ()
-    click: dict[str, Any] = field(default_factory=dict)
 
 
 def path_spelling(path: str) -> str:
@@ -69,7 +68,7 @@ def path_options(params: type[BaseModel], options: tuple[PathOption, ...]) -> di
         info = params.model_fields[name]
         spelled = path_spelling(o.path)
         decls = [*o.names, *(() if any(spelled in n.split("/") for n in o.names) else (spelled,))]
-        out[name] = (cli_type(info.annotation), from_field(params, name, *decls, help=info.description, **o.click))
+        out[name] = (cli_type(info.annotation), from_field(params, name, *decls, help=info.description))
     return out
 
 
@@ -93,7 +92,7 @@ def data_options(prefix: str, *, classes: str = "--classes") -> tuple[PathOption
     return (PathOption(prefix + "name", ("--data",)), PathOption(prefix + "path", ("--data-path",)),
             PathOption(prefix + "test_path", ("--data-test-path",)),
             PathOption(prefix + "skip_corrupt", ("--skip-corrupt",)),
-            PathOption(prefix + "workers", ("--data-workers",), click={"min": 0}),
+            PathOption(prefix + "workers", ("--data-workers",)),
             *(PathOption(prefix + f, (f"--{f.replace('_', '-')}",)) for f in format_options()),
             PathOption(prefix + "check_data", ("--check-data",)),
             PathOption(prefix + "classes", (classes,)), PathOption(prefix + "seed", ("--data-seed",)))

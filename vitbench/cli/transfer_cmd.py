@@ -58,10 +58,10 @@ RUN = OptionGroup("run", {
 UPSTREAM = path_group(
     "upstream", Pretrain.Params, *data_options("upstream.data."),
     PathOption("upstream.resolution", ("--resolution", "-r")),
-    PathOption("upstream.steps", ("--steps",), click={"min": 1}),
-    PathOption("upstream.batch_size", ("--batch-size", "-b"), click={"min": 1}),
+    PathOption("upstream.steps", ("--steps",)),
+    PathOption("upstream.batch_size", ("--batch-size", "-b")),
     PathOption("upstream.lr", ("--lr",)), PathOption("upstream.weight_decay", ("--weight-decay",)),
-    PathOption("upstream.warmup_steps", ("--warmup-steps",), click={"min": 0}),
+    PathOption("upstream.warmup_steps", ("--warmup-steps",)),
     PathOption("upstream.decay", ("--decay",)), PathOption("upstream.label_smoothing", ("--label-smoothing",)),
     PathOption("upstream.teacher.upstream.model", ("--teacher",)),
     PathOption("upstream.teacher.checkpoint", ("--teacher-checkpoint",)),
@@ -163,9 +163,9 @@ DOWNSTREAM = OptionGroup("downstream", {
     "model": (str, typer.Option(None, "--model", "-m", help="Or: a variant, pre-trained here (default recipe); "
                                 "with --checkpoint: its model (a timm state dict's timm:NAME).")),
     "sets": (list[str], typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_PATH_HELP)),
-    "pretrain_steps": (int, typer.Option(None, min=1, help="With --model: upstream steps "
+    "pretrain_steps": (int, typer.Option(None, help="With --model: upstream steps "
                                          "(default: as `vitbench pretrain`).")),
-    "pretrain_warmup_steps": (int, typer.Option(None, min=0, help="With --model: upstream warm-up steps "
+    "pretrain_warmup_steps": (int, typer.Option(None, help="With --model: upstream warm-up steps "
                                                 "(default: as `vitbench pretrain`).")),
     "backend": (str, typer.Option(None, help="A registered backend "
                                              "(`vitbench plugins` lists them; default: the first registered).")),
@@ -200,7 +200,7 @@ def _flags(o, *groups: OptionGroup) -> dict[str, str]:
 # fewshot's own options, generated from its fields (their defaults the trial's: one k, 10; the paper's four with
 # --shots 1,5,10,25)
 FEWSHOT = path_group("fewshot", Fewshot.Params, PathOption("shots"),
-                     PathOption("fewshot_seeds", ("--seeds",), click={"min": 1}), PathOption("l2_reg"))
+                     PathOption("fewshot_seeds", ("--seeds",)), PathOption("l2_reg"))
 
 
 @app.command("fewshot")
@@ -233,10 +233,10 @@ def fewshot_cmd(
 # finetune's own options, generated from its fields (their defaults the trial's: the batch is the shared field's)
 FINETUNE = path_group(
     "finetune", Finetune.Params, PathOption("data.val_fraction", ("--val-fraction",)),
-    PathOption("finetune_steps", ("--steps",), click={"min": 1}),
-    PathOption("batch_size", ("--batch-size", "-b"), click={"min": 1}),
-    PathOption("lr_grid"), PathOption("finetune_warmup_steps", ("--warmup-steps",), click={"min": 0}),
-    PathOption("refit", ("--refit/--no-refit",)), PathOption("finetune_seeds", ("--seeds",), click={"min": 1}),
+    PathOption("finetune_steps", ("--steps",)),
+    PathOption("batch_size", ("--batch-size", "-b")),
+    PathOption("lr_grid"), PathOption("finetune_warmup_steps", ("--warmup-steps",)),
+    PathOption("refit", ("--refit/--no-refit",)), PathOption("finetune_seeds", ("--seeds",)),
     PathOption("finetune_seed"))
 
 

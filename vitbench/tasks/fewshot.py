@@ -10,7 +10,7 @@ from vitbench.tasks import Task, register_task
 from vitbench.tasks.fields import params_model
 from vitbench.tasks.upstream import (ACCURACY, SHARED, Downstream, FromCheckpoint, Upstream, downstream_names,
                                     with_compute_aliases)
-from vitbench.transfer.config import default_of, joined, validated
+from vitbench.transfer.config import field_like, joined, validated
 from vitbench.protocols.fewshot import FewshotConfig
 
 
@@ -19,7 +19,7 @@ class Shots(BaseModel):
     # the paper's four), normalised: '10' is 10, ' 1, 5' is '1,5'
     # a field's description is the help of the command-line option that sets it (vitbench.cli.path_options)
     shots: int | str = Field(10, description="Shots per class, comma-separated.")
-    fewshot_seeds: int = Field(default_of(FewshotConfig, "seeds"), description="k-shot draws per k.")
+    fewshot_seeds: int = field_like(FewshotConfig, "seeds", description="k-shot draws per k.")
     l2_reg: PositiveFloat | None = Field(None, description="Fixed ridge regulariser (default: chosen on the val "
                                          "split).")
 

@@ -7,10 +7,11 @@ from pydantic import BaseModel, Field
 from vitbench.backends.base import Capability
 from vitbench.record import Record
 from vitbench.tasks import Task, register_task
-from vitbench.tasks.fields import MAX_COUNT, params_model
+from vitbench.tasks.fields import params_model
 from vitbench.tasks.upstream import (ACCURACY, SHARED, Downstream, FromCheckpoint, Upstream, downstream_names,
                                     with_compute_aliases)
-from vitbench.transfer.config import Seed, default_of, joined, key_neutral, parse_floats, validated
+from vitbench.transfer.config import (Seed, default_of, field_like, joined, key_neutral, parse_floats,
+                                      validated)
 from vitbench.protocols.finetune import FinetuneConfig
 
 
@@ -18,18 +19,17 @@ class Recipe(BaseModel):
     """FinetuneConfig's recipe under the trial's names, its defaults read from there."""
 
     # a field's description is the help of the command-line option that sets it (vitbench.cli.path_options)
-    finetune_steps: int = Field(default_of(FinetuneConfig, "steps"), description="Fine-tuning steps.")
+    finetune_steps: int = field_like(FinetuneConfig, "steps", description="Fine-tuning steps.")
     # comma-separated; paper App. B.1.1
     lr_grid: str = Field(joined(default_of(FinetuneConfig, "lr_grid")),
                          description="Comma-separated SGD learning rates (paper grid).")
-    finetune_warmup_steps: int = Field(default_of(FinetuneConfig, "warmup_steps"),
-                                       description="Fine-tuning warm-up steps.")
+    finetune_warmup_steps: int = field_like(FinetuneConfig, "warmup_steps",
+                                            description="Fine-tuning warm-up steps.")
     refit: bool = Field(default_of(FinetuneConfig, "refit"), description="Final run on train+val with the chosen "
                         "LR (paper), or reuse the LR run.")
     # runs per LR and final runs: LR by mean val accuracy, accuracy +- std
-    finetune_seeds: int = Field(default_of(FinetuneConfig, "seeds"), ge=1, le=MAX_COUNT,
-                                description="Runs per learning rate and final runs: accuracy is their mean, with "
-                                            "the standard deviation.")
+    finetune_seeds: int = field_like(FinetuneConfig, "seeds", description="Runs per learning rate and final runs: "
+                                     "accuracy is their mean, with the standard deviation.")
     # The trial's `seed` is the upstream's (as in pretrain and fewshot); the fine-tuning's own first seed was the
     # same number before this field (issue 52 item 5), so it defaults to it and its trials keep their keys.
     finetune_seed: Seed | None = key_neutral(None, description="First fine-tuning seed (batch order; runs use it, "

@@ -28,8 +28,9 @@ from vitbench.record import Record
 from vitbench.tasks import Metric
 from vitbench.tasks.fields import MAX_COUNT, CheckpointField, PathField, data_twins, named
 from vitbench.transfer.limits import MAX_DATASET_IMAGES
-from vitbench.transfer.config import (DataConfig, DatasetName, Seed, default_of, description_of, ints_text,
-                                      key_neutral, validated)
+from vitbench.transfer.config import (DataConfig, DatasetName, Seed, default_of, description_of, field_like,
+                                      ints_text, key_neutral, validated)
+from vitbench.transfer.schedules import LearningRate
 from vitbench.protocols.downstream import DOWNSTREAM_DATA
 from vitbench.transfer.formats import format_options
 from vitbench.transfer.distill import DEFAULT_LAMBDA, DEFAULT_TAU, Distillation, Lambda, Tau
@@ -176,19 +177,22 @@ class _Upstream(TeacherFields):
     # split seed (up- and downstream), separate from the model's
     data_seed: Seed = Field(default_of(DataConfig, "seed"), description=description_of(DataConfig, "seed"))
     pretrain_backend: BackendName | None = None  # None: the trial's backend
-    pretrain_resolution: int | None = Field(None, description="Pre-training resolution (default native).")
-    pretrain_steps: int = Field(default_of(PretrainConfig, "steps"), description="Pre-training steps.")
-    pretrain_batch_size: int = Field(default_of(PretrainConfig, "batch_size"),
-                                     description="Pre-training batch (images per step).")
-    pretrain_lr: float = Field(default_of(PretrainConfig, "lr"), description="Peak Adam learning rate.")
-    pretrain_weight_decay: float = Field(default_of(PretrainConfig, "weight_decay"),
-                                         description="Decoupled weight decay on kernels (paper: 0.1 JFT).")
+    # each the PretrainConfig field it sets (UPSTREAM_PATHS), its default and bounds read from there (field_like)
+    pretrain_resolution: int | None = field_like(PretrainConfig, "resolution",
+                                                 description="Pre-training resolution (default native).")
+    pretrain_steps: int = field_like(PretrainConfig, "steps", description="Pre-training steps.")
+    pretrain_batch_size: int = field_like(PretrainConfig, "batch_size",
+                                          description="Pre-training batch (images per step).")
+    pretrain_lr: LearningRate = field_like(PretrainConfig, "lr", description="Peak Adam learning rate.")
+    pretrain_weight_decay: float = field_like(PretrainConfig, "weight_decay",
+                                              description="Decoupled weight decay on kernels (paper: 0.1 JFT).")
     # None: the pre-training default (protocols.pretrain.default_warmup)
-    pretrain_warmup_steps: int | None = Field(None, description="Default: 10 % of the steps, at most 30.")
+    pretrain_warmup_steps: int | None = field_like(PretrainConfig, "warmup_steps",
+                                                   description="Default: 10 % of the steps, at most 30.")
     pretrain_decay: Literal["linear", "cosine"] = Field(default_of(PretrainConfig, "decay"),
                                                         description="linear | cosine")
-    label_smoothing: float = Field(default_of(PretrainConfig, "label_smoothing"),
-                                   description="Label smoothing of the pre-training loss.")
+    label_smoothing: float = field_like(PretrainConfig, "label_smoothing",
+                                        description="Label smoothing of the pre-training loss.")
     # pre-training objective (vitbench.transfer.masked_patch): the mask_* fields apply to masked_patch only and,
     # like `objective` itself when supervised, are left out of the trial config (existing keys unchanged)
     objective: Objective = Field(Objective.SUPERVISED, description="supervised (the labels) | masked_patch (no "

@@ -153,6 +153,15 @@ def default_of(model: type[BaseModel], field: str) -> Any:
     return model.model_fields[field].get_default(call_default_factory=False)
 
 
+def field_like(model: type[BaseModel], field: str, **kwargs: Any) -> Any:
+    """A Field that means `model`'s `field` (a task's study field that sets a config's): its default and its
+    bounds, declared there once, with `kwargs` (its description). A study then refuses what the config would
+    refuse, before anything runs (`pretrain_steps: 0` passed a dry run and failed in the trial)."""
+    from pydantic.fields import FieldInfo
+
+    return FieldInfo.merge_field_infos(model.model_fields[field], **kwargs)
+
+
 class _Data(BaseModel):
     """DataConfig's fields every format reads (DataConfig adds each format's own options)."""
 
