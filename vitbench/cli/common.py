@@ -200,6 +200,9 @@ def option(field: str, names: dict[str, str] | None = None) -> str:
     return (names or {}).get(field) or "--" + field.replace("_", "-")
 
 
+# every task command's --precision (the values: PRECISIONS, which the option checks; what each means: SHARED's)
+PRECISION_HELP = ("fp32 (full fp32 on every backend) | tf32 (GPU) | bf16 | fp16 (autocast) | int8 (a runtime's "
+                  "dynamic quantization, inference); the backend refuses one it does not run.")
 SET_HELP = ("Architecture override KEY=VALUE, repeatable: --set depth=6 --set posemb=none. ViT/hybrid: depth, "
             "width, mlp_dim, heads, patch, classifier (token|gap), rep_size, posemb (learned|none|learned_2d|"
             "sincos2d|relative), posemb_at (input|every_layer|every_layer_shared); BiT/hybrid: width_factor, "

@@ -13,8 +13,8 @@ from vitbench.backends.base import PRECISIONS
 from vitbench.backends.kinds import DEFAULT_PARALLELISM, Mode
 from vitbench.backends.parallel import parallelism_help
 from vitbench.cli import app
-from vitbench.cli.common import (SET_HELP, choice, console, print_json, refuse_unsupported, shared_option,
-                                 task_params, with_sets)
+from vitbench.cli.common import (PRECISION_HELP, SET_HELP, choice, console, print_json, refuse_unsupported,
+                                 shared_option, task_params, with_sets)
 from vitbench.cli.data_options import (
     DATA_PATH,
     DATA_TEST_PATH,
@@ -69,9 +69,7 @@ def bench_cmd(
                                               "step)."),
     batch_size: int = from_field(Infer.Params, "batch_size", "--batch-size", "-b", min=1),
     resolution: int = typer.Option(None, "--resolution", "-r", help="Input size in pixels (default: native)."),
-    precision: str = from_field(Infer.Params, "precision",
-                                help="fp32 (full fp32 on every backend) | tf32 (GPU) | bf16 | fp16 "
-                                     "(autocast) | int8 (a runtime's dynamic quantization, inference)."),
+    precision: str = from_field(Infer.Params, "precision", help=PRECISION_HELP),
     backend: str = typer.Option(None, help="A registered backend "
                                            "(`vitbench plugins` lists them; default: the first registered)."),
     device: str = from_field(Infer.Params, "device",
@@ -227,7 +225,7 @@ def max_batch_cmd(
     mode: str = from_field(MaxBatch.Params, "mode", "--mode", "--task",
                            help="infer | train: the step probed (--task: its older spelling, kept)."),
     resolution: int = typer.Option(None, "--resolution", "-r"),
-    precision: str = from_field(MaxBatch.Params, "precision", help="fp32 | bf16 | fp16"),
+    precision: str = from_field(MaxBatch.Params, "precision", help=PRECISION_HELP),
     backend: str = typer.Option(None, help="A registered backend "
                                            "(`vitbench plugins` lists them; default: the first registered)."),
     device: str = from_field(MaxBatch.Params, "device"),

@@ -7,7 +7,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from vitbench.cli import app
-from vitbench.cli.common import SET_HELP, console, print_json, task_params, with_sets
+from vitbench.cli.common import PRECISION_HELP, SET_HELP, console, print_json, task_params, with_sets
 from vitbench.cli.options import cli_option, from_field
 from vitbench.numfmt import fmt
 from vitbench.tasks.serve import Serve
@@ -50,7 +50,7 @@ def serve_cmd(
     data_path: str = typer.Option(None, "--data-path", help="The data source's local path."),
     qsl_images: int = from_field(Serve.Params, "qsl_images", help="The QSL's size at most."),
     resolution: int = typer.Option(None, "--resolution", "-r", help="Input size in pixels (default: native)."),
-    precision: str = from_field(Serve.Params, "precision", help="fp32 | tf32 (GPU) | bf16 | fp16."),
+    precision: str = from_field(Serve.Params, "precision", help=PRECISION_HELP),
     backend: str = typer.Option(None, help="A registered backend (`vitbench plugins`; default: the first)."),
     device: str = from_field(Serve.Params, "device", help="cpu | cuda | cuda:N (torch); cpu | gpu | tpu (jax)."),
     threads: int = typer.Option(None, help="Intra-op threads (default: chosen per backend; recorded)."),

@@ -157,7 +157,8 @@ def _upstream_values(o) -> dict:
 
 # The options fewshot and finetune share, declared once (their configs share DownstreamConfig's fields).
 DOWNSTREAM = OptionGroup("downstream", {
-    "checkpoint": (str, typer.Option(None, "--checkpoint", "-c", help="Upstream .safetensors file.")),
+    "checkpoint": (str, typer.Option(None, "--checkpoint", "-c", help="Upstream checkpoint: a .safetensors file "
+                                     "(vitbench's or timm's) or a vit_jax / big_vision .npz.")),
     "objective": (str, from_field(DownstreamConfig, "objective", help="The upstream's pre-training objective: "
                                   "supervised | masked_patch (a --checkpoint made by another is refused).")),
     "model": (str, typer.Option(None, "--model", "-m", help="Or: a variant, pre-trained here (default recipe); "
