@@ -30,8 +30,8 @@ def _command_params(monkeypatch, argv: list[str]) -> tuple[str, dict, object]:
     seen: dict = {}
     real = common.task_params
 
-    def capture(task_name, names=None, **values):
-        seen.update(task=task_name, values=values, params=real(task_name, names, **values)[1])
+    def capture(task_name, names=None, sets=None, **values):
+        seen.update(task=task_name, values=values, params=real(task_name, names, sets, **values)[1])
         raise _Captured
 
     monkeypatch.setattr(measure_cmd, "task_params", capture)
@@ -174,8 +174,8 @@ def test_fewshot_and_finetune_with_no_options_are_the_studys_default_trial(monke
     seen = {}
     real = common.task_params
 
-    def capture(task_name, names=None, **values):
-        seen["params"] = real(task_name, names, **values)[1]
+    def capture(task_name, names=None, sets=None, **values):
+        seen["params"] = real(task_name, names, sets, **values)[1]
         raise _Captured
 
     monkeypatch.setattr(transfer_cmd, "task_params", capture)
@@ -205,3 +205,32 @@ def test_pretrain_with_no_options_is_the_studys_default_upstream(monkeypatch):
     params = get_task("pretrain").Params.model_validate(trial.config)
     assert params.upstream_config("pretrain") == seen["cfg"]
     assert pretrain.cache_path(params.upstream_config("pretrain")) == pretrain.cache_path(seen["cfg"])
+
+
+@pytest.mark.parametrize("argv,field,value", [
+    (["bench", MODEL, "--set", "num_classes=10"], "num_classes", 10),
+    (["max-batch", MODEL, "--set", "compile=true", "--set", "channels_last=true"], "compile", True),
+    (["serve", MODEL, "--set", "compile=true", "--set", "compile_mode=max-autotune"], "compile_mode",
+     "max-autotune"),
+    (["flops", MODEL, "--set", "depth=3", "--set", "num_classes=7"], "num_classes", 7),
+])
+def test_set_reaches_every_field_a_study_can_set(monkeypatch, argv, field, value):
+    """A field with no option of its own (bench's num_classes, max-batch's and serve's compile, channels_last)
+    could be set by a study only: a command's `--set FIELD=VALUE` now sets it (an architecture override still
+    works)."""
+    from vitbench.cli import serve_cmd
+
+    seen = {}
+    real = common.task_params
+
+    def capture(task_name, names=None, sets=None, **values):
+        seen["params"] = real(task_name, names, sets, **values)[1]
+        raise _Captured
+
+    monkeypatch.setattr(measure_cmd, "task_params", capture)
+    monkeypatch.setattr(serve_cmd, "task_params", capture)
+    res = CliRunner().invoke(app, argv)
+    assert isinstance(res.exception, _Captured), res.output
+    assert getattr(seen["params"], field) == value
+    if "depth=3" in argv:
+        assert seen["params"].model == "ViT-Nano/4[depth=3]"

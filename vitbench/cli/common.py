@@ -207,6 +207,10 @@ SET_HELP = ("Architecture override KEY=VALUE, repeatable: --set depth=6 --set po
             "width, mlp_dim, heads, patch, classifier (token|gap), rep_size, posemb (learned|none|learned_2d|"
             "sincos2d|relative), posemb_at (input|every_layer|every_layer_shared); BiT/hybrid: width_factor, "
             "blocks (e.g. 3x4x6x3). The model's name becomes e.g. ViT-B/16[depth=6].")
+# a task command's --set: the overrides, and any field of its task (path_sets), as a study sets it
+SET_FIELDS_HELP = SET_HELP + (" A KEY that is a field of the task sets that field, as a study would (VALUE read "
+                              "as YAML; `vitbench plugins --json` lists the fields): --set num_classes=10 --set "
+                              "compile=true.")
 
 
 def parse_sets(sets: list[str] | None, option: str = "--set") -> dict[str, str]:
@@ -225,27 +229,30 @@ def parse_sets(sets: list[str] | None, option: str = "--set") -> dict[str, str]:
 
 
 def path_sets(task_name: str, sets: list[str] | None) -> tuple[list[str], dict, dict[str, str]]:
-    """`--set` items split: a dotted KEY is a config path of the task's fields (`upstream.lr=3e-3` sets
-    pretrain_lr; TaskParams.field_paths, what a study may write too) and its VALUE is read as YAML, as `sweep
-    --set` reads it; any other KEY is an architecture override, as before. Returns (the overrides as given,
-    {field: value}, {field: '--set PATH'}: how an error names it). A set path wins over the field's flag. An
-    unknown path is a ConfigError naming it with the allowed ones."""
-    from vitbench.study.paths import unknown_path
+    """`--set` items split: a KEY that is a field of the task's Params (`num_classes=10`, `compile=true`: what a
+    study may set, whether or not the command has an option for it) or a config path of one (`upstream.lr=3e-3`
+    sets pretrain_lr; TaskParams.field_paths) sets it, its VALUE read as YAML, as `sweep --set` reads it; any
+    other KEY is an architecture override, as before (no field is named like one: a study's rule too). Returns
+    (the overrides as given, {field: value}, {field: '--set KEY'}: how an error names it). A set field wins over
+    the field's flag. An unknown path is a ConfigError naming it with the allowed ones."""
+    from vitbench.study.paths import listed, unknown_path
     from vitbench.study.reader import load_value
     from vitbench.tasks import get_task
 
     given = parse_sets(sets)
-    if not any("." in k for k in given):
-        return list(sets or ()), {}, {}
-    paths = get_task(task_name).Params.field_paths()
+    params = get_task(task_name).Params
+    paths = {**{f: f for f in params.model_fields if f not in ("model", "task")}, **params.field_paths()}
     fields, names = {}, {}
     for key, text in given.items():
-        if "." in key:
-            if key not in paths:
-                raise ConfigError(f"--set {unknown_path(key, paths)}")
+        if "." in key and key not in paths:
+            dotted = {p: f for p, f in paths.items() if "." in p}
+            raise ConfigError(f"--set {unknown_path(key, dotted)}" if dotted else
+                              f"--set {shorten(key)}: task {task_name!r} has no nested settings (a dotted KEY "
+                              f"sets one); its fields: {listed(sorted(paths), 'fields', 600)}")
+        if key in paths:
             fields[paths[key]] = load_value(text, f"--set {clip(key, 80)}")
             names[paths[key]] = f"--set {key}"
-    return [f"{k}={v}" for k, v in given.items() if "." not in k], fields, names
+    return [f"{k}={v}" for k, v in given.items() if k not in paths], fields, names
 
 
 def model_asked(model: str | None, sets: list[str] | None, default: str) -> str:
@@ -298,9 +305,11 @@ def with_sets(model: str, sets: list[str] | None, option: str = "--set") -> str:
         raise ConfigError(f"{' '.join(named)}: {e}") from None
 
 
-def task_params(task_name: str, names: dict[str, str] | None = None, **values):
+def task_params(task_name: str, names: dict[str, str] | None = None, sets: list[str] | None = None, **values):
     """(task class, its validated Params) from command-line values; a bad value is a ConfigError naming the
-    option (--min-seconds; `names`: fields whose option is named otherwise) and what it must be."""
+    option (--min-seconds; `names`: fields whose option is named otherwise) and what it must be. `sets`: the
+    command's `--set KEY=VALUE` items (path_sets: a field of the task, or its path, wins over its flag; else an
+    architecture override of `values["model"]`)."""
     from pydantic import ValidationError
 
     from vitbench.tasks import get_task
@@ -308,6 +317,10 @@ def task_params(task_name: str, names: dict[str, str] | None = None, **values):
     from vitbench.transfer.config import field_range
 
     task = get_task(task_name)
+    if sets:
+        arch, set_fields, set_names = path_sets(task_name, sets)
+        values = {**values, "model": with_sets(values["model"], arch), **set_fields}
+        names = {**(names or {}), **set_names}
     try:  # a check across fields names each by its option too (FIELD_NAMES)
         params = task.Params.model_validate({"task": task.name, **{k: v for k, v in values.items()
                                                                    if v is not None}},

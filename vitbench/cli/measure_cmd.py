@@ -13,8 +13,8 @@ from vitbench.backends.base import PRECISIONS
 from vitbench.backends.kinds import DEFAULT_PARALLELISM, Mode
 from vitbench.backends.parallel import parallelism_help
 from vitbench.cli import app
-from vitbench.cli.common import (PRECISION_HELP, SET_HELP, choice, console, print_json, refuse_unsupported,
-                                 shared_option, task_params, with_sets)
+from vitbench.cli.common import (PRECISION_HELP, SET_FIELDS_HELP, choice, console, print_json, refuse_unsupported,
+                                 shared_option, task_params)
 from vitbench.cli.data_options import (
     DATA_PATH,
     DATA_TEST_PATH,
@@ -64,7 +64,7 @@ def _print_record(rec) -> None:
 @FORMATS
 def bench_cmd(
     model: str = typer.Argument(..., help="Variant name, e.g. ViT-B/16, R50x1, R50+ViT-B/16, ViT-Nano/4."),
-    sets: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
+    sets: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_FIELDS_HELP),
     task: str = cli_option("bench_task", help="infer (forward) | train (forward + loss + backward + optimizer "
                                               "step)."),
     batch_size: int = from_field(Infer.Params, "batch_size", "--batch-size", "-b", min=1),
@@ -120,7 +120,7 @@ def bench_cmd(
     """
     from vitbench.record import Status
 
-    values = dict(model=with_sets(model, sets), backend=backend, batch_size=batch_size, resolution=resolution,
+    values = dict(model=model, backend=backend, batch_size=batch_size, resolution=resolution,
                   precision=precision, compile=compile, compile_mode=compile_mode, device=device, threads=threads,
                   channels_last=channels_last, seed=seed, warmup_steps=warmup, min_steps=min_steps,
                   min_seconds=min_seconds, max_seconds=max_seconds, timing=timing, window_steps=window_steps,
@@ -134,7 +134,7 @@ def bench_cmd(
     elif data is not None:
         raise ConfigError("--data measures training with real input: use it with --task train")
     t, params = task_params(task, {"model": "MODEL", "warmup_steps": "--warmup", **_REAL_INPUT_OPTIONS},
-                            **values)
+                            sets, **values)
     rec = t().run(params)  # with --data: the synthetic run, then the real images timed alike (one row)
     if as_json:
         _print_record(rec)
@@ -221,7 +221,7 @@ def _print_warnings(rec) -> None:
 @app.command("max-batch")
 def max_batch_cmd(
     model: str = typer.Argument(..., help="Variant name."),
-    sets: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
+    sets: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_FIELDS_HELP),
     mode: str = from_field(MaxBatch.Params, "mode", "--mode", "--task",
                            help="infer | train: the step probed (--task: its older spelling, kept)."),
     resolution: int = typer.Option(None, "--resolution", "-r"),
@@ -256,7 +256,7 @@ def max_batch_cmd(
     """
     from vitbench.record import Status
 
-    t, p = task_params("max_batch", {"model": "MODEL", "mode": "--mode"}, model=with_sets(model, sets), backend=backend,
+    t, p = task_params("max_batch", {"model": "MODEL", "mode": "--mode"}, sets, model=model, backend=backend,
                        mode=choice(mode, _MODES, "--mode"),
                        resolution=resolution, precision=precision, device=device, threads=threads,
                        memory_limit_gib=memory_limit_gib, max_batch_size=max_batch_size, start=start,
@@ -291,7 +291,7 @@ def max_batch_cmd(
 @app.command("flops")
 def flops_cmd(
     model: str = typer.Argument(..., help="Variant name."),
-    sets: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
+    sets: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_FIELDS_HELP),
     resolution: int = typer.Option(None, "--resolution", "-r"),
     num_classes: int = typer.Option(None, "--num-classes"),
     backend: str = typer.Option(None, help="A registered backend "
@@ -311,7 +311,7 @@ def flops_cmd(
     exaFLOPs = 3 x forward GFLOPs x N x E / 1e9.
     """
     t, p = task_params("flops", {"model": "MODEL", "exaflops_images": "--images", "exaflops_epochs": "--epochs"},
-                       model=with_sets(model, sets), resolution=resolution, backend=backend,
+                       sets, model=model, resolution=resolution, backend=backend,
                        num_classes=num_classes, count=count, exaflops_images=images, exaflops_epochs=epochs)
     rec = t().run(p)
     if as_json:

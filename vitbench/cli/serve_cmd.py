@@ -7,7 +7,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from vitbench.cli import app
-from vitbench.cli.common import PRECISION_HELP, SET_HELP, console, print_json, task_params, with_sets
+from vitbench.cli.common import PRECISION_HELP, SET_FIELDS_HELP, console, print_json, task_params
 from vitbench.cli.options import cli_option, from_field
 from vitbench.numfmt import fmt
 from vitbench.tasks.serve import Serve
@@ -23,7 +23,7 @@ _ROWS = ("samples_per_s", "completed_samples_per_s", "latency_ms_p50", "latency_
 @app.command("serve")
 def serve_cmd(
     model: str = typer.Argument(..., help="Variant name, e.g. ViT-Nano/4, R-Nano."),
-    sets: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
+    sets: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_FIELDS_HELP),
     scenario: str = from_field(Serve.Params, "scenario", help="SingleStream | MultiStream | Server | Offline."),
     batch_size: int = from_field(Serve.Params, "batch_size", "--batch-size", "-b", min=1,
                                  help="The SUT's max batch."),
@@ -66,7 +66,7 @@ def serve_cmd(
     """
     from vitbench.record import Status
 
-    values = dict(model=with_sets(model, sets), scenario=scenario, batch_size=batch_size, max_wait_ms=max_wait_ms,
+    values = dict(model=model, scenario=scenario, batch_size=batch_size, max_wait_ms=max_wait_ms,
                   target_qps=target_qps, latency_bound_ms=latency_bound_ms, latency_percentile=latency_percentile,
                   min_duration_s=min_duration_s, min_query_count=min_query_count,
                   samples_per_query=samples_per_query, loadgen_seed=loadgen_seed, qps_tolerance=qps_tolerance,
@@ -74,7 +74,7 @@ def serve_cmd(
                   qsl_images=qsl_images, resolution=resolution, precision=precision, backend=backend,
                   device=device, threads=threads, seed=seed)
     t, params = task_params(Serve.name, {"model": "MODEL", "warmup_steps": "--warmup", "dataset": "--data"},
-                            **values)
+                            sets, **values)
     rec = t().run(params)
     if as_json:
         print_json(rec.to_dict())

@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from vitbench.cli import app
-from vitbench.cli.common import (SET_HELP, checkpoint_model, console, model_asked, path_sets, print_json,
+from vitbench.cli.common import (SET_FIELDS_HELP, checkpoint_model, console, model_asked, path_sets, print_json,
                                  task_params, with_sets)
 from vitbench.cli.options import OptionGroup, cli_option, from_field
 from vitbench.cli.path_options import PathOption, data_options, option_names, path_group, path_options
@@ -43,7 +43,7 @@ def _show(rec, title: str, keys: list[str], as_json: bool) -> None:
 
 
 # --set of the transfer commands: an architecture override, or a config path of the task's fields
-SET_PATH_HELP = SET_HELP + (" A dotted KEY sets that config path, as a study may: --set upstream.lr=3e-3 "
+SET_PATH_HELP = SET_FIELDS_HELP + (" A dotted KEY sets that config path, as a study may: --set upstream.lr=3e-3 "
                             "--set data.workers=4 (`vitbench sweep --set` takes the same paths).")
 
 # The run's settings every transfer command takes, after its own options
