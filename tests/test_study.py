@@ -132,7 +132,8 @@ def test_key_neutral_fields_enter_the_key_only_when_set(tmp_path, monkeypatch):
         default = fields[name].get_default()
         at_default = study(head + f"defaults: {{{name}: {json.dumps(default)}}}\n").trials[0]
         assert at_default.key == plain.key and name not in at_default.config, name
-        given = study(head + f"defaults: {{{name}: {json.dumps(value)}}}\n").trials[0]
+        needs = _needs(name)  # a checkpoint's budget needs the checkpoint
+        given = study(head + f"defaults: {json.dumps({**needs, name: value})}\n").trials[0]
         assert given.config[name] == value and given.key != plain.key, name
 
 
@@ -150,8 +151,10 @@ KEY_NEUTRAL_ANY_TASK = {**KEY_NEUTRAL_SET, "devices": 2, "parallelism": "fsdp",
 
 def _needs(name: str) -> dict:
     """The fields a field is refused without (alone it would be ignored), themselves key-neutral: a real input
-    setting's dataset, one that takes it; pre-training compute's images and epochs, each the other."""
-    pair = {"exaflops_images": {"exaflops_epochs": 2.5}, "exaflops_epochs": {"exaflops_images": 1000}}
+    setting's dataset, one that takes it; pre-training compute's images and epochs, each the other; a
+    checkpoint's budget, the checkpoint."""
+    pair = {"exaflops_images": {"exaflops_epochs": 2.5}, "exaflops_epochs": {"exaflops_images": 1000},
+            "checkpoint_images": {"checkpoint": "ck.npz"}, "checkpoint_epochs": {"checkpoint": "ck.npz"}}
     if name in pair:
         return pair[name]
     if not name.startswith("real_input_") or name == "real_input_dataset":
@@ -388,3 +391,14 @@ def test_the_allowed_fields_in_an_error_stay_bounded_however_many_the_tasks_decl
     assert len(text) <= LISTED_CHARS + 80 and text.startswith("field_0, field_1,")
     shown = text.split(" and ")[0].count(",") + 1
     assert f"and {1000 - shown} more" in text
+
+
+def test_a_checkpoints_budget_without_a_checkpoint_is_refused():
+    """checkpoint_images / checkpoint_epochs without a checkpoint changed the trial's key and were ignored."""
+    msg = bad("""
+        name: b
+        axes: {model: [ViT-Nano/4], task: [fewshot]}
+        defaults: {checkpoint_images: 1000, checkpoint_epochs: 2}
+    """)
+    assert "checkpoint_images and checkpoint_epochs: the pre-training budget of a checkpoint, and none is given" \
+        in msg, msg

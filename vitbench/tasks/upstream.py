@@ -285,6 +285,11 @@ class FromCheckpoint(BaseModel):
         A resolution not given is the one the checkpoint was trained at (its header, or its weights), not the
         model's native one: a command and a study trial with the same settings measure the same thing."""
         spec = getattr(self, "spec", None)  # the trial's model, resolved by TaskParams before this runs
+        budget = [f for f in ("checkpoint_images", "checkpoint_epochs") if getattr(self, f) is not None]
+        if self.checkpoint is None and budget:  # it would change the key and be ignored
+            raise ValueError(f"{' and '.join(named(info, f) for f in budget)}: the pre-training budget of a "
+                             f"{named(info, 'checkpoint')}, and none is given (the trial pre-trains its upstream "
+                             "and counts its compute): leave it unset")
         if self.checkpoint is None or spec is None:
             return self
         from vitbench.errors import VitbenchError
