@@ -18,8 +18,6 @@ from vitbench.tasks.fewshot import Fewshot
 from vitbench.tasks.finetune import Finetune
 from vitbench.tasks.pretrain import Pretrain
 from vitbench.transfer.config import ints_text
-from vitbench.protocols.downstream import DownstreamConfig
-from vitbench.protocols.pretrain import PretrainConfig
 
 def _on(data: dict) -> str:
     """The dataset a record measured, as its table's title says it: 'digits classes 5-9', 'folder:/data (all
@@ -88,7 +86,7 @@ def pretrain_cmd(
     upstream=None,
     # --seed is the trial's `seed`, the upstream's, in every transfer command (issue 52 item 5): here the model
     # pre-trained is the upstream; finetune's own first seed is --finetune-seed
-    seed: int = from_field(PretrainConfig, "seed", help="Model init / batch order seed."),
+    seed: int = from_field(Pretrain.Params, "seed", help="Model init / batch order seed."),
     out: str = typer.Option(None, "--out", "-o",
                             help="Also copy the checkpoint here (.safetensors; it is kept in the cache, "
                                  "results/checkpoints, either way)."),
@@ -159,7 +157,7 @@ def _upstream_values(o) -> dict:
 DOWNSTREAM = OptionGroup("downstream", {
     "checkpoint": (str, typer.Option(None, "--checkpoint", "-c", help="Upstream checkpoint: a .safetensors file "
                                      "(vitbench's or timm's) or a vit_jax / big_vision .npz.")),
-    "objective": (str, from_field(DownstreamConfig, "objective", help="The upstream's pre-training objective: "
+    "objective": (str, from_field(Fewshot.Params, "objective", help="The upstream's pre-training objective: "
                                   "supervised | masked_patch (a --checkpoint made by another is refused).")),
     "model": (str, typer.Option(None, "--model", "-m", help="Or: a variant, pre-trained here (default recipe); "
                                 "with --checkpoint: its model (a timm state dict's timm:NAME).")),
@@ -213,7 +211,7 @@ def fewshot_cmd(
     downstream=None,
     data=None,
     fewshot=None,
-    seed: int = from_field(PretrainConfig, "seed", help="With --model: upstream seed."),
+    seed: int = from_field(Fewshot.Params, "seed", help="With --model: upstream seed."),
     run=None,
 ) -> None:
     """Linear few-shot accuracy of a frozen upstream: closed-form ridge regression to {-1,1}^K targets.
@@ -250,7 +248,7 @@ def finetune_cmd(
     downstream=None,
     data=None,
     finetune=None,
-    seed: int = from_field(PretrainConfig, "seed", help="With --model: upstream seed; also the first fine-tuning "
+    seed: int = from_field(Finetune.Params, "seed", help="With --model: upstream seed; also the first fine-tuning "
                                                         "seed unless --finetune-seed is given (as before it)."),
     run=None,
 ) -> None:
