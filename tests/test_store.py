@@ -254,3 +254,20 @@ def test_a_full_disk_leaves_no_torn_line_and_says_which_row_was_lost(tmp_path, m
     r = cli("fit", tmp_path / "law.csv", "--compute", "c", "--error", "e", "--out", tmp_path / "fit")
     assert r.exit_code == 2 and "cannot be written: the disk is full" in r.output, r.output
     assert "Traceback" not in r.output
+
+
+def test_done_keys_follow_rows_appended_by_another_writer(tmp_path):
+    """The sweep asks before every trial whether another sweep finished it: kept as rows are read (no rebuild
+    from every row per trial), rows another process appends included."""
+    mine, other = Store(tmp_path), Store(tmp_path, shard="w1")
+    mine.append(rec(1))
+    mine.append(rec(2, status="error"))
+    assert mine.done_keys() == {"k1", "k2"} and mine.done_keys(only_ok=True) == {"k1"}
+    assert not mine.is_done("k3")
+    other.append(rec(3))  # another sweep's worker, into its shard
+    other.append(rec(4, status="interrupted"))  # not terminal: it runs again
+    assert mine.is_done("k3") and mine.is_done("k3", only_ok=True) and not mine.is_done("k4")
+    assert not mine.is_done("k2", only_ok=True)
+    keys = mine.done_keys()
+    keys.add("x")  # the caller's copy
+    assert not mine.is_done("x")

@@ -99,19 +99,34 @@ class Calibrations:
         self.side, self.metric = side, metric
         self.records = [r for r in records if metric_samples(r, metric)]
         self._cache: dict[tuple, float] = {}
+        self._cands: dict[tuple, tuple[list[Record], dict[str, list[Record]]]] = {}
         self.fallbacks = 0
+
+    def _candidates(self, cfg: dict) -> tuple[list[Record], dict[str, list[Record]]]:
+        """The calibrations of the trial's backend and device, and the same by run: found once per backend and
+        device (scanning every calibration for every trial made `compare --normalize` and `history append`
+        grow as trials x calibrations: 120 s at 100,000 rows)."""
+        key = (str(cfg.get("backend")), str(cfg.get("device")))
+        if key not in self._cands:
+            cands = [c for c in self.records
+                     if all(c.measured_config.get(k) == cfg.get(k) for k in ("backend", "device")
+                            if c.measured_config.get(k) is not None and cfg.get(k) is not None)]
+            by_run: dict[str, list[Record]] = {}
+            for c in cands:
+                if c.run_id is not None:
+                    by_run.setdefault(c.run_id, []).append(c)
+            self._cands[key] = cands, by_run
+        return self._cands[key]
 
     def for_record(self, rec: Record) -> float:
         cfg = rec.measured_config
-        cands = [c for c in self.records
-                 if all(c.measured_config.get(k) == cfg.get(k) for k in ("backend", "device")
-                        if c.measured_config.get(k) is not None and cfg.get(k) is not None)]
+        cands, by_run = self._candidates(cfg)
         if not cands:
             raise ConfigError(
                 f"--normalize: the {self.side} results have no calibration record (metric {self.metric.name}) for "
                 f"backend {cfg.get('backend')!r} on device {cfg.get('device')!r}; `vitbench sweep` measures one "
                 "at the start of every run. Re-run the sweep, or compare without --normalize.")
-        same_run = [c for c in cands if c.run_id is not None and c.run_id == rec.run_id]
+        same_run = by_run.get(rec.run_id, []) if rec.run_id is not None else []
         if not same_run:
             self.fallbacks += 1
         pool = same_run or cands

@@ -99,7 +99,9 @@ def load_source(path: str | Path) -> Source:
         if not p.is_file():
             raise ConfigError(f"{str(p)!r} does not exist")
         try:
-            frame = pd.read_csv(p)
+            # the whole file typed at once: read in chunks (pandas' default), a column of mixed values got a type
+            # per chunk, so its type, and a DtypeWarning on the terminal, depended on the file's size
+            frame = pd.read_csv(p, low_memory=False)
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
             raise ConfigError(f"{str(p)!r} is not a readable CSV file: {str(e).splitlines()[0]}") from None
         return Source(SourceKind.CSV, p, frame)
