@@ -271,3 +271,18 @@ def test_done_keys_follow_rows_appended_by_another_writer(tmp_path):
     keys = mine.done_keys()
     keys.add("x")  # the caller's copy
     assert not mine.is_done("x")
+
+
+@pytest.mark.parametrize("literal", ["1e999", "-1E+400", "1" + "0" * 400 + ".5", "NaN", "-Infinity"])
+def test_a_number_that_is_not_finite_is_refused_naming_the_line(tmp_path, literal):
+    """Every spelling of a non-finite number (vitbench writes null for one), whether or not the line takes the
+    reader's fast path for floats (store._MAY_OVERFLOW)."""
+    from vitbench.errors import ConfigError
+
+    with Store(tmp_path) as s:
+        s.append(rec(1))
+    line = (tmp_path / "results.jsonl").read_text().rstrip("\n")
+    (tmp_path / "results.jsonl").write_text(line + "\n" + line.replace('"img_per_s":', f'"x": {literal}, '
+                                                                                         '"img_per_s":') + "\n")
+    with pytest.raises(ConfigError, match=r"results.jsonl:2: the row holds .* \(a non-finite number\)"):
+        read_records(tmp_path)
