@@ -275,8 +275,7 @@ def test_done_keys_follow_rows_appended_by_another_writer(tmp_path):
 
 @pytest.mark.parametrize("literal", ["1e999", "-1E+400", "1" + "0" * 400 + ".5", "NaN", "-Infinity"])
 def test_a_number_that_is_not_finite_is_refused_naming_the_line(tmp_path, literal):
-    """Every spelling of a non-finite number (vitbench writes null for one), whether or not the line takes the
-    reader's fast path for floats (store._MAY_OVERFLOW)."""
+    """Every spelling of a non-finite number (vitbench writes null for one) is refused, naming the line."""
     from vitbench.errors import ConfigError
 
     with Store(tmp_path) as s:
