@@ -292,7 +292,7 @@ def test_a_crash_before_the_start_marker_keeps_the_start_up_hint(tmp_path, monke
     import vitbench.executors.local as local
 
     h = SimpleNamespace(result=tmp_path / "k.json", log=tmp_path / "k.log", over_budget_mib=None, timed_out=False,
-                        started_at="", t0=0.0, proc=SimpleNamespace(exitcode=1, pid=0))
+                        keep=None, started_at="", t0=0.0, proc=SimpleNamespace(exitcode=1, pid=0))
     rec = local.LocalExecutor(tmp_path, start_method="spawn", preload=()).collect(_job(), h).record
     assert rec.status == "error" and "before the trial started" in rec.error.message  # no marker: never started
 

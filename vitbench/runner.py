@@ -136,10 +136,12 @@ def calibration_trials(study: Study) -> list[Trial]:
     cal = calibrators[0]
     seen: dict[str, Trial] = {}
     made: set[str] = set()  # the calibration fields already made a trial of (100,000 trials share a few)
+    calibrated = {name: get_task(name).calibrated for name in {t.task for t in study.trials}}
+    wanted = [k for k in cal.Params.model_fields if k != "task"]
     for t in study.trials:
-        if not get_task(t.task).calibrated:
+        if not calibrated[t.task]:
             continue
-        fields = {k: v for k, v in t.config.items() if k in cal.Params.model_fields and k != "task"}
+        fields = {k: t.config[k] for k in wanted if k in t.config}
         ident = json.dumps(fields, sort_keys=True, default=str)
         if ident in made:
             continue
