@@ -213,12 +213,14 @@ def test_pretrain_with_no_options_is_the_studys_default_upstream(monkeypatch):
     (["serve", MODEL, "--set", "compile=true", "--set", "compile_mode=max-autotune"], "compile_mode",
      "max-autotune"),
     (["flops", MODEL, "--set", "depth=3", "--set", "num_classes=7"], "num_classes", 7),
+    (["inspect", MODEL, "--set", "inspect_weights=upstream", "--set", "upstream.steps=3"], "pretrain_steps", 3),
+    (["inspect", MODEL, "--set", "depth=3", "--set", "device=cpu"], "device", "cpu"),
 ])
 def test_set_reaches_every_field_a_study_can_set(monkeypatch, argv, field, value):
     """A field with no option of its own (bench's num_classes, max-batch's and serve's compile, channels_last)
     could be set by a study only: a command's `--set FIELD=VALUE` now sets it (an architecture override still
     works)."""
-    from vitbench.cli import serve_cmd
+    from vitbench.cli import inspect_cmd, serve_cmd
 
     seen = {}
     real = common.task_params
@@ -229,6 +231,7 @@ def test_set_reaches_every_field_a_study_can_set(monkeypatch, argv, field, value
 
     monkeypatch.setattr(measure_cmd, "task_params", capture)
     monkeypatch.setattr(serve_cmd, "task_params", capture)
+    monkeypatch.setattr(inspect_cmd, "task_params", capture)
     res = CliRunner().invoke(app, argv)
     assert isinstance(res.exception, _Captured), res.output
     assert getattr(seen["params"], field) == value

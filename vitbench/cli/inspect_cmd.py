@@ -10,8 +10,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from vitbench.cli import app
-from vitbench.cli.common import (SET_HELP, checkpoint_model, console, err_console, model_asked, print_json,
-                                 task_params, with_sets)
+from vitbench.cli.common import (SET_FIELDS_HELP, checkpoint_model, console, err_console, model_asked, path_sets,
+                                 print_json, task_params, with_sets)
 from vitbench.cli.options import cli_option, from_field
 from vitbench.errors import ConfigError, shorten
 from vitbench.outdir import OutputFolder, Writer, write_files
@@ -44,7 +44,9 @@ def _fields(source: str, sets: list[str] | None, model: str | None) -> dict:
 def inspect_cmd(
     source: str = typer.Argument(..., help="A checkpoint (.safetensors from `vitbench pretrain`) or a variant "
                                            "name (random weights), e.g. ViT-Micro/4, R-Nano+ViT-Micro/8."),
-    sets: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
+    sets: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_FIELDS_HELP + " E.g. --set "
+                                   "device=cuda; --set inspect_weights=upstream --set upstream.steps=300 inspects "
+                                   "the upstream a transfer trial pre-trains."),
     model: str = typer.Option(None, "--model", "-m", help="With a checkpoint SOURCE: its model (a timm state "
                                                            "dict's timm:NAME; checked against the weights)."),
     backend: str = typer.Option(None, help="A registered backend "
@@ -75,10 +77,12 @@ def inspect_cmd(
     if out_dir is not None and out_dir.is_dir():  # files of another's there: refused now, not after the model ran
         OutputFolder(out_dir, INSPECT_FILES, allow_other=allow_other_files).check()
     # the task's Params (what a study's inspect trial with these fields is), then the task: one path
-    fields = {**_fields(source, sets, model), **({} if resolution is None else {"resolution": resolution})}
-    names = {**_NAMES, "model": model_asked(model, sets, "SOURCE")}
-    task, params = task_params("inspect", names, **fields, backend=backend, inspect_images=images,
-                               inspect_rollout=rollout, seed=seed, threads=threads)
+    arch, set_fields, set_names = path_sets("inspect", sets)  # a field of the task (device, upstream.steps, ...)
+    fields = {**_fields(source, arch, model), **({} if resolution is None else {"resolution": resolution})}
+    names = {**_NAMES, "model": model_asked(model, arch, "SOURCE"), **set_names}
+    task, params = task_params("inspect", names, **{**fields, "backend": backend, "inspect_images": images,
+                                                    "inspect_rollout": rollout, "seed": seed, "threads": threads,
+                                                    **set_fields})
     rec = task().run(params)
     result = InspectResult.from_json(rec.raw)
     origin = rec.config.get("upstream_checkpoint") or RANDOM_INIT
