@@ -26,7 +26,10 @@ class _Captured(Exception):
 
 
 def _command_params(monkeypatch, argv: list[str]) -> tuple[str, dict, object]:
-    """(task name, the values the command passed on, their validated Params) for `vitbench ARGV`."""
+    """(task name, the values the command passed on, their validated Params) for `vitbench ARGV`: every command
+    module's task_params stands in for, stopping the command there."""
+    from vitbench.cli import inspect_cmd, serve_cmd, transfer_cmd
+
     seen: dict = {}
     real = common.task_params
 
@@ -34,7 +37,8 @@ def _command_params(monkeypatch, argv: list[str]) -> tuple[str, dict, object]:
         seen.update(task=task_name, values=values, params=real(task_name, names, sets, **values)[1])
         raise _Captured
 
-    monkeypatch.setattr(measure_cmd, "task_params", capture)
+    for module in (measure_cmd, serve_cmd, inspect_cmd, transfer_cmd):
+        monkeypatch.setattr(module, "task_params", capture)
     res = CliRunner().invoke(app, argv)
     assert isinstance(res.exception, _Captured), res.output
     return seen["task"], seen["values"], seen["params"]
@@ -169,21 +173,10 @@ def test_fewshot_and_finetune_with_no_options_are_the_studys_default_trial(monke
     """`vitbench fewshot --model M` measured 1, 5, 10 and 25 shots (headline: 25-shot) and `finetune --model M`
     a batch of 64, where a study's default trial measures 10 shots and a batch of 8: the options now take the
     fields' defaults (found by auditing every option against its field)."""
-    from vitbench.cli import transfer_cmd
-
-    seen = {}
-    real = common.task_params
-
-    def capture(task_name, names=None, sets=None, **values):
-        seen["params"] = real(task_name, names, sets, **values)[1]
-        raise _Captured
-
-    monkeypatch.setattr(transfer_cmd, "task_params", capture)
-    res = CliRunner().invoke(app, [task, "--model", MODEL])
-    assert isinstance(res.exception, _Captured), res.output
+    _, _, params = _command_params(monkeypatch, [task, "--model", MODEL])
     study = parse_study(f"name: defaults\naxes:\n  model: [{MODEL}]\n  task: [{task}]\n", "defaults.yaml")
     (trial,) = study.trials
-    assert trial.config == seen["params"].config()
+    assert trial.config == params.config()
 
 
 def test_pretrain_with_no_options_is_the_studys_default_upstream(monkeypatch):
@@ -220,20 +213,7 @@ def test_set_reaches_every_field_a_study_can_set(monkeypatch, argv, field, value
     """A field with no option of its own (bench's num_classes, max-batch's and serve's compile, channels_last)
     could be set by a study only: a command's `--set FIELD=VALUE` now sets it (an architecture override still
     works)."""
-    from vitbench.cli import inspect_cmd, serve_cmd
-
-    seen = {}
-    real = common.task_params
-
-    def capture(task_name, names=None, sets=None, **values):
-        seen["params"] = real(task_name, names, sets, **values)[1]
-        raise _Captured
-
-    monkeypatch.setattr(measure_cmd, "task_params", capture)
-    monkeypatch.setattr(serve_cmd, "task_params", capture)
-    monkeypatch.setattr(inspect_cmd, "task_params", capture)
-    res = CliRunner().invoke(app, argv)
-    assert isinstance(res.exception, _Captured), res.output
-    assert getattr(seen["params"], field) == value
+    _, _, params = _command_params(monkeypatch, argv)
+    assert getattr(params, field) == value
     if "depth=3" in argv:
-        assert seen["params"].model == "ViT-Nano/4[depth=3]"
+        assert params.model == "ViT-Nano/4[depth=3]"
