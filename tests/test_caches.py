@@ -221,10 +221,25 @@ def test_a_compile_cache_other_users_can_write_is_never_loaded(root, cli):
     assert r.exit_code == 2 and "is writable by every user" in r.output, r.output
     os.chmod(paths.compile_root(root), 0o755)
     if os.geteuid() == 0:  # only root can give a directory to another user
-        os.chown(fw, 4321, -1)
+        os.chown(fw, 4321, 4321)  # another user's, in a group not ours
         with pytest.raises(paths.PathError, match=r"owned by another user \(uid 4321\)"):
             paths.open_compile_cache(fw)
-        os.chown(fw, 0, -1)
+        os.chown(fw, 4321, os.getegid())  # a teammate's, in our group: a team's cache
+        assert paths.open_compile_cache(fw) == fw
+        os.chown(fw, 0, 0)
+
+
+def test_a_compile_cache_made_under_umask_000_is_not_refused_as_others(monkeypatch, tmp_path):
+    """A CI container's umask 000 made the cache's new directories writable by every user, and the trust check
+    then refused what vitbench had just made, trial after trial: what this process makes is never o+w."""
+    monkeypatch.setenv(paths.CACHE_ENV, str(tmp_path / "fresh"))
+    old = os.umask(0)
+    try:
+        made = paths.open_compile_cache(paths.compile_cache_dir("fw-1.0"))
+    finally:
+        os.umask(old)
+    for d in (made, made.parent):
+        assert not os.stat(d).st_mode & 0o002, oct(os.stat(d).st_mode)
 
 
 def test_what_a_killed_writer_left_beside_a_file_is_removed_by_the_next_write(tmp_path):

@@ -210,3 +210,6 @@ def test_doctor_bad_options_exit_2(cli):
     assert r.exit_code == 2 and "--precision 'int8': allowed: fp32, tf32, bf16, fp16" in r.stderr, r.stderr
     r = cli("doctor", "--precision", "tf32", "--quick", "--backend", "torch")
     assert r.exit_code == 2 and "no backend can run there (torch: tf32 is a GPU tensor-core format" in r.stderr
+    # a backend with no matmul of its own (an inference runtime) is named as such, not as a precision problem
+    r = cli("doctor", "--backend", "onnxruntime", "--quick")
+    assert r.exit_code == 2 and "onnxruntime: times no matmul of its own on a cpu" in r.stderr, r.stderr

@@ -78,6 +78,18 @@ def test_a_bad_value_set_on_the_command_line_is_reported_there_not_at_a_line_of_
     assert ".yaml:" not in str(e.value).split("\n", 1)[1]
 
 
+def test_a_check_across_fields_names_the_command_line_for_a_field_set_there():
+    """A check across fields (serve's schedule bound) was reported at a line of the study file although --set
+    gave the value; it is reported where the field it names came from."""
+    text = "name: s\naxes: {model: [ViT-Nano/4], task: [serve], scenario: [Server]}\n"
+    with pytest.raises(ConfigError) as e:
+        parse_study(text, "s.yaml", sets={"target_qps": 0.0001})
+    assert "the command line: --set target_qps: for task 'serve': target_qps 0.0001 schedules" in str(e.value)
+    in_file = r"s\.yaml:3: defaults\.target_qps: for task 'serve': target_qps 0\.0001"
+    with pytest.raises(ConfigError, match=in_file):
+        parse_study(text + "defaults: {target_qps: 0.0001}\n", "s.yaml")
+
+
 def test_a_field_given_by_its_name_and_its_path_in_one_block_is_refused():
     with pytest.raises(ConfigError, match=r"axes\.upstream\.lr: pretrain_lr is set twice here \(as upstream\.lr "
                                           r"and as pretrain_lr\): keep one"):

@@ -76,7 +76,7 @@ def test_a_checkpoint_pair_is_written_whole_or_not_at_all_and_out_needs_only_the
     real = checkpoint.write_atomic
 
     def weights_full(path, data):
-        if str(path).endswith(".safetensors"):
+        if ".safetensors" in path.name:  # the weights, written beside their place first
             raise paths.PathError(f"{str(path)!r} cannot be written: the disk is full")
         return real(path, data)
 
@@ -231,3 +231,26 @@ def test_a_checkpoint_trial_takes_the_resolution_it_was_trained_at_in_a_study_as
     cli_config = json.loads(r.stdout)["config"]
     assert trial.config["resolution"] == cli_config["resolution"] == 16
     assert trial.config["backend"] == cli_config["backend"]  # the task's default, not the file's
+
+
+@pytest.mark.parametrize("fails", ["weights", "metadata"])
+def test_a_failed_checkpoint_write_leaves_the_old_pair_as_it_was(tmp_path, monkeypatch, fails):
+    """Writing the metadata over the old one first, then failing on the weights, left the old weights without
+    their metadata: now the weights are written whole beside their place first and renamed in last."""
+    from vitbench import paths
+    from vitbench.transfer import checkpoint
+
+    path = tmp_path / "ck.safetensors"
+    checkpoint.write_pair(path, b"old weights", {"old": True})
+    real = checkpoint.write_atomic
+
+    def full(p, data):
+        if p.suffix == (".json" if fails == "metadata" else ".tmp"):
+            raise paths.PathError(f"{p} cannot be written: the disk is full")
+        return real(p, data)
+
+    monkeypatch.setattr(checkpoint, "write_atomic", full)
+    with pytest.raises(paths.PathError, match="the disk is full"):
+        checkpoint.write_pair(path, b"new weights", {"new": True})
+    assert path.read_bytes() == b"old weights" and json.loads(path.with_suffix(".json").read_text()) == {"old": True}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck.json", "ck.safetensors"]  # no staged copy left

@@ -92,7 +92,12 @@ def open_compile_cache(path: Path) -> Path:
     vitbench.caches). A cache directory that cannot hold it is refused naming it (`check_cache_dir`)."""
     root = check_cache_dir()
     if not path.is_dir():
+        chain = [path, *path.parents]
+        made = [d for d in chain[:chain.index(root) + 1] if not d.exists()] if root in chain else [path]
         make_dir(path, "compile cache")
+        for d in made:  # what this process made is never writable by others, whatever the umask (000 in a CI
+            with contextlib.suppress(OSError):  # container): it would be refused below as no one's to trust
+                os.chmod(d, stat.S_IMODE(os.stat(d).st_mode) & ~stat.S_IWOTH)
     check_trusted(root, path)
     mark = path / COMPILE_MARK
     if not os.path.lexists(mark):
@@ -106,8 +111,9 @@ def check_trusted(root: Path, path: Path) -> None:
     """Refuse (PathError) compile-cache directory `path` when it, or a directory between it and cache directory
     `root`, is writable by other users or owned by another user (root excepted): the backends load what lies
     there as compiled code (torch's inductor unpickles its FX graphs, JAX runs its executables), so another user's
-    file there would run as this user (design: never unpickle untrusted files). Group-writable is the user's
-    choice (a team's cache) and allowed."""
+    file there would run as this user (design: never unpickle untrusted files). A group of the user's is trusted
+    (a team's cache): group-writable is allowed, and so is a teammate's directory whose group is one of the
+    user's."""
     chain = [path, *path.parents]
     for d in chain[:chain.index(root) + 1] if root in chain else chain[:1]:  # the compile cache up to the cache
         try:
@@ -115,7 +121,8 @@ def check_trusted(root: Path, path: Path) -> None:
         except OSError:
             continue
         other = bool(st.st_mode & stat.S_IWOTH)
-        if other or st.st_uid not in (os.geteuid(), 0):
+        ours = st.st_uid in (os.geteuid(), 0) or st.st_gid in (os.getegid(), *os.getgroups())
+        if other or not ours:
             who = "writable by every user" if other else f"owned by another user (uid {st.st_uid})"
             raise PathError(f"compile cache {_quote(d)} is {who}, mode {stat.S_IMODE(st.st_mode):o}: what lies "
                             "there is loaded as compiled code, so vitbench does not use it; `chmod o-w` it if it "

@@ -288,7 +288,7 @@ def run(
         raise ConfigError(f"--backend {unknown[0]!r}: allowed: {', '.join(backend_names())}")
     matmul = [n for n in names if Capability.MATMUL_PEAK in backend_spec(n).capabilities]
     allowed = tuple(dict.fromkeys(p for n in matmul for p in backend_spec(n).precisions))
-    if precision not in allowed:  # int8 is a runtime's quantised inference, not a matmul any backend here times
+    if matmul and precision not in allowed:  # int8: a runtime's quantised inference, not a matmul timed here
         raise ConfigError(f"--precision {precision!r}: allowed: {', '.join(allowed)} (the precisions of "
                           f"{', '.join(matmul) or 'no backend'} that time a matmul)")
     n = 1024 if quick else 2048
@@ -312,6 +312,8 @@ def run(
                     "Only backends that run on the device are checked.",
                 )
             )
+            failed.append(f"{name}: times no matmul of its own on a {kind.value}" if dev is not None
+                          else f"{name}: does not run on a {kind.value}")
             continue
         problems = spec.problems({"precision": precision, "device": dev})
         if problems:  # tf32 on a CPU, a precision this backend does not run

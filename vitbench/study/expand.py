@@ -354,10 +354,10 @@ class Expander:
             params = task.Params.model_validate({f: cfg[f] for f in fields if f in cfg})
         except ValidationError as e:
             for x in e.errors():
-                f = x["loc"][0] if x["loc"] else None
-                self.err.add(org.get(f) or ((f,) if f else ("axes",)),
-                             f"for task {task.name!r}: " + x["msg"].removeprefix("Value error, "),
-                             cfg.get(f, ...) if f else ...)
+                msg = x["msg"].removeprefix("Value error, ")
+                f = x["loc"][0] if x["loc"] else _first_named(msg, cfg)  # a check across fields: the one it names
+                self.err.add(org.get(f) or ((f,) if f and x["loc"] else ("axes",)),
+                             f"for task {task.name!r}: {msg}", cfg.get(f, ...) if f and x["loc"] else ...)
             return None
         config = params.config()
         for f in self.once("paths", task.name, lambda _: path_fields(task.Params)):
@@ -373,3 +373,12 @@ class Expander:
             self.err.add(org.get(f) or org.get("backend") or ("axes",), f"{problem} (task {task.name!r})",
                          config.get(f, ...))
         return config
+
+
+def _first_named(msg: str, cfg: dict) -> str | None:
+    """The field of `cfg` a message of a check across fields names first (`target_qps 0.0001 schedules ...`),
+    where the problem is reported: in the study file, or on the command line for a field `--set` gave."""
+    import re
+
+    at = {k: m.start() for k in cfg if (m := re.search(rf"(?<![\w.]){re.escape(k)}(?![\w])", msg))}
+    return min(at, key=at.get) if at else None

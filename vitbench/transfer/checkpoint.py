@@ -123,15 +123,18 @@ def save_checkpoint(path: str | Path, weights: dict[str, np.ndarray], meta: dict
 
 
 def write_pair(path: Path, weights: bytes, meta: dict) -> Path:
-    """Write a checkpoint's metadata `<path minus suffix>.json`, then its weights `<path>` (each atomically):
-    the weights file, what a cache looks for, is there only once the pair is whole; a write that fails (a full
-    disk) leaves neither new file, the error naming the file (paths.PathError)."""
+    """Write a checkpoint's weights `<path>` and metadata `<path minus suffix>.json`: the weights are written
+    whole beside their place first, then the metadata, then the weights renamed into place, so the weights file,
+    what a cache looks for, is there only once the pair is whole, and a write that fails (a full disk) leaves an
+    old pair there as it was, the error naming the file (paths.PathError)."""
     side = path.with_suffix(".json")
-    write_atomic(side, json.dumps(meta, indent=2, sort_keys=True, default=str).encode())  # PathError names it
+    staged = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # (write_atomic's pattern: a killed one's is swept)
+    write_atomic(staged, weights)  # whole or not at all; PathError names it (an old pair there is untouched)
     try:
-        write_atomic(path, weights)
+        write_atomic(side, json.dumps(meta, indent=2, sort_keys=True, default=str).encode())
+        os.replace(staged, path)
     except BaseException:
-        side.unlink(missing_ok=True)
+        staged.unlink(missing_ok=True)
         raise
     return path
 
