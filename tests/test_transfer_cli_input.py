@@ -254,3 +254,16 @@ def test_a_failed_checkpoint_write_leaves_the_old_pair_as_it_was(tmp_path, monke
         checkpoint.write_pair(path, b"new weights", {"new": True})
     assert path.read_bytes() == b"old weights" and json.loads(path.with_suffix(".json").read_text()) == {"old": True}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ck.json", "ck.safetensors"]  # no staged copy left
+
+
+def test_a_named_data_config_still_pickles():
+    """The names a command gives a DataConfig (a function) stay in its process: a pickled copy (to a worker)
+    names its fields by their config paths, and equals the original."""
+    import pickle
+
+    from vitbench.transfer.config import DataConfig, validated
+
+    cfg = validated(DataConfig, {"name": "npz", "path": "/x.npz"}, "x", {"path": "--data-path"})
+    assert cfg.name_of("path") == "--data-path"
+    copy = pickle.loads(pickle.dumps(cfg))
+    assert copy == cfg and copy.name_of("path") == "data.path" and cfg.name_of("path") == "--data-path"

@@ -204,6 +204,13 @@ class _Data(BaseModel):
 
     __hash__ = BaseModel.__hash__
 
+    def __getstate__(self):  # a copy in another process (pickled) names its fields by their config paths
+        state = super().__getstate__()
+        private = state.get("__pydantic_private__") or {}
+        if private.get("_names") is not None:
+            state = {**state, "__pydantic_private__": {**private, "_names": None}}
+        return state
+
     def named(self, names) -> _Data:
         """This config, its fields named in messages by `names(field)` (a copy keeps it: pydantic copies private
         attributes). Not part of the config, the key or equality."""
