@@ -185,31 +185,6 @@ def read_records(path: str | os.PathLike) -> list[Record]:
     return list(iter_records(path))
 
 
-def rows_for_key(results_dir: str | os.PathLike, key: str) -> list[Record]:
-    """Every parseable row of trial `key` in a store (all shards), parsing only the lines that mention it:
-    a worker looks this up before each trial, and stores of long studies are large. Corrupt lines are skipped
-    silently here (a full read reports them)."""
-    needle = json.dumps(key).encode()
-    out = []
-    for f in result_files(results_dir, recursive=False):
-        try:
-            data = f.read_bytes()
-        except OSError:
-            continue
-        at = data.find(needle)
-        while at != -1:  # each line holding the key, found by a byte search (not a split into every line)
-            start, end = data.rfind(b"\n", 0, at) + 1, data.find(b"\n", at)
-            end = len(data) if end == -1 else end
-            try:
-                r = Record.from_dict(json.loads(data[start:end]))
-            except (ValueError, TypeError, AttributeError):
-                r = None
-            if r is not None and r.key == key:
-                out.append(r)
-            at = data.find(needle, end)
-    return out
-
-
 class Store:
     """Append-only results of one study directory (see the module docstring)."""
 

@@ -40,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import json
 import os
 import re
 import signal
@@ -51,7 +52,7 @@ from pathlib import Path
 from vitbench.executors import PREEMPT_SIGNAL, Job, Outcome, Stopped, Stored, failure, stopped_by
 from vitbench.paths import check_entry
 from vitbench.record import ErrorInfo, Record, Status, now
-from vitbench.store import CLAIMS_DIR, STUDY_FILE, Store, rows_for_key
+from vitbench.store import CLAIMS_DIR, STUDY_FILE, Store, result_files
 
 # A row another sweep stored less than this before the driver drew a job may have been missed by the driver's
 # own re-check (it was being written); the worker treats it as a duplicate. Also absorbs small clock skew.
@@ -61,6 +62,31 @@ DUPLICATE_WINDOW_S = 5.0
 LOCK_WAIT_S = 30.0
 # Suffix of a worker's trial lock in the store's claims directory (beside the sweep's own claim, `<key>.lock`).
 WORKER_LOCK = ".worker.lock"
+
+
+def rows_for_key(results_dir: str | os.PathLike, key: str) -> list[Record]:
+    """Every parseable row of trial `key` in a store (all shards), parsing only the lines that mention it:
+    a worker looks this up before each trial, and stores of long studies are large. Corrupt lines are skipped
+    silently here (a full read reports them)."""
+    needle = json.dumps(key).encode()
+    out = []
+    for f in result_files(results_dir, recursive=False):
+        try:
+            data = f.read_bytes()
+        except OSError:
+            continue
+        at = data.find(needle)
+        while at != -1:  # each line holding the key, found by a byte search (not a split into every line)
+            start, end = data.rfind(b"\n", 0, at) + 1, data.find(b"\n", at)
+            end = len(data) if end == -1 else end
+            try:
+                r = Record.from_dict(json.loads(data[start:end]))
+            except (ValueError, TypeError, AttributeError):
+                r = None
+            if r is not None and r.key == key:
+                out.append(r)
+            at = data.find(needle, end)
+    return out
 
 
 def since_now(window_s: float = DUPLICATE_WINDOW_S) -> str:
