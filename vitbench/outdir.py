@@ -101,7 +101,9 @@ class OutputFolder:
         self.writer = w = writer
         self.written, manifest_ours, self.interrupted = _read_manifest(out, w)
         self.own: set[str] = {w.manifest} if manifest_ours else set()
-        self.own |= {n for n, ok in self.written.items() if file_digest(out / n) in ok}
+        # the (size, SHA-256) of each file the manifest proves, read once (a report's tables reach 100s of MB)
+        self.held = {n: d for n, ok in self.written.items() if (d := file_digest(out / n)) in ok}
+        self.own |= set(self.held)
         self.others: list[str] = []
 
     def check(self) -> None:
@@ -158,8 +160,7 @@ class OutputFolder:
             files[n] = {"size": size, "sha256": sha}
         # first a manifest that proves both the old and the new files (`pending`): a writer killed while it moves
         # them in leaves a folder whose files are all still provably its own, and the next run replaces them all
-        old = {n: {"size": d[0], "sha256": d[1]} for n in self.own - {w.manifest}
-               if (d := file_digest(self.out / n)) is not None}
+        old = {n: {"size": size, "sha256": sha} for n, (size, sha) in self.held.items()}
         (stage / w.manifest).write_text(_manifest(w, old, files))
         _move(stage / w.manifest, self.out / w.manifest, replace=w.manifest in self.own)
         for n in names:
@@ -170,6 +171,7 @@ class OutputFolder:
         (stage / w.manifest).write_text(_manifest(w, files))
         os.replace(stage / w.manifest, self.out / w.manifest)
         self.written = {n: [(e["size"], e["sha256"])] for n, e in files.items()}
+        self.held = {n: (e["size"], e["sha256"]) for n, e in files.items()}
         self.own, self.interrupted = {w.manifest, *names}, False
 
 

@@ -92,8 +92,7 @@ def open_compile_cache(path: Path) -> Path:
     vitbench.caches). A cache directory that cannot hold it is refused naming it (`check_cache_dir`)."""
     root = check_cache_dir()
     if not path.is_dir():
-        chain = [path, *path.parents]
-        made = [d for d in chain[:chain.index(root) + 1] if not d.exists()] if root in chain else [path]
+        made = [d for d in _up_to(root, path) if not d.exists()]
         make_dir(path, "compile cache")
         for d in made:  # what this process made is never writable by others, whatever the umask (000 in a CI
             with contextlib.suppress(OSError):  # container): it would be refused below as no one's to trust
@@ -114,8 +113,7 @@ def check_trusted(root: Path, path: Path) -> None:
     file there would run as this user (design: never unpickle untrusted files). A group of the user's is trusted
     (a team's cache): group-writable is allowed, and so is a teammate's directory whose group is one of the
     user's."""
-    chain = [path, *path.parents]
-    for d in chain[:chain.index(root) + 1] if root in chain else chain[:1]:  # the compile cache up to the cache
+    for d in _up_to(root, path):
         try:
             st = os.stat(d)
         except OSError:
@@ -128,6 +126,12 @@ def check_trusted(root: Path, path: Path) -> None:
                             "there is loaded as compiled code, so vitbench does not use it; `chmod o-w` it if it "
                             f"is yours, choose another cache with ${CACHE_ENV}, or turn the compile caches off "
                             f"with ${COMPILE_CACHE_ENV}=0")
+
+
+def _up_to(root: Path, path: Path) -> list[Path]:
+    """`path` and the directories above it up to `root` (`path` alone when it is not below `root`)."""
+    chain = [path, *path.parents]
+    return chain[:chain.index(root) + 1] if root in chain else chain[:1]
 
 
 # In each compile-cache directory vitbench opened: what `vitbench cache --prune` asks before removing one whole (a
@@ -181,7 +185,8 @@ def _quote(p: str | os.PathLike) -> str:
 DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG)
 
 
-def _reason(e: OSError) -> str:
+def reason(e: OSError) -> str:
+    """Why a file could not be written, in words (the disk is full, read-only, permission denied)."""
     if e.errno == errno.EROFS:
         return "the file system is read-only"
     if e.errno in (errno.ENOSPC, errno.EDQUOT):
@@ -210,11 +215,11 @@ def check_dir(path: str | os.PathLike, what: str) -> Path:
         kind = "a file" if q.is_file() else "not a directory (a device or a pipe)"
         where = f"is {kind}" if q == p else f"is inside {_quote(q)}, which is {kind}"
         raise PathError(f"{what} {_quote(p)} {where}; give a directory")
-    reason = ("the file system is read-only" if _read_only(q) else "permission denied") if not _writable(q) \
+    why = ("the file system is read-only" if _read_only(q) else "permission denied") if not _writable(q) \
         else _cannot_create_in(q)
-    if reason:
+    if why:
         where = "" if q == p else f" (cannot create it in {_quote(q)})"
-        raise PathError(f"{what} {_quote(p)} is not writable{where}: {reason}")
+        raise PathError(f"{what} {_quote(p)} is not writable{where}: {why}")
     return p
 
 
@@ -224,7 +229,7 @@ def _cannot_create_in(d: Path) -> str | None:
     try:
         fd, tmp = tempfile.mkstemp(dir=d, prefix=".vitbench-check-")
     except OSError as e:
-        return _reason(e) + (" (a special file system)" if e.errno == errno.ENOENT else "")
+        return reason(e) + (" (a special file system)" if e.errno == errno.ENOENT else "")
     os.close(fd)
     Path(tmp).unlink(missing_ok=True)
     return None
@@ -270,7 +275,7 @@ def make_dir(path: str | os.PathLike, what: str) -> Path:
     try:
         p.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise PathError(f"{what} {_quote(p)} cannot be created: {_reason(e)}") from None
+        raise PathError(f"{what} {_quote(p)} cannot be created: {reason(e)}") from None
     return p
 
 
@@ -308,7 +313,7 @@ def write_atomic(path: str | os.PathLike, data: bytes | str) -> Path:
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as e:
-        raise PathError(f"{_quote(path)} cannot be written: {_reason(e)}") from None
+        raise PathError(f"{_quote(path)} cannot be written: {reason(e)}") from None
     try:
         os.fchmod(fd, file_mode())
         with os.fdopen(fd, "wb") as f:
@@ -317,7 +322,7 @@ def write_atomic(path: str | os.PathLike, data: bytes | str) -> Path:
     except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
         if isinstance(e, OSError):  # a full disk while writing: the old file is still there, whole
-            raise PathError(f"{_quote(path)} cannot be written: {_reason(e)}") from None
+            raise PathError(f"{_quote(path)} cannot be written: {reason(e)}") from None
         raise
     return path
 
@@ -340,11 +345,6 @@ def _remove_stale_temps(path: Path) -> None:
                 tmp.unlink()
 
 
-def reason(e: OSError) -> str:
-    """Why a file could not be written, in words (the disk is full, read-only, permission denied)."""
-    return _reason(e)
-
-
 @contextlib.contextmanager
 def locked(path: Path, what: str | None = None) -> Iterator[None]:
     """An exclusive lock on `<path>.lock` (beside `path`, created with its directory) while the block runs:
@@ -360,7 +360,7 @@ def locked(path: Path, what: str | None = None) -> Iterator[None]:
         lock = open(lock_path, "a")  # noqa: SIM115 - closed below, after the lock is released
     except OSError as e:
         check_entry(lock_path, f"lock of {_quote(path)}{within}")  # names what lies there
-        raise PathError(f"lock {_quote(lock_path)}{within} cannot be written: {_reason(e)}") from None
+        raise PathError(f"lock {_quote(lock_path)}{within} cannot be written: {reason(e)}") from None
     with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:

@@ -32,32 +32,32 @@ def _raise_stopped(signum, frame):
 
 
 @contextlib.contextmanager
-def stopped_by(signals: Iterable[signal.Signals]) -> Iterator[None]:
-    """While inside, each of `signals` raises Stopped (only the main thread can take signals: elsewhere a no-op);
-    the previous handlers come back after."""
+def _handled(signals: Iterable[signal.Signals], handler) -> Iterator[None]:
+    """`handler` for each of `signals` while inside, the previous handlers after (only the main thread can take
+    signals: elsewhere a no-op)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    old = {sig: signal.signal(sig, _raise_stopped) for sig in signals}
+    old = {sig: signal.signal(sig, handler) for sig in signals}
     try:
         yield
     finally:
-        for sig, handler in old.items():
-            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+        for sig, previous in old.items():
+            signal.signal(sig, signal.SIG_DFL if previous is None else previous)
+
+
+@contextlib.contextmanager
+def stopped_by(signals: Iterable[signal.Signals]) -> Iterator[None]:
+    """While inside, each of `signals` raises Stopped (main thread only); the previous handlers come back after."""
+    with _handled(signals, _raise_stopped):
+        yield
 
 
 @contextlib.contextmanager
 def deferred(signals: Iterable[signal.Signals]) -> Iterator[list[int]]:
     """While inside, each of `signals` is noted (the list yielded), not acted on: the few seconds in which an
     interrupted sweep records its running trials as interrupted are not cut short by a second Ctrl-C (which left
-    no row while the sweep said it had written one). Main thread only (elsewhere a no-op)."""
+    no row while the sweep said it had written one). Main thread only."""
     got: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
+    with _handled(signals, lambda signum, frame: got.append(signum)):
         yield got
-        return
-    old = {sig: signal.signal(sig, lambda signum, frame: got.append(signum)) for sig in signals}
-    try:
-        yield got
-    finally:
-        for sig, handler in old.items():
-            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
