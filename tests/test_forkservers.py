@@ -150,3 +150,25 @@ def test_each_internal_not_callable_or_with_other_parameters_is_named(monkeypatc
 def test_a_platform_without_a_fork_server_is_named(monkeypatch):
     monkeypatch.setattr(mp, "get_all_start_methods", lambda: ["fork", "spawn"])
     assert forkservers.why_unavailable() == "this platform has no fork server"
+
+
+def _report_env(queue) -> None:
+    queue.put((os.environ.get("VITBENCH_TEST_PRELOAD_DEFAULT"), os.environ.get("VITBENCH_TEST_CALLERS")))
+
+
+@needs_servers
+def test_a_default_set_by_the_servers_imports_reaches_each_child_unless_the_caller_set_its_own(
+        tmp_path, monkeypatch):
+    # The GPU check on an H200: JAX's trials held 75 % of the device, because the module setting
+    # XLA_PYTHON_CLIENT_PREALLOCATE=false was imported by the server, and each child took its caller's environment
+    mod = "vitbench_test_envdefault"
+    (tmp_path / f"{mod}.py").write_text("from vitbench.forkservers import env_default\n"
+                                        "env_default('VITBENCH_TEST_PRELOAD_DEFAULT', 'from-import')\n")
+    # the server is a fresh interpreter started now (a new preload list): it finds the module on its PYTHONPATH
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), *sys.path]))
+    monkeypatch.delenv("VITBENCH_TEST_PRELOAD_DEFAULT", raising=False)
+    monkeypatch.setenv("VITBENCH_TEST_CALLERS", "1")
+    q = mp.get_context("spawn").Queue()
+    assert _run((mod,), _report_env, q) == ("from-import", "1")
+    monkeypatch.setenv("VITBENCH_TEST_PRELOAD_DEFAULT", "users")
+    assert _run((mod,), _report_env, q) == ("users", "1")  # the caller's value wins

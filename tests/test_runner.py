@@ -86,6 +86,10 @@ def test_each_backend_has_its_own_fork_server_and_inherits_no_other_framework(tm
     assert by["frameworks"].agg(set).to_dict() == {"torch": {"torch timm"}, "jax": {"jax flax"}}
     servers = by["parent_pid"].agg(set).to_dict()  # each backend's trials: forks of one server, not the other's
     assert len(servers["torch"]) == len(servers["jax"]) == 1 and servers["torch"] != servers["jax"]
+    # JAX's trials allocate GPU memory on demand: the default set where the server imported the backend is kept,
+    # though each trial runs with the sweep's environment (on an H200 they held 75 % of the device: docs/gpu.md)
+    jax_env = set(df.loc[df["backend"] == "jax", "xla_preallocate_env"])
+    assert jax_env == {"false"} or "XLA_PYTHON_CLIENT_PREALLOCATE" in os.environ
 
 
 def _registry_at_start(queue) -> None:

@@ -58,7 +58,9 @@ def _sleep(config: dict) -> Record:
     metrics = {"img_per_s": 3 * batch / el, "step_ms_median": sorted(steps)[1] * 1e3,
                "batch_size_achieved": batch, "pid": os.getpid(), "parent_pid": os.getppid(),
                # the frameworks this trial process has imported (what its fork server preloaded, among others)
-               "frameworks": " ".join(m for m in FRAMEWORKS if m in sys.modules)}
+               "frameworks": " ".join(m for m in FRAMEWORKS if m in sys.modules),
+               # a default the server's imports set for JAX's GPU client (vitbench.forkservers.env_default)
+               "xla_preallocate_env": os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE")}
     return Record.measured("bench", dict(config), metrics=metrics, raw={"step_s": steps}, started_at=started)
 
 

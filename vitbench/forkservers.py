@@ -76,6 +76,18 @@ unavailable = why_unavailable()
 
 _SERVERS: dict[tuple[str, ...], forkserver.ForkServer] = {}
 _lock = threading.RLock()
+# Variables this process's imports set as defaults (`env_default`): a child of a fork server runs with its
+# caller's environment, which lacks them when the caller never imported those modules
+_ENV_DEFAULTS: dict[str, str] = {}
+
+
+def env_default(name: str, value: str) -> None:
+    """Set `name` in this process's environment unless it is set (a user's value wins), and keep it set in the
+    children that a fork server forks after importing the caller (`process`: each child takes its caller's
+    environment, and a caller that never imported the module lacks the default). For settings a library reads when
+    it starts its runtime, not at import: JAX reads XLA_PYTHON_CLIENT_PREALLOCATE when it creates its GPU client."""
+    _ENV_DEFAULTS[name] = value
+    os.environ.setdefault(name, value)
 
 
 class _Server(forkserver.ForkServer):
@@ -164,10 +176,11 @@ class ServerProcess(mp.context.ForkServerProcess):
 
 
 def _in_environment(env: dict[str, str], target, args) -> None:
-    """The child's side of `process`: the caller's environment as it was when the child was made, then the target.
+    """The child's side of `process`: the caller's environment as it was when the child was made, with the defaults
+    that the server's imports set (`env_default`) where the caller has no value of its own, then the target.
     (A server forked from its own start-up environment; what was imported there keeps what it read then.)"""
     os.environ.clear()
-    os.environ.update(env)
+    os.environ.update({**_ENV_DEFAULTS, **env})
     target(*args)
 
 

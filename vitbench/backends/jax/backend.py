@@ -48,7 +48,7 @@ from vitbench.backends.base import (
 from vitbench.backends.jax import (
     SPEC,
     cache,
-    client,  # sets XLA_PYTHON_CLIENT_PREALLOCATE on import; JAX reads it when setup creates the client
+    client,  # sets GPU_MEMORY_ENV on import; JAX reads it when setup creates the client
     training,
 )
 from vitbench.backends.jax.numerics import MATMUL_PRECISION, compute_dtype, step_numerics
@@ -154,7 +154,7 @@ class JaxBackend(Backend):
             **({"collective_backend": COLLECTIVES.get(platform, platform)} if devices > 1 else {}),
             **capped,
             "default_matmul_precision": str(jax.config.jax_default_matmul_precision or "default"),
-            "xla_preallocate": client.os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE"),
+            "xla_preallocate": client.os.environ.get(client.GPU_MEMORY_ENV[0]),
             "xla_flags": client.os.environ.get("XLA_FLAGS", ""),
             "compile_cache": str(cache_path) if cache_path else None,
             **self.versions(),

@@ -1,8 +1,8 @@
 """JAX's platform clients, created once per process: GPU memory on demand, CPU thread pools sized by request.
 
-- GPU memory: XLA_PYTHON_CLIENT_PREALLOCATE=false is set (unless the user set it) before JAX creates its GPU
-  client, so JAX does not grab 75 % of the device up front: peaks and the largest batch are then the model's,
-  not the preallocation's. Out-of-memory surfaces as RESOURCE_EXHAUSTED and is caught as an OOM.
+- GPU memory: XLA_PYTHON_CLIENT_PREALLOCATE=false is set (unless the user set it; GPU_MEMORY_ENV, declared in
+  vitbench.models.flax) before JAX creates its GPU client, in forked trials too, so JAX does not grab 75 % of the
+  device up front: peaks and the largest batch are then the model's, not the preallocation's. Out-of-memory surfaces as RESOURCE_EXHAUSTED and is caught as an OOM.
 - CPU threads: XLA's CPU client sizes its thread pools from the CPUs the process may run on when JAX first
   initialises; there is no runtime setting. `threads=N` therefore restricts the process's CPU affinity to N CPUs
   while the client is created (plus --xla_cpu_multi_thread_eigen=false for N=1) and then gives every thread its
@@ -17,12 +17,10 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
-os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # before jax creates a GPU client (see above)
-
-from typing import Any  # noqa: E402
-
-from vitbench.errors import BackendUnavailable, ConfigError  # noqa: E402
+from vitbench.errors import BackendUnavailable, ConfigError
+from vitbench.models.flax import GPU_MEMORY_ENV  # sets it on import: before jax creates a GPU client (see above)
 
 PLATFORMS = {"cpu": "cpu", "gpu": "gpu", "cuda": "gpu", "rocm": "gpu", "tpu": "tpu"}
 _state: dict[str, Any] = {"cpu_threads": None}  # what this module initialised the CPU client with

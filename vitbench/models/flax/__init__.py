@@ -13,11 +13,15 @@ precision); parameters are always created in float32, as PyTorch autocast keeps 
 from __future__ import annotations
 
 import functools
-import os
 
-# Before JAX creates a GPU client: allocate on demand instead of grabbing 75 % of the device up front (the same
-# default as vitbench.backends.jax, for code that uses the models without the backend, e.g. transfer engines).
-os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+from vitbench.forkservers import env_default
+
+# Before JAX creates a GPU client: allocate on demand instead of grabbing 75 % of the device up front, so that
+# peaks and the largest batch are the model's (read by the backend, vitbench.backends.jax.client, and by code that
+# uses the models without it, e.g. transfer engines). A default: a value the user set wins. Kept in forked trials
+# (env_default): without it a trial of the GPU check held 75 % of an H200 (docs/gpu.md).
+GPU_MEMORY_ENV = ("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+env_default(*GPU_MEMORY_ENV)
 
 from typing import Any  # noqa: E402
 
