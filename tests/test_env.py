@@ -16,6 +16,15 @@ def test_version_flag(cli):
     assert r.stdout.startswith(f"vitbench {metadata.version('vitbench')}")
 
 
+def test_version_flag_from_a_source_tree_without_an_install(cli, monkeypatch):
+    def missing(name):
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(metadata, "version", missing)
+    r = cli("--version")
+    assert r.exit_code == 0 and r.stdout.startswith("vitbench not installed")
+
+
 def test_lock_differences_name_what_moved():
     numpy = metadata.version("numpy")
     lock = (f"# a comment\nNumPy=={numpy}+cpu\npydantic==0.0.1  # moved\n"

@@ -54,12 +54,11 @@ class _Group(typer.core.TyperGroup):
 
 def _version(value: bool) -> None:
     if value:
-        from importlib.metadata import version
+        from vitbench.env import distribution_version, git_sha
 
-        from vitbench.env import git_sha
-
-        sha = git_sha()
-        typer.echo(f"vitbench {version('vitbench')}" + (f" (git {sha})" if sha else ""))
+        sha = git_sha()  # a source tree on sys.path without an install has no metadata (the GPU check ran so)
+        installed = distribution_version("vitbench") or "not installed"
+        typer.echo(f"vitbench {installed}" + (f" (git {sha})" if sha else ""))
         raise typer.Exit(0)
 
 
