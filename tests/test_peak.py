@@ -331,3 +331,29 @@ def test_another_backend_measures_in_its_own_process():
     assert r is not None and r.backend == "jax" and r.tflops > 0 and "n=128" in r.how
     assert measure_elsewhere("jax", Device(DeviceKind.CPU, "not this cpu"), "fp32", 1,
                              PeakPolicy(cpu_sizes=(128,), seconds=0.05)) is None  # another device: no reading
+
+
+class _Sized(_Scripted):
+    """Records the matrix size it is asked for."""
+
+    def matmul_flops_per_s(self, precision="fp32", n=2048, seconds=1.0):
+        self.sizes = [*getattr(self, "sizes", []), n]
+        return 1e12
+
+
+@pytest.mark.parametrize("device, want", [(Device(DeviceKind.CPU, "cpu"), peak_mod.POLICY.cpu_calibration_n),
+                                          (Device(DeviceKind.GPU, "NVIDIA H200"),
+                                           max(peak_mod.POLICY.accelerator_sizes))])
+def test_the_calibration_matmul_is_sized_for_the_device_s_kind(isolated, monkeypatch, device, want):
+    # the GPU check: on an H200 the calibration's n=1024 left most SMs idle (bf16 100-126 of ~790 TFLOP/s)
+    from vitbench.backends import base
+    from vitbench.tasks import get_task
+
+    be = _Sized([], device)
+    monkeypatch.setattr(base, "get_backend", lambda name: be)
+    task = get_task("calibration")()
+    p = task.Params(task="calibration", backend="torch", device="cpu", precision="fp32")
+    rec = task.run(p)
+    assert be.sizes[:p.reps] == [want] * p.reps and rec.metrics["matmul_n"] == want  # then a CPU's peak (sizes)
+    rec = task.run(task.Params(task="calibration", backend="torch", device="cpu", precision="fp32", matmul_n=64))
+    assert be.sizes[-1] == 64 == rec.metrics["matmul_n"]  # a size given is the size used

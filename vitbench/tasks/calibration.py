@@ -19,7 +19,8 @@ METRIC = "matmul_tflops_per_s"
 
 
 class Matmul(BaseModel):
-    matmul_n: int = Field(1024, gt=0, description="square matrix size")
+    matmul_n: int | None = Field(None, gt=0, description="square matrix size (default: by the device's kind, "
+                                 "vitbench.measure.peak.PeakPolicy.calibration_n)")
     seconds: float = Field(0.25, gt=0, description="timed seconds per repetition")
     reps: int = Field(3, gt=0, description="repetitions (median, min and max kept)")
 
@@ -51,20 +52,20 @@ class Calibration(Task):
         from vitbench.backends.base import get_backend
         from vitbench.env import environment
         from vitbench.measure.load import LoadMeter
-        from vitbench.measure.peak import device_peak, offer_observation
+        from vitbench.measure.peak import current_policy, device_peak, offer_observation
         from vitbench.record import now
 
         started = now()
         be = get_backend(p.backend)
         info = be.setup(p.device, p.threads)
+        n = p.matmul_n or current_policy().calibration_n(be.device_info().kind)
         with LoadMeter() as load:
-            vals = [be.matmul_flops_per_s(p.precision, n=p.matmul_n, seconds=p.seconds) / 1e12
-                    for _ in range(p.reps)]
+            vals = [be.matmul_flops_per_s(p.precision, n=n, seconds=p.seconds) / 1e12 for _ in range(p.reps)]
         s = sorted(vals)
-        metrics = {METRIC: s[len(s) // 2], f"{METRIC}_max": s[-1], f"{METRIC}_min": s[0],
+        metrics = {METRIC: s[len(s) // 2], f"{METRIC}_max": s[-1], f"{METRIC}_min": s[0], "matmul_n": n,
                    "other_load_cores": load.other_cores}
         offer_observation(be, p.precision, info.get("threads"), s[-1], by=f"calibration ({be.name})",
-                          how=f"{p.precision} matmul n={p.matmul_n}, best of {p.reps} x {p.seconds:g} s",
+                          how=f"{p.precision} matmul n={n}, best of {p.reps} x {p.seconds:g} s",
                           other_cores=load.other_cores, busy=load.busy)
         # before the run's trials: a missing peak is measured, a provisional one (measured while busy) again when
         # this calibration saw the host quiet (else within the policy's busy retries)
