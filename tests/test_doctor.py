@@ -30,6 +30,20 @@ def test_noise_flags_have_known_triggers():
     assert assess(short, TimerKind.DEVICE_EVENTS) == []  # device events resolve far below 1 ms
 
 
+def test_samples_that_drift_while_timed_are_flagged_though_their_cv_is_low():
+    # The GPU check on an H200: a training row's 15 windows fell from 81 to 60 ms (CV 0.09, not flagged), the next
+    # row's steps rose from 29 to 37 ms, and the throughput row read 13 % below the latency row
+    windows = [81.3, 76.5, 73.8, 72.9, 74.1, 71.2, 73.0, 73.0, 69.7, 64.0, 60.3, 60.6, 64.0, 65.6, 62.8]
+    noise = assess([w / 1e3 for w in windows], TimerKind.DEVICE_EVENTS)
+    assert [n.flag for n in noise] == [NoiseFlag.DRIFT] and "-15%" in noise[0].detail
+    level = [0.100, 0.102, 0.099, 0.101, 0.099, 0.102, 0.100, 0.101, 0.100, 0.099, 0.102, 0.101, 0.099, 0.101, 0.1]
+    assert assess(level, TimerKind.DEVICE_EVENTS) == []
+    assert assess(sorted(level), TimerKind.DEVICE_EVENTS) == []  # in order, but a shift of 2 % < 5 %
+    rising = [0.1 * (1 + i / 50) for i in range(14)]  # 4 per third: too few to judge, though a steady 26 %
+    assert assess(rising, TimerKind.DEVICE_EVENTS) == []
+    assert [n.flag for n in assess(rising + [0.127], TimerKind.DEVICE_EVENTS)] == [NoiseFlag.DRIFT]
+
+
 def test_a_noisy_bench_row_says_so(monkeypatch, one_torch_thread):
     from vitbench.backends.base import Step, StopRule
     from vitbench.measure import throughput

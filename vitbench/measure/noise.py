@@ -2,8 +2,9 @@
 
 Thresholds follow pyperf (psf/pyperf, pyperf/_cli.py `format_checks`), which warns "the benchmark result may be
 unstable" when the standard deviation is 10 % of the mean or more and when the shortest raw value is under 1 ms;
-vitbench adds what it can see of the cause: other processes' CPU time during the timed steps, and the GPU's own
-report of slowing down (NVML).
+vitbench adds what it can see of the cause: other processes' CPU time during the timed steps, the GPU's own
+report of slowing down (NVML), and a drift: samples that move steadily while being timed (a device that has not
+reached its steady state; found on an H200, docs/gpu.md), which a CV under 10 % can hide.
 """
 
 from __future__ import annotations
@@ -18,6 +19,12 @@ from vitbench.measure.load import BUSY_CORES
 CV_LIMIT = 0.10  # pyperf: stdev >= 10 % of the mean
 SHORT_SAMPLE_S = 1e-3  # pyperf: a raw value under 1 ms is dominated by timer resolution and overhead
 MIN_SAMPLES = 3  # fewer samples have no spread to judge
+# Drift: every sample of the first third on one side of every sample of the last third. For samples in random
+# order (no drift) that happens with probability 2 / C(2k, k) for k samples per third: 0.8 % at k=5, under 1e-5
+# at k=10; fewer than DRIFT_MIN_THIRD per third are not judged (k=3: 10 %). The shift of the thirds' medians must
+# also be at least DRIFT_MIN_SHIFT, half the CV limit: a smaller steady move is not worth a flag.
+DRIFT_MIN_THIRD = 5
+DRIFT_MIN_SHIFT = CV_LIMIT / 2
 
 
 class NoiseFlag(Choice):
@@ -27,6 +34,7 @@ class NoiseFlag(Choice):
     OTHER_LOAD = "other_load"
     GPU_SLOWDOWN = "gpu_slowdown"
     OTHER_GPU_PROCESSES = "other_gpu_processes"
+    DRIFT = "drift"
 
 
 @dataclass(frozen=True)
@@ -46,6 +54,11 @@ def assess(samples_s: list[float], timer: TimerKind, other_cores: float | None =
         cv = statistics.stdev(samples_s) / mean if mean > 0 else 0.0
         if cv >= CV_LIMIT:
             out.append(Noise(NoiseFlag.HIGH_CV, f"CV {cv:.2f} >= {CV_LIMIT:.2f} (stdev/mean of the samples)"))
+    shift = drift(samples_s)
+    if shift is not None:
+        out.append(Noise(NoiseFlag.DRIFT, f"the samples drift: the last third's median is {shift:+.0%} off the "
+                                          "first third's (a device not yet at its steady state: more warm-up or "
+                                          "longer timing)"))
     if samples_s and timer is TimerKind.HOST_CLOCK and min(samples_s) < SHORT_SAMPLE_S:
         out.append(Noise(NoiseFlag.SHORT_SAMPLES, f"shortest sample {min(samples_s) * 1e3:.3f} ms < 1 ms on the "
                                                   "host clock: use a larger batch or throughput timing"))
@@ -56,6 +69,20 @@ def assess(samples_s: list[float], timer: TimerKind, other_cores: float | None =
     if other_gpu_processes:
         out.append(Noise(NoiseFlag.OTHER_GPU_PROCESSES, f"{other_gpu_processes} other process(es) on the GPU"))
     return out
+
+
+def drift(samples_s: list[float]) -> float | None:
+    """The relative shift of the last third's median from the first third's when the two thirds do not overlap
+    and it is at least DRIFT_MIN_SHIFT (samples in the order taken), else None."""
+    k = len(samples_s) // 3
+    if k < DRIFT_MIN_THIRD:
+        return None
+    first, last = samples_s[:k], samples_s[-k:]
+    if not (max(first) < min(last) or max(last) < min(first)):
+        return None
+    m0 = statistics.median(first)
+    shift = statistics.median(last) / m0 - 1 if m0 > 0 else 0.0
+    return shift if abs(shift) >= DRIFT_MIN_SHIFT else None
 
 
 def summary(noise: list[Noise]) -> str | None:
