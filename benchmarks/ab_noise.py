@@ -29,7 +29,7 @@ from vitbench.compare.ab import DEFAULT_STATISTIC, Pairs, Statistic
 from vitbench.compare.comparison import load_records
 from vitbench.compare.match import DEFAULT_IGNORE, group
 from vitbench.compare.schedule import legs_of
-from vitbench.store import select
+from vitbench.tidy import select
 
 
 def _spans(leg: Path) -> dict[str, tuple[float, float]]:

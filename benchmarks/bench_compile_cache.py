@@ -52,7 +52,7 @@ def sweep(study: str, results: Path, env: dict, force: bool) -> float:
 def budget(results: Path):
     """The time budget table of a sweep's rows and calibrations."""
     from vitbench.report.budget import time_budget
-    from vitbench.store import load
+    from vitbench.tidy import load
 
     df = load(results)
     cal = load(results, kinds=("calibration",))

@@ -280,7 +280,8 @@ def test_report_scaling_efficiency_and_figures(tmp_path):
     from records import record
 
     from vitbench.report import build_report, figure
-    from vitbench.store import Store, load
+    from vitbench.store import Store
+    from vitbench.tidy import load
 
     # img/s chosen so the expected efficiencies are exact: 1 device at batch 2 -> 100, at batch 4 -> 150;
     # 2 devices at batch 4 (2 per device) -> 160: weak efficiency 160 / (2 x 100) = 0.8, strong speedup

@@ -29,7 +29,8 @@ from vitbench.executors import Job, Stored, get_executor
 from vitbench.executors.remote import host_shard, run_on_worker, since_now
 from vitbench.record import now
 from vitbench.runner import SweepHooks, run_study
-from vitbench.store import Store, load, read_records
+from vitbench.store import Store, read_records
+from vitbench.tidy import load
 from vitbench.study import parse_study
 
 pytestmark = pytest.mark.cluster

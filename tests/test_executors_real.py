@@ -26,7 +26,8 @@ import pytest
 from cluster_fixtures import REPO, subprocess_env, wait_for, write_study
 
 from vitbench.executors.overlap import registry_dir
-from vitbench.store import load, read_records
+from vitbench.store import read_records
+from vitbench.tidy import load
 
 pytestmark = [pytest.mark.real_cluster, pytest.mark.skipif(
     os.environ.get("VITBENCH_REAL_CLUSTER") != "1",

@@ -290,7 +290,7 @@ def test_cli_fit_bad_input_exits_2_naming_the_column(cli, csv_path, tmp_path):
 
 def test_cli_fit_results_dir_and_figures(cli, results_dir, tmp_path):
     from vitbench.report import fit_figures
-    from vitbench.store import load
+    from vitbench.tidy import load
 
     r = cli("fit", results_dir, "--bootstrap", "20", "--json")
     assert r.exit_code == 0, r.output

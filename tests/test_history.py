@@ -205,8 +205,10 @@ def _results(d: Path, sha: str, speed: float, tflops: float, host: str = "vm", o
     env = {"torch": "2.15.0", "git_sha": sha, "hostname": host, "cpu_model": "AMD EPYC", "cpu_count": 2,
            "device_name": "cpu"}
     d.mkdir(parents=True)
-    recs = [calibration_record([tflops] * 3, env=env), bench_record(step_s=[8 / speed] * 10, env=env),
-            bench_record("R-Nano", step_s=[8 / speed / 2] * 10, env=env)]
+    run = str(d)  # each directory a sweep run of its own
+    recs = [calibration_record([tflops] * 3, env=env, run_id=run), bench_record(step_s=[8 / speed] * 10, env=env,
+                                                                                 run_id=run),
+            bench_record("R-Nano", step_s=[8 / speed / 2] * 10, env=env, run_id=run)]
     if others is not None:
         for r in recs[1:]:
             r.metrics["other_load_cores"] = others

@@ -22,7 +22,7 @@ import vitbench_hogtasks  # noqa: F401 - registers `hog` in this process
 from vitbench.errors import ConfigError
 from vitbench.memory_budget import ENV, budget_mib
 from vitbench.runner import run_study
-from vitbench.store import load
+from vitbench.tidy import load
 from vitbench.study import parse_study
 
 

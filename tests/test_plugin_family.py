@@ -40,7 +40,7 @@ def test_an_outside_family_is_listed_counted_and_swept_on_both_backends(tmp_path
     res = tmp_path / "res"
     r = _vitbench("sweep", str(study), "--results", str(res), cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
-    from vitbench.store import load
+    from vitbench.tidy import load
 
     df = load(res)
     assert set(df["status"]) == {"ok"} and len(df) == 4, df[["model", "backend", "status"]]

@@ -43,7 +43,7 @@ def test_an_outside_backend_and_task_run_through_a_sweep_and_the_report(tmp_path
     res = tmp_path / "res"
     r = _vitbench("sweep", str(EXAMPLE / "toy.yaml"), "--results", str(res), cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
-    from vitbench.store import load
+    from vitbench.tidy import load
 
     df = load(res)
     assert set(df["status"]) == {"ok"} and len(df) == 4 + 4  # 2 models x 2 backends infer; 2 x 2 tokens

@@ -31,7 +31,8 @@ from records import record
 
 from vitbench.errors import ConfigError, UnsafeFileError
 from vitbench.runner import run_study
-from vitbench.store import CorruptLineWarning, Store, load, read_records
+from vitbench.store import CorruptLineWarning, Store, read_records
+from vitbench.tidy import load
 from vitbench.study import parse_study
 
 SLURM_LOCAL = ["--executor", "slurm", "-o", "cluster=local", "-o", "poll_s=0.1", "-o", "max_parallel=2"]

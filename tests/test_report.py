@@ -16,7 +16,8 @@ from vitbench.models.specs import get_spec
 from vitbench.report import build_report
 from vitbench.report.accuracy_plots import pareto_front
 from vitbench.report.build import REPORT
-from vitbench.store import Store, load
+from vitbench.store import Store
+from vitbench.tidy import load
 from vitbench.study import trial_key
 
 MANIFEST = REPORT.manifest
@@ -209,7 +210,7 @@ def test_legend_tells_the_backends_apart(tmp_path):
     style: a dash period at least on each side of the marker (a 2-unit handle showed one blurred dash)."""
     from vitbench.report.plots import throughput_vs_resolution
     from vitbench.report.tables import ok_rows
-    from vitbench.store import load
+    from vitbench.tidy import load
 
     make_results(tmp_path / "res", backends=("torch", "jax"))
     fig = throughput_vs_resolution(ok_rows(load(tmp_path / "res"), ("bench",)))

@@ -15,7 +15,8 @@ from vitbench.report import build_report, figure
 from vitbench.report.caveats import CAVEAT, CAVEAT_LABEL, LEGEND, MARK, calibration_line
 from vitbench.report.parts import NotDrawn
 from vitbench.report.tables import ok_rows, peak_throughput
-from vitbench.store import Store, load
+from vitbench.store import Store
+from vitbench.tidy import load
 
 BASE = {"backend": "torch", "task": "infer", "device": "cpu", "precision": "fp32", "compile": False,
         "resolution": 32, "batch_size": 8}

@@ -21,7 +21,8 @@ import pytest
 import vitbench_testtasks  # noqa: F401 - registers the `sleep` task in this process
 
 from vitbench.runner import run_study
-from vitbench.store import load, read_records
+from vitbench.store import read_records
+from vitbench.tidy import load
 from vitbench.study import parse_study
 
 TESTS = Path(__file__).resolve().parent

@@ -203,7 +203,8 @@ def test_the_report_draws_latency_against_qps_with_the_bound(tmp_path):
     """Every probe of every Server row is a point (VALID filled, INVALID hollow), per model and backend, and the
     bound is a dashed line; the section's table has one row per configuration."""
     from vitbench.report.build import build_report, figure
-    from vitbench.store import Store, load_each
+    from vitbench.store import Store
+    from vitbench.tidy import load_each
 
     rows = [_row("torch", [100.0, 150.0], [200.0, 175.0]), _row("jax", [80.0], [160.0, 120.0])]
     with Store(tmp_path / "r") as store:

@@ -5,14 +5,17 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
 
 import pytest
-from records import record
+from records import record, with_fields
 
-from vitbench.store import CorruptLineWarning, Store, load, read_records
+from vitbench.errors import VitbenchWarning
+from vitbench.store import CorruptLineWarning, Store, read_records
+from vitbench.tidy import load
 
 
 def rec(i: int, status: str = "ok", kind: str = "bench", key: str | None = None, **metrics):
@@ -76,7 +79,7 @@ def test_garbage_in_the_middle_keeps_every_good_row(tmp_path):
 def test_a_newer_row_without_an_end_time_is_placed_by_file_order(tmp_path):
     """An edited newer row whose finished_at is empty was taken as the oldest, so the older row won (a 2x
     'regression' in compare, an old value in report); without an end time, file order decides."""
-    from vitbench.store import select
+    from vitbench.tidy import select
 
     old, new = rec(0), rec(0)
     new.metrics = {**new.metrics, "img_per_s": 300.0}
@@ -141,6 +144,20 @@ def test_shards_are_merged_on_load(tmp_path):
         st.append(rec(1))
     assert (tmp_path / "results.worker-1.jsonl").exists()
     assert sorted(load(tmp_path)["key"]) == ["k0", "k1"]
+
+
+def test_a_store_copied_beside_itself_counts_each_measurement_once(tmp_path):
+    # The GPU check resumed a store into a folder holding a copy of its first run: the report counted each row as
+    # two repeats ("repeats=2") and 55 trials of 29
+    with Store(tmp_path / "a") as st:
+        for i in range(3):
+            st.append(with_fields(rec(i), run_id="run1", started_at=f"2026-11-29T10:00:0{i}"))
+    shutil.copytree(tmp_path / "a", tmp_path / "a" / "copy")
+    with Store(tmp_path / "b") as st:  # another run of the same trials: other measurements, kept
+        st.append(with_fields(rec(0), run_id="run2", started_at="2026-11-29T11:00:00"))
+    with pytest.warns(VitbenchWarning, match=r"3 row\(s\) are copies .*copy \(3\)"):
+        df = load(tmp_path)
+    assert len(df) == 4 and sorted(df["run_id"]) == ["run1"] * 3 + ["run2"]
 
 
 def _writer(path: str, worker: int, n: int) -> None:

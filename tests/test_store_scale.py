@@ -1,4 +1,4 @@
-"""store.load at scale (issue 51): read a line at a time into columns (vitbench.frames), it gives the frame its
+"""tidy.load at scale (issue 51): read a line at a time into columns (vitbench.frames), it gives the frame its
 definition gives, `pd.DataFrame` of the flattened rows `select` keeps, on stores that exercise what the column
 building must get right: rows superseded by later ones (a column seen only in a superseded row is no column),
 ties, runs in subdirectories, columns a row lacks, int/float/bool/None mixes, list and dict values, bad lines."""
@@ -14,7 +14,8 @@ import pandas as pd
 import pytest
 from records import record
 
-from vitbench.store import Store, _flatten, load, load_each, read_records, select
+from vitbench.store import Store, read_records
+from vitbench.tidy import _flatten, load, load_each, select
 
 VALUES = [None, 1, 2, 1.5, True, False, "a", "b", [1, 2], {"x": 1}, 2**70]
 
@@ -57,6 +58,7 @@ def store(tmp_path, seed: int):
                                  status=rng.choice(["ok", "ok", "error"]),
                                  key=None if kind == "calibration" else f"k{rng.randint(0, 40)}",
                                  study="t", run_id="r", repeat=0, trial=cfg,
+                                 started_at=f"2026-01-01T00:00:00.{d.name}.{i:03d}",  # each a measurement
                                  finished_at=f"2026-01-01T00:00:{rng.randint(0, 20):02d}"))
         with open(d / "results.jsonl", "ab") as fh:
             fh.write(b"not json\n")

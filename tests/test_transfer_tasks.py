@@ -65,7 +65,8 @@ def test_study_trials_share_one_upstream_and_feed_the_report(tmp_path, monkeypat
     assert again.metrics["cached"] is True and again.metrics["exaflops"] == pre.metrics["exaflops"]
 
     from vitbench.report import tables
-    from vitbench.store import Store, load
+    from vitbench.store import Store
+    from vitbench.tidy import load
 
     # a second pre-training budget: its own upstream, its own report rows (not merged with the first)
     longer = {**study.trials[-1].config, "pretrain_steps": 60}

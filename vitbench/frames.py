@@ -1,7 +1,7 @@
 """A DataFrame built from many flat rows (dicts) without holding them all: `Columns` gathers each row's values
 into a list per column as it comes, and makes the frame `pd.DataFrame(rows)` would make of the rows (the same
 columns in the same order, the same dtypes), from pandas' own conversion of an object column
-(`convert_object_array`, what the list-of-dicts constructor calls: pandas 3.1). Used by vitbench.store.load,
+(`convert_object_array`, what the list-of-dicts constructor calls: pandas 3.1). Used by vitbench.tidy.load,
 which reads a results file one line at a time.
 """
 

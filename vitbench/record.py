@@ -189,6 +189,13 @@ class Record:
                 or not isinstance(self.metrics.get(n), (int, float)) or not math.isfinite(self.metrics[n])]
 
     @property
+    def measurement(self) -> tuple | None:
+        """What tells one measurement from another wherever its row is found: a sweep's run, trial key, repeat and
+        start. One run copied into two directories is one measurement, not two repeats. None for a row that no
+        sweep run wrote."""
+        return None if self.run_id is None else (self.run_id, self.key, self.repeat, self.started_at)
+
+    @property
     def measured_config(self) -> dict:
         """What was measured: the sweep's normalised trial config when there is one, else the record's config."""
         return self.trial if self.trial is not None else self.config

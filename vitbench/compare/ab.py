@@ -69,7 +69,7 @@ DEFAULT_STATISTIC = Statistic.P90
 def round_values(path: Path) -> tuple[dict[str, tuple[Trial, list[float]]], list[Record]]:
     """One round's trials: match key -> (trial, per-step img/s samples of its ok record; [] if not ok)."""
     from vitbench.compare.comparison import metrics
-    from vitbench.store import select
+    from vitbench.tidy import select
 
     metric = metrics()[METRIC]
     records = load_records(path)

@@ -141,7 +141,7 @@ def compare(baseline: Sequence[Record], current: Sequence[Record], *, threshold:
     Raises ConfigError for bad arguments, no trials on a side, no matched trial, nothing to compare (no matched
     trial carries a selected metric), or --normalize without a calibration record.
     """
-    from vitbench.store import select
+    from vitbench.tidy import select
     from vitbench.tasks import Role, kinds_with_role, tasks
 
     known = globals()["metrics"]()

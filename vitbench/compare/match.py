@@ -40,19 +40,14 @@ class Trial:
 
 def group(records: Sequence[Record], ignore: Iterable[str]) -> dict[str, Trial]:
     """Trials by match key, in the order they first appear (the study's). The records come from
-    vitbench.store.select: the latest per trial key and results directory; records of different directories
-    are different runs and pool as repeats."""
+    vitbench.tidy.select: the latest per trial key and results directory, each measurement once (one run copied
+    into two directories is one run, not two repeats); records of different directories are different runs and
+    pool as repeats."""
     trials: dict[str, Trial] = {}
     drop = set(ignore)
-    seen: set[tuple] = set()
     for rec in records:
         if rec.status is Status.SKIPPED:
             continue
-        if rec.run_id is not None:  # one run copied into two directories is one run, not two repeats
-            ident = (rec.run_id, rec.key, rec.repeat, rec.started_at)
-            if ident in seen:
-                continue
-            seen.add(ident)
         t = trials.setdefault(match_key(rec, ignore), Trial(rec.kind, rec.method_version, {
             k: v for k, v in rec.measured_config.items() if k not in drop}))
         (t.ok if rec.status is Status.OK else t.failed).append(rec)

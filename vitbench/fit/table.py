@@ -1,6 +1,6 @@
 """Where fit points come from: a vitbench results directory (or .jsonl) or any CSV, as one pandas table.
 
-Results (read with `vitbench.store.load`) keep their `ok` rows and gain derived columns:
+Results (read with `vitbench.tidy.load`) keep their `ok` rows and gain derived columns:
 - `family` of the row's model (vitbench.models.specs), so `--group family` works on any study;
 - `inference_gflops`: analytic forward GFLOPs per image at the row's resolution (1 MAC = 2 FLOPs), one of
   the compute axes besides `pretrain_exaflops`, `images_seen` and `params_m` that transfer rows carry.
@@ -72,7 +72,7 @@ def _inference_gflops(model, resolution) -> float:
 
 
 def results_frame(df: pd.DataFrame) -> pd.DataFrame:
-    """`ok` rows of a results DataFrame (vitbench.store.load) with the derived `family` and
+    """`ok` rows of a results DataFrame (vitbench.tidy.load) with the derived `family` and
     `inference_gflops` columns."""
     if df.empty or "status" not in df.columns:
         return df.copy()
@@ -89,10 +89,10 @@ def results_frame(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def load_source(path: str | Path) -> Source:
-    """A results directory or .jsonl file (vitbench.store.load), or a .csv file."""
+    """A results directory or .jsonl file (vitbench.tidy.load), or a .csv file."""
     p = Path(path)
     if p.is_dir() or p.suffix == ".jsonl":
-        from vitbench.store import load
+        from vitbench.tidy import load
 
         return Source(SourceKind.RESULTS, p, results_frame(load(p)))
     if p.suffix.lower() == ".csv":

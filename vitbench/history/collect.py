@@ -83,7 +83,7 @@ def _rounds(path: Path) -> list[list]:
     """The records of each round (results directory) under `path`, in directory order; selected as the store
     selects them (the latest row per trial and directory)."""
     from vitbench.compare.comparison import load_records
-    from vitbench.store import select
+    from vitbench.tidy import select
 
     skipped: list[str] = []
     records = select(load_records(path, skipped), "all")  # the calibrations too

@@ -32,7 +32,7 @@ def distance_comparison(ok: pd.DataFrame):
     series_keys = [k for k in _KEYS if k in ok.columns and k not in panel_keys and within[k].nunique().max() > 1]
     panels: dict[str, dict[str, InspectResult]] = {}
     for _, row in ok.sort_values(panel_keys + series_keys).iterrows():
-        # the report loads raw as JSON text (store.load_each's raw_json); a caller's frame may hold dicts
+        # the report loads raw as JSON text (tidy.load_each's raw_json); a caller's frame may hold dicts
         raw = json.loads(row["raw"]) if isinstance(row["raw"], str) else row["raw"]
         if isinstance(raw, dict) and raw.get("attention_distance_px"):
             title = " ".join(str(row[k]) for k in panel_keys if k != "resolution" and pd.notna(row[k]))

@@ -37,7 +37,7 @@ def row_budget(row) -> dict[str, float]:
     """One row's wall time in PARTS (see the module docstring); all 0 where the row has no wall time. `row`: a
     Series or a dict of the row's columns."""
     raw = row.get("raw")
-    raw = json.loads(raw) if isinstance(raw, str) else raw  # the report loads raw as JSON text (store.load_each)
+    raw = json.loads(raw) if isinstance(raw, str) else raw  # the report loads raw as JSON text (tidy.load_each)
     b = raw.get("budget_s") if isinstance(raw, dict) and isinstance(raw.get("budget_s"), dict) else {}
     wall = _num(row.get("runner.wall_s"))
     out = {"wall_s": wall, "startup_s": _num(row.get("runner.startup_s")) + _num(b.get("setup")),

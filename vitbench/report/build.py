@@ -89,7 +89,8 @@ def build_report(results: str | Path, out: str | Path | None = None, formats: It
     report wrote there (vitbench.outdir); a folder holding anyone else's files is refused unless
     `allow_other_files` (the report is then written beside them, none touched)."""
     from vitbench.outdir import OutputFolder
-    from vitbench.store import CorruptLineWarning, load_each
+    from vitbench.store import CorruptLineWarning
+    from vitbench.tidy import load_each
 
     formats = parse_formats(formats)
     results = Path(results)

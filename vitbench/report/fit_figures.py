@@ -9,7 +9,7 @@
 - throughput_vs_accuracy: inference speed against transfer accuracy (DeiT, Touvron et al. 2021, Figure 1:
   what accuracy a speed buys).
 
-`df` is a results DataFrame (vitbench.store.load) or any table; pass `fits` (a vitbench.fit.FitReport) to
+`df` is a results DataFrame (vitbench.tidy.load) or any table; pass `fits` (a vitbench.fit.FitReport) to
 draw fits already made, else they are made here from `df` with `spec`. Styles follow vitbench.report.plots.
 """
 

@@ -1,4 +1,4 @@
-"""Summary tables from the tidy results DataFrame (vitbench.store.load): one row per measured configuration.
+"""Summary tables from the tidy results DataFrame (vitbench.tidy.load): one row per measured configuration.
 
 Each function gets the ok rows of the record kinds its report section declares (`ok_rows`; the sections are
 registered beside the tasks, vitbench.tasks.ReportPart). Repeats of a trial collapse into one row: the median

@@ -1,0 +1,173 @@
+"""Which rows of results count, and the tidy DataFrame of them.
+
+`select`: per trial key and results directory the latest row, each measurement once (a copy of a row read before
+is left out); `load` / `load_each`: those rows as one flat DataFrame, read one line at a time
+(vitbench.frames). The store itself (writing, claims, reading records) is vitbench.store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import warnings
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from vitbench.errors import VitbenchWarning, clip
+from vitbench.record import Record
+from vitbench.store import TRIAL_ID_COLUMNS, iter_records
+
+
+def _flatten(rec: Record) -> dict[str, Any]:
+    row: dict[str, Any] = {"key": rec.key, "study": rec.study, "run_id": rec.run_id, "repeat": rec.repeat,
+                           "kind": rec.kind, "status": rec.status.value, "study_sha": rec.study_sha}
+    for k, v in rec.measured_config.items():
+        if k not in row:
+            row[k] = v
+    for k, v in rec.metrics.items():
+        row[f"metric.{k}" if k in row else k] = v
+    row["error_type"] = rec.error.type if rec.error else None
+    row["error_message"] = rec.error.message if rec.error else None
+    row["error_tail"] = rec.error.tail if rec.error else None
+    row.update(started_at=rec.started_at, finished_at=rec.finished_at, method_version=rec.method_version)
+    for k, v in rec.env.items():
+        row[f"env.{k}"] = v if not isinstance(v, (dict, list)) else json.dumps(v)
+    for k, v in rec.runner.items():
+        row[f"runner.{k}"] = v
+    row["source"] = rec.source
+    row["raw"] = rec.raw
+    return row
+
+
+class _Once:
+    """Each measurement once (Record.measurement): a row repeating one read before, from another directory (one
+    run copied beside itself), is a copy; `warn` says where the copies were."""
+
+    def __init__(self):
+        self.seen: dict[tuple, str | None] = {}  # measurement -> the directory it was first read from
+        self.copies: dict[str | None, int] = {}  # directory -> copies found there
+
+    def is_copy(self, rec: Record) -> bool:
+        """Within one directory rows never count as copies: the latest of a trial's rows supersedes the others."""
+        ident = rec.measurement
+        if ident is None:
+            return False
+        first = self.seen.setdefault(ident, rec.source)
+        if first == rec.source:
+            return False
+        self.copies[rec.source] = self.copies.get(rec.source, 0) + 1
+        return True
+
+    def warn(self) -> None:
+        if self.copies:
+            where = ", ".join(f"{clip(str(d), 200)} ({n})" for d, n in list(self.copies.items())[:5])
+            more = " ..." if len(self.copies) > 5 else ""
+            warnings.warn(VitbenchWarning(
+                f"{sum(self.copies.values())} row(s) are copies of rows read from another directory (the same "
+                f"sweep run, trial, repeat and start), counted once: {where}{more}"), stacklevel=3)
+
+
+def select(records: Iterable[Record], kinds: Iterable[str] | str | None = None,
+           latest: bool = True) -> list[Record]:
+    """Filter records by kind (None: every kind but the calibration's; 'all': everything) and keep, per trial key
+    and results directory, only the latest record by finish time (a re-run after --force or an interruption
+    supersedes the older row; rows from several shards interleave in time; other directories are other runs, but
+    a copy of a row read before is left out: _Once)."""
+    from vitbench.tasks import Role, kinds_with_role
+
+    once = _Once()
+    recs = [r for r in records if not once.is_copy(r)]
+    once.warn()
+    if kinds is None:
+        calibration = kinds_with_role(Role.CALIBRATION)
+        recs = [r for r in recs if r.kind not in calibration]
+    elif kinds != "all":
+        wanted = {kinds} if isinstance(kinds, str) else set(kinds)
+        recs = [r for r in recs if r.kind in wanted]
+    if latest:
+        last: dict[tuple, int] = {}
+        for i, r in enumerate(recs):
+            if r.key:
+                ident = (r.source, r.key)
+                prev = recs[last[ident]].finished_at if ident in last else None
+                # a row without an end time (edited, another tool's) is placed by file order, never as the oldest
+                if not prev or not r.finished_at or r.finished_at >= prev:
+                    last[ident] = i
+        recs = [r for i, r in enumerate(recs) if not r.key or last[(r.source, r.key)] == i]
+    return recs
+
+
+def load(path: str | os.PathLike, kinds: Iterable[str] | str | None = None, latest: bool = True):
+    """Results (a store directory or a .jsonl file) -> tidy DataFrame, one row per trial.
+
+    Columns: key, study, run_id, repeat, kind, status, the trial config (model, backend, task, resolution,
+    batch_size, precision, ...), every metric under its own name with its unit (img_per_s, step_ms_median,
+    peak_mem_mib, gflops, max_batch_size, ...; a metric that shares a config field's name becomes
+    'metric.<name>'), error_type/error_message/error_tail, timestamps, env.* and runner.* columns, `source` (the
+    directory the row came from) and `raw` (the raw per-step timings etc., a dict per row). `kinds`: None =
+    trials only (no calibration rows), 'all', or an iterable such as ('calibration',). `latest`: one row per key
+    and directory (the last one finished).
+
+    The records are read one line at a time and go straight into columns (vitbench.frames), each record dropped
+    once flattened: memory holds the rows' values once (equal strings shared), never every parsed record. The
+    frame is the one `pd.DataFrame(rows)` makes of the rows `select` keeps (the same columns, order and dtypes).
+    """
+    return load_each(path, (kinds,), latest)[0]
+
+
+def load_each(path: str | os.PathLike, kinds: Sequence[Iterable[str] | str | None], latest: bool = True,
+              raw_json: bool = False) -> list:
+    """[load(path, k, latest) for k in kinds], the results read once (the report's trials and calibration).
+
+    raw_json: each row's `raw` as JSON text, json.dumps(raw, default=str) (what the report's trials files hold),
+    not a dict: at 100,000 rows some 90 MB of text instead of some 320 MB of Python lists and dicts."""
+    import pandas as pd
+
+    from vitbench.frames import Columns  # pandas: imported by the readers of frames, never by a sweep's workers
+
+    wanted = [(_kind_filter(k), Columns(), {}, set()) for k in kinds]
+    once = _Once()
+    for rec in iter_records(path):
+        if once.is_copy(rec):
+            continue
+        row = None
+        for keep, cols, last, superseded in wanted:  # last: (source, key) -> (row, finished_at) of the latest
+            if not keep(rec.kind):
+                continue
+            if latest and rec.key:
+                ident, done = (rec.source, rec.key), rec.finished_at or ""
+                if ident in last:
+                    if done < last[ident][1]:
+                        continue  # an older row than the one kept
+                    superseded.add(last[ident][0])
+                last[ident] = (cols.n, done)
+            if row is None:
+                row = _flatten(rec)
+                if raw_json:
+                    row["raw"] = json.dumps(row["raw"], default=str)
+            cols.add(row)
+    once.warn()
+    out = []
+    for _, cols, _, superseded in wanted:
+        df = cols.frame([i for i in range(cols.n) if i not in superseded] if superseded else None)
+        if df.empty:
+            df = pd.DataFrame(columns=[*TRIAL_ID_COLUMNS, "raw"])
+        for col in cols.integer_columns if len(df) else ():  # a batch size stays 8 where others lack it, not 8.0
+            with contextlib.suppress(TypeError, ValueError, OverflowError):  # past int64: left as it is
+                df[col] = df[col].astype("Int64")
+        out.append(df)
+    return out
+
+
+def _kind_filter(kinds: Iterable[str] | str | None):
+    """select's rule for `kinds` as a test of one record kind."""
+    from vitbench.tasks import Role, kinds_with_role
+
+    if kinds is None:
+        calibration = kinds_with_role(Role.CALIBRATION)
+        return lambda kind: kind not in calibration
+    if kinds == "all":
+        return lambda kind: True
+    wanted = {kinds} if isinstance(kinds, str) else set(kinds)
+    return lambda kind: kind in wanted
