@@ -1,9 +1,9 @@
-"""How the analysis commands scale with the size of a store: `load`, `compare`, `report`, `fit` and
-`sweep --dry-run` timed on stores of 1,000 to 100,000 rows made from real rows (issue 51; docs/measurement.md,
-"Analysis at scale").
+"""How the analysis commands scale with the size of a store: `load`, `compare` (plain and `--normalize`),
+`report`, `fit`, `history append` and `sweep --dry-run` timed on stores of 1,000 to 100,000 rows made from real
+rows (issue 51; docs/measurement.md, "Analysis at scale").
 
     python benchmarks/bench_scale.py make WORK [--sizes 1000,10000,100000] [--seed-results DIR]
-    python benchmarks/bench_scale.py time WORK [--sizes ...] [--commands load,compare,report,fit,dry-run]
+    python benchmarks/bench_scale.py time WORK [--sizes ...] [--commands load,compare,normalize,report,...]
     python benchmarks/bench_scale.py all WORK            # make, then time
 
 make: the real rows are one run of studies/ci.yaml (`vitbench sweep studies/ci.yaml --results WORK/seed`, run here
@@ -20,10 +20,12 @@ time: each command in its own process, one after the other (never two at once), 
 (user + sys, from os.wait4: what the process itself used, which a busy machine does not inflate as it does the
 wall time) and peak RSS (ru_maxrss of that process), and the 1-minute load average before it started; a Markdown
 table on stdout. The commands:
-    load      python -c 'vitbench.store.load(WORK/N/a)'
+    load      python -c 'vitbench.tidy.load(WORK/N/a)'
     compare   vitbench compare WORK/N/a WORK/N/b          (exit 0, 1 or 3: a completed comparison)
+    normalize vitbench compare WORK/N/a WORK/N/b --normalize (each run's speeds over its own calibration)
     report    vitbench report WORK/N/a --out WORK/N/report-XXXX (a new folder; every format, the figures)
     fit       vitbench fit WORK/N/a --compute inference_gflops --error step_cv --bootstrap 0 --workers 1
+    history   vitbench history append WORK/N/a --db WORK/N/history-XXXX.sqlite --commit HEAD (a new file)
     dry-run   vitbench sweep WORK/N/study.yaml --dry-run --results WORK/N/dry
 A command over its --timeout (default 600 s) is stopped and shown as "> timeout".
 """
@@ -47,7 +49,7 @@ RUN_TRIALS = 1000  # trials per synthetic sweep run (one calibration row each): 
 NOISE = 0.02  # log-normal sigma of store b's per-step times against a's: a quiet machine's run-to-run noise
 SIZES = (1000, 10_000, 100_000)
 DRY_RUN_MAX = 10_000  # vitbench.study.schema.MAX_COMBINATIONS: the largest study there is
-COMMANDS = ("load", "compare", "report", "fit", "dry-run")
+COMMANDS = ("load", "compare", "normalize", "report", "fit", "history", "dry-run")
 STUDY = "studies/ci.yaml"
 VITBENCH = [sys.executable, "-c", "from vitbench.cli import main; main()"]  # the CLI in this interpreter
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
@@ -126,9 +128,16 @@ def make(work: Path, sizes: list[int], seed_results: Path | None) -> None:
 def command(name: str, d: Path) -> list[str] | None:
     vb = VITBENCH
     if name == "load":
-        return [sys.executable, "-c", f"from vitbench.store import load; load({str(d / 'a')!r})"]
-    if name == "compare":
-        return [*vb, "compare", str(d / "a"), str(d / "b")]
+        return [sys.executable, "-c", f"from vitbench.tidy import load; load({str(d / 'a')!r})"]
+    if name in ("compare", "normalize"):
+        return [*vb, "compare", str(d / "a"), str(d / "b"), *(["--normalize"] if name == "normalize" else [])]
+    if name == "history":  # a new file each time: a run already appended is refused
+        fd, db = tempfile.mkstemp(prefix="history-", suffix=".sqlite", dir=d)
+        os.close(fd)
+        os.unlink(db)
+        # the seed rows may come from a working tree with changes: recorded as this checkout's commit
+        head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+        return [*vb, "history", "append", str(d / "a"), "--db", db, *(["--commit", head] if head else [])]
     if name == "report":  # a new folder each time: a report refuses one holding files it cannot prove it wrote
         return [*vb, "report", str(d / "a"), "--out", tempfile.mkdtemp(prefix="report-", dir=d)]
     if name == "fit":
