@@ -291,8 +291,9 @@ def test_a_silent_crash_after_the_start_is_an_error_without_the_start_up_hint(tm
 def test_a_crash_before_the_start_marker_keeps_the_start_up_hint(tmp_path, monkeypatch):
     import vitbench.executors.local as local
 
+    proc = SimpleNamespace(exitcode=1, pid=0, join=lambda timeout=None: None)
     h = SimpleNamespace(result=tmp_path / "k.json", log=tmp_path / "k.log", over_budget_mib=None, timed_out=False,
-                        keep=None, started_at="", t0=0.0, proc=SimpleNamespace(exitcode=1, pid=0))
+                        started_at="", t0=0.0, proc=proc)
     rec = local.LocalExecutor(tmp_path, start_method="spawn", preload=()).collect(_job(), h).record
     assert rec.status == "error" and "before the trial started" in rec.error.message  # no marker: never started
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
 import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from vitbench import forkservers
@@ -59,24 +61,44 @@ def test_a_child_asks_the_server_that_forked_it_for_its_own_children():
     assert sibling[2:] == (True, False)  # so it inherits that server's imports, not those of the list it named
 
 
-def _wait_for_requester(requester) -> None:
-    from vitbench.procmem import die_with_requester
+def _nothing() -> None:
+    pass
 
-    die_with_requester(requester)
+
+def _sleep() -> None:
+    time.sleep(120)
+
+
+def _ask_for_a_child_then_wait(queue) -> None:
+    p = forkservers.process((A,), _sleep)
+    p.start()
+    queue.put(p.pid)
     time.sleep(120)
 
 
 @needs_servers
-def test_a_probe_ends_when_the_process_that_asked_for_it_is_gone():
-    requester, keep = mp.Pipe(duplex=False)
-    p = forkservers.process((), _wait_for_requester, (requester,))
-    p.start()
-    requester.close()
+def test_a_child_ends_when_the_process_that_asked_for_it_is_killed():
+    # its parent is the fork server, which lives on: the kernel's parent-death signal cannot tell it
+    q = mp.get_context("spawn").Queue()
+    asker = mp.get_context("spawn").Process(target=_ask_for_a_child_then_wait, args=(q,))
+    asker.start()
+    child = q.get(timeout=60)
     time.sleep(0.5)
-    assert p.is_alive()
-    keep.close()  # what the asking process's end does, however it ends (even SIGKILL)
-    p.join(timeout=30)
-    assert p.exitcode == 1
+    assert psutil.pid_exists(child) and psutil.Process(child).status() != psutil.STATUS_ZOMBIE
+    os.kill(asker.pid, signal.SIGKILL)  # no handler, no clean-up: only the kernel closing its files
+    asker.join(timeout=30)
+    deadline = time.monotonic() + 30
+    while psutil.pid_exists(child) and psutil.Process(child).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, "the child outlived the process that asked for it"
+        time.sleep(0.1)
+
+
+@needs_servers
+def test_a_child_that_ended_is_let_go_on_join():
+    p = forkservers.process((A,), _nothing)
+    p.start()
+    p.join(timeout=60)
+    assert p.exitcode == 0 and p._keep.closed  # the asker's end of the child's requester pipe
 
 
 SCRIPT = """

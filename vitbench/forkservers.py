@@ -85,7 +85,8 @@ def env_default(name: str, value: str) -> None:
     """Set `name` in this process's environment unless it is set (a user's value wins), and keep it set in the
     children that a fork server forks after importing the caller (`process`: each child takes its caller's
     environment, and a caller that never imported the module lacks the default). For settings a library reads when
-    it starts its runtime, not at import: JAX reads XLA_PYTHON_CLIENT_PREALLOCATE when it creates its GPU client."""
+    it starts its runtime, not at import: JAX reads XLA_PYTHON_CLIENT_PREALLOCATE when it creates its GPU
+    client."""
     _ENV_DEFAULTS[name] = value
     os.environ.setdefault(name, value)
 
@@ -164,21 +165,60 @@ class _Popen(popen_forkserver.Popen):
 
 class ServerProcess(mp.context.ForkServerProcess):
     """A multiprocessing.Process forked by the server of its `preload` list, or with `reuse_parent` by the server
-    that forked this process where there is one."""
+    that forked this process where there is one. It holds the write end of the child's requester pipe (`process`)
+    until the child has been joined or the object is closed."""
 
-    def __init__(self, *args, preload: tuple[str, ...] = (), reuse_parent: bool = False, **kwargs):
+    def __init__(self, *args, preload: tuple[str, ...] = (), reuse_parent: bool = False, requester=None,
+                 keep=None, **kwargs):
         super().__init__(*args, **kwargs)
         self._preload, self._reuse_parent = tuple(preload), reuse_parent
+        self._requester, self._keep = requester, keep
 
     def _Popen(self, process_obj):  # noqa: N802 - multiprocessing's name
         srv = (parent_server() if self._reuse_parent else None) or server(self._preload)
         return _Popen(process_obj, srv)
 
+    def __getstate__(self):  # sent to the server to fork the child: never the write end, or it would be its own
+        return {**self.__dict__, "_keep": None}
 
-def _in_environment(env: dict[str, str], target, args) -> None:
-    """The child's side of `process`: the caller's environment as it was when the child was made, with the defaults
-    that the server's imports set (`env_default`) where the caller has no value of its own, then the target.
-    (A server forked from its own start-up environment; what was imported there keeps what it read then.)"""
+    def start(self):
+        try:
+            super().start()
+        finally:
+            self._requester.close()  # the child holds its own copy
+
+    def join(self, timeout=None):
+        super().join(timeout)
+        if self.exitcode is not None and self._keep is not None:
+            self._keep.close()
+
+    def close(self):
+        if self._keep is not None:
+            self._keep.close()
+        super().close()
+
+
+def _watch_requester(requester) -> None:
+    """End this process the moment `requester` (the read end of a pipe whose only write end the requesting
+    process holds) reports EOF: the requester ended, whatever way (even SIGKILL). A child of a fork server has
+    the server for its parent, not the requester, so the kernel's parent-death signal cannot say it: without
+    this a trial of a killed sweep, or a probe of a killed search, would go on measuring."""
+    def watch():
+        try:
+            requester.recv()
+        except (EOFError, OSError):
+            pass
+        os._exit(1)
+
+    threading.Thread(target=watch, name="vitbench-requester-watch", daemon=True).start()
+
+
+def _in_environment(env: dict[str, str], requester, target, args) -> None:
+    """The child's side of `process`: ended with its requester; the caller's environment as it was when the child
+    was made, with the defaults that the server's imports set (`env_default`) where the caller has no value of its
+    own; then the target. (A server forked from its own start-up environment; what was imported there keeps what
+    it read then.)"""
+    _watch_requester(requester)
     os.environ.clear()
     os.environ.update({**_ENV_DEFAULTS, **env})
     target(*args)
@@ -189,6 +229,8 @@ def process(preload: tuple[str, ...], target, args=(), name: str | None = None,
     """A child (not started) running `target(*args)`, forked by the server for `preload`; with `reuse_parent`,
     by the server that forked this process if there is one (else the server for `preload`). The child runs with
     the caller's environment of now, not the server's of its start: a variable set since (a test's, a library
-    user's) reaches it."""
-    return ServerProcess(target=_in_environment, args=(dict(os.environ), target, tuple(args)), name=name,
-                         preload=preload, reuse_parent=reuse_parent)
+    user's) reaches it. It ends when the process that asked for it does (a pipe only the asker holds the write end
+    of: `_watch_requester`), which its parent, the server, could not tell it."""
+    requester, keep = mp.Pipe(duplex=False)
+    return ServerProcess(target=_in_environment, args=(dict(os.environ), requester, target, tuple(args)),
+                         name=name, preload=preload, reuse_parent=reuse_parent, requester=requester, keep=keep)

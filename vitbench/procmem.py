@@ -189,21 +189,3 @@ def die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except OSError:
         pass
-
-
-def die_with_requester(requester) -> None:
-    """End this process the moment `requester` (the read end of a pipe whose only write end the requesting
-    process holds) reports EOF: the requester ended, whatever way (even SIGKILL). For a child of a fork server,
-    whose parent is the server, not the requester, so that the kernel's parent-death signal cannot say it (a
-    trial of a killed sweep, a probe of a killed search: neither outlives what asked for it)."""
-    import os
-    import threading
-
-    def watch():
-        try:
-            requester.recv()
-        except (EOFError, OSError):
-            pass
-        os._exit(1)
-
-    threading.Thread(target=watch, name="vitbench-requester-watch", daemon=True).start()

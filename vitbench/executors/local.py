@@ -24,7 +24,7 @@ holds for the trial's process tree (its ranks and data workers: vitbench.memory_
 max-batch probes, forked by a fork server rather than by the trial, are watched by their search. Children
 ignore SIGINT (the parent owns it) and end when the sweep does: a spawned one by the kernel's parent-death signal
 (PR_SET_PDEATHSIG), a forked one (whose parent is its fork server) when the pipe only the sweep holds the other end
-of reports EOF (procmem.die_with_requester), so a `kill -9` of the sweep leaves no orphan still measuring while a
+of reports EOF (vitbench.forkservers.process), so a `kill -9` of the sweep leaves no orphan still measuring while a
 resumed sweep runs.
 """
 
@@ -41,13 +41,13 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, PositiveFloat
 
 from vitbench import forkservers, memory_budget
 from vitbench.executors import STOP_SIGNALS, Executor, Job, Outcome, failure, register_executor
-from vitbench.procmem import die_with_parent, die_with_requester
+from vitbench.procmem import die_with_parent
 from vitbench.record import Record, Status, now
 from vitbench.store import LOGS_DIR, log_path
 
@@ -69,14 +69,12 @@ def backend_preload(job: Job) -> tuple[str, ...]:
     return (*PRELOAD, *(e.obj.preload if e is not None and not e.missing() else ()))
 
 
-def _child_main(job: Job, result_path: str, log_path: str, requester=None) -> None:
+def _child_main(job: Job, result_path: str, log_path: str) -> None:
     """Entry point of the trial process: output to the log file, run the trial (registered in the host's
-    registry of running trials, vitbench.executors.overlap), write the record as JSON. `requester`: the read end
-    of a pipe the sweep holds the other end of (a fork server's child: ended when the sweep is)."""
+    registry of running trials, vitbench.executors.overlap), write the record as JSON. A forked trial ends with
+    the sweep through its fork server's requester pipe (vitbench.forkservers.process)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C belongs to the sweep, which stops us cleanly
     die_with_parent()  # a spawned trial's parent is the sweep
-    if requester is not None:  # a forked one's is the fork server, which outlives a killed sweep while we run
-        die_with_requester(requester)
     if os.getppid() == 1:
         os._exit(1)  # our parent died before the death signal was armed
     try:
@@ -113,10 +111,8 @@ def _child_main(job: Job, result_path: str, log_path: str, requester=None) -> No
 
 
 def _close(h: _Running) -> None:
-    """Let go of the trial's requester pipe: it has ended."""
-    if h.keep is not None:
-        h.keep.close()
-        h.keep = None
+    """Reap the trial, which has ended: a forked one's requester pipe is let go with it (ServerProcess.join)."""
+    h.proc.join(0)
 
 
 def tail_file(path: Path, lines: int = 20, max_bytes: int = 65536) -> str:
@@ -161,7 +157,6 @@ class _Running:
     memory: memory_budget.TreeMemory | None = None  # the trial's process tree, read against budget_mib
     timed_out: bool = False
     over_budget_mib: float | None = None  # the resident memory it was stopped at
-    keep: Any = None  # the sweep's end of the trial's requester pipe (a forked trial), closed when it is collected
 
 
 @register_executor
@@ -196,25 +191,20 @@ class LocalExecutor(Executor):
         for stale in (result, Path(str(result) + STARTED)):
             stale.unlink(missing_ok=True)
         args, name = (job, str(result), str(log)), f"vitbench-trial-{job.key}"
-        keep = None
         if self.start_method == "spawn":
             proc = mp.get_context("spawn").Process(target=_child_main, name=name, args=args)
         else:
             preload = backend_preload(job) if self.opts.preload is None else self.opts.preload
-            requester, keep = mp.Pipe(duplex=False)  # the trial ends when `keep` closes: this process ends
-            proc = forkservers.process(preload, _child_main, (*args, requester), name)
+            proc = forkservers.process(preload, _child_main, args, name)  # ends when this process ends
         t0 = time.time()
         run = _Running(proc, result, log, now(), t0, t0 + (job.timeout_s or float("inf")),
-                       memory_budget.budget_mib(self.opts.memory_limit_gib), keep=keep)
+                       memory_budget.budget_mib(self.opts.memory_limit_gib))
         try:
             proc.start()
         except BaseException:  # Ctrl-C while the trial was being started: stop it if it came to exist
             if proc.pid is not None:
                 self._stop(proc, grace_s=0.0)
             raise
-        finally:
-            if keep is not None:
-                requester.close()  # the trial holds its own copy
         run.memory = memory_budget.TreeMemory(proc.pid)
         memory_budget.watch_apart(proc.pid)  # the sweep's own guard leaves it to us (a spawned trial is our child)
         return run

@@ -85,11 +85,11 @@ def search(fits: Callable[[int], Probe], start: int = 1, limit: int = 4096,
     return lo, probes
 
 
-def _probe_process(req: dict, result: Path, log: Path, requester) -> mp.process.BaseProcess:
+def _probe_process(req: dict, result: Path, log: Path) -> mp.process.BaseProcess:
     """The probe's process, not started: a fork of the server that forked this process (a trial's: its backend's
-    imports done) or of this process's server for the backend's preload list; spawned where there is no fork
-    server (macOS, Windows)."""
-    args = (req, str(result), str(log), requester)
+    imports done) or of this process's server for the backend's preload list, ended with this process
+    (forkservers.process); spawned where there is no fork server (macOS, Windows)."""
+    args = (req, str(result), str(log))
     if forkservers.unavailable:
         return mp.get_context("spawn").Process(target=child, args=args)
     preload = (*backend_spec(req["backend"]).preload, "vitbench.measure.probe")
@@ -109,12 +109,10 @@ def run_probe(step: Step, batch: int, backend: str | None = None, device: str = 
     # Output goes to a file, not a pipe: a chatty child can never block on a full pipe while we poll it.
     with tempfile.TemporaryDirectory(prefix="vitbench-probe-") as tmp:
         result, log = Path(tmp) / "result.json", Path(tmp) / "probe.log"
-        requester, keep = mp.Pipe(duplex=False)  # the probe ends when `keep` closes (see probe.child)
-        proc = _probe_process(req, result, log, requester)
+        proc = _probe_process(req, result, log)
         try:
             proc.start()
             memory_budget.watch_apart(proc.pid)  # watched here, against the budget: not by this command's guard
-            requester.close()
             tree = memory_budget.TreeMemory(proc.pid)  # the probe and its ranks
             while proc.exitcode is None:
                 if budget_mib is not None and device == "cpu" and (tree.mib() or 0.0) > budget_mib:
@@ -127,7 +125,8 @@ def run_probe(step: Step, batch: int, backend: str | None = None, device: str = 
         finally:
             if proc.pid is not None and proc.exitcode is None:
                 _kill_tree(proc)
-            keep.close()
+            if proc.pid is not None:
+                proc.join(0)  # reaped (a forked probe's requester pipe let go with it)
             if proc.pid is not None:
                 memory_budget.end_apart(proc.pid)
         out = json.loads(result.read_text()) if result.exists() else None

@@ -12,7 +12,7 @@ import json
 import os
 import sys
 
-from vitbench.procmem import die_with_requester
+from vitbench.procmem import die_with_parent
 
 
 class ProbeStatus(str, enum.Enum):
@@ -90,10 +90,11 @@ def _run(req: dict) -> dict:
     return _group_probe(req) if group.launches_ranks(step, req["backend"]) else probe(req)
 
 
-def child(req: dict, result_path: str, log_path: str, requester) -> None:
-    """Entry point of a probe process forked from a fork server: output to `log_path`, the result as JSON to
-    `result_path` (written whole: a temporary file, then renamed)."""
-    die_with_requester(requester)  # no probe outlives its search
+def child(req: dict, result_path: str, log_path: str) -> None:
+    """Entry point of a probe process forked from a fork server (ended with its search: forkservers.process) or
+    spawned by the search: output to `log_path`, the result as JSON to `result_path` (written whole: a temporary
+    file, then renamed)."""
+    die_with_parent()  # a spawned probe's parent is its search
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
