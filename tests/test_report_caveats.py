@@ -117,6 +117,17 @@ def test_calibration_line_leaves_busy_runs_out_and_marks_an_all_busy_one():
     assert "left out" not in calibration_line(cal.iloc[:2]) and MARK not in calibration_line(cal.iloc[:2])
 
 
+def test_calibration_line_never_pools_backends_or_precisions():
+    # the GPU check's line: "median 44.51 TFLOP/s, range 30.04 to 126.2" over fp32, tf32 and bf16 of torch and JAX
+    cal = pd.DataFrame({"matmul_tflops_per_s": [38.0, 101.0, 35.0, 51.0, 38.2], "other_load_cores": 0.0,
+                        "backend": ["torch", "torch", "jax", "jax", "torch"], "device": "cuda",
+                        "precision": ["fp32", "bf16", "fp32", "bf16", "fp32"], "threads": None})
+    assert calibration_line(cal) == (
+        "calibration (dense matmul TFLOP/s by backend, precision: median (range, runs)): jax bf16 51 (51 to 51, "
+        "1 run(s)); jax fp32 35 (35 to 35, 1 run(s)); torch bf16 101 (101 to 101, 1 run(s)); torch fp32 38.1 (38 "
+        "to 38.2, 2 run(s))")
+
+
 # ---- figures from enough points, numbers that were measured ----------------------------------------------------
 def test_a_fit_figure_from_one_point_is_a_note_not_a_fit(tmp_path):
     with Store(tmp_path) as st:

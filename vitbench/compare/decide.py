@@ -14,6 +14,7 @@ import numpy as np
 from vitbench.compare.match import Trial
 from vitbench.compare.runs import assumed_noise, between_runs, same_runs, widened
 from vitbench.errors import ConfigError, clip
+from vitbench.tasks.calibration import HOW, WHERE
 from vitbench.record import Record
 from vitbench.stats import MedianBatch, percentile_intervals, picked, repeat_picks
 from vitbench.tasks import Metric
@@ -109,7 +110,7 @@ class Calibrations:
         key = (str(cfg.get("backend")), str(cfg.get("device")))
         if key not in self._cands:
             cands = [c for c in self.records
-                     if all(c.measured_config.get(k) == cfg.get(k) for k in ("backend", "device")
+                     if all(c.measured_config.get(k) == cfg.get(k) for k in WHERE
                             if c.measured_config.get(k) is not None and cfg.get(k) is not None)]
             by_run: dict[str, list[Record]] = {}
             for c in cands:
@@ -133,7 +134,7 @@ class Calibrations:
         # The same precision and threads, never another's: a bf16 trial divided by an fp32 peak on one side and a
         # bf16 one on the other, or 1 thread by 4, invents a change of the peaks' ratio (a sweep measures one
         # calibration per backend, device, precision and threads; a missing one failed or was removed).
-        same = [c for c in pool if all(c.measured_config.get(k) == cfg.get(k) for k in ("precision", "threads"))]
+        same = [c for c in pool if all(c.measured_config.get(k) == cfg.get(k) for k in HOW)]
         if not same:
             raise ConfigError(
                 f"--normalize: the {self.side} results have no calibration for backend {cfg.get('backend')!r}, "

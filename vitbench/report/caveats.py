@@ -130,8 +130,11 @@ def marked_rows(df: pd.DataFrame) -> int:
 def calibration_line(cal: pd.DataFrame | None) -> str | None:
     """The report's line on the run's calibration rows (dense matmul TFLOP/s): their median and range, over the
     runs measured while other processes left the machine alone where there are such runs (vitbench.measure.load:
-    BUSY_CORES), saying how many busy runs were left out; marked when every run was busy."""
+    BUSY_CORES), saying how many busy runs were left out; marked when every run was busy. Calibrations of other
+    backends, devices, precisions or thread counts are never pooled: a line gives each its own median (the GPU
+    check's line pooled fp32, tf32 and bf16 of two backends: "median 44.51 TFLOP/s, range 30.04 to 126.2")."""
     from vitbench.measure.load import BUSY_CORES
+    from vitbench.tasks.calibration import HOW, WHERE
 
     if cal is None or cal.empty or "matmul_tflops_per_s" not in cal:
         return None
@@ -142,8 +145,15 @@ def calibration_line(cal: pd.DataFrame | None) -> str | None:
     busy = (load >= BUSY_CORES) if load is not None else pd.Series(False, index=c.index)
     used = c[~busy] if (~busy).any() else c
     vals = used["v"]
-    line = (f"calibration (dense matmul, {len(vals)} run(s)): median {vals.median():.4g} TFLOP/s, "
-            f"range {vals.min():.4g} to {vals.max():.4g}")
+    apart = [k for k in (*WHERE, *HOW) if k in used and used[k].astype(str).nunique() > 1]
+    if apart:
+        parts = [f"{' '.join(name)} {g['v'].median():.4g} ({g['v'].min():.4g} to {g['v'].max():.4g}, "
+                 f"{len(g)} run(s))" for name, g in used.groupby([used[k].astype(str) for k in apart], sort=True)]
+        line = (f"calibration (dense matmul TFLOP/s by {', '.join(apart)}: median (range, runs)): "
+                f"{'; '.join(parts)}")
+    else:
+        line = (f"calibration (dense matmul, {len(vals)} run(s)): median {vals.median():.4g} TFLOP/s, "
+                f"range {vals.min():.4g} to {vals.max():.4g}")
     if busy.all():
         return (f"{MARK} {line}; every run shared the machine (other processes used >= {BUSY_CORES:g} cores "
                 "meanwhile)")

@@ -16,6 +16,10 @@ from vitbench.tasks import Metric, Role, Task, register_task
 from vitbench.tasks.fields import params_model
 
 METRIC = "matmul_tflops_per_s"
+# A sweep takes a calibration per backend and device (where) and per precision and thread count (how): a speed is
+# divided only by a calibration of the same four (compare --normalize), and the report never pools two of them
+WHERE = ("backend", "device")
+HOW = ("precision", "threads")
 
 
 class Matmul(BaseModel):
