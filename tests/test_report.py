@@ -256,3 +256,19 @@ def test_a_figure_of_more_benchmarks_than_panels_says_how_many_it_left_out():
     fig = accuracy_vs_compute(pd.DataFrame(rows))
     assert len(fig.axes) >= MAX_PANELS and fig._suptitle is not None
     assert fig._suptitle.get_text().startswith(f"the first {MAX_PANELS} of {MAX_PANELS + 2} benchmarks shown")
+
+
+def test_a_swept_max_batch_row_shows_the_batch_found_not_the_search_s_cap(tmp_path):
+    # A sweep's row keeps its trial config, whose cap is the field `max_batch_size`, the name of the result too:
+    # the GPU check's report showed the cap, 4096, where the search found 2127
+    from vitbench.tasks import get_task
+
+    t = get_task("max_batch")
+    cfg = t.Params(task="max_batch", model="ViT-Nano/4", backend="torch", device="cpu", mode="train",
+                   max_batch_size=4096).config()
+    with Store(tmp_path) as st:
+        _add(st, "max_batch", cfg, dict(max_batch_size=2127, capped=False, memory_limit_mib=2048.0))
+    df = load(tmp_path)
+    assert df.loc[0, "max_batch_size"] == 2127 and df.loc[0, "config.max_batch_size"] == 4096
+    rep = build_report(tmp_path, formats="csv", plots=False)
+    assert list(rep.tables["max_batch"]["max_batch"]) == ["2127"]

@@ -19,12 +19,20 @@ from vitbench.record import Record
 from vitbench.store import TRIAL_ID_COLUMNS, iter_records
 
 
-def _flatten(rec: Record) -> dict[str, Any]:
+def _flatten(rec: Record, declared: dict[str, dict] | None = None) -> dict[str, Any]:
+    """One flat row. Names: the config's fields, then the metrics (a metric named like a field becomes
+    'metric.<name>'), except that a metric the record's task declares keeps its own name and a config field of
+    that name becomes 'config.<name>': max_batch's cap `max_batch_size` beside the largest batch found, also
+    `max_batch_size` (the report showed the cap as the result: 4,096 for 2,127 on an H200). `declared`:
+    vitbench.tasks.kind_metrics(), read once by a caller flattening many rows."""
+    from vitbench.tasks import kind_metrics
+
+    measured = (kind_metrics() if declared is None else declared).get(rec.kind, {})
     row: dict[str, Any] = {"key": rec.key, "study": rec.study, "run_id": rec.run_id, "repeat": rec.repeat,
                            "kind": rec.kind, "status": rec.status.value, "study_sha": rec.study_sha}
     for k, v in rec.measured_config.items():
         if k not in row:
-            row[k] = v
+            row[f"config.{k}" if k in measured else k] = v
     for k, v in rec.metrics.items():
         row[f"metric.{k}" if k in row else k] = v
     row["error_type"] = rec.error.type if rec.error else None
@@ -104,7 +112,8 @@ def load(path: str | os.PathLike, kinds: Iterable[str] | str | None = None, late
     Columns: key, study, run_id, repeat, kind, status, the trial config (model, backend, task, resolution,
     batch_size, precision, ...), every metric under its own name with its unit (img_per_s, step_ms_median,
     peak_mem_mib, gflops, max_batch_size, ...; a metric that shares a config field's name becomes
-    'metric.<name>'), error_type/error_message/error_tail, timestamps, env.* and runner.* columns, `source` (the
+    'metric.<name>', unless the task declares it: then the field becomes 'config.<name>', _flatten),
+    error_type/error_message/error_tail, timestamps, env.* and runner.* columns, `source` (the
     directory the row came from) and `raw` (the raw per-step timings etc., a dict per row). `kinds`: None =
     trials only (no calibration rows), 'all', or an iterable such as ('calibration',). `latest`: one row per key
     and directory (the last one finished).
@@ -126,8 +135,10 @@ def load_each(path: str | os.PathLike, kinds: Sequence[Iterable[str] | str | Non
 
     from vitbench.frames import Columns  # pandas: imported by the readers of frames, never by a sweep's workers
 
+    from vitbench.tasks import kind_metrics
+
     wanted = [(_kind_filter(k), Columns(), {}, set()) for k in kinds]
-    once = _Once()
+    once, declared = _Once(), kind_metrics()
     for rec in iter_records(path):
         if once.is_copy(rec):
             continue
@@ -143,7 +154,7 @@ def load_each(path: str | os.PathLike, kinds: Sequence[Iterable[str] | str | Non
                     superseded.add(last[ident][0])
                 last[ident] = (cols.n, done)
             if row is None:
-                row = _flatten(rec)
+                row = _flatten(rec, declared)
                 if raw_json:
                     row["raw"] = json.dumps(row["raw"], default=str)
             cols.add(row)
