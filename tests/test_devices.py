@@ -332,7 +332,7 @@ def test_max_batch_searches_the_per_device_batch(monkeypatch):
 
     payloads = []
 
-    def fake_process(req, result, log, requester):  # records what the probe process would have been asked to run
+    def fake_process(req, result, log):  # records what the probe process would have been asked to run
         payloads.append(req)
         return mp.get_context("spawn").Process(target=os.getpid)
 
