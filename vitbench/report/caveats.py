@@ -2,7 +2,7 @@
 
 A timed row (one that carries the `unstable` flag, vitbench.measure.throughput) is *marked* when
 - its own noise flags say it may be unstable (`unstable`; `noise` says why: the samples' CV, other processes'
-  CPU load during the timed steps, few or short samples, the GPU slowing down), or
+  CPU load during the timed steps, few or short samples, samples drifting while timed, the GPU slowing down), or
 - other trials ran on its host while it ran (`runner.overlapped`, vitbench.executors.overlap): co-scheduled,
   its speed may be shared.
 
@@ -24,10 +24,10 @@ UNSTABLE = "unstable"
 SHARED = "shared host"
 OVERLAPPED = "runner.overlapped"  # the store's column: other trials that ran on the row's host at the same time
 LEGEND = (f"{MARK} in caveat: the value rests only on rows flagged unstable (their `noise`: CV >= 0.10, other "
-          "processes' load, few or short samples, the GPU slowing down) or measured while other trials ran on "
-          "the same host (shared host): read it as a rough figure, not a measurement to compare; 'N ... left "
-          "out': the value is the clean repeats' and N flagged ones were not used. A ratio is marked when "
-          "either side is.")
+          "processes' load, few or short samples, samples that drift, the GPU slowing down) or measured while "
+          "other trials ran on the same host (shared host): read it as a rough figure, not a measurement to "
+          "compare; 'N ... left out': the value is the clean repeats' and N flagged ones were not used. A ratio "
+          "is marked when either side is.")
 
 
 def overlaps(v) -> list:
