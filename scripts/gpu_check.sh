@@ -73,8 +73,9 @@ timm)
   step timm-r50 60 python3 "$TIMM_BENCHMARK" --device "$DEV" --model "$RES" -b "$TB" --bench both --amp \
        --amp-dtype bfloat16 --channels-last --results-file "$W/timm-r50.json" --results-format json ;;
 resume)
-  if [ -n "$RESUME" ] && [ -d "$RESUME/sweep" ]; then
-    cp -a "$RESUME/sweep" "$W/sweep" && echo "resumed $(wc -l < "$W/sweep/results.jsonl") rows"; fi ;;
+  if [ -e "$W/sweep/results.jsonl" ]; then echo "not resumed: $W/sweep already holds a store"
+  elif [ -n "$RESUME" ] && [ -d "$RESUME/sweep" ]; then  # into $W, never inside an existing $W/sweep
+    cp -a "$RESUME/sweep" "$W/" && echo "resumed $(wc -l < "$W/sweep/results.jsonl") rows"; fi ;;
 sweep)
   l=$(left); step sweep $((l - 30)) vitbench sweep "$STUDY" --results "$W/sweep" --allow-failures ;;
 *) echo "unknown step $s (setup doctor timm resume sweep)"; exit 2 ;;

@@ -593,6 +593,24 @@ def test_normalize_never_divides_by_another_precision_s_or_thread_count_s_calibr
     assert compare(cur, cur, normalize=True).rows[0].decision == "no change"
 
 
+def test_normalize_never_divides_by_calibrations_of_other_matrix_sizes():
+    # The review of the GPU change: a GPU baseline calibrated at n=1024 (every calibration before 2026-11-29) and a
+    # current one at 8192 (the device's kind since), 7x apart in bf16 on an H200: identical speeds read 0.139
+    old = calibration_record([110.0] * 3)  # its config's matmul_n: 1024
+    new = calibration_record([790.0] * 3, run_id="run2")
+    new.trial["matmul_n"] = new.config["matmul_n"] = None
+    new.metrics["matmul_n"] = 8192
+    base, cur = [bench_record("A"), old], [bench_record("A", run_id="run2"), new]
+    with pytest.raises(ConfigError, match="different matrix sizes \\(matmul_n 1024, 8192"):
+        compare(base, cur, normalize=True)
+    assert compare(cur, cur, normalize=True).rows[0].decision == "no change"
+    same = calibration_record([110.0] * 3, run_id="run2")  # a row of today at the CPU's size: as before
+    same.trial["matmul_n"] = same.config["matmul_n"] = None
+    same.metrics["matmul_n"] = 1024
+    cur = [bench_record("A", run_id="run2"), same]
+    assert compare(base, cur, normalize=True, run_noise=0).rows[0].decision == "no change"
+
+
 def test_a_path_that_reads_as_markup_is_printed_as_text(tmp_path, cli):
     """A results path holding '[/]' (rich's closing tag) raised MarkupError after comparing: exit 1, which compare
     and ab use for a regression. Found by a hostile-input audit."""

@@ -94,6 +94,20 @@ def test_a_child_ends_when_the_process_that_asked_for_it_is_killed():
 
 
 @needs_servers
+def test_a_refused_close_leaves_the_child_running():
+    p = forkservers.process((A,), _sleep)
+    p.start()
+    try:
+        with pytest.raises(ValueError):  # multiprocessing refuses to close a running process
+            p.close()
+        time.sleep(0.5)
+        assert p.is_alive()  # not ended by the asker's end of its requester pipe being closed
+    finally:
+        p.kill()
+        p.join(timeout=30)
+
+
+@needs_servers
 def test_a_child_that_ended_is_let_go_on_join():
     p = forkservers.process((A,), _nothing)
     p.start()

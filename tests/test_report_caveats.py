@@ -123,9 +123,14 @@ def test_calibration_line_never_pools_backends_or_precisions():
                         "backend": ["torch", "torch", "jax", "jax", "torch"], "device": "cuda",
                         "precision": ["fp32", "bf16", "fp32", "bf16", "fp32"], "threads": None})
     assert calibration_line(cal) == (
-        "calibration (dense matmul TFLOP/s by backend, precision: median (range, runs)): jax bf16 51 (51 to 51, "
-        "1 run(s)); jax fp32 35 (35 to 35, 1 run(s)); torch bf16 101 (101 to 101, 1 run(s)); torch fp32 38.1 (38 "
-        "to 38.2, 2 run(s))")
+        "calibration (dense matmul TFLOP/s by backend, precision: median (range, runs); busy: other processes "
+        "used >= 0.5 cores): jax bf16 51 (51 to 51, 1 run(s)); jax fp32 35 (35 to 35, 1 run(s)); torch bf16 101 "
+        "(101 to 101, 1 run(s)); torch fp32 38.1 (38 to 38.2, 2 run(s))")
+    # a group whose every run was busy is still shown, marked (the review: it vanished with the busy rows)
+    busy = cal.assign(other_load_cores=[0.0, 1.5, 0.0, 0.0, 1.5])
+    line = calibration_line(busy)
+    assert f"{MARK} torch bf16 101 (101 to 101, 1 run(s), every one shared the machine)" in line
+    assert "torch fp32 38 (38 to 38, 1 run(s), 1 busy left out)" in line
 
 
 # ---- figures from enough points, numbers that were measured ----------------------------------------------------

@@ -9,13 +9,14 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import pytest
 from records import record, with_fields
 
 from vitbench.errors import VitbenchWarning
 from vitbench.store import CorruptLineWarning, Store, read_records
-from vitbench.tidy import load
+from vitbench.tidy import load, select
 
 
 def rec(i: int, status: str = "ok", kind: str = "bench", key: str | None = None, **metrics):
@@ -158,6 +159,24 @@ def test_a_store_copied_beside_itself_counts_each_measurement_once(tmp_path):
     with pytest.warns(VitbenchWarning, match=r"3 row\(s\) are copies .*copy \(3\)"):
         df = load(tmp_path)
     assert len(df) == 4 and sorted(df["run_id"]) == ["run1"] * 3 + ["run2"]
+
+
+@pytest.mark.parametrize("original, copy", [("a_orig", "b_copy"), ("b_orig", "a_copy")])
+def test_which_copy_counts_does_not_depend_on_the_directories_names(tmp_path, original, copy):
+    # The review: a run copied aside, then the trial re-run in the original; the copy's old row was served as
+    # another run or not by which directory's name sorted first
+    with Store(tmp_path / original) as st:
+        st.append(with_fields(rec(0, img_per_s=100.0), run_id="run1", started_at="2026-11-29T10:00:00",
+                              finished_at="2026-11-29T10:00:05"))
+    shutil.copytree(tmp_path / original, tmp_path / copy)
+    with Store(tmp_path / original) as st:  # re-run (--force): supersedes the old row in its own directory
+        st.append(with_fields(rec(0, img_per_s=200.0), run_id="run2", started_at="2026-11-29T11:00:00",
+                              finished_at="2026-11-29T11:00:05"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = sorted(load(tmp_path)["img_per_s"])
+        picked = sorted(r.metrics["img_per_s"] for r in select(read_records(tmp_path)))
+    assert got == picked == [100.0, 200.0]  # the copy's latest is one run, the original's latest another
 
 
 def _writer(path: str, worker: int, n: int) -> None:

@@ -185,7 +185,8 @@ class ServerProcess(mp.context.ForkServerProcess):
         try:
             super().start()
         finally:
-            self._requester.close()  # the child holds its own copy
+            if self._requester is not None:
+                self._requester.close()  # the child holds its own copy
 
     def join(self, timeout=None):
         super().join(timeout)
@@ -193,9 +194,9 @@ class ServerProcess(mp.context.ForkServerProcess):
             self._keep.close()
 
     def close(self):
+        super().close()  # refused while the child runs: then the child must not be ended by closing our end
         if self._keep is not None:
             self._keep.close()
-        super().close()
 
 
 def _watch_requester(requester) -> None:

@@ -49,31 +49,34 @@ def _flatten(rec: Record, declared: dict[str, dict] | None = None) -> dict[str, 
 
 
 class _Once:
-    """Each measurement once (Record.measurement): a row repeating one read before, from another directory (one
-    run copied beside itself), is a copy; `warn` says where the copies were."""
+    """Each measurement once (Record.measurement), among the rows kept (the latest of each trial and directory):
+    the same measurement kept in another directory too (one run copied beside itself) is counted in the first only,
+    whatever the directories' names; `warn` says where the copies were."""
 
     def __init__(self):
-        self.seen: dict[tuple, str | None] = {}  # measurement -> the directory it was first read from
-        self.copies: dict[str | None, int] = {}  # directory -> copies found there
+        self.copies: dict[str | None, set] = {}  # directory -> the measurements it held copies of
 
-    def is_copy(self, rec: Record) -> bool:
-        """Within one directory rows never count as copies: the latest of a trial's rows supersedes the others."""
-        ident = rec.measurement
-        if ident is None:
-            return False
-        first = self.seen.setdefault(ident, rec.source)
-        if first == rec.source:
-            return False
-        self.copies[rec.source] = self.copies.get(rec.source, 0) + 1
-        return True
+    def first(self, items: Iterable[tuple[Any, tuple | None, str | None]]) -> list:
+        """The items (item, measurement, directory), in reading order, less the later copies of a measurement."""
+        seen: set[tuple] = set()
+        out = []
+        for item, ident, source in items:
+            if ident is not None and ident in seen:
+                self.copies.setdefault(source, set()).add(ident)
+                continue
+            if ident is not None:
+                seen.add(ident)
+            out.append(item)
+        return out
 
     def warn(self) -> None:
         if self.copies:
-            where = ", ".join(f"{clip(str(d), 200)} ({n})" for d, n in list(self.copies.items())[:5])
-            more = " ..." if len(self.copies) > 5 else ""
+            n = {d: len(v) for d, v in self.copies.items()}
+            where = ", ".join(f"{clip(str(d), 200)} ({k})" for d, k in list(n.items())[:5])
+            more = " ..." if len(n) > 5 else ""
             warnings.warn(VitbenchWarning(
-                f"{sum(self.copies.values())} row(s) are copies of rows read from another directory (the same "
-                f"sweep run, trial, repeat and start), counted once: {where}{more}"), stacklevel=3)
+                f"{sum(n.values())} row(s) are copies of rows read from another directory (the same sweep run, "
+                f"trial, repeat and start), counted once: {where}{more}"), stacklevel=3)
 
 
 def select(records: Iterable[Record], kinds: Iterable[str] | str | None = None,
@@ -81,12 +84,10 @@ def select(records: Iterable[Record], kinds: Iterable[str] | str | None = None,
     """Filter records by kind (None: every kind but the calibration's; 'all': everything) and keep, per trial key
     and results directory, only the latest record by finish time (a re-run after --force or an interruption
     supersedes the older row; rows from several shards interleave in time; other directories are other runs, but
-    a copy of a row read before is left out: _Once)."""
+    a copy of a row kept in another directory is left out: _Once)."""
     from vitbench.tasks import Role, kinds_with_role
 
-    once = _Once()
-    recs = [r for r in records if not once.is_copy(r)]
-    once.warn()
+    recs = list(records)
     if kinds is None:
         calibration = kinds_with_role(Role.CALIBRATION)
         recs = [r for r in recs if r.kind not in calibration]
@@ -103,6 +104,9 @@ def select(records: Iterable[Record], kinds: Iterable[str] | str | None = None,
                 if not prev or not r.finished_at or r.finished_at >= prev:
                     last[ident] = i
         recs = [r for i, r in enumerate(recs) if not r.key or last[(r.source, r.key)] == i]
+    once = _Once()
+    recs = once.first((r, r.measurement, r.source) for r in recs)
+    once.warn()
     return recs
 
 
@@ -137,13 +141,13 @@ def load_each(path: str | os.PathLike, kinds: Sequence[Iterable[str] | str | Non
 
     from vitbench.tasks import kind_metrics
 
-    wanted = [(_kind_filter(k), Columns(), {}, set()) for k in kinds]
+    # per kind filter: its columns, the latest row of each (source, key), the rows superseded, each row's
+    # (measurement, source) for _Once
+    wanted = [(_kind_filter(k), Columns(), {}, set(), []) for k in kinds]
     once, declared = _Once(), kind_metrics()
     for rec in iter_records(path):
-        if once.is_copy(rec):
-            continue
         row = None
-        for keep, cols, last, superseded in wanted:  # last: (source, key) -> (row, finished_at) of the latest
+        for keep, cols, last, superseded, idents in wanted:  # last: (source, key) -> (row, finished_at)
             if not keep(rec.kind):
                 continue
             if latest and rec.key:
@@ -158,16 +162,18 @@ def load_each(path: str | os.PathLike, kinds: Sequence[Iterable[str] | str | Non
                 if raw_json:
                     row["raw"] = json.dumps(row["raw"], default=str)
             cols.add(row)
-    once.warn()
+            idents.append((rec.measurement, rec.source))
     out = []
-    for _, cols, _, superseded in wanted:
-        df = cols.frame([i for i in range(cols.n) if i not in superseded] if superseded else None)
+    for _, cols, _, superseded, idents in wanted:
+        kept = once.first((i, *idents[i]) for i in range(cols.n) if i not in superseded)
+        df = cols.frame(kept if len(kept) < cols.n else None)
         if df.empty:
             df = pd.DataFrame(columns=[*TRIAL_ID_COLUMNS, "raw"])
         for col in cols.integer_columns if len(df) else ():  # a batch size stays 8 where others lack it, not 8.0
             with contextlib.suppress(TypeError, ValueError, OverflowError):  # past int64: left as it is
                 df[col] = df[col].astype("Int64")
         out.append(df)
+    once.warn()
     return out
 
 

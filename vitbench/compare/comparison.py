@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from vitbench.compare.decide import (DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD, REGRESSING, Calibrations, Decision,
-                                     Row, compare_trials, number)
+                                     Row, compare_trials, number, same_sizes)
 from vitbench.compare.match import DEFAULT_IGNORE, group, labels, why_unmatched
 from vitbench.compare.runs import RUN_NOISE_MAX
 from vitbench.errors import ConfigError, clip
@@ -183,6 +183,7 @@ def compare(baseline: Sequence[Record], current: Sequence[Record], *, threshold:
                           for m in t.metrics)
         calibs = tuple(Calibrations([r for r in recs if r.kind in cal_kinds and r.status is Status.OK],
                                     cal_metric, side) for recs, side in zip((baseline, current), names))
+        same_sizes(calibs)
     selected = [known[m] for m in metrics]
     rows, not_compared = [], []
     per_trial = compare_trials([(label[k], bt[k], ct[k]) for k in matched], selected, threshold, confidence,

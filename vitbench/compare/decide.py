@@ -14,7 +14,7 @@ import numpy as np
 from vitbench.compare.match import Trial
 from vitbench.compare.runs import assumed_noise, between_runs, same_runs, widened
 from vitbench.errors import ConfigError, clip
-from vitbench.tasks.calibration import HOW, WHERE
+from vitbench.tasks.calibration import HOW, SIZE, WHERE, matmul_size
 from vitbench.record import Record
 from vitbench.stats import MedianBatch, percentile_intervals, picked, repeat_picks
 from vitbench.tasks import Metric
@@ -107,7 +107,7 @@ class Calibrations:
         """The calibrations of the trial's backend and device, and the same by run: found once per backend and
         device (scanning every calibration for every trial made `compare --normalize` and `history append`
         grow as trials x calibrations: 120 s at 100,000 rows)."""
-        key = (str(cfg.get("backend")), str(cfg.get("device")))
+        key = tuple(str(cfg.get(k)) for k in WHERE)
         if key not in self._cands:
             cands = [c for c in self.records
                      if all(c.measured_config.get(k) == cfg.get(k) for k in WHERE
@@ -118,6 +118,13 @@ class Calibrations:
                     by_run.setdefault(c.run_id, []).append(c)
             self._cands[key] = cands, by_run
         return self._cands[key]
+
+    def sizes(self) -> dict[tuple, set]:
+        """The matrix sizes this side's calibrations were taken at, per backend, device, precision and threads."""
+        out: dict[tuple, set] = {}
+        for c in self.records:
+            out.setdefault(tuple(str(c.measured_config.get(k)) for k in (*WHERE, *HOW)), set()).add(matmul_size(c))
+        return out
 
     def for_record(self, rec: Record) -> float:
         cfg = rec.measured_config
@@ -160,6 +167,24 @@ class Calibrations:
                                   f"backend {cfg.get('backend')!r} is {self._cache[ident]:g}: nothing to divide "
                                   f"by ({pool[0].source or 'results'}); compare without --normalize")
         return self._cache[ident]
+
+
+def same_sizes(calibs: Sequence[Calibrations]) -> None:
+    """Refuse to normalise by calibrations taken at different matrix sizes (on both sides together): a GPU's
+    calibration took n=1024 before 2026-11-29 and 8192 since, some 7x apart in bf16 on an H200, which dividing by
+    both would call a change of the code."""
+    merged: dict[tuple, set] = {}
+    for cal in calibs:
+        for k, v in cal.sizes().items():
+            merged.setdefault(k, set()).update(v)
+    mixed = {k: v for k, v in merged.items() if len(v) > 1}
+    if mixed:
+        k, v = next(iter(mixed.items()))
+        raise ConfigError(
+            f"--normalize: the calibrations of {', '.join(f'{n} {x}' for n, x in zip((*WHERE, *HOW), k))} were "
+            f"taken at different matrix sizes ({SIZE} {', '.join(map(str, sorted(v, key=str)))}; a calibration "
+            "follows the device's kind since 2026-11-29): dividing by both would invent a change. Compare runs "
+            "calibrated alike, or compare without --normalize")
 
 
 def decide(ci_low: float | None, ci_high: float | None, threshold: float, higher_is_better: bool) -> Decision:

@@ -76,16 +76,17 @@ class PeakPolicy:
     keep: int = 20  # readings kept per entry (for inspection)
     timeout_s: float = 600.0  # a backend measuring in its own process
 
-    # The sweep's calibration (tasks/calibration.py) times one size: this one on CPUs (its few ms per matmul repeat
-    # often within the 0.25 s of a repetition), the largest accelerator size elsewhere: on an H200 n=1024 left
-    # most SMs idle (bf16 100-126 TFLOP/s where 8192 reaches ~790; docs/gpu.md)
+    # The sweep's calibration (tasks/calibration.py) times one size: on CPUs 1024 (a few ms per matmul, many in the
+    # 0.25 s of a repetition); on accelerators 8192, which fills a big GPU (on an H200 n=1024 left most SMs idle:
+    # bf16 100-126 TFLOP/s where 8192 reaches ~790; docs/gpu.md). compare --normalize matches calibrations by size.
     cpu_calibration_n: int = 1024
+    accelerator_calibration_n: int = 8192
 
     def sizes(self, kind: DeviceKind) -> tuple[int, ...]:
         return self.cpu_sizes if kind is DeviceKind.CPU else self.accelerator_sizes
 
     def calibration_n(self, kind: DeviceKind) -> int:
-        return self.cpu_calibration_n if kind is DeviceKind.CPU else max(self.accelerator_sizes)
+        return self.cpu_calibration_n if kind is DeviceKind.CPU else self.accelerator_calibration_n
 
     def updated(self, data: dict) -> PeakPolicy:
         """This policy with `data`'s fields (JSON: lists become the tuples the sizes are)."""

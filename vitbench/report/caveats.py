@@ -143,17 +143,22 @@ def calibration_line(cal: pd.DataFrame | None) -> str | None:
         return None
     load = pd.to_numeric(c["other_load_cores"], errors="coerce") if "other_load_cores" in c else None
     busy = (load >= BUSY_CORES) if load is not None else pd.Series(False, index=c.index)
+    apart = [k for k in (*WHERE, *HOW) if k in c and c[k].astype(str).nunique() > 1]
+    if apart:  # each group its own median, its own busy runs left out (a group that was all busy: marked)
+        parts = []
+        for name, g in c.groupby([c[k].astype(str) for k in apart], sort=True):
+            b = busy.loc[g.index]
+            v = (g[~b] if (~b).any() else g)["v"]
+            how = (", every one shared the machine" if b.all() else
+                   f", {int(b.sum())} busy left out" if b.any() else "")
+            parts.append(f"{MARK + ' ' if b.all() else ''}{' '.join(name)} {v.median():.4g} ({v.min():.4g} to "
+                         f"{v.max():.4g}, {len(v)} run(s){how})")
+        return (f"calibration (dense matmul TFLOP/s by {', '.join(apart)}: median (range, runs); busy: other "
+                f"processes used >= {BUSY_CORES:g} cores): {'; '.join(parts)}")
     used = c[~busy] if (~busy).any() else c
     vals = used["v"]
-    apart = [k for k in (*WHERE, *HOW) if k in used and used[k].astype(str).nunique() > 1]
-    if apart:
-        parts = [f"{' '.join(name)} {g['v'].median():.4g} ({g['v'].min():.4g} to {g['v'].max():.4g}, "
-                 f"{len(g)} run(s))" for name, g in used.groupby([used[k].astype(str) for k in apart], sort=True)]
-        line = (f"calibration (dense matmul TFLOP/s by {', '.join(apart)}: median (range, runs)): "
-                f"{'; '.join(parts)}")
-    else:
-        line = (f"calibration (dense matmul, {len(vals)} run(s)): median {vals.median():.4g} TFLOP/s, "
-                f"range {vals.min():.4g} to {vals.max():.4g}")
+    line = (f"calibration (dense matmul, {len(vals)} run(s)): median {vals.median():.4g} TFLOP/s, "
+            f"range {vals.min():.4g} to {vals.max():.4g}")
     if busy.all():
         return (f"{MARK} {line}; every run shared the machine (other processes used >= {BUSY_CORES:g} cores "
                 "meanwhile)")

@@ -20,6 +20,14 @@ METRIC = "matmul_tflops_per_s"
 # divided only by a calibration of the same four (compare --normalize), and the report never pools two of them
 WHERE = ("backend", "device")
 HOW = ("precision", "threads")
+SIZE = "matmul_n"  # and at the size of its matmul (the row's metric; a row before 2026-11-29: its config's, 1024)
+LEGACY_N = 1024  # the size every calibration took before it followed the device's kind
+
+
+def matmul_size(rec: Record) -> int | None:
+    """The matrix size a calibration record measured at: a speed is divided only by a calibration of the same."""
+    v = rec.metrics.get(SIZE, rec.measured_config.get(SIZE) or LEGACY_N)
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
 class Matmul(BaseModel):
@@ -43,11 +51,12 @@ def calibration_samples(rec: Record) -> list[float] | None:
 class Calibration(Task):
     name = "calibration"
     kind = "calibration"
-    Params = params_model("CalibrationParams", ("backend", "task", "device", "precision", "threads"), Matmul)
+    Params = params_model("CalibrationParams", ("task", *WHERE, *HOW), Matmul)
     description = "device matmul throughput, measured at the start of each sweep run"
     needs = frozenset({Capability.MATMUL_PEAK})
     metrics = (Metric(METRIC, "TFLOP/s", True, "dense matmul throughput (2 FLOPs per MAC)",
-                      samples=calibration_samples),)
+                      samples=calibration_samples),
+               Metric(SIZE, "elements", True, "the square matrix size used (the field's, or the device kind's)"))
     headline = METRIC
     hidden = True
     role = Role.CALIBRATION
