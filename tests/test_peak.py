@@ -314,7 +314,13 @@ def test_torch_and_jax_rows_of_one_device_and_precision_carry_the_same_peak(tmp_
            "VITBENCH_PEAK_POLICY": '{"cpu_sizes": [512, 1024], "seconds": 0.1}'}
     args = ("ViT-Nano/4", "-b", "4", "--threads", "1", "--min-steps", "3", "--min-seconds", "0.05")
     rows = {be: _bench_json(*args, "--backend", be, env=env)["metrics"] for be in ("torch", "jax")}
-    assert rows["torch"]["peak_tflops"] == rows["jax"]["peak_tflops"] > 0
+    # the JAX row divides by the peak the torch row made, unless that one was measured while the host was busy
+    # (provisional) and the host is quiet now: then it is measured again, and a peak only rises (two full-suite
+    # runs under -n 2 saw 0.096 then 0.106)
+    if rows["torch"]["peak_basis"] == "measured_quiet":
+        assert rows["torch"]["peak_tflops"] == rows["jax"]["peak_tflops"] > 0
+    else:
+        assert 0 < rows["torch"]["peak_tflops"] <= rows["jax"]["peak_tflops"]
     for m in rows.values():
         assert 0 < m["mfu"] <= 1 and m["peak_source"] == "measured" and m["peak_by"] in ("torch", "jax")
     cache = json.loads((tmp_path / "peaks.json").read_text())
