@@ -57,15 +57,14 @@ class _Once:
         self.copies: dict[str | None, set] = {}  # directory -> the measurements it held copies of
 
     def first(self, items: Iterable[tuple[Any, tuple | None, str | None]]) -> list:
-        """The items (item, measurement, directory), in reading order, less the later copies of a measurement."""
-        seen: set[tuple] = set()
+        """The items (item, measurement, directory), in reading order, less the later copies of a measurement in
+        other directories (within one, rows are never copies: `latest` decides between them, or all are asked for)."""
+        seen: dict[tuple, str | None] = {}  # measurement -> the directory that holds it first
         out = []
         for item, ident, source in items:
-            if ident is not None and ident in seen:
+            if ident is not None and seen.setdefault(ident, source) != source:
                 self.copies.setdefault(source, set()).add(ident)
                 continue
-            if ident is not None:
-                seen.add(ident)
             out.append(item)
         return out
 
