@@ -58,7 +58,8 @@ class _Once:
 
     def first(self, items: Iterable[tuple[Any, tuple | None, str | None]]) -> list:
         """The items (item, measurement, directory), in reading order, less the later copies of a measurement in
-        other directories (within one, rows are never copies: `latest` decides between them, or all are asked for)."""
+        other directories (within one, rows are never copies: `latest` decides between them, or all are
+        asked for)."""
         seen: dict[tuple, str | None] = {}  # measurement -> the directory that holds it first
         out = []
         for item, ident, source in items:
