@@ -107,6 +107,24 @@ def test_offline_beside_the_throughput_mode(one_torch_thread):
     assert max(raw["runs"][0]["batch_sizes"]) == 4
 
 
+def test_offline_expects_three_times_the_fastest_window_not_the_median(one_torch_thread, monkeypatch):
+    # a full-suite run under -n 2: the Offline run went more than 3x the bracket's median window, ran out of
+    # samples before its minimum duration and was INVALID; the fastest window is the host's speed undisturbed
+    import vitbench.measure.serve as serve_mod
+
+    real = serve_mod.throughput
+
+    def slow_median(be, work, seconds):
+        out = real(be, work, seconds)
+        out["img_per_s_windows"] = [out["img_per_s_windows"][0] / 4] * 4 + [out["img_per_s_windows"][0]]
+        return out
+
+    monkeypatch.setattr(serve_mod, "throughput", slow_median)
+    rec = serve(scenario="Offline", min_query_count=64)
+    before = rec.raw["throughput"]["before"]["img_per_s_windows"]
+    assert rec.raw["runs"][0]["target_qps"] == serve_mod.OFFLINE_MARGIN * max(before)
+
+
 def test_multistream_queries_are_batched_whole(one_torch_thread):
     # p90: EARLY_STOP_QUERIES prove it (MultiStream's p99 default needs 662)
     rec = serve(scenario="MultiStream", samples_per_query=4, max_wait_ms=50.0, min_query_count=EARLY_STOP_QUERIES,
