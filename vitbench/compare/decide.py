@@ -14,10 +14,10 @@ import numpy as np
 from vitbench.compare.match import Trial
 from vitbench.compare.runs import assumed_noise, between_runs, same_runs, widened
 from vitbench.errors import ConfigError, clip
-from vitbench.tasks.calibration import HOW, SIZE, WHERE, matmul_size
 from vitbench.record import Record
 from vitbench.stats import MedianBatch, percentile_intervals, picked, repeat_picks
 from vitbench.tasks import Metric
+from vitbench.tasks.calibration import CONDITIONS, HOW, SIZE, WHERE, matmul_size
 
 # The one declaration of the gates' defaults (`vitbench compare` and `vitbench ab`): a 5 % change matters, decided
 # on a 95 % interval (docs/compare.md: the gate's power measured with these).
@@ -123,7 +123,7 @@ class Calibrations:
         """The matrix sizes this side's calibrations were taken at, per backend, device, precision and threads."""
         out: dict[tuple, set] = {}
         for c in self.records:
-            out.setdefault(tuple(str(c.measured_config.get(k)) for k in (*WHERE, *HOW)), set()).add(matmul_size(c))
+            out.setdefault(tuple(str(c.measured_config.get(k)) for k in CONDITIONS), set()).add(matmul_size(c))
         return out
 
     def for_record(self, rec: Record) -> float:
@@ -181,7 +181,7 @@ def same_sizes(calibs: Sequence[Calibrations]) -> None:
     if mixed:
         k, v = next(iter(mixed.items()))
         raise ConfigError(
-            f"--normalize: the calibrations of {', '.join(f'{n} {x}' for n, x in zip((*WHERE, *HOW), k))} were "
+            f"--normalize: the calibrations of {', '.join(f'{n} {x}' for n, x in zip(CONDITIONS, k))} were "
             f"taken at different matrix sizes ({SIZE} {', '.join(map(str, sorted(v, key=str)))}; a calibration "
             "follows the device's kind since 2026-11-29): dividing by both would invent a change. Compare runs "
             "calibrated alike, or compare without --normalize")

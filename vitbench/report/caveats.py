@@ -134,7 +134,7 @@ def calibration_line(cal: pd.DataFrame | None) -> str | None:
     backends, devices, precisions or thread counts are never pooled: a line gives each its own median (the GPU
     check's line pooled fp32, tf32 and bf16 of two backends: "median 44.51 TFLOP/s, range 30.04 to 126.2")."""
     from vitbench.measure.load import BUSY_CORES
-    from vitbench.tasks.calibration import HOW, WHERE
+    from vitbench.tasks.calibration import CONDITIONS
 
     if cal is None or cal.empty or "matmul_tflops_per_s" not in cal:
         return None
@@ -143,7 +143,7 @@ def calibration_line(cal: pd.DataFrame | None) -> str | None:
         return None
     load = pd.to_numeric(c["other_load_cores"], errors="coerce") if "other_load_cores" in c else None
     busy = (load >= BUSY_CORES) if load is not None else pd.Series(False, index=c.index)
-    apart = [k for k in (*WHERE, *HOW) if k in c and c[k].astype(str).nunique() > 1]
+    apart = [k for k in CONDITIONS if k in c and c[k].astype(str).nunique() > 1]
     if apart:  # each group its own median, its own busy runs left out (a group that was all busy: marked)
         parts = []
         for name, g in c.groupby([c[k].astype(str) for k in apart], sort=True):

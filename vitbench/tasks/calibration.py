@@ -20,6 +20,7 @@ METRIC = "matmul_tflops_per_s"
 # divided only by a calibration of the same four (compare --normalize), and the report never pools two of them
 WHERE = ("backend", "device")
 HOW = ("precision", "threads")
+CONDITIONS = (*WHERE, *HOW)
 SIZE = "matmul_n"  # and at the size of its matmul (the row's metric; a row before 2026-11-29: its config's, 1024)
 LEGACY_N = 1024  # the size every calibration took before it followed the device's kind
 
@@ -75,7 +76,7 @@ class Calibration(Task):
         with LoadMeter() as load:
             vals = [be.matmul_flops_per_s(p.precision, n=n, seconds=p.seconds) / 1e12 for _ in range(p.reps)]
         s = sorted(vals)
-        metrics = {METRIC: s[len(s) // 2], f"{METRIC}_max": s[-1], f"{METRIC}_min": s[0], "matmul_n": n,
+        metrics = {METRIC: s[len(s) // 2], f"{METRIC}_max": s[-1], f"{METRIC}_min": s[0], SIZE: n,
                    "other_load_cores": load.other_cores}
         offer_observation(be, p.precision, info.get("threads"), s[-1], by=f"calibration ({be.name})",
                           how=f"{p.precision} matmul n={n}, best of {p.reps} x {p.seconds:g} s",
