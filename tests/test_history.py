@@ -32,16 +32,17 @@ def _run(commit: str, i: int, machine: str = "m1", date: str | None = None) -> R
                run_date="2026-01-02T00:00:00+00:00", machine=machine, path="/results", info={"i": i})
 
 
-def _point(value: float, cal: float | None = None, trial: str = "t1", metric: str = "img_per_s") -> Point:
+def _point(value: float, cal: float | None = None, trial: str = "t1", metric: str = "img_per_s",
+           size: int | None = None) -> Point:
     return Point(trial=trial, label=f"ViT-Nano/4 infer {trial}", model="ViT-Nano/4", backend="torch", task="infer",
                  metric=metric, unit="img/s", higher_is_better=True, value=value, calibration=cal,
-                 raw={"rounds": [value]})
+                 raw={"rounds": [value], **({"matmul_n": size} if size else {})})
 
 
-def _history(db: Path, values, machines=None, cals=None) -> None:
+def _history(db: Path, values, machines=None, cals=None, sizes=None) -> None:
     for i, v in enumerate(values):
         store.append(db, _run(f"c{i:03d}", i, machines[i] if machines else "m1"),
-                     [_point(v, cals[i] if cals else None)])
+                     [_point(v, cals[i] if cals else None, size=sizes[i] if sizes else None)])
 
 
 # ---- the store -----------------------------------------------------------------------------------------------
@@ -225,6 +226,7 @@ def test_append_records_a_sweep_with_commit_machine_and_calibration(cli, tmp_pat
     run, pt = next((r, p) for r, p in rows if p.model == "ViT-Nano/4" and p.metric == "img_per_s")
     assert run.commit == "a" * 40 and run.machine == "vm|AMD EPYC|2|cpu" and run.source == "sweep"
     assert pt.calibration == 0.05 and pt.value == f64(100.0, 3)  # 8 / median(8 / 100) x 8 / 8: the record's img/s
+    assert pt.raw["matmul_n"] == 1024  # the calibration's matrix size (its config's, in this row from before)
     assert run.commit_date is None  # not a commit of --repo: no date, ordered by the run's
     r = cli("history", "append", _results(tmp_path / "r2", "b" * 40 + "-dirty", 100.0, 0.05), "--db", db)
     assert r.exit_code == 2 and "uncommitted" in r.output and "r2" in r.output
@@ -407,6 +409,28 @@ def test_a_machine_change_is_divided_out_by_its_calibration(tmp_path):
     assert set(page) == {"metric", "unit", "trial", "model", "backend", "task", "points", "changes"}
     assert set(page["points"][0]) == {"commit", "date", "value", "normalized"}
     assert page["points"][0]["normalized"] is None
+
+
+def test_a_machine_is_normalised_by_its_calibration_at_one_matrix_size(tmp_path):
+    """A GPU's calibration changed size on 2026-11-29 (n=1024 -> 8192, some 7x in bf16): machine m1 measured at
+    both, then m2, twice m1's speed, at the new one. The old rule took m1's median over both sizes (0.05) against
+    m2's 0.70 and called the machine change a 7x speed-up of the code."""
+    from vitbench.history import series as hs
+
+    db = tmp_path / "h.sqlite"
+    rng = np.random.default_rng(3)
+    noise = np.exp(rng.normal(0, 0.01, 50))
+    _history(db, list(100 * noise[:30]) + list(200 * noise[30:]), machines=["m1"] * 30 + ["m2"] * 20,
+             cals=[0.05] * 20 + [0.35] * 10 + [0.70] * 20, sizes=[None] * 20 + [8192] * 30)  # None: from before
+    (s,) = hs.detect(hs.build(list(store.read(db))))
+    assert s.basis == "normalized" and s.changes == []
+    assert s.normalized[0] == f64(200 * noise[0], 5)  # 100 x 0.70 / 0.35: m1 at n=8192
+    # a machine calibrated only at another size than the newest point's is not normalised: the raw step shows
+    db2 = tmp_path / "h2.sqlite"
+    _history(db2, list(100 * noise[:20]) + list(200 * noise[20:40]), machines=["m1"] * 20 + ["m2"] * 20,
+             cals=[0.05] * 20 + [0.70] * 20, sizes=[1024] * 20 + [8192] * 20)
+    (s2,) = hs.detect(hs.build(list(store.read(db2))))
+    assert s2.basis == "raw" and s2.normalized[0] is None and [c.index for c in s2.changes] == [20]
 
 
 def test_exit_1_on_a_new_regression_only(cli, tmp_path):

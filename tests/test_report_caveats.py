@@ -133,6 +133,16 @@ def test_calibration_line_never_pools_backends_or_precisions():
     assert "torch fp32 38 (38 to 38, 1 run(s), 1 busy left out)" in line
 
 
+def test_calibration_line_never_pools_matrix_sizes():
+    # a GPU's calibration took n=1024 before 2026-11-29 and 8192 since: some 7x apart, never one median. The size
+    # is the row's metric, else its config's (`config.matmul_n` in the frame), else 1024 (a row with neither)
+    cal = pd.DataFrame({"matmul_tflops_per_s": [110.0, 120.0, 790.0, 100.0], "other_load_cores": 0.0,
+                        "matmul_n": [None, None, 8192, None], "config.matmul_n": [1024, None, None, None]})
+    assert calibration_line(cal) == (
+        "calibration (dense matmul TFLOP/s by matmul_n: median (range, runs); busy: other processes used >= 0.5 "
+        "cores): 1024 110 (100 to 120, 3 run(s)); 8192 790 (790 to 790, 1 run(s))")
+
+
 # ---- figures from enough points, numbers that were measured ----------------------------------------------------
 def test_a_fit_figure_from_one_point_is_a_note_not_a_fit(tmp_path):
     with Store(tmp_path) as st:

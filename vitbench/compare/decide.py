@@ -127,6 +127,29 @@ class Calibrations:
         return out
 
     def for_record(self, rec: Record) -> float:
+        """The calibration a trial record's speed is divided by. A fixed divisor: the median of the calibration's
+        runs. Its uncertainty is not resampled from its 3-odd runs (a median of 3 bootstraps to a lumpy,
+        outlier-driven distribution); it enters the interval through the repeats instead, when every repeat round
+        has its own calibration (see docs/compare.md)."""
+        pool, same_run = self._pool(rec)
+        self.fallbacks += not same_run
+        ident = tuple(sorted(id(c) for c in pool))
+        if ident not in self._cache:
+            self._cache[ident] = float(np.median([x for c in pool for x in metric_samples(c, self.metric)]))
+            if not self._cache[ident] > 0:
+                cfg = rec.measured_config
+                raise ConfigError(f"--normalize: the {self.side} results' calibration ({self.metric.name}) for "
+                                  f"backend {cfg.get('backend')!r} is {self._cache[ident]:g}: nothing to divide "
+                                  f"by ({pool[0].source or 'results'}); compare without --normalize")
+        return self._cache[ident]
+
+    def size_for(self, rec: Record) -> int | None:
+        """The matrix size of the calibration `for_record` divides by; None where its pool mixes sizes."""
+        sizes = {matmul_size(c) for c in self._pool(rec)[0]}
+        return sizes.pop() if len(sizes) == 1 else None
+
+    def _pool(self, rec: Record) -> tuple[list[Record], bool]:
+        """The calibrations a trial record is divided by, and whether they are of its own run."""
         cfg = rec.measured_config
         cands, by_run = self._candidates(cfg)
         if not cands:
@@ -135,8 +158,6 @@ class Calibrations:
                 f"backend {cfg.get('backend')!r} on device {cfg.get('device')!r}; `vitbench sweep` measures one "
                 "at the start of every run. Re-run the sweep, or compare without --normalize.")
         same_run = by_run.get(rec.run_id, []) if rec.run_id is not None else []
-        if not same_run:
-            self.fallbacks += 1
         pool = same_run or cands
         # The same precision and threads, never another's: a bf16 trial divided by an fp32 peak on one side and a
         # bf16 one on the other, or 1 thread by 4, invents a change of the peaks' ratio (a sweep measures one
@@ -156,17 +177,7 @@ class Calibrations:
         if t is not None and len(pool) > 1 and None not in times:
             best = min(abs(x - t) for x in times)
             pool = [c for c, x in zip(pool, times) if abs(x - t) == best]
-        # A fixed divisor: the median of the calibration's runs. Its uncertainty is not resampled from its 3-odd
-        # runs (a median of 3 bootstraps to a lumpy, outlier-driven distribution); it enters the interval through
-        # the repeats instead, when every repeat round has its own calibration (see docs/compare.md).
-        ident = tuple(sorted(id(c) for c in pool))
-        if ident not in self._cache:
-            self._cache[ident] = float(np.median([x for c in pool for x in metric_samples(c, self.metric)]))
-            if not self._cache[ident] > 0:
-                raise ConfigError(f"--normalize: the {self.side} results' calibration ({self.metric.name}) for "
-                                  f"backend {cfg.get('backend')!r} is {self._cache[ident]:g}: nothing to divide "
-                                  f"by ({pool[0].source or 'results'}); compare without --normalize")
-        return self._cache[ident]
+        return pool, bool(same_run)
 
 
 def same_sizes(calibs: Sequence[Calibrations]) -> None:

@@ -13,7 +13,8 @@ least noisy series this machine gives).
 A point is one trial's metric in the run: the median of its rounds' values (a finite number from an ok record;
 failed, skipped and non-finite rows are never recorded) with the machine's calibration beside it, the
 calibration compare --normalize would divide by (vitbench.compare.decide.Calibrations: same run, backend,
-device, precision, threads, nearest in time), the median over the rounds.
+device, precision, threads, nearest in time), the median over the rounds, and the size of its matmul in the
+point's raw (vitbench.tasks.calibration.SIZE; none where the rounds' calibrations were of different sizes).
 """
 
 from __future__ import annotations
@@ -105,6 +106,7 @@ def points_of(rounds: list[list]) -> list[Point]:
     from vitbench.compare.match import DEFAULT_IGNORE, labels, match_key
     from vitbench.record import Status
     from vitbench.tasks import Role, tasks
+    from vitbench.tasks.calibration import SIZE
 
     known = metrics()
     cal_task = next((t for t in tasks(include_hidden=True).values() if t.role is Role.CALIBRATION), None)
@@ -121,10 +123,10 @@ def points_of(rounds: list[list]) -> list[Point]:
                 continue
             key = match_key(r, DEFAULT_IGNORE)
             first.setdefault(key, r)
-            cal = None
+            cal = size = None
             if calib is not None:
                 try:
-                    cal = calib.for_record(r)
+                    cal, size = calib.for_record(r), calib.size_for(r)
                 except ConfigError:  # no calibration for this backend/device: the point has none
                     cal = None
             for name, md in known.items():
@@ -132,17 +134,19 @@ def points_of(rounds: list[list]) -> list[Point]:
                 if _finite(v) and v > 0:
                     values[key, name].append(float(v))
                     if cal is not None and _finite(cal) and cal > 0:
-                        cals[key, name].append(cal)
+                        cals[key, name].append((cal, size))
     keys = list(first)
     names = dict(zip(keys, labels([first[k].measured_config for k in keys])))
     out = []
     for (key, name), xs in values.items():
         cfg, md = first[key].measured_config, known[name]
-        cs = cals.get((key, name), [])
+        cs = [c for c, _ in cals.get((key, name), [])]
+        sizes = {n for _, n in cals.get((key, name), [])}
+        alike = len(sizes) == 1 and None not in sizes  # calibrations of two matrix sizes have no one median
         out.append(Point(trial=key, label=names[key], model=cfg.get("model"), backend=cfg.get("backend"),
                          task=cfg.get("task"), metric=name, unit=md.unit, higher_is_better=md.higher_is_better,
-                         value=statistics.median(xs), calibration=statistics.median(cs) if cs else None,
-                         raw={"rounds": xs, "calibrations": cs}))
+                         value=statistics.median(xs), calibration=statistics.median(cs) if cs and alike else None,
+                         raw={"rounds": xs, "calibrations": cs, **({SIZE: sizes.pop()} if alike else {})}))
     return out
 
 

@@ -6,7 +6,9 @@ Order: by the commit's date (the committer date recorded at append), then by the
 measured several times is one point, the median of its runs. Normalisation follows compare --normalize
 (docs/compare.md): a speed divided by the machine's calibration (matmul TFLOP/s), here the median calibration of
 each machine over the series (one run's calibration varies 3x on a busy host; a machine's median does not jump),
-scaled to the newest point's machine: `normalized` reads in the newest machine's units. The change points are
+scaled to the newest point's machine: `normalized` reads in the newest machine's units. Every machine's median is
+taken at one matrix size, the newest calibration's (vitbench.tasks.calibration.SIZE: a GPU's calibration changed
+size on 2026-11-29). The change points are
 found on the normalised values where the series spans more than one machine and every point has them, else on
 the raw values (and the series says so in `basis`).
 
@@ -27,6 +29,7 @@ from dataclasses import dataclass, field
 from vitbench.history.changes import Change, changes
 from vitbench.history.collect import PAIRED_SUFFIX
 from vitbench.history.store import Point, Run
+from vitbench.tasks.calibration import LEGACY_N, SIZE
 
 # the step statistic of paired points recorded before they named theirs (ab's default then)
 PAIRED_BEFORE_STATISTIC = "best"
@@ -75,6 +78,27 @@ def _when(run: Run) -> float:
     return float("inf")  # no date at all: after the dated ones, in the order appended
 
 
+def calibration_size(pt: Point) -> int | None:
+    """The matrix size of a point's calibration (a point appended before it was recorded: LEGACY_N, the size
+    every calibration took before 2026-11-29); None without a calibration."""
+    return pt.raw.get(SIZE, LEGACY_N) if pt.calibration else None
+
+
+def _machine_calibrations(items: list[tuple[Run, Point]]) -> dict[str, float]:
+    """Each machine's median calibration over the series, at one matrix size: the newest calibrated point's on
+    the newest machine. A machine's speed at that size is a fact of the machine, whenever it was measured; a
+    median over two sizes is not (a GPU's n=8192 reads ~7x its n=1024), and a machine calibrated only at another
+    size has none, so its points are not normalised."""
+    newest = items[-1][0].machine
+    size = next((calibration_size(pt) for run, pt in reversed(items) if run.machine == newest and pt.calibration),
+                None)
+    by_machine: dict[str, list[float]] = defaultdict(list)
+    for run, pt in items:
+        if pt.calibration and calibration_size(pt) == size:
+            by_machine[run.machine].append(pt.calibration)
+    return {m: statistics.median(c) for m, c in by_machine.items()}
+
+
 def build(rows: list[tuple[Run, Point]], metrics: tuple[str, ...] = ()) -> list[Series]:
     """The series of the stored (run, point) rows, for `metrics` (all when empty), without change points."""
     groups: dict[tuple[str, str, str | None, str | None], list[tuple[Run, Point]]] = defaultdict(list)
@@ -90,11 +114,7 @@ def build(rows: list[tuple[Run, Point]], metrics: tuple[str, ...] = ()) -> list[
         s = Series(metric, first.unit, first.higher_is_better,
                    first.label + (f" vs {baseline[:12]}, {stat} step" if baseline else ""), key, first.model,
                    first.backend, first.task, baseline=baseline)
-        cal_by_machine: dict[str, list[float]] = defaultdict(list)
-        for run, pt in items:
-            if pt.calibration:
-                cal_by_machine[run.machine].append(pt.calibration)
-        machine_cal = {m: statistics.median(c) for m, c in cal_by_machine.items()}
+        machine_cal = _machine_calibrations(items)
         ref = machine_cal.get(items[-1][0].machine)
         by_commit: dict[str, list[tuple[Run, Point]]] = {}
         for run, pt in items:

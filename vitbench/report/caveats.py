@@ -131,19 +131,27 @@ def calibration_line(cal: pd.DataFrame | None) -> str | None:
     """The report's line on the run's calibration rows (dense matmul TFLOP/s): their median and range, over the
     runs measured while other processes left the machine alone where there are such runs (vitbench.measure.load:
     BUSY_CORES), saying how many busy runs were left out; marked when every run was busy. Calibrations of other
-    backends, devices, precisions or thread counts are never pooled: a line gives each its own median (the GPU
-    check's line pooled fp32, tf32 and bf16 of two backends: "median 44.51 TFLOP/s, range 30.04 to 126.2")."""
+    backends, devices, precisions, thread counts or matrix sizes are never pooled: a line gives each its own median
+    (the GPU check's line pooled fp32, tf32 and bf16 of two backends: "median 44.51 TFLOP/s, range 30.04 to
+    126.2")."""
     from vitbench.measure.load import BUSY_CORES
-    from vitbench.tasks.calibration import CONDITIONS
+    from vitbench.tasks.calibration import CONDITIONS, LEGACY_N, SIZE
 
     if cal is None or cal.empty or "matmul_tflops_per_s" not in cal:
         return None
     c = cal.assign(v=pd.to_numeric(cal["matmul_tflops_per_s"], errors="coerce")).dropna(subset=["v"])
     if c.empty:
         return None
+    # the matrix size: the row's metric, else its config's (tidy: `config.<name>` beside a metric's name), else
+    # LEGACY_N (a row from before either was kept); a GPU's n=8192 reads ~7x its n=1024, never one median
+    size = pd.Series(LEGACY_N, index=c.index, dtype=float)
+    for col in (f"config.{SIZE}", SIZE):
+        if col in c:
+            size = pd.to_numeric(c[col], errors="coerce").fillna(size)
+    c = c.assign(**{SIZE: size.astype(int)})
     load = pd.to_numeric(c["other_load_cores"], errors="coerce") if "other_load_cores" in c else None
     busy = (load >= BUSY_CORES) if load is not None else pd.Series(False, index=c.index)
-    apart = [k for k in CONDITIONS if k in c and c[k].astype(str).nunique() > 1]
+    apart = [k for k in (*CONDITIONS, SIZE) if k in c and c[k].astype(str).nunique() > 1]
     if apart:  # each group its own median, its own busy runs left out (a group that was all busy: marked)
         parts = []
         for name, g in c.groupby([c[k].astype(str) for k in apart], sort=True):
