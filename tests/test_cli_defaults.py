@@ -33,8 +33,9 @@ def _command_params(monkeypatch, argv: list[str]) -> tuple[str, dict, object]:
     seen: dict = {}
     real = common.task_params
 
-    def capture(task_name, names=None, sets=None, **values):
-        seen.update(task=task_name, values=values, params=real(task_name, names, sets, **values)[1])
+    def capture(task_name, names=None, sets=None, command=None, **values):
+        seen.update(task=task_name, values=values,
+                    params=real(task_name, names, sets, command=command, **values)[1])
         raise _Captured
 
     for module in (measure_cmd, serve_cmd, inspect_cmd, transfer_cmd):

@@ -67,3 +67,41 @@ def test_a_formats_own_option_is_a_flag_of_every_transfer_command(cli, cmd):
     r = cli(*cmd, "--synthetic-images", "40")  # the default dataset is digits
     says = "--synthetic-images: dataset 'digits' takes no synthetic_images"
     assert r.exit_code == 2 and says in r.output, r.output
+
+
+def test_a_commands_own_declarations_name_the_fields_it_sets():
+    """task_params(command=...) names a field by the command's own declaration of it (its flag, its argument),
+    so no command writes a field's spelling a second time (bench, serve, max-batch, flops and inspect each kept
+    a map of them beside their declarations)."""
+    import typer
+
+    from vitbench.cli.options import field_options, from_field
+    from vitbench.tasks.bench import Infer
+
+    def command(
+        model: str = typer.Argument(...),
+        warmup: int = from_field(Infer.Params, "warmup_steps", "--warmup", "-w"),
+        min_steps: int = typer.Option(None, "-m", "--min-steps"),
+        threads: int = typer.Option(None),
+        as_json: bool = typer.Option(False, "--json"),
+        plain: int = 3,
+    ) -> None:
+        """A command's parameters: an argument, a field under another flag, flags in any order, no flag."""
+
+    assert field_options(command, Infer.Params.model_fields) == {
+        "model": "MODEL", "warmup_steps": "--warmup", "min_steps": "--min-steps", "threads": "--threads"}
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["bench", "ViT-Nano/4", "--warmup", "100000000"], "--warmup"),
+    (["serve", "ViT-Nano/4", "--warmup", "100000000"], "--warmup"),
+    (["flops", "ViT-Nano/4", "--epochs", "2", "--no-count"], "--images"),
+    (["inspect", "ViT-Nano/4", "--images", "100000000"], "--images"),
+])
+def test_a_bad_value_is_named_by_the_flag_the_command_declares(argv, says):
+    from typer.testing import CliRunner
+
+    from vitbench.cli import app
+
+    r = CliRunner().invoke(app, argv)
+    assert r.exit_code == 2 and says in r.output and "Traceback" not in r.output, r.output

@@ -305,18 +305,22 @@ def with_sets(model: str, sets: list[str] | None, option: str = "--set") -> str:
         raise ConfigError(f"{' '.join(named)}: {e}") from None
 
 
-def task_params(task_name: str, names: dict[str, str] | None = None, sets: list[str] | None = None, **values):
+def task_params(task_name: str, names: dict[str, str] | None = None, sets: list[str] | None = None, *,
+                command=None, **values):
     """(task class, its validated Params) from command-line values; a bad value is a ConfigError naming the
-    option (--min-seconds; `names`: fields whose option is named otherwise) and what it must be. `sets`: the
-    command's `--set KEY=VALUE` items (path_sets: a field of the task, or its path, wins over its flag; else an
-    architecture override of `values["model"]`)."""
+    option and what it must be: `names[field]` where given (a field set from another's value: inspect's SOURCE),
+    else `command`'s own spelling (the command's function; options.field_options: --warmup for warmup_steps,
+    MODEL), else --field-name. `sets`: the command's `--set KEY=VALUE` items (path_sets: a field of the task, or
+    its path, wins over its flag; else an architecture override of `values["model"]`)."""
     from pydantic import ValidationError
 
+    from vitbench.cli.options import field_options
     from vitbench.tasks import get_task
     from vitbench.tasks.fields import FIELD_NAMES
     from vitbench.transfer.config import field_range
 
     task = get_task(task_name)
+    names = {**(field_options(command, task.Params.model_fields) if command else {}), **(names or {})}
     if sets:
         arch, set_fields, set_names = path_sets(task_name, sets)
         values = {**values, "model": with_sets(values["model"], arch), **set_fields}

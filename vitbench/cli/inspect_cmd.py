@@ -20,9 +20,8 @@ from vitbench.tasks.inspection import Inspect
 JSON_NAME = "inspect.json"
 # what --out holds (vitbench.outdir: its manifest, the suffixes of its files)
 INSPECT_FILES = Writer("inspect", ".vitbench-inspect.json", (".json", ".png"))
-# Inspect's fields -> the options that set them where the option is named otherwise
-_NAMES = {"model": "SOURCE", "checkpoint": "SOURCE", "inspect_images": "--images", "inspect_rollout": "--rollout",
-          "inspect_weights": "SOURCE"}
+# Inspect's fields that SOURCE sets (the other options' spellings: their declarations, task_params(command=...))
+_FROM_SOURCE = {"model": "SOURCE", "checkpoint": "SOURCE", "inspect_weights": "SOURCE"}
 
 
 def _fields(source: str, sets: list[str] | None, model: str | None) -> dict:
@@ -79,10 +78,10 @@ def inspect_cmd(
     # the task's Params (what a study's inspect trial with these fields is), then the task: one path
     arch, set_fields, set_names = path_sets("inspect", sets)  # a field of the task (device, upstream.steps, ...)
     fields = {**_fields(source, arch, model), **({} if resolution is None else {"resolution": resolution})}
-    names = {**_NAMES, "model": model_asked(model, arch, "SOURCE"), **set_names}
-    task, params = task_params("inspect", names, **{**fields, "backend": backend, "inspect_images": images,
-                                                    "inspect_rollout": rollout, "seed": seed, "threads": threads,
-                                                    **set_fields})
+    names = {**_FROM_SOURCE, "model": model_asked(model, arch, "SOURCE"), **set_names}
+    task, params = task_params("inspect", names, command=inspect_cmd,
+                               **{**fields, "backend": backend, "inspect_images": images,
+                                  "inspect_rollout": rollout, "seed": seed, "threads": threads, **set_fields})
     rec = task().run(params)
     result = InspectResult.from_json(rec.raw)
     origin = rec.config.get("upstream_checkpoint") or RANDOM_INIT

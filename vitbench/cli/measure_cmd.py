@@ -133,8 +133,7 @@ def bench_cmd(
         values.update(optimizer=optimizer, real_input_steps=data_steps, **real)
     elif data is not None:
         raise ConfigError("--data measures training with real input: use it with --task train")
-    t, params = task_params(task, {"model": "MODEL", "warmup_steps": "--warmup", **_REAL_INPUT_OPTIONS},
-                            sets, **values)
+    t, params = task_params(task, _REAL_INPUT_OPTIONS, sets, command=bench_cmd, **values)
     rec = t().run(params)  # with --data: the synthetic run, then the real images timed alike (one row)
     if as_json:
         _print_record(rec)
@@ -156,8 +155,8 @@ def bench_cmd(
 
 
 # train's real-input fields -> the bench options that set them (read from the data options' declarations)
-_REAL_INPUT_OPTIONS = {**{field: SOURCE_OPTIONS[path] for field, path in REAL_INPUT_PATHS.items()
-                          if path in SOURCE_OPTIONS}, "real_input_steps": "--data-steps"}
+_REAL_INPUT_OPTIONS = {field: SOURCE_OPTIONS[path] for field, path in REAL_INPUT_PATHS.items()
+                       if path in SOURCE_OPTIONS}
 
 
 def _bench_title(rec) -> str:
@@ -256,7 +255,7 @@ def max_batch_cmd(
     """
     from vitbench.record import Status
 
-    t, p = task_params("max_batch", {"model": "MODEL", "mode": "--mode"}, sets, model=model, backend=backend,
+    t, p = task_params("max_batch", None, sets, command=max_batch_cmd, model=model, backend=backend,
                        mode=choice(mode, _MODES, "--mode"),
                        resolution=resolution, precision=precision, device=device, threads=threads,
                        memory_limit_gib=memory_limit_gib, max_batch_size=max_batch_size, start=start,
@@ -299,8 +298,10 @@ def flops_cmd(
                                            "FLOP counters run."),
     count: bool = from_field(Flops.Params, "count", "--count/--no-count",
                              help="Also run the framework counters (builds the model)."),
-    images: int = typer.Option(None, help="Pre-training images per epoch (with --epochs): prints exaFLOPs."),
-    epochs: float = typer.Option(None, help="Pre-training epochs (with --images)."),
+    images: int = from_field(Flops.Params, "exaflops_images", "--images",
+                             help="Pre-training images per epoch (with --epochs): prints exaFLOPs."),
+    epochs: float = from_field(Flops.Params, "exaflops_epochs", "--epochs",
+                               help="Pre-training epochs (with --images)."),
     as_json: bool = cli_option("json", "--json"),
 ) -> None:
     """Params, GMACs and GFLOPs of one image (1 MAC = 2 FLOPs): analytic formula vs the framework's counters.
@@ -310,8 +311,7 @@ def flops_cmd(
     convention: forward + backward for every image seen, backward = 2 x forward, so
     exaFLOPs = 3 x forward GFLOPs x N x E / 1e9.
     """
-    t, p = task_params("flops", {"model": "MODEL", "exaflops_images": "--images", "exaflops_epochs": "--epochs"},
-                       sets, model=model, resolution=resolution, backend=backend,
+    t, p = task_params("flops", None, sets, command=flops_cmd, model=model, resolution=resolution, backend=backend,
                        num_classes=num_classes, count=count, exaflops_images=images, exaflops_epochs=epochs)
     rec = t().run(p)
     if as_json:

@@ -180,6 +180,30 @@ def source_of(info) -> Source | None:
     return entry[1] if entry is not None and entry[0] is info else None
 
 
+def field_options(command: Callable, fields) -> dict[str, str]:
+    """How `command` (a command's function) spells the task `fields` it sets: field -> its flag (`--warmup` for
+    a parameter declared from_field(..., "warmup_steps", "--warmup")) or its argument's name (MODEL for an
+    argument named like the field), read from the command's own declarations. What messages name a field by
+    (vitbench.cli.common.task_params), so no command writes its spellings a second time."""
+    from typer.models import ArgumentInfo, OptionInfo
+
+    out = {}
+    for p in inspect.signature(command).parameters.values():
+        info = p.default
+        if not isinstance(info, (OptionInfo, ArgumentInfo)):
+            continue
+        src = source_of(info)
+        field = src.path if isinstance(src, FieldDefault) else p.name
+        if field not in fields:
+            continue
+        if isinstance(info, ArgumentInfo):
+            out[field] = info.metavar or p.name.upper()
+        else:
+            flags = [f for d in (info.param_decls or ()) for f in d.split("/") if f.startswith("--")]
+            out[field] = flags[0] if flags else "--" + p.name.replace("_", "-")
+    return out
+
+
 @dataclass(frozen=True)
 class OptionGroup:
     """Options several commands take, declared once: parameter name -> (its type, its typer.Option). A command

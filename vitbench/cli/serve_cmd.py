@@ -73,8 +73,7 @@ def serve_cmd(
                   max_probes=max_probes, warmup_steps=warmup, dataset=dataset, data_path=data_path,
                   qsl_images=qsl_images, resolution=resolution, precision=precision, backend=backend,
                   device=device, threads=threads, seed=seed)
-    t, params = task_params(Serve.name, {"model": "MODEL", "warmup_steps": "--warmup", "dataset": "--data"},
-                            sets, **values)
+    t, params = task_params(Serve.name, None, sets, command=serve_cmd, **values)
     rec = t().run(params)
     if as_json:
         print_json(rec.to_dict())
