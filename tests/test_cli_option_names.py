@@ -9,8 +9,8 @@ import pytest
 
 from vitbench.cli import transfer_cmd as t
 from vitbench.cli.data_options import SOURCE_OPTIONS
-from vitbench.cli.options import source_of
-from vitbench.cli.path_options import cli_type, option_names, path_spelling
+from vitbench.cli.options import field_options, source_of
+from vitbench.cli.path_options import cli_type, path_spelling
 from vitbench.tasks.fewshot import Fewshot
 from vitbench.tasks.finetune import Finetune
 from vitbench.tasks.pretrain import Pretrain
@@ -38,7 +38,8 @@ def test_every_generated_option_is_its_fields_path_type_default_and_help(group, 
 
 def test_the_data_options_are_spelled_as_benchs():
     """The downstream data options and the upstream's take the spellings bench's data options have."""
-    down, up = option_names(t.DATA), option_names(t.UPSTREAM)
+    down = field_options(t.fewshot_cmd, Fewshot.Params.model_fields)
+    up = field_options(t.pretrain_cmd, Pretrain.Params.model_fields)
     for path, flag in SOURCE_OPTIONS.items():
         assert down[Fewshot.Params.field_paths()[f"data.{path}"]] == flag
         assert up[Pretrain.Params.field_paths()[f"upstream.data.{path}"]] == flag

@@ -78,11 +78,6 @@ def path_group(marker: str, params: type[BaseModel], *options: PathOption) -> Op
     return OptionGroup(marker, path_options(params, options))
 
 
-def option_names(*groups: OptionGroup) -> dict[str, str]:
-    """Task field -> the option messages name it by (its first spelling), for `task_params`."""
-    return {name: info.param_decls[0].split("/")[0] for g in groups for name, (_, info) in g.options.items()}
-
-
 def data_options(prefix: str, *, classes: str = "--classes") -> tuple[PathOption, ...]:
     """The data options every transfer command takes, the config paths under `prefix` (`upstream.data.`,
     `data.`), with their spellings (bench's are cli/data_options.py's): each dataset format's own options among

@@ -12,7 +12,7 @@ from vitbench.cli import app
 from vitbench.cli.common import (SET_FIELDS_HELP, checkpoint_model, console, model_asked, path_sets, print_json,
                                  task_params, with_sets)
 from vitbench.cli.options import OptionGroup, cli_option, from_field
-from vitbench.cli.path_options import PathOption, data_options, option_names, path_group, path_options
+from vitbench.cli.path_options import PathOption, data_options, path_group, path_options
 from vitbench.numfmt import fmt
 from vitbench.tasks.fewshot import Fewshot
 from vitbench.tasks.finetune import Finetune
@@ -105,8 +105,7 @@ def pretrain_cmd(
     sets, set_fields, set_names = path_sets(Pretrain.name, sets)  # `--set upstream.lr=...`: a field by its path
     values = {**vars(upstream), "model": with_sets(model, sets), "backend": backend, "seed": seed,
               "device": run.device, "threads": run.threads, **set_fields}  # a path set wins over its flag
-    names = {**option_names(UPSTREAM), "model": "MODEL", **set_names}
-    task, params = task_params(Pretrain.name, names, **values)
+    task, params = task_params(Pretrain.name, set_names, command=pretrain_cmd, **values)
     if out is not None:  # named as typed, before any training
         out = checkpoint_path(out, cache_path(params.upstream_config(task.name)).name, "--out")
         check_replaceable(out, "--out")  # a file of the user's there (or its .json) is never overwritten
@@ -189,11 +188,10 @@ def _downstream(o, data, task: str, seed: int, **own) -> dict:
             "seed": seed, **_upstream_values(o), **own, **set_fields}
 
 
-def _flags(o, *groups: OptionGroup) -> dict[str, str]:
-    """Task field -> its option, for messages: the generated groups' (DATA and the command's own), the model as
+def _flags(o) -> dict[str, str]:
+    """Task field -> its option, for messages, where the command's declarations do not say it: the model as
     asked for beside a checkpoint (--model X, --set K=V), a field set by its path (--set PATH)."""
-    return {**option_names(DATA, *groups),
-            "model": model_asked(o.model, o.sets, "--model") if o.checkpoint else "--model", **o.set_names}
+    return {"model": model_asked(o.model, o.sets, "--model") if o.checkpoint else "--model", **o.set_names}
 
 
 # fewshot's own options, generated from its fields (their defaults the trial's: one k, 10; the paper's four with
@@ -220,7 +218,7 @@ def fewshot_cmd(
     """
     values = _downstream(downstream, data, "fewshot", seed, **vars(fewshot), device=run.device,
                          threads=run.threads)
-    task, params = task_params("fewshot", _flags(downstream, FEWSHOT), **values)
+    task, params = task_params("fewshot", _flags(downstream), command=fewshot_cmd, **values)
     rec = task().run(params)  # the study's path: a trial of these fields
     keys = [k for s in params.shot_list() for k in (f"accuracy_{s}shot", f"accuracy_{s}shot_std")]
     c = rec.config
@@ -259,7 +257,7 @@ def finetune_cmd(
     """
     values = _downstream(downstream, data, "finetune", seed, **vars(finetune), device=run.device,
                          threads=run.threads)
-    task, params = task_params("finetune", _flags(downstream, FINETUNE), **values)
+    task, params = task_params("finetune", _flags(downstream), command=finetune_cmd, **values)
     rec = task().run(params)  # the study's path: a trial of these fields
     c = rec.config
     _show(rec, f"finetune {c['model']} ({c['backend']}) on {_on(c['data'])} @ "
