@@ -45,6 +45,25 @@ def test_round_trip_to_a_tidy_dataframe(tmp_path):
     assert lines[-1] == b"" and all(json.loads(x) for x in lines[:-1])
 
 
+def test_rows_held_whole_share_their_run_s_environment_and_key_strings(tmp_path):
+    """read_records (compare's, history's) holds every row: a run's equal environments are one object and the
+    mappings' keys are interned (3.94 -> 2.10 GiB for compare of 2 x 100,000 rows); the values are the file's."""
+    from vitbench.store import iter_records
+
+    with Store(tmp_path) as st:
+        for i in range(3):
+            st.append(rec(i))
+        other = rec(3)
+        other.env = {"torch": "y", "threads": 2}
+        st.append(other)
+    held, streamed = read_records(tmp_path), list(iter_records(tmp_path))
+    assert held == streamed  # every field equal
+    assert held[0].env is held[1].env is held[2].env and held[3].env is not held[2].env
+    first, second = (next(k for k in r.metrics if k == "step_ms_median") for r in held[:2])
+    assert first is second  # one string for a name every row repeats
+    assert next(iter(held[0].raw)) is next(iter(held[1].raw))
+
+
 def test_torn_last_line_is_skipped_with_a_warning_and_good_rows_kept(tmp_path):
     with Store(tmp_path) as st:
         for i in range(3):
