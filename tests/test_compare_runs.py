@@ -81,6 +81,34 @@ def test_several_runs_per_side_are_the_units():
     assert compare(base, slow).rows[0].decision == "regression"
 
 
+def test_several_busy_runs_are_held_to_the_busy_floor():
+    """Runs of one busy spell agree with each other, not with a quiet baseline: two busy runs a side 1 % apart, 40 %
+    slower than three quiet ones (the QA run's `R-Micro infer 0.580 [0.540, 0.622] regression`, identical code).
+    Held to the busy floor (RUN_NOISE_BUSY, a known sd: the normal quantile), the interval is
+    exp(+/- 1.96 sqrt(0.9^2 / 2 + s_b^2 / 3)) ~ x/ 3.5 about 0.6: inconclusive. The same rows quiet: decided."""
+    from vitbench.compare.runs import between_runs
+
+    rng = np.random.default_rng(5)
+
+    def runs(n: int, load: float, factor: float, side: str) -> list:
+        out = []
+        for i in range(n):
+            rec = bench_record("A", (np.array(steps(rng)) * factor * (1 + 0.01 * i)).tolist(), repeat=i,
+                               run_id=side)
+            rec.metrics["other_load_cores"] = load
+            out.append(rec)
+        return out
+
+    quiet, busy = runs(3, 0.1, 1.0, "q"), runs(2, 1.5, 1.65, "b")
+    row = compare(quiet, busy).rows[0]
+    assert row.decision == "inconclusive" and "0.900 busy floor" in row.method, row
+    assert row.ci_low < 0.6 * math.exp(-1.96 * 0.9 / math.sqrt(2)) * 1.2 and row.ci_high > 1, row
+    assert compare(quiet, runs(2, 0.1, 1.65, "c")).rows[0].decision == "regression"
+    iv = between_runs([1.0, 1.0], [0.6, 0.61], 0.95, (0.0, RUN_NOISE_BUSY))  # the floor's own arithmetic
+    se = math.sqrt(RUN_NOISE_BUSY ** 2 / 2)
+    assert math.isclose(math.log(iv.high / iv.ratio), 1.959964 * se, rel_tol=1e-6)
+
+
 def test_cli_exit_code_three_and_run_noise_option(tmp_path, cli):
     rng = np.random.default_rng(1)
     a = write_jsonl(tmp_path / "a.jsonl", one_run(rng, 1.5, run_id="a"))
