@@ -1,6 +1,7 @@
 """The report reads stores written by older vitbench versions or other tools: an ok row lacking a column the
 report's sections use (here a downstream row with no accuracy and no pre-training FLOPs, which vitbench wrote
-before its ok-row guard, issue 50) is reported, not a traceback."""
+before its ok-row guard, issue 50) is reported as the error row it is (vitbench.tasks.row_check), not a traceback
+and never as ok; a number vitbench never writes stops the report naming its line."""
 
 from __future__ import annotations
 
@@ -17,4 +18,30 @@ def test_an_ok_row_missing_optional_columns_is_reported(tmp_path, cli):
     (tmp_path / "results.jsonl").write_text(json.dumps(rec.to_dict()) + "\n")
     r = cli("report", str(tmp_path), "--out", str(tmp_path / "out"), "--no-plots")
     assert r.exit_code == 0, r.output
-    assert (tmp_path / "out" / "report.md").exists()
+    assert "results.jsonl:1: an ok row without its accuracy, read as an error row" in r.output
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "1 error" in md or "| error" in md, md[:2000]
+
+
+def test_a_number_vitbench_never_writes_stops_report_and_compare(tmp_path, cli):
+    """`img_per_s: -5` was a throughput of -5 in the report; "fast", a blank beside `ok`; compare preferred the
+    raw steps and called the edited row 'no change'."""
+    from test_compare import bench_record
+
+    for bad in (-5.0, "fast"):
+        d = tmp_path / str(bad)
+        d.mkdir()
+        rec = bench_record("ViT-Nano/4")
+        rec.metrics["img_per_s"] = bad
+        (d / "results.jsonl").write_text(json.dumps(rec.to_dict()) + "\n")
+        for argv in (("report", str(d), "--out", str(d / "out"), "--no-plots"), ("compare", str(d), str(d))):
+            r = cli(*argv)
+            assert r.exit_code == 2 and f"results.jsonl:1: img_per_s = {bad!r}" in r.output, (argv, r.output)
+            assert "Traceback" not in r.output and not (d / "out").exists()
+    d = tmp_path / "steps"  # a raw step vitbench never writes: named as the sample it makes
+    d.mkdir()
+    rec = bench_record("ViT-Nano/4")
+    rec.raw["step_s"][0] = -0.001
+    (d / "results.jsonl").write_text(json.dumps(rec.to_dict()) + "\n")
+    r = cli("compare", str(d), str(d))
+    assert r.exit_code == 2 and "a sample of img_per_s (from the row's raw values) is nan" in r.output, r.output

@@ -385,3 +385,36 @@ def test_real_tiny_trials_and_calibration_through_the_fork_server(tmp_path):
     assert len(cal) == 1 and cal.loc[0, "matmul_tflops_per_s"] > 0
     assert cal.loc[0, "run_id"] == df.loc["infer", "run_id"]
     assert len(cal.loc[0, "raw"]["matmul_tflops_per_s"]) == 3
+
+
+def test_an_edited_row_is_never_taken_as_done_and_ok(tmp_path):
+    """A resumed sweep read an ok row without its measure as done (`1 of 1 trials already done`, exit 0). Such a
+    row (vitbench wrote some before 2026-11-28) is read as an error row, said, and re-run with --retry-failed; a
+    measure vitbench never writes (a negative speed) stops the sweep naming the file and line."""
+    import json
+
+    import pytest
+
+    from vitbench.errors import ConfigError
+    from vitbench.store import UnmeasuredRowWarning
+
+    s = fake_study("axes: {model: [ViT-Nano/4], task: [sleep]}\n")
+    assert run_study(s, tmp_path, executor_options=SPAWN).ran == 1
+    f = tmp_path / "results.jsonl"
+    rows = [json.loads(x) for x in f.read_text().splitlines()]
+    trial = next(i for i, r in enumerate(rows) if r["kind"] == "bench")
+
+    def edit(value) -> None:
+        rows[trial]["metrics"]["img_per_s"] = value
+        f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    edit(None)
+    with pytest.warns(UnmeasuredRowWarning, match=rf"results.jsonl:{trial + 1}: an ok row without its img_per_s"):
+        again = run_study(s, tmp_path, executor_options=SPAWN)
+    assert again.ran == 0 and [x.value for x in again.failed_trials.values()] == ["error"]  # exit 1 in the CLI
+    with pytest.warns(UnmeasuredRowWarning):
+        assert run_study(s, tmp_path, retry_failed=True, executor_options=SPAWN).statuses == {"ok": 1}
+    rows = [json.loads(x) for x in f.read_text().splitlines()]
+    edit(-5.0)
+    with pytest.raises(ConfigError, match=rf"results.jsonl:{trial + 1}: img_per_s = -5.0, where vitbench writes"):
+        run_study(s, tmp_path, executor_options=SPAWN)

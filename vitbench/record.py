@@ -86,6 +86,15 @@ class ErrorInfo:
         return cls(type(exc).__name__, str(exc)[-cls.MAX_MESSAGE:], tail)
 
 
+@dataclass(frozen=True)
+class RowProblem:
+    """What a reader found wrong with a parsed ok row (vitbench.tasks.row_check): `refuse` stops the read (a row
+    vitbench never writes), else the row is read as an error row, with a warning (one vitbench once wrote)."""
+
+    text: str
+    refuse: bool
+
+
 # Envelope fields that identify a trial of a sweep (absent on a standalone measurement such as `vitbench bench`).
 JOB_FIELDS = ("key", "study", "study_sha", "run_id", "repeat")
 # The envelope's optional fields and their JSON types (absent or null: the default), checked when a row is read: a

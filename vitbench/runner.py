@@ -256,9 +256,11 @@ def run_study(study: Study, results_dir: str | os.PathLike | None = None, *,
 
     Raises KeyboardInterrupt after recording the running trial as 'interrupted' (the summary is then lost;
     everything finished is in the store)."""
+    from vitbench.tasks import row_check
+
     hooks = hooks or SweepHooks()
     results_dir = Path(results_dir or default_results_dir(study)).expanduser()
-    store = Store(results_dir)  # its records are read once: for the check, the plan and what follows
+    store = Store(results_dir, check=row_check())  # read once: for the check, the plan and what follows
     results_dir = check_results_dir(study, results_dir, store=store)
     if not isinstance(executor, Executor):  # before anything is shown or written
         check_executor(study, executor, executor_options)

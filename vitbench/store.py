@@ -33,22 +33,28 @@ import os
 import socket
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from vitbench.errors import ConfigError, VitbenchWarning
 from vitbench.paths import PathError, reason, write_atomic
-from vitbench.record import Record, Status
+from vitbench.record import ErrorInfo, Record, RowProblem, Status
 
 RESULTS_FILE = "results.jsonl"
 STUDY_FILE = "study.yaml"
 CLAIMS_DIR = "claims"  # claims/<key>.lock
 LOGS_DIR = "logs"  # logs/<key>.log, written by the executors
 TRIAL_ID_COLUMNS = ("key", "study", "run_id", "repeat", "kind", "status")
+# what is wrong with a parsed row as an ok row (vitbench.tasks.row_check), None when nothing is
+Check = Callable[[Record], "RowProblem | None"]
 
 
 class CorruptLineWarning(VitbenchWarning):
     """A results line that could not be parsed (torn by a kill, or garbage); it was skipped."""
+
+
+class UnmeasuredRowWarning(VitbenchWarning):
+    """An ok row without its measure (vitbench.tasks.row_check), read as an error row."""
 
 
 def dumps(record: Record) -> bytes:
@@ -91,7 +97,8 @@ def result_files(path: str | os.PathLike, recursive: bool = True) -> list[Path]:
     return sorted(files, key=lambda f: (f.parent != p, str(f.parent), f.name != RESULTS_FILE, f.name))
 
 
-def _parse_lines(data: bytes, path: Path, first_line: int = 1, final: bool = True) -> tuple[list[Record], int]:
+def _parse_lines(data: bytes, path: Path, first_line: int = 1, final: bool = True,
+                 check: Check | None = None) -> tuple[list[Record], int]:
     """Parse complete lines of `data`; returns (records, bytes consumed). Bad lines warn and are skipped.
 
     With final=False an unterminated last chunk is left unconsumed (a writer may still be appending it)."""
@@ -103,12 +110,12 @@ def _parse_lines(data: bytes, path: Path, first_line: int = 1, final: bool = Tru
     for i, raw in enumerate(lines):
         if not raw.strip():
             continue
-        rec = _parse_one(raw, path, first_line + i, torn=False)
+        rec = _parse_one(raw, path, first_line + i, torn=False, check=check)
         if rec is not None:
             rec.source = source
             records.append(rec)
     if tail.strip() and final:
-        rec = _parse_one(tail, path, first_line + len(lines), torn=True)
+        rec = _parse_one(tail, path, first_line + len(lines), torn=True, check=check)
         if rec is not None:
             rec.source = source
             records.append(rec)
@@ -131,7 +138,7 @@ def _finite_float(text: str) -> float:
     return x
 
 
-def _parse_one(raw: bytes, path: Path, lineno: int, torn: bool) -> Record | None:
+def _parse_one(raw: bytes, path: Path, lineno: int, torn: bool, check: Check | None = None) -> Record | None:
     try:  # (every float through _finite_float: 26 % over json's own parsing; a regex to skip it cost more, measured)
         d = json.loads(raw.decode("utf-8"), parse_constant=_no_constant, parse_float=_finite_float)
     except _NonFinite as e:  # vitbench writes null for them (record.clean): a number no report or compare uses
@@ -151,6 +158,14 @@ def _parse_one(raw: bytes, path: Path, lineno: int, torn: bool) -> Record | None
         warnings.warn(f"{path}:{lineno}: skipped line that is not a vitbench record: {str(e)[:160]}",
                       CorruptLineWarning, stacklevel=4)
         return None
+    problem = check(rec) if check is not None else None
+    if problem is not None and problem.refuse:  # not skipped: its trial would run again, its rows pool without it
+        raise ConfigError(f"{path}:{lineno}: {problem.text}; vitbench never writes such a row: the file was edited "
+                          "or written by another tool; fix or remove that line")
+    if problem is not None:  # never an ok row: an error row (a sweep re-runs it with --retry-failed)
+        rec.status, rec.error = Status.ERROR, ErrorInfo("UnmeasuredRow", problem.text)
+        warnings.warn(f"{path}:{lineno}: {problem.text}, read as an error row (vitbench wrote such rows before "
+                      "2026-11-28; a row without its measure is not ok)", UnmeasuredRowWarning, stacklevel=4)
     return rec
 
 
@@ -164,23 +179,24 @@ def log_path(root: Path, key: str) -> Path:
     return root / LOGS_DIR / f"{key}.log"
 
 
-def iter_records(path: str | os.PathLike) -> Iterator[Record]:
+def iter_records(path: str | os.PathLike, check: Check | None = None) -> Iterator[Record]:
     """Every record of a results path (a directory with its shards and the runs below it, or one .jsonl file),
     in file order, read one line at a time; each knows the directory it came from (`Record.source`). Bad lines
-    are skipped with a warning, as `_parse_lines` does."""
+    are skipped with a warning, as `_parse_lines` does; a row `check` finds a problem with (its readers pass
+    vitbench.tasks.row_check()) is refused, a ConfigError naming its file and line."""
     for f in result_files(path):
         source = str(f.parent.resolve())
         with open(f, "rb") as fh:
             for lineno, raw in enumerate(fh, 1):
                 if not raw.strip():
                     continue
-                rec = _parse_one(raw, f, lineno, torn=not raw.endswith(b"\n"))  # only a last line lacks one
+                rec = _parse_one(raw, f, lineno, torn=not raw.endswith(b"\n"), check=check)  # a last line lacks \n
                 if rec is not None:
                     rec.source = source
                     yield rec
 
 
-def read_records(path: str | os.PathLike) -> list[Record]:
+def read_records(path: str | os.PathLike, check: Check | None = None) -> list[Record]:
     """Every record of a results path (iter_records), as a list held whole (compare's and history's): each row's
     mappings rebuilt with interned keys, and a row's environment shared with the row before when they are equal
     (a sweep run's rows have one). As parsed, a row was some 17 KB of Python objects, a third of it key strings
@@ -189,7 +205,7 @@ def read_records(path: str | os.PathLike) -> list[Record]:
     vitbench writes a read record's."""
     out: list[Record] = []
     env: dict | None = None
-    for rec in iter_records(path):
+    for rec in iter_records(path, check):
         rec.config, rec.metrics, rec.raw, rec.runner = (_interned(rec.config), _interned(rec.metrics),
                                                         _interned(rec.raw), _interned(rec.runner))
         rec.trial = None if rec.trial is None else _interned(rec.trial)
@@ -207,8 +223,8 @@ def _interned(d: dict) -> dict:
 class Store:
     """Append-only results of one study directory (see the module docstring)."""
 
-    def __init__(self, root: str | os.PathLike, shard: str | None = None):
-        self.root = Path(root)
+    def __init__(self, root: str | os.PathLike, shard: str | None = None, check: Check | None = None):
+        self.root, self.check = Path(root), check  # check: as iter_records' (the sweep passes tasks.row_check())
         self.path = self.root / (RESULTS_FILE if shard is None else f"results.{shard}.jsonl")
         self._fd: int | None = None
         self._offsets: dict[Path, int] = {}
@@ -275,7 +291,7 @@ class Store:
             with open(f, "rb") as fh:
                 fh.seek(off)
                 data = fh.read()
-            recs, used = _parse_lines(data, f, self._lines.get(f, 0) + 1, final=False)
+            recs, used = _parse_lines(data, f, self._lines.get(f, 0) + 1, final=False, check=self.check)
             self._offsets[f] = off + used
             self._lines[f] = self._lines.get(f, 0) + data[:used].count(b"\n")
             self._records.extend(recs)

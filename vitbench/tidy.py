@@ -139,13 +139,13 @@ def load_each(path: str | os.PathLike, kinds: Sequence[Iterable[str] | str | Non
 
     from vitbench.frames import Columns  # pandas: imported by the readers of frames, never by a sweep's workers
 
-    from vitbench.tasks import kind_metrics
+    from vitbench.tasks import kind_metrics, row_check
 
     # per kind filter: its columns, the latest row of each (source, key), the rows superseded, each row's
     # (measurement, source) for _Once
     wanted = [(_kind_filter(k), Columns(), {}, set(), []) for k in kinds]
     once, declared = _Once(), kind_metrics()
-    for rec in iter_records(path):
+    for rec in iter_records(path, row_check()):
         row = None
         for keep, cols, last, superseded, idents in wanted:  # last: (source, key) -> (row, finished_at)
             if not keep(rec.kind):

@@ -88,11 +88,15 @@ def load_records(path: str | Path, warnings: list[str] | None = None) -> list[Re
     import warnings as _w
 
     from vitbench.store import CorruptLineWarning, read_records
+    from vitbench.tasks import row_check
 
     with _w.catch_warnings(record=True) as caught:
         _w.simplefilter("always", CorruptLineWarning)
-        records = read_records(path)
+        records = read_records(path, row_check())
     skipped = [str(w.message) for w in caught if issubclass(w.category, CorruptLineWarning)]
+    for w in caught:  # the others (an unmeasured row read as an error row) are said as they were
+        if not issubclass(w.category, CorruptLineWarning):
+            _w.warn(w.message, w.category, stacklevel=2)
     if warnings is not None:
         warnings.extend(skipped)
     if not records:

@@ -15,17 +15,19 @@ name a task.
 from __future__ import annotations
 
 import enum
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from vitbench.backends.base import Capability, backend_spec
+from vitbench.errors import clip
 from vitbench.registry import Kind, entries, get, register
 from vitbench.tasks.fields import TaskParams
 
 if TYPE_CHECKING:
-    from vitbench.record import Record
+    from vitbench.record import Record, RowProblem
 
 
 class Role(enum.Enum):
@@ -55,6 +57,9 @@ class Metric:
     samples: Callable[[Record], list[float] | None] | None = None
     bounded_by: tuple[str, ...] = ()
 
+
+ISO_TIME = "ISO 8601 UTC"  # the unit of a metric that is a time of day, not a number
+NOT_NUMBERS = ("bool", ISO_TIME)  # the units of declared metrics that are not numbers; every other is one >= 0
 
 # Declared once for every record kind whose measurement compiles (bench steps, XLA's FLOP count).
 COMPILE_CACHED = Metric("compile_cached", "bool", True, "the compiled code came from the persistent compile cache "
@@ -132,3 +137,46 @@ def headline(kind: str) -> Metric | None:
         if t.kind == kind and t.headline:
             return kind_metrics()[kind].get(t.headline)
     return None
+
+
+def row_check() -> Callable[[Record], RowProblem | None]:
+    """A function of a row saying what is wrong with it as an ok row (None: nothing). A declared number (a count,
+    size, speed, time or fraction: every unit but NOT_NUMBERS), or one of its samples, that is not a finite
+    number >= 0: vitbench never writes one, the read is refused. The task's headline missing or null: vitbench
+    wrote such rows before 2026-11-28 (finetune --skip-corrupt's accuracy null; vitbench.trial makes it an error
+    row since), so the row is read as an error row, never as ok. The stores' readers apply it (vitbench.store:
+    `check=`): an ok row without its measure was taken as done by a resumed sweep, shown as `ok` with a blank by
+    report, passed by compare as the baseline's, and silently dropped by history append; `img_per_s: -5` was a
+    throughput of -5 in the report. The tables are read once, when it is made."""
+    from vitbench.record import RowProblem, Status
+
+    heads: dict[str, list[str]] = {}
+    numbers: dict[str, dict[str, Metric]] = {}
+    for t in tasks(include_hidden=True).values():
+        if t.headline and t.headline not in heads.setdefault(t.kind, []):
+            heads[t.kind].append(t.headline)
+        numbers.setdefault(t.kind, {}).update({m.name: m for m in t.metrics if m.unit not in NOT_NUMBERS})
+
+    def problem(rec: Record) -> str | None:
+        if rec.status is not Status.OK or rec.kind not in numbers:
+            return None
+        for name, m in numbers[rec.kind].items():
+            v = rec.metrics.get(name)
+            if v is not None and not _non_negative(v):
+                return RowProblem(f"{name} = {clip(repr(v), 60)}, where vitbench writes a finite number >= 0 "
+                                  f"({m.unit})", refuse=True)
+            if m.samples is not None and v is not None:
+                bad = [x for x in m.samples(rec) or () if not _non_negative(x)]
+                if bad:
+                    return RowProblem(f"a sample of {name} (from the row's raw values) is {clip(repr(bad[0]), 60)}, "
+                                      "not a finite number >= 0", refuse=True)
+        lacking = rec.unmeasured(heads[rec.kind])
+        if lacking:
+            return RowProblem(f"an ok row without its {lacking[0]}", refuse=False)
+        return None
+
+    return problem
+
+
+def _non_negative(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
