@@ -67,6 +67,8 @@ def test_where_selects_rows_and_refuses_anything_else(cli, two_models):
                        ("model == 'nothing'", "kept none"),
                        ("10 ** 10 ** 10 > 1", "a power whose exponent"),  # would never end
                        ("compute > 2 ** 99999", "a power whose exponent"),
+                       ("((9 ** 999) ** 999) ** 999 > 0", "whose base holds a power"),  # ran for minutes
+                       ("(99999999999999999999 * 2) ** 999 > compute", "an integer above 2**63"),
                        ("model == 'a' * 1000000000", "arithmetic on text"),  # gigabytes
                        ("compute in [1] * 1000000000", "arithmetic on text or lists")):
         r = _fit(cli, two_models, "--where", expr)

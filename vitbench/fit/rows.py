@@ -38,11 +38,14 @@ _IDENTITY = ("model", "kind", "dataset", "shots", "task", "backend", "precision"
 
 
 MAX_WHERE_EXPONENT = 1000  # a power's exponent in --where: a literal up to this (10 ** 10 ** 10 would never end)
+MAX_WHERE_BASE = 2 ** 63  # a power's integer literals in --where: (2**63) ** 1000 has 19,000 digits, a millisecond
 
 
 def _cheap(node: ast.BinOp) -> bool:
     """Arithmetic whose cost is bounded: no text or list operand (`'a' * 10**9` would take gigabytes), and a
-    power only to a literal exponent of at most MAX_WHERE_EXPONENT."""
+    power only to a literal exponent of at most MAX_WHERE_EXPONENT, of a base that holds no power and no integer
+    above MAX_WHERE_BASE (`((9**999)**999)**999` ran for minutes: each power of a Python integer multiplies its
+    digits by the exponent)."""
     def literal(n):
         return isinstance(n, (ast.List, ast.Tuple)) or (isinstance(n, ast.Constant) and isinstance(n.value, str))
 
@@ -50,8 +53,12 @@ def _cheap(node: ast.BinOp) -> bool:
         return False
     if isinstance(node.op, ast.Pow):
         exp = node.right.operand if isinstance(node.right, ast.UnaryOp) else node.right
+        inside = list(ast.walk(node.left))
         return isinstance(exp, ast.Constant) and isinstance(exp.value, (int, float)) \
-            and not isinstance(exp.value, bool) and abs(exp.value) <= MAX_WHERE_EXPONENT
+            and not isinstance(exp.value, bool) and abs(exp.value) <= MAX_WHERE_EXPONENT \
+            and not any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Pow) for n in inside) \
+            and not any(isinstance(n, ast.Constant) and type(n.value) is int and abs(n.value) > MAX_WHERE_BASE
+                        for n in inside)
     return True
 
 
@@ -85,8 +92,8 @@ def where(frame: pd.DataFrame, expr: str, where_text: str) -> pd.DataFrame:
                               "constants, comparisons, arithmetic, and/or/not and `in [...]`")
         if isinstance(node, ast.BinOp) and not _cheap(node):
             raise ConfigError(f"--where {shown}: arithmetic on text or lists, or a power whose exponent is not a "
-                              f"number of at most {MAX_WHERE_EXPONENT} (it could run for hours); e.g. "
-                              "`compute >= 1e12`")
+                              f"number of at most {MAX_WHERE_EXPONENT} or whose base holds a power or an integer "
+                              f"above 2**63 (it could run for hours); e.g. `compute >= 1e12`")
         if isinstance(node, ast.Name):
             col = names.get(node.id, node.id)
             if col not in frame.columns and col != "index":
