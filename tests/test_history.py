@@ -411,6 +411,18 @@ def test_a_machine_change_is_divided_out_by_its_calibration(tmp_path):
     assert page["points"][0]["normalized"] is None
 
 
+def test_append_keeps_only_a_commit_sha_vitbench_writes_and_says_an_unknown_one(cli, tmp_path):
+    """What is appended stays for good: a git_sha vitbench never writes (100,000 characters, text) is refused,
+    nothing written; a commit --repo does not hold is kept, placed by the run's date, and said."""
+    db = tmp_path / "h.sqlite"
+    for bad in ("x" * 100_000, "not-a-sha", "a" * 39):
+        r = cli("history", "append", _results(tmp_path / f"r{len(bad)}", bad, 100.0, 0.05), "--db", db)
+        assert r.exit_code == 2 and "is not a commit SHA" in r.output and len(r.output) < 2000, r.output
+        assert not db.exists()
+    r = cli("history", "append", _results(tmp_path / "ok", "c" * 40, 100.0, 0.05), "--db", db, "--repo", tmp_path)
+    assert r.exit_code == 0 and f"commit {'c' * 40} is not in --repo" in r.output, r.output
+
+
 def test_a_machine_is_normalised_by_its_calibration_at_one_matrix_size(tmp_path):
     """A GPU's calibration changed size on 2026-11-29 (n=1024 -> 8192, some 7x in bf16): machine m1 measured at
     both, then m2, twice m1's speed, at the new one. The old rule took m1's median over both sizes (0.05) against

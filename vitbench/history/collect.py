@@ -19,18 +19,22 @@ point's raw (vitbench.tasks.calibration.SIZE; none where the rounds' calibration
 
 from __future__ import annotations
 
+import re
 import statistics
 import subprocess
+import warnings
 from collections import defaultdict
 from pathlib import Path
 
-from vitbench.errors import ConfigError, clip
+from vitbench.errors import ConfigError, VitbenchWarning, clip
 from vitbench.history.store import ROWS_KEY, Point, Run, _finite
 
 AB_SIDES = ("baseline", "current")  # vitbench ab --results DIR: one subdirectory per side (vitbench.compare.ab)
 PAIRED_SUFFIX = "_paired"  # a paired point's metric: ab's metric + this (img_per_s_paired: current / baseline)
 # The environment fields that name the machine (vitbench.env.machine_id's, read from the rows)
 MACHINE_FIELDS = ("hostname", "cpu_model", "cpu_count")
+# what a row's git_sha can be (vitbench.env: `git rev-parse HEAD`, SHA-1 or SHA-256, + "-dirty" for changes)
+GIT_SHA = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?(?:-dirty)?")
 
 
 def rows_sha256(records) -> str:
@@ -64,6 +68,10 @@ def _commit(records, commit: str | None, path: Path) -> str:
         named = ", ".join(s[:14] for s in shas[:4])
         raise ConfigError(f"RESULTS_DIR {path}: rows of {len(shas)} commits ({named}); "
                           "append each commit's results apart, or name one with --commit SHA")
+    if not GIT_SHA.fullmatch(shas[0]):  # kept for good: never a text vitbench does not write
+        raise ConfigError(f"RESULTS_DIR {path}: the rows' git_sha {clip(repr(shas[0]), 60)} is not a commit SHA "
+                          "(vitbench records git's hexadecimal SHA, with -dirty for uncommitted changes): the rows "
+                          "were edited or written by another tool; give the commit with --commit SHA")
     if shas[0].endswith("-dirty"):
         raise ConfigError(f"RESULTS_DIR {path}: measured from uncommitted changes ({shas[0][:14]}...-dirty), "
                           "which no commit holds; give --commit SHA to record it as a commit's anyway")
@@ -219,7 +227,12 @@ def collect(path: str | Path, commit: str | None = None, repo: str | Path = ".")
         info["ab"], paired = _ab_info(p)
         points += paired
     started = sorted(r.started_at for r in records if r.started_at)
-    run = Run(source="ab" if ab else "sweep", commit=sha, commit_date=commit_date(sha, Path(repo)),
+    date = commit_date(sha, Path(repo))
+    if date is None:  # a commit of another checkout: kept, placed by the run's date; said, since it is for good
+        warnings.warn(f"commit {clip(sha, 60)} is not in --repo {clip(str(repo), 120)}: recorded without its commit "
+                      "date, placed in the history by the run's start; append from the checkout that holds it for "
+                      "its place", VitbenchWarning, stacklevel=2)
+    run = Run(source="ab" if ab else "sweep", commit=sha, commit_date=date,
               run_date=started[0] if started else "", machine=machine_of(records), path=str(p.resolve()),
               info=info)
     return run, points
