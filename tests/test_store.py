@@ -64,6 +64,16 @@ def test_rows_held_whole_share_their_run_s_environment_and_key_strings(tmp_path)
     assert next(iter(held[0].raw)) is next(iter(held[1].raw))
 
 
+def test_a_row_of_a_newer_schema_stops_the_read(tmp_path):
+    """A row of a newer vitbench's shape was read as this one's (`"schema": 999`: report and compare exit 0)."""
+    from vitbench.errors import ConfigError
+
+    d = rec(0).to_dict()
+    (tmp_path / "results.jsonl").write_text(json.dumps(d) + "\n" + json.dumps({**d, "schema": 999}) + "\n")
+    with pytest.raises(ConfigError, match=r"results.jsonl:2: a row of schema 999, written by a newer vitbench"):
+        read_records(tmp_path)
+
+
 def test_torn_last_line_is_skipped_with_a_warning_and_good_rows_kept(tmp_path):
     with Store(tmp_path) as st:
         for i in range(3):

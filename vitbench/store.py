@@ -38,7 +38,7 @@ from pathlib import Path
 
 from vitbench.errors import ConfigError, VitbenchWarning
 from vitbench.paths import PathError, reason, write_atomic
-from vitbench.record import ErrorInfo, Record, RowProblem, Status
+from vitbench.record import SCHEMA, ErrorInfo, Record, RowProblem, Status
 
 RESULTS_FILE = "results.jsonl"
 STUDY_FILE = "study.yaml"
@@ -158,6 +158,9 @@ def _parse_one(raw: bytes, path: Path, lineno: int, torn: bool, check: Check | N
         warnings.warn(f"{path}:{lineno}: skipped line that is not a vitbench record: {str(e)[:160]}",
                       CorruptLineWarning, stacklevel=4)
         return None
+    if rec.schema > SCHEMA:  # another shape: read as this one's, its numbers could mean something else
+        raise ConfigError(f"{path}:{lineno}: a row of schema {rec.schema}, written by a newer vitbench (this one "
+                          f"reads schema {SCHEMA}): upgrade vitbench to read these results")
     problem = check(rec) if check is not None else None
     if problem is not None and problem.refuse:  # not skipped: its trial would run again, its rows pool without it
         raise ConfigError(f"{path}:{lineno}: {problem.text}; vitbench never writes such a row: the file was edited "
