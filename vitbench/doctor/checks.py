@@ -308,8 +308,11 @@ def run(
                 Check(
                     f"backend [{name}]",
                     Status.SKIP,
-                    f"cannot multiply matrices on a {kind.value}",
-                    "Only backends that run on the device are checked.",
+                    f"times no matmul of its own on a {kind.value}" if dev is not None
+                    else f"does not run on a {kind.value}",
+                    "The checks time each backend's own matrix multiply; a backend that runs models only (a "
+                    "deployment runtime) is checked by `vitbench bench --backend`." if dev is not None
+                    else "Only backends that run on the device are checked.",
                 )
             )
             failed.append(f"{name}: times no matmul of its own on a {kind.value}" if dev is not None
