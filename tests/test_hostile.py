@@ -131,6 +131,8 @@ CASES = {
     "sweep results in /proc": case("sweep", "smoke", "--results", "/proc/x", says="--results"),
     "sweep results /dev/null": case("sweep", "smoke", "--results", "/dev/null", says="--results"),
     "sweep timeout 0": case("sweep", "smoke", "--timeout", "0", says="--timeout"),
+    # the study's bounds, one declaration (study.schema.TimeoutS): inf passed the option, 1e-7 the study file
+    "sweep timeout inf": case("sweep", "smoke", "--timeout", "inf", says="--timeout: Input should be a finite"),
     "report missing": case("report", "{dir}/none", says="none"),
     "report empty dir": case("report", "{dir}", says="no trial records"),
     "report out in /proc": case("report", "{results}", "--out", "/proc/x", says="--out"),

@@ -25,7 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 from vitbench.cli import app
-from vitbench.cli.common import choice, console, err_console, warn
+from vitbench.cli.common import checked, choice, console, err_console, warn
 from vitbench.cli.options import cli_option
 from vitbench.errors import clip
 
@@ -214,7 +214,8 @@ def sweep_cmd(
         help="An executor option, repeatable; overrides the study's executor.options. local: memory_limit_gib "
              "(a trial's host-memory budget), grace_s, ...; slurm: partition, gpus, time_limit_min, account, "
              "mem_gb, max_parallel, cluster=local, ...; ray: address, num_gpus, num_cpus, max_parallel, ..."),
-    timeout: float = typer.Option(None, "--timeout", min=0.1, help="Per-trial timeout in seconds (overrides)."),
+    timeout: float = typer.Option(None, "--timeout", help="Per-trial timeout in seconds (overrides the study's "
+                                  "timeout_s; at least 0.1, finite)."),
     calibration: bool = typer.Option(None, "--calibration/--no-calibration",
                                      help="Measure the device's matmul throughput first (default: the study's)."),
     start_method: str = typer.Option(None,
@@ -266,6 +267,9 @@ def sweep_cmd(
     opts = {k: v for k, v in (("start_method", start_method), ("keep_logs", keep_logs)) if v is not None
             and k in fields}
     opts.update(_parse_executor_options(executor_option or []))
+    from vitbench.study.schema import TimeoutS
+
+    timeout = checked(timeout, TimeoutS, "--timeout")
     check_executor(st, executor, opts)  # everything is checked before anything is shown, run or written
     if results is not None:  # named as typed (run_study checks its directory again, as "results directory")
         check_dir(results, "--results")

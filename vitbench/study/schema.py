@@ -23,12 +23,17 @@ MAX_COMBINATIONS = 10_000
 MAX_TRIALS = 10 * MAX_COMBINATIONS
 
 
+# A trial's timeout (s), from a study or `sweep --timeout`: finite, and at least the time a trial process takes to
+# start (a fork-server child: tens of ms here; 1e-7 s timed every trial out)
+TimeoutS = Annotated[float, Field(ge=0.1, allow_inf_nan=False)]
+
+
 class StudyModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=100)]
     description: str = ""
     repeats: Annotated[int, Strict(), Field(ge=1, le=MAX_TRIALS)] = 1
-    timeout_s: Annotated[float, Field(gt=0)] = 1800.0
+    timeout_s: TimeoutS = 1800.0
     calibration: Annotated[bool, Strict()] = True
     executor: ExecutorSpec = ExecutorSpec()
     defaults: dict[str, Any] = {}
