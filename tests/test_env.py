@@ -16,6 +16,18 @@ def test_version_flag(cli):
     assert r.stdout.startswith(f"vitbench {metadata.version('vitbench')}")
 
 
+def test_python_dash_m_vitbench_is_the_command(tmp_path):
+    """`python -m vitbench` (an interpreter whose scripts are not on PATH): "No module named vitbench.__main__"."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, "-m", "vitbench", "--version"], capture_output=True, text=True,
+                       cwd=tmp_path, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(repo)}, timeout=120)
+    assert r.returncode == 0 and r.stdout.startswith("vitbench "), (r.stdout, r.stderr)
+
+
 def test_version_flag_from_a_source_tree_without_an_install(cli, monkeypatch):
     def missing(name):
         raise metadata.PackageNotFoundError(name)
