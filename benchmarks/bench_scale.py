@@ -27,7 +27,8 @@ table on stdout. The commands:
     fit       vitbench fit WORK/N/a --compute inference_gflops --error step_cv --bootstrap 0 --workers 1
     history   vitbench history append WORK/N/a --db WORK/N/history-XXXX.sqlite --commit HEAD (a new file)
     dry-run   vitbench sweep WORK/N/study.yaml --dry-run --results WORK/N/dry
-A command over its --timeout (default 600 s) is stopped and shown as "> timeout".
+A command over its --timeout (default 600 s) is stopped and shown as "> timeout". The commands run from the
+temporary directory, not the checkout, so `PYTHONPATH=<a worktree of another commit>` times that commit.
 """
 
 from __future__ import annotations
@@ -153,7 +154,9 @@ def run(cmd: list[str], timeout: float) -> dict:
     """Wall, CPU (user + sys) and peak RSS of one command run alone, and the load average before it."""
     load1 = os.getloadavg()[0]
     t = time.monotonic()
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # from another directory than the checkout: `python -c` puts its working directory first on sys.path, so a
+    # PYTHONPATH naming another commit's worktree (an A/B of two commits) was read from the checkout instead
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=tempfile.gettempdir())
     deadline, status, ru = t + timeout, None, None
     while status is None:
         pid, st, ru_ = os.wait4(p.pid, os.WNOHANG)
@@ -204,7 +207,7 @@ def time_all(work: Path, sizes: list[int], commands: list[str], timeout: float) 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("what", choices=("make", "time", "all"))
-    ap.add_argument("work", type=Path)
+    ap.add_argument("work", type=lambda s: Path(s).resolve())  # absolute: the commands run from elsewhere
     ap.add_argument("--sizes", default=",".join(map(str, SIZES)))
     ap.add_argument("--seed-results", type=Path)
     ap.add_argument("--commands", default=",".join(COMMANDS))
