@@ -85,7 +85,8 @@ def test_several_busy_runs_are_held_to_the_busy_floor():
     """Runs of one busy spell agree with each other, not with a quiet baseline: two busy runs a side 1 % apart, 40 %
     slower than three quiet ones (the QA run's `R-Micro infer 0.580 [0.540, 0.622] regression`, identical code).
     Held to the busy floor (RUN_NOISE_BUSY, a known sd: the normal quantile), the interval is
-    exp(+/- 1.96 sqrt(0.9^2 / 2 + s_b^2 / 3)) ~ x/ 3.5 about 0.6: inconclusive. The same rows quiet: decided."""
+    exp(+/- 1.96 sqrt(0.9^2 / 2 + s_b^2 / 3)) ~ x/ 3.5 about 0.6: inconclusive. The same rows quiet: decided. The
+    width moves smoothly as a side's own spread crosses the floor; a memory (no speed) is never held to it."""
     from vitbench.compare.runs import between_runs
 
     rng = np.random.default_rng(5)
@@ -101,12 +102,24 @@ def test_several_busy_runs_are_held_to_the_busy_floor():
 
     quiet, busy = runs(3, 0.1, 1.0, "q"), runs(2, 1.5, 1.65, "b")
     row = compare(quiet, busy).rows[0]
-    assert row.decision == "inconclusive" and "0.900 busy floor" in row.method, row
+    assert row.decision == "inconclusive" and "held to the busy floor (between-run sd" in row.method, row
     assert row.ci_low < 0.6 * math.exp(-1.96 * 0.9 / math.sqrt(2)) * 1.2 and row.ci_high > 1, row
     assert compare(quiet, runs(2, 0.1, 1.65, "c")).rows[0].decision == "regression"
     iv = between_runs([1.0, 1.0], [0.6, 0.61], 0.95, (0.0, RUN_NOISE_BUSY))  # the floor's own arithmetic
     se = math.sqrt(RUN_NOISE_BUSY ** 2 / 2)
     assert math.isclose(math.log(iv.high / iv.ratio), 1.959964 * se, rel_tol=1e-6)
+
+    def width(sd: float) -> float:  # both sides busy, 2 runs each, their own spread sd (log)
+        a, b = [math.exp(sd / math.sqrt(2)), math.exp(-sd / math.sqrt(2))], [1.0, 1.0]
+        iv = between_runs(a, b, 0.95, (RUN_NOISE_BUSY, RUN_NOISE_BUSY))
+        return math.log(iv.high / iv.low)
+    widths = [width(sd) for sd in np.linspace(0.85, 0.95, 11)]
+    assert all(0 <= b - a < 0.5 for a, b in zip(widths, widths[1:])), widths  # was a jump of 8x at the floor
+    mem = [bench_record("A", steps(rng), repeat=i, run_id=s) for s in "xy" for i in range(3)]
+    for i, r in enumerate(mem):
+        r.metrics.update(other_load_cores=1.5, peak_mem_mib=(100.0 if i < 3 else 180.0) + i % 3)  # some spread
+    row = next(r for r in compare(mem[:3], mem[3:], metrics=["peak_mem_mib"]).rows if r.metric == "peak_mem_mib")
+    assert row.decision == "regression", row
 
 
 def test_cli_exit_code_three_and_run_noise_option(tmp_path, cli):

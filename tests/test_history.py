@@ -411,6 +411,22 @@ def test_a_machine_change_is_divided_out_by_its_calibration(tmp_path):
     assert page["points"][0]["normalized"] is None
 
 
+def test_only_a_speed_is_divided_by_the_machine_s_calibration(tmp_path):
+    """Memory that stayed at 100 MiB on a machine of half the calibration read 200 after normalising: a false 1.95x
+    regression at confidence 0.99, exit 1 (points appended before carry a calibration for every metric)."""
+    from vitbench.history import series as hs
+
+    db = tmp_path / "h.sqlite"
+    rng = np.random.default_rng(4)
+    noise = np.exp(rng.normal(0, 0.01, 30))
+    for i, v in enumerate(100 * noise):
+        store.append(db, _run(f"c{i:03d}", i, "m1" if i < 24 else "m2"),
+                     [_point(float(v), 0.10 if i < 24 else 0.05, metric="peak_mem_mib", size=1024)])
+    (s,) = hs.detect(hs.build(list(store.read(db))))
+    assert s.basis == "raw" and set(s.normalized) == {None} and s.changes == []
+    assert hs.new_regressions(s, 0.95) == []
+
+
 def test_append_keeps_only_a_commit_sha_vitbench_writes_and_says_an_unknown_one(cli, tmp_path):
     """What is appended stays for good: a git_sha vitbench never writes (100,000 characters, text) is refused,
     nothing written; a commit --repo does not hold is kept, placed by the run's date, and said."""
@@ -421,6 +437,20 @@ def test_append_keeps_only_a_commit_sha_vitbench_writes_and_says_an_unknown_one(
         assert not db.exists()
     r = cli("history", "append", _results(tmp_path / "ok", "c" * 40, 100.0, 0.05), "--db", db, "--repo", tmp_path)
     assert r.exit_code == 0 and f"commit {'c' * 40} is not in --repo" in r.output, r.output
+    # --commit is resolved in --repo to the full SHA (`HEAD` was kept as the text "HEAD"), else must be one
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "x"], check=True)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    r = cli("history", "append", _results(tmp_path / "h", "d" * 40, 100.0, 0.05), "--db", db, "--repo", repo,
+            "--commit", "HEAD")
+    assert r.exit_code == 0 and "not in --repo" not in r.output, r.output
+    assert [run.commit for run, _ in store.read(db)][-1] == head
+    r = cli("history", "append", _results(tmp_path / "n", "e" * 40, 100.0, 0.05), "--db", db, "--repo", repo,
+            "--commit", "v1.0")
+    assert r.exit_code == 2 and "--commit v1.0: not a commit of --repo" in r.output, r.output
 
 
 def test_a_machine_is_normalised_by_its_calibration_at_one_matrix_size(tmp_path):

@@ -18,7 +18,8 @@ def test_an_ok_row_missing_optional_columns_is_reported(tmp_path, cli):
     (tmp_path / "results.jsonl").write_text(json.dumps(rec.to_dict()) + "\n")
     r = cli("report", str(tmp_path), "--out", str(tmp_path / "out"), "--no-plots")
     assert r.exit_code == 0, r.output
-    assert "results.jsonl:1: an ok row without its accuracy, read as an error row" in r.output
+    assert "1 ok row(s) without their measure read as error rows" in r.output
+    assert "first: " in r.output and "results.jsonl:1: an ok row without its accuracy" in r.output
     md = (tmp_path / "out" / "report.md").read_text()
     assert "1 error" in md or "| error" in md, md[:2000]
 
@@ -38,10 +39,10 @@ def test_a_number_vitbench_never_writes_stops_report_and_compare(tmp_path, cli):
             r = cli(*argv)
             assert r.exit_code == 2 and f"results.jsonl:1: img_per_s = {bad!r}" in r.output, (argv, r.output)
             assert "Traceback" not in r.output and not (d / "out").exists()
-    d = tmp_path / "steps"  # a raw step vitbench never writes: named as the sample it makes
+    d = tmp_path / "steps"  # a raw step vitbench never writes: compare, which decides on them, refuses it
     d.mkdir()
     rec = bench_record("ViT-Nano/4")
     rec.raw["step_s"][0] = -0.001
     (d / "results.jsonl").write_text(json.dumps(rec.to_dict()) + "\n")
     r = cli("compare", str(d), str(d))
-    assert r.exit_code == 2 and "a sample of img_per_s (from the row's raw values) is nan" in r.output, r.output
+    assert r.exit_code == 2 and "img_per_s nan is not a finite number >= 0" in r.output, r.output

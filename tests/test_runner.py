@@ -415,6 +415,17 @@ def test_an_edited_row_is_never_taken_as_done_and_ok(tmp_path):
     with pytest.warns(UnmeasuredRowWarning):
         assert run_study(s, tmp_path, retry_failed=True, executor_options=SPAWN).statuses == {"ok": 1}
     rows = [json.loads(x) for x in f.read_text().splitlines()]
-    edit(-5.0)
+    edit(-5.0)  # (what a task measures so is an error row where it is written: below)
     with pytest.raises(ConfigError, match=rf"results.jsonl:{trial + 1}: img_per_s = -5.0, where vitbench writes"):
         run_study(s, tmp_path, executor_options=SPAWN)
+
+
+def test_a_number_every_reader_refuses_is_never_written_as_ok(tmp_path):
+    """What the readers refuse (vitbench.tasks.row_check) is refused where it is written too: a task that measured
+    a step time below 0 ms gets an error row, and the store stays readable (else the sweep's own next read of it
+    stopped the sweep)."""
+    s = fake_study("axes: {model: [ViT-Nano/4], task: [sleep], behaviour: [negative]}\n")
+    summary = run_study(s, tmp_path, executor_options=SPAWN)
+    assert summary.statuses == {"error": 1}
+    (row,) = [r for r in read_records(tmp_path) if r.key]
+    assert "step_ms_median = -1.0, where vitbench writes a finite number >= 0 (ms)" in row.error.message

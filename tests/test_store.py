@@ -72,6 +72,8 @@ def test_a_row_of_a_newer_schema_stops_the_read(tmp_path):
     (tmp_path / "results.jsonl").write_text(json.dumps(d) + "\n" + json.dumps({**d, "schema": 999}) + "\n")
     with pytest.raises(ConfigError, match=r"results.jsonl:2: a row of schema 999, written by a newer vitbench"):
         read_records(tmp_path)
+    (tmp_path / "results.jsonl").write_text(json.dumps({**d, "schema": None}) + "\n")  # null: the default
+    assert [r.schema for r in read_records(tmp_path)] == [1]
 
 
 def test_torn_last_line_is_skipped_with_a_warning_and_good_rows_kept(tmp_path):

@@ -27,7 +27,7 @@ class Sleeping(BaseModel):
 
 def _sleep(config: dict) -> Record:
     """Sleeps `seconds`; behaviour: ok | crash (exception) | abort (process dies) | silent_abort (dies before
-    printing anything) | oom | hang | gate (first waits,
+    printing anything) | oom | hang | negative (an ok record with a step time below 0 ms) | gate (first waits,
     at most 120 s, for the file `gate`: a trial a test knows is still running, however slow the machine is)."""
     started = now()
     b = config["behaviour"]
@@ -55,7 +55,8 @@ def _sleep(config: dict) -> Record:
         steps.append(time.perf_counter() - s0)
     el = time.perf_counter() - t0
     batch = config["batch_size"]
-    metrics = {"img_per_s": 3 * batch / el, "step_ms_median": sorted(steps)[1] * 1e3,
+    metrics = {"img_per_s": 3 * batch / el,
+               "step_ms_median": -1.0 if b == "negative" else sorted(steps)[1] * 1e3,
                "batch_size_achieved": batch, "pid": os.getpid(), "parent_pid": os.getppid(),
                # the frameworks this trial process has imported (what its fork server preloaded, among others)
                "frameworks": " ".join(m for m in FRAMEWORKS if m in sys.modules),

@@ -186,7 +186,8 @@ class Record:
         return cls(kind=str(d["kind"]), status=status, config=d["config"], metrics=d["metrics"],
                    raw=d.get("raw") or {}, env=d.get("env") or {}, error=error,
                    started_at=d.get("started_at") or "", finished_at=d.get("finished_at") or "",
-                   method_version=d.get("method_version"), schema=d.get("schema", SCHEMA),
+                   method_version=d.get("method_version"),
+                   schema=SCHEMA if d.get("schema") is None else d["schema"],  # null: the default (_ENVELOPE)
                    key=d.get("key"), study=d.get("study"), study_sha=d.get("study_sha"), run_id=d.get("run_id"),
                    repeat=d.get("repeat"), trial=d.get("trial"),
                    runner=d.get("runner") or {})

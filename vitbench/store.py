@@ -98,7 +98,7 @@ def result_files(path: str | os.PathLike, recursive: bool = True) -> list[Path]:
 
 
 def _parse_lines(data: bytes, path: Path, first_line: int = 1, final: bool = True,
-                 check: Check | None = None) -> tuple[list[Record], int]:
+                 check: Check | None = None, demoted: list | None = None) -> tuple[list[Record], int]:
     """Parse complete lines of `data`; returns (records, bytes consumed). Bad lines warn and are skipped.
 
     With final=False an unterminated last chunk is left unconsumed (a writer may still be appending it)."""
@@ -110,12 +110,12 @@ def _parse_lines(data: bytes, path: Path, first_line: int = 1, final: bool = Tru
     for i, raw in enumerate(lines):
         if not raw.strip():
             continue
-        rec = _parse_one(raw, path, first_line + i, torn=False, check=check)
+        rec = _parse_one(raw, path, first_line + i, torn=False, check=check, demoted=demoted)
         if rec is not None:
             rec.source = source
             records.append(rec)
     if tail.strip() and final:
-        rec = _parse_one(tail, path, first_line + len(lines), torn=True, check=check)
+        rec = _parse_one(tail, path, first_line + len(lines), torn=True, check=check, demoted=demoted)
         if rec is not None:
             rec.source = source
             records.append(rec)
@@ -138,7 +138,10 @@ def _finite_float(text: str) -> float:
     return x
 
 
-def _parse_one(raw: bytes, path: Path, lineno: int, torn: bool, check: Check | None = None) -> Record | None:
+def _parse_one(raw: bytes, path: Path, lineno: int, torn: bool, check: Check | None = None,
+               demoted: list | None = None) -> Record | None:
+    """One line's record (None: skipped with a CorruptLineWarning); a row `check` demotes to an error row is
+    added to `demoted` as (path, line, why), said once for them all by _say_demoted."""
     try:  # (every float through _finite_float: 26 % over json's own parsing; a regex to skip it cost more, measured)
         d = json.loads(raw.decode("utf-8"), parse_constant=_no_constant, parse_float=_finite_float)
     except _NonFinite as e:  # vitbench writes null for them (record.clean): a number no report or compare uses
@@ -167,9 +170,18 @@ def _parse_one(raw: bytes, path: Path, lineno: int, torn: bool, check: Check | N
                           "or written by another tool; fix or remove that line")
     if problem is not None:  # never an ok row: an error row (a sweep re-runs it with --retry-failed)
         rec.status, rec.error = Status.ERROR, ErrorInfo("UnmeasuredRow", problem.text)
-        warnings.warn(f"{path}:{lineno}: {problem.text}, read as an error row (vitbench wrote such rows before "
-                      "2026-11-28; a row without its measure is not ok)", UnmeasuredRowWarning, stacklevel=4)
+        if demoted is not None:
+            demoted.append((path, lineno, problem.text))
     return rec
+
+
+def _say_demoted(demoted: list) -> None:
+    """One warning for every row a read demoted (a store of old rows would print a line each)."""
+    if demoted:
+        path, lineno, why = demoted[0]
+        warnings.warn(f"{len(demoted)} ok row(s) without their measure read as error rows (vitbench wrote such rows "
+                      f"before 2026-11-28; a row without its measure is not ok); first: {path}:{lineno}: {why}",
+                      UnmeasuredRowWarning, stacklevel=3)
 
 
 def claim_path(root: Path, key: str) -> Path:
@@ -186,17 +198,21 @@ def iter_records(path: str | os.PathLike, check: Check | None = None) -> Iterato
     """Every record of a results path (a directory with its shards and the runs below it, or one .jsonl file),
     in file order, read one line at a time; each knows the directory it came from (`Record.source`). Bad lines
     are skipped with a warning, as `_parse_lines` does; a row `check` finds a problem with (its readers pass
-    vitbench.tasks.row_check()) is refused, a ConfigError naming its file and line."""
+    vitbench.tasks.row_check()) is refused, a ConfigError naming its file and line, or read as an error row,
+    said once at the end."""
+    demoted: list = []
     for f in result_files(path):
         source = str(f.parent.resolve())
         with open(f, "rb") as fh:
             for lineno, raw in enumerate(fh, 1):
                 if not raw.strip():
                     continue
-                rec = _parse_one(raw, f, lineno, torn=not raw.endswith(b"\n"), check=check)  # a last line lacks \n
+                rec = _parse_one(raw, f, lineno, torn=not raw.endswith(b"\n"), check=check,  # a last line lacks \n
+                                 demoted=demoted)
                 if rec is not None:
                     rec.source = source
                     yield rec
+    _say_demoted(demoted)
 
 
 def read_records(path: str | os.PathLike, check: Check | None = None) -> list[Record]:
@@ -289,12 +305,14 @@ class Store:
         """Read what was appended since the last call (all shards); returns every record read so far."""
         if not self.root.is_dir():
             return self._records
+        demoted: list = []
         for f in result_files(self.root, recursive=False):
             off = self._offsets.get(f, 0)
             with open(f, "rb") as fh:
                 fh.seek(off)
                 data = fh.read()
-            recs, used = _parse_lines(data, f, self._lines.get(f, 0) + 1, final=False, check=self.check)
+            recs, used = _parse_lines(data, f, self._lines.get(f, 0) + 1, final=False, check=self.check,
+                                      demoted=demoted)
             self._offsets[f] = off + used
             self._lines[f] = self._lines.get(f, 0) + data[:used].count(b"\n")
             self._records.extend(recs)
@@ -303,6 +321,7 @@ class Store:
                     self._done[False].add(r.key)
                     if r.status is Status.OK:
                         self._done[True].add(r.key)
+        _say_demoted(demoted)
         return self._records
 
     def done_keys(self, only_ok: bool = False) -> set[str]:

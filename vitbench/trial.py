@@ -30,7 +30,7 @@ def _tail(text: str, lines: int = 15) -> str:
 
 def run_trial(job: Job) -> Record:
     """Run `job` here and return its record (see the module docstring)."""
-    from vitbench.tasks import get_task
+    from vitbench.tasks import get_task, row_check
 
     t_enter = time.time()
     phases.reset()
@@ -54,6 +54,9 @@ def run_trial(job: Job) -> Record:
         if lacking:  # a row is ok only with what its task promises
             raise NonFiniteResult(f"task {job.task!r} measured no {lacking[0]} (got "
                                   f"{rec.metrics.get(lacking[0])!r}); a row without its measure is not ok")
+        problem = row_check()(rec)  # what every reader would refuse is never written as ok
+        if problem is not None:
+            raise NonFiniteResult(f"task {job.task!r}: {problem.text}; a row with it is not ok")
     except TrainingDiverged as e:  # divergence is reported as divergence, with its step
         rec = Record.measured(kind, job.config, status=Status.DIVERGED, error=ErrorInfo.of(e),
                               metrics={"diverged_step": e.step}, started_at=started)

@@ -268,13 +268,14 @@ def sweep_cmd(
             and k in fields}
     opts.update(_parse_executor_options(executor_option or []))
     from vitbench.study.schema import TimeoutS
+    from vitbench.tasks import row_check
 
     timeout = checked(timeout, TimeoutS, "--timeout")
     check_executor(st, executor, opts)  # everything is checked before anything is shown, run or written
     if results is not None:  # named as typed (run_study checks its directory again, as "results directory")
         check_dir(results, "--results")
     if dry_run:  # a sweep checks the results directory itself (run_study), before it shows anything
-        store = Store(out)
+        store = Store(out, check=row_check())  # read as the sweep would read it
         check_results_dir(st, out, "--results", store)
         statuses = trial_status(st, store) if (out / "results.jsonl").exists() else None
         if as_json:

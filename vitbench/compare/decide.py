@@ -356,7 +356,8 @@ def _rows(label: str, b: Trial, c: Trial, metrics: Sequence[Metric], threshold: 
             row.method = "the same runs on both sides"
         elif min(bn_rep, cn_rep) >= 2 and min(*b_pts, *c_pts, *b_raws, *c_raws) > 0 \
                 and len({*b_pts}) + len({*c_pts}) > 2:  # runs are the units (runs without any spread: no sd)
-            iv = between_runs(b_pts, c_pts, confidence, (busy_floor(b.ok), busy_floor(c.ok)))
+            floors = (busy_floor(b.ok, run_noise), busy_floor(c.ok, run_noise)) if md.speed else (0.0, 0.0)
+            iv = between_runs(b_pts, c_pts, confidence, floors)  # (the floor: measured on img/s only)
             ratio, lo, hi, row.method = iv.ratio, iv.low, iv.high, iv.method
             row.ratio_raw = between_runs(b_raws, c_raws, confidence).ratio  # the same (geometric) mean, raw
         elif md.samples is not None and lo > 0:  # a speed measured on a side once: its run noise is assumed

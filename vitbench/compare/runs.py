@@ -77,40 +77,47 @@ class Interval:
     method: str
 
 
-def busy_floor(records: Sequence[Record]) -> float:
-    """The between-run sd a side's runs are held to at least: RUN_NOISE_BUSY where any of its rows records other
-    processes using BUSY_CORES or more, else 0 (its runs' own spread). Runs of one busy spell agree with each
-    other and not with the next spell: two busy runs a side a few percent apart, against a quiet baseline, gave
-    `R-Micro infer 0.580 [0.540, 0.622] regression` on identical code (normalised; raw 0.414, machine 0.715). A row
-    that does not record the load is not counted busy here: its side's spread is measured."""
+def busy_floor(records: Sequence[Record], user_sd: float | None = None) -> float:
+    """The between-run sd a side's runs of a speed are held to at least: where any of its rows records other
+    processes using BUSY_CORES or more, RUN_NOISE_BUSY (or the user's `--run-noise`), else 0 (its runs' own
+    spread). Runs of one busy spell agree with each other and not with the next spell: two busy runs a side a few
+    percent apart, against a quiet baseline, gave `R-Micro infer 0.580 [0.540, 0.622] regression` on identical
+    code (normalised; raw 0.414, machine 0.715). A row that does not record the load is not counted busy here: its
+    side's spread is measured."""
     loads = [r.metrics.get("other_load_cores") for r in records]
     busy = any(isinstance(x, (int, float)) and math.isfinite(x) and x >= BUSY_CORES for x in loads)
-    return RUN_NOISE_BUSY if busy else 0.0
+    return (RUN_NOISE_BUSY if user_sd is None else user_sd) if busy else 0.0
 
 
 def between_runs(base: Sequence[float], cur: Sequence[float], confidence: float,
                  floors: tuple[float, float] = (0.0, 0.0)) -> Interval:
-    """Welch's t-interval on mean log(current) - mean log(baseline), runs as the units (two or more a side). A
-    side whose runs spread less than its floor (`floors`: busy_floor's, baseline and current) takes the floor as
-    its between-run sd, a known one: no degrees of freedom lost to it."""
-    sides = []
-    for xs, floor in ((base, floors[0]), (cur, floors[1])):
-        logs = [math.log(x) for x in xs]
-        n, m = len(logs), sum(logs) / len(logs)
-        sd = math.sqrt(sum((x - m) ** 2 for x in logs) / (n - 1))
-        floored, used = floor > sd, max(sd, floor)
-        sides.append((n, m, used ** 2 / n, floored, f"{used:.3f}{' busy floor' if floored else ''}"))
-    (nb, mb, vb, fb, sb), (nc, mc, vc, fc, sc) = sides
-    se = math.sqrt(vb + vc)
-    # Welch-Satterthwaite degrees of freedom, rounded down (the wider interval); a floored side's variance is known
-    # (its term drops out of the denominator; both floored: the normal quantile); no spread at all: nb + nc - 2
-    den = (0 if fb else vb ** 2 / (nb - 1)) + (0 if fc else vc ** 2 / (nc - 1))
-    df = math.inf if se > 0 and den == 0 else (vb + vc) ** 2 / den if se > 0 else nb + nc - 2
-    q = NormalDist().inv_cdf(0.5 + confidence / 2) if df == math.inf else \
-        t_quantile(0.5 + confidence / 2, max(1, math.floor(df)))
-    d, half = mc - mb, q * se
-    return Interval(math.exp(d), math.exp(d - half), math.exp(d + half),
-                    f"runs: {nb}/{nc}, Welch t (between-run sd {sb}/{sc})")
+    """Welch's t-interval on mean log(current) - mean log(baseline), runs as the units (two or more a side); with
+    `floors` (busy_floor's, baseline and current), at least as wide as the normal interval of the sides' spreads
+    each held to its floor (a known sd). The wider of the two: the width moves smoothly as a side's measured
+    spread crosses its floor (taking the floor as known only below it made 2/2 busy runs' interval 8x wider on the
+    log scale between a measured sd of 0.89 and 0.91)."""
+    (nb, mb, vb), (nc, mc, vc) = (_log_stats(xs) for xs in (base, cur))
+    se = math.sqrt(vb / nb + vc / nc)
+    # Welch-Satterthwaite degrees of freedom, rounded down (the wider interval); no spread at all: nb + nc - 2
+    df = (vb / nb + vc / nc) ** 2 / ((vb / nb) ** 2 / (nb - 1) + (vc / nc) ** 2 / (nc - 1)) if se > 0 \
+        else nb + nc - 2
+    half = t_quantile(0.5 + confidence / 2, max(1, math.floor(df))) * se
+    note = f"runs: {nb}/{nc}, Welch t (between-run sd {math.sqrt(vb):.3f}/{math.sqrt(vc):.3f})"
+    sb, sc = (max(math.sqrt(v), f) for v, f in ((vb, floors[0]), (vc, floors[1])))
+    held = NormalDist().inv_cdf(0.5 + confidence / 2) * math.sqrt(sb ** 2 / nb + sc ** 2 / nc)
+    if max(floors) > 0 and held > half:
+        half = held
+        note = (f"runs: {nb}/{nc}, held to the busy floor (between-run sd {sb:.3f}/{sc:.3f}, measured "
+                f"{math.sqrt(vb):.3f}/{math.sqrt(vc):.3f}; normal quantile)")
+    d = mc - mb
+    return Interval(math.exp(d), math.exp(d - half), math.exp(d + half), note)
+
+
+def _log_stats(xs: Sequence[float]) -> tuple[int, float, float]:
+    """n, mean and sample variance of the log values."""
+    logs = [math.log(x) for x in xs]
+    n, m = len(logs), sum(logs) / len(logs)
+    return n, m, sum((x - m) ** 2 for x in logs) / (n - 1)
 
 
 def widened(ratio: float, low: float, high: float, noise: RunNoise, runs: tuple[int, int],

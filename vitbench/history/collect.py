@@ -57,9 +57,14 @@ def machine_of(records) -> str:
     return "|".join([*(str(env.get(k, "")) for k in MACHINE_FIELDS), ",".join(devices)])
 
 
-def _commit(records, commit: str | None, path: Path) -> str:
-    if commit:
-        return commit
+def _commit(records, commit: str | None, path: Path, repo: Path) -> str:
+    if commit:  # resolved to the full SHA (`HEAD` was recorded as the text "HEAD": kept for good, and merged)
+        full = resolve_commit(commit, repo)
+        if full is None and not GIT_SHA.fullmatch(commit):
+            raise ConfigError(f"--commit {clip(commit, 60)}: not a commit of --repo {clip(str(repo), 120)}, nor a "
+                              "full hexadecimal SHA: what is appended is kept for good, so name the commit in "
+                              "full, or give --repo the checkout that holds it")
+        return full or commit
     shas = sorted({str(r.env.get("git_sha")) for r in records if r.env.get("git_sha")})
     if not shas:
         raise ConfigError(f"RESULTS_DIR {path}: the rows record no git commit (vitbench ran outside a git "
@@ -69,13 +74,25 @@ def _commit(records, commit: str | None, path: Path) -> str:
         raise ConfigError(f"RESULTS_DIR {path}: rows of {len(shas)} commits ({named}); "
                           "append each commit's results apart, or name one with --commit SHA")
     if not GIT_SHA.fullmatch(shas[0]):  # kept for good: never a text vitbench does not write
-        raise ConfigError(f"RESULTS_DIR {path}: the rows' git_sha {clip(repr(shas[0]), 60)} is not a commit SHA "
-                          "(vitbench records git's hexadecimal SHA, with -dirty for uncommitted changes): the rows "
-                          "were edited or written by another tool; give the commit with --commit SHA")
+        raise ConfigError(f"RESULTS_DIR {path}: the rows' git_sha {clip(repr(shas[0]), 60)} is not a commit "
+                          "SHA (vitbench records git's hexadecimal SHA, with -dirty for uncommitted changes): the "
+                          "rows were edited or written by another tool; give the commit with --commit SHA")
     if shas[0].endswith("-dirty"):
         raise ConfigError(f"RESULTS_DIR {path}: measured from uncommitted changes ({shas[0][:14]}...-dirty), "
                           "which no commit holds; give --commit SHA to record it as a commit's anyway")
     return shas[0]
+
+
+def resolve_commit(name: str, repo: Path) -> str | None:
+    """The full SHA of commit `name` (a SHA, a short one, a ref) in the git checkout at `repo`; None where it is
+    not one there."""
+    try:
+        p = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", f"{name}^{{commit}}"],
+                           capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    sha = p.stdout.strip()
+    return sha if p.returncode == 0 and GIT_SHA.fullmatch(sha) else None
 
 
 def commit_date(sha: str, repo: Path) -> str | None:
@@ -141,8 +158,8 @@ def points_of(rounds: list[list]) -> list[Point]:
                 v = r.metrics.get(name)
                 if _finite(v) and v > 0:
                     values[key, name].append(float(v))
-                    if cal is not None and _finite(cal) and cal > 0:
-                        cals[key, name].append((cal, size))
+                    if md.speed and cal is not None and _finite(cal) and cal > 0:  # a memory or a time is no
+                        cals[key, name].append((cal, size))  # speed: never divided by the machine's
     keys = list(first)
     names = dict(zip(keys, labels([first[k].measured_config for k in keys])))
     out = []
@@ -215,7 +232,7 @@ def collect(path: str | Path, commit: str | None = None, repo: str | Path = ".")
     records = [r for recs in rounds for r in recs]
     if not records:
         raise ConfigError(f"RESULTS_DIR {p}: no records")
-    sha = _commit(records, commit, p)
+    sha = _commit(records, commit, p, Path(repo))
     points = points_of(rounds)
     if not points:
         raise ConfigError(f"RESULTS_DIR {p}: no ok row with a finite metric to record (failed, skipped or "
@@ -229,9 +246,9 @@ def collect(path: str | Path, commit: str | None = None, repo: str | Path = ".")
     started = sorted(r.started_at for r in records if r.started_at)
     date = commit_date(sha, Path(repo))
     if date is None:  # a commit of another checkout: kept, placed by the run's date; said, since it is for good
-        warnings.warn(f"commit {clip(sha, 60)} is not in --repo {clip(str(repo), 120)}: recorded without its commit "
-                      "date, placed in the history by the run's start; append from the checkout that holds it for "
-                      "its place", VitbenchWarning, stacklevel=2)
+        warnings.warn(f"commit {clip(sha, 60)} is not in --repo {clip(str(repo), 120)}: recorded without its "
+                      "commit date, placed in the history by the run's start; append from the checkout that holds "
+                      "it for its place", VitbenchWarning, stacklevel=2)
     run = Run(source="ab" if ab else "sweep", commit=sha, commit_date=date,
               run_date=started[0] if started else "", machine=machine_of(records), path=str(p.resolve()),
               info=info)

@@ -101,6 +101,9 @@ def _machine_calibrations(items: list[tuple[Run, Point]]) -> dict[str, float]:
 
 def build(rows: list[tuple[Run, Point]], metrics: tuple[str, ...] = ()) -> list[Series]:
     """The series of the stored (run, point) rows, for `metrics` (all when empty), without change points."""
+    from vitbench.compare.comparison import metrics as declared
+
+    speeds = {n for n, m in declared().items() if m.speed}  # only a speed is divided by the machine's calibration
     groups: dict[tuple[str, str, str | None, str | None], list[tuple[Run, Point]]] = defaultdict(list)
     for run, pt in rows:
         if not metrics or pt.metric in metrics:
@@ -114,7 +117,8 @@ def build(rows: list[tuple[Run, Point]], metrics: tuple[str, ...] = ()) -> list[
         s = Series(metric, first.unit, first.higher_is_better,
                    first.label + (f" vs {baseline[:12]}, {stat} step" if baseline else ""), key, first.model,
                    first.backend, first.task, baseline=baseline)
-        machine_cal = _machine_calibrations(items)
+        # (points appended before 2026-11-30 carry a calibration for every metric: a speed's only is used)
+        machine_cal = _machine_calibrations(items) if metric in speeds else {}
         ref = machine_cal.get(items[-1][0].machine)
         by_commit: dict[str, list[tuple[Run, Point]]] = {}
         for run, pt in items:
