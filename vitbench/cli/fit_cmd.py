@@ -11,8 +11,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from vitbench.cli import app
-from vitbench.cli.common import console, err_console, print_json, warn
-from vitbench.cli.options import cli_option, from_field
+from vitbench.cli.common import console, err_console, option, print_json, warn
+from vitbench.cli.options import cli_option, field_options, from_field
 from vitbench.errors import ConfigError, shorten
 from vitbench.fit.spec import FitSpec
 from vitbench.outdir import Writer
@@ -148,8 +148,7 @@ def fit_cmd(
                                          "always split by benchmark (kind, dataset, shots) too."),
     where: str = typer.Option(None, "--where", help="Only the rows where this holds: a pandas query over the "
                                                       "columns, e.g. \"kind == 'finetune' and steps >= 100\"."),
-    form: list[str] = typer.Option(None, "--form",
-                                   help="power | offset | saturating | m4 (repeatable; default all)."),
+    form: list[str] = from_field(_FIT, "forms", "--form", help="power | offset | saturating | m4 (repeatable)."),
     points: str = from_field(_FIT, "points", "--points", help="all | frontier (only rows no cheaper row beats)."),
     predict: str = typer.Option(None, "--predict", help="Predict the error at these compute values: C[,C...]."),
     reach: float = typer.Option(None, "--reach",
@@ -187,10 +186,10 @@ def fit_cmd(
     if points_at is not None and not all(math.isfinite(x) and x > 0 for x in points_at):
         raise ConfigError(f"--predict {shorten(predict, 100)}: every compute value must be a finite number > 0")
     spec = validated(FitSpec, {"compute": compute, "error": error, "accuracy": accuracy, "percent": percent,
-                               "group": group or None, "where": where, "forms": form or FitSpec().forms,
+                               "group": group or None, "where": where, "forms": form,
                                "points": points, "predict": points_at, "reach": reach, "cutoffs": cutoffs,
                                "bootstrap": bootstrap, "ci": ci, "seed": seed, "prior": prior}, "vitbench fit",
-                     {f: "--form" if f == "forms" else "--" + f.replace("_", "-") for f in FitSpec.model_fields})
+                     {f: option(f, field_options(fit_cmd, FitSpec.model_fields)) for f in FitSpec.model_fields})
     if out:
         check_dir(out, "--out")  # before minutes of bootstrap
         if Path(out).is_dir():

@@ -97,7 +97,10 @@ class FieldDefault:
         return obj
 
     def default(self) -> Any:
+        """The value as the command line writes it: an Enum (or a list of them) by its value."""
         v = self.value()
+        if isinstance(v, (list, tuple)):
+            return type(v)(x.value if isinstance(x, Enum) else x for x in v)
         return v.value if isinstance(v, Enum) else v
 
     def __str__(self) -> str:
