@@ -43,7 +43,8 @@ def embedded_studies() -> list[str]:
 
 
 def resolve_study(ref: str | Path) -> tuple[Path | None, str]:
-    """A path, or a bare name (`smoke`): ./studies/<name>.yaml, else the package's embedded copy.
+    """A path, or a bare name (`smoke`, `transfer-digits`): ./studies/<name>.yaml, else the package's embedded
+    copy (every shipped study: vitbench/studies/, which the checkout's studies/ links to).
 
     Returns (path or None for an embedded study, text)."""
     p = Path(ref)
