@@ -283,10 +283,11 @@ def test_checkpoint_says_its_objective_and_refuses_mixups(tmp_path):
         fewshot(FewshotConfig(**down), threads=1)
     r = fewshot(FewshotConfig(**down, objective="masked_patch"), threads=1)
     assert 0 <= r.metrics["accuracy"] <= 1
-    with pytest.raises(ConfigError, match="masked_patch"):
-        from vitbench.backends.base import get_backend
+    from vitbench.backends.base import get_backend
 
-        load_teacher(TeacherConfig(checkpoint=path), get_backend("torch"), ["0", "1", "2", "3", "4"])
+    for named in (None, "ViT-Nano/4"):  # the objective is said, not "the weights do not fit ViT-Nano/4: unexpected"
+        with pytest.raises(ConfigError, match="objective 'masked_patch', 'supervised' was asked for"):
+            load_teacher(TeacherConfig(checkpoint=path, model=named), get_backend("torch"), list("01234"))
 
 
 def test_report_section_groups_by_objective():

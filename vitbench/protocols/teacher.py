@@ -79,6 +79,12 @@ def load_teacher(cfg: TeacherConfig, backend, class_names: list[str], *, upstrea
                                     source=str(upstream.path))
     from vitbench.models.checkpoints import load_pretrained
 
+    try:  # its objective first: a masked-patch encoder's weights fit no classifier, and load_pretrained said so
+        early = read_meta(cfg.checkpoint)
+    except ConfigError:  # not a safetensors file: load_pretrained says what it is
+        early = None
+    if early is not None:
+        require_objective(early, Objective.SUPERVISED, f"teacher.checkpoint {cfg.checkpoint!r}")
     p = load_pretrained(cfg.checkpoint, cfg.model)
     from vitbench.transfer.checkpoint import check_finite_weights
 
