@@ -27,7 +27,7 @@ class Prediction:
     ci_high: float | None  # bootstrap mixture), one observation's noise, the law's error at this reach, within
     # what a decreasing law allows; None: no more budgets than parameters, nothing measures it (no_prediction)
     law: dict[str, float]  # the combined law it comes from: form name -> weight (Combined.named_weights)
-    backtest_rmse_log: float | None  # the combined law's backtest error: the typical miss at this reach
+    backtest_rmse_log: float | None  # the combined law's backtest error at the backtest's reach (one per group)
 
     def to_dict(self) -> dict:
         return {"compute": self.compute, "reach_decades": self.reach, "error": self.value, "ci_low": self.ci_low,
