@@ -131,7 +131,7 @@ def _upstream_values(o) -> dict:
     """The downstream task's fields for its start from the DOWNSTREAM options `o`: a checkpoint file (its model:
     --model, else the file's; its resolution and backend the defaults of --resolution and --backend: a vitbench
     checkpoint's header says them, weights of another origin are read for theirs), or --model, pre-trained here
-    (with --pretrain-steps, --pretrain-warmup-steps). Options that only shape a pre-training are refused beside a
+    (with --pretrain-steps, --pretrain-warmup-steps, --pretrain-resolution). Options that only shape a pre-training are refused beside a
     checkpoint (they would be ignored); a vitbench checkpoint of another architecture than --model / --set is
     refused naming them (cli.common.checkpoint_model)."""
     from vitbench.errors import ConfigError
@@ -141,9 +141,10 @@ def _upstream_values(o) -> dict:
             raise ConfigError("give --checkpoint PATH (from `vitbench pretrain`) or --model NAME (pre-trained on "
                               "digits 0-4 with the default recipe, cached)")
         return {"model": with_sets(o.model, o.sets), "pretrain_steps": o.pretrain_steps,
-                "pretrain_warmup_steps": o.pretrain_warmup_steps}
+                "pretrain_warmup_steps": o.pretrain_warmup_steps, "pretrain_resolution": o.pretrain_resolution}
     ignored = [opt for opt, v in (("--pretrain-steps", o.pretrain_steps),
-                                  ("--pretrain-warmup-steps", o.pretrain_warmup_steps)) if v is not None]
+                                  ("--pretrain-warmup-steps", o.pretrain_warmup_steps),
+                                  ("--pretrain-resolution", o.pretrain_resolution)) if v is not None]
     if ignored:
         raise ConfigError(f"--checkpoint gives the upstream; {', '.join(ignored)} would be ignored: give "
                           "either --checkpoint PATH (--model NAME: its architecture), or --model NAME with "
@@ -165,6 +166,9 @@ DOWNSTREAM = OptionGroup("downstream", {
                                          "(default: as `vitbench pretrain`).")),
     "pretrain_warmup_steps": (int, typer.Option(None, help="With --model: upstream warm-up steps "
                                                 "(default: as `vitbench pretrain`).")),
+    "pretrain_resolution": (int, typer.Option(None, help="With --model: upstream resolution (default: as "
+                                              "`vitbench pretrain`, the model's native one; -r is the downstream's)"
+                                              ".")),
     "backend": (str, typer.Option(None, help="A registered backend "
                                              "(`vitbench plugins` lists them; default: the first registered).")),
     "resolution": (int, typer.Option(None, "--resolution", "-r",
