@@ -155,6 +155,8 @@ def test_ab_loop_no_change_alternates_and_reports(repo, monkeypatch, tmp_path):
                for r in res.comparison.rows)
     md = to_markdown(res.comparison)
     assert "the same environment for both sides" in md and "HEAD~1 = " in md and "4 pairs" in md
+    # each side's commit is the context's: not a difference of the environments (the archive's rows say none)
+    assert not any(k == "git_sha" for k, _, _ in res.comparison.env_diff) and "git_sha" not in md
     assert all("decision: no change" in e["extra"] for e in to_benchmark_json(res.comparison))
     assert (tmp_path / "rounds" / "baseline" / "pair04" / f"leg{legs}" / "results.jsonl").exists()
     # which commit each side ran, for `history append`'s paired points (a git-archive side records none itself)

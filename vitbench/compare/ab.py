@@ -298,7 +298,10 @@ def measure(sides: tuple[Side, Side], environment: str, study_line: str, *, rule
         context.append(("self-test", f"current's steps carry {extra_work:.0%} extra work (${EXTRA_WORK_ENV})"))
     unmatched = [(pairs.trials[k][0] or pairs.trials[k][1]) for k in pairs.trials if not pairs.matched(k)]
     cmp = Comparison(rows=table, unmatched_baseline=[], unmatched_current=[],
-                     env_diff=env_differences(b_recs, c_recs), threshold=rule.threshold,
+                     # each side's commit is the context's (`git archive`'s side records none: an A/A listed
+                     # git_sha None against the current's as a difference of the environments)
+                     env_diff=[d for d in env_differences(b_recs, c_recs) if d[0] != "git_sha"],
+                     threshold=rule.threshold,
                      confidence=rule.confidence, normalized=False, metrics=(METRIC,),
                      warnings=[f"not compared (on one side only): {t.config.get('model')} {t.config.get('task')}"
                                for t in unmatched], context=context)
