@@ -83,9 +83,9 @@ def where(frame: pd.DataFrame, expr: str, where_text: str) -> pd.DataFrame:
     except (RecursionError, MemoryError):  # the parser's own stack: nested far past MAX_WHERE_DEPTH
         tree = None
     if tree is None or _depth(tree) > MAX_WHERE_DEPTH:
-        raise ConfigError(f"--where {shown}: nested more than {MAX_WHERE_DEPTH} levels deep (each operator and "
-                          "parenthesis is a level, and each operand past the second of a chained and/or or "
-                          "comparison); write a shorter filter, e.g. `col in [...]` for many values")
+        raise ConfigError(f"--where {shown}: nested more than {MAX_WHERE_DEPTH} levels deep (each operator is a "
+                          "level, and each operand past the second of a chained and/or or comparison); write a "
+                          "shorter filter, e.g. `col in [...]` for many values")
     for node in ast.walk(tree):
         if not isinstance(node, _OK_NODES):
             raise ConfigError(f"--where {shown}: {type(node).__name__.lower()} is not allowed; use column names, "
