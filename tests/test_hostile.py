@@ -416,6 +416,9 @@ CASES = {
     "pretrain threads 0": case("pretrain", NANO, "--threads", "0", says="--threads"),
     "pretrain teacher resolution 0": case("pretrain", NANO, "--teacher", "R-Nano", "--teacher-resolution", "0",
                                           says="--teacher-resolution"),
+    # not a multiple of the teacher's stride: named by its own option, not --teacher
+    "pretrain teacher resolution 30": case("pretrain", NANO, "--teacher", "R-Nano", "--teacher-resolution", "30",
+                                           says="--teacher-resolution: resolution 30 for R-Nano"),
     "pretrain teacher seed negative": case("pretrain", NANO, "--teacher", "R-Nano", "--teacher-seed", "-1",
                                            says="--teacher-seed"),
     "pretrain objective unknown": case("pretrain", NANO, "--objective", "contrastïve", says="--objective"),

@@ -138,10 +138,13 @@ class TeacherFields(BaseModel):
 
             try:
                 spec = get_spec(self.teacher)
+            except VitbenchError as e:
+                raise ValueError(f"{named(info, 'teacher')}: {e}") from None
+            try:  # named by the option that set it (`--teacher: resolution 30 ...` sent the user to --teacher)
                 if self.teacher_resolution is not None:
                     spec.check_resolution(self.teacher_resolution)
             except VitbenchError as e:
-                raise ValueError(f"{named(info, 'teacher')}: {e}") from None
+                raise ValueError(f"{named(info, 'teacher_resolution')}: {e}") from None
         return self
 
     def unused_teacher_fields(self) -> set[str]:
