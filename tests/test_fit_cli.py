@@ -136,6 +136,9 @@ def test_hostile_inputs_exit_2_with_a_short_message_naming_the_option(cli, tmp_p
         ({"compute": C, "error": good}, ["--group", "g" * 5000], "(--group)"),
         ({"compute": C, "error": good}, ["--reach", "-1"], "reach"),
         ({"compute": C, "error": good}, ["--bootstrap", "-5"], "bootstrap"),
+        # no column chosen by the user: the default named as one (it read "(--accuracy)", an option not given)
+        ({"compute": C, "loss": good}, [], "no column 'accuracy' (--accuracy's default, with no --error and no "
+                                             "error column)"),
     ]
     for i, (cols, extra, says) in enumerate(cases):
         path = _hostile_csv(tmp_path, f"h{i}", **cols)

@@ -299,8 +299,10 @@ def _error(source: Source, frame: pd.DataFrame, spec: FitSpec, where: str
         values, label, option = numeric_column(frame, col, "--error", where) / scale, col, "--error"
     else:
         col = spec.accuracy or DEFAULT_ACCURACY
-        values, label, option = 1.0 - numeric_column(frame, col, "--accuracy", where) / scale, f"1 - {col}", \
-            "--accuracy"
+        csv = source.source_kind == SourceKind.CSV  # a column not there, not given: the default named as one
+        named = "--accuracy" if spec.accuracy else \
+            f"--accuracy's default, with no --error{' and no error column' if csv else ''}"
+        values, label, option = 1.0 - numeric_column(frame, col, named, where) / scale, f"1 - {col}", "--accuracy"
     bad = values.notna() & ~np.isfinite(values.fillna(0))
     if bad.any():
         raise ConfigError(f"{where}: column {shorten(col, 60)} ({option}) is not finite: {_row(values, bad)}")
