@@ -348,8 +348,11 @@ def fit_source(source: Source, spec: FitSpec = FitSpec(), *, workers: int | None
                              if source.source_kind == SourceKind.RESULTS else ""))
     dropped = []
     half = compute.notna() ^ error.notna()  # rows with one of the two: worth a note (bench rows have neither)
-    if half.any():
-        dropped.append(f"{int(half.sum())} rows with only one of {shorten(spec.compute, 60)} and {error_label}")
+    if half.any():  # which kinds they are: a pretrain row's compute is its `exaflops` (--compute exaflops fits it)
+        kinds = frame.loc[half, "kind"].astype(str).value_counts() if "kind" in frame.columns else None
+        which = f" ({', '.join(f'{n} {k}' for k, n in kinds.items())})" if kinds is not None else ""
+        dropped.append(f"{int(half.sum())} rows with only one of {shorten(spec.compute, 60)} and {error_label}"
+                       f"{which}")
     bad = usable & (compute <= 0)
     if bad.any():
         raise ConfigError(f"{where}: column {shorten(spec.compute, 60)} (--compute) must be > 0 for a log-scale "
