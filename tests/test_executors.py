@@ -291,7 +291,8 @@ def test_worker_that_cannot_see_the_store_returns_the_row_for_the_driver(tmp_pat
 def test_latest_row_across_shards_is_the_last_finished(tmp_path):
     def r(status, finished_at, shard):
         with Store(tmp_path, shard=shard) as st:
-            st.append(record("bench", {"model": "m"}, status=status, key="k", finished_at=finished_at))
+            st.append(record("bench", {"model": "m"}, status=status, key="k", finished_at=finished_at,
+                             metrics={"img_per_s": 1.0} if status == "ok" else {}))  # an ok row has its measure
 
     r("ok", "2026-01-02T00:00:00.000+00:00", None)  # results.jsonl, newest
     r("error", "2026-01-01T00:00:00.000+00:00", "w-a")  # an older shard row, later in file order

@@ -212,6 +212,25 @@ class _Upstream(TeacherFields):
         return None if v == "" else v  # '' (a command's way to say it): all classes
 
     @model_validator(mode="after")
+    def _pretrain_resolution_fits(self):
+        """The pre-training resolution must suit the model, named by the option that set it (the pre-training's own
+        config refused it when the trial ran, naming no option: `resolution 15 for ViT-Nano/4 must be ...`)."""
+        from vitbench.errors import VitbenchError
+        from vitbench.models.specs import ModelSpec, get_spec
+
+        if self.pretrain_resolution is None or getattr(self, "model", None) is None:
+            return self
+        try:
+            spec = self.model if isinstance(self.model, ModelSpec) else get_spec(self.model)
+        except VitbenchError:  # the model's own problem: said on `model`
+            return self
+        try:
+            spec.check_resolution(self.pretrain_resolution)
+        except VitbenchError as e:
+            raise ValueError(f"{self.name_of('pretrain_resolution')}: {e}") from None
+        return self
+
+    @model_validator(mode="after")
     def _objective(self):
         if self.objective is Objective.MASKED_PATCH:
             self.masked_patch()  # mask_rate's bounds: MaskedPatch's (one declaration)
