@@ -38,6 +38,9 @@ def defined(path, kinds, latest) -> pd.DataFrame:
     return df
 
 
+HEADLINES = {"bench": "img_per_s", "calibration": "matmul_tflops_per_s"}  # the kinds' tasks' headlines
+
+
 def store(tmp_path, seed: int):
     """Three directories of random rows: 40 keys re-run up to three times at random (or equal) finish times,
     calibration rows among them, each row with random extra config fields and metrics, a garbage line."""
@@ -53,9 +56,12 @@ def store(tmp_path, seed: int):
                     metrics["model"] = "clash"  # a metric named like a config field: metric.model
                 if rng.random() < 0.5:
                     metrics["f"] = rng.random()  # a column of floats only, with gaps: kept as doubles
+                status = rng.choice(["ok", "ok", "error"])
+                if status == "ok" and kind in HEADLINES:  # an ok row carries its measure (tasks.row_check)
+                    metrics[HEADLINES[kind]] = rng.random() + 0.1
                 st.append(record(kind, cfg, metrics=metrics, raw={"step_s": [0.1] * rng.randint(0, 3)},
                                  env={"torch": rng.choice(["x", "y"]), "list": [1]},
-                                 status=rng.choice(["ok", "ok", "error"]),
+                                 status=status,
                                  key=None if kind == "calibration" else f"k{rng.randint(0, 40)}",
                                  study="t", run_id="r", repeat=0, trial=cfg,
                                  started_at=f"2026-01-01T00:00:00.{d.name}.{i:03d}",  # each a measurement
