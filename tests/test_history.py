@@ -451,6 +451,11 @@ def test_append_keeps_only_a_commit_sha_vitbench_writes_and_says_an_unknown_one(
     r = cli("history", "append", _results(tmp_path / "n", "e" * 40, 100.0, 0.05), "--db", db, "--repo", repo,
             "--commit", "v1.0")
     assert r.exit_code == 2 and "--commit v1.0: not a commit of --repo" in r.output, r.output
+    r = cli("history", "append", tmp_path / "n", "--db", db, "--repo", repo, "--commit", head[:9])  # a short SHA
+    assert r.exit_code == 0 and [run.commit for run, _ in store.read(db)][-1] == head, r.output
+    r = cli("history", "append", _results(tmp_path / "d", "f" * 40, 100.0, 0.05), "--db", db, "--repo", repo,
+            "--commit", head + "-dirty")  # the text the rows' refusal shows: still no commit
+    assert r.exit_code == 2 and "names uncommitted changes" in r.output, r.output
 
 
 def test_a_machine_is_normalised_by_its_calibration_at_one_matrix_size(tmp_path):

@@ -15,6 +15,7 @@ import pytest
 from records import record
 
 from vitbench.store import Store, read_records
+from vitbench.tasks import headline
 from vitbench.tidy import _flatten, load, load_each, select
 
 VALUES = [None, 1, 2, 1.5, True, False, "a", "b", [1, 2], {"x": 1}, 2**70]
@@ -38,7 +39,7 @@ def defined(path, kinds, latest) -> pd.DataFrame:
     return df
 
 
-HEADLINES = {"bench": "img_per_s", "calibration": "matmul_tflops_per_s"}  # the kinds' tasks' headlines
+HEADLINES = {k: headline(k).name for k in ("bench", "calibration")}  # the kinds' tasks' headlines
 
 
 def store(tmp_path, seed: int):

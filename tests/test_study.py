@@ -358,6 +358,20 @@ def test_embedded_smoke_is_the_repo_copy_and_resolves_by_name(tmp_path, monkeypa
     assert not (tmp_path / "results").exists()
 
 
+def test_every_shipped_study_is_embedded_and_runs_by_name_from_anywhere(tmp_path, monkeypatch, cli):
+    """studies/ links to the package's copies (a study added there as a plain file would not be embedded);
+    `sweep transfer-digits`, as docs/datasets.md shows it, said 'not found' outside the checkout."""
+    shipped = sorted(p.name for p in (REPO / "studies").glob("*.yaml"))
+    embedded = sorted(p.name for p in (REPO / "vitbench" / "studies").glob("*.yaml"))
+    assert shipped == embedded
+    for name in shipped:
+        link = REPO / "studies" / name
+        assert link.is_symlink() and link.resolve() == (REPO / "vitbench" / "studies" / name).resolve(), name
+    monkeypatch.chdir(tmp_path)
+    r = cli("sweep", "transfer-digits", "--set", "dataset=synthetic", "--dry-run", "--json")
+    assert r.exit_code == 0 and len(json.loads(r.stdout)) > 100, r.output
+
+
 def test_cli_bad_study_exits_2_without_traceback_and_writes_nothing(tmp_path, monkeypatch, cli):
     monkeypatch.chdir(tmp_path)
     p = tmp_path / "bad.yaml"

@@ -266,9 +266,10 @@ def percentile_intervals(replicates: np.ndarray, confidence: float = 0.95) -> li
     lo, hi = np.quantile(replicates, [alpha, 1 - alpha], axis=1)
     return [(float(a), float(b)) for a, b in zip(lo, hi)]
 
-def t_quantile(p: float, df: int) -> float:
+def t_quantile(p: float, df: float) -> float:
     """Student-t quantile, from the normal one by the Cornish-Fisher expansion (Abramowitz & Stegun 26.7.5);
-    within 0.2 % of the exact value for df >= 3, 2 % at df = 2; exact at df = 1 (Cauchy)."""
+    within 0.2 % of the exact value for df >= 3, 2 % at df = 2; exact at df = 1 (Cauchy). A fractional df (Welch's)
+    is taken as it is."""
     if df < 1:
         raise ValueError(f"degrees of freedom must be >= 1, got {df}")
     if df == 1:

@@ -42,7 +42,8 @@ def compare_cmd(
                                     help="Between-run sd of log throughput on your host (e.g. 0.05), assumed "
                                          "where a side has one run. Default: vitbench's measured floor for the "
                                          "host state the rows recorded (quiet or busy); with several runs per "
-                                         "side the runs' own spread is used and this is ignored."),
+                                         "side the runs' own spread is used (a busy side's held to the busy "
+                                         "floor) and this is ignored."),
     allow_missing: bool = cli_option("allow_missing", "--allow-missing",
                                      help="Do not fail when trials that were ok in the baseline are missing "
                                           "from current (they are still listed)."),

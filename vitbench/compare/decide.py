@@ -77,7 +77,8 @@ def metric_samples(rec: Record, metric: Metric) -> list[float] | None:
         if v is None:
             return None
         xs = [float(v)] if number(v) else [v]
-    bad = next((x for x in xs if not number(x) or x < 0), None)
+    least = 0.0 if metric.minimum is None else metric.minimum  # (a comparable metric's is >= 0: tasks.Metric)
+    bad = next((x for x in xs if not number(x) or x < least), None)
     if bad is not None:
         where = f"{rec.source or 'results'}: trial {clip(str(rec.key or rec.measured_config), 120)}"
         raise ConfigError(f"{where}: {metric.name} {clip(repr(bad), 40)} is not a finite number >= 0, which "
@@ -356,7 +357,7 @@ def _rows(label: str, b: Trial, c: Trial, metrics: Sequence[Metric], threshold: 
             row.method = "the same runs on both sides"
         elif min(bn_rep, cn_rep) >= 2 and min(*b_pts, *c_pts, *b_raws, *c_raws) > 0 \
                 and len({*b_pts}) + len({*c_pts}) > 2:  # runs are the units (runs without any spread: no sd)
-            floors = (busy_floor(b.ok, run_noise), busy_floor(c.ok, run_noise)) if md.speed else (0.0, 0.0)
+            floors = (busy_floor(b.ok), busy_floor(c.ok)) if md.speed else (0.0, 0.0)
             iv = between_runs(b_pts, c_pts, confidence, floors)  # (the floor: measured on img/s only)
             ratio, lo, hi, row.method = iv.ratio, iv.low, iv.high, iv.method
             row.ratio_raw = between_runs(b_raws, c_raws, confidence).ratio  # the same (geometric) mean, raw

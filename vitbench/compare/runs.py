@@ -77,39 +77,40 @@ class Interval:
     method: str
 
 
-def busy_floor(records: Sequence[Record], user_sd: float | None = None) -> float:
+def busy_floor(records: Sequence[Record]) -> float:
     """The between-run sd a side's runs of a speed are held to at least: where any of its rows records other
-    processes using BUSY_CORES or more, RUN_NOISE_BUSY (or the user's `--run-noise`), else 0 (its runs' own
-    spread). Runs of one busy spell agree with each other and not with the next spell: two busy runs a side a few
-    percent apart, against a quiet baseline, gave `R-Micro infer 0.580 [0.540, 0.622] regression` on identical
+    processes using BUSY_CORES or more, RUN_NOISE_BUSY, else 0 (its runs' own spread). Not `--run-noise`: that
+    is one run's assumed spread, a quiet host's figure perhaps, and would undo the floor where it is needed. Runs
+    of one busy spell agree with each other and not with the next spell: two busy runs a side a few percent
+    apart, against a quiet baseline, gave `R-Micro infer 0.580 [0.540, 0.622] regression` on identical
     code (normalised; raw 0.414, machine 0.715). A row that does not record the load is not counted busy here: its
     side's spread is measured."""
     loads = [r.metrics.get("other_load_cores") for r in records]
     busy = any(isinstance(x, (int, float)) and math.isfinite(x) and x >= BUSY_CORES for x in loads)
-    return (RUN_NOISE_BUSY if user_sd is None else user_sd) if busy else 0.0
+    return RUN_NOISE_BUSY if busy else 0.0
 
 
 def between_runs(base: Sequence[float], cur: Sequence[float], confidence: float,
                  floors: tuple[float, float] = (0.0, 0.0)) -> Interval:
-    """Welch's t-interval on mean log(current) - mean log(baseline), runs as the units (two or more a side); with
-    `floors` (busy_floor's, baseline and current), at least as wide as the normal interval of the sides' spreads
-    each held to its floor (a known sd). The wider of the two: the width moves smoothly as a side's measured
-    spread crosses its floor (taking the floor as known only below it made 2/2 busy runs' interval 8x wider on the
-    log scale between a measured sd of 0.89 and 0.91)."""
+    """Welch's t-interval on mean log(current) - mean log(baseline), runs as the units (two or more a side), each
+    side's variance held to at least its floor squared (`floors`: busy_floor's, baseline and current). The
+    Welch-Satterthwaite degrees of freedom count only the measured variances, so a side far below its floor is
+    a known sd (df towards infinity: the normal quantile) and the interval moves smoothly as a side's spread
+    crosses its floor (taking the floor as known only below it made 2/2 busy runs' interval 8x wider on the log
+    scale between a measured sd of 0.89 and 0.91); with no floor it is Welch's."""
     (nb, mb, vb), (nc, mc, vc) = (_log_stats(xs) for xs in (base, cur))
-    se = math.sqrt(vb / nb + vc / nc)
-    # Welch-Satterthwaite degrees of freedom, rounded down (the wider interval); no spread at all: nb + nc - 2
-    df = (vb / nb + vc / nc) ** 2 / ((vb / nb) ** 2 / (nb - 1) + (vc / nc) ** 2 / (nc - 1)) if se > 0 \
-        else nb + nc - 2
-    half = t_quantile(0.5 + confidence / 2, max(1, math.floor(df))) * se
+    hb, hc = max(vb, floors[0] ** 2), max(vc, floors[1] ** 2)  # the variances used
+    se = math.sqrt(hb / nb + hc / nc)
+    # not rounded down to a whole number (as tables must): the quantile moves with the spread, with no step of its
+    # own (t at df 3.99 rounded to 3 is 14 % above t at 4); no spread and no floor: nb + nc - 2
+    den = (vb / nb) ** 2 / (nb - 1) + (vc / nc) ** 2 / (nc - 1)
+    df = (nb + nc - 2) if se == 0 else math.inf if den == 0 else se ** 4 / den
+    q = NormalDist().inv_cdf(0.5 + confidence / 2) if df > 1e9 else t_quantile(0.5 + confidence / 2, max(1.0, df))
+    half, d = q * se, mc - mb
     note = f"runs: {nb}/{nc}, Welch t (between-run sd {math.sqrt(vb):.3f}/{math.sqrt(vc):.3f})"
-    sb, sc = (max(math.sqrt(v), f) for v, f in ((vb, floors[0]), (vc, floors[1])))
-    held = NormalDist().inv_cdf(0.5 + confidence / 2) * math.sqrt(sb ** 2 / nb + sc ** 2 / nc)
-    if max(floors) > 0 and held > half:
-        half = held
-        note = (f"runs: {nb}/{nc}, held to the busy floor (between-run sd {sb:.3f}/{sc:.3f}, measured "
-                f"{math.sqrt(vb):.3f}/{math.sqrt(vc):.3f}; normal quantile)")
-    d = mc - mb
+    if hb > vb or hc > vc:
+        note = (f"runs: {nb}/{nc}, Welch t held to the busy floor (between-run sd {math.sqrt(hb):.3f}/"
+                f"{math.sqrt(hc):.3f}, measured {math.sqrt(vb):.3f}/{math.sqrt(vc):.3f})")
     return Interval(math.exp(d), math.exp(d - half), math.exp(d + half), note)
 
 

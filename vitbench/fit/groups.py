@@ -350,7 +350,9 @@ def fit_source(source: Source, spec: FitSpec = FitSpec(), *, workers: int | None
     half = compute.notna() ^ error.notna()  # rows with one of the two: worth a note (bench rows have neither)
     if half.any():  # which kinds they are: a pretrain row's compute is its `exaflops` (--compute exaflops fits it)
         kinds = frame.loc[half, "kind"].astype(str).value_counts() if "kind" in frame.columns else None
-        which = f" ({', '.join(f'{n} {k}' for k, n in kinds.items())})" if kinds is not None else ""
+        more = f", and {len(kinds) - 3} more kinds" if kinds is not None and len(kinds) > 3 else ""
+        which = (f" ({', '.join(f'{n} {shorten(k, 40)}' for k, n in kinds.head(3).items())}{more})"
+                 if kinds is not None else "")
         dropped.append(f"{int(half.sum())} rows with only one of {shorten(spec.compute, 60)} and {error_label}"
                        f"{which}")
     bad = usable & (compute <= 0)

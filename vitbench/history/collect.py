@@ -59,6 +59,9 @@ def machine_of(records) -> str:
 
 def _commit(records, commit: str | None, path: Path, repo: Path) -> str:
     if commit:  # resolved to the full SHA (`HEAD` was recorded as the text "HEAD": kept for good, and merged)
+        if commit.endswith("-dirty"):
+            raise ConfigError(f"--commit {clip(commit, 60)}: names uncommitted changes, which no commit holds; "
+                              "give the commit to record them as (its SHA without -dirty)")
         full = resolve_commit(commit, repo)
         if full is None and not GIT_SHA.fullmatch(commit):
             raise ConfigError(f"--commit {clip(commit, 60)}: not a commit of --repo {clip(str(repo), 120)}, nor a "

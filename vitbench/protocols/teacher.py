@@ -18,7 +18,7 @@ import numpy as np
 from vitbench.errors import ConfigError
 from vitbench.transfer.checkpoint import Checkpoint, read_meta
 from vitbench.transfer.distill import DEFAULT_LAMBDA, DEFAULT_TAU, Distillation, Teacher
-from vitbench.transfer.masked_patch import Objective, require_objective
+from vitbench.transfer.masked_patch import Objective, objective_of
 
 if TYPE_CHECKING:
     from vitbench.protocols.pretrain import TeacherConfig
@@ -46,12 +46,14 @@ def teacher_model(teacher: str | None, checkpoint: str | None,
     checkpoint's header names; any other file (a timm state dict) does not say it, so it is asked for (a
     ConfigError naming the file and both fields, exit 2), never guessed nor the file dropped. None without
     either (no teacher). `names`: how the caller spells (teacher, checkpoint): study fields or CLI options."""
+    teacher_name, checkpoint_name = names
+    if checkpoint and Path(checkpoint).expanduser().is_file():
+        refuse_unsupervised(checkpoint, checkpoint_name)
     if teacher is not None or not checkpoint:
         return teacher
     from vitbench.errors import clip
     from vitbench.transfer.checkpoint import checkpoint_spec
 
-    teacher_name, checkpoint_name = names
     if not Path(checkpoint).expanduser().is_file():
         raise ConfigError(f"{checkpoint_name} {clip(checkpoint, 200)!r} does not exist (or is not a file)")
     spec = checkpoint_spec(checkpoint)
@@ -60,6 +62,22 @@ def teacher_model(teacher: str | None, checkpoint: str | None,
                           f"vitbench checkpoint): name it with {teacher_name} NAME (a timm state dict: "
                           f"{teacher_name} timm:NAME)")
     return spec.name
+
+
+def refuse_unsupervised(checkpoint: str, name: str) -> None:
+    """A checkpoint pre-trained without labels (masked_patch, none) cannot teach: it has no classifier. Said from
+    its header (vitbench's), before its weights are read: they fit no classifier, which said less."""
+    from vitbench.errors import clip
+
+    try:
+        meta = read_meta(checkpoint)
+    except ConfigError:  # not a safetensors file: loading it says what it is
+        return
+    got = objective_of(meta) if meta is not None else Objective.SUPERVISED
+    if got is not Objective.SUPERVISED:
+        raise ConfigError(f"{name} {clip(checkpoint, 200)}: pre-trained with objective {got.value!r}, so it has no "
+                          "classifier, and a teacher teaches with its classifier's outputs: give a supervised "
+                          "checkpoint (objective: supervised, the default of `vitbench pretrain`)")
 
 
 def load_teacher(cfg: TeacherConfig, backend, class_names: list[str], *, upstream: Checkpoint | None = None
@@ -79,12 +97,7 @@ def load_teacher(cfg: TeacherConfig, backend, class_names: list[str], *, upstrea
                                     source=str(upstream.path))
     from vitbench.models.checkpoints import load_pretrained
 
-    try:  # its objective first: a masked-patch encoder's weights fit no classifier, and load_pretrained said so
-        early = read_meta(cfg.checkpoint)
-    except ConfigError:  # not a safetensors file: load_pretrained says what it is
-        early = None
-    if early is not None:
-        require_objective(early, Objective.SUPERVISED, f"teacher.checkpoint {cfg.checkpoint!r}")
+    refuse_unsupervised(cfg.checkpoint, "teacher.checkpoint")  # before its weights: they fit no classifier
     p = load_pretrained(cfg.checkpoint, cfg.model)
     from vitbench.transfer.checkpoint import check_finite_weights
 
@@ -94,7 +107,6 @@ def load_teacher(cfg: TeacherConfig, backend, class_names: list[str], *, upstrea
     from vitbench.models.flavours import Origin
 
     meta = (read_meta(p.path) or {}) if p.origin is Origin.VITBENCH else {}  # its header: weights read once
-    require_objective(meta, Objective.SUPERVISED, f"teacher.checkpoint {cfg.checkpoint!r}")
     return distill.load_teacher(backend, p.weights, p.spec, p.resolution, p.num_classes, meta.get("class_names"),
                                 class_names, pretrain_exaflops=meta.get("metrics", {}).get("exaflops"),
                                 source=str(p.path))

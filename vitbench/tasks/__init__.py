@@ -61,6 +61,11 @@ class Metric:
     bounded_by: tuple[str, ...] = ()
     minimum: float | None = 0.0
 
+    def __post_init__(self):
+        if self.comparable and (self.minimum is None or self.minimum < 0):  # compare decides on current/baseline
+            raise ValueError(f"metric {self.name!r}: a comparable metric needs a minimum >= 0 (compare decides on "
+                             "ratios of its values)")
+
 
 ISO_TIME = "ISO 8601 UTC"  # the unit of a metric that is a time of day, not a number
 NOT_NUMBERS = ("bool", ISO_TIME)  # the units of declared metrics that are not numbers (Metric.minimum: the others)
