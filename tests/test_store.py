@@ -353,3 +353,21 @@ def test_a_number_that_is_not_finite_is_refused_naming_the_line(tmp_path, litera
                                                                                          '"img_per_s":') + "\n")
     with pytest.raises(ConfigError, match=r"results.jsonl:2: the row holds .* \(a non-finite number\)"):
         read_records(tmp_path)
+
+
+def test_a_reader_that_stops_early_still_hears_of_demoted_rows(tmp_path):
+    """iter_records is a generator: the one warning for the rows it demoted is said when a reader stops early too."""
+    from vitbench.store import UnmeasuredRowWarning, iter_records
+    from vitbench.tasks import row_check
+
+    with Store(tmp_path) as st:
+        for i in range(3):
+            st.append(rec(i))
+    lines = [json.loads(x) for x in (tmp_path / "results.jsonl").read_text().splitlines()]
+    for d in lines:
+        d["metrics"].pop("img_per_s")
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(d) + "\n" for d in lines))
+    with pytest.warns(UnmeasuredRowWarning, match="1 ok row"):
+        it = iter_records(tmp_path, row_check())
+        assert next(it).status.value == "error"
+        it.close()

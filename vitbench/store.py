@@ -166,8 +166,8 @@ def _parse_one(raw: bytes, path: Path, lineno: int, torn: bool, check: Check | N
                           f"reads schema {SCHEMA}): upgrade vitbench to read these results")
     problem = check(rec) if check is not None else None
     if problem is not None and problem.refuse:  # not skipped: its trial would run again, its rows pool without it
-        raise ConfigError(f"{path}:{lineno}: {problem.text}; vitbench never writes such a row: the file was edited "
-                          "or written by another tool; fix or remove that line")
+        raise ConfigError(f"{path}:{lineno}: {problem.text}; vitbench never writes such a row: the file was "
+                          "edited or written by another tool; fix or remove that line")
     if problem is not None:  # never an ok row: an error row (a sweep re-runs it with --retry-failed)
         rec.status, rec.error = Status.ERROR, ErrorInfo("UnmeasuredRow", problem.text)
         if demoted is not None:
@@ -179,8 +179,9 @@ def _say_demoted(demoted: list) -> None:
     """One warning for every row a read demoted (a store of old rows would print a line each)."""
     if demoted:
         path, lineno, why = demoted[0]
-        warnings.warn(f"{len(demoted)} ok row(s) without their measure read as error rows (vitbench wrote such rows "
-                      f"before 2026-11-28; a row without its measure is not ok); first: {path}:{lineno}: {why}",
+        warnings.warn(f"{len(demoted)} ok row(s) without their measure read as error rows (vitbench wrote "
+                      "such rows before 2026-11-28; a row without its measure is not ok); first: "
+                      f"{path}:{lineno}: {why}",
                       UnmeasuredRowWarning, stacklevel=3)
 
 
@@ -201,18 +202,20 @@ def iter_records(path: str | os.PathLike, check: Check | None = None) -> Iterato
     vitbench.tasks.row_check()) is refused, a ConfigError naming its file and line, or read as an error row,
     said once at the end."""
     demoted: list = []
-    for f in result_files(path):
-        source = str(f.parent.resolve())
-        with open(f, "rb") as fh:
-            for lineno, raw in enumerate(fh, 1):
-                if not raw.strip():
-                    continue
-                rec = _parse_one(raw, f, lineno, torn=not raw.endswith(b"\n"), check=check,  # a last line lacks \n
-                                 demoted=demoted)
-                if rec is not None:
-                    rec.source = source
-                    yield rec
-    _say_demoted(demoted)
+    try:
+        for f in result_files(path):
+            source = str(f.parent.resolve())
+            with open(f, "rb") as fh:
+                for lineno, raw in enumerate(fh, 1):
+                    if not raw.strip():
+                        continue
+                    rec = _parse_one(raw, f, lineno, torn=not raw.endswith(b"\n"),  # a last line lacks \n
+                                     check=check, demoted=demoted)
+                    if rec is not None:
+                        rec.source = source
+                        yield rec
+    finally:  # said also where a reader stops early
+        _say_demoted(demoted)
 
 
 def read_records(path: str | os.PathLike, check: Check | None = None) -> list[Record]:
