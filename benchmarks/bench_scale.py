@@ -138,7 +138,8 @@ def command(name: str, d: Path) -> list[str] | None:
         os.unlink(db)
         # the seed rows may come from a working tree with changes: recorded as this checkout's commit
         head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-        return [*vb, "history", "append", str(d / "a"), "--db", db, "--repo", str(Path(__file__).resolve().parents[1]),
+        repo = str(Path(__file__).resolve().parents[1])
+        return [*vb, "history", "append", str(d / "a"), "--db", db, "--repo", repo,
                 *(["--commit", head] if head else [])]
     if name == "report":  # a new folder each time: a report refuses one holding files it cannot prove it wrote
         return [*vb, "report", str(d / "a"), "--out", tempfile.mkdtemp(prefix="report-", dir=d)]

@@ -223,7 +223,8 @@ def test_set_reaches_every_field_a_study_can_set(monkeypatch, argv, field, value
 @pytest.mark.parametrize("command", ["fewshot", "finetune"])
 def test_pretrain_resolution_reaches_the_upstream_of_a_downstream_command(monkeypatch, command):
     """`fewshot -m M -r 16` pre-trained again at the native 32 px, whatever `pretrain M -r 16` had cached: the
-    upstream's resolution is its own option, as --pretrain-steps is (the key of `pretrain M -r 16`'s checkpoint)."""
+    upstream's resolution is its own option, as --pretrain-steps is (the key of `pretrain M -r 16`'s
+    checkpoint)."""
     task, _, params = _command_params(monkeypatch, [command, "-m", MODEL, "--pretrain-resolution", "16",
                                                     "--pretrain-steps", "20"])
     assert task == command and params.pretrain_resolution == 16 and params.pretrain_steps == 20

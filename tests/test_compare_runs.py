@@ -82,8 +82,9 @@ def test_several_runs_per_side_are_the_units():
 
 
 def test_several_busy_runs_are_held_to_the_busy_floor():
-    """Runs of one busy spell agree with each other, not with a quiet baseline: two busy runs a side 1 % apart, 40 %
-    slower than three quiet ones (the QA run's `R-Micro infer 0.580 [0.540, 0.622] regression`, identical code).
+    """Runs of one busy spell agree with each other, not with a quiet baseline: two busy runs a side 1 % apart,
+    40 % slower than three quiet ones (the QA run's `R-Micro infer 0.580 [0.540, 0.622] regression`, identical
+    code).
     Held to the busy floor (RUN_NOISE_BUSY, a known sd: the normal quantile), the interval is
     exp(+/- 1.96 sqrt(0.9^2 / 2 + s_b^2 / 3)) ~ x/ 3.5 about 0.6: inconclusive. The same rows quiet: decided. The
     width moves smoothly as a side's own spread crosses the floor; a memory (no speed) is never held to it."""

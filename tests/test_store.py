@@ -356,7 +356,8 @@ def test_a_number_that_is_not_finite_is_refused_naming_the_line(tmp_path, litera
 
 
 def test_a_reader_that_stops_early_still_hears_of_demoted_rows(tmp_path):
-    """iter_records is a generator: the one warning for the rows it demoted is said when a reader stops early too."""
+    """iter_records is a generator: the one warning for the rows it demoted is said when a reader stops early
+    too."""
     from vitbench.store import UnmeasuredRowWarning, iter_records
     from vitbench.tasks import row_check
 

@@ -86,6 +86,11 @@ class ErrorInfo:
         return cls(type(exc).__name__, str(exc)[-cls.MAX_MESSAGE:], tail)
 
 
+def finite_number(x) -> bool:
+    """A finite int or float, not a bool: what a measured value must be (every reader's test, declared once)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
 @dataclass(frozen=True)
 class RowProblem:
     """What a reader found wrong with a parsed ok row (vitbench.tasks.row_check): `refuse` stops the read (a row
@@ -195,8 +200,7 @@ class Record:
     def unmeasured(self, names) -> list[str]:
         """Those of `names` (the metrics a task promises: its headline) this record lacks: absent, null, or not a
         finite number. An `ok` row has none of them lacking (vitbench.trial turns such a record into an error)."""
-        return [n for n in names if isinstance(self.metrics.get(n), bool)
-                or not isinstance(self.metrics.get(n), (int, float)) or not math.isfinite(self.metrics[n])]
+        return [n for n in names if not finite_number(self.metrics.get(n))]
 
     @property
     def measurement(self) -> tuple | None:

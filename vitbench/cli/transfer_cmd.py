@@ -131,9 +131,9 @@ def _upstream_values(o) -> dict:
     """The downstream task's fields for its start from the DOWNSTREAM options `o`: a checkpoint file (its model:
     --model, else the file's; its resolution and backend the defaults of --resolution and --backend: a vitbench
     checkpoint's header says them, weights of another origin are read for theirs), or --model, pre-trained here
-    (with --pretrain-steps, --pretrain-warmup-steps, --pretrain-resolution). Options that only shape a pre-training are refused beside a
-    checkpoint (they would be ignored); a vitbench checkpoint of another architecture than --model / --set is
-    refused naming them (cli.common.checkpoint_model)."""
+    (with --pretrain-steps, --pretrain-warmup-steps, --pretrain-resolution). Options that only shape a pre-training
+    are refused beside a checkpoint (they would be ignored); a vitbench checkpoint of another architecture than
+    --model / --set is refused naming them (cli.common.checkpoint_model)."""
     from vitbench.errors import ConfigError
 
     if not o.checkpoint:
@@ -167,8 +167,8 @@ DOWNSTREAM = OptionGroup("downstream", {
     "pretrain_warmup_steps": (int, typer.Option(None, help="With --model: upstream warm-up steps "
                                                 "(default: as `vitbench pretrain`).")),
     "pretrain_resolution": (int, typer.Option(None, help="With --model: upstream resolution (default: as "
-                                              "`vitbench pretrain`, the model's native one; -r is the downstream's)"
-                                              ".")),
+                                              "`vitbench pretrain`, the model's native one; -r is the "
+                                              "downstream's).")),
     "backend": (str, typer.Option(None, help="A registered backend "
                                              "(`vitbench plugins` lists them; default: the first registered).")),
     "resolution": (int, typer.Option(None, "--resolution", "-r",

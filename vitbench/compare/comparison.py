@@ -16,11 +16,11 @@ from pathlib import Path
 import numpy as np
 
 from vitbench.compare.decide import (DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD, REGRESSING, Calibrations, Decision,
-                                     Row, compare_trials, number, same_sizes)
+                                     Row, compare_trials, same_sizes)
 from vitbench.compare.match import DEFAULT_IGNORE, group, labels, why_unmatched
 from vitbench.compare.runs import RUN_NOISE_MAX
 from vitbench.errors import ConfigError, clip
-from vitbench.record import Record, Status
+from vitbench.record import Record, Status, finite_number
 from vitbench.stats import N_BOOT
 
 # compare and ab alike: a trial whose interval reaches past the threshold on the bad side (one run per side on a
@@ -257,16 +257,16 @@ def inject_slowdown(records: Sequence[Record], factor: float) -> list[Record]:
     down). Records without step times (calibrations among them) are left alone, as a slower harness on the same
     machine would leave them. Post-processing only: it never touches the measurement code path.
     """
-    if not number(factor) or factor <= 0:
+    if not finite_number(factor) or factor <= 0:
         raise ConfigError(f"--inject-slowdown must be a positive factor (2.0 = twice as slow), got {factor}")
     out = []
     for rec in records:
         rec = copy.deepcopy(rec)
         if isinstance(rec.raw.get("step_s"), list):
-            rec.raw["step_s"] = [s * factor if number(s) else s for s in rec.raw["step_s"]]
+            rec.raw["step_s"] = [s * factor if finite_number(s) else s for s in rec.raw["step_s"]]
             m = rec.metrics
             for k, v in m.items():
-                if not number(v):
+                if not finite_number(v):
                     continue
                 if k.startswith("step_ms_") or k == "timed_s":
                     m[k] = v * factor

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import enum
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -14,7 +13,7 @@ import numpy as np
 from vitbench.compare.match import Trial
 from vitbench.compare.runs import assumed_noise, between_runs, busy_floor, same_runs, widened
 from vitbench.errors import ConfigError, clip
-from vitbench.record import Record
+from vitbench.record import Record, finite_number
 from vitbench.stats import MedianBatch, percentile_intervals, picked, repeat_picks
 from vitbench.tasks import Metric
 from vitbench.tasks.calibration import CONDITIONS, HOW, SIZE, WHERE, matmul_size
@@ -62,10 +61,6 @@ class Row:
     note: str = ""
 
 
-def number(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
 def metric_samples(rec: Record, metric: Metric) -> list[float] | None:
     """The samples a record offers for `metric`: its declared sampler (e.g. per-step img/s), else its value. The
     metrics compared (speeds, sizes, accuracies) are never negative, and vitbench writes no non-finite number: a
@@ -76,9 +71,9 @@ def metric_samples(rec: Record, metric: Metric) -> list[float] | None:
         v = rec.metrics.get(metric.name)
         if v is None:
             return None
-        xs = [float(v)] if number(v) else [v]
+        xs = [float(v)] if finite_number(v) else [v]
     least = 0.0 if metric.minimum is None else metric.minimum  # (a comparable metric's is >= 0: tasks.Metric)
-    bad = next((x for x in xs if not number(x) or x < least), None)
+    bad = next((x for x in xs if not finite_number(x) or x < least), None)
     if bad is not None:
         where = f"{rec.source or 'results'}: trial {clip(str(rec.key or rec.measured_config), 120)}"
         raise ConfigError(f"{where}: {metric.name} {clip(repr(bad), 40)} is not a finite number >= 0, which "
@@ -100,7 +95,7 @@ class Calibrations:
     def __init__(self, records: Sequence[Record], metric: Metric, side: str):
         self.side, self.metric = side, metric
         self.records = [r for r in records if metric_samples(r, metric)]
-        self._cache: dict[tuple, float] = {}
+        self._cache: dict[tuple, tuple[float, int | None]] = {}
         self._cands: dict[tuple, tuple[list[Record], dict[str, list[Record]]]] = {}
         self.fallbacks = 0
 
@@ -128,26 +123,27 @@ class Calibrations:
         return out
 
     def for_record(self, rec: Record) -> float:
-        """The calibration a trial record's speed is divided by. A fixed divisor: the median of the calibration's
-        runs. Its uncertainty is not resampled from its 3-odd runs (a median of 3 bootstraps to a lumpy,
-        outlier-driven distribution); it enters the interval through the repeats instead, when every repeat round
-        has its own calibration (see docs/compare.md)."""
+        """The calibration a trial record's speed is divided by (`lookup`'s value)."""
+        return self.lookup(rec)[0]
+
+    def lookup(self, rec: Record) -> tuple[float, int | None]:
+        """The calibration a trial record's speed is divided by, and its matrix size (None where its pool mixes
+        sizes). A fixed divisor: the median of the calibration's runs. Its uncertainty is not resampled from its
+        3-odd runs (a median of 3 bootstraps to a lumpy, outlier-driven distribution); it enters the interval
+        through the repeats instead, when every repeat round has its own calibration (see docs/compare.md)."""
         pool, same_run = self._pool(rec)
         self.fallbacks += not same_run
         ident = tuple(sorted(id(c) for c in pool))
         if ident not in self._cache:
-            self._cache[ident] = float(np.median([x for c in pool for x in metric_samples(c, self.metric)]))
-            if not self._cache[ident] > 0:
+            value = float(np.median([x for c in pool for x in metric_samples(c, self.metric)]))
+            if not value > 0:
                 cfg = rec.measured_config
                 raise ConfigError(f"--normalize: the {self.side} results' calibration ({self.metric.name}) for "
-                                  f"backend {cfg.get('backend')!r} is {self._cache[ident]:g}: nothing to divide "
+                                  f"backend {cfg.get('backend')!r} is {value:g}: nothing to divide "
                                   f"by ({pool[0].source or 'results'}); compare without --normalize")
+            sizes = {matmul_size(c) for c in pool}
+            self._cache[ident] = value, (sizes.pop() if len(sizes) == 1 else None)
         return self._cache[ident]
-
-    def size_for(self, rec: Record) -> int | None:
-        """The matrix size of the calibration `for_record` divides by; None where its pool mixes sizes."""
-        sizes = {matmul_size(c) for c in self._pool(rec)[0]}
-        return sizes.pop() if len(sizes) == 1 else None
 
     def _pool(self, rec: Record) -> tuple[list[Record], bool]:
         """The calibrations a trial record is divided by, and whether they are of its own run."""

@@ -27,7 +27,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from vitbench.errors import ConfigError, VitbenchWarning, clip
-from vitbench.history.store import ROWS_KEY, Point, Run, _finite
+from vitbench.history.store import ROWS_KEY, Point, Run
+from vitbench.record import finite_number
 
 AB_SIDES = ("baseline", "current")  # vitbench ab --results DIR: one subdirectory per side (vitbench.compare.ab)
 PAIRED_SUFFIX = "_paired"  # a paired point's metric: ab's metric + this (img_per_s_paired: current / baseline)
@@ -154,14 +155,14 @@ def points_of(rounds: list[list]) -> list[Point]:
             cal = size = None
             if calib is not None:
                 try:
-                    cal, size = calib.for_record(r), calib.size_for(r)
+                    cal, size = calib.lookup(r)
                 except ConfigError:  # no calibration for this backend/device: the point has none
                     cal = None
             for name, md in known.items():
                 v = r.metrics.get(name)
-                if _finite(v) and v > 0:
+                if finite_number(v) and v > 0:
                     values[key, name].append(float(v))
-                    if md.speed and cal is not None and _finite(cal) and cal > 0:  # a memory or a time is no
+                    if md.speed and cal is not None and finite_number(cal) and cal > 0:  # a memory or a time is no
                         cals[key, name].append((cal, size))  # speed: never divided by the machine's
     keys = list(first)
     names = dict(zip(keys, labels([first[k].measured_config for k in keys])))

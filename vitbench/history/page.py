@@ -32,6 +32,7 @@ from pathlib import Path
 
 from vitbench.errors import ConfigError
 from vitbench.numfmt import fmt
+from vitbench.record import finite_number
 
 GENERATOR = "vitbench history page"  # the <meta name="generator"> that names the page's maker
 # The page's seal: the SHA-256 of its text with the seal emptied. A page whose seal still holds is vitbench's, and
@@ -170,10 +171,6 @@ def _filters(series: list[dict]) -> str:
     return "".join(parts)
 
 
-def _finite(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
 def _when(date: str) -> tuple[int, datetime | str]:
     """A sort key of an ISO date (aware ones in UTC; text that is no date after every date)."""
     try:
@@ -184,7 +181,7 @@ def _when(date: str) -> tuple[int, datetime | str]:
 
 
 def _chart(metric: str, unit: str, group: list[dict], colours: dict[str, str], dashes: dict[str, str]) -> str:
-    normalized = all(_finite(p.get("normalized")) for s in group for p in s["points"])
+    normalized = all(finite_number(p.get("normalized")) for s in group for p in s["points"])
     field = "normalized" if normalized else "value"
     # the commits of this chart in date order (a commit's first date seen; ties in the order first met)
     dates: dict[str, str] = {}
@@ -193,8 +190,8 @@ def _chart(metric: str, unit: str, group: list[dict], colours: dict[str, str], d
             dates.setdefault(p["commit"], p.get("date", ""))
     order = sorted(dates, key=lambda c: _when(dates[c]))
     x_of = {c: i for i, c in enumerate(order)}
-    values = [p[field] for s in group for p in s["points"] if _finite(p[field])]
-    dropped = sum(1 for s in group for p in s["points"] if not _finite(p[field]))
+    values = [p[field] for s in group for p in s["points"] if finite_number(p[field])]
+    dropped = sum(1 for s in group for p in s["points"] if not finite_number(p[field]))
     log = bool(values) and min(values) > 0 and max(values) > LOG_SPAN * min(values)
     lo, hi = (min(values), max(values)) if values else (0.0, 1.0)
     if log:
@@ -234,7 +231,7 @@ def _chart(metric: str, unit: str, group: list[dict], colours: dict[str, str], d
     for s in group:
         attrs = " ".join(f'data-{k}="{html.escape(str(s[k]))}"' for k in FILTERS)
         colour, dash = colours.get(s["model"], "#555555"), dashes.get(s["backend"], "")
-        pts = [p for p in s["points"] if _finite(p[field])]
+        pts = [p for p in s["points"] if finite_number(p[field])]
         g = [f'<g class="series" {attrs} data-trial="{html.escape(str(s["trial"]))}">']
         line = " ".join(f"{px(p['commit']):.1f},{py(p[field]):.1f}" for p in pts)
         g.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.8"'
@@ -264,8 +261,8 @@ def _change(ch: dict, s: dict, px, x_of: dict[str, int], order: list[str]) -> st
     xs = [px(c) for c in (first, last, at) if c in x_of]
     x0, x1 = min(xs), max(xs)
     size, conf = ch.get("size"), ch.get("confidence")
-    label = (f"{(size - 1) * 100:+.1f} %" if _finite(size) else "change") + \
-        (f" ({conf:.2f})" if _finite(conf) else "")
+    label = (f"{(size - 1) * 100:+.1f} %" if finite_number(size) else "change") + \
+        (f" ({conf:.2f})" if finite_number(conf) else "")
     title = (f"change point: {label}; after / before {fmt(size)}, confidence {fmt(conf)}; commits "
              f"{first[:12]} .. {last[:12]}")
     return (f'<g class="change"><rect class="band" x="{x0 - 3:.1f}" y="{TOP}" width="{x1 - x0 + 6:.1f}" '

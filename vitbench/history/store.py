@@ -16,13 +16,13 @@ value, its unit, the machine's calibration for that trial, the raw per-round val
 from __future__ import annotations
 
 import json
-import math
 import sqlite3
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from vitbench.errors import ConfigError
+from vitbench.record import finite_number
 
 ROWS_KEY = "rows_sha256"  # in a run's info: the hash of the rows it was made from (the same rows append once)
 FORMAT = "vitbench history 1"  # the `meta` row that says a file is ours, and which layout it has
@@ -97,10 +97,6 @@ class Run:
     info: dict = field(default_factory=dict)
     appended_at: str = ""
     id: int | None = None
-
-
-def _finite(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def _connect(path: Path) -> sqlite3.Connection:
@@ -214,11 +210,11 @@ def append(path: str | Path, run: Run, points: Iterable[Point]) -> int:
             run_id = cur.lastrowid
             n = 0
             for pt in points:
-                if not (_finite(pt.value) and pt.value > 0):
+                if not (finite_number(pt.value) and pt.value > 0):
                     raise ConfigError(f"{run.path}: {pt.label} {pt.metric} = {pt.value!r} is not a finite "
                                       "positive "
                                       "number; nothing was appended")
-                cal = pt.calibration if _finite(pt.calibration) and pt.calibration > 0 else None
+                cal = pt.calibration if finite_number(pt.calibration) and pt.calibration > 0 else None
                 con.execute("INSERT INTO points VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                             (run_id, pt.trial, pt.label, pt.model, pt.backend, pt.task, pt.metric, pt.unit,
                              int(pt.higher_is_better), float(pt.value), cal, json.dumps(pt.raw, sort_keys=True)))
@@ -255,7 +251,7 @@ def read(path: str | Path) -> Iterator[tuple[Run, Point]]:
     finally:
         con.close()
     for r in rows:
-        if not (_finite(r[9]) and r[9] > 0) or not (r[10] is None or (_finite(r[10]) and r[10] > 0)) \
+        if not (finite_number(r[9]) and r[9] > 0) or not (r[10] is None or (finite_number(r[10]) and r[10] > 0)) \
                 or r[0] not in runs:
             raise _bad(Path(path), f"run {r[0]}'s point {str(r[2])[:80]} {str(r[6])[:40]} holds value {r[9]!r}, "
                                    f"calibration {r[10]!r}, which `vitbench history append` never writes (a "

@@ -75,8 +75,8 @@ def refuse_unsupervised(checkpoint: str, name: str) -> None:
         return
     got = objective_of(meta) if meta is not None else Objective.SUPERVISED
     if got is not Objective.SUPERVISED:
-        raise ConfigError(f"{name} {clip(checkpoint, 200)}: pre-trained with objective {got.value!r}, so it has no "
-                          "classifier, and a teacher teaches with its classifier's outputs: give a supervised "
+        raise ConfigError(f"{name} {clip(checkpoint, 200)}: pre-trained with objective {got.value!r}, so it has "
+                          "no classifier, and a teacher teaches with its classifier's outputs: give a supervised "
                           "checkpoint (objective: supervised, the default of `vitbench pretrain`)")
 
 

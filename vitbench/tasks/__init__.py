@@ -15,7 +15,6 @@ name a task.
 from __future__ import annotations
 
 import enum
-import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from vitbench.backends.base import Capability, backend_spec
 from vitbench.errors import clip
+from vitbench.record import finite_number
 from vitbench.registry import Kind, entries, get, register
 from vitbench.tasks.fields import TaskParams
 
@@ -149,15 +149,15 @@ def headline(kind: str) -> Metric | None:
 
 
 def row_check() -> Callable[[Record], RowProblem | None]:
-    """A function of a row saying what is wrong with it as an ok row (None: nothing). A declared number (every
-    unit but NOT_NUMBERS) that is not a finite number at least its `minimum`: vitbench never writes one (the trial
-    makes it an error row, vitbench.trial), the read is refused. (Samples are compare's to check, where they are
-    used: checking every row's here cost 68 % more reading for rows of 1,000 steps.) The task's headline missing or null: vitbench
-    wrote such rows before 2026-11-28 (finetune --skip-corrupt's accuracy null; vitbench.trial makes it an error
-    row since), so the row is read as an error row, never as ok. The stores' readers apply it (vitbench.store:
-    `check=`): an ok row without its measure was taken as done by a resumed sweep, shown as `ok` with a blank by
-    report, passed by compare as the baseline's, and silently dropped by history append; `img_per_s: -5` was a
-    throughput of -5 in the report. The tables are read once, when it is made."""
+    """A function of a row saying what is wrong with it as an ok row (None: nothing). A declared number (every unit
+    but NOT_NUMBERS) that is not a finite number at least its `minimum`: vitbench never writes one (the trial makes
+    it an error row, vitbench.trial), the read is refused. (Samples are compare's to check, where they are used:
+    checking every row's here cost 68 % more reading for rows of 1,000 steps.) The task's headline missing or null:
+    vitbench wrote such rows before 2026-11-28 (finetune --skip-corrupt's accuracy null; vitbench.trial makes it an
+    error row since), so the row is read as an error row, never as ok. The stores' readers apply it
+    (vitbench.store: `check=`): an ok row without its measure was taken as done by a resumed sweep, shown as `ok`
+    with a blank by report, passed by compare as the baseline's, and silently dropped by history append;
+    `img_per_s: -5` was a throughput of -5 in the report. The tables are read once, when it is made."""
     from vitbench.record import RowProblem, Status
 
     heads: dict[str, list[str]] = {}
@@ -185,5 +185,4 @@ def row_check() -> Callable[[Record], RowProblem | None]:
 
 
 def _number(v, minimum: float | None) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) \
-        and (minimum is None or v >= minimum)
+    return finite_number(v) and (minimum is None or v >= minimum)
