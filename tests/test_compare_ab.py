@@ -322,3 +322,22 @@ def test_fewer_pairs_than_min_pairs_decide_nothing():
     assert p.ci_low > 1.05 and d is Decision.INCONCLUSIVE
     (p, d), = rule.decisions({"t": tight + [1.2]}).values()
     assert d is not Decision.INCONCLUSIVE  # from min_pairs on, the interval decides
+
+
+def test_the_gates_check_their_shared_flags_in_one_place():
+    """compare takes --threshold 0 (any change its interval excludes), ab and bisect refuse it (their sequential
+    rule stops on "no change" only inside a margin); --confidence in (0, 1) everywhere, NaN refused."""
+    import math
+
+    import pytest
+
+    from vitbench.compare.decide import check_gate
+    from vitbench.compare.paired import Rule
+    from vitbench.errors import ConfigError
+
+    check_gate(0.0, 0.95, zero_threshold=True)
+    for args in ((0.0, 0.95, False), (math.nan, 0.95, True), (1.0, 0.95, True), (0.05, math.nan, True)):
+        with pytest.raises(ConfigError, match="--threshold|--confidence"):
+            check_gate(*args)
+    with pytest.raises(ConfigError, match=r"--threshold must be a fraction in \(0, 1\)"):
+        Rule(threshold=0.0)

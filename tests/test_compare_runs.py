@@ -142,3 +142,16 @@ def test_runs_needed_follows_the_sample_size_formula():
     assert runs_needed(0.05, 0.10) == 14
     assert runs_needed(0.10, 0.10) > 4 * runs_needed(0.05, 0.10) - 4  # quadratic in the noise
     assert runs_needed(0.05, 0.05) > runs_needed(0.05, 0.10)
+
+
+def test_one_rule_reads_the_recorded_load_and_each_reader_says_which_way_a_missing_one_errs():
+    """vitbench.measure.load.busy: a number of at least BUSY_CORES is busy (a bool is no number); where none was
+    recorded, the one-run floor assumes busy, the several-runs floor its side's measured spread, ab a busy pair."""
+    from vitbench.compare.runs import busy_floor
+    from vitbench.measure.load import BUSY_CORES, busy
+
+    assert busy(BUSY_CORES, missing=False) and not busy(BUSY_CORES - 0.01, missing=True)
+    assert busy(None, missing=True) and not busy(None, missing=False) and busy(True, missing=True)
+    assert not busy(True, missing=False) and not busy(math.nan, missing=False)
+    rng = np.random.default_rng(1)
+    assert busy_floor(one_run(rng, None)) == 0.0 and busy_floor(one_run(rng, 1.0)) == RUN_NOISE_BUSY

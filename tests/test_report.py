@@ -240,9 +240,46 @@ def test_a_median_never_crosses_a_setting_that_varies(tmp_path):
             _add(st, "bench", {**base, **extra}, {"img_per_s": speed})
         _add(st, "bench", {**base, "threads": 1, "optimizer": "sgd", "resolution": 64}, {"img_per_s": 30.0},
              method_version=2)
+        _add(st, "bench", {**base, "threads": 1, "optimizer": "sgd", "resolution": 128}, {"img_per_s": 20.0})
+        _add(st, "bench", {**base, "threads": 1, "optimizer": "sgd", "resolution": 128}, {"img_per_s": 22.0},
+             repeat=1, method_version=2)
     t = throughput(load(tmp_path))
-    assert sorted(t["img_per_s"]) == [30.0, 60.0, 100.0, 350.0] and set(t["repeats"]) == {1}
+    assert sorted(t["img_per_s"]) == [20.0, 22.0, 30.0, 60.0, 100.0, 350.0] and set(t["repeats"]) == {1}
     assert {"threads", "optimizer", "method_version"} <= set(t.columns) and "channels_last" not in t.columns
+
+
+def test_every_setting_that_varies_splits_a_summary_and_seeds_pool(tmp_path):
+    """A review fed the report rows that differ in a setting no table's keys named: serve rows at 32 and 64 px,
+    compile off and on, read as one row of 3 repeats; train rows with 0 and 4 input workers as 2 repeats of one.
+    Every setting (vitbench.tasks.setting_columns, from the tasks' Params) now splits a summary where it varies
+    within one; seeds (and bookkeeping) pool as repeats, and a list-valued setting (lr_grid) groups by value."""
+    from vitbench.report import serving
+    from vitbench.report.tables import accuracy, throughput
+
+    serve = dict(model="ViT-Nano/4", backend="torch", task="serve", device="cpu", precision="fp32",
+                 scenario="Offline", batch_size=8, max_wait_ms=2.0, latency_bound_ms=100.0, min_duration_s=1.0)
+    train = dict(model="ViT-Nano/4", backend="torch", task="train", device="cpu", resolution=32, batch_size=8,
+                 precision="fp32", compile=False)
+    few = dict(model="ViT-Nano/4", backend="torch", task="finetune", device="cpu", dataset="digits",
+               pretrain_steps=50, resolution=16)
+    with Store(tmp_path) as st:
+        for i, (extra, speed) in enumerate(((dict(resolution=32, compile=False), 100.0),
+                                            (dict(resolution=64, compile=False), 30.0),
+                                            (dict(resolution=32, compile=True), 150.0))):
+            _add(st, "serve", {**serve, **extra}, {"samples_per_s": speed})
+        for seed, workers, speed in ((0, 0, 50.0), (0, 4, 200.0), (1, 4, 210.0)):
+            _add(st, "bench", {**train, "seed": seed, "real_input_workers": workers}, {"img_per_s": speed})
+        for grid, acc in (([0.01, 0.03], 0.8), ([0.1], 0.6), ([0.01, 0.03], 0.9)):
+            _add(st, "finetune", {**few, "lr_grid": grid, "seed": int(acc * 10)}, {"accuracy": acc})
+    df = load(tmp_path)
+    s = serving.table(df[df["kind"] == "serve"])
+    assert sorted(s["samples_per_s"]) == [30.0, 100.0, 150.0] and set(s["repeats"]) == {1}
+    assert {"resolution", "compile"} <= set(s.columns)
+    t = throughput(df[df["kind"] == "bench"])
+    assert sorted(zip(t["real_input_workers"], t["repeats"], t["img_per_s"])) == [(0, 1, 50.0), (4, 2, 205.0)]
+    assert "seed" not in t.columns
+    a = accuracy(df[df["kind"] == "finetune"])
+    assert sorted(zip(a["repeats"], a["accuracy"].round(6))) == [(1, 0.6), (2, 0.85)]
 
 
 def test_a_figure_of_more_benchmarks_than_panels_says_how_many_it_left_out():

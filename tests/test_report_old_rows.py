@@ -46,3 +46,19 @@ def test_a_number_vitbench_never_writes_stops_report_and_compare(tmp_path, cli):
     (d / "results.jsonl").write_text(json.dumps(rec.to_dict()) + "\n")
     r = cli("compare", str(d), str(d))
     assert r.exit_code == 2 and "img_per_s nan is not a finite number >= 0" in r.output, r.output
+
+
+def test_an_edited_other_load_stops_the_read_not_the_verdict_s_floor(tmp_path, cli):
+    """`other_load_cores` decides compare's busy floor, ab's busy pairs and the report's calibration line, but
+    was no declared metric: `true` counted as a busy core and `-3` as a quiet host. It is declared now (cores,
+    at least 0), so a row holding something vitbench never writes stops compare and the report, naming it."""
+    from test_compare import bench_record
+
+    for bad in (-3.0, True):
+        d = tmp_path / str(bad)
+        d.mkdir()
+        rec = bench_record("ViT-Nano/4")
+        rec.metrics["other_load_cores"] = bad
+        (d / "results.jsonl").write_text(json.dumps(rec.to_dict()) + "\n")
+        r = cli("compare", str(d), str(d))
+        assert r.exit_code == 2 and f"results.jsonl:1: other_load_cores = {bad!r}" in r.output, r.output

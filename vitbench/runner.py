@@ -128,13 +128,12 @@ def calibration_trials(study: Study) -> list[Trial]:
     """One calibration per set of the calibration task's fields among the study's calibrated trials (those whose
     task says a sweep should measure the device for them, on a backend that can): backend, device, precision,
     threads."""
-    from vitbench.tasks import Role as TaskRole
-    from vitbench.tasks import get_task, tasks
+    from vitbench.tasks import calibration_task, get_task
 
-    calibrators = [t for t in tasks(include_hidden=True).values() if t.role is TaskRole.CALIBRATION]
-    if not calibrators:
+    found = calibration_task()
+    if found is None:
         return []
-    cal = calibrators[0]
+    cal = found[0]
     seen: dict[str, Trial] = {}
     made: set[str] = set()  # the calibration fields already made a trial of (100,000 trials share a few)
     calibrated = {name: get_task(name).calibrated for name in {t.task for t in study.trials}}

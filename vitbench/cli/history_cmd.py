@@ -3,7 +3,6 @@ history append RESULTS_DIR` records a sweep's or an ab run's results. Thin over 
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import typer
@@ -58,12 +57,12 @@ def history_cmd(
                               "after the word append (vitbench history append RESULTS_DIR --db PATH)")
         return
     from vitbench.cli.common import choice
+    from vitbench.compare.decide import check_gate
     from vitbench.history import series as hs
     from vitbench.history import store
 
     choice(fmt, _FORMATS, "--format")
-    if not (0 < confidence < 1) or math.isnan(confidence):
-        raise ConfigError(f"--confidence must be in (0, 1), got {confidence}")
+    check_gate(None, confidence, zero_threshold=False)
     known = _metrics()
     unknown = [m for m in metric or () if m not in known]
     if unknown:

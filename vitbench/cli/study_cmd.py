@@ -354,6 +354,7 @@ def report_cmd(
     """
     from vitbench.paths import check_dir
     from vitbench.report import build_report, parse_formats
+    from vitbench.report.tables import SPLIT_BY
 
     if out is not None:
         check_dir(out, "--out")  # named as typed, before the results are read
@@ -366,6 +367,10 @@ def report_cmd(
     for name, df in rep.tables.items():
         if not df.empty:
             cols = rep.columns.get(name)
+            split = [k for k in df.attrs.get(SPLIT_BY, ()) if cols and k not in cols]
+            if split:  # the settings that split this summary (tables.split_keys), before its values
+                at = cols.index("repeats") if "repeats" in cols else len(cols)
+                cols = (*cols[:at], *split, *cols[at:])
             console.print(_df_table(df, rep.titles[name], list(cols) if cols else None,
                                     collapse=name in rep.collapse))
             for note in rep.notes.get(name, ()):

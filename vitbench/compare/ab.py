@@ -35,9 +35,9 @@ from vitbench.compare.sides import (LOCK, Running, Side, _environment, _git, che
 from vitbench.cpus import TreeMeter
 from vitbench.errors import ConfigError
 from vitbench.measure.extra_work import ENV as EXTRA_WORK_ENV
-from vitbench.measure.load import BUSY_CORES
+from vitbench.measure.load import BUSY_CORES, OTHER_LOAD, busy
 from vitbench.measure.timing import quantile
-from vitbench.record import Record, Status
+from vitbench.record import Record, Status, finite_number
 
 DEFAULT_STUDY = "studies/ci.yaml"
 DEFAULT_BUDGET_S = 480.0  # fits .ci/run's speed check in ~10 min on a 2-core machine (docs/compare.md)
@@ -114,9 +114,9 @@ class Pairs:
             legs = [round_values(leg) for leg in legs_of(pair)]
             for _, leg_records in legs:
                 recs.extend(leg_records)
-                loads += [r.metrics.get("other_load_cores") for r in leg_records if r.status is Status.OK]
+                loads += [r.metrics.get(OTHER_LOAD) for r in leg_records if r.status is Status.OK]
             sides.append([values for values, _ in legs])
-        known = [x for x in loads if isinstance(x, (int, float)) and math.isfinite(x)]
+        known = [x for x in loads if finite_number(x)]
         if others is None:
             others = statistics.median(known) - self.own_load if known else None
         self.others.append(others)
@@ -134,7 +134,7 @@ class Pairs:
     def busy(self) -> list[bool]:
         """Per pair, whether other processes shared the machine: they used BUSY_CORES or more beyond the gate's
         own, or no row said (as `compare` assumes of a row without it)."""
-        return [x is None or x >= BUSY_CORES for x in self.others]
+        return [busy(x, missing=True) for x in self.others]
 
     def ratios(self) -> dict[str, list[float]]:
         """Per matched trial, current / baseline of every quiet pair where both sides were ok. A busy pair is left

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from vitbench.compare.decide import (DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD, REGRESSING, Calibrations, Decision,
-                                     Row, compare_trials, same_sizes)
+                                     Row, check_gate, compare_trials, same_sizes)
 from vitbench.compare.match import DEFAULT_IGNORE, group, labels, why_unmatched
 from vitbench.compare.runs import RUN_NOISE_MAX
 from vitbench.errors import ConfigError, clip
@@ -146,14 +146,11 @@ def compare(baseline: Sequence[Record], current: Sequence[Record], *, threshold:
     trial carries a selected metric), or --normalize without a calibration record.
     """
     from vitbench.tidy import select
-    from vitbench.tasks import Role, kinds_with_role, tasks
+    from vitbench.tasks import Role, calibration_task, kinds_with_role
 
     known = globals()["metrics"]()
     metrics = tuple(metrics) if metrics else default_metrics()
-    if not (0 <= threshold < 1) or not math.isfinite(threshold):
-        raise ConfigError(f"--threshold must be a fraction in [0, 1), e.g. 0.05 for 5 %; got {threshold}")
-    if not 0 < confidence < 1:
-        raise ConfigError(f"--confidence must be in (0, 1), got {confidence}")
+    check_gate(threshold, confidence, zero_threshold=True)
     if run_noise is not None and not (math.isfinite(run_noise) and 0 <= run_noise <= RUN_NOISE_MAX):
         raise ConfigError(f"--run-noise must be the sd of log throughput between runs, in [0, {RUN_NOISE_MAX:g}] "
                           f"(e.g. 0.05 for 5 %); got {run_noise}")
@@ -183,8 +180,7 @@ def compare(baseline: Sequence[Record], current: Sequence[Record], *, threshold:
     calibs = None
     if normalize:
         cal_kinds = kinds_with_role(Role.CALIBRATION)
-        cal_metric = next(m for t in tasks(include_hidden=True).values() if t.role is Role.CALIBRATION
-                          for m in t.metrics)
+        cal_metric = calibration_task()[1]
         calibs = tuple(Calibrations([r for r in recs if r.kind in cal_kinds and r.status is Status.OK],
                                     cal_metric, side) for recs, side in zip((baseline, current), names))
         same_sizes(calibs)

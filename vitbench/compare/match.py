@@ -11,10 +11,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from vitbench.record import Record, Status
+from vitbench.tasks.fields import BOOKKEEPING as DEFAULT_IGNORE  # fields that never define a measurement
 
-# Trial-config fields that never define a measurement: runner bookkeeping, or machine-dependent defaults
-# (max_batch's CPU memory budget is half of the RAM available at the time).
-DEFAULT_IGNORE = ("repeat", "repeats", "timeout", "timeout_s", "study", "memory_limit_mib")
 # Fixed parts of a trial's label, in this order; other config fields are added only where they tell trials apart.
 LABEL_FIELDS = ("model", "task", "backend", "batch_size", "resolution", "precision", "compile", "device")
 

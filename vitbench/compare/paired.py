@@ -24,7 +24,7 @@ import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from vitbench.compare.decide import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD, Decision, decide
+from vitbench.compare.decide import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD, Decision, check_gate, decide
 from vitbench.errors import ConfigError
 from vitbench.stats import t_quantile
 
@@ -74,10 +74,7 @@ class Rule:
     max_pairs: int | None = None  # None: only the time budget limits
 
     def __post_init__(self):
-        if not (0 < self.threshold < 1):
-            raise ConfigError(f"--threshold must be a fraction in (0, 1), e.g. 0.05 for 5 %; got {self.threshold}")
-        if not (0 < self.confidence < 1):
-            raise ConfigError(f"--confidence must be in (0, 1), got {self.confidence}")
+        check_gate(self.threshold, self.confidence, zero_threshold=False)
         if self.min_pairs < 2:
             raise ConfigError(f"--min-pairs must be >= 2 (an interval needs two pairs), got {self.min_pairs}")
         if self.max_pairs is not None and self.max_pairs < self.min_pairs:

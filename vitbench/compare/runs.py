@@ -23,8 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 
-from vitbench.measure.load import BUSY_CORES
-from vitbench.record import Record
+from vitbench.measure.load import BUSY_CORES, OTHER_LOAD, busy
+from vitbench.record import Record, finite_number
 from vitbench.stats import t_quantile
 
 # The sd of log(a run's median img/s) between sweeps of identical code, largest over the CI study's four trials,
@@ -52,11 +52,11 @@ def assumed_noise(records: Sequence[Record], user_sd: float | None) -> RunNoise:
     when a row did not record it)."""
     if user_sd is not None:
         return RunNoise(user_sd, f"--run-noise {user_sd:g}")
-    loads = [r.metrics.get("other_load_cores") for r in records]
-    known = [x for x in loads if isinstance(x, (int, float)) and math.isfinite(x)]
+    loads = [r.metrics.get(OTHER_LOAD) for r in records]
+    known = [x for x in loads if finite_number(x)]
     if len(known) < len(loads):
         return RunNoise(RUN_NOISE_BUSY, "busy-host floor (a row did not record the other load)")
-    if max(known) >= BUSY_CORES:
+    if any(busy(x, missing=True) for x in known):
         return RunNoise(RUN_NOISE_BUSY, f"busy-host floor (other processes used up to {max(known):.1f} cores)")
     return RunNoise(RUN_NOISE_QUIET, "quiet-host floor")
 
@@ -85,9 +85,7 @@ def busy_floor(records: Sequence[Record]) -> float:
     apart, against a quiet baseline, gave `R-Micro infer 0.580 [0.540, 0.622] regression` on identical
     code (normalised; raw 0.414, machine 0.715). A row that does not record the load is not counted busy here: its
     side's spread is measured."""
-    loads = [r.metrics.get("other_load_cores") for r in records]
-    busy = any(isinstance(x, (int, float)) and math.isfinite(x) and x >= BUSY_CORES for x in loads)
-    return RUN_NOISE_BUSY if busy else 0.0
+    return RUN_NOISE_BUSY if any(busy(r.metrics.get(OTHER_LOAD), missing=False) for r in records) else 0.0
 
 
 def between_runs(base: Sequence[float], cur: Sequence[float], confidence: float,

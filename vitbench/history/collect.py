@@ -134,11 +134,11 @@ def points_of(rounds: list[list]) -> list[Point]:
     from vitbench.compare.decide import Calibrations
     from vitbench.compare.match import DEFAULT_IGNORE, labels, match_key
     from vitbench.record import Status
-    from vitbench.tasks import Role, tasks
+    from vitbench.tasks import calibration_task
     from vitbench.tasks.calibration import SIZE
 
     known = metrics()
-    cal_task = next((t for t in tasks(include_hidden=True).values() if t.role is Role.CALIBRATION), None)
+    cal_task, cal_metric = calibration_task() or (None, None)
     values: dict[tuple[str, str], list[float]] = defaultdict(list)
     cals: dict[tuple[str, str], list[float]] = defaultdict(list)
     first: dict[str, object] = {}
@@ -146,7 +146,7 @@ def points_of(rounds: list[list]) -> list[Point]:
         calib = None
         if cal_task is not None:
             cal_recs = [r for r in recs if r.kind == cal_task.kind and r.status is Status.OK]
-            calib = Calibrations(cal_recs, cal_task.metrics[0], "history") if cal_recs else None
+            calib = Calibrations(cal_recs, cal_metric, "history") if cal_recs else None
         for r in recs:
             if r.status is not Status.OK or (cal_task is not None and r.kind == cal_task.kind):
                 continue

@@ -10,8 +10,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vitbench.cpus import BUSY_CORES, Mark, others_since
+from vitbench.record import finite_number
 
-__all__ = ["BUSY_CORES", "LoadMeter"]
+__all__ = ["BUSY_CORES", "OTHER_LOAD", "LoadMeter", "busy"]
+
+OTHER_LOAD = "other_load_cores"  # a timed row's metric: LoadMeter.other_cores over its measurement
+
+
+def busy(cores, missing: bool) -> bool:
+    """Whether a recorded other load (a row's OTHER_LOAD) says the machine was shared: a number of at least
+    BUSY_CORES. `missing`: the answer where none was recorded (null, absent, not a number): each reader says
+    which way its rule errs (a verdict's noise floor assumes busy; a median of calibrations keeps the row)."""
+    return cores >= BUSY_CORES if finite_number(cores) else missing
 
 
 @dataclass
@@ -30,4 +40,4 @@ class LoadMeter:
 
     @property
     def busy(self) -> bool:
-        return self.other_cores is not None and self.other_cores >= BUSY_CORES
+        return busy(self.other_cores, missing=False)

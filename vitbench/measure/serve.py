@@ -30,7 +30,7 @@ from vitbench.backends.base import Step, StopRule, get_backend
 from vitbench.env import environment
 from vitbench.errors import ConfigError, VitbenchWarning
 from vitbench.measure import loadgen
-from vitbench.measure.load import LoadMeter
+from vitbench.measure.load import OTHER_LOAD, LoadMeter
 from vitbench.measure.noise import NoiseFlag, assess, summary
 from vitbench.measure.throughput import resolve_step, step_config
 from vitbench.measure.timing import MIN_WINDOWS, summarize_windows, window_steps_for
@@ -178,7 +178,7 @@ def serve(step: Step, backend: str, device: str, threads: int | None, images: np
             p["compile_s"] is not None for p in prep.values()) else None,
         "first_step_s": sum(p["first_step_s"] for p in prep.values()),
         "timer": be.timer.value,
-        "other_load_cores": load.other_cores,
+        OTHER_LOAD: load.other_cores,
         "unstable": bool(noise),
         "noise": summary(noise),
     }

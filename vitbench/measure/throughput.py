@@ -31,7 +31,7 @@ from vitbench.backends.base import Backend, Step, StopRule, default_backend, get
 from vitbench.env import environment
 from vitbench.errors import ConfigError
 from vitbench.measure import extra_work, group, ranks
-from vitbench.measure.load import LoadMeter
+from vitbench.measure.load import OTHER_LOAD, LoadMeter
 from vitbench.measure.noise import assess, summary
 from vitbench.measure.nvml import EnergyMeter
 from vitbench.measure.timing import (
@@ -183,7 +183,7 @@ def bench(step: Step, backend: str | Backend | None = None, device: str = "cpu",
         "compile_mode": settings.get("compile_mode"),
         "attention_kernel": attention.value if attention is not None else None,
         **group.group_metrics(step, info, batch / median_s),
-        "other_load_cores": load.other_cores,
+        OTHER_LOAD: load.other_cores,
         "unstable": bool(noise),
         "noise": summary(noise),
     }

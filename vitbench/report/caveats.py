@@ -18,16 +18,18 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from vitbench.measure.noise import CV_LIMIT
+
 CAVEAT = "caveat"  # the column: per trial row, and per summary row
 MARK = "\u26a0"  # starts a marked value's caveat: the value rests on unstable or co-scheduled rows only
 UNSTABLE = "unstable"
 SHARED = "shared host"
 OVERLAPPED = "runner.overlapped"  # the store's column: other trials that ran on the row's host at the same time
-LEGEND = (f"{MARK} in caveat: the value rests only on rows flagged unstable (their `noise`: CV >= 0.10, other "
-          "processes' load, few or short samples, samples that drift, the GPU slowing down) or measured while "
-          "other trials ran on the same host (shared host): read it as a rough figure, not a measurement to "
-          "compare; 'N ... left out': the value is the clean repeats' and N flagged ones were not used. A ratio "
-          "is marked when either side is.")
+LEGEND = (f"{MARK} in caveat: the value rests only on rows flagged unstable (their `noise`: CV >= "
+          f"{CV_LIMIT:.2f}, other processes' load, few or short samples, samples that drift, the GPU slowing "
+          "down) or measured while other trials ran on the same host (shared host): read it as a rough figure, "
+          "not a measurement to compare; 'N ... left out': the value is the clean repeats' and N flagged ones "
+          "were not used. A ratio is marked when either side is.")
 
 
 def overlaps(v) -> list:
@@ -134,12 +136,12 @@ def calibration_line(cal: pd.DataFrame | None) -> str | None:
     backends, devices, precisions, thread counts or matrix sizes are never pooled: a line gives each its own median
     (the GPU check's line pooled fp32, tf32 and bf16 of two backends: "median 44.51 TFLOP/s, range 30.04 to
     126.2")."""
-    from vitbench.measure.load import BUSY_CORES
-    from vitbench.tasks.calibration import CONDITIONS, LEGACY_N, SIZE
+    from vitbench.measure.load import BUSY_CORES, OTHER_LOAD, busy as shared
+    from vitbench.tasks.calibration import CONDITIONS, LEGACY_N, METRIC, SIZE
 
-    if cal is None or cal.empty or "matmul_tflops_per_s" not in cal:
+    if cal is None or cal.empty or METRIC not in cal:
         return None
-    c = cal.assign(v=pd.to_numeric(cal["matmul_tflops_per_s"], errors="coerce")).dropna(subset=["v"])
+    c = cal.assign(v=pd.to_numeric(cal[METRIC], errors="coerce")).dropna(subset=["v"])
     if c.empty:
         return None
     # the matrix size: the row's metric, else its config's (tidy: `config.<name>` beside a metric's name), else
@@ -149,8 +151,8 @@ def calibration_line(cal: pd.DataFrame | None) -> str | None:
         if col in c:
             size = pd.to_numeric(c[col], errors="coerce").fillna(size)
     c = c.assign(**{SIZE: size.astype(int)})
-    load = pd.to_numeric(c["other_load_cores"], errors="coerce") if "other_load_cores" in c else None
-    busy = (load >= BUSY_CORES) if load is not None else pd.Series(False, index=c.index)
+    busy = c[OTHER_LOAD].map(lambda x: shared(x, missing=False)).astype(bool) if OTHER_LOAD in c else \
+        pd.Series(False, index=c.index)  # a row without the load (from before it was kept) is counted
     apart = [k for k in (*CONDITIONS, SIZE) if k in c and c[k].astype(str).nunique() > 1]
     if apart:  # each group its own median, its own busy runs left out (a group that was all busy: marked)
         parts = []

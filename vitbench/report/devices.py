@@ -35,7 +35,7 @@ def scaling(ok: pd.DataFrame) -> pd.DataFrame:
     t["devices"] = t["devices"].astype(int)
     t["batch_per_device"] = t["batch_size"] // t["devices"]
     t["img_per_s_per_device"] = t["img_per_s"] / t["devices"]
-    match = [k for k in _MATCH if k in t.columns]
+    match = [k for k in tables.split_keys(t, _MATCH) if k not in ("devices", "parallelism", "batch_size")]
     one = t[t["devices"] == 1]
     cav = CAVEAT in t
     one = one.assign(_cav=one[CAVEAT].fillna("") if cav else "")

@@ -9,6 +9,7 @@ import json
 import pandas as pd
 from matplotlib.figure import Figure
 
+from vitbench.measure.load import OTHER_LOAD
 from vitbench.report import tables
 from vitbench.report.caveats import CAVEAT
 from vitbench.report.parts import NotDrawn
@@ -17,7 +18,7 @@ from vitbench.report.plots import backend_line, model_colors
 KEYS = ["model", "backend", "device", "precision", "scenario", "batch_size", "max_wait_ms", "latency_bound_ms",
         "min_duration_s"]
 VALUES = ["samples_per_s", "latency_ms_p50", "latency_ms_p90", "latency_ms_p99", "latency_percentile_judged",
-          "probes", "mean_batch", "throughput_img_per_s", "offline_over_throughput", "other_load_cores"]
+          "probes", "mean_batch", "throughput_img_per_s", "offline_over_throughput", OTHER_LOAD]
 COLUMNS = (*KEYS, "repeats", *VALUES, "qps_search_bracket", CAVEAT)
 
 
@@ -25,8 +26,9 @@ def table(ok: pd.DataFrame) -> pd.DataFrame:
     """Median over repeats per configuration; the Server search's last bracket (of the first repeat) beside it."""
     out = tables._collapse(ok, KEYS, tables._present(ok, VALUES))
     if not out.empty and "qps_search_bracket" in ok.columns:
-        keys = [k for k in KEYS if k in ok.columns]
-        first = ok.groupby(keys, dropna=False, sort=True)["qps_search_bracket"].first().reset_index()
+        keys = tables.split_keys(ok, KEYS)  # the summary's own groups
+        by = ok.assign(**{k: tables.hashable(ok[k]) for k in keys})
+        first = by.groupby(keys, dropna=False, sort=True)["qps_search_bracket"].first().reset_index()
         out = out.merge(first, on=keys, how="left")
     return out
 

@@ -9,6 +9,8 @@ spread stays visible. Timed rows flagged unstable or co-scheduled are never pool
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 
 from vitbench.models.families import family_names
@@ -50,30 +52,50 @@ def _present(df: pd.DataFrame, cols) -> list[str]:
     return [c for c in cols if c in df.columns and df[c].notna().any()]
 
 
-# Settings a table's keys leave out because most sweeps hold them fixed; where one varies among the rows it joins
-# the keys, so that a median never crosses settings (1 thread's 100 img/s and 4 threads' 350 read 225 before;
-# method versions are incomparable by definition, vitbench.record.METHOD_VERSION).
-SPLIT_IF_VARYING = ("method_version", "threads", "optimizer", "channels_last", "num_classes", "window_steps",
-                    "upstream_dataset", "objective")
+# Beside the settings (vitbench.tasks.setting_columns), what a median never crosses: method versions are
+# incomparable by definition (vitbench.record.METHOD_VERSION).
+SPLIT_IF_VARYING = ("method_version",)
+SPLIT_BY = "split_by"  # a summary's attrs: the settings beyond its keys that split it
 
 
 def split_keys(df: pd.DataFrame, keys: list[str]) -> list[str]:
-    """`keys` (those `df` has) and every SPLIT_IF_VARYING column of `df` that takes more than one value."""
-    return [*(k for k in keys if k in df.columns),
-            *(k for k in SPLIT_IF_VARYING
-              if k in df.columns and k not in keys and df[k].nunique(dropna=False) > 1)]
+    """`keys` (those `df` has), then every setting of `df` (and SPLIT_IF_VARYING) that varies within a group of
+    them: a median never crosses settings (1 thread's 100 img/s and 4 threads' 350 read 225; serve rows at 32 and
+    64 px, or train rows with 0 and 4 input workers, read as repeats of one). Seeds and bookkeeping are pooled."""
+    from vitbench.tasks import setting_columns
+
+    out = [k for k in keys if k in df.columns]
+    settings = setting_columns()
+    for col in [c for c in df.columns if c not in out and (c in settings or c in SPLIT_IF_VARYING)]:
+        values = hashable(df[col])
+        if values.nunique(dropna=False) < 2:
+            continue
+        by = [hashable(df[k]).astype(object).where(df[k].notna(), "") for k in out]
+        within = values.groupby(by or [pd.Series(0, index=df.index)], sort=False).nunique(dropna=False)
+        if (within > 1).any():
+            out.append(col)
+    return out
+
+
+def hashable(s: pd.Series) -> pd.Series:
+    """`s` with its lists and dicts as their JSON texts (a list-valued setting, e.g. lr_grid, can be grouped)."""
+    if s.dtype != object or not s.map(lambda v: isinstance(v, (list, dict))).any():
+        return s
+    return s.map(lambda v: json.dumps(v, sort_keys=True) if isinstance(v, (list, dict)) else v)
 
 
 def _collapse(df: pd.DataFrame, keys: list[str], metrics: list[str], spread: str | None = None) -> pd.DataFrame:
-    """Median of each metric over repeats per `keys` group (and per any setting of SPLIT_IF_VARYING that varies);
+    """Median of each metric over repeats per `keys` group (and per any setting that varies in one, split_keys);
     `repeats` = rows the median is over. Where some row is marked (a `caveat`), a group's clean rows only, else its
     marked ones, and the group's `caveat` says which."""
+    named = keys
     keys = split_keys(df, keys)
     metrics = [m for m in metrics if m in df.columns]
     if df.empty or not metrics:
         return pd.DataFrame(columns=[*keys, "repeats", *metrics])
     flagged = CAVEAT in df.columns and caveats.marked(df[CAVEAT]).any()
-    df = caveats.split(df, keys) if flagged else df.copy()
+    df = df.assign(**{k: hashable(df[k]) for k in keys})
+    df = caveats.split(df, keys) if flagged else df
     for m in metrics:  # metrics may arrive as object columns (None where a row lacks them)
         if df[m].map(lambda v: isinstance(v, bool)).any():
             df[m] = df[m].map(lambda v: None if v is None else bool(v)).astype("boolean")
@@ -92,7 +114,9 @@ def _collapse(df: pd.DataFrame, keys: list[str], metrics: list[str], spread: str
     if "family" in out:
         out = out.sort_values(by=["family", *[k for k in keys if k != "family"]],
                               key=lambda s: s.map(fam_rank) if s.name == "family" else s, kind="stable")
-    return out.reset_index(drop=True)
+    out = out.reset_index(drop=True)
+    out.attrs[SPLIT_BY] = [k for k in keys if k not in named]  # shown beside a section's columns in a terminal
+    return out
 
 
 THROUGHPUT_KEYS = ["model", "family", "backend", "task", "device", "devices", "parallelism", "precision", "compile",

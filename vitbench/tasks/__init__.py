@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from vitbench.backends.base import Capability, backend_spec
 from vitbench.errors import clip
+from vitbench.measure.load import BUSY_CORES, OTHER_LOAD
 from vitbench.record import finite_number
 from vitbench.registry import Kind, entries, get, register
 from vitbench.tasks.fields import TaskParams
@@ -70,6 +71,10 @@ class Metric:
 ISO_TIME = "ISO 8601 UTC"  # the unit of a metric that is a time of day, not a number
 NOT_NUMBERS = ("bool", ISO_TIME)  # the units of declared metrics that are not numbers (Metric.minimum: the others)
 
+# Declared once for every record kind whose measurement is timed (bench steps, serve, the calibration): its readers
+# decide on it (compare's busy floor, ab's busy pairs, the report's calibration line: vitbench.measure.load.busy).
+OTHER_LOAD_CORES = Metric(OTHER_LOAD, "cores", False, "average cores other processes kept busy while the row was "
+                          f"measured (vitbench.measure.load); the machine was shared at {BUSY_CORES:g} or more")
 # Declared once for every record kind whose measurement compiles (bench steps, XLA's FLOP count).
 COMPILE_CACHED = Metric("compile_cached", "bool", True, "the compiled code came from the persistent compile cache "
                         "(vitbench.measure.throughput.from_cache; null: nothing compiled, e.g. eager torch)")
@@ -128,6 +133,23 @@ def kind_metrics() -> dict[str, dict[str, Metric]]:
     return out
 
 
+def setting_columns() -> frozenset[str]:
+    """The columns of a tidy frame (vitbench.tidy) that hold a setting: a trial-config field of some task, as
+    the frame names it ('config.<name>' where the kind declares a metric of that name), less the fields that never
+    define a measurement (BOOKKEEPING) and the seeds (draws that repeat one measurement). Rows equal in every
+    setting are repeats of one measurement; the report never summarises across a setting that varies."""
+    from vitbench.tasks.fields import BOOKKEEPING, seed_fields
+
+    metrics = kind_metrics()
+    declared = {n for by_name in metrics.values() for n in by_name}
+    out: set[str] = set()
+    for t in tasks(include_hidden=True).values():
+        drop = {*BOOKKEEPING, *seed_fields(t.Params)}
+        out.update(f"config.{f}" if f in metrics.get(t.kind, {}) else f for f in t.fields()
+                   if f not in drop and (f not in declared or f in metrics.get(t.kind, {})))
+    return frozenset(out)
+
+
 def comparable_metrics() -> dict[str, Metric]:
     """Every metric compare may decide on, by name (one declaration per name across kinds)."""
     out: dict[str, Metric] = {}
@@ -138,6 +160,15 @@ def comparable_metrics() -> dict[str, Metric]:
 
 def kinds_with_role(role: Role) -> set[str]:
     return {t.kind for t in tasks(include_hidden=True).values() if t.role is role}
+
+
+def calibration_task() -> tuple[type[Task], Metric] | None:
+    """The calibration task (Role.CALIBRATION) and the metric speeds are divided by: its headline, not whatever
+    comes first among its metrics (a reordering would have divided by the matrix size)."""
+    for t in tasks(include_hidden=True).values():
+        if t.role is Role.CALIBRATION:
+            return t, next(m for m in t.metrics if m.name == t.headline)
+    return None
 
 
 def headline(kind: str) -> Metric | None:

@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field, ValidationInfo, model_validator
 from vitbench.backends.base import Capability, Step, StopRule
 from vitbench.measure.timing import DEFAULT_TIMING, MIN_WINDOWS, TARGET_WINDOWS, TimingMode
 from vitbench.record import Record
-from vitbench.tasks import COMPILE_CACHED, Metric, Task, register_task
+from vitbench.tasks import COMPILE_CACHED, OTHER_LOAD_CORES, Metric, Task, register_task
 from vitbench.tasks.fields import MAX_COUNT, literal_of, named, params_model
 from vitbench.tasks.real_input import RealInput
 from vitbench.transfer.config import MAX_SECONDS
@@ -79,6 +79,7 @@ METRICS = (
     Metric("compile_s", "s", False, "compile/jit time (single value per run; a cache hit's is the time to trace "
            "and load the executable)", comparable=True),
     COMPILE_CACHED,
+    OTHER_LOAD_CORES,
     Metric("mfu", "fraction", True, "model FLOP/s / the device's peak for the precision (peak_source: datasheet "
            "or measured), at most 1"),
     Metric("energy_j_per_img", "J/img", False, "device energy per image over the timed steps (NVML)",

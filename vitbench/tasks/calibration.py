@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 
 from vitbench.backends.base import Capability
 from vitbench.record import Record
-from vitbench.tasks import Metric, Role, Task, register_task
+from vitbench.tasks import OTHER_LOAD_CORES, Metric, Role, Task, register_task
 from vitbench.tasks.fields import params_model
 
 METRIC = "matmul_tflops_per_s"
@@ -57,7 +57,8 @@ class Calibration(Task):
     needs = frozenset({Capability.MATMUL_PEAK})
     metrics = (Metric(METRIC, "TFLOP/s", True, "dense matmul throughput (2 FLOPs per MAC)",
                       samples=calibration_samples),
-               Metric(SIZE, "elements", True, "the square matrix size used (the field's, or the device kind's)"))
+               Metric(SIZE, "elements", True, "the square matrix size used (the field's, or the device kind's)"),
+               OTHER_LOAD_CORES)
     headline = METRIC
     hidden = True
     role = Role.CALIBRATION
@@ -65,7 +66,7 @@ class Calibration(Task):
     def run(self, p) -> Record:
         from vitbench.backends.base import get_backend
         from vitbench.env import environment
-        from vitbench.measure.load import LoadMeter
+        from vitbench.measure.load import OTHER_LOAD, LoadMeter
         from vitbench.measure.peak import current_policy, device_peak, offer_observation
         from vitbench.record import now
 
@@ -77,7 +78,7 @@ class Calibration(Task):
             vals = [be.matmul_flops_per_s(p.precision, n=n, seconds=p.seconds) / 1e12 for _ in range(p.reps)]
         s = sorted(vals)
         metrics = {METRIC: s[len(s) // 2], f"{METRIC}_max": s[-1], f"{METRIC}_min": s[0], SIZE: n,
-                   "other_load_cores": load.other_cores}
+                   OTHER_LOAD: load.other_cores}
         offer_observation(be, p.precision, info.get("threads"), s[-1], by=f"calibration ({be.name})",
                           how=f"{p.precision} matmul n={n}, best of {p.reps} x {p.seconds:g} s",
                           other_cores=load.other_cores, busy=load.busy)

@@ -19,7 +19,7 @@ from vitbench.backends.base import OPTIMIZERS, PRECISIONS, BackendName, default_
 from vitbench.backends.kinds import DEFAULT_DEVICES, DEFAULT_PARALLELISM
 from vitbench.backends.parallel import known_parallelism
 from vitbench.errors import VitbenchError
-from vitbench.transfer.config import MAX_COUNT, DataConfig, Seed, key_neutral
+from vitbench.transfer.config import MAX_COUNT, DataConfig, Seed, SeedField, key_neutral
 
 if TYPE_CHECKING:
     from vitbench.models.specs import ModelSpec
@@ -116,6 +116,17 @@ def _marked(params: type[BaseModel], marker: type) -> tuple[str, ...]:
 def path_fields(params: type[BaseModel]) -> tuple[str, ...]:
     """The fields of a Params model that name local paths."""
     return _marked(params, LocalPath)
+
+
+def seed_fields(params: type[BaseModel]) -> tuple[str, ...]:
+    """The fields of a Params model that are seeds (vitbench.transfer.config.Seed)."""
+    return _marked(params, SeedField)
+
+
+# Trial-config fields that never define a measurement: runner bookkeeping, or machine-dependent defaults
+# (max_batch's CPU memory budget is half of the RAM available at the time). compare matches trials without them
+# (vitbench.compare.match), the report's summaries pool over them (vitbench.report.tables).
+BOOKKEEPING = ("repeat", "repeats", "timeout", "timeout_s", "study", "memory_limit_mib")
 
 
 _PosInt = Annotated[int, Strict(), Field(gt=0, le=MAX_COUNT)]

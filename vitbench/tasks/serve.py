@@ -16,7 +16,7 @@ from vitbench.backends.base import Capability, Step
 from vitbench.measure.loadgen import (MLPERF_MIN_DURATION_S, MLPERF_SAMPLES_PER_QUERY, MLPERF_SEEDS,
                                       MLPERF_VISION_BOUND_MS, SCENARIOS)
 from vitbench.record import Record
-from vitbench.tasks import Metric, Task, register_task
+from vitbench.tasks import OTHER_LOAD_CORES, Metric, Task, register_task
 from vitbench.tasks.bench import Timing
 from vitbench.tasks.fields import MAX_COUNT, PathField, applies_when, literal_of, named, params_model
 from vitbench.transfer.config import MAX_SECONDS, DataConfig, DatasetName, Seed, default_of, validated
@@ -128,6 +128,7 @@ METRICS = (
     Metric("latency_ms_p99", "ms", False, "99th percentile per-sample latency (LoadGen)", comparable=True),
     Metric("throughput_img_per_s", "img/s", True, "Offline: vitbench's throughput mode on the max-batch workload "
            "(median window, bracketing the LoadGen run)"),
+    OTHER_LOAD_CORES,
 )
 
 

@@ -14,8 +14,15 @@ from vitbench.transfer.limits import MAX_CLASSES, MAX_COUNT  # re-exported: decl
 from vitbench.transfer.neutral import key_neutral  # re-exported: its users import it from here
 
 M = TypeVar("M", bound=BaseModel)
+
+
+class SeedField:
+    """Marks a seed: a draw that repeats one measurement (init, split, batch order, LoadGen's schedule). The
+    report's summaries pool rows that differ only in seeds (vitbench.tasks.seed_fields); compare does not."""
+
+
 # A seed: numpy's legacy RandomState and a JAX PRNGKey take 32-bit unsigned seeds.
-Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
+Seed = Annotated[int, Field(ge=0, le=2**32 - 1), SeedField()]
 # A duration in seconds: a week is beyond any measurement here; inf or 1e300 would time for ever.
 MAX_SECONDS = 7 * 86400
 # The image sources vitbench reads: vitbench.transfer.formats, one row per format (its reader, the fields it
