@@ -416,3 +416,31 @@ def test_a_checkpoints_budget_without_a_checkpoint_is_refused():
     """)
     assert "checkpoint_images and checkpoint_epochs: the pre-training budget of a checkpoint, and none is given" \
         in msg, msg
+
+
+def test_the_dry_run_shows_the_status_the_sweep_acts_on_shards_included(tmp_path, cli):
+    """A trial whose ok row was followed by an interrupted --force rerun: the sweep skips it (store.done_keys),
+    and the dry run said 'interrupted'; a results directory of shards only (SLURM's workers write them) showed no
+    status at all."""
+    import time
+
+    from records import record
+
+    from vitbench.executors.remote import host_shard
+    from vitbench.store import Store
+
+    p = tmp_path / "s.yaml"
+    p.write_text("name: t\naxes: {model: [ViT-Nano/4, R-Nano], task: [infer]}\n")
+    st = load_study(p)
+    done, fresh = st.trials
+    res = tmp_path / "res"
+    with Store(res) as s:
+        for status in ("ok", "interrupted"):
+            s.append(record("bench", dict(done.config), metrics={"img_per_s": 1.0} if status == "ok" else {},
+                            status=status, key=done.key, study="t", run_id=status, repeat=0, trial=done.config))
+            time.sleep(0.01)  # finish times apart
+    (res / "results.jsonl").rename(res / f"results.{host_shard()}.jsonl")
+    r = cli("sweep", str(p), "--dry-run", "--json", "--results", str(res))
+    assert r.exit_code == 0, r.output
+    shown = {t["key"]: t.get("status") for t in json.loads(r.output)}
+    assert shown == {done.key: "ok", fresh.key: "pending"}, shown

@@ -34,7 +34,7 @@ from pathlib import Path
 from vitbench.errors import ConfigError, shorten
 from vitbench.executors import Executor, Job, Outcome, Role, Stored, executor_class
 from vitbench.paths import check_cache_dir, check_dir, check_entry, compile_cache_on, make_dir
-from vitbench.record import Status
+from vitbench.record import Record, Status
 from vitbench.store import CLAIMS_DIR, LOGS_DIR, RESULTS_FILE, STUDY_FILE, Store, claim_path, log_path
 from vitbench.tidy import select
 from vitbench.study import Study, Trial, trial_key
@@ -111,10 +111,23 @@ def failed_trials(study: Study, store: Store) -> dict[str, Status]:
             if r.key in keys and r.status.done and r.status is not Status.OK}
 
 
-def trial_status(study: Study, store: Store) -> dict[str, str]:
-    """Latest status per trial key of the study ('pending' when never run)."""
-    latest = {r.key: r.status.value for r in store.refresh() if r.key}
-    return {t.key: latest.get(t.key, "pending") for t in study.trials}
+def trial_status(study: Study, store: Store) -> dict[str, str] | None:
+    """Per trial key of the study, the status a sweep acts on: its latest (by finish time) terminal row's
+    (Status.done: it is not run again, as store.done_keys says), else its latest row's (interrupted, skipped: run
+    again), else 'pending'. An ok row then an interrupted --force rerun showed 'interrupted' for a trial the sweep
+    skips. None where the results directory holds no row (a shard's included)."""
+    recs = store.refresh()
+    if not recs:
+        return None
+    done: dict[str, Record] = {}
+    last: dict[str, Record] = {}
+    for r in (r for r in recs if r.key):
+        for pick in (done, last) if r.status.done else (last,):
+            old = pick.get(r.key)
+            if old is None or str(r.finished_at or "") >= str(old.finished_at or ""):
+                pick[r.key] = r
+    return {t.key: (done.get(t.key) or last[t.key]).status.value if t.key in last else "pending"
+            for t in study.trials}
 
 
 def _job(study: Study, run_id: str, trial: Trial, timeout_s: float, role: Role = Role.TRIAL) -> Job:

@@ -277,7 +277,7 @@ def sweep_cmd(
     if dry_run:  # a sweep checks the results directory itself (run_study), before it shows anything
         store = Store(out, check=row_check())  # read as the sweep would read it
         check_results_dir(st, out, "--results", store)
-        statuses = trial_status(st, store) if (out / "results.jsonl").exists() else None
+        statuses = trial_status(st, store)
         if as_json:
             print(json.dumps([{"key": t.key, "repeat": t.repeat, "origin": t.origin, "config": t.config,
                                **({"status": statuses.get(t.key)} if statuses else {})} for t in st.trials],
