@@ -1074,6 +1074,30 @@ def test_an_ok_record_without_its_headline_is_an_error_row(value, monkeypatch):
     assert run_trial(j).status is Status.OK
 
 
+def test_a_record_of_another_kind_than_its_task_declares_is_an_error_row(monkeypatch):
+    """A task's kind is declared on the task and spelt again where its record is built (measure/, protocols/):
+    a record of another kind would pass row_check unchecked (it reads rows by kind) and fall out of the report's
+    sections. The trial refuses it."""
+    from records import job
+
+    import vitbench.tasks
+    from vitbench.record import Record, Status
+    from vitbench.trial import run_trial
+
+    class Drifted:
+        kind, headline = "finetune", "accuracy"
+
+        class Params:
+            model_validate = staticmethod(lambda config: config)
+
+        def run(self, p):
+            return Record.measured("fine_tune", dict(p), metrics={"accuracy": 0.5})
+
+    monkeypatch.setattr(vitbench.tasks, "get_task", lambda name: Drifted)
+    rec = run_trial(job({"task": "finetune", "model": NANO}))
+    assert rec.status is Status.ERROR and "record of kind 'fine_tune'; it declares 'finetune'" in rec.error.message
+
+
 def test_brace_patterns_expand_in_order_within_their_bound():
     """Item 6: ranges keep their zero padding and may descend (as bash's); a pattern is counted while it is
     expanded, so one past the bound is refused having made at most bound + 1 names."""

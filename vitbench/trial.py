@@ -17,7 +17,7 @@ import traceback
 from typing import TYPE_CHECKING
 
 from vitbench import phases, turns
-from vitbench.errors import NonFiniteResult, TrainingDiverged, looks_like_oom
+from vitbench.errors import NonFiniteResult, TrainingDiverged, clip, looks_like_oom
 from vitbench.record import ErrorInfo, Record, Status, now
 
 if TYPE_CHECKING:
@@ -50,6 +50,9 @@ def run_trial(job: Job) -> Record:
             rec = task().run(task.Params.model_validate(job.config))
         if not isinstance(rec, Record):
             raise TypeError(f"task {job.task!r} returned {type(rec).__name__}, not a vitbench.record.Record")
+        if rec.kind != task.kind:  # its readers (row_check, the report's sections) find rows by the declared kind
+            raise TypeError(f"task {job.task!r} returned a record of kind {clip(repr(rec.kind), 80)}; it declares "
+                            f"{task.kind!r}")
         lacking = rec.unmeasured([task.headline]) if rec.status is Status.OK and task.headline else []
         if lacking:  # a row is ok only with what its task promises
             raise NonFiniteResult(f"task {job.task!r} measured no {lacking[0]} (got "
