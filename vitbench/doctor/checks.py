@@ -291,9 +291,11 @@ def run(
     if matmul and precision not in allowed:  # int8: a runtime's quantised inference, not a matmul timed here
         raise ConfigError(f"--precision {precision!r}: allowed: {', '.join(allowed)} (the precisions of "
                           f"{', '.join(matmul) or 'no backend'} that time a matmul)")
-    n = 1024 if quick else 2048
-    if kind is not DeviceKind.CPU:
-        n *= 4  # a GPU needs a large matmul to be busy for longer than the timer's resolution
+    from vitbench.measure.peak import current_policy
+
+    # the size the sweep's calibration times (PeakPolicy.calibration_n: a GPU needs a large matmul to fill it and
+    # to outlast the timer's resolution), so doctor's figure is the one compare --normalize divides by
+    n = current_policy().calibration_n(kind)
     checks = [check_load(0.5 if quick else 1.0)]
     threads_used: dict[str, int | None] = {}
     threads_chosen: dict[str, str | None] = {}
