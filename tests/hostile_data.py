@@ -171,6 +171,8 @@ def hostile_data(root: Path) -> dict[str, object]:
     (root / "one_array.npy").rename(root / "one_array.npz")
     out["npz_one_array"] = root / "one_array.npz"
     out["npz_lying_header"] = _lying_npz(root / "lying_header.npz")
+    (root / "zip_magic_only.npz").write_bytes(b"PK\x03\x04garbage")  # a zip's magic, then no archive
+    out["npz_zip_magic_only"] = root / "zip_magic_only.npz"
     _hf(root, x, y, train, test, out)
     (root / "bad_date.yaml").write_text("name: bad-date\ndefaults:\n  seed: 2020-13-45\n")
     out["study_bad_date"] = root / "bad_date.yaml"

@@ -629,6 +629,7 @@ DATA_CASES = {
                                          says="test parquet files but no train"),
     "fewshot npz test beside x, y": case(*FEW, *source("npz", "npz_mixed_names"), says="has arrays"),
     "fewshot npz one .npy array": case(*FEW, *source("npz", "npz_one_array"), says="not an .npz of named arrays"),
+    "fewshot npz zip magic only": case(*FEW, *source("npz", "npz_zip_magic_only"), says="not a readable .npz"),
     "fewshot npz header larger than its data": case(*FEW, *source("npz", "npz_lying_header"),
                                                     says="array 'x' declares shape (1000000000000, 8, 8, 3)"),
     # item 4: decoded to its values, or refused naming the file; PIL's pixel guard a named refusal

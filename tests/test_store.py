@@ -341,9 +341,11 @@ def test_done_keys_follow_rows_appended_by_another_writer(tmp_path):
     assert not mine.is_done("x")
 
 
-@pytest.mark.parametrize("literal", ["1e999", "-1E+400", "1" + "0" * 400 + ".5", "NaN", "-Infinity"])
+@pytest.mark.parametrize("literal", ["1e999", "-1E+400", "1" + "0" * 400 + ".5", "NaN", "-Infinity",
+                                     "1" + "0" * 400, "-" + "9" * 309])
 def test_a_number_that_is_not_finite_is_refused_naming_the_line(tmp_path, literal):
-    """Every spelling of a non-finite number (vitbench writes null for one) is refused, naming the line."""
+    """Every spelling of a non-finite number (vitbench writes null for one) is refused, naming the line; an
+    integer beyond a float's range too (10**400 as digits was a traceback, OverflowError, in every reader)."""
     from vitbench.errors import ConfigError
 
     with Store(tmp_path) as s:
@@ -372,3 +374,10 @@ def test_a_reader_that_stops_early_still_hears_of_demoted_rows(tmp_path):
         it = iter_records(tmp_path, row_check())
         assert next(it).status.value == "error"
         it.close()
+
+
+def test_an_int_beyond_a_float_is_no_finite_number():
+    """record.finite_number, every reader's test: math.isfinite raised OverflowError on 10**400."""
+    from vitbench.record import finite_number
+
+    assert finite_number(10 ** 300) and not finite_number(10 ** 400) and not finite_number(-(10 ** 400))

@@ -87,8 +87,15 @@ class ErrorInfo:
 
 
 def finite_number(x) -> bool:
-    """A finite int or float, not a bool: what a measured value must be (every reader's test, declared once)."""
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+    """A finite int or float, not a bool: what a measured value must be (every reader's test, declared once). An
+    int beyond a float's range (JSON's 1e400 written as digits) is not one: math.isfinite raised OverflowError on
+    it, a traceback in compare, report and history."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return False
+    try:
+        return math.isfinite(x)
+    except OverflowError:
+        return False
 
 
 @dataclass(frozen=True)

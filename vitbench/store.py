@@ -36,7 +36,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from vitbench.errors import ConfigError, VitbenchWarning
+from vitbench.errors import ConfigError, VitbenchWarning, clip
 from vitbench.paths import PathError, reason, write_atomic
 from vitbench.record import SCHEMA, ErrorInfo, Record, RowProblem, Status
 
@@ -138,16 +138,26 @@ def _finite_float(text: str) -> float:
     return x
 
 
+_INT_DIGITS = 308  # an int of more digits is beyond a float's range (1.8e308): no measure, count or seed reaches it
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > _INT_DIGITS:  # 10**400 written as digits: a traceback in every reader's float()
+        raise _NonFinite(f"an integer of {len(text)} digits")
+    return int(text)
+
+
 def _parse_one(raw: bytes, path: Path, lineno: int, torn: bool, check: Check | None = None,
                demoted: list | None = None) -> Record | None:
     """One line's record (None: skipped with a CorruptLineWarning); a row `check` demotes to an error row is
     added to `demoted` as (path, line, why), said once for them all by _say_demoted."""
     try:  # (every float through _finite_float: 26 % over json's own parsing; a regex to skip it cost more, measured)
-        d = json.loads(raw.decode("utf-8"), parse_constant=_no_constant, parse_float=_finite_float)
+        d = json.loads(raw.decode("utf-8"), parse_constant=_no_constant, parse_float=_finite_float,
+                       parse_int=_bounded_int)
     except _NonFinite as e:  # vitbench writes null for them (record.clean): a number no report or compare uses
-        raise ConfigError(f"{path}:{lineno}: the row holds {e} (a non-finite number), which vitbench never "
-                          "writes (it records null): the file was edited or written by another tool; fix or "
-                          "remove that line") from None
+        raise ConfigError(f"{path}:{lineno}: the row holds {clip(str(e), 80)} (a non-finite number), which "
+                          "vitbench never writes (it records null): the file was edited or written by another "
+                          "tool; fix or remove that line") from None
     except (ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors; nesting
         what = ("torn last line (a write interrupted by a kill?)" if torn else "unparseable line")  # too deep
         warnings.warn(f"{path}:{lineno}: skipped {what}, {len(raw)} bytes: {str(e)[:120]}",

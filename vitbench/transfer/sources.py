@@ -17,13 +17,14 @@ directory, vitbench.transfer.hf), `tfds` (a prepared TFDS dataset, vitbench.tran
 from __future__ import annotations
 
 import importlib
+import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 from pydantic import BaseModel, Field
 
-from vitbench.errors import ConfigError, UnsafeFileError, shorten
+from vitbench.errors import ConfigError, UnsafeFileError, clip, shorten
 from vitbench.transfer.limits import MAX_CLASSES
 from vitbench.transfer.pools import FilePool
 from vitbench.transfer.preprocess import resize_weights
@@ -247,8 +248,8 @@ def read_npz(cfg: DataConfig) -> Raw:
             raise UnsafeFileError(f"{path}: contains object arrays that need unpickling; refused. "
                                   f"Expected {_NPZ_LAYOUT}") from e
         raise ConfigError(f"{path}: not a readable .npz ({e}); expected {_NPZ_LAYOUT}") from e
-    except (OSError, EOFError) as e:
-        raise ConfigError(f"{path}: not a readable .npz ({e}); expected {_NPZ_LAYOUT}") from e
+    except (OSError, EOFError, zipfile.BadZipFile) as e:  # BadZipFile: zip's magic, then no archive
+        raise ConfigError(f"{path}: not a readable .npz ({clip(str(e), 200)}); expected {_NPZ_LAYOUT}") from e
     split = {"x_train", "y_train", "x_test", "y_test"}
     if split <= arrays.keys():
         names = ("x_train", "y_train", "x_test", "y_test")
