@@ -8,6 +8,7 @@ import dataclasses
 import json
 import math
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -351,6 +352,9 @@ def test_append_refuses_damaged_or_already_appended_rows(cli, tmp_path):
     (res / "results.w1.jsonl").unlink()
     assert cli("history", "append", res, "--db", db).exit_code == 0
     r = cli("history", "append", res, "--db", db, "--commit", "b" * 40)
+    assert r.exit_code == 2 and "appended already, as run 1" in " ".join(r.output.split()), r.output
+    shutil.copytree(res, tmp_path / "copy")  # the same rows from another directory: a review recorded them again
+    r = cli("history", "append", tmp_path / "copy", "--db", db)
     assert r.exit_code == 2 and "appended already, as run 1" in " ".join(r.output.split()), r.output
     assert len({run.id for run, _ in store.read(db)}) == 1
 

@@ -38,12 +38,17 @@ MACHINE_FIELDS = ("hostname", "cpu_model", "cpu_count")
 GIT_SHA = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?(?:-dirty)?")
 
 
-def rows_sha256(records) -> str:
-    """The rows a run is made from, as one hash: each row's directory, trial, sweep run, status and end time
-    (the same results appended twice have the same hash; a sweep run again has new run ids and times)."""
+def rows_sha256(records, root: Path) -> str:
+    """The rows a run is made from, as one hash: each row's directory within `root` (the directory appended),
+    trial, sweep run, status and end time. The same results appended twice have the same hash, from wherever they
+    are appended (a copied or moved directory was recorded again: the absolute path was hashed); a sweep run again
+    has new run ids and times."""
     import hashlib
+    import os
 
-    lines = sorted(f"{r.source}|{r.key}|{r.run_id}|{r.status.value}|{r.finished_at}|{r.kind}" for r in records)
+    top = str(Path(root).resolve())
+    lines = sorted(f"{os.path.relpath(r.source, top) if r.source else ''}|{r.key}|{r.run_id}|{r.status.value}|"
+                   f"{r.finished_at}|{r.kind}" for r in records)
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()
 
 
@@ -243,7 +248,7 @@ def collect(path: str | Path, commit: str | None = None, repo: str | Path = ".")
                           "non-finite rows are not measurements)")
     env = next((r.env for r in records if r.env), {})
     info = {"env": env, "rounds": len(rounds),  # the first row's environment: the versions measured with
-            ROWS_KEY: rows_sha256(records)}
+            ROWS_KEY: rows_sha256(records, p)}
     if ab:
         info["ab"], paired = _ab_info(p)
         points += paired
