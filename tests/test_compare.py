@@ -354,6 +354,24 @@ def test_normalize_without_calibration_is_bad_input():
 # -------------------------------------------------------------------------------------------------------------
 # Files, JSON shape, CLI exit codes
 # -------------------------------------------------------------------------------------------------------------
+def test_a_trial_whose_baseline_line_could_not_be_read_stops_the_gate(tmp_path):
+    """A corrupt line in the baseline dropped that trial from the gate: "only in current (not compared)", exit
+    0. Where the baseline has lines that could not be read and current has trials without a partner, compare
+    stops (exit 2) naming the line; an unreadable line that hides no partner stays a warning."""
+    recs = result_set(np.random.default_rng(0), models=("A", "B"), repeats=1)
+    lines = [json.dumps(r.to_dict()) for r in recs]
+    (tmp_path / "cur").mkdir()
+    (tmp_path / "cur" / "results.jsonl").write_text("".join(x + "\n" for x in lines))
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "results.jsonl").write_text(lines[0] + "\n" + lines[1][:50] + "#\n")
+    with pytest.raises(ConfigError, match=r"results.jsonl:2: skipped unparseable line.* 1 trial\(s\) of current "
+                                          r"have no partner there \(first: B"):
+        compare_paths(tmp_path / "base", tmp_path / "cur")
+    (tmp_path / "base" / "results.jsonl").write_text("".join(x + "\n" for x in lines) + "garbage\n")
+    cmp = compare_paths(tmp_path / "base", tmp_path / "cur")
+    assert cmp.exit_code == 0 and "results.jsonl:3: skipped unparseable line" in cmp.warnings[0]
+
+
 def test_load_records_reads_with_the_stores_rules(tmp_path):
     """One reader for sweep, report and compare: a torn line, garbage or a JSON object that is not a record is
     skipped with a warning naming file and line, every good record is kept; nothing readable is bad input."""

@@ -235,14 +235,20 @@ def compare_paths(baseline: str | Path, current: str | Path, *, slowdown: float 
                   **kw) -> Comparison:
     """`compare` on two results paths (file or directory). `slowdown`: see `inject_slowdown()`."""
     warnings: list[str] = []
+    unread: list[str] = []  # the baseline's lines that could not be read
     with _cyclic_gc_paused():
-        b = load_records(baseline, warnings)
+        b = load_records(baseline, unread)
         c = load_records(current, warnings)
         if slowdown is not None:
             c = inject_slowdown(c, slowdown)
             warnings.append(f"self-test: every timed step of CURRENT made {slowdown:g}x slower before comparing")
         cmp = compare(b, c, names=(f"baseline {baseline}", f"current {current}"), **kw)
-    cmp.warnings[:0] = warnings
+    if unread and cmp.unmatched_current:  # its partner may be on a line that could not be read: no verdict
+        raise ConfigError(f"baseline {baseline}: {len(unread)} line(s) could not be read (first: "
+                          f"{clip(unread[0], 300)}), and {len(cmp.unmatched_current)} trial(s) of current have no "
+                          f"partner there (first: {clip(cmp.unmatched_current[0][0], 200)}): a trial on such a "
+                          "line would leave the gate unseen; fix or remove those lines")
+    cmp.warnings[:0] = [*unread, *warnings]
     return cmp
 
 
