@@ -29,7 +29,7 @@ def test_a_number_vitbench_never_writes_stops_report_and_compare(tmp_path, cli):
     raw steps and called the edited row 'no change'."""
     from test_compare import bench_record
 
-    for bad in (-5.0, "fast"):
+    for bad in (-5.0, "fast", 0.0):  # 0 img/s: no work done, shown as an ok measurement of 0
         d = tmp_path / str(bad)
         d.mkdir()
         rec = bench_record("ViT-Nano/4")

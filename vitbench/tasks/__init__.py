@@ -41,7 +41,8 @@ class Metric:
     """A metric a record kind carries, declared once.
 
     comparable: `vitbench compare` may decide on it; default_compare: it does unless told otherwise.
-    speed: it scales with the machine's speed (divided by the calibration under --normalize).
+    speed: it scales with the machine's speed (divided by the calibration under --normalize); an ok row's is
+    more than 0 (no work done is no measure).
     samples: where per-sample values come from for the decision (e.g. per-step img/s from raw step times);
     None: the metric's single value per record.
     bounded_by: metrics of the same record that bound this one (the largest batch by the memory budget): where
@@ -203,8 +204,8 @@ def row_check() -> Callable[[Record], RowProblem | None]:
             return None
         for name, m in numbers[rec.kind].items():
             v = rec.metrics.get(name)
-            if v is not None and not _number(v, m.minimum):
-                least = "" if m.minimum is None else f" >= {m.minimum:g}"
+            if v is not None and not (_number(v, m.minimum) and (not m.speed or v > 0)):
+                least = " > 0" if m.speed else "" if m.minimum is None else f" >= {m.minimum:g}"
                 return RowProblem(f"{name} = {clip(repr(v), 60)}, where vitbench writes a finite number{least} "
                                   f"({m.unit})", refuse=True)
         lacking = rec.unmeasured(heads[rec.kind])
