@@ -309,3 +309,19 @@ def test_a_swept_max_batch_row_shows_the_batch_found_not_the_search_s_cap(tmp_pa
     assert df.loc[0, "max_batch_size"] == 2127 and df.loc[0, "config.max_batch_size"] == 4096
     rep = build_report(tmp_path, formats="csv", plots=False)
     assert list(rep.tables["max_batch"]["max_batch"]) == ["2127"]
+
+
+def test_the_terminal_folds_only_a_column_that_is_the_same_in_every_row():
+    """A column filled in one row of three (the FLOPs table's gflops_xla: only the jax row has an XLA count) was
+    printed as the caption's `gflops_xla=...` for every row, and the columns the other rows filled vanished."""
+    from rich.console import Console
+
+    from vitbench.cli.study_cmd import _df_table
+
+    df = pd.DataFrame({"model": ["A", "A", "A"], "backend": ["torch", "jax", "onnx"], "res": [32, 32, 32],
+                       "gflops_xla": [None, 0.0058, None], "gflops_onnx": [None, None, 0.0045]})
+    con = Console(width=200, record=True)
+    con.print(_df_table(df, "flops"))
+    text = con.export_text()
+    assert "every row: res=32" in text and "gflops_xla=" not in text
+    assert "gflops_xla" in text and "gflops_onnx" in text and "0.0058" in text and "0.0045" in text

@@ -44,11 +44,18 @@ _SHORT = {"resolution": "px", "batch_size": "batch", "repeats": "n", "precision"
           "img_per_s_min": "min", "img_per_s_max": "max", "error_message": "error"}
 
 
+def _one_value(col) -> bool:
+    """Every row holds the same value (blanks included: a column filled in one row of three is no caption's
+    `x=...` for all, as the FLOPs table's gflops_xla was, while its fvcore and ONNX columns vanished)."""
+    blank = col.isna()
+    return bool(blank.all() or (not blank.any() and col.astype(str).nunique() == 1))
+
+
 def _df_table(df, title: str, columns: list[str] | None = None, max_rows: int = 40,
               collapse: bool = True) -> Table:
     """A DataFrame as a compact rich table: columns equal in every row move to the caption."""
     cols = [c for c in (columns or list(df.columns)) if c in df.columns]
-    same = [c for c in cols if collapse and c != "model" and len(df) > 1 and df[c].astype(str).nunique() == 1]
+    same = [c for c in cols if collapse and c != "model" and len(df) > 1 and _one_value(df[c])]
     cols = [c for c in cols if c not in same]
     caption = ", ".join(f"{c}={_fmt(df[c].iloc[0])}" for c in same if _fmt(df[c].iloc[0]))
     t = Table(title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False,
