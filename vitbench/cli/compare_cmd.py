@@ -33,7 +33,8 @@ def compare_cmd(
     metric: list[str] = typer.Option(None, "--metric", "-m",
                                      help="Metric to compare (repeatable): any metric a task declares comparable "
                                           "(img_per_s, max_batch_size, peak_mem_mib, compile_s, accuracy, ...; "
-                                          "default: img_per_s and max_batch_size)."),
+                                          "default: every metric its task marks default_compare: the built-in "
+                                          "tasks' speeds and largest batch)."),
     ignore: list[str] = typer.Option(None, "--ignore", help="Trial-config field left out of matching "
                                                            "(repeatable), e.g. threads."),
     confidence: float = from_constant("vitbench.compare.decide", "DEFAULT_CONFIDENCE",
