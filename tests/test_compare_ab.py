@@ -164,6 +164,11 @@ def test_ab_loop_no_change_alternates_and_reports(repo, monkeypatch, tmp_path):
     head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD", "HEAD~1"], capture_output=True,
                           text=True, check=True).stdout.split()
     assert sides["baseline"]["commit"] == head[1] and sides["current"]["commit"] in (head[0], head[0] + "-dirty")
+    # and the load the gate read around each pair, which its busy pairs are judged by (history append's too)
+    loads = ab_mod.pair_loads(tmp_path / "rounds")
+    assert sorted(loads) == [f"pair{n:02d}" for n in range(1, 5)]
+    assert [x for x in loads.values() if x is not None] == [x for x, y in zip(res.rounds.others, loads.values())
+                                                            if y is not None]
 
 
 @pytest.mark.parametrize("schedule", list(ab_mod.Schedule))

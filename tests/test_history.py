@@ -543,3 +543,24 @@ def test_the_benchmarks_figures_hold_on_a_small_draw():
         found_10 += any(abs(c.index - at) <= bench.TOLERANCE for c in changes(np.exp(y)))
         false += len(changes(np.exp(bench.history(rng, 0.063, with_steps=False)[0])))
     assert found_10 >= 30 and false < 10, (found_10, false)
+
+
+def test_an_ab_run_s_busy_pairs_are_left_out_of_its_paired_points_as_the_gate_left_them(cli, tmp_path):
+    """`ab` decides on the pairs its own meter saw quiet (TreeMeter, around the pair); under `turns` a row's own
+    meter cannot see that load, so `history append` worked it out again from the rows and recorded paired points
+    from pairs the gate had left out (all of them busy: a point where the gate said 'no quiet pair'). The gate's
+    readings are kept in PAIRS_FILE and history uses them."""
+    from vitbench.compare.ab import PAIRS_FILE
+    from vitbench.history.collect import PAIRED_SUFFIX
+
+    db, paired = tmp_path / "h.sqlite", "img_per_s" + PAIRED_SUFFIX
+    # a pair without the gate's reading (null) is read from its rows, as the gate itself does (quiet here)
+    for commit, loads, used in (("e" * 40, [2.0, 2.0, 2.0, 2.0], None), ("f" * 40, [0.1, 2.0, None, 0.2], 3)):
+        d = _ab_dir(tmp_path / commit[0], 0.9, "a" * 40, cur=commit)
+        (d / PAIRS_FILE).write_text(json.dumps({f"pair{n:02d}": x for n, x in enumerate(loads, start=1)}))
+        assert cli("history", "append", d, "--db", db).exit_code == 0
+        pts = [p for run, p in store.read(db) if run.commit == commit and p.metric == paired]
+        if used is None:
+            assert not pts, [p.raw for p in pts]
+        else:
+            assert pts and all(len(p.raw["pairs"]) == used for p in pts), [p.raw for p in pts]

@@ -43,6 +43,19 @@ DEFAULT_STUDY = "studies/ci.yaml"
 DEFAULT_BUDGET_S = 480.0  # fits .ci/run's speed check in ~10 min on a 2-core machine (docs/compare.md)
 METRIC = "img_per_s"  # the gate decides on throughput (the bench task's declared headline metric)
 SIDES_FILE = "sides.json"  # in --results DIR: each side's commit and description (read by `history append`)
+# in --results DIR: per pair, the cores other processes used beside the gate's (TreeMeter), as the gate read them:
+# `history append` leaves out the pairs the gate left out (under `turns` a row's own meter cannot see that load)
+PAIRS_FILE = "pairs.json"
+
+
+def pair_loads(root: Path) -> dict[str, float | None]:
+    """PAIRS_FILE's load per pair directory name ({} where the file is absent or unreadable: the rows' own)."""
+    try:
+        data = json.loads((root / PAIRS_FILE).read_text())
+        return {str(k): (v if finite_number(v) else None) for k, v in data.items()} if isinstance(data, dict) \
+            else {}
+    except (OSError, ValueError):
+        return {}
 
 
 class Statistic(Choice):
@@ -179,7 +192,7 @@ def rows(pairs: Pairs, rule: Rule) -> list[Row]:
         p, d = decided[k]
         vals = pairs.values(k)
         bs, cs = [b for b, _ in vals if b], [c for _, c in vals if c]
-        note = "pairs " + " ".join(f"{r:.3f}" for r in p.ratios)
+        note = "pairs " + " ".join(f"{r:.3f}" for r in p.ratios) if p.ratios else "no pair to decide on"
         if d is Decision.FAILED:
             note = f"current not ok in {sum(1 for b, c in vals if b and not c)} round(s); " + note
         elif d is Decision.INCONCLUSIVE and len(p.ratios) < rule.min_pairs:
@@ -321,6 +334,7 @@ def _host_line(pairs: Pairs) -> str:
 def _loop(sides: tuple[Side, Side], rule: Rule, budget_s: float, t_start: float, out_root: Path,
           schedule: Schedule, statistic: Statistic, progress: Callable[[str], None]) -> tuple[Pairs, str]:
     pairs = Pairs(statistic, own_load=schedule.own_load)
+    loads: dict[str, float | None] = {}  # PAIRS_FILE
     n = 0
     while True:
         spent = time.monotonic() - t_start
@@ -333,6 +347,10 @@ def _loop(sides: tuple[Side, Side], rule: Rule, budget_s: float, t_start: float,
         with TreeMeter() as gate:  # others' load beside every process of the gate's (a row sees its own only)
             pairs.filled.append(schedule.run(order, paths))
         pairs.add(paths["baseline"], paths["current"], gate.other_cores)
+        loads[paths["baseline"].name] = gate.other_cores
+        tmp = out_root / f".{PAIRS_FILE}.tmp"
+        tmp.write_text(json.dumps(loads, indent=1) + "\n")
+        tmp.replace(out_root / PAIRS_FILE)
         pairs.order.append(f"{order[0].name} first")
         pairs.seconds.append(time.monotonic() - t0)
         n += 1

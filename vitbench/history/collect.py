@@ -190,7 +190,7 @@ def _ab_info(path: Path) -> tuple[dict, list[Point]]:
     import json
     import math
 
-    from vitbench.compare.ab import METRIC, SIDES_FILE, Pairs, rows
+    from vitbench.compare.ab import METRIC, SIDES_FILE, Pairs, pair_loads, rows
     from vitbench.compare.comparison import metrics
     from vitbench.compare.paired import Rule, verdict
 
@@ -199,9 +199,9 @@ def _ab_info(path: Path) -> tuple[dict, list[Point]]:
     if not both:
         raise ConfigError(f"RESULTS_DIR {path}: a `vitbench ab --results` directory without a round pair "
                           "(baseline/pairNN beside current/pairNN)")
-    pairs, rule = Pairs(), Rule()
-    for n in both:
-        pairs.add(path / "baseline" / n, path / "current" / n)
+    pairs, rule, gate = Pairs(), Rule(), pair_loads(path)
+    for n in both:  # the gate's own reading of each pair's load where it kept one, as the gate decided on it
+        pairs.add(path / "baseline" / n, path / "current" / n, gate.get(n))
     table = rows(pairs, rule)
     info = {"verdict": verdict([r.decision for r in table]).value, "pairs": len(both),
             "rule": {"threshold": rule.threshold, "confidence": rule.confidence,
