@@ -655,3 +655,16 @@ def test_a_largest_batch_is_not_decided_across_memory_budgets():
     row = cmp.rows[0]
     assert str(row.decision) == "inconclusive" and "memory_limit_mib differs (8192 vs 4096)" in row.note
     assert str(compare([mb(256, 8192, "a")], [mb(128, 8192, "b")]).rows[0].decision) == "regression"
+
+
+def test_what_compare_prints_stays_bounded_whatever_a_row_holds():
+    """Ratios of an edited row (a step of 1e-300 s) printed 300 digits, a 5 MB env value 5 MB: 3 significant
+    digits far from 1, each environment value clipped."""
+    from vitbench.compare.comparison import env_differences
+    from vitbench.compare.render import _ratio
+
+    assert _ratio(0.98765) == "0.988" and _ratio(1e300) == "1e+300" and len(_ratio(1e-300)) < 10
+    a, b = bench_record("A"), bench_record("A")
+    a.env["git_sha"], b.env["git_sha"] = "x" * 5_000_000, "y"
+    (field, base, cur), = [d for d in env_differences([a], [b]) if d[0] == "git_sha"]
+    assert len(base) <= 400 and cur == "y"

@@ -127,7 +127,10 @@ def env_differences(baseline: Sequence[Record], current: Sequence[Record]) -> li
     keys = [k for k in {*b, *c} if b.get(k, set()) != c.get(k, set())]
     order = _env_order()
     keys.sort(key=lambda k: (order.index(k) if k in order else len(order), k))
-    return [(k, ", ".join(sorted(b.get(k, {"-"}))), ", ".join(sorted(c.get(k, {"-"})))) for k in keys]
+    def shown(vals: dict[str, set[str]], k: str) -> str:  # bounded: whatever the row holds (a 5 MB git_sha)
+        return clip(", ".join(sorted(vals.get(k, {"-"}))), 300)
+
+    return [(clip(k, 80), shown(b, k), shown(c, k)) for k in keys]
 
 
 def compare(baseline: Sequence[Record], current: Sequence[Record], *, threshold: float = DEFAULT_THRESHOLD,

@@ -10,6 +10,11 @@ from vitbench.numfmt import fmt
 COLUMNS = ("trial", "metric", "baseline", "current", "ratio", "CI", "decision", "note")
 
 
+def _ratio(x: float) -> str:
+    """A ratio to 3 decimals; far from 1 (a step of 1e-300 s in an edited row: 300 digits), 3 significant."""
+    return f"{x:.3f}" if 1e-3 <= abs(x) < 1e6 else f"{x:.3g}"
+
+
 def _fmt(x: float | None) -> str:
     return "-" if x is None else fmt(x)
 
@@ -18,7 +23,7 @@ def row_cells(row: Row) -> dict[str, str]:
     """Display strings of a row, one per COLUMNS entry (the ratio and CI as current / baseline)."""
     note = row.note
     if row.machine_ratio is not None:
-        note = "; ".join(filter(None, [f"raw {row.ratio_raw:.3f}, machine {row.machine_ratio:.3f}", note]))
+        note = "; ".join(filter(None, [f"raw {_ratio(row.ratio_raw)}, machine {_ratio(row.machine_ratio)}", note]))
     if row.method and row.method != "status":
         note = "; ".join(filter(None, [row.method, note]))
     return {
@@ -26,8 +31,8 @@ def row_cells(row: Row) -> dict[str, str]:
         "metric": row.metric + (f" ({row.unit})" if row.unit else ""),
         "baseline": _fmt(row.baseline) if row.baseline is not None else "-",
         "current": _fmt(row.current) if row.current is not None else "-",
-        "ratio": f"{row.ratio:.3f}" if row.ratio is not None else "-",
-        "CI": f"[{row.ci_low:.3f}, {row.ci_high:.3f}]" if row.ci_low is not None else "-",
+        "ratio": f"{_ratio(row.ratio)}" if row.ratio is not None else "-",
+        "CI": f"[{_ratio(row.ci_low)}, {_ratio(row.ci_high)}]" if row.ci_low is not None else "-",
         "decision": row.decision.value,
         "note": note,
     }
@@ -99,7 +104,7 @@ def to_benchmark_json(cmp) -> list[dict]:
             entry["range"] = f"± {(r.ci_high - r.ci_low) / 2 / r.ratio:.1%}"
         extra = [f"decision: {r.decision.value}", f"baseline: {_fmt(r.baseline)}"]
         if r.ratio is not None:
-            extra.append(f"ratio: {r.ratio:.3f} [{r.ci_low:.3f}, {r.ci_high:.3f}]"
+            extra.append(f"ratio: {_ratio(r.ratio)} [{_ratio(r.ci_low)}, {_ratio(r.ci_high)}]"
                          + (" (normalised)" if r.machine_ratio is not None else ""))
         extra.append(f"repeats: {r.repeats[0]}/{r.repeats[1]}, samples: {r.samples[0]}/{r.samples[1]}")
         entry["extra"] = "; ".join(extra)

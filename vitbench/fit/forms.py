@@ -227,6 +227,15 @@ class M4Form(Form):
     def starts(self, y, x):
         lo, hi = self.bounds(y, x)
         out = []
+        with np.errstate(over="ignore", invalid="ignore"):  # an error near a float's top (1e308) overflows here
+            for row in self._starts(y, x, lo, hi):
+                if np.all(np.isfinite(row)):
+                    out.append(row)
+        return np.array(out)
+
+    @staticmethod
+    def _starts(y, x, lo, hi):
+        out = []
         for b in (0.1, 0.4, 1.0):
             for alpha in (0.0, 0.5, 1.0, 3.0):
                 for e_inf in (0.0, 0.5 * float(y.min()), 0.9 * float(y.min())):
@@ -236,7 +245,7 @@ class M4Form(Form):
                         log_a = float(np.mean(np.log(np.maximum(v - e_inf, 1e-12))
                                               - alpha * np.log(np.maximum(e0 - v, 1e-12)) + b * np.log(x)))
                         out.append([log_a, b, e_inf, e0, alpha])
-        return np.array(out)
+        return out
 
 
 _EXP_COLLAPSES = (Collapse("b", Side.HIGH, f"b at its bound {B_MAX:g}: the points do not determine an exponent "

@@ -62,7 +62,7 @@ def parse_formats(spec: str | Iterable[str]) -> tuple[str, ...]:
 
 def _meta(df: pd.DataFrame, cal: pd.DataFrame) -> tuple[str, list[str]]:
     studies = sorted(str(s) for s in df["study"].dropna().unique()) if "study" in df else []
-    title = f"vitbench report: {', '.join(studies)}" if studies else "vitbench report"
+    title = f"vitbench report: {clip(', '.join(studies), 200)}" if studies else "vitbench report"
     meta = []
     n_ok = int((df["status"] == "ok").sum()) if "status" in df else 0
     runs = df["run_id"].nunique() if "run_id" in df else 0
@@ -73,7 +73,8 @@ def _meta(df: pd.DataFrame, cal: pd.DataFrame) -> tuple[str, list[str]]:
     for col, label in (("env.cpu_model", "CPU"), ("env.device_name", "device"), *versions,
                        ("env.git_sha", "vitbench git")):
         if col in df and df[col].notna().any():
-            meta.append(f"{label}: {', '.join(sorted(str(v) for v in df[col].dropna().unique())[:4])}")
+            shown = sorted(map(str, df[col].dropna().unique()))[:4]
+            meta.append(f"{label}: {', '.join(clip(v, 120) for v in shown)}")  # bounded: whatever the row holds
     from vitbench.report.caveats import calibration_line
 
     line = calibration_line(cal)
