@@ -381,3 +381,16 @@ def test_an_int_beyond_a_float_is_no_finite_number():
     from vitbench.record import finite_number
 
     assert finite_number(10 ** 300) and not finite_number(10 ** 400) and not finite_number(-(10 ** 400))
+
+
+def test_a_side_file_beside_the_store_is_not_read(tmp_path):
+    """A user's `results-old.jsonl` beside `results.jsonl` was read with it (the latest row winning): the report
+    showed the side file's numbers. A store is results.jsonl and its shards, results.<shard>.jsonl."""
+    from vitbench.store import result_files
+
+    with Store(tmp_path) as s:
+        s.append(rec(1))
+    text = (tmp_path / "results.jsonl").read_text()
+    (tmp_path / "results-old.jsonl").write_text(text)
+    (tmp_path / "results.w-node1.jsonl").write_text(text)
+    assert [f.name for f in result_files(tmp_path)] == ["results.jsonl", "results.w-node1.jsonl"]

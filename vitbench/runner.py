@@ -35,7 +35,8 @@ from vitbench.errors import ConfigError, shorten
 from vitbench.executors import Executor, Job, Outcome, Role, Stored, executor_class
 from vitbench.paths import check_cache_dir, check_dir, check_entry, compile_cache_on, make_dir
 from vitbench.record import Record, Status
-from vitbench.store import CLAIMS_DIR, LOGS_DIR, RESULTS_FILE, STUDY_FILE, Store, claim_path, log_path
+from vitbench.store import (CLAIMS_DIR, LOGS_DIR, RESULTS_FILE, STUDY_FILE, Store, claim_path, log_path,
+                            result_files)
 from vitbench.tidy import select
 from vitbench.study import Study, Trial, trial_key
 
@@ -213,7 +214,8 @@ def check_results_dir(study: Study, results_dir: str | os.PathLike, what: str = 
     with contextlib.nullcontext(store) if store is not None else Store(path) as s:
         records = s.refresh()
     others |= {r.study for r in records if r.study}
-    if not records and any(_whole_lines(f) for f in path.glob("results*.jsonl") if f.is_file()):
+    if not records and path.is_dir() and any(
+            _whole_lines(f) for f in result_files(path, recursive=False)):
         raise ConfigError(f"{what} {shorten(str(path))} holds results files with no vitbench record in them (a "
                           "file of another tool's?): nothing is appended to them; give the sweep a directory of "
                           "its own")

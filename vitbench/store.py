@@ -41,6 +41,9 @@ from vitbench.paths import PathError, reason, write_atomic
 from vitbench.record import SCHEMA, ErrorInfo, Record, RowProblem, Status
 
 RESULTS_FILE = "results.jsonl"
+# a store's files: the main one and the shards (results.<shard>.jsonl: a host's, vitbench.executors.remote); a side
+# file beside them (results-old.jsonl, a user's copy) is not read: it was pooled with them, the report's numbers its
+RESULTS_PATTERNS = (RESULTS_FILE, "results.*.jsonl")
 STUDY_FILE = "study.yaml"
 CLAIMS_DIR = "claims"  # claims/<key>.lock
 LOGS_DIR = "logs"  # logs/<key>.log, written by the executors
@@ -79,7 +82,7 @@ def _fsync_dir(path: Path) -> None:
 
 
 def result_files(path: str | os.PathLike, recursive: bool = True) -> list[Path]:
-    """The JSONL files of a store: a .jsonl file itself, or results*.jsonl in a directory (main file first) and,
+    """The JSONL files of a store: a .jsonl file itself, or RESULTS_PATTERNS in a directory (main file first) and,
     with `recursive`, in the directories below it (other runs kept beside, e.g. round1/, round2/)."""
     p = Path(path)
     if p.is_file():
@@ -87,7 +90,7 @@ def result_files(path: str | os.PathLike, recursive: bool = True) -> list[Path]:
     if not p.is_dir():
         why = "is neither a file nor a directory (a device or a pipe)" if p.exists() else "does not exist"
         raise ConfigError(f"results path {str(p)!r} {why} (expected a results directory or .jsonl file)")
-    files = list(p.rglob("results*.jsonl") if recursive else p.glob("results*.jsonl"))
+    files = [f for pattern in RESULTS_PATTERNS for f in (p.rglob(pattern) if recursive else p.glob(pattern))]
     unread = [f for f in files if not f.is_file()]
     if unread:  # a shard that cannot be read would leave its rows out of every table and verdict, unsaid
         f = unread[0]
