@@ -6,14 +6,13 @@ accounting: forward + backward for every image seen, backward ~ 2x forward, so 3
 
 from __future__ import annotations
 
-import math
 
 from vitbench.backends.base import Backend, default_backend, get_backend
 from vitbench.env import environment
 from vitbench.models.analytic import analytic_counts, pretrain_exaflops
 from vitbench.models.families import family_modules, family_plugin
 from vitbench.models.specs import ModelSpec, get_spec
-from vitbench.record import Record, now
+from vitbench.record import Record, finite_number, now
 from vitbench.value_cache import remembered
 
 KIND = "flops"
@@ -86,7 +85,7 @@ def _counters(value) -> dict[str, dict]:
         raise TypeError("FLOP counts: not a mapping")
     for c in value.values():
         macs = c["macs"]
-        if isinstance(macs, bool) or not isinstance(macs, (int, float)) or not math.isfinite(macs) or macs < 0:
+        if not finite_number(macs) or macs < 0:
             raise ValueError(f"FLOP counts: macs {macs!r}")
         if not isinstance(c["excludes"], str):
             raise TypeError("FLOP counts: excludes")

@@ -22,7 +22,6 @@ MLPerf's defaults (`SCENARIOS`, cited there).
 from __future__ import annotations
 
 import json
-import math
 import queue
 import tempfile
 import threading
@@ -34,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from vitbench.errors import ConfigError, VitbenchError
+from vitbench.record import finite_number
 
 LOG_FILES = ("mlperf_log_summary.txt", "mlperf_log_detail.txt")
 
@@ -223,7 +223,7 @@ def mllog(text: str) -> dict:
 
 def _ms(log: dict, key: str) -> float | None:
     v = log.get(key)
-    return v / 1e6 if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+    return v / 1e6 if finite_number(v) else None
 
 
 def _met(log: dict, key: str) -> bool | None:
@@ -263,9 +263,9 @@ def judge(log: dict, settings: Settings) -> Result:
         rate = log.get("result_qps_with_loadgen_overhead")
     else:  # MultiStream reports no rate: one query outstanding at a time, samples_per_query per mean query latency
         mean_ns = log.get("result_mean_query_latency_ns")
-        rate = settings.samples_per_query * 1e9 / mean_ns if isinstance(mean_ns, (int, float)) and mean_ns > 0 \
+        rate = settings.samples_per_query * 1e9 / mean_ns if finite_number(mean_ns) and mean_ns > 0 \
             else None
-    rate = float(rate) if isinstance(rate, (int, float)) and not isinstance(rate, bool) and math.isfinite(rate) \
+    rate = float(rate) if finite_number(rate) \
         and rate > 0 else None
     return Result(valid and not missing, None if valid and not missing else "; ".join(why), rate, lat, log)
 

@@ -27,7 +27,6 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 import subprocess
 import sys
@@ -45,6 +44,7 @@ from vitbench.measure.datasheet import datasheet_tflops
 from vitbench.measure.load import LoadMeter
 from vitbench.paths import cache_dir, locked, write_atomic
 from vitbench.procmem import last_marked
+from vitbench.record import finite_number
 
 PEAK_MARK = "VITBENCH_PEAK "
 QUIET_SAMPLE_S = 0.5  # is the host quiet enough to settle a provisional peak: others' load over this long
@@ -128,7 +128,7 @@ def _kind(default) -> str:
 
 def _policy_value_ok(v, kind: str) -> bool:
     def positive(x) -> bool:
-        return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+        return finite_number(x) and x > 0
 
     if kind == "sizes":
         return isinstance(v, tuple) and bool(v) and all(isinstance(x, int) and positive(x) for x in v)
@@ -197,7 +197,7 @@ def _load(path: Path) -> dict | None:
 
 
 def _valid_peak(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+    return finite_number(v) and v > 0
 
 
 def read_entry(key: str) -> dict | None:

@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field, ValidationInfo, model_validator
 
 from vitbench.backends.base import Capability, Step, StopRule
 from vitbench.measure.timing import DEFAULT_TIMING, MIN_WINDOWS, TARGET_WINDOWS, TimingMode
-from vitbench.record import Record
+from vitbench.record import Record, finite_number
 from vitbench.tasks import COMPILE_CACHED, OTHER_LOAD_CORES, Metric, Task, register_task
 from vitbench.tasks.fields import MAX_COUNT, literal_of, named, params_model
 from vitbench.tasks.real_input import RealInput
@@ -57,9 +57,9 @@ def step_samples(rec: Record) -> list[float] | None:
     the comparison refuses naming the row (vitbench.compare.decide.metric_samples), never drops."""
     steps = rec.raw.get("step_s")
     batch = rec.metrics.get("batch_size_achieved") or rec.measured_config.get("batch_size")
-    if not isinstance(steps, list) or not isinstance(batch, (int, float)) or isinstance(batch, bool):
+    if not isinstance(steps, list) or not finite_number(batch):
         return None
-    xs = [batch / s if isinstance(s, (int, float)) and not isinstance(s, bool) and s > 0 else math.nan
+    xs = [batch / s if finite_number(s) and s > 0 else math.nan
           for s in steps]
     return xs or None
 

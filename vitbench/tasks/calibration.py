@@ -11,7 +11,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from vitbench.backends.base import Capability
-from vitbench.record import Record
+from vitbench.record import Record, finite_number
 from vitbench.tasks import OTHER_LOAD_CORES, Metric, Role, Task, register_task
 from vitbench.tasks.fields import params_model
 
@@ -41,11 +41,11 @@ class Matmul(BaseModel):
 def calibration_samples(rec: Record) -> list[float] | None:
     raw = rec.raw.get(METRIC)
     if isinstance(raw, list):
-        xs = [x for x in raw if isinstance(x, (int, float)) and not isinstance(x, bool)]
+        xs = [x for x in raw if finite_number(x)]
         if xs:
             return xs
     v = rec.metrics.get(METRIC)
-    return [v] if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    return [v] if finite_number(v) else None
 
 
 @register_task
