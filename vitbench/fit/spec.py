@@ -17,7 +17,9 @@ from vitbench.fit.forms import FORMS, FormName
 DEFAULT_COMPUTE = "pretrain_exaflops"  # the paper's x-axis (Figure 5, Table 6): pre-training exaFLOPs
 DEFAULT_ACCURACY = "accuracy"
 DEFAULT_GROUP = "family"
-N_BOOT = 1000  # bootstrap replicates: >= 1000 for percentile intervals (Efron & Tibshirani 1993, ch. 13)
+# bootstrap replicates: the least Efron & Tibshirani (1993, ch. 13) give for percentile intervals; vitbench.stats'
+# 2000 resample medians, cheap, where each of these refits every law (a fit's time is mostly its replicates)
+N_BOOT = 1000
 N_CUTOFFS = 3  # backtest cut-offs: the full-reach one, then backtest.LATER later ones, then earlier ones
 MAX_REACH = 10.0  # decades a backtest (--reach) or a prediction (--predict) may lie past (or before) the
 # measured budgets: ten decades is past any published scaling extrapolation (Hoffmann et al. 2022 go ~2-3), and

@@ -67,10 +67,6 @@ def rank() -> int:
     return int(os.environ.get("RANK", "0")) if in_group() else 0
 
 
-def world_size() -> int:
-    return int(os.environ.get("WORLD_SIZE", "1")) if in_group() else 1
-
-
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 now (the rendezvous port of a group)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
