@@ -31,6 +31,7 @@ from pathlib import Path
 
 from vitbench.compare.ab import DEFAULT_BUDGET_S, DEFAULT_STUDY, checkout, check_budget, commit_side, measure, \
     repo_root, resolve_ref
+from vitbench.compare.sides import _git, resolve_commit
 from vitbench.compare.decide import Decision
 from vitbench.compare.paired import Rule, TwoPoint, verdict
 from vitbench.errors import ConfigError, clip
@@ -88,13 +89,6 @@ class BisectResult:
         return 1 + math.ceil(math.log2(len(self.commits))) if len(self.commits) > 1 else 1
 
 
-def _git(root: Path, *args: str) -> str:
-    p = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=60)
-    if p.returncode:
-        raise ConfigError(f"git {' '.join(args)} in {root}: {p.stderr.strip()[:300] or 'failed'}")
-    return p.stdout.strip()
-
-
 def _resolve(root: Path, name: str, ref: str) -> str:
     try:
         return resolve_ref(root, ref)
@@ -108,8 +102,7 @@ def commits_between(root: Path, good: str, bad: str) -> list[str]:
     if good == bad:
         raise ConfigError(f"GOOD and BAD are the same commit {good[:12]}: nothing to bisect")
     first = _git(root, "rev-list", "--first-parent", "--reverse", f"{good}..{bad}").split()
-    parent = subprocess.run(["git", "-C", str(root), "rev-parse", "--verify", "--quiet", f"{first[0]}^"],
-                            capture_output=True, text=True, timeout=60).stdout.strip() if first else ""
+    parent = (resolve_commit(f"{first[0]}^", root) or "") if first else ""
     if parent != good:
         raise ConfigError(f"GOOD {good[:12]} is not an ancestor of BAD {bad[:12]} on BAD's first-parent line "
                           "(give GOOD older than BAD, e.g. GOOD = the last release, BAD = HEAD)")

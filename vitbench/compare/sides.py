@@ -55,14 +55,24 @@ def repo_root(repo: str | Path) -> Path:
     return Path(p.stdout.strip())
 
 
+def resolve_commit(name: str, repo: Path) -> str | None:
+    """The full SHA of commit `name` (a SHA, a short one, a ref) in the git checkout at `repo`; None where it is
+    not one there (or git cannot run). The one lookup of a commit (ab, bisect, history append --commit)."""
+    try:
+        p = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", f"{name}^{{commit}}"],
+                           capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return p.stdout.strip() if p.returncode == 0 and p.stdout.strip() else None
+
+
 def resolve_ref(root: Path, ref: str) -> str:
     """REF's full commit SHA; ConfigError naming the ref when it is unknown (e.g. a shallow clone)."""
-    p = subprocess.run(["git", "-C", str(root), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
-                       capture_output=True, text=True, timeout=60)
-    if p.returncode or not p.stdout.strip():
+    sha = resolve_commit(ref, root)
+    if sha is None:
         raise ConfigError(f"REF {clip(repr(ref), 200)}: no such commit in {root} (a branch, tag or SHA; a shallow "
                           "clone may lack it: git fetch --unshallow)")
-    return p.stdout.strip()
+    return sha
 
 
 @contextlib.contextmanager

@@ -93,15 +93,12 @@ def _commit(records, commit: str | None, path: Path, repo: Path) -> str:
 
 
 def resolve_commit(name: str, repo: Path) -> str | None:
-    """The full SHA of commit `name` (a SHA, a short one, a ref) in the git checkout at `repo`; None where it is
-    not one there."""
-    try:
-        p = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", f"{name}^{{commit}}"],
-                           capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    sha = p.stdout.strip()
-    return sha if p.returncode == 0 and GIT_SHA.fullmatch(sha) else None
+    """The full SHA of commit `name` in the git checkout at `repo` (vitbench.compare.sides.resolve_commit); None
+    where it is not one there."""
+    from vitbench.compare.sides import resolve_commit as lookup
+
+    sha = lookup(name, repo)
+    return sha if sha and GIT_SHA.fullmatch(sha) else None
 
 
 def commit_date(sha: str, repo: Path) -> str | None:
