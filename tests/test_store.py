@@ -394,3 +394,18 @@ def test_a_side_file_beside_the_store_is_not_read(tmp_path):
     (tmp_path / "results-old.jsonl").write_text(text)
     (tmp_path / "results.w-node1.jsonl").write_text(text)
     assert [f.name for f in result_files(tmp_path)] == ["results.jsonl", "results.w-node1.jsonl"]
+
+
+def test_a_setting_longer_than_any_vitbench_writes_stops_the_read(tmp_path):
+    """A 5 MB model name in an edited row made compare print 5 MB, history 10 MB and the report's legend a
+    traceback; a setting is at most a path's limit (SETTING_CHARS), else the read stops naming the line."""
+    from vitbench.errors import ConfigError
+    from vitbench.store import SETTING_CHARS
+
+    with Store(tmp_path) as s:
+        s.append(rec(1))
+    d = json.loads((tmp_path / "results.jsonl").read_text())
+    d["config"]["model"] = "M" * (SETTING_CHARS + 1)
+    (tmp_path / "results.jsonl").write_text(json.dumps(d) + "\n")
+    with pytest.raises(ConfigError, match=rf"results.jsonl:1: the row's model is {SETTING_CHARS + 1} characters"):
+        read_records(tmp_path)

@@ -141,6 +141,9 @@ def _finite_float(text: str) -> float:
     return x
 
 
+# the longest text a row's setting holds: a path's limit (Linux PATH_MAX, 4096 bytes); model names, modes and
+# datasets are far shorter. A 5 MB model name made compare print 5 MB, history 10 MB, report's legend a traceback
+SETTING_CHARS = 4096
 _INT_DIGITS = 308  # an int of more digits is beyond a float's range (1.8e308): no measure, count or seed reaches it
 
 
@@ -177,6 +180,12 @@ def _parse_one(raw: bytes, path: Path, lineno: int, torn: bool, check: Check | N
     if rec.schema > SCHEMA:  # another shape: read as this one's, its numbers could mean something else
         raise ConfigError(f"{path}:{lineno}: a row of schema {rec.schema}, written by a newer vitbench (this one "
                           f"reads schema {SCHEMA}): upgrade vitbench to read these results")
+    long = next(((k, v) for cfg in (rec.config, rec.trial or {}) for k, v in cfg.items()
+                 if isinstance(v, str) and len(v) > SETTING_CHARS), None)
+    if long is not None:  # every reader would print it, in every table, label and legend
+        raise ConfigError(f"{path}:{lineno}: the row's {clip(long[0], 60)} is {len(long[1])} characters, where "
+                          f"a setting vitbench writes is at most {SETTING_CHARS} (a path's limit): the file was "
+                          "edited or written by another tool; fix or remove that line")
     problem = check(rec) if check is not None else None
     if problem is not None and problem.refuse:  # not skipped: its trial would run again, its rows pool without it
         raise ConfigError(f"{path}:{lineno}: {problem.text}; vitbench never writes such a row: the file was "
