@@ -193,6 +193,8 @@ def test_device_names():
     assert doctor.parse_device("cpu") == (DeviceKind.CPU, 0)
     with pytest.raises(ConfigError, match="cpu, gpu, tpu"):
         doctor.parse_device("npu")
+    with pytest.raises(ConfigError, match="a device number, 0 or more"):  # it said "must be a number" of -1
+        doctor.parse_device("gpu:-1")
 
 
 def test_doctor_runs_here_and_explains_itself(cli):

@@ -193,7 +193,13 @@ def ab_cmd(
 
         check_dir(results, "--results")  # named as typed, before any checkout (/dev/null: a traceback before)
     rule = Rule(threshold, confidence, min_pairs, max_pairs)
-    res = run_ab(ref, repo=repo, study=study, baseline_study=baseline_study, rule=rule, budget_s=budget_s,
-                 results=results, extra_work=extra_work, allow_same=allow_same, schedule=sched, statistic=stat,
-                 progress=lambda s: err_console.print(s, highlight=False, soft_wrap=True))
+    try:
+        res = run_ab(ref, repo=repo, study=study, baseline_study=baseline_study, rule=rule, budget_s=budget_s,
+                     results=results, extra_work=extra_work, allow_same=allow_same, schedule=sched,
+                     statistic=stat, progress=lambda s: err_console.print(s, highlight=False, soft_wrap=True))
+    except KeyboardInterrupt:  # exit 130 as before, saying what is left (it exited without a word)
+        kept = (f"; the pairs measured so far are in {escape(str(results))}, not resumable (a new run needs a new "
+                "or empty --results)") if results is not None else ""
+        err_console.print(f"[yellow]interrupted[/]: no verdict{kept}", highlight=False, soft_wrap=True)
+        raise
     _show(res.comparison, fmt, f"current / baseline, paired: working tree vs {ref}")

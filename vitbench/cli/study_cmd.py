@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import signal
 import typing
 from pathlib import Path
@@ -318,7 +319,7 @@ def sweep_cmd(
                   + (f" ({counts})" if counts else "")
                   + (f"; {summary.skipped_done} already done" if summary.skipped_done else "")
                   + (f"; {summary.skipped_claimed} running in another sweep" if summary.skipped_claimed else "")
-                  + f"\nresults: {out}/results.jsonl   report: vitbench report {out}")
+                  + f"\nresults: {out}/results.jsonl   report: vitbench report {shlex.quote(str(out))}")
     if not summary.succeeded:
         failed = summary.failed_trials
         by_status: dict[str, int] = {}

@@ -53,11 +53,12 @@ def parse_device(text: str) -> tuple[DeviceKind, int]:
         k = ALIASES.get(kind) or DeviceKind(kind)
     except ValueError:
         raise ConfigError(
-            f"--device {text!r}: allowed: {', '.join(d.value for d in DeviceKind)}[:N] "
+            f"--device {clip(repr(text), 80)}: allowed: {', '.join(d.value for d in DeviceKind)}[:N] "
             "(cuda[:N] for an NVIDIA GPU)"
         ) from None
     if index and not index.isdigit():
-        raise ConfigError(f"--device {text!r}: the index must be a number")
+        raise ConfigError(f"--device {clip(repr(text), 80)}: the index after ':' is a device number, 0 or more "
+                          "(e.g. gpu:1)")
     return k, int(index or 0)
 
 
