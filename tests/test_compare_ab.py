@@ -4,8 +4,8 @@ with synthetic sweeps (no measurement), bad input; one slow end-to-end run of HE
 from __future__ import annotations
 
 import json
-
 import math
+import os
 import random
 import subprocess
 import sys
@@ -130,6 +130,15 @@ def test_a_ref_without_the_study_names_the_way_out(repo):
     (repo / "studies" / "other.yaml").write_text("name: other\n")
     res = runner.invoke(app, ["ab", "HEAD~1", "--repo", str(repo), "--study", "studies/other.yaml"])
     assert res.exit_code == 2 and "--baseline-study" in res.output
+
+
+def test_a_relative_study_stays_inside_each_side_s_tree(repo, tmp_path):
+    """A relative --study is read in each side's tree; ../../x climbed out of both (a review swept /etc/passwd as
+    the baseline's study). Refused naming the flag; an absolute path is the way to a study outside."""
+    (tmp_path / "outside.yaml").write_text("name: outside\n")
+    rel = os.path.relpath(tmp_path / "outside.yaml", repo)
+    res = runner.invoke(app, ["ab", "HEAD~1", "--repo", str(repo), "--study", rel])
+    assert res.exit_code == 2 and "leaves the working tree" in " ".join(res.output.split()), res.output
 
 
 # ----------------------------------------------------------------------------------- the loop, synthetic sweeps

@@ -31,7 +31,7 @@ from vitbench.compare.match import DEFAULT_IGNORE, Trial, group, labels, why_unm
 from vitbench.compare.paired import Rule, verdict
 from vitbench.compare.schedule import DEFAULT_SCHEDULE, Schedule, legs_of
 from vitbench.compare.sides import (LOCK, Running, Side, _environment, _git, checkout, commit_side,  # noqa: F401
-                                    repo_root, resolve_ref)
+                                    repo_root, resolve_ref, study_in)
 from vitbench.cpus import TreeMeter
 from vitbench.errors import ConfigError
 from vitbench.measure.extra_work import ENV as EXTRA_WORK_ENV
@@ -241,7 +241,7 @@ def run_ab(ref: str, *, repo: str | Path = ".", study: str = DEFAULT_STUDY, base
     if sha == head and not dirty and not extra_work and not allow_same:
         raise ConfigError(f"REF {ref!r} is {sha[:12]}, the checked-out commit itself, with no uncommitted change: "
                           "this would compare a commit with itself (for an A/A noise check, --allow-same)")
-    cur_study = (root / study) if not Path(study).is_absolute() else Path(study)
+    cur_study = study_in(root, study, f"the working tree {root}")
     if not cur_study.is_file():
         raise ConfigError(f"--study {study}: no such file in the working tree {root}")
     out_root = Path(results) if results is not None else None

@@ -210,12 +210,24 @@ def _environment(root: Path, sha: str, base: Path) -> tuple[str, str]:
 
 
 
+def study_in(tree: Path, study: str | Path, what: str) -> Path:
+    """`study` as a side reads it: absolute, or relative to the side's `tree` and inside it (a relative path
+    that climbs out, ../../etc/passwd, read a file of neither tree; a study outside is given absolute)."""
+    if Path(study).is_absolute():
+        return Path(study)
+    path = tree / study
+    if not path.resolve().is_relative_to(tree.resolve()):
+        raise ConfigError(f"--study {clip(str(study), 200)}: leaves {what}; a relative study path is read inside "
+                          "each side's tree (give an absolute path for a study outside it)")
+    return path
+
+
 def commit_side(name: str, ref: str, root: Path, sha: str, base: Path, study: str | Path, hint: str) -> Side:
     """A side that runs commit `sha`'s code: its tree (`base`/src, from `checkout`), its own copy of `study`
     (relative to that tree, or absolute) and its own environment (`_environment`). `hint`: what to do when the
     commit has no such study file (said in the ConfigError)."""
     subject = _git(root, "log", "-1", "--format=%s", sha)[:80]
-    path = Path(study) if Path(study).is_absolute() else base / "src" / study
+    path = study_in(base / "src", study, f"REF {sha[:12]}'s tree")
     if not path.is_file():
         raise ConfigError(f"REF {sha[:12]} has no {study}: {hint}")
     python, sentence = _environment(root, sha, base)
