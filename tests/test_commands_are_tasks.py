@@ -38,7 +38,8 @@ NOT_YET: set[tuple[str, ...]] = set()
 
 # the commands that measure nothing a study could ask for, and what they do instead
 NOT_MEASURING = {
-    ("env",): "prints this machine and its cached peak (a calibration every sweep measures itself)",
+    ("env",): "prints this machine and its peak, the cached one or (--refresh, or none cached) the best matmul "
+              "the peak cache measures, which every sweep's calibration measures for itself: no row of a study's",
     ("doctor",): "checks the host and the timers (its findings are no trial's)",
     ("sweep",): "runs a study: the path every row here is compared with",
     ("report",): "reads stored rows", ("compare",): "reads stored rows", ("ab",): "runs sweeps of two trees",
