@@ -41,8 +41,9 @@ from vitbench.paths import PathError, reason, write_atomic
 from vitbench.record import SCHEMA, ErrorInfo, Record, RowProblem, Status
 
 RESULTS_FILE = "results.jsonl"
-# a store's files: the main one and the shards (results.<shard>.jsonl: a host's, vitbench.executors.remote); a side
-# file beside them (results-old.jsonl, a user's copy) is not read: it was pooled with them, the report's numbers its
+# a store's files: the main one and the shards (results.<shard>.jsonl: a host's, vitbench.executors.remote); a
+# side file beside them (results-old.jsonl, a user's copy) is not read (it was pooled with them: the report showed
+# its numbers)
 RESULTS_PATTERNS = (RESULTS_FILE, "results.*.jsonl")
 STUDY_FILE = "study.yaml"
 CLAIMS_DIR = "claims"  # claims/<key>.lock
@@ -144,7 +145,7 @@ def _finite_float(text: str) -> float:
 # the longest text a row's setting holds: a path's limit (Linux PATH_MAX, 4096 bytes); model names, modes and
 # datasets are far shorter. A 5 MB model name made compare print 5 MB, history 10 MB, report's legend a traceback
 SETTING_CHARS = 4096
-_INT_DIGITS = 308  # an int of more digits is beyond a float's range (1.8e308): no measure, count or seed reaches it
+_INT_DIGITS = 308  # more digits: beyond a float's range (1.8e308); no measure, count or seed reaches it
 
 
 def _bounded_int(text: str) -> int:
