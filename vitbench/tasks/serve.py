@@ -119,15 +119,33 @@ class LoadGenFields(BaseModel):
                         samples_per_query=self.samples_per_query, expected_latency_ms=1.0, seeds=seeds)
 
 
+# every number a serve row holds, in the order `vitbench serve` shows them (vitbench.measure.serve writes them)
 METRICS = (
     Metric("samples_per_s", "samples/s", True, "Server: the highest target QPS LoadGen judged VALID at the "
            "bound; Offline: LoadGen's samples/s; SingleStream/MultiStream: samples completed per second",
            comparable=True, default_compare=True, speed=True),
+    Metric("completed_samples_per_s", "samples/s", True, "samples completed per second in the run shown (the "
+           "best VALID one, else the last)"),
     Metric("latency_ms_p50", "ms", False, "median per-sample latency, issue to completion (LoadGen)"),
     Metric("latency_ms_p90", "ms", False, "90th percentile per-sample latency (LoadGen)"),
     Metric("latency_ms_p99", "ms", False, "99th percentile per-sample latency (LoadGen)", comparable=True),
+    Metric("latency_ms_mean", "ms", False, "mean per-sample latency (LoadGen)"),
+    Metric("latency_ms_max", "ms", False, "largest per-sample latency (LoadGen)"),
+    Metric("latency_percentile_judged", "percentile", False, "the latency percentile LoadGen judged against the "
+           "bound (the config's, or the scenario's MLPerf default)"),
+    Metric("probes", "runs", False, "LoadGen runs made (the Server search's probes; 1 otherwise)"),
+    Metric("mean_batch", "samples", True, "mean batch the dynamic batcher ran"),
+    Metric("padded_samples", "samples", False, "samples padded to reach a compiled batch size"),
+    Metric("capacity_samples_per_s", "samples/s", True, "the throughput mode's rate the Server search started "
+           "from"),
     Metric("throughput_img_per_s", "img/s", True, "Offline: vitbench's throughput mode on the max-batch workload "
            "(median window, bracketing the LoadGen run)"),
+    Metric("throughput_img_per_s_min", "img/s", True, "Offline: the slowest of those windows"),
+    Metric("throughput_img_per_s_max", "img/s", True, "Offline: the fastest of those windows"),
+    Metric("offline_over_throughput", "x", True, "Offline: LoadGen's samples/s over the throughput mode's median"),
+    Metric("qsl_images_loaded", "images", False, "images LoadGen's sample library held"),
+    Metric("compile_s", "s", False, "compile time of the batch sizes served (null: nothing compiled)"),
+    Metric("first_step_s", "s", False, "first step of each batch size served, summed"),
     OTHER_LOAD_CORES,
 )
 
