@@ -355,3 +355,12 @@ def test_the_gates_check_their_shared_flags_in_one_place():
             check_gate(*args)
     with pytest.raises(ConfigError, match=r"--threshold must be a fraction in \(0, 1\)"):
         Rule(threshold=0.0)
+
+
+def test_pairs_json_that_vitbench_never_writes_is_no_reading(tmp_path):
+    """pairs.json is ab's own file, but history reads it later: nested past json's depth was a traceback
+    (RecursionError), and a load of -5 counted the pair quiet; either is no reading (the rows decide)."""
+    (tmp_path / ab_mod.PAIRS_FILE).write_text("[" * 100_000 + "]" * 100_000)
+    assert ab_mod.pair_loads(tmp_path) == {}
+    (tmp_path / ab_mod.PAIRS_FILE).write_text(json.dumps({"pair01": -5, "pair02": True, "pair03": 0.2}))
+    assert ab_mod.pair_loads(tmp_path) == {"pair01": None, "pair02": None, "pair03": 0.2}

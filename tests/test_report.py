@@ -325,3 +325,46 @@ def test_the_terminal_folds_only_a_column_that_is_the_same_in_every_row():
     text = con.export_text()
     assert "every row: res=32" in text and "gflops_xla=" not in text
     assert "gflops_xla" in text and "gflops_onnx" in text and "0.0058" in text and "0.0045" in text
+
+
+def test_settings_are_read_per_kind_and_a_comparison_across_a_key_never_crosses_a_setting(tmp_path, monkeypatch):
+    """A review's three cases: a plug-in metric named `threads` took bench's thread count out of the settings
+    (1 and 4 threads pooled again); torch at 1 thread was set beside jax at 4 in the backends table (the setting
+    varied only across the key it compares over); the serve table's merge dropped what split it, so the terminal
+    hid the resolution column."""
+    import vitbench.tasks as tasks_mod
+    from vitbench.report import serving
+    from vitbench.report.tables import SPLIT_BY, backend_pivot, throughput
+    from vitbench.tasks import Metric, Task, get_task, setting_columns
+
+    class Probe(Task):  # a plug-in kind whose metric is named like bench's setting
+        name, kind, description = "probe_threads", "probe", "test-only"
+        Params = get_task("calibration").Params
+        metrics = (Metric("threads", "threads", True, "t"),)
+
+        def run(self, p):
+            raise NotImplementedError
+
+    monkeypatch.setattr(tasks_mod, "tasks", lambda include_hidden=False, _t=tasks_mod.tasks: {
+        **_t(include_hidden), "probe_threads": Probe})
+    assert "threads" in setting_columns(["bench"]) and "config.threads" in setting_columns(["probe"])
+    base = dict(model="ViT-Nano/4", task="infer", device="cpu", resolution=32, batch_size=8, precision="fp32",
+                compile=False)
+    with Store(tmp_path / "b") as st:
+        for i, (backend, threads, speed) in enumerate((("torch", 1, 100.0), ("torch", 4, 350.0),
+                                                       ("jax", 4, 300.0))):
+            _add(st, "bench", {**base, "backend": backend, "threads": threads}, {"img_per_s": speed})
+    df = load(tmp_path / "b")
+    t = throughput(df)
+    assert sorted(zip(t["backend"], t["threads"], t["img_per_s"])) == [("jax", 4, 300.0), ("torch", 1, 100.0),
+                                                                      ("torch", 4, 350.0)]
+    p = backend_pivot(df)  # jax at 4 threads beside torch at 4, never torch at 1
+    assert list(p["threads"]) == [4] and list(p["jax_vs_torch"]) == [300.0 / 350.0], p
+    serve = dict(model="ViT-Nano/4", backend="torch", task="serve", device="cpu", precision="fp32",
+                 scenario="Server", batch_size=8, max_wait_ms=2.0, latency_bound_ms=100.0, min_duration_s=1.0)
+    with Store(tmp_path / "s") as st:
+        for res, speed in ((32, 100.0), (64, 30.0)):
+            _add(st, "serve", {**serve, "resolution": res}, {"samples_per_s": speed,
+                                                             "qps_search_bracket": "VALID up to 1"})
+    s = serving.table(load(tmp_path / "s"))
+    assert s.attrs.get(SPLIT_BY) == ["resolution"] and "qps_search_bracket" in s.columns

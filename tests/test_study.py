@@ -444,3 +444,10 @@ def test_the_dry_run_shows_the_status_the_sweep_acts_on_shards_included(tmp_path
     assert r.exit_code == 0, r.output
     shown = {t["key"]: t.get("status") for t in json.loads(r.output)}
     assert shown == {done.key: "ok", fresh.key: "pending"}, shown
+    # a later terminal row without an end time is placed by file order, as tidy.select places it (not the oldest)
+    late = record("bench", dict(done.config), status="error", key=done.key, study="t", run_id="late", repeat=0,
+                  trial=done.config, finished_at=None)
+    with open(res / f"results.{host_shard()}.jsonl", "a") as f:  # after the others, in the same file
+        f.write(json.dumps(late.to_dict()) + "\n")
+    r = cli("sweep", str(p), "--dry-run", "--json", "--results", str(res))
+    assert {t["key"]: t.get("status") for t in json.loads(r.output)}[done.key] == "error", r.output

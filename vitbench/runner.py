@@ -124,8 +124,8 @@ def trial_status(study: Study, store: Store) -> dict[str, str] | None:
     last: dict[str, Record] = {}
     for r in (r for r in recs if r.key):
         for pick in (done, last) if r.status.done else (last,):
-            old = pick.get(r.key)
-            if old is None or str(r.finished_at or "") >= str(old.finished_at or ""):
+            old = pick.get(r.key)  # tidy.select's rule: a row without an end time is placed by file order
+            if not (old and old.finished_at and r.finished_at) or str(r.finished_at) >= str(old.finished_at):
                 pick[r.key] = r
     return {t.key: (done.get(t.key) or last[t.key]).status.value if t.key in last else "pending"
             for t in study.trials}

@@ -3,8 +3,10 @@
 Layout of a store directory:
     results.jsonl            one record per line (trial rows and calibration rows), append-only
     results.<shard>.jsonl    optional per-worker shards (distributed executors); merged on load
-    <sub>/results*.jsonl     other runs kept beside (e.g. round1/, round2/ of a CI baseline): read as runs of
-                             their own (rows of one directory supersede each other; directories pool)
+    <sub>/results.jsonl, <sub>/results.<shard>.jsonl
+                             other runs kept beside (e.g. round1/, round2/ of a CI baseline): read as runs of
+                             their own (rows of one directory supersede each other; directories pool). Nothing
+                             else is read (RESULTS_PATTERNS: a user's results-old.jsonl beside them is not)
     study.yaml               the study file as last run (an older, different one is kept as study.<sha>.yaml)
     claims/<key>.lock        flock'ed while a sweep runs that trial (two sweeps never run the same trial)
     logs/<key>.log           output of trials that did not end 'ok'
@@ -150,7 +152,7 @@ _INT_DIGITS = 308  # more digits: beyond a float's range (1.8e308); no measure, 
 
 def _bounded_int(text: str) -> int:
     if len(text.lstrip("-")) > _INT_DIGITS:  # 10**400 written as digits: a traceback in every reader's float()
-        raise _NonFinite(f"an integer of {len(text)} digits")
+        raise _NonFinite(f"an integer of {len(text.lstrip('-'))} digits")
     return int(text)
 
 
@@ -162,7 +164,7 @@ def _parse_one(raw: bytes, path: Path, lineno: int, torn: bool, check: Check | N
         d = json.loads(raw.decode("utf-8"), parse_constant=_no_constant, parse_float=_finite_float,
                        parse_int=_bounded_int)
     except _NonFinite as e:  # vitbench writes null for them (record.clean): a number no report or compare uses
-        raise ConfigError(f"{path}:{lineno}: the row holds {clip(str(e), 80)} (a non-finite number), which "
+        raise ConfigError(f"{path}:{lineno}: the row holds {clip(str(e), 80)} (not a finite number), which "
                           "vitbench never writes (it records null): the file was edited or written by another "
                           "tool; fix or remove that line") from None
     except (ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors; nesting

@@ -52,10 +52,11 @@ def pair_loads(root: Path) -> dict[str, float | None]:
     """PAIRS_FILE's load per pair directory name ({} where the file is absent or unreadable: the rows' own)."""
     try:
         data = json.loads((root / PAIRS_FILE).read_text())
-        return {str(k): (v if finite_number(v) else None) for k, v in data.items()} if isinstance(data, dict) \
-            else {}
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: nested past json's depth (an edited file)
         return {}
+    # a load is what TreeMeter reads, a number >= 0; anything else is no reading (the rows decide, as in the gate)
+    return {str(k): (v if finite_number(v) and v >= 0 else None) for k, v in data.items()} \
+        if isinstance(data, dict) else {}
 
 
 class Statistic(Choice):

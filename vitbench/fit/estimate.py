@@ -155,6 +155,8 @@ def _estimate(form: Form, x: np.ndarray, log_y: np.ndarray, lower, upper) -> np.
     sub = np.arange(len(x)) if len(x) <= _SUBSAMPLE else np.linspace(0, len(x) - 1, _SUBSAMPLE).astype(int)
     xs, ys = x[sub], log_y[sub]
     starts = np.clip(form.starts(np.exp(ys), xs), lower, upper)
+    if not len(starts):
+        return None
     costs = solve.loss(form, starts, xs, ys)
     starts = starts[np.argsort(costs)[:_REFINE]]
     z, cost = solve.lm(form, starts, xs, ys, lower, upper)

@@ -231,7 +231,7 @@ class M4Form(Form):
             for row in self._starts(y, x, lo, hi):
                 if np.all(np.isfinite(row)):
                     out.append(row)
-        return np.array(out)
+        return np.array(out).reshape(-1, len(lo))  # none finite: no start (the fit says the law could not fit)
 
     @staticmethod
     def _starts(y, x, lo, hi):

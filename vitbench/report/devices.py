@@ -20,6 +20,7 @@ from matplotlib.figure import Figure
 from vitbench.report import caveats, tables
 from vitbench.report.caveats import CAVEAT
 
+_ACROSS = ("devices", "parallelism", "batch_size")  # what a row is compared across (its 1-device partner's)
 _MATCH = ["study", "model", "family", "backend", "task", "device", "precision", "compile", "compile_mode", "timing",
           "resolution"]
 
@@ -31,11 +32,11 @@ def scaling(ok: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     keys = [k for k in (*_MATCH, "devices", "parallelism", "batch_size") if k in ok.columns]
     t = tables._collapse(ok, keys, [m for m in ("img_per_s", "mfu", "peak_mem_mib") if m in ok.columns],
-                         spread="img_per_s")
+                         spread="img_per_s", across=_ACROSS)
     t["devices"] = t["devices"].astype(int)
     t["batch_per_device"] = t["batch_size"] // t["devices"]
     t["img_per_s_per_device"] = t["img_per_s"] / t["devices"]
-    match = [k for k in tables.split_keys(t, _MATCH) if k not in ("devices", "parallelism", "batch_size")]
+    match = [k for k in tables.split_keys(t, _MATCH) if k not in _ACROSS]
     one = t[t["devices"] == 1]
     cav = CAVEAT in t
     one = one.assign(_cav=one[CAVEAT].fillna("") if cav else "")

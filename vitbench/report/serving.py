@@ -29,7 +29,9 @@ def table(ok: pd.DataFrame) -> pd.DataFrame:
         keys = tables.split_keys(ok, KEYS)  # the summary's own groups
         by = ok.assign(**{k: tables.hashable(ok[k]) for k in keys})
         first = by.groupby(keys, dropna=False, sort=True)["qps_search_bracket"].first().reset_index()
+        attrs = out.attrs  # what split the summary (tables.SPLIT_BY): a merge drops it
         out = out.merge(first, on=keys, how="left")
+        out.attrs.update(attrs)
     return out
 
 

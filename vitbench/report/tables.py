@@ -58,19 +58,21 @@ SPLIT_IF_VARYING = ("method_version",)
 SPLIT_BY = "split_by"  # a summary's attrs: the settings beyond its keys that split it
 
 
-def split_keys(df: pd.DataFrame, keys: list[str]) -> list[str]:
-    """`keys` (those `df` has), then every setting of `df` (and SPLIT_IF_VARYING) that varies within a group of
-    them: a median never crosses settings (1 thread's 100 img/s and 4 threads' 350 read 225; serve rows at 32 and
-    64 px, or train rows with 0 and 4 input workers, read as repeats of one). Seeds and bookkeeping are pooled."""
+def split_keys(df: pd.DataFrame, keys: list[str], across: tuple[str, ...] = ()) -> list[str]:
+    """`keys` (those `df` has), then every setting of `df`'s kinds (and SPLIT_IF_VARYING) that varies within a
+    group of them: a median never crosses settings (1 thread's 100 img/s and 4 threads' 350 read 225; serve rows at
+    32 and 64 px, or train rows with 0 and 4 input workers, read as repeats of one). Seeds and bookkeeping pool.
+    `across`: keys a caller compares across (the backends side by side, the best batch, the devices): a setting
+    that varies within a group of the other keys joins too, so torch at 1 thread is never set beside jax at 4."""
     from vitbench.tasks import setting_columns
 
     out = [k for k in keys if k in df.columns]
-    settings = setting_columns()
+    settings = setting_columns(df["kind"].dropna().unique() if "kind" in df.columns else None)
     for col in [c for c in df.columns if c not in out and (c in settings or c in SPLIT_IF_VARYING)]:
         values = hashable(df[col])
         if values.nunique(dropna=False) < 2:
             continue
-        by = [hashable(df[k]).astype(object).where(df[k].notna(), "") for k in out]
+        by = [hashable(df[k]).astype(object).where(df[k].notna(), "") for k in out if k not in across]
         within = values.groupby(by or [pd.Series(0, index=df.index)], sort=False).nunique(dropna=False)
         if (within > 1).any():
             out.append(col)
@@ -84,12 +86,13 @@ def hashable(s: pd.Series) -> pd.Series:
     return s.map(lambda v: json.dumps(v, sort_keys=True) if isinstance(v, (list, dict)) else v)
 
 
-def _collapse(df: pd.DataFrame, keys: list[str], metrics: list[str], spread: str | None = None) -> pd.DataFrame:
-    """Median of each metric over repeats per `keys` group (and per any setting that varies in one, split_keys);
-    `repeats` = rows the median is over. Where some row is marked (a `caveat`), a group's clean rows only, else its
-    marked ones, and the group's `caveat` says which."""
+def _collapse(df: pd.DataFrame, keys: list[str], metrics: list[str], spread: str | None = None,
+              across: tuple[str, ...] = ()) -> pd.DataFrame:
+    """Median of each metric over repeats per `keys` group (and per any setting that varies in one, split_keys;
+    `across`: its keys a caller then compares across); `repeats` = rows the median is over. Where some row is
+    marked (a `caveat`), a group's clean rows only, else its marked ones, and the group's `caveat` says which."""
     named = keys
-    keys = split_keys(df, keys)
+    keys = split_keys(df, keys, across)
     metrics = [m for m in metrics if m in df.columns]
     if df.empty or not metrics:
         return pd.DataFrame(columns=[*keys, "repeats", *metrics])
@@ -125,19 +128,20 @@ THROUGHPUT_METRICS = ["img_per_s", "step_ms_median", "step_ms_p90", "step_ms_iqr
                       "compile_s", "peak_mem_mib", "model_tflops_per_s", "mfu", "batch_size_achieved"]
 
 
-def throughput(ok: pd.DataFrame) -> pd.DataFrame:
-    """infer/train throughput per configuration (median over repeats; img_per_s_min/max over repeats)."""
-    return _collapse(ok, THROUGHPUT_KEYS, _present(ok, THROUGHPUT_METRICS), spread="img_per_s")
+def throughput(ok: pd.DataFrame, across: tuple[str, ...] = ()) -> pd.DataFrame:
+    """infer/train throughput per configuration (median over repeats; img_per_s_min/max over repeats). `across`:
+    the keys a caller compares across (split_keys)."""
+    return _collapse(ok, THROUGHPUT_KEYS, _present(ok, THROUGHPUT_METRICS), spread="img_per_s", across=across)
 
 
 def peak_throughput(ok: pd.DataFrame) -> pd.DataFrame:
     """The best batch size per (model, backend, task, precision, compile, resolution): the paper's 'peak
     inference speed' (Figure 12, left) picks the fastest batch for each input size; the fastest of the batches
     whose value is not marked (vitbench.report.caveats) where there is one."""
-    t = throughput(ok)
+    t = throughput(ok, across=("batch_size",))
     if t.empty:
         return t
-    keys = [k for k in split_keys(t, THROUGHPUT_KEYS) if k != "batch_size"]
+    keys = [k for k in split_keys(t, THROUGHPUT_KEYS, ("batch_size",)) if k != "batch_size"]
     t = t[t["img_per_s"].notna()]
     rank = t.assign(_marked=caveats.marked(t[CAVEAT]) if CAVEAT in t else False)
     rank = rank.sort_values(["_marked", "img_per_s"], ascending=[True, False], kind="stable")
@@ -233,10 +237,10 @@ def backend_pivot(ok: pd.DataFrame) -> pd.DataFrame:
     the default backend's (the first registered)."""
     from vitbench.backends.base import default_backend
 
-    t = throughput(ok)
+    t = throughput(ok, across=("backend",))
     if t.empty or t["backend"].nunique() < 2:
         return pd.DataFrame()
-    keys = [k for k in split_keys(t, THROUGHPUT_KEYS) if k != "backend"]
+    keys = [k for k in split_keys(t, THROUGHPUT_KEYS, ("backend",)) if k != "backend"]
     # one value per configuration and backend (the throughput table's): no aggregation happens here
     p = t.pivot_table(index=keys, columns="backend", values="img_per_s", aggfunc="first", dropna=False)
     p = p.dropna(thresh=2)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import enum
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
@@ -134,20 +134,24 @@ def kind_metrics() -> dict[str, dict[str, Metric]]:
     return out
 
 
-def setting_columns() -> frozenset[str]:
-    """The columns of a tidy frame (vitbench.tidy) that hold a setting: a trial-config field of some task, as
-    the frame names it ('config.<name>' where the kind declares a metric of that name), less the fields that never
-    define a measurement (BOOKKEEPING) and the seeds (draws that repeat one measurement). Rows equal in every
-    setting are repeats of one measurement; the report never summarises across a setting that varies."""
+def setting_columns(kinds: Iterable[str] | None = None) -> frozenset[str]:
+    """The columns of a tidy frame (vitbench.tidy) that hold a setting of a row of `kinds` (None: any kind): a
+    trial-config field of a task of that kind, as the frame names it ('config.<name>' where that kind declares a
+    metric of the name), less the fields that never define a measurement (BOOKKEEPING) and the seeds (draws that
+    repeat one measurement). Per kind: another kind's metric or field never changes what is a setting here (a
+    plug-in's metric named `threads` took bench's thread count out). Rows equal in every setting are repeats of one
+    measurement; the report never summarises across a setting that varies."""
     from vitbench.tasks.fields import BOOKKEEPING, seed_fields
 
+    wanted = None if kinds is None else set(kinds)
     metrics = kind_metrics()
-    declared = {n for by_name in metrics.values() for n in by_name}
     out: set[str] = set()
     for t in tasks(include_hidden=True).values():
+        if wanted is not None and t.kind not in wanted:
+            continue
         drop = {*BOOKKEEPING, *seed_fields(t.Params)}
-        out.update(f"config.{f}" if f in metrics.get(t.kind, {}) else f for f in t.fields()
-                   if f not in drop and (f not in declared or f in metrics.get(t.kind, {})))
+        own = metrics.get(t.kind, {})
+        out.update(f"config.{f}" if f in own else f for f in t.fields() if f not in drop)
     return frozenset(out)
 
 
