@@ -353,7 +353,7 @@ def test_a_number_that_is_not_finite_is_refused_naming_the_line(tmp_path, litera
     line = (tmp_path / "results.jsonl").read_text().rstrip("\n")
     (tmp_path / "results.jsonl").write_text(line + "\n" + line.replace('"img_per_s":', f'"x": {literal}, '
                                                                                          '"img_per_s":') + "\n")
-    with pytest.raises(ConfigError, match=r"results.jsonl:2: the row holds .* \(not a finite number\)"):
+    with pytest.raises(ConfigError, match=r"results.jsonl:2: the row holds .* \(a non-finite number\)"):
         read_records(tmp_path)
 
 

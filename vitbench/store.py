@@ -152,7 +152,7 @@ _INT_DIGITS = 308  # more digits: beyond a float's range (1.8e308); no measure, 
 
 def _bounded_int(text: str) -> int:
     if len(text.lstrip("-")) > _INT_DIGITS:  # 10**400 written as digits: a traceback in every reader's float()
-        raise _NonFinite(f"an integer of {len(text.lstrip('-'))} digits")
+        raise _NonFinite(f"an integer of {len(text.lstrip('-'))} digits, beyond a float's range")
     return int(text)
 
 
@@ -164,7 +164,7 @@ def _parse_one(raw: bytes, path: Path, lineno: int, torn: bool, check: Check | N
         d = json.loads(raw.decode("utf-8"), parse_constant=_no_constant, parse_float=_finite_float,
                        parse_int=_bounded_int)
     except _NonFinite as e:  # vitbench writes null for them (record.clean): a number no report or compare uses
-        raise ConfigError(f"{path}:{lineno}: the row holds {clip(str(e), 80)} (not a finite number), which "
+        raise ConfigError(f"{path}:{lineno}: the row holds {clip(str(e), 80)} (a non-finite number), which "
                           "vitbench never writes (it records null): the file was edited or written by another "
                           "tool; fix or remove that line") from None
     except (ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors; nesting
