@@ -36,7 +36,7 @@ def scaling(ok: pd.DataFrame) -> pd.DataFrame:
     t["devices"] = t["devices"].astype(int)
     t["batch_per_device"] = t["batch_size"] // t["devices"]
     t["img_per_s_per_device"] = t["img_per_s"] / t["devices"]
-    match = [k for k in tables.split_keys(t, _MATCH) if k not in _ACROSS]
+    match = [k for k in tables.summary_keys(t, _MATCH) if k not in _ACROSS]
     one = t[t["devices"] == 1]
     cav = CAVEAT in t
     one = one.assign(_cav=one[CAVEAT].fillna("") if cav else "")

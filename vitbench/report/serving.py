@@ -26,7 +26,7 @@ def table(ok: pd.DataFrame) -> pd.DataFrame:
     """Median over repeats per configuration; the Server search's last bracket (of the first repeat) beside it."""
     out = tables._collapse(ok, KEYS, tables._present(ok, VALUES))
     if not out.empty and "qps_search_bracket" in ok.columns:
-        keys = tables.split_keys(ok, KEYS)  # the summary's own groups
+        keys = tables.summary_keys(out, KEYS)  # the summary's own groups
         by = ok.assign(**{k: tables.hashable(ok[k]) for k in keys})
         first = by.groupby(keys, dropna=False, sort=True)["qps_search_bracket"].first().reset_index()
         attrs = out.attrs  # what split the summary (tables.SPLIT_BY): a merge drops it

@@ -68,15 +68,22 @@ def split_keys(df: pd.DataFrame, keys: list[str], across: tuple[str, ...] = ()) 
 
     out = [k for k in keys if k in df.columns]
     settings = setting_columns(df["kind"].dropna().unique() if "kind" in df.columns else None)
+    grouped = {k: hashable(df[k]).astype(object).where(df[k].notna(), "") for k in out if k not in across}
     for col in [c for c in df.columns if c not in out and (c in settings or c in SPLIT_IF_VARYING)]:
         values = hashable(df[col])
         if values.nunique(dropna=False) < 2:
             continue
-        by = [hashable(df[k]).astype(object).where(df[k].notna(), "") for k in out if k not in across]
-        within = values.groupby(by or [pd.Series(0, index=df.index)], sort=False).nunique(dropna=False)
-        if (within > 1).any():
+        by = list(grouped.values()) or [pd.Series(0, index=df.index)]
+        if (values.groupby(by, sort=False).nunique(dropna=False) > 1).any():
             out.append(col)
+            grouped[col] = values.astype(object).where(df[col].notna(), "")
     return out
+
+
+def summary_keys(summary: pd.DataFrame, keys: list[str]) -> list[str]:
+    """The keys a summary of _collapse was grouped by: `keys` (those it has) and the settings that split it
+    (its attrs, SPLIT_BY), read back rather than worked out again from the summary."""
+    return [*(k for k in keys if k in summary.columns), *summary.attrs.get(SPLIT_BY, ())]
 
 
 def hashable(s: pd.Series) -> pd.Series:
@@ -141,7 +148,7 @@ def peak_throughput(ok: pd.DataFrame) -> pd.DataFrame:
     t = throughput(ok, across=("batch_size",))
     if t.empty:
         return t
-    keys = [k for k in split_keys(t, THROUGHPUT_KEYS, ("batch_size",)) if k != "batch_size"]
+    keys = [k for k in summary_keys(t, THROUGHPUT_KEYS) if k != "batch_size"]
     t = t[t["img_per_s"].notna()]
     rank = t.assign(_marked=caveats.marked(t[CAVEAT]) if CAVEAT in t else False)
     rank = rank.sort_values(["_marked", "img_per_s"], ascending=[True, False], kind="stable")
@@ -240,7 +247,7 @@ def backend_pivot(ok: pd.DataFrame) -> pd.DataFrame:
     t = throughput(ok, across=("backend",))
     if t.empty or t["backend"].nunique() < 2:
         return pd.DataFrame()
-    keys = [k for k in split_keys(t, THROUGHPUT_KEYS, ("backend",)) if k != "backend"]
+    keys = [k for k in summary_keys(t, THROUGHPUT_KEYS) if k != "backend"]
     # one value per configuration and backend (the throughput table's): no aggregation happens here
     p = t.pivot_table(index=keys, columns="backend", values="img_per_s", aggfunc="first", dropna=False)
     p = p.dropna(thresh=2)
