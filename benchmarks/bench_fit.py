@@ -7,7 +7,7 @@
                                   [--min-points 12] [--min-fit-decades 1]
                                   [--where QUERY] [--split COL] [--half dev|test|all]
     (synthetic, families, csv: --weight-power P scores the combination with weights score^-P instead of
-    vitbench.fit.backtest.WEIGHT_POWER, as docs/scaling-laws.md compares them)
+    vitbench.fit.backtest.WEIGHT_POWER, as docs/scaling-laws-evidence.md compares them)
 
 synthetic: curves drawn from each form (TRUTH, 5 decades, log-normal noise); every form is fitted on the first 4
 decades and predicts the last one, which no fit sees. Prints, per generating form, the RMSE of the log prediction
@@ -30,7 +30,7 @@ benchmark.vision.csv; not in this repository):
     python benchmarks/bench_fit.py csv benchmark.vision.csv --compute "Seen Examples" --error Loss \
         --group Task --group Model --split Training
 ColPret's 192 pre-training curves (NSL-PFN's data/colpret.npz, turned into a csv by benchmarks/colpret_csv.py),
-the set the combined law was judged on once, by a protocol committed before (docs/scaling-laws.md):
+the set the combined law was judged on once, by a protocol committed before (docs/scaling-laws-evidence.md):
     python benchmarks/bench_fit.py csv colpret.csv --compute tokens --error loss --group model --split context
 LCDB 1.1's learning curves of tabular learners (benchmarks/lcdb11_csv.py), the second and third pre-registered
 sets (its `test` half scored once in issue 33's fifth round, its `dev` half once in the sixth; both development
@@ -43,7 +43,8 @@ law with bootstrap intervals over curves (`against_best`).
 changed after): the groups' first --group column's values sorted by name, the first half (rounded down) is `dev`,
 the rest `test`. On the published vision curves: dev = bird_10, bird_25, bird_5, c_10, c_25, c_5 (36 curves),
 test = cal_10, cal_25, cal_5, inet_10, inet_25, inet_5 (36 curves). A rule may be developed looking at `dev`;
-`test` is scored once, at the end, with the final rule (docs/scaling-laws.md says how often each was scored).
+`test` is scored once, at the end, with the final rule (docs/scaling-laws-evidence.md says how often each was
+scored).
 speed: `curves` curves of 10 to 70 points (or `--points` each) fitted with the default settings (1000 bootstrap
 replicates, 4 forms, the backtest).
 """

@@ -1,5 +1,5 @@
-"""ColPret's pre-training loss curves as a csv that `bench_fit.py csv` reads (docs/scaling-laws.md, "Judged on
-curves no choice saw").
+"""ColPret's pre-training loss curves as a csv that `bench_fit.py csv` reads (docs/scaling-laws-evidence.md,
+"Judged on real curves no choice saw").
 
     python benchmarks/colpret_csv.py colpret.npz > colpret.csv
     python benchmarks/bench_fit.py csv colpret.csv --compute tokens --error loss --group model --split context \

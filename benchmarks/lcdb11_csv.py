@@ -1,6 +1,6 @@
 """LCDB 1.1's sample-wise learning curves (validation error rate vs training-set size) as a csv that
-`bench_fit.py csv` reads, held out from every fitting choice (docs/scaling-laws.md, "Judged on a second set no
-choice saw").
+`bench_fit.py csv` reads, held out from every fitting choice (docs/scaling-laws-evidence.md, "Judged on a second
+set no choice saw").
 
     python benchmarks/lcdb11_csv.py lcdb11 > lcdb11.csv
     python benchmarks/bench_fit.py csv lcdb11.csv --compute n_train --error error --group curve ...

@@ -1,7 +1,7 @@
 """Learning curves generated on this machine, offline: scikit-learn learners on generated classification tasks and
 on load_digits, held-out error rate against training-set size, as a csv that `bench_fit.py csv` reads. A set of
-real learners' curves that no choice of `vitbench fit`'s rule saw (docs/scaling-laws.md, issue 33's seventh
-round); nothing is downloaded.
+real learners' curves that no choice of `vitbench fit`'s rule saw (docs/scaling-laws-evidence.md, issue 33's
+seventh round); nothing is downloaded.
 
     python benchmarks/learner_curves.py --workers 2 > learner_curves.csv
     python benchmarks/bench_fit.py csv learner_curves.csv --compute n_train --error error --group curve ...
@@ -23,14 +23,16 @@ depends only on its task, learner and `--seed`, so a subset's curves are exactly
 the same order within a curve): a draw too slow for a busy machine can be made a few learners at a time.
 `--seed 3`, ridge, lda, gnb, qda, logreg, tree and knn (91 curves; 39 min wall, one learner at a time with 2
 workers, at load 21-28 on 2 cores) judged issue 49's second interval rule once: its 95 % intervals held 96.9 % of
-356 points half a decade out and 92.2 % of 574 a decade out (docs/scaling-laws.md, "The next interval rule").
+356 points half a decade out and 92.2 % of 574 a decade out (docs/scaling-laws-evidence.md, "The next interval
+rule").
 `--seed 11`, the same 7 learners (91 curves, none dropped; 6.5 min wall, one learner at a time with 1 worker, at
 load 0.3-8 on 2 cores) judged the third rule once: its 95 % intervals held 98.6 % of 360 points half a decade out
-and 99.1 % of 574 a decade out, above the 90-97 % asked (docs/scaling-laws.md, "The parameter error counted once").
+and 99.1 % of 574 a decade out, above the 90-97 % asked (docs/scaling-laws-evidence.md, "The parameter error
+counted once").
 `--seed 19` and `--seed 23`, the same 7 learners (182 curves, none dropped; 10 min wall for both, one learner at a
 time with 1 worker, at load 0.8-3.3) judged the fourth rule once, the two files concatenated with each curve
 prefixed by its seed: 99.0 % of 712 points half a decade out, 96.4 % of 1148 a decade out; the third rule, which
-stays, 98.7 % and 96.8 % (docs/scaling-laws.md, "The noise where predictions are made").
+stays, 98.7 % and 96.8 % (docs/scaling-laws-evidence.md, "The noise where predictions are made").
 
 Rows: one per (curve, anchor): `curve` ("<task>:<learner>"), `task`, `learner`, `n_train`, `error` (the mean
 held-out error rate), `error_sd` (over the repeats). A curve whose error reaches 0 at any anchor is dropped (the

@@ -32,7 +32,7 @@ the power is WEIGHT_POWER x that share (Backtest.weight_power; at no reach measu
 ColPret's pre-training curves judged a decade out (a fitted part of 1-2 decades: a median share of 0.72), the full
 power put the combination 13 % above the best single law (0.1076 against 0.0948), and the scaled one 5 % below it
 (0.0904); on LCDB 1.1's curves, which it was not developed on, a decade out 0.0596 -> 0.0576 (the best single law
-0.0539); on curves with a full reach nothing changes (docs/scaling-laws.md, issue 33's fifth round).
+0.0539); on curves with a full reach nothing changes (docs/scaling-laws-evidence.md, issue 33's fifth round).
 Prior. One curve's backtest rests on a few overlapping cut-offs: between forms that score alike its ranking is
 noise, while the forms' scores over the other curves of the same fit (the other models, tasks or runs of a study)
 measure how such curves extrapolate. With more than one group scored (vitbench.fit.groups, `--prior groups`, the
@@ -43,12 +43,12 @@ Developed on the development sets (ColPret, the published vision and language cu
 synthetic sets), from the same fits: every share from 0.7 to 1 put the combined law's median at most 0.2 % above
 the best single law's on all six real sets, 3/4 at 0.35-0.99 of it, against 0.94-1.07 without a prior; 3/4 sits
 inside that range, away from its edge (0.65: 1.01 on the language curves, 13 curves). On the synthetic sets,
-draws of five different laws pooled, it was 0.83-1.13 against 0.77-1.05 (docs/scaling-laws.md, issue 33's sixth
-round).
+draws of five different laws pooled, it was 0.83-1.13 against 0.77-1.05 (docs/scaling-laws-evidence.md, issue 33's
+sixth round).
 The score was tuned for choosing one form on 200 synthetic curves of five families (benchmarks/bench_fit.py
 families, seeds 0-39; every setting of cut-offs at 1, 3/4 and 1/2 of the reach, RECENCY 1-3 and RICHER 1-1.5 was
-at or below M4's median there); the combination uses it unchanged (docs/scaling-laws.md, "Measured on ...", says
-on which curves it was compared and judged).
+at or below M4's median there); the combination uses it unchanged (docs/scaling-laws-evidence.md, "Measured on
+...", says on which curves it was compared and judged).
 Spread. The choice's cut-offs sit a quarter reach apart, so their held-out tails overlap and their errors are
 nearly one sample of the law's drift: an error model built on them alone is optimistic (on the published curves
 the backtest said 95-99 % coverage where 68-80 % held, issue 33). The forms with a weight are therefore also

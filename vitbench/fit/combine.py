@@ -4,7 +4,7 @@ Why combine instead of choosing. Choosing the one form with the lowest backtest 
 forms know, and the backtest that ranks them rests on a few cut-offs whose held-out windows overlap: between two
 forms that score alike, a pick is a coin toss, and a wrong pick on a curve that bends is a large miss. Per curve,
 the combination's error is lower than the chosen form's on every set of curves measured (geometric mean over
-curves; docs/scaling-laws.md, issue 33), and its large misses are fewer.
+curves; docs/scaling-laws-evidence.md, issue 33), and its large misses are fewer.
 
 Weights. Bates & Granger (1969, "The combination of forecasts") combine forecasts with weights inversely
 proportional to their error variance, their covariance left out (estimated covariances cost more than they gain
@@ -14,10 +14,10 @@ is too flat here: a backtest's reach is short, and a wrong law drifts further th
 curves of one law, a wrong form whose backtest score was 2-3x the right one's missed by 10-25x on the decade
 beyond, and its score^-2 weight of 0.1-0.2 made the combination's error up to 4.4x the right law's; geometric mean
 over 24 curves 1.20x). The weight is therefore score^-WEIGHT_POWER with WEIGHT_POWER = 4 (backtest.py), measured
-against 2, 3, 6, 8 and the choice alone on 7 sets of curves (docs/scaling-laws.md): 1.05x the right law on those
-textbook curves (at most 1.5x), and per curve a lower error than the choice alone on all 7 sets. The combination is
-Sum_f w_f log E_f(C): a weighted geometric mean of the forms' predictions (the log is where the errors are
-measured, and where the laws are linear in their exponents).
+against 2, 3, 6, 8 and the choice alone on 7 sets of curves (docs/scaling-laws-evidence.md): 1.05x the right law on
+those textbook curves (at most 1.5x), and per curve a lower error than the choice alone on all 7 sets. The
+combination is Sum_f w_f log E_f(C): a weighted geometric mean of the forms' predictions (the log is where the
+errors are measured, and where the laws are linear in their exponents).
 
 What it is judged by. The combination's own backtest error at each cut-off is the same weighted sum of the forms'
 misses at that cut-off's points (a log prediction minus a log observation, the weights summing to 1), so the
