@@ -38,6 +38,22 @@ def test_setup_reports_device_threads_versions_and_no_preallocation(be):
     assert info["threads"] >= 1 and info["jax"] == jax.__version__ and info["flax"]
     # set before the GPU client exists (on GPU JAX would otherwise take 75 % of the memory up front)
     assert info["xla_preallocate"] == "false" == os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"]
+    # and the allocator's pool not capped at jaxlib's default 75 % of the device
+    assert info["xla_mem_fraction"] == "0.95" == os.environ["XLA_CLIENT_MEM_FRACTION"]
+
+
+@pytest.mark.parametrize("user", [{}, {"XLA_CLIENT_MEM_FRACTION": "0.5"}, {"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.5"}])
+def test_the_gpu_pool_fraction_is_a_default_jaxlib_accepts(user):
+    """The fraction is set unless the user set either spelling (jaxlib refuses both at once: a user's deprecated
+    XLA_PYTHON_CLIENT_MEM_FRACTION would make every GPU client fail to start); jaxlib's own option builder reads the
+    environment the models' import leaves."""
+    code = ("import vitbench.models.flax as f, jaxlib.xla_client as x; "
+            "print(x.generate_pjrt_gpu_plugin_options()['memory_fraction'], f.gpu_memory_settings()['xla_mem_fraction'])")
+    env = {k: v for k, v in os.environ.items() if "MEM_FRACTION" not in k} | user
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    want = next(iter(user.values()), "0.95")
+    assert out.stdout.split() == [str(float(want)), want]
 
 
 def test_bad_devices_and_threads_are_clear_errors(be):

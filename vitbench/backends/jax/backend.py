@@ -55,6 +55,7 @@ from vitbench.backends.jax.numerics import MATMUL_PRECISION, compute_dtype, step
 from vitbench.backends.jax.workload import JaxWorkload, Matmul
 from vitbench.cpus import capped_threads
 from vitbench.models.families import family_modules, family_plugin
+from vitbench.models.flax import gpu_memory_settings
 from vitbench.models.specs import ModelSpec
 from vitbench.procmem import PeakRSS, peak_rss_mib
 from vitbench.transfer.schedules import OptimConfig
@@ -154,7 +155,7 @@ class JaxBackend(Backend):
             **({"collective_backend": COLLECTIVES.get(platform, platform)} if devices > 1 else {}),
             **capped,
             "default_matmul_precision": str(jax.config.jax_default_matmul_precision or "default"),
-            "xla_preallocate": client.os.environ.get(client.GPU_MEMORY_ENV[0]),
+            **gpu_memory_settings(),
             "xla_flags": client.os.environ.get("XLA_FLAGS", ""),
             "compile_cache": str(cache_path) if cache_path else None,
             **self.versions(),

@@ -1,9 +1,9 @@
 """JAX's platform clients, created once per process: GPU memory on demand, CPU thread pools sized by request.
 
-- GPU memory: XLA_PYTHON_CLIENT_PREALLOCATE=false is set (unless the user set it; GPU_MEMORY_ENV, declared in
-  vitbench.models.flax) before JAX creates its GPU client, in forked trials too, so JAX does not grab 75 % of the
-  device up front: peaks and the largest batch are then the model's, not the preallocation's. Out-of-memory
-  surfaces as RESOURCE_EXHAUSTED and is caught as an OOM.
+- GPU memory: XLA_PYTHON_CLIENT_PREALLOCATE=false and XLA_CLIENT_MEM_FRACTION=0.95 are set (unless the user set
+  them; GPU_MEMORY_ENV, declared in vitbench.models.flax) before JAX creates its GPU client, in forked trials too,
+  so JAX neither grabs 75 % of the device up front nor stops at 75 % of it: peaks and the largest batch are then
+  the model's, not the allocator's. Out-of-memory surfaces as RESOURCE_EXHAUSTED and is caught as an OOM.
 - CPU threads: XLA's CPU client sizes its thread pools from the CPUs the process may run on when JAX first
   initialises; there is no runtime setting. `threads=N` therefore restricts the process's CPU affinity to N CPUs
   while the client is created (plus --xla_cpu_multi_thread_eigen=false for N=1) and then gives every thread its

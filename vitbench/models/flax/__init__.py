@@ -13,15 +13,31 @@ precision); parameters are always created in float32, as PyTorch autocast keeps 
 from __future__ import annotations
 
 import functools
+import os
 
 from vitbench.forkservers import env_default
 
 # Before JAX creates a GPU client: allocate on demand instead of grabbing 75 % of the device up front, so that
 # peaks and the largest batch are the model's (read by the backend, vitbench.backends.jax.client, and by code that
-# uses the models without it, e.g. transfer engines). A default: a value the user set wins. Kept in forked trials
-# (env_default): without it a trial of the GPU check held 75 % of an H200 (docs/gpu.md).
-GPU_MEMORY_ENV = ("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-env_default(*GPU_MEMORY_ENV)
+# uses the models without it, e.g. transfer engines). Defaults: a value the user set wins. Kept in forked trials
+# (env_default): without the first a trial of the GPU check held 75 % of an H200 (docs/gpu.md).
+# The second: XLA's BFC allocator caps itself at total memory x this fraction whether or not it preallocates
+# (openxla's CreateBFCAllocator: "will use up to ..."; jaxlib's default 0.75), so JAX's largest batch would stop at
+# 75 % of the device where torch's caching allocator may use all of it. 0.95 leaves room for what XLA allocates
+# outside that pool (the CUDA context, cuBLAS/cuDNN workspaces). jaxlib refuses both spellings set at once
+# (xla_client.generate_pjrt_gpu_plugin_options), so a user's deprecated XLA_PYTHON_CLIENT_MEM_FRACTION wins too.
+PREALLOCATE_ENV, FRACTION_ENV, FRACTION_ENV_DEPRECATED = ("XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_CLIENT_MEM_FRACTION",
+                                                           "XLA_PYTHON_CLIENT_MEM_FRACTION")
+GPU_MEMORY_ENV = {PREALLOCATE_ENV: "false", FRACTION_ENV: "0.95"}
+for _name, _value in GPU_MEMORY_ENV.items():
+    if not (_name == FRACTION_ENV and FRACTION_ENV_DEPRECATED in os.environ):
+        env_default(_name, _value)
+
+
+def gpu_memory_settings() -> dict[str, str | None]:
+    """The GPU allocator's settings in force, for a row: preallocation and the pool's fraction of the device."""
+    return {"xla_preallocate": os.environ.get(PREALLOCATE_ENV),
+            "xla_mem_fraction": os.environ.get(FRACTION_ENV, os.environ.get(FRACTION_ENV_DEPRECATED))}
 
 from typing import Any  # noqa: E402
 
