@@ -76,11 +76,11 @@ def test_the_cpu_limit_is_the_affinity_lowered_by_a_quota(monkeypatch):
 
 def test_others_load_is_every_process_cpu_time_less_this_process_own_over_the_wall_time(monkeypatch):
     start = cpus.Mark(wall=10.0, busy_s=100.0, own_s=5.0)
-    monkeypatch.setattr(cpus.Mark, "now", classmethod(lambda cls: cpus.Mark(12.0, 103.0, 6.0)))
+    monkeypatch.setattr(cpus.Mark, "now", classmethod(lambda cls, own=None: cpus.Mark(12.0, 103.0, 6.0)))
     assert cpus.others_since(start) == (2.0, 1.0)  # (3 s busy - 1 s ours) / 2 s: exact in binary
-    monkeypatch.setattr(cpus.Mark, "now", classmethod(lambda cls: cpus.Mark(12.0, 100.5, 6.0)))
+    monkeypatch.setattr(cpus.Mark, "now", classmethod(lambda cls, own=None: cpus.Mark(12.0, 100.5, 6.0)))
     assert cpus.others_since(start) == (2.0, 0.0)  # clock granularity can read ours above everyone's: never < 0
-    monkeypatch.setattr(cpus.Mark, "now", classmethod(lambda cls: cpus.Mark(10.0, 101.0, 5.0)))
+    monkeypatch.setattr(cpus.Mark, "now", classmethod(lambda cls, own=None: cpus.Mark(10.0, 101.0, 5.0)))
     assert cpus.others_since(start) == (0.0, None)  # no time, no rate
 
 

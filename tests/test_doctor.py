@@ -51,6 +51,9 @@ def test_a_noisy_bench_row_says_so(monkeypatch, one_torch_thread):
     class Busy:
         other_cores, busy = 1.7, True
 
+        def __init__(self, own=None):
+            pass
+
         def __enter__(self):
             return self
 

@@ -66,3 +66,36 @@ def test_the_cpu_budget_is_the_memory_budget_of_every_command(monkeypatch):
     monkeypatch.setenv("VITBENCH_MEMORY_LIMIT_GIB", "3")
     assert default_budget_mib("cpu") == 3 * 1024
     assert default_budget_mib("cuda") is None  # an accelerator's own out-of-memory error decides
+
+
+@pytest.mark.parametrize("failure", ["oom", "over_budget", "timeout", "error"])
+def test_the_row_says_what_set_the_limit_and_a_crash_is_no_memory_limit(monkeypatch, failure):
+    """The smallest batch that did not fit sets the limit: memory (oom, over the budget) gives an ok row; a
+    crash for another reason (a GPU kernel's size limit at a large batch) leaves the memory limit unknown, an error
+    row, never an ok max_batch_size; a timeout is said in a note."""
+    import vitbench.measure.max_batch as mb
+    from vitbench.measure.probe import ProbeStatus
+
+    def probe(step, b, *args):
+        if b <= 5:
+            return Probe(b, True, ProbeStatus.OK)
+        return Probe(b, False, ProbeStatus(failure), error="invalid configuration argument" * (failure == "error"))
+
+    monkeypatch.setattr(mb, "run_probe", probe)
+    rec = max_batch(Step("ViT-Nano/4", mode="infer"), memory_limit_gib=8, max_batch_size=64)
+    assert rec.metrics["max_batch_size"] == 5 and rec.metrics["limited_by"] == failure
+    if failure == "error":
+        assert rec.status == "error" and "batch 6 failed for a reason other than memory" in rec.error.message
+        assert "invalid configuration argument" in rec.error.message
+    else:
+        assert rec.status == "ok"
+        assert ("probe's 600 s" in rec.metrics.get("note", "")) == (failure == "timeout")
+
+
+def test_a_capped_search_is_limited_by_its_cap(monkeypatch):
+    import vitbench.measure.max_batch as mb
+    from vitbench.measure.probe import ProbeStatus
+
+    monkeypatch.setattr(mb, "run_probe", lambda step, b, *args: Probe(b, True, ProbeStatus.OK))
+    rec = max_batch(Step("ViT-Nano/4", mode="infer"), memory_limit_gib=8, max_batch_size=8)
+    assert rec.status == "ok" and rec.metrics["limited_by"] == "cap" and rec.metrics["capped"]

@@ -113,3 +113,41 @@ def test_tf32_is_a_precision_of_its_own_on_gpus_only(name):
 def test_bench_refuses_tf32_on_cpu_with_a_clear_message(cli):
     r = cli("bench", "ViT-Nano/4", "--precision", "tf32")
     assert r.exit_code == 2 and "tf32" in r.stderr and "CPU" in r.stderr and "Traceback" not in r.output
+
+
+def test_the_transfer_primitives_compute_in_fp32_on_either_backend_whatever_was_set_before():
+    """Accuracy (few-shot, fine-tuning, a train row's real-input part) is computed in TRANSFER_PRECISION, set
+    explicitly: not the platform's default (TF32 for JAX's dots and torch's convolutions on an NVIDIA GPU), nor what
+    a tf32 bench step left set in the same process."""
+    import jax
+    import jax.numpy as jnp
+    import torch
+
+    from vitbench.backends.base import TRANSFER_PRECISION, get_backend
+    from vitbench.backends.jax import training
+    from vitbench.backends.jax.numerics import lowered_precisions
+    from vitbench.models.specs import get_spec
+    from vitbench.transfer.schedules import OptimConfig
+
+    assert TRANSFER_PRECISION == "fp32"
+    tb = get_backend("torch")
+    torch.backends.cudnn.allow_tf32 = True  # torch's own default: TF32 convolutions on a GPU
+    torch.backends.cuda.matmul.allow_tf32 = True  # as a tf32 step leaves it
+    try:
+        tb.setup("cpu", threads=1)
+        assert not torch.backends.cudnn.allow_tf32 and not torch.backends.cuda.matmul.allow_tf32
+        assert torch.get_float32_matmul_precision() == "highest"
+    finally:
+        torch.backends.cudnn.allow_tf32 = True
+        torch.backends.cuda.matmul.allow_tf32 = False
+
+    jb = get_backend("jax")
+    jb.setup("cpu")
+    for name in ("ViT-Nano/4", "R-Nano"):
+        model = jb.init_model(get_spec(name), 32, 3, seed=0)
+        x, y = jnp.zeros((2, 32, 32, 3), jnp.float32), jnp.zeros((2,), jnp.int32)
+        forward = training.apply_compiled(model.module, False).lower(model.params, x).as_text()
+        tx, step = training._train_step(model.module, OptimConfig(steps=2, warmup_steps=0), 3, model.params)
+        train = step.lower(model.params, tx.init(model.params), x, y, jnp.float32(0.1), ()).as_text()
+        assert lowered_precisions(forward) == ["HIGHEST"] == lowered_precisions(train), name
+    assert jax.config.jax_default_matmul_precision is None  # scoped to the trace

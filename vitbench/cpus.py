@@ -108,13 +108,22 @@ class Mark:
     own_s: float
 
     @classmethod
-    def now(cls) -> Mark:
-        return cls(time.perf_counter(), _busy_s(), _own_s(psutil.Process()))
+    def now(cls, own: list[psutil.Process] | None = None) -> Mark:
+        """`own`: the processes whose CPU time is this measurement's own (default: this process alone)."""
+        return cls(time.perf_counter(), _busy_s(), sum(_own_s_or_0(p) for p in own or [psutil.Process()]))
 
 
-def others_since(mark: Mark) -> tuple[float, float | None]:
-    """(wall seconds since `mark`, average cores other processes kept busy meanwhile; None over no time)."""
-    now = Mark.now()
+def _own_s_or_0(proc: psutil.Process) -> float:
+    try:
+        return _own_s(proc)
+    except psutil.Error:  # gone: its time is no longer counted as ours (others' then, the cautious side)
+        return 0.0
+
+
+def others_since(mark: Mark, own: list[psutil.Process] | None = None) -> tuple[float, float | None]:
+    """(wall seconds since `mark`, average cores other processes kept busy meanwhile; None over no time).
+    `own`: as `Mark.now`'s, the same processes as the mark's."""
+    now = Mark.now(own)
     wall = now.wall - mark.wall
     if wall <= 0:
         return wall, None

@@ -55,12 +55,14 @@ class UnsafeFileError(VitbenchError):
 
 def looks_like_oom(exc: BaseException) -> bool:
     """Out-of-memory by any framework: MemoryError, torch.cuda.OutOfMemoryError, XLA RESOURCE_EXHAUSTED,
-    the CPU allocator's "can't allocate memory". One check shared by the backends and the trial runner."""
+    the CPU allocator's "can't allocate memory", cuBLAS's and cuDNN's workspace allocations
+    (CUBLAS_STATUS_ALLOC_FAILED, CUDNN_STATUS_ALLOC_FAILED: out of device memory inside the library). One check shared
+    by the backends and the trial runner."""
     if isinstance(exc, MemoryError) or "OutOfMemory" in type(exc).__name__:
         return True
     msg = str(exc).lower()
     return any(s in msg for s in ("out of memory", "resource_exhausted", "resource exhausted",
-                                  "can't allocate memory"))
+                                  "can't allocate memory", "status_alloc_failed"))
 
 
 def shorten(value, limit: int = 80) -> str:

@@ -45,6 +45,9 @@ from vitbench.errors import ConfigError, looks_like_oom
 MATMUL_WINDOWS = 5  # windows per matmul measurement: enough for a median that one slow window cannot move
 
 
+TRANSFER_PRECISION = "fp32"  # what the transfer primitives (and a train row's real-input part) compute in
+
+
 class Backend(ABC):
     """One framework on one device kind. Stateless apart from the device/threads chosen in `setup`."""
 
@@ -167,6 +170,11 @@ class Backend(ABC):
     def cleanup(self) -> None:
         """Free cached memory after a failure (OOM) so the process can go on."""
 
+    def group_barrier(self) -> None:
+        """Wait until every rank of the group this process is one of gets here (before the timed steps, so that
+        the ranks' windows overlap: an inference step has no collective that would line them up). A backend
+        whose group is one process (a device mesh) or that has no groups: nothing to wait for."""
+
     # ---- FLOPs and the matmul peak (FLOPS, MATMUL_PEAK) ---------------------------------------------------------
     def count_flops(self, spec, resolution: int, num_classes: int) -> dict[str, dict]:
         """Forward cost of ONE image by this framework's own counters.
@@ -212,6 +220,8 @@ class Backend(ABC):
 
     # ---- transfer (TRANSFER): the primitives the protocols in vitbench.transfer are written against ------------
     # Data crosses as numpy: images float32 NHWC in [-1, 1], labels int64, weights {timm parameter name: float32}.
+    # Every primitive computes in TRANSFER_PRECISION, set explicitly (not the framework's default, which on an
+    # NVIDIA GPU is TF32 for JAX's matmuls and torch's convolutions: accuracy would differ between backends).
     compile_s: float = 0.0  # seconds spent compiling training/eval steps since setup, never inside a train time
 
     def init_model(self, spec, resolution: int, num_classes: int, seed: int) -> Any:

@@ -26,17 +26,19 @@ def busy(cores, missing: bool) -> bool:
 
 @dataclass
 class LoadMeter:
-    """`with LoadMeter() as m: ...` then `m.other_cores` (average cores used by other processes)."""
+    """`with LoadMeter() as m: ...` then `m.other_cores` (average cores used by other processes). `own`: the
+    processes measured together (a group's ranks: each one's siblings are no other load), default this one."""
 
+    own: list | None = None
     other_cores: float | None = None
     wall_s: float = 0.0
 
     def __enter__(self) -> LoadMeter:
-        self._mark = Mark.now()
+        self._mark = Mark.now(self.own)
         return self
 
     def __exit__(self, *exc) -> None:
-        self.wall_s, self.other_cores = others_since(self._mark)
+        self.wall_s, self.other_cores = others_since(self._mark, self.own)
 
     @property
     def busy(self) -> bool:

@@ -27,7 +27,7 @@ import psutil
 from vitbench import forkservers, memory_budget
 from vitbench.backends.base import Step, backend_spec, default_backend
 from vitbench.env import environment
-from vitbench.errors import ConfigError
+from vitbench.errors import ConfigError, clip
 from vitbench.measure.probe import ProbeStatus, child
 from vitbench.measure.throughput import resolve_step, step_config
 from vitbench.record import ErrorInfo, Record, Status, now
@@ -220,9 +220,21 @@ def max_batch(step: Step, backend: str | None = None, device: str = "cpu", threa
     hint = nothing_fits_hint(probes, budget) if best == 0 else None
     if hint:
         metrics["note"] = hint
+    # what set the limit: the smallest batch that did not fit (memory: oom, over_budget; or not memory)
+    bound = min((p for p in probes if not p.fits), key=lambda p: p.batch, default=None)
+    metrics["limited_by"] = "cap" if bound is None else str(bound.status)
     status, error = Status.OK, None
-    if best == 0 and errors:  # nothing fitted because probes crashed, not because memory ran out
+    if bound is not None and bound.status is ProbeStatus.ERROR:
+        # crashed for another reason than memory (a kernel's size limit, a bug): the largest batch that *fits* is
+        # not known, and `best` below it is no measure of memory
+        status, error = Status.ERROR, ErrorInfo(
+            "ProbeError", f"batch {bound.batch} failed for a reason other than memory, so the largest batch that "
+            f"fits is not known (largest that ran: {best}): {clip(bound.error or '', 300)}", bound.error)
+    elif best == 0 and errors:  # nothing fitted because probes crashed, not because memory ran out
         status, error = Status.ERROR, ErrorInfo("ProbeError", errors[-1].error or "", errors[-1].error)
+    elif bound is not None and bound.status is ProbeStatus.TIMEOUT:
+        metrics["note"] = (f"batch {bound.batch} ran past the probe's {probe_timeout_s:g} s: the largest batch is "
+                           "bounded by time here, not memory (--probe-timeout-s)")
     return Record.measured(KIND, config, metrics=metrics, raw={"probes": [asdict(p) for p in probes]},
                            env=environment({"backend": backend, "device": device}), status=status,
                            error=error, started_at=started)

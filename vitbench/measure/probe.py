@@ -12,6 +12,7 @@ import json
 import os
 import sys
 
+from vitbench.errors import looks_like_oom
 from vitbench.procmem import die_with_parent
 
 
@@ -56,6 +57,10 @@ def probe(req: dict) -> dict:
             work.sync(work.step())
         result["peak_mem_mib"] = be.peak_memory_mib()
     except Exception as e:  # noqa: BLE001 - report, never crash silently
+        from vitbench.measure import ranks
+
+        if ranks.in_group():  # a rank that returned would leave its peers waiting in a collective: it fails, they
+            raise             # are stopped at once, and _group_probe reads what it raised
         result["status"] = ProbeStatus.OOM if be.is_oom(e) else ProbeStatus.ERROR
         result["error"] = f"{type(e).__name__}: {str(e)[:500]}"
     result["process_peak_mib"] = be.process_peak_mib()
@@ -70,9 +75,9 @@ def _group_probe(req: dict) -> dict:
 
     try:
         results = run_group("vitbench.measure.probe:probe", {"req": req}, req["step"]["devices"])
-    except RankFailed as e:
-        return {"status": ProbeStatus.ERROR, "batch": req["step"]["batch_size"], "error": str(e)[:1000],
-                "process_peak_mib": None}
+    except RankFailed as e:  # a rank out of memory fails the group with what it raised (probe, above)
+        return {"status": ProbeStatus.OOM if looks_like_oom(e) else ProbeStatus.ERROR,
+                "batch": req["step"]["batch_size"], "error": str(e)[:1000], "process_peak_mib": None}
     bad = [r for r in results if r["status"] != ProbeStatus.OK]
     out = dict(bad[0] if bad else results[0])
     peaks = [r.get("peak_mem_mib") for r in results if r.get("peak_mem_mib") is not None]

@@ -62,6 +62,26 @@ def in_group() -> bool:
     return RESULT_ENV in os.environ
 
 
+def group_processes() -> list:
+    """This rank and its peers (the processes its parent launched with the same rendezvous): what a rank's
+    LoadMeter counts as its own, not as other load. Outside a group: this process."""
+    import psutil
+
+    me = psutil.Process()
+    if not in_group():
+        return [me]
+    key = (os.environ.get("MASTER_PORT"), os.environ.get("WORLD_SIZE"))
+    peers = []
+    for p in (me.parent().children() if me.parent() else []):
+        try:
+            env = p.environ()
+        except psutil.Error:
+            continue
+        if p.pid != me.pid and (env.get("MASTER_PORT"), env.get("WORLD_SIZE")) == key and RESULT_ENV in env:
+            peers.append(p)
+    return [me, *peers]
+
+
 def rank() -> int:
     """This process's rank (0 outside a group)."""
     return int(os.environ.get("RANK", "0")) if in_group() else 0

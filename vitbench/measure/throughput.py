@@ -119,7 +119,9 @@ def bench(step: Step, backend: str | Backend | None = None, device: str = "cpu",
         be.restart_peak_memory(work)  # the steady phase: what compilation used and freed no longer counts
         estimate = statistics.median(warmup_s) if warmup_s else first_step_s
         timed = extra_work.ExtraWork(work, extra) if extra else work
-        with LoadMeter() as load, EnergyMeter(dev) as energy:
+        if ranks.in_group():
+            be.group_barrier()  # the ranks' timed windows start together
+        with LoadMeter(ranks.group_processes()) as load, EnergyMeter(dev) as energy:
             if timing is TimingMode.LATENCY:
                 per_window = 1
                 samples = be.time_steps(timed, replace(stop, min_windows=1))
@@ -130,8 +132,8 @@ def bench(step: Step, backend: str | Backend | None = None, device: str = "cpu",
         peak_mem, memory_kind, reserved = be.peak_memory_mib(), be.memory_kind(), be.reserved_peak_mib()
         attention = be.attention_kernel(work)  # one more step, after everything above was measured
     except Exception as e:  # noqa: BLE001 - OOM is a result, anything else propagates
-        if not be.is_oom(e):
-            raise
+        if not be.is_oom(e) or ranks.in_group():  # a rank that returned would leave its peers waiting in a
+            raise  # collective: it fails, they are stopped at once (run_group), and the trial's row says OOM
         oom = ErrorInfo.of(e)
     finally:
         if work is not None:
@@ -174,7 +176,9 @@ def bench(step: Step, backend: str | Backend | None = None, device: str = "cpu",
         "reserved_peak_mib": reserved,
         "compile_reserved_peak_mib": compile_mem[1],
         "device_used_mib": end.used_mib if end else None,
-        "energy_j_per_img": energy.energy_j / (stats["steps"] * batch) if energy.energy_j is not None else None,
+        # the meter reads one device (this process's): over that device's share of the group's images
+        "energy_j_per_img": (energy.energy_j / (stats["steps"] * batch / step.devices)
+                             if energy.energy_j is not None else None),
         "power_w_mean": energy.energy_j / energy.wall_s if energy.energy_j is not None and energy.wall_s else None,
         "nvml": energy.why,
         "matmul_precision": settings.get("matmul_precision"),

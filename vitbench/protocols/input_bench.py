@@ -23,6 +23,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from vitbench.backends.base import TRANSFER_PRECISION
 from vitbench.backends.workload import StopRule
 from vitbench.measure.timing import MIN_WINDOWS, summarize_windows, window_steps_for
 from vitbench.transfer.data import ImageSet, Splits, batch_indices
@@ -82,6 +83,7 @@ def real_input_training(model: str, backend: str, splits: Splits, resolution: in
     listed before any timing, so bad data exits first), timed as the module docstring says. metrics:
     real_input_img_per_s (batch / median step), real_input_step_ms_median / _iqr / _cv, real_input_windows,
     real_input_window_steps, real_input_steps, input_img_per_s, input_bound_fraction, real_input_source,
+    real_input_precision (what the real-input steps compute in: the transfer primitives' TRANSFER_PRECISION),
     skipped_files (corrupt files skipped under data.skip_corrupt; a run that reads no image exits 2 naming the
     split); raw:
     real_input_window_s, real_input_warmup_s (seconds per warm-up step)."""
@@ -121,6 +123,8 @@ def real_input_training(model: str, backend: str, splits: Splits, resolution: in
                **{f"real_input_{k}": stats[k] for k in ("step_ms_median", "step_ms_iqr", "step_cv", "windows",
                                                         "window_steps", "steps")},
                "input_img_per_s": got["input_img_per_s"], "input_bound_fraction": got["input_bound_fraction"],
-               "real_input_source": splits.source, "skipped_files": len(splits.skipped)}
+               "real_input_source": splits.source, "skipped_files": len(splits.skipped),
+               # the transfer primitives' numerics, whatever the row's precision (its synthetic steps')
+               "real_input_precision": TRANSFER_PRECISION}
     splits.warn_skipped()
     return metrics, {"real_input_window_s": window_s, "real_input_warmup_s": warmup_s}

@@ -82,7 +82,8 @@ METRICS = (
     OTHER_LOAD_CORES,
     Metric("mfu", "fraction", True, "model FLOP/s / the device's peak for the precision (peak_source: datasheet "
            "or measured), at most 1"),
-    Metric("energy_j_per_img", "J/img", False, "device energy per image over the timed steps (NVML)",
+    Metric("energy_j_per_img", "J/img", False, "device energy per image over the timed steps (NVML; a group's: "
+           "one device's energy over its share of the images, the devices alike)",
            comparable=True),
 )
 

@@ -10,6 +10,8 @@ from functools import lru_cache
 import jax
 import numpy as np
 
+from vitbench.backends.base import TRANSFER_PRECISION
+from vitbench.backends.jax.numerics import traced_at
 from vitbench.errors import ConfigError
 from vitbench.models.convert import torch_to_flax
 from vitbench.models.families import family_plugin
@@ -21,7 +23,7 @@ from vitbench.models.specs import ModelSpec
 def _compiled(spec: ModelSpec, resolution: int):
     module = build_flax_model(spec, resolution, spec.num_classes)
     plugin = family_plugin(spec.family)
-    return jax.jit(lambda params, x: plugin.flax_attention_maps(module, params, x))
+    return jax.jit(traced_at(TRANSFER_PRECISION)(lambda params, x: plugin.flax_attention_maps(module, params, x)))
 
 
 def attention_maps(weights: dict[str, np.ndarray], spec: ModelSpec, resolution: int,

@@ -19,6 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from vitbench.backends.base import TRANSFER_PRECISION
+from vitbench.backends.jax.numerics import traced_at
 from vitbench.backends.jax.training import FlaxModel, apply_update, make_tx
 from vitbench.transfer import masked_patch as mpt
 from vitbench.transfer.schedules import OptimConfig, lr_table
@@ -82,6 +84,7 @@ def train(backend, model: FlaxModel, batches, opt: OptimConfig, mp: mpt.MaskedPa
         return loss(out, y, target)
 
     @jax.jit
+    @traced_at(TRANSFER_PRECISION)
     def step(p, state, x, source, use_mask, positions, y, lr):
         value, grads = jax.value_and_grad(loss_fn)(p, x, source, use_mask, positions, y)
         p, state = apply_update(tx, grads, state, p, lr)

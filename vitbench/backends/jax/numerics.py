@@ -21,6 +21,23 @@ _PRECISION_ATTR = re.compile(r"precision(?:_config)? = \[(?:#stablehlo<precision
 _OPERAND_TYPE = re.compile(r"tensor<(?:[\d?]+x)*(\w+)>")  # the element type of a StableHLO tensor type
 
 
+def traced_at(precision: str):
+    """Decorator: the function's body traced under `precision`'s matmul setting, wherever it is jitted and called
+    (the transfer primitives: Backend's TRANSFER_PRECISION, not the platform's default, TF32 on NVIDIA GPUs). The
+    setting is scoped to the trace, never left set globally."""
+    import functools
+
+    import jax
+
+    def wrap(fn):
+        @functools.wraps(fn)
+        def traced(*args, **kwargs):
+            with jax.default_matmul_precision(MATMUL_PRECISION[precision]):
+                return fn(*args, **kwargs)
+        return traced
+    return wrap
+
+
 def compute_dtype(precision: str):
     """The array dtype a step of `precision` computes in (ConfigError naming the allowed ones)."""
     if precision not in DTYPES:

@@ -25,6 +25,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from vitbench.backends.base import TRANSFER_PRECISION
+from vitbench.backends.jax.numerics import traced_at
 from vitbench.models.specs import ModelSpec
 from vitbench.transfer.distill import Distill, Distillation
 from vitbench.transfer.schedules import OptimConfig, lr_table
@@ -102,6 +104,7 @@ def _train_step(module, opt: OptimConfig, num_classes: int, params: dict, kind: 
         return distillation_loss(cls_logits, dist_logits, targets, teacher_logits, kind, lam, tau)
 
     @jax.jit
+    @traced_at(TRANSFER_PRECISION)
     def step(p, opt_state, x, y, lr, kd):
         loss, grads = jax.value_and_grad(loss_fn)(p, x, y, kd)
         p, opt_state = apply_update(tx, grads, opt_state, p, lr)
@@ -159,7 +162,8 @@ def apply_compiled(module, pre_logits: bool):
     """A jitted forward (logits, or the pre-logits representation), cached per module."""
     key = (module, pre_logits)  # linen modules are frozen dataclasses: hashable by their fields
     if key not in _JIT_CACHE:
-        _JIT_CACHE[key] = jax.jit(lambda p, x: module.apply({"params": p}, x, pre_logits=pre_logits))
+        _JIT_CACHE[key] = jax.jit(traced_at(TRANSFER_PRECISION)(
+            lambda p, x: module.apply({"params": p}, x, pre_logits=pre_logits)))
     return _JIT_CACHE[key]
 
 

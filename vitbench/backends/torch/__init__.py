@@ -23,6 +23,12 @@ def _check(fields: Mapping[str, Any]) -> list[tuple[str, str]]:
         return [("device", f"backend {NAME!r} runs on cpu, cuda or cuda:N")]
     if fields.get("devices", 1) > 1 and ":" in str(device or ""):
         return [("device", "with devices > 1, device names the kind (cpu or cuda): rank r runs on cuda:r")]
+    if (fields.get("precision") == "fp16" and fields.get("parallelism") == Parallelism.FSDP.value
+            and fields.get("devices", 1) > 1 and "train" in (fields.get("task"), fields.get("mode"))):
+        # GradScaler's found-inf is per rank under FSDP2's sharded gradients: ranks could disagree on skipping
+        # a step (torch.amp.GradScaler's docs: ShardedGradScaler is FSDP1's), and their weights part
+        return [("precision", "fp16 training under fsdp needs a gradient scaler that agrees across ranks, which "
+                              "this backend does not have: use bf16 (no loss scaling), or dp")]
     if fields.get("precision") == "tf32" and str(device or "cpu").startswith("cpu"):
         return [("precision", "tf32 is a GPU tensor-core format (NVIDIA Ampere and later); a CPU has none: use "
                               "fp32 (full fp32), or bf16")]

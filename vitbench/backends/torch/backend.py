@@ -33,6 +33,7 @@ from vitbench.backends.base import (
     MemoryKind,
     Step,
     StopRule,
+    TRANSFER_PRECISION,
     TimerKind,
     Workload,
 )
@@ -105,6 +106,12 @@ class TorchBackend(Backend):
             self.device = distributed.init(dev, devices)
             group = {"collective_backend": distributed.collective_backend(dev.type),
                      "rank": distributed.rank_and_world()[0]}
+        if self.device.type == "cuda" and self.device.index is not None:
+            # the current device: events recorded without a stream (the timer's), the peak matmuls and the
+            # allocator's statistics use it; left at cuda:0 they time an idle GPU while cuda:N works
+            torch.cuda.set_device(self.device)
+        # the transfer primitives' numerics (Backend: TRANSFER_PRECISION); a bench step's prepare sets its own
+        set_matmul_precision(TRANSFER_PRECISION)
         if threads is None and dev.type == "cpu" and "OMP_NUM_THREADS" not in os.environ:
             # OpenMP's workers spin at a barrier after every operation: under other load a descheduled one stalls
             # the rest (docs/measurement.md, "Threads on a busy machine"), so an unset count fits the free cores
@@ -153,7 +160,10 @@ class TorchBackend(Backend):
 
     def prepare(self, step: Step) -> TorchWorkload:
         mode = (step.compile_mode or self.spec.compile_modes[0]) if step.compile else None  # None: eager
-        self._refuse(precision=step.precision, device=str(self.device), compile=step.compile, compile_mode=mode)
+        # a group's field names the device kind (its ranks run on cuda:r): as the user's trial said it
+        self._refuse(precision=step.precision, device=self.device.type if step.devices > 1 else str(self.device),
+                     compile=step.compile, compile_mode=mode, devices=step.devices, parallelism=step.parallelism,
+                     mode=step.mode)
         spec = step.spec
         res = spec.resolution if step.resolution is None else step.resolution
         k = step.num_classes or spec.num_classes
@@ -166,17 +176,23 @@ class TorchBackend(Backend):
         model = model.to(memory_format=fmt)
         model.train(step.mode == "train")
         gen = torch.Generator().manual_seed(step.seed)
-        x = torch.randn(step.batch_size, 3, res, res, generator=gen).to(self.device, memory_format=fmt)
-        y = torch.randint(0, k, (step.batch_size,), generator=gen).to(self.device)
+        x = torch.randn(step.batch_size, 3, res, res, generator=gen)
+        y = torch.randint(0, k, (step.batch_size,), generator=gen)
         opt = OptimConfig(optimizer=step.optimizer) if step.mode == "train" else None
         if step.devices > 1:  # a rank: its slice of the global batch, the model spread over the group
             from vitbench.backends.torch import distributed
 
+            # sliced on the host: a slice of a device tensor keeps the whole global batch in this rank's memory
             x, y = distributed.local_slice(x, y)
             model = distributed.wrap(model, step.parallelism, self.device)
+        x, y = x.to(self.device, memory_format=fmt), y.to(self.device)
         if mode is not None:
             model = torch.compile(model, mode=mode)
-        settings = {**settings, "compile_mode": mode}
+        if self.device.type == "cuda":
+            # each convolution's fastest cuDNN algorithm, timed at its first call (the first step, outside the
+            # timer): as timm's benchmark.py sets it, and as XLA autotunes the JAX side's convolutions
+            torch.backends.cudnn.benchmark = True
+        settings = {**settings, "compile_mode": mode, "cudnn_benchmark": torch.backends.cudnn.benchmark}
         work = TorchWorkload(model, x, y, step.mode, step.precision, opt, self.device, settings,
                              has_attention=family.attention_of(spec).layers,
                              cuda_graphs=mode == "reduce-overhead" and self.device.type == "cuda")
@@ -189,6 +205,11 @@ class TorchBackend(Backend):
     @property
     def timer(self) -> TimerKind:
         return TimerKind.DEVICE_EVENTS if self.device.type == "cuda" else TimerKind.HOST_CLOCK
+
+    def group_barrier(self) -> None:
+        from vitbench.backends.torch import distributed
+
+        distributed.barrier(self.device)
 
     def time_steps(self, work: Workload, stop: StopRule) -> list[float]:
         if self.device.type != "cuda":

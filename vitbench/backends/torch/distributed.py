@@ -60,15 +60,22 @@ def init(device: torch.device, devices: int) -> torch.device:
     return device
 
 
+def barrier(device: torch.device) -> None:
+    """Every rank of the group here (a no-op outside one); on CUDA on this rank's device, as NCCL asks."""
+    if dist.is_initialized():
+        dist.barrier(**({"device_ids": [device.index]} if device.type == "cuda" else {}))
+
+
 def rank_and_world() -> tuple[int, int]:
     return (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
 
 
 def local_slice(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """This rank's equal share of a global batch (rank r: images [r B/N, (r+1) B/N))."""
+    """This rank's equal share of a global batch (rank r: images [r B/N, (r+1) B/N)), copied: a view would keep
+    the whole global batch alive in this rank's memory (and in its state_mib)."""
     r, n = rank_and_world()
     per = x.shape[0] // n
-    return x[r * per:(r + 1) * per], y[r * per:(r + 1) * per]
+    return x[r * per:(r + 1) * per].clone(), y[r * per:(r + 1) * per].clone()
 
 
 def wrap(model: torch.nn.Module, parallelism: str, device: torch.device) -> torch.nn.Module:

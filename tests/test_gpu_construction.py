@@ -1,0 +1,141 @@
+"""GPU code paths that a CPU run never takes, checked by construction: torch's CUDA calls stand in for a GPU here
+(monkeypatched), and each test asserts what vitbench asks of them (which device, which slice, which limit)."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from vitbench.backends.base import Device, DeviceKind, get_backend  # noqa: E402
+
+
+def test_a_cuda_device_with_an_index_becomes_the_current_device(monkeypatch):
+    """Events recorded without a stream, the peak's matmuls and the allocator's statistics use the *current* CUDA
+    device: setup('cuda:1') must make cuda:1 current, or the timer times an idle cuda:0 while cuda:1 works."""
+    be = get_backend("torch")
+    made_current = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda d: made_current.append(torch.device(d)))
+    monkeypatch.setattr(type(be), "device_info", lambda self: Device(DeviceKind.GPU, "a GPU", self.device.index))
+    monkeypatch.setattr(type(be), "versions", lambda self: {})
+    info = be.setup("cuda:1", threads=1)
+    assert info["device"] == "cuda:1"
+    assert made_current == [torch.device("cuda:1")]
+    be.device = torch.device("cpu")
+
+
+def test_a_rank_holds_only_its_slice_of_the_global_batch(monkeypatch):
+    """Each rank of a data-parallel group keeps B/N images, not a view into all B (which would count the global
+    batch in every rank's memory: per-device peak and state inflated, the largest batch understated)."""
+    from vitbench.backends.torch import distributed
+
+    monkeypatch.setattr(distributed, "rank_and_world", lambda: (1, 4))
+    x, y = torch.arange(8 * 3 * 2 * 2, dtype=torch.float32).reshape(8, 3, 2, 2), torch.arange(8)
+    xs, ys = distributed.local_slice(x, y)
+    assert torch.equal(xs, x[2:4]) and torch.equal(ys, y[2:4])
+    assert xs.untyped_storage().nbytes() == x.untyped_storage().nbytes() // 4
+    assert ys.untyped_storage().nbytes() == y.untyped_storage().nbytes() // 4
+
+
+@pytest.mark.parametrize("message, oom", [
+    ("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`", True),
+    ("cuDNN error: CUDNN_STATUS_ALLOC_FAILED", True),
+    ("CUDA out of memory. Tried to allocate 2.00 GiB", True),
+    ("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 17179869184 bytes.", True),
+    ("CUDA error: invalid configuration argument", False),
+    ("cuDNN error: CUDNN_STATUS_NOT_SUPPORTED", False),
+])
+def test_out_of_device_memory_inside_cublas_or_cudnn_is_an_oom(message, oom):
+    """A library's workspace allocation failing is the device running out of memory (a max-batch probe's limit);
+    a kernel's size limit is not (the search must not take it for one)."""
+    from vitbench.errors import looks_like_oom
+
+    assert looks_like_oom(RuntimeError(message)) is oom
+
+
+def _in_a_group(monkeypatch, tmp_path):
+    from vitbench.measure import ranks
+
+    monkeypatch.setenv(ranks.RESULT_ENV, str(tmp_path / "rank0.json"))
+    assert ranks.in_group()
+
+
+def test_a_rank_out_of_memory_fails_its_group_instead_of_returning(monkeypatch, tmp_path):
+    """A rank whose step ran out of memory must not return an OOM row and exit 0: its peers would wait in a
+    collective (NCCL's watchdog: minutes) and the trial end in `error`. It raises, so that run_group stops the
+    others at once, and the trial's row is OOM from what it raised."""
+    from vitbench.backends.base import Step, StopRule
+    from vitbench.backends.torch.backend import TorchBackend
+    from vitbench.measure import probe as probe_mod
+    from vitbench.measure.throughput import bench
+
+    def oom(self, step):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(TorchBackend, "prepare", oom)
+    assert bench(Step("ViT-Nano/4", batch_size=2), backend="torch", warmup_steps=1, stop=StopRule(2, 0.0, 1.0)).status == "oom"  # alone: an OOM row
+    assert probe_mod.probe({"step": Step("ViT-Nano/4", batch_size=2).to_dict(), "backend": "torch"})["status"] == "oom"
+    _in_a_group(monkeypatch, tmp_path)
+    with pytest.raises(torch.OutOfMemoryError):
+        bench(Step("ViT-Nano/4", batch_size=2), backend="torch", warmup_steps=1, stop=StopRule(2, 0.0, 1.0))
+    with pytest.raises(torch.OutOfMemoryError):
+        probe_mod.probe({"step": Step("ViT-Nano/4", batch_size=2).to_dict(), "backend": "torch"})
+
+
+@pytest.mark.parametrize("raised, status", [("OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB", "oom"),
+                                            ("RuntimeError: CUDA error: invalid configuration argument", "error")])
+def test_a_group_probe_that_a_rank_failed_out_of_memory_is_an_oom(monkeypatch, raised, status):
+    from vitbench.backends.base import Step
+    from vitbench.measure import probe as probe_mod, ranks
+
+    def failed(*args, **kwargs):
+        raise ranks.RankFailed(1, f"rank 1 of 2 failed (exit status 1); the other ranks were stopped: {raised}")
+
+    monkeypatch.setattr(ranks, "run_group", failed)
+    req = {"step": Step("ViT-Nano/4", batch_size=4, devices=2).to_dict(), "backend": "torch"}
+    assert probe_mod._group_probe(req)["status"] == status
+
+
+def test_a_rank_counts_its_peers_as_its_own_load_not_others(tmp_path):
+    """A group's ranks share the host: each rank's LoadMeter counts its peers' CPU time as the measurement's own
+    (else every multi-rank row is flagged busy by its own siblings); a process of another rendezvous is not a peer."""
+    import subprocess
+    import sys
+
+    from vitbench.measure import ranks
+
+    def env(port, r):
+        import os
+        return {**os.environ, "MASTER_PORT": str(port), "WORLD_SIZE": "2", "RANK": str(r),
+                ranks.RESULT_ENV: str(tmp_path / f"{port}-{r}.json")}
+
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    peer, stranger = (subprocess.Popen(sleeper, env=env(port, 1)) for port in (29999, 29998))
+    try:
+        code = ("import time; from vitbench.measure import ranks; time.sleep(0.5); "
+                "print(*sorted(p.pid for p in ranks.group_processes()))")
+        me = subprocess.run([sys.executable, "-c", code], env=env(29999, 0), capture_output=True, text=True,
+                            timeout=120)
+        assert me.returncode == 0, me.stderr[-2000:]
+        pids = [int(x) for x in me.stdout.split()]
+        assert peer.pid in pids and stranger.pid not in pids and len(pids) == 2
+    finally:
+        for p in (peer, stranger):
+            p.kill()
+            p.wait()
+
+
+def test_fp16_training_under_fsdp_is_refused_and_the_rest_is_not():
+    """FSDP2's sharded gradients leave GradScaler's found-inf per rank: ranks could disagree on skipping a step.
+    Refused where a study is read and where a step is prepared; fp16 inference, dp, and bf16 under fsdp are not."""
+    from vitbench.backends.base import backend_spec
+
+    spec = backend_spec("torch")
+    refused = spec.problems({"precision": "fp16", "parallelism": "fsdp", "devices": 2, "task": "train",
+                             "device": "cuda"})
+    assert [f for f, _ in refused] == ["precision"] and "bf16" in refused[0][1]
+    for ok in ({"precision": "fp16", "parallelism": "fsdp", "devices": 2, "task": "infer", "device": "cuda"},
+               {"precision": "fp16", "parallelism": "dp", "devices": 2, "task": "train", "device": "cuda"},
+               {"precision": "bf16", "parallelism": "fsdp", "devices": 2, "mode": "train", "device": "cuda"}):
+        assert spec.problems(ok) == [], ok
