@@ -151,3 +151,13 @@ def test_the_tree_meter_counts_a_trial_reaped_by_a_fork_server_its_sweep_left_be
     with cpus.TreeMeter(every_s=0.25) as m:
         subprocess.run([sys.executable, "-c", SWEEP], check=True, timeout=120)
     assert m.tree_s >= 0.55 and m.other_cores is not None
+
+
+def test_own_processes_count_only_between_two_readings_of_each(monkeypatch):
+    """A group's processes are the measurement's own; one that exits before the second reading leaves out only its
+    last stretch (read as others'), never its whole lifetime (which the first reading holds)."""
+    start = cpus.Mark(wall=10.0, busy_s=100.0, own_s=55.0, per_pid=((1, 5.0), (2, 50.0)))
+    monkeypatch.setattr(cpus.Mark, "now", classmethod(
+        lambda cls, own=None: cpus.Mark(12.0, 104.0, 6.0, ((1, 6.0),))))  # pid 2 gone: 3 s busy were not ours
+    wall, others = cpus.others_since(start, own=[])
+    assert (wall, others) == (2.0, 1.5)  # (4 s busy - 1 s of pid 1) / 2 s; pid 2's 50 s of lifetime not counted

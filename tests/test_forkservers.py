@@ -199,12 +199,18 @@ def test_a_default_set_by_the_servers_imports_reaches_each_child_unless_the_call
     # XLA_PYTHON_CLIENT_PREALLOCATE=false was imported by the server, and each child took its caller's environment
     mod = "vitbench_test_envdefault"
     (tmp_path / f"{mod}.py").write_text("from vitbench.forkservers import env_default\n"
-                                        "env_default('VITBENCH_TEST_PRELOAD_DEFAULT', 'from-import')\n")
+                                        "env_default('VITBENCH_TEST_PRELOAD_DEFAULT', 'from-import',\n"
+                                        "            unless=('VITBENCH_TEST_OTHER_SPELLING',))\n")
     # the server is a fresh interpreter started now (a new preload list): it finds the module on its PYTHONPATH
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), *sys.path]))
     monkeypatch.delenv("VITBENCH_TEST_PRELOAD_DEFAULT", raising=False)
     monkeypatch.setenv("VITBENCH_TEST_CALLERS", "1")
     q = mp.get_context("spawn").Queue()
     assert _run((mod,), _report_env, q) == ("from-import", "1")
+    # another spelling the library refuses beside it, set by the caller after the server started: no default
+    # (jaxlib raises on XLA_CLIENT_MEM_FRACTION with XLA_PYTHON_CLIENT_MEM_FRACTION)
+    monkeypatch.setenv("VITBENCH_TEST_OTHER_SPELLING", "x")
+    assert _run((mod,), _report_env, q) == (None, "1")
+    monkeypatch.delenv("VITBENCH_TEST_OTHER_SPELLING")
     monkeypatch.setenv("VITBENCH_TEST_PRELOAD_DEFAULT", "users")
     assert _run((mod,), _report_env, q) == ("users", "1")  # the caller's value wins

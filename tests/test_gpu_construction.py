@@ -83,14 +83,18 @@ def test_a_rank_out_of_memory_fails_its_group_instead_of_returning(monkeypatch, 
         probe_mod.probe({"step": Step("ViT-Nano/4", batch_size=2).to_dict(), "backend": "torch"})
 
 
-@pytest.mark.parametrize("raised, status", [("OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB", "oom"),
-                                            ("RuntimeError: CUDA error: invalid configuration argument", "error")])
-def test_a_group_probe_that_a_rank_failed_out_of_memory_is_an_oom(monkeypatch, raised, status):
+@pytest.mark.parametrize("raised, code, status", [
+    ("OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB", 1, "oom"),
+    ("RuntimeError: CUDA error: invalid configuration argument", 1, "error"),
+    ("", -9, "oom"),  # the kernel's out-of-memory killer (a CPU group): no message, SIGKILL
+    ("", -11, "error"),
+])
+def test_a_group_probe_that_a_rank_failed_out_of_memory_is_an_oom(monkeypatch, raised, code, status):
     from vitbench.backends.base import Step
     from vitbench.measure import probe as probe_mod, ranks
 
     def failed(*args, **kwargs):
-        raise ranks.RankFailed(1, f"rank 1 of 2 failed (exit status 1); the other ranks were stopped: {raised}")
+        raise ranks.RankFailed(1, f"rank 1 of 2 failed; the other ranks were stopped: {raised}", code=code)
 
     monkeypatch.setattr(ranks, "run_group", failed)
     req = {"step": Step("ViT-Nano/4", batch_size=4, devices=2).to_dict(), "backend": "torch"}

@@ -130,7 +130,7 @@ def test_the_transfer_primitives_compute_in_fp32_on_either_backend_whatever_was_
     from vitbench.transfer.schedules import OptimConfig
 
     assert TRANSFER_PRECISION == "fp32"
-    tb = get_backend("torch")
+    tb, threads = get_backend("torch"), torch.get_num_threads()
     torch.backends.cudnn.allow_tf32 = True  # torch's own default: TF32 convolutions on a GPU
     torch.backends.cuda.matmul.allow_tf32 = True  # as a tf32 step leaves it
     try:
@@ -140,6 +140,7 @@ def test_the_transfer_primitives_compute_in_fp32_on_either_backend_whatever_was_
     finally:
         torch.backends.cudnn.allow_tf32 = True
         torch.backends.cuda.matmul.allow_tf32 = False
+        torch.set_num_threads(threads)
 
     jb = get_backend("jax")
     jb.setup("cpu")

@@ -101,33 +101,44 @@ def _own_s(proc: psutil.Process) -> float:
 
 @dataclass(frozen=True)
 class Mark:
-    """The clocks at one moment: wall time, every process's CPU time, this process's."""
+    """The clocks at one moment: wall time, every process's CPU time, this process's (own_s; per_pid: each of
+    the measurement's own processes', where several are)."""
 
     wall: float
     busy_s: float
     own_s: float
+    per_pid: tuple[tuple[int, float], ...] = ()
 
     @classmethod
     def now(cls, own: list[psutil.Process] | None = None) -> Mark:
-        """`own`: the processes whose CPU time is this measurement's own (default: this process alone)."""
-        return cls(time.perf_counter(), _busy_s(), sum(_own_s_or_0(p) for p in own or [psutil.Process()]))
-
-
-def _own_s_or_0(proc: psutil.Process) -> float:
-    try:
-        return _own_s(proc)
-    except psutil.Error:  # gone: its time is no longer counted as ours (others' then, the cautious side)
-        return 0.0
+        """`own`: the processes whose CPU time is this measurement's own (default: this process alone); one that
+        is gone is left out."""
+        if own is None:
+            return cls(time.perf_counter(), _busy_s(), _own_s(psutil.Process()))
+        per_pid = []
+        for p in own:
+            try:
+                per_pid.append((p.pid, _own_s(p)))
+            except psutil.Error:
+                pass
+        return cls(time.perf_counter(), _busy_s(), sum(s for _, s in per_pid), tuple(per_pid))
 
 
 def others_since(mark: Mark, own: list[psutil.Process] | None = None) -> tuple[float, float | None]:
     """(wall seconds since `mark`, average cores other processes kept busy meanwhile; None over no time).
-    `own`: as `Mark.now`'s, the same processes as the mark's."""
+    `own`: as `Mark.now`'s, the same processes as the mark's: their time between the two readings is ours, each
+    counted only where both readings have it (a peer that exited meanwhile: its last stretch is read as others',
+    never its whole lifetime)."""
     now = Mark.now(own)
     wall = now.wall - mark.wall
     if wall <= 0:
         return wall, None
-    return wall, max(0.0, ((now.busy_s - mark.busy_s) - (now.own_s - mark.own_s)) / wall)
+    if own is None:
+        ours = now.own_s - mark.own_s
+    else:
+        before = dict(mark.per_pid)
+        ours = sum(s - before[pid] for pid, s in now.per_pid if pid in before)
+    return wall, max(0.0, ((now.busy_s - mark.busy_s) - ours) / wall)
 
 
 class TreeMeter:

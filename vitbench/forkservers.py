@@ -78,17 +78,23 @@ _SERVERS: dict[tuple[str, ...], forkserver.ForkServer] = {}
 _lock = threading.RLock()
 # Variables this process's imports set as defaults (`env_default`): a child of a fork server runs with its
 # caller's environment, which lacks them when the caller never imported those modules
-_ENV_DEFAULTS: dict[str, str] = {}
+_ENV_DEFAULTS: dict[str, tuple[str, tuple[str, ...]]] = {}  # name -> (value, the names that rule it out)
 
 
-def env_default(name: str, value: str) -> None:
+def env_default(name: str, value: str, unless: tuple[str, ...] = ()) -> None:
     """Set `name` in this process's environment unless it is set (a user's value wins), and keep it set in the
     children that a fork server forks after importing the caller (`process`: each child takes its caller's
     environment, and a caller that never imported the module lacks the default). For settings a library reads when
     it starts its runtime, not at import: JAX reads XLA_PYTHON_CLIENT_PREALLOCATE when it creates its GPU
-    client."""
-    _ENV_DEFAULTS[name] = value
-    os.environ.setdefault(name, value)
+    client. `unless`: other names whose presence (here, or in a child's caller's environment) rules the default
+    out (another spelling of the same setting that the library refuses beside it)."""
+    _ENV_DEFAULTS[name] = (value, unless)
+    if not any(u in os.environ for u in unless):
+        os.environ.setdefault(name, value)
+
+
+def _defaults_for(env: dict[str, str]) -> dict[str, str]:
+    return {n: v for n, (v, unless) in _ENV_DEFAULTS.items() if not any(u in env for u in unless)}
 
 
 class _Server(forkserver.ForkServer):
@@ -221,7 +227,7 @@ def _in_environment(env: dict[str, str], requester, target, args) -> None:
     it read then.)"""
     _watch_requester(requester)
     os.environ.clear()
-    os.environ.update({**_ENV_DEFAULTS, **env})
+    os.environ.update({**_defaults_for(env), **env})
     target(*args)
 
 

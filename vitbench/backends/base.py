@@ -172,8 +172,8 @@ class Backend(ABC):
 
     def group_barrier(self) -> None:
         """Wait until every rank of the group this process is one of gets here (before the timed steps, so that
-        the ranks' windows overlap: an inference step has no collective that would line them up). A backend
-        whose group is one process (a device mesh) or that has no groups: nothing to wait for."""
+        the ranks' windows overlap: a data-parallel inference step has no collective that would line them up). A
+        backend whose group is one process (a device mesh) or that has no groups: nothing to wait for."""
 
     # ---- FLOPs and the matmul peak (FLOPS, MATMUL_PEAK) ---------------------------------------------------------
     def count_flops(self, spec, resolution: int, num_classes: int) -> dict[str, dict]:

@@ -282,6 +282,8 @@ def max_batch_cmd(
     if rec.status is not Status.OK:
         console.print(f"[red]{rec.status}[/]: {escape(rec.error.message) if rec.error else ''}")
         raise typer.Exit(1)
+    if m.get("limit_note"):  # what bounded the search was not memory (a probe's time): said, not a failure
+        console.print(f"[yellow]note:[/] {escape(m['limit_note'])}", highlight=False)
     if m.get("note"):  # nothing fitted because of the budget itself: exit 1 with the reason
         console.print(f"[yellow]nothing fits:[/] {escape(m['note'])}", highlight=False)
         raise typer.Exit(1)

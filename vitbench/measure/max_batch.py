@@ -27,8 +27,8 @@ import psutil
 from vitbench import forkservers, memory_budget
 from vitbench.backends.base import Step, backend_spec, default_backend
 from vitbench.env import environment
-from vitbench.errors import ConfigError, clip
-from vitbench.measure.probe import ProbeStatus, child
+from vitbench.errors import ConfigError, clip, looks_like_oom
+from vitbench.measure.probe import OOM_KILLED, ProbeStatus, child
 from vitbench.measure.throughput import resolve_step, step_config
 from vitbench.record import ErrorInfo, Record, Status, now
 
@@ -138,7 +138,7 @@ def run_probe(step: Step, batch: int, backend: str | None = None, device: str = 
                      f"probe took longer than {timeout_s:.0f} s")
     if out is None:
         tail = "\n".join(err.strip().splitlines()[-5:])
-        oom = "out of memory" in err.lower() or proc.exitcode in (-9, 137)
+        oom = looks_like_oom(RuntimeError(err)) or proc.exitcode in OOM_KILLED
         return Probe(batch, False, ProbeStatus.OOM if oom else ProbeStatus.ERROR, seconds=seconds,
                      error=tail or f"probe exited with code {proc.exitcode}")
     status = ProbeStatus(out["status"])
@@ -222,7 +222,8 @@ def max_batch(step: Step, backend: str | None = None, device: str = "cpu", threa
         metrics["note"] = hint
     # what set the limit: the smallest batch that did not fit (memory: oom, over_budget; or not memory)
     bound = min((p for p in probes if not p.fits), key=lambda p: p.batch, default=None)
-    metrics["limited_by"] = "cap" if bound is None else str(bound.status)
+    metrics["limited_by"] = ("cap" if bound is None else  # killed or measured past the budget: one cause
+                             str(ProbeStatus.OVER_BUDGET if bound.status.over_budget else bound.status))
     status, error = Status.OK, None
     if bound is not None and bound.status is ProbeStatus.ERROR:
         # crashed for another reason than memory (a kernel's size limit, a bug): the largest batch that *fits* is
@@ -233,8 +234,8 @@ def max_batch(step: Step, backend: str | None = None, device: str = "cpu", threa
     elif best == 0 and errors:  # nothing fitted because probes crashed, not because memory ran out
         status, error = Status.ERROR, ErrorInfo("ProbeError", errors[-1].error or "", errors[-1].error)
     elif bound is not None and bound.status is ProbeStatus.TIMEOUT:
-        metrics["note"] = (f"batch {bound.batch} ran past the probe's {probe_timeout_s:g} s: the largest batch is "
-                           "bounded by time here, not memory (--probe-timeout-s)")
+        metrics["limit_note"] = (f"batch {bound.batch} ran past the probe's {probe_timeout_s:g} s: the largest "
+                                 "batch is bounded by time here, not memory (--probe-timeout-s)")
     return Record.measured(KIND, config, metrics=metrics, raw={"probes": [asdict(p) for p in probes]},
                            env=environment({"backend": backend, "device": device}), status=status,
                            error=error, started_at=started)

@@ -16,6 +16,11 @@ from vitbench.errors import looks_like_oom
 from vitbench.procmem import die_with_parent
 
 
+# How a process the kernel's out-of-memory killer ended exits: SIGKILL (-9 from Python's exit code; 137 = 128 + 9
+# where a shell reports it). A probe (or a group's rank) that ends so ran out of host memory.
+OOM_KILLED = (-9, 137)
+
+
 class ProbeStatus(str, enum.Enum):
     """How a probe ended; only OK fits."""
 
@@ -76,7 +81,7 @@ def _group_probe(req: dict) -> dict:
     try:
         results = run_group("vitbench.measure.probe:probe", {"req": req}, req["step"]["devices"])
     except RankFailed as e:  # a rank out of memory fails the group with what it raised (probe, above)
-        return {"status": ProbeStatus.OOM if looks_like_oom(e) else ProbeStatus.ERROR,
+        return {"status": ProbeStatus.OOM if looks_like_oom(e) or e.code in OOM_KILLED else ProbeStatus.ERROR,
                 "batch": req["step"]["batch_size"], "error": str(e)[:1000], "process_peak_mib": None}
     bad = [r for r in results if r["status"] != ProbeStatus.OK]
     out = dict(bad[0] if bad else results[0])

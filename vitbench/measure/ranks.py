@@ -52,9 +52,10 @@ class RankFailed(VitbenchError):
 
     exit_code = EXIT_FAILED
 
-    def __init__(self, rank: int | None, message: str, exit_code: int = EXIT_FAILED):
+    def __init__(self, rank: int | None, message: str, exit_code: int = EXIT_FAILED, code: int | None = None):
         super().__init__(message)
-        self.rank, self.exit_code = rank, exit_code
+        # code: how the rank ended (its exit status, or minus the signal that killed it; None: no rank ended)
+        self.rank, self.exit_code, self.code = rank, exit_code, code
 
 
 def in_group() -> bool:
@@ -169,10 +170,10 @@ def _failure(d: Path, r: int, code: int, devices: int) -> RankFailed:
     head = f"rank {r} of {devices} failed ({_describe(code)}); the other ranks were stopped"
     try:
         err = json.loads((d / f"rank{r}.json{ERROR_SUFFIX}").read_text())
-        return RankFailed(r, f"{head}: {err['type']}: {err['message']}", int(err["exit_code"]))
+        return RankFailed(r, f"{head}: {err['type']}: {err['message']}", int(err["exit_code"]), code)
     except (OSError, ValueError, KeyError, TypeError):  # no error file: killed, crashed, os._exit
         tail = _tail(d / f"rank{r}.err")
-        return RankFailed(r, head + (f":\n{tail}" if tail else ""))
+        return RankFailed(r, head + (f":\n{tail}" if tail else ""), code=code)
 
 
 def _order(d: Path, r: int) -> float:
@@ -203,7 +204,10 @@ def _main() -> int:
         first = (str(e).strip().splitlines() or [""])[0]
         Path(os.environ[RESULT_ENV] + ERROR_SUFFIX).write_text(json.dumps(
             {"type": type(e).__name__, "message": first[:1000], "exit_code": code}))
-        return code
+        # out now, without the exit hooks: tearing down a process group (NCCL) while a peer still waits in a
+        # collective can block, and the launcher stops the peers only once this rank has exited
+        sys.stdout.flush(), sys.stderr.flush()
+        os._exit(code)
     tmp = Path(os.environ[RESULT_ENV] + ".tmp")
     tmp.write_text(json.dumps(result))
     tmp.replace(os.environ[RESULT_ENV])  # whole or absent

@@ -30,8 +30,7 @@ PREALLOCATE_ENV, FRACTION_ENV, FRACTION_ENV_DEPRECATED = ("XLA_PYTHON_CLIENT_PRE
                                                            "XLA_PYTHON_CLIENT_MEM_FRACTION")
 GPU_MEMORY_ENV = {PREALLOCATE_ENV: "false", FRACTION_ENV: "0.95"}
 for _name, _value in GPU_MEMORY_ENV.items():
-    if not (_name == FRACTION_ENV and FRACTION_ENV_DEPRECATED in os.environ):
-        env_default(_name, _value)
+    env_default(_name, _value, unless=(FRACTION_ENV_DEPRECATED,) if _name == FRACTION_ENV else ())
 
 
 def gpu_memory_settings() -> dict[str, str | None]:
