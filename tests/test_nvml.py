@@ -15,7 +15,8 @@ from vitbench.measure.nvml import EnergyMeter, Nvml, NvmlUnavailable
 H100 = Device(DeviceKind.GPU, "NVIDIA H100 80GB HBM3", 0, uuid="1234-abcd")
 
 
-def _fake_pynvml(energy_mj: list[int], reasons: int = 0x08 | 0x04, others: int = 1) -> types.ModuleType:
+def _fake_pynvml(energy_mj: list[int], reasons: int = 0x08 | 0x04, others: int = 1,
+                 name: str = "NVIDIA L4") -> types.ModuleType:
     m = types.ModuleType("pynvml")
     m.calls = []
     energy = iter(energy_mj)
@@ -30,6 +31,7 @@ def _fake_pynvml(energy_mj: list[int], reasons: int = 0x08 | 0x04, others: int =
     m.nvmlShutdown = record("shutdown")
     m.nvmlDeviceGetHandleByUUID = record("by_uuid", "handle")
     m.nvmlDeviceGetHandleByIndex = record("by_index", "handle")
+    m.nvmlDeviceGetName = record("name", name)
     m.nvmlDeviceGetMemoryInfo = record("mem", types.SimpleNamespace(used=3 * 2**30, total=80 * 2**30))
     m.nvmlDeviceGetTotalEnergyConsumption = record("energy", lambda: next(energy))
     m.nvmlDeviceGetPowerUsage = record("power", 350_000)  # mW
@@ -69,6 +71,18 @@ def test_index_goes_through_cuda_visible_devices(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
     Nvml.open(Device(DeviceKind.GPU, "NVIDIA L4", 1))  # the framework's device 1 is NVML's device 5
     assert ("by_index", (5,)) in fake.calls
+
+
+def test_by_index_another_model_at_that_number_is_no_handle(monkeypatch):
+    """CUDA numbers the fastest device first unless CUDA_DEVICE_ORDER=PCI_BUS_ID, NVML in PCI order: on a node
+    of mixed GPUs, NVML's device of the same number is another one, whose energy would be this row's."""
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml([0], name="NVIDIA T4"))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    with pytest.raises(NvmlUnavailable, match="CUDA_DEVICE_ORDER=PCI_BUS_ID"):
+        Nvml.open(Device(DeviceKind.GPU, "NVIDIA L4", 0))
+    with EnergyMeter(Device(DeviceKind.GPU, "NVIDIA L4", 0)) as m:
+        pass
+    assert m.energy_j is None and "NVIDIA T4" in m.why
 
 
 def test_without_nvml_or_off_a_gpu_nothing_fails(monkeypatch):

@@ -119,8 +119,18 @@ def _handle(lib, device: Device):
     visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
     if device.index < len(visible):
         v = visible[device.index]
-        return lib.nvmlDeviceGetHandleByIndex(int(v)) if v.isdigit() else lib.nvmlDeviceGetHandleByUUID(v)
-    return lib.nvmlDeviceGetHandleByIndex(device.index)
+        handle = lib.nvmlDeviceGetHandleByIndex(int(v)) if v.isdigit() else lib.nvmlDeviceGetHandleByUUID(v)
+    else:
+        handle = lib.nvmlDeviceGetHandleByIndex(device.index)
+    # By index, CUDA numbers the fastest device first unless CUDA_DEVICE_ORDER=PCI_BUS_ID, NVML in PCI order: on a
+    # node of mixed GPUs the same number can be another device. A name that differs says so (identical GPUs tie
+    # in CUDA's order by PCI bus id, so the numbers agree).
+    name = lib.nvmlDeviceGetName(handle)
+    name = name.decode() if isinstance(name, bytes) else str(name)
+    if device.name and name.strip().lower() != device.name.strip().lower():
+        raise LookupError(f"NVML's device {device.index} is a {name}, not this {device.name} (set "
+                          "CUDA_DEVICE_ORDER=PCI_BUS_ID so that CUDA numbers devices as NVML does)")
+    return handle
 
 
 class EnergyMeter:
