@@ -216,18 +216,19 @@ class JaxBackend(Backend):
             x = jax.random.normal(key_x, (step.batch_size, res, res, 3), jnp.float32).astype(dtype)
             return x, jax.random.randint(key_y, (step.batch_size,), 0, k)
 
-        with jax.default_device(dev):
-            x, y = jax.jit(inputs)(step.seed)
-            jax.block_until_ready(x)  # dispatch is async: surface an allocation failure here
-        shapes = cached_param_shapes(model, spec, res, k, dtype, dev.platform)
-        params = jax.device_put(random_params(model, res, step.seed, shapes), dev)
         group = None
-        if step.devices > 1:
+        if step.devices > 1:  # the batch sharded over a mesh, parameters replicated or sharded (mesh.py)
             from vitbench.backends.jax.mesh import Group
 
             group = Group(step.devices, step.parallelism, dev.platform)
-        if group is not None:  # the batch sharded over a mesh, parameters replicated or sharded (mesh.py)
-            x, y, params = group.put_batch(x), group.put_batch(y), group.put_params(params)
+        with jax.default_device(dev):
+            # a group's batch is made sharded: never the whole global batch on one device first
+            x, y = jax.jit(inputs, **({} if group is None else {"out_shardings": (group.batch, group.batch)}))(
+                step.seed)
+            jax.block_until_ready(x)  # dispatch is async: surface an allocation failure here
+        shapes = cached_param_shapes(model, spec, res, k, dtype, dev.platform)
+        params = random_params(model, res, step.seed, shapes)  # on the host: each device gets its own part
+        params = jax.device_put(params, dev) if group is None else group.put_params(params)
         if step.mode == "infer":
             def forward(p, xb):
                 return model.apply({"params": p}, xb)
