@@ -365,7 +365,10 @@ class TorchBackend(Backend):
         return model
 
     def _tensor(self, x: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(x).permute(0, 3, 1, 2).contiguous().to(self.device)  # NHWC -> NCHW
+        t = torch.from_numpy(x).permute(0, 3, 1, 2).contiguous()  # NHWC -> NCHW
+        if self.device.type == "cuda":  # pinned, copied asynchronously (as a DataLoader with pin_memory, and as
+            return t.pin_memory().to(self.device, non_blocking=True)  # JAX's device_put): the host goes on
+        return t
 
     def train(self, model: torch.nn.Module, data, resolution: int, opt: OptimConfig, batch_size: int,
               seed: int, distill: Distill | None = None) -> tuple[torch.nn.Module, list[float]]:
