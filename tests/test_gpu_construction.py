@@ -143,3 +143,13 @@ def test_fp16_training_under_fsdp_is_refused_and_the_rest_is_not():
                {"precision": "fp16", "parallelism": "dp", "devices": 2, "task": "train", "device": "cuda"},
                {"precision": "bf16", "parallelism": "fsdp", "devices": 2, "mode": "train", "device": "cuda"}):
         assert spec.problems(ok) == [], ok
+
+
+@pytest.mark.parametrize("mode, graphs", [(None, False), ("default", False), ("reduce-overhead", True),
+                                          ("max-autotune", True), ("max-autotune-no-cudagraphs", False)])
+def test_every_compile_mode_that_replays_cuda_graphs_is_treated_as_one(mode, graphs):
+    """max-autotune replays CUDA graphs too (Inductor's mode table): its outputs must be copied out before the next
+    replay and each step marked, as reduce-overhead's are."""
+    from vitbench.backends.torch.backend import uses_cuda_graphs
+
+    assert uses_cuda_graphs(mode) is graphs

@@ -78,6 +78,16 @@ def _quiet_stderr():
         os.close(saved)
 
 
+def uses_cuda_graphs(mode: str | None) -> bool:
+    """Does torch.compile's `mode` replay CUDA graphs (Inductor's own table: reduce-overhead and max-autotune set
+    triton.cudagraphs; max-autotune-no-cudagraphs does not), whose outputs live only until the next replay?"""
+    if mode is None:
+        return False
+    from torch._inductor import list_mode_options
+
+    return bool(list_mode_options(mode).get("triton.cudagraphs"))
+
+
 class TorchBackend(Backend):
     spec = SPEC
 
@@ -195,7 +205,7 @@ class TorchBackend(Backend):
         settings = {**settings, "compile_mode": mode, "cudnn_benchmark": torch.backends.cudnn.benchmark}
         work = TorchWorkload(model, x, y, step.mode, step.precision, opt, self.device, settings,
                              has_attention=family.attention_of(spec).layers,
-                             cuda_graphs=mode == "reduce-overhead" and self.device.type == "cuda")
+                             cuda_graphs=uses_cuda_graphs(mode) and self.device.type == "cuda")
         work.batch_size = step.batch_size  # the group's global batch (this rank runs batch_size / devices)
         return work
 

@@ -18,7 +18,7 @@ class TorchWorkload(Workload):
                  cuda_graphs: bool = False):
         self.model, self.x, self.y, self.mode, self.precision = model, x, y, mode, precision
         self.device, self.opt, self.settings, self.has_attention = device, opt, settings, has_attention
-        self.cuda_graphs = cuda_graphs  # torch.compile mode reduce-overhead: outputs live until the next replay
+        self.cuda_graphs = cuda_graphs  # torch.compile's CUDA-graph modes: outputs live until the next replay
         self.batch_size = x.shape[0]
         if mode == "train":
             self.optim, self.decay, self.params = make_optimizer(opt, model)
