@@ -183,6 +183,9 @@ def _quote(p: str | os.PathLike) -> str:
 
 # errors of the disk, not of the input: what a file could not be written for, said in one line naming it
 DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG)
+# A path the user gave that no file system call can take: a name past NAME_MAX (255 bytes) or PATH_MAX, a loop
+# of symbolic links, a file where a directory is needed: bad input (exit 2), wherever the call that met it is.
+PATH_ERRNOS = (errno.ENAMETOOLONG, errno.ELOOP, errno.ENOTDIR)
 
 
 def reason(e: OSError) -> str:

@@ -8,7 +8,7 @@ import warnings
 import typer
 
 from vitbench.cli.options import cli_option
-from vitbench.errors import VitbenchError, VitbenchWarning, clip, looks_like_oom
+from vitbench.errors import VitbenchError, VitbenchWarning, clip, looks_like_oom, shorten
 
 MAX_ERROR_CHARS = 8000  # an error message is printed whole up to here (a study's problems), cut beyond
 EXIT_OOM = 1  # a command that ran out of memory (the measurement's outcome, as `bench` reports an oom row)
@@ -37,12 +37,16 @@ class _Group(typer.core.TyperGroup):
                                   highlight=False, soft_wrap=True)
                 raise typer.Exit(e.exit_code) from None
             except Exception as e:
-                from vitbench.paths import DISK_ERRNOS, reason
+                from vitbench.paths import DISK_ERRNOS, PATH_ERRNOS, reason
 
                 if isinstance(e, OSError) and e.errno in DISK_ERRNOS:  # a full disk: one line, not a traceback
                     where = f"{e.filename!r} " if e.filename else "a file "  # a write to an open file names none
                     err_console.print(f"[bold red]error:[/] {escape(clip(where, 300))}cannot be written: "
                                       f"{escape(reason(e))}", highlight=False, soft_wrap=True)
+                    raise typer.Exit(2) from None
+                if isinstance(e, OSError) and e.errno in PATH_ERRNOS:  # a path no call can take: bad input
+                    err_console.print(f"[bold red]error:[/] path {escape(shorten(str(e.filename or '')))} cannot be "
+                                      f"used: {escape(e.strerror or str(e))}", highlight=False, soft_wrap=True)
                     raise typer.Exit(2) from None
                 if not looks_like_oom(e):
                     raise

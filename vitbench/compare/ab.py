@@ -37,6 +37,7 @@ from vitbench.errors import ConfigError
 from vitbench.measure.extra_work import ENV as EXTRA_WORK_ENV
 from vitbench.measure.load import BUSY_CORES, OTHER_LOAD, busy
 from vitbench.measure.timing import quantile
+from vitbench.paths import make_dir
 from vitbench.record import Record, Status, finite_number
 
 DEFAULT_STUDY = "studies/ci.yaml"
@@ -284,7 +285,7 @@ def measure(sides: tuple[Side, Side], environment: str, study_line: str, *, rule
         if out_root is None:
             out_root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="vitbench-ab-rounds-")))
         if results is not None:  # which commit each side ran (a side from `git archive` records none itself)
-            (out_root / SIDES_FILE).parent.mkdir(parents=True, exist_ok=True)
+            make_dir((out_root / SIDES_FILE).parent, "--results")
             (out_root / SIDES_FILE).write_text(json.dumps({s.name: {"commit": s.commit, "describe": s.describe}
                                                            for s in sides}, indent=1) + "\n")
         pairs, stopped = _loop(sides, rule, budget_s, t_start, out_root, schedule, statistic, progress)

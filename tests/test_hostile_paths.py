@@ -1,0 +1,32 @@
+"""Paths no file system call can take (a name past 255 bytes, a loop of symbolic links, a file where a directory
+is needed), given to any command: one bounded line naming it, exit 2, never a traceback."""
+
+from __future__ import annotations
+
+import pytest
+
+LONG = "A" * 300  # NAME_MAX is 255 bytes
+
+
+@pytest.mark.parametrize("argv", [
+    ["sweep", LONG, "--dry-run"],
+    ["report", LONG],
+    ["compare", LONG, LONG + "B"],
+    ["fit", LONG],
+    ["history", "--db", LONG],
+])
+def test_a_name_past_the_file_systems_limit_is_bad_input(cli, tmp_path, monkeypatch, argv):
+    monkeypatch.chdir(tmp_path)
+    r = cli(*argv)
+    assert r.exit_code == 2, r.output[-2000:]
+    assert "Traceback" not in r.output and r.exception is None or isinstance(r.exception, SystemExit)
+    assert len(r.output) < 1000
+    assert "File name too long" in r.output or "too long" in r.output
+
+
+def test_report_out_under_a_symlink_loop_is_bad_input(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "loopA").symlink_to("loopB")
+    (tmp_path / "loopB").symlink_to("loopA")
+    r = cli("report", str(tmp_path / "loopA" / "x"))
+    assert r.exit_code == 2 and len(r.output) < 1000, r.output[-2000:]
