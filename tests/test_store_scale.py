@@ -60,7 +60,7 @@ def store(tmp_path, seed: int):
                 status = rng.choice(["ok", "ok", "error"])
                 if status == "ok" and kind in HEADLINES:  # an ok row carries its measure (tasks.row_check)
                     metrics[HEADLINES[kind]] = rng.random() + 0.1
-                st.append(record(kind, cfg, metrics=metrics, raw={"step_s": [0.1] * rng.randint(0, 3)},
+                st.append(record(kind, cfg, metrics=metrics, raw={"step_s": [0.1] * (rng.randint(0, 3) or 1)},
                                  env={"torch": rng.choice(["x", "y"]), "list": [1]},
                                  status=status,
                                  key=None if kind == "calibration" else f"k{rng.randint(0, 40)}",

@@ -44,7 +44,8 @@ class Metric:
     speed: it scales with the machine's speed (divided by the calibration under --normalize); an ok row's is
     more than 0 (no work done is no measure).
     samples: where per-sample values come from for the decision (e.g. per-step img/s from raw step times);
-    None: the metric's single value per record.
+    None: the metric's single value per record. samples_from: the raw list they are computed from (an ok row's
+    holds at least one number, each > 0: a row of no timed steps, or of negative ones, measured nothing).
     bounded_by: metrics of the same record that bound this one (the largest batch by the memory budget): where
     they differ between two sides, a change of this one is theirs, not the code's, and is not decided.
     minimum: the least a value of it can be (a count, size, speed, time or fraction: 0); None: any finite number
@@ -60,6 +61,7 @@ class Metric:
     default_compare: bool = False
     speed: bool = False
     samples: Callable[[Record], list[float] | None] | None = None
+    samples_from: str | None = None
     bounded_by: tuple[str, ...] = ()
     minimum: float | None = 0.0
 
@@ -188,9 +190,10 @@ def row_check() -> Callable[[Record], RowProblem | None]:
     """A function of a row saying what is wrong with it as an ok row (None: nothing). A declared number (every unit
     but NOT_NUMBERS) that is not a finite number at least its `minimum`: vitbench never writes one (the trial makes
     it an error row, vitbench.trial), the read is refused. (Samples are compare's to check, where they are used:
-    checking every row's here cost 68 % more reading for rows of 1,000 steps.) The task's headline missing or null:
-    vitbench wrote such rows before 2026-11-28 (finetune --skip-corrupt's accuracy null; vitbench.trial makes it an
-    error row since), so the row is read as an error row, never as ok. The stores' readers apply it
+    checking every row's here cost 68 % more reading for rows of 1,000 steps; the raw list they come from,
+    `Metric.samples_from`, is checked here, with one min(): not empty, numbers > 0.) The task's headline missing
+    or null: vitbench wrote such rows before 2026-11-28 (finetune --skip-corrupt's accuracy null; vitbench.trial
+    makes it an error row since), so the row is read as an error row, never as ok. The stores' readers apply it
     (vitbench.store: `check=`): an ok row without its measure was taken as done by a resumed sweep, shown as `ok`
     with a blank by report, passed by compare as the baseline's, and silently dropped by history append;
     `img_per_s: -5` was a throughput of -5 in the report. The tables are read once, when it is made."""
@@ -198,10 +201,12 @@ def row_check() -> Callable[[Record], RowProblem | None]:
 
     heads: dict[str, list[str]] = {}
     numbers: dict[str, dict[str, Metric]] = {}
+    raw_lists: dict[str, set[str]] = {}
     for t in tasks(include_hidden=True).values():
         if t.headline and t.headline not in heads.setdefault(t.kind, []):
             heads[t.kind].append(t.headline)
         numbers.setdefault(t.kind, {}).update({m.name: m for m in t.metrics if m.unit not in NOT_NUMBERS})
+        raw_lists.setdefault(t.kind, set()).update(m.samples_from for m in t.metrics if m.samples_from)
 
     def problem(rec: Record) -> RowProblem | None:
         if rec.status is not Status.OK or rec.kind not in numbers:
@@ -212,12 +217,34 @@ def row_check() -> Callable[[Record], RowProblem | None]:
                 least = " > 0" if m.speed else "" if m.minimum is None else f" >= {m.minimum:g}"
                 return RowProblem(f"{name} = {clip(repr(v), 60)}, where vitbench writes a finite number{least} "
                                   f"({m.unit})", refuse=True)
+        for key in raw_lists[rec.kind]:
+            bad = _not_samples(rec.raw.get(key))
+            if bad:
+                return RowProblem(f"raw.{key} {bad}, where vitbench writes the timed samples (each > 0)",
+                                  refuse=True)
         lacking = rec.unmeasured(heads[rec.kind])
         if lacking:
             return RowProblem(f"an ok row without its {lacking[0]}", refuse=False)
         return None
 
     return problem
+
+
+def _not_samples(xs) -> str | None:
+    """What is wrong with a raw list of samples (None: nothing, or no list at all: rows that keep none). min()
+    is one C loop (a JSON row cannot hold NaN or inf: the reader refuses them first); a text or null in the
+    list makes it raise."""
+    if not isinstance(xs, list):
+        return None
+    if not xs:
+        return "is empty (no timed step)"
+    try:
+        lo = min(xs)
+    except TypeError:
+        return "holds something other than numbers"
+    if isinstance(lo, bool) or not finite_number(lo) or lo <= 0:
+        return f"holds {clip(repr(lo), 40)}"
+    return None
 
 
 def _number(v, minimum: float | None) -> bool:

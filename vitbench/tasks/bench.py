@@ -67,7 +67,7 @@ def step_samples(rec: Record) -> list[float] | None:
 METRICS = (
     Metric("img_per_s", "img/s", True, "achieved batch / median step time, in the row's timing mode; decided on "
            "raw per-step (latency) or per-window (throughput) times", comparable=True, default_compare=True,
-           speed=True, samples=step_samples),
+           speed=True, samples=step_samples, samples_from="step_s"),
     Metric("step_ms_median", "ms", False,
            "median step time (latency: per step; throughput: per step of a window)"),
     Metric("step_ms_p99", "ms", False, "99th percentile step latency (latency timing only)"),
