@@ -101,3 +101,16 @@ def test_a_capped_search_is_limited_by_its_cap(monkeypatch):
     monkeypatch.setattr(mb, "run_probe", lambda step, b, *args: Probe(b, True, ProbeStatus.OK))
     rec = max_batch(Step("ViT-Nano/4", mode="infer"), memory_limit_gib=8, max_batch_size=8)
     assert rec.status == "ok" and rec.metrics["limited_by"] == "cap" and rec.metrics["capped"]
+
+
+def test_nothing_fitting_is_no_ok_row(monkeypatch):
+    """max_batch_size 0 measured no largest batch: an oom row saying so, never an ok row of 0 (`--json` exited 0
+    with it, a sweep took it as done)."""
+    import vitbench.measure.max_batch as mb
+    from vitbench.measure.probe import ProbeStatus
+
+    monkeypatch.setattr(mb, "run_probe",
+                        lambda step, b, *a: Probe(b, False, ProbeStatus.OOM, error="CUDA out of memory"))
+    rec = max_batch(Step("ViT-Nano/4", mode="infer"), memory_limit_gib=8, max_batch_size=8)
+    assert rec.status == "oom" and rec.metrics["max_batch_size"] == 0
+    assert rec.error.message.startswith("nothing fits: batch 1 did not fit (oom)")

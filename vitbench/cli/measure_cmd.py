@@ -284,9 +284,6 @@ def max_batch_cmd(
         raise typer.Exit(1)
     if m.get("limit_note"):  # what bounded the search was not memory (a probe's time): said, not a failure
         console.print(f"[yellow]note:[/] {escape(m['limit_note'])}", highlight=False)
-    if m.get("note"):  # nothing fitted because of the budget itself: exit 1 with the reason
-        console.print(f"[yellow]nothing fits:[/] {escape(m['note'])}", highlight=False)
-        raise typer.Exit(1)
 
 
 @app.command("flops")

@@ -233,6 +233,10 @@ def max_batch(step: Step, backend: str | None = None, device: str = "cpu", threa
             f"fits is not known (largest that ran: {best}): {clip(bound.error or '', 300)}", bound.error)
     elif best == 0 and errors:  # nothing fitted because probes crashed, not because memory ran out
         status, error = Status.ERROR, ErrorInfo("ProbeError", errors[-1].error or "", errors[-1].error)
+    elif best == 0:  # nothing fits: no largest batch was measured (an empty measure is no ok row)
+        detail = f": {clip(bound.error, 300)}" if bound.error else ""
+        why = hint or f"batch {bound.batch} did not fit ({bound.status}){detail}"
+        status, error = Status.OOM, ErrorInfo("NothingFits", f"nothing fits: {why}", bound.error)
     elif bound is not None and bound.status is ProbeStatus.TIMEOUT:
         metrics["limit_note"] = (f"batch {bound.batch} ran past the probe's {probe_timeout_s:g} s: the largest "
                                  "batch is bounded by time here, not memory (--probe-timeout-s)")
