@@ -30,3 +30,13 @@ def test_report_out_under_a_symlink_loop_is_bad_input(cli, tmp_path, monkeypatch
     (tmp_path / "loopB").symlink_to("loopA")
     r = cli("report", str(tmp_path / "loopA" / "x"))
     assert r.exit_code == 2 and len(r.output) < 1000, r.output[-2000:]
+
+
+@pytest.mark.parametrize("argv", [["sweep", "smoke", "--results", ""], ["report", "x", "--out", ""]])
+def test_an_empty_path_option_is_refused_before_anything_runs(cli, tmp_path, monkeypatch, argv):
+    """'' is the current directory as a path (`--results ""` wrote a store into it): an unset shell variable,
+    refused naming the option, nothing written."""
+    monkeypatch.chdir(tmp_path)
+    r = cli(*argv)
+    assert r.exit_code == 2 and f"{argv[-2]} is empty" in r.output, r.output[-2000:]
+    assert list(tmp_path.iterdir()) == []

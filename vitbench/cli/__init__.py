@@ -19,6 +19,23 @@ class _Group(typer.core.TyperGroup):
     2, and out-of-memory into one line and exit code 1 (also under CliRunner); vitbench's warnings are printed
     once each, as `warning: ...`."""
 
+    def resolve_command(self, ctx, args):
+        """An empty value of an option that names a path is refused before anything runs: typically an unset
+        shell variable ("$DIR"), and a path of '' is the current directory (`--results ""` wrote a store there).
+        (Other options may take '' on purpose: `--classes ''`, every class.)"""
+        name, cmd, rest = super().resolve_command(ctx, args)
+        sub, its = cmd, rest
+        while hasattr(sub, "commands") and its and its[0] in sub.commands:  # a group's command (history append)
+            sub, its = sub.commands[its[0]], its[1:]
+        annotations = getattr(getattr(sub, "callback", None), "__annotations__", {})
+        paths = {o for p in getattr(sub, "params", ()) if "Path" in str(annotations.get(p.name, ""))
+                 for o in getattr(p, "opts", ()) if o.startswith("-")}
+        for i, a in enumerate(its[:-1]):
+            if a in paths and its[i + 1] == "":
+                raise typer.BadParameter(f"{a} is empty (an unset shell variable?): a path of '' would be the "
+                                         "current directory", ctx)
+        return name, cmd, rest
+
     def invoke(self, ctx):
         from rich.markup import escape
 
