@@ -40,3 +40,12 @@ def test_an_empty_path_option_is_refused_before_anything_runs(cli, tmp_path, mon
     r = cli(*argv)
     assert r.exit_code == 2 and f"{argv[-2]} is empty" in r.output, r.output[-2000:]
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("argv", [["bench", "ViT-Nano/4", "--backend", "A" * 100_000],
+                                  ["bench", "ViT-Nano/4", "--set", "A" * 100_000 + "=1"],
+                                  ["report", "x", "--format", "A" * 100_000]])
+def test_a_huge_value_is_quoted_short_whichever_check_refuses_it(cli, tmp_path, monkeypatch, argv):
+    monkeypatch.chdir(tmp_path)
+    r = cli(*argv)
+    assert r.exit_code == 2 and len(r.output) < 1500 and "(100" in r.output, r.output[:2000]

@@ -74,3 +74,14 @@ def shorten(value, limit: int = 80) -> str:
 def clip(text: str, limit: int = 400) -> str:
     """`text` cut to about `limit` characters, saying how long it was."""
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+LONG_WORD = 300  # characters of one unbroken word a message keeps (a path of 20 deep folders; not a pasted blob)
+
+
+def clip_words(text: str, limit: int = LONG_WORD) -> str:
+    """`text` with each unbroken run of more than `limit` characters cut as `clip` cuts: a message quoting a
+    100 KB value the user typed (an unknown backend, a --set key) stays short, whichever check raised it."""
+    import re
+
+    return re.sub(rf"\S{{{limit + 1},}}", lambda m: clip(m.group(0), limit), text)

@@ -8,7 +8,7 @@ import warnings
 import typer
 
 from vitbench.cli.options import cli_option
-from vitbench.errors import VitbenchError, VitbenchWarning, clip, looks_like_oom, shorten
+from vitbench.errors import VitbenchError, VitbenchWarning, clip, clip_words, looks_like_oom, shorten
 
 MAX_ERROR_CHARS = 8000  # an error message is printed whole up to here (a study's problems), cut beyond
 EXIT_OOM = 1  # a command that ran out of memory (the measurement's outcome, as `bench` reports an oom row)
@@ -50,7 +50,7 @@ class _Group(typer.core.TyperGroup):
                     raise _import_error
                 return super().invoke(ctx)
             except VitbenchError as e:
-                err_console.print(f"[bold red]error:[/] {escape(clip(str(e), MAX_ERROR_CHARS))}",
+                err_console.print(f"[bold red]error:[/] {escape(clip(clip_words(str(e)), MAX_ERROR_CHARS))}",
                                   highlight=False, soft_wrap=True)
                 raise typer.Exit(e.exit_code) from None
             except Exception as e:
