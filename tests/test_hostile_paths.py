@@ -49,3 +49,23 @@ def test_a_huge_value_is_quoted_short_whichever_check_refuses_it(cli, tmp_path, 
     monkeypatch.chdir(tmp_path)
     r = cli(*argv)
     assert r.exit_code == 2 and len(r.output) < 1500 and "(100" in r.output, r.output[:2000]
+
+
+def test_a_sides_failed_sweep_is_quoted_from_its_error_line(tmp_path):
+    """ab and bisect quote a side's sweep that exited 2 from its `error:` line on, not its log's last 1500
+    characters (which cut the head of a long message: which study, what was wrong)."""
+    import types
+
+    from vitbench.compare.sides import Running
+    from vitbench.errors import ConfigError
+
+    log = tmp_path / "log"
+    log.write_text("progress line\n" * 50 + "error: invalid study /x/study.yaml (2 problems):\n"
+                   + "".join(f"  axes.model[{i}]: unknown model {'B' * 50}\n" for i in range(40)))
+    side = types.SimpleNamespace(name="current", describe="working tree", study="/x/study.yaml")
+    run = Running(side, types.SimpleNamespace(wait=lambda: 2), log)
+    with pytest.raises(ConfigError) as e:
+        run.wait()
+    said = str(e.value)
+    assert "error: invalid study /x/study.yaml (2 problems)" in said and "progress line" not in said
+    assert len(said) < 2000

@@ -174,9 +174,11 @@ class Running:
         """Wait for the sweep; ConfigError unless it exits 0 or 1 (a trial not ok is a result)."""
         rc = self.proc.wait()
         if rc not in (0, 1):
-            tail = self.log.read_text(errors="replace")[-_TAIL:]
+            text = self.log.read_text(errors="replace")
+            start = text.rfind("error:")  # the sweep's own message from its start (its last lines cut its head)
+            said = clip(text[start:], _TAIL) if start >= 0 else text[-_TAIL:]
             raise ConfigError(f"{self.side.name} ({self.side.describe}): `vitbench sweep {self.side.study}` "
-                              f"exited {rc}:\n{tail}")
+                              f"exited {rc}:\n{said}")
 
     def stop(self) -> None:
         """End the sweep if it still runs (an interrupted gate leaves no round behind)."""
