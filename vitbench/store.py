@@ -400,5 +400,8 @@ class Store:
             if old == text:
                 return dest
             sha = hashlib.sha256(old.encode()).hexdigest()[:12]
-            os.replace(dest, self.root / f"study.{sha}.yaml")
+            kept = self.root / f"study.{sha}.yaml"
+            os.replace(dest, kept)
+            warnings.warn(f"{dest} held another study text (an earlier run's, or yours): kept as {kept.name}; "
+                          f"{STUDY_FILE} is now the study this run is", VitbenchWarning, stacklevel=2)
         return write_atomic(dest, text)
