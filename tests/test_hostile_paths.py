@@ -69,3 +69,16 @@ def test_a_sides_failed_sweep_is_quoted_from_its_error_line(tmp_path):
     said = str(e.value)
     assert "error: invalid study /x/study.yaml (2 problems)" in said and "progress line" not in said
     assert len(said) < 2000
+
+
+def test_replacing_an_earlier_vitbench_checkpoint_is_said_before_anything_runs(tmp_path):
+    from test_no_silent_results import write_vitbench_checkpoint
+
+    from vitbench.errors import VitbenchWarning
+    from vitbench.transfer.checkpoint import check_replaceable
+
+    path = tmp_path / "my.safetensors"
+    check_replaceable(path, "--out")  # nothing there: nothing to say
+    write_vitbench_checkpoint(path)
+    with pytest.warns(VitbenchWarning, match="holds an earlier vitbench checkpoint: this run replaces it"):
+        check_replaceable(path, "--out")

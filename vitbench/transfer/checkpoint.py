@@ -12,12 +12,13 @@ import functools
 import json
 import math
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from vitbench.errors import ConfigError, UnsafeFileError, clip
+from vitbench.errors import ConfigError, UnsafeFileError, VitbenchWarning, clip
 from vitbench.paths import write_atomic
 
 FORMAT = "vitbench-checkpoint-1"
@@ -90,6 +91,9 @@ def check_replaceable(path: Path, what: str) -> None:
             raise ConfigError(f"{what} {str(path)!r}: {str(f)!r} exists and is not a vitbench checkpoint file; "
                               "nothing is written over a file vitbench did not write: move it, or name another "
                               f"{what}")
+    if os.path.lexists(path):  # an earlier run's: replaced, and said before anything runs (it may be wanted)
+        warnings.warn(f"{what} {str(path)!r} holds an earlier vitbench checkpoint: this run replaces it when it "
+                      f"ends (name another {what} to keep it)", VitbenchWarning, stacklevel=2)
 
 
 def _our_meta(f: Path) -> bool:
