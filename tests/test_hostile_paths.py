@@ -82,3 +82,11 @@ def test_replacing_an_earlier_vitbench_checkpoint_is_said_before_anything_runs(t
     write_vitbench_checkpoint(path)
     with pytest.warns(VitbenchWarning, match="holds an earlier vitbench checkpoint: this run replaces it"):
         check_replaceable(path, "--out")
+
+
+@pytest.mark.parametrize("value", ["1e308", "1001", "-0.1"])
+def test_a_weight_decay_no_run_can_train_with_is_refused_up_front(cli, value):
+    """A decay past 1e3 zeroes or flips every kernel each step at the paper's LR: refused before training, as
+    --lr past 1e3 is (it trained, then stopped as diverged, exit 1)."""
+    r = cli("pretrain", "ViT-Nano/4", "--steps", "2", "-b", "4", "--weight-decay", value)
+    assert r.exit_code == 2 and "--weight-decay" in r.output, r.output[-2000:]

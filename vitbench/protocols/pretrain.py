@@ -50,7 +50,7 @@ from vitbench.transfer.masked_patch import (
     geometry,
     require_objective,
 )
-from vitbench.transfer.schedules import LearningRate, OptimConfig, check_warmup
+from vitbench.transfer.schedules import LearningRate, OptimConfig, WeightDecay, check_warmup
 
 CACHE_ENV = "VITBENCH_CHECKPOINT_DIR"
 DEFAULT_CACHE = Path("results") / "checkpoints"
@@ -78,7 +78,7 @@ class PretrainConfig(BaseModel):
     batch_size: int = Field(64, ge=1, le=MAX_COUNT)
     steps: int = Field(300, ge=1, le=MAX_COUNT)
     lr: LearningRate = 1e-3
-    weight_decay: float = Field(0.1, ge=0)  # paper: 0.1 (JFT), 0.03 (ImageNet-21k)
+    weight_decay: WeightDecay = 0.1  # paper: 0.1 (JFT), 0.03 (ImageNet-21k)
     warmup_steps: int | None = Field(None, ge=0, le=MAX_COUNT)  # None: default_warmup(steps), filled in before validation
     decay: Literal["linear", "cosine"] = "linear"
     label_smoothing: float = Field(0.0, ge=0, lt=1)
