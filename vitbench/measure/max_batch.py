@@ -27,8 +27,8 @@ import psutil
 from vitbench import forkservers, memory_budget
 from vitbench.backends.base import Step, backend_spec, default_backend
 from vitbench.env import environment
-from vitbench.errors import ConfigError, clip, looks_like_oom
-from vitbench.measure.probe import OOM_KILLED, ProbeStatus, child
+from vitbench.errors import ConfigError, clip
+from vitbench.measure.probe import ProbeStatus, child, ended_out_of_memory
 from vitbench.measure.throughput import resolve_step, step_config
 from vitbench.record import ErrorInfo, Record, Status, now
 
@@ -138,7 +138,7 @@ def run_probe(step: Step, batch: int, backend: str | None = None, device: str = 
                      f"probe took longer than {timeout_s:.0f} s")
     if out is None:
         tail = "\n".join(err.strip().splitlines()[-5:])
-        oom = looks_like_oom(RuntimeError(err)) or proc.exitcode in OOM_KILLED
+        oom = ended_out_of_memory(err, proc.exitcode)
         return Probe(batch, False, ProbeStatus.OOM if oom else ProbeStatus.ERROR, seconds=seconds,
                      error=tail or f"probe exited with code {proc.exitcode}")
     status = ProbeStatus(out["status"])

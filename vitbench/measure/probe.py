@@ -21,6 +21,12 @@ from vitbench.procmem import die_with_parent
 OOM_KILLED = (-9, 137)
 
 
+def ended_out_of_memory(said: BaseException | str, code: int | None) -> bool:
+    """Did a probe's process (or a group's rank) that failed run out of memory: what it said names an allocation
+    failure (errors.looks_like_oom), or the kernel's out-of-memory killer ended it (`code`, OOM_KILLED)."""
+    return looks_like_oom(said if isinstance(said, BaseException) else RuntimeError(said)) or code in OOM_KILLED
+
+
 class ProbeStatus(str, enum.Enum):
     """How a probe ended; only OK fits."""
 
@@ -81,7 +87,7 @@ def _group_probe(req: dict) -> dict:
     try:
         results = run_group("vitbench.measure.probe:probe", {"req": req}, req["step"]["devices"])
     except RankFailed as e:  # a rank out of memory fails the group with what it raised (probe, above)
-        return {"status": ProbeStatus.OOM if looks_like_oom(e) or e.code in OOM_KILLED else ProbeStatus.ERROR,
+        return {"status": ProbeStatus.OOM if ended_out_of_memory(e, e.code) else ProbeStatus.ERROR,
                 "batch": req["step"]["batch_size"], "error": str(e)[:1000], "process_peak_mib": None}
     bad = [r for r in results if r["status"] != ProbeStatus.OK]
     out = dict(bad[0] if bad else results[0])

@@ -69,11 +69,12 @@ def group_processes() -> list:
     import psutil
 
     me = psutil.Process()
-    if not in_group():
+    parent = me.parent() if in_group() else None
+    if parent is None:
         return [me]
     key = (os.environ.get("MASTER_PORT"), os.environ.get("WORLD_SIZE"))
     peers = []
-    for p in (me.parent().children() if me.parent() else []):
+    for p in parent.children():
         try:
             env = p.environ()
         except psutil.Error:
