@@ -31,12 +31,11 @@ from pathlib import Path
 
 from vitbench.compare.ab import DEFAULT_BUDGET_S, DEFAULT_STUDY, checkout, check_budget, commit_side, measure, \
     repo_root, resolve_ref
+from vitbench.compare.comparison import EXIT_INCONCLUSIVE, EXIT_NO_CHANGE, EXIT_REGRESSION as EXIT_FOUND
 from vitbench.compare.sides import _git, resolve_commit
 from vitbench.compare.decide import Decision
 from vitbench.compare.paired import Rule, TwoPoint, verdict
 from vitbench.errors import ConfigError, clip
-
-EXIT_NO_CHANGE, EXIT_FOUND, EXIT_INCONCLUSIVE = 0, 1, 3  # as `vitbench ab`'s 0, 1 and 3 (cli/compare_cmd.py)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from vitbench.stats import N_BOOT
 
 # compare and ab alike: a trial whose interval reaches past the threshold on the bad side (one run per side on a
 # noisy host; ab's budget ended first). 0 = no regression, 1 = regression / failed / missing, 2 = bad input.
-EXIT_INCONCLUSIVE = 3
+EXIT_NO_CHANGE, EXIT_REGRESSION, EXIT_INCONCLUSIVE = 0, 1, 3
 
 
 def metrics():
@@ -77,8 +77,8 @@ class Comparison:
     @property
     def exit_code(self) -> int:
         if self.regressions or self.fails_on_missing:
-            return 1
-        return EXIT_INCONCLUSIVE if self.inconclusive else 0
+            return EXIT_REGRESSION
+        return EXIT_INCONCLUSIVE if self.inconclusive else EXIT_NO_CHANGE
 
 
 def load_records(path: str | Path, warnings: list[str] | None = None) -> list[Record]:

@@ -31,7 +31,7 @@ from scipy import stats
 
 from vitbench.fit import solve
 from vitbench.fit.forms import FORMS, Collapse, Form, FormName, Side
-from vitbench.fit.spec import N_BOOT
+from vitbench.fit.spec import CI, N_BOOT
 
 _REFINE = 8  # starts refined by the optimiser: the ones with the lowest loss on the grid
 _SUBSAMPLE = 4096  # points the start search uses at most
@@ -68,7 +68,7 @@ class CurveFit:
     params: dict[str, ParamEstimate] = field(default_factory=dict)
     rmse_log: float | None = None  # in-sample RMSE of log(predicted / observed)
     degenerate: list[Collapse] = field(default_factory=list)  # parameters at a bound (forms.Collapse)
-    ci: float = 0.95
+    ci: float = CI
     widen: float = 1.0  # small-sample stretch of every interval: t(n - p) / z (module docstring)
     z: np.ndarray | None = None  # internal estimate (normalised compute, log a)
     scale: float = 1.0  # compute normalisation
@@ -205,7 +205,7 @@ def _bootstrap(form: Form, z: np.ndarray, x: np.ndarray, log_y: np.ndarray, lowe
 
 
 def fit_curve(compute, error, form: FormName | Form = FormName.SATURATING, *, bootstrap: int = N_BOOT,
-              ci: float = 0.95, seed: int = 0) -> CurveFit:
+              ci: float = CI, seed: int = 0) -> CurveFit:
     """Fit `form` to positive (compute, error) points; bootstrap CIs with `bootstrap` replicates (0: none).
 
     Too few distinct compute budgets for the form is a CurveFit with status TOO_FEW_POINTS and a message,

@@ -99,7 +99,7 @@ def polish(form: Form, z0: np.ndarray, x: np.ndarray, log_y: np.ndarray, lower: 
             warnings.simplefilter("ignore", RuntimeWarning)
             res = least_squares(lambda z: form.log_predict(z, x) - log_y, z0, jac=lambda z: form.jac(z, x),
                                 bounds=(lower, upper), loss="huber", f_scale=HUBER_DELTA, method="trf",
-                                max_nfev=200)
+                                max_nfev=MAX_ITER)
     except (ValueError, FloatingPointError, np.linalg.LinAlgError):
         return None
     return res.x if np.isfinite(res.cost) else None

@@ -20,6 +20,7 @@ DEFAULT_GROUP = "family"
 # bootstrap replicates: the least Efron & Tibshirani (1993, ch. 13) give for percentile intervals; vitbench.stats'
 # 2000 resample medians, cheap, where each of these refits every law (a fit's time is mostly its replicates)
 N_BOOT = 1000
+CI = 0.95  # the intervals' default coverage: the paper's and the scaling-law literature's 95 %
 N_CUTOFFS = 3  # backtest cut-offs: the full-reach one, then backtest.LATER later ones, then earlier ones
 MAX_REACH = 10.0  # decades a backtest (--reach) or a prediction (--predict) may lie past (or before) the
 # measured budgets: ten decades is past any published scaling extrapolation (Hoffmann et al. 2022 go ~2-3), and
@@ -56,6 +57,6 @@ class FitSpec(BaseModel):
     reach: Annotated[float, Field(gt=0, le=MAX_REACH, allow_inf_nan=False)] | None = None  # backtest, decades
     cutoffs: int = Field(N_CUTOFFS, ge=1, le=10)
     bootstrap: int = Field(N_BOOT, ge=0, le=100_000)
-    ci: float = Field(0.95, gt=0, lt=1)
+    ci: float = Field(CI, gt=0, lt=1)
     seed: int = Field(0, ge=0, le=2**32 - 1)  # numpy SeedSequence: a non-negative integer (was a traceback)
     prior: Prior = Prior.GROUPS  # the groups' prior in each group's choice of form, or none
