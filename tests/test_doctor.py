@@ -194,7 +194,7 @@ def test_doctor_passes_the_load_it_saw_to_the_threads_check(monkeypatch):
 def test_device_names():
     assert doctor.parse_device("cuda:1") == (DeviceKind.GPU, 1)
     assert doctor.parse_device("cpu") == (DeviceKind.CPU, 0)
-    with pytest.raises(ConfigError, match="cpu, gpu, tpu"):
+    with pytest.raises(ConfigError, match="cpu, cuda, gpu, tpu, each with an optional :N"):
         doctor.parse_device("npu")
     with pytest.raises(ConfigError, match="a device number, 0 or more"):  # it said "must be a number" of -1
         doctor.parse_device("gpu:-1")
@@ -220,7 +220,7 @@ def test_doctor_runs_here_and_explains_itself(cli):
 
 def test_doctor_bad_options_exit_2(cli):
     r = cli("doctor", "--device", "npu")
-    assert r.exit_code == 2 and "cpu, gpu, tpu" in r.stderr
+    assert r.exit_code == 2 and "cpu, cuda, gpu, tpu" in r.stderr
     r = cli("doctor", "--backend", "tensorflow")
     assert r.exit_code == 2 and "torch" in r.stderr
     # a precision no backend here times a matmul in: refused with the ones that do (int8 was listed as allowed,

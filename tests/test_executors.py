@@ -350,3 +350,18 @@ def test_slurm_options_reach_the_sbatch_script(tmp_path, monkeypatch):
     flops_job = Job(key="k", config={"task": "flops"}, repeat=0, study="s", study_sha="x", run_id="r",
                     timeout_s=60, task_module="vitbench.tasks.flops")
     assert _gpus(None, job) == 1 and _gpus(None, flops_job) == 0 and _gpus(2, job) == 2
+
+
+@pytest.mark.parametrize("device,gpu", [("cuda", True), ("cuda:1", True), ("gpu", True), ("gpu:3", True),
+                                        ("cpu", False), ("tpu", False), ("tpu:0", False)])
+def test_a_gpu_is_asked_for_in_every_backends_spelling(device, gpu):
+    # the backends' own device names (BackendSpec.device_names) decide, not a list of prefixes in the executor:
+    # JAX's "gpu" and torch's "cuda:N" alike; a TPU is no GPU
+    from vitbench.executors import wants_gpu
+    from vitbench.executors.ray import _gpus as ray_gpus
+    from vitbench.executors.slurm import _gpus as slurm_gpus
+
+    job = Job(key="k", config={"task": "infer", "device": device}, repeat=0, study="s", study_sha="x", run_id="r",
+              timeout_s=60, task_module="vitbench.tasks.bench")
+    assert wants_gpu(job) is gpu
+    assert slurm_gpus(None, job) == int(gpu) and ray_gpus(None, job) == float(gpu)

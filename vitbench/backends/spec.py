@@ -62,6 +62,12 @@ class BackendSpec:
         template = dict(self.device_names).get(kind)
         return template.format(index=index) if template is not None else None
 
+    def device_kind(self, device: str) -> DeviceKind | None:
+        """The kind of device this backend's `device` string names ('cuda:1' -> GPU for torch; the inverse of
+        device_string, the index aside), or None when it names none of this backend's devices."""
+        name = device.partition(":")[0]
+        return next((kind for kind, template in self.device_names if template.partition(":")[0] == name), None)
+
     def problems(self, fields: Mapping[str, Any], needs: frozenset[Capability] = frozenset(),
                  setting: Callable[[str, Any], str] | None = None) -> list[tuple[str, str]]:
         """Why this backend cannot run a trial with these fields (empty: it can). A message that names another
@@ -144,6 +150,17 @@ def backend_names() -> tuple[str, ...]:
 def backends_that(capability: Capability) -> tuple[str, ...]:
     """The registered backends whose spec provides `capability`, in registration order."""
     return tuple(n for n in backend_names() if capability in backend_spec(n).capabilities)
+
+
+def device_kind(device: str) -> DeviceKind | None:
+    """The kind of device `device` names in any registered backend's spelling (torch's 'cuda:0', JAX's 'gpu'),
+    or None when none spells a device so."""
+    return next((k for n in backend_names() if (k := backend_spec(n).device_kind(device)) is not None), None)
+
+
+def device_spellings() -> list[str]:
+    """Every registered backend's names of a device kind ('cpu', 'cuda', 'gpu', 'tpu'), in registration order."""
+    return list(dict.fromkeys(t.partition(":")[0] for n in backend_names() for _, t in backend_spec(n).device_names))
 
 
 def default_backend() -> str:

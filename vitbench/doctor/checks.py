@@ -25,6 +25,7 @@ import numpy as np
 
 from vitbench.backends.base import (Backend, Capability, DeviceKind, StopRule, TimerKind, backend_names,
                                    backend_spec)
+from vitbench.backends.spec import device_kind, device_spellings
 from vitbench.errors import BackendUnavailable, ConfigError, VitbenchError, clip
 from vitbench.doctor.host_checks import (
     Check,
@@ -43,19 +44,15 @@ from vitbench.measure.load import LoadMeter
 FP32_MAX_REL_ERR = 1e-5
 TF32_MAX_REL_ERR = 2e-3
 TIMER_AGREEMENT = 0.10  # device timer and synced wall clock within 10 % of each other
-ALIASES = {"cuda": DeviceKind.GPU}  # the usual spelling of an NVIDIA GPU
 
 
 def parse_device(text: str) -> tuple[DeviceKind, int]:
     """'cpu', 'gpu', 'gpu:1', 'cuda:0', 'tpu' -> (kind, index)."""
-    kind, _, index = text.partition(":")
-    try:
-        k = ALIASES.get(kind) or DeviceKind(kind)
-    except ValueError:
-        raise ConfigError(
-            f"--device {clip(repr(text), 80)}: allowed: {', '.join(d.value for d in DeviceKind)}[:N] "
-            "(cuda[:N] for an NVIDIA GPU)"
-        ) from None
+    _, _, index = text.partition(":")
+    k = device_kind(text)
+    if k is None:
+        raise ConfigError(f"--device {clip(repr(text), 80)}: allowed: {', '.join(device_spellings())}, each "
+                          "with an optional :N (the backends' names of a device)")
     if index and not index.isdigit():
         raise ConfigError(f"--device {clip(repr(text), 80)}: the index after ':' is a device number, 0 or more "
                           "(e.g. gpu:1)")

@@ -27,6 +27,7 @@ from vitbench.executors.base import (
     is_timing,
     register_executor,
     wait_until,
+    wants_gpu,
 )
 from vitbench.executors.signals import PREEMPT_SIGNAL, STOP_SIGNALS, Stopped, stopped_by
 from vitbench.job import Job, Role
@@ -34,4 +35,4 @@ from vitbench.record import now
 
 __all__ = ["PREEMPT_SIGNAL", "STOP_SIGNALS", "Executor", "Job", "NoOptions", "OnResult", "OnStart", "Outcome", "Role",
            "Stopped", "Stored", "executor_class", "failure", "get_executor", "is_timing", "now", "register_executor",
-           "stopped_by", "wait_until"]
+           "stopped_by", "wait_until", "wants_gpu"]

@@ -52,6 +52,15 @@ def is_timing(job: Job) -> bool:
         return True
 
 
+def wants_gpu(job: Job) -> bool:
+    """A trial whose device is a GPU in its backend's spelling (torch's cuda:N, JAX's gpu): a cluster executor
+    asks the scheduler for one unless told how many."""
+    from vitbench.backends.kinds import DeviceKind
+    from vitbench.backends.spec import device_kind
+
+    return device_kind(str(job.config.get("device", "cpu"))) is DeviceKind.GPU
+
+
 def failure(job: Job, status: Status, etype: str, message: str, tail: str | None = None,
             started_at: str | None = None, **runner) -> Record:
     """The row of a job that produced no record itself (died, timed out, was cancelled, was skipped)."""
