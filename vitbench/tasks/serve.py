@@ -163,6 +163,7 @@ class Serve(Task):
     def run(self, p) -> Record:
         from vitbench.measure.serve import Search, serve
         from vitbench.transfer.data import load_splits
+        from vitbench.transfer.formats import FORMATS
 
         data = {"name": p.dataset, "path": p.data_path, "seed": p.seed}  # DataConfig's fields <- these params'
         test = load_splits(validated(DataConfig, data, f"task {self.name!r}", {
@@ -170,7 +171,8 @@ class Serve(Task):
         images = test.array(p.resolution)[:p.qsl_images] if test.pool.resident else \
             next(test.batches(p.resolution, p.qsl_images))[0]
         step = Step.of(p.config(), mode="infer", spec=p.spec)
-        rec = serve(step, p.backend, p.device, p.threads, images, p.dataset != "synthetic", p.loadgen_settings(),
+        real = not FORMATS[p.dataset].generated
+        rec = serve(step, p.backend, p.device, p.threads, images, real, p.loadgen_settings(),
                     p.max_wait_ms, p.warmup_steps, Search(p.qps_tolerance, p.max_probes),
                     given_qps=p.target_qps is not None)
         rec.config = {**rec.config, **{k: v for k, v in p.config().items() if k in LoadGenFields.model_fields}}

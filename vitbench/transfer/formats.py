@@ -46,6 +46,7 @@ class Format:
         and described: a description is its flag's help), or 'module:Class' of one (imported when first asked
         for: a reader's module declares its format's model); a value other than a field's default given to
         another format is refused, naming the formats that read it.
+    generated: its images are made by the code (noise), not read from pictures: a row measured on them says so.
     """
 
     name: str
@@ -53,6 +54,7 @@ class Format:
     path: bool = True
     test_path: bool = False
     own: type[BaseModel] | str | None = None
+    generated: bool = False
 
     def own_model(self) -> type[BaseModel] | None:
         """Its options model (`own` imported where it names one by 'module:Class')."""
@@ -73,7 +75,8 @@ class Format:
 _SOURCES = "vitbench.transfer.sources:read_"  # the formats that need no module of their own
 FORMATS: dict[str, Format] = {f.name: f for f in (
     Format("digits", _SOURCES + "digits", path=False),  # the first: DataConfig's default
-    Format("synthetic", _SOURCES + "synthetic", path=False, own="vitbench.transfer.sources:SyntheticOptions"),
+    Format("synthetic", _SOURCES + "synthetic", path=False, own="vitbench.transfer.sources:SyntheticOptions",
+           generated=True),
     Format("folder", _SOURCES + "folder"),
     Format("webdataset", "vitbench.transfer.shards:read", test_path=True),
     Format("hf", "vitbench.transfer.hf:read", test_path=True, own="vitbench.transfer.hf:HfOptions"),
