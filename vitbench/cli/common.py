@@ -203,10 +203,21 @@ def option(field: str, names: dict[str, str] | None = None) -> str:
 # every task command's --precision (the values: PRECISIONS, which the option checks; what each means: SHARED's)
 PRECISION_HELP = ("fp32 (full fp32 on every backend) | tf32 (GPU) | bf16 | fp16 (autocast) | int8 (a runtime's "
                   "dynamic quantization, inference); the backend refuses one it does not run.")
-SET_HELP = ("Architecture override KEY=VALUE, repeatable: --set depth=6 --set posemb=none. ViT/hybrid: depth, "
-            "width, mlp_dim, heads, patch, classifier (token|gap), rep_size, posemb (learned|none|learned_2d|"
-            "sincos2d|relative), posemb_at (input|every_layer|every_layer_shared); BiT/hybrid: width_factor, "
-            "blocks (e.g. 3x4x6x3). The model's name becomes e.g. ViT-B/16[depth=6].")
+def _keys(keys: tuple[str, ...]) -> str:  # override keys as the help lists them, a choice's values after it
+    from vitbench.models.overrides import ENUMS
+
+    return ", ".join(f"{k} ({'|'.join(ENUMS[k])})" if k in ENUMS else k for k in keys)
+
+
+def _set_help() -> str:
+    from vitbench.models.overrides import RESNET_KEYS, TRANSFORMER_KEYS
+
+    return (f"Architecture override KEY=VALUE, repeatable: --set depth=6 --set posemb=none. ViT/hybrid: "
+            f"{_keys(TRANSFORMER_KEYS)}; BiT/hybrid: {_keys(RESNET_KEYS)} (blocks: per stage, e.g. 3x4x6x3). The model's "
+            "name becomes e.g. ViT-B/16[depth=6].")
+
+
+SET_HELP = _set_help()
 # a task command's --set: the overrides, and any field of its task (path_sets), as a study sets it
 SET_FIELDS_HELP = SET_HELP + (" A KEY that is a field of the task sets that field, as a study would (VALUE read "
                               "as YAML; `vitbench plugins --json` lists the fields): --set num_classes=10 --set "

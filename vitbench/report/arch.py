@@ -22,7 +22,7 @@ import pandas as pd
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 
-from vitbench.models.overrides import TRANSFORMER_KEYS, render_value
+from vitbench.models.overrides import POSEMB_ATS, POSEMBS, TRANSFORMER_KEYS, render_value
 from vitbench.report.plots import _log_axis
 
 # The architecture columns: a transformer's override fields (rows of families that take them all: vit, hybrid)
@@ -244,8 +244,8 @@ def head_figure(ok: pd.DataFrame) -> Figure | None:
 
 
 # ---- position embeddings (Table 8) ------------------------------------------------------------------------------
-_PLACES = ("input", "every_layer", "every_layer_shared")
-_KINDS = ("none", "learned", "learned_2d", "sincos2d", "relative")
+_PLACES = POSEMB_ATS
+_KINDS = ("none", *(k for k in POSEMBS if k != "none"))  # Table 8's order: no position embedding first
 
 
 def _posemb_rows(ok: pd.DataFrame) -> pd.DataFrame:
