@@ -358,6 +358,18 @@ def test_embedded_smoke_is_the_repo_copy_and_resolves_by_name(tmp_path, monkeypa
     assert not (tmp_path / "results").exists()
 
 
+def test_a_folder_named_like_a_shipped_study_does_not_hide_it(tmp_path, monkeypatch, cli):
+    """`vitbench sweep ci --results ci` makes ./ci: the resume, the same command again, said "study 'ci' is not
+    a file"; a folder named so is the study's results, not the study. A name that is no study still says so."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ci").mkdir()
+    r = cli("sweep", "ci", "--results", "ci", "--dry-run", "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout), r.output
+    (tmp_path / "mine").mkdir()
+    r = cli("sweep", "mine", "--dry-run")
+    assert r.exit_code == 2 and "is not a file" in r.stderr, r.output
+
+
 def test_every_shipped_study_is_embedded_and_runs_by_name_from_anywhere(tmp_path, monkeypatch, cli):
     """studies/ links to the package's copies (a study added there as a plain file would not be embedded);
     `sweep transfer-digits`, as docs/datasets.md shows it, said 'not found' outside the checkout."""

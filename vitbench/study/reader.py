@@ -44,21 +44,22 @@ def embedded_studies() -> list[str]:
 
 def resolve_study(ref: str | Path) -> tuple[Path | None, str]:
     """A path, or a bare name (`smoke`, `transfer-digits`): ./studies/<name>.yaml, else the package's embedded
-    copy (every shipped study: vitbench/studies/, which the checkout's studies/ links to).
+    copy (every shipped study: vitbench/studies/, which the checkout's studies/ links to). A folder named like a
+    study (`vitbench sweep ci --results ci` makes ./ci) does not hide it: the name still means the study.
 
     Returns (path or None for an embedded study, text)."""
     p = Path(ref)
     if p.is_file():
         return p, read_text(p)
-    if p.exists():
-        raise ConfigError(f"study {shorten(str(ref))} is not a file")
     name = p.name[:-5] if p.name.endswith((".yaml", ".yml")) and p.parent == Path(".") else str(ref)
-    if "/" not in name and "\\" not in name:
+    if "/" not in name and "\\" not in name:  # a name: a folder of that name here (its results) hides no study
         local = Path(STUDIES_DIR) / f"{name}.yaml"
         if local.is_file():
             return local, read_text(local)
         if name in embedded_studies():
             return None, resources.files("vitbench").joinpath(STUDIES_DIR, f"{name}.yaml").read_text()
+    if p.exists():
+        raise ConfigError(f"study {shorten(str(ref))} is not a file")
     raise ConfigError(f"study {shorten(str(ref))} not found: give a path to a YAML file or one of the shipped "
                       f"names: {', '.join(embedded_studies()) or '(none)'}")
 
