@@ -503,6 +503,12 @@ def test_exit_1_on_a_new_regression_only(cli, tmp_path):
     assert cli("history", "--db", db2).exit_code == 0
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def test_the_page_gets_the_series_and_never_replaces_a_users_file(cli, tmp_path):
     """--html OUT hands to_page's series to the history page (vitbench.history.page, written apart)."""
     pytest.importorskip("vitbench.history.page")
@@ -516,6 +522,8 @@ def test_the_page_gets_the_series_and_never_replaces_a_users_file(cli, tmp_path)
     assert r.exit_code in (0, 1), r.output  # 1: the step at c003 is new (the newest commit shows it)
     page = tmp_path / "page.html"
     assert "c003" in page.read_text()
+    # a page to publish: a new file's usual mode (mkstemp's 0600 kept it from a web server), umask 022 here
+    assert page.stat().st_mode & 0o777 == 0o666 & ~_umask(), oct(page.stat().st_mode)
     assert cli("history", "--db", db, "--html", page).exit_code in (0, 1)  # its own page: replaced
     page.write_text(page.read_text().replace("<h1>", "<p>my note on c003</p><h1>"))  # annotated: the user's now
     r = cli("history", "--db", db, "--html", page)

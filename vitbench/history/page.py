@@ -26,12 +26,12 @@ import html
 import math
 import os
 import re
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
 from vitbench.errors import ConfigError
 from vitbench.numfmt import fmt
+from vitbench.paths import write_atomic
 from vitbench.record import finite_number
 
 GENERATOR = "vitbench history page"  # the <meta name="generator"> that names the page's maker
@@ -114,15 +114,7 @@ def render(series: list[dict], out: Path) -> Path:
         body.append('<p class="none">No history recorded yet.</p>')
     page = html_page("vitbench history", body, _CSS, _SCRIPT)
     page = page.replace(_SEAL.format(""), _SEAL.format(hashlib.sha256(page.encode()).hexdigest()), 1)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(page)
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return out
+    return write_atomic(out, page)  # a new file's usual mode (a page to publish), UTF-8 whatever the locale
 
 
 def _ours(path: Path) -> bool:
@@ -131,7 +123,7 @@ def _ours(path: Path) -> bool:
     if path.is_symlink() or not path.is_file():
         return False
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return False
     m = _SEAL_RE.search(text)
