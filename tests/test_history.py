@@ -331,11 +331,14 @@ def test_append_refuses_what_is_no_measurement(cli, tmp_path):
     (tmp_path / "failed").mkdir()
     env = {"git_sha": "a" * 40}
     write_jsonl(tmp_path / "failed" / "results.jsonl", [bench_record(status="oom", env=env)])
+    (tmp_path / "unrecorded").mkdir()  # failed rows of no environment (a timeout's): the reason is still theirs
+    write_jsonl(tmp_path / "unrecorded" / "results.jsonl", [bench_record(status="timeout", env={})])
     (tmp_path / "empty").mkdir()
-    for d, says in ((tmp_path / "failed", "no ok row"), (tmp_path / "empty", "empty"),
-                    (tmp_path / "nope", "no such directory")):
+    for d, says in ((tmp_path / "failed", "no ok row"), (tmp_path / "unrecorded", "no ok row"),
+                    (tmp_path / "empty", "no records"), (tmp_path / "nope", "no such directory")):
         r = cli("history", "append", d, "--db", tmp_path / "h.sqlite")
         assert r.exit_code == 2 and str(d) in r.output and "Traceback" not in r.output, r.output
+        assert says in " ".join(r.output.split()), (says, r.output)
     assert not (tmp_path / "h.sqlite").exists() or not list(store.read(tmp_path / "h.sqlite"))
 
 

@@ -238,11 +238,11 @@ def collect(path: str | Path, commit: str | None = None, repo: str | Path = ".")
     records = [r for recs in rounds for r in recs]
     if not records:
         raise ConfigError(f"RESULTS_DIR {p}: no records")
-    sha = _commit(records, commit, p, Path(repo))
     points = points_of(rounds)
-    if not points:
+    if not points:  # before the commit: failed rows may record none, and --commit would not make them numbers
         raise ConfigError(f"RESULTS_DIR {p}: no ok row with a finite metric to record (failed, skipped or "
                           "non-finite rows are not measurements)")
+    sha = _commit(records, commit, p, Path(repo))
     env = next((r.env for r in records if r.env), {})
     info = {"env": env, "rounds": len(rounds),  # the first row's environment: the versions measured with
             ROWS_KEY: rows_sha256(records, p)}
