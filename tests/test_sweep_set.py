@@ -57,3 +57,17 @@ def test_set_of_an_unknown_field_or_bad_value_exits_2_naming_the_allowed_ones(tm
     assert r.exit_code == 2 and "dataset" in r.output, r.output
     r = cli("sweep", path, "--dry-run", "--set", "nothing")
     assert r.exit_code == 2 and "expected KEY=VALUE" in r.output
+
+
+def test_set_of_a_field_no_trial_reads_exits_2(tmp_path, cli):
+    """An infer and flops study has no dataset: `--set dataset=folder` changed no trial, with no word (the keys
+    stayed the shipped ones: a user who meant to run on their data got the shipped numbers). A field one of its
+    tasks reads is taken, even where another task does not read it."""
+    path = tmp_path / "s.yaml"
+    path.write_text("name: speed\naxes:\n  task: [infer, flops]\n  model: [ViT-Nano/4]\n")
+    r = cli("sweep", path, "--dry-run", "--set", "dataset=folder", "--set", f"data_path={tmp_path}")
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    said = " ".join(r.stderr.split())
+    assert "--set 'dataset': no trial of this study reads dataset (its tasks: flops, infer)" in said, said
+    assert not (tmp_path / "results").exists()
+    assert {t["config"].get("batch_size") for t in _trials(cli, path, "batch_size=4")} >= {4}  # infer reads it

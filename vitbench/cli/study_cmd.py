@@ -237,7 +237,7 @@ def sweep_cmd(
     sets: list[str] = typer.Option(None, "--set", metavar="FIELD=VALUE",
                                    help="Set a study field in every trial (repeatable), e.g. --set "
                                         "data_path=/data/pets --set dataset=folder; VALUE is read as YAML. The "
-                                        "trial keys include it."),
+                                        "trial keys include it; a field no trial's task reads is refused."),
 ) -> None:
     """Run every trial of a study, each in a fresh process with a timeout; resume what is already done.
 

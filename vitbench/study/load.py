@@ -81,6 +81,17 @@ def apply_sets(m: StudyModel, ex: Expander, sets: dict[str, Any], option: str = 
                 entry[key] = value
 
 
+def _check_sets_read(sets: dict[str, Any], kinds: set[str], ex: Expander, option: str = "--set") -> None:
+    """A field set from the command line that no trial's task reads is refused: it would change no trial (the
+    keys stay those of the shipped study), and a user who pointed a study at their data would not see it."""
+    for key in sets:
+        field = set_field(key, option)
+        if not any(field in ex.tasks[kind].fields() for kind in kinds):
+            raise ConfigError(f"{option} {shorten(key)}: no trial of this study reads {field} (its tasks: "
+                              f"{', '.join(sorted(kinds))}), so it would change nothing; `vitbench plugins --json` "
+                              "lists each task's fields")
+
+
 def parse_study(text: str, source: str = "<study>", path: Path | None = None, check_paths: bool = True,
                 sets: dict[str, Any] | None = None) -> Study:
     """Validate a study's YAML text and expand it into trials (raises ConfigError listing every problem).
@@ -124,6 +135,8 @@ def parse_study(text: str, source: str = "<study>", path: Path | None = None, ch
               if r == 0 or ex.tasks[cfg["task"]].repeat]
     if not trials:
         raise ConfigError(f"invalid study {source}: every combination was excluded; nothing to run")
+    if sets:
+        _check_sets_read(sets, {cfg["task"] for cfg, _, _ in unique.values()}, ex)
     missing = ""
     if ex.missing.items:
         try:
