@@ -194,3 +194,22 @@ def test_a_report_killed_while_it_moves_its_files_in_leaves_a_folder_the_next_on
 
     assert content(out) == content(again)  # wholly the new report
     assert "pending" not in json.loads((out / MANIFEST).read_text())
+
+
+def test_a_reports_earlier_files_it_no_longer_writes_are_removed_and_said(res, tmp_path, cli):
+    """A report with fewer formats removes its earlier run's other files (a stale csv beside a new md would
+    disagree with it); it removed 15 files without a word, which looked like data lost: it names them now."""
+    out = tmp_path / "rep"
+    first = _report(res, out)
+    assert {p.suffix for p in first.files} == {".md", ".csv"}
+    again = build_report(res, out, formats=("md",), plots=False)
+    gone = sorted(p.name for p in first.files if p.suffix == ".csv")
+    assert not any((out / n).exists() for n in gone)
+    note = next(w for w in again.warnings if w.startswith("removed"))
+    assert f"removed {len(gone)} file(s) the previous report wrote there and this one does not" in note, note
+    assert gone[0] in note
+    r = cli("report", res, "--out", out, "--format", "md", "--no-plots")
+    assert r.exit_code == 0 and "removed" not in r.stderr, r.output  # nothing more to remove: nothing said
+    r = cli("report", res, "--out", out, "--format", "md,csv", "--no-plots")
+    r = cli("report", res, "--out", out, "--format", "md", "--no-plots")
+    assert r.exit_code == 0 and "removed" in r.stderr and gone[0] in r.stderr, r.output

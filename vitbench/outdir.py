@@ -142,9 +142,10 @@ class OutputFolder:
         finally:
             shutil.rmtree(stage, ignore_errors=True)
 
-    def publish(self, stage: Path, names: list[str]) -> None:
+    def publish(self, stage: Path, names: list[str]) -> list[str]:
         """Move the staged files `names` into the folder, remove the previous report's files this one does not
-        write (those it can prove), and record what was written in the manifest (moved in last)."""
+        write (those it can prove), and record what was written in the manifest (moved in last); the names
+        removed (for the command to say: a file of its earlier run gone without a word looked lost)."""
         w = self.writer
         taken = [n for n in names if n not in self.own and (os.path.lexists(self.out / n))]
         if taken:
@@ -165,14 +166,15 @@ class OutputFolder:
         _move(stage / w.manifest, self.out / w.manifest, replace=w.manifest in self.own)
         for n in names:
             _move(stage / n, self.out / n, replace=n in self.own)
-        for n in set(self.written) - set(names):
-            if n in self.own:  # proven: still the bytes a report wrote
-                (self.out / n).unlink(missing_ok=True)
+        removed = sorted(n for n in set(self.written) - set(names) if n in self.own)  # proven: a report's bytes
+        for n in removed:
+            (self.out / n).unlink(missing_ok=True)
         (stage / w.manifest).write_text(_manifest(w, files))
         os.replace(stage / w.manifest, self.out / w.manifest)
         self.written = {n: [(e["size"], e["sha256"])] for n, e in files.items()}
         self.held = {n: (e["size"], e["sha256"]) for n, e in files.items()}
         self.own, self.interrupted = {w.manifest, *names}, False
+        return removed
 
 
 def write_files(out: Path, files: dict[str, bytes], writer: Writer, allow_other: bool = False) -> list[Path]:
@@ -186,8 +188,16 @@ def write_files(out: Path, files: dict[str, bytes], writer: Writer, allow_other:
     with folder.staging() as stage:
         for name, data in files.items():
             (stage / name).write_bytes(data)
-        folder.publish(stage, list(files))
+        removed = folder.publish(stage, list(files))
+    if removed:
+        warnings.warn(removed_note(writer, removed), VitbenchWarning, stacklevel=2)
     return [out / name for name in files]
+
+
+def removed_note(writer: Writer, removed: list[str]) -> str:
+    """What a writer says of its earlier run's files that this run does not write (and so removed)."""
+    return (f"removed {len(removed)} file(s) the previous {writer.what} wrote there and this one does not: "
+            f"{_names(removed)}")
 
 
 def _move(src: Path, dst: Path, replace: bool) -> None:

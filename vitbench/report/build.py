@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from vitbench.errors import ConfigError, clip
-from vitbench.outdir import Writer
+from vitbench.outdir import Writer, removed_note
 from vitbench.paths import make_dir
 
 FORMATS = ("md", "html", "csv", "parquet")
@@ -110,7 +110,9 @@ def build_report(results: str | Path, out: str | Path | None = None, formats: It
     folder.check()
     with folder.staging() as stage:
         rep = _write(df, cal, stage, formats, plots, warnings_=list(dict.fromkeys(str(w.message) for w in caught)))
-        folder.publish(stage, [p.name for p in rep.files])
+        removed = folder.publish(stage, [p.name for p in rep.files])
+    if removed:
+        rep.warnings.append(removed_note(REPORT, removed))
     rep.files = [out / p.name for p in rep.files]
     rep.figures = {k: out / p.name for k, p in rep.figures.items()}
     return rep
