@@ -79,6 +79,70 @@ def test_slurm_without_sbatch_is_a_clear_error_and_writes_nothing(tmp_path, cli)
     assert not (tmp_path / "res2").exists()
 
 
+def _fake_sbatch(tmp_path: Path, monkeypatch, script: str) -> None:
+    """An `sbatch` first on PATH (a login node where SLURM is installed but refuses, whatever this machine has)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "sbatch").write_text("#!/bin/sh\n" + textwrap.dedent(script))
+    (bin_dir / "sbatch").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+
+
+def _not_locked(lock: Path) -> bool:
+    fd = os.open(lock, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # another open file: fails while the sweep still holds it
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.timeout(60)
+def test_slurm_with_an_sbatch_that_fails_is_a_clear_error_and_leaves_no_claims_or_job_files(tmp_path, cli,
+                                                                                            monkeypatch):
+    """sbatch installed but SLURM not configured here: one `error:` line naming sbatch, its exit status, its
+    message and the way out; exit 2, no traceback, no trial claimed and no job pickled. An sbatch that answers
+    but refuses the submission itself (a bad partition) says so the same way, its message clipped, and leaves no
+    job files and no claim held."""
+    pytest.importorskip("submitit")
+    s = tmp_path / "s.yaml"
+    s.write_text("name: x\ncalibration: false\naxes: {model: [ViT-Nano/4, ViT-Micro/4], task: [flops]}\n")
+    _fake_sbatch(tmp_path, monkeypatch, """\
+        echo "sbatch: error: resolve_ctls_from_dns_srv: res_nsearch error: Unknown host" >&2
+        echo "sbatch: fatal: Could not establish a configuration source" >&2
+        exit 1
+        """)
+    res = tmp_path / "res"
+    r = cli("sweep", s, "--results", res, "--executor", "slurm", "-o", "partition=gpu")
+    errors = [ln for ln in r.output.splitlines() if ln.startswith("error:")]
+    assert r.exit_code == 2 and len(errors) == 1 and "Traceback" not in r.output, r.output
+    for part in ("executor 'slurm'", "sbatch", "exit status 1", "Could not establish a configuration source",
+                 "sinfo", "local"):
+        assert part in errors[0], (part, r.output)
+    assert not list(res.glob("claims/*.lock")) and not list(res.glob("slurm/*.pkl")), list(res.rglob("*"))
+
+    # `sbatch --version` answers; the submission is refused, with a 50 KB line among its stderr
+    _fake_sbatch(tmp_path / "2", monkeypatch, f"""\
+        [ "$1" = --version ] && {{ echo "slurm 23.02.7"; exit 0; }}
+        echo "sbatch: error: invalid partition specified: gpu" >&2
+        echo "sbatch: error: {'x' * 50_000}" >&2
+        echo "sbatch: error: Batch job submission failed: Invalid partition name specified" >&2
+        exit 1
+        """)
+    res = tmp_path / "res2"
+    r = cli("sweep", s, "--results", res, "--executor", "slurm", "-o", "partition=gpu")
+    errors = [ln for ln in r.output.splitlines() if ln.startswith("error:")]
+    assert r.exit_code == 2 and len(errors) == 1 and "Traceback" not in r.output, r.output
+    assert "exit status 1" in errors[0] and "invalid partition specified: gpu" in errors[0], r.output
+    assert len(r.output) < 3000 and r.output.count("invalid partition") == 1, r.output  # clipped, said once
+    assert not list(res.glob("slurm/*.pkl")) and not list(res.glob("slurm/.submission_file_*")), \
+        list(res.rglob("*"))
+    locks = list(res.glob("claims/*.lock"))
+    assert locks and all(_not_locked(p) for p in locks)  # released: a later sweep can take them
+
+
 # ----------------------------------------------------------------------------------------------------------
 # slurm via submitit's local cluster
 # ----------------------------------------------------------------------------------------------------------

@@ -26,9 +26,11 @@ from __future__ import annotations
 import contextlib
 import getpass
 import importlib.util
+import io
 import math
 import shutil
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +38,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat, PositiveInt
 
-from vitbench.errors import BackendUnavailable, ConfigError
+from vitbench.errors import BackendUnavailable, ConfigError, clip
 from vitbench.executors import (Executor, Job, Outcome, failure, is_timing, register_executor, wait_until,
                                 wants_gpu)
 from vitbench.executors.remote import check_worker_paths, run_on_worker, since_now, stored_row
@@ -53,6 +55,8 @@ _STATE_STATUS = {"TIMEOUT": Status.TIMEOUT, "DEADLINE": Status.TIMEOUT, "OUT_OF_
 # line at all, means the job has ended.
 _ACTIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_FED",
            "REQUEUE_HOLD", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD"}
+# An sbatch that does not answer `--version` in this long is one no job can be submitted with.
+SBATCH_CHECK_S = 60
 # Minutes added to the per-trial timeout for the SLURM time limit: node start-up, imports, writing the row.
 TIME_LIMIT_MARGIN_MIN = 5
 
@@ -81,6 +85,20 @@ class SlurmOptions(BaseModel):
     poll_s: PositiveFloat = 5.0
     vanish_s: PositiveFloat = 60.0  # a job gone from squeue (or ended there) this long without a result: a row
     keep_logs: bool = False
+
+
+def _sbatch_failed(status: int | str, stderr: str | None, submitted: int = 0) -> BackendUnavailable:
+    """The error of an sbatch that exited non-zero (SLURM not configured here, its controller unreachable, a
+    partition or account it refuses): one line with its exit status, its first stderr lines (clipped), and the way
+    out."""
+    lines = [ln.strip() for ln in (stderr or "").strip().splitlines() if ln.strip()]
+    said = clip(" | ".join(lines[:4]) + (" | ..." if len(lines) > 4 else ""), 400) if lines else "(no message)"
+    kept = (f"; the {submitted} job(s) already submitted keep running and store their rows (run the sweep again "
+            "for the rest)") if submitted else ""
+    return BackendUnavailable(f"executor 'slurm': sbatch failed (exit status {status}): {said}{kept}; check the "
+                              "SLURM configuration of this machine (`sinfo` should list its partitions) and the "
+                              "options partition/account/qos, or run the sweep with the local executor "
+                              "(--executor local, or option cluster=local)")
 
 
 def _tail(text: str | None, lines: int = 20) -> str | None:
@@ -150,6 +168,25 @@ class SlurmExecutor(Executor):
         self.folder = folder
         check_worker_paths(self.results)
         self._ex: dict[bool, Any] = {}  # a submitit executor for whole-node jobs, one for the others
+        self._submitted = 0  # jobs sbatch took so far
+
+    def run(self, jobs, on_start, on_result) -> None:
+        if self.opts.cluster == "slurm":  # before the first trial is claimed or pickled: a SLURM that cannot
+            self._check_sbatch()  # take a job (not configured here) leaves no claims and no job files behind
+        super().run(jobs, on_start, on_result)
+
+    @staticmethod
+    def _check_sbatch() -> None:
+        """`sbatch --version` reads SLURM's configuration as a submission does, without submitting anything."""
+        try:
+            out = subprocess.run(["sbatch", "--version"], capture_output=True, text=True, timeout=SBATCH_CHECK_S,
+                                 stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            raise _sbatch_failed(f"none: no answer in {SBATCH_CHECK_S} s", None) from None
+        except OSError as e:
+            raise _sbatch_failed(f"none: {e.strerror or e}", None) from None
+        if out.returncode != 0:
+            raise _sbatch_failed(out.returncode, out.stderr or out.stdout)
 
     # ---------------------------------------------------------------------------------------------------
     def _executor(self, folder: Path, exclusive: bool = False):
@@ -209,14 +246,59 @@ class SlurmExecutor(Executor):
         for (gpus, minutes, exclusive), idx in groups.items():
             ex = self._ex.get(exclusive) or self._ex.setdefault(exclusive, self._executor(self.folder, exclusive))
             ex.update_parameters(**self._job_params(gpus, minutes))
-            with ex.batch():
-                handles = [ex.submit(run_on_worker, jobs[i], results, self.opts.start_method, since,
-                                           {"executor": self.name}, self.opts.keep_logs, self.opts.grace_s,
-                                           identify=slurm_job_id, follow=True) for i in idx]
+            handles = self._submit_group(ex, [jobs[i] for i in idx], results, since)
+            self._submitted += len(handles)
             t = time.time()
             for i, h in zip(idx, handles):
                 out[i] = _Submitted(h, t)
         return out  # type: ignore[return-value]
+
+    def _submit_group(self, ex, jobs: list[Job], results: str | None, since) -> list:
+        """One job array. An sbatch that exits non-zero submitted nothing: submitit's job files of this array
+        are removed, and a BackendUnavailable says why (the runner then releases the claims of its trials),
+        instead of submitit's traceback."""
+        from submitit.core.utils import FailedJobError, JobPaths
+
+        staging = JobPaths.get_first_id_independent_folder(self.folder)  # where submitit stages an array's files
+        before = set(self._staged(staging))
+        said = io.StringIO()  # submitit prints a failed sbatch's stderr itself: it goes into the error instead
+        try:
+            with contextlib.redirect_stderr(said), ex.batch():
+                handles = [ex.submit(run_on_worker, job, results, self.opts.start_method, since,
+                                     {"executor": self.name}, self.opts.keep_logs, self.opts.grace_s,
+                                     identify=slurm_job_id, follow=True) for job in jobs]
+        except FailedJobError as e:  # sbatch ran and refused: nothing was submitted
+            self._drop_staged(staging, before, len(jobs))
+            cause = e.__cause__
+            status = cause.returncode if isinstance(cause, subprocess.CalledProcessError) else "unknown"
+            raise _sbatch_failed(status, str(e) or said.getvalue(), self._submitted) from None
+        except OSError as e:  # a pickle not written (a full disk: the CLI says so), or sbatch gone: none submitted
+            self._drop_staged(staging, before, len(jobs))
+            if e.filename == "sbatch":
+                raise _sbatch_failed(f"none: {e.strerror or e}", None, self._submitted) from None
+            raise
+        if said.getvalue():  # (printed by something else than a failed sbatch)
+            sys.stderr.write(said.getvalue())
+        return handles
+
+    @staticmethod
+    def _staged(folder: Path) -> list[Path]:
+        """submitit's files of an array being submitted: its pickles (<uuid>.pkl) and its sbatch script."""
+        try:
+            return [p for p in folder.iterdir()
+                    if (p.suffix == ".pkl" and len(p.stem) == 32) or p.name.startswith(".submission_file_")]
+        except OSError:
+            return []
+
+    def _drop_staged(self, folder: Path, before: set[Path], n: int) -> None:
+        """Remove the files an unsubmitted array of `n` jobs left: the new pickles and script. Only when exactly
+        those are new: a file another sweep on the same folder is staging at the same moment is not ours."""
+        new = [p for p in self._staged(folder) if p not in before]
+        pickles = [p for p in new if p.suffix == ".pkl"]
+        if len(pickles) == n and len(new) - len(pickles) <= 1:
+            for p in new:
+                with contextlib.suppress(OSError):
+                    p.unlink()
 
     def poll(self, handles: list[_Submitted]) -> list[_Submitted]:
         """Finished jobs: those submitit sees done (a result file, or sacct) and squeue no longer shows active,
