@@ -668,3 +668,27 @@ def test_what_compare_prints_stays_bounded_whatever_a_row_holds():
     a.env["git_sha"], b.env["git_sha"] = "x" * 5_000_000, "y"
     (field, base, cur), = [d for d in env_differences([a], [b]) if d[0] == "git_sha"]
     assert len(base) <= 400 and cur == "y"
+
+
+def test_the_verdict_stands_when_the_reader_of_the_output_goes_away(tmp_path):
+    """`vitbench compare A B | head -1` in a CI script: the reader closes the pipe, and the BrokenPipeError ended
+    the command with 1 and no word, whatever the verdict (a clean gate failed). The output goes to /dev/null from
+    then on and the exit code is the comparison's."""
+    import subprocess
+    import sys
+
+    (tmp_path / "base").mkdir()
+    (tmp_path / "cur").mkdir()
+    write_jsonl(tmp_path / "base" / "results.jsonl", [bench_record()])
+    write_jsonl(tmp_path / "cur" / "results.jsonl", [bench_record(status="oom")])  # failed: exit 1
+    for current, code in (("cur", 1), ("base", None)):
+        p = subprocess.Popen([sys.executable, "-m", "vitbench", "compare", tmp_path / "base", tmp_path / current],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        p.stdout.close()  # the reader is gone before the first line
+        err = p.stderr.read().decode()
+        rc = p.wait(timeout=120)
+        if code is None:  # the same rows on both sides: the gate's own answer (0, or 3 for one run a side)
+            assert rc in (0, 3), (rc, err)
+        else:
+            assert rc == code, (rc, err)
+        assert "Traceback" not in err and "BrokenPipe" not in err, err

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 import warnings
 
 import typer
@@ -127,6 +129,39 @@ for _mod in _COMMAND_MODULES:
         break
 
 
+class _ReaderMayLeave:
+    """Standard output whose reader may go away (`vitbench compare A B | head -1`): the first write or flush that
+    finds the pipe closed points the descriptor at /dev/null, and the command runs on to its own exit code (a
+    verdict, a measurement's status), where the BrokenPipeError ended it with 1 and no word."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def _gone(self) -> None:
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(null, self._stream.fileno())
+        finally:
+            os.close(null)
+
+    def write(self, text):
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._gone()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._gone()
+            self._stream.flush()  # what was buffered goes to /dev/null now: nothing left to fail at exit
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
 def main() -> None:
     """Console entry point. The process runs under the host-memory budget (vitbench.memory_budget): past it, one
     line and exit code 1 instead of the kernel's OOM killer; SIGINT interrupts it even where it was inherited
@@ -145,4 +180,6 @@ def main() -> None:
     except VitbenchError as e:  # a bad $VITBENCH_MEMORY_LIMIT_GIB
         typer.echo(f"error: {e}", err=True)
         raise SystemExit(e.exit_code) from None
+    if hasattr(sys.stdout, "fileno"):
+        sys.stdout = _ReaderMayLeave(sys.stdout)
     app()
