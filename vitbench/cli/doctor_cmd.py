@@ -31,7 +31,8 @@ def doctor_cmd(
     same steps and their sync, and without the sync. Precision: the framework's matmul settings, what vitbench
     sets, and the error of an fp32 matmul against float64. Peak: datasheet vs measured. Machine: threads vs
     cores, other load, CPU governor and clocks, SMT, temperatures, memory; GPU clocks, power, slowdowns (NVML).
-    Exit code 1 when a check fails (timing or precision not what it claims), else 0.
+    Exit code 1 when a check fails (timing or precision not what it claims); 2 when no backend runs on the
+    device, or an option is wrong; else 0.
     """
     from vitbench.doctor import Status, run
 
