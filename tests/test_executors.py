@@ -99,6 +99,14 @@ def _not_locked(lock: Path) -> bool:
         os.close(fd)
 
 
+def _one_slurm_error(cli, study, res):
+    """A sweep of `study` on SLURM that must end in one `error:` line, exit 2, no traceback: (result, the line)."""
+    r = cli("sweep", study, "--results", res, "--executor", "slurm", "-o", "partition=gpu")
+    errors = [ln for ln in r.output.splitlines() if ln.startswith("error:")]
+    assert r.exit_code == 2 and len(errors) == 1 and "Traceback" not in r.output, r.output
+    return r, errors[0]
+
+
 @pytest.mark.timeout(60)
 def test_slurm_with_an_sbatch_that_fails_is_a_clear_error_and_leaves_no_claims_or_job_files(tmp_path, cli,
                                                                                             monkeypatch):
@@ -115,12 +123,10 @@ def test_slurm_with_an_sbatch_that_fails_is_a_clear_error_and_leaves_no_claims_o
         exit 1
         """)
     res = tmp_path / "res"
-    r = cli("sweep", s, "--results", res, "--executor", "slurm", "-o", "partition=gpu")
-    errors = [ln for ln in r.output.splitlines() if ln.startswith("error:")]
-    assert r.exit_code == 2 and len(errors) == 1 and "Traceback" not in r.output, r.output
+    r, error = _one_slurm_error(cli, s, res)
     for part in ("executor 'slurm'", "sbatch", "exit status 1", "Could not establish a configuration source",
                  "sinfo", "local"):
-        assert part in errors[0], (part, r.output)
+        assert part in error, (part, r.output)
     assert not list(res.glob("claims/*.lock")) and not list(res.glob("slurm/*.pkl")), list(res.rglob("*"))
 
     # `sbatch --version` answers; the submission is refused, with a 50 KB line among its stderr
@@ -132,10 +138,8 @@ def test_slurm_with_an_sbatch_that_fails_is_a_clear_error_and_leaves_no_claims_o
         exit 1
         """)
     res = tmp_path / "res2"
-    r = cli("sweep", s, "--results", res, "--executor", "slurm", "-o", "partition=gpu")
-    errors = [ln for ln in r.output.splitlines() if ln.startswith("error:")]
-    assert r.exit_code == 2 and len(errors) == 1 and "Traceback" not in r.output, r.output
-    assert "exit status 1" in errors[0] and "invalid partition specified: gpu" in errors[0], r.output
+    r, error = _one_slurm_error(cli, s, res)
+    assert "exit status 1" in error and "invalid partition specified: gpu" in error, r.output
     assert len(r.output) < 3000 and r.output.count("invalid partition") == 1, r.output  # clipped, said once
     assert not list(res.glob("slurm/*.pkl")) and not list(res.glob("slurm/.submission_file_*")), \
         list(res.rglob("*"))

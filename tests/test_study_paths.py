@@ -44,9 +44,13 @@ def test_a_study_written_with_paths_has_the_keys_of_the_one_written_with_fields(
 
 
 def test_sweep_set_takes_a_path():
-    by_field = load_study("smoke", check_paths=False, sets={"pretrain_lr": 0.5, "data_workers": 2})
-    by_path = load_study("smoke", check_paths=False, sets={"upstream.lr": 0.5, "data.workers": 2})
+    # a study whose trials read both (the smoke study reads neither: --set of them is refused there now)
+    by_field = load_study("transfer-digits", check_paths=False, sets={"pretrain_lr": 0.5, "data_workers": 2})
+    by_path = load_study("transfer-digits", check_paths=False, sets={"upstream.lr": 0.5, "data.workers": 2})
     assert [t.key for t in by_path.trials] == [t.key for t in by_field.trials]
+    plain = load_study("transfer-digits", check_paths=False)
+    set_keys = {t.key for t in by_path.trials if t.config.get("pretrain_lr") == 0.5}
+    assert set_keys and not set_keys & {t.key for t in plain.trials}  # what was set is in the keys
 
 
 def test_an_unknown_path_is_named_with_the_close_ones_and_the_allowed_paths_bounded():
