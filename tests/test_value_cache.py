@@ -70,6 +70,26 @@ def test_a_change_of_any_key_component_misses(cache, monkeypatch, component):
     assert _get(c).cached and c.calls == 2  # then kept under the new key
 
 
+def test_a_plug_in_backends_compiler_environment_keys_the_cache(cache, monkeypatch):
+    """The variables a compiler reads are each backend's to declare (BackendSpec.compiler_env), not a list in
+    this module: a backend from outside vitbench whose compiler reads MYCC_* gets a miss when one changes."""
+    import dataclasses
+
+    from vitbench import registry
+    from vitbench.backends.spec import backend_spec
+
+    monkeypatch.setitem(registry._STATE.entries, registry.Kind.BACKEND,
+                        dict(registry._STATE.entries[registry.Kind.BACKEND]))  # the registration is undone after
+    spec = dataclasses.replace(backend_spec("torch"), name="mycc", compiler_env=("MYCC_",))
+    registry.register(registry.Kind.BACKEND, "mycc", spec, module=__name__)
+    c = Counter()
+    _get(c)
+    monkeypatch.setenv("MYCC_OPT_LEVEL", "3")
+    assert not _get(c).cached and c.calls == 2
+    monkeypatch.setenv("OTHER_OPT_LEVEL", "3")  # a variable no compiler declares: the same key
+    assert _get(c).cached and c.calls == 2
+
+
 @pytest.mark.parametrize("field,value", [("precision", "bf16"), ("device", "gpu"), ("resolution", 32),
                                          ("num_classes", 100), ("model", "ViT-Nano/4[depth=3]")])
 def test_a_change_of_the_request_misses(cache, field, value):

@@ -13,8 +13,8 @@ The key is everything a value may depend on, so that a change never reuses a wro
   backend lives outside the package), and of every .py file of the top-level packages of the modules it names in
   `modules` (a model family's plug-in outside the package: vitbench.models.families.family_modules);
 - `frameworks`: the versions of the distributions the caller names (torch, timm, fvcore; jax, jaxlib, flax);
-- `compiler_env`: the environment variables that change what XLA, JAX, inductor, Dynamo or torch.jit do
-  (COMPILER_ENV_PREFIXES);
+- `compiler_env`: the environment variables that change what XLA, JAX, inductor, Dynamo or torch.jit do (each
+  backend's `BackendSpec.compiler_env`);
 - `host`: the CPU model and architecture;
 - `request`: what the caller asks (the model spec's fields, resolution, classes, precision, device, ...).
 An entry holds its key whole and is used only when that key equals the one asked for. Entries are JSON written
@@ -43,12 +43,6 @@ from vitbench.record import now
 T = TypeVar("T")
 
 SUBDIR = "values"
-# Environment variables read by the compilers and tracers a cached value comes from:
-#   XLA_     XLA_FLAGS (xla/debug_options_flags.cc) and the Python client's XLA_PYTHON_CLIENT_* (jax/_src/xla_bridge.py)
-#   JAX_     every jax.config option's environment form, JAX_<OPTION> (jax/_src/config.py)
-#   TORCHINDUCTOR_, TORCHDYNAMO_  inductor's and Dynamo's configs (torch/_inductor/config.py, torch/_dynamo/config.py)
-#   PYTORCH_JIT  torch.jit tracing and scripting, which fvcore's counter runs (torch/jit/_state.py)
-COMPILER_ENV_PREFIXES = ("XLA_", "JAX_", "TORCHINDUCTOR_", "TORCHDYNAMO_", "PYTORCH_JIT")
 _DECODE_ERRORS = (ValueError, TypeError, KeyError)
 
 
@@ -129,8 +123,17 @@ def module_sources_hash(modules: Iterable[str]) -> str:
     return h.hexdigest()
 
 
+def compiler_env_prefixes() -> tuple[str, ...]:
+    """The prefixes of the environment variables read by the compilers and tracers a cached value comes from:
+    every registered backend's `compiler_env` (vitbench.backends.spec.BackendSpec), read from the registry as
+    env.backend_distributions reads their packages, so this module imports nothing above it."""
+    from vitbench.registry import Kind, entries
+
+    return tuple(dict.fromkeys(p for e in entries(Kind.BACKEND).values() for p in e.obj.compiler_env))
+
+
 def compiler_env() -> dict[str, str]:
-    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(COMPILER_ENV_PREFIXES)}
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(compiler_env_prefixes())}
 
 
 def _canonical(obj: Any) -> str:

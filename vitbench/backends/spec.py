@@ -44,6 +44,9 @@ class BackendSpec:
     distributions: tuple[str, ...] = ()  # packages whose versions every row of this backend records
     # packages its FLOP counters use beyond `distributions`: their versions key its cached counts (value_cache)
     counter_distributions: tuple[str, ...] = ()
+    # prefixes of the environment variables its compilers and tracers read: they key every cached value
+    # (vitbench.value_cache.compiler_env), so that a changed flag never reuses a value computed under another
+    compiler_env: tuple[str, ...] = ()
     check: Check | None = None
     install: str = ""  # how to get what `requires` names, e.g. "pip install 'vitbench[jax]'"
     description: str = ""

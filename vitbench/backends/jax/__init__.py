@@ -50,6 +50,9 @@ SPEC = register_backend(BackendSpec(
     # count and XLA_FLAGS are read when a trial's setup creates it: client.py), so each trial still sizes its own.
     preload=("jax", "flax", "optax", "vitbench.backends.jax.backend"),
     distributions=("jax", "jaxlib", "flax", "optax"),
+    # XLA_FLAGS (xla/debug_options_flags.cc) and the Python client's XLA_PYTHON_CLIENT_* (jax/_src/xla_bridge.py);
+    # every jax.config option's environment form, JAX_<OPTION> (jax/_src/config.py)
+    compiler_env=("XLA_", "JAX_"),
     check=_check,
     # one jitted step over a jax.sharding.Mesh of the local devices (mesh.py)
     parallelisms=(Parallelism.DP, Parallelism.FSDP),

@@ -48,6 +48,9 @@ SPEC = register_backend(BackendSpec(
     preload=("torch", "timm", "vitbench.backends.torch.backend"),
     distributions=("torch", "timm"),
     counter_distributions=("fvcore",),  # count_flops: fvcore's FlopCountAnalysis beside torch's FlopCounterMode
+    # inductor's and Dynamo's configs (torch/_inductor/config.py, torch/_dynamo/config.py); torch.jit tracing and
+    # scripting, which fvcore's counter runs (torch/jit/_state.py)
+    compiler_env=("TORCHINDUCTOR_", "TORCHDYNAMO_", "PYTORCH_JIT"),
     check=_check,
     # DDP / FSDP2 (fully_shard), one process per device (gloo on CPU, NCCL on CUDA): distributed.py, launch in
     # vitbench.measure.ranks
