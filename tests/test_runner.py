@@ -429,3 +429,28 @@ def test_a_number_every_reader_refuses_is_never_written_as_ok(tmp_path):
     assert summary.statuses == {"error": 1}
     (row,) = [r for r in read_records(tmp_path) if r.key]
     assert "step_ms_median = -1.0, where vitbench writes a finite number >= 0 (ms)" in row.error.message
+
+
+def test_a_checkpoint_replaced_under_its_name_runs_its_trial_again(tmp_path):
+    """The trial key holds a checkpoint's path, not its content: a file replaced under the same name kept the old
+    row as done (a fewshot accuracy of the previous checkpoint). The row records the SHA-256 of what the trial
+    read; a resumed sweep runs a trial whose file has changed again, says so, and leaves an unchanged one done."""
+    from vitbench.errors import VitbenchWarning
+    from vitbench.tasks.fields import INPUT_SHA256
+
+    a, b = tmp_path / "a.safetensors", tmp_path / "b.safetensors"
+    a.write_bytes(b"A" * 10)
+    b.write_bytes(b"B" * 10)
+    s = fake_study(f"axes: {{model: [ViT-Nano/4], task: [read_checkpoint], checkpoint: [{a}, {b}]}}\n")
+    res = tmp_path / "res"
+    assert run_study(s, res, executor_options=SPAWN).statuses == {"ok": 2}
+    rows = read_records(res)
+    assert all(len(r.runner[INPUT_SHA256]["checkpoint"]) == 64 for r in rows)
+    assert run_study(s, res, executor_options=SPAWN).skipped_done == 2  # nothing changed: nothing runs
+    a.write_bytes(b"C" * 30)  # replaced under its name
+    with pytest.warns(VitbenchWarning, match=r"checkpoint .*a\.safetensors' has changed since its row was written"):
+        again = run_study(s, res, executor_options=SPAWN)
+    assert again.ran == 1 and again.skipped_done == 1
+    latest = load(res).set_index("checkpoint")["checkpoint_bytes"].to_dict()
+    assert latest == {str(a): 30.0, str(b): 10.0}  # the newer row supersedes the old one
+    assert run_study(s, res, executor_options=SPAWN).skipped_done == 2  # and is done in turn

@@ -12,8 +12,8 @@ import time
 from pydantic import BaseModel
 
 from vitbench.record import Record, now
-from vitbench.tasks import Task, register_task
-from vitbench.tasks.fields import params_model
+from vitbench.tasks import Metric, Task, register_task
+from vitbench.tasks.fields import CheckpointField, params_model
 
 FRAMEWORKS = ("torch", "timm", "jax", "flax")
 FIELDS = ("model", "backend", "task", "device", "resolution", "batch_size", "seed")
@@ -96,3 +96,22 @@ class Spawner(Task):
 
     def run(self, p) -> Record:
         return _spawner(p.config())
+
+
+class Reading(BaseModel):
+    checkpoint: CheckpointField  # a file the trial reads whole (vitbench.tasks.fields.InputFile)
+
+
+@register_task
+class ReadCheckpoint(Task):
+    name = "read_checkpoint"
+    kind = "read_checkpoint"
+    Params = params_model("ReadCheckpointParams", FIELDS, Reading)
+    metrics = (Metric("checkpoint_bytes", "B", True, "the size of the file it read"),)
+    headline = "checkpoint_bytes"
+    description = "test-only"
+
+    def run(self, p) -> Record:
+        started = now()
+        size = float(len(open(p.checkpoint, "rb").read()))
+        return Record.measured(self.kind, p.config(), metrics={"checkpoint_bytes": size}, started_at=started)

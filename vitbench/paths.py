@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import hashlib
 import os
 import stat
@@ -146,6 +147,23 @@ def mark_used(path: Path) -> None:
         os.utime(path)
     except OSError:
         pass
+
+
+def content_sha256(path: str | os.PathLike) -> str | None:
+    """The SHA-256 of the file `path` names (a link followed, `~` expanded), or None where it is no readable plain
+    file; kept per (file, size, modification time) in this process, so a file named by many trials is read once."""
+    try:
+        real = Path(path).expanduser().resolve()
+        st = real.stat()
+    except (OSError, RuntimeError):
+        return None
+    return _content_sha256(str(real), st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=256)
+def _content_sha256(real: str, size: int, mtime_ns: int) -> str | None:
+    digest = file_digest(Path(real))
+    return digest[1] if digest else None
 
 
 def file_digest(path: Path) -> tuple[int, str] | None:

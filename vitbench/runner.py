@@ -97,11 +97,45 @@ class SweepHooks:
 
 
 def plan(study: Study, store: Store, force: bool = False, retry_failed: bool = False) -> list[Trial]:
-    """Trials still to run, in study order."""
+    """Trials still to run, in study order: not done, or done from a file it reads whole (a checkpoint) whose
+    content has changed since (inputs_changed)."""
     if force:
         return list(study.trials)
-    done = store.done_keys(only_ok=retry_failed)
+    done = store.done_keys(only_ok=retry_failed) - set(inputs_changed(study, store))
     return [t for t in study.trials if t.key not in done]
+
+
+def inputs_changed(study: Study, store: Store) -> dict[str, str]:
+    """{key: why} of the study's done trials whose row recorded the SHA-256 of a file it read whole (a
+    checkpoint: vitbench.tasks.fields.InputFile) that the file no longer has: its key holds the path, so a
+    checkpoint replaced under the same name kept the old accuracy as done. Each is said once, as a warning. Rows
+    written before the digests were recorded are not checked."""
+    import warnings
+
+    from vitbench.errors import VitbenchWarning
+    from vitbench.tasks import get_task
+    from vitbench.tasks.fields import INPUT_SHA256
+    from vitbench.trial import input_sha256
+
+    latest: dict[str, Record] = {}
+    for r in store.refresh():
+        if r.key and r.status.done and INPUT_SHA256 in r.runner:
+            old = latest.get(r.key)  # tidy.select's rule: a row without an end time is placed by file order
+            if not (old and old.finished_at and r.finished_at) or str(r.finished_at) >= str(old.finished_at):
+                latest[r.key] = r
+    out: dict[str, str] = {}
+    for t in study.trials:
+        rec = latest.get(t.key)
+        if rec is None or not isinstance(rec.runner[INPUT_SHA256], dict):
+            continue
+        now = input_sha256(get_task(t.config["task"]), t.config)
+        for field, sha in rec.runner[INPUT_SHA256].items():
+            if field in now and now[field] != sha:
+                out[t.key] = (f"trial {t.key}: {field} {shorten(str(t.config[field]), 120)} has changed since its row "
+                              f"was written (SHA-256 {str(sha)[:12]}... now {str(now[field])[:12]}...): it runs again")
+                warnings.warn(out[t.key], VitbenchWarning, stacklevel=2)
+                break
+    return out
 
 
 def failed_trials(study: Study, store: Store) -> dict[str, Status]:
@@ -284,6 +318,7 @@ def run_study(study: Study, results_dir: str | os.PathLike | None = None, *,
     summary = SweepSummary(run_id=run_id, results_dir=results_dir, planned=len(study.trials))
     t_start = time.perf_counter()
     todo = plan(study, store, force, retry_failed)
+    rerun = {t.key for t in todo} & store.done_keys(only_ok=retry_failed)  # done, but a file it read changed
     summary.skipped_done = len(study.trials) - len(todo)
     own_executor = not isinstance(executor, Executor)
     if todo:  # what can still fail (an executor that cannot start, a directory that cannot be made) fails here
@@ -314,7 +349,7 @@ def run_study(study: Study, results_dir: str | os.PathLike | None = None, *,
             if not store.claim(t.key):
                 summary.skipped_claimed += 1
                 continue
-            if not force and store.is_done(t.key, only_ok=retry_failed) and t.key not in done_now:
+            if not force and store.is_done(t.key, only_ok=retry_failed) and t.key not in done_now | rerun:
                 store.release(t.key)  # another sweep finished it meanwhile
                 summary.skipped_done += 1
                 continue

@@ -36,6 +36,7 @@ def run_trial(job: Job) -> Record:
     phases.reset()
     started = now()
     kind = "error"
+    inputs: dict[str, str | None] = {}
     t0 = time.perf_counter()
     try:
         try:
@@ -44,6 +45,7 @@ def run_trial(job: Job) -> Record:
             importlib.import_module(job.task_module)
             task = get_task(job.task)
         kind = task.kind
+        inputs = input_sha256(task, job.config)  # the files it reads whole, as it reads them
         # only while it holds the turn, where `vitbench ab --schedule turns` shares a CPU; the label is the same on
         # both sides, so the referee starts their same trial together
         with turns.held(f"{job.role.value} {job.key}"):
@@ -69,4 +71,17 @@ def run_trial(job: Job) -> Record:
     rec = rec.for_job(job)
     rec.runner.update(pid=os.getpid(), task_s=time.perf_counter() - t0, entered_at_unix=t_enter,
                       first_step_at_unix=phases.first_step_at())
+    if inputs:
+        from vitbench.tasks.fields import INPUT_SHA256
+
+        rec.runner[INPUT_SHA256] = inputs
     return rec
+
+
+def input_sha256(task, config: dict) -> dict[str, str | None]:
+    """{field: SHA-256 of the file it names} for the files a trial of `task` with `config` reads whole
+    (vitbench.tasks.fields.InputFile); None for one that cannot be read (the trial then says why)."""
+    from vitbench.paths import content_sha256
+    from vitbench.tasks.fields import input_files
+
+    return {f: content_sha256(p) for f, p in input_files(task.Params, config).items()}

@@ -46,6 +46,18 @@ class LocalPath:
 PathField = Annotated[str, LocalPath()]
 
 
+class InputFile:
+    """Marks a field naming a file a trial reads whole (a checkpoint): the SHA-256 of its content goes with the
+    trial's row (`Record.runner[INPUT_SHA256]`, vitbench.trial), and a resumed sweep runs the trial again where
+    the file's content has changed since (vitbench.runner.plan): its key holds the path, not the content."""
+
+    def __repr__(self) -> str:
+        return "InputFile()"
+
+
+INPUT_SHA256 = "input_sha256"  # the row's runner entry: {field: SHA-256 of the file it named, as the trial read it}
+
+
 def _checkpoint_file(value: str) -> str:
     """A checkpoint's name as the loaders read it (vitbench.models.checkpoints: safetensors or .npz; pickles
     never), refused where a study or a command is parsed, not when its trial runs."""
@@ -62,7 +74,7 @@ def _checkpoint_file(value: str) -> str:
     return value
 
 
-CheckpointField = Annotated[str, LocalPath(), AfterValidator(_checkpoint_file)]
+CheckpointField = Annotated[str, LocalPath(), InputFile(), AfterValidator(_checkpoint_file)]
 
 # The validation context's key under which a caller says how its user names each field (a callable field ->
 # name; a command: its options, `--data` for real_input_dataset); a check across fields names them through
@@ -116,6 +128,11 @@ def _marked(params: type[BaseModel], marker: type) -> tuple[str, ...]:
 def path_fields(params: type[BaseModel]) -> tuple[str, ...]:
     """The fields of a Params model that name local paths."""
     return _marked(params, LocalPath)
+
+
+def input_files(params: type[BaseModel], config: dict) -> dict[str, str]:
+    """{field: path} of the files a trial of `config` reads whole (InputFile fields that are set)."""
+    return {f: str(config[f]) for f in _marked(params, InputFile) if config.get(f)}
 
 
 def seed_fields(params: type[BaseModel]) -> tuple[str, ...]:
