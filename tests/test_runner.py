@@ -454,3 +454,25 @@ def test_a_checkpoint_replaced_under_its_name_runs_its_trial_again(tmp_path):
     latest = load(res).set_index("checkpoint")["checkpoint_bytes"].to_dict()
     assert latest == {str(a): 30.0, str(b): 10.0}  # the newer row supersedes the old one
     assert run_study(s, res, executor_options=SPAWN).skipped_done == 2  # and is done in turn
+
+
+def test_a_trial_another_sweep_held_and_left_unfinished_is_run_here(tmp_path):
+    """Two sweeps on one directory: a trial claimed by the other is skipped here; when the other stops (Ctrl-C, a
+    kill) without finishing it, its claim is free again. This sweep said "1 running in another sweep" and exited 0
+    with the trial never run; it now asks once more when its own trials are handed out, and runs it."""
+    from vitbench.runner import SweepHooks
+    from vitbench.store import Store
+
+    s = fake_study("axes: {model: [ViT-Nano/4, ViT-Micro/4], task: [sleep]}\n")
+    held, mine = s.trials
+    other = Store(tmp_path)  # the other sweep, holding the first trial's claim
+    assert other.claim(held.key)
+
+    class OtherStops(SweepHooks):
+        def started(self, trial, job):
+            if trial is not None and trial.key == mine.key:
+                other.release(held.key)  # it stopped while this sweep ran its own trial
+
+    summary = run_study(s, tmp_path, executor_options=SPAWN, hooks=OtherStops())
+    assert summary.ran == 2 and summary.skipped_claimed == 0, summary
+    assert sorted(st for _, st in statuses(tmp_path)) == ["ok", "ok"]

@@ -345,15 +345,27 @@ def run_study(study: Study, results_dir: str | os.PathLike | None = None, *,
     def jobs() -> Iterator[Job]:
         for t in calib:
             yield _job(study, run_id, t, timeout, Role.CALIBRATION)
+        elsewhere: list[Trial] = []
         for t in todo:
             if not store.claim(t.key):
-                summary.skipped_claimed += 1
+                elsewhere.append(t)
                 continue
             if not force and store.is_done(t.key, only_ok=retry_failed) and t.key not in done_now | rerun:
                 store.release(t.key)  # another sweep finished it meanwhile
                 summary.skipped_done += 1
                 continue
             yield _job(study, run_id, t, timeout)
+        # Once more, when this sweep's own trials are handed out: another sweep that held a trial and stopped
+        # (Ctrl-C, a kill) freed its claim without finishing it; this sweep exited 0 saying "running in another
+        # sweep" of a trial nobody was running.
+        for t in elsewhere:
+            if not store.claim(t.key):
+                summary.skipped_claimed += 1  # still running there
+            elif not force and store.is_done(t.key, only_ok=retry_failed) and t.key not in rerun:
+                store.release(t.key)
+                summary.skipped_done += 1
+            else:
+                yield _job(study, run_id, t, timeout)
 
     def on_start(job: Job) -> None:
         hooks.started(by_key.get(job.key) if job.role is Role.TRIAL else None, job)
