@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from vitbench.errors import ConfigError, clip
+from vitbench.errors import ConfigError, clip, shorten
 from vitbench.outdir import Writer, removed_note
 from vitbench.paths import make_dir
+from vitbench.registry import ENV_PLUGINS
 
 FORMATS = ("md", "html", "csv", "parquet")
 # what a report writes into its folder (vitbench.outdir: its manifest, the suffixes of its files)
@@ -34,7 +35,8 @@ class Report:
     tables: name -> table (status, the sections', failures); titles: name -> heading; columns: name -> the
     columns to show in a terminal (None: all); collapse: names whose equal-in-every-row columns may fold;
     notes: table name -> lines shown under it (a legend); not_drawn: figure name -> why it was not drawn (too
-    few points), shown in its place."""
+    few points, or its `make` raised), shown in its place; failed: section name -> why its table could not be
+    made (its `table` raised: the table is empty, a note in its place)."""
 
     df: pd.DataFrame
     tables: dict[str, pd.DataFrame]
@@ -49,6 +51,7 @@ class Report:
     calibration: pd.DataFrame | None = None
     notes: dict[str, list[str]] = field(default_factory=dict)
     not_drawn: dict[str, str] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
 
 
 def parse_formats(spec: str | Iterable[str]) -> tuple[str, ...]:
@@ -132,12 +135,33 @@ def figure(name: str, df: pd.DataFrame):
     raise KeyError(f"no registered report figure {name!r}")
 
 
+def _unshown_kinds(df: pd.DataFrame, parts) -> list[str]:
+    """A warning for ok rows of kinds no registered section shows (a plug-in's kind, the plug-in not loaded): they
+    were counted in the status table and silently shown nowhere else."""
+    from vitbench.report.parts import covered_kinds
+    from vitbench.tasks import tasks
+
+    if "kind" not in df or "status" not in df:
+        return []
+    counts = df.loc[df["status"] == "ok", "kind"].dropna().astype(str).value_counts()
+    counts = counts[~counts.index.isin(covered_kinds(parts))]
+    if counts.empty:
+        return []
+    known = {t.kind for t in tasks(include_hidden=True).values()}
+    said = ", ".join(f"{n} of kind {shorten(k, 60)}" for k, n in counts.head(10).items())
+    more = f" and {len(counts) - 10} more kind(s)" if len(counts) > 10 else ""
+    why = ("the plug-ins defining them register no report section (docs/plugins.md)" if set(counts.index) <= known
+           else f"load the plug-in that defines them (${ENV_PLUGINS} or its entry point, docs/plugins.md)")
+    return [f"ok rows with no registered report section: {said}{more}; counted in '{STATUS[1]}' and shown "
+            f"nowhere else: {why}"]
+
+
 def _write(df: pd.DataFrame, cal: pd.DataFrame, out: Path, formats: tuple[str, ...], plots: bool,
            warnings_: list[str]) -> Report:
     """Build the report's tables and figures from `df` and write its files into `out` (a staging folder)."""
     from vitbench.report import tables as tablemod
     from vitbench.report.caveats import CAVEAT, LEGEND, marked_rows
-    from vitbench.report.parts import NotDrawn
+    from vitbench.report.parts import NotDrawn, failure, owner
     from vitbench.report.render import arrow_safe, write_html, write_markdown
     from vitbench.report.views import report_parts
 
@@ -157,9 +181,18 @@ def _write(df: pd.DataFrame, cal: pd.DataFrame, out: Path, formats: tuple[str, .
                  warnings=warnings_)
     figure_titles: dict[str, str] = {}
     parts = report_parts()
+    rep.warnings += _unshown_kinds(df, parts)
     for part in parts:
         if part.table is not None:
-            rep.tables[part.name] = part.table(tablemod.ok_rows(df, part.kinds))
+            try:  # a section that raises (a plug-in's bug) is a note in its place, not the whole report lost
+                table = part.table(tablemod.ok_rows(df, part.kinds))
+                if not isinstance(table, pd.DataFrame):
+                    raise TypeError(f"its table function returned {type(table).__name__}, not a DataFrame")
+                rep.tables[part.name] = table
+            except Exception as e:  # noqa: BLE001 - said in the report and as a warning
+                rep.tables[part.name], rep.failed[part.name] = pd.DataFrame(), failure(e)
+                rep.warnings.append(f"report section {part.name!r} ({owner(part)}) could not be made: "
+                                    f"{failure(e)}; a note stands in its place, the rest of the report is written")
             rep.titles[part.name] = part.title
             rep.columns[part.name] = part.columns
             if part.collapse:
@@ -179,17 +212,25 @@ def _write(df: pd.DataFrame, cal: pd.DataFrame, out: Path, formats: tuple[str, .
     if plots:
         for part in parts:
             for figure in part.figures:
-                fig = figure.make(tablemod.ok_rows(df, figure.kinds or part.kinds))
+                saved = [out / f"{figure.name}.{ext}" for ext in ("png", "svg")]
+                try:
+                    fig = figure.make(tablemod.ok_rows(df, figure.kinds or part.kinds))
+                    if fig is not None and not isinstance(fig, NotDrawn):
+                        for p in saved:
+                            fig.savefig(p, dpi=130 if p.suffix == ".png" else None, bbox_inches="tight")
+                except Exception as e:  # noqa: BLE001 - as a section's table: a note in the figure's place
+                    fig = NotDrawn(f"the figure could not be made: {failure(e)}")
+                    rep.warnings.append(f"report figure {figure.name!r} of section {part.name!r} ({owner(part)}) "
+                                        f"could not be made: {failure(e)}; a note stands in its place")
+                    for p in saved:  # half a figure is no figure (the staging folder: nothing else is there)
+                        p.unlink(missing_ok=True)
                 if isinstance(fig, NotDrawn):  # a note in the figure's place
                     rep.not_drawn[figure.name] = fig.reason
                     figure_titles[figure.name] = figure.title
                     continue
                 if fig is None:
                     continue
-                for ext in ("png", "svg"):
-                    p = out / f"{figure.name}.{ext}"
-                    fig.savefig(p, dpi=130 if ext == "png" else None, bbox_inches="tight")
-                    rep.files.append(p)
+                rep.files += saved
                 rep.figures[figure.name] = out / f"{figure.name}.png"
                 figure_titles[figure.name] = figure.title
 
@@ -209,7 +250,9 @@ def _write(df: pd.DataFrame, cal: pd.DataFrame, out: Path, formats: tuple[str, .
                 p = out / f"{name}.parquet"
                 table.to_parquet(p, index=False)
                 rep.files.append(p)
-    titled = {k: (rep.titles[k], v) for k, v in shown.items()}
+    titled = {k: (rep.titles[k], shown[k] if k in shown else pd.DataFrame(
+        {"note": [f"This section could not be made: {rep.failed[k]}"]})) for k in rep.tables
+              if k in shown or k in rep.failed}  # a failed section: a one-line note in its place
     figs = {k: (t, rep.figures.get(k) or NotDrawn(rep.not_drawn[k])) for k, t in figure_titles.items()}
     if "md" in formats:
         p = out / "report.md"

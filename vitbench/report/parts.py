@@ -6,9 +6,12 @@ iterates the registered sections and names no task; tasks never name report code
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from vitbench.errors import ConfigError, clip, shorten
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -32,6 +35,9 @@ class Figure:
     make: Callable[[pd.DataFrame], Any]
     kinds: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kinds", _kinds(f"report figure {shorten(self.name)} ({_caller()})", self.kinds))
+
 
 @dataclass(frozen=True)
 class ReportPart:
@@ -49,15 +55,68 @@ class ReportPart:
     collapse: bool = True
     order: int = 50
 
+    def __post_init__(self) -> None:
+        """Checked when made, in the plug-in's import: `figures=(Figure(...))`, a tuple missing its comma, failed
+        only when the report drew it ('Figure' object is not iterable)."""
+        what = f"report section {shorten(self.name)} ({_caller()})"
+        object.__setattr__(self, "kinds", _kinds(what, self.kinds))
+        figs = self.figures
+        if not isinstance(figs, (tuple, list)) or not all(isinstance(f, Figure) for f in figs):
+            got = (f"one Figure ({shorten(figs.name, 60)}): a one-element tuple needs its comma, "
+                   "figures=(Figure(...),)" if isinstance(figs, Figure)
+                   else f"{type(figs).__name__} {shorten(figs, 120)}")
+            raise ConfigError(f"{what}: figures must be a tuple of vitbench.report.parts.Figure, got {got}")
+        object.__setattr__(self, "figures", tuple(figs))
+
+
+def _kinds(what: str, kinds) -> tuple[str, ...]:
+    """`kinds` as a tuple of record kinds; a bare string (`kinds=("tokens")`: a tuple missing its comma) is
+    refused."""
+    if not isinstance(kinds, (tuple, list)) or not all(isinstance(k, str) for k in kinds):
+        hint = ': a one-element tuple needs its comma, kinds=("name",)' if isinstance(kinds, str) else ""
+        raise ConfigError(f"{what}: kinds must be a tuple of record kinds (strings), got {type(kinds).__name__} "
+                          f"{shorten(kinds, 120)}{hint}")
+    return tuple(kinds)
+
+
+def _caller() -> str:
+    """The module that made or registered a section: the first frame outside this module."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_globals.get("__name__") == __name__:
+        frame = frame.f_back
+    return str(frame.f_globals.get("__name__", "?")) if frame is not None else "?"
+
 
 _REPORT_PARTS: list[ReportPart] = []
+_OWNERS: dict[str, str] = {}  # section name -> the module that registered it
 
 
 def register_report(part: ReportPart) -> ReportPart:
     """Add a report section (the report's own views, or a plug-in's for its own record kind)."""
+    if not isinstance(part, ReportPart):
+        raise ConfigError(f"register_report ({_caller()}): expected a vitbench.report.parts.ReportPart, got "
+                          f"{type(part).__name__} {shorten(part, 120)}")
     if all(p.name != part.name for p in _REPORT_PARTS):
         _REPORT_PARTS.append(part)
+        _OWNERS[part.name] = _caller()
     return part
+
+
+def owner(part: ReportPart) -> str:
+    """Who registered `part`, as the report's warnings name it: 'plug-in module m' or vitbench's own module."""
+    module = _OWNERS.get(part.name, "?")
+    return module if module == "vitbench" or module.startswith("vitbench.") else f"plug-in module {module}"
+
+
+def failure(exc: BaseException) -> str:
+    """An exception as a report's note and warning say it: its type and a clipped message."""
+    msg = clip(" ".join(str(exc).split()), 200)
+    return f"{type(exc).__name__}: {msg}" if msg else type(exc).__name__
+
+
+def covered_kinds(parts: list[ReportPart]) -> set[str]:
+    """The record kinds some section shows (its table's kinds, its figures')."""
+    return {k for p in parts for k in (*p.kinds, *(k for f in p.figures for k in f.kinds))}
 
 
 def report_parts() -> list[ReportPart]:
