@@ -224,6 +224,22 @@ TOY_FAMILY = '''
 '''
 
 
+def test_a_model_name_clash_between_families_names_both_modules(tmp_path, monkeypatch, scratch_registry):
+    """A family taking ViT-Nano/4 said only "the name 'ViT-Nano/4' is taken by ViT-Nano/4": now both families and
+    the modules that registered them, as a task clash does (registry.register)."""
+    source = TOY_FAMILY.replace('name="Toy-Pooled/8"', 'name="ViT-Nano/4"')
+    with pytest.raises(ConfigError) as err:
+        outside_module(tmp_path, monkeypatch, "clashing_family", source)
+    assert str(err.value) == (
+        "model ViT-Nano/4 of family 'toy_pooled' (registered by clashing_family): the name 'ViT-Nano/4' is taken "
+        "by ViT-Nano/4 of family 'vit', registered by vitbench.models.families.vit (vitbench); a model name "
+        "belongs to one family: rename the row in clashing_family (replace=True replaces a family of the same "
+        "name only)")
+    from vitbench.models.families import family_names
+
+    assert "toy_pooled" not in family_names()
+
+
 def test_a_model_family_from_outside_is_one_module(tmp_path, monkeypatch, scratch_registry):
     outside_module(tmp_path, monkeypatch, "toy_family", TOY_FAMILY)
     assert [p.name for p in tmp_path.iterdir() if p.suffix == ".py"] == ["toy_family.py"]

@@ -61,6 +61,33 @@ def test_an_outside_backend_and_task_run_through_a_sweep_and_the_report(tmp_path
     assert "numpy_vs_torch" in md  # the ratio column is derived from the registered backends
 
 
+EXAMPLE_API = """
+import warnings
+warnings.filterwarnings("error", message=r"ModelSpec\\.", category=DeprecationWarning)  # spec.patch & co.
+from vitbench.registry import load_plugins
+load_plugins()
+import vitbench_toy
+import vitbench.models.specs as specs
+from vitbench.backends.base import Step
+step = Step(model="ViT-Nano/4", batch_size=2, resolution=16)
+params = vitbench_toy.Tokens.Params.model_validate({"model": "ViT-Nano/4", "task": "tokens", "resolution": 32})
+def parsed_again(*a, **k):
+    raise AssertionError("the example parsed the model again (docs/plugins.md: use step.spec, p.spec)")
+specs.get_spec = parsed_again
+out = vitbench_toy.NumpyBackend().prepare(step).step()
+print(out.shape, vitbench_toy.Tokens().run(params).metrics["tokens"])
+"""
+
+
+def test_the_example_uses_the_documented_api(tmp_path):
+    """docs/plugins.md: the architecture is `step.spec` / `p.spec` (never the name parsed again) and its fields
+    are `spec.arch.patch` (`spec.patch` is deprecated): the example does as it says."""
+    r = subprocess.run([sys.executable, "-c", EXAMPLE_API], cwd=tmp_path, env=_env(), capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["(2,", "10)", str((32 // 4) ** 2 + 1)]
+
+
 def test_a_study_asking_a_backend_for_what_it_cannot_do_fails_when_parsed(tmp_path):
     study = tmp_path / "s.yaml"
     study.write_text("name: s\naxes:\n  model: [ViT-Nano/4, R-Nano]\n  backend: [numpy]\n  task: [train]\n")

@@ -112,6 +112,43 @@ def test_a_checkpoint_path_that_cannot_be_is_refused_before_training(name, expec
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
 
 
+NOT_WRITTEN = "vitbench writes checkpoints as .safetensors, each with its metadata .json beside it"
+
+
+@pytest.mark.parametrize("name,says", [
+    ("x.npz", f"{NOT_WRITTEN}; .npz checkpoints (vit_jax / big_vision) are read but not written; name it "
+              "'x.safetensors'"),
+    ("out.json", ".json is the name of a checkpoint's metadata file, written beside its .safetensors weights; "
+                 "name the checkpoint 'out.safetensors' (its metadata: 'out.json')"),
+    ("x.pt", f"{NOT_WRITTEN}, never as pickles (.pt files usually are); name it 'x.pt.safetensors' or "
+             "'x.safetensors'"),
+    ("x.v2", f"{NOT_WRITTEN}; name it 'x.v2.safetensors' or 'x.safetensors'")])
+def test_out_of_another_format_says_what_vitbench_writes_and_reads(name, says, tmp_path, run):
+    """`--out x.npz` said ".npz files usually are" pickles: .npz is no pickle, and vitbench reads it."""
+    r = run("pretrain", *TINY, "--steps", "2", "--out", tmp_path / name)
+    text = " ".join(r.output.split())
+    assert r.exit_code == 2 and f"--out '{tmp_path / name}': {says}" in text, r.output
+    assert ("pickle" in text) == (name == "x.pt")
+    assert list(tmp_path.iterdir()) == []  # refused before training: nothing written, no cache made
+
+
+def test_a_checkpoint_that_is_no_file_says_what_it_is(run, tmp_path):
+    """`fewshot -c DIR` said the directory "does not exist"."""
+    (tmp_path / "d").mkdir()
+    (tmp_path / "gone.safetensors").symlink_to(tmp_path / "nowhere")
+    os.mkfifo(tmp_path / "pipe.safetensors")
+    for name, says in (("d", "is a directory, not a checkpoint file"),
+                       ("gone.safetensors", "is not a regular file (a device, a pipe or a broken link)"),
+                       ("pipe.safetensors", "is not a regular file (a device, a pipe or a broken link)"),
+                       ("none.safetensors", "does not exist")):
+        with pytest.raises(ConfigError, match=re.escape(f"checkpoint '{tmp_path / name}' {says}; expected")):
+            load_checkpoint(tmp_path / name)
+    r = run("fewshot", "-c", tmp_path / "d", "--shots", "1", "--seeds", "2")
+    text = " ".join(r.output.split())
+    assert r.exit_code == 2 and f"'{tmp_path / 'd'}' is a directory, not a checkpoint file" in text, r.output
+    assert "does not exist" not in text and "Traceback" not in r.output
+
+
 def test_options_a_checkpoint_would_ignore_are_refused(run, tmp_path):
     ckpt = tmp_path / "up.safetensors"
     for cmd in ("fewshot", "finetune"):

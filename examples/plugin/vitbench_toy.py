@@ -85,21 +85,21 @@ class _Forward(Workload):
         self.head = w(d, num_classes)
 
     def step(self) -> np.ndarray:
-        s, x = self.spec, self.x
+        arch, x = self.spec.arch, self.x  # the family's part: spec.arch.patch (docs/plugins.md)
         b, r, _, c = x.shape
-        g = r // s.patch
-        patches = x.reshape(b, g, s.patch, g, s.patch, c).transpose(0, 1, 3, 2, 4, 5).reshape(b, g * g, -1)
-        h = np.concatenate([np.broadcast_to(self.cls, (b, 1, s.width)), patches @ self.embed], 1) + self.pos
-        hd = s.width // s.heads
+        g = r // arch.patch
+        patches = x.reshape(b, g, arch.patch, g, arch.patch, c).transpose(0, 1, 3, 2, 4, 5).reshape(b, g * g, -1)
+        h = np.concatenate([np.broadcast_to(self.cls, (b, 1, arch.width)), patches @ self.embed], 1) + self.pos
+        hd = arch.width // arch.heads
         for qkv, proj, fc1, fc2 in self.blocks:
-            q, k, v = np.split(_layer_norm(h, s.ln_eps) @ qkv, 3, axis=-1)
-            q, k, v = (t.reshape(b, -1, s.heads, hd).transpose(0, 2, 1, 3) for t in (q, k, v))
+            q, k, v = np.split(_layer_norm(h, arch.ln_eps) @ qkv, 3, axis=-1)
+            q, k, v = (t.reshape(b, -1, arch.heads, hd).transpose(0, 2, 1, 3) for t in (q, k, v))
             a = q @ k.transpose(0, 1, 3, 2) / np.sqrt(hd)
             a = np.exp(a - a.max(-1, keepdims=True))
             a /= a.sum(-1, keepdims=True)
-            h = h + (a @ v).transpose(0, 2, 1, 3).reshape(b, -1, s.width) @ proj
-            h = h + _gelu(_layer_norm(h, s.ln_eps) @ fc1) @ fc2
-        return _layer_norm(h, s.ln_eps)[:, 0] @ self.head
+            h = h + (a @ v).transpose(0, 2, 1, 3).reshape(b, -1, arch.width) @ proj
+            h = h + _gelu(_layer_norm(h, arch.ln_eps) @ fc1) @ fc2
+        return _layer_norm(h, arch.ln_eps)[:, 0] @ self.head
 
     def sync(self, out) -> None:  # NumPy is synchronous
         pass
@@ -120,9 +120,7 @@ class NumpyBackend(Backend):
                 **self.versions()}
 
     def prepare(self, step: Step) -> Workload:
-        from vitbench.models.specs import get_spec
-
-        spec = get_spec(step.model)
+        spec = step.spec  # the trial's model, resolved once: no need to parse step.model
         if spec.family != "vit" or step.mode != "infer":
             raise ConfigError("backend 'numpy' runs ViT inference only")
         res = step.resolution or spec.resolution
@@ -172,10 +170,9 @@ class Tokens(Task):
 
     def run(self, p) -> Record:
         from vitbench.models.analytic import analytic_counts
-        from vitbench.models.specs import get_spec
 
         started = now()
-        spec = get_spec(p.model)
+        spec = p.spec  # the model, parsed once when the params were validated
         tokens = spec.tokens(p.resolution) + (1 if p.include_class_token else 0)
         gflops = analytic_counts(spec, p.resolution).gflops
         return Record.measured(self.kind, p.config(), metrics={"tokens": tokens, "gflops": gflops},

@@ -75,11 +75,25 @@ def checkpoint_path(out: str | Path, default_name: str, what: str = "checkpoint"
     elif p.suffix == "":
         p = p.with_name(p.name + SUFFIX)
     elif p.suffix != SUFFIX:
-        raise ConfigError(f"{what} {text!r}: checkpoints are written as safetensors, never as pickles "
-                          f"({p.suffix} files usually are); name it {p.name + SUFFIX!r} or {p.stem + SUFFIX!r}")
+        raise ConfigError(f"{what} {text!r}: {_not_written(p)}")
     check_file(p, what)
     check_file(p.with_suffix(".json"), f"{what} (its metadata)")
     return p
+
+
+def _not_written(p: Path) -> str:
+    """Why a checkpoint is not written at `p` (a suffix other than .safetensors), and the name to give instead."""
+    from vitbench.models.checkpoints import PICKLE_SUFFIXES
+
+    suffix, ours = p.suffix.lower(), repr(p.stem + SUFFIX)
+    written = f"vitbench writes checkpoints as {SUFFIX}, each with its metadata .json beside it"
+    if suffix == ".json":
+        return (f".json is the name of a checkpoint's metadata file, written beside its {SUFFIX} weights; "
+                f"name the checkpoint {ours} (its metadata: {p.name!r})")
+    if suffix == ".npz":
+        return f"{written}; .npz checkpoints (vit_jax / big_vision) are read but not written; name it {ours}"
+    why = f", never as pickles ({p.suffix} files usually are)" if suffix in PICKLE_SUFFIXES else ""
+    return f"{written}{why}; name it {p.name + SUFFIX!r} or {ours}"
 
 
 def check_replaceable(path: Path, what: str) -> None:
@@ -229,7 +243,10 @@ def load_checkpoint(path: str | Path, model: str | None = None) -> Checkpoint:
         raise UnsafeFileError(f"{path}: pickle-based checkpoints are not loaded (they can run code); "
                               "use a .safetensors checkpoint written by `vitbench pretrain`")
     if not path.is_file():
-        raise ConfigError(f"checkpoint {str(path)!r} does not exist; expected a .safetensors file written by "
+        state = ("is a directory, not a checkpoint file" if path.is_dir() else
+                 "is not a regular file (a device, a pipe or a broken link)" if os.path.lexists(path) else
+                 "does not exist")
+        raise ConfigError(f"checkpoint {str(path)!r} {state}; expected a .safetensors file written by "
                           "`vitbench pretrain`, a timm .safetensors state dict or a vit_jax .npz")
     if path.suffix.lower() != SUFFIX:
         return _foreign(path, model)

@@ -311,14 +311,19 @@ def register_family(plugin: FamilyPlugin, *, replace: bool = False) -> FamilyPlu
     if distilled:
         raise ConfigError(f"family {plugin.name!r}: rows {distilled[:3]} have a distillation token, a field the "
                           "family does not read")
-    taken = {norm_name(n): r.name for e in registered(Kind.FAMILY).values() if e.obj.name != plugin.name
+    module = sys._getframe(1).f_globals.get("__name__", plugin.build.torch)  # the module registering it
+    taken = {norm_name(n): (r.name, e) for e in registered(Kind.FAMILY).values() if e.obj.name != plugin.name
              for r in e.obj.rows for n in (r.name, r.timm_id, *r.aliases) if n}
     for r in plugin.rows:
         for n in (r.name, r.timm_id, *r.aliases):
-            if n and norm_name(n) in taken:
-                raise ConfigError(f"model {r.name}: the name {n!r} is taken by {taken[norm_name(n)]}")
+            if n and norm_name(n) in taken:  # named as a task clash is (registry.register): both modules
+                owner, e = taken[norm_name(n)]
+                raise ConfigError(f"model {r.name} of family {plugin.name!r} (registered by {module}): the name "
+                                  f"{n!r} is taken by {owner} of family {e.name!r}, registered by {e.module} "
+                                  f"({e.source}); a model name belongs to one family: rename the row in {module} "
+                                  "(replace=True replaces a family of the same name only)")
     register(Kind.FAMILY, plugin.name, plugin, provides=plugin.override_keys, description=plugin.description,
-             replace=replace, module=sys._getframe(1).f_globals.get("__name__", plugin.build.torch))
+             replace=replace, module=module)
     return plugin
 
 
