@@ -214,3 +214,54 @@ def test_no_law_anywhere_exits_1_and_a_compute_past_floating_point_exits_2(cli, 
         pd.DataFrame({"compute": C * scale, "error": _curve(0.5, 0.3, 0)}).to_csv(p, index=False)
         r = _fit(cli, p)
         assert r.exit_code == 2 and "must lie within 2e-56..4e+55" in r.output and "rescale" in r.output, r.output
+
+
+def test_rows_with_an_empty_group_are_left_out_with_a_note(cli, tmp_path):
+    """An empty group cell (blank, or spaces) is in no group: left out with a note naming the column and the rows,
+    as an empty compute or error cell is (before: a group of its own, "all rows", `{"family": null}`, exit 0). A
+    group column empty in every row is exit 2 naming it, given or the default: never all rows pooled as one."""
+    fams = [("" if i in (0, 5) else " " if i == 9 else "vit") for i in range(len(C))]
+    p = tmp_path / "fam.csv"
+    pd.DataFrame({"compute": C, "error": _curve(0.5, 0.3, 0), "family": fams}).to_csv(p, index=False)
+    for extra in ([], ["--group", "family"]):
+        r = _fit(cli, p, "--json", *extra)
+        assert r.exit_code == 0, r.output
+        doc = json.loads(r.stdout)
+        assert [g["group"] for g in doc["groups"]] == [{"family": "vit"}] and doc["groups"][0]["n_points"] == 9
+        assert any("3 rows with an empty column 'family'" in d and d.endswith("rows 1, 6, 10")
+                   for d in doc["dropped"]), doc["dropped"]
+    r = _fit(cli, p)
+    assert r.exit_code == 0 and "all rows" not in r.output
+    assert "left out: 3 rows with an empty column 'family'" in " ".join(r.output.split()), r.output
+    pd.DataFrame({"compute": C, "error": _curve(0.5, 0.3, 0), "family": [""] * len(C)}).to_csv(p, index=False)
+    for extra, option in (([], "(--group's default)"), (["--group", "family"], "(--group)")):
+        r = _fit(cli, p, *extra)
+        out = " ".join(r.output.split())
+        assert r.exit_code == 2 and f"column 'family' {option} is empty in every row" in out, r.output
+        assert "Traceback" not in r.output
+
+
+def test_a_missing_column_s_message_shows_spaces_and_other_separators(cli, tmp_path):
+    """A header "compute, accuracy" names a column ' accuracy': the message quotes every column name (the space
+    showed as nothing: "columns: compute,  accuracy") and says which one has a space; one column holding ';' or a
+    tab is a file not separated by commas. The columns are never renamed: a name with its space still works."""
+    acc = 1 - _curve(0.5, 0.3, 0)
+    cases = (("spaced", ", ", [], "no column 'accuracy'",
+              "column ' accuracy' has a leading space (a header with a space after each comma?)",
+              "columns: 'compute', ' accuracy'"),
+             ("semicolon", ";", [], "no column 'compute' (--compute)",
+              "the file has a single column, 'compute;accuracy': it seems separated by ';'",
+              "columns: 'compute;accuracy'"),
+             ("tab", "\t", [], "no column 'compute' (--compute)", "it seems separated by tabs", ""),
+             ("where", ", ", ["--accuracy", " accuracy", "--where", "accuracy > 0"], "--where",
+              "column ' accuracy' has a leading space", ""))
+    for name, sep, extra, *says in cases:
+        p = tmp_path / f"{name}.csv"
+        p.write_text(f"compute{sep}accuracy\n" + "".join(f"{c:g}{sep}{a:.6f}\n" for c, a in zip(C, acc)))
+        r = cli("fit", p, "--compute", "compute", "--bootstrap", "0", "--workers", "1", *extra)
+        out = " ".join(r.output.split())
+        assert r.exit_code == 2 and "Traceback" not in r.output, (name, r.output)
+        assert all(s in out for s in says), (name, r.output)
+    r = cli("fit", tmp_path / "spaced.csv", "--compute", "compute", "--accuracy", " accuracy", "--bootstrap", "0",
+            "--workers", "1", "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["groups"][0]["n_points"] == len(C), r.output

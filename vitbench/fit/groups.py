@@ -35,7 +35,7 @@ from vitbench.fit.estimate import CurveFit, ParamEstimate, fit_curve
 from vitbench.fit.forms import COMPUTE_LIMIT, FORMS, FormName
 from vitbench.fit.interval import LawError, prior_k2
 from vitbench.fit.predict import Prediction, check_predict, no_law, predict_group
-from vitbench.fit.table import Source, SourceKind, columns_text, load_source, numeric_column
+from vitbench.fit.table import Source, SourceKind, load_source, no_column, numeric_column
 from vitbench.fit.spec import DEFAULT_ACCURACY, DEFAULT_COMPUTE, DEFAULT_GROUP, FitSpec, Points, \
     Prior  # noqa: F401
 from vitbench.record import clean
@@ -338,8 +338,7 @@ def fit_source(source: Source, spec: FitSpec = FitSpec(), *, workers: int | None
     group = spec.group if spec.group is not None else ([DEFAULT_GROUP] if DEFAULT_GROUP in frame.columns else [])
     for g in group:
         if g not in frame.columns:
-            raise ConfigError(f"{where}: no column {shorten(g, 60)} (--group); columns: "
-                              f"{columns_text(frame.columns)}")
+            raise ConfigError(no_column(frame.columns, g, "--group", where))
     split_by = [c for c in source.benchmark_columns if c not in group] + list(group)
     usable = compute.notna() & error.notna()
     if not usable.any():
@@ -370,7 +369,12 @@ def fit_source(source: Source, spec: FitSpec = FitSpec(), *, workers: int | None
         raise ConfigError(f"{where}: {error_label} ({option}) is 0 in every row: a log-space fit needs error > 0")
     if zero.any():
         dropped.append(f"{int(zero.sum())} rows with {error_label} = 0 (a log-space fit needs error > 0)")
-    rows = frame[usable & ~zero].assign(_compute=compute, _error=error)
+    kept = usable & ~zero
+    empty = kept & rowsel.no_group(frame, group)
+    if empty.any():  # a row in no group: left out with a note (it was a group of its own, "all rows")
+        dropped.append(rowsel.no_group_note(frame, group, empty, kept, spec.group is not None,
+                                            f"{shorten(spec.compute, 60)} and {shorten(error_label, 60)}", where))
+    rows = frame[kept & ~empty].assign(_compute=compute, _error=error)
     # a point's name in plots: its model, else its group, else its data row
     name_by = "model" if "model" in rows.columns else (group[-1] if group else None)
     labels = rows[name_by].astype(str) if name_by else pd.Series([f"row {i + 1}" for i in rows.index],

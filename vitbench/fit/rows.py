@@ -11,6 +11,10 @@ Pooling: a group that holds rows of several curves (two models, two benchmarks, 
 is fitted as one curve, which is rarely what was meant (a forgotten `--group`). A column pools curves in a group
 when it has several values there, a compute budget carries rows of two of them, and it is not a per-row label
 (fewer distinct values than half the rows). Such columns are named with their values in a warning.
+
+A row whose group column (`--group`, default `family`) is empty is in no group: it is left out with a note
+naming the column and the rows (it was fitted as a group of its own, titled "all rows"); a group column empty in
+every row is a ConfigError, never all rows pooled as one curve.
 """
 
 from __future__ import annotations
@@ -19,10 +23,11 @@ import ast
 import re
 import shlex
 
+import numpy as np
 import pandas as pd
 
 from vitbench.errors import ConfigError, clip, shorten
-from vitbench.fit.table import columns_text
+from vitbench.fit.table import column_hint, columns_text
 
 _OK_NODES = (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub, ast.UAdd, ast.Invert,
              ast.BinOp, ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow, ast.BitAnd, ast.BitOr,
@@ -97,8 +102,8 @@ def where(frame: pd.DataFrame, expr: str, where_text: str) -> pd.DataFrame:
         if isinstance(node, ast.Name):
             col = names.get(node.id, node.id)
             if col not in frame.columns and col != "index":
-                raise ConfigError(f"--where {shown}: no column {shorten(col, 60)} in {where_text}; columns: "
-                                  f"{columns_text(frame.columns)}")
+                raise ConfigError(f"--where {shown}: no column {shorten(col, 60)} in {where_text}"
+                                  f"{column_hint(frame.columns, col)}; columns: {columns_text(frame.columns)}")
     try:
         out = frame.query(expr, engine="python")
     except Exception as e:  # pandas raises many kinds for a well-formed but meaningless filter
@@ -156,3 +161,38 @@ def pooled_note(title: str, pools: list[tuple[str, list[str]]]) -> str:
     cols = " ".join(f"--group {shlex.quote(clip(c, 40))}" for c, _ in pools)
     return clip(f"{title}: one curve pools rows of {'; '.join(parts)} at the same compute; "
                 f"fit them apart with {cols}, or select rows with --where", 600)
+
+
+def no_group(frame: pd.DataFrame, group: list[str]) -> pd.Series:
+    """Per row: whether a group column's cell is empty (NaN, None, or only spaces): the row is in no group."""
+    out = pd.Series(False, index=frame.index)
+    for g in group:
+        col = frame[g]
+        out |= col.isna() | col.map(lambda v: isinstance(v, str) and not v.strip()).astype(bool)
+    return out
+
+
+def rows_text(index: pd.Index, limit: int = 10) -> str:
+    """"rows 3, 7, ... (N more)": a CSV's data rows, 1 the first after the header (as a bad value's row is
+    said)."""
+    shown = [str(i + 1 if isinstance(i, (int, np.integer)) else i) for i in index[:limit]]
+    return f"row{'s' if len(index) > 1 else ''} {', '.join(shown)}" + (
+        f", ... ({len(index) - limit} more)" if len(index) > limit else "")
+
+
+def no_group_note(frame: pd.DataFrame, group: list[str], empty: pd.Series, kept: pd.Series, given: bool,
+                  values: str, where: str) -> str:
+    """The note on the `empty` rows of the `kept` ones (those with `values`) left out for an empty group cell,
+    naming the columns and the rows; a ConfigError where every kept row is (a group column that holds nothing:
+    no group to fit, never its rows pooled as one). `given`: the columns are --group's, not its default."""
+    option = "--group" if given else "--group's default"
+    cols = [g for g in group if (kept & no_group(frame, [g])).any()]
+    one = len(cols) == 1
+    named = f"{'column' if one else 'columns'} {' and '.join(shorten(g, 60) for g in cols)} ({option})"
+    if empty.sum() == kept.sum():
+        fix = "group by another column (--group COL)" if given else \
+            "remove the column to fit every row as one group, or group by another (--group COL)"
+        raise ConfigError(f"{where}: {named} {'is' if one else 'are'} empty in every row with {values}: no group "
+                          f"to fit; fill {'it' if one else 'them'}, or {fix}")
+    n = int(empty.sum())
+    return f"{n} row{'s' if n > 1 else ''} with an empty {named}: {rows_text(frame.index[empty])}"

@@ -109,18 +109,58 @@ def load_source(path: str | Path) -> Source:
 
 
 def columns_text(columns, limit: int = 20) -> str:
-    """The first `limit` column names, and how many more (an error message never lists 100 columns)."""
-    names = [shorten(str(c), 40).strip("'\"") for c in columns]
+    """The first `limit` column names, each quoted (a name's leading or trailing space shows: `' accuracy'`),
+    and how many more (an error message never lists 100 columns)."""
+    names = [shorten(str(c), 40) for c in columns]
     more = f", ... ({len(names) - limit} more)" if len(names) > limit else ""
     return ", ".join(names[:limit]) + more
+
+
+def _around(name: str) -> str:
+    """What surrounds `name`: "a leading space", "trailing whitespace", "leading and trailing spaces"..."""
+    def side(ws: str, where: str) -> str:
+        return f"a {where} space" if ws == " " else f"{where} {'spaces' if set(ws) == {' '} else 'whitespace'}"
+
+    lead, trail = name[:len(name) - len(name.lstrip())], name[len(name.rstrip()):]
+    return " and ".join(side(ws, w) for ws, w in ((lead, "leading"), (trail, "trailing")) if ws)
+
+
+def column_hint(columns, column: str) -> str:
+    """Why `column` is not among `columns` where the reason does not show (empty: none found): a column of that
+    name but for spaces around it (a header written "compute, accuracy"), or one column whose name holds ';' or a
+    tab (a file not comma separated). Names are never stripped or renamed: the hint says how to name them."""
+    names = [str(c) for c in columns]
+    near = [c for c in names if c != column and c.strip() == column.strip()]
+    if near and not _around(near[0]):  # the name asked for has the spaces
+        return f"; column {shorten(near[0], 60)} has no spaces around its name"
+    if near:
+        return (f"; column {shorten(near[0], 60)} has {_around(near[0])} (a header with a space after each "
+                "comma?): remove it from the file's header, or name the column with it")
+    spaced = [c for c in names if c != c.strip()]
+    if spaced:
+        shown = ", ".join(shorten(c, 40) for c in spaced[:5]) + (f", ... ({len(spaced) - 5} more)"
+                                                                  if len(spaced) > 5 else "")
+        which = "a column name has spaces around it" if len(spaced) == 1 else \
+            f"{len(spaced)} column names have spaces around them"
+        return f"; {which} ({shown}): a header with a space after each comma?"
+    if len(names) == 1 and (";" in names[0] or "\t" in names[0]):
+        sep = "';'" if ";" in names[0] else "tabs"
+        return (f"; the file has a single column, {shorten(names[0], 60)}: it seems separated by {sep}, not by "
+                "commas (a CSV file must be comma separated)")
+    return ""
+
+
+def no_column(columns, column: str, option: str, where: str) -> str:
+    """The message for a column `option` names that is not there: the columns there are, and column_hint's why."""
+    return f"{where}: no column {shorten(column, 60)} ({option}){column_hint(columns, column)}; columns: " \
+           f"{columns_text(columns)}"
 
 
 def numeric_column(frame: pd.DataFrame, column: str, option: str, where: str) -> pd.Series:
     """`frame[column]` as floats (missing cells NaN); a missing column or a non-numeric cell is a ConfigError
     naming the column, the option that chose it, and the columns there are."""
     if column not in frame.columns:
-        raise ConfigError(f"{where}: no column {shorten(column, 60)} ({option}); "
-                          f"columns: {columns_text(frame.columns)}")
+        raise ConfigError(no_column(frame.columns, column, option, where))
     raw = frame[column]
     values = pd.to_numeric(raw, errors="coerce")
     bad = values.isna() & raw.notna() & (raw.astype(str).str.strip() != "")
