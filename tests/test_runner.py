@@ -476,3 +476,71 @@ def test_a_trial_another_sweep_held_and_left_unfinished_is_run_here(tmp_path):
     summary = run_study(s, tmp_path, executor_options=SPAWN, hooks=OtherStops())
     assert summary.ran == 2 and summary.skipped_claimed == 0, summary
     assert sorted(st for _, st in statuses(tmp_path)) == ["ok", "ok"]
+
+
+def _held_at_first_start_cmd(study_path: Path, results: Path, marker: Path) -> list[str]:
+    """`_sweep_cmd` whose first trial's process never comes up: the sweep touches `marker` where the local
+    executor starts it, then waits there (as it waits for a fork server still starting) until it is stopped."""
+    code = textwrap.dedent(f"""
+        import pathlib, time
+        from vitbench.executors.local import LocalExecutor
+        def submit_one(self, job):
+            pathlib.Path({str(marker)!r}).touch()
+            time.sleep(120)
+            raise SystemExit("the sweep was not stopped")
+        LocalExecutor.submit_one = submit_one
+        from vitbench.cli import main
+        main()
+    """)
+    return [sys.executable, "-c", code, *_sweep_cmd(study_path, results)[3:]]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)
+def test_a_sweep_stopped_before_its_first_trial_started_says_nothing_was_recorded(tmp_path, sig):
+    """Stopped at "starting 0/4" (its calibration or first trial's process not up yet), the sweep said "a trial
+    that was running is recorded as interrupted", with no row written (no results file at all)."""
+    study_path = _write_study(tmp_path, """
+        axes: {model: [ViT-Nano/4, ViT-Micro/4, R-Nano, R-Micro], task: [sleep]}
+    """)
+    results, marker = tmp_path / "res", tmp_path / "starting"
+    p = subprocess.Popen(_held_at_first_start_cmd(study_path, results, marker), env=_env(),
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        _wait_for(lambda: marker.exists() or p.poll() is not None, what="the first trial's start")
+        p.send_signal(sig)
+        assert p.wait(30) == 130, p.stderr.read().decode()[-2000:]
+    finally:
+        if p.poll() is None:
+            p.kill()
+    said = " ".join(p.stderr.read().decode().split())
+    assert "interrupted: no trial had started; nothing was recorded." in said, said
+    assert "recorded as interrupted" not in said, said
+    assert not (results / "results.jsonl").exists()
+
+
+@pytest.mark.timeout(120)
+def test_a_sweep_stopped_while_a_trial_runs_names_the_trial_recorded_as_interrupted(tmp_path):
+    from vitbench.study import load_study
+
+    gate = tmp_path / "gate"  # never made: the gated trial runs until the sweep stops it
+    study_path = _write_study(tmp_path, f"""
+        defaults: {{seconds: 0.1, gate: {str(gate)!r}}}
+        axes: {{model: [ViT-Nano/4, R-Nano], task: [sleep], behaviour: [ok, gate]}}
+    """)
+    results = tmp_path / "res"
+    p = subprocess.Popen(_sweep_cmd(study_path, results), env=_env(), stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE)
+    try:
+        _wait_for(lambda: any("behaviour=gate" in f.read_text() for f in (results / "logs").glob("*.log"))
+                  or p.poll() is not None, what="the gated trial to start")
+        p.send_signal(signal.SIGINT)
+        assert p.wait(30) == 130, p.stderr.read().decode()[-2000:]
+    finally:
+        if p.poll() is None:
+            p.kill()
+    said = " ".join(p.stderr.read().decode().split())
+    (stopped,) = [r for r in read_records(results) if r.status == "interrupted"]
+    (trial,) = [t for t in load_study(str(study_path)).trials if t.key == stopped.key]
+    assert "interrupted: 1 trial(s) finished in this run are in " in said, said
+    assert f"; recorded as interrupted (run again next time): {trial.label()} (key {trial.key[:8]})." in said, said

@@ -145,6 +145,12 @@ class _LiveHooks:
         self.last = Text("")
         self.live = Live(Group(self.progress, self.last), console=console, refresh_per_second=4)
         self.task = None
+        # what this run recorded, for the line an interrupted sweep ends with: rows of finished trials and
+        # calibrations, and the trials (or calibrations) recorded as interrupted
+        self.trials_done = 0
+        self.calibrations_done = 0
+        self.interrupted: list[str] = []
+        self.trials_interrupted = 0
 
     def planned(self, todo, summary) -> None:
         if summary.skipped_done:
@@ -162,6 +168,17 @@ class _LiveHooks:
     def finished(self, trial, rec) -> None:
         from vitbench.record import Status
 
+        if rec.status is Status.INTERRUPTED:  # counted first: a Ctrl-C in what follows leaves it counted
+            c = rec.measured_config
+            self.trials_interrupted += trial is not None
+            self.interrupted.append(f"{trial.label()} (key {trial.key[:8]})" if trial is not None else
+                                    " ".join(str(x) for x in ("calibration", c.get("backend"), c.get("device"))
+                                             if x))
+        elif rec.status is not Status.SKIPPED:  # a skipped outcome is another sweep's: nothing is written
+            if trial is None:
+                self.calibrations_done += 1
+            else:
+                self.trials_done += 1
         line = _result_line(rec)
         self.last = Text.from_markup("last: " + line)
         self.live.update(Group(self.progress, self.last))
@@ -175,6 +192,26 @@ class _LiveHooks:
             self.live.stop()
             if not console.is_terminal:
                 console.line()  # a log file gets the final render without its trailing newline
+
+    def interrupted_line(self, out) -> str:
+        """What an interrupted sweep recorded in this run: the trials it finished, the ones it recorded as
+        interrupted (named), or that no trial had started and nothing was recorded (stopped during the
+        calibration's start, or before the first trial's process was up)."""
+        started = self.trials_done or self.trials_interrupted
+        if not (started or self.calibrations_done or self.interrupted):
+            return "no trial had started; nothing was recorded"
+        parts = [] if started else ["no trial had started"]
+        if self.trials_done:
+            parts.append(f"{self.trials_done} trial(s) finished in this run are in {out}")
+        if self.calibrations_done:
+            parts.append(f"{self.calibrations_done} calibration(s) recorded")
+        if self.interrupted:
+            shown = self.interrupted[:10] + ([f"and {len(self.interrupted) - 10} more"]
+                                             if len(self.interrupted) > 10 else [])
+            parts.append(f"recorded as interrupted (run again next time): {', '.join(shown)}")
+        elif started:
+            parts.append("no trial was running, none is recorded as interrupted")
+        return "; ".join(parts)
 
 
 def _parse_executor_options(items: list[str]) -> dict:
@@ -264,6 +301,9 @@ def sweep_cmd(
     from vitbench.store import Store
     from vitbench.study import load_study
 
+    if as_json and not dry_run:  # a sweep's output is its progress and summary, which have no JSON form
+        raise ConfigError("--json applies with --dry-run (it prints the expanded trials as JSON); a sweep "
+                          "prints its progress: drop --json, or add --dry-run")
     if executor is not None:
         choice(executor, names(Kind.EXECUTOR), "--executor")
     st = load_study(study, check_paths=not dry_run, sets=_study_sets(sets))
@@ -309,8 +349,8 @@ def sweep_cmd(
                                 calibration=calibration, timeout_s=timeout, hooks=hooks, executor_options=opts)
     except KeyboardInterrupt:
         hooks.stop()
-        err_console.print(f"[magenta]interrupted[/]: finished trials are in {out}; a trial that was running is "
-                          "recorded as interrupted. Run the same command again to resume.")
+        err_console.print(f"[magenta]interrupted[/]: {escape(hooks.interrupted_line(out))}. Run the same command "
+                          "again to resume.", highlight=False)
         raise typer.Exit(130) from None
     finally:
         hooks.stop()

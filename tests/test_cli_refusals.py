@@ -1,0 +1,44 @@
+"""Option combinations that did nothing, refused before anything runs (exit 2, one `error:` line naming the
+options): --parallelism on one device (bench, max-batch), sweep --json without --dry-run."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+
+@pytest.mark.parametrize("args,named", [
+    (("bench", "ViT-Nano/4", "--backend", "jax", "--parallelism", "fsdp"), "--parallelism fsdp"),
+    (("bench", "ViT-Nano/4", "--parallelism", "fsdp", "--devices", "1"), "--parallelism fsdp"),
+    (("bench", "ViT-Nano/4", "--set", "parallelism=fsdp"), "--set parallelism=fsdp"),
+    (("max-batch", "ViT-Nano/4", "--parallelism", "fsdp", "--max-batch-size", "2"), "--parallelism fsdp"),
+])
+def test_a_parallelism_without_devices_above_one_is_refused(cli, args, named):
+    """`bench ... --parallelism fsdp` without --devices ran on one device without a word, its row saying fsdp."""
+    r = cli(*args, "--min-seconds", "0.01", "--min-steps", "1") if args[0] == "bench" else cli(*args)
+    assert r.exit_code == 2, r.output
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+    assert f"{named} applies with --devices N > 1" in lines[0], r.stderr
+    assert not r.stdout.strip()  # nothing measured
+
+
+def test_sweep_json_without_dry_run_is_refused(cli, tmp_path):
+    """--json is --dry-run's (the trials as JSON): `sweep STUDY --json` ran the study, printing no JSON."""
+    study = tmp_path / "study.yaml"
+    study.write_text(textwrap.dedent("""
+        name: refused
+        calibration: false
+        axes: {model: [ViT-Nano/4], task: [flops]}
+    """))
+    res = tmp_path / "res"
+    r = cli("sweep", study, "--results", res, "--json")
+    assert r.exit_code == 2, r.output
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+    assert "--json" in lines[0] and "--dry-run" in lines[0], r.stderr
+    assert not res.exists()  # nothing ran, nothing was written
+    r = cli("sweep", study, "--results", res, "--json", "--dry-run")
+    assert r.exit_code == 0, r.output
+    assert '"task": "flops"' in r.stdout
