@@ -448,6 +448,12 @@ def test_a_checkpoint_replaced_under_its_name_runs_its_trial_again(tmp_path):
     assert all(len(r.runner[INPUT_SHA256]["checkpoint"]) == 64 for r in rows)
     assert run_study(s, res, executor_options=SPAWN).skipped_done == 2  # nothing changed: nothing runs
     a.write_bytes(b"C" * 30)  # replaced under its name
+    from vitbench.runner import trial_status
+    from vitbench.store import Store
+
+    with pytest.warns(VitbenchWarning):  # a dry run shows it as a sweep would take it: to run
+        shown = trial_status(s, Store(res))
+    assert sorted(shown.values()) == ["ok", "pending"]
     with pytest.warns(VitbenchWarning, match=r"checkpoint .*a\.safetensors' has changed since its row was written"):
         again = run_study(s, res, executor_options=SPAWN)
     assert again.ran == 1 and again.skipped_done == 1

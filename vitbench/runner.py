@@ -149,7 +149,7 @@ def failed_trials(study: Study, store: Store) -> dict[str, Status]:
 def trial_status(study: Study, store: Store) -> dict[str, str] | None:
     """Per trial key of the study, the status a sweep acts on: its latest (by finish time) terminal row's
     (Status.done: it is not run again, as store.done_keys says), else its latest row's (interrupted, skipped: run
-    again), else 'pending'. An ok row then an interrupted --force rerun showed 'interrupted' for a trial the sweep
+    again), else 'pending' (also where a file it read whole has changed since: inputs_changed). An ok row then an interrupted --force rerun showed 'interrupted' for a trial the sweep
     skips. None where the results directory holds no row (a shard's included)."""
     recs = store.refresh()
     if not recs:
@@ -161,8 +161,9 @@ def trial_status(study: Study, store: Store) -> dict[str, str] | None:
             old = pick.get(r.key)  # tidy.select's rule: a row without an end time is placed by file order
             if not (old and old.finished_at and r.finished_at) or str(r.finished_at) >= str(old.finished_at):
                 pick[r.key] = r
-    return {t.key: (done.get(t.key) or last[t.key]).status.value if t.key in last else "pending"
-            for t in study.trials}
+    changed = inputs_changed(study, store)  # done, but a checkpoint it read has changed: a sweep runs it again
+    return {t.key: (done.get(t.key) or last[t.key]).status.value if t.key in last and t.key not in changed
+            else "pending" for t in study.trials}
 
 
 def _job(study: Study, run_id: str, trial: Trial, timeout_s: float, role: Role = Role.TRIAL) -> Job:

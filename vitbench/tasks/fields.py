@@ -131,7 +131,10 @@ def path_fields(params: type[BaseModel]) -> tuple[str, ...]:
 
 
 def input_files(params: type[BaseModel], config: dict) -> dict[str, str]:
-    """{field: path} of the files a trial of `config` reads whole (InputFile fields that are set)."""
+    """{field: path} of the files a trial of `config` reads whole (InputFile fields that are set); none where
+    `params` is no pydantic model (a test's stand-in task)."""
+    if not hasattr(params, "model_fields"):
+        return {}
     return {f: str(config[f]) for f in _marked(params, InputFile) if config.get(f)}
 
 
