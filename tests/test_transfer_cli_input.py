@@ -304,3 +304,84 @@ def test_a_named_data_config_still_pickles():
     assert cfg.name_of("path") == "--data-path"
     copy = pickle.loads(pickle.dumps(cfg))
     assert copy == cfg and copy.name_of("path") == "data.path" and cfg.name_of("path") == "--data-path"
+
+
+def _tiny_checkpoint(path, **header):
+    """A ViT-Nano/4 checkpoint at 32 px (an 8 x 8 grid of 4 px patches) written by vitbench's own writer, its
+    safetensors header then rewritten with `header`'s fields (8-byte little-endian length, the JSON, the tensors
+    kept as they were): the file a user who edits a header has."""
+    import struct
+
+    from vitbench.models.specs import get_spec
+    from vitbench.models.torch import build_torch_model
+    from vitbench.transfer.checkpoint import save_checkpoint
+
+    spec = get_spec("ViT-Nano/4").with_classes(5)
+    weights = {k: v.numpy() for k, v in build_torch_model(spec, 32, 5).state_dict().items()}
+    save_checkpoint(path, weights, {"model": spec.name, "spec": spec.to_dict(), "resolution": 32,
+                                    "num_classes": 5, "config": {}, "metrics": {}})
+    if header:
+        data = path.read_bytes()
+        (n,) = struct.unpack("<Q", data[:8])
+        doc = json.loads(data[8:8 + n])
+        doc["__metadata__"]["vitbench"] = json.dumps({**json.loads(doc["__metadata__"]["vitbench"]), **header})
+        text = json.dumps(doc).encode()
+        text += b" " * (-len(text) % 8)
+        path.write_bytes(struct.pack("<Q", len(text)) + text + data[8 + n:])
+    return path
+
+
+@pytest.mark.parametrize("header, says", [
+    ({"resolution": 64}, "metadata's resolution is 64, but its weights are of 32 px (its position embedding "
+                         "pos_embed (1, 65, 32): a grid of 8 x 8 patches at ViT-Nano/4's stride 4)"),
+    ({"resolution": 34}, "metadata's resolution is 34, which ViT-Nano/4's weights cannot be made for (resolution "
+                         "34 for ViT-Nano/4 must be a positive multiple of 4"),
+    ({"model": "ViT-Micro/4"}, "metadata's model is 'ViT-Micro/4', but its spec (the architecture stored beside "
+                               "it, which its weights are checked against) is ViT-Nano/4"),
+])
+def test_a_checkpoint_header_that_contradicts_its_weights_is_refused_where_it_is_read(run, tmp_path, header,
+                                                                                      says):
+    """A 32 px ViT-Nano/4 checkpoint whose header was edited to `resolution: 64` ran `fewshot -c` "@ 64px", exit
+    0: the position table resampled silently and the row read as a 64 px upstream; `model: ViT-Micro/4` beside
+    the Nano spec was accepted too. Now every reader of the header refuses it, naming the file, the field and
+    what the weights say; the command exits 2 before anything runs."""
+    from vitbench.transfer.checkpoint import checkpoint_spec, read_meta, trained_resolution
+
+    ok = _tiny_checkpoint(tmp_path / "ok.safetensors")
+    assert trained_resolution(ok) == 32 and checkpoint_spec(ok).name == "ViT-Nano/4"
+    edited = _tiny_checkpoint(tmp_path / "edited.safetensors", **header)
+    for read in (read_meta, checkpoint_spec, trained_resolution, load_checkpoint):
+        with pytest.raises(ConfigError, match=f"^{re.escape(str(edited))}: its vitbench {re.escape(says)}"):
+            read(edited)
+    r = run("fewshot", "-c", edited, "--shots", "1", "--seeds", "1", "--threads", "1")
+    assert r.exit_code == 2 and says in " ".join(r.output.split()) and "@ 64px" not in r.output, r.output
+
+
+def test_a_study_trial_takes_a_vitbench_checkpoints_model_from_its_header_as_the_command_does(tmp_path):
+    """`fewshot -c ck.safetensors` reads the model from the header; a study trial with `checkpoint: ck...` and no
+    model failed `axes: no model given`. Now it reads the model when the study is parsed, so the trial's config
+    and key are those of the trial naming it; weights that do not say their model (a timm state dict) still need
+    it, said on the checkpoint with what to write; an edited header is refused on the checkpoint too."""
+    from safetensors.torch import save_file
+
+    from vitbench.models.specs import get_spec
+    from vitbench.models.torch import build_torch_model
+    from vitbench.study import parse_study
+
+    ck = _tiny_checkpoint(tmp_path / "ck1.safetensors")
+    implied = parse_study(f"name: c\naxes: {{task: [fewshot, finetune, inspect], checkpoint: ['{ck}']}}\n")
+    named = parse_study(f"name: c\naxes: {{task: [fewshot, finetune, inspect], checkpoint: ['{ck}'], "
+                        "model: [ViT-Nano/4]}\n")
+    assert [t.config for t in implied.trials] == [t.config for t in named.trials]
+    assert [t.config["model"] for t in implied.trials] == ["ViT-Nano/4"] * 3
+    assert [t.key for t in implied.trials] == [t.key for t in named.trials]
+    save_file(build_torch_model(get_spec("ViT-Nano/4")).state_dict(), str(tmp_path / "timm.safetensors"))
+    bad = _tiny_checkpoint(tmp_path / "edited.safetensors", resolution=64)
+    for path, says in ((tmp_path / "timm.safetensors", "its weights do not say their model (not a vitbench "
+                        "checkpoint): set the trial's model beside it (model: NAME; a timm state dict: model: "
+                        "timm:NAME)"),
+                       (bad, "its vitbench metadata's resolution is 64, but its weights are of 32 px")):
+        with pytest.raises(ConfigError) as e:
+            parse_study(f"name: c\ndefaults: {{checkpoint: '{path}'}}\naxes: {{task: [fewshot]}}\n")
+        said = " ".join(str(e.value).split())
+        assert f"defaults.checkpoint: for task 'fewshot': checkpoint {path}: {says}" in said, said

@@ -320,6 +320,21 @@ class Expander:
                          arch[named[-1]])
             return False
 
+    def _implied(self, task, cfg: dict, org: dict) -> bool:
+        """Fill the fields that the task's Params read from the trial's others when it leaves them unset (their
+        `implied`, where they declare it: a vitbench checkpoint's model, from its header), each located where
+        the field it came from was given; False, reported there, when they cannot be read."""
+        implied = getattr(task.Params, "implied", None)
+        try:
+            found = implied(cfg) if implied is not None else {}
+        except VitbenchError as e:
+            f = _first_named(str(e), cfg)
+            self.err.add(org.get(f) or ("axes",), f"for task {task.name!r}: {e}", cfg.get(f, ...))
+            return False
+        for f, (v, source) in found.items():
+            cfg[f], org[f] = v, org.get(source)
+        return True
+
     def normalise(self, cfg: dict, org: dict, origin: str) -> dict | None:
         """The trial config of one combination: its task's Params (fields the task does not use dropped, and those
         the study's defaults set that do not apply to it, `TaskParams.moot`; its defaults filled, native
@@ -329,6 +344,8 @@ class Expander:
                 self.err.add(("axes",), "no task given: set axes.task (or defaults.task)")
             return None
         task = self.tasks[cfg["task"]]
+        if not self._implied(task, cfg, org):
+            return None
         if "model" in task.Params.model_fields and cfg.get("model") is None:
             if not self.err.about("model"):
                 self.err.add(("axes",), "no model given: set axes.model (or defaults.model)")

@@ -327,9 +327,40 @@ class FromCheckpoint(BaseModel):
                 trained = trained_resolution(self.checkpoint, spec.name)
                 if trained is not None:
                     object.__setattr__(self, "resolution", trained)
-        except VitbenchError as e:
-            raise ValueError(str(e)) from None
+        except VitbenchError as e:  # a reader's message about the file: on the field that names it
+            raise ValueError(on_checkpoint(self.checkpoint, str(e), named(info, "checkpoint"))) from None
         return self
+
+    @classmethod
+    def implied(cls, values: dict) -> dict[str, tuple[str, str]]:
+        """The fields a study trial's other `values` give when it leaves them unset, each as (value, the field it
+        is read from): beside a `checkpoint` and no `model`, a vitbench checkpoint's model, read from its header
+        as `fewshot -c` reads it (cli.common.checkpoint_model), so the trial's config and key name it. Weights of
+        another origin do not say their model (a timm state dict), nor does a file not here: a ConfigError
+        naming the file and the field to add. The study expander (vitbench.study.expand) asks before it
+        requires a model."""
+        checkpoint = values.get("checkpoint")
+        if values.get("model") is not None or not checkpoint:
+            return {}
+        from pathlib import Path
+
+        from vitbench.errors import ConfigError, clip
+        from vitbench.transfer.checkpoint import checkpoint_spec
+
+        path, shown = Path(checkpoint).expanduser(), clip(str(checkpoint), 200)
+        if not path.is_file():
+            raise ConfigError(f"checkpoint {shown} is not a file here, so no model is read from it: set the "
+                              "trial's model beside it (model: NAME)")
+        try:
+            spec = checkpoint_spec(path)
+        except ConfigError as e:  # a header that does not read: on the field
+            said = on_checkpoint(checkpoint, str(e), "checkpoint")
+            raise ConfigError(said if said != str(e) else f"checkpoint {shown}: {said}") from None
+        if spec is None:
+            raise ConfigError(f"checkpoint {shown}: its weights do not say their model (not a vitbench "
+                              "checkpoint): set the trial's model beside it (model: NAME; a timm state dict: "
+                              "model: timm:NAME)")
+        return {"model": (spec.name, "checkpoint")}
 
     def upstream_source(self, task: str) -> dict:
         """The downstream config's start: {"checkpoint": ..., its model (the trial's), budget} when one is given,
@@ -339,6 +370,16 @@ class FromCheckpoint(BaseModel):
         return {"checkpoint": self.checkpoint, "checkpoint_model": getattr(self, "model", None),
                 "checkpoint_images": self.checkpoint_images,
                 "checkpoint_epochs": self.checkpoint_epochs, "objective": self.objective}
+
+
+def on_checkpoint(checkpoint: str, message: str, name: str) -> str:
+    """A reader's `message` that starts with the checkpoint file's path ('PATH: its vitbench metadata's ...') as
+    `name`, the field or option, names it ('checkpoint PATH: ...'): a study reports it on that field, not on
+    the first field the message happens to name. Any other message is returned as it is."""
+    from pathlib import Path
+
+    path = str(Path(checkpoint).expanduser())
+    return f"{name} {message}" if message.startswith(path) else message
 
 
 class _DownstreamData(BaseModel):

@@ -122,7 +122,7 @@ def _our_weights(f: Path) -> bool:
     if not f.is_file() or f.is_symlink():
         return False
     try:
-        return read_meta(f) is not None  # a vitbench header of this format (read_meta checks it)
+        return _header(f)[0] is not None  # a vitbench header of this format (_header checks it)
     except ConfigError:  # not a safetensors file, or a header not ours: either way not replaceable
         return False
 
@@ -169,17 +169,29 @@ def check_finite_weights(weights: dict[str, np.ndarray], source: str, done: str 
 
 def read_meta(path: str | Path) -> dict | None:
     """The vitbench metadata of a .safetensors checkpoint from its header alone (no tensor is read); None for a
-    file without it (weights of another origin)."""
+    file without it (weights of another origin). A header that contradicts the weights it describes (an edited
+    one: `_check_fits`) is a ConfigError naming the file and the field, never read as what it says."""
+    path = Path(path).expanduser()
+    meta, shapes = _header(path)
+    if meta is not None:
+        _check_fits(meta, shapes, path)
+    return meta
+
+
+def _header(path: Path) -> tuple[dict | None, dict[str, tuple[int, ...]]]:
+    """The vitbench metadata of a .safetensors file (None without it), its fields that commands read checked
+    (`_check_meta`), and its tensors' shapes ({} without it): the file's header alone."""
     from safetensors import safe_open
 
-    path = Path(path).expanduser()
     try:
         with safe_open(str(path), framework="numpy") as f:
             header = f.metadata() or {}
+            names = f.keys() if "vitbench" in header else ()
+            shapes = {k: tuple(f.get_slice(k).get_shape()) for k in names}
     except Exception as e:  # safetensors raises its own error types for corrupt headers
         raise ConfigError(f"{path}: not a readable safetensors file ({e})") from e
     if "vitbench" not in header:
-        return None
+        return None, {}
     try:
         meta = json.loads(header["vitbench"])
     except (json.JSONDecodeError, RecursionError) as e:
@@ -190,7 +202,7 @@ def read_meta(path: str | Path) -> dict | None:
         raise ConfigError(f"{path}: checkpoint format {clip(repr(meta.get('format')), 60)}; this vitbench reads "
                           f"{FORMAT!r}")
     _check_meta(meta, path)
-    return meta
+    return meta, shapes
 
 
 def _check_meta(meta: dict, path: Path) -> None:
@@ -227,6 +239,64 @@ def _check_meta(meta: dict, path: Path) -> None:
     if objective not in {o.value for o in Objective}:
         raise ConfigError(f"{path}: its vitbench metadata's objective is {clip(repr(objective), 60)}; allowed: "
                           f"{', '.join(o.value for o in Objective)}")
+
+
+def _check_fits(meta: dict, shapes: dict[str, tuple[int, ...]], path: Path) -> None:
+    """A header that contradicts its own weights is refused (ConfigError naming the file, the field and what the
+    weights say), as a foreign file's position grid is checked (vitbench.models.checkpoints): a `model` naming
+    another architecture than the `spec` beside it (the spec decides what is built), and a `resolution` that is
+    not a multiple of the model's stride or not the one its position-embedding grid was made for (before, such a
+    header was believed: the table resampled silently and the rows said the header's resolution). A spec that
+    does not read back, or weights that do not fit it, are left to the readers that build the model
+    (`checkpoint_spec`, `load_checkpoint`: check_weights names the keys)."""
+    from vitbench.errors import VitbenchError
+    from vitbench.models.specs import get_spec, spec_from_dict
+
+    try:
+        spec = spec_from_dict(meta["spec"], str(path)) if meta.get("spec") else get_spec(meta["model"])
+    except VitbenchError:
+        return
+    if meta.get("spec") and meta["model"] != spec.name:
+        try:
+            same = get_spec(meta["model"]).name == spec.name  # an alias of it
+        except VitbenchError:
+            same = False
+        if not same:
+            raise ConfigError(f"{path}: its vitbench metadata's model is {clip(repr(meta['model']), 60)}, but its "
+                              f"spec (the architecture stored beside it, which its weights are checked against) "
+                              f"is {spec.name}: the header contradicts itself (an edited header?); not read")
+    res, said = meta["resolution"], f"{path}: its vitbench metadata's resolution is {meta['resolution']}"
+    try:
+        spec.check_resolution(res)
+    except ConfigError as e:
+        raise ConfigError(f"{said}, which {spec.name}'s weights cannot be made for ({e}); not read") from None
+    try:
+        found = _weights_resolution(spec, shapes)
+    except VitbenchError:  # a grid the family cannot read: check_weights names it when the weights are read
+        return
+    if found is not None and found[0] != res:
+        raise ConfigError(f"{said}, but its weights are of {found[0]} px ({found[1]}): the header contradicts "
+                          f"the weights (an edited header?); not read")
+
+
+def _weights_resolution(spec, shapes: dict[str, tuple[int, ...]]) -> tuple[int, str] | None:
+    """(the resolution the weights' shapes say for `spec`, how they say it) from their position-embedding grid;
+    None when they say none: no learned table (BiT, sincos2d: any size fits), or none of the expected shape."""
+    from vitbench.models import posemb
+
+    declared = posemb.tables(spec, spec.resolution)
+    if not declared:  # a family's own grid-sized tables, if any
+        from vitbench.models.families import family_plugin
+
+        found = family_plugin(spec.family).weights.resolution_of(spec, shapes)
+        return None if found is None else (found, f"the grid of {spec.name}'s grid-sized tables")
+    tables = [t for t in declared if t.torch_key in shapes]
+    res = posemb.resolution_of(shapes, spec) if tables else None
+    if res is None:  # missing, or no square grid: check_weights names the table when the weights are read
+        return None
+    side, t = res // spec.stride, tables[0]
+    return res, (f"its position embedding {t.torch_key} {shapes[t.torch_key]}: a grid of {side} x {side} patches "
+                 f"at {spec.name}'s stride {spec.stride}")
 
 
 def load_checkpoint(path: str | Path, model: str | None = None) -> Checkpoint:
