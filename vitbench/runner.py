@@ -27,7 +27,7 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -117,24 +117,33 @@ def inputs_changed(study: Study, store: Store) -> dict[str, str]:
     from vitbench.tasks.fields import INPUT_SHA256
     from vitbench.trial import input_sha256
 
-    latest: dict[str, Record] = {}
-    for r in store.refresh():
-        if r.key and r.status.done and INPUT_SHA256 in r.runner:
-            old = latest.get(r.key)  # tidy.select's rule: a row without an end time is placed by file order
-            if not (old and old.finished_at and r.finished_at) or str(r.finished_at) >= str(old.finished_at):
-                latest[r.key] = r
+    latest = _latest(r for r in store.refresh() if r.status.done)
     out: dict[str, str] = {}
     for t in study.trials:
         rec = latest.get(t.key)
-        if rec is None or not isinstance(rec.runner[INPUT_SHA256], dict):
+        if rec is None or not isinstance(rec.runner.get(INPUT_SHA256), dict):
             continue
         now = input_sha256(get_task(t.config["task"]), t.config)
         for field, sha in rec.runner[INPUT_SHA256].items():
             if field in now and now[field] != sha:
-                out[t.key] = (f"trial {t.key}: {field} {shorten(str(t.config[field]), 120)} has changed since its row "
-                              f"was written (SHA-256 {str(sha)[:12]}... now {str(now[field])[:12]}...): it runs again")
+                out[t.key] = (f"trial {t.key}: {field} {shorten(str(t.config[field]), 120)} has changed since its "
+                              f"row was written (SHA-256 {str(sha)[:12]}... now {str(now[field])[:12]}...): it "
+                              "runs again")
                 warnings.warn(out[t.key], VitbenchWarning, stacklevel=2)
                 break
+    return out
+
+
+def _latest(records: Iterable[Record]) -> dict[str, Record]:
+    """Per trial key, its latest row of `records` by finish time (tidy.select's rule: a row without an end time
+    is placed by file order)."""
+    out: dict[str, Record] = {}
+    for r in records:
+        if not r.key:
+            continue
+        old = out.get(r.key)
+        if not (old and old.finished_at and r.finished_at) or str(r.finished_at) >= str(old.finished_at):
+            out[r.key] = r
     return out
 
 
@@ -149,18 +158,13 @@ def failed_trials(study: Study, store: Store) -> dict[str, Status]:
 def trial_status(study: Study, store: Store) -> dict[str, str] | None:
     """Per trial key of the study, the status a sweep acts on: its latest (by finish time) terminal row's
     (Status.done: it is not run again, as store.done_keys says), else its latest row's (interrupted, skipped: run
-    again), else 'pending' (also where a file it read whole has changed since: inputs_changed). An ok row then an interrupted --force rerun showed 'interrupted' for a trial the sweep
-    skips. None where the results directory holds no row (a shard's included)."""
+    again), else 'pending' (also where a file it read whole has changed since: inputs_changed). An ok row then an
+    interrupted --force rerun showed 'interrupted' for a trial the sweep skips. None where the results directory
+    holds no row (a shard's included)."""
     recs = store.refresh()
     if not recs:
         return None
-    done: dict[str, Record] = {}
-    last: dict[str, Record] = {}
-    for r in (r for r in recs if r.key):
-        for pick in (done, last) if r.status.done else (last,):
-            old = pick.get(r.key)  # tidy.select's rule: a row without an end time is placed by file order
-            if not (old and old.finished_at and r.finished_at) or str(r.finished_at) >= str(old.finished_at):
-                pick[r.key] = r
+    done, last = _latest(r for r in recs if r.status.done), _latest(recs)
     changed = inputs_changed(study, store)  # done, but a checkpoint it read has changed: a sweep runs it again
     return {t.key: (done.get(t.key) or last[t.key]).status.value if t.key in last and t.key not in changed
             else "pending" for t in study.trials}

@@ -64,8 +64,10 @@ class _Group(typer.core.TyperGroup):
                                       f"{escape(reason(e))}", highlight=False, soft_wrap=True)
                     raise typer.Exit(2) from None
                 if isinstance(e, OSError) and e.errno in PATH_ERRNOS:  # a path no call can take: bad input
-                    err_console.print(f"[bold red]error:[/] path {escape(shorten(str(e.filename or '')))} cannot be "
-                                      f"used: {escape(e.strerror or str(e))}", highlight=False, soft_wrap=True)
+                    path = escape(shorten(str(e.filename or "")))
+                    why = escape(e.strerror or str(e))
+                    err_console.print(f"[bold red]error:[/] path {path} cannot be used: {why}", highlight=False,
+                                      soft_wrap=True)
                     raise typer.Exit(2) from None
                 if not looks_like_oom(e):
                     raise

@@ -55,7 +55,8 @@ class InputFile:
         return "InputFile()"
 
 
-INPUT_SHA256 = "input_sha256"  # the row's runner entry: {field: SHA-256 of the file it named, as the trial read it}
+# the row's runner entry: {field: SHA-256 of the file it named, as the trial read it}
+INPUT_SHA256 = "input_sha256"
 
 
 def _checkpoint_file(value: str) -> str:
