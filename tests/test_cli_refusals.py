@@ -11,7 +11,7 @@ import pytest
 @pytest.mark.parametrize("args,named", [
     (("bench", "ViT-Nano/4", "--backend", "jax", "--parallelism", "fsdp"), "--parallelism fsdp"),
     (("bench", "ViT-Nano/4", "--parallelism", "fsdp", "--devices", "1"), "--parallelism fsdp"),
-    (("bench", "ViT-Nano/4", "--set", "parallelism=fsdp"), "--set parallelism=fsdp"),
+    (("bench", "ViT-Nano/4", "--set", "parallelism=fsdp"), "--set parallelism fsdp"),
     (("max-batch", "ViT-Nano/4", "--parallelism", "fsdp", "--max-batch-size", "2"), "--parallelism fsdp"),
 ])
 def test_a_parallelism_without_devices_above_one_is_refused(cli, args, named):
@@ -22,6 +22,22 @@ def test_a_parallelism_without_devices_above_one_is_refused(cli, args, named):
     assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
     assert f"{named} applies with --devices N > 1" in lines[0], r.stderr
     assert not r.stdout.strip()  # nothing measured
+
+
+def test_a_study_trial_with_parallelism_on_one_device_is_refused(cli, tmp_path):
+    """The same refusal for a study's trial (the task's Params, not the command, hold the check): `parallelism:
+    fsdp` with devices 1 measured the one-device step under fsdp's name."""
+    study = tmp_path / "study.yaml"
+    study.write_text(textwrap.dedent("""
+        name: lone
+        calibration: false
+        defaults: {min_steps: 1, min_seconds: 0.01}
+        axes: {model: [ViT-Nano/4], task: [infer], parallelism: [fsdp]}
+    """))
+    r = cli("sweep", study, "--results", tmp_path / "res")
+    assert r.exit_code == 2, r.output
+    assert "parallelism fsdp applies with devices N > 1" in r.stderr, r.stderr
+    assert not (tmp_path / "res").exists()  # refused before anything is written
 
 
 def test_sweep_json_without_dry_run_is_refused(cli, tmp_path):

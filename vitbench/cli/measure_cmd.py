@@ -51,18 +51,6 @@ def _kv_table(title: str, rows: list[tuple[str, object]]) -> Table:
     return t
 
 
-def _refuse_lone_parallelism(params, given: str | None) -> None:
-    """A parallelism mode spreads one step over --devices N > 1; on one device the step runs unspread, while the
-    row would say it ran under the mode: refused (exit 2). `given`: the --parallelism value (None: not given, so
-    the mode, if any, came from --set). The default mode (dp) on one device is what runs, so it stays accepted."""
-    if params.parallelism == DEFAULT_PARALLELISM.value or params.devices > 1:
-        return
-    how = f"--parallelism {params.parallelism}" if given is not None else f"--set parallelism={params.parallelism}"
-    raise ConfigError(f"{how} applies with --devices N > 1 (how one step is spread over N devices); on "
-                      f"{params.devices} device it would change nothing: add --devices N, or drop "
-                      f"{'--parallelism' if given is not None else 'that --set'}")
-
-
 def _print_record(rec) -> None:
     """The record as JSON; exit 1 where it is not ok (an oom or error row is no measurement, with --json too)."""
     from vitbench.record import Status
@@ -146,7 +134,6 @@ def bench_cmd(
     elif data is not None:
         raise ConfigError("--data measures training with real input: use it with --task train")
     t, params = task_params(task, _REAL_INPUT_OPTIONS, sets, command=bench_cmd, **values)
-    _refuse_lone_parallelism(params, parallelism)
     rec = t().run(params)  # with --data: the synthetic run, then the real images timed alike (one row)
     if as_json:
         _print_record(rec)
@@ -274,7 +261,6 @@ def max_batch_cmd(
                        memory_limit_gib=memory_limit_gib, max_batch_size=max_batch_size, start=start,
                        granularity=granularity, probe_timeout_s=probe_timeout_s, devices=devices,
                        parallelism=parallelism, optimizer=optimizer)
-    _refuse_lone_parallelism(p, parallelism)
     rec = t().run(p)
     if as_json:
         _print_record(rec)

@@ -340,6 +340,21 @@ class TaskParams(BaseModel):
                              f"leave {'it' if len(given) == 1 else 'them'} unset")
         return self
 
+    @model_validator(mode="after")
+    def _spread(self, info: ValidationInfo):
+        """A parallelism mode spreads one step over devices > 1; on one device the step runs unspread while the
+        row would say it ran under the mode: refused (a study's trial and a command alike). The default mode
+        (dp) on one device is what runs, so it stays accepted."""
+        fields = type(self).model_fields
+        if "parallelism" not in fields or "devices" not in fields:
+            return self
+        if self.parallelism == DEFAULT_PARALLELISM.value or self.devices > 1:
+            return self
+        mode, devices = named(info, "parallelism"), named(info, "devices")
+        raise ValueError(f"{mode} {self.parallelism} applies with {devices} N > 1 (how one step is spread over N "
+                         f"devices); on {self.devices} device it would change nothing: set {devices} N, or leave "
+                         f"{mode} unset")
+
     def config(self) -> dict:
         """The normalised trial config: JSON-able, the input of the trial key (key_neutral fields left out at
         their default, fields that do not apply to it left out: `moot`)."""
