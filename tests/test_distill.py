@@ -503,3 +503,17 @@ def test_a_vitbench_teacher_file_names_its_own_model(cli, tmp_path, monkeypatch)
     assert r.exit_code == 0, r.output
     m = json.loads(r.stdout)["metrics"]
     assert m["teacher_model"] == "R-Nano" and m["teacher_resolution"] == 32
+
+
+def test_the_distillation_table_lists_an_upstream_before_its_transfers_in_the_tasks_order():
+    """Rows of every kind, given in reverse: the table orders kinds as the tasks are registered (pretrain, then
+    fewshot, then finetune), read from the registry rather than a list of kind names in the report."""
+    import pandas as pd
+
+    from vitbench.report.tables import distillation
+    from vitbench.tasks import kind_metrics
+
+    kinds = [k for k in kind_metrics() if k in ("pretrain", "fewshot", "finetune")]
+    df = pd.DataFrame({"model": "m", "teacher": "t", "kind": kinds[::-1], "accuracy": [0.5, 0.6, 0.7],
+                       "seed": 0})
+    assert list(distillation(df)["kind"]) == kinds == ["pretrain", "fewshot", "finetune"]

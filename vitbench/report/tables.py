@@ -218,7 +218,9 @@ def distillation(ok: pd.DataFrame) -> pd.DataFrame:
     out = out.reset_index()
     if "seed" in df.columns:
         out = out.merge(_paired_gain(df, keys), on=keys, how="left")
-    kind_rank = {"pretrain": 0, "fewshot": 1, "finetune": 2}
+    from vitbench.tasks import kind_metrics
+
+    kind_rank = {k: i for i, k in enumerate(kind_metrics())}  # the tasks' order: upstream before its transfers
     order = [c for c in ("kind", "shots", "model", "teacher", "distillation") if c in out.columns]
     return out.sort_values(order, key=lambda s: s.map(kind_rank) if s.name == "kind" else s,
                            na_position="first", kind="stable").reset_index(drop=True)
