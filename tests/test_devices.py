@@ -366,3 +366,35 @@ def test_a_group_probe_reports_its_worst_rank(monkeypatch):
     monkeypatch.setattr(ranks, "run_group", dead)
     out = probe._group_probe({"step": {"model": MODEL, "batch_size": 8, "devices": 2}, "backend": "torch"})
     assert out["status"] == "error" and "rank 1 of 2" in out["error"]
+
+
+_ON_DEVICE_1 = """
+import os
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+import jax, jax.numpy as jnp, numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from vitbench.backends.jax.backend import JaxBackend
+from vitbench.backends.jax.workload import JaxWorkload
+
+b = JaxBackend()
+b.setup("cpu:1")
+w = b.matmul_workload(n=16)
+print("matmul", sorted(d.id for d in w.step().devices()))
+mesh = Mesh(np.array(jax.devices()), ("d",))
+w = JaxWorkload.__new__(JaxWorkload)
+w.args = (jax.device_put(jnp.zeros((8, 4), jnp.float32), NamedSharding(mesh, P("d"))),
+          jax.device_put(jnp.zeros((4,), jnp.float32), NamedSharding(mesh, P())))
+print("state", w.state_bytes())
+"""
+
+
+def test_jax_calibration_matmul_runs_on_the_trial_device_and_state_counts_one_device():
+    """On 2 host devices: the peak probe's matmul set up on cpu:1 runs there (it compiled for device 0 and copied
+    its operands there: gpu:1's peak and calibration were gpu:0's); the step state counts what one device holds
+    (a batch-sharded 8x4 float32 array is 64 bytes per device, not its global 128; a replicated 4-vector 16)."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _ON_DEVICE_1], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "matmul [1]" in out.stdout and "state 80" in out.stdout, out.stdout

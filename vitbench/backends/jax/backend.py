@@ -362,10 +362,11 @@ class JaxBackend(Backend):
         dev = self._dev()
         self._refuse(precision=precision, device=dev.platform)
         ka, kb = jax.random.split(jax.random.PRNGKey(0))
-        with jax.default_device(dev):
-            a = jax.random.normal(ka, (n, n), jnp.float32).astype(dtype)
-            b = jax.random.normal(kb, (n, n), jnp.float32).astype(dtype)
-        with jax.default_matmul_precision(MATMUL_PRECISION[precision]):
+        # committed to the trial's device (default_device alone leaves them uncommitted: the jit then compiled
+        # for device 0 and copied both operands there on every call, so gpu:1's peak was gpu:0's)
+        a = jax.device_put(jax.random.normal(ka, (n, n), jnp.float32).astype(dtype), dev)
+        b = jax.device_put(jax.random.normal(kb, (n, n), jnp.float32).astype(dtype), dev)
+        with jax.default_device(dev), jax.default_matmul_precision(MATMUL_PRECISION[precision]):
             lowered = jax.jit(jnp.matmul).lower(a, b)
         return Matmul(lowered.compile(), a, b, step_numerics(precision, lowered.as_text()))
 

@@ -51,8 +51,15 @@ class JaxWorkload(Workload):
         return np.asarray(jax.device_get(self.executable(params, xb)), dtype=np.float32)
 
     def state_bytes(self) -> int | None:
-        return sum(int(leaf.nbytes) for leaf in jax.tree_util.tree_leaves(self.args)
-                   if isinstance(leaf, jax.Array) and not leaf.is_deleted())
+        """Bytes of the step state one device holds: the shards on each device summed, the largest device's
+        (on a mesh an array's `nbytes` is its global size: fsdp's sharded parameters counted N times what a
+        device holds, where torch's ranks count their local shard). One device: every array's size."""
+        per_device: dict = {}
+        for leaf in jax.tree_util.tree_leaves(self.args):
+            if isinstance(leaf, jax.Array) and not leaf.is_deleted():
+                for shard in leaf.addressable_shards:
+                    per_device[shard.device] = per_device.get(shard.device, 0) + int(shard.data.nbytes)
+        return max(per_device.values(), default=0)
 
     def weights_host(self) -> dict:
         from vitbench.models.param_table import flatten
