@@ -40,6 +40,17 @@ def test_a_study_trial_with_parallelism_on_one_device_is_refused(cli, tmp_path):
     assert not (tmp_path / "res").exists()  # refused before anything is written
 
 
+def test_real_input_over_several_devices_is_refused(cli):
+    """The real-input run times the transfer loop on one device at the global batch: with --devices 2 its
+    img/s was one device's at twice the per-device batch, in a row saying 2 devices."""
+    r = cli("bench", "ViT-Nano/4", "--task", "train", "--data", "digits", "--devices", "2", "--min-steps", "1",
+            "--min-seconds", "0.01")
+    assert r.exit_code == 2, r.output
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--data times the training loop on one device" in lines[0], r.stderr
+    assert "--devices 1" in lines[0] and not r.stdout.strip()
+
+
 def test_sweep_json_without_dry_run_is_refused(cli, tmp_path):
     """--json is --dry-run's (the trials as JSON): `sweep STUDY --json` ran the study, printing no JSON."""
     study = tmp_path / "study.yaml"

@@ -47,6 +47,11 @@ class _Steps(BaseModel):
                 raise ValueError(f"{', '.join(named(info, f) for f in given)}: real input settings without "
                                  f"{named(info, PREFIX + 'dataset')} (they would be ignored)")
             return self
+        devices = getattr(self, "devices", 1)
+        if devices > 1:  # the transfer loop runs on one device, at the global batch (protocols/input_bench.py)
+            raise ValueError(f"{named(info, PREFIX + 'dataset')} times the training loop on one device; with "
+                             f"{named(info, 'devices')} {devices} its figures would be one device's at {devices}x "
+                             f"the per-device batch: measure real input with {named(info, 'devices')} 1")
         from vitbench.errors import ConfigError
 
         try:
