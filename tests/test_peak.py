@@ -47,7 +47,9 @@ def test_datasheet_rows_match_driver_names(name, row, precision, tflops):
 
 
 @pytest.mark.parametrize("name", ["cpu", "NVIDIA A10G", "NVIDIA GeForce RTX 4090 D", "TPU v4 lite",
-                                  "NVIDIA GeForce RTX 3090 Ti", "AMD Instinct MI300X"])
+                                  "NVIDIA GeForce RTX 3090 Ti", "AMD Instinct MI300X",
+                                  # MIG slices: a fraction of the chip, whose whole-chip peak divided MFU up to 7x
+                                  "NVIDIA A100-SXM4-40GB MIG 1g.5gb", "NVIDIA H100 80GB HBM3 MIG 3g.40gb"])
 def test_devices_without_a_datasheet_row(name):
     assert lookup(name) is None
 

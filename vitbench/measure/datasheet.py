@@ -94,7 +94,11 @@ TABLE: tuple[DatasheetPeak, ...] = (
 
 
 def lookup(device_name: str) -> DatasheetPeak | None:
-    """The datasheet row of a device, by the name its driver reports; None for devices without one (CPUs)."""
+    """The datasheet row of a device, by the name its driver reports; None for devices without one (CPUs) and
+    for a MIG slice ("NVIDIA A100-SXM4-40GB MIG 1g.5gb": a fraction of the chip's SMs, which the whole chip's
+    peak would overstate up to 7x; NVIDIA's MIG user guide), whose peak is measured instead."""
+    if re.search(r"\bMIG\b", device_name):
+        return None
     for row in TABLE:
         if re.search(row.pattern, device_name.strip(), re.IGNORECASE):
             return row
