@@ -101,3 +101,23 @@ def test_a_gpu_slowdown_is_noise():
     flags = {n.flag for n in assess([0.01] * 10, TimerKind.DEVICE_EVENTS, gpu_slowdown=("sw_thermal_slowdown",),
                                     other_gpu_processes=2)}
     assert flags == {NoiseFlag.GPU_SLOWDOWN, NoiseFlag.OTHER_GPU_PROCESSES}
+
+
+def test_gpu_processes_in_another_pid_namespace_are_not_counted_as_others(monkeypatch):
+    """While the workload holds the device, NVML lists this process; in a container without --pid=host it lists
+    host PIDs, so none is ours: every row was flagged `other_gpu_processes` and unstable. The count is then
+    unknown (None); where our PID is listed the others are counted."""
+    import os
+
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml([10_000, 25_000], reasons=0, others=1))
+    with EnergyMeter(H100) as m:
+        pass
+    assert m.end.pids == (-1,) and m.end.other_processes is None
+
+    fake = _fake_pynvml([10_000, 25_000], reasons=0, others=0)
+    fake.nvmlDeviceGetComputeRunningProcesses = lambda h: [types.SimpleNamespace(pid=os.getpid()),
+                                                           types.SimpleNamespace(pid=-1)]
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    with EnergyMeter(H100) as m:
+        pass
+    assert m.end.other_processes == 1

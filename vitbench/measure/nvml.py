@@ -50,6 +50,7 @@ class Snapshot:
     slowdown: tuple[str, ...] = ()
     power_capped: bool = False
     other_processes: int | None = None
+    pids: tuple[int, ...] | None = None  # the processes NVML lists on the device, in the driver's PID namespace
 
 
 class Nvml:
@@ -98,7 +99,8 @@ class Nvml:
             s.power_capped = bool(reasons & POWER_CAP)
         procs = self._try(lib.nvmlDeviceGetComputeRunningProcesses)
         if procs is not None:
-            s.other_processes = sum(1 for p in procs if getattr(p, "pid", None) != os.getpid())
+            s.pids = tuple(getattr(p, "pid", -1) for p in procs)
+            s.other_processes = sum(1 for p in s.pids if p != os.getpid())
         return s
 
     def close(self) -> None:
@@ -157,6 +159,10 @@ class EnergyMeter:
         self.wall_s = time.perf_counter() - self._t0
         if self.nvml is not None:
             self.end = self.nvml.snapshot()  # while the workload is still allocated: device-used memory
+            if self.end.pids and os.getpid() not in self.end.pids:
+                # this process holds the device now, so NVML's PIDs are of another namespace (a container
+                # without --pid=host: NVIDIA/nvidia-docker#1483): which of them are others is unknown
+                self.end.other_processes = None
             self.nvml.close()
 
     @property
