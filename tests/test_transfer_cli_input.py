@@ -338,6 +338,10 @@ def _tiny_checkpoint(path, **header):
                          "34 for ViT-Nano/4 must be a positive multiple of 4"),
     ({"model": "ViT-Micro/4"}, "metadata's model is 'ViT-Micro/4', but its spec (the architecture stored beside "
                                "it, which its weights are checked against) is ViT-Nano/4"),
+    ({"num_classes": 7}, "metadata's num_classes is 7, but its weights' classifier head.weight (5, 32) has 5 "
+                         "outputs: the header contradicts the weights"),
+    ({"num_classes": 0}, "metadata's num_classes is 0, but its weights' classifier head.weight (5, 32) has 5 "
+                         "outputs: the header contradicts the weights"),
 ])
 def test_a_checkpoint_header_that_contradicts_its_weights_is_refused_where_it_is_read(run, tmp_path, header,
                                                                                       says):
@@ -355,6 +359,27 @@ def test_a_checkpoint_header_that_contradicts_its_weights_is_refused_where_it_is
             read(edited)
     r = run("fewshot", "-c", edited, "--shots", "1", "--seeds", "1", "--threads", "1")
     assert r.exit_code == 2 and says in " ".join(r.output.split()) and "@ 64px" not in r.output, r.output
+
+
+def test_a_checkpoint_without_a_classifier_is_not_held_to_a_num_classes(tmp_path):
+    """`num_classes` is checked against the classifier's rows (a header edited to 7 over a 5-class head was read
+    as 7 classes) only where the weights hold one: an encoder-only checkpoint (objective none or masked_patch,
+    num_classes 0, no head saved) reads as before, and so does a supervised header whose head was dropped (its
+    readers that need the head name the missing keys)."""
+    from vitbench.models.identify import is_head
+    from vitbench.models.specs import get_spec
+    from vitbench.models.torch import build_torch_model
+    from vitbench.transfer.checkpoint import read_meta, save_checkpoint
+
+    spec = get_spec("ViT-Nano/4").with_classes(5)
+    weights = {k: v.numpy() for k, v in build_torch_model(spec, 32, 5).state_dict().items()
+               if not is_head(k, spec)}
+    header = {"model": spec.name, "spec": spec.to_dict(), "resolution": 32, "config": {}, "metrics": {}}
+    encoder = save_checkpoint(tmp_path / "enc", weights, {**header, "num_classes": 0,
+                                                          "objective": {"objective": "none"}})
+    assert read_meta(encoder)["num_classes"] == 0 and load_checkpoint(encoder).num_classes == 0
+    headless = save_checkpoint(tmp_path / "headless", weights, {**header, "num_classes": 5})
+    assert read_meta(headless)["num_classes"] == 5
 
 
 def test_a_study_trial_takes_a_vitbench_checkpoints_model_from_its_header_as_the_command_does(tmp_path):

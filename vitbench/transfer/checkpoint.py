@@ -246,11 +246,13 @@ def _check_fits(meta: dict, shapes: dict[str, tuple[int, ...]], path: Path) -> N
     weights say), as a foreign file's position grid is checked (vitbench.models.checkpoints): a `model` naming
     another architecture than the `spec` beside it (the spec decides what is built), and a `resolution` that is
     not a multiple of the model's stride or not the one its position-embedding grid was made for (before, such a
-    header was believed: the table resampled silently and the rows said the header's resolution). A spec that
+    header was believed: the table resampled silently and the rows said the header's resolution), and a
+    supervised header's `num_classes` other than its classifier's rows (`_classifier`). A spec that
     does not read back, or weights that do not fit it, are left to the readers that build the model
     (`checkpoint_spec`, `load_checkpoint`: check_weights names the keys)."""
     from vitbench.errors import VitbenchError
     from vitbench.models.specs import get_spec, spec_from_dict
+    from vitbench.transfer.masked_patch import Objective, objective_of
 
     try:
         spec = spec_from_dict(meta["spec"], str(path)) if meta.get("spec") else get_spec(meta["model"])
@@ -265,6 +267,11 @@ def _check_fits(meta: dict, shapes: dict[str, tuple[int, ...]], path: Path) -> N
             raise ConfigError(f"{path}: its vitbench metadata's model is {clip(repr(meta['model']), 60)}, but its "
                               f"spec (the architecture stored beside it, which its weights are checked against) "
                               f"is {spec.name}: the header contradicts itself (an edited header?); not read")
+    classifier = _classifier(spec, shapes) if objective_of(meta) is Objective.SUPERVISED else None
+    if classifier is not None and shapes[classifier][0] != meta["num_classes"]:
+        raise ConfigError(f"{path}: its vitbench metadata's num_classes is {meta['num_classes']}, but its "
+                          f"weights' classifier {classifier} {shapes[classifier]} has {shapes[classifier][0]} "
+                          "outputs: the header contradicts the weights (an edited header?); not read")
     res, said = meta["resolution"], f"{path}: its vitbench metadata's resolution is {meta['resolution']}"
     try:
         spec.check_resolution(res)
@@ -277,6 +284,16 @@ def _check_fits(meta: dict, shapes: dict[str, tuple[int, ...]], path: Path) -> N
     if found is not None and found[0] != res:
         raise ConfigError(f"{said}, but its weights are of {found[0]} px ({found[1]}): the header contradicts "
                           f"the weights (an edited header?); not read")
+
+
+def _classifier(spec, shapes: dict[str, tuple[int, ...]]) -> str | None:
+    """The key of the classifier's weight in `shapes` (its rows: the classes), as identify reads a foreign file's;
+    None without one: an encoder-only checkpoint (objective masked_patch or none: num_classes 0, no classifier
+    saved) or a head dropped, which `load_checkpoint`'s check_weights names where a classifier is needed."""
+    from vitbench.models.identify import head_prefixes
+
+    keys = (*(p + "weight" for p in head_prefixes(spec)), "head.fc.weight")
+    return next((k for k in keys if len(shapes.get(k, ())) > 0), None)
 
 
 def _weights_resolution(spec, shapes: dict[str, tuple[int, ...]]) -> tuple[int, str] | None:
