@@ -88,7 +88,7 @@ def test_a_full_disk_is_said_as_such_and_leaves_the_history_whole(tmp_path, monk
         def __getattr__(self, name):
             return getattr(self.con, name)
 
-    for at in ("COMMIT", "SELECT count(*)"):
+    for at in ("COMMIT", "SELECT name FROM sqlite_master"):  # a failed commit; a failed open
         monkeypatch.setattr(store, "_connect", lambda p, at=at: Full(real(p), at))
         with pytest.raises(ConfigError, match=r"cannot be written now: .*(full|disk I/O).*the history file was "
                                               r"left as it was") as e:
@@ -197,6 +197,33 @@ def test_bad_history_files_exit_2_naming_the_file(cli, tmp_path):
             if args[1] != "append":
                 assert says in r.output, r.output
     assert garbage.read_bytes() == b"not a database \x00\xff" * 100  # never written over
+
+
+def test_an_existing_file_that_is_not_a_history_is_never_made_one(cli, tmp_path):
+    """`history append --db notes.txt` naming an empty file (a mistyped path) made it a history, as SQLite takes an
+    empty file for a new database; so did an SQLite file without tables. Now each is refused by every history
+    command, exit 2, naming the file, and left as it was; only an absent path gets a new history, whole when it
+    appears (no empty file for a racer to find, no temporary file left beside it)."""
+    empty = tmp_path / "notes.txt"
+    empty.touch()
+    tableless = tmp_path / "blank.sqlite"
+    con = sqlite3.connect(tableless)
+    con.execute("PRAGMA user_version = 7")
+    con.close()
+    blank = tableless.read_bytes()
+    assert blank
+    results = _results(tmp_path / "r", "a" * 40, 100.0, 0.05)
+    for path, says, content in ((empty, "an empty file, not a vitbench history", b""),
+                                (tableless, "an SQLite file, but not a vitbench history (tables: none)", blank)):
+        for args in (("history", "--db", path), ("history", "append", results, "--db", path, "--repo", tmp_path)):
+            r = cli(*args)
+            assert r.exit_code == 2 and str(path) in r.output and "Traceback" not in r.output, r.output
+            assert says in " ".join(r.output.split()), r.output
+            assert path.read_bytes() == content
+    new = tmp_path / "new" / "h.sqlite"
+    r = cli("history", "append", results, "--db", new, "--repo", tmp_path)
+    assert r.exit_code == 0, r.output
+    assert [p.name for p in new.parent.iterdir()] == ["h.sqlite"] and {run.id for run, _ in store.read(new)} == {1}
 
 
 # ---- recording results directories --------------------------------------------------------------------------

@@ -16,6 +16,7 @@ value, its unit, the machine's calibration for that trial, the raw per-round val
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -100,9 +101,58 @@ class Run:
 
 
 def _connect(path: Path) -> sqlite3.Connection:
-    con = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S, isolation_level=None)  # transactions by hand
+    """An existing file opened (mode=rw: SQLite never creates one here; a new history is made by `_create`)."""
+    con = sqlite3.connect(f"{path.absolute().as_uri()}?mode=rw", timeout=BUSY_TIMEOUT_S, uri=True,
+                          isolation_level=None)  # transactions by hand
     con.execute("PRAGMA foreign_keys = ON")
     return con
+
+
+def _create(p: Path) -> None:
+    """Make a new history at `p` (absent): its tables are written in a hidden file beside it, which is then linked
+    into place only if nothing is there yet (a racer's history is kept, and opened), so a history file is never
+    empty: SQLite takes an empty file for a new database, so an empty file the user named (a mistyped path) would
+    have been made a history, and one that is empty now is not ours (`open_db` refuses it)."""
+    import tempfile
+
+    from vitbench.paths import file_mode
+
+    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, file_mode())
+        os.close(fd)
+        con = _connect(Path(tmp))
+        try:
+            con.execute("PRAGMA journal_mode = WAL")  # kept in the file; its -wal is merged back on close
+            con.execute("BEGIN IMMEDIATE")
+            for stmt in _SCHEMA.split(";\n"):
+                if stmt.strip():
+                    con.execute(stmt)
+            con.execute("INSERT INTO meta VALUES ('format', ?)", (FORMAT,))
+            con.execute("COMMIT")
+        finally:
+            con.close()
+        try:
+            os.link(tmp, p)  # never over a file: one made meanwhile (another first writer's) stays
+        except FileExistsError:
+            pass
+        except OSError:  # a file system without hard links: copied into a file made only if absent (a racer
+            _copy_new(Path(tmp), p)  # may see it part-written, and is refused: it exits 2, writing nothing)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def _copy_new(src: Path, p: Path) -> None:
+    try:
+        f = open(p, "xb")  # noqa: SIM115 - closed below
+    except FileExistsError:
+        return
+    try:
+        with f:
+            f.write(src.read_bytes())
+    except BaseException:
+        p.unlink(missing_ok=True)  # ours, part-written (a full disk): nothing is left
+        raise
 
 
 def _bad(path: Path, why: str) -> ConfigError:
@@ -112,8 +162,6 @@ def _bad(path: Path, why: str) -> ConfigError:
 
 def default_path(db: str | None) -> Path:
     """--db, else $VITBENCH_HISTORY, else DEFAULT_PATH."""
-    import os
-
     return Path(db if db is not None else os.environ.get(HISTORY_ENV) or DEFAULT_PATH).expanduser()
 
 
@@ -124,14 +172,15 @@ def check_db(path: str | Path) -> Path:
 
     p = Path(path).expanduser()
     check_entry(p, "--db")
-    if p.is_file() and p.stat().st_size > 0:
+    if p.is_file():  # an empty one too: not a history (`_create`), never made one
         open_db(p, create=False).close()
     return p
 
 
 def open_db(path: str | Path, create: bool) -> sqlite3.Connection:
     """An open history file: made (with its tables) when `create` and absent; else it must be one of ours.
-    ConfigError naming the file for a missing one, a directory, a file that is not SQLite, or another layout."""
+    ConfigError naming the file for a missing one, a directory, a file that is not SQLite (an empty one
+    included), or another layout: an existing file is never written to unless it is a vitbench history."""
     from vitbench.paths import check_entry
 
     p = Path(path).expanduser()
@@ -144,15 +193,14 @@ def open_db(path: str | Path, create: bool) -> sqlite3.Connection:
         make_dir(p.parent, f"--db {p}: its directory")
     con = None
     try:
+        if create and not os.path.lexists(p):
+            try:
+                _create(p)
+            except OSError as e:  # SQLite's own errors (a full disk) are DatabaseErrors, said below
+                raise _disk_error(p, e) from None
+        elif p.is_file() and p.stat().st_size == 0:
+            raise _bad(p, "an empty file, not a vitbench history (nothing was written to it)")
         con = _connect(p)
-        if create and not con.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:  # new, or a racer's
-            con.execute("PRAGMA journal_mode = WAL")
-            con.execute("BEGIN IMMEDIATE")  # two first writers at once: one makes the tables, the other finds them
-            for stmt in _SCHEMA.split(";\n"):
-                if stmt.strip():
-                    con.execute(stmt)
-            con.execute("INSERT OR IGNORE INTO meta VALUES ('format', ?)", (FORMAT,))
-            con.execute("COMMIT")
         _check(con, p)
     except (sqlite3.DatabaseError, ConfigError) as e:
         if con is not None:
