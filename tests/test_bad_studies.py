@@ -106,3 +106,38 @@ def test_bad_executor_options_on_the_command_line_exit_2_and_write_nothing(args,
     assert r.exit_code == 2 and expected in flat(r.output), flat(r.output)
     assert "Traceback" not in r.output
     assert not (tmp_path / "res").exists()
+
+
+@pytest.mark.parametrize("where", ["option", "env"])
+def test_a_ray_address_where_no_cluster_listens_exits_2_at_once_and_writes_nothing(where, tmp_path, cli,
+                                                                                   monkeypatch):
+    """`--executor ray -o address=HOST:PORT` with no cluster there waited ~2 minutes (ray.init tries the GCS 20
+    times, 5 s each) before one raw line. Now the address is probed first (a TCP connect, 5 s at most; a loopback
+    port where nothing listens refuses at once): exit 2 naming the address, its source and what to do, before
+    anything is claimed or written. An address where something listens passes the probe (ray.init decides)."""
+    import socket
+    import time
+
+    pytest.importorskip("ray")
+    from vitbench.executors.ray import RayExecutor
+
+    with socket.socket() as s:  # a free loopback port, closed again: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    address = f"127.0.0.1:{port}"
+    study = tmp_path / "fine.yaml"
+    study.write_text(GOOD)
+    if where == "env":
+        monkeypatch.setenv("RAY_ADDRESS", address)
+    t = time.monotonic()
+    r = cli("sweep", study, "--results", tmp_path / "res", "--executor", "ray",
+            *(["-o", f"address={address}"] if where == "option" else []))
+    said = flat(r.output)
+    named = f"address={address!r}" if where == "option" else f"$RAY_ADDRESS {address!r}"
+    assert r.exit_code == 2 and said.startswith(f"error: executor 'ray': no Ray cluster at {named}"), said
+    assert "nothing listens there" in said and "-o address=HOST:PORT" in said and "Traceback" not in r.output
+    assert time.monotonic() - t < 30 and not (tmp_path / "res").exists()
+    with socket.socket() as s:  # something listens (on every interface: Ray reads loopback as the node's IP)
+        s.bind(("0.0.0.0", 0))
+        s.listen()
+        RayExecutor(None, address=f"127.0.0.1:{s.getsockname()[1]}").close()  # no ray.init until a trial

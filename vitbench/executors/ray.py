@@ -4,7 +4,8 @@
     # or in the study:  executor: {name: ray, options: {address: auto, num_gpus: 1, num_cpus: 8}}
 
 Connects to the Ray cluster at `address` ("auto", "ray://head:10001", or $RAY_ADDRESS), or starts a local
-instance when there is none; a session the caller already opened (ray.init) is reused and left open. Each task
+instance when there is none; a session the caller already opened (ray.init) is reused and left open. An address
+where nothing accepts a connection is refused at once, before anything runs (_check_reachable). Each task
 runs `vitbench.executors.remote.run_on_worker`: the trial in a fresh child process of the Ray worker (so no
 CUDA context or leaked memory survives into the next trial even though Ray reuses workers), with the study's
 per-trial timeout. When the results directory is on a file system the workers share, each worker appends its
@@ -78,6 +79,9 @@ HEAD_LOST_MARGIN_S = 60.0
 # How long one question to the head may take: a key lookup in the GCS answers in milliseconds; a miss alone
 # decides nothing (only `head_lost_s` without any answer does).
 HEAD_PROBE_S = 2.0
+# How long the cluster's address may take to accept a TCP connection before the sweep starts (_check_reachable):
+# Ray's own connect timeout per attempt (its "Failed to connect to GCS at address ... within 5 seconds").
+CONNECT_PROBE_S = 5.0
 # The file in the store's logs directory that holds the cluster's broadcasts (_quiet).
 RAY_LOG = "ray.log"
 # After Ctrl-C, how often the running tasks are force-cancelled again until they have ended (RayExecutor.cancel):
@@ -129,12 +133,54 @@ class RayExecutor(Executor):
         if self.results is not None:  # what its workers and the cluster's broadcasts write, checked before any run
             check_worker_paths(Path(self.results))
             check_entry(self._log_path(), "the store's Ray log")
+        self._check_reachable()
         self._started = False
         self._task = None
         self._printer = None  # Ray's own printer of cluster errors, while _quiet has replaced it
         self._whole: dict[str, Any] | None = None  # task options for a node to itself (asked of the head once)
         self._silent_since: float | None = None  # when the head last stopped answering
         self._lost: str | None = None  # why the head is lost (then nothing more is asked of Ray)
+
+    def _check_reachable(self) -> None:
+        """A cluster address where nothing listens is refused now (BackendUnavailable, exit 2), before anything is
+        claimed or written: `ray.init` would try it NUM_REDIS_GET_RETRIES (20) times, each waiting 5 s for the GCS
+        (ray/_private/node.py `_init_gcs_client`; ~2 min on ray 2.60), with no setting to shorten that for one
+        session that would not also shorten a slow head's legitimate start. So the address Ray would connect to
+        (its own `canonicalize_bootstrap_address`: $RAY_ADDRESS, "auto", localhost rewritten) must accept a TCP
+        connection within CONNECT_PROBE_S; whether a Ray head answers there is still ray.init's to say. Skipped for
+        a session the caller opened (reused) and where Ray starts a local instance (no address)."""
+        import socket
+        import sys
+
+        if (ray := sys.modules.get("ray")) is not None and ray.is_initialized():
+            return
+        given, env = self.opts.address, os.environ.get("RAY_ADDRESS") or None
+        address = env if env and given in (None, "auto") else given  # as ray.init reads them
+        try:
+            if address is not None and "://" in address:  # Ray Client: ray://HOST[:PORT] (its default 10001)
+                target = address.split("://", 1)[1].split("/")[0]
+                target = target if target.rpartition(":")[2].isdigit() else f"{target}:10001"
+            else:
+                from ray._private.services import canonicalize_bootstrap_address
+
+                target = canonicalize_bootstrap_address(address)
+            host, _, port = (target or "").rpartition(":")
+            port_n = int(port) if target else 0
+        except Exception:  # noqa: BLE001 - an address Ray cannot read: ray.init says why, at once
+            return
+        if not target:  # a new local instance
+            return
+        try:
+            socket.create_connection((host.strip("[]"), port_n), timeout=CONNECT_PROBE_S).close()
+        except OSError as e:
+            why = ("nothing listens there" if isinstance(e, ConnectionRefusedError) else
+                   f"no answer in {CONNECT_PROBE_S:g} s" if isinstance(e, TimeoutError) else str(e) or repr(e))
+            named = f"$RAY_ADDRESS {env!r}" if address == env else f"address={given!r}"
+            raise BackendUnavailable(
+                f"executor 'ray': no Ray cluster at {named}" + (f" ({target})" if target != address else "")
+                + f": {why}. Start one (`ray start --head` on its head node), or give its head's address as "
+                "-o address=HOST:PORT (the study's executor.options.address); with no address and no $RAY_ADDRESS "
+                "the sweep starts a local Ray instance") from None
 
     def _ray(self):
         import ray
