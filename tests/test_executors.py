@@ -432,4 +432,19 @@ def test_a_gpu_is_asked_for_in_every_backends_spelling(device, gpu):
     job = Job(key="k", config={"task": "infer", "device": device}, repeat=0, study="s", study_sha="x", run_id="r",
               timeout_s=60, task_module="vitbench.tasks.bench")
     assert wants_gpu(job) is gpu
-    assert slurm_gpus(None, job) == int(gpu) and ray_gpus(None, job) == float(gpu)
+    # a scheduler numbers the GPUs it gives from 0: cuda:1 needs two of them (gpu:3, four)
+    want = int(device.partition(":")[2] or 0) + 1 if gpu else 0
+    assert slurm_gpus(None, job) == want and ray_gpus(None, job) == float(want)
+
+
+@pytest.mark.parametrize("devices", [1, 2, 4])
+def test_a_trial_over_several_gpus_asks_the_scheduler_for_each(devices):
+    """A `devices: 4` GPU trial asked SLURM and Ray for 1 GPU, so its 4 ranks (or JAX's mesh) could not start:
+    it asks for its devices; a told count (-o gpus / num_gpus) still wins."""
+    from vitbench.executors.ray import _gpus as ray_gpus
+    from vitbench.executors.slurm import _gpus as slurm_gpus
+
+    job = Job(key="k", config={"task": "infer", "device": "cuda", "devices": devices}, repeat=0, study="s",
+              study_sha="x", run_id="r", timeout_s=60, task_module="vitbench.tasks.bench")
+    assert slurm_gpus(None, job) == devices and ray_gpus(None, job) == float(devices)
+    assert slurm_gpus(1, job) == 1 and ray_gpus(0.5, job) == 0.5

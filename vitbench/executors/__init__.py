@@ -24,6 +24,7 @@ from vitbench.executors.base import (
     executor_class,
     failure,
     get_executor,
+    gpus_wanted,
     is_timing,
     register_executor,
     wait_until,
@@ -34,5 +35,5 @@ from vitbench.job import Job, Role
 from vitbench.record import now
 
 __all__ = ["PREEMPT_SIGNAL", "STOP_SIGNALS", "Executor", "Job", "NoOptions", "OnResult", "OnStart", "Outcome", "Role",
-           "Stopped", "Stored", "executor_class", "failure", "get_executor", "is_timing", "now", "register_executor",
+           "Stopped", "Stored", "executor_class", "failure", "get_executor", "gpus_wanted", "is_timing", "now", "register_executor",
            "stopped_by", "wait_until", "wants_gpu"]

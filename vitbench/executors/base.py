@@ -61,6 +61,18 @@ def wants_gpu(job: Job) -> bool:
     return device_kind(str(job.config.get("device", "cpu"))) is DeviceKind.GPU
 
 
+def gpus_wanted(job: Job) -> int:
+    """The GPUs a cluster executor asks the scheduler for, for a trial not told how many: none off a GPU; else
+    its `devices` (a `devices: 4` trial got 1 and its ranks failed to start), plus its device index, since a
+    scheduler numbers the GPUs it gives from 0 (`cuda:1` needs two of them to exist)."""
+    if not wants_gpu(job):
+        return 0
+    from vitbench.backends.kinds import DEFAULT_DEVICES
+
+    index = str(job.config.get("device", "")).partition(":")[2]
+    return int(job.config.get("devices", DEFAULT_DEVICES)) + (int(index) if index.isdigit() else 0)
+
+
 def failure(job: Job, status: Status, etype: str, message: str, tail: str | None = None,
             started_at: str | None = None, **runner) -> Record:
     """The row of a job that produced no record itself (died, timed out, was cancelled, was skipped)."""

@@ -42,7 +42,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt
 
 from vitbench.errors import BackendUnavailable, VitbenchWarning
-from vitbench.executors import Executor, Job, Outcome, failure, is_timing, register_executor, wants_gpu
+from vitbench.executors import Executor, Job, Outcome, failure, gpus_wanted, is_timing, register_executor
 from vitbench.executors.remote import check_worker_paths, run_on_worker, since_now, stored_row
 from vitbench.paths import check_entry
 from vitbench.record import Status
@@ -92,7 +92,7 @@ CANCEL_RETRY_S = 1.0
 def _gpus(opts_gpus: float | None, job: Job) -> float:
     if opts_gpus is not None:
         return opts_gpus
-    return 1.0 if wants_gpu(job) else 0.0
+    return float(gpus_wanted(job))
 
 
 # A custom resource a node offers once (`ray start --resources='{"vitbench_node": 1}'`): a task that asks for

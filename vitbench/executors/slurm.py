@@ -39,8 +39,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat, PositiveInt
 
 from vitbench.errors import BackendUnavailable, ConfigError, clip
-from vitbench.executors import (Executor, Job, Outcome, failure, is_timing, register_executor, wait_until,
-                                wants_gpu)
+from vitbench.executors import (Executor, Job, Outcome, failure, gpus_wanted, is_timing, register_executor,
+                                wait_until)
 from vitbench.executors.remote import check_worker_paths, run_on_worker, since_now, stored_row
 from vitbench.record import Status
 
@@ -110,7 +110,7 @@ def _tail(text: str | None, lines: int = 20) -> str | None:
 def _gpus(opts_gpus: int | None, job: Job) -> int:
     if opts_gpus is not None:
         return opts_gpus
-    return 1 if wants_gpu(job) else 0
+    return gpus_wanted(job)
 
 
 def squeue_states() -> dict[str, str] | None:
