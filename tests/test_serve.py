@@ -298,3 +298,31 @@ def test_a_server_rate_whose_query_count_stretches_the_run_is_said_or_refused(cl
     with pytest.warns(VitbenchWarning, match=r"schedule at 0.5 QPS lasts 200 s, not the minimum duration's 0.3 s"), \
             pytest.raises(RuntimeError, match="no LoadGen run"):
         serve(target_qps=0.5, min_query_count=100)
+
+
+def test_a_lazily_compiled_model_reports_its_compile_time(monkeypatch, one_torch_thread):
+    """torch.compile compiles in the first call, so its workload has no compile_s of its own: a compiled serve row
+    said `compile_s: null` ("nothing compiled"). It is now the first step less a warm-up step, as in bench. Here
+    torch.compile is stood in by a wrapper whose first call takes 0.3 s longer (inductor would take minutes on
+    this CPU)."""
+    import time
+
+    import torch
+
+    class FirstCallSlow(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner, self.called = inner, False
+
+        def forward(self, x):
+            if not self.called:
+                self.called = True
+                time.sleep(0.3)
+            return self.inner(x)
+
+    monkeypatch.setattr(torch, "compile", lambda model, mode=None: FirstCallSlow(model))
+    rec = serve(scenario="SingleStream", dataset="synthetic", compile=True, min_query_count=EARLY_STOP_QUERIES)
+    assert rec.status is Status.OK, rec.error
+    assert rec.metrics["compile_s"] is not None and rec.metrics["compile_s"] >= 0.25, rec.metrics["compile_s"]
+    eager = serve(scenario="SingleStream", dataset="synthetic", min_query_count=EARLY_STOP_QUERIES)
+    assert eager.metrics["compile_s"] is None  # eager execution: nothing compiled

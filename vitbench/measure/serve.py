@@ -33,7 +33,7 @@ from vitbench.measure import loadgen
 from vitbench.measure.load import OTHER_LOAD, LoadMeter
 from vitbench.measure.noise import NoiseFlag, assess, summary
 from vitbench.measure.throughput import resolve_step, step_config
-from vitbench.measure.timing import MIN_WINDOWS, summarize_windows, window_steps_for
+from vitbench.measure.timing import MIN_WINDOWS, compile_seconds, summarize_windows, window_steps_for
 from vitbench.record import ErrorInfo, Record, Status, now
 
 KIND = "serve"
@@ -108,8 +108,10 @@ def serve(step: Step, backend: str, device: str, threads: int | None, images: np
                 fn(batch)
                 warm.append(time.perf_counter() - t0)
             run_steps[size] = fn
-            prep[size] = {"build_s": build_s, "first_step_s": first_s, "compile_s": work.compile_s,
-                          "warmup_s": warm}
+            # torch.compile compiles in the first step (no compile_s of its own): the first less a warm-up step
+            prep[size] = {"build_s": build_s, "first_step_s": first_s, "warmup_s": warm,
+                          "compile_s": compile_seconds(work.compile_s, step.compile, first_s,
+                                                       statistics.median(warm) if warm else first_s)}
         step_s = {s: statistics.median(p["warmup_s"]) if p["warmup_s"] else p["first_step_s"]
                   for s, p in prep.items()}
         capacity = sizes[-1] / step_s[sizes[-1]]  # samples/s of back-to-back largest batches, at warm-up

@@ -38,6 +38,7 @@ from vitbench.measure.timing import (
     DEFAULT_TIMING,
     MIN_WINDOWS,
     TimingMode,
+    compile_seconds,
     summarize,
     summarize_windows,
     window_steps_for,
@@ -157,7 +158,7 @@ def bench(step: Step, backend: str | Backend | None = None, device: str = "cpu",
     # compile/jit time: explicit where the backend separates it (JAX AOT, in `prepare`); for torch.compile the
     # first step minus a steady one (compilation is lazy there); None for eager execution
     aot = work.compile_s is not None
-    compile_s = work.compile_s if aot else (max(0.0, first_step_s - median_s) if step.compile else None)
+    compile_s = compile_seconds(work.compile_s, step.compile, first_step_s, median_s)
     metrics = {
         "img_per_s": batch / median_s,
         "img_per_s_mean": batch / (stats["step_ms_mean"] / 1000),

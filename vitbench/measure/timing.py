@@ -35,6 +35,15 @@ MIN_WINDOWS = 5  # throughput windows at least: a median and a spread need sever
 TARGET_WINDOWS = 50
 
 
+def compile_seconds(aot_s: float | None, compiled: bool, first_step_s: float, steady_s: float) -> float | None:
+    """A step's compile time: the backend's own where it compiles ahead of time (JAX: `aot_s`); for a lazy
+    compiler (torch.compile: `compiled`) the first step less a steady one, which it compiled in; None for eager
+    execution (nothing compiled)."""
+    if aot_s is not None:
+        return aot_s
+    return max(0.0, first_step_s - steady_s) if compiled else None
+
+
 def quantile(sorted_xs: list[float], q: float) -> float:
     """Linear-interpolated quantile (numpy's default 'linear' method), q in [0, 1]."""
     if len(sorted_xs) == 1:
