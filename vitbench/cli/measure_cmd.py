@@ -30,7 +30,10 @@ from vitbench.cli.options import cli_option, from_field
 from vitbench.errors import ConfigError
 from vitbench.measure.timing import TARGET_WINDOWS
 from vitbench.numfmt import fmt
+from vitbench.tasks import NOT_NUMBERS
 from vitbench.tasks.bench import Infer, Train
+from vitbench.tasks.bench_metrics import DECLARED as BENCH_METRICS
+from vitbench.tasks.bench_metrics import REAL_INPUT_TABLE, TABLE
 from vitbench.tasks.flops import Flops
 from vitbench.tasks.max_batch import MaxBatch
 from vitbench.tasks.real_input import REAL_INPUT_PATHS
@@ -42,12 +45,16 @@ _BENCH_TASKS = (Infer.name, Train.name)
 _MODES = get_args(Mode)
 
 
-def _kv_table(title: str, rows: list[tuple[str, object]]) -> Table:
+def _kv_table(title: str, rows: list[tuple[str, object]] | list[tuple[str, object, str]]) -> Table:
+    """A table of (field, value) rows, or of (field, value, unit) rows: a third column then."""
     t = Table(title=title, show_header=False)
     t.add_column("field", style="bold")
     t.add_column("value", justify="right")
-    for k, v in rows:
-        t.add_row(escape(k), escape(fmt(v)))
+    units = any(len(r) > 2 for r in rows)
+    if units:
+        t.add_column("unit")
+    for k, v, *unit in rows:
+        t.add_row(escape(k), escape(fmt(v)), *([escape(unit[0] if unit else "")] if units else []))
     return t
 
 
@@ -147,10 +154,7 @@ def bench_cmd(
         console.print(_kv_table(escape(f"with real input: {m['real_input_source']} (the transfer training loop, "
                                        f"timed as above: {m['real_input_windows']} windows of "
                                        f"{m['real_input_window_steps']} steps, warm-up and compile apart)"),
-                                [(k, m[k]) for k in ("real_input_img_per_s", "real_input_step_ms_median",
-                                                     "real_input_step_ms_iqr", "real_input_step_cv",
-                                                     "input_img_per_s", "input_bound_fraction",
-                                                     "skipped_files")]))
+                                _declared_rows(m, REAL_INPUT_TABLE)))
     _print_warnings(rec)
 
 
@@ -175,32 +179,37 @@ def _group(rec) -> str:
     return f" over {c['devices']} devices ({c.get('parallelism', DEFAULT_PARALLELISM)}, {rec.metrics.get('collective_backend')})"
 
 
-def _bench_rows(rec) -> list[tuple[str, object]]:
-    """The table of a bench record: every number with its unit in its name, what it is, and where it came from."""
-    m, c = rec.metrics, rec.config
-    latency = c["timing"] == "latency"
-    rows: list[tuple[str, object]] = [("img_per_s", m["img_per_s"]), ("step_ms_median", m["step_ms_median"])]
-    if latency:
-        rows += [("step_ms_p90 (latency)", m["step_ms_p90"]), ("step_ms_p99 (latency)", m["step_ms_p99"])]
-    else:
-        rows += [("windows x steps", f"{m['windows']} x {m['window_steps']}")]
-    rows += [("step_ms_iqr", m["step_ms_iqr"]), ("step_cv", m["step_cv"]), ("timed steps", m["steps"]),
-             ("timer", m["timer"]), ("first_step_s", m["first_step_s"]), ("compile_s", m["compile_s"]),
-             (f"peak_mem_mib (steady, {m['memory_kind']})", m["peak_mem_mib"]),
-             ("compile_peak_mem_mib (build..warm-up)", m["compile_peak_mem_mib"])]
-    for key in ("reserved_peak_mib", "device_used_mib", "energy_j_per_img", "power_w_mean"):
-        if m.get(key) is not None:
-            rows.append((key, m[key]))
-    rows += [("matmul precision", f"{m.get('matmul_precision')} ({m.get('matmul_settings')})"),
-             ("attention kernel", m.get("attention_kernel")),
-             ("model_tflops_per_s", m["model_tflops_per_s"])]
-    if m.get("peak_tflops") is not None:
-        where = m["peak_by"] if m["peak_source"] == "datasheet" else (
-            f"best matmul shown here, by {m['peak_by']} at {m['peak_measured_at']}"
-            + (", provisional: measured while busy" if m.get("peak_provisional") else ""))
-        rows.append((f"peak_tflops ({m['peak_source']}: {where})", m["peak_tflops"]))
-    rows.append(("mfu", m.get("mfu")))
+def _bench_rows(rec) -> list[tuple[str, object, str]]:
+    """The table of a bench record: the metrics tasks/bench_metrics.py's TABLE names, as the row holds them (null:
+    left out), each with its declared unit; beside a few names, what this row's value is of."""
+    m = rec.metrics
+    qualifiers = {"windows": f"of {m.get('window_steps')} steps",
+                  "peak_mem_mib": f"steady, {m.get('memory_kind')}", "compile_peak_mem_mib": "build..warm-up",
+                  "peak_tflops": _peak_where(m)}
+    values = {"matmul_precision": f"{m.get('matmul_precision')} ({m.get('matmul_settings')})"}
+    return _declared_rows(m, TABLE, qualifiers, values)
+
+
+def _declared_rows(m: dict, names: tuple[str, ...], qualifiers: dict[str, str] | None = None,
+                   values: dict[str, object] | None = None) -> list[tuple[str, object, str]]:
+    """(name [(qualifier)], value, unit) of each of `names` the metrics `m` hold a value of, the unit declared
+    (tasks/bench_metrics.py; none shown for a text or a flag)."""
+    rows = []
+    for name in names:
+        if m.get(name) is None:
+            continue
+        unit = BENCH_METRICS[name].unit
+        q = (qualifiers or {}).get(name)
+        rows.append((f"{name} ({q})" if q else name, (values or {}).get(name, m[name]),
+                     "" if unit in NOT_NUMBERS else unit))
     return rows
+
+
+def _peak_where(m: dict) -> str:
+    if m.get("peak_source") == "datasheet":
+        return f"datasheet: {m.get('peak_by')}"
+    return (f"{m.get('peak_source')}: best matmul shown here, by {m.get('peak_by')} at {m.get('peak_measured_at')}"
+            + (", provisional: measured while busy" if m.get("peak_provisional") else ""))
 
 
 def _print_warnings(rec) -> None:

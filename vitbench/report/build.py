@@ -135,6 +135,18 @@ def figure(name: str, df: pd.DataFrame):
     raise KeyError(f"no registered report figure {name!r}")
 
 
+def units_note(columns: Iterable[str], kinds: Iterable[str]) -> str | None:
+    """'Units: img_per_s img/s, mfu fraction': the unit of each column that a record kind of the section declares
+    as a number (vitbench.tasks: the declaration, never a list of the report's); None where none is."""
+    from vitbench.tasks import NOT_NUMBERS, kind_metrics
+
+    declared: dict = {}
+    for kind in kinds:
+        declared.update(kind_metrics().get(kind, {}))
+    units = [f"{c} {declared[c].unit}" for c in columns if c in declared and declared[c].unit not in NOT_NUMBERS]
+    return f"Units: {', '.join(units)}" if units else None
+
+
 def _unshown_kinds(df: pd.DataFrame, parts) -> list[str]:
     """A warning for ok rows of kinds no registered section shows (a plug-in's kind, the plug-in not loaded): they
     were counted in the status table and silently shown nowhere else."""
@@ -235,9 +247,14 @@ def _write(df: pd.DataFrame, cal: pd.DataFrame, out: Path, formats: tuple[str, .
                 figure_titles[figure.name] = figure.title
 
     shown = {k: v for k, v in rep.tables.items() if not v.empty}
+    for part in parts:
+        if part.name in shown:
+            note = units_note(shown[part.name].columns, part.kinds)
+            if note:
+                rep.notes[part.name] = [note]
     for name, table in shown.items():
         if CAVEAT in table and (table[CAVEAT].fillna("") != "").any():
-            rep.notes[name] = [LEGEND]
+            rep.notes.setdefault(name, []).append(LEGEND)
     if "csv" in formats or "parquet" in formats:
         tidy = arrow_safe(df)
         named = {"trials": tidy, **{k: arrow_safe(v) for k, v in shown.items() if not v.empty}}

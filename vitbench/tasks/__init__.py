@@ -72,7 +72,8 @@ class Metric:
 
 
 ISO_TIME = "ISO 8601 UTC"  # the unit of a metric that is a time of day, not a number
-NOT_NUMBERS = ("bool", ISO_TIME)  # the units of declared metrics that are not numbers (Metric.minimum: the others)
+TEXT = "text"  # the unit of a metric that is a name or a note (a timer, a kernel, where a peak came from)
+NOT_NUMBERS = ("bool", ISO_TIME, TEXT)  # units of declared metrics that are not numbers (Metric.minimum: others)
 
 # Declared once for every record kind whose measurement is timed (bench steps, serve, the calibration): its readers
 # decide on it (compare's busy floor, ab's busy pairs, the report's calibration line: vitbench.measure.load.busy).

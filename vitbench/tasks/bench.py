@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import math
-
 from pydantic import BaseModel, Field, ValidationInfo, model_validator
 
 from vitbench.backends.base import Capability, Step, StopRule
 from vitbench.measure.timing import DEFAULT_TIMING, MIN_WINDOWS, TARGET_WINDOWS, TimingMode
-from vitbench.record import Record, finite_number
-from vitbench.tasks import COMPILE_CACHED, OTHER_LOAD_CORES, Metric, Task, register_task
+from vitbench.record import Record
+from vitbench.tasks import Task, register_task
+from vitbench.tasks.bench_metrics import METRICS
 from vitbench.tasks.fields import MAX_COUNT, literal_of, named, params_model
 from vitbench.tasks.real_input import RealInput
 from vitbench.transfer.config import MAX_SECONDS
@@ -49,43 +48,6 @@ class Timing(BaseModel):
         """When the timer stops (vitbench.backends.workload.StopRule), from these fields: the one declaration of
         its defaults."""
         return StopRule(min_steps=self.min_steps, min_seconds=self.min_seconds, max_seconds=self.max_seconds)
-
-
-def step_samples(rec: Record) -> list[float] | None:
-    """Per-sample throughput (img/s): the achieved batch over each raw step time (latency timing: one per step;
-    throughput timing: one per window, its mean step time). A step time that is not a number > 0 gives NaN, which
-    the comparison refuses naming the row (vitbench.compare.decide.metric_samples), never drops."""
-    steps = rec.raw.get("step_s")
-    batch = rec.metrics.get("batch_size_achieved") or rec.measured_config.get("batch_size")
-    if not isinstance(steps, list) or not finite_number(batch):
-        return None
-    xs = [batch / s if finite_number(s) and s > 0 else math.nan
-          for s in steps]
-    return xs or None
-
-
-METRICS = (
-    Metric("img_per_s", "img/s", True, "achieved batch / median step time, in the row's timing mode; decided on "
-           "raw per-step (latency) or per-window (throughput) times", comparable=True, default_compare=True,
-           speed=True, samples=step_samples, samples_from="step_s"),
-    Metric("step_ms_median", "ms", False,
-           "median step time (latency: per step; throughput: per step of a window)"),
-    Metric("step_ms_p99", "ms", False, "99th percentile step latency (latency timing only)"),
-    Metric("peak_mem_mib", "MiB", False, "peak memory of the steady steps, of the row's memory_kind "
-           "(allocator peak on a GPU; the step's state + RSS growth on a CPU; resident + XLA's planned temp "
-           "where the allocator cannot be reset)",
-           comparable=True),
-    Metric("compile_peak_mem_mib", "MiB", False, "peak memory from build through compilation and warm-up"),
-    Metric("compile_s", "s", False, "compile/jit time (single value per run; a cache hit's is the time to trace "
-           "and load the executable)", comparable=True),
-    COMPILE_CACHED,
-    OTHER_LOAD_CORES,
-    Metric("mfu", "fraction", True, "model FLOP/s / the device's peak for the precision (peak_source: datasheet "
-           "or measured), at most 1"),
-    Metric("energy_j_per_img", "J/img", False, "device energy per image over the timed steps (NVML; a group's: "
-           "one device's energy over its share of the images, the devices alike)",
-           comparable=True),
-)
 
 
 class _Bench(Task):
