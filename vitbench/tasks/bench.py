@@ -32,6 +32,13 @@ class Timing(BaseModel):
     window_steps: int | None = Field(None, gt=0, le=MAX_COUNT, description=f"throughput: steps per window (null: enough for "
                                      f"{TARGET_WINDOWS} windows to cover min_steps and min_seconds, at least "
                                      f"{MIN_WINDOWS} windows)")
+    # The stop rule "at least min_steps steps and at least min_seconds" is optimum-benchmark's (InferenceConfig:
+    # iterations=10, duration=10 s, warmup_runs=10; optimum_benchmark/scenarios/inference/config.py), and its 10
+    # steps are kept. The seconds are 1, not 10: a sweep times hundreds of trials on a CPU, and a study or
+    # --min-seconds asks for more (the gate's studies do). The warm-up is 3 steps *after* the first, which is
+    # timed apart and absorbs compilation and allocator growth (optimum-benchmark's runs include it); a drift
+    # left after them is flagged (`drift`, docs/gpu.md). max_seconds bounds a trial of a model too slow for
+    # min_steps: a minute per trial keeps a sweep's length predictable.
     warmup_steps: int = Field(3, ge=0, le=MAX_COUNT, description="steps after the first, run but not counted")
     min_steps: int = Field(10, gt=0, le=MAX_COUNT, description="timed steps at least")
     min_seconds: float = Field(1.0, ge=0, le=MAX_SECONDS, description="timed seconds at least")
