@@ -69,3 +69,17 @@ def test_sweep_json_without_dry_run_is_refused(cli, tmp_path):
     r = cli("sweep", study, "--results", res, "--json", "--dry-run")
     assert r.exit_code == 0, r.output
     assert '"task": "flops"' in r.stdout
+
+
+@pytest.mark.parametrize("args,says", [
+    # inspect has no --task: the capability its task needs is named on --backend, in words
+    (("inspect", "ViT-Nano/4", "--backend", "onnxruntime"),
+     "--backend: backend 'onnxruntime' cannot give attention maps"),
+])
+def test_a_backend_that_cannot_do_what_the_command_does_is_named_as_such(cli, args, says):
+    """`inspect --backend onnxruntime` said "--task: ... cannot attention" (inspect has no --task). doctor's
+    runtime case: tests/test_doctor.py::test_doctor_bad_options_exit_2."""
+    pytest.importorskip("onnxruntime")
+    r = cli(*args)
+    assert r.exit_code == 2, r.output
+    assert says in " ".join(r.stderr.split()), r.stderr

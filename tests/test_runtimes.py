@@ -235,3 +235,15 @@ def test_a_cached_graph_replaced_or_damaged_since_is_exported_again(tmp_path, mo
         again = cache.get({"model": "ViT-Nano/4"}, (), (), export)
         assert not again.cached and (again.path / "model.onnx").read_bytes() == b"the real graph"
     assert len(exports) == 3 and cache.counts() == (1, 3)
+
+
+@pytest.mark.parametrize("name", ["jax", *RUNTIMES])
+@pytest.mark.parametrize("value", [True, False])
+def test_a_backend_with_its_own_memory_layout_refuses_channels_last(name, value):
+    """channels_last was recorded and ignored on every backend but torch: two trial keys for one measurement.
+    A backend that does not lay out memory on request (BackendSpec.memory_formats) refuses either value."""
+    problems = dict(backend_spec(name).problems({"channels_last": value}))
+    assert "chooses its own memory layout" in problems["channels_last"]
+    assert f"`channels_last: {str(value).lower()}`" in problems["channels_last"]
+    assert not backend_spec(name).problems({"channels_last": None}) and not backend_spec("torch").problems(
+        {"channels_last": value})

@@ -91,3 +91,15 @@ class Capability(Choice):
     COMPILE = "compile"  # an optional graph compiler for eager models (the `compile` field)
     TRANSFER = "transfer"  # pre-training, features, fine-tuning (vitbench.transfer protocols)
     ATTENTION = "attention"  # attention probabilities of a ViT/hybrid, for inspection (vitbench.insight)
+
+    @property
+    def does(self) -> str:
+        """What a backend with this capability can do, as a message says it: "cannot {does}"."""
+        return _DOES[self]
+
+
+_DOES = {Capability.INFER: "infer", Capability.TRAIN: "train", Capability.MEMORY: "measure a step's memory",
+         Capability.MAX_BATCH: "search the largest batch", Capability.FLOPS: "count FLOPs",
+         Capability.MATMUL_PEAK: "time a dense matmul (the peak, the calibration)",
+         Capability.COMPILE: "compile optionally", Capability.TRANSFER: "pre-train, embed or fine-tune",
+         Capability.ATTENTION: "give attention maps"}

@@ -54,6 +54,9 @@ class BackendSpec:
     # measured on another for the same physical device. Pairs, so that a spec stays hashable.
     device_names: tuple[tuple[DeviceKind, str], ...] = ((DeviceKind.CPU, "cpu"),)
     compile_modes: tuple[str, ...] = ()  # modes of the optional compiler (`compile_mode`), first = its default
+    # It lays a step's input and weights out in either memory format on request (the `channels_last` field);
+    # False: its layout is its own (XLA's, a runtime's), and a trial asking for one is refused.
+    memory_formats: bool = False
     # How it spreads a step over several local devices (`devices` > 1); none: one device only.
     parallelisms: tuple[Parallelism, ...] = ()
     # True: one process per device, launched by the trial (vitbench.measure.ranks); False: one process drives
@@ -77,9 +80,9 @@ class BackendSpec:
         field's setting says it as `setting(field, value)` does: a study's `compile: true` by default, the
         command line's --compile from the CLI."""
         setting = setting or study_setting
-        out = [("task", f"backend {self.name!r} cannot {c.value} (it provides: "
+        out = [("task", f"backend {self.name!r} cannot {c.does} (it provides: "
                         f"{', '.join(sorted(c.value for c in self.capabilities))}); backends that can "
-                        f"{c.value}: {', '.join(backends_that(c)) or '(none registered)'}")
+                        f"{c.does}: {', '.join(backends_that(c)) or '(none registered)'}")
                for c in sorted(needs - self.capabilities, key=str)]
         if "precision" in fields and fields["precision"] not in self.precisions:
             out.append(("precision", f"backend {self.name!r} runs {', '.join(self.precisions)}"))
@@ -93,6 +96,9 @@ class BackendSpec:
             elif Capability.COMPILE in self.capabilities and mode not in self.compile_modes:
                 out.append(("compile_mode", f"backend {self.name!r} compiles in modes "
                                             f"{', '.join(self.compile_modes) or '(none)'}"))
+        if fields.get("channels_last") is not None and not self.memory_formats:
+            out.append(("channels_last", f"backend {self.name!r} chooses its own memory layout: leave out "
+                                         f"{setting('channels_last', fields['channels_last'])}"))
         out += self._group_problems(fields)
         if self.check is not None:
             out += self.check(fields)

@@ -364,5 +364,9 @@ def refuse_unsupported(backend: str, fields: dict, needs: frozenset = frozenset(
     from vitbench.backends.base import backend_spec
 
     problems = backend_spec(backend).problems(fields, needs, cli_setting)
+
+    def where(field: str) -> str:  # a capability the task needs: on --task where the command has one, else
+        return option("backend" if field == "task" and "task" not in (names or {}) else field, names)  # --backend
+
     if problems:
-        raise ConfigError("; ".join(f"{option(f, names)}: {msg}" for f, msg in problems))
+        raise ConfigError("; ".join(f"{where(f)}: {msg}" for f, msg in problems))

@@ -45,6 +45,7 @@ SPEC = register_backend(BackendSpec(
     device_names=((DeviceKind.CPU, "cpu"), (DeviceKind.GPU, "cuda:{index}")),
     # torch.compile's modes (torch.compile docstring): default, CUDA graphs, autotuned kernels (+ graphs), ...
     compile_modes=("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
+    memory_formats=True,  # channels_last or contiguous, per trial (backend.py: the model and its input)
     preload=("torch", "timm", "vitbench.backends.torch.backend"),
     distributions=("torch", "timm"),
     counter_distributions=("fvcore",),  # count_flops: fvcore's FlopCountAnalysis beside torch's FlopCounterMode
