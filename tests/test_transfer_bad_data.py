@@ -68,6 +68,9 @@ TFDS_CASES = {
                                          "nope"], g[0] / "tfds"),
                           "no prepared TFDS dataset 'nope' (DatasetNotFoundError); prepared there: vitbench_bad"),
     "tfds name not given, two there": (lambda g, t: _mk_two_tfds(g, t), "2 TFDS datasets found"),
+    # naming one with --tfds-name cannot help where there is none: the message says what the folder should be
+    "tfds, none there": (lambda g, t: (["--data", "tfds", "--data-path", str(t)], t),
+                         "no prepared TFDS dataset in it (give the data directory"),
     "tfds stored as tfrecord": (lambda g, t: _mk_tfrecord(g, t), "stored as tfrecord"),
     "tfds corrupt image": (lambda g, t: _mk_corrupt_tfds(g, t), "cannot be read as an image"),
 }

@@ -238,7 +238,8 @@ def capped_threads(threads: int | None) -> tuple[int | None, dict]:
     if threads <= n:
         return threads, {"threads_chosen": ThreadsChosen.REQUESTED.value}
     warnings.warn(VitbenchWarning(f"threads {clip(str(threads), 30)} is more than the {n} CPU(s) this process "
-                                  f"may use: capped at {n} (the row records threads_requested)"), stacklevel=2)
+                                  f"may use: capped at {n} (a measured row keeps the request as "
+                                  "threads_requested)"), stacklevel=2)
     return n, {"threads_chosen": ThreadsChosen.CAPPED.value, "threads_requested": threads}
 
 

@@ -300,6 +300,7 @@ def run(
     measured: dict[str, float] = {}
     first: tuple[Backend, int | None] | None = None
     failed: list[str] = []  # backends that could not start on the device, and why
+    models_only: list[str] = []  # backends that run there but time no matmul of their own (runtimes)
     for name in names:
         spec = backend_spec(name)
         dev = spec.device_string(kind, index)
@@ -317,6 +318,7 @@ def run(
             )
             failed.append(f"{name}: times no matmul of its own on a {kind.value}" if dev is not None
                           else f"{name}: does not run on a {kind.value}")
+            models_only += [name] if dev is not None else []
             continue
         problems = spec.problems({"precision": precision, "device": dev})
         if problems:  # tf32 on a CPU, a precision this backend does not run
@@ -355,6 +357,11 @@ def run(
                     "The backend does not offer one; its steps are timed by its own timer.",
                 )
             )
+    if first is None and models_only == list(names):  # the device is fine: these backends have nothing to time
+        raise BackendUnavailable(f"--backend {', '.join(names)}: doctor checks a device by timing each backend's "
+                                 f"own matrix multiply, and {'it times' if len(names) == 1 else 'they time'} none "
+                                 f"(a deployment runtime runs models only: `vitbench bench MODEL --backend "
+                                 f"{names[0]}` times its steps; doctor the device with a backend that times one)")
     if first is None:  # nothing could be checked there: not a finding about the device, a device not here
         raise BackendUnavailable(f"--device {device}: no backend can run there"
                                  + (f" ({'; '.join(failed)})" if failed else

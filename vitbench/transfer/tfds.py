@@ -70,9 +70,12 @@ def builder(data_dir: Path, name: str | None):
     tfds = _library()
     found = prepared_names(data_dir)
     if name is None:
-        if len(found) != 1:
-            raise ConfigError(f"{data_dir}: {len(found)} TFDS datasets found ({', '.join(found) or 'none'}); name "
-                              f"one with --tfds-name (study field tfds_name); expected {LAYOUT}")
+        if not found:  # naming one cannot help: there is none to name
+            raise ConfigError(f"{data_dir}: no prepared TFDS dataset in it (give the data directory the dataset "
+                              f"was built into); expected {LAYOUT}")
+        if len(found) > 1:
+            raise ConfigError(f"{data_dir}: {len(found)} TFDS datasets found ({', '.join(found)}); name one with "
+                              f"--tfds-name (study field tfds_name)")
         name = found[0]
     try:
         b = tfds.builder(name, data_dir=str(data_dir))
