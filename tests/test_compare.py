@@ -351,6 +351,18 @@ def test_normalize_without_calibration_is_bad_input():
         compare(base, base, normalize=True)
 
 
+def test_normalize_of_a_runtime_trial_says_no_sweep_can_calibrate_it():
+    """A deployment runtime times no matmul, so no sweep calibrates it: the message said "re-run the sweep",
+    which can never help; it says why, and what to do instead."""
+    base = result_set(np.random.default_rng(0))
+    for rec in base:
+        rec.config = {**rec.config, "backend": "onnxruntime"}
+        rec.trial = {**rec.trial, "backend": "onnxruntime"} if rec.trial is not None else None
+    with pytest.raises(ConfigError, match="backend 'onnxruntime' times no matmul of its own") as e:
+        compare(base, base, normalize=True)
+    assert "re-run" not in str(e.value).lower() and "without --normalize" in str(e.value)
+
+
 # -------------------------------------------------------------------------------------------------------------
 # Files, JSON shape, CLI exit codes
 # -------------------------------------------------------------------------------------------------------------

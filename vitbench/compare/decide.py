@@ -16,7 +16,7 @@ from vitbench.errors import ConfigError, clip
 from vitbench.record import Record, finite_number
 from vitbench.stats import MedianBatch, percentile_intervals, picked, repeat_picks
 from vitbench.tasks import Metric
-from vitbench.tasks.calibration import CONDITIONS, HOW, SIZE, WHERE, matmul_size
+from vitbench.tasks.calibration import CONDITIONS, HOW, SIZE, WHERE, calibrates, matmul_size
 
 # The one declaration of the gates' defaults (`vitbench compare` and `vitbench ab`): a 5 % change matters, decided
 # on a 95 % interval (docs/compare.md: the gate's power measured with these).
@@ -164,6 +164,11 @@ class Calibrations:
         """The calibrations a trial record is divided by, and whether they are of its own run."""
         cfg = rec.measured_config
         cands, by_run = self._candidates(cfg)
+        if not cands and not calibrates(str(cfg.get("backend"))):
+            raise ConfigError(
+                f"--normalize: backend {cfg.get('backend')!r} times no matmul of its own (a deployment runtime), "
+                "so no sweep takes a calibration for it and its trials have nothing to be divided by: compare "
+                "without --normalize (same-job runs, as `vitbench ab` does, need none)")
         if not cands:
             raise ConfigError(
                 f"--normalize: the {self.side} results have no calibration record (metric {self.metric.name}) for "

@@ -31,6 +31,17 @@ def matmul_size(rec: Record) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
+def calibrates(backend: str) -> bool:
+    """Whether a sweep can take a calibration on `backend`: it times a matmul of its own (Capability.MATMUL_PEAK;
+    a deployment runtime does not); an unknown backend (a plug-in not loaded) is given the benefit of the doubt."""
+    from vitbench.backends.spec import backend_spec
+
+    try:
+        return Capability.MATMUL_PEAK in backend_spec(backend).capabilities
+    except Exception:  # noqa: BLE001 - not registered here
+        return True
+
+
 class Matmul(BaseModel):
     matmul_n: int | None = Field(None, gt=0, description="square matrix size (default: by the device's kind, "
                                  "vitbench.measure.peak.PeakPolicy.calibration_n)")
