@@ -410,3 +410,23 @@ def test_a_setting_longer_than_any_vitbench_writes_stops_the_read(tmp_path):
     (tmp_path / "results.jsonl").write_text(json.dumps(d) + "\n")
     with pytest.raises(ConfigError, match=rf"results.jsonl:1: the row's model is {SETTING_CHARS + 1} characters"):
         read_records(tmp_path)
+
+
+def test_an_interrupted_rerun_leaves_the_trial_as_its_last_outcome_everywhere(tmp_path):
+    """A timed-out trial retried (--retry-failed) or an ok one re-run (--force), then interrupted: the resume
+    skipped it (a terminal row exists: store.done_keys) while the report showed 'interrupted' with no measurement
+    and the exit code said nothing failed. Every reader now takes the last row with an outcome."""
+    import time
+
+    from vitbench.tidy import select
+
+    with Store(tmp_path / "r") as st:
+        for key, first in (("t", "timeout"), ("o", "ok")):
+            st.append(rec(1, status=first, key=key))
+            time.sleep(0.01)
+            st.append(rec(0, status="interrupted", key=key))
+        time.sleep(0.01)
+        st.append(rec(2, status="skipped", key="o"))
+        assert st.done_keys() == {"t", "o"}  # what a resumed sweep skips
+        state = {r.key: r.status.value for r in select(st.refresh(), kinds="all")}
+    assert state == {"t": "timeout", "o": "ok"}, state

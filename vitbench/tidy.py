@@ -79,12 +79,23 @@ class _Once:
                 f"trial, repeat and start), counted once: {where}{more}"), stacklevel=3)
 
 
+def _supersedes(r: Record, prev: Record) -> bool:
+    """Whether row `r` (read after `prev`, of the same trial) is the trial's state: a row with an outcome
+    (Status.done) over one without (an interrupted or skipped rerun leaves the trial as its last outcome says,
+    which is what a resumed sweep acts on: store.done_keys, runner.trial_status), else the later by finish time;
+    a row without an end time (edited, another tool's) is placed by file order, never as the oldest."""
+    if r.status.done != prev.status.done:
+        return r.status.done
+    return not prev.finished_at or not r.finished_at or r.finished_at >= prev.finished_at
+
+
 def select(records: Iterable[Record], kinds: Iterable[str] | str | None = None,
            latest: bool = True) -> list[Record]:
     """Filter records by kind (None: every kind but the calibration's; 'all': everything) and keep, per trial key
     and results directory, only the latest record by finish time (a re-run after --force or an interruption
-    supersedes the older row; rows from several shards interleave in time; other directories are other runs, but
-    a copy of a row kept in another directory is left out: _Once)."""
+    supersedes the older row, but one that ended without an outcome never supersedes one with: `_supersedes`;
+    rows from several shards interleave in time; other directories are other runs, but a copy of a row kept in
+    another directory is left out: _Once)."""
     from vitbench.tasks import Role, kinds_with_role
 
     recs = list(records)
@@ -99,9 +110,7 @@ def select(records: Iterable[Record], kinds: Iterable[str] | str | None = None,
         for i, r in enumerate(recs):
             if r.key:
                 ident = (r.source, r.key)
-                prev = recs[last[ident]].finished_at if ident in last else None
-                # a row without an end time (edited, another tool's) is placed by file order, never as the oldest
-                if not prev or not r.finished_at or r.finished_at >= prev:
+                if ident not in last or _supersedes(r, recs[last[ident]]):
                     last[ident] = i
         recs = [r for i, r in enumerate(recs) if not r.key or last[(r.source, r.key)] == i]
     once = _Once()
