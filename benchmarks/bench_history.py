@@ -12,7 +12,8 @@ are false changes, per 200 commits.
 Methods (each on the log values, noise sd estimated from the series itself as `vitbench history` does,
 vitbench.history.changes.noise_sd, so no constant is read off the draw):
   pelt-2, pelt-3     ruptures PELT, cost l2, penalty 2 (Schwarz / BIC) or 3 x sigma^2 x log n
-  binseg-2           ruptures binary segmentation, the same penalty as pelt-2
+  binseg-2           binary segmentation (vitbench.history.changes.binseg: ruptures' Binseg's splits, a
+                     segment of one point allowed at the series' ends), the same penalty as pelt-2
   e-divisive         MongoDB's signal-processing-algorithms (E-divisive means, Matteson and James 2014, as Apache
                      Otava and MongoDB's CI use it), its defaults (pvalue 0.05, 100 permutations); skipped when the
                      package is not importable (it is not in the lock: pip install

@@ -406,6 +406,21 @@ def test_an_edited_history_is_refused_naming_what_was_edited(cli, tmp_path):
             column, r.output)
 
 
+def test_the_help_says_where_the_default_history_file_is(cli, tmp_path, monkeypatch):
+    """--help said ../vitbench-history/history.sqlite lies "beside the repository you run in"; it is relative to
+    the current directory, inside the checkout when run from a subfolder. The help says so, from the one
+    declaration of the default (vitbench.history.DEFAULT_PATH), which is what a run uses."""
+    from vitbench.history import DEFAULT_PATH, HISTORY_ENV
+
+    for args in (["history", "--help"], ["history", "append", "--help"]):
+        text = " ".join(cli(*args).output.split())
+        assert f"${HISTORY_ENV}, else {DEFAULT_PATH}, relative to the current directory" in text, text
+        assert "inside the checkout when run from a subfolder" in text and "you run in" not in text, text
+    monkeypatch.delenv(HISTORY_ENV, raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert store.default_path(None).resolve() == (tmp_path / DEFAULT_PATH).resolve()
+
+
 # ---- series, change points, the exit code -------------------------------------------------------------------
 def test_a_step_is_found_with_its_size_confidence_and_commits():
     from vitbench.history.changes import changes
@@ -419,6 +434,52 @@ def test_a_step_is_found_with_its_size_confidence_and_commits():
     assert abs(np.log(c.size) - np.log(0.9)) < 5 * sd * np.sqrt(2 / 60)
     assert c.confidence >= 0.99
     assert changes(np.exp(rng.normal(0, sd, 120))) == []  # seeded: noise alone, no change
+
+
+@pytest.mark.parametrize("at", [1, 5, 10, None])  # the oldest point alone, the middle, the newest alone, none
+def test_a_step_anywhere_is_placed_in_its_range_with_its_size(at):
+    """Segments of two points at the ends put a step at the newest point one commit early (x0.833 at 97 % for a
+    step to x0.70, its range two full-speed commits: exit 1 naming them), and one at the oldest one commit late;
+    one point is a segment at either end of the series now (vitbench.history.changes, ENDS). The confidence of a
+    one-point segment is a rank: at best about 1 - 2/n of the whole series."""
+    import random
+
+    from vitbench.history.changes import changes
+
+    for seed in range(1, 6):
+        random.seed(seed)
+        v = [1 + random.uniform(-.01, .01) for _ in range(11)]
+        if at is not None:
+            v = [x * (0.7 if i >= at else 1) for i, x in enumerate(v)]
+        found = changes(v)
+        if at is None:
+            assert all(c.confidence < 0.95 for c in found), (seed, found)
+            continue
+        (c,) = [c for c in found if c.first <= at <= c.last]  # the range holds the step (at: its first point)
+        assert abs(math.log(c.size) - math.log(0.7)) < 0.02 and c.index == at, (seed, found)
+        if at in (1, 10):
+            assert c.confidence < 0.9, (seed, c)  # one point of 11 (or fewer): a rank, 1 - 2/11 at best, not 97 %
+        assert all(not (x.size < 0.9 or x.size > 1.1) or x is c for x in found), (seed, found)
+
+
+def test_a_slowdown_at_the_newest_commit_names_it_and_fails_once_it_is_sure(cli, tmp_path):
+    """Through the CLI: 11 commits, the newest slowed. It is listed at once between the previous commit and the
+    newest at its size, and fails (exit 1) only when its confidence reaches --confidence: not at one point of 11
+    (a rank: 82 %), here at the third commit as slow, its range still naming the commit that brought it."""
+    import random
+
+    db = tmp_path / "h.sqlite"
+    random.seed(1)
+    _history(db, [100 * (1 + random.uniform(-.01, .01)) for _ in range(10)] + [70.0])
+    for commit, value in ((None, None), ("c011", 70.3), ("c012", 69.8)):
+        if commit:
+            store.append(db, _run(commit, int(commit[1:])), [_point(value)])
+        r = cli("history", "--db", db, "--format", "json")
+        doc = json.loads(r.stdout)["series"][0]
+        (c,) = [c for c in doc["changes"] if c["size"] < 0.9]
+        assert c["commits"] == ["c009", "c010"] and abs(c["size"] - 0.70) < 0.01, c
+        assert r.exit_code == (1 if c["confidence"] >= 0.95 else 0), (r.exit_code, c)
+    assert r.exit_code == 1 and doc["new_regressions"] == [10], r.output
 
 
 def test_a_machine_change_is_divided_out_by_its_calibration(tmp_path):

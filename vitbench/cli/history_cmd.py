@@ -13,6 +13,7 @@ from vitbench.cli import app
 from vitbench.cli.common import console, err_console, print_json
 from vitbench.cli.options import cli_option, from_constant
 from vitbench.errors import ConfigError, clip
+from vitbench.history import DEFAULT_PATH, HISTORY_ENV
 
 _FORMATS = ("table", "json")
 EXIT_NEW_REGRESSION = 1  # a regression change point the newest commit brought to light (docs/history.md)
@@ -21,8 +22,9 @@ history_app = typer.Typer(invoke_without_command=True, no_args_is_help=False, ri
                           add_completion=False)
 app.add_typer(history_app, name="history")
 
-_DB_HELP = ("The history file (SQLite). Default: $VITBENCH_HISTORY, else ../vitbench-history/history.sqlite "
-            "beside the repository you run in.")
+_DB_HELP = (f"The history file (SQLite). Default: ${HISTORY_ENV}, else {DEFAULT_PATH}, relative to the "
+            "current directory: beside the repository when run from its top (as CI does), inside the checkout "
+            "when run from a subfolder.")
 
 
 @history_app.callback()

@@ -23,13 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vitbench.errors import ConfigError
+from vitbench.history import DEFAULT_PATH, HISTORY_ENV
 from vitbench.record import finite_number
 
 ROWS_KEY = "rows_sha256"  # in a run's info: the hash of the rows it was made from (the same rows append once)
 FORMAT = "vitbench history 1"  # the `meta` row that says a file is ours, and which layout it has
 BUSY_TIMEOUT_S = 60.0  # how long an append waits for another writer's transaction (each holds it < 1 s)
-HISTORY_ENV = "VITBENCH_HISTORY"  # the history file, where --db is not given
-DEFAULT_PATH = "../vitbench-history/history.sqlite"  # else: beside the repository (relative to where one runs)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
