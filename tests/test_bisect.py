@@ -158,6 +158,22 @@ def test_the_command_line_prints_the_steps_and_exits_like_ab(tmp_path, monkeypat
     assert res.exit_code == 2 and "--threshold" in res.output and "Traceback" not in res.output
 
 
+def test_an_inconclusive_first_step_says_bad_was_never_shown_slower(tmp_path, monkeypatch):
+    """Step 1 (BAD against GOOD) inconclusive: it said "the first bad commit is after GOOD and at or before BAD",
+    a regression BAD was never shown to have. It says the step could not tell, and what to do."""
+    repo = _repo(tmp_path, 11, noisy={N})
+    monkeypatch.setattr(bisection, "ab_step", lambda root, *a: _fake_step(root, []))
+    res = runner.invoke(app, ["bisect", "HEAD~16", "HEAD", "--repo", str(repo)])
+    out = " ".join(res.output.split())
+    assert res.exit_code == 3, res.output
+    assert "step 1 could not tell whether BAD" in out and "nothing was bisected" in out, out
+    assert "--budget-s" in out and "quieter host" in out and "first bad commit is" not in out, out
+    repo2 = _repo(tmp_path / "later", 11, noisy={12})  # a later step inconclusive: the range it had narrowed to
+    res = runner.invoke(app, ["bisect", "HEAD~16", "HEAD", "--repo", str(repo2)])
+    out = " ".join(res.output.split())
+    assert res.exit_code == 3 and f"after {_sha(repo2, 8)[:12]} and at or before {_sha(repo2, N)[:12]}" in out, out
+
+
 # ---- after step 1, a commit is held between GOOD's speed and BAD's (vitbench.compare.paired.TwoPoint) ----------
 def _p(ratio: float, lo: float, hi: float) -> Paired:
     return Paired((ratio,) * 4, ratio, lo, hi)

@@ -30,7 +30,8 @@ def bisect_cmd(
     The first step checks BAD against GOOD and measures how much slower it is; then a binary search over BAD's
     first-parent line, about log2(N) steps for N commits, each commit decided as fast as GOOD (good) or as slow
     as BAD (bad). An inconclusive step is never read as good or bad: the bisection stops and names the range it
-    had narrowed to (rerun on it with a larger --budget-s).
+    had narrowed to (rerun on it with a larger --budget-s); an inconclusive first step narrowed nothing (BAD was
+    never shown slower: rerun with a larger --budget-s, or on a quieter host).
 
     Exit code: 1 = a regression, its first bad commit found; 0 = BAD did not regress against GOOD; 2 = bad input
     (unknown commit, GOOD not an ancestor of BAD, no study, bad option); 3 = a step was inconclusive.
@@ -49,6 +50,10 @@ def bisect_cmd(
         subject = next((s.subject for s in res.steps if s.commit == res.first_bad), "")
         line = (f"first bad commit: {res.first_bad} ({subject}), {len(res.steps)} ab steps over {n} commits, "
                 f"{res.elapsed_s:.0f} s")
+    elif res.bad_unconfirmed:
+        line = (f"inconclusive: step 1 could not tell whether BAD {res.bad[:12]} is slower than GOOD "
+                f"{res.good[:12]} beyond {threshold:.0%} (its interval held both), so nothing was bisected; rerun "
+                "with a larger --budget-s (more pairs) or on a quieter host (`vitbench doctor` reads the load)")
     elif res.range is not None:
         lo, hi = res.range
         line = (f"inconclusive: a step could not tell; the first bad commit is after {lo[:12]} and at or before "

@@ -14,7 +14,8 @@ each verdict is against the same reference:
 
 An inconclusive step (its interval holds both points when the step's budget ends) is never read as good or
 bad: the bisection stops there, names the range it had narrowed the first bad commit to, and exits 3, as an
-inconclusive `ab` does; rerun on that range (`vitbench bisect LO HI`) with a larger --budget-s. Exit codes as
+inconclusive `ab` does; rerun on that range (`vitbench bisect LO HI`) with a larger --budget-s. Where step 1
+itself was inconclusive, BAD was never shown slower and nothing was narrowed (`bad_unconfirmed`). Exit codes as
 `ab`'s: 1 = a regression, located (the first bad commit); 0 = BAD did not regress against GOOD; 2 = bad input;
 3 = a step was inconclusive.
 """
@@ -81,6 +82,12 @@ class BisectResult:
         if self.first_bad is not None:
             return EXIT_FOUND
         return EXIT_INCONCLUSIVE if self.range is not None else EXIT_NO_CHANGE
+
+    @property
+    def bad_unconfirmed(self) -> bool:
+        """Step 1 (BAD against GOOD) was inconclusive: BAD was never shown slower, nothing was narrowed (the
+        range is all of GOOD..BAD only because nothing was learnt)."""
+        return self.range is not None and len(self.steps) == 1
 
     @property
     def max_steps(self) -> int:
