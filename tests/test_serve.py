@@ -29,7 +29,8 @@ EARLY_STOP_QUERIES = 64
 def serve(**fields) -> Record:
     if fields.get("backend") == "jax":  # the framework's default threads: JAX fixes its pools once per process,
         fields = {"threads": None, **fields}  # and an earlier test in this process may have made them
-    p = Serve.Params.model_validate({"task": "serve", "model": NANO, **SHORT, **fields})
+    short = {k: v for k, v in SHORT.items() if k not in Serve.Params.moot(fields)}  # SingleStream: no batch_size
+    p = Serve.Params.model_validate({"task": "serve", "model": NANO, **short, **fields})
     rec = Serve().run(p)
     assert rec.status is not Status.OK or not rec.unmeasured([Serve.headline])  # an ok row has its measure
     return rec
@@ -65,14 +66,22 @@ def test_server_search_finds_a_valid_qps_with_its_percentiles_and_logs(one_torch
 
 def test_an_invalid_server_run_is_an_error_row_that_says_why(one_torch_thread):
     """A bound no model meets: LoadGen's INVALID becomes an error row naming the percentile and the bound, with
-    the numbers and logs kept; never an ok row."""
-    rec = serve(scenario="Server", target_qps=200.0, latency_bound_ms=1e-3)
+    the numbers and logs kept; never an ok row. At a percentile no row reports otherwise (p95), the judged one's
+    latency is in the row (latency_ms_judged), in its run's raw latencies (p95) and in the reason."""
+    rec = serve(scenario="Server", target_qps=200.0, latency_bound_ms=1e-3, latency_percentile=95.0)
     assert rec.status is Status.ERROR
     assert rec.metrics["samples_per_s"] is None and rec.metrics["loadgen_valid"] is False
     reason = rec.metrics["loadgen_invalid_reason"]
     assert "over the bound 0.001 ms" in reason and reason in rec.error.message
     assert rec.metrics["latency_ms_p99"] > 1e-3
     assert "INVALID" in logs_of(rec)[0]["mlperf_log_summary.txt"]
+    log = loadgen.mllog(logs_of(rec)[0]["mlperf_log_detail.txt"])
+    p95 = log["result_95.00_percentile_latency_ns"] / 1e6  # LoadGen's own
+    assert rec.metrics["latency_percentile_judged"] == 95.0
+    assert rec.metrics["latency_ms_judged"] == rec.raw["runs"][0]["latency_ms"]["p95"] == p95
+    assert f"p95 latency {p95:.3g} ms over the bound" in reason
+    assert not [k for k in rec.metrics if k.startswith("latency_ms_p") and k not in Serve.Params.model_fields
+                and k not in {m.name for m in Serve.metrics}]  # every latency the row holds is declared
 
 
 def test_min_duration_not_met_says_so(one_torch_thread):
@@ -94,6 +103,7 @@ def test_single_stream_percentiles_on_each_backend(backend, one_torch_thread):
     assert m["samples_per_s"] == log["result_qps_with_loadgen_overhead"] > 0  # LoadGen's figure, read back
     assert set(rec.raw["runs"][0]["batch_sizes"]) == {1}  # one query at a time, one sample each
     assert rec.config["backend"] == backend
+    assert "batch_size" not in rec.config and list(rec.raw["prepare"]) == ["1"]  # no max batch: not a setting
 
 
 def test_offline_beside_the_throughput_mode(one_torch_thread):
@@ -150,6 +160,26 @@ def test_judge_names_every_unmet_condition():
                         "queries; p99 latency 25 ms over the bound 15 ms")
     assert r.latency_ms["p99"] == 25.0 and r.latency_ms["p50"] == 5.0  # ns / 1e6, one rounding each: exact here
     assert r.samples_per_s == 123.0
+
+
+def test_judge_reports_and_names_the_judged_percentile():
+    """A percentile judged beside p50/p90/p99 (p95): its latency from LoadGen's log, under its own name, and in
+    the reason (the row held p50/p90/p99 only, the figure drew nothing)."""
+    detail = DETAIL.replace("result_99.00", "result_95.00")
+    r = loadgen.judge(loadgen.mllog(detail), loadgen.Settings("Server", 100.0, 15.0, 95.0, 2.0, 100, 8, 1.0))
+    assert r.latency_ms["p95"] == 25.0 and r.latency_ms["p99"] is None
+    assert r.reason.endswith("p95 latency 25 ms over the bound 15 ms")
+
+
+def test_a_percentile_loadgen_logs_no_latency_at_is_refused(cli):
+    """LoadGen judges any percentile but logs the latency at a few: at p97.5 a verdict came with no number."""
+    r = cli("serve", NANO, "--latency-percentile", "97.5", "--target-qps", "100", "--min-duration-s", "0.1",
+            "--threads", "1")
+    assert r.exit_code == 2, r.output
+    assert "--latency-percentile: LoadGen's log gives the latency at the percentiles 50, 90, 95, 97, 99, 99.9 " \
+        "only, not 97.5" in " ".join(r.output.split())
+    for p in loadgen.LOGGED_PERCENTILES:
+        assert Serve.Params.model_validate({"task": "serve", "model": NANO, "latency_percentile": p})
 
 
 def test_a_detail_log_without_a_verdict_is_never_valid():
@@ -242,6 +272,72 @@ def test_the_report_draws_latency_against_qps_with_the_bound(tmp_path):
     assert "Serving under MLPerf's LoadGen" in md and "VALID up to x" in md
 
 
+def _failed_row(backend: str, qps: list[float], percentile: float = 95.0, logged: bool = False) -> Record:
+    """A Server search's error row (no probe VALID) at `percentile`: its latency in each run's `latency_ms`, or
+    (`logged`: a row written before 2026-11-30) only in the detail log the run keeps."""
+    def run(q: float) -> dict:
+        lat = {"p50": q / 100, "p90": q / 50, "p99": q / 10, **({} if logged else {f"p{percentile:g}": q / 20})}
+        detail = f':::MLLOG {{"key": "result_{percentile:.2f}_percentile_latency_ns", "value": {q * 5e4}}}'
+        return {"target_qps": q, "valid": False, "percentile": percentile, "latency_bound_ms": 15.0,
+                "latency_ms": lat, "logs": {loadgen.LOG_FILES[1]: detail}}
+
+    config = {"model": NANO, "backend": backend, "task": "serve", "device": "cpu", "precision": "fp32",
+              "scenario": "Server", "batch_size": 8, "max_wait_ms": 0.0, "latency_bound_ms": 15.0,
+              "min_duration_s": 3.0}
+    from vitbench.record import ErrorInfo
+
+    error = ErrorInfo("LoadGenInvalid", "no target QPS probed was VALID")
+    return Record.measured("serve", config, metrics={"samples_per_s": None, "loadgen_valid": False,
+                                                     "probes": len(qps)}, raw={"runs": [run(q) for q in qps]},
+                           status=Status.ERROR, error=error)
+
+
+def _report_of(tmp_path, rows: list[Record]):
+    from vitbench.report.build import build_report, figure
+    from vitbench.store import Store
+    from vitbench.tidy import load_each
+
+    with Store(tmp_path / "r") as store:
+        for r in rows:
+            store.append(r)
+    df = load_each(tmp_path / "r", (None,), raw_json=True)[0]
+    return figure("latency_vs_qps", df), build_report(tmp_path / "r", tmp_path / "out", formats="md", plots=True)
+
+
+def _hollow(fig) -> list[float]:
+    return sorted(x for ln in fig.axes[0].lines if ln.get_marker() == "o" and ln.get_markerfacecolor() == "white"
+                  for x in ln.get_xdata())
+
+
+def test_the_report_draws_the_probes_of_a_search_none_of_whose_probes_was_valid(tmp_path):
+    """A Server row none of whose probes was VALID is an error row: its probes are drawn hollow all the same
+    (the figure draws every Server run), at the judged percentile (p95 here, the row's own or, in a row written
+    before its runs kept it, from the detail log), and with every Server row failed the figure is still drawn."""
+    rows = [_failed_row("torch", [400.0, 200.0]), _failed_row("jax", [300.0], logged=True),
+            _row("torch", [100.0], [150.0])]
+    fig, rep = _report_of(tmp_path, rows)
+    assert _hollow(fig) == [150.0, 200.0, 300.0, 400.0]
+    judged = {x: y for ln in fig.axes[0].lines if ln.get_linewidth() == 1.6
+              for x, y in zip(ln.get_xdata(), ln.get_ydata())}
+    assert judged[400.0] == 20.0 and judged[300.0] == 15.0  # q / 20: p95, not p99 (q / 10)
+    assert "latency_vs_qps" in rep.figures
+    fig, rep = _report_of(tmp_path / "failed_only", [_failed_row("torch", [400.0, 200.0])])
+    assert _hollow(fig) == [200.0, 400.0] and "latency_vs_qps" in rep.figures
+
+
+def test_a_latency_figure_with_no_point_to_draw_says_why(tmp_path):
+    """Server runs none of which holds its judged latency (a percentile the run's row and log lack): a note in
+    the figure's place, not a figure silently left out."""
+    from vitbench.report.parts import NotDrawn
+
+    row = _failed_row("torch", [400.0], percentile=97.5, logged=True)
+    row.raw["runs"][0]["logs"] = {}
+    fig, rep = _report_of(tmp_path, [row])
+    assert isinstance(fig, NotDrawn) and "none with a target QPS and its judged latency (p97.5)" in fig.reason
+    assert "latency_vs_qps" in rep.not_drawn
+    assert "Not drawn: 1 LoadGen Server run(s)" in (tmp_path / "out" / "report.md").read_text()
+
+
 def _fake_run(valid_below: float):
     """A stand-in for one LoadGen run (no LoadGen): VALID at target rates below `valid_below`."""
     from types import SimpleNamespace
@@ -282,6 +378,30 @@ def test_an_option_for_another_scenario_is_refused_not_ignored(cli):
     assert "--max-probes applies only with --scenario Server (here --scenario SingleStream)" in r.output
     p = Serve.Params.model_validate({"task": "serve", "model": NANO, "scenario": "SingleStream", "max_probes": 12})
     assert "max_probes" not in p.config() and "target_qps" not in p.config()  # at its default: left out
+
+
+def test_batch_size_applies_where_the_sut_batches_not_in_single_stream(cli):
+    """SingleStream has one sample outstanding at a time: its SUT runs batch 1 whatever -b says (batch_sizes), so
+    a batch size given there is refused, and none is recorded (a study's defaults leave it out there, as for
+    target_qps); MultiStream batches a query's samples up to it."""
+    config = {s: Serve.Params.model_validate({"task": "serve", "model": NANO, "scenario": s}).config()
+              for s in ("SingleStream", "MultiStream", "Server", "Offline")}
+    assert "batch_size" not in config["SingleStream"]
+    assert all(config[s]["batch_size"] == 8 for s in ("MultiStream", "Server", "Offline"))
+    r = cli("serve", NANO, "--scenario", "SingleStream", "-b", "64", "--min-duration-s", "0.1", "--threads", "1")
+    assert r.exit_code == 2, r.output
+    assert "--batch-size applies only with --scenario Server or MultiStream or Offline (here --scenario " \
+        "SingleStream)" in " ".join(r.output.split())
+    from vitbench.errors import ConfigError
+    from vitbench.study import load_study, parse_study
+
+    s = load_study("serve")  # the shipped study: its defaults' batch_size 8 left out of SingleStream's trials
+    assert {t.config["scenario"]: "batch_size" in t.config for t in s.trials} == {
+        "Server": True, "MultiStream": True, "Offline": True, "SingleStream": False}
+    assert len({t.key for t in s.trials}) == len(s.trials)
+    with pytest.raises(ConfigError, match="batch_size applies only with scenario Server or MultiStream or Off"):
+        parse_study("name: b\naxes: {model: [ViT-Nano/4], task: [serve], scenario: [SingleStream], "
+                    "batch_size: [4]}\n")
 
 
 def test_a_server_rate_whose_query_count_stretches_the_run_is_said_or_refused(cli, monkeypatch, one_torch_thread):

@@ -80,7 +80,7 @@ def serve_cmd(
         bound = f" | p{fmt(m.get('latency_percentile_judged'))} bound {fmt(c['latency_bound_ms'])} ms" \
             if c["scenario"] == "Server" else ""
         table = Table(title=escape(f"{c['model']} | {c['backend']} {c['device']} | {c['scenario']}{bound} | max "
-                                   f"batch {c['batch_size']}, wait {fmt(c['max_wait_ms'])} ms | {verdict}"),
+                                   f"batch {c.get('batch_size', 1)}, wait {fmt(c['max_wait_ms'])} ms | {verdict}"),
                       show_header=False)
         table.add_column("field", style="bold")
         table.add_column("value", justify="right")

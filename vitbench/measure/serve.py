@@ -57,7 +57,9 @@ class Search:
 
 
 def batch_sizes(max_batch: int, scenario: str) -> list[int]:
-    """The batch sizes the SUT runs (a batch of n samples runs at the smallest of them >= n, padded)."""
+    """The batch sizes the SUT runs (a batch of n samples runs at the smallest of them >= n, padded).
+    SingleStream: 1 (one sample outstanding at a time; the task gives it no max batch); MultiStream: up to the max
+    batch, a query's samples_per_query samples arriving together."""
     if scenario == "SingleStream":
         return [1]
     sizes, s = [], 1
@@ -168,7 +170,9 @@ def serve(step: Step, backend: str, device: str, threads: int | None, images: np
         "samples_per_s": (best.settings.target_qps if settings.scenario == "Server" else res.samples_per_s)
         if best is not None else None,
         "completed_samples_per_s": res.samples_per_s,
-        **{f"latency_ms_{k}": v for k, v in res.latency_ms.items()},
+        **{f"latency_ms_{k}": res.latency_ms.get(k) for k in (*(f"p{q:g}" for q in loadgen.REPORTED_PERCENTILES),
+                                                              "mean", "max")},
+        "latency_ms_judged": res.latency_ms.get(f"p{settings.percentile:g}"),  # LoadGen's, at the one below
         "latency_percentile_judged": settings.percentile,  # the config's, or the scenario's MLPerf default
         "mean_batch": statistics.fmean(shown.batches) if shown.batches else None,
         "padded_samples": shown.padded,

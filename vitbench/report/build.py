@@ -123,15 +123,15 @@ def build_report(results: str | Path, out: str | Path | None = None, formats: It
 
 def figure(name: str, df: pd.DataFrame):
     """One registered report figure drawn from the rows of `df` as the report draws it (the ok rows of its
-    kinds): a matplotlib Figure, NotDrawn (too little to draw it) or None (nothing to draw); `name` must be a
-    registered figure's."""
+    kinds; all of them for a figure that draws failed rows, Figure.failed): a matplotlib Figure, NotDrawn (too
+    little to draw it) or None (nothing to draw); `name` must be a registered figure's."""
     from vitbench.report import tables as tablemod
     from vitbench.report.views import report_parts
 
     for part in report_parts():
         for fig in part.figures:
             if fig.name == name:
-                return fig.make(tablemod.ok_rows(df, fig.kinds or part.kinds))  # a Figure, NotDrawn or None
+                return fig.make(tablemod.ok_rows(df, fig.kinds or part.kinds, fig.failed))  # Figure/NotDrawn/None
     raise KeyError(f"no registered report figure {name!r}")
 
 
@@ -226,7 +226,7 @@ def _write(df: pd.DataFrame, cal: pd.DataFrame, out: Path, formats: tuple[str, .
             for figure in part.figures:
                 saved = [out / f"{figure.name}.{ext}" for ext in ("png", "svg")]
                 try:
-                    fig = figure.make(tablemod.ok_rows(df, figure.kinds or part.kinds))
+                    fig = figure.make(tablemod.ok_rows(df, figure.kinds or part.kinds, figure.failed))
                     if fig is not None and not isinstance(fig, NotDrawn):
                         for p in saved:
                             fig.savefig(p, dpi=130 if p.suffix == ".png" else None, bbox_inches="tight")

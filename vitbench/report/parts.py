@@ -28,12 +28,14 @@ class NotDrawn:
 @dataclass(frozen=True)
 class Figure:
     """A report figure: tidy ok rows of `kinds` -> a matplotlib Figure, None when there is nothing to draw, or
-    NotDrawn when there is something but too little to draw."""
+    NotDrawn when there is something but too little to draw. failed: it is given the rows of `kinds` whatever
+    their status (column `status`), for a figure that draws what failed rows keep too (LoadGen's INVALID runs)."""
 
     name: str
     title: str
     make: Callable[[pd.DataFrame], Any]
     kinds: tuple[str, ...] = ()
+    failed: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kinds", _kinds(f"report figure {shorten(self.name)} ({_caller()})", self.kinds))

@@ -9,6 +9,7 @@ import json
 import pandas as pd
 from matplotlib.figure import Figure
 
+from vitbench.measure import loadgen
 from vitbench.measure.load import OTHER_LOAD
 from vitbench.report import tables
 from vitbench.report.caveats import CAVEAT
@@ -18,7 +19,8 @@ from vitbench.report.plots import backend_line, model_colors
 KEYS = ["model", "backend", "device", "precision", "scenario", "batch_size", "max_wait_ms", "latency_bound_ms",
         "min_duration_s"]
 VALUES = ["samples_per_s", "latency_ms_p50", "latency_ms_p90", "latency_ms_p99", "latency_percentile_judged",
-          "probes", "mean_batch", "throughput_img_per_s", "offline_over_throughput", OTHER_LOAD]
+          "latency_ms_judged", "probes", "mean_batch", "throughput_img_per_s", "offline_over_throughput",
+          OTHER_LOAD]
 COLUMNS = (*KEYS, "repeats", *VALUES, "qps_search_bracket", CAVEAT)
 
 
@@ -46,16 +48,29 @@ def _runs(raw) -> list[dict]:
     return [r for r in runs if isinstance(r, dict)] if isinstance(runs, list) else []
 
 
+def _judged(run: dict) -> float | None:
+    """A run's latency at its judged percentile: its `latency_ms` entry (`p95`), else (a row written before
+    2026-11-30 kept p50/p90/p99 only) LoadGen's detail log the run keeps."""
+    p = run.get("percentile")
+    if not isinstance(p, (int, float)) or isinstance(p, bool):
+        return None
+    got = (run.get("latency_ms") or {}).get(f"p{p:g}")
+    if got is None:
+        detail = (run.get("logs") or {}).get(loadgen.LOG_FILES[1])
+        got = loadgen.percentile_ms(loadgen.mllog(detail), p) if isinstance(detail, str) else None
+    return got
+
+
 def probes(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per LoadGen run of the Server rows: model, backend, target QPS, the judged percentile's latency,
-    p50, validity and the bound."""
+    """One row per LoadGen run of the Server rows (error rows too: a search none of whose probes was VALID):
+    model, backend, target QPS, the judged percentile's latency, p50, validity and the bound."""
     rows = []
     server = df[df["scenario"] == "Server"] if "scenario" in df.columns else df.iloc[0:0]
     for _, r in server.iterrows():
         for run in _runs(r.get("raw")):
             lat = run.get("latency_ms") or {}
             p = run.get("percentile")
-            judged = lat.get(f"p{p:g}") if isinstance(p, (int, float)) else None
+            judged = _judged(run)
             rows.append({"model": r["model"], "backend": r["backend"], "target_qps": run.get("target_qps"),
                          "latency_ms": judged, "latency_ms_p50": lat.get("p50"), "valid": bool(run.get("valid")),
                          "bound_ms": run.get("latency_bound_ms"), "percentile": p})
@@ -65,10 +80,17 @@ def probes(df: pd.DataFrame) -> pd.DataFrame:
 
 def latency_vs_qps(df: pd.DataFrame) -> Figure | NotDrawn | None:
     """Per model and backend, the judged latency percentile (solid) and the median (thin) of every Server run
-    against its target QPS; filled markers VALID, hollow INVALID; the latency bound a dashed line."""
-    pr = probes(df).dropna(subset=["target_qps", "latency_ms"])
-    if pr.empty:
+    (the report gives it error rows too: Figure.failed) against its target QPS; filled markers VALID, hollow
+    INVALID; the latency bound a dashed line. Runs but none with a target and a judged latency: a note."""
+    runs = probes(df)
+    pr = runs.dropna(subset=["target_qps", "latency_ms"])
+    if runs.empty:
         return None
+    if pr.empty:
+        pct = ", ".join(sorted({f"p{p:g}" for p in runs["percentile"] if isinstance(p, (int, float))
+                                and not pd.isna(p)})) or "no percentile"
+        return NotDrawn(f"{len(runs)} LoadGen Server run(s), none with a target QPS and its judged latency "
+                        f"({pct}) in its row or its detail log: no point to draw")
     fig = Figure(figsize=(8.0, 4.8), layout="constrained")
     ax = fig.subplots()
     colors = model_colors(pr["model"])

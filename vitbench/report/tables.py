@@ -32,12 +32,13 @@ def family_of(model: str) -> str:
         return "other"
 
 
-def ok_rows(df: pd.DataFrame, kinds: tuple[str, ...]) -> pd.DataFrame:
+def ok_rows(df: pd.DataFrame, kinds: tuple[str, ...], failed: bool = False) -> pd.DataFrame:
     """The ok rows of `kinds`, with the model's family beside its name and, where some timed row is unstable or
-    co-scheduled, each row's `caveat` (vitbench.report.caveats)."""
+    co-scheduled, each row's `caveat` (vitbench.report.caveats). failed: the rows of every status (a figure that
+    draws failed rows too, vitbench.report.parts.Figure.failed)."""
     if df.empty or "kind" not in df:
         return df.iloc[0:0]
-    out = caveats.with_caveats(df[df["kind"].isin(kinds) & (df["status"] == "ok")].copy())
+    out = caveats.with_caveats(df[df["kind"].isin(kinds) & (failed | (df["status"] == "ok"))].copy())
     if any(col in out for col in GROUP_DEFAULTS):  # left out of 1-device rows' config (vitbench.tasks.fields)
         for col, default in GROUP_DEFAULTS.items():
             out[col] = out[col].astype(object).where(out[col].notna(), default) if col in out else default

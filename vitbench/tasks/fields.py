@@ -371,13 +371,17 @@ def shared_default(name: str) -> Any:
 
 
 def params_model(name: str, shared: tuple[str, ...], *own: type[BaseModel],
-                 neutral: tuple[str, ...] = ()) -> type[TaskParams]:
+                 neutral: tuple[str, ...] = (), applies: Mapping[str, dict] | None = None) -> type[TaskParams]:
     """A task's Params: the shared fields named in `shared` (from SHARED) plus the fields of the `own` classes;
     `neutral`: shared fields the task took up after its trials were keyed, left out of its trial config at their
-    default (key_neutral), so those keys stay as they were."""
+    default (key_neutral), so those keys stay as they were; `applies`: shared field -> `applies_when(...)`, where
+    it applies in this task only (serve's batch_size: not in SingleStream), as a task's own field declares it."""
+    applies = dict(applies or {})
     unknown = [f for f in (*shared, *neutral) if f not in SHARED]
     if unknown:
         raise ValueError(f"{name}: unknown shared fields {unknown}; shared fields: {', '.join(SHARED)}")
+    if any(f not in shared or "applies_when" not in w for f, w in applies.items()):
+        raise ValueError(f"{name}: applies takes shared fields of this task -> applies_when(...), got {applies}")
     if "task" not in shared:
         raise ValueError(f"{name}: every task's params include 'task'")
     definitions: dict[str, Any] = {}
@@ -388,12 +392,13 @@ def params_model(name: str, shared: tuple[str, ...], *own: type[BaseModel],
         definitions[f] = (typ, key_neutral(default, description=description))
     for f in shared:
         typ, default, description = SHARED[f]
+        extra = {"json_schema_extra": applies[f]} if f in applies else {}
         if isinstance(default, FieldInfo):  # key_neutral(...): its default and its dump rule, with the description
-            definitions[f] = (typ, FieldInfo.merge_field_infos(default, description=description))
+            definitions[f] = (typ, FieldInfo.merge_field_infos(default, description=description, **extra))
         elif callable(default) and default is not ...:
-            definitions[f] = (typ, Field(default_factory=default, description=description))
+            definitions[f] = (typ, Field(default_factory=default, description=description, **extra))
         else:
-            definitions[f] = (typ, Field(default, description=description))
+            definitions[f] = (typ, Field(default, description=description, **extra))
     bases = (*own, TaskParams)  # TaskParams last: its `_native` runs before the own classes' model validators
     clash = [f for cls in own for f in cls.model_fields if f in SHARED]
     if clash:

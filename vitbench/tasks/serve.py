@@ -13,8 +13,8 @@ from __future__ import annotations
 from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
 
 from vitbench.backends.base import Capability, Step
-from vitbench.measure.loadgen import (MLPERF_MIN_DURATION_S, MLPERF_SAMPLES_PER_QUERY, MLPERF_SEEDS,
-                                      MLPERF_VISION_BOUND_MS, SCENARIOS)
+from vitbench.measure.loadgen import (LOGGED_PERCENTILES, MLPERF_MIN_DURATION_S, MLPERF_SAMPLES_PER_QUERY,
+                                      MLPERF_SEEDS, MLPERF_VISION_BOUND_MS, SCENARIOS)
 from vitbench.record import Record
 from vitbench.tasks import OTHER_LOAD_CORES, Metric, Task, register_task
 from vitbench.tasks.bench import Timing
@@ -27,6 +27,10 @@ _SHARED = ("model", "backend", "task", "device", "resolution", "batch_size", "pr
 MAX_QPS = 1e7  # a target rate above ten million queries/s is a typo (LoadGen schedules every query up front)
 # the fields that apply to some scenarios only (LoadGen's TestSettings reads them there: measure.loadgen.Settings)
 _SERVER = applies_when(scenario=("Server",))
+# the shared batch_size is the SUT's max batch: SingleStream has one sample outstanding at a time, so its SUT runs
+# batch 1 whatever it says (measure.serve.batch_sizes); a MultiStream query's samples arrive together and are
+# batched up to it, as Server's and Offline's waiting samples are
+_BATCHED = applies_when(scenario=("Server", "MultiStream", "Offline"))
 
 
 class LoadGenFields(BaseModel):
@@ -49,7 +53,8 @@ class LoadGenFields(BaseModel):
     latency_percentile: float | None = Field(None, gt=0, lt=100, description="the latency percentile judged "
                                              "(Server) or reported (null: the scenario's MLPerf default, "
                                              "mlperf.conf: Server 99, MultiStream 99, SingleStream 90, Offline "
-                                             "90)")
+                                             "90); one LoadGen's log gives the latency at: 50, 90, 95, 97, 99, "
+                                             "99.9")
     min_duration_s: float = Field(MLPERF_MIN_DURATION_S, gt=0, le=MAX_SECONDS, description="LoadGen's minimum "
                                   "run duration (mlperf.conf: 600 s; a CPU study sets a few seconds and says so)")
     min_query_count: int | None = Field(None, gt=0, le=MAX_COUNT, description="LoadGen's minimum query count "
@@ -85,6 +90,17 @@ class LoadGenFields(BaseModel):
             DataConfig(name=dataset, path=v)
         except ValidationError as e:
             raise ValueError(e.errors()[0]["msg"].removeprefix("Value error, ")) from None
+        return v
+
+    @field_validator("latency_percentile")
+    @classmethod
+    def _logged(cls, v):
+        """LoadGen judges any percentile but logs the latency at a few only (LOGGED_PERCENTILES): at another, a
+        row would give its verdict without the number it judged."""
+        if v is not None and v not in LOGGED_PERCENTILES:
+            raise ValueError(f"LoadGen's log gives the latency at the percentiles "
+                             f"{', '.join(f'{q:g}' for q in LOGGED_PERCENTILES)} only, not {v:g}: a verdict at "
+                             "another would come without its number")
         return v
 
     @model_validator(mode="after")
@@ -129,6 +145,8 @@ METRICS = (
     Metric("latency_ms_p50", "ms", False, "median per-sample latency, issue to completion (LoadGen)"),
     Metric("latency_ms_p90", "ms", False, "90th percentile per-sample latency (LoadGen)"),
     Metric("latency_ms_p99", "ms", False, "99th percentile per-sample latency (LoadGen)", comparable=True),
+    Metric("latency_ms_judged", "ms", False, "per-sample latency at the percentile judged "
+           "(latency_percentile_judged: latency_ms_p99 at Server's default; LoadGen)"),
     Metric("latency_ms_mean", "ms", False, "mean per-sample latency (LoadGen)"),
     Metric("latency_ms_max", "ms", False, "largest per-sample latency (LoadGen)"),
     Metric("latency_percentile_judged", "percentile", False, "the latency percentile LoadGen judged against the "
@@ -154,7 +172,7 @@ METRICS = (
 class Serve(Task):
     name = "serve"
     kind = KIND
-    Params = params_model("ServeParams", _SHARED, LoadGenFields)
+    Params = params_model("ServeParams", _SHARED, LoadGenFields, applies={"batch_size": _BATCHED})
     description = "MLPerf scenarios under LoadGen: Server QPS at a latency bound, stream percentiles, Offline"
     needs = frozenset({Capability.INFER})
     metrics = METRICS
@@ -170,10 +188,12 @@ class Serve(Task):
             "name": p.name_of("dataset"), "path": p.name_of("data_path"), "seed": p.name_of("seed")})).test
         images = test.array(p.resolution)[:p.qsl_images] if test.pool.resident else \
             next(test.batches(p.resolution, p.qsl_images))[0]
-        step = Step.of(p.config(), mode="infer", spec=p.spec)
+        step = Step.of({"batch_size": 1, **p.config()}, mode="infer", spec=p.spec)  # SingleStream: none given
         real = not FORMATS[p.dataset].generated
         rec = serve(step, p.backend, p.device, p.threads, images, real, p.loadgen_settings(),
                     p.max_wait_ms, p.warmup_steps, Search(p.qps_tolerance, p.max_probes),
                     given_qps=p.target_qps is not None)
         rec.config = {**rec.config, **{k: v for k, v in p.config().items() if k in LoadGenFields.model_fields}}
+        for k in p.moot(rec.config):  # as the trial's config: SingleStream's max batch is no setting of it
+            rec.config.pop(k, None)
         return rec
