@@ -83,3 +83,17 @@ def test_a_backend_that_cannot_do_what_the_command_does_is_named_as_such(cli, ar
     r = cli(*args)
     assert r.exit_code == 2, r.output
     assert says in " ".join(r.stderr.split()), r.stderr
+
+
+def test_a_path_with_markup_brackets_is_printed_as_it_is(cli, tmp_path):
+    """`--results 'x[/]'`: the sweep and the report wrote everything, then printed a traceback (rich read the
+    path as markup: "closing tag '[/]' has nothing to close") and exited 1, which a CI reads as a failed trial;
+    `[red]R[/red]` printed as 'R', a folder that does not exist."""
+    study = tmp_path / "study.yaml"
+    study.write_text("name: odd\ncalibration: false\naxes: {model: [ViT-Nano/4], task: [flops]}\n")
+    for name in ("x[/]", "[red]R[/red]"):
+        res = tmp_path / name
+        r = cli("sweep", study, "--results", res)
+        assert r.exit_code == 0 and f"{res}/results.jsonl" in r.stdout, r.output
+        r = cli("report", res, "--format", "md", "--no-plots")
+        assert r.exit_code == 0 and f"{res / 'report'}" in " ".join(r.stdout.split()), r.output

@@ -209,7 +209,7 @@ def fit_cmd(
         if not all(g.no_prediction for g in report.groups):  # else nothing asked for can be shown: the error alone
             _show(report)
         for p in written:
-            console.print(f"wrote {p}")
+            console.print(f"wrote {escape(str(p))}")
     _exit_if_unpredicted(report)
 
 

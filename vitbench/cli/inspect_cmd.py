@@ -94,7 +94,7 @@ def inspect_cmd(
         doc["pictures"] = {k.value: name for k, (name, _) in pics.items()}
         write_files(out_dir, {JSON_NAME: json.dumps(doc, indent=1).encode(), **dict(pics.values())},
                     INSPECT_FILES, allow_other_files)
-        err_console.print(f"wrote {out_dir / JSON_NAME} and {len(pics)} pictures")
+        err_console.print(f"wrote {escape(str(out_dir / JSON_NAME))} and {len(pics)} pictures")
     if as_json:
         print_json(doc)
         return

@@ -155,7 +155,7 @@ class _LiveHooks:
     def planned(self, todo, summary) -> None:
         if summary.skipped_done:
             console.print(f"[dim]{summary.skipped_done} of {summary.planned} trials already done in "
-                          f"{summary.results_dir} (resume; --force re-runs them)[/]")
+                          f"{escape(str(summary.results_dir))} (resume; --force re-runs them)[/]")
         if todo:
             self.task = self.progress.add_task("starting", total=len(todo))
             self.live.start()
@@ -359,7 +359,8 @@ def sweep_cmd(
                   + (f" ({counts})" if counts else "")
                   + (f"; {summary.skipped_done} already done" if summary.skipped_done else "")
                   + (f"; {summary.skipped_claimed} running in another sweep" if summary.skipped_claimed else "")
-                  + f"\nresults: {out}/results.jsonl   report: vitbench report {shlex.quote(str(out))}")
+                  + f"\nresults: {escape(str(out))}/results.jsonl   report: vitbench report "
+                  f"{escape(shlex.quote(str(out)))}")
     if not summary.succeeded:
         failed = summary.failed_trials
         by_status: dict[str, int] = {}
@@ -409,9 +410,9 @@ def report_cmd(
     rep = build_report(results, out, parse_formats(formats), plots=plots, allow_other_files=allow_other_files)
     for w in rep.warnings:
         warn(w)
-    console.print(f"[bold]{rep.title}[/]")
+    console.print(f"[bold]{escape(rep.title)}[/]")
     for m in rep.meta:
-        console.print(f"  {m}", highlight=False)
+        console.print(f"  {escape(m)}", highlight=False)
     for name, df in rep.tables.items():
         if not df.empty:
             cols = rep.columns.get(name)
@@ -425,5 +426,5 @@ def report_cmd(
                 console.print(f"[dim]{escape(note)}[/]", highlight=False)
     for name, why in rep.not_drawn.items():
         console.print(f"[dim]figure {escape(name)} not drawn: {escape(why)}[/]", highlight=False)
-    console.print(f"wrote {len(rep.files)} files to {rep.files[0].parent if rep.files else out}:")
-    console.print("  " + "  ".join(p.name for p in rep.files), highlight=False)
+    console.print(f"wrote {len(rep.files)} files to {escape(str(rep.files[0].parent if rep.files else out))}:")
+    console.print("  " + escape("  ".join(p.name for p in rep.files)), highlight=False)
