@@ -98,6 +98,32 @@ def test_a_full_disk_is_said_as_such_and_leaves_the_history_whole(tmp_path, monk
     assert [r.commit for r, _ in store.read(db)] == ["abc"]
 
 
+def test_a_new_history_that_cannot_be_made_leaves_no_file_behind(tmp_path, monkeypatch):
+    """A first append on a full disk left SQLite's `-wal` and `-shm` files of the hidden file the new history is
+    built in (SQLite could not merge and remove them), beside the user's files, for good."""
+    from vitbench.errors import ConfigError
+
+    real = store._connect
+
+    class Full:  # the tables are written, the COMMIT fails, and the connection keeps its -wal and -shm open
+        def __init__(self, con):
+            self.con = con
+
+        def execute(self, sql, *a):
+            if sql.startswith("COMMIT"):
+                self.con.execute("ROLLBACK")
+                raise sqlite3.OperationalError("database or disk is full")
+            return self.con.execute(sql, *a)
+
+        def close(self):  # as on a full disk: nothing merged, nothing removed
+            pass
+
+    monkeypatch.setattr(store, "_connect", lambda p: Full(real(p)))
+    with pytest.raises(ConfigError, match="cannot be written now"):
+        store.append(tmp_path / "history.sqlite", _run("abc", 0), [_point(100.0)])
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
 def test_a_bad_point_writes_nothing(tmp_path):
     from vitbench.errors import ConfigError
 

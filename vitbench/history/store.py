@@ -137,8 +137,9 @@ def _create(p: Path) -> None:
             pass
         except OSError:  # a file system without hard links: copied into a file made only if absent (a racer
             _copy_new(Path(tmp), p)  # may see it part-written, and is refused: it exits 2, writing nothing)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+    finally:  # and SQLite's own files beside it, which a full disk keeps it from merging and removing
+        for leftover in (tmp, f"{tmp}-wal", f"{tmp}-shm", f"{tmp}-journal"):
+            Path(leftover).unlink(missing_ok=True)
 
 
 def _copy_new(src: Path, p: Path) -> None:
