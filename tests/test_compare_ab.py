@@ -94,6 +94,47 @@ def repo(tmp_path) -> Path:
     return make_repo(tmp_path, [{}, {"NEW": "2\n"}])
 
 
+def test_the_report_never_pools_an_ab_run_s_two_sides_and_a_side_s_rows_name_their_commit(repo, monkeypatch,
+                                                                                            tmp_path):
+    """`vitbench report` on an `ab --results` folder pooled both sides' rounds as repeats of one trial (24 trials
+    "from 12 sweep run(s)", one median over the baseline's and the working tree's code, one `vitbench git`), and
+    the baseline's rows (a `git archive` tree) recorded git_sha None. Such a folder is refused, naming each side's
+    folder; a side's folder is reported with the commit --results' SIDES_FILE names for rows that record none;
+    and the archived side's sweeps are told their commit ($VITBENCH_GIT_SHA, read by vitbench.env.git_sha)."""
+    from vitbench.env import GIT_SHA_ENV, git_sha
+    from vitbench.report import build_report
+
+    told: dict[str, str | None] = {}
+
+    def scale(side: ab_mod.Side) -> float:
+        told[side.name] = side.env().get(GIT_SHA_ENV)
+        return 1.0
+
+    fake_sweeps(monkeypatch, scale, 0.01)
+    res = ab_mod.run_ab("HEAD~1", repo=repo, rule=Rule(min_pairs=2, max_pairs=2), results=tmp_path / "AB")
+    assert res.pairs == 2
+    base = git(repo, "rev-parse", "HEAD~1")
+    assert told == {"baseline": base, "current": None}  # the working tree's own checkout says it
+    for where in (tmp_path / "AB", tmp_path):  # the folder, or one holding it
+        with pytest.raises(ConfigError) as e:
+            build_report(where, tmp_path / "rep", formats=("md",), plots=False)
+        said = " ".join(str(e.value).split())
+        assert "two code versions" in said and f"HEAD~1 = {base[:12]}" in said, said
+        assert f"vitbench report {tmp_path / 'AB' / 'baseline'}" in said, said
+    for side, sha in (("baseline", base), ("current", "c" * 40)):
+        rep = build_report(tmp_path / "AB" / side, tmp_path / f"rep-{side}", formats=("md",), plots=False)
+        assert set(rep.df["env.git_sha"]) == {sha} and f"vitbench git: {sha}" in rep.meta, rep.meta
+    one = build_report(tmp_path / "AB" / "baseline" / "pair01", tmp_path / "rep-1", formats=("md",), plots=False)
+    assert set(one.df["env.git_sha"]) == {base}
+    # outside a git checkout, the variable is the commit (inside one, git's own answer stands)
+    monkeypatch.setenv(GIT_SHA_ENV, "d" * 40)
+    git_sha.cache_clear()
+    try:
+        assert git_sha(str(tmp_path / "AB")) == "d" * 40 and git_sha(str(repo)) != "d" * 40
+    finally:
+        git_sha.cache_clear()
+
+
 def test_checkout_is_the_refs_tree_and_is_removed(repo):
     sha = ab_mod.resolve_ref(repo, "HEAD~1")
     with ab_mod.checkout(repo, sha) as tmp:

@@ -12,6 +12,9 @@ from importlib import metadata, resources
 from pathlib import Path
 
 LOCK_FILE = "requirements.lock"  # inside the package: exact versions of vitbench[all] (scripts/lock.sh)
+# the commit of vitbench code run outside a git checkout, where git cannot tell it: `vitbench ab` and `bisect` set
+# it for a side unpacked with `git archive` (vitbench.compare.sides), so that side's rows record their commit
+GIT_SHA_ENV = "VITBENCH_GIT_SHA"
 
 
 def distribution_version(pkg: str) -> str | None:
@@ -35,18 +38,20 @@ def cpu_model() -> str:
 
 @functools.lru_cache(maxsize=1)
 def git_sha(path: str | None = None) -> str | None:
-    """SHA of the checkout vitbench runs from (if any), with '-dirty' when it has uncommitted changes."""
+    """SHA of the checkout vitbench runs from (if any), with '-dirty' when it has uncommitted changes; outside a
+    git checkout, $VITBENCH_GIT_SHA where set (GIT_SHA_ENV), else None."""
     where = path or str(Path(__file__).resolve().parent)
+    named = os.environ.get(GIT_SHA_ENV, "").strip()[:100] or None
     try:
         sha = subprocess.run(["git", "-C", where, "rev-parse", "HEAD"], capture_output=True, text=True,
                              timeout=5).stdout.strip()
         if not sha:
-            return None
+            return named
         dirty = subprocess.run(["git", "-C", where, "status", "--porcelain", "--untracked-files=no"],
                                capture_output=True, text=True, timeout=5).stdout.strip()
         return sha + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
-        return None
+        return named
 
 
 def machine_id() -> str:

@@ -50,6 +50,10 @@ RESULTS_PATTERNS = (RESULTS_FILE, "results.*.jsonl")
 STUDY_FILE = "study.yaml"
 CLAIMS_DIR = "claims"  # claims/<key>.lock
 LOGS_DIR = "logs"  # logs/<key>.log, written by the executors
+# in a `vitbench ab --results` folder (vitbench.compare.ab writes it): each side's commit and description, its
+# rounds in baseline/pairNN/ and current/pairNN/ (two code versions: the report refuses to pool them)
+SIDES_FILE = "sides.json"
+AB_SIDES = ("baseline", "current")
 TRIAL_ID_COLUMNS = ("key", "study", "run_id", "repeat", "kind", "status")
 # what is wrong with a parsed row as an ok row (vitbench.tasks.row_check), None when nothing is
 Check = Callable[[Record], "RowProblem | None"]
@@ -101,6 +105,22 @@ def result_files(path: str | os.PathLike, recursive: bool = True) -> list[Path]:
         raise ConfigError(f"results file {str(f)!r} is {what}: its rows cannot be read; restore or remove it"
                           + (f" (and {len(unread) - 1} more like it)" if len(unread) > 1 else ""))
     return sorted(files, key=lambda f: (f.parent != p, str(f.parent), f.name != RESULTS_FILE, f.name))
+
+
+def ab_sides(folder: str | os.PathLike) -> dict[str, dict] | None:
+    """The sides a `vitbench ab --results` folder names in its SIDES_FILE ({side: {"commit": SHA or "",
+    "describe": text}}, each of AB_SIDES present, empty where the file cannot be read); None where `folder` has
+    no SIDES_FILE."""
+    path = Path(folder) / SIDES_FILE
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(errors="replace"))
+    except (OSError, ValueError, RecursionError):
+        data = None
+    data = data if isinstance(data, dict) else {}
+    return {side: {k: str(v)[:200] for k, v in data[side].items() if isinstance(v, str)}
+            if isinstance(data.get(side), dict) else {} for side in AB_SIDES}
 
 
 def _parse_lines(data: bytes, path: Path, first_line: int = 1, final: bool = True,

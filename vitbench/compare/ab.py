@@ -39,11 +39,11 @@ from vitbench.measure.load import BUSY_CORES, OTHER_LOAD, busy
 from vitbench.measure.timing import quantile
 from vitbench.paths import make_dir
 from vitbench.record import Record, Status, finite_number
+from vitbench.store import SIDES_FILE  # in --results DIR: each side's commit and description
 
 DEFAULT_STUDY = "studies/ci.yaml"
 DEFAULT_BUDGET_S = 480.0  # fits .ci/run's speed check in ~10 min on a 2-core machine (docs/compare.md)
 METRIC = "img_per_s"  # the gate decides on throughput (the bench task's declared headline metric)
-SIDES_FILE = "sides.json"  # in --results DIR: each side's commit and description (read by `history append`)
 # in --results DIR: per pair, the cores other processes used beside the gate's (TreeMeter), as the gate read them:
 # `history append` leaves out the pairs the gate left out (under `turns` a row's own meter cannot see that load)
 PAIRS_FILE = "pairs.json"

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vitbench.compare.schedule import pinned_to, stop_process
-from vitbench.env import parse_lock
+from vitbench.env import GIT_SHA_ENV, parse_lock
 from vitbench.errors import ConfigError, clip
 from vitbench.measure.extra_work import ENV as EXTRA_WORK_ENV
 
@@ -131,7 +131,7 @@ class Side:
         return (self.root / "vitbench" / "turns.py").is_file()
 
     def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k != EXTRA_WORK_ENV}
+        env = {k: v for k, v in os.environ.items() if k not in (EXTRA_WORK_ENV, GIT_SHA_ENV)}
         env["PYTHONPATH"] = str(self.root)  # this side's vitbench, ahead of any installed copy
         env.update(same_cache())
         env.update(self.extra_env)
@@ -233,4 +233,7 @@ def commit_side(name: str, ref: str, root: Path, sha: str, base: Path, study: st
     if not path.is_file():
         raise ConfigError(f"REF {sha[:12]} has no {study}: {hint}")
     python, sentence = _environment(root, sha, base)
-    return Side(name, f"{ref} = {sha[:12]} ({subject})", base / "src", path, python, sentence, commit=sha)
+    # `git archive`'s tree has no .git: the commit its rows record (vitbench.env.git_sha; code older than that
+    # reads no such variable, and records None: the report takes it from --results' SIDES_FILE)
+    return Side(name, f"{ref} = {sha[:12]} ({subject})", base / "src", path, python, sentence,
+                {GIT_SHA_ENV: sha}, commit=sha)

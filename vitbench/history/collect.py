@@ -29,8 +29,8 @@ from pathlib import Path
 from vitbench.errors import ConfigError, VitbenchWarning, clip
 from vitbench.history.store import ROWS_KEY, Point, Run
 from vitbench.record import finite_number
+from vitbench.store import AB_SIDES  # vitbench ab --results DIR: one subdirectory per side (vitbench.compare.ab)
 
-AB_SIDES = ("baseline", "current")  # vitbench ab --results DIR: one subdirectory per side (vitbench.compare.ab)
 PAIRED_SUFFIX = "_paired"  # a paired point's metric: ab's metric + this (img_per_s_paired: current / baseline)
 # The environment fields that name the machine (vitbench.env.machine_id's, read from the rows)
 MACHINE_FIELDS = ("hostname", "cpu_model", "cpu_count")

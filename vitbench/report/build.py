@@ -87,6 +87,38 @@ def _meta(df: pd.DataFrame, cal: pd.DataFrame) -> tuple[str, list[str]]:
     return title, meta
 
 
+def _ab_side_commit(results: Path, df: pd.DataFrame) -> pd.DataFrame:
+    """`df` with the commit of a `vitbench ab --results` side for rows that record none, where `results` is one
+    side's folder (or a pair or leg in it): the archived baseline's code may not know its commit. An ab folder
+    itself, or a folder holding one, is refused: its two sides are two code versions, which the report would
+    pool as repeats of one trial."""
+    from vitbench.store import AB_SIDES, SIDES_FILE, ab_sides, result_files
+
+    here = results if results.is_dir() else results.parent
+    for folder in sorted({f.parent for f in result_files(results)} if results.is_dir() else ()):
+        for ab in (p for p in (folder, *folder.parents) if p == here or here in p.parents):
+            sides = ab_sides(ab) if (ab / SIDES_FILE).is_file() else None
+            if sides is not None:
+                named = "; ".join(f"{side}: {clip(sides[side].get('describe') or '?', 120)}" for side in AB_SIDES)
+                raise ConfigError(f"{results}: holds a `vitbench ab --results` folder, {ab}, whose two sides are "
+                                  f"two code versions ({named}): a report would pool their rounds as repeats of "
+                                  "one trial. Report each side apart: " + ", ".join(
+                                      f"`vitbench report {ab / side}`" for side in AB_SIDES)
+                                  + " (ab's own table compares them)")
+    for ab in list(here.parents)[:3]:  # a side's folder, a pair in it, a leg in that
+        sides = ab_sides(ab)
+        if sides is None:
+            continue
+        side = here.relative_to(ab).parts[0]
+        sha = sides.get(side, {}).get("commit")
+        if sha and "env.git_sha" in df:
+            df = df.assign(**{"env.git_sha": df["env.git_sha"].where(df["env.git_sha"].notna(), sha)})
+        elif sha:
+            df = df.assign(**{"env.git_sha": sha})
+        break
+    return df
+
+
 def build_report(results: str | Path, out: str | Path | None = None, formats: Iterable[str] = FORMATS,
                  plots: bool = True, allow_other_files: bool = False) -> Report:
     """Load `results` (a store directory or .jsonl file) and write the report files into `out`: only files a
@@ -107,6 +139,7 @@ def build_report(results: str | Path, out: str | Path | None = None, formats: It
         raise ConfigError(f"{results}: no trial records to report on ("
                           + (f"{len(skipped)} line(s) skipped, none a record; first: {clip(skipped[0], 200)}"
                              if skipped else "run `vitbench sweep` first") + ")")
+    df = _ab_side_commit(results, df)
     out = Path(out) if out else (results if results.is_dir() else results.parent) / "report"
     make_dir(out, "report directory")
     folder = OutputFolder(out, REPORT, allow_other=allow_other_files)
