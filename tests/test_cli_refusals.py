@@ -97,3 +97,22 @@ def test_a_path_with_markup_brackets_is_printed_as_it_is(cli, tmp_path):
         assert r.exit_code == 0 and f"{res}/results.jsonl" in r.stdout, r.output
         r = cli("report", res, "--format", "md", "--no-plots")
         assert r.exit_code == 0 and f"{res / 'report'}" in " ".join(r.stdout.split()), r.output
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_an_interrupted_forced_sweep_does_not_say_its_own_command_resumes(cli, tmp_path, monkeypatch, force):
+    """An interrupted `sweep --force` said "Run the same command again to resume": that command re-runs every
+    trial again. It now says what a resume without --force does."""
+    import vitbench.runner
+
+    def stopped(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(vitbench.runner, "run_study", stopped)
+    study = tmp_path / "study.yaml"
+    study.write_text("name: stop\ncalibration: false\naxes: {model: [ViT-Nano/4], task: [flops]}\n")
+    r = cli("sweep", study, "--results", tmp_path / "res", *(["--force"] if force else []))
+    said = " ".join(r.stderr.split())
+    assert r.exit_code == 130 and "interrupted" in said, r.output
+    assert ("Run the same command again to resume" in said) is not force, said
+    assert ("without --force" in said) is force, said

@@ -337,7 +337,7 @@ def sweep_cmd(
         collapsed = st.combinations - st.unique_trials
         console.print(f"{st.unique_trials} distinct trials x up to {st.repeats} repeat(s) = {len(st.trials)}"
                       + (f"; {collapsed} combinations merged (fields their task ignores)" if collapsed > 0 else "")
-                      + f"; results -> {out}")
+                      + f"; results -> {escape(str(out))}")
         if st.missing_paths:  # the trials are listed, but the study cannot run here as it is
             raise ConfigError(st.missing_paths)
         return
@@ -349,8 +349,13 @@ def sweep_cmd(
                                 calibration=calibration, timeout_s=timeout, hooks=hooks, executor_options=opts)
     except KeyboardInterrupt:
         hooks.stop()
-        err_console.print(f"[magenta]interrupted[/]: {escape(hooks.interrupted_line(out))}. Run the same command "
-                          "again to resume.", highlight=False)
+        # --force runs every trial again, so its own command does not resume: without it, a sweep runs what has
+        # no outcome yet (what this run re-ran keeps its new row, the rest their earlier one)
+        again = ("Run it again without --force to run the trials with no outcome yet (the others keep their "
+                 "latest one); with --force it re-runs every trial" if force else
+                 "Run the same command again to resume")
+        err_console.print(f"[magenta]interrupted[/]: {escape(hooks.interrupted_line(out))}. {again}.",
+                          highlight=False)
         raise typer.Exit(130) from None
     finally:
         hooks.stop()
