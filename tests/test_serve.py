@@ -145,6 +145,64 @@ def test_multistream_queries_are_batched_whole(one_torch_thread):
     assert set(rec.raw["runs"][0]["batch_sizes"]) == {4}  # a query's 4 samples arrive together: one batch
 
 
+def test_multistream_latencies_are_per_query_as_mlperf_reports_them(one_torch_thread):
+    """MLPerf's MultiStream metric is a query's latency (until its last sample completes): the row's judged
+    latency and percentiles are LoadGen's per-query ones, not its per-sample ones. A query's 4 samples run one
+    at a time (batch 1), so they complete apart and the two differ (a whole-query batch makes them equal)."""
+    rec = serve(scenario="MultiStream", samples_per_query=4, batch_size=1, max_wait_ms=0.0,
+                min_query_count=EARLY_STOP_QUERIES, latency_percentile=90.0)
+    log = loadgen.mllog(logs_of(rec)[0]["mlperf_log_detail.txt"])
+    m = rec.metrics
+    per_query = log["result_90.00_percentile_per_query_latency_ns"] / 1e6
+    assert log["result_90.00_percentile_latency_ns"] / 1e6 != per_query  # per sample: not MLPerf's metric
+    assert m["latency_ms_judged"] == m["latency_ms_p90"] == per_query
+    assert m["latency_ms_p50"] == log["result_50.00_percentile_per_query_latency_ns"] / 1e6
+    assert m["latency_ms_max"] == log["result_max_query_latency_ns"] / 1e6
+    assert m["latency_per"] == "query" and rec.raw["runs"][0]["latency_per"] == "query"
+    assert set(rec.raw["runs"][0]["batch_sizes"]) == {1}
+
+
+MULTI = "\n".join(":::MLLOG " + json.dumps({"key": k, "value": v}) for k, v in {
+    "result_validity": "VALID", "result_min_duration_met": True, "result_min_queries_met": True,
+    "early_stopping_met": True, "result_mean_query_latency_ns": 4_000_000,
+    "result_max_query_latency_ns": 9_000_000, "result_50.00_percentile_per_query_latency_ns": 3_000_000,
+    "result_99.00_percentile_per_query_latency_ns": 8_000_000,
+    "result_50.00_percentile_latency_ns": 2_000_000, "result_99.00_percentile_latency_ns": 7_000_000,
+    "result_mean_latency_ns": 2_500_000, "result_max_latency_ns": 9_000_000}.items())
+
+
+def test_judge_reads_multistream_per_query_and_the_others_per_sample():
+    r = loadgen.judge(loadgen.mllog(MULTI), loadgen.Settings("MultiStream", 1.0, 15.0, 99.0, 2.0, 100, 4, 1.0))
+    assert r.latency_per == "query"
+    assert (r.latency_ms["p50"], r.latency_ms["p99"], r.latency_ms["mean"]) == (3.0, 8.0, 4.0)
+    r = loadgen.judge(loadgen.mllog(MULTI), loadgen.Settings("SingleStream", 1.0, 15.0, 99.0, 2.0, 100, 4, 1.0))
+    assert r.latency_per == "sample"
+    assert (r.latency_ms["p50"], r.latency_ms["p99"], r.latency_ms["mean"]) == (2.0, 7.0, 2.5)
+
+
+def test_the_report_reads_an_old_multistream_rows_per_query_latencies_from_its_log():
+    """A MultiStream row written before its latencies were per query (no latency_per; per-sample numbers): the
+    report's table gives MLPerf's per-query ones from the detail log the row keeps and says so; other scenarios'
+    rows say 'sample' and keep theirs."""
+    import pandas as pd
+
+    from vitbench.report import serving
+
+    runs = [{"scenario": "MultiStream", "percentile": 99.0, "latency_ms": {"p50": 2.0, "p99": 7.0},
+             "logs": {loadgen.LOG_FILES[1]: MULTI}}]
+    old = {"scenario": "MultiStream", "latency_ms_p50": 2.0, "latency_ms_p99": 7.0, "latency_ms_judged": 7.0,
+           "latency_percentile_judged": 99.0, "raw": json.dumps({"runs": runs})}
+    single = {"scenario": "SingleStream", "latency_ms_p50": 1.0, "latency_ms_p99": 1.5, "latency_ms_judged": 1.2,
+              "latency_percentile_judged": 90.0,
+              "raw": json.dumps({"runs": [{**runs[0], "scenario": "SingleStream"}]})}
+    out = serving.per_query_of_old(pd.DataFrame([old, single]))
+    assert out[["latency_per", "latency_ms_p50", "latency_ms_p99", "latency_ms_judged"]].values.tolist() == [
+        ["query", 3.0, 8.0, 8.0], ["sample", 1.0, 1.5, 1.2]]
+    assert serving._judged(runs[0]) == 8.0  # a kept run: from its log too
+    new = {**old, "latency_per": "query", "latency_ms_judged": 8.5}  # a row that says so: as it is
+    assert serving.per_query_of_old(pd.DataFrame([new]))["latency_ms_judged"].tolist() == [8.5]
+
+
 DETAIL = "\n".join(":::MLLOG " + json.dumps({"key": k, "value": v}) for k, v in {
     "result_validity": "INVALID", "result_min_duration_met": False, "result_min_queries_met": True,
     "early_stopping_met": False, "early_stopping_result": " * Run unsuccessful.\n * Processed 3 queries.",

@@ -64,12 +64,19 @@ MLPERF_VISION_BOUND_MS = 15.0
 # mlperf.conf: `*.*.qsl_rng_seed`, `*.*.sample_index_rng_seed`, `*.*.schedule_rng_seed`.
 MLPERF_SEEDS = {"qsl": 2085463073848966840, "sample_index": 2747215439041700203,
                 "schedule": 16159082839903944936}
-# The latency percentiles LoadGen's detail log gives (results.cc: `result_<p>_percentile_latency_ns`, LoadGen
-# 6.0.17); it judges a run at any target percentile but logs the latency at these only, so only these are
-# judged here (a verdict without its number says too little: vitbench.tasks.serve refuses the others).
+# The latency percentiles LoadGen's detail log gives (results.cc: `result_<p>_percentile_latency_ns`, and in
+# MultiStream `result_<p>_percentile_per_query_latency_ns`, LoadGen 6.0.17); it judges a run at any target
+# percentile but logs the latency at these only, so only these are judged here (a verdict without its number
+# says too little: vitbench.tasks.serve refuses the others).
 LOGGED_PERCENTILES = (50.0, 90.0, 95.0, 97.0, 99.0, 99.9)
 # The latency percentiles every row reports, beside the one judged (`percentile_ms`).
 REPORTED_PERCENTILES = (50.0, 90.0, 99.0)
+# The scenarios whose latencies are per query: MLPerf's MultiStream metric is the percentile of a query's latency
+# (from its issue to its last sample's completion), what LoadGen's summary reports ("Per-query latency") and its
+# early stopping estimates (results.cc, `query_latencies`); the detail log gives them as
+# `result_<p>_percentile_per_query_latency_ns`, `result_mean_query_latency_ns`, `result_max_query_latency_ns`
+# beside the per-sample keys. The other scenarios' are per sample (Server and SingleStream: one per query).
+PER_QUERY_SCENARIOS = ("MultiStream",)
 
 
 @dataclass(frozen=True)
@@ -205,8 +212,9 @@ class Result:
     valid: bool
     reason: str | None  # why INVALID (every unmet condition), None when VALID
     samples_per_s: float | None  # LoadGen's result for the scenario (Server: completed; Offline: samples/s)
-    latency_ms: dict[str, float | None]  # 'p50', 'p90', 'p99', the judged 'p<P>', 'mean', 'max' (per sample)
+    latency_ms: dict[str, float | None]  # 'p50', 'p90', 'p99', the judged 'p<P>', 'mean', 'max' (per latency_per)
     log: dict  # every MLLOG key of the detail log -> its value (settings and results)
+    latency_per: str = "sample"  # what latency_ms times: 'sample', or 'query' (MultiStream: latency_per())
 
 
 def mllog(text: str) -> dict:
@@ -230,9 +238,24 @@ def _ms(log: dict, key: str) -> float | None:
     return v / 1e6 if finite_number(v) else None
 
 
-def percentile_ms(log: dict, p: float) -> float | None:
-    """LoadGen's `p`th percentile latency in ms, from a detail log's MLLOG entries (None: not logged)."""
-    return _ms(log, f"result_{p:.2f}_percentile_latency_ns")
+def latency_per(scenario: str | None) -> str:
+    """'query' where MLPerf's latencies of `scenario` are per query (PER_QUERY_SCENARIOS), else 'sample'."""
+    return "query" if scenario in PER_QUERY_SCENARIOS else "sample"
+
+
+def percentile_ms(log: dict, p: float, per: str = "sample") -> float | None:
+    """LoadGen's `p`th percentile latency in ms, per sample or (`per` 'query') per query, from a detail log's
+    MLLOG entries (None: not logged)."""
+    return _ms(log, f"result_{p:.2f}_percentile_{'per_query_' if per == 'query' else ''}latency_ns")
+
+
+def latencies_ms(log: dict, p: float, per: str = "sample") -> dict[str, float | None]:
+    """p50, p90, p99, the judged `p<P>`, mean and max in ms, per sample or (`per` 'query') per query."""
+    lat = {f"p{q:g}": percentile_ms(log, q, per) for q in REPORTED_PERCENTILES}
+    lat[f"p{p:g}"] = percentile_ms(log, p, per)  # the judged percentile's, under its own name (p95), whichever
+    q = "query_" if per == "query" else ""
+    lat.update(mean=_ms(log, f"result_mean_{q}latency_ns"), max=_ms(log, f"result_max_{q}latency_ns"))
+    return lat
 
 
 def _met(log: dict, key: str) -> bool | None:
@@ -253,18 +276,18 @@ def judge(log: dict, settings: Settings) -> Result:
     if _met(log, "result_min_queries_met") is False:
         why.append(f"minimum query count not met ({settings.min_query_count})")
     if _met(log, "early_stopping_met") is False:
-        said = " ".join(str(log.get("early_stopping_result") or "too few queries").replace("*", " ").split()).rstrip(".")
+        said = " ".join(str(log.get("early_stopping_result") or "too few queries").replace("*", " ").split())
+        said = said.rstrip(".")
         why.append(f"early stopping not met: {said}")  # LoadGen's own words, on one line
-    p = settings.percentile
-    judged = percentile_ms(log, p)
-    if _met(log, "result_perf_constraints_met") is False:
-        over = f"p{p:g} latency {judged:.3g} ms" if judged is not None else f"p{p:g} latency (not logged)"
+    p, per = settings.percentile, latency_per(settings.scenario)
+    lat = latencies_ms(log, p, per)
+    judged = lat[f"p{p:g}"]
+    if _met(log, "result_perf_constraints_met") is False:  # LoadGen judges a bound in Server only
+        name = f"p{p:g} {'per-query ' if per == 'query' else ''}latency"
+        over = f"{name} {judged:.3g} ms" if judged is not None else f"{name} (not logged)"
         why.append(f"{over} over the bound {settings.latency_bound_ms:g} ms")
     if not valid and not why:
         why.append(f"LoadGen judged it {log.get('result_validity')!r}")
-    lat = {f"p{q:g}": percentile_ms(log, q) for q in REPORTED_PERCENTILES}
-    lat[f"p{p:g}"] = judged  # the judged percentile's, under its own name (p95), whichever it is
-    lat.update(mean=_ms(log, "result_mean_latency_ns"), max=_ms(log, "result_max_latency_ns"))
     if settings.scenario == "Offline":
         rate = log.get("result_samples_per_second")
     elif settings.scenario == "Server":
@@ -277,7 +300,7 @@ def judge(log: dict, settings: Settings) -> Result:
             else None
     rate = float(rate) if finite_number(rate) \
         and rate > 0 else None
-    return Result(valid and not missing, None if valid and not missing else "; ".join(why), rate, lat, log)
+    return Result(valid and not missing, None if valid and not missing else "; ".join(why), rate, lat, log, per)
 
 
 @dataclass
@@ -299,6 +322,7 @@ class Served:
                 "percentile": s.percentile, "min_duration_s": s.min_duration_s,
                 "min_query_count": s.min_query_count, "valid": self.result.valid, "reason": self.result.reason,
                 "samples_per_s": self.result.samples_per_s, "latency_ms": self.result.latency_ms,
+                "latency_per": self.result.latency_per,
                 "wall_s": self.wall_s, "batch_sizes": self.batches, "padded_samples": self.padded,
                 "logs": self.logs}
 

@@ -4,7 +4,8 @@ Method (one LoadGen run each: vitbench.measure.loadgen):
   build one inference workload per batch size the SUT may run (powers of two up to the max batch, and the max
   batch; SingleStream: 1), each timed apart through its first step (compilation) and `warmup_steps` more on the
   host images (never inside a LoadGen run), then
-  - SingleStream / MultiStream: one run; LoadGen's latency percentiles (per sample) are the result;
+  - SingleStream / MultiStream: one run; LoadGen's latency percentiles are the result (SingleStream: per
+    sample; MultiStream: per query, MLPerf's metric, the row's `latency_per` says which);
   - Offline: one run (LoadGen's samples/s), bracketed by vitbench's own throughput mode on the max-batch workload
     (`Backend.time_windows`, the windows `bench --timing throughput` times), before and after, so the two figures
     for the same model and batch sit side by side with the windows' spread;
@@ -174,6 +175,7 @@ def serve(step: Step, backend: str, device: str, threads: int | None, images: np
                                                               "mean", "max")},
         "latency_ms_judged": res.latency_ms.get(f"p{settings.percentile:g}"),  # LoadGen's, at the one below
         "latency_percentile_judged": settings.percentile,  # the config's, or the scenario's MLPerf default
+        "latency_per": res.latency_per,  # what the latencies time: 'sample', or 'query' (MultiStream)
         "mean_batch": statistics.fmean(shown.batches) if shown.batches else None,
         "padded_samples": shown.padded,
         "host_input": host_input,

@@ -16,8 +16,8 @@ from vitbench.report.caveats import CAVEAT
 from vitbench.report.parts import NotDrawn
 from vitbench.report.plots import backend_line, model_colors
 
-KEYS = ["model", "backend", "device", "precision", "scenario", "batch_size", "max_wait_ms", "latency_bound_ms",
-        "min_duration_s"]
+KEYS = ["model", "backend", "device", "precision", "scenario", "latency_per", "batch_size", "max_wait_ms",
+        "latency_bound_ms", "min_duration_s"]
 VALUES = ["samples_per_s", "latency_ms_p50", "latency_ms_p90", "latency_ms_p99", "latency_percentile_judged",
           "latency_ms_judged", "probes", "mean_batch", "throughput_img_per_s", "offline_over_throughput",
           OTHER_LOAD]
@@ -25,7 +25,10 @@ COLUMNS = (*KEYS, "repeats", *VALUES, "qps_search_bracket", CAVEAT)
 
 
 def table(ok: pd.DataFrame) -> pd.DataFrame:
-    """Median over repeats per configuration; the Server search's last bracket (of the first repeat) beside it."""
+    """Median over repeats per configuration; the Server search's last bracket (of the first repeat) beside it.
+    Latencies per query in MultiStream (an older row, without `latency_per`, held them per sample: read again
+    from the detail log it keeps, `per_query_of_old`), per sample elsewhere; `latency_per` says which."""
+    ok = per_query_of_old(ok)
     out = tables._collapse(ok, KEYS, tables._present(ok, VALUES))
     if not out.empty and "qps_search_bracket" in ok.columns:
         keys = tables.summary_keys(out, KEYS)  # the summary's own groups
@@ -48,17 +51,57 @@ def _runs(raw) -> list[dict]:
     return [r for r in runs if isinstance(r, dict)] if isinstance(runs, list) else []
 
 
+def _detail(run: dict) -> dict | None:
+    """The MLLOG entries of the detail log a run keeps (None: none kept)."""
+    detail = (run.get("logs") or {}).get(loadgen.LOG_FILES[1])
+    return loadgen.mllog(detail) if isinstance(detail, str) and detail else None
+
+
+def _stale(run: dict) -> bool:
+    """A run of a per-query scenario (MultiStream) kept by an older row: its latencies per sample, no
+    `latency_per`."""
+    return run.get("latency_per") is None and loadgen.latency_per(run.get("scenario")) == "query"
+
+
 def _judged(run: dict) -> float | None:
     """A run's latency at its judged percentile: its `latency_ms` entry (`p95`), else (a row written before
-    2026-11-30 kept p50/p90/p99 only) LoadGen's detail log the run keeps."""
+    2026-11-30 kept p50/p90/p99 only; an older MultiStream run, its latencies per sample, `_stale`) LoadGen's
+    detail log the run keeps (per query in MultiStream)."""
     p = run.get("percentile")
     if not isinstance(p, (int, float)) or isinstance(p, bool):
         return None
-    got = (run.get("latency_ms") or {}).get(f"p{p:g}")
+    got = None if _stale(run) else (run.get("latency_ms") or {}).get(f"p{p:g}")
     if got is None:
-        detail = (run.get("logs") or {}).get(loadgen.LOG_FILES[1])
-        got = loadgen.percentile_ms(loadgen.mllog(detail), p) if isinstance(detail, str) else None
+        log = _detail(run)
+        got = loadgen.percentile_ms(log, p, loadgen.latency_per(run.get("scenario"))) if log else None
     return got
+
+
+def per_query_of_old(df: pd.DataFrame) -> pd.DataFrame:
+    """`df` with every row's `latency_per` ('sample', 'query'), and an older MultiStream row (its latencies per
+    sample, no `latency_per`) given its per-query ones, MLPerf's, from the detail log its run
+    keeps; one without that log keeps its per-sample numbers and says so ('sample')."""
+    if "scenario" not in df.columns or df.empty:
+        return df
+    df = df.copy()
+    per = df["latency_per"].astype(object) if "latency_per" in df.columns else pd.Series(None, df.index, object)
+    per = per.where(per.notna(), None)
+    for i, r in df.iterrows():
+        if per[i] is not None:
+            continue
+        per[i] = "sample"
+        runs = _runs(r.get("raw")) if loadgen.latency_per(r["scenario"]) == "query" else []
+        log = _detail(runs[-1]) if runs else None  # a stream scenario's one run
+        p = r.get("latency_percentile_judged")
+        if not log or not isinstance(p, (int, float)) or pd.isna(p):
+            continue
+        lat = loadgen.latencies_ms(log, float(p), "query")
+        for k, v in [*lat.items(), ("judged", lat[f"p{float(p):g}"])]:
+            if f"latency_ms_{k}" in df.columns:
+                df.at[i, f"latency_ms_{k}"] = v
+        per[i] = "query"
+    df["latency_per"] = per
+    return df
 
 
 def probes(df: pd.DataFrame) -> pd.DataFrame:

@@ -135,6 +135,9 @@ class LoadGenFields(BaseModel):
                         samples_per_query=self.samples_per_query, expected_latency_ms=1.0, seeds=seeds)
 
 
+# whose latency the latency metrics are (the row's `latency_per`, vitbench.measure.loadgen.PER_QUERY_SCENARIOS)
+_PER = ("per sample; MultiStream: per query, issue to the query's last sample's completion, MLPerf's metric "
+        "(latency_per)")
 # every number a serve row holds, in the order `vitbench serve` shows them (vitbench.measure.serve writes them)
 METRICS = (
     Metric("samples_per_s", "samples/s", True, "Server: the highest target QPS LoadGen judged VALID at the "
@@ -142,13 +145,13 @@ METRICS = (
            comparable=True, default_compare=True, speed=True),
     Metric("completed_samples_per_s", "samples/s", True, "samples completed per second in the run shown (the "
            "best VALID one, else the last)"),
-    Metric("latency_ms_p50", "ms", False, "median per-sample latency, issue to completion (LoadGen)"),
-    Metric("latency_ms_p90", "ms", False, "90th percentile per-sample latency (LoadGen)"),
-    Metric("latency_ms_p99", "ms", False, "99th percentile per-sample latency (LoadGen)", comparable=True),
-    Metric("latency_ms_judged", "ms", False, "per-sample latency at the percentile judged "
-           "(latency_percentile_judged: latency_ms_p99 at Server's default; LoadGen)"),
-    Metric("latency_ms_mean", "ms", False, "mean per-sample latency (LoadGen)"),
-    Metric("latency_ms_max", "ms", False, "largest per-sample latency (LoadGen)"),
+    Metric("latency_ms_p50", "ms", False, f"median latency, issue to completion, {_PER} (LoadGen)"),
+    Metric("latency_ms_p90", "ms", False, f"90th percentile latency, {_PER} (LoadGen)"),
+    Metric("latency_ms_p99", "ms", False, f"99th percentile latency, {_PER} (LoadGen)", comparable=True),
+    Metric("latency_ms_judged", "ms", False, f"latency at the percentile judged, {_PER} "
+           "(latency_percentile_judged: latency_ms_p99 at Server's and MultiStream's default; LoadGen)"),
+    Metric("latency_ms_mean", "ms", False, f"mean latency, {_PER} (LoadGen)"),
+    Metric("latency_ms_max", "ms", False, f"largest latency, {_PER} (LoadGen)"),
     Metric("latency_percentile_judged", "percentile", False, "the latency percentile LoadGen judged against the "
            "bound (the config's, or the scenario's MLPerf default)"),
     Metric("probes", "runs", False, "LoadGen runs made (the Server search's probes; 1 otherwise)"),
