@@ -213,3 +213,75 @@ def test_a_reports_earlier_files_it_no_longer_writes_are_removed_and_said(res, t
     r = cli("report", res, "--out", out, "--format", "md,csv", "--no-plots")
     r = cli("report", res, "--out", out, "--format", "md", "--no-plots")
     assert r.exit_code == 0 and "removed" in r.stderr and gone[0] in r.stderr, r.output
+
+
+def _full_disk_in_staging(monkeypatch):
+    """A file written into a writer's staging folder fails half way as a full disk does: a write to an open file
+    (pyarrow's, matplotlib's, write_bytes') carries no file name."""
+    import errno
+    from pathlib import Path
+
+    real = Path.write_bytes
+
+    def full(self, data):
+        if not self.parent.name.startswith(STAGING):
+            return real(self, data)
+        real(self, data[: len(data) // 2])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_bytes", full)
+
+
+def test_a_full_disk_names_the_report_folder_and_leaves_no_new_empty_one(res, tmp_path, cli, monkeypatch):
+    """A report refused by a full disk said 'a file cannot be written', exit 2, and left the report folder it
+    had made, empty; now the message names the folder, the folders it made go, an earlier report stays whole."""
+    import errno
+
+    from vitbench.report import build
+
+    real = build._write
+
+    def full(df, cal, out, *a, **k):
+        (out / "report.md").write_text("half a rep")  # into the staging folder, then the disk is full
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    out = tmp_path / "new" / "report"
+    monkeypatch.setattr(build, "_write", full)
+    r = cli("report", res, "--out", out, "--format", "md", "--no-plots")
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert f"report directory '{out}' cannot be written: the disk is full" in " ".join(r.output.split()), r.output
+    assert not (tmp_path / "new").exists()  # made by this report (a parent too), nothing published: removed
+
+    monkeypatch.setattr(build, "_write", real)
+    _report(res, out)
+    before = _snapshot(out)
+    monkeypatch.setattr(build, "_write", full)
+    r = cli("report", res, "--out", out, "--format", "md", "--no-plots")
+    assert r.exit_code == 2 and "cannot be written: the disk is full" in r.output, r.output
+    assert _snapshot(out) == before and sorted(p.name for p in out.iterdir()) == sorted(before)
+
+
+@pytest.mark.parametrize("command", ["fit", "inspect"])
+def test_a_full_disk_names_the_out_folder_and_leaves_no_new_empty_one(command, tmp_path, cli, monkeypatch):
+    """fit --out and inspect --out: the same (vitbench.outdir.write_files)."""
+    if command == "fit":
+        law = tmp_path / "law.csv"
+        law.write_text("c,e\n" + "".join(f"{10 ** (3 + i / 2)},{1 / (1 + i)}\n" for i in range(12)))
+        args = ("fit", law, "--compute", "c", "--error", "e", "--bootstrap", "0", "--workers", "1")
+    else:
+        args = ("inspect", "ViT-Nano/4", "--images", "2", "--rollout", "0", "--threads", "1")
+    out = tmp_path / "out"
+    _full_disk_in_staging(monkeypatch)
+    r = cli(*args, "--out", out)
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    said = " ".join(r.output.split())
+    assert f"{command} directory '{out}' cannot be written: the disk is full" in said, r.output
+    assert not out.exists()
+
+    monkeypatch.undo()
+    assert cli(*args, "--out", out).exit_code == 0
+    before = _snapshot(out)
+    _full_disk_in_staging(monkeypatch)
+    r = cli(*args, "--out", out)
+    assert r.exit_code == 2 and f"{command} directory '{out}' cannot be written" in " ".join(r.output.split())
+    assert _snapshot(out) == before and sorted(p.name for p in out.iterdir()) == sorted(before)

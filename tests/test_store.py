@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -323,6 +324,37 @@ def test_a_full_disk_leaves_no_torn_line_and_says_which_row_was_lost(tmp_path, m
     r = cli("fit", tmp_path / "law.csv", "--compute", "c", "--error", "e", "--out", tmp_path / "fit")
     assert r.exit_code == 2 and "cannot be written: the disk is full" in r.output, r.output
     assert "Traceback" not in r.output
+
+
+def test_a_claim_a_full_disk_refuses_names_its_file_and_leaves_the_trial_free(tmp_path, monkeypatch, cli):
+    """A claim's lock file that a full disk would not take said 'a file cannot be written' (its pwrite names
+    none); now the error names the lock file and the trial, and the claim is released: the trial stays free."""
+    import errno
+
+    from vitbench.paths import PathError
+    from vitbench.store import claim_path
+
+    def full(fd, data, offset):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    real = os.pwrite
+    monkeypatch.setattr(os, "pwrite", full)
+    with Store(tmp_path) as s, Store(tmp_path) as other:
+        with pytest.raises(PathError, match=r"claims/k1.lock' cannot be written: the disk is full .*: trial k1 "):
+            s.claim("k1")
+        monkeypatch.setattr(os, "pwrite", real)
+        assert other.claim("k1")  # not held by the store that failed
+        other.release("k1")
+        assert s.claim("k1")
+    assert claim_path(tmp_path, "k1").read_text().endswith(f" {os.getpid()}\n")
+
+    study = tmp_path / "tiny.yaml"
+    study.write_text("name: t\ncalibration: false\naxes: {model: [ViT-Nano/4], task: [flops]}\n")
+    monkeypatch.setattr(os, "pwrite", full)
+    r = cli("sweep", study, "--results", tmp_path / "res")
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert re.search(r"error: claim file '\S*res/claims/\w+\.lock' cannot be written: the disk is full",
+                     " ".join(r.output.split())), r.output
 
 
 def test_done_keys_follow_rows_appended_by_another_writer(tmp_path):

@@ -21,6 +21,10 @@ files in leaves them all provable, and the next one replaces them). The staging 
 (flock) until the writer ends; the kernel drops the lock when a writer dies, so a staging folder whose LOCK nobody
 holds is a dead writer's leftover, and the next writer into the folder removes it (a live one, another still
 running, is left alone).
+
+A writer writes inside `writing(out, writer)`: the folders it creates for `out` are removed again when the write
+fails and they are still empty (a failed write leaves no new empty folder), and a file a full or read-only disk
+refuses is said naming `out` (PathError, exit 2): the writes of pyarrow, matplotlib, a file's write() name no file.
 """
 
 from __future__ import annotations
@@ -177,18 +181,42 @@ class OutputFolder:
         return removed
 
 
+@contextlib.contextmanager
+def writing(out: Path, writer: Writer, what: str | None = None) -> Iterator[Path]:
+    """Make folder `out` (and its missing parents; `what` it is in a message, default the writer's option) for the
+    block. When the block fails, the folders made are removed again if still empty (nothing was published into
+    them), and a file a full or read-only disk refused is said naming `out` (or the file, one outside it)."""
+    from vitbench.paths import DISK_ERRNOS, PathError, make_dir, reason
+
+    out = Path(out)
+    made = [d for d in (out, *out.parents) if not os.path.lexists(d)]  # deepest first
+    make_dir(out, what or writer.option)
+    try:
+        yield out
+    except BaseException as e:
+        for d in made:
+            try:
+                d.rmdir()  # only an empty one: a file published into it (or anyone's) keeps it
+            except OSError:
+                break
+        if isinstance(e, OSError) and e.errno in DISK_ERRNOS:
+            where = f"{writer.what} directory {str(out)!r}"
+            if e.filename and not _inside(Path(os.fsdecode(e.filename)), out):
+                where = f"file {os.fsdecode(e.filename)!r} (writing {writer.what} directory {str(out)!r})"
+            raise PathError(f"{where} cannot be written: {reason(e)}") from None
+        raise
+
+
 def write_files(out: Path, files: dict[str, bytes], writer: Writer, allow_other: bool = False) -> list[Path]:
     """Write `files` (name -> bytes, rendered already) into folder `out` (made if need be) as `writer`: checked,
-    staged, then published (above); the paths written."""
-    from vitbench.paths import make_dir
-
-    make_dir(out, writer.option)
-    folder = OutputFolder(out, writer, allow_other=allow_other)
-    folder.check()
-    with folder.staging() as stage:
-        for name, data in files.items():
-            (stage / name).write_bytes(data)
-        removed = folder.publish(stage, list(files))
+    staged, then published (above; `writing`: a failure leaves no new empty folder); the paths written."""
+    with writing(out, writer):
+        folder = OutputFolder(out, writer, allow_other=allow_other)
+        folder.check()
+        with folder.staging() as stage:
+            for name, data in files.items():
+                (stage / name).write_bytes(data)
+            removed = folder.publish(stage, list(files))
     if removed:
         warnings.warn(removed_note(writer, removed), VitbenchWarning, stacklevel=2)
     return [out / name for name in files]
@@ -217,6 +245,13 @@ def _move(src: Path, dst: Path, replace: bool) -> None:
         os.rename(src, dst)
         return
     src.unlink()
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    try:
+        return path.resolve().is_relative_to(folder.resolve())
+    except (OSError, RuntimeError):
+        return False
 
 
 def _staging(entry: Path) -> bool:

@@ -287,6 +287,11 @@ def _interned(d: dict) -> dict:
     return {sys.intern(k): _interned(v) if type(v) is dict else v for k, v in d.items()}
 
 
+def _unclaimed(lock: Path, key: str, e: OSError) -> PathError:
+    return PathError(f"claim file {str(lock)!r} cannot be written: {reason(e)}: trial {key} was not run (a sweep "
+                     "run again runs what has no row)")
+
+
 class Store:
     """Append-only results of one study directory (see the module docstring)."""
 
@@ -388,19 +393,29 @@ class Store:
     def claim(self, key: str) -> bool:
         """Try to take the trial `key` for this process (non-blocking flock; released by `release` or death).
 
-        Lock files are never deleted (deleting a lock file races with a process about to lock it)."""
+        Lock files are never deleted (deleting a lock file races with a process about to lock it). A lock file
+        that cannot be written (a full disk) is a PathError naming it, the trial left unclaimed."""
         if key in self._claims:
             return True
         lock = claim_path(self.root, key)
-        lock.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            lock.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise _unclaimed(lock, key, e) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
             return False
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{socket.gethostname()} {os.getpid()}\n".encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{socket.gethostname()} {os.getpid()}\n".encode(), 0)
+        except OSError as e:  # a full disk: the claim released, not held by a process that said it failed
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
+            os.close(fd)  # drops the lock
+            raise _unclaimed(lock, key, e) from None
         self._claims[key] = fd
         return True
 

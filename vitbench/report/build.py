@@ -14,7 +14,6 @@ import pandas as pd
 
 from vitbench.errors import ConfigError, clip, shorten
 from vitbench.outdir import Writer, removed_note
-from vitbench.paths import make_dir
 from vitbench.registry import ENV_PLUGINS
 
 FORMATS = ("md", "html", "csv", "parquet")
@@ -124,7 +123,7 @@ def build_report(results: str | Path, out: str | Path | None = None, formats: It
     """Load `results` (a store directory or .jsonl file) and write the report files into `out`: only files a
     report wrote there (vitbench.outdir); a folder holding anyone else's files is refused unless
     `allow_other_files` (the report is then written beside them, none touched)."""
-    from vitbench.outdir import OutputFolder
+    from vitbench.outdir import OutputFolder, writing
     from vitbench.store import CorruptLineWarning
     from vitbench.tidy import load_each
 
@@ -141,12 +140,13 @@ def build_report(results: str | Path, out: str | Path | None = None, formats: It
                              if skipped else "run `vitbench sweep` first") + ")")
     df = _ab_side_commit(results, df)
     out = Path(out) if out else (results if results.is_dir() else results.parent) / "report"
-    make_dir(out, "report directory")
-    folder = OutputFolder(out, REPORT, allow_other=allow_other_files)
-    folder.check()
-    with folder.staging() as stage:
-        rep = _write(df, cal, stage, formats, plots, warnings_=list(dict.fromkeys(str(w.message) for w in caught)))
-        removed = folder.publish(stage, [p.name for p in rep.files])
+    with writing(out, REPORT, "report directory"):  # a failed report leaves no new empty folder, names `out`
+        folder = OutputFolder(out, REPORT, allow_other=allow_other_files)
+        folder.check()
+        with folder.staging() as stage:
+            rep = _write(df, cal, stage, formats, plots,
+                         warnings_=list(dict.fromkeys(str(w.message) for w in caught)))
+            removed = folder.publish(stage, [p.name for p in rep.files])
     if removed:
         rep.warnings.append(removed_note(REPORT, removed))
     rep.files = [out / p.name for p in rep.files]
