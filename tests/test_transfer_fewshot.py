@@ -68,3 +68,12 @@ def test_accuracy_rises_with_shots_and_is_chance_on_noise():
     noise = [(rng.normal(size=(200, 16)), np.arange(200) % 5) for _ in range(3)]
     m, _ = evaluate_features(*noise, 5, [10], seeds=3, l2_reg=1.0)
     assert m["accuracy"] < 0.4  # chance is 0.2
+
+
+def test_one_seed_has_no_spread_to_show():
+    """A row of one seed said accuracy_std 0.0, which reads as "no spread"; one value has no sample spread."""
+    from vitbench.protocols.fewshot import spread
+
+    assert spread([0.8]) == (0.8, None)
+    mean, sd = spread([0.8, 0.9])
+    assert mean == pytest.approx(0.85) and sd == np.std([0.8, 0.9], ddof=1)

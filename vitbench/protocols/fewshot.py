@@ -58,13 +58,14 @@ class LeastSquares:
         return (self.design(x) @ self.weights(l2)).argmax(1)
 
 
-def spread(values) -> tuple[float, float]:
-    """Mean and sample standard deviation (ddof 1; 0.0 for a single value) of per-seed results.
+def spread(values) -> tuple[float, float | None]:
+    """Mean and sample standard deviation (ddof 1; None for a single value: one seed shows no spread, which 0.0
+    said was none) of per-seed results.
 
     The one definition of a row's `accuracy` / `accuracy_std` over seeds, for few-shot draws and fine-tuning
     seeds alike."""
     a = np.asarray(values, dtype=float)
-    return float(a.mean()), float(a.std(ddof=1)) if a.size > 1 else 0.0
+    return float(a.mean()), float(a.std(ddof=1)) if a.size > 1 else None
 
 
 def kshot_indices(labels: np.ndarray, num_classes: int, shots: int, seed: int) -> np.ndarray:

@@ -163,8 +163,10 @@ def finetune(cfg: FinetuneConfig, *, device: str = "cpu", threads: int | None = 
         "initial_accuracy": initial_accuracy,
         "val_accuracy": float(np.mean(best_val)) if best_val else None,
         "best_lr": best_lr,
+        # the protocol's cost: every run of the LR grid and the final ones (finetune_runs of them), not one run's
         "finetune_images_seen": images,
         "finetune_exaflops": train_flops_per_image(spec, r, k) * images / 1e18,
+        "finetune_runs": runs,
         "finetune_s": train_s,  # all runs of the LR grid and the final ones, plus their val evaluations
         "compile_s": compile_s or None,  # None: nothing compiled apart (eager)
         "input_img_per_s": train_input["input_img_per_s"],  # decode + preprocess alone

@@ -1,5 +1,7 @@
 """The transfer protocols' image preprocessing, backend-free so torch and JAX see identical inputs: the paper's
-input pipeline (vit_jax `input_pipeline.py`): resize to the model resolution, then scale values to [-1, 1]."""
+evaluation pipeline (vit_jax `input_pipeline.py`): resize to the model resolution, then scale values to [-1, 1].
+Training batches go through it too, unaugmented: vit_jax's training pipeline adds a random crop and flip, which
+vitbench does not (its fine-tuning numbers are of an unaugmented recipe, and the distillation tables rely on it)."""
 
 from __future__ import annotations
 
