@@ -62,4 +62,11 @@ def resnet(spec: ModelSpec, *, hybrid: bool, num_classes: int) -> ResNetV2:
 
 
 def build(spec: ModelSpec, resolution: int, num_classes: int) -> ResNetV2:
-    return resnet(spec, hybrid=False, num_classes=num_classes)
+    model = resnet(spec, hybrid=False, num_classes=num_classes)
+    head = getattr(getattr(model, "head", None), "fc", None)
+    if isinstance(head, (torch.nn.Conv2d, torch.nn.Linear)):  # a zero head, as the Flax model's (BiT, Kolesnikov
+        with torch.no_grad():  # et al. 2020, 3.3: "we initialize the head to zero"; timm draws it at random)
+            head.weight.zero_()
+            if head.bias is not None:
+                head.bias.zero_()
+    return model

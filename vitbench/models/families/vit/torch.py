@@ -28,9 +28,54 @@ def vit(spec: ModelSpec, resolution: int, num_classes: int, embed_layer=None) ->
                   mlp_ratio=a.mlp_dim / a.width, qkv_bias=True,
                   norm_layer=partial(torch.nn.LayerNorm, eps=a.ln_eps), act_layer=GELUS[spec.flavour.gelu])
     if not is_plain(spec):  # another head or position embedding (ViT appendix D.3, D.4)
-        return VariantViT(spec, resolution, num_classes, **kwargs)
+        return flax_init(VariantViT(spec, resolution, num_classes, **kwargs))
     cls = VisionTransformerDistilled if spec.arch.distilled else VisionTransformer
-    return cls(img_size=resolution, num_classes=num_classes, global_pool="token", class_token=True, **kwargs)
+    return flax_init(cls(img_size=resolution, num_classes=num_classes, global_pool="token", class_token=True,
+                         **kwargs))
+
+
+# the position embeddings' parameter names (timm's table; posemb variants' per-axis and per-layer tables; the
+# relative logits' table): each drawn as the Flax model draws it, normal(posemb.INIT_STD)
+_POSEMBS = ("pos_embed", "pos_embedding", "pos_embedding_x", "pos_embedding_y", "rel_embedding")
+
+
+def flax_init(model: torch.nn.Module) -> torch.nn.Module:
+    """`model`'s parameters drawn from the distributions the Flax ViT draws its twins from (flax_model.py, after
+    vit_jax), so that both backends pre-train from the same start (timm's default, truncated normal 0.02 on every
+    kernel, gave a first qkv kernel std 0.020 against Flax's 0.177 on ViT-Nano/4, and a different model after
+    pre-training). Linear kernels Xavier-uniform (Flax's DenseGeneral flattens query/key/value to (D, D) each, so
+    the fused qkv is three such blocks), MLP biases normal(1e-6), other biases zero; the patch embedding and the
+    pre-logits layer LeCun-normal (Flax's default for Conv and Dense); heads and the class token zero, the
+    distillation token and position embeddings normal(0.02). A hybrid's ResNet (inside patch_embed) keeps its own."""
+    from timm.layers import lecun_normal_
+
+    from vitbench.models.posemb import INIT_STD
+
+    with torch.no_grad():
+        for name, m in model.named_modules():
+            leaf = name.rpartition(".")[2]
+            if isinstance(m, torch.nn.Linear):
+                if name.startswith("head"):  # the paper zero-initialises the head (Flax: kernel_init zeros)
+                    torch.nn.init.zeros_(m.weight)
+                elif leaf == "pre_logits":
+                    lecun_normal_(m.weight)
+                else:
+                    for block in m.weight.chunk(3) if leaf == "qkv" else (m.weight,):
+                        torch.nn.init.xavier_uniform_(block)
+                if m.bias is not None:
+                    torch.nn.init.normal_(m.bias, std=1e-6) if "mlp" in name.split(".") else torch.nn.init.zeros_(
+                        m.bias)
+            elif isinstance(m, torch.nn.Conv2d) and name.endswith("patch_embed.proj"):
+                lecun_normal_(m.weight)
+                if m.bias is not None:
+                    torch.nn.init.zeros_(m.bias)
+        for name, p in model.named_parameters():
+            leaf = name.rpartition(".")[2]
+            if leaf == "cls_token":
+                p.zero_()
+            elif leaf == "dist_token" or leaf in _POSEMBS:
+                torch.nn.init.normal_(p, std=INIT_STD)
+    return model
 
 
 def build(spec: ModelSpec, resolution: int, num_classes: int) -> VisionTransformer:
