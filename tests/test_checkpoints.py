@@ -319,6 +319,25 @@ def test_npz_with_pre_logits_loads_into_a_model_with_that_rep_size(tmp_path):
     model.load_state_dict(p.state_dict(), strict=True)
 
 
+def test_a_vit_jax_file_read_for_transfer_keeps_its_pre_logits_layer(tmp_path):
+    """Few-shot on an original vit_jax file (the ImageNet-21k ones have a 768-wide tanh pre-logits layer) read its
+    class token: the loader dropped the layer with the head, where big_vision's few-shot (and the paper) read the
+    pre-logits output. Read with no model asked, the file is the model with that rep_size, its layer kept; a
+    model asked without one keeps the old behaviour (the layer dropped: the paper's fine-tuning head swap)."""
+    from vitbench.transfer.checkpoint import load_checkpoint
+
+    cfg = VIT_JAX_TINY["ViT-Nano/4"]
+    shapes = vit_jax_shapes(cfg) | {"pre_logits/kernel": (32, 16), "pre_logits/bias": (16,)}
+    path = tmp_path / "upstream.npz"
+    arrays = random_vit_jax_params(shapes)
+    np.savez(path, **arrays)
+    ck = load_checkpoint(path)
+    assert ck.spec.name == "ViT-Nano/4[rep_size=16]"
+    np.testing.assert_array_equal(ck.weights["pre_logits.weight"], arrays["pre_logits/kernel"].T.astype(np.float32))
+    asked = load_checkpoint(path, "ViT-Nano/4")
+    assert asked.spec.name == "ViT-Nano/4" and not any(k.startswith("pre_logits") for k in asked.weights)
+
+
 # ---- big_transfer BiT: the original files keep TensorFlow names; bit_jax/models.py defines the function ----
 def np_bit_forward(p: dict, x, groups: int, stages: list[tuple[int, int]]):
     """big_transfer bit_jax ResNet (v2) at inference, from the source, on big_transfer's TF-named arrays."""

@@ -44,6 +44,16 @@ def load_npz(path: str | Path) -> dict[str, np.ndarray]:
         raise ConfigError(f"checkpoint {str(path)!r} is not a readable .npz file: {e}") from e
 
 
+def pre_logits_width(path: str | Path) -> int | None:
+    """The width of a vit_jax .npz file's tanh pre-logits layer (its pre-training representation head: the
+    `representation_size` of the original ImageNet-21k files), read from that one array; None without one."""
+    try:
+        with np.load(Path(path), allow_pickle=False) as z:
+            return int(z["pre_logits/bias"].shape[-1]) if "pre_logits/bias" in z.files else None
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile, IndexError):
+        return None  # load_npz says what is wrong with the file
+
+
 def save_npz(path: str | Path, params: dict) -> None:
     """Write Flax params as a vit_jax-style .npz (flattened '/'-joined keys, float32 numpy arrays)."""
     flat = {k: np.asarray(v) for k, v in flatten(dict(params)).items()}

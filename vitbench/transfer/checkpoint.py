@@ -360,10 +360,16 @@ def load_checkpoint(path: str | Path, model: str | None = None) -> Checkpoint:
 
 
 def _foreign(path: Path, model: str | None) -> Checkpoint:
-    """A checkpoint of another origin, head dropped (the transfer protocols attach their own)."""
+    """A checkpoint of another origin, head dropped (the transfer protocols attach their own); a vit_jax file's
+    tanh pre-logits layer kept where no model was asked (it is then the model with that `rep_size`)."""
+    from vitbench.models.arch import arch_value
     from vitbench.models.checkpoints import load_pretrained
+    from vitbench.models.npz import pre_logits_width
 
     p = load_pretrained(path, model, new_head=True)
+    width = pre_logits_width(path) if model is None and path.suffix.lower() == ".npz" else None
+    if width and not arch_value(p.spec, "rep_size"):  # few-shot reads the pre-logits representation (the paper,
+        p = load_pretrained(path, p.spec.with_overrides(rep_size=width), new_head=True)  # big_vision): kept
     check_finite_weights(p.weights, str(path))
     meta = {"format": FORMAT, **p.meta(), "num_classes": p.num_classes or p.spec.num_classes, "metrics": {},
             "config": None, "backend": None}
