@@ -178,7 +178,7 @@ def test_torch_checkpoint_fewshot_and_finetune_in_jax(tmp_path):
 
 @pytest.mark.parametrize("model", ["ViT-Nano/4", "ViT-Nano/4[rep_size=16,posemb=learned_2d]",
                                    "ViT-Nano/4[posemb=relative]", "ViT-Nano/4[classifier=gap]", "DeiT-Nano/4-dist",
-                                   "R-Nano+ViT-Micro/8", "R-Nano"])
+                                   "R-Nano+ViT-Micro/8", "R-Nano", "Axial-ViT-Nano/4", "Axial-R-Nano"])
 def test_both_backends_initialise_every_parameter_from_the_same_distribution(model):
     """torch built timm's default initialisation (truncated normal 0.02 on every kernel, a random head), the Flax
     models vit_jax's (Xavier-uniform kernels, zero head and class token): ViT-Nano/4's first qkv kernel had std

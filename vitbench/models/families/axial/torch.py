@@ -168,12 +168,31 @@ class AxialResNet(nn.Module):
         return self.forward_head(self.forward_features(x))
 
 
+def flax_defaults_init(model: nn.Module) -> nn.Module:
+    """`model`'s parameters drawn as its Flax twin draws them (flax.py: Flax's defaults, LeCun-normal kernels of
+    every Dense and Conv, zero biases; position and relative embeddings normal(0.02)), where torch's defaults
+    (Kaiming-uniform, a = sqrt(5): a std sqrt(3) smaller, random biases) made the two backends pre-train from
+    different starts. Norm layers keep ones and zeros on both."""
+    from timm.layers import lecun_normal_
+
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, (nn.Linear, nn.Conv2d)):
+                lecun_normal_(m.weight)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+        for name, p in model.named_parameters():
+            if name.rpartition(".")[2] in ("pos_embed", "rel_embedding"):
+                nn.init.normal_(p, std=0.02)
+    return model
+
+
 def build_axial_vit(spec: ModelSpec, resolution: int, num_classes: int) -> nn.Module:
-    return AxialViT(spec, resolution, num_classes)
+    return flax_defaults_init(AxialViT(spec, resolution, num_classes))
 
 
 def build_axial_resnet(spec: ModelSpec, resolution: int, num_classes: int) -> nn.Module:
-    return AxialResNet(spec, resolution, num_classes)
+    return flax_defaults_init(AxialResNet(spec, resolution, num_classes))
 
 
 def attention_maps(model: nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
