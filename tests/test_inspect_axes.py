@@ -83,9 +83,14 @@ def _sharp_weights(name: str, resolution: int) -> dict[str, np.ndarray]:
     """Random weights with the attention logits scaled up, so the maps are far from uniform."""
     from vitbench.backends.base import get_backend
 
+    import torch
+
+    from vitbench.models.torch import build_torch_model
+
     be = get_backend("torch")
     spec = get_spec(name)
-    w = be.weights(be.init_model(spec, resolution, spec.num_classes, 3))
+    torch.manual_seed(3)  # the builder's own draws (init_model draws as Flax: a model to train, not to inspect)
+    w = be.weights(build_torch_model(spec, resolution, spec.num_classes))
     return {k: v * 3 if ".qkv." in k else v for k, v in w.items()}
 
 

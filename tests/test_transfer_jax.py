@@ -180,7 +180,7 @@ def test_torch_checkpoint_fewshot_and_finetune_in_jax(tmp_path):
                                    "ViT-Nano/4[posemb=relative]", "ViT-Nano/4[classifier=gap]", "DeiT-Nano/4-dist",
                                    "R-Nano+ViT-Micro/8", "R-Nano", "Axial-ViT-Nano/4", "Axial-R-Nano"])
 def test_both_backends_initialise_every_parameter_from_the_same_distribution(model):
-    """torch built timm's default initialisation (truncated normal 0.02 on every kernel, a random head), the Flax
+    """A model trained from scratch (the torch backend's init_model): torch built timm's default initialisation (truncated normal 0.02 on every kernel, a random head), the Flax
     models vit_jax's (Xavier-uniform kernels, zero head and class token): ViT-Nano/4's first qkv kernel had std
     0.020 against 0.177, and pre-training the same recipe from each start gave 0.964 against 0.987 test accuracy
     on digits. Per parameter, zero on both or neither, and the sample standard deviations alike: two samples of
@@ -190,11 +190,11 @@ def test_both_backends_initialise_every_parameter_from_the_same_distribution(mod
 
     from vitbench.models.convert import flax_to_torch
     from vitbench.models.flax import build_flax_model, init_params
-    from vitbench.models.torch import build_torch_model
 
     spec = get_spec(model)
-    torch.manual_seed(0)
-    mine = {k: v.detach().numpy() for k, v in build_torch_model(spec, 32, 5).state_dict().items()}
+    th = get_backend("torch")
+    th.setup("cpu")
+    mine = {k: v.detach().numpy() for k, v in th.init_model(spec, 32, 5, seed=0).state_dict().items()}
     flax = {k: np.asarray(v) for k, v in flax_to_torch(init_params(build_flax_model(spec, 32, 5), 32, 0),
                                                          spec).items()}
     assert set(mine) == set(flax)

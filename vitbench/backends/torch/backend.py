@@ -363,8 +363,12 @@ class TorchBackend(Backend):
 
     # -- transfer ------------------------------------------------------------------------------------------
     def init_model(self, spec: ModelSpec, resolution: int, num_classes: int, seed: int) -> torch.nn.Module:
+        """A model to train from scratch: its parameters drawn as the Flax model draws them (the family's
+        FamilyBuild.torch_init), so both backends start alike."""
         torch.manual_seed(seed)
-        return build_torch_model(spec, resolution, num_classes, device=self.device)
+        model = build_torch_model(spec, resolution, num_classes, device=self.device)
+        with torch.device(self.device):
+            return family_plugin(spec.family).init_torch(model)
 
     def weights(self, model: torch.nn.Module) -> dict[str, np.ndarray]:
         return {k: v.detach().float().cpu().numpy().copy() for k, v in model.state_dict().items()}

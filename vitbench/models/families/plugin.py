@@ -110,13 +110,16 @@ class FamilyBuild:
     `backends` that build it); representation_size: whether the Flax builder takes `representation_size=` (a tanh
     pre-logits layer, vit_jax's pre-training head); channels_last: the torch backends' default memory format
     (NHWC for convolution-heavy families); backends: the backends that can build it (empty: every backend; a trial
-    on another is refused naming them)."""
+    on another is refused naming them); torch_init: 'module:function', (torch model) -> the model with each
+    parameter drawn as the family's Flax model draws its twin, for a model trained from scratch (the torch
+    backend's init_model: both backends then pre-train from one start; "": the builder's own draws)."""
 
     torch: str
     flax: str = ""
     representation_size: bool = False
     channels_last: bool = True
     backends: tuple[str, ...] = ()
+    torch_init: str = ""
 
 
 @dataclass(frozen=True)
@@ -228,6 +231,11 @@ class FamilyPlugin:
 
     def build_torch(self, spec, resolution: int, num_classes: int):
         return _import(self.build.torch)(spec, resolution, num_classes)
+
+    def init_torch(self, model):
+        """`model` (built by build_torch) with its parameters drawn as the Flax model's (FamilyBuild.torch_init),
+        or as built where the family declares none."""
+        return _import(self.build.torch_init)(model) if self.build.torch_init else model
 
     def build_flax(self, spec, num_classes: int, dtype, **kw):
         """The Flax module; `kw` only `representation_size=` for a family that declares it."""

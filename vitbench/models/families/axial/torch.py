@@ -172,7 +172,7 @@ def flax_defaults_init(model: nn.Module) -> nn.Module:
     """`model`'s parameters drawn as its Flax twin draws them (flax.py: Flax's defaults, LeCun-normal kernels of
     every Dense and Conv, zero biases; position and relative embeddings normal(0.02)), where torch's defaults
     (Kaiming-uniform, a = sqrt(5): a std sqrt(3) smaller, random biases) made the two backends pre-train from
-    different starts. Norm layers keep ones and zeros on both."""
+    different starts. Norm layers keep ones and zeros on both. The families' FamilyBuild.torch_init."""
     from timm.layers import lecun_normal_
 
     with torch.no_grad():
@@ -188,11 +188,11 @@ def flax_defaults_init(model: nn.Module) -> nn.Module:
 
 
 def build_axial_vit(spec: ModelSpec, resolution: int, num_classes: int) -> nn.Module:
-    return flax_defaults_init(AxialViT(spec, resolution, num_classes))
+    return AxialViT(spec, resolution, num_classes)
 
 
 def build_axial_resnet(spec: ModelSpec, resolution: int, num_classes: int) -> nn.Module:
-    return flax_defaults_init(AxialResNet(spec, resolution, num_classes))
+    return AxialResNet(spec, resolution, num_classes)
 
 
 def attention_maps(model: nn.Module, x: torch.Tensor) -> list[torch.Tensor]:

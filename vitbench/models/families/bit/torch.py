@@ -62,10 +62,15 @@ def resnet(spec: ModelSpec, *, hybrid: bool, num_classes: int) -> ResNetV2:
 
 
 def build(spec: ModelSpec, resolution: int, num_classes: int) -> ResNetV2:
-    model = resnet(spec, hybrid=False, num_classes=num_classes)
+    return resnet(spec, hybrid=False, num_classes=num_classes)
+
+
+def zero_head(model: ResNetV2) -> ResNetV2:
+    """A zero head, as the Flax model's (BiT, Kolesnikov et al. 2020, 3.3: "we initialize the head to zero"; timm
+    draws it at random): the family's FamilyBuild.torch_init, for a model trained from scratch."""
     head = getattr(getattr(model, "head", None), "fc", None)
-    if isinstance(head, (torch.nn.Conv2d, torch.nn.Linear)):  # a zero head, as the Flax model's (BiT, Kolesnikov
-        with torch.no_grad():  # et al. 2020, 3.3: "we initialize the head to zero"; timm draws it at random)
+    if isinstance(head, (torch.nn.Conv2d, torch.nn.Linear)):
+        with torch.no_grad():
             head.weight.zero_()
             if head.bias is not None:
                 head.bias.zero_()

@@ -103,7 +103,8 @@ PLUGIN = register_family(FamilyPlugin(
     "map, the ViT encoder", rows=ROWS, fields=tuple(dict.fromkeys(TRANSFORMER_FIELDS + RESNET_FIELDS)),
     override_keys=OVERRIDE_ORDER, validate=validate,
     build=FamilyBuild(torch="vitbench.models.families.hybrid.torch:build",
-                      flax="vitbench.models.families.hybrid.flax:build", representation_size=True),
+                      flax="vitbench.models.families.hybrid.flax:build", representation_size=True,
+                      torch_init="vitbench.models.families.vit.torch:flax_init"),  # its transformer's
     computation=FamilyComputation(counts=counts, param_table=table, stride=stride,
                                   feature_dim=lambda s: s.arch.width,
                                   describe=describe),

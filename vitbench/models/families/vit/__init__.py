@@ -219,7 +219,7 @@ PLUGIN = register_family(FamilyPlugin(
     override_keys=TRANSFORMER_KEYS, validate=validate_transformer,
     build=FamilyBuild(torch="vitbench.models.families.vit.torch:build",
                       flax="vitbench.models.families.vit.flax:build", representation_size=True,
-                      channels_last=False),
+                      channels_last=False, torch_init="vitbench.models.families.vit.torch:flax_init"),
     computation=FamilyComputation(counts=counts, param_table=table, stride=lambda s: s.arch.patch,
                                   feature_dim=lambda s: s.arch.width, describe=describe),
     attention_maps=TOKEN_MAPS, weights=WEIGHTS, plot_style=PlotStyle("o", "Blues", "ViT"), arch=TransformerArch,

@@ -28,10 +28,9 @@ def vit(spec: ModelSpec, resolution: int, num_classes: int, embed_layer=None) ->
                   mlp_ratio=a.mlp_dim / a.width, qkv_bias=True,
                   norm_layer=partial(torch.nn.LayerNorm, eps=a.ln_eps), act_layer=GELUS[spec.flavour.gelu])
     if not is_plain(spec):  # another head or position embedding (ViT appendix D.3, D.4)
-        return flax_init(VariantViT(spec, resolution, num_classes, **kwargs))
+        return VariantViT(spec, resolution, num_classes, **kwargs)
     cls = VisionTransformerDistilled if spec.arch.distilled else VisionTransformer
-    return flax_init(cls(img_size=resolution, num_classes=num_classes, global_pool="token", class_token=True,
-                         **kwargs))
+    return cls(img_size=resolution, num_classes=num_classes, global_pool="token", class_token=True, **kwargs)
 
 
 # the position embeddings' parameter names (timm's table; posemb variants' per-axis and per-layer tables; the
@@ -46,7 +45,9 @@ def flax_init(model: torch.nn.Module) -> torch.nn.Module:
     pre-training). Linear kernels Xavier-uniform (Flax's DenseGeneral flattens query/key/value to (D, D) each, so
     the fused qkv is three such blocks), MLP biases normal(1e-6), other biases zero; the patch embedding and the
     pre-logits layer LeCun-normal (Flax's default for Conv and Dense); heads and the class token zero, the
-    distillation token and position embeddings normal(0.02). A hybrid's ResNet (inside patch_embed) keeps its own."""
+    distillation token and position embeddings normal(0.02). A hybrid's ResNet (inside patch_embed) keeps its own.
+    The family's FamilyBuild.torch_init, applied to a model trained from scratch; a benchmarked model keeps
+    timm's draws (its head random: a zero head's logits would hide the forward from parity checks)."""
     from timm.layers import lecun_normal_
 
     from vitbench.models.posemb import INIT_STD
