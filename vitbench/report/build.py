@@ -91,29 +91,28 @@ def _ab_side_commit(results: Path, df: pd.DataFrame) -> pd.DataFrame:
     side's folder (or a pair or leg in it): the archived baseline's code may not know its commit. An ab folder
     itself, or a folder holding one, is refused: its two sides are two code versions, which the report would
     pool as repeats of one trial."""
-    from vitbench.store import AB_SIDES, SIDES_FILE, ab_sides, result_files
+    from vitbench.store import AB_SIDES, ab_sides, result_files
 
     here = results if results.is_dir() else results.parent
-    for folder in sorted({f.parent for f in result_files(results)} if results.is_dir() else ()):
-        for ab in (p for p in (folder, *folder.parents) if p == here or here in p.parents):
-            sides = ab_sides(ab) if (ab / SIDES_FILE).is_file() else None
-            if sides is not None:
-                named = "; ".join(f"{side}: {clip(sides[side].get('describe') or '?', 120)}" for side in AB_SIDES)
-                raise ConfigError(f"{results}: holds a `vitbench ab --results` folder, {ab}, whose two sides are "
-                                  f"two code versions ({named}): a report would pool their rounds as repeats of "
-                                  "one trial. Report each side apart: " + ", ".join(
-                                      f"`vitbench report {ab / side}`" for side in AB_SIDES)
-                                  + " (ab's own table compares them)")
+    folders = {f.parent for f in result_files(results)} if results.is_dir() else set()
+    # every folder from `results` down to one holding rows, each asked once
+    for ab in sorted({p for f in folders for p in (f, *f.parents) if p == here or here in p.parents}):
+        sides = ab_sides(ab)
+        if sides is not None:
+            named = "; ".join(f"{side}: {clip(sides[side].get('describe') or '?', 120)}" for side in AB_SIDES)
+            raise ConfigError(f"{results}: holds a `vitbench ab --results` folder, {ab}, whose two sides are "
+                              f"two code versions ({named}): a report would pool their rounds as repeats of "
+                              "one trial. Report each side apart: " + ", ".join(
+                                  f"`vitbench report {ab / side}`" for side in AB_SIDES)
+                              + " (ab's own table compares them)")
     for ab in list(here.parents)[:3]:  # a side's folder, a pair in it, a leg in that
         sides = ab_sides(ab)
         if sides is None:
             continue
-        side = here.relative_to(ab).parts[0]
-        sha = sides.get(side, {}).get("commit")
-        if sha and "env.git_sha" in df:
-            df = df.assign(**{"env.git_sha": df["env.git_sha"].where(df["env.git_sha"].notna(), sha)})
-        elif sha:
-            df = df.assign(**{"env.git_sha": sha})
+        sha = sides.get(here.relative_to(ab).parts[0], {}).get("commit")
+        if sha:
+            have = df["env.git_sha"] if "env.git_sha" in df else pd.Series(None, index=df.index, dtype=object)
+            df = df.assign(**{"env.git_sha": have.where(have.notna(), sha)})
         break
     return df
 
