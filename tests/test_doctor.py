@@ -198,6 +198,8 @@ def test_device_names():
         doctor.parse_device("npu")
     with pytest.raises(ConfigError, match="a device number, 0 or more"):  # it said "must be a number" of -1
         doctor.parse_device("gpu:-1")
+    with pytest.raises(ConfigError, match="a device number, 0 or more"):  # it read a bare ':' as device 0
+        doctor.parse_device("gpu:")
 
 
 def test_doctor_runs_here_and_explains_itself(cli):

@@ -167,6 +167,15 @@ def device_kind(device: str) -> DeviceKind | None:
     return next((k for n in backend_names() if (k := backend_spec(n).device_kind(device)) is not None), None)
 
 
+def device_index(device: str) -> int | None:
+    """The device number after a device name's ':' ('cuda:1' -> 1; 'cpu' -> 0), or None when what follows the
+    ':' is not a number: the one reading of a device string's index."""
+    _, colon, index = device.partition(":")
+    if not colon:
+        return 0
+    return int(index) if index.isdigit() else None
+
+
 def device_spellings() -> list[str]:
     """Every registered backend's names of a device kind ('cpu', 'cuda', 'gpu', 'tpu'), in registration order."""
     return list(dict.fromkeys(t.partition(":")[0] for n in backend_names() for _, t in backend_spec(n).device_names))

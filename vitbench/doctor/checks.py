@@ -25,7 +25,7 @@ import numpy as np
 
 from vitbench.backends.base import (Backend, Capability, DeviceKind, StopRule, TimerKind, backend_names,
                                    backend_spec)
-from vitbench.backends.spec import device_kind, device_spellings
+from vitbench.backends.spec import device_index, device_kind, device_spellings
 from vitbench.errors import BackendUnavailable, ConfigError, VitbenchError, clip
 from vitbench.doctor.host_checks import (
     Check,
@@ -48,15 +48,14 @@ TIMER_AGREEMENT = 0.10  # device timer and synced wall clock within 10 % of each
 
 def parse_device(text: str) -> tuple[DeviceKind, int]:
     """'cpu', 'gpu', 'gpu:1', 'cuda:0', 'tpu' -> (kind, index)."""
-    _, _, index = text.partition(":")
-    k = device_kind(text)
+    k, index = device_kind(text), device_index(text)
     if k is None:
         raise ConfigError(f"--device {clip(repr(text), 80)}: allowed: {', '.join(device_spellings())}, each "
                           "with an optional :N (the backends' names of a device)")
-    if index and not index.isdigit():
+    if index is None:
         raise ConfigError(f"--device {clip(repr(text), 80)}: the index after ':' is a device number, 0 or more "
                           "(e.g. gpu:1)")
-    return k, int(index or 0)
+    return k, index
 
 
 # -----------------------------------------------------------------------------------------------------------------

@@ -68,9 +68,10 @@ def gpus_wanted(job: Job) -> int:
     if not wants_gpu(job):
         return 0
     from vitbench.backends.kinds import DEFAULT_DEVICES
+    from vitbench.backends.spec import device_index
 
-    index = str(job.config.get("device", "")).partition(":")[2]
-    return int(job.config.get("devices", DEFAULT_DEVICES)) + (int(index) if index.isdigit() else 0)
+    index = device_index(str(job.config.get("device", ""))) or 0
+    return int(job.config.get("devices", DEFAULT_DEVICES)) + index
 
 
 def failure(job: Job, status: Status, etype: str, message: str, tail: str | None = None,

@@ -94,9 +94,10 @@ def select_device(device: str, threads: int | None, allowed: str, devices: int =
     """(jax device, platform, CPU threads or None) for `device` ('cpu', 'gpu:1', ...), starting the clients
     with `threads` CPU threads (and `devices` host devices on CPU) if JAX has not started yet. `allowed`
     describes valid devices for messages."""
-    kind, _, index = device.partition(":")
-    platform = PLATFORMS.get(kind)
-    if platform is None or (index and not index.isdigit()):
+    from vitbench.backends.spec import device_index
+
+    platform, index = PLATFORMS.get(device.partition(":")[0]), device_index(device)
+    if platform is None or index is None:
         raise ConfigError(f"unknown device {device!r}; allowed: {allowed}")
     if threads is not None and threads < 1:
         raise ConfigError(f"threads must be >= 1, got {threads}")
@@ -119,7 +120,7 @@ def select_device(device: str, threads: int | None, allowed: str, devices: int =
     except RuntimeError as e:
         raise BackendUnavailable(f"device {device!r} requested but JAX has no {platform} backend here "
                                  f"({e}); use --device cpu") from e
-    i = int(index or 0)
+    i = index
     if i >= len(present):
         raise BackendUnavailable(f"device {device!r}: only {len(present)} {platform} device(s) present")
     if devices > len(present):
