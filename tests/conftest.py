@@ -51,6 +51,20 @@ def cli():
     return invoke
 
 
+@pytest.fixture
+def scratch_registry():
+    """The registry's entries as they are, restored after the test (a toy plug-in leaves nothing behind: the
+    model table, the override keys and `vitbench models` read the families from it)."""
+    from vitbench.registry import _STATE, Kind, load_plugins
+
+    load_plugins()
+    saved = {k: dict(v) for k, v in _STATE.entries.items()}
+    yield
+    for kind in Kind:
+        _STATE.entries[kind].clear()
+        _STATE.entries[kind].update(saved.get(kind, {}))
+
+
 @pytest.fixture(scope="module")
 def one_torch_thread():
     """Tiny models train as fast on one thread and do not stall when other jobs load the CPU; restored after."""

@@ -151,19 +151,6 @@ def test_a_dataset_format_with_its_own_option_touches_the_files_its_row_names(tm
                                                                         True)
 
 
-@pytest.fixture
-def scratch_registry():
-    """The registry's entries as they are, restored after the test (a toy plug-in leaves nothing behind)."""
-    from vitbench.registry import _STATE, Kind, load_plugins
-
-    load_plugins()
-    saved = {k: dict(v) for k, v in _STATE.entries.items()}
-    yield
-    for kind in Kind:
-        _STATE.entries[kind].clear()
-        _STATE.entries[kind].update(saved.get(kind, {}))
-
-
 def outside_module(tmp_path: Path, monkeypatch, name: str, source: str):
     """`source` as the module `name` in tmp_path (on sys.path for this test), imported: its registrations run."""
     import importlib

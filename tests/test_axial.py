@@ -161,20 +161,6 @@ def test_rows_overrides_and_errors():
         get_spec("Axial-ViT-Nano/4[heads=3]")
 
 
-@pytest.fixture
-def scratch_registry():
-    """The family registry as it is, restored after the test (the model table and the override keys are read
-    from it)."""
-    from vitbench.registry import _STATE, Kind, load_plugins
-
-    load_plugins(Kind.FAMILY)
-    held = _STATE.entries[Kind.FAMILY]
-    saved = held.copy()
-    yield
-    held.clear()
-    held.update(saved)
-
-
 @pytest.mark.filterwarnings("ignore:ModelSpec.patch moved:DeprecationWarning")
 def test_a_family_registered_from_outside_the_package_builds_counts_and_converts(scratch_registry):
     """A toy family (a linear model on pooled pixels) registered from this test module: every shared entry

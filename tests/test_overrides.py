@@ -6,7 +6,7 @@ import pytest
 
 from vitbench.errors import ConfigError
 from vitbench.models.analytic import analytic_counts
-from vitbench.models.overrides import FAMILY_KEYS, OVERRIDE_ORDER, apply_overrides
+from vitbench.models.overrides import FAMILY_KEYS, apply_overrides, override_order
 from vitbench.models.specs import all_specs, get_spec, spec_from_dict
 
 
@@ -25,7 +25,7 @@ def test_canonical_names_and_round_trips(name, canonical):
     assert get_spec(spec.name) == spec
     assert spec_from_dict(spec.to_dict()) == spec
     assert spec_from_dict(spec.with_classes(7).to_dict()).num_classes == 7
-    assert list(spec.overrides) == [k for k in OVERRIDE_ORDER if k in spec.overrides]
+    assert list(spec.overrides) == [k for k in override_order() if k in spec.overrides]
 
 
 def test_with_overrides_and_apply_overrides_agree():
@@ -103,3 +103,60 @@ def test_named_rows_keep_their_names_and_gain_only_default_fields():
         if spec.family in ("vit", "bit", "hybrid"):  # plug-in families set their own (axial ViT: a GAP head)
             assert (d["classifier"], d["rep_size"], d["posemb"], d["posemb_at"]) == ("token", 0, "learned", "input")
         assert analytic_counts(spec) == analytic_counts(spec.with_overrides())
+
+
+def _own_key_family(name: str, *own):
+    """A family registered from outside with override keys of its own (`new_override_keys`) beside `patch`."""
+    from dataclasses import dataclass
+
+    from vitbench.models.families import FamilyBuild, FamilyComputation, FamilyName, FamilyPlugin, register_family
+    from vitbench.models.specs import ModelSpec
+
+    @dataclass(frozen=True)
+    class ToyArch:
+        patch: int = 8
+        kernel: int = 1
+        pool: str = "mean"
+
+    family = FamilyName(name)
+    row = ModelSpec(name=f"{name}/8", family=family, tiny=True, resolution=32, num_classes=10, arch=ToyArch())
+    register_family(FamilyPlugin(
+        name=family, description="toy", rows=(row,), fields=("patch", "kernel", "pool"), override_keys=("patch",),
+        new_override_keys=own, arch=ToyArch, build=FamilyBuild(torch=""),
+        computation=FamilyComputation(counts=None, param_table=None, stride=lambda s: s.arch.patch,
+                                      feature_dim=lambda s: 3, describe=lambda s: "toy")))
+    return row
+
+
+def test_a_family_declares_override_keys_of_its_own(scratch_registry):
+    """A plug-in family adds keys no built-in family has (it could not: the keys were a closed set here)."""
+    from vitbench.models.families import OverrideKey
+
+    _own_key_family("ownkeys", OverrideKey("kernel", bounds=(1, 9)),
+                    OverrideKey("pool", choices=("mean", "max"), aliases=("pooling",)))
+    spec = get_spec("ownkeys/8[pooling=MAX,kernel=3,patch=4]")
+    assert spec.name == "ownkeys/8[patch=4,kernel=3,pool=max]" and (spec.arch.kernel, spec.arch.pool) == (3, "max")
+    assert get_spec(spec.name) == spec and spec_from_dict(spec.to_dict()) == spec
+    assert {"kernel", "pool"} <= set(override_order()) and FAMILY_KEYS["ownkeys"] == ("patch", "kernel", "pool")
+    with pytest.raises(ConfigError, match="kernel='10' must be an integer from 1 to 9"):
+        get_spec("ownkeys/8[kernel=10]")
+    with pytest.raises(ConfigError, match="pool='sum' is not allowed; allowed: mean, max"):
+        get_spec("ownkeys/8[pool=sum]")
+    with pytest.raises(ConfigError, match="field 'kernel' does not apply to a vit model"):
+        get_spec("ViT-Nano/4[kernel=3]")
+    with pytest.raises(ConfigError, match="'depth' does not apply to a ownkeys model; allowed: patch, kernel"):
+        get_spec("ownkeys/8[depth=2]")
+
+
+@pytest.mark.parametrize("own, says", [
+    (("depth", (1, 4)), "override key 'depth' is already declared otherwise by vitbench's built-in keys"),
+    (("stride", (1, 4)), "override key 'stride' sets 'stride', which its arch ToyArch has not"),
+])
+def test_a_wrong_own_key_refuses_that_familys_overrides_only(own, says, scratch_registry):
+    from vitbench.models.families import OverrideKey
+
+    name = f"badkeys_{own[0]}"
+    _own_key_family(name, OverrideKey(own[0], bounds=own[1]))
+    with pytest.raises(ConfigError, match=f"family '{name}': {says}"):
+        get_spec(f"{name}/8[patch=4]")
+    assert get_spec("ViT-Nano/4[depth=2]").arch.depth == 2  # every other family's overrides still work

@@ -204,9 +204,9 @@ def option(field: str, names: dict[str, str] | None = None) -> str:
 PRECISION_HELP = ("fp32 (full fp32 on every backend) | tf32 (GPU) | bf16 | fp16 (autocast) | int8 (a runtime's "
                   "dynamic quantization, inference); the backend refuses one it does not run.")
 def _keys(keys: tuple[str, ...]) -> str:  # override keys as the help lists them, a choice's values after it
-    from vitbench.models.overrides import ENUMS
+    from vitbench.models.overrides import BUILT_IN
 
-    return ", ".join(f"{k} ({'|'.join(ENUMS[k])})" if k in ENUMS else k for k in keys)
+    return ", ".join(f"{k} ({'|'.join(BUILT_IN[k].choices)})" if BUILT_IN[k].choices else k for k in keys)
 
 
 def _set_help() -> str:

@@ -2,23 +2,25 @@
 
 The paper's controlled experiments (ViT appendix D.2-D.4: Figure 8, Figure 9, Table 8) vary one dimension of a
 row at a time. A derived spec is the row with some fields replaced; its canonical name is the row's name plus the
-fields that differ from the row, in the fixed order of `OVERRIDE_ORDER`, values normalised
+fields that differ from the row, in the fixed order of `key_table()`, values normalised
 (``ViT-B/16[depth=12]`` is ``ViT-B/16``). One parser and one validator for the CLI (`--set`), study axes and the
 Python API; every problem is a ConfigError naming the field and the allowed values.
 
-This module knows the override vocabulary only; the table lives in specs.py (which imports this one), and which
-keys a family takes and its cross-field rules are the family's (FamilyPlugin.override_keys and .validate).
+This module declares the built-in override keys (`BUILT_IN`) and reads them; the table lives in specs.py (which
+imports this one), and which keys a family takes, keys of its own and its cross-field rules are the family's
+(FamilyPlugin.override_keys, .new_override_keys and .validate).
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import fields as dataclass_fields
 from dataclasses import replace
 from collections.abc import Iterator, Mapping
 from typing import Any, Literal, get_args
 
 from vitbench.errors import ConfigError
-from vitbench.models.families import family_names, family_plugin
+from vitbench.models.families import OverrideKey, family_names, family_plugin
 
 Classifier = Literal["token", "gap"]  # ViT D.3 / Figure 9: class token + head, or global average pooling
 Posemb = Literal["learned", "none", "learned_2d", "sincos2d", "relative"]  # ViT D.4 / Table 8 (+ big_vision sincos)
@@ -27,82 +29,16 @@ PosembAt = Literal["input", "every_layer", "every_layer_shared"]  # ViT D.4: the
 CLASSIFIERS: tuple[str, ...] = get_args(Classifier)
 POSEMBS: tuple[str, ...] = get_args(Posemb)
 POSEMB_ATS: tuple[str, ...] = get_args(PosembAt)
-ENUMS: dict[str, tuple[str, ...]] = {"classifier": CLASSIFIERS, "posemb": POSEMBS, "posemb_at": POSEMB_ATS}
-
-# Integer fields: (smallest, largest) accepted. The upper bounds only catch typos (ViT-H: depth 32, D 1280,
-# MLP 5120, 16 heads; Figure 8 goes to 64 layers; BiT-L is x4), far above anything the paper builds.
-INT_BOUNDS: dict[str, tuple[int, int]] = {
-    "depth": (1, 256), "width": (1, 16384), "mlp_dim": (1, 65536), "heads": (1, 1024), "patch": (1, 1024),
-    "rep_size": (0, 16384), "width_factor": (1, 16),
-}
-BLOCKS_BOUNDS = (1, 4, 1, 256)  # stages (min, max: the four ResNet stages), blocks per stage (min, max)
-
-TRANSFORMER_KEYS = ("depth", "width", "mlp_dim", "heads", "patch", "classifier", "rep_size", "posemb", "posemb_at")
-RESNET_KEYS = ("width_factor", "blocks")
-# The order of the canonical name; also every override key there is.
-OVERRIDE_ORDER: tuple[str, ...] = TRANSFORMER_KEYS + RESNET_KEYS
-
-
-class _FamilyKeys(Mapping):
-    """{family: the override keys it takes}, read from the family registry (FamilyPlugin.override_keys)."""
-
-    def __getitem__(self, family: str) -> tuple[str, ...]:
-        return family_plugin(family).override_keys
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(family_names())
-
-    def __len__(self) -> int:
-        return len(family_names())
-
-
-FAMILY_KEYS: Mapping[str, tuple[str, ...]] = _FamilyKeys()
-# A distilled DeiT keeps its two tokens, two heads and 1-D input position embeddings: shape overrides only.
-DISTILLED_KEYS = ("depth", "width", "mlp_dim", "heads", "patch")
-KEY_ALIASES = {"layers": "blocks", "mlp": "mlp_dim", "pos_embed": "posemb", "posemb_place": "posemb_at"}
-FIELD_OF = {"blocks": "layers"}  # override key -> arch field (BiT's blocks per stage live in `layers`)
 
 _MAX = 40  # characters of a user value repeated in a message
+
+# BiT's blocks per stage: stages (min, max: the four ResNet stages), blocks per stage (min, max)
+BLOCKS_BOUNDS = (1, 4, 1, 256)
 
 
 def _short(v: Any) -> str:
     s = str(v)
     return s if len(s) <= _MAX else s[:_MAX] + "..."
-
-
-def field_of(key: str) -> str:
-    return FIELD_OF.get(key, key)
-
-
-def canonical_key(key: Any, family: str, name: str) -> str:
-    """The override key for `key` (aliases accepted); ConfigError if unknown or not one of `family`'s."""
-    k = str(key).strip().lower().replace("-", "_")
-    k = KEY_ALIASES.get(k, k)
-    allowed = FAMILY_KEYS[family]
-    none = f"a {family} model takes no architecture field (name another model for another architecture)"
-    if k not in OVERRIDE_ORDER:
-        raise ConfigError(f"{name}: unknown architecture field {_short(key)!r}; "
-                          + (f"allowed for {family}: {', '.join(allowed)}" if allowed else none))
-    if k not in allowed:
-        raise ConfigError(f"{name}: field {k!r} does not apply to a {family} model; "
-                          + (f"allowed: {', '.join(allowed)}" if allowed else none))
-    return k
-
-
-def parse_value(key: str, value: Any, name: str) -> Any:
-    """`value` (a string from a name/CLI/study, or a Python value) -> the field's typed value. No eval."""
-    if key in ENUMS:
-        v = value.strip().lower() if isinstance(value, str) else value
-        if v not in ENUMS[key]:
-            raise ConfigError(f"{name}: {key}={_short(value)!r} is not allowed; allowed: {', '.join(ENUMS[key])}")
-        return v
-    if key == "blocks":
-        return _parse_blocks(value, name)
-    lo, hi = INT_BOUNDS[key]
-    v = _int(value)
-    if v is None or not lo <= v <= hi:
-        raise ConfigError(f"{name}: {key}={_short(value)!r} must be an integer from {lo} to {hi}")
-    return v
 
 
 def _int(value: Any) -> int | None:
@@ -128,6 +64,145 @@ def _parse_blocks(value: Any, name: str) -> tuple[int, ...]:
         raise ConfigError(f"{name}: blocks={_short(value)!r} must be {smin} to {smax} stages of {bmin} to {bmax} "
                           "blocks each, e.g. blocks=3x4x6x3")
     return tuple(got)  # type: ignore[arg-type]
+
+
+# The built-in keys, in the order of the canonical name. The integers' upper bounds only catch typos (ViT-H: depth
+# 32, D 1280, MLP 5120, 16 heads; Figure 8 goes to 64 layers; BiT-L is x4), far above anything the paper builds.
+BUILT_IN: dict[str, OverrideKey] = {k.name: k for k in (
+    OverrideKey("depth", bounds=(1, 256)),
+    OverrideKey("width", bounds=(1, 16384)),
+    OverrideKey("mlp_dim", bounds=(1, 65536), aliases=("mlp",)),
+    OverrideKey("heads", bounds=(1, 1024)),
+    OverrideKey("patch", bounds=(1, 1024)),
+    OverrideKey("classifier", choices=CLASSIFIERS),
+    OverrideKey("rep_size", bounds=(0, 16384)),
+    OverrideKey("posemb", choices=POSEMBS, aliases=("pos_embed",)),
+    OverrideKey("posemb_at", choices=POSEMB_ATS, aliases=("posemb_place",)),
+    OverrideKey("width_factor", bounds=(1, 16)),
+    OverrideKey("blocks", parse=_parse_blocks, field="layers", aliases=("layers",)),  # BiT's blocks per stage
+)}
+TRANSFORMER_KEYS = ("depth", "width", "mlp_dim", "heads", "patch", "classifier", "rep_size", "posemb", "posemb_at")
+RESNET_KEYS = ("width_factor", "blocks")
+
+
+def key_table() -> dict[str, OverrideKey]:
+    """Every override key there is, in the canonical name's order: the built-in ones, then the registered
+    families' own (FamilyPlugin.new_override_keys) in registration order (a family whose declaration is wrong
+    adds none: `key_problem`)."""
+    return _tables()[0]
+
+
+def key_problem(family: str) -> str | None:
+    """What is wrong with `family`'s override keys (None: nothing): a key it names that is neither built in nor
+    its own, an own key that shadows a built-in one or one another family declares otherwise, or one setting a
+    field its `arch` lacks. Only that family's overrides are refused for it."""
+    return _tables()[1].get(family)
+
+
+def _tables() -> tuple[dict[str, OverrideKey], dict[str, str]]:
+    plugins = tuple(family_plugin(n) for n in family_names())
+    cached = _TABLE.get(tuple(map(id, plugins)))
+    if cached is not None:
+        return cached[1]
+    table, owner, problems = dict(BUILT_IN), {}, {}
+    for p in plugins:
+        problem, own = _problem(p, table, owner), {}
+        for k in p.new_override_keys if problem is None else ():
+            own[k.name] = k
+        if problem is None:
+            table.update(own)
+            owner.update(dict.fromkeys(own, f"family {p.name!r}"))
+        else:
+            problems[p.name] = problem
+    _TABLE.clear()
+    _TABLE[tuple(map(id, plugins))] = plugins, (table, problems)  # (the plug-ins held, so that no id is reused)
+    return table, problems
+
+
+def _problem(p, table: dict[str, OverrideKey], owner: dict[str, str]) -> str | None:
+    unknown = [k for k in p.override_keys if k not in BUILT_IN]
+    if unknown:
+        return (f"family {p.name!r}: override keys {', '.join(map(repr, unknown))} are not built in "
+                f"({', '.join(BUILT_IN)}); declare a key of its own as an OverrideKey in `new_override_keys`")
+    have = {f.name for f in dataclass_fields(p.arch)} if p.arch is not None else None
+    for k in p.new_override_keys:
+        other = owner.get(k.name, "vitbench's built-in keys" if k.name in BUILT_IN else None)
+        if other is not None and table[k.name] != k:
+            return (f"family {p.name!r}: override key {k.name!r} is already declared otherwise by {other}; name "
+                    "it differently, or name that one in `override_keys`")
+        if have is not None and k.arch_field not in have:
+            return (f"family {p.name!r}: override key {k.name!r} sets {k.arch_field!r}, which its arch "
+                    f"{p.arch.__name__} has not; its fields: {', '.join(sorted(have))}")
+    return None
+
+
+# the latest tables, by their registered plug-ins (their ids: a registry entry is replaced, never changed)
+_TABLE: dict[tuple, tuple[tuple, tuple[dict[str, OverrideKey], dict[str, str]]]] = {}
+
+
+def override_order() -> tuple[str, ...]:
+    """Every override key, in the canonical name's order."""
+    return tuple(key_table())
+
+
+class _FamilyKeys(Mapping):
+    """{family: the override keys it takes}, read from the family registry (FamilyPlugin.all_override_keys)."""
+
+    def __getitem__(self, family: str) -> tuple[str, ...]:
+        return family_plugin(family).all_override_keys
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(family_names())
+
+    def __len__(self) -> int:
+        return len(family_names())
+
+
+FAMILY_KEYS: Mapping[str, tuple[str, ...]] = _FamilyKeys()
+# A distilled DeiT keeps its two tokens, two heads and 1-D input position embeddings: shape overrides only.
+DISTILLED_KEYS = ("depth", "width", "mlp_dim", "heads", "patch")
+
+
+def field_of(key: str) -> str:
+    """The arch field override key `key` sets."""
+    k = BUILT_IN.get(key) or key_table().get(key)
+    return k.arch_field if k is not None else key
+
+
+def canonical_key(key: Any, family: str, name: str) -> str:
+    """The override key for `key` (aliases accepted); ConfigError if unknown or not one of `family`'s."""
+    problem = key_problem(family)
+    if problem is not None:
+        raise ConfigError(f"{name}: {problem}")
+    table = key_table()
+    k = str(key).strip().lower().replace("-", "_")
+    k = next((o.name for o in table.values() if k in o.aliases), k)
+    allowed = FAMILY_KEYS[family]
+    none = f"a {family} model takes no architecture field (name another model for another architecture)"
+    if k not in table:
+        raise ConfigError(f"{name}: unknown architecture field {_short(key)!r}; "
+                          + (f"allowed for {family}: {', '.join(allowed)}" if allowed else none))
+    if k not in allowed:
+        raise ConfigError(f"{name}: field {k!r} does not apply to a {family} model; "
+                          + (f"allowed: {', '.join(allowed)}" if allowed else none))
+    return k
+
+
+def parse_value(key: str, value: Any, name: str) -> Any:
+    """`value` (a string from a name/CLI/study, or a Python value) -> the field's typed value. No eval."""
+    k = key_table()[key]
+    if k.choices:
+        v = value.strip().lower() if isinstance(value, str) else value
+        if v not in k.choices:
+            raise ConfigError(f"{name}: {key}={_short(value)!r} is not allowed; allowed: {', '.join(k.choices)}")
+        return v
+    if k.parse is not None:
+        return k.parse(value, name)
+    lo, hi = k.bounds or (0, 10**7)
+    v = _int(value)
+    if v is None or not lo <= v <= hi:
+        raise ConfigError(f"{name}: {key}={_short(value)!r} must be an integer from {lo} to {hi}")
+    return v
 
 
 def render_value(v: Any) -> str:

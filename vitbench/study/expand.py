@@ -23,7 +23,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from vitbench.backends.base import backend_spec
 from vitbench.errors import ConfigError, VitbenchError, shorten
-from vitbench.models.overrides import OVERRIDE_ORDER, parse_value
+from vitbench.models.overrides import override_order, parse_value
 from vitbench.models.specs import all_specs, get_spec
 from vitbench.registry import Kind, entry
 from vitbench.study.schema import MAX_COMBINATIONS, StudyModel
@@ -83,7 +83,7 @@ class Expander:
         self.tasks = tasks()
         self.adapters = field_adapters()
         # architecture fields, folded into the model (a task field of the same name would take precedence)
-        self.arch = tuple(k for k in OVERRIDE_ORDER if k not in self.adapters)
+        self.arch = tuple(k for k in override_order() if k not in self.adapters)
         self.allowed = [*self.adapters, *self.arch]
         self.counted = 0  # combinations counted so far (MAX_COMBINATIONS)
         self.listed_allowed = False  # whether a message has listed the allowed fields (check_key)

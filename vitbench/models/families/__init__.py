@@ -29,6 +29,7 @@ from vitbench.models.families.plugin import (
     FamilyPlugin,
     FamilyWeights,
     ModelAttention,
+    OverrideKey,
     PlotStyle,
     all_families,
     backend_problem,
@@ -42,6 +43,7 @@ from vitbench.models.families.plugin import (
 )
 
 __all__ = ["MOVED", "AttentionMaps", "Axis", "AxisLayer", "Catalogue", "FamilyBuild", "FamilyComputation",
-           "FamilyName", "FamilyPlugin", "FamilyWeights", "ModelAttention", "PlotStyle", "all_families",
+           "FamilyName", "FamilyPlugin", "FamilyWeights", "ModelAttention", "OverrideKey", "PlotStyle",
+           "all_families",
            "backend_problem", "family_if_registered", "family_modules", "family_names", "family_plugin", "norm_name",
            "register_family", "resolve_open"]

@@ -43,6 +43,26 @@ class AxisLayer:
 
 
 @dataclass(frozen=True)
+class OverrideKey:
+    """An architecture field that a `Row[key=value]` name may change: its name, how a value is read (one of
+    `choices`, case-insensitive; else an integer within `bounds`; else `parse(value, model name)`, which returns
+    the typed value or raises ConfigError), the field of the spec's `arch` it sets ("": `name`) and other spellings
+    accepted. vitbench.models.overrides declares the built-in ones (depth, width, posemb, blocks, ...); a family
+    declares only the keys of its own in `FamilyPlugin.new_override_keys`."""
+
+    name: str
+    choices: tuple[str, ...] = ()
+    bounds: tuple[int, int] | None = None
+    parse: Callable[[Any, str], Any] | None = None
+    field: str = ""
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def arch_field(self) -> str:
+        return self.field or self.name
+
+
+@dataclass(frozen=True)
 class ModelAttention:
     """What one model's attention is, as its family answers for its spec (FamilyPlugin.attention_of).
 
@@ -184,7 +204,8 @@ class FamilyPlugin:
     (ModelSpec with family == name); arch: the class of its specs' own part, `ModelSpec.arch` (a frozen dataclass:
     vitbench.models.arch's TransformerArch, ResNetArch, HybridArch, or its own; None: its specs have none, or any);
     fields: the fields it reads (of its arch and the spec's flavour; the rest are carried with their defaults);
-    override_keys: the `Row[key=value]` keys that mean something for it; validate(spec, diff): its
+    override_keys: the built-in `Row[key=value]` keys (vitbench.models.overrides) that mean something for it;
+    new_override_keys: keys of its own (OverrideKey), which no built-in one is; validate(spec, diff): its
     cross-field rules (raises ConfigError).
     build: how its models are built (FamilyBuild: the torch and Flax builders, `representation_size=`, the
     default memory format, the backends that can build it).
@@ -219,6 +240,12 @@ class FamilyPlugin:
     catalogue: Catalogue | None = None
     plot_style: PlotStyle = PlotStyle()
     arch: type | None = None
+    new_override_keys: tuple[OverrideKey, ...] = ()
+
+    @property
+    def all_override_keys(self) -> tuple[str, ...]:
+        """Every `Row[key=value]` key it takes: the built-in ones it names, then its own."""
+        return (*self.override_keys, *(k.name for k in self.new_override_keys))
 
     def attention_of(self, spec) -> ModelAttention:
         """Whether `spec`'s model has attention layers, whole-image token maps, and its prefix tokens: the
@@ -330,7 +357,7 @@ def register_family(plugin: FamilyPlugin, *, replace: bool = False) -> FamilyPlu
                                   f"{n!r} is taken by {owner} of family {e.name!r}, registered by {e.module} "
                                   f"({e.source}); a model name belongs to one family: rename the row in {module} "
                                   "(replace=True replaces a family of the same name only)")
-    register(Kind.FAMILY, plugin.name, plugin, provides=plugin.override_keys, description=plugin.description,
+    register(Kind.FAMILY, plugin.name, plugin, provides=plugin.all_override_keys, description=plugin.description,
              replace=replace, module=module)
     return plugin
 

@@ -31,7 +31,7 @@ from vitbench.models.families.vit import (
     validate_transformer,
 )
 from vitbench.models.flavours import HYBRID_DEFAULT
-from vitbench.models.overrides import OVERRIDE_ORDER
+from vitbench.models.overrides import RESNET_KEYS, TRANSFORMER_KEYS
 from vitbench.models.param_table import _conv, _norm
 from vitbench.models.specs import ModelSpec
 
@@ -101,7 +101,7 @@ def describe(spec: ModelSpec) -> str:
 PLUGIN = register_family(FamilyPlugin(
     name=HYBRID, description="R50+ViT hybrids (ViT paper 3.1, D.4): a ResNet root, 1x1 patches of its feature "
     "map, the ViT encoder", rows=ROWS, fields=tuple(dict.fromkeys(TRANSFORMER_FIELDS + RESNET_FIELDS)),
-    override_keys=OVERRIDE_ORDER, validate=validate,
+    override_keys=TRANSFORMER_KEYS + RESNET_KEYS, validate=validate,
     build=FamilyBuild(torch="vitbench.models.families.hybrid.torch:build",
                       flax="vitbench.models.families.hybrid.flax:build", representation_size=True,
                       torch_init="vitbench.models.families.vit.torch:flax_init"),  # its transformer's
