@@ -129,7 +129,15 @@ class TreeMemory:
 
 
 def _has_children() -> bool:
-    """Has this process any child (running or not yet reaped)? One waitid(2) that reaps nothing."""
+    """Has this process any child (running or not yet reaped)? One waitid(2) that reaps nothing; psutil where
+    there is no waitid (macOS before Python 3.13)."""
+    if not hasattr(os, "waitid"):
+        import psutil
+
+        try:
+            return bool(psutil.Process().children())
+        except psutil.Error:
+            return True
     try:
         os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
     except ChildProcessError:
