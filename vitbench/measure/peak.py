@@ -57,7 +57,10 @@ class PeakSource(Choice):
 
 class PeakBasis(Choice):
     """What a row's MFU divided by (its `peak_basis`): a datasheet figure, a measured peak with at least one full
-    measurement taken while other processes left the CPU alone, or one every measurement of which was busy."""
+    measurement taken while other processes left the CPU alone, or one every measurement of which was busy. A
+    measured peak is the best reading, quiet or busy: other load only lowers a reading, so a busy one that beats
+    the quiet ones is still a speed the device showed, and `peak_measured_at` names that reading (its `busy` in
+    the cache). `measured_quiet` says a quiet measurement was made, not that it set the figure."""
 
     DATASHEET = "datasheet"
     MEASURED_QUIET = "measured_quiet"
