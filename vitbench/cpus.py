@@ -3,9 +3,9 @@
 - `usable_cpus` (the CPUs of this process's affinity), `cpu_quota_cores` (its cgroup's CPU quota) and `cpu_limit`
   (the whole cores it may keep busy at once: the smaller of the two).
 - Other processes' CPU use: the CPU time every process used (psutil.cpu_times: user, nice, system, irq, softirq,
-  steal) minus this process's own (its threads and waited-for children included), over the wall time between two
-  readings, is the number of cores others kept busy. Steal counts as others': a hypervisor giving the core to
-  another guest takes it from us just the same. `mark` and `others_since` measure it around anything
+  steal) minus this process's own (its threads and waited-for children included: `_own_s`), over the wall time
+  between two readings, is the number of cores others kept busy. Steal counts as others': a hypervisor giving the
+  core to another guest takes it from us just the same. `mark` and `others_since` measure it around anything
   (vitbench.measure.load.LoadMeter wraps them around a measurement), `others_now` over a short sample.
 - A backend's intra-op thread count (`capped_threads`, `free_threads`) and what its row records of how it was
   chosen (`threads_chosen`: `ThreadsChosen`). A pool whose workers meet at a barrier after every operation
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import threading
 import time
 import warnings
@@ -95,7 +96,14 @@ def _busy_s() -> float:
 
 
 def _own_s(proc: psutil.Process) -> float:
+    """A process's CPU seconds: its own and its waited-for children's. This process's children's part is
+    os.times()'s: psutil reports every process's as 0 on macOS (its docs, Process.cpu_times), where the system
+    tells it to the process itself only (getrusage(RUSAGE_CHILDREN)); on Linux both read the kernel's same counters
+    (cutime and cstime). Another process's reaped children stay uncounted there (TreeMeter counts them itself)."""
     t = proc.cpu_times()
+    if proc.pid == os.getpid():
+        c = os.times()
+        return t.user + t.system + c.children_user + c.children_system
     return t.user + t.system + getattr(t, "children_user", 0.0) + getattr(t, "children_system", 0.0)
 
 
@@ -153,7 +161,9 @@ class TreeMeter:
     read every `every_s` seconds from a thread: one that vanished while its parent was still seen afterwards was
     reaped by that parent (counted there); one whose parent had died first (a fork server left behind by its sweep,
     which keeps reaping its trials) counts itself, as last read (a last `every_s` of its CPU time can be
-    missed)."""
+    missed). Off Linux another process's reaped children are not in what it is read to use (psutil reads them as
+    0 on macOS; `_own_s`): there a descendant reaped by its parent counts itself, as last read, unless that parent
+    was reaped in turn by this process or by one this process took in (then os.times() holds them both)."""
 
     def __init__(self, every_s: float = 0.25) -> None:
         self.every_s = every_s
@@ -184,20 +194,33 @@ class TreeMeter:
 
     def _descendants_s(self) -> float:
         """The descendants' CPU seconds that no process of the tree took in by reaping them (class docstring)."""
-        me, total = os.getpid(), 0.0
-        for key, (ppid, cpu, seen) in self._seen.items():
-            still_there = seen == self._readings
-            # gone while its parent still ran: reaped by it (a parent that died first, even if not yet reaped
-            # itself, left it to init: an orphan, which counts itself)
-            reaped_by_parent = ppid == me or self._alive.get(ppid, 0) > seen
-            if still_there or not reaped_by_parent:
-                total += cpu - self._before.get(key, 0.0)
-        return total
+        me, taken, by_pid = os.getpid(), {}, {}
+        for key in self._seen:
+            by_pid.setdefault(key[0], []).append(key)
+        return sum(cpu - self._before.get(key, 0.0) for key, (_, cpu, _) in self._seen.items()
+                   if not self._taken_in(key, me, taken, by_pid))
+
+    def _taken_in(self, key: tuple[int, float], me: int, taken: dict, by_pid: dict) -> bool:
+        """Whether the descendant `key`'s CPU time is in another process's reading (class docstring); off Linux,
+        where that depends on its parent's (the last process seen under its parent pid before it started: by_pid),
+        `taken` memoises the answers."""
+        ppid, _, seen = self._seen[key]
+        if seen == self._readings:  # still there: read itself
+            return False
+        # gone while its parent still ran: reaped by it (a parent that died first, even if not yet reaped
+        # itself, left it to init: an orphan, which counts itself)
+        if not (ppid == me or self._alive.get(ppid, 0) > seen):
+            return False
+        if ppid == me or sys.platform.startswith("linux"):  # in os.times(), or in its parent's reading
+            return True
+        if key not in taken:
+            taken[key] = False  # (stale readings of reused pids that lead back here: counted)
+            parents = [k for k in by_pid.get(ppid, ()) if k[1] <= key[1]]
+            taken[key] = bool(parents) and self._taken_in(max(parents, key=lambda k: k[1]), me, taken, by_pid)
+        return taken[key]
 
     def __enter__(self) -> TreeMeter:
-        t = psutil.Process().cpu_times()
-        self._wall, self._busy = time.perf_counter(), _busy_s()
-        self._own = t.user + t.system + t.children_user + t.children_system
+        self._wall, self._busy, self._own = time.perf_counter(), _busy_s(), _own_s(psutil.Process())
         self._sample()
         self._before = {k: cpu for k, (_, cpu, _) in self._seen.items()}  # used before the block
         self._thread = threading.Thread(target=self._run, name="vitbench-tree-meter", daemon=True)
@@ -208,9 +231,8 @@ class TreeMeter:
         self._stop.set()
         self._thread.join()
         self._sample()
-        t = psutil.Process().cpu_times()
         wall = time.perf_counter() - self._wall
-        own = t.user + t.system + t.children_user + t.children_system - self._own
+        own = _own_s(psutil.Process()) - self._own
         self.tree_s = own + self._descendants_s()
         self.other_cores = max(0.0, (_busy_s() - self._busy - self.tree_s) / wall) if wall > 0 else None
 

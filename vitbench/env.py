@@ -8,6 +8,7 @@ import platform
 import re
 import socket
 import subprocess
+import sys
 from importlib import metadata, resources
 from pathlib import Path
 
@@ -27,12 +28,22 @@ def distribution_version(pkg: str) -> str | None:
 
 @functools.lru_cache(maxsize=1)
 def cpu_model() -> str:
+    """The CPU's model name: Linux's /proc/cpuinfo, macOS's sysctl machdep.cpu.brand_string (e.g. 'Apple M3 Max',
+    where platform.processor() says 'arm' for every Apple chip), else what the platform module knows."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
+    if sys.platform == "darwin":
+        try:
+            brand = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True,
+                                   timeout=5).stdout.strip()  # as git_sha's: a local command that answers at once
+            if brand:
+                return brand
+        except (OSError, subprocess.SubprocessError):
+            pass
     return platform.processor() or platform.machine()
 
 

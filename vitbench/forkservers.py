@@ -15,7 +15,10 @@ theirs).
 
 Choosing the server means using some of CPython's multiprocessing that is not its public API (INTERNALS). They are
 checked once, at import, by structure (present, callable with the arguments used here); where one is absent
-(another Python) or the platform has no fork server, `unavailable` says why and callers spawn their children.
+(another Python) or the platform has no fork server (Windows), `unavailable` says why and callers spawn their
+children. On macOS, whose CPython lists a fork server too, callers spawn them by default (`unavailable` says why:
+ON_MACOS), and a caller asked for the fork servers by name may still use them (the local executor's
+`start_method="forkserver"`).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import inspect
 import multiprocessing as mp
 import multiprocessing.context
 import os
+import sys
 import threading
 from multiprocessing import forkserver, popen_forkserver, resource_tracker, spawn
 
@@ -46,10 +50,18 @@ INTERNALS = (
 )
 
 
+# Why macOS spawns by default: its system libraries (the Objective-C runtime, frameworks such as Accelerate) may
+# start threads, so a fork of a process that loaded them can crash or hang in the child; CPython made spawn its
+# default there in 3.8 for this (bpo-33725; the multiprocessing docs, "Contexts and start methods": "The fork start
+# method should be considered unsafe"). A fork server that imported a framework forks from just such a process.
+ON_MACOS = ("macOS: forking from a server that imported torch or JAX is unsafe there (its system libraries may "
+            "start threads a fork does not copy; CPython's own default there is spawn, bpo-33725)")
+
+
 def why_unavailable() -> str | None:
-    """Why this interpreter cannot run the fork servers (None: it can): no fork server on the platform (macOS,
-    Windows), or one of INTERNALS missing (not defined by its owner itself), not callable, or not callable with its
-    arguments. Checked by structure, nothing started."""
+    """Why this interpreter cannot run the fork servers (None: it can): no fork server on the platform (Windows),
+    or one of INTERNALS missing (not defined by its owner itself), not callable, or not callable with its
+    arguments. Checked by structure, nothing started. (macOS can run them: `why_spawned`.)"""
     if "forkserver" not in mp.get_all_start_methods():
         return "this platform has no fork server"
     for module, path, nargs in INTERNALS:
@@ -70,9 +82,15 @@ def why_unavailable() -> str | None:
     return None
 
 
+def why_spawned() -> str | None:
+    """Why callers start their children with spawn unless asked for the fork servers by name (None: they fork
+    them): `why_unavailable`'s reason, else on macOS ON_MACOS (where a caller asked by name may still fork)."""
+    return why_unavailable() or (ON_MACOS if sys.platform == "darwin" else None)
+
+
 # Checked once: None, or why callers start their children with spawn instead (the local executor records it in
 # each row: runner.start_method_note)
-unavailable = why_unavailable()
+unavailable = why_spawned()
 
 _SERVERS: dict[tuple[str, ...], forkserver.ForkServer] = {}
 _lock = threading.RLock()

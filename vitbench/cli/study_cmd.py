@@ -265,7 +265,7 @@ def sweep_cmd(
                                      help="Measure the device's matmul throughput first (default: the study's)."),
     start_method: str = typer.Option(None,
                                     help="local: forkserver (default: one per backend, its framework "
-                                         "preloaded) | spawn."),
+                                         "preloaded; on macOS spawn unless this asks for forkserver) | spawn."),
     keep_logs: bool = typer.Option(None, "--keep-logs/--no-keep-logs",
                                    help="Keep every trial's output under <results>/logs/ (not only failures')."),
     allow_failures: bool = cli_option("allow_failures", "--allow-failures",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import enum
 import glob
 import os
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -144,6 +145,15 @@ def check_cpu_frequency() -> Check:
         for line in (_read("/proc/cpuinfo") or "").splitlines():
             if line.startswith("cpu MHz"):
                 mhz.append(float(line.split(":")[1]))
+        if not sys.platform.startswith("linux"):  # cpufreq and /proc are Linux's
+            return Check(
+                "cpu clocks",
+                Status.INFO,
+                f"not readable on this OS ({sys.platform})",
+                "The clocks and their governor are read from Linux's cpufreq interface; this OS has none, so "
+                "power-saving clocks cannot be ruled out here.",
+                {"cpu_mhz": mhz},
+            )
         found = "no cpufreq interface (a VM or container: the host sets the clocks)" + (
             f"; /proc/cpuinfo reports {min(mhz):.0f}-{max(mhz):.0f} MHz" if mhz else ""
         )
@@ -194,7 +204,8 @@ def check_thermal() -> Check:
         return Check(
             "thermal",
             Status.INFO,
-            "no readable thermal zones (VM or container)",
+            "no readable thermal zones (VM or container)" if sys.platform.startswith("linux")
+            else f"not readable on this OS ({sys.platform})",  # thermal zones are Linux's (/sys/class/thermal)
             "A hot CPU or GPU lowers its clocks: long runs slow down; nothing to read here.",
         )
     hottest = max(zones, key=lambda z: z[1])

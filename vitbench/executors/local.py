@@ -9,8 +9,9 @@ touched, no client started) once, the first time a trial of that backend runs, a
 its backend's clean server: it starts in milliseconds instead of paying the framework import, and a trial of one
 backend never inherits another's framework. `start_method="spawn"` gives a bare interpreter per trial (slower,
 nothing shared at all); the `preload` option gives every trial one server with that list instead. Where there is no
-fork server (macOS, Windows, a Python without what vitbench.forkservers uses) trials are spawned, and each row
-says why (`runner.start_method_note`).
+fork server (Windows, a Python without what vitbench.forkservers uses) trials are spawned; on macOS too unless
+`start_method="forkserver"` is asked for by name (a fork of a server that imported torch or JAX is unsafe there:
+vitbench.forkservers.ON_MACOS). Each row says why (`runner.start_method_note`).
 
 Failure handling. A per-trial timeout (SIGTERM, then SIGKILL after a grace period); a host-memory budget
 (vitbench.memory_budget: `memory_limit_gib`, else $VITBENCH_MEMORY_LIMIT_GIB, else half the memory available when
@@ -171,8 +172,13 @@ class LocalExecutor(Executor):
     def __init__(self, results_dir: str | Path | None = None, **options):
         super().__init__(results_dir, **options)
         self.start_method, self.start_method_note = self.opts.start_method, None
-        if self.start_method == "forkserver" and forkservers.unavailable:
-            self.start_method, self.start_method_note = "spawn", f"no fork server: {forkservers.unavailable}"
+        why = forkservers.unavailable if self.start_method == "forkserver" else None
+        if why == forkservers.ON_MACOS and "start_method" in self.opts.model_fields_set:
+            why = None  # asked for by name (an option or the study's): the servers run on macOS, at that risk
+        if why:
+            self.start_method, self.start_method_note = "spawn", (
+                f"spawned by default on {why}; start_method forkserver forks anyway" if why == forkservers.ON_MACOS
+                else f"no fork server: {why}")
         self.log_dir = self.results_dir / LOGS_DIR if self.results_dir is not None else None
         self._tmp = tempfile.TemporaryDirectory(prefix="vitbench-trials-")
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import sys
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
@@ -225,6 +226,14 @@ def fit_groups(jobs: list[Job], workers: int | None = None, prior: Prior = Prior
     return _map(_predict_job, [(j, g, law_prior) for j, g in zip(jobs, done)], titles, workers, None), consensus
 
 
+def _start_method() -> str:
+    """How `_map` starts its workers: fork on Linux (nothing imported again), else spawn. macOS lists fork too,
+    but its system libraries may start threads that a fork does not copy, so a forked worker can crash: CPython
+    spawns by default there since 3.8 (bpo-33725; vitbench.forkservers.ON_MACOS)."""
+    linux = sys.platform.startswith("linux")
+    return "fork" if linux and "fork" in multiprocessing.get_all_start_methods() else "spawn"
+
+
 def _map(fn: Callable, items: list, titles: list[str], workers: int,
          progress: Callable[[int, str], None] | None) -> list:
     """fn over `items` in `workers` processes, in the items' order; `progress(done, title)` after each item, and
@@ -238,8 +247,7 @@ def _map(fn: Callable, items: list, titles: list[str], workers: int,
             if progress:
                 progress(i + 1, title)
         return out
-    methods = multiprocessing.get_all_start_methods()
-    ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    ctx = multiprocessing.get_context(_start_method())
     with ProcessPoolExecutor(max_workers=min(workers, n), mp_context=ctx) as pool:
         futures = {pool.submit(fn, item): i for i, item in enumerate(items)}
         results: list = [None] * n

@@ -86,17 +86,19 @@ def search(fits: Callable[[int], Probe], start: int = 1, limit: int = 4096,
 
 
 def probe_start_method() -> str:
-    """How probes start here: 'forkserver' (a fork of a server whose imports are done) or 'spawn' (where there is
-    no fork server: a fresh interpreter, its framework imported in the probe, whose resident memory, and so the
-    budget's verdict, then holds the imports too: a review measured a batch-32 probe at 784 MiB spawned, 543 MiB
-    forked)."""
+    """How probes start here: 'forkserver' (a fork of a server whose imports are done) or 'spawn' (where vitbench
+    forks nothing from servers, forkservers.unavailable: no fork server, or macOS): a fresh interpreter, its
+    framework imported in the probe, whose resident memory, and so the budget's verdict, then holds the imports
+    too (a review measured a batch-32 probe at 784 MiB spawned, 543 MiB forked)."""
     return "spawn" if forkservers.unavailable else "forkserver"
 
 
 def _probe_process(req: dict, result: Path, log: Path) -> mp.process.BaseProcess:
     """The probe's process, not started: a fork of the server that forked this process (a trial's: its backend's
     imports done) or of this process's server for the backend's preload list, ended with this process
-    (forkservers.process); spawned where there is no fork server (macOS, Windows)."""
+    (forkservers.process); spawned where vitbench forks nothing from servers (forkservers.unavailable: Windows, a
+    Python without what the servers use, and macOS, where forking from a server that imported torch or JAX is
+    unsafe: forkservers.ON_MACOS)."""
     args = (req, str(result), str(log))
     if probe_start_method() == "spawn":
         return mp.get_context("spawn").Process(target=child, args=args)

@@ -8,9 +8,11 @@
   initialises; there is no runtime setting. `threads=N` therefore restricts the process's CPU affinity to N CPUs
   while the client is created (plus --xla_cpu_multi_thread_eigen=false for N=1) and then gives every thread its
   CPUs back, so the pools have N threads that the OS schedules freely. Once JAX is initialised the count is
-  fixed: asking for another raises ConfigError. threads=None leaves JAX's default (all allowed CPUs): XLA's pools
-  were measured not to stall under other load as torch's OpenMP pool does (docs/measurement.md, "Threads on a
-  busy machine"), so an unset count is not lowered to the free cores.
+  fixed: asking for another raises ConfigError. Without os.sched_setaffinity (macOS) the pools can be sized to 1
+  (the flag) or all CPUs only: another count raises ConfigError too, rather than a row recording threads XLA never
+  ran. threads=None leaves JAX's default (all allowed CPUs): XLA's pools were measured not to stall under other
+  load as torch's OpenMP pool does (docs/measurement.md, "Threads on a busy machine"), so an unset count is not
+  lowered to the free cores.
 - CPU devices: `devices=N` > 1 on the CPU platform adds --xla_force_host_platform_device_count=N to XLA_FLAGS
   before the client starts (N host devices sharing the process's cores); after start the count is fixed too.
 """
@@ -105,6 +107,10 @@ def select_device(device: str, threads: int | None, allowed: str, devices: int =
     if platform == "cpu" and threads is not None and threads > n_cpus:
         raise ConfigError(f"threads={threads}, but this process may use {n_cpus} CPU(s); XLA sizes its CPU "
                           f"pools by the CPUs available, so use threads <= {n_cpus}")
+    if platform == "cpu" and threads is not None and 1 < threads < n_cpus and not hasattr(os, "sched_setaffinity"):
+        raise ConfigError(f"threads={threads}: XLA sizes its CPU pools by the CPUs this process may use, which "
+                          "this OS cannot restrict (no os.sched_setaffinity), so JAX here takes threads=1 or "
+                          f"threads={n_cpus} (all CPUs), or none (its default: all)")
     if platform == "cpu":
         _add_host_devices(devices)
     cpu_threads = _init_cpu_client(threads if platform == "cpu" else None)
