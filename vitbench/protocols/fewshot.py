@@ -187,6 +187,7 @@ def fewshot(cfg: FewshotConfig, *, device: str = "cpu", threads: int | None = No
                           f"split of {splits.source} has {min(counts)} for class {counts.index(min(counts))}")
     if cfg.l2_reg == "auto" and len(splits.val) == 0:
         raise ConfigError("few-shot l2_reg 'auto' needs a val split (data.val_fraction > 0); or fix l2_reg")
+    splits.warn_uncovered("the l2 regulariser" if cfg.l2_reg == "auto" else None)
     ckpt, backend = cfg.start(directory=cache, device=device, threads=threads)
     spec = ckpt.spec
     r = ckpt.resolution if cfg.resolution is None else cfg.resolution
@@ -210,7 +211,7 @@ def fewshot(cfg: FewshotConfig, *, device: str = "cpu", threads: int | None = No
     metrics.update(upstream_metrics(ckpt))
     metrics.update({"feature_dim": int(train_feats.shape[1]), "embed_s": embed_s,
                     "embedded_images": len(rows) + len(feats[0][1]) + len(feats[1][1]),
-                    "skipped_files": len(splits.skipped), **splits.train.input.metrics()})
+                    "skipped_files": len(splits.skipped), **splits.train.input.metrics(), **splits.row_fields()})
     splits.warn_skipped()
     config = {"model": spec.name, "backend": backend, "resolution": r, "device": device,
               **cfg.recorded(),

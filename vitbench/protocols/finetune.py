@@ -87,6 +87,7 @@ def finetune(cfg: FinetuneConfig, *, device: str = "cpu", threads: int | None = 
     if len(cfg.lr_grid) > 1 and len(splits.val) == 0:
         raise ConfigError("choosing the fine-tuning LR needs a held-out split: set data.val_fraction > 0 "
                           "or give a single lr_grid value")
+    splits.warn_uncovered("the learning rate" if len(cfg.lr_grid) > 1 else None)
     ckpt, backend = cfg.start(directory=cache, device=device, threads=threads)
     spec, body = ckpt.spec, ckpt.weights
     if arch_value(spec, "rep_size"):  # the whole pre-training head goes, its tanh pre-logits layer (ViT 3.1, D.3)
@@ -175,6 +176,7 @@ def finetune(cfg: FinetuneConfig, *, device: str = "cpu", threads: int | None = 
         "final_loss": float(np.mean(last_loss)),  # last training step's loss, mean over the final runs
         "chance_accuracy": float(np.max(np.bincount(splits.test.labels, minlength=k)) / len(splits.test)),
         **upstream_metrics(ckpt),
+        **splits.row_fields(),  # what the data was: the counts and class names (tasks.upstream.SPLIT_METRICS)
     }
     config = {"model": ckpt.spec.name, "backend": backend, "resolution": r, "device": device,
               **cfg.recorded(),

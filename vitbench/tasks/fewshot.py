@@ -8,8 +8,8 @@ from vitbench.backends.base import Capability
 from vitbench.record import Record
 from vitbench.tasks import Task, register_task
 from vitbench.tasks.fields import params_model
-from vitbench.tasks.upstream import (ACCURACY, SHARED, Downstream, FromCheckpoint, Upstream, downstream_names,
-                                    with_compute_aliases)
+from vitbench.tasks.upstream import (ACCURACY, SHARED, SPLIT_METRICS, Downstream, FromCheckpoint, Upstream,
+                                    downstream_names, with_compute_aliases)
 from vitbench.transfer.config import field_like, joined, validated
 from vitbench.protocols.fewshot import FewshotConfig
 
@@ -48,7 +48,7 @@ class Fewshot(Task):
                           Shots)
     description = "linear few-shot accuracy of the frozen upstream (closed-form least squares)"
     needs = frozenset({Capability.TRANSFER})
-    metrics = (ACCURACY,)
+    metrics = (ACCURACY, *SPLIT_METRICS)
     headline = "accuracy"
 
     def run(self, p) -> Record:

@@ -8,8 +8,8 @@ from vitbench.backends.base import Capability
 from vitbench.record import Record
 from vitbench.tasks import Task, register_task
 from vitbench.tasks.fields import params_model
-from vitbench.tasks.upstream import (ACCURACY, SHARED, Downstream, FromCheckpoint, Upstream, downstream_names,
-                                    with_compute_aliases)
+from vitbench.tasks.upstream import (ACCURACY, SHARED, SPLIT_METRICS, Downstream, FromCheckpoint, Upstream,
+                                    downstream_names, with_compute_aliases)
 from vitbench.transfer.config import (Seed, default_of, field_like, joined, key_neutral, parse_floats,
                                       validated)
 from vitbench.protocols.finetune import FinetuneConfig
@@ -48,7 +48,7 @@ class Finetune(Task):
                           Downstream, Recipe)
     description = "fine-tuning accuracy (SGD momentum, cosine, clip 1, zero head, LR grid on val)"
     needs = frozenset({Capability.TRANSFER})
-    metrics = (ACCURACY,)
+    metrics = (ACCURACY, *SPLIT_METRICS)
     headline = "accuracy"
 
     def run(self, p) -> Record:

@@ -27,7 +27,7 @@ from vitbench.backends.base import BackendName
 from vitbench.record import Record
 from vitbench.tasks import Metric
 from vitbench.tasks.fields import MAX_COUNT, CheckpointField, PathField, data_twins, named
-from vitbench.transfer.limits import MAX_DATASET_IMAGES
+from vitbench.transfer.limits import MAX_DATASET_IMAGES, ROW_CLASS_NAMES
 from vitbench.transfer.config import (DataConfig, DatasetName, Seed, default_of, description_of, field_like,
                                       ints_text, key_neutral, validated)
 from vitbench.transfer.schedules import LearningRate
@@ -424,6 +424,22 @@ def downstream_names() -> dict[str, str]:
 
 
 ACCURACY = Metric("accuracy", "fraction", True, "transfer accuracy (0..1) on the test split", comparable=True)
+
+# What a transfer row says of its data (vitbench.transfer.data.Splits.row_fields, the one place that writes them),
+# to check the row against the disk. Counts, never decided on; a row from before them lacks them (null), as
+# row_check, compare and report take a declared metric a row lacks.
+SPLIT_METRICS = (
+    Metric("train_images", "images", True, "images the train split lists (less val; corrupt files skipped later: "
+           "skipped_files)"),
+    Metric("val_images", "images", True, "images the val split lists (held out of train: the LR or l2 choice)"),
+    Metric("test_images", "images", True, "images the test split lists (the accuracy's)"),
+    Metric("num_classes", "classes", True, "classes of the classifier, every one with training images"),
+)
+# Keys of Splits.row_fields that are no metric, and why (a declared metric is one value: row_check, tidy's columns)
+SPLIT_LISTS = {
+    "class_names": f"the classes' names in label order, the first {ROW_CLASS_NAMES} (each cut to about 100 "
+                   "characters; num_classes says how many): a list",
+}
 
 
 def with_compute_aliases(rec: Record) -> Record:

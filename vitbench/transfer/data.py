@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from vitbench.errors import ConfigError, shorten
+from vitbench.errors import ConfigError, clip, shorten
 from vitbench.transfer.config import DataConfig, ints_text
+from vitbench.transfer.limits import ROW_CLASS_NAMES
 from vitbench.transfer.loader import InputStats, stream
 from vitbench.transfer.pools import Pool, Skipped, images_at
 from vitbench.transfer.preprocess import preprocess
@@ -178,6 +179,37 @@ class Splits:
             warnings.warn(f"{len(self.skipped)} corrupt files skipped in {self.source} (--skip-corrupt): {names}"
                           + (" ..." if len(self.skipped) > 3 else ""), VitbenchWarning, stacklevel=2)
 
+    def warn_uncovered(self, val_chooses: str | None = None) -> None:
+        """Warn (VitbenchWarning) naming the classes the test split holds no image of (the accuracy is over the
+        others: a class of one image goes to train) and, where the val split chooses something (`val_chooses`:
+        what, e.g. 'the fine-tuning LR'; None: it chooses nothing), those it holds none of. A warning, not a
+        refusal: every split is read and the accuracy is over every test image read; what it is not over, the
+        user hears."""
+        import warnings
+
+        from vitbench.errors import VitbenchWarning
+
+        checked = [(self.test, "the accuracy is over the other classes; a class needs 2 images or more to have "
+                                "one held out for test, or give it test images of its own")]
+        if val_chooses and len(self.val):  # an empty val split that chooses is the protocol's refusal
+            checked.append((self.val, f"{val_chooses} is chosen on the other classes; a class needs 2 training "
+                                      "images or more to have one held out for val (data.val_fraction)"))
+        for split, what in checked:
+            missing = np.flatnonzero(np.bincount(split.labels, minlength=self.num_classes) == 0)
+            if len(missing):
+                warnings.warn(f"the {split.split} split of {self.source} has no images of {len(missing)} of its "
+                              f"{self.num_classes} classes: {class_list(missing, self.train.class_names)}; {what}",
+                              VitbenchWarning, stacklevel=2)
+
+    def row_fields(self) -> dict:
+        """What a transfer row says of its data, to check it against the disk: the images each split lists
+        (before a corrupt file is skipped: skipped_files), the classes, and the first ROW_CLASS_NAMES of their
+        names (num_classes says how many there are). Declared where the tasks declare their metrics
+        (vitbench.tasks.upstream.SPLIT_METRICS, SPLIT_LISTS)."""
+        return {"train_images": len(self.train), "val_images": len(self.val), "test_images": len(self.test),
+                "num_classes": self.num_classes,
+                "class_names": [clip(str(n), 100) for n in self.train.class_names[:ROW_CLASS_NAMES]]}
+
     def summary(self) -> dict:
         return {"source": self.source, "num_classes": self.num_classes, "train": len(self.train),
                 "val": len(self.val), "test": len(self.test), "image_shape": self._first_shape()}
@@ -264,11 +296,46 @@ def load_splits(cfg: DataConfig | dict | None = None) -> Splits:
     if len(splits.train) == 0 or len(splits.test) == 0:
         raise ConfigError(f"{splits.source}: empty train or test split ({len(splits.train)} train, "
                           f"{len(splits.test)} test images)")
+    untrained = _classes_without_training(splits, cfg.classes)
+    if untrained:
+        raise ConfigError(untrained)
     if cfg.check_data:
         from vitbench.transfer.check import check_splits
 
         check_splits(splits)
     return splits
+
+
+NAMED_CLASSES = 10  # a message names at most this many classes (then how many in all)
+
+
+def class_list(classes, names: list[str], limit: int = NAMED_CLASSES) -> str:
+    """"'cat' (0), 'dog' (1), ... (18 in all)": classes (indices) by name, at most `limit` of them, each name cut
+    short: a message's size whatever the dataset (a label range 0..65535 of three classes)."""
+    classes = [int(c) for c in classes]
+    shown = ", ".join(f"{shorten(str(names[c]), 40)} ({c})" for c in classes[:limit])
+    return shown + (f", ... ({len(classes)} in all)" if len(classes) > limit else "")
+
+
+def _classes_without_training(splits: Splits, chosen: list[int] | None) -> str | None:
+    """Why `splits` give no classifier worth measuring when some class 0..K-1 has no training image (None: every
+    class has one): its head row learns nothing, and a test image of it is wrong whatever the model (an npz
+    labelled 0/10/20 made a 21-way head of 18 empty classes; a test split with a class train lacks capped the
+    accuracy at 2/3). One rule for every protocol (pretrain, fewshot, finetune), here where they all pass."""
+    train = np.bincount(splits.train.labels, minlength=splits.num_classes)
+    empty = np.flatnonzero(train == 0)
+    if not len(empty):
+        return None
+    names = splits.train.class_names
+    test = np.bincount(splits.test.labels, minlength=splits.num_classes)[empty]
+    held = (f"; the test split holds {int(test.sum())} images of {int((test > 0).sum())} of them, which no "
+            "classifier trained here gets right" if test.any() else "")
+    have = np.flatnonzero(train > 0)
+    source_ids = [chosen[c] for c in have] if chosen else have.tolist()
+    return (f"{splits.source}: {len(empty)} of its {splits.num_classes} classes have no training images: "
+            f"{class_list(empty, names)}{held}. Every class needs training images: add some, or keep the classes "
+            f"that have them (data.classes, --classes {clip(ints_text(source_ids), 80)}; a label range with gaps "
+            "counts every label in it as a class)")
 
 
 def warn_oversized_batch(batch_size: int, steps: int, splits: Splits, option: str = "batch_size") -> None:

@@ -16,3 +16,6 @@ MAX_DATASET_IMAGES = 10**11
 # JFT-300M's 18k (Sec. 4.1); 2**16 leaves room for any real one, while a label of 10**9 (a typo, a hash used as a
 # label) would make a classifier head and a class list of 10**9 entries. Refused where labels are read.
 MAX_CLASSES = 2**16
+# Class names a transfer row holds (Splits.row_fields): enough to check a usual dataset's against the disk, while
+# a 21k-class row stays a few hundred bytes of names; num_classes says how many there are.
+ROW_CLASS_NAMES = 50
