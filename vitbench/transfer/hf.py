@@ -7,6 +7,11 @@ DatasetDict: `dataset_dict.json` + one such directory per split). The image colu
 ({bytes, path} structs, encoded PNG/JPEG bytes), the label column the `ClassLabel` (its names become the class
 names) or the one integer column; `image_column` / `label_column` name them when the features do not.
 
+Splits are read by name: `train` and `test` (none: test_fraction of train, split by vitbench.transfer.data); any
+other (`validation`, the Hub's common third split) is not read, with a warning (the val split is val_fraction of
+train, as for every format). An Image value without bytes is read from its `path`, a relative one from the
+directory of the parquet or arrow file holding it.
+
 Listing reads the label column only; `decode(i)` reads the one row group (parquet) or record batch (arrow)
 holding image i, and keeps it while the next index falls in it (sequential passes read each once).
 """
@@ -14,6 +19,7 @@ holding image i, and keeps it while the next index falls in it (sequential passe
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,10 +27,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 from pydantic import BaseModel, Field
 
-from vitbench.errors import ConfigError, clip, shorten
+from vitbench.errors import ConfigError, VitbenchWarning, clip, shorten
 from vitbench.transfer.limits import MAX_CLASSES
 from vitbench.transfer.pools import CorruptImage, decode_bytes, regular_file
-from vitbench.transfer.raw import Raw, exists, label_names, require_path, same_classes
+from vitbench.transfer.raw import Raw, exists, label_names, require_path, same_classes, same_labels
 
 if TYPE_CHECKING:  # config is made from the formats' options (HfOptions below): not imported here
     from vitbench.transfer.config import DataConfig
@@ -68,10 +74,21 @@ def _regular(files: list[Path]) -> list[Path]:
     return files
 
 
-def split_files(path: Path) -> dict[str, list[Path]]:
-    """{'train': files, 'test': files} (or {'pool': files}) of a dataset directory or file. A split that a
-    dataset_dict.json declares and whose directory holds no .arrow file, a malformed dataset_dict.json, and test
-    parquet files without train ones are ConfigErrors naming the file: never another split in its place."""
+READ_SPLITS = ("train", "test")
+
+
+def _not_read(where: Path, what: str, val_rule: str) -> None:
+    """Warn that `what` (splits or files of `where` other than train and test) is not read."""
+    warnings.warn(f"{where}: {what} not read: hf reads the train and test splits by name (no test split: "
+                  f"test_fraction of train); the val split is {val_rule} of train", VitbenchWarning, stacklevel=3)
+
+
+def split_files(path: Path, val_rule: str = "val_fraction") -> dict[str, list[Path]]:
+    """{'train': files, 'test': files} (or {'pool': files}) of a dataset directory or file; a split of another name
+    (`validation`) is left out with a warning naming it and the rule for val (`val_rule`: how the user names
+    val_fraction, and its value). A split that a dataset_dict.json declares and whose directory holds no .arrow
+    file, a malformed dataset_dict.json, and test parquet files without train ones are ConfigErrors naming the
+    file: never another split in its place. Parquet files are pooled only when none is a train or test file."""
     if path.is_file():
         return {"pool": [path]}
     if (path / "dataset_dict.json").is_file():
@@ -80,7 +97,10 @@ def split_files(path: Path) -> dict[str, list[Path]]:
         if not isinstance(splits, list) or not all(isinstance(s, str) for s in splits):
             raise ConfigError(f"{meta}: 'splits' must be a list of split names, got {shorten(splits)}; expected "
                               f"{LAYOUT}")
-        out = {s: _regular(sorted((path / s).glob("*.arrow"))) for s in splits if s in ("train", "test")}
+        out = {s: _regular(sorted((path / s).glob("*.arrow"))) for s in splits if s in READ_SPLITS}
+        other = [s for s in splits if s not in READ_SPLITS]
+        if other and "train" in out:
+            _not_read(meta, f"split{'s' * (len(other) > 1)} {shorten(other)}", val_rule)
         empty = [s for s, files in out.items() if not files]
         if empty:
             raise ConfigError(f"{path / empty[0]}: split {empty[0]!r} is declared in {meta.name} but has no "
@@ -95,7 +115,14 @@ def split_files(path: Path) -> dict[str, list[Path]]:
     train, test = _parquet_split(parquet, "train"), _parquet_split(parquet, "test")
     if test and not train:  # the test files would join the pool and be trained on
         raise ConfigError(f"{test[0]}: test parquet files but no train ones in {path}; expected {LAYOUT}")
-    return {"train": train, "test": test} if train and test else {"pool": parquet}
+    if not train:  # no split names: one pool
+        return {"pool": parquet}
+    other = [f for f in parquet if f not in train and f not in test]  # validation-*.parquet: never trained on
+    if other:
+        more = f" and {len(other) - 1} more" if len(other) > 1 else ""
+        _not_read(path, f"{len(other)} parquet file{'s' * (len(other) > 1)} of other splits ("
+                  f"{clip(str(other[0].relative_to(path)), 200)}{more})", val_rule)
+    return {"train": train, "test": test}
 
 
 def _schema(f: Path):
@@ -225,8 +252,8 @@ class TablePool:
                 raise CorruptImage(self.origin(i), str(e)) from None
         value = self._held[1][int(self.row[i])].as_py()
         data = value.get("bytes") if isinstance(value, dict) else value
-        if not data and isinstance(value, dict) and value.get("path"):
-            return Path(value["path"])
+        if not data and isinstance(value, dict) and value.get("path"):  # relative: to the file holding the row
+            return Path(self.files[where[0]]).parent / value["path"]
         if not isinstance(data, bytes):
             raise CorruptImage(self.origin(i), "no image bytes in this row")
         return data
@@ -271,13 +298,14 @@ def index_table(files: list[Path], image_column: str | None, label_column: str |
 def read(cfg: DataConfig) -> Raw:
     """The `hf` format (vitbench.transfer.formats): its train split, and its test split (or test_path's) if any."""
     root = require_path(cfg, LAYOUT)
-    parts = split_files(root)
+    val_rule = f"{cfg.name_of('val_fraction')} ({cfg.val_fraction:g})"
+    parts = split_files(root, val_rule)
     if cfg.test_path:
         test_root = Path(cfg.test_path).expanduser()
         if not exists(test_root, cfg.name_of("test_path")):
             raise ConfigError(f"{cfg.name_of('test_path')} {clip(str(test_root), 200)!r} does not exist; expected "
                               f"{LAYOUT}")
-        test_parts = split_files(test_root)
+        test_parts = split_files(test_root, val_rule)
         test = test_parts.get("test") or test_parts.get("pool")
         if not test:  # a train split alone there: not a test split
             raise ConfigError(f"{cfg.name_of('test_path')} {str(test_root)!r} holds no test split (splits there: "
@@ -298,4 +326,6 @@ def read(cfg: DataConfig) -> Raw:
     if len(bad):
         raise ConfigError(f"{t_pool.origin(int(bad[0]))}: label {int(t_labels[bad[0]])} out of range: the train "
                           f"split has classes 0..{len(names) - 1}")
+    same_labels(labels, t_labels, names, f"{root} (train) and {parts['test'][0]}"
+                + (f" and {len(parts['test']) - 1} more (test)" if len(parts["test"]) > 1 else " (test)"))
     return Raw(pool, labels, names, t_pool, t_labels)

@@ -99,12 +99,18 @@ def _head(data: bytes | Path, n: int) -> bytes:
 
 def _refusal(e: Exception) -> str:
     """Why PIL would not decode a file, for CorruptImage. Its pixel-count guard (DecompressionBombError: more
-    than 2 x Image.MAX_IMAGE_PIXELS, ~179 M pixels, refused by `Image.open` before any pixel is read) says so."""
+    than 2 x Image.MAX_IMAGE_PIXELS, ~179 M pixels, refused by `Image.open` before any pixel is read) says so.
+    PIL names bytes it cannot identify by their buffer's repr (`<_io.BytesIO object at 0x7f...>`), which names
+    nothing: left out (the message names the member or row), as is the file a path's message repeats."""
+    import re
+
     from PIL import Image
 
     if isinstance(e, Image.DecompressionBombError):
         return f"{str(e).rstrip('.')}: refused by PIL's decompression-bomb guard (Image.MAX_IMAGE_PIXELS)"
-    return str(e) or type(e).__name__
+    if isinstance(e, Image.UnidentifiedImageError):
+        return "cannot identify image file: empty, not an image, or of a format PIL does not read"
+    return re.sub(r"\s*<_io\.BytesIO object at 0x[0-9a-fA-F]+>", "", str(e)) or type(e).__name__
 
 
 # Modes whose samples do not fit uint8 (PIL's `convert("RGB")` would clip them to 0..255, not scale them): decoded

@@ -71,12 +71,27 @@ def require_path(cfg: DataConfig, layout: str) -> Path:
 
 
 def same_classes(train: list[str], test: list[str], where: str) -> None:
-    """ConfigError unless the test split has exactly the train split's classes (in the same order)."""
+    """ConfigError unless the test split has exactly the train split's classes (in the same order). Names are
+    compared in Unicode's NFC form: a name stored decomposed (NFD, as macOS writes file names) is the same name."""
+    import unicodedata
+
+    train, test = ([unicodedata.normalize("NFC", c) for c in names] for names in (train, test))
     if train != test:
         only_train = [c for c in train if c not in test]
         only_test = [c for c in test if c not in train]
         raise ConfigError(f"{where}: train and test classes differ (only in train: {only_train[:10]}, only in "
                           f"test: {only_test[:10]}); both splits need the same classes")
+
+
+def same_labels(train: np.ndarray, test: np.ndarray, names: list[str], where: str) -> None:
+    """`same_classes` for a test split of its own labelled by index (shards, npz, an hf label column): ConfigError
+    naming the classes when the test split has no image of a class the train split has (exit 2, as a folder's
+    test/ without that class folder). A test class the train split lacks is load_splits' refusal
+    (vitbench.transfer.data: no training images, naming the classes to keep), made for every format."""
+    have, got = np.unique(train), np.unique(test)
+    if len(np.setdiff1d(have, got)):
+        name = lambda c: names[c] if 0 <= c < len(names) else str(c)  # noqa: E731
+        same_classes([name(int(c)) for c in have], [name(int(c)) for c in got], where)
 
 
 def not_special(cfg: DataConfig) -> None:

@@ -2,8 +2,10 @@
 
 Conventions are webdataset's (github.com/webdataset/webdataset, `tariterators.base_plus_ext`): a sample is the
 run of consecutive tar members that share a key, the member's path up to the first dot of its file name
-(`train/000123.jpg` + `train/000123.cls` -> key `train/000123`); the image is the `.png` / `.jpg` / `.jpeg`
-member, the label the `.cls` member (an integer, as text). Shards are named by a brace pattern
+(`train/000123.jpg` + `train/000123.cls` -> key `train/000123`); a member whose file name starts with a dot is
+no sample's (macOS's `._KEY.png` AppleDouble files, `.DS_Store`: skipped, as `base_plus_ext` skips them). The
+image is the member of an image extension (`IMAGE_EXTENSIONS`: the folder source's), the label the `.cls` member
+(an integer, as text); the test shards must hold the train shards' classes. Shards are named by a brace pattern
 (`train-{000..099}.tar`, `{a,b}`), a single file, or a directory holding `train-*.tar` and `test-*.tar` (or just
 `*.tar`: one pool, split here); beside a pattern or file, the `test-*.tar` of its directory are the test split
 (`split_shards`).
@@ -27,15 +29,16 @@ import numpy as np
 from vitbench.errors import ConfigError, clip
 from vitbench.transfer.limits import MAX_CLASSES
 from vitbench.transfer.pools import CorruptImage, decode_bytes, regular_file
-from vitbench.transfer.raw import Raw, label_names
+from vitbench.transfer.raw import Raw, label_names, same_labels
 
 if TYPE_CHECKING:
     from vitbench.transfer.config import DataConfig
 
-IMAGE_EXTENSIONS = ("png", "jpg", "jpeg")  # as the folder source (vitbench.transfer.sources.IMAGE_SUFFIXES)
+IMAGE_EXTENSIONS = ("png", "jpg", "jpeg", "webp", "bmp", "tif", "tiff", "gif")  # as sources.IMAGE_SUFFIXES
 LABEL_EXTENSION = "cls"  # webdataset's class-index member
 LAYOUT = ("webdataset tar shards: a brace pattern (train-{000..099}.tar), one .tar, or a directory of "
-          "train-*.tar [+ test-*.tar]; each sample = KEY.png|jpg|jpeg + KEY.cls (the integer label)")
+          "train-*.tar [+ test-*.tar]; each sample = KEY.png|jpg|jpeg|webp|bmp|tif|tiff|gif + KEY.cls (the "
+          "integer label)")
 _BRACE = re.compile(r"\{([^{}]*)\}")
 # Shards one pattern may name. A shard is "often ~1GB" (huggingface.co/docs/hub/datasets-webdataset; OpenImages:
 # 554 shards of ~1 GB, webdataset.github.io/webdataset/sharding), ~10,000 images of ~100 KB, and the index keeps
@@ -215,7 +218,7 @@ def index_shards(files: list[Path]) -> tuple[ShardPool, np.ndarray]:
         try:
             with tarfile.open(path, "r:") as tf:
                 for m in tf:
-                    if not m.isfile():
+                    if not m.isfile() or m.name.rpartition("/")[2].startswith("."):  # ._KEY.png, .DS_Store
                         continue
                     key, ext = _key_ext(m.name)
                     sample = samples.setdefault(key, {})
@@ -229,7 +232,8 @@ def index_shards(files: list[Path]) -> tuple[ShardPool, np.ndarray]:
             raise ConfigError(f"{path}: shard holds no samples; expected {LAYOUT}")
         for key, sample in samples.items():
             if "image" not in sample:
-                raise ConfigError(f"{path}: sample {key!r} has no .png/.jpg/.jpeg member; expected {LAYOUT}")
+                raise ConfigError(f"{path}: sample {key!r} has no image member (.{'/.'.join(IMAGE_EXTENSIONS)}); "
+                                  f"expected {LAYOUT}")
             if "label" not in sample:
                 raise ConfigError(f"{path}: sample {key!r} has no .cls label (a shard without labels cannot "
                                   f"train or evaluate a classifier); expected {LAYOUT}")
@@ -262,4 +266,6 @@ def read(cfg: DataConfig) -> Raw:
         return Raw(pool, labels, names)
     t_pool, t_labels = index_shards(test)
     check_test_labels(t_labels, t_pool, len(names))
+    same_labels(labels, t_labels, names, f"{clip(cfg.path, 200)} and its test shards ({clip(str(test[0]), 200)}"
+                + (f" and {len(test) - 1} more)" if len(test) > 1 else ")"))
     return Raw(pool, labels, names, t_pool, t_labels)

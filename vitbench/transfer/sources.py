@@ -5,7 +5,10 @@ the images at their stored size (uint8 in [0, 255] or float32 in [0, 1], NHWC), 
 
 - `digits`   scikit-learn's bundled 8x8 handwritten digits (1797 images, 10 classes): the offline default.
 - `synthetic` class-conditional noisy patterns, for speed runs and tests only (no real-world meaning).
-- `folder`   `root/<class>/*.png|jpg|jpeg`, or `root/train/<class>/...` + `root/test/<class>/...`.
+- `folder`   `root/<class>/*.png|jpg|jpeg|webp|bmp|tif|tiff|gif`, or `root/train/<class>/...` +
+             `root/test/<class>/...`; class names in NFC, sorted by code point; hidden files skipped, nothing
+             read recursively, files of other suffixes, sub-folders and a `val/` beside `train/` left out with a
+             warning.
 - `cifar10` / `cifar100`  the CIFAR python-pickle layout (`data_batch_1..5` + `test_batch`, or `train` +
              `test`), read with a restricted unpickler (vitbench.transfer.safe_pickle).
 - `npz`      `x_train, y_train, x_test, y_test` or `x, y` arrays, read with `allow_pickle=False`.
@@ -17,23 +20,30 @@ directory, vitbench.transfer.hf), `tfds` (a prepared TFDS dataset, vitbench.tran
 from __future__ import annotations
 
 import importlib
+import unicodedata
+import warnings
 import zipfile
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 from pydantic import BaseModel, Field
 
-from vitbench.errors import ConfigError, UnsafeFileError, clip, shorten
+from vitbench.errors import ConfigError, UnsafeFileError, VitbenchWarning, clip, shorten
 from vitbench.transfer.limits import MAX_CLASSES
 from vitbench.transfer.pools import FilePool
 from vitbench.transfer.preprocess import resize_weights
-from vitbench.transfer.raw import Raw, in_memory, label_names, not_special, require_path, same_classes
+from vitbench.transfer.raw import (Raw, in_memory, label_names, not_special, require_path, same_classes,
+                                  same_labels)
 
 if TYPE_CHECKING:  # config is made from the formats' options (SyntheticOptions below): not imported here
     from vitbench.transfer.config import DataConfig
 
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
+# The image formats a folder holds: those PIL decodes without a plug-in (a GIF or multi-page TIFF: its first
+# frame), matched case-blind. Any other file is left out of the listing and counted in a warning (`_Unread`).
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff", ".gif")
 
 
 def read_digits(cfg: DataConfig) -> Raw:
@@ -65,7 +75,48 @@ def read_synthetic(cfg: DataConfig) -> Raw:
     return in_memory(images, labels.astype(np.int64), [f"class{i}" for i in range(k)])
 
 
-_FOLDER_LAYOUT = "a directory root/<class>/*.png|jpg (or root/train/<class>/..., root/test/<class>/...)"
+_FOLDER_LAYOUT = ("a directory root/<class>/*.png|jpg|jpeg|webp|bmp|tif|tiff|gif (or root/train/<class>/..., "
+                  "root/test/<class>/...)")
+_EXAMPLES = 3  # files or folders a warning names (its counts cover the rest)
+
+
+@dataclass
+class _Unread:
+    """What a folder listing leaves out and says once (`warn`): files whose suffix is no image's (counted by
+    suffix, the first few named) and sub-folders of class folders (nothing is read recursively). Hidden files
+    and folders (a name starting with '.': .DS_Store, macOS's ._ AppleDouble files) are skipped unsaid."""
+
+    suffixes: Counter = field(default_factory=Counter)
+    files: list[str] = field(default_factory=list)  # the first _EXAMPLES
+    dirs: list[str] = field(default_factory=list)  # the first _EXAMPLES
+    n_dirs: int = 0
+
+    def file(self, f: Path) -> None:
+        self.suffixes[f.suffix.lower() or "(no suffix)"] += 1
+        if len(self.files) < _EXAMPLES:
+            self.files.append(str(f))
+
+    def dir(self, d: Path) -> None:
+        self.n_dirs += 1
+        if len(self.dirs) < _EXAMPLES:
+            self.dirs.append(str(d))
+
+    def counts(self) -> str:
+        n = sum(self.suffixes.values())
+        top = ", ".join(f"{s} {k}" for s, k in self.suffixes.most_common(5))
+        return f"{n} file{'s' * (n != 1)} ({top}{', ...' if len(self.suffixes) > 5 else ''})"
+
+    def warn(self, root: Path) -> None:
+        if self.suffixes:
+            more = " ..." if sum(self.suffixes.values()) > len(self.files) else ""
+            warnings.warn(f"{root}: {self.counts()} not read: not an image suffix (read: "
+                          f"{', '.join(IMAGE_SUFFIXES)}, any case); e.g. {', '.join(self.files)}{more}",
+                          VitbenchWarning, stacklevel=3)
+        if self.n_dirs:
+            more = " ..." if self.n_dirs > len(self.dirs) else ""
+            warnings.warn(f"{root}: {self.n_dirs} sub-folder{'s' * (self.n_dirs != 1)} of class folders not read "
+                          f"(nothing is read recursively: a class's images lie directly in root/<class>/): "
+                          f"{', '.join(self.dirs)}{more}", VitbenchWarning, stacklevel=3)
 
 
 def _entries(d: Path) -> list[Path]:
@@ -77,13 +128,28 @@ def _entries(d: Path) -> list[Path]:
                           f"{_FOLDER_LAYOUT}") from None
 
 
+def _nfc(name: str) -> str:
+    return unicodedata.normalize("NFC", name)
+
+
 def _class_dirs(root: Path) -> list[Path]:
-    return sorted(d for d in _entries(root) if d.is_dir() and not d.name.startswith("."))
+    """The class folders of `root` (hidden ones skipped), in code point order of their names in NFC (Unicode's
+    composed form: a name stored decomposed, as macOS writes it, sorts and compares as the same name typed)."""
+    dirs = sorted((d for d in _entries(root) if d.is_dir() and not d.name.startswith(".")),
+                  key=lambda d: (_nfc(d.name), d.name))
+    twins = [(a, b) for a, b in zip(dirs, dirs[1:]) if _nfc(a.name) == _nfc(b.name)]
+    if twins:
+        a, b = twins[0]
+        raise ConfigError(f"{root}: class folders {a.name!r} and {b.name!r} differ only in Unicode normalisation "
+                          f"(NFC / NFD: the same name to a reader); merge or rename one; expected "
+                          f"{_FOLDER_LAYOUT}")
+    return dirs
 
 
-def _list_folder(root: Path) -> tuple[list[str], np.ndarray, list[str]]:
-    """(image files, labels, class names) of `root/<class>/*`: listed, not decoded. An empty or unreadable
-    class folder is an error (a class no image can teach), named with its path."""
+def _list_folder(root: Path, unread: _Unread) -> tuple[list[str], np.ndarray, list[str]]:
+    """(image files, labels, class names in NFC) of `root/<class>/*`: listed, not decoded; what is left out is
+    counted in `unread`. An empty or unreadable class folder is an error (a class no image can teach), named
+    with its path."""
     dirs = _class_dirs(root)
     if not dirs:
         raise ConfigError(f"{root}: no class sub-directories found; expected {_FOLDER_LAYOUT}")
@@ -92,13 +158,26 @@ def _list_folder(root: Path) -> tuple[list[str], np.ndarray, list[str]]:
                           f"{_FOLDER_LAYOUT}")
     files, labels = [], []
     for c, d in enumerate(dirs):
-        found = sorted(str(f) for f in _entries(d) if f.suffix.lower() in IMAGE_SUFFIXES and not f.is_dir())
+        found, here = [], _Unread()
+        for f in _entries(d):
+            if f.name.startswith("."):
+                continue
+            if f.suffix.lower() in IMAGE_SUFFIXES and not f.is_dir():
+                found.append(str(f))
+            elif f.is_dir():
+                unread.dir(f)
+            else:
+                here.file(f)
+                unread.file(f)
         if not found:
-            raise ConfigError(f"{d}: class folder has no .png/.jpg/.jpeg images; add images or remove the "
-                              f"folder; expected {_FOLDER_LAYOUT}")
+            besides = f" (it holds {here.counts()} of other suffixes)" if here.suffixes else ""
+            raise ConfigError(f"{d}: class folder has no .png/.jpg/.jpeg images (nor "
+                              f"{'/'.join(IMAGE_SUFFIXES[3:])}){besides}; add images or remove the folder; "
+                              f"expected {_FOLDER_LAYOUT}")
+        found.sort()
         files += found
         labels += [c] * len(found)
-    return files, np.asarray(labels, np.int64), [d.name for d in dirs]
+    return files, np.asarray(labels, np.int64), [_nfc(d.name) for d in dirs]
 
 
 def read_folder(cfg: DataConfig) -> Raw:
@@ -111,10 +190,18 @@ def read_folder(cfg: DataConfig) -> Raw:
         other = "test" if one[0] == "train" else "train"
         raise ConfigError(f"{root / other}: missing: {root / one[0]} makes {root} a split layout, which needs "
                           f"both; expected {_FOLDER_LAYOUT}")
-    files, labels, names = _list_folder(root / "train" if has_split else root)
+    unread = _Unread()
+    files, labels, names = _list_folder(root / "train" if has_split else root, unread)
     if not has_split:
+        unread.warn(root)
         return Raw(FilePool(files), labels, names)
-    t_files, t_labels, t_names = _list_folder(root / "test")
+    t_files, t_labels, t_names = _list_folder(root / "test", unread)
+    unread.warn(root)
+    beside = [d.name for d in _class_dirs(root) if d.name not in ("train", "test")]
+    if beside:  # root/val/ (or any other folder) beside train/ and test/: no split of this layout
+        warnings.warn(f"{root}: {shorten(beside)} beside train/ and test/ not read: a split layout reads those "
+                      f"two; the val split is {cfg.name_of('val_fraction')} ({cfg.val_fraction:g}) of train/, not "
+                      "a folder", VitbenchWarning, stacklevel=2)
     same_classes(names, t_names, str(root))
     return Raw(FilePool(files), labels, names, FilePool(t_files), t_labels)
 
@@ -191,8 +278,13 @@ def _npz_images(x: np.ndarray, name: str, path: Path) -> np.ndarray:
         raise ConfigError(f"{path}: array {name!r} has shape {x.shape}; expected {_NPZ_LAYOUT}")
     if x.dtype == np.uint8:
         return x
-    if not np.issubdtype(x.dtype, np.floating) or x.size and not (x.min() >= 0 and x.max() <= 1):  # NaN: false
-        bad = int(np.size(x) - np.isfinite(x).sum()) if np.issubdtype(x.dtype, np.floating) else 0
+    if not np.issubdtype(x.dtype, np.floating):  # uint16 (16-bit images), int64, bool: no scale to assume
+        kind = f"{x.dtype.itemsize * 8}-bit integer" if np.issubdtype(x.dtype, np.integer) else str(x.dtype)
+        raise ConfigError(f"{path}: array {name!r} is {x.dtype}: {kind} image arrays are not accepted, only uint8 "
+                          f"[0, 255] or floats in [0, 1] (store a 16-bit array as floats: x / 65535); expected "
+                          f"{_NPZ_LAYOUT}")
+    if x.size and not (x.min() >= 0 and x.max() <= 1):  # NaN: false
+        bad = int(np.size(x) - np.isfinite(x).sum())
         raise ConfigError(f"{path}: array {name!r} is {x.dtype} with "
                           + (f"{bad} value(s) NaN or infinite" if bad else "range outside [0, 1]")
                           + f"; expected {_NPZ_LAYOUT}")
@@ -268,6 +360,8 @@ def read_npz(cfg: DataConfig) -> Raw:
         out += [x, y.astype(np.int64)]
     names = label_names(np.concatenate([out[1], out[3] if out[3] is not None else out[1][:0]]),
                         f"{path} ({names[1]}{', ' + names[3] if names[3] else ''})", _NPZ_LAYOUT)
+    if out[3] is not None:
+        same_labels(out[1], out[3], names, f"{path} (y_train, y_test)")
     return in_memory(out[0], out[1], names, out[2], out[3])
 
 

@@ -28,7 +28,7 @@ from vitbench.errors import ConfigError
 from vitbench.transfer.limits import MAX_CLASSES
 from vitbench.transfer.neutral import key_neutral
 from vitbench.transfer.pools import CorruptImage, decode_bytes
-from vitbench.transfer.raw import Raw, require_path
+from vitbench.transfer.raw import Raw, require_path, same_labels
 
 if TYPE_CHECKING:  # config is made from the formats' options (TfdsOptions below): not imported here
     from vitbench.transfer.config import DataConfig
@@ -205,4 +205,6 @@ def read(cfg: DataConfig) -> Raw:
     if not root.is_dir():
         raise ConfigError(f"{cfg.name_of('path')} {str(root)!r} is not a directory; expected {LAYOUT}")
     pool, labels, names, t_pool, t_labels = index_tfds(root, cfg.tfds_name)
+    if t_labels is not None:  # a test split of its own holds every class train does, as in every format
+        same_labels(np.asarray(labels), np.asarray(t_labels), names, f"{root} (train and test splits)")
     return Raw(pool, labels, names, t_pool, t_labels)
