@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import enum
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -29,8 +30,6 @@ def check_gate(threshold: float | None, confidence: float, zero_threshold: bool)
     excludes) or (0, 1) (ab and bisect: their sequential rule stops on "no change" only inside a margin), and
     --confidence in (0, 1); ConfigError naming the flag otherwise. The one check of the gates' shared flags
     (compare, ab, bisect; history's --confidence)."""
-    import math
-
     if threshold is not None and not (math.isfinite(threshold) and (0 <= threshold if zero_threshold else
                                                                      0 < threshold) and threshold < 1):
         within = "[0, 1)" if zero_threshold else "(0, 1)"
@@ -63,7 +62,7 @@ class Row:
     unit: str
     higher_is_better: bool
     decision: Decision
-    baseline: float | None = None
+    baseline: float | None = None  # a side's value: the mean of its runs' values (`repeats` of them), raw
     current: float | None = None
     ratio: float | None = None
     ci_low: float | None = None
@@ -234,19 +233,50 @@ def decide(ci_low: float | None, ci_high: float | None, threshold: float, higher
     return Decision.NO_CHANGE if cleared else Decision.INCONCLUSIVE
 
 
-def _draw(trial: Trial, metric: Metric, boot: MedianBatch) -> tuple[list[tuple[Record, int, int]], object]:
+def _in_time(metric: Metric, xs: np.ndarray) -> bool:
+    """Whether a run's samples of `metric` are rates whose median is taken in time space: a speed's samples
+    (work / each sample's time: per-step img/s) where every one is > 0. A row's speed is work / the median time
+    (vitbench.measure.throughput), which with an even count of samples averages the two middle *times*; the median
+    of the rates averages the two middle rates instead, 0.2 % apart on a 50-window JAX row (a review recomputing
+    the rows). So the run's median and its bootstrap replicates are those of 1 / rate, inverted: work / median
+    time, the row's own definition (the same number for an odd count)."""
+    if not (metric.speed and metric.samples is not None):
+        return False
+    with np.errstate(divide="ignore", over="ignore"):
+        return bool((xs > 0).all() and np.isfinite(1 / xs).all())
+
+
+def _draw(trial: Trial, metric: Metric, boot: MedianBatch) -> tuple[list[tuple[Record, int, int, bool]], object]:
     """The bootstrap draws of one side, in the order one trial at a time drew them: each record's resamples, then
-    (several records) the repeats' picks. ([(record, handle, samples)], picks or None)."""
-    drawn = [(rec, boot.draw(xs), len(xs)) for rec in trial.ok if (xs := metric_samples(rec, metric))]
+    (several records) the repeats' picks. ([(record, handle, samples, in time space)], picks or None)."""
+    drawn = []
+    for rec in trial.ok:
+        xs = metric_samples(rec, metric)
+        if xs:
+            a = np.asarray(xs, dtype=float)
+            inv = _in_time(metric, a)
+            drawn.append((rec, boot.draw(1 / a if inv else a), len(xs), inv))
     return drawn, (repeat_picks(len(drawn), boot.n_boot, boot.rng) if len(drawn) > 1 else None)
 
 
-def _side(drawn, calib: Calibrations | None, boot: MedianBatch):
+def _row_value(rec: Record, metric: Metric, p: float) -> float:
+    """A run's point: the value its row holds where that is a finite number > 0 and the metric is decided on
+    samples (img_per_s: achieved batch / median step time, the number `vitbench report` shows; the samples'
+    median in time space is the same up to a few roundings), else `p`, the samples' median."""
+    v = rec.metrics.get(metric.name)
+    return float(v) if metric.samples is not None and finite_number(v) and v > 0 else p
+
+
+def _side(drawn, calib: Calibrations | None, boot: MedianBatch, metric: Metric):
     """(point, replicates, repeats, samples, unnormalised point, per-run points, their unnormalised values) of one
-    side, or None when no record has it."""
+    side, or None when no record has it. A run's point is its row's value (_row_value); the replicates are its
+    samples' bootstrap medians (in time space for a speed: _in_time)."""
     (recs, picks), points, reps, raw_points, n = drawn, [], [], [], 0
-    for rec, handle, size in recs:
+    for rec, handle, size, inv in recs:
         p, r = boot.result(handle)
+        if inv:
+            p, r = 1 / p, 1 / r
+        p = _row_value(rec, metric, p)
         raw_points.append(p)
         n += size
         if calib is not None:
@@ -309,8 +339,8 @@ def compare_trials(pairs: Sequence[tuple[str, Trial, Trial]], metrics: Sequence[
                  for _, b, c in block]
         boot.run()
         sides = [None if d is None else [
-            (_side(db, calibs[0] if calibs is not None and md.speed else None, boot),
-             _side(dc, calibs[1] if calibs is not None and md.speed else None, boot))
+            (_side(db, calibs[0] if calibs is not None and md.speed else None, boot, md),
+             _side(dc, calibs[1] if calibs is not None and md.speed else None, boot, md))
             for md, (db, dc) in zip(metrics, d)] for d in drawn]
         ratios = [cs[1] / bs[1] for s in sides if s for bs, cs in s if bs and cs and bs[0] > 0]
         intervals = iter(percentile_intervals(np.stack(ratios) if ratios else np.empty((0, n_boot)), confidence))
@@ -345,6 +375,7 @@ def _rows(label: str, b: Trial, c: Trial, metrics: Sequence[Metric], threshold: 
         if bs is None or cs is None:
             row.baseline = bs[4] if bs else None
             row.current = cs[4] if cs else None
+            row.repeats = (bs[2] if bs else 0, cs[2] if cs else 0)
             if cs is None:  # an ok row without the measure the baseline has: vitbench never writes one
                 row.decision = Decision.FAILED
                 notes.append(f"current's ok row(s) carry no {md.name}: edited or written by another tool?")

@@ -159,11 +159,14 @@ def peak_throughput(ok: pd.DataFrame) -> pd.DataFrame:
 
 def max_batch(ok: pd.DataFrame) -> pd.DataFrame:
     """The largest batch per configuration (median over repeats); `max_batch` as it reads: '\u2265 N' where the
-    search reached its cap N (`capped` in any repeat: a lower bound, not the largest batch), else N."""
+    search reached its cap N (`capped` in any repeat: a lower bound, not the largest batch), else N.
+    process_peak_mib, the probe's whole-process peak, beside memory_limit_mib: it is what the search held to the
+    limit (vitbench.measure.max_batch.run_probe), not peak_mem_mib, the steps' own peak (rows from before it was
+    recorded have none, and no column)."""
     keys = ["model", "family", "backend", "mode", "device", "devices", "parallelism", "precision", "compile",
             "resolution"]
-    out = _collapse(ok, keys, _present(ok, ["max_batch_size", "capped", "peak_mem_mib", "memory_limit_mib",
-                                             "probes", "search_s"]))
+    out = _collapse(ok, keys, _present(ok, ["max_batch_size", "capped", "peak_mem_mib", "process_peak_mib",
+                                             "memory_limit_mib", "probes", "search_s"]))
     if not out.empty and "max_batch_size" in out:
         capped = out["capped"].map(caveats.true) if "capped" in out else pd.Series(False, index=out.index)
         out.insert(out.columns.get_loc("max_batch_size"), "max_batch",

@@ -41,7 +41,9 @@ class Timing(BaseModel):
     # min_steps: a minute per trial keeps a sweep's length predictable.
     warmup_steps: int = Field(3, ge=0, le=MAX_COUNT, description="steps after the first, run but not counted")
     min_steps: int = Field(10, gt=0, le=MAX_COUNT, description="timed steps at least")
-    min_seconds: float = Field(1.0, ge=0, le=MAX_SECONDS, description="timed seconds at least")
+    min_seconds: float = Field(1.0, ge=0, le=MAX_SECONDS,
+                               description="wall-clock seconds of timing at least, from the first timed step (gaps "
+                               "between steps included: timed_s, the steps' own time, can be less)")
     max_seconds: float = Field(60.0, gt=0, le=MAX_SECONDS, description="stop timing after this long even before min_steps")
 
     @model_validator(mode="after")

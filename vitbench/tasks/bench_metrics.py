@@ -20,7 +20,8 @@ from vitbench.tasks import COMPILE_CACHED, OTHER_LOAD_CORES, TEXT, Metric
 def step_samples(rec: Record) -> list[float] | None:
     """Per-sample throughput (img/s): the achieved batch over each raw step time (latency timing: one per step;
     throughput timing: one per window, its mean step time). A step time that is not a number > 0 gives NaN, which
-    the comparison refuses naming the row (vitbench.compare.decide.metric_samples), never drops."""
+    the comparison refuses naming the row (vitbench.compare.decide.metric_samples), never drops. Their median is
+    taken in time space there, as img_per_s's is (batch / median step time: vitbench.compare.decide._in_time)."""
     steps = rec.raw.get("step_s")
     batch = rec.metrics.get("batch_size_achieved") or rec.measured_config.get("batch_size")
     if not isinstance(steps, list) or not finite_number(batch):
@@ -55,7 +56,9 @@ TIMING = (
     Metric("step_ms_p10", "ms", False, "10th percentile step latency (latency timing only)"),
     Metric("step_ms_p90", "ms", False, "90th percentile step latency (latency timing only)"),
     Metric("step_ms_p99", "ms", False, "99th percentile step latency (latency timing only)"),
-    Metric("timed_s", "s", False, "seconds of the timed steps, summed"),
+    Metric("timed_s", "s", False, "seconds of the timed steps (throughput: windows), summed: not the time "
+           "between them, which the stop rule's min_seconds counts (wall clock from the first timed step), so it "
+           "can be less than min_seconds, most in latency timing"),
     Metric("timer", TEXT, True, "the clock the steps were timed with (host_clock; device events on a GPU)"),
     OTHER_LOAD_CORES,
     Metric("unstable", "bool", False, "the samples look untrustworthy (vitbench.measure.noise: CV, other load, "
