@@ -104,8 +104,8 @@ def bench_cmd(
     warmup: int = from_field(Infer.Params, "warmup_steps",
                              min=0, help="Warm-up steps after the first (kept raw, not in throughput)."),
     min_steps: int = from_field(Infer.Params, "min_steps", min=1, help="Timed steps at least."),
-    min_seconds: float = from_field(Infer.Params, "min_seconds", help="Wall-clock seconds of timing at least (gaps between "
-                                   "steps included; timed_s sums the steps only)."),
+    min_seconds: float = from_field(Infer.Params, "min_seconds", help="Wall-clock seconds of timing at least "
+                                    "(gaps between steps included; timed_s sums the steps only)."),
     max_seconds: float = from_field(Infer.Params, "max_seconds",
                                     help="Stop timing after this long even if min_steps is not reached."),
     seed: int = from_field(Infer.Params, "seed"),
