@@ -201,5 +201,7 @@ def test_both_backends_initialise_every_parameter_from_the_same_distribution(mod
     for k, w in mine.items():
         st, sf = float(w.std()), float(flax[k].std())
         assert (st == 0) == (sf == 0), (k, st, sf)
+        if sf == 0:  # a constant (a norm's scale, a zero head): the same one (the hybrid's gn3 was 1, norm3 0)
+            assert float(w.mean()) == float(flax[k].mean()), (k, float(w.mean()), float(flax[k].mean()))
         if sf > 0:
             assert abs(st / sf - 1) <= 6 / np.sqrt(max(w.size - 1, 1)), (k, w.shape, st, sf)

@@ -81,10 +81,11 @@ def std_conv(spec: ModelSpec, features: int, kernel: int, stride: int, padding: 
                    dtype=dtype, name=name)
 
 
-def group_norm(spec: ModelSpec, name: str, dtype: Any) -> nn.GroupNorm:
-    """GroupNorm(spec.arch.gn_groups, eps from the flavour) with the exact two-pass variance, like torch's."""
+def group_norm(spec: ModelSpec, name: str, dtype: Any, **kw) -> nn.GroupNorm:
+    """GroupNorm(spec.arch.gn_groups, eps from the flavour) with the exact two-pass variance, like torch's; `kw`
+    e.g. scale_init."""
     return nn.GroupNorm(num_groups=spec.arch.gn_groups, epsilon=spec.flavour.gn_eps, use_fast_variance=False,
-                        dtype=dtype, name=name)
+                        dtype=dtype, name=name, **kw)
 
 
 def mid_channels(out_channels: int) -> int:

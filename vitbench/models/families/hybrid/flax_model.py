@@ -45,7 +45,10 @@ class ResidualUnit(nn.Module):
             residual = group_norm(s, "gn_proj", self.dtype)(residual)
         y = nn.relu(group_norm(s, "gn1", self.dtype)(conv(mid, 1, 1, "conv1")(x)))
         y = nn.relu(group_norm(s, "gn2", self.dtype)(conv(mid, 3, self.strides, "conv2")(y)))
-        y = group_norm(s, "gn3", self.dtype)(conv(self.features, 1, 1, "conv3")(y))
+        # a zero scale: each unit starts as the identity (vit_jax models_resnet.ResidualUnit's gn3; timm zeroes
+        # norm3.weight too, so both backends start alike)
+        gn3 = group_norm(s, "gn3", self.dtype, scale_init=nn.initializers.zeros)
+        y = gn3(conv(self.features, 1, 1, "conv3")(y))
         return nn.relu(residual + y)
 
 
