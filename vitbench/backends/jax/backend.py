@@ -8,7 +8,8 @@
   `jax.default_matmul_precision("highest")` (JAX's own default is not fp32 everywhere: TF32 on NVIDIA GPUs, bf16
   passes on TPU; JAX docs, `jax.default_matmul_precision` / `jax.lax.Precision`); tf32 = traced under
   "tensorfloat32" (fp32 storage, TF32 dots; NVIDIA GPUs only); bf16 = mixed precision (float32 params, bf16
-  compute, float32 logits/loss, like torch autocast), its remaining fp32 dots at "highest"; fp16 for inference
+  matmuls and convolutions, float32 norms, residual stream and logits/loss: CUDA autocast's split, the models'
+  vitbench.models.layers.flax.NORM_DTYPE), its remaining fp32 dots at "highest"; fp16 for inference
   only (training in fp16 needs loss scaling, which this backend does not do: use bf16). The precision of every
   dot and convolution of the lowered step is read back from its StableHLO and recorded. fp16 is refused on CPU,
   where XLA has no fp16 dot with fp32 accumulation.

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 from vitbench.models.families import Axis
 from vitbench.models.families.axial import resnet_plan
 from vitbench.models.flavours import Gelu
-from vitbench.models.layers.flax import layer_norm
+from vitbench.models.layers.flax import NORM_DTYPE, layer_norm
 from vitbench.models.posemb import relative_index
 from vitbench.models.specs import ModelSpec
 
@@ -56,9 +56,9 @@ class AxialBlock(nn.Module):
     @nn.compact
     def __call__(self, x):
         s = self.spec
-        y = layer_norm(s.arch.ln_eps, "norm1", self.dtype)(x)
+        y = layer_norm(s.arch.ln_eps, "norm1")(x)
         x = x + AxialAttention(s.arch.heads, self.along, dtype=self.dtype, name="attn")(y)
-        y = layer_norm(s.arch.ln_eps, "norm2", self.dtype)(x)
+        y = layer_norm(s.arch.ln_eps, "norm2")(x)
         mlp = _Mlp(s.arch.width, s.arch.mlp_dim, s.flavour.gelu == Gelu.TANH, self.dtype, name="mlp")
         return x + mlp(y)
 
@@ -85,10 +85,10 @@ class AxialViT(nn.Module):
         s = self.spec
         x = _Patch(s, self.dtype, name="patch_embed")(x)
         pos = self.param("pos_embed", nn.initializers.normal(0.02), (1, *x.shape[1:]))
-        x = x + pos.astype(x.dtype)
+        x = x.astype(jnp.float32) + pos  # the residual stream in float32, as torch's autocast keeps it
         for k in range(2 * s.arch.depth):
             x = AxialBlock(s, (Axis.ROW, Axis.COLUMN)[k % 2], self.dtype, name=f"blocks_{k}")(x)
-        x = layer_norm(s.arch.ln_eps, "norm", self.dtype)(x)
+        x = layer_norm(s.arch.ln_eps, "norm")(x)
         x = x.mean(axis=(1, 2))
         if pre_logits:
             return x.astype(jnp.float32)
@@ -119,7 +119,7 @@ class Bottleneck(nn.Module):
     def __call__(self, x):
         s, g, eps = self.spec, self.spec.arch.gn_groups, self.spec.flavour.gn_eps
         gn = lambda name: nn.GroupNorm(num_groups=g, epsilon=eps, use_fast_variance=False,  # noqa: E731
-                                       dtype=self.dtype, name=name)
+                                       dtype=NORM_DTYPE, name=name)
         conv = lambda c, name, stride=1: nn.Conv(c, (1, 1), strides=stride, padding="VALID",  # noqa: E731
                                                  use_bias=False, dtype=self.dtype, name=name)
         y = nn.relu(gn("norm1")(conv(self.mid, "conv1")(x)))
@@ -145,7 +145,7 @@ class _Downsample(nn.Module):
     def __call__(self, x):
         x = nn.Conv(self.cout, (1, 1), strides=self.stride, padding="VALID", use_bias=False, dtype=self.dtype,
                     name="conv")(x)
-        return nn.GroupNorm(num_groups=self.groups, epsilon=self.eps, use_fast_variance=False, dtype=self.dtype,
+        return nn.GroupNorm(num_groups=self.groups, epsilon=self.eps, use_fast_variance=False, dtype=NORM_DTYPE,
                             name="norm")(x)
 
 
@@ -175,7 +175,7 @@ class _Stem(nn.Module):
                     dtype=self.dtype,
                     name="conv")(x.astype(self.dtype))
         x = nn.relu(nn.GroupNorm(num_groups=s.arch.gn_groups, epsilon=s.flavour.gn_eps, use_fast_variance=False,
-                                         dtype=self.dtype, name="norm")(x))
+                                 dtype=NORM_DTYPE, name="norm")(x))
         return nn.max_pool(x, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))
 
 

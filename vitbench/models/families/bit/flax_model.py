@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 
 from vitbench.models.flavours import WeightStd
+from vitbench.models.layers.flax import NORM_DTYPE
 from vitbench.models.specs import ModelSpec
 
 Padding = str | Sequence[tuple[int, int]]
@@ -81,11 +82,11 @@ def std_conv(spec: ModelSpec, features: int, kernel: int, stride: int, padding: 
                    dtype=dtype, name=name)
 
 
-def group_norm(spec: ModelSpec, name: str, dtype: Any, **kw) -> nn.GroupNorm:
-    """GroupNorm(spec.arch.gn_groups, eps from the flavour) with the exact two-pass variance, like torch's; `kw`
-    e.g. scale_init."""
+def group_norm(spec: ModelSpec, name: str, **kw) -> nn.GroupNorm:
+    """GroupNorm(spec.arch.gn_groups, eps from the flavour) with the exact two-pass variance, like torch's, its
+    output float32 whatever the compute dtype (vitbench.models.layers.flax.NORM_DTYPE); `kw` e.g. scale_init."""
     return nn.GroupNorm(num_groups=spec.arch.gn_groups, epsilon=spec.flavour.gn_eps, use_fast_variance=False,
-                        dtype=dtype, name=name, **kw)
+                        dtype=NORM_DTYPE, name=name, **kw)
 
 
 def mid_channels(out_channels: int) -> int:
@@ -111,12 +112,12 @@ class PreActBottleneck(nn.Module):
         def conv(f: int, k: int, st: int, pad: Padding, name: str) -> StdConv:
             return std_conv(s, f, k, st, pad, name, self.dtype)
 
-        x_pre = nn.relu(group_norm(s, "gn1", self.dtype)(x))
+        x_pre = nn.relu(group_norm(s, "gn1")(x))
         shortcut = conv(self.features, 1, self.strides, "VALID", "conv_proj")(x_pre) if self.project else x
         y = conv(mid, 1, 1, "VALID", "conv1")(x_pre)
-        y = nn.relu(group_norm(s, "gn2", self.dtype)(y))
+        y = nn.relu(group_norm(s, "gn2")(y))
         y = conv(mid, 3, self.strides, ((1, 1), (1, 1)), "conv2")(y)  # timm get_padding(3, s) = 1
-        y = nn.relu(group_norm(s, "gn3", self.dtype)(y))
+        y = nn.relu(group_norm(s, "gn3")(y))
         y = conv(self.features, 1, 1, "VALID", "conv3")(y)
         return y + shortcut
 
@@ -174,7 +175,7 @@ class BiTResNet(nn.Module):
         x = RootBlock(s, self.dtype, name="root_block")(x.astype(self.dtype))
         for k, (blocks, cout) in enumerate(zip(s.arch.layers, s.arch.stage_channels), start=1):
             x = Stage(s, cout, blocks, 1 if k == 1 else 2, self.dtype, name=f"block{k}")(x)
-        x = nn.relu(group_norm(s, "norm-pre-head", self.dtype)(x))
+        x = nn.relu(group_norm(s, "norm-pre-head")(x))
         x = jnp.mean(x.astype(jnp.float32), axis=(1, 2))  # global average pool (timm ClassifierHead 'avg')
         if pre_logits:
             return x

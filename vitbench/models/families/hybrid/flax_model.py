@@ -42,12 +42,12 @@ class ResidualUnit(nn.Module):
         residual = x
         if self.project:
             residual = conv(self.features, 1, self.strides, "conv_proj")(x)
-            residual = group_norm(s, "gn_proj", self.dtype)(residual)
-        y = nn.relu(group_norm(s, "gn1", self.dtype)(conv(mid, 1, 1, "conv1")(x)))
-        y = nn.relu(group_norm(s, "gn2", self.dtype)(conv(mid, 3, self.strides, "conv2")(y)))
+            residual = group_norm(s, "gn_proj")(residual)
+        y = nn.relu(group_norm(s, "gn1")(conv(mid, 1, 1, "conv1")(x)))
+        y = nn.relu(group_norm(s, "gn2")(conv(mid, 3, self.strides, "conv2")(y)))
         # a zero scale: each unit starts as the identity (vit_jax models_resnet.ResidualUnit's gn3; timm zeroes
         # norm3.weight too, so both backends start alike)
-        gn3 = group_norm(s, "gn3", self.dtype, scale_init=nn.initializers.zeros)
+        gn3 = group_norm(s, "gn3", scale_init=nn.initializers.zeros)
         y = gn3(conv(self.features, 1, 1, "conv3")(y))
         return nn.relu(residual + y)
 
@@ -56,7 +56,7 @@ def hybrid_root(x: jax.Array, spec: ModelSpec, dtype: Any) -> jax.Array:
     """Run the hybrid's ResNet on NHWC `x`. Call inside the parent's @nn.compact method: the layers created here
     become the parent's direct children, so their names sit at the top of the tree as in vit_jax."""
     x = std_conv(spec, spec.arch.root_channels, 7, 2, "SAME", "conv_root", dtype)(x)
-    x = nn.relu(group_norm(spec, "gn_root", dtype)(x))
+    x = nn.relu(group_norm(spec, "gn_root")(x))
     x = nn.max_pool(x, (3, 3), strides=(2, 2), padding="SAME")  # pads with -inf, like timm MaxPool2dSame
     for k, (blocks, cout) in enumerate(zip(spec.arch.layers, spec.arch.stage_channels), start=1):
         x = Stage(spec, cout, blocks, 1 if k == 1 else 2, dtype, unit=ResidualUnit, unit_name="unit{}",

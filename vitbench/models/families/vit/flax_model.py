@@ -99,10 +99,10 @@ class Encoder1DBlock(nn.Module):
     def __call__(self, x: jax.Array) -> jax.Array:
         s = self.spec
         rel = x.shape[1] if s.arch.posemb == "relative" else 0
-        y = layer_norm(s.arch.ln_eps, "LayerNorm_0", self.dtype)(x)
+        y = layer_norm(s.arch.ln_eps, "LayerNorm_0")(x)
         x = x + MultiHeadDotProductAttention(s.arch.heads, self.dtype, rel,
                                              name="MultiHeadDotProductAttention_1")(y)
-        y = layer_norm(s.arch.ln_eps, "LayerNorm_2", self.dtype)(x)
+        y = layer_norm(s.arch.ln_eps, "LayerNorm_2")(x)
         return x + MlpBlock(s.arch.mlp_dim, self.dtype, s.flavour.gelu, name="MlpBlock_3")(y)
 
 
@@ -131,7 +131,7 @@ class Encoder(nn.Module):
             elif shared is not None:
                 x = shared(x)  # one module called at every block: one table
             x = Encoder1DBlock(s, self.dtype, name=f"encoderblock_{i}")(x)
-        return layer_norm(s.arch.ln_eps, "encoder_norm", self.dtype)(x)
+        return layer_norm(s.arch.ln_eps, "encoder_norm")(x)
 
 
 class AddPositionEmbs(nn.Module):
@@ -188,7 +188,10 @@ class VisionTransformer(nn.Module):
         x = nn.Conv(s.arch.width, (p, p), strides=(p, p), padding="VALID", dtype=self.dtype,
                     name="embedding")(x)
         n, h, w, c = x.shape
-        x = x.reshape(n, h * w, c)  # row-major over (h, w): the same token order as timm's flatten(2)
+        # row-major over (h, w): the same token order as timm's flatten(2); the residual stream in float32 whatever
+        # the compute dtype, as torch's autocast keeps it (a bf16 patch embedding + the float32 class token and
+        # position embeddings: float32; vitbench.models.layers.flax.NORM_DTYPE)
+        x = x.reshape(n, h * w, c).astype(jnp.float32)
         prefix = [self.param("cls", nn.initializers.zeros, (1, 1, c), jnp.float32)] if s.num_prefix_tokens else []
         if s.arch.distilled:  # DeiT: trunc-normal(0.02) init in timm; normal(0.02) here, as the position embeddings
             prefix.append(self.param("dist", nn.initializers.normal(0.02), (1, 1, c), jnp.float32))
