@@ -38,6 +38,14 @@ class Flops(Task):
     description = "params, analytic and counted GMACs/GFLOPs per image"
     needs = frozenset({Capability.FLOPS})
     metrics = (Metric("gflops", "GFLOPs", False, "analytic forward FLOPs per image (1 MAC = 2 FLOPs)"),
+               Metric("gmacs", "GMACs", False, "analytic forward multiply-accumulates per image"),
+               Metric("params_m", "M params", False, "parameters, in millions"),
+               Metric("tokens", "tokens", False, "sequence length with the prefix tokens (class, distillation); "
+                      "absent: no token sequence (a CNN)"),
+               Metric("pretrain_images", "images", True, "pre-training images per epoch (exaflops_images)"),
+               Metric("pretrain_epochs", "epochs", True, "pre-training epochs (exaflops_epochs)"),
+               Metric("pretrain_exaflops", "exaFLOPs", False, "pre-training compute (3 x forward FLOPs x images x "
+                      "epochs; the paper's convention)"),
                COMPILE_CACHED,
                Metric("counted_cached", "bool", True, "the counters' counts came from vitbench's value cache "
                       "(vitbench.value_cache: same code, versions, compiler settings, host and model) instead of "

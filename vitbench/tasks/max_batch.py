@@ -43,7 +43,13 @@ class MaxBatch(Task):
     description = "largest batch that fits (fresh process per probe)"
     needs = frozenset({Capability.MAX_BATCH})
     metrics = (Metric("max_batch_size", "images", True, "largest batch that fits", comparable=True,
-                      default_compare=True, bounded_by=("memory_limit_mib",)),)  # a CPU's default: free RAM / 2
+                      default_compare=True, bounded_by=("memory_limit_mib",)),  # a CPU's default: free RAM / 2
+               Metric("max_batch_size_global", "images", True, "largest batch that fits, over every device"),
+               Metric("probes", "probes", False, "probes the search ran (each a fresh process)"),
+               Metric("peak_mem_mib", "MiB", False, "the largest fitting probe's steps' own peak memory"),
+               Metric("process_peak_mib", "MiB", False, "the largest fitting probe's whole-process peak: what the "
+                      "memory limit judged (probe_start_method says what the process held beside the steps)"),
+               Metric("search_s", "s", False, "seconds of every probe, summed"))
     headline = "max_batch_size"
     repeat = False
 
