@@ -154,6 +154,8 @@ def test_bench_train_with_real_input_reports_it_beside_the_synthetic_figure(form
     m, raw = row["metrics"], row["raw"]
     assert m["img_per_s"] > 0 and m["real_input_img_per_s"] > 0 and m["input_img_per_s"] > 0
     assert 0 < m["input_bound_fraction"] <= 1
+    # the real-input loop's recipe, which is not the synthetic steps' (the row's optimizer, precision)
+    assert (m["real_input_optimizer"], m["real_input_precision"]) == ("adam", "fp32")
     # timed as the synthetic figure: warm-up apart (--warmup 1), >= MIN_WINDOWS windows of >= 2 steps covering
     # --data-steps, raw window times kept, the median window's per-step time behind img/s
     from vitbench.measure.timing import MIN_WINDOWS

@@ -97,12 +97,14 @@ def real_input_training(model: str, backend: str, splits: Splits, resolution: in
     net = be.init_model(spec, resolution, splits.num_classes, seed)
     data = splits.train
 
+    recipe = OptimConfig(steps=1, warmup_steps=0)  # the transfer loop's optimiser, whatever the row's `optimizer`
+
     def run(fed: _Fed, steps: int) -> float:
         """Seconds from the call's first batch request to its return (the losses read back: a device sync); the
         call's set-up before it (optimizer state, batch order) and any compile time left out."""
         nonlocal net
         c0 = be.compile_s
-        net, _ = be.train(net, fed, resolution, OptimConfig(steps=steps, warmup_steps=0), batch_size, seed)
+        net, _ = be.train(net, fed, resolution, recipe.model_copy(update={"steps": steps}), batch_size, seed)
         return time.perf_counter() - fed.started - (be.compile_s - c0)
 
     warm = _Fed(data, _primed(data, batch_indices(len(data), batch_size, 2 + warmup_steps, seed), resolution))
@@ -125,6 +127,6 @@ def real_input_training(model: str, backend: str, splits: Splits, resolution: in
                "input_img_per_s": got["input_img_per_s"], "input_bound_fraction": got["input_bound_fraction"],
                "real_input_source": splits.source, "skipped_files": len(splits.skipped),
                # the transfer primitives' numerics, whatever the row's precision (its synthetic steps')
-               "real_input_precision": TRANSFER_PRECISION}
+               "real_input_precision": TRANSFER_PRECISION, "real_input_optimizer": recipe.optimizer}
     splits.warn_skipped()
     return metrics, {"real_input_window_s": window_s, "real_input_warmup_s": warmup_s}

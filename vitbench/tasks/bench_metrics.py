@@ -140,6 +140,8 @@ REAL_INPUT = (
     Metric("real_input_source", TEXT, True, "the images' source (format and path)"),
     Metric("skipped_files", "files", False, "corrupt files skipped (real_input_skip_corrupt)"),
     Metric("real_input_precision", TEXT, True, "the transfer loop's numerics (whatever the row's precision)"),
+    Metric("real_input_optimizer", TEXT, True, "the transfer loop's optimiser (OptimConfig's default, whatever the "
+           "row's optimizer)"),
 )
 
 METRICS = (*TIMING, *SETUP, *MEMORY, *GROUP, *FLOPS, *REAL_INPUT)
