@@ -291,25 +291,94 @@ def _npz_images(x: np.ndarray, name: str, path: Path) -> np.ndarray:
     return x.astype(np.float32)
 
 
-def _stored_as_declared(zf, path: Path) -> None:
-    """ConfigError naming the array of an .npz whose header declares more bytes than the member holds (a
-    header of shape (10**12, ...) would otherwise be allocated before the short data is found: an 'out of
-    memory' for a bad file). Headers of .npy versions 1 and 2 (numpy.lib.format's public readers)."""
+# Inflated bytes asked of zipfile per call while an .npz member is read: numpy.lib.format's BUFFER_SIZE, the
+# chunk numpy reads an array in. zipfile's read(n) inflates up to n bytes in one call before cutting them to the
+# member's declared size (read() asks for 2 GiB), so one call on a member whose data inflates past its declared
+# size could hold gigabytes for a moment; asked for this much at a time, it holds at most this much.
+NPZ_READ_CHUNK = 2**18
+
+
+class _Member:
+    """An .npz member as numpy reads it (`read`), giving at most its declared size, NPZ_READ_CHUNK inflated bytes
+    per call into zipfile (see NPZ_READ_CHUNK): the read stops where the declared size ends, however far the
+    compressed data would inflate (zipfile then finds the CRC wrong: BadZipFile)."""
+
+    def __init__(self, f, declared: int):
+        self.f, self.left = f, declared
+
+    def read(self, n: int = -1) -> bytes:
+        n = self.left if n is None or n < 0 else min(n, self.left)
+        out = bytearray()
+        while len(out) < n:
+            data = self.f.read(min(n - len(out), NPZ_READ_CHUNK))
+            if not data:
+                break
+            out += data
+        self.left -= len(out)
+        return bytes(out)
+
+
+def _npz_key(member: str) -> str:
+    return member[:-4] if member.endswith(".npy") else member  # numpy.load's names for an .npz's members
+
+
+def _declared_within_budget(infos, path: Path) -> None:
+    """ConfigError naming the array whose declared uncompressed size takes the members' total past the memory
+    budget (vitbench.memory_budget: $VITBENCH_MEMORY_LIMIT_GIB, else half the memory available), before anything
+    is inflated: an .npz is loaded whole into memory, so a larger one cannot be read (and a 13 MB zip declaring
+    3 GB, a 'zip bomb', would take 3 GB before any check). The bound is memory, not a compression ratio, since
+    real arrays deflate as far as a bomb: measured with zlib, int64 labels sorted by class 666:1, sklearn's digits
+    upscaled to 32 px 41:1, zeros 1027:1 (deflate's own limit is 1032:1)."""
+    from vitbench import memory_budget
+
+    budget = memory_budget.budget_mib()
+    total = 0
+    for info in infos:
+        total += info.file_size
+        if total > budget * 2**20:
+            raise ConfigError(f"{path}: array {_npz_key(info.filename)!r} declares {info.file_size:,} bytes "
+                              f"uncompressed ({total:,} with the arrays before it), past the memory budget of "
+                              f"{memory_budget.describe(budget)}; refused before reading: an .npz is loaded whole "
+                              f"into memory. Expected {_NPZ_LAYOUT}")
+
+
+def _npz_arrays(zf, path: Path) -> dict[str, np.ndarray | None]:
+    """The arrays of an .npz (numpy.load's names; None for a member that is no .npy array, never read past its
+    magic), read by numpy.lib.format after these checks: the members' declared sizes within the memory budget;
+    each header's array no larger than the bytes its member holds (a header of shape (10**12, ...) would
+    otherwise be allocated before the short data is found: an 'out of memory' for a bad file), of a header
+    version numpy.lib.format reads publicly (1.0, 2.0; 3.0 is written only for structured dtypes with non-latin-1
+    field names, which no image or label array has), not of objects (unpickled: UnsafeFileError); every read
+    stopped at its member's declared size (_Member)."""
     from numpy.lib import format as npy
 
+    infos = zf.infolist()
+    _declared_within_budget(infos, path)
     readers = {(1, 0): npy.read_array_header_1_0, (2, 0): npy.read_array_header_2_0}
-    for info in zf.infolist():
-        if not info.filename.endswith(".npy"):
-            continue
+    arrays = {}
+    for name, info in {i.filename: i for i in infos}.items():  # a repeated name: the last, as zipfile opens it
+        key = _npz_key(name)
         with zf.open(info) as f:
-            reader = readers.get(npy.read_magic(f))
-            if reader is None:
+            member = _Member(f, info.file_size)
+            head = member.read(len(npy.MAGIC_PREFIX) + 2)
+            if len(head) < len(npy.MAGIC_PREFIX) + 2 or not head.startswith(npy.MAGIC_PREFIX):
+                arrays[key] = None  # numpy.load would give its bytes, read whole
                 continue
-            shape, _, dtype = reader(f)
-            declared, held = int(np.prod(shape, dtype=object)) * dtype.itemsize, info.file_size - f.tell()
+            reader = readers.get((head[-2], head[-1]))
+            if reader is None:
+                raise ConfigError(f"{path}: array {key!r} has .npy header version {head[-2]}.{head[-1]}; image "
+                                  f"and label arrays are written as 1.0 or 2.0. Expected {_NPZ_LAYOUT}")
+            shape, _, dtype = reader(member)
+            if dtype.hasobject:
+                raise UnsafeFileError(f"{path}: contains object arrays that need unpickling; refused. "
+                                      f"Expected {_NPZ_LAYOUT}")
+            declared, held = int(np.prod(shape, dtype=object)) * dtype.itemsize, member.left
         if declared > held:
-            raise ConfigError(f"{path}: array {info.filename[:-4]!r} declares shape {shorten(shape)} ({declared:,} "
+            raise ConfigError(f"{path}: array {key!r} declares shape {shorten(shape)} ({declared:,} "
                               f"bytes) but holds {held:,}; expected {_NPZ_LAYOUT}")
+        with zf.open(info) as f:
+            arrays[key] = npy.read_array(_Member(f, info.file_size), allow_pickle=False)
+    return arrays
 
 
 def _npz_or_npy(path) -> bool:
@@ -325,13 +394,13 @@ def _npz_or_npy(path) -> bool:
 def read_npz(cfg: DataConfig) -> Raw:
     path = require_path(cfg, _NPZ_LAYOUT)
     try:
-        loaded = np.load(path, allow_pickle=False)
+        # mmap_mode: an .npy file is mapped, not read (its header's shape is not allocated); an .npz ignores it
+        loaded = np.load(path, mmap_mode="r", allow_pickle=False)
         if isinstance(loaded, np.ndarray):  # an .npy file: one array, no names
             raise ConfigError(f"{path}: one .npy array {shorten(loaded.shape)}, not an .npz of named arrays; "
                               f"expected {_NPZ_LAYOUT}")
         with loaded as z:
-            _stored_as_declared(z.zip, path)
-            arrays = {k: z[k] for k in z.files}
+            arrays = _npz_arrays(z.zip, path)
     except ValueError as e:
         if "allow_pickle" in str(e) and not _npz_or_npy(path):  # numpy reads anything else as a pickle
             raise ConfigError(f"{path}: not an .npz (neither a zip archive of arrays nor an .npy array); "
@@ -339,7 +408,7 @@ def read_npz(cfg: DataConfig) -> Raw:
         if "allow_pickle" in str(e):
             raise UnsafeFileError(f"{path}: contains object arrays that need unpickling; refused. "
                                   f"Expected {_NPZ_LAYOUT}") from e
-        raise ConfigError(f"{path}: not a readable .npz ({e}); expected {_NPZ_LAYOUT}") from e
+        raise ConfigError(f"{path}: not a readable .npz ({clip(str(e), 200)}); expected {_NPZ_LAYOUT}") from e
     except (OSError, EOFError, zipfile.BadZipFile) as e:  # BadZipFile: zip's magic, then no archive
         raise ConfigError(f"{path}: not a readable .npz ({clip(str(e), 200)}); expected {_NPZ_LAYOUT}") from e
     split = {"x_train", "y_train", "x_test", "y_test"}
@@ -349,6 +418,10 @@ def read_npz(cfg: DataConfig) -> Raw:
         names = ("x", "y", None, None)
     else:  # a test (or train) split half given is not silently left out
         raise ConfigError(f"{path}: has arrays {shorten(sorted(arrays))}; expected {_NPZ_LAYOUT}")
+    not_arrays = [k for k in names if k is not None and arrays[k] is None]
+    if not_arrays:
+        raise ConfigError(f"{path}: {shorten(not_arrays[0])} is not an .npy array (no numpy header); expected "
+                          f"{_NPZ_LAYOUT}")
     out = []
     for xi, yi in (names[:2], names[2:]):
         if xi is None:

@@ -13,10 +13,19 @@ converted once with `tfds convert_format` (the message says how).
 Listing reads the records with the image left encoded (`tfds.decode.SkipDecoding`): labels without a decode;
 `decode(i)` reads record i and decodes its image bytes as every other source does (vitbench.transfer.pools), so
 the same images give the same numbers in every format.
+
+The dataset's metadata is checked before tensorflow-datasets reads any of it (`check_metadata`): TFDS rebuilds
+the features from the Python class names written in `features.json` (and in a `dataset_info.json`'s `features`),
+importing the module of a name it does not know (`FeatureConnector.cls_from_name`), so a crafted data folder
+could run any module on `sys.path`. Only tensorflow-datasets' own feature connectors are accepted, and the name
+is that of a prepared dataset in the data_dir (no `namespace:` prefix, which loads a builder from elsewhere,
+nor builder arguments).
 """
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,7 +33,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from pydantic import BaseModel
 
-from vitbench.errors import ConfigError
+from vitbench.errors import ConfigError, clip, shorten
 from vitbench.transfer.limits import MAX_CLASSES
 from vitbench.transfer.neutral import key_neutral
 from vitbench.transfer.pools import CorruptImage, decode_bytes
@@ -47,6 +56,19 @@ LAYOUT = ("a prepared TFDS dataset: DATA_DIR/NAME[/CONFIG]/VERSION/ with dataset
 EXTRA = "pip install 'vitbench[tfds]'"  # the optional extra that brings tensorflow-datasets (pyproject.toml)
 LIST_CHUNK = 1024  # records read per call while listing labels (memory: this many encoded images)
 
+# A dataset name as tfds.builder parses it (tensorflow_datasets.core.naming._NAME_REG) less what makes it load from
+# anywhere but the data_dir's own files: a `namespace:` prefix (huggingface:, a community namespace) and trailing
+# builder arguments (`/key=value`, which need the dataset's code). A config of dots only would leave NAME's folder.
+DATASET_NAME = re.compile(r"(?P<dataset>[a-zA-Z]\w*)(/(?P<config>[\w+\-.]+))?(:(\d+|\*)(\.(\d+|\*)){2})?")
+NAME_FORM = "NAME[/CONFIG][:VERSION] (letters, digits and _; a CONFIG also + - .)"
+# The metadata files from which tensorflow-datasets rebuilds the features (naming their classes), in each
+# NAME/VERSION/ and NAME/CONFIG/VERSION/ folder; and the feature classes they may name: tensorflow-datasets' own.
+METADATA_FILES = ("features.json", "dataset_info.json")
+FEATURES_MODULE = "tensorflow_datasets.core.features."
+# A real features.json or dataset_info.json is kilobytes (a dataset of 10,000 shards lists 10,000 shard lengths:
+# about 100 kB); read whole with json here, as tensorflow-datasets reads it, so bounded.
+MAX_METADATA_BYTES = 2**24
+
 
 def _library():
     try:
@@ -64,6 +86,84 @@ def prepared_names(data_dir: Path) -> list[str]:
     return sorted(found)
 
 
+def feature_classes() -> set[str]:
+    """The feature classes a dataset's metadata may name: tensorflow-datasets' own connectors, as its registry of
+    imported ones holds them (`FeatureConnector._registered_features`, filled as its modules define them: a name
+    found there is never imported). Empty, so every dataset refused, if a later version drops the registry."""
+    from tensorflow_datasets.core.features import feature
+
+    registered = getattr(feature.FeatureConnector, "_registered_features", None)
+    return {n for n in registered or () if isinstance(n, str) and n.startswith(FEATURES_MODULE)}
+
+
+class _Object(list):
+    """A JSON object as its (key, value) pairs, duplicated keys included (json's object_pairs_hook)."""
+
+
+def _parse(text):
+    return json.loads(text, object_pairs_hook=_Object)
+
+
+def _class_names(doc):
+    """Every feature class name tensorflow-datasets could resolve from a parsed metadata file: the values of
+    `pythonClassName` at any depth (also `python_class_name`, the proto field's own name, which protobuf's JSON
+    parser accepts too), of `type` beside `content` (the legacy form FeatureConnector.from_json reads), and those
+    inside string values holding JSON (a `jsonFeature`'s `json`, a legacy `content`), which the features parse."""
+    stack = [doc]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, _Object):
+            keys = {k for k, _ in value}
+            for k, v in value:
+                if k in ("pythonClassName", "python_class_name") or (k == "type" and "content" in keys):
+                    yield v
+                stack.append(v)
+        elif isinstance(value, list):
+            stack.extend(value)
+        elif isinstance(value, str) and value.lstrip()[:1] in ("{", "["):
+            try:
+                stack.append(_parse(value))
+            except (ValueError, RecursionError):  # text, not JSON: nothing the features would parse
+                pass
+
+
+def _metadata(path: Path):
+    """A metadata file parsed (json only), or ConfigError naming it."""
+    try:
+        if not path.is_file():  # a FIFO would block the read, a folder cannot be read
+            raise ConfigError(f"{path}: not a regular file; expected {LAYOUT}")
+        with open(path, "rb") as f:
+            data = f.read(MAX_METADATA_BYTES + 1)
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot be read ({clip(str(e), 200)}); expected {LAYOUT}") from None
+    if len(data) > MAX_METADATA_BYTES:
+        raise ConfigError(f"{path}: more than {MAX_METADATA_BYTES:,} bytes, not TFDS metadata; expected {LAYOUT}")
+    try:
+        return _parse(data)
+    except (ValueError, RecursionError) as e:
+        raise ConfigError(f"{path}: not valid JSON ({clip(str(e), 200)}); expected {LAYOUT}") from None
+
+
+def check_metadata(data_dir: Path, name: str) -> None:
+    """ConfigError unless `name` is a dataset name of NAME_FORM and every metadata file tensorflow-datasets could
+    read for it (METADATA_FILES of every version and config under DATA_DIR/NAME) names only tensorflow-datasets'
+    own feature classes; it names the file and the class found. Reads the files with json only: nothing named in
+    them is imported. Called before each tfds.builder() on a data_dir."""
+    m = DATASET_NAME.fullmatch(name)
+    if m is None or (m["config"] is not None and not m["config"].strip(".")):
+        raise ConfigError(f"{data_dir}: TFDS dataset name {shorten(name)} is not of the form {NAME_FORM}; "
+                          "vitbench reads a dataset prepared in the data_dir (no namespace, no builder arguments)")
+    allowed = feature_classes()
+    root = Path(data_dir) / m["dataset"]
+    for path in sorted({p for d in ("*", "*/*") for f in METADATA_FILES for p in root.glob(f"{d}/{f}")}):
+        for found in _class_names(_metadata(path)):
+            if not isinstance(found, str) or found not in allowed:
+                ok = ", ".join(sorted(n.removeprefix(FEATURES_MODULE) for n in allowed)) or "none (no registry)"
+                raise ConfigError(f"{path}: feature class {shorten(found)} is not one of tensorflow-datasets' own "
+                                  f"feature connectors ({FEATURES_MODULE}{{{clip(ok, 1500)}}}); refused before "
+                                  "tensorflow-datasets reads the file, which would import the module it names")
+
+
 def builder(data_dir: Path, name: str | None):
     """The read-only builder of `name` (NAME, NAME/CONFIG, NAME:VERSION) in `data_dir`; the one dataset there when
     `name` is None. ConfigError naming the data_dir and the datasets found in it otherwise."""
@@ -77,6 +177,7 @@ def builder(data_dir: Path, name: str | None):
             raise ConfigError(f"{data_dir}: {len(found)} TFDS datasets found ({', '.join(found)}); name one with "
                               f"--tfds-name (study field tfds_name)")
         name = found[0]
+    check_metadata(data_dir, name)  # before tensorflow-datasets reads any of it
     try:
         b = tfds.builder(name, data_dir=str(data_dir))
         prepared = b.is_prepared()
@@ -139,6 +240,7 @@ class TfdsPool:
     def source(self):
         if self._source is None:
             tfds = _library()
+            check_metadata(Path(self.data_dir), self.name)  # as read() did: a worker reads the files afresh
             b = tfds.builder(self.name, data_dir=self.data_dir)
             self._source = b.as_data_source(split=self.split, decoders={self.image: tfds.decode.SkipDecoding()})
         return self._source
