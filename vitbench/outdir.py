@@ -25,6 +25,9 @@ running, is left alone).
 A writer writes inside `writing(out, writer)`: the folders it creates for `out` are removed again when the write
 fails and they are still empty (a failed write leaves no new empty folder), and a file a full or read-only disk
 refuses is said naming `out` (PathError, exit 2): the writes of pyarrow, matplotlib, a file's write() name no file.
+An `out` that is a symbolic link lying in a results folder (the default `<results>/report` is one) came with that
+folder, and a folder from elsewhere could aim it at any folder of the user's: it is refused naming it, unless the
+caller says the user typed it (`chosen`: a link the user names is theirs to follow).
 """
 
 from __future__ import annotations
@@ -181,14 +184,34 @@ class OutputFolder:
         return removed
 
 
+def _store_link(out: Path) -> Path | None:
+    """The results folder `out` lies in when `out` is a symbolic link there (else None)."""
+    from vitbench.store import RESULTS_PATTERNS
+
+    if not out.is_symlink():
+        return None
+    store = out.parent
+    return store if any(next(store.glob(pattern), None) for pattern in RESULTS_PATTERNS) else None
+
+
 @contextlib.contextmanager
-def writing(out: Path, writer: Writer, what: str | None = None) -> Iterator[Path]:
+def writing(out: Path, writer: Writer, what: str | None = None, chosen: bool = False) -> Iterator[Path]:
     """Make folder `out` (and its missing parents; `what` it is in a message, default the writer's option) for the
     block. When the block fails, the folders made are removed again if still empty (nothing was published into
-    them), and a file a full or read-only disk refused is said naming `out` (or the file, one outside it)."""
+    them), and a file a full or read-only disk refused is said naming `out` (or the file, one outside it). An `out`
+    that is a link in a results folder is refused unless `chosen` (the user typed it; the module docstring)."""
     from vitbench.paths import DISK_ERRNOS, PathError, make_dir, reason
 
     out = Path(out)
+    if not chosen and (store := _store_link(out)) is not None:
+        try:
+            to = f" (to {os.readlink(out)[-120:]!r})"
+        except OSError:
+            to = ""
+        raise PathError(f"{what or writer.option} {str(out)[-200:]!r} is a symbolic link{to} in results folder "
+                        f"{str(store)[-200:]!r}: vitbench does not write through a link that came with a results "
+                        "folder (one from elsewhere could aim it at any folder of yours); remove the link (`rm` "
+                        f"removes the link only), or give the folder you want as {writer.option}")
     made = [d for d in (out, *out.parents) if not os.path.lexists(d)]  # deepest first
     make_dir(out, what or writer.option)
     try:

@@ -114,6 +114,16 @@ def check_trusted(root: Path, path: Path) -> None:
     file there would run as this user (design: never unpickle untrusted files). A group of the user's is trusted
     (a team's cache): group-writable is allowed, and so is a teammate's directory whose group is one of the
     user's."""
+    if (why := untrusted(root, path)) is not None:
+        raise PathError(f"compile cache {why}: what lies there is loaded as compiled code, so vitbench does not "
+                        f"use it; `chmod o-w` it if it is yours, choose another cache with ${CACHE_ENV}, or turn "
+                        f"the compile caches off with ${COMPILE_CACHE_ENV}=0")
+
+
+def untrusted(root: Path, path: Path) -> str | None:
+    """Why directory `path`, or one between it and `root`, is not one to load code or pickles from (check_trusted's
+    rule: writable by other users, or owned by another user, root and the user's groups excepted), as
+    "'<dir>' is <who>, mode <mode>"; None when all are trusted (or absent)."""
     for d in _up_to(root, path):
         try:
             st = os.stat(d)
@@ -123,10 +133,8 @@ def check_trusted(root: Path, path: Path) -> None:
         ours = st.st_uid in (os.geteuid(), 0) or st.st_gid in (os.getegid(), *os.getgroups())
         if other or not ours:
             who = "writable by every user" if other else f"owned by another user (uid {st.st_uid})"
-            raise PathError(f"compile cache {_quote(d)} is {who}, mode {stat.S_IMODE(st.st_mode):o}: what lies "
-                            "there is loaded as compiled code, so vitbench does not use it; `chmod o-w` it if it "
-                            f"is yours, choose another cache with ${CACHE_ENV}, or turn the compile caches off "
-                            f"with ${COMPILE_CACHE_ENV}=0")
+            return f"{_quote(d)} is {who}, mode {stat.S_IMODE(st.st_mode):o}"
+    return None
 
 
 def _up_to(root: Path, path: Path) -> list[Path]:

@@ -17,8 +17,15 @@ then `fsync`ed before the next trial starts. A `kill -9` at any moment therefore
 intact and at most one torn last line. Before appending, a writer that finds the file not ending in a newline
 (a torn tail) first terminates it, so a torn line never glues itself to the next good record. On load, a line
 that does not parse (torn tail, garbage in the middle, or JSON that is not a record) is skipped with a
-CorruptLineWarning naming the file and line; every good line is kept. This module is the one reader of results:
-the sweep, `report` and `compare` all read through it (and vitbench.tidy's rules of which rows count).
+CorruptLineWarning naming the file and line; every good line is kept; so is a line longer than MAX_LINE_BYTES
+(read no further than that) or nested deeper than MAX_DEPTH. This module is the one reader of results: the sweep,
+`report` and `compare` all read through it (and vitbench.tidy's rules of which rows count).
+
+Links. What a sweep writes in a store (the results file and shards, claims/ and logs/ and their files) is never
+written through a symbolic link: a results folder from elsewhere could hold claims/<key>.lock -> ~/any-file (trial
+keys are deterministic), which the claim truncated. Such a link is refused naming it (PathError, exit 2), checked
+before the first trial (`Store.check_links`) and again where each file is opened (O_NOFOLLOW, `open_in_store`).
+The store directory itself may be a link (the user named it). Reading follows links (it writes nothing).
 
 Across machines (SLURM/Ray workers on a shared file system) prefer per-worker shards (`Store(dir, shard=...)`)
 or let the driver write what workers return: O_APPEND + flock is only as atomic as the file system makes it.
@@ -50,6 +57,7 @@ RESULTS_PATTERNS = (RESULTS_FILE, "results.*.jsonl")
 STUDY_FILE = "study.yaml"
 CLAIMS_DIR = "claims"  # claims/<key>.lock
 LOGS_DIR = "logs"  # logs/<key>.log, written by the executors
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # a store's files are never written through a link (the docstring)
 # in a `vitbench ab --results` folder (vitbench.compare.ab writes it): each side's commit and description, its
 # rounds in baseline/pairNN/ and current/pairNN/ (two code versions: the report refuses to pool them)
 SIDES_FILE = "sides.json"
@@ -57,6 +65,19 @@ AB_SIDES = ("baseline", "current")
 TRIAL_ID_COLUMNS = ("key", "study", "run_id", "repeat", "kind", "status")
 # what is wrong with a parsed row as an ok row (vitbench.tasks.row_check), None when nothing is
 Check = Callable[[Record], "RowProblem | None"]
+
+
+# The longest line a reader takes in (longer: skipped with a CorruptLineWarning, read no further than this; a 1 GB
+# line took 2.1 GB to read whole). The largest rows vitbench writes: a serve row keeps LoadGen's two logs per run,
+# measured 38 KB a run (ViT-Nano/4, Server, 2026-12-01), 3.9 MB at max_probes' 100; a timing row's per-step times
+# are at most workload.MAX_STEPS = 100,000 floats of at most 25 characters each, 2.5 MB. 64 MiB is 16 times the
+# larger.
+MAX_LINE_BYTES = 64 << 20
+# The deepest nesting a reader takes (deeper: skipped with a CorruptLineWarning). vitbench's rows nest 5 levels
+# (a serve row: raw, runs, a run, logs, a log); json parses up to ~1000, where every recursive walk of a row
+# (read_records' interning, a copy, json.dumps) meets Python's recursion limit: 940 levels ended compare in a
+# RecursionError traceback. 64 leaves room for a plug-in's raw data and stays far from the limit.
+MAX_DEPTH = 64
 
 
 class CorruptLineWarning(VitbenchWarning):
@@ -123,32 +144,6 @@ def ab_sides(folder: str | os.PathLike) -> dict[str, dict] | None:
             if isinstance(data.get(side), dict) else {} for side in AB_SIDES}
 
 
-def _parse_lines(data: bytes, path: Path, first_line: int = 1, final: bool = True,
-                 check: Check | None = None, demoted: list | None = None) -> tuple[list[Record], int]:
-    """Parse complete lines of `data`; returns (records, bytes consumed). Bad lines warn and are skipped.
-
-    With final=False an unterminated last chunk is left unconsumed (a writer may still be appending it)."""
-    records: list[Record] = []
-    source = str(path.parent.resolve())  # once per file, not per line
-    lines = data.split(b"\n")
-    tail = lines.pop()  # b"" when data ends with a newline
-    consumed = len(data) - len(tail)
-    for i, raw in enumerate(lines):
-        if not raw.strip():
-            continue
-        rec = _parse_one(raw, path, first_line + i, torn=False, check=check, demoted=demoted)
-        if rec is not None:
-            rec.source = source
-            records.append(rec)
-    if tail.strip() and final:
-        rec = _parse_one(tail, path, first_line + len(lines), torn=True, check=check, demoted=demoted)
-        if rec is not None:
-            rec.source = source
-            records.append(rec)
-        consumed = len(data)
-    return records, consumed
-
-
 class _NonFinite(Exception):
     pass
 
@@ -192,6 +187,10 @@ def _parse_one(raw: bytes, path: Path, lineno: int, torn: bool, check: Check | N
         warnings.warn(f"{path}:{lineno}: skipped {what}, {len(raw)} bytes: {str(e)[:120]}",
                       CorruptLineWarning, stacklevel=4)
         return None
+    if raw.count(b"{") + raw.count(b"[") > MAX_DEPTH and _deeper_than(d, MAX_DEPTH):  # (counting is cheap)
+        warnings.warn(f"{path}:{lineno}: skipped line nested more than {MAX_DEPTH} levels deep (vitbench's rows "
+                      "nest 5): not a vitbench record", CorruptLineWarning, stacklevel=4)
+        return None
     try:
         if not isinstance(d, dict):
             raise ValueError(f"a JSON {type(d).__name__}, not a record object")
@@ -220,6 +219,37 @@ def _parse_one(raw: bytes, path: Path, lineno: int, torn: bool, check: Check | N
     return rec
 
 
+def _deeper_than(d, limit: int) -> bool:
+    """Whether the parsed JSON value `d` nests containers more than `limit` levels deep (walked, not recursed)."""
+    stack = [(d, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if depth > limit:
+            return True
+        stack.extend((c, depth + 1) for c in (v.values() if type(v) is dict else v) if type(c) in (dict, list))
+    return False
+
+
+def _over_long(path: Path, lineno: int, size: int) -> None:
+    warnings.warn(f"{path}:{lineno}: skipped line of {size} bytes or more, longer than any row vitbench writes "
+                  f"(a reader takes at most {MAX_LINE_BYTES} bytes a line): not a vitbench record",
+                  CorruptLineWarning, stacklevel=4)
+
+
+def _lines(fh) -> Iterator[tuple[bytes | None, int]]:
+    """Each line of binary file `fh` from where it stands, with its length in bytes (its newline included, the
+    last one may lack it), read MAX_LINE_BYTES at most: a longer line is None, the rest of it read past in
+    chunks (never held)."""
+    while raw := fh.readline(MAX_LINE_BYTES + 1):
+        if len(raw) <= MAX_LINE_BYTES or raw.endswith(b"\n"):
+            yield raw, len(raw)
+            continue
+        size = len(raw)
+        while (more := fh.readline(1 << 20)) and not more.endswith(b"\n"):
+            size += len(more)
+        yield None, size + len(more)
+
+
 def _say_demoted(demoted: list) -> None:
     """One warning for every row a read demoted (a store of old rows would print a line each)."""
     if demoted:
@@ -243,7 +273,7 @@ def log_path(root: Path, key: str) -> Path:
 def iter_records(path: str | os.PathLike, check: Check | None = None) -> Iterator[Record]:
     """Every record of a results path (a directory with its shards and the runs below it, or one .jsonl file),
     in file order, read one line at a time; each knows the directory it came from (`Record.source`). Bad lines
-    are skipped with a warning, as `_parse_lines` does; a row `check` finds a problem with (its readers pass
+    are skipped with a CorruptLineWarning naming file:line; a row `check` finds a problem with (its readers pass
     vitbench.tasks.row_check()) is refused, a ConfigError naming its file and line, or read as an error row,
     said once at the end."""
     demoted: list = []
@@ -251,7 +281,10 @@ def iter_records(path: str | os.PathLike, check: Check | None = None) -> Iterato
         for f in result_files(path):
             source = str(f.parent.resolve())
             with open(f, "rb") as fh:
-                for lineno, raw in enumerate(fh, 1):
+                for lineno, (raw, size) in enumerate(_lines(fh), 1):
+                    if raw is None:
+                        _over_long(f, lineno, size)
+                        continue
                     if not raw.strip():
                         continue
                     rec = _parse_one(raw, f, lineno, torn=not raw.endswith(b"\n"),  # a last line lacks \n
@@ -287,6 +320,42 @@ def _interned(d: dict) -> dict:
     return {sys.intern(k): _interned(v) if type(v) is dict else v for k, v in d.items()}
 
 
+def linked(path: Path, what: str, remedy: str | None = None) -> PathError:
+    """The refusal of a symbolic link at `path` in a store, where vitbench writes (see the module docstring)."""
+    try:
+        to = f" (to {clip(os.readlink(path), 120)!r})"
+    except OSError:
+        to = ""
+    return PathError(f"{what} {clip(str(path), 200)!r} is a symbolic link{to}: vitbench does not write through a "
+                     "link in a results folder (one from elsewhere could aim it at any file of yours); "
+                     + (remedy or "remove the link (`rm` removes the link only) and run again"))
+
+
+def open_in_store(path: Path, flags: int, what: str, subdir: bool = True, mode: int = 0o644) -> int:
+    """os.open(path, flags) of a store's file never through a symbolic link: neither `path` nor, with `subdir`
+    (claims/, logs/: made here when absent), its directory may be one (PathError naming it). Other OSErrors are
+    raised as they are."""
+    dfd = None
+    try:
+        if subdir:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            dfd = os.open(path.parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _NOFOLLOW)
+        return os.open(path.name if subdir else path, flags | _NOFOLLOW, mode, dir_fd=dfd)
+    except OSError:
+        for p, w in ((path.parent, f"{what}'s directory"), (path, what))[0 if subdir else 1:]:
+            if p.is_symlink():
+                raise linked(p, w) from None
+        raise
+    finally:
+        if dfd is not None:
+            os.close(dfd)
+
+
+def _results_linked(path: Path) -> PathError:
+    return linked(path, "results file", "move the file it links to here in its place, or give the folder it is "
+                  "in as the results folder (a results folder that is itself a link is followed)")
+
+
 def _unclaimed(lock: Path, key: str, e: OSError) -> PathError:
     return PathError(f"claim file {str(lock)!r} cannot be written: {reason(e)}: trial {key} was not run (a sweep "
                      "run again runs what has no row)")
@@ -309,8 +378,13 @@ class Store:
     def _open(self) -> int:
         if self._fd is None:
             self.root.mkdir(parents=True, exist_ok=True)
-            new = not self.path.exists()
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            new = not os.path.lexists(self.path)
+            try:  # read and written through this one descriptor (a torn tail's check: never by its name again)
+                self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | _NOFOLLOW, 0o644)
+            except OSError:
+                if self.path.is_symlink():
+                    raise _results_linked(self.path) from None
+                raise
             if new:
                 _fsync_dir(self.root)
         return self._fd
@@ -322,11 +396,8 @@ class Store:
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             size = os.fstat(fd).st_size
-            if size:
-                with open(self.path, "rb") as f:  # torn tail left by a killed writer: terminate it first
-                    f.seek(size - 1)
-                    if f.read(1) != b"\n":
-                        data = b"\n" + data
+            if size and os.pread(fd, 1, size - 1) != b"\n":  # a torn tail left by a killed writer: ended first
+                data = b"\n" + data
             try:
                 _write_all(fd, data)
                 os.fsync(fd)
@@ -360,14 +431,20 @@ class Store:
             return self._records
         demoted: list = []
         for f in result_files(self.root, recursive=False):
-            off = self._offsets.get(f, 0)
+            off, lineno, recs, source = self._offsets.get(f, 0), self._lines.get(f, 0), [], None
             with open(f, "rb") as fh:
                 fh.seek(off)
-                data = fh.read()
-            recs, used = _parse_lines(data, f, self._lines.get(f, 0) + 1, final=False, check=self.check,
-                                      demoted=demoted)
-            self._offsets[f] = off + used
-            self._lines[f] = self._lines.get(f, 0) + data[:used].count(b"\n")
+                for raw, size in _lines(fh):  # a line at a time, MAX_LINE_BYTES at most
+                    if raw is not None and not raw.endswith(b"\n"):
+                        break  # unterminated: a writer may still be appending it (read when it is whole)
+                    off, lineno = off + size, lineno + 1
+                    if raw is None:
+                        _over_long(f, lineno, size)
+                    elif raw.strip() and (rec := _parse_one(raw, f, lineno, torn=False, check=self.check,
+                                                            demoted=demoted)) is not None:
+                        rec.source = source = source or str(f.parent.resolve())
+                        recs.append(rec)
+            self._offsets[f], self._lines[f] = off, lineno
             self._records.extend(recs)
             for r in recs:
                 if r.key and r.status.done:
@@ -399,8 +476,9 @@ class Store:
             return True
         lock = claim_path(self.root, key)
         try:
-            lock.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = open_in_store(lock, os.O_RDWR | os.O_CREAT, f"claim of trial {key}")
+        except PathError:
+            raise
         except OSError as e:
             raise _unclaimed(lock, key, e) from None
         try:
@@ -426,9 +504,28 @@ class Store:
             os.close(fd)
 
     # -- the study file beside the results ----------------------------------------------------------------
+    def check_links(self) -> None:
+        """Refuse (PathError naming it) a symbolic link where a sweep writes in the store: the results file and
+        shards, claims/ and logs/, the files in them (see the module docstring). Run by `save_study`, the sweep's
+        first write, before any trial; each file is opened without following a link all the same."""
+        for f in (f for pattern in RESULTS_PATTERNS for f in self.root.glob(pattern)):
+            if f.is_symlink():
+                raise _results_linked(f)
+        for name, what in ((CLAIMS_DIR, "claim"), (LOGS_DIR, "log")):
+            d = self.root / name
+            if d.is_symlink():
+                raise linked(d, f"the store's {name} directory")
+            if d.is_dir():
+                with os.scandir(d) as it:
+                    for e in it:
+                        if e.is_symlink():
+                            raise linked(Path(e.path), f"the store's {what} file")
+
     def save_study(self, text: str) -> Path:
-        """Copy the study as run to study.yaml (atomically); a different older copy is kept as study.<sha>.yaml."""
+        """Copy the study as run to study.yaml (atomically); a different older copy is kept as study.<sha>.yaml.
+        The sweep's first write: links where it writes are refused first (`check_links`)."""
         self.root.mkdir(parents=True, exist_ok=True)
+        self.check_links()
         dest = self.root / STUDY_FILE
         if dest.exists():
             old = dest.read_text()

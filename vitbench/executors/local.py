@@ -50,7 +50,9 @@ from vitbench import forkservers, memory_budget
 from vitbench.executors import STOP_SIGNALS, Executor, Job, Outcome, failure, register_executor
 from vitbench.procmem import die_with_parent
 from vitbench.record import Record, Status, now
-from vitbench.store import LOGS_DIR, log_path
+from vitbench.store import LOGS_DIR, linked, log_path, open_in_store
+
+_LOG_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC  # opened by open_in_store: never through a link (store.py)
 
 # Imported once by every fork server besides its backend's own preload list (vitbench.backends.base.BackendSpec).
 PRELOAD = ("vitbench.trial", "vitbench.measure.throughput", "vitbench.measure.max_batch", "vitbench.measure.flops",
@@ -84,7 +86,7 @@ def _child_main(job: Job, result_path: str, log_path: str) -> None:
         os._exit(1)
     sys.stdout.flush()
     sys.stderr.flush()
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = open_in_store(Path(log_path), _LOG_FLAGS, "trial log")  # checked by the sweep; again: a link made since
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
@@ -193,7 +195,11 @@ class LocalExecutor(Executor):
     def submit_one(self, job: Job) -> _Running:
         result = Path(self._tmp.name) / f"{job.key}.json"
         log = log_path(self.results_dir if self.log_dir else Path(self._tmp.name), job.key)
+        if log.parent.is_symlink():  # a link there is refused (PathError naming it), not emptied by the trial
+            raise linked(log.parent, f"the store's {LOGS_DIR} directory")  # (opened by the trial: open_in_store)
         log.parent.mkdir(parents=True, exist_ok=True)
+        if log.is_symlink():
+            raise linked(log, f"log of trial {job.key}")
         for stale in (result, Path(str(result) + STARTED)):
             stale.unlink(missing_ok=True)
         args, name = (job, str(result), str(log)), f"vitbench-trial-{job.key}"

@@ -28,7 +28,9 @@ import getpass
 import importlib.util
 import io
 import math
+import os
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -42,6 +44,7 @@ from vitbench.errors import BackendUnavailable, ConfigError, clip
 from vitbench.executors import (Executor, Job, Outcome, failure, gpus_wanted, is_timing, register_executor,
                                 wait_until)
 from vitbench.executors.remote import check_worker_paths, run_on_worker, since_now, stored_row
+from vitbench.paths import PathError, untrusted
 from vitbench.record import Status
 
 # SLURM job states (sacct, squeue) -> record status for a job that returned no record. One meaning per fault on
@@ -166,9 +169,23 @@ class SlurmExecutor(Executor):
             raise ConfigError("executor 'slurm' needs a results directory (or option folder=...) on a file system "
                               "the nodes share")
         self.folder = folder
+        self._check_trusted()
         check_worker_paths(self.results)
         self._ex: dict[bool, Any] = {}  # a submitit executor for whole-node jobs, one for the others
         self._submitted = 0  # jobs sbatch took so far
+
+    def _check_trusted(self) -> None:
+        """Refuse (PathError) a job folder that another user could write into: it, or a folder between it and the
+        results directory, writable by every user or owned by another user (paths.untrusted, the compile caches'
+        rule). submitit's files there are pickles: the job's (<uuid>.pkl), which the node unpickles and runs, and
+        its result (<id>_result.pkl), written by the job and unpickled here by `sjob.result()`; unpickling runs
+        whatever code the pickle names, so another user's file there would run as this user."""
+        why = untrusted(self.results if self.results is not None else self.folder, self.folder)
+        if why is not None:
+            raise PathError(f"executor 'slurm': job folder {why}: submitit's job files there are pickles that "
+                            "vitbench and the jobs load (loading one runs code), so it does not use a folder "
+                            "another user can write; `chmod o-w` it if it is yours, or choose another with -o "
+                            "folder=DIR")
 
     def run(self, jobs, on_start, on_result) -> None:
         if self.opts.cluster == "slurm":  # before the first trial is claimed or pickled: a SLURM that cannot
@@ -235,7 +252,12 @@ class SlurmExecutor(Executor):
     # ---- the queue primitives ----------------------------------------------------------------------------
     def submit(self, jobs: list[Job]) -> list[_Submitted]:
         """Jobs grouped by resources, a job array per group."""
+        made = [d for d in (self.folder, *self.folder.parents) if not os.path.lexists(d)]
         self.folder.mkdir(parents=True, exist_ok=True)
+        for d in made:  # what this made is never writable by others, whatever the umask (000 in a CI container)
+            with contextlib.suppress(OSError):
+                os.chmod(d, stat.S_IMODE(os.stat(d).st_mode) & ~stat.S_IWOTH)
+        self._check_trusted()  # before any pickle is written there
         since = since_now()
         results = str(self.results) if self.results else None
         groups: dict[tuple, list[int]] = {}
@@ -347,6 +369,7 @@ class SlurmExecutor(Executor):
                 # a local job writes its result before it exits (submitit would wait for a slow NFS first); a
                 # lost job never will (submitit would wait for accounting forever)
                 raise UncompletedJobError(f"job {sjob.job_id} ended without a result")
+            self._check_trusted()  # again: sjob.result() unpickles the result file the job wrote
             outcome = sjob.result()
         except UncompletedJobError as e:  # FailedJobError (an exception in the job) is a subclass
             outcome = stored_row(self.results, job)  # the worker wrote its row before the job went away?

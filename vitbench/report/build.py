@@ -138,8 +138,9 @@ def build_report(results: str | Path, out: str | Path | None = None, formats: It
                           + (f"{len(skipped)} line(s) skipped, none a record; first: {clip(skipped[0], 200)}"
                              if skipped else "run `vitbench sweep` first") + ")")
     df = _ab_side_commit(results, df)
+    chosen = bool(out)  # a --out the user typed may be a link they chose; the default one is not followed
     out = Path(out) if out else (results if results.is_dir() else results.parent) / "report"
-    with writing(out, REPORT, "report directory"):  # a failed report leaves no new empty folder, names `out`
+    with writing(out, REPORT, "report directory", chosen=chosen):  # a failed report leaves no new empty folder, names `out`
         folder = OutputFolder(out, REPORT, allow_other=allow_other_files)
         folder.check()
         with folder.staging() as stage:
