@@ -9,6 +9,7 @@ Files meant for programs (CSV, Parquet, JSON) keep full precision.
 from __future__ import annotations
 
 import math
+import re
 
 
 def fmt(v) -> str:
@@ -32,3 +33,22 @@ def fmt(v) -> str:
             return f"{v:.0f}"  # 4 significant digits would switch to exponent notation here
         return f"{v:.4g}"
     return str(v)
+
+
+# C0 controls but tab and LF, DEL and C1: ESC [31m colours a terminal, ESC ] 0; ... BEL retitles it
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def visible(text: str) -> str:
+    """`text` with its control characters (tab and newline apart) written as \\xNN escapes: what a terminal or a
+    Markdown reader shows of a value vitbench did not write."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def md_cell(text) -> str:
+    """`text` (a value from the rows, a column's name, an environment value) safe in Markdown, in a table cell or a
+    line (report.md, compare's PR comment): CR and LF (line breaks in CommonMark: a new row, heading or link) a
+    space, control characters visible as \\xNN (an ESC sequence reaches a terminal), `|` escaped, `<` as &lt; (no
+    raw HTML: a <script> or <img onerror> in a model name)."""
+    s = visible(str(text).replace("\r\n", " ").replace("\r", " ").replace("\n", " "))
+    return s.replace("|", "\\|").replace("<", "&lt;")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 import warnings
 
@@ -23,6 +22,7 @@ from rich.table import Table
 from vitbench.choices import not_allowed
 from vitbench.cli.long_table import LONG_ROWS, column_widths, lines
 from vitbench.errors import ConfigError, VitbenchWarning, clip, shorten
+from vitbench.numfmt import visible
 
 LOG_WIDTH = 160  # columns when no terminal is attached (CI logs, files): wide tables stay on one line
 
@@ -78,14 +78,8 @@ def fit_table(console: Console, table: Table) -> int:
 
 
 # Control characters in text a user or a results file supplied (a model name with ESC [2J clears a terminal, an
-# OSC sequence retitles it): written as visible escapes, never to the terminal as they are. Tab and newline stay;
-# rich's own styles and cursor controls are not text and are untouched.
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def visible(text: str) -> str:
-    """`text` with its control characters (tab and newline apart) written as \\xNN escapes."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+# OSC sequence retitles it): written as visible escapes (numfmt.visible), never to the terminal as they are. Tab
+# and newline stay; rich's own styles and cursor controls are not text and are untouched.
 
 
 class _Console(Console):

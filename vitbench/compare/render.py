@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from vitbench.compare.decide import REGRESSING, Row
-from vitbench.numfmt import fmt
+from vitbench.numfmt import fmt, md_cell
 
 COLUMNS = ("trial", "metric", "baseline", "current", "ratio", "CI", "decision", "note")
 
@@ -62,31 +62,30 @@ def summary_line(cmp) -> str:
 
 
 def to_markdown(cmp) -> str:
-    """A Markdown report: summary, metric table, environment differences, unmatched trials, warnings."""
-    def esc(s: str) -> str:
-        return s.replace("|", "\\|")
+    """A Markdown report: summary, metric table, environment differences, unmatched trials, warnings; every
+    value from the rows or the environment through md_cell."""
     how = ("Ratios are current / baseline" + (", paired round by round" if cmp.context else "") +
            "; regression: the whole interval below 1 - threshold; no change: the whole interval above it; "
            "inconclusive: the interval contains it.")
     lines = [f"## vitbench {'ab' if cmp.context else 'compare'}", "", f"**{summary_line(cmp)}**", "", how, "",
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     if cmp.context:
-        lines[4:4] = [f"- **{esc(k)}**: {esc(v)}" for k, v in cmp.context] + [""]
+        lines[4:4] = [f"- **{md_cell(k)}**: {md_cell(v)}" for k, v in cmp.context] + [""]
     for r in cmp.rows:
         cells = row_cells(r)
         if r.decision in REGRESSING:
             cells["decision"] = f"**{cells['decision']}**"
-        lines.append("| " + " | ".join(esc(cells[c]) for c in COLUMNS) + " |")
+        lines.append("| " + " | ".join(md_cell(cells[c]) for c in COLUMNS) + " |")
     if cmp.env_diff:
         lines += ["", "### Environment differences", "", "| field | baseline | current |", "|---|---|---|"]
-        lines += [f"| {esc(k)} | {esc(b)} | {esc(c)} |" for k, b, c in cmp.env_diff]
+        lines += [f"| {md_cell(k)} | {md_cell(b)} | {md_cell(c)} |" for k, b, c in cmp.env_diff]
     for title, items in (("Only in baseline (not compared)", cmp.unmatched_baseline),
                          ("Only in current (not compared)", cmp.unmatched_current),
                          ("Matched, no metric to compare (see --metric)", cmp.not_compared)):
         if items:
-            lines += ["", f"### {title}", ""] + [f"- {esc(lbl)}: {esc(why)}" for lbl, why in items]
+            lines += ["", f"### {title}", ""] + [f"- {md_cell(lbl)}: {md_cell(why)}" for lbl, why in items]
     if cmp.warnings:
-        lines += ["", "### Warnings", ""] + [f"- {esc(w)}" for w in cmp.warnings]
+        lines += ["", "### Warnings", ""] + [f"- {md_cell(w)}" for w in cmp.warnings]
     return "\n".join(lines) + "\n"
 
 

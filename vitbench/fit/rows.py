@@ -3,9 +3,12 @@
 `--where EXPR` is `DataFrame.query(EXPR, engine="python")` after the expression has been parsed and found to hold
 only column names, constants, comparisons, arithmetic and boolean operators (`and`, `or`, `not`, `&`, `|`, `~`,
 `in`): no calls, attributes, subscripts, `@` variables or lambdas, so nothing beyond a row filter is evaluated.
-Backticks quote a column name with spaces, as in pandas (`` `Seen Examples` > 1e6 ``). The expression is bounded
-before it is parsed or evaluated (MAX_WHERE_CHARS, MAX_WHERE_DEPTH): a deep one would overflow the parser's or
-pandas' stack.
+Backticks quote a column name with spaces, as in pandas (`` `Seen Examples` > 1e6 ``). The expression is checked
+as pandas reads it: each backticked name outside a string literal (`_split_backticks`, pandas' own rule) made a
+placeholder name, then tokenised (`_check_tokens`: no `.`, no call, only the allowed operators) and parsed, so a
+backtick inside a string cannot hide a part of the expression from the check that pandas then runs. The
+expression is bounded before it is parsed or evaluated (MAX_WHERE_CHARS, MAX_WHERE_DEPTH): a deep one would
+overflow the parser's or pandas' stack.
 
 Pooling: a group that holds rows of several curves (two models, two benchmarks, two tasks at the same compute)
 is fitted as one curve, which is rarely what was meant (a forgotten `--group`). A column pools curves in a group
@@ -20,8 +23,11 @@ every row is a ConfigError, never all rows pooled as one curve.
 from __future__ import annotations
 
 import ast
-import re
+import io
+import keyword
 import shlex
+import token
+import tokenize
 
 import numpy as np
 import pandas as pd
@@ -33,7 +39,6 @@ _OK_NODES = (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, 
              ast.BinOp, ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow, ast.BitAnd, ast.BitOr,
              ast.Compare, ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.In, ast.NotIn, ast.Name,
              ast.Load, ast.Constant, ast.List, ast.Tuple)
-_BACKTICK = re.compile(r"`([^`]*)`")
 MAX_WHERE_DEPTH = 100  # nesting levels of a --where expression: a filter a person writes nests a few; pandas'
 # python-engine evaluator recurses several frames a level and overflows Python's stack (1000 frames) between 300
 # and 500 levels of unary minus (measured, pandas 2), ast.parse near 1000
@@ -71,17 +76,13 @@ def where(frame: pd.DataFrame, expr: str, where_text: str) -> pd.DataFrame:
     """The rows of `frame` for which `expr` holds; anything else than a row filter over its columns is a
     ConfigError naming --where."""
     shown = shorten(expr, 120)
-    names = {}
-
-    def hold(m):
-        key = f"__col{len(names)}__"
-        names[key] = m.group(1)
-        return key
-
     if len(expr) > MAX_WHERE_CHARS:
         raise ConfigError(f"--where {shown}: {len(expr)} characters; at most {MAX_WHERE_CHARS} (a row filter)")
+    names: dict[str, str] = {}  # placeholder -> the backticked column name it stands for
+    checked = "".join(_hold(names, part[1:-1]) if quoted else part
+                      for quoted, part in _split_backticks(expr)).strip()
     try:
-        tree = ast.parse(_BACKTICK.sub(hold, expr).strip(), mode="eval")
+        tree = ast.parse(checked, mode="eval")
     except SyntaxError as e:
         raise ConfigError(f"--where {shown}: not an expression ({clip(e.msg, 100)}); e.g. "
                           "--where \"model == 'ViT-B/16' and steps >= 100\"") from None
@@ -91,10 +92,10 @@ def where(frame: pd.DataFrame, expr: str, where_text: str) -> pd.DataFrame:
         raise ConfigError(f"--where {shown}: nested more than {MAX_WHERE_DEPTH} levels deep (each operator is a "
                           "level, and each operand past the second of a chained and/or or comparison); write a "
                           "shorter filter, e.g. `col in [...]` for many values")
+    _check_tokens(checked, shown)
     for node in ast.walk(tree):
         if not isinstance(node, _OK_NODES):
-            raise ConfigError(f"--where {shown}: {type(node).__name__.lower()} is not allowed; use column names, "
-                              "constants, comparisons, arithmetic, and/or/not and `in [...]`")
+            raise ConfigError(f"--where {shown}: {type(node).__name__.lower()} is not allowed; {_ALLOWED}")
         if isinstance(node, ast.BinOp) and not _cheap(node):
             raise ConfigError(f"--where {shown}: arithmetic on text or lists, or a power whose exponent is not a "
                               f"number of at most {MAX_WHERE_EXPONENT} or whose base holds a power or an integer "
@@ -112,6 +113,88 @@ def where(frame: pd.DataFrame, expr: str, where_text: str) -> pd.DataFrame:
     if not isinstance(out, pd.DataFrame):
         raise ConfigError(f"--where {shown}: does not select rows (it must be true or false per row)")
     return out
+
+
+_ALLOWED = "use column names, constants, comparisons, arithmetic, and/or/not and `in [...]`"
+# what a --where expression's tokens may be: operators of comparisons, arithmetic, and/or/not, `in [...]` lists
+_OK_OPS = frozenset({"(", ")", "[", "]", ",", "==", "!=", "<", "<=", ">", ">=", "+", "-", "*", "/", "//", "%",
+                     "**", "&", "|", "~"})
+_OK_WORDS = frozenset({"and", "or", "not", "in", "True", "False", "None"})
+_LAYOUT = frozenset({tokenize.NEWLINE, tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT,
+                     tokenize.ENDMARKER})
+
+
+def _split_backticks(s: str) -> list[tuple[bool, str]]:
+    """`s` cut into (backtick-quoted, text) parts as pandas cuts it (pandas.core.computation.parsing
+    ._split_by_backtick, pandas 3): a backtick opens a quoted name only outside a '...' or "..." literal (a quote
+    ends one unless a backslash precedes it), a doubled backtick inside a name is one backtick; an unclosed one
+    stays text (a syntax error)."""
+    parts: list[tuple[bool, str]] = []
+    buf: list[str] = []
+    state, i = None, 0  # state: None, "`", "'" or '"' (inside a name or a literal)
+    while i < len(s):
+        c = s[i]
+        if c == "`" and state is None:
+            if buf:
+                parts.append((False, "".join(buf)))
+            buf, state = [c], "`"
+            i += 1
+            continue
+        if c == "`" and state == "`":
+            if s[i + 1:i + 2] == "`":
+                buf += "``"
+                i += 2
+                continue
+            parts.append((True, "".join(buf) + c))
+            buf, state = [], None
+            i += 1
+            continue
+        if c in "'\"" and state is None:
+            state = c
+        elif c == state and s[i - 1] != "\\":
+            state = None
+        buf.append(c)
+        i += 1
+    if buf:
+        parts.append((False, "".join(buf)))
+    return parts
+
+
+def _hold(names: dict[str, str], name: str) -> str:
+    """A placeholder identifier for the backticked column `name` (kept in `names`)."""
+    key = f"__col{len(names)}__"
+    names[key] = name.replace("``", "`")
+    return key  # identifier characters, as pandas puts in its place
+
+
+def _check_tokens(text: str, shown: str) -> None:
+    """Refuse a --where expression (backticked names already placeholders) whose tokens are anything but names,
+    numbers, strings (no f-strings), the and/or/not/in words and the operators of _OK_OPS: no attribute (`.`),
+    no call (a name, `)`, `]` or a string followed by `(`), no `@`, `:`, `=`, `;`, `lambda`, `if`."""
+    try:
+        toks = [t for t in tokenize.generate_tokens(io.StringIO(text).readline) if t.type not in _LAYOUT]
+    except (tokenize.TokenError, SyntaxError) as e:
+        raise ConfigError(f"--where {shown}: not an expression ({clip(str(e), 100)})") from None
+    prev = None
+    for t in toks:
+        what = None
+        if t.type == token.OP and t.string == ".":
+            what = "attribute (`.`)"
+        elif t.type == token.OP and t.string == "(" and prev is not None and (
+                prev.type in (token.NAME, token.STRING) and prev.string not in _OK_WORDS
+                or prev.string in (")", "]")):
+            what = "call"
+        elif t.type == token.OP and t.string not in _OK_OPS:
+            what = f"operator {t.string!r}"
+        elif t.type == token.NAME and keyword.iskeyword(t.string) and t.string not in _OK_WORDS:
+            what = f"keyword {t.string!r}"
+        elif t.type == token.STRING and "f" in t.string.split(t.string[-1], 1)[0].lower():
+            what = "f-string"
+        elif t.type not in (token.OP, token.NAME, token.NUMBER, token.STRING):
+            what = f"token {shorten(t.string, 20)}"
+        if what:
+            raise ConfigError(f"--where {shown}: {what} is not allowed; {_ALLOWED}")
+        prev = t
 
 
 def _depth(tree: ast.AST) -> int:

@@ -31,12 +31,13 @@ from vitbench.report.plots import (
     _shared_legend,
     first_panels,
     model_colors,
+    plain,
 )
 from vitbench.stats import frontier_mask
 
 
 def _fmt_key(v) -> str:
-    return numfmt.fmt(v)
+    return plain(numfmt.fmt(v))
 
 
 def pareto_front(x, y) -> np.ndarray:
@@ -59,8 +60,8 @@ def upstream_label(row) -> str:
     """'DeiT-Micro/4-dist ⚗ R-Nano (hard)' for a distilled upstream, else the model's name."""
     teacher = row.get("teacher")
     if not isinstance(teacher, str):
-        return str(row["model"])
-    return f"{row['model']} \u2697 {teacher} ({row.get('distillation', '?')})"
+        return plain(row["model"])
+    return plain(f"{row['model']} \u2697 {teacher} ({row.get('distillation', '?')})")
 
 
 def upstream_style(row, colors: dict) -> dict:

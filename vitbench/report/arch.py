@@ -23,7 +23,7 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 
 from vitbench.models.overrides import POSEMB_ATS, POSEMBS, TRANSFORMER_KEYS, render_value
-from vitbench.report.plots import _log_axis
+from vitbench.report.plots import _log_axis, plain
 
 # The architecture columns: a transformer's override fields (rows of families that take them all: vit, hybrid)
 ARCH_FIELDS = TRANSFORMER_KEYS
@@ -161,11 +161,11 @@ def shape_figure(ok: pd.DataFrame) -> Figure | None:
                 x, y = pts["pretrain_exaflops"].to_numpy(), 100 * pts["accuracy_mean"].to_numpy()
                 lo, hi = 100 * pts["accuracy_min"].to_numpy(), 100 * pts["accuracy_max"].to_numpy()
                 ax.errorbar(x, y, yerr=[y - lo, hi - y], color=colors[s], marker="o", ms=4, lw=1.2, capsize=2,
-                            label=s)
+                            label=plain(s))
                 is_base = (pts["dimension"] == "").to_numpy()
                 ax.scatter(x[is_base], y[is_base], s=70, facecolors="none", edgecolors="black", zorder=3)
                 for xi, yi, v in zip(x, y, pts["value"]):
-                    ax.annotate(v, (xi, yi), textcoords="offset points", xytext=(3, 4), fontsize=6)
+                    ax.annotate(plain(v), (xi, yi), textcoords="offset points", xytext=(3, 4), fontsize=6)
         ax.set_xscale("log")
         _log_axis(ax.xaxis)
         ax.set_title(_SHAPE_TITLES[dim], fontsize=9)
@@ -175,7 +175,7 @@ def shape_figure(ok: pd.DataFrame) -> Figure | None:
     handles, labels = axes[0].get_legend_handles_labels()
     uniq = dict(zip(labels, handles))
     fig.legend(uniq.values(), uniq.keys(), loc="outside lower center", ncol=len(uniq), fontsize=8, frameon=False)
-    bases = ", ".join(sorted(set(t["base"]) - {""}))
+    bases = plain(", ".join(sorted(set(t["base"]) - {""})))
     fig.suptitle(f"Transformer shape around {bases} (circled: the base; cf. paper Figure 8)", fontsize=10)
     return fig
 
@@ -225,7 +225,7 @@ def head_figure(ok: pd.DataFrame) -> Figure | None:
         for (base, head), part in t[t["series"] == s].groupby(["base", "head"], sort=False):
             part = part.sort_values("pretrain_lr")
             x, y = part["pretrain_lr"].to_numpy(), 100 * part["accuracy_mean"].to_numpy()
-            ax.plot(x, y, marker="o", ms=4, color=colors[head], label=head)
+            ax.plot(x, y, marker="o", ms=4, color=colors[head], label=plain(head))
             ax.fill_between(x, 100 * part["accuracy_min"], 100 * part["accuracy_max"], color=colors[head],
                             alpha=0.15, linewidth=0)
             b = part[part["best"]]
@@ -234,10 +234,10 @@ def head_figure(ok: pd.DataFrame) -> Figure | None:
         ax.set_xscale("log")
         ax.set_xlabel("Pre-training learning rate (Adam peak)", fontsize=8)
         ax.set_ylabel("Accuracy [%] (mean over seeds, band: range)", fontsize=8)
-        ax.set_title(s, fontsize=9)
+        ax.set_title(plain(s), fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7, frameon=False)
-    bases = ", ".join(sorted(set(t["base"])))
+    bases = plain(", ".join(sorted(set(t["base"]))))
     fig.suptitle(f"Class token vs global average pooling, {bases} (star: each head's best LR; cf. paper Figure 9)",
                  fontsize=10)
     return fig
@@ -299,11 +299,11 @@ def posemb_figure(ok: pd.DataFrame) -> Figure | None:
         d = t[(t["series"] == s) & (t["posemb"] == "learned") & (t["posemb_at"] == "input")]
         if not d.empty:
             ax.axvline(100 * d["accuracy_mean"].iloc[0], color="0.4", ls="--", lw=0.8)
-        ax.set_title(s, fontsize=9)
+        ax.set_title(plain(s), fontsize=9)
         ax.set_xlabel("Accuracy [%] (dots: seeds; bar: mean +- 1 std)", fontsize=8)
         ax.grid(True, axis="x", alpha=0.3)
     axes[0].set_yticks(list(ys.values()), [f"{k} @ {a}" for k, a in ys])
-    bases = ", ".join(sorted(set(t["base"])))
+    bases = plain(", ".join(sorted(set(t["base"]))))
     fig.suptitle(f"Position embeddings, {bases} (dashed: learned 1-D at the input; cf. paper Table 8)",
                  fontsize=10)
     return fig

@@ -19,6 +19,7 @@ from matplotlib.figure import Figure
 
 from vitbench.report import caveats, tables
 from vitbench.report.caveats import CAVEAT
+from vitbench.report.plots import plain
 
 _ACROSS = ("devices", "parallelism", "batch_size")  # what a row is compared across (its 1-device partner's)
 _MATCH = ["study", "model", "family", "backend", "task", "device", "precision", "compile", "compile_mode", "timing",
@@ -79,8 +80,8 @@ def _series(t: pd.DataFrame):
 
 
 def _label(row: pd.Series) -> str:
-    return (f"{row['model']} {row['backend']} {row['task']} {row.get('parallelism', '')} "
-            f"b/dev {row['batch_per_device']}").strip()
+    return plain(f"{row['model']} {row['backend']} {row['task']} {row.get('parallelism', '')} "
+                 f"b/dev {row['batch_per_device']}").strip()
 
 
 def _axes(title: str, ylabel: str):

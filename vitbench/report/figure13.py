@@ -133,7 +133,7 @@ def figure(ok: pd.DataFrame) -> Figure | None:
     ax_c, ax_s, ax_f = fig.subplots(1, 3)
     for m in models:
         g = curves[curves["model"] == m].groupby("pretrain_exaflops")["accuracy"].mean()
-        ax_c.plot(g.index, 100 * g.to_numpy(), linestyle="-", label=m, **style[m])
+        ax_c.plot(g.index, 100 * g.to_numpy(), linestyle="-", label=plots.plain(m), **style[m])
     rings = False
     for i, b in enumerate(backends):
         sp = t[t["backend"] == b]
@@ -142,9 +142,9 @@ def figure(ok: pd.DataFrame) -> Figure | None:
             st = style[r["model"]]
             face = st["color"] if fill == "full" else "none"
             ax_s.scatter(r["img_per_s"], 100 * r["accuracy"], marker=st["marker"], facecolors=face,
-                         edgecolors=st["color"], s=60, label=f"{r['model']} ({b})")
+                         edgecolors=st["color"], s=60, label=plots.plain(f"{r['model']} ({b})"))
             ax_f.scatter(r["gflops"], r["img_per_s"], marker=st["marker"], facecolors=face, edgecolors=st["color"],
-                         s=60, label=f"{r['model']} ({b})")
+                         s=60, label=plots.plain(f"{r['model']} ({b})"))
         if CAVEAT in sp:
             m = caveats.marked(sp[CAVEAT])
             rings |= plots.mark_caveats(ax_s, sp["img_per_s"][m], 100 * sp["accuracy"][m])
@@ -155,19 +155,20 @@ def figure(ok: pd.DataFrame) -> Figure | None:
             achieved = float(np.median(pts[:, 0] * pts[:, 1]))
             xs = np.geomspace(pts[:, 0].min() / 1.5, pts[:, 0].max() * 1.5, 20)
             ax_f.plot(xs, achieved / xs, linestyle=(":", "--")[min(i, 1)], color="0.5",
-                      label=f"{b}: constant {achieved:.3g} GFLOP/s (median model)")
+                      label=f"{plots.plain(b)}: constant {achieved:.3g} GFLOP/s (median model)")
     if rings:
         for ax in (ax_s, ax_f):
             plots.caveat_legend_entry(ax)
     res = sorted({int(r) for r in t["resolution"].dropna()})
     at = f"{res[0]} px" if len(res) == 1 else "each benchmark's input size"
     ax_c.set(xscale="log", xlabel="Pre-training compute [exaFLOPs]",
-             ylabel=f"Transfer accuracy [%]\n({bench}; mean over seeds)",
+             ylabel=f"Transfer accuracy [%]\n({plots.plain(bench)}; mean over seeds)",
              title="(a) accuracy vs pre-training compute")
     ax_s.set(xscale="log", xlabel=f"Peak inference speed [img/s] ({at})\n(median over repeats, best batch; "
-             "filled: " + backends[0] + (", hollow: " + ", ".join(backends[1:]) if len(backends) > 1 else "")
+             "filled: " + plots.plain(backends[0]) + (", hollow: " + plots.plain(", ".join(backends[1:]))
+                                                      if len(backends) > 1 else "")
              + ")",
-             ylabel=f"Accuracy at the largest budget [%]\n({bench}; mean over seeds)",
+             ylabel=f"Accuracy at the largest budget [%]\n({plots.plain(bench)}; mean over seeds)",
              title="(b) accuracy vs measured speed")
     ax_f.set(xscale="log", yscale="log", xlabel=f"Forward cost [GFLOPs per image] ({at})\n(1 MAC = 2 FLOPs)",
              ylabel="Peak inference speed [img/s]\n(median over repeats, best batch)",
@@ -178,5 +179,6 @@ def figure(ok: pd.DataFrame) -> Figure | None:
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=6, loc="best")
     dev = ", ".join(sorted(set(map(str, ok.get("device", pd.Series(dtype=str)).dropna())))) or "device ?"
+    dev = plots.plain(dev)
     fig.suptitle(f"Accuracy, compute and measured speed per family (cf. ViT paper Figure 13; {dev})", fontsize=11)
     return fig

@@ -41,7 +41,7 @@ from vitbench.fit.groups import DEFAULT_COMPUTE, DEFAULT_GROUP
 from vitbench.report import caveats
 from vitbench.report.caveats import caveat_legend_entry, mark_caveats
 from vitbench.report.plots import (FAMILY_STYLE, _infer_speed, _legend, _log_axis, backend_line, first_panels,
-                                   model_colors)
+                                   model_colors, plain)
 
 _OTHER_COLORS = colormaps["tab10"]
 # Axis titles for the compute columns results rows carry (any other column is shown by its name).
@@ -86,8 +86,8 @@ def _curve_label(g: GroupFit, report: FitReport) -> str:
     parts = [str(g.key[c]) for c in groups if c in g.key and g.key[c] is not None]
     if parts == [] or groups == [DEFAULT_GROUP] and len(parts) == 1:
         fam = parts[0] if parts else "all"
-        return FAMILY_STYLE.get(fam, (None, None, fam))[2]
-    return " ".join(parts)
+        return plain(FAMILY_STYLE.get(fam, (None, None, fam))[2])
+    return plain(" ".join(parts))
 
 
 def _style(g: GroupFit, report: FitReport, i: int) -> tuple[str, tuple]:
@@ -102,7 +102,7 @@ def _style(g: GroupFit, report: FitReport, i: int) -> tuple[str, tuple]:
 def _panel_title(report: FitReport, key: tuple) -> str:
     bench = [c for c in report.split_by if c not in (report.spec.group or [DEFAULT_GROUP])]
     parts = [f"{c}={v}" for c, v in zip(bench, key) if v is not None]
-    return " / ".join(parts) or Path(report.source).name
+    return plain(" / ".join(parts) or Path(report.source).name)
 
 
 def _axes(n: int, height: float = 4.8, extra_rows: bool = False):
@@ -123,8 +123,8 @@ def _loglog(ax, report: FitReport) -> None:
     ax.set_xscale("log")
     ax.set_yscale("log")
     _log_axis(ax.yaxis)
-    ax.set_xlabel(COMPUTE_LABELS.get(report.spec.compute, report.spec.compute))
-    ax.set_ylabel(f"Error ({report.error_label})")
+    ax.set_xlabel(COMPUTE_LABELS.get(report.spec.compute, plain(report.spec.compute)))
+    ax.set_ylabel(f"Error ({plain(report.error_label)})")
     ax.grid(True, which="both", alpha=0.3)
 
 
@@ -286,7 +286,7 @@ def compute_frontier(df: pd.DataFrame, *, fits: FitReport | None = None, spec: F
                 zorder=3, label="measured frontier (best at this compute or less)")
         ax.scatter(fx, fy, s=110, facecolors="none", edgecolors="black", linewidths=1.0, zorder=4)
         for x, y, lab in zip(fx, fy, fl):
-            ax.annotate(lab, (x, y), textcoords="offset points", xytext=(4, -11), fontsize=7, color="0.2")
+            ax.annotate(plain(lab), (x, y), textcoords="offset points", xytext=(4, -11), fontsize=7, color="0.2")
         n += 1
         _loglog(ax, report)
         ax.set_xlabel("")
@@ -297,7 +297,7 @@ def compute_frontier(df: pd.DataFrame, *, fits: FitReport | None = None, spec: F
             strip.axvspan(x0, x1, color=_style(groups[gi], report, gi)[1], alpha=0.8, linewidth=0)
         strip.set_yticks([])
         strip.set_xscale("log")
-        strip.set_xlabel(COMPUTE_LABELS.get(report.spec.compute, report.spec.compute))
+        strip.set_xlabel(COMPUTE_LABELS.get(report.spec.compute, plain(report.spec.compute)))
         strip.set_ylabel("fit\nbest", rotation=0, fontsize=7, labelpad=14, va="center")
         if spans:
             seen = sorted({gi for _, _, gi in spans})
@@ -363,7 +363,7 @@ def throughput_vs_accuracy(df: pd.DataFrame, *, speed_task: str, compute: str = 
             if not pts:
                 continue
             line = backend_line(str(skey[0])) if skey else "-"
-            tag = " ".join(str(v) for v in skey if pd.notna(v))
+            tag = plain(" ".join(str(v) for v in skey if pd.notna(v)))
             for fam in dict.fromkeys(p[3] for p in pts):
                 fp = sorted((p for p in pts if p[3] == fam), key=lambda p: p[1])
                 marker, cmap, name = FAMILY_STYLE.get(fam, FAMILY_STYLE["other"])
@@ -372,7 +372,7 @@ def throughput_vs_accuracy(df: pd.DataFrame, *, speed_task: str, compute: str = 
                         label=f"{name} ({tag})" if tag else name)
                 for model, x, y, _, ringed in fp:
                     ax.scatter([x], [100 * y], marker=marker, color=colors[model], s=45, zorder=3)
-                    ax.annotate(model, (x, 100 * y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+                    ax.annotate(plain(model), (x, 100 * y), textcoords="offset points", xytext=(4, 4), fontsize=7)
                     rings = mark_caveats(ax, [x], [100 * y]) if ringed else rings
                 n += 1
         key = key if isinstance(key, tuple) else (key,)
@@ -383,7 +383,7 @@ def throughput_vs_accuracy(df: pd.DataFrame, *, speed_task: str, compute: str = 
             n += 1
         ax.set_xlabel("Peak inference throughput [img/s] (median over repeats, best batch size)")
         ax.set_ylabel("Accuracy [%] at the largest pre-training budget")
-        where = " / ".join(f"{c}={numfmt.fmt(v)}" for c, v in zip(bench, key) if pd.notna(v))
+        where = plain(" / ".join(f"{c}={numfmt.fmt(v)}" for c, v in zip(bench, key) if pd.notna(v)))
         ax.set_title(f"{where}: what accuracy a speed buys", fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
         _legend(fig, ax, n)

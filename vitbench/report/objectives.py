@@ -12,6 +12,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
+from vitbench.report.plots import plain
+
 KINDS = ("fewshot", "finetune")
 
 
@@ -70,17 +72,18 @@ def accuracy_vs_compute(df: pd.DataFrame) -> Figure | None:
             mean, lo, hi = 100 * g["accuracy_mean"], 100 * g["accuracy_min"], 100 * g["accuracy_max"]
             if (g["exaflops"] <= 0).all():  # no pre-training: a band over the whole x-range
                 ax.axhspan(lo.iloc[0], hi.iloc[0], color=colors[arm], alpha=0.15)
-                ax.axhline(mean.iloc[0], color=colors[arm], ls="--", label=f"{arm} (0 FLOPs, n={g['seeds'].iloc[0]})")
+                ax.axhline(mean.iloc[0], color=colors[arm], ls="--",
+                           label=f"{plain(arm)} (0 FLOPs, n={g['seeds'].iloc[0]})")
                 continue
             ax.errorbar(g["exaflops"], mean, yerr=[mean - lo, hi - mean], color=colors[arm], marker="o",
-                        capsize=2, label=f"{arm} (n={int(g['seeds'].min())})")
+                        capsize=2, label=f"{plain(arm)} (n={int(g['seeds'].min())})")
         ax.set_xscale("log")
         ax.xaxis.set_minor_formatter(NullFormatter())  # decade labels only: minor ones overlap on a short range
         ax.set_xlim(xmin / 1.5, sub["exaflops"].max() * 1.5)
         ax.set_xlabel("Pre-training compute [exaFLOPs] (training FLOPs per image x images seen)")
         ax.set_ylabel("Transfer accuracy [%] (mean over seeds, bar: min..max)")
-        ax.set_title(" / ".join(f"{n}={v}" if n == "shots" else str(v) for n, v in zip(panel_keys, key)
-                                if not pd.isna(v)))  # fine-tuning rows have no shots
+        ax.set_title(plain(" / ".join(f"{n}={v}" if n == "shots" else str(v) for n, v in zip(panel_keys, key)
+                                      if not pd.isna(v))))  # fine-tuning rows have no shots
         ax.grid(alpha=0.3)
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside right center", fontsize=8)

@@ -95,6 +95,14 @@ def _marker(model: str) -> str:
     return FAMILY_STYLE.get(tables.family_of(model), FAMILY_STYLE["other"])[0]
 
 
+def plain(text) -> str:
+    """`text` from the rows (a model's name, a device, a group's value) as matplotlib draws it, never as mathtext:
+    each `$` escaped (`\\$`; a model named `ViT$\\frac{$x` left its figure not drawn, a ValueError of the
+    mathtext parser). Once per string: the report's figures call it where they put user text in a label, legend
+    entry, title or annotation."""
+    return str(text).replace("$", r"\$")
+
+
 def _series_label(row: pd.Series, multi_backend: bool) -> str:
     parts = [str(row["model"])]
     if multi_backend:
@@ -103,7 +111,7 @@ def _series_label(row: pd.Series, multi_backend: bool) -> str:
         parts.append(row["precision"])
     if row.get("compile") is True:
         parts.append("compiled")
-    return " ".join(parts)
+    return plain(" ".join(parts))
 
 
 def _size_axis(ax, values) -> None:
@@ -156,7 +164,7 @@ def _marked(g: pd.DataFrame) -> pd.Series:
 
 def _device(df: pd.DataFrame) -> str:
     if "device" in df and df["device"].notna().any():
-        return ", ".join(sorted(str(d) for d in df["device"].dropna().unique()))
+        return plain(", ".join(sorted(str(d) for d in df["device"].dropna().unique())))
     return "?"
 
 
@@ -227,7 +235,7 @@ def max_batch_vs_resolution(df: pd.DataFrame) -> Figure | NotDrawn | None:
     for _, g in _groups(mb, ["model", "backend", "mode", "precision", "compile", "device"]):
         g = g.sort_values("resolution")
         row = g.iloc[0]
-        label = _series_label(row, multi) + (f" [{row['mode']}]" if "mode" in row and row["mode"] != "infer"
+        label = _series_label(row, multi) + (f" [{plain(row['mode'])}]" if "mode" in row and row["mode"] != "infer"
                                              else "")
         line, = ax.plot(g["resolution"], g["max_batch_size"], marker=_marker(row["model"]),
                         color=colors[row["model"]], linestyle=backend_line(row["backend"]),

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from vitbench.numfmt import fmt
+from vitbench.numfmt import fmt, md_cell
 from vitbench.report.parts import NotDrawn
 
 
@@ -17,11 +17,10 @@ def markdown_table(df: pd.DataFrame) -> str:
     if df.empty:
         return "_none_\n"
     cols = list(df.columns)
-    esc = [str(c).replace("|", "\\|") for c in cols]
-    lines = ["| " + " | ".join(esc) + " |",
+    lines = ["| " + " | ".join(md_cell(c) for c in cols) + " |",
              "|" + "|".join("---:" if pd.api.types.is_numeric_dtype(df[c]) else "---" for c in cols) + "|"]
     for row in df.itertuples(index=False):
-        lines.append("| " + " | ".join(fmt(v).replace("|", "\\|").replace("\n", " ") for v in row) + " |")
+        lines.append("| " + " | ".join(md_cell(fmt(v)) for v in row) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -29,14 +28,15 @@ def write_markdown(path: Path, title: str, meta: list[str], tables: dict[str, tu
                    figures: dict[str, tuple[str, Path | NotDrawn]],
                    notes: dict[str, list[str]] | None = None) -> None:
     """`tables` and `figures`: name -> (title, table / PNG path, or NotDrawn: its reason in the figure's place),
-    in the order shown; `notes`: table name -> lines shown under it (a legend)."""
+    in the order shown; `notes`: table name -> lines shown under it (a legend). Every text through md_cell."""
     notes = notes or {}
-    parts = [f"# {title}\n", *(f"- {m}" for m in meta), ""]
+    parts = [f"# {md_cell(title)}\n", *(f"- {md_cell(m)}" for m in meta), ""]
     for name, (heading, png) in figures.items():
-        parts += [f"## {heading}\n", f"_Not drawn: {png.reason}._\n" if isinstance(png, NotDrawn)
+        parts += [f"## {md_cell(heading)}\n", f"_Not drawn: {md_cell(png.reason)}._\n" if isinstance(png, NotDrawn)
                   else f"![{name}]({Path(png).name})\n"]
     for name, (heading, df) in tables.items():
-        parts += [f"## {heading}\n", markdown_table(df), *(f"_{n}_\n" for n in notes.get(name, ()))]
+        parts += [f"## {md_cell(heading)}\n", markdown_table(df),
+                  *(f"_{md_cell(n)}_\n" for n in notes.get(name, ()))]
     path.write_text("\n".join(parts))
 
 

@@ -14,7 +14,7 @@ from vitbench.measure.load import OTHER_LOAD
 from vitbench.report import tables
 from vitbench.report.caveats import CAVEAT
 from vitbench.report.parts import NotDrawn
-from vitbench.report.plots import backend_line, model_colors
+from vitbench.report.plots import backend_line, model_colors, plain
 
 KEYS = ["model", "backend", "device", "precision", "scenario", "latency_per", "batch_size", "max_wait_ms",
         "latency_bound_ms", "min_duration_s"]
@@ -141,7 +141,7 @@ def latency_vs_qps(df: pd.DataFrame) -> Figure | NotDrawn | None:
         g = g.sort_values("target_qps")
         color, style = colors[model], backend_line(backend)
         p = g["percentile"].dropna()
-        label = f"{model} ({backend})" + (f" p{p.iloc[0]:g}" if len(p) else "")
+        label = plain(f"{model} ({backend})") + (f" p{p.iloc[0]:g}" if len(p) else "")
         ax.plot(g["target_qps"], g["latency_ms"], linestyle=style, color=color, linewidth=1.6, label=label)
         ax.plot(g["target_qps"], g["latency_ms_p50"], linestyle=style, color=color, linewidth=0.8, alpha=0.6)
         for valid, part in g.groupby("valid"):
