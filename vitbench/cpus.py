@@ -265,6 +265,16 @@ def capped_threads(threads: int | None) -> tuple[int | None, dict]:
     return n, {"threads_chosen": ThreadsChosen.CAPPED.value, "threads_requested": threads}
 
 
+def unset_threads(in_force: int, devices: int = 1) -> tuple[int | None, dict]:
+    """A CPU trial's thread count when it asks for none: OMP_NUM_THREADS set, the framework's own reading of it
+    (None, 'default'); else `free_threads`: an OpenMP pool's workers spin at a barrier after every operation, so
+    under other load a descheduled one stalls the rest (docs/measurement.md, "Threads on a busy machine"). One
+    rule for torch and the runtimes."""
+    if "OMP_NUM_THREADS" in os.environ:
+        return capped_threads(None)
+    return free_threads(in_force, devices)
+
+
 def free_threads(in_force: int, devices: int = 1, sample_s: float = SAMPLE_S) -> tuple[int, dict]:
     """For a trial that asks for no thread count, on a backend whose pool stalls when a worker is descheduled:
     `in_force` (the framework's count in this process: its default in a fresh one, or what this process set),

@@ -6,16 +6,19 @@ Timing: a runtime's `run` returns when its outputs are on the host, so the host 
 (TimerKind.HOST_CLOCK, the base class's timers). Compile: the export (or the cache read) and the runtime's own
 graph compilation happen in `prepare`, timed as the workload's `compile_s`, never inside a timed step; the row's
 settings name the graph (`graph`: its key's hash) and its export time (`graph_export_s`).
-Threads: intra-op = the trial's count (none asked for: the cores other processes leave free, as for torch:
-vitbench.cpus.free_threads); inter-op = INTEROP_THREADS; both set on the runtime and recorded.
-Memory: the process's resident set (MemoryKind.HOST_RSS): in the steady phase the graph's weights and the input
-(`state_bytes`) plus the growth of the peak during the steps; the eager model the export was built from is freed
-before.
+Threads: intra-op = the trial's count; none asked for: torch's rule (vitbench.backends.torch.backend's setup): with
+OMP_NUM_THREADS set, the count it sets ('default', torch's own reading of it: the runtimes read no such variable
+themselves, so it is set on them), else the cores other processes leave free (vitbench.cpus.free_threads);
+inter-op = INTEROP_THREADS; both set on the runtime and recorded.
+Memory: the process's resident set (MemoryKind.HOST_RSS): in the steady phase the graph's constants (its weights:
+what torch counts as parameters and buffers, not the size of the graph's files) and the input (`state_bytes`)
+plus the growth of the peak during the steps; the eager model the export was built from is freed before.
 """
 
 from __future__ import annotations
 
 import gc
+import os
 import time
 from abc import abstractmethod
 from collections.abc import Callable
@@ -26,7 +29,7 @@ import numpy as np
 
 from vitbench.backends.base import Backend, Step, Workload
 from vitbench.backends.graphs import Graph, GraphCache
-from vitbench.cpus import capped_threads, cpu_limit, free_threads
+from vitbench.cpus import capped_threads, cpu_limit, unset_threads
 from vitbench.errors import ConfigError
 from vitbench.models.families import family_modules
 from vitbench.procmem import PeakRSS
@@ -38,12 +41,14 @@ INTEROP_THREADS = 1
 
 class RuntimeWorkload(Workload):
     """One forward of the exported graph on one host input: `run()` returns the logits (host numpy);
-    `run_on(x)` the same forward on another NCHW float32 input of the same shape."""
+    `run_on(x)` the same forward on another NCHW float32 input of the same shape; `weight_bytes`: the bytes of the
+    graph's constants (its weights), as the runtime's package reads them from the graph."""
 
     def __init__(self, run: Callable[[], Any], x: np.ndarray, graph: Graph, settings: dict,
-                 run_on: Callable[[np.ndarray], Any], close: Callable | None = None):
+                 run_on: Callable[[np.ndarray], Any], close: Callable | None = None, *, weight_bytes: int):
         self._run, self._run_on, self.x, self.graph, self.settings = run, run_on, x, graph, settings
         self.batch_size = x.shape[0]
+        self.weight_bytes = weight_bytes
         self._close = close
 
     def step(self) -> Any:
@@ -61,8 +66,10 @@ class RuntimeWorkload(Workload):
         return np.array(self._run_on(x), np.float32)
 
     def state_bytes(self) -> int | None:
-        """The graph's files (weights, constants) and the input."""
-        return sum(p.stat().st_size for p in self.graph.path.iterdir() if p.is_file()) + self.x.nbytes
+        """The graph's constants (its weights) and the input, as torch counts a model's parameters and buffers and
+        its input: the same quantity on every backend (not the graph's files, which add the exporter's metadata
+        and the cache's key)."""
+        return self.weight_bytes + self.x.nbytes
 
     def close(self) -> None:
         if self._close is not None:
@@ -103,16 +110,21 @@ class RuntimeBackend(Backend):
     def load(self, graph: Graph, step: Step, x: np.ndarray) -> RuntimeWorkload:
         """The runtime's compiled graph for `step` on input `x`, its settings read back from the runtime."""
 
+    def environment_threads(self) -> int:
+        """The thread count OMP_NUM_THREADS sets, as torch reads it (every runtime here exports from the torch
+        model: torch is in each one's `requires`); the runtimes themselves read no such variable."""
+        import torch
+
+        return torch.get_num_threads()
+
     # -- setup ---------------------------------------------------------------------------------------------
     def setup(self, device: str = "cpu", threads: int | None = None, devices: int = 1) -> dict:
         problems = self.spec.problems({"device": device, "devices": devices})
         if problems:
             raise ConfigError("; ".join(p for _, p in problems))
-        if threads is None:  # a pool stalls when a worker is descheduled: the cores others leave free
-            threads, chosen = free_threads(cpu_limit())
-        else:
-            threads, chosen = capped_threads(threads)
-        self.threads = threads
+        # torch's rule for a count none asked for (module docstring; vitbench.cpus.unset_threads)
+        threads, chosen = unset_threads(cpu_limit()) if threads is None else capped_threads(threads)
+        self.threads = threads if threads is not None else self.environment_threads()
         root = self.graphs.root()
         return {"backend": self.name, "device": self.device, "device_name": self.device_info().name,
                 "threads": self.threads, "interop_threads": self.interop_threads,

@@ -27,6 +27,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -79,19 +80,29 @@ REPORTED_PERCENTILES = (50.0, 90.0, 99.0)
 PER_QUERY_SCENARIOS = ("MultiStream",)
 
 
+# The settings LoadGen reads in some scenarios only (Settings.test_settings): a run's raw data records each where
+# it applied, None elsewhere (a value there would read as a setting of the run)
+APPLIES = {"target_qps": ("Server", "Offline"), "latency_bound_ms": ("Server",),
+           "expected_latency_ms": ("SingleStream", "MultiStream"), "samples_per_query": ("MultiStream",)}
+
+
 @dataclass(frozen=True)
 class Settings:
-    """One LoadGen run's settings (the `serve` task's fields, defaults resolved)."""
+    """One LoadGen run's settings (the `serve` task's fields, defaults resolved; APPLIES: where each is read)."""
 
     scenario: str
-    target_qps: float  # Server: the Poisson arrivals' mean rate; Offline: the expected rate (sizes the query)
-    latency_bound_ms: float  # Server: the bound the percentile is judged at
+    target_qps: float | None  # Server: the Poisson arrivals' mean rate; Offline: the expected rate (sizes a query)
+    latency_bound_ms: float | None  # Server: the bound the percentile is judged at
     percentile: float  # in (0, 100)
     min_duration_s: float
     min_query_count: int
     samples_per_query: int  # MultiStream
-    expected_latency_ms: float  # SingleStream/MultiStream: LoadGen's hint for how many queries to generate
+    expected_latency_ms: float | None  # SingleStream/MultiStream: LoadGen's hint for how many queries to generate
     seeds: dict = field(default_factory=lambda: dict(MLPERF_SEEDS))
+
+    def applied(self) -> dict:
+        """The settings of APPLIES as this run's scenario had them: None where LoadGen does not read one."""
+        return {k: getattr(self, k) if self.scenario in scenarios else None for k, scenarios in APPLIES.items()}
 
     def test_settings(self, lg) -> Any:
         ts = lg.TestSettings()
@@ -102,7 +113,8 @@ class Settings:
         ts.qsl_rng_seed = self.seeds["qsl"]
         ts.sample_index_rng_seed = self.seeds["sample_index"]
         ts.schedule_rng_seed = self.seeds["schedule"]
-        ns = round(self.expected_latency_ms * 1e6)
+        # the streams' hint (None: LoadGen's own default, which the serve task never leaves it)
+        ns = round(self.expected_latency_ms * 1e6) if self.expected_latency_ms is not None else None
         if self.scenario == "Server":
             ts.server_target_qps = self.target_qps
             ts.server_target_latency_ns = round(self.latency_bound_ms * 1e6)
@@ -110,10 +122,12 @@ class Settings:
         elif self.scenario == "Offline":
             ts.offline_expected_qps = self.target_qps
         elif self.scenario == "SingleStream":
-            ts.single_stream_expected_latency_ns = ns
+            if ns is not None:
+                ts.single_stream_expected_latency_ns = ns
             ts.single_stream_target_latency_percentile = self.percentile / 100
         else:
-            ts.multi_stream_expected_latency_ns = ns
+            if ns is not None:
+                ts.multi_stream_expected_latency_ns = ns
             ts.multi_stream_target_latency_percentile = self.percentile / 100
             ts.multi_stream_samples_per_query = self.samples_per_query
         return ts
@@ -211,7 +225,7 @@ class Result:
 
     valid: bool
     reason: str | None  # why INVALID (every unmet condition), None when VALID
-    samples_per_s: float | None  # LoadGen's result for the scenario (Server: completed; Offline: samples/s)
+    samples_per_s: float | None  # samples completed per second of the run (judge: per scenario, from LoadGen)
     latency_ms: dict[str, float | None]  # 'p50', 'p90', 'p99', the judged 'p<P>', 'mean', 'max' (per latency_per)
     log: dict  # every MLLOG key of the detail log -> its value (settings and results)
     latency_per: str = "sample"  # what latency_ms times: 'sample', or 'query' (MultiStream: latency_per())
@@ -258,6 +272,42 @@ def latencies_ms(log: dict, p: float, per: str = "sample") -> dict[str, float | 
     return lat
 
 
+# how LoadGen writes power_begin and power_end (utils.cc, DateTimeStringForPower): 11-30-2026 15:40:48.140
+POWER_TIME = "%m-%d-%Y %H:%M:%S.%f"
+
+
+def _power_s(log: dict) -> float | None:
+    """Seconds from a run's first issued query to its last completed sample: LoadGen's `power_begin` and
+    `power_end` (loadgen.cc: the run's start and the start plus the SUT's active time, to the millisecond), None
+    where either is missing or unreadable."""
+    try:
+        begin, end = (datetime.strptime(str(log[k]), POWER_TIME) for k in ("power_begin", "power_end"))
+    except (KeyError, ValueError):
+        return None
+    return (end - begin).total_seconds()
+
+
+
+def completed_rate(log: dict, scenario: str) -> float | None:
+    """Samples completed per second of the run, as LoadGen's detail log gives it: Offline
+    `result_samples_per_second`, Server `result_completed_samples_per_sec`, SingleStream
+    `result_qps_with_loadgen_overhead` (LoadGen's time between queries included). MultiStream logs no rate
+    (results.cc): the same measure made from what it logs, the samples of its queries (`result_query_count` x
+    `effective_samples_per_query`) over the run's active time, first issue to last completion (`power_begin` to
+    `power_end`, to the millisecond), LoadGen's time between queries included as in SingleStream's. None where
+    the log lacks it."""
+    if scenario == "Offline":
+        rate = log.get("result_samples_per_second")
+    elif scenario == "Server":
+        rate = log.get("result_completed_samples_per_sec")
+    elif scenario == "SingleStream":
+        rate = log.get("result_qps_with_loadgen_overhead")
+    else:
+        queries, per, span = log.get("result_query_count"), log.get("effective_samples_per_query"), _power_s(log)
+        rate = queries * per / span if finite_number(queries) and finite_number(per) and span else None
+    return float(rate) if finite_number(rate) and rate > 0 else None
+
+
 def _met(log: dict, key: str) -> bool | None:
     v = log.get(key)
     return v if isinstance(v, bool) else None
@@ -288,18 +338,7 @@ def judge(log: dict, settings: Settings) -> Result:
         why.append(f"{over} over the bound {settings.latency_bound_ms:g} ms")
     if not valid and not why:
         why.append(f"LoadGen judged it {log.get('result_validity')!r}")
-    if settings.scenario == "Offline":
-        rate = log.get("result_samples_per_second")
-    elif settings.scenario == "Server":
-        rate = log.get("result_completed_samples_per_sec")
-    elif settings.scenario == "SingleStream":
-        rate = log.get("result_qps_with_loadgen_overhead")
-    else:  # MultiStream reports no rate: one query outstanding at a time, samples_per_query per mean query latency
-        mean_ns = log.get("result_mean_query_latency_ns")
-        rate = settings.samples_per_query * 1e9 / mean_ns if finite_number(mean_ns) and mean_ns > 0 \
-            else None
-    rate = float(rate) if finite_number(rate) \
-        and rate > 0 else None
+    rate = completed_rate(log, settings.scenario)
     return Result(valid and not missing, None if valid and not missing else "; ".join(why), rate, lat, log, per)
 
 
@@ -316,9 +355,13 @@ class Served:
     host_input: bool
 
     def raw(self) -> dict:
-        """What a row keeps of the run: settings, verdict, the batch sizes run, both logs."""
+        """What a row keeps of the run: settings (those of APPLIES where LoadGen read them, None elsewhere; the
+        target QPS LoadGen derived from them, `loadgen_effective_target_qps`, from its log: SingleStream and
+        MultiStream, one query per expected latency), verdict, the batch sizes run, both logs."""
         s = self.settings
-        return {"scenario": s.scenario, "target_qps": s.target_qps, "latency_bound_ms": s.latency_bound_ms,
+        effective = self.result.log.get("effective_target_qps")
+        return {"scenario": s.scenario, **s.applied(),
+                "loadgen_effective_target_qps": float(effective) if finite_number(effective) else None,
                 "percentile": s.percentile, "min_duration_s": s.min_duration_s,
                 "min_query_count": s.min_query_count, "valid": self.result.valid, "reason": self.result.reason,
                 "samples_per_s": self.result.samples_per_s, "latency_ms": self.result.latency_ms,
@@ -369,6 +412,7 @@ def run(images: np.ndarray, steps: dict[int, Any], settings: Settings, max_batch
             p = Path(tmp) / name
             logs[name] = p.read_text(errors="replace") if p.is_file() else ""
     if not logs["mlperf_log_detail.txt"]:
-        raise VitbenchError(f"LoadGen wrote no {LOG_FILES[1]} ({settings.scenario}, {settings.target_qps:g} QPS)")
+        qps = f", {settings.target_qps:g} QPS" if settings.applied()["target_qps"] is not None else ""
+        raise VitbenchError(f"LoadGen wrote no {LOG_FILES[1]} ({settings.scenario}{qps})")
     result = judge(mllog(logs["mlperf_log_detail.txt"]), settings)
     return Served(settings, result, logs, wall, sut_obj.batches, sut_obj.padded, host_input)

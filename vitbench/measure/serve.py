@@ -117,7 +117,9 @@ def serve(step: Step, backend: str, device: str, threads: int | None, images: np
                                                        statistics.median(warm) if warm else first_s)}
         step_s = {s: statistics.median(p["warmup_s"]) if p["warmup_s"] else p["first_step_s"]
                   for s, p in prep.items()}
-        capacity = sizes[-1] / step_s[sizes[-1]]  # samples/s of back-to-back largest batches, at warm-up
+        # samples/s of back-to-back largest batches at warm-up; a Server search replaces it by the throughput
+        # mode's (below); the row's raw capacity_from says which (capacity_samples_per_s: vitbench.tasks.serve)
+        capacity = sizes[-1] / step_s[sizes[-1]]
         # LoadGen's hint for how many stream queries to make: a run that runs out of queries before its minimum
         # duration is INVALID, so a tenth of the fastest warm-up step and at most HINT_S (a warm-up on a busy host
         # can be 10x slower than the run: a JAX SingleStream test ran out so), but no more than MAX_QUERIES
@@ -195,7 +197,8 @@ def serve(step: Step, backend: str, device: str, threads: int | None, images: np
     if "before" in extra:
         metrics.update(offline_beside_throughput(res.samples_per_s, extra["before"], extra["after"]))
     raw = {"runs": [r.raw() for r in runs], "prepare": {str(k): v for k, v in prep.items()},
-           "throughput": extra, "seeds": settings.seeds}
+           "throughput": extra, "seeds": settings.seeds,
+           "capacity_from": "throughput mode" if "capacity" in extra else "median warm-up step"}
     if best is None:
         what = ("no target QPS probed was VALID" if settings.scenario == "Server" and not given_qps
                 else "LoadGen judged the run INVALID")

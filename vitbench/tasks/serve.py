@@ -128,23 +128,31 @@ class LoadGenFields(BaseModel):
 
         seeds = dict(MLPERF_SEEDS) if self.loadgen_seed is None else {
             k: self.loadgen_seed + i for i, k in enumerate(MLPERF_SEEDS)}
-        return Settings(scenario=self.scenario, target_qps=self.target_qps or 1.0,
+        # target_qps None: none given (the Server search's probes and Offline set their own; SingleStream and
+        # MultiStream read none); expected_latency_ms: set by the measurement from the warm-up (measure.serve)
+        return Settings(scenario=self.scenario, target_qps=self.target_qps,
                         latency_bound_ms=self.latency_bound_ms, percentile=self.percentile(),
                         min_duration_s=self.min_duration_s,
                         min_query_count=self.query_count(),
-                        samples_per_query=self.samples_per_query, expected_latency_ms=1.0, seeds=seeds)
+                        samples_per_query=self.samples_per_query, expected_latency_ms=None, seeds=seeds)
 
 
 # whose latency the latency metrics are (the row's `latency_per`, vitbench.measure.loadgen.PER_QUERY_SCENARIOS)
 _PER = ("per sample; MultiStream: per query, issue to the query's last sample's completion, MLPerf's metric "
         "(latency_per)")
+# what a run's completed samples per second are (vitbench.measure.loadgen.completed_rate), in every scenario
+_COMPLETED = ("samples completed per second of the run, as LoadGen's log gives it (Offline "
+              "result_samples_per_second; Server result_completed_samples_per_sec; SingleStream "
+              "result_qps_with_loadgen_overhead, LoadGen's time between queries included; MultiStream, which logs "
+              "no rate, the same made from its log: result_query_count x samples_per_query over power_begin to "
+              "power_end, the first issue to the last completion)")
 # every number a serve row holds, in the order `vitbench serve` shows them (vitbench.measure.serve writes them)
 METRICS = (
     Metric("samples_per_s", "samples/s", True, "Server: the highest target QPS LoadGen judged VALID at the "
-           "bound; Offline: LoadGen's samples/s; SingleStream/MultiStream: samples completed per second",
-           comparable=True, default_compare=True, speed=True),
-    Metric("completed_samples_per_s", "samples/s", True, "samples completed per second in the run shown (the "
-           "best VALID one, else the last)"),
+           f"bound; Offline, SingleStream, MultiStream: {_COMPLETED}", comparable=True, default_compare=True,
+           speed=True),
+    Metric("completed_samples_per_s", "samples/s", True, f"{_COMPLETED}, in the run shown (the best VALID one, "
+           "else the last)"),
     Metric("latency_ms_p50", "ms", False, f"median latency, issue to completion, {_PER} (LoadGen)"),
     Metric("latency_ms_p90", "ms", False, f"90th percentile latency, {_PER} (LoadGen)"),
     Metric("latency_ms_p99", "ms", False, f"99th percentile latency, {_PER} (LoadGen)", comparable=True),
@@ -157,8 +165,11 @@ METRICS = (
     Metric("probes", "runs", False, "LoadGen runs made (the Server search's probes; 1 otherwise)"),
     Metric("mean_batch", "samples", True, "mean batch the dynamic batcher ran"),
     Metric("padded_samples", "samples", False, "samples padded to reach a compiled batch size"),
-    Metric("capacity_samples_per_s", "samples/s", True, "the throughput mode's rate the Server search started "
-           "from"),
+    Metric("capacity_samples_per_s", "samples/s", True, "samples/s of back-to-back batches of the largest "
+           "prepared size (batch_size; SingleStream: 1), measured before LoadGen ran: in a Server search, "
+           "vitbench's throughput mode (up to 2 s; the search's first probe is half of it); in every other run, "
+           "the batch over its median warm-up step (its first step where warmup_steps is 0); raw.capacity_from "
+           "says which"),
     Metric("throughput_img_per_s", "img/s", True, "Offline: vitbench's throughput mode on the max-batch workload "
            "(median window, bracketing the LoadGen run)"),
     Metric("throughput_img_per_s_min", "img/s", True, "Offline: the slowest of those windows"),

@@ -19,7 +19,8 @@ SPEC = register_backend(BackendSpec(
     requires=("onnxruntime", "onnx", "onnxscript", "torch", "timm"),
     capabilities=INFERENCE_ONLY,
     # fp32: MLAS's fp32 kernels, no reduced-precision math; int8: onnxruntime.quantization.quantize_dynamic
-    # (int8 weights, activations quantised per batch at run time, int32 accumulation)
+    # (int8 weights, activations quantised per batch at run time, int32 accumulation) for the products with a
+    # weight; a product of two activations (attention's) stays fp32 (the row counts both)
     precisions=("fp32", "int8"),
     devices="cpu",
     preload=("onnxruntime", "torch", "vitbench.backends.onnxruntime.backend"),

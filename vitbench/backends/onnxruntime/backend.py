@@ -12,6 +12,7 @@ onnxruntime_session_options_config_keys.h). Everything else: vitbench.backends.r
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from pathlib import Path
 
@@ -32,9 +33,12 @@ OPSET = 20
 GRAPH_OPTIMIZATION = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
 SESSION_CONFIG = {"optimization.enable_gelu_approximation": "0"}  # exact (erf) GELU, as torch computes it
 FP32_FILE, INT8_FILE = "model.onnx", "model.int8.onnx"
+# What the export found in the graph it wrote (graph_facts), kept beside it (hashed with it by the graph cache)
+FACTS_FILE = "graph_facts.json"
 # int8: weights int8 per tensor, activations quantised per batch at run time (onnxruntime.quantization's
 # quantize_dynamic with weight_type QInt8, its defaults otherwise: MatMul and Conv quantised, other nodes kept
-# fp32: IntegerOpsRegistry in onnxruntime/quantization/registry.py)
+# fp32: IntegerOpsRegistry in onnxruntime/quantization/registry.py). A MatMul of two activations (a ViT's
+# attention: q.k^T and attn.v) has no weight to quantise and stays fp32: the row counts both kinds (graph_facts)
 QUANTIZATION = "quantize_dynamic weight_type=QInt8"
 INPUT, OUTPUT = "images", "logits"
 
@@ -51,9 +55,12 @@ class OrtBackend(RuntimeBackend):
 
     def export(self, step: Step, directory: Path) -> None:
         export_onnx(step, directory / FP32_FILE)
+        name = FP32_FILE
         if step.precision == "int8":
             quantize(directory / FP32_FILE, directory / INT8_FILE)
             (directory / FP32_FILE).unlink()
+            name = INT8_FILE
+        (directory / FACTS_FILE).write_text(json.dumps(graph_facts(directory / name, _resolution(step))))
 
     def session_options(self) -> ort.SessionOptions:
         so = ort.SessionOptions()
@@ -72,19 +79,25 @@ class OrtBackend(RuntimeBackend):
     def load(self, graph: Graph, step: Step, x: np.ndarray) -> RuntimeWorkload:
         sess = self.session(graph, step.precision)
         feed = {sess.get_inputs()[0].name: x}
-        settings = {"matmul_precision": "int8 x int8 -> int32 (dynamic quantization)" if step.precision == "int8"
-                    else "fp32 (MLAS)",
+        path = graph.path / (INT8_FILE if step.precision == "int8" else FP32_FILE)
+        try:
+            facts = json.loads((graph.path / FACTS_FILE).read_text())
+        except (OSError, ValueError):  # not written by this export: read from the graph itself
+            facts = graph_facts(path, _resolution(step))
+        ops = op_counts(facts["ops"])
+        settings = {"matmul_precision": precision_label(step.precision, ops),
                     "framework": f"onnxruntime {ort.__version__} {sess.get_providers()[0]} "
                                  f"graph_optimization_level={GRAPH_OPTIMIZATION.name} "
                                  + " ".join(f"{k}={v}" for k, v in SESSION_CONFIG.items()),
-                    "graph_optimization_level": GRAPH_OPTIMIZATION.name, "opset": OPSET}
+                    "graph_optimization_level": GRAPH_OPTIMIZATION.name, "opset": OPSET, **ops}
 
         name = sess.get_inputs()[0].name
 
         def run():
             return sess.run(None, feed)[0]
 
-        return RuntimeWorkload(run, x, graph, settings, run_on=lambda images: sess.run(None, {name: images})[0])
+        return RuntimeWorkload(run, x, graph, settings, run_on=lambda images: sess.run(None, {name: images})[0],
+                               weight_bytes=facts["weight_bytes"])
 
     def numerics_in_force(self) -> str | None:
         return f"graph_optimization_level={GRAPH_OPTIMIZATION.name} " + " ".join(
@@ -104,6 +117,57 @@ class OrtBackend(RuntimeBackend):
             macs = graph_macs(path, resolution)
         return {"onnx_graph": {"macs": float(macs), "excludes": "everything but MatMul/Gemm/Conv nodes of the "
                                "exported graph (norms, softmax, activations, adds)"}}
+
+
+def _resolution(step: Step) -> int:
+    return step.spec.resolution if step.resolution is None else step.resolution
+
+
+def graph_facts(path: Path, resolution: int) -> dict:
+    """What the ONNX graph at `path` holds: its constants' bytes (`weight_bytes`, the state a row counts) and its
+    matrix products and convolutions per operator type (nodes, MACs of one image, nodes with a weight operand)."""
+    from vitbench.backends.onnxruntime.onnx_count import macs_by_op, weight_bytes
+
+    return {"weight_bytes": weight_bytes(path), "ops": macs_by_op(path, resolution)}
+
+
+def op_counts(ops: dict[str, dict[str, int]]) -> dict:
+    """What a row records of a graph's matrix products and convolutions (graph_facts' `ops`): the nodes that run
+    on int8 (MatMulInteger, ConvInteger) and on fp32 (MatMul and Gemm, Conv), each as matmuls and convolutions;
+    the fp32 products that take two activations (no weight: left fp32 by dynamic quantization); the share of the
+    MACs the int8 nodes compute."""
+    from vitbench.backends.onnxruntime.onnx_count import COUNTED_OPS, INTEGER_OPS
+
+    def nodes(*kinds: str, key: str = "nodes") -> int:
+        return sum(ops.get(k, {}).get(key, 0) for k in kinds)
+
+    total = sum(e["macs"] for e in ops.values())
+    fp32 = tuple(k for k in COUNTED_OPS if k not in INTEGER_OPS)
+    return {"graph_int8_matmul_nodes": nodes("MatMulInteger"), "graph_int8_conv_nodes": nodes("ConvInteger"),
+            "graph_fp32_matmul_nodes": nodes("MatMul", "Gemm"), "graph_fp32_conv_nodes": nodes("Conv"),
+            "graph_fp32_activation_product_nodes": nodes(*fp32) - nodes(*fp32, key="weight_nodes"),
+            "graph_int8_macs_fraction": nodes(*INTEGER_OPS, key="macs") / total if total else None}
+
+
+def precision_label(precision: str, ops: dict) -> str:
+    """The row's matmul_precision: fp32, or for int8 what runs on int8 and what stays fp32, from the graph's counts
+    (op_counts): dynamic quantization makes int8 only the products with a weight (MatMul, Conv); a product of two
+    activations (attention's q.k^T and attn.v) stays an fp32 MatMul."""
+    if precision != "int8":
+        return "fp32 (MLAS)"
+    share = ops["graph_int8_macs_fraction"]
+    int8 = (f"int8 x int8 -> int32 for {ops['graph_int8_matmul_nodes']} MatMulInteger and "
+            f"{ops['graph_int8_conv_nodes']} ConvInteger (weight x activation"
+            + (f": {share:.0%} of the MACs)" if share is not None else ")"))
+    fp32_nodes = ops["graph_fp32_matmul_nodes"] + ops["graph_fp32_conv_nodes"]
+    if not fp32_nodes:
+        return f"{int8}, dynamic quantization"
+    act = ops["graph_fp32_activation_product_nodes"]
+    which = ("activation x activation, as attention's q.k^T and attn.v" if act == fp32_nodes
+             else f"{act} of them activation x activation")
+    rest = f"fp32 for {fp32_nodes} MatMul/Gemm/Conv ({which}" + (
+        f": {1 - share:.0%} of the MACs)" if share is not None else ")")
+    return f"{int8}; {rest}, dynamic quantization"
 
 
 def quantize(src: Path, dst: Path) -> None:

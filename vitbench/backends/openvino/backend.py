@@ -27,7 +27,7 @@ from vitbench.backends.runtime import RuntimeBackend, RuntimeWorkload
 from vitbench.env import distribution_version
 from vitbench.models.torch import build_torch_model
 
-IR_FILE = "model.xml"  # its weights beside it: model.bin
+IR_FILE, WEIGHTS_FILE = "model.xml", "model.bin"  # the IR's graph, and its constants (the weights) beside it
 DEVICE = "CPU"
 PRECISION_HINT = {"fp32": "f32"}  # vitbench's precision -> INFERENCE_PRECISION_HINT
 # What the compiled model is asked for besides threads, and read back into the row (CPU plug-in properties).
@@ -85,7 +85,9 @@ class OpenVinoBackend(RuntimeBackend):
         def run_on(images: np.ndarray) -> np.ndarray:
             return other.infer({0: images})[0]
 
-        return RuntimeWorkload(run, x, graph, settings, run_on=run_on)
+        # the state: the IR's constants (model.bin, fp32 weights), not its graph's XML
+        return RuntimeWorkload(run, x, graph, settings, run_on=run_on,
+                               weight_bytes=(graph.path / WEIGHTS_FILE).stat().st_size)
 
     def count_flops(self, spec, resolution: int, num_classes: int) -> dict[str, dict]:
         """MACs of the converted model's MatMul and (group) convolution operations at batch 1, from the shapes

@@ -7,7 +7,7 @@ synchronous and the host clock is exact.
 Memory: on CUDA the allocator's peak (allocated) and, apart, its reserved peak; on CPU the growth of the process's
 peak resident set (vitbench.procmem).
 Threads: a trial's count, capped at the usable CPUs; none asked for on the CPU: the count in force, lowered to the
-cores other processes leave free (vitbench.cpus.free_threads), unless OMP_NUM_THREADS is set.
+cores other processes leave free (vitbench.cpus.unset_threads), unless OMP_NUM_THREADS is set.
 Steps: workload.py. Transfer: models in timm naming, trained by `training.py` (masked patch prediction:
 `masked_patch.py`), fp32.
 """
@@ -41,7 +41,7 @@ from vitbench.backends.torch import SPEC, cache
 from vitbench.backends.torch.numerics import DTYPES, numerics, set_matmul_precision
 from vitbench.backends.torch import training
 from vitbench.backends.torch.workload import Matmul, TorchWorkload
-from vitbench.cpus import capped_threads, free_threads
+from vitbench.cpus import capped_threads, unset_threads
 from vitbench.errors import BackendUnavailable, ConfigError
 from vitbench.models.families import family_plugin
 from vitbench.models.specs import ModelSpec
@@ -122,10 +122,8 @@ class TorchBackend(Backend):
             torch.cuda.set_device(self.device)
         # the transfer primitives' numerics (Backend: TRANSFER_PRECISION); a bench step's prepare sets its own
         set_matmul_precision(TRANSFER_PRECISION)
-        if threads is None and dev.type == "cpu" and "OMP_NUM_THREADS" not in os.environ:
-            # OpenMP's workers spin at a barrier after every operation: under other load a descheduled one stalls
-            # the rest (docs/measurement.md, "Threads on a busy machine"), so an unset count fits the free cores
-            threads, chosen = free_threads(torch.get_num_threads(), devices)
+        if threads is None and dev.type == "cpu":  # the free cores, unless OMP_NUM_THREADS says (cpus)
+            threads, chosen = unset_threads(torch.get_num_threads(), devices)
         else:
             threads, chosen = capped_threads(threads)
         if threads is not None:
