@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -324,7 +325,12 @@ def test_torch_and_jax_rows_of_one_device_and_precision_carry_the_same_peak(tmp_
     else:
         assert 0 < rows["torch"]["peak_tflops"] <= rows["jax"]["peak_tflops"]
     for m in rows.values():
-        assert 0 < m["mfu"] <= 1 and m["peak_source"] == "measured" and m["peak_by"] in ("torch", "jax")
+        # measured by a backend's matmuls; or, where the host was so loaded that the tiny model's step beat the
+        # matmuls' reading (a full suite beside other work, load average 14), by that step: the peak rises to it
+        # and that row's mfu is 1 (docs/measurement.md, "MFU is never above 1")
+        by_step = re.fullmatch(r"ViT-Nano/4 infer step \((torch|jax)\)", m["peak_by"]) is not None
+        assert 0 < m["mfu"] <= 1 and m["peak_source"] == "measured" and (m["peak_by"] in ("torch", "jax")
+                                                                           or by_step and m["mfu"] == 1)
     cache = json.loads((tmp_path / "peaks.json").read_text())
     (entry,) = cache.values()  # one entry: machine + device + precision + threads, not one per backend
     assert entry["measured_by"] == ["jax", "torch"]  # the first row had both backends measure
