@@ -315,3 +315,20 @@ def test_a_legitimate_npz_still_reads_compressed_or_not(tmp_path):
         save(tmp_path / name, **arrays)
         raw = _read(tmp_path / name)
         np.testing.assert_array_equal(raw.labels, arrays["y"])
+
+
+@NEEDS_TFDS
+@pytest.mark.parametrize("template", ["../../outside-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}", "/etc/{SPLIT}",
+                                      "sub/{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}"])
+def test_a_tfds_shard_template_that_leaves_the_dataset_folder_is_refused(tfds_dir, tmp_path, template):
+    """tensorflow-datasets joins a split's filepathTemplate to the version folder: '..', a separator or an
+    absolute path would make it read files elsewhere. Refused from the metadata, naming the file."""
+    root = tmp_path / "data"
+    shutil.copytree(tfds_dir, root)
+    info_path = root / TFDS_NAME / "1.0.0" / "dataset_info.json"
+    info = json.loads(info_path.read_text())
+    info["splits"][0]["filepathTemplate"] = template
+    info_path.write_text(json.dumps(info))
+    with pytest.raises(ConfigError, match="shard file template .* leaves the dataset's folder") as e:
+        load_splits({"name": "tfds", "path": str(root), "tfds_name": TFDS_NAME})
+    assert str(info_path) in str(e.value) and e.value.exit_code == 2

@@ -127,6 +127,27 @@ def _class_names(doc):
                 pass
 
 
+def _templates(doc):
+    """The shard file templates of a parsed dataset_info.json (`splits[].filepathTemplate`, or the proto field's
+    own name), at any depth."""
+    stack = [doc]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, _Object):
+            for k, v in value:
+                if k in ("filepathTemplate", "filepath_template"):
+                    yield v
+                stack.append(v)
+        elif isinstance(value, list):
+            stack.extend(value)
+
+
+def _outside(template) -> bool:
+    """Does a shard file template leave its version folder? tensorflow-datasets joins it to that folder
+    (naming.ShardedFileTemplate: data_dir / template), so a separator, '..' or an absolute path reads elsewhere."""
+    return not isinstance(template, str) or "/" in template or "\\" in template or ".." in template
+
+
 def _metadata(path: Path):
     """A metadata file parsed (json only), or ConfigError naming it."""
     try:
@@ -156,7 +177,13 @@ def check_metadata(data_dir: Path, name: str) -> None:
     allowed = feature_classes()
     root = Path(data_dir) / m["dataset"]
     for path in sorted({p for d in ("*", "*/*") for f in METADATA_FILES for p in root.glob(f"{d}/{f}")}):
-        for found in _class_names(_metadata(path)):
+        doc = _metadata(path)
+        bad = next((t for t in _templates(doc) if _outside(t)), None)
+        if bad is not None:
+            raise ConfigError(f"{path}: shard file template {shorten(str(bad))} leaves the dataset's folder (a "
+                              "file name is expected, e.g. {DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}); "
+                              "refused before tensorflow-datasets reads the shards it names")
+        for found in _class_names(doc):
             if not isinstance(found, str) or found not in allowed:
                 ok = ", ".join(sorted(n.removeprefix(FEATURES_MODULE) for n in allowed)) or "none (no registry)"
                 raise ConfigError(f"{path}: feature class {shorten(found)} is not one of tensorflow-datasets' own "
