@@ -11,6 +11,20 @@ import tarfile
 from pathlib import Path
 
 import numpy as np
+import pytest
+
+
+def has_tfds() -> bool:
+    """Is tensorflow-datasets (the optional `tfds` extra) importable here?"""
+    try:
+        import tensorflow_datasets  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+NEEDS_TFDS = pytest.mark.skipif(not has_tfds(), reason="tensorflow-datasets is not installed "
+                                "(pip install 'vitbench[tfds]'; CI installs it through [all])")
 
 
 def digits_images(per_class: int, classes: int = 10, size: int = 8) -> tuple[np.ndarray, np.ndarray]:

@@ -17,7 +17,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from data_formats import digits_images
+from data_formats import NEEDS_TFDS, digits_images, has_tfds
 from vitbench.errors import ConfigError
 from vitbench.transfer.config import DataConfig
 from vitbench.transfer.data import load_splits
@@ -27,16 +27,6 @@ FEWSHOT = ("fewshot", "-m", "ViT-Nano/4", "--objective", "none", "-r", "8", "--c
            "--seeds", "1", "--l2-reg", "1", "--threads", "1")
 
 
-def _has_tfds() -> bool:
-    try:
-        import tensorflow_datasets  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-NEEDS_TFDS = pytest.mark.skipif(not _has_tfds(), reason="tensorflow-datasets is not installed "
-                                "(pip install 'vitbench[tfds]'; CI installs it through [all])")
 
 # ---------------------------------------------------------------------------------------------------------------
 # TFDS: feature classes named in the metadata
@@ -48,7 +38,7 @@ IMAGE_CLASS = "tensorflow_datasets.core.features.image_feature.Image"
 @pytest.fixture(scope="module")
 def tfds_dir(tmp_path_factory):
     """A legitimate prepared TFDS dataset (2 classes, train and test), as `tfds build` writes it."""
-    if not _has_tfds():
+    if not has_tfds():
         pytest.skip("tensorflow-datasets is not installed")
     from data_formats import write_tfds
 

@@ -9,7 +9,8 @@ import shutil
 import numpy as np
 import pytest
 
-from data_formats import digits_images, write_folder, write_hf_parquet, write_shards
+from data_formats import (NEEDS_TFDS, digits_images, has_tfds, write_folder, write_hf_parquet,
+                          write_shards)
 
 FEWSHOT = ("fewshot", "-m", "ViT-Nano/4", "--objective", "none", "-r", "8", "--classes", "", "--shots", "1",
            "--seeds", "1", "--l2-reg", "1")
@@ -26,7 +27,7 @@ def good(tmp_path_factory):
         write_folder(root / "folder", split, x[idx], y[idx])
         write_shards(root / "shards", split, x[idx], y[idx], per_shard=100)
         write_hf_parquet(root / "hf", split, x[idx], y[idx], ["0", "1", "2"])
-    if _has_tfds():
+    if has_tfds():
         _write_tfds(root / "tfds", x, y)
     return root, x, y
 
@@ -76,16 +77,6 @@ TFDS_CASES = {
 }
 
 
-def _has_tfds() -> bool:
-    try:
-        import tensorflow_datasets  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-NEEDS_TFDS = pytest.mark.skipif(not _has_tfds(), reason="tensorflow-datasets is not installed "
-                                "(pip install 'vitbench[tfds]'; CI installs it through [all])")
 
 
 def _write_tfds(t, x, y, name="vitbench_bad", spoil=None):

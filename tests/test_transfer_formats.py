@@ -10,21 +10,13 @@ import json
 import numpy as np
 import pytest
 
-from data_formats import (digits_images, write_folder, write_hf_arrow, write_hf_parquet, write_npz, write_shards,
-                          write_tfds)
+from data_formats import (digits_images, has_tfds, write_folder, write_hf_arrow, write_hf_parquet, write_npz,
+                          write_shards, write_tfds)
 from tolerances_stat import gamma
 from vitbench.transfer.data import load_splits
 
 PER_CLASS, TEST_PER_CLASS = 12, 4  # 10 classes: 120 train images, 40 test
 TFDS_NAME = "vitbench_digits"  # the fixture's TFDS dataset (generated here; nothing downloaded)
-
-
-def _has_tfds() -> bool:
-    try:
-        import tensorflow_datasets  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 NO_TFDS = "tensorflow-datasets is not installed (pip install 'vitbench[tfds]'; CI installs it through [all])"
@@ -48,7 +40,7 @@ def formats(tmp_path_factory):
     write_hf_arrow(root / "hf-arrow", "test", x[test], y[test], names)
     npz = write_npz(root / "digits.npz", (x[train], y[train]), (x[test], y[test]))
     tfds = {}
-    if _has_tfds():
+    if has_tfds():
         write_tfds(root / "tfds", TFDS_NAME, {"train": (x[train], y[train]), "test": (x[test], y[test])}, names)
         tfds = {"tfds": {"name": "tfds", "path": str(root / "tfds"), "tfds_name": TFDS_NAME}}
     return {**tfds, "npz": {"name": "npz", "path": str(npz)},
@@ -61,7 +53,7 @@ def formats(tmp_path_factory):
 
 
 @pytest.mark.parametrize("fmt", ["folder", "webdataset", "webdataset-pattern", "hf", "hf-arrow",
-                                 pytest.param("tfds", marks=pytest.mark.skipif(not _has_tfds(), reason=NO_TFDS))])
+                                 pytest.param("tfds", marks=pytest.mark.skipif(not has_tfds(), reason=NO_TFDS))])
 def test_every_format_lists_the_same_splits_and_batches(formats, fmt):
     ref, got = load_splits(formats["npz"]), load_splits(formats[fmt])
     assert ref.train.pool.resident and not got.train.pool.resident
@@ -71,7 +63,7 @@ def test_every_format_lists_the_same_splits_and_batches(formats, fmt):
         np.testing.assert_array_equal(a.batch(idx, 16)[0], b.batch(idx, 16)[0])  # same bytes -> same floats
 
 
-@pytest.mark.skipif(not _has_tfds(), reason=NO_TFDS)
+@pytest.mark.skipif(not has_tfds(), reason=NO_TFDS)
 def test_tfds_name_may_be_left_out_when_the_data_dir_holds_one_dataset(formats):
     named = load_splits(formats["tfds"])
     found = load_splits({"name": "tfds", "path": formats["tfds"]["path"]})
