@@ -669,6 +669,29 @@ def test_a_largest_batch_is_not_decided_across_memory_budgets():
     assert str(compare([mb(256, 8192, "a")], [mb(128, 8192, "b")]).rows[0].decision) == "regression"
 
 
+def test_peak_memory_is_not_decided_across_memory_kinds():
+    """peak_mem_mib is a number of the kind memory_kind names: torch replaying CUDA graphs reports the reserved
+    peak (its buffers live in the graphs' pools), JAX the allocator's peak or XLA's plan by which was larger. Two
+    kinds are two quantities (the GPU check: 593 MiB allocated without CUDA graphs, 367 allocated and 800 reserved
+    with them), so a change of kind is undecided and says so; one kind on both sides is decided."""
+    def rec(mem, kind, run_id, repeat=0):
+        r = bench_record("A", run_id=run_id, repeat=repeat)
+        r.metrics.update(peak_mem_mib=mem, memory_kind=kind)
+        return r
+
+    row = compare([rec(593.0, "allocator", "a")], [rec(800.0, "allocator_reserved", "b")],
+                  metrics=["peak_mem_mib"]).rows[0]
+    assert str(row.decision) == "inconclusive", row
+    assert "memory_kind differs (allocator vs allocator_reserved)" in row.note
+    def mixed(mem, run_id):
+        return [rec(mem, "allocator", run_id), rec(mem + 7, "xla_resident_plus_temp", run_id, repeat=1)]
+
+    row = compare(mixed(593.0, "a"), mixed(800.0, "b"), metrics=["peak_mem_mib"]).rows[0]
+    assert str(row.decision) == "inconclusive" and "between the runs of each side" in row.note, row
+    same = compare([rec(593.0, "allocator", "a")], [rec(800.0, "allocator", "b")], metrics=["peak_mem_mib"])
+    assert str(same.rows[0].decision) == "regression"
+
+
 def test_what_compare_prints_stays_bounded_whatever_a_row_holds():
     """Ratios of an edited row (a step of 1e-300 s) printed 300 digits, a 5 MB env value 5 MB: 3 significant
     digits far from 1, each environment value clipped."""

@@ -301,9 +301,11 @@ def _bounds_moved(md: Metric, base: list[Record], cur: list[Record]) -> str:
     out = []
     for name in md.bounded_by:
         bv, cv = ({r.metrics.get(name) for r in recs} for recs in (base, cur))
+        shown = ["/".join(sorted(map(str, v))) for v in (bv, cv)]
         if bv != cv:
-            shown = ["/".join(sorted(map(str, v))) for v in (bv, cv)]
             out.append(f"{name} differs ({shown[0]} vs {shown[1]}): {md.name} follows it")
+        elif len(bv) > 1:  # the runs of each side mix values of it: their repeats are not alike
+            out.append(f"{name} differs between the runs of each side ({shown[0]}): {md.name} follows it")
     return "; ".join(out)
 
 

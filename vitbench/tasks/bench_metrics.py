@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 
+from vitbench.backends.kinds import MemoryKind
 from vitbench.record import Record, finite_number
 from vitbench.tasks import COMPILE_CACHED, OTHER_LOAD_CORES, TEXT, Metric
 
@@ -84,9 +85,9 @@ SETUP = (
 MEMORY = (
     Metric("peak_mem_mib", "MiB", False, "peak memory of the steady steps, of the row's memory_kind "
            "(allocator peak on a GPU; the step's state + RSS growth on a CPU; resident + XLA's planned temp "
-           "where the allocator cannot be reset)",
-           comparable=True),
-    Metric("memory_kind", TEXT, False, "what peak_mem_mib measures (cuda_allocator, host_rss, ...)"),
+           "where the allocator cannot be reset; the reserved peak where CUDA graphs replay)",
+           comparable=True, bounded_by=("memory_kind",)),  # numbers of different kinds do not compare
+    Metric("memory_kind", TEXT, False, f"what peak_mem_mib measures ({', '.join(k.value for k in MemoryKind)})"),
     Metric("state_mib", "MiB", False, "the step's state: weights, grads, optimizer state, inputs"),
     Metric("compile_peak_mem_mib", "MiB", False, "peak memory from build through compilation and warm-up"),
     Metric("reserved_peak_mib", "MiB", False, "the allocator's reserved peak of the steady steps (CUDA)"),

@@ -95,6 +95,7 @@ class TorchBackend(Backend):
         self.device = torch.device("cpu")
         self._rss = PeakRSS()
         self._state_mib = 0.0
+        self._graph_pools = False  # the steady phase replays CUDA graphs (restart_peak_memory)
         self.compile_s = 0.0
 
     # -- setup -------------------------------------------------------------------------------------
@@ -285,10 +286,13 @@ class TorchBackend(Backend):
             torch.cuda.reset_peak_memory_stats(self.device)
         gc.collect()
         self._state_mib = 0.0  # in the steady phase: the step's state, counted from its tensors
+        self._graph_pools = False
         self._rss.reset()
 
     def restart_peak_memory(self, work: Workload | None = None) -> None:
         gc.collect()
+        # the steady steps replay CUDA graphs: their buffers are reserved in the graphs' pools, not allocated
+        self._graph_pools = bool(getattr(work, "cuda_graphs", False))
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)  # peaks restart from what is allocated now
@@ -298,10 +302,14 @@ class TorchBackend(Backend):
             self._rss.restart()
 
     def memory_kind(self) -> MemoryKind:
-        return MemoryKind.ALLOCATOR if self.device.type == "cuda" else MemoryKind.HOST_RSS
+        if self.device.type != "cuda":
+            return MemoryKind.HOST_RSS
+        return MemoryKind.RESERVED if self._graph_pools else MemoryKind.ALLOCATOR
 
     def peak_memory_mib(self) -> float:
         if self.device.type == "cuda":
+            if self._graph_pools:
+                return torch.cuda.max_memory_reserved(self.device) / 2**20
             return torch.cuda.max_memory_allocated(self.device) / 2**20
         return self._state_mib + self._rss.growth_mib()
 
