@@ -232,6 +232,21 @@ def test_zip_include_exclude_and_selectors():
     assert not any("Nano" in t.config["model"] for t in fam.trials)
 
 
+def test_a_study_of_include_entries_alone_runs_those_entries_alone():
+    """With no axes and no zip, the product of no axes is the defaults alone: it ran as a trial of its own beside
+    the include entries (studies/gpu.yaml's first trial on the GPU was its defaults, fp32 inference, before the
+    entries it asked for first)."""
+    s = study("""
+        name: inc
+        defaults: {model: ViT-Nano/4, task: infer, precision: fp32}
+        include:
+          - {precision: bf16}
+          - {model: R-Nano, task: train}
+    """)
+    got = sorted((t.config["model"], t.config["task"], t.config["precision"], t.origin) for t in s.trials)
+    assert got == [("R-Nano", "train", "fp32", "include[1]"), ("ViT-Nano/4", "infer", "bf16", "include[0]")]
+
+
 def test_task_parameters_are_typed_and_defaulted():
     s = study("""
         name: p

@@ -195,7 +195,9 @@ class Expander:
             self.err.add(("axes",), "the study has no axes, zip or include: nothing to run")
         if not self._within_limit(("axes",), axes, groups):
             return [], 0
-        for values, locs in self._product(axes, groups):
+        # the grid: the product of the axes and zip groups; with neither, a study is its include entries alone
+        # (as a CI matrix of only include entries is), not those and the defaults as one more trial
+        for values, locs in self._product(axes, groups) if m.axes or m.zip else ():
             if any(all(values.get(k, base.get(k, (None,))[0]) in allowed for k, allowed in ex.items())
                    for ex in excludes if ex):
                 continue
