@@ -121,3 +121,28 @@ def test_gpu_processes_in_another_pid_namespace_are_not_counted_as_others(monkey
     with EnergyMeter(H100) as m:
         pass
     assert m.end.other_processes == 1
+
+
+def test_the_clock_power_and_a_slowdown_during_the_phase_are_sampled(monkeypatch):
+    """One reading at the phase's end missed what moved during it: a thermal slowdown that had cleared by the end
+    left the row unflagged. The meter reads the SM clock, power and slowdown reasons every sample_s while the
+    phase runs; a slowdown at any reading is the phase's."""
+    import time
+
+    fake = _fake_pynvml([10_000, 25_000], reasons=0, others=0)
+    reasons = iter([0, 0x40, 0x40])  # the start's snapshot, then a thermal slowdown at the first two samples
+    fake.nvmlDeviceGetCurrentClocksThrottleReasons = lambda h: next(reasons, 0)
+    clocks = iter([1980, 1980, 1410])  # the start's snapshot, then the samples
+    fake.nvmlDeviceGetClockInfo = lambda h, kind: next(clocks, 1980)
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    with EnergyMeter(H100, sample_s=0.005) as m:
+        deadline = time.monotonic() + 5
+        while len(m.samples.t_s) < 4 and time.monotonic() < deadline:
+            time.sleep(0.005)
+    raw = m.samples.raw()
+    assert len(raw["t_s"]) >= 4 and raw["t_s"] == sorted(raw["t_s"]) and set(raw["power_w"]) == {350.0}
+    assert m.end.slowdown == () and m.slowdown == ("hw_thermal_slowdown",)
+    assert m.samples.clock_range() == (1410, 1980)
+    with EnergyMeter(Device(DeviceKind.CPU, "cpu")) as off:  # no NVML: no thread, no samples
+        pass
+    assert off.samples.raw() is None and off.samples.clock_range() == (None, None) and off.slowdown == ()

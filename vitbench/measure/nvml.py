@@ -10,8 +10,9 @@ clocks MHz, temperature degrees C.
 from __future__ import annotations
 
 import os
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from vitbench.backends.base import Device, DeviceKind
 
@@ -22,6 +23,12 @@ SLOWDOWN_REASONS = {0x08: "hw_slowdown", 0x20: "sw_thermal_slowdown", 0x40: "hw_
 POWER_CAP = 0x04
 NVML_TEMPERATURE_GPU = 0  # nvmlTemperatureSensors_t
 NVML_CLOCK_SM = 1  # nvmlClockType_t
+# The SM clock, power and slowdown reasons are read this often while a phase runs: one reading at its end missed
+# what moved during it (the GPU check's torch training rows stepped by 6-12 % for seconds, clocks at their maximum
+# at the end; docs/gpu.md). Three NVML calls, tens of microseconds, ten times a second, on a thread of their own.
+# Power is NVML's (on Ampere and later boards, an average over about a second: nvmlDeviceGetPowerUsage's
+# documentation), the clock the instant's.
+SAMPLE_S = 0.1
 
 
 class NvmlUnavailable(RuntimeError):
@@ -53,6 +60,27 @@ class Snapshot:
     pids: tuple[int, ...] | None = None  # the processes NVML lists on the device, in the driver's PID namespace
 
 
+@dataclass
+class Samples:
+    """Readings taken every SAMPLE_S during a phase, as columns: seconds since the phase began, the SM clock
+    (MHz), power (W) and the slowdown reasons (SLOWDOWN_REASONS' names) seen at any of them."""
+
+    t_s: list[float] = field(default_factory=list)
+    sm_clock_mhz: list[float | None] = field(default_factory=list)
+    power_w: list[float | None] = field(default_factory=list)
+    slowdown: set[str] = field(default_factory=set)
+
+    def raw(self) -> dict | None:
+        """The columns for a record's raw data (None: no reading was taken)."""
+        if not self.t_s:
+            return None
+        return {"t_s": self.t_s, "sm_clock_mhz": self.sm_clock_mhz, "power_w": self.power_w}
+
+    def clock_range(self) -> tuple[float | None, float | None]:
+        clocks = [c for c in self.sm_clock_mhz if c is not None]
+        return (min(clocks), max(clocks)) if clocks else (None, None)
+
+
 class Nvml:
     """An NVML session on the device a backend runs on. `Nvml.open(device)` raises NvmlUnavailable."""
 
@@ -79,6 +107,26 @@ class Nvml:
         except Exception:  # noqa: BLE001 - NVMLError_NotSupported and friends: the field stays None
             return None
 
+    def slowdown(self) -> tuple[tuple[str, ...], bool] | None:
+        """The slowdown reasons now (SLOWDOWN_REASONS' names) and whether the power cap holds the clock; None
+        where the driver does not tell."""
+        lib = self.lib
+        reasons = self._try(getattr(lib, "nvmlDeviceGetCurrentClocksEventReasons", None)
+                            or getattr(lib, "nvmlDeviceGetCurrentClocksThrottleReasons", None))
+        if reasons is None:
+            return None
+        return tuple(name for bit, name in SLOWDOWN_REASONS.items() if reasons & bit), bool(reasons & POWER_CAP)
+
+    def sample(self, into: Samples, t_s: float) -> None:
+        """One reading of the SM clock, power and slowdown reasons, appended to `into`."""
+        power = self._try(self.lib.nvmlDeviceGetPowerUsage)  # mW
+        into.t_s.append(t_s)
+        into.sm_clock_mhz.append(self._try(self.lib.nvmlDeviceGetClockInfo, NVML_CLOCK_SM))
+        into.power_w.append(power / 1000 if power is not None else None)
+        now = self.slowdown()
+        if now is not None:
+            into.slowdown.update(now[0])
+
     def snapshot(self) -> Snapshot:
         lib, s = self.lib, Snapshot()
         mem = self._try(lib.nvmlDeviceGetMemoryInfo)
@@ -92,11 +140,9 @@ class Nvml:
         s.sm_clock_mhz = self._try(lib.nvmlDeviceGetClockInfo, NVML_CLOCK_SM)
         s.sm_clock_max_mhz = self._try(lib.nvmlDeviceGetMaxClockInfo, NVML_CLOCK_SM)
         s.temperature_c = self._try(lib.nvmlDeviceGetTemperature, NVML_TEMPERATURE_GPU)
-        reasons = self._try(getattr(lib, "nvmlDeviceGetCurrentClocksEventReasons", None)
-                            or getattr(lib, "nvmlDeviceGetCurrentClocksThrottleReasons", None))
-        if reasons is not None:
-            s.slowdown = tuple(name for bit, name in SLOWDOWN_REASONS.items() if reasons & bit)
-            s.power_capped = bool(reasons & POWER_CAP)
+        now = self.slowdown()
+        if now is not None:
+            s.slowdown, s.power_capped = now
         procs = self._try(lib.nvmlDeviceGetComputeRunningProcesses)
         if procs is not None:
             s.pids = tuple(getattr(p, "pid", -1) for p in procs)
@@ -138,13 +184,17 @@ def _handle(lib, device: Device):
 class EnergyMeter:
     """Device energy and memory over a phase: `with EnergyMeter(device) as m: ...`; `m.why` when unavailable."""
 
-    def __init__(self, device: Device) -> None:
+    def __init__(self, device: Device, sample_s: float = SAMPLE_S) -> None:
         self.device = device
         self.nvml: Nvml | None = None
         self.why: str | None = None
         self.start: Snapshot | None = None
         self.end: Snapshot | None = None
         self.wall_s = 0.0
+        self.sample_s = sample_s
+        self.samples = Samples()  # the SM clock, power and slowdown reasons every sample_s in between
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
     def __enter__(self) -> EnergyMeter:
         try:
@@ -153,10 +203,27 @@ class EnergyMeter:
         except NvmlUnavailable as e:
             self.why = str(e)
         self._t0 = time.perf_counter()
+        if self.nvml is not None:
+            self._thread = threading.Thread(target=self._sample, name="vitbench-nvml", daemon=True)
+            self._thread.start()
         return self
+
+    def _sample(self) -> None:
+        nvml = self.nvml
+        while nvml is not None and not self._stop.wait(self.sample_s):
+            nvml.sample(self.samples, time.perf_counter() - self._t0)
+
+    @property
+    def slowdown(self) -> tuple[str, ...]:
+        """Every slowdown reason NVML gave during the phase, its end included (SLOWDOWN_REASONS' order)."""
+        seen = self.samples.slowdown | set(self.end.slowdown if self.end else ())
+        return tuple(name for name in SLOWDOWN_REASONS.values() if name in seen)
 
     def __exit__(self, *exc) -> None:
         self.wall_s = time.perf_counter() - self._t0
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
         if self.nvml is not None:
             self.end = self.nvml.snapshot()  # while the workload is still allocated: device-used memory
             if self.end.pids and os.getpid() not in self.end.pids:

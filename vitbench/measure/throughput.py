@@ -152,7 +152,7 @@ def bench(step: Step, backend: str | Backend | None = None, device: str = "cpu",
     batch = work.batch_size
     median_s = stats["step_ms_median"] / 1000
     end = energy.end
-    noise = assess(samples, be.timer, load.other_cores, gpu_slowdown=end.slowdown if end else (),
+    noise = assess(samples, be.timer, load.other_cores, gpu_slowdown=energy.slowdown,
                    other_gpu_processes=end.other_processes if end else None)
     settings = dict(work.settings)
     # compile/jit time: explicit where the backend separates it (JAX AOT, in `prepare`); for torch.compile the
@@ -181,6 +181,7 @@ def bench(step: Step, backend: str | Backend | None = None, device: str = "cpu",
         "energy_j_per_img": (energy.energy_j / (stats["steps"] * batch / step.devices)
                              if energy.energy_j is not None else None),
         "power_w_mean": energy.energy_j / energy.wall_s if energy.energy_j is not None and energy.wall_s else None,
+        **dict(zip(("sm_clock_mhz_min", "sm_clock_mhz_max"), energy.samples.clock_range())),
         "nvml": energy.why,
         "matmul_precision": settings.get("matmul_precision"),
         "autocast": settings.get("autocast"),
@@ -204,6 +205,8 @@ def bench(step: Step, backend: str | Backend | None = None, device: str = "cpu",
            "noise": [{"flag": n.flag.value, "detail": n.detail} for n in noise], "settings": settings}
     if timing is TimingMode.THROUGHPUT:
         raw["window_s"] = samples
+    if energy.samples.raw() is not None:  # NVML's clock and power every SAMPLE_S of the timed steps
+        raw["nvml_samples"] = energy.samples.raw()
     if isinstance(timed, extra_work.ExtraWork):
         raw["test_extra_work"] = timed.info
     return Record.measured(KIND, config, metrics=metrics, raw=raw, env=env, started_at=started)

@@ -99,6 +99,9 @@ MEMORY = (
            "one device's energy over its share of the images, the devices alike)",
            comparable=True),
     Metric("power_w_mean", "W", False, "mean device power over the timed steps (NVML)"),
+    Metric("sm_clock_mhz_min", "MHz", True, "the lowest SM clock NVML read during the timed steps (every "
+           "measure.nvml.SAMPLE_S; raw.nvml_samples holds them with the power)"),
+    Metric("sm_clock_mhz_max", "MHz", True, "the highest SM clock NVML read during the timed steps"),
     Metric("nvml", TEXT, False, "why NVML read no energy (null: it did)"),
 )
 
