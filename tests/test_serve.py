@@ -505,3 +505,23 @@ def test_a_lazily_compiled_model_reports_its_compile_time(monkeypatch, one_torch
     assert rec.metrics["compile_s"] is not None and rec.metrics["compile_s"] >= 0.25, rec.metrics["compile_s"]
     eager = serve(scenario="SingleStream", dataset="synthetic", min_query_count=EARLY_STOP_QUERIES)
     assert eager.metrics["compile_s"] is None  # eager execution: nothing compiled
+
+
+@pytest.mark.parametrize("scenario", ["Offline", "SingleStream"])
+def test_every_step_of_a_serve_runs_on_one_thread(scenario, monkeypatch, one_torch_thread):
+    """torch.compile's CUDA-graph trees are per thread: graphs warmed up on the main thread were recorded again
+    inside the first LoadGen run, on the SUT's thread (a first-query outlier). The warm-up, the throughput mode and
+    LoadGen's batches all run on one thread, the same across the runs of a search."""
+    import threading
+
+    from vitbench.backends.torch.workload import TorchWorkload
+
+    seen = []
+    for name in ("step", "infer_host"):
+        def spy(self, *a, _f=getattr(TorchWorkload, name), **k):
+            seen.append(threading.current_thread().name)
+            return _f(self, *a, **k)
+        monkeypatch.setattr(TorchWorkload, name, spy)
+    rec = serve(scenario=scenario, min_query_count=EARLY_STOP_QUERIES)
+    assert rec.status is Status.OK, rec.error
+    assert len(seen) > 10 and len(set(seen)) == 1 and seen[0].startswith("vitbench-steps"), sorted(set(seen))

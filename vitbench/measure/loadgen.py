@@ -26,6 +26,7 @@ import queue
 import tempfile
 import threading
 import time
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -140,7 +141,7 @@ class BatchingSUT:
     batch."""
 
     def __init__(self, lg, images: np.ndarray, steps: dict[int, Any], max_batch: int, max_wait_s: float,
-                 host_input: bool):
+                 host_input: bool, worker: Executor | None = None):
         self.lg, self.images, self.steps = lg, images, steps
         self.sizes = sorted(steps)
         self.max_batch, self.max_wait_s, self.host_input = max_batch, max_wait_s, host_input
@@ -149,6 +150,9 @@ class BatchingSUT:
         self.padded = 0  # padding samples run (a batch filled up to a prepared size)
         self.failure: BaseException | None = None
         self._stop = threading.Event()
+        # `worker`: the one thread that ran the steps' warm-up runs the batches too (vitbench.measure.serve);
+        # without it, a thread of the SUT's own
+        self._executor, self._done = worker, None
         self._worker = threading.Thread(target=self._serve, name="vitbench-sut", daemon=True)
 
     def issue(self, samples) -> None:  # LoadGen's thread: never blocks
@@ -159,12 +163,18 @@ class BatchingSUT:
         pass
 
     def start(self) -> None:
-        self._worker.start()
+        if self._executor is not None:
+            self._done = self._executor.submit(self._serve)
+        else:
+            self._worker.start()
 
     def stop(self) -> None:
         self._stop.set()
         self.pending.put(None)
-        self._worker.join()
+        if self._done is not None:
+            self._done.result()
+        else:
+            self._worker.join()
 
     def _take(self) -> list | None:
         """The next batch: the oldest sample, then whatever arrives within max_wait, up to max_batch."""
@@ -380,11 +390,12 @@ def loadgen():
 
 
 def run(images: np.ndarray, steps: dict[int, Any], settings: Settings, max_batch: int, max_wait_ms: float,
-        host_input: bool) -> Served:
+        host_input: bool, worker: Executor | None = None) -> Served:
     """One LoadGen run of `settings` against a BatchingSUT over `steps` (prepared batch size -> step), with
-    `images` as the QSL; its logs written to a fresh temporary directory and read back whole."""
+    `images` as the QSL; its logs written to a fresh temporary directory and read back whole. `worker`: the
+    thread that runs the batches (BatchingSUT)."""
     lg = loadgen()
-    sut_obj = BatchingSUT(lg, images, steps, max_batch, max_wait_ms / 1000, host_input)
+    sut_obj = BatchingSUT(lg, images, steps, max_batch, max_wait_ms / 1000, host_input, worker)
     n = len(images)
     with tempfile.TemporaryDirectory(prefix="vitbench-loadgen-") as tmp:
         log_settings = lg.LogSettings()

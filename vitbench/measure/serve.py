@@ -23,6 +23,7 @@ from __future__ import annotations
 import statistics
 import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -87,29 +88,37 @@ def serve(step: Step, backend: str, device: str, threads: int | None, images: np
     sizes = batch_sizes(step.batch_size, settings.scenario)
     works, run_steps, prep = {}, {}, {}
     host_input = True
+    # Every step runs on one thread, the warm-up, the throughput mode and LoadGen's batches alike: torch.compile's
+    # CUDA-graph trees are per thread (torch/_inductor/cudagraph_trees.py keeps them in a threading.local), so
+    # graphs warmed up on this thread were recorded again inside the first LoadGen run, on the SUT's thread
+    steps_thread = ThreadPoolExecutor(1, thread_name_prefix="vitbench-steps")
+
+    def on(fn, *args):
+        """fn(*args) on the steps' thread, and its seconds there."""
+        def timed():
+            t0 = time.perf_counter()
+            fn(*args)
+            return time.perf_counter() - t0
+        return steps_thread.submit(timed).result()
+
     try:
         for size in sizes:
             t0 = time.perf_counter()
             work = works[size] = be.prepare(replace(step, batch_size=size))
             build_s = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            work.sync(work.step())  # compilation (JAX ahead of time, torch.compile lazily) and allocator warm-up
-            first_s = time.perf_counter() - t0
+            # compilation (JAX ahead of time, torch.compile lazily) and allocator warm-up
+            first_s = on(lambda w=work: w.sync(w.step()))
             batch = np.resize(images, (size, *images.shape[1:]))  # the QSL's first images, repeated if few
             if host_input:
                 try:
-                    work.infer_host(batch)  # the host path's own first call (a transfer, a cast) timed apart
+                    on(work.infer_host, batch)  # the host path's own first call (a transfer, a cast) timed apart
                 except NotImplementedError:
                     host_input = False
             if not host_input and real_images:
                 raise ConfigError(f"backend {be.name!r} runs inference on its own input only (its workload has no "
                                   "infer_host): serve it `dataset: synthetic`")
             fn = (lambda b, w=work: w.infer_host(b)) if host_input else (lambda b, w=work: w.sync(w.step()))
-            warm = []
-            for _ in range(warmup_steps):
-                t0 = time.perf_counter()
-                fn(batch)
-                warm.append(time.perf_counter() - t0)
+            warm = [on(fn, batch) for _ in range(warmup_steps)]
             run_steps[size] = fn
             # torch.compile compiles in the first step (no compile_s of its own): the first less a warm-up step
             prep[size] = {"build_s": build_s, "first_step_s": first_s, "warmup_s": warm,
@@ -129,14 +138,17 @@ def serve(step: Step, backend: str, device: str, threads: int | None, images: np
         settings = replace(settings, expected_latency_ms=1000 * hint_s)
 
         def one(s: loadgen.Settings) -> loadgen.Served:
-            return loadgen.run(images, run_steps, s, step.batch_size, max_wait_ms, host_input)
+            return loadgen.run(images, run_steps, s, step.batch_size, max_wait_ms, host_input, steps_thread)
+
+        def rate(work, seconds: float) -> dict:
+            return steps_thread.submit(throughput, be, work, seconds).result()
 
         with LoadMeter() as load:
             extra: dict = {}
             if settings.scenario == "Server" and not given_qps:
                 # the search's ceiling: the throughput mode's rate at the max batch (a warm-up of a few steps can
                 # be several times too fast on a busy host); no server completes more samples than that
-                extra["capacity"] = throughput(be, works[sizes[-1]], min(settings.min_duration_s, 2.0))
+                extra["capacity"] = rate(works[sizes[-1]], min(settings.min_duration_s, 2.0))
                 capacity = extra["capacity"]["img_per_s"]
                 runs, best = search_qps(one, settings, capacity, search)
             else:
@@ -147,7 +159,7 @@ def serve(step: Step, backend: str, device: str, threads: int | None, images: np
                                   f"({settings.min_query_count}) arrives only then; lower min_query_count for a "
                                   "shorter run", VitbenchWarning, stacklevel=2)
                 if settings.scenario == "Offline":
-                    extra["before"] = throughput(be, works[sizes[-1]], settings.min_duration_s)
+                    extra["before"] = rate(works[sizes[-1]], settings.min_duration_s)
                     if not given_qps:
                         # LoadGen makes 1.1 x expected rate x min duration samples: OFFLINE_MARGIN x the throughput
                         # mode's fastest window just measured, so that a run up to that much faster still lasts
@@ -159,10 +171,11 @@ def serve(step: Step, backend: str, device: str, threads: int | None, images: np
                 runs = [one(settings)]
                 best = runs[0] if runs[0].result.valid else None
                 if settings.scenario == "Offline":
-                    extra["after"] = throughput(be, works[sizes[-1]], settings.min_duration_s)
+                    extra["after"] = rate(works[sizes[-1]], settings.min_duration_s)
     finally:
         for w in works.values():
             w.close()
+        steps_thread.shutdown()
     # LoadGen's latencies are not step samples: of the noise checks only other processes' load applies
     noise = [n for n in assess([], be.timer, load.other_cores) if n.flag is NoiseFlag.OTHER_LOAD]
     shown = best or runs[-1]
