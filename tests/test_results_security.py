@@ -16,7 +16,7 @@ import pytest
 import vitbench_testtasks  # noqa: F401 - registers the test-only `sleep` task (a trial in a fraction of a second)
 from records import record
 
-from vitbench import store as storemod
+from vitbench import rows as rowsmod
 from vitbench.paths import PathError
 from vitbench.store import CorruptLineWarning, Store, dumps, iter_records, read_records
 
@@ -175,7 +175,7 @@ def test_a_line_longer_than_the_bound_is_skipped_read_no_further(tmp_path, monke
     """Each reader (iter_records: report, compare; Store.refresh: the sweep) skips a line longer than
     MAX_LINE_BYTES with a warning naming file:line and the bound, and keeps the rows after it; the bound is
     lowered here so that the test holds kilobytes, not the 64 MiB real one."""
-    monkeypatch.setattr(storemod, "MAX_LINE_BYTES", 4096)
+    monkeypatch.setattr(rowsmod, "MAX_LINE_BYTES", 4096)
     f = tmp_path / "results.jsonl"
     f.write_bytes(dumps(_rec(0)) + dumps(_rec(1, blob="x" * 10_000)) + dumps(_rec(2))
                   + dumps(_rec(3, blob="y" * 9_000)).rstrip(b"\n"))  # the last one over-long and unterminated
@@ -196,7 +196,7 @@ def test_the_line_bound_holds_the_largest_rows_vitbench_writes():
 
     serve_row = 100 * 38_000
     steps_row = MAX_STEPS * 25
-    assert storemod.MAX_LINE_BYTES >= 16 * max(serve_row, steps_row)
+    assert rowsmod.MAX_LINE_BYTES >= 16 * max(serve_row, steps_row)
 
 
 # ---- 5. submitit's pickles only from a folder no other user can write -------------------------------------------

@@ -186,7 +186,7 @@ class OutputFolder:
 
 def _store_link(out: Path) -> Path | None:
     """The results folder `out` lies in when `out` is a symbolic link there (else None)."""
-    from vitbench.store import RESULTS_PATTERNS
+    from vitbench.rows import RESULTS_PATTERNS
 
     if not out.is_symlink():
         return None

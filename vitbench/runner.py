@@ -35,8 +35,8 @@ from vitbench.errors import ConfigError, shorten
 from vitbench.executors import Executor, Job, Outcome, Role, Stored, executor_class
 from vitbench.paths import check_cache_dir, check_dir, check_entry, compile_cache_on, make_dir
 from vitbench.record import Record, Status
-from vitbench.store import (CLAIMS_DIR, LOGS_DIR, RESULTS_FILE, STUDY_FILE, Store, claim_path, log_path,
-                            result_files)
+from vitbench.rows import RESULTS_FILE, result_files
+from vitbench.store import CLAIMS_DIR, LOGS_DIR, STUDY_FILE, Store, claim_path, log_path
 from vitbench.tidy import select
 from vitbench.study import Study, Trial, trial_key
 

@@ -16,7 +16,8 @@ from typing import Any
 
 from vitbench.errors import VitbenchWarning, clip
 from vitbench.record import Record
-from vitbench.store import TRIAL_ID_COLUMNS, iter_records
+from vitbench.rows import iter_records
+from vitbench.store import TRIAL_ID_COLUMNS
 
 
 def _flatten(rec: Record, declared: dict[str, dict] | None = None) -> dict[str, Any]:

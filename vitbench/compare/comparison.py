@@ -87,7 +87,7 @@ def load_records(path: str | Path, warnings: list[str] | None = None) -> list[Re
     Raises ConfigError for a missing path or no records."""
     import warnings as _w
 
-    from vitbench.store import CorruptLineWarning, read_records
+    from vitbench.rows import CorruptLineWarning, read_records
     from vitbench.tasks import row_check
 
     with _w.catch_warnings(record=True) as caught:

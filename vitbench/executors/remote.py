@@ -52,7 +52,8 @@ from pathlib import Path
 from vitbench.executors import PREEMPT_SIGNAL, Job, Outcome, Stopped, Stored, failure, stopped_by
 from vitbench.paths import check_entry
 from vitbench.record import ErrorInfo, Record, Status, now
-from vitbench.store import CLAIMS_DIR, STUDY_FILE, Store, result_files
+from vitbench.rows import result_files
+from vitbench.store import CLAIMS_DIR, STUDY_FILE, Store
 
 # A row another sweep stored less than this before the driver drew a job may have been missed by the driver's
 # own re-check (it was being written); the worker treats it as a duplicate. Also absorbs small clock skew.

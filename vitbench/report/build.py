@@ -91,7 +91,8 @@ def _ab_side_commit(results: Path, df: pd.DataFrame) -> pd.DataFrame:
     side's folder (or a pair or leg in it): the archived baseline's code may not know its commit. An ab folder
     itself, or a folder holding one, is refused: its two sides are two code versions, which the report would
     pool as repeats of one trial."""
-    from vitbench.store import AB_SIDES, ab_sides, result_files
+    from vitbench.rows import result_files
+    from vitbench.store import AB_SIDES, ab_sides
 
     here = results if results.is_dir() else results.parent
     folders = {f.parent for f in result_files(results)} if results.is_dir() else set()
@@ -123,7 +124,7 @@ def build_report(results: str | Path, out: str | Path | None = None, formats: It
     report wrote there (vitbench.outdir); a folder holding anyone else's files is refused unless
     `allow_other_files` (the report is then written beside them, none touched)."""
     from vitbench.outdir import OutputFolder, writing
-    from vitbench.store import CorruptLineWarning
+    from vitbench.rows import CorruptLineWarning
     from vitbench.tidy import load_each
 
     formats = parse_formats(formats)
