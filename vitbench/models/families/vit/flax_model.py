@@ -80,7 +80,9 @@ class MultiHeadDotProductAttention(nn.Module):
                                (posemb.relative_offsets(t), d), jnp.float32).astype(self.dtype)
             rel = jnp.einsum("bqhd,rhd->bhqr", q, table.reshape(-1, self.num_heads, hd))  # query vs every offset
             bias = rel[:, :, np.arange(t)[:, None], posemb.relative_index(t)] * hd**-0.5  # (B, H, T, T)
-        # jax.nn.dot_product_attention == softmax(q k^T * hd**-0.5 + bias) v; XLA on CPU/TPU, cuDNN where it fits
+        # jax.nn.dot_product_attention == softmax(q k^T * hd**-0.5 + bias) v, XLA's everywhere: its default
+        # implementation (None) is XLA's in jax 0.10-0.11 (a TODO there picks cuDNN one day); cuDNN's fused kernel
+        # is asked for by name only, not yet here (docs/gpu.md, the second run: JAX's memory per image)
         o = jax.nn.dot_product_attention(q, k, v, bias=bias, scale=hd**-0.5)
         if self.is_mutable_collection("intermediates"):  # inspection only (vitbench.insight): the probabilities
             logits = jnp.einsum("bqhd,bkhd->bhqk", q, k, precision=jax.lax.Precision.HIGHEST) * hd**-0.5
