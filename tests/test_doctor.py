@@ -230,7 +230,7 @@ def test_doctor_bad_options_exit_2(cli):
     r = cli("doctor", "--precision", "int8", "--quick")
     assert r.exit_code == 2 and "--precision 'int8': allowed: fp32, tf32, bf16, fp16" in r.stderr, r.stderr
     r = cli("doctor", "--precision", "tf32", "--quick", "--backend", "torch")
-    assert r.exit_code == 2 and "no backend can run there (torch: tf32 is a GPU tensor-core format" in r.stderr
+    assert r.exit_code == 2 and "no backend can run there (torch: tf32 is an NVIDIA GPU tensor-core format" in r.stderr
     # a backend with no matmul of its own (an inference runtime) is named as such, not as a precision problem
     r = cli("doctor", "--backend", "onnxruntime", "--quick")
     assert r.exit_code == 2 and "--backend onnxruntime: doctor checks a device by timing each backend's own" \

@@ -14,6 +14,11 @@ Mode = Literal["infer", "train"]
 # fp32 storage with TF32 tensor-core matmuls (NVIDIA Ampere and later); bf16/fp16 = mixed precision (autocast);
 # int8 = int8 weights with activations quantised at run time (a runtime's dynamic quantization), inference only.
 PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16", "int8")
+# Where tf32 is not: TF32 is a tensor-core format of NVIDIA GPUs from Ampere on (NVIDIA A100 Tensor Core GPU
+# Architecture whitepaper, 2020); a TPU's fp32 matmuls are passes of bf16 (Cloud TPU docs, "bfloat16"). Each
+# backend's parse-time check refuses it off a GPU in these words, so that a study over several backends says it once.
+TF32_OFF_GPU = ("tf32 is an NVIDIA GPU tensor-core format (Ampere and later): a CPU has none, and a TPU's fp32 "
+                "matmuls are bf16 passes; use fp32 (full fp32) or bf16")
 OPTIMIZERS: tuple[str, ...] = ("adam", "sgd")  # adam: the paper's pre-training; sgd: momentum 0.9, fine-tuning
 
 

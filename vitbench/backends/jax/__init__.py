@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from vitbench.backends.base import BackendSpec, Capability, DeviceKind, register_backend
-from vitbench.backends.kinds import Parallelism
+from vitbench.backends.kinds import TF32_OFF_GPU, Parallelism
 
 NAME = "jax"
 _DEVICE = re.compile(r"^(cpu|gpu|cuda|rocm|tpu)(:\d+)?$")
@@ -26,8 +26,7 @@ def _check(fields: Mapping[str, Any]) -> list[tuple[str, str]]:
         out.append(("device", "with devices > 1, device names the kind (cpu, gpu or tpu): the mesh takes the "
                               "first N devices of that kind"))
     if fields.get("precision") == "tf32" and not device.startswith(("gpu", "cuda")):
-        out.append(("precision", "tf32 is an NVIDIA GPU tensor-core format: there is none on a CPU, and a TPU's "
-                                 "fp32 matmuls are bf16 passes; use fp32 (full fp32) or bf16"))
+        out.append(("precision", TF32_OFF_GPU))
     if fields.get("precision") == "fp16":
         if device.startswith("cpu"):
             out.append(("precision", "fp16 is not available on the jax backend's CPU device (XLA's CPU dot has "

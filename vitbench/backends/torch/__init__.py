@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from vitbench.backends.base import BackendSpec, Capability, DeviceKind, register_backend
-from vitbench.backends.kinds import Parallelism
+from vitbench.backends.kinds import TF32_OFF_GPU, Parallelism
 
 NAME = "torch"
 _DEVICE = re.compile(r"^(cpu|cuda(:\d+)?)$")
@@ -30,8 +30,7 @@ def _check(fields: Mapping[str, Any]) -> list[tuple[str, str]]:
         return [("precision", "fp16 training under fsdp needs a gradient scaler that agrees across ranks, which "
                               "this backend does not have: use bf16 (no loss scaling), or dp")]
     if fields.get("precision") == "tf32" and str(device or "cpu").startswith("cpu"):
-        return [("precision", "tf32 is a GPU tensor-core format (NVIDIA Ampere and later); a CPU has none: use "
-                              "fp32 (full fp32), or bf16")]
+        return [("precision", TF32_OFF_GPU)]
     return []
 
 
