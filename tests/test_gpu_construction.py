@@ -169,12 +169,67 @@ def test_steps_replaying_cuda_graphs_report_the_reserved_peak(monkeypatch, graph
     monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: None)
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: (367.0 if graphs else 593.0) * mib)
     monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda device=None: 800.0 * mib)
+    emptied = []
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(True))
     be.device = torch.device("cuda")
     try:
         be.reset_peak_memory()
         be.restart_peak_memory(SimpleNamespace(cuda_graphs=graphs))
         assert (be.memory_kind().value, be.peak_memory_mib()) == (kind, peak)
+        assert emptied == ([True] if graphs else [])  # compilation's cached blocks are not the steps' reserve
         be.reset_peak_memory()  # the next workload starts without graphs
         assert be.memory_kind().value == "allocator"
     finally:
         be.device = torch.device("cpu")
+
+
+@pytest.mark.parametrize("timing", ["steps", "windows"])
+def test_the_timers_record_on_the_backends_device_from_any_thread(monkeypatch, timing):
+    """set_device holds for the thread that called it (setup's): serve times its throughput mode on a thread of
+    its own, where the current device was cuda:0, and events recorded without a stream timed an idle cuda:0 while
+    cuda:1 worked. The timers make the backend's device current around their events, on whatever thread."""
+    import threading
+
+    from vitbench.backends.base import StopRule
+
+    be = get_backend("torch")
+    current = threading.local()
+    recorded = []
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            pass
+
+        def record(self, stream=None):
+            recorded.append(getattr(current, "device", torch.device("cuda:0")))
+
+        def synchronize(self):
+            pass
+
+        def elapsed_time(self, other):
+            return 1.0
+
+    class DeviceContext:
+        def __init__(self, device):
+            self.device = torch.device(device)
+
+        def __enter__(self):
+            self.saved, current.device = getattr(current, "device", None), self.device
+
+        def __exit__(self, *exc):
+            current.device = self.saved
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "device", DeviceContext)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    work = type("W", (), {"step": lambda self: None})()
+    stop = StopRule(min_steps=2, min_seconds=0.0, max_seconds=1.0, min_windows=2)
+    be.device = torch.device("cuda:1")
+    try:
+        run = (lambda: be.time_steps(work, stop)) if timing == "steps" else (lambda: be.time_windows(work, 1, stop))
+        worker = threading.Thread(target=run)  # not the thread setup made cuda:1 current on
+        worker.start()
+        worker.join()
+    finally:
+        be.device = torch.device("cpu")
+    assert recorded and set(recorded) == {torch.device("cuda:1")}, recorded

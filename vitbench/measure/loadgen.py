@@ -172,7 +172,10 @@ class BatchingSUT:
         self._stop.set()
         self.pending.put(None)
         if self._done is not None:
-            self._done.result()
+            try:
+                self._done.result()
+            except BaseException as e:  # noqa: BLE001 - `run` raises the first failure after LoadGen's clean-up
+                self.failure = self.failure or e
         else:
             self._worker.join()
 

@@ -172,10 +172,10 @@ def serve(step: Step, backend: str, device: str, threads: int | None, images: np
                 best = runs[0] if runs[0].result.valid else None
                 if settings.scenario == "Offline":
                     extra["after"] = rate(works[sizes[-1]], settings.min_duration_s)
-    finally:
+    finally:  # the steps' thread first: a step still running (an interrupt) ends before its workload is closed
+        steps_thread.shutdown(cancel_futures=True)
         for w in works.values():
             w.close()
-        steps_thread.shutdown()
     # LoadGen's latencies are not step samples: of the noise checks only other processes' load applies
     noise = [n for n in assess([], be.timer, load.other_cores) if n.flag is NoiseFlag.OTHER_LOAD]
     shown = best or runs[-1]

@@ -223,6 +223,10 @@ class TorchBackend(Backend):
     def time_steps(self, work: Workload, stop: StopRule) -> list[float]:
         if self.device.type != "cuda":
             return super().time_steps(work, stop)
+        with torch.cuda.device(self.device):  # events record on the current device's stream, set per thread
+            return self._time_steps(work, stop)
+
+    def _time_steps(self, work: Workload, stop: StopRule) -> list[float]:
         times: list[float] = []
         start = time.perf_counter()
         while True:
@@ -239,6 +243,12 @@ class TorchBackend(Backend):
     def time_windows(self, work: Workload, window_steps: int, stop: StopRule) -> list[float]:
         if self.device.type != "cuda":
             return super().time_windows(work, window_steps, stop)
+        # setup's set_device holds for the thread that called it: serve times on a thread of its own, whose
+        # current device was cuda:0, and events recorded without a stream timed an idle cuda:0 while cuda:N worked
+        with torch.cuda.device(self.device):
+            return self._time_windows(work, window_steps, stop)
+
+    def _time_windows(self, work: Workload, window_steps: int, stop: StopRule) -> list[float]:
         times: list[float] = []
         start = time.perf_counter()
         steps = 0
@@ -295,6 +305,8 @@ class TorchBackend(Backend):
         self._graph_pools = bool(getattr(work, "cuda_graphs", False))
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
+            if self._graph_pools:  # the reserved peak is the row's: compilation's cached blocks go back first
+                torch.cuda.empty_cache()  # (the live graphs' pools stay: empty_cache frees no block in use)
             torch.cuda.reset_peak_memory_stats(self.device)  # peaks restart from what is allocated now
         else:
             state = work.state_bytes() if work is not None else None
