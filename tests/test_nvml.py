@@ -130,9 +130,9 @@ def test_the_clock_power_and_a_slowdown_during_the_phase_are_sampled(monkeypatch
     import time
 
     fake = _fake_pynvml([10_000, 25_000], reasons=0, others=0)
-    reasons = iter([0, 0x40, 0x40])  # the start's snapshot, then a thermal slowdown at the first two samples
+    reasons = iter([0, 0, 0x40, 0x40])  # the start's snapshot and first reading, then a thermal slowdown
     fake.nvmlDeviceGetCurrentClocksThrottleReasons = lambda h: next(reasons, 0)
-    clocks = iter([1980, 1980, 1410])  # the start's snapshot, then the samples
+    clocks = iter([1980, 1980, 1980, 1410])  # the start's snapshot, then the readings
     fake.nvmlDeviceGetClockInfo = lambda h, kind: next(clocks, 1980)
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     with EnergyMeter(H100, sample_s=0.005) as m:
@@ -142,7 +142,19 @@ def test_the_clock_power_and_a_slowdown_during_the_phase_are_sampled(monkeypatch
     raw = m.samples.raw()
     assert len(raw["t_s"]) >= 4 and raw["t_s"] == sorted(raw["t_s"]) and set(raw["power_w"]) == {350.0}
     assert m.end.slowdown == () and m.slowdown == ("hw_thermal_slowdown",)
-    assert m.samples.clock_range() == (1410, 1980)
+    assert m.samples.clock_range() == (1410, 1980) and raw["t_s"][0] == 0.0  # a reading at the start too
     with EnergyMeter(Device(DeviceKind.CPU, "cpu")) as off:  # no NVML: no thread, no samples
         pass
     assert off.samples.raw() is None and off.samples.clock_range() == (None, None) and off.slowdown == ()
+
+
+def test_the_readings_kept_are_bounded_and_the_clock_range_covers_them_all(monkeypatch):
+    """A long timed phase kept a reading every 0.1 s without end (a row is a line of the store, read back whole):
+    MAX_SAMPLES are kept; the clock's range and the slowdowns go on past them."""
+    from vitbench.measure import nvml
+
+    monkeypatch.setattr(nvml, "MAX_SAMPLES", 3)
+    s = nvml.Samples()
+    for i, clock in enumerate([1980, 1900, 1950, 1200, None]):
+        s.add(i * 0.1, clock, 500.0)
+    assert len(s.raw()["t_s"]) == 3 and s.clock_range() == (1200, 1980)

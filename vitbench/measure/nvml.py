@@ -29,6 +29,9 @@ NVML_CLOCK_SM = 1  # nvmlClockType_t
 # Power is NVML's (on Ampere and later boards, an average over about a second: nvmlDeviceGetPowerUsage's
 # documentation), the clock the instant's.
 SAMPLE_S = 0.1
+# The readings a phase keeps (the clock's range and the slowdowns go on past it): 10,000 is 1,000 s at SAMPLE_S,
+# a bench row's max_seconds is 60 by default, and a row stays far under the row reader's line bound (vitbench.rows)
+MAX_SAMPLES = 10_000
 
 
 class NvmlUnavailable(RuntimeError):
@@ -69,6 +72,17 @@ class Samples:
     sm_clock_mhz: list[float | None] = field(default_factory=list)
     power_w: list[float | None] = field(default_factory=list)
     slowdown: set[str] = field(default_factory=set)
+    clock_min: float | None = None  # over every reading, those past MAX_SAMPLES too
+    clock_max: float | None = None
+
+    def add(self, t_s: float, clock: float | None, power_w: float | None) -> None:
+        if clock is not None:
+            self.clock_min = clock if self.clock_min is None else min(self.clock_min, clock)
+            self.clock_max = clock if self.clock_max is None else max(self.clock_max, clock)
+        if len(self.t_s) < MAX_SAMPLES:
+            self.t_s.append(t_s)
+            self.sm_clock_mhz.append(clock)
+            self.power_w.append(power_w)
 
     def raw(self) -> dict | None:
         """The columns for a record's raw data (None: no reading was taken)."""
@@ -77,8 +91,7 @@ class Samples:
         return {"t_s": self.t_s, "sm_clock_mhz": self.sm_clock_mhz, "power_w": self.power_w}
 
     def clock_range(self) -> tuple[float | None, float | None]:
-        clocks = [c for c in self.sm_clock_mhz if c is not None]
-        return (min(clocks), max(clocks)) if clocks else (None, None)
+        return self.clock_min, self.clock_max
 
 
 class Nvml:
@@ -120,9 +133,8 @@ class Nvml:
     def sample(self, into: Samples, t_s: float) -> None:
         """One reading of the SM clock, power and slowdown reasons, appended to `into`."""
         power = self._try(self.lib.nvmlDeviceGetPowerUsage)  # mW
-        into.t_s.append(t_s)
-        into.sm_clock_mhz.append(self._try(self.lib.nvmlDeviceGetClockInfo, NVML_CLOCK_SM))
-        into.power_w.append(power / 1000 if power is not None else None)
+        into.add(t_s, self._try(self.lib.nvmlDeviceGetClockInfo, NVML_CLOCK_SM),
+                 power / 1000 if power is not None else None)
         now = self.slowdown()
         if now is not None:
             into.slowdown.update(now[0])
@@ -204,6 +216,7 @@ class EnergyMeter:
             self.why = str(e)
         self._t0 = time.perf_counter()
         if self.nvml is not None:
+            self.nvml.sample(self.samples, 0.0)  # one reading at the start: a phase shorter than sample_s has it
             self._thread = threading.Thread(target=self._sample, name="vitbench-nvml", daemon=True)
             self._thread.start()
         return self
