@@ -689,3 +689,31 @@ def test_an_ab_run_s_busy_pairs_are_left_out_of_its_paired_points_as_the_gate_le
             assert not pts, [p.raw for p in pts]
         else:
             assert pts and all(len(p.raw["pairs"]) == used for p in pts), [p.raw for p in pts]
+
+
+def test_a_metric_bounded_by_another_is_one_series_per_value_of_it():
+    """peak_mem_mib follows its row's memory_kind (CUDA-graph replays report the reserved peak, others the
+    allocated one): one commit's change of kind is no regression of the code, as compare leaves it undecided; the
+    history keeps a series per kind instead of one that steps at that commit. One kind stays one series."""
+    from records import record
+
+    from vitbench.history.collect import points_of
+
+    cfg = {"model": "ViT-Nano/4", "backend": "torch", "task": "infer", "device": "cuda", "resolution": 32,
+           "batch_size": 8, "precision": "bf16", "compile": True, "compile_mode": "reduce-overhead"}
+
+    def row(mem, kind):
+        return record("bench", dict(cfg), metrics={"img_per_s": 100.0, "peak_mem_mib": mem, "memory_kind": kind,
+                                                    "step_ms_median": 80.0, "batch_size_achieved": 8},
+                      raw={"step_s": [0.08] * 5}, key="k", trial=dict(cfg), repeat=0)
+
+    mem = [p for p in points_of([[row(367.0, "allocator")], [row(800.0, "allocator_reserved")]])
+           if p.metric == "peak_mem_mib"]
+    assert sorted((p.value, p.trial.endswith("[memory_kind=allocator]"), "allocator_reserved" in p.label)
+                  for p in mem) == [(367.0, True, False), (800.0, False, True)]
+    speed = [p for p in points_of([[row(367.0, "allocator")], [row(800.0, "allocator_reserved")]])
+             if p.metric == "img_per_s"]
+    assert len(speed) == 1 and "[" not in speed[0].trial  # a metric bounded by nothing keeps one series
+    same = [p for p in points_of([[row(367.0, "allocator")], [row(370.0, "allocator")]])
+            if p.metric == "peak_mem_mib"]
+    assert len(same) == 1 and same[0].raw["rounds"] == [367.0, 370.0]

@@ -144,6 +144,7 @@ def points_of(rounds: list[list]) -> list[Point]:
     values: dict[tuple[str, str], list[float]] = defaultdict(list)
     cals: dict[tuple[str, str], list[float]] = defaultdict(list)
     first: dict[str, object] = {}
+    trial_of: dict[str, str] = {}  # a series' trial key
     for recs in rounds:
         calib = None
         if cal_task is not None:
@@ -163,18 +164,24 @@ def points_of(rounds: list[list]) -> list[Point]:
             for name, md in known.items():
                 v = r.metrics.get(name)
                 if finite_number(v) and v > 0:
-                    values[key, name].append(float(v))
+                    # a metric that follows others of its row (Metric.bounded_by: peak memory its memory_kind, the
+                    # largest batch the memory budget) is one series per value of them: a change of kind is no step
+                    series = key + "".join(f" [{b}={r.metrics.get(b)}]" for b in md.bounded_by)
+                    trial_of[series] = key
+                    values[series, name].append(float(v))
                     if md.speed and cal is not None and finite_number(cal) and cal > 0:  # a memory or a time is no
-                        cals[key, name].append((cal, size))  # speed: never divided by the machine's
+                        cals[series, name].append((cal, size))  # speed: never divided by the machine's
     keys = list(first)
     names = dict(zip(keys, labels([first[k].measured_config for k in keys])))
     out = []
-    for (key, name), xs in values.items():
+    for (series, name), xs in values.items():
+        key = trial_of[series]
         cfg, md = first[key].measured_config, known[name]
-        cs = [c for c, _ in cals.get((key, name), [])]
-        sizes = {n for _, n in cals.get((key, name), [])}
+        cs = [c for c, _ in cals.get((series, name), [])]
+        sizes = {n for _, n in cals.get((series, name), [])}
         alike = len(sizes) == 1 and None not in sizes  # calibrations of two matrix sizes have no one median
-        out.append(Point(trial=key, label=names[key], model=cfg.get("model"), backend=cfg.get("backend"),
+        out.append(Point(trial=series, label=names[key] + series[len(key):], model=cfg.get("model"),
+                         backend=cfg.get("backend"),
                          task=cfg.get("task"), metric=name, unit=md.unit, higher_is_better=md.higher_is_better,
                          value=statistics.median(xs), calibration=statistics.median(cs) if cs and alike else None,
                          raw={"rounds": xs, "calibrations": cs, **({SIZE: sizes.pop()} if alike else {})}))
