@@ -10,7 +10,7 @@ JSON shape (unchanged since schema 1, so every results file written before still
 - raw: lists kept for later statistics ({'step_s': [...], 'probes': [...]}).
 
 Built in one place: a task returns `Record.measured(...)`; a failed or lost trial is `Record.failed(...)`; the
-trial's identity is attached by `Record.for_job(...)` (vitbench.trial). Readers get records from vitbench.store.
+trial's identity is attached by `Record.for_job(...)` (vitbench.trial). Readers get records from vitbench.rows.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 `select`: per trial key and results directory the latest row, each measurement once (a copy of a row read before
 is left out); `load` / `load_each`: those rows as one flat DataFrame, read one line at a time
-(vitbench.frames). The store itself (writing, claims, reading records) is vitbench.store.
+(vitbench.frames). The store itself (writing, claims) is vitbench.store, reading records vitbench.rows.
 """
 
 from __future__ import annotations

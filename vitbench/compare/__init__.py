@@ -12,7 +12,7 @@ the calibration (the task with the calibration role) of its own sweep run, the o
 a slower or busier machine is not called a regression; with one calibration per repeat round its noise shows up
 in the interval too.
 
-Results are read through vitbench.store (the one reader: the same rules as `report` and `sweep`).
+Results are read through vitbench.rows (the one reader: the same rules as `report` and `sweep`).
 """
 
 from vitbench.compare.comparison import (EXIT_INCONCLUSIVE, Comparison, compare, compare_paths, default_metrics,

@@ -82,7 +82,7 @@ class Comparison:
 
 
 def load_records(path: str | Path, warnings: list[str] | None = None) -> list[Record]:
-    """Every record of a results path (vitbench.store rules), corrupt lines reported into `warnings`.
+    """Every record of a results path (vitbench.rows rules), corrupt lines reported into `warnings`.
 
     Raises ConfigError for a missing path or no records."""
     import warnings as _w

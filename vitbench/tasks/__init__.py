@@ -195,7 +195,7 @@ def row_check() -> Callable[[Record], RowProblem | None]:
     `Metric.samples_from`, is checked here, with one min(): not empty, numbers > 0.) The task's headline missing
     or null: vitbench wrote such rows before 2026-11-28 (finetune --skip-corrupt's accuracy null; vitbench.trial
     makes it an error row since), so the row is read as an error row, never as ok. The stores' readers apply it
-    (vitbench.store: `check=`): an ok row without its measure was taken as done by a resumed sweep, shown as `ok`
+    (vitbench.rows: `check=`): an ok row without its measure was taken as done by a resumed sweep, shown as `ok`
     with a blank by report, passed by compare as the baseline's, and silently dropped by history append;
     `img_per_s: -5` was a throughput of -5 in the report. The tables are read once, when it is made."""
     from vitbench.record import RowProblem, Status
