@@ -79,13 +79,31 @@ def test_slurm_without_sbatch_is_a_clear_error_and_writes_nothing(tmp_path, cli)
     assert not (tmp_path / "res2").exists()
 
 
-def _fake_sbatch(tmp_path: Path, monkeypatch, script: str) -> None:
-    """An `sbatch` first on PATH (a login node where SLURM is installed but refuses, whatever this machine has)."""
+def _fake_sbatch(tmp_path: Path, monkeypatch, script: str, srun: bool = True) -> None:
+    """An `sbatch` first on PATH (a login node where SLURM is installed but refuses, whatever this machine has),
+    and an `srun` beside it (a login node has both: submitit refuses to start without srun)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(parents=True)
     (bin_dir / "sbatch").write_text("#!/bin/sh\n" + textwrap.dedent(script))
     (bin_dir / "sbatch").chmod(0o755)
+    if srun:
+        (bin_dir / "srun").write_text("#!/bin/sh\nexit 1\n")
+        (bin_dir / "srun").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+
+
+@pytest.mark.skipif(bool(__import__("shutil").which("srun")), reason="a real SLURM is here")
+def test_slurm_with_sbatch_but_no_srun_is_a_clear_error_and_writes_nothing(tmp_path, cli, monkeypatch):
+    """submitit launches each job with srun and refuses to start without it: a machine with sbatch alone got its
+    RuntimeError, exit 1 (a fresh machine without SLURM's client tools, where this suite's fake sbatch stood
+    alone). It is said like a missing sbatch: exit 2, nothing written."""
+    pytest.importorskip("submitit")
+    s = tmp_path / "s.yaml"
+    s.write_text("name: x\ncalibration: false\naxes: {model: [ViT-Nano/4], task: [flops]}\n")
+    _fake_sbatch(tmp_path, monkeypatch, "exit 0\n", srun=False)
+    r = cli("sweep", s, "--results", tmp_path / "res", "--executor", "slurm")
+    assert r.exit_code == 2 and "no `srun`" in r.output and "cluster=local" in r.output, r.output
+    assert not (tmp_path / "res").exists()
 
 
 def _not_locked(lock: Path) -> bool:

@@ -160,9 +160,13 @@ class SlurmExecutor(Executor):
         # availability first, so a sweep that cannot run writes nothing
         if importlib.util.find_spec("submitit") is None:
             raise BackendUnavailable("executor 'slurm' needs submitit: pip install 'vitbench[cluster]'")
-        if self.opts.cluster == "slurm" and shutil.which("sbatch") is None:
-            raise BackendUnavailable("executor 'slurm': no `sbatch` on this machine's PATH; run the sweep on a "
-                                     "SLURM login node (or set option cluster=local to run the jobs here)")
+        # submitit submits with sbatch and launches each job's task with srun (its SlurmExecutor refuses to start
+        # without srun on the PATH: a RuntimeError, exit 1, where a machine has sbatch alone)
+        missing = [c for c in ("sbatch", "srun") if shutil.which(c) is None] if self.opts.cluster == "slurm" else []
+        if missing:
+            raise BackendUnavailable(f"executor 'slurm': no {' or '.join(f'`{c}`' for c in missing)} on this "
+                                     "machine's PATH; run the sweep on a SLURM login node (or set option "
+                                     "cluster=local to run the jobs here)")
         self.results = self.results_dir.resolve() if self.results_dir is not None else None
         folder = Path(self.opts.folder) if self.opts.folder else (self.results / "slurm" if self.results else None)
         if folder is None:
