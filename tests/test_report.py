@@ -248,6 +248,32 @@ def test_a_median_never_crosses_a_setting_that_varies(tmp_path):
     assert {"threads", "optimizer", "method_version"} <= set(t.columns) and "channels_last" not in t.columns
 
 
+def test_peak_memory_of_two_kinds_shows_its_kind_beside_it(tmp_path):
+    """A compiled row replaying CUDA graphs reports the reserved peak, the others the allocated one (the GPU check:
+    367 MiB allocated, 800 reserved): set side by side without their kinds they read as one quantity. Where the
+    table's kinds differ, each row's is shown beside its peak_mem_mib; where they are one, no column."""
+    from vitbench.report.tables import throughput_table
+
+    base = dict(model="ViT-Nano/4", backend="torch", task="infer", device="cuda", resolution=32, batch_size=8,
+                precision="bf16", compile=True)
+    with Store(tmp_path / "two") as st:
+        _add(st, "bench", {**base, "compile_mode": "default"},
+             {"img_per_s": 100.0, "peak_mem_mib": 593.0, "memory_kind": "allocator"})
+        _add(st, "bench", {**base, "compile_mode": "reduce-overhead"},
+             {"img_per_s": 103.0, "peak_mem_mib": 800.0, "memory_kind": "allocator_reserved"})
+    t = throughput_table(load(tmp_path / "two"))
+    cols = list(t.columns)
+    assert cols.index("memory_kind") == cols.index("peak_mem_mib") + 1
+    assert dict(zip(t["compile_mode"], t["memory_kind"])) == {"default": "allocator",
+                                                              "reduce-overhead": "allocator_reserved"}
+    with Store(tmp_path / "one") as st:
+        _add(st, "bench", {**base, "compile_mode": "default"},
+             {"img_per_s": 100.0, "peak_mem_mib": 593.0, "memory_kind": "allocator"})
+        _add(st, "bench", {**base, "compile_mode": "max-autotune-no-cudagraphs"},
+             {"img_per_s": 101.0, "peak_mem_mib": 590.0, "memory_kind": "allocator"})
+    assert "memory_kind" not in throughput_table(load(tmp_path / "one")).columns
+
+
 def test_every_setting_that_varies_splits_a_summary_and_seeds_pool(tmp_path):
     """A review fed the report rows that differ in a setting no table's keys named: serve rows at 32 and 64 px,
     compile off and on, read as one row of 3 repeats; train rows with 0 and 4 input workers as 2 repeats of one.

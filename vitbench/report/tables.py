@@ -142,6 +142,24 @@ def throughput(ok: pd.DataFrame, across: tuple[str, ...] = ()) -> pd.DataFrame:
     return _collapse(ok, THROUGHPUT_KEYS, _present(ok, THROUGHPUT_METRICS), spread="img_per_s", across=across)
 
 
+def throughput_table(ok: pd.DataFrame) -> pd.DataFrame:
+    """The report's throughput section: `throughput`, and where the rows' memory kinds differ, each row's beside
+    its peak_mem_mib (peak memory of two kinds is two quantities: CUDA-graph replays' reserved peak, XLA's plan,
+    an allocator's peak; vitbench.backends.kinds.MemoryKind)."""
+    out = throughput(ok)
+    if out.empty or "memory_kind" not in ok or ok["memory_kind"].dropna().nunique() < 2:
+        return out
+    keys = summary_keys(out, THROUGHPUT_KEYS)
+    kinds = (ok.assign(**{k: hashable(ok[k]) for k in keys}).groupby(keys, dropna=False, sort=False)["memory_kind"]
+             .agg(lambda v: "/".join(sorted(set(v.dropna())))).rename("memory_kind").reset_index())
+    attrs = dict(out.attrs)
+    out = out.merge(kinds, on=keys, how="left", validate="many_to_one")
+    if "peak_mem_mib" in out:  # beside the number it qualifies
+        out.insert(out.columns.get_loc("peak_mem_mib") + 1, "memory_kind", out.pop("memory_kind"))
+    out.attrs = attrs
+    return out
+
+
 def peak_throughput(ok: pd.DataFrame) -> pd.DataFrame:
     """The best batch size per (model, backend, task, precision, compile, resolution): the paper's 'peak
     inference speed' (Figure 12, left) picks the fastest batch for each input size; the fastest of the batches

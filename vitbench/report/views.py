@@ -31,7 +31,7 @@ def _fit_figure(make):
 
 register_report(ReportPart(
     "throughput", "Throughput (median over repeats; min and max over the same repeats)", (bench.KIND,),
-    tables.throughput,
+    tables.throughput_table,
     columns=("model", "backend", "task", "device", "devices", "parallelism", "precision", "compile", "timing",
              "resolution", "batch_size", "repeats", "img_per_s", "img_per_s_min", "img_per_s_max", "step_ms_median",
              "step_cv", "mfu", CAVEAT),
