@@ -248,6 +248,21 @@ def test_a_median_never_crosses_a_setting_that_varies(tmp_path):
     assert {"threads", "optimizer", "method_version"} <= set(t.columns) and "channels_last" not in t.columns
 
 
+def test_a_setting_that_differs_between_rows_is_shown_though_it_splits_no_group(tmp_path):
+    """The GPU check's training rows: batch 64 with Adam beside batch 256 with SGD. The optimizer split no group
+    (it changed with the batch), so no column said it, and the table read as a change of batch alone. A setting
+    that differs between the rows is shown; the rows stay as they were."""
+    from vitbench.report.tables import throughput
+
+    base = dict(model="ViT-Nano/4", backend="torch", task="train", device="cpu", resolution=32, precision="fp32",
+                compile=False)
+    with Store(tmp_path) as st:
+        _add(st, "bench", {**base, "batch_size": 8, "optimizer": "adam"}, {"img_per_s": 100.0})
+        _add(st, "bench", {**base, "batch_size": 32, "optimizer": "sgd"}, {"img_per_s": 300.0})
+    t = throughput(load(tmp_path))
+    assert dict(zip(t["batch_size"], t["optimizer"])) == {8: "adam", 32: "sgd"} and len(t) == 2
+
+
 def test_peak_memory_of_two_kinds_shows_its_kind_beside_it(tmp_path):
     """A compiled row replaying CUDA graphs reports the reserved peak, the others the allocated one (the GPU check:
     367 MiB allocated, 800 reserved): set side by side without their kinds they read as one quantity. Where the

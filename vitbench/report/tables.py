@@ -62,7 +62,8 @@ SPLIT_BY = "split_by"  # a summary's attrs: the settings beyond its keys that sp
 def split_keys(df: pd.DataFrame, keys: list[str], across: tuple[str, ...] = ()) -> list[str]:
     """`keys` (those `df` has), then every setting of `df`'s kinds (and SPLIT_IF_VARYING) that varies within a
     group of them: a median never crosses settings (1 thread's 100 img/s and 4 threads' 350 read 225; serve rows at
-    32 and 64 px, or train rows with 0 and 4 input workers, read as repeats of one). Seeds and bookkeeping pool.
+    32 and 64 px, or train rows with 0 and 4 input workers, read as repeats of one); then every other setting that
+    varies between the rows (it splits no group, and a reader sees what differs). Seeds and bookkeeping pool.
     `across`: keys a caller compares across (the backends side by side, the best batch, the devices): a setting
     that varies within a group of the other keys joins too, so torch at 1 thread is never set beside jax at 4."""
     from vitbench.tasks import setting_columns
@@ -70,6 +71,7 @@ def split_keys(df: pd.DataFrame, keys: list[str], across: tuple[str, ...] = ()) 
     out = [k for k in keys if k in df.columns]
     settings = setting_columns(df["kind"].dropna().unique() if "kind" in df.columns else None)
     grouped = {k: hashable(df[k]).astype(object).where(df[k].notna(), "") for k in out if k not in across}
+    shown = []
     for col in [c for c in df.columns if c not in out and (c in settings or c in SPLIT_IF_VARYING)]:
         values = hashable(df[col])
         if values.nunique(dropna=False) < 2:
@@ -78,7 +80,9 @@ def split_keys(df: pd.DataFrame, keys: list[str], across: tuple[str, ...] = ()) 
         if (values.groupby(by, sort=False).nunique(dropna=False) > 1).any():
             out.append(col)
             grouped[col] = values.astype(object).where(df[col].notna(), "")
-    return out
+        else:  # it varies from row to row, never within a group: one more key splits nothing, and shows it
+            shown.append(col)  # (batch 64 with Adam beside batch 256 with SGD read as a change of batch alone)
+    return out + shown
 
 
 def summary_keys(summary: pd.DataFrame, keys: list[str]) -> list[str]:
