@@ -261,6 +261,11 @@ def test_a_setting_that_differs_between_rows_is_shown_though_it_splits_no_group(
         _add(st, "bench", {**base, "batch_size": 32, "optimizer": "sgd"}, {"img_per_s": 300.0})
     t = throughput(load(tmp_path))
     assert dict(zip(t["batch_size"], t["optimizer"])) == {8: "adam", 32: "sgd"} and len(t) == 2
+    # one value, and rows it does not apply to (inference rows have no optimizer): nothing differs, no column
+    with Store(tmp_path / "one") as st:
+        _add(st, "bench", {**base, "batch_size": 8, "optimizer": "adam"}, {"img_per_s": 100.0})
+        _add(st, "bench", {**base, "task": "infer", "batch_size": 8}, {"img_per_s": 300.0})
+    assert "optimizer" not in throughput(load(tmp_path / "one")).columns
 
 
 def test_peak_memory_of_two_kinds_shows_its_kind_beside_it(tmp_path):

@@ -80,8 +80,9 @@ def split_keys(df: pd.DataFrame, keys: list[str], across: tuple[str, ...] = ()) 
         if (values.groupby(by, sort=False).nunique(dropna=False) > 1).any():
             out.append(col)
             grouped[col] = values.astype(object).where(df[col].notna(), "")
-        else:  # it varies from row to row, never within a group: one more key splits nothing, and shows it
-            shown.append(col)  # (batch 64 with Adam beside batch 256 with SGD read as a change of batch alone)
+        elif values.nunique() > 1:  # two values (not one and rows it does not apply to), never within a group:
+            shown.append(col)  # one more key splits nothing, and shows it (batch 64 with Adam beside batch 256 with
+            # SGD read as a change of batch alone)
     return out + shown
 
 
