@@ -26,7 +26,7 @@ import queue
 import tempfile
 import threading
 import time
-from concurrent.futures import Executor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -141,7 +141,7 @@ class BatchingSUT:
     batch."""
 
     def __init__(self, lg, images: np.ndarray, steps: dict[int, Any], max_batch: int, max_wait_s: float,
-                 host_input: bool, worker: Executor | None = None):
+                 host_input: bool, worker: Executor):
         self.lg, self.images, self.steps = lg, images, steps
         self.sizes = sorted(steps)
         self.max_batch, self.max_wait_s, self.host_input = max_batch, max_wait_s, host_input
@@ -150,10 +150,8 @@ class BatchingSUT:
         self.padded = 0  # padding samples run (a batch filled up to a prepared size)
         self.failure: BaseException | None = None
         self._stop = threading.Event()
-        # `worker`: the one thread that ran the steps' warm-up runs the batches too (vitbench.measure.serve);
-        # without it, a thread of the SUT's own
+        # `worker`: one thread; the one that ran the steps' warm-up runs the batches too (vitbench.measure.serve)
         self._executor, self._done = worker, None
-        self._worker = threading.Thread(target=self._serve, name="vitbench-sut", daemon=True)
 
     def issue(self, samples) -> None:  # LoadGen's thread: never blocks
         for s in samples:
@@ -163,10 +161,7 @@ class BatchingSUT:
         pass
 
     def start(self) -> None:
-        if self._executor is not None:
-            self._done = self._executor.submit(self._serve)
-        else:
-            self._worker.start()
+        self._done = self._executor.submit(self._serve)
 
     def stop(self) -> None:
         self._stop.set()
@@ -176,8 +171,6 @@ class BatchingSUT:
                 self._done.result()
             except BaseException as e:  # noqa: BLE001 - `run` raises the first failure after LoadGen's clean-up
                 self.failure = self.failure or e
-        else:
-            self._worker.join()
 
     def _take(self) -> list | None:
         """The next batch: the oldest sample, then whatever arrives within max_wait, up to max_batch."""
@@ -396,7 +389,10 @@ def run(images: np.ndarray, steps: dict[int, Any], settings: Settings, max_batch
         host_input: bool, worker: Executor | None = None) -> Served:
     """One LoadGen run of `settings` against a BatchingSUT over `steps` (prepared batch size -> step), with
     `images` as the QSL; its logs written to a fresh temporary directory and read back whole. `worker`: the
-    thread that runs the batches (BatchingSUT)."""
+    thread that runs the batches (BatchingSUT); without one, a thread of this run's own."""
+    if worker is None:
+        with ThreadPoolExecutor(1, thread_name_prefix="vitbench-sut") as own:
+            return run(images, steps, settings, max_batch, max_wait_ms, host_input, own)
     lg = loadgen()
     sut_obj = BatchingSUT(lg, images, steps, max_batch, max_wait_ms / 1000, host_input, worker)
     n = len(images)

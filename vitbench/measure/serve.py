@@ -71,6 +71,13 @@ def batch_sizes(max_batch: int, scenario: str) -> list[int]:
     return [*sizes, max_batch]
 
 
+def timed_s(fn, *args) -> float:
+    """The seconds fn(*args) takes, on the calling thread."""
+    t0 = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - t0
+
+
 def serve(step: Step, backend: str, device: str, threads: int | None, images: np.ndarray, real_images: bool,
           settings: loadgen.Settings, max_wait_ms: float, warmup_steps: int, search: Search,
           given_qps: bool) -> Record:
@@ -94,12 +101,8 @@ def serve(step: Step, backend: str, device: str, threads: int | None, images: np
     steps_thread = ThreadPoolExecutor(1, thread_name_prefix="vitbench-steps")
 
     def on(fn, *args):
-        """fn(*args) on the steps' thread, and its seconds there."""
-        def timed():
-            t0 = time.perf_counter()
-            fn(*args)
-            return time.perf_counter() - t0
-        return steps_thread.submit(timed).result()
+        """fn(*args) on the steps' thread: its result."""
+        return steps_thread.submit(fn, *args).result()
 
     try:
         for size in sizes:
@@ -107,7 +110,7 @@ def serve(step: Step, backend: str, device: str, threads: int | None, images: np
             work = works[size] = be.prepare(replace(step, batch_size=size))
             build_s = time.perf_counter() - t0
             # compilation (JAX ahead of time, torch.compile lazily) and allocator warm-up
-            first_s = on(lambda w=work: w.sync(w.step()))
+            first_s = on(timed_s, lambda w=work: w.sync(w.step()))
             batch = np.resize(images, (size, *images.shape[1:]))  # the QSL's first images, repeated if few
             if host_input:
                 try:
@@ -118,7 +121,7 @@ def serve(step: Step, backend: str, device: str, threads: int | None, images: np
                 raise ConfigError(f"backend {be.name!r} runs inference on its own input only (its workload has no "
                                   "infer_host): serve it `dataset: synthetic`")
             fn = (lambda b, w=work: w.infer_host(b)) if host_input else (lambda b, w=work: w.sync(w.step()))
-            warm = [on(fn, batch) for _ in range(warmup_steps)]
+            warm = [on(timed_s, fn, batch) for _ in range(warmup_steps)]
             run_steps[size] = fn
             # torch.compile compiles in the first step (no compile_s of its own): the first less a warm-up step
             prep[size] = {"build_s": build_s, "first_step_s": first_s, "warmup_s": warm,
@@ -140,15 +143,12 @@ def serve(step: Step, backend: str, device: str, threads: int | None, images: np
         def one(s: loadgen.Settings) -> loadgen.Served:
             return loadgen.run(images, run_steps, s, step.batch_size, max_wait_ms, host_input, steps_thread)
 
-        def rate(work, seconds: float) -> dict:
-            return steps_thread.submit(throughput, be, work, seconds).result()
-
         with LoadMeter() as load:
             extra: dict = {}
             if settings.scenario == "Server" and not given_qps:
                 # the search's ceiling: the throughput mode's rate at the max batch (a warm-up of a few steps can
                 # be several times too fast on a busy host); no server completes more samples than that
-                extra["capacity"] = rate(works[sizes[-1]], min(settings.min_duration_s, 2.0))
+                extra["capacity"] = on(throughput, be, works[sizes[-1]], min(settings.min_duration_s, 2.0))
                 capacity = extra["capacity"]["img_per_s"]
                 runs, best = search_qps(one, settings, capacity, search)
             else:
@@ -159,7 +159,7 @@ def serve(step: Step, backend: str, device: str, threads: int | None, images: np
                                   f"({settings.min_query_count}) arrives only then; lower min_query_count for a "
                                   "shorter run", VitbenchWarning, stacklevel=2)
                 if settings.scenario == "Offline":
-                    extra["before"] = rate(works[sizes[-1]], settings.min_duration_s)
+                    extra["before"] = on(throughput, be, works[sizes[-1]], settings.min_duration_s)
                     if not given_qps:
                         # LoadGen makes 1.1 x expected rate x min duration samples: OFFLINE_MARGIN x the throughput
                         # mode's fastest window just measured, so that a run up to that much faster still lasts
@@ -171,7 +171,7 @@ def serve(step: Step, backend: str, device: str, threads: int | None, images: np
                 runs = [one(settings)]
                 best = runs[0] if runs[0].result.valid else None
                 if settings.scenario == "Offline":
-                    extra["after"] = rate(works[sizes[-1]], settings.min_duration_s)
+                    extra["after"] = on(throughput, be, works[sizes[-1]], settings.min_duration_s)
     finally:  # the steps' thread first: a step still running (an interrupt) ends before its workload is closed
         steps_thread.shutdown(cancel_futures=True)
         for w in works.values():
