@@ -29,15 +29,7 @@ def table(ok: pd.DataFrame) -> pd.DataFrame:
     Latencies per query in MultiStream (an older row, without `latency_per`, held them per sample: read again
     from the detail log it keeps, `per_query_of_old`), per sample elsewhere; `latency_per` says which."""
     ok = per_query_of_old(ok)
-    out = tables._collapse(ok, KEYS, tables._present(ok, VALUES))
-    if not out.empty and "qps_search_bracket" in ok.columns:
-        keys = tables.summary_keys(out, KEYS)  # the summary's own groups
-        by = ok.assign(**{k: tables.hashable(ok[k]) for k in keys})
-        first = by.groupby(keys, dropna=False, sort=True)["qps_search_bracket"].first().reset_index()
-        attrs = out.attrs  # what split the summary (tables.SPLIT_BY): a merge drops it
-        out = out.merge(first, on=keys, how="left")
-        out.attrs.update(attrs)
-    return out
+    return tables._collapse(ok, KEYS, tables._present(ok, VALUES), carry={"qps_search_bracket": "first"})
 
 
 def _runs(raw) -> list[dict]:

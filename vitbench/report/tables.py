@@ -10,6 +10,7 @@ spread stays visible. Timed rows flagged unstable or co-scheduled are never pool
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pandas as pd
 
@@ -81,8 +82,9 @@ def split_keys(df: pd.DataFrame, keys: list[str], across: tuple[str, ...] = ()) 
             out.append(col)
             grouped[col] = values.astype(object).where(df[col].notna(), "")
         elif values.nunique() > 1:  # two values (not one and rows it does not apply to), never within a group:
-            shown.append(col)  # one more key splits nothing, and shows it (batch 64 with Adam beside batch 256 with
-            # SGD read as a change of batch alone)
+            # one more key splits nothing, and shows it (batch 64 with Adam beside batch 256 with SGD read as a
+            # change of batch alone)
+            shown.append(col)
     return out + shown
 
 
@@ -99,11 +101,18 @@ def hashable(s: pd.Series) -> pd.Series:
     return s.map(lambda v: json.dumps(v, sort_keys=True) if isinstance(v, (list, dict)) else v)
 
 
+def distinct(v: pd.Series) -> str:
+    """A group's distinct values, sorted and '/'-joined (a text column carried through _collapse)."""
+    return "/".join(sorted(set(v.dropna().astype(str))))
+
+
 def _collapse(df: pd.DataFrame, keys: list[str], metrics: list[str], spread: str | None = None,
-              across: tuple[str, ...] = ()) -> pd.DataFrame:
+              across: tuple[str, ...] = (), carry: dict[str, Any] | None = None) -> pd.DataFrame:
     """Median of each metric over repeats per `keys` group (and per any setting that varies in one, split_keys;
     `across`: its keys a caller then compares across); `repeats` = rows the median is over. Where some row is
-    marked (a `caveat`), a group's clean rows only, else its marked ones, and the group's `caveat` says which."""
+    marked (a `caveat`), a group's clean rows only, else its marked ones, and the group's `caveat` says which.
+    `carry`: other columns kept, each by its aggregation (a pandas name such as "first", or a function such as
+    `distinct`)."""
     named = keys
     keys = split_keys(df, keys, across)
     metrics = [m for m in metrics if m in df.columns]
@@ -125,6 +134,9 @@ def _collapse(df: pd.DataFrame, keys: list[str], metrics: list[str], spread: str
         out[f"{spread}_max"] = g[spread].max()
     if flagged:
         out[CAVEAT] = g[CAVEAT].first()
+    for col, how in (carry or {}).items():
+        if col in df.columns:
+            out[col] = g[col].agg(how)
     out = out.reset_index()
     fam_rank = {f: i for i, f in enumerate(family_names())}  # the registry's order: vit, bit, hybrid, ...
     if "family" in out:
@@ -141,27 +153,22 @@ THROUGHPUT_METRICS = ["img_per_s", "step_ms_median", "step_ms_p90", "step_ms_iqr
                       "compile_s", "peak_mem_mib", "model_tflops_per_s", "mfu", "batch_size_achieved"]
 
 
-def throughput(ok: pd.DataFrame, across: tuple[str, ...] = ()) -> pd.DataFrame:
+def throughput(ok: pd.DataFrame, across: tuple[str, ...] = (),
+               carry: dict[str, Any] | None = None) -> pd.DataFrame:
     """infer/train throughput per configuration (median over repeats; img_per_s_min/max over repeats). `across`:
-    the keys a caller compares across (split_keys)."""
-    return _collapse(ok, THROUGHPUT_KEYS, _present(ok, THROUGHPUT_METRICS), spread="img_per_s", across=across)
+    the keys a caller compares across (split_keys); `carry`: as _collapse's."""
+    return _collapse(ok, THROUGHPUT_KEYS, _present(ok, THROUGHPUT_METRICS), spread="img_per_s", across=across,
+                     carry=carry)
 
 
 def throughput_table(ok: pd.DataFrame) -> pd.DataFrame:
     """The report's throughput section: `throughput`, and where the rows' memory kinds differ, each row's beside
     its peak_mem_mib (peak memory of two kinds is two quantities: CUDA-graph replays' reserved peak, XLA's plan,
     an allocator's peak; vitbench.backends.kinds.MemoryKind)."""
-    out = throughput(ok)
-    if out.empty or "memory_kind" not in ok or ok["memory_kind"].dropna().nunique() < 2:
-        return out
-    keys = summary_keys(out, THROUGHPUT_KEYS)
-    kinds = (ok.assign(**{k: hashable(ok[k]) for k in keys}).groupby(keys, dropna=False, sort=False)["memory_kind"]
-             .agg(lambda v: "/".join(sorted(set(v.dropna())))).rename("memory_kind").reset_index())
-    attrs = dict(out.attrs)
-    out = out.merge(kinds, on=keys, how="left", validate="many_to_one")
-    if "peak_mem_mib" in out:  # beside the number it qualifies
+    kinds = "memory_kind" in ok and ok["memory_kind"].dropna().nunique() >= 2
+    out = throughput(ok, carry={"memory_kind": distinct} if kinds else None)
+    if "memory_kind" in out and "peak_mem_mib" in out:  # beside the number it qualifies
         out.insert(out.columns.get_loc("peak_mem_mib") + 1, "memory_kind", out.pop("memory_kind"))
-    out.attrs = attrs
     return out
 
 
