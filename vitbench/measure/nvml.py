@@ -215,8 +215,9 @@ class EnergyMeter:
         except NvmlUnavailable as e:
             self.why = str(e)
         self._t0 = time.perf_counter()
-        if self.nvml is not None:
-            self.nvml.sample(self.samples, 0.0)  # one reading at the start: a phase shorter than sample_s has it
+        if self.nvml is not None:  # the start snapshot is the first reading: a phase shorter than sample_s has it
+            self.samples.add(0.0, self.start.sm_clock_mhz, self.start.power_w)
+            self.samples.slowdown.update(self.start.slowdown)
             self._thread = threading.Thread(target=self._sample, name="vitbench-nvml", daemon=True)
             self._thread.start()
         return self

@@ -223,48 +223,36 @@ class TorchBackend(Backend):
     def time_steps(self, work: Workload, stop: StopRule) -> list[float]:
         if self.device.type != "cuda":
             return super().time_steps(work, stop)
-        with torch.cuda.device(self.device):  # events record on the current device's stream, set per thread
-            return self._time_steps(work, stop)
-
-    def _time_steps(self, work: Workload, stop: StopRule) -> list[float]:
-        times: list[float] = []
-        start = time.perf_counter()
-        while True:
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            work.step()
-            e.record()
-            e.synchronize()
-            times.append(s.elapsed_time(e) / 1000.0)  # ms -> s, device time
-            if stop.done(len(times), len(times), time.perf_counter() - start):  # each step a window of one
-                return times
-            start += turns.between_windows()  # vitbench.turns
+        return self._time_events(work, 1, stop)  # each step a window of one, device time
 
     def time_windows(self, work: Workload, window_steps: int, stop: StopRule) -> list[float]:
         if self.device.type != "cuda":
             return super().time_windows(work, window_steps, stop)
-        # setup's set_device holds for the thread that called it: serve times on a thread of its own, whose
-        # current device was cuda:0, and events recorded without a stream timed an idle cuda:0 while cuda:N worked
-        with torch.cuda.device(self.device):
-            return self._time_windows(work, window_steps, stop)
+        return self._time_events(work, window_steps, stop)
 
-    def _time_windows(self, work: Workload, window_steps: int, stop: StopRule) -> list[float]:
-        times: list[float] = []
-        start = time.perf_counter()
-        steps = 0
-        while True:
-            torch.cuda.synchronize(self.device)  # the window starts on an idle device
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            for _ in range(window_steps):
-                work.step()  # queued: the host runs ahead, the device never waits for a sync
-            e.record()
-            e.synchronize()
-            times.append(s.elapsed_time(e) / 1000.0)  # ms -> s, device time of the whole window
-            steps += window_steps
-            if stop.done(len(times), steps, time.perf_counter() - start):
-                return times
-            start += turns.between_windows()
+    def _time_events(self, work: Workload, window_steps: int, stop: StopRule) -> list[float]:
+        """Windows of `window_steps` steps queued back to back, each timed by CUDA events recorded before its
+        first and after its last step, from an idle device; seconds of device time per window, raw."""
+        # events record on the current device's stream, and setup's set_device holds only for the thread that
+        # called it: serve times on a thread of its own, whose current device was cuda:0, and events recorded
+        # there timed an idle cuda:0 while cuda:N worked
+        with torch.cuda.device(self.device):
+            times: list[float] = []
+            start = time.perf_counter()
+            steps = 0
+            while True:
+                torch.cuda.synchronize(self.device)  # the window starts on an idle device
+                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                s.record()
+                for _ in range(window_steps):
+                    work.step()  # queued: the host runs ahead, the device never waits for a sync
+                e.record()
+                e.synchronize()
+                times.append(s.elapsed_time(e) / 1000.0)  # ms -> s
+                steps += window_steps
+                if stop.done(len(times), steps, time.perf_counter() - start):
+                    return times
+                start += turns.between_windows()  # a wait for the turn is not timed work (vitbench.turns)
 
     def attention_kernel(self, work: Workload) -> AttentionKernel | None:
         """The SDPA kernel torch ran in one more step, from the profiler's op names (eager and compiled: Inductor
