@@ -727,3 +727,40 @@ def test_the_verdict_stands_when_the_reader_of_the_output_goes_away(tmp_path):
         else:
             assert rc == code, (rc, err)
         assert "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def test_one_run_a_side_of_a_speed_without_step_samples_is_held_to_the_assumed_run_noise():
+    """serve's samples_per_s has no per-step samples: with one run a side it was compared as a single value, an
+    interval of zero width, so 12 % on a busy host was a certain regression where two runs a side were undecided
+    (found by a review). It is held to the assumed between-run spread, as a speed with samples is."""
+    def serve(sps, run_id):
+        trial = {"model": "A", "backend": "torch", "task": "serve", "device": "cpu", "resolution": 32,
+                 "precision": "fp32", "scenario": "Offline"}
+        return record("serve", dict(trial), metrics={"samples_per_s": sps, "other_load_cores": 2.0}, key="s",
+                      run_id=run_id, repeat=0, trial=trial)
+    row = next(r for r in compare([serve(100.0, "b")], [serve(88.0, "c")]).rows if r.metric == "samples_per_s")
+    assert row.ci_low < row.ratio < row.ci_high and "assumed between-run sd" in row.method, row
+    assert str(row.decision) == "inconclusive"
+
+
+def test_threshold_0_calls_identical_values_no_change():
+    """--threshold 0 flags any change its interval excludes: the same value on both sides is no change (exit 0),
+    not 'inconclusive: add runs', which no number of runs could help (found by a review)."""
+    assert decide(1.0, 1.0, 0.0, True) is decide(1.0, 1.0, 0.0, False) is decide(0.95, 1.05, 0.05, True)
+    assert str(decide(1.0, 1.0, 0.0, True)) == "no change"
+    assert str(decide(0.99, 1.0, 0.0, True)) == "inconclusive" and str(decide(1.0, 1.01, 0.0, False)) == \
+        "inconclusive"
+
+
+def test_compile_time_of_a_cache_hit_is_not_compared_with_a_cold_compile():
+    """compile_s follows compile_cached (Metric.bounded_by): a baseline that loaded its executable from the cache
+    beside a current run that compiled cold was a 12x regression of the code (found by a review)."""
+    def rec(compile_s, cached, run_id):
+        r = bench_record("A", run_id=run_id)
+        r.metrics.update(compile_s=compile_s, compile_cached=cached)
+        return r
+    cmp = compare([rec(5.0, True, "b")], [rec(60.0, False, "c")], metrics=("compile_s",))
+    (row,) = cmp.rows
+    assert str(row.decision) == "inconclusive" and "compile_cached differs" in row.note, row
+    (row,) = compare([rec(5.0, False, "b")], [rec(60.0, False, "c")], metrics=("compile_s",)).rows
+    assert str(row.decision) == "regression"

@@ -34,6 +34,13 @@ def test_budget_comes_from_the_option_the_environment_or_half_the_available_memo
     with monkeypatch.context() as m:
         m.setattr(psutil, "virtual_memory", lambda: SimpleNamespace(available=6 * 2**30, total=8 * 2**30))
         assert budget_mib() == 6 * 1024 / 2
+    # a moment later other processes hold 60 MiB more: the same budget (a largest batch is compared only under
+    # the same one; read to the MiB, every CPU run's was its own), never more than half of what is available
+    for avail_mib, want in ((14068, 6656), (13950, 6656), (6144, 3072), (6143, 2816)):
+        with monkeypatch.context() as m:
+            m.setattr(psutil, "virtual_memory", lambda a=avail_mib: SimpleNamespace(available=a * 2**20,
+                                                                                    total=16 * 2**30))
+            assert budget_mib() == want, avail_mib
     assert 0 < budget_mib() <= psutil.virtual_memory().total / 2**20
     monkeypatch.setenv(ENV, "0.75")
     assert budget_mib() == 768 and budget_mib(1.0) == 1024

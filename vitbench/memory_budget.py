@@ -25,7 +25,8 @@ stops at the processes a watcher in this process keeps apart (`watch_apart`) and
 (vitbench.forkservers: idle after their imports, their children the trials and probes of the line before).
 
 The budget is `VITBENCH_MEMORY_LIMIT_GIB` when set, else half the memory available when it is computed (the rule
-max-batch uses): the other half stays for the rest of the machine. It bounds host memory on any device; on an
+max-batch uses), rounded down to three significant binary digits (`coarse`): the other half stays for the rest of
+the machine. It bounds host memory on any device; on an
 accelerator the device's own out-of-memory error still decides for device memory.
 """
 
@@ -50,7 +51,8 @@ EXIT_OVER_BUDGET = 1  # as an out-of-memory error (vitbench.cli.EXIT_OOM)
 
 
 def budget_mib(limit_gib: float | None = None) -> float:
-    """The budget in MiB: `limit_gib`, else $VITBENCH_MEMORY_LIMIT_GIB, else half the memory available now."""
+    """The budget in MiB: `limit_gib`, else $VITBENCH_MEMORY_LIMIT_GIB, else half the memory available now, rounded
+    down (`coarse`)."""
     if limit_gib is None:
         text = os.environ.get(ENV, "").strip()
         if text:
@@ -66,7 +68,18 @@ def budget_mib(limit_gib: float | None = None) -> float:
         return limit_gib * 1024
     import psutil
 
-    return psutil.virtual_memory().available / 2**20 * AVAILABLE_FRACTION
+    return coarse(psutil.virtual_memory().available / 2**20 * AVAILABLE_FRACTION)
+
+
+def coarse(mib: float) -> float:
+    """`mib` rounded down to three significant binary digits (down by less than 1/8: 6,975 and 7,034 MiB are both
+    6,656), so that runs a moment apart read one budget: what other processes hold moves the available memory
+    between two reads, and a largest batch is compared only under the same budget (its metric is bounded_by it:
+    a budget read to the MiB made every CPU run's its own)."""
+    if not mib > 0:
+        return mib
+    step = 2.0 ** math.floor(math.log2(mib)) / 8
+    return math.floor(mib / step) * step
 
 
 def describe(budget: float, limit_gib: float | None = None) -> str:

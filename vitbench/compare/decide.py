@@ -223,9 +223,9 @@ def decide(ci_low: float | None, ci_high: float | None, threshold: float, higher
         return Decision.INCONCLUSIVE
     # in the metric's direction: `worse` beyond 1 -/+ t is a regression, `better` beyond 1 +/- t an improvement
     if higher_is_better:
-        regression, improvement, cleared = ci_high < 1 - threshold, ci_low > 1 + threshold, ci_low > 1 - threshold
+        regression, improvement, cleared = ci_high < 1 - threshold, ci_low > 1 + threshold, ci_low >= 1 - threshold
     else:
-        regression, improvement, cleared = ci_low > 1 + threshold, ci_high < 1 - threshold, ci_high < 1 + threshold
+        regression, improvement, cleared = ci_low > 1 + threshold, ci_high < 1 - threshold, ci_high <= 1 + threshold
     if regression:
         return Decision.REGRESSION
     if improvement:
@@ -410,7 +410,9 @@ def _rows(label: str, b: Trial, c: Trial, metrics: Sequence[Metric], threshold: 
             iv = between_runs(b_pts, c_pts, confidence, floors)  # (the floor: measured on img/s only)
             ratio, lo, hi, row.method = iv.ratio, iv.low, iv.high, iv.method
             row.ratio_raw = between_runs(b_raws, c_raws, confidence).ratio  # the same (geometric) mean, raw
-        elif md.samples is not None and lo > 0:  # a speed measured on a side once: its run noise is assumed
+        elif (md.speed or md.samples is not None) and lo > 0:  # measured on a side once: its run noise assumed
+            # (a speed without step samples, e.g. serve's samples_per_s, too: as a single value it had an interval
+            # of zero width, 12 % called a certain regression where two runs a side were undecided)
             one_run = True
             iv = widened(ratio, lo, hi, assumed_noise([*b.ok, *c.ok], run_noise), (bn_rep, cn_rep), confidence)
             lo, hi, row.method = iv.low, iv.high, iv.method

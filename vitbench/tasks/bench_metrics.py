@@ -73,7 +73,8 @@ SETUP = (
     Metric("build_s", "s", False, "model and step build time, before the first step"),
     Metric("first_step_s", "s", False, "the first step, timed apart (a lazy compile and allocator warm-up in it)"),
     Metric("compile_s", "s", False, "compile/jit time (single value per run; a cache hit's is the time to trace "
-           "and load the executable)", comparable=True),
+           "and load the executable)", comparable=True,
+           bounded_by=("compile_cached",)),  # a cache hit beside a cold compile is no change of the code
     COMPILE_CACHED,
     Metric("matmul_precision", TEXT, True, "the matmul precision in force during the timed steps"),
     Metric("autocast", TEXT, True, "the autocast dtype (null: no autocast)"),
