@@ -64,11 +64,15 @@ class Change:
 
 def noise_sd(y: np.ndarray) -> float:
     """The series' noise sd, robust to its steps: the MAD of successive differences / sqrt 2 (a difference of
-    two independent points has twice the variance), scaled to an sd."""
+    two independent points has twice the variance), scaled to an sd. Where most successive differences are exactly
+    0 (a largest batch, an allocator's deterministic peak) the MAD is 0, which would find no change at all (64
+    six times, then 32 six times: none): there, the differences' plain sd / sqrt 2, an over-estimate that holds
+    the steps too."""
     if len(y) < 3:
         return 0.0
     d = np.diff(y)
-    return float(MAD_TO_SD * np.median(np.abs(d - np.median(d))) / math.sqrt(2))
+    mad = float(MAD_TO_SD * np.median(np.abs(d - np.median(d))) / math.sqrt(2))
+    return mad if mad > 0 else float(np.std(d, ddof=1) / math.sqrt(2))
 
 
 def _positions(m: int, head: bool, tail: bool) -> np.ndarray:

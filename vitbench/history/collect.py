@@ -145,6 +145,7 @@ def points_of(rounds: list[list]) -> list[Point]:
     cals: dict[tuple[str, str], list[float]] = defaultdict(list)
     first: dict[str, object] = {}
     trial_of: dict[str, str] = {}  # a series' trial key
+    unheld: list[str] = []  # values a series on a log scale cannot hold (a largest batch of 0: nothing fit)
     for recs in rounds:
         calib = None
         if cal_task is not None:
@@ -171,6 +172,12 @@ def points_of(rounds: list[list]) -> list[Point]:
                     values[series, name].append(float(v))
                     if md.speed and cal is not None and finite_number(cal) and cal > 0:  # a memory or a time is no
                         cals[series, name].append((cal, size))  # speed: never divided by the machine's
+                elif finite_number(v):
+                    unheld.append(f"{name} {v:g} of {clip(key, 120)}")
+    if unheld:  # said, not dropped in silence: `vitbench compare` calls a largest batch of 0 a regression
+        warnings.warn(f"{len(unheld)} value(s) <= 0 not in the history (its series are on a log scale): "
+                      f"{'; '.join(unheld[:3])}{' ...' if len(unheld) > 3 else ''}; compare these results with "
+                      "`vitbench compare` to judge them", VitbenchWarning, stacklevel=2)
     keys = list(first)
     names = dict(zip(keys, labels([first[k].measured_config for k in keys])))
     out = []
