@@ -62,7 +62,7 @@ def fake_sweeps(monkeypatch, scale: Callable[[ab_mod.Side], float], noise: float
             if self.name == "current":  # the working tree's rows say its commit; a `git archive` side's none
                 r.env["git_sha"] = "c" * 40
         write_jsonl(out / "results.jsonl", recs)
-        return ab_mod.Running(self, subprocess.Popen(["true"]), out / "log", cpus)
+        return ab_mod.Running(self, subprocess.Popen(["true"]), out / "log", out, cpus)
 
     class Meter:  # the gate's own reading of others' load around a pair: `others`, as the rows say
         other_cores = others

@@ -63,12 +63,31 @@ def test_a_sides_failed_sweep_is_quoted_from_its_error_line(tmp_path):
     log.write_text("progress line\n" * 50 + "error: invalid study /x/study.yaml (2 problems):\n"
                    + "".join(f"  axes.model[{i}]: unknown model {'B' * 50}\n" for i in range(40)))
     side = types.SimpleNamespace(name="current", describe="working tree", study="/x/study.yaml")
-    run = Running(side, types.SimpleNamespace(wait=lambda: 2), log)
+    run = Running(side, types.SimpleNamespace(wait=lambda: 2), log, tmp_path / "round")
     with pytest.raises(ConfigError) as e:
         run.wait()
     said = str(e.value)
     assert "error: invalid study /x/study.yaml (2 problems)" in said and "progress line" not in said
     assert len(said) < 2000
+
+
+def test_a_sides_sweep_that_exits_1_before_any_row_is_quoted_from_its_log(tmp_path):
+    """Exit 1 is a sweep whose trials were not all ok, a result; exit 1 with no row written is one that ended
+    before its trials (a traceback in the side's code): its log's tail is quoted, where reading the empty round had
+    said the results were of the wrong format (found by a review). Exit 1 with rows stays a result."""
+    import types
+
+    from vitbench.compare.sides import Running
+    from vitbench.errors import ConfigError
+
+    log, out = tmp_path / "log", tmp_path / "round"
+    out.mkdir()
+    log.write_text("Traceback (most recent call last):\n  ...\nNameError: name 'steps' is not defined\n")
+    side = types.SimpleNamespace(name="current", describe="working tree", study="/x/study.yaml")
+    with pytest.raises(ConfigError, match=r"(?s)current \(working tree\).*exited 1.*NameError: name 'steps'"):
+        Running(side, types.SimpleNamespace(wait=lambda: 1), log, out).wait()
+    (out / "results.jsonl").write_text('{"kind": "bench"}\n')
+    Running(side, types.SimpleNamespace(wait=lambda: 1), log, out).wait()  # rows: a result, read as one
 
 
 def test_replacing_an_earlier_vitbench_checkpoint_is_said_before_anything_runs(tmp_path):

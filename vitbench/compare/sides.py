@@ -147,7 +147,7 @@ class Side:
             proc = subprocess.Popen([self.python, "-c", "from vitbench.cli import main; main()", "sweep",
                                      str(self.study), "--results", str(out)], env={**self.env(), **(env or {})},
                                     cwd=self.root, stdout=fh, stderr=subprocess.STDOUT, preexec_fn=pinned_to(cpus))
-        return Running(self, proc, log, cpus)
+        return Running(self, proc, log, out, cpus)
 
 
 def same_cache() -> dict[str, str]:
@@ -168,12 +168,15 @@ class Running:
     side: Side
     proc: subprocess.Popen
     log: Path
+    out: Path  # its results directory
     cpus: Collection[int] | None = None  # the CPUs it was pinned to (None: not pinned)
 
     def wait(self) -> None:
-        """Wait for the sweep; ConfigError unless it exits 0 or 1 (a trial not ok is a result)."""
+        """Wait for the sweep; ConfigError unless it exits 0 or 1 with rows written (a trial not ok is a result;
+        exit 1 without a row is a sweep that ended before its trials, e.g. on a traceback: its log says why, where
+        reading the empty round had blamed the results' format)."""
         rc = self.proc.wait()
-        if rc not in (0, 1):
+        if rc not in (0, 1) or (rc == 1 and not any(p.stat().st_size for p in self.out.rglob("*.jsonl"))):
             text = self.log.read_text(errors="replace")
             start = text.rfind("error:")  # the sweep's own message from its start (its last lines cut its head)
             said = clip(text[start:], _TAIL) if start >= 0 else text[-_TAIL:]
