@@ -260,6 +260,11 @@ def test_study_copy_keeps_the_previous_version(tmp_path):
     assert (tmp_path / "study.yaml").read_text() == "name: a\nrepeats: 2\n"
     old = [p for p in tmp_path.glob("study.*.yaml")]
     assert len(old) == 1 and old[0].read_text() == "name: a\n"
+    # a copy the user edited in Latin-1 is kept byte for byte (it was a UnicodeDecodeError traceback, exit 1)
+    (tmp_path / "study.yaml").write_bytes(b"name: a\n# caf\xe9\n")
+    with pytest.warns(VitbenchWarning, match="held another study text"):
+        st.save_study("name: a\n")
+    assert {p.read_bytes() for p in tmp_path.glob("study.*.yaml")} == {b"name: a\n", b"name: a\n# caf\xe9\n"}
 
 
 def test_missing_path_is_a_clear_error(tmp_path):
@@ -462,3 +467,28 @@ def test_an_interrupted_rerun_leaves_the_trial_as_its_last_outcome_everywhere(tm
         assert st.done_keys() == {"t", "o"}  # what a resumed sweep skips
         state = {r.key: r.status.value for r in select(st.refresh(), kinds="all")}
     assert state == {"t": "timeout", "o": "ok"}, state
+    # the report's reader too: it took the latest row by end time, so the ok measurement vanished from the report,
+    # its CSV and `fit` while the sweep counted it done (found by a review)
+    from vitbench.tidy import load
+
+    df = load(tmp_path / "r", kinds="all")
+    assert dict(zip(df["key"], df["status"])) == {"t": "timeout", "o": "ok"}
+
+
+def test_retry_failed_reruns_a_trial_ok_once_and_failed_since(tmp_path):
+    """--retry-failed re-runs a trial whose latest row is not ok; a trial ok once, then timed out under --force,
+    counted as done (any ok row ever), so the sweep exited 1 on every run while advising the flag that did
+    nothing (found by a review). Its latest outcome decides; a rerun that is ok again makes it done again."""
+    import time
+
+    with Store(tmp_path / "r") as st:
+        st.append(rec(1, status="ok", key="k"))
+        time.sleep(0.01)
+        st.append(rec(2, status="timeout", key="k"))
+        assert st.done_keys(only_ok=True) == set() and st.done_keys() == {"k"}
+        time.sleep(0.01)
+        st.append(rec(3, status="interrupted", key="k"))  # no outcome: the timeout stays the state
+        assert not st.is_done("k", only_ok=True)
+        time.sleep(0.01)
+        st.append(rec(4, status="ok", key="k"))
+        assert st.is_done("k", only_ok=True)

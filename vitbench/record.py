@@ -54,6 +54,23 @@ class Status(str, enum.Enum):
 STATUSES: tuple[str, ...] = tuple(s.value for s in Status)
 
 
+def row_state(r: Record) -> tuple[bool, str | None]:
+    """What `supersedes` weighs of a row: whether it has an outcome (Status.done), and its end time."""
+    return r.status.done, r.finished_at
+
+
+def supersedes(r: tuple[bool, str | None], prev: tuple[bool, str | None]) -> bool:
+    """Whether the row of state `r` (`row_state`; read after `prev`'s, of the same trial) is the trial's state: a
+    row with an outcome over one without (an interrupted or skipped rerun leaves the trial as its last outcome
+    says, which is what a resumed sweep acts on: store.done_keys), else the later by finish time; a row without an
+    end time (edited, another tool's) is placed by file order, never as the oldest. The one rule of the report
+    (tidy.load), compare (tidy.select) and a sweep's resume (store.done_keys)."""
+    (done, end), (prev_done, prev_end) = r, prev
+    if done != prev_done:
+        return done
+    return not prev_end or not end or end >= prev_end
+
+
 def now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
 

@@ -44,7 +44,7 @@ from pathlib import Path
 
 from vitbench.errors import VitbenchWarning, clip
 from vitbench.paths import PathError, reason, write_atomic
-from vitbench.record import Record, Status
+from vitbench.record import Record, Status, row_state, supersedes
 from vitbench.rows import (RESULTS_FILE, RESULTS_PATTERNS, Check, _lines, _over_long, _parse_one, _say_demoted,
                            result_files)
 
@@ -163,6 +163,7 @@ class Store:
         self._records: list[Record] = []
         self._claims: dict[str, int] = {}
         self._done: dict[bool, set[str]] = {False: set(), True: set()}  # done_keys, kept as rows are read
+        self._last: dict[str, tuple[bool, str | None]] = {}  # each key's latest outcome (record.row_state)
 
     # -- writing -----------------------------------------------------------------------------------------
     def _open(self) -> int:
@@ -239,17 +240,25 @@ class Store:
             for r in recs:
                 if r.key and r.status.done:
                     self._done[False].add(r.key)
-                    if r.status is Status.OK:
-                        self._done[True].add(r.key)
+                    state = row_state(r)
+                    if r.key not in self._last or supersedes(state, self._last[r.key]):
+                        # ok where its latest outcome is: --retry-failed re-runs a trial ok once and failed since
+                        self._last[r.key] = state
+                        (self._done[True].add if r.status is Status.OK else self._done[True].discard)(r.key)
         _say_demoted(demoted)
         return self._records
 
     def done_keys(self, only_ok: bool = False) -> set[str]:
-        """Keys of trials with a terminal row (Status.done), or with an 'ok' row when `only_ok`: kept up to date
-        as rows are read (a sweep asks before every trial; rebuilding the set from every row made a sweep of N
+        """Keys of trials with a terminal row (Status.done), or whose latest one is 'ok' when `only_ok`: kept up to
+        date as rows are read (a sweep asks before every trial; rebuilding the set from every row made a sweep of N
         trials O(N^2): 90 ms a trial at 100,000 rows). A copy: the caller may change it."""
         self.refresh()
         return set(self._done[only_ok])
+
+    def outcome(self, key: str) -> tuple[bool, str | None] | None:
+        """The row_state of trial `key`'s latest terminal row (None: it has none), rows appended since included."""
+        self.refresh()
+        return self._last.get(key)
 
     def is_done(self, key: str, only_ok: bool = False) -> bool:
         """Whether trial `key` has a terminal row (an 'ok' one when `only_ok`), rows appended since included."""
@@ -318,10 +327,10 @@ class Store:
         self.check_links()
         dest = self.root / STUDY_FILE
         if dest.exists():
-            old = dest.read_text()
-            if old == text:
+            old = dest.read_bytes()  # bytes: a copy the user edited in another encoding is kept as it is
+            if old == text.encode():
                 return dest
-            sha = hashlib.sha256(old.encode()).hexdigest()[:12]
+            sha = hashlib.sha256(old).hexdigest()[:12]
             kept = self.root / f"study.{sha}.yaml"
             os.replace(dest, kept)
             warnings.warn(f"{dest} held another study text (an earlier run's, or yours): kept as {kept.name}; "

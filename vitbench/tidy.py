@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from vitbench.errors import VitbenchWarning, clip
-from vitbench.record import Record
+from vitbench.record import Record, row_state, supersedes
 from vitbench.rows import iter_records
 from vitbench.store import TRIAL_ID_COLUMNS
 
@@ -80,21 +80,11 @@ class _Once:
                 f"trial, repeat and start), counted once: {where}{more}"), stacklevel=3)
 
 
-def _supersedes(r: Record, prev: Record) -> bool:
-    """Whether row `r` (read after `prev`, of the same trial) is the trial's state: a row with an outcome
-    (Status.done) over one without (an interrupted or skipped rerun leaves the trial as its last outcome says,
-    which is what a resumed sweep acts on: store.done_keys, runner.trial_status), else the later by finish time;
-    a row without an end time (edited, another tool's) is placed by file order, never as the oldest."""
-    if r.status.done != prev.status.done:
-        return r.status.done
-    return not prev.finished_at or not r.finished_at or r.finished_at >= prev.finished_at
-
-
 def select(records: Iterable[Record], kinds: Iterable[str] | str | None = None,
            latest: bool = True) -> list[Record]:
     """Filter records by kind (None: every kind but the calibration's; 'all': everything) and keep, per trial key
     and results directory, only the latest record by finish time (a re-run after --force or an interruption
-    supersedes the older row, but one that ended without an outcome never supersedes one with: `_supersedes`;
+    supersedes the older row, but one that ended without an outcome never supersedes one with: record.supersedes;
     rows from several shards interleave in time; other directories are other runs, but a copy of a row kept in
     another directory is left out: _Once)."""
     from vitbench.tasks import Role, kinds_with_role
@@ -111,7 +101,7 @@ def select(records: Iterable[Record], kinds: Iterable[str] | str | None = None,
         for i, r in enumerate(recs):
             if r.key:
                 ident = (r.source, r.key)
-                if ident not in last or _supersedes(r, recs[last[ident]]):
+                if ident not in last or supersedes(row_state(r), row_state(recs[last[ident]])):
                     last[ident] = i
         recs = [r for i, r in enumerate(recs) if not r.key or last[(r.source, r.key)] == i]
     once = _Once()
@@ -157,16 +147,16 @@ def load_each(path: str | os.PathLike, kinds: Sequence[Iterable[str] | str | Non
     once, declared = _Once(), kind_metrics()
     for rec in iter_records(path, row_check()):
         row = None
-        for keep, cols, last, superseded, idents in wanted:  # last: (source, key) -> (row, finished_at)
+        for keep, cols, last, superseded, idents in wanted:  # last: (source, key) -> (row, its row_state)
             if not keep(rec.kind):
                 continue
             if latest and rec.key:
-                ident, done = (rec.source, rec.key), rec.finished_at or ""
+                ident, state = (rec.source, rec.key), row_state(rec)
                 if ident in last:
-                    if done < last[ident][1]:
-                        continue  # an older row than the one kept
+                    if not supersedes(state, last[ident][1]):
+                        continue  # the row kept is the trial's state (select's rule)
                     superseded.add(last[ident][0])
-                last[ident] = (cols.n, done)
+                last[ident] = (cols.n, state)
             if row is None:
                 row = _flatten(rec, declared)
                 if raw_json:
