@@ -340,6 +340,21 @@ def test_worker_skips_a_trial_another_job_is_running(tmp_path):
     assert read_records(tmp_path) == []  # nothing measured, nothing written
 
 
+def test_the_worker_lock_is_never_taken_through_a_link(tmp_path):
+    """A link in claims/ made after the driver's check (a requeued job runs long after it) had its target
+    truncated by the worker's lock (found by a review): refused naming it, the target untouched."""
+    from vitbench.executors.remote import _lock
+    from vitbench.paths import PathError
+
+    precious = tmp_path / "precious.txt"
+    precious.write_text("the user's notes\n")
+    (tmp_path / "store" / "claims").mkdir(parents=True)
+    (tmp_path / "store" / "claims" / "k1.worker.lock").symlink_to(precious)
+    with pytest.raises(PathError, match="worker lock"):
+        _lock(tmp_path / "store", "k1", 0.1)
+    assert precious.read_text() == "the user's notes\n"
+
+
 def test_worker_waits_for_a_dying_holder_then_measures(tmp_path):
     import threading
 

@@ -341,8 +341,11 @@ def test_a_second_ctrl_c_does_not_cut_short_the_interrupted_row(tmp_path):
     assert [s for _, s in statuses(results)] == ["interrupted"]
 
 
-@pytest.mark.timeout(180)
-def test_two_sweeps_at_once_split_the_work_without_duplicates(tmp_path):
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("force", [False, True])
+def test_two_sweeps_at_once_split_the_work_without_duplicates(tmp_path, force):
+    """Also under --force on a folder where every trial is done: each trial was measured by both sweeps that
+    found it released (5 rows for 3 trials; found by a review)."""
     study_path = _write_study(tmp_path, """
         defaults: {seconds: 0.3}
         axes:
@@ -351,13 +354,18 @@ def test_two_sweeps_at_once_split_the_work_without_duplicates(tmp_path):
           batch_size: [2, 4]
     """)
     results = tmp_path / "res"
-    procs = [subprocess.Popen(_sweep_cmd(study_path, results), env=_env(), stdout=subprocess.PIPE,
+    extra = ("--force",) if force else ()
+    if force:
+        s = subprocess.run(_sweep_cmd(study_path, results), env=_env(), capture_output=True, timeout=150)
+        assert s.returncode == 0, s.stderr.decode()[-2000:]
+    procs = [subprocess.Popen(_sweep_cmd(study_path, results, *extra), env=_env(), stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE) for _ in range(2)]
     outs = [p.communicate(timeout=150) for p in procs]
     for p, (out, err) in zip(procs, outs):
         assert p.returncode == 0, err.decode()[-2000:]
     keys = [k for k, _ in statuses(results)]
-    assert len(keys) == 8 and len(set(keys)) == 8, collections.Counter(keys)
+    n = 16 if force else 8  # with --force: the first sweep's 8 rows and one more of each trial
+    assert len(keys) == n and set(collections.Counter(keys).values()) == {n // 8}, collections.Counter(keys)
     assert sum(_ran(out) for out, _ in outs) == 8
 
 

@@ -324,6 +324,7 @@ def run_study(study: Study, results_dir: str | os.PathLike | None = None, *,
     t_start = time.perf_counter()
     todo = plan(study, store, force, retry_failed)
     rerun = {t.key for t in todo} & store.done_keys(only_ok=retry_failed)  # done, but a file it read changed
+    planned_at = {t.key: store.outcome(t.key) for t in todo}  # each trial's latest outcome as planned
     summary.skipped_done = len(study.trials) - len(todo)
     own_executor = not isinstance(executor, Executor)
     if todo:  # what can still fail (an executor that cannot start, a directory that cannot be made) fails here
@@ -347,6 +348,12 @@ def run_study(study: Study, results_dir: str | os.PathLike | None = None, *,
     calib = calibration_trials(study) if (study.calibration if calibration is None else calibration) else []
     done_now: set[str] = set()
 
+    def finished_elsewhere(key: str) -> bool:
+        """Whether another sweep stored an outcome of `key` since this one planned: so it is not measured twice,
+        also under --force, --retry-failed or a changed input (two --force sweeps on one folder measured 5 rows
+        for 3 trials)."""
+        return key not in done_now and store.outcome(key) != planned_at[key]
+
     def jobs() -> Iterator[Job]:
         for t in calib:
             yield _job(study, run_id, t, timeout, Role.CALIBRATION)
@@ -355,7 +362,7 @@ def run_study(study: Study, results_dir: str | os.PathLike | None = None, *,
             if not store.claim(t.key):
                 elsewhere.append(t)
                 continue
-            if not force and store.is_done(t.key, only_ok=retry_failed) and t.key not in done_now | rerun:
+            if finished_elsewhere(t.key):
                 store.release(t.key)  # another sweep finished it meanwhile
                 summary.skipped_done += 1
                 continue
@@ -366,7 +373,7 @@ def run_study(study: Study, results_dir: str | os.PathLike | None = None, *,
         for t in elsewhere:
             if not store.claim(t.key):
                 summary.skipped_claimed += 1  # still running there
-            elif not force and store.is_done(t.key, only_ok=retry_failed) and t.key not in rerun:
+            elif finished_elsewhere(t.key):
                 store.release(t.key)
                 summary.skipped_done += 1
             else:

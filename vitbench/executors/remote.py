@@ -53,7 +53,7 @@ from vitbench.executors import PREEMPT_SIGNAL, Job, Outcome, Stopped, Stored, fa
 from vitbench.paths import check_entry
 from vitbench.record import ErrorInfo, Record, Status, now
 from vitbench.rows import result_files
-from vitbench.store import CLAIMS_DIR, STUDY_FILE, Store
+from vitbench.store import CLAIMS_DIR, STUDY_FILE, Store, open_in_store
 
 # A row another sweep stored less than this before the driver drew a job may have been missed by the driver's
 # own re-check (it was being written); the worker treats it as a duplicate. Also absorbs small clock skew.
@@ -157,9 +157,8 @@ def check_worker_paths(root: Path | None) -> None:
 
 def _lock(root: Path, key: str, wait_s: float) -> int | None:
     """Take the trial's worker lock, waiting up to `wait_s` for a holder that is only dying (a cancelled job)."""
-    path = worker_lock_path(root, key)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    # never through a link (a link made after the driver's check_links would have its target truncated)
+    fd = open_in_store(worker_lock_path(root, key), os.O_RDWR | os.O_CREAT, "the store's worker lock")
     deadline = time.monotonic() + wait_s
     while True:
         try:
