@@ -126,7 +126,7 @@ def test_finetune_warns_before_any_work(tmp_path, monkeypatch):
 
     monkeypatch.setattr(DownstreamConfig, "start", stop)
     cfg = FinetuneConfig(data={"name": "folder", "path": str(_one_image_class(tmp_path)), "classes": None},
-                         lr_grid=[0.01, 0.03], objective="none", checkpoint="unused")
+                         lr_grid=[0.01, 0.03], batch_size=8, objective="none", checkpoint="unused")
     with pytest.warns(VitbenchWarning) as seen, pytest.raises(Stop):
         finetune(cfg)
     said = " | ".join(str(w.message) for w in seen)

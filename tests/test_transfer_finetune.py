@@ -155,7 +155,7 @@ def test_finetune_beats_the_initial_head(cache, upstream):
 
 
 def test_finetune_needs_val_split_for_a_grid(tmp_path):  # checked before any pre-training
-    cfg = FinetuneConfig(upstream=UP, steps=5, warmup_steps=1, lr_grid=[0.01, 0.03],
+    cfg = FinetuneConfig(upstream=UP, steps=5, warmup_steps=1, batch_size=8, lr_grid=[0.01, 0.03],
                          data={"classes": "5-9", "val_fraction": 0.0})
     with pytest.raises(ConfigError, match="held-out split"):
         finetune(cfg, cache=str(tmp_path))

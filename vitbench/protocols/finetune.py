@@ -44,7 +44,8 @@ class FinetuneConfig(DownstreamConfig):
     """A fine-tuning evaluation: upstream, downstream data, resolution, steps, LR grid."""
 
     steps: int = Field(100, ge=1, le=MAX_COUNT)
-    batch_size: int = Field(64, ge=1, le=MAX_COUNT)  # paper: 512
+    # no default of its own: the caller's (the finetune task's, the shared batch_size's 8); paper: 512
+    batch_size: int = Field(ge=1, le=MAX_COUNT)
     lr_grid: list[LearningRate] = list(PAPER_LR_GRID)
     warmup_steps: int = Field(10, ge=0, le=MAX_COUNT)
     clip_norm: float | None = Field(1.0, gt=0)
