@@ -325,6 +325,39 @@ def test_report_scaling_efficiency_and_figures(tmp_path):
     assert figure("efficiency_vs_devices", one_device) is None  # nothing ran on several devices
 
 
+def test_a_devices_figure_needs_two_device_counts_and_a_ratio_that_overflows_is_blank(tmp_path):
+    """One 2-device row without its 1-device partner drew a one-point 'throughput vs devices' with the title of an
+    ideal line it did not have: a note stands in its place. Speeds that each pass the row check (1e308 and
+    1e-300 img/s) gave a scaling efficiency and a jax_vs_torch of inf, printed as results: blank now (found by a
+    review)."""
+    from records import record
+
+    from vitbench.report import figure
+    from vitbench.report.parts import NotDrawn
+    from vitbench.report.tables import backend_pivot
+    from vitbench.store import Store
+    from vitbench.tidy import load
+
+    cfg = {"model": MODEL, "backend": "torch", "task": "train", "device": "cpu", "precision": "fp32",
+           "compile": False, "timing": "throughput", "resolution": 32, "batch_size": 4, "devices": 2}
+    with Store(tmp_path / "one") as st:
+        st.append(record("bench", cfg, metrics={"img_per_s": 190.0}, key="k", study="s", run_id="r", trial=cfg))
+    fig = figure("throughput_vs_devices", load(tmp_path / "one"))
+    assert isinstance(fig, NotDrawn) and "two device counts" in fig.reason
+    with Store(tmp_path / "huge") as st:
+        for i, (backend, devices, ips) in enumerate((("torch", 1, 1e-300), ("jax", 1, 1e308), ("torch", 2, 1e308))):
+            c = {**cfg, "backend": backend, "devices": devices}
+            st.append(record("bench", c, metrics={"img_per_s": ips}, key=f"k{i}", study="s", run_id="r", trial=c))
+    df = load(tmp_path / "huge")
+    from vitbench.report import devices, tables
+
+    ok = tables.ok_rows(df, ("bench",))
+    p = backend_pivot(ok)
+    assert p["jax_vs_torch"].isna().all(), p
+    t = devices.scaling(ok)
+    assert t["scaling_efficiency"].isna().all() and t["speedup_same_global_batch"].isna().all(), t
+
+
 # ---- max-batch per device --------------------------------------------------------------------------------------
 def test_max_batch_searches_the_per_device_batch(monkeypatch):
     import vitbench.measure.max_batch as mb

@@ -19,6 +19,7 @@ from matplotlib.figure import Figure
 
 from vitbench.report import caveats, tables
 from vitbench.report.caveats import CAVEAT
+from vitbench.report.parts import NotDrawn
 from vitbench.report.plots import plain
 
 _ACROSS = ("devices", "parallelism", "batch_size")  # what a row is compared across (its 1-device partner's)
@@ -49,8 +50,8 @@ def scaling(ok: pd.DataFrame) -> pd.DataFrame:
     t = t.merge(weak, on=[*match, "batch_per_device"], how="left").merge(strong, on=[*match, "batch_size"],
                                                                          how="left")
     many = t["devices"] > 1
-    t["scaling_efficiency"] = (t["img_per_s"] / (t["devices"] * t["_one_weak"])).where(many)
-    t["speedup_same_global_batch"] = (t["img_per_s"] / t["_one_strong"]).where(many)
+    t["scaling_efficiency"] = tables.ratio(t["img_per_s"], t["devices"] * t["_one_weak"]).where(many)
+    t["speedup_same_global_batch"] = tables.ratio(t["img_per_s"], t["_one_strong"]).where(many)
     if cav:
         t[CAVEAT] = [caveats.combine(c if isinstance(c, str) else "", **({"1-device row (weak)": w,
                                                                           "1-device row (same batch)": s}
@@ -94,12 +95,16 @@ def _axes(title: str, ylabel: str):
     return fig, ax
 
 
-def throughput_vs_devices(ok: pd.DataFrame) -> Figure | None:
+def throughput_vs_devices(ok: pd.DataFrame) -> Figure | NotDrawn | None:
     """Group img/s against devices (per series: model, backend, task, parallelism, per-device batch), with the
     ideal line N x the 1-device img/s."""
     t = scaling(ok)
     if t.empty:
         return None
+    if not any(g["devices"].nunique() > 1 for _, g in _series(t)):  # one point a line: no scaling to draw
+        return NotDrawn("no line has rows at two device counts (a multi-device row without its 1-device "
+                        "partner, or the reverse): nothing to draw against devices; the values are in the table "
+                        "'devices'")
     fig, ax = _axes("Throughput vs devices (dotted: ideal linear scaling)",
                     "throughput of the group [img/s] (median over repeats)")
     rings = False

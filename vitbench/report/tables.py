@@ -295,13 +295,23 @@ def backend_pivot(ok: pd.DataFrame) -> pd.DataFrame:
     if ref in backends:
         for b in backends:
             if b != ref:
-                p[f"{b}_vs_{ref}"] = p[f"img_per_s_{b}"] / p[f"img_per_s_{ref}"]
+                p[f"{b}_vs_{ref}"] = ratio(p[f"img_per_s_{b}"], p[f"img_per_s_{ref}"])
     if CAVEAT in t:  # each backend's caveat; a ratio with a marked side is marked (vitbench.report.caveats)
         c = t.assign(**{CAVEAT: t[CAVEAT].fillna("")}).pivot_table(index=keys, columns="backend", values=CAVEAT,
                                                                    aggfunc="first", dropna=False)
         c = c.reindex(index=p.index, columns=backends).fillna("")
         p[CAVEAT] = [caveats.combine("", **dict(zip(backends, row))) for row in c.itertuples(index=False)]
     return p.reset_index()
+
+
+def ratio(num: pd.Series, den: pd.Series) -> pd.Series:
+    """num / den, NaN (shown blank) where it is not a finite number: two speeds that each pass the row check
+    (1e308 and 1e-300 img/s) divided to inf, printed as a result."""
+    import numpy as np
+
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        out = pd.to_numeric(num, errors="coerce") / pd.to_numeric(den, errors="coerce")
+    return out.where(np.isfinite(out))
 
 
 def failures(df: pd.DataFrame) -> pd.DataFrame:
