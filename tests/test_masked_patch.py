@@ -308,6 +308,16 @@ def test_report_section_groups_by_objective():
     assert (t["seeds"] == 2).all() and t["accuracy_mean"].tolist() == pytest.approx([0.6] * 3, rel=gamma(3))
     assert accuracy_vs_compute(pd.DataFrame(rows)) is not None
     assert objectives(pd.DataFrame([r for r in rows if "objective" not in r])).empty  # supervised only: no section
+    # two datasets are two benchmarks, never two seeds of one (they were averaged, with a spread between them:
+    # found by a review): a row and a panel each
+    two = [{**r, "dataset": d, "accuracy": r["accuracy"] + shift} for r in rows if r["seed"] == 0
+           for d, shift in (("digits", 0.0), ("cifar10", 0.3))]
+    t = objectives(pd.DataFrame(two))
+    assert len(t) == 6 and (t["seeds"] == 1).all() and t.attrs["split_by"] == ["dataset"], t
+    assert sorted(t[t["arm"] == "supervised"]["accuracy_mean"]) == [0.5, 0.8]
+    fig = accuracy_vs_compute(pd.DataFrame(two))
+    assert sorted(ax.get_title() for ax in fig.axes) == ["fewshot / shots=10 / dataset=cifar10",
+                                                         "fewshot / shots=10 / dataset=digits"]
 
 
 @pytest.mark.usefixtures("one_torch_thread")

@@ -12,9 +12,11 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
+from vitbench.report import tables
 from vitbench.report.plots import plain
 
 KINDS = ("fewshot", "finetune")
+ARM_OF = ("objective", "mask_target", "mask_rate")  # the settings an `arm` label says (_with_objective)
 
 
 def _with_objective(df: pd.DataFrame) -> pd.DataFrame:
@@ -41,13 +43,19 @@ def objectives(ok: pd.DataFrame) -> pd.DataFrame:
     df = _with_objective(ok)
     if df.empty or (df["objective"] == "supervised").all():
         return pd.DataFrame()
-    keys = [c for c in ("kind", "shots", "model", "arm", "pretrain_steps") if c in df.columns]
-    g = df.groupby(keys, dropna=False, sort=True)
+    base = [c for c in ("kind", "shots", "model", "arm", "pretrain_steps") if c in df.columns]
+    # and every other setting that varies (the dataset, the resolution, ...): two benchmarks were averaged as two
+    # seeds of one, with a spread between them (found by a review); seeds pool
+    extra = [k for k in tables.split_keys(df, base)[len(base):] if k not in ARM_OF]
+    keys = [*base, *extra]
+    g = df.assign(**{k: tables.hashable(df[k]) for k in keys}).groupby(keys, dropna=False, sort=True)
     out = pd.DataFrame({"exaflops": g["pretrain_exaflops"].mean(), "seeds": g["accuracy"].count(),
                         "accuracy_mean": g["accuracy"].mean(), "accuracy_std": g["accuracy"].std(ddof=1),
                         "accuracy_min": g["accuracy"].min(), "accuracy_max": g["accuracy"].max()}).reset_index()
-    return out.sort_values([c for c in ("kind", "shots", "model", "arm", "exaflops") if c in out.columns],
-                           kind="stable").reset_index(drop=True)
+    out = out.sort_values([c for c in ("kind", "shots", *extra, "model", "arm", "exaflops") if c in out.columns],
+                          kind="stable").reset_index(drop=True)
+    out.attrs[tables.SPLIT_BY] = extra
+    return out
 
 
 def accuracy_vs_compute(df: pd.DataFrame) -> Figure | None:
@@ -55,7 +63,7 @@ def accuracy_vs_compute(df: pd.DataFrame) -> Figure | None:
     table = objectives(df)
     if table.empty:
         return None
-    panel_keys = [k for k in ("kind", "shots") if k in table.columns]
+    panel_keys = [k for k in ("kind", "shots", *table.attrs.get(tables.SPLIT_BY, ())) if k in table.columns]
     panels = list(table.groupby(panel_keys, dropna=False, sort=True))[:4]
     fig = Figure(figsize=(5.4 * len(panels) + 3.4, 4.6), layout="constrained")
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
@@ -82,7 +90,7 @@ def accuracy_vs_compute(df: pd.DataFrame) -> Figure | None:
         ax.set_xlim(xmin / 1.5, sub["exaflops"].max() * 1.5)
         ax.set_xlabel("Pre-training compute [exaFLOPs] (training FLOPs per image x images seen)")
         ax.set_ylabel("Transfer accuracy [%] (mean over seeds, bar: min..max)")
-        ax.set_title(plain(" / ".join(f"{n}={v}" if n == "shots" else str(v) for n, v in zip(panel_keys, key)
+        ax.set_title(plain(" / ".join(str(v) if n == "kind" else f"{n}={v}" for n, v in zip(panel_keys, key)
                                       if not pd.isna(v))))  # fine-tuning rows have no shots
         ax.grid(alpha=0.3)
     handles, labels = axes[0].get_legend_handles_labels()
