@@ -248,6 +248,29 @@ def test_figure13_section_joins_accuracy_compute_gflops_and_speed_per_backend():
     assert figure13.table(pd.DataFrame(rows[:2])).empty  # no speed rows: no section
 
 
+def test_figure13_never_pools_resolutions_or_devices():
+    """Accuracies at 32 and 64 px were averaged as two 'seeds' (0.7 of 0.5 and 0.9) and set against the 32 px
+    speed; a CPU's and a GPU's speed of one model were two rows differing in img/s alone, and the accuracy-vs-speed
+    figure took the GPU's silently (found by a review). Each resolution and device is its own row and point."""
+    import pandas as pd
+
+    from vitbench.report import figure13, fit_figures
+
+    rows = [dict(kind="finetune", model="ViT-Nano/4", resolution=res, accuracy=acc, pretrain_exaflops=1e-8,
+                 backend="torch", dataset="digits", status="ok", family="vit") for res, acc in ((32, 0.5), (64, 0.9))]
+    rows += [dict(kind="bench", task="infer", model="ViT-Nano/4", resolution=res, backend="torch", device=dev,
+                  img_per_s=ips, status="ok", batch_size=8, family="vit")
+             for res, dev, ips in ((32, "cpu", 100.0), (64, "cpu", 30.0), (32, "cuda", 5000.0), (64, "cuda", 900.0))]
+    t = figure13.table(pd.DataFrame(rows))
+    assert sorted(zip(t["resolution"], t["device"], t["accuracy"], t["seeds"], t["img_per_s"])) == [
+        (32, "cpu", 0.5, 1, 100.0), (32, "cuda", 0.5, 1, 5000.0), (64, "cpu", 0.9, 1, 30.0),
+        (64, "cuda", 0.9, 1, 900.0)]
+    assert figure13.figure(pd.DataFrame(rows)) is not None
+    fig = fit_figures.throughput_vs_accuracy(pd.DataFrame(rows), speed_task="infer", compute="pretrain_exaflops")
+    points = sorted(tuple(p) for c in fig.axes[0].collections for p in c.get_offsets().tolist())
+    assert points == [(30.0, 90.0), (100.0, 50.0), (900.0, 90.0), (5000.0, 50.0)], points
+
+
 @pytest.mark.parametrize("name", TINY)
 def test_the_flops_task_counts_axial_models_with_every_torch_counter(name):
     """fvcore traces the model (the relative index is built in torch, so tracing works) and sees at least the

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from vitbench import numfmt
 from vitbench.report import caveats, plots, tables
 from vitbench.report.caveats import CAVEAT
 
@@ -58,9 +59,17 @@ def _benchmark(row) -> str:
         f" {dataset}" if isinstance(dataset, str) and dataset else "")
 
 
+_ACC_KEYS = ["model", "benchmark", "resolution"]
+# the table's columns that are values, or said elsewhere in a point's style: the others label a point where they vary
+_NOT_LABELS = ("model", "family", "backend", "benchmark", "accuracy", "seeds", "pretrain_exaflops", "img_per_s",
+               "speed_repeats", "gflops", "achieved_gflop_per_s", "batch_size", CAVEAT)
+
+
 def _accuracy(df: pd.DataFrame) -> pd.DataFrame:
-    """Per model and benchmark: mean accuracy over the rows at the model's largest pre-training budget, how many
-    rows (`seeds`), that budget, and their resolution (NaN where the rows do not say)."""
+    """Per model, benchmark, resolution (NaN where the rows do not say) and any other setting that varies
+    (tables.split_keys; its attrs' SPLIT_BY names them): mean accuracy over the rows at the model's largest
+    pre-training budget, how many rows (`seeds`: they differ in their seed alone) and that budget. Rows at 32 and
+    64 px were averaged as two seeds of one (found by a review)."""
     if "accuracy" not in df.columns or "pretrain_exaflops" not in df.columns or "kind" not in df.columns:
         return pd.DataFrame()
     a = df.assign(accuracy=_num(df, "accuracy"), pretrain_exaflops=_num(df, "pretrain_exaflops"),
@@ -70,16 +79,23 @@ def _accuracy(df: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     a["benchmark"] = [_benchmark(r) for _, r in a.iterrows()]
     top = a[a["pretrain_exaflops"] == a.groupby(["model", "benchmark"])["pretrain_exaflops"].transform("max")]
-    g = top.groupby(["model", "benchmark"], sort=True)
-    return pd.DataFrame({"accuracy": g["accuracy"].mean(), "seeds": g.size(),
-                         "pretrain_exaflops": g["pretrain_exaflops"].first(),
-                         "resolution": g["resolution"].max()}).reset_index()
+    keys = tables.split_keys(top, _ACC_KEYS)
+    g = top.assign(**{k: tables.hashable(top[k]) for k in keys}).groupby(keys, sort=True, dropna=False)
+    out = pd.DataFrame({"accuracy": g["accuracy"].mean(), "seeds": g.size(),
+                        "pretrain_exaflops": g["pretrain_exaflops"].first()}).reset_index()
+    out.attrs[tables.SPLIT_BY] = keys[len(_ACC_KEYS):]
+    return out
 
 
 def _speeds(df: pd.DataFrame) -> pd.DataFrame:
-    """The throughput table's peak inference rows (median over repeats, best batch), per model and backend."""
+    """The throughput table's peak inference rows (median over repeats, best batch), per model and backend, with
+    every setting that tells two of them apart (the device: a CPU's and a GPU's row read alike)."""
     pt = plots._infer_speed(df)
-    return pt if pt.empty else pt[[c for c in ("model", *_SPEED_KEYS) if c in pt.columns]]
+    if pt.empty:
+        return pt
+    extra = tables.varying(pt, [k for k in tables.summary_keys(pt, tables.THROUGHPUT_KEYS)
+                                if k not in ("model", "family", "task", *_SPEED_KEYS)])
+    return pt[[c for c in ("model", *_SPEED_KEYS, *extra) if c in pt.columns]]
 
 
 def table(ok: pd.DataFrame) -> pd.DataFrame:
@@ -88,6 +104,7 @@ def table(ok: pd.DataFrame) -> pd.DataFrame:
     speed, acc = _speeds(ok), _accuracy(ok)
     if speed.empty or acc.empty:
         return pd.DataFrame()
+    acc_extra = acc.attrs.get(tables.SPLIT_BY, [])
     rows = []
     for _, a in acc.iterrows():
         sp = speed[speed["model"] == a["model"]]
@@ -100,9 +117,10 @@ def table(ok: pd.DataFrame) -> pd.DataFrame:
         for _, s in sp[sp["resolution"] == at].iterrows():
             gf = _gflops(ok, a["model"], at)
             rows.append({"model": a["model"], "family": tables.family_of(a["model"]), "benchmark": a["benchmark"],
+                         **{f"transfer_{k}" if k in s.index else k: a[k] for k in acc_extra},
                          "accuracy": a["accuracy"], "seeds": int(a["seeds"]),
                          "pretrain_exaflops": a["pretrain_exaflops"],
-                         **{k: s[k] for k in _SPEED_KEYS if k in s.index},
+                         **{k: s[k] for k in s.index if k != "model"},
                          "gflops": gf, "achieved_gflop_per_s": gf * s["img_per_s"]})
     if not rows:
         return pd.DataFrame()
@@ -131,20 +149,32 @@ def figure(ok: pd.DataFrame) -> Figure | None:
     backends = list(dict.fromkeys(t["backend"]))
     fig = Figure(figsize=(16, 4.8), layout="constrained")
     ax_c, ax_s, ax_f = fig.subplots(1, 3)
+    # a line per model and per setting its rows at the largest budget differ in (the resolution, ...): pooled, two
+    # input sizes read as seeds of one
+    split = tables.varying(curves, ["resolution", *acc.attrs.get(tables.SPLIT_BY, [])])
     for m in models:
-        g = curves[curves["model"] == m].groupby("pretrain_exaflops")["accuracy"].mean()
-        ax_c.plot(g.index, 100 * g.to_numpy(), linestyle="-", label=plots.plain(m), **style[m])
+        of_m = curves[curves["model"] == m]
+        for key, c in (of_m.assign(**{k: tables.hashable(of_m[k]) for k in split}).groupby(split, dropna=False)
+                       if split else [((), of_m)]):
+            key = key if isinstance(key, tuple) else (key,)
+            g = c.groupby("pretrain_exaflops")["accuracy"].mean()
+            tag = " ".join(f"{k}={numfmt.fmt(v)}" for k, v in zip(split, key) if pd.notna(v))
+            ax_c.plot(g.index, 100 * g.to_numpy(), linestyle="-", label=plots.plain(f"{m} {tag}".strip()),
+                      **style[m])
     rings = False
+    label_keys = tables.varying(t, [c for c in t.columns if c not in _NOT_LABELS])  # what tells points apart
     for i, b in enumerate(backends):
         sp = t[t["backend"] == b]
         fill = _FILLS[min(i, 1)]
         for _, r in sp.iterrows():
             st = style[r["model"]]
             face = st["color"] if fill == "full" else "none"
+            tag = "".join(f" {k}={numfmt.fmt(r[k])}" for k in label_keys if pd.notna(r[k]))
+            label = plots.plain(f"{r['model']} ({b}){tag}")
             ax_s.scatter(r["img_per_s"], 100 * r["accuracy"], marker=st["marker"], facecolors=face,
-                         edgecolors=st["color"], s=60, label=plots.plain(f"{r['model']} ({b})"))
+                         edgecolors=st["color"], s=60, label=label)
             ax_f.scatter(r["gflops"], r["img_per_s"], marker=st["marker"], facecolors=face, edgecolors=st["color"],
-                         s=60, label=plots.plain(f"{r['model']} ({b})"))
+                         s=60, label=label)
         if CAVEAT in sp:
             m = caveats.marked(sp[CAVEAT])
             rings |= plots.mark_caveats(ax_s, sp["img_per_s"][m], 100 * sp["accuracy"][m])

@@ -94,6 +94,11 @@ def summary_keys(summary: pd.DataFrame, keys: list[str]) -> list[str]:
     return [*(k for k in keys if k in summary.columns), *summary.attrs.get(SPLIT_BY, ())]
 
 
+def varying(df: pd.DataFrame, keys) -> list[str]:
+    """Those of `keys` that `df` has and that take two values or more in it (a missing value counts as one)."""
+    return [k for k in keys if k in df.columns and hashable(df[k]).nunique(dropna=False) > 1]
+
+
 def hashable(s: pd.Series) -> pd.Series:
     """`s` with its lists and dicts as their JSON texts (a list-valued setting, e.g. lr_grid, can be grouped)."""
     if s.dtype != object or not s.map(lambda v: isinstance(v, (list, dict))).any():
