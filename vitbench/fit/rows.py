@@ -13,7 +13,12 @@ overflow the parser's or pandas' stack.
 Pooling: a group that holds rows of several curves (two models, two benchmarks, two tasks at the same compute)
 is fitted as one curve, which is rarely what was meant (a forgotten `--group`). A column pools curves in a group
 when it has several values there, a compute budget carries rows of two of them, and it is not a per-row label
-(fewer distinct values than half the rows). Such columns are named with their values in a warning.
+(fewer distinct values than half the rows). Such columns are named with their values in a warning. The columns
+looked at: text ones, those of _IDENTITY, and the numeric settings of the group's kinds
+(vitbench.tasks.setting_columns, as the report's medians split on them): finetune rows at 32 and 64 px were one
+curve without a word, the gap between them taken for noise. Seeds and bookkeeping are no settings (repeats of one
+curve), and the columns that set the pre-training budget (_BUDGET) are the compute axis, never a curve's label;
+nor is a vitbench row's envelope (its trial key, study, run, repeat, times: _ENVELOPE).
 
 A row whose group column (`--group`, default `family`) is empty is in no group: it is left out with a note
 naming the column and the rows (it was fitted as a group of its own, titled "all rows"); a group column empty in
@@ -34,6 +39,7 @@ import pandas as pd
 
 from vitbench.errors import ConfigError, clip, shorten
 from vitbench.fit.table import column_hint, columns_text
+from vitbench.record import JOB_FIELDS
 
 _OK_NODES = (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub, ast.UAdd, ast.Invert,
              ast.BinOp, ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow, ast.BitAnd, ast.BitOr,
@@ -211,15 +217,43 @@ def _depth(tree: ast.AST) -> int:
     return deepest
 
 
-def _label_like(s: pd.Series) -> bool:
-    return s.name in _IDENTITY or not pd.api.types.is_numeric_dtype(s) or pd.api.types.is_bool_dtype(s)
+# The settings that make a row's pre-training budget: the fit's compute axis (pretrain_exaflops is 3 x forward
+# FLOPs x images x epochs of them; images_seen, steps x batch), so their values at one compute are one curve's
+# points, never two curves. Only pooling settings beside them are flagged (vitbench.tasks.setting_columns).
+_BUDGET = frozenset({"pretrain_steps", "checkpoint_images", "checkpoint_epochs", "exaflops_images",
+                     "exaflops_epochs"})
+# A vitbench row's envelope (vitbench.tidy): which trial, run, repeat, directory and time it was, never what it
+# measured. Text, so the check took them for labels: a curve's repeats over seeds, the second repeat of each in
+# another run or study (a resumed sweep), read as two pooled curves ("2 values of 'run_id'").
+_ENVELOPE = (*JOB_FIELDS, "started_at", "finished_at", "source")
+
+
+def _columns(part: pd.DataFrame) -> tuple[frozenset[str], frozenset[str]]:
+    """(the settings, the columns never a label) of `part`'s rows. Settings: those of the rows' kinds (any kind's
+    where it has no `kind` column, as the report's split_keys), less the pre-training budget (_BUDGET). Never a
+    label: the budget, and for vitbench rows (a `kind` column) the envelope and the bookkeeping fields
+    (vitbench.tasks.fields.BOOKKEEPING; another tool's CSV may name a curve `study`)."""
+    from vitbench.tasks import setting_columns  # here: the fit's command-line help does not import the tasks
+    from vitbench.tasks.fields import BOOKKEEPING
+
+    kinds = part["kind"].dropna().astype(str).unique() if "kind" in part.columns else None
+    never = _BUDGET | (frozenset((*_ENVELOPE, *BOOKKEEPING)) if kinds is not None else frozenset())
+    return setting_columns(kinds) - never, never
+
+
+def _label_like(s: pd.Series, settings: frozenset[str] = frozenset()) -> bool:
+    """Whether column `s` may name a curve: text, one of _IDENTITY, or a setting of the rows' kinds whatever its
+    dtype (a numeric one, resolution or batch size, was never looked at: two resolutions fitted as one curve)."""
+    return s.name in _IDENTITY or s.name in settings or not pd.api.types.is_numeric_dtype(s) \
+        or pd.api.types.is_bool_dtype(s)
 
 
 def pooled(part: pd.DataFrame, skip: set[str], compute: str = "_compute") -> list[tuple[str, list[str]]]:
     """[(column, its values)] for every column that pools several curves in this group's rows (module doc)."""
     out = []
+    settings, never = _columns(part)
     for col in part.columns:
-        if col in skip or str(col).startswith("_") or not _label_like(part[col]):
+        if col in skip or col in never or str(col).startswith("_") or not _label_like(part[col], settings):
             continue
         vals = part[col]
         try:
@@ -231,8 +265,17 @@ def pooled(part: pd.DataFrame, skip: set[str], compute: str = "_compute") -> lis
             continue
         shared = part.loc[vals.index].groupby(compute)[col].nunique().max()
         if shared >= 2:
-            out.append((str(col), sorted(map(str, vals.unique()))))
+            out.append((str(col), _values(vals)))
     return out
+
+
+def _values(vals: pd.Series) -> list[str]:
+    """A pooling column's distinct values as a note shows them: numbers in their order, whole ones without a
+    decimal point (resolutions 32, 64, 128 read 32, 64, 128, not '128', '32', '64' or 32.0 where a cell is
+    empty); anything else sorted as text."""
+    if pd.api.types.is_numeric_dtype(vals) and not pd.api.types.is_bool_dtype(vals):
+        return [str(int(v)) if float(v).is_integer() else str(v) for v in sorted(vals.unique())]
+    return sorted(map(str, vals.unique()))
 
 
 def pooled_note(title: str, pools: list[tuple[str, list[str]]]) -> str:
