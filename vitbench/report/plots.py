@@ -103,7 +103,24 @@ def plain(text) -> str:
     return str(text).replace("$", r"\$")
 
 
-def _series_label(row: pd.Series, multi_backend: bool) -> str:
+# Keys _series_label always reads its own way (the model, "(backend)", a precision, "compiled"), or that a
+# panel or the model already says (task, family): never repeated as key=value.
+_LABELLED = ("model", "family", "backend", "task", "precision", "compile")
+# A figure against input size: its series run over the sizes, each size's best batch (peak_throughput).
+_SIZE_AXES = ("resolution", "batch_size", "task")
+
+
+def series_keys(summary: pd.DataFrame, keys: list[str], drop: tuple[str, ...] = _SIZE_AXES) -> list[str]:
+    """What tells a figure's series apart: every key its summary was grouped by (tables.summary_keys: `keys` and
+    the settings that split it), less the figure's axes and panels (`drop`). Grouping on a fixed list instead
+    joined rows the table keeps apart (devices 1 and 2 drawn as one zig-zag line [32,32,64,64] px)."""
+    return [k for k in tables.summary_keys(summary, keys) if k not in drop]
+
+
+def _series_label(row: pd.Series, multi_backend: bool, extra: list[str] | tuple[str, ...] = ()) -> str:
+    """The model, its backend where several are drawn, its precision (not fp32), 'compiled', then key=value of
+    each of `extra` (the settings that vary between a figure's series, tables.varying) the label does not say
+    yet."""
     parts = [str(row["model"])]
     if multi_backend:
         parts.append(f"({row['backend']})")
@@ -111,7 +128,17 @@ def _series_label(row: pd.Series, multi_backend: bool) -> str:
         parts.append(row["precision"])
     if row.get("compile") is True:
         parts.append("compiled")
+    parts += [f"{k}={value_text(row[k])}" for k in extra if k not in _LABELLED and k in row and _present(row[k])]
     return plain(" ".join(parts))
+
+
+def _present(v) -> bool:
+    return not (v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA or v is pd.NaT)
+
+
+def value_text(v) -> str:
+    """A setting's value as a label shows it: 2 for 2.0 (an integer setting read back as float)."""
+    return f"{v:g}" if isinstance(v, (float, np.floating)) else str(v)
 
 
 def _size_axis(ax, values) -> None:
@@ -192,17 +219,19 @@ def throughput_vs_resolution(df: pd.DataFrame) -> Figure | NotDrawn | None:
         return None
     if (note := _one_size(pt["resolution"], "throughput")) is not None:
         return note
+    keys = series_keys(pt, tables.THROUGHPUT_KEYS)  # the table's own split (not a fixed list: devices 1 and 2)
     fig, panels = _task_panels(pt, 6.4, 4.6)
     colors = model_colors(pt["model"])
     multi = pt["backend"].nunique() > 1
+    extra = tables.varying(pt, keys)
     for ax, task, sub in panels:
         n = 0
-        for _, g in _groups(sub, ["model", "backend", "precision", "compile", "device"]):
+        for _, g in _groups(sub, keys):
             g = g.sort_values("resolution")
             row = g.iloc[0]
             ax.plot(g["resolution"], g["img_per_s"], marker=_marker(row["model"]), color=colors[row["model"]],
                     linestyle=backend_line(row["backend"]), markersize=6, linewidth=1.6,
-                    label=_series_label(row, multi))
+                    label=_series_label(row, multi, extra))
             n += 1
         m = _marked(sub)
         if mark_caveats(ax, sub["resolution"][m], sub["img_per_s"][m]):
@@ -308,17 +337,21 @@ def gflops_vs_throughput(df: pd.DataFrame) -> Figure | NotDrawn | None:
     if pt["gflops"].nunique() < 2:
         return NotDrawn("one forward cost measured (one model at one input size): nothing to compare speed "
                         "against; the values are in the table 'throughput'")
+    # a series per configuration of the table's (grouped on model and backend only, fp32 and bf16 points were
+    # one series labelled from its first row, bf16)
+    keys = series_keys(pt, tables.THROUGHPUT_KEYS)
     fig, panels = _task_panels(pt, 6.0, 4.8)
     colors = model_colors(pt["model"])
     multi = pt["backend"].nunique() > 1
+    extra = tables.varying(pt, keys)
     for ax, task, sub in panels:
         n = 0
         label_points = len(sub) <= 30 and sub["resolution"].nunique() > 1
-        for _, g in _groups(sub, ["model", "backend"]):
+        for _, g in _groups(sub, keys):
             row = g.iloc[0]
             ax.scatter(g["gflops"], g["img_per_s"], marker=_marker(row["model"]), color=colors[row["model"]],
                        s=40, edgecolors="black" if backend_index(row["backend"]) else "none", linewidths=0.8,
-                       label=_series_label(row, multi), zorder=3)
+                       label=_series_label(row, multi, extra), zorder=3)
             if label_points:
                 for x, y, r in zip(g["gflops"], g["img_per_s"], g["resolution"]):
                     ax.annotate(f"{int(r)}", (x, y), textcoords="offset points", xytext=(4, 3), fontsize=6,
@@ -328,14 +361,8 @@ def gflops_vs_throughput(df: pd.DataFrame) -> Figure | NotDrawn | None:
         if mark_caveats(ax, sub["gflops"][m], sub["img_per_s"][m], size=120):
             caveat_legend_entry(ax)
             n += 1
-        # Reference: constant achieved FLOP/s through the median point (speed ~ 1/FLOPs if FLOPs predicted it).
-        clean = sub[~m] if (~m).any() else sub  # the reference line is drawn through clean points where any
-        achieved = (clean["gflops"] * clean["img_per_s"]).median()
-        if achieved and math.isfinite(achieved):
-            xs = np.geomspace(sub["gflops"].min() / 1.5, sub["gflops"].max() * 1.5, 50)
-            ax.plot(xs, achieved / xs, color="0.6", linestyle=":", linewidth=1,
-                    label=f"constant {achieved:.3g} GFLOP/s", zorder=1)
-            n += 1
+        apart = [k for k in tables.varying(sub, keys) if k not in ("model", "family")]
+        n += _reference_lines(ax, sub, m, apart)
         ax.set_xscale("log")
         ax.set_yscale("log")
         _log_axis(ax.xaxis)
@@ -348,6 +375,32 @@ def gflops_vs_throughput(df: pd.DataFrame) -> Figure | NotDrawn | None:
         ax.grid(True, which="both", alpha=0.3)
         _legend(fig, ax, n)
     return fig
+
+
+_REF_GREYS = ("0.6", "0.35", "0.75", "0.2", "0.5")
+
+
+def _reference_lines(ax, sub: pd.DataFrame, marked: pd.Series, apart: list[str]) -> int:
+    """Reference: constant achieved FLOP/s through the median point (speed ~ 1/FLOPs if FLOPs predicted it), one
+    line per value of the settings that vary between the panel's series other than the model (`apart`): one
+    median over fp32 and bf16 points drew a line through neither. Labelled with those settings where there are
+    any ('constant N GFLOP/s' alone otherwise). How many lines it drew (legend entries)."""
+    groups = list(sub.groupby([tables.hashable(sub[k]) for k in apart], dropna=False, sort=True)) if apart \
+        else [((), sub)]
+    xs = np.geomspace(sub["gflops"].min() / 1.5, sub["gflops"].max() * 1.5, 50)
+    n = 0
+    for i, (_, g) in enumerate(groups):
+        m = marked.loc[g.index]
+        clean = g[~m] if (~m).any() else g  # the reference line is drawn through clean points where any
+        achieved = (clean["gflops"] * clean["img_per_s"]).median()
+        if not (achieved and math.isfinite(achieved)):
+            continue
+        row = g.iloc[0]
+        which = ", ".join(f"{k}={value_text(row[k])}" for k in apart if _present(row[k]))
+        ax.plot(xs, achieved / xs, color=_REF_GREYS[i % len(_REF_GREYS)], linestyle=":", linewidth=1,
+                label=f"constant {achieved:.3g} GFLOP/s" + (f" ({plain(which)})" if which else ""), zorder=1)
+        n += 1
+    return n
 
 
 def _infer_speed(df: pd.DataFrame, speed_task: str = "infer") -> pd.DataFrame:

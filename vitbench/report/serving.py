@@ -1,6 +1,7 @@
 """The report's section of 'serve' rows (vitbench.tasks.serve, docs/serving.md): a table per scenario and
 configuration, and latency against target QPS from every LoadGen run a row keeps (the Server search's probes),
-with the latency bound drawn. Generic: series are whatever models and backends the rows hold."""
+with the latency bound drawn. Generic: a line per configuration the table keeps apart (model, backend, batch
+size, ...), a marked row's probes ringed red (vitbench.report.caveats)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ from matplotlib.figure import Figure
 
 from vitbench.measure import loadgen
 from vitbench.measure.load import OTHER_LOAD
-from vitbench.report import tables
-from vitbench.report.caveats import CAVEAT
+from vitbench.report import caveats, tables
+from vitbench.report.caveats import CAVEAT, caveat_legend_entry, mark_caveats
 from vitbench.report.parts import NotDrawn
-from vitbench.report.plots import backend_line, model_colors, plain
+from vitbench.report.plots import backend_line, model_colors, plain, value_text
 
 KEYS = ["model", "backend", "device", "precision", "scenario", "latency_per", "batch_size", "max_wait_ms",
         "latency_bound_ms", "min_duration_s"]
@@ -96,21 +97,41 @@ def per_query_of_old(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
+PROBE_VALUES = ["target_qps", "latency_ms", "latency_ms_p50", "valid", "bound_ms", "percentile", CAVEAT]
+
+
 def probes(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per LoadGen run of the Server rows (error rows too: a search none of whose probes was VALID):
-    model, backend, target QPS, the judged percentile's latency, p50, validity and the bound."""
+    """One row per LoadGen run of the Server rows (error rows too: a search none of whose probes was VALID): the
+    row's configuration (the table's KEYS and any other setting that splits it, tables.split_keys: with model and
+    backend only, batch 1's and batch 32's probes were one line), target QPS, the judged percentile's latency,
+    p50, validity, the bound and the row's `caveat` (vitbench.report.caveats; '' where none)."""
     rows = []
     server = df[df["scenario"] == "Server"] if "scenario" in df.columns else df.iloc[0:0]
+    # less the probe's own columns: target_qps, a Server setting (where its search starts), is the figure's x
+    split = tables.split_keys(server, KEYS) if len(server) else []
+    keys = [k for k in dict.fromkeys(["model", "backend", *split]) if k not in PROBE_VALUES]
+    server = server.assign(**{k: tables.hashable(server[k]) for k in keys if k in server})  # a list: groupable
     for _, r in server.iterrows():
+        config = {k: r.get(k) for k in keys}
+        caveat = r.get(CAVEAT)
         for run in _runs(r.get("raw")):
             lat = run.get("latency_ms") or {}
-            p = run.get("percentile")
-            judged = _judged(run)
-            rows.append({"model": r["model"], "backend": r["backend"], "target_qps": run.get("target_qps"),
-                         "latency_ms": judged, "latency_ms_p50": lat.get("p50"), "valid": bool(run.get("valid")),
-                         "bound_ms": run.get("latency_bound_ms"), "percentile": p})
-    return pd.DataFrame(rows, columns=["model", "backend", "target_qps", "latency_ms", "latency_ms_p50", "valid",
-                                       "bound_ms", "percentile"])
+            rows.append({**config, "target_qps": run.get("target_qps"), "latency_ms": _judged(run),
+                         "latency_ms_p50": lat.get("p50"), "valid": bool(run.get("valid")),
+                         "bound_ms": run.get("latency_bound_ms"), "percentile": run.get("percentile"),
+                         CAVEAT: caveat if isinstance(caveat, str) else ""})
+    return pd.DataFrame(rows, columns=[*keys, *PROBE_VALUES])
+
+
+_MARKERS = ("o", "s", "^", "D", "v", "P")  # the series of one model and backend told apart (o: the first)
+
+
+def _label(g: pd.DataFrame, apart: list[str]) -> str:
+    """'model (backend)', key=value of each other setting that varies between the figure's lines (`apart`), and
+    the judged percentile."""
+    row, p = g.iloc[0], g["percentile"].dropna()
+    extra = [f"{k}={value_text(row[k])}" for k in apart if k not in ("model", "backend") and pd.notna(row[k])]
+    return plain(" ".join([f"{row['model']} ({row['backend']})", *extra])) + (f" p{p.iloc[0]:g}" if len(p) else "")
 
 
 def latency_vs_qps(df: pd.DataFrame) -> Figure | NotDrawn | None:
@@ -129,16 +150,29 @@ def latency_vs_qps(df: pd.DataFrame) -> Figure | NotDrawn | None:
     fig = Figure(figsize=(8.0, 4.8), layout="constrained")
     ax = fig.subplots()
     colors = model_colors(pr["model"])
-    for (model, backend), g in pr.groupby(["model", "backend"], sort=True):
+    keys = [c for c in pr.columns if c not in PROBE_VALUES]  # a line per configuration the serve table has
+    apart = tables.varying(pr, keys)
+    lines = list(pr.groupby(keys, sort=True, dropna=False))
+    shared = pd.Series([(g["model"].iloc[0], g["backend"].iloc[0]) for _, g in lines]).value_counts()
+    seen: dict[tuple, int] = {}  # lines drawn so far per model and backend: the next one's marker
+    for _, g in lines:
         g = g.sort_values("target_qps")
+        model, backend = g["model"].iloc[0], g["backend"].iloc[0]
         color, style = colors[model], backend_line(backend)
-        p = g["percentile"].dropna()
-        label = plain(f"{model} ({backend})") + (f" p{p.iloc[0]:g}" if len(p) else "")
-        ax.plot(g["target_qps"], g["latency_ms"], linestyle=style, color=color, linewidth=1.6, label=label)
+        k = seen[(model, backend)] = seen.get((model, backend), -1) + 1
+        marker = _MARKERS[k % len(_MARKERS)]
+        # lines of one model and backend share colour and style: their legend entries show their marker
+        own = {"marker": marker, "markersize": 6} if shared[(model, backend)] > 1 else {}
+        ax.plot(g["target_qps"], g["latency_ms"], linestyle=style, color=color, linewidth=1.6,
+                label=_label(g, apart), **own)
         ax.plot(g["target_qps"], g["latency_ms_p50"], linestyle=style, color=color, linewidth=0.8, alpha=0.6)
         for valid, part in g.groupby("valid"):
-            ax.plot(part["target_qps"], part["latency_ms"], linestyle="none", marker="o", markersize=6,
+            ax.plot(part["target_qps"], part["latency_ms"], linestyle="none", marker=marker, markersize=6,
                     color=color, markerfacecolor=color if valid else "white")
+    # a probe of a row marked unstable or shared-host ringed red, as every speed figure does (the serve table
+    # marked it, the figure did not)
+    m = caveats.marked(pr[CAVEAT])
+    rings = mark_caveats(ax, pr["target_qps"][m], pr["latency_ms"][m])
     for bound in sorted(pr["bound_ms"].dropna().unique()):
         ax.axhline(bound, color="0.3", linestyle="--", linewidth=1.0)
         ax.annotate(f"bound {bound:g} ms", (0.01, bound), xycoords=("axes fraction", "data"),
@@ -148,5 +182,7 @@ def latency_vs_qps(df: pd.DataFrame) -> Figure | NotDrawn | None:
     ax.set_ylabel("Latency per sample [ms] (thick: judged percentile; thin: p50)")
     ax.plot([], [], linestyle="none", marker="o", color="0.3", label="VALID")
     ax.plot([], [], linestyle="none", marker="o", color="0.3", markerfacecolor="white", label="INVALID")
+    if rings:
+        caveat_legend_entry(ax)
     ax.legend(fontsize=8, loc="best")
     return fig

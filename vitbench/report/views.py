@@ -140,7 +140,8 @@ register_report(ReportPart(
     "serve", "Serving under MLPerf's LoadGen (docs/serving.md): Server, the highest target QPS judged VALID at "
     "the latency bound; SingleStream/MultiStream, latency percentiles; Offline, samples/s beside the throughput "
     "mode (median over repeats)", (serve.KIND,), serving.table, columns=serving.COLUMNS,
-    figures=(Figure("latency_vs_qps", "Latency vs target QPS per model and backend, every LoadGen Server run, "
-                    "of error rows too (filled: VALID, hollow: INVALID; dashed: the latency bound)",
+    figures=(Figure("latency_vs_qps", "Latency vs target QPS per configuration (model, backend, batch, ...), "
+                    "every LoadGen Server run, of error rows too (filled: VALID, hollow: INVALID; dashed: the latency "
+                    "bound)",
                     serving.latency_vs_qps, failed=True),),
     order=25))
