@@ -33,7 +33,8 @@ register_report(ReportPart(
     "throughput", "Throughput (median over repeats; min and max over the same repeats)", (bench.KIND,),
     tables.throughput_table,
     columns=("model", "backend", "task", "device", "devices", "parallelism", "precision", "compile", "timing",
-             "resolution", "batch_size", "repeats", "img_per_s", "img_per_s_min", "img_per_s_max", "step_ms_median",
+             "resolution", "batch_size", "repeats", "img_per_s", "img_per_s_min", "img_per_s_max",
+             "step_ms_median",
              "step_cv", "mfu", CAVEAT),
     figures=(Figure("throughput_vs_resolution", "Throughput vs input size (cf. paper Figure 12, left)",
                     plots.throughput_vs_resolution),),
@@ -141,7 +142,7 @@ register_report(ReportPart(
     "the latency bound; SingleStream/MultiStream, latency percentiles; Offline, samples/s beside the throughput "
     "mode (median over repeats)", (serve.KIND,), serving.table, columns=serving.COLUMNS,
     figures=(Figure("latency_vs_qps", "Latency vs target QPS per configuration (model, backend, batch, ...), "
-                    "every LoadGen Server run, of error rows too (filled: VALID, hollow: INVALID; dashed: the latency "
-                    "bound)",
+                    "every LoadGen Server run, of error rows too (filled: VALID, hollow: INVALID; dashed: the "
+                    "latency bound)",
                     serving.latency_vs_qps, failed=True),),
     order=25))
