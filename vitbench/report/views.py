@@ -34,8 +34,7 @@ register_report(ReportPart(
     tables.throughput_table,
     columns=("model", "backend", "task", "device", "devices", "parallelism", "precision", "compile", "timing",
              "resolution", "batch_size", "repeats", "img_per_s", "img_per_s_min", "img_per_s_max",
-             "step_ms_median",
-             "step_cv", "mfu", CAVEAT),
+             "step_ms_median", "step_cv", "mfu", CAVEAT),
     figures=(Figure("throughput_vs_resolution", "Throughput vs input size (cf. paper Figure 12, left)",
                     plots.throughput_vs_resolution),),
     order=10))
