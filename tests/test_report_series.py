@@ -127,3 +127,22 @@ def test_latency_vs_qps_rings_the_probes_of_a_marked_row(tmp_path, unstable):
     ringed = sorted(tuple(float(v) for v in p) for c in rings for p in c.get_offsets())
     assert ringed == ([(100.0, 5.0), (200.0, 10.0)] if unstable else [])
     assert (CAVEAT_LABEL in _legend(ax)) is unstable
+
+
+def test_max_batch_vs_resolution_draws_a_line_per_device_count(tmp_path):
+    """The largest batch per device at 1 and 2 devices, each at 32 and 64 px: two lines (the max_batch table's
+    rows), not one over [32, 32, 64, 64] px (the figure grouped on a list without devices)."""
+    from vitbench.report.plots import max_batch_vs_resolution
+
+    rows = []
+    for res, best in ((32, 64), (64, 16)):
+        for devices in (1, 2):
+            cfg = {"model": NANO, "backend": "torch", "task": "max_batch", "device": "cpu", "precision": "fp32",
+                   "compile": False, "mode": "infer", "resolution": res, "devices": devices}
+            rows.append(record("max_batch", cfg, metrics={"max_batch_size": best // devices, "capped": False},
+                               key=f"mb-{res}-{devices}", study="s", run_id="r", repeat=0, trial=cfg))
+    _store(tmp_path / "res", rows)
+    ok = ok_rows(load(tmp_path / "res"), ("max_batch",))
+    lines = _lines(max_batch_vs_resolution(ok).axes[0])
+    assert lines == {f"{NANO} devices=1": ([32.0, 64.0], [64.0, 16.0]),
+                     f"{NANO} devices=2": ([32.0, 64.0], [32.0, 8.0])}, lines

@@ -261,11 +261,13 @@ def max_batch_vs_resolution(df: pd.DataFrame) -> Figure | NotDrawn | None:
     colors = model_colors(mb["model"])
     multi = mb["backend"].nunique() > 1
     n, any_capped = 0, 0.0  # the largest capped value (0: none capped)
-    for _, g in _groups(mb, ["model", "backend", "mode", "precision", "compile", "device"]):
+    keys = series_keys(mb, tables.MAX_BATCH_KEYS, drop=("resolution",))  # the table's split (devices 1 and 2 too)
+    extra = [k for k in tables.varying(mb, keys) if k != "mode"]  # the mode is said in brackets
+    for _, g in _groups(mb, keys):
         g = g.sort_values("resolution")
         row = g.iloc[0]
-        label = _series_label(row, multi) + (f" [{plain(row['mode'])}]" if "mode" in row and row["mode"] != "infer"
-                                             else "")
+        label = _series_label(row, multi, extra) + (f" [{plain(row['mode'])}]" if "mode" in row
+                                                    and row["mode"] != "infer" else "")
         line, = ax.plot(g["resolution"], g["max_batch_size"], marker=_marker(row["model"]),
                         color=colors[row["model"]], linestyle=backend_line(row["backend"]),
                         markersize=6, linewidth=1.6, label=label)

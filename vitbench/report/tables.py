@@ -192,15 +192,17 @@ def peak_throughput(ok: pd.DataFrame) -> pd.DataFrame:
     return t.loc[sorted(best)].reset_index(drop=True)
 
 
+MAX_BATCH_KEYS = ["model", "family", "backend", "mode", "device", "devices", "parallelism", "precision", "compile",
+                  "resolution"]
+
+
 def max_batch(ok: pd.DataFrame) -> pd.DataFrame:
     """The largest batch per configuration (median over repeats); `max_batch` as it reads: '\u2265 N' where the
     search reached its cap N (`capped` in any repeat: a lower bound, not the largest batch), else N.
     process_peak_mib, the probe's whole-process peak, beside memory_limit_mib: it is what the search held to the
     limit (vitbench.measure.max_batch.run_probe), not peak_mem_mib, the steps' own peak (rows from before it was
     recorded have none, and no column)."""
-    keys = ["model", "family", "backend", "mode", "device", "devices", "parallelism", "precision", "compile",
-            "resolution"]
-    out = _collapse(ok, keys, _present(ok, ["max_batch_size", "capped", "peak_mem_mib", "process_peak_mib",
+    out = _collapse(ok, MAX_BATCH_KEYS, _present(ok, ["max_batch_size", "capped", "peak_mem_mib", "process_peak_mib",
                                              "memory_limit_mib", "probes", "search_s"]))
     if not out.empty and "max_batch_size" in out:
         capped = out["capped"].map(caveats.true) if "capped" in out else pd.Series(False, index=out.index)
