@@ -114,3 +114,16 @@ def test_nothing_fitting_is_no_ok_row(monkeypatch):
     rec = max_batch(Step("ViT-Nano/4", mode="infer"), memory_limit_gib=8, max_batch_size=8)
     assert rec.status == "oom" and rec.metrics["max_batch_size"] == 0
     assert rec.error.message.startswith("nothing fits: batch 1 did not fit (oom)")
+
+
+def test_a_first_probe_past_its_time_is_no_oom(monkeypatch):
+    """Batch 1 ran past --probe-timeout-s: the search is bounded by time, which says nothing of memory; it was an
+    `oom` row, 'nothing fits', the timeout printed to the second ("0 s" for 0.3; found by a review)."""
+    import vitbench.measure.max_batch as mb
+    from vitbench.measure.probe import ProbeStatus
+
+    monkeypatch.setattr(mb, "run_probe", lambda step, b, *a: Probe(b, False, ProbeStatus.TIMEOUT,
+                                                                   error="probe took longer than 0.3 s"))
+    rec = max_batch(Step("ViT-Nano/4", mode="infer"), memory_limit_gib=8, max_batch_size=8, probe_timeout_s=0.3)
+    assert rec.status == "error" and rec.error.type == "ProbeTimeout", rec.error
+    assert "ran past the probe's 0.3 s" in rec.error.message and "not memory" in rec.error.message

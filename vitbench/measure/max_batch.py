@@ -122,12 +122,15 @@ def run_probe(step: Step, batch: int, backend: str | None = None, device: str = 
         proc = _probe_process(req, result, log)
         try:
             proc.start()
+            # the timeout counts from here: starting a fork server (its torch import, seconds) is not the probe's
+            # (a timeout of 2 s failed batch 1 of every model, reported as nothing fits)
+            started = time.perf_counter()
             memory_budget.watch_apart(proc.pid)  # watched here, against the budget: not by this command's guard
             tree = memory_budget.TreeMemory(proc.pid)  # the probe and its ranks
             while proc.exitcode is None:
                 if budget_mib is not None and device == "cpu" and (tree.mib() or 0.0) > budget_mib:
                     killed = ProbeStatus.KILLED_OVER_BUDGET
-                elif time.perf_counter() - t0 > timeout_s:
+                elif time.perf_counter() - started > timeout_s:
                     killed = ProbeStatus.TIMEOUT
                 if killed:
                     break
@@ -145,7 +148,7 @@ def run_probe(step: Step, batch: int, backend: str | None = None, device: str = 
     if killed:
         return Probe(batch, False, killed, seconds=seconds,
                      error=f"probe passed the {budget_mib:.0f} MiB budget" if killed.over_budget else
-                     f"probe took longer than {timeout_s:.0f} s")
+                     f"probe took longer than {timeout_s:g} s")
     if out is None:
         tail = "\n".join(err.strip().splitlines()[-5:])
         oom = ended_out_of_memory(err, proc.exitcode)
@@ -244,6 +247,10 @@ def max_batch(step: Step, backend: str | None = None, device: str = "cpu", threa
             f"fits is not known (largest that ran: {best}): {clip(bound.error or '', 300)}", bound.error)
     elif best == 0 and errors:  # nothing fitted because probes crashed, not because memory ran out
         status, error = Status.ERROR, ErrorInfo("ProbeError", errors[-1].error or "", errors[-1].error)
+    elif best == 0 and bound is not None and bound.status is ProbeStatus.TIMEOUT:  # time, not memory: no oom
+        status, error = Status.ERROR, ErrorInfo(
+            "ProbeTimeout", f"batch {bound.batch} ran past the probe's {probe_timeout_s:g} s before any batch "
+            "was measured: the search is bounded by time here, not memory; raise --probe-timeout-s", bound.error)
     elif best == 0:  # nothing fits: no largest batch was measured (an empty measure is no ok row)
         detail = f": {clip(bound.error, 300)}" if bound.error else ""
         why = hint or f"batch {bound.batch} did not fit ({bound.status}){detail}"
