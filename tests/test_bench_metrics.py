@@ -45,6 +45,31 @@ def test_every_key_of_train_with_real_input_is_declared(one_torch_thread):
     assert row_check()(rec) is None
 
 
+def test_real_input_windows_under_other_load_make_the_row_unstable(one_torch_thread, monkeypatch):
+    """The real-image windows are checked as the synthetic steps are: measured while other processes kept 1.9
+    cores busy, they are said (real_input_other_load_cores, real_input_noise) and the row is unstable; they went
+    unflagged, the row's checks covering its synthetic steps only (found by a review)."""
+    import vitbench.protocols.input_bench as ib
+
+    class Busy:  # what vitbench.measure.load.LoadMeter reads on a shared host
+        other_cores = 1.9
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return None
+
+    monkeypatch.setattr(ib, "LoadMeter", Busy)
+    p = Train.Params(model="ViT-Nano/4", task="train", batch_size=2, min_steps=1, min_seconds=0.01,
+                     warmup_steps=0, threads=1, real_input_dataset="synthetic", real_input_steps=1,
+                     real_input_synthetic_images=16)
+    rec = Train().run(p)
+    assert rec.metrics["real_input_other_load_cores"] == 1.9 and "1.9 CPU cores" in rec.metrics["real_input_noise"]
+    assert rec.metrics["unstable"] is True and "real images: " in rec.metrics["noise"]
+    assert not _undeclared(rec) and row_check()(rec) is None
+
+
 def test_the_undeclared_keys_are_settings_named_like_a_field_or_no_single_value():
     assert not set(UNDECLARED) & set(DECLARED)
     fields = set(Train.fields()) | set(Infer.fields())

@@ -25,6 +25,9 @@ import numpy as np
 
 from vitbench.backends.base import TRANSFER_PRECISION
 from vitbench.backends.workload import StopRule
+from vitbench.backends.kinds import TimerKind
+from vitbench.measure.load import LoadMeter
+from vitbench.measure.noise import assess, summary
 from vitbench.measure.timing import MIN_WINDOWS, summarize_windows, window_steps_for
 from vitbench.transfer.data import ImageSet, Splits, batch_indices
 
@@ -117,8 +120,12 @@ def real_input_training(model: str, backend: str, splits: Splits, resolution: in
     timed = _Fed(data, _primed(data, batch_indices(len(data), batch_size, windows * per_window, seed + 1),
                                resolution))
     before = data.input.snapshot()
-    window_s = [run(timed, per_window) for _ in range(windows)]
+    # its own load reading and noise checks: the row's are of the synthetic steps, so real-image windows halved
+    # by other processes (CV 0.64) went unflagged (found by a review)
+    with LoadMeter() as load:
+        window_s = [run(timed, per_window) for _ in range(windows)]
     timed.close()
+    noise = assess(window_s, TimerKind.HOST_CLOCK, load.other_cores)  # run() reads the host clock
     stats = summarize_windows(window_s, per_window)
     got = data.input.metrics(before, sum(window_s))
     metrics = {"real_input_img_per_s": batch_size / (stats["step_ms_median"] / 1000),
@@ -127,6 +134,7 @@ def real_input_training(model: str, backend: str, splits: Splits, resolution: in
                "input_img_per_s": got["input_img_per_s"], "input_bound_fraction": got["input_bound_fraction"],
                "real_input_source": splits.source, "skipped_files": len(splits.skipped),
                # the transfer primitives' numerics, whatever the row's precision (its synthetic steps')
-               "real_input_precision": TRANSFER_PRECISION, "real_input_optimizer": recipe.optimizer}
+               "real_input_precision": TRANSFER_PRECISION, "real_input_optimizer": recipe.optimizer,
+               "real_input_other_load_cores": load.other_cores, "real_input_noise": summary(noise)}
     splits.warn_skipped()
     return metrics, {"real_input_window_s": window_s, "real_input_warmup_s": warmup_s}

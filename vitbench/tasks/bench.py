@@ -109,4 +109,8 @@ class Train(_Bench):
                                            device=p.device, threads=p.threads, seed=p.seed)
             rec.metrics.update(got)
             rec.raw.update(raw)
+            if got["real_input_noise"]:  # the row is as trustworthy as its least trustworthy part
+                rec.metrics["unstable"] = True
+                rec.metrics["noise"] = "; ".join(filter(None, (rec.metrics.get("noise"),
+                                                               f"real images: {got['real_input_noise']}")))
         return rec

@@ -147,6 +147,10 @@ REAL_INPUT = (
     Metric("real_input_precision", TEXT, True, "the transfer loop's numerics (whatever the row's precision)"),
     Metric("real_input_optimizer", TEXT, True, "the transfer loop's optimiser (OptimConfig's default, whatever the "
            "row's optimizer)"),
+    Metric("real_input_other_load_cores", "cores", False, "real images: average cores other processes kept busy "
+           "while its windows were timed (vitbench.measure.load)"),
+    Metric("real_input_noise", TEXT, False, "why the real-image windows are untrustworthy, one clause per flag "
+           "(vitbench.measure.noise; null: stable); the row's `unstable` holds them too"),
 )
 
 METRICS = (*TIMING, *SETUP, *MEMORY, *GROUP, *FLOPS, *REAL_INPUT)
