@@ -56,6 +56,20 @@ def test_latency_timing_keeps_every_step(one_torch_thread):
     assert m["img_per_s"] == 2 / (m["step_ms_median"] / 1000)  # exact: bench's own operations
 
 
+def test_a_window_size_with_latency_timing_is_refused(cli):
+    """Latency timing times every step alone: --window-steps with it was kept in the row and its trial key and
+    applied nowhere (found by a review). Refused, naming both options; with throughput timing it applies."""
+    r = cli("bench", "ViT-Nano/4", "--timing", "latency", "--window-steps", "7", "--threads", "1")
+    assert r.exit_code == 2, r.output
+    said = " ".join(r.output.split())
+    assert "--window-steps applies only with --timing throughput (here latency" in said, said
+    from vitbench.tasks import get_task
+
+    p = get_task("infer").Params(model="ViT-Nano/4", task="infer", window_steps=7)
+    assert p.config()["window_steps"] == 7
+    assert "window_steps" in get_task("infer").Params(model="ViT-Nano/4", task="infer", timing="latency").config()
+
+
 def test_steady_memory_excludes_what_the_build_used(one_torch_thread):
     """Steady steps keep the state (weights, grads, Adam's moments, inputs) and add activations: never less than
     the state; the build phase is measured apart."""

@@ -81,9 +81,11 @@ def planned_windows(step_s: float, window_steps: int, min_steps: int, min_second
 
 def real_input_training(model: str, backend: str, splits: Splits, resolution: int, batch_size: int, *,
                         min_steps: int, min_seconds: float, max_seconds: float, warmup_steps: int,
-                        device: str = "cpu", threads: int | None = None, seed: int = 0) -> tuple[dict, dict]:
+                        device: str = "cpu", threads: int | None = None, seed: int = 0,
+                        window_steps: int | None = None) -> tuple[dict, dict]:
     """(metrics, raw) of training `model` (random init) on `splits.train` (vitbench.transfer.data.load_splits:
-    listed before any timing, so bad data exits first), timed as the module docstring says. metrics:
+    listed before any timing, so bad data exits first), timed as the module docstring says, in windows of
+    `window_steps` steps (None: sized from the warm-up as bench's; windows whatever the row's `timing`). metrics:
     real_input_img_per_s (batch / median step), real_input_step_ms_median / _iqr / _cv, real_input_windows,
     real_input_window_steps, real_input_steps, input_img_per_s, input_bound_fraction, real_input_source,
     real_input_precision (what the real-input steps compute in: the transfer primitives' TRANSFER_PRECISION),
@@ -115,7 +117,8 @@ def real_input_training(model: str, backend: str, splits: Splits, resolution: in
     warmup_s = [run(warm, 1) for _ in range(warmup_steps)]
     estimate = statistics.median(warmup_s) if warmup_s else run(warm, 1)
     warm.close()
-    per_window = window_steps_for(estimate, min_steps, min_seconds, max_seconds)
+    # the row's own window_steps where it gives one (it was replaced by the sizing's: found by a review)
+    per_window = window_steps or window_steps_for(estimate, min_steps, min_seconds, max_seconds)
     windows = planned_windows(estimate, per_window, min_steps, min_seconds, max_seconds)
     timed = _Fed(data, _primed(data, batch_indices(len(data), batch_size, windows * per_window, seed + 1),
                                resolution))
