@@ -70,7 +70,9 @@ TIMING = (
 SETUP = (
     Metric("batch_size_requested", "images", True, "the batch the row asked for (the config's batch_size)"),
     Metric("batch_size_achieved", "images", True, "the batch the step ran (img_per_s divides by it)"),
-    Metric("build_s", "s", False, "model and step build time, before the first step"),
+    Metric("build_s", "s", False, "model and step build time, before the first step (an ahead-of-time "
+           "compile, JAX's and the runtimes', is inside it and its compile_s part of it; torch.compile compiles "
+           "in the first step)"),
     Metric("first_step_s", "s", False, "the first step, timed apart (a lazy compile and allocator warm-up in it)"),
     Metric("compile_s", "s", False, "compile/jit time (single value per run; a cache hit's is the time to trace "
            "and load the executable)", comparable=True,
