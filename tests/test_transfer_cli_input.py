@@ -33,6 +33,11 @@ def test_default_warmup_fits_short_runs_and_keeps_the_keys_of_long_ones():
     assert PretrainConfig(model="ViT-Nano/4", steps=5).warmup_steps == 0
     assert PretrainConfig(model="ViT-Nano/4").warmup_steps == 30  # 300 steps: as before
     assert PretrainConfig(model="ViT-Nano/4").key() == PretrainConfig(model="ViT-Nano/4", warmup_steps=30).key()
+    # how the data is read is no part of the upstream: 2 workers pre-trained it again (found by a review)
+    up = PretrainConfig(model="ViT-Nano/4")
+    read = up.data.model_copy(update={"workers": 2, "check_data": True})
+    assert PretrainConfig(model="ViT-Nano/4", data=read).key() == up.key()
+    assert up.key_data()["split_rule"] == 2
     assert PretrainConfig(model="ViT-Nano/4", steps=20, warmup_steps=5).warmup_steps == 5
     with pytest.raises(ValueError, match=r"the warm-up must be shorter than the steps \(20\)"):
         PretrainConfig(model="ViT-Nano/4", steps=20, warmup_steps=20)

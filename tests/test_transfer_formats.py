@@ -122,11 +122,16 @@ def test_training_rows_say_what_input_cost(formats, cli, tmp_path, fmt):
     assert m["input_img_per_s"] > 0 and 0 < m["input_bound_fraction"] <= 1 and m["skipped_files"] == 0
 
 
-def test_training_with_worker_processes_gives_the_same_run(formats, cli, tmp_path):
-    """--data-workers changes who decodes, not what: the same losses and accuracy as decoding in-process."""
+def test_training_with_worker_processes_gives_the_same_run(formats, cli, tmp_path, monkeypatch):
+    """--data-workers changes who decodes, not what: the same losses and accuracy as decoding in-process (each
+    run in a cache of its own: the worker count is no part of the upstream's cache key, so the second run would
+    load the first's)."""
+    from vitbench.protocols.pretrain import CACHE_ENV  # the upstream checkpoints' cache
+
     data = formats["webdataset"]
     rows = []
     for workers in ("0", "2"):
+        monkeypatch.setenv(CACHE_ENV, str(tmp_path / f"cache{workers}"))
         r = cli("pretrain", "ViT-Nano/4", "--data", "webdataset", "--data-path", data["path"], "--classes", "",
                 "-r", "16", "--steps", "4", "-b", "8", "--data-workers", workers, "--out", tmp_path / workers,
                 "--json")

@@ -40,7 +40,7 @@ from vitbench.protocols.teacher import load_teacher, teacher_metrics
 from vitbench.record import Record, now
 from vitbench.transfer.checkpoint import Checkpoint, checkpoint_path, load_checkpoint, save_checkpoint
 from vitbench.transfer.config import MAX_COUNT, DataConfig, Seed
-from vitbench.transfer.data import load_splits, warn_oversized_batch
+from vitbench.transfer.data import SPLIT_RULE, load_splits, warn_oversized_batch
 from vitbench.transfer.distill import DEFAULT_LAMBDA, DEFAULT_TAU, Distill, Distillation, Lambda, Tau
 from vitbench.transfer.masked_patch import (
     MaskedPatch,
@@ -134,6 +134,11 @@ class PretrainConfig(BaseModel):
         d = self.model_dump(mode="json", exclude={"teacher", "objective"})
         d["model"] = self.spec.name
         d["resolution"] = self.res
+        # how its training split was drawn (an upstream of another rule trained on other images), not how the data
+        # was read: the worker count and the up-front check change no weight (workers=2 pre-trained again)
+        d["split_rule"] = SPLIT_RULE
+        for how in ("workers", "check_data"):
+            d["data"].pop(how, None)
         if self.teacher is not None:  # absent without a teacher: the keys of plain upstreams stay as they were
             d["teacher"] = self.teacher.key_data()
         if self.objective is not None:  # absent when supervised: existing keys unchanged
