@@ -106,3 +106,15 @@ def test_a_bad_value_is_named_by_the_flag_the_command_declares(argv, says):
 
     r = CliRunner().invoke(app, argv)
     assert r.exit_code == 2 and says in r.output and "Traceback" not in r.output, r.output
+
+
+def test_a_set_null_is_the_value_asked_for_not_the_default():
+    """`--set classes=null` (every class, as `classes: null` in a study) fell back to the default classes: every
+    value that was None was taken for a flag not given (found by a review). A flag not given still takes its
+    default."""
+    from vitbench.cli.common import task_params
+
+    _, p = task_params("fewshot", sets=["classes=null", "upstream_classes=null"], model="ViT-Nano/4")
+    assert p.classes is None and p.upstream_classes is None
+    _, p = task_params("fewshot", model="ViT-Nano/4", classes=None, sets=["shots=5"])
+    assert p.classes == "5-9" and p.upstream_classes == "0-4" and p.shots == 5

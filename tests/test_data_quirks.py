@@ -187,6 +187,21 @@ def test_webdataset_skips_the_hidden_members_of_a_macos_tar(tmp_path):
     assert raw.pool.origin(0).endswith(":./s00.png") and raw.pool.decode(0).shape == (8, 8, 3)
 
 
+def test_webdataset_names_the_shards_beside_train_and_test_it_does_not_read(tmp_path):
+    """A val-000.tar beside train-000.tar was left unread without a word (the test split cut from train); hf and
+    folder say a split they leave (found by a review)."""
+    samples = [(f"s{c}{i}", c, _encoded(_image(c, i))) for c in range(2) for i in range(3)]
+    _shard(tmp_path / "train-000.tar", samples)
+    _shard(tmp_path / "val-000.tar", samples)
+    raw, said = _read("webdataset", tmp_path)
+    assert len(raw.labels) == 6
+    assert any("1 shard(s) not read" in w and "val-000.tar" in w for w in said), said
+    (tmp_path / "alone").mkdir()
+    _shard(tmp_path / "alone" / "train-000.tar", samples)
+    _, quiet = _read("webdataset", tmp_path / "alone")
+    assert not any("not read" in w for w in quiet), quiet
+
+
 def test_a_corrupt_member_is_named_not_its_buffer(tmp_path):
     samples = [(f"s{c}{i}", c, _encoded(_image(c, i))) for c in range(2) for i in range(3)]
     samples[1] = ("s01", 0, b"hello, not a png")
@@ -259,6 +274,31 @@ def test_npz_16_bit_images_are_refused_saying_what_is_accepted(tmp_path):
     with pytest.raises(ConfigError, match=r"'x' is uint16: 16-bit integer image arrays are not accepted, only "
                                           r"uint8 \[0, 255\] or floats in \[0, 1\]"):
         read_source(DataConfig.model_validate({"name": "npz", "path": str(tmp_path / "u16.npz")}))
+
+
+def test_a_test_class_whose_every_image_was_skipped_is_said(tmp_path):
+    """With --skip-corrupt, every test image of class 'a' corrupt: the accuracy is over the other classes, and the
+    row was `ok` without a word of it (found by a review); the warning names the class."""
+    from vitbench.errors import VitbenchWarning
+    from vitbench.transfer.data import load_splits
+
+    _folder(tmp_path / "train", classes=("a", "b", "c"))
+    _folder(tmp_path / "test", classes=("a", "b", "c"))
+    for f in (tmp_path / "test" / "a").iterdir():
+        f.write_bytes(b"not a png")
+    splits = load_splits({"name": "folder", "path": str(tmp_path), "skip_corrupt": True, "classes": None})
+    read = sum(len(y) for _, y, _ in splits.test.batches(8, 4))
+    assert read == 6
+    with pytest.warns(VitbenchWarning, match=r"every test image of 1 of the 3 classes .* was skipped as corrupt: "
+                                             r".*'a'.*the accuracy is over the other classes"):
+        splits.warn_skipped()
+
+
+def test_npz_images_of_no_pixels_are_refused(tmp_path):
+    """20 images of 0 x 0 pixels read as constant images and gave an `ok` accuracy at chance (found by a review)."""
+    np.savez(tmp_path / "z.npz", x=np.zeros((20, 0, 0), np.uint8), y=np.arange(20) % 2)
+    with pytest.raises(ConfigError, match=r"'x' has shape \(20, 0, 0, 1\).*H and W at least 1"):
+        read_source(DataConfig.model_validate({"name": "npz", "path": str(tmp_path / "z.npz")}))
 
 
 def _test_missing_class(fmt, root):

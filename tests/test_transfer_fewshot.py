@@ -52,6 +52,17 @@ def test_kshot_draws_are_per_class_nested_and_checked():
         kshot_indices(labels, 4, 31, seed=0)
 
 
+def test_too_many_shots_name_the_class_and_the_most_allowed(tmp_path):
+    """Checked before any pre-training; the class is named as the data names it, not by its relabelled index
+    (digit '8' of classes 5-9 read 'class 3': found by a review), with the most shots the split allows."""
+    from vitbench.protocols.fewshot import FewshotConfig, fewshot
+
+    with pytest.raises(ConfigError, match=r"200-shot needs 200 training images per class; the train split of "
+                                          r"digits classes=5-9 has \d+ for class '\d': shots up to \d+"):
+        fewshot(FewshotConfig(checkpoint=str(tmp_path / "never-read.safetensors"), shots=[200]),
+                cache=str(tmp_path))
+
+
 def _blobs(n_per_class, k, d, sep, seed):
     centres = np.random.default_rng(0).normal(size=(k, d)) * sep  # the same classes in every split
     y = np.repeat(np.arange(k), n_per_class)

@@ -326,13 +326,16 @@ def task_params(task_name: str, names: dict[str, str] | None = None, sets: list[
 
     task = get_task(task_name)
     names = {**(field_options(command, task.Params.model_fields) if command else {}), **(names or {})}
+    # a flag not given is None (its default applies); a --set item's null is the value asked for, as in a study
+    # (`--set classes=null` fell back to the default classes)
+    given = {k: v for k, v in values.items() if v is not None}
     if sets:
         arch, set_fields, set_names = path_sets(task_name, sets)
-        values = {**values, "model": with_sets(values["model"], arch), **set_fields}
+        model = with_sets(values.get("model"), arch)
+        given = {**given, **({"model": model} if model is not None else {}), **set_fields}
         names = {**(names or {}), **set_names}
     try:  # a check across fields names each by its option too (FIELD_NAMES)
-        params = task.Params.model_validate({"task": task.name, **{k: v for k, v in values.items()
-                                                                   if v is not None}},
+        params = task.Params.model_validate({"task": task.name, **given},
                                             context={FIELD_NAMES: lambda f: option(f, names)})
     except ValidationError as e:
         problems = []

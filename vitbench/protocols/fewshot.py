@@ -183,8 +183,10 @@ def fewshot(cfg: FewshotConfig, *, device: str = "cpu", threads: int | None = No
     splits = load_splits(cfg.data)  # data problems first, before any pre-training
     counts = splits.train.per_class_counts()
     if min(counts) < max(cfg.shots):
+        # the class by its name: its relabelled index read as another class (3 for digit '8' of classes 5-9)
         raise ConfigError(f"{max(cfg.shots)}-shot needs {max(cfg.shots)} training images per class; the train "
-                          f"split of {splits.source} has {min(counts)} for class {counts.index(min(counts))}")
+                          f"split of {splits.source} has {min(counts)} for class "
+                          f"{splits.train.class_names[counts.index(min(counts))]!r}: shots up to {min(counts)}")
     if cfg.l2_reg == "auto" and len(splits.val) == 0:
         raise ConfigError("few-shot l2_reg 'auto' needs a val split (data.val_fraction > 0); or fix l2_reg")
     splits.warn_uncovered("the l2 regulariser" if cfg.l2_reg == "auto" else None)

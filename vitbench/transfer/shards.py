@@ -113,6 +113,16 @@ def split_shards(path: str, test_path: str | None) -> tuple[list[Path], list[Pat
                 raise ConfigError(f"{p}: holds test-*.tar shards but no train-*.tar: name the train shards "
                                   f"train-*.tar (or give a pattern of them); expected {LAYOUT}")
             train = shard_files(path)  # no train-*/test-* names: every shard is the pool
+        else:  # the other shards beside them are not read: said, as hf and folder say a split they leave
+            other = sorted(f.name for f in shard_files(path) if f not in {*train, *test})
+            if other:
+                import warnings
+
+                from vitbench.errors import VitbenchWarning, shorten
+
+                warnings.warn(f"{p}: {len(other)} shard(s) not read ({shorten(other)}): a directory's train-*.tar "
+                              "are the train split and test-*.tar the test split; the val split is val_fraction "
+                              "of train", VitbenchWarning, stacklevel=2)
     else:
         train = shard_files(path)
         names = {f.resolve() for f in train}

@@ -274,8 +274,8 @@ _NPZ_LAYOUT = ("an .npz file with arrays x_train, y_train, x_test, y_test (or x,
 def _npz_images(x: np.ndarray, name: str, path: Path) -> np.ndarray:
     if x.ndim == 3:
         x = x[..., None]
-    if x.ndim != 4 or x.shape[-1] not in (1, 3):
-        raise ConfigError(f"{path}: array {name!r} has shape {x.shape}; expected {_NPZ_LAYOUT}")
+    if x.ndim != 4 or x.shape[-1] not in (1, 3) or 0 in x.shape[1:3]:  # 0 x 0 images: an ok row of nothing
+        raise ConfigError(f"{path}: array {name!r} has shape {x.shape}; expected {_NPZ_LAYOUT}, H and W at least 1")
     if x.dtype == np.uint8:
         return x
     if not np.issubdtype(x.dtype, np.floating):  # uint16 (16-bit images), int64, bool: no scale to assume
