@@ -118,3 +118,15 @@ def test_a_set_null_is_the_value_asked_for_not_the_default():
     assert p.classes is None and p.upstream_classes is None
     _, p = task_params("fewshot", model="ViT-Nano/4", classes=None, sets=["shots=5"])
     assert p.classes == "5-9" and p.upstream_classes == "0-4" and p.shots == 5
+
+
+def test_a_field_the_command_has_no_flag_for_is_named_as_set():
+    """fewshot has no --val-fraction: its messages told the user to use one (found by a review). A field of the
+    task the command has no flag for is named `--set FIELD`, how the command takes it."""
+    from vitbench.cli.common import task_params
+    from vitbench.cli.transfer_cmd import finetune_cmd, fewshot_cmd
+
+    _, p = task_params("fewshot", command=fewshot_cmd, model="ViT-Nano/4")
+    assert (p.name_of("val_fraction"), p.name_of("shots")) == ("--set val_fraction", "--shots")
+    _, p = task_params("finetune", command=finetune_cmd, model="ViT-Nano/4")
+    assert p.name_of("val_fraction") == "--val-fraction"  # finetune's own flag

@@ -325,7 +325,16 @@ def task_params(task_name: str, names: dict[str, str] | None = None, sets: list[
     from vitbench.transfer.config import field_range
 
     task = get_task(task_name)
-    names = {**(field_options(command, task.Params.model_fields) if command else {}), **(names or {})}
+    declared = field_options(command, task.Params.model_fields) if command else None
+    names = {**(declared or {}), **(names or {})}
+
+    def name_of(field: str) -> str:
+        """`field` as this command takes it: its own spelling, else (a field of the task the command has no flag
+        for) `--set FIELD` (fewshot's messages named a --val-fraction it does not have), else --field-name."""
+        if field in names or declared is None or field not in task.Params.model_fields:
+            return option(field, names)
+        return f"--set {field}"
+
     # a flag not given is None (its default applies); a --set item's null is the value asked for, as in a study
     # (`--set classes=null` fell back to the default classes)
     given = {k: v for k, v in values.items() if v is not None}
@@ -336,7 +345,7 @@ def task_params(task_name: str, names: dict[str, str] | None = None, sets: list[
         names = {**(names or {}), **set_names}
     try:  # a check across fields names each by its option too (FIELD_NAMES)
         params = task.Params.model_validate({"task": task.name, **given},
-                                            context={FIELD_NAMES: lambda f: option(f, names)})
+                                            context={FIELD_NAMES: name_of})
     except ValidationError as e:
         problems = []
         for x in e.errors():
@@ -346,7 +355,7 @@ def task_params(task_name: str, names: dict[str, str] | None = None, sets: list[
                 continue
             got = f" (got {shorten(x['input'])})" if "input" in x and x["type"] != "missing" else ""
             allowed = field_range(task.Params, x["loc"][:1]) if x["type"] == "finite_number" else None
-            problems.append(f"{option(str(x['loc'][0]), names)}: {msg}{f', {allowed}' if allowed else ''}{got}")
+            problems.append(f"{name_of(str(x['loc'][0]))}: {msg}{f', {allowed}' if allowed else ''}{got}")
         raise ConfigError("; ".join(problems)) from None
     config = params.config()
     if "backend" in config:  # what the backend cannot do fails here, not in the middle of a measurement
