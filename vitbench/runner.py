@@ -324,7 +324,8 @@ def run_study(study: Study, results_dir: str | os.PathLike | None = None, *,
     t_start = time.perf_counter()
     todo = plan(study, store, force, retry_failed)
     rerun = {t.key for t in todo} & store.done_keys(only_ok=retry_failed)  # done, but a file it read changed
-    planned_at = {t.key: store.outcome(t.key) for t in todo}  # each trial's latest outcome as planned
+    outcomes = store.outcomes()
+    planned_at = {t.key: outcomes.get(t.key) for t in todo}  # each trial's latest outcome as planned
     summary.skipped_done = len(study.trials) - len(todo)
     own_executor = not isinstance(executor, Executor)
     if todo:  # what can still fail (an executor that cannot start, a directory that cannot be made) fails here

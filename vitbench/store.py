@@ -260,6 +260,11 @@ class Store:
         self.refresh()
         return self._last.get(key)
 
+    def outcomes(self) -> dict[str, tuple[bool, str | None]]:
+        """Every trial's `outcome` at once (one read of the rows appended since, not one per trial). A copy."""
+        self.refresh()
+        return dict(self._last)
+
     def is_done(self, key: str, only_ok: bool = False) -> bool:
         """Whether trial `key` has a terminal row (an 'ok' one when `only_ok`), rows appended since included."""
         self.refresh()

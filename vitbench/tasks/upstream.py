@@ -391,10 +391,11 @@ class _DownstreamData(BaseModel):
     dataset: DatasetName = Field(DOWNSTREAM_DATA.name, description=description_of(DataConfig, "name"))
     data_path: PathField | None = Field(None, description=description_of(DataConfig, "path"))
     classes: str | None = Field(ints_text(DOWNSTREAM_DATA.classes), description="Downstream classes ('' for all).")
-    train_per_class: int | None = None
+    # bounded as DataConfig bounds them (field_like): `val_fraction: 2` passed a dry run and failed in the trial
+    train_per_class: int | None = field_like(DataConfig, "train_per_class", default=None)
     # held out of train: the fine-tuning LR / few-shot L2 choice
-    val_fraction: float = Field(DOWNSTREAM_DATA.val_fraction,
-                                description=description_of(DataConfig, "val_fraction"))
+    val_fraction: float = field_like(DataConfig, "val_fraction", default=DOWNSTREAM_DATA.val_fraction,
+                                     description=description_of(DataConfig, "val_fraction"))
     # the data source's other settings (vitbench.transfer.config.DataConfig), left out of the key when unset
     data_test_path: PathField | None = key_neutral(description=description_of(DataConfig, "test_path"))
     skip_corrupt: bool = key_neutral(False, description=description_of(DataConfig, "skip_corrupt"))
