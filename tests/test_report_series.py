@@ -146,3 +146,18 @@ def test_max_batch_vs_resolution_draws_a_line_per_device_count(tmp_path):
     lines = _lines(max_batch_vs_resolution(ok).axes[0])
     assert lines == {f"{NANO} devices=1": ([32.0, 64.0], [64.0, 16.0]),
                      f"{NANO} devices=2": ([32.0, 64.0], [32.0, 8.0])}, lines
+
+
+def test_settings_text_is_the_tables_spelling_and_skips_what_has_no_value():
+    """Every figure names the settings that tell its series apart with one helper, in the tables' spelling
+    (numfmt.fmt): a float setting read back as 2.0 reads 2, a flag yes/no, a missing value is left out."""
+    import pandas as pd
+
+    from vitbench import numfmt
+    from vitbench.report.tables import settings_text
+
+    pairs = [("devices", 2.0), ("compile", True), ("shots", float("nan")), ("precision", "bf16"), ("lr", 0.003),
+             ("workers", None), ("mode", pd.NA)]
+    assert settings_text(pairs) == "devices=2 compile=yes precision=bf16 lr=0.003"
+    assert settings_text(pairs[:2], " / ") == f"devices={numfmt.fmt(2.0)} / compile={numfmt.fmt(True)}"
+    assert settings_text([("shots", None)]) == ""

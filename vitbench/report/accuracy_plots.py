@@ -16,7 +16,6 @@ import pandas as pd
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 
-from vitbench import numfmt
 from vitbench.report import tables
 from vitbench.report.caveats import caveat_legend_entry, mark_caveats
 from vitbench.report.plots import (
@@ -34,10 +33,6 @@ from vitbench.report.plots import (
     plain,
 )
 from vitbench.stats import frontier_mask
-
-
-def _fmt_key(v) -> str:
-    return plain(numfmt.fmt(v))
 
 
 def pareto_front(x, y) -> np.ndarray:
@@ -128,7 +123,7 @@ def accuracy_vs_compute(df: pd.DataFrame) -> Figure | None:
         ax.set_ylabel("Accuracy [%]" + (" (median over seeds; dots: seeds)" if sub.get("repeats", pd.Series(
             [1])).max() > 1 else ""))
         pkey = pkey if isinstance(pkey, tuple) else (pkey,)
-        ax.set_title(" / ".join(f"{k}={_fmt_key(v)}" for k, v in zip(panel_keys, pkey) if pd.notna(v)),
+        ax.set_title(plain(tables.settings_text(zip(panel_keys, pkey), " / ")),
                      fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
     _shared_legend(fig, axes)
@@ -184,7 +179,7 @@ def distilled_accuracy_vs_throughput(df: pd.DataFrame) -> Figure | None:
         ax.set_xlabel(f"Peak inference throughput [img/s] ({_device(sub)}; median over repeats, best batch)\n"
                       f"(upstreams of one model drawn {DODGE:g}x apart)", fontsize=9)
         ax.set_ylabel("Accuracy [%] (mean over seeds; bar: min..max)")
-        ax.set_title(" / ".join(f"{k}={_fmt_key(v)}" for k, v in zip(panel_keys, pkey) if pd.notna(v))
+        ax.set_title(plain(tables.settings_text(zip(panel_keys, pkey), " / "))
                      + ": distilled (\u2697) and plain", fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
     if rings:

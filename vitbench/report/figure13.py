@@ -23,7 +23,6 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from vitbench import numfmt
 from vitbench.report import caveats, plots, tables
 from vitbench.report.caveats import CAVEAT
 
@@ -93,8 +92,7 @@ def _speeds(df: pd.DataFrame) -> pd.DataFrame:
     pt = plots._infer_speed(df)
     if pt.empty:
         return pt
-    extra = tables.varying(pt, [k for k in tables.summary_keys(pt, tables.THROUGHPUT_KEYS)
-                                if k not in ("model", "family", "task", *_SPEED_KEYS)])
+    extra = plots.varying_series_keys(pt, tables.THROUGHPUT_KEYS, drop=("model", "family", "task", *_SPEED_KEYS))
     return pt[[c for c in ("model", *_SPEED_KEYS, *extra) if c in pt.columns]]
 
 
@@ -158,7 +156,7 @@ def figure(ok: pd.DataFrame) -> Figure | None:
                        if split else [((), of_m)]):
             key = key if isinstance(key, tuple) else (key,)
             g = c.groupby("pretrain_exaflops")["accuracy"].mean()
-            tag = " ".join(f"{k}={numfmt.fmt(v)}" for k, v in zip(split, key) if pd.notna(v))
+            tag = tables.settings_text(zip(split, key))
             ax_c.plot(g.index, 100 * g.to_numpy(), linestyle="-", label=plots.plain(f"{m} {tag}".strip()),
                       **style[m])
     rings = False
@@ -169,8 +167,8 @@ def figure(ok: pd.DataFrame) -> Figure | None:
         for _, r in sp.iterrows():
             st = style[r["model"]]
             face = st["color"] if fill == "full" else "none"
-            tag = "".join(f" {k}={numfmt.fmt(r[k])}" for k in label_keys if pd.notna(r[k]))
-            label = plots.plain(f"{r['model']} ({b}){tag}")
+            tag = tables.settings_text((k, r[k]) for k in label_keys)
+            label = plots.plain(f"{r['model']} ({b}) {tag}".strip())
             ax_s.scatter(r["img_per_s"], 100 * r["accuracy"], marker=st["marker"], facecolors=face,
                          edgecolors=st["color"], s=60, label=label)
             ax_f.scatter(r["gflops"], r["img_per_s"], marker=st["marker"], facecolors=face, edgecolors=st["color"],

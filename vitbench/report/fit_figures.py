@@ -41,7 +41,7 @@ from vitbench.fit.groups import DEFAULT_COMPUTE, DEFAULT_GROUP
 from vitbench.report import caveats, tables
 from vitbench.report.caveats import caveat_legend_entry, mark_caveats
 from vitbench.report.plots import (FAMILY_STYLE, _infer_speed, _legend, _log_axis, backend_line, first_panels,
-                                   model_colors, plain)
+                                   model_colors, plain, varying_series_keys)
 
 _OTHER_COLORS = colormaps["tab10"]
 # Axis titles for the compute columns results rows carry (any other column is shown by its name).
@@ -101,8 +101,7 @@ def _style(g: GroupFit, report: FitReport, i: int) -> tuple[str, tuple]:
 
 def _panel_title(report: FitReport, key: tuple) -> str:
     bench = [c for c in report.split_by if c not in (report.spec.group or [DEFAULT_GROUP])]
-    parts = [f"{c}={v}" for c, v in zip(bench, key) if v is not None]
-    return plain(" / ".join(parts) or Path(report.source).name)
+    return plain(tables.settings_text(zip(bench, key), " / ") or Path(report.source).name)
 
 
 def _axes(n: int, height: float = 4.8, extra_rows: bool = False):
@@ -321,8 +320,7 @@ def _peak_speed(df: pd.DataFrame, speed_task: str) -> pd.DataFrame:
     keys = [k for k in ("model", "backend", "precision", "resolution") if k in b.columns]
     # and every other setting that tells two peaks apart (a CPU's and a GPU's: the fastest was taken silently;
     # found by a review)
-    keys += tables.varying(b, [k for k in tables.summary_keys(b, tables.THROUGHPUT_KEYS)
-                               if k not in (*keys, "family", "task", "batch_size")])
+    keys += varying_series_keys(b, tables.THROUGHPUT_KEYS, drop=(*keys, "family", "task", "batch_size"))
     b = b.assign(marked=caveats.marked(b[caveats.CAVEAT]) if caveats.CAVEAT in b else False)  # the fastest clean
     b = b.sort_values(["marked", "img_per_s"], ascending=[True, False])  # speed where there is one
     return b.groupby(keys, dropna=False, sort=True).head(1)[[*keys, "img_per_s", "marked"]].reset_index(drop=True)
@@ -392,7 +390,7 @@ def throughput_vs_accuracy(df: pd.DataFrame, *, speed_task: str, compute: str = 
             n += 1
         ax.set_xlabel("Peak inference throughput [img/s] (median over repeats, best batch size)")
         ax.set_ylabel("Accuracy [%] at the largest pre-training budget")
-        where = plain(" / ".join(f"{c}={numfmt.fmt(v)}" for c, v in zip(bench, key) if pd.notna(v)))
+        where = plain(tables.settings_text(zip(bench, key), " / "))
         ax.set_title(f"{where}: what accuracy a speed buys", fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
         _legend(fig, ax, n)

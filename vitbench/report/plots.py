@@ -117,6 +117,12 @@ def series_keys(summary: pd.DataFrame, keys: list[str], drop: tuple[str, ...] = 
     return [k for k in tables.summary_keys(summary, keys) if k not in drop]
 
 
+def varying_series_keys(summary: pd.DataFrame, keys: list[str], drop: tuple[str, ...] = _SIZE_AXES) -> list[str]:
+    """Those of `series_keys` that take two values or more in `summary` (tables.varying): the settings a figure's
+    labels name, or that tell apart two rows a figure reads as one (a CPU's and a GPU's peak)."""
+    return tables.varying(summary, series_keys(summary, keys, drop))
+
+
 def _series_label(row: pd.Series, multi_backend: bool, extra: list[str] | tuple[str, ...] = ()) -> str:
     """The model, its backend where several are drawn, its precision (not fp32), 'compiled', then key=value of
     each of `extra` (the settings that vary between a figure's series, tables.varying) the label does not say
@@ -128,17 +134,8 @@ def _series_label(row: pd.Series, multi_backend: bool, extra: list[str] | tuple[
         parts.append(row["precision"])
     if row.get("compile") is True:
         parts.append("compiled")
-    parts += [f"{k}={value_text(row[k])}" for k in extra if k not in _LABELLED and k in row and _present(row[k])]
-    return plain(" ".join(parts))
-
-
-def _present(v) -> bool:
-    return not (v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA or v is pd.NaT)
-
-
-def value_text(v) -> str:
-    """A setting's value as a label shows it: 2 for 2.0 (an integer setting read back as float)."""
-    return f"{v:g}" if isinstance(v, (float, np.floating)) else str(v)
+    parts.append(tables.settings_text((k, row[k]) for k in extra if k not in _LABELLED and k in row))
+    return plain(" ".join(p for p in parts if p))
 
 
 def _size_axis(ax, values) -> None:
@@ -398,7 +395,7 @@ def _reference_lines(ax, sub: pd.DataFrame, marked: pd.Series, apart: list[str])
         if not (achieved and math.isfinite(achieved)):
             continue
         row = g.iloc[0]
-        which = ", ".join(f"{k}={value_text(row[k])}" for k in apart if _present(row[k]))
+        which = tables.settings_text(((k, row[k]) for k in apart), ", ")
         ax.plot(xs, achieved / xs, color=_REF_GREYS[i % len(_REF_GREYS)], linestyle=":", linewidth=1,
                 label=f"constant {achieved:.3g} GFLOP/s" + (f" ({plain(which)})" if which else ""), zorder=1)
         n += 1

@@ -15,7 +15,7 @@ from vitbench.measure.load import OTHER_LOAD
 from vitbench.report import caveats, tables
 from vitbench.report.caveats import CAVEAT, caveat_legend_entry, mark_caveats
 from vitbench.report.parts import NotDrawn
-from vitbench.report.plots import backend_line, model_colors, plain, value_text
+from vitbench.report.plots import backend_line, model_colors, plain
 
 KEYS = ["model", "backend", "device", "precision", "scenario", "latency_per", "batch_size", "max_wait_ms",
         "latency_bound_ms", "min_duration_s"]
@@ -130,8 +130,8 @@ def _label(g: pd.DataFrame, apart: list[str]) -> str:
     """'model (backend)', key=value of each other setting that varies between the figure's lines (`apart`), and
     the judged percentile."""
     row, p = g.iloc[0], g["percentile"].dropna()
-    extra = [f"{k}={value_text(row[k])}" for k in apart if k not in ("model", "backend") and pd.notna(row[k])]
-    return plain(" ".join([f"{row['model']} ({row['backend']})", *extra])) + (f" p{p.iloc[0]:g}" if len(p) else "")
+    extra = tables.settings_text((k, row[k]) for k in apart if k not in ("model", "backend"))
+    return plain(f"{row['model']} ({row['backend']}) {extra}".strip()) + (f" p{p.iloc[0]:g}" if len(p) else "")
 
 
 def latency_vs_qps(df: pd.DataFrame) -> Figure | NotDrawn | None:

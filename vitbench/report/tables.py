@@ -10,10 +10,13 @@ spread stays visible. Timed rows flagged unstable or co-scheduled are never pool
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Iterable
 from typing import Any
 
 import pandas as pd
 
+from vitbench import numfmt
 from vitbench.models.families import family_names
 from vitbench.models.specs import get_spec
 from vitbench.report import caveats
@@ -104,6 +107,17 @@ def hashable(s: pd.Series) -> pd.Series:
     if s.dtype != object or not s.map(lambda v: isinstance(v, (list, dict))).any():
         return s
     return s.map(lambda v: json.dumps(v, sort_keys=True) if isinstance(v, (list, dict)) else v)
+
+
+def settings_text(pairs: Iterable[tuple[str, Any]], sep: str = " ") -> str:
+    """'setting=value' of each (setting, value) in `pairs` that has a value, joined by `sep`, the value as the
+    tables print it (numfmt.fmt: 2 for 2.0, yes/no): how a figure's label, title or reference line names the
+    settings that tell it apart (the one spelling; six figures had their own)."""
+    return sep.join(f"{k}={numfmt.fmt(v)}" for k, v in pairs if not _missing(v))
+
+
+def _missing(v) -> bool:
+    return v is None or v is pd.NA or v is pd.NaT or (isinstance(v, float) and math.isnan(v))
 
 
 def distinct(v: pd.Series) -> str:
