@@ -4,16 +4,13 @@ its tree), the real `ab` step over synthetic sweeps (no measurement), bad input,
 from __future__ import annotations
 
 import math
-import subprocess
 from pathlib import Path
 
-import numpy as np
 import pytest
 from ab_fakes import fake_sweeps, git, make_repo
 from typer.testing import CliRunner
 
 from vitbench.cli import app
-from vitbench.compare import ab as ab_mod
 from vitbench.compare import bisection
 from vitbench.compare.decide import Decision
 from vitbench.compare.paired import Paired, Rule, TwoPoint, between

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_compare import SPIKE_P, STEP_CV, STEPS, bench_record, steps, write_jsonl
+from test_compare import SPIKE_P, STEP_CV, STEPS
 from ab_fakes import fake_sweeps, git, make_repo
 from typer.testing import CliRunner
 

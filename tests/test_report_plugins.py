@@ -46,7 +46,7 @@ def seqlen_results(path) -> None:
                              run_id="run0", repeat=0, trial=cfg))
 
 
-HEADER = f'''
+HEADER = '''
     from vitbench.report.parts import Figure, ReportPart, register_report
 
     def table(df):

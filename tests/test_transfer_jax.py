@@ -186,7 +186,6 @@ def test_both_backends_initialise_every_parameter_from_the_same_distribution(mod
     on digits. Per parameter, zero on both or neither, and the sample standard deviations alike: two samples of
     n values of one distribution differ in std by a relative ~1/sqrt(n - 1) (the normal's; a uniform's or a
     truncated normal's less), so 6 of those is a bound a same-distribution pair exceeds with odds ~1e-9."""
-    import torch
 
     from vitbench.models.convert import flax_to_torch
     from vitbench.models.flax import build_flax_model, init_params

@@ -124,10 +124,10 @@ def inputs_changed(study: Study, store: Store) -> dict[str, str]:
         if rec is None or not isinstance(rec.runner.get(INPUT_SHA256), dict):
             continue
         now = input_sha256(get_task(t.config["task"]), t.config)
-        for field, sha in rec.runner[INPUT_SHA256].items():
-            if field in now and now[field] != sha:
-                out[t.key] = (f"trial {t.key}: {field} {shorten(str(t.config[field]), 120)} has changed since its "
-                              f"row was written (SHA-256 {str(sha)[:12]}... now {str(now[field])[:12]}...): it "
+        for name, sha in rec.runner[INPUT_SHA256].items():
+            if name in now and now[name] != sha:
+                out[t.key] = (f"trial {t.key}: {name} {shorten(str(t.config[name]), 120)} has changed since its "
+                              f"row was written (SHA-256 {str(sha)[:12]}... now {str(now[name])[:12]}...): it "
                               "runs again")
                 warnings.warn(out[t.key], VitbenchWarning, stacklevel=2)
                 break
@@ -323,7 +323,6 @@ def run_study(study: Study, results_dir: str | os.PathLike | None = None, *,
     summary = SweepSummary(run_id=run_id, results_dir=results_dir, planned=len(study.trials))
     t_start = time.perf_counter()
     todo = plan(study, store, force, retry_failed)
-    rerun = {t.key for t in todo} & store.done_keys(only_ok=retry_failed)  # done, but a file it read changed
     outcomes = store.outcomes()
     planned_at = {t.key: outcomes.get(t.key) for t in todo}  # each trial's latest outcome as planned
     summary.skipped_done = len(study.trials) - len(todo)

@@ -18,7 +18,6 @@ plus the growth of the peak during the steps; the eager model the export was bui
 from __future__ import annotations
 
 import gc
-import os
 import time
 from abc import abstractmethod
 from collections.abc import Callable

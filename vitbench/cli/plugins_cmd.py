@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import typer
 from rich.table import Table
 
 from vitbench.cli import app

@@ -384,7 +384,7 @@ def _rows(label: str, b: Trial, c: Trial, metrics: Sequence[Metric], threshold: 
             row.note = "; ".join([*notes, f"not in {'baseline' if bs is None else 'current'}"])
             rows.append(row)
             continue
-        (bp, br, bn_rep, bn, b_raw, b_pts, b_raws), (cp, cr, cn_rep, cn, c_raw, c_pts, c_raws) = bs, cs
+        (bp, _, bn_rep, bn, b_raw, b_pts, b_raws), (cp, _, cn_rep, cn, c_raw, c_pts, c_raws) = bs, cs
         row.baseline, row.current = b_raw, c_raw
         row.repeats, row.samples = (bn_rep, cn_rep), (bn, cn)
         if bp <= 0:

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 
-from vitbench.measure.load import BUSY_CORES, OTHER_LOAD, busy
+from vitbench.measure.load import OTHER_LOAD, busy
 from vitbench.record import Record, finite_number
 from vitbench.stats import t_quantile
 

@@ -23,7 +23,7 @@ import os
 from typing import Any
 
 from vitbench.errors import BackendUnavailable, ConfigError
-from vitbench.models.flax import GPU_MEMORY_ENV  # sets it on import: before jax creates a GPU client (see above)
+from vitbench.models.flax import GPU_MEMORY_ENV  # noqa: F401 - set on import, before jax makes a GPU client
 
 PLATFORMS = {"cpu": "cpu", "gpu": "gpu", "cuda": "gpu", "rocm": "gpu", "tpu": "tpu"}
 _state: dict[str, Any] = {"cpu_threads": None}  # what this module initialised the CPU client with
