@@ -169,25 +169,35 @@ class Splits:
         return self.train.skipped
 
     def warn_skipped(self) -> None:
-        """Say on the terminal how many corrupt files were skipped (data.skip_corrupt), naming a few."""
-        if len(self.skipped):
-            import warnings
+        """Say on the terminal how many corrupt files were skipped (data.skip_corrupt), naming a few, and which
+        test classes lost every image to it (`warn_emptied`)."""
+        if not len(self.skipped):
+            return
+        import warnings
 
-            from vitbench.errors import VitbenchWarning
+        from vitbench.errors import VitbenchWarning
 
-            names = ", ".join(list(self.skipped.files)[:3])
-            warnings.warn(f"{len(self.skipped)} corrupt files skipped in {self.source} (--skip-corrupt): {names}"
-                          + (" ..." if len(self.skipped) > 3 else ""), VitbenchWarning, stacklevel=2)
-            # a test class every image of which was skipped is out of the accuracy: said as warn_uncovered says a
-            # class the test split never had (an `ok` row over 4 of 5 classes went unsaid: found by a review)
-            test = self.test
-            read = np.array([test.pool.origin(int(i)) not in self.skipped.files for i in test.index], bool)
-            listed = np.bincount(test.labels, minlength=self.num_classes)
-            gone = np.flatnonzero((listed > 0) & (np.bincount(test.labels[read], minlength=self.num_classes) == 0))
-            if len(gone):
-                warnings.warn(f"every test image of {len(gone)} of the {self.num_classes} classes of {self.source} "
-                              f"was skipped as corrupt: {class_list(gone, self.train.class_names)}; the accuracy "
-                              "is over the other classes", VitbenchWarning, stacklevel=2)
+        names = ", ".join(list(self.skipped.files)[:3])
+        warnings.warn(f"{len(self.skipped)} corrupt files skipped in {self.source} (--skip-corrupt): {names}"
+                      + (" ..." if len(self.skipped) > 3 else ""), VitbenchWarning, stacklevel=2)
+        self.warn_emptied()
+
+    def warn_emptied(self) -> None:
+        """Warn naming the test classes every image of which was skipped as corrupt: they are out of the accuracy,
+        said as warn_uncovered says a class the test split never had (an `ok` row over 4 of 5 classes went
+        unsaid: found by a review)."""
+        import warnings
+
+        from vitbench.errors import VitbenchWarning
+
+        test = self.test
+        read = np.array([test.pool.origin(int(i)) not in self.skipped.files for i in test.index], bool)
+        listed = np.bincount(test.labels, minlength=self.num_classes)
+        gone = np.flatnonzero((listed > 0) & (np.bincount(test.labels[read], minlength=self.num_classes) == 0))
+        if len(gone):
+            warnings.warn(f"every test image of {len(gone)} of the {self.num_classes} classes of {self.source} "
+                          f"was skipped as corrupt: {class_list(gone, self.train.class_names)}; the accuracy "
+                          "is over the other classes", VitbenchWarning, stacklevel=3)
 
     def warn_uncovered(self, val_chooses: str | None = None) -> None:
         """Warn (VitbenchWarning) naming the classes the test split holds no image of (the accuracy is over the
