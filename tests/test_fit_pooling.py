@@ -134,3 +134,11 @@ def test_a_csv_without_kinds_is_checked_against_every_kind_s_settings(tmp_path):
     [g] = _fit(p, compute="compute", error="error").groups
     assert len(g.notes) == 1 and "2 values of 'resolution' (32, 64)" in g.notes[0]
     assert "params" not in g.notes[0]
+
+
+def test_two_method_versions_at_the_same_budgets_are_named_in_a_note(tmp_path):
+    """Rows of two method versions (vitbench.record.INCOMPARABLE) at one compute are two curves, as the report
+    keeps them apart: the note names method_version, numeric and outside the settings as it is."""
+    rows = [_row(s, off, fields={"method_version": v}) for s in STEPS for v, off in ((2, 0), (3, .1))]
+    [g] = _fit(_store(tmp_path / "r", rows)).groups
+    assert len(g.notes) == 1 and "2 values of 'method_version' (2, 3)" in g.notes[0], g.notes

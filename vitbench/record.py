@@ -28,6 +28,10 @@ SCHEMA = 1
 # default (`timing`), fp32 is full fp32 on every backend, MFU divides by one peak per device and precision, and
 # peak_mem_mib is the steady steps' memory (compilation apart).
 METHOD_VERSION = 3
+# Row fields two values of which are two measurements whatever else agrees: numbers of two method versions are
+# incomparable by definition. The report's summaries never pool across them (report.tables.split_keys), nor a fit's
+# curves (fit.rows.pooled).
+INCOMPARABLE = ("method_version",)
 
 
 class Status(str, enum.Enum):

@@ -39,7 +39,7 @@ import pandas as pd
 
 from vitbench.errors import ConfigError, clip, shorten
 from vitbench.fit.table import column_hint, columns_text
-from vitbench.record import JOB_FIELDS
+from vitbench.record import INCOMPARABLE, JOB_FIELDS
 
 _OK_NODES = (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub, ast.UAdd, ast.Invert,
              ast.BinOp, ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow, ast.BitAnd, ast.BitOr,
@@ -242,10 +242,11 @@ def _columns(part: pd.DataFrame) -> tuple[frozenset[str], frozenset[str]]:
 
 
 def _label_like(s: pd.Series, settings: frozenset[str] = frozenset()) -> bool:
-    """Whether column `s` may name a curve: text, one of _IDENTITY, or a setting of the rows' kinds whatever its
-    dtype (a numeric one, resolution or batch size, was never looked at: two resolutions fitted as one curve)."""
-    return s.name in _IDENTITY or s.name in settings or not pd.api.types.is_numeric_dtype(s) \
-        or pd.api.types.is_bool_dtype(s)
+    """Whether column `s` may name a curve: text, one of _IDENTITY, a setting of the rows' kinds whatever its
+    dtype (a numeric one, resolution or batch size, was never looked at: two resolutions fitted as one curve), or
+    a field whose values are incomparable (vitbench.record.INCOMPARABLE: two method versions)."""
+    return s.name in _IDENTITY or s.name in settings or s.name in INCOMPARABLE \
+        or not pd.api.types.is_numeric_dtype(s) or pd.api.types.is_bool_dtype(s)
 
 
 def pooled(part: pd.DataFrame, skip: set[str], compute: str = "_compute") -> list[tuple[str, list[str]]]:

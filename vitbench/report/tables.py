@@ -19,6 +19,7 @@ import pandas as pd
 from vitbench import numfmt
 from vitbench.models.families import family_names
 from vitbench.models.specs import get_spec
+from vitbench.record import INCOMPARABLE
 from vitbench.report import caveats
 from vitbench.report.caveats import CAVEAT, OVERLAPPED
 from vitbench.tasks.fields import shared_default
@@ -57,9 +58,8 @@ def _present(df: pd.DataFrame, cols) -> list[str]:
     return [c for c in cols if c in df.columns and df[c].notna().any()]
 
 
-# Beside the settings (vitbench.tasks.setting_columns), what a median never crosses: method versions are
-# incomparable by definition (vitbench.record.METHOD_VERSION).
-SPLIT_IF_VARYING = ("method_version",)
+# Beside the settings (vitbench.tasks.setting_columns), what a median never crosses (method versions)
+SPLIT_IF_VARYING = INCOMPARABLE
 SPLIT_BY = "split_by"  # a summary's attrs: the settings beyond its keys that split it
 
 
