@@ -492,3 +492,38 @@ def test_retry_failed_reruns_a_trial_ok_once_and_failed_since(tmp_path):
         time.sleep(0.01)
         st.append(rec(4, status="ok", key="k"))
         assert st.is_done("k", only_ok=True)
+
+
+_CLAIM_MANY = """
+import resource, sys
+from vitbench.paths import PathError
+from vitbench.store import Store
+soft = int(sys.argv[2])
+resource.setrlimit(resource.RLIMIT_NOFILE, (soft, int(sys.argv[3]) if len(sys.argv) > 3 else
+                                             resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+store = Store(sys.argv[1])
+try:
+    held = sum(store.claim(f"k{i}") for i in range(3 * soft))
+    print("held", held, resource.getrlimit(resource.RLIMIT_NOFILE)[0] > soft)
+except PathError as e:
+    print("refused", e)
+"""
+
+
+def test_claims_past_the_soft_open_files_limit_raise_it_or_say_what_to_do(tmp_path):
+    """A sweep holds one open lock per trial in flight (slurm and ray put every pending trial in flight): past
+    the soft limit of open files the store raises it towards the hard one; where the hard one is reached too, the
+    refusal names the remedy (max_parallel, ulimit -n). A resume of 1,793 trials under a soft limit of 1,024
+    claimed none before."""
+    import resource
+
+    soft, hard = 64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard != resource.RLIM_INFINITY and hard < 4 * soft:
+        pytest.skip(f"the hard limit of open files here ({hard}) leaves no room above {soft}")
+    out = subprocess.run([sys.executable, "-c", _CLAIM_MANY, str(tmp_path / "a"), str(soft)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["held", str(3 * soft), "True"], out.stdout + out.stderr
+    out = subprocess.run([sys.executable, "-c", _CLAIM_MANY, str(tmp_path / "b"), str(soft), str(soft)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.stdout.startswith("refused") and "max_parallel" in out.stdout and "ulimit -n" in out.stdout, \
+        out.stdout + out.stderr
