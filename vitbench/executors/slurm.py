@@ -336,7 +336,8 @@ class SlurmExecutor(Executor):
         if self.opts.cluster == "slurm":
             queue = squeue_states()
             done = [h for h in done if not self._active(h, queue)]
-            done += self._lost([h for h in handles if not any(h is d for d in done)], queue)
+            seen = {id(d) for d in done}
+            done += self._lost([h for h in handles if id(h) not in seen], queue)
         if not done:
             time.sleep(self.poll_s)
         return done
