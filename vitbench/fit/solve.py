@@ -32,9 +32,30 @@ def huber(r: np.ndarray, delta: float = HUBER_DELTA) -> np.ndarray:
     return np.sum(np.where(a <= delta, 0.5 * a**2, delta * (a - 0.5 * delta)), axis=-1)
 
 
+def distinct(x: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """(the distinct values of the compute points `x`, each point's index among them; None where every point is
+    distinct): a form is evaluated once per distinct compute and gathered, the same maths per point (numpy's
+    vectorised exp and log may round a point's last bit otherwise by its position: fits move by ~1e-10). A group
+    of 5,431 rows (seeds and repeats) holds 131 computes: 40x fewer evaluations (found by a scale review)."""
+    xu, inv = np.unique(x, return_inverse=True)
+    return (x, None) if len(xu) == len(x) else (xu, inv.reshape(-1))
+
+
+def _predict(form: Form, z: np.ndarray, x: np.ndarray) -> np.ndarray:
+    xu, inv = distinct(x)
+    out = form.log_predict(z, xu)
+    return out if inv is None else out[..., inv]
+
+
+def _jac(form: Form, z: np.ndarray, x: np.ndarray) -> np.ndarray:
+    xu, inv = distinct(x)
+    out = form.jac(z, xu)
+    return out if inv is None else out[..., inv, :]
+
+
 def loss(form: Form, z: np.ndarray, x: np.ndarray, log_y: np.ndarray) -> np.ndarray:
     with np.errstate(all="ignore"):
-        out = huber(form.log_predict(z, x) - log_y)
+        out = huber(_predict(form, z, x) - log_y)
     return np.where(np.isfinite(out), out, np.inf)
 
 
@@ -55,8 +76,8 @@ def lm(form: Form, z0: np.ndarray, x: np.ndarray, log_y: np.ndarray, lower: np.n
         zi = z[idx]
         ly = log_y if log_y.ndim == 1 else log_y[idx]
         with np.errstate(all="ignore"):
-            r = form.log_predict(zi, x) - ly
-            jac = form.jac(zi, x)
+            r = _predict(form, zi, x) - ly
+            jac = _jac(form, zi, x)
         ar = np.abs(r)
         w = np.where(ar <= HUBER_DELTA, 1.0, HUBER_DELTA / np.maximum(ar, 1e-300))
         jw = jac * w[..., None]
