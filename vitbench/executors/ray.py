@@ -287,10 +287,9 @@ class RayExecutor(Executor):
         unsent = [h for h in handles if isinstance(h, _Unsent)]
         refs = [h for h in handles if not isinstance(h, _Unsent)]
         if self._lost is None and refs:
-            ready, rest = self._ray().wait(refs, num_returns=1, timeout=self.poll_s)
-            if ready:  # and every other one finished by now: one per poll made a sweep of n tasks O(n^2)
-                more = self._ray().wait(rest, num_returns=len(rest), timeout=0)[0] if rest else []
-                return ready + more + unsent
+            ready, _ = self._ray().wait(refs, num_returns=1, timeout=self.poll_s)
+            if ready:
+                return ready + unsent
             self._check_head()
         if self._lost is not None:
             return handles  # every task in flight is lost with the head
