@@ -32,7 +32,10 @@ def huber(r: np.ndarray, delta: float = HUBER_DELTA) -> np.ndarray:
     return np.sum(np.where(a <= delta, 0.5 * a**2, delta * (a - 0.5 * delta)), axis=-1)
 
 
-def distinct(x: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+Distinct = tuple[np.ndarray, np.ndarray | None]  # distinct(x): worked out once per fit, not once per iteration
+
+
+def distinct(x: np.ndarray) -> Distinct:
     """(the distinct values of the compute points `x`, each point's index among them; None where every point is
     distinct): a form is evaluated once per distinct compute and gathered, the same maths per point (numpy's
     vectorised exp and log may round a point's last bit otherwise by its position: fits move by ~1e-10). A group
@@ -41,21 +44,22 @@ def distinct(x: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
     return (x, None) if len(xu) == len(x) else (xu, inv.reshape(-1))
 
 
-def _predict(form: Form, z: np.ndarray, x: np.ndarray) -> np.ndarray:
-    xu, inv = distinct(x)
+def _predict(form: Form, z: np.ndarray, xd: Distinct) -> np.ndarray:
+    xu, inv = xd
     out = form.log_predict(z, xu)
     return out if inv is None else out[..., inv]
 
 
-def _jac(form: Form, z: np.ndarray, x: np.ndarray) -> np.ndarray:
-    xu, inv = distinct(x)
+def _jac(form: Form, z: np.ndarray, xd: Distinct) -> np.ndarray:
+    xu, inv = xd
     out = form.jac(z, xu)
     return out if inv is None else out[..., inv, :]
 
 
-def loss(form: Form, z: np.ndarray, x: np.ndarray, log_y: np.ndarray) -> np.ndarray:
+def loss(form: Form, z: np.ndarray, x: np.ndarray, log_y: np.ndarray, xd: Distinct | None = None) -> np.ndarray:
+    """The Huber loss of each row of z; `xd`: distinct(x) where the caller has it."""
     with np.errstate(all="ignore"):
-        out = huber(_predict(form, z, x) - log_y)
+        out = huber(_predict(form, z, distinct(x) if xd is None else xd) - log_y)
     return np.where(np.isfinite(out), out, np.inf)
 
 
@@ -66,7 +70,8 @@ def lm(form: Form, z0: np.ndarray, x: np.ndarray, log_y: np.ndarray, lower: np.n
     z = np.clip(np.array(z0, dtype=float), lower, upper)
     k, p = z.shape
     lam = np.full(k, 1e-3)
-    cur = loss(form, z, x, log_y)
+    xd = distinct(x)
+    cur = loss(form, z, x, log_y, xd)
     active = np.isfinite(cur)
     eye = np.eye(p)
     for _ in range(max_iter):
@@ -76,8 +81,8 @@ def lm(form: Form, z0: np.ndarray, x: np.ndarray, log_y: np.ndarray, lower: np.n
         zi = z[idx]
         ly = log_y if log_y.ndim == 1 else log_y[idx]
         with np.errstate(all="ignore"):
-            r = _predict(form, zi, x) - ly
-            jac = _jac(form, zi, x)
+            r = _predict(form, zi, xd) - ly
+            jac = _jac(form, zi, xd)
         ar = np.abs(r)
         w = np.where(ar <= HUBER_DELTA, 1.0, HUBER_DELTA / np.maximum(ar, 1e-300))
         jw = jac * w[..., None]
@@ -98,7 +103,7 @@ def lm(form: Form, z0: np.ndarray, x: np.ndarray, log_y: np.ndarray, lower: np.n
             except np.linalg.LinAlgError:
                 step[ok] = np.stack([np.linalg.lstsq(m, v, rcond=None)[0] for m, v in zip(a[ok], rhs[ok])])
         trial = np.clip(zi + step, lower, upper)
-        new = loss(form, trial, x, ly)
+        new = loss(form, trial, x, ly, xd)
         better = (new < cur[idx]) & ok
         gain = np.where(better, cur[idx] - new, 0.0)
         z[idx[better]] = trial[better]

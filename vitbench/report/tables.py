@@ -10,7 +10,6 @@ spread stays visible. Timed rows flagged unstable or co-scheduled are never pool
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -58,16 +57,15 @@ def _present(df: pd.DataFrame, cols) -> list[str]:
     return [c for c in cols if c in df.columns and df[c].notna().any()]
 
 
-# Beside the settings (vitbench.tasks.setting_columns), what a median never crosses (method versions)
-SPLIT_IF_VARYING = INCOMPARABLE
 SPLIT_BY = "split_by"  # a summary's attrs: the settings beyond its keys that split it
 
 
 def split_keys(df: pd.DataFrame, keys: list[str], across: tuple[str, ...] = ()) -> list[str]:
-    """`keys` (those `df` has), then every setting of `df`'s kinds (and SPLIT_IF_VARYING) that varies within a
-    group of them: a median never crosses settings (1 thread's 100 img/s and 4 threads' 350 read 225; serve rows at
-    32 and 64 px, or train rows with 0 and 4 input workers, read as repeats of one); then every other setting that
-    varies between the rows (it splits no group, and a reader sees what differs). Seeds and bookkeeping pool.
+    """`keys` (those `df` has), then every setting of `df`'s kinds (and the method versions, record.INCOMPARABLE)
+    that varies within a group of them: a median never crosses settings (1 thread's 100 img/s and 4 threads' 350
+    read 225; serve rows at 32 and 64 px, or train rows with 0 and 4 input workers, read as repeats of one); then
+    every other setting that varies between the rows (it splits no group, and a reader sees what differs). Seeds
+    and bookkeeping pool.
     `across`: keys a caller compares across (the backends side by side, the best batch, the devices): a setting
     that varies within a group of the other keys joins too, so torch at 1 thread is never set beside jax at 4."""
     from vitbench.tasks import setting_columns
@@ -76,7 +74,7 @@ def split_keys(df: pd.DataFrame, keys: list[str], across: tuple[str, ...] = ()) 
     settings = setting_columns(df["kind"].dropna().unique() if "kind" in df.columns else None)
     grouped = {k: hashable(df[k]).astype(object).where(df[k].notna(), "") for k in out if k not in across}
     shown = []
-    for col in [c for c in df.columns if c not in out and (c in settings or c in SPLIT_IF_VARYING)]:
+    for col in [c for c in df.columns if c not in out and (c in settings or c in INCOMPARABLE)]:
         values = hashable(df[col])
         if values.nunique(dropna=False) < 2:
             continue
@@ -113,11 +111,7 @@ def settings_text(pairs: Iterable[tuple[str, Any]], sep: str = " ") -> str:
     """'setting=value' of each (setting, value) in `pairs` that has a value, joined by `sep`, the value as the
     tables print it (numfmt.fmt: 2 for 2.0, yes/no): how a figure's label, title or reference line names the
     settings that tell it apart (the one spelling; six figures had their own)."""
-    return sep.join(f"{k}={numfmt.fmt(v)}" for k, v in pairs if not _missing(v))
-
-
-def _missing(v) -> bool:
-    return v is None or v is pd.NA or v is pd.NaT or (isinstance(v, float) and math.isnan(v))
+    return sep.join(f"{k}={text}" for k, text in ((k, numfmt.fmt(v)) for k, v in pairs) if text)
 
 
 def distinct(v: pd.Series) -> str:
@@ -166,8 +160,8 @@ def _collapse(df: pd.DataFrame, keys: list[str], metrics: list[str], spread: str
     return out
 
 
-THROUGHPUT_KEYS = ["model", "family", "backend", "task", "device", "devices", "parallelism", "precision", "compile",
-                   "compile_mode", "timing", "resolution", "batch_size"]
+THROUGHPUT_KEYS = ["model", "family", "backend", "task", "device", "devices", "parallelism", "precision",
+                   "compile", "compile_mode", "timing", "resolution", "batch_size"]
 THROUGHPUT_METRICS = ["img_per_s", "step_ms_median", "step_ms_p90", "step_ms_iqr", "step_cv", "first_step_s",
                       "compile_s", "peak_mem_mib", "model_tflops_per_s", "mfu", "batch_size_achieved"]
 
@@ -216,8 +210,9 @@ def max_batch(ok: pd.DataFrame) -> pd.DataFrame:
     process_peak_mib, the probe's whole-process peak, beside memory_limit_mib: it is what the search held to the
     limit (vitbench.measure.max_batch.run_probe), not peak_mem_mib, the steps' own peak (rows from before it was
     recorded have none, and no column)."""
-    out = _collapse(ok, MAX_BATCH_KEYS, _present(ok, ["max_batch_size", "capped", "peak_mem_mib", "process_peak_mib",
-                                             "memory_limit_mib", "probes", "search_s"]))
+    measured = ["max_batch_size", "capped", "peak_mem_mib", "process_peak_mib", "memory_limit_mib", "probes",
+                "search_s"]
+    out = _collapse(ok, MAX_BATCH_KEYS, _present(ok, measured))
     if not out.empty and "max_batch_size" in out:
         capped = out["capped"].map(caveats.true) if "capped" in out else pd.Series(False, index=out.index)
         out.insert(out.columns.get_loc("max_batch_size"), "max_batch",
