@@ -206,18 +206,22 @@ MAX_BATCH_KEYS = ["model", "family", "backend", "mode", "device", "devices", "pa
 
 def max_batch(ok: pd.DataFrame) -> pd.DataFrame:
     """The largest batch per configuration (median over repeats); `max_batch` as it reads: '\u2265 N' where the
-    search reached its cap N (`capped` in any repeat: a lower bound, not the largest batch), else N.
-    process_peak_mib, the probe's whole-process peak, beside memory_limit_mib: it is what the search held to the
-    limit (vitbench.measure.max_batch.run_probe), not peak_mem_mib, the steps' own peak (rows from before it was
-    recorded have none, and no column)."""
-    measured = ["max_batch_size", "capped", "peak_mem_mib", "process_peak_mib", "memory_limit_mib", "probes",
-                "search_s"]
-    out = _collapse(ok, MAX_BATCH_KEYS, _present(ok, measured))
+    search reached its cap in every repeat (a lower bound, not the largest batch: `capped`), 'N (capped in k of
+    n)' where in some (a median of found batches and lower bounds; repeats 100 and a cap of 128 read '\u2265 114'
+    before), else N. process_peak_mib, the probe's whole-process peak, beside memory_limit_mib: it is what the
+    search held to the limit (vitbench.measure.max_batch.run_probe), not peak_mem_mib, the steps' own peak (rows
+    from before it was recorded have none, and no column)."""
+    measured = ["max_batch_size", "peak_mem_mib", "process_peak_mib", "memory_limit_mib", "probes", "search_s"]
+    if "capped" in ok:
+        ok = ok.assign(capped=ok["capped"].map(caveats.true).astype(int))
+    out = _collapse(ok, MAX_BATCH_KEYS, _present(ok, measured), carry={"capped": "sum"})
     if not out.empty and "max_batch_size" in out:
-        capped = out["capped"].map(caveats.true) if "capped" in out else pd.Series(False, index=out.index)
+        n_capped = out.pop("capped") if "capped" in out else pd.Series(0, index=out.index)
+        if "capped" in ok:
+            out.insert(out.columns.get_loc("max_batch_size") + 1, "capped", n_capped == out["repeats"])
         out.insert(out.columns.get_loc("max_batch_size"), "max_batch",
-                   ["" if pd.isna(v) else f"\u2265 {v:g}" if c else f"{v:g}"
-                    for v, c in zip(out["max_batch_size"], capped)])
+                   ["" if pd.isna(v) else f"\u2265 {v:g}" if k == n else f"{v:g} (capped in {k} of {n})" if k
+                    else f"{v:g}" for v, k, n in zip(out["max_batch_size"], n_capped, out["repeats"])])
     return out
 
 
@@ -384,6 +388,6 @@ def status_counts(df: pd.DataFrame) -> pd.DataFrame:
     if df.empty:
         return pd.DataFrame(columns=["task", "status", "trials"])
     return (df.groupby(["task", "status"], dropna=False).size().rename("trials").reset_index()
-            if "task" in df else df.groupby("status").size().rename("trials").reset_index())
+            if "task" in df else df.groupby("status", dropna=False).size().rename("trials").reset_index())
 
 
