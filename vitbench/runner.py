@@ -82,7 +82,8 @@ class SweepSummary:
     @property
     def succeeded(self) -> bool:
         """Every trial of the study has an ok row (none was interrupted) and every calibration of this run
-        ended ok."""
+        ended ok. A trial another live sweep holds (skipped_claimed, said in the summary line) has no row yet and
+        is that sweep's to report: two sweeps sharing a results directory each succeed on their own trials."""
         return not self.failed_trials and not self.calibrations_failed and not self.interrupted_trials
 
 
