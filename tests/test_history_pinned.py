@@ -152,3 +152,17 @@ def test_a_steady_drift_just_over_half_the_cv_limit_is_flagged():
     assert [x.flag for x in noise] == [NoiseFlag.DRIFT], noise
     assert [x.flag for x in assess(up[::-1], TimerKind.DEVICE_EVENTS)] == [NoiseFlag.DRIFT]  # falling: -5 %
     assert assess(ramp(CV_LIMIT / 2 * 0.9), TimerKind.DEVICE_EVENTS) == []
+
+
+def test_a_non_finite_value_is_refused_by_the_change_search_not_searched_for_ever():
+    """A NaN (or a value <= 0, whose log is not finite) made every gain NaN: binseg's stop test `gain <= penalty`
+    was never true and the search never ended (found by a mutation review whose mutant hung until pytest's
+    timeout). The store refuses such values; the search refuses them too, at once; a penalty of NaN stops it."""
+    import pytest
+
+    from vitbench.history.changes import binseg, changes
+
+    for bad in (float("nan"), 0.0, -1.0, float("inf")):
+        with pytest.raises(ValueError, match="positive finite"):
+            changes([1.0, 1.0, bad, 1.0, 2.0, 2.0])
+    assert binseg(np.array([0.0, 0.0, 1.0, 1.0]), float("nan")) == []

@@ -112,7 +112,7 @@ def binseg(y: np.ndarray, pen: float) -> list[int]:
                 g = _gains(y[lo:hi], k)[0]
                 if g.max() > best[0]:
                     best = (float(g.max()), lo + int(k[g.argmax()]))
-        if best[0] <= pen:
+        if not best[0] > pen:  # a NaN penalty ends the search too
             return cuts
         cuts = sorted([*cuts, best[1]])
 
@@ -138,7 +138,10 @@ def breakpoints(y: np.ndarray, sigma: float, method: str = METHOD,
 def changes(values, sigma: float | None = None, method: str = METHOD,
             penalty_per_log_n: float = PENALTY_PER_LOG_N) -> list[Change]:
     """The change points of `values` (positive numbers, one per commit, in commit order), on their logarithm."""
-    y = np.log(np.asarray(values, dtype=float))
+    with np.errstate(all="ignore"):
+        y = np.log(np.asarray(values, dtype=float))
+    if not np.isfinite(y).all():  # a NaN gain never exceeds the penalty nor falls below it: binseg never ended
+        raise ValueError("change points need positive finite values (the store refuses any other)")
     s = noise_sd(y) if sigma is None else sigma
     cuts = breakpoints(y, s, method, penalty_per_log_n)
     bounds = [0, *cuts, len(y)]
