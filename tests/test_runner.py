@@ -40,7 +40,7 @@ def statuses(path) -> list[tuple[str, str]]:
 
 def test_failures_become_rows_and_the_sweep_goes_on(tmp_path):
     s = fake_study("""
-        timeout_s: 3
+        timeout_s: 10
         axes:
           model: [ViT-Nano/4]
           task: [sleep]
@@ -54,7 +54,7 @@ def test_failures_become_rows_and_the_sweep_goes_on(tmp_path):
     assert df.loc["abort", "error_type"] == "TrialCrashed" and "SIGABRT" in df.loc["abort", "error_message"]
     assert "behaviour=abort" in df.loc["abort", "error_tail"]  # the child's own output, from its log
     assert df.loc["oom", "status"] == "oom"
-    assert df.loc["hang", "status"] == "timeout" and 3 <= df.loc["hang", "runner.wall_s"] < 15
+    assert df.loc["hang", "status"] == "timeout" and 10 <= df.loc["hang", "runner.wall_s"] < 40
     assert df.loc["ok", "status"] == "ok" and df.loc["ok", "img_per_s"] > 0
     assert (tmp_path / "study.yaml").read_text() == s.text
     assert (tmp_path / "logs").is_dir()
@@ -462,7 +462,8 @@ def test_a_checkpoint_replaced_under_its_name_runs_its_trial_again(tmp_path):
     with pytest.warns(VitbenchWarning):  # a dry run shows it as a sweep would take it: to run
         shown = trial_status(s, Store(res))
     assert sorted(shown.values()) == ["ok", "pending"]
-    with pytest.warns(VitbenchWarning, match=r"checkpoint .*a\.safetensors' has changed since its row was written"):
+    changed = r"checkpoint .*a\.safetensors' has changed since its row was written"
+    with pytest.warns(VitbenchWarning, match=changed):
         again = run_study(s, res, executor_options=SPAWN)
     assert again.ran == 1 and again.skipped_done == 1
     latest = load(res).set_index("checkpoint")["checkpoint_bytes"].to_dict()
