@@ -3,6 +3,8 @@ is needed), given to any command: one bounded line naming it, exit 2, never a tr
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 LONG = "A" * 300  # NAME_MAX is 255 bytes
@@ -109,3 +111,20 @@ def test_a_weight_decay_no_run_can_train_with_is_refused_up_front(cli, value):
     --lr past 1e3 is (it trained, then stopped as diverged, exit 1)."""
     r = cli("pretrain", "ViT-Nano/4", "--steps", "2", "-b", "4", "--weight-decay", value)
     assert r.exit_code == 2 and "--weight-decay" in r.output, r.output[-2000:]
+
+
+@pytest.mark.timeout(30)
+def test_a_named_pipe_where_a_file_is_hashed_is_refused_at_once_not_waited_on(tmp_path):
+    """file_digest (the report's manifest check, a checkpoint's content hash) opened a named pipe blocking: it
+    waited for a writer that never came (`vitbench report` hung on a pipe in place of report.md). It is opened
+    non-blocking now and refused as no plain file; a plain file still hashes."""
+    import hashlib
+
+    from vitbench.paths import content_sha256, file_digest
+
+    pipe = tmp_path / "report.md"
+    os.mkfifo(pipe)
+    assert file_digest(pipe) is None and content_sha256(pipe) is None
+    plain = tmp_path / "a.txt"
+    plain.write_bytes(b"abc")
+    assert file_digest(plain) == (3, hashlib.sha256(b"abc").hexdigest())

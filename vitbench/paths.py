@@ -178,7 +178,8 @@ def file_digest(path: Path) -> tuple[int, str] | None:
     """(size, SHA-256) of the plain file at `path`, read without following a link; None for anything else (a link,
     a directory, a device, a file that cannot be read)."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        # O_NONBLOCK: a named pipe opens at once (and is refused below); opened blocking it waited for a writer
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
     except OSError:
         return None
     try:
