@@ -259,3 +259,19 @@ def test_what_a_killed_writer_left_beside_a_file_is_removed_by_the_next_write(tm
     paths.write_atomic(target, b"whole")
     assert target.read_bytes() == b"whole"
     assert not old.exists() and young.exists() and link.is_symlink() and other.exists()
+
+
+def test_an_entry_that_cannot_be_looked_at_is_named_not_a_traceback(cli, root, monkeypatch):
+    """An entry of the cache directory whose stat fails (its permissions: /proc/1's cwd as root) ended `vitbench
+    cache` in a PermissionError traceback; it is one line naming the directory and the entry, exit 2."""
+    real = caches._part
+
+    def denied(kind, path):
+        if path.name == "fw-1.0-host":
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(kind, path)
+
+    monkeypatch.setattr(caches, "_part", denied)
+    r = cli("cache")
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    assert "fw-1.0-host cannot be looked at: Permission denied" in r.output and "cache directory" in r.output

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from vitbench.paths import COMPILE_MARK, cache_dir, compile_root
+from vitbench.paths import COMPILE_MARK, PathError, cache_dir, compile_root
 from vitbench.value_cache import SUBDIR as VALUES
 
 DAY_S = 86400.0
@@ -95,8 +95,14 @@ def _places(root: Path) -> list[tuple[PartKind, Path]]:
 
 
 def parts(root: Path | None = None) -> list[Part]:
-    """Everything in the cache directory, by path: each compile-cache directory, each kind of value, each file."""
-    return [_part(kind, p) for kind, p in _places(root or cache_dir())]
+    """Everything in the cache directory, by path: each compile-cache directory, each kind of value, each file.
+    An entry that cannot be looked at (its permissions) is a PathError naming it (it was a traceback)."""
+    root = root or cache_dir()
+    try:
+        return [_part(kind, p) for kind, p in _places(root)]
+    except OSError as e:
+        raise PathError(f"cache directory {str(root)!r}: {e.filename or 'an entry'!s} cannot be looked at: "
+                        f"{e.strerror or e}") from None
 
 
 @dataclass(frozen=True)
