@@ -292,6 +292,21 @@ def test_an_npz_checkpoint_with_pickled_objects_is_refused_without_running_them(
     assert not marker.exists()
 
 
+def test_an_npz_member_with_a_torn_header_is_unreadable_not_pickled(tmp_path):
+    """A member whose .npy header is garbage was reported as "holds pickled objects": it is a file that cannot be
+    read (found by a hostile-input review); an object array is still the pickle refusal above."""
+    import zipfile
+
+    from vitbench.models.npz import load_npz
+
+    path = tmp_path / "torn.npz"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("a.npy", b"\x93NUMPY\x01\x00garbage")
+    with pytest.raises(ConfigError, match="is not a readable .npz file") as e:
+        load_npz(path)
+    assert "pickled" not in str(e.value) and not isinstance(e.value, UnsafeFileError)
+
+
 def test_cli_refuses_a_pickle_checkpoint_exit_2_no_traceback(tmp_path, cli):
     marker = tmp_path / "pwned"
     path = tmp_path / "upstream.pt"

@@ -37,9 +37,11 @@ def load_npz(path: str | Path) -> dict[str, np.ndarray]:
     try:
         with np.load(path, allow_pickle=False) as z:
             return {k: z[k] for k in z.files}
-    except ValueError as e:  # object arrays need pickle
-        raise UnsafeFileError(f"checkpoint {str(path)!r} holds pickled objects; refused "
-                              f"(only plain numeric arrays are loaded): {e}") from e
+    except ValueError as e:
+        if "allow_pickle" in str(e):  # numpy: "Object arrays cannot be loaded when allow_pickle=False"
+            raise UnsafeFileError(f"checkpoint {str(path)!r} holds pickled objects; refused "
+                                  f"(only plain numeric arrays are loaded): {e}") from e
+        raise ConfigError(f"checkpoint {str(path)!r} is not a readable .npz file: {e}") from e  # a torn header
     except (zipfile.BadZipFile, OSError, EOFError) as e:
         raise ConfigError(f"checkpoint {str(path)!r} is not a readable .npz file: {e}") from e
 
@@ -110,7 +112,8 @@ def params_from_checkpoint(flat: dict[str, np.ndarray], template: dict, *, new_h
     jax.eval_shape) and return nested float32 numpy params.
 
     - GroupNorm scale/bias stored as (1,1,1,C) are squeezed; position embeddings of another grid are resampled
-      (class token kept; every kind, see posemb_resize); names from linen-converted files are mapped back to the original ones.
+      (class token kept; every kind, see posemb_resize); names from linen-converted files are mapped back to the
+      original ones.
     - new_head=True: the paper's fine-tuning head swap -- drop `pre_logits` (if the target has none) and take
       a zero-initialised `head` of the template's shape (the paper's fine-tuning head); otherwise the head
       must match.
