@@ -255,7 +255,8 @@ def test_study_copy_keeps_the_previous_version(tmp_path):
     st = Store(tmp_path)
     st.save_study("name: a\n")
     st.save_study("name: a\n")
-    with pytest.warns(VitbenchWarning, match=r"study.yaml held another study text .*: kept as study\.\w{12}\.yaml"):
+    moved = r"study.yaml held another study text .*: kept as study\.\w{12}\.yaml"
+    with pytest.warns(VitbenchWarning, match=moved):
         st.save_study("name: a\nrepeats: 2\n")  # a file moved is said (it may be the user's own)
     assert (tmp_path / "study.yaml").read_text() == "name: a\nrepeats: 2\n"
     old = [p for p in tmp_path.glob("study.*.yaml")]
@@ -393,6 +394,26 @@ def test_a_number_that_is_not_finite_is_refused_naming_the_line(tmp_path, litera
                                                                                          '"img_per_s":') + "\n")
     with pytest.raises(ConfigError, match=r"results.jsonl:2: the row holds .* \(a non-finite number\)"):
         read_records(tmp_path)
+
+
+@pytest.mark.parametrize("where", ["top", "metrics"])
+def test_a_key_written_twice_in_a_row_is_refused_naming_the_line_and_key(tmp_path, where, cli):
+    """JSON keeps the last of two equal keys without a word: an edited row whose second "metrics" (or second
+    img_per_s) differs was read as the last one's (found by a hostile-input review). vitbench never writes one:
+    the line and key are named, and a command exits 2."""
+    from vitbench.errors import ConfigError
+
+    with Store(tmp_path) as s:
+        s.append(rec(1))
+    line = (tmp_path / "results.jsonl").read_text().rstrip("\n")
+    edited = ('{"metrics": {"img_per_s": 99999.0}, ' + line[1:] if where == "top"
+              else line.replace('"img_per_s":', '"img_per_s": 99999.0, "img_per_s":'))
+    (tmp_path / "results.jsonl").write_text(line + "\n" + edited + "\n")
+    key = "metrics" if where == "top" else "img_per_s"
+    with pytest.raises(ConfigError, match=rf"results.jsonl:2: the row holds the key '{key}' twice"):
+        read_records(tmp_path)
+    r = cli("report", str(tmp_path), "--no-plots", "--format", "md", "--out", str(tmp_path / "rep"))
+    assert r.exit_code == 2 and "Traceback" not in r.output and "twice" in r.output
 
 
 def test_a_reader_that_stops_early_still_hears_of_demoted_rows(tmp_path):

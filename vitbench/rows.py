@@ -21,6 +21,7 @@ import sys
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from vitbench.errors import ConfigError, VitbenchWarning, clip
 from vitbench.record import SCHEMA, ErrorInfo, Record, RowProblem, Status
@@ -101,13 +102,31 @@ def _bounded_int(text: str) -> int:
     return int(text)
 
 
+class _Duplicate(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's dict, refused where a key repeats (json keeps the last silently: an edited row's second
+    "metrics" replaced the first unseen; the study reader refuses repeated keys too). Costs nothing measurable."""
+    d = dict(pairs)
+    if len(d) != len(pairs):
+        seen: set[str] = set()
+        raise _Duplicate(next(k for k, _ in pairs if k in seen or seen.add(k)))
+    return d
+
+
 def _parse_one(raw: bytes, path: Path, lineno: int, torn: bool, check: Check | None = None,
                demoted: list | None = None) -> Record | None:
     """One line's record (None: skipped with a CorruptLineWarning); a row `check` demotes to an error row is
     added to `demoted` as (path, line, why), said once for them all by _say_demoted."""
     try:  # (each float through _finite_float: 26 % over json's parsing; a regex to skip it cost more, measured)
         d = json.loads(raw.decode("utf-8"), parse_constant=_no_constant, parse_float=_finite_float,
-                       parse_int=_bounded_int)
+                       parse_int=_bounded_int, object_pairs_hook=_unique_keys)
+    except _Duplicate as e:
+        raise ConfigError(f"{path}:{lineno}: the row holds the key {clip(repr(str(e)), 80)} twice, which vitbench "
+                          "never writes (JSON readers keep either one): the file was edited or written by another "
+                          "tool; fix or remove that line") from None
     except _NonFinite as e:  # vitbench writes null for them (record.clean): a number no report or compare uses
         raise ConfigError(f"{path}:{lineno}: the row holds {clip(str(e), 80)} (a non-finite number), which "
                           "vitbench never writes (it records null): the file was edited or written by another "
