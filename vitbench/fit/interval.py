@@ -159,7 +159,8 @@ class LawError:
         how = "" if self.held_out else " (one cut-off: in-sample, optimistic)"
         points = f"{self.n_checked} backtest point{'s' if self.n_checked != 1 else ''}"
         own = self.own_dof if self.own_dof is not None else self.law_dof
-        tails = (f"; the law's error from {own:.2g} independent backtest window{'s' if abs(own - 1) > 1e-9 else ''}"
+        plural = "s" if abs(own - 1) > 1e-9 else ""
+        tails = (f"; the law's error from {own:.2g} independent backtest window{plural}"
                  + (" and the other groups' (a prior)" if self.own_dof is not None else "")
                  if math.isfinite(own) else "")
         return f"{self.ci:.0%} intervals held {self.coverage:.0%} of {points}{how}{tails}"

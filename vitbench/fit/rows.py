@@ -111,11 +111,22 @@ def where(frame: pd.DataFrame, expr: str, where_text: str) -> pd.DataFrame:
             if col not in frame.columns and col != "index":
                 raise ConfigError(f"--where {shown}: no column {shorten(col, 60)} in {where_text}"
                                   f"{column_hint(frame.columns, col)}; columns: {columns_text(frame.columns)}")
-    try:
-        out = frame.query(expr, engine="python")
+    def fail(e: Exception) -> ConfigError:
+        return ConfigError(f"--where {shown}: {clip(str(e).splitlines()[0] if str(e) else type(e).__name__, 200)}")
+
+    try:  # frame.query is eval, then .loc: a value that is not a row mask (a column of numbers, `1 == 1`) made
+        # .loc raise pandas' own words ("[2.68, 7.19] not in index": the column's values)
+        mask = frame.eval(expr, engine="python")
     except Exception as e:  # pandas raises many kinds for a well-formed but meaningless filter
-        raise ConfigError(f"--where {shown}: {clip(str(e).splitlines()[0] if str(e) else type(e).__name__, 200)}"
-                          ) from None
+        raise fail(e) from None
+    if not (isinstance(mask, pd.Series) and mask.index.equals(frame.index)
+            and (pd.api.types.is_bool_dtype(mask)
+                 or (mask.dtype == object and all(isinstance(v, (bool, np.bool_)) for v in mask)))):
+        raise ConfigError(f"--where {shown}: does not select rows (it must be true or false per row)")
+    try:
+        out = frame.loc[mask]
+    except Exception as e:  # a row neither true nor false (a missing value of a nullable boolean column)
+        raise fail(e) from None
     if not isinstance(out, pd.DataFrame):
         raise ConfigError(f"--where {shown}: does not select rows (it must be true or false per row)")
     return out

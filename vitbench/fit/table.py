@@ -101,9 +101,18 @@ def load_source(path: str | Path) -> Source:
         try:
             # the whole file typed at once: read in chunks (pandas' default), a column of mixed values got a type
             # per chunk, so its type, and a DtypeWarning on the terminal, depended on the file's size
-            frame = pd.read_csv(p, low_memory=False)
+            # only an empty cell is missing: pandas' default also took "NaN", "NA", "NULL", "N/A"... for one, so a
+            # cell spelling NaN was dropped as empty (numeric_column refuses it) and a family named "NA" had none
+            frame = pd.read_csv(p, low_memory=False, keep_default_na=False, na_values=[""])
+            # the header as written: pandas renames a repeated name ("error" twice: error, error.1)
+            header = pd.read_csv(p, header=None, nrows=1, dtype=str, keep_default_na=False).iloc[0].tolist()
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
             raise ConfigError(f"{str(p)!r} is not a readable CSV file: {str(e).splitlines()[0]}") from None
+        seen: set[str] = set()
+        twice = next((c for c in header if c != "" and (c in seen or seen.add(c))), None)
+        if twice is not None:
+            raise ConfigError(f"{str(p)!r}: column {shorten(twice, 60)} is named twice in the header (each column "
+                              f"needs its own name); columns: {columns_text(header)}")
         return Source(SourceKind.CSV, p, frame)
     raise ConfigError(f"SOURCE {str(p)!r}: expected a results directory, a results .jsonl file or a .csv file")
 
@@ -163,7 +172,15 @@ def numeric_column(frame: pd.DataFrame, column: str, option: str, where: str) ->
         raise ConfigError(no_column(frame.columns, column, option, where))
     raw = frame[column]
     values = pd.to_numeric(raw, errors="coerce")
-    bad = values.isna() & raw.notna() & (raw.astype(str).str.strip() != "")
+    text = raw.astype(str).str.strip()
+    bad = values.isna() & raw.notna() & text.str.lower().isin(("nan", "+nan", "-nan"))
+    if bad.any():  # a cell spelling NaN: not a number and not an empty cell (a missing value), refused like inf
+        i = int(np.flatnonzero(bad.to_numpy())[0])
+        label = raw.index[i]  # the file's data row, as `inf`'s message says it, also after --where
+        row = label + 1 if isinstance(label, (int, np.integer)) else label
+        raise ConfigError(f"{where}: column {shorten(column, 60)} ({option}) is not finite: row {row} holds "
+                          f"{shorten(raw.iloc[i], 60)} (leave a missing value's cell empty)")
+    bad = values.isna() & raw.notna() & (text != "")
     if bad.any():
         i = int(np.flatnonzero(bad.to_numpy())[0])
         raise ConfigError(f"{where}: column {shorten(column, 60)} ({option}) is not numeric: row {i + 1} holds "
