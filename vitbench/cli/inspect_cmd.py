@@ -13,8 +13,9 @@ from vitbench.cli import app
 from vitbench.cli.common import (SET_FIELDS_HELP, checkpoint_model, console, err_console, model_asked, path_sets,
                                  print_json, task_params, with_sets)
 from vitbench.cli.options import cli_option, from_field
-from vitbench.errors import ConfigError, shorten
+from vitbench.errors import ConfigError, NonFiniteResult, shorten
 from vitbench.outdir import OutputFolder, Writer, write_files
+from vitbench.tasks import row_check
 from vitbench.tasks.inspection import Inspect
 
 JSON_NAME = "inspect.json"
@@ -83,6 +84,9 @@ def inspect_cmd(
                                **{**fields, "backend": backend, "inspect_images": images,
                                   "inspect_rollout": rollout, "seed": seed, "threads": threads, **set_fields})
     rec = task().run(params)
+    problem = row_check()(rec)  # what a study's trial never writes as an ok row (vitbench.trial): refused here too
+    if problem is not None:
+        raise NonFiniteResult(f"inspect: {problem.text}; no result is written")
     result = InspectResult.from_json(rec.raw)
     origin = rec.config.get("upstream_checkpoint") or RANDOM_INIT
     doc = {"source": origin, "backend": rec.config["backend"],

@@ -33,7 +33,8 @@ def attention_distance_per_image(attn: np.ndarray, layout: TokenLayout) -> np.nd
     p = layout.num_prefix_tokens
     a = np.asarray(attn[..., p:, p:], np.float64)  # patch queries x patch keys (sliced first: less memory)
     mass = a.sum(-1)  # (L, B, H, N): weight on patch keys, for renormalising
-    per_query = np.einsum("lbhqk,qk->lbhq", a, layout.distance_matrix_px()) / mass
+    with np.errstate(invalid="ignore", divide="ignore"):  # no weight on any patch: NaN, refused by name after
+        per_query = np.einsum("lbhqk,qk->lbhq", a, layout.distance_matrix_px()) / mass  # (insight.result)
     return per_query.mean(-1)
 
 

@@ -10,8 +10,9 @@ from vitbench.errors import ConfigError
 from vitbench.insight.axes import axis_distance_per_image
 from vitbench.insight.filters import acts_on_pixels, embedding_filter_components, is_grey
 from vitbench.insight.layout import TokenLayout
-from vitbench.insight.posemb import posemb_similarity
-from vitbench.insight.result import HEAD_WEIGHT, PATCH_KERNEL, POS_EMBED, AttentionFn, InspectResult
+from vitbench.insight.posemb import no_adjacent_patch, posemb_similarity
+from vitbench.insight.result import (ADJACENT_COS_SIM, HEAD_WEIGHT, PATCH_KERNEL, POS_EMBED, AttentionFn,
+                                     InspectResult, require_finite_maps)
 from vitbench.models.families import FamilyPlugin
 from vitbench.models.specs import ModelSpec
 
@@ -43,7 +44,9 @@ def inspect_axes(plugin: FamilyPlugin, weights: dict[str, np.ndarray], spec: Mod
         if len(maps) != len(layers):
             raise ConfigError(f"{len(maps)} attention maps for the {len(layers)} attention layers of {spec.name}")
         for i, (attn, layer) in enumerate(zip(maps, layers)):
-            per_layer[i].append(axis_distance_per_image(np.asarray(attn), layer, i))
+            attn = np.asarray(attn)
+            require_finite_maps(attn, spec)
+            per_layer[i].append(axis_distance_per_image(attn, layer, i))
     dist = np.stack([np.concatenate(d) for d in per_layer])  # (layers, images, heads)
     not_applicable: dict[str, str] = {}
     notes: dict[str, str] = {}
@@ -63,6 +66,8 @@ def inspect_axes(plugin: FamilyPlugin, weights: dict[str, np.ndarray], spec: Mod
                               "trained at")
         similarity = posemb_similarity(np.asarray(table).reshape(layout.num_patches, -1), layout)
         notes["posemb"] = "learned 2-D grid table (h, w, D), added once at the input"
+        if why := no_adjacent_patch(layout):
+            not_applicable[ADJACENT_COS_SIM] = why
     else:
         not_applicable["posemb_similarity"] = f"no absolute position embeddings to compare ({plugin.description})"
     not_applicable["rollout"] = NO_ROLLOUT

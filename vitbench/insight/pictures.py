@@ -130,7 +130,7 @@ def distance_figure(results: Mapping[str, InspectResult]) -> Figure:
     ax.set_xticks(np.arange(1, first.attention_distance_px.shape[0] + 1))
     top = max(max(float(r.attention_distance_px.max()), float(r.uniform_distance_px.max()))
               for r in results.values())
-    ax.set_ylim(0, 1.1 * top)
+    ax.set_ylim(0, 1.1 * top or 1.0)  # a one-patch grid: every distance 0 (an empty range warns)
     ax.set_title(", ".join(f"{k} @ {r.resolution_px}px" for k, r in results.items()) if many else
                  f"{first.model} @ {first.resolution_px}px ({first.num_images} images)"
                  + ("\n> row layer (along x), ^ column layer (along y)" if first.axis_layers else ""), fontsize=9)
@@ -167,7 +167,8 @@ def distance_panels(panels: Mapping[str, Mapping[str, InspectResult]]) -> Figure
         ax.set_ylim(0, 1.1 * max(top, float(first.uniform_distance_px.max())))
         ax.set_xticks(ticks)
         ax.set_title(f"{title} @ {first.resolution_px}px"
-                     + ("\n> row layer (along x), ^ column layer (along y)" if first.axis_layers else ""), fontsize=9)
+                     + ("\n> row layer (along x), ^ column layer (along y)" if first.axis_layers else ""),
+                     fontsize=9)
         ax.set_xlabel("network depth (layer)", fontsize=8)
         ax.set_ylabel("mean attention distance (px)", fontsize=8)
         ax.legend(fontsize=6, loc="lower right")

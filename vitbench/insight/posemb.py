@@ -26,8 +26,18 @@ def posemb_similarity(pos_embed: np.ndarray, layout: TokenLayout) -> np.ndarray:
     return (g @ g.T).reshape(h, w, h, w)
 
 
+def no_adjacent_patch(layout: TokenLayout) -> str | None:
+    """Why `adjacent_similarity` does not apply to `layout`'s grid (None: it does): a one-patch grid has no pair of
+    4-adjacent patches (its InspectResult lists it under not_applicable; no NaN is reported)."""
+    if layout.num_patches > 1:
+        return None
+    return ("a one-patch grid (1x1) has no adjacent patch to compare; inspect at a resolution of at least two "
+            "patches")
+
+
 def adjacent_similarity(sim: np.ndarray) -> float:
-    """Mean cosine similarity between 4-adjacent patches of a (h, w, h, w) similarity grid (nan for one patch)."""
+    """Mean cosine similarity between 4-adjacent patches of a (h, w, h, w) similarity grid (nan for one patch:
+    see `no_adjacent_patch`)."""
     h, w = sim.shape[:2]
     pairs = [sim[i, j, i + di, j + dj] for i in range(h) for j in range(w) for di, dj in ((0, 1), (1, 0))
              if i + di < h and j + dj < w]

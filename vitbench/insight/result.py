@@ -19,6 +19,8 @@ from vitbench.models.specs import ModelSpec
 
 # timm parameter names (the checkpoint format, vitbench.transfer.checkpoint) of what inspection reads directly
 POS_EMBED, PATCH_KERNEL, HEAD_WEIGHT = "pos_embed", "patch_embed.proj.weight", "head.weight"
+# the headline number of Fig. 7 centre, and its key in not_applicable where it does not apply (one patch)
+ADJACENT_COS_SIM = "posemb_adjacent_cos_sim"
 
 
 class AttentionFn(Protocol):
@@ -77,8 +79,9 @@ class InspectResult:
                "attention_distance_first_layer_min_px": float(d[0].min()),
                "attention_distance_first_layer_max_px": float(d[0].max()),
                "attention_distance_uniform_px": float(self.uniform_distance_px[0])}
-        if self.posemb_similarity is not None:  # a model without position embeddings has no such number
-            out["posemb_adjacent_cos_sim"] = adjacent_similarity(self.posemb_similarity)
+        # a model without position embeddings, or a one-patch grid (not_applicable says why), has no such number
+        if self.posemb_similarity is not None and ADJACENT_COS_SIM not in self.not_applicable:
+            out[ADJACENT_COS_SIM] = adjacent_similarity(self.posemb_similarity)
         return out
 
     def to_json(self) -> dict:
@@ -133,3 +136,24 @@ class InspectResult:
         from vitbench.insight.pictures import write_pictures
 
         return write_pictures(self, out_dir, label=label)
+
+
+def require_finite_maps(attn: np.ndarray, spec: ModelSpec) -> None:
+    """NonFiniteResult (exit 1, as fewshot's non-finite features) unless every attention probability of `attn`
+    is finite: weights that overflow make NaN maps, and NaN distances would be reported as null (a study's row
+    without its headline: an error row, vitbench.trial) or crash the table and the pictures."""
+    from vitbench.transfer.ops import check_finite
+
+    check_finite(attn, f"{spec.name}'s attention probabilities")
+
+
+def require_finite(result: InspectResult) -> InspectResult:
+    """`result` when the numbers its headline comes from are finite, else NonFiniteResult naming the first that is
+    not (finite maps can still put no weight on any patch: 0/0 distances). Quantities that do not apply are
+    absent (not_applicable), never NaN."""
+    from vitbench.transfer.ops import check_finite
+
+    check_finite(result.attention_distance_px, f"{result.model}'s mean attention distance per layer and head (px)")
+    if result.posemb_similarity is not None:
+        check_finite(result.posemb_similarity, f"{result.model}'s position-embedding cosine similarity")
+    return result

@@ -16,8 +16,9 @@ from vitbench.insight.distance import (
 )
 from vitbench.insight.filters import acts_on_pixels, embedding_filter_components, is_grey
 from vitbench.insight.layout import TokenLayout
-from vitbench.insight.posemb import position_table, posemb_similarity, table_grid
-from vitbench.insight.result import HEAD_WEIGHT, PATCH_KERNEL, POS_EMBED, AttentionFn, InspectResult
+from vitbench.insight.posemb import no_adjacent_patch, position_table, posemb_similarity, table_grid
+from vitbench.insight.result import (ADJACENT_COS_SIM, HEAD_WEIGHT, PATCH_KERNEL, POS_EMBED, AttentionFn,
+                                     InspectResult, require_finite, require_finite_maps)
 from vitbench.insight.rollout import rollout_maps
 from vitbench.models.families import family_plugin
 from vitbench.models.posemb_resize import resample_pos_embed, table_prefix_rows
@@ -58,8 +59,8 @@ def inspect_model(weights: dict[str, np.ndarray], spec: ModelSpec, resolution: i
 
     Attention maps come from `attention_fn` in chunks of `batch_size` images (memory: layers x heads x tokens^2
     per image); rollout maps for the first `num_rollout` images. `num_prefix_tokens`: extra tokens before the
-    patches (1: class token; DeiT's distillation token makes 2; None: the model's, as its family says). On grey images (R = G = B) the
-    filter components are of the channel-summed filters (see vitbench.insight.filters).
+    patches (1: class token; DeiT's distillation token makes 2; None: the model's, as its family says). On grey
+    images (R = G = B) the filter components are of the channel-summed filters (see vitbench.insight.filters).
     """
     require_inspectable(spec)
     plugin = family_plugin(spec.family)
@@ -69,7 +70,8 @@ def inspect_model(weights: dict[str, np.ndarray], spec: ModelSpec, resolution: i
     if plugin.attention_maps.axis_layers is not None:
         from vitbench.insight.per_axis import inspect_axes
 
-        return inspect_axes(plugin, weights, spec, resolution, images, attention_fn, batch_size=batch_size)
+        return require_finite(inspect_axes(plugin, weights, spec, resolution, images, attention_fn,
+                                           batch_size=batch_size))
     if num_prefix_tokens is None:  # the model's own (a timm model's: its num_prefix_tokens)
         num_prefix_tokens = plugin.attention_of(spec).prefix_tokens
     layout = TokenLayout.of(spec, resolution, num_prefix_tokens)
@@ -81,6 +83,7 @@ def inspect_model(weights: dict[str, np.ndarray], spec: ModelSpec, resolution: i
     for start in range(0, n, batch_size):
         attn = np.asarray(attention_fn(weights, spec, resolution, images[start:start + batch_size]))
         check_attention(attn, layout)
+        require_finite_maps(attn, spec)
         per_image.append(attention_distance_per_image(attn, layout))
         share.append(prefix_attention_share(attn, layout) * attn.shape[1])
         if start < num_rollout and layout.num_prefix_tokens:
@@ -94,10 +97,12 @@ def inspect_model(weights: dict[str, np.ndarray], spec: ModelSpec, resolution: i
         not_applicable["posemb_similarity"] = what
     else:
         notes["posemb"] = what
+        if why := no_adjacent_patch(layout):
+            not_applicable[ADJACENT_COS_SIM] = why
     if not layout.num_prefix_tokens:
         not_applicable["rollout"] = ("classifier=gap: no class token, so no class-token rollout (the head reads "
                                      "the mean of the patch tokens)")
-    return InspectResult(
+    return require_finite(InspectResult(
         model=spec.name, layout=layout, num_images=n,
         attention_distance_px=dist.mean(1), attention_distance_std_px=dist.std(1),
         prefix_attention_share=np.sum(share, axis=0) / n,
@@ -106,4 +111,4 @@ def inspect_model(weights: dict[str, np.ndarray], spec: ModelSpec, resolution: i
         filters=filters, rollout_images=images[:num_rollout if maps else 0].copy(),
         rollout=np.concatenate(maps) if maps else np.zeros((0, layout.grid_h, layout.grid_w)),
         not_applicable=not_applicable, notes=notes,
-    )
+    ))
