@@ -280,6 +280,25 @@ def test_an_ok_row_without_its_measure_or_with_an_impossible_one_is_never_a_pass
 # -------------------------------------------------------------------------------------------------------------
 # Normalisation by the calibration workload
 # -------------------------------------------------------------------------------------------------------------
+def test_normalize_refuses_a_ratio_the_calibrations_overflow():
+    """Calibrations that each pass the row check (> 0, at most MAX_TFLOPS) but divide to no finite number: the
+    smallest float (5e-324) makes a speed divided by it inf (before: a ZeroDivisionError traceback, or a verdict
+    on it); 1e-305 against 1e5 a ratio of 1e-310, its machine factor inf (before: a regression, 'machine inf').
+    Now each is refused, naming the numbers."""
+    rng = np.random.default_rng(5)
+    runs = result_set(rng)
+    top, tiny, tinier = ([calibration_record([x] * 3)] for x in (1e5, 1e-305, 5e-324))
+    for a, b in ((runs + top, runs + tinier), (runs + tinier, runs + top)):
+        with pytest.raises(ConfigError, match=r"--normalize: img_per_s .* divided by the (current|baseline) "
+                                              r"results' calibration 4\.9\d*e-324 is inf, not a finite "
+                                              "number > 0"):
+            compare(a, b, normalize=True)
+    with pytest.raises(ConfigError, match="--normalize: .*img_per_s: the calibrations give ratio .*machine inf, "
+                                          "not each a finite number > 0"):
+        compare(runs + tiny, runs + top, normalize=True)
+    assert compare(runs + top, runs + top, normalize=True).exit_code == 0
+
+
 def test_normalize_divides_out_a_slower_machine():
     rng = np.random.default_rng(5)
     base = result_set(rng) + [calibration_record([1.00, 1.01, 0.99])]

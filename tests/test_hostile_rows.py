@@ -39,3 +39,100 @@ def test_a_row_of_no_or_negative_samples_is_refused_by_every_reader(cli, stores,
     assert r.exit_code == 2, r.output[-2000:]
     assert "results.jsonl:1" in r.output and "raw.step_s" in r.output and len(r.output) < 2000
     assert not (tmp_path / "h.sqlite").exists() or command != "history"
+
+
+# -------------------------------------------------------------------------------------------------------------
+# A calibration no machine measured, a flag of the wrong type
+# -------------------------------------------------------------------------------------------------------------
+CAL_LINE = 3  # the calibration's line in a calibrated store (after two bench rows)
+
+
+def _calibrated_store(d, name: str, cal: dict | None = None, bench: dict | None = None):
+    """Two bench rows (the first's metrics updated by `bench`) and a calibration row (raw and metrics updated by
+    `cal`'s 'raw' and 'metrics')."""
+    from test_compare import calibration_record
+
+    (d / name).mkdir()
+    rows = [bench_record(repeat=rep).to_dict() for rep in range(2)]
+    rows[0]["metrics"].update(bench or {})
+    c = calibration_record([0.1, 0.101, 0.099]).to_dict()
+    for part in ("raw", "metrics"):
+        c[part].update((cal or {}).get(part, {}))
+    rows.append(c)
+    (d / name / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return d / name
+
+
+@pytest.fixture(scope="module")
+def calibrated(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cal")
+    tflops = "matmul_tflops_per_s"
+    cases = {"good": None,
+             "huge": {"raw": {tflops: [1e308, 1e308, 1e308]}},  # compare: ratio 1e-309, 'machine inf', exit 1
+             "zero_sample": {"raw": {tflops: [0.0, 0.1]}},  # compare: an 'improvement' of 2.1, exit 0
+             "above_bound": {"raw": {tflops: [0.1, 2e5, 0.1]}},
+             "huge_median": {"raw": {tflops: None}, "metrics": {tflops: 1e308}}}  # no raw list: the median's
+    return {name: _calibrated_store(d, name, cal) for name, cal in cases.items()}
+
+
+def _argv(command: str, store, other, tmp_path) -> list:
+    return {"compare": ["compare", other, store, "--normalize"],
+            "report": ["report", store, "--out", tmp_path / "r", "--no-plots"],
+            "history": ["history", "append", store, "--db", tmp_path / "h.sqlite", "--commit", "abc"]}[command]
+
+
+@pytest.mark.parametrize("bad", ["huge", "zero_sample", "above_bound", "huge_median"])
+@pytest.mark.parametrize("command", ["compare", "report", "history"])
+def test_a_calibration_no_machine_measured_is_refused_by_every_reader(cli, calibrated, tmp_path, bad, command):
+    """A TFLOP/s sample of 0 (nothing measured) or above MAX_TFLOPS (~25x the fastest accelerator's peak): before,
+    compare --normalize divided by it (1e308: a regression of ratio 1e-309, 'machine inf'; [0, 0.1]: an
+    improvement of 2.1) and history append stored it for good."""
+    r = cli(*_argv(command, calibrated[bad], calibrated["good"], tmp_path))
+    assert r.exit_code == 2, r.output[-2000:]
+    assert f"results.jsonl:{CAL_LINE}" in r.output and "matmul_tflops_per_s" in r.output, r.output[-2000:]
+    assert "Traceback" not in r.output and len(r.output) < 2000
+    assert not (tmp_path / "h.sqlite").exists()
+
+
+def test_the_calibration_bound_is_far_above_any_accelerator():
+    """MAX_TFLOPS stays well above the fastest single accelerator's peak (NVIDIA H200: 3,958 FP8 TFLOPS with
+    sparsity) and is what the calibration metric declares."""
+    from vitbench.tasks import calibration_task
+    from vitbench.tasks.calibration import MAX_TFLOPS, METRIC
+
+    task, metric = calibration_task()
+    assert metric.maximum == MAX_TFLOPS >= 10 * 3958 and metric.samples_from == METRIC
+
+
+def test_a_good_calibration_still_normalises(cli, calibrated):
+    r = cli("compare", calibrated["good"], calibrated["good"], "--normalize")
+    assert r.exit_code == 0, r.output[-2000:]
+
+
+@pytest.fixture(scope="module")
+def flagged(tmp_path_factory):
+    d = tmp_path_factory.mktemp("flags")
+    cases = {"yes": {"unstable": "yes"}, "one": {"unstable": 1}, "false_text": {"unstable": "false"},
+             "cached_yes": {"compile_cached": "yes"}, "list": {"unstable": [True]},
+             "true": {"unstable": True}, "null": {"unstable": None, "compile_cached": None},
+             "absent": {}}
+    return {name: _calibrated_store(d, name, bench=flags) for name, flags in cases.items()}
+
+
+@pytest.mark.parametrize("bad", ["yes", "one", "false_text", "cached_yes", "list"])
+@pytest.mark.parametrize("command", ["compare", "report", "history"])
+def test_a_flag_that_is_no_bool_is_refused_by_every_reader(cli, flagged, tmp_path, bad, command):
+    """`unstable: "yes"` (vitbench writes a bool) was read as clean: the report showed no caveat."""
+    r = cli(*_argv(command, flagged[bad], flagged["absent"], tmp_path))
+    assert r.exit_code == 2, r.output[-2000:]
+    field = "compile_cached" if bad == "cached_yes" else "unstable"
+    assert "results.jsonl:1" in r.output and f"{field} = " in r.output, r.output[-2000:]
+    assert "Traceback" not in r.output and len(r.output) < 2000
+    assert not (tmp_path / "h.sqlite").exists()
+
+
+@pytest.mark.parametrize("good", ["true", "null", "absent"])
+def test_a_flag_vitbench_writes_is_read(cli, flagged, tmp_path, good):
+    r = cli("report", flagged[good], "--out", tmp_path / "r", "--no-plots", "--format", "md")
+    assert r.exit_code == 0, r.output[-2000:]
+    assert ("\u26a0" in (tmp_path / "r" / "report.md").read_text()) == (good == "true")  # unstable: marked

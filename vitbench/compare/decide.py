@@ -150,7 +150,7 @@ class Calibrations:
         ident = tuple(sorted(id(c) for c in pool))
         if ident not in self._cache:
             value = float(np.median([x for c in pool for x in metric_samples(c, self.metric)]))
-            if not value > 0:
+            if not (value > 0 and math.isfinite(value)):
                 cfg = rec.measured_config
                 raise ConfigError(f"--normalize: the {self.side} results' calibration ({self.metric.name}) for "
                                   f"backend {cfg.get('backend')!r} is {value:g}: nothing to divide "
@@ -281,13 +281,20 @@ def _side(drawn, calib: Calibrations | None, boot: MedianBatch, metric: Metric):
         n += size
         if calib is not None:
             cal = calib.for_record(rec)
-            p, r = p / cal, r / cal
+            with np.errstate(over="ignore", under="ignore"):  # (refused just below, not warned of)
+                speed, (p, r) = p, (np.float64(p) / cal, r / cal)
+            if not (finite_number(float(p)) and p > 0 and np.isfinite(r).all()):
+                raise ConfigError(f"--normalize: {metric.name} {float(speed):g} divided by the {calib.side} "
+                                  f"results' calibration {cal:g} is {float(p):g}, not a finite number > 0 "
+                                  f"({rec.source or 'results'}): the calibration holds a speed no machine "
+                                  "measured (edited?); check it, or compare without --normalize")
         points.append(p)
         reps.append(r)
     if not points:
         return None
-    replicates = reps[0] if picks is None else picked(np.stack(reps), picks)
-    return _mean(points), replicates, len(points), n, _mean(raw_points), points, raw_points
+    with np.errstate(over="ignore"):  # normalised points near a float's range sum past it: inf, refused below
+        replicates = reps[0] if picks is None else picked(np.stack(reps), picks)  # (_finite_normalised)
+        return _mean(points), replicates, len(points), n, _mean(raw_points), points, raw_points
 
 
 def _mean(xs: list[float]) -> float:
@@ -313,6 +320,19 @@ def status_note(recs: list[Record]) -> str:
     st = sorted({r.status.value for r in recs})
     msg = next((r.error.message for r in recs if r.error), None)
     return "/".join(st) + (f": {str(msg).strip().splitlines()[-1][:120]}" if msg and str(msg).strip() else "")
+
+
+def _finite_normalised(label: str, md: Metric, row: Row) -> None:
+    """Refuse a normalised ratio, interval or machine factor that is not a finite number > 0: the calibrations
+    (each a finite sample in (0, MAX_TFLOPS]: tasks.row_check) divided by one another overflowed or underflowed
+    (a machine 'inf' times faster), a number no verdict may rest on."""
+    values = (row.ratio, row.ci_low, row.ci_high, row.machine_ratio)
+    if all(v is None or (finite_number(v) and v > 0) for v in values):
+        return
+    shown = ", ".join(f"{k} {v:g}" for k, v in zip(("ratio", "low", "high", "machine"), values) if v is not None)
+    raise ConfigError(f"--normalize: {clip(label, 120)} {md.name}: the calibrations give {shown}, not each a "
+                      "finite number > 0: the calibration rows hold speeds no machine measured (edited?); check "
+                      "them, or compare without --normalize")
 
 
 def compare_trial(label: str, b: Trial, c: Trial, metrics: Sequence[Metric], threshold: float,
@@ -418,7 +438,9 @@ def _rows(label: str, b: Trial, c: Trial, metrics: Sequence[Metric], threshold: 
             lo, hi, row.method = iv.low, iv.high, iv.method
         row.ratio, row.ci_low, row.ci_high = ratio, lo, hi
         if norm and row.ratio_raw:
-            row.machine_ratio = row.ratio_raw / ratio
+            row.machine_ratio = row.ratio_raw / ratio if ratio else math.inf  # (refused just below)
+        if norm:
+            _finite_normalised(label, md, row)
         row.decision = decide(lo, hi, threshold, md.higher_is_better)
         moved = _bounds_moved(md, b.ok, c.ok)
         if moved and row.decision is not Decision.NO_CHANGE:  # the bound's change, not the code's

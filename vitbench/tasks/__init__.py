@@ -51,6 +51,9 @@ class Metric:
     minimum: the least a value of it can be (a count, size, speed, time or fraction: 0); None: any finite number
     (a plug-in's log-likelihood). A metric whose unit is in NOT_NUMBERS is no number and has none. An ok row
     holding a value below it, or no finite number, is refused where it is written and where it is read (row_check).
+    maximum: the most a value of it, and each of its samples_from, can be (None: no bound): a value above it is
+    one vitbench could not have measured, refused where it is read (row_check). A metric of unit "bool" is a flag:
+    an ok row's is true, false or null (absent), anything else is refused where it is read (row_check).
     """
 
     name: str
@@ -64,6 +67,7 @@ class Metric:
     samples_from: str | None = None
     bounded_by: tuple[str, ...] = ()
     minimum: float | None = 0.0
+    maximum: float | None = None
 
     def __post_init__(self):
         if self.comparable and (self.minimum is None or self.minimum < 0):  # compare decides on current/baseline
@@ -73,14 +77,15 @@ class Metric:
 
 ISO_TIME = "ISO 8601 UTC"  # the unit of a metric that is a time of day, not a number
 TEXT = "text"  # the unit of a metric that is a name or a note (a timer, a kernel, where a peak came from)
-NOT_NUMBERS = ("bool", ISO_TIME, TEXT)  # units of declared metrics that are not numbers (Metric.minimum: others)
+FLAG = "bool"  # the unit of a metric that is a flag: true, false or null (Metric; row_check refuses others)
+NOT_NUMBERS = (FLAG, ISO_TIME, TEXT)  # units of declared metrics that are not numbers (Metric.minimum: others)
 
 # Declared once for every record kind whose measurement is timed (bench steps, serve, the calibration): its readers
 # decide on it (compare's busy floor, ab's busy pairs, the report's calibration line: vitbench.measure.load.busy).
 OTHER_LOAD_CORES = Metric(OTHER_LOAD, "cores", False, "average cores other processes kept busy while the row was "
                           f"measured (vitbench.measure.load); the machine was shared at {BUSY_CORES:g} or more")
 # Declared once for every record kind whose measurement compiles (bench steps, XLA's FLOP count).
-COMPILE_CACHED = Metric("compile_cached", "bool", True, "the compiled code came from the persistent compile cache "
+COMPILE_CACHED = Metric("compile_cached", FLAG, True, "the compiled code came from the persistent compile cache "
                         "(vitbench.measure.throughput.from_cache; null: nothing compiled, e.g. eager torch)")
 
 
@@ -189,10 +194,11 @@ def headline(kind: str) -> Metric | None:
 
 def row_check() -> Callable[[Record], RowProblem | None]:
     """A function of a row saying what is wrong with it as an ok row (None: nothing). A declared number (every unit
-    but NOT_NUMBERS) that is not a finite number at least its `minimum`: vitbench never writes one (the trial makes
-    it an error row, vitbench.trial), the read is refused. (Samples are compare's to check, where they are used:
-    checking every row's here cost 68 % more reading for rows of 1,000 steps; the raw list they come from,
-    `Metric.samples_from`, is checked here, with one min(): not empty, numbers > 0.) The task's headline missing
+    but NOT_NUMBERS) that is not a finite number at least its `minimum` (and at most its `maximum`), or a flag
+    (unit FLAG) that is not a bool: vitbench never writes one (the trial makes it an error row, vitbench.trial),
+    the read is refused. (Samples are compare's to check, where they are used: checking every row's here cost 68 %
+    more reading for rows of 1,000 steps; the raw list they come from, `Metric.samples_from`, is checked here, with
+    one min(): not empty, numbers > 0; and one max() where the metric has a `maximum`.) The task's headline missing
     or null: vitbench wrote such rows before 2026-11-28 (finetune --skip-corrupt's accuracy null; vitbench.trial
     makes it an error row since), so the row is read as an error row, never as ok. The stores' readers apply it
     (vitbench.rows: `check=`): an ok row without its measure was taken as done by a resumed sweep, shown as `ok`
@@ -202,27 +208,35 @@ def row_check() -> Callable[[Record], RowProblem | None]:
 
     heads: dict[str, list[str]] = {}
     numbers: dict[str, dict[str, Metric]] = {}
-    raw_lists: dict[str, set[str]] = {}
+    flags: dict[str, set[str]] = {}
+    raw_lists: dict[str, dict[str, float | None]] = {}  # kind -> raw list -> the most a sample is (Metric.maximum)
     for t in tasks(include_hidden=True).values():
         if t.headline and t.headline not in heads.setdefault(t.kind, []):
             heads[t.kind].append(t.headline)
         numbers.setdefault(t.kind, {}).update({m.name: m for m in t.metrics if m.unit not in NOT_NUMBERS})
-        raw_lists.setdefault(t.kind, set()).update(m.samples_from for m in t.metrics if m.samples_from)
+        flags.setdefault(t.kind, set()).update(m.name for m in t.metrics if m.unit == FLAG)
+        raw_lists.setdefault(t.kind, {}).update({m.samples_from: m.maximum for m in t.metrics if m.samples_from})
 
     def problem(rec: Record) -> RowProblem | None:
         if rec.status is not Status.OK or rec.kind not in numbers:
             return None
         for name, m in numbers[rec.kind].items():
             v = rec.metrics.get(name)
-            if v is not None and not (_number(v, m.minimum) and (not m.speed or v > 0)):
+            if v is not None and not (_number(v, m.minimum, m.maximum) and (not m.speed or v > 0)):
                 least = " > 0" if m.speed else "" if m.minimum is None else f" >= {m.minimum:g}"
-                return RowProblem(f"{name} = {clip(repr(v), 60)}, where vitbench writes a finite number{least} "
-                                  f"({m.unit})", refuse=True)
-        for key in raw_lists[rec.kind]:
-            bad = _not_samples(rec.raw.get(key))
+                most = "" if m.maximum is None else f" and at most {m.maximum:g}"
+                return RowProblem(f"{name} = {clip(repr(v), 60)}, where vitbench writes a finite number{least}"
+                                  f"{most} ({m.unit})", refuse=True)
+        for name in flags[rec.kind]:
+            v = rec.metrics.get(name)
+            if v is not None and not isinstance(v, bool):  # "yes" or 1 was read as clean (report.caveats.true)
+                return RowProblem(f"{name} = {clip(repr(v), 60)}, where vitbench writes true, false or null (a "
+                                  "flag)", refuse=True)
+        for key, most in raw_lists[rec.kind].items():
+            bad = _not_samples(rec.raw.get(key), most)
             if bad:
-                return RowProblem(f"raw.{key} {bad}, where vitbench writes the timed samples (each > 0)",
-                                  refuse=True)
+                return RowProblem(f"raw.{key} {bad}, where vitbench writes the timed samples (each > 0"
+                                  + ("" if most is None else f" and at most {most:g}") + ")", refuse=True)
         lacking = rec.unmeasured(heads[rec.kind])
         if lacking:
             return RowProblem(f"an ok row without its {lacking[0]}", refuse=False)
@@ -231,22 +245,25 @@ def row_check() -> Callable[[Record], RowProblem | None]:
     return problem
 
 
-def _not_samples(xs) -> str | None:
+def _not_samples(xs, most: float | None = None) -> str | None:
     """What is wrong with a raw list of samples (None: nothing, or no list at all: rows that keep none). min()
     is one C loop (a JSON row cannot hold NaN or inf: the reader refuses them first); a text or null in the
-    list makes it raise."""
+    list makes it raise. With `most` (Metric.maximum), max() too: a sample above it was never measured."""
     if not isinstance(xs, list):
         return None
     if not xs:
         return "is empty (no timed step)"
     try:
         lo = min(xs)
+        hi = max(xs) if most is not None else None
     except TypeError:
         return "holds something other than numbers"
     if isinstance(lo, bool) or not finite_number(lo) or lo <= 0:
         return f"holds {clip(repr(lo), 40)}"
+    if hi is not None and not (finite_number(hi) and hi <= most):
+        return f"holds {clip(repr(hi), 40)}"
     return None
 
 
-def _number(v, minimum: float | None) -> bool:
-    return finite_number(v) and (minimum is None or v >= minimum)
+def _number(v, minimum: float | None, maximum: float | None = None) -> bool:
+    return finite_number(v) and (minimum is None or v >= minimum) and (maximum is None or v <= maximum)

@@ -23,6 +23,12 @@ HOW = ("precision", "threads")
 CONDITIONS = (*WHERE, *HOW)
 SIZE = "matmul_n"  # and at the size of its matmul (the row's metric; a row before 2026-11-29: its config's, 1024)
 LEGACY_N = 1024  # the size every calibration took before it followed the device's kind
+# The most TFLOP/s a calibration sample (and its median) can be: a value above it was never measured (an edited
+# or another tool's row), refused where rows are read (tasks.row_check), so never divided by in compare
+# --normalize, report or history. The fastest single accelerator's peak: NVIDIA H200 datasheet, FP8 Tensor Core
+# 3,958 TFLOPS (with sparsity; dense is half); 1e5 is ~25 times that, room for devices to come. 1e308 was read
+# as a machine infinitely fast (compare's "machine inf", a regression of ratio 1e-309).
+MAX_TFLOPS = 1e5
 
 
 def matmul_size(rec: Record) -> int | None:
@@ -67,7 +73,7 @@ class Calibration(Task):
     description = "device matmul throughput, measured at the start of each sweep run"
     needs = frozenset({Capability.MATMUL_PEAK})
     metrics = (Metric(METRIC, "TFLOP/s", True, "dense matmul throughput (2 FLOPs per MAC)",
-                      samples=calibration_samples),
+                      samples=calibration_samples, samples_from=METRIC, maximum=MAX_TFLOPS),
                Metric(SIZE, "elements", True, "the square matrix size used (the field's, or the device kind's)"),
                OTHER_LOAD_CORES)
     headline = METRIC
