@@ -56,6 +56,9 @@ CASES = {
     "not an image": (lambda g, t: _mk_corrupt(g, t, lambda p: p.write_text("hello")), "cannot be read as an image"),
     "truncated image in a shard": (lambda g, t: _mk_corrupt_shard(g, t), "cannot be read as an image"),
     "truncated shard": (lambda g, t: _mk_truncated_shard(g, t), "not a readable tar shard"),
+    "shard cut at a member": (lambda g, t: _mk_cut_shard(g, t, 0), "ends without its end-of-archive block"),
+    "shard cut in a header": (lambda g, t: _mk_cut_shard(g, t, 100), "ends without its end-of-archive block"),
+    "a key twice in a shard": (lambda g, t: _mk_key_twice(g, t), "sample '00000' appears again after other"),
     "shard without labels": (lambda g, t: _mk_unlabelled(g, t), "has no .cls label"),
     "shard label out of range": (lambda g, t: _mk_out_of_range_shard(g, t), "label 7 out of range"),
     "hf label out of range": (lambda g, t: _mk_out_of_range_hf(g, t), "label 5 out of range for the 3 ClassLabel"),
@@ -163,6 +166,36 @@ def _mk_truncated_shard(g, t):
     shard = root / "train-000000.tar"
     shard.write_bytes(shard.read_bytes()[:1000])
     return ["--data", "webdataset", "--data-path", str(root)], shard
+
+
+def _mk_cut_shard(g, t, into):
+    """A shard cut at the header of its 5th member (`into` bytes into it): tarfile stops there without a word, and
+    the shard was read as one of 2 samples."""
+    import tarfile
+
+    root = _copy(g, t, "shards")
+    shard = root / "train-000000.tar"
+    with tarfile.open(shard) as tf:
+        at = tf.getmembers()[4].offset
+    shard.write_bytes(shard.read_bytes()[:at + into])
+    return ["--data", "webdataset", "--data-path", str(root)], shard
+
+
+def _mk_key_twice(g, t):
+    """Two shards' members appended into one (`tar -A`): keys 00000.. twice; the first image was kept with the
+    last label, and the second run's samples were lost."""
+    import tarfile
+
+    from data_formats import _add, png_bytes
+
+    x, y = g[1], g[2]
+    write_shards(t / "s", "test", x[:3], y[:3], per_shard=100)
+    path = t / "s" / "train-000000.tar"
+    with tarfile.open(path, "w") as tf:
+        for i in [*range(len(x)), 0]:
+            _add(tf, f"{i:05d}.png", png_bytes(x[i]))
+            _add(tf, f"{i:05d}.cls", str(int(y[(i + 1) % len(y)])).encode())
+    return ["--data", "webdataset", "--data-path", str(t / "s")], f"{path}:00000.png"
 
 
 def _mk_unlabelled(g, t):

@@ -219,6 +219,18 @@ def _read_label(tf: tarfile.TarFile, m: tarfile.TarInfo, where: str) -> int:
     return label
 
 
+def _check_ended(tf: tarfile.TarFile, path: Path) -> None:
+    """ConfigError unless the members read end at the archive's end-of-archive block (a block of zeros, which
+    tarfile and GNU tar write): tarfile stops without a word at a header cut short or garbled, so a shard cut at
+    or in a header (a writer killed) was read as a shorter one, its missing samples unsaid."""
+    tf.fileobj.seek(tf.offset)
+    end = tf.fileobj.read(tarfile.BLOCKSIZE)
+    if len(end) < tarfile.BLOCKSIZE or any(end):
+        raise ConfigError(f"{path}: the tar shard ends without its end-of-archive block at byte {tf.offset:,} "
+                          "(cut short, e.g. by a writer that was killed, or garbled there): its samples past that "
+                          f"point are not read; write the shard again; expected {LAYOUT}")
+
+
 def index_shards(files: list[Path]) -> tuple[ShardPool, np.ndarray]:
     """(pool, labels) of the samples of `files`, in shard and member order. ConfigError naming the shard and
     the sample for a truncated tar, a sample without an image or without a label."""
@@ -227,15 +239,22 @@ def index_shards(files: list[Path]) -> tuple[ShardPool, np.ndarray]:
         samples: dict[str, dict] = {}
         try:
             with tarfile.open(path, "r:") as tf:
+                last = None
                 for m in tf:
                     if not m.isfile() or m.name.rpartition("/")[2].startswith("."):  # ._KEY.png, .DS_Store
                         continue
                     key, ext = _key_ext(m.name)
+                    if key != last and key in samples:  # its first image kept, its last label: a wrong label
+                        raise ConfigError(f"{path}:{m.name}: sample {key!r} appears again after other samples "
+                                          "(two shards appended into one?); a sample's members are consecutive "
+                                          f"and its key unique in its shard; expected {LAYOUT}")
+                    last = key
                     sample = samples.setdefault(key, {})
                     if ext in IMAGE_EXTENSIONS and "image" not in sample:
                         sample["image"] = (m.offset_data, m.size, m.offset)
                     elif ext == LABEL_EXTENSION:
                         sample["label"] = _read_label(tf, m, f"{path}:{m.name}")
+                _check_ended(tf, path)
         except (tarfile.TarError, OSError, EOFError) as e:
             raise ConfigError(f"{path}: not a readable tar shard ({e}); expected {LAYOUT}") from None
         if not samples:
