@@ -129,6 +129,30 @@ def test_quantising_prints_no_advice_of_onnxruntimes_on_the_terminal(runtimes, t
     assert logging.root.manager.disable == logging.NOTSET
 
 
+def test_a_model_torch_cannot_export_is_one_line_naming_it(runtimes, tmp_path, monkeypatch):
+    """torch.export's refusal (a forward that branches on its data) reached the terminal as two tracebacks, an FX
+    graph and colour codes (19 KB, exit 1; found by a hostile-input review): it is one bounded line naming the
+    model and the backend to use, exit 2."""
+    import torch
+
+    if "onnxruntime" not in runtimes:
+        pytest.skip("onnxruntime not installed")
+    from vitbench.backends.onnxruntime.backend import export_onnx
+    from vitbench.errors import ConfigError
+
+    def refuse(*a, **k):
+        raise RuntimeError("\n\x1b[31mCould not guard on data-dependent expression Eq(u0, 1)\x1b[0m\n"
+                           + "graph():\n    %x : [num_users=1] = placeholder[target=x]\n" * 500)
+
+    monkeypatch.setattr(torch.onnx, "export", refuse)
+    with pytest.raises(ConfigError) as e:
+        export_onnx(Step("ViT-Nano/4", batch_size=1, resolution=16), tmp_path / "m.onnx")
+    text = str(e.value)
+    assert "\n" not in text and "\x1b" not in text and len(text) < 600, text
+    assert "cannot export ViT-Nano/4 to ONNX (RuntimeError: Could not guard on data-dependent" in text
+    assert "backend 'torch'" in text
+
+
 @pytest.mark.parametrize("name", RUNTIMES)
 def test_a_runtime_refuses_training_naming_the_backends_that_train(name):
     spec = backend_spec(name)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +26,7 @@ from vitbench.backends.graphs import Graph
 from vitbench.backends.onnxruntime import SPEC
 from vitbench.backends.runtime import RuntimeBackend, RuntimeWorkload
 from vitbench.env import distribution_version
+from vitbench.errors import ConfigError, clip, looks_like_oom
 from vitbench.models.torch import build_torch_model
 
 # torch's default ONNX opset for its exporters in the locked torch 2.15 (torch/onnx/_constants.py,
@@ -195,8 +197,22 @@ def export_onnx(step: Step, path: Path) -> None:
     model = build_torch_model(spec, res, step.num_classes or spec.num_classes).eval()
     x = torch.zeros(2, 3, res, res)  # batch 2: a batch of 1 would be specialised to a constant
     batch = torch.export.Dim("batch", min=1, max=2**20)
-    with torch.no_grad(), open(os.devnull, "w") as null, contextlib.redirect_stdout(null):
-        torch.onnx.export(model, (x,), str(path), input_names=[INPUT], output_names=[OUTPUT], dynamo=True,
-                          dynamic_shapes=({0: batch},), opset_version=OPSET, external_data=False, verbose=False)
+    try:
+        with torch.no_grad(), open(os.devnull, "w") as null, contextlib.redirect_stdout(null):
+            torch.onnx.export(model, (x,), str(path), input_names=[INPUT], output_names=[OUTPUT], dynamo=True,
+                              dynamic_shapes=({0: batch},), opset_version=OPSET, external_data=False,
+                              verbose=False)
+    except Exception as e:  # torch.export's refusal: two tracebacks, an FX graph and colour codes (19 KB)
+        if looks_like_oom(e):
+            raise
+        raise ConfigError(f"backend 'onnxruntime' cannot export {spec.name} to ONNX ({type(e).__name__}: "
+                          f"{_first_line(e)}): a model whose forward branches on its data (or calls what "
+                          "torch.export cannot trace) has no one graph; measure it with backend 'torch'") from None
     del model
+
+
+def _first_line(e: BaseException) -> str:
+    """The first line of `e`'s message with a text in it, its terminal colour codes dropped, clipped."""
+    text = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", str(e))
+    return clip(next((line.strip() for line in text.splitlines() if line.strip()), "no message"), 200)
 
