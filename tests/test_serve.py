@@ -525,3 +525,22 @@ def test_every_step_of_a_serve_runs_on_one_thread(scenario, monkeypatch, one_tor
     rec = serve(scenario=scenario, min_query_count=EARLY_STOP_QUERIES)
     assert rec.status is Status.OK, rec.error
     assert len(seen) > 10 and len(set(seen)) == 1 and seen[0].startswith("vitbench-steps"), sorted(set(seen))
+
+
+def test_a_schedule_over_the_memory_budget_is_out_of_memory_before_loadgen_starts(monkeypatch, cli):
+    """Offline at 1e7 QPS for 5 s made LoadGen generate one query of 55 M samples (6.6 GB) and abort the whole
+    process (std::bad_alloc, SIGABRT, no row; found by a hostile-input review). What it would generate is
+    checked against the memory budget first: out of memory (an oom row in a sweep, exit 1 here) saying the
+    samples, the MiB and the settings to lower; a schedule within the budget passes."""
+    monkeypatch.setenv("VITBENCH_MEMORY_LIMIT_GIB", "0.5")
+    p = Serve.Params.model_validate({"task": "serve", "model": NANO, **SHORT, "scenario": "Offline",
+                                     "target_qps": 1e7, "min_duration_s": 5.0})
+    with pytest.raises(MemoryError, match=r"LoadGen would generate 55,000,000 samples up front \(Offline at "
+                                          r"target_qps 1e\+07 for 5 s\), about 6,294 MiB, over the budget of 512"):
+        loadgen.check_schedule_fits(p.loadgen_settings())
+    r = cli("serve", NANO, "--scenario", "Offline", "--target-qps", "1e7", "--min-duration-s", "5", "--threads",
+            "1", "--qsl-images", "8", "--batch-size", "4")
+    assert r.exit_code == 1 and "Traceback" not in r.output, r.output
+    assert "lower target_qps or min_duration_s" in " ".join(r.output.split())
+    loadgen.check_schedule_fits(Serve.Params.model_validate(
+        {"task": "serve", "model": NANO, **SHORT, "scenario": "Offline", "target_qps": 1e4}).loadgen_settings())
