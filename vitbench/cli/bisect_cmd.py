@@ -21,7 +21,8 @@ def bisect_cmd(
                                           "interval of BAD / GOOD is below 1 - threshold; each later commit is "
                                           "held between GOOD's speed and BAD's."),
     budget_s: float = from_constant("vitbench.compare.ab", "DEFAULT_BUDGET_S", "--budget-s",
-                                    help="Wall-clock budget of each step's `ab` run, in seconds."),
+                                    help="Wall-clock budget of each step's `ab` run, in seconds (its first pair "
+                                         "always runs)."),
     repo: str = cli_option("repo", "--repo", help="The git checkout whose commits are bisected."),
 ) -> None:
     """Find the first commit between GOOD and BAD whose speed regressed against GOOD, each step a `vitbench ab`

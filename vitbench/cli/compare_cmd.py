@@ -144,7 +144,8 @@ def ab_cmd(
                                   help="Round pairs always measured before a decision."),
     max_pairs: int = typer.Option(None, "--max-pairs", help="Stop after this many pairs (default: the budget)."),
     budget_s: float = from_constant("vitbench.compare.ab", "DEFAULT_BUDGET_S", "--budget-s",
-                                    help="Wall-clock budget in seconds; no new pair starts that would pass it."),
+                                    help="Wall-clock budget in seconds: the first pair always runs (it times "
+                                         "a pair), and no later pair starts that would pass the budget."),
     fmt: str = cli_option("format", "--format", help="table | md (Markdown) | json (github-action-benchmark)."),
     results: str = typer.Option(None, "--results", help="Keep every round's results here (a new or empty "
                                                         "directory); default: a temporary one, removed."),
