@@ -4,6 +4,7 @@ is needed), given to any command: one bounded line naming it, exit 2, never a tr
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -64,13 +65,35 @@ def test_a_sides_failed_sweep_is_quoted_from_its_error_line(tmp_path):
     log = tmp_path / "log"
     log.write_text("progress line\n" * 50 + "error: invalid study /x/study.yaml (2 problems):\n"
                    + "".join(f"  axes.model[{i}]: unknown model {'B' * 50}\n" for i in range(40)))
-    side = types.SimpleNamespace(name="current", describe="working tree", study="/x/study.yaml")
+    side = types.SimpleNamespace(name="current", describe="working tree", study=Path("/x/study.yaml"),
+                                 root=Path("/y"))
     run = Running(side, types.SimpleNamespace(wait=lambda: 2), log, tmp_path / "round")
     with pytest.raises(ConfigError) as e:
         run.wait()
     said = str(e.value)
     assert "error: invalid study /x/study.yaml (2 problems)" in said and "progress line" not in said
     assert len(said) < 2000
+
+
+def test_a_sides_failed_sweep_names_the_study_as_the_user_gave_it_not_the_temporary_copy(tmp_path):
+    """A commit's side runs in a temporary copy of its tree, removed when the command ends: the error named
+    /tmp/vitbench-ab-XXXX/src/README.md, a path gone by the time it was read (found by a hostile-input review).
+    It names the study within that tree as the user gave it."""
+    import types
+
+    from vitbench.compare.sides import Running
+    from vitbench.errors import ConfigError
+
+    tree = tmp_path / "vitbench-ab-q7xe" / "src"
+    log = tmp_path / "log"
+    log.write_text(f"error: invalid study {tree}/README.md:3: not valid YAML\n")
+    side = types.SimpleNamespace(name="baseline", describe="GOOD = 90cb66f3ebd2", study=tree / "README.md",
+                                 root=tree)
+    with pytest.raises(ConfigError) as e:
+        Running(side, types.SimpleNamespace(wait=lambda: 2), log, tmp_path / "round").wait()
+    said = str(e.value)
+    assert "of README.md (in that tree) exited 2" in said and "invalid study README.md:3" in said
+    assert str(tree) not in said
 
 
 def test_a_sides_sweep_that_exits_1_before_any_row_is_quoted_from_its_log(tmp_path):
@@ -85,7 +108,8 @@ def test_a_sides_sweep_that_exits_1_before_any_row_is_quoted_from_its_log(tmp_pa
     log, out = tmp_path / "log", tmp_path / "round"
     out.mkdir()
     log.write_text("Traceback (most recent call last):\n  ...\nNameError: name 'steps' is not defined\n")
-    side = types.SimpleNamespace(name="current", describe="working tree", study="/x/study.yaml")
+    side = types.SimpleNamespace(name="current", describe="working tree", study=Path("/x/study.yaml"),
+                                 root=Path("/y"))
     with pytest.raises(ConfigError, match=r"(?s)current \(working tree\).*exited 1.*NameError: name 'steps'"):
         Running(side, types.SimpleNamespace(wait=lambda: 1), log, out).wait()
     (out / "results.jsonl").write_text('{"kind": "bench"}\n')

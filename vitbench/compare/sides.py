@@ -180,8 +180,13 @@ class Running:
             text = self.log.read_text(errors="replace")
             start = text.rfind("error:")  # the sweep's own message from its start (its last lines cut its head)
             said = clip(text[start:], _TAIL) if start >= 0 else text[-_TAIL:]
-            raise ConfigError(f"{self.side.name} ({self.side.describe}): `vitbench sweep {self.side.study}` "
-                              f"exited {rc}:\n{said}")
+            tree = f"{self.side.root}/"  # a temporary copy of the side's tree, gone when the user reads this
+            try:
+                study = f"{self.side.study.relative_to(self.side.root)} (in that tree)"
+            except ValueError:  # an absolute study outside the tree: the user's own path
+                study = str(self.side.study)
+            raise ConfigError(f"{self.side.name} ({self.side.describe}): `vitbench sweep` of {study} "
+                              f"exited {rc}:\n{said.replace(tree, '')}")
 
     def stop(self) -> None:
         """End the sweep if it still runs (an interrupted gate leaves no round behind)."""
