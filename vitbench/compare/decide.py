@@ -280,20 +280,19 @@ def _side(drawn, calib: Calibrations | None, boot: MedianBatch, metric: Metric):
         raw_points.append(p)
         n += size
         if calib is not None:
-            cal = calib.for_record(rec)
+            speed, cal = p, calib.for_record(rec)
             with np.errstate(over="ignore", under="ignore"):  # (refused just below, not warned of)
-                speed, (p, r) = p, (np.float64(p) / cal, r / cal)
+                p, r = np.float64(p) / cal, r / cal
             if not (finite_number(float(p)) and p > 0 and np.isfinite(r).all()):
                 raise ConfigError(f"--normalize: {metric.name} {float(speed):g} divided by the {calib.side} "
                                   f"results' calibration {cal:g} is {float(p):g}, not a finite number > 0 "
-                                  f"({rec.source or 'results'}): the calibration holds a speed no machine "
-                                  "measured (edited?); check it, or compare without --normalize")
+                                  f"({rec.source or 'results'}): check it, or compare without --normalize")
         points.append(p)
         reps.append(r)
     if not points:
         return None
-    with np.errstate(over="ignore"):  # normalised points near a float's range sum past it: inf, refused below
-        replicates = reps[0] if picks is None else picked(np.stack(reps), picks)  # (_finite_normalised)
+    with np.errstate(over="ignore"):  # normalised points may sum past a float's range: _finite_normalised
+        replicates = reps[0] if picks is None else picked(np.stack(reps), picks)
         return _mean(points), replicates, len(points), n, _mean(raw_points), points, raw_points
 
 
@@ -323,16 +322,14 @@ def status_note(recs: list[Record]) -> str:
 
 
 def _finite_normalised(label: str, md: Metric, row: Row) -> None:
-    """Refuse a normalised ratio, interval or machine factor that is not a finite number > 0: the calibrations
-    (each a finite sample in (0, MAX_TFLOPS]: tasks.row_check) divided by one another overflowed or underflowed
-    (a machine 'inf' times faster), a number no verdict may rest on."""
+    """Refuse a normalised ratio, interval or machine factor that is not a finite number > 0 (calibrations that
+    pass tasks.row_check but divide past a float's range: a machine 'inf' times faster)."""
     values = (row.ratio, row.ci_low, row.ci_high, row.machine_ratio)
-    if all(v is None or (finite_number(v) and v > 0) for v in values):
-        return
-    shown = ", ".join(f"{k} {v:g}" for k, v in zip(("ratio", "low", "high", "machine"), values) if v is not None)
-    raise ConfigError(f"--normalize: {clip(label, 120)} {md.name}: the calibrations give {shown}, not each a "
-                      "finite number > 0: the calibration rows hold speeds no machine measured (edited?); check "
-                      "them, or compare without --normalize")
+    if not all(v is None or (finite_number(v) and v > 0) for v in values):
+        shown = ", ".join(f"{k} {v:g}" for k, v in zip(("ratio", "low", "high", "machine"), values)
+                          if v is not None)
+        raise ConfigError(f"--normalize: {clip(label, 120)} {md.name}: the calibrations give {shown}, not each a "
+                          "finite number > 0: check the calibration rows, or compare without --normalize")
 
 
 def compare_trial(label: str, b: Trial, c: Trial, metrics: Sequence[Metric], threshold: float,

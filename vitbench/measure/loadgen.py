@@ -385,27 +385,21 @@ def loadgen():
     return mlperf_loadgen
 
 
-# LoadGen generates a run's queries before it starts (Server: every arrival of the schedule; Offline: one query of
-# every sample), with a slack of 1.1 on rate x duration (its test settings' kSlack); each scheduled sample held
-# ~120 bytes, measured: Offline at 1e7 QPS for 5 s made one query of 55 M samples and peaked at 6.6 GB, then
-# aborted the process (std::bad_alloc, SIGABRT) under a 12 GB address-space limit (a hostile-input review)
-SCHEDULE_SLACK = 1.1
-BYTES_PER_SCHEDULED_SAMPLE = 120
+# LoadGen generates a run's queries up front, 1.1 x rate x duration samples of ~120 bytes (measured: 55 M samples,
+# 6.6 GB; docs/serving.md)
+SCHEDULE_SLACK, BYTES_PER_SCHEDULED_SAMPLE = 1.1, 120
 
 
 def check_schedule_fits(settings: Settings) -> None:
-    """MemoryError (an oom row, said in words) where the samples LoadGen would generate up front for `settings`
-    would take more than the memory budget (vitbench.memory_budget: half the memory available): it aborted the
-    whole process instead, with no row."""
+    """MemoryError (an oom row) where what LoadGen generates up front for `settings` passes the memory budget
+    (vitbench.memory_budget): it aborted the whole process, with no row."""
     from vitbench.memory_budget import budget_mib, describe
 
     if settings.scenario not in ("Server", "Offline") or settings.target_qps is None:
         return
     seconds = max(settings.min_duration_s, settings.min_query_count / settings.target_qps)
     samples = SCHEDULE_SLACK * settings.target_qps * seconds
-    need = samples * BYTES_PER_SCHEDULED_SAMPLE / 2**20
-    budget = budget_mib()
-    if need > budget:
+    if (need := samples * BYTES_PER_SCHEDULED_SAMPLE / 2**20) > (budget := budget_mib()):
         raise MemoryError(f"out of memory before starting: LoadGen would generate {samples:,.0f} samples up front "
                           f"({settings.scenario} at target_qps {settings.target_qps:g} for {seconds:g} s), about "
                           f"{need:,.0f} MiB, over the budget of {describe(budget)}; lower target_qps or "
