@@ -108,7 +108,8 @@ class _Duplicate(ValueError):
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """A JSON object's dict, refused where a key repeats (json keeps the last silently: an edited row's second
-    "metrics" replaced the first unseen; the study reader refuses repeated keys too). Costs nothing measurable."""
+    "metrics" replaced the first unseen; the study reader refuses repeated keys too). Its cost was within a busy
+    host's noise: 10,000 rows read in 2.09-2.27 s against 1.64-2.24 s (CPU time, best of 5, three alternations)."""
     d = dict(pairs)
     if len(d) != len(pairs):
         seen: set[str] = set()
