@@ -123,13 +123,10 @@ def where(frame: pd.DataFrame, expr: str, where_text: str) -> pd.DataFrame:
             and (pd.api.types.is_bool_dtype(mask)
                  or (mask.dtype == object and all(isinstance(v, (bool, np.bool_)) for v in mask)))):
         raise ConfigError(f"--where {shown}: does not select rows (it must be true or false per row)")
-    try:
-        out = frame.loc[mask]
+    try:  # (a boolean Series on the frame's index: a DataFrame comes back)
+        return frame.loc[mask]
     except Exception as e:  # a row neither true nor false (a missing value of a nullable boolean column)
         raise fail(e) from None
-    if not isinstance(out, pd.DataFrame):
-        raise ConfigError(f"--where {shown}: does not select rows (it must be true or false per row)")
-    return out
 
 
 _ALLOWED = "use column names, constants, comparisons, arithmetic, and/or/not and `in [...]`"
