@@ -257,7 +257,7 @@ def test_an_ok_row_without_its_measure_or_with_an_impossible_one_is_never_a_pass
     """Rows vitbench never writes (edited, or another tool's): a current ok row without the img/s the baseline
     has fails the check (before: 'no data', exit 0); a negative or overflowing speed, a step time <= 0, a negative
     size is refused naming the row (before: a verdict on a ratio of -1), and so is a calibration of 0 under
-    --normalize (before: ZeroDivisionError)."""
+    --normalize (before: ZeroDivisionError), or one below the least a machine measures (MIN_TFLOPS)."""
     base = bench_record("A")
     bare = dataclasses.replace(base, metrics={k: v for k, v in base.metrics.items() if k != "img_per_s"},
                                raw={}, run_id="run2")
@@ -272,31 +272,48 @@ def test_an_ok_row_without_its_measure_or_with_an_impossible_one_is_never_a_pass
     negative = dataclasses.replace(base, metrics={**base.metrics, "batch_size_achieved": -8}, run_id="run2")
     with pytest.raises(ConfigError, match="trial A-.*img_per_s -.* is not a finite number >= 0"):
         compare([base], [negative])
-    zero_cal = [base, calibration_record([0.0, 0.0, 0.0])]
-    with pytest.raises(ConfigError, match="calibration .* is 0: nothing to divide by"):
-        compare(zero_cal, zero_cal, normalize=True)
+    for tflops in (0.0, 1e-7):
+        cal = [base, calibration_record([0.1, tflops, 0.1])]
+        with pytest.raises(ConfigError, match=f"matmul_tflops_per_s {tflops!r} is not a finite number >= 1e-06, "
+                                              "which vitbench never records"):
+            compare(cal, cal, normalize=True)
 
 
 # -------------------------------------------------------------------------------------------------------------
 # Normalisation by the calibration workload
 # -------------------------------------------------------------------------------------------------------------
 def test_normalize_refuses_a_ratio_the_calibrations_overflow():
-    """Calibrations that each pass the row check (> 0, at most MAX_TFLOPS) but divide to no finite number: the
-    smallest float (5e-324) makes a speed divided by it inf (before: a ZeroDivisionError traceback, or a verdict
-    on it); 1e-305 against 1e5 a ratio of 1e-310, its machine factor inf (before: a regression, 'machine inf').
-    Now each is refused, naming the numbers."""
+    """Calibrations within the row check's bounds (MIN_TFLOPS to MAX_TFLOPS) that divide a speed no machine gives
+    (step times of 1e-301 s, a row edited or another tool's) past a float's range: a speed of 8e304 over 1e-6 is
+    inf (before: a ZeroDivisionError traceback, or a verdict on it); 8e301 over 1e-6 against 800 over 1e5 a ratio
+    of 1e312, its machine factor 0. Each is refused, naming the numbers."""
+    from vitbench.tasks.calibration import MAX_TFLOPS, MIN_TFLOPS
+
     rng = np.random.default_rng(5)
-    runs = result_set(rng)
-    top, tiny, tinier = ([calibration_record([x] * 3)] for x in (1e5, 1e-305, 5e-324))
-    for a, b in ((runs + top, runs + tinier), (runs + tinier, runs + top)):
-        with pytest.raises(ConfigError, match=r"--normalize: img_per_s .* divided by the (current|baseline) "
-                                              r"results' calibration 4\.9\d*e-324 is inf, not a finite "
+    runs = result_set(rng, repeats=1)
+    top, least = [calibration_record([MAX_TFLOPS] * 3)], [calibration_record([MIN_TFLOPS] * 3)]
+    absurd = result_set(rng, repeats=1, scale=1e-302)
+    for a, b in ((runs + top, absurd + least), (absurd + least, runs + top)):
+        with pytest.raises(ConfigError, match=r"--normalize: img_per_s 8\.\d*e\+304 divided by the (current|"
+                                              r"baseline) results' calibration 1e-06 is inf, not a finite "
                                               "number > 0"):
             compare(a, b, normalize=True)
-    with pytest.raises(ConfigError, match="--normalize: .*img_per_s: the calibrations give ratio .*machine inf, "
-                                          "not each a finite number > 0"):
-        compare(runs + tiny, runs + top, normalize=True)
+    fast = result_set(np.random.default_rng(5), repeats=1, scale=1e-299)
+    with pytest.raises(ConfigError, match="--normalize: .*img_per_s: the calibrations give ratio inf, .*machine "
+                                          "0, not each a finite number > 0"):
+        compare(runs + top, fast + least, normalize=True)
     assert compare(runs + top, runs + top, normalize=True).exit_code == 0
+
+
+def test_a_plain_ratio_past_a_floats_range_is_refused():
+    """Speeds that each pass the row check (steps of 3e10 s and of 1e-301 s: rows no machine wrote) whose ratio
+    overflows: before, an improvement of inf, exit 0."""
+    rng = np.random.default_rng(5)
+    slow, fast = result_set(rng, repeats=1, scale=1e12), result_set(rng, repeats=1, scale=1e-299)
+    with pytest.raises(ConfigError, match="img_per_s: the two sides give ratio inf.*not each a finite number: "
+                                          "values no machine measured"):
+        compare(slow, fast)
+    assert compare(slow, slow).exit_code == 0 and compare(fast, fast).exit_code == 0
 
 
 def test_normalize_divides_out_a_slower_machine():

@@ -416,10 +416,13 @@ def test_append_refuses_damaged_or_already_appended_rows(cli, tmp_path):
 
 
 def test_an_edited_history_is_refused_naming_what_was_edited(cli, tmp_path):
-    """Values `history append` never writes (a value <= 0 or not finite, info or raw that is not a JSON object),
-    put there by hand past the append-only triggers: exit 2 naming the run, not a series or a traceback."""
+    """Values `history append` never writes (a value <= 0 or not finite, a calibration outside the calibration
+    metric's bounds, info or raw that is not a JSON object), put there by hand past the append-only triggers:
+    exit 2 naming the run, not a series or a traceback (a calibration of 1e-300 divided the machine's speeds past
+    a float's range)."""
     for column, value, says in (("value", -5.0, "holds value -5.0"), ("value", float("inf"), "holds value inf"),
-                                ("calibration", -1.0, "calibration -1.0"), ("raw", "{bad", "is not the JSON")):
+                                ("calibration", -1.0, "calibration -1.0"), ("calibration", 1e-300, "1e-300"),
+                                ("calibration", 1e300, "calibration 1e+300"), ("raw", "{bad", "is not the JSON")):
         db = tmp_path / f"{column}{value}.sqlite"
         _history(db, [100.0, 101.0])
         con = sqlite3.connect(db)

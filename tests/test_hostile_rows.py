@@ -71,6 +71,8 @@ def calibrated(tmp_path_factory):
              "huge": {"raw": {tflops: [1e308, 1e308, 1e308]}},  # compare: ratio 1e-309, 'machine inf', exit 1
              "zero_sample": {"raw": {tflops: [0.0, 0.1]}},  # compare: an 'improvement' of 2.1, exit 0
              "above_bound": {"raw": {tflops: [0.1, 2e5, 0.1]}},
+             "tiny": {"raw": {tflops: [1e-305] * 3}},  # compare: every speed over it inf, 'machine inf'
+             "tiny_median": {"raw": {tflops: None}, "metrics": {tflops: 1e-9}},  # 1e8 x the other side's speed
              "huge_median": {"raw": {tflops: None}, "metrics": {tflops: 1e308}}}  # no raw list: the median's
     return {name: _calibrated_store(d, name, cal) for name, cal in cases.items()}
 
@@ -81,12 +83,13 @@ def _argv(command: str, store, other, tmp_path) -> list:
             "history": ["history", "append", store, "--db", tmp_path / "h.sqlite", "--commit", "abc"]}[command]
 
 
-@pytest.mark.parametrize("bad", ["huge", "zero_sample", "above_bound", "huge_median"])
+@pytest.mark.parametrize("bad", ["huge", "zero_sample", "above_bound", "huge_median", "tiny", "tiny_median"])
 @pytest.mark.parametrize("command", ["compare", "report", "history"])
 def test_a_calibration_no_machine_measured_is_refused_by_every_reader(cli, calibrated, tmp_path, bad, command):
-    """A TFLOP/s sample of 0 (nothing measured) or above MAX_TFLOPS (~25x the fastest accelerator's peak): before,
-    compare --normalize divided by it (1e308: a regression of ratio 1e-309, 'machine inf'; [0, 0.1]: an
-    improvement of 2.1) and history append stored it for good."""
+    """A TFLOP/s sample of 0 (nothing measured), below MIN_TFLOPS (1e5 below one busy CI core) or above
+    MAX_TFLOPS (~25x the fastest accelerator's peak): before, compare --normalize divided by it (1e308: a
+    regression of ratio 1e-309, 'machine inf'; [0, 0.1]: an improvement of 2.1) and history append stored it for
+    good."""
     r = cli(*_argv(command, calibrated[bad], calibrated["good"], tmp_path))
     assert r.exit_code == 2, r.output[-2000:]
     assert f"results.jsonl:{CAL_LINE}" in r.output and "matmul_tflops_per_s" in r.output, r.output[-2000:]
@@ -94,14 +97,16 @@ def test_a_calibration_no_machine_measured_is_refused_by_every_reader(cli, calib
     assert not (tmp_path / "h.sqlite").exists()
 
 
-def test_the_calibration_bound_is_far_above_any_accelerator():
+def test_the_calibration_bounds_are_far_from_any_machine():
     """MAX_TFLOPS stays well above the fastest single accelerator's peak (NVIDIA H200: 3,958 FP8 TFLOPS with
-    sparsity) and is what the calibration metric declares."""
+    sparsity), MIN_TFLOPS well below one core of the CI host (0.099 fp32 TFLOP/s), and both are what the
+    calibration metric declares."""
     from vitbench.tasks import calibration_task
-    from vitbench.tasks.calibration import MAX_TFLOPS, METRIC
+    from vitbench.tasks.calibration import MAX_TFLOPS, METRIC, MIN_TFLOPS
 
     task, metric = calibration_task()
     assert metric.maximum == MAX_TFLOPS >= 10 * 3958 and metric.samples_from == METRIC
+    assert 0 < metric.minimum == MIN_TFLOPS <= 0.099 / 1000
 
 
 def test_a_good_calibration_still_normalises(cli, calibrated):

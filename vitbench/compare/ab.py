@@ -26,7 +26,8 @@ from pathlib import Path
 
 from vitbench.choices import Choice
 from vitbench.compare.comparison import Comparison, env_differences, load_records
-from vitbench.compare.decide import Decision, Row, metric_samples
+from vitbench.compare.calibrations import metric_samples
+from vitbench.compare.decide import Decision, Row
 from vitbench.compare.match import DEFAULT_IGNORE, Trial, group, labels, why_unmatched
 from vitbench.compare.paired import Rule, verdict
 from vitbench.compare.schedule import DEFAULT_SCHEDULE, Schedule, legs_of

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from vitbench.compare.decide import (DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD, REGRESSING, Calibrations, Decision,
-                                     Row, check_gate, compare_trials, same_sizes)
+from vitbench.compare.calibrations import Calibrations, same_sizes
+from vitbench.compare.decide import (DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD, REGRESSING, Decision,
+                                     Row, check_gate, compare_trials)
 from vitbench.compare.match import DEFAULT_IGNORE, group, labels, why_unmatched
 from vitbench.compare.runs import RUN_NOISE_MAX
 from vitbench.errors import ConfigError, clip

@@ -3,7 +3,6 @@ current / baseline, and the decision against the threshold."""
 
 from __future__ import annotations
 
-import datetime as _dt
 import enum
 import math
 from collections.abc import Sequence
@@ -11,13 +10,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from vitbench.compare.calibrations import Calibrations, metric_samples
 from vitbench.compare.match import Trial
 from vitbench.compare.runs import assumed_noise, between_runs, busy_floor, same_runs, widened
 from vitbench.errors import ConfigError, clip
 from vitbench.record import Record, finite_number
 from vitbench.stats import MedianBatch, percentile_intervals, picked, repeat_picks
 from vitbench.tasks import Metric
-from vitbench.tasks.calibration import CONDITIONS, HOW, SIZE, WHERE, calibrates, matmul_size
 
 # The one declaration of the gates' defaults (`vitbench compare` and `vitbench ab`): a 5 % change matters, decided
 # on a 95 % interval (docs/compare.md: the gate's power measured with these).
@@ -73,145 +72,6 @@ class Row:
     samples: tuple[int, int] = (0, 0)
     method: str = ""
     note: str = ""
-
-
-def metric_samples(rec: Record, metric: Metric) -> list[float] | None:
-    """The samples a record offers for `metric`: its declared sampler (e.g. per-step img/s), else its value. The
-    metrics compared (speeds, sizes, accuracies) are never negative, and vitbench writes no non-finite number: a
-    sample that is either (a row edited or written by another tool; steps so short a speed overflows) is refused
-    naming the row, never decided on (ConfigError)."""
-    xs = metric.samples(rec) if metric.samples is not None else None
-    if not xs:
-        v = rec.metrics.get(metric.name)
-        if v is None:
-            return None
-        xs = [float(v)] if finite_number(v) else [v]
-    least = 0.0 if metric.minimum is None else metric.minimum  # (a comparable metric's is >= 0: tasks.Metric)
-    bad = next((x for x in xs if not finite_number(x) or x < least), None)
-    if bad is not None:
-        where = f"{rec.source or 'results'}: trial {clip(str(rec.key or rec.measured_config), 120)}"
-        raise ConfigError(f"{where}: {metric.name} {clip(repr(bad), 40)} is not a finite number >= 0, which "
-                          "vitbench never records: the row was edited or written by another tool; fix or remove "
-                          "it")
-    return xs
-
-
-def _timestamp(s) -> float | None:
-    try:
-        return _dt.datetime.fromisoformat(str(s)).timestamp()
-    except ValueError:
-        return None
-
-
-class Calibrations:
-    """Calibration records of one side, looked up per trial record (same run, backend, device; precision)."""
-
-    def __init__(self, records: Sequence[Record], metric: Metric, side: str):
-        self.side, self.metric = side, metric
-        self.records = [r for r in records if metric_samples(r, metric)]
-        self._cache: dict[tuple, tuple[float, int | None]] = {}
-        self._cands: dict[tuple, tuple[list[Record], dict[str, list[Record]]]] = {}
-        self.fallbacks = 0
-
-    def _candidates(self, cfg: dict) -> tuple[list[Record], dict[str, list[Record]]]:
-        """The calibrations of the trial's backend and device, and the same by run: found once per backend and
-        device (scanning every calibration for every trial made `compare --normalize` and `history append`
-        grow as trials x calibrations: 120 s at 100,000 rows)."""
-        key = tuple(str(cfg.get(k)) for k in WHERE)
-        if key not in self._cands:
-            cands = [c for c in self.records
-                     if all(c.measured_config.get(k) == cfg.get(k) for k in WHERE
-                            if c.measured_config.get(k) is not None and cfg.get(k) is not None)]
-            by_run: dict[str, list[Record]] = {}
-            for c in cands:
-                if c.run_id is not None:
-                    by_run.setdefault(c.run_id, []).append(c)
-            self._cands[key] = cands, by_run
-        return self._cands[key]
-
-    def sizes(self) -> dict[tuple, set]:
-        """The matrix sizes this side's calibrations were taken at, per backend, device, precision and threads."""
-        out: dict[tuple, set] = {}
-        for c in self.records:
-            out.setdefault(tuple(str(c.measured_config.get(k)) for k in CONDITIONS), set()).add(matmul_size(c))
-        return out
-
-    def for_record(self, rec: Record) -> float:
-        """The calibration a trial record's speed is divided by (`lookup`'s value)."""
-        return self.lookup(rec)[0]
-
-    def lookup(self, rec: Record) -> tuple[float, int | None]:
-        """The calibration a trial record's speed is divided by, and its matrix size (None where its pool mixes
-        sizes). A fixed divisor: the median of the calibration's runs. Its uncertainty is not resampled from its
-        3-odd runs (a median of 3 bootstraps to a lumpy, outlier-driven distribution); it enters the interval
-        through the repeats instead, when every repeat round has its own calibration (see docs/compare.md)."""
-        pool, same_run = self._pool(rec)
-        self.fallbacks += not same_run
-        ident = tuple(sorted(id(c) for c in pool))
-        if ident not in self._cache:
-            value = float(np.median([x for c in pool for x in metric_samples(c, self.metric)]))
-            if not (value > 0 and math.isfinite(value)):
-                cfg = rec.measured_config
-                raise ConfigError(f"--normalize: the {self.side} results' calibration ({self.metric.name}) for "
-                                  f"backend {cfg.get('backend')!r} is {value:g}: nothing to divide "
-                                  f"by ({pool[0].source or 'results'}); compare without --normalize")
-            sizes = {matmul_size(c) for c in pool}
-            self._cache[ident] = value, (sizes.pop() if len(sizes) == 1 else None)
-        return self._cache[ident]
-
-    def _pool(self, rec: Record) -> tuple[list[Record], bool]:
-        """The calibrations a trial record is divided by, and whether they are of its own run."""
-        cfg = rec.measured_config
-        cands, by_run = self._candidates(cfg)
-        if not cands and not calibrates(str(cfg.get("backend"))):
-            raise ConfigError(
-                f"--normalize: backend {cfg.get('backend')!r} times no matmul of its own (a deployment runtime), "
-                "so no sweep takes a calibration for it and its trials have nothing to be divided by: compare "
-                "without --normalize (same-job runs, as `vitbench ab` does, need none)")
-        if not cands:
-            raise ConfigError(
-                f"--normalize: the {self.side} results have no calibration record (metric {self.metric.name}) for "
-                f"backend {cfg.get('backend')!r} on device {cfg.get('device')!r}; `vitbench sweep` measures one "
-                "at the start of every run. Re-run the sweep, or compare without --normalize.")
-        same_run = by_run.get(rec.run_id, []) if rec.run_id is not None else []
-        pool = same_run or cands
-        # The same precision and threads, never another's: a bf16 trial divided by an fp32 peak on one side and a
-        # bf16 one on the other, or 1 thread by 4, invents a change of the peaks' ratio (a sweep measures one
-        # calibration per backend, device, precision and threads; a missing one failed or was removed).
-        same = [c for c in pool if all(c.measured_config.get(k) == cfg.get(k) for k in HOW)]
-        if not same:
-            raise ConfigError(
-                f"--normalize: the {self.side} results have no calibration for backend {cfg.get('backend')!r}, "
-                f"precision {cfg.get('precision')!r}, threads {cfg.get('threads')!r} (only "
-                f"{sorted({(c.measured_config.get('precision'), c.measured_config.get('threads')) for c in pool})}"
-                "): dividing by another's would invent a change; re-run the sweep, or compare without --normalize")
-        pool = same
-        # several calibrations in the run (one per repeat round): the one measured nearest in time tracks the
-        # machine's state (other load, clocks) at the trial best
-        t = _timestamp(rec.started_at)
-        times = [_timestamp(c.started_at) for c in pool]
-        if t is not None and len(pool) > 1 and None not in times:
-            best = min(abs(x - t) for x in times)
-            pool = [c for c, x in zip(pool, times) if abs(x - t) == best]
-        return pool, bool(same_run)
-
-
-def same_sizes(calibs: Sequence[Calibrations]) -> None:
-    """Refuse to normalise by calibrations taken at different matrix sizes (on both sides together): a GPU's
-    calibration took n=1024 before 2026-11-29 and 8192 since, some 7x apart in bf16 on an H200, which dividing by
-    both would call a change of the code."""
-    merged: dict[tuple, set] = {}
-    for cal in calibs:
-        for k, v in cal.sizes().items():
-            merged.setdefault(k, set()).update(v)
-    mixed = {k: v for k, v in merged.items() if len(v) > 1}
-    if mixed:
-        k, v = next(iter(mixed.items()))
-        raise ConfigError(
-            f"--normalize: the calibrations of {', '.join(f'{n} {x}' for n, x in zip(CONDITIONS, k))} were "
-            f"taken at different matrix sizes ({SIZE} {', '.join(map(str, sorted(v, key=str)))}; a calibration "
-            "follows the device's kind since 2026-11-29): dividing by both would invent a change. Compare runs "
-            "calibrated alike, or compare without --normalize")
 
 
 def decide(ci_low: float | None, ci_high: float | None, threshold: float, higher_is_better: bool) -> Decision:
@@ -291,7 +151,7 @@ def _side(drawn, calib: Calibrations | None, boot: MedianBatch, metric: Metric):
         reps.append(r)
     if not points:
         return None
-    with np.errstate(over="ignore"):  # normalised points may sum past a float's range: _finite_normalised
+    with np.errstate(over="ignore"):  # normalised points may sum past a float's range: _finite_ratio
         replicates = reps[0] if picks is None else picked(np.stack(reps), picks)
         return _mean(points), replicates, len(points), n, _mean(raw_points), points, raw_points
 
@@ -321,15 +181,21 @@ def status_note(recs: list[Record]) -> str:
     return "/".join(st) + (f": {str(msg).strip().splitlines()[-1][:120]}" if msg and str(msg).strip() else "")
 
 
-def _finite_normalised(label: str, md: Metric, row: Row) -> None:
-    """Refuse a normalised ratio, interval or machine factor that is not a finite number > 0 (calibrations that
-    pass tasks.row_check but divide past a float's range: a machine 'inf' times faster)."""
+def _finite_ratio(label: str, md: Metric, row: Row, normalize: bool) -> None:
+    """Refuse a ratio or interval that is no finite number, or, normalised, one or a machine factor that is not
+    > 0: values that each pass tasks.row_check but divide past a float's range (a speed over a calibration: a
+    machine 'inf' times faster; a step of 1e10 s against one of 1e-300 s: an improvement of inf). A plain ratio
+    of 0 stays a verdict (a size or accuracy of 0 is measured)."""
     values = (row.ratio, row.ci_low, row.ci_high, row.machine_ratio)
-    if not all(v is None or (finite_number(v) and v > 0) for v in values):
+    if not all(v is None or (finite_number(v) and (v > 0 or not normalize)) for v in values):
         shown = ", ".join(f"{k} {v:g}" for k, v in zip(("ratio", "low", "high", "machine"), values)
                           if v is not None)
-        raise ConfigError(f"--normalize: {clip(label, 120)} {md.name}: the calibrations give {shown}, not each a "
-                          "finite number > 0: check the calibration rows, or compare without --normalize")
+        if normalize:
+            raise ConfigError(f"--normalize: {clip(label, 120)} {md.name}: the calibrations give {shown}, not "
+                              "each a finite number > 0: check the calibration rows, or compare without "
+                              "--normalize")
+        raise ConfigError(f"{clip(label, 120)} {md.name}: the two sides give {shown}, not each a finite number: "
+                          "values no machine measured (rows edited or written by another tool); check the rows")
 
 
 def compare_trial(label: str, b: Trial, c: Trial, metrics: Sequence[Metric], threshold: float,
@@ -361,8 +227,10 @@ def compare_trials(pairs: Sequence[tuple[str, Trial, Trial]], metrics: Sequence[
             (_side(db, calibs[0] if calibs is not None and md.speed else None, boot, md),
              _side(dc, calibs[1] if calibs is not None and md.speed else None, boot, md))
             for md, (db, dc) in zip(metrics, d)] for d in drawn]
-        ratios = [cs[1] / bs[1] for s in sides if s for bs, cs in s if bs and cs and bs[0] > 0]
-        intervals = iter(percentile_intervals(np.stack(ratios) if ratios else np.empty((0, n_boot)), confidence))
+        with np.errstate(over="ignore", invalid="ignore"):  # past a float's range: _finite_ratio refuses it
+            ratios = [cs[1] / bs[1] for s in sides if s for bs, cs in s if bs and cs and bs[0] > 0]
+            intervals = iter(percentile_intervals(np.stack(ratios) if ratios else np.empty((0, n_boot)),
+                                                  confidence))
         out += [_rows(label, b, c, metrics, threshold, confidence, calibs is not None, s, intervals, run_noise)
                 for (label, b, c), s in zip(block, sides)]
     return out
@@ -436,8 +304,7 @@ def _rows(label: str, b: Trial, c: Trial, metrics: Sequence[Metric], threshold: 
         row.ratio, row.ci_low, row.ci_high = ratio, lo, hi
         if norm and row.ratio_raw:
             row.machine_ratio = row.ratio_raw / ratio if ratio else math.inf  # (refused just below)
-        if norm:
-            _finite_normalised(label, md, row)
+        _finite_ratio(label, md, row, norm)
         row.decision = decide(lo, hi, threshold, md.higher_is_better)
         moved = _bounds_moved(md, b.ok, c.ok)
         if moved and row.decision is not Decision.NO_CHANGE:  # the bound's change, not the code's

@@ -12,7 +12,7 @@ least noisy series this machine gives).
 
 A point is one trial's metric in the run: the median of its rounds' values (a finite number from an ok record;
 failed, skipped and non-finite rows are never recorded) with the machine's calibration beside it, the
-calibration compare --normalize would divide by (vitbench.compare.decide.Calibrations: same run, backend,
+calibration compare --normalize would divide by (vitbench.compare.calibrations.Calibrations: same run, backend,
 device, precision, threads, nearest in time), the median over the rounds, and the size of its matmul in the
 point's raw (vitbench.tasks.calibration.SIZE; none where the rounds' calibrations were of different sizes).
 """
@@ -133,7 +133,7 @@ def points_of(rounds: list[list]) -> list[Point]:
     """One point per trial and comparable metric: the median over the rounds of its ok records' finite values,
     and the median calibration beside them."""
     from vitbench.compare.comparison import metrics
-    from vitbench.compare.decide import Calibrations
+    from vitbench.compare.calibrations import Calibrations
     from vitbench.compare.match import DEFAULT_IGNORE, labels, match_key
     from vitbench.record import Status
     from vitbench.tasks import calibration_task

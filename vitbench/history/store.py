@@ -25,6 +25,7 @@ from pathlib import Path
 from vitbench.errors import ConfigError
 from vitbench.history import DEFAULT_PATH, HISTORY_ENV
 from vitbench.record import finite_number
+from vitbench.tasks.calibration import MAX_TFLOPS, MIN_TFLOPS
 
 ROWS_KEY = "rows_sha256"  # in a run's info: the hash of the rows it was made from (the same rows append once)
 FORMAT = "vitbench history 1"  # the `meta` row that says a file is ours, and which layout it has
@@ -299,11 +300,14 @@ def read(path: str | Path) -> Iterator[tuple[Run, Point]]:
     finally:
         con.close()
     for r in rows:
-        if not (finite_number(r[9]) and r[9] > 0) or not (r[10] is None or (finite_number(r[10]) and r[10] > 0)) \
-                or r[0] not in runs:
+        # a calibration within the bounds the calibration metric declares, as where results rows are read
+        # (tasks.row_check): a DB edited to 1e-300 divided every speed of its machine past a float's range
+        if not (finite_number(r[9]) and r[9] > 0) or r[0] not in runs or not (
+                r[10] is None or (finite_number(r[10]) and MIN_TFLOPS <= r[10] <= MAX_TFLOPS)):
             raise _bad(Path(path), f"run {r[0]}'s point {str(r[2])[:80]} {str(r[6])[:40]} holds value {r[9]!r}, "
                                    f"calibration {r[10]!r}, which `vitbench history append` never writes (a "
-                                   "finite number > 0 of a stored run): the file was edited")
+                                   f"finite number > 0 of a stored run; a calibration {MIN_TFLOPS:g} to "
+                                   f"{MAX_TFLOPS:g} TFLOP/s): the file was edited")
         yield runs[r[0]], Point(trial=r[1], label=r[2], model=r[3], backend=r[4], task=r[5], metric=r[6],
                                 unit=r[7], higher_is_better=bool(r[8]), value=r[9], calibration=r[10],
                                 raw=_json_object(r[11], path, f"run {r[0]}'s point {str(r[2])[:80]}"))

@@ -209,13 +209,14 @@ def row_check() -> Callable[[Record], RowProblem | None]:
     heads: dict[str, list[str]] = {}
     numbers: dict[str, dict[str, Metric]] = {}
     flags: dict[str, set[str]] = {}
-    raw_lists: dict[str, dict[str, float | None]] = {}  # kind -> raw list -> the most a sample is (Metric.maximum)
+    raw_lists: dict[str, dict[str, tuple]] = {}  # kind -> raw list -> the least and most a sample is (Metric)
     for t in tasks(include_hidden=True).values():
         if t.headline and t.headline not in heads.setdefault(t.kind, []):
             heads[t.kind].append(t.headline)
         numbers.setdefault(t.kind, {}).update({m.name: m for m in t.metrics if m.unit not in NOT_NUMBERS})
         flags.setdefault(t.kind, set()).update(m.name for m in t.metrics if m.unit == FLAG)
-        raw_lists.setdefault(t.kind, {}).update({m.samples_from: m.maximum for m in t.metrics if m.samples_from})
+        raw_lists.setdefault(t.kind, {}).update({m.samples_from: (m.minimum, m.maximum) for m in t.metrics
+                                                 if m.samples_from})
 
     def problem(rec: Record) -> RowProblem | None:
         if rec.status is not Status.OK or rec.kind not in numbers:
@@ -232,10 +233,11 @@ def row_check() -> Callable[[Record], RowProblem | None]:
             if v is not None and not isinstance(v, bool):  # "yes" or 1 was read as clean (report.caveats.true)
                 return RowProblem(f"{name} = {clip(repr(v), 60)}, where vitbench writes true, false or null (a "
                                   "flag)", refuse=True)
-        for key, most in raw_lists[rec.kind].items():
-            bad = _not_samples(rec.raw.get(key), most)
+        for key, (least, most) in raw_lists[rec.kind].items():
+            bad = _not_samples(rec.raw.get(key), least, most)
             if bad:
                 return RowProblem(f"raw.{key} {bad}, where vitbench writes the timed samples (each > 0"
+                                  + ("" if not least else f", at least {least:g}")
                                   + ("" if most is None else f" and at most {most:g}") + ")", refuse=True)
         lacking = rec.unmeasured(heads[rec.kind])
         if lacking:
@@ -245,10 +247,11 @@ def row_check() -> Callable[[Record], RowProblem | None]:
     return problem
 
 
-def _not_samples(xs, most: float | None = None) -> str | None:
+def _not_samples(xs, least: float | None = None, most: float | None = None) -> str | None:
     """What is wrong with a raw list of samples (None: nothing, or no list at all: rows that keep none). min()
     is one C loop (a JSON row cannot hold NaN or inf: the reader refuses them first); a text or null in the
-    list makes it raise. With `most` (Metric.maximum), max() too: a sample above it was never measured."""
+    list makes it raise. With `most` (Metric.maximum), max() too: a sample above it was never measured; below
+    `least` (Metric.minimum, where more than 0) neither."""
     if not isinstance(xs, list):
         return None
     if not xs:
@@ -258,7 +261,7 @@ def _not_samples(xs, most: float | None = None) -> str | None:
         hi = max(xs) if most is not None else None
     except TypeError:
         return "holds something other than numbers"
-    if isinstance(lo, bool) or not finite_number(lo) or lo <= 0:
+    if isinstance(lo, bool) or not finite_number(lo) or lo <= 0 or (least is not None and lo < least):
         return f"holds {clip(repr(lo), 40)}"
     if hi is not None and not (finite_number(hi) and hi <= most):
         return f"holds {clip(repr(hi), 40)}"

@@ -21,7 +21,7 @@ from vitbench.tasks import COMPILE_CACHED, OTHER_LOAD_CORES, TEXT, Metric
 def step_samples(rec: Record) -> list[float] | None:
     """Per-sample throughput (img/s): the achieved batch over each raw step time (latency timing: one per step;
     throughput timing: one per window, its mean step time). A step time that is not a number > 0 gives NaN, which
-    the comparison refuses naming the row (vitbench.compare.decide.metric_samples), never drops. Their median is
+    the comparison refuses naming the row (vitbench.compare.calibrations.metric_samples), never drops. Their median is
     taken in time space there, as img_per_s's is (batch / median step time: vitbench.compare.decide._in_time)."""
     steps = rec.raw.get("step_s")
     batch = rec.metrics.get("batch_size_achieved") or rec.measured_config.get("batch_size")

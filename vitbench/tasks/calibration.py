@@ -29,6 +29,11 @@ LEGACY_N = 1024  # the size every calibration took before it followed the device
 # 3,958 TFLOPS (with sparsity; dense is half); 1e5 is ~25 times that, room for devices to come. 1e308 was read
 # as a machine infinitely fast (compare's "machine inf", a regression of ratio 1e-309).
 MAX_TFLOPS = 1e5
+# The least: 1 MFLOP/s. One core of this project's 2-core CI host (Intel Xeon VM) times a 1024 matmul in fp32 at
+# 0.099 TFLOP/s (torch, 1 thread, 2026-12-01), 1e5 times more; a host 100 times busier, or a device 100 times
+# slower, stays 10 times above it. 1e-305 made every speed divided by it overflow (compare --normalize's 'machine
+# inf'), and 1e-9 a speed 1e8 times the other side's, decided on as if measured.
+MIN_TFLOPS = 1e-6
 
 
 def matmul_size(rec: Record) -> int | None:
@@ -73,7 +78,8 @@ class Calibration(Task):
     description = "device matmul throughput, measured at the start of each sweep run"
     needs = frozenset({Capability.MATMUL_PEAK})
     metrics = (Metric(METRIC, "TFLOP/s", True, "dense matmul throughput (2 FLOPs per MAC)",
-                      samples=calibration_samples, samples_from=METRIC, maximum=MAX_TFLOPS),
+                      samples=calibration_samples, samples_from=METRIC, minimum=MIN_TFLOPS,
+                      maximum=MAX_TFLOPS),
                Metric(SIZE, "elements", True, "the square matrix size used (the field's, or the device kind's)"),
                OTHER_LOAD_CORES)
     headline = METRIC
