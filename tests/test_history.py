@@ -253,8 +253,10 @@ def test_an_existing_file_that_is_not_a_history_is_never_made_one(cli, tmp_path)
 
 
 # ---- recording results directories --------------------------------------------------------------------------
-def _results(d: Path, sha: str, speed: float, tflops: float, host: str = "vm", others: float | None = None) -> Path:
-    """A results directory of a calibration and two bench rows; `others`: the rows' other_load_cores."""
+def _results(d: Path, sha: str, speed: float, tflops: float, host: str = "vm", others: float | None = None,
+             unstable: bool | None = None, overlapped: list | None = None) -> Path:
+    """A results directory of a calibration and two bench rows; `others`: the rows' other_load_cores; `unstable`,
+    `overlapped`: the rows' noise flag and the other trials that ran beside them (vitbench.report.caveats)."""
     from test_compare import bench_record, calibration_record, write_jsonl
 
     env = {"torch": "2.15.0", "git_sha": sha, "hostname": host, "cpu_model": "AMD EPYC", "cpu_count": 2,
@@ -264,11 +266,49 @@ def _results(d: Path, sha: str, speed: float, tflops: float, host: str = "vm", o
     recs = [calibration_record([tflops] * 3, env=env, run_id=run), bench_record(step_s=[8 / speed] * 10, env=env,
                                                                                  run_id=run),
             bench_record("R-Nano", step_s=[8 / speed / 2] * 10, env=env, run_id=run)]
-    if others is not None:
-        for r in recs[1:]:
+    for r in recs[1:]:
+        if others is not None:
             r.metrics["other_load_cores"] = others
+        if unstable is not None:
+            r.metrics["unstable"] = unstable
+        if overlapped:
+            r.runner["overlapped"] = overlapped
     write_jsonl(d / "results.jsonl", recs)
     return d
+
+
+def test_a_marked_measurement_is_marked_in_the_history(cli, tmp_path):
+    """Rows flagged unstable or measured beside other trials (vitbench.report.caveats) were recorded and shown
+    like clean ones: a busy sweep's speed entered the series unmarked. A point of clean and marked rounds is now
+    its clean rounds' median and keeps the ones it left out; a point of marked rounds only is marked in the
+    table, the JSON and the page (a red ring), with the legend; a change point beside it says so."""
+    from vitbench.report.caveats import MARK
+
+    db, sha = tmp_path / "h.sqlite", {c: c * 40 for c in "abcd"}
+    for c in "ab":
+        assert cli("history", "append", _results(tmp_path / c, sha[c], 100.0, 0.05, unstable=False), "--db",
+                   db).exit_code == 0
+    _results(tmp_path / "c" / "round1", sha["c"], 101.0, 0.05, unstable=False)
+    _results(tmp_path / "c" / "round2", sha["c"], 50.0, 0.05, unstable=True)  # a busy round: left out
+    other = [{"pid": 4242, "command": "python other_sweep.py", "cwd": "/elsewhere"}]
+    _results(tmp_path / "d", sha["d"], 60.0, 0.05, unstable=False, overlapped=other)  # only a shared-host round
+    for c in "cd":
+        r = cli("history", "append", tmp_path / c, "--db", db)
+        assert r.exit_code == 0, r.output
+    pts = {run.commit[0]: p for run, p in store.read(db) if p.model == "ViT-Nano/4" and p.metric == "img_per_s"}
+    assert pts["c"].value == f64(101.0, 3) and pts["c"].raw["left_out"] == [f64(50.0, 3)]
+    assert pts["c"].raw["left_out_why"] == "unstable" and "caveat" not in pts["c"].raw
+    assert pts["d"].raw["caveat"] == "shared host" and "caveat" not in pts["a"].raw
+    doc = json.loads(cli("history", "--db", db, "--format", "json", "-m", "img_per_s").output)
+    s = next(x for x in doc["series"] if x["model"] == "ViT-Nano/4")
+    assert [p.get("caveat", "") for p in s["points"]] == ["", "", "1 unstable round(s) left out",
+                                                         f"{MARK} shared host"]
+    r = cli("history", "--db", db, "-m", "img_per_s", "--html", tmp_path / "page.html")
+    text = " ".join(r.output.split())
+    assert f"[{MARK} shared host]" in text and "rest only on rounds flagged unstable" in text, text
+    assert f"{MARK} beside a marked point" in text, text  # the drop to 60 lies beside the marked point
+    page = (tmp_path / "page.html").read_text()
+    assert page.count('class="caveat"') == 2 and "Red ring:" in page  # one ring per model's series
 
 
 def test_append_records_a_sweep_with_commit_machine_and_calibration(cli, tmp_path):

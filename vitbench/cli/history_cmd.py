@@ -116,18 +116,29 @@ def _page(doc: list[dict], out) -> None:
 
 
 def _table(series, new, path) -> None:
+    from vitbench.history.series import legend
+    from vitbench.report.caveats import MARK
+
     t = Table(title=f"history {escape(str(path))}", title_justify="left")
     for col in ("metric", "trial", "commits", "newest", "change points (size, confidence, commits)"):
         t.add_column(col, overflow="fold")
+    marked = 0
     for s in series:
         cps = []
+        flagged = {i for i, w in enumerate(s.caveats) if w.startswith(MARK)}
+        marked += len(flagged)
         for c in s.changes:
             first, last = s.commit_range(c)
             mark = " NEW REGRESSION" if c in new[id(s)] else ""
+            if flagged & set(range(max(c.first - 1, 0), c.last + 1)):  # the commits it lies between
+                mark += f" {MARK} beside a marked point"
             cps.append(f"x{c.size:.3f} ({c.confidence:.0%}) {first[:10]}..{last[:10]}{mark}")
-        t.add_row(s.metric, escape(s.trial), str(len(s.commits)), f"{s.values[-1]:.4g} {s.unit}"
-                  + (" (normalized)" if s.basis == "normalized" else ""), escape("; ".join(cps) or "none"))
+        newest = f"{s.values[-1]:.4g} {s.unit}" + (" (normalized)" if s.basis == "normalized" else "") + \
+            (f" [{s.caveats[-1]}]" if s.caveats and s.caveats[-1] else "")
+        t.add_row(s.metric, escape(s.trial), str(len(s.commits)), escape(newest), escape("; ".join(cps) or "none"))
     console.print(t)
+    if marked:
+        console.print(escape(legend(marked)), highlight=False)
 
 
 @history_app.command("append")

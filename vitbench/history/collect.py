@@ -31,6 +31,9 @@ from vitbench.history.store import ROWS_KEY, Point, Run
 from vitbench.record import finite_number
 from vitbench.store import AB_SIDES  # vitbench ab --results DIR: one subdirectory per side (vitbench.compare.ab)
 
+# A point's raw: why every round it rests on was marked (unstable, shared host: vitbench.report.caveats), or the
+# marked rounds' values left out of it and why
+CAVEAT_KEY, LEFT_OUT_KEY, LEFT_OUT_WHY_KEY = "caveat", "left_out", "left_out_why"
 PAIRED_SUFFIX = "_paired"  # a paired point's metric: ab's metric + this (img_per_s_paired: current / baseline)
 # The environment fields that name the machine (vitbench.env.machine_id's, read from the rows)
 MACHINE_FIELDS = ("hostname", "cpu_model", "cpu_count")
@@ -136,13 +139,15 @@ def points_of(rounds: list[list]) -> list[Point]:
     from vitbench.compare.calibrations import Calibrations
     from vitbench.compare.match import DEFAULT_IGNORE, labels, match_key
     from vitbench.record import Status
+    from vitbench.report.caveats import join_reasons, reasons
     from vitbench.tasks import calibration_task
     from vitbench.tasks.calibration import SIZE
 
     known = metrics()
     cal_task, cal_metric = calibration_task() or (None, None)
     values: dict[tuple[str, str], list[float]] = defaultdict(list)
-    cals: dict[tuple[str, str], list[float]] = defaultdict(list)
+    cals: dict[tuple[str, str], list[tuple | None]] = defaultdict(list)  # beside each value: (calibration, size)
+    why: dict[tuple[str, str], list[str]] = defaultdict(list)  # beside each value: its row's caveat ('' clean)
     first: dict[str, object] = {}
     trial_of: dict[str, str] = {}  # a series' trial key
     unheld: list[str] = []  # values a series on a log scale cannot hold (a largest batch of 0: nothing fit)
@@ -157,6 +162,7 @@ def points_of(rounds: list[list]) -> list[Point]:
             key = match_key(r, DEFAULT_IGNORE)
             first.setdefault(key, r)
             cal = size = None
+            marked = reasons(r.metrics.get("unstable"), r.runner.get("overlapped"))
             if calib is not None:
                 try:
                     cal, size = calib.lookup(r)
@@ -170,8 +176,9 @@ def points_of(rounds: list[list]) -> list[Point]:
                     series = key + "".join(f" [{b}={r.metrics.get(b)}]" for b in md.bounded_by)
                     trial_of[series] = key
                     values[series, name].append(float(v))
-                    if md.speed and cal is not None and finite_number(cal) and cal > 0:  # a memory or a time is no
-                        cals[series, name].append((cal, size))  # speed: never divided by the machine's
+                    why[series, name].append(marked)
+                    # a memory or a time is no speed: never divided by the machine's calibration
+                    cals[series, name].append((cal, size) if md.speed and finite_number(cal) and cal > 0 else None)
                 elif finite_number(v):
                     unheld.append(f"{name} {v:g} of {clip(key, 120)}")
     if unheld:  # said, not dropped in silence: `vitbench compare` calls a largest batch of 0 a regression
@@ -181,17 +188,27 @@ def points_of(rounds: list[list]) -> list[Point]:
     keys = list(first)
     names = dict(zip(keys, labels([first[k].measured_config for k in keys])))
     out = []
-    for (series, name), xs in values.items():
+    for (series, name), every in values.items():
         key = trial_of[series]
         cfg, md = first[key].measured_config, known[name]
-        cs = [c for c, _ in cals.get((series, name), [])]
-        sizes = {n for _, n in cals.get((series, name), [])}
+        # as the report summarises (vitbench.report.caveats.split): the clean rounds where there are some, the
+        # marked ones said to be left out; else every round, and the point is marked with why
+        ws = why[series, name]
+        use = [i for i, w in enumerate(ws) if not w] or list(range(len(ws)))
+        xs = [every[i] for i in use]
+        seen = {part.strip() for w in ws for part in w.split(",") if part.strip()}
+        caveat = {} if not seen else {CAVEAT_KEY: join_reasons(seen)} if len(use) == len(ws) else {
+            LEFT_OUT_KEY: [every[i] for i in range(len(ws)) if i not in use], LEFT_OUT_WHY_KEY: join_reasons(seen)}
+        picked = [cals[series, name][i] for i in use if cals[series, name][i] is not None]
+        cs = [c for c, _ in picked]
+        sizes = {n for _, n in picked}
         alike = len(sizes) == 1 and None not in sizes  # calibrations of two matrix sizes have no one median
         out.append(Point(trial=series, label=names[key] + series[len(key):], model=cfg.get("model"),
                          backend=cfg.get("backend"),
                          task=cfg.get("task"), metric=name, unit=md.unit, higher_is_better=md.higher_is_better,
                          value=statistics.median(xs), calibration=statistics.median(cs) if cs and alike else None,
-                         raw={"rounds": xs, "calibrations": cs, **({SIZE: sizes.pop()} if alike else {})}))
+                         raw={"rounds": xs, "calibrations": cs, **({SIZE: sizes.pop()} if alike else {}),
+                              **caveat}))
     return out
 
 

@@ -30,9 +30,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from vitbench.errors import ConfigError
+from vitbench.history.series import legend
 from vitbench.numfmt import fmt
 from vitbench.paths import write_atomic
 from vitbench.record import finite_number
+from vitbench.report.caveats import MARK
 
 GENERATOR = "vitbench history page"  # the <meta name="generator"> that names the page's maker
 # The page's seal: the SHA-256 of its text with the seal emptied. A page whose seal still holds is vitbench's, and
@@ -219,7 +221,7 @@ def _chart(metric: str, unit: str, group: list[dict], colours: dict[str, str], d
         (", log scale" if log else "")
     svg.append(f'<text x="14" y="{TOP + ph / 2:.0f}" transform="rotate(-90 14 {TOP + ph / 2:.0f})" '
                f'text-anchor="middle">{html.escape(axis)}</text>')
-    keys = []
+    keys, marked = [], 0
     for s in group:
         attrs = " ".join(f'data-{k}="{html.escape(str(s[k]))}"' for k in FILTERS)
         colour, dash = colours.get(s["model"], "#555555"), dashes.get(s["backend"], "")
@@ -229,9 +231,15 @@ def _chart(metric: str, unit: str, group: list[dict], colours: dict[str, str], d
         g.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.8"'
                  + (f' stroke-dasharray="{dash}"' if dash else "") + f' points="{line}"/>')
         for p in pts:
+            caveat = str(p.get("caveat") or "")
             g.append(f'<circle cx="{px(p["commit"]):.1f}" cy="{py(p[field]):.1f}" r="2.6" fill="{colour}">'
                      f"<title>{html.escape(s['trial'])}: {html.escape(fmt(p[field]))} {html.escape(unit)} at "
-                     f"{html.escape(p['commit'][:12])} ({html.escape(str(p.get('date', '')))})</title></circle>")
+                     f"{html.escape(p['commit'][:12])} ({html.escape(str(p.get('date', '')))})"
+                     f"{html.escape(f'; {caveat}' if caveat else '')}</title></circle>")
+            if caveat.startswith(MARK):  # rests on marked rounds only: ringed, as the report's figures ring them
+                marked += 1
+                g.append(f'<circle class="caveat" cx="{px(p["commit"]):.1f}" cy="{py(p[field]):.1f}" r="6" '
+                         'fill="none" stroke="red" stroke-width="1.4"/>')
         for ch in s.get("changes") or ():
             g.append(_change(ch, s, px, x_of, order))
         g.append("</g>")
@@ -240,7 +248,8 @@ def _chart(metric: str, unit: str, group: list[dict], colours: dict[str, str], d
                     f'border-top-style:{"dashed" if dash else "solid"}"></span>{html.escape(str(s["trial"]))}'
                     "</span>")
     svg.append("</svg>")
-    note = (f'<p class="note">{dropped} point(s) without a finite value not drawn.</p>' if dropped else "")
+    note = (f'<p class="note">{dropped} point(s) without a finite value not drawn.</p>' if dropped else "") + \
+        (f'<p class="note caveat">Red ring: {html.escape(legend(marked))}</p>' if marked else "")
     return (f'<div class="chart" data-metric="{html.escape(metric)}"><h2>{html.escape(metric)} '
             f'[{html.escape(unit)}]</h2>{"".join(svg)}<div class="keys">{"".join(keys)}</div>{note}</div>')
 

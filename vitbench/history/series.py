@@ -27,7 +27,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from vitbench.history.changes import Change, changes
-from vitbench.history.collect import PAIRED_SUFFIX
+from vitbench.history.collect import CAVEAT_KEY, LEFT_OUT_KEY, LEFT_OUT_WHY_KEY, PAIRED_SUFFIX
 from vitbench.history.store import Point, Run
 from vitbench.tasks.calibration import LEGACY_N, SIZE
 
@@ -50,6 +50,7 @@ class Series:
     values: list[float] = field(default_factory=list)
     normalized: list[float | None] = field(default_factory=list)
     machines: list[str] = field(default_factory=list)
+    caveats: list[str] = field(default_factory=list)  # per commit: its caveat ('' where every round was clean)
     basis: str = "raw"  # what the change points were found on: 'raw' | 'normalized' | 'paired'
     baseline: str | None = None  # a paired series: the commit every ratio is against
     changes: list[Change] = field(default_factory=list)
@@ -99,6 +100,34 @@ def _machine_calibrations(items: list[tuple[Run, Point]]) -> dict[str, float]:
     return {m: statistics.median(c) for m, c in by_machine.items()}
 
 
+def legend(marked: int) -> str:
+    """The line under a history's table or chart that has marked points."""
+    from vitbench.report.caveats import MARK
+
+    return (f"{MARK}: {marked} point(s) rest only on rounds flagged unstable or measured while other trials ran "
+            "on the same host (as the report marks them): read them as rough figures, and a change point beside "
+            "one as unconfirmed until a clean run repeats it; 'N ... left out': the point is its clean rounds' "
+            "median.")
+
+
+def _caveat(every: list[tuple[Run, Point]], used: list[tuple[Run, Point]]) -> str:
+    """A commit's caveat, as the report writes a summary's (vitbench.report.caveats.split): MARK and why where
+    each round it rests on was marked (unstable, shared host), 'N ... round(s) left out' where marked rounds were
+    left out for clean ones, '' where every round was clean."""
+    from vitbench.report.caveats import MARK, join_reasons
+
+    def parts(text) -> set[str]:
+        return {p.strip() for p in str(text or "").split(",") if p.strip()}
+
+    kept = {id(pt) for _, pt in used}
+    out = [len(pt.raw.get("rounds") or [1]) for _, pt in every if id(pt) not in kept]
+    out += [len(pt.raw.get(LEFT_OUT_KEY) or []) for _, pt in used]
+    seen = set().union(*(parts(pt.raw.get(CAVEAT_KEY)) | parts(pt.raw.get(LEFT_OUT_WHY_KEY)) for _, pt in every))
+    if all(pt.raw.get(CAVEAT_KEY) for _, pt in used):
+        return f"{MARK} {join_reasons(seen)}"
+    return f"{sum(out)} {join_reasons(seen)} round(s) left out" if sum(out) else ""
+
+
 def build(rows: list[tuple[Run, Point]], metrics: tuple[str, ...] = ()) -> list[Series]:
     """The series of the stored (run, point) rows, for `metrics` (all when empty), without change points."""
     from vitbench.compare.comparison import metrics as declared
@@ -123,7 +152,9 @@ def build(rows: list[tuple[Run, Point]], metrics: tuple[str, ...] = ()) -> list[
         by_commit: dict[str, list[tuple[Run, Point]]] = {}
         for run, pt in items:
             by_commit.setdefault(run.commit, []).append((run, pt))
-        for commit, rps in by_commit.items():
+        for commit, every in by_commit.items():
+            rps = [rp for rp in every if not rp[1].raw.get(CAVEAT_KEY)] or every  # as collect's rounds: the clean
+            s.caveats.append(_caveat(every, rps))
             s.commits.append(commit)
             s.dates.append(rps[0][0].commit_date or rps[0][0].run_date)
             s.values.append(statistics.median(pt.value for _, pt in rps))
@@ -162,7 +193,7 @@ def to_page(series: list[Series]) -> list[dict]:
     """The shape the history page reads (vitbench.history.page.render's `series`)."""
     return [{"metric": s.metric, "unit": s.unit, "trial": s.trial, "model": s.model, "backend": s.backend,
              "task": s.task,
-             "points": [{"commit": c, "date": d, "value": v, "normalized": n}
-                        for c, d, v, n in zip(s.commits, s.dates, s.values, s.normalized)],
+             "points": [{"commit": c, "date": d, "value": v, "normalized": n, **({"caveat": w} if w else {})}
+                        for c, d, v, n, w in zip(s.commits, s.dates, s.values, s.normalized, s.caveats)],
              "changes": [{"index": c.index, "commits": list(s.commit_range(c)), "size": c.size,
                           "confidence": c.confidence} for c in s.changes]} for s in series]

@@ -60,15 +60,21 @@ def true(v) -> bool:
     return isinstance(v, (bool, np.bool_, int, float, np.integer, np.floating)) and v == v and bool(v)
 
 
+def reasons(unstable, overlapped) -> str:
+    """One row's caveat from its `unstable` cell and its `runner.overlapped` cell: '' (clean, or not a timed row:
+    no `unstable` at all), or the reasons it is marked ('unstable', 'shared host', both). The report's tables
+    (row_caveats) and the history's points (vitbench.history.collect) mark alike through it."""
+    if unstable is None or unstable is pd.NA or (isinstance(unstable, float) and unstable != unstable):
+        return ""
+    return ", ".join(r for r, on in ((UNSTABLE, true(unstable)), (SHARED, len(overlaps(overlapped)) > 0)) if on)
+
+
 def row_caveats(df: pd.DataFrame) -> pd.Series:
-    """Per row: '' (clean, or not a timed row), or the reasons it is marked ('unstable', 'shared host', both)."""
-    timed = df["unstable"].notna() if "unstable" in df else pd.Series(False, index=df.index)
-    unstable = df["unstable"].map(true) if "unstable" in df else pd.Series(False, index=df.index)
-    shared = df[OVERLAPPED].map(lambda v: len(overlaps(v)) > 0) if OVERLAPPED in df \
-        else pd.Series(False, index=df.index)
-    reasons = [", ".join(r for r, on in ((UNSTABLE, u), (SHARED, s)) if on) if t else ""
-               for t, u, s in zip(timed, unstable, shared)]
-    return pd.Series(reasons, index=df.index, dtype=object)
+    """Per row: its `reasons`."""
+    unstable = df["unstable"] if "unstable" in df else pd.Series(None, index=df.index, dtype=object)
+    over = df[OVERLAPPED] if OVERLAPPED in df else pd.Series(None, index=df.index, dtype=object)
+    return pd.Series([reasons(u, o) for u, o in zip(unstable.tolist(), over.tolist())], index=df.index,
+                     dtype=object)
 
 
 def with_caveats(df: pd.DataFrame) -> pd.DataFrame:
@@ -98,16 +104,17 @@ def split(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     text = {}  # the counts as plain numbers (a Series' item access was 3/4 of split: issue 51)
     for g, n, out, any_clean in zip(size.index, size.tolist(), n_out.reindex(size.index).tolist(),
                                     clean.reindex(size.index).tolist()):
-        reasons = _reasons(seen.get(g, ()))
+        why = join_reasons(seen.get(g, ()))
         if not any_clean:
-            text[g] = f"{MARK} {reasons} ({n} of {n} rows)"
+            text[g] = f"{MARK} {why} ({n} of {n} rows)"
         else:
-            text[g] = f"{int(out)} {reasons} left out" if out else ""
+            text[g] = f"{int(out)} {why} left out" if out else ""
     return df[~flagged | ~has_clean].assign(**{CAVEAT: gid.map(text)})
 
 
-def _reasons(seen) -> str:
-    """The distinct reasons `seen` in marked caveats ('unstable', 'shared host' or both), in that order."""
+def join_reasons(seen) -> str:
+    """The distinct reasons `seen` in marked caveats ('unstable', 'shared host' or both), in that order (the
+    history's points name theirs through it too)."""
     return ", ".join(r for r in (UNSTABLE, SHARED) if r in seen) or UNSTABLE
 
 
