@@ -153,6 +153,51 @@ def test_a_model_torch_cannot_export_is_one_line_naming_it(runtimes, tmp_path, m
     assert "backend 'torch'" in text
 
 
+class _Branches(torch.nn.Module):
+    """A forward that branches on its data: the sign of the mean image picks one of two heads."""
+
+    def __init__(self, num_classes: int):
+        super().__init__()
+        self.head = torch.nn.Linear(3, num_classes)
+
+    def forward(self, x):
+        h = x.mean((2, 3))
+        if h.mean() > 0:
+            return self.head(h)
+        return -self.head(h)
+
+
+def test_openvino_refuses_a_forward_that_branches_on_its_data(runtimes, monkeypatch):
+    """convert_model traced the torch module: the branch the example input (zeros) took was baked into the IR and
+    OpenVINO ran another function than the model's on any other image, without a word. The conversion goes
+    through torch.export, whose refusal is one line naming the model and the backend to use (exit 2)."""
+    if "openvino" not in runtimes:
+        pytest.skip("openvino not installed")
+    from vitbench.backends.openvino import backend
+    from vitbench.errors import ConfigError
+
+    monkeypatch.setattr(backend, "build_torch_model", lambda spec, res, k: _Branches(k))
+    with pytest.raises(ConfigError) as e:
+        backend.convert(Step("ViT-Nano/4", batch_size=2, resolution=16, seed=1))
+    text = str(e.value)
+    assert "\n" not in text and "\x1b" not in text and len(text) < 700, text
+    assert "backend 'openvino' cannot export ViT-Nano/4 with torch.export" in text
+    assert "data-dependent" in text and "backend 'torch'" in text
+
+
+def test_openvino_converts_from_torch_export_and_keys_the_graph_by_it(runtimes):
+    """The IR comes from the exported program (batch axis dynamic), and the graph key names that conversion:
+    an IR cached from a trace of the module is not taken for one."""
+    if "openvino" not in runtimes:
+        pytest.skip("openvino not installed")
+    from vitbench.backends.openvino import backend
+
+    step = Step("ViT-Nano/4", batch_size=2, resolution=16, seed=1)
+    assert "torch.export" in runtimes["openvino"].graph_request(step)["converter"]
+    model = backend.convert(step)
+    assert model.inputs[0].get_partial_shape().to_string() == "[?,3,16,16]"
+
+
 @pytest.mark.parametrize("name", RUNTIMES)
 def test_a_runtime_refuses_training_naming_the_backends_that_train(name):
     spec = backend_spec(name)

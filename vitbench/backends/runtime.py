@@ -29,7 +29,7 @@ import numpy as np
 from vitbench.backends.base import Backend, Step, Workload
 from vitbench.backends.graphs import Graph, GraphCache
 from vitbench.cpus import capped_threads, cpu_limit, unset_threads
-from vitbench.errors import ConfigError
+from vitbench.errors import ConfigError, clip
 from vitbench.models.families import family_modules
 from vitbench.procmem import PeakRSS
 
@@ -74,6 +74,20 @@ class RuntimeWorkload(Workload):
         if self._close is not None:
             self._close()
         self._run = self._run_on = self._close = None
+
+
+def export_refused(backend: str, model: str, how: str, e: BaseException) -> ConfigError:
+    """torch.export's refusal of `model` (a forward that branches on its data, or calls what torch.export cannot
+    trace: such a model has no one graph, and a trace of it runs another function than the model's) as one
+    ConfigError line naming the backend and what to use instead: the refusal itself is two tracebacks, an FX
+    graph and colour codes (19 KB), of which the first line of text is kept, clipped."""
+    import re
+
+    text = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", str(e))
+    first = clip(next((line.strip() for line in text.splitlines() if line.strip()), "no message"), 200)
+    return ConfigError(f"backend {backend!r} cannot export {model} {how} ({type(e).__name__}: {first}): a model "
+                       "whose forward branches on its data (or calls what torch.export cannot trace) has no one "
+                       "graph; measure it with backend 'torch'")
 
 
 def images(batch: int, resolution: int, seed: int) -> np.ndarray:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 from pathlib import Path
 
 import numpy as np
@@ -24,9 +23,9 @@ import torch
 from vitbench.backends.base import Step
 from vitbench.backends.graphs import Graph
 from vitbench.backends.onnxruntime import SPEC
-from vitbench.backends.runtime import RuntimeBackend, RuntimeWorkload
+from vitbench.backends.runtime import RuntimeBackend, RuntimeWorkload, export_refused
 from vitbench.env import distribution_version
-from vitbench.errors import ConfigError, clip, looks_like_oom
+from vitbench.errors import looks_like_oom
 from vitbench.models.torch import build_torch_model
 
 # torch's default ONNX opset for its exporters in the locked torch 2.15 (torch/onnx/_constants.py,
@@ -205,14 +204,5 @@ def export_onnx(step: Step, path: Path) -> None:
     except Exception as e:  # torch.export's refusal: two tracebacks, an FX graph and colour codes (19 KB)
         if looks_like_oom(e):
             raise
-        raise ConfigError(f"backend 'onnxruntime' cannot export {spec.name} to ONNX ({type(e).__name__}: "
-                          f"{_first_line(e)}): a model whose forward branches on its data (or calls what "
-                          "torch.export cannot trace) has no one graph; measure it with backend 'torch'") from None
+        raise export_refused("onnxruntime", spec.name, "to ONNX", e) from None
     del model
-
-
-def _first_line(e: BaseException) -> str:
-    """The first line of `e`'s message with a text in it, its terminal colour codes dropped, clipped."""
-    text = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", str(e))
-    return clip(next((line.strip() for line in text.splitlines() if line.strip()), "no message"), 200)
-

@@ -1,6 +1,7 @@
-"""The OpenVINO backend: the eager torch model converted by OpenVINO's converter (openvino.convert_model from the
-torch module), saved as IR (fp32 weights), cached, and compiled for OpenVINO's CPU plug-in with an explicit f32
-inference precision; inference only.
+"""The OpenVINO backend: the eager torch model exported by torch.export and converted by OpenVINO's converter
+(openvino.convert_model from the exported program: a forward that branches on its data is refused, not traced
+down one branch), saved as IR (fp32 weights), cached, and compiled for OpenVINO's CPU plug-in with an explicit
+f32 inference precision; inference only.
 
 This module only registers the backend (nothing of openvino or torch is imported); the implementation is
 `vitbench.backends.openvino.backend.OpenVinoBackend`, over the runtime backends' shared code

@@ -1,7 +1,16 @@
-"""OpenVINO backend: the eager torch model (built and seeded as the torch backend builds it) converted by
-openvino.convert_model from the torch module (batch axis dynamic: one IR serves every batch size), saved as IR
-with fp32 weights (save_model's default compresses them to fp16: turned off), cached (vitbench.backends.graphs),
-reshaped to the step's static batch and compiled for the CPU plug-in.
+"""OpenVINO backend: the eager torch model (built and seeded as the torch backend builds it) exported by
+torch.export (batch axis dynamic: one IR serves every batch size) and converted by openvino.convert_model from
+that ExportedProgram, saved as IR with fp32 weights (save_model's default compresses them to fp16: turned off),
+cached (vitbench.backends.graphs), reshaped to the step's static batch and compiled for the CPU plug-in.
+
+Why torch.export first: convert_model on the torch module traces it (TorchScript), and a forward that branches on
+its data (`if x.mean() > 0`, a loop over a tensor's value) had the branch the example input took baked into the
+IR without a word: the runtime then computed another function than the torch model. torch.export refuses such a
+forward (a guard on a data-dependent value); the refusal is one ConfigError line (exit 2), as the ONNX Runtime
+backend's. An exported program with an operation OpenVINO's torch.export front end cannot convert (timm's ViTs
+with dynamic_img_size: aten._upsample_bicubic2d_aa, exported because timm skips its same-size early-out while
+exporting) is converted by the tracing front end instead: torch.export has shown the forward takes no branch on
+its data and none on the batch size, so the trace on the same example follows the one path the export found.
 
 fp32 means no reduced precision: INFERENCE_PRECISION_HINT f32 and EXECUTION_MODE_HINT ACCURACY, set explicitly
 (the CPU plug-in picks bf16 by itself on CPUs with AMX or avx512_bf16: OpenVINO's CPU device docs, "Inference
@@ -12,19 +21,23 @@ Everything else: vitbench.backends.runtime.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import warnings
 from pathlib import Path
 
 import numpy as np
 import openvino as ov
 import torch
+from openvino.frontend import OpConversionFailure
 
 from vitbench.backends.base import Step
 from vitbench.backends.graphs import Graph
 from vitbench.backends.openvino import SPEC
-from vitbench.backends.runtime import RuntimeBackend, RuntimeWorkload
+from vitbench.backends.runtime import RuntimeBackend, RuntimeWorkload, export_refused
 from vitbench.env import distribution_version
+from vitbench.errors import looks_like_oom
 from vitbench.models.torch import build_torch_model
 
 IR_FILE, WEIGHTS_FILE = "model.xml", "model.bin"  # the IR's graph, and its constants (the weights) beside it
@@ -35,6 +48,10 @@ FIXED = {"EXECUTION_MODE_HINT": "ACCURACY", "PERFORMANCE_HINT": "LATENCY", "NUM_
          "ENABLE_HYPER_THREADING": "NO", "ENABLE_CPU_PINNING": "NO"}
 READ_BACK = ("INFERENCE_PRECISION_HINT", "EXECUTION_MODE_HINT", "INFERENCE_NUM_THREADS", "NUM_STREAMS",
              "PERFORMANCE_HINT")
+# What the graph key records of the conversion (vitbench.backends.graphs hashes graph_request into the key): an IR
+# converted the old way (convert_model tracing the module, unchecked) is not found under the new key
+CONVERTER = ("torch.export.export(dynamic batch) -> openvino.convert_model(ExportedProgram), "
+             "or convert_model(torch.nn.Module) where OpenVINO cannot convert the exported program")
 
 
 class OpenVinoBackend(RuntimeBackend):
@@ -49,7 +66,7 @@ class OpenVinoBackend(RuntimeBackend):
 
     def graph_request(self, step: Step) -> dict:
         # the IR is fp32 whatever the precision asked: the inference precision is a compile-time property
-        return {"converter": "openvino.convert_model(torch.nn.Module)", "dynamic_axes": {"images": [0]},
+        return {"converter": CONVERTER, "dynamic_axes": {"images": [0]},
                 "compress_to_fp16": False}
 
     def export(self, step: Step, directory: Path) -> None:
@@ -113,18 +130,41 @@ def _word(value) -> str:
 
 
 def convert(step: Step) -> ov.Model:
-    """The eager model of `step` (seeded as the torch backend seeds it) converted from the torch module."""
+    """The eager model of `step` (seeded as the torch backend seeds it) exported by torch.export with the batch
+    axis dynamic and converted from the exported program (the module docstring says why, and when the converter
+    traces the module instead)."""
     spec = step.spec
     res = spec.resolution if step.resolution is None else step.resolution
     torch.manual_seed(step.seed)
     model = build_torch_model(spec, res, step.num_classes or spec.num_classes).eval()
-    x = torch.zeros(2, 3, res, res)
+    x = torch.zeros(2, 3, res, res)  # batch 2: a batch of 1 would be specialised to a constant
+    shape = [ov.PartialShape([-1, 3, res, res])]
+    program = export_program(model, x, spec.name)
+    try:
+        return ov.convert_model(program, input=shape)
+    except OpConversionFailure:  # an operation of the exported program the front end lacks: trace (docstring)
+        pass
     with torch.no_grad(), warnings.catch_warnings():
         # the converter's torch.jit.trace chatter (its deprecation, python bools of shapes at this resolution):
         # the converted model's logits are checked against torch's (tests/test_runtimes.py), not the noise
         warnings.simplefilter("ignore", FutureWarning)
         warnings.simplefilter("ignore", torch.jit.TracerWarning)
-        return ov.convert_model(model, example_input=x, input=[ov.PartialShape([-1, 3, res, res])])
+        return ov.convert_model(model, example_input=x, input=shape)
+
+
+def export_program(model: torch.nn.Module, x: torch.Tensor, name: str) -> torch.export.ExportedProgram:
+    """torch.export of `model` on `x`, the batch axis dynamic; its refusal (a forward that branches on its data,
+    or on the batch size) as one ConfigError line naming the model and the backend to use instead."""
+    batch = torch.export.Dim("batch", min=1, max=2**20)
+    try:
+        # torch.export prints the FX graph it failed on (kilobytes) before raising: kept off the terminal
+        with torch.no_grad(), open(os.devnull, "w") as null, contextlib.redirect_stdout(null), \
+                contextlib.redirect_stderr(null):
+            return torch.export.export(model, (x,), dynamic_shapes=({0: batch},))
+    except Exception as e:
+        if looks_like_oom(e):
+            raise
+        raise export_refused("openvino", name, "with torch.export", e) from None
 
 
 def model_macs(model: ov.Model) -> int:
