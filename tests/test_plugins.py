@@ -154,10 +154,108 @@ def test_a_plugin_that_failed_to_import_fails_again_on_the_next_load(monkeypatch
     for _ in range(2):
         with pytest.raises(PluginError, match="no_such_module"):
             registry.load_plugins(registry.Kind.TASK)
-    assert registry._STATE.loaded == {registry.Kind.TASK} and not registry._STATE.outside_loaded
+    # every kind's built-ins are loaded (before any outside module: registry's docstring), the outside ones not
+    assert registry._STATE.loaded == set(registry.Kind) and not registry._STATE.outside_loaded
     monkeypatch.delenv(registry.ENV_PLUGINS)
     registry.load_plugins(registry.Kind.TASK)  # the cause gone: it loads
     assert registry._STATE.outside_loaded
+
+
+def _with_plugin(tmp_path: Path, name: str, source: str, *args: str, code: str | None = None):
+    """Run `vitbench *args` (or the Python `code`) with the module `name` (`source`) as $VITBENCH_PLUGINS."""
+    (tmp_path / f"{name}.py").write_text(source)
+    env = {**_env(), "VITBENCH_PLUGINS": name, "PYTHONPATH": f"{tmp_path}{os.pathsep}{_env()['PYTHONPATH']}"}
+    argv = ["-c", code] if code is not None else ["-c", "from vitbench.cli import main; main()", *args]
+    return subprocess.run([sys.executable, *argv], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=600)
+
+
+def _one_line_error(r: subprocess.CompletedProcess) -> str:
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:"), r.stderr
+    return lines[0]
+
+
+def _pooled(*edits: tuple[str, str]) -> str:
+    """The example family's source (examples/family/vitbench_pooled.py) with `edits` (old, new) made."""
+    source = (REPO / "examples" / "family" / "vitbench_pooled.py").read_text()
+    for old, new in edits:
+        assert old in source
+        source = source.replace(old, new)
+    return source
+
+
+FAMILY_VIT = ('FamilyName("pooled_conv")', 'FamilyName("vit")')
+
+
+def test_an_outside_family_taking_a_built_in_name_is_blamed_on_the_plugin(tmp_path):
+    """Outside plug-ins were imported after the first kind asked for (backends, for `plugins`), before the
+    built-in families: vitbench's own `vit` then failed with a traceback, or was the module told to pass
+    replace=True (found by a hostile-input review)."""
+    for command in ("plugins", "models"):
+        msg = _one_line_error(_with_plugin(tmp_path, "fam_vit", _pooled(FAMILY_VIT), command))
+        assert "family 'vit' is already registered by vitbench.models.families.vit (vitbench); plug-in " \
+               "'fam_vit' ($VITBENCH_PLUGINS) must pass replace=True" in msg and "--family" not in msg, msg
+
+
+def test_an_outside_family_that_replaces_a_built_in_one_replaces_it(tmp_path):
+    source = _pooled(FAMILY_VIT, ("\nregister_family(FamilyPlugin(", "\nregister_family(replace=True, plugin="
+                                                                     "FamilyPlugin("))
+    r = _with_plugin(tmp_path, "fam_vit", source, "plugins", "--json")
+    assert r.returncode == 0, r.stderr
+    assert [(p["module"], p["source"]) for p in json.loads(r.stdout) if p["name"] == "vit"] == [
+        ("fam_vit", "$VITBENCH_PLUGINS")]
+    r = _with_plugin(tmp_path, "fam_vit", source, "models", "--family", "vit", "--json")
+    assert r.returncode == 0, r.stderr
+    assert [m["name"] for m in json.loads(r.stdout)] == ["Pooled-Conv-8/4", "Pooled-Conv-16/8"]
+
+
+def test_an_outside_model_named_as_a_built_in_or_another_of_its_rows_is_blamed_on_the_plugin(tmp_path):
+    """A row name clashing with a built-in row named vitbench's family as the one to rename; two rows of the
+    plug-in under one name were taken silently (one of them unreachable)."""
+    msg = _one_line_error(_with_plugin(tmp_path, "fam_row", _pooled(('"Pooled-Conv-8/4"', '"ViT-Nano/4"')),
+                                       "plugins"))
+    assert "model ViT-Nano/4 of family 'pooled_conv' (registered by plug-in 'fam_row' ($VITBENCH_PLUGINS)): " \
+           "the name 'ViT-Nano/4' is taken by ViT-Nano/4 of family 'vit'" in msg and "rename the row in fam_row" \
+           in msg, msg
+    msg = _one_line_error(_with_plugin(tmp_path, "fam_twice", _pooled(('"Pooled-Conv-16/8"', '"pooled_conv_8_4"')),
+                                       "models"))
+    assert "(registered by plug-in 'fam_twice' ($VITBENCH_PLUGINS)): its name 'pooled_conv_8_4' is also model " \
+           "Pooled-Conv-8/4's" in msg and "rename one in fam_twice" in msg, msg
+
+
+TASK_INFER = """
+from vitbench.registry import Kind, register
+class Infer:
+    name = "infer"
+register(Kind.TASK, "infer", Infer{replace})
+"""
+EXECUTORS_THEN_TASKS = """
+from vitbench import registry
+registry.load_plugins(registry.Kind.EXECUTOR)  # the outside plug-ins with it, before the built-in tasks
+print(registry.entry(registry.Kind.TASK, "infer").module)
+"""
+
+
+@pytest.mark.parametrize("replace", [True, False])
+def test_an_outside_task_taking_a_built_in_name_whatever_kind_loads_first(tmp_path, replace):
+    """With replace=True it replaces the built-in (which was imported after it and refused); without, the error
+    names the plug-in, not vitbench.tasks.bench."""
+    r = _with_plugin(tmp_path, "my_infer", TASK_INFER.format(replace=", replace=True" if replace else ""),
+                     code=EXECUTORS_THEN_TASKS)
+    if replace:
+        assert r.returncode == 0 and r.stdout.split() == ["my_infer"], r.stderr
+    else:
+        assert r.returncode == 1 and "PluginError: task 'infer' is already registered by vitbench.tasks.bench " \
+               "(vitbench); plug-in 'my_infer' ($VITBENCH_PLUGINS) must pass replace=True" in r.stderr, r.stderr
+
+
+def test_a_plugin_raising_a_base_exception_of_its_own_is_one_line(tmp_path):
+    """Not an Exception, so past every handler: a traceback (found by a hostile-input review)."""
+    msg = _one_line_error(_with_plugin(tmp_path, "boom", "class Boom(BaseException):\n    pass\n\n\n"
+                                       "raise Boom('x')\n", "plugins"))
+    assert "plug-in 'boom' ($VITBENCH_PLUGINS) failed to import: Boom: x" in msg, msg
 
 
 def _imports(path: Path, strings: bool = False) -> set[str]:

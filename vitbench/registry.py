@@ -9,6 +9,10 @@ the modules in BUILTIN_MODULES; outside code adds modules without editing vitben
 Registration is cheap: a backend is registered by a small descriptor (its name, what it requires, what it can
 do) and its implementation is imported only when used, so `vitbench plugins` or parsing a study never imports
 torch or jax. Shared code looks plug-ins up here and never names a specific one.
+
+Every kind's built-in modules are imported before the first outside module (when there is one: only then, since a
+trial process needs only some kinds): an outside plug-in may register any kind, and a built-in imported after it
+would collide with it, blaming vitbench's own module, or clobber a `replace=True` override.
 """
 
 from __future__ import annotations
@@ -42,8 +46,9 @@ BUILTIN_MODULES: dict[Kind, tuple[str, ...]] = {
                 "vitbench.tasks.calibration", "vitbench.tasks.pretrain", "vitbench.tasks.fewshot",
                 "vitbench.tasks.finetune", "vitbench.tasks.inspection", "vitbench.tasks.serve"),
     Kind.EXECUTOR: ("vitbench.executors.local", "vitbench.executors.slurm", "vitbench.executors.ray"),
-    Kind.FAMILY: ("vitbench.models.families.vit", "vitbench.models.families.bit", "vitbench.models.families.hybrid",
-                  "vitbench.models.families.axial", "vitbench.models.families.timm"),
+    Kind.FAMILY: ("vitbench.models.families.vit", "vitbench.models.families.bit",
+                  "vitbench.models.families.hybrid", "vitbench.models.families.axial",
+                  "vitbench.models.families.timm"),
     Kind.PARALLELISM: ("vitbench.backends.parallel",),
 }
 
@@ -86,6 +91,8 @@ class _State:
     loaded: set[Kind] = field(default_factory=set)  # kinds whose built-in modules were imported
     outside_loaded: bool = False  # entry points and $VITBENCH_PLUGINS imported
     loading: str = "vitbench"  # source label of the module being imported
+    plugin: str = ""  # the outside module being imported (named by a clash it causes)
+    builtin_depth: int = 0  # built-in imports under way: outside modules wait for them to finish
 
 
 _STATE = _State()
@@ -100,55 +107,85 @@ def register(kind: Kind, name: str, obj: Any, *, requires: tuple[str, ...] = (),
     entry = Entry(kind, name, obj, module, tuple(requires), tuple(provides), description, _STATE.loading)
     old = _STATE.entries[kind].get(name)
     if old is not None and old.obj is not obj and not replace:
+        who = module if _STATE.loading == "vitbench" else registering(module)
         raise ConfigError(f"{kind.value} {name!r} is already registered by {old.module} ({old.source}); "
-                          f"{module} must pass replace=True to override it")
+                          f"{who} must pass replace=True to override it, or register it under another name")
     _STATE.entries[kind][name] = entry
     return entry
 
 
+def registering(module: str) -> str:
+    """Who is registering now, for an error about a clash: the outside plug-in being imported with its source
+    ('plug-in mymod ($VITBENCH_PLUGINS)', and `module` where that is another of its modules), else `module`."""
+    if _STATE.loading == "vitbench":
+        return module
+    where = "" if module == _STATE.plugin else f", in {module}"
+    return f"plug-in {shorten(_STATE.plugin)} ({_STATE.loading}{where})"
+
+
 def _import(module: str, source: str) -> None:
-    previous, _STATE.loading = _STATE.loading, source
+    previous = _STATE.loading, _STATE.plugin
+    _STATE.loading, _STATE.plugin = source, "" if source == "vitbench" else module
     try:
         importlib.import_module(module)
     finally:
-        _STATE.loading = previous
+        _STATE.loading, _STATE.plugin = previous
+
+
+def _load_builtin(kind: Kind) -> None:
+    if kind in _STATE.loaded:
+        return
+    _STATE.loaded.add(kind)  # first: a module being imported may ask for its own kind
+    _STATE.builtin_depth += 1
+    try:
+        for mod in BUILTIN_MODULES[kind]:
+            _import(mod, "vitbench")
+    except BaseException:
+        _STATE.loaded.discard(kind)  # not loaded: the next call tries again (and says why again)
+        raise
+    finally:
+        _STATE.builtin_depth -= 1
 
 
 def load_plugins(kind: Kind | None = None) -> None:
     """Import the built-in plug-in modules of `kind` (None: every kind), then, once per process, the modules of
-    entry points and of $VITBENCH_PLUGINS (which may register any kind)."""
+    entry points and of $VITBENCH_PLUGINS (which may register any kind), after every kind's built-ins (the module
+    docstring says why). Not while a built-in module is being imported: the outermost call imports them."""
     for k in [kind] if kind is not None else list(Kind):
-        if k not in _STATE.loaded:
-            _STATE.loaded.add(k)  # first: a module being imported may ask for its own kind
-            try:
-                for mod in BUILTIN_MODULES[k]:
-                    _import(mod, "vitbench")
-            except BaseException:
-                _STATE.loaded.discard(k)  # not loaded: the next call tries again (and says why again)
-                raise
-    if _STATE.outside_loaded:
+        _load_builtin(k)
+    if _STATE.outside_loaded or _STATE.builtin_depth:
         return
     _STATE.outside_loaded = True
     try:
-        _load_outside()
+        outside = _outside_modules()
+        for k in Kind if outside else ():
+            _load_builtin(k)
+        _load_outside(outside)
     except BaseException:
         _STATE.outside_loaded = False
         raise
 
 
-def _load_outside() -> None:
-    """Import the modules of entry points and of $VITBENCH_PLUGINS; a broken one is a PluginError saying why."""
+def _outside_modules() -> list[tuple[str, str]]:
+    """(module, source) of each entry point, then of each module on $VITBENCH_PLUGINS."""
     from importlib.metadata import entry_points
 
     outside = [(ep.value.split(":", 1)[0], f"entry point {ep.name}")
                for ep in entry_points(group=ENTRY_POINT_GROUP)]
-    outside += [(m, f"${ENV_PLUGINS}") for m in (m.strip() for m in os.environ.get(ENV_PLUGINS, "").split(","))
-                if m]
+    env = (m.strip() for m in os.environ.get(ENV_PLUGINS, "").split(","))
+    return outside + [(m, f"${ENV_PLUGINS}") for m in env if m]
+
+
+def _load_outside(outside: list[tuple[str, str]]) -> None:
+    """Import the outside plug-in modules; a broken one is a PluginError saying why (one raising vitbench's own
+    error, a name it registers clashing with a built-in's, keeps its message, which names it)."""
     for mod, source in outside:
         try:
             _import(mod, source)
-        except VitbenchError:
+        except PluginError:
             raise
+        except VitbenchError as e:  # a PluginError: not blamed on a command's option (`models --family: ...`)
+            raise PluginError(str(e)) from None
         except ModuleNotFoundError as e:
             if e.name and mod.startswith(e.name):
                 raise PluginError(f"plug-in {shorten(mod)} ({source}) cannot be imported: no such module (is it "
@@ -158,7 +195,9 @@ def _load_outside() -> None:
         except SystemExit as e:  # sys.exit() in a plug-in's import ended every command silently, with its code
             raise PluginError(f"plug-in {shorten(mod)} ({source}) called sys.exit({clip(repr(e.code), 60)}) while "
                               "being imported: a plug-in registers, it never ends the process") from None
-        except Exception as e:  # noqa: BLE001 - a broken plug-in: say which and why, no traceback
+        except KeyboardInterrupt:  # the user's, not the plug-in's: it ends the command as everywhere
+            raise
+        except BaseException as e:  # noqa: BLE001 - a broken plug-in (even one raising a BaseException of its own)
             raise PluginError(f"plug-in {shorten(mod)} ({source}) failed to import: {type(e).__name__}: "
                               f"{clip(str(e), 300)}") from None
 

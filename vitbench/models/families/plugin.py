@@ -17,7 +17,7 @@ from enum import Enum
 from typing import Any, NewType
 
 from vitbench.errors import ConfigError
-from vitbench.registry import Kind, entries, lookup, register, registered
+from vitbench.registry import Kind, entries, lookup, register, registered, registering
 
 # The typed key of the family registry: ModelSpec.family holds one of these.
 FamilyName = NewType("FamilyName", str)
@@ -347,13 +347,22 @@ def register_family(plugin: FamilyPlugin, *, replace: bool = False) -> FamilyPlu
         raise ConfigError(f"family {plugin.name!r}: rows {distilled[:3]} have a distillation token, a field the "
                           "family does not read")
     module = sys._getframe(1).f_globals.get("__name__", plugin.build.torch)  # the module registering it
+    # named as a task clash is (registry.register): both modules, and the outside plug-in with its source (the
+    # built-ins register first, so a clash with one is the plug-in's; registry's docstring)
+    who = registering(module)
     taken = {norm_name(n): (r.name, e) for e in registered(Kind.FAMILY).values() if e.obj.name != plugin.name
              for r in e.obj.rows for n in (r.name, r.timm_id, *r.aliases) if n}
+    own: dict[str, Any] = {}  # its own rows' names: two rows under one name would leave one of them unreachable
     for r in plugin.rows:
         for n in (r.name, r.timm_id, *r.aliases):
-            if n and norm_name(n) in taken:  # named as a task clash is (registry.register): both modules
+            if n and own.setdefault(norm_name(n), r) is not r:
+                raise ConfigError(f"model {r.name} of family {plugin.name!r} (registered by {who}): its name "
+                                  f"{n!r} is also model {own[norm_name(n)].name}'s (case and separators aside), a "
+                                  f"row of the same family; a model name names one row: rename one in {module}")
+        for n in (r.name, r.timm_id, *r.aliases):
+            if n and norm_name(n) in taken:
                 owner, e = taken[norm_name(n)]
-                raise ConfigError(f"model {r.name} of family {plugin.name!r} (registered by {module}): the name "
+                raise ConfigError(f"model {r.name} of family {plugin.name!r} (registered by {who}): the name "
                                   f"{n!r} is taken by {owner} of family {e.name!r}, registered by {e.module} "
                                   f"({e.source}); a model name belongs to one family: rename the row in {module} "
                                   "(replace=True replaces a family of the same name only)")
