@@ -66,6 +66,28 @@ def test_options_are_validated_and_name_the_allowed_ones():
         get_executor("kube")
 
 
+def test_infinite_or_nan_executor_options_are_refused_at_parse_time(tmp_path, cli):
+    """inf passed every PositiveFloat (time_limit_min=inf, poll_s=inf: a wait that never ends, a job limit submitit
+    cannot write) and a custom Ray resource took NaN or a negative amount; `--dry-run` said nothing of it."""
+    from vitbench.executors.local import LocalExecutor
+    from vitbench.executors.ray import RayExecutor
+    from vitbench.executors.slurm import SlurmExecutor
+
+    for ex, opts in ((SlurmExecutor, {"time_limit_min": float("inf")}), (SlurmExecutor, {"poll_s": "inf"}),
+                     (RayExecutor, {"head_lost_s": float("inf")}), (RayExecutor, {"num_gpus": "inf"}),
+                     (LocalExecutor, {"grace_s": float("nan")})):
+        with pytest.raises(ConfigError, match=f"{next(iter(opts))}: Input should be a finite number"):
+            ex.check_options(opts)
+    with pytest.raises(ConfigError, match=r"resources.TPU: Input should be a finite number"):
+        RayExecutor.check_options({"resources": {"TPU": float("nan")}})
+    with pytest.raises(ConfigError, match=r"resources.TPU: Input should be greater than or equal to 0"):
+        RayExecutor.check_options({"resources": {"TPU": -1}})
+    s = tmp_path / "s.yaml"
+    s.write_text("name: x\ncalibration: false\naxes: {model: [ViT-Nano/4], task: [sleep]}\n")
+    r = cli("sweep", s, "--dry-run", "--results", tmp_path / "res", "--executor", "slurm", "-o", "vanish_s=1e400")
+    assert r.exit_code == 2 and "vanish_s: Input should be a finite number" in r.output, r.output
+
+
 @pytest.mark.skipif(bool(__import__("shutil").which("sbatch")), reason="a real SLURM is here")
 def test_slurm_without_sbatch_is_a_clear_error_and_writes_nothing(tmp_path, cli):
     pytest.importorskip("submitit")

@@ -140,7 +140,7 @@ def _signal_name(code: int | None) -> str:
 
 
 class LocalOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # inf: a wait never ending
     start_method: Literal["forkserver", "spawn"] = "forkserver"
     preload: tuple[str, ...] | None = None  # one fork server's imports for all (None: one server per backend)
     keep_logs: bool = False  # keep every trial's output under <results>/logs/, not only failures'

@@ -52,13 +52,13 @@ from vitbench.store import LOGS_DIR
 class RayOptions(BaseModel):
     """Options of the ray executor (study `executor.options` or `vitbench sweep -o KEY=VALUE`)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # inf: a wait never ending
     address: str | None = None  # None: $RAY_ADDRESS, else a new local instance
     num_gpus: NonNegativeFloat | None = None  # per trial; None: 1 for a GPU trial, else 0
     num_cpus: NonNegativeFloat = 1.0
     exclusive: bool | None = None  # a whole node per trial; None: yes for timing trials, no for the others
     memory_gb: PositiveFloat | None = None  # Ray's logical memory resource per trial
-    resources: dict[str, float] = Field(default_factory=dict)  # custom resources, e.g. {"TPU": 4}
+    resources: dict[str, NonNegativeFloat] = Field(default_factory=dict)  # custom resources, e.g. {"TPU": 4}
     max_parallel: PositiveInt | None = None  # tasks submitted at once (None: all; Ray queues them)
     runtime_env: dict[str, Any] | None = None  # for a session this executor opens
     init: dict[str, Any] = Field(default_factory=dict)  # more ray.init() arguments for that session

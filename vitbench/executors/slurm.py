@@ -67,7 +67,7 @@ TIME_LIMIT_MARGIN_MIN = 5
 class SlurmOptions(BaseModel):
     """Options of the slurm executor (study `executor.options` or `vitbench sweep -o KEY=VALUE`)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # inf: a wait never ending
     cluster: Literal["slurm", "local"] = "slurm"  # local: submitit's local processes (tests, one box)
     partition: str | None = None
     account: str | None = None
