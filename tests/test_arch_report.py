@@ -67,6 +67,45 @@ def test_posemb_table_has_spread_and_difference_to_the_default():
     assert arch.posemb_figure(ok) is not None
 
 
+def test_two_downstream_datasets_are_never_averaged_as_seeds():
+    """A posemb, head and shape study fine-tuned on two datasets (digits near 0.9, pets near 0.4): each table kept
+    one row per model, its mean 0.65 over both datasets as 'seeds' with their 0.29 spread as the seeds' std
+    (the groups that choose the rows split by the recipe, the summaries did not). Now a row per dataset, each its
+    own seeds' mean, and vs_default and `best` within it."""
+    ok = pd.concat([_rows({"ViT-Nano/4": [0.9, 0.92], "ViT-Nano/4[posemb=none]": [0.8, 0.82]}, kind="finetune",
+                          dataset="digits"),
+                    _rows({"ViT-Nano/4": [0.4, 0.42], "ViT-Nano/4[posemb=none]": [0.45, 0.47]}, kind="finetune",
+                          dataset="pets")])
+    t = arch.posemb_table(ok).set_index(["dataset", "posemb"])
+    assert t.loc[("digits", "learned"), "accuracy_mean"] == f64(0.91, roundings=3)
+    assert t.loc[("pets", "learned"), "accuracy_mean"] == f64(0.41, roundings=3)
+    assert t.loc[("digits", "none"), "vs_default"] == f64(-0.1, roundings=7, scale=0.92)
+    assert t.loc[("pets", "none"), "vs_default"] == f64(0.05, roundings=7, scale=0.47)
+    assert (t["seeds"] == 2).all() and (t["accuracy_std"] < 0.02).all()
+    assert arch.posemb_table(ok).attrs["split_by"] == ["dataset"]  # the terminal shows it
+    fig = arch.posemb_figure(ok)  # a panel per dataset, its default line its own
+    assert [(ax.get_title(), [ln.get_xdata()[0] for ln in ax.lines if ln.get_linestyle() == "--"])
+            for ax in fig.axes] == [("fine-tuning dataset=digits", [f64(91.0, roundings=4, scale=92)]),
+                                    ("fine-tuning dataset=pets", [f64(41.0, roundings=4, scale=42)])]
+    heads = pd.concat([_rows({"ViT-Nano/4": [acc], "ViT-Nano/4[classifier=gap]": [acc]}, kind="finetune",
+                             dataset=ds, pretrain_lr=lr)
+                       for ds, lr, acc in (("digits", 0.001, 0.9), ("digits", 0.003, 0.8),
+                                           ("pets", 0.001, 0.3), ("pets", 0.003, 0.5))])
+    h = arch.head_table(heads)
+    lines = {ln.get_label(): list(ln.get_ydata()) for ln in arch.head_figure(heads).axes[0].lines}
+    assert lines["class token dataset=pets"] == [30.0, 50.0] and lines["GAP + linear head dataset=digits"] == [
+        90.0, 80.0]
+    assert sorted(zip(h["dataset"], h["pretrain_lr"], h["accuracy_mean"], h["best"]))[::2] == [
+        ("digits", 0.001, 0.9, True), ("digits", 0.003, 0.8, False), ("pets", 0.001, 0.3, False),
+        ("pets", 0.003, 0.5, True)]
+    shape = pd.concat([_rows({"ViT-Nano/4": [0.8], "ViT-Nano/4[depth=4]": [0.85], "ViT-Nano/4[depth=8]": [0.9]},
+                             kind="finetune", dataset=ds) for ds in ("digits", "pets")])
+    shape.loc[shape["dataset"] == "pets", "accuracy"] -= 0.5
+    s = arch.shape_table(shape)
+    assert len(s) == 6 and (s["seeds"] == 1).all()
+    assert sorted(s.loc[s["dataset"] == "pets", "accuracy_mean"].round(9)) == [0.3, 0.35, 0.4]
+
+
 def test_sections_stay_empty_for_studies_that_vary_no_architecture():
     ok = _rows({"ViT-Nano/4": [0.8], "ViT-Micro/4": [0.85], "R-Nano": [0.9], "ViT-Mini/4": [0.9]})
     assert arch.shape_table(ok).empty and arch.shape_figure(ok) is None

@@ -240,6 +240,24 @@ def test_config_difference_and_method_version_do_not_match():
         compare([a], [c], ignore=("thread",))  # misspelt: it would have matched nothing more, silently
 
 
+def test_the_markdown_says_a_lower_is_better_metrics_rule_the_other_way_round():
+    """Peak memory 100 -> 130 MiB is a regression with the interval wholly above 1 + threshold (decide.decide
+    mirrors the rule for a lower-is-better metric); the PR comment's rule line said only 'regression: the whole
+    interval below 1 - threshold', which read the 1.3 row as a pass. Said where such a metric is in the table."""
+    def with_mem(rec, mib):
+        return dataclasses.replace(rec, metrics={**rec.metrics, "peak_mem_mib": mib})
+
+    base = [with_mem(bench_record("A", repeat=r), 100.0) for r in range(2)]
+    cur = [with_mem(bench_record("A", repeat=r), 130.0) for r in range(2)]
+    cmp = compare(base, cur, metrics=("img_per_s", "peak_mem_mib"))
+    mem = next(r for r in cmp.rows if r.metric == "peak_mem_mib")
+    assert mem.decision == "regression" and mem.ci_low > 1.05
+    md = to_markdown(cmp)
+    assert "A lower-is-better metric (peak_mem_mib) the other way round: regression, the whole interval above " \
+           "1 + threshold" in md
+    assert "lower-is-better" not in to_markdown(compare(base, cur))  # img/s alone: the one rule
+
+
 def test_max_batch_size_compared_without_step_samples():
     def mb(v, repeat=0):
         trial = {"model": "A", "backend": "torch", "task": "max_batch", "device": "cpu", "resolution": 32,

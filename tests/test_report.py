@@ -357,6 +357,52 @@ def test_a_swept_max_batch_row_shows_the_batch_found_not_the_search_s_cap(tmp_pa
     assert list(rep.tables["max_batch"]["max_batch"]) == ["2127"]
 
 
+def test_the_terminals_max_batch_rows_say_their_devices_and_compile(tmp_path, cli):
+    """Three max-batch searches of one model: 1 device (128), 2 devices (64 per device), compiled (96). The
+    terminal showed 'ViT-Nano/4  >= 128', 'ViT-Nano/4  96', 'ViT-Nano/4  64' with nothing telling them apart
+    (devices, parallelism, compile and device are the table's keys, not columns it printed); each row now says
+    its own, and the title says the batch is per device."""
+    from vitbench.tasks import get_task
+
+    t = get_task("max_batch")
+    with Store(tmp_path / "res") as st:
+        for devices, compile_, best in ((1, False, 128), (2, False, 64), (1, True, 96)):
+            cfg = t.Params(task="max_batch", model="ViT-Nano/4", backend="torch", device="cpu", mode="infer",
+                           devices=devices, compile=compile_, max_batch_size=128).config()
+            _add(st, "max_batch", cfg, dict(max_batch_size=best, max_batch_size_global=best * devices,
+                                            capped=best >= 128, memory_limit_mib=2048.0))
+    rep = build_report(tmp_path / "res", tmp_path / "o", formats="csv", plots=False)
+    assert sorted(zip(rep.tables["max_batch"]["devices"], rep.tables["max_batch"]["compile"],
+                      rep.tables["max_batch"]["max_batch"])) == [(1, False, "\u2265 128"), (1, True, "96"),
+                                                                 (2, False, "64")]
+    r = cli("report", tmp_path / "res", "--out", tmp_path / "o2", "--format", "csv", "--no-plots")
+    assert r.exit_code == 0, r.output
+    text = r.output[r.output.index("Largest batch"):]
+    assert "per device" in " ".join(text.split()[:40])
+    header = next(line for line in text.splitlines() if "max_batch" in line and "model" in line)
+    assert "devices" in header and "compile" in header
+    rows = {" ".join(line.split()[1:]) for line in text.splitlines() if line.strip().startswith("ViT-Nano/4")}
+    assert rows == {"1 no \u2265 128", "2 no 64", "1 yes 96"}
+
+
+def test_the_terminal_shows_every_key_that_tells_two_summary_rows_apart(tmp_path, cli):
+    """Two compile modes (100 and 150 img/s) and FLOPs at 10 and 1000 classes (0.0045 and 0.0066 GFLOPs): the
+    keys compile_mode and num_classes are not among their sections' terminal columns, so the terminal printed
+    'ViT-Nano/4 100' beside 'ViT-Nano/4 150' (and 0.0045 beside 0.0066) with nothing saying which is which."""
+    with Store(tmp_path / "res") as st:
+        for mode, ips in (("default", 100.0), ("max-autotune", 150.0)):
+            _add(st, "bench", dict(model="ViT-Nano/4", backend="torch", task="infer", device="cpu", resolution=32,
+                                   batch_size=8, precision="fp32", compile=True, compile_mode=mode),
+                 dict(img_per_s=ips, unstable=False))
+        for classes, g in ((10, 0.0045), (1000, 0.0066)):
+            _add(st, "flops", dict(model="ViT-Nano/4", backend="torch", task="flops", resolution=32,
+                                   num_classes=classes), dict(gflops=g, gmacs=g / 2, params_m=0.1))
+    r = cli("report", tmp_path / "res", "--out", tmp_path / "o", "--format", "csv", "--no-plots")
+    assert r.exit_code == 0, r.output
+    rows = {" ".join(line.split()[1:]) for line in r.output.splitlines() if line.strip().startswith("ViT-Nano/4")}
+    assert rows == {"default 100 100 100", "max-autotune 150 150 150", "10 0.0045", "1000 0.0066"}
+
+
 def test_the_terminal_folds_only_a_column_that_is_the_same_in_every_row():
     """A column filled in one row of three (the FLOPs table's gflops_xla: only the jax row has an XLA count) was
     printed as the caption's `gflops_xla=...` for every row, and the columns the other rows filled vanished."""

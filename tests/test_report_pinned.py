@@ -180,6 +180,25 @@ def test_a_declared_metric_keeps_its_name_and_the_config_field_moves_aside(tmp_p
     assert row["max_batch_size"] == 2127 and row["config.max_batch_size"] == 4096
 
 
+def test_a_compile_time_pooled_over_a_cold_compile_and_a_cache_load_says_so():
+    """Two repeats of a JAX trial, the first compiled cold (0.35 s), the second loaded from the compile cache
+    (0.10 s): the table's compile_s is their median, 0.225 s, the time of neither; `compile_cached` beside it says
+    'False/True' (it said nothing), and a configuration whose repeats all compiled cold says 'False'. Eager rows
+    (None: nothing went through a cache) say nothing."""
+    jax = {**BENCH, "backend": "jax"}
+    df = pd.concat([_rows(jax, {"img_per_s": 9.0, "compile_s": 0.35, "compile_cached": False},
+                          {"img_per_s": 9.0, "compile_s": 0.10, "compile_cached": True}),
+                    _rows({**jax, "task": "train"}, {"img_per_s": 2.0, "compile_s": 2.2, "compile_cached": False}),
+                    _rows(BENCH, {"img_per_s": 6.0, "compile_s": None, "compile_cached": None})],
+                   ignore_index=True)
+    t = throughput_table(df)
+    got = {(b, k): (c, s) for b, k, c, s in zip(t["backend"], t["task"], t["compile_cached"], t["compile_s"])}
+    # exact: the median of two values is their sum halved, as computed here
+    assert got[("jax", "infer")] == ("False/True", (0.35 + 0.10) / 2) and got[("jax", "train")] == ("False", 2.2)
+    assert got[("torch", "infer")][0] in ("", None) or pd.isna(got[("torch", "infer")][0])
+    assert list(t.columns).index("compile_cached") == list(t.columns).index("compile_s") + 1
+
+
 def test_distinct_keeps_every_distinct_value():
     """distinct: every distinct value once, sorted, '/'-joined, missing ones left out; and the throughput table
     carries two repeats' different memory kinds as both, not the first or last."""

@@ -82,6 +82,47 @@ def test_gflops_vs_throughput_keeps_precisions_apart_and_draws_each_its_referenc
     assert {c.get_label() for c in fp32.collections} == {NANO, MICRO}
 
 
+def test_a_training_panels_reference_line_reads_the_training_steps_flop_rate(tmp_path):
+    """Inference and training at 1 forward GFLOP/s (forward GFLOPs per image x img/s) each: the training step
+    does 3x the forward FLOPs (docs/measurement.md, model_tflops_per_s), so its panel's line reads 3 GFLOP/s; it
+    read 1, a third of the rate the step achieved. The line itself stays through the points (x: forward cost)."""
+    rows = []
+    for model, g in ((NANO, 0.004), (MICRO, 0.02)):
+        for task in ("infer", "train"):
+            rows.append(_bench(model, 1.0 / g, extra={"gflops_per_img_fwd": g}, task=task))
+    _store(tmp_path / "res", rows)
+    fig = gflops_vs_throughput(ok_rows(load(tmp_path / "res"), ("bench", "flops")))
+    refs = {ax.get_title().split(" speed")[0]: [t for t in _legend(ax) if t.startswith("constant")]
+            for ax in fig.axes if ax.get_legend()}
+    assert refs == {"Theoretical cost vs measured inference": ["constant 1 GFLOP/s"],
+                    "Theoretical cost vs measured training": ["constant 3 GFLOP/s (3x forward: a training step)"]}
+    train = next(ax for ax in fig.axes if "training" in ax.get_title())
+    (xs, ys), = [(ln.get_xdata(), ln.get_ydata()) for ln in train.lines if ln.get_label().startswith("constant")]
+    assert np.allclose(xs * ys, 1.0)
+
+
+def test_figure13s_reference_lines_keep_precisions_apart():
+    """Figure 13 (c), two models at 1 GFLOP/s in fp32 and 4 in bf16 on one backend: a constant-FLOP/s line per
+    precision, through its own points; one line per backend drew 2.5 GFLOP/s (the median over both), through
+    neither, as gflops_vs_throughput did before."""
+    import pandas as pd
+
+    from vitbench.report import figure13
+
+    rows = []
+    for model in (NANO, MICRO):
+        rows.append(dict(kind="fewshot", model=model, resolution=32, accuracy=0.5, pretrain_exaflops=1e-6,
+                         shots=10, backend="torch", seed=0))
+        g = figure13._gflops(pd.DataFrame(rows), model, 32)
+        for precision, rate in (("fp32", 1.0), ("bf16", 4.0)):
+            rows.append(dict(kind="bench", task="infer", model=model, resolution=32, backend="torch",
+                             batch_size=8, precision=precision, img_per_s=rate / g))
+    ax = figure13.figure(pd.DataFrame(rows)).axes[2]
+    lines = sorted((ln.get_label(), round(float(ln.get_xdata()[0] * ln.get_ydata()[0]), 9)) for ln in ax.lines)
+    assert lines == [("torch: constant 1 GFLOP/s (median model) precision=fp32", 1.0),
+                     ("torch: constant 4 GFLOP/s (median model) precision=bf16", 4.0)]
+
+
 def _serve(batch: int, qps: list[float], scale: float, unstable: bool | None = None):
     """A Server row as the task writes it (no LoadGen run), its probes at these target rates."""
     runs = [{"target_qps": q, "valid": True, "percentile": 99.0, "latency_bound_ms": 15.0,

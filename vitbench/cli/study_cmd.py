@@ -408,7 +408,7 @@ def report_cmd(
     """
     from vitbench.paths import check_dir
     from vitbench.report import build_report, parse_formats
-    from vitbench.report.tables import SPLIT_BY
+    from vitbench.report.tables import GROUPED_BY, unshown_keys
 
     if out is not None:
         check_dir(out, "--out")  # named as typed, before the results are read
@@ -421,9 +421,11 @@ def report_cmd(
     for name, df in rep.tables.items():
         if not df.empty:
             cols = rep.columns.get(name)
-            split = [k for k in df.attrs.get(SPLIT_BY, ()) if cols and k not in cols]
-            if split:  # the settings that split this summary (tables.split_keys), before its values
-                at = cols.index("repeats") if "repeats" in cols else len(cols)
+            split = unshown_keys(df, cols) if cols else []
+            if split:  # the keys that tell its rows apart, not in its columns: after the keys it shows
+                keys = df.attrs.get(GROUPED_BY, ())
+                at = cols.index("repeats") if "repeats" in cols else max(
+                    (i + 1 for i, c in enumerate(cols) if c in keys), default=len(cols))
                 cols = (*cols[:at], *split, *cols[at:])
             console.print(_df_table(df, rep.titles[name], list(cols) if cols else None,
                                     collapse=name in rep.collapse))

@@ -66,7 +66,13 @@ def to_markdown(cmp) -> str:
     value from the rows or the environment through md_cell."""
     how = ("Ratios are current / baseline" + (", paired round by round" if cmp.context else "") +
            "; regression: the whole interval below 1 - threshold; no change: the whole interval above it; "
-           "inconclusive: the interval contains it.")
+           "inconclusive: the interval contains it" + (
+               # a lower-is-better metric's rule is the mirror image (decide.decide): memory 1.2x is worse
+               ". A lower-is-better metric (" + ", ".join(sorted({r.metric for r in cmp.rows if not
+                                                                  r.higher_is_better})) +
+               ") the other way round: regression, the whole interval above 1 + threshold; no change, the whole "
+               "interval below it; inconclusive, the interval contains it"
+               if any(not r.higher_is_better for r in cmp.rows) else "") + ".")
     lines = [f"## vitbench {'ab' if cmp.context else 'compare'}", "", f"**{summary_line(cmp)}**", "", how, "",
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     if cmp.context:

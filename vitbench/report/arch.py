@@ -90,14 +90,50 @@ def _stats(g) -> pd.Series:
                       "accuracy_max": a.max()})
 
 
-def _summary(df: pd.DataFrame, keys: list[str], extra: tuple[str, ...] = ()) -> pd.DataFrame:
-    """Accuracy over seeds per `keys` (dropna=False: a missing recipe field is one value), + mean of `extra`."""
+def _recipe(df: pd.DataFrame, keys: list[str]) -> list[str]:
+    """The recipe fields (_RECIPE) not in `keys` that take two values or more in `df` (a missing one counts): a
+    summary over seeds keeps them apart. Two datasets, backends or input sizes were averaged as seeds of one
+    (digits 0.9 and pets 0.4 read 0.65, their spread as the seeds')."""
+    from vitbench.report.tables import varying
+
+    return varying(df, [k for k in _RECIPE if k not in keys])
+
+
+def _split_by(t: pd.DataFrame) -> list[str]:
+    """The recipe fields a summary of _summary keeps apart (its attrs)."""
+    from vitbench.report.tables import SPLIT_BY
+
+    return [k for k in t.attrs.get(SPLIT_BY, ()) if k in t.columns]
+
+
+def _of(df: pd.DataFrame, keys: list[str], values) -> pd.Series:
+    """The rows of `df` whose `keys` hold `values` (a missing value matches a missing one)."""
+    mask = pd.Series(True, index=df.index)
+    for k, v in zip(keys, values):
+        mask &= df[k].isna() if pd.isna(v) else df[k] == v
+    return mask
+
+
+def _tag(split: list[str], key) -> str:
+    from vitbench.report.tables import settings_text
+
+    return settings_text(zip(split, key))
+
+
+def _summary(df: pd.DataFrame, keys: list[str], extra: tuple[str, ...] = (), split=()) -> pd.DataFrame:
+    """Accuracy over seeds per `keys` (dropna=False: a missing recipe field is one value), + mean of `extra`;
+    `split`: those of `keys` that are recipe fields that vary (_recipe), named in the result's attrs (the
+    terminal shows them, the figures draw each its own line: vitbench.report.tables.SPLIT_BY)."""
+    from vitbench.report.tables import GROUPED_BY, SPLIT_BY
+
     g = df.groupby(keys, dropna=False, sort=True)
     out = g.apply(_stats, include_groups=False)
     for c in extra:
         if c in df.columns:
             out[c] = g[c].mean()
-    return out.reset_index()
+    out = out.reset_index()
+    out.attrs.update({SPLIT_BY: list(split), GROUPED_BY: list(keys)})
+    return out
 
 
 # ---- shape (Figure 8) -------------------------------------------------------------------------------------------
@@ -136,8 +172,9 @@ def shape_table(ok: pd.DataFrame) -> pd.DataFrame:
     df = _shape_rows(ok)
     if df.empty:
         return pd.DataFrame()
-    out = _summary(df, ["series", "base", "dimension", "value", "model"],
-                   extra=("pretrain_exaflops", "params_m"))
+    keys = ["series", "base", "dimension", "value", "model"]
+    split = _recipe(df, keys)
+    out = _summary(df, [*keys[:2], *split, *keys[2:]], extra=("pretrain_exaflops", "params_m"), split=split)
     order = {d: i for i, d in enumerate(("", *SHAPE, ALL))}
     return out.sort_values(["series", "base", "dimension", "pretrain_exaflops"],
                            key=lambda s: s.map(order) if s.name == "dimension" else s).reset_index(drop=True)
@@ -154,14 +191,15 @@ def shape_figure(ok: pd.DataFrame) -> Figure | None:
     colors = {s: colormaps["tab10"](i) for i, s in enumerate(series)}
     fig = Figure(figsize=(3.3 * len(dims) + 0.8, 3.6), layout="constrained")
     axes = np.atleast_1d(fig.subplots(1, len(dims), sharey=True, squeeze=False).ravel())
+    split = _split_by(t)  # a line per recipe too (two datasets: two lines, not one zig-zag through both)
     for ax, dim in zip(axes, dims):
         for s in series:
-            for base, part in t[t["series"] == s].groupby("base", sort=False):
+            for key, part in t[t["series"] == s].groupby(["base", *split], sort=False, dropna=False):
                 pts = part[part["dimension"].isin(("", dim))].sort_values("pretrain_exaflops")
                 x, y = pts["pretrain_exaflops"].to_numpy(), 100 * pts["accuracy_mean"].to_numpy()
                 lo, hi = 100 * pts["accuracy_min"].to_numpy(), 100 * pts["accuracy_max"].to_numpy()
                 ax.errorbar(x, y, yerr=[y - lo, hi - y], color=colors[s], marker="o", ms=4, lw=1.2, capsize=2,
-                            label=plain(s))
+                            label=plain(f"{s} {_tag(split, key[1:])}".strip()))
                 is_base = (pts["dimension"] == "").to_numpy()
                 ax.scatter(x[is_base], y[is_base], s=70, facecolors="none", edgecolors="black", zorder=3)
                 for xi, yi, v in zip(x, y, pts["value"]):
@@ -204,8 +242,9 @@ def head_table(ok: pd.DataFrame) -> pd.DataFrame:
     df = _head_rows(ok)
     if df.empty:
         return pd.DataFrame()
-    out = _summary(df, ["series", "base", "head", "pretrain_lr"])
-    best = out.groupby(["series", "base", "head"])["accuracy_mean"].transform("max")
+    recipe = _recipe(df, ["pretrain_lr"])
+    out = _summary(df, ["series", "base", *recipe, "head", "pretrain_lr"], split=recipe)
+    best = out.groupby(["series", "base", *recipe, "head"], dropna=False)["accuracy_mean"].transform("max")
     out["best"] = out["accuracy_mean"] == best
     return out
 
@@ -221,11 +260,13 @@ def head_figure(ok: pd.DataFrame) -> Figure | None:
     colors = {h: colormaps["tab10"](i) for i, h in enumerate(heads)}
     fig = Figure(figsize=(4.2 * len(series) + 0.6, 3.8), layout="constrained")
     axes = np.atleast_1d(fig.subplots(1, len(series), squeeze=False).ravel())
+    split = _split_by(t)  # a line per recipe too
     for ax, s in zip(axes, series):
-        for (base, head), part in t[t["series"] == s].groupby(["base", "head"], sort=False):
+        for (base, *key, head), part in t[t["series"] == s].groupby(["base", *split, "head"], sort=False,
+                                                                    dropna=False):
             part = part.sort_values("pretrain_lr")
             x, y = part["pretrain_lr"].to_numpy(), 100 * part["accuracy_mean"].to_numpy()
-            ax.plot(x, y, marker="o", ms=4, color=colors[head], label=plain(head))
+            ax.plot(x, y, marker="o", ms=4, color=colors[head], label=plain(f"{head} {_tag(split, key)}".strip()))
             ax.fill_between(x, 100 * part["accuracy_min"], 100 * part["accuracy_max"], color=colors[head],
                             alpha=0.15, linewidth=0)
             b = part[part["best"]]
@@ -266,10 +307,12 @@ def posemb_table(ok: pd.DataFrame) -> pd.DataFrame:
     df = _posemb_rows(ok)
     if df.empty:
         return pd.DataFrame()
-    out = _summary(df, ["series", "base", "posemb", "posemb_at"])
-    default = out[(out["posemb"] == "learned") & (out["posemb_at"] == "input")].set_index(["series", "base"])
-    out["vs_default"] = [r.accuracy_mean - default["accuracy_mean"].get((r.series, r.base), np.nan)
-                         for r in out.itertuples()]
+    at = ["series", "base", *_recipe(df, [])]  # the default of the same base, series and recipe
+    out = _summary(df, [*at, "posemb", "posemb_at"], split=at[2:])
+    default = out[(out["posemb"] == "learned") & (out["posemb_at"] == "input")]
+    default = default.groupby(at, dropna=False)["accuracy_mean"].first()
+    out["vs_default"] = out["accuracy_mean"] - pd.Series(
+        [default.get(k, np.nan) for k in out[at].itertuples(index=False, name=None)], index=out.index)
     kind = {k: i for i, k in enumerate(_KINDS)}
     place = {p: i for i, p in enumerate(_PLACES)}
     return out.sort_values(["series", "base", "posemb", "posemb_at"], key=lambda s: s.map(kind) if s.name ==
@@ -283,23 +326,25 @@ def posemb_figure(ok: pd.DataFrame) -> Figure | None:
     if df.empty:
         return None
     t = posemb_table(ok)
-    series = list(dict.fromkeys(t["series"]))
+    split = ["series", *_split_by(t)]  # a panel per series and per recipe that varies (two datasets: two)
+    panels = list(dict.fromkeys(t[split].itertuples(index=False, name=None)))
     cells = list(dict.fromkeys(zip(t["posemb"], t["posemb_at"])))
-    fig = Figure(figsize=(4.6 * len(series) + 0.8, 0.42 * len(cells) + 1.4), layout="constrained")
-    axes = np.atleast_1d(fig.subplots(1, len(series), sharey=True, squeeze=False).ravel())
+    fig = Figure(figsize=(4.6 * len(panels) + 0.8, 0.42 * len(cells) + 1.4), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(1, len(panels), sharey=True, squeeze=False).ravel())
     ys = {c: len(cells) - 1 - i for i, c in enumerate(cells)}
-    for ax, s in zip(axes, series):
-        rows = df[df["series"] == s]
+    for ax, key in zip(axes, panels):
+        s = key[0]
+        rows = df[_of(df, split, key)]
         for i, ((kind, at), g) in enumerate(rows.groupby(["posemb", "posemb_at"], sort=False)):
             y = ys[(kind, at)]
             color = colormaps["tab10"](_KINDS.index(kind) if kind in _KINDS else 9)
             ax.scatter(100 * g["accuracy"], np.full(len(g), y), s=14, color=color, alpha=0.6)
             m, sd = 100 * g["accuracy"].mean(), 100 * (g["accuracy"].std(ddof=1) if len(g) > 1 else 0.0)
             ax.errorbar([m], [y], xerr=[[sd], [sd]], fmt="|", ms=14, color=color, capsize=3, lw=1.5)
-        d = t[(t["series"] == s) & (t["posemb"] == "learned") & (t["posemb_at"] == "input")]
+        d = t[_of(t, split, key) & (t["posemb"] == "learned") & (t["posemb_at"] == "input")]
         if not d.empty:
             ax.axvline(100 * d["accuracy_mean"].iloc[0], color="0.4", ls="--", lw=0.8)
-        ax.set_title(plain(s), fontsize=9)
+        ax.set_title(plain(f"{s} {_tag(split[1:], key[1:])}".strip()), fontsize=9)
         ax.set_xlabel("Accuracy [%] (dots: seeds; bar: mean +- 1 std)", fontsize=8)
         ax.grid(True, axis="x", alpha=0.3)
     axes[0].set_yticks(list(ys.values()), [f"{k} @ {a}" for k, a in ys])

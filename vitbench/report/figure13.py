@@ -177,13 +177,18 @@ def figure(ok: pd.DataFrame) -> Figure | None:
             m = caveats.marked(sp[CAVEAT])
             rings |= plots.mark_caveats(ax_s, sp["img_per_s"][m], 100 * sp["accuracy"][m])
             rings |= plots.mark_caveats(ax_f, sp["gflops"][m], sp["img_per_s"][m])
-        pts = sp[["gflops", "img_per_s"]].to_numpy(dtype=float)
-        pts = pts[np.isfinite(pts).all(axis=1)]
-        if len(pts):
-            achieved = float(np.median(pts[:, 0] * pts[:, 1]))
-            xs = np.geomspace(pts[:, 0].min() / 1.5, pts[:, 0].max() * 1.5, 20)
-            ax_f.plot(xs, achieved / xs, linestyle=(":", "--")[min(i, 1)], color="0.5",
-                      label=f"{plots.plain(b)}: constant {achieved:.3g} GFLOP/s (median model)")
+        # a line per setting that tells the backend's points apart (fp32 and bf16: one median over both drew a
+        # line through neither, as plots._reference_lines found)
+        for key, g in (sp.groupby([tables.hashable(sp[k]) for k in label_keys], dropna=False, sort=True)
+                       if label_keys else [((), sp)]):
+            pts = g[["gflops", "img_per_s"]].to_numpy(dtype=float)
+            pts = pts[np.isfinite(pts).all(axis=1)]
+            if len(pts):
+                achieved = float(np.median(pts[:, 0] * pts[:, 1]))
+                xs = np.geomspace(pts[:, 0].min() / 1.5, pts[:, 0].max() * 1.5, 20)
+                tag = tables.settings_text(zip(label_keys, key if isinstance(key, tuple) else (key,)))
+                ax_f.plot(xs, achieved / xs, linestyle=(":", "--")[min(i, 1)], color="0.5",
+                          label=plots.plain(f"{b}: constant {achieved:.3g} GFLOP/s (median model) {tag}".strip()))
     if rings:
         for ax in (ax_s, ax_f):
             plots.caveat_legend_entry(ax)

@@ -361,7 +361,7 @@ def gflops_vs_throughput(df: pd.DataFrame) -> Figure | NotDrawn | None:
             caveat_legend_entry(ax)
             n += 1
         apart = [k for k in tables.varying(sub, keys) if k not in ("model", "family")]
-        n += _reference_lines(ax, sub, m, apart)
+        n += _reference_lines(ax, sub, m, apart, TRAIN_STEP_FLOPS if task == "train" else 1)
         ax.set_xscale("log")
         ax.set_yscale("log")
         _log_axis(ax.xaxis)
@@ -377,13 +377,16 @@ def gflops_vs_throughput(df: pd.DataFrame) -> Figure | NotDrawn | None:
 
 
 _REF_GREYS = ("0.6", "0.35", "0.75", "0.2", "0.5")
+TRAIN_STEP_FLOPS = 3  # a training step's FLOPs in forward FLOPs (forward + backward; docs/measurement.md)
 
 
-def _reference_lines(ax, sub: pd.DataFrame, marked: pd.Series, apart: list[str]) -> int:
+def _reference_lines(ax, sub: pd.DataFrame, marked: pd.Series, apart: list[str], per_forward: float = 1) -> int:
     """Reference: constant achieved FLOP/s through the median point (speed ~ 1/FLOPs if FLOPs predicted it), one
     line per value of the settings that vary between the panel's series other than the model (`apart`): one
     median over fp32 and bf16 points drew a line through neither. Labelled with those settings where there are
-    any ('constant N GFLOP/s' alone otherwise). How many lines it drew (legend entries)."""
+    any ('constant N GFLOP/s' alone otherwise). The x axis is the forward cost; `per_forward`: the step's FLOPs
+    per forward FLOP (TRAIN_STEP_FLOPS in a training panel), so the label is the step's FLOP/s, as
+    model_tflops_per_s is (a training panel read 1/3 of it). How many lines it drew (legend entries)."""
     groups = list(sub.groupby([tables.hashable(sub[k]) for k in apart], dropna=False, sort=True)) if apart \
         else [((), sub)]
     xs = np.geomspace(sub["gflops"].min() / 1.5, sub["gflops"].max() * 1.5, 50)
@@ -396,8 +399,10 @@ def _reference_lines(ax, sub: pd.DataFrame, marked: pd.Series, apart: list[str])
             continue
         row = g.iloc[0]
         which = tables.settings_text(((k, row[k]) for k in apart), ", ")
+        step = f" ({per_forward:g}x forward: a training step)" if per_forward != 1 else ""
+        label = f"constant {achieved * per_forward:.3g} GFLOP/s{step}" + (f" ({plain(which)})" if which else "")
         ax.plot(xs, achieved / xs, color=_REF_GREYS[i % len(_REF_GREYS)], linestyle=":", linewidth=1,
-                label=f"constant {achieved:.3g} GFLOP/s" + (f" ({plain(which)})" if which else ""), zorder=1)
+                label=label, zorder=1)
         n += 1
     return n
 

@@ -58,6 +58,7 @@ def _present(df: pd.DataFrame, cols) -> list[str]:
 
 
 SPLIT_BY = "split_by"  # a summary's attrs: the settings beyond its keys that split it
+GROUPED_BY = "grouped_by"  # a summary's attrs: every key it was grouped by (its named keys, then SPLIT_BY's)
 
 
 def split_keys(df: pd.DataFrame, keys: list[str], across: tuple[str, ...] = ()) -> list[str]:
@@ -93,6 +94,23 @@ def summary_keys(summary: pd.DataFrame, keys: list[str]) -> list[str]:
     """The keys a summary of _collapse was grouped by: `keys` (those it has) and the settings that split it
     (its attrs, SPLIT_BY), read back rather than worked out again from the summary."""
     return [*(k for k in keys if k in summary.columns), *summary.attrs.get(SPLIT_BY, ())]
+
+
+def unshown_keys(summary: pd.DataFrame, columns) -> list[str]:
+    """The keys of `summary` a terminal showing `columns` must add so that no two of its rows read alike: the
+    settings that split it (SPLIT_BY), then each key it was grouped by (GROUPED_BY) that tells apart rows the
+    shown keys do not (a section's columns left out compile_mode, num_classes, devices: rows of two compile
+    modes, of 10 and 1000 classes, of 1 and 2 devices were printed as one configuration's, nothing apart)."""
+    out = [k for k in summary.attrs.get(SPLIT_BY, ()) if k not in columns]
+    keys = [k for k in summary.attrs.get(GROUPED_BY, ()) if k in summary.columns]
+    cell = {k: hashable(summary[k]).astype(object).where(summary[k].notna(), "") for k in keys}
+    for k in keys:
+        if k in columns or k in out:
+            continue
+        by = [cell[c] for c in keys if c in columns or c in out] or [pd.Series(0, index=summary.index)]
+        if (cell[k].groupby(by, sort=False).nunique() > 1).any():
+            out.append(k)
+    return out
 
 
 def varying(df: pd.DataFrame, keys) -> list[str]:
@@ -157,6 +175,7 @@ def _collapse(df: pd.DataFrame, keys: list[str], metrics: list[str], spread: str
                               key=lambda s: s.map(fam_rank) if s.name == "family" else s, kind="stable")
     out = out.reset_index(drop=True)
     out.attrs[SPLIT_BY] = [k for k in keys if k not in named]  # shown beside a section's columns in a terminal
+    out.attrs[GROUPED_BY] = list(keys)  # those that tell rows apart too (unshown_keys)
     return out
 
 
@@ -177,11 +196,15 @@ def throughput(ok: pd.DataFrame, across: tuple[str, ...] = (),
 def throughput_table(ok: pd.DataFrame) -> pd.DataFrame:
     """The report's throughput section: `throughput`, and where the rows' memory kinds differ, each row's beside
     its peak_mem_mib (peak memory of two kinds is two quantities: CUDA-graph replays' reserved peak, XLA's plan,
-    an allocator's peak; vitbench.backends.kinds.MemoryKind)."""
-    kinds = "memory_kind" in ok and ok["memory_kind"].dropna().nunique() >= 2
-    out = throughput(ok, carry={"memory_kind": distinct} if kinds else None)
-    if "memory_kind" in out and "peak_mem_mib" in out:  # beside the number it qualifies
-        out.insert(out.columns.get_loc("peak_mem_mib") + 1, "memory_kind", out.pop("memory_kind"))
+    an allocator's peak; vitbench.backends.kinds.MemoryKind); where some compiles came from the compile cache and
+    some did not, each row's `compile_cached` beside its compile_s (a cold compile's 0.35 s and a cache load's
+    0.10 s read as one median of 0.22 s, neither; compare and history keep them apart)."""
+    carry = {col: distinct for col in ("memory_kind", "compile_cached")
+             if col in ok and ok[col].dropna().astype(str).nunique() >= 2}
+    out = throughput(ok, carry=carry or None)
+    for col, beside in (("memory_kind", "peak_mem_mib"), ("compile_cached", "compile_s")):
+        if col in out and beside in out:  # beside the number it qualifies
+            out.insert(out.columns.get_loc(beside) + 1, col, out.pop(col))
     return out
 
 

@@ -53,10 +53,12 @@ register_report(ReportPart(
     order=12))
 register_report(ReportPart(
     "max_batch", "Largest batch that fits (median over repeats; \u2265 N: the search reached its cap N, the "
-    "largest batch is N or more; process_peak_mib: the probe's whole-process peak, what was held to "
-    "memory_limit_mib)", (max_batch.KIND,), tables.max_batch,
-    columns=("model", "backend", "mode", "precision", "resolution", "max_batch", "peak_mem_mib",
-             "process_peak_mib", "memory_limit_mib"),
+    "largest batch is N or more; per device where devices > 1; process_peak_mib: the probe's whole-process peak, "
+    "what was held to memory_limit_mib)", (max_batch.KIND,), tables.max_batch,
+    # every key of the table (tables.MAX_BATCH_KEYS): rows of 1 and 2 devices, or compile on and off, read as
+    # one configuration's rows with nothing to tell them apart; one value in every row folds into the caption
+    columns=("model", "backend", "mode", "device", "devices", "parallelism", "precision", "compile", "resolution",
+             "max_batch", "peak_mem_mib", "process_peak_mib", "memory_limit_mib"),
     figures=(Figure("max_batch_vs_resolution", "Largest batch vs input size (cf. paper Figure 12, right)",
                     plots.max_batch_vs_resolution),),
     order=20))

@@ -42,8 +42,9 @@ class MaxBatch(Task):
                                              "parallelism"), Search, neutral=("optimizer",))
     description = "largest batch that fits (fresh process per probe)"
     needs = frozenset({Capability.MAX_BATCH})
-    metrics = (Metric("max_batch_size", "images", True, "largest batch that fits", comparable=True,
-                      default_compare=True, bounded_by=("memory_limit_mib",)),  # a CPU's default: free RAM / 2
+    metrics = (Metric("max_batch_size", "images", True, "largest batch that fits, per device (devices > 1)",
+                      comparable=True, default_compare=True,
+                      bounded_by=("memory_limit_mib",)),  # a CPU's default: free RAM / 2
                Metric("max_batch_size_global", "images", True, "largest batch that fits, over every device"),
                Metric("probes", "probes", False, "probes the search ran (each a fresh process)"),
                Metric("peak_mem_mib", "MiB", False, "the largest fitting probe's steps' own peak memory"),
