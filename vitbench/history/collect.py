@@ -139,7 +139,7 @@ def points_of(rounds: list[list]) -> list[Point]:
     from vitbench.compare.calibrations import Calibrations
     from vitbench.compare.match import DEFAULT_IGNORE, labels, match_key
     from vitbench.record import Status
-    from vitbench.report.caveats import join_reasons, reasons
+    from vitbench.report.caveats import join_reasons, reason_set, reasons
     from vitbench.tasks import calibration_task
     from vitbench.tasks.calibration import SIZE
 
@@ -196,7 +196,7 @@ def points_of(rounds: list[list]) -> list[Point]:
         ws = why[series, name]
         use = [i for i, w in enumerate(ws) if not w] or list(range(len(ws)))
         xs = [every[i] for i in use]
-        seen = {part.strip() for w in ws for part in w.split(",") if part.strip()}
+        seen = set().union(*map(reason_set, ws))
         caveat = {} if not seen else {CAVEAT_KEY: join_reasons(seen)} if len(use) == len(ws) else {
             LEFT_OUT_KEY: [every[i] for i in range(len(ws)) if i not in use], LEFT_OUT_WHY_KEY: join_reasons(seen)}
         picked = [cals[series, name][i] for i in use if cals[series, name][i] is not None]

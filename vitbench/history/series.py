@@ -114,15 +114,13 @@ def _caveat(every: list[tuple[Run, Point]], used: list[tuple[Run, Point]]) -> st
     """A commit's caveat, as the report writes a summary's (vitbench.report.caveats.split): MARK and why where
     each round it rests on was marked (unstable, shared host), 'N ... round(s) left out' where marked rounds were
     left out for clean ones, '' where every round was clean."""
-    from vitbench.report.caveats import MARK, join_reasons
-
-    def parts(text) -> set[str]:
-        return {p.strip() for p in str(text or "").split(",") if p.strip()}
+    from vitbench.report.caveats import MARK, join_reasons, reason_set
 
     kept = {id(pt) for _, pt in used}
     out = [len(pt.raw.get("rounds") or [1]) for _, pt in every if id(pt) not in kept]
     out += [len(pt.raw.get(LEFT_OUT_KEY) or []) for _, pt in used]
-    seen = set().union(*(parts(pt.raw.get(CAVEAT_KEY)) | parts(pt.raw.get(LEFT_OUT_WHY_KEY)) for _, pt in every))
+    seen = set().union(*(reason_set(pt.raw.get(CAVEAT_KEY)) | reason_set(pt.raw.get(LEFT_OUT_WHY_KEY))
+                         for _, pt in every))
     if all(pt.raw.get(CAVEAT_KEY) for _, pt in used):
         return f"{MARK} {join_reasons(seen)}"
     return f"{sum(out)} {join_reasons(seen)} round(s) left out" if sum(out) else ""
