@@ -86,6 +86,30 @@ def test_presence_sees_live_trials_tells_them_and_ignores_dead_ones(registry):
         live.wait()
 
 
+def test_an_entry_is_never_seen_empty_by_a_trial_that_looks_while_it_is_written(registry, monkeypatch):
+    """A trial globbing the registry skips an entry it cannot read: one seen between its creation and its first
+    write would hide that trial. Whatever the registry holds, at any write, is whole."""
+    seen = []
+    real_open = Path.open
+
+    def spying_open(self, *a, **kw):
+        f = real_open(self, *a, **kw)
+        write = f.write
+
+        def looking_write(data):  # what another trial's glob would see at this instant
+            seen.extend(e.name for e in registry.glob("*.trial") if not e.read_text())
+            return write(data)
+
+        f.write = looking_write
+        return f
+
+    monkeypatch.setattr(Path, "open", spying_open)
+    with Presence("s/k1", run_id="r"):
+        monkeypatch.setattr(Path, "open", real_open)
+        assert (registry / f"{os.getpid()}.trial").read_text()
+    assert seen == [] and not list(registry.iterdir())
+
+
 def test_the_registry_is_made_shared_only_where_it_was_made_never_through_a_link(tmp_path, monkeypatch):
     """A registry directory this process makes is sticky and writable by all (1777, like /tmp); one that was
     there, or a link to one ($VITBENCH_HOST_REGISTRY naming a directory of the user's), keeps its mode (before:

@@ -111,7 +111,11 @@ class Presence:
             _make_shared(self.root)
             me = json.dumps(self._me()) + "\n"
             self.path = self.root / f"{os.getpid()}{SUFFIX}"
-            self.path.write_text(me)
+            # whole or absent: another trial (or a reader) globbing the registry never sees an empty entry, which
+            # it would skip; the temporary name does not match the glob
+            part = self.root / f".{os.getpid()}{SUFFIX}.part"
+            part.write_text(me)
+            os.replace(part, self.path)
             for entry in self.root.glob(f"*{SUFFIX}"):
                 if entry == self.path:
                     continue
