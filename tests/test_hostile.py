@@ -164,6 +164,8 @@ CASES = {
     # ---- pretrain / fewshot / finetune ---------------------------------------------------------------------------
     "pretrain tau inf": case("pretrain", "DeiT-Nano/4-dist", "--teacher", "R-Nano", "--distillation", "soft",
                              "--distill-tau", "inf", says="--distill-tau: Input should be a finite number, >= 0.05"),
+    "pretrain lr nan": case("pretrain", NANO, "--lr", "nan",
+                            says="--lr: Input should be a finite number, > 0, <= 1000.0 (got nan)"),
     "pretrain tau 1e300": case("pretrain", "DeiT-Nano/4-dist", "--teacher", "R-Nano", "--distillation", "soft",
                                "--distill-tau", "1e300", says="--distill-tau"),
     "pretrain tau 0": case("pretrain", "DeiT-Nano/4-dist", "--teacher", "R-Nano", "--distill-tau", "0",
@@ -174,7 +176,7 @@ CASES = {
                                             says="--teacher-steps"),
     "pretrain teacher unknown": case("pretrain", NANO, "--teacher", "R-Nänö", says="--teacher"),
     "pretrain teacher checkpoint dir": case("pretrain", NANO, "--teacher", "R-Nano", "--teacher-checkpoint",
-                                            "{dir}", says="teacher"),
+                                            "{dir}", says="--teacher-checkpoint"),
     # a teacher's file without --teacher: a vitbench checkpoint names its model, no other file does
     "pretrain teacher checkpoint without its model": case("pretrain", NANO, "--teacher-checkpoint", "{odd_ckpt}",
                                                           says="--teacher timm:NAME"),
@@ -211,6 +213,7 @@ CASES = {
     "fewshot checkpoint nan": case("fewshot", "-c", "{nan_ckpt}", says="NaN or infinite"),
     "fewshot neither": case("fewshot", says="--checkpoint"),
     "fewshot shots 0": case("fewshot", "-m", NANO, "--shots", "0", says="--shots"),
+    "fewshot shots twice": case("fewshot", "-m", NANO, "--shots", "1,5,1", says="--shots: '1,5,1': 1 given twice"),
     "fewshot shots text": case("fewshot", "-m", NANO, "--shots", "five", says="--shots"),
     "fewshot l2 inf": case("fewshot", "-m", NANO, "--l2-reg", "inf", says="--l2-reg"),
     "fewshot shots huge": case("fewshot", "-m", NANO, "--shots", HUGE, says="--shots"),

@@ -34,6 +34,9 @@ class Shots(BaseModel):
             ks = []
         if not ks:
             raise ValueError(f"{v!r}: expected an integer or comma-separated integers, e.g. '1,5,10,25'")
+        twice = sorted({k for k in ks if ks.count(k) > 1})
+        if twice:  # a typo, not two measurements: one row holds one value per k
+            raise ValueError(f"{v!r}: {joined(twice)} given twice; each k once, e.g. '1,5,10,25'")
         return ks[0] if len(ks) == 1 else joined(ks)
 
     def shot_list(self) -> list[int]:

@@ -69,7 +69,7 @@ def field_range(cls: type[BaseModel], loc: tuple) -> str | None:
         return None
     bounds = [f"{sym} {getattr(m, attr)}" for m in info.metadata for attr, sym in _BOUNDS
               if getattr(m, attr, None) is not None]
-    return ", ".join(bounds) or None
+    return ", ".join(dict.fromkeys(bounds)) or None  # a field declared like another's holds its bounds twice
 
 
 def validated(cls: type[M], data: dict, where: str, options: Mapping[str, str] | None = None,
