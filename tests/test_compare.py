@@ -271,6 +271,23 @@ def test_max_batch_size_compared_without_step_samples():
     assert compare([mb(64)], [mb(63)]).exit_code == 0  # 1.6 % is under the 5 % threshold
 
 
+def test_a_largest_batch_at_the_search_cap_is_said_to_be_a_lower_bound():
+    """Both sides at the cap (128 fit, the search went no higher) are alike only up to it: the verdict says so;
+    one side at it says which."""
+    def mb(v, capped, repeat=0):
+        trial = {"model": "A", "backend": "torch", "task": "max_batch", "device": "cpu", "resolution": 32,
+                 "precision": "fp32", "mode": "infer"}
+        return record("max_batch", dict(trial), metrics={"max_batch_size": v, "capped": capped},
+                      key=f"mb{repeat}", repeat=repeat, trial=trial)
+    both = compare([mb(128, True)], [mb(128, True)]).rows[0]
+    assert both.decision == "no change" and "both sides capped" in both.note
+    assert "\u2265 128 vs \u2265 128" in both.note and "unknown past it" in both.note
+    dropped = compare([mb(128, True)], [mb(64, False)]).rows[0]
+    assert dropped.decision == "regression" and dropped.note == "baseline capped: its max_batch_size is a lower " \
+        "bound (\u2265 128)"
+    assert compare([mb(64, False)], [mb(64, False)]).rows[0].note == ""
+
+
 def test_an_ok_row_without_its_measure_or_with_an_impossible_one_is_never_a_pass():
     """Rows vitbench never writes (edited, or another tool's): a current ok row without the img/s the baseline
     has fails the check (before: 'no data', exit 0); a negative or overflowing speed, a step time <= 0, a negative

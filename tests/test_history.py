@@ -311,6 +311,35 @@ def test_a_marked_measurement_is_marked_in_the_history(cli, tmp_path):
     assert page.count('class="caveat"') == 2 and "Red ring:" in page  # one ring per model's series
 
 
+def test_a_largest_batch_at_the_search_cap_shows_as_a_lower_bound(cli, tmp_path):
+    """A largest batch where the search stopped at its cap is that batch or more (Metric.lower_bound_when): the
+    history showed '128 images' as though 129 failed. The point keeps it, the table and the page show '\u2265'."""
+    from records import record
+    from test_compare import write_jsonl
+
+    cfg = {"model": "ViT-Nano/4", "backend": "torch", "task": "max_batch", "device": "cpu", "resolution": 32,
+           "precision": "fp32", "mode": "infer"}
+    db = tmp_path / "h.sqlite"
+    for c, v, capped in (("a", 64, False), ("b", 128, True)):
+        d = tmp_path / c
+        d.mkdir()
+        env = {"torch": "2.15.0", "git_sha": c * 40, "hostname": "vm", "cpu_model": "AMD EPYC", "cpu_count": 2,
+               "device_name": "cpu"}
+        write_jsonl(d / "results.jsonl", [record("max_batch", dict(cfg), metrics={
+            "max_batch_size": v, "capped": capped, "memory_limit_mib": 512.0}, key="k", trial=dict(cfg), repeat=0,
+            env=env, run_id=str(d))])
+        r = cli("history", "append", d, "--db", db)
+        assert r.exit_code == 0, r.output
+    pts = {run.commit[0]: p for run, p in store.read(db) if p.metric == "max_batch_size"}
+    assert pts["b"].raw.get("at_least") is True and "at_least" not in pts["a"].raw
+    doc = json.loads(cli("history", "--db", db, "--format", "json", "-m", "max_batch_size").output)
+    assert [p.get("at_least", False) for p in doc["series"][0]["points"]] == [False, True]
+    r = cli("history", "--db", db, "-m", "max_batch_size", "--html", tmp_path / "page.html")
+    assert r.exit_code == 0 and "\u2265 128 images" in " ".join(r.output.split()), r.output
+    page = (tmp_path / "page.html").read_text()
+    assert "\u2265 128 images at bbbbbbbbbbbb" in page and "\u2265 64" not in page
+
+
 def test_append_records_a_sweep_with_commit_machine_and_calibration(cli, tmp_path):
     db = tmp_path / "h.sqlite"
     r = cli("history", "append", _results(tmp_path / "r1", "a" * 40, 100.0, 0.05), "--db", db, "--repo", tmp_path)

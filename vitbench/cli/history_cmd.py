@@ -133,7 +133,7 @@ def _table(series, new, path) -> None:
             if flagged & set(range(max(c.first - 1, 0), c.last + 1)):  # the commits it lies between
                 mark += f" {MARK} beside a marked point"
             cps.append(f"x{c.size:.3f} ({c.confidence:.0%}) {first[:10]}..{last[:10]}{mark}")
-        newest = f"{s.values[-1]:.4g} {s.unit}" + (" (normalized)" if s.basis == "normalized" else "") + \
+        newest = ("\u2265 " if s.at_least and s.at_least[-1] else "") + f"{s.values[-1]:.4g} {s.unit}" + (" (normalized)" if s.basis == "normalized" else "") + \
             (f" [{s.caveats[-1]}]" if s.caveats and s.caveats[-1] else "")
         t.add_row(s.metric, escape(s.trial), str(len(s.commits)), escape(newest), escape("; ".join(cps) or "none"))
     console.print(t)

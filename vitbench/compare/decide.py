@@ -175,6 +175,20 @@ def _bounds_moved(md: Metric, base: list[Record], cur: list[Record]) -> str:
     return "; ".join(out)
 
 
+def _lower_bounds(md: Metric, base: list[Record], cur: list[Record], row: Row) -> list[str]:
+    """What a side's value is where it is a lower bound (Metric.lower_bound_when: the largest batch where the
+    search stopped at its cap): a verdict between two such sides holds only up to them."""
+    flag = md.lower_bound_when
+    if flag is None:
+        return []
+    at = [(side, v) for side, recs, v in (("baseline", base, row.baseline), ("current", cur, row.current))
+          if any(r.metrics.get(flag) is True for r in recs)]
+    if len(at) == 2:
+        return [f"both sides {flag}: each {md.name} is a lower bound (\u2265 {at[0][1]:g} vs \u2265 {at[1][1]:g}), "
+                "alike up to it, unknown past it: raise the cap to compare past it"]
+    return [f"{side} {flag}: its {md.name} is a lower bound (\u2265 {v:g})" for side, v in at]
+
+
 def status_note(recs: list[Record]) -> str:
     st = sorted({r.status.value for r in recs})
     msg = next((r.error.message for r in recs if r.error), None)
@@ -312,6 +326,7 @@ def _rows(label: str, b: Trial, c: Trial, metrics: Sequence[Metric], threshold: 
             notes.append(moved)
         if c.failed and not b.failed:  # ok in every baseline repeat, failing in some now: not a pass
             row.decision = Decision.FAILED
+        notes += _lower_bounds(md, b.ok, c.ok, row)
         if row.decision is Decision.INCONCLUSIVE and not moved:
             notes.append("more sweeps per side (each into its own directory), or `vitbench ab`" if one_run else
                          "the interval reaches past the threshold: add runs")

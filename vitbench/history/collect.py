@@ -34,6 +34,8 @@ from vitbench.store import AB_SIDES  # vitbench ab --results DIR: one subdirecto
 # A point's raw: why every round it rests on was marked (unstable, shared host: vitbench.report.caveats), or the
 # marked rounds' values left out of it and why
 CAVEAT_KEY, LEFT_OUT_KEY, LEFT_OUT_WHY_KEY = "caveat", "left_out", "left_out_why"
+# A point's raw: true where a round it rests on holds a lower bound, not the value (Metric.lower_bound_when)
+AT_LEAST_KEY = "at_least"
 PAIRED_SUFFIX = "_paired"  # a paired point's metric: ab's metric + this (img_per_s_paired: current / baseline)
 # The environment fields that name the machine (vitbench.env.machine_id's, read from the rows)
 MACHINE_FIELDS = ("hostname", "cpu_model", "cpu_count")
@@ -148,6 +150,7 @@ def points_of(rounds: list[list]) -> list[Point]:
     values: dict[tuple[str, str], list[float]] = defaultdict(list)
     cals: dict[tuple[str, str], list[tuple | None]] = defaultdict(list)  # beside each value: (calibration, size)
     why: dict[tuple[str, str], list[str]] = defaultdict(list)  # beside each value: its row's caveat ('' clean)
+    bound: dict[tuple[str, str], list[bool]] = defaultdict(list)  # beside each value: whether it is a lower bound
     first: dict[str, object] = {}
     trial_of: dict[str, str] = {}  # a series' trial key
     unheld: list[str] = []  # values a series on a log scale cannot hold (a largest batch of 0: nothing fit)
@@ -177,6 +180,8 @@ def points_of(rounds: list[list]) -> list[Point]:
                     trial_of[series] = key
                     values[series, name].append(float(v))
                     why[series, name].append(marked)
+                    bound[series, name].append(md.lower_bound_when is not None
+                                               and r.metrics.get(md.lower_bound_when) is True)
                     # a memory or a time is no speed: never divided by the machine's calibration
                     cals[series, name].append((cal, size) if md.speed and finite_number(cal) and cal > 0 else None)
                 elif finite_number(v):
@@ -208,7 +213,8 @@ def points_of(rounds: list[list]) -> list[Point]:
                          task=cfg.get("task"), metric=name, unit=md.unit, higher_is_better=md.higher_is_better,
                          value=statistics.median(xs), calibration=statistics.median(cs) if cs and alike else None,
                          raw={"rounds": xs, "calibrations": cs, **({SIZE: sizes.pop()} if alike else {}),
-                              **caveat}))
+                              **caveat, **({AT_LEAST_KEY: True} if any(bound[series, name][i] for i in use)
+                                           else {})}))
     return out
 
 

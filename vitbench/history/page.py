@@ -13,7 +13,8 @@ series by model, backend and task; a chart with no series left is hidden. The pa
 (vitbench.report.render.html_page: its style, no external resource).
 
 A series (vitbench.history builds them): {"metric", "unit", "trial", "model", "backend", "task": str,
-"points": [{"commit": str, "date": ISO str, "value": float, "normalized": float | None}],
+"points": [{"commit": str, "date": ISO str, "value": float, "normalized": float | None, optional "caveat": str,
+"at_least": true (the value is a lower bound: shown '\u2265')}],
 "changes": [{"index": int (the first point after the change), "commits": [first, last], "size": float (after /
 before), "confidence": float}]}. A point whose value is not a finite number is not drawn (the chart says how
 many were left out).
@@ -42,6 +43,7 @@ GENERATOR = "vitbench history page"  # the <meta name="generator"> that names th
 _SEAL = '<meta name="vitbench-sha256" content="{}">'
 _SEAL_RE = re.compile(r'<meta name="vitbench-sha256" content="([0-9a-f]{64})">')
 FILTERS = ("model", "backend", "task")
+AT_LEAST = "\u2265 "  # before a value that is a lower bound (a point's "at_least")
 W, H = 880, 300  # the chart's SVG size in px
 LEFT, RIGHT, TOP, BOTTOM = 72, 24, 28, 72  # margins in px: y labels, -, change labels, rotated commit labels
 MAX_LABELS = 30  # commit labels on one x axis at most (every k-th beyond)
@@ -233,7 +235,8 @@ def _chart(metric: str, unit: str, group: list[dict], colours: dict[str, str], d
         for p in pts:
             caveat = str(p.get("caveat") or "")
             g.append(f'<circle cx="{px(p["commit"]):.1f}" cy="{py(p[field]):.1f}" r="2.6" fill="{colour}">'
-                     f"<title>{html.escape(s['trial'])}: {html.escape(fmt(p[field]))} {html.escape(unit)} at "
+                     f"<title>{html.escape(s['trial'])}: {AT_LEAST if p.get('at_least') else ''}"
+                     f"{html.escape(fmt(p[field]))} {html.escape(unit)} at "
                      f"{html.escape(p['commit'][:12])} ({html.escape(str(p.get('date', '')))})"
                      f"{html.escape(f'; {caveat}' if caveat else '')}</title></circle>")
             if caveat.startswith(MARK):  # rests on marked rounds only: ringed, as the report's figures ring them

@@ -27,7 +27,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from vitbench.history.changes import Change, changes
-from vitbench.history.collect import CAVEAT_KEY, LEFT_OUT_KEY, LEFT_OUT_WHY_KEY, PAIRED_SUFFIX
+from vitbench.history.collect import AT_LEAST_KEY, CAVEAT_KEY, LEFT_OUT_KEY, LEFT_OUT_WHY_KEY, PAIRED_SUFFIX
 from vitbench.history.store import Point, Run
 from vitbench.tasks.calibration import LEGACY_N, SIZE
 
@@ -51,6 +51,8 @@ class Series:
     normalized: list[float | None] = field(default_factory=list)
     machines: list[str] = field(default_factory=list)
     caveats: list[str] = field(default_factory=list)  # per commit: its caveat ('' where every round was clean)
+    # per commit: its value is a lower bound (a round it rests on was: the largest batch at the search's cap)
+    at_least: list[bool] = field(default_factory=list)
     basis: str = "raw"  # what the change points were found on: 'raw' | 'normalized' | 'paired'
     baseline: str | None = None  # a paired series: the commit every ratio is against
     changes: list[Change] = field(default_factory=list)
@@ -153,6 +155,7 @@ def build(rows: list[tuple[Run, Point]], metrics: tuple[str, ...] = ()) -> list[
         for commit, every in by_commit.items():
             rps = [rp for rp in every if not rp[1].raw.get(CAVEAT_KEY)] or every  # as collect's rounds: the clean
             s.caveats.append(_caveat(every, rps))
+            s.at_least.append(any(pt.raw.get(AT_LEAST_KEY) for _, pt in rps))
             s.commits.append(commit)
             s.dates.append(rps[0][0].commit_date or rps[0][0].run_date)
             s.values.append(statistics.median(pt.value for _, pt in rps))
@@ -191,7 +194,9 @@ def to_page(series: list[Series]) -> list[dict]:
     """The shape the history page reads (vitbench.history.page.render's `series`)."""
     return [{"metric": s.metric, "unit": s.unit, "trial": s.trial, "model": s.model, "backend": s.backend,
              "task": s.task,
-             "points": [{"commit": c, "date": d, "value": v, "normalized": n, **({"caveat": w} if w else {})}
-                        for c, d, v, n, w in zip(s.commits, s.dates, s.values, s.normalized, s.caveats)],
+             "points": [{"commit": c, "date": d, "value": v, "normalized": n, **({"caveat": w} if w else {}),
+                         **({"at_least": True} if b else {})}
+                        for c, d, v, n, w, b in zip(s.commits, s.dates, s.values, s.normalized, s.caveats,
+                                                    s.at_least)],
              "changes": [{"index": c.index, "commits": list(s.commit_range(c)), "size": c.size,
                           "confidence": c.confidence} for c in s.changes]} for s in series]

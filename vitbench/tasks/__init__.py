@@ -54,6 +54,9 @@ class Metric:
     maximum: the most a value of it, and each of its samples_from, can be (None: no bound): a value above it is
     one vitbench could not have measured, refused where it is read (row_check). A metric of unit "bool" is a flag:
     an ok row's is true, false or null (absent), anything else is refused where it is read (row_check).
+    lower_bound_when: a flag of the same record that, where true, makes this value a lower bound, not the value
+    (the largest batch where the search stopped at its cap: that batch or more fits): compare says so beside its
+    verdict (two sides both at it are alike only up to it), history shows it '\u2265'.
     """
 
     name: str
@@ -68,6 +71,7 @@ class Metric:
     bounded_by: tuple[str, ...] = ()
     minimum: float | None = 0.0
     maximum: float | None = None
+    lower_bound_when: str | None = None
 
     def __post_init__(self):
         if self.comparable and (self.minimum is None or self.minimum < 0):  # compare decides on current/baseline

@@ -6,11 +6,12 @@ from pydantic import BaseModel, Field, ValidationInfo, model_validator
 
 from vitbench.backends.base import Capability, Mode, Step
 from vitbench.record import Record
-from vitbench.tasks import Metric, Task, register_task
+from vitbench.tasks import FLAG, Metric, Task, register_task
 from vitbench.tasks.fields import MAX_COUNT, named, params_model
 from vitbench.transfer.config import MAX_SECONDS
 
 KIND = "max_batch"
+CAPPED = "capped"  # the flag vitbench.measure.max_batch writes where the search reached its cap
 
 
 class Search(BaseModel):
@@ -44,8 +45,12 @@ class MaxBatch(Task):
     needs = frozenset({Capability.MAX_BATCH})
     metrics = (Metric("max_batch_size", "images", True, "largest batch that fits, per device (devices > 1)",
                       comparable=True, default_compare=True,
-                      bounded_by=("memory_limit_mib",)),  # a CPU's default: free RAM / 2
-               Metric("max_batch_size_global", "images", True, "largest batch that fits, over every device"),
+                      bounded_by=("memory_limit_mib",),  # a CPU's default: free RAM / 2
+                      lower_bound_when=CAPPED),
+               Metric("max_batch_size_global", "images", True, "largest batch that fits, over every device",
+                      lower_bound_when=CAPPED),
+               Metric(CAPPED, FLAG, False, "the search reached its cap (max_batch_size_cap): the batch that does "
+                      "not fit is not known, so max_batch_size is a lower bound"),
                Metric("probes", "probes", False, "probes the search ran (each a fresh process)"),
                Metric("peak_mem_mib", "MiB", False, "the largest fitting probe's steps' own peak memory"),
                Metric("process_peak_mib", "MiB", False, "the largest fitting probe's whole-process peak: what the "
