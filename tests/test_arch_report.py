@@ -67,6 +67,14 @@ def test_posemb_table_has_spread_and_difference_to_the_default():
     assert arch.posemb_figure(ok) is not None
 
 
+def test_rows_without_a_seed_count_as_seeds_of_their_own():
+    """Rows that do not say their seed (an empty column: rows from another tool, or a task that has none) showed
+    `seeds 0` beside a mean and spread of 3 values."""
+    ok = _rows({"ViT-Nano/4": [0.9, 0.92, 0.91], "ViT-Nano/4[posemb=none]": [0.7, 0.72, 0.74]})
+    t = arch.posemb_table(ok.assign(seed=None)).set_index(["posemb", "posemb_at"])
+    assert t.loc[("none", "input"), "seeds"] == 3
+
+
 def test_two_downstream_datasets_are_never_averaged_as_seeds():
     """A posemb, head and shape study fine-tuned on two datasets (digits near 0.9, pets near 0.4): each table kept
     one row per model, its mean 0.65 over both datasets as 'seeds' with their 0.29 spread as the seeds' std

@@ -85,6 +85,18 @@ def test_time_budget_table_has_a_total_line():
     assert t.loc[("all", "all"), list(PARTS)].sum() == 14.0
 
 
+def test_time_budget_keeps_a_part_of_milliseconds():
+    """A FLOP count's compile of 4 ms showed as 0 s (the table was rounded to 2 decimals, its CSV too): numbers
+    are shown to 4 significant digits where they are shown (vitbench.numfmt) and kept whole in files."""
+    from vitbench.report.render import markdown_table
+
+    df = pd.DataFrame([{"backend": "jax", "task": "flops", "runner.wall_s": 0.5, "runner.startup_s": 0.25,
+                        "raw": {"budget_s": {"compile": 0.004}}}])
+    t = time_budget(df).set_index(["backend", "task"])
+    assert t.loc[("jax", "flops"), "compile_s"] == 0.004
+    assert "| 0.004 |" in markdown_table(time_budget(df))
+
+
 @pytest.fixture(scope="module")
 def _peaks(tmp_path_factory) -> Path:
     """The module's one peaks.json: the fresh caches below share the device's matmul peak (a bench row's MFU asks

@@ -320,6 +320,25 @@ def test_report_section_groups_by_objective():
                                                          "fewshot / shots=10 / dataset=digits"]
 
 
+def test_a_row_without_its_compute_is_not_the_random_init():
+    """A pre-trained row that does not say its exaFLOPs was read as 0 FLOPs: drawn as the no-pre-training band
+    and tabled at 0. Unknown stays blank, is not drawn, and the legend says so; `none` without it is 0."""
+    import pandas as pd
+
+    from vitbench.report.objectives import accuracy_vs_compute, objectives
+
+    rows = [{"kind": "fewshot", "shots": 10, "model": "ViT-Nano/4", "pretrain_steps": s, "accuracy": 0.5, **extra}
+            for s, extra in ((20, {"pretrain_exaflops": 1e-9}), (30, {}),
+                             (16, {"objective": "masked_patch", "mask_rate": 0.5, "mask_target": "mean_color",
+                                   "pretrain_exaflops": 1e-9}), (1, {"objective": "none"}))]
+    t = objectives(pd.DataFrame(rows)).set_index(["arm", "pretrain_steps"])
+    assert pd.isna(t.loc[("supervised", 30), "exaflops"]) and t.loc[("none", 1), "exaflops"] == 0.0
+    fig = accuracy_vs_compute(pd.DataFrame(rows))
+    labels = fig.axes[0].get_legend_handles_labels()[1]
+    assert "supervised: 1 point(s) without their compute, not drawn" in labels
+    assert not any(lab.startswith("supervised (0 FLOPs") for lab in labels), labels
+
+
 @pytest.mark.usefixtures("one_torch_thread")
 def test_objective_none_is_the_random_init_at_zero_compute(tmp_path):
     from vitbench.transfer.checkpoint import load_checkpoint, read_meta

@@ -85,7 +85,9 @@ def _keys(df: pd.DataFrame, *more: str) -> list[str]:
 
 def _stats(g) -> pd.Series:
     a = g["accuracy"]
-    return pd.Series({"seeds": g["seed"].nunique() if "seed" in g else len(a), "accuracy_mean": a.mean(),
+    # a row that does not say its seed counts as one of its own (the column all empty: 0 seeds were shown)
+    seeds = g["seed"].nunique() + int(g["seed"].isna().sum()) if "seed" in g else len(a)
+    return pd.Series({"seeds": seeds, "accuracy_mean": a.mean(),
                       "accuracy_std": a.std(ddof=1) if len(a) > 1 else np.nan, "accuracy_min": a.min(),
                       "accuracy_max": a.max()})
 

@@ -64,4 +64,4 @@ def time_budget(df: pd.DataFrame) -> pd.DataFrame:
     table = pd.concat([keys, parts], axis=1).groupby(["backend", "task"], as_index=False).sum(numeric_only=True)
     total = {"backend": "all", "task": "all", **table.drop(columns=["backend", "task"]).sum().to_dict()}
     table = pd.concat([table, pd.DataFrame([total])], ignore_index=True)
-    return table[list(COLUMNS)].round(2)
+    return table[list(COLUMNS)]  # unrounded: shown to 4 significant digits (numfmt), exact in CSV and Parquet

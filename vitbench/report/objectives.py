@@ -3,7 +3,9 @@
 
 Rows without an `objective` field are supervised (the field is left out of their config, so older rows read the
 same). The figure draws one line per objective (mean over seeds, bar min..max) against the upstream's exaFLOPs,
-one panel per downstream kind (and shots); no pre-training (0 FLOPs) is a horizontal band at the left edge.
+one panel per downstream kind (and shots); no pre-training (0 FLOPs) is a horizontal band at the left edge. A
+row that does not say its compute (an older row, another tool's) keeps it blank in the table and is not drawn (the
+legend says how many).
 """
 
 from __future__ import annotations
@@ -33,7 +35,9 @@ def _with_objective(df: pd.DataFrame) -> pd.DataFrame:
     df["accuracy"] = pd.to_numeric(df["accuracy"], errors="coerce")
     x = df["pretrain_exaflops"] if "pretrain_exaflops" in df.columns else df.get(
         "exaflops", pd.Series(float("nan"), index=df.index))  # neither column: rows that never recorded it
-    df["pretrain_exaflops"] = pd.to_numeric(x, errors="coerce").fillna(0.0)
+    # unknown stays unknown: only no pre-training is 0 FLOPs (a supervised row that never recorded its compute
+    # was drawn as the random init's band)
+    df["pretrain_exaflops"] = pd.to_numeric(x, errors="coerce").mask(df["objective"].eq("none") & x.isna(), 0.0)
     return df
 
 
@@ -73,8 +77,14 @@ def accuracy_vs_compute(df: pd.DataFrame) -> Figure | None:
         key = key if isinstance(key, tuple) else (key,)
         trained = sub[sub["exaflops"] > 0]
         xmin = trained["exaflops"].min() if not trained.empty else 1e-12
+        xmax = trained["exaflops"].max() if not trained.empty else 1e-12
         for arm in arms:
             g = sub[sub["arm"] == arm].sort_values("exaflops")
+            unknown = int(g["exaflops"].isna().sum())
+            g = g.dropna(subset=["exaflops"])
+            if unknown:  # said in the legend, not dropped in silence
+                ax.plot([], [], color=colors[arm], ls="none", marker="x",
+                        label=f"{plain(arm)}: {unknown} point(s) without their compute, not drawn")
             if g.empty:
                 continue
             mean, lo, hi = 100 * g["accuracy_mean"], 100 * g["accuracy_min"], 100 * g["accuracy_max"]
@@ -87,7 +97,7 @@ def accuracy_vs_compute(df: pd.DataFrame) -> Figure | None:
                         capsize=2, label=f"{plain(arm)} (n={int(g['seeds'].min())})")
         ax.set_xscale("log")
         ax.xaxis.set_minor_formatter(NullFormatter())  # decade labels only: minor ones overlap on a short range
-        ax.set_xlim(xmin / 1.5, sub["exaflops"].max() * 1.5)
+        ax.set_xlim(xmin / 1.5, xmax * 1.5)
         ax.set_xlabel("Pre-training compute [exaFLOPs] (training FLOPs per image x images seen)")
         ax.set_ylabel("Transfer accuracy [%] (mean over seeds, bar: min..max)")
         ax.set_title(plain(" / ".join(str(v) if n == "kind" else f"{n}={v}" for n, v in zip(panel_keys, key)
