@@ -54,6 +54,39 @@ def _same_body(started_sd, saved):
     assert started_sd["fc.weight"].abs().sum() == 0 and started_sd["fc.weight"].shape[0] != 7
 
 
+def test_an_integer_buffer_keeps_its_dtype_and_value_and_a_complex_tensor_is_refused(tmp_path):
+    """BatchNorm's num_batches_tracked is int64: read as float32 it rounded above 2**24 (16777217 became
+    16777216), and a vitbench checkpoint saved it so. It keeps its dtype through reading, the torch state dict,
+    the model's weights and a vitbench checkpoint; a complex tensor (its imaginary part was dropped) is refused."""
+    from safetensors.torch import save_file
+
+    from vitbench.backends.base import get_backend
+    from vitbench.errors import ConfigError
+    from vitbench.models.checkpoints import load_pretrained
+    from vitbench.transfer.checkpoint import load_checkpoint, save_checkpoint
+
+    model = timm.create_model("resnet18", pretrained=False, num_classes=7)
+    count = 2 ** 24 + 1
+    model.bn1.num_batches_tracked.fill_(count)
+    path = tmp_path / "resnet18.safetensors"
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
+    p = load_pretrained(path, "timm:resnet18")
+    assert p.weights["bn1.num_batches_tracked"].dtype == np.int64
+    assert p.weights["bn1.num_batches_tracked"] == count and p.weights["bn1.weight"].dtype == np.float32
+    sd = p.state_dict()
+    assert sd["bn1.num_batches_tracked"].dtype == torch.int64 and sd["bn1.num_batches_tracked"] == count
+    be = get_backend("torch")
+    rebuilt = be.load_weights(be.init_model(p.spec, 32, 7, 0), p.weights)
+    assert be.weights(rebuilt)["bn1.num_batches_tracked"] == count
+    saved = save_checkpoint(tmp_path / "ours.safetensors", be.weights(rebuilt), p.meta())
+    assert load_checkpoint(saved).weights["bn1.num_batches_tracked"] == count
+    bad = {k: v.contiguous() for k, v in model.state_dict().items()}
+    bad["fc.bias"] = torch.complex(bad["fc.bias"], bad["fc.bias"])
+    save_file(bad, str(tmp_path / "complex.safetensors"))
+    with pytest.raises(ConfigError, match=r"complex.safetensors: tensor 'fc.bias' is complex64, not a real"):
+        load_pretrained(tmp_path / "complex.safetensors", "timm:resnet18")
+
+
 def test_fewshot_from_a_timm_state_dict_on_the_command_line(cli, resnet18_file, started, tmp_path):
     path, saved = resnet18_file
     r = cli("fewshot", "--checkpoint", str(path), "--model", "timm:resnet18", "--shots", "1", "--seeds", "1",

@@ -42,7 +42,7 @@ from vitbench.models.identify import (
     is_head,
 )
 from vitbench.models.npz import _canonical_keys, load_npz
-from vitbench.models.param_table import _np, param_table, unflatten
+from vitbench.models.param_table import NotARealWeight, param_table, unflatten, weight_array
 from vitbench.models.arch import arch_value
 from vitbench.models.specs import ModelSpec, all_specs, get_spec, spec_from_dict
 
@@ -57,7 +57,8 @@ class Pretrained:
     """Pretrained weights, ready for `build_torch_model(spec, resolution)` / `build_flax_model(spec, resolution)`.
 
     `spec` is the table's row with the head's number of classes and the origin's flavour; `weights` are in
-    timm naming, float32 numpy (the same layout as vitbench's own checkpoints); `num_classes` is None when the
+    timm naming, float32 numpy, integer and boolean buffers in their own dtype (param_table.weight_array; the
+    same layout as vitbench's own checkpoints); `num_classes` is None when the
     head was dropped (`new_head=True`).
     """
 
@@ -69,10 +70,11 @@ class Pretrained:
     path: Path | None = None
 
     def state_dict(self) -> dict[str, Any]:
-        """The weights as float32 torch tensors (for `load_state_dict`; strict unless the head was dropped)."""
+        """The weights as torch tensors (for `load_state_dict`; strict unless the head was dropped): float32, and
+        an integer or boolean buffer in its own dtype (param_table.weight_array)."""
         import torch
 
-        return {k: torch.from_numpy(np.array(v, dtype=np.float32, copy=True)) for k, v in self.weights.items()}
+        return {k: torch.from_numpy(np.array(v, copy=True)) for k, v in self.weights.items()}
 
     def flax_params(self) -> dict:
         """The weights as nested Flax params (vit_jax names); without a head if it was dropped."""
@@ -105,7 +107,9 @@ def _read_safetensors(path: Path) -> tuple[dict[str, np.ndarray], dict]:
     try:
         with safe_open(str(path), framework="pt") as f:  # torch reads bf16/fp16 too; numpy float32 out
             header = f.metadata() or {}
-            weights = {k: _np(f.get_tensor(k)).astype(np.float32, copy=False) for k in f.keys()}  # noqa: SIM118
+            weights = {k: weight_array(f.get_tensor(k), k, str(path)) for k in f.keys()}  # noqa: SIM118
+    except NotARealWeight as e:
+        raise ConfigError(str(e)) from None
     except Exception as e:  # safetensors raises its own error types for corrupt headers
         raise ConfigError(f"{path}: not a readable safetensors file ({str(e)[:200]})") from e
     return weights, header
@@ -191,7 +195,10 @@ def pretrained_from_weights(weights: Mapping[str, Any], model: str | ModelSpec |
                             origin: Origin | str = Origin.TIMM, new_head: bool = False,
                             source: str = "weights", path: Path | None = None) -> Pretrained:
     """`Pretrained` from an in-memory timm-named state dict (tensors or arrays) made by `origin`'s code."""
-    weights = {k: _np(v).astype(np.float32, copy=False) for k, v in weights.items()}
+    try:
+        weights = {k: weight_array(v, k, source) for k, v in weights.items()}
+    except NotARealWeight as e:
+        raise ConfigError(str(e)) from None
     if new_head:
         named = None if model is None else get_spec(model)  # a named model's family may name its own head
         weights = {k: v for k, v in weights.items() if not is_head(k, named)}

@@ -107,3 +107,20 @@ def _np(x: Any) -> np.ndarray:
     if type(x).__module__.startswith("torch"):
         return x.detach().cpu().float().numpy() if x.is_floating_point() else x.detach().cpu().numpy()
     return np.asarray(x)
+
+
+class NotARealWeight(ValueError):
+    """A tensor that is no real number (weight_array)."""
+
+
+def weight_array(x: Any, key: str, source: str) -> np.ndarray:
+    """A weight as vitbench holds it: a float of any width as float32 (what the models compute in; fp16 and bf16
+    widen exactly); an integer or boolean buffer (BatchNorm's num_batches_tracked, a relative position index) in
+    its own dtype, as the model declares it (as float32 an int64 rounded above 2**24). A complex or other
+    array is refused (NotARealWeight naming `key` in `source`): cast to float32 it lost its imaginary part."""
+    a = _np(x)
+    if np.issubdtype(a.dtype, np.floating):
+        return a.astype(np.float32, copy=False)
+    if np.issubdtype(a.dtype, np.integer) or a.dtype == np.bool_:
+        return a
+    raise NotARealWeight(f"{source}: tensor {key!r} is {a.dtype}, not a real number (float, integer or bool)")

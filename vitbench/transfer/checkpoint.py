@@ -28,7 +28,7 @@ BUDGET_METRICS = ("exaflops", "images_seen", "epochs", "student_exaflops", "teac
 
 @dataclass
 class Checkpoint:
-    weights: dict[str, np.ndarray]  # timm naming, float32
+    weights: dict[str, np.ndarray]  # timm naming, float32 (integer and boolean buffers in their own dtype)
     meta: dict  # {"format", "model", "spec", "resolution", "num_classes", "config", "metrics", ...}
     path: Path | None = None
 
@@ -136,7 +136,10 @@ def save_checkpoint(path: str | Path, weights: dict[str, np.ndarray], meta: dict
     check_finite_weights(weights, f"checkpoint {str(path)!r}", "not written")
     meta = {"format": FORMAT, **meta}
     text = json.dumps(meta, sort_keys=True, default=str)
-    arrays = {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in weights.items()}
+    # float32; an integer or boolean buffer (BatchNorm's count) in its own dtype (param_table.weight_array); a
+    # 0-d one stays 0-d (np.ascontiguousarray made it (1,): the checkpoint no longer fit its model)
+    arrays = {k: np.asarray(v, dtype=None if np.asarray(v).dtype.kind in "iub" else np.float32, order="C")
+              for k, v in weights.items()}
     return write_pair(path, save(arrays, metadata={"vitbench": text}), meta)
 
 
@@ -324,6 +327,7 @@ def load_checkpoint(path: str | Path, model: str | None = None) -> Checkpoint:
     from safetensors import safe_open
 
     from vitbench.models.checkpoints import PICKLE_SUFFIXES
+    from vitbench.models.param_table import NotARealWeight, weight_array
 
     path = Path(path).expanduser()
     if path.suffix.lower() in PICKLE_SUFFIXES:
@@ -342,7 +346,9 @@ def load_checkpoint(path: str | Path, model: str | None = None) -> Checkpoint:
         return _foreign(path, model)
     try:
         with safe_open(str(path), framework="numpy") as f:
-            weights = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
+            weights = {k: weight_array(f.get_tensor(k), k, str(path)) for k in f.keys()}  # noqa: SIM118
+    except NotARealWeight as e:
+        raise ConfigError(str(e)) from None
     except Exception as e:  # safetensors raises its own error types for corrupt files
         raise ConfigError(f"{path}: not a readable safetensors file ({e})") from e
     check_finite_weights(weights, str(path))
