@@ -87,6 +87,27 @@ def test_an_integer_buffer_keeps_its_dtype_and_value_and_a_complex_tensor_is_ref
         load_pretrained(tmp_path / "complex.safetensors", "timm:resnet18")
 
 
+def test_a_float64_past_float32s_range_is_refused_as_such_without_a_numpy_warning(tmp_path):
+    """A float64 weight of 1e300 becomes inf in float32: refused with the non-finite weights, saying why a
+    finite number is among them ('NaN or infinite' alone was wrong of this file), and without a warning."""
+    import warnings
+
+    from safetensors.torch import save_file
+
+    from vitbench.errors import ConfigError
+    from vitbench.transfer.checkpoint import load_checkpoint
+
+    sd = {k: v.contiguous() for k, v in timm.create_model("resnet18", num_classes=7).state_dict().items()}
+    sd["conv1.weight"] = sd["conv1.weight"].double()
+    sd["conv1.weight"][0, 0, 0, 0] = 1e300
+    save_file(sd, str(tmp_path / "big.safetensors"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ConfigError, match=r"1 of \d+ tensors hold NaN or infinite values \(or values past "
+                                              r"float32's range, 3.4e\+38\) \(conv1.weight\)"):
+            load_checkpoint(tmp_path / "big.safetensors", "timm:resnet18")
+
+
 def test_fewshot_from_a_timm_state_dict_on_the_command_line(cli, resnet18_file, started, tmp_path):
     path, saved = resnet18_file
     r = cli("fewshot", "--checkpoint", str(path), "--model", "timm:resnet18", "--shots", "1", "--seeds", "1",

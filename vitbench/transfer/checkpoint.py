@@ -167,7 +167,7 @@ def check_finite_weights(weights: dict[str, np.ndarray], source: str, done: str 
     if bad:
         shown = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
         raise ConfigError(f"{source}: {len(bad)} of {len(weights)} tensors hold NaN or infinite values "
-                          f"({shown}); {done}")
+                          f"(or values past float32's range, {np.finfo(np.float32).max:.3g}) ({shown}); {done}")
 
 
 def read_meta(path: str | Path) -> dict | None:
