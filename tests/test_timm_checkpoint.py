@@ -87,6 +87,25 @@ def test_an_integer_buffer_keeps_its_dtype_and_value_and_a_complex_tensor_is_ref
         load_pretrained(tmp_path / "complex.safetensors", "timm:resnet18")
 
 
+def test_a_checkpoint_written_with_batchnorms_count_as_1_d_still_loads(cli, tmp_path):
+    """vitbench before 2026-12-02 wrote a timm model's BatchNorm count (0-d) as (1,) float32, and its checkpoint
+    did not fit its model ('mis-shaped bn1.num_batches_tracked (1,) (expected ())'): it is read as written."""
+    from vitbench.backends.base import get_backend
+    from vitbench.models.checkpoints import load_pretrained
+    from vitbench.models.specs import get_spec
+    from vitbench.transfer.checkpoint import load_checkpoint, save_checkpoint
+
+    be, spec = get_backend("torch"), get_spec("timm:resnet18")
+    weights = {k: np.full(1, 3.0, np.float32) if k.endswith("num_batches_tracked") else v
+               for k, v in be.weights(be.init_model(spec, 32, 7, 0)).items()}
+    meta = {"model": spec.name, "spec": spec.to_dict(), "resolution": 32, "num_classes": 7}
+    old = save_checkpoint(tmp_path / "old.safetensors", weights, meta)
+    assert load_checkpoint(old).weights["bn1.num_batches_tracked"].shape == ()
+    assert load_pretrained(old).weights["bn1.num_batches_tracked"].shape == ()
+    r = cli("fewshot", "-c", old, "--shots", "1", "--seeds", "1", *SHORT)
+    assert r.exit_code == 0, r.output
+
+
 def test_a_float64_past_float32s_range_is_refused_as_such_without_a_numpy_warning(tmp_path):
     """A float64 weight of 1e300 becomes inf in float32: refused with the non-finite weights, saying why a
     finite number is among them ('NaN or infinite' alone was wrong of this file), and without a warning."""

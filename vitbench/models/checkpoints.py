@@ -238,6 +238,16 @@ def load_pretrained(path: str | Path, model: str | ModelSpec | None = None, *, o
     return _vitbench_checkpoint(weights, header, model, origin, new_head, path)
 
 
+# torch's BatchNorm step count, a 0-d buffer: vitbench before 2026-12-02 wrote it as (1,) (np.ascontiguousarray
+# makes a 0-d array 1-d), and those checkpoints did not fit their model
+BN_COUNT = ".num_batches_tracked"
+
+
+def written_shapes(weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A vitbench checkpoint's weights as written, read as their model holds them (BN_COUNT (1,) -> 0-d)."""
+    return {k: v.reshape(()) if k.endswith(BN_COUNT) and v.shape == (1,) else v for k, v in weights.items()}
+
+
 def _vitbench_checkpoint(weights: dict, header: dict, model: str | ModelSpec | None, origin: Origin | str | None,
                          new_head: bool, path: Path) -> Pretrained:
     """A vitbench checkpoint: the stored spec (with its flavour) decides, and the weights must fit it."""
@@ -252,6 +262,7 @@ def _vitbench_checkpoint(weights: dict, header: dict, model: str | ModelSpec | N
     if model is not None and get_spec(model).name != stored.name:
         raise ConfigError(f"{source} is a {stored.name} checkpoint (its metadata says so), "
                           f"not {get_spec(model).name}")
+    weights = written_shapes(weights)
     if new_head:
         weights = {k: v for k, v in weights.items() if not is_head(k, stored)}
     fit = check_weights(weights, stored, source=f"{source}: the weights", ignore_head=new_head)

@@ -352,7 +352,9 @@ def load_checkpoint(path: str | Path, model: str | None = None) -> Checkpoint:
     except Exception as e:  # safetensors raises its own error types for corrupt files
         raise ConfigError(f"{path}: not a readable safetensors file ({e})") from e
     check_finite_weights(weights, str(path))
-    from vitbench.models.checkpoints import check_weights
+    from vitbench.models.checkpoints import check_weights, written_shapes
+
+    weights = written_shapes(weights)
     from vitbench.transfer.masked_patch import Objective, is_objective_key, objective_of
 
     # a masked-patch (or untrained) checkpoint: its encoder (no classifier) is what transfers; the objective's
