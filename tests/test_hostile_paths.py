@@ -27,6 +27,17 @@ def test_a_name_past_the_file_systems_limit_is_bad_input(cli, tmp_path, monkeypa
     assert "File name too long" in r.output or "too long" in r.output
 
 
+def test_a_results_folder_that_is_a_dangling_link_is_said_to_be_one(tmp_path):
+    """`--results LINK` where LINK aims at nothing: 'cannot be created: File exists' named no reason a user could
+    act on (found by a review); the refusal names the link and where it leads."""
+    from vitbench.paths import PathError, make_dir
+
+    (tmp_path / "res").symlink_to(tmp_path / "gone" / "deeper")
+    with pytest.raises(PathError, match=r"'.*res' is a symbolic link to '.*gone/deeper', which does not exist"):
+        make_dir(tmp_path / "res", "results directory")
+    assert not (tmp_path / "gone").exists()
+
+
 def test_report_out_under_a_symlink_loop_is_bad_input(cli, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "loopA").symlink_to("loopB")

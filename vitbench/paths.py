@@ -305,7 +305,10 @@ def make_dir(path: str | os.PathLike, what: str) -> Path:
     try:
         p.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise PathError(f"{what} {_quote(p)} cannot be created: {reason(e)}") from None
+        link = next((a for a in (p, *p.parents) if a.is_symlink() and not a.exists()), None)
+        why = (f"{_quote(link)} is a symbolic link to {clip(os.readlink(link), 200)!r}, which does not exist"
+               if link is not None else reason(e))
+        raise PathError(f"{what} {_quote(p)} cannot be created: {why}") from None
     return p
 
 

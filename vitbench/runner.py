@@ -14,7 +14,8 @@ the trial's row is written or when the process dies) and re-reads the store; a t
 or has just finished, is skipped. So two sweeps on one directory split the work instead of duplicating it.
 
 Before anything runs or is written: the executor and its options are validated (`check_executor`), and the
-results directory must be a writable directory that holds no other study's results (`check_results_dir`).
+results directory must be a writable directory that holds no other study's results (`check_results_dir`), checked
+again under a lock on the directory where the study copy is written (two studies started into one at once).
 Outcome: `SweepSummary.failed_trials` lists the study's trials whose latest row is not ok (run now or found from
 an earlier run), so a sweep's exit code can say whether the study succeeded (`vitbench sweep`: EXIT_FAILED).
 """
@@ -343,7 +344,15 @@ def run_study(study: Study, results_dir: str | os.PathLike | None = None, *,
         summary.wall_s = time.perf_counter() - t_start
         store.close()
         return summary
-    store.save_study(study.text)
+    try:  # checked again where the study copy is written: another study started meanwhile is refused
+        with store.locked():
+            check_results_dir(study, results_dir, store=store)
+            store.save_study(study.text)
+    except ConfigError:
+        if own_executor:
+            executor.close()
+        store.close()
+        raise
     timeout = timeout_s or study.timeout_s
     by_key = {t.key: t for t in study.trials}
     calib = calibration_trials(study) if (study.calibration if calibration is None else calibration) else []

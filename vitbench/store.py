@@ -348,6 +348,19 @@ class Store:
                         if e.is_symlink():
                             raise linked(Path(e.path), f"the store's {what} file")
 
+    @contextlib.contextmanager
+    def locked(self):
+        """An exclusive flock on the store's directory itself (no file made in it), held while a sweep checks the
+        folder once more and writes its study copy (runner.run_study): of two studies started at once into one
+        folder, the second then finds the first's copy (each had checked the folder before either wrote)."""
+        fd = os.open(self.root, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            with contextlib.suppress(OSError):  # NFS takes a write lock for flock, refused on a read-only fd:
+                fcntl.flock(fd, fcntl.LOCK_EX)  # the check is then made again unlocked, as before this lock
+            yield self
+        finally:
+            os.close(fd)
+
     def save_study(self, text: str) -> Path:
         """Copy the study as run to study.yaml (atomically); a different older copy is kept as study.<sha>.yaml.
         The sweep's first write: links where it writes are refused first (`check_links`)."""
