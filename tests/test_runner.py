@@ -197,6 +197,18 @@ def _wait_for(cond, timeout: float = 60.0, what: str = "condition") -> None:
         time.sleep(0.05)
 
 
+def _log_says(results: Path, text: str) -> bool:
+    """A trial log in `results` has `text`; a log listed and then gone (an ok trial's log is removed as it ends,
+    between the listing and the read) has not."""
+    for f in (results / "logs").glob("*.log"):
+        try:
+            if text in f.read_text():
+                return True
+        except FileNotFoundError:
+            pass
+    return False
+
+
 def _ran(stdout: bytes) -> int:
     m = re.search(r"ran (\d+) trial", " ".join(stdout.decode().split()))
     assert m, stdout.decode()
@@ -256,7 +268,7 @@ def test_a_trial_never_outlives_its_sweep_killed_9(tmp_path):
     forked = [a for a in _sweep_cmd(study_path, results) if a not in ("--start-method", "spawn")]  # the default
     p = subprocess.Popen(forked, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        _wait_for(lambda: any("behaviour=gate" in f.read_text() for f in (results / "logs").glob("*.log"))
+        _wait_for(lambda: _log_says(results, "behaviour=gate")
                   or p.poll() is not None, what="the trial to start")
         assert p.poll() is None, p.stderr.read().decode()[-2000:]
         children = psutil.Process(p.pid).children(recursive=True)
@@ -295,7 +307,7 @@ def test_ctrl_c_or_a_stop_signal_records_the_running_trial_as_interrupted_and_it
     _wait_for(lambda: _rows(results) >= 1, what="the first trial")
     # Interrupt once the gated trial is really running (its log has the task's first line); between two
     # trials there is nothing to mark interrupted.
-    _wait_for(lambda: any("behaviour=gate" in f.read_text() for f in (results / "logs").glob("*.log")),
+    _wait_for(lambda: _log_says(results, "behaviour=gate"),
               what="the second trial to start")
     if group:
         os.killpg(p.pid, sig)
@@ -329,7 +341,7 @@ def test_a_second_ctrl_c_does_not_cut_short_the_interrupted_row(tmp_path):
     p = subprocess.Popen(_sweep_cmd(study_path, results), env=env, stdout=subprocess.DEVNULL,
                          stderr=subprocess.PIPE)
     try:
-        _wait_for(lambda: any("behaviour=stubborn_hang" in f.read_text() for f in (results / "logs").glob("*.log"))
+        _wait_for(lambda: _log_says(results, "behaviour=stubborn_hang")
                   or p.poll() is not None, what="the trial to start")
         p.send_signal(signal.SIGINT)
         time.sleep(0.5)  # within the grace: the trial ignores SIGTERM
@@ -339,6 +351,28 @@ def test_a_second_ctrl_c_does_not_cut_short_the_interrupted_row(tmp_path):
         if p.poll() is None:
             p.kill()
     assert [s for _, s in statuses(results)] == ["interrupted"]
+
+
+@pytest.mark.timeout(120)
+def test_two_studies_started_at_once_into_one_folder_never_pool(tmp_path):
+    """Each sweep checked the folder for another study's results before either had written there: the second to
+    start its trials moved the first's study.yaml aside, took the first's row of the same trial as its own done
+    trial and exited 0 having measured nothing (found by a review). Now the check is made again, under a lock on
+    the folder, where the study copy is written: the second is refused (exit 2 naming the other study)."""
+    from vitbench.errors import ConfigError
+    from vitbench.runner import SweepHooks
+
+    body = "axes: {model: [ViT-Nano/4], task: [sleep]}\n"
+
+    class OtherStartsMeanwhile(SweepHooks):
+        def planned(self, todo, summary):  # after this sweep's check, before it writes: the other study runs
+            assert run_study(fake_study(body, "other"), tmp_path, executor_options=SPAWN).statuses == {"ok": 1}
+
+    with pytest.raises(ConfigError, match="holds the results of study 'other'"):
+        run_study(fake_study(body, "mine"), tmp_path, executor_options=SPAWN, hooks=OtherStartsMeanwhile())
+    assert [r.study for r in read_records(tmp_path)] == ["other"]
+    assert parse_study((tmp_path / "study.yaml").read_text(), "x.yaml").name == "other"
+    assert sorted(p.name for p in tmp_path.glob("study*.yaml")) == ["study.yaml"]  # nothing moved aside
 
 
 @pytest.mark.timeout(240)
@@ -547,7 +581,7 @@ def test_a_sweep_stopped_while_a_trial_runs_names_the_trial_recorded_as_interrup
     p = subprocess.Popen(_sweep_cmd(study_path, results), env=_env(), stdout=subprocess.DEVNULL,
                          stderr=subprocess.PIPE)
     try:
-        _wait_for(lambda: any("behaviour=gate" in f.read_text() for f in (results / "logs").glob("*.log"))
+        _wait_for(lambda: _log_says(results, "behaviour=gate")
                   or p.poll() is not None, what="the gated trial to start")
         p.send_signal(signal.SIGINT)
         assert p.wait(30) == 130, p.stderr.read().decode()[-2000:]

@@ -79,6 +79,8 @@ class Hog(Task):
 def _hog(config: dict) -> Record:
     started = now()
     b = config["behaviour"]
+    if b == "stubborn_hang":  # before the line tests wait for: a SIGTERM after it must find it ignored
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     print(f"hog task {config['model']} behaviour={b} pid={os.getpid()}", flush=True)
     if b == "alloc":
         _alloc_past_budget(config["budget_mib"])
@@ -97,7 +99,6 @@ def _hog(config: dict) -> Record:
         run_group("rank_targets:hold", {"mib": int(config["budget_mib"]), "seconds": config["seconds"]}, 2,
                   env={"PYTHONPATH": os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")])})
     elif b == "stubborn_hang":
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         time.sleep(3600)
     elif b != "ok":
         raise ValueError(f"unknown behaviour {b!r}")
