@@ -132,6 +132,26 @@ def test_throughput_table_collapses_repeats(tmp_path):
     assert {p.suffix for p in rep.files} == {".csv"}
 
 
+def test_repeats_measured_by_two_vitbench_commits_are_said_to_pool_them(tmp_path):
+    """A sweep resumed after an update measures a trial's later repeats with other code, and the report's median
+    pooled them without a word (the header listed both commits). Now said; one commit alone says nothing."""
+    cfg = {"model": "ViT-Nano/4", "backend": "torch", "task": "infer", "device": "cpu", "resolution": 32,
+           "batch_size": 8}
+    for name, shas in (("two", ("a" * 40, "b" * 40)), ("one", ("a" * 40, "a" * 40))):
+        with Store(tmp_path / name) as st:
+            for repeat, sha in enumerate(shas):
+                st.append(record("bench", cfg, metrics={"img_per_s": 100.0 + repeat}, env={"git_sha": sha},
+                                 key=trial_key(cfg, repeat), study="s", run_id=f"r{repeat}", repeat=repeat,
+                                 trial=cfg))
+            st.append(record("bench", {**cfg, "resolution": 64}, metrics={"img_per_s": 50.0},
+                             env={"git_sha": "c" * 40}, key=trial_key({**cfg, "resolution": 64}), study="s",
+                             run_id="r2", trial={**cfg, "resolution": 64}))  # another trial: its own commit
+    said = [w for w in build_report(tmp_path / "two", formats="csv", plots=False).warnings if "commits" in w]
+    assert len(said) == 1 and said[0].startswith("1 trial(s) pool ok repeats measured by 2 vitbench commits (")
+    assert "a" * 24 in said[0] and "b" * 24 in said[0] and "c" * 24 not in said[0]
+    assert not [w for w in build_report(tmp_path / "one", formats="csv", plots=False).warnings if "commits" in w]
+
+
 def test_backends_side_by_side_and_accuracy_plot(tmp_path):
     make_results(tmp_path, backends=("torch", "jax"), accuracy=True)
     rep = build_report(tmp_path, formats="md,html")

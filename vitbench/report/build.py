@@ -202,6 +202,31 @@ def _unshown_kinds(df: pd.DataFrame, parts) -> list[str]:
             f"nowhere else: {why}"]
 
 
+def _mixed_code(df: pd.DataFrame) -> list[str]:
+    """A trial whose ok repeats were measured by different vitbench commits (a sweep resumed after an update, two
+    runs of one study at two commits read together) pools two versions of the code as repeats of one: said."""
+    from vitbench.report.tables import hashable
+    from vitbench.tasks import setting_columns
+
+    if df.empty or not {"kind", "status", "env.git_sha"} <= set(df.columns):
+        return []
+    ok = df[(df["status"] == "ok") & df["env.git_sha"].notna()]
+    # rows equal in every setting are repeats of one measurement (tasks.setting_columns)
+    keys = ["kind", *sorted(setting_columns(ok["kind"].dropna().unique()) & set(ok.columns))]
+    groups = ok.assign(**{k: hashable(ok[k]).astype(object).where(ok[k].notna(), "") for k in keys}).groupby(
+        keys, sort=False)["env.git_sha"]
+    counts = groups.transform("nunique")
+    if not (counts > 1).any():
+        return []
+    mixed = ok[counts > 1]
+    n = int(groups.nunique().gt(1).sum())
+    shas = sorted(mixed["env.git_sha"].astype(str).unique())
+    shown = ", ".join(clip(s, 24) for s in shas[:4]) + (f" and {len(shas) - 4} more" if len(shas) > 4 else "")
+    return [f"{n} trial(s) pool ok repeats measured by {len(shas)} vitbench commits ({shown}): each such "
+            "median mixes versions of the code; to compare code, sweep each commit into a directory of its own "
+            "and run `vitbench compare` (or `vitbench ab`)"]
+
+
 def _write(df: pd.DataFrame, cal: pd.DataFrame, out: Path, formats: tuple[str, ...], plots: bool,
            warnings_: list[str]) -> Report:
     """Build the report's tables and figures from `df` and write its files into `out` (a staging folder)."""
@@ -227,7 +252,7 @@ def _write(df: pd.DataFrame, cal: pd.DataFrame, out: Path, formats: tuple[str, .
                  warnings=warnings_)
     figure_titles: dict[str, str] = {}
     parts = report_parts()
-    rep.warnings += _unshown_kinds(df, parts)
+    rep.warnings += _unshown_kinds(df, parts) + _mixed_code(df)
     for part in parts:
         if part.table is not None:
             try:  # a section that raises (a plug-in's bug) is a note in its place, not the whole report lost
