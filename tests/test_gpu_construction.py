@@ -130,6 +130,25 @@ def test_a_rank_counts_its_peers_as_its_own_load_not_others(tmp_path):
             p.wait()
 
 
+def test_fsdp_on_cpu_ranks_shards_on_cpu_on_a_host_with_a_gpu(monkeypatch, tmp_path):
+    """fully_shard's default mesh is the host's accelerator's (torch._C._get_accelerator): a cpu group on a CUDA
+    host had its parameters moved to cuda:0 in every rank. The mesh is the rank's own device type: with the
+    accelerator standing in for CUDA here, a cpu rank's parameters stay on the cpu."""
+    import torch.distributed as dist
+
+    from vitbench.backends.torch import distributed
+
+    monkeypatch.setattr(torch._C, "_get_accelerator", lambda *a, **k: torch.device("cuda"))
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        model = distributed.wrap(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2)), "fsdp",
+                                 torch.device("cpu"))
+        assert {p.device.type for p in model.parameters()} == {"cpu"}
+        assert {p.device_mesh.device_type for p in model.parameters()} == {"cpu"}  # sharded (DTensors)
+    finally:
+        dist.destroy_process_group()
+
+
 def test_fp16_training_under_fsdp_is_refused_and_the_rest_is_not():
     """FSDP2's sharded gradients leave GradScaler's found-inf per rank: ranks could disagree on skipping a step.
     Refused where a study is read and where a step is prepared; fp16 inference, dp, and bf16 under fsdp are not."""

@@ -92,11 +92,17 @@ def wrap(model: torch.nn.Module, parallelism: str, device: torch.device) -> torc
             for p in model.parameters():
                 if not p.is_contiguous():
                     p.data = p.data.contiguous()
+        from torch.distributed.device_mesh import init_device_mesh
+
+        # the mesh of the rank's own device type: fully_shard's default mesh is the machine's accelerator's
+        # (torch._C._get_accelerator(), _fsdp_init._init_default_mesh), so a cpu group on a CUDA host had its
+        # parameters moved to cuda:0 in every rank
+        mesh = init_device_mesh(device.type, (rank_and_world()[1],))
         blocks = [c for m in model.modules() if isinstance(m, (torch.nn.ModuleList, torch.nn.Sequential))
                   for c in m if any(True for _ in c.parameters())]
         for block in reversed(blocks):  # modules() is pre-order: reversed, inner blocks are sharded first
-            fully_shard(block)
-        fully_shard(model)
+            fully_shard(block, mesh=mesh)
+        fully_shard(model, mesh=mesh)
         return model
     from torch.nn.parallel import DistributedDataParallel
 
