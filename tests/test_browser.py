@@ -68,7 +68,7 @@ def test_history_page_in_a_browser(tmp_path):
     assert len(widths) == 4 and all(w > 100 for w in widths)
     assert bands == 1 and labelled == [_history()[0]["points"][6]["commit"][:7],
                                        _history()[0]["points"][7]["commit"][:7]]
-    assert size == "-10.0 % (0.97)" and shown == "4"
+    assert size == "-10.0 % (0.970)" and shown == "4"
     assert (nano, nano_charts) == (3, 2) and (nano_jax, nano_jax_charts) == (1, 1)
     assert (none, no_charts, shown_none) == (0, 0, "0") and train == 1
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000

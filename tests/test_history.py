@@ -340,6 +340,21 @@ def test_a_largest_batch_at_the_search_cap_shows_as_a_lower_bound(cli, tmp_path)
     assert "\u2265 128 images at bbbbbbbbbbbb" in page and "\u2265 64" not in page
 
 
+def test_a_change_points_confidence_is_shown_to_the_tests_resolution(cli, tmp_path):
+    """The permutation test resolves 0.001 (999 permutations): the table showed 0.995 as '100%' and the page
+    as '1.00', a certainty it never has. Shown to 0.1 % in the table and 0.001 on the page."""
+    import re
+
+    db = tmp_path / "h.sqlite"
+    for i, speed in enumerate([100.0] * 5 + [50.0] * 5):
+        r = cli("history", "append", _results(tmp_path / str(i), f"{i:x}" * 40, speed, 0.05), "--db", db)
+        assert r.exit_code == 0, r.output
+    r = cli("history", "--db", db, "-m", "img_per_s", "--html", tmp_path / "page.html")
+    text = " ".join(r.output.split())
+    assert re.search(r"x0\.500 \(\d+\.\d%\)", text) and "(100%)" not in text, text
+    assert re.search(r"\(0\.\d{3}\)", (tmp_path / "page.html").read_text())
+
+
 def test_append_records_a_sweep_with_commit_machine_and_calibration(cli, tmp_path):
     db = tmp_path / "h.sqlite"
     r = cli("history", "append", _results(tmp_path / "r1", "a" * 40, 100.0, 0.05), "--db", db, "--repo", tmp_path)

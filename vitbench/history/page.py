@@ -266,7 +266,7 @@ def _change(ch: dict, s: dict, px, x_of: dict[str, int], order: list[str]) -> st
     x0, x1 = min(xs), max(xs)
     size, conf = ch.get("size"), ch.get("confidence")
     label = (f"{(size - 1) * 100:+.1f} %" if finite_number(size) else "change") + \
-        (f" ({conf:.2f})" if finite_number(conf) else "")
+        (f" ({conf:.3f})" if finite_number(conf) else "")  # 0.001 resolved (history.changes.PERMUTATIONS)
     title = (f"change point: {label}; after / before {fmt(size)}, confidence {fmt(conf)}; commits "
              f"{first[:12]} .. {last[:12]}")
     return (f'<g class="change"><rect class="band" x="{x0 - 3:.1f}" y="{TOP}" width="{x1 - x0 + 6:.1f}" '
