@@ -213,14 +213,13 @@ def _mixed_code(df: pd.DataFrame) -> list[str]:
     ok = df[(df["status"] == "ok") & df["env.git_sha"].notna()]
     # rows equal in every setting are repeats of one measurement (tasks.setting_columns)
     keys = ["kind", *sorted(setting_columns(ok["kind"].dropna().unique()) & set(ok.columns))]
-    groups = ok.assign(**{k: hashable(ok[k]).astype(object).where(ok[k].notna(), "") for k in keys}).groupby(
-        keys, sort=False)["env.git_sha"]
-    counts = groups.transform("nunique")
-    if not (counts > 1).any():
+    per = ok.assign(**{k: hashable(ok[k]).astype(object).where(ok[k].notna(), "") for k in keys}).groupby(
+        keys, sort=False)["env.git_sha"].unique()
+    mixed = per[per.map(len) > 1]
+    if mixed.empty:
         return []
-    mixed = ok[counts > 1]
-    n = int(groups.nunique().gt(1).sum())
-    shas = sorted(mixed["env.git_sha"].astype(str).unique())
+    n = len(mixed)
+    shas = sorted({str(s) for group in mixed for s in group})
     shown = ", ".join(clip(s, 24) for s in shas[:4]) + (f" and {len(shas) - 4} more" if len(shas) > 4 else "")
     return [f"{n} trial(s) pool ok repeats measured by {len(shas)} vitbench commits ({shown}): each such "
             "median mixes versions of the code; to compare code, sweep each commit into a directory of its own "

@@ -136,10 +136,10 @@ def save_checkpoint(path: str | Path, weights: dict[str, np.ndarray], meta: dict
     check_finite_weights(weights, f"checkpoint {str(path)!r}", "not written")
     meta = {"format": FORMAT, **meta}
     text = json.dumps(meta, sort_keys=True, default=str)
-    # float32; an integer or boolean buffer (BatchNorm's count) in its own dtype (param_table.weight_array); a
-    # 0-d one stays 0-d (np.ascontiguousarray made it (1,): the checkpoint no longer fit its model)
-    arrays = {k: np.asarray(v, dtype=None if np.asarray(v).dtype.kind in "iub" else np.float32, order="C")
-              for k, v in weights.items()}
+    from vitbench.models.param_table import weight_array
+
+    # a 0-d array stays 0-d (np.ascontiguousarray made it (1,): the checkpoint no longer fit its model)
+    arrays = {k: np.asarray(weight_array(v, k, str(path)), order="C") for k, v in weights.items()}
     return write_pair(path, save(arrays, metadata={"vitbench": text}), meta)
 
 
@@ -326,7 +326,7 @@ def load_checkpoint(path: str | Path, model: str | None = None) -> Checkpoint:
     Pickle-based formats (.pt/.pth/.ckpt/...) are refused."""
     from safetensors import safe_open
 
-    from vitbench.models.checkpoints import PICKLE_SUFFIXES
+    from vitbench.models.checkpoints import PICKLE_SUFFIXES, check_weights, written_shapes
     from vitbench.models.param_table import NotARealWeight, weight_array
 
     path = Path(path).expanduser()
@@ -352,8 +352,6 @@ def load_checkpoint(path: str | Path, model: str | None = None) -> Checkpoint:
     except Exception as e:  # safetensors raises its own error types for corrupt files
         raise ConfigError(f"{path}: not a readable safetensors file ({e})") from e
     check_finite_weights(weights, str(path))
-    from vitbench.models.checkpoints import check_weights, written_shapes
-
     weights = written_shapes(weights)
     from vitbench.transfer.masked_patch import Objective, is_objective_key, objective_of
 

@@ -377,9 +377,9 @@ class TorchBackend(Backend):
             return family_plugin(spec.family).init_torch(model)
 
     def weights(self, model: torch.nn.Module) -> dict[str, np.ndarray]:
-        # float32; an integer or boolean buffer (BatchNorm's count) in its own dtype (param_table.weight_array)
-        return {k: (v.detach().float() if v.is_floating_point() else v.detach()).cpu().numpy().copy()
-                for k, v in model.state_dict().items()}
+        from vitbench.models.param_table import weight_array
+
+        return {k: weight_array(v, k, "the model").copy() for k, v in model.state_dict().items()}
 
     def load_weights(self, model: torch.nn.Module, weights: dict[str, np.ndarray]) -> torch.nn.Module:
         state = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in weights.items()}
