@@ -299,7 +299,8 @@ def max_batch_vs_resolution(df: pd.DataFrame) -> Figure | NotDrawn | None:
 
 def _capped(mb: pd.DataFrame) -> pd.Series:
     """Which max-batch summary rows reached the search's cap (a lower bound, not the largest batch)."""
-    return mb["capped"].map(caveats.true).astype(bool) if "capped" in mb else pd.Series(False, index=mb.index)
+    bound = tables.MAX_BATCH_BOUND
+    return mb[bound].map(caveats.true).astype(bool) if bound in mb else pd.Series(False, index=mb.index)
 
 
 def _throughput_rows(df: pd.DataFrame) -> pd.DataFrame:

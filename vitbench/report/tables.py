@@ -22,6 +22,7 @@ from vitbench.record import INCOMPARABLE
 from vitbench.report import caveats
 from vitbench.report.caveats import CAVEAT, OVERLAPPED
 from vitbench.tasks.fields import shared_default
+from vitbench.tasks.max_batch import MaxBatch
 from vitbench.tasks.upstream import TEACHER_FIELDS  # what tells a distilled upstream apart (absent without one)
 
 # Trial fields left out of the config at their defaults (key_neutral in tasks.fields.SHARED): a row without them
@@ -225,6 +226,8 @@ def peak_throughput(ok: pd.DataFrame) -> pd.DataFrame:
 
 MAX_BATCH_KEYS = ["model", "family", "backend", "mode", "device", "devices", "parallelism", "precision", "compile",
                   "resolution"]
+# the flag that makes the largest batch a lower bound (the search's cap), as its metric declares it
+MAX_BATCH_BOUND = next(m.lower_bound_when for m in MaxBatch.metrics if m.name == MaxBatch.headline)
 
 
 def max_batch(ok: pd.DataFrame) -> pd.DataFrame:
@@ -235,13 +238,14 @@ def max_batch(ok: pd.DataFrame) -> pd.DataFrame:
     search held to the limit (vitbench.measure.max_batch.run_probe), not peak_mem_mib, the steps' own peak (rows
     from before it was recorded have none, and no column)."""
     measured = ["max_batch_size", "peak_mem_mib", "process_peak_mib", "memory_limit_mib", "probes", "search_s"]
-    if "capped" in ok:
-        ok = ok.assign(capped=ok["capped"].map(caveats.true).astype(int))
-    out = _collapse(ok, MAX_BATCH_KEYS, _present(ok, measured), carry={"capped": "sum"})
+    bound = MAX_BATCH_BOUND
+    if bound in ok:
+        ok = ok.assign(**{bound: ok[bound].map(caveats.true).astype(int)})
+    out = _collapse(ok, MAX_BATCH_KEYS, _present(ok, measured), carry={bound: "sum"})
     if not out.empty and "max_batch_size" in out:
-        n_capped = out.pop("capped") if "capped" in out else pd.Series(0, index=out.index)
-        if "capped" in ok:
-            out.insert(out.columns.get_loc("max_batch_size") + 1, "capped", n_capped == out["repeats"])
+        n_capped = out.pop(bound) if bound in out else pd.Series(0, index=out.index)
+        if bound in ok:
+            out.insert(out.columns.get_loc("max_batch_size") + 1, bound, n_capped == out["repeats"])
         out.insert(out.columns.get_loc("max_batch_size"), "max_batch",
                    ["" if pd.isna(v) else f"\u2265 {v:g}" if k == n else f"{v:g} (capped in {k} of {n})" if k
                     else f"{v:g}" for v, k, n in zip(out["max_batch_size"], n_capped, out["repeats"])])

@@ -382,7 +382,8 @@ class TorchBackend(Backend):
         return {k: weight_array(v, k, "the model").copy() for k, v in model.state_dict().items()}
 
     def load_weights(self, model: torch.nn.Module, weights: dict[str, np.ndarray]) -> torch.nn.Module:
-        state = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in weights.items()}
+        # np.require keeps a 0-d buffer 0-d (np.ascontiguousarray makes it 1-d; load_state_dict forgives that)
+        state = {k: torch.from_numpy(np.require(v, requirements="C")) for k, v in weights.items()}
         model.load_state_dict(state, strict=True)
         return model
 
