@@ -5,6 +5,7 @@ mode. Each LoadGen run is short (min_duration_s a fraction of a second, few quer
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -115,6 +116,21 @@ def test_offline_beside_the_throughput_mode(one_torch_thread):
     assert m["offline_over_throughput"] == m["samples_per_s"] / m["throughput_img_per_s"]
     assert m["offline_within_throughput_spread"] == (min(windows) <= m["samples_per_s"] <= max(windows))
     assert max(raw["runs"][0]["batch_sizes"]) == 4
+
+
+def test_the_throughput_modes_median_window_is_taken_in_time_as_every_vitbench_speed():
+    """An even count of windows (5 before and 5 after the Offline run): the median window's img/s is the images
+    of a window over the median window time, as a bench row's img_per_s is; the median of the rates averaged the
+    two middle rates (20 img/s windows of 1 s and 0.5 s: 30 for 26.7)."""
+    from vitbench.measure.serve import offline_beside_throughput
+
+    times = [1.0, 0.5, 2.0, 0.25]  # windows of 20 images each
+    rates = [20 / t for t in times]
+    out = offline_beside_throughput(25.0, {"img_per_s_windows": rates[:2]}, {"img_per_s_windows": rates[2:]})
+    assert out["throughput_img_per_s"] == pytest.approx(20 / 0.75)  # the median time: (0.5 + 1) / 2
+    assert out["offline_over_throughput"] == pytest.approx(25.0 / (20 / 0.75))
+    assert out["throughput_img_per_s_min"] == 10 and out["throughput_img_per_s_max"] == 80
+    assert out["offline_within_throughput_spread"] is True
 
 
 def test_offline_expects_three_times_the_fastest_window_not_the_median(one_torch_thread, monkeypatch):
@@ -419,6 +435,19 @@ def test_the_server_search_halves_then_bisects_to_its_tolerance():
     assert min(q for q in rates if q >= 300.0) - best.settings.target_qps <= 0.05 * best.settings.target_qps
 
 
+def test_the_search_bracket_names_the_unit_beside_each_rate():
+    """The bracket of a search with no INVALID probe read 'VALID up to 128.6, no INVALID probe (capacity not
+    probed) QPS': the unit after the words, none after the rate."""
+    from vitbench.measure.serve import Search, _bracket, search_qps
+
+    s = loadgen.Settings("Server", 1.0, 15.0, 99.0, 1.0, 100, 8, 1.0)
+    runs, _ = search_qps(_fake_run(1e9), s, 1000.0, Search(0.05, 2))
+    assert _bracket(runs).startswith(f"VALID up to {max(r.settings.target_qps for r in runs):.4g} QPS, no INVALID")
+    assert not _bracket(runs).endswith("QPS")
+    runs, _ = search_qps(_fake_run(300.0), s, 1000.0, Search(0.05, 20))
+    assert re.fullmatch(r"VALID up to [0-9.]+ QPS, INVALID from [0-9.]+ QPS", _bracket(runs)), _bracket(runs)
+
+
 def test_the_server_search_stops_halving_where_a_probe_would_last_too_long():
     from vitbench.measure.serve import MAX_PROBE_S, Search, _bracket, search_qps
 
@@ -428,6 +457,26 @@ def test_the_server_search_stops_halving_where_a_probe_would_last_too_long():
     assert best is None and all(1000 / q <= MAX_PROBE_S for q in rates)
     assert 1000 / (rates[-1] / 2) > MAX_PROBE_S  # the next halving would have run too long
     assert "stopped: a probe at" in _bracket(runs)
+
+
+def test_the_serve_table_says_whose_latencies_it_shows(cli, monkeypatch):
+    """A MultiStream row's latencies are per query (from its issue to its last sample's completion), the others'
+    per sample: the row says which (`latency_per`), and the table showed p50/p90/p99 without it."""
+    from records import record
+
+    def fake_run(self, p):  # the row a MultiStream run writes, without running LoadGen
+        cfg = {"model": NANO, "backend": "torch", "device": "cpu", "scenario": "MultiStream", "batch_size": 2,
+               "max_wait_ms": 0.0}
+        return record("serve", cfg, metrics={"loadgen_valid": True, "samples_per_s": 211.2,
+                                             "latency_ms_p50": 36.03, "latency_ms_p99": 48.51,
+                                             "latency_percentile_judged": 99.0, "latency_per": "query"})
+
+    monkeypatch.setattr(Serve, "run", fake_run)
+    r = cli("serve", NANO, "--scenario", "MultiStream", "-b", "2", "--min-duration-s", "0.3")
+    assert r.exit_code == 0, r.output
+    line = next((x for x in r.output.splitlines() if "latency_per " in x), "")
+    assert "query" in line, r.output
+    assert r.output.index("latency_percentile_judged") < r.output.index("latency_per ")
 
 
 def test_an_option_for_another_scenario_is_refused_not_ignored(cli):

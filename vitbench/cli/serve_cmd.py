@@ -12,9 +12,12 @@ from vitbench.cli.options import cli_option, from_field
 from vitbench.numfmt import fmt
 from vitbench.tasks.serve import Serve
 
-# the row's declared numbers (vitbench.tasks.serve.METRICS, in their order), then its words
-_ROWS = (*(m.name for m in Serve.metrics), "qps_search_bracket", "offline_within_throughput_spread", "host_input",
-         "noise")
+# the row's declared numbers (vitbench.tasks.serve.METRICS, in their order), then its words; `latency_per` beside
+# the judged percentile: whose latencies the table's are (MultiStream's are per query, the others' per sample)
+_NUMBERS = tuple(m.name for m in Serve.metrics)
+_AT = _NUMBERS.index("latency_percentile_judged") + 1
+_ROWS = (*_NUMBERS[:_AT], "latency_per", *_NUMBERS[_AT:], "qps_search_bracket", "offline_within_throughput_spread",
+         "host_input", "noise")
 
 
 @app.command("serve")
