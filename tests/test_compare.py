@@ -288,6 +288,28 @@ def test_a_largest_batch_at_the_search_cap_is_said_to_be_a_lower_bound():
     assert compare([mb(64, False)], [mb(64, False)]).rows[0].note == ""
 
 
+def test_a_lower_bound_is_marked_beside_its_value_in_every_format():
+    """A largest batch at the search's cap was '128' in the baseline/current cells and the JSON's value and
+    baseline, the bound said only in the table's note (which the JSON does not carry): shown '\u2265 128' now,
+    as the history shows it, and the JSON's extra says the value is a lower bound."""
+    from vitbench.compare import row_cells
+
+    def mb(v, capped, repeat=0):
+        trial = {"model": "A", "backend": "torch", "task": "max_batch", "device": "cpu", "resolution": 32,
+                 "precision": "fp32", "mode": "infer"}
+        return record("max_batch", dict(trial), metrics={"max_batch_size": v, "capped": capped},
+                      key=f"mb{repeat}", repeat=repeat, trial=trial)
+    cmp = compare([mb(128, True)], [mb(256, True)])
+    cells = row_cells(cmp.rows[0])
+    assert cells["baseline"] == "\u2265 128" and cells["current"] == "\u2265 256", cells
+    (entry,) = to_benchmark_json(cmp)
+    assert "baseline: \u2265 128" in entry["extra"] and "value: a lower bound (\u2265)" in entry["extra"], entry
+    assert "| \u2265 128 | \u2265 256 |" in to_markdown(cmp)
+    plain = compare([mb(64, False)], [mb(64, False)])
+    assert row_cells(plain.rows[0])["baseline"] == "64"
+    assert "lower bound" not in to_benchmark_json(plain)[0]["extra"]
+
+
 def test_an_ok_row_without_its_measure_or_with_an_impossible_one_is_never_a_pass():
     """Rows vitbench never writes (edited, or another tool's): a current ok row without the img/s the baseline
     has fails the check (before: 'no data', exit 0); a negative or overflowing speed, a step time <= 0, a negative

@@ -619,6 +619,21 @@ def test_a_machine_change_is_divided_out_by_its_calibration(tmp_path):
     assert page["points"][0]["normalized"] is None
 
 
+def test_the_newest_value_shown_normalised_is_the_normalised_one(cli, tmp_path):
+    """A series found on normalised values shows its newest value '(normalized)': where the newest commit ran on
+    two machines (m1 at 100 img/s, m2, twice as fast at matmuls, at 200) that value is 200 in the newest
+    machine's units; the table showed the raw median of both, 150, under that label."""
+    db = tmp_path / "h.sqlite"
+    for i in range(10):
+        m, v, cal = ("m1", 100.0, 0.05) if i < 6 else ("m2", 200.0, 0.10)
+        if i == 9:  # the newest commit, on m1 too
+            store.append(db, _run(f"c{i:03d}", i), [_point(100.0, 0.05, size=1024)])
+        store.append(db, _run(f"c{i:03d}", i, m), [_point(v, cal, size=1024)])
+    r = cli("history", "--db", db)
+    text = " ".join(r.output.split())
+    assert r.exit_code == 0 and "200 img/s (normalized)" in text and "150" not in text, r.output
+
+
 def test_only_a_speed_is_divided_by_the_machine_s_calibration(tmp_path):
     """Memory that stayed at 100 MiB on a machine of half the calibration read 200 after normalising: a false 1.95x
     regression at confidence 0.99, exit 1 (points appended before carry a calibration for every metric)."""

@@ -134,7 +134,10 @@ def _table(series, new, path) -> None:
                 mark += f" {MARK} beside a marked point"
             # to 0.1 %: the permutation test resolves 0.001 (history.changes.PERMUTATIONS), and 0.995 read 100 %
             cps.append(f"x{c.size:.3f} ({c.confidence:.1%}) {first[:10]}..{last[:10]}{mark}")
-        newest = ("\u2265 " if s.at_least and s.at_least[-1] else "") + f"{s.values[-1]:.4g} {s.unit}" + \
+        # the value the change points were found on: normalised, where they were (a newest commit measured on two
+        # machines showed the raw median of both, labelled normalised)
+        last = s.normalized[-1] if s.basis == "normalized" else s.values[-1]
+        newest = ("\u2265 " if s.at_least and s.at_least[-1] else "") + f"{last:.4g} {s.unit}" + \
             (" (normalized)" if s.basis == "normalized" else "") + \
             (f" [{s.caveats[-1]}]" if s.caveats and s.caveats[-1] else "")
         t.add_row(s.metric, escape(s.trial), str(len(s.commits)), escape(newest), escape("; ".join(cps) or "none"))

@@ -72,6 +72,9 @@ class Row:
     samples: tuple[int, int] = (0, 0)
     method: str = ""
     note: str = ""
+    # (baseline, current): the side's value is a lower bound (Metric.lower_bound_when: the largest batch where the
+    # search stopped at its cap), shown '\u2265' beside it
+    at_least: tuple[bool, bool] = (False, False)
 
 
 def decide(ci_low: float | None, ci_high: float | None, threshold: float, higher_is_better: bool) -> Decision:
@@ -183,6 +186,7 @@ def _lower_bounds(md: Metric, base: list[Record], cur: list[Record], row: Row) -
         return []
     at = [(side, v) for side, recs, v in (("baseline", base, row.baseline), ("current", cur, row.current))
           if any(r.metrics.get(flag) is True for r in recs)]
+    row.at_least = (any(s == "baseline" for s, _ in at), any(s == "current" for s, _ in at))
     if len(at) == 2:
         return [f"both sides {flag}: each {md.name} is a lower bound (\u2265 {at[0][1]:g} vs \u2265 {at[1][1]:g}), "
                 "alike up to it, unknown past it: raise the cap to compare past it"]
