@@ -181,6 +181,28 @@ def test_progress_is_reported_per_group(two_models):
                          for w in ("power fitted", "offset fitted", "saturating fitted", "m4 fitted", "backtest done")]
 
 
+def test_a_percent_column_s_fit_is_labelled_as_the_fraction_it_shows(cli, tmp_path):
+    """--percent: the column is read as 0-100 and fitted, shown and predicted as a fraction (a = 0.2 for a
+    column at 20 %): the label says `error / 100` (it said `error`, under which a prediction 0.0126 of a column
+    in percent read 100x too small), in the table, the JSON and for --accuracy alike."""
+    c = np.geomspace(1, 1e3, 10)
+    err = 20 * c**-0.3 * np.exp(np.random.default_rng(0).normal(0, 0.01, len(c)))  # percent: 20 % .. 2.5 %
+    p = tmp_path / "pct.csv"
+    pd.DataFrame({"compute": c, "error": err, "acc": 100 - err}).to_csv(p, index=False)
+    args = ("--compute", "compute", "--percent", "--form", "power", "--bootstrap", "0", "--workers", "1",
+            "--predict", "1e4")
+    r = cli("fit", p, "--error", "error", *args, "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["error"] == "error / 100"
+    pred = doc["groups"][0]["predictions"][0]["error"]
+    assert 0.9 < pred / (0.2 * 1e4**-0.3) < 1.1  # the fraction, as labelled
+    r = cli("fit", p, "--error", "error", *args)
+    assert r.exit_code == 0 and "error = error / 100" in " ".join(r.stdout.split()), r.output
+    r = cli("fit", p, "--accuracy", "acc", *args, "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["error"] == "1 - acc / 100", r.output
+
+
 def test_a_fraction_s_prediction_interval_stops_at_1_a_loss_s_does_not(tmp_path):
     """1 - accuracy cannot exceed 1, so its prediction interval is clipped there; the same numbers as a loss are
     not bounded."""

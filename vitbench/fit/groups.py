@@ -305,12 +305,15 @@ def _error(source: Source, frame: pd.DataFrame, spec: FitSpec, where: str
     if is_error:
         col = spec.error or "error"
         values, label, option = numeric_column(frame, col, "--error", where) / scale, col, "--error"
+        if spec.percent:  # fitted, shown and predicted as a fraction: the label says so (it read as the percent)
+            label = f"{col} / 100"
     else:
         col = spec.accuracy or DEFAULT_ACCURACY
         csv = source.source_kind == SourceKind.CSV  # a column not there, not given: the default named as one
         named = "--accuracy" if spec.accuracy else \
             f"--accuracy's default, with no --error{' and no error column' if csv else ''}"
-        values, label, option = 1.0 - numeric_column(frame, col, named, where) / scale, f"1 - {col}", "--accuracy"
+        values, option = 1.0 - numeric_column(frame, col, named, where) / scale, "--accuracy"
+        label = f"1 - {col}" + (" / 100" if spec.percent else "")
     bad = values.notna() & ~np.isfinite(values.fillna(0))
     if bad.any():
         raise ConfigError(f"{where}: column {shorten(col, 60)} ({option}) is not finite: {_row(values, bad)}")
