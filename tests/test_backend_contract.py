@@ -85,6 +85,25 @@ def test_throughput_windows_queue_steps_and_the_device_is_named(name, backends):
         work.close()
 
 
+@pytest.mark.parametrize("name", _cases(Capability.INFER))
+def test_a_thread_that_made_the_trials_device_its_own_runs_the_steps(name, backends):
+    """A framework may keep the current device per thread (torch's CUDA device: a new thread's is device 0): a
+    thread other than setup's that runs steps (the serve task's) first calls `use_device_in_this_thread`, and
+    the backend's steps then run there as on setup's thread."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    be = backends[name]
+    work = be.prepare(Step(MODEL, mode="infer", batch_size=2))
+    try:
+        with ThreadPoolExecutor(1, initializer=be.use_device_in_this_thread) as thread:
+            thread.submit(lambda: work.sync(work.step())).result()
+            windows = thread.submit(be.time_windows, work, 2, StopRule(min_steps=2, min_seconds=0.0,
+                                                                       max_seconds=30)).result()
+        assert windows and all(w > 0 and math.isfinite(w) for w in windows)
+    finally:
+        work.close()
+
+
 @pytest.mark.parametrize("name", _cases(Capability.TRAIN))
 def test_train_steps_update_and_report_a_finite_loss(name, backends):
     be = backends[name]

@@ -25,6 +25,37 @@ def test_a_cuda_device_with_an_index_becomes_the_current_device(monkeypatch):
     be.device = torch.device("cpu")
 
 
+@pytest.mark.parametrize("device", ["cuda:1", "cuda"])
+def test_a_thread_that_runs_steps_makes_the_trials_device_current_and_syncs_name_it(monkeypatch, device):
+    """torch's current CUDA device is per thread and a new thread's is cuda:0: serve's steps thread ran a model
+    on cuda:1 with its CUDA graphs, streams and argument-less syncs on cuda:0. The backend's hook, called first
+    in such a thread, makes the trial's device current there (`cuda`: the one current at setup), and the
+    backend's syncs name it from any thread."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    be = get_backend("torch")
+    made_current, synced = [], []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)  # setup's thread: cuda:1 current
+    monkeypatch.setattr(torch.cuda, "set_device",
+                        lambda d: made_current.append((torch.device(d), threading.current_thread())))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: synced.append(device))
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: synced.append(device))
+    monkeypatch.setattr(type(be), "device_info", lambda self: Device(DeviceKind.GPU, "a GPU", 1))
+    monkeypatch.setattr(type(be), "versions", lambda self: {})
+    try:
+        be.setup(device, threads=1)
+        made_current.clear()
+        with ThreadPoolExecutor(1, initializer=be.use_device_in_this_thread) as pool:
+            worker = pool.submit(threading.current_thread).result()
+            pool.submit(be.reset_peak_memory).result()
+        assert made_current == [(torch.device("cuda:1"), worker)]
+        assert synced == [torch.device("cuda:1")] * 2  # synchronize and the peak's reset, each naming cuda:1
+    finally:
+        be.device = torch.device("cpu")
+
+
 def test_a_rank_holds_only_its_slice_of_the_global_batch(monkeypatch):
     """Each rank of a data-parallel group keeps B/N images, not a view into all B (which would count the global
     batch in every rank's memory: per-device peak and state inflated, the largest batch understated)."""

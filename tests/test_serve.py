@@ -576,16 +576,106 @@ def test_every_step_of_a_serve_runs_on_one_thread(scenario, monkeypatch, one_tor
     assert len(seen) > 10 and len(set(seen)) == 1 and seen[0].startswith("vitbench-steps"), sorted(set(seen))
 
 
+def test_the_steps_thread_makes_the_trials_device_current_before_any_step(monkeypatch, one_torch_thread):
+    """torch's current CUDA device is per thread and a new thread's is device 0: a model on cuda:1 served from
+    serve's steps thread had its CUDA graphs, streams and argument-less syncs on cuda:0. The thread's first act is
+    the backend's own hook (`Backend.use_device_in_this_thread`), before any step, warm-up or LoadGen batch (no
+    GPU here: the hook is a spy that records its thread)."""
+    import threading
+
+    from vitbench.backends.torch.backend import TorchBackend
+    from vitbench.backends.torch.workload import TorchWorkload
+
+    events = []
+    hook = TorchBackend.use_device_in_this_thread
+
+    def spy_hook(self):
+        events.append(("device", threading.current_thread()))
+        return hook(self)
+    monkeypatch.setattr(TorchBackend, "use_device_in_this_thread", spy_hook)
+    for name in ("step", "infer_host"):
+        def spy(self, *a, _f=getattr(TorchWorkload, name), **k):
+            events.append((name, threading.current_thread()))
+            return _f(self, *a, **k)
+        monkeypatch.setattr(TorchWorkload, name, spy)
+    rec = serve(scenario="SingleStream", min_query_count=EARLY_STOP_QUERIES)
+    assert rec.status is Status.OK, rec.error
+    assert events[0][0] == "device" and events[0][1] is not threading.main_thread(), events[:3]
+    assert events[0][1].name.startswith("vitbench-steps")
+    assert [e for e, _ in events].count("device") == 1  # one thread, its device set once
+    assert len(events) > 10 and {t for _, t in events} == {events[0][1]}  # every step ran on that thread
+
+
+def _samples(ids):
+    from types import SimpleNamespace
+
+    return [SimpleNamespace(id=i, index=i % 3) for i in ids]
+
+
+def test_the_sut_queues_an_issued_list_as_it_is_and_batches_across_issues():
+    """An Offline query issues every sample of the run in one call (55 M at 1e7 QPS for 5 s): the SUT queued an
+    (id, index) tuple per sample besides LoadGen's own list, 128 bytes a sample more (measured: 323 bytes a sample
+    at peak, now 212; docs/serving.md, "Memory"). The list is queued as it is and batched from in place; a sample
+    issued alone is queued as its (id, index). Batches still take samples in issue order, across issues."""
+    from types import SimpleNamespace
+
+    done = []
+    lg = SimpleNamespace(QuerySampleResponse=lambda i, address, size: i, QuerySamplesComplete=done.append)
+    step = lambda b: np.zeros((len(b), 3), np.float32)  # noqa: E731
+    sut = loadgen.BatchingSUT(lg, np.zeros((3, 2, 2, 3), np.float32), {1: step, 2: step, 4: step}, 4, 0.0, True,
+                              None)
+    offline = _samples(range(10))
+    sut.issue(offline)
+    for s in _samples(range(10, 13)):
+        sut.issue([s])
+    assert sut.pending.qsize() == 4  # the list, then the three samples alone
+    assert sut.pending.get() is offline  # no object of the SUT's own per sample of it
+    sut.pending = type(sut.pending)()
+    sut.issue(offline)
+    for s in _samples(range(10, 13)):
+        sut.issue([s])
+    sut.pending.put(None)  # as `stop` does
+    sut._serve()  # the worker's loop, here on this thread: it ends at the None
+    assert sut.failure is None
+    assert done == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11], [12]] and sut.batches == [4, 4, 4, 1]
+    assert sut._head == []  # the issued list, batched whole, let go
+
+
+def test_the_schedule_estimate_is_the_measured_bytes_per_sample_of_its_scenario(monkeypatch):
+    """~120 bytes a sample (from one aborted run) was low: an Offline run of 4 M samples peaked at 323 bytes a
+    sample (212 now that the SUT keeps no tuple per sample), a saturated Server run at 311-325 a scheduled query
+    (docs/serving.md, "Memory"). The estimate takes each scenario's declared bytes, and a run of 55 M Offline
+    samples, about 11 GiB, is out of memory under an 8 GiB budget (the old estimate, 6.3 GiB, let it start)."""
+    def settings(scenario, qps, seconds):
+        return Serve.Params.model_validate({"task": "serve", "model": NANO, **SHORT, "scenario": scenario,
+                                            "target_qps": qps, "min_duration_s": seconds}).loadgen_settings()
+
+    per = loadgen.BYTES_PER_SCHEDULED_SAMPLE
+    assert per["Offline"] >= 212 and per["Server"] >= 325  # the measured peaks, not below them
+    offline = settings("Offline", 1e7, 5.0)
+    assert loadgen.schedule_bytes(offline) == pytest.approx((55e6, 5.0, 55e6 * per["Offline"]))
+    server = settings("Server", 1e3, 10.0)
+    assert loadgen.schedule_bytes(server) == pytest.approx((11e3, 10.0, 11e3 * per["Server"]))
+    stream = loadgen.Settings("SingleStream", None, None, 90.0, 1.0, 100, 8, 0.1)
+    assert loadgen.schedule_bytes(stream) is None  # one query at a time
+    monkeypatch.setenv("VITBENCH_MEMORY_LIMIT_GIB", "8")
+    with pytest.raises(MemoryError, match=f"about {55e6 * per['Offline'] / 2**20:,.0f} MiB, over the budget of 8"):
+        loadgen.check_schedule_fits(offline)
+    loadgen.check_schedule_fits(settings("Offline", 1e6, 5.0))  # 5.5 M samples, about 1.1 GiB: within it
+
+
 def test_a_schedule_over_the_memory_budget_is_out_of_memory_before_loadgen_starts(monkeypatch, cli):
-    """Offline at 1e7 QPS for 5 s made LoadGen generate one query of 55 M samples (6.6 GB) and abort the whole
+    """Offline at 1e7 QPS for 5 s made LoadGen generate one query of 55 M samples and abort the whole
     process (std::bad_alloc, SIGABRT, no row; found by a hostile-input review). What it would generate is
     checked against the memory budget first: out of memory (an oom row in a sweep, exit 1 here) saying the
     samples, the MiB and the settings to lower; a schedule within the budget passes."""
     monkeypatch.setenv("VITBENCH_MEMORY_LIMIT_GIB", "0.5")
     p = Serve.Params.model_validate({"task": "serve", "model": NANO, **SHORT, "scenario": "Offline",
                                      "target_qps": 1e7, "min_duration_s": 5.0})
+    need = 55e6 * loadgen.BYTES_PER_SCHEDULED_SAMPLE["Offline"] / 2**20
     with pytest.raises(MemoryError, match=r"LoadGen would generate 55,000,000 samples up front \(Offline at "
-                                          r"target_qps 1e\+07 for 5 s\), about 6,294 MiB, over the budget of 512"):
+                                          rf"target_qps 1e\+07 for 5 s\), about {need:,.0f} MiB, over the budget "
+                                          "of 512"):
         loadgen.check_schedule_fits(p.loadgen_settings())
     r = cli("serve", NANO, "--scenario", "Offline", "--target-qps", "1e7", "--min-duration-s", "5", "--threads",
             "1", "--qsl-images", "8", "--batch-size", "4")

@@ -86,6 +86,13 @@ class Backend(ABC):
         """The physical device chosen in `setup` (default: the host CPU)."""
         return Device(DeviceKind.CPU, "cpu")
 
+    def use_device_in_this_thread(self) -> None:
+        """Make the device chosen in `setup` the calling thread's current device, where the framework keeps one
+        per thread (torch's CUDA device: a new thread starts on device 0, and allocations, streams, events, CUDA
+        graphs and an argument-less synchronize follow it). Every thread other than setup's that runs this
+        backend's work calls it first (measure/serve.py: its steps thread's initializer). Default: nothing (a
+        framework that places work by its arrays' own devices)."""
+
     # ---- timed steps (INFER, TRAIN) -----------------------------------------------------------------------------
     @abstractmethod
     def prepare(self, step: Step) -> Workload: ...

@@ -5,11 +5,11 @@ judges the run VALID or INVALID; vitbench supplies the two objects it drives:
 
 - the QSL (query sample library): `images`, preprocessed host arrays (float32 NHWC in [-1, 1]) held in memory,
   all of them the performance set (load/unload are no-ops: nothing is read while LoadGen times);
-- the SUT (system under test, `BatchingSUT`): a queue and one worker thread with a batching policy. The worker
-  takes the oldest waiting sample, then waits at most `max_wait_ms` for more until it holds `max_batch`, pads the
-  batch to the smallest prepared batch size that holds it (a compiled step has a fixed shape; the padding is
-  counted), runs it through `Workload.infer_host` (the backend interface: host images in, host outputs out, the
-  device synchronised) and reports the samples complete with their predicted class.
+- the SUT (system under test, `BatchingSUT`, measure/sut.py): a queue and one worker thread with a batching
+  policy. The worker takes the oldest waiting sample, then waits at most `max_wait_ms` for more until it holds
+  `max_batch`, pads the batch to the smallest prepared batch size that holds it (a compiled step has a fixed
+  shape; the padding is counted), runs it through `Workload.infer_host` (the backend interface: host images in,
+  host outputs out, the device synchronised) and reports the samples complete with their predicted class.
 
 Nothing here names a framework or a backend: every backend whose workloads implement `infer_host` is served the
 same way; one that does not is served its own device-resident input (`Served.host_input` False, said in the row).
@@ -22,11 +22,9 @@ MLPerf's defaults (`SCENARIOS`, cited there).
 from __future__ import annotations
 
 import json
-import queue
 import tempfile
-import threading
 import time
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -35,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from vitbench.errors import ConfigError, VitbenchError
+from vitbench.measure.sut import BatchingSUT
 from vitbench.record import finite_number
 
 LOG_FILES = ("mlperf_log_summary.txt", "mlperf_log_detail.txt")
@@ -132,97 +131,6 @@ class Settings:
             ts.multi_stream_target_latency_percentile = self.percentile / 100
             ts.multi_stream_samples_per_query = self.samples_per_query
         return ts
-
-
-class BatchingSUT:
-    """The system under test: a queue of issued samples and one worker thread that batches them (see the module
-    docstring). `steps` maps each prepared batch size to a callable that answers a full batch of host images
-    with their outputs (`Workload.infer_host`), or, without host input, ignores them and runs the workload's own
-    batch."""
-
-    def __init__(self, lg, images: np.ndarray, steps: dict[int, Any], max_batch: int, max_wait_s: float,
-                 host_input: bool, worker: Executor):
-        self.lg, self.images, self.steps = lg, images, steps
-        self.sizes = sorted(steps)
-        self.max_batch, self.max_wait_s, self.host_input = max_batch, max_wait_s, host_input
-        self.pending: queue.SimpleQueue = queue.SimpleQueue()
-        self.batches: list[int] = []  # samples per batch run, in order
-        self.padded = 0  # padding samples run (a batch filled up to a prepared size)
-        self.failure: BaseException | None = None
-        self._stop = threading.Event()
-        # `worker`: one thread; the one that ran the steps' warm-up runs the batches too (vitbench.measure.serve)
-        self._executor, self._done = worker, None
-
-    def issue(self, samples) -> None:  # LoadGen's thread: never blocks
-        for s in samples:
-            self.pending.put((s.id, s.index))
-
-    def flush(self) -> None:
-        pass
-
-    def start(self) -> None:
-        self._done = self._executor.submit(self._serve)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self.pending.put(None)
-        if self._done is not None:
-            try:
-                self._done.result()
-            except BaseException as e:  # noqa: BLE001 - `run` raises the first failure after LoadGen's clean-up
-                self.failure = self.failure or e
-
-    def _take(self) -> list | None:
-        """The next batch: the oldest sample, then whatever arrives within max_wait, up to max_batch."""
-        first = self.pending.get()
-        if first is None:
-            return None
-        batch = [first]
-        deadline = time.perf_counter() + self.max_wait_s
-        while len(batch) < self.max_batch:
-            try:
-                item = self.pending.get_nowait()
-            except queue.Empty:
-                left = deadline - time.perf_counter()
-                if left <= 0:
-                    break
-                try:
-                    item = self.pending.get(timeout=left)
-                except queue.Empty:
-                    break
-            if item is None:
-                self.pending.put(None)  # stop after this batch
-                break
-            batch.append(item)
-        return batch
-
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            batch = self._take()
-            if batch is None:
-                return
-            try:
-                self._run(batch)
-            except BaseException as e:  # noqa: BLE001 - reported by `run`; LoadGen must still see completions
-                self.failure = self.failure or e
-                self.lg.QuerySamplesComplete([self.lg.QuerySampleResponse(i, 0, 0) for i, _ in batch])
-
-    def _run(self, batch: list) -> None:
-        n = len(batch)
-        size = next(s for s in self.sizes if s >= n)
-        index = np.fromiter((j for _, j in batch), np.int64, n)
-        if size > n:
-            index = np.concatenate([index, np.full(size - n, index[0])])
-            self.padded += size - n
-        self.batches.append(n)
-        out = self.steps[size](self.images[index])
-        if self.host_input:
-            classes = np.ascontiguousarray(np.argmax(out[:n], axis=1).astype(np.int32))
-        else:  # the workload ran its own batch: no prediction of these samples to report
-            classes = np.zeros(n, np.int32)
-        address = classes.ctypes.data
-        self.lg.QuerySamplesComplete([self.lg.QuerySampleResponse(i, address + 4 * k, 4)
-                                      for k, (i, _) in enumerate(batch)])
 
 
 @dataclass
@@ -385,9 +293,24 @@ def loadgen():
     return mlperf_loadgen
 
 
-# LoadGen generates a run's queries up front, 1.1 x rate x duration samples of ~120 bytes (measured: 55 M samples,
-# 6.6 GB; docs/serving.md)
-SCHEDULE_SLACK, BYTES_PER_SCHEDULED_SAMPLE = 1.1, 120
+# LoadGen generates a run's queries up front, SCHEDULE_SLACK x rate x duration samples. Peak resident memory per
+# sample of that estimate (LoadGen's own bookkeeping, the list of QuerySample objects its Python binding hands the
+# SUT and the SUT's queue), fitted over 1, 2 and 4 M samples (Offline) and 0.5 and 1 M (Server, the SUT saturated:
+# every query waits in its queue) with a step that answers at once (benchmarks/bench_serve_memory.py,
+# docs/serving.md, "Memory"): 212 and 311-325 bytes, here rounded up. ~120 (from one aborted 55 M-sample run)
+# was low: Offline took 323 while the SUT queued a tuple per sample.
+SCHEDULE_SLACK = 1.1
+BYTES_PER_SCHEDULED_SAMPLE = {"Offline": 220, "Server": 330}
+
+
+def schedule_bytes(settings: Settings) -> tuple[float, float, float] | None:
+    """(samples LoadGen generates up front, the seconds they cover, the bytes they take at peak) for a Server or
+    Offline run (BYTES_PER_SCHEDULED_SAMPLE); None in the stream scenarios (one query at a time)."""
+    if settings.scenario not in BYTES_PER_SCHEDULED_SAMPLE or settings.target_qps is None:
+        return None
+    seconds = max(settings.min_duration_s, settings.min_query_count / settings.target_qps)
+    samples = SCHEDULE_SLACK * settings.target_qps * seconds
+    return samples, seconds, samples * BYTES_PER_SCHEDULED_SAMPLE[settings.scenario]
 
 
 def check_schedule_fits(settings: Settings) -> None:
@@ -395,11 +318,10 @@ def check_schedule_fits(settings: Settings) -> None:
     (vitbench.memory_budget): it aborted the whole process, with no row."""
     from vitbench.memory_budget import budget_mib, describe
 
-    if settings.scenario not in ("Server", "Offline") or settings.target_qps is None:
+    if (est := schedule_bytes(settings)) is None:
         return
-    seconds = max(settings.min_duration_s, settings.min_query_count / settings.target_qps)
-    samples = SCHEDULE_SLACK * settings.target_qps * seconds
-    if (need := samples * BYTES_PER_SCHEDULED_SAMPLE / 2**20) > (budget := budget_mib()):
+    samples, seconds, nbytes = est
+    if (need := nbytes / 2**20) > (budget := budget_mib()):
         raise MemoryError(f"out of memory before starting: LoadGen would generate {samples:,.0f} samples up front "
                           f"({settings.scenario} at target_qps {settings.target_qps:g} for {seconds:g} s), about "
                           f"{need:,.0f} MiB, over the budget of {describe(budget)}; lower target_qps or "
@@ -407,13 +329,11 @@ def check_schedule_fits(settings: Settings) -> None:
 
 
 def run(images: np.ndarray, steps: dict[int, Any], settings: Settings, max_batch: int, max_wait_ms: float,
-        host_input: bool, worker: Executor | None = None) -> Served:
+        host_input: bool, worker: Executor) -> Served:
     """One LoadGen run of `settings` against a BatchingSUT over `steps` (prepared batch size -> step), with
-    `images` as the QSL; its logs written to a fresh temporary directory and read back whole. `worker`: the
-    thread that runs the batches (BatchingSUT); without one, a thread of this run's own."""
-    if worker is None:
-        with ThreadPoolExecutor(1, thread_name_prefix="vitbench-sut") as own:
-            return run(images, steps, settings, max_batch, max_wait_ms, host_input, own)
+    `images` as the QSL; its logs written to a fresh temporary directory and read back whole. `worker`: the one
+    thread that runs the batches (BatchingSUT), the caller's: one whose backend made the trial's device current
+    there (measure/serve.py; a thread of this run's own would run the steps on the framework's default device)."""
     check_schedule_fits(settings)
     lg = loadgen()
     sut_obj = BatchingSUT(lg, images, steps, max_batch, max_wait_ms / 1000, host_input, worker)

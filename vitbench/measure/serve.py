@@ -97,8 +97,11 @@ def serve(step: Step, backend: str, device: str, threads: int | None, images: np
     host_input = True
     # Every step runs on one thread, the warm-up, the throughput mode and LoadGen's batches alike: torch.compile's
     # CUDA-graph trees are per thread (torch/_inductor/cudagraph_trees.py keeps them in a threading.local), so
-    # graphs warmed up on this thread were recorded again inside the first LoadGen run, on the SUT's thread
-    steps_thread = ThreadPoolExecutor(1, thread_name_prefix="vitbench-steps")
+    # graphs warmed up on this thread were recorded again inside the first LoadGen run, on the SUT's thread.
+    # Its first act: the trial's device made current there (torch's current CUDA device is per thread too, and a
+    # new thread's is device 0: a model on cuda:1 had its CUDA graphs, streams and syncs on cuda:0)
+    steps_thread = ThreadPoolExecutor(1, thread_name_prefix="vitbench-steps",
+                                      initializer=be.use_device_in_this_thread)
 
     def on(fn, *args):
         """fn(*args) on the steps' thread: its result."""

@@ -93,6 +93,7 @@ class TorchBackend(Backend):
 
     def __init__(self) -> None:
         self.device = torch.device("cpu")
+        self._cuda_index: int | None = None
         self._rss = PeakRSS()
         self._state_mib = 0.0
         self._graph_pools = False  # the steady phase replays CUDA graphs (restart_peak_memory)
@@ -121,6 +122,8 @@ class TorchBackend(Backend):
             # the current device: events recorded without a stream (the timer's), the peak matmuls and the
             # allocator's statistics use it; left at cuda:0 they time an idle GPU while cuda:N works
             torch.cuda.set_device(self.device)
+        # "cuda" without an index: this thread's current device, the one `_named` and another thread then use
+        self._cuda_index = torch.cuda.current_device() if self.device == torch.device("cuda") else None
         # the transfer primitives' numerics (Backend: TRANSFER_PRECISION); a bench step's prepare sets its own
         set_matmul_precision(TRANSFER_PRECISION)
         if threads is None and dev.type == "cpu":  # the free cores, unless OMP_NUM_THREADS says (cpus)
@@ -153,6 +156,19 @@ class TorchBackend(Backend):
         uuid = getattr(props, "uuid", None)
         return Device(DeviceKind.GPU, props.name, index, uuid=str(uuid) if uuid is not None else None,
                       pci_bus_id=_pci_bus_id(props))
+
+    def use_device_in_this_thread(self) -> None:
+        # torch's current CUDA device is per thread, and setup's set_device held only for setup's thread
+        if self._named.type == "cuda" and self._named.index is not None:
+            torch.cuda.set_device(self._named)
+
+    @property
+    def _named(self) -> torch.device:
+        """The trial's device with its index (`cuda` as setup resolved it): what every synchronize, timer and
+        allocator statistic names, so that none follows the calling thread's current device."""
+        if self.device.type == "cuda" and self.device.index is None and self._cuda_index is not None:
+            return torch.device("cuda", self._cuda_index)
+        return self.device
 
     def versions(self) -> dict[str, str | None]:
         v = super().versions()
@@ -202,7 +218,7 @@ class TorchBackend(Backend):
             # timer): as timm's benchmark.py sets it, and as XLA autotunes the JAX side's convolutions
             torch.backends.cudnn.benchmark = True
         settings = {**settings, "compile_mode": mode, "cudnn_benchmark": torch.backends.cudnn.benchmark}
-        work = TorchWorkload(model, x, y, step.mode, step.precision, opt, self.device, settings,
+        work = TorchWorkload(model, x, y, step.mode, step.precision, opt, self._named, settings,
                              has_attention=family.attention_of(spec).layers,
                              cuda_graphs=uses_cuda_graphs(mode) and self.device.type == "cuda")
         work.batch_size = step.batch_size  # the group's global batch (this rank runs batch_size / devices)
@@ -236,12 +252,12 @@ class TorchBackend(Backend):
         # events record on the current device's stream, and setup's set_device holds only for the thread that
         # called it: serve times on a thread of its own, whose current device was cuda:0, and events recorded
         # there timed an idle cuda:0 while cuda:N worked
-        with torch.cuda.device(self.device):
+        with torch.cuda.device(self._named):
             times: list[float] = []
             start = time.perf_counter()
             steps = 0
             while True:
-                torch.cuda.synchronize(self.device)  # the window starts on an idle device
+                torch.cuda.synchronize(self._named)  # the window starts on an idle device
                 s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 s.record()
                 for _ in range(window_steps):
@@ -280,8 +296,8 @@ class TorchBackend(Backend):
     # -- memory ----------------------------------------------------------------------------------------
     def reset_peak_memory(self) -> None:
         if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-            torch.cuda.reset_peak_memory_stats(self.device)
+            torch.cuda.synchronize(self._named)
+            torch.cuda.reset_peak_memory_stats(self._named)
         gc.collect()
         self._state_mib = 0.0  # in the steady phase: the step's state, counted from its tensors
         self._graph_pools = False
@@ -292,10 +308,10 @@ class TorchBackend(Backend):
         # the steady steps replay CUDA graphs: their buffers are reserved in the graphs' pools, not allocated
         self._graph_pools = bool(getattr(work, "cuda_graphs", False))
         if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
+            torch.cuda.synchronize(self._named)
             if self._graph_pools:  # the reserved peak is the row's: compilation's cached blocks go back first
                 torch.cuda.empty_cache()  # (the live graphs' pools stay: empty_cache frees no block in use)
-            torch.cuda.reset_peak_memory_stats(self.device)  # peaks restart from what is allocated now
+            torch.cuda.reset_peak_memory_stats(self._named)  # peaks restart from what is allocated now
         else:
             state = work.state_bytes() if work is not None else None
             self._state_mib = (state or 0) / 2**20
@@ -309,18 +325,18 @@ class TorchBackend(Backend):
     def peak_memory_mib(self) -> float:
         if self.device.type == "cuda":
             if self._graph_pools:
-                return torch.cuda.max_memory_reserved(self.device) / 2**20
-            return torch.cuda.max_memory_allocated(self.device) / 2**20
+                return torch.cuda.max_memory_reserved(self._named) / 2**20
+            return torch.cuda.max_memory_allocated(self._named) / 2**20
         return self._state_mib + self._rss.growth_mib()
 
     def reserved_peak_mib(self) -> float | None:
         if self.device.type == "cuda":
-            return torch.cuda.max_memory_reserved(self.device) / 2**20
+            return torch.cuda.max_memory_reserved(self._named) / 2**20
         return None
 
     def process_peak_mib(self) -> float:
         if self.device.type == "cuda":
-            return torch.cuda.max_memory_reserved(self.device) / 2**20
+            return torch.cuda.max_memory_reserved(self._named) / 2**20
         return self._rss.peak_mib()
 
     def cleanup(self) -> None:
