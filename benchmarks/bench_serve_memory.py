@@ -1,8 +1,8 @@
 """Peak resident memory per scheduled sample of one LoadGen run through vitbench's SUT (docs/serving.md,
 "Memory"; measure/loadgen.py BYTES_PER_SCHEDULED_SAMPLE).
 
-    python scripts/serve_memory.py Offline 1000000 2000000 4000000
-    python scripts/serve_memory.py Server 500000 1000000
+    python benchmarks/bench_serve_memory.py Offline 1000000 2000000 4000000
+    python benchmarks/bench_serve_memory.py Server 500000 1000000
 
 Each count runs in a fresh process: LoadGen (its real library) at target_qps = count / 1.1 for 1 s, so that it
 generates `count` samples (SCHEDULE_SLACK x rate x duration), against `measure.loadgen.run` with a step that
