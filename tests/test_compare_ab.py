@@ -287,6 +287,56 @@ def test_the_gates_own_reading_of_the_load_decides_not_the_rows(repo, monkeypatc
     assert pairs.others == [pytest.approx(1.0 + ab_mod.DEFAULT_SCHEDULE.own_load - 1.0)] and pairs.busy() == [True]
 
 
+def test_a_busy_pair_s_progress_line_says_it_was_left_out(repo, monkeypatch):
+    # `pair 1 (baseline first, 214 s): ` ended at its colon on a busy host: its ratios were in no decision and the
+    # line said nothing; a quiet pair's line gives its ratios and no such words
+    _fake_sweeps(monkeypatch, 1.0, others=1.0)
+    said: list[str] = []
+    ab_mod.run_ab("HEAD~1", repo=repo, rule=Rule(min_pairs=2, max_pairs=2), progress=said.append)
+    lines = [s for s in said if s.startswith("pair ")]
+    assert len(lines) == 2 and all(s.endswith("): busy (others' load >= 0.5 cores, or not recorded): this pair "
+                                              "left out") for s in lines), lines
+    _fake_sweeps(monkeypatch, 1.0)
+    said.clear()
+    ab_mod.run_ab("HEAD~1", repo=repo, rule=Rule(min_pairs=2, max_pairs=2), progress=said.append)
+    assert all("ViT-Nano/4 infer" in s and "busy" not in s for s in said if s.startswith("pair ")), said
+
+
+def test_the_study_line_says_an_absolute_study_is_one_file_for_both_sides(repo, monkeypatch, tmp_path):
+    # docs/compare.md: an absolute --study is one file that both sides run; the context said "each side's own copy"
+    one = tmp_path / "one.yaml"
+    one.write_text("name: ci\n")
+    _fake_sweeps(monkeypatch, 1.0)
+    res = ab_mod.run_ab("HEAD~1", repo=repo, study=str(one), rule=Rule(min_pairs=2, max_pairs=2))
+    assert dict(res.comparison.context)["study"] == f"{one} (one file outside the trees: both sides run it)"
+    res = ab_mod.run_ab("HEAD~1", repo=repo, study="studies/ci.yaml", baseline_study=str(one),
+                        rule=Rule(min_pairs=2, max_pairs=2))
+    assert dict(res.comparison.context)["study"] == (f"baseline {one} (a file outside the trees), current "
+                                                     "studies/ci.yaml (the working tree's own copy)")
+    res = ab_mod.run_ab("HEAD~1", repo=repo, rule=Rule(min_pairs=2, max_pairs=2))
+    assert dict(res.comparison.context)["study"] == ("baseline studies/ci.yaml, current studies/ci.yaml "
+                                                     "(each side's own copy)")
+
+
+def test_a_trial_not_ok_on_both_sides_says_so_beside_inconclusive(repo, monkeypatch):
+    # every round's trial timed out on both sides (a busy host, a 120 s timeout): the table said only "0 of the 2
+    # pairs a decision needs ...; no pair to decide on", exit 3, as if the noise had left it undecided
+    from ab_fakes import bench_record, write_jsonl
+
+    def start_round(self, out: Path, cpus=None, env=None):
+        out.mkdir(parents=True)
+        write_jsonl(out / "results.jsonl", [bench_record("ViT-Nano/4", status="timeout", run_id=self.name)])
+        return ab_mod.Running(self, subprocess.Popen(["true"]), out / "log", out, cpus)
+
+    _fake_sweeps(monkeypatch, 1.0)  # the meter: a quiet machine
+    monkeypatch.setattr(ab_mod.Side, "start_round", start_round)
+    res = ab_mod.run_ab("HEAD~1", repo=repo, rule=Rule(min_pairs=2, max_pairs=2))
+    assert res.verdict is Decision.INCONCLUSIVE and res.exit_code == 3
+    (row,) = res.comparison.rows
+    assert "; not ok in 2 of 2 pair(s) on the baseline, in 2 on current (the rounds' rows say why" in row.note, \
+        row.note
+
+
 def test_a_pair_whose_rows_do_not_say_the_load_counts_as_busy():
     pairs = ab_mod.Pairs(others=[0.1, None, ab_mod.BUSY_CORES, 0.49])
     assert pairs.busy() == [False, True, True, False]

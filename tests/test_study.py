@@ -399,6 +399,23 @@ def test_every_shipped_study_is_embedded_and_runs_by_name_from_anywhere(tmp_path
     assert r.exit_code == 0 and len(json.loads(r.stdout)) > 100, r.output
 
 
+def test_the_docs_spelling_studies_slash_name_runs_the_shipped_study_from_anywhere(tmp_path, monkeypatch, cli):
+    """docs/history.md's first command, `vitbench sweep studies/ci.yaml --results r1`, said 'not found' outside
+    the checkout; `studies/<name>.yaml` of a shipped study is its name there. A file of that path still wins, and
+    a name that is no study is still not found."""
+    monkeypatch.chdir(tmp_path)
+    for spelt in ("studies/ci.yaml", "studies/ci.yml", "ci.yml"):  # 'ci.yml' was read as the name 'c'
+        r = cli("sweep", spelt, "--dry-run", "--json")
+        assert r.exit_code == 0 and {t["config"]["model"] for t in json.loads(r.stdout)} == {"ViT-Mini/4",
+                                                                                             "R-Micro"}, spelt
+    (tmp_path / "studies").mkdir()
+    (tmp_path / "studies" / "ci.yaml").write_text("name: mine\naxes:\n  model: [ViT-Nano/4]\n  task: [infer]\n")
+    r = cli("sweep", "studies/ci.yaml", "--dry-run", "--json")
+    assert r.exit_code == 0 and {t["config"]["model"] for t in json.loads(r.stdout)} == {"ViT-Nano/4"}, r.output
+    r = cli("sweep", "studies/no-such-study.yaml", "--dry-run")
+    assert r.exit_code == 2 and "not found" in r.stderr, r.output
+
+
 def test_cli_bad_study_exits_2_without_traceback_and_writes_nothing(tmp_path, monkeypatch, cli):
     monkeypatch.chdir(tmp_path)
     p = tmp_path / "bad.yaml"

@@ -196,6 +196,10 @@ def rows(pairs: Pairs, rule: Rule) -> list[Row]:
         vals = pairs.values(k)
         bs, cs = [b for b, _ in vals if b], [c for _, c in vals if c]
         note = "pairs " + " ".join(f"{r:.3f}" for r in p.ratios) if p.ratios else "no pair to decide on"
+        lost = [sum(1 for v in side if not v) for side in zip(*vals)] if vals else [0, 0]
+        if d is not Decision.FAILED and any(lost):  # not ok on REF (or on both sides): no ratio, and no FAILED
+            note = (f"not ok in {lost[0]} of {len(vals)} pair(s) on the baseline, in {lost[1]} on current (the "
+                    "rounds' rows say why, kept with --results DIR); " + note)
         if d is Decision.FAILED:
             note = f"current not ok in {sum(1 for b, c in vals if b and not c)} round(s); " + note
         elif d is Decision.INCONCLUSIVE and len(p.ratios) < rule.min_pairs:
@@ -259,9 +263,22 @@ def run_ab(ref: str, *, repo: str | Path = ".", study: str = DEFAULT_STUDY, base
                        {EXTRA_WORK_ENV: f"{extra_work:g}"} if extra_work else {},
                        commit=head + ("-dirty" if dirty else ""))
         return measure((baseline, current), baseline.environment,
-                       f"baseline {baseline_study or study}, current {study} (each side's own copy)", rule=rule,
+                       study_line(baseline_study or study, study), rule=rule,
                        budget_s=budget_s, t_start=t_start, results=out_root, schedule=schedule,
                        statistic=statistic, progress=progress, extra_work=extra_work)
+
+
+def study_line(baseline: str | Path, current: str | Path) -> str:
+    """The context's `study` line: a relative path is read in each side's tree (its own copy), an absolute one is
+    one file whichever side runs it (sides.study_in). It said "each side's own copy" of an absolute path too."""
+    def whose(path: str | Path, side: str) -> str:
+        return "a file outside the trees" if Path(path).is_absolute() else f"{side}'s own copy"
+    if str(baseline) == str(current) and Path(current).is_absolute():
+        return f"{current} (one file outside the trees: both sides run it)"
+    if not Path(baseline).is_absolute() and not Path(current).is_absolute():
+        return f"baseline {baseline}, current {current} (each side's own copy)"
+    return (f"baseline {baseline} ({whose(baseline, 'REF')}), "
+            f"current {current} ({whose(current, 'the working tree')})")
 
 
 def check_budget(budget_s: float) -> None:
@@ -360,10 +377,14 @@ def _loop(sides: tuple[Side, Side], rule: Rule, budget_s: float, t_start: float,
         if not any(pairs.matched(k) for k in pairs.trials):
             raise ConfigError(_unmatched(pairs))
         decided = rule.decisions(pairs.ratios())
-        progress(f"pair {n} ({order[0].name} first, {pairs.seconds[-1]:.0f} s): " + "; ".join(
+        shown = "; ".join(
             f"{pairs.trials[k][0].config.get('model')} {pairs.trials[k][0].config.get('task')} "
             f"{p.ratio:.3f}" + (f" [{p.ci_low:.3f}, {p.ci_high:.3f}]" if p.ci_low else "") + f" {d.value}"
-            for k, (p, d) in decided.items() if p.ratio))
+            for k, (p, d) in decided.items() if p.ratio)
+        if pairs.busy()[-1]:  # its ratios are in no decision: the line ended at its colon, saying nothing
+            shown = (f"{shown}; " if shown else "") + (f"busy (others' load >= {BUSY_CORES:g} cores, or not "
+                                                       "recorded): this pair left out")
+        progress(f"pair {n} ({order[0].name} first, {pairs.seconds[-1]:.0f} s): {shown}")
         if any(pairs.failed(k) for k in pairs.trials if pairs.matched(k)):
             return pairs, f"a trial ok on the baseline failed on current (pair {n})"
         if rule.done(pairs.ratios(), n):

@@ -45,13 +45,15 @@ def embedded_studies() -> list[str]:
 def resolve_study(ref: str | Path) -> tuple[Path | None, str]:
     """A path, or a bare name (`smoke`, `transfer-digits`): ./studies/<name>.yaml, else the package's embedded
     copy (every shipped study: vitbench/studies/, which the checkout's studies/ links to). A folder named like a
-    study (`vitbench sweep ci --results ci` makes ./ci) does not hide it: the name still means the study.
+    study (`vitbench sweep ci --results ci` makes ./ci) does not hide it: the name still means the study. The
+    docs' spelling `studies/<name>.yaml`, where no such file is here, is the name too (outside the checkout
+    `vitbench sweep studies/ci.yaml` said 'not found', the README saying shipped studies run from any directory).
 
     Returns (path or None for an embedded study, text)."""
     p = Path(ref)
     if p.is_file():
         return p, read_text(p)
-    name = p.name[:-5] if p.name.endswith((".yaml", ".yml")) and p.parent == Path(".") else str(ref)
+    name = p.stem if p.suffix in (".yaml", ".yml") and p.parent in (Path("."), Path(STUDIES_DIR)) else str(ref)
     if "/" not in name and "\\" not in name:  # a name: a folder of that name here (its results) hides no study
         local = Path(STUDIES_DIR) / f"{name}.yaml"
         if local.is_file():
