@@ -445,6 +445,25 @@ def test_an_ab_run_records_paired_points_against_its_baseline_commit(cli, tmp_pa
     assert not [p for run, p in store.read(db) if run.commit == "d" * 40 and p.metric == paired]
 
 
+def test_an_ab_run_s_sides_file_is_read_as_the_report_reads_it(cli, tmp_path):
+    """`history append` reads an ab directory's sides.json through the store's one reader (store.ab_sides), as
+    the report does: a file nested past json's depth (an edited one) ended the append in a RecursionError
+    traceback, and a commit that is no text (a list) was recorded as the baseline commit "['x']"."""
+    from vitbench.compare.ab import SIDES_FILE
+    from vitbench.history.collect import PAIRED_SUFFIX
+
+    db, paired = tmp_path / "h.sqlite", "img_per_s" + PAIRED_SUFFIX
+    for i, text in enumerate(("[" * 100_000 + "]" * 100_000,
+                              json.dumps({"baseline": {"commit": ["x"]}, "current": {"commit": "c" * 40}}))):
+        d = _ab_dir(tmp_path / f"ab{i}", 0.9, None, cur=f"{i}" * 40)
+        (d / SIDES_FILE).write_text(text)
+        r = cli("history", "append", d, "--db", db)
+        assert r.exit_code == 0 and r.exception is None, r.output
+        run = next(run for run, _ in store.read(db) if run.commit == f"{i}" * 40)
+        assert "names no baseline commit" in run.info["ab"]["paired"]
+    assert not [p for _, p in store.read(db) if p.metric == paired]
+
+
 def test_append_reads_an_ab_run_whose_pairs_have_legs(cli, tmp_path):
     """`together` keeps each pair as two legs (DIR/side/pairNN/leg1, leg2): the verdict is the gate's (a side's
     value the geometric mean over its legs, not its best step over both), and every leg is a round."""

@@ -32,6 +32,9 @@ METHOD_VERSION = 3
 # incomparable by definition. The report's summaries never pool across them (report.tables.split_keys), nor a fit's
 # curves (fit.rows.pooled).
 INCOMPARABLE = ("method_version",)
+# A row's runner key: the trials that ran on its host while it ran (vitbench.executors.overlap, written by the
+# local executor); the report and the history mark its speed as measured on a shared host (report.caveats)
+OVERLAPPED = "overlapped"
 
 
 class Status(str, enum.Enum):

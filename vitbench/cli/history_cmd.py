@@ -116,7 +116,7 @@ def _page(doc: list[dict], out) -> None:
 
 
 def _table(series, new, path) -> None:
-    from vitbench.history.series import legend
+    from vitbench.history.series import AT_LEAST, legend
     from vitbench.report.caveats import MARK
 
     t = Table(title=f"history {escape(str(path))}", title_justify="left")
@@ -137,7 +137,7 @@ def _table(series, new, path) -> None:
         # the value the change points were found on: normalised, where they were (a newest commit measured on two
         # machines showed the raw median of both, labelled normalised)
         last = s.normalized[-1] if s.basis == "normalized" else s.values[-1]
-        newest = ("\u2265 " if s.at_least and s.at_least[-1] else "") + f"{last:.4g} {s.unit}" + \
+        newest = (AT_LEAST if s.at_least and s.at_least[-1] else "") + f"{last:.4g} {s.unit}" + \
             (" (normalized)" if s.basis == "normalized" else "") + \
             (f" [{s.caveats[-1]}]" if s.caveats and s.caveats[-1] else "")
         t.add_row(s.metric, escape(s.trial), str(len(s.commits)), escape(newest), escape("; ".join(cps) or "none"))

@@ -35,7 +35,7 @@ from vitbench.tasks.bench import Infer, Train
 from vitbench.tasks.bench_metrics import DECLARED as BENCH_METRICS
 from vitbench.tasks.bench_metrics import REAL_INPUT_TABLE, TABLE
 from vitbench.tasks.flops import Flops
-from vitbench.tasks.max_batch import MaxBatch
+from vitbench.tasks.max_batch import CAPPED, MaxBatch
 from vitbench.tasks.real_input import REAL_INPUT_PATHS
 
 # Two names, two meanings (issue 52 item 5): a task is what runs (bench runs task infer or train, a study's
@@ -287,7 +287,7 @@ def max_batch_cmd(
     m = rec.metrics
     budget = f"{m['memory_limit_mib']:.0f} MiB" if m["memory_limit_mib"] else "device memory"
     per = f" per device (x {rec.config['devices']} devices)" if "devices" in rec.config else ""
-    console.print(f"max_batch_size = [bold]{m['max_batch_size']}[/]{per}{' (capped)' if m['capped'] else ''} "
+    console.print(f"max_batch_size = [bold]{m['max_batch_size']}[/]{per}{' (capped)' if m[CAPPED] else ''} "
                   f"(budget {budget}, {m['probes']} probes, {m['search_s']:.1f} s)")
     if rec.status is not Status.OK:
         console.print(f"[red]{rec.status}[/]: {escape(rec.error.message) if rec.error else ''}")

@@ -49,7 +49,7 @@ from pydantic import BaseModel, ConfigDict, PositiveFloat
 from vitbench import forkservers, memory_budget
 from vitbench.executors import STOP_SIGNALS, Executor, Job, Outcome, failure, register_executor
 from vitbench.procmem import die_with_parent
-from vitbench.record import Record, Status, now
+from vitbench.record import OVERLAPPED, Record, Status, now
 from vitbench.store import LOGS_DIR, linked, log_path, open_in_store
 
 _LOG_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC  # opened by open_in_store: never through a link (store.py)
@@ -95,7 +95,7 @@ def _child_main(job: Job, result_path: str, log_path: str) -> None:
 
     with Presence(f"{job.study}/{job.key}", job.run_id) as presence:
         rec = run_trial(job)
-    rec.runner["overlapped"] = presence.overlapped
+    rec.runner[OVERLAPPED] = presence.overlapped
     # measured: a stop signal now waits until the record is whole in its place (the sweep then keeps it), then
     # ends the process as it would have (a handler, not a signal mask: any thread of the process may take it)
     held: list[int] = []

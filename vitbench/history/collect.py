@@ -28,8 +28,9 @@ from pathlib import Path
 
 from vitbench.errors import ConfigError, VitbenchWarning, clip
 from vitbench.history.store import ROWS_KEY, Point, Run
-from vitbench.record import finite_number
-from vitbench.store import AB_SIDES  # vitbench ab --results DIR: one subdirectory per side (vitbench.compare.ab)
+from vitbench.record import OVERLAPPED, finite_number
+# vitbench ab --results DIR: one subdirectory per side (vitbench.compare.ab), and its sides file's one reader
+from vitbench.store import AB_SIDES, ab_sides
 
 # A point's raw: why every round it rests on was marked (unstable, shared host: vitbench.report.caveats), or the
 # marked rounds' values left out of it and why
@@ -141,7 +142,7 @@ def points_of(rounds: list[list]) -> list[Point]:
     from vitbench.compare.calibrations import Calibrations
     from vitbench.compare.match import DEFAULT_IGNORE, labels, match_key
     from vitbench.record import Status
-    from vitbench.report.caveats import join_reasons, reason_set, reasons
+    from vitbench.report.caveats import UNSTABLE_FLAG, join_reasons, reason_set, reasons
     from vitbench.tasks import calibration_task
     from vitbench.tasks.calibration import SIZE
 
@@ -165,7 +166,7 @@ def points_of(rounds: list[list]) -> list[Point]:
             key = match_key(r, DEFAULT_IGNORE)
             first.setdefault(key, r)
             cal = size = None
-            marked = reasons(r.metrics.get("unstable"), r.runner.get("overlapped"))
+            marked = reasons(r.metrics.get(UNSTABLE_FLAG), r.runner.get(OVERLAPPED))
             if calib is not None:
                 try:
                     cal, size = calib.lookup(r)
@@ -221,7 +222,6 @@ def points_of(rounds: list[list]) -> list[Point]:
 def _ab_info(path: Path) -> tuple[dict, list[Point]]:
     """The gate's verdict and pair ratios, worked out again from the kept rounds by the default rule; and the
     paired points, where DIR/sides.json names the baseline's commit (else none, and the info says why)."""
-    import json
     import math
 
     from vitbench.compare.ab import METRIC, SIDES_FILE, Pairs, pair_loads, rows
@@ -235,17 +235,16 @@ def _ab_info(path: Path) -> tuple[dict, list[Point]]:
                           "(baseline/pairNN beside current/pairNN)")
     pairs, rule, gate = Pairs(), Rule(), pair_loads(path)
     for n in both:  # the gate's own reading of each pair's load where it kept one, as the gate decided on it
-        pairs.add(path / "baseline" / n, path / "current" / n, gate.get(n))
+        pairs.add(*(path / side / n for side in AB_SIDES), gate.get(n))
     table = rows(pairs, rule)
     info = {"verdict": verdict([r.decision for r in table]).value, "pairs": len(both),
             "rule": {"threshold": rule.threshold, "confidence": rule.confidence,
                      "statistic": pairs.statistic.value},
             "trials": {r.trial: {"decision": r.decision.value, "ratio": r.ratio, "ci": [r.ci_low, r.ci_high],
                                  "note": r.note} for r in table}}
-    try:
-        base = str(json.loads((path / SIDES_FILE).read_text())["baseline"]["commit"] or "")
-    except (OSError, ValueError, KeyError, TypeError):
-        base = ""
+    # the store's one reader of SIDES_FILE, as the report's (a file nested past json's depth ended the append in
+    # a RecursionError; a commit that is no text was recorded as its repr)
+    base = ((ab_sides(path) or {}).get(AB_SIDES[0]) or {}).get("commit", "")
     if not base or base.endswith("-dirty"):
         info["paired"] = (f"not recorded: {SIDES_FILE} names no baseline commit" if not base else
                           "not recorded: the baseline ran uncommitted changes")

@@ -31,7 +31,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from vitbench.errors import ConfigError
-from vitbench.history.series import legend
+from vitbench.history.series import AT_LEAST, legend
 from vitbench.numfmt import fmt
 from vitbench.paths import write_atomic
 from vitbench.record import finite_number
@@ -43,7 +43,6 @@ GENERATOR = "vitbench history page"  # the <meta name="generator"> that names th
 _SEAL = '<meta name="vitbench-sha256" content="{}">'
 _SEAL_RE = re.compile(r'<meta name="vitbench-sha256" content="([0-9a-f]{64})">')
 FILTERS = ("model", "backend", "task")
-AT_LEAST = "\u2265 "  # before a value that is a lower bound (a point's "at_least")
 W, H = 880, 300  # the chart's SVG size in px
 LEFT, RIGHT, TOP, BOTTOM = 72, 24, 28, 72  # margins in px: y labels, -, change labels, rotated commit labels
 MAX_LABELS = 30  # commit labels on one x axis at most (every k-th beyond)

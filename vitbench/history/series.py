@@ -102,6 +102,9 @@ def _machine_calibrations(items: list[tuple[Run, Point]]) -> dict[str, float]:
     return {m: statistics.median(c) for m, c in by_machine.items()}
 
 
+AT_LEAST = "\u2265 "  # before a value that is a lower bound (a point's "at_least"): the page's and the table's
+
+
 def legend(marked: int) -> str:
     """The line under a history's table or chart that has marked points."""
     from vitbench.report.caveats import MARK

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from vitbench.backends.base import Backend, default_backend, get_backend
 from vitbench.env import environment
-from vitbench.models.analytic import analytic_counts, pretrain_exaflops
+from vitbench.models.analytic import FLOPS_PER_MAC, analytic_counts, pretrain_exaflops
 from vitbench.models.families import family_modules, family_plugin
 from vitbench.models.specs import ModelSpec, get_spec
 from vitbench.record import Record, finite_number, now
@@ -53,7 +53,7 @@ def flops(model: str | ModelSpec, resolution: int | None = None, backend: str | 
         metrics["counted_cached"], metrics["counted_at"] = counted.cached, counted.at
         for name, c in counters.items():
             metrics[f"gmacs_{name}"] = c["macs"] / 1e9
-            metrics[f"gflops_{name}"] = 2 * c["macs"] / 1e9
+            metrics[f"gflops_{name}"] = FLOPS_PER_MAC * c["macs"] / 1e9
             metrics[f"rel_diff_{name}"] = c["macs"] / a.macs - 1
     if images is not None or epochs is not None:
         metrics["pretrain_images"] = images

@@ -16,6 +16,9 @@ from vitbench.backends.base import TimerKind
 from vitbench.choices import Choice
 from vitbench.measure.load import BUSY_CORES
 
+# A timed row's flag metric: some NoiseFlag was raised (its reasons: the row's `noise`, summary); the report and
+# the history mark a speed that rests on such rows (vitbench.report.caveats)
+UNSTABLE = "unstable"
 CV_LIMIT = 0.10  # pyperf: stdev >= 10 % of the mean
 SHORT_SAMPLE_S = 1e-3  # pyperf: a raw value under 1 ms is dominated by timer resolution and overhead
 MIN_SAMPLES = 3  # fewer samples have no spread to judge

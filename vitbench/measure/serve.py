@@ -33,7 +33,7 @@ from vitbench.env import environment
 from vitbench.errors import ConfigError, VitbenchWarning
 from vitbench.measure import loadgen
 from vitbench.measure.load import OTHER_LOAD, LoadMeter
-from vitbench.measure.noise import NoiseFlag, assess, summary
+from vitbench.measure.noise import UNSTABLE, NoiseFlag, assess, summary
 from vitbench.measure.throughput import resolve_step, step_config
 from vitbench.measure.timing import MIN_WINDOWS, compile_seconds, summarize_windows, window_steps_for
 from vitbench.record import ErrorInfo, Record, Status, now
@@ -205,7 +205,7 @@ def serve(step: Step, backend: str, device: str, threads: int | None, images: np
         "first_step_s": sum(p["first_step_s"] for p in prep.values()),
         "timer": be.timer.value,
         OTHER_LOAD: load.other_cores,
-        "unstable": bool(noise),
+        UNSTABLE: bool(noise),
         "noise": summary(noise),
     }
     if settings.scenario == "Server" and not given_qps:

@@ -32,7 +32,7 @@ from vitbench.env import environment
 from vitbench.errors import ConfigError
 from vitbench.measure import extra_work, group, ranks
 from vitbench.measure.load import OTHER_LOAD, LoadMeter
-from vitbench.measure.noise import assess, summary
+from vitbench.measure.noise import UNSTABLE, assess, summary
 from vitbench.measure.nvml import EnergyMeter
 from vitbench.measure.timing import (
     DEFAULT_TIMING,
@@ -43,7 +43,7 @@ from vitbench.measure.timing import (
     summarize_windows,
     window_steps_for,
 )
-from vitbench.models.analytic import analytic_counts
+from vitbench.models.analytic import TRAIN_FLOPS_PER_FORWARD, analytic_counts
 from vitbench.record import ErrorInfo, Record, Status, now
 
 KIND = "bench"
@@ -190,11 +190,11 @@ def bench(step: Step, backend: str | Backend | None = None, device: str = "cpu",
         "attention_kernel": attention.value if attention is not None else None,
         **group.group_metrics(step, info, batch / median_s),
         OTHER_LOAD: load.other_cores,
-        "unstable": bool(noise),
+        UNSTABLE: bool(noise),
         "noise": summary(noise),
     }
     fwd_gflops = analytic_counts(step.spec, step.resolution, step.num_classes).gflops
-    step_gflops = fwd_gflops * batch * (3 if step.mode == "train" else 1)
+    step_gflops = fwd_gflops * batch * (TRAIN_FLOPS_PER_FORWARD if step.mode == "train" else 1)
     metrics["gflops_per_img_fwd"] = fwd_gflops
     metrics["model_tflops_per_s"] = step_gflops / median_s / 1e3
     if with_mfu:  # per device: the group's FLOP/s over (peak x devices)

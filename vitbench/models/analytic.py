@@ -15,6 +15,15 @@ from vitbench.errors import ConfigError
 from vitbench.models.families import family_plugin
 from vitbench.models.specs import ModelSpec, get_spec
 
+# A multiply-accumulate is a multiply and an add: 2 FLOPs (the convention above; fvcore's and timm's GMACs, the ViT
+# paper's exaFLOPs). Every FLOP count vitbench derives from a MAC count uses it.
+FLOPS_PER_MAC = 2
+# A training step's FLOPs in forward FLOPs: forward + backward, the backward ~ 2x the forward (the gradients of
+# the activations and of the weights, each one matmul per forward matmul; Kaplan et al. 2020, "Scaling Laws for
+# Neural Language Models", Sec. 2.1: C = 6N per token against the forward's 2N). Pre-training compute, model
+# FLOP/s of a training step and the report's reference lines of a training panel all use it.
+TRAIN_FLOPS_PER_FORWARD = 3
+
 
 @dataclass(frozen=True)
 class Counts:
@@ -27,7 +36,7 @@ class Counts:
 
     @property
     def gflops(self) -> float:
-        return 2 * self.macs / 1e9
+        return FLOPS_PER_MAC * self.macs / 1e9
 
 
 def analytic_counts(spec: ModelSpec, resolution: int | None = None, num_classes: int | None = None) -> Counts:
@@ -40,7 +49,7 @@ def analytic_counts(spec: ModelSpec, resolution: int | None = None, num_classes:
 
 def train_flops_per_image(spec: ModelSpec, resolution: int | None = None, num_classes: int | None = None) -> float:
     """Training FLOPs per image: forward + backward = 3x forward (backward ~ 2x forward), 2 FLOPs per MAC."""
-    return 3 * 2 * analytic_counts(spec, resolution, num_classes).macs
+    return TRAIN_FLOPS_PER_FORWARD * FLOPS_PER_MAC * analytic_counts(spec, resolution, num_classes).macs
 
 
 def pretrain_exaflops(model: str | ModelSpec, images: float, epochs: float = 1.0, resolution: int | None = None,

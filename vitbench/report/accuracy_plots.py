@@ -136,7 +136,7 @@ def distilled_accuracy_vs_throughput(df: pd.DataFrame) -> Figure | None:
     distillation buys accuracy at no inference cost). Distilled arms of one model share its speed and are drawn
     side by side, a few percent apart. None unless some upstream had a teacher and its model's speed was
     measured at the transfer resolution (task `infer`)."""
-    rows = df[df["kind"].isin(("fewshot", "finetune"))] if "kind" in df.columns else df.iloc[0:0]
+    rows = df[df["kind"].isin(tables.DOWNSTREAM)] if "kind" in df.columns else df.iloc[0:0]
     speed = _infer_speed(df)
     if rows.empty or speed.empty or "accuracy" not in rows.columns or not tables.distilled(rows).any():
         return None

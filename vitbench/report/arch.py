@@ -24,6 +24,9 @@ from matplotlib.figure import Figure
 
 from vitbench.models.overrides import POSEMB_ATS, POSEMBS, TRANSFORMER_KEYS, render_value
 from vitbench.report.plots import _log_axis, plain
+from vitbench.tasks.fewshot import Fewshot
+from vitbench.tasks.finetune import Finetune
+from vitbench.tasks.pretrain import Pretrain
 
 # The architecture columns: a transformer's override fields (rows of families that take them all: vit, hybrid)
 ARCH_FIELDS = TRANSFORMER_KEYS
@@ -52,10 +55,10 @@ def _spec(model: str):
 def _series(row) -> str:
     """What kind of accuracy a row is: 'pre-training (upstream test)', 'k-shot linear' or 'fine-tuning'."""
     kind = row["kind"]
-    if kind == "fewshot":
+    if kind == Fewshot.kind:
         shots = row.get("shots")
         return f"{int(shots)}-shot linear" if pd.notna(shots) else "few-shot linear"
-    return {"finetune": "fine-tuning", "pretrain": "pre-training (upstream test)"}.get(kind, str(kind))
+    return {Finetune.kind: "fine-tuning", Pretrain.kind: "pre-training (upstream test)"}.get(kind, str(kind))
 
 
 def _frame(ok: pd.DataFrame) -> pd.DataFrame:

@@ -125,6 +125,7 @@ def build_report(results: str | Path, out: str | Path | None = None, formats: It
     `allow_other_files` (the report is then written beside them, none touched)."""
     from vitbench.outdir import OutputFolder, writing
     from vitbench.rows import CorruptLineWarning
+    from vitbench.tasks import Role, kinds_with_role
     from vitbench.tidy import load_each
 
     formats = parse_formats(formats)
@@ -132,7 +133,7 @@ def build_report(results: str | Path, out: str | Path | None = None, formats: It
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         # the trials and the calibration in one read, raw timings as the JSON text the trials files hold
-        df, cal = load_each(results, (None, ("calibration",)), raw_json=True)
+        df, cal = load_each(results, (None, sorted(kinds_with_role(Role.CALIBRATION))), raw_json=True)
     if df.empty:
         skipped = [str(w.message) for w in caught if issubclass(w.category, CorruptLineWarning)]
         raise ConfigError(f"{results}: no trial records to report on ("

@@ -19,12 +19,14 @@ import numpy as np
 import pandas as pd
 
 from vitbench.measure.noise import CV_LIMIT
+from vitbench.measure.noise import UNSTABLE as UNSTABLE_FLAG  # the timed row's flag (history reads it from here)
+from vitbench.record import OVERLAPPED as OVERLAPPED_KEY
 
 CAVEAT = "caveat"  # the column: per trial row, and per summary row
 MARK = "\u26a0"  # starts a marked value's caveat: the value rests on unstable or co-scheduled rows only
-UNSTABLE = "unstable"
+UNSTABLE = "unstable"  # the reason a caveat names (a word shown, not the flag's name: UNSTABLE_FLAG)
 SHARED = "shared host"
-OVERLAPPED = "runner.overlapped"  # the store's column: other trials that ran on the row's host at the same time
+OVERLAPPED = f"runner.{OVERLAPPED_KEY}"  # the tidy column: other trials that ran on the row's host meanwhile
 LEGEND = (f"{MARK} in caveat: the value rests only on rows flagged unstable (their `noise`: CV >= "
           f"{CV_LIMIT:.2f}, other processes' load, few or short samples, samples that drift, the GPU slowing "
           "down) or measured while other trials ran on the same host (shared host): read it as a rough figure, "
@@ -71,7 +73,7 @@ def reasons(unstable, overlapped) -> str:
 
 def row_caveats(df: pd.DataFrame) -> pd.Series:
     """Per row: its `reasons`."""
-    unstable = df["unstable"] if "unstable" in df else pd.Series(None, index=df.index, dtype=object)
+    unstable = df[UNSTABLE_FLAG] if UNSTABLE_FLAG in df else pd.Series(None, index=df.index, dtype=object)
     over = df[OVERLAPPED] if OVERLAPPED in df else pd.Series(None, index=df.index, dtype=object)
     return pd.Series([reasons(u, o) for u, o in zip(unstable.tolist(), over.tolist())], index=df.index,
                      dtype=object)

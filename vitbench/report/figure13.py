@@ -25,6 +25,7 @@ from matplotlib.figure import Figure
 
 from vitbench.report import caveats, plots, tables
 from vitbench.report.caveats import CAVEAT
+from vitbench.tasks.flops import KIND as FLOPS  # the flops rows' kind (their forward GFLOPs per image)
 
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 _FILLS = ("full", "none")  # first backend filled, the others hollow
@@ -41,7 +42,7 @@ def _gflops(df: pd.DataFrame, model: str, resolution) -> float:
     from vitbench.models.specs import get_spec
 
     if "kind" in df.columns and "gflops" in df.columns:
-        fl = df[(df["kind"] == "flops") & (df["model"] == model) & (_num(df, "resolution") == resolution)]
+        fl = df[(df["kind"] == FLOPS) & (df["model"] == model) & (_num(df, "resolution") == resolution)]
         v = _num(fl, "gflops").dropna()
         if len(v):
             return float(v.iloc[0])

@@ -16,8 +16,11 @@ from matplotlib.ticker import NullFormatter
 
 from vitbench.report import tables
 from vitbench.report.plots import plain
+from vitbench.tasks.upstream import Objective
 
-KINDS = ("fewshot", "finetune")
+KINDS = tables.DOWNSTREAM
+# the upstream's objectives, as its field declares them (a row without the field ran the default, supervised)
+SUPERVISED, MASKED_PATCH, NONE = Objective.SUPERVISED.value, Objective.MASKED_PATCH.value, Objective.NONE.value
 ARM_OF = ("objective", "mask_target", "mask_rate")  # the settings an `arm` label says (_with_objective)
 
 
@@ -26,18 +29,18 @@ def _with_objective(df: pd.DataFrame) -> pd.DataFrame:
     if df.empty or "kind" not in df.columns or "accuracy" not in df.columns:
         return df.iloc[0:0]
     df = df[df["kind"].isin(KINDS)].copy()
-    obj = df["objective"] if "objective" in df.columns else pd.Series("supervised", index=df.index)
-    df["objective"] = obj.fillna("supervised").astype(str)
+    obj = df["objective"] if "objective" in df.columns else pd.Series(SUPERVISED, index=df.index)
+    df["objective"] = obj.fillna(SUPERVISED).astype(str)
     target = df.get("mask_target", pd.Series("", index=df.index)).fillna("").astype(str)
     rate = pd.to_numeric(df.get("mask_rate", pd.Series(float("nan"), index=df.index)), errors="coerce")
-    mp = df["objective"] == "masked_patch"
-    df["arm"] = df["objective"].where(~mp, "masked_patch " + target + " @" + rate.map(lambda r: f"{r:g}"))
+    mp = df["objective"] == MASKED_PATCH
+    df["arm"] = df["objective"].where(~mp, f"{MASKED_PATCH} " + target + " @" + rate.map(lambda r: f"{r:g}"))
     df["accuracy"] = pd.to_numeric(df["accuracy"], errors="coerce")
     x = df["pretrain_exaflops"] if "pretrain_exaflops" in df.columns else df.get(
         "exaflops", pd.Series(float("nan"), index=df.index))  # neither column: rows that never recorded it
     # unknown stays unknown: only no pre-training is 0 FLOPs (a supervised row that never recorded its compute
     # was drawn as the random init's band)
-    df["pretrain_exaflops"] = pd.to_numeric(x, errors="coerce").mask(df["objective"].eq("none") & x.isna(), 0.0)
+    df["pretrain_exaflops"] = pd.to_numeric(x, errors="coerce").mask(df["objective"].eq(NONE) & x.isna(), 0.0)
     return df
 
 
@@ -45,7 +48,7 @@ def objectives(ok: pd.DataFrame) -> pd.DataFrame:
     """Accuracy per objective arm, downstream kind (and shots) and pre-training budget, across seeds (mean, std,
     min, max, n); empty unless some row was pre-trained by another objective than supervised."""
     df = _with_objective(ok)
-    if df.empty or (df["objective"] == "supervised").all():
+    if df.empty or (df["objective"] == SUPERVISED).all():
         return pd.DataFrame()
     base = [c for c in ("kind", "shots", "model", "arm", "pretrain_steps") if c in df.columns]
     # and every other setting that varies (the dataset, the resolution, ...): two benchmarks were averaged as two
@@ -71,7 +74,7 @@ def accuracy_vs_compute(df: pd.DataFrame) -> Figure | None:
     panels = list(table.groupby(panel_keys, dropna=False, sort=True))[:4]
     fig = Figure(figsize=(5.4 * len(panels) + 3.4, 4.6), layout="constrained")
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
-    arms = sorted(table["arm"].unique(), key=lambda a: (a != "supervised", a != "none", a))
+    arms = sorted(table["arm"].unique(), key=lambda a: (a != SUPERVISED, a != NONE, a))
     colors = {a: f"C{i}" for i, a in enumerate(arms)}
     for ax, (key, sub) in zip(axes, panels):
         key = key if isinstance(key, tuple) else (key,)

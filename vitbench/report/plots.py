@@ -24,10 +24,12 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter, NullLocator, ScalarFormatter
 
+from vitbench.models.analytic import TRAIN_FLOPS_PER_FORWARD
 from vitbench.models.specs import all_specs
 from vitbench.report import caveats, tables
 from vitbench.report.caveats import CAVEAT, caveat_legend_entry, mark_caveats
 from vitbench.report.parts import NotDrawn
+from vitbench.tasks.bench import Infer, Train
 
 FAMILY_STYLE = {"other": ("D", "Greys", "other")}
 _LINES = ("-", "--", ":", "-.")
@@ -192,9 +194,14 @@ def _device(df: pd.DataFrame) -> str:
     return "?"
 
 
+def _what(task: str) -> str:
+    """How a panel's labels name a bench task's speed: 'inference', 'training', else the task's name."""
+    return {Infer.name: "inference", Train.name: "training"}.get(task, task)
+
+
 def _task_panels(pt: pd.DataFrame, width: float, height: float):
     """One panel per task (infer, train first): the figure and [(axes, task, that task's rows)]."""
-    task_list = [t for t in ("infer", "train") if t in set(pt["task"])] or sorted(set(pt["task"]))
+    task_list = [t for t in (Infer.name, Train.name) if t in set(pt["task"])] or sorted(set(pt["task"]))
     fig = Figure(figsize=(width * len(task_list) + 1.6, height), layout="constrained")
     axes = fig.subplots(1, len(task_list), squeeze=False)[0]
     return fig, [(ax, task, pt[pt["task"] == task]) for ax, task in zip(axes, task_list)]
@@ -237,7 +244,7 @@ def throughput_vs_resolution(df: pd.DataFrame) -> Figure | NotDrawn | None:
         ax.set_yscale("log")
         _log_axis(ax.yaxis)
         _size_axis(ax, sub["resolution"])
-        what = "inference" if task == "infer" else ("training" if task == "train" else task)
+        what = _what(task)
         ax.set_ylabel(f"Peak {what} speed [img/s] (median over repeats)")
         ax.set_title(f"{what.capitalize()} throughput vs input size ({_device(sub)}; best batch per point)",
                      fontsize=10)
@@ -362,13 +369,13 @@ def gflops_vs_throughput(df: pd.DataFrame) -> Figure | NotDrawn | None:
             caveat_legend_entry(ax)
             n += 1
         apart = [k for k in tables.varying(sub, keys) if k not in ("model", "family")]
-        n += _reference_lines(ax, sub, m, apart, TRAIN_STEP_FLOPS if task == "train" else 1)
+        n += _reference_lines(ax, sub, m, apart, TRAIN_FLOPS_PER_FORWARD if task == Train.name else 1)
         ax.set_xscale("log")
         ax.set_yscale("log")
         _log_axis(ax.xaxis)
         _log_axis(ax.yaxis)
         ax.set_xlabel("Forward cost [GFLOPs per image] (1 MAC = 2 FLOPs)")
-        what = "inference" if task == "infer" else ("training" if task == "train" else task)
+        what = _what(task)
         ax.set_ylabel(f"Measured peak {what} speed [img/s]\n(median over repeats, best batch)")
         ax.set_title(f"Theoretical cost vs measured {what} speed ({_device(sub)}"
                      + ("; labels: input px)" if label_points else ")"), fontsize=10)
@@ -378,7 +385,6 @@ def gflops_vs_throughput(df: pd.DataFrame) -> Figure | NotDrawn | None:
 
 
 _REF_GREYS = ("0.6", "0.35", "0.75", "0.2", "0.5")
-TRAIN_STEP_FLOPS = 3  # a training step's FLOPs in forward FLOPs (forward + backward; docs/measurement.md)
 
 
 def _reference_lines(ax, sub: pd.DataFrame, marked: pd.Series, apart: list[str], per_forward: float = 1) -> int:
@@ -386,7 +392,7 @@ def _reference_lines(ax, sub: pd.DataFrame, marked: pd.Series, apart: list[str],
     line per value of the settings that vary between the panel's series other than the model (`apart`): one
     median over fp32 and bf16 points drew a line through neither. Labelled with those settings where there are
     any ('constant N GFLOP/s' alone otherwise). The x axis is the forward cost; `per_forward`: the step's FLOPs
-    per forward FLOP (TRAIN_STEP_FLOPS in a training panel), so the label is the step's FLOP/s, as
+    per forward FLOP (TRAIN_FLOPS_PER_FORWARD in a training panel), so the label is the step's FLOP/s, as
     model_tflops_per_s is (a training panel read 1/3 of it). How many lines it drew (legend entries)."""
     groups = list(sub.groupby([tables.hashable(sub[k]) for k in apart], dropna=False, sort=True)) if apart \
         else [((), sub)]
@@ -408,7 +414,7 @@ def _reference_lines(ax, sub: pd.DataFrame, marked: pd.Series, apart: list[str],
     return n
 
 
-def _infer_speed(df: pd.DataFrame, speed_task: str = "infer") -> pd.DataFrame:
+def _infer_speed(df: pd.DataFrame, speed_task: str = Infer.name) -> pd.DataFrame:
     """Peak img/s of `speed_task`'s rows (median over repeats, then the best batch) per model, resolution,
     backend, precision and device: the speed every figure of accuracy against speed shows."""
     if "task" not in df.columns or "img_per_s" not in df.columns:

@@ -21,9 +21,18 @@ from vitbench.models.specs import get_spec
 from vitbench.record import INCOMPARABLE
 from vitbench.report import caveats
 from vitbench.report.caveats import CAVEAT, OVERLAPPED
+from vitbench.tasks.bench_metrics import METRICS as BENCH_METRICS
+from vitbench.tasks.fewshot import Fewshot
 from vitbench.tasks.fields import shared_default
+from vitbench.tasks.finetune import Finetune
 from vitbench.tasks.max_batch import MaxBatch
+from vitbench.tasks.pretrain import Pretrain
 from vitbench.tasks.upstream import TEACHER_FIELDS  # what tells a distilled upstream apart (absent without one)
+
+# The record kinds of transfer accuracy, as their tasks declare them: the downstream evaluations (few-shot linear,
+# fine-tuning) and the upstream's own test (the report's sections, views.py, and the figures that pick them out)
+DOWNSTREAM = (Fewshot.kind, Finetune.kind)
+PRETRAIN = Pretrain.kind
 
 # Trial fields left out of the config at their defaults (key_neutral in tasks.fields.SHARED): a row without them
 # ran with the default.
@@ -194,16 +203,20 @@ def throughput(ok: pd.DataFrame, across: tuple[str, ...] = (),
                      carry=carry)
 
 
+# (qualifier, the metric it qualifies): the bench metrics' Metric.bounded_by (memory_kind beside peak_mem_mib,
+# compile_cached beside compile_s), as compare and history read them
+_QUALIFIERS = tuple((q, m.name) for m in BENCH_METRICS for q in m.bounded_by)
+
+
 def throughput_table(ok: pd.DataFrame) -> pd.DataFrame:
     """The report's throughput section: `throughput`, and where the rows' memory kinds differ, each row's beside
     its peak_mem_mib (peak memory of two kinds is two quantities: CUDA-graph replays' reserved peak, XLA's plan,
     an allocator's peak; vitbench.backends.kinds.MemoryKind); where some compiles came from the compile cache and
     some did not, each row's `compile_cached` beside its compile_s (a cold compile's 0.35 s and a cache load's
     0.10 s read as one median of 0.22 s, neither; compare and history keep them apart)."""
-    carry = {col: distinct for col in ("memory_kind", "compile_cached")
-             if col in ok and ok[col].dropna().astype(str).nunique() >= 2}
+    carry = {col: distinct for col, _ in _QUALIFIERS if col in ok and ok[col].dropna().astype(str).nunique() >= 2}
     out = throughput(ok, carry=carry or None)
-    for col, beside in (("memory_kind", "peak_mem_mib"), ("compile_cached", "compile_s")):
+    for col, beside in _QUALIFIERS:
         if col in out and beside in out:  # beside the number it qualifies
             out.insert(out.columns.get_loc(beside) + 1, col, out.pop(col))
     return out

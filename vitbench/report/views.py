@@ -10,13 +10,9 @@ from vitbench.report import (accuracy_plots, arch, devices, figure13, fit_figure
                              tables)
 from vitbench.report.caveats import CAVEAT
 from vitbench.report.parts import Figure, NotDrawn, ReportPart, register_report, report_parts
+from vitbench.report.tables import DOWNSTREAM, PRETRAIN
 from vitbench.tasks import bench, flops, inspection, max_batch, serve
-from vitbench.tasks.fewshot import Fewshot
-from vitbench.tasks.finetune import Finetune
-from vitbench.tasks.pretrain import Pretrain
 
-DOWNSTREAM = (Fewshot.kind, Finetune.kind)
-PRETRAIN = Pretrain.kind
 __all__ = ["report_parts"]  # every section, the built-in ones registered below included
 
 
@@ -55,10 +51,10 @@ register_report(ReportPart(
     "max_batch", "Largest batch that fits (median over repeats; \u2265 N: the search reached its cap N, the "
     "largest batch is N or more; per device where devices > 1; process_peak_mib: the probe's whole-process peak, "
     "what was held to memory_limit_mib)", (max_batch.KIND,), tables.max_batch,
-    # every key of the table (tables.MAX_BATCH_KEYS): rows of 1 and 2 devices, or compile on and off, read as
-    # one configuration's rows with nothing to tell them apart; one value in every row folds into the caption
-    columns=("model", "backend", "mode", "device", "devices", "parallelism", "precision", "compile", "resolution",
-             "max_batch", "peak_mem_mib", "process_peak_mib", "memory_limit_mib"),
+    # every key of the table but the family (the model's): rows of 1 and 2 devices, or compile on and off, read
+    # as one configuration's rows with nothing to tell them apart; one value in every row folds into the caption
+    columns=(*(k for k in tables.MAX_BATCH_KEYS if k != "family"), "max_batch", "peak_mem_mib", "process_peak_mib",
+             "memory_limit_mib"),
     figures=(Figure("max_batch_vs_resolution", "Largest batch vs input size (cf. paper Figure 12, right)",
                     plots.max_batch_vs_resolution),),
     order=20))

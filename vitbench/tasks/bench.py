@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field, ValidationInfo, model_validator
 
 from vitbench.backends.base import Capability, Step, StopRule
+from vitbench.measure.noise import UNSTABLE
 from vitbench.measure.timing import DEFAULT_TIMING, MIN_WINDOWS, TARGET_WINDOWS, TimingMode
 from vitbench.record import Record
 from vitbench.tasks import Task, register_task
@@ -123,7 +124,7 @@ class Train(_Bench):
             rec.metrics.update(got)
             rec.raw.update(raw)
             if got["real_input_noise"]:  # the row is as trustworthy as its least trustworthy part
-                rec.metrics["unstable"] = True
+                rec.metrics[UNSTABLE] = True
                 rec.metrics["noise"] = "; ".join(filter(None, (rec.metrics.get("noise"),
                                                                f"real images: {got['real_input_noise']}")))
         return rec

@@ -15,7 +15,8 @@ import math
 
 from vitbench.backends.kinds import MemoryKind
 from vitbench.record import Record, finite_number
-from vitbench.tasks import COMPILE_CACHED, OTHER_LOAD_CORES, TEXT, Metric
+from vitbench.measure.noise import UNSTABLE
+from vitbench.tasks import COMPILE_CACHED, FLAG, OTHER_LOAD_CORES, TEXT, Metric
 
 
 def step_samples(rec: Record) -> list[float] | None:
@@ -62,7 +63,7 @@ TIMING = (
            "can be less than min_seconds, most in latency timing"),
     Metric("timer", TEXT, True, "the clock the steps were timed with (host_clock; device events on a GPU)"),
     OTHER_LOAD_CORES,
-    Metric("unstable", "bool", False, "the samples look untrustworthy (vitbench.measure.noise: CV, other load, "
+    Metric(UNSTABLE, FLAG, False, "the samples look untrustworthy (vitbench.measure.noise: CV, other load, "
            "few or short samples, drift, the GPU slowing down)"),
     Metric("noise", TEXT, False, "why the row is unstable, one clause per flag (null: stable)"),
 )
@@ -126,7 +127,7 @@ FLOPS = (
     Metric("peak_by", TEXT, True, "the datasheet row, or what measured the best matmul"),
     Metric("peak_measured_at", TEXT, True, "when the measured peak was read (ISO 8601, local "
            "time: not the UTC of ISO_TIME)"),
-    Metric("peak_provisional", "bool", False, "every reading of the peak was taken while the machine was busy"),
+    Metric("peak_provisional", FLAG, False, "every reading of the peak was taken while the machine was busy"),
     Metric("mfu", "fraction", True, "model FLOP/s / the device's peak for the precision (peak_source: datasheet "
            "or measured), at most 1"),
     Metric("mfu_over_peak", "x", False, "model FLOP/s / the peak where that passed 1 (mfu capped at 1; null: it "

@@ -6,7 +6,7 @@ from pydantic import BaseModel, Field, ValidationInfo, model_validator
 
 from vitbench.backends.base import Capability
 from vitbench.record import Record
-from vitbench.tasks import COMPILE_CACHED, ISO_TIME, Metric, Task, register_task
+from vitbench.tasks import COMPILE_CACHED, FLAG, ISO_TIME, Metric, Task, register_task
 from vitbench.tasks.fields import named, params_model
 from vitbench.transfer.config import key_neutral
 from vitbench.transfer.limits import MAX_DATASET_IMAGES
@@ -47,7 +47,7 @@ class Flops(Task):
                Metric("pretrain_exaflops", "exaFLOPs", False, "pre-training compute (3 x forward FLOPs x images x "
                       "epochs; the paper's convention)"),
                COMPILE_CACHED,
-               Metric("counted_cached", "bool", True, "the counters' counts came from vitbench's value cache "
+               Metric("counted_cached", FLAG, True, "the counters' counts came from vitbench's value cache "
                       "(vitbench.value_cache: same code, versions, compiler settings, host and model) instead of "
                       "being counted in this trial; absent: nothing counted (count: false)"),
                Metric("counted_at", ISO_TIME, False, "when the counters' counts were counted (earlier than "

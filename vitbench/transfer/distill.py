@@ -79,9 +79,9 @@ class Teacher:
 
 def teacher_forward_flops(spec, resolution: int, num_classes: int) -> float:
     """FLOPs of one teacher forward per image seen: 2 x analytic MACs (1 MAC = 2 FLOPs; no backward)."""
-    from vitbench.models.analytic import analytic_counts
+    from vitbench.models.analytic import FLOPS_PER_MAC, analytic_counts
 
-    return 2 * analytic_counts(spec, resolution, num_classes).macs
+    return FLOPS_PER_MAC * analytic_counts(spec, resolution, num_classes).macs
 
 
 def load_teacher(backend, weights: dict, spec, resolution: int, num_classes: int, class_names: list | None,

@@ -153,11 +153,11 @@ def num_masked(mp: MaskedPatch, n: int) -> int:
 def train_flops_per_image(spec, resolution: int, mp: MaskedPatch) -> float:
     """Training FLOPs per image seen: 3 x forward (forward + backward) x 2 FLOPs per MAC, of the encoder (without
     a classifier) plus the prediction head on the corrupted positions."""
-    from vitbench.models.analytic import analytic_counts
+    from vitbench.models.analytic import FLOPS_PER_MAC, TRAIN_FLOPS_PER_FORWARD, analytic_counts
 
     n, p = geometry(spec, resolution)
     head_macs = num_masked(mp, n) * sequence(spec).token_width * outputs(mp.target, p)
-    return 3 * 2 * (analytic_counts(spec, resolution, 0).macs + head_macs)
+    return TRAIN_FLOPS_PER_FORWARD * FLOPS_PER_MAC * (analytic_counts(spec, resolution, 0).macs + head_macs)
 
 
 def init_head(spec, resolution: int, mp: MaskedPatch, seed: int) -> dict[str, np.ndarray]:
