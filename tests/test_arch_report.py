@@ -75,6 +75,19 @@ def test_rows_without_a_seed_count_as_seeds_of_their_own():
     assert t.loc[("none", "input"), "seeds"] == 3
 
 
+def test_rows_that_do_not_say_their_dataset_are_a_panel_of_their_own_with_their_default():
+    """A posemb study whose older rows do not say their fine-tuning dataset (blank) beside rows on digits: the
+    blank rows' panel drew their dots and their default's line, as the named dataset's does."""
+    ok = pd.concat([_rows({"ViT-Nano/4": [0.9, 0.92], "ViT-Nano/4[posemb=none]": [0.8, 0.82]}, kind="finetune",
+                          dataset="digits"),
+                    _rows({"ViT-Nano/4": [0.4, 0.42], "ViT-Nano/4[posemb=none]": [0.45, 0.47]}, kind="finetune",
+                          dataset=None)])
+    fig = arch.posemb_figure(ok)
+    assert len(fig.axes) == 2
+    for ax in fig.axes:  # each panel: its two cells' dots and its own default's dashed line
+        assert len(ax.collections) >= 2 and [ln for ln in ax.lines if ln.get_linestyle() == "--"], ax.get_title()
+
+
 def test_two_downstream_datasets_are_never_averaged_as_seeds():
     """A posemb, head and shape study fine-tuned on two datasets (digits near 0.9, pets near 0.4): each table kept
     one row per model, its mean 0.65 over both datasets as 'seeds' with their 0.29 spread as the seeds' std

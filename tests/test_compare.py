@@ -286,6 +286,9 @@ def test_a_largest_batch_at_the_search_cap_is_said_to_be_a_lower_bound():
     assert dropped.decision == "regression" and dropped.note == "baseline capped: its max_batch_size is a lower " \
         "bound (\u2265 128)"
     assert compare([mb(64, False)], [mb(64, False)]).rows[0].note == ""
+    # one repeat of two at the cap: the side's median rests on a lower bound, so it is one too
+    some = compare([mb(128, True), mb(120, False, repeat=1)], [mb(64, False)]).rows[0]
+    assert some.note.startswith("baseline capped: its max_batch_size is a lower bound"), some.note
 
 
 def test_a_lower_bound_is_marked_beside_its_value_in_every_format():

@@ -289,7 +289,7 @@ def test_a_marked_measurement_is_marked_in_the_history(cli, tmp_path):
         assert cli("history", "append", _results(tmp_path / c, sha[c], 100.0, 0.05, unstable=False), "--db",
                    db).exit_code == 0
     _results(tmp_path / "c" / "round1", sha["c"], 101.0, 0.05, unstable=False)
-    _results(tmp_path / "c" / "round2", sha["c"], 50.0, 0.05, unstable=True)  # a busy round: left out
+    _results(tmp_path / "c" / "round2", sha["c"], 50.0, 0.10, unstable=True)  # a busy round: left out
     other = [{"pid": 4242, "command": "python other_sweep.py", "cwd": "/elsewhere"}]
     _results(tmp_path / "d", sha["d"], 60.0, 0.05, unstable=False, overlapped=other)  # only a shared-host round
     for c in "cd":
@@ -297,6 +297,7 @@ def test_a_marked_measurement_is_marked_in_the_history(cli, tmp_path):
         assert r.exit_code == 0, r.output
     pts = {run.commit[0]: p for run, p in store.read(db) if p.model == "ViT-Nano/4" and p.metric == "img_per_s"}
     assert pts["c"].value == f64(101.0, 3) and pts["c"].raw["left_out"] == [f64(50.0, 3)]
+    assert pts["c"].calibration == 0.05  # the calibration of the round kept, not the median with the left-out 0.10
     assert pts["c"].raw["left_out_why"] == "unstable" and "caveat" not in pts["c"].raw
     assert pts["d"].raw["caveat"] == "shared host" and "caveat" not in pts["a"].raw
     doc = json.loads(cli("history", "--db", db, "--format", "json", "-m", "img_per_s").output)
@@ -338,6 +339,52 @@ def test_a_largest_batch_at_the_search_cap_shows_as_a_lower_bound(cli, tmp_path)
     assert r.exit_code == 0 and "\u2265 128 images" in " ".join(r.output.split()), r.output
     page = (tmp_path / "page.html").read_text()
     assert "\u2265 128 images at bbbbbbbbbbbb" in page and "\u2265 64" not in page
+    # one round of two at the cap (c), or one of two appends of a commit (d): the point rests on a lower bound;
+    # a newest commit not at the cap (e) reads as the plain number
+    for c, rounds in (("c", [(128, True), (120, False)]), ("d", [(100, False)]), ("d", [(128, True)]),
+                      ("e", [(96, False)])):
+        d = tmp_path / f"{c}{len(list(tmp_path.glob(c + '*')))}"
+        d.mkdir()
+        env = {"torch": "2.15.0", "git_sha": c * 40, "hostname": "vm", "cpu_model": "AMD EPYC", "cpu_count": 2,
+               "device_name": "cpu"}
+        write_jsonl(d / "results.jsonl", [record("max_batch", dict(cfg), metrics={
+            "max_batch_size": v, "capped": capped, "memory_limit_mib": 512.0}, key=f"k{i}", trial=dict(cfg),
+            repeat=i, env=env, run_id=str(d)) for i, (v, capped) in enumerate(rounds)])
+        r = cli("history", "append", d, "--db", db)
+        assert r.exit_code == 0, r.output
+    doc = json.loads(cli("history", "--db", db, "--format", "json", "-m", "max_batch_size").output)
+    assert [p.get("at_least", False) for p in doc["series"][0]["points"]] == [False, True, True, True, False]
+    r = cli("history", "--db", db, "-m", "max_batch_size")
+    text = " ".join(r.output.split())
+    assert r.exit_code == 0 and "\u2502 96 \u2502" in text and "\u2265" not in text, text  # the newest's cell
+
+
+def test_a_commits_marked_append_is_left_out_for_its_clean_one(tmp_path):
+    """A commit appended twice, once from a clean run (100 img/s) and once from a run every round of which was
+    marked (50, unstable): its point is the clean run's, the marked one's rounds said to be left out (not the
+    median 75 of both, a false 25 % drop)."""
+    from vitbench.history import series as hs
+
+    marked = _point(50.0)
+    marked.raw.update(caveat="unstable", rounds=[50.0, 51.0, 49.0])  # three rounds, each marked
+    rows = [(_run("c000", 0), _point(100.0)), (_run("c001", 1), _point(100.0)), (_run("c001", 2), marked)]
+    (s,) = hs.build(rows)
+    assert s.values == [100.0, 100.0] and s.caveats == ["", "3 unstable round(s) left out"]
+
+
+def test_a_change_point_just_after_a_marked_point_says_so(cli, tmp_path):
+    """The commits a change point lies between are the last before it and the first after: a marked point (rounds
+    measured beside other trials) just before the step makes the step unconfirmed, as one just after does."""
+    db = tmp_path / "h.sqlite"
+    for i, v in enumerate([100.0] * 5 + [50.0] * 5):
+        pt = _point(v)
+        if i in (0, 4):
+            pt.raw["caveat"] = "shared host"
+        store.append(db, _run(f"{i:x}" * 40, i), [pt])
+    r = cli("history", "--db", db, "-m", "img_per_s")
+    text = " ".join(r.output.split())
+    assert "x0.500" in text and "beside a marked point" in text, text
+    assert "2 point(s) rest only on rounds flagged" in text, text  # the legend counts points, not series
 
 
 def test_a_change_points_confidence_is_shown_to_the_tests_resolution(cli, tmp_path):
@@ -365,6 +412,8 @@ def test_append_records_a_sweep_with_commit_machine_and_calibration(cli, tmp_pat
     assert run.commit == "a" * 40 and run.machine == "vm|AMD EPYC|2|cpu" and run.source == "sweep"
     assert pt.calibration == 0.05 and pt.value == f64(100.0, 3)  # 8 / median(8 / 100) x 8 / 8: the record's img/s
     assert pt.raw["matmul_n"] == 1024  # the calibration's matrix size (its config's, in this row from before)
+    mem = next(p for _, p in rows if p.model == "ViT-Nano/4" and p.metric == "peak_mem_mib")
+    assert mem.calibration is None and mem.raw["calibrations"] == []  # a memory is no speed: never divided by it
     assert run.commit_date is None  # not a commit of --repo: no date, ordered by the run's
     r = cli("history", "append", _results(tmp_path / "r2", "b" * 40 + "-dirty", 100.0, 0.05), "--db", db)
     assert r.exit_code == 2 and "uncommitted" in r.output and "r2" in r.output

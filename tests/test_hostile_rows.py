@@ -109,6 +109,20 @@ def test_the_calibration_bounds_are_far_from_any_machine():
     assert 0 < metric.minimum == MIN_TFLOPS <= 0.099 / 1000
 
 
+def test_a_calibration_at_the_least_is_read_and_one_below_it_refused():
+    """MIN_TFLOPS is the least a calibration sample can be: a sample at it is a measurement, one half of it was
+    never measured (the bound is the samples' own, not only the far-off 1e-305 a row edited to it holds)."""
+    from test_compare import calibration_record
+
+    from vitbench.tasks import row_check
+    from vitbench.tasks.calibration import MIN_TFLOPS
+
+    check = row_check()
+    assert check(calibration_record([MIN_TFLOPS] * 3)) is None
+    bad = check(calibration_record([0.1, MIN_TFLOPS / 2, 0.1]))
+    assert bad is not None and bad.refuse and f"at least {MIN_TFLOPS:g}" in bad.text, bad
+
+
 def test_a_good_calibration_still_normalises(cli, calibrated):
     r = cli("compare", calibrated["good"], calibrated["good"], "--normalize")
     assert r.exit_code == 0, r.output[-2000:]

@@ -161,6 +161,20 @@ def test_a_plugin_that_failed_to_import_fails_again_on_the_next_load(monkeypatch
     assert registry._STATE.outside_loaded
 
 
+def test_a_built_in_module_that_failed_to_import_fails_again_on_the_next_load(monkeypatch):
+    """A kind whose built-in module raised while imported is not marked loaded: the next caller gets the error
+    again, not a registry silently missing that kind's plug-ins."""
+    from vitbench import registry
+
+    monkeypatch.setattr(registry, "_STATE", registry._State())
+    monkeypatch.delenv(registry.ENV_PLUGINS, raising=False)
+    monkeypatch.setitem(registry.BUILTIN_MODULES, registry.Kind.PARALLELISM, ("vitbench_no_such_builtin",))
+    for _ in range(2):
+        with pytest.raises(ModuleNotFoundError, match="vitbench_no_such_builtin"):
+            registry.load_plugins(registry.Kind.PARALLELISM)
+    assert registry.Kind.PARALLELISM not in registry._STATE.loaded
+
+
 def _with_plugin(tmp_path: Path, name: str, source: str, *args: str, code: str | None = None):
     """Run `vitbench *args` (or the Python `code`) with the module `name` (`source`) as $VITBENCH_PLUGINS."""
     (tmp_path / f"{name}.py").write_text(source)

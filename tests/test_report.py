@@ -150,6 +150,14 @@ def test_repeats_measured_by_two_vitbench_commits_are_said_to_pool_them(tmp_path
     assert len(said) == 1 and said[0].startswith("1 trial(s) pool ok repeats measured by 2 vitbench commits (")
     assert "a" * 24 in said[0] and "b" * 24 in said[0] and "c" * 24 not in said[0]
     assert not [w for w in build_report(tmp_path / "one", formats="csv", plots=False).warnings if "commits" in w]
+    with Store(tmp_path / "failed") as st:  # an error repeat at another commit is in no median: not said
+        for repeat, (sha, status) in enumerate((("a" * 40, "ok"), ("a" * 40, "ok"), ("b" * 40, "error"))):
+            st.append(record("bench", cfg, metrics={"img_per_s": 100.0} if status == "ok" else {},
+                             env={"git_sha": sha}, key=trial_key(cfg, repeat), study="s", run_id=f"r{repeat}",
+                             repeat=repeat, trial=cfg, status=status,
+                             error=None if status == "ok" else {"type": "RuntimeError", "message": "boom"}))
+    warned = build_report(tmp_path / "failed", formats="csv", plots=False).warnings
+    assert not [w for w in warned if "commits" in w]
 
 
 def test_backends_side_by_side_and_accuracy_plot(tmp_path):

@@ -96,6 +96,15 @@ def test_figures_ring_marked_speeds_and_say_so_in_the_legend(store):
     assert isinstance(one_size, NotDrawn) and "one input size measured (32 px)" in one_size.reason
 
 
+def test_an_untimed_row_beside_timed_ones_is_never_marked():
+    """A row without a noise flag (accuracy, FLOPs: nothing timed) read beside timed rows has NaN in the
+    `unstable` column; measured while another trial ran it is still no speed to doubt: left unmarked, as alone."""
+    from vitbench.report.caveats import OVERLAPPED, row_caveats
+
+    df = pd.DataFrame({"unstable": [False, np.nan, True], OVERLAPPED: [[OTHER], [OTHER], []]})
+    assert row_caveats(df).tolist() == ["shared host", "", "unstable"]
+
+
 def test_the_shared_host_table_names_own_trials_and_other_processes(store, tmp_path):
     with Store(store) as st:
         _bench(st, "R-Micro", 70.0, repeat=1, overlapped=[{**OTHER, "own": True, "trial": "s/mine"}])

@@ -251,6 +251,24 @@ def test_a_claim_is_exclusive_across_processes_and_released_on_death(tmp_path):
     st.close()
 
 
+def test_the_study_copy_lock_excludes_another_sweep_on_the_folder(tmp_path):
+    """Two sweeps started into one folder at once each checked it before either wrote its study copy: the check
+    and the copy are made under an exclusive lock on the folder (runner.run_study), which another sweep cannot take
+    while it is held, and can once it is released."""
+    import fcntl
+
+    st = Store(tmp_path)
+    fd = os.open(tmp_path, os.O_RDONLY)
+    try:
+        with st.locked():
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released with the block
+    finally:
+        os.close(fd)
+        st.close()
+
+
 def test_study_copy_keeps_the_previous_version(tmp_path):
     st = Store(tmp_path)
     st.save_study("name: a\n")

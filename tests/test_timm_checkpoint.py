@@ -80,11 +80,30 @@ def test_an_integer_buffer_keeps_its_dtype_and_value_and_a_complex_tensor_is_ref
     assert be.weights(rebuilt)["bn1.num_batches_tracked"] == count
     saved = save_checkpoint(tmp_path / "ours.safetensors", be.weights(rebuilt), p.meta())
     assert load_checkpoint(saved).weights["bn1.num_batches_tracked"] == count
+    from safetensors import safe_open
+
+    with safe_open(str(saved), framework="numpy") as f:  # written as the model holds it: 0-d, not (1,)
+        assert f.get_tensor("bn1.num_batches_tracked").shape == ()
     bad = {k: v.contiguous() for k, v in model.state_dict().items()}
     bad["fc.bias"] = torch.complex(bad["fc.bias"], bad["fc.bias"])
     save_file(bad, str(tmp_path / "complex.safetensors"))
     with pytest.raises(ConfigError, match=r"complex.safetensors: tensor 'fc.bias' is complex64, not a real"):
         load_pretrained(tmp_path / "complex.safetensors", "timm:resnet18")
+    # said as what it is, by every reader: not 'not a readable safetensors file', not a ValueError traceback
+    from vitbench.models.checkpoints import pretrained_from_weights
+
+    from safetensors.numpy import save_file as save_numpy
+
+    with safe_open(str(saved), framework="numpy") as f:  # a vitbench checkpoint edited to hold a complex tensor
+        ours = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
+        ours["fc.bias"] = ours["fc.bias"].astype(np.complex64)
+        save_numpy(ours, str(tmp_path / "ours_complex.safetensors"), metadata=f.metadata())
+    for read in (lambda: load_pretrained(tmp_path / "complex.safetensors", "timm:resnet18"),
+                 lambda: load_checkpoint(tmp_path / "ours_complex.safetensors"),
+                 lambda: pretrained_from_weights(bad, "timm:resnet18", source="my weights")):
+        with pytest.raises(ConfigError, match=r"tensor 'fc.bias' is complex64, not a real") as e:
+            read()
+        assert "not a readable" not in str(e.value), e.value
 
 
 def test_a_checkpoint_written_with_batchnorms_count_as_1_d_still_loads(cli, tmp_path):
