@@ -10,6 +10,7 @@ import random
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -335,6 +336,60 @@ def test_a_trial_not_ok_on_both_sides_says_so_beside_inconclusive(repo, monkeypa
     (row,) = res.comparison.rows
     assert "; not ok in 2 of 2 pair(s) on the baseline, in 2 on current (the rounds' rows say why" in row.note, \
         row.note
+
+
+def _pairs_of(tmp_path: Path, speeds: list[tuple[float, float, float]], model=lambda n: "ViT-Nano/4"
+              ) -> ab_mod.Pairs:
+    """Pairs read back from generated rounds: per pair (baseline step s, current step s, others' load cores);
+    `model`: the model the n-th pair's rounds measured."""
+    from ab_fakes import bench_record, write_jsonl
+
+    pairs = ab_mod.Pairs()
+    for n, (b_s, c_s, others) in enumerate(speeds):
+        dirs = []
+        for side, step in (("baseline", b_s), ("current", c_s)):
+            d = tmp_path / side / f"pair{n + 1:02d}"
+            d.mkdir(parents=True)
+            write_jsonl(d / "results.jsonl", [bench_record(model(n), [step * (1 + i / 100) for i in range(10)],
+                                                           run_id=f"{side}{n}")])
+            dirs.append(d)
+        pairs.add(*dirs, others=others)
+    return pairs
+
+
+def test_the_sides_columns_are_over_the_pairs_the_ratio_is_over(tmp_path):
+    # the baseline/current columns averaged every pair, busy ones included (current 2x as fast in those), while
+    # the ratio was over the quiet pairs only: 3 quiet pairs at 0.8, 2 busy at 2.0 showed columns whose quotient
+    # was 1.376 beside a ratio of 0.800, and 'mean of 5 runs' counted the pairs the decision left out
+    from vitbench.compare import row_cells
+
+    busy = ab_mod.BUSY_CORES
+    pairs = _pairs_of(tmp_path, [(0.01, 0.0125, 0.0), (0.02, 0.025, busy / 2), (0.01, 0.005, busy),
+                                 (0.015, 0.01875, 0.0), (0.01, 0.005, 2 * busy)])
+    (row,) = ab_mod.rows(pairs, Rule(min_pairs=2))
+    assert row.ratio == pytest.approx(0.8) and row.current / row.baseline == pytest.approx(row.ratio)
+    assert row.repeats == (3, 3) and row.samples == (30, 30)
+    cells = row_cells(row)
+    assert all(cells[side].endswith(" (geometric mean of 3 quiet pairs; 2 busy left out)")
+               for side in ("baseline", "current")), cells
+    # no quiet pair: the busy pairs' values, said to be in no decision (never mixed with quiet ones)
+    pairs = _pairs_of(tmp_path / "busy", [(0.01, 0.005, busy), (0.01, 0.005, 2 * busy)])
+    (row,) = ab_mod.rows(pairs, Rule(min_pairs=2))
+    assert row.ratio is None and row.current / row.baseline == pytest.approx(2.0)
+    assert row_cells(row)["current"].endswith(" (geometric mean of 2 busy pairs, in no decision)")
+    (entry,) = to_benchmark_json(SimpleNamespace(rows=[row]))
+    assert "value: geometric mean of 2 busy pairs, in no decision" in entry["extra"], entry
+
+
+def test_a_trial_absent_from_a_pair_has_its_later_pairs_read_with_their_own_load(tmp_path):
+    # ViT-Nano/4 has no row in the first pair (quiet; another trial ran): its second pair (busy, current 2x as
+    # fast) was read with the first pair's load, decided on as quiet (ratio 2.0), and its third (quiet, 0.8) left
+    # out as busy
+    busy = ab_mod.BUSY_CORES
+    pairs = _pairs_of(tmp_path, [(0.01, 0.01, 0.0), (0.01, 0.005, 2 * busy), (0.01, 0.0125, 0.0)],
+                      model=lambda n: "R-Micro" if n == 0 else "ViT-Nano/4")
+    key = next(k for k, (b, _) in pairs.trials.items() if b.config["model"] == "ViT-Nano/4")
+    assert pairs.values(key)[0] == (None, None) and pairs.ratios()[key] == [pytest.approx(0.8)]
 
 
 def test_a_pair_whose_rows_do_not_say_the_load_counts_as_busy():

@@ -20,7 +20,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -136,9 +136,12 @@ class Pairs:
         if others is None:
             others = statistics.median(known) - self.own_load if known else None
         self.others.append(others)
-        for key in {k for legs in sides for values in legs for k in values}:
+        # every trial gets an entry for every pair, so that its n-th entry is the n-th pair's (busy(), others): a
+        # trial absent from a pair (no row on either side) had its later pairs read with an earlier pair's load,
+        # a busy pair's ratio decided on as a quiet one's; absent, a side's legs hold no samples (not ok)
+        for key in set(self.samples) | {k for legs in sides for values in legs for k in values}:
             b, c = ([values.get(key, (None, []))[1] for values in legs] for legs in sides)
-            self.samples.setdefault(key, []).append((b, c))
+            self.samples.setdefault(key, [([], [])] * (len(self.others) - 1)).append((b, c))
             bt, ct = (next((values[key][0] for values in legs if key in values), None) for legs in sides)
             old = self.trials.get(key, (None, None))
             self.trials[key] = (old[0] or bt, old[1] or ct)
@@ -178,9 +181,33 @@ class Pairs:
         """The matched trials that `failed`: a decision's FAILED (vitbench.compare.paired.Rule.decisions)."""
         return frozenset(k for k in self.trials if self.matched(k) and self.failed(k))
 
-    def steps(self, key: str) -> tuple[int, int]:
-        """The timed steps behind each side's values, over every pair and leg."""
-        return tuple(sum(len(xs) for pair in self.samples[key] for xs in pair[i]) for i in (0, 1))
+    def steps(self, key: str, pairs: Collection[int] | None = None) -> tuple[int, int]:
+        """The timed steps behind each side's values, over every leg of the pairs numbered `pairs` (0-based;
+        None: every pair)."""
+        chosen = [pair for n, pair in enumerate(self.samples[key]) if pairs is None or n in pairs]
+        return tuple(sum(len(xs) for pair in chosen for xs in pair[i]) for i in (0, 1))
+
+    def shown(self, key: str) -> tuple[float | None, float | None, list[int], str]:
+        """(baseline, current, the pairs they are over, what they are) as the table shows a trial's sides: over
+        the pairs its ratio is over (quiet, both sides ok), each the geometric mean of the side's pair values, so
+        that current / baseline is the ratio column; where no such pair exists, over the busy pairs where both
+        were ok, said to be in no decision; else none. Never a mean over quiet and busy pairs together: the
+        columns had averaged every pair, busy ones included, and did not divide to the ratio beside them."""
+        vals, busy = self.values(key), self.busy()
+        both = [n for n, ((b, c), x) in enumerate(zip(vals, busy)) if b and c]
+        quiet = [n for n in both if not busy[n]]
+        used = quiet or both
+        if not used:
+            return None, None, [], ""
+        b, c = (math.exp(statistics.fmean(math.log(vals[n][i]) for n in used)) for i in (0, 1))
+        many = f"geometric mean of {len(used)}" if len(used) > 1 else "1"
+        if not quiet:
+            return b, c, used, f"{many} busy pair{'s' * (len(used) > 1)}, in no decision"
+        n_busy = sum(x for _, x in zip(vals, busy))
+        not_ok = len(vals) - len(quiet) - n_busy  # quiet pairs where a side was not ok
+        left = [f"{n_busy} busy left out" if n_busy else "",
+                f"{not_ok} with a side not ok left out" if not_ok else ""]
+        return b, c, used, "; ".join(filter(None, [f"{many} quiet pair{'s' * (len(used) > 1)}", *left]))
 
 
 def rows(pairs: Pairs, rule: Rule) -> list[Row]:
@@ -194,7 +221,7 @@ def rows(pairs: Pairs, rule: Rule) -> list[Row]:
     for k in names:
         p, d = decided[k]
         vals = pairs.values(k)
-        bs, cs = [b for b, _ in vals if b], [c for _, c in vals if c]
+        base, cur, shown, what = pairs.shown(k)
         note = "pairs " + " ".join(f"{r:.3f}" for r in p.ratios) if p.ratios else "no pair to decide on"
         lost = [sum(1 for v in side if not v) for side in zip(*vals)] if vals else [0, 0]
         if d is not Decision.FAILED and any(lost):  # not ok on REF (or on both sides): no ratio, and no FAILED
@@ -209,9 +236,9 @@ def rows(pairs: Pairs, rule: Rule) -> list[Row]:
         elif d is Decision.INCONCLUSIVE:
             note = f"interval contains {1 - rule.threshold:.2f}: more pairs needed; " + note
         out.append(Row(names[k], md.name, md.unit, md.higher_is_better, d,
-                       baseline=statistics.fmean(bs) if bs else None, current=statistics.fmean(cs) if cs else None,
-                       ratio=p.ratio, ci_low=p.ci_low, ci_high=p.ci_high, repeats=(len(bs), len(cs)),
-                       samples=pairs.steps(k), note=note,
+                       baseline=base, current=cur, ratio=p.ratio, ci_low=p.ci_low, ci_high=p.ci_high,
+                       repeats=(len(shown), len(shown)), samples=pairs.steps(k, shown), note=note,
+                       shown_as=(what, what),
                        method=f"paired: {len(p.ratios)} round pairs, {pairs.statistic.value} step"))
     return out
 

@@ -75,6 +75,9 @@ class Row:
     # (baseline, current): the side's value is a lower bound (Metric.lower_bound_when: the largest batch where the
     # search stopped at its cap), shown '\u2265' beside it
     at_least: tuple[bool, bool] = (False, False)
+    # (baseline, current): what a side's value is, said beside it in place of 'mean of N runs' where not "" (ab's
+    # rows: 'geometric mean of 3 quiet pairs; 2 busy left out', the pairs its ratio is over)
+    shown_as: tuple[str, str] = ("", "")
 
 
 def decide(ci_low: float | None, ci_high: float | None, threshold: float, higher_is_better: bool) -> Decision:

@@ -1,11 +1,14 @@
 """The A/B gate's decision: paired rounds, an interval on the mean log-ratio, and a sequential stopping rule.
 
-One *pair* is a round of the baseline and a round of current measured back to back on the same machine (the
-order alternates between pairs, so that drift within a pair cancels over pairs). A trial's value in a round is the
-median of its per-step samples (robust to the odd slow step); its pair ratio is current / baseline of those
-medians. The rounds of a pair share the machine's state, so the ratio divides most of the machine's noise out; the
-pairs are the independent units. The interval is a Student-t interval on the mean log-ratio over pairs (a ratio's
-log is symmetric: 0.9 and 1/0.9 are as far from 1), shown as ratios.
+One *pair* is a round of the baseline and a round of current measured on the same machine at once or back
+to back (vitbench.compare.schedule; the side started first alternates between pairs, so that drift cancels over
+pairs). A trial's value in a pair is the `--statistic` of its per-step img/s samples (vitbench.compare.ab's
+Statistic: the 90th percentile by default, DEFAULT_STATISTIC; the best or the median step on request), the
+geometric mean over the pair's legs; its pair ratio is current / baseline of those values. The rounds of a pair
+share the machine's state, so the ratio divides most of the machine's noise out; the pairs are the independent
+units, and a busy pair (others' load >= BUSY_CORES) is left out (vitbench.compare.ab.Pairs.ratios). The interval
+is a Student-t interval on the mean log-ratio over pairs (a ratio's log is symmetric: 0.9 and 1/0.9 are as far
+from 1), shown as ratios.
 
 Per trial, with threshold t (higher-is-better metric):
   regression   the whole interval is below 1 - t  (confident: worse by more than t)

@@ -15,12 +15,13 @@ def _ratio(x: float) -> str:
     return f"{x:.3f}" if 1e-3 <= abs(x) < 1e6 else f"{x:.3g}"
 
 
-def side_value(x: float | None, runs: int, at_least: bool = False) -> str:
+def side_value(x: float | None, runs: int, at_least: bool = False, shown_as: str = "") -> str:
     """A side's value as shown: '6418.5 (mean of 3 runs)' where the side has several runs (Row.baseline and
     Row.current are the mean of its runs' values; `vitbench report` shows the median over repeats); '\u2265 128'
-    where it is a lower bound (Row.at_least: the largest batch at the search's cap), as the history shows it."""
+    where it is a lower bound (Row.at_least: the largest batch at the search's cap), as the history shows it;
+    `shown_as` (Row.shown_as), where given, says what the value is instead of 'mean of N runs'."""
     return "-" if x is None else ("\u2265 " if at_least else "") + fmt(x) + (
-        f" (mean of {runs} runs)" if runs > 1 else "")
+        f" ({shown_as})" if shown_as else f" (mean of {runs} runs)" if runs > 1 else "")
 
 
 def row_cells(row: Row) -> dict[str, str]:
@@ -33,8 +34,8 @@ def row_cells(row: Row) -> dict[str, str]:
     return {
         "trial": row.trial,
         "metric": row.metric + (f" ({row.unit})" if row.unit else ""),
-        "baseline": side_value(row.baseline, row.repeats[0], row.at_least[0]),
-        "current": side_value(row.current, row.repeats[1], row.at_least[1]),
+        "baseline": side_value(row.baseline, row.repeats[0], row.at_least[0], row.shown_as[0]),
+        "current": side_value(row.current, row.repeats[1], row.at_least[1], row.shown_as[1]),
         "ratio": f"{_ratio(row.ratio)}" if row.ratio is not None else "-",
         "CI": f"[{_ratio(row.ci_low)}, {_ratio(row.ci_high)}]" if row.ci_low is not None else "-",
         "decision": row.decision.value,
@@ -112,11 +113,11 @@ def to_benchmark_json(cmp) -> list[dict]:
             # half-width of the ratio's CI, relative: the spread a dashboard should expect between runs
             entry["range"] = f"± {(r.ci_high - r.ci_low) / 2 / r.ratio:.1%}"
         extra = [f"decision: {r.decision.value}",
-                 f"baseline: {side_value(r.baseline, r.repeats[0], r.at_least[0])}"]
-        if r.repeats[1] > 1 or r.at_least[1]:  # `value` too is a mean of runs, or a lower bound: said here
+                 f"baseline: {side_value(r.baseline, r.repeats[0], r.at_least[0], r.shown_as[0])}"]
+        if r.repeats[1] > 1 or r.at_least[1] or r.shown_as[1]:  # `value` too is a mean, or a bound: said here
             extra.insert(1, "value: " + ", ".join(filter(None, (
                 "a lower bound (\u2265)" if r.at_least[1] else "",
-                f"mean of {r.repeats[1]} runs" if r.repeats[1] > 1 else ""))))
+                r.shown_as[1] or (f"mean of {r.repeats[1]} runs" if r.repeats[1] > 1 else "")))))
         if r.ratio is not None:
             extra.append(f"ratio: {_ratio(r.ratio)} [{_ratio(r.ci_low)}, {_ratio(r.ci_high)}]"
                          + (" (normalised)" if r.machine_ratio is not None else ""))
