@@ -105,6 +105,20 @@ def test_predict_prints_and_stores_predictions_with_intervals(cli, two_models, t
         assert r.exit_code == 2 and "--predict" in r.output and "Traceback" not in r.output, (bad, r.output)
 
 
+def test_the_footnote_explains_the_predictions_columns_only_where_they_are_shown(cli, two_models):
+    """The footnote explained a 'Backtest miss' column and prediction intervals under a fit without --predict,
+    whose tables have neither."""
+    r = _fit(cli, two_models, "--group", "model")
+    assert r.exit_code == 0, r.output
+    said = " ".join(r.stdout.split())  # the footnote as one line, whatever the terminal's width
+    assert "Weight: the law's share" in said and "Backtest miss" not in said and "Prediction intervals" not in said
+    r = _fit(cli, two_models, "--group", "model", "--predict", "1e5")
+    assert r.exit_code == 0, r.output
+    said = " ".join(r.stdout.split())
+    assert "backtest miss" in said and "Backtest miss: the typical factor" in said
+    assert "Prediction intervals: parameters" in said
+
+
 def test_results_do_not_depend_on_the_number_of_workers(two_models):
     spec = FitSpec(compute="compute", error="error", group=["model"], bootstrap=30, predict=[1e5])
     one = fit_path(two_models, spec, workers=1).to_dict()

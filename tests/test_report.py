@@ -132,6 +132,25 @@ def test_throughput_table_collapses_repeats(tmp_path):
     assert {p.suffix for p in rep.files} == {".csv"}
 
 
+def test_the_pooled_commits_are_named_by_short_shas_git_takes(tmp_path):
+    """The warning named each commit clipped, '1b334ed54ccff505fcf050f5... (40 characters)', which no git command
+    takes: now its first 10 hex digits (as `vitbench history` names them), a dirty run's '-dirty' kept (it is not
+    its commit's code), and a $VITBENCH_GIT_SHA that is no SHA clipped as before."""
+    from vitbench.env import short_sha
+
+    full = "1b334ed54ccff505fcf050f5e7a1f0c3d2b4a697"
+    cfg = {"model": "ViT-Nano/4", "backend": "torch", "task": "infer", "device": "cpu", "resolution": 32,
+           "batch_size": 8}
+    with Store(tmp_path) as st:
+        for repeat, sha in enumerate((full, full + "-dirty", "e" * 64)):
+            st.append(record("bench", cfg, metrics={"img_per_s": 100.0}, env={"git_sha": sha},
+                             key=trial_key(cfg, repeat), study="s", run_id=f"r{repeat}", repeat=repeat, trial=cfg))
+    said = [w for w in build_report(tmp_path, formats="csv", plots=False).warnings if "commits" in w]
+    assert len(said) == 1 and "3 vitbench commits (1b334ed54c, 1b334ed54c-dirty, eeeeeeeeee)" in said[0], said
+    assert "characters" not in said[0]
+    assert short_sha("v1.2 release build " * 20).endswith("characters)")  # no SHA: clipped, bounded
+
+
 def test_repeats_measured_by_two_vitbench_commits_are_said_to_pool_them(tmp_path):
     """A sweep resumed after an update measures a trial's later repeats with other code, and the report's median
     pooled them without a word (the header listed both commits). Now said; one commit alone says nothing."""
@@ -148,7 +167,7 @@ def test_repeats_measured_by_two_vitbench_commits_are_said_to_pool_them(tmp_path
                              run_id="r2", trial={**cfg, "resolution": 64}))  # another trial: its own commit
     said = [w for w in build_report(tmp_path / "two", formats="csv", plots=False).warnings if "commits" in w]
     assert len(said) == 1 and said[0].startswith("1 trial(s) pool ok repeats measured by 2 vitbench commits (")
-    assert "a" * 24 in said[0] and "b" * 24 in said[0] and "c" * 24 not in said[0]
+    assert "a" * 10 in said[0] and "b" * 10 in said[0] and "c" * 10 not in said[0]
     assert not [w for w in build_report(tmp_path / "one", formats="csv", plots=False).warnings if "commits" in w]
     with Store(tmp_path / "failed") as st:  # an error repeat at another commit is in no median: not said
         for repeat, (sha, status) in enumerate((("a" * 40, "ok"), ("a" * 40, "ok"), ("b" * 40, "error"))):

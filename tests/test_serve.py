@@ -322,6 +322,22 @@ def _row(backend: str, qps_valid: list[float], qps_invalid: list[float], bound: 
                            raw={"runs": runs})
 
 
+def test_a_serve_rows_noise_flag_is_checked_as_benchs_is():
+    """serve writes `unstable` and `noise` (vitbench.measure.serve) but declared neither: row_check read
+    `unstable: "yes"` in a serve row as clean, where it refuses it in a bench row."""
+    from vitbench.tasks import row_check
+
+    check = row_check()
+    good = _row("torch", [100.0], [200.0])
+    good.metrics.update(unstable=True, noise="other processes kept 1.5 cores busy")
+    assert check(good) is None
+    for bad in ("yes", 1):
+        good.metrics["unstable"] = bad
+        problem = check(good)
+        assert problem is not None and problem.refuse and "unstable = " in problem.text, problem
+    assert {"unstable", "noise"} <= {m.name for m in Serve.metrics}
+
+
 def test_the_report_draws_latency_against_qps_with_the_bound(tmp_path):
     """Every probe of every Server row is a point (VALID filled, INVALID hollow), per model and backend, and the
     bound is a dashed line; the section's table has one row per configuration."""
@@ -477,6 +493,22 @@ def test_the_serve_table_says_whose_latencies_it_shows(cli, monkeypatch):
     line = next((x for x in r.output.splitlines() if "latency_per " in x), "")
     assert "query" in line, r.output
     assert r.output.index("latency_percentile_judged") < r.output.index("latency_per ")
+
+
+def test_the_serve_table_shows_a_rows_noise_once(cli, monkeypatch):
+    """`noise`, now declared with serve's metrics, is shown once among the table's words (never its flag)."""
+    from records import record
+
+    def fake_run(self, p):  # an unstable Offline row, without running LoadGen
+        cfg = {"model": NANO, "backend": "torch", "device": "cpu", "scenario": "Offline", "batch_size": 2,
+               "max_wait_ms": 0.0}
+        return record("serve", cfg, metrics={"loadgen_valid": True, "samples_per_s": 211.2, "unstable": True,
+                                             "noise": "other processes kept 1.5 cores busy"})
+
+    monkeypatch.setattr(Serve, "run", fake_run)
+    r = cli("serve", NANO, "--scenario", "Offline", "-b", "2", "--min-duration-s", "0.3")
+    assert r.exit_code == 0, r.output
+    assert r.output.count("1.5 cores busy") == 1 and "unstable" not in r.output, r.output
 
 
 def test_an_option_for_another_scenario_is_refused_not_ignored(cli):

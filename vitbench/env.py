@@ -12,10 +12,13 @@ import sys
 from importlib import metadata, resources
 from pathlib import Path
 
+from vitbench.errors import clip
+
 LOCK_FILE = "requirements.lock"  # inside the package: exact versions of vitbench[all] (scripts/lock.sh)
 # the commit of vitbench code run outside a git checkout, where git cannot tell it: `vitbench ab` and `bisect` set
 # it for a side unpacked with `git archive` (vitbench.compare.sides), so that side's rows record their commit
 GIT_SHA_ENV = "VITBENCH_GIT_SHA"
+SHORT_SHA = 10  # hex digits of a commit shown for it (env.short_sha)
 
 
 def distribution_version(pkg: str) -> str | None:
@@ -63,6 +66,16 @@ def git_sha(path: str | None = None) -> str | None:
         return sha + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return named
+
+
+def short_sha(sha: str) -> str:
+    """A row's git_sha as a reader names it: a commit's first SHORT_SHA hex digits (what `git show` and `vitbench
+    history` take), its '-dirty' kept (a dirty run of a commit is not that commit's); anything else (a
+    $VITBENCH_GIT_SHA that is no SHA) clipped."""
+    head = sha.removesuffix("-dirty")
+    if len(head) >= SHORT_SHA and all(c in "0123456789abcdef" for c in head):
+        return head[:SHORT_SHA] + sha[len(head):]
+    return clip(sha, 24)
 
 
 def machine_id() -> str:

@@ -101,11 +101,14 @@ def _show(report) -> None:
                   + (f", then the group's own^{1 - PRIOR_SHARE:g} x the law's over all {len(report.groups)} "
                      f"groups^{PRIOR_SHARE:g} (--prior groups)" if report.prior else "")
                   + ". Weight: the law's share in the predictions, which combine the laws' log predictions, and "
-                  "in the intervals. Backtest miss: the typical factor a prediction at this reach was off by. "
-                  "Prediction intervals: parameters, one observation's noise and the law's backtest error at the "
-                  "reach (Student's t over the backtest's independent windows: its points miss together), "
-                  "never above the interval at a measured budget below, never below the laws' floor; with how "
-                  "often such intervals held the backtest's points.[/]")
+                  "in the intervals."
+                  # the predictions table's columns, explained where one is shown (--predict)
+                  + (" Backtest miss: the typical factor a prediction at this reach was off by. Prediction "
+                     "intervals: parameters, one observation's noise and the law's backtest error at the reach "
+                     "(Student's t over the backtest's independent windows: its points miss together), never "
+                     "above the interval at a measured budget below, never below the laws' floor; with how often "
+                     "such intervals held the backtest's points." if any(g.predictions for g in report.groups)
+                     else "") + "[/]")
     for note in report.dropped:
         console.print(f"[yellow]left out:[/] {escape(note)}")
 

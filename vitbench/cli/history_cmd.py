@@ -12,6 +12,7 @@ from rich.table import Table
 from vitbench.cli import app
 from vitbench.cli.common import console, err_console, print_json
 from vitbench.cli.options import cli_option, from_constant
+from vitbench.env import short_sha
 from vitbench.errors import ConfigError, clip
 from vitbench.history import DEFAULT_PATH, HISTORY_ENV
 
@@ -133,7 +134,7 @@ def _table(series, new, path) -> None:
             if flagged & set(range(max(c.first - 1, 0), c.last + 1)):  # the commits it lies between
                 mark += f" {MARK} beside a marked point"
             # to 0.1 %: the permutation test resolves 0.001 (history.changes.PERMUTATIONS), and 0.995 read 100 %
-            cps.append(f"x{c.size:.3f} ({c.confidence:.1%}) {first[:10]}..{last[:10]}{mark}")
+            cps.append(f"x{c.size:.3f} ({c.confidence:.1%}) {short_sha(first)}..{short_sha(last)}{mark}")
         # the value the change points were found on: normalised, where they were (a newest commit measured on two
         # machines showed the raw median of both, labelled normalised)
         last = s.normalized[-1] if s.basis == "normalized" else s.values[-1]

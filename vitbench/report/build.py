@@ -206,6 +206,7 @@ def _unshown_kinds(df: pd.DataFrame, parts) -> list[str]:
 def _mixed_code(df: pd.DataFrame) -> list[str]:
     """A trial whose ok repeats were measured by different vitbench commits (a sweep resumed after an update, two
     runs of one study at two commits read together) pools two versions of the code as repeats of one: said."""
+    from vitbench.env import short_sha
     from vitbench.report.tables import hashable
     from vitbench.tasks import setting_columns
 
@@ -221,7 +222,7 @@ def _mixed_code(df: pd.DataFrame) -> list[str]:
         return []
     n = len(mixed)
     shas = sorted({str(s) for group in mixed for s in group})
-    shown = ", ".join(clip(s, 24) for s in shas[:4]) + (f" and {len(shas) - 4} more" if len(shas) > 4 else "")
+    shown = ", ".join(short_sha(s) for s in shas[:4]) + (f" and {len(shas) - 4} more" if len(shas) > 4 else "")
     return [f"{n} trial(s) pool ok repeats measured by {len(shas)} vitbench commits ({shown}): each such "
             "median mixes versions of the code; to compare code, sweep each commit into a directory of its own "
             "and run `vitbench compare` (or `vitbench ab`)"]

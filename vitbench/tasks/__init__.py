@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, ClassVar
 from vitbench.backends.base import Capability, backend_spec
 from vitbench.errors import clip
 from vitbench.measure.load import BUSY_CORES, OTHER_LOAD
+from vitbench.measure.noise import UNSTABLE
 from vitbench.record import finite_number
 from vitbench.registry import Kind, entries, get, register
 from vitbench.tasks.fields import TaskParams
@@ -88,6 +89,12 @@ NOT_NUMBERS = (FLAG, ISO_TIME, TEXT)  # units of declared metrics that are not n
 # decide on it (compare's busy floor, ab's busy pairs, the report's calibration line: vitbench.measure.load.busy).
 OTHER_LOAD_CORES = Metric(OTHER_LOAD, "cores", False, "average cores other processes kept busy while the row was "
                           f"measured (vitbench.measure.load); the machine was shared at {BUSY_CORES:g} or more")
+# Declared once for every record kind whose measurement judges its own noise (bench steps, serve): the flag
+# row_check checks and the report's caveats read (vitbench.report.caveats), and its reasons.
+UNSTABLE_ROW = Metric(UNSTABLE, FLAG, False, "the measurement looks untrustworthy (vitbench.measure.noise: "
+                      "bench's samples by CV, other load, few or short samples, drift, the GPU slowing down; "
+                      "serve's by other load only, LoadGen's latencies being no step samples)")
+NOISE_REASONS = Metric("noise", TEXT, False, "why the row is unstable, one clause per flag (null: stable)")
 # Declared once for every record kind whose measurement compiles (bench steps, XLA's FLOP count).
 COMPILE_CACHED = Metric("compile_cached", FLAG, True, "the compiled code came from the persistent compile cache "
                         "(vitbench.measure.throughput.from_cache; null: nothing compiled, e.g. eager torch)")

@@ -15,8 +15,8 @@ import math
 
 from vitbench.backends.kinds import MemoryKind
 from vitbench.record import Record, finite_number
-from vitbench.measure.noise import UNSTABLE
-from vitbench.tasks import COMPILE_CACHED, FLAG, OTHER_LOAD_CORES, TEXT, Metric
+from vitbench.tasks import (COMPILE_CACHED, FLAG, NOISE_REASONS, OTHER_LOAD_CORES, TEXT, UNSTABLE_ROW,
+                            Metric)
 
 
 def step_samples(rec: Record) -> list[float] | None:
@@ -63,9 +63,8 @@ TIMING = (
            "can be less than min_seconds, most in latency timing"),
     Metric("timer", TEXT, True, "the clock the steps were timed with (host_clock; device events on a GPU)"),
     OTHER_LOAD_CORES,
-    Metric(UNSTABLE, FLAG, False, "the samples look untrustworthy (vitbench.measure.noise: CV, other load, "
-           "few or short samples, drift, the GPU slowing down)"),
-    Metric("noise", TEXT, False, "why the row is unstable, one clause per flag (null: stable)"),
+    UNSTABLE_ROW,
+    NOISE_REASONS,
 )
 
 SETUP = (

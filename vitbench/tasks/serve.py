@@ -16,7 +16,7 @@ from vitbench.backends.base import Capability, Step
 from vitbench.measure.loadgen import (LOGGED_PERCENTILES, MLPERF_MIN_DURATION_S, MLPERF_SAMPLES_PER_QUERY,
                                       MLPERF_SEEDS, MLPERF_VISION_BOUND_MS, SCENARIOS)
 from vitbench.record import Record
-from vitbench.tasks import OTHER_LOAD_CORES, Metric, Task, register_task
+from vitbench.tasks import NOISE_REASONS, OTHER_LOAD_CORES, UNSTABLE_ROW, Metric, Task, register_task
 from vitbench.tasks.bench import Timing
 from vitbench.tasks.fields import MAX_COUNT, PathField, applies_when, literal_of, named, params_model
 from vitbench.transfer.config import MAX_SECONDS, DataConfig, DatasetName, Seed, default_of, validated
@@ -146,7 +146,8 @@ _COMPLETED = ("samples completed per second of the run, as LoadGen's log gives i
               "result_qps_with_loadgen_overhead, LoadGen's time between queries included; MultiStream, which logs "
               "no rate, the same made from its log: result_query_count x samples_per_query over power_begin to "
               "power_end, the first issue to the last completion)")
-# every number a serve row holds, in the order `vitbench serve` shows them (vitbench.measure.serve writes them)
+# every number a serve row holds, in the order `vitbench serve` shows them, then its noise flag and reasons
+# (vitbench.measure.serve writes them)
 METRICS = (
     Metric("samples_per_s", "samples/s", True, "Server: the highest target QPS LoadGen judged VALID at the "
            f"bound; Offline, SingleStream, MultiStream: {_COMPLETED}", comparable=True, default_compare=True,
@@ -179,6 +180,8 @@ METRICS = (
     Metric("compile_s", "s", False, "compile time of the batch sizes served (null: nothing compiled)"),
     Metric("first_step_s", "s", False, "first step of each batch size served, summed"),
     OTHER_LOAD_CORES,
+    UNSTABLE_ROW,
+    NOISE_REASONS,
 )
 
 
