@@ -18,6 +18,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -153,7 +154,7 @@ def test_alone_on_the_host_a_row_says_so(tmp_path):
 
 
 @pytest.mark.timeout(180)
-def test_parallel_jobs_record_each_other_and_the_report_flags_them(tmp_path, worker_env):
+def test_parallel_jobs_record_each_other_and_the_report_flags_them(tmp_path, worker_env, registry):
     pytest.importorskip("submitit")
     gate = tmp_path / "gate"
     s = parse_study(textwrap.dedent(f"""
@@ -163,7 +164,13 @@ def test_parallel_jobs_record_each_other_and_the_report_flags_them(tmp_path, wor
         defaults: {{seconds: 0.1, behaviour: gate, gate: {str(gate)!r}}}
         axes: {{model: [ViT-Nano/4, R-Nano], task: [sleep]}}
         """), "ov.yaml")
-    threading.Timer(8, gate.touch).start()  # both jobs surely started (two local processes at once)
+    def open_when_both_run():  # both in the registry: running at once (a fixed 8 s missed one at load ~12)
+        deadline = time.monotonic() + 150
+        while len(list(registry.glob("*.trial"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        gate.touch()
+
+    threading.Thread(target=open_when_both_run, daemon=True).start()
     res = tmp_path / "res"
     summary = run_study(s, res, executor="slurm", executor_options={"cluster": "local", "poll_s": 0.2})
     assert summary.statuses == {"ok": 2}
