@@ -15,6 +15,15 @@ import pytest
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
+# XLA's CPU compiles without LLVM's optimisation passes in tests (inherited by every process a test starts): the
+# tests check what vitbench does on tiny models, whose XLA compiles, not their runs, took most of the JAX tests'
+# time (R-Nano's jitted init 10-17 s here). Measured on this 2-core machine, quiet, `pytest -n 2` of
+# test_precision_policy, test_transfer_jax and test_axial: 210 s -> 131 s wall, 399 s -> 244 s CPU, all passing.
+# Tests only: what vitbench measures (benchmarks, .ci/speed-check, a user's runs) keeps XLA's defaults.
+TEST_XLA_FLAGS = ("--xla_backend_optimization_level=0", "--xla_llvm_disable_expensive_passes=true")
+_flags = os.environ.get("XLA_FLAGS", "")
+os.environ["XLA_FLAGS"] = " ".join([_flags, *(f for f in TEST_XLA_FLAGS if f.split("=")[0] not in _flags)]).strip()
+
 # Small matrices, short timing: a measured peak in tests costs a fraction of a second per backend.
 QUICK_PEAK = '{"cpu_sizes": [128, 256], "seconds": 0.05}'
 
