@@ -244,8 +244,8 @@ def test_torch_group_row():
 # ---- every command that takes --parallelism, on torch ranks (issue 50: fsdp failed in every bench) ------------------
 def test_torch_parallelisms_through_bench_max_batch_and_a_study(cli, tmp_path):
     """bench (train: parameters, gradients and optimizer state, all sharded under fsdp) on 2 gloo ranks, dp and
-    fsdp; max-batch (one probe) and a study trial under fsdp, whose rank launch dp shares (a third of the default
-    suite's slowest test went to dp's repeats of them: CONTRIBUTING.md, "The default suite's time"). A rank's
+    fsdp; max-batch (one probe) and a study trial under fsdp, whose rank launch dp shares (dp's repeats of them
+    were 98 -> 84 s of this test, full runs' durations: CONTRIBUTING.md, "The default suite's time"). A rank's
     state_mib counts what it holds: its shard of every sharded tensor (FSDP2's DTensors have no storage of their
     own), so fsdp's lies below dp's and above half of it (the input, the global batch drawn on every rank, is not
     sharded)."""
