@@ -2,6 +2,7 @@
 # Bring up a real single-node Slurm 22.05 (munge, MariaDB, slurmdbd, slurmctld, slurmd) and a real two-raylet
 # Ray on loopback, for the real-engine tests (tests/test_executors_real.py). Debian 12, run as root, no systemd.
 # Usage: scripts/cluster/up.sh [--install]   (state, logs and pids under $CLUSTER_DIR, default /tmp/vitbench-cluster)
+#        scripts/cluster/up.sh --install-only (Debian's packages only, nothing started: .ci/run, beside pip's install)
 #        scripts/cluster/up.sh --ray-worker  (start the second raylet again, e.g. after a test killed it)
 #        scripts/cluster/up.sh --ray         (stop what is left of both raylets, start them again: after a test stopped
 #                                             the head; a raylet without its head exits, its agents may linger)
@@ -54,10 +55,11 @@ ray_head() {
 }
 if [[ ${1:-} == --ray-worker ]]; then ray_worker; exit 0; fi
 if [[ ${1:-} == --ray ]]; then stop_named ray-worker; ray_head; ray_worker; exit 0; fi
-if [[ ${1:-} == --install ]]; then
+if [[ ${1:-} == --install || ${1:-} == --install-only ]]; then
   apt-get update -q >/dev/null
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
     slurmctld slurmd slurm-client slurmdbd munge mariadb-server >/dev/null
+  if [[ $1 == --install-only ]]; then exit 0; fi
 fi
 mkdir -p "$C/logs" "$C/slurm/state" "$C/slurm/spool" /run/munge /run/mysqld
 chmod 755 "$C"  # the slurm user reaches its state and logs through it (mktemp makes it 0700)
