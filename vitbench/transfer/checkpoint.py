@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import os
 import warnings
 from dataclasses import dataclass
@@ -20,10 +19,9 @@ import numpy as np
 
 from vitbench.errors import ConfigError, UnsafeFileError, VitbenchWarning, clip
 from vitbench.paths import write_atomic
+from vitbench.transfer.checkpoint_header import check_fits, check_meta
 
 FORMAT = "vitbench-checkpoint-1"
-# the header's metrics a downstream row carries as its pre-training budget (protocols.pretrain.upstream_metrics)
-BUDGET_METRICS = ("exaflops", "images_seen", "epochs", "student_exaflops", "teacher_exaflops")
 
 
 @dataclass
@@ -173,17 +171,17 @@ def check_finite_weights(weights: dict[str, np.ndarray], source: str, done: str 
 def read_meta(path: str | Path) -> dict | None:
     """The vitbench metadata of a .safetensors checkpoint from its header alone (no tensor is read); None for a
     file without it (weights of another origin). A header that contradicts the weights it describes (an edited
-    one: `_check_fits`) is a ConfigError naming the file and the field, never read as what it says."""
+    one: `check_fits`) is a ConfigError naming the file and the field, never read as what it says."""
     path = Path(path).expanduser()
     meta, shapes = _header(path)
     if meta is not None:
-        _check_fits(meta, shapes, path)
+        check_fits(meta, shapes, path)
     return meta
 
 
 def _header(path: Path) -> tuple[dict | None, dict[str, tuple[int, ...]]]:
     """The vitbench metadata of a .safetensors file (None without it), its fields that commands read checked
-    (`_check_meta`), and its tensors' shapes ({} without it): the file's header alone."""
+    (`check_meta`), and its tensors' shapes ({} without it): the file's header alone."""
     from safetensors import safe_open
 
     try:
@@ -204,119 +202,8 @@ def _header(path: Path) -> tuple[dict | None, dict[str, tuple[int, ...]]]:
     if meta.get("format") != FORMAT:
         raise ConfigError(f"{path}: checkpoint format {clip(repr(meta.get('format')), 60)}; this vitbench reads "
                           f"{FORMAT!r}")
-    _check_meta(meta, path)
+    check_meta(meta, path)
     return meta, shapes
-
-
-def _check_meta(meta: dict, path: Path) -> None:
-    """The header's fields that commands read, as `save_checkpoint` writes them; anything else (an edited or
-    another tool's header) is a ConfigError naming the file and field, never a KeyError or a negative compute
-    in an ok row."""
-    from vitbench.transfer.limits import MAX_CLASSES, MAX_COUNT
-    from vitbench.transfer.masked_patch import Objective
-
-    def bad(field: str, want: str):
-        return ConfigError(f"{path}: its vitbench metadata's {field} is {clip(repr(meta.get(field)), 60)}; "
-                           f"expected {want} (the header `vitbench pretrain` writes)")
-
-    def count(v, lo: int, hi: int) -> bool:
-        return isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
-
-    if not isinstance(meta.get("model"), str):
-        raise bad("model", "a model name")
-    if not count(meta.get("resolution"), 1, MAX_COUNT):
-        raise bad("resolution", f"an integer in 1..{MAX_COUNT}")
-    if not count(meta.get("num_classes"), 0, MAX_CLASSES):  # 0: an encoder without a classifier (objective none)
-        raise bad("num_classes", f"an integer in 0..{MAX_CLASSES}")
-    for field in ("metrics", "objective", "spec"):
-        if meta.get(field) is not None and not isinstance(meta[field], dict):
-            raise bad(field, "an object")
-    metrics = meta.get("metrics") or {}
-    for k, v in metrics.items():  # json reads NaN and Infinity; vitbench writes null for them
-        budget = k in BUDGET_METRICS and v is not None
-        if (isinstance(v, float) and not math.isfinite(v)) or (
-                budget and (isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0)):
-            raise ConfigError(f"{path}: its vitbench metadata's metrics.{clip(str(k), 60)} is {clip(repr(v), 60)};"
-                              " expected a finite number" + (" >= 0 (the pre-training budget)" if budget else ""))
-    objective = (meta.get("objective") or {}).get("objective", Objective.SUPERVISED.value)
-    if objective not in {o.value for o in Objective}:
-        raise ConfigError(f"{path}: its vitbench metadata's objective is {clip(repr(objective), 60)}; allowed: "
-                          f"{', '.join(o.value for o in Objective)}")
-
-
-def _check_fits(meta: dict, shapes: dict[str, tuple[int, ...]], path: Path) -> None:
-    """A header that contradicts its own weights is refused (ConfigError naming the file, the field and what the
-    weights say), as a foreign file's position grid is checked (vitbench.models.checkpoints): a `model` naming
-    another architecture than the `spec` beside it (the spec decides what is built), and a `resolution` that is
-    not a multiple of the model's stride or not the one its position-embedding grid was made for (before, such a
-    header was believed: the table resampled silently and the rows said the header's resolution), and a
-    supervised header's `num_classes` other than its classifier's rows (`_classifier`). A spec that
-    does not read back, or weights that do not fit it, are left to the readers that build the model
-    (`checkpoint_spec`, `load_checkpoint`: check_weights names the keys)."""
-    from vitbench.errors import VitbenchError
-    from vitbench.models.specs import get_spec, spec_from_dict
-    from vitbench.transfer.masked_patch import Objective, objective_of
-
-    try:
-        spec = spec_from_dict(meta["spec"], str(path)) if meta.get("spec") else get_spec(meta["model"])
-    except VitbenchError:
-        return
-    if meta.get("spec") and meta["model"] != spec.name:
-        try:
-            same = get_spec(meta["model"]).name == spec.name  # an alias of it
-        except VitbenchError:
-            same = False
-        if not same:
-            raise ConfigError(f"{path}: its vitbench metadata's model is {clip(repr(meta['model']), 60)}, but its "
-                              f"spec (the architecture stored beside it, which its weights are checked against) "
-                              f"is {spec.name}: the header contradicts itself (an edited header?); not read")
-    classifier = _classifier(spec, shapes) if objective_of(meta) is Objective.SUPERVISED else None
-    if classifier is not None and shapes[classifier][0] != meta["num_classes"]:
-        raise ConfigError(f"{path}: its vitbench metadata's num_classes is {meta['num_classes']}, but its "
-                          f"weights' classifier {classifier} {shapes[classifier]} has {shapes[classifier][0]} "
-                          "outputs: the header contradicts the weights (an edited header?); not read")
-    res, said = meta["resolution"], f"{path}: its vitbench metadata's resolution is {meta['resolution']}"
-    try:
-        spec.check_resolution(res)
-    except ConfigError as e:
-        raise ConfigError(f"{said}, which {spec.name}'s weights cannot be made for ({e}); not read") from None
-    try:
-        found = _weights_resolution(spec, shapes)
-    except VitbenchError:  # a grid the family cannot read: check_weights names it when the weights are read
-        return
-    if found is not None and found[0] != res:
-        raise ConfigError(f"{said}, but its weights are of {found[0]} px ({found[1]}): the header contradicts "
-                          f"the weights (an edited header?); not read")
-
-
-def _classifier(spec, shapes: dict[str, tuple[int, ...]]) -> str | None:
-    """The key of the classifier's weight in `shapes` (its rows: the classes), as identify reads a foreign file's;
-    None without one: an encoder-only checkpoint (objective masked_patch or none: num_classes 0, no classifier
-    saved) or a head dropped, which `load_checkpoint`'s check_weights names where a classifier is needed."""
-    from vitbench.models.identify import head_prefixes
-
-    keys = (*(p + "weight" for p in head_prefixes(spec)), "head.fc.weight")
-    return next((k for k in keys if len(shapes.get(k, ())) > 0), None)
-
-
-def _weights_resolution(spec, shapes: dict[str, tuple[int, ...]]) -> tuple[int, str] | None:
-    """(the resolution the weights' shapes say for `spec`, how they say it) from their position-embedding grid;
-    None when they say none: no learned table (BiT, sincos2d: any size fits), or none of the expected shape."""
-    from vitbench.models import posemb
-
-    declared = posemb.tables(spec, spec.resolution)
-    if not declared:  # a family's own grid-sized tables, if any
-        from vitbench.models.families import family_plugin
-
-        found = family_plugin(spec.family).weights.resolution_of(spec, shapes)
-        return None if found is None else (found, f"the grid of {spec.name}'s grid-sized tables")
-    tables = [t for t in declared if t.torch_key in shapes]
-    res = posemb.resolution_of(shapes, spec) if tables else None
-    if res is None:  # missing, or no square grid: check_weights names the table when the weights are read
-        return None
-    side, t = res // spec.stride, tables[0]
-    return res, (f"its position embedding {t.torch_key} {shapes[t.torch_key]}: a grid of {side} x {side} patches "
-                 f"at {spec.name}'s stride {spec.stride}")
 
 
 def load_checkpoint(path: str | Path, model: str | None = None) -> Checkpoint:
