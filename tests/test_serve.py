@@ -63,6 +63,7 @@ def test_server_search_finds_a_valid_qps_with_its_percentiles_and_logs(one_torch
         assert '"key": "result_validity"' in logs["mlperf_log_detail.txt"]
     assert all(r["batch_sizes"] and max(r["batch_sizes"]) <= 4 for r in runs)  # the SUT's max batch held
     json.dumps(rec.to_dict())  # the row, logs and all, is JSON
+    assert set(m) <= {d.name for d in Serve.metrics}, set(m) - {d.name for d in Serve.metrics}  # each declared
 
 
 def test_an_invalid_server_run_is_an_error_row_that_says_why(one_torch_thread):
@@ -116,6 +117,7 @@ def test_offline_beside_the_throughput_mode(one_torch_thread):
     assert m["offline_over_throughput"] == m["samples_per_s"] / m["throughput_img_per_s"]
     assert m["offline_within_throughput_spread"] == (min(windows) <= m["samples_per_s"] <= max(windows))
     assert max(raw["runs"][0]["batch_sizes"]) == 4
+    assert set(m) <= {d.name for d in Serve.metrics}, set(m) - {d.name for d in Serve.metrics}  # each declared
 
 
 def test_the_throughput_modes_median_window_is_taken_in_time_as_every_vitbench_speed():

@@ -10,16 +10,13 @@ from vitbench.cli import app
 from vitbench.cli.common import PRECISION_HELP, SET_FIELDS_HELP, console, print_json, task_params
 from vitbench.cli.options import cli_option, from_field
 from vitbench.numfmt import fmt
-from vitbench.tasks import NOT_NUMBERS, TEXT
+from vitbench.tasks import UNSTABLE_ROW
 from vitbench.tasks.serve import Serve
 
-# the row's declared numbers (vitbench.tasks.serve.METRICS, in their order), then its words, the declared ones
-# (`noise`: its `unstable` flag says no more) last; `latency_per` beside the judged percentile: whose latencies the
-# table's are (MultiStream's are per query, the others' per sample)
-_NUMBERS = tuple(m.name for m in Serve.metrics if m.unit not in NOT_NUMBERS)
-_AT = _NUMBERS.index("latency_percentile_judged") + 1
-_ROWS = (*_NUMBERS[:_AT], "latency_per", *_NUMBERS[_AT:], "qps_search_bracket", "offline_within_throughput_spread",
-         "host_input", *(m.name for m in Serve.metrics if m.unit == TEXT))
+# the row's declared metrics (vitbench.tasks.serve.METRICS), in their order, but those the table's title says (the
+# verdict) and the noise flag (`noise`, its reasons, says no more)
+_ROWS = tuple(m.name for m in Serve.metrics
+              if m is not UNSTABLE_ROW and m.name not in ("loadgen_valid", "loadgen_invalid_reason"))
 
 
 @app.command("serve")

@@ -95,6 +95,8 @@ UNSTABLE_ROW = Metric(UNSTABLE, FLAG, False, "the measurement looks untrustworth
                       "bench's samples by CV, other load, few or short samples, drift, the GPU slowing down; "
                       "serve's by other load only, LoadGen's latencies being no step samples)")
 NOISE_REASONS = Metric("noise", TEXT, False, "why the row is unstable, one clause per flag (null: stable)")
+# Declared once for every record kind whose steps are timed (bench steps, serve's prepared batches)
+TIMER = Metric("timer", TEXT, True, "the clock the steps were timed with (host_clock; device events on a GPU)")
 # Declared once for every record kind whose measurement compiles (bench steps, XLA's FLOP count).
 COMPILE_CACHED = Metric("compile_cached", FLAG, True, "the compiled code came from the persistent compile cache "
                         "(vitbench.measure.throughput.from_cache; null: nothing compiled, e.g. eager torch)")

@@ -15,8 +15,7 @@ import math
 
 from vitbench.backends.kinds import MemoryKind
 from vitbench.record import Record, finite_number
-from vitbench.tasks import (COMPILE_CACHED, FLAG, NOISE_REASONS, OTHER_LOAD_CORES, TEXT, UNSTABLE_ROW,
-                            Metric)
+from vitbench.tasks import COMPILE_CACHED, FLAG, NOISE_REASONS, OTHER_LOAD_CORES, TEXT, TIMER, UNSTABLE_ROW, Metric
 
 
 def step_samples(rec: Record) -> list[float] | None:
@@ -61,7 +60,7 @@ TIMING = (
     Metric("timed_s", "s", False, "seconds of the timed steps (throughput: windows), summed: not the time "
            "between them, which the stop rule's min_seconds counts (wall clock from the first timed step), so it "
            "can be less than min_seconds, most in latency timing"),
-    Metric("timer", TEXT, True, "the clock the steps were timed with (host_clock; device events on a GPU)"),
+    TIMER,
     OTHER_LOAD_CORES,
     UNSTABLE_ROW,
     NOISE_REASONS,

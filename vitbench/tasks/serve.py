@@ -13,10 +13,26 @@ from __future__ import annotations
 from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
 
 from vitbench.backends.base import Capability, Step
-from vitbench.measure.loadgen import (LOGGED_PERCENTILES, MLPERF_MIN_DURATION_S, MLPERF_SAMPLES_PER_QUERY,
-                                      MLPERF_SEEDS, MLPERF_VISION_BOUND_MS, SCENARIOS)
+from vitbench.measure.loadgen import (
+    LOGGED_PERCENTILES,
+    MLPERF_MIN_DURATION_S,
+    MLPERF_SAMPLES_PER_QUERY,
+    MLPERF_SEEDS,
+    MLPERF_VISION_BOUND_MS,
+    SCENARIOS,
+)
 from vitbench.record import Record
-from vitbench.tasks import NOISE_REASONS, OTHER_LOAD_CORES, UNSTABLE_ROW, Metric, Task, register_task
+from vitbench.tasks import (
+    FLAG,
+    NOISE_REASONS,
+    OTHER_LOAD_CORES,
+    TEXT,
+    TIMER,
+    UNSTABLE_ROW,
+    Metric,
+    Task,
+    register_task,
+)
 from vitbench.tasks.bench import Timing
 from vitbench.tasks.fields import MAX_COUNT, PathField, applies_when, literal_of, named, params_model
 from vitbench.transfer.config import MAX_SECONDS, DataConfig, DatasetName, Seed, default_of, validated
@@ -146,9 +162,12 @@ _COMPLETED = ("samples completed per second of the run, as LoadGen's log gives i
               "result_qps_with_loadgen_overhead, LoadGen's time between queries included; MultiStream, which logs "
               "no rate, the same made from its log: result_query_count x samples_per_query over power_begin to "
               "power_end, the first issue to the last completion)")
-# every number a serve row holds, in the order `vitbench serve` shows them, then its noise flag and reasons
-# (vitbench.measure.serve writes them)
+# everything a serve row holds (vitbench.measure.serve writes it): its verdict, then its numbers and words in the
+# order `vitbench serve` shows them, then its noise flag and reasons
 METRICS = (
+    Metric("loadgen_valid", FLAG, True, "LoadGen judged a run VALID (Server's search: a probe; else the run); "
+           "false: the row is an error, LoadGenInvalid"),
+    Metric("loadgen_invalid_reason", TEXT, False, "why LoadGen judged the run shown INVALID (null: VALID)"),
     Metric("samples_per_s", "samples/s", True, "Server: the highest target QPS LoadGen judged VALID at the "
            f"bound; Offline, SingleStream, MultiStream: {_COMPLETED}", comparable=True, default_compare=True,
            speed=True),
@@ -163,6 +182,8 @@ METRICS = (
     Metric("latency_ms_max", "ms", False, f"largest latency, {_PER} (LoadGen)"),
     Metric("latency_percentile_judged", "percentile", False, "the latency percentile LoadGen judged against the "
            "bound (the config's, or the scenario's MLPerf default)"),
+    Metric("latency_per", TEXT, False, "what the latency metrics time: 'sample', or 'query' (MultiStream: issue "
+           "to the query's last sample's completion; vitbench.measure.loadgen.latency_per)"),
     Metric("probes", "runs", False, "LoadGen runs made (the Server search's probes; 1 otherwise)"),
     Metric("mean_batch", "samples", True, "mean batch the dynamic batcher ran"),
     Metric("padded_samples", "samples", False, "samples padded to reach a compiled batch size"),
@@ -179,6 +200,13 @@ METRICS = (
     Metric("qsl_images_loaded", "images", False, "images LoadGen's sample library held"),
     Metric("compile_s", "s", False, "compile time of the batch sizes served (null: nothing compiled)"),
     Metric("first_step_s", "s", False, "first step of each batch size served, summed"),
+    Metric("qps_search_bracket", TEXT, False, "Server's search (no target_qps given): the highest VALID and the "
+           "lowest INVALID target QPS probed, in words, and why it stopped where a probe would have lasted too long"),
+    Metric("offline_within_throughput_spread", FLAG, False, "Offline: LoadGen's samples/s lies within the "
+           "throughput mode's slowest to fastest window"),
+    Metric("host_input", FLAG, False, "the SUT fed LoadGen's samples from the host (the backend's infer_host); "
+           "false: the backend's own input, already on its device (dataset: synthetic only)"),
+    TIMER,
     OTHER_LOAD_CORES,
     UNSTABLE_ROW,
     NOISE_REASONS,
