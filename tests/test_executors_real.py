@@ -40,6 +40,12 @@ ENGINE_OPTS = {
     "ray": ["--executor", "ray", "-o", f"address={RAY_ADDRESS}", "-o", "poll_s=0.5"],
 }
 CLUSTER_DIR = Path(os.environ.get("CLUSTER_DIR", "/tmp/vitbench-cluster"))
+# .ci/run runs this file on two workers (`-n 2 --dist loadgroup`): every SLURM test on one, every Ray test on the
+# other, each engine's tests one after another as before (a test may restart Ray's raylets or expect SLURM's queue
+# empty), the two engines side by side: they share no service, and each test's own trials are told apart by its
+# study's name (`running`) and its own results directory
+SLURM, RAY = pytest.mark.xdist_group("slurm"), pytest.mark.xdist_group("ray")
+ENGINES = [pytest.param("slurm", marks=SLURM), pytest.param("ray", marks=RAY)]
 
 
 # ---- helpers ---------------------------------------------------------------------------------------------------
@@ -150,7 +156,7 @@ def ray_cluster():
 
 # ---- a small real study through each engine ---------------------------------------------------------------------
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("engine", ["slurm", "ray"])
+@pytest.mark.parametrize("engine", ENGINES)
 def test_a_small_real_study_runs_once_through_the_engine(engine, tmp_path, request):
     request.getfixturevalue("slurm" if engine == "slurm" else "ray_cluster")
     study = write_study(tmp_path / "small.yaml", """
@@ -185,6 +191,7 @@ def test_a_small_real_study_runs_once_through_the_engine(engine, tmp_path, reque
 
 # ---- SLURM faults -----------------------------------------------------------------------------------------------
 @pytest.mark.timeout(300)
+@SLURM
 def test_slurm_scancel_of_a_running_job_and_of_a_queued_array_task(tmp_path, slurm):
     study, gate = gated(tmp_path, "scancel", ["ViT-Nano/4", "R-Nano", "R-Micro"])
     res = tmp_path / "res"
@@ -211,6 +218,7 @@ def test_slurm_scancel_of_a_running_job_and_of_a_queued_array_task(tmp_path, slu
 
 
 @pytest.mark.timeout(300)
+@SLURM
 def test_slurm_without_accounting_a_cancelled_queued_job_is_noticed_through_squeue(tmp_path, slurm):
     fake = tmp_path / "bin"
     fake.mkdir()
@@ -239,6 +247,7 @@ def test_slurm_without_accounting_a_cancelled_queued_job_is_noticed_through_sque
 
 
 @pytest.mark.timeout(420)
+@SLURM
 def test_slurm_preemption_warning_then_requeue_interrupts_the_trial_and_measures_it_once(tmp_path, slurm):
     """SLURM's warning before a preemption (SIGUSR2, what `--signal=USR2@N` sends; submitit asks for it on every
     job) to a running job, then the preemption's requeue: the trial's row is 'interrupted', the requeued job
@@ -286,6 +295,7 @@ def _worker_raylet() -> psutil.Process:
 
 
 @pytest.mark.timeout(300)
+@RAY
 def test_ray_a_killed_worker_node_interrupts_its_trial_which_runs_again(tmp_path, ray_cluster):
     study, gate = gated(tmp_path, "nodelost", ["ViT-Nano/4", "R-Nano"])
     res = tmp_path / "res"
@@ -313,6 +323,7 @@ def test_ray_a_killed_worker_node_interrupts_its_trial_which_runs_again(tmp_path
 
 # ---- Ray: the cluster's head stops mid-sweep ----------------------------------------------------------------
 @pytest.mark.timeout(420)
+@RAY
 def test_ray_head_stopped_mid_sweep_ends_in_the_summary_with_a_row_per_trial(tmp_path, ray_cluster):
     """The head (GCS and its raylet) stopped while one trial runs on each raylet and a third waits in Ray's queue:
     after head_lost_s without an answer every trial in flight is an 'interrupted' row, the sweep ends with its
@@ -352,8 +363,8 @@ def test_ray_head_stopped_mid_sweep_ends_in_the_summary_with_a_row_per_trial(tmp
 
 # ---- the sweep itself stopped: SIGINT, SIGTERM, kill -9 -------------------------------------------------------
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("engine,sig", [("slurm", signal.SIGINT), ("slurm", signal.SIGTERM),
-                                        ("ray", signal.SIGINT), ("ray", signal.SIGTERM)])
+@pytest.mark.parametrize("engine,sig", [pytest.param(e.values[0], sig, marks=e.marks) for e in ENGINES
+                                        for sig in (signal.SIGINT, signal.SIGTERM)])
 def test_signal_to_the_sweep_cancels_its_jobs_and_resume_runs_them_once(engine, sig, tmp_path, request):
     request.getfixturevalue("slurm" if engine == "slurm" else "ray_cluster")
     name = f"sig{engine}{sig.name.lower()}"
@@ -380,7 +391,7 @@ def test_signal_to_the_sweep_cancels_its_jobs_and_resume_runs_them_once(engine, 
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("engine", ["slurm", "ray"])
+@pytest.mark.parametrize("engine", ENGINES)
 def test_a_sweep_killed_9_and_restarted_while_its_jobs_run_records_each_trial_once(engine, tmp_path, request):
     request.getfixturevalue("slurm" if engine == "slurm" else "ray_cluster")
     name = f"kill9{engine}"
@@ -401,6 +412,7 @@ def test_a_sweep_killed_9_and_restarted_while_its_jobs_run_records_each_trial_on
 
 
 @pytest.mark.timeout(420)
+@SLURM
 def test_slurm_a_bare_requeue_is_followed_to_the_requeued_jobs_row(tmp_path, slurm):
     """`scontrol requeue` of a running job without the preemption warning first (an admin, or PreemptMode=REQUEUE
     without a user signal): SLURM stops the job with SIGTERM and queues it again. The sweep follows the requeued
