@@ -187,27 +187,29 @@ class Pairs:
         chosen = [pair for n, pair in enumerate(self.samples[key]) if pairs is None or n in pairs]
         return tuple(sum(len(xs) for pair in chosen for xs in pair[i]) for i in (0, 1))
 
-    def shown(self, key: str) -> tuple[float | None, float | None, list[int], str]:
-        """(baseline, current, the pairs they are over, what they are) as the table shows a trial's sides: over
-        the pairs its ratio is over (quiet, both sides ok), each the geometric mean of the side's pair values, so
-        that current / baseline is the ratio column; where no such pair exists, over the busy pairs where both
-        were ok, said to be in no decision; else none. Never a mean over quiet and busy pairs together: the
-        columns had averaged every pair, busy ones included, and did not divide to the ratio beside them."""
-        vals, busy = self.values(key), self.busy()
-        both = [n for n, ((b, c), x) in enumerate(zip(vals, busy)) if b and c]
-        quiet = [n for n in both if not busy[n]]
-        used = quiet or both
-        if not used:
-            return None, None, [], ""
-        b, c = (math.exp(statistics.fmean(math.log(vals[n][i]) for n in used)) for i in (0, 1))
-        many = f"geometric mean of {len(used)}" if len(used) > 1 else "1"
-        if not quiet:
-            return b, c, used, f"{many} busy pair{'s' * (len(used) > 1)}, in no decision"
-        n_busy = sum(x for _, x in zip(vals, busy))
-        not_ok = len(vals) - len(quiet) - n_busy  # quiet pairs where a side was not ok
-        left = [f"{n_busy} busy left out" if n_busy else "",
-                f"{not_ok} with a side not ok left out" if not_ok else ""]
-        return b, c, used, "; ".join(filter(None, [f"{many} quiet pair{'s' * (len(used) > 1)}", *left]))
+
+def sides_shown(vals: list[tuple[float | None, float | None]], busy: list[bool]
+                ) -> tuple[float | None, float | None, list[int], str]:
+    """(baseline, current, the pairs they are over, what they are) as the table shows a trial's sides, from its
+    pair values (Pairs.values) and each pair's Pairs.busy: over the pairs its ratio is over (quiet, both sides
+    ok), each the geometric mean of the side's pair values, so that current / baseline is the ratio column; where
+    no such pair exists, over the busy pairs where both were ok, said to be in no decision; else none. Never a
+    mean over quiet and busy pairs together: the columns had averaged every pair, busy ones included, and did not
+    divide to the ratio beside them."""
+    both = [n for n, ((b, c), x) in enumerate(zip(vals, busy)) if b and c]
+    quiet = [n for n in both if not busy[n]]
+    used = quiet or both
+    if not used:
+        return None, None, [], ""
+    b, c = (math.exp(statistics.fmean(math.log(vals[n][i]) for n in used)) for i in (0, 1))
+    many = f"geometric mean of {len(used)}" if len(used) > 1 else "1"
+    if not quiet:
+        return b, c, used, f"{many} busy pair{'s' * (len(used) > 1)}, in no decision"
+    n_busy = sum(x for _, x in zip(vals, busy))
+    not_ok = len(vals) - len(quiet) - n_busy  # quiet pairs where a side was not ok
+    left = [f"{n_busy} busy left out" if n_busy else "",
+            f"{not_ok} with a side not ok left out" if not_ok else ""]
+    return b, c, used, "; ".join(filter(None, [f"{many} quiet pair{'s' * (len(used) > 1)}", *left]))
 
 
 def rows(pairs: Pairs, rule: Rule) -> list[Row]:
@@ -217,11 +219,11 @@ def rows(pairs: Pairs, rule: Rule) -> list[Row]:
     md = metrics()[METRIC]
     names = pairs.names()
     decided = rule.decisions(pairs.ratios(), pairs.failed_keys())
-    out = []
+    out, busy = [], pairs.busy()
     for k in names:
         p, d = decided[k]
         vals = pairs.values(k)
-        base, cur, shown, what = pairs.shown(k)
+        base, cur, shown, what = sides_shown(vals, busy)
         note = "pairs " + " ".join(f"{r:.3f}" for r in p.ratios) if p.ratios else "no pair to decide on"
         lost = [sum(1 for v in side if not v) for side in zip(*vals)] if vals else [0, 0]
         if d is not Decision.FAILED and any(lost):  # not ok on REF (or on both sides): no ratio, and no FAILED
@@ -230,9 +232,9 @@ def rows(pairs: Pairs, rule: Rule) -> list[Row]:
         if d is Decision.FAILED:
             note = f"current not ok in {sum(1 for b, c in vals if b and not c)} round(s); " + note
         elif d is Decision.INCONCLUSIVE and len(p.ratios) < rule.min_pairs:
-            busy = sum(pairs.busy())
+            n_busy = sum(busy)
             note = (f"{len(p.ratios)} of the {rule.min_pairs} pairs a decision needs (--min-pairs)"
-                    + (f", {busy} busy pair(s) left out" if busy else "") + "; " + note)
+                    + (f", {n_busy} busy pair(s) left out" if n_busy else "") + "; " + note)
         elif d is Decision.INCONCLUSIVE:
             note = f"interval contains {1 - rule.threshold:.2f}: more pairs needed; " + note
         out.append(Row(names[k], md.name, md.unit, md.higher_is_better, d,
