@@ -14,6 +14,7 @@ from vitbench.cli import app
 from vitbench.compare import bisection
 from vitbench.compare.decide import Decision
 from vitbench.compare.paired import Paired, Rule, TwoPoint, between
+from vitbench.env import short_sha
 from vitbench.errors import ConfigError
 
 runner = CliRunner()
@@ -147,7 +148,7 @@ def test_the_command_line_prints_the_steps_and_exits_like_ab(tmp_path, monkeypat
     progress = [ln for ln in res.output.splitlines() if ln.startswith("step ") and "after GOOD" in ln]
     steps_printed = [ln for ln in res.output.splitlines() if ln.startswith("step ") and "after GOOD" not in ln]
     assert len(progress) == len(steps_printed)
-    assert 1 <= len(steps_printed) <= 5 and steps_printed[0].split()[2] == _sha(repo, N)[:12]
+    assert 1 <= len(steps_printed) <= 5 and steps_printed[0].split()[2] == short_sha(_sha(repo, N))
     repo2 = _repo(tmp_path / "none", None)
     res = runner.invoke(app, ["bisect", "HEAD~16", "HEAD", "--repo", str(repo2)])
     assert res.exit_code == 0 and "no regression" in res.output
@@ -168,7 +169,8 @@ def test_an_inconclusive_first_step_says_bad_was_never_shown_slower(tmp_path, mo
     repo2 = _repo(tmp_path / "later", 11, noisy={12})  # a later step inconclusive: the range it had narrowed to
     res = runner.invoke(app, ["bisect", "HEAD~16", "HEAD", "--repo", str(repo2)])
     out = " ".join(res.output.split())
-    assert res.exit_code == 3 and f"after {_sha(repo2, 8)[:12]} and at or before {_sha(repo2, N)[:12]}" in out, out
+    lo, hi = short_sha(_sha(repo2, 8)), short_sha(_sha(repo2, N))
+    assert res.exit_code == 3 and f"after {lo} and at or before {hi}" in out, out
 
 
 # ---- after step 1, a commit is held between GOOD's speed and BAD's (vitbench.compare.paired.TwoPoint) ----------

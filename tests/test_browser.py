@@ -9,6 +9,7 @@ import math
 import pytest
 from browser import need_browser, open_page
 
+from vitbench.env import short_sha
 from vitbench.errors import ConfigError
 from vitbench.history.page import GENERATOR, render
 
@@ -66,8 +67,8 @@ def test_history_page_in_a_browser(tmp_path):
      none, no_charts, shown_none, _, _, train) = visit.values
     assert svgs == 2  # one chart per metric
     assert len(widths) == 4 and all(w > 100 for w in widths)
-    assert bands == 1 and labelled == [_history()[0]["points"][6]["commit"][:7],
-                                       _history()[0]["points"][7]["commit"][:7]]
+    assert bands == 1 and labelled == [short_sha(_history()[0]["points"][6]["commit"]),
+                                       short_sha(_history()[0]["points"][7]["commit"])]
     assert size == "-10.0 % (0.970)" and shown == "4"
     assert (nano, nano_charts) == (3, 2) and (nano_jax, nano_jax_charts) == (1, 1)
     assert (none, no_charts, shown_none) == (0, 0, "0") and train == 1

@@ -110,7 +110,7 @@ def test_the_report_never_pools_an_ab_run_s_two_sides_and_a_side_s_rows_name_the
     the baseline's rows (a `git archive` tree) recorded git_sha None. Such a folder is refused, naming each side's
     folder; a side's folder is reported with the commit --results' SIDES_FILE names for rows that record none;
     and the archived side's sweeps are told their commit ($VITBENCH_GIT_SHA, read by vitbench.env.git_sha)."""
-    from vitbench.env import GIT_SHA_ENV, git_sha
+    from vitbench.env import GIT_SHA_ENV, git_sha, short_sha
     from vitbench.report import build_report
 
     told: dict[str, str | None] = {}
@@ -128,7 +128,7 @@ def test_the_report_never_pools_an_ab_run_s_two_sides_and_a_side_s_rows_name_the
         with pytest.raises(ConfigError) as e:
             build_report(where, tmp_path / "rep", formats=("md",), plots=False)
         said = " ".join(str(e.value).split())
-        assert "two code versions" in said and f"HEAD~1 = {base[:12]}" in said, said
+        assert "two code versions" in said and f"HEAD~1 = {short_sha(base)}" in said, said
         assert f"vitbench report {tmp_path / 'AB' / 'baseline'}" in said, said
     for side, sha in (("baseline", base), ("current", "c" * 40)):
         rep = build_report(tmp_path / "AB" / side, tmp_path / f"rep-{side}", formats=("md",), plots=False)

@@ -21,6 +21,7 @@ import pytest
 
 from tolerances_stat import f64
 
+from vitbench.env import short_sha
 from vitbench.history import store
 from vitbench.history.store import Point, Run
 
@@ -338,7 +339,7 @@ def test_a_largest_batch_at_the_search_cap_shows_as_a_lower_bound(cli, tmp_path)
     r = cli("history", "--db", db, "-m", "max_batch_size", "--html", tmp_path / "page.html")
     assert r.exit_code == 0 and "\u2265 128 images" in " ".join(r.output.split()), r.output
     page = (tmp_path / "page.html").read_text()
-    assert "\u2265 128 images at bbbbbbbbbbbb" in page and "\u2265 64" not in page
+    assert f"\u2265 128 images at {short_sha('b' * 40)}" in page and "\u2265 64" not in page
     # one round of two at the cap (c), or one of two appends of a commit (d): the point rests on a lower bound;
     # a newest commit not at the cap (e) reads as the plain number
     for c, rounds in (("c", [(128, True), (120, False)]), ("d", [(100, False)]), ("d", [(128, True)]),
@@ -474,7 +475,7 @@ def test_an_ab_run_records_paired_points_against_its_baseline_commit(cli, tmp_pa
     vit = [s for s in hs.build(list(store.read(db)), (paired,)) if s.model == "ViT-Nano/4"]
     assert sorted((s.baseline, len(s.values), s.basis) for s in vit) == [("a" * 40, 2, "paired"),
                                                                         ("b" * 40, 1, "paired")]
-    assert all(s.trial.endswith(f" vs {s.baseline[:12]}, {DEFAULT_STATISTIC.value} step") for s in vit)
+    assert all(s.trial.endswith(f" vs {short_sha(s.baseline)}, {DEFAULT_STATISTIC.value} step") for s in vit)
     # ratios of another step statistic are another series: one that names its own, and one from before points
     # named theirs (then ab's best step)
     first = rows[0][1].raw

@@ -7,6 +7,7 @@ from rich.markup import escape
 
 from vitbench.cli import app
 from vitbench.cli.common import console, err_console
+from vitbench.env import short_sha
 from vitbench.cli.options import cli_option, from_constant
 
 
@@ -44,7 +45,7 @@ def bisect_cmd(
     res = run_bisect(good, bad, repo=repo, study=study, rule=rule, budget_s=budget_s,
                      progress=lambda s: err_console.print(escape(s), highlight=False, soft_wrap=True))
     for i, s in enumerate(res.steps, 1):
-        console.print(escape(f"step {i}: {s.commit[:12]} {s.reading:<12} {s.elapsed_s:5.0f} s  "
+        console.print(escape(f"step {i}: {short_sha(s.commit)} {s.reading:<12} {s.elapsed_s:5.0f} s  "
                              f"{s.subject}"), highlight=False, soft_wrap=True)
     n = len(res.commits)
     if res.first_bad is not None:
@@ -52,15 +53,17 @@ def bisect_cmd(
         line = (f"first bad commit: {res.first_bad} ({subject}), {len(res.steps)} ab steps over {n} commits, "
                 f"{res.elapsed_s:.0f} s")
     elif res.bad_unconfirmed:
-        line = (f"inconclusive: step 1 could not tell whether BAD {res.bad[:12]} is slower than GOOD "
-                f"{res.good[:12]} beyond {threshold:.0%} (its interval held both), so nothing was bisected; rerun "
-                "with a larger --budget-s (more pairs) or on a quieter host (`vitbench doctor` reads the load)")
+        line = (f"inconclusive: step 1 could not tell whether BAD {short_sha(res.bad)} is slower than GOOD "
+                f"{short_sha(res.good)} beyond {threshold:.0%} (its interval held both), so nothing was bisected; "
+                "rerun with a larger --budget-s (more pairs) or on a quieter host (`vitbench doctor` reads the "
+                "load)")
     elif res.range is not None:
-        lo, hi = res.range
-        line = (f"inconclusive: a step could not tell; the first bad commit is after {lo[:12]} and at or before "
-                f"{hi[:12]} (rerun: vitbench bisect {lo[:12]} {hi[:12]} with a larger --budget-s)")
+        lo, hi = map(short_sha, res.range)
+        line = (f"inconclusive: a step could not tell; the first bad commit is after {lo} and at or before {hi} "
+                f"(rerun: vitbench bisect {lo} {hi} with a larger --budget-s)")
     else:
-        line = f"no regression: BAD {res.bad[:12]} is not slower than GOOD {res.good[:12]} beyond {threshold:.0%}"
+        line = (f"no regression: BAD {short_sha(res.bad)} is not slower than GOOD {short_sha(res.good)} beyond "
+                f"{threshold:.0%}")
     console.print(("[bold red]" if res.exit_code else "[bold green]") + escape(line) + "[/]", highlight=False,
                   soft_wrap=True)
     raise typer.Exit(res.exit_code)

@@ -172,5 +172,5 @@ def append_cmd(
     store.check_db(path)  # a bad --db is named before the results are read
     run, points = collect(results_dir, commit=commit, repo=repo)
     run_id = store.append(path, run, points)
-    console.print(f"history {escape(str(path))}: run {run_id} appended ({run.source}, commit {run.commit[:12]}, "
-                  f"{len(points)} points)", highlight=False)
+    console.print(f"history {escape(str(path))}: run {run_id} appended ({run.source}, commit "
+                  f"{short_sha(run.commit)}, {len(points)} points)", highlight=False)

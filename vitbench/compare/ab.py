@@ -34,6 +34,7 @@ from vitbench.compare.schedule import DEFAULT_SCHEDULE, Schedule, legs_of
 from vitbench.compare.sides import (LOCK, Running, Side, _environment, _git, checkout, commit_side,  # noqa: F401
                                     repo_root, resolve_ref, study_in)
 from vitbench.cpus import TreeMeter
+from vitbench.env import short_sha
 from vitbench.errors import ConfigError
 from vitbench.measure.extra_work import ENV as EXTRA_WORK_ENV
 from vitbench.measure.load import BUSY_CORES, OTHER_LOAD, busy
@@ -275,8 +276,8 @@ def run_ab(ref: str, *, repo: str | Path = ".", study: str = DEFAULT_STUDY, base
     head = _git(root, "rev-parse", "HEAD")
     dirty = bool(_git(root, "status", "--porcelain", "--untracked-files=no"))
     if sha == head and not dirty and not extra_work and not allow_same:
-        raise ConfigError(f"REF {ref!r} is {sha[:12]}, the checked-out commit itself, with no uncommitted change: "
-                          "this would compare a commit with itself (for an A/A noise check, --allow-same)")
+        raise ConfigError(f"REF {ref!r} is {short_sha(sha)}, the checked-out commit itself, with no uncommitted "
+                          "change: this would compare a commit with itself (for an A/A noise check, --allow-same)")
     cur_study = study_in(root, study, f"the working tree {root}")
     if not cur_study.is_file():
         raise ConfigError(f"--study {study}: no such file in the working tree {root}")
@@ -287,7 +288,8 @@ def run_ab(ref: str, *, repo: str | Path = ".", study: str = DEFAULT_STUDY, base
         baseline = commit_side("baseline", ref, root, sha, base, baseline_study or study,
                                "give its own study file with --baseline-study PATH (relative to REF's tree, or "
                                "absolute)")
-        current = Side("current", f"working tree {root} at {head[:12]}{' + uncommitted changes' if dirty else ''}",
+        changes = " + uncommitted changes" if dirty else ""
+        current = Side("current", f"working tree {root} at {short_sha(head)}{changes}",
                        root, cur_study, sys.executable, "this interpreter",
                        {EXTRA_WORK_ENV: f"{extra_work:g}"} if extra_work else {},
                        commit=head + ("-dirty" if dirty else ""))

@@ -36,6 +36,7 @@ from vitbench.compare.comparison import EXIT_INCONCLUSIVE, EXIT_NO_CHANGE, EXIT_
 from vitbench.compare.sides import _git, resolve_commit
 from vitbench.compare.decide import Decision
 from vitbench.compare.paired import Rule, TwoPoint, verdict
+from vitbench.env import short_sha
 from vitbench.errors import ConfigError, clip
 
 
@@ -106,12 +107,12 @@ def commits_between(root: Path, good: str, bad: str) -> list[str]:
     """GOOD's descendants on BAD's first-parent line, oldest first (BAD last); ConfigError unless GOOD is an
     ancestor of BAD on that line."""
     if good == bad:
-        raise ConfigError(f"GOOD and BAD are the same commit {good[:12]}: nothing to bisect")
+        raise ConfigError(f"GOOD and BAD are the same commit {short_sha(good)}: nothing to bisect")
     first = _git(root, "rev-list", "--first-parent", "--reverse", f"{good}..{bad}").split()
     parent = (resolve_commit(f"{first[0]}^", root) or "") if first else ""
     if parent != good:
-        raise ConfigError(f"GOOD {good[:12]} is not an ancestor of BAD {bad[:12]} on BAD's first-parent line "
-                          "(give GOOD older than BAD, e.g. GOOD = the last release, BAD = HEAD)")
+        raise ConfigError(f"GOOD {short_sha(good)} is not an ancestor of BAD {short_sha(bad)} on BAD's "
+                          "first-parent line (give GOOD older than BAD, e.g. GOOD = the last release, BAD = HEAD)")
     return first
 
 
@@ -133,7 +134,7 @@ def search(good: str, commits: list[str], step: Measure, rule: Rule = Rule(),
         detail = f"{m.how}: {detail}" if m.how else detail
         res.steps.append(Step(commits[i], subject(commits[i]), v, detail, time.monotonic() - t,
                               _word(v, i == len(commits) - 1)))
-        progress(f"step {len(res.steps)}: {commits[i][:12]} ({i + 1} of {len(commits)} after GOOD) "
+        progress(f"step {len(res.steps)}: {short_sha(commits[i])} ({i + 1} of {len(commits)} after GOOD) "
                  f"{res.steps[-1].reading}: {detail}")
         return v, decided
 
@@ -213,8 +214,9 @@ def run_bisect(good: str, bad: str, *, repo: str | Path = ".", study: str = DEFA
         for name, sha in (("GOOD", g), ("BAD", b)):
             if subprocess.run(["git", "-C", str(root), "cat-file", "-e", f"{sha}:{study}"],
                               capture_output=True).returncode:
-                raise ConfigError(f"--study {clip(study, 200)}: not in {name}'s tree ({sha[:12]}); each commit "
-                                  "runs its own copy: give a study file the whole range has, or an absolute path")
+                raise ConfigError(f"--study {clip(study, 200)}: not in {name}'s tree ({short_sha(sha)}); each "
+                                  "commit runs its own copy: give a study file the whole range has, or an "
+                                  "absolute path")
     elif not Path(study).is_file():
         raise ConfigError(f"--study {clip(study, 200)}: no such file")
     commits = commits_between(root, g, b)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vitbench.compare.schedule import pinned_to, stop_process
-from vitbench.env import GIT_SHA_ENV, parse_lock
+from vitbench.env import GIT_SHA_ENV, parse_lock, short_sha
 from vitbench.errors import ConfigError, clip
 from vitbench.measure.extra_work import ENV as EXTRA_WORK_ENV
 
@@ -91,7 +91,7 @@ def checkout(root: Path, sha: str) -> Iterator[Path]:
         with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
             tar.extractall(src, filter="data")
         if proc.wait():
-            raise ConfigError(f"git archive {sha[:12]}: {proc.stderr.read().decode(errors='replace')[:300]}")
+            raise ConfigError(f"git archive {short_sha(sha)}: {proc.stderr.read().decode(errors='replace')[:300]}")
         yield tmp
     finally:
         import shutil
@@ -205,7 +205,8 @@ def _environment(root: Path, sha: str, base: Path) -> tuple[str, str]:
         return sys.executable, (f"the same environment for both sides: {LOCK} is {same}, so the interpreter "
                                 f"{sys.executable} is each side's environment (PYTHONPATH = that side's code)")
     if theirs is None:
-        raise ConfigError(f"REF {sha[:12]} has no {LOCK}: its environment cannot be rebuilt from its own code")
+        raise ConfigError(f"REF {short_sha(sha)} has no {LOCK}: its environment cannot be rebuilt from its own "
+                          "code")
     venv = base / "venv"
     steps = [[sys.executable, "-m", "venv", str(venv)],
              [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "-c", str(base / "src" / LOCK), "-e",
@@ -213,7 +214,7 @@ def _environment(root: Path, sha: str, base: Path) -> tuple[str, str]:
     for cmd in steps:
         p = subprocess.run(cmd, capture_output=True, text=True)
         if p.returncode:
-            raise ConfigError(f"REF {sha[:12]}'s {LOCK} differs from the working tree's and its environment "
+            raise ConfigError(f"REF {short_sha(sha)}'s {LOCK} differs from the working tree's and its environment "
                               f"could not be built ({' '.join(cmd[:4])} ...): {(p.stderr or p.stdout)[-_TAIL:]}")
     return str(venv / "bin" / "python"), (f"REF's own environment: {LOCK} differs, so a virtualenv was installed "
                                           f"from REF's lock ({venv / 'bin' / 'python'})")
@@ -237,11 +238,11 @@ def commit_side(name: str, ref: str, root: Path, sha: str, base: Path, study: st
     (relative to that tree, or absolute) and its own environment (`_environment`). `hint`: what to do when the
     commit has no such study file (said in the ConfigError)."""
     subject = _git(root, "log", "-1", "--format=%s", sha)[:80]
-    path = study_in(base / "src", study, f"REF {sha[:12]}'s tree")
+    path = study_in(base / "src", study, f"REF {short_sha(sha)}'s tree")
     if not path.is_file():
-        raise ConfigError(f"REF {sha[:12]} has no {study}: {hint}")
+        raise ConfigError(f"REF {short_sha(sha)} has no {study}: {hint}")
     python, sentence = _environment(root, sha, base)
     # `git archive`'s tree has no .git: the commit its rows record (vitbench.env.git_sha; code older than that
     # reads no such variable, and records None: the report takes it from --results' SIDES_FILE)
-    return Side(name, f"{ref} = {sha[:12]} ({subject})", base / "src", path, python, sentence,
+    return Side(name, f"{ref} = {short_sha(sha)} ({subject})", base / "src", path, python, sentence,
                 {GIT_SHA_ENV: sha}, commit=sha)

@@ -26,6 +26,7 @@ import warnings
 from collections import defaultdict
 from pathlib import Path
 
+from vitbench.env import short_sha
 from vitbench.errors import ConfigError, VitbenchWarning, clip
 from vitbench.history.store import ROWS_KEY, Point, Run
 from vitbench.record import OVERLAPPED, finite_number
@@ -85,7 +86,7 @@ def _commit(records, commit: str | None, path: Path, repo: Path) -> str:
         raise ConfigError(f"RESULTS_DIR {path}: the rows record no git commit (vitbench ran outside a git "
                           "checkout); give it with --commit SHA")
     if len(shas) > 1:
-        named = ", ".join(s[:14] for s in shas[:4])
+        named = ", ".join(short_sha(s) for s in shas[:4])
         raise ConfigError(f"RESULTS_DIR {path}: rows of {len(shas)} commits ({named}); "
                           "append each commit's results apart, or name one with --commit SHA")
     if not GIT_SHA.fullmatch(shas[0]):  # kept for good: never a text vitbench does not write
@@ -93,7 +94,7 @@ def _commit(records, commit: str | None, path: Path, repo: Path) -> str:
                           "SHA (vitbench records git's hexadecimal SHA, with -dirty for uncommitted changes): the "
                           "rows were edited or written by another tool; give the commit with --commit SHA")
     if shas[0].endswith("-dirty"):
-        raise ConfigError(f"RESULTS_DIR {path}: measured from uncommitted changes ({shas[0][:14]}...-dirty), "
+        raise ConfigError(f"RESULTS_DIR {path}: measured from uncommitted changes ({short_sha(shas[0])}), "
                           "which no commit holds; give --commit SHA to record it as a commit's anyway")
     return shas[0]
 

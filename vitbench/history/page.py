@@ -30,6 +30,7 @@ import re
 from datetime import datetime, timezone
 from pathlib import Path
 
+from vitbench.env import short_sha
 from vitbench.errors import ConfigError
 from vitbench.history.series import AT_LEAST, legend
 from vitbench.numfmt import fmt
@@ -216,7 +217,7 @@ def _chart(metric: str, unit: str, group: list[dict], colours: dict[str, str], d
             continue
         x, y = px(c), H - BOTTOM + 10
         svg.append(f'<text class="{"changed" if c in changed else "commit"}" x="{x:.1f}" y="{y}" '
-                   f'transform="rotate(-60 {x:.1f} {y})" text-anchor="end">{html.escape(c[:7])}'
+                   f'transform="rotate(-60 {x:.1f} {y})" text-anchor="end">{html.escape(short_sha(c))}'
                    f"<title>{html.escape(c)} {html.escape(str(dates[c]))}</title></text>")
     axis = f"{metric} [{unit}]" + (", normalised by the machine's calibration" if normalized else "") + \
         (", log scale" if log else "")
@@ -236,7 +237,7 @@ def _chart(metric: str, unit: str, group: list[dict], colours: dict[str, str], d
             g.append(f'<circle cx="{px(p["commit"]):.1f}" cy="{py(p[field]):.1f}" r="2.6" fill="{colour}">'
                      f"<title>{html.escape(s['trial'])}: {AT_LEAST if p.get('at_least') else ''}"
                      f"{html.escape(fmt(p[field]))} {html.escape(unit)} at "
-                     f"{html.escape(p['commit'][:12])} ({html.escape(str(p.get('date', '')))})"
+                     f"{html.escape(short_sha(p['commit']))} ({html.escape(str(p.get('date', '')))})"
                      f"{html.escape(f'; {caveat}' if caveat else '')}</title></circle>")
             if caveat.startswith(MARK):  # rests on marked rounds only: ringed, as the report's figures ring them
                 marked += 1
@@ -267,7 +268,7 @@ def _change(ch: dict, s: dict, px, x_of: dict[str, int], order: list[str]) -> st
     label = (f"{(size - 1) * 100:+.1f} %" if finite_number(size) else "change") + \
         (f" ({conf:.3f})" if finite_number(conf) else "")  # 0.001 resolved (history.changes.PERMUTATIONS)
     title = (f"change point: {label}; after / before {fmt(size)}, confidence {fmt(conf)}; commits "
-             f"{first[:12]} .. {last[:12]}")
+             f"{short_sha(first)} .. {short_sha(last)}")
     return (f'<g class="change"><rect class="band" x="{x0 - 3:.1f}" y="{TOP}" width="{x1 - x0 + 6:.1f}" '
             f'height="{H - TOP - BOTTOM}"/><line class="rule" x1="{px(at):.1f}" x2="{px(at):.1f}" y1="{TOP}" '
             f'y2="{H - BOTTOM}"/><text class="change" x="{px(at) + 4:.1f}" y="{TOP - 8}">{html.escape(label)}'

@@ -26,6 +26,7 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from vitbench.env import short_sha
 from vitbench.history.changes import Change, changes
 from vitbench.history.collect import AT_LEAST_KEY, CAVEAT_KEY, LEFT_OUT_KEY, LEFT_OUT_WHY_KEY, PAIRED_SUFFIX
 from vitbench.history.store import Point, Run
@@ -147,7 +148,7 @@ def build(rows: list[tuple[Run, Point]], metrics: tuple[str, ...] = ()) -> list[
         items.sort(key=lambda rp: (_when(rp[0]), rp[0].id or 0))
         first = items[-1][1]
         s = Series(metric, first.unit, first.higher_is_better,
-                   first.label + (f" vs {baseline[:12]}, {stat} step" if baseline else ""), key, first.model,
+                   first.label + (f" vs {short_sha(baseline)}, {stat} step" if baseline else ""), key, first.model,
                    first.backend, first.task, baseline=baseline)
         # (points appended before 2026-11-30 carry a calibration for every metric: a speed's only is used)
         machine_cal = _machine_calibrations(items) if metric in speeds else {}
