@@ -41,6 +41,11 @@ def logs_of(rec: Record) -> list[dict]:
     return [r["logs"] for r in rec.raw["runs"]]
 
 
+def sizes(run: dict) -> set[int]:
+    """The batch sizes a LoadGen run ran (its row's batch_size_counts: samples -> batches, one entry per size)."""
+    return {int(n) for n, c in run["batch_size_counts"].items() if c > 0}
+
+
 def test_server_search_finds_a_valid_qps_with_its_percentiles_and_logs(one_torch_thread):
     # p90: LoadGen's early stopping proves a p90 from tens of queries (a p99 needs ~460 within the bound)
     rec = serve(scenario="Server", latency_bound_ms=2000.0, latency_percentile=90.0, max_probes=2,
@@ -61,7 +66,7 @@ def test_server_search_finds_a_valid_qps_with_its_percentiles_and_logs(one_torch
         assert set(logs) == set(loadgen.LOG_FILES)
         assert ("Result is : VALID" in logs["mlperf_log_summary.txt"]) == run["valid"]
         assert '"key": "result_validity"' in logs["mlperf_log_detail.txt"]
-    assert all(r["batch_sizes"] and max(r["batch_sizes"]) <= 4 for r in runs)  # the SUT's max batch held
+    assert all(sizes(r) and max(sizes(r)) <= 4 for r in runs)  # the SUT's max batch held
     json.dumps(rec.to_dict())  # the row, logs and all, is JSON
     assert set(m) <= {d.name for d in Serve.metrics}, set(m) - {d.name for d in Serve.metrics}  # each declared
 
@@ -103,7 +108,7 @@ def test_single_stream_percentiles_on_each_backend(backend, one_torch_thread):
     assert 0 < m["latency_ms_p50"] <= m["latency_ms_p90"] <= m["latency_ms_p99"]
     log = loadgen.mllog(logs_of(rec)[0]["mlperf_log_detail.txt"])
     assert m["samples_per_s"] == log["result_qps_with_loadgen_overhead"] > 0  # LoadGen's figure, read back
-    assert set(rec.raw["runs"][0]["batch_sizes"]) == {1}  # one query at a time, one sample each
+    assert sizes(rec.raw["runs"][0]) == {1}  # one query at a time, one sample each
     assert rec.config["backend"] == backend
     assert "batch_size" not in rec.config and list(rec.raw["prepare"]) == ["1"]  # no max batch: not a setting
 
@@ -116,7 +121,8 @@ def test_offline_beside_the_throughput_mode(one_torch_thread):
     assert m["throughput_img_per_s_min"] == min(windows) and m["throughput_img_per_s_max"] == max(windows)
     assert m["offline_over_throughput"] == m["samples_per_s"] / m["throughput_img_per_s"]
     assert m["offline_within_throughput_spread"] == (min(windows) <= m["samples_per_s"] <= max(windows))
-    assert max(raw["runs"][0]["batch_sizes"]) == 4
+    counts = {int(n): c for n, c in raw["runs"][0]["batch_size_counts"].items()}  # samples -> batches run
+    assert max(counts) == 4 and m["mean_batch"] == sum(n * c for n, c in counts.items()) / sum(counts.values())
     assert set(m) <= {d.name for d in Serve.metrics}, set(m) - {d.name for d in Serve.metrics}  # each declared
 
 
@@ -161,7 +167,7 @@ def test_multistream_queries_are_batched_whole(one_torch_thread):
     log = loadgen.mllog(logs_of(rec)[0]["mlperf_log_detail.txt"])  # one query outstanding: 4 samples per query
     # the samples completed per second of the run, LoadGen's own time between queries in it (as SingleStream's)
     assert rec.metrics["samples_per_s"] == loadgen.completed_rate(log, "MultiStream")
-    assert set(rec.raw["runs"][0]["batch_sizes"]) == {4}  # a query's 4 samples arrive together: one batch
+    assert sizes(rec.raw["runs"][0]) == {4}  # a query's 4 samples arrive together: one batch
 
 
 def test_multistream_latencies_are_per_query_as_mlperf_reports_them(one_torch_thread):
@@ -178,7 +184,7 @@ def test_multistream_latencies_are_per_query_as_mlperf_reports_them(one_torch_th
     assert m["latency_ms_p50"] == log["result_50.00_percentile_per_query_latency_ns"] / 1e6
     assert m["latency_ms_max"] == log["result_max_query_latency_ns"] / 1e6
     assert m["latency_per"] == "query" and rec.raw["runs"][0]["latency_per"] == "query"
-    assert set(rec.raw["runs"][0]["batch_sizes"]) == {1}
+    assert sizes(rec.raw["runs"][0]) == {1}
 
 
 MULTI = "\n".join(":::MLLOG " + json.dumps({"key": k, "value": v}) for k, v in {
@@ -671,7 +677,7 @@ def test_the_sut_queues_an_issued_list_as_it_is_and_batches_across_issues():
     sut.pending.put(None)  # as `stop` does
     sut._serve()  # the worker's loop, here on this thread: it ends at the None
     assert sut.failure is None
-    assert done == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11], [12]] and sut.batches == [4, 4, 4, 1]
+    assert done == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11], [12]] and sut.batches == {4: 3, 1: 1}
     assert sut._head == []  # the issued list, batched whole, let go
 
 

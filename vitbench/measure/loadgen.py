@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import tempfile
 import time
+from collections.abc import Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -264,14 +265,15 @@ class Served:
     result: Result
     logs: dict[str, str]
     wall_s: float
-    batches: list[int]
+    batches: Mapping[int, int]  # samples per batch -> batches run of that size (BatchingSUT.batches)
     padded: int
     host_input: bool
 
     def raw(self) -> dict:
         """What a row keeps of the run: settings (those of APPLIES where LoadGen read them, None elsewhere; the
         target QPS LoadGen derived from them, `loadgen_effective_target_qps`, from its log: SingleStream and
-        MultiStream, one query per expected latency), verdict, the batch sizes run, both logs."""
+        MultiStream, one query per expected latency), verdict, how many batches of each size ran
+        (`batch_size_counts`: samples -> batches, the sizes as JSON keys), both logs."""
         s = self.settings
         effective = self.result.log.get("effective_target_qps")
         return {"scenario": s.scenario, **s.applied(),
@@ -280,7 +282,8 @@ class Served:
                 "min_query_count": s.min_query_count, "valid": self.result.valid, "reason": self.result.reason,
                 "samples_per_s": self.result.samples_per_s, "latency_ms": self.result.latency_ms,
                 "latency_per": self.result.latency_per,
-                "wall_s": self.wall_s, "batch_sizes": self.batches, "padded_samples": self.padded,
+                "wall_s": self.wall_s, "padded_samples": self.padded,
+                "batch_size_counts": {str(n): c for n, c in sorted(self.batches.items())},
                 "logs": self.logs}
 
 

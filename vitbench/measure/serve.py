@@ -194,7 +194,8 @@ def serve(step: Step, backend: str, device: str, threads: int | None, images: np
         "latency_ms_judged": res.latency_ms.get(f"p{settings.percentile:g}"),  # LoadGen's, at the one below
         "latency_percentile_judged": settings.percentile,  # the config's, or the scenario's MLPerf default
         "latency_per": res.latency_per,  # what the latencies time: 'sample', or 'query' (MultiStream)
-        "mean_batch": statistics.fmean(shown.batches) if shown.batches else None,
+        "mean_batch": (sum(n * c for n, c in shown.batches.items()) / shown.batches.total()
+                       if shown.batches else None),
         "padded_samples": shown.padded,
         "host_input": host_input,
         "qsl_images_loaded": len(images),
