@@ -127,6 +127,21 @@ def test_two_downstream_datasets_are_never_averaged_as_seeds():
     assert sorted(s.loc[s["dataset"] == "pets", "accuracy_mean"].round(9)) == [0.3, 0.35, 0.4]
 
 
+def test_any_setting_of_the_tasks_keeps_rows_apart_not_only_a_listed_few():
+    """The recipe was a list of twelve fields: a study that varied any other setting of its task (here the
+    fine-tuning steps, and the list-valued lr_grid) had its rows averaged as seeds of one. Every setting the
+    task declares (vitbench.tasks.setting_columns) now splits, but the seed (the spread) and the model."""
+    ok = pd.concat([_rows({"ViT-Nano/4": [0.9, 0.92], "ViT-Nano/4[posemb=none]": [0.8, 0.82]}, kind="finetune",
+                          finetune_steps=steps, lr_grid=grid)
+                    for steps, grid in ((100, [0.01, 0.03]), (100, [0.1]), (500, [0.01, 0.03]))])
+    ok.loc[ok["finetune_steps"] == 500, "accuracy"] -= 0.5
+    t = arch.posemb_table(ok)
+    assert set(t.attrs["split_by"]) == {"finetune_steps", "lr_grid"}, t.attrs
+    assert len(t) == 6 and (t["seeds"] == 2).all() and (t["accuracy_std"] < 0.02).all(), t
+    low = t[t["finetune_steps"] == 500].set_index("posemb")
+    assert low.loc["learned", "accuracy_mean"] == f64(0.41, roundings=5)
+
+
 def test_sections_stay_empty_for_studies_that_vary_no_architecture():
     ok = _rows({"ViT-Nano/4": [0.8], "ViT-Micro/4": [0.85], "R-Nano": [0.9], "ViT-Mini/4": [0.9]})
     assert arch.shape_table(ok).empty and arch.shape_figure(ok) is None

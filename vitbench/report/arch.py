@@ -36,9 +36,12 @@ ALL = "all"  # a variant that changes several of them at once
 _SHAPE_TITLES = {"depth": "depth (blocks)", "width": "width D", "mlp_dim": "MLP width", "patch": "patch size (px)",
                  ALL: "all scaled together"}
 _SHORT = {"depth": "L", "width": "D", "mlp_dim": "MLP", "patch": "P"}
-# what else must be equal for two rows to be compared: the recipe of their upstream and their evaluation
-_RECIPE = ("backend", "resolution", "pretrain_resolution", "pretrain_steps", "pretrain_batch_size", "pretrain_lr",
-           "pretrain_weight_decay", "upstream_dataset", "upstream_classes", "dataset", "classes", "teacher")
+# What else must be equal for two rows to be compared (the recipe of their upstream and their evaluation): every
+# setting of their tasks (vitbench.tasks.setting_columns), less what these sections vary or pool on purpose: the
+# model (its arch_* fields are the sections' axes), the task and shots (the series), the seed (the spread).
+# A list of recipe fields of its own had left out every setting it did not name: two fine-tuning step counts or
+# optimizers were averaged as seeds of one.
+_NOT_RECIPE = ("model", "task", "shots", "seed")
 _STATS = ["seeds", "accuracy_mean", "accuracy_std", "accuracy_min", "accuracy_max"]
 
 
@@ -79,11 +82,23 @@ def _frame(ok: pd.DataFrame) -> pd.DataFrame:
     for c in ("pretrain_exaflops", "pretrain_lr", "seed"):
         if c in df.columns:
             df[c] = pd.to_numeric(df[c], errors="coerce")
+    from vitbench.report.tables import hashable
+
+    for c in _recipe_fields(df):  # grouped on: a list-valued setting (lr_grid) as its JSON text
+        df[c] = hashable(df[c])
     return df.dropna(subset=["accuracy"])
 
 
+def _recipe_fields(df: pd.DataFrame) -> list[str]:
+    """The recipe's fields `df` has (_NOT_RECIPE says which settings are not)."""
+    from vitbench.tasks import setting_columns
+
+    settings = setting_columns(df["kind"].dropna().unique())
+    return [c for c in df.columns if c in settings and c not in _NOT_RECIPE]
+
+
 def _keys(df: pd.DataFrame, *more: str) -> list[str]:
-    return [c for c in (*more, *_RECIPE) if c in df.columns]
+    return [c for c in dict.fromkeys((*more, *_recipe_fields(df))) if c in df.columns]
 
 
 def _stats(g) -> pd.Series:
@@ -96,12 +111,12 @@ def _stats(g) -> pd.Series:
 
 
 def _recipe(df: pd.DataFrame, keys: list[str]) -> list[str]:
-    """The recipe fields (_RECIPE) not in `keys` that take two values or more in `df` (a missing one counts): a
-    summary over seeds keeps them apart. Two datasets, backends or input sizes were averaged as seeds of one
-    (digits 0.9 and pets 0.4 read 0.65, their spread as the seeds')."""
+    """The recipe fields (_recipe_fields) not in `keys` that take two values or more in `df` (a missing one
+    counts): a summary over seeds keeps them apart. Two datasets, backends or input sizes were averaged as seeds
+    of one (digits 0.9 and pets 0.4 read 0.65, their spread as the seeds')."""
     from vitbench.report.tables import varying
 
-    return varying(df, [k for k in _RECIPE if k not in keys])
+    return varying(df, [k for k in _recipe_fields(df) if k not in keys])
 
 
 def _split_by(t: pd.DataFrame) -> list[str]:
