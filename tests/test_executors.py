@@ -301,7 +301,9 @@ def test_ctrl_c_cancels_running_trials_records_them_interrupted_and_resume_runs_
         assert not alive, [p.cmdline() for p in alive]
     gate.touch()
     resumed = run_study(s, tmp_path, executor=executor, executor_options=opts)
-    assert resumed.statuses == {"ok": 3}
+    # (a resumed trial once came back 'skipped' under three test workers on two cores: the rows say why)
+    assert resumed.statuses == {"ok": 3}, [(r.status.value, r.error and r.error.message, r.runner)
+                                           for r in read_records(tmp_path)]
     df = load(tmp_path)
     assert len(df) == 3 and set(df["status"]) == {"ok"}
     ok_keys = [r.key for r in read_records(tmp_path) if r.status == "ok"]
