@@ -86,6 +86,10 @@ def test_rows_that_do_not_say_their_dataset_are_a_panel_of_their_own_with_their_
     assert len(fig.axes) == 2
     for ax in fig.axes:  # each panel: its two cells' dots and its own default's dashed line
         assert len(ax.collections) >= 2 and [ln for ln in ax.lines if ln.get_linestyle() == "--"], ax.get_title()
+    # and the table's difference to the default, the blank dataset's too (a NaN key had matched no default: NaN)
+    t = arch.posemb_table(ok)
+    blank = t[t["dataset"].isna()].set_index("posemb")["vs_default"]
+    assert blank["learned"] == 0 and blank["none"] == f64(0.05, roundings=7, scale=0.47), t
 
 
 def test_two_downstream_datasets_are_never_averaged_as_seeds():
@@ -140,6 +144,12 @@ def test_any_setting_of_the_tasks_keeps_rows_apart_not_only_a_listed_few():
     assert len(t) == 6 and (t["seeds"] == 2).all() and (t["accuracy_std"] < 0.02).all(), t
     low = t[t["finetune_steps"] == 500].set_index("posemb")
     assert low.loc["learned", "accuracy_mean"] == f64(0.41, roundings=5)
+    # a setting only one series has (the few-shot draws; blank on pre-training rows) tells the series apart,
+    # which the table already does: it splits nothing
+    two = pd.concat([_rows({"ViT-Nano/4": [0.9, 0.92], "ViT-Nano/4[posemb=none]": [0.8, 0.82]}, fewshot_seeds=5),
+                     _rows({"ViT-Nano/4": [0.7, 0.72], "ViT-Nano/4[posemb=none]": [0.6, 0.62]}, kind="pretrain")])
+    t = arch.posemb_table(two)
+    assert t.attrs["split_by"] == [] and len(t) == 4 and (t["seeds"] == 2).all(), t
 
 
 def test_sections_stay_empty_for_studies_that_vary_no_architecture():

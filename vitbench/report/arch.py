@@ -111,12 +111,18 @@ def _stats(g) -> pd.Series:
 
 
 def _recipe(df: pd.DataFrame, keys: list[str]) -> list[str]:
-    """The recipe fields (_recipe_fields) not in `keys` that take two values or more in `df` (a missing one
-    counts): a summary over seeds keeps them apart. Two datasets, backends or input sizes were averaged as seeds
-    of one (digits 0.9 and pets 0.4 read 0.65, their spread as the seeds')."""
+    """The recipe fields (_recipe_fields) not in `keys` that take two values or more within one series of one
+    base (a missing one counts): a summary over seeds keeps them apart. Two datasets, backends or input sizes
+    were averaged as seeds of one (digits 0.9 and pets 0.4 read 0.65, their spread as the seeds'). A field that
+    only tells the series apart (the few-shot settings, blank on pre-training rows) splits nothing."""
     from vitbench.report.tables import varying
 
-    return varying(df, [k for k in _recipe_fields(df) if k not in keys])
+    fields = varying(df, [k for k in _recipe_fields(df) if k not in keys])
+    by = [k for k in ("series", "base") if k in df.columns]
+    if not by or not fields:
+        return fields
+    within = df.groupby(by, dropna=False, sort=False)[fields].nunique(dropna=False).max()
+    return [k for k in fields if within[k] > 1]
 
 
 def _split_by(t: pd.DataFrame) -> list[str]:
@@ -329,10 +335,12 @@ def posemb_table(ok: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     at = ["series", "base", *_recipe(df, [])]  # the default of the same base, series and recipe
     out = _summary(df, [*at, "posemb", "posemb_at"], split=at[2:])
+    def key(t: pd.DataFrame) -> list[tuple]:  # a missing value as None: NaN matched no key, not even its own
+        return list(t[at].astype(object).where(t[at].notna(), None).itertuples(index=False, name=None))
+
     default = out[(out["posemb"] == "learned") & (out["posemb_at"] == "input")]
-    default = default.groupby(at, dropna=False)["accuracy_mean"].first()
-    out["vs_default"] = out["accuracy_mean"] - pd.Series(
-        [default.get(k, np.nan) for k in out[at].itertuples(index=False, name=None)], index=out.index)
+    of = dict(zip(key(default), default["accuracy_mean"]))  # one row per key (`out` summarises `at` and more)
+    out["vs_default"] = out["accuracy_mean"] - pd.Series([of.get(k, np.nan) for k in key(out)], index=out.index)
     kind = {k: i for i, k in enumerate(_KINDS)}
     place = {p: i for i, p in enumerate(_PLACES)}
     return out.sort_values(["series", "base", "posemb", "posemb_at"], key=lambda s: s.map(kind) if s.name ==
