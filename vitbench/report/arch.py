@@ -335,6 +335,7 @@ def posemb_table(ok: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     at = ["series", "base", *_recipe(df, [])]  # the default of the same base, series and recipe
     out = _summary(df, [*at, "posemb", "posemb_at"], split=at[2:])
+
     def key(t: pd.DataFrame) -> list[tuple]:  # a missing value as None: NaN matched no key, not even its own
         return list(t[at].astype(object).where(t[at].notna(), None).itertuples(index=False, name=None))
 
