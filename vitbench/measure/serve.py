@@ -194,7 +194,7 @@ def serve(step: Step, backend: str, device: str, threads: int | None, images: np
         "latency_ms_judged": res.latency_ms.get(f"p{settings.percentile:g}"),  # LoadGen's, at the one below
         "latency_percentile_judged": settings.percentile,  # the config's, or the scenario's MLPerf default
         "latency_per": res.latency_per,  # what the latencies time: 'sample', or 'query' (MultiStream)
-        "mean_batch": (sum(n * c for n, c in shown.batches.items()) / shown.batches.total()
+        "mean_batch": (sum(n * c for n, c in shown.batches.items()) / sum(shown.batches.values())
                        if shown.batches else None),
         "padded_samples": shown.padded,
         "host_input": host_input,

@@ -115,14 +115,12 @@ def _recipe(df: pd.DataFrame, keys: list[str]) -> list[str]:
     base (a missing one counts): a summary over seeds keeps them apart. Two datasets, backends or input sizes
     were averaged as seeds of one (digits 0.9 and pets 0.4 read 0.65, their spread as the seeds'). A field that
     only tells the series apart (the few-shot settings, blank on pre-training rows) splits nothing."""
-    from vitbench.report.tables import varying
-
-    fields = varying(df, [k for k in _recipe_fields(df) if k not in keys])
-    by = [k for k in ("series", "base") if k in df.columns]
-    if not by or not fields:
-        return fields
-    within = df.groupby(by, dropna=False, sort=False)[fields].nunique(dropna=False).max()
-    return [k for k in fields if within[k] > 1]
+    fields = [k for k in _recipe_fields(df) if k not in keys]  # hashable already (_frame)
+    if not fields:
+        return []
+    by = [k for k in ("series", "base") if k in df.columns]  # _frame gives every row its series
+    most = df.groupby(by, dropna=False, sort=False)[fields].nunique(dropna=False).max()
+    return [k for k in fields if most[k] > 1]
 
 
 def _split_by(t: pd.DataFrame) -> list[str]:
