@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import itertools
 import dataclasses
 import json
 
@@ -28,9 +29,15 @@ def steps(rng: np.random.Generator, n: int = STEPS, scale: float = 1.0, cv: floa
     return x.tolist()
 
 
+_SWEEPS = itertools.count(1)  # the run ids of records made without one: each a sweep of its own, as in a store
+OWN_SWEEP = "(a sweep of its own)"  # bench_record's default run id: a fresh one (None and "" stay: no run id)
+
+
 def bench_record(model: str = "ViT-Nano/4", step_s: list[float] | None = None, repeat: int = 0, batch: int = 8,
-                 run_id: str = "run1", env: dict | None = None, status: str = "ok", **cfg) :
-    """A record shaped like vitbench.trial.run_trial(bench) output, built without measuring anything."""
+                 run_id: str | None = OWN_SWEEP, env: dict | None = None, status: str = "ok", **cfg) :
+    """A record shaped like vitbench.trial.run_trial(bench) output, built without measuring anything; without a
+    `run_id`, the run of a sweep of its own."""
+    run_id = f"run{next(_SWEEPS)}" if run_id == OWN_SWEEP else run_id
     trial = {"model": model, "backend": "torch", "task": "infer", "device": "cpu", "resolution": 32,
              "batch_size": batch, "precision": "fp32", "compile": False, "seed": 0, "threads": None,
              "warmup_steps": 3, "min_steps": 10, "min_seconds": 1.0, "max_seconds": 60.0, **cfg}
@@ -56,9 +63,10 @@ def calibration_record(tflops: list[float], run_id: str = "run1", env: dict | No
 
 
 def result_set(rng: np.random.Generator, models=("ViT-Nano/4", "R-Nano"), repeats: int = 3, scale: float = 1.0,
-               run_noise: float = 0.0, step_noise: float = 0.0, run_id: str = "run1") -> list[dict]:
+               run_noise: float = 0.0, step_noise: float = 0.0, run_id: str | None = None) -> list[dict]:
     """Interleaved repeats of each model; `run_noise`: each repeat's time x U(1 -/+ run_noise) (a machine state),
-    `step_noise`: each step x U(1 -/+ step_noise)."""
+    `step_noise`: each step x U(1 -/+ step_noise). One sweep (one run id, unless given) a call."""
+    run_id = run_id or f"run{next(_SWEEPS)}"
     out = []
     for r in range(repeats):
         for m in models:
@@ -409,7 +417,7 @@ def test_normalize_uses_each_runs_own_calibration():
     for r in later:
         r.repeat, r.key = 1, r.key + "-r1"
     cur += later + [calibration_record([0.5], run_id="slow")]
-    base = result_set(rng, models=("A",), repeats=2) + [calibration_record([1.0])]
+    base = result_set(rng, models=("A",), repeats=2, run_id="run1") + [calibration_record([1.0], run_id="run1")]
     cmp = compare(base, cur, normalize=True)
     assert not cmp.warnings  # every record found its own run's calibration
     # the slow run divided by its own 0.5: both sides are two runs of the same speed; each side's mean log holds
@@ -860,3 +868,46 @@ def test_compile_time_of_a_cache_hit_is_not_compared_with_a_cold_compile():
     assert str(row.decision) == "inconclusive" and "compile_cached differs" in row.note, row
     (row,) = compare([rec(5.0, False, "b")], [rec(60.0, False, "c")], metrics=("compile_s",)).rows
     assert str(row.decision) == "regression"
+
+
+def test_runs_on_both_sides_that_are_not_the_same_runs_are_refused(tmp_path, cli):
+    """A directory of several sweeps against one of its own sweeps, or directories holding copies of a run: the
+    shared runs counted as independent pulled the sides together (four of five runs the same: 'no change' on
+    what was mostly one measurement). Refused (exit 2) naming the trial; a directory against itself (every run
+    shared) and separate sweeps still compare."""
+    rng = np.random.default_rng(0)
+    rounds = [result_set(rng, models=("A",), repeats=1) for _ in range(3)]
+    for i, recs in enumerate(rounds):
+        (tmp_path / "all" / f"round{i}").mkdir(parents=True)
+        write_jsonl(tmp_path / "all" / f"round{i}" / "results.jsonl", recs)
+    (tmp_path / "new").mkdir()
+    write_jsonl(tmp_path / "new" / "results.jsonl", result_set(rng, models=("A",), repeats=1))
+    for i, recs in enumerate((rounds[1], result_set(rng, models=("A",), repeats=1))):  # a copy, and one of its own
+        (tmp_path / "copies" / f"round{i}").mkdir(parents=True)
+        write_jsonl(tmp_path / "copies" / f"round{i}" / "results.jsonl", recs)
+    for base, cur in (("all", "all/round0"), ("copies", "all")):
+        r = cli(str(tmp_path / base), str(tmp_path / cur))
+        out = " ".join(r.output.split())
+        assert r.exit_code == 2 and "share 1 run(s) of 1 trial(s) (first: A infer" in out, r.output
+        assert "Traceback" not in out
+    assert compare_paths(tmp_path / "all", tmp_path / "all").rows[0].method == "the same runs on both sides"
+    assert compare_paths(tmp_path / "all", tmp_path / "new").rows[0].repeats == (3, 1)
+
+
+def test_a_speed_trial_missing_from_current_fails_the_check_when_nothing_else_is_compared(tmp_path, cli):
+    """Current lacks the baseline's one speed trial (a sweep that died after its flops trial): exit 1 listing
+    it as missing, not exit 2 pointing at --metric; with --allow-missing, nothing is left to compare: exit 2,
+    the message naming the missing trial."""
+    fl_cfg = {"model": "A", "backend": "torch", "task": "flops", "resolution": 32, "num_classes": 10}
+    fl = record("flops", dict(fl_cfg), metrics={"gflops": 0.1, "params_m": 0.05}, key="fl", repeat=0,
+                trial=fl_cfg, run_id="run1")
+    b = write_jsonl(tmp_path / "base.jsonl", [fl, bench_record("A")])
+    c = write_jsonl(tmp_path / "cur.jsonl", [fl])
+    r = cli(b, c)
+    out = " ".join(r.output.split())
+    assert r.exit_code == 1 and "INCOMPLETE" in out and "1 baseline trial(s) missing from current" in out, r.output
+    assert "A infer torch" in out
+    r = cli(b, c, "--allow-missing")
+    out = " ".join(r.output.split())
+    assert r.exit_code == 2 and "nothing compared" in out and "missing from current" in out, r.output
+    assert "first: A infer torch" in out and "Traceback" not in out

@@ -19,7 +19,7 @@ from vitbench.compare.calibrations import Calibrations, same_sizes
 from vitbench.compare.decide import (DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD, REGRESSING, Decision,
                                      Row, check_gate, compare_trials)
 from vitbench.compare.match import DEFAULT_IGNORE, group, labels, why_unmatched
-from vitbench.compare.runs import RUN_NOISE_MAX
+from vitbench.compare.runs import RUN_NOISE_MAX, shared_runs
 from vitbench.errors import ConfigError, clip
 from vitbench.record import Record, Status, finite_number
 from vitbench.stats import N_BOOT
@@ -181,6 +181,12 @@ def compare(baseline: Sequence[Record], current: Sequence[Record], *, threshold:
         raise ConfigError(f"no trial of {names[1]} matches a trial of {names[0]} (same kind, method version and "
                           f"configuration). First {names[0]} trial, {label[k0]}: {why_unmatched(bt[k0], ct)}. "
                           f"{names[1]} has: {'; '.join(label[k] for k in list(ct)[:5])}.")
+    shared = [(label[k], n) for k in matched if (n := shared_runs(bt[k].ok, ct[k].ok))]
+    if shared:  # a run on both sides would count as two independent runs, pulling the sides together
+        raise ConfigError(f"{names[0]} and {names[1]} share {sum(n for _, n in shared)} run(s) of "
+                          f"{len(shared)} trial(s) (first: {clip(shared[0][0], 200)}; the same sweep run id, "
+                          "repeat and start time) but are not the same runs: one holds sweeps of the other, or "
+                          "copies of a run. Compare directories of separate sweeps (each run on one side only)")
     calibs = None
     if normalize:
         cal_kinds = kinds_with_role(Role.CALIBRATION)
@@ -196,25 +202,30 @@ def compare(baseline: Sequence[Record], current: Sequence[Record], *, threshold:
         if not trial_rows:
             not_compared.append((label[k], f"{bt[k].kind} records carry none of: {', '.join(metrics)}"))
         rows += trial_rows
+    unmatched_baseline = [(label[k], why_unmatched(bt[k], ct)) for k in bt if k not in ct]
+    # a baseline trial that failed there too is no loss when it is absent now
+    missing = [item for k, item in zip([k for k in bt if k not in ct], unmatched_baseline) if bt[k].ok]
+    why_none = None
     if not rows:
         present = sorted({m for k in matched for r in (*bt[k].ok, *ct[k].ok) for m in r.metrics if m in known})
-        raise ConfigError(f"nothing compared: none of the {len(matched)} matched trial(s) carries "
-                          f"{', '.join(metrics)}; they carry {', '.join(present) or 'no comparable metric'} "
-                          "(choose with --metric)")
-    if all(r.decision == Decision.NO_DATA and r.method == "status" for r in rows):
-        raise ConfigError(f"nothing compared: every one of the {len(matched)} matched trial(s) failed on both "
-                          f"sides ({rows[0].note.split(': ', 1)[-1][:200]}); no speed was measured to decide on")
+        why_none = (f"none of the {len(matched)} matched trial(s) carries {', '.join(metrics)}; they carry "
+                    f"{', '.join(present) or 'no comparable metric'} (choose with --metric)")
+    elif all(r.decision == Decision.NO_DATA and r.method == "status" for r in rows):
+        why_none = (f"every one of the {len(matched)} matched trial(s) failed on both sides "
+                    f"({rows[0].note.split(': ', 1)[-1][:200]}); no speed was measured to decide on")
+    if why_none and (allow_missing or not missing):  # (with trials missing from current: exit 1, listing them)
+        gone = (f"; {len(missing)} baseline trial(s) missing from current (allowed by --allow-missing), first: "
+                f"{clip(missing[0][0], 200)}" if missing else "")
+        raise ConfigError(f"nothing compared: {why_none}{gone}")
     warnings = [f"--normalize: {cal.fallbacks} {cal.side} record(s) have no calibration from their own run; used "
                 "the calibration of other runs on the same device" for cal in (calibs or ()) if cal.fallbacks]
-    unmatched_baseline = [(label[k], why_unmatched(bt[k], ct)) for k in bt if k not in ct]
     return Comparison(
         rows=rows,
         unmatched_baseline=unmatched_baseline,
         unmatched_current=[(label[k], why_unmatched(ct[k], bt)) for k in ct if k not in bt],
         env_diff=env_differences(baseline, current),
         not_compared=not_compared,
-        # a baseline trial that failed there too is no loss when it is absent now
-        missing=[item for k, item in zip([k for k in bt if k not in ct], unmatched_baseline) if bt[k].ok],
+        missing=missing,
         allow_missing=allow_missing,
         threshold=threshold, confidence=confidence, normalized=normalize, metrics=tuple(metrics),
         warnings=warnings)

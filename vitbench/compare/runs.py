@@ -14,6 +14,8 @@ that (docs/compare.md, "One run per side"). So a throughput interval is built on
   load). The verdict says which it assumed; at the busy floor only a change of about half or more can be
   decided, so identical code on a busy host comes out inconclusive (exit 3), not a regression.
 - **The same runs on both sides** (a results directory compared with itself): no run-to-run noise between them.
+  Some runs on both sides, not all (a directory of sweeps against one of its own, copies of a run in both): refused
+  (vitbench.compare.comparison), as a shared run would count as two independent ones.
 """
 
 from __future__ import annotations
@@ -61,12 +63,29 @@ def assumed_noise(records: Sequence[Record], user_sd: float | None) -> RunNoise:
     return RunNoise(RUN_NOISE_QUIET, "quiet-host floor")
 
 
+def _run_id(r: Record) -> tuple[str, str, str, str]:
+    """A record's run: its sweep run id, start time, trial key and repeat."""
+    return str(r.run_id), str(r.started_at), str(r.key), str(r.repeat)
+
+
 def same_runs(baseline: Sequence[Record], current: Sequence[Record]) -> bool:
     """Both sides hold the very same runs (one results directory compared with itself): the same sweep run ids,
     trial keys, repeats and start times. Records without a run id (not written by a sweep) are never the same."""
-    def ident(recs):
-        return sorted((str(r.run_id), str(r.started_at), str(r.key), str(r.repeat)) for r in recs)
-    return all(r.run_id for r in (*baseline, *current)) and ident(baseline) == ident(current)
+    return (all(r.run_id for r in (*baseline, *current))
+            and sorted(map(_run_id, baseline)) == sorted(map(_run_id, current)))
+
+
+def shared_runs(baseline: Sequence[Record], current: Sequence[Record]) -> int:
+    """How many runs stand on both sides where the sides are not the same runs: a directory of several sweeps
+    compared with one of its own sweeps, or two directories holding copies of one run. Such a run would be counted
+    twice as independent, pulling the sides together (a verdict of no change on the same data); 0 when none is
+    shared or when every one is (same_runs: a directory compared with itself). Only records a sweep wrote (a run
+    id and a start time) are looked at."""
+    if same_runs(baseline, current):
+        return 0
+    def ids(recs):
+        return {_run_id(r) for r in recs if r.run_id and r.started_at}
+    return len(ids(baseline) & ids(current))
 
 
 @dataclass(frozen=True)
