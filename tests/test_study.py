@@ -495,3 +495,21 @@ def test_the_dry_run_shows_the_status_the_sweep_acts_on_shards_included(tmp_path
         f.write(json.dumps(late.to_dict()) + "\n")
     r = cli("sweep", str(p), "--dry-run", "--json", "--results", str(res))
     assert {t["key"]: t.get("status") for t in json.loads(r.output)}[done.key] == "error", r.output
+
+
+def test_a_key_beside_a_merge_key_overrides_it_and_a_real_duplicate_is_still_refused():
+    """`<<: *base` with a key written beside it: YAML's override, kept (it was refused as a duplicate: the check
+    ran after construction had merged the keys into the mapping). Two keys written in one mapping stay refused."""
+    text = textwrap.dedent("""
+        name: merged
+        defaults:
+          <<: {device: cpu, batch_size: 2}
+          batch_size: 4
+        axes:
+          model: [ViT-Nano/4]
+          task: [infer]
+    """)
+    (trial,) = parse_study(text, "merged.yaml").trials
+    assert trial.config["batch_size"] == 4 and trial.config["device"] == "cpu"
+    with pytest.raises(ConfigError, match=r"merged.yaml:6: duplicate key 'batch_size' \(first on line 5\)"):
+        parse_study(text.replace("  batch_size: 4\n", "  batch_size: 4\n  batch_size: 8\n"), "merged.yaml")

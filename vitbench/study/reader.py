@@ -240,13 +240,17 @@ BoundedLoader.add_constructor("tag:yaml.org,2002:float", BoundedLoader.construct
 BoundedLoader.add_constructor("tag:yaml.org,2002:timestamp", BoundedLoader.construct_yaml_timestamp)
 
 
-def load_bounded(text: str) -> tuple[Any, yaml.Node | None]:
-    """(data, node tree) of one YAML document, through BoundedLoader (raises yaml.YAMLError)."""
+def load_bounded(text: str, duplicates: list[str] | None = None) -> tuple[Any, yaml.Node | None]:
+    """(data, node tree) of one YAML document, through BoundedLoader (raises yaml.YAMLError); `duplicates`: a
+    list the document's duplicate keys are added to, found as written (before construction merges `<<:` keys
+    into their mappings, after which a key that overrides a merged one would look like a second copy)."""
     if len(text) > MAX_STUDY_BYTES:
         raise _Refused(f"larger than {MAX_STUDY_BYTES >> 20} MiB", None)
     loader = BoundedLoader(text)
     try:
         node = loader.get_single_node()
+        if duplicates is not None:  # (composing bounded the tree: depth, and nodes with aliases expanded)
+            _duplicate_keys(node, duplicates)
         return (loader.construct_document(node) if node is not None else None), node
     finally:
         loader.dispose()
@@ -267,16 +271,15 @@ def load_value(text: str, what: str) -> Any:
 def compose(text: str, source: str) -> tuple[Any, yaml.Node | None]:
     """(data, node tree) of a study's YAML text; syntax errors, refused documents and duplicate keys are
     ConfigErrors (every duplicate key at once)."""
+    dups: list[str] = []
     try:
-        data, node = load_bounded(text)
+        data, node = load_bounded(text, dups)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{source}:{mark.line + 1}" if mark else source
         problem = getattr(e, "problem", None) or str(e)
         kind = "refused" if isinstance(e, _Refused) else "not valid YAML"
         raise ConfigError(f"invalid study {where}: {kind}: {clip(str(problem), 300)}") from None
-    dups: list[str] = []
-    _duplicate_keys(node, dups)
     dups = list(dict.fromkeys(dups))  # a mapping reached through several aliases is one mapping
     if dups:
         shown = dups[:MAX_PROBLEMS_SHOWN] + ([f"... and {len(dups) - MAX_PROBLEMS_SHOWN} more"]
@@ -288,11 +291,12 @@ def compose(text: str, source: str) -> tuple[Any, yaml.Node | None]:
 
 
 def _duplicate_keys(node: yaml.Node | None, out: list[str]) -> None:
-    """YAML lets a repeated key silently replace the earlier one (a second `axes:` would drop the first)."""
+    """YAML lets a repeated key silently replace the earlier one (a second `axes:` would drop the first). A merge
+    key (`<<: *defaults`) loses nothing: a key written beside it overrides the merged one, as YAML specifies."""
     if isinstance(node, yaml.MappingNode):
         seen: dict[str, int] = {}
         for k, v in node.value:
-            if isinstance(k, yaml.ScalarNode):
+            if isinstance(k, yaml.ScalarNode) and k.tag != "tag:yaml.org,2002:merge":
                 line = k.start_mark.line + 1
                 if k.value in seen:
                     out.append(f"{line}: duplicate key {shorten(k.value)} (first on line {seen[k.value]})")
