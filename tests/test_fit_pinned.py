@@ -156,6 +156,25 @@ def test_a_parameter_s_confidence_interval_is_its_replicates_percentile_interval
     assert a.ci_high == pytest.approx(a.value * (hi / a.value) ** f.widen, rel=1e-9)
 
 
+def test_a_parameter_s_interval_always_holds_its_estimate():
+    """Two replicates (`--bootstrap 2`) whose quantiles both lay above the estimate gave a = 0.5265 with the "95 %
+    CI" [0.5303, 0.5799], stretched further away. The side past the estimate is taken to it first: each interval
+    holds its value, for every seed and parameter here, and where the replicates' interval held the estimate the
+    interval is the stretched percentile one (the test above)."""
+    c = np.logspace(0, 3, 10)
+    e = 0.1 + 0.5 * c**-0.4
+    c, e = np.append(c, [c[3], c[3]]), np.append(e, [e[3] + 0.05, e[3] - 0.05])
+    missed = 0
+    for seed in range(6):
+        f = fit_curve(c, e, FormName.POWER, bootstrap=2, seed=seed)
+        reps = f.form.to_user(f.z_reps, f.scale)
+        for i, (name, p) in enumerate(f.params.items()):
+            assert p.ci_low <= p.value <= p.ci_high, (seed, name, p)
+            lo, hi = np.quantile(reps[:, i], [0.025, 0.975])
+            missed += not lo <= p.value <= hi
+    assert missed  # (the case is here: some replicates' interval missed its estimate)
+
+
 def test_the_floor_is_the_lower_end_of_e_inf_s_interval():
     """One form whose e_inf replicates are 1, 2, ..., 101, noise 0: the floor is their (1 - 0.9) / 2 = 5 %
     quantile, index 0.05 x 100 = 5 of the sorted replicates: 6."""

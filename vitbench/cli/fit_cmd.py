@@ -93,7 +93,9 @@ def _show(report) -> None:
                 band = f"[{x.ci_low:.4g}, {x.ci_high:.4g}]" if x.ci_low is not None else "- (not measured)"
                 p.add_row(f"{x.compute:.4g}", f"{x.reach:+.2f}", f"{x.value:.4g}", band, miss)
             console.print(p)
-    console.print(f"[dim]{ci} bootstrap CIs ({report.spec.bootstrap} replicates). Backtest: each law fitted on "
+    boots = (f"{ci} bootstrap CIs ({report.spec.bootstrap} replicates)" if report.spec.bootstrap > 1 else
+             f"no bootstrap CIs (--bootstrap {report.spec.bootstrap})")
+    console.print(f"[dim]{boots}. Backtest: each law fitted on "
                   f"the budgets up to a cut-off predicts the points up to the reach beyond it; its rmse_log is at "
                   f"the reach (docs/scaling-laws.md). Score: what chose (*) and weighted the laws, lower is "
                   f"better: the backtest's error per decade of reach, each later cut-off counting {RECENCY:g}x, "

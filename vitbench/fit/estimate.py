@@ -13,7 +13,10 @@ centred log residuals, inflated by sqrt(n / (n - p)), are resampled onto the fit
 refitted at once, warm-started from the estimate (above _ONE_STEP points: one Gauss-Newton step from it, the
 linearised bootstrap, as accurate there and 50x cheaper). Percentile intervals (Efron & Tibshirani 1993, Eq.
 13.5), each side stretched by t(n - p) / z (few points: the resampled residuals know nothing of the n - p
-degrees of freedom their spread came from; measured 95 % coverage ~0.75 at n = 6 without, ~0.92 with).
+degrees of freedom their spread came from; measured 95 % coverage ~0.75 at n = 6 without, ~0.92 with). A
+percentile interval can miss its own estimate (few replicates, a skewed or biased bootstrap: `--bootstrap 2` gave
+a = 0.5265 with [0.5303, 0.5799]); its side is then taken to the estimate before the stretch, which a stretch
+away from the estimate needs (it would push that side further off).
 A form needs as many distinct compute budgets as parameters to be fitted, more points than parameters for a CI.
 
 Degenerate fits. A parameter at a bound is named with what the fit has become (forms.Collapse): an offset law
@@ -252,6 +255,7 @@ def fit_curve(compute, error, form: FormName | Form = FormName.SATURATING, *, bo
     for i, k in enumerate(form.params):
         v = out.params[k].value
         lo, hi = np.quantile(form.to_user(reps, out.scale)[:, i], [(1 - ci) / 2, (1 + ci) / 2])
+        lo, hi = min(lo, v), max(hi, v)  # an interval that misses its estimate: reach it (module docstring)
         if k == "a":  # positive, spans decades: stretch on the log scale
             lo, hi = v * (lo / v) ** out.widen, v * (hi / v) ** out.widen
         else:
