@@ -916,3 +916,32 @@ def test_a_largest_batch_of_0_is_said_not_dropped_in_silence():
                  trial=dict(cfg), repeat=0)
     with pytest.warns(VitbenchWarning, match=r"1 value\(s\) <= 0 not in the history .*max_batch_size 0 of "):
         assert [p for p in points_of([[row]]) if p.metric == "max_batch_size"] == []
+
+
+def test_two_series_never_share_a_label():
+    """Each append labels its trials against its own directory's: two sweeps differing only in max_seconds made
+    two series both named 'ViT-Nano/4 infer torch bs4 32px fp32 cpu'. They now carry the setting their trials
+    differ in; a key that is no JSON object is told apart by its position."""
+    from records import record
+
+    from vitbench.history.collect import points_of
+    from vitbench.history.series import build
+
+    cfg = {"model": "ViT-Nano/4", "backend": "torch", "task": "infer", "device": "cpu", "resolution": 32,
+           "batch_size": 4, "precision": "fp32"}
+
+    def row(max_s):
+        c = {**cfg, "max_seconds": max_s}
+        return record("bench", dict(c), metrics={"img_per_s": 100.0, "step_ms_median": 40.0,
+                                                 "batch_size_achieved": 4}, raw={"step_s": [0.04] * 5}, key="k",
+                      trial=dict(c), repeat=0)
+
+    pts = [p for d in (row(1.0), row(2.0)) for p in points_of([[d]]) if p.metric == "img_per_s"]
+    assert len({p.label for p in pts}) == 1 and len({p.trial for p in pts}) == 2  # (the case: one label, 2 keys)
+    names = sorted(s.trial for s in build([(_run(f"c{i}", i), p) for i, p in enumerate(pts)]))
+    assert names == [f"{pts[0].label} max_seconds={v}" for v in ("1.0", "2.0")], names
+    odd = [_point(1.0, trial="t1"), _point(2.0, trial="t2")]
+    for p in odd:
+        p.label = "same"
+    assert sorted(s.trial for s in build([(_run(f"c{i}", i), p) for i, p in enumerate(odd)])) == ["same #1",
+                                                                                                    "same #2"]

@@ -173,7 +173,35 @@ def build(rows: list[tuple[Run, Point]], metrics: tuple[str, ...] = ()) -> list[
             s.basis = "normalized"
         out.append(s)
     out.sort(key=lambda s: (s.metric, s.trial))
+    _tell_apart(out)
     return out
+
+
+def _tell_apart(series: list[Series]) -> None:
+    """Series of one metric whose labels read alike (each label was made against its own results directory's
+    trials: two sweeps differing only in min_seconds gave two 'ViT-Nano/4 infer torch bs4 32px fp32 cpu') get
+    the settings their trial keys differ in (the key is compare's match key, a JSON object), or else the key's
+    position among them, appended: never two series under one name."""
+    import json
+
+    alike: dict[tuple[str, str], list[Series]] = defaultdict(list)
+    for s in series:
+        alike[s.metric, s.trial].append(s)
+    for group in alike.values():
+        if len(group) < 2:
+            continue
+        flat = []
+        for s in group:
+            try:
+                doc, _ = json.JSONDecoder().raw_decode(s.key)
+                cfg = {**doc.get("config", {}), "kind": doc.get("kind"), "method_version": doc.get("method_version")}
+            except (ValueError, AttributeError, TypeError):  # a key of another shape: its position below
+                cfg = {}
+            flat.append({k: json.dumps(v, sort_keys=True, default=str) for k, v in cfg.items()})
+        fields = sorted({k for c in flat for k in c if len({c.get(k) for c in flat}) > 1})
+        for i, (s, c) in enumerate(zip(group, flat)):
+            parts = [f"{k}={c[k]}" for k in fields if k in c] or [f"#{i + 1}"]
+            s.trial += " " + " ".join(parts)
 
 
 def detect(series: list[Series]) -> list[Series]:
