@@ -301,3 +301,12 @@ def test_a_missing_column_s_message_shows_spaces_and_other_separators(cli, tmp_p
     r = cli("fit", tmp_path / "spaced.csv", "--compute", "compute", "--accuracy", " accuracy", "--bootstrap", "0",
             "--workers", "1", "--json")
     assert r.exit_code == 0 and json.loads(r.stdout)["groups"][0]["n_points"] == len(C), r.output
+
+
+@pytest.mark.parametrize("option", ["--error", "--accuracy"])
+def test_the_compute_column_is_refused_as_the_error(cli, two_models, option):
+    """`--compute X --error X` fitted the column against itself (a law through every point) without a word."""
+    r = cli("fit", two_models, "--compute", "compute", option, "compute", "--bootstrap", "0", "--workers", "1")
+    out = " ".join(r.output.split())
+    assert r.exit_code == 2 and f"column 'compute' is both --compute and {option}" in out, r.output
+    assert "Traceback" not in out

@@ -50,8 +50,8 @@ def repo_root(repo: str | Path) -> Path:
     p = subprocess.run(["git", "-C", str(path), "rev-parse", "--show-toplevel"], capture_output=True, text=True,
                        timeout=60)
     if p.returncode:
-        raise ConfigError(f"--repo {repo}: not inside a git checkout (vitbench ab measures a git ref against "
-                          "the working tree; use `vitbench compare BASELINE CURRENT` for two result sets)")
+        raise ConfigError(f"--repo {repo}: not inside a git checkout (vitbench ab and bisect measure the commits "
+                          "of one; use `vitbench compare BASELINE CURRENT` for two result sets)")
     return Path(p.stdout.strip())
 
 

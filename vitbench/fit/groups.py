@@ -314,6 +314,9 @@ def _error(source: Source, frame: pd.DataFrame, spec: FitSpec, where: str
             f"--accuracy's default, with no --error{' and no error column' if csv else ''}"
         values, option = 1.0 - numeric_column(frame, col, named, where) / scale, "--accuracy"
         label = f"1 - {col}" + (" / 100" if spec.percent else "")
+    if col == spec.compute:  # error against itself: a straight line any power law fits exactly
+        raise ConfigError(f"{where}: column {shorten(col, 60)} is both --compute and {option}: the error must be "
+                          "another column than the compute")
     bad = values.notna() & ~np.isfinite(values.fillna(0))
     if bad.any():
         raise ConfigError(f"{where}: column {shorten(col, 60)} ({option}) is not finite: {_row(values, bad)}")
