@@ -433,5 +433,6 @@ def report_cmd(
                 console.print(f"[dim]{escape(note)}[/]", highlight=False)
     for name, why in rep.not_drawn.items():
         console.print(f"[dim]figure {escape(name)} not drawn: {escape(why)}[/]", highlight=False)
-    console.print(f"wrote {len(rep.files)} file{'' if len(rep.files) == 1 else 's'} to {escape(str(rep.files[0].parent if rep.files else out))}:")
+    where = escape(str(rep.files[0].parent if rep.files else out))
+    console.print(f"wrote {len(rep.files)} file{'' if len(rep.files) == 1 else 's'} to {where}:")
     console.print("  " + escape("  ".join(p.name for p in rep.files)), highlight=False)

@@ -194,7 +194,8 @@ def _tell_apart(series: list[Series]) -> None:
         for s in group:
             try:
                 doc, _ = json.JSONDecoder().raw_decode(s.key)
-                cfg = {**doc.get("config", {}), "kind": doc.get("kind"), "method_version": doc.get("method_version")}
+                cfg = {**doc.get("config", {}), "kind": doc.get("kind"),
+                       "method_version": doc.get("method_version")}
             except (ValueError, AttributeError, TypeError):  # a key of another shape: its position below
                 cfg = {}
             flat.append({k: json.dumps(v, sort_keys=True, default=str) for k, v in cfg.items()})
