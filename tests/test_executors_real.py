@@ -15,6 +15,7 @@ import contextlib
 import getpass
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -136,10 +137,13 @@ def slurm():
 
 
 def ray_nodes_alive() -> int:
-    code = ("import ray,logging; ray.init(address=%r, logging_level=logging.ERROR); "
-            "print(sum(n['Alive'] for n in ray.nodes()))" % RAY_ADDRESS)
+    """The head's count of alive raylets. The driver's stdout can carry the raylets' own log lines too (CI at
+    stop 81: "(raylet) The node ... has been marked dead" after the count), so the count has a tagged line."""
+    code = ("import ray,logging; ray.init(address=%r, logging_level=logging.ERROR, log_to_driver=False); "
+            "print('alive_raylets=%%d' %% sum(n['Alive'] for n in ray.nodes()))" % RAY_ADDRESS)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=cluster_env())
-    return int(out.stdout.strip() or 0)
+    found = re.findall(r"^alive_raylets=(\d+)$", out.stdout, re.M)
+    return int(found[-1]) if found else 0
 
 
 @pytest.fixture
