@@ -63,6 +63,19 @@ CASES = {
     "shard label out of range": (lambda g, t: _mk_out_of_range_shard(g, t), "label 7 out of range"),
     "hf label out of range": (lambda g, t: _mk_out_of_range_hf(g, t), "label 5 out of range for the 3 ClassLabel"),
     "hf without a label column": (lambda g, t: _mk_unlabelled_hf(g, t), "cannot tell the label column"),
+    # labels that are no class index (the CIFAR pickles hold Python lists: a float 1.7 was class 1 in silence)
+    "cifar float labels": (lambda g, t: _mk_cifar(t, [0.0, 1.7, 2.0]),
+                           "labels must be integers, got floats (e.g. 0.0"),
+    "cifar bool labels": (lambda g, t: _mk_cifar(t, [True, False, True]), "labels must be integers, got booleans"),
+    "cifar string labels": (lambda g, t: _mk_cifar(t, ["x", "1", "2"]), "labels must be integers, got strings"),
+    "cifar label past int64": (lambda g, t: _mk_cifar(t, [10**30, 1, 2]), f"out-of-range values (e.g. {10**30}"),
+    "cifar empty test batch": (lambda g, t: _mk_cifar(t, []), "the test split has no images"),
+    "npz label past int64": (lambda g, t: _mk_npz(g, t, np.array([0, 2**63 + 5, 1], np.uint64)),
+                             f"label {2**63 + 5} out of range (past 2**63 - 1)"),
+    "npz empty test split": (lambda g, t: _mk_npz(g, t, np.zeros(0, np.int64)), "the test split has no images"),
+    "npz empty train split": (lambda g, t: _mk_npz(g, t, g[2], train=0), "its train split has no images"),
+    "hf null label": (lambda g, t: _mk_hf_test(g, t, [0, None, 1]), "has 1 empty (null) labels"),
+    "hf empty test split": (lambda g, t: _mk_hf_test(g, t, []), "the test split has no images"),
     "a tfds option for another format": (lambda g, t: (["--data", "folder", "--data-path", str(g[0] / "folder"),
                                                         "--tfds-name", "x"], "--tfds-name"), "takes no tfds_name"),
 }
@@ -110,6 +123,35 @@ def _mk_corrupt_tfds(g, t):
     _write_tfds(t / "tfds", g[1], g[2], spoil={("test", 1): lambda b: b[:60]})
     return (["--data", "tfds", "--data-path", str(t / "tfds")],
             t / "tfds" / "vitbench_bad" / "1.0.0" / "vitbench_bad-test.array_record-00000-of-00001 record 1")
+
+
+def _mk_cifar(t, test_labels):
+    """The CIFAR-10 python layout, 3 classes of 4 images per training batch, its test_batch labelled
+    `test_labels` (a Python list, as CIFAR's own pickles hold them)."""
+    import pickle
+
+    root, rng = t / "cifar-10-batches-py", np.random.default_rng(0)
+    root.mkdir()
+    batches = {f"data_batch_{i}": [0, 1, 2, 0] for i in range(1, 6)} | {"test_batch": test_labels}
+    for name, labels in batches.items():
+        data = rng.integers(0, 256, (len(labels), 3072), dtype=np.uint8)
+        (root / name).write_bytes(pickle.dumps({b"data": data, b"labels": labels}, protocol=4))
+    return ["--data", "cifar10", "--data-path", str(root)], root if not test_labels else root / "test_batch"
+
+
+def _mk_npz(g, t, test_labels, train=None):
+    from data_formats import write_npz
+
+    x, y = g[1], g[2]
+    path = write_npz(t / "d.npz", (x[:train], y[:train]), (x[:len(test_labels)], test_labels))
+    return ["--data", "npz", "--data-path", str(path)], path
+
+
+def _mk_hf_test(g, t, test_labels):
+    x, y = g[1], g[2]
+    write_hf_parquet(t / "hf", "train", x, y, ["0", "1", "2"])
+    path = write_hf_parquet(t / "hf", "test", x[:len(test_labels)], test_labels, ["0", "1", "2"])
+    return ["--data", "hf", "--data-path", str(t / "hf")], path if test_labels else t / "hf"
 
 
 def _mk_unlabelled_hf(g, t):

@@ -297,6 +297,9 @@ def load_splits(cfg: DataConfig | dict | None = None) -> Splits:
     raw = read_source(cfg)
     k_src = len(raw.class_names)
     source = cfg.name + (f":{cfg.path}" if cfg.path else "") + (f" {cfg.tfds_name}" if cfg.tfds_name else "")
+    for split, labels in (("train", raw.labels), ("test", raw.test_labels)):  # any format: an empty split
+        if labels is not None and not len(labels):
+            raise ConfigError(f"{source}: its {split} split has no images")
     x, y = _select_classes(raw.labels, cfg.classes, k_src, source)
     names = [raw.class_names[c] for c in cfg.classes] if cfg.classes else list(raw.class_names)
     present = np.unique(y)

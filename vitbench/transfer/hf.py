@@ -30,7 +30,7 @@ from pydantic import BaseModel, Field
 from vitbench.errors import ConfigError, VitbenchWarning, clip, shorten
 from vitbench.transfer.limits import MAX_CLASSES
 from vitbench.transfer.pools import CorruptImage, decode_bytes, regular_file
-from vitbench.transfer.raw import Raw, exists, label_names, require_path, same_classes, same_labels
+from vitbench.transfer.raw import Raw, exists, int_labels, label_names, require_path, same_classes, same_labels
 
 if TYPE_CHECKING:  # config is made from the formats' options (HfOptions below): not imported here
     from vitbench.transfer.config import DataConfig
@@ -274,12 +274,12 @@ def index_table(files: list[Path], image_column: str | None, label_column: str |
             else:
                 with pa.memory_map(str(f)) as src:
                     y = pa.ipc.open_stream(src).read_all().column(label)
-            y = np.asarray(y.to_numpy(zero_copy_only=False))
+            nulls, y = y.null_count, np.asarray(y.to_numpy(zero_copy_only=False))
         except (pa.ArrowInvalid, KeyError, OSError) as e:
             raise ConfigError(f"{f}: cannot read the label column {label!r} ({e}); expected {LAYOUT}") from None
-        if y.dtype.kind not in "iu":
-            raise ConfigError(f"{f}: label column {label!r} is {y.dtype}, not integers; expected {LAYOUT}")
-        labels.append(y.astype(np.int64))
+        if nulls:  # arrow gives an int column with nulls as float64 with NaN: say what is wrong
+            raise ConfigError(f"{f}: label column {label!r} has {nulls} empty (null) labels; expected {LAYOUT}")
+        labels.append(int_labels(y, f"{f} (label column {label!r})", LAYOUT))
         for c, n in enumerate(_chunks(f)):
             fi += [k] * n
             ch += [c] * n

@@ -1,6 +1,7 @@
-"""What every dataset format's reader gives and the checks they share: `Raw` (a source as listed), class names
-of bare integer labels, a required path, the same classes in both splits, and the refusal of a path that is no
-file or directory. The formats themselves: vitbench.transfer.formats (the table) and their modules."""
+"""What every dataset format's reader gives and the checks they share: `Raw` (a source as listed), integer labels
+as read, class names of bare integer labels, a required path, the same classes in both splits, and the refusal
+of a path that is no file or directory. The formats themselves: vitbench.transfer.formats (the table) and their
+modules."""
 
 from __future__ import annotations
 
@@ -28,6 +29,30 @@ class Raw:
     class_names: list[str]
     test_pool: Pool | None = None
     test_labels: np.ndarray | None = None
+
+
+def int_labels(values, where: str, layout: str) -> np.ndarray:
+    """`values` (a list as unpickled, an array as stored) as int64 labels, or ConfigError naming `where`: labels
+    are integers, not booleans, floats or strings (a float label 2.7 would otherwise be truncated to class 2 in
+    silence), and fit int64 (a uint64 label past 2**63 - 1 would wrap to a negative number; a Python int past it
+    cannot be stored at all)."""
+    try:
+        y = np.asarray(values)
+    except (ValueError, TypeError, OverflowError) as e:
+        raise ConfigError(f"{where}: labels are not an array of integers ({clip(str(e), 120)}); "
+                          f"expected {layout}") from None
+    if y.ndim != 1:
+        raise ConfigError(f"{where}: labels must be one integer per image, got shape {y.shape}; expected {layout}")
+    if not len(y):  # an empty list reads as float64: no label to refuse (the empty split is refused by name)
+        return y.astype(np.int64)
+    if y.dtype.kind not in "iu":
+        kind = {"b": "booleans", "f": "floats", "U": "strings", "S": "bytes", "O": "mixed or out-of-range values"}
+        bad = next((v for v in y.tolist() if type(v) is not int or not -2**63 <= v < 2**63), None)
+        raise ConfigError(f"{where}: labels must be integers, got {kind.get(y.dtype.kind, y.dtype.name)} "
+                          f"(e.g. {clip(repr(bad), 60)}); expected {layout}")
+    if y.dtype == np.uint64 and len(y) and int(y.max()) >= 2**63:
+        raise ConfigError(f"{where}: label {int(y.max())} out of range (past 2**63 - 1); expected {layout}")
+    return y.astype(np.int64)
 
 
 def label_names(labels: np.ndarray, where: str, layout: str) -> list[str]:
@@ -88,6 +113,8 @@ def same_labels(train: np.ndarray, test: np.ndarray, names: list[str], where: st
     naming the classes when the test split has no image of a class the train split has (exit 2, as a folder's
     test/ without that class folder). A test class the train split lacks is load_splits' refusal
     (vitbench.transfer.data: no training images, naming the classes to keep), made for every format."""
+    if not len(test):  # not "the classes differ": the split is empty
+        raise ConfigError(f"{where}: the test split has no images")
     have, got = np.unique(train), np.unique(test)
     if len(np.setdiff1d(have, got)):
         name = lambda c: names[c] if 0 <= c < len(names) else str(c)  # noqa: E731

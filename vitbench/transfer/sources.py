@@ -35,8 +35,8 @@ from vitbench.errors import ConfigError, UnsafeFileError, VitbenchWarning, clip,
 from vitbench.transfer.limits import MAX_CLASSES
 from vitbench.transfer.pools import FilePool
 from vitbench.transfer.preprocess import resize_weights
-from vitbench.transfer.raw import (Raw, in_memory, label_names, not_special, require_path, same_classes,
-                                  same_labels)
+from vitbench.transfer.raw import (Raw, in_memory, int_labels, label_names, not_special, require_path,
+                                  same_classes, same_labels)
 
 if TYPE_CHECKING:  # config is made from the formats' options (SyntheticOptions below): not imported here
     from vitbench.transfer.config import DataConfig
@@ -228,11 +228,11 @@ def _cifar_batch(path: Path, label_key: str, layout: str) -> tuple[np.ndarray, n
     labels = _key(obj, label_key) if isinstance(obj, dict) else None
     if data is None or labels is None:
         raise ConfigError(f"{path}: expected a dict with 'data' and '{label_key}'; {layout}")
-    data = np.asarray(data)
+    data, labels = np.asarray(data), int_labels(labels, f"{path} ({label_key!r})", layout)
     if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3072 or len(labels) != len(data):
         raise ConfigError(f"{path}: 'data' must be uint8 (N, 3072) with N labels, got {data.dtype} "
                           f"{data.shape} and {len(labels)} labels; {layout}")
-    return data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1), np.asarray(labels, np.int64)
+    return data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1), labels
 
 
 def read_cifar(cfg: DataConfig) -> Raw:
@@ -262,6 +262,9 @@ def read_cifar(cfg: DataConfig) -> Raw:
         if found is not None and len(found) == k:
             names = [n.decode() if isinstance(n, bytes) else str(n) for n in found]
     y = np.concatenate([p[1] for p in parts])
+    for split, labels in (("train", y), ("test", y_test)):
+        if not len(labels):
+            raise ConfigError(f"{root}: the {split} split has no images; expected {layout}")
     if y.min() < 0 or max(y.max(), y_test.max()) >= k:
         raise ConfigError(f"{root}: labels outside 0..{k - 1}; is this {cfg.name}? expected {layout}")
     return in_memory(np.concatenate([p[0] for p in parts]), y, names, x_test, y_test)
@@ -430,7 +433,7 @@ def read_npz(cfg: DataConfig) -> Raw:
         x, y = _npz_images(arrays[xi], xi, path), arrays[yi]
         if y.ndim != 1 or len(y) != len(x) or not np.issubdtype(y.dtype, np.integer):
             raise ConfigError(f"{path}: {yi!r} must be integer labels of length {len(x)}; got {y.dtype} {y.shape}")
-        out += [x, y.astype(np.int64)]
+        out += [x, int_labels(y, f"{path} ({yi!r})", _NPZ_LAYOUT)]
     names = label_names(np.concatenate([out[1], out[3] if out[3] is not None else out[1][:0]]),
                         f"{path} ({names[1]}{', ' + names[3] if names[3] else ''})", _NPZ_LAYOUT)
     if out[3] is not None:
