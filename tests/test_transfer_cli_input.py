@@ -366,6 +366,35 @@ def test_a_checkpoint_header_that_contradicts_its_weights_is_refused_where_it_is
     assert r.exit_code == 2 and says in " ".join(r.output.split()) and "@ 64px" not in r.output, r.output
 
 
+# a budget as protocols.pretrain writes one: 20 steps of 16 images over 608 training images, 0.0134 GFLOPs each
+_BUDGET = {"config": {"steps": 20, "batch_size": 16},
+           "metrics": {"images_seen": 320, "train_images": 608, "epochs": 320 / 608,
+                       "train_gflops_per_image": 0.0134, "exaflops": 0.0134e9 * 320 / 1e18}}
+
+
+@pytest.mark.parametrize("edit, says", [
+    ({"exaflops": 1e300}, "metrics.exaflops is 1e+300, but train_gflops_per_image 0.0134 x images_seen 320 make "
+                          "4.288e-09"),
+    ({"images_seen": 10**30}, "metrics.images_seen is 1e+30, but config.steps 20 x config.batch_size 16 make 320"),
+    ({"epochs": 90.0}, "metrics.epochs is 90, but images_seen 320 / train_images 608 make 0.526316"),
+])
+def test_a_checkpoint_header_whose_budget_contradicts_itself_is_refused(run, tmp_path, edit, says):
+    """The pre-training budget in a header became the downstream rows' pretrain_exaflops (the compute `vitbench
+    fit` reads) as written: a header edited to exaflops 1e300 gave an ok few-shot row of 1e300 exaFLOPs. It is
+    checked against the header's own arithmetic (steps x batch = images seen, GFLOPs per image x images seen =
+    exaFLOPs); a header as pretrain writes it reads, an edited one exits 2 naming the field and the sum."""
+    from vitbench.transfer.checkpoint import read_meta
+
+    ok = _tiny_checkpoint(tmp_path / "ok.safetensors", **_BUDGET)
+    assert read_meta(ok)["metrics"]["exaflops"] == _BUDGET["metrics"]["exaflops"]
+    edited = _tiny_checkpoint(tmp_path / "edited.safetensors", config=_BUDGET["config"],
+                              metrics={**_BUDGET["metrics"], **edit})
+    with pytest.raises(ConfigError, match=f"^{re.escape(str(edited))}: its vitbench metadata's {re.escape(says)}"):
+        read_meta(edited)
+    r = run("fewshot", "-c", edited, "--shots", "1", "--seeds", "1", "--threads", "1")
+    assert r.exit_code == 2 and "the header contradicts itself" in " ".join(r.output.split()), r.output
+
+
 def test_a_checkpoint_without_a_classifier_is_not_held_to_a_num_classes(tmp_path):
     """`num_classes` is checked against the classifier's rows (a header edited to 7 over a 5-class head was read
     as 7 classes) only where the weights hold one: an encoder-only checkpoint (objective none or masked_patch,

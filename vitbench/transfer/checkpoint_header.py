@@ -47,6 +47,43 @@ def check_meta(meta: dict, path: Path) -> None:
     if objective not in {o.value for o in Objective}:
         raise ConfigError(f"{path}: its vitbench metadata's objective is {clip(repr(objective), 60)}; allowed: "
                           f"{', '.join(o.value for o in Objective)}")
+    _check_budget(metrics, meta.get("config") or {}, objective == Objective.NONE.value, path)
+
+
+# the relative gap allowed between a budget number and the same number made again from the header's other fields:
+# the two are the same few float64 products in another order, so they differ by a few ulps (2.2e-16 each); 1e-9
+# is far above that and far below any edit that changes what a fit reads (a budget off by 1e-9 moves no point)
+BUDGET_RTOL = 1e-9
+
+
+def _check_budget(metrics: dict, config: dict, scratch: bool, path: Path) -> None:
+    """The pre-training budget a downstream row carries (and `vitbench fit` reads as compute) against the header's
+    own arithmetic, as protocols.pretrain writes it: images_seen = steps x batch_size (0 from scratch), exaflops =
+    train_gflops_per_image x images_seen (+ the teacher's forward, distilling), epochs = images_seen / train
+    images. A field absent (an older header) is not checked; one that contradicts the others (an edited header: an
+    exaflops of 1e300 became an ok row's pretrain_exaflops) is a ConfigError naming the fields."""
+    def num(d: dict, k: str):
+        v = d.get(k)
+        return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    def off(field: str, got: float, want: float, made: str) -> None:
+        if abs(got - want) > BUDGET_RTOL * max(abs(got), abs(want)):
+            raise ConfigError(f"{path}: its vitbench metadata's metrics.{field} is {got:g}, but {made} make "
+                              f"{want:g}: the header contradicts itself (an edited header?); not read")
+
+    seen, steps, batch = num(metrics, "images_seen"), num(config, "steps"), num(config, "batch_size")
+    if seen is not None and steps is not None and batch is not None:
+        off("images_seen", seen, 0 if scratch else steps * batch,
+            "no pre-training (objective none)" if scratch else f"config.steps {steps} x config.batch_size {batch}")
+    per_image, exa = num(metrics, "train_gflops_per_image"), num(metrics, "exaflops")
+    if seen is not None and per_image is not None and exa is not None:
+        teacher = num(metrics, "teacher_exaflops") or 0.0
+        made = f"train_gflops_per_image {per_image:g} x images_seen {seen:g}"
+        made += " + teacher_exaflops" if teacher else ""
+        off("exaflops", exa, per_image * 1e9 * seen / 1e18 + teacher, made)
+    images, epochs = num(metrics, "train_images"), num(metrics, "epochs")
+    if seen is not None and images and epochs is not None:
+        off("epochs", epochs, seen / images, f"images_seen {seen:g} / train_images {images:g}")
 
 
 def check_fits(meta: dict, shapes: dict[str, tuple[int, ...]], path: Path) -> None:
