@@ -354,7 +354,7 @@ def test_cli_fit_out_writes_only_its_own_files(cli, csv_path, tmp_path):
     assert cli(*args, "--allow-other-files").exit_code == 0  # its own files: replaced
     (out / "fit_curves.svg").write_text("edited")
     r = cli(*args, "--allow-other-files")
-    assert r.exit_code == 2 and "fit_curves.svg not written by a fit" in " ".join(r.output.split())
+    assert r.exit_code == 2 and "fit_curves.svg not written by `vitbench fit`" in " ".join(r.output.split())
     assert (out / "fit_curves.svg").read_text() == "edited"
     fresh = tmp_path / "fresh"
     (fresh / "compute_frontier.png").mkdir(parents=True)

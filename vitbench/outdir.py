@@ -156,11 +156,12 @@ class OutputFolder:
         w = self.writer
         taken = [n for n in names if n not in self.own and (os.path.lexists(self.out / n))]
         if taken:
-            raise ConfigError(f"{w.what} directory {str(self.out)!r}: {_names(taken)} not written by a {w.what} "
-                              f"(or changed since): nothing was written; move it away or give another {w.option}")
+            raise ConfigError(f"{w.what} directory {str(self.out)!r}: {_names(taken)} not written by "
+                              f"`vitbench {w.what}` (or changed since): nothing was written; move it away or give "
+                              f"another {w.option}")
         bad = [n for n in names if not w.plain_name(n)]
         if bad:  # a section's name that would not read back as the report's (vitbench.report.parts)
-            raise ConfigError(f"{w.what} file name(s) {_names(bad)}: a {w.what} writes only "
+            raise ConfigError(f"{w.what} file name(s) {_names(bad)}: `vitbench {w.what}` writes only "
                               f"{', '.join(w.suffixes)} files")
         files = {}
         for n in names:
