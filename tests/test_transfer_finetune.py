@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -138,6 +140,21 @@ def test_upstream_cache_trains_once(cache, upstream):
     assert UP.key() != UP.model_copy(update={"steps": 81}).key()
     assert UP.key() == PretrainConfig(model="vit-nano_4", resolution=16, steps=80, warmup_steps=8,
                                       batch_size=32, lr=3e-3).key()  # alias -> same upstream
+
+
+def test_a_damaged_cache_file_says_to_delete_it(tmp_path):
+    """A cached upstream cut short (a full disk, a copy stopped) was refused naming only the file: it is vitbench's
+    own cache, so the message says what to do (delete it: the next run trains it again); it is not deleted."""
+    from vitbench.errors import ConfigError
+    from vitbench.protocols.pretrain import cache_path
+
+    path = cache_path(UP, tmp_path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{\"__metadata__\"")
+    with pytest.raises(ConfigError, match=f"{re.escape(str(path))}.*the checkpoint cache's file of this "
+                                          "pre-training: delete it, and the next run trains it again"):
+        ensure_upstream(UP, directory=tmp_path)
+    assert path.is_file()
 
 
 def test_finetune_beats_the_initial_head(cache, upstream):

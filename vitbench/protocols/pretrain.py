@@ -328,7 +328,11 @@ def ensure_upstream(cfg: PretrainConfig, *, directory: str | Path | None = None,
     path = cache_path(cfg, directory)
     with locked(path, what="the checkpoint cache" + ("" if directory else f" (${CACHE_ENV})")):
         if path.is_file():
-            return load_checkpoint(path), None
+            try:
+                return load_checkpoint(path), None
+            except ConfigError as e:  # vitbench's own cache file, damaged or edited: say how to get past it
+                raise ConfigError(f"{e}. It is the checkpoint cache's file of this pre-training: delete it, and "
+                                  "the next run trains it again") from None
         record, ckpt = pretrain(cfg, device=device, threads=threads, out=path, directory=directory,
                                 batch_option=batch_option)
         return ckpt, record
