@@ -143,12 +143,12 @@ def test_a_shard_that_cannot_be_read_stops_the_reader_naming_it(tmp_path):
 
     with Store(tmp_path) as st:
         st.append(rec(0))
-    (tmp_path / "results.w1.jsonl").symlink_to(tmp_path / "gone.jsonl")
-    with pytest.raises(ConfigError, match="results.w1.jsonl' is a link to nothing"):
+    (tmp_path / "results.w-1.jsonl").symlink_to(tmp_path / "gone.jsonl")
+    with pytest.raises(ConfigError, match="results.w-1.jsonl' is a link to nothing"):
         read_records(tmp_path)
-    (tmp_path / "results.w1.jsonl").unlink()
-    (tmp_path / "results.w1.jsonl").mkdir()
-    with pytest.raises(ConfigError, match="results.w1.jsonl' is not a file"):
+    (tmp_path / "results.w-1.jsonl").unlink()
+    (tmp_path / "results.w-1.jsonl").mkdir()
+    with pytest.raises(ConfigError, match="results.w-1.jsonl' is not a file"):
         load(tmp_path)
 
 
@@ -174,9 +174,9 @@ def test_latest_row_per_key_wins_and_calibration_rows_are_separate(tmp_path):
 def test_shards_are_merged_on_load(tmp_path):
     with Store(tmp_path) as st:
         st.append(rec(0))
-    with Store(tmp_path, shard="worker-1") as st:
+    with Store(tmp_path, shard="w-worker-1") as st:
         st.append(rec(1))
-    assert (tmp_path / "results.worker-1.jsonl").exists()
+    assert (tmp_path / "results.w-worker-1.jsonl").exists()
     assert sorted(load(tmp_path)["key"]) == ["k0", "k1"]
 
 
@@ -384,7 +384,7 @@ def test_a_claim_a_full_disk_refuses_names_its_file_and_leaves_the_trial_free(tm
 def test_done_keys_follow_rows_appended_by_another_writer(tmp_path):
     """The sweep asks before every trial whether another sweep finished it: kept as rows are read (no rebuild
     from every row per trial), rows another process appends included."""
-    mine, other = Store(tmp_path), Store(tmp_path, shard="w1")
+    mine, other = Store(tmp_path), Store(tmp_path, shard="w-1")
     mine.append(rec(1))
     mine.append(rec(2, status="error"))
     assert mine.done_keys() == {"k1", "k2"} and mine.done_keys(only_ok=True) == {"k1"}
@@ -396,6 +396,30 @@ def test_done_keys_follow_rows_appended_by_another_writer(tmp_path):
     keys = mine.done_keys()
     keys.add("x")  # the caller's copy
     assert not mine.is_done("x")
+
+
+@pytest.mark.parametrize("how", ["an editor's save", "removed"])
+def test_a_results_file_replaced_while_a_sweep_runs_gets_the_rows_after_it(tmp_path, how):
+    """The store kept the descriptor it opened first: a results.jsonl saved by an editor (a new file at the path)
+    or removed mid-sweep took every later row into the unlinked file, lost, while the sweep said all ok. Now a row
+    goes into the file at the path, with a warning, and what the sweep has read is the files as they are now."""
+    path = tmp_path / "results.jsonl"
+    st = Store(tmp_path)
+    st.append(rec(1))
+    st.append(rec(2))
+    assert st.done_keys() == {"k1", "k2"}
+    if how == "removed":
+        path.unlink()
+    else:  # the editor kept row 1 only, and wrote a new file in the old one's place
+        (tmp_path / "saved").write_text(path.read_text().splitlines()[0] + "\n")
+        os.replace(tmp_path / "saved", path)
+    with pytest.warns(VitbenchWarning, match="was replaced or removed while this sweep ran"):
+        st.append(rec(3))
+    st.append(rec(4))  # the file it now holds: no second warning needed, none lost
+    kept = ["k1"] if how != "removed" else []
+    assert [r.key for r in read_records(tmp_path)] == [*kept, "k3", "k4"]
+    assert st.done_keys() == {*kept, "k3", "k4"}  # what it read of the old file is not taken as done
+    st.close()
 
 
 @pytest.mark.parametrize("literal", ["1e999", "-1E+400", "1" + "0" * 400 + ".5", "NaN", "-Infinity",
@@ -462,7 +486,9 @@ def test_an_int_beyond_a_float_is_no_finite_number():
 
 def test_a_side_file_beside_the_store_is_not_read(tmp_path):
     """A user's `results-old.jsonl` beside `results.jsonl` was read with it (the latest row winning): the report
-    showed the side file's numbers. A store is results.jsonl and its shards, results.<shard>.jsonl."""
+    showed the side file's numbers. A store is results.jsonl and its shards, results.w-<host>.jsonl: a copy named
+    results.bak.jsonl (or results.<date>.jsonl) matched the shards' old pattern, results.*.jsonl, and its rows
+    were trials done (a sweep ran none of them); it is not read, and said."""
     from vitbench.store import result_files
 
     with Store(tmp_path) as s:
@@ -471,6 +497,12 @@ def test_a_side_file_beside_the_store_is_not_read(tmp_path):
     (tmp_path / "results-old.jsonl").write_text(text)
     (tmp_path / "results.w-node1.jsonl").write_text(text)
     assert [f.name for f in result_files(tmp_path)] == ["results.jsonl", "results.w-node1.jsonl"]
+    (tmp_path / "results.jsonl").rename(tmp_path / "results.bak.jsonl")
+    (tmp_path / "results.w-node1.jsonl").unlink()
+    with pytest.warns(VitbenchWarning, match=r"results\.bak\.jsonl' not read: not a file of the store"):
+        assert result_files(tmp_path) == []
+    with pytest.warns(VitbenchWarning, match="not read"):
+        assert Store(tmp_path).done_keys() == set()
 
 
 def test_a_setting_longer_than_any_vitbench_writes_stops_the_read(tmp_path):

@@ -88,7 +88,7 @@ def test_rows_of_one_directory_supersede_each_other_by_end_time_across_shards(tm
     shard -> timeout (done, but --retry-failed runs it again)."""
     s = sleep_study("ViT-Nano/4", "ViT-Micro/4")
     a, c = s.trials
-    with Store(tmp_path) as main, Store(tmp_path, shard="w1") as shard:
+    with Store(tmp_path) as main, Store(tmp_path, shard="w-1") as shard:
         main.append(row(a, "ok", T2))
         main.append(row(c, "ok", T1))
         shard.append(row(a, "timeout", T1))
@@ -108,7 +108,7 @@ def test_rows_read_by_a_later_refresh_supersede_by_end_time_too(tmp_path):
     st = Store(tmp_path)
     st.append(row(a, "ok", T2))
     assert st.done_keys(only_ok=True) == {a.key}
-    with Store(tmp_path, shard="w1") as shard:
+    with Store(tmp_path, shard="w-1") as shard:
         shard.append(row(a, "error", T1))  # an older failure arriving late (a slow worker's shard)
         assert st.done_keys(only_ok=True) == {a.key} and st.outcome(a.key) == (True, T2)
         shard.append(row(a, "error", T3))  # a newer failure: the trial failed since it was ok
@@ -122,7 +122,7 @@ def test_an_interrupted_row_after_an_ok_one_in_another_file_leaves_the_trial_ok_
     resume, --retry-failed, the report's select and the exit code."""
     s = sleep_study("ViT-Nano/4")
     (a,) = s.trials
-    with Store(tmp_path, shard="w1") as shard:
+    with Store(tmp_path, shard="w-1") as shard:
         shard.append(row(a, "ok", T1))
     with Store(tmp_path) as main:
         main.append(row(a, "interrupted", T2))

@@ -27,10 +27,15 @@ from vitbench.errors import ConfigError, VitbenchWarning, clip
 from vitbench.record import SCHEMA, ErrorInfo, Record, RowProblem, Status
 
 RESULTS_FILE = "results.jsonl"
-# a store's files: the main one and the shards (results.<shard>.jsonl: a host's, vitbench.executors.remote); a
-# side file beside them (results-old.jsonl, a user's copy) is not read (it was pooled with them: the report showed
-# its numbers)
-RESULTS_PATTERNS = (RESULTS_FILE, "results.*.jsonl")
+# a host's shard of a store is results.<SHARD_PREFIX><host>.jsonl (vitbench.executors.remote.host_shard, the only
+# writer of shards since they exist, 44e95e2)
+SHARD_PREFIX = "w-"
+# a store's files: the main one and the shards; a side file beside them (results-old.jsonl, a user's copy) is not
+# read (it was pooled with them: the report showed its numbers), nor a copy named like a shard of old
+# (results.bak.jsonl, results.2026-12-01.jsonl: read as rows done, until shards had a prefix of their own)
+RESULTS_PATTERNS = (RESULTS_FILE, f"results.{SHARD_PREFIX}*.jsonl")
+# what a copy a user kept beside the store may be named; read by no one, said once (`result_files`)
+_LOOKALIKE = "results.*.jsonl"
 # what is wrong with a parsed row as an ok row (vitbench.tasks.row_check), None when nothing is
 Check = Callable[[Record], "RowProblem | None"]
 
@@ -66,6 +71,11 @@ def result_files(path: str | os.PathLike, recursive: bool = True) -> list[Path]:
         why = "is neither a file nor a directory (a device or a pipe)" if p.exists() else "does not exist"
         raise ConfigError(f"results path {str(p)!r} {why} (expected a results directory or .jsonl file)")
     files = [f for pattern in RESULTS_PATTERNS for f in (p.rglob(pattern) if recursive else p.glob(pattern))]
+    beside = sorted(set(p.rglob(_LOOKALIKE) if recursive else p.glob(_LOOKALIKE)) - set(files))
+    if beside:  # said, not read: a user's copy is not rows of this store (a shard is results.w-<host>.jsonl)
+        warnings.warn(f"{clip(str(beside[0]), 200)!r}" + (f" and {len(beside) - 1} more" if len(beside) > 1 else "")
+                      + f" not read: not a file of the store ({RESULTS_FILE}, results.{SHARD_PREFIX}<host>.jsonl "
+                      "shards); a copy kept beside it?", VitbenchWarning, stacklevel=2)
     unread = [f for f in files if not f.is_file()]
     if unread:  # a shard that cannot be read would leave its rows out of every table and verdict, unsaid
         f = unread[0]

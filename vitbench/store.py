@@ -2,8 +2,8 @@
 
 Layout of a store directory:
     results.jsonl            one record per line (trial rows and calibration rows), append-only
-    results.<shard>.jsonl    optional per-worker shards (distributed executors); merged on load
-    <sub>/results.jsonl, <sub>/results.<shard>.jsonl
+    results.w-<host>.jsonl   optional per-host shards (distributed executors); merged on load
+    <sub>/results.jsonl, <sub>/results.w-<host>.jsonl
                              other runs kept beside (e.g. round1/, round2/ of a CI baseline): read as runs of
                              their own (rows of one directory supersede each other; directories pool). Nothing
                              else is read (rows.RESULTS_PATTERNS: a user's results-old.jsonl beside them is not)
@@ -13,13 +13,17 @@ Layout of a store directory:
 
 Durability. Each record is serialised to one line and written with a single `os.write` on an O_APPEND file
 descriptor, under an exclusive `flock` (several sweeps or workers on one machine may append concurrently),
-then `fsync`ed before the next trial starts. A `kill -9` at any moment therefore leaves every finished record
-intact and at most one torn last line. Before appending, a writer that finds the file not ending in a newline
-(a torn tail) first terminates it, so a torn line never glues itself to the next good record. On load, a line
-that does not parse (torn tail, garbage in the middle, or JSON that is not a record) is skipped with a
-CorruptLineWarning naming the file and line; every good line is kept. The reading is vitbench.rows' (the one
-reader of results: iter_records, read_records, result_files, MAX_LINE_BYTES, MAX_DEPTH; importable from here
-too): the sweep (`Store.refresh`, over its line reader), `report` and `compare` all read through it.
+then `fsync`ed before the next trial starts. The descriptor is the file at the path: a results file replaced
+while a sweep runs (an editor's save writes a new file; `rm`) is reopened by its name before the next row, with a
+warning (before, every later row went to the unlinked file and was lost, the sweep saying all ok), and the rows
+the sweep has read are read again from the files as they are now (`Store.refresh`). A `kill -9` at any moment
+therefore leaves every finished record intact and at most one torn last line. Before appending, a writer that
+finds the file not ending in a newline (a torn tail) first terminates it, so a torn line never glues itself to
+the next good record. On load, a line that does not parse (torn tail, garbage in the middle, or JSON that is not
+a record) is skipped with a CorruptLineWarning naming the file and line; every good line is kept. The reading
+is vitbench.rows' (the one reader of results: iter_records, read_records, result_files, MAX_LINE_BYTES,
+MAX_DEPTH; importable from here too): the sweep (`Store.refresh`, over its line reader), `report` and `compare`
+all read through it.
 
 Links. What a sweep writes in a store (the results file and shards, claims/ and logs/ and their files) is never
 written through a symbolic link: a results folder from elsewhere could hold claims/<key>.lock -> ~/any-file (trial
@@ -46,8 +50,8 @@ from pathlib import Path
 from vitbench.errors import VitbenchWarning, clip
 from vitbench.paths import PathError, reason, write_atomic
 from vitbench.record import Record, Status, row_state, supersedes
-from vitbench.rows import (RESULTS_FILE, RESULTS_PATTERNS, Check, _lines, _over_long, _parse_one, _say_demoted,
-                           result_files)
+from vitbench.rows import (RESULTS_FILE, RESULTS_PATTERNS, SHARD_PREFIX, Check, _lines, _over_long, _parse_one,
+                           _say_demoted, result_files)
 
 # the row reader's names, kept importable from here (vitbench.rows owns them)
 from vitbench.rows import (MAX_DEPTH, MAX_LINE_BYTES, SETTING_CHARS, CorruptLineWarning,  # noqa: F401
@@ -74,6 +78,16 @@ def _write_all(fd: int, data: bytes) -> None:
     while view:
         n = os.write(fd, view)
         view = view[n:]
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """Whether the open file `fd` is still the file at `path` (not replaced by another, not removed)."""
+    try:
+        at = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    st = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (at.st_dev, at.st_ino)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -176,8 +190,12 @@ class Store:
 
     def __init__(self, root: str | os.PathLike, shard: str | None = None, check: Check | None = None):
         self.root, self.check = Path(root), check  # check: as iter_records' (the sweep passes tasks.row_check())
+        if shard is not None and not shard.startswith(SHARD_PREFIX):  # any other name is not read back (rows)
+            raise ValueError(f"a shard's name starts with {SHARD_PREFIX!r}, got {shard!r}")
         self.path = self.root / (RESULTS_FILE if shard is None else f"results.{shard}.jsonl")
         self._fd: int | None = None
+        self._ids: dict[Path, tuple[int, int]] = {}  # each file's (device, inode) when it was read
+        self._stale = False  # this store's own file was replaced: every row is read again
         self._offsets: dict[Path, int] = {}
         self._lines: dict[Path, int] = {}
         self._records: list[Record] = []
@@ -205,6 +223,15 @@ class Store:
         data = dumps(record)
         fd = self._open()
         fcntl.flock(fd, fcntl.LOCK_EX)
+        if not _same_file(fd, self.path):  # replaced or removed since it was opened: to the file at the path
+            warnings.warn(f"results file {str(self.path)!r} was replaced or removed while this sweep ran (an "
+                          "editor's save?): rows go on into the file now at that path; rows it held then are "
+                          "only there if they were kept", VitbenchWarning, stacklevel=2)
+            self._fd = None
+            fd, old = self._open(), fd  # the new one opened first: the old inode's number is not reused for it
+            os.close(old)  # (its lock with it)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            self._stale = True  # what was read of the old file is not the store's any more
         try:
             size = os.fstat(fd).st_size
             if size and os.pread(fd, 1, size - 1) != b"\n":  # a torn tail left by a killed writer: ended first
@@ -241,9 +268,15 @@ class Store:
         if not self.root.is_dir():
             return self._records
         demoted: list = []
-        for f in result_files(self.root, recursive=False):
+        files = result_files(self.root, recursive=False)
+        if self._stale or set(self._ids) - set(files):  # a file read before is gone: what it held is no rows now
+            return self._read_again()
+        for f in files:
             off, lineno, recs, source = self._offsets.get(f, 0), self._lines.get(f, 0), [], None
             with open(f, "rb") as fh:
+                st = os.fstat(fh.fileno())
+                if self._ids.setdefault(f, (st.st_dev, st.st_ino)) != (st.st_dev, st.st_ino) or st.st_size < off:
+                    return self._read_again()  # replaced (or cut) since it was read: offsets into another file
                 fh.seek(off)
                 for raw, size in _lines(fh):  # a line at a time, MAX_LINE_BYTES at most
                     if raw is not None and not raw.endswith(b"\n"):
@@ -267,6 +300,13 @@ class Store:
                         (self._done[True].add if r.status is Status.OK else self._done[True].discard)(r.key)
         _say_demoted(demoted)
         return self._records
+
+    def _read_again(self) -> list[Record]:
+        """Every row read afresh, from the files as they are now (one was replaced, cut or removed)."""
+        for kept in (self._ids, self._offsets, self._lines, self._last, *self._done.values()):
+            kept.clear()
+        self._records, self._stale = [], False
+        return self.refresh()
 
     def done_keys(self, only_ok: bool = False) -> set[str]:
         """Keys of trials with a terminal row (Status.done), or whose latest one is 'ok' when `only_ok`: kept up to

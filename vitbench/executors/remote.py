@@ -52,7 +52,7 @@ from pathlib import Path
 from vitbench.executors import PREEMPT_SIGNAL, Job, Outcome, Stopped, Stored, failure, stopped_by
 from vitbench.paths import check_entry
 from vitbench.record import ErrorInfo, Record, Status, now
-from vitbench.rows import result_files
+from vitbench.rows import SHARD_PREFIX, result_files
 from vitbench.store import CLAIMS_DIR, STUDY_FILE, Store, open_in_store
 
 # A row another sweep stored less than this before the driver drew a job may have been missed by the driver's
@@ -100,7 +100,7 @@ def since_now(window_s: float = DUPLICATE_WINDOW_S) -> str:
 
 def host_shard() -> str:
     """This host's shard name in the store (file `results.w-<host>.jsonl`)."""
-    return "w-" + re.sub(r"[^A-Za-z0-9_.-]", "_", socket.gethostname())[:80]
+    return SHARD_PREFIX + re.sub(r"[^A-Za-z0-9_.-]", "_", socket.gethostname())[:80]
 
 
 def visible_store(results_dir: str | os.PathLike | None, study_sha: str | None) -> Path | None:
