@@ -423,6 +423,27 @@ def test_append_records_a_sweep_with_commit_machine_and_calibration(cli, tmp_pat
     assert len({run.id for run, _ in store.read(db)}) == 2
 
 
+def test_a_run_sharing_rows_with_a_recorded_one_is_refused(cli, tmp_path):
+    """A sweep appended while interrupted, then resumed and appended again, held its first rows twice: each of
+    their trials' points became the median of both runs (1535 img/s where the rows' median was 1296). Only the
+    very same rows were refused; now any row recorded before refuses the run, naming how many and which run."""
+    whole = _results(tmp_path / "whole", "a" * 40, 100.0, 0.05)
+    part = tmp_path / "part"
+    part.mkdir()
+    lines = (whole / "results.jsonl").read_text().splitlines(keepends=True)
+    (part / "results.jsonl").write_text("".join(lines[:2]))  # the calibration and the first trial, as interrupted
+    db = tmp_path / "h.sqlite"
+    assert cli("history", "append", part, "--db", db).exit_code == 0
+    r = cli("history", "append", whole, "--db", db)
+    assert r.exit_code == 2 and "2 of its 3 rows were appended already, as run 1" in " ".join(r.output.split())
+    assert len({run.id for run, _ in store.read(db)}) == 1  # nothing appended
+    con = sqlite3.connect(db)
+    con.execute("DROP TABLE run_rows")  # a history of before the table: made again where it is appended to
+    con.close()
+    assert cli("history", "append", _results(tmp_path / "new", "b" * 40, 100.0, 0.05), "--db", db).exit_code == 0
+    assert cli("history", "append", tmp_path / "new", "--db", db).exit_code == 2
+
+
 def test_append_records_an_ab_run_current_side_with_its_verdict(cli, tmp_path):
     """`vitbench ab --results DIR` keeps DIR/{baseline,current}/pairNN: the current side is the run (its commit),
     the verdict and pair ratios of the kept rounds go with it."""
@@ -554,11 +575,11 @@ def test_append_refuses_damaged_or_already_appended_rows(cli, tmp_path):
     (before: a second run of the same data)."""
     db = tmp_path / "h.sqlite"
     res = _results(tmp_path / "r1", "a" * 40, 100.0, 0.05)
-    (res / "results.w1.jsonl").write_text("GARBAGE LINE\n")
+    (res / "results.w-1.jsonl").write_text("GARBAGE LINE\n")
     r = cli("history", "append", res, "--db", db)
     assert r.exit_code == 2 and "1 line(s) could not be read" in " ".join(r.output.split()), r.output
-    assert "results.w1.jsonl:1" in r.output and not db.exists()
-    (res / "results.w1.jsonl").unlink()
+    assert "results.w-1.jsonl:1" in r.output and not db.exists()
+    (res / "results.w-1.jsonl").unlink()
     assert cli("history", "append", res, "--db", db).exit_code == 0
     r = cli("history", "append", res, "--db", db, "--commit", "b" * 40)
     assert r.exit_code == 2 and "appended already, as run 1" in " ".join(r.output.split()), r.output

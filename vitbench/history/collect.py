@@ -45,18 +45,31 @@ MACHINE_FIELDS = ("hostname", "cpu_model", "cpu_count")
 GIT_SHA = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?(?:-dirty)?")
 
 
-def rows_sha256(records, root: Path) -> str:
-    """The rows a run is made from, as one hash: each row's directory within `root` (the directory appended),
-    trial, sweep run, status and end time. The same results appended twice have the same hash, from wherever they
-    are appended (a copied or moved directory was recorded again: the absolute path was hashed); a sweep run again
-    has new run ids and times."""
-    import hashlib
+def _row_lines(records, root: Path) -> list[str]:
+    """Each row as the history tells rows apart: its directory within `root` (the directory appended), trial,
+    sweep run, status, end time and kind. The same row appended from a copied or moved directory is the same line
+    (the absolute path was hashed, and a copy recorded again); a sweep run again has new run ids and times."""
     import os
 
     top = str(Path(root).resolve())
-    lines = sorted(f"{os.path.relpath(r.source, top) if r.source else ''}|{r.key}|{r.run_id}|{r.status.value}|"
-                   f"{r.finished_at}|{r.kind}" for r in records)
-    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
+    return sorted(f"{os.path.relpath(r.source, top) if r.source else ''}|{r.key}|{r.run_id}|{r.status.value}|"
+                  f"{r.finished_at}|{r.kind}" for r in records)
+
+
+def rows_sha256(records, root: Path) -> str:
+    """The rows a run is made from, as one hash (`_row_lines`): the same results appended twice have the same."""
+    import hashlib
+
+    return hashlib.sha256("\n".join(_row_lines(records, root)).encode()).hexdigest()
+
+
+def row_ids(records, root: Path) -> list[str]:
+    """Each row's own hash (`_row_lines`): a run sharing any with one recorded is refused (store.append). A sweep
+    appended while it was interrupted, resumed and appended again held its first rows twice: each trial's point
+    was the median of both runs (1535 img/s where its rows' median was 1296)."""
+    import hashlib
+
+    return [hashlib.sha256(line.encode()).hexdigest()[:32] for line in _row_lines(records, root)]
 
 
 def is_ab(path: Path) -> bool:
@@ -294,5 +307,5 @@ def collect(path: str | Path, commit: str | None = None, repo: str | Path = ".")
                       "it for its place", VitbenchWarning, stacklevel=2)
     run = Run(source="ab" if ab else "sweep", commit=sha, commit_date=date,
               run_date=started[0] if started else "", machine=machine_of(records), path=str(p.resolve()),
-              info=info)
+              info=info, rows=row_ids(records, p))
     return run, points

@@ -31,6 +31,17 @@ ROWS_KEY = "rows_sha256"  # in a run's info: the hash of the rows it was made fr
 FORMAT = "vitbench history 1"  # the `meta` row that says a file is ours, and which layout it has
 BUSY_TIMEOUT_S = 60.0  # how long an append waits for another writer's transaction (each holds it < 1 s)
 
+# each run's rows (collect.row_ids), so a run that shares rows with one recorded is refused; made where a history
+# of before it is appended to (its runs' rows are then unknown: the whole-run hash, ROWS_KEY, still holds for them)
+_ROWS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS run_rows (run_id INTEGER NOT NULL REFERENCES runs(id), row TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS run_rows_by_row ON run_rows (row);
+CREATE TRIGGER IF NOT EXISTS run_rows_append_only_u BEFORE UPDATE ON run_rows
+    BEGIN SELECT RAISE(ABORT, 'the history is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS run_rows_append_only_d BEFORE DELETE ON run_rows
+    BEGIN SELECT RAISE(ABORT, 'the history is append-only'); END;
+"""
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS runs (
@@ -98,6 +109,7 @@ class Run:
     info: dict = field(default_factory=dict)
     appended_at: str = ""
     id: int | None = None
+    rows: list[str] = field(default_factory=list)  # each row's hash (collect.row_ids): kept in run_rows
 
 
 def _connect(path: Path) -> sqlite3.Connection:
@@ -125,9 +137,7 @@ def _create(p: Path) -> None:
         try:
             con.execute("PRAGMA journal_mode = WAL")  # kept in the file; its -wal is merged back on close
             con.execute("BEGIN IMMEDIATE")
-            for stmt in _SCHEMA.split(";\n"):
-                if stmt.strip():
-                    con.execute(stmt)
+            _execute_all(con, _SCHEMA + _ROWS_SCHEMA)
             con.execute("INSERT INTO meta VALUES ('format', ?)", (FORMAT,))
             con.execute("COMMIT")
         finally:
@@ -141,6 +151,13 @@ def _create(p: Path) -> None:
     finally:  # and SQLite's own files beside it, which a full disk keeps it from merging and removing
         for leftover in (tmp, f"{tmp}-wal", f"{tmp}-shm", f"{tmp}-journal"):
             Path(leftover).unlink(missing_ok=True)
+
+
+def _execute_all(con: sqlite3.Connection, script: str) -> None:
+    """Each statement of `script` in the open transaction (executescript would commit it first)."""
+    for stmt in script.split(";\n"):
+        if stmt.strip():
+            con.execute(stmt)
 
 
 def _copy_new(src: Path, p: Path) -> None:
@@ -235,6 +252,12 @@ def _check(con: sqlite3.Connection, p: Path) -> None:
         raise _bad(p, f"history format {fmt[0] if fmt else None!r}; this vitbench reads {FORMAT!r}")
 
 
+def _shared_rows(con: sqlite3.Connection, rows: list[str]) -> list[tuple[int, int]]:
+    """(run id, how many of `rows` it holds) of each recorded run holding any, most first."""
+    return con.execute("SELECT run_id, COUNT(*) AS n FROM run_rows WHERE row IN (SELECT value FROM json_each(?)) "
+                       "GROUP BY run_id ORDER BY n DESC, run_id", (json.dumps(rows),)).fetchall()
+
+
 def append(path: str | Path, run: Run, points: Iterable[Point]) -> int:
     """Append `run` and its points in one transaction (all or nothing, whatever stops the writer); the run's id.
     Safe beside other writers (SQLite's lock; each waits up to BUSY_TIMEOUT_S). A point whose value is not a
@@ -251,12 +274,21 @@ def append(path: str | Path, run: Run, points: Iterable[Point]) -> int:
             if same:
                 raise ConfigError(f"{run.path}: these rows were appended already, as run {same[0]}: nothing was "
                                   "appended (a run is recorded once; measure again for another point)")
+            _execute_all(con, _ROWS_SCHEMA)  # a history of before run_rows gets the table here
+            shared = _shared_rows(con, run.rows)
+            if shared:
+                (other, n), more = shared[0], len(shared) - 1
+                raise ConfigError(f"{run.path}: {n} of its {len(run.rows)} rows were appended already, as run "
+                                  f"{other}{f' (and rows of {more} more runs)' if more else ''}: nothing was "
+                                  "appended. A run is recorded once: a sweep appended, then resumed, holds its "
+                                  "first rows again; append a directory of new measurements")
             cur = con.execute(
                 "INSERT INTO runs (appended_at, source, commit_sha, commit_date, run_date, machine, path, info) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (run.appended_at or now(), run.source, run.commit, run.commit_date, run.run_date, run.machine,
                  run.path, json.dumps(run.info, sort_keys=True)))
             run_id = cur.lastrowid
+            con.executemany("INSERT INTO run_rows VALUES (?, ?)", ((run_id, row) for row in run.rows))
             n = 0
             for pt in points:
                 if not (finite_number(pt.value) and pt.value > 0):
