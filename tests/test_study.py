@@ -497,6 +497,27 @@ def test_the_dry_run_shows_the_status_the_sweep_acts_on_shards_included(tmp_path
     assert {t["key"]: t.get("status") for t in json.loads(r.output)}[done.key] == "error", r.output
 
 
+def test_a_results_path_under_the_home_folder_is_read_as_the_sweep_writes_it(tmp_path, cli, monkeypatch):
+    """`--results '~/res'` (a tilde the shell left as typed): the sweep wrote ~/res, but its dry run read a folder
+    named '~' (and called the sweep's own rows another tool's), and `report '~/res'` said it does not exist."""
+    from records import record
+
+    from vitbench.store import Store
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    p = tmp_path / "s.yaml"
+    p.write_text("name: t\naxes: {model: [ViT-Nano/4, R-Nano], task: [infer]}\n")
+    done, fresh = load_study(p).trials
+    with Store(tmp_path / "res") as s:
+        s.append(record("bench", dict(done.config), metrics={"img_per_s": 1.0}, key=done.key, study="t",
+                        run_id="r", repeat=0, trial=done.config))
+    r = cli("sweep", str(p), "--dry-run", "--json", "--results", "~/res")
+    assert r.exit_code == 0, r.output
+    assert {t["key"]: t.get("status") for t in json.loads(r.output)} == {done.key: "ok", fresh.key: "pending"}
+    r = cli("report", "~/res", "--out", "~/rep", "--format", "md", "--no-plots")
+    assert r.exit_code == 0 and (tmp_path / "rep").is_dir() and not (tmp_path / "~").exists(), r.output
+
+
 def test_a_key_beside_a_merge_key_overrides_it_and_a_real_duplicate_is_still_refused():
     """`<<: *base` with a key written beside it: YAML's override, kept (it was refused as a duplicate: the check
     ran after construction had merged the keys into the mapping). Two keys written in one mapping stay refused."""

@@ -307,7 +307,7 @@ def sweep_cmd(
     if executor is not None:
         choice(executor, names(Kind.EXECUTOR), "--executor")
     st = load_study(study, check_paths=not dry_run, sets=_study_sets(sets))
-    out = results or default_results_dir(st)
+    out = (results or default_results_dir(st)).expanduser()  # as the sweep writes it: `~` read the same by all
     # --start-method and --keep-logs are executor options: passed to an executor whose options take them
     fields = executor_class(executor or st.executor.name).Options.model_fields
     if start_method is not None and "start_method" in fields:
@@ -412,7 +412,8 @@ def report_cmd(
 
     if out is not None:
         check_dir(out, "--out")  # named as typed, before the results are read
-    rep = build_report(results, out, parse_formats(formats), plots=plots, allow_other_files=allow_other_files)
+        out = out.expanduser()
+    rep = build_report(results.expanduser(), out, parse_formats(formats), plots=plots, allow_other_files=allow_other_files)
     for w in rep.warnings:
         warn(w)
     console.print(f"[bold]{escape(rep.title)}[/]")
