@@ -403,6 +403,17 @@ def test_a_change_points_confidence_is_shown_to_the_tests_resolution(cli, tmp_pa
     assert re.search(r"\(0\.\d{3}\)", (tmp_path / "page.html").read_text())
 
 
+@pytest.mark.parametrize("values", [[1e308, 2e307, 5e-324], [3.0, 1e308]])
+def test_a_page_of_values_at_a_float_s_ends_is_drawn(cli, tmp_path, values):
+    """A finite value of 1e308 (append takes any finite positive number) asked the page's log axis for a tick at
+    10**309: an OverflowError traceback, exit 1, no page. Its ticks stay inside a float's range."""
+    db = tmp_path / "h.sqlite"
+    _history(db, values)
+    r = cli("history", "--db", db, "--html", tmp_path / "page.html")
+    assert r.exit_code in (0, 1) and isinstance(r.exception, (SystemExit, type(None))), r.exception
+    assert "<svg" in (tmp_path / "page.html").read_text()
+
+
 def test_append_records_a_sweep_with_commit_machine_and_calibration(cli, tmp_path):
     db = tmp_path / "h.sqlite"
     r = cli("history", "append", _results(tmp_path / "r1", "a" * 40, 100.0, 0.05), "--db", db, "--repo", tmp_path)

@@ -278,9 +278,10 @@ def _change(ch: dict, s: dict, px, x_of: dict[str, int], order: list[str]) -> st
 def _ticks(lo: float, hi: float, log: bool) -> list[float]:
     """About five readable y ticks inside [lo, hi] (log: lo, hi are log10 of the values; ticks at 1, 2, 5 x
     10^k)."""
-    if log:
-        out = [m * 10.0**k for k in range(math.floor(lo), math.ceil(hi) + 1) for m in (1, 2, 5)]
-        return [v for v in out if lo <= math.log10(v) <= hi]
+    if log:  # powers inside a float's range only: a value of 1e308 asked for 10**309 (an OverflowError)
+        powers = range(max(math.floor(lo), -307), min(math.ceil(hi), 308) + 1)
+        out = [m * 10.0**k for k in powers for m in (1, 2, 5)]
+        return [v for v in out if math.isfinite(v) and lo <= math.log10(v) <= hi]
     raw = (hi - lo) / 5
     mag = 10 ** math.floor(math.log10(raw))
     step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
