@@ -251,14 +251,23 @@ def test_a_results_file_holding_only_a_torn_row_is_resumed_and_its_trial_run(tmp
     assert summary.succeeded
 
 
-def test_an_unterminated_last_row_is_not_done_for_the_sweep(tmp_path):
-    """A last line without its newline is a row still being written (or torn by a kill) even when what is there
-    parses: the sweep's reader takes a row only once it is whole, so the trial is not done and runs."""
+def test_an_unterminated_last_row_is_done_once_no_writer_holds_the_file(tmp_path):
+    """A last line without its newline is a row still being written while a writer holds the file (each appends
+    under LOCK_EX): the sweep's reader waits for it, so the trial is not done. Once no writer holds it, a whole
+    row is the file's last (an editor's save without the final newline): the report read it as ok while the sweep
+    took the trial as pending and ran it again. Both now read it as done."""
+    import fcntl
+
     s = sleep_study("ViT-Nano/4")
     (a,) = s.trials
     _torn(tmp_path, a, cut=0)  # the whole JSON object, only the newline missing
     st = Store(tmp_path)
-    assert st.done_keys() == set() and plan(s, st) == [a]
+    with open(tmp_path / "results.jsonl", "rb") as writer:
+        fcntl.flock(writer.fileno(), fcntl.LOCK_EX)  # a writer appending it
+        assert st.done_keys() == set() and plan(s, st) == [a]
+        fcntl.flock(writer.fileno(), fcntl.LOCK_UN)
+    assert st.done_keys() == {a.key} and plan(s, st) == []
+    assert [r.key for r in read_records(tmp_path)] == [a.key]  # as the report reads it
 
 
 # -- 6. inputs_changed after an interrupted rerun ---------------------------------------------------------
