@@ -70,6 +70,27 @@ def test_a_window_size_with_latency_timing_is_refused(cli):
     assert "window_steps" in get_task("infer").Params(model="ViT-Nano/4", task="infer", timing="latency").config()
 
 
+def test_a_window_that_cannot_stop_within_max_seconds_is_refused(cli):
+    """The timer stops only between windows: --window-steps 3000 under --max-seconds 0.01 timed 4 s (100,000 steps:
+    101 s), an ok row of one window. Such a window is refused after the warm-up, saying how many steps fit; one
+    that fits runs; a window or min_steps past MAX_STEPS (what a timer runs at most) is refused as typed."""
+    from vitbench.backends.workload import MAX_STEPS
+    from vitbench.errors import ConfigError
+    from vitbench.measure.timing import check_window
+
+    check_window(10, 0.001, 0.011)  # 10 ms of a window in 11 ms: fits
+    with pytest.raises(ConfigError, match=r"window_steps 3000: one window takes about 3 s here .* give at most 10 "):
+        check_window(3000, 0.001, 0.0101)
+    base = ("bench", "ViT-Nano/4", "-r", "16", "-b", "2", "--threads", "1", "--warmup", "2", "--min-seconds", "0")
+    r = cli(*base, "--window-steps", "100000", "--max-seconds", "0.05")
+    assert r.exit_code == 2 and "timing stops only between windows" in " ".join(r.output.split()), r.output
+    r = cli(*base, "--window-steps", "2", "--max-seconds", "5", "--json")
+    assert r.exit_code == 0, r.output
+    for option in ("--window-steps", "--min-steps"):
+        r = cli(*base, option, str(MAX_STEPS + 1))
+        assert r.exit_code == 2 and str(MAX_STEPS) in r.output, r.output
+
+
 def test_steady_memory_excludes_what_the_build_used(one_torch_thread):
     """Steady steps keep the state (weights, grads, Adam's moments, inputs) and add activations: never less than
     the state; the build phase is measured apart."""

@@ -38,6 +38,7 @@ from vitbench.measure.timing import (
     DEFAULT_TIMING,
     MIN_WINDOWS,
     TimingMode,
+    check_window,
     compile_seconds,
     summarize,
     summarize_windows,
@@ -119,6 +120,8 @@ def bench(step: Step, backend: str | Backend | None = None, device: str = "cpu",
         state = work.state_bytes()
         be.restart_peak_memory(work)  # the steady phase: what compilation used and freed no longer counts
         estimate = statistics.median(warmup_s) if warmup_s else first_step_s
+        if window_steps and timing is not TimingMode.LATENCY and warmup_s:  # the first step compiles: no estimate
+            check_window(window_steps, estimate, stop.max_seconds)
         timed = extra_work.ExtraWork(work, extra) if extra else work
         if ranks.in_group():
             be.group_barrier()  # the ranks' timed windows start together

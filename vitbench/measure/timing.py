@@ -6,6 +6,7 @@ import math
 import statistics
 
 from vitbench.choices import Choice
+from vitbench.errors import ConfigError
 
 
 class TimingMode(Choice):
@@ -97,6 +98,17 @@ def summarize_windows(window_s: list[float], window_steps: int) -> dict[str, flo
         "step_ms_mean": total / (len(window_s) * window_steps) * 1000.0,
         "timed_s": total,
     }
+
+
+def check_window(window_steps: int, step_s: float, max_seconds: float) -> None:
+    """ConfigError for a window asked for (`window_steps`) that one step of about `step_s` seconds makes longer
+    than `max_seconds`: the timer stops only between windows, so max_seconds would not hold (one window of 3,000
+    steps ran 4 s under max_seconds 0.01). The windows `window_steps_for` chooses are capped to fit already."""
+    if window_steps * step_s > max_seconds:
+        raise ConfigError(f"window_steps {window_steps}: one window takes about {window_steps * step_s:.3g} s "
+                          f"here (a warm-up step: {step_s * 1e3:.3g} ms), past max_seconds {max_seconds:g}, and "
+                          f"timing stops only between windows; give at most {max(1, int(max_seconds / step_s))} "
+                          "steps a window, or a longer max_seconds")
 
 
 def window_steps_for(step_s: float, min_steps: int, min_seconds: float, max_seconds: float,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field, ValidationInfo, model_validator
 
 from vitbench.backends.base import Capability, Step, StopRule
+from vitbench.backends.workload import MAX_STEPS
 from vitbench.measure.noise import UNSTABLE
 from vitbench.measure.timing import DEFAULT_TIMING, MIN_WINDOWS, TARGET_WINDOWS, TimingMode
 from vitbench.record import Record
@@ -30,9 +31,11 @@ class Timing(BaseModel):
     timing: TimingName = Field(
         DEFAULT_TIMING.value, description="throughput: windows of steps queued between two device events (img/s); "
                                   "latency: every step synchronised (per-step p50/p90/p99)")
-    window_steps: int | None = Field(None, gt=0, le=MAX_COUNT, description=f"throughput: steps per window (null: enough for "
-                                     f"{TARGET_WINDOWS} windows to cover min_steps and min_seconds, at least "
-                                     f"{MIN_WINDOWS} windows)")
+    # window_steps and min_steps at most MAX_STEPS, the most a timer runs (vitbench.backends.workload.StopRule): a
+    # min_steps past it stopped there in silence, and a window past it could not stop before its end
+    window_steps: int | None = Field(None, gt=0, le=MAX_STEPS, description=f"throughput: steps per window (null: "
+                                     f"enough for {TARGET_WINDOWS} windows to cover min_steps and min_seconds, at "
+                                     f"least {MIN_WINDOWS} windows; one window must fit in max_seconds)")
     # The stop rule "at least min_steps steps and at least min_seconds" is optimum-benchmark's (InferenceConfig:
     # iterations=10, duration=10 s, warmup_runs=10; optimum_benchmark/scenarios/inference/config.py), and its 10
     # steps are kept. The seconds are 1, not 10: a sweep times hundreds of trials on a CPU, and a study or
@@ -41,7 +44,7 @@ class Timing(BaseModel):
     # left after them is flagged (`drift`, docs/gpu.md). max_seconds bounds a trial of a model too slow for
     # min_steps: a minute per trial keeps a sweep's length predictable.
     warmup_steps: int = Field(3, ge=0, le=MAX_COUNT, description="steps after the first, run but not counted")
-    min_steps: int = Field(10, gt=0, le=MAX_COUNT, description="timed steps at least")
+    min_steps: int = Field(10, gt=0, le=MAX_STEPS, description="timed steps at least")
     min_seconds: float = Field(1.0, ge=0, le=MAX_SECONDS,
                                description="wall-clock seconds of timing at least, from the first timed step (gaps "
                                "between steps included: timed_s, the steps' own time, can be less)")
