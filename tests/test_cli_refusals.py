@@ -116,3 +116,25 @@ def test_an_interrupted_forced_sweep_does_not_say_its_own_command_resumes(cli, t
     assert r.exit_code == 130 and "interrupted" in said, r.output
     assert ("Run the same command again to resume" in said) is not force, said
     assert ("without --force" in said) is force, said
+
+
+@pytest.mark.parametrize("args,says", [
+    (("bench", "ViT-Nano/4", "--optimizer", "sgd"), "--optimizer: a setting of --task train"),
+    (("bench", "ViT-Nano/4", "--data-path", "/etc", "--data-steps", "5"), "--data-steps, --data-path: settings of "
+                                                                          "--task train"),
+    (("bench", "ViT-Nano/4", "--synthetic-images", "5"), "--synthetic-images: a setting of --task train"),
+    (("bench", "ViT-Nano/4", "--skip-corrupt", "--check-data"), "--skip-corrupt, --check-data: settings of --task "
+                                                                "train"),
+    (("max-batch", "ViT-Nano/4", "--max-batch-size", "1", "--optimizer", "sgd"),
+     "--optimizer applies only with --mode train (here --mode infer)"),
+    (("serve", "ViT-Nano/4", "--scenario", "SingleStream", "--max-wait-ms", "50"),
+     "--max-wait-ms applies only with --scenario Server or MultiStream or Offline (here SingleStream"),
+])
+def test_a_training_or_batching_setting_where_it_does_nothing_is_refused(cli, args, says):
+    """`bench` (infer) took train's --optimizer and real-input options and dropped them (its row said adam after
+    --optimizer sgd); `max-batch --mode infer --optimizer sgd` kept sgd in its config, a trial key of its own for
+    the same probes; `serve --scenario SingleStream --max-wait-ms 50` titled its run "wait 50 ms" and never
+    waited (one sample at a time). Each is refused, naming the options; nothing runs."""
+    r = cli(*args, "--threads", "1")
+    assert r.exit_code == 2, r.output
+    assert says in " ".join(r.stderr.split()) and not r.stdout.strip(), r.stderr

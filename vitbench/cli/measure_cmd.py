@@ -137,10 +137,20 @@ def bench_cmd(
     given = source(data, data_path, data_test_path, skip_corrupt, data_workers, check_data=check_data,
                    **vars(formats))
     real = {field: given[path] for field, path in REAL_INPUT_PATHS.items() if path in given}
+    train_only = dict(optimizer=optimizer, real_input_steps=data_steps, **real)
     if choice(task, _BENCH_TASKS, "--task") == Train.name:
-        values.update(optimizer=optimizer, real_input_steps=data_steps, **real)
+        values.update(train_only)
     elif data is not None:
         raise ConfigError("--data measures training with real input: use it with --task train")
+    else:  # train's settings given to infer were dropped in silence (--optimizer sgd, --data-path ...)
+        fields = Train.Params.model_fields
+        given = [f for f, v in train_only.items() if v != fields[f].get_default(call_default_factory=False)]
+        if given:
+            names = {"optimizer": "--optimizer", "real_input_steps": "--data-steps", **_REAL_INPUT_OPTIONS}
+            one = len(given) == 1
+            raise ConfigError(f"{', '.join(names[f] for f in given)}: {'a setting' if one else 'settings'} of "
+                              f"--task train (with --data for real input), ignored by --task {task}: leave "
+                              f"{'it' if one else 'them'} unset")
     t, params = task_params(task, _REAL_INPUT_OPTIONS, sets, command=bench_cmd, **values)
     rec = t().run(params)  # with --data: the synthetic run, then the real images timed alike (one row)
     if as_json:

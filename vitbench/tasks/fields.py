@@ -380,7 +380,7 @@ def params_model(name: str, shared: tuple[str, ...], *own: type[BaseModel],
     unknown = [f for f in (*shared, *neutral) if f not in SHARED]
     if unknown:
         raise ValueError(f"{name}: unknown shared fields {unknown}; shared fields: {', '.join(SHARED)}")
-    if any(f not in shared or "applies_when" not in w for f, w in applies.items()):
+    if any(f not in (*shared, *neutral) or "applies_when" not in w for f, w in applies.items()):
         raise ValueError(f"{name}: applies takes shared fields of this task -> applies_when(...), got {applies}")
     if "task" not in shared:
         raise ValueError(f"{name}: every task's params include 'task'")
@@ -389,7 +389,8 @@ def params_model(name: str, shared: tuple[str, ...], *own: type[BaseModel],
         typ, default, description = SHARED[f]
         if callable(default) or isinstance(default, FieldInfo) or default is ...:
             raise ValueError(f"{name}: shared field {f!r} has no plain default to be key-neutral at")
-        definitions[f] = (typ, key_neutral(default, description=description))
+        extra = {"json_schema_extra": applies[f]} if f in applies else {}
+        definitions[f] = (typ, key_neutral(default, description=description, **extra))
     for f in shared:
         typ, default, description = SHARED[f]
         extra = {"json_schema_extra": applies[f]} if f in applies else {}

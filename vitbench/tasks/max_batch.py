@@ -7,7 +7,7 @@ from pydantic import BaseModel, Field, ValidationInfo, model_validator
 from vitbench.backends.base import Capability, Mode, Step
 from vitbench.record import Record
 from vitbench.tasks import FLAG, Metric, Task, register_task
-from vitbench.tasks.fields import MAX_COUNT, named, params_model
+from vitbench.tasks.fields import MAX_COUNT, applies_when, named, params_model
 from vitbench.transfer.config import MAX_SECONDS
 
 KIND = "max_batch"
@@ -40,7 +40,8 @@ class MaxBatch(Task):
     kind = KIND
     Params = params_model("MaxBatchParams", ("model", "backend", "task", "device", "resolution", "precision",
                                              "compile", "threads", "num_classes", "channels_last", "devices",
-                                             "parallelism"), Search, neutral=("optimizer",))
+                                             "parallelism"), Search, neutral=("optimizer",),
+                          applies={"optimizer": applies_when(mode=("train",))})  # infer keeps no optimizer state
     description = "largest batch that fits (fresh process per probe)"
     needs = frozenset({Capability.MAX_BATCH})
     metrics = (Metric("max_batch_size", "images", True, "largest batch that fits, per device (devices > 1)",

@@ -127,6 +127,12 @@ class LoadGenFields(BaseModel):
             raise ValueError(f"{named(info, 'target_qps')} {self.target_qps:g} schedules "
                              f"{self.query_count()} queries over {self.scheduled_s():.3g} s, more than "
                              f"{MAX_SECONDS:g} s: raise it or lower {named(info, 'min_query_count')}")
+        if self.max_wait_ms and self.scenario not in _BATCHED["applies_when"]["scenario"]:
+            # refused as batch_size is there, by a check of its own: an applies_when would drop the field from
+            # SingleStream's trial configs at 0 and change their keys
+            raise ValueError(f"{named(info, 'max_wait_ms')} applies only with {named(info, 'scenario')} "
+                             f"{' or '.join(_BATCHED['applies_when']['scenario'])} (here {self.scenario}: one "
+                             "sample at a time, never batched, so there is nothing to wait for): leave it unset")
         return self
 
     def query_count(self) -> int:
