@@ -57,14 +57,19 @@ def group_metrics(step: Step, info: dict, img_per_s: float) -> dict[str, Any]:
 
 
 def bench_group(step: Step, backend: str, stop: StopRule, **kwargs) -> Record:
-    """`bench` of an N-device `step` on a process-per-device backend: N ranks, rank 0's record, each rank's
-    img/s in `metrics['rank_img_per_s']`. A failed rank raises RankFailed (the trial's error row names it)."""
+    """`bench` of an N-device `step` on a process-per-device backend: N ranks, the slowest rank's record, each
+    rank's img/s in `metrics['rank_img_per_s']`. The group has run a global batch only when its slowest rank has:
+    in training the gradients' collective makes the ranks alike, but a dp inference step has none, and rank 0's
+    record (the row before) said 4433 img/s for a group whose rank 1 ran 1333. A failed rank raises RankFailed
+    (the trial's error row names it)."""
     memory_budget.note_model_steps()  # the ranks' steps: this command's tree
     results = ranks.run_group("vitbench.measure.throughput:rank_bench",  # by name: no import cycle
                               {"step": step.to_dict(), "backend": backend, "stop": asdict(stop), **kwargs},
                               step.devices)
-    rec = Record.from_dict(results[0])
-    rec.metrics["rank_img_per_s"] = [r.get("metrics", {}).get("img_per_s") for r in results]
+    speeds = [r.get("metrics", {}).get("img_per_s") for r in results]
+    slowest = min(range(len(results)), key=lambda i: (speeds[i] is not None, speeds[i] or 0.0))  # an unmeasured
+    rec = Record.from_dict(results[slowest])  # rank's row first: the row check then says what it lacks
+    rec.metrics["rank_img_per_s"] = speeds
     return rec
 
 
