@@ -239,7 +239,8 @@ def path_sets(task_name: str, sets: list[str] | None) -> tuple[list[str], dict, 
     sets pretrain_lr; TaskParams.field_paths) sets it, its VALUE read as YAML, as `sweep --set` reads it; any
     other KEY is an architecture override, as before (no field is named like one: a study's rule too). Returns
     (the overrides as given, {field: value}, {field: '--set KEY'}: how an error names it). A set field wins over
-    the field's flag. An unknown path is a ConfigError naming it with the allowed ones."""
+    the field's flag at its default (one typed otherwise beside it is refused: task_params). An unknown path is
+    a ConfigError naming it with the allowed ones."""
     from vitbench.study.paths import listed, unknown_path
     from vitbench.study.reader import load_value
     from vitbench.tasks import get_task
@@ -316,10 +317,11 @@ def task_params(task_name: str, names: dict[str, str] | None = None, sets: list[
     option and what it must be: `names[field]` where given (a field set from another's value: inspect's SOURCE),
     else `command`'s own spelling (the command's function; options.field_options: --warmup for warmup_steps,
     MODEL), else --field-name. `sets`: the command's `--set KEY=VALUE` items (path_sets: a field of the task, or
-    its path, wins over its flag; else an architecture override of `values["model"]`)."""
+    its path, wins over its flag left at its default, and is refused beside one typed otherwise; else an
+    architecture override of `values["model"]`)."""
     from pydantic import ValidationError
 
-    from vitbench.cli.options import field_options
+    from vitbench.cli.options import field_options, typed_fields
     from vitbench.tasks import get_task
     from vitbench.tasks.fields import FIELD_NAMES
     from vitbench.transfer.config import field_range
@@ -340,6 +342,11 @@ def task_params(task_name: str, names: dict[str, str] | None = None, sets: list[
     given = {k: v for k, v in values.items() if v is not None}
     if sets:
         arch, set_fields, set_names = path_sets(task_name, sets)
+        typed = typed_fields(command, values) if command else set()
+        clash = [f for f, v in set_fields.items() if f in typed and given.get(f) != v]
+        if clash:  # --set won over the flag typed beside it, in silence (--backend torch --set backend=jax)
+            raise ConfigError("; ".join(f"{name_of(f)} {shorten(given[f])} and --set {f}={shorten(set_fields[f])} "
+                                        "both set it" for f in clash) + ": give one")
         model = with_sets(values.get("model"), arch)
         given = {**given, **({"model": model} if model is not None else {}), **set_fields}
         names = {**(names or {}), **set_names}

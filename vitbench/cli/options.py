@@ -207,6 +207,22 @@ def field_options(command: Callable, fields) -> dict[str, str]:
     return out
 
 
+def typed_fields(command: Callable, values: dict) -> set[str]:
+    """The fields among `values` (field -> the value its flag passed) that hold other than the flag's own default
+    in `command`'s declarations: typed on the command line. A flag typed as its default (-b 8) is not told apart
+    from one left out, which is also what it asks for."""
+    from typer.models import OptionInfo
+
+    out = set()
+    for p in inspect.signature(command).parameters.values():
+        if isinstance(p.default, OptionInfo):
+            src = source_of(p.default)
+            field = src.path if isinstance(src, FieldDefault) else p.name
+            if field in values and values[field] != p.default.default:
+                out.add(field)
+    return out
+
+
 @dataclass(frozen=True)
 class OptionGroup:
     """Options several commands take, declared once: parameter name -> (its type, its typer.Option). A command
