@@ -152,8 +152,9 @@ KEY_NEUTRAL_ANY_TASK = {**KEY_NEUTRAL_SET, "devices": 2, "parallelism": "fsdp",
 def _needs(name: str) -> dict:
     """The fields a field is refused without (alone it would be ignored), themselves key-neutral: a real input
     setting's dataset, one that takes it; pre-training compute's images and epochs, each the other; a
-    checkpoint's budget, the checkpoint; a parallelism mode, devices to spread over."""
-    pair = {"parallelism": {"devices": 2}, "exaflops_images": {"exaflops_epochs": 2.5}, "exaflops_epochs": {"exaflops_images": 1000},
+    checkpoint's budget, the checkpoint; a parallelism mode, devices to spread over; max_batch's optimizer, its
+    train mode (infer keeps no optimizer state)."""
+    pair = {"parallelism": {"devices": 2}, "optimizer": {"mode": "train"}, "exaflops_images": {"exaflops_epochs": 2.5}, "exaflops_epochs": {"exaflops_images": 1000},
             "checkpoint_images": {"checkpoint": "ck.npz"}, "checkpoint_epochs": {"checkpoint": "ck.npz"}}
     if name in pair:
         return pair[name]
