@@ -92,7 +92,7 @@ def test_failures_list_every_non_ok_row_with_the_first_line_of_its_message():
     f = failures(df)
     assert list(f["status"]) == ["error", "interrupted", "oom"]
     assert list(f["repeat"]) == [1, 2, 3]
-    assert list(f["error_message"]) == ["first line of the error", "", "x" * 160]
+    assert list(f["error_message"]) == ["first line of the error", "", "x" * 160 + "... (300 characters)"]
 
 
 def test_the_shared_host_table_lists_only_ok_rows():

@@ -285,7 +285,7 @@ def check_store_paths(study: Study, root: Path) -> None:
     check_entry(root / STUDY_FILE, f"{name} study copy")
     stem, suffix = os.path.splitext(STUDY_FILE)
     for p in sorted({*root.glob(f"{os.path.splitext(RESULTS_FILE)[0]}*.jsonl"), *root.glob(f"{stem}.*{suffix}")}):
-        check_entry(p, f"{name} store file")
+        check_entry(p, f"{name} file")  # "the store's file" (it said "the store's store file")
     for d in (CLAIMS_DIR, LOGS_DIR):
         check_entry(root / d, f"{name} {d} directory", directory=True)
     # each trial's claim and log where one exists already (its directory, checked above, holds the absent ones:

@@ -250,6 +250,9 @@ def path_sets(task_name: str, sets: list[str] | None) -> tuple[list[str], dict, 
     paths = {**{f: f for f in params.model_fields if f not in ("model", "task")}, **params.field_paths()}
     fields, names = {}, {}
     for key, text in given.items():
+        if key in ("model", "task"):  # chosen by the command's own argument and option, never by --set
+            chosen = "MODEL argument" if key == "model" else "--task option (where it has one)"
+            raise ConfigError(f"--set {key}: the {key} is the command's {chosen}, not a --set item")
         if "." in key and key not in paths:
             dotted = {p: f for p, f in paths.items() if "." in p}
             raise ConfigError(f"--set {unknown_path(key, dotted)}" if dotted else

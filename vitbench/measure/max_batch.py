@@ -197,8 +197,8 @@ def nothing_fits_hint(probes: list[Probe], budget_mib: float | None) -> str | No
     p = probes[0]
     reached = f" (its process reached {p.process_peak_mib:.0f} MiB)" if p.process_peak_mib else ""
     return (f"batch {p.batch} already passed the {budget_mib:.0f} MiB budget{reached}: the budget is below what "
-            f"the framework and this model take at the smallest batch; raise --memory-limit-gib "
-            f"(or ${memory_budget.ENV})")
+            f"the framework and this model take at the smallest batch; raise --memory-limit-gib (a study's "
+            f"memory_limit_gib; or ${memory_budget.ENV})")
 
 
 def max_batch(step: Step, backend: str | None = None, device: str = "cpu", threads: int | None = None,

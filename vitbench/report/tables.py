@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 
 from vitbench import numfmt
+from vitbench.errors import clip
 from vitbench.models.families import family_names
 from vitbench.models.specs import get_spec
 from vitbench.record import INCOMPARABLE
@@ -382,8 +383,8 @@ def failures(df: pd.DataFrame) -> pd.DataFrame:
                         "error_type", "error_message") if c in bad.columns]
     out = bad[cols].copy()
     if "error_message" in out:
-        out["error_message"] = out["error_message"].fillna("").map(lambda s: str(s).strip().splitlines()[0][:160]
-                                                                   if str(s).strip() else "")
+        out["error_message"] = out["error_message"].fillna("").map(  # cut where it says so (was mid-word)
+            lambda s: clip(str(s).strip().splitlines()[0], 160) if str(s).strip() else "")
     return out.reset_index(drop=True)
 
 
