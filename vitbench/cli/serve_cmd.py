@@ -81,9 +81,11 @@ def serve_cmd(
         verdict = "VALID" if m.get("loadgen_valid") else f"INVALID: {m.get('loadgen_invalid_reason')}"
         bound = f" | p{fmt(m.get('latency_percentile_judged'))} bound {fmt(c['latency_bound_ms'])} ms" \
             if c["scenario"] == "Server" else ""
-        table = Table(title=escape(f"{c['model']} | {c['backend']} {c['device']} | {c['scenario']}{bound} | max "
-                                   f"batch {c.get('batch_size', 1)}, wait {fmt(c['max_wait_ms'])} ms | {verdict}"),
-                      show_header=False)
+        res = f" @ {c['resolution']}px" if c.get("resolution") else ""  # (the model's own when not given)
+        table = Table(title=escape(f"{c['model']}{res} | {c['backend']} {c['device']} {c.get('precision', '')} | "
+                                   f"{rec.env.get('threads')} threads | {c['scenario']}{bound} | max batch "
+                                   f"{c.get('batch_size', 1)}, wait {fmt(c['max_wait_ms'])} ms | {verdict}"),
+                      show_header=False)  # precision and threads: an int8 run's title was an fp32 one's
         table.add_column("field", style="bold")
         table.add_column("value", justify="right")
         for k in _ROWS:
