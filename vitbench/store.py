@@ -90,11 +90,21 @@ def _same_file(fd: int, path: Path) -> bool:
     return (st.st_dev, st.st_ino) == (at.st_dev, at.st_ino)
 
 
+def _whole_json(raw: bytes) -> bool:
+    """Whether a line parses as JSON: a last line without its newline that does not is a part of a row (still
+    being written, perhaps by a worker on another node, whose lock a network file system may not show here; or
+    torn by a kill), waited for as before; one that does is a whole row (`_final_tail`)."""
+    try:
+        json.loads(raw)
+    except ValueError:  # JSONDecodeError and UnicodeDecodeError
+        return False
+    return True
+
+
 def _final_tail(fh, end: int) -> bool:
-    """Whether a last line without its newline, ending at byte `end`, is all the file will hold of it: no vitbench
-    writer is appending (each writes under LOCK_EX) and nothing came after it. Such a line is an editor's save
-    without a final newline (read by the report, and until now not by the sweep, which ran its trial again) or a
-    killed writer's torn tail (skipped with a warning, as the report does)."""
+    """Whether a whole last row without its newline, ending at byte `end`, is all the file will hold of it: no
+    vitbench writer is appending (each writes under LOCK_EX) and nothing came after it. Such a row is an editor's
+    save without the final newline: the report read it as the row it is, and the sweep ran its trial again."""
     try:
         fcntl.flock(fh.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
     except OSError:  # held by a writer (BlockingIOError), or no locks here: read when it is whole
@@ -295,7 +305,7 @@ class Store:
                 fh.seek(off)
                 for raw, size in _lines(fh):  # a line at a time, MAX_LINE_BYTES at most
                     torn = raw is not None and not raw.endswith(b"\n")
-                    if torn and not _final_tail(fh, off + size):
+                    if torn and not (_whole_json(raw) and _final_tail(fh, off + size)):
                         break  # unterminated: a writer may still be appending it (read when it is whole)
                     off, lineno = off + size, lineno + 1
                     if raw is None:
