@@ -183,27 +183,33 @@ def source_of(info) -> Source | None:
     return entry[1] if entry is not None and entry[0] is info else None
 
 
+def _parameters(command: Callable):
+    """(parameter name, the field it sets, its typer declaration) of each argument and option of `command`: the
+    field a from_field declaration names, else the parameter's own name."""
+    from typer.models import ArgumentInfo, OptionInfo
+
+    for p in inspect.signature(command).parameters.values():
+        if isinstance(p.default, (OptionInfo, ArgumentInfo)):
+            src = source_of(p.default)
+            yield p.name, (src.path if isinstance(src, FieldDefault) else p.name), p.default
+
+
 def field_options(command: Callable, fields) -> dict[str, str]:
     """How `command` (a command's function) spells the task `fields` it sets: field -> its flag (`--warmup` for
     a parameter declared from_field(..., "warmup_steps", "--warmup")) or its argument's name (MODEL for an
     argument named like the field), read from the command's own declarations. What messages name a field by
     (vitbench.cli.common.task_params), so no command writes its spellings a second time."""
-    from typer.models import ArgumentInfo, OptionInfo
+    from typer.models import ArgumentInfo
 
     out = {}
-    for p in inspect.signature(command).parameters.values():
-        info = p.default
-        if not isinstance(info, (OptionInfo, ArgumentInfo)):
-            continue
-        src = source_of(info)
-        field = src.path if isinstance(src, FieldDefault) else p.name
+    for name, field, info in _parameters(command):
         if field not in fields:
             continue
         if isinstance(info, ArgumentInfo):
-            out[field] = info.metavar or p.name.upper()
+            out[field] = info.metavar or name.upper()
         else:
             flags = [f for d in (info.param_decls or ()) for f in d.split("/") if f.startswith("--")]
-            out[field] = flags[0] if flags else "--" + p.name.replace("_", "-")
+            out[field] = flags[0] if flags else "--" + name.replace("_", "-")
     return out
 
 
@@ -213,14 +219,8 @@ def typed_fields(command: Callable, values: dict) -> set[str]:
     from one left out, which is also what it asks for."""
     from typer.models import OptionInfo
 
-    out = set()
-    for p in inspect.signature(command).parameters.values():
-        if isinstance(p.default, OptionInfo):
-            src = source_of(p.default)
-            field = src.path if isinstance(src, FieldDefault) else p.name
-            if field in values and values[field] != p.default.default:
-                out.add(field)
-    return out
+    return {field for _, field, info in _parameters(command)
+            if isinstance(info, OptionInfo) and field in values and values[field] != info.default}
 
 
 @dataclass(frozen=True)

@@ -108,13 +108,19 @@ def same_classes(train: list[str], test: list[str], where: str) -> None:
                           f"test: {only_test[:10]}); both splits need the same classes")
 
 
+def no_images(labels: np.ndarray, split: str, where: str, layout: str | None = None) -> None:
+    """ConfigError naming `where` when the `split` holds no image (a reader's own check, before its labels are
+    used: the largest label of none was a traceback, and a test split of none read as "the classes differ")."""
+    if not len(labels):
+        raise ConfigError(f"{where}: the {split} split has no images" + (f"; expected {layout}" if layout else ""))
+
+
 def same_labels(train: np.ndarray, test: np.ndarray, names: list[str], where: str) -> None:
     """`same_classes` for a test split of its own labelled by index (shards, npz, an hf label column): ConfigError
     naming the classes when the test split has no image of a class the train split has (exit 2, as a folder's
     test/ without that class folder). A test class the train split lacks is load_splits' refusal
     (vitbench.transfer.data: no training images, naming the classes to keep), made for every format."""
-    if not len(test):  # not "the classes differ": the split is empty
-        raise ConfigError(f"{where}: the test split has no images")
+    no_images(test, "test", where)  # not "the classes differ": the split is empty
     have, got = np.unique(train), np.unique(test)
     if len(np.setdiff1d(have, got)):
         name = lambda c: names[c] if 0 <= c < len(names) else str(c)  # noqa: E731

@@ -35,8 +35,8 @@ from vitbench.errors import ConfigError, UnsafeFileError, VitbenchWarning, clip,
 from vitbench.transfer.limits import MAX_CLASSES
 from vitbench.transfer.pools import FilePool
 from vitbench.transfer.preprocess import resize_weights
-from vitbench.transfer.raw import (Raw, in_memory, int_labels, label_names, not_special, require_path,
-                                  same_classes, same_labels)
+from vitbench.transfer.raw import (Raw, in_memory, int_labels, label_names, no_images, not_special,
+                                  require_path, same_classes, same_labels)
 
 if TYPE_CHECKING:  # config is made from the formats' options (SyntheticOptions below): not imported here
     from vitbench.transfer.config import DataConfig
@@ -263,8 +263,7 @@ def read_cifar(cfg: DataConfig) -> Raw:
             names = [n.decode() if isinstance(n, bytes) else str(n) for n in found]
     y = np.concatenate([p[1] for p in parts])
     for split, labels in (("train", y), ("test", y_test)):
-        if not len(labels):
-            raise ConfigError(f"{root}: the {split} split has no images; expected {layout}")
+        no_images(labels, split, str(root), layout)
     if y.min() < 0 or max(y.max(), y_test.max()) >= k:
         raise ConfigError(f"{root}: labels outside 0..{k - 1}; is this {cfg.name}? expected {layout}")
     return in_memory(np.concatenate([p[0] for p in parts]), y, names, x_test, y_test)
