@@ -73,7 +73,7 @@ CASES = {
     "npz label past int64": (lambda g, t: _mk_npz(g, t, np.array([0, 2**63 + 5, 1], np.uint64)),
                              f"label {2**63 + 5} out of range (past 2**63 - 1)"),
     "npz empty test split": (lambda g, t: _mk_npz(g, t, np.zeros(0, np.int64)), "the test split has no images"),
-    "npz empty train split": (lambda g, t: _mk_npz(g, t, g[2], train=0), "its train split has no images"),
+    "npz empty train split": (lambda g, t: _mk_npz(g, t, g[2], train=0), "the train split has no images"),
     "hf null label": (lambda g, t: _mk_hf_test(g, t, [0, None, 1]), "has 1 empty (null) labels"),
     "hf empty test split": (lambda g, t: _mk_hf_test(g, t, []), "the test split has no images"),
     "a tfds option for another format": (lambda g, t: (["--data", "folder", "--data-path", str(g[0] / "folder"),

@@ -14,6 +14,7 @@ vitbench.store (the store imports it and re-exports its names).
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import math
 import os
@@ -36,6 +37,7 @@ SHARD_PREFIX = "w-"
 RESULTS_PATTERNS = (RESULTS_FILE, f"results.{SHARD_PREFIX}*.jsonl")
 # what a copy a user kept beside the store may be named; read by no one, said once (`result_files`)
 _LOOKALIKE = "results.*.jsonl"
+_ANY = "results*.jsonl"  # every name above matches it: what one walk of a tree lists
 # what is wrong with a parsed row as an ok row (vitbench.tasks.row_check), None when nothing is
 Check = Callable[[Record], "RowProblem | None"]
 
@@ -70,8 +72,9 @@ def result_files(path: str | os.PathLike, recursive: bool = True) -> list[Path]:
     if not p.is_dir():
         why = "is neither a file nor a directory (a device or a pipe)" if p.exists() else "does not exist"
         raise ConfigError(f"results path {str(p)!r} {why} (expected a results directory or .jsonl file)")
-    files = [f for pattern in RESULTS_PATTERNS for f in (p.rglob(pattern) if recursive else p.glob(pattern))]
-    beside = sorted(set(p.rglob(_LOOKALIKE) if recursive else p.glob(_LOOKALIKE)) - set(files))
+    found = list(p.rglob(_ANY) if recursive else p.glob(_ANY))  # one walk of the tree, not one per pattern
+    files = [f for f in found if any(fnmatch.fnmatchcase(f.name, pattern) for pattern in RESULTS_PATTERNS)]
+    beside = sorted(set(f for f in found if fnmatch.fnmatchcase(f.name, _LOOKALIKE)) - set(files))
     if beside:  # said, not read: a user's copy is not rows of this store (a shard is results.w-<host>.jsonl)
         warnings.warn(f"{clip(str(beside[0]), 200)!r}" + (f" and {len(beside) - 1} more" if len(beside) > 1 else "")
                       + f" not read: not a file of the store ({RESULTS_FILE}, results.{SHARD_PREFIX}<host>.jsonl "

@@ -21,6 +21,7 @@ from vitbench.transfer.limits import ROW_CLASS_NAMES
 from vitbench.transfer.loader import InputStats, stream
 from vitbench.transfer.pools import Pool, Skipped, images_at
 from vitbench.transfer.preprocess import preprocess
+from vitbench.transfer.raw import no_images
 from vitbench.transfer.sources import read_source
 
 _CACHE_LIMIT_BYTES = 256 * 2**20  # keep a preprocessed copy of a resident split only while it is this small
@@ -298,8 +299,8 @@ def load_splits(cfg: DataConfig | dict | None = None) -> Splits:
     k_src = len(raw.class_names)
     source = cfg.name + (f":{cfg.path}" if cfg.path else "") + (f" {cfg.tfds_name}" if cfg.tfds_name else "")
     for split, labels in (("train", raw.labels), ("test", raw.test_labels)):  # any format: an empty split
-        if labels is not None and not len(labels):
-            raise ConfigError(f"{source}: its {split} split has no images")
+        if labels is not None:
+            no_images(labels, split, source)
     x, y = _select_classes(raw.labels, cfg.classes, k_src, source)
     names = [raw.class_names[c] for c in cfg.classes] if cfg.classes else list(raw.class_names)
     present = np.unique(y)
