@@ -42,6 +42,9 @@ def test_every_key_of_train_with_real_input_is_declared(one_torch_thread):
     rec = Train().run(p)
     assert rec.status == "ok" and "real_input_img_per_s" in rec.metrics
     assert not _undeclared(rec), _undeclared(rec)
+    # the config names the images timed (a command's row matches on it), the real-input fields as set
+    assert {k: v for k, v in rec.config.items() if k.startswith("real_input_")} == {
+        "real_input_dataset": "synthetic", "real_input_steps": 1, "real_input_synthetic_images": 16}
     assert row_check()(rec) is None
 
 

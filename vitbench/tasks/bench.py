@@ -12,6 +12,7 @@ from vitbench.record import Record
 from vitbench.tasks import Task, register_task
 from vitbench.tasks.bench_metrics import METRICS
 from vitbench.tasks.fields import MAX_COUNT, literal_of, named, params_model
+from vitbench.tasks.real_input import PREFIX as REAL_INPUT
 from vitbench.tasks.real_input import RealInput
 from vitbench.transfer.config import MAX_SECONDS
 
@@ -126,6 +127,10 @@ class Train(_Bench):
                                            window_steps=p.window_steps)
             rec.metrics.update(got)
             rec.raw.update(raw)
+            # the config names the images timed (a command's row matches on its config: vitbench.compare.match;
+            # without them a digits row and a cifar row were one trial); set only with real_input_dataset, so
+            # every other row's config is as before
+            rec.config = {**rec.config, **{k: v for k, v in p.config().items() if k.startswith(REAL_INPUT)}}
             if got["real_input_noise"]:  # the row is as trustworthy as its least trustworthy part
                 rec.metrics[UNSTABLE] = True
                 rec.metrics["noise"] = "; ".join(filter(None, (rec.metrics.get("noise"),
