@@ -153,3 +153,21 @@ def test_a_flag_and_a_set_item_of_the_same_field_are_refused(cli, args, says):
     r = cli("bench", "ViT-Nano/4", *args, "--threads", "1")
     assert r.exit_code == 2, r.output
     assert says in " ".join(r.stderr.split()) and not r.stdout.strip(), r.stderr
+
+
+@pytest.mark.parametrize("args,says", [
+    (("pretrain", "ViT-Nano/4", "--steps", "3", "--set", "pretrain_steps=5"),
+     "--steps 3 and --set pretrain_steps=5 both set it"),
+    (("pretrain", "ViT-Nano/4", "--lr", "0.01", "--set", "upstream.lr=0.003"),
+     "--lr 0.01 and --set upstream.lr=0.003 both set it"),  # a path, named as typed
+    (("fewshot", "--model", "ViT-Nano/4", "--shots", "5", "--set", "shots=10"),
+     "--shots '5' and --set shots=10 both set it"),
+    (("finetune", "--model", "ViT-Nano/4", "--steps", "5", "--set", "finetune_steps=10"),
+     "--steps 5 and --set finetune_steps=10 both set it"),
+])
+def test_the_transfer_commands_refuse_a_flag_and_a_set_item_of_the_same_field(cli, args, says):
+    """pretrain, fewshot and finetune read their --set items themselves (paths: upstream.lr) and merged them over
+    the flags: `pretrain --steps 3 --set pretrain_steps=5` trained 5 steps without a word. Refused as bench's."""
+    r = cli(*args, "--threads", "1")
+    assert r.exit_code == 2, r.output
+    assert says in " ".join(r.stderr.split()) and not r.stdout.strip(), r.stderr

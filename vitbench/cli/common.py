@@ -314,6 +314,22 @@ def with_sets(model: str, sets: list[str] | None, option: str = "--set") -> str:
         raise ConfigError(f"{' '.join(named)}: {e}") from None
 
 
+def refuse_set_clash(command, values: dict, set_fields: dict, set_names: dict[str, str] | None = None) -> None:
+    """A ConfigError where a field `--set` sets (path_sets' {field: value}) is one whose flag `command` was also
+    typed with, otherwise (`values`: field -> what its flag passed): the --set won in silence (--backend torch
+    --set backend=jax; pretrain --steps 100 --set pretrain_steps=5 trained 5 steps). A flag at its default is
+    not told apart from one left out: the --set sets it. `set_names`: field -> '--set KEY' as typed (a path)."""
+    from vitbench.cli.options import field_options, typed_fields
+
+    typed = typed_fields(command, values)
+    clash = [f for f, v in set_fields.items() if f in typed and values[f] != v]
+    if clash:
+        flags = field_options(command, values)
+        typed_set = {f: (set_names or {}).get(f, f"--set {f}") for f in clash}
+        raise ConfigError("; ".join(f"{option(f, flags)} {shorten(values[f])} and {typed_set[f]}="
+                                    f"{shorten(set_fields[f])} both set it" for f in clash) + ": give one")
+
+
 def task_params(task_name: str, names: dict[str, str] | None = None, sets: list[str] | None = None, *,
                 command=None, **values):
     """(task class, its validated Params) from command-line values; a bad value is a ConfigError naming the
@@ -324,7 +340,7 @@ def task_params(task_name: str, names: dict[str, str] | None = None, sets: list[
     architecture override of `values["model"]`)."""
     from pydantic import ValidationError
 
-    from vitbench.cli.options import field_options, typed_fields
+    from vitbench.cli.options import field_options
     from vitbench.tasks import get_task
     from vitbench.tasks.fields import FIELD_NAMES
     from vitbench.transfer.config import field_range
@@ -345,11 +361,8 @@ def task_params(task_name: str, names: dict[str, str] | None = None, sets: list[
     given = {k: v for k, v in values.items() if v is not None}
     if sets:
         arch, set_fields, set_names = path_sets(task_name, sets)
-        typed = typed_fields(command, values) if command else set()
-        clash = [f for f, v in set_fields.items() if f in typed and given.get(f) != v]
-        if clash:  # --set won over the flag typed beside it, in silence (--backend torch --set backend=jax)
-            raise ConfigError("; ".join(f"{name_of(f)} {shorten(given[f])} and --set {f}={shorten(set_fields[f])} "
-                                        "both set it" for f in clash) + ": give one")
+        if command:
+            refuse_set_clash(command, values, set_fields, set_names)
         model = with_sets(values.get("model"), arch)
         given = {**given, **({"model": model} if model is not None else {}), **set_fields}
         names = {**(names or {}), **set_names}

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from vitbench.cli import app
 from vitbench.cli.common import (SET_FIELDS_HELP, checkpoint_model, console, model_asked, path_sets, print_json,
-                                 task_params, with_sets)
+                                 refuse_set_clash, task_params, with_sets)
 from vitbench.cli.options import OptionGroup, cli_option, from_field
 from vitbench.cli.path_options import PathOption, data_options, path_group, path_options
 from vitbench.numfmt import fmt
@@ -103,8 +103,9 @@ def pretrain_cmd(
     from vitbench.transfer.checkpoint import check_replaceable, checkpoint_path
 
     sets, set_fields, set_names = path_sets(Pretrain.name, sets)  # `--set upstream.lr=...`: a field by its path
-    values = {**vars(upstream), "model": with_sets(model, sets), "backend": backend, "seed": seed,
-              "device": run.device, "threads": run.threads, **set_fields}  # a path set wins over its flag
+    flags = {**vars(upstream), "backend": backend, "seed": seed, "device": run.device, "threads": run.threads}
+    refuse_set_clash(pretrain_cmd, flags, set_fields, set_names)  # a path set wins over its flag left unset
+    values = {**flags, "model": with_sets(model, sets), **set_fields}
     task, params = task_params(Pretrain.name, set_names, command=pretrain_cmd, **values)
     if out is not None:  # named as typed, before any training
         out = checkpoint_path(out, cache_path(params.upstream_config(task.name)).name, "--out")
@@ -182,14 +183,16 @@ DOWNSTREAM = OptionGroup("downstream", {
 DATA = path_group("data", Fewshot.Params, *data_options("data."))
 
 
-def _downstream(o, data, task: str, seed: int, **own) -> dict:
+def _downstream(command, o, data, task: str, seed: int, **own) -> dict:
     """The downstream task's fields from the DOWNSTREAM options `o`, the DATA options `data` (`seed`: the
     trial's, the upstream's with --model; finetune's own is its --finetune-seed), the command's `own` fields and
     the fields `--set PATH=VALUE` sets (`o.sets` keeps the architecture overrides, `o.set_names` how an error
-    names a field set by its path)."""
+    names a field set by its path); one beside the flag of `command` (its function) typed for it is refused."""
     o.sets, set_fields, o.set_names = path_sets(task, o.sets)
-    return {"backend": o.backend, "resolution": o.resolution, "objective": o.objective, **vars(data),
-            "seed": seed, **_upstream_values(o), **own, **set_fields}
+    flags = {"backend": o.backend, "resolution": o.resolution, "objective": o.objective, **vars(data),
+             "seed": seed, **own}
+    refuse_set_clash(command, flags, set_fields, o.set_names)  # a path set wins over its flag left unset
+    return {**flags, **_upstream_values(o), **set_fields}
 
 
 def _flags(o) -> dict[str, str]:
@@ -220,7 +223,7 @@ def fewshot_cmd(
 
     Mean and standard deviation over --seeds draws of k images per class, for every k in --shots.
     """
-    values = _downstream(downstream, data, "fewshot", seed, **vars(fewshot), device=run.device,
+    values = _downstream(fewshot_cmd, downstream, data, "fewshot", seed, **vars(fewshot), device=run.device,
                          threads=run.threads)
     task, params = task_params("fewshot", _flags(downstream), command=fewshot_cmd, **values)
     rec = task().run(params)  # the study's path: a trial of these fields
@@ -259,7 +262,7 @@ def finetune_cmd(
     The LR is chosen by the mean accuracy over --seeds runs on a held-out split of train; the reported accuracy
     is the mean (and standard deviation) over the final runs' accuracies on the test split.
     """
-    values = _downstream(downstream, data, "finetune", seed, **vars(finetune), device=run.device,
+    values = _downstream(finetune_cmd, downstream, data, "finetune", seed, **vars(finetune), device=run.device,
                          threads=run.threads)
     task, params = task_params("finetune", _flags(downstream), command=finetune_cmd, **values)
     rec = task().run(params)  # the study's path: a trial of these fields
