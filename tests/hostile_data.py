@@ -36,9 +36,9 @@ def bomb_png(side: int = 20_000) -> bytes:
             + png_chunk(b"IEND", b""))
 
 
-def encoded(image, fmt: str = "PNG") -> bytes:
+def encoded(image, fmt: str = "PNG", **options) -> bytes:
     buf = io.BytesIO()
-    image.save(buf, format=fmt)
+    image.save(buf, format=fmt, **options)
     return buf.getvalue()
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import zlib
 from typing import NamedTuple
 
 import numpy as np
@@ -990,6 +991,43 @@ def test_a_16_bit_colour_png_decodes_to_its_values_whatever_its_filters(channels
     assert got.shape == (11, 13, 3) and (got == samples[..., :3].astype(np.float32) / np.float32(65535)).all()
     with pytest.raises(CorruptImage, match="x.png"):
         decode_bytes(png[:len(png) // 2], "x.png")
+
+
+@pytest.mark.parametrize("mode,interlace", [("L", 0), ("RGB", 0), ("RGBA", 1), ("P", 0), ("1", 1), ("I;16", 0)])
+def test_a_png_whose_image_data_is_short_is_refused_not_read_half_black(mode, interlace):
+    """A PNG whose chunks and CRCs are whole but whose image data inflates to fewer bytes than its header declares
+    decoded without a word, the rows missing black (Pillow's reading; libpng refuses it), and passed
+    --check-data. Refused on decode and on the check, naming the file and the sizes; the same image whole (its
+    data as Pillow wrote it) reads as before."""
+    from PIL import Image
+
+    from hostile_data import encoded, png_chunk
+
+    from vitbench.transfer.pools import CorruptImage, check_image, decode_bytes
+
+    rng = np.random.default_rng(0)
+    image = Image.fromarray((rng.random((32, 32)) * 65535).astype(np.uint16)) if mode == "I;16" else \
+        Image.fromarray((rng.random((32, 32, 3)) * 255).astype(np.uint8)).convert(mode)  # (Pillow notices it on
+    # images of a few dozen pixels)
+    whole = encoded(image, interlace=interlace)
+    decode_bytes(whole, "x.png"), check_image(whole, "x.png")
+    pos, chunks, idat = 8, [], b""  # the same PNG, its image data re-compressed short: its first half
+    while pos < len(whole):
+        n, kind = int.from_bytes(whole[pos:pos + 4], "big"), whole[pos + 4:pos + 8]
+        body = whole[pos + 8:pos + 8 + n]
+        pos += 12 + n
+        if kind == b"IDAT":
+            idat += body
+        elif kind == b"IEND":
+            rows = zlib.decompress(idat)
+            chunks += [png_chunk(b"IDAT", zlib.compress(rows[:len(rows) // 2])), png_chunk(kind, body)]
+        else:
+            chunks.append(png_chunk(kind, body))
+    short = whole[:8] + b"".join(chunks)
+    for read in (decode_bytes, check_image):
+        with pytest.raises(CorruptImage, match=r"^x.png: .*its image data holds \d+ bytes where its header "
+                                               r"declares \d+ .*would read as black"):
+            read(short, "x.png")
 
 
 @pytest.mark.parametrize("what", ["float above 1", "float NaN", "32-bit integers", "decompression bomb"])

@@ -2,10 +2,9 @@
 before any model is built, so a corrupt file stops the run at once (exit 2 naming it) instead of partway, or,
 with `--skip-corrupt`, is counted from the start.
 
-A check reads every file whole but decodes little (vitbench.transfer.pools.check_image: a PNG's chunk CRCs, a
-JPEG at 1/8 scale): measured here on 20,000 128-px PNGs (page cache warm, load 12-13), 4.1 s (a folder) and 7.3 s
-(tar shards) for all of them, while decoding and preprocessing 2,000 of them took 12.6 s: about 3-6 % of one
-decode pass (docs/datasets.md). It is opt-in: a run that reads a fraction of a large dataset (few-shot decodes
+A check reads every file whole but decodes little (vitbench.transfer.pools.check_image: a PNG's chunk CRCs and
+its image data inflated, not unfiltered; a JPEG at 1/8 scale): about 40 % of one decode pass on 128-px PNGs, 3-6 %
+before the inflation was added (docs/datasets.md, measured). It is opt-in: a run that reads a fraction of a large dataset (few-shot decodes
 its k-shot draws, val and test; `bench --data` a few steps) would read all of it to check it (docs/datasets.md).
 Resident pools (digits, synthetic, cifar, npz) are arrays already checked when read; they are not re-checked.
 """

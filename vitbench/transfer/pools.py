@@ -21,7 +21,7 @@ from typing import Protocol
 import numpy as np
 
 from vitbench.errors import ConfigError
-from vitbench.transfer import png16
+from vitbench.transfer import png
 from vitbench.transfer.preprocess import preprocess
 
 
@@ -90,11 +90,12 @@ def _opened(data: bytes | Path):
     return Image.open(data if isinstance(data, Path) else io.BytesIO(data))
 
 
-def _head(data: bytes | Path, n: int) -> bytes:
-    if isinstance(data, Path):
-        with data.open("rb") as f:
-            return f.read(n)
-    return data[:n]
+def _png_whole(data: bytes | Path) -> None:
+    """png.PngError where a PNG's image data is short of what its header declares (Pillow decodes the rows
+    missing as black, without a word: vitbench.transfer.png)."""
+    problem = png.short_data(data.read_bytes() if isinstance(data, Path) else data)
+    if problem:
+        raise png.PngError(problem)
 
 
 def _refusal(e: Exception) -> str:
@@ -143,15 +144,18 @@ def decode_bytes(data: bytes | Path, origin: str) -> np.ndarray:
     RGB (H, W, 3) for 8-bit modes (grey, palette, CMYK, YCbCr, LAB, HSV converted by PIL; alpha dropped, as the
     paper's `decode_image(channels=3)`), float32 (H, W, 1) in [0, 1] for 16-bit grey and [0, 1] float images
     (`_deep_values`), float32 (H, W, 3) in [0, 1] for 16-bit RGB/RGBA PNGs (which Pillow reads as 8-bit:
-    decoded by `png16` instead). CorruptImage naming `origin` when it does not decode whole (PIL raises on a
-    truncated file once the pixels are loaded), when PIL's pixel-count guard refuses it, or when its values have
-    no known scale."""
+    decoded by `png` instead). CorruptImage naming `origin` when it does not decode whole (PIL raises on a
+    truncated file once the pixels are loaded; a PNG's short image data is vitbench's own check), when PIL's
+    pixel-count guard refuses it, or when its values have no known scale."""
     try:
         with _opened(data) as im:
             im.load()
             mode, fmt = im.mode, im.format
-            if fmt == "PNG" and mode in ("RGB", "RGBA") and png16.is_deep_colour(_head(data, 26)):
-                return png16.decode(data.read_bytes() if isinstance(data, Path) else data)
+            if fmt == "PNG":
+                raw = data.read_bytes() if isinstance(data, Path) else data
+                if mode in ("RGB", "RGBA") and png.is_deep_colour(raw[:26]):
+                    return png.decode(raw)  # (its own size check)
+                _png_whole(raw)
             if mode in (*SIXTEEN_BIT_MODES, INT32_MODE, FLOAT_MODE):
                 deep = np.asarray(im)
             else:
@@ -169,7 +173,8 @@ JPEG_CHECK_SCALE = 8  # JPEG's DCT decodes at 1/8 scale (PIL's draft mode): ever
 
 def check_image(data: bytes | Path, origin: str) -> None:
     """CorruptImage naming `origin` unless `data` is a whole image, checked cheaper than a decode: a PNG's chunks
-    and their CRCs read to the end (PIL's verify), a JPEG decoded in draft mode at 1/8 scale (a truncated or
+    and their CRCs read to the end (PIL's verify) and its image data inflated to the size its header declares
+    (png.short_data, not unfiltered), a JPEG decoded in draft mode at 1/8 scale (a truncated or
     damaged entropy-coded stream still fails), any other format decoded. PIL's pixel-count guard refuses as in
     `decode_bytes`, and so do the values of a deep image (`_deep_values`) decoded here whole."""
     deep = None
@@ -177,6 +182,7 @@ def check_image(data: bytes | Path, origin: str) -> None:
         with _opened(data) as im:
             if im.format == "PNG":
                 im.verify()
+                _png_whole(data)
             elif im.format == "JPEG":
                 im.draft("RGB", (max(1, im.width // JPEG_CHECK_SCALE), max(1, im.height // JPEG_CHECK_SCALE)))
                 im.load()

@@ -1,15 +1,22 @@
-"""16-bit colour PNGs at the values they hold: Pillow opens a 16-bit RGB or RGBA PNG as 8-bit RGB (each sample's
-high byte), so `pools.decode_bytes` decodes those here, from the file's own bytes, to float32 (H, W, 3) in
-[0, 1] (samples over 65535; alpha dropped, as the paper's `decode_image(channels=3)` drops it).
+"""PNG image data read from the file's own bytes, where Pillow's reading falls short (PNG specification, W3C, 3rd
+edition: https://www.w3.org/TR/png-3/):
 
-The format (PNG specification, W3C, 3rd edition: https://www.w3.org/TR/png-3/): chunks after an 8-byte
-signature, IHDR first (width, height, bit depth, colour type, compression 0, filter method 0, interlace 0 or 1
-= Adam7); the IDAT chunks' data concatenated is one zlib stream of scanlines, each a filter-type byte (0 None,
-1 Sub, 2 Up, 3 Average, 4 Paeth) and the filtered bytes; samples big-endian. Sub and Up are undone a row at a
-time (Sub is a running sum along each byte lane), Average and Paeth a pixel at a time (each pixel needs the one
-before it): about a second for a 224 x 224 image that uses them throughout, a rare format's price. The caller
-has already opened the file with Pillow (its pixel-count guard and its CRC checks ran); a stream that inflates
-past the size its header declares is refused before it is all inflated.
+- **Short image data** (`short_data`): Pillow decodes a PNG whose image data inflates to fewer bytes than its
+  header declares without a word, the rows missing black (a 32 x 32 RGB image of 16 rows came back half black;
+  Pillow notices it on images of a few dozen pixels only). libpng refuses it ("the zlib stream ending before
+  enough pixel data has been produced is an error", image-rs/image-png#619 reading pngrutil.c);
+  `pools.decode_bytes` and `pools.check_image` refuse it too.
+- **16-bit colour** (`decode`): Pillow opens a 16-bit RGB or RGBA PNG as 8-bit RGB (each sample's high byte), so
+  `pools.decode_bytes` decodes those here to float32 (H, W, 3) in [0, 1] (samples over 65535; alpha dropped, as the
+  paper's `decode_image(channels=3)` drops it).
+
+The format: chunks after an 8-byte signature, IHDR first (width, height, bit depth, colour type, compression 0,
+filter method 0, interlace 0 or 1 = Adam7); the IDAT chunks' data concatenated is one zlib stream of scanlines,
+each a filter-type byte (0 None, 1 Sub, 2 Up, 3 Average, 4 Paeth) and the filtered bytes, ceil(width x bits per
+pixel / 8) of them; samples big-endian. Sub and Up are undone a row at a time (Sub is a running sum along each
+byte lane), Average and Paeth a pixel at a time (each pixel needs the one before it): about a second for a 224 x
+224 image that uses them throughout, a rare format's price. The caller has already opened the file with Pillow
+(its pixel-count guard and its CRC checks ran); a stream is never inflated past the size its header declares.
 """
 
 from __future__ import annotations
@@ -20,7 +27,9 @@ import zlib
 import numpy as np
 
 SIGNATURE = b"\x89PNG\r\n\x1a\n"
-_CHANNELS = {2: 3, 6: 4}  # colour type -> samples per pixel (RGB, RGBA)
+_CHANNELS = {2: 3, 6: 4}  # colour type -> samples per pixel (RGB, RGBA): the 16-bit colour this module decodes
+_SAMPLES = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}  # every colour type -> samples per pixel (grey, RGB, palette, grey +
+# alpha, RGBA: PNG spec, 6.1 "Colour types and values")
 # Adam7's passes: (first row, first column, row step, column step) (PNG spec, 8.2)
 _ADAM7 = ((0, 0, 8, 8), (0, 4, 8, 8), (4, 0, 8, 4), (0, 2, 4, 4), (2, 0, 4, 2), (0, 1, 2, 2), (1, 0, 2, 1))
 
@@ -41,14 +50,8 @@ def decode(data: bytes) -> np.ndarray:
     if depth != 16 or ctype not in _CHANNELS:
         raise PngError(f"not a 16-bit colour PNG (bit depth {depth}, colour type {ctype})")
     bpp = 2 * _CHANNELS[ctype]  # bytes per pixel
-    passes = _ADAM7 if interlace else ((0, 0, 1, 1),)
-    sizes = [(-(-(height - r0) // dr), -(-(width - c0) // dc)) for r0, c0, dr, dc in passes]
-    expected = sum(h * (w * bpp + 1) for h, w in sizes if h > 0 and w > 0)
-    inflater = zlib.decompressobj()
-    try:
-        raw = inflater.decompress(idat, expected + 1)
-    except zlib.error as e:
-        raise PngError(f"its image data does not inflate: {e}") from None
+    passes, sizes, expected = _layout(width, height, 8 * bpp, interlace)
+    raw = _inflated(idat, expected + 1)
     if len(raw) != expected:
         raise PngError(f"its image data holds {len(raw)}{'+' if len(raw) > expected else ''} bytes where its "
                        f"header declares {expected}")
@@ -63,6 +66,40 @@ def decode(data: bytes) -> np.ndarray:
         at += n
     samples = out.view(">u2").reshape(height, width, bpp // 2)[..., :3]
     return samples.astype(np.float32) / np.float32(65535)
+
+
+def short_data(data: bytes) -> str | None:
+    """Why a PNG's image data is not all there (it inflates to fewer bytes than its header declares, or not at
+    all), else None: what Pillow decodes with the rows missing black. Data past the declared size is libpng's
+    benign error, not refused here (Pillow reads the declared rows)."""
+    try:
+        width, height, depth, ctype, interlace, idat = _chunks(data)
+        if ctype not in _SAMPLES:
+            raise PngError(f"colour type {ctype} (0, 2, 3, 4 and 6 exist)")
+        expected = _layout(width, height, depth * _SAMPLES[ctype], interlace)[2]
+        got = len(_inflated(idat, expected))
+    except PngError as e:
+        return str(e)
+    if got < expected:
+        return (f"its image data holds {got} bytes where its header declares {expected} ({width}x{height}, "
+                f"{depth}-bit, colour type {ctype}): the rows past them would read as black")
+    return None
+
+
+def _layout(width: int, height: int, bits: int, interlace: int) -> tuple[tuple, list[tuple[int, int]], int]:
+    """(the passes, each pass's (rows, pixels per row), the bytes of scanlines the header declares) of an image
+    of `bits` bits per pixel: each row of a pass is a filter-type byte and ceil(pixels x bits / 8) bytes."""
+    passes = _ADAM7 if interlace else ((0, 0, 1, 1),)
+    sizes = [(-(-(height - r0) // dr), -(-(width - c0) // dc)) for r0, c0, dr, dc in passes]
+    return passes, sizes, sum(h * (-(-w * bits // 8) + 1) for h, w in sizes if h > 0 and w > 0)
+
+
+def _inflated(idat: bytes, most: int) -> bytes:
+    """The image data inflated, at most `most` bytes of it (never past what the header declares, plus one)."""
+    try:
+        return zlib.decompressobj().decompress(idat, most)
+    except zlib.error as e:
+        raise PngError(f"its image data does not inflate: {e}") from None
 
 
 def _chunks(data: bytes) -> tuple[int, int, int, int, int, bytes]:
