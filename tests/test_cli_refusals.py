@@ -3,6 +3,8 @@ options): --parallelism on one device (bench, max-batch), sweep --json without -
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -116,6 +118,38 @@ def test_an_interrupted_forced_sweep_does_not_say_its_own_command_resumes(cli, t
     assert r.exit_code == 130 and "interrupted" in said, r.output
     assert ("Run the same command again to resume" in said) is not force, said
     assert ("without --force" in said) is force, said
+
+
+_INTERRUPT_AT = {  # Ctrl-C while vitbench starts: as a command module is imported, as the memory guard starts
+    "import": """
+import sys
+class Stop:
+    def find_spec(self, name, path=None, target=None):
+        if name == "vitbench.cli.study_cmd":
+            raise KeyboardInterrupt
+sys.meta_path.insert(0, Stop())
+""",
+    "memory guard": """
+import vitbench.memory_budget
+def stopped():
+    raise KeyboardInterrupt
+vitbench.memory_budget.guard_this_process = stopped
+""",
+}
+
+
+@pytest.mark.parametrize("at", list(_INTERRUPT_AT))
+def test_ctrl_c_while_vitbench_starts_is_one_line_and_exit_130(at, tmp_path):
+    """Ctrl-C in a command's first second (its modules imported, its memory guard started: measured, a sweep
+    interrupted 0.3-2 s after its start) printed a KeyboardInterrupt traceback; the console script's entry
+    (vitbench.entry) says it in one line, exit 130, nothing run."""
+    code = _INTERRUPT_AT[at] + "from vitbench.entry import main\nmain()\n"
+    r = subprocess.run([sys.executable, "-c", code, "sweep", str(tmp_path / "none.yaml")], capture_output=True,
+                       text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == 130, r.stderr
+    said = "interrupted (Ctrl-C) while vitbench was starting: nothing was run"
+    assert "Traceback" not in r.stderr and r.stderr.strip() == said, r.stderr
+    assert not r.stdout and list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("args,says", [

@@ -1,5 +1,5 @@
 """`python -m vitbench ...`: the `vitbench` command, for an interpreter whose scripts are not on PATH."""
 
-from vitbench.cli import main
+from vitbench.entry import main
 
 main()

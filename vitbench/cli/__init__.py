@@ -165,9 +165,17 @@ class _ReaderMayLeave:
 
 
 def main() -> None:
-    """Console entry point. The process runs under the host-memory budget (vitbench.memory_budget): past it, one
-    line and exit code 1 instead of the kernel's OOM killer; SIGINT interrupts it even where it was inherited
-    ignored (not in `app` itself, which tests invoke in-process)."""
+    """The command line run in this process: `start`, then `app` (the console script's is vitbench.entry.main,
+    which says an interrupt during either start in one line)."""
+    start()
+    app()
+
+
+def start() -> None:
+    """What a process does before it runs a command (not in `app` itself, which tests invoke in-process): it
+    runs under the host-memory budget (vitbench.memory_budget: past it, one line and exit code 1 instead of the
+    kernel's OOM killer); SIGINT interrupts it even where it was inherited ignored; a reader of its stdout may
+    leave early."""
     import signal
 
     from vitbench.errors import VitbenchError
@@ -184,4 +192,3 @@ def main() -> None:
         raise SystemExit(e.exit_code) from None
     if hasattr(sys.stdout, "fileno"):
         sys.stdout = _ReaderMayLeave(sys.stdout)
-    app()
