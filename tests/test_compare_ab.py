@@ -191,6 +191,25 @@ def test_a_relative_study_stays_inside_each_side_s_tree(repo, tmp_path):
     assert res.exit_code == 2 and "leaves the working tree" in " ".join(res.output.split()), res.output
 
 
+def test_a_relative_results_folder_is_where_the_user_typed_it_not_in_a_side_s_tree(tmp_path, monkeypatch):
+    """Each side's sweep runs in its own tree (cwd): `ab --results abrel` sent the baseline's rows into its
+    temporary `git archive` checkout (removed with it: "no records", exit 2) and the current side's into the
+    repository. A round's sweep is told the folder from where the user is."""
+    tree, here = tmp_path / "side-tree", tmp_path / "user"
+    tree.mkdir(), here.mkdir()
+    fake_python = tmp_path / "python"  # records the sweep's arguments and where it ran, as `vitbench sweep` would
+    fake_python.write_text('#!/bin/sh\nprintf "%s\\n" "$PWD" "$@" > "$ARGS_AT"\n')
+    fake_python.chmod(0o755)
+    side = ab_mod.Side("baseline", "HEAD~1", tree, Path("study.yaml"), str(fake_python), "this one")
+    monkeypatch.chdir(here)
+    monkeypatch.setenv("ARGS_AT", str(tmp_path / "args"))
+    running = side.start_round(Path("abrel") / "baseline" / "pair01" / "leg1")
+    assert running.proc.wait(timeout=60) == 0
+    cwd, *args = (tmp_path / "args").read_text().splitlines()
+    assert cwd == str(tree) and args[args.index("--results") + 1] == str(here / "abrel/baseline/pair01/leg1")
+    assert args[args.index("sweep") + 1] == "study.yaml"  # a relative study: read in the side's own tree
+
+
 # ----------------------------------------------------------------------------------- the loop, synthetic sweeps
 ROUND_NOISE = 0.01  # _fake_sweeps: each round's speed x lognormal(0, this) (a machine state)
 

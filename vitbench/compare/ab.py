@@ -281,7 +281,10 @@ def run_ab(ref: str, *, repo: str | Path = ".", study: str = DEFAULT_STUDY, base
     cur_study = study_in(root, study, f"the working tree {root}")
     if not cur_study.is_file():
         raise ConfigError(f"--study {study}: no such file in the working tree {root}")
-    out_root = Path(results) if results is not None else None
+    # the user's path as typed, from where they typed it: each side's sweep runs in its own tree (a relative
+    # --results went into the baseline's temporary checkout, removed with it, and the current side's rounds into
+    # the repository)
+    out_root = Path(results).expanduser().absolute() if results is not None else None
     if out_root is not None and out_root.exists() and any(out_root.iterdir()):
         raise ConfigError(f"--results {out_root}: exists and is not empty (rounds are never mixed with others)")
     with checkout(root, sha) as base:
