@@ -248,6 +248,19 @@ def test_config_difference_and_method_version_do_not_match():
         compare([a], [c], ignore=("thread",))  # misspelt: it would have matched nothing more, silently
 
 
+def test_an_ignored_field_never_pools_two_trials_of_one_side():
+    """`--ignore threads` over a baseline holding threads 1 and threads 2 pooled them as two runs of one trial:
+    their mean against the current side's threads-1 trial read as a regression (0.63 [0.44, 0.91], exit 1, on
+    the project's own baseline). Refused, naming the side, the field and its values; one value per side
+    matches as before."""
+    fast = [s / 2 for s in steps(np.random.default_rng(1))]
+    base = [bench_record("A", threads=1), bench_record("A", threads=2, step_s=fast)]
+    with pytest.raises(ConfigError, match=r"--ignore threads: baseline holds trials of threads 1, 2 that would "
+                                          r"pool as repeats of one \(first: A infer torch"):
+        compare(base, [bench_record("A", threads=1)], ignore=("threads",))
+    assert len(compare(base[:1], [bench_record("A", threads=2)], ignore=("threads",)).rows) == 1
+
+
 def test_the_markdown_says_a_lower_is_better_metrics_rule_the_other_way_round():
     """Peak memory 100 -> 130 MiB is a regression with the interval wholly above 1 + threshold (decide.decide
     mirrors the rule for a lower-is-better metric); the PR comment's rule line said only 'regression: the whole

@@ -169,7 +169,7 @@ def compare(baseline: Sequence[Record], current: Sequence[Record], *, threshold:
                           f"{clip(', '.join(sorted(fields)), 600)}")
     ignore = (*DEFAULT_IGNORE, *ignore)
     rng = np.random.default_rng(seed)
-    bt, ct = group(select(baseline), ignore), group(select(current), ignore)
+    bt, ct = group(select(baseline), ignore, names[0]), group(select(current), ignore, names[1])
     for side, trials in zip(names, (bt, ct)):
         if not trials:
             raise ConfigError(f"{side}: no measurement records (only calibration or skipped rows)")

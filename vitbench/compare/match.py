@@ -10,6 +10,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from vitbench.errors import ConfigError, clip
 from vitbench.record import Record, Status
 from vitbench.tasks.fields import BOOKKEEPING as DEFAULT_IGNORE  # fields that never define a measurement
 
@@ -34,21 +35,37 @@ class Trial:
     config: dict
     ok: list[Record] = field(default_factory=list)
     failed: list[Record] = field(default_factory=list)
+    pooled: dict[str, set] = field(default_factory=dict)  # an ignored field -> the values its records hold
 
 
-def group(records: Sequence[Record], ignore: Iterable[str]) -> dict[str, Trial]:
+def group(records: Sequence[Record], ignore: Iterable[str], side: str = "results") -> dict[str, Trial]:
     """Trials by match key, in the order they first appear (the study's). The records come from
     vitbench.tidy.select: the latest per trial key and results directory, each measurement once (one run copied
     into two directories is one run, not two repeats); records of different directories are different runs and
-    pool as repeats."""
+    pool as repeats. A field `ignore` names beyond DEFAULT_IGNORE (`--ignore threads`: to match trials across the
+    sides) that would pool different trials of one side as repeats of one (threads 1 and 2: a false regression,
+    their mean against one of them) is a ConfigError naming `side`, the trial and the values."""
     trials: dict[str, Trial] = {}
     drop = set(ignore)
+    asked = drop - set(DEFAULT_IGNORE)
     for rec in records:
         if rec.status is Status.SKIPPED:
             continue
+        cfg = rec.measured_config
         t = trials.setdefault(match_key(rec, ignore), Trial(rec.kind, rec.method_version, {
-            k: v for k, v in rec.measured_config.items() if k not in drop}))
+            k: v for k, v in cfg.items() if k not in drop}))
+        for f in asked:
+            t.pooled.setdefault(f, set()).add(_identity(cfg.get(f)))
         (t.ok if rec.status is Status.OK else t.failed).append(rec)
+    for t in trials.values():
+        mixed = {f: sorted(str(v[1] if isinstance(v, tuple) else v) for v in vals)
+                 for f, vals in t.pooled.items() if len(vals) > 1}
+        if mixed:
+            f, vals = next(iter(mixed.items()))
+            shown = ", ".join(clip(v, 40) for v in vals[:5]) + (" ..." if len(vals) > 5 else "")
+            raise ConfigError(f"--ignore {f}: {side} holds trials of {f} {shown} that would pool as repeats of "
+                              f"one (first: {clip(labels([t.config])[0], 200)}); --ignore matches a field that "
+                              f"differs between the sides: give each side's results one value of {f}")
     return trials
 
 
