@@ -194,6 +194,30 @@ def test_a_store_copied_beside_itself_counts_each_measurement_once(tmp_path):
     assert len(df) == 4 and sorted(df["run_id"]) == ["run1"] * 3 + ["run2"]
 
 
+def test_a_command_s_row_copied_twice_is_one_measurement(tmp_path):
+    """A `bench --json` row (no sweep run, no trial key for the latest-row rule) whose line was copied into its
+    file twice counted as two runs: compare's between-run sd read 0.000 and an inconclusive verdict became "no
+    change". The same start, finish, config and metrics is one measurement (within a file, across files); a
+    row of another start is another."""
+    from vitbench.record import Record
+
+    def row(start: str, img: float = 100.0) -> Record:
+        return Record.measured("bench", {"model": "ViT-Nano/4", "task": "infer", "threads": 1},
+                               metrics={"img_per_s": img}, started_at=start)
+
+    line = json.dumps(row("2026-12-03T10:00:00.000+00:00").to_dict()) + "\n"
+    (tmp_path / "twice.jsonl").write_text(line + line)
+    with pytest.warns(VitbenchWarning, match=r"1 row\(s\) are copies .*a command's row: the same start.*counted once: .* \(1\)"):
+        assert len(select(read_records(tmp_path / "twice.jsonl"))) == 1
+    with pytest.warns(VitbenchWarning, match="are copies"):
+        assert len(load(tmp_path / "twice.jsonl")) == 1
+    other = json.dumps(row("2026-12-03T10:01:00.000+00:00").to_dict()) + "\n"
+    (tmp_path / "two.jsonl").write_text(line + other)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no copy said
+        assert len(select(read_records(tmp_path / "two.jsonl"))) == 2
+
+
 @pytest.mark.parametrize("original, copy", [("a_orig", "b_copy"), ("b_orig", "a_copy")])
 def test_which_copy_counts_does_not_depend_on_the_directories_names(tmp_path, original, copy):
     # The review: a run copied aside, then the trial re-run in the original; the copy's old row was served as

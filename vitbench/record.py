@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import enum
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -131,6 +132,8 @@ class RowProblem:
     refuse: bool
 
 
+# the first item of Record.measurement for a row no sweep run wrote (its own content is what identifies it)
+STANDALONE = "standalone"
 # Envelope fields that identify a trial of a sweep (absent on a standalone measurement such as `vitbench bench`).
 JOB_FIELDS = ("key", "study", "study_sha", "run_id", "repeat")
 # The envelope's optional fields and their JSON types (absent or null: the default), checked when a row is read: a
@@ -236,9 +239,15 @@ class Record:
     @property
     def measurement(self) -> tuple | None:
         """What tells one measurement from another wherever its row is found: a sweep's run, trial key, repeat and
-        start. One run copied into two directories is one measurement, not two repeats. None for a row that no
-        sweep run wrote."""
-        return None if self.run_id is None else (self.run_id, self.key, self.repeat, self.started_at)
+        start. One run copied into two directories is one measurement, not two repeats. A row no sweep run wrote
+        (a command's `--json`) is its kind, start, finish, config and metrics (STANDALONE first): a line of it
+        copied twice is one measurement too. None for a row without a start."""
+        if self.run_id is not None:
+            return (self.run_id, self.key, self.repeat, self.started_at)
+        if not self.started_at:
+            return None
+        return (STANDALONE, self.kind, self.started_at, self.finished_at,
+                json.dumps([self.config, self.metrics], sort_keys=True, default=str))
 
     @property
     def measured_config(self) -> dict:

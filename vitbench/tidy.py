@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from vitbench.errors import VitbenchWarning, clip
-from vitbench.record import Record, row_state, supersedes
+from vitbench.record import STANDALONE, Record, row_state, supersedes
 from vitbench.rows import iter_records
 from vitbench.store import TRIAL_ID_COLUMNS
 
@@ -52,7 +52,9 @@ def _flatten(rec: Record, declared: dict[str, dict] | None = None) -> dict[str, 
 class _Once:
     """Each measurement once (Record.measurement), among the rows kept (the latest of each trial and directory):
     the same measurement kept in another directory too (one run copied beside itself) is counted in the first only,
-    whatever the directories' names; `warn` says where the copies were."""
+    whatever the directories' names, and a row no sweep wrote (STANDALONE: no trial key for `latest` to choose
+    by) in the same directory too (its line copied twice was two runs, a between-run sd of 0); `warn` says where
+    the copies were."""
 
     def __init__(self):
         self.copies: dict[str | None, set] = {}  # directory -> the measurements it held copies of
@@ -64,7 +66,8 @@ class _Once:
         seen: dict[tuple, str | None] = {}  # measurement -> the directory that holds it first
         out = []
         for item, ident, source in items:
-            if ident is not None and seen.setdefault(ident, source) != source:
+            if ident is not None and (ident in seen and ident[0] == STANDALONE
+                                      or seen.setdefault(ident, source) != source):
                 self.copies.setdefault(source, set()).add(ident)
                 continue
             out.append(item)
@@ -76,8 +79,9 @@ class _Once:
             where = ", ".join(f"{clip(str(d), 200)} ({k})" for d, k in list(n.items())[:5])
             more = " ..." if len(n) > 5 else ""
             warnings.warn(VitbenchWarning(
-                f"{sum(n.values())} row(s) are copies of rows read from another directory (the same sweep run, "
-                f"trial, repeat and start), counted once: {where}{more}"), stacklevel=3)
+                f"{sum(n.values())} row(s) are copies of rows read before them (the same sweep run, trial, repeat "
+                f"and start; a command's row: the same start, finish, config and metrics), counted once: "
+                f"{where}{more}"), stacklevel=3)
 
 
 def select(records: Iterable[Record], kinds: Iterable[str] | str | None = None,
