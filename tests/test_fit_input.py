@@ -74,3 +74,16 @@ def test_where_that_is_not_true_or_false_per_row_says_so(cli, tmp_path, expr):
     assert "not in index" not in r.output and "2.68" not in r.output and "boolean label" not in r.output
     r = _fit(cli, _csv(tmp_path, "w"), out, "--where", "compute > 2 and family == 'vit'", "--json")
     assert r.exit_code == 0 and json.loads(r.stdout)["groups"][0]["n_points"] == 7, r.output
+
+
+def test_where_arithmetic_on_an_integer_column_never_wraps(cli, tmp_path):
+    """`compute ** 10 >= 1e12` on an integer column dropped compute = 128 in silence (int64: 2**70 wraps to 0) and
+    `compute ** 1000 > 1` kept no row, blaming the filter. With arithmetic the integers are floats (past their
+    range: inf, never a wrapped number); a comparison alone stays exact."""
+    path = tmp_path / "ints.csv"
+    path.write_text("compute,error\n" + "".join(f"{c},{0.05 + 0.5 * c ** -0.3}\n" for c in (1, 2, 4, 8, 16, 32, 64,
+                                                                                           128)))
+    for expr, kept in (("compute ** 10 >= 1e12", 4), ("compute ** 1000 > 1", 7), ("compute >= 16", 4),
+                       ("compute * 2**62 > 2**63", 6)):
+        r = _fit(cli, path, tmp_path / "out", "--where", expr, "--json")
+        assert r.exit_code == 0 and json.loads(r.stdout)["groups"][0]["n_points"] == kept, (expr, r.output)

@@ -114,9 +114,16 @@ def where(frame: pd.DataFrame, expr: str, where_text: str) -> pd.DataFrame:
     def fail(e: Exception) -> ConfigError:
         return ConfigError(f"--where {shown}: {clip(str(e).splitlines()[0] if str(e) else type(e).__name__, 200)}")
 
+    # with arithmetic, integer columns as floats: int64 arithmetic wraps without a word (`compute ** 10 >= 1e12`
+    # dropped compute = 128, 2**70 wrapping to 0), a float's goes to inf; a comparison alone stays exact on them
+    if any(isinstance(node, ast.BinOp) for node in ast.walk(tree)):
+        frame_for = frame.astype({c: "float64" for c in frame.columns
+                                  if pd.api.types.is_integer_dtype(frame[c].dtype)})
+    else:
+        frame_for = frame
     try:  # frame.query is eval, then .loc: a value that is not a row mask (a column of numbers, `1 == 1`) made
         # .loc raise pandas' own words ("[2.68, 7.19] not in index": the column's values)
-        mask = frame.eval(expr, engine="python")
+        mask = frame_for.eval(expr, engine="python")
     except Exception as e:  # pandas raises many kinds for a well-formed but meaningless filter
         raise fail(e) from None
     if not (isinstance(mask, pd.Series) and mask.index.equals(frame.index)
