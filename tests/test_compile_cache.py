@@ -5,6 +5,7 @@ backend's framework), and `vitbench ab` giving both sides the same cache."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -95,6 +96,26 @@ def test_time_budget_keeps_a_part_of_milliseconds():
     t = time_budget(df).set_index(["backend", "task"])
     assert t.loc[("jax", "flops"), "compile_s"] == 0.004
     assert "| 0.004 |" in markdown_table(time_budget(df))
+
+
+def test_a_part_a_row_does_not_record_is_blank_not_0():
+    """Rows written before raw.budget_s existed (the project's own CI baseline) showed compile, warm-up and timed
+    0 s and their whole time as "other": unmeasured parts are NaN (a blank cell), in their group and the total
+    line; a wall time that is not a number the same. A row that times no step still has its parts at 0."""
+    from vitbench.report.render import markdown_table
+
+    old = {"backend": "torch", "task": "infer", "runner.wall_s": 2.0, "runner.startup_s": 0.5,
+           "raw": {"step_s": [0.1, 0.1]}}
+    flops = {"backend": "torch", "task": "flops", "runner.wall_s": 1.0, "runner.startup_s": 0.5, "raw": {}}
+    b = row_budget(pd.Series(old))
+    assert b["wall_s"] == 2.0 and all(math.isnan(b[p]) for p in PARTS), b
+    garbled = row_budget(pd.Series({**flops, "runner.wall_s": "fast"}))
+    assert math.isnan(garbled["wall_s"]) and math.isnan(garbled["other_s"]) and garbled["startup_s"] == 0.5
+    t = time_budget(pd.DataFrame([old, flops])).set_index(["backend", "task"])
+    assert t.loc[("torch", "flops"), "other_s"] == 0.5 and t.loc[("torch", "flops"), "compile_s"] == 0.0
+    assert t.loc[("torch", "infer"), list(PARTS)].isna().all() and t.loc[("all", "all"), "timed_s"] != 0
+    assert t.loc[("all", "all"), "wall_s"] == 3.0
+    assert "| torch | infer | 1 | 2 |  |  |  |  |  |" in markdown_table(time_budget(pd.DataFrame([old])))
 
 
 @pytest.fixture(scope="module")

@@ -207,7 +207,8 @@ def test_a_command_s_row_copied_twice_is_one_measurement(tmp_path):
 
     line = json.dumps(row("2026-12-03T10:00:00.000+00:00").to_dict()) + "\n"
     (tmp_path / "twice.jsonl").write_text(line + line)
-    with pytest.warns(VitbenchWarning, match=r"1 row\(s\) are copies .*a command's row: the same start.*counted once: .* \(1\)"):
+    with pytest.warns(VitbenchWarning, match=r"1 row\(s\) are copies .*a command's row: the same start.*"
+                                              r"counted once: .* \(1\)"):
         assert len(select(read_records(tmp_path / "twice.jsonl"))) == 1
     with pytest.warns(VitbenchWarning, match="are copies"):
         assert len(load(tmp_path / "twice.jsonl")) == 1

@@ -11,6 +11,9 @@ Per row (seconds, from the row's own fields):
   max_batch, calibration spend their whole time there after start-up).
 CACHED counts, per flag, the rows that took it from a cache rather than making it (metrics): `compile_cached`
 the compiled code (persistent compile cache), `counted_cached` a flops row's counts (vitbench.value_cache).
+A part a row does not say is unmeasured (NaN, a blank cell), never 0: a timed row without raw.budget_s (written
+before it existed) has no compile, warm-up, timed or other part; a row without a wall time none at all; a value
+that is not a finite number is none. A group's part is unmeasured where any of its rows' is.
 """
 
 from __future__ import annotations
@@ -25,24 +28,36 @@ CACHED = ("compile_cached", "counted_cached")  # the rows' own bool metrics (tas
 COLUMNS = ("backend", "task", "trials", "wall_s", *PARTS, *CACHED)
 
 
-def _num(v) -> float:
+NOT_SAID = float("nan")
+
+
+def _num(v, absent: float = NOT_SAID) -> float:
+    """`v` as seconds; `absent` where the row leaves it out, NaN where it is not a finite number."""
+    if v is None:
+        return absent
     try:
         x = float(v)
     except (TypeError, ValueError):
-        return 0.0
-    return x if math.isfinite(x) else 0.0
+        return NOT_SAID
+    return x if math.isfinite(x) else NOT_SAID
 
 
 def row_budget(row) -> dict[str, float]:
-    """One row's wall time in PARTS (see the module docstring); all 0 where the row has no wall time. `row`: a
-    Series or a dict of the row's columns."""
+    """One row's wall time in PARTS (see the module docstring); unmeasured parts NaN. `row`: a Series or a dict
+    of the row's columns."""
     raw = row.get("raw")
     raw = json.loads(raw) if isinstance(raw, str) else raw  # the report loads raw as JSON text (tidy.load_each)
-    b = raw.get("budget_s") if isinstance(raw, dict) and isinstance(raw.get("budget_s"), dict) else {}
-    wall = _num(row.get("runner.wall_s"))
-    out = {"wall_s": wall, "startup_s": _num(row.get("runner.startup_s")) + _num(b.get("setup")),
-           "compile_s": _num(b.get("compile")), "warmup_s": _num(b.get("warmup")), "timed_s": _num(b.get("timed"))}
-    out["other_s"] = max(0.0, wall - sum(out[p] for p in PARTS[:-1]))
+    raw = raw if isinstance(raw, dict) else {}
+    b = raw.get("budget_s")
+    # a timed row says its steps' parts (budget_s; one written before it existed: unmeasured); a part a budget
+    # leaves out, or a task that times no step, is 0 (its time "other")
+    none = NOT_SAID if b is None and "step_s" in raw else 0.0
+    b = b if isinstance(b, dict) else {}
+    startup = _num(row.get("runner.startup_s"), 0.0) + _num(b.get("setup"), none)
+    out = {"wall_s": _num(row.get("runner.wall_s")), "startup_s": startup, "compile_s": _num(b.get("compile"), none),
+           "warmup_s": _num(b.get("warmup"), none), "timed_s": _num(b.get("timed"), none)}
+    other = out["wall_s"] - sum(out[p] for p in PARTS[:-1])
+    out["other_s"] = other if math.isnan(other) else max(0.0, other)
     return out
 
 
@@ -61,7 +76,7 @@ def time_budget(df: pd.DataFrame) -> pd.DataFrame:
         cached = df[flag] if flag in df else pd.Series([None] * len(df), index=df.index)
         parts[flag] = cached.map(lambda v: v is True or v == 1.0).astype(int)
     parts["trials"] = 1
-    table = pd.concat([keys, parts], axis=1).groupby(["backend", "task"], as_index=False).sum(numeric_only=True)
-    total = {"backend": "all", "task": "all", **table.drop(columns=["backend", "task"]).sum().to_dict()}
+    table = pd.concat([keys, parts], axis=1).groupby(["backend", "task"], as_index=False).sum(skipna=False)
+    total = {"backend": "all", "task": "all", **table.drop(columns=["backend", "task"]).sum(skipna=False).to_dict()}
     table = pd.concat([table, pd.DataFrame([total])], ignore_index=True)
     return table[list(COLUMNS)]  # unrounded: shown to 4 significant digits (numfmt), exact in CSV and Parquet
