@@ -126,6 +126,14 @@ def test_calibration_line_leaves_busy_runs_out_and_marks_an_all_busy_one():
     assert "left out" not in calibration_line(cal.iloc[:2]) and MARK not in calibration_line(cal.iloc[:2])
 
 
+def test_calibration_line_reads_ok_rows_only():
+    """A failed calibration's number (an error row kept its metrics, 10x the device's) was the line's median."""
+    cal = pd.DataFrame({"matmul_tflops_per_s": [1.0, 3.0, 20.0, 30.0], "other_load_cores": 0.1,
+                        "status": ["ok", "ok", "error", "timeout"]})
+    assert calibration_line(cal) == "calibration (dense matmul, 2 run(s)): median 2 TFLOP/s, range 1 to 3"
+    assert calibration_line(cal.iloc[2:]) is None
+
+
 def test_calibration_line_never_pools_backends_or_precisions():
     # the GPU check's line: "median 44.51 TFLOP/s, range 30.04 to 126.2" over fp32, tf32 and bf16 of torch and JAX
     cal = pd.DataFrame({"matmul_tflops_per_s": [38.0, 101.0, 35.0, 51.0, 38.2], "other_load_cores": 0.0,

@@ -149,12 +149,14 @@ def calibration_line(cal: pd.DataFrame | None) -> str | None:
     BUSY_CORES), saying how many busy runs were left out; marked when every run was busy. Calibrations of other
     backends, devices, precisions, thread counts or matrix sizes are never pooled: a line gives each its own median
     (the GPU check's line pooled fp32, tf32 and bf16 of two backends: "median 44.51 TFLOP/s, range 30.04 to
-    126.2")."""
+    126.2"). Only ok rows are read."""
     from vitbench.measure.load import BUSY_CORES, OTHER_LOAD, busy as shared
     from vitbench.tasks.calibration import CONDITIONS, LEGACY_N, METRIC, SIZE
 
     if cal is None or cal.empty or METRIC not in cal:
         return None
+    if "status" in cal:  # a failed calibration's number is no reading of the device (an error row's 10x one was
+        cal = cal[cal["status"] == "ok"]  # the line's median); compare --normalize reads ok rows only too
     c = cal.assign(v=pd.to_numeric(cal[METRIC], errors="coerce")).dropna(subset=["v"])
     if c.empty:
         return None
