@@ -513,7 +513,8 @@ def test_fewer_pairs_than_min_pairs_decide_nothing():
 
 def test_the_gates_check_their_shared_flags_in_one_place():
     """compare takes --threshold 0 (any change its interval excludes), ab and bisect refuse it (their sequential
-    rule stops on "no change" only inside a margin); --confidence in (0, 1) everywhere, NaN refused."""
+    rule stops on "no change" only inside a margin); --confidence in [0.5, 1) everywhere, NaN refused (0.001 gave
+    a "0% CI" regression, exit 1). A threshold and confidence are shown as set (0.025: "2.5%", not "2%")."""
     import math
 
     import pytest
@@ -528,6 +529,12 @@ def test_the_gates_check_their_shared_flags_in_one_place():
             check_gate(*args)
     with pytest.raises(ConfigError, match=r"--threshold must be a fraction in \(0, 1\)"):
         Rule(threshold=0.0)
+    with pytest.raises(ConfigError, match=r"--confidence must be in \[0.5, 1\), e.g. 0.95; got 0.001"):
+        check_gate(0.05, 0.001, zero_threshold=True)
+    check_gate(0.05, 0.5, zero_threshold=True)
+    from vitbench.numfmt import percent
+
+    assert [percent(x) for x in (0.025, 0.05, 0.9999, 0.95)] == ["2.5%", "5%", "99.99%", "95%"]
 
 
 def test_pairs_json_that_vitbench_never_writes_is_no_reading(tmp_path):

@@ -39,6 +39,12 @@ def fmt(v) -> str:
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
+def percent(fraction: float) -> str:
+    """A fraction a person set (a gate's threshold, confidence) as a percentage, to 4 significant digits: 0.025 is
+    "2.5%" and 0.9999 "99.99%" (`:.0%` showed "2%" and "100%")."""
+    return f"{fraction * 100:.4g}%"
+
+
 def visible(text: str) -> str:
     """`text` with its control characters (tab and newline apart) written as \\xNN escapes: what a terminal or a
     Markdown reader shows of a value vitbench did not write."""

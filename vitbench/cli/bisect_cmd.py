@@ -7,8 +7,9 @@ from rich.markup import escape
 
 from vitbench.cli import app
 from vitbench.cli.common import console, err_console
-from vitbench.env import short_sha
 from vitbench.cli.options import cli_option, from_constant
+from vitbench.env import short_sha
+from vitbench.numfmt import percent
 
 
 @app.command("bisect")
@@ -54,16 +55,16 @@ def bisect_cmd(
                 f"{res.elapsed_s:.0f} s")
     elif res.bad_unconfirmed:
         line = (f"inconclusive: step 1 could not tell whether BAD {short_sha(res.bad)} is slower than GOOD "
-                f"{short_sha(res.good)} beyond {threshold:.0%} (its interval held both), so nothing was bisected; "
-                "rerun with a larger --budget-s (more pairs) or on a quieter host (`vitbench doctor` reads the "
-                "load)")
+                f"{short_sha(res.good)} beyond {percent(threshold)} (its interval held both), so nothing was "
+                "bisected; rerun with a larger --budget-s (more pairs) or on a quieter host (`vitbench doctor` "
+                "reads the load)")
     elif res.range is not None:
         lo, hi = map(short_sha, res.range)
         line = (f"inconclusive: a step could not tell; the first bad commit is after {lo} and at or before {hi} "
                 f"(rerun: vitbench bisect {lo} {hi} with a larger --budget-s)")
     else:
         line = (f"no regression: BAD {short_sha(res.bad)} is not slower than GOOD {short_sha(res.good)} beyond "
-                f"{threshold:.0%}")
+                f"{percent(threshold)}")
     console.print(("[bold red]" if res.exit_code else "[bold green]") + escape(line) + "[/]", highlight=False,
                   soft_wrap=True)
     raise typer.Exit(res.exit_code)

@@ -15,6 +15,7 @@ from vitbench.cli.options import cli_option, from_constant
 from vitbench.env import short_sha
 from vitbench.errors import ConfigError, clip
 from vitbench.history import DEFAULT_PATH, HISTORY_ENV
+from vitbench.numfmt import percent
 
 _FORMATS = ("table", "json")
 EXIT_NEW_REGRESSION = 1  # a regression change point the newest commit brought to light (docs/history.md)
@@ -92,8 +93,8 @@ def history_cmd(
         _table(series, new, path)
     n_new = sum(len(v) for v in new.values())
     if n_new:
-        err_console.print(f"history: {n_new} new regression change point(s) at confidence >= {confidence:.0%}",
-                          highlight=False)
+        err_console.print(f"history: {n_new} new regression change point(s) at confidence >= "
+                          f"{percent(confidence)}", highlight=False)
         raise typer.Exit(EXIT_NEW_REGRESSION)
 
 

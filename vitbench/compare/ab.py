@@ -39,6 +39,7 @@ from vitbench.errors import ConfigError
 from vitbench.measure.extra_work import ENV as EXTRA_WORK_ENV
 from vitbench.measure.load import BUSY_CORES, OTHER_LOAD, busy
 from vitbench.measure.timing import quantile
+from vitbench.numfmt import percent
 from vitbench.paths import make_dir
 from vitbench.record import Record, Status, finite_number
 from vitbench.store import SIDES_FILE  # in --results DIR: each side's commit and description
@@ -355,8 +356,8 @@ def measure(sides: tuple[Side, Side], environment: str, study_line: str, *, rule
                           (f"; a filler held the core of the side that ended first for "
                            f"{statistics.median(pairs.filled):.1f} s a pair (median)"
                            if schedule is not Schedule.ALTERNATE and any(pairs.filled) else "")),
-               ("rule", f"paired t-interval ({rule.confidence:.0%}) on the mean log-ratio; threshold "
-                        f"{rule.threshold:.0%}; at least {rule.min_pairs} pairs" +
+               ("rule", f"paired t-interval ({percent(rule.confidence)}) on the mean log-ratio; threshold "
+                        f"{percent(rule.threshold)}; at least {rule.min_pairs} pairs" +
                         (f", at most {rule.max_pairs}" if rule.max_pairs else "")),
                *([("schedule", fallback)] if fallback else []),
                ("host", _host_line(pairs)),

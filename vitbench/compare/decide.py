@@ -22,19 +22,22 @@ from vitbench.tasks import Metric
 # on a 95 % interval (docs/compare.md: the gate's power measured with these).
 DEFAULT_THRESHOLD = 0.05
 DEFAULT_CONFIDENCE = 0.95
+# the least --confidence taken: a two-sided interval of less misses the true ratio more often than it holds it
+MIN_CONFIDENCE = 0.5
 
 
 def check_gate(threshold: float | None, confidence: float, zero_threshold: bool) -> None:
     """--threshold a fraction in [0, 1) (`zero_threshold`: compare, where 0 flags any change its interval
     excludes) or (0, 1) (ab and bisect: their sequential rule stops on "no change" only inside a margin), and
-    --confidence in (0, 1); ConfigError naming the flag otherwise. The one check of the gates' shared flags
+    --confidence in [MIN_CONFIDENCE, 1); ConfigError naming the flag otherwise. The one check of the gates' shared flags
     (compare, ab, bisect; history's --confidence)."""
     if threshold is not None and not (math.isfinite(threshold) and (0 <= threshold if zero_threshold else
                                                                      0 < threshold) and threshold < 1):
         within = "[0, 1)" if zero_threshold else "(0, 1)"
         raise ConfigError(f"--threshold must be a fraction in {within}, e.g. 0.05 for 5 %; got {threshold}")
-    if not 0 < confidence < 1:  # NaN fails it too
-        raise ConfigError(f"--confidence must be in (0, 1), got {confidence}")
+    if not MIN_CONFIDENCE <= confidence < 1:  # NaN fails it too
+        raise ConfigError(f"--confidence must be in [{MIN_CONFIDENCE}, 1), e.g. 0.95; got {confidence} (an "
+                          "interval of less than 50 % misses the true ratio more often than it holds it)")
 
 
 class Decision(str, enum.Enum):

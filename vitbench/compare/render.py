@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from vitbench.compare.decide import REGRESSING, Row
-from vitbench.numfmt import fmt, md_cell
+from vitbench.numfmt import fmt, md_cell, percent
 
 COLUMNS = ("trial", "metric", "baseline", "current", "ratio", "CI", "decision", "note")
 
@@ -50,7 +50,7 @@ def summary_line(cmp) -> str:
     parts = ", ".join(f"{n} {d}" for d, n in sorted(counts.items()))
     verdict = "REGRESSION" if cmp.regressions else ("INCOMPLETE" if cmp.fails_on_missing else (
         "INCONCLUSIVE (not decided within the noise: exit 3)" if cmp.inconclusive else "no regression"))
-    how = f"threshold {cmp.threshold:.0%}, {cmp.confidence:.0%} CI" + (", normalised by calibration"
+    how = f"threshold {percent(cmp.threshold)}, {percent(cmp.confidence)} CI" + (", normalised by calibration"
                                                                         if cmp.normalized else "")
     how += ", paired rounds of both sides in one job" if cmp.context else ""
     missing = len(cmp.missing)
