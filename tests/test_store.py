@@ -521,7 +521,13 @@ def test_a_side_file_beside_the_store_is_not_read(tmp_path):
     text = (tmp_path / "results.jsonl").read_text()
     (tmp_path / "results-old.jsonl").write_text(text)
     (tmp_path / "results.w-node1.jsonl").write_text(text)
-    assert [f.name for f in result_files(tmp_path)] == ["results.jsonl", "results.w-node1.jsonl"]
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "mydata.jsonl").write_text(text)  # rows of the user's own: said too, not read
+    with pytest.warns(VitbenchWarning, match=r"results-old\.jsonl' and 1 more not read: not a file of the store "
+                                              r".*give the file itself or a folder of its own"):
+        assert [f.name for f in result_files(tmp_path)] == ["results.jsonl", "results.w-node1.jsonl"]
+    (tmp_path / "sub" / "mydata.jsonl").unlink()
+    (tmp_path / "results-old.jsonl").unlink()
     (tmp_path / "results.jsonl").rename(tmp_path / "results.bak.jsonl")
     (tmp_path / "results.w-node1.jsonl").unlink()
     with pytest.warns(VitbenchWarning, match=r"results\.bak\.jsonl' not read: not a file of the store"):

@@ -2,12 +2,12 @@
 vitbench.store; which rows count: vitbench.tidy).
 
 It owns which files of a store hold rows (RESULTS_FILE, its shards, the runs in directories below: result_files;
-nothing else is read: a user's results-old.jsonl beside them is not) and how a line becomes a record. A line that
-does not parse (torn tail, garbage in the middle, or JSON that is not a record) is skipped with a
-CorruptLineWarning naming the file and line; every good line is kept; so is a line longer than MAX_LINE_BYTES
-(read no further than that) or nested deeper than MAX_DEPTH. A number or setting vitbench never writes
-(non-finite, an integer beyond a float's range, a setting longer than SETTING_CHARS, a newer schema) stops the
-read naming file:line. This module is the one reader of results: the sweep (vitbench.store.Store.refresh),
+nothing else is read: a user's results-old.jsonl or mydata.jsonl in the tree is not, and is said) and how a line
+becomes a record. A line that does not parse (torn tail, garbage in the middle, or JSON that is not a record) is
+skipped with a CorruptLineWarning naming the file and line; every good line is kept; so is a line longer than
+MAX_LINE_BYTES (read no further than that) or nested deeper than MAX_DEPTH. A number or setting vitbench never
+writes (non-finite, an integer beyond a float's range, a setting longer than SETTING_CHARS, a newer schema) stops
+the read naming file:line. This module is the one reader of results: the sweep (vitbench.store.Store.refresh),
 `report` and `compare` all read through it (and vitbench.tidy's rules of which rows count). It imports no
 vitbench.store (the store imports it and re-exports its names).
 """
@@ -35,9 +35,9 @@ SHARD_PREFIX = "w-"
 # read (it was pooled with them: the report showed its numbers), nor a copy named like a shard of old
 # (results.bak.jsonl, results.2026-12-01.jsonl: read as rows done, until shards had a prefix of their own)
 RESULTS_PATTERNS = (RESULTS_FILE, f"results.{SHARD_PREFIX}*.jsonl")
-# what a copy a user kept beside the store may be named; read by no one, said once (`result_files`)
-_LOOKALIKE = "results.*.jsonl"
-_ANY = "results*.jsonl"  # every name above matches it: what one walk of a tree lists
+# any other JSONL file in a store's tree (a copy a user kept beside the store, results.bak.jsonl; rows of their
+# own, mydata.jsonl): read by no one, said once (`result_files`)
+_ANY = "*.jsonl"
 # what is wrong with a parsed row as an ok row (vitbench.tasks.row_check), None when nothing is
 Check = Callable[[Record], "RowProblem | None"]
 
@@ -74,11 +74,12 @@ def result_files(path: str | os.PathLike, recursive: bool = True) -> list[Path]:
         raise ConfigError(f"results path {str(p)!r} {why} (expected a results directory or .jsonl file)")
     found = list(p.rglob(_ANY) if recursive else p.glob(_ANY))  # one walk of the tree, not one per pattern
     files = [f for f in found if any(fnmatch.fnmatchcase(f.name, pattern) for pattern in RESULTS_PATTERNS)]
-    beside = sorted(set(f for f in found if fnmatch.fnmatchcase(f.name, _LOOKALIKE)) - set(files))
-    if beside:  # said, not read: a user's copy is not rows of this store (a shard is results.w-<host>.jsonl)
+    beside = sorted(set(found) - set(files))
+    if beside:  # said, not read: a user's copy or own rows are not rows of this store (a shard is results.w-*)
         warnings.warn(f"{clip(str(beside[0]), 200)!r}" + (f" and {len(beside) - 1} more" if len(beside) > 1 else "")
                       + f" not read: not a file of the store ({RESULTS_FILE}, results.{SHARD_PREFIX}<host>.jsonl "
-                      "shards); a copy kept beside it?", VitbenchWarning, stacklevel=2)
+                      "shards); to read a file's rows, give the file itself or a folder of its own",
+                      VitbenchWarning, stacklevel=2)
     unread = [f for f in files if not f.is_file()]
     if unread:  # a shard that cannot be read would leave its rows out of every table and verdict, unsaid
         f = unread[0]

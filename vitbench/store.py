@@ -6,7 +6,8 @@ Layout of a store directory:
     <sub>/results.jsonl, <sub>/results.w-<host>.jsonl
                              other runs kept beside (e.g. round1/, round2/ of a CI baseline): read as runs of
                              their own (rows of one directory supersede each other; directories pool). Nothing
-                             else is read (rows.RESULTS_PATTERNS: a user's results-old.jsonl beside them is not)
+                             else is read (rows.RESULTS_PATTERNS: a user's results-old.jsonl beside them is
+                             not; a warning names it)
     study.yaml               the study file as last run (an older, different one is kept as study.<sha>.yaml)
     claims/<key>.lock        flock'ed while a sweep runs that trial (two sweeps never run the same trial)
     logs/<key>.log           output of trials that did not end 'ok'
