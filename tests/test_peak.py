@@ -180,6 +180,12 @@ def test_a_peak_cache_vitbench_never_wrote_is_neither_trusted_nor_overwritten(is
     with pytest.warns(VitbenchWarning, match="not vitbench's peak cache"):
         p = device_peak(be, "fp32", 1, policy=ONE_SIZE)
     assert p.tflops == 1.0 and (isolated / "peaks.json").read_text() == '["my", "own", "peaks"]'
+    # a JSON object that is not vitbench's entries (a user's own peaks.json) was re-indented and given an entry
+    theirs = '{"my": "mountain peaks list", "everest": 8849}'
+    (isolated / "peaks.json").write_text(theirs)
+    with pytest.warns(VitbenchWarning, match=r"not vitbench's peak cache \(not a JSON object of its entries\)"):
+        p = device_peak(be, "fp32", 1, policy=ONE_SIZE)
+    assert p.tflops == 1.0 and (isolated / "peaks.json").read_text() == theirs
 
 
 def test_re_measuring_while_busy_gives_up_after_the_retries(isolated):

@@ -188,15 +188,20 @@ def peak_key(device: Device, precision: str, threads: int | None) -> str:
 
 
 def _load(path: Path) -> dict | None:
-    """The peak cache's entries ({} where there is no file yet); None where the file is not a JSON object (a file
-    of someone else's: never written over)."""
+    """The peak cache's entries ({} where there is no file yet); None where the file is not a JSON object of
+    vitbench's entries (a file of someone else's: never written over; a user's own peaks.json, {"everest": 8849},
+    was re-indented and given an entry): every key a peak_key ("|"-joined) and every value an entry (an object
+    with its readings or its peak)."""
     if not os.path.lexists(path):
         return {}
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError, RecursionError):
         return None
-    return data if isinstance(data, dict) else None
+    ours = isinstance(data, dict) and all(
+        isinstance(k, str) and "|" in k and isinstance(v, dict) and ("readings" in v or "peak_tflops" in v)
+        for k, v in data.items())
+    return data if ours else None
 
 
 def _valid_peak(v) -> bool:
@@ -219,7 +224,7 @@ def offer(key: str, reading: Reading, policy: PeakPolicy | None = None, base: di
         with locked(path):
             cache = _load(path)
             if cache is None:
-                warnings.warn(f"{path} is not vitbench's peak cache (not a JSON object): left as it is; this "
+                warnings.warn(f"{path} is not vitbench's peak cache (not a JSON object of its entries): left as it is; this "
                               "reading counts for this run only", VitbenchWarning, stacklevel=2)
                 raise OSError("not vitbench's peak cache")
             entry = _merge(cache.get(key), reading, policy)
