@@ -35,6 +35,34 @@ def test_every_key_bench_writes_is_declared(backend, timing, one_torch_thread):
     assert ("step_ms_p99" in rec.metrics) == (timing == "latency")  # a row may lack a declared metric
 
 
+@pytest.mark.parametrize("timing,given", [("throughput", 0.0), ("latency", float("nan"))])
+def test_a_timer_that_gives_no_time_is_a_failed_measurement(timing, given, one_torch_thread, monkeypatch):
+    """A backend whose timer returned 0 s for a window was a ZeroDivisionError traceback (img/s = batch / 0); NaN
+    an ok row with img_per_s null (exit 0 from `bench --json`). NonFiniteResult (exit 1) naming the backend."""
+    from vitbench.backends.base import get_backend
+    from vitbench.errors import NonFiniteResult
+
+    be = get_backend("torch")
+    name = "time_steps" if timing == "latency" else "time_windows"
+    real = getattr(be, name)
+    monkeypatch.setattr(be, name, lambda *a, **k: [given for _ in real(*a, **k)])
+    with pytest.raises(NonFiniteResult, match=rf"backend 'torch''s timer gave {given} seconds for a timed "
+                                              r"(step|window) \(\d+ of \d+\); each must be a finite number > 0"):
+        bench(Step("ViT-Nano/4", batch_size=2), backend=be, timing=timing, **TINY)
+
+
+def test_a_command_holds_its_record_to_what_a_sweep_s_row_must_be(cli, monkeypatch):
+    """`bench --json` printed an ok row with img_per_s null (exit 0) where a sweep made the same record an error
+    row: every command runs its task through the one check (tasks.run_checked)."""
+    def unmeasured(self, p):
+        return Record.measured("bench", {"model": "ViT-Nano/4"}, metrics={"img_per_s": None})
+
+    monkeypatch.setattr(Infer, "run", unmeasured)
+    r = cli("bench", "ViT-Nano/4", "--threads", "1", "--json")
+    assert r.exit_code == 1 and "task 'infer' measured no img_per_s (got None)" in " ".join(r.output.split())
+    assert '"status": "ok"' not in r.output
+
+
 def test_every_key_of_train_with_real_input_is_declared(one_torch_thread):
     p = Train.Params(model="ViT-Nano/4", task="train", batch_size=2, min_steps=1, min_seconds=0.01,
                      warmup_steps=0, threads=1, real_input_dataset="synthetic", real_input_steps=1,

@@ -30,7 +30,7 @@ def _tail(text: str, lines: int = 15) -> str:
 
 def run_trial(job: Job) -> Record:
     """Run `job` here and return its record (see the module docstring)."""
-    from vitbench.tasks import get_task, row_check
+    from vitbench.tasks import get_task, run_checked
 
     t_enter = time.time()
     phases.reset()
@@ -49,19 +49,7 @@ def run_trial(job: Job) -> Record:
         # only while it holds the turn, where `vitbench ab --schedule turns` shares a CPU; the label is the same on
         # both sides, so the referee starts their same trial together
         with turns.held(f"{job.role.value} {job.key}"):
-            rec = task().run(task.Params.model_validate(job.config))
-        if not isinstance(rec, Record):
-            raise TypeError(f"task {job.task!r} returned {type(rec).__name__}, not a vitbench.record.Record")
-        if rec.kind != task.kind:  # its readers (row_check, the report's sections) find rows by the declared kind
-            raise TypeError(f"task {job.task!r} returned a record of kind {clip(repr(rec.kind), 80)}; it declares "
-                            f"{task.kind!r}")
-        lacking = rec.unmeasured([task.headline]) if rec.status is Status.OK and task.headline else []
-        if lacking:  # a row is ok only with what its task promises
-            raise NonFiniteResult(f"task {job.task!r} measured no {lacking[0]} (got "
-                                  f"{rec.metrics.get(lacking[0])!r}); a row without its measure is not ok")
-        problem = row_check()(rec)  # what every reader would refuse is never written as ok
-        if problem is not None:
-            raise NonFiniteResult(f"task {job.task!r}: {problem.text}; a row with it is not ok")
+            rec = run_checked(task, task.Params.model_validate(job.config))
     except TrainingDiverged as e:  # divergence is reported as divergence, with its step
         rec = Record.measured(kind, job.config, status=Status.DIVERGED, error=ErrorInfo.of(e),
                               metrics={"diverged_step": e.step}, started_at=started)

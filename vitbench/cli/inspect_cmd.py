@@ -11,11 +11,11 @@ from rich.table import Table
 
 from vitbench.cli import app
 from vitbench.cli.common import (SET_FIELDS_HELP, checkpoint_model, console, err_console, model_asked, path_sets,
-                                 print_json, task_params, with_sets)
+                                 print_json, refuse_set_clash, task_params, with_sets)
 from vitbench.cli.options import cli_option, from_field
 from vitbench.errors import ConfigError, NonFiniteResult, shorten
 from vitbench.outdir import OutputFolder, Writer, write_files
-from vitbench.tasks import row_check
+from vitbench.tasks import run_checked
 from vitbench.tasks.inspection import Inspect
 
 JSON_NAME = "inspect.json"
@@ -80,13 +80,11 @@ def inspect_cmd(
     arch, set_fields, set_names = path_sets("inspect", sets)  # a field of the task (device, upstream.steps, ...)
     fields = {**_fields(source, arch, model), **({} if resolution is None else {"resolution": resolution})}
     names = {**_FROM_SOURCE, "model": model_asked(model, arch, "SOURCE"), **set_names}
-    task, params = task_params("inspect", names, command=inspect_cmd,
-                               **{**fields, "backend": backend, "inspect_images": images,
-                                  "inspect_rollout": rollout, "seed": seed, "threads": threads, **set_fields})
-    rec = task().run(params)
-    problem = row_check()(rec)  # what a study's trial never writes as an ok row (vitbench.trial): refused here too
-    if problem is not None:
-        raise NonFiniteResult(f"inspect: {problem.text}; no result is written")
+    flags = {**fields, "backend": backend, "inspect_images": images, "inspect_rollout": rollout, "seed": seed,
+             "threads": threads}
+    refuse_set_clash(inspect_cmd, flags, set_fields, set_names)  # a path set wins over its flag left unset
+    task, params = task_params("inspect", names, command=inspect_cmd, **{**flags, **set_fields})
+    rec = run_checked(task, params)  # what a study's trial never writes as an ok row is refused here too
     result = InspectResult.from_json(rec.raw)
     origin = rec.config.get("upstream_checkpoint") or RANDOM_INIT
     doc = {"source": origin, "backend": rec.config["backend"],

@@ -30,7 +30,7 @@ from vitbench.cli.options import cli_option, from_field
 from vitbench.errors import ConfigError
 from vitbench.measure.timing import TARGET_WINDOWS
 from vitbench.numfmt import fmt
-from vitbench.tasks import NOT_NUMBERS
+from vitbench.tasks import NOT_NUMBERS, run_checked
 from vitbench.tasks.bench import Infer, Train
 from vitbench.tasks.bench_metrics import DECLARED as BENCH_METRICS
 from vitbench.tasks.bench_metrics import REAL_INPUT_TABLE, TABLE
@@ -152,7 +152,7 @@ def bench_cmd(
                               f"--task train (with --data for real input), ignored by --task {task}: leave "
                               f"{'it' if one else 'them'} unset")
     t, params = task_params(task, _REAL_INPUT_OPTIONS, sets, command=bench_cmd, **values)
-    rec = t().run(params)  # with --data: the synthetic run, then the real images timed alike (one row)
+    rec = run_checked(t, params)  # with --data: the synthetic run, then the real images timed alike (one row)
     if as_json:
         _print_record(rec)
         return
@@ -281,7 +281,7 @@ def max_batch_cmd(
                        memory_limit_gib=memory_limit_gib, max_batch_size=max_batch_size, start=start,
                        granularity=granularity, probe_timeout_s=probe_timeout_s, devices=devices,
                        parallelism=parallelism, optimizer=optimizer)
-    rec = t().run(p)
+    rec = run_checked(t, p)
     if as_json:
         _print_record(rec)
         return
@@ -332,7 +332,7 @@ def flops_cmd(
     """
     t, p = task_params("flops", None, sets, command=flops_cmd, model=model, resolution=resolution, backend=backend,
                        num_classes=num_classes, count=count, exaflops_images=images, exaflops_epochs=epochs)
-    rec = t().run(p)
+    rec = run_checked(t, p)
     if as_json:
         _print_record(rec)
         return

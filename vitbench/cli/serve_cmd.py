@@ -10,7 +10,7 @@ from vitbench.cli import app
 from vitbench.cli.common import PRECISION_HELP, SET_FIELDS_HELP, console, print_json, task_params
 from vitbench.cli.options import cli_option, from_field
 from vitbench.numfmt import fmt
-from vitbench.tasks import UNSTABLE_ROW
+from vitbench.tasks import UNSTABLE_ROW, run_checked
 from vitbench.tasks.serve import Serve
 
 # the row's declared metrics (vitbench.tasks.serve.METRICS), in their order, but those the table's title says (the
@@ -73,7 +73,7 @@ def serve_cmd(
                   qsl_images=qsl_images, resolution=resolution, precision=precision, backend=backend,
                   device=device, threads=threads, seed=seed)
     t, params = task_params(Serve.name, None, sets, command=serve_cmd, **values)
-    rec = t().run(params)
+    rec = run_checked(t, params)
     if as_json:
         print_json(rec.to_dict())
     else:

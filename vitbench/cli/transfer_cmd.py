@@ -14,6 +14,7 @@ from vitbench.cli.common import (SET_FIELDS_HELP, checkpoint_model, console, mod
 from vitbench.cli.options import OptionGroup, cli_option, from_field
 from vitbench.cli.path_options import PathOption, data_options, path_group, path_options
 from vitbench.numfmt import fmt
+from vitbench.tasks import run_checked
 from vitbench.tasks.fewshot import Fewshot
 from vitbench.tasks.finetune import Finetune
 from vitbench.tasks.pretrain import Pretrain
@@ -110,7 +111,7 @@ def pretrain_cmd(
     if out is not None:  # named as typed, before any training
         out = checkpoint_path(out, cache_path(params.upstream_config(task.name)).name, "--out")
         check_replaceable(out, "--out")  # a file of the user's there (or its .json) is never overwritten
-    rec = task().run(params)  # the study's path: cached, else pre-trained into the cache
+    rec = run_checked(task, params)  # the study's path: cached, else pre-trained into the cache
     if rec.metrics.get("cached") and not run.as_json:  # (the JSON says `cached`; its stdout holds JSON only)
         console.print(f"cached upstream: {escape(str(rec.config['checkpoint']))}")
     if out is not None:  # the cache's file copied where asked, its metadata written from the file's own header
@@ -226,7 +227,7 @@ def fewshot_cmd(
     values = _downstream(fewshot_cmd, downstream, data, "fewshot", seed, **vars(fewshot), device=run.device,
                          threads=run.threads)
     task, params = task_params("fewshot", _flags(downstream), command=fewshot_cmd, **values)
-    rec = task().run(params)  # the study's path: a trial of these fields
+    rec = run_checked(task, params)  # the study's path: a trial of these fields
     keys = [k for s in params.shot_list() for k in (f"accuracy_{s}shot", f"accuracy_{s}shot_std")]
     c = rec.config
     _show(rec, f"fewshot {c['model']} ({c['backend']}) on {_on(c['data'])} @ "
@@ -265,7 +266,7 @@ def finetune_cmd(
     values = _downstream(finetune_cmd, downstream, data, "finetune", seed, **vars(finetune), device=run.device,
                          threads=run.threads)
     task, params = task_params("finetune", _flags(downstream), command=finetune_cmd, **values)
-    rec = task().run(params)  # the study's path: a trial of these fields
+    rec = run_checked(task, params)  # the study's path: a trial of these fields
     c = rec.config
     _show(rec, f"finetune {c['model']} ({c['backend']}) on {_on(c['data'])} @ "
                f"{c['resolution']}px",

@@ -29,7 +29,7 @@ from dataclasses import replace
 from vitbench import phases
 from vitbench.backends.base import Backend, Step, StopRule, default_backend, get_backend
 from vitbench.env import environment
-from vitbench.errors import ConfigError
+from vitbench.errors import ConfigError, NonFiniteResult, clip
 from vitbench.measure import extra_work, group, ranks
 from vitbench.measure.load import OTHER_LOAD, LoadMeter
 from vitbench.measure.noise import UNSTABLE, assess, summary
@@ -45,7 +45,7 @@ from vitbench.measure.timing import (
     window_steps_for,
 )
 from vitbench.models.analytic import TRAIN_FLOPS_PER_FORWARD, analytic_counts
-from vitbench.record import ErrorInfo, Record, Status, now
+from vitbench.record import ErrorInfo, Record, Status, finite_number, now
 
 KIND = "bench"
 
@@ -148,6 +148,11 @@ def bench(step: Step, backend: str | Backend | None = None, device: str = "cpu",
         work = None
         be.cleanup()
         return Record.failed(KIND, config, Status.OOM, oom, started_at=started, env=env)
+    bad = [s for s in samples if not (finite_number(s) and s > 0)]
+    if bad or not samples:  # a throughput of them would be a division by zero, inf or NaN (a plug-in's timer)
+        raise NonFiniteResult(f"backend {be.name!r}'s timer gave {clip(repr(bad[0]), 40) if bad else 'no'} seconds "
+                              f"for a timed {'step' if timing is TimingMode.LATENCY else 'window'} ({len(bad)} of "
+                              f"{len(samples)}); each must be a finite number > 0: no throughput from them")
     if timing is TimingMode.LATENCY:
         stats, step_s = summarize(samples), samples
     else:

@@ -205,6 +205,31 @@ def headline(kind: str) -> Metric | None:
     return None
 
 
+def run_checked(task: type[Task], params) -> Record:
+    """`task().run(params)`, its record held to what every row of the task must be: a Record of the task's kind,
+    ok only with its headline measured and nothing a reader would refuse (row_check); TypeError or
+    NonFiniteResult (exit 1) otherwise. The one check of a sweep's trial (vitbench.trial) and a command's run
+    (vitbench.cli): `bench --json` printed an ok row with img_per_s null where a backend's timer gave NaN, which
+    a sweep made an error row."""
+    from vitbench.errors import NonFiniteResult
+    from vitbench.record import Record, Status
+
+    rec = task().run(params)
+    if not isinstance(rec, Record):
+        raise TypeError(f"task {task.name!r} returned {type(rec).__name__}, not a vitbench.record.Record")
+    if rec.kind != task.kind:  # its readers (row_check, the report's sections) find rows by the declared kind
+        raise TypeError(f"task {task.name!r} returned a record of kind {clip(repr(rec.kind), 80)}; it declares "
+                        f"{task.kind!r}")
+    lacking = rec.unmeasured([task.headline]) if rec.status is Status.OK and task.headline else []
+    if lacking:  # a row is ok only with what its task promises
+        raise NonFiniteResult(f"task {task.name!r} measured no {lacking[0]} (got "
+                              f"{clip(repr(rec.metrics.get(lacking[0])), 80)}); a row without its measure is not ok")
+    problem = row_check()(rec)  # what every reader would refuse is never written as ok
+    if problem is not None:
+        raise NonFiniteResult(f"task {task.name!r}: {problem.text}; a row with it is not ok")
+    return rec
+
+
 def row_check() -> Callable[[Record], RowProblem | None]:
     """A function of a row saying what is wrong with it as an ok row (None: nothing). A declared number (every unit
     but NOT_NUMBERS) that is not a finite number at least its `minimum` (and at most its `maximum`), or a flag
