@@ -34,6 +34,8 @@ def test_values_below_any_sense_exit_2_naming_the_option(args, option, cli):
     (["max-batch", "ViT-Nano/4", "--start", "8", "--max-batch-size", "4"],
      "--start (8) is more than --max-batch-size (4)"),
     (["flops", "ViT-Nano/4", "--images", "-1", "--epochs", "7"], "--images"),
+    (["flops", "ViT-H/14", "--no-count", "--images", "100000000000", "--epochs", "1e305"], "--epochs"),  # was inf:
+    # an ok row with pretrain_exaflops null, and a traceback in the table
 ])
 def test_options_that_contradict_each_other_are_named(args, says):
     """Before: min_seconds past max_seconds was taken silently (max_seconds won), and max-batch named neither

@@ -9,7 +9,7 @@ from vitbench.record import Record
 from vitbench.tasks import COMPILE_CACHED, FLAG, ISO_TIME, Metric, Task, register_task
 from vitbench.tasks.fields import named, params_model
 from vitbench.transfer.config import key_neutral
-from vitbench.transfer.limits import MAX_DATASET_IMAGES
+from vitbench.transfer.limits import MAX_COUNT, MAX_DATASET_IMAGES
 
 KIND = "flops"
 
@@ -20,7 +20,10 @@ class Counting(BaseModel):
     # pretrain_exaflops when both are given; left out of the key unset (keys as before they existed)
     exaflops_images: int | None = key_neutral(gt=0, le=MAX_DATASET_IMAGES,
                                               description="pre-training images per epoch (with exaflops_epochs)")
-    exaflops_epochs: float | None = key_neutral(gt=0, description="pre-training epochs (with exaflops_images)")
+    # at most MAX_COUNT epochs (the bound of every count; the paper pre-trains 7 to 300 epochs): an
+    # unbounded 1e305 made the compute infinite, an ok row with pretrain_exaflops null
+    exaflops_epochs: float | None = key_neutral(gt=0, le=MAX_COUNT,
+                                                description="pre-training epochs (with exaflops_images)")
 
     @model_validator(mode="after")
     def _both(self, info: ValidationInfo):
