@@ -717,9 +717,17 @@ def test_a_schedule_over_the_memory_budget_is_out_of_memory_before_loadgen_start
                                           rf"target_qps 1e\+07 for 5 s\), about {need:,.0f} MiB, over the budget "
                                           "of 512"):
         loadgen.check_schedule_fits(p.loadgen_settings())
+    import vitbench.measure.serve as serve_mod
+
+    def built(*a, **k):  # the rate is the user's: refused before any model is built (it was after the warm-up
+        raise AssertionError("a model was built")  # and the Offline throughput mode: 30 s, 10 min at defaults)
+
+    monkeypatch.setattr(serve_mod, "get_backend", built)
     r = cli("serve", NANO, "--scenario", "Offline", "--target-qps", "1e7", "--min-duration-s", "5", "--threads",
             "1", "--qsl-images", "8", "--batch-size", "4")
-    assert r.exit_code == 1 and "Traceback" not in r.output, r.output
+    assert r.exit_code == 1 and "Traceback" not in r.output and "a model was built" not in r.output, r.output
     assert "lower target_qps or min_duration_s" in " ".join(r.output.split())
+    monkeypatch.undo()
+    monkeypatch.setenv("VITBENCH_MEMORY_LIMIT_GIB", "0.5")
     loadgen.check_schedule_fits(Serve.Params.model_validate(
         {"task": "serve", "model": NANO, **SHORT, "scenario": "Offline", "target_qps": 1e4}).loadgen_settings())

@@ -87,6 +87,8 @@ def serve(step: Step, backend: str, device: str, threads: int | None, images: np
     OFFLINE_MARGIN x the throughput mode's."""
     started = now()
     loadgen.loadgen()  # before any work: a missing LoadGen is a ConfigError, not a failed measurement
+    if given_qps:  # the schedule LoadGen makes is the user's settings alone: refused before the model is built
+        loadgen.check_schedule_fits(settings)  # (not after the warm-up and an Offline throughput mode of minutes)
     step = resolve_step(replace(step, mode="infer"))
     be = get_backend(backend)
     info = be.setup(device, threads)
