@@ -233,6 +233,7 @@ CASES = {
     # ---- inspect / models / plugins ------------------------------------------------------------------------------
     "inspect resolution 0": case("inspect", NANO, "-r", "0", says="--resolution"),
     "inspect images 0": case("inspect", NANO, "-n", "0", says="--images"),
+    "inspect images past the split": case("inspect", NANO, "-n", "100000", says="--images must be 1 to 450"),
     "inspect rollout negative": case("inspect", NANO, "--rollout", "-1", says="--rollout"),
     "inspect seed negative": case("inspect", NANO, "--seed", "-1", says="--seed"),
     "inspect threads huge": case("inspect", NANO, "--threads", HUGE, says="--threads"),
