@@ -1097,8 +1097,8 @@ def test_an_ok_record_without_its_headline_is_an_error_row(value, monkeypatch):
     j = job({"task": "finetune", "model": NANO})
 
     def hollow(metric):
-        class Hollow:
-            kind, headline = "finetune", "accuracy"
+        class Hollow(vitbench.tasks.Task):  # (a Task: the check asks it for its headline, tasks.run_checked)
+            name, kind, headline = "finetune", "finetune", "accuracy"
 
             class Params:
                 model_validate = staticmethod(lambda config: config)
@@ -1127,8 +1127,8 @@ def test_a_record_of_another_kind_than_its_task_declares_is_an_error_row(monkeyp
     from vitbench.record import Record, Status
     from vitbench.trial import run_trial
 
-    class Drifted:
-        kind, headline = "finetune", "accuracy"
+    class Drifted(vitbench.tasks.Task):
+        name, kind, headline = "finetune", "finetune", "accuracy"
 
         class Params:
             model_validate = staticmethod(lambda config: config)

@@ -17,7 +17,7 @@ import traceback
 from typing import TYPE_CHECKING
 
 from vitbench import phases, turns
-from vitbench.errors import NonFiniteResult, TrainingDiverged, clip, looks_like_oom
+from vitbench.errors import TrainingDiverged, looks_like_oom
 from vitbench.record import ErrorInfo, Record, Status, now
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ from vitbench.cli import app
 from vitbench.cli.common import (SET_FIELDS_HELP, checkpoint_model, console, err_console, model_asked, path_sets,
                                  print_json, refuse_set_clash, task_params, with_sets)
 from vitbench.cli.options import cli_option, from_field
-from vitbench.errors import ConfigError, NonFiniteResult, shorten
+from vitbench.errors import ConfigError, shorten
 from vitbench.outdir import OutputFolder, Writer, write_files
 from vitbench.tasks import run_checked
 from vitbench.tasks.inspection import Inspect
