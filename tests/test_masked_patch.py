@@ -3,10 +3,13 @@ corrupted positions, torch and JAX step for step, and checkpoints that say (and 
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
 from vitbench.errors import ConfigError
+from vitbench.record import Record
 from vitbench.models.specs import get_spec
 from vitbench.transfer import masked_patch as mpt
 from vitbench.transfer.masked_patch import MaskedPatch, Objective, Target
@@ -176,6 +179,23 @@ def test_a_timm_vit_uses_the_mask_token_and_learns(model, res, prefix, tmp_path)
     down = FewshotConfig(checkpoint=rec.config["checkpoint"], objective="masked_patch", backend="torch",
                          resolution=res, shots=[1], seeds=1, data={"classes": "5-9"})
     assert 0 <= fewshot(down, threads=1).metrics["accuracy"] <= 1
+
+
+def test_a_masked_patch_pretraining_is_an_ok_row_holding_its_compute(cli, tmp_path, monkeypatch):
+    """Every command's record is held to a sweep's row check (tasks.run_checked), which asked every pretrain row
+    for its accuracy: `pretrain --objective masked_patch` exited 1 ("measured no accuracy"), and a study's such
+    trial was an error row. An upstream without a classifier promises its compute (Pretrain.headline_of)."""
+    from vitbench.tasks import row_check
+
+    monkeypatch.setenv("VITBENCH_CHECKPOINT_DIR", str(tmp_path))
+    r = cli("pretrain", "ViT-Nano/4", "--objective", "masked_patch", "-r", "16", "--steps", "2", "-b", "8",
+            "--threads", "1", "--json")
+    assert r.exit_code == 0, r.output
+    rec = Record.from_dict(json.loads(r.stdout))
+    assert rec.metrics.get("accuracy") is None and rec.metrics["exaflops"] > 0 and row_check()(rec) is None
+    supervised = Record.measured("pretrain", {"model": "ViT-Nano/4", "objective": None},
+                                 metrics={"exaflops": 1.0, "accuracy": None})
+    assert "without its accuracy" in row_check()(supervised).text
 
 
 @pytest.mark.parametrize("model, why", [("timm:test_resnet", "no attention layers"),

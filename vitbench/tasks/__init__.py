@@ -24,7 +24,7 @@ from vitbench.backends.base import Capability, backend_spec
 from vitbench.errors import clip
 from vitbench.measure.load import BUSY_CORES, OTHER_LOAD
 from vitbench.measure.noise import UNSTABLE
-from vitbench.record import finite_number
+from vitbench.record import OVERLAPPED, finite_number
 from vitbench.registry import Kind, entries, get, register
 from vitbench.tasks.fields import TaskParams
 
@@ -117,6 +117,12 @@ class Task(ABC):
     hidden: ClassVar[bool] = False  # not selectable in studies (the calibration workload)
     role: ClassVar[Role] = Role.MEASUREMENT
     calibrated: ClassVar[bool] = False  # a sweep measures the device's calibration for these trials
+
+    @classmethod
+    def headline_of(cls, rec: Record) -> str | None:
+        """The metric an ok row of this task must hold (run_checked, row_check): its headline; a task whose rows
+        measure differently by their settings says so per row."""
+        return cls.headline
 
     @abstractmethod
     def run(self, params: TaskParams) -> Record: ...
@@ -220,10 +226,12 @@ def run_checked(task: type[Task], params) -> Record:
     if rec.kind != task.kind:  # its readers (row_check, the report's sections) find rows by the declared kind
         raise TypeError(f"task {task.name!r} returned a record of kind {clip(repr(rec.kind), 80)}; it declares "
                         f"{task.kind!r}")
-    lacking = rec.unmeasured([task.headline]) if rec.status is Status.OK and task.headline else []
+    head = task.headline_of(rec)
+    lacking = rec.unmeasured([head]) if rec.status is Status.OK and head else []
     if lacking:  # a row is ok only with what its task promises
         raise NonFiniteResult(f"task {task.name!r} measured no {lacking[0]} (got "
-                              f"{clip(repr(rec.metrics.get(lacking[0])), 80)}); a row without its measure is not ok")
+                              f"{clip(repr(rec.metrics.get(lacking[0])), 80)}); a row without its measure is not "
+                              "ok")
     problem = row_check()(rec)  # what every reader would refuse is never written as ok
     if problem is not None:
         raise NonFiniteResult(f"task {task.name!r}: {problem.text}; a row with it is not ok")
@@ -244,13 +252,12 @@ def row_check() -> Callable[[Record], RowProblem | None]:
     `img_per_s: -5` was a throughput of -5 in the report. The tables are read once, when it is made."""
     from vitbench.record import RowProblem, Status
 
-    heads: dict[str, list[str]] = {}
+    heads: dict[str, list[type[Task]]] = {}  # kind -> the tasks whose rows it is
     numbers: dict[str, dict[str, Metric]] = {}
     flags: dict[str, set[str]] = {}
     raw_lists: dict[str, dict[str, tuple]] = {}  # kind -> raw list -> the least and most a sample is (Metric)
     for t in tasks(include_hidden=True).values():
-        if t.headline and t.headline not in heads.setdefault(t.kind, []):
-            heads[t.kind].append(t.headline)
+        heads.setdefault(t.kind, []).append(t)
         numbers.setdefault(t.kind, {}).update({m.name: m for m in t.metrics if m.unit not in NOT_NUMBERS})
         flags.setdefault(t.kind, set()).update(m.name for m in t.metrics if m.unit == FLAG)
         raw_lists.setdefault(t.kind, {}).update({m.samples_from: (m.minimum, m.maximum) for m in t.metrics
@@ -277,7 +284,13 @@ def row_check() -> Callable[[Record], RowProblem | None]:
                 return RowProblem(f"raw.{key} {bad}, where vitbench writes the timed samples (each > 0"
                                   + ("" if not least else f", at least {least:g}")
                                   + ("" if most is None else f" and at most {most:g}") + ")", refuse=True)
-        lacking = rec.unmeasured(heads[rec.kind])
+        overlapped = rec.runner.get(OVERLAPPED)
+        if overlapped is not None and not (isinstance(overlapped, list)  # (its items: objects; strings before)
+                                           and all(isinstance(o, (dict, str)) for o in overlapped)):
+            return RowProblem(f"runner.{OVERLAPPED} = {clip(repr(overlapped), 60)}, where vitbench writes a list "
+                              "of the trials that ran beside it (\"yes\" was read as none: a shared-host row shown "
+                              "clean)", refuse=True)
+        lacking = rec.unmeasured(list(dict.fromkeys(h for t in heads[rec.kind] if (h := t.headline_of(rec)))))
         if lacking:
             return RowProblem(f"an ok row without its {lacking[0]}", refuse=False)
         return None
