@@ -8,6 +8,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import sqlite3
@@ -578,6 +579,36 @@ def test_append_refuses_what_is_no_measurement(cli, tmp_path):
         assert r.exit_code == 2 and str(d) in r.output and "Traceback" not in r.output, r.output
         assert says in " ".join(r.output.split()), (says, r.output)
     assert not (tmp_path / "h.sqlite").exists() or not list(store.read(tmp_path / "h.sqlite"))
+
+
+def test_a_folder_and_the_folder_holding_it_are_the_same_rows(cli, tmp_path):
+    """round1/ appended, then the folder holding it: round1's rows were recorded twice (a row's identity held its
+    directory within the folder appended: round1/results.jsonl once, results.jsonl the other time) and its
+    trial's point moved (1528 img/s where the 5 rounds' median was 1448). The same rows whichever folder is
+    appended, in either order; rows in another folder of the parent (round2/) make it no different run."""
+    for order in (("round1", "."), (".", "round1")):
+        top = tmp_path / "-".join(order).replace(".", "top")
+        _results(top / "round1", "a" * 40, 100.0, 0.05)
+        db = top / "h.sqlite"
+        assert cli("history", "append", top / order[0], "--db", db).exit_code == 0
+        r = cli("history", "append", top / order[1], "--db", db)
+        assert r.exit_code == 2 and "appended already, as run 1" in " ".join(r.output.split()), r.output
+        assert len({run.id for run, _ in store.read(db)}) == 1
+
+
+def test_a_run_dated_in_the_future_is_refused(cli, tmp_path):
+    """A run whose rows start in 2097 (a wrong clock, an edited row) stayed the history's newest point for good
+    (commits not in --repo are placed by their run's start): later regressions were never new. Refused past a day
+    ahead of this clock; nothing appended."""
+    res = _results(tmp_path / "fut", "a" * 40, 100.0, 0.05)
+    text = (res / "results.jsonl").read_text()
+    future = '"started_at": "2097-01-01T00:00:00.000+00:00"'
+    (res / "results.jsonl").write_text(re.sub(r'"started_at": "[^"]*"', future, text))
+    db = tmp_path / "h.sqlite"
+    r = cli("history", "append", res, "--db", db)
+    said = " ".join(r.output.split())
+    assert r.exit_code == 2 and "started at 2097-01-01T00:00:00.000+00:00, after this machine's clock" in said
+    assert "nothing was appended" in said and not db.exists()
 
 
 def test_append_refuses_damaged_or_already_appended_rows(cli, tmp_path):

@@ -134,6 +134,8 @@ def _table(series, new, path) -> None:
             mark = " NEW REGRESSION" if c in new[id(s)] else ""
             if flagged & set(range(max(c.first - 1, 0), c.last + 1)):  # the commits it lies between
                 mark += f" {MARK} beside a marked point"
+            if s.across_machines(c):  # (never a new regression: hs.new_regressions)
+                mark += f" {MARK} the machine changed here too (no calibration to normalise by)"
             # to 0.1 %: the permutation test resolves 0.001 (history.changes.PERMUTATIONS), and 0.995 read 100 %
             cps.append(f"x{c.size:.3f} ({c.confidence:.1%}) {short_sha(first)}..{short_sha(last)}{mark}")
         # the value the change points were found on: normalised, where they were (a newest commit measured on two

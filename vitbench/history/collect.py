@@ -19,6 +19,7 @@ point's raw (vitbench.tasks.calibration.SIZE; none where the rounds' calibration
 
 from __future__ import annotations
 
+import hashlib
 import re
 import statistics
 import subprocess
@@ -45,10 +46,19 @@ MACHINE_FIELDS = ("hostname", "cpu_model", "cpu_count")
 GIT_SHA = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?(?:-dirty)?")
 
 
-def _row_lines(records, root: Path) -> list[str]:
-    """Each row as the history tells rows apart: its directory within `root` (the directory appended), trial,
-    sweep run, status, end time and kind. The same row appended from a copied or moved directory is the same line
-    (the absolute path was hashed, and a copy recorded again); a sweep run again has new run ids and times."""
+def _row_lines(records) -> list[str]:
+    """Each row as the history tells rows apart, wherever it is found: its trial, sweep run, repeat, start, status,
+    end time and kind. The same row appended from a copied or moved directory, or from a directory and then from
+    one below it (round1/, then the folder holding it: its rows were recorded twice), is the same line; a sweep
+    run again has new run ids and times."""
+    return sorted(f"{r.key}|{r.run_id}|{r.repeat}|{r.started_at}|{r.status.value}|{r.finished_at}|{r.kind}"
+                  for r in records)
+
+
+def _legacy_row_lines(records, root: Path) -> list[str]:
+    """`_row_lines` as histories of 2026-12-03 (4af12a3) kept them: with the row's directory within `root` (the
+    directory appended), which told a row appended from a folder from the same row appended from its parent.
+    Read to refuse such a row again; never stored."""
     import os
 
     top = str(Path(root).resolve())
@@ -56,20 +66,49 @@ def _row_lines(records, root: Path) -> list[str]:
                   f"{r.finished_at}|{r.kind}" for r in records)
 
 
-def rows_sha256(records, root: Path) -> str:
+def rows_sha256(records) -> str:
     """The rows a run is made from, as one hash (`_row_lines`): the same results appended twice have the same."""
     import hashlib
 
-    return hashlib.sha256("\n".join(_row_lines(records, root)).encode()).hexdigest()
+    return hashlib.sha256("\n".join(_row_lines(records)).encode()).hexdigest()
 
 
-def row_ids(records, root: Path) -> list[str]:
+def _hashes(lines: list[str]) -> list[str]:
+    import hashlib
+
+    return [hashlib.sha256(line.encode()).hexdigest()[:32] for line in lines]
+
+
+def row_ids(records) -> list[str]:
     """Each row's own hash (`_row_lines`): a run sharing any with one recorded is refused (store.append). A sweep
     appended while it was interrupted, resumed and appended again held its first rows twice: each trial's point
     was the median of both runs (1535 img/s where its rows' median was 1296)."""
-    import hashlib
+    return _hashes(_row_lines(records))
 
-    return [hashlib.sha256(line.encode()).hexdigest()[:32] for line in _row_lines(records, root)]
+
+# How far ahead of this machine's clock a row's start may be: a day, more than the largest time-zone offset
+# (UTC+14, Kiribati), so a clock set to local time as if it were UTC is not refused. A run dated in 2097 stayed the
+# history's newest point for good (commits not in --repo are placed by their run's start): later regressions were
+# never new.
+MAX_CLOCK_AHEAD_S = 24 * 3600
+
+
+def _not_ahead(latest: str | None, path: Path) -> None:
+    """ConfigError where a row of `path` starts more than MAX_CLOCK_AHEAD_S after now (a wrong clock, an edit)."""
+    import datetime as dt
+
+    if not latest:
+        return
+    try:
+        when = dt.datetime.fromisoformat(latest)
+    except ValueError:
+        return  # a start that is no time orders nothing (the rows' reader refuses what vitbench never writes)
+    when = when if when.tzinfo else when.replace(tzinfo=dt.timezone.utc)
+    now = dt.datetime.now(dt.timezone.utc)
+    if (when - now).total_seconds() > MAX_CLOCK_AHEAD_S:
+        raise ConfigError(f"RESULTS_DIR {path}: a row started at {clip(latest, 40)}, after this machine's clock "
+                          f"({now.isoformat(timespec='seconds')}) by more than a day: a wrong clock or an edited "
+                          "row would stay the history's newest point for good; nothing was appended")
 
 
 def is_ab(path: Path) -> bool:
@@ -295,11 +334,12 @@ def collect(path: str | Path, commit: str | None = None, repo: str | Path = ".")
     sha = _commit(records, commit, p, Path(repo))
     env = next((r.env for r in records if r.env), {})
     info = {"env": env, "rounds": len(rounds),  # the first row's environment: the versions measured with
-            ROWS_KEY: rows_sha256(records, p)}
+            ROWS_KEY: rows_sha256(records)}
     if ab:
         info["ab"], paired = _ab_info(p)
         points += paired
     started = sorted(r.started_at for r in records if r.started_at)
+    _not_ahead(started[-1] if started else None, p)
     date = commit_date(sha, Path(repo))
     if date is None:  # a commit of another checkout: kept, placed by the run's date; said, since it is for good
         warnings.warn(f"commit {clip(sha, 60)} is not in --repo {clip(str(repo), 120)}: recorded without its "
@@ -307,5 +347,6 @@ def collect(path: str | Path, commit: str | None = None, repo: str | Path = ".")
                       "it for its place", VitbenchWarning, stacklevel=2)
     run = Run(source="ab" if ab else "sweep", commit=sha, commit_date=date,
               run_date=started[0] if started else "", machine=machine_of(records), path=str(p.resolve()),
-              info=info, rows=row_ids(records, p))
+              info=info, rows=row_ids(records), legacy_rows=_hashes(_legacy_row_lines(records, p)),
+              legacy_rows_sha256=hashlib.sha256("\n".join(_legacy_row_lines(records, p)).encode()).hexdigest())
     return run, points

@@ -64,6 +64,11 @@ class Series:
     def regression(self, c: Change) -> bool:
         return c.size < 1 if self.higher_is_better else c.size > 1
 
+    def across_machines(self, c: Change) -> bool:
+        """The change lies between commits measured on different machines, on values not normalised across them
+        (basis raw: no calibration on each): a machine's change as much as the code's."""
+        return self.basis == "raw" and len(set(self.machines[max(c.first - 1, 0):c.last + 1])) > 1
+
     def commit_range(self, c: Change) -> tuple[str, str]:
         """The last commit before the change's earliest position and the commit at its latest."""
         return self.commits[max(c.first - 1, 0)], self.commits[c.last]
@@ -216,7 +221,9 @@ def new_regressions(s: Series, confidence: float) -> list[Change]:
     """Regression change points at `confidence` or more that the series without its newest commit does not
     show (no change of the same direction whose commit range overlaps): what the newest commit brought to
     light. Recomputed from the stored history, so no state is kept between checks."""
-    found = [c for c in s.changes if s.regression(c) and c.confidence >= confidence]
+    # a step where the machine changed too, on raw values, is no verdict on the code (said beside it instead:
+    # across_machines); a CI runner moved to other hardware read as a NEW REGRESSION, exit 1
+    found = [c for c in s.changes if s.regression(c) and c.confidence >= confidence and not s.across_machines(c)]
     if not found:
         return []
     before = [c for c in changes(s.detected_on()[:-1]) if s.regression(c) and c.confidence >= confidence]
@@ -232,4 +239,6 @@ def to_page(series: list[Series]) -> list[dict]:
                         for c, d, v, n, w, b in zip(s.commits, s.dates, s.values, s.normalized, s.caveats,
                                                     s.at_least)],
              "changes": [{"index": c.index, "commits": list(s.commit_range(c)), "size": c.size,
-                          "confidence": c.confidence} for c in s.changes]} for s in series]
+                          "confidence": c.confidence,
+                          **({"across_machines": True} if s.across_machines(c) else {})}
+                         for c in s.changes]} for s in series]

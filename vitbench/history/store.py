@@ -110,6 +110,8 @@ class Run:
     appended_at: str = ""
     id: int | None = None
     rows: list[str] = field(default_factory=list)  # each row's hash (collect.row_ids): kept in run_rows
+    legacy_rows: list[str] = field(default_factory=list)  # its hashes as 4af12a3 kept them: checked, not kept
+    legacy_rows_sha256: str = ""  # its rows' hash as histories before this session kept it: checked, not kept
 
 
 def _connect(path: Path) -> sqlite3.Connection:
@@ -268,16 +270,18 @@ def append(path: str | Path, run: Run, points: Iterable[Point]) -> int:
     try:
         con.execute("BEGIN IMMEDIATE")
         try:
-            rows = run.info.get(ROWS_KEY)
-            same = rows and con.execute("SELECT id FROM runs WHERE json_extract(info, ?) = ?",
-                                        (f"$.{ROWS_KEY}", rows)).fetchone()
+            rows = [h for h in (run.info.get(ROWS_KEY), run.legacy_rows_sha256) if h]
+            same = rows and con.execute("SELECT id FROM runs WHERE json_extract(info, ?) IN "
+                                        "(SELECT value FROM json_each(?))", (f"$.{ROWS_KEY}", json.dumps(rows))
+                                        ).fetchone()
             if same:
                 raise ConfigError(f"{run.path}: these rows were appended already, as run {same[0]}: nothing was "
                                   "appended (a run is recorded once; measure again for another point)")
             _execute_all(con, _ROWS_SCHEMA)  # a history of before run_rows gets the table here
-            shared = _shared_rows(con, run.rows)
+            shared = _shared_rows(con, [*run.rows, *run.legacy_rows])
             if shared:
                 (other, n), more = shared[0], len(shared) - 1
+                n = min(n, len(run.rows))
                 raise ConfigError(f"{run.path}: {n} of its {len(run.rows)} rows were appended already, as run "
                                   f"{other}{f' (and rows of {more} more runs)' if more else ''}: nothing was "
                                   "appended. A run is recorded once: a sweep appended, then resumed, holds its "
