@@ -18,6 +18,21 @@ from vitbench.doctor.checks import Status
 from vitbench.measure.noise import NoiseFlag, assess
 
 
+def test_a_measured_peak_far_above_this_run_s_matmul_is_a_warning(monkeypatch):
+    """The measured branch rated a cached peak of 5 TFLOP/s ok beside this run's 0.025 (a cache directory shared
+    between machines of one name): under MIN_PEAK_SHARE of it warns, saying why, as the datasheet branch does."""
+    import vitbench.measure.peak as peak_mod
+    from vitbench.backends.base import get_backend
+
+    monkeypatch.setattr(peak_mod, "device_peak", lambda *a, **k: peak_mod.Peak(
+        5.0, peak_mod.PeakSource.MEASURED, "torch", at="2026-12-03T10:00:00"))
+    be = get_backend("torch")
+    low = doctor.check_peak(be, "fp32", 1, {"torch": 0.025})
+    assert low.status is Status.WARN and "= 0% of the peak" in low.found and "--refresh" in low.found, low
+    near = doctor.check_peak(be, "fp32", 1, {"torch": 4.0})
+    assert near.status is Status.OK and "of the peak" not in near.found, near
+
+
 def test_noise_flags_have_known_triggers():
     steady = [0.100, 0.101, 0.099, 0.100, 0.102]
     assert assess(steady, TimerKind.HOST_CLOCK, other_cores=0.1) == []
