@@ -116,10 +116,25 @@ def _row(**metrics) -> Record:
 
 
 @pytest.mark.parametrize("metrics", [{"step_cv": -0.5}, {"model_tflops_per_s": "fast"}, {"step_ms_p90": -1.0},
-                                     {"img_per_s_mean": 0.0}, {"windows": -3}])
+                                     {"img_per_s_mean": 0.0}, {"windows": -3}, {"mfu": 7.5}])
 def test_an_ok_row_with_a_declared_number_vitbench_never_writes_is_refused(metrics):
     problem = row_check()(_row(**metrics))
     assert problem is not None and problem.refuse and next(iter(metrics)) in problem.text
+
+
+def test_an_ok_row_that_says_it_shared_the_host_in_words_is_refused():
+    """`runner.overlapped: "yes"` was read as no overlap (report.caveats.overlaps: a text is none): a row that says
+    it shared the host was shown clean. vitbench writes a list (of objects; of trial keys before): anything else is
+    refused; a list of either, or none, is read."""
+    for bad in ("yes", 1, [3]):
+        rec = _row()
+        rec.runner["overlapped"] = bad
+        problem = row_check()(rec)
+        assert problem is not None and problem.refuse and "runner.overlapped" in problem.text, bad
+    for good in (None, [], ["s/legacy-key"], [{"trial": "s/k9", "own": False}]):
+        rec = _row()
+        rec.runner["overlapped"] = good
+        assert row_check()(rec) is None, good
 
 
 def test_an_old_row_with_nulls_and_texts_is_read():

@@ -127,7 +127,8 @@ FLOPS = (
            "time: not the UTC of ISO_TIME)"),
     Metric("peak_provisional", FLAG, False, "every reading of the peak was taken while the machine was busy"),
     Metric("mfu", "fraction", True, "model FLOP/s / the device's peak for the precision (peak_source: datasheet "
-           "or measured), at most 1"),
+           "or measured), at most 1", maximum=1.0),  # capped since METHOD_VERSION 3 (0bb9b6f): an edited 7.5 was
+    # printed as measured
     Metric("mfu_over_peak", "x", False, "model FLOP/s / the peak where that passed 1 (mfu capped at 1; null: it "
            "did not)"),
 )
