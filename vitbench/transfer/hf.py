@@ -268,6 +268,11 @@ def index_table(files: list[Path], image_column: str | None, label_column: str |
     image, label, names = columns(files[0], image_column, label_column)
     fi, ch, rw, labels = [], [], [], []
     for k, f in enumerate(files):
+        theirs = names if k == 0 else columns(f, image, label)[2]
+        if theirs != names:  # its labels index its own names: read by the first file's, every label moved
+            raise ConfigError(f"{f}: its ClassLabel names of {label!r} ({shorten(theirs)}) are not those of "
+                              f"{files[0].name} ({shorten(names)}), the same split's first file: its labels "
+                              f"would name other classes; expected {LAYOUT}")
         try:
             if f.suffix == ".parquet":
                 y = pq.read_table(f, columns=[label]).column(0)

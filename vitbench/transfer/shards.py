@@ -250,6 +250,15 @@ def index_shards(files: list[Path]) -> tuple[ShardPool, np.ndarray]:
                                           f"and its key unique in its shard; expected {LAYOUT}")
                     last = key
                     sample = samples.setdefault(key, {})
+                    seen = sample.setdefault("members", [])
+                    twice = ext in seen or (ext in IMAGE_EXTENSIONS and "image" in sample)
+                    if twice and (ext in IMAGE_EXTENSIONS or ext == LABEL_EXTENSION):  # the first image and the
+                        # last label were kept: two samples of one key, every label wrong (webdataset refuses it)
+                        raise ConfigError(f"{path}:{m.name}: sample {key!r} has a second "
+                                          f"{'image' if ext in IMAGE_EXTENSIONS else 'label'} member (after "
+                                          f"{', '.join(key + '.' + e for e in seen)}); a key names one sample "
+                                          f"in its shard; expected {LAYOUT}")
+                    seen.append(ext)
                     if ext in IMAGE_EXTENSIONS and "image" not in sample:
                         sample["image"] = (m.offset_data, m.size, m.offset)
                     elif ext == LABEL_EXTENSION:
