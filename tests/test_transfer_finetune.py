@@ -157,6 +157,39 @@ def test_a_damaged_cache_file_says_to_delete_it(tmp_path):
     assert path.is_file()
 
 
+def test_another_pre_trainings_file_under_this_ones_name_is_refused(cache, upstream, tmp_path):
+    """A cached file copied under another config's name was trusted: its numbers (images_seen 48 for a --steps 4
+    run of batch 16) were reported for that config. Its header's key must be the name's; refused saying to delete
+    it, nothing deleted."""
+    import shutil
+
+    from vitbench.errors import ConfigError
+    from vitbench.protocols.pretrain import cache_path
+
+    other = UP.model_copy(update={"steps": 81})
+    shutil.copy(cache_path(UP, cache), tmp_path / "x.safetensors")
+    target = cache_path(other, tmp_path)
+    shutil.copy(cache_path(UP, cache), target)
+    with pytest.raises(ConfigError, match=f"holds another one \\(its key '{UP.key()}', not '{other.key()}'\\): "
+                                          "delete it"):
+        ensure_upstream(other, directory=tmp_path)
+    assert target.is_file()
+
+
+def test_a_relative_data_path_is_the_folder_it_names_from_where_it_was_typed(tmp_path, monkeypatch):
+    """`pretrain --data folder --data-path ds` in two folders reused the first folder's cached upstream: the key
+    held the path as typed. A relative path counts as the absolute one it names; an absolute one as before."""
+    cfg = PretrainConfig(model="ViT-Nano/4", data={"name": "folder", "path": "ds"})
+    keys = []
+    for where in ("a", "b"):
+        (tmp_path / where).mkdir()
+        monkeypatch.chdir(tmp_path / where)
+        keys.append(cfg.key())
+    assert keys[0] != keys[1]
+    absolute = {"name": "folder", "path": str(tmp_path / "b" / "ds")}
+    assert keys[1] == PretrainConfig(model="ViT-Nano/4", data=absolute).key()
+
+
 def test_finetune_beats_the_initial_head(cache, upstream):
     cfg = FinetuneConfig(upstream=UP, steps=60, warmup_steps=5, batch_size=32, lr_grid=[0.03, 0.1],
                          resolution=24, seeds=1)  # higher resolution: interpolated position embeddings

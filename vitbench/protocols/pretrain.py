@@ -32,7 +32,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
 from vitbench.backends.base import BackendName, default_backend
-from vitbench.errors import ConfigError
+from vitbench.errors import ConfigError, clip
 from vitbench.models.analytic import analytic_counts, train_flops_per_image
 from vitbench.models.specs import ModelSpec, get_spec
 from vitbench.paths import file_digest, locked
@@ -139,6 +139,10 @@ class PretrainConfig(BaseModel):
         d["split_rule"] = SPLIT_RULE
         for how in ("workers", "check_data"):
             d["data"].pop(how, None)
+        for where in ("path", "test_path"):  # the cache is the host's: a relative path is where it was typed
+            # (`--data-path ds` in two folders reused the first folder's upstream); an absolute one as before
+            if d["data"].get(where):
+                d["data"][where] = os.path.abspath(os.path.expanduser(d["data"][where]))
         if self.teacher is not None:  # absent without a teacher: the keys of plain upstreams stay as they were
             d["teacher"] = self.teacher.key_data()
         if self.objective is not None:  # absent when supervised: existing keys unchanged
@@ -329,10 +333,16 @@ def ensure_upstream(cfg: PretrainConfig, *, directory: str | Path | None = None,
     with locked(path, what="the checkpoint cache" + ("" if directory else f" (${CACHE_ENV})")):
         if path.is_file():
             try:
-                return load_checkpoint(path), None
+                ckpt = load_checkpoint(path)
             except ConfigError as e:  # vitbench's own cache file, damaged or edited: say how to get past it
                 raise ConfigError(f"{e}. It is the checkpoint cache's file of this pre-training: delete it, and "
                                   "the next run trains it again") from None
+            if ckpt.meta.get("key") != cfg.key():  # another pre-training's file under this one's name (a copy):
+                # its numbers were reported for this config (images_seen 48 for a --steps 4 run of batch 16)
+                raise ConfigError(f"{path}: the checkpoint cache's file of this pre-training holds another one "
+                                  f"(its key {clip(repr(ckpt.meta.get('key')), 40)}, not {cfg.key()!r}): "
+                                  "delete it, and the next run trains it again")
+            return ckpt, None
         record, ckpt = pretrain(cfg, device=device, threads=threads, out=path, directory=directory,
                                 batch_option=batch_option)
         return ckpt, record
