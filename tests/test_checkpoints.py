@@ -292,6 +292,18 @@ def test_the_wrong_flavour_misses_the_reference(tmp_path, name, wrong):
     assert rel(ref_logits, tl) > 10 * tol64(p.spec) and rel(ref_logits, jl) > tol(p.spec)
 
 
+@pytest.mark.parametrize("spoil, says", [(lambda a: np.full(a.shape, "a"), "<U1"),
+                                         (lambda a: a.astype(np.complex64), "complex64")])
+def test_an_npz_array_that_is_no_real_number_is_refused_naming_it(tmp_path, spoil, says):
+    """An npz array of text was a ValueError traceback in the float32 cast; a complex one was cast in silence (its
+    imaginary part dropped), where a safetensors file's is refused. Refused alike, naming the array."""
+    params = random_vit_jax_params(vit_jax_shapes(VIT_JAX_TINY["ViT-Nano/4"]))
+    params["cls"] = spoil(params["cls"])
+    np.savez(tmp_path / "upstream.npz", **params)
+    with pytest.raises(ConfigError, match=f"upstream.npz: tensor 'cls' is {says}, not a real number"):
+        load_pretrained(tmp_path / "upstream.npz")
+
+
 def test_npz_with_pre_logits_needs_the_head_swap(tmp_path):
     cfg = VIT_JAX_TINY["ViT-Nano/4"]
     shapes = vit_jax_shapes(cfg) | {"pre_logits/kernel": (32, 32), "pre_logits/bias": (32,)}

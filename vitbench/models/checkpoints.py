@@ -42,7 +42,7 @@ from vitbench.models.identify import (
     is_head,
 )
 from vitbench.models.npz import _canonical_keys, load_npz
-from vitbench.models.param_table import NotARealWeight, param_table, unflatten, weight_array
+from vitbench.models.param_table import NotARealWeight, check_real, param_table, unflatten, weight_array
 from vitbench.models.arch import arch_value
 from vitbench.models.specs import ModelSpec, all_specs, get_spec, spec_from_dict
 
@@ -146,6 +146,11 @@ def _npz_to_timm(flat: dict[str, np.ndarray], source: str, new_head: bool,
         raise ConfigError(f"{source}: its parameter names do not fit {close.name}"
                           f"{'' if model is not None else ' (the closest row)'}: missing "
                           f"{_more(sorted(names(close) - have))}, unexpected {_more(sorted(have - names(close)))}")
+    try:  # (an npz array of text was a ValueError traceback in the cast, a complex one cast in silence)
+        for k, v in flat.items():
+            check_real(v, k, source)
+    except NotARealWeight as e:
+        raise ConfigError(str(e)) from None
     converted: list[tuple[ModelSpec, dict]] = []
     for spec in candidates:
         weights = _convert_npz(flat, spec)

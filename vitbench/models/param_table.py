@@ -113,14 +113,18 @@ class NotARealWeight(ValueError):
     """A tensor that is no real number (weight_array)."""
 
 
+def check_real(a: np.ndarray, key: str, source: str) -> None:
+    """NotARealWeight naming `key` in `source` unless `a` holds real numbers (float, integer or bool): a complex
+    array cast to float32 lost its imaginary part; text made the cast a traceback."""
+    if not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer) or a.dtype == np.bool_):
+        raise NotARealWeight(f"{source}: tensor {key!r} is {a.dtype}, not a real number (float, integer or bool)")
+
+
 def weight_array(x: Any, key: str, source: str) -> np.ndarray:
     """A weight as vitbench holds it: a float of any width as float32 (what the models compute in; fp16 and bf16
     widen exactly); an integer or boolean buffer (BatchNorm's num_batches_tracked, a relative position index) in
     its own dtype, as the model declares it (as float32 an int64 rounded above 2**24). A complex or other
     array is refused (NotARealWeight naming `key` in `source`): cast to float32 it lost its imaginary part."""
     a = _np(x)
-    if np.issubdtype(a.dtype, np.floating):
-        return a.astype(np.float32, copy=False)
-    if np.issubdtype(a.dtype, np.integer) or a.dtype == np.bool_:
-        return a
-    raise NotARealWeight(f"{source}: tensor {key!r} is {a.dtype}, not a real number (float, integer or bool)")
+    check_real(a, key, source)
+    return a.astype(np.float32, copy=False) if np.issubdtype(a.dtype, np.floating) else a
