@@ -201,7 +201,8 @@ def test_a_flag_and_a_set_item_of_the_same_field_are_refused(cli, args, says):
     (("inspect", "ViT-Nano/4", "-n", "3", "--set", "inspect_images=5"), "--images 3 and --set inspect_images=5"),
 ])
 def test_the_transfer_commands_refuse_a_flag_and_a_set_item_of_the_same_field(cli, args, says):
-    """pretrain, fewshot, finetune and inspect read their --set items themselves (paths: upstream.lr) and merged them over
+    """pretrain, fewshot, finetune and inspect read their --set items themselves (paths: upstream.lr) and merged
+    them over
     the flags: `pretrain --steps 3 --set pretrain_steps=5` trained 5 steps without a word. Refused as bench's."""
     r = cli(*args, "--threads", "1")
     assert r.exit_code == 2, r.output

@@ -29,7 +29,8 @@ MIN_CONFIDENCE = 0.5
 def check_gate(threshold: float | None, confidence: float, zero_threshold: bool) -> None:
     """--threshold a fraction in [0, 1) (`zero_threshold`: compare, where 0 flags any change its interval
     excludes) or (0, 1) (ab and bisect: their sequential rule stops on "no change" only inside a margin), and
-    --confidence in [MIN_CONFIDENCE, 1); ConfigError naming the flag otherwise. The one check of the gates' shared flags
+    --confidence in [MIN_CONFIDENCE, 1); ConfigError naming the flag otherwise. The one check of the gates' shared
+    flags
     (compare, ab, bisect; history's --confidence)."""
     if threshold is not None and not (math.isfinite(threshold) and (0 <= threshold if zero_threshold else
                                                                      0 < threshold) and threshold < 1):

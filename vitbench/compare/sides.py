@@ -147,7 +147,8 @@ class Side:
             # (`out` from here: the sweep runs in this side's tree, where a relative path would land)
             proc = subprocess.Popen([self.python, "-c", "from vitbench.cli import main; main()", "sweep",
                                      str(self.study), "--results", str(out.absolute())],
-                                    env={**self.env(), **(env or {})}, cwd=self.root, stdout=fh, stderr=subprocess.STDOUT, preexec_fn=pinned_to(cpus))
+                                    env={**self.env(), **(env or {})}, cwd=self.root, stdout=fh,
+                                    stderr=subprocess.STDOUT, preexec_fn=pinned_to(cpus))
         return Running(self, proc, log, out, cpus)
 
 

@@ -224,8 +224,8 @@ def offer(key: str, reading: Reading, policy: PeakPolicy | None = None, base: di
         with locked(path):
             cache = _load(path)
             if cache is None:
-                warnings.warn(f"{path} is not vitbench's peak cache (not a JSON object of its entries): left as it is; this "
-                              "reading counts for this run only", VitbenchWarning, stacklevel=2)
+                warnings.warn(f"{path} is not vitbench's peak cache (not a JSON object of its entries): left as "
+                              "it is; this reading counts for this run only", VitbenchWarning, stacklevel=2)
                 raise OSError("not vitbench's peak cache")
             entry = _merge(cache.get(key), reading, policy)
             cache[key] = entry

@@ -150,7 +150,8 @@ def bench(step: Step, backend: str | Backend | None = None, device: str = "cpu",
         return Record.failed(KIND, config, Status.OOM, oom, started_at=started, env=env)
     bad = [s for s in samples if not (finite_number(s) and s > 0)]
     if bad or not samples:  # a throughput of them would be a division by zero, inf or NaN (a plug-in's timer)
-        raise NonFiniteResult(f"backend {be.name!r}'s timer gave {clip(repr(bad[0]), 40) if bad else 'no'} seconds "
+        got = clip(repr(bad[0]), 40) if bad else "no"
+        raise NonFiniteResult(f"backend {be.name!r}'s timer gave {got} seconds "
                               f"for a timed {'step' if timing is TimingMode.LATENCY else 'window'} ({len(bad)} of "
                               f"{len(samples)}); each must be a finite number > 0: no throughput from them")
     if timing is TimingMode.LATENCY:

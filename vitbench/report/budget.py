@@ -54,7 +54,8 @@ def row_budget(row) -> dict[str, float]:
     none = NOT_SAID if b is None and "step_s" in raw else 0.0
     b = b if isinstance(b, dict) else {}
     startup = _num(row.get("runner.startup_s"), 0.0) + _num(b.get("setup"), none)
-    out = {"wall_s": _num(row.get("runner.wall_s")), "startup_s": startup, "compile_s": _num(b.get("compile"), none),
+    out = {"wall_s": _num(row.get("runner.wall_s")), "startup_s": startup,
+           "compile_s": _num(b.get("compile"), none),
            "warmup_s": _num(b.get("warmup"), none), "timed_s": _num(b.get("timed"), none)}
     other = out["wall_s"] - sum(out[p] for p in PARTS[:-1])
     out["other_s"] = other if math.isnan(other) else max(0.0, other)
@@ -77,6 +78,7 @@ def time_budget(df: pd.DataFrame) -> pd.DataFrame:
         parts[flag] = cached.map(lambda v: v is True or v == 1.0).astype(int)
     parts["trials"] = 1
     table = pd.concat([keys, parts], axis=1).groupby(["backend", "task"], as_index=False).sum(skipna=False)
-    total = {"backend": "all", "task": "all", **table.drop(columns=["backend", "task"]).sum(skipna=False).to_dict()}
+    parts_sum = table.drop(columns=["backend", "task"]).sum(skipna=False)  # a part unknown in a row: unknown
+    total = {"backend": "all", "task": "all", **parts_sum.to_dict()}
     table = pd.concat([table, pd.DataFrame([total])], ignore_index=True)
     return table[list(COLUMNS)]  # unrounded: shown to 4 significant digits (numfmt), exact in CSV and Parquet

@@ -288,8 +288,8 @@ def row_check() -> Callable[[Record], RowProblem | None]:
         if overlapped is not None and not (isinstance(overlapped, list)  # (its items: objects; strings before)
                                            and all(isinstance(o, (dict, str)) for o in overlapped)):
             return RowProblem(f"runner.{OVERLAPPED} = {clip(repr(overlapped), 60)}, where vitbench writes a list "
-                              "of the trials that ran beside it (\"yes\" was read as none: a shared-host row shown "
-                              "clean)", refuse=True)
+                              "of the trials that ran beside it (\"yes\" was read as none: a shared-host row "
+                              "shown clean)", refuse=True)
         lacking = rec.unmeasured(list(dict.fromkeys(h for t in heads[rec.kind] if (h := t.headline_of(rec)))))
         if lacking:
             return RowProblem(f"an ok row without its {lacking[0]}", refuse=False)

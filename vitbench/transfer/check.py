@@ -4,8 +4,9 @@ with `--skip-corrupt`, is counted from the start.
 
 A check reads every file whole but decodes little (vitbench.transfer.pools.check_image: a PNG's chunk CRCs and
 its image data inflated, not unfiltered; a JPEG at 1/8 scale): about 40 % of one decode pass on 128-px PNGs, 3-6 %
-before the inflation was added (docs/datasets.md, measured). It is opt-in: a run that reads a fraction of a large dataset (few-shot decodes
-its k-shot draws, val and test; `bench --data` a few steps) would read all of it to check it (docs/datasets.md).
+before the inflation was added (docs/datasets.md, measured). It is opt-in: a run that reads a fraction of a large
+dataset (few-shot decodes its k-shot draws, val and test; `bench --data` a few steps) would read all of it to
+check it (docs/datasets.md).
 Resident pools (digits, synthetic, cifar, npz) are arrays already checked when read; they are not re-checked.
 """
 

@@ -187,8 +187,9 @@ class _Data(BaseModel):
     # added after trial and upstream cache keys existed, so left out of the dump at its default (those keys stay
     # as they were): verify every image before any work (vitbench.transfer.check), opt-in
     check_data: bool = key_neutral(False, description="Verify every image of the dataset before any work (a PNG's "
-                                   "CRCs and data size, a JPEG at 1/8 scale): a corrupt file exits 2 at once, not partway (or, "
-                                   "skipping corrupt files, is counted from the start). Reads the whole dataset.")
+                                   "CRCs and data size, a JPEG at 1/8 scale): a corrupt file exits 2 at once, not "
+                                   "partway (or, skipping corrupt files, is counted from the start). Reads the "
+                                   "whole dataset.")
     workers: int = Field(0, ge=0, le=256, description="Processes decoding and preprocessing ahead (0: in this "
                          "process). Results do not depend on it.")
     # subset of source labels, relabelled 0..K-1 in this order
