@@ -66,16 +66,16 @@ def _legacy_row_lines(records, root: Path) -> list[str]:
                   f"{r.finished_at}|{r.kind}" for r in records)
 
 
+def _run_hash(lines: list[str]) -> str:
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
+
+
 def rows_sha256(records) -> str:
     """The rows a run is made from, as one hash (`_row_lines`): the same results appended twice have the same."""
-    import hashlib
-
-    return hashlib.sha256("\n".join(_row_lines(records)).encode()).hexdigest()
+    return _run_hash(_row_lines(records))
 
 
 def _hashes(lines: list[str]) -> list[str]:
-    import hashlib
-
     return [hashlib.sha256(line.encode()).hexdigest()[:32] for line in lines]
 
 
@@ -340,6 +340,7 @@ def collect(path: str | Path, commit: str | None = None, repo: str | Path = ".")
         points += paired
     started = sorted(r.started_at for r in records if r.started_at)
     _not_ahead(started[-1] if started else None, p)
+    legacy = _legacy_row_lines(records, p)  # (read once: its hashes and its run's hash)
     date = commit_date(sha, Path(repo))
     if date is None:  # a commit of another checkout: kept, placed by the run's date; said, since it is for good
         warnings.warn(f"commit {clip(sha, 60)} is not in --repo {clip(str(repo), 120)}: recorded without its "
@@ -347,6 +348,5 @@ def collect(path: str | Path, commit: str | None = None, repo: str | Path = ".")
                       "it for its place", VitbenchWarning, stacklevel=2)
     run = Run(source="ab" if ab else "sweep", commit=sha, commit_date=date,
               run_date=started[0] if started else "", machine=machine_of(records), path=str(p.resolve()),
-              info=info, rows=row_ids(records), legacy_rows=_hashes(_legacy_row_lines(records, p)),
-              legacy_rows_sha256=hashlib.sha256("\n".join(_legacy_row_lines(records, p)).encode()).hexdigest())
+              info=info, rows=row_ids(records), legacy_rows=_hashes(legacy), legacy_rows_sha256=_run_hash(legacy))
     return run, points
