@@ -176,6 +176,19 @@ def test_same_classes_compares_names_in_nfc():
         same_classes(["a", "b"], ["a"], "x")
 
 
+@pytest.mark.parametrize("train, test, first", [(["a", "b", "c"], ["a", "c", "b"], r"class 1: \['b'\] in train, "
+                                                 r"\['c'\] in test"),
+                                                (["a", "b"], ["a", "b", "b"], r"class 2: \[\] in train, \['b'\]")])
+def test_same_classes_in_another_order_names_the_first_difference(train, test, first):
+    """Names in another order (an hf split's ClassLabel) said "classes differ (only in train: [], only in test:
+    [])": the message contradicted itself (session 30's Left list)."""
+    from vitbench.transfer.raw import same_classes
+
+    with pytest.raises(ConfigError, match=f"same classes in another order or with repeats .*{first}") as e:
+        same_classes(train, test, "x")
+    assert "only in" not in str(e.value)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # webdataset
 # ---------------------------------------------------------------------------------------------------------------

@@ -104,6 +104,12 @@ def same_classes(train: list[str], test: list[str], where: str) -> None:
     if train != test:
         only_train = [c for c in train if c not in test]
         only_test = [c for c in test if c not in train]
+        if not only_train and not only_test:
+            at = next((i for i, (a, b) in enumerate(zip(train, test)) if a != b), min(len(train), len(test)))
+            raise ConfigError(f"{where}: train and test name the same classes in another order or with repeats "
+                              f"(train: {len(train)} names, test: {len(test)}; first difference at class {at}: "
+                              f"{clip(str(train[at:at + 1]), 100)} in train, {clip(str(test[at:at + 1]), 100)} in "
+                              f"test); both splits need the same classes in the same order")
         raise ConfigError(f"{where}: train and test classes differ (only in train: {only_train[:10]}, only in "
                           f"test: {only_test[:10]}); both splits need the same classes")
 
