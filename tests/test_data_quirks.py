@@ -176,6 +176,21 @@ def test_same_classes_compares_names_in_nfc():
         same_classes(["a", "b"], ["a"], "x")
 
 
+def test_steps_on_no_readable_image_count_files_not_reads(tmp_path):
+    """Training steps over a split whose files are all corrupt said "all 20 images read were skipped (8 skipped
+    in all)": the steps' order repeats the files, and the error counted the reads (session 31)."""
+    from vitbench.transfer.data import load_splits
+
+    _folder(tmp_path, n=8)
+    for f in tmp_path.rglob("*.png"):
+        f.write_bytes(b"not a png")
+    train = load_splits({"name": "folder", "path": str(tmp_path), "skip_corrupt": True, "workers": 0}).train
+    order = np.resize(np.arange(len(train)), (5, 4))  # 20 reads of the split's files
+    with pytest.raises(ConfigError, match=rf"all {len(train)} images read were skipped as corrupt \(--skip-corrupt; "
+                       rf"{len(train)} skipped in all"):
+        list(train.steps(order, 8))
+
+
 @pytest.mark.parametrize("train, test, first", [(["a", "b", "c"], ["a", "c", "b"], r"class 1: \['b'\] in train, "
                                                  r"\['c'\] in test"),
                                                 (["a", "b"], ["a", "b", "b"], r"class 2: \[\] in train, \['b'\]")])

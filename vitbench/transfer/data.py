@@ -148,7 +148,7 @@ class ImageSet:
             waiting = 0
             yield x, y
         if waiting:
-            raise self.unreadable(int(np.asarray(order).size))
+            raise self.unreadable(int(np.unique(np.asarray(order)).size))  # files, not reads of them
 
     def per_class_counts(self) -> list[int]:
         return np.bincount(self.labels, minlength=self.num_classes).tolist()
