@@ -122,6 +122,24 @@ def test_an_ok_row_with_a_declared_number_vitbench_never_writes_is_refused(metri
     assert problem is not None and problem.refuse and next(iter(metrics)) in problem.text
 
 
+def test_an_ok_row_with_a_fraction_above_1_is_refused_for_every_task():
+    """A FRACTION (an accuracy, an input-bound share, MFU) is at most 1 wherever it is declared: an edited accuracy
+    of 5.0 was an ok row's (session 31; mfu alone declared its bound)."""
+    from vitbench.tasks import FRACTION, tasks
+
+    seen = set()
+    for task in tasks(include_hidden=True).values():
+        for m in task.metrics:
+            if m.unit != FRACTION:
+                continue
+            seen.add(m.name)
+            assert m.maximum == 1.0, (task.name, m.name)
+            rec = Record.measured(task.kind, {"model": "ViT-Nano/4"}, metrics={m.name: 1.5})
+            problem = row_check()(rec)
+            assert problem is not None and problem.refuse and f"{m.name} = 1.5" in problem.text, (task.name, m.name)
+    assert {"accuracy", "mfu", "input_bound_fraction"} <= seen
+
+
 def test_an_ok_row_that_says_it_shared_the_host_in_words_is_refused():
     """`runner.overlapped: "yes"` was read as no overlap (report.caveats.overlaps: a text is none): a row that says
     it shared the host was shown clean. vitbench writes a list (of objects; of trial keys before): anything else is

@@ -37,6 +37,9 @@ class Role(enum.Enum):
     CALIBRATION = "calibration"  # the device's speed, measured at the start of every sweep run (compare divides)
 
 
+FRACTION = "fraction"  # the unit of a share of a whole (an accuracy, MFU): at most 1 (Metric.maximum)
+
+
 @dataclass(frozen=True)
 class Metric:
     """A metric a record kind carries, declared once.
@@ -52,8 +55,9 @@ class Metric:
     minimum: the least a value of it can be (a count, size, speed, time or fraction: 0); None: any finite number
     (a plug-in's log-likelihood). A metric whose unit is in NOT_NUMBERS is no number and has none. An ok row
     holding a value below it, or no finite number, is refused where it is written and where it is read (row_check).
-    maximum: the most a value of it, and each of its samples_from, can be (None: no bound): a value above it is
-    one vitbench could not have measured, refused where it is read (row_check). A metric of unit "bool" is a flag:
+    maximum: the most a value of it, and each of its samples_from, can be (None: no bound; a FRACTION's is 1
+    unless declared): a value above it is one vitbench could not have measured, refused where it is read
+    (row_check). A metric of unit "bool" is a flag:
     an ok row's is true, false or null (absent), anything else is refused where it is read (row_check).
     lower_bound_when: a flag of the same record that, where true, makes this value a lower bound, not the value
     (the largest batch where the search stopped at its cap: that batch or more fits): compare says so beside its
@@ -75,6 +79,8 @@ class Metric:
     lower_bound_when: str | None = None
 
     def __post_init__(self):
+        if self.unit == FRACTION and self.maximum is None:  # a share of a whole (an accuracy 5.0 was an ok row's)
+            object.__setattr__(self, "maximum", 1.0)
         if self.comparable and (self.minimum is None or self.minimum < 0):  # compare decides on current/baseline
             raise ValueError(f"metric {self.name!r}: a comparable metric needs a minimum >= 0 (compare decides on "
                              "ratios of its values)")

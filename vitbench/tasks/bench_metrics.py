@@ -15,7 +15,17 @@ import math
 
 from vitbench.backends.kinds import MemoryKind
 from vitbench.record import Record, finite_number
-from vitbench.tasks import COMPILE_CACHED, FLAG, NOISE_REASONS, OTHER_LOAD_CORES, TEXT, TIMER, UNSTABLE_ROW, Metric
+from vitbench.tasks import (
+    COMPILE_CACHED,
+    FLAG,
+    FRACTION,
+    NOISE_REASONS,
+    OTHER_LOAD_CORES,
+    TEXT,
+    TIMER,
+    UNSTABLE_ROW,
+    Metric,
+)
 
 
 def step_samples(rec: Record) -> list[float] | None:
@@ -126,9 +136,9 @@ FLOPS = (
     Metric("peak_measured_at", TEXT, True, "when the measured peak was read (ISO 8601, local "
            "time: not the UTC of ISO_TIME)"),
     Metric("peak_provisional", FLAG, False, "every reading of the peak was taken while the machine was busy"),
-    Metric("mfu", "fraction", True, "model FLOP/s / the device's peak for the precision (peak_source: datasheet "
-           "or measured), at most 1", maximum=1.0),  # capped since METHOD_VERSION 3 (0bb9b6f): an edited 7.5 was
-    # printed as measured
+    Metric("mfu", FRACTION, True, "model FLOP/s / the device's peak for the precision (peak_source: datasheet "
+           "or measured), at most 1"),  # capped since METHOD_VERSION 3 (0bb9b6f): an edited 7.5 was printed as
+    # measured
     Metric("mfu_over_peak", "x", False, "model FLOP/s / the peak where that passed 1 (mfu capped at 1; null: it "
            "did not)"),
 )
@@ -143,7 +153,7 @@ REAL_INPUT = (
     Metric("real_input_windows", "windows", True, "real images: windows timed"),
     Metric("real_input_window_steps", "steps", True, "real images: steps per window (sized as bench's)"),
     Metric("input_img_per_s", "img/s", True, "images decoded and preprocessed per second of waiting on input"),
-    Metric("input_bound_fraction", "fraction", False, "share of the timed time spent waiting on input"),
+    Metric("input_bound_fraction", FRACTION, False, "share of the timed time spent waiting on input"),
     Metric("real_input_source", TEXT, True, "the images' source (format and path)"),
     Metric("skipped_files", "files", False, "corrupt files skipped (real_input_skip_corrupt)"),
     Metric("real_input_precision", TEXT, True, "the transfer loop's numerics (whatever the row's precision)"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from vitbench.backends.base import Capability
 from vitbench.record import Record
-from vitbench.tasks import Metric, Task, register_task
+from vitbench.tasks import FRACTION, Metric, Task, register_task
 from vitbench.tasks.fields import params_model
 from vitbench.tasks.upstream import SHARED, Upstream
 
@@ -17,7 +17,7 @@ class Pretrain(Task):
     description = ("small-scale upstream pre-training (Adam, warm-up + decay); cached checkpoint, upstream "
                    "accuracy, images seen, exaFLOPs")
     needs = frozenset({Capability.TRANSFER})
-    metrics = (Metric("accuracy", "fraction", True, "upstream test accuracy (0..1)"),
+    metrics = (Metric("accuracy", FRACTION, True, "upstream test accuracy (0..1)"),
                Metric("exaflops", "exaFLOPs", False, "pre-training compute (3 x forward FLOPs x images seen)"))
     headline = "accuracy"
 

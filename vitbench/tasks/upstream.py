@@ -25,7 +25,7 @@ from pydantic import (BaseModel, Field, ValidationInfo, create_model, field_vali
 
 from vitbench.backends.base import BackendName
 from vitbench.record import Record
-from vitbench.tasks import Metric
+from vitbench.tasks import FRACTION, Metric
 from vitbench.tasks.fields import MAX_COUNT, CheckpointField, PathField, data_twins, named
 from vitbench.transfer.limits import MAX_DATASET_IMAGES, ROW_CLASS_NAMES
 from vitbench.transfer.config import (DataConfig, DatasetName, Seed, default_of, description_of, field_like,
@@ -424,7 +424,7 @@ def downstream_names() -> dict[str, str]:
             **{f: f for f in ("resolution", "backend", "checkpoint", "objective")}, "upstream": "model"}
 
 
-ACCURACY = Metric("accuracy", "fraction", True, "transfer accuracy (0..1) on the test split", comparable=True)
+ACCURACY = Metric("accuracy", FRACTION, True, "transfer accuracy (0..1) on the test split", comparable=True)
 
 # What a transfer row says of its data (vitbench.transfer.data.Splits.row_fields, the one place that writes them),
 # to check the row against the disk. Counts, never decided on; a row from before them lacks them (null), as
