@@ -219,6 +219,14 @@ def test_choice_parse_names_the_option_and_the_allowed_values():
     ({"metrics": {"accuracy": float("inf")}}, "metrics.accuracy is inf; expected a finite number"),
     ({"metrics": "x"}, "metrics is 'x'; expected an object"),
     ({"objective": {"objective": "bogus"}}, "objective is 'bogus'; allowed: supervised"),
+    # session 31: the other numbers and texts a downstream row carries of its upstream (upstream_metrics/config)
+    ({"metrics": {"accuracy": 5.0}}, "metrics.accuracy is 5.0; expected a finite number in 0..1"),
+    ({"metrics": {"teacher_agreement": -0.5}}, "metrics.teacher_agreement is -0.5; expected a finite number in 0"),
+    ({"metrics": {"params_m": -3}}, "metrics.params_m is -3; expected a finite number >= 0 (a count)"),
+    ({"metrics": {"params_m": True}}, "metrics.params_m is True; expected a finite number >= 0"),
+    ({"key": "k" * 10**6}, "key is 'kkkk"),
+    ({"backend": 3}, "backend is 3; expected null or a text of at most 200 characters"),
+    ({"config": {"x": "y" * 10**6}}, "config is 1,000,009 bytes of JSON; expected a pre-training config of"),
 ])
 def test_a_checkpoint_header_vitbench_never_writes_is_refused_naming_the_field(tmp_path, change, says):
     """An edited (or another tool's) vitbench header: each field commands read is checked where the header is read

@@ -4,6 +4,7 @@ or another tool's header is refused naming the file and field, never read as wha
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -11,6 +12,20 @@ from vitbench.errors import ConfigError, clip
 
 # the header's metrics a downstream row carries as its pre-training budget (protocols.pretrain.upstream_metrics)
 BUDGET_METRICS = ("exaflops", "images_seen", "epochs", "student_exaflops", "teacher_exaflops")
+# the header's other numbers a downstream row carries (protocols.pretrain.upstream_metrics), by what they are: the
+# accuracies and the teacher's agreement are fractions of test images (0..1), params_m a count (>= 0). An edited
+# `accuracy: 5.0` or `params_m: -3` became an ok row's upstream_accuracy and params_m (session 30's Left list).
+CARRIED_FRACTIONS = ("accuracy", "teacher_accuracy", "teacher_train_accuracy", "teacher_agreement")
+CARRIED_COUNTS = ("params_m",)
+# the header's texts a downstream row carries (protocols.pretrain.upstream_config): `key` (16 hex digits,
+# PretrainConfig.key) and `backend` (a registry name, a short word) are a few bytes as vitbench writes them; 200
+# characters leaves room for any backend name while a 1 MB edited key no longer becomes every downstream row's
+TEXT_FIELDS_MAX_CHARS = 200
+# `config`, the pre-training config a downstream row carries (protocols.pretrain.upstream_config): a PretrainConfig
+# dump, at most a few kB (its longest parts are the data paths, PATH_MAX = 4096 bytes each on Linux, limits.h, and
+# a teacher's config of the same shape); 64 KiB is far above any written one, and keeps an edited one of MBs out
+# of every downstream row
+CONFIG_MAX_BYTES = 64 * 1024
 
 
 def check_meta(meta: dict, path: Path) -> None:
@@ -36,13 +51,25 @@ def check_meta(meta: dict, path: Path) -> None:
     for field in ("metrics", "objective", "spec"):
         if meta.get(field) is not None and not isinstance(meta[field], dict):
             raise bad(field, "an object")
+    for field in ("key", "backend"):
+        v = meta.get(field)
+        if v is not None and not (isinstance(v, str) and len(v) <= TEXT_FIELDS_MAX_CHARS):
+            raise bad(field, f"null or a text of at most {TEXT_FIELDS_MAX_CHARS} characters")
+    if meta.get("config") is not None and len(json.dumps(meta["config"])) > CONFIG_MAX_BYTES:
+        raise ConfigError(f"{path}: its vitbench metadata's config is {len(json.dumps(meta['config'])):,} bytes "
+                          f"of JSON; expected a pre-training config of at most {CONFIG_MAX_BYTES:,} (the header "
+                          "`vitbench pretrain` writes)")
     metrics = meta.get("metrics") or {}
     for k, v in metrics.items():  # json reads NaN and Infinity; vitbench writes null for them
-        budget = k in BUDGET_METRICS and v is not None
+        budget = k in BUDGET_METRICS + CARRIED_COUNTS + CARRIED_FRACTIONS and v is not None
+        most = 1 if k in CARRIED_FRACTIONS else math.inf
         if (isinstance(v, float) and not math.isfinite(v)) or (
-                budget and (isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0)):
+                budget and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= most)):
+            want = (" in 0..1 (a fraction of test images)" if k in CARRIED_FRACTIONS else
+                    " >= 0 (the pre-training budget)" if k in BUDGET_METRICS else
+                    " >= 0 (a count)" if budget else "")
             raise ConfigError(f"{path}: its vitbench metadata's metrics.{clip(str(k), 60)} is {clip(repr(v), 60)};"
-                              " expected a finite number" + (" >= 0 (the pre-training budget)" if budget else ""))
+                              f" expected a finite number{want}")
     objective = (meta.get("objective") or {}).get("objective", Objective.SUPERVISED.value)
     if objective not in {o.value for o in Objective}:
         raise ConfigError(f"{path}: its vitbench metadata's objective is {clip(repr(objective), 60)}; allowed: "
