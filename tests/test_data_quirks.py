@@ -186,8 +186,8 @@ def test_steps_on_no_readable_image_count_files_not_reads(tmp_path):
         f.write_bytes(b"not a png")
     train = load_splits({"name": "folder", "path": str(tmp_path), "skip_corrupt": True, "workers": 0}).train
     order = np.resize(np.arange(len(train)), (5, 4))  # 20 reads of the split's files
-    with pytest.raises(ConfigError, match=rf"all {len(train)} images read were skipped as corrupt \(--skip-corrupt; "
-                       rf"{len(train)} skipped in all"):
+    with pytest.raises(ConfigError, match=rf"all {len(train)} images read were skipped as corrupt "
+                       rf"\(--skip-corrupt; {len(train)} skipped in all"):
         list(train.steps(order, 8))
 
 
