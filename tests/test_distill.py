@@ -287,10 +287,30 @@ def test_study_fields_without_a_teacher_leave_the_trial_config():
     plain, distilled = sorted(trials, key=lambda t: "teacher" in t.config)
     assert not set(TEACHER_FIELDS) & set(plain.config)  # so trials without a teacher keep their keys
     assert distilled.config["teacher"] == "R-Nano" and "distill_tau" not in distilled.config  # hard: no tau
-    # distillation settings without a teacher mean nothing: the same trial as none at all
-    same = parse_study(STUDY.replace("[null, R-Nano]", "[null]") + "  distill_lambda: [0.1, 0.9]\n",
-                       "s.yaml").trials
+    # distillation settings without a teacher mean nothing: from `defaults`, the same trial as none at all;
+    # anywhere else refused, as every field that does not apply (session 31: `pretrain --distill-tau 3` without
+    # a teacher ran, and dropped it)
+    same = parse_study(STUDY.replace("[null, R-Nano]", "[null]").replace("defaults:\n", "defaults:\n  "
+                                                                         "distill_lambda: 0.1\n"), "s.yaml").trials
     assert {t.key for t in same} == {plain.key}
+    with pytest.raises(ConfigError, match=r"axes.distill_lambda\[0\]: for task 'pretrain': distill_lambda applies "
+                       r"only with teacher set \(a model, or a teacher checkpoint\) \(here teacher None\)"):
+        parse_study(STUDY.replace("[null, R-Nano]", "[null]") + "  distill_lambda: [0.1, 0.9]\n", "s.yaml")
+
+
+@pytest.mark.parametrize("args, says", [
+    (("--distill-tau", "3"), "--distill-tau applies only with --teacher set"),
+    (("--teacher-steps", "3"), "--teacher-steps applies only with --teacher set"),
+    (("--teacher", "R-Nano", "--distill-tau", "3"), "--distill-tau applies only with --distillation soft"),
+    (("--mask-rate", "0.3"), "--mask-rate applies only with --objective masked_patch (here --objective "
+                             "supervised)"),
+    (("--objective", "none", "--mask-target", "pixels_l2"), "--mask-target applies only with --objective"),
+])
+def test_pretrain_options_that_do_not_apply_are_refused(cli, args, says):
+    """`pretrain --distill-tau 3` without a teacher, or `--mask-rate 0.3` of a supervised upstream, ran and
+    dropped the option from the trial (session 30's Left list): refused, exit 2, before any training."""
+    r = cli("pretrain", "ViT-Nano/4", "--steps", "2", "-r", "8", *args)
+    assert r.exit_code == 2 and says in r.output, r.output
 
 
 def test_study_with_an_unknown_teacher_fails_when_parsed():
