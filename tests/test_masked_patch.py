@@ -196,6 +196,11 @@ def test_a_masked_patch_pretraining_is_an_ok_row_holding_its_compute(cli, tmp_pa
     supervised = Record.measured("pretrain", {"model": "ViT-Nano/4", "objective": None},
                                  metrics={"exaflops": 1.0, "accuracy": None})
     assert "without its accuracy" in row_check()(supervised).text
+    # its encoder's attention is inspected as any checkpoint's: `inspect` said "set objective: masked_patch", an
+    # option inspect does not have (session 30's Left list); attention needs no classifier
+    r = cli("inspect", rec.config["checkpoint"], "-n", "2", "--rollout", "2", "--threads", "1", "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["headline"]["attention_distance_first_layer_px"] > 0
 
 
 @pytest.mark.parametrize("model, why", [("timm:test_resnet", "no attention layers"),

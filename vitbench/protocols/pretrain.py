@@ -351,17 +351,18 @@ def ensure_upstream(cfg: PretrainConfig, *, directory: str | Path | None = None,
 def resolve_upstream(upstream: PretrainConfig | None, checkpoint: str | None, *,
                      directory: str | Path | None = None, device: str = "cpu", threads: int | None = None,
                      budget: tuple[int | None, float | None] = (None, None),
-                     objective: Objective = Objective.SUPERVISED,
+                     objective: Objective | None = Objective.SUPERVISED,
                      model: str | None = None) -> tuple[Checkpoint, Record | None]:
     """A downstream task's starting point: an explicit checkpoint file of any origin (with its declared
-    pre-training budget: images, epochs; refused unless made by `objective`; `model`: the architecture of a file
-    of another origin, checked against its weights -- a timm state dict names none -- None: inferred), else the
-    cached/trained upstream."""
+    pre-training budget: images, epochs; refused unless made by `objective`, None: by any (inspect reads an
+    encoder's attention, whatever trained it); `model`: the architecture of a file of another origin, checked
+    against its weights -- a timm state dict names none -- None: inferred), else the cached/trained upstream."""
     from vitbench.transfer.checkpoint import with_budget
 
     if checkpoint:
         ckpt = load_checkpoint(checkpoint, model)
-        require_objective(ckpt.meta, Objective(objective), f"checkpoint {checkpoint!r}")
+        if objective is not None:
+            require_objective(ckpt.meta, Objective(objective), f"checkpoint {checkpoint!r}")
         return with_budget(ckpt, *budget), None
     if upstream is None:
         raise ConfigError("a downstream task needs `upstream` (a pre-training config) or `checkpoint` (a "

@@ -76,7 +76,7 @@ class Inspect(Task):
             ckpt, _ = resolve_upstream(src.get("upstream"), src.get("checkpoint"), device=p.device,
                                        threads=p.threads,
                                        budget=(src.get("checkpoint_images"), src.get("checkpoint_epochs")),
-                                       model=src.get("checkpoint_model"))
+                                       model=src.get("checkpoint_model"), objective=None)  # any encoder's attention
         be = get_backend(p.backend)
         info = be.setup(p.device, p.threads)
 
