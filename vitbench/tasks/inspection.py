@@ -76,7 +76,8 @@ class Inspect(Task):
             ckpt, _ = resolve_upstream(src.get("upstream"), src.get("checkpoint"), device=p.device,
                                        threads=p.threads,
                                        budget=(src.get("checkpoint_images"), src.get("checkpoint_epochs")),
-                                       model=src.get("checkpoint_model"), objective=None)  # any encoder's attention
+                                       model=src.get("checkpoint_model"),
+                                       objective=None)  # any encoder's attention, whatever trained it
         be = get_backend(p.backend)
         info = be.setup(p.device, p.threads)
 
