@@ -76,3 +76,15 @@ def test_one_patch_grid_lists_adjacent_similarity_as_not_applicable(cli, one_tor
     assert r.exit_code == 0, r.output
     assert not re.search(r"\bnan\b", r.stdout, re.IGNORECASE), r.stdout
     assert "not applicable, posemb_adjacent_cos_sim: a one-patch grid" in " ".join(r.stdout.split())
+
+
+def test_more_rollout_maps_than_images_asked_for_are_refused():
+    """`--rollout 10 -n 3` made 3 maps in silence (session 30's Left list): a rollout count asked for beyond the
+    images is refused naming both; the default (4) beside fewer images is capped, as `-n 3` alone asks."""
+    from vitbench.tasks import get_task
+
+    params = get_task("inspect").Params
+    trial = {"task": "inspect", "model": "ViT-Nano/4", "inspect_images": 3}
+    with pytest.raises(ValueError, match="inspect_rollout 10 is more than the inspect_images 3 inspected"):
+        params.model_validate({**trial, "inspect_rollout": 10})
+    assert params.model_validate(trial).inspect_rollout == 4

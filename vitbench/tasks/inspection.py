@@ -40,6 +40,12 @@ class Inspection(BaseModel):
         why = None if spec is None else not_inspectable(spec)
         if why is not None:
             raise ValueError(why)
+        default = type(self).model_fields["inspect_rollout"].default
+        if self.inspect_rollout > self.inspect_images and self.inspect_rollout != default:  # capped at the images:
+            # `--rollout 10 -n 3` made 3 maps in silence; the default (4) beside fewer images is capped as asked
+            raise ValueError(f"{named(info, 'inspect_rollout')} {self.inspect_rollout} is more than the "
+                             f"{named(info, 'inspect_images')} {self.inspect_images} inspected: at most that many "
+                             "rollout maps")
         if self.inspect_weights == "random" and getattr(self, "checkpoint", None) is not None:
             raise ValueError(f"{named(info, 'inspect_weights')} random inspects no checkpoint; "
                              f"{named(info, 'checkpoint')} gives one")
