@@ -331,6 +331,14 @@ def test_zip_lengths_must_match():
     assert "zip[0]" in msg and "equal lengths" in msg
 
 
+def test_a_field_in_two_zip_groups_is_refused():
+    """The product of two zip groups took the second group's value of a field both set: R-Nano at batch 4 was
+    measured as ViT-Nano/4 at batch 4, and no trial of R-Nano ran."""
+    msg = bad("name: x\naxes: {task: [infer]}\nzip:\n  - {model: [ViT-Nano/4, R-Nano], batch_size: [2, 4]}\n"
+              "  - {model: [ViT-Nano/4], resolution: [32]}\n")
+    assert "s.yaml:5: zip[1].model" in msg and "zip[0]" in msg
+
+
 def test_missing_name_and_missing_model():
     assert "name: Field required" in bad("axes: {model: [ViT-Nano/4], task: [infer]}\n")
     assert "no model given" in bad("name: x\naxes: {task: [infer]}\n")

@@ -243,6 +243,7 @@ class Expander:
 
     def _zip_groups(self) -> list[tuple[tuple[str, ...], list[tuple[tuple[Any, tuple], ...]]]]:
         groups = []
+        zipped: dict[str, int] = {}  # field -> the first zip group that varies it
         for g, group in enumerate(self.m.zip):
             loc = ("zip", g)
             if not group:
@@ -255,6 +256,12 @@ class Expander:
                     continue
                 if k in self.m.axes:
                     self.err.add((*loc, k), f"{k!r} is both an axis and in a zip group; keep one")
+                    ok = False
+                    continue
+                first = zipped.setdefault(k, g)
+                if first != g:  # the product would keep the later group's value and drop the earlier one's
+                    self.err.add((*loc, k), f"{k!r} is in zip[{first}] too: a field may vary in one zip group "
+                                 "(put the lists that vary together in that group)")
                     ok = False
                     continue
                 got = self.values(k, vs, (*loc, k), allow_scalar=False)
