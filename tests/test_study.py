@@ -233,6 +233,20 @@ def test_zip_include_exclude_and_selectors():
     assert not any("Nano" in t.config["model"] for t in fam.trials)
 
 
+def test_exclude_matches_the_trial_as_it_runs():
+    """An exclude entry was matched against the combination as written only: a resolution left to the model's
+    native one, or an architecture field written in the model's name on one side and as a field on the other,
+    excluded nothing and the trial the user excluded ran."""
+    head = "name: e\ndefaults: {task: infer}\n"
+    for grid, exclude in ((["ViT-Nano/4", "R-Nano"], "{model: R-Nano, resolution: 32}"),
+                          (["ViT-Nano/4", "ViT-Nano/4[depth=3]"], "{depth: 3}"),
+                          (["ViT-Nano/4"], "{model: 'ViT-Nano/4[depth=3]'}")):
+        axes = f"axes: {{model: {json.dumps(grid)}" + (", depth: [2, 3]}" if len(grid) == 1 else "}")
+        s = study(f"{head}{axes}\nexclude: [{exclude}]\n")
+        assert [t.config["model"] for t in s.trials] == ["ViT-Nano/4"], (grid, exclude)
+        assert s.combinations == 1  # the excluded trial is not counted as merged
+
+
 def test_a_study_of_include_entries_alone_runs_those_entries_alone():
     """With no axes and no zip, the product of no axes is the defaults alone: it ran as a trial of its own beside
     the include entries (studies/gpu.yaml's first trial on the GPU was its defaults, fp32 inference, before the

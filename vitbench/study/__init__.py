@@ -17,8 +17,8 @@ A study (see studies/*.yaml):
       resolution: [32, 64]
     zip:                              # lists of equal length varied together (one grid axis per group)
       - {model: [ViT-B/16, ViT-L/16], batch_size: [64, 32]}
-    exclude:                          # drop grid combinations matching every field given (lists: any of)
-      - {model: R-Nano, resolution: 64}
+    exclude:                          # drop grid combinations matching every field given (lists: any of),
+      - {model: R-Nano, resolution: 64}   # as written or as the trial runs (native resolution, model[depth=3])
     include:                          # extra combinations: the fields given replace those axes, the other
       - {model: ViT-H/14, resolution: [224, 448]}   # axes still apply (a zip group it touches is dropped)
 

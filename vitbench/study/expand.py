@@ -23,7 +23,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from vitbench.backends.base import backend_spec
 from vitbench.errors import ConfigError, VitbenchError, shorten
-from vitbench.models.overrides import override_order, parse_value
+from vitbench.models.overrides import field_of, override_order, parse_value
 from vitbench.models.specs import all_specs, get_spec
 from vitbench.registry import Kind, entry
 from vitbench.study.schema import MAX_COMBINATIONS, StudyModel
@@ -189,7 +189,7 @@ class Expander:
                     axes[k] = got
 
         groups = self._zip_groups()
-        excludes = self._excludes()
+        excludes = self.excludes = self._excludes()
         combos: list[tuple[dict, dict, str]] = []
         if not m.axes and not m.zip and not m.include:
             self.err.add(("axes",), "the study has no axes, zip or include: nothing to run")
@@ -294,6 +294,24 @@ class Expander:
                 self.err.add(("exclude", i), "empty exclude entry (it would drop everything)")
             excludes.append(spec)
         return excludes
+
+    def excluded(self, config: dict) -> bool:
+        """Whether a grid trial's normalised config matches an exclude entry. The combination is matched as
+        written first (expand); this matches the trial as it runs: a resolution left to the model's native one,
+        an architecture field folded into the model's name or given in it (`exclude: [{model: R-Nano,
+        resolution: 32}]` beside no resolution axis, or `[{depth: 3}]` beside `ViT-Nano/4[depth=3]`, dropped
+        nothing and the trial ran)."""
+        return any(ex and all(self._as_run(k, config) in allowed for k, allowed in ex.items())
+                   for ex in getattr(self, "excludes", ()))
+
+    def _as_run(self, key: str, config: dict) -> Any:
+        """`key`'s value in a normalised trial config (an architecture field's from its model); ... if none."""
+        if key not in self.arch:
+            return config.get(key, ...)
+        if config.get("model") is None:
+            return ...
+        spec = self.once("model", config["model"], get_spec)
+        return getattr(spec.arch, field_of(key)) if key in spec.override_keys else ...
 
     @staticmethod
     def _product(axes: dict[str, list[tuple[Any, tuple]]], groups) -> list[tuple[dict, dict]]:

@@ -119,6 +119,9 @@ def parse_study(text: str, source: str = "<study>", path: Path | None = None, ch
         out = ex.normalise(cfg, org, origin)
         if out is None:
             continue
+        if origin == "axes" and ex.excluded(out):  # the trial as it runs matches an exclude entry
+            n_combos -= 1
+            continue
         version = ex.tasks[out["task"]].version
         unique.setdefault(trial_key(out, 0, version), (out, origin, version))
     if check_paths:
