@@ -99,3 +99,18 @@ def test_a_directory_of_files_no_sweep_wrote_is_refused_and_left_as_it_is(tmp_pa
             r = cli("sweep", study(tmp_path), "--results", res, *extra, *SPAWN)
             assert r.exit_code == 2 and "give the sweep a directory of its own" in flat(r.output), r.output
         assert [p.name for p in res.iterdir()] == [name] and (res / name).read_text() == text
+
+
+def test_a_dry_run_says_what_force_and_retry_failed_would_run(tmp_path, cli):
+    """`--dry-run --force` listed every done trial as `ok` (what a resumed sweep skips) and said nothing of the
+    re-run it stood for: the dry run shows what this command line would run."""
+    import json
+
+    s, res = study(tmp_path, ("ok", "crash")), tmp_path / "res"
+    assert cli("sweep", s, "--results", res, *SPAWN).exit_code == EXIT_FAILED
+    for extra, runs in (([], set()), (["--retry-failed"], {"error"}), (["--force"], {"ok", "error"})):
+        r = cli("sweep", s, "--results", res, "--dry-run", "--json", *extra)
+        assert r.exit_code == 0, r.output
+        assert {t["status"] for t in json.loads(r.stdout) if t["runs"]} == runs, (extra, r.stdout)
+        table = flat(cli("sweep", s, "--results", res, "--dry-run", *extra).output)
+        assert table.count("runs again") == len(runs) and f"would run {len(runs)} of them" in table, table

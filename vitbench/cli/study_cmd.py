@@ -6,6 +6,7 @@ import json
 import shlex
 import signal
 import typing
+import warnings
 from pathlib import Path
 
 import typer
@@ -103,8 +104,11 @@ def _result_line(rec) -> str:
     return f"[{style}]{st:>11}[/] {what}" + (f" [dim]({wall:.1f} s)[/]" if wall else "") + tail
 
 
-def _dry_run_table(study, statuses: dict[str, str] | None) -> Table:
-    """The expanded trials; fields equal for every trial go into the caption to keep the table narrow."""
+def _dry_run_table(study, statuses: dict[str, str] | None, runs: set[str] = frozenset()) -> Table:
+    """The expanded trials; fields equal for every trial go into the caption to keep the table narrow. `runs`:
+    the keys the command line would run (a done trial among them is re-run: --force, --retry-failed)."""
+    from vitbench.record import STATUSES, Status
+
     names = {"model": "model", "backend": "backend", "task": "task", "device": "device", "resolution": "px",
              "batch_size": "batch", "precision": "prec", "compile": "compile", "seed": "seed"}
     seen = {f: {json.dumps(t.config[f], default=str) for t in study.trials if f in t.config} for f in names}
@@ -128,7 +132,8 @@ def _dry_run_table(study, statuses: dict[str, str] | None) -> Table:
                 "threads", "num_classes", "optimizer", "channels_last") and v is not None)))
         if statuses is not None:
             s = statuses.get(tr.key, "pending")
-            row.append(f"[{_STATUS_STYLE.get(s, 'white')}]{s}[/]")
+            again = ", runs again" if tr.key in runs and s in STATUSES and Status(s).done else ""  # --force
+            row.append(f"[{_STATUS_STYLE.get(s, 'white')}]{s}[/]{again}")
         t.add_row(*row)
     return t
 
@@ -295,6 +300,7 @@ def sweep_cmd(
         check_executor,
         check_results_dir,
         default_results_dir,
+        plan,
         run_study,
         trial_status,
     )
@@ -326,17 +332,21 @@ def sweep_cmd(
         store = Store(out, check=row_check())  # read as the sweep would read it
         check_results_dir(st, out, "--results", store)
         statuses = trial_status(st, store)
+        with warnings.catch_warnings():  # a changed input was said by trial_status
+            warnings.simplefilter("ignore")
+            runs = {t.key for t in plan(st, store, force, retry_failed)}  # what this command line would run
         if as_json:
             print(json.dumps([{"key": t.key, "repeat": t.repeat, "origin": t.origin, "config": t.config,
-                               **({"status": statuses.get(t.key)} if statuses else {})} for t in st.trials],
-                             indent=1))
+                               **({"status": statuses.get(t.key), "runs": t.key in runs} if statuses else {})}
+                              for t in st.trials], indent=1))
             if st.missing_paths:
                 raise ConfigError(st.missing_paths)
             return
-        console.print(_dry_run_table(st, statuses))
+        console.print(_dry_run_table(st, statuses, runs))
         collapsed = st.combinations - st.unique_trials
         console.print(f"{st.unique_trials} distinct trials x up to {st.repeats} repeat(s) = {len(st.trials)}"
                       + (f"; {collapsed} combinations merged (fields their task ignores)" if collapsed > 0 else "")
+                      + (f"; this command would run {len(runs)} of them" if statuses else "")
                       + f"; results -> {escape(str(out))}")
         if st.missing_paths:  # the trials are listed, but the study cannot run here as it is
             raise ConfigError(st.missing_paths)
