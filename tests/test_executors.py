@@ -66,7 +66,21 @@ def test_options_are_validated_and_name_the_allowed_ones():
         get_executor("kube")
 
 
+def test_a_preload_that_would_preload_nothing_is_refused():
+    """The fork server skips a preload module it cannot import in silence, and spawn preloads nothing: both
+    were accepted, and `-o preload=[nmupy]` ran every trial without what it named."""
+    from vitbench.executors.local import LocalExecutor
+
+    with pytest.raises(ConfigError, match=r"preload: .*'nmupy' cannot be imported here"):
+        LocalExecutor.check_options({"preload": ["json", "nmupy"]})
+    with pytest.raises(ConfigError, match=r"with start_method spawn .* nothing is preloaded"):
+        LocalExecutor.check_options({"preload": ["json"], "start_method": "spawn"})
+    LocalExecutor.check_options({"preload": ["json", "os.path"]})
+    LocalExecutor.check_options({"preload": [], "start_method": "spawn"})
+
+
 def test_infinite_or_nan_executor_options_are_refused_at_parse_time(tmp_path, cli):
+
     """inf passed every PositiveFloat (time_limit_min=inf, poll_s=inf: a wait that never ends, a job limit submitit
     cannot write) and a custom Ray resource took NaN or a negative amount; `--dry-run` said nothing of it."""
     from vitbench.executors.local import LocalExecutor

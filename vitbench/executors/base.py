@@ -112,7 +112,8 @@ class Executor(ABC):
         try:
             return cls.Options.model_validate(options)
         except ValidationError as e:
-            problems = "; ".join(f"{'.'.join(str(p) for p in x['loc'])}: {x['msg']}"
+            problems = "; ".join(f"{'.'.join(str(p) for p in x['loc']) or '(options)'}: "
+                                 f"{x['msg'].removeprefix('Value error, ')}"
                                  + (f" (got {x['input']!r})" if x["type"] != "missing" else "")
                                  for x in e.errors())
             raise ConfigError(f"executor {cls.name!r} options: {problems}; allowed options: "

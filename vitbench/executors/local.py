@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, PositiveFloat
+from pydantic import BaseModel, ConfigDict, PositiveFloat, field_validator, model_validator
 
 from vitbench import forkservers, memory_budget
 from vitbench.executors import STOP_SIGNALS, Executor, Job, Outcome, failure, register_executor
@@ -146,6 +146,29 @@ class LocalOptions(BaseModel):
     keep_logs: bool = False  # keep every trial's output under <results>/logs/, not only failures'
     grace_s: PositiveFloat = 5.0  # after a trial's timeout: SIGTERM, then SIGKILL this much later
     memory_limit_gib: PositiveFloat | None = None  # a trial's host-memory budget (None: vitbench.memory_budget)
+
+    @field_validator("preload")
+    @classmethod
+    def _importable(cls, names: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        """CPython's fork server skips a preload module it cannot import, in silence (multiprocessing.forkserver:
+        `except ImportError: pass`): a misspelt name was accepted and preloaded nothing."""
+        import importlib.util
+
+        for name in names or ():
+            try:
+                found = importlib.util.find_spec(name) is not None
+            except (ImportError, ValueError):
+                found = False
+            if not found:
+                raise ValueError(f"module {name!r} cannot be imported here, so the fork server would skip it")
+        return names
+
+    @model_validator(mode="after")
+    def _forked(self) -> LocalOptions:
+        if self.preload and self.start_method == "spawn":
+            raise ValueError("preload is what the fork server imports once for every trial; with start_method "
+                             "spawn each trial starts a fresh interpreter and nothing is preloaded")
+        return self
 
 
 @dataclass
