@@ -114,3 +114,12 @@ def test_a_dry_run_says_what_force_and_retry_failed_would_run(tmp_path, cli):
         assert {t["status"] for t in json.loads(r.stdout) if t["runs"]} == runs, (extra, r.stdout)
         table = flat(cli("sweep", s, "--results", res, "--dry-run", *extra).output)
         assert table.count("runs again") == len(runs) and f"would run {len(runs)} of them" in table, table
+
+
+def test_a_dry_run_names_a_value_given_twice_as_a_cause_of_merged_combinations(tmp_path, cli):
+    """`model: [ViT-Nano/4, ViT-Nano/4]` said "1 combinations merged (fields their task ignores)": no field was
+    ignored; the second value was the same trial."""
+    s = tmp_path / "d.yaml"
+    s.write_text("name: d\ncalibration: false\naxes: {model: [ViT-Nano/4, ViT-Nano/4], task: [sleep]}\n")
+    r = cli("sweep", s, "--dry-run", "--results", tmp_path / "res")
+    assert r.exit_code == 0 and "1 combinations merged (the same trial: a value given twice" in flat(r.output)

@@ -345,7 +345,8 @@ def sweep_cmd(
         console.print(_dry_run_table(st, statuses, runs))
         collapsed = st.combinations - st.unique_trials
         console.print(f"{st.unique_trials} distinct trials x up to {st.repeats} repeat(s) = {len(st.trials)}"
-                      + (f"; {collapsed} combinations merged (fields their task ignores)" if collapsed > 0 else "")
+                      + (f"; {collapsed} combinations merged (the same trial: a value given twice, or "
+                                  "fields their task ignores)" if collapsed > 0 else "")
                       + (f"; this command would run {len(runs)} of them" if statuses else "")
                       + f"; results -> {escape(str(out))}")
         if st.missing_paths:  # the trials are listed, but the study cannot run here as it is
