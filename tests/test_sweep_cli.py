@@ -123,3 +123,14 @@ def test_a_dry_run_names_a_value_given_twice_as_a_cause_of_merged_combinations(t
     s.write_text("name: d\ncalibration: false\naxes: {model: [ViT-Nano/4, ViT-Nano/4], task: [sleep]}\n")
     r = cli("sweep", s, "--dry-run", "--results", tmp_path / "res")
     assert r.exit_code == 0 and "1 combinations merged (the same trial: a value given twice" in flat(r.output)
+
+
+def test_allow_failures_does_not_accept_an_interrupted_trial(tmp_path, cli):
+    """--allow-failures accepts trials that ended oom, error or timeout; a trial stopped from outside (kill,
+    scancel, a preemption) was accepted too, and a study with a trial never measured exited 0."""
+    s, res = study(tmp_path, ("ok", "sigterm", "crash")), tmp_path / "res"
+    r = cli("sweep", s, "--results", res, "--allow-failures", *SPAWN)
+    assert r.exit_code == EXIT_FAILED, r.output
+    out = flat(r.output)
+    assert "1 of 3 trials did not end ok (1 error) (accepted: --allow-failures)" in out, out
+    assert "failed: 1 trial(s) interrupted" in out and "not interrupted ones" in out, out

@@ -27,8 +27,9 @@ class Sleeping(BaseModel):
 
 def _sleep(config: dict) -> Record:
     """Sleeps `seconds`; behaviour: ok | crash (exception) | abort (process dies) | silent_abort (dies before
-    printing anything) | oom | hang | negative (an ok record with a step time below 0 ms) | gate (first waits,
-    at most 120 s, for the file `gate`: a trial a test knows is still running, however slow the machine is)."""
+    printing anything) | sigterm (stopped from outside) | oom | hang | negative (an ok record with a step time
+    below 0 ms) | gate (first waits, at most 120 s, for the file `gate`: a trial a test knows is still running,
+    however slow the machine is)."""
     started = now()
     b = config["behaviour"]
     if not b.startswith("silent"):
@@ -39,6 +40,11 @@ def _sleep(config: dict) -> Record:
         raise RuntimeError("deliberate failure from the test task")
     if b == "abort":
         os.abort()
+    if b == "sigterm":  # stopped from outside as `kill` or SLURM's scancel stop it: an interrupted trial
+        import signal
+
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(60)
     if b == "oom":
         raise MemoryError("CUDA out of memory (simulated)")
     if b == "hang":

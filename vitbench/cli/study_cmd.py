@@ -274,7 +274,8 @@ def sweep_cmd(
     keep_logs: bool = typer.Option(None, "--keep-logs/--no-keep-logs",
                                    help="Keep every trial's output under <results>/logs/ (not only failures')."),
     allow_failures: bool = cli_option("allow_failures", "--allow-failures",
-                                      help="Exit 0 even when trials did not end ok (oom, error, timeout)."),
+                                      help="Exit 0 even when trials did not end ok (oom, error, timeout); "
+                                      "not when one was interrupted (it was never measured)."),
     as_json: bool = cli_option("json", "--json", help="--dry-run: print the trials as JSON."),
     sets: list[str] = typer.Option(None, "--set", metavar="FIELD=VALUE",
                                    help="Set a study field in every trial (repeatable), e.g. --set "
@@ -385,14 +386,17 @@ def sweep_cmd(
         what = ", ".join(f"{n} {s}" for s, n in sorted(by_status.items()))
         parts = ([f"{len(failed)} of {len(st.trials)} trials did not end "
                   f"ok ({what})"] if failed else []) + (
-            [f"{summary.calibrations_failed} calibration(s) failed"] if summary.calibrations_failed else []) + (
-            [f"{summary.interrupted_trials} trial(s) interrupted (cancelled, preempted or lost with their node; "
-             "the same command runs them again)"] if summary.interrupted_trials else [])
-        if allow_failures:
+            [f"{summary.calibrations_failed} calibration(s) failed"] if summary.calibrations_failed else [])
+        # an interrupted trial was never measured: the study is not complete, whatever --allow-failures accepts
+        left = [f"{summary.interrupted_trials} trial(s) interrupted (cancelled, preempted or lost with their "
+                "node; the same command runs them again)"] if summary.interrupted_trials else []
+        if allow_failures and parts:
             err_console.print(f"[yellow]{'; '.join(parts)}[/] (accepted: --allow-failures)", highlight=False)
-        else:
-            err_console.print(f"[red]failed:[/] {'; '.join(parts)}; exit code {EXIT_FAILED} "
-                              "(--allow-failures accepts them; --retry-failed runs them again)", highlight=False)
+        if left or not allow_failures:
+            why = ("--allow-failures accepts failed trials, not interrupted ones" if left else
+                   "--allow-failures accepts them") + ("; --retry-failed runs them again" if parts else "")
+            err_console.print(f"[red]failed:[/] {'; '.join(left if allow_failures else parts + left)}; exit code "
+                              f"{EXIT_FAILED} ({why})", highlight=False)
             raise typer.Exit(EXIT_FAILED)
 
 
