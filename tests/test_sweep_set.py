@@ -71,3 +71,12 @@ def test_set_of_a_field_no_trial_reads_exits_2(tmp_path, cli):
     assert "--set 'dataset': no trial of this study reads dataset (its tasks: flops, infer)" in said, said
     assert not (tmp_path / "results").exists()
     assert {t["config"].get("batch_size") for t in _trials(cli, path, "batch_size=4")} >= {4}  # infer reads it
+
+
+def test_set_of_an_architecture_field_changes_the_trials_models(tmp_path, cli):
+    """`--set depth=4` was refused on every study as read by no trial ("it would change nothing"): an
+    architecture field is no task's field, it is folded into the trial's model (docs/controlled-experiments.md)."""
+    path = tmp_path / "s.yaml"
+    path.write_text("name: arch\naxes:\n  task: [infer, flops]\n  model: [ViT-Nano/4]\n")
+    assert {t["config"]["model"] for t in _trials(cli, path, "depth=4", "posemb=none")} == {
+        "ViT-Nano/4[depth=4,posemb=none]"}

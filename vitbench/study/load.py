@@ -86,7 +86,8 @@ def _check_sets_read(sets: dict[str, Any], kinds: set[str], ex: Expander, option
     keys stay those of the shipped study), and a user who pointed a study at their data would not see it."""
     for key in sets:
         field = set_field(key, option)
-        if not any(field in ex.tasks[kind].fields() for kind in kinds):
+        read = "model" if field in ex.arch else field  # an architecture field is folded into the model
+        if not any(read in ex.tasks[kind].fields() for kind in kinds):
             raise ConfigError(f"{option} {shorten(key)}: no trial of this study reads {field} (its tasks: "
                               f"{', '.join(sorted(kinds))}), so it would change nothing; `vitbench plugins --json` "
                               "lists each task's fields")
