@@ -188,6 +188,27 @@ def test_a_peak_cache_vitbench_never_wrote_is_neither_trusted_nor_overwritten(is
     assert p.tflops == 1.0 and (isolated / "peaks.json").read_text() == theirs
 
 
+@pytest.mark.parametrize("field,bad", [("readings", 5), ("readings", [7]), ("quiet_readings", "abc"),
+                                       ("busy_readings", 1.5), ("quiet_readings", True), ("measured_by", 7),
+                                       ("measured_by", [1]), ("by", None), ("measured_at", 3)])
+def test_an_entry_whose_bookkeeping_was_edited_is_measured_again(isolated, field, bad):
+    """An entry whose fields are not of the types vitbench writes (a hand edit: readings 5, quiet_readings "abc",
+    measured_by 7) is as if unmeasured, as an edited peak is: measured again and written whole (before: a
+    TypeError or ValueError traceback out of `vitbench env`, a calibration or a quiet bench row, or "peak from
+    None"). Found by a hostile-user round."""
+    be = _Scripted([1.0] * 4)
+    key = peak_key(be.device_info(), "fp32", 1)
+    entry = {"readings": [], "quiet_readings": 1, "busy_readings": 0, "measured_by": ["torch"],
+             "peak_tflops": 0.5, "by": "torch", "measured_at": "2026-12-03T10:00:00", field: bad}
+    (isolated / "peaks.json").write_text(json.dumps({key: entry}))
+    assert read_entry(key) is None
+    p = device_peak(be, "fp32", 1, remeasure_provisional=True, policy=ONE_SIZE)
+    assert p is not None and p.tflops == 1.0 and be.calls == 1 and isinstance(p.by, str)
+    assert read_entry(key)["readings"][-1]["tflops"] == 1.0  # the entry written again, whole
+    offer(key, Reading(0.7, "a step", "2026-12-03T11:00:00", "how"), ONE_SIZE)  # an observation on top of it
+    assert read_entry(key)["peak_tflops"] == 1.0
+
+
 def test_re_measuring_while_busy_gives_up_after_the_retries(isolated):
     be = _Scripted([1.0] * 10)
     _Load.cores = 2.0

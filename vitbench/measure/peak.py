@@ -208,11 +208,29 @@ def _valid_peak(v) -> bool:
     return finite_number(v) and v > 0
 
 
+# An entry's bookkeeping as _merge writes it: each field absent or of this kind (a list's items of the second)
+_ENTRY_FIELDS = {"readings": (list, dict), "measured_by": (list, str), "quiet_readings": (int, None),
+                 "busy_readings": (int, None), "by": (str, None), "measured_at": (str, None), "how": (str, None)}
+
+
+def _kept(entry) -> bool:
+    """Whether an entry's bookkeeping is as vitbench writes it: an edited field of another kind (readings 5,
+    quiet_readings "abc", measured_by 7, by null) makes the entry as if unmeasured (was a traceback in `vitbench
+    env`, a calibration or a quiet bench row, or a peak "from None")."""
+    def fits(v, kind, item) -> bool:
+        if isinstance(v, bool) or not isinstance(v, kind):
+            return False
+        return v >= 0 if kind is int else item is None or all(isinstance(x, item) for x in v)
+
+    return isinstance(entry, dict) and all(k not in entry or fits(entry[k], *kinds)
+                                           for k, kinds in _ENTRY_FIELDS.items())
+
+
 def read_entry(key: str) -> dict | None:
-    """The device's entry where its peak is a finite number > 0 (an edited -1, NaN or text is as if unmeasured:
-    measured again, never an MFU divided by it)."""
+    """The device's entry where its peak is a finite number > 0 and its bookkeeping is vitbench's (_kept): an
+    edited -1, NaN or text is as if unmeasured: measured again, never an MFU divided by it."""
     entry = (_load(cache_path()) or {}).get(key)
-    return entry if isinstance(entry, dict) and _valid_peak(entry.get("peak_tflops")) else None
+    return entry if _kept(entry) and _valid_peak(entry.get("peak_tflops")) else None
 
 
 def offer(key: str, reading: Reading, policy: PeakPolicy | None = None, base: dict | None = None) -> dict:
@@ -236,7 +254,7 @@ def offer(key: str, reading: Reading, policy: PeakPolicy | None = None, base: di
 
 
 def _merge(entry: dict | None, reading: Reading, policy: PeakPolicy) -> dict:
-    e = dict(entry or {})
+    e = dict(entry) if _kept(entry) else {}  # an edited entry's bookkeeping starts again from this reading
     e["readings"] = [*(e.get("readings") or []), asdict(reading)][-policy.keep:]
     if reading.backend is not None:  # a full measurement (observations raise the peak, never settle it)
         e["quiet_readings"] = int(e.get("quiet_readings", 0)) + (not reading.busy)
