@@ -155,3 +155,27 @@ def test_a_flag_vitbench_writes_is_read(cli, flagged, tmp_path, good):
     r = cli("report", flagged[good], "--out", tmp_path / "r", "--no-plots", "--format", "md")
     assert r.exit_code == 0, r.output[-2000:]
     assert ("\u26a0" in (tmp_path / "r" / "report.md").read_text()) == (good == "true")  # unstable: marked
+
+
+# -------------------------------------------------------------------------------------------------------------
+# A forward of no work
+# -------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("metric", ["gflops", "gmacs"])
+def test_a_flops_row_of_zero_flops_is_refused_where_read(cli, tmp_path, metric):
+    """An ok flops row whose forward costs 0 GFLOPs (or GMACs) is none vitbench writes (every model's analytic
+    count is > 0): it was read, shown as 0 and failed the GFLOPs-vs-speed figure with "Geometric sequence cannot
+    include zero". Found by a hostile-user round."""
+    from records import record
+
+    from vitbench.tasks import row_check
+
+    cfg = {"model": "ViT-Nano/4", "backend": "torch", "task": "flops", "resolution": 32, "num_classes": 10}
+    good = {"gflops": 0.0045, "gmacs": 0.0022, "params_m": 0.03}
+    assert row_check()(record("flops", cfg, metrics=good)) is None
+    bad = record("flops", cfg, metrics={**good, metric: 0.0}, key="f", run_id="r", study="s", repeat=0, trial=cfg)
+    problem = row_check()(bad)
+    assert problem is not None and problem.refuse and metric in problem.text and "> 0" in problem.text
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "results.jsonl").write_text(json.dumps(bad.to_dict()) + "\n")
+    r = cli("report", tmp_path / "s", "--out", tmp_path / "r", "--no-plots")
+    assert r.exit_code == 2 and "results.jsonl:1" in r.output and metric in r.output, r.output[-2000:]

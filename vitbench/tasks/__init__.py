@@ -52,6 +52,8 @@ class Metric:
     holds at least one number, each > 0: a row of no timed steps, or of negative ones, measured nothing).
     bounded_by: metrics of the same record that bound this one (the largest batch by the memory budget): where
     they differ between two sides, a change of this one is theirs, not the code's, and is not decided.
+    positive: an ok row's is more than 0, not 0 (a forward's FLOPs: a model that does no work measured nothing);
+    a speed is.
     minimum: the least a value of it can be (a count, size, speed, time or fraction: 0); None: any finite number
     (a plug-in's log-likelihood). A metric whose unit is in NOT_NUMBERS is no number and has none. An ok row
     holding a value below it, or no finite number, is refused where it is written and where it is read (row_check).
@@ -74,9 +76,15 @@ class Metric:
     samples: Callable[[Record], list[float] | None] | None = None
     samples_from: str | None = None
     bounded_by: tuple[str, ...] = ()
+    positive: bool = False
     minimum: float | None = 0.0
     maximum: float | None = None
     lower_bound_when: str | None = None
+
+    @property
+    def above_zero(self) -> bool:
+        """An ok row's value is more than 0 (a speed, or a metric declared `positive`)."""
+        return self.speed or self.positive
 
     def __post_init__(self):
         if self.unit == FRACTION and self.maximum is None:  # a share of a whole (an accuracy 5.0 was an ok row's)
@@ -274,8 +282,8 @@ def row_check() -> Callable[[Record], RowProblem | None]:
             return None
         for name, m in numbers[rec.kind].items():
             v = rec.metrics.get(name)
-            if v is not None and not (_number(v, m.minimum, m.maximum) and (not m.speed or v > 0)):
-                least = " > 0" if m.speed else "" if m.minimum is None else f" >= {m.minimum:g}"
+            if v is not None and not (_number(v, m.minimum, m.maximum) and (not m.above_zero or v > 0)):
+                least = " > 0" if m.above_zero else "" if m.minimum is None else f" >= {m.minimum:g}"
                 most = "" if m.maximum is None else f" and at most {m.maximum:g}"
                 return RowProblem(f"{name} = {clip(repr(v), 60)}, where vitbench writes a finite number{least}"
                                   f"{most} ({m.unit})", refuse=True)

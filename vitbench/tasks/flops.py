@@ -40,8 +40,9 @@ class Flops(Task):
     Params = params_model("FlopsParams", ("model", "backend", "task", "resolution", "num_classes"), Counting)
     description = "params, analytic and counted GMACs/GFLOPs per image"
     needs = frozenset({Capability.FLOPS})
-    metrics = (Metric("gflops", "GFLOPs", False, "analytic forward FLOPs per image (1 MAC = 2 FLOPs)"),
-               Metric("gmacs", "GMACs", False, "analytic forward multiply-accumulates per image"),
+    metrics = (Metric("gflops", "GFLOPs", False, "analytic forward FLOPs per image (1 MAC = 2 FLOPs)",
+                      positive=True),
+               Metric("gmacs", "GMACs", False, "analytic forward multiply-accumulates per image", positive=True),
                Metric("params_m", "M params", False, "parameters, in millions"),
                Metric("tokens", "tokens", False, "sequence length with the prefix tokens (class, distillation); "
                       "absent: no token sequence (a CNN)"),
