@@ -157,7 +157,7 @@ def test_latest_row_per_key_wins_and_calibration_rows_are_separate(tmp_path):
         st.append(rec(0, status="interrupted", key="a"))
         st.append(rec(1, key="b"))
         # made in the same millisecond as the first (a full-suite run): rows of one directory are never copies
-        st.append(with_fields(rec(2, key="a"), started_at=read_records(tmp_path)[0].started_at))
+        st.append(with_fields(rec(0, key="a", img_per_s=102.0), started_at=read_records(tmp_path)[0].started_at))
         st.append(record("calibration", {"backend": "torch", "device": "cpu"},
                          metrics={"matmul_tflops_per_s": 0.05}, raw={"matmul_tflops_per_s": [0.05, 0.049]},
                          key=None, run_id="run", study="t"))
@@ -169,6 +169,29 @@ def test_latest_row_per_key_wins_and_calibration_rows_are_separate(tmp_path):
     assert len(cal_df) == 1 and cal_df.loc[0, "matmul_tflops_per_s"] == 0.05
     assert len(load(tmp_path, kinds="all")) == 3
     assert Store(tmp_path).done_keys() == {"a", "b"}
+
+
+def test_two_rows_of_one_key_and_different_trials_are_refused_by_every_reader(tmp_path):
+    """A key is the hash of its trial and repeat: rows copied by hand with their settings changed and the key kept
+    (2,000 rows of 200 trials) were read as one trial's reruns, the latest kept and every other trial gone from
+    the report in silence. Refused naming both lines, by the report's, compare's and the sweep's readers alike;
+    a rerun of the same trial is still a rerun. Found by a hostile-user round."""
+    from vitbench.errors import ConfigError
+
+    with Store(tmp_path) as st:
+        st.append(rec(0, key="a"))
+        st.append(rec(0, key="a", img_per_s=150.0))  # the same trial again: a rerun
+    assert len(load(tmp_path)) == 1 and Store(tmp_path).done_keys() == {"a"}
+    with Store(tmp_path) as st:
+        st.append(with_fields(rec(1, key="a"), repeat=0))  # batch 3 under batch 2's key
+    for read in (load, read_records, lambda p: Store(p).done_keys()):
+        with pytest.raises(ConfigError, match=r"results.jsonl:3: .*key 'a'.*results.jsonl:1"):
+            read(tmp_path)
+    with Store(tmp_path / "b") as st:  # another repeat under the same key: two measurements pooled as one
+        st.append(rec(0, key="r"))
+        st.append(with_fields(rec(0, key="r"), repeat=1))
+    with pytest.raises(ConfigError, match="results.jsonl:2"):
+        load(tmp_path / "b")
 
 
 def test_shards_are_merged_on_load(tmp_path):
@@ -560,12 +583,12 @@ def test_an_interrupted_rerun_leaves_the_trial_as_its_last_outcome_everywhere(tm
     from vitbench.tidy import select
 
     with Store(tmp_path / "r") as st:
-        for key, first in (("t", "timeout"), ("o", "ok")):
-            st.append(rec(1, status=first, key=key))
+        for i, (key, first) in enumerate((("t", "timeout"), ("o", "ok"))):  # a key is one trial's: rec(i)
+            st.append(rec(i, status=first, key=key))
             time.sleep(0.01)
-            st.append(rec(0, status="interrupted", key=key))
+            st.append(rec(i, status="interrupted", key=key))
         time.sleep(0.01)
-        st.append(rec(2, status="skipped", key="o"))
+        st.append(rec(1, status="skipped", key="o"))
         assert st.done_keys() == {"t", "o"}  # what a resumed sweep skips
         state = {r.key: r.status.value for r in select(st.refresh(), kinds="all")}
     assert state == {"t": "timeout", "o": "ok"}, state
@@ -586,13 +609,13 @@ def test_retry_failed_reruns_a_trial_ok_once_and_failed_since(tmp_path):
     with Store(tmp_path / "r") as st:
         st.append(rec(1, status="ok", key="k"))
         time.sleep(0.01)
-        st.append(rec(2, status="timeout", key="k"))
+        st.append(rec(1, status="timeout", key="k", img_per_s=102.0))
         assert st.done_keys(only_ok=True) == set() and st.done_keys() == {"k"}
         time.sleep(0.01)
-        st.append(rec(3, status="interrupted", key="k"))  # no outcome: the timeout stays the state
+        st.append(rec(1, status="interrupted", key="k", img_per_s=103.0))  # no outcome: the timeout stays
         assert not st.is_done("k", only_ok=True)
         time.sleep(0.01)
-        st.append(rec(4, status="ok", key="k"))
+        st.append(rec(1, status="ok", key="k", img_per_s=104.0))
         assert st.is_done("k", only_ok=True)
 
 

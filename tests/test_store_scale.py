@@ -46,6 +46,7 @@ def store(tmp_path, seed: int):
     """Three directories of random rows: 40 keys re-run up to three times at random (or equal) finish times,
     calibration rows among them, each row with random extra config fields and metrics, a garbage line."""
     rng = random.Random(seed)
+    trials: dict[str, dict] = {}  # a key is one trial's (its first config: rows.TrialKeys)
     for d, n in ((tmp_path, 60), (tmp_path / "round1", 20), (tmp_path / "round1" / "b", 10)):
         with Store(d) as st:
             for i in range(n):
@@ -57,13 +58,15 @@ def store(tmp_path, seed: int):
                     metrics["model"] = "clash"  # a metric named like a config field: metric.model
                 if rng.random() < 0.5:
                     metrics["f"] = rng.random()  # a column of floats only, with gaps: kept as doubles
+                key = None if kind == "calibration" else f"k{rng.randint(0, 40)}"
+                cfg = cfg if key is None else trials.setdefault(key, cfg)
                 status = rng.choice(["ok", "ok", "error"])
                 if status == "ok" and kind in HEADLINES:  # an ok row carries its measure (tasks.row_check)
                     metrics[HEADLINES[kind]] = rng.random() + 0.1
                 st.append(record(kind, cfg, metrics=metrics, raw={"step_s": [0.1] * (rng.randint(0, 3) or 1)},
                                  env={"torch": rng.choice(["x", "y"]), "list": [1]},
                                  status=status,
-                                 key=None if kind == "calibration" else f"k{rng.randint(0, 40)}",
+                                 key=key,
                                  study="t", run_id="r", repeat=0, trial=cfg,
                                  started_at=f"2026-01-01T00:00:00.{d.name}.{i:03d}",  # each a measurement
                                  finished_at=f"2026-01-01T00:00:{rng.randint(0, 20):02d}"))

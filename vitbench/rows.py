@@ -183,6 +183,31 @@ def _parse_one(raw: bytes, path: Path, lineno: int, torn: bool, check: Check | N
     return rec
 
 
+class TrialKeys:
+    """Each trial key of a results directory names one trial: its key is the hash of its trial and repeat
+    (vitbench.study.trials.trial_key), so two rows of one key are reruns of one measurement, the latest of which
+    counts (record.supersedes). A row of a key read before whose trial or repeat differs (rows copied by hand, a
+    setting changed and the key kept) is refused naming both lines: the latest-row rule kept one such row of
+    2,000 and the report showed 1 trial. Rows without a trial (a command's) have no key to check."""
+
+    def __init__(self):
+        self._first: dict[tuple, tuple[int, Path, int]] = {}  # (directory, key) -> (trial hash, file, line)
+
+    def check(self, rec: Record, path: Path, lineno: int) -> None:
+        if not rec.key or rec.trial is None:
+            return
+        made = hash(json.dumps([rec.repeat, rec.trial], sort_keys=True, default=str))
+        first = self._first.setdefault((rec.source, rec.key), (made, path, lineno))
+        if first[0] != made:
+            raise ConfigError(f"{path}:{lineno}: the row's trial key {clip(repr(rec.key), 40)} is the key of "
+                              f"{first[1]}:{first[2]}, whose trial or repeat differs (a key is the hash of its "
+                              "trial's settings and repeat): the file was edited (a row copied, its settings "
+                              "changed and its key kept) or written by another tool; fix or remove that line")
+
+    def clear(self) -> None:
+        self._first.clear()
+
+
 def _deeper_than(d, limit: int) -> bool:
     """Whether the parsed JSON value `d` nests containers more than `limit` levels deep (walked, not recursed)."""
     stack = [(d, 1)]
@@ -231,6 +256,7 @@ def iter_records(path: str | os.PathLike, check: Check | None = None) -> Iterato
     vitbench.tasks.row_check()) is refused, a ConfigError naming its file and line, or read as an error row,
     said once at the end."""
     demoted: list = []
+    keys = TrialKeys()
     try:
         for f in result_files(path):
             source = str(f.parent.resolve())
@@ -245,6 +271,7 @@ def iter_records(path: str | os.PathLike, check: Check | None = None) -> Iterato
                                      check=check, demoted=demoted)
                     if rec is not None:
                         rec.source = source
+                        keys.check(rec, f, lineno)
                         yield rec
     finally:  # said also where a reader stops early
         _say_demoted(demoted)

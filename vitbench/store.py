@@ -51,8 +51,8 @@ from pathlib import Path
 from vitbench.errors import VitbenchWarning, clip
 from vitbench.paths import PathError, reason, write_atomic
 from vitbench.record import Record, Status, row_state, supersedes
-from vitbench.rows import (RESULTS_FILE, RESULTS_PATTERNS, SHARD_PREFIX, Check, _lines, _over_long, _parse_one,
-                           _say_demoted, result_files)
+from vitbench.rows import (RESULTS_FILE, RESULTS_PATTERNS, SHARD_PREFIX, Check, TrialKeys, _lines, _over_long,
+                           _parse_one, _say_demoted, result_files)
 
 # the row reader's names, kept importable from here (vitbench.rows owns them)
 from vitbench.rows import (MAX_DEPTH, MAX_LINE_BYTES, SETTING_CHARS, CorruptLineWarning,  # noqa: F401
@@ -228,6 +228,7 @@ class Store:
         self._claims: dict[str, int] = {}
         self._done: dict[bool, set[str]] = {False: set(), True: set()}  # done_keys, kept as rows are read
         self._last: dict[str, tuple[bool, str | None]] = {}  # each key's latest outcome (record.row_state)
+        self._keys = TrialKeys()  # each key names one trial
 
     # -- writing -----------------------------------------------------------------------------------------
     def _open(self) -> int:
@@ -314,6 +315,7 @@ class Store:
                     elif raw.strip() and (rec := _parse_one(raw, f, lineno, torn=torn, check=self.check,
                                                             demoted=demoted)) is not None:
                         rec.source = source = source or str(f.parent.resolve())
+                        self._keys.check(rec, f, lineno)
                         recs.append(rec)
             self._offsets[f], self._lines[f] = off, lineno
             self._records.extend(recs)
@@ -330,7 +332,7 @@ class Store:
 
     def _read_again(self) -> list[Record]:
         """Every row read afresh, from the files as they are now (one was replaced, cut or removed)."""
-        for kept in (self._ids, self._offsets, self._lines, self._last, *self._done.values()):
+        for kept in (self._ids, self._offsets, self._lines, self._last, self._keys, *self._done.values()):
             kept.clear()
         self._records, self._stale = [], False
         return self.refresh()
