@@ -731,3 +731,49 @@ def test_a_schedule_over_the_memory_budget_is_out_of_memory_before_loadgen_start
     monkeypatch.setenv("VITBENCH_MEMORY_LIMIT_GIB", "0.5")
     loadgen.check_schedule_fits(Serve.Params.model_validate(
         {"task": "serve", "model": NANO, **SHORT, "scenario": "Offline", "target_qps": 1e4}).loadgen_settings())
+
+
+# A LoadGen run driven until Ctrl-C: the first batch's step writes a marker (LoadGen has started), then each
+# takes a millisecond; the run would last 30 s
+_INTERRUPTED_RUN = """
+import sys, time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+import numpy as np
+from vitbench.measure import loadgen
+marker = Path(sys.argv[1])
+def step(b):
+    marker.touch()
+    time.sleep(0.001)
+    return np.zeros((len(b), 3), np.float32)
+s = loadgen.Settings(scenario=sys.argv[2], target_qps=200.0, latency_bound_ms=15.0, percentile=90.0,
+                     min_duration_s=30.0, min_query_count=10, samples_per_query=2, expected_latency_ms=0.1)
+loadgen.run(np.zeros((4, 2, 2, 3), np.float32), {1: step, 2: step}, s, 2, 0.0, True, ThreadPoolExecutor(1))
+"""
+
+
+@pytest.mark.parametrize("scenario", ["Server", "SingleStream"])
+def test_ctrl_c_during_a_loadgen_run_ends_it_with_one_line_not_a_crash(scenario, tmp_path):
+    """Ctrl-C while LoadGen runs raised KeyboardInterrupt in its issue callback (LoadGen issues from the thread
+    that started it), through LoadGen's C++ run: `vitbench serve` died of SIGSEGV or std::bad_function_call's abort
+    (exit 134, 'terminate called ...'), LoadGen's state half torn down. LoadGen cannot be stopped part-way: the
+    process ends at once, with one line and the shell's 130, its temporary log directory removed."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    marker = tmp_path / "started"
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    proc = subprocess.Popen([sys.executable, "-c", _INTERRUPTED_RUN, str(marker), scenario], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    t0 = time.monotonic()
+    while not marker.exists() and proc.poll() is None and time.monotonic() - t0 < 60:
+        time.sleep(0.05)
+    assert marker.exists(), proc.communicate()[1][-2000:]
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=25)  # long before the run's 30 s
+    assert proc.returncode == 128 + signal.SIGINT, err[-2000:]
+    assert "interrupted" in err and "terminate called" not in err and "Traceback" not in err
+    assert not list(tmp_path.glob("vitbench-loadgen-*"))

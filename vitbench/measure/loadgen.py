@@ -21,8 +21,14 @@ MLPerf's defaults (`SCENARIOS`, cited there).
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import shutil
+import signal
+import sys
 import tempfile
+import threading
 import time
 from collections.abc import Mapping
 from concurrent.futures import Executor
@@ -331,6 +337,36 @@ def check_schedule_fits(settings: Settings) -> None:
                           "min_duration_s")
 
 
+# the exit status of a process ended by Ctrl-C: 128 + SIGINT, the shell's convention (as vitbench.entry's)
+INTERRUPTED_EXIT = 128 + signal.SIGINT
+
+
+@contextlib.contextmanager
+def _interrupt_ends_process(tmp: str):
+    """While LoadGen runs, Ctrl-C ends the process at once with one line and INTERRUPTED_EXIT, `tmp` (the run's
+    logs) removed. Python's KeyboardInterrupt is raised in LoadGen's issue callback (LoadGen issues from the thread
+    that started it) and unwinds through its C++ run, which LoadGen does not survive: the process died of SIGSEGV
+    or std::bad_function_call's abort. LoadGen has no way to stop a run part-way, so nothing here can be recorded.
+    Only where SIGINT is Python's default (a sweep's trial ignores it: its sweep stops it), on the main thread."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+
+    def ended(signum, frame):
+        shutil.rmtree(tmp, ignore_errors=True)
+        sys.stderr.write("\ninterrupted (Ctrl-C) during a LoadGen run, which cannot be stopped part-way: ended at "
+                         "once, nothing recorded\n")
+        sys.stderr.flush()
+        os._exit(INTERRUPTED_EXIT)
+
+    signal.signal(signal.SIGINT, ended)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def run(images: np.ndarray, steps: dict[int, Any], settings: Settings, max_batch: int, max_wait_ms: float,
         host_input: bool, worker: Executor) -> Served:
     """One LoadGen run of `settings` against a BatchingSUT over `steps` (prepared batch size -> step), with
@@ -353,8 +389,9 @@ def run(images: np.ndarray, steps: dict[int, Any], settings: Settings, max_batch
         try:
             # an audit.config in the working directory would change the settings (LoadGen's compliance tests):
             # a path that does not exist keeps them ours
-            lg.StartTestWithLogSettings(sut, qsl, settings.test_settings(lg), log_settings,
-                                        str(Path(tmp) / "no-audit.config"))
+            with _interrupt_ends_process(tmp):
+                lg.StartTestWithLogSettings(sut, qsl, settings.test_settings(lg), log_settings,
+                                            str(Path(tmp) / "no-audit.config"))
         finally:
             wall = time.perf_counter() - t0
             sut_obj.stop()
