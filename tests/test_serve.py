@@ -699,7 +699,8 @@ def test_the_schedule_estimate_is_the_measured_bytes_per_sample_of_its_scenario(
     stream = loadgen.Settings("SingleStream", None, None, 90.0, 1.0, 100, 8, 0.1)
     assert loadgen.schedule_bytes(stream) is None  # one query at a time
     monkeypatch.setenv("VITBENCH_MEMORY_LIMIT_GIB", "8")
-    with pytest.raises(MemoryError, match=f"about {55e6 * per['Offline'] / 2**20:,.0f} MiB, over the budget of 8"):
+    with pytest.raises(MemoryError, match=f"about {55e6 * per['Offline'] / 2**20:,.0f} MiB; lower target_qps or "
+                                          r"min_duration_s \(over the budget of 8"):
         loadgen.check_schedule_fits(offline)
     loadgen.check_schedule_fits(settings("Offline", 1e6, 5.0))  # 5.5 M samples, about 1.1 GiB: within it
 
@@ -714,8 +715,8 @@ def test_a_schedule_over_the_memory_budget_is_out_of_memory_before_loadgen_start
                                      "target_qps": 1e7, "min_duration_s": 5.0})
     need = 55e6 * loadgen.BYTES_PER_SCHEDULED_SAMPLE["Offline"] / 2**20
     with pytest.raises(MemoryError, match=r"LoadGen would generate 55,000,000 samples up front \(Offline at "
-                                          rf"target_qps 1e\+07 for 5 s\), about {need:,.0f} MiB, over the budget "
-                                          "of 512"):
+                                          rf"target_qps 1e\+07 for 5 s\), about {need:,.0f} MiB; lower target_qps "
+                                          r"or min_duration_s \(over the budget of 512"):
         loadgen.check_schedule_fits(p.loadgen_settings())
     import vitbench.measure.serve as serve_mod
 
@@ -777,3 +778,31 @@ def test_ctrl_c_during_a_loadgen_run_ends_it_with_one_line_not_a_crash(scenario,
     assert proc.returncode == 128 + signal.SIGINT, err[-2000:]
     assert "interrupted" in err and "terminate called" not in err and "Traceback" not in err
     assert not list(tmp_path.glob("vitbench-loadgen-*"))
+
+
+def test_a_stream_schedule_over_the_memory_budget_is_out_of_memory_not_an_abort(monkeypatch):
+    """LoadGen generates the stream scenarios' queries up front too, each with its samples: `--scenario
+    MultiStream --samples-per-query 100000 --min-query-count 100 --min-duration-s 0.3` passed 3.4 GB of RSS in 12 s
+    and kept growing (2e9 samples: ~120 GB, std::bad_alloc or the host's OOM killer), unchecked since only Server
+    and Offline were. The count is LoadGen's own (its log's generated_query_count); the bytes, measured per query
+    and per sample (docs/serving.md, "Memory"); a MultiStream or SingleStream run at MLPerf's defaults passes."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def stream(scenario, queries, spq, seconds, latency_ms):
+        return loadgen.Settings(scenario, None, None, 99.0, seconds, queries, spq, latency_ms)
+
+    step = lambda b: np.zeros((len(b), 3), np.float32)  # noqa: E731
+    for s in (stream("MultiStream", 10, 4, 0.01, 1e-3), stream("SingleStream", 300, 1, 0.01, 1e-2)):
+        with ThreadPoolExecutor(1) as worker:
+            served = loadgen.run(np.zeros((4, 2, 2, 3), np.float32), {1: step, 2: step, 4: step}, s, 4, 0.0, True,
+                                 worker)
+        queries, samples, _ = loadgen.stream_schedule(s)
+        assert queries == served.result.log["generated_query_count"] and samples == queries * (
+            s.samples_per_query if s.scenario == "MultiStream" else 1)
+    assert loadgen.STREAM_BYTES_PER_QUERY >= 288 and loadgen.STREAM_BYTES_PER_SAMPLE >= 56  # the measured
+    monkeypatch.setenv("VITBENCH_MEMORY_LIMIT_GIB", "8")
+    with pytest.raises(MemoryError, match=r"20,001 queries of 100000 samples.*lower min_query_count, "
+                                          "samples_per_query or min_duration_s"):
+        loadgen.check_schedule_fits(stream("MultiStream", 100, 100_000, 0.3, 0.03))
+    for scenario, spq in (("MultiStream", 8), ("SingleStream", 1)):  # 600 s at the least hint serve gives: 2 M
+        loadgen.check_schedule_fits(stream(scenario, 662, spq, 600.0, 600.0 * 1000 / 1e6))

@@ -322,19 +322,48 @@ def schedule_bytes(settings: Settings) -> tuple[float, float, float] | None:
     return samples, seconds, samples * BYTES_PER_SCHEDULED_SAMPLE[settings.scenario]
 
 
+# The stream scenarios' queries are generated up front too, each holding its samples: LoadGen makes
+# max(min_query_count, 2 x min duration / expected latency + 1) of them (STREAM_SPAN; its detail log's
+# generated_query_count: 20001 for 0.01 s at 1 us). Peak RSS less RSS before, over two counts each, with a step
+# that answers at once (docs/serving.md, "Memory"): SingleStream 324 bytes a query; MultiStream 738 a query of 8
+# samples, 14675 of 256: 288 a query and 56 a sample, here rounded up.
+STREAM_SPAN = 2
+STREAM_BYTES_PER_QUERY, STREAM_BYTES_PER_SAMPLE = 300, 60
+
+
+def stream_schedule(settings: Settings) -> tuple[int, int, float] | None:
+    """(queries LoadGen generates up front, their samples, the bytes they take at peak) for a SingleStream or
+    MultiStream run whose expected latency is set; None otherwise."""
+    if settings.scenario not in APPLIES["expected_latency_ms"] or not settings.expected_latency_ms:
+        return None
+    per = settings.samples_per_query if settings.scenario == "MultiStream" else 1
+    queries = max(settings.min_query_count,
+                  int(STREAM_SPAN * settings.min_duration_s * 1000 / settings.expected_latency_ms) + 1)
+    return queries, queries * per, queries * (STREAM_BYTES_PER_QUERY + per * STREAM_BYTES_PER_SAMPLE)
+
+
 def check_schedule_fits(settings: Settings) -> None:
     """MemoryError (an oom row) where what LoadGen generates up front for `settings` passes the memory budget
     (vitbench.memory_budget): it aborted the whole process, with no row."""
     from vitbench.memory_budget import budget_mib, describe
 
-    if (est := schedule_bytes(settings)) is None:
+    if (est := schedule_bytes(settings)) is not None:
+        samples, seconds, nbytes = est
+        what = (f"{samples:,.0f} samples up front ({settings.scenario} at target_qps {settings.target_qps:g} for "
+                f"{seconds:g} s)")
+        lower = "target_qps or min_duration_s"
+    elif (est := stream_schedule(settings)) is not None:
+        queries, samples, nbytes = est
+        what = (f"{queries:,} queries of {samples // queries} samples up front ({settings.scenario}: "
+                f"{STREAM_SPAN} x {settings.min_duration_s:g} s at {settings.expected_latency_ms:.3g} ms a query)")
+        lower = "min_query_count" + (", samples_per_query" if settings.scenario == "MultiStream" else "") + \
+            " or min_duration_s"
+    else:
         return
-    samples, seconds, nbytes = est
     if (need := nbytes / 2**20) > (budget := budget_mib()):
-        raise MemoryError(f"out of memory before starting: LoadGen would generate {samples:,.0f} samples up front "
-                          f"({settings.scenario} at target_qps {settings.target_qps:g} for {seconds:g} s), about "
-                          f"{need:,.0f} MiB, over the budget of {describe(budget)}; lower target_qps or "
-                          "min_duration_s")
+        # what to lower before the budget's description: the command line clips the line (a stream's was cut)
+        raise MemoryError(f"out of memory before starting: LoadGen would generate {what}, about {need:,.0f} MiB; "
+                          f"lower {lower} (over the budget of {describe(budget)})")
 
 
 # the exit status of a process ended by Ctrl-C: 128 + SIGINT, the shell's convention (as vitbench.entry's)
