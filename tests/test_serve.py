@@ -452,7 +452,7 @@ def test_the_server_search_halves_then_bisects_to_its_tolerance():
     from vitbench.measure.serve import Search, search_qps
 
     s = loadgen.Settings("Server", 1.0, 15.0, 99.0, 1.0, 100, 8, 1.0)
-    runs, best = search_qps(_fake_run(300.0), s, 1000.0, Search(0.05, 20))
+    runs, best, _ = search_qps(_fake_run(300.0), s, 1000.0, Search(0.05, 20))
     rates = [r.settings.target_qps for r in runs]
     assert rates[:2] == [500.0, 250.0]  # halved from half the ceiling until VALID, then bisected
     assert best.settings.target_qps < 300.0 <= min(q for q in rates if q >= 300.0)
@@ -465,10 +465,10 @@ def test_the_search_bracket_names_the_unit_beside_each_rate():
     from vitbench.measure.serve import Search, _bracket, search_qps
 
     s = loadgen.Settings("Server", 1.0, 15.0, 99.0, 1.0, 100, 8, 1.0)
-    runs, _ = search_qps(_fake_run(1e9), s, 1000.0, Search(0.05, 2))
+    runs, _, _ = search_qps(_fake_run(1e9), s, 1000.0, Search(0.05, 2))
     assert _bracket(runs).startswith(f"VALID up to {max(r.settings.target_qps for r in runs):.4g} QPS, no INVALID")
     assert not _bracket(runs).endswith("QPS")
-    runs, _ = search_qps(_fake_run(300.0), s, 1000.0, Search(0.05, 20))
+    runs, _, _ = search_qps(_fake_run(300.0), s, 1000.0, Search(0.05, 20))
     assert re.fullmatch(r"VALID up to [0-9.]+ QPS, INVALID from [0-9.]+ QPS", _bracket(runs)), _bracket(runs)
 
 
@@ -476,7 +476,7 @@ def test_the_server_search_stops_halving_where_a_probe_would_last_too_long():
     from vitbench.measure.serve import MAX_PROBE_S, Search, _bracket, search_qps
 
     s = loadgen.Settings("Server", 1.0, 15.0, 99.0, 1.0, 1000, 8, 1.0)  # 1000 queries: 10 s at 100 QPS
-    runs, best = search_qps(_fake_run(0.0), s, 800.0, Search(0.05, 50))  # never VALID
+    runs, best, _ = search_qps(_fake_run(0.0), s, 800.0, Search(0.05, 50))  # never VALID
     rates = [r.settings.target_qps for r in runs]
     assert best is None and all(1000 / q <= MAX_PROBE_S for q in rates)
     assert 1000 / (rates[-1] / 2) > MAX_PROBE_S  # the next halving would have run too long
@@ -806,3 +806,22 @@ def test_a_stream_schedule_over_the_memory_budget_is_out_of_memory_not_an_abort(
         loadgen.check_schedule_fits(stream("MultiStream", 100, 100_000, 0.3, 0.03))
     for scenario, spq in (("MultiStream", 8), ("SingleStream", 1)):  # 600 s at the least hint serve gives: 2 M
         loadgen.check_schedule_fits(stream(scenario, 662, spq, 600.0, 600.0 * 1000 / 1e6))
+
+
+def test_the_server_search_probes_no_rate_whose_schedule_would_pass_the_memory_budget(monkeypatch):
+    """The search bisected above its first VALID probe to a rate whose schedule passed the memory budget: the
+    whole trial was out of memory, its VALID probes lost, saying 'lower target_qps' to a user who gave none. A
+    rate over the budget is now never probed: it bounds the search from above as an INVALID one would, and the
+    bracket says so; where no rate fits at all, it is out of memory as before."""
+    from vitbench.measure.serve import Search, _bracket, search_qps
+
+    monkeypatch.setenv("VITBENCH_MEMORY_LIMIT_GIB", "0.002")  # 2 MiB: 5000 QPS for 1 s fits, 7500 does not
+    s = loadgen.Settings("Server", 1.0, 15.0, 99.0, 1.0, 100, 8, 1.0)
+    runs, best, over = search_qps(_fake_run(1e9), s, 10_000.0, Search(0.05, 20))  # every probe VALID
+    for r in runs:
+        loadgen.check_schedule_fits(r.settings)  # none over the budget
+    assert best.settings.target_qps >= 5000.0
+    assert over is not None and "memory budget" in _bracket(runs, over), _bracket(runs, over)
+    monkeypatch.setenv("VITBENCH_MEMORY_LIMIT_GIB", "0.00001")  # not even min_query_count's samples fit
+    with pytest.raises(MemoryError, match="out of memory before starting"):
+        search_qps(_fake_run(1e9), s, 10_000.0, Search(0.05, 20))

@@ -155,7 +155,7 @@ def serve(step: Step, backend: str, device: str, threads: int | None, images: np
                 # be several times too fast on a busy host); no server completes more samples than that
                 extra["capacity"] = on(throughput, be, works[sizes[-1]], min(settings.min_duration_s, 2.0))
                 capacity = extra["capacity"]["img_per_s"]
-                runs, best = search_qps(one, settings, capacity, search)
+                runs, best, over = search_qps(one, settings, capacity, search)
             else:
                 long_s = probe_s(settings, settings.target_qps) if settings.scenario == "Server" else 0.0
                 if long_s > max(settings.min_duration_s, MAX_PROBE_S):  # the user's rate: said, not changed
@@ -212,7 +212,7 @@ def serve(step: Step, backend: str, device: str, threads: int | None, images: np
         "noise": summary(noise),
     }
     if settings.scenario == "Server" and not given_qps:
-        metrics["qps_search_bracket"] = _bracket(runs)
+        metrics["qps_search_bracket"] = _bracket(runs, over)
     if "before" in extra:
         metrics.update(offline_beside_throughput(res.samples_per_s, extra["before"], extra["after"]))
     raw = {"runs": [r.raw() for r in runs], "prepare": {str(k): v for k, v in prep.items()},
@@ -227,26 +227,43 @@ def serve(step: Step, backend: str, device: str, threads: int | None, images: np
 
 
 def search_qps(one, settings: loadgen.Settings, capacity: float, search: Search
-               ) -> tuple[list[loadgen.Served], loadgen.Served | None]:
-    """Probes of the Server search (see the module docstring): every run made, and the VALID one at the highest
-    target QPS (None: none was VALID)."""
+               ) -> tuple[list[loadgen.Served], loadgen.Served | None, float | None]:
+    """Probes of the Server search (see the module docstring): every run made, the VALID one at the highest
+    target QPS (None: none was VALID), and the lowest rate left unprobed because LoadGen's schedule at it would
+    pass the memory budget (loadgen.check_schedule_fits; None: none was). Such a rate bounds the search from
+    above as an INVALID probe does (a probe of it made the whole trial out of memory, its VALID probes lost);
+    where no rate fits before a probe would last MAX_PROBE_S, the search is out of memory (MemoryError)."""
     runs: list[loadgen.Served] = []
     best: loadgen.Served | None = None
+    over: float | None = None
     lo, hi = 0.0, capacity  # highest VALID so far, lowest INVALID so far (capacity: assumed, never probed)
     qps = capacity / 2
     while len(runs) < search.max_probes:
-        if runs and probe_s(settings, qps) > MAX_PROBE_S:  # halving further: each probe twice as long
+        if (runs or over) and probe_s(settings, qps) > MAX_PROBE_S:  # halving further: each probe twice as long
             break
-        r = one(replace(settings, target_qps=qps))
-        runs.append(r)
-        if r.result.valid:
-            best, lo = r, qps
+        if not _fits(replace(settings, target_qps=qps)):
+            over = hi = qps
         else:
-            hi = qps
+            r = one(replace(settings, target_qps=qps))
+            runs.append(r)
+            if r.result.valid:
+                best, lo = r, qps
+            else:
+                hi = qps
         if best is not None and hi - lo <= search.tolerance * lo:
             break
         qps = (lo + hi) / 2 if best is not None else qps / 2
-    return runs, best
+    if not runs and over is not None:
+        loadgen.check_schedule_fits(replace(settings, target_qps=over))  # raises: no rate probed fits
+    return runs, best, over
+
+
+def _fits(settings: loadgen.Settings) -> bool:
+    try:
+        loadgen.check_schedule_fits(settings)
+    except MemoryError:
+        return False
+    return True
 
 
 def probe_s(settings: loadgen.Settings, qps: float) -> float:
@@ -255,9 +272,10 @@ def probe_s(settings: loadgen.Settings, qps: float) -> float:
     return max(settings.min_duration_s, settings.min_query_count / qps)
 
 
-def _bracket(runs: list[loadgen.Served]) -> str:
+def _bracket(runs: list[loadgen.Served], over: float | None = None) -> str:
     """'VALID up to A QPS, INVALID from B QPS': the search's final bracket in words (the unit beside each rate:
-    after the words of a search that found no INVALID rate it read '... (capacity not probed) QPS')."""
+    after the words of a search that found no INVALID rate it read '... (capacity not probed) QPS'); `over`: the
+    lowest rate not probed for the memory budget (search_qps)."""
     valid = [r.settings.target_qps for r in runs if r.result.valid]
     invalid = [r.settings.target_qps for r in runs if not r.result.valid]
     a = f"VALID up to {max(valid):.4g} QPS" if valid else "none VALID"
@@ -265,6 +283,8 @@ def _bracket(runs: list[loadgen.Served]) -> str:
     stop = ""
     if not valid and invalid and probe_s(runs[-1].settings, min(invalid) / 2) > MAX_PROBE_S:
         stop = f" (stopped: a probe at {min(invalid) / 2:.4g} QPS would last over {MAX_PROBE_S:g} s)"
+    if over is not None:
+        stop += f" (not probed from {over:.4g} QPS: its schedule would pass the memory budget)"
     return f"{a}, {b}{stop}"
 
 
