@@ -214,3 +214,73 @@ def test_a_default_set_by_the_servers_imports_reaches_each_child_unless_the_call
     monkeypatch.delenv("VITBENCH_TEST_OTHER_SPELLING")
     monkeypatch.setenv("VITBENCH_TEST_PRELOAD_DEFAULT", "users")
     assert _run((mod,), _report_env, q) == ("users", "1")  # the caller's value wins
+
+
+SLOW_PRELOAD_SCRIPT = '''
+import os, signal, sys, threading, time
+from vitbench import forkservers
+
+def report(path):
+    with open(path, "w") as f:
+        f.write(str(signal.getsignal(signal.SIGINT) is signal.default_int_handler))
+
+if __name__ == "__main__":
+    out = os.path.join(sys.argv[1], "child.txt")
+    p = forkservers.process(("slow_preload",), report, (out,))
+    started = threading.Thread(target=p.start)
+    started.start()
+    deadline = time.monotonic() + 60
+    while not os.path.exists(os.path.join(sys.argv[1], "importing")) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if not os.path.exists(os.path.join(sys.argv[1], "importing")):
+        sys.exit("the server never imported slow_preload")
+    os.kill(forkservers._SERVERS[("slow_preload",)]._forkserver_pid, signal.SIGINT)  # while it imports
+    started.join(60)
+    p.join(60)
+    print("exitcode", p.exitcode)
+'''
+
+
+@needs_servers
+def test_a_ctrl_c_while_the_server_imports_leaves_it_serving_and_its_children_interruptible(tmp_path):
+    """A Ctrl-C while a fork server imported its preload list (torch, seconds) ended it with a KeyboardInterrupt
+    traceback (`max-batch` interrupted in its first seconds: session 31); CPython ignores SIGINT there only after
+    the imports. The server now ignores it from its first preload on (vitbench.sigint) and serves; its children get
+    Python's own handler back (a trial is interrupted as before)."""
+    import subprocess
+
+    (tmp_path / "slow_preload.py").write_text("import pathlib, time\n"
+                                               f"pathlib.Path({str(tmp_path)!r}, 'importing').touch()\n"
+                                               "time.sleep(1.5)\n")
+    script = tmp_path / "main_script.py"
+    script.write_text(SLOW_PRELOAD_SCRIPT)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(forkservers.__file__).parents[1]), str(tmp_path),
+                                                        os.environ.get("PYTHONPATH", "")])}  # the server's path
+    r = subprocess.run([sys.executable, str(script), str(tmp_path)], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0 and "exitcode 0" in r.stdout, r.stdout + r.stderr
+    assert "KeyboardInterrupt" not in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert (tmp_path / "child.txt").read_text() == "True"
+
+
+def _fails() -> None:
+    raise FileNotFoundError("/tmp/vitbench-probe-x/probe.log")  # the requester's folder, removed as it ended
+
+
+def test_a_child_whose_requester_ended_ends_quietly_where_it_fails(monkeypatch):
+    """A probe forked as its command was Ctrl-C'd found the command's temporary folder removed, and printed a
+    FileNotFoundError traceback under the command's one line (session 31): a child whose requester has ended
+    exits 1 without a word; one whose requester waits raises as before."""
+    class Exited(Exception):
+        pass
+
+    def exit_(code):
+        raise Exited(code)
+
+    monkeypatch.setattr(os, "_exit", exit_)
+    gone, kept = mp.Pipe(duplex=False), mp.Pipe(duplex=False)
+    gone[1].close()  # the requester ended: its write end closed
+    with pytest.raises(Exited, match="1"):
+        forkservers._unless_orphaned(gone[0], _fails, ())
+    with pytest.raises(FileNotFoundError):
+        forkservers._unless_orphaned(kept[0], _fails, ())

@@ -10,8 +10,8 @@ probes from a server too. A child of a fork server (a trial) asks the server tha
 The servers and children are multiprocessing's own (CPython's multiprocessing.forkserver: a clean server process,
 a fork per child, its exit code through the sentinel); only which server a child comes from is chosen here. A
 child is a `multiprocessing.Process` in every other respect (`start`, `sentinel`, `is_alive`, `terminate`, `kill`,
-`exitcode`). Nothing of vitbench above this module is imported: the lists are the callers' (backends declare
-theirs).
+`exitcode`). Nothing of vitbench above this module is imported (its servers import the leaf vitbench.sigint): the
+lists are the callers' (backends declare theirs).
 
 Choosing the server means using some of CPython's multiprocessing that is not its public API (INTERNALS). They are
 checked once, at import, by structure (present, callable with the arguments used here); where one is absent
@@ -139,14 +139,20 @@ class _Server(forkserver.ForkServer):
                 spawn.get_preparation_data = prepared
 
 
+# Imported first and last in every server's preload list: Ctrl-C ignored while the server imports (CPython's
+# server ignores it only after its imports: a Ctrl-C then was its KeyboardInterrupt traceback), and Python's own
+# handler back for the children it forks (vitbench.sigint says how)
+QUIET_IMPORTS = ("vitbench.sigint", "vitbench.sigint.restore")
+
+
 def server(preload: tuple[str, ...]) -> forkserver.ForkServer:
     """This process's server for `preload` (started by its first child; '__main__' is imported first, so a
-    child never re-runs the main script)."""
+    child never re-runs the main script; a Ctrl-C while it imports the rest leaves it serving: QUIET_IMPORTS)."""
     with _lock:
         s = _SERVERS.get(preload)
         if s is None:
             s = _SERVERS[preload] = _Server()
-            s.set_forkserver_preload(["__main__", *preload])
+            s.set_forkserver_preload(["__main__", QUIET_IMPORTS[0], *preload, QUIET_IMPORTS[1]])
         return s
 
 
@@ -246,7 +252,20 @@ def _in_environment(env: dict[str, str], requester, target, args) -> None:
     _watch_requester(requester)
     os.environ.clear()
     os.environ.update({**_defaults_for(env), **env})
-    target(*args)
+    _unless_orphaned(requester, target, args)
+
+
+def _unless_orphaned(requester, target, args) -> None:
+    """`target(*args)`; where it raises after its requester ended (the read end at EOF: `_watch_requester` had not
+    yet seen it), the child ends quietly, exit 1: nobody waits for its outcome, and what failed was the requester's
+    leaving (a max-batch probe forked as the command was Ctrl-C'd found its temporary folder removed and printed
+    a FileNotFoundError traceback under the command's one line: session 31)."""
+    try:
+        target(*args)
+    except BaseException:
+        if requester.poll(0):  # readable: EOF, the only thing the requester's end ever gives
+            os._exit(1)
+        raise
 
 
 def process(preload: tuple[str, ...], target, args=(), name: str | None = None,
