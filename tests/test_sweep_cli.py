@@ -55,6 +55,19 @@ def test_bad_executor_options_fail_before_anything_is_shown_or_written(tmp_path,
     assert not res.exists()
 
 
+@pytest.mark.parametrize("flag, option", [(("--no-keep-logs",), "keep_logs=true"),
+                                          (("--start-method", "spawn"), "start_method=forkserver")])
+def test_a_flag_and_an_executor_option_that_disagree_are_refused(tmp_path, cli, flag, option):
+    """`--no-keep-logs -o keep_logs=true` kept the logs: -o won in silence (session 31). Both set one option."""
+    res = tmp_path / "res"
+    r = cli("sweep", study(tmp_path), "--results", res, *flag, "-o", option)
+    assert r.exit_code == 2 and f"{' '.join(flag)} and -o {option} disagree: give one" in flat(r.output), r.output
+    assert not res.exists()
+    same = cli("sweep", study(tmp_path), "--results", res, "--dry-run", *flag, "-o", option.split("=")[0] + "="
+               + ("false" if flag[0] == "--no-keep-logs" else flag[1]))
+    assert same.exit_code == 0, same.output
+
+
 def test_results_path_that_cannot_be_a_directory_is_refused(tmp_path, cli):
     s = study(tmp_path)
     afile = tmp_path / "afile"

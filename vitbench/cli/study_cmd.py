@@ -219,27 +219,6 @@ class _LiveHooks:
         return "; ".join(parts)
 
 
-def _parse_executor_options(items: list[str]) -> dict:
-    """`-o KEY=VALUE` items -> {key: value}; values are YAML scalars (1 -> int, true -> bool, [a, b] -> list),
-    read by the study files' bounded loader."""
-    import yaml
-
-    from vitbench.errors import ConfigError, clip, shorten
-    from vitbench.study.reader import load_bounded
-
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"--executor-option {shorten(item)}: expected KEY=VALUE, e.g. -o partition=gpu")
-        try:
-            out[key.strip()] = load_bounded(value)[0] if value.strip() else None
-        except yaml.YAMLError as e:
-            raise ConfigError(f"--executor-option {shorten(item)}: value is not valid YAML: "
-                              f"{clip(str(getattr(e, 'problem', None) or e), 200)}") from None
-    return out
-
-
 def _study_sets(sets: list[str] | None) -> dict:
     """`--set FIELD=VALUE` -> {FIELD: VALUE read as YAML (3 -> int, true -> bool, text -> str), bounded as a study
     file is (vitbench.study.reader.load_value: aliases, depth, number lengths)}."""
@@ -292,6 +271,7 @@ def sweep_cmd(
     --allow-failures accepts them) or this run's calibration failed; 2 for bad input (nothing runs); 130 when
     interrupted; else 0.
     """
+    from vitbench.cli.executor_options import executor_options
     from vitbench.errors import ConfigError
     from vitbench.executors import STOP_SIGNALS, executor_class, stopped_by
     from vitbench.paths import check_dir
@@ -321,7 +301,7 @@ def sweep_cmd(
         choice(start_method, typing.get_args(fields["start_method"].annotation), "--start-method")
     opts = {k: v for k, v in (("start_method", start_method), ("keep_logs", keep_logs)) if v is not None
             and k in fields}
-    opts.update(_parse_executor_options(executor_option or []))
+    opts = executor_options(opts, executor_option or [])  # the flags, then -o (refused where they disagree)
     from vitbench.study.schema import TimeoutS
     from vitbench.tasks import row_check
 
