@@ -68,6 +68,18 @@ def test_a_flag_and_an_executor_option_that_disagree_are_refused(tmp_path, cli, 
     assert same.exit_code == 0, same.output
 
 
+def test_a_study_copy_without_rows_is_said_so_with_what_to_remove(tmp_path, cli):
+    """A sweep whose executor could not submit left its study.yaml and no row; another study was then refused as
+    if the directory held that study's results (session 31): said so, naming the file to remove."""
+    res = tmp_path / "res"
+    res.mkdir()
+    (res / "study.yaml").write_text("name: first\naxes: {model: [ViT-Nano/4]}\n")
+    r = cli("sweep", study(tmp_path, name="second"), "--results", res, "--dry-run", *SPAWN)
+    assert r.exit_code == 2 and "holds the study.yaml of study 'first' and no row" in flat(r.output), r.output
+    assert "remove that study.yaml (or the directory)" in flat(r.output)
+    assert (res / "study.yaml").read_text().startswith("name: first")  # said, never removed
+
+
 def test_results_path_that_cannot_be_a_directory_is_refused(tmp_path, cli):
     s = study(tmp_path)
     afile = tmp_path / "afile"
