@@ -262,9 +262,10 @@ def check_results_dir(study: Study, results_dir: str | os.PathLike, what: str = 
                           "its own")
     others.discard(study.name)
     if others and not records:  # a sweep that stopped before its first row (an executor that could not submit)
-        raise ConfigError(f"{what} {shorten(str(path))} holds the {STUDY_FILE} of study "
-                          f"{', '.join(shorten(o) for o in sorted(others))} and no row (a sweep of it that recorded "
-                          f"nothing: its executor could not start?), not {shorten(study.name)}: remove that "
+        named = ", ".join(shorten(o) for o in sorted(others))
+        raise ConfigError(f"{what} {shorten(str(path))} holds the {STUDY_FILE} of study {named} and no row (a "
+                          f"sweep of it that recorded nothing: its executor could not start?), not "
+                          f"{shorten(study.name)}: remove that "
                           f"{STUDY_FILE} (or the directory), or give this study its own directory")
     if others:
         raise ConfigError(f"{what} {shorten(str(path))} holds the results of study "
