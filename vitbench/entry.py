@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import sys
 
-INTERRUPTED_EXIT = 130  # 128 + SIGINT (2)
-
 
 def main() -> None:
     try:
@@ -23,4 +21,6 @@ def main() -> None:
 
 def _interrupted() -> None:
     sys.stderr.write("\ninterrupted (Ctrl-C) while vitbench was starting: nothing was run\n")
+    from vitbench.errors import INTERRUPTED_EXIT  # a leaf of no imports (often imported already by then)
+
     raise SystemExit(INTERRUPTED_EXIT)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+# The exit status of a command ended by Ctrl-C: 128 + SIGINT (2), the shell's convention (bash(1), EXIT STATUS:
+# "128+n" for a command that ends on fatal signal n)
+INTERRUPTED_EXIT = 130
+
 
 class VitbenchError(Exception):
     """Base class: a user-facing problem with a message that names the way out."""

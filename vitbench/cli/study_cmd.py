@@ -272,7 +272,7 @@ def sweep_cmd(
     interrupted; else 0.
     """
     from vitbench.cli.executor_options import executor_options
-    from vitbench.errors import ConfigError
+    from vitbench.errors import INTERRUPTED_EXIT, ConfigError
     from vitbench.executors import STOP_SIGNALS, executor_class, stopped_by
     from vitbench.paths import check_dir
     from vitbench.registry import Kind, names
@@ -348,7 +348,7 @@ def sweep_cmd(
                  "Run the same command again to resume")
         err_console.print(f"[magenta]interrupted[/]: {escape(hooks.interrupted_line(out))}. {again}.",
                           highlight=False)
-        raise typer.Exit(130) from None
+        raise typer.Exit(INTERRUPTED_EXIT) from None
     finally:
         hooks.stop()
     counts = ", ".join(f"[{_STATUS_STYLE.get(s, 'white')}]{n} {s}[/]" for s, n in sorted(summary.statuses.items()))

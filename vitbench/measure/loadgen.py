@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from vitbench.errors import ConfigError, VitbenchError
+from vitbench.errors import INTERRUPTED_EXIT, ConfigError, VitbenchError
 from vitbench.measure.sut import BatchingSUT
 from vitbench.record import finite_number
 
@@ -365,9 +365,6 @@ def check_schedule_fits(settings: Settings) -> None:
         raise MemoryError(f"out of memory before starting: LoadGen would generate {what}, about {need:,.0f} MiB; "
                           f"lower {lower} (over the budget of {describe(budget)})")
 
-
-# the exit status of a process ended by Ctrl-C: 128 + SIGINT, the shell's convention (as vitbench.entry's)
-INTERRUPTED_EXIT = 128 + signal.SIGINT
 
 
 @contextlib.contextmanager
