@@ -136,7 +136,7 @@ def test_an_ok_row_with_a_fraction_above_1_is_refused_for_every_task():
             assert m.maximum == 1.0, (task.name, m.name)
             rec = Record.measured(task.kind, {"model": "ViT-Nano/4"}, metrics={m.name: 1.5})
             problem = row_check()(rec)
-            assert problem is not None and problem.refuse and f"{m.name} = 1.5" in problem.text, (task.name, m.name)
+            assert problem is not None and problem.refuse and f"{m.name} = 1.5" in problem.text, task.name
     assert {"accuracy", "mfu", "input_bound_fraction"} <= seen
 
 
